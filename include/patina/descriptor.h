@@ -1,0 +1,110 @@
+/* Descriptor families and batch extraction.
+ *
+ * A family (cedd, later lbp, glcm, ...) is registered once in a table
+ * (src/features/registry.c): name, options with defaults and bounds, output
+ * shape and element type, default distance, CPU function, GPU and hybrid
+ * functions (or none). Everything else is driven by that table.
+ *
+ * An extractor is a family plus parsed options, created from one string
+ * form: "cedd", "cedd:compact=1". Its canonical spec (every option spelled
+ * out in table order) names the descriptor table in a collection.
+ *
+ * Extraction is batch-first: one image is a batch of one. The device decides
+ * where it runs; all devices give identical bytes for integer descriptors. */
+#ifndef PATINA_DESCRIPTOR_H
+#define PATINA_DESCRIPTOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "patina/image.h"
+#include "patina/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum patina_device {
+    PATINA_DEVICE_AUTO = 0, /* GPU when one is usable, else CPU */
+    PATINA_DEVICE_CPU,      /* C reference, multi-threaded over the batch */
+    PATINA_DEVICE_GPU,      /* whole descriptor on the GPU ("GPU-only") */
+    PATINA_DEVICE_HYBRID    /* CPU computes block sums, GPU the rest */
+} patina_device;
+
+/* "auto", "cpu", "gpu", "hybrid"; NULL for out-of-range values. */
+const char *patina_device_name(patina_device d);
+/* Parses a device name; PATINA_E_INVALID with a message otherwise. */
+patina_status patina_device_parse(patina_device *d, const char *name);
+
+typedef enum patina_elem {
+    PATINA_ELEM_U8 = 0,
+    PATINA_ELEM_U16,
+    PATINA_ELEM_U32,
+    PATINA_ELEM_F32,
+    PATINA_ELEM_F64
+} patina_elem;
+
+/* Size in bytes of one element. */
+size_t patina_elem_size(patina_elem e);
+
+typedef struct patina_extractor patina_extractor_t;
+
+/* Number of registered families and their names/one-line help. */
+size_t patina_family_count(void);
+const char *patina_family_name(size_t i);
+const char *patina_family_help(size_t i);
+
+/* Parses "family[:key=value,...]". Unknown family or option, bad values and
+ * out-of-bounds values fail with PATINA_E_INVALID and say which. */
+patina_status patina_extractor_new(patina_extractor_t **ex, const char *spec);
+void patina_extractor_free(patina_extractor_t *ex); /* accepts NULL */
+
+/* Canonical spec, e.g. "cedd:compact=0". Owned by the extractor. */
+const char *patina_extractor_spec(const patina_extractor_t *ex);
+const char *patina_extractor_family(const patina_extractor_t *ex);
+size_t patina_extractor_dim(const patina_extractor_t *ex);      /* elements */
+patina_elem patina_extractor_elem(const patina_extractor_t *ex);
+size_t patina_extractor_bytes(const patina_extractor_t *ex);    /* dim * elem size */
+const char *patina_extractor_distance_name(const patina_extractor_t *ex);
+/* Whether the family has a GPU / hybrid implementation compiled in. */
+int patina_extractor_has_device(const patina_extractor_t *ex, patina_device d);
+
+/* The family's distance between two descriptors of this extractor. */
+double patina_extractor_distance(const patina_extractor_t *ex, const void *a, const void *b);
+
+/* Execution context: worker threads, the GPU (if any) and limits. One
+ * context may be shared by threads only for reading; extraction calls on one
+ * context are serialised by the caller. */
+typedef struct patina_context patina_context_t;
+
+typedef struct patina_context_opts {
+    int threads;              /* CPU workers; 0 = all online CPUs */
+    int gpu_index;            /* CUDA device ordinal (default 0) */
+    uint64_t gpu_mem_budget;  /* bytes of device memory batches may use; 0 = 1/4 of free */
+    patina_limits_t limits;   /* image limits (0 = defaults) */
+} patina_context_opts_t;
+
+/* opts may be NULL for defaults. Never fails for lack of a GPU: the GPU is
+ * opened lazily, and patina_context_resolve says what a device choice means. */
+patina_status patina_context_new(patina_context_t **ctx, const patina_context_opts_t *opts);
+void patina_context_free(patina_context_t *ctx); /* accepts NULL */
+int patina_context_threads(const patina_context_t *ctx);
+const patina_limits_t *patina_context_limits(const patina_context_t *ctx);
+
+/* Resolves `want` for an extractor to the device that will run: AUTO becomes
+ * GPU when a GPU is usable and the family has a kernel, else CPU. Asking for
+ * GPU or HYBRID without a usable GPU fails with PATINA_E_UNAVAILABLE. */
+patina_status patina_context_resolve(patina_context_t *ctx, const patina_extractor_t *ex,
+                                     patina_device want, patina_device *got);
+
+/* Extracts n descriptors: out is (n, patina_extractor_bytes) row-major.
+ * status[i] (may be NULL) receives each image's status; the call fails only
+ * for errors that concern the whole batch (device failure, bad arguments). */
+patina_status patina_extract_batch(patina_context_t *ctx, const patina_extractor_t *ex,
+                                   patina_device device, void *out,
+                                   const patina_image_t *images, size_t n,
+                                   patina_status *status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,93 @@
+/* Images and image loading.
+ *
+ * A patina_image_t is 8-bit interleaved RGB, row-major, rows `stride` bytes
+ * apart: pixel (x, y) channel c is data[y*stride + 3*x + c].
+ * Loaders sniff the content (never the file name): JPEG (libjpeg-turbo),
+ * PNG (libpng) and binary PNM (P5 grey, P6 colour; maxval 1..65535).
+ * Decoding from a file reads the file into memory and takes the same path as
+ * decoding from memory. Every loader reads the header first, checks limits,
+ * and only then allocates and decodes.
+ *
+ * Pixel semantics are those LIRE's CEDD sees through Java ImageIO (see
+ * docs/images.md and ../shared/specs/cedd.md §1): alpha is composited over
+ * black, 16-bit RGB is rounded, 16-bit grey keeps its high byte, grey+alpha
+ * gets the sRGB lift. */
+#ifndef PATINA_IMAGE_H
+#define PATINA_IMAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "patina/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum patina_format {
+    PATINA_FORMAT_UNKNOWN = 0,
+    PATINA_FORMAT_JPEG,
+    PATINA_FORMAT_PNG,
+    PATINA_FORMAT_PNM
+} patina_format;
+
+/* Safe defaults: 256 Mpixel, 1 GiB of encoded input. 0 means "default". */
+typedef struct patina_limits {
+    uint64_t max_pixels;
+    uint64_t max_file_bytes;
+} patina_limits_t;
+
+#define PATINA_DEFAULT_MAX_PIXELS (256ull * 1024 * 1024)
+#define PATINA_DEFAULT_MAX_FILE_BYTES (1024ull * 1024 * 1024)
+
+typedef struct patina_image_info {
+    patina_format format;
+    int width, height;
+    int channels;       /* in the file: 1 grey, 2 grey+alpha, 3 RGB, 4 RGBA */
+    int bit_depth;      /* in the file: 1,2,4,8,16 */
+} patina_image_info_t;
+
+typedef struct patina_image {
+    int width, height;
+    size_t stride;      /* bytes between rows, >= 3*width */
+    uint8_t *data;      /* (height, stride) u8; owned when `owned` != 0 */
+    int owned;
+} patina_image_t;
+
+/* Name of a format ("jpeg", "png", "pnm", "unknown"). */
+const char *patina_format_name(patina_format f);
+
+/* Sniffs the format from the first bytes. */
+patina_format patina_format_sniff(const void *data, size_t size);
+
+/* Reads dimensions and type without decoding pixels. `name` only labels
+ * error messages (may be NULL). */
+patina_status patina_image_probe(patina_image_info_t *info, const void *data, size_t size,
+                                 const char *name);
+
+/* Decodes `data` into `img` (caller storage, released with
+ * patina_image_release). `lim` may be NULL for defaults. On failure `img` is
+ * left empty. */
+patina_status patina_image_decode(patina_image_t *img, const void *data, size_t size,
+                                  const patina_limits_t *lim, const char *name);
+
+/* Reads a whole file into a malloc'd buffer (caller frees with free()).
+ * Fails with PATINA_E_LIMIT when larger than lim->max_file_bytes. */
+patina_status patina_file_read(void **data, size_t *size, const char *path,
+                               const patina_limits_t *lim);
+
+/* patina_file_read + patina_image_decode. */
+patina_status patina_image_load(patina_image_t *img, const char *path, const patina_limits_t *lim);
+
+/* Allocates an uninitialised width x height image (stride = 3*width). */
+patina_status patina_image_init(patina_image_t *img, int width, int height);
+
+/* Wraps caller memory (not owned, not freed by release). */
+void patina_image_wrap(patina_image_t *img, uint8_t *data, int width, int height, size_t stride);
+
+/* Frees owned pixels and zeroes the struct. Accepts NULL and empty images. */
+void patina_image_release(patina_image_t *img);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,91 @@
+/* Library-internal services: error setting, thread pool, option tables.
+ * Not installed; never included by users. */
+#ifndef PATINA_INTERNAL_H
+#define PATINA_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "patina/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define PATINA_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define PATINA_PRINTF(a, b)
+#endif
+
+/* Sets the thread's last-error message (printf-style) and returns s. Call it
+ * once, where the error is detected; callers only propagate the status. */
+patina_status patina__fail(patina_status s, const char *fmt, ...) PATINA_PRINTF(2, 3);
+
+/* Prefixes the current message with "what: " (used when a lower layer's
+ * message needs the caller's context, e.g. the file name). */
+void patina__prefix_error(const char *fmt, ...) PATINA_PRINTF(1, 2);
+
+#define PATINA_TRY(expr)                                                                       \
+    do {                                                                                       \
+        patina_status try_s_ = (expr);                                                         \
+        if (try_s_ != PATINA_OK) return try_s_;                                                \
+    } while (0)
+
+/* ---------------------------------------------------------------- threads */
+
+typedef struct patina_pool patina_pool_t;
+
+/* A fixed pool of `threads` workers (0 = online CPUs). */
+patina_status patina_pool_new(patina_pool_t **pool, int threads);
+void patina_pool_free(patina_pool_t *pool); /* accepts NULL */
+int patina_pool_size(const patina_pool_t *pool);
+
+/* Calls fn(arg, i, worker) for i in [0, n), spread dynamically over the
+ * workers and the calling thread (worker ids 0 .. size-1); returns when all
+ * are done. Not re-entrant on one pool. */
+typedef void (*patina_task_fn)(void *arg, size_t i, int worker);
+void patina_pool_run(patina_pool_t *pool, size_t n, patina_task_fn fn, void *arg);
+
+/* Online CPUs (>= 1). */
+int patina_cpu_count(void);
+
+/* Monotonic seconds. */
+double patina_now(void);
+
+/* ---------------------------------------------------------------- options */
+
+typedef enum patina_opt_type {
+    PATINA_OPT_INT,    /* int field */
+    PATINA_OPT_DOUBLE, /* double field */
+    PATINA_OPT_BOOL,   /* int field, 0/1 (also true/false/yes/no) */
+    PATINA_OPT_ENUM,   /* int field: index into choices "a|b|c" */
+    PATINA_OPT_STRING  /* char[PATINA_OPT_STRMAX] field: raw text, may contain ',' */
+} patina_opt_type;
+
+#define PATINA_OPT_STRMAX 256
+
+/* One option of a family: its name, type, bounds, default and help. */
+typedef struct patina_optdef {
+    const char *name;
+    patina_opt_type type;
+    double min, max;     /* bounds for INT and DOUBLE (inclusive) */
+    const char *def;     /* default as text */
+    const char *choices; /* ENUM: "a|b|c" */
+    const char *help;
+    size_t offset;       /* offsetof(params struct, field) */
+} patina_optdef_t;
+
+/* Parses "key=value,key=value" into params (defaults first). A token with no
+ * '=' continues the previous value (so "d=1,2,angles=0,45" works). Errors
+ * name the option and the family `what`. */
+patina_status patina_opts_parse(void *params, const patina_optdef_t *defs, size_t ndefs,
+                                const char *text, const char *what);
+
+/* Writes "key=value,..." for every option in table order. */
+void patina_opts_format(char *buf, size_t size, const void *params, const patina_optdef_t *defs,
+                        size_t ndefs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,60 @@
+/* Status names and the thread-local last-error message. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/internal.h"
+
+#define MSG_MAX 1024
+
+static _Thread_local char last_msg[MSG_MAX];
+
+const char *patina_status_str(patina_status s)
+{
+    switch (s) {
+    case PATINA_OK: return "ok";
+    case PATINA_E_INVALID: return "invalid argument";
+    case PATINA_E_NOMEM: return "out of memory";
+    case PATINA_E_IO: return "i/o error";
+    case PATINA_E_FORMAT: return "unsupported format";
+    case PATINA_E_CORRUPT: return "corrupt data";
+    case PATINA_E_LIMIT: return "over limit";
+    case PATINA_E_NOTFOUND: return "not found";
+    case PATINA_E_UNAVAILABLE: return "unavailable";
+    case PATINA_E_GPU: return "gpu error";
+    case PATINA_E_STORE: return "store error";
+    case PATINA_E_FULL: return "storage full";
+    case PATINA_E_BUSY: return "busy";
+    case PATINA_E_INTERNAL: return "internal error";
+    case PATINA_DONE: return "done";
+    }
+    return "unknown status";
+}
+
+const char *patina_last_error(void) { return last_msg; }
+
+void patina_clear_error(void) { last_msg[0] = '\0'; }
+
+patina_status patina__fail(patina_status s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_msg, sizeof last_msg, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+void patina__prefix_error(const char *fmt, ...)
+{
+    char old[MSG_MAX];
+    size_t n;
+    va_list ap;
+    memcpy(old, last_msg, sizeof old);
+    va_start(ap, fmt);
+    n = (size_t)vsnprintf(last_msg, sizeof last_msg, fmt, ap);
+    va_end(ap);
+    if (n + 2 < sizeof last_msg) {
+        memcpy(last_msg + n, ": ", 3);
+        strncat(last_msg, old, sizeof last_msg - n - 3);
+    }
+}

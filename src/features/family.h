@@ -1,0 +1,36 @@
+/* The descriptor-family table entry. One per family, defined beside its C
+ * reference (e.g. src/features/cedd.c) and listed in registry.c. */
+#ifndef PATINA_FAMILY_H
+#define PATINA_FAMILY_H
+
+#include <stddef.h>
+#include "core/internal.h"
+#include "gpu/gpu.h"
+#include "patina/descriptor.h"
+
+#define PATINA_PARAMS_MAX 2048 /* bytes of parsed options a family may use */
+
+typedef struct patina_family {
+    const char *name;
+    const char *help;
+    const patina_optdef_t *opts;
+    size_t nopts;
+    patina_elem elem;
+    /* Elements per descriptor for these params. */
+    size_t (*dim)(const void *params);
+    /* Cross-option checks after parsing (NULL: none). */
+    patina_status (*check)(const void *params);
+    const char *distance_name;
+    double (*distance)(const void *params, const void *a, const void *b);
+    /* C reference for one image: out has dim*elem bytes. */
+    patina_status (*cpu)(const void *params, void *out, const patina_image_t *img);
+    /* Whole batch on the GPU, and hybrid CPU+GPU; NULL when the family has none. */
+    patina_status (*gpu)(patina_gpu_t *g, const void *params, void *out,
+                         const patina_image_t *imgs, size_t n, patina_status *st);
+    patina_status (*hybrid)(patina_gpu_t *g, patina_pool_t *pool, const void *params, void *out,
+                            const patina_image_t *imgs, size_t n, patina_status *st);
+} patina_family_t;
+
+extern const patina_family_t patina_family_cedd;
+
+#endif

@@ -1,0 +1,53 @@
+/* CPU-only build: the GPU interface with no device behind it. Every entry
+ * point reports PATINA_E_UNAVAILABLE, so `--device auto` falls back to the
+ * CPU and `--device gpu` says why it cannot run. */
+#include <stddef.h>
+
+#include "gpu/gpu.h"
+
+static patina_status none(void)
+{
+    return patina__fail(PATINA_E_UNAVAILABLE, "gpu: this build has no CUDA support (nvcc was not found at build time)");
+}
+
+int patina_gpu__count(void) { return 0; }
+
+patina_status patina_gpu__describe(int i, char *buf, size_t size)
+{
+    (void)i;
+    if (size) buf[0] = '\0';
+    return none();
+}
+
+patina_status patina_gpu_open(patina_gpu_t **g, int index, uint64_t budget)
+{
+    (void)index;
+    (void)budget;
+    *g = NULL;
+    return none();
+}
+
+void patina_gpu_close(patina_gpu_t *g) { (void)g; }
+
+void *patina_gpu_host_alloc(size_t bytes)
+{
+    (void)bytes;
+    return NULL;
+}
+
+void patina_gpu_host_free(void *p) { (void)p; }
+
+patina_status patina_gpu_cedd(patina_gpu_t *g, uint8_t *out, const patina_image_t *imgs, size_t n,
+                              int compact, patina_status *st)
+{
+    (void)g; (void)out; (void)imgs; (void)n; (void)compact; (void)st;
+    return none();
+}
+
+patina_status patina_gpu_cedd_hybrid(patina_gpu_t *g, patina_pool_t *pool, uint8_t *out,
+                                     const patina_image_t *imgs, size_t n, int compact,
+                                     patina_status *st)
+{
+    (void)g; (void)pool; (void)out; (void)imgs; (void)n; (void)compact; (void)st;
+    return none();
+}

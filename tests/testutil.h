@@ -1,0 +1,52 @@
+/* Helpers shared by the test programs: deterministic random images, file
+ * helpers, and the GPU skip convention (exit 77 = skipped in CTest). */
+#ifndef PATINA_TESTUTIL_H
+#define PATINA_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "patina/patina.h"
+
+/* xorshift64*: the same sequence on every machine. */
+typedef struct { uint64_t s; } tu_rng_t;
+void tu_rng_seed(tu_rng_t *r, uint64_t seed);
+uint64_t tu_rng_next(tu_rng_t *r);
+uint32_t tu_rng_below(tu_rng_t *r, uint32_t n);
+
+/* Fills a new owned image. kind 0: uniform noise; 1: smooth gradients with
+ * noise; 2: flat patches with sharp edges (many edge blocks); 3: grey. */
+void tu_random_image(patina_image_t *img, int w, int h, int kind, tu_rng_t *r);
+
+/* Writes data to path; returns 0 on success. */
+int tu_write_file(const char *path, const void *data, size_t size);
+/* A fresh empty directory under $TMPDIR (malloc'd path). */
+char *tu_tempdir(const char *tag);
+/* rm -rf */
+void tu_remove_tree(const char *path);
+
+/* Lists regular files under dir (recursive) whose names end in one of the
+ * extensions ("jpg,png"); sorted; malloc'd array of malloc'd paths. */
+size_t tu_list_files(const char *dir, const char *exts, char ***out);
+void tu_free_list(char **list, size_t n);
+
+/* Runs a shell command, captures stdout into a malloc'd string (may be NULL),
+ * returns the exit status (or -1). */
+int tu_run(char **out, const char *fmt, ...);
+
+/* Asserts a library status is PATINA_OK, printing the last error if not. */
+#define TU_OK(expr)                                                                            \
+    do {                                                                                       \
+        patina_status tu_s_ = (expr);                                                          \
+        if (tu_s_ != PATINA_OK)                                                                \
+            fail_msg("%s:%d: %s -> %s: %s", __FILE__, __LINE__, #expr,                        \
+                     patina_status_str(tu_s_), patina_last_error());                           \
+    } while (0)
+
+/* For GPU tests: exits 77 with a visible message when no GPU is usable. */
+void tu_require_gpu(void);
+
+#endif
