@@ -9,6 +9,7 @@
 #include "patina/descriptor.h"
 #include "patina/store.h"
 #include "patina/search.h"
+#include "patina/pipeline.h"
 
 #ifdef __cplusplus
 extern "C" {
