@@ -1,0 +1,154 @@
+/* patina extract: descriptors of images, printed as CSV or JSON lines. */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static void help(FILE *f)
+{
+    fprintf(f,
+            "usage: patina extract [-f FAMILY[:OPTS]] [--format csv|json] [--device D] IMAGE...\n"
+            "\n"
+            "Computes one descriptor per image and prints it, in the order given.\n"
+            "  -f, --family SPEC   descriptor family and options (default: cedd)\n"
+            "      --format F      csv: one line per image, PATH,v0,...,vN-1 (default)\n"
+            "                      json: one object per line {\"path\",\"family\",\"descriptor\"}\n"
+            "      --device D      auto|cpu|gpu|hybrid (default: auto)\n"
+            "  -j, --jobs N        CPU threads (default: all)\n"
+            "      --max-pixels N  refuse images with more pixels (default 268435456)\n"
+            "  -h, --help          this help\n"
+            "Images that cannot be read are reported on stderr; the others are still\n"
+            "printed, and the exit status is 1.\n");
+}
+
+#define BATCH 64
+
+int cmd_extract(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"family", required_argument, 0, 'f'}, {"format", required_argument, 0, 'F'},
+        {"device", required_argument, 0, 'd'}, {"jobs", required_argument, 0, 'j'},
+        {"max-pixels", required_argument, 0, 'P'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *family = "cedd", *format = "csv";
+    patina_device device = PATINA_DEVICE_AUTO;
+    patina_context_opts_t copts = {0};
+    patina_extractor_t *ex = NULL;
+    patina_context_t *ctx = NULL;
+    patina_image_t imgs[BATCH];
+    const char *names[BATCH];
+    patina_status st[BATCH];
+    unsigned char *descs = NULL;
+    int c, rc = EXIT_OK, json;
+    long v;
+    size_t bytes, dim, i;
+    patina_status s;
+
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "f:j:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'f': family = optarg; break;
+        case 'F': format = optarg; break;
+        case 'd':
+            if (patina_device_parse(&device, optarg) != PATINA_OK) {
+                cli_error("extract", "%s", patina_last_error());
+                return EXIT_USAGE;
+            }
+            break;
+        case 'j':
+            if (cli_parse_long("extract", "--jobs", optarg, 1, 1024, &v)) return EXIT_USAGE;
+            copts.threads = (int)v;
+            break;
+        case 'P':
+            if (cli_parse_long("extract", "--max-pixels", optarg, 1, 1L << 40, &v)) return EXIT_USAGE;
+            copts.limits.max_pixels = (uint64_t)v;
+            break;
+        case 'h': help(stdout); return EXIT_OK;
+        default: help(stderr); return EXIT_USAGE;
+        }
+    }
+    if (strcmp(format, "csv") && strcmp(format, "json")) {
+        cli_error("extract", "--format must be csv or json, got '%s'", format);
+        return EXIT_USAGE;
+    }
+    json = !strcmp(format, "json");
+    if (optind >= argc) {
+        cli_error("extract", "no images given");
+        help(stderr);
+        return EXIT_USAGE;
+    }
+    if ((s = patina_extractor_new(&ex, family)) != PATINA_OK) {
+        cli_status_error("extract", s);
+        return EXIT_USAGE;
+    }
+    if ((s = patina_context_new(&ctx, &copts)) != PATINA_OK) {
+        cli_status_error("extract", s);
+        patina_extractor_free(ex);
+        return EXIT_ERROR;
+    }
+    bytes = patina_extractor_bytes(ex);
+    dim = patina_extractor_dim(ex);
+    descs = malloc(BATCH * bytes);
+    if (!descs) {
+        cli_error("extract", "out of memory");
+        rc = EXIT_ERROR;
+        goto out;
+    }
+    for (int a = optind; a < argc;) {
+        size_t n = 0;
+        for (; a < argc && n < BATCH; a++) {
+            s = patina_image_load(&imgs[n], argv[a], patina_context_limits(ctx));
+            if (s != PATINA_OK) {
+                cli_status_error("extract", s);
+                rc = EXIT_PARTIAL;
+                continue;
+            }
+            names[n++] = argv[a];
+        }
+        s = patina_extract_batch(ctx, ex, device, descs, imgs, n, st);
+        if (s != PATINA_OK) {
+            cli_status_error("extract", s);
+            for (i = 0; i < n; i++) patina_image_release(&imgs[i]);
+            rc = EXIT_ERROR;
+            goto out;
+        }
+        for (i = 0; i < n; i++) {
+            const unsigned char *d = descs + i * bytes;
+            size_t k;
+            patina_image_release(&imgs[i]);
+            if (st[i] != PATINA_OK) {
+                cli_error("extract", "'%s': %s", names[i], patina_status_str(st[i]));
+                rc = EXIT_PARTIAL;
+                continue;
+            }
+            if (json) {
+                fputs("{\"path\":", stdout);
+                cli_json_string(stdout, names[i]);
+                fputs(",\"family\":", stdout);
+                cli_json_string(stdout, patina_extractor_spec(ex));
+                fputs(",\"descriptor\":[", stdout);
+                for (k = 0; k < dim; k++) {
+                    if (k) fputc(',', stdout);
+                    cli_print_elem(stdout, patina_extractor_elem(ex), d, k);
+                }
+                fputs("]}\n", stdout);
+            } else {
+                fputs(names[i], stdout);
+                for (k = 0; k < dim; k++) {
+                    fputc(',', stdout);
+                    cli_print_elem(stdout, patina_extractor_elem(ex), d, k);
+                }
+                fputc('\n', stdout);
+            }
+        }
+    }
+out:
+    if (fflush(stdout) != 0) {
+        cli_error("extract", "cannot write the output");
+        rc = EXIT_ERROR;
+    }
+    free(descs);
+    patina_context_free(ctx);
+    patina_extractor_free(ex);
+    return rc;
+}

@@ -1,0 +1,67 @@
+/* patina info: build features, GPUs, families; with a collection, its contents. */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+int patina_cpu_count(void);
+
+int cmd_info(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int c, i, ngpu;
+    size_t f;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        if (c == 'h') {
+            printf("usage: patina info [COLLECTION]\n\n"
+                   "Prints the version, build features, CPUs, GPUs and descriptor families;\n"
+                   "with a COLLECTION, also its image count and descriptor tables.\n");
+            return EXIT_OK;
+        }
+        return EXIT_USAGE;
+    }
+    printf("patina %s\nbuild: %s\ncpus: %d\n", patina_version(), patina_build_info(),
+           patina_cpu_count());
+    ngpu = patina_gpu_count();
+    printf("gpus: %d\n", ngpu);
+    for (i = 0; i < ngpu; i++) {
+        char buf[256];
+        if (patina_gpu_describe(i, buf, sizeof buf) == PATINA_OK) printf("  gpu %d: %s\n", i, buf);
+    }
+    printf("families:\n");
+    for (f = 0; f < patina_family_count(); f++) {
+        patina_extractor_t *ex;
+        if (patina_extractor_new(&ex, patina_family_name(f)) != PATINA_OK) continue;
+        printf("  %-8s %s\n           default: %s, %zu x %s, distance %s, devices: cpu%s%s\n",
+               patina_family_name(f), patina_family_help(f), patina_extractor_spec(ex),
+               patina_extractor_dim(ex),
+               patina_extractor_elem(ex) == PATINA_ELEM_U8 ? "u8" : "value",
+               patina_extractor_distance_name(ex),
+               patina_extractor_has_device(ex, PATINA_DEVICE_GPU) ? " gpu" : "",
+               patina_extractor_has_device(ex, PATINA_DEVICE_HYBRID) ? " hybrid" : "");
+        patina_extractor_free(ex);
+    }
+    if (optind < argc) {
+        patina_collection_t *coll;
+        uint64_t n = 0;
+        char **specs = NULL;
+        size_t ns = 0, k;
+        patina_status s = patina_collection_open(&coll, argv[optind], PATINA_OPEN_READONLY, 0);
+        if (s == PATINA_OK) s = patina_collection_count(coll, &n);
+        if (s == PATINA_OK) s = patina_collection_tables(coll, &specs, &ns);
+        if (s != PATINA_OK) {
+            cli_status_error("info", s);
+            return EXIT_ERROR;
+        }
+        printf("collection %s: %llu images\n", argv[optind], (unsigned long long)n);
+        for (k = 0; k < ns; k++) {
+            printf("  table %s\n", specs[k]);
+            free(specs[k]);
+        }
+        free(specs);
+        patina_collection_close(coll);
+    }
+    return EXIT_OK;
+}

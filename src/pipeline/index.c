@@ -1,0 +1,355 @@
+/* The indexing pipeline: expand paths, then per window of files
+ *   1. (parallel) read + SHA-256 + header probe,
+ *   2. (main)     skip files stored with the same hash; cut the window at the
+ *                 decoded-pixel budget,
+ *   3. (parallel) decode,
+ *   4. extract the batch on the chosen device,
+ *   5. (main)     store the batch in one transaction.
+ * A file that fails is reported and counted; the run goes on. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "core/internal.h"
+#include "patina/pipeline.h"
+
+patina_pool_t *patina__context_pool(patina_context_t *ctx);
+
+/* ------------------------------------------------------------ path expansion */
+
+typedef struct strvec {
+    char **v;
+    size_t n, cap;
+} strvec_t;
+
+static int strvec_push(strvec_t *s, char *p)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 256;
+        char **v = realloc(s->v, cap * sizeof *v);
+        if (!v) return -1;
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = p;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static patina_status walk_dir(strvec_t *out, const char *dir, int depth)
+{
+    DIR *d;
+    struct dirent *e;
+    strvec_t here = {0};
+    size_t i;
+    patina_status s = PATINA_OK;
+    if (depth > 64) return patina__fail(PATINA_E_LIMIT, "index: directories nested deeper than 64 at '%s'", dir);
+    d = opendir(dir);
+    if (!d) return patina__fail(PATINA_E_IO, "index: cannot open directory '%s': %s", dir, strerror(errno));
+    while ((e = readdir(d))) {
+        char *p;
+        if (e->d_name[0] == '.') continue;  /* hidden files, . and .. */
+        if (asprintf(&p, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", e->d_name) < 0 ||
+            strvec_push(&here, p) != 0) {
+            s = patina__fail(PATINA_E_NOMEM, "index: out of memory listing '%s'", dir);
+            break;
+        }
+    }
+    closedir(d);
+    if (here.n) qsort(here.v, here.n, sizeof *here.v, cmp_str);
+    for (i = 0; i < here.n; i++) {
+        struct stat st;
+        if (s == PATINA_OK && stat(here.v[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+            s = walk_dir(out, here.v[i], depth + 1);
+            free(here.v[i]);
+        } else if (s == PATINA_OK && stat(here.v[i], &st) == 0 && S_ISREG(st.st_mode)) {
+            if (strvec_push(out, here.v[i]) != 0) {
+                free(here.v[i]);
+                s = patina__fail(PATINA_E_NOMEM, "index: out of memory");
+            }
+        } else {
+            free(here.v[i]);    /* sockets, broken links, ... */
+        }
+    }
+    free(here.v);
+    return s;
+}
+
+patina_status patina_expand_paths(char ***files, size_t *n, const char *const *paths,
+                                  size_t npaths, size_t *missing,
+                                  void (*on_error)(void *, const char *, patina_status, const char *),
+                                  void *user)
+{
+    strvec_t out = {0};
+    size_t i;
+    *files = NULL;
+    *n = 0;
+    if (missing) *missing = 0;
+    for (i = 0; i < npaths; i++) {
+        struct stat st;
+        patina_status s = PATINA_OK;
+        if (stat(paths[i], &st) != 0) {
+            s = patina__fail(PATINA_E_IO, "cannot access '%s': %s", paths[i], strerror(errno));
+        } else if (S_ISDIR(st.st_mode)) {
+            s = walk_dir(&out, paths[i], 0);
+        } else {
+            char *p = strdup(paths[i]);
+            if (!p || strvec_push(&out, p) != 0) {
+                free(p);
+                s = patina__fail(PATINA_E_NOMEM, "index: out of memory");
+            }
+        }
+        if (s != PATINA_OK) {
+            if (s == PATINA_E_NOMEM) {
+                size_t j;
+                for (j = 0; j < out.n; j++) free(out.v[j]);
+                free(out.v);
+                return s;
+            }
+            if (missing) (*missing)++;
+            if (on_error) on_error(user, paths[i], s, patina_last_error());
+        }
+    }
+    *files = out.v;
+    *n = out.n;
+    return PATINA_OK;
+}
+
+/* ------------------------------------------------------------------ indexing */
+
+typedef enum { SLOT_EMPTY, SLOT_READ, SLOT_SKIP, SLOT_FAILED, SLOT_DECODED } slot_state;
+
+typedef struct slot {
+    const char *path;          /* borrowed from files[] */
+    slot_state state;
+    void *data;                /* encoded bytes (malloc'd) until decoded */
+    size_t size;
+    uint8_t sha[32];
+    int64_t mtime;
+    patina_image_info_t info;
+    patina_image_t img;
+    int have_old;              /* a record with this key exists */
+    uint8_t old_sha[32];
+    patina_status status;
+    char error[512];
+} slot_t;
+
+typedef struct job {
+    slot_t *slots;
+    const patina_limits_t *limits;
+} job_t;
+
+static void slot_fail(slot_t *s, patina_status st)
+{
+    s->state = SLOT_FAILED;
+    s->status = st;
+    snprintf(s->error, sizeof s->error, "%s", patina_last_error());
+    free(s->data);
+    s->data = NULL;
+}
+
+/* Stage 1: read, hash, probe. Files stored with the same hash are skipped. */
+static void read_one(void *arg, size_t i, int worker)
+{
+    job_t *j = arg;
+    slot_t *s = &j->slots[i];
+    struct stat st;
+    patina_status r;
+    (void)worker;
+    r = patina_file_read(&s->data, &s->size, s->path, j->limits);
+    if (r != PATINA_OK) {
+        slot_fail(s, r);
+        return;
+    }
+    s->mtime = stat(s->path, &st) == 0 ? (int64_t)st.st_mtime : 0;
+    patina_sha256(s->sha, s->data, s->size);
+    if (s->have_old && memcmp(s->sha, s->old_sha, 32) == 0) {
+        s->state = SLOT_SKIP;
+        free(s->data);
+        s->data = NULL;
+        return;
+    }
+    r = patina_image_probe(&s->info, s->data, s->size, s->path);
+    if (r != PATINA_OK) {
+        slot_fail(s, r);
+        return;
+    }
+    s->state = SLOT_READ;
+}
+
+/* Stage 3: decode. */
+static void decode_one(void *arg, size_t i, int worker)
+{
+    job_t *j = arg;
+    slot_t *s = &j->slots[i];
+    patina_status r;
+    (void)worker;
+    if (s->state != SLOT_READ) return;
+    r = patina_image_decode(&s->img, s->data, s->size, j->limits, s->path);
+    free(s->data);
+    s->data = NULL;
+    if (r != PATINA_OK) {
+        slot_fail(s, r);
+        return;
+    }
+    s->state = SLOT_DECODED;
+}
+
+static void slot_clear(slot_t *s)
+{
+    free(s->data);
+    patina_image_release(&s->img);
+    memset(s, 0, sizeof *s);
+}
+
+patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
+                                 const patina_extractor_t *ex, const char *const *files,
+                                 size_t n, const patina_index_opts_t *opts_in,
+                                 patina_index_stats_t *stats)
+{
+    patina_index_opts_t opts = {0};
+    patina_pool_t *pool = patina__context_pool(ctx);
+    const patina_limits_t *limits = patina_context_limits(ctx);
+    const size_t desc_bytes = patina_extractor_bytes(ex);
+    const uint64_t pixel_budget = 256ull << 20; /* decoded pixels in flight, ~768 MB of RGB */
+    size_t window, next = 0;
+    slot_t *slots = NULL;
+    patina_image_t *imgs = NULL;
+    patina_status *st = NULL;
+    patina_insert_t *items = NULL;
+    uint8_t *descs = NULL;
+    size_t *map = NULL;
+    patina_status result = PATINA_OK;
+    double t0 = patina_now();
+    patina_device dev;
+
+    if (opts_in) opts = *opts_in;
+    if (!opts.batch) opts.batch = 256;
+    if (opts.batch > 65536) return patina__fail(PATINA_E_LIMIT, "index: batch %zu is larger than 65536", opts.batch);
+    window = opts.batch;
+    memset(stats, 0, sizeof *stats);
+    stats->files = n;
+    PATINA_TRY(patina_context_resolve(ctx, ex, opts.device, &dev));
+    stats->device = dev;
+
+    slots = calloc(window, sizeof *slots);
+    imgs = calloc(window, sizeof *imgs);
+    st = calloc(window, sizeof *st);
+    items = calloc(window, sizeof *items);
+    map = calloc(window, sizeof *map);
+    descs = malloc(window * (desc_bytes ? desc_bytes : 1));
+    if (!slots || !imgs || !st || !items || !map || !descs) {
+        result = patina__fail(PATINA_E_NOMEM, "index: out of memory for a batch of %zu", window);
+        goto done;
+    }
+
+    while (next < n && result == PATINA_OK) {
+        size_t take = n - next < window ? n - next : window;
+        size_t i, nb = 0, used = 0;
+        uint64_t pixels = 0;
+        job_t job = {slots, limits};
+
+        /* Stage 1. The key lookups happen here, on this thread: LMDB read
+         * transactions stay on the thread that owns the collection. */
+        for (i = 0; i < take; i++) {
+            patina_record_t rec;
+            slot_t *s = &slots[i];
+            s->path = files[next + i];
+            if (patina_collection_get_by_key(c, s->path, &rec) == PATINA_OK) {
+                s->have_old = 1;
+                memcpy(s->old_sha, rec.sha256, 32);
+                patina_record_release(&rec);
+            }
+        }
+        patina_clear_error();
+        patina_pool_run(pool, take, read_one, &job);
+
+        /* Stage 2: cut at the pixel budget (always keep at least one image). */
+        for (i = 0; i < take; i++) {
+            slot_t *s = &slots[i];
+            if (s->state == SLOT_READ) {
+                uint64_t px = (uint64_t)s->info.width * (uint64_t)s->info.height;
+                if (used > 0 && pixels + px > pixel_budget) break;
+                pixels += px;
+                used++;
+            }
+        }
+        take = i;   /* files past the cut are re-read in the next window */
+        patina_pool_run(pool, take, decode_one, &job);
+
+        for (i = 0; i < take; i++) {
+            slot_t *s = &slots[i];
+            if (s->state == SLOT_SKIP) stats->skipped++;
+            else if (s->state == SLOT_DECODED) {
+                map[nb] = i;
+                imgs[nb++] = s->img;
+                stats->bytes += s->size;
+                stats->pixels += (uint64_t)s->img.width * (uint64_t)s->img.height;
+            }
+        }
+        /* Stage 4. */
+        if (nb) {
+            result = patina_extract_batch(ctx, ex, dev, descs, imgs, nb, st);
+            if (result != PATINA_OK) break;
+        }
+        /* Stage 5. */
+        {
+            size_t ni = 0;
+            for (i = 0; i < nb; i++) {
+                slot_t *s = &slots[map[i]];
+                if (st[i] != PATINA_OK) {
+                    s->state = SLOT_FAILED;
+                    s->status = st[i];
+                    snprintf(s->error, sizeof s->error, "extract: %s failed for '%s'",
+                             patina_extractor_family(ex), s->path);
+                    continue;
+                }
+                items[ni].key = s->path;
+                items[ni].size = s->size;
+                memcpy(items[ni].sha256, s->sha, 32);
+                items[ni].mtime = s->mtime;
+                items[ni].width = s->img.width;
+                items[ni].height = s->img.height;
+                items[ni].desc = descs + i * desc_bytes;
+                ni++;
+            }
+            if (ni) {
+                result = patina_collection_put(c, patina_extractor_spec(ex), desc_bytes, items, ni, NULL);
+                if (result != PATINA_OK) break;
+                stats->indexed += ni;
+            }
+        }
+        for (i = 0; i < take; i++) {
+            slot_t *s = &slots[i];
+            if (s->state == SLOT_FAILED) {
+                stats->failed++;
+                if (opts.on_error) opts.on_error(opts.user, s->path, s->status, s->error);
+            }
+        }
+        for (i = 0; i < window; i++) slot_clear(&slots[i]);
+        next += take;
+        stats->seconds = patina_now() - t0;
+        if (opts.progress) opts.progress(opts.user, stats);
+    }
+
+done:
+    if (slots)
+        for (size_t i = 0; i < window; i++) slot_clear(&slots[i]);
+    stats->seconds = patina_now() - t0;
+    free(slots);
+    free(imgs);
+    free(st);
+    free(items);
+    free(map);
+    free(descs);
+    return result;
+}
