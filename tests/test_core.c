@@ -1,0 +1,173 @@
+/* Core services: status and messages, option tables, thread pool, the
+ * family registry, device resolution without a GPU. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "testutil.h"
+
+static void test_status_messages(void **state)
+{
+    (void)state;
+    patina_clear_error();
+    assert_string_equal(patina_last_error(), "");
+    assert_int_equal(patina__fail(PATINA_E_CORRUPT, "decode: truncated %s in '%s'", "PNG", "x.png"),
+                     PATINA_E_CORRUPT);
+    assert_string_equal(patina_last_error(), "decode: truncated PNG in 'x.png'");
+    patina__prefix_error("index");
+    assert_string_equal(patina_last_error(), "index: decode: truncated PNG in 'x.png'");
+    for (int s = PATINA_OK; s <= PATINA_DONE; s++)
+        assert_true(strlen(patina_status_str((patina_status)s)) > 0);
+    assert_string_equal(patina_status_str((patina_status)999), "unknown status");
+}
+
+typedef struct params {
+    int n;
+    double t;
+    int flag;
+    int mode;
+    char list[PATINA_OPT_STRMAX];
+} params_t;
+
+static const patina_optdef_t defs[] = {
+    {"n", PATINA_OPT_INT, 1, 32, "8", NULL, "count", offsetof(params_t, n)},
+    {"t", PATINA_OPT_DOUBLE, 0, 1, "0.5", NULL, "threshold", offsetof(params_t, t)},
+    {"flag", PATINA_OPT_BOOL, 0, 1, "0", NULL, "a flag", offsetof(params_t, flag)},
+    {"mode", PATINA_OPT_ENUM, 0, 0, "b", "a|b|c", "mode", offsetof(params_t, mode)},
+    {"list", PATINA_OPT_STRING, 0, 0, "1", NULL, "a list", offsetof(params_t, list)},
+};
+#define NDEFS (sizeof defs / sizeof defs[0])
+
+static void test_options(void **state)
+{
+    params_t p;
+    char buf[512];
+    (void)state;
+    TU_OK(patina_opts_parse(&p, defs, NDEFS, NULL, "fam"));
+    assert_int_equal(p.n, 8);
+    assert_true(p.t == 0.5);
+    assert_int_equal(p.mode, 1);
+    assert_string_equal(p.list, "1");
+    TU_OK(patina_opts_parse(&p, defs, NDEFS, "n=16,list=1,2,4,mode=c,flag=yes,t=0.25", "fam"));
+    assert_int_equal(p.n, 16);
+    assert_string_equal(p.list, "1,2,4");
+    assert_int_equal(p.mode, 2);
+    assert_int_equal(p.flag, 1);
+    assert_true(p.t == 0.25);
+    patina_opts_format(buf, sizeof buf, &p, defs, NDEFS);
+    assert_string_equal(buf, "n=16,t=0.25,flag=1,mode=c,list=1,2,4");
+
+    assert_int_equal(patina_opts_parse(&p, defs, NDEFS, "n=33", "fam"), PATINA_E_INVALID);
+    assert_non_null(strstr(patina_last_error(), "out of range"));
+    assert_int_equal(patina_opts_parse(&p, defs, NDEFS, "n=x", "fam"), PATINA_E_INVALID);
+    assert_int_equal(patina_opts_parse(&p, defs, NDEFS, "bogus=1", "fam"), PATINA_E_INVALID);
+    assert_non_null(strstr(patina_last_error(), "unknown option 'bogus'"));
+    assert_int_equal(patina_opts_parse(&p, defs, NDEFS, "mode=d", "fam"), PATINA_E_INVALID);
+    assert_int_equal(patina_opts_parse(&p, defs, NDEFS, "n=1,n=2", "fam"), PATINA_E_INVALID);
+    assert_int_equal(patina_opts_parse(&p, defs, NDEFS, "n=1,2", "fam"), PATINA_E_INVALID);
+    assert_int_equal(patina_opts_parse(&p, defs, NDEFS, "n=", "fam"), PATINA_E_INVALID);
+    assert_int_equal(patina_opts_parse(&p, defs, NDEFS, "t=nan", "fam"), PATINA_E_INVALID);
+    assert_int_equal(patina_opts_parse(&p, defs, NDEFS, "flag=2", "fam"), PATINA_E_INVALID);
+    assert_int_equal(patina_opts_parse(&p, defs, NDEFS, "justtext", "fam"), PATINA_E_INVALID);
+}
+
+static void add_one(void *arg, size_t i, int worker)
+{
+    unsigned *hits = arg;
+    (void)worker;
+    __atomic_fetch_add(&hits[i], 1u, __ATOMIC_RELAXED);
+}
+
+static void test_pool(void **state)
+{
+    patina_pool_t *pool;
+    unsigned *hits = calloc(10007, sizeof *hits);
+    (void)state;
+    TU_OK(patina_pool_new(&pool, 4));
+    assert_int_equal(patina_pool_size(pool), 4);
+    for (int round = 0; round < 50; round++) patina_pool_run(pool, 10007, add_one, hits);
+    patina_pool_run(pool, 0, add_one, hits);
+    for (size_t i = 0; i < 10007; i++) assert_int_equal(hits[i], 50);
+    patina_pool_free(pool);
+    patina_pool_free(NULL);
+    assert_int_equal(patina_pool_new(&pool, 100000), PATINA_E_INVALID);
+    free(hits);
+}
+
+static void test_registry(void **state)
+{
+    patina_extractor_t *ex;
+    patina_device d;
+    (void)state;
+    assert_true(patina_family_count() >= 1);
+    TU_OK(patina_extractor_new(&ex, "cedd"));
+    assert_string_equal(patina_extractor_spec(ex), "cedd:compact=0");
+    assert_int_equal(patina_extractor_dim(ex), 144);
+    assert_int_equal(patina_extractor_bytes(ex), 144);
+    assert_string_equal(patina_extractor_distance_name(ex), "tanimoto");
+    patina_extractor_free(ex);
+    TU_OK(patina_extractor_new(&ex, "cedd:compact=1"));
+    assert_string_equal(patina_extractor_spec(ex), "cedd:compact=1");
+    patina_extractor_free(ex);
+    assert_int_equal(patina_extractor_new(&ex, "nope"), PATINA_E_INVALID);
+    assert_non_null(strstr(patina_last_error(), "unknown family 'nope'"));
+    assert_null(ex);
+    assert_int_equal(patina_extractor_new(&ex, "cedd:compact=2"), PATINA_E_INVALID);
+    assert_int_equal(patina_extractor_new(&ex, ""), PATINA_E_INVALID);
+    patina_extractor_free(NULL);
+
+    TU_OK(patina_device_parse(&d, "hybrid"));
+    assert_int_equal(d, PATINA_DEVICE_HYBRID);
+    assert_int_equal(patina_device_parse(&d, "tpu"), PATINA_E_INVALID);
+}
+
+static void test_device_resolution(void **state)
+{
+    patina_context_t *ctx;
+    patina_extractor_t *ex;
+    patina_device got;
+    patina_image_t img;
+    uint8_t a[144], b[144];
+    patina_status st;
+    tu_rng_t r;
+    (void)state;
+    TU_OK(patina_context_new(&ctx, NULL));
+    TU_OK(patina_extractor_new(&ex, "cedd"));
+    TU_OK(patina_context_resolve(ctx, ex, PATINA_DEVICE_AUTO, &got));
+    if (patina_gpu_count() == 0) {
+        printf("no GPU here: checking that auto falls back to cpu and gpu/hybrid say why\n");
+        assert_int_equal(got, PATINA_DEVICE_CPU);
+        assert_int_equal(patina_context_resolve(ctx, ex, PATINA_DEVICE_GPU, &got), PATINA_E_UNAVAILABLE);
+        assert_true(strlen(patina_last_error()) > 0);
+        assert_int_equal(patina_context_resolve(ctx, ex, PATINA_DEVICE_HYBRID, &got), PATINA_E_UNAVAILABLE);
+    } else {
+        assert_int_equal(got, PATINA_DEVICE_GPU);
+    }
+    /* The batch API on the CPU equals the direct reference. */
+    tu_rng_seed(&r, 7);
+    tu_random_image(&img, 123, 97, 1, &r);
+    TU_OK(patina_extract_batch(ctx, ex, PATINA_DEVICE_CPU, a, &img, 1, &st));
+    TU_OK(st);
+    TU_OK(patina_cedd_extract(b, &img, 0));
+    assert_memory_equal(a, b, 144);
+    assert_int_equal(patina_extract_batch(ctx, ex, PATINA_DEVICE_CPU, NULL, &img, 1, &st), PATINA_E_INVALID);
+    TU_OK(patina_extract_batch(ctx, ex, PATINA_DEVICE_CPU, a, &img, 0, &st));
+    patina_image_release(&img);
+    patina_extractor_free(ex);
+    patina_context_free(ctx);
+    patina_context_free(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_status_messages),
+        cmocka_unit_test(test_options),
+        cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_device_resolution),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
