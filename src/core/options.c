@@ -120,6 +120,8 @@ patina_status patina_opts_parse(void *params, const patina_optdef_t *defs, size_
     char *tok, *save = NULL;
     unsigned char seen[64] = {0};
 
+    if (ndefs > sizeof seen)
+        return patina__fail(PATINA_E_INTERNAL, "%s: more than %zu options", what, sizeof seen);
     for (i = 0; i < ndefs; i++)
         PATINA_TRY(set_value(params, &defs[i], defs[i].def, what));
     if (!text || !*text) return PATINA_OK;
@@ -184,7 +186,14 @@ void patina_opts_format(char *buf, size_t size, const void *params, const patina
         switch (defs[i].type) {
         case PATINA_OPT_INT:
         case PATINA_OPT_BOOL: snprintf(v, sizeof v, "%d", *(const int *)field); break;
-        case PATINA_OPT_DOUBLE: snprintf(v, sizeof v, "%.17g", *(const double *)field); break;
+        case PATINA_OPT_DOUBLE: {   /* shortest text that reads back to the same double */
+            double x = *(const double *)field;
+            for (int prec = 1; prec <= 17; prec++) {
+                snprintf(v, sizeof v, "%.*g", prec, x);
+                if (strtod(v, NULL) == x) break;
+            }
+            break;
+        }
         case PATINA_OPT_ENUM: enum_name(v, sizeof v, defs[i].choices, *(const int *)field); break;
         case PATINA_OPT_STRING: snprintf(v, sizeof v, "%s", field); break;
         }
