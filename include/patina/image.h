@@ -84,6 +84,11 @@ patina_status patina_image_init(patina_image_t *img, int width, int height);
 /* Wraps caller memory (not owned, not freed by release). */
 void patina_image_wrap(patina_image_t *img, uint8_t *data, int width, int height, size_t stride);
 
+/* The project's one colour-to-grey rule (BT.601 luma, 14-bit fixed point,
+ * rounded; identical to OpenCV's RGB2GRAY on 8-bit data): grey is
+ * (height, width) u8, caller storage. A grey input (r=g=b) maps to itself. */
+patina_status patina_image_to_grey(uint8_t *grey, const patina_image_t *img);
+
 /* Frees owned pixels and zeroes the struct. Accepts NULL and empty images. */
 void patina_image_release(patina_image_t *img);
 
