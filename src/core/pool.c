@@ -89,14 +89,16 @@ patina_status patina_pool_new(patina_pool_t **pool, int threads)
     }
     for (i = 1; i < threads; i++) {
         worker_arg_t *wa = malloc(sizeof *wa);
+        if (wa) {               /* filled before the thread can read it */
+            wa->pool = p;
+            wa->id = i;
+        }
         if (!wa || pthread_create(&p->threads[i - 1], NULL, worker_main, wa) != 0) {
             free(wa);
             p->size = i;  /* the ones started so far */
             patina_pool_free(p);
             return patina__fail(PATINA_E_NOMEM, "pool: cannot start thread %d", i);
         }
-        wa->pool = p;
-        wa->id = i;
     }
     *pool = p;
     return PATINA_OK;
