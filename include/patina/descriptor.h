@@ -71,6 +71,15 @@ int patina_extractor_has_device(const patina_extractor_t *ex, patina_device d);
 /* The family's distance between two descriptors of this extractor. */
 double patina_extractor_distance(const patina_extractor_t *ex, const void *a, const void *b);
 
+/* Whether the family describes an image in JSON beyond its descriptor vector
+ * (glcm: count matrices, properties and Haralick features). */
+int patina_extractor_has_json(const patina_extractor_t *ex);
+/* That description for one image (CPU, all threads), as JSON object members
+ * without braces, in a malloc'd string the caller frees with free().
+ * PATINA_E_UNAVAILABLE for families without one. */
+patina_status patina_extractor_json(const patina_extractor_t *ex, const patina_image_t *img,
+                                    char **json);
+
 /* Execution context: worker threads, the GPU (if any) and limits. One
  * context may be shared by threads only for reading; extraction calls on one
  * context are serialised by the caller. */

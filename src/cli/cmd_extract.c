@@ -14,6 +14,7 @@ static void help(FILE *f)
             "  -f, --family SPEC   descriptor family and options (default: cedd)\n"
             "      --format F      csv: one line per image, PATH,v0,...,vN-1 (default)\n"
             "                      json: one object per line {\"path\",\"family\",\"descriptor\"}\n"
+            "                      (glcm: {\"path\",\"family\",\"glcm\",\"props\",\"haralick\",...})\n"
             "      --device D      auto|cpu|gpu|hybrid (default: auto)\n"
             "  -j, --jobs N        CPU threads (default: all)\n"
             "      --max-pixels N  refuse images with more pixels (default 268435456)\n"
@@ -104,6 +105,29 @@ int cmd_extract(int argc, char **argv)
                 continue;
             }
             names[n++] = argv[a];
+        }
+        if (json && patina_extractor_has_json(ex)) {
+            /* Families with a full description (glcm: counts, properties,
+             * Haralick features) print it instead of the vector. */
+            for (i = 0; i < n; i++) {
+                char *members = NULL;
+                s = patina_extractor_json(ex, &imgs[i], &members);
+                patina_image_release(&imgs[i]);
+                if (s != PATINA_OK) {
+                    cli_error("extract", "'%s': %s", names[i], patina_last_error());
+                    rc = EXIT_PARTIAL;
+                    continue;
+                }
+                fputs("{\"path\":", stdout);
+                cli_json_string(stdout, names[i]);
+                fputs(",\"family\":", stdout);
+                cli_json_string(stdout, patina_extractor_spec(ex));
+                fputc(',', stdout);
+                fputs(members, stdout);
+                fputs("}\n", stdout);
+                free(members);
+            }
+            continue;
         }
         s = patina_extract_batch(ctx, ex, device, descs, imgs, n, st);
         if (s != PATINA_OK) {

@@ -29,8 +29,14 @@ typedef struct patina_family {
                          const patina_image_t *imgs, size_t n, patina_status *st);
     patina_status (*hybrid)(patina_gpu_t *g, patina_pool_t *pool, const void *params, void *out,
                             const patina_image_t *imgs, size_t n, patina_status *st);
+    /* Full JSON description of one image for `extract --format json`, as
+     * object members without braces ("\"glcm\":[...],\"props\":{...}") in
+     * a malloc'd string the caller frees (NULL: the descriptor vector). */
+    patina_status (*json)(const void *params, char **out, const patina_image_t *img);
 } patina_family_t;
 
 extern const patina_family_t patina_family_cedd;
+extern const patina_family_t patina_family_glcm;
+extern const patina_family_t patina_family_haralick;
 
 #endif

@@ -11,6 +11,8 @@
 
 static const patina_family_t *const families[] = {
     &patina_family_cedd,
+    &patina_family_glcm,
+    &patina_family_haralick,
 };
 #define NFAMILIES (sizeof families / sizeof families[0])
 
@@ -142,6 +144,18 @@ int patina_extractor_has_device(const patina_extractor_t *ex, patina_device d)
 double patina_extractor_distance(const patina_extractor_t *ex, const void *a, const void *b)
 {
     return ex->family->distance(ex->params, a, b);
+}
+
+int patina_extractor_has_json(const patina_extractor_t *ex) { return ex->family->json != NULL; }
+
+patina_status patina_extractor_json(const patina_extractor_t *ex, const patina_image_t *img,
+                                    char **json)
+{
+    *json = NULL;
+    if (!ex->family->json)
+        return patina__fail(PATINA_E_UNAVAILABLE, "%s: no JSON description beyond the descriptor",
+                            ex->family->name);
+    return ex->family->json(ex->params, json, img);
 }
 
 /* ------------------------------------------------------------------ context */
