@@ -11,7 +11,9 @@
  * Pixel semantics are those LIRE's CEDD sees through Java ImageIO (see
  * docs/images.md and ../shared/specs/cedd.md §1): alpha is composited over
  * black, 16-bit RGB is rounded, 16-bit grey keeps its high byte, grey+alpha
- * gets the sRGB lift. */
+ * (and grey with a tRNS key, which Java makes grey+alpha) gets the sRGB lift.
+ * Every failure names the input in the thread's message, e.g.
+ * "decode: truncated PNG data in 'x.png'". Safe to call from many threads. */
 #ifndef PATINA_IMAGE_H
 #define PATINA_IMAGE_H
 
@@ -59,8 +61,11 @@ const char *patina_format_name(patina_format f);
 /* Sniffs the format from the first bytes. */
 patina_format patina_format_sniff(const void *data, size_t size);
 
-/* Reads dimensions and type without decoding pixels. `name` only labels
- * error messages (may be NULL). */
+/* Reads dimensions and type from the header only, without decoding pixels
+ * or allocating for them. `name` only labels error messages (may be NULL).
+ * channels: palette PNGs count as 3. Fails like decode for empty, truncated
+ * headers, zero width/height and unsupported variants (CMYK JPEG, ASCII PNM);
+ * limits are not checked here. */
 patina_status patina_image_probe(patina_image_info_t *info, const void *data, size_t size,
                                  const char *name);
 
@@ -70,8 +75,10 @@ patina_status patina_image_probe(patina_image_info_t *info, const void *data, si
 patina_status patina_image_decode(patina_image_t *img, const void *data, size_t size,
                                   const patina_limits_t *lim, const char *name);
 
-/* Reads a whole file into a malloc'd buffer (caller frees with free()).
- * Fails with PATINA_E_LIMIT when larger than lim->max_file_bytes. */
+/* Reads a whole file into a malloc'd buffer (caller frees with free(); an
+ * empty file gives size 0 and a buffer to free). Fails with PATINA_E_LIMIT
+ * when larger than lim->max_file_bytes (checked before reading),
+ * PATINA_E_NOTFOUND when the file does not exist, PATINA_E_IO otherwise. */
 patina_status patina_file_read(void **data, size_t *size, const char *path,
                                const patina_limits_t *lim);
 

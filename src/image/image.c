@@ -1,0 +1,306 @@
+/* Image storage, format sniffing, limits and file reading: the front of the
+ * image module. It decides the format from the content (magic bytes, never
+ * the file name), asks that format's loader for the header (probe), checks
+ * the pixel limit, allocates, then has the loader decode. File input is read
+ * into memory first and takes the same path as memory input.
+ * The per-format loaders are jpeg.c, png.c and pnm.c (see loaders.h); the
+ * pixel semantics of each are in docs/images.md. */
+#define _POSIX_C_SOURCE 200809L /* XSI strerror_r, O_CLOEXEC */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+#include "image/loaders.h"
+
+/* ------------------------------------------------------------ image type */
+
+patina_status patina_image_init(patina_image_t *img, int width, int height)
+{
+    size_t bytes;
+    if (!img) return patina__fail(PATINA_E_INVALID, "image: NULL image");
+    memset(img, 0, sizeof *img);
+    if (width <= 0 || height <= 0)
+        return patina__fail(PATINA_E_INVALID, "image: invalid size %dx%d", width, height);
+    if ((size_t)width > SIZE_MAX / 3 / (size_t)height)
+        return patina__fail(PATINA_E_LIMIT, "image: %dx%d is too large for this machine", width,
+                            height);
+    bytes = (size_t)width * 3 * (size_t)height;
+    img->data = malloc(bytes); /* (height, 3*width) u8, RGB interleaved */
+    if (!img->data)
+        return patina__fail(PATINA_E_NOMEM, "image: cannot allocate %zu bytes for a %dx%d image",
+                            bytes, width, height);
+    img->width = width;
+    img->height = height;
+    img->stride = (size_t)width * 3;
+    img->owned = 1;
+    return PATINA_OK;
+}
+
+void patina_image_wrap(patina_image_t *img, uint8_t *data, int width, int height, size_t stride)
+{
+    if (!img) return;
+    img->width = width;
+    img->height = height;
+    img->stride = stride;
+    img->data = data;
+    img->owned = 0;
+}
+
+void patina_image_release(patina_image_t *img)
+{
+    if (!img) return;
+    if (img->owned) free(img->data);
+    memset(img, 0, sizeof *img);
+}
+
+/* ------------------------------------------------------------- sniffing */
+
+const char *patina_format_name(patina_format f)
+{
+    switch (f) {
+    case PATINA_FORMAT_JPEG: return "jpeg";
+    case PATINA_FORMAT_PNG: return "png";
+    case PATINA_FORMAT_PNM: return "pnm";
+    case PATINA_FORMAT_UNKNOWN: break;
+    }
+    return "unknown";
+}
+
+static int is_pnm_space(uint8_t c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+/* A prefix of a format's magic is enough (at least 2 bytes), so that a file
+ * cut short inside its signature is reported as truncated by its loader
+ * rather than as an unknown format. */
+patina_format patina_format_sniff(const void *data, size_t size)
+{
+    static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    const uint8_t *p = data;
+    if (!p || size < 2) return PATINA_FORMAT_UNKNOWN;
+    /* JPEG: SOI (FF D8) followed by the first marker's FF. */
+    if (p[0] == 0xFF && p[1] == 0xD8 && (size < 3 || p[2] == 0xFF)) return PATINA_FORMAT_JPEG;
+    if (memcmp(p, png_sig, size < 8 ? size : 8) == 0) return PATINA_FORMAT_PNG;
+    /* Netpbm family P1..P7 (P5/P6 are decoded; the others are named and
+     * rejected by pnm.c), then whitespace or a comment. */
+    if (p[0] == 'P' && p[1] >= '1' && p[1] <= '7' && (size < 3 || is_pnm_space(p[2]) || p[2] == '#'))
+        return PATINA_FORMAT_PNM;
+    return PATINA_FORMAT_UNKNOWN;
+}
+
+/* -------------------------------------------------------- probe + decode */
+
+static const char *label(const char *name) { return name ? name : "<memory>"; }
+
+/* Probe shared by patina_image_probe and patina_image_decode. */
+static patina_status probe_src(patina_image_info_t *info, patina_format *fmt,
+                               const patina_image_src_t *src)
+{
+    patina_status s;
+    memset(info, 0, sizeof *info);
+    if (src->size == 0)
+        return patina__fail(PATINA_E_CORRUPT, "%s: empty file in '%s'", src->what, src->name);
+    *fmt = patina_format_sniff(src->data, src->size);
+    switch (*fmt) {
+    case PATINA_FORMAT_JPEG: s = patina_image__jpeg_probe(info, src); break;
+    case PATINA_FORMAT_PNG: s = patina_image__png_probe(info, src); break;
+    case PATINA_FORMAT_PNM: s = patina_image__pnm_probe(info, src); break;
+    default:
+        return patina__fail(PATINA_E_FORMAT, "%s: unknown image format in '%s' (not JPEG, PNG or PNM)",
+                            src->what, src->name);
+    }
+    if (s != PATINA_OK) {
+        memset(info, 0, sizeof *info);
+        return s;
+    }
+    info->format = *fmt;
+    if (info->width <= 0 || info->height <= 0) {
+        patina_status z = patina__fail(PATINA_E_CORRUPT,
+                                       "%s: image has zero width or height (%dx%d) in '%s'",
+                                       src->what, info->width, info->height, src->name);
+        memset(info, 0, sizeof *info);
+        return z;
+    }
+    return PATINA_OK;
+}
+
+patina_status patina_image_probe(patina_image_info_t *info, const void *data, size_t size,
+                                 const char *name)
+{
+    patina_image_src_t src;
+    patina_format fmt;
+    if (!info) return patina__fail(PATINA_E_INVALID, "probe: NULL info");
+    if (!data && size) return patina__fail(PATINA_E_INVALID, "probe: NULL data in '%s'", label(name));
+    src.data = data;
+    src.size = size;
+    src.name = label(name);
+    src.what = "probe";
+    return probe_src(info, &fmt, &src);
+}
+
+patina_status patina_image_decode(patina_image_t *img, const void *data, size_t size,
+                                  const patina_limits_t *lim, const char *name)
+{
+    patina_image_src_t src;
+    patina_image_info_t info;
+    patina_format fmt = PATINA_FORMAT_UNKNOWN;
+    uint64_t max_pixels = lim && lim->max_pixels ? lim->max_pixels : PATINA_DEFAULT_MAX_PIXELS;
+    uint64_t pixels;
+    size_t bytes;
+    patina_status s;
+
+    if (!img) return patina__fail(PATINA_E_INVALID, "decode: NULL image");
+    memset(img, 0, sizeof *img);
+    if (!data && size) return patina__fail(PATINA_E_INVALID, "decode: NULL data in '%s'", label(name));
+    src.data = data;
+    src.size = size;
+    src.name = label(name);
+    src.what = "decode";
+
+    PATINA_TRY(probe_src(&info, &fmt, &src));
+
+    /* Limits before any allocation: both sides are < 2^31, so the product is
+     * exact in 64 bits. */
+    pixels = (uint64_t)info.width * (uint64_t)info.height;
+    if (pixels > max_pixels)
+        return patina__fail(PATINA_E_LIMIT, "decode: %dx%d = %llu pixels exceeds the limit of %llu in '%s'",
+                            info.width, info.height, (unsigned long long)pixels,
+                            (unsigned long long)max_pixels, src.name);
+    if (pixels > SIZE_MAX / 3)
+        return patina__fail(PATINA_E_LIMIT, "decode: %dx%d image is too large for this machine in '%s'",
+                            info.width, info.height, src.name);
+    bytes = (size_t)pixels * 3;
+
+    img->data = malloc(bytes); /* (height, 3*width) u8, RGB interleaved */
+    if (!img->data)
+        return patina__fail(PATINA_E_NOMEM, "decode: cannot allocate %zu bytes for a %dx%d image in '%s'",
+                            bytes, info.width, info.height, src.name);
+    img->width = info.width;
+    img->height = info.height;
+    img->stride = (size_t)info.width * 3;
+    img->owned = 1;
+
+    switch (fmt) {
+    case PATINA_FORMAT_JPEG: s = patina_image__jpeg_decode(img, &src); break;
+    case PATINA_FORMAT_PNG: s = patina_image__png_decode(img, &src); break;
+    case PATINA_FORMAT_PNM: s = patina_image__pnm_decode(img, &src); break;
+    default: s = patina__fail(PATINA_E_INTERNAL, "decode: no loader for format %d", (int)fmt);
+    }
+    if (s != PATINA_OK) patina_image_release(img);
+    return s;
+}
+
+/* ---------------------------------------------------------- file input */
+
+static patina_status io_fail(patina_status s, const char *verb, const char *path, int err)
+{
+    char buf[256];
+    if (strerror_r(err, buf, sizeof buf) != 0) snprintf(buf, sizeof buf, "errno %d", err);
+    return patina__fail(s, "read: cannot %s '%s': %s", verb, path, buf);
+}
+
+/* Reads up to `want` bytes; returns the count (short only at end of file). */
+static patina_status read_full(int fd, uint8_t *buf, size_t want, size_t *got, const char *path)
+{
+    size_t n = 0;
+    *got = 0;
+    while (n < want) {
+        ssize_t r = read(fd, buf + n, want - n);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return io_fail(PATINA_E_IO, "read", path, errno);
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    *got = n;
+    return PATINA_OK;
+}
+
+patina_status patina_file_read(void **data, size_t *size, const char *path,
+                               const patina_limits_t *lim)
+{
+    uint64_t max_bytes = lim && lim->max_file_bytes ? lim->max_file_bytes : PATINA_DEFAULT_MAX_FILE_BYTES;
+    struct stat st;
+    uint8_t *buf = NULL; /* (cap) u8: file bytes, the first `len` valid */
+    size_t len = 0, cap, got;
+    patina_status s = PATINA_OK;
+    int fd;
+
+    if (!data || !size || !path) return patina__fail(PATINA_E_INVALID, "read: NULL argument");
+    *data = NULL;
+    *size = 0;
+    if (max_bytes > SIZE_MAX - 1) max_bytes = SIZE_MAX - 1;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return io_fail(errno == ENOENT ? PATINA_E_NOTFOUND : PATINA_E_IO, "open", path, errno);
+    if (fstat(fd, &st) != 0) {
+        s = io_fail(PATINA_E_IO, "stat", path, errno);
+        goto done;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        s = patina__fail(PATINA_E_IO, "read: '%s' is a directory", path);
+        goto done;
+    }
+    if (S_ISREG(st.st_mode)) {
+        /* Known size: check the limit before reading anything. */
+        if ((uint64_t)st.st_size > max_bytes) {
+            s = patina__fail(PATINA_E_LIMIT, "read: '%s' is %llu bytes, over the limit of %llu bytes",
+                             path, (unsigned long long)st.st_size, (unsigned long long)max_bytes);
+            goto done;
+        }
+        cap = (size_t)st.st_size + 1; /* +1 notices a file that grew meanwhile */
+    } else {
+        cap = 64 * 1024; /* pipe or device: grow as needed, up to the limit */
+        if (cap > max_bytes + 1) cap = (size_t)max_bytes + 1;
+    }
+    for (;;) {
+        uint8_t *nb = realloc(buf, cap);
+        if (!nb) {
+            s = patina__fail(PATINA_E_NOMEM, "read: cannot allocate %zu bytes for '%s'", cap, path);
+            goto done;
+        }
+        buf = nb;
+        s = read_full(fd, buf + len, cap - len, &got, path);
+        if (s != PATINA_OK) goto done;
+        len += got;
+        if (len < cap) break; /* end of file */
+        if (len > max_bytes) {
+            s = patina__fail(PATINA_E_LIMIT, "read: '%s' is more than the limit of %llu bytes", path,
+                             (unsigned long long)max_bytes);
+            goto done;
+        }
+        cap = cap > (size_t)max_bytes / 2 ? (size_t)max_bytes + 1 : cap * 2;
+    }
+
+done:
+    close(fd);
+    if (s != PATINA_OK) {
+        free(buf);
+        return s;
+    }
+    *data = buf; /* at least 1 byte allocated, so an empty file still gives a pointer to free */
+    *size = len;
+    return PATINA_OK;
+}
+
+patina_status patina_image_load(patina_image_t *img, const char *path, const patina_limits_t *lim)
+{
+    void *data;
+    size_t size;
+    patina_status s;
+    if (!img) return patina__fail(PATINA_E_INVALID, "load: NULL image");
+    memset(img, 0, sizeof *img);
+    PATINA_TRY(patina_file_read(&data, &size, path, lim));
+    s = patina_image_decode(img, data, size, lim, path);
+    free(data);
+    return s;
+}

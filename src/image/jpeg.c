@@ -1,0 +1,198 @@
+/* JPEG loader: TurboJPEG (libjpeg-turbo) decoding to 8-bit RGB.
+ *
+ * Decoding uses libjpeg's defaults, which are what Java ImageIO's bundled
+ * libjpeg 6b does: the accurate integer IDCT (ISLOW) and "fancy" (triangle
+ * filter) chroma upsampling. Grey JPEGs come out as r = g = b.
+ * CMYK and YCCK JPEGs are rejected with PATINA_E_FORMAT: TurboJPEG cannot
+ * convert them to RGB (and Java ImageIO cannot read them either). Embedded
+ * ICC profiles are ignored (Java converts through LittleCMS; see
+ * docs/images.md for the size of that difference).
+ *
+ * Besides TurboJPEG, this file walks the JPEG marker structure itself (a
+ * bounds-checked scan, no decoding) for two things TurboJPEG does not report
+ * directly: the frame's sample precision (12-bit and lossless JPEGs are
+ * unsupported formats, not corrupt files) and whether the data was cut
+ * short. libjpeg fills a truncated file with grey and only warns; here a
+ * truncated file is always PATINA_E_CORRUPT. Other libjpeg warnings (corrupt
+ * entropy data, extraneous bytes) are accepted, as Java accepts them. */
+#include <stdio.h>
+#include <string.h>
+
+#include <turbojpeg.h>
+
+#include "core/internal.h"
+#include "image/loaders.h"
+
+#define JPEG_MSG_MAX 256 /* bytes kept of a TurboJPEG message (libjpeg's own limit is 200) */
+
+/* ---------------------------------------------------------- marker walk */
+
+typedef enum walk_result {
+    WALK_OK,        /* reached EOI (full walk) or the first SOS (header walk) */
+    WALK_TRUNCATED, /* the data ended before that */
+    WALK_BAD        /* the marker structure is malformed */
+} walk_result;
+
+typedef struct jpeg_walk {
+    int have_sof;   /* a frame header (SOFn) was seen */
+    int sof;        /* its marker byte, 0xC0..0xCF */
+    int precision;  /* bits per sample */
+    int components;
+    int reached_sos;
+} jpeg_walk_t;
+
+static unsigned be16(const uint8_t *p) { return (unsigned)p[0] << 8 | p[1]; }
+
+/* Skips entropy-coded data starting at *pos: stops on the first 0xFF that
+ * starts a real marker (not a stuffed 0xFF00, a fill 0xFFFF or an RSTn). */
+static walk_result skip_entropy(const uint8_t *p, size_t n, size_t *pos)
+{
+    size_t i = *pos;
+    for (;;) {
+        const uint8_t *q = i < n ? memchr(p + i, 0xFF, n - i) : NULL;
+        uint8_t next;
+        if (!q) return WALK_TRUNCATED;
+        i = (size_t)(q - p);
+        if (i + 1 >= n) return WALK_TRUNCATED;
+        next = p[i + 1];
+        if (next == 0x00 || (next >= 0xD0 && next <= 0xD7)) {
+            i += 2;
+        } else if (next == 0xFF) {
+            i += 1;
+        } else {
+            *pos = i;
+            return WALK_OK;
+        }
+    }
+}
+
+/* Walks the markers of p[0..n). With header_only it stops at the first SOS;
+ * otherwise it follows every segment and scan up to EOI. */
+static walk_result jpeg_walk(jpeg_walk_t *w, const uint8_t *p, size_t n, int header_only)
+{
+    size_t pos = 2;
+    memset(w, 0, sizeof *w);
+    if (n < 2) return WALK_TRUNCATED;
+    if (p[0] != 0xFF || p[1] != 0xD8) return WALK_BAD;
+    for (;;) {
+        unsigned m, len;
+        /* libjpeg skips garbage before a marker (with a warning); so do we. */
+        if (pos < n && p[pos] != 0xFF) {
+            const uint8_t *q = memchr(p + pos, 0xFF, n - pos);
+            if (!q) return WALK_TRUNCATED;
+            pos = (size_t)(q - p);
+        }
+        while (pos < n && p[pos] == 0xFF) pos++; /* fill bytes */
+        if (pos >= n) return WALK_TRUNCATED;
+        m = p[pos++];
+        if (m == 0xD9) return WALK_OK; /* EOI (header walk: before any SOS, so no image) */
+        if (m == 0xD8) return WALK_BAD;                        /* a second SOI */
+        if (m == 0x00 || m == 0x01 || (m >= 0xD0 && m <= 0xD7)) continue; /* no length */
+        if (n - pos < 2) return WALK_TRUNCATED;
+        len = be16(p + pos);
+        if (len < 2) return WALK_BAD;
+        if (len > n - pos) return WALK_TRUNCATED;
+        if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC && !w->have_sof) {
+            if (len < 8) return WALK_BAD;
+            w->have_sof = 1;
+            w->sof = (int)m;
+            w->precision = p[pos + 2];
+            w->components = p[pos + 7];
+        }
+        pos += len;
+        if (m == 0xDA) { /* SOS: entropy-coded data follows */
+            w->reached_sos = 1;
+            if (header_only) return WALK_OK;
+            if (skip_entropy(p, n, &pos) != WALK_OK) return WALK_TRUNCATED;
+        }
+    }
+}
+
+/* ------------------------------------------------------------- TurboJPEG */
+
+static patina_status tj_new(tjhandle *h, const patina_image_src_t *src)
+{
+    *h = tjInitDecompress();
+    if (!*h)
+        return patina__fail(PATINA_E_NOMEM, "%s: cannot create a TurboJPEG decompressor for '%s' (%s)",
+                            src->what, src->name, tjGetErrorStr2(NULL));
+    return PATINA_OK;
+}
+
+static patina_status truncated(const patina_image_src_t *src)
+{
+    return patina__fail(PATINA_E_CORRUPT, "%s: truncated JPEG data in '%s'", src->what, src->name);
+}
+
+patina_status patina_image__jpeg_probe(patina_image_info_t *info, const patina_image_src_t *src)
+{
+    jpeg_walk_t w;
+    walk_result wr = jpeg_walk(&w, src->data, src->size, 1);
+    tjhandle h;
+    int width = 0, height = 0, subsamp = 0, colorspace = 0, r;
+    char msg[JPEG_MSG_MAX];
+
+    if (wr == WALK_TRUNCATED) return truncated(src);
+    if (wr == WALK_OK && !w.reached_sos)
+        return patina__fail(PATINA_E_CORRUPT, "%s: JPEG data contains no image in '%s'", src->what,
+                            src->name);
+    if (w.have_sof) {
+        if (w.sof == 0xC3 || w.sof == 0xC7 || w.sof == 0xCB || w.sof == 0xCF)
+            return patina__fail(PATINA_E_FORMAT, "%s: lossless JPEG is not supported in '%s'",
+                                src->what, src->name);
+        if (w.precision != 8)
+            return patina__fail(PATINA_E_FORMAT,
+                                "%s: %d-bit JPEG is not supported in '%s' (only 8-bit samples)",
+                                src->what, w.precision, src->name);
+    }
+
+    PATINA_TRY(tj_new(&h, src));
+    r = tjDecompressHeader3(h, src->data, (unsigned long)src->size, &width, &height, &subsamp,
+                            &colorspace);
+    snprintf(msg, sizeof msg, "%s", r != 0 ? tjGetErrorStr2(h) : "");
+    tjDestroy(h);
+    if (r != 0)
+        return patina__fail(PATINA_E_CORRUPT, "%s: corrupt JPEG header in '%s' (libjpeg: %s)",
+                            src->what, src->name, msg);
+    if (wr == WALK_BAD) /* TurboJPEG accepted what the walk did not */
+        return patina__fail(PATINA_E_CORRUPT, "%s: corrupt JPEG marker structure in '%s'", src->what,
+                            src->name);
+    if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK)
+        return patina__fail(PATINA_E_FORMAT,
+                            "%s: %s JPEG is not supported in '%s' (TurboJPEG cannot convert it to RGB)",
+                            src->what, colorspace == TJCS_CMYK ? "CMYK" : "YCCK", src->name);
+    info->width = width;
+    info->height = height;
+    info->channels = colorspace == TJCS_GRAY ? 1 : 3;
+    info->bit_depth = 8;
+    return PATINA_OK;
+}
+
+patina_status patina_image__jpeg_decode(patina_image_t *img, const patina_image_src_t *src)
+{
+    tjhandle h;
+    int r, code;
+    char msg[JPEG_MSG_MAX];
+    jpeg_walk_t w;
+
+    PATINA_TRY(tj_new(&h, src));
+    /* Flags: accurate integer IDCT (also the default) and fancy upsampling
+     * (no TJFLAG_FASTUPSAMPLE); LIMITSCANS rejects progressive files with an
+     * absurd number of scans (a decoding-time bomb). Warnings do not stop
+     * decoding; they are judged below. */
+    r = tjDecompress2(h, src->data, (unsigned long)src->size, img->data, img->width, (int)img->stride,
+                      img->height, TJPF_RGB, TJFLAG_ACCURATEDCT | TJFLAG_LIMITSCANS);
+    code = r != 0 ? tjGetErrorCode(h) : TJERR_WARNING;
+    snprintf(msg, sizeof msg, "%s", r != 0 ? tjGetErrorStr2(h) : "");
+    tjDestroy(h);
+    if (r == 0) return PATINA_OK;
+
+    /* Truncation: either libjpeg ran out of data ("Premature end of JPEG
+     * file"), or the marker walk ends before EOI. */
+    if (strstr(msg, "Premature end of JPEG file") ||
+        jpeg_walk(&w, src->data, src->size, 0) == WALK_TRUNCATED)
+        return truncated(src);
+    if (code == TJERR_WARNING) return PATINA_OK; /* corrupt-but-decoded data, as Java accepts it */
+    return patina__fail(PATINA_E_CORRUPT, "%s: corrupt JPEG data in '%s' (libjpeg: %s)", src->what,
+                        src->name, msg);
+}

@@ -1,0 +1,49 @@
+/* Image loaders: the internal interface between image.c (sniffing, limits,
+ * allocation, file reading) and the per-format loaders (jpeg.c, png.c,
+ * pnm.c). Not installed; not part of the public API.
+ *
+ * Every loader has two entry points:
+ *   probe  - reads the header only, fills patina_image_info_t, never decodes;
+ *   decode - decodes into an image that image.c has already allocated with the
+ *            width and height the probe reported (stride >= 3*width).
+ * Both set the error message themselves, prefixed with src->what ("probe" or
+ * "decode") and naming src->name, and return the status. */
+#ifndef PATINA_IMAGE_LOADERS_H
+#define PATINA_IMAGE_LOADERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "patina/image.h"
+
+/* One encoded input, borrowed for the duration of a call. */
+typedef struct patina_image_src {
+    const uint8_t *data; /* (size) u8: the encoded file bytes */
+    size_t size;         /* > 0 */
+    const char *name;    /* label for messages; never NULL ("<memory>" when unnamed) */
+    const char *what;    /* message prefix: "probe" or "decode" */
+} patina_image_src_t;
+
+patina_status patina_image__jpeg_probe(patina_image_info_t *info, const patina_image_src_t *src);
+patina_status patina_image__jpeg_decode(patina_image_t *img, const patina_image_src_t *src);
+
+patina_status patina_image__png_probe(patina_image_info_t *info, const patina_image_src_t *src);
+patina_status patina_image__png_decode(patina_image_t *img, const patina_image_src_t *src);
+
+patina_status patina_image__pnm_probe(patina_image_info_t *info, const patina_image_src_t *src);
+patina_status patina_image__pnm_decode(patina_image_t *img, const patina_image_src_t *src);
+
+/* Round-to-nearest 16 -> 8 bit, (v*255 + 32767) / 65535 = round(v/257);
+ * what Java ImageIO gives for 16-bit RGB(A) PNGs (cedd.md §1). */
+static inline uint8_t patina_image__round16(unsigned v)
+{
+    return (uint8_t)((v * 255u + 32767u) / 65535u);
+}
+
+/* c composited over black with alpha a, both 8-bit: round(c*a/255). */
+static inline uint8_t patina_image__over_black(unsigned c, unsigned a)
+{
+    return (uint8_t)((c * a + 127u) / 255u);
+}
+
+#endif
