@@ -1,0 +1,1433 @@
+/* Tests for image loading (src/image): every PNG type the CEDD spec lists
+ * (cedd.md §1), written here with libpng (or byte by byte, for odd files)
+ * from known samples and checked pixel by pixel against expected values
+ * computed in this file from the formulas in docs/images.md (floating point,
+ * independently of the library's integer code). Where the spec is silent
+ * (grey+tRNS, 16-bit grey+alpha, palette quirks) the formulas are the ones
+ * OpenJDK 17 ImageIO was observed to follow on these very files. Also: JPEG
+ * round trips through TurboJPEG; binary PNM; probe without decoding;
+ * truncation, corruption, limits and I/O errors, each checking that the
+ * message names the input; memory vs file input; several threads. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <png.h>
+#include <turbojpeg.h>
+
+#include "testutil.h"
+
+static char *g_dir; /* temp dir for this run */
+
+static const char *tpath(char *buf, size_t size, const char *name)
+{
+    snprintf(buf, size, "%s/%s", g_dir, name);
+    return buf;
+}
+
+static uint8_t *slurp(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    uint8_t *buf;
+    long n;
+    if (!f) fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = malloc((size_t)n + 1);
+    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) fail_msg("cannot read %s", path);
+    fclose(f);
+    *size = (size_t)n;
+    return buf;
+}
+
+/* ---------------------------------------------------- expected values */
+
+/* The spec's formulas in floating point. None of these has an exact .5 tie
+ * (255 and 257 are odd), so floor(x + 0.5) is the rounding. */
+static int exp_over(int c, int a) { return (int)floor(c * a / 255.0 + 0.5); }
+static int exp_r16(int v) { return (int)floor(v / 257.0 + 0.5); }
+static double srgb_enc(double x) { return x <= 0.0031308 ? 12.92 * x : 1.055 * pow(x, 1.0 / 2.4) - 0.055; }
+static int exp_lift(int g) { return (int)floor(255.0 * srgb_enc(g / 255.0) + 0.5); }
+static int exp_lift16(int v) { return (int)floor(255.0 * srgb_enc(v / 65535.0) + 0.5); }
+
+/* Compares img with expected (h, w, 3) RGB, printing the first mismatches. */
+static void expect_pixels(const patina_image_t *img, const uint8_t *want, int w, int h, const char *what)
+{
+    int x, y, c, bad = 0;
+    assert_int_equal(img->width, w);
+    assert_int_equal(img->height, h);
+    for (y = 0; y < h; y++)
+        for (x = 0; x < w; x++)
+            for (c = 0; c < 3; c++) {
+                int got = img->data[(size_t)y * img->stride + 3 * (size_t)x + c];
+                int exp = want[((size_t)y * w + x) * 3 + c];
+                if (got != exp && bad++ < 5)
+                    print_error("%s: pixel (%d,%d) channel %d: got %d, want %d\n", what, x, y, c, got, exp);
+            }
+    if (bad) fail_msg("%s: %d mismatching samples", what, bad);
+}
+
+static void expect_error(patina_status got, patina_status want, const char *name, const char *needle)
+{
+    const char *msg = patina_last_error();
+    if (got != want)
+        fail_msg("status %s (%s), want %s", patina_status_str(got), msg, patina_status_str(want));
+    if (!strstr(msg, name)) fail_msg("message '%s' does not name '%s'", msg, name);
+    if (needle && !strstr(msg, needle)) fail_msg("message '%s' lacks '%s'", msg, needle);
+}
+
+/* Loads `path` from the file and decodes its bytes from memory; both must
+ * give the same pixels (returned in img), and probe must agree on the size. */
+static void load_both(patina_image_t *img, const char *path, patina_format fmt)
+{
+    patina_image_t mem;
+    patina_image_info_t info;
+    size_t size;
+    uint8_t *bytes = slurp(path, &size);
+    int y;
+    TU_OK(patina_image_load(img, path, NULL));
+    TU_OK(patina_image_decode(&mem, bytes, size, NULL, "memory copy"));
+    TU_OK(patina_image_probe(&info, bytes, size, path));
+    assert_int_equal(patina_format_sniff(bytes, size), fmt);
+    assert_int_equal(info.format, fmt);
+    assert_int_equal(info.width, img->width);
+    assert_int_equal(info.height, img->height);
+    assert_int_equal(mem.width, img->width);
+    assert_int_equal(mem.height, img->height);
+    assert_true(img->owned);
+    assert_true(img->stride >= 3 * (size_t)img->width);
+    for (y = 0; y < img->height; y++)
+        assert_memory_equal(img->data + (size_t)y * img->stride, mem.data + (size_t)y * mem.stride,
+                            3 * (size_t)img->width);
+    patina_image_release(&mem);
+    free(bytes);
+}
+
+/* ---------------------------------------------------------- PNG writer */
+
+typedef struct png_spec {
+    int w, h, ctype, depth, interlace;
+    const uint16_t *samples;      /* (h, w, channels) values at `depth` bits */
+    const png_color *pal;         /* palette types: npal entries */
+    int npal;
+    const uint8_t *trans;         /* palette alpha, ntrans entries */
+    int ntrans;
+    const png_color_16 *key;      /* grey/RGB tRNS colour key */
+    int gama;                     /* 1: gAMA 1.0; 2: sRGB chunk */
+} png_spec_t;
+
+static int channels_of(int ctype)
+{
+    return ctype == 0 || ctype == 3 ? 1 : ctype == 4 ? 2 : ctype == 2 ? 3 : 4;
+}
+
+/* Packs samples into PNG row bytes by hand (MSB first below 8 bits,
+ * big-endian at 16) so that the writer uses no libpng transform. */
+static void write_png(const char *path, const png_spec_t *sp)
+{
+    png_structp png;
+    png_infop info;
+    FILE *f = fopen(path, "wb");
+    int ch = channels_of(sp->ctype), y, x;
+    size_t rowbytes = ((size_t)sp->w * ch * sp->depth + 7) / 8;
+    uint8_t *rows = calloc((size_t)sp->h, rowbytes); /* (h, rowbytes) u8 */
+    png_bytep *rowp = malloc(sizeof *rowp * (size_t)sp->h);
+    if (!f || !rows || !rowp) fail_msg("write_png setup %s", path);
+    for (y = 0; y < sp->h; y++) {
+        uint8_t *r = rows + (size_t)y * rowbytes;
+        rowp[y] = r;
+        for (x = 0; x < sp->w * ch; x++) {
+            unsigned v = sp->samples[(size_t)y * sp->w * ch + x];
+            if (sp->depth == 16) {
+                r[2 * x] = (uint8_t)(v >> 8);
+                r[2 * x + 1] = (uint8_t)v;
+            } else if (sp->depth == 8) {
+                r[x] = (uint8_t)v;
+            } else {
+                int per = 8 / sp->depth;
+                int shift = 8 - sp->depth * (x % per + 1);
+                r[x / per] |= (uint8_t)(v << shift);
+            }
+        }
+    }
+    png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+    info = png ? png_create_info_struct(png) : NULL;
+    if (!info) fail_msg("png_create_write_struct");
+    if (setjmp(png_jmpbuf(png))) fail_msg("libpng write error for %s", path);
+    png_init_io(png, f);
+    png_set_IHDR(png, info, (png_uint_32)sp->w, (png_uint_32)sp->h, sp->depth, sp->ctype,
+                 sp->interlace ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
+                 PNG_FILTER_TYPE_DEFAULT);
+    if (sp->pal) png_set_PLTE(png, info, sp->pal, sp->npal);
+    if (sp->trans || sp->key)
+        png_set_tRNS(png, info, sp->trans, sp->ntrans, (png_color_16p)sp->key);
+    if (sp->gama == 1) png_set_gAMA(png, info, 1.0);
+    if (sp->gama == 2) png_set_sRGB(png, info, PNG_sRGB_INTENT_PERCEPTUAL);
+    png_write_info(png, info);
+    if (sp->interlace) png_set_interlace_handling(png);
+    png_write_image(png, rowp);
+    png_write_end(png, NULL);
+    png_destroy_write_struct(&png, &info);
+    fclose(f);
+    free(rows);
+    free(rowp);
+}
+
+/* Writes the spec, loads it (file and memory), compares with want. */
+static void png_case(const char *name, const png_spec_t *sp, const uint8_t *want)
+{
+    char path[512];
+    patina_image_t img;
+    patina_image_info_t info;
+    size_t size;
+    uint8_t *bytes;
+    tpath(path, sizeof path, name);
+    write_png(path, sp);
+    load_both(&img, path, PATINA_FORMAT_PNG);
+    expect_pixels(&img, want, sp->w, sp->h, name);
+    patina_image_release(&img);
+    bytes = slurp(path, &size);
+    TU_OK(patina_image_probe(&info, bytes, size, name));
+    assert_int_equal(info.bit_depth, sp->depth);
+    assert_int_equal(info.channels, sp->ctype == 3 ? 3 : channels_of(sp->ctype));
+    free(bytes);
+}
+
+static uint16_t *new_samples(int w, int h, int ch) { return calloc((size_t)w * h * ch, sizeof(uint16_t)); }
+static uint8_t *new_rgb(int w, int h) { return calloc((size_t)w * h * 3, 1); }
+
+/* ---------------------------------------------------------- PNG tests */
+
+static void test_png_rgb8(void **state)
+{
+    int il;
+    tu_rng_t r;
+    (void)state;
+    for (il = 0; il < 2; il++) {
+        int w = 37, h = 23, i;
+        uint16_t *s = new_samples(w, h, 3);
+        uint8_t *want = new_rgb(w, h);
+        png_spec_t sp = {w, h, PNG_COLOR_TYPE_RGB, 8, il, s, NULL, 0, NULL, 0, NULL, 0};
+        tu_rng_seed(&r, 1 + (uint64_t)il);
+        for (i = 0; i < w * h * 3; i++) want[i] = (uint8_t)(s[i] = (uint16_t)tu_rng_below(&r, 256));
+        png_case(il ? "rgb8_adam7.png" : "rgb8.png", &sp, want);
+        /* gAMA and sRGB chunks change nothing */
+        sp.gama = 1;
+        png_case("rgb8_gama1.png", &sp, want);
+        sp.gama = 2;
+        png_case("rgb8_srgb.png", &sp, want);
+        free(s);
+        free(want);
+    }
+}
+
+static void test_png_one_pixel(void **state)
+{
+    uint16_t s[3] = {12, 200, 77};
+    uint8_t want[3] = {12, 200, 77};
+    png_spec_t sp = {1, 1, PNG_COLOR_TYPE_RGB, 8, 0, s, NULL, 0, NULL, 0, NULL, 0};
+    (void)state;
+    png_case("one.png", &sp, want);
+    sp.interlace = 1;
+    png_case("one_adam7.png", &sp, want);
+}
+
+static void test_png_palette(void **state)
+{
+    static const int depths[] = {1, 2, 4, 8};
+    int di, il, tr;
+    (void)state;
+    for (di = 0; di < 4; di++)
+        for (il = 0; il < 2; il++)
+            for (tr = 0; tr < 2; tr++) {
+                int d = depths[di], w = 29, h = 11, i;
+                int npal = d == 8 ? 200 : 1 << d;
+                int ntrans = tr ? (npal > 2 ? npal - 1 : 1) : 0; /* the last entries stay opaque */
+                png_color pal[256];
+                uint8_t alpha[256];
+                uint16_t *s = new_samples(w, h, 1);
+                uint8_t *want = new_rgb(w, h);
+                char name[64];
+                tu_rng_t r;
+                png_spec_t sp = {w, h, PNG_COLOR_TYPE_PALETTE, d, il, s, pal, npal,
+                                 tr ? alpha : NULL, ntrans, NULL, 0};
+                tu_rng_seed(&r, 100 + (uint64_t)(di * 4 + il * 2 + tr));
+                for (i = 0; i < npal; i++) {
+                    pal[i].red = (png_byte)tu_rng_below(&r, 256);
+                    pal[i].green = (png_byte)tu_rng_below(&r, 256);
+                    pal[i].blue = (png_byte)tu_rng_below(&r, 256);
+                    alpha[i] = (uint8_t)(i == 0 ? 0 : i == 1 ? 255 : tu_rng_below(&r, 256));
+                }
+                for (i = 0; i < w * h; i++) {
+                    int idx = (int)tu_rng_below(&r, (uint32_t)npal);
+                    int a = idx < ntrans ? alpha[idx] : 255;
+                    s[i] = (uint16_t)idx;
+                    want[3 * i] = (uint8_t)exp_over(pal[idx].red, a);
+                    want[3 * i + 1] = (uint8_t)exp_over(pal[idx].green, a);
+                    want[3 * i + 2] = (uint8_t)exp_over(pal[idx].blue, a);
+                }
+                snprintf(name, sizeof name, "pal%d%s%s.png", d, il ? "_adam7" : "", tr ? "_trns" : "");
+                png_case(name, &sp, want);
+                free(s);
+                free(want);
+            }
+}
+
+static void test_png_grey_low_depth(void **state)
+{
+    static const int depths[] = {1, 2, 4, 8};
+    /* The spec's expansion, written out: 1-bit 0/255, 2-bit multiples of 85,
+     * 4-bit multiples of 17, 8-bit as is. */
+    static const int step[] = {255, 85, 17, 1};
+    int di, il;
+    (void)state;
+    for (di = 0; di < 4; di++)
+        for (il = 0; il < 2; il++) {
+            int d = depths[di], w = 19, h = 13, i;
+            uint16_t *s = new_samples(w, h, 1);
+            uint8_t *want = new_rgb(w, h);
+            char name[64];
+            tu_rng_t r;
+            png_spec_t sp = {w, h, PNG_COLOR_TYPE_GRAY, d, il, s, NULL, 0, NULL, 0, NULL, 0};
+            tu_rng_seed(&r, 200 + (uint64_t)(di * 2 + il));
+            for (i = 0; i < w * h; i++) {
+                s[i] = (uint16_t)(i < (1 << d) ? i : (int)tu_rng_below(&r, 1u << d));
+                want[3 * i] = want[3 * i + 1] = want[3 * i + 2] = (uint8_t)(s[i] * step[di]);
+            }
+            snprintf(name, sizeof name, "grey%d%s.png", d, il ? "_adam7" : "");
+            png_case(name, &sp, want);
+            free(s);
+            free(want);
+        }
+}
+
+/* All 65536 values, pixel (x, y) = y*256 + x. */
+static void test_png_grey16_exhaustive(void **state)
+{
+    int w = 256, h = 256, v;
+    uint16_t *s = new_samples(w, h, 1);
+    uint8_t *want = new_rgb(w, h);
+    png_spec_t sp = {w, h, PNG_COLOR_TYPE_GRAY, 16, 0, s, NULL, 0, NULL, 0, NULL, 0};
+    (void)state;
+    for (v = 0; v < 65536; v++) {
+        s[v] = (uint16_t)v;
+        want[3 * v] = want[3 * v + 1] = want[3 * v + 2] = (uint8_t)(v / 256); /* high byte */
+    }
+    png_case("grey16.png", &sp, want);
+    sp.interlace = 1;
+    png_case("grey16_adam7.png", &sp, want);
+    free(s);
+    free(want);
+}
+
+static void test_png_rgb16_exhaustive(void **state)
+{
+    int w = 256, h = 256, v;
+    uint16_t *s = new_samples(w, h, 3);
+    uint8_t *want = new_rgb(w, h);
+    png_spec_t sp = {w, h, PNG_COLOR_TYPE_RGB, 16, 0, s, NULL, 0, NULL, 0, NULL, 0};
+    (void)state;
+    for (v = 0; v < 65536; v++) {
+        int g = 65535 - v, b = (v * 31) & 0xFFFF;
+        s[3 * v] = (uint16_t)v;
+        s[3 * v + 1] = (uint16_t)g;
+        s[3 * v + 2] = (uint16_t)b;
+        want[3 * v] = (uint8_t)exp_r16(v);
+        want[3 * v + 1] = (uint8_t)exp_r16(g);
+        want[3 * v + 2] = (uint8_t)exp_r16(b);
+    }
+    png_case("rgb16.png", &sp, want);
+    free(s);
+    free(want);
+}
+
+/* All (c, a) pairs: pixel (x, y) has colour x in red, alpha y. */
+static void test_png_rgba8_exhaustive(void **state)
+{
+    int w = 256, h = 256, x, y, il;
+    uint16_t *s = new_samples(w, h, 4);
+    uint8_t *want = new_rgb(w, h);
+    (void)state;
+    for (y = 0; y < h; y++)
+        for (x = 0; x < w; x++) {
+            size_t i = (size_t)y * w + x;
+            int c[3] = {x, x ^ 0x5A, 255 - x}, k;
+            for (k = 0; k < 3; k++) {
+                s[4 * i + k] = (uint16_t)c[k];
+                want[3 * i + k] = (uint8_t)exp_over(c[k], y);
+            }
+            s[4 * i + 3] = (uint16_t)y;
+        }
+    for (il = 0; il < 2; il++) {
+        png_spec_t sp = {w, h, PNG_COLOR_TYPE_RGB_ALPHA, 8, il, s, NULL, 0, NULL, 0, NULL, 0};
+        png_case(il ? "rgba8_adam7.png" : "rgba8.png", &sp, want);
+    }
+    free(s);
+    free(want);
+}
+
+static void test_png_rgba16(void **state)
+{
+    int w = 64, h = 64, i, k, il;
+    uint16_t *s = new_samples(w, h, 4);
+    uint8_t *want = new_rgb(w, h);
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 300);
+    for (i = 0; i < w * h; i++) {
+        int a = i < 16 ? (i < 8 ? 0 : 65535) : (int)tu_rng_below(&r, 65536);
+        for (k = 0; k < 3; k++) {
+            int c = (int)tu_rng_below(&r, 65536);
+            s[4 * i + k] = (uint16_t)c;
+            want[3 * i + k] = (uint8_t)exp_over(exp_r16(c), exp_r16(a));
+        }
+        s[4 * i + 3] = (uint16_t)a;
+    }
+    for (il = 0; il < 2; il++) {
+        png_spec_t sp = {w, h, PNG_COLOR_TYPE_RGB_ALPHA, 16, il, s, NULL, 0, NULL, 0, NULL, 0};
+        png_case(il ? "rgba16_adam7.png" : "rgba16.png", &sp, want);
+    }
+    free(s);
+    free(want);
+}
+
+static void test_srgb_lift_values(void **state)
+{
+    /* the spec's listed values (opaque grey+alpha) */
+    static const int g[] = {0, 1, 2, 3, 4, 10}, lifted[] = {0, 13, 22, 28, 34, 56};
+    int i;
+    (void)state;
+    for (i = 0; i < 6; i++) assert_int_equal(exp_lift(g[i]), lifted[i]);
+}
+
+/* All (g, a) pairs: pixel (x, y) has grey x, alpha y. */
+static void test_png_grey_alpha8_exhaustive(void **state)
+{
+    int w = 256, h = 256, x, y;
+    uint16_t *s = new_samples(w, h, 2);
+    uint8_t *want = new_rgb(w, h);
+    png_spec_t sp = {w, h, PNG_COLOR_TYPE_GRAY_ALPHA, 8, 0, s, NULL, 0, NULL, 0, NULL, 0};
+    (void)state;
+    for (y = 0; y < h; y++)
+        for (x = 0; x < w; x++) {
+            size_t i = (size_t)y * w + x;
+            s[2 * i] = (uint16_t)x;
+            s[2 * i + 1] = (uint16_t)y;
+            want[3 * i] = want[3 * i + 1] = want[3 * i + 2] = (uint8_t)exp_over(exp_lift(x), y);
+        }
+    png_case("ga8.png", &sp, want);
+    /* the spec's opaque values, read back from the decoded file */
+    {
+        char path[512];
+        patina_image_t img;
+        TU_OK(patina_image_load(&img, tpath(path, sizeof path, "ga8.png"), NULL));
+        const uint8_t *opaque = img.data + 255 * img.stride; /* row a = 255 */
+        assert_int_equal(opaque[3 * 1], 13);
+        assert_int_equal(opaque[3 * 2], 22);
+        assert_int_equal(opaque[3 * 3], 28);
+        assert_int_equal(opaque[3 * 4], 34);
+        assert_int_equal(opaque[3 * 10], 56);
+        assert_int_equal(opaque[0], 0);
+        patina_image_release(&img);
+    }
+    free(s);
+    free(want);
+}
+
+/* 16-bit grey+alpha: every grey and every alpha value once (pixel v has
+ * grey v and alpha v*7919 mod 65536, a bijection). Java evaluates the lift
+ * on g/65535 and rounds alpha to 8 bits. */
+static void test_png_grey_alpha16(void **state)
+{
+    int w = 256, h = 256, v, il;
+    uint16_t *s = new_samples(w, h, 2);
+    uint8_t *want = new_rgb(w, h);
+    (void)state;
+    for (v = 0; v < 65536; v++) {
+        int a = (int)((v * 7919u) & 0xFFFF);
+        s[2 * v] = (uint16_t)v;
+        s[2 * v + 1] = (uint16_t)a;
+        want[3 * v] = want[3 * v + 1] = want[3 * v + 2] = (uint8_t)exp_over(exp_lift16(v), exp_r16(a));
+    }
+    for (il = 0; il < 2; il++) {
+        png_spec_t sp = {w, h, PNG_COLOR_TYPE_GRAY_ALPHA, 16, il, s, NULL, 0, NULL, 0, NULL, 0};
+        png_case(il ? "ga16_adam7.png" : "ga16.png", &sp, want);
+    }
+    free(s);
+    free(want);
+}
+
+/* grey + tRNS: Java turns the image into grey+alpha, so the key becomes
+ * black and every other value gets the sRGB lift (lift16 at 16 bits). Below
+ * 8 bits Java compares the key with the value already expanded to 8 bits,
+ * so only key 0 can match. */
+static void test_png_grey_trns(void **state)
+{
+    static const struct { int depth, key; } cases[] = {{1, 0}, {1, 1}, {2, 2}, {4, 0}, {4, 5}, {8, 77}, {16, 40000}};
+    size_t ci;
+    (void)state;
+    for (ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        int d = cases[ci].depth, w = 33, h = 9, i, maxv = (1 << d) - 1;
+        uint16_t *s = new_samples(w, h, 1);
+        uint8_t *want = new_rgb(w, h);
+        png_color_16 key = {0, 0, 0, 0, 0};
+        char name[64];
+        tu_rng_t r;
+        png_spec_t sp = {w, h, PNG_COLOR_TYPE_GRAY, d, (int)(ci & 1), s, NULL, 0, NULL, 0, &key, 0};
+        tu_rng_seed(&r, 500 + (uint64_t)ci);
+        key.gray = (png_uint_16)cases[ci].key;
+        for (i = 0; i < w * h; i++) {
+            int v = i % 3 == 0 && key.gray <= maxv ? key.gray : (int)tu_rng_below(&r, (uint32_t)maxv + 1);
+            int out;
+            if (d == 16) {
+                out = v == key.gray ? 0 : exp_lift16(v);
+            } else {
+                int v8 = (int)floor(v * 255.0 / maxv + 0.5);
+                out = v8 == key.gray ? 0 : exp_lift(v8);
+            }
+            s[i] = (uint16_t)v;
+            want[3 * i] = want[3 * i + 1] = want[3 * i + 2] = (uint8_t)out;
+        }
+        snprintf(name, sizeof name, "grey%d_trns%d.png", d, cases[ci].key);
+        png_case(name, &sp, want);
+        free(s);
+        free(want);
+    }
+}
+
+/* grey16 + tRNS over all 65536 values: the whole lift16 curve. */
+static void test_png_grey16_trns_exhaustive(void **state)
+{
+    int w = 256, h = 256, v;
+    uint16_t *s = new_samples(w, h, 1);
+    uint8_t *want = new_rgb(w, h);
+    png_color_16 key = {0, 0, 0, 0, 1000};
+    png_spec_t sp = {w, h, PNG_COLOR_TYPE_GRAY, 16, 0, s, NULL, 0, NULL, 0, &key, 0};
+    (void)state;
+    for (v = 0; v < 65536; v++) {
+        s[v] = (uint16_t)v;
+        want[3 * v] = want[3 * v + 1] = want[3 * v + 2] = (uint8_t)(v == 1000 ? 0 : exp_lift16(v));
+    }
+    png_case("grey16_trns_all.png", &sp, want);
+    free(s);
+    free(want);
+}
+
+/* RGB + tRNS colour key at 8 and 16 bits. Near misses (one channel off)
+ * stay opaque. */
+static void test_png_rgb_trns(void **state)
+{
+    int d;
+    (void)state;
+    for (d = 8; d <= 16; d += 8) {
+        int w = 41, h = 17, i, k, maxv = (1 << d) - 1;
+        uint16_t *s = new_samples(w, h, 3);
+        uint8_t *want = new_rgb(w, h);
+        png_color_16 key = {0, 0, 0, 0, 0};
+        char name[64];
+        tu_rng_t r;
+        png_spec_t sp = {w, h, PNG_COLOR_TYPE_RGB, d, 1, s, NULL, 0, NULL, 0, &key, 0};
+        tu_rng_seed(&r, 600 + (uint64_t)d);
+        key.red = (png_uint_16)(maxv / 3);
+        key.green = (png_uint_16)(maxv / 2);
+        key.blue = (png_uint_16)(maxv / 5);
+        for (i = 0; i < w * h; i++) {
+            int v[3];
+            if (i % 4 == 0) {
+                v[0] = key.red, v[1] = key.green, v[2] = key.blue;
+            } else if (i % 4 == 1) {
+                v[0] = key.red, v[1] = key.green + 1, v[2] = key.blue;
+            } else {
+                for (k = 0; k < 3; k++) v[k] = (int)tu_rng_below(&r, (uint32_t)maxv + 1);
+            }
+            for (k = 0; k < 3; k++) {
+                int is_key = v[0] == key.red && v[1] == key.green && v[2] == key.blue;
+                s[3 * i + k] = (uint16_t)v[k];
+                want[3 * i + k] = (uint8_t)(is_key ? 0 : d == 16 ? exp_r16(v[k]) : v[k]);
+            }
+        }
+        snprintf(name, sizeof name, "rgb%d_trns_adam7.png", d);
+        png_case(name, &sp, want);
+        free(s);
+        free(want);
+    }
+}
+
+/* ---------------------------------------------- hand-built PNG files */
+
+/* Odd files libpng's writer refuses to make (indexes past the palette, a
+ * tRNS longer than PLTE, ...), built byte by byte: zlib "stored" blocks, no
+ * compression. Expected pixels are what OpenJDK 17 ImageIO gave for the same
+ * files (checked once by hand with a Java dump program). */
+
+typedef struct bytes_out {
+    uint8_t *p;
+    size_t n, cap;
+} bytes_out_t;
+
+static void out_put(bytes_out_t *o, const void *d, size_t n)
+{
+    if (o->n + n > o->cap) {
+        o->cap = (o->n + n) * 2;
+        o->p = realloc(o->p, o->cap);
+        if (!o->p) fail_msg("out of memory");
+    }
+    memcpy(o->p + o->n, d, n);
+    o->n += n;
+}
+
+static uint32_t test_crc(const uint8_t *p, size_t n);
+static void put32(uint8_t *p, uint32_t v);
+
+static void out_chunk(bytes_out_t *o, const char *type, const void *data, size_t n)
+{
+    uint8_t head[8], crc[4];
+    uint8_t *tmp = malloc(n + 4);
+    put32(head, (uint32_t)n);
+    memcpy(head + 4, type, 4);
+    out_put(o, head, 8);
+    out_put(o, data, n);
+    memcpy(tmp, type, 4);
+    if (n) memcpy(tmp + 4, data, n);
+    put32(crc, test_crc(tmp, n + 4));
+    out_put(o, crc, 4);
+    free(tmp);
+}
+
+/* raw: (h, 1 + rowbytes) filter byte 0 then the packed row */
+static void raw_png(const char *path, int w, int h, int depth, int ctype, const uint8_t *raw, size_t rawn,
+                    const char *const *types, const uint8_t *const *datas, const size_t *lens, int nchunks)
+{
+    static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    bytes_out_t o = {NULL, 0, 0}, z = {NULL, 0, 0};
+    uint8_t ihdr[13], hdr[5], ad[4];
+    uint32_t a = 1, b = 0;
+    size_t i = 0, k;
+    put32(ihdr, (uint32_t)w);
+    put32(ihdr + 4, (uint32_t)h);
+    ihdr[8] = (uint8_t)depth, ihdr[9] = (uint8_t)ctype, ihdr[10] = ihdr[11] = ihdr[12] = 0;
+    out_put(&o, sig, 8);
+    out_chunk(&o, "IHDR", ihdr, 13);
+    for (k = 0; k < (size_t)nchunks; k++) out_chunk(&o, types[k], datas[k], lens[k]);
+    out_put(&z, "\x78\x01", 2);
+    do {
+        size_t blk = rawn - i > 65535 ? 65535 : rawn - i;
+        hdr[0] = i + blk == rawn;
+        hdr[1] = (uint8_t)blk, hdr[2] = (uint8_t)(blk >> 8);
+        hdr[3] = (uint8_t)~blk, hdr[4] = (uint8_t)(~blk >> 8);
+        out_put(&z, hdr, 5);
+        out_put(&z, raw + i, blk);
+        i += blk;
+    } while (i < rawn);
+    for (i = 0; i < rawn; i++) {
+        a = (a + raw[i]) % 65521;
+        b = (b + a) % 65521;
+    }
+    put32(ad, b << 16 | a);
+    out_put(&z, ad, 4);
+    out_chunk(&o, "IDAT", z.p, z.n);
+    out_chunk(&o, "IEND", "", 0);
+    if (tu_write_file(path, o.p, o.n) != 0) fail_msg("cannot write %s", path);
+    free(o.p);
+    free(z.p);
+}
+
+static void test_png_raw_quirks(void **state)
+{
+    char path[512];
+    uint8_t plte[256 * 3], raw[1 + 256], want[256 * 3], trns[20];
+    patina_image_t img;
+    int i;
+    (void)state;
+    for (i = 0; i < 256; i++) {
+        plte[3 * i] = (uint8_t)(10 + 7 * i), plte[3 * i + 1] = (uint8_t)(200 - 5 * i), plte[3 * i + 2] = (uint8_t)(37 * i);
+    }
+    raw[0] = 0;
+    for (i = 0; i < 256; i++) raw[1 + i] = (uint8_t)i; /* one row: indexes 0..255 */
+
+    /* 8-bit palette of 3 entries: Java pads PLTE to 4 with black, then
+     * repeats that (black) 4th entry for the other indexes. */
+    {
+        const char *t[] = {"PLTE"};
+        const uint8_t *d[] = {plte};
+        size_t n[] = {9};
+        raw_png(tpath(path, sizeof path, "raw_p8n3.png"), 256, 1, 8, 3, raw, 257, t, d, n, 1);
+        memset(want, 0, sizeof want);
+        memcpy(want, plte, 9);
+        TU_OK(patina_image_load(&img, path, NULL));
+        expect_pixels(&img, want, 256, 1, "raw_p8n3.png");
+        patina_image_release(&img);
+    }
+    /* 8-bit palette of exactly 16: indexes 16..255 repeat entry 15 */
+    {
+        const char *t[] = {"PLTE"};
+        const uint8_t *d[] = {plte};
+        size_t n[] = {48};
+        raw_png(tpath(path, sizeof path, "raw_p8n16.png"), 256, 1, 8, 3, raw, 257, t, d, n, 1);
+        for (i = 0; i < 256; i++) memcpy(want + 3 * i, plte + 3 * (i < 16 ? i : 15), 3);
+        TU_OK(patina_image_load(&img, path, NULL));
+        expect_pixels(&img, want, 256, 1, "raw_p8n16.png");
+        patina_image_release(&img);
+    }
+    /* 2-bit palette of 2: indexes 2 and 3 repeat entry 1 */
+    {
+        const char *t[] = {"PLTE"};
+        const uint8_t *d[] = {plte};
+        size_t n[] = {6};
+        uint8_t row[2] = {0, 0x1B}; /* indexes 0,1,2,3 */
+        raw_png(tpath(path, sizeof path, "raw_p2n2.png"), 4, 1, 2, 3, row, 2, t, d, n, 1);
+        for (i = 0; i < 4; i++) memcpy(want + 3 * i, plte + 3 * (i < 1 ? 0 : 1), 3);
+        TU_OK(patina_image_load(&img, path, NULL));
+        expect_pixels(&img, want, 4, 1, "raw_p2n2.png");
+        patina_image_release(&img);
+    }
+    /* 4-bit palette of 16 with a 20-entry tRNS (alpha 50): libpng would drop
+     * it; Java keeps the first 16 entries. */
+    {
+        const char *t[] = {"PLTE", "tRNS"};
+        const uint8_t *d[] = {plte, trns};
+        size_t n[] = {48, 20};
+        uint8_t row[9] = {0, 0x01, 0x23, 0x45, 0x67, 0x89, 0xAB, 0xCD, 0xEF};
+        memset(trns, 50, sizeof trns);
+        raw_png(tpath(path, sizeof path, "raw_p4_trns20.png"), 16, 1, 4, 3, row, 9, t, d, n, 2);
+        for (i = 0; i < 48; i++) want[i] = (uint8_t)exp_over(plte[i], 50);
+        TU_OK(patina_image_load(&img, path, NULL));
+        expect_pixels(&img, want, 16, 1, "raw_p4_trns20.png");
+        patina_image_release(&img);
+    }
+    /* Ignored tRNS: grey with a 4-byte tRNS, palette tRNS before PLTE, RGBA
+     * with a tRNS; a private ancillary chunk is skipped too. */
+    {
+        const char *t[] = {"tRNS", "prIv"};
+        uint8_t key4[4] = {0, 7, 0, 7};
+        const uint8_t *d[] = {key4, key4};
+        size_t n[] = {4, 4};
+        raw_png(tpath(path, sizeof path, "raw_grey_trns4.png"), 256, 1, 8, 0, raw, 257, t, d, n, 2);
+        for (i = 0; i < 256; i++) want[3 * i] = want[3 * i + 1] = want[3 * i + 2] = (uint8_t)i;
+        TU_OK(patina_image_load(&img, path, NULL));
+        expect_pixels(&img, want, 256, 1, "raw_grey_trns4.png");
+        patina_image_release(&img);
+    }
+    /* grey 8-bit with a key no 8-bit value can have: still grey+alpha in Java,
+     * so every value is lifted */
+    {
+        const char *t[] = {"tRNS"};
+        uint8_t key300[2] = {0x01, 0x2C};
+        const uint8_t *d[] = {key300};
+        size_t n[] = {2};
+        raw_png(tpath(path, sizeof path, "raw_grey_trns300.png"), 256, 1, 8, 0, raw, 257, t, d, n, 1);
+        for (i = 0; i < 256; i++) want[3 * i] = want[3 * i + 1] = want[3 * i + 2] = (uint8_t)exp_lift(i);
+        TU_OK(patina_image_load(&img, path, NULL));
+        expect_pixels(&img, want, 256, 1, "raw_grey_trns300.png");
+        patina_image_release(&img);
+    }
+    {
+        const char *t[] = {"tRNS", "PLTE"};
+        const uint8_t *d[] = {trns, plte};
+        size_t n[] = {4, 768};
+        raw_png(tpath(path, sizeof path, "raw_trns_before_plte.png"), 256, 1, 8, 3, raw, 257, t, d, n, 2);
+        TU_OK(patina_image_load(&img, path, NULL));
+        expect_pixels(&img, plte, 256, 1, "raw_trns_before_plte.png");
+        patina_image_release(&img);
+    }
+    {
+        const char *t[] = {"tRNS"};
+        uint8_t key6[6] = {0, 1, 0, 2, 0, 3};
+        const uint8_t *d[] = {key6};
+        size_t n[] = {6};
+        uint8_t row[1 + 8] = {0, 1, 2, 3, 255, 1, 2, 3, 128};
+        raw_png(tpath(path, sizeof path, "raw_rgba_trns.png"), 2, 1, 8, 6, row, 9, t, d, n, 1);
+        want[0] = 1, want[1] = 2, want[2] = 3;
+        want[3] = (uint8_t)exp_over(1, 128), want[4] = (uint8_t)exp_over(2, 128), want[5] = (uint8_t)exp_over(3, 128);
+        TU_OK(patina_image_load(&img, path, NULL));
+        expect_pixels(&img, want, 2, 1, "raw_rgba_trns.png");
+        patina_image_release(&img);
+    }
+    /* an unknown critical chunk is an error */
+    {
+        const char *t[] = {"CRIT"};
+        const uint8_t *d[] = {trns};
+        size_t n[] = {4};
+        raw_png(tpath(path, sizeof path, "raw_crit.png"), 256, 1, 8, 0, raw, 257, t, d, n, 1);
+        expect_error(patina_image_load(&img, path, NULL), PATINA_E_CORRUPT, path, "corrupt PNG data");
+    }
+}
+
+/* --------------------------------------------------------- JPEG tests */
+
+static unsigned char *make_jpeg(unsigned long *size, const uint8_t *pix, int w, int h, int pf,
+                                int subsamp, int quality)
+{
+    tjhandle c = tjInitCompress();
+    unsigned char *buf = NULL;
+    if (!c) fail_msg("tjInitCompress");
+    if (tjCompress2(c, pix, w, 0, h, pf, &buf, size, subsamp, quality, 0) != 0)
+        fail_msg("tjCompress2: %s", tjGetErrorStr2(c));
+    tjDestroy(c);
+    return buf;
+}
+
+static double psnr(const patina_image_t *a, const patina_image_t *b)
+{
+    double se = 0;
+    int x, y;
+    for (y = 0; y < a->height; y++)
+        for (x = 0; x < 3 * a->width; x++) {
+            double d = (double)a->data[(size_t)y * a->stride + x] - b->data[(size_t)y * b->stride + x];
+            se += d * d;
+        }
+    se /= 3.0 * a->width * a->height;
+    return se == 0 ? 99.0 : 10.0 * log10(255.0 * 255.0 / se);
+}
+
+static void test_jpeg_roundtrip(void **state)
+{
+    static const int subs[] = {TJSAMP_444, TJSAMP_422, TJSAMP_420};
+    int si;
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 700);
+    for (si = 0; si < 3; si++) {
+        patina_image_t src, img, ref;
+        unsigned long size;
+        unsigned char *jpg;
+        char path[512], name[64];
+        tjhandle d;
+        int w = 67, h = 45; /* not multiples of the MCU */
+        tu_random_image(&src, w, h, 1, &r);
+        jpg = make_jpeg(&size, src.data, w, h, TJPF_RGB, subs[si], 100);
+        snprintf(name, sizeof name, "q100_%d.jpg", si);
+        tu_write_file(tpath(path, sizeof path, name), jpg, size);
+        load_both(&img, path, PATINA_FORMAT_JPEG);
+        if (psnr(&src, &img) < 38.0) fail_msg("%s: PSNR %.1f dB", name, psnr(&src, &img));
+        /* Bit-identical to TurboJPEG's defaults (ISLOW IDCT, fancy upsampling). */
+        TU_OK(patina_image_init(&ref, w, h));
+        d = tjInitDecompress();
+        assert_int_equal(tjDecompress2(d, jpg, size, ref.data, w, 0, h, TJPF_RGB, 0), 0);
+        tjDestroy(d);
+        expect_pixels(&img, ref.data, w, h, name);
+        patina_image_release(&src);
+        patina_image_release(&img);
+        patina_image_release(&ref);
+        tjFree(jpg);
+    }
+}
+
+static void test_jpeg_grey(void **state)
+{
+    int w = 50, h = 31, i, x, y;
+    uint8_t *grey = malloc((size_t)w * h); /* (h, w) u8 */
+    unsigned long size;
+    unsigned char *jpg;
+    patina_image_t img;
+    patina_image_info_t info;
+    char path[512];
+    double se = 0;
+    (void)state;
+    for (i = 0; i < w * h; i++) grey[i] = (uint8_t)((i % w) * 5 + (i / w) * 2);
+    jpg = make_jpeg(&size, grey, w, h, TJPF_GRAY, TJSAMP_GRAY, 100);
+    tu_write_file(tpath(path, sizeof path, "grey.jpg"), jpg, size);
+    TU_OK(patina_image_probe(&info, jpg, size, "grey.jpg"));
+    assert_int_equal(info.channels, 1);
+    assert_int_equal(info.bit_depth, 8);
+    load_both(&img, path, PATINA_FORMAT_JPEG);
+    for (y = 0; y < h; y++)
+        for (x = 0; x < w; x++) {
+            const uint8_t *p = img.data + (size_t)y * img.stride + 3 * (size_t)x;
+            double d = (double)p[0] - grey[y * w + x];
+            assert_int_equal(p[0], p[1]);
+            assert_int_equal(p[0], p[2]);
+            se += d * d;
+        }
+    assert_true(10.0 * log10(255.0 * 255.0 * w * h / (se ? se : 1)) > 40.0);
+    patina_image_release(&img);
+    tjFree(jpg);
+    free(grey);
+}
+
+static void test_jpeg_cmyk_rejected(void **state)
+{
+    int w = 16, h = 16;
+    uint8_t *cmyk = malloc((size_t)w * h * 4);
+    unsigned long size;
+    unsigned char *jpg;
+    patina_image_t img;
+    patina_image_info_t info;
+    (void)state;
+    memset(cmyk, 90, (size_t)w * h * 4);
+    jpg = make_jpeg(&size, cmyk, w, h, TJPF_CMYK, TJSAMP_444, 90);
+    expect_error(patina_image_decode(&img, jpg, size, NULL, "cmyk.jpg"), PATINA_E_FORMAT, "cmyk.jpg", "JPEG is not supported");
+    assert_null(img.data);
+    expect_error(patina_image_probe(&info, jpg, size, "cmyk.jpg"), PATINA_E_FORMAT, "cmyk.jpg", NULL);
+    tjFree(jpg);
+    free(cmyk);
+}
+
+/* ---------------------------------------------------------- PNM tests */
+
+static void test_pnm_8bit(void **state)
+{
+    int w = 23, h = 7, i, hdr;
+    char path[512];
+    uint8_t buf[4096], *want = new_rgb(w, h);
+    patina_image_t img;
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 800);
+    /* P6 with comments between every header field */
+    hdr = snprintf((char *)buf, sizeof buf, "P6\n# made by test_image\n%d # width\n%d\n#c\n255\n", w, h);
+    for (i = 0; i < w * h * 3; i++) want[i] = buf[hdr + i] = (uint8_t)tu_rng_below(&r, 256);
+    tu_write_file(tpath(path, sizeof path, "p6.ppm"), buf, (size_t)hdr + (size_t)w * h * 3);
+    load_both(&img, path, PATINA_FORMAT_PNM);
+    expect_pixels(&img, want, w, h, "p6.ppm");
+    patina_image_release(&img);
+    /* P5, maxval 255 */
+    hdr = snprintf((char *)buf, sizeof buf, "P5 %d %d 255\r", w, h);
+    for (i = 0; i < w * h; i++) {
+        buf[hdr + i] = (uint8_t)tu_rng_below(&r, 256);
+        want[3 * i] = want[3 * i + 1] = want[3 * i + 2] = buf[hdr + i];
+    }
+    tu_write_file(tpath(path, sizeof path, "p5.pgm"), buf, (size_t)hdr + (size_t)w * h);
+    load_both(&img, path, PATINA_FORMAT_PNM);
+    expect_pixels(&img, want, w, h, "p5.pgm");
+    patina_image_release(&img);
+    /* P5, maxval 1 and 100: round(v*255/maxval), halves up */
+    {
+        static const int maxvals[] = {1, 2, 100};
+        int m;
+        for (m = 0; m < 3; m++) {
+            int mv = maxvals[m];
+            hdr = snprintf((char *)buf, sizeof buf, "P5\n%d %d\n%d\n", w, h, mv);
+            for (i = 0; i < w * h; i++) {
+                int v = i <= mv ? i : (int)tu_rng_below(&r, (uint32_t)mv + 1);
+                buf[hdr + i] = (uint8_t)v;
+                want[3 * i] = want[3 * i + 1] = want[3 * i + 2] = (uint8_t)floor(v * 255.0 / mv + 0.5);
+            }
+            tu_write_file(tpath(path, sizeof path, "p5m.pgm"), buf, (size_t)hdr + (size_t)w * h);
+            load_both(&img, path, PATINA_FORMAT_PNM);
+            expect_pixels(&img, want, w, h, "p5m.pgm");
+            patina_image_release(&img);
+        }
+    }
+    free(want);
+}
+
+static void test_pnm_16bit(void **state)
+{
+    int w = 256, h = 256, v, hdr;
+    uint8_t *buf = malloc(64 + (size_t)w * h * 6), *want = new_rgb(w, h);
+    char path[512];
+    patina_image_t img;
+    patina_image_info_t info;
+    (void)state;
+    /* P5, maxval 65535, all values */
+    hdr = snprintf((char *)buf, 64, "P5\n%d %d\n65535\n", w, h);
+    for (v = 0; v < 65536; v++) {
+        buf[hdr + 2 * v] = (uint8_t)(v >> 8);
+        buf[hdr + 2 * v + 1] = (uint8_t)v;
+        want[3 * v] = want[3 * v + 1] = want[3 * v + 2] = (uint8_t)floor(v * 255.0 / 65535 + 0.5);
+    }
+    tu_write_file(tpath(path, sizeof path, "p5_16.pgm"), buf, (size_t)hdr + (size_t)w * h * 2);
+    TU_OK(patina_image_probe(&info, buf, (size_t)hdr + 10, "p5_16.pgm"));
+    assert_int_equal(info.bit_depth, 16);
+    assert_int_equal(info.channels, 1);
+    load_both(&img, path, PATINA_FORMAT_PNM);
+    expect_pixels(&img, want, w, h, "p5_16.pgm");
+    patina_image_release(&img);
+    /* P6, maxval 1000, random */
+    {
+        tu_rng_t r;
+        int i;
+        tu_rng_seed(&r, 900);
+        hdr = snprintf((char *)buf, 64, "P6 %d %d 1000\n", w, h);
+        for (i = 0; i < w * h * 3; i++) {
+            int s = (int)tu_rng_below(&r, 1001);
+            buf[hdr + 2 * i] = (uint8_t)(s >> 8);
+            buf[hdr + 2 * i + 1] = (uint8_t)s;
+            want[i] = (uint8_t)floor(s * 255.0 / 1000 + 0.5);
+        }
+        tu_write_file(tpath(path, sizeof path, "p6_16.ppm"), buf, (size_t)hdr + (size_t)w * h * 6);
+        load_both(&img, path, PATINA_FORMAT_PNM);
+        expect_pixels(&img, want, w, h, "p6_16.ppm");
+        patina_image_release(&img);
+    }
+    free(buf);
+    free(want);
+}
+
+static void test_pnm_rejects(void **state)
+{
+    static const char *const unsupported[] = {"P1\n2 2\n0 1 1 0\n", "P2\n2 2\n255\n1 2 3 4\n",
+                                              "P3\n1 1\n255\n1 2 3\n", "P4\n8 1\n\xAA",
+                                              "P7\nWIDTH 1\nHEIGHT 1\nDEPTH 3\nMAXVAL 255\nTUPLTYPE RGB\nENDHDR\n\1\2\3"};
+#define BYTES(lit) {lit, sizeof lit - 1}
+    static const struct { const char *s; size_t n; } corrupt[] = {
+        BYTES("P5\n2 2\n0\n\0\0\0\0"),                 /* maxval 0 */
+        BYTES("P5\n2 2\n70000\n\0\0\0\0\0\0\0\0"),   /* maxval too big */
+        BYTES("P5\nx 2\n255\n\0\0\0\0"),               /* not a number */
+        BYTES("P5\n2 2\n3\n\0\1\4\2"),                 /* sample > maxval */
+        BYTES("P5\n99999999999 2\n255\n\0"),            /* too wide */
+        BYTES("P5\n2 2\n255#c\n\0\0\0\0"),             /* no whitespace after maxval */
+    };
+#undef BYTES
+    size_t i;
+    patina_image_t img;
+    (void)state;
+    for (i = 0; i < sizeof unsupported / sizeof *unsupported; i++) {
+        expect_error(patina_image_decode(&img, unsupported[i], strlen(unsupported[i]) + 1, NULL, "old.pnm"),
+                     PATINA_E_FORMAT, "old.pnm", "not supported");
+        assert_null(img.data);
+    }
+    for (i = 0; i < sizeof corrupt / sizeof *corrupt; i++)
+        expect_error(patina_image_decode(&img, corrupt[i].s, corrupt[i].n, NULL, "bad.pgm"), PATINA_E_CORRUPT,
+                     "bad.pgm", "corrupt PNM");
+    /* zero width */
+    expect_error(patina_image_decode(&img, "P5\n0 2\n255\n", 11, NULL, "zero.pgm"), PATINA_E_CORRUPT,
+                 "zero.pgm", "zero width or height");
+}
+
+/* ----------------------------------------------------- probe, errors */
+
+static uint32_t test_crc(const uint8_t *p, size_t n)
+{
+    uint32_t table[256], c;
+    size_t i;
+    int k;
+    for (i = 0; i < 256; i++) {
+        c = (uint32_t)i;
+        for (k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        table[i] = c;
+    }
+    c = 0xFFFFFFFFu;
+    for (i = 0; i < n; i++) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
+}
+
+/* signature + IHDR (with a correct CRC) + IEND: 45 bytes */
+static size_t craft_png(uint8_t *out, uint32_t w, uint32_t h)
+{
+    static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    memcpy(out, sig, 8);
+    put32(out + 8, 13);
+    memcpy(out + 12, "IHDR", 4);
+    put32(out + 16, w);
+    put32(out + 20, h);
+    out[24] = 8, out[25] = 2, out[26] = 0, out[27] = 0, out[28] = 0;
+    put32(out + 29, test_crc(out + 12, 17));
+    put32(out + 33, 0);
+    memcpy(out + 37, "IEND", 4);
+    put32(out + 41, test_crc(out + 37, 4));
+    return 45;
+}
+
+static void test_probe_header_only(void **state)
+{
+    char path[512];
+    uint8_t *bytes;
+    size_t size;
+    patina_image_info_t info;
+    patina_image_t img;
+    uint8_t crafted[64];
+    (void)state;
+    /* PNG: the first 33 bytes (signature + IHDR) are enough for probe;
+     * decode of the same bytes is truncated. */
+    bytes = slurp(tpath(path, sizeof path, "rgba16.png"), &size);
+    TU_OK(patina_image_probe(&info, bytes, 33, "head.png"));
+    assert_int_equal(info.format, PATINA_FORMAT_PNG);
+    assert_int_equal(info.width, 64);
+    assert_int_equal(info.height, 64);
+    assert_int_equal(info.channels, 4);
+    assert_int_equal(info.bit_depth, 16);
+    expect_error(patina_image_decode(&img, bytes, 33, NULL, "head.png"), PATINA_E_CORRUPT, "head.png",
+                 "truncated PNG data");
+    free(bytes);
+    /* A 40000x40000 header probes fine (nothing is allocated)... */
+    size = craft_png(crafted, 40000, 40000);
+    TU_OK(patina_image_probe(&info, crafted, size, "big.png"));
+    assert_int_equal(info.width, 40000);
+    /* ...and decode stops at the default limit. */
+    assert_int_equal(patina_image_decode(&img, crafted, size, NULL, "big.png"), PATINA_E_LIMIT);
+    assert_string_equal(patina_last_error(),
+                        "decode: 40000x40000 = 1600000000 pixels exceeds the limit of 268435456 in 'big.png'");
+    assert_null(img.data);
+    /* JPEG: header up to SOS */
+    bytes = slurp(tpath(path, sizeof path, "q100_0.jpg"), &size);
+    {
+        size_t i, sos = 0;
+        for (i = 2; i + 1 < size; i++)
+            if (bytes[i] == 0xFF && bytes[i + 1] == 0xDA) {
+                sos = i;
+                break;
+            }
+        assert_true(sos > 0);
+        sos += 2 + ((size_t)bytes[sos + 2] << 8 | bytes[sos + 3]); /* end of the SOS header */
+        TU_OK(patina_image_probe(&info, bytes, sos, "head.jpg"));
+        assert_int_equal(info.format, PATINA_FORMAT_JPEG);
+        assert_int_equal(info.width, 67);
+        assert_int_equal(info.height, 45);
+        assert_int_equal(info.channels, 3);
+        expect_error(patina_image_decode(&img, bytes, sos, NULL, "head.jpg"), PATINA_E_CORRUPT, "head.jpg",
+                     "truncated JPEG data");
+    }
+    free(bytes);
+    /* PNM: header only */
+    TU_OK(patina_image_probe(&info, "P6\n# c\n640 480\n65535\n", 22, "head.ppm"));
+    assert_int_equal(info.format, PATINA_FORMAT_PNM);
+    assert_int_equal(info.width, 640);
+    assert_int_equal(info.height, 480);
+    assert_int_equal(info.channels, 3);
+    assert_int_equal(info.bit_depth, 16);
+}
+
+static void test_sniff(void **state)
+{
+    char src[512], dst[512];
+    uint8_t *bytes;
+    size_t size;
+    patina_image_t img;
+    (void)state;
+    assert_int_equal(patina_format_sniff("\xFF\xD8\xFF\xE0", 4), PATINA_FORMAT_JPEG);
+    assert_int_equal(patina_format_sniff("\x89PNG\r\n\x1a\n", 8), PATINA_FORMAT_PNG);
+    assert_int_equal(patina_format_sniff("P6\n", 3), PATINA_FORMAT_PNM);
+    assert_int_equal(patina_format_sniff("P5#x", 4), PATINA_FORMAT_PNM);
+    assert_int_equal(patina_format_sniff("P8\n", 3), PATINA_FORMAT_UNKNOWN);
+    assert_int_equal(patina_format_sniff("Photo", 5), PATINA_FORMAT_UNKNOWN);
+    assert_int_equal(patina_format_sniff("GIF89a", 6), PATINA_FORMAT_UNKNOWN);
+    assert_int_equal(patina_format_sniff("\xFF", 1), PATINA_FORMAT_UNKNOWN);
+    assert_int_equal(patina_format_sniff(NULL, 0), PATINA_FORMAT_UNKNOWN);
+    assert_string_equal(patina_format_name(PATINA_FORMAT_JPEG), "jpeg");
+    assert_string_equal(patina_format_name(PATINA_FORMAT_PNG), "png");
+    assert_string_equal(patina_format_name(PATINA_FORMAT_PNM), "pnm");
+    assert_string_equal(patina_format_name(PATINA_FORMAT_UNKNOWN), "unknown");
+    /* The name means nothing: a PNG called .jpg is decoded as PNG. */
+    bytes = slurp(tpath(src, sizeof src, "rgb8.png"), &size);
+    tu_write_file(tpath(dst, sizeof dst, "really_a_png.jpg"), bytes, size);
+    load_both(&img, dst, PATINA_FORMAT_PNG);
+    patina_image_release(&img);
+    free(bytes);
+}
+
+/* Cuts a valid file at several points; each must be PATINA_E_CORRUPT
+ * "truncated <FMT> data" naming the file, from memory and from a file. */
+static void truncate_case(const char *file, const char *fmt_name)
+{
+    char path[512], cut_path[512], needle[64], name[64];
+    uint8_t *bytes;
+    size_t size, cuts[12], k, ncuts = 0;
+    patina_image_t img;
+    bytes = slurp(tpath(path, sizeof path, file), &size);
+    cuts[ncuts++] = 2;
+    cuts[ncuts++] = 5;
+    cuts[ncuts++] = 20;
+    cuts[ncuts++] = 40;
+    cuts[ncuts++] = size / 3;
+    cuts[ncuts++] = size / 2;
+    cuts[ncuts++] = size - 13;
+    cuts[ncuts++] = size - 2;
+    cuts[ncuts++] = size - 1;
+    snprintf(needle, sizeof needle, "truncated %s data", fmt_name);
+    for (k = 0; k < ncuts; k++) {
+        snprintf(name, sizeof name, "cut%zu_%s", cuts[k], file);
+        expect_error(patina_image_decode(&img, bytes, cuts[k], NULL, name), PATINA_E_CORRUPT, name, needle);
+        assert_null(img.data);
+        assert_int_equal(img.width, 0);
+        tu_write_file(tpath(cut_path, sizeof cut_path, name), bytes, cuts[k]);
+        expect_error(patina_image_load(&img, cut_path, NULL), PATINA_E_CORRUPT, cut_path, needle);
+    }
+    free(bytes);
+}
+
+static void test_truncated(void **state)
+{
+    (void)state;
+    truncate_case("rgb8.png", "PNG");
+    truncate_case("pal4_adam7_trns.png", "PNG");
+    truncate_case("rgba16_adam7.png", "PNG");
+    truncate_case("q100_2.jpg", "JPEG");
+    truncate_case("p6.ppm", "PNM");
+    truncate_case("p5_16.pgm", "PNM");
+}
+
+static void test_corrupt(void **state)
+{
+    char path[512];
+    uint8_t *bytes, crafted[64];
+    size_t size;
+    patina_image_t img;
+    patina_image_info_t info;
+    (void)state;
+    /* PNG: a flipped byte inside the image data fails its chunk CRC */
+    bytes = slurp(tpath(path, sizeof path, "rgb8.png"), &size);
+    bytes[size / 2] ^= 0x55;
+    expect_error(patina_image_decode(&img, bytes, size, NULL, "flip.png"), PATINA_E_CORRUPT, "flip.png",
+                 "corrupt PNG data");
+    bytes[size / 2] ^= 0x55;
+    bytes[18] ^= 1; /* inside IHDR: the probe checks its CRC */
+    expect_error(patina_image_probe(&info, bytes, size, "ihdr.png"), PATINA_E_CORRUPT, "ihdr.png", "CRC");
+    free(bytes);
+    /* zero-width and zero-height IHDRs with correct CRCs */
+    size = craft_png(crafted, 0, 16);
+    expect_error(patina_image_decode(&img, crafted, size, NULL, "zerowidth.png"), PATINA_E_CORRUPT,
+                 "zerowidth.png", "zero width");
+    expect_error(patina_image_probe(&info, crafted, size, "zerowidth.png"), PATINA_E_CORRUPT,
+                 "zerowidth.png", "zero width");
+    assert_null(img.data);
+    size = craft_png(crafted, 16, 0);
+    expect_error(patina_image_decode(&img, crafted, size, NULL, "zeroheight.png"), PATINA_E_CORRUPT,
+                 "zeroheight.png", "zero width or height");
+    /* a valid 16x16 IHDR with no IDAT at all */
+    size = craft_png(crafted, 16, 16);
+    expect_error(patina_image_decode(&img, crafted, size, NULL, "noidat.png"), PATINA_E_CORRUPT,
+                 "noidat.png", "corrupt PNG data");
+    /* JPEG: a bogus DQT length */
+    bytes = slurp(tpath(path, sizeof path, "q100_0.jpg"), &size);
+    {
+        size_t i;
+        for (i = 2; i + 3 < size; i++)
+            if (bytes[i] == 0xFF && bytes[i + 1] == 0xDB) {
+                bytes[i + 2] = 0, bytes[i + 3] = 3;
+                break;
+            }
+    }
+    expect_error(patina_image_decode(&img, bytes, size, NULL, "dqt.jpg"), PATINA_E_CORRUPT, "dqt.jpg",
+                 "corrupt JPEG");
+    free(bytes);
+    /* unknown formats */
+    tu_write_file(tpath(path, sizeof path, "notes.txt"), "hello, world\n", 13);
+    assert_int_equal(patina_image_load(&img, path, NULL), PATINA_E_FORMAT);
+    {
+        char want[600];
+        snprintf(want, sizeof want, "decode: unknown image format in '%s' (not JPEG, PNG or PNM)", path);
+        assert_string_equal(patina_last_error(), want);
+    }
+    assert_null(img.data);
+    expect_error(patina_image_decode(&img, "GIF89a....", 10, NULL, "anim.gif"), PATINA_E_FORMAT,
+                 "anim.gif", "unknown image format");
+    expect_error(patina_image_probe(&info, "GIF89a....", 10, "anim.gif"), PATINA_E_FORMAT, "anim.gif",
+                 "probe: unknown image format");
+}
+
+/* Random byte flips in valid files: never a crash or leak; any failure is
+ * CORRUPT, FORMAT or LIMIT with the name in the message and an empty image. */
+static void test_fuzz_flips(void **state)
+{
+    static const char *const files[] = {"q100_1.jpg", "pal4_adam7_trns.png", "ga16.png", "p6.ppm", "grey.jpg"};
+    patina_limits_t lim = {1u << 20, 0};
+    size_t f;
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 1000);
+    for (f = 0; f < sizeof files / sizeof *files; f++) {
+        char path[512];
+        size_t size;
+        uint8_t *orig = slurp(tpath(path, sizeof path, files[f]), &size);
+        uint8_t *bytes = malloc(size);
+        int it;
+        for (it = 0; it < 150; it++) {
+            patina_image_t img;
+            patina_status s;
+            int k, flips = 1 + (int)tu_rng_below(&r, 4);
+            memcpy(bytes, orig, size);
+            for (k = 0; k < flips; k++) bytes[tu_rng_below(&r, (uint32_t)size)] ^= (uint8_t)(1 + tu_rng_below(&r, 255));
+            s = patina_image_decode(&img, bytes, size, &lim, "fuzzed");
+            if (s == PATINA_OK) {
+                patina_image_release(&img);
+                continue;
+            }
+            if (s != PATINA_E_CORRUPT && s != PATINA_E_FORMAT && s != PATINA_E_LIMIT)
+                fail_msg("%s flip %d: status %s: %s", files[f], it, patina_status_str(s), patina_last_error());
+            assert_non_null(strstr(patina_last_error(), "'fuzzed'"));
+            assert_null(img.data);
+        }
+        free(bytes);
+        free(orig);
+    }
+}
+
+static void test_limits_and_io(void **state)
+{
+    char path[512], dir_path[512];
+    patina_image_t img;
+    patina_limits_t lim = {100, 0};
+    void *data;
+    size_t size;
+    (void)state;
+    /* pixel limit: 37x23 = 851 > 100 */
+    tpath(path, sizeof path, "rgb8.png");
+    assert_int_equal(patina_image_load(&img, path, &lim), PATINA_E_LIMIT);
+    {
+        char want[600];
+        snprintf(want, sizeof want, "decode: 37x23 = 851 pixels exceeds the limit of 100 in '%s'", path);
+        assert_string_equal(patina_last_error(), want);
+    }
+    assert_null(img.data);
+    lim.max_pixels = 851; /* exactly at the limit is fine */
+    TU_OK(patina_image_load(&img, path, &lim));
+    patina_image_release(&img);
+    /* file size limit, checked before reading */
+    lim.max_pixels = 0;
+    lim.max_file_bytes = 50;
+    expect_error(patina_file_read(&data, &size, path, &lim), PATINA_E_LIMIT, path, "over the limit");
+    assert_null(data);
+    expect_error(patina_image_load(&img, path, &lim), PATINA_E_LIMIT, path, NULL);
+    /* nonexistent file */
+    tpath(path, sizeof path, "no/such/file.png");
+    expect_error(patina_image_load(&img, path, NULL), PATINA_E_NOTFOUND, path, "No such file");
+    expect_error(patina_file_read(&data, &size, path, NULL), PATINA_E_NOTFOUND, path, NULL);
+    /* a directory */
+    expect_error(patina_image_load(&img, g_dir, NULL), PATINA_E_IO, g_dir, "directory");
+    /* empty file */
+    tu_write_file(tpath(path, sizeof path, "empty.png"), "", 0);
+    TU_OK(patina_file_read(&data, &size, path, NULL));
+    assert_int_equal(size, 0);
+    free(data);
+    expect_error(patina_image_load(&img, path, NULL), PATINA_E_CORRUPT, path, "empty file");
+    expect_error(patina_image_decode(&img, "", 0, NULL, "nothing"), PATINA_E_CORRUPT, "nothing", "empty file");
+    /* unnamed memory input */
+    expect_error(patina_image_decode(&img, "????", 4, NULL, NULL), PATINA_E_FORMAT, "<memory>", NULL);
+    (void)dir_path;
+}
+
+static void test_image_lifecycle(void **state)
+{
+    patina_image_t img;
+    uint8_t buf[2 * 3 * 4];
+    (void)state;
+    TU_OK(patina_image_init(&img, 5, 3));
+    assert_int_equal(img.stride, 15);
+    assert_true(img.owned);
+    patina_image_release(&img);
+    assert_null(img.data);
+    assert_int_equal(img.width, 0);
+    patina_image_release(&img); /* twice is fine */
+    patina_image_release(NULL);
+    assert_int_equal(patina_image_init(&img, 0, 3), PATINA_E_INVALID);
+    assert_int_equal(patina_image_init(&img, 3, -1), PATINA_E_INVALID);
+    patina_image_wrap(&img, buf, 3, 2, 12);
+    assert_ptr_equal(img.data, buf);
+    assert_false(img.owned);
+    patina_image_release(&img); /* does not free buf */
+    assert_null(img.data);
+}
+
+/* -------------------------------------------------------------- threads */
+
+typedef struct thread_arg {
+    const char *paths[5];
+    patina_image_t *refs;
+    int failures;
+    int id;
+} thread_arg_t;
+
+static void *decode_thread(void *p)
+{
+    thread_arg_t *a = p;
+    int it, k;
+    char bad[64];
+    snprintf(bad, sizeof bad, "thread%d.bin", a->id);
+    for (it = 0; it < 6; it++)
+        for (k = 0; k < 5; k++) {
+            patina_image_t img;
+            int y;
+            if (patina_image_load(&img, a->paths[k], NULL) != PATINA_OK) {
+                a->failures++;
+                continue;
+            }
+            for (y = 0; y < img.height; y++)
+                if (memcmp(img.data + y * img.stride, a->refs[k].data + y * a->refs[k].stride,
+                           3 * (size_t)img.width) != 0)
+                    a->failures++;
+            patina_image_release(&img);
+            /* each thread sees its own error message */
+            if (patina_image_decode(&img, "\x89PNG\r\n", 6, NULL, bad) != PATINA_E_CORRUPT ||
+                !strstr(patina_last_error(), bad))
+                a->failures++;
+        }
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    static const char *const files[5] = {"rgba16_adam7.png", "q100_2.jpg", "p5_16.pgm", "pal2_trns.png", "ga8.png"};
+    char paths[5][512];
+    patina_image_t refs[5];
+    pthread_t th[8];
+    thread_arg_t args[8];
+    int i, k;
+    (void)state;
+    for (k = 0; k < 5; k++) TU_OK(patina_image_load(&refs[k], tpath(paths[k], sizeof paths[k], files[k]), NULL));
+    for (i = 0; i < 8; i++) {
+        memset(&args[i], 0, sizeof args[i]);
+        for (k = 0; k < 5; k++) args[i].paths[k] = paths[k];
+        args[i].refs = refs;
+        args[i].id = i;
+        assert_int_equal(pthread_create(&th[i], NULL, decode_thread, &args[i]), 0);
+    }
+    for (i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(args[i].failures, 0);
+    }
+    for (k = 0; k < 5; k++) patina_image_release(&refs[k]);
+}
+
+/* ----------------------------------------------------------------- main */
+
+static int setup(void **state)
+{
+    (void)state;
+    g_dir = tu_tempdir("image");
+    return g_dir ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tu_remove_tree(g_dir);
+    free(g_dir);
+    return 0;
+}
+
+int main(void)
+{
+    /* Order matters: later tests reuse files the PNG/JPEG/PNM tests wrote. */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_image_lifecycle),
+        cmocka_unit_test(test_png_rgb8),
+        cmocka_unit_test(test_png_one_pixel),
+        cmocka_unit_test(test_png_palette),
+        cmocka_unit_test(test_png_grey_low_depth),
+        cmocka_unit_test(test_png_grey16_exhaustive),
+        cmocka_unit_test(test_png_rgb16_exhaustive),
+        cmocka_unit_test(test_png_rgba8_exhaustive),
+        cmocka_unit_test(test_png_rgba16),
+        cmocka_unit_test(test_srgb_lift_values),
+        cmocka_unit_test(test_png_grey_alpha8_exhaustive),
+        cmocka_unit_test(test_png_grey_alpha16),
+        cmocka_unit_test(test_png_grey_trns),
+        cmocka_unit_test(test_png_grey16_trns_exhaustive),
+        cmocka_unit_test(test_png_raw_quirks),
+        cmocka_unit_test(test_png_rgb_trns),
+        cmocka_unit_test(test_jpeg_roundtrip),
+        cmocka_unit_test(test_jpeg_grey),
+        cmocka_unit_test(test_jpeg_cmyk_rejected),
+        cmocka_unit_test(test_pnm_8bit),
+        cmocka_unit_test(test_pnm_16bit),
+        cmocka_unit_test(test_pnm_rejects),
+        cmocka_unit_test(test_probe_header_only),
+        cmocka_unit_test(test_sniff),
+        cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_corrupt),
+        cmocka_unit_test(test_fuzz_flips),
+        cmocka_unit_test(test_limits_and_io),
+        cmocka_unit_test(test_threads),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
