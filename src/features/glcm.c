@@ -603,7 +603,7 @@ double glcm_mcc(const uint32_t *counts, int levels, const uint64_t *rows, const 
 static void haralick_one(double *f, const uint32_t *P, int levels, moments_t *m)
 {
     const int L = levels;
-    double T, hxy = 0, hx = 0, hy = 0, hs = 0, hd = 0, mi;
+    double T, hxy = 0, hx = 0, hy = 0, hs = 0, hd = 0, mi = 0;
     i128 vi, vj, cov, sv, dv;
     uint64_t s1 = 0, s2 = 0, d1 = 0, d2 = 0, cn = 0;
     double idm = 0;
@@ -630,7 +630,13 @@ static void haralick_one(double *f, const uint32_t *P, int levels, moments_t *m)
         hy -= plogp2((double)m->cols[k] / T);
     }
     for (i = 0; i < L * L; i++)
-        if (P[i]) hxy -= plogp2((double)P[i] / T);
+        if (P[i]) {
+            /* HXY, and the mutual information HX + HY - HXY summed term by
+             * term (no cancellation between entropies of ~log2(L) bits). */
+            double c = (double)P[i];
+            hxy -= plogp2(c / T);
+            mi += c / T * log2(c * T / ((double)m->rows[i / L] * (double)m->cols[i % L]));
+        }
     vi = var_num(m->T, m->Si, m->Sii);
     vj = var_num(m->T, m->Sj, m->Sjj);
     cov = (i128)m->T * (i128)m->Sij - (i128)m->Si * (i128)m->Sj;
@@ -650,10 +656,9 @@ static void haralick_one(double *f, const uint32_t *P, int levels, moments_t *m)
     f[10] = hd;                                                    /* difference entropy */
     /* HXY1 = HXY2 = HX + HY (the marginals sum to 1), so both information
      * measures are functions of the mutual information HX + HY - HXY. */
-    mi = hx + hy - hxy;
     if (mi < 0) mi = 0;                                            /* rounding only */
     f[11] = (hx > hy ? hx : hy) > 0 ? -mi / (hx > hy ? hx : hy) : 0.0;
-    f[12] = sqrt(1.0 - exp(-2.0 * M_LN2 * mi));                    /* nats in the exponent */
+    f[12] = sqrt(-expm1(-2.0 * M_LN2 * mi));                       /* nats in the exponent */
     f[13] = glcm_mcc(P, levels, m->rows, m->cols, m->T);
 }
 
