@@ -113,6 +113,37 @@ patina_status patina_extract_batch(patina_context_t *ctx, const patina_extractor
                                    const patina_image_t *images, size_t n,
                                    patina_status *status);
 
+/* ------------------------------------------------------------- code maps
+ * The per-pixel codes behind a histogram family (lbp, lbp8, tlbap, lanadp;
+ * docs/lbp.md): the family's descriptor is a histogram of this map. */
+
+typedef struct patina_codemap {
+    int width, height;    /* may be 0 (e.g. lbp8 of an image under 3x3) */
+    patina_elem elem;     /* U8, U16 or U32 codes; F64 values for lbp method=var */
+    uint64_t code_limit;  /* every code is < code_limit (0 for F64 maps) */
+    void *data;           /* (height, width) row-major, owned; NULL when empty */
+} patina_codemap_t;
+
+/* Whether the extractor's family has code maps. */
+int patina_extractor_has_codemap(const patina_extractor_t *ex);
+
+/* The code map of one image, computed on the CPU with ctx's threads (ctx may
+ * be NULL: one thread). map is caller storage, filled here (empty on
+ * failure); free its pixels with patina_codemap_release. Families without
+ * code maps fail with PATINA_E_UNAVAILABLE. */
+patina_status patina_extract_codemap(patina_context_t *ctx, const patina_extractor_t *ex,
+                                     patina_codemap_t *map, const patina_image_t *img);
+
+/* Frees the pixels and zeroes the struct. Accepts NULL and empty maps. */
+void patina_codemap_release(patina_codemap_t *map);
+
+/* Writes a map to `path` (docs/lbp.md, "Code map files"): binary PGM, 8-bit
+ * (maxval 255) when every code is < 256, else 16-bit big-endian (maxval
+ * 65535) when every code is < 65536; larger codes as a PAM of depth 2
+ * (maxval 65535, TUPLTYPE PATINA_CODE32: each pixel's code as 4 big-endian
+ * bytes); F64 maps as PFM ("Pf", float32 little-endian, bottom row first). */
+patina_status patina_codemap_write(const patina_codemap_t *map, const char *path);
+
 #ifdef __cplusplus
 }
 #endif

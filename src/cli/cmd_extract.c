@@ -1,7 +1,9 @@
 /* patina extract: descriptors of images, printed as CSV or JSON lines. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
 
@@ -16,6 +18,9 @@ static void help(FILE *f)
             "                      json: one object per line {\"path\",\"family\",\"descriptor\"}\n"
             "                      (glcm: {\"path\",\"family\",\"glcm\",\"props\",\"haralick\",...})\n"
             "      --device D      auto|cpu|gpu|hybrid (default: auto)\n"
+            "      --map DIR       also write each image's code map (lbp, lbp8, tlbap, lanadp)\n"
+            "                      as DIR/<name without extension>.pgm (.pfm for lbp var);\n"
+            "                      see docs/lbp.md for the formats\n"
             "  -j, --jobs N        CPU threads (default: all)\n"
             "      --max-pixels N  refuse images with more pixels (default 268435456)\n"
             "  -h, --help          this help\n"
@@ -25,13 +30,40 @@ static void help(FILE *f)
 
 #define BATCH 64
 
+/* Writes the code map of img to DIR/<basename of name without extension>.pgm
+ * (.pfm for floating-point maps). */
+static patina_status write_map(patina_context_t *ctx, const patina_extractor_t *ex,
+                               const char *dir, const char *name, const patina_image_t *img)
+{
+    patina_codemap_t map;
+    const char *base = strrchr(name, '/'), *dot;
+    char path[4096];
+    int len;
+    patina_status s;
+    base = base ? base + 1 : name;
+    dot = strrchr(base, '.');
+    len = dot && dot != base ? (int)(dot - base) : (int)strlen(base);
+    s = patina_extract_codemap(ctx, ex, &map, img);
+    if (s != PATINA_OK) return s;
+    if (snprintf(path, sizeof path, "%s/%.*s.%s", dir, len, base,
+                 map.elem == PATINA_ELEM_F64 ? "pfm" : "pgm") >= (int)sizeof path) {
+        patina_codemap_release(&map);
+        cli_error("extract", "'%s': map path too long", name);
+        return PATINA_E_LIMIT;
+    }
+    s = patina_codemap_write(&map, path);
+    patina_codemap_release(&map);
+    return s;
+}
+
 int cmd_extract(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"family", required_argument, 0, 'f'}, {"format", required_argument, 0, 'F'},
         {"device", required_argument, 0, 'd'}, {"jobs", required_argument, 0, 'j'},
-        {"max-pixels", required_argument, 0, 'P'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *family = "cedd", *format = "csv";
+        {"max-pixels", required_argument, 0, 'P'}, {"help", no_argument, 0, 'h'},
+        {"map", required_argument, 0, 'M'}, {0, 0, 0, 0}};
+    const char *family = "cedd", *format = "csv", *mapdir = NULL;
     patina_device device = PATINA_DEVICE_AUTO;
     patina_context_opts_t copts = {0};
     patina_extractor_t *ex = NULL;
@@ -50,6 +82,7 @@ int cmd_extract(int argc, char **argv)
         switch (c) {
         case 'f': family = optarg; break;
         case 'F': format = optarg; break;
+        case 'M': mapdir = optarg; break;
         case 'd':
             if (patina_device_parse(&device, optarg) != PATINA_OK) {
                 cli_error("extract", "%s", patina_last_error());
@@ -82,6 +115,17 @@ int cmd_extract(int argc, char **argv)
         cli_status_error("extract", s);
         return EXIT_USAGE;
     }
+    if (mapdir && !patina_extractor_has_codemap(ex)) {
+        cli_error("extract", "--map: family '%s' has no code maps (lbp, lbp8, tlbap and lanadp do)",
+                  patina_extractor_family(ex));
+        patina_extractor_free(ex);
+        return EXIT_USAGE;
+    }
+    if (mapdir && mkdir(mapdir, 0777) != 0 && errno != EEXIST) {
+        cli_error("extract", "--map: cannot create '%s': %s", mapdir, strerror(errno));
+        patina_extractor_free(ex);
+        return EXIT_ERROR;
+    }
     if ((s = patina_context_new(&ctx, &copts)) != PATINA_OK) {
         cli_status_error("extract", s);
         patina_extractor_free(ex);
@@ -105,6 +149,13 @@ int cmd_extract(int argc, char **argv)
                 continue;
             }
             names[n++] = argv[a];
+        }
+        for (i = 0; mapdir && i < n; i++) {
+            s = write_map(ctx, ex, mapdir, names[i], &imgs[i]);
+            if (s != PATINA_OK) {
+                cli_error("extract", "'%s': code map: %s", names[i], patina_last_error());
+                rc = EXIT_PARTIAL;
+            }
         }
         if (json && patina_extractor_has_json(ex)) {
             /* Families with a full description (glcm: counts, properties,

@@ -29,6 +29,15 @@ typedef struct patina_family {
                          const patina_image_t *imgs, size_t n, patina_status *st);
     patina_status (*hybrid)(patina_gpu_t *g, patina_pool_t *pool, const void *params, void *out,
                             const patina_image_t *imgs, size_t n, patina_status *st);
+    /* Optional hooks (NULL for families that do not need them). */
+    /* Element type when it depends on the options (else .elem). */
+    patina_elem (*elem_for)(const void *params);
+    /* Distance name when it depends on the options (else .distance_name). */
+    const char *(*distance_name_for)(const void *params);
+    /* Code map of one image on the CPU (pool may be NULL); see
+     * patina_extract_codemap. */
+    patina_status (*codemap)(const void *params, patina_codemap_t *map, const patina_image_t *img,
+                             patina_pool_t *pool);
     /* Full JSON description of one image for `extract --format json`, as
      * object members without braces ("\"glcm\":[...],\"props\":{...}") in
      * a malloc'd string the caller frees (NULL: the descriptor vector). */
@@ -36,6 +45,10 @@ typedef struct patina_family {
 } patina_family_t;
 
 extern const patina_family_t patina_family_cedd;
+extern const patina_family_t patina_family_lbp;
+extern const patina_family_t patina_family_lbp8;
+extern const patina_family_t patina_family_tlbap;
+extern const patina_family_t patina_family_lanadp;
 extern const patina_family_t patina_family_glcm;
 extern const patina_family_t patina_family_haralick;
 

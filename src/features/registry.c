@@ -11,6 +11,10 @@
 
 static const patina_family_t *const families[] = {
     &patina_family_cedd,
+    &patina_family_lbp,
+    &patina_family_lbp8,
+    &patina_family_tlbap,
+    &patina_family_lanadp,
     &patina_family_glcm,
     &patina_family_haralick,
 };
@@ -118,7 +122,10 @@ void patina_extractor_free(patina_extractor_t *ex) { free(ex); }
 const char *patina_extractor_spec(const patina_extractor_t *ex) { return ex->spec; }
 const char *patina_extractor_family(const patina_extractor_t *ex) { return ex->family->name; }
 size_t patina_extractor_dim(const patina_extractor_t *ex) { return ex->family->dim(ex->params); }
-patina_elem patina_extractor_elem(const patina_extractor_t *ex) { return ex->family->elem; }
+patina_elem patina_extractor_elem(const patina_extractor_t *ex)
+{
+    return ex->family->elem_for ? ex->family->elem_for(ex->params) : ex->family->elem;
+}
 
 size_t patina_extractor_bytes(const patina_extractor_t *ex)
 {
@@ -127,6 +134,7 @@ size_t patina_extractor_bytes(const patina_extractor_t *ex)
 
 const char *patina_extractor_distance_name(const patina_extractor_t *ex)
 {
+    if (ex->family->distance_name_for) return ex->family->distance_name_for(ex->params);
     return ex->family->distance_name;
 }
 
@@ -156,6 +164,11 @@ patina_status patina_extractor_json(const patina_extractor_t *ex, const patina_i
         return patina__fail(PATINA_E_UNAVAILABLE, "%s: no JSON description beyond the descriptor",
                             ex->family->name);
     return ex->family->json(ex->params, json, img);
+}
+
+int patina_extractor_has_codemap(const patina_extractor_t *ex)
+{
+    return ex && ex->family->codemap != NULL;
 }
 
 /* ------------------------------------------------------------------ context */
@@ -194,6 +207,17 @@ void patina_context_free(patina_context_t *ctx)
 
 int patina_context_threads(const patina_context_t *ctx) { return patina_pool_size(ctx->pool); }
 const patina_limits_t *patina_context_limits(const patina_context_t *ctx) { return &ctx->opts.limits; }
+
+patina_status patina_extract_codemap(patina_context_t *ctx, const patina_extractor_t *ex,
+                                     patina_codemap_t *map, const patina_image_t *img)
+{
+    if (map) memset(map, 0, sizeof *map);
+    if (!ex || !map || !img) return patina__fail(PATINA_E_INVALID, "codemap: null argument");
+    if (!ex->family->codemap)
+        return patina__fail(PATINA_E_UNAVAILABLE, "%s: this family has no code maps",
+                            ex->family->name);
+    return ex->family->codemap(ex->params, map, img, ctx ? ctx->pool : NULL);
+}
 
 /* Internal: the context's pool, for the pipeline. */
 patina_pool_t *patina__context_pool(patina_context_t *ctx);

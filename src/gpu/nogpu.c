@@ -51,3 +51,33 @@ patina_status patina_gpu_cedd_hybrid(patina_gpu_t *g, patina_pool_t *pool, uint8
     (void)g; (void)pool; (void)out; (void)imgs; (void)n; (void)compact; (void)st;
     return none();
 }
+
+patina_status patina_gpu_lbp(patina_gpu_t *g, const struct lbp_conf *c, void *out,
+                             const patina_image_t *imgs, size_t n, patina_status *st)
+{
+    (void)g; (void)c; (void)out; (void)imgs; (void)n; (void)st;
+    return none();
+}
+
+const char *patina_gpu_lbp_lab_name(int variant)
+{
+    (void)variant;
+    return "none";
+}
+
+patina_status patina_gpu_lbp_lab(int variant, const struct lbp_conf *c, const uint8_t *grey,
+                                 int w, int h, int n, void *codes, uint32_t *counts, int reps,
+                                 double *ms)
+{
+    (void)variant; (void)c; (void)grey; (void)w; (void)h; (void)n; (void)codes; (void)counts;
+    (void)reps;
+    if (ms) *ms = 0.0;
+    return none();
+}
+
+patina_status patina_gpu_lbp_copy_bandwidth(size_t bytes, int reps, double *gbps)
+{
+    (void)bytes; (void)reps;
+    *gbps = 0.0;
+    return none();
+}
