@@ -10,7 +10,24 @@
  * lock (LMDB's writer mutex).
  *
  * Strings returned inside records are owned by the record; release them with
- * patina_record_release. */
+ * patina_record_release.
+ *
+ * Concurrency. Across processes: any number of readers, one writer at a
+ * time; a second writer (process or thread) blocks in patina_collection_put
+ * / _remove until the first commits or aborts. Readers never block and see
+ * the last committed state as of the start of each call (every call is its
+ * own transaction; an iteration with _next may therefore see records added
+ * or removed between calls). Within a process: one handle may be shared by
+ * any number of threads; reads run in parallel, writes are serialised.
+ * Do not use a handle in a child after fork(); open a new one there.
+ *
+ * Keys. A key is a non-empty string of at most PATINA_KEY_MAX bytes. Keys
+ * longer than 480 bytes (LMDB's key limit is 511) are indexed by their
+ * SHA-256 and stored in full in the record, so lookups stay exact.
+ *
+ * Limits. PATINA_TABLES_MAX descriptor tables per collection; specs of at
+ * most 400 bytes; descriptors of 1 .. 64 MiB. A full map or disk makes a
+ * write fail with PATINA_E_FULL and changes nothing. */
 #ifndef PATINA_STORE_H
 #define PATINA_STORE_H
 
@@ -23,6 +40,9 @@ extern "C" {
 #endif
 
 typedef struct patina_collection patina_collection_t;
+
+#define PATINA_KEY_MAX 65535
+#define PATINA_TABLES_MAX 250
 
 enum {
     PATINA_OPEN_READONLY = 0,
@@ -43,7 +63,18 @@ typedef struct patina_record {
 void patina_record_release(patina_record_t *rec); /* frees key, zeroes */
 
 /* Opens (or creates) the collection at `dir`. map_size 0 = default (64 GiB
- * of address space; the file grows as needed). */
+ * of address space, halved down to 1 GiB where the system refuses that
+ * much, e.g. under ulimit -v; the file grows as needed). map_size is
+ * the most the collection may hold; once reached, writes fail with
+ * PATINA_E_FULL. A smaller value than the data already needs is raised.
+ *
+ * Without PATINA_OPEN_CREATE the directory must hold a collection:
+ * PATINA_E_NOTFOUND for a missing directory, PATINA_E_FORMAT ("not a patina
+ * collection") for any other directory or an LMDB file of another program,
+ * and PATINA_E_FORMAT for a collection of another format version. CREATE
+ * makes the directory (one level) if missing and initialises an empty one;
+ * it refuses a non-empty directory that holds no collection. READONLY
+ * handles fail every write with PATINA_E_INVALID. */
 patina_status patina_collection_open(patina_collection_t **c, const char *dir, int flags,
                                      uint64_t map_size);
 void patina_collection_close(patina_collection_t *c); /* accepts NULL */
@@ -51,7 +82,26 @@ void patina_collection_close(patina_collection_t *c); /* accepts NULL */
 /* Number of image records. */
 patina_status patina_collection_count(patina_collection_t *c, uint64_t *n);
 
-/* Looks a record up by key or id: PATINA_E_NOTFOUND when absent. */
+typedef struct patina_collection_info {
+    uint32_t format;        /* on-disk format version */
+    uint64_t records;       /* image records */
+    uint64_t next_id;       /* the id the next new record gets */
+    size_t tables;          /* descriptor tables */
+    uint64_t map_size;      /* bytes the collection may grow to */
+    uint64_t used;          /* bytes of the map in use (last page used) */
+    uint32_t page_size;
+    uint32_t max_readers;   /* reader slots (concurrent read transactions, all processes) */
+} patina_collection_info_t;
+
+/* A snapshot of the collection's counters and sizes. */
+patina_status patina_collection_info(patina_collection_t *c, patina_collection_info_t *info);
+
+/* Rows and descriptor size of table `spec`; PATINA_E_NOTFOUND when absent. */
+patina_status patina_collection_table_info(patina_collection_t *c, const char *spec, size_t *n,
+                                           size_t *desc_bytes);
+
+/* Looks a record up by key or id: PATINA_E_NOTFOUND when absent. rec is
+ * overwritten (not released first); on success release it. */
 patina_status patina_collection_get_by_key(patina_collection_t *c, const char *key,
                                            patina_record_t *rec);
 patina_status patina_collection_get(patina_collection_t *c, uint64_t id, patina_record_t *rec);
@@ -68,16 +118,24 @@ typedef struct patina_insert {
 
 /* Adds n images and their descriptors in ONE transaction. A key that exists
  * already is replaced (its old descriptors in every table are removed; it
- * keeps its id). ids (may be NULL) receives the ids. The table's descriptor
- * size is fixed by its first insert; a different size fails. */
+ * keeps its id; a key repeated within the batch: the last one wins, both
+ * get the same id). ids (may be NULL) receives the ids (unspecified when the
+ * call fails). The table's
+ * descriptor size is fixed by its first insert; a different size fails.
+ * Any failure aborts the whole batch: nothing of it is written. A full map
+ * or disk gives PATINA_E_FULL. n = 0 does nothing. items and descriptors
+ * are copied. */
 patina_status patina_collection_put(patina_collection_t *c, const char *spec, size_t desc_bytes,
                                     const patina_insert_t *items, size_t n, uint64_t *ids);
 
-/* Removes an image record and its descriptors in every table. */
+/* Removes an image record and its descriptors in every table (one
+ * transaction); PATINA_E_NOTFOUND when absent. Its id is never reused. */
 patina_status patina_collection_remove(patina_collection_t *c, uint64_t id);
 
-/* Iterates records in id order. Start with *cursor = 0; returns PATINA_DONE
- * at the end. rec must be released by the caller each time. */
+/* Iterates records in id order. Start with *cursor = 0; each call returns
+ * the first record with id > *cursor and sets *cursor to its id; returns
+ * PATINA_DONE (rec zeroed) at the end. rec must be released by the caller
+ * each time. */
 patina_status patina_collection_next(patina_collection_t *c, uint64_t *cursor,
                                      patina_record_t *rec);
 
@@ -87,12 +145,24 @@ patina_status patina_collection_tables(patina_collection_t *c, char ***specs, si
 
 /* Loads table `spec` into one contiguous matrix: *ids (n) and *descs
  * (n, *desc_bytes) row-major, in id order; both malloc'd, caller frees.
- * PATINA_E_NOTFOUND when the table does not exist. */
+ * PATINA_E_NOTFOUND when the table does not exist. An empty table gives
+ * n = 0 and NULL arrays. */
 patina_status patina_collection_load(patina_collection_t *c, const char *spec, uint64_t **ids,
                                      uint8_t **descs, size_t *n, size_t *desc_bytes);
 
 /* SHA-256 of a buffer (FIPS 180-4). */
 void patina_sha256(uint8_t out[32], const void *data, size_t size);
+
+/* Streaming SHA-256 in caller storage: init, update any number of times,
+ * final (which wipes the context). */
+typedef struct patina_sha256_ctx {
+    uint32_t h[8];
+    uint64_t bytes;
+    uint8_t buf[64];
+} patina_sha256_ctx_t;
+void patina_sha256_init(patina_sha256_ctx_t *ctx);
+void patina_sha256_update(patina_sha256_ctx_t *ctx, const void *data, size_t size);
+void patina_sha256_final(patina_sha256_ctx_t *ctx, uint8_t out[32]);
 
 #ifdef __cplusplus
 }

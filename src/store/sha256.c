@@ -1,0 +1,108 @@
+/* SHA-256 (FIPS 180-4 §6.2), one-shot and streaming. Used for the content
+ * hash of image records and for the hashed form of over-long keys.
+ * Plain portable C: big-endian message words are assembled byte by byte,
+ * so it is independent of the host's byte order. Not constant-time (it
+ * hashes public file contents, not secrets). */
+#include <string.h>
+
+#include "patina/store.h"
+
+static const uint32_t K[64] = {
+    0x428a2f98u, 0x71374491u, 0xb5c0fbcfu, 0xe9b5dba5u, 0x3956c25bu, 0x59f111f1u, 0x923f82a4u,
+    0xab1c5ed5u, 0xd807aa98u, 0x12835b01u, 0x243185beu, 0x550c7dc3u, 0x72be5d74u, 0x80deb1feu,
+    0x9bdc06a7u, 0xc19bf174u, 0xe49b69c1u, 0xefbe4786u, 0x0fc19dc6u, 0x240ca1ccu, 0x2de92c6fu,
+    0x4a7484aau, 0x5cb0a9dcu, 0x76f988dau, 0x983e5152u, 0xa831c66du, 0xb00327c8u, 0xbf597fc7u,
+    0xc6e00bf3u, 0xd5a79147u, 0x06ca6351u, 0x14292967u, 0x27b70a85u, 0x2e1b2138u, 0x4d2c6dfcu,
+    0x53380d13u, 0x650a7354u, 0x766a0abbu, 0x81c2c92eu, 0x92722c85u, 0xa2bfe8a1u, 0xa81a664bu,
+    0xc24b8b70u, 0xc76c51a3u, 0xd192e819u, 0xd6990624u, 0xf40e3585u, 0x106aa070u, 0x19a4c116u,
+    0x1e376c08u, 0x2748774cu, 0x34b0bcb5u, 0x391c0cb3u, 0x4ed8aa4au, 0x5b9cca4fu, 0x682e6ff3u,
+    0x748f82eeu, 0x78a5636fu, 0x84c87814u, 0x8cc70208u, 0x90befffau, 0xa4506cebu, 0xbef9a3f7u,
+    0xc67178f2u,
+};
+
+#define ROTR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
+#define CH(x, y, z) (((x) & (y)) ^ (~(x) & (z)))
+#define MAJ(x, y, z) (((x) & (y)) ^ ((x) & (z)) ^ ((y) & (z)))
+#define BSIG0(x) (ROTR(x, 2) ^ ROTR(x, 13) ^ ROTR(x, 22))
+#define BSIG1(x) (ROTR(x, 6) ^ ROTR(x, 11) ^ ROTR(x, 25))
+#define SSIG0(x) (ROTR(x, 7) ^ ROTR(x, 18) ^ ((x) >> 3))
+#define SSIG1(x) (ROTR(x, 17) ^ ROTR(x, 19) ^ ((x) >> 10))
+
+/* One 64-byte block into the state h[8]. */
+static void compress(uint32_t h[8], const uint8_t blk[64])
+{
+    uint32_t w[64], a, b, c, d, e, f, g, hh, t1, t2;
+    int t;
+    for (t = 0; t < 16; t++)
+        w[t] = (uint32_t)blk[4 * t] << 24 | (uint32_t)blk[4 * t + 1] << 16 |
+               (uint32_t)blk[4 * t + 2] << 8 | (uint32_t)blk[4 * t + 3];
+    for (t = 16; t < 64; t++) w[t] = SSIG1(w[t - 2]) + w[t - 7] + SSIG0(w[t - 15]) + w[t - 16];
+    a = h[0]; b = h[1]; c = h[2]; d = h[3]; e = h[4]; f = h[5]; g = h[6]; hh = h[7];
+    for (t = 0; t < 64; t++) {
+        t1 = hh + BSIG1(e) + CH(e, f, g) + K[t] + w[t];
+        t2 = BSIG0(a) + MAJ(a, b, c);
+        hh = g; g = f; f = e; e = d + t1;
+        d = c; c = b; b = a; a = t1 + t2;
+    }
+    h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += hh;
+}
+
+void patina_sha256_init(patina_sha256_ctx_t *ctx)
+{
+    static const uint32_t h0[8] = {0x6a09e667u, 0xbb67ae85u, 0x3c6ef372u, 0xa54ff53au,
+                                   0x510e527fu, 0x9b05688cu, 0x1f83d9abu, 0x5be0cd19u};
+    memcpy(ctx->h, h0, sizeof h0);
+    ctx->bytes = 0;
+    memset(ctx->buf, 0, sizeof ctx->buf);
+}
+
+void patina_sha256_update(patina_sha256_ctx_t *ctx, const void *data, size_t size)
+{
+    const uint8_t *p = data;
+    size_t have = (size_t)(ctx->bytes % 64);
+    if (size == 0) return;
+    ctx->bytes += size;
+    if (have) {
+        size_t take = 64 - have < size ? 64 - have : size;
+        memcpy(ctx->buf + have, p, take);
+        p += take;
+        size -= take;
+        if (have + take < 64) return;
+        compress(ctx->h, ctx->buf);
+    }
+    for (; size >= 64; p += 64, size -= 64) compress(ctx->h, p);
+    if (size) memcpy(ctx->buf, p, size);
+}
+
+void patina_sha256_final(patina_sha256_ctx_t *ctx, uint8_t out[32])
+{
+    /* Padding (§5.1.1): 0x80, zeros to 56 mod 64, then the length in bits
+     * as a 64-bit big-endian integer. */
+    uint64_t bits = ctx->bytes * 8;
+    size_t have = (size_t)(ctx->bytes % 64);
+    int i;
+    ctx->buf[have++] = 0x80;
+    if (have > 56) {
+        memset(ctx->buf + have, 0, 64 - have);
+        compress(ctx->h, ctx->buf);
+        have = 0;
+    }
+    memset(ctx->buf + have, 0, 56 - have);
+    for (i = 0; i < 8; i++) ctx->buf[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
+    compress(ctx->h, ctx->buf);
+    for (i = 0; i < 8; i++) {
+        out[4 * i] = (uint8_t)(ctx->h[i] >> 24);
+        out[4 * i + 1] = (uint8_t)(ctx->h[i] >> 16);
+        out[4 * i + 2] = (uint8_t)(ctx->h[i] >> 8);
+        out[4 * i + 3] = (uint8_t)ctx->h[i];
+    }
+    memset(ctx, 0, sizeof *ctx);
+}
+
+void patina_sha256(uint8_t out[32], const void *data, size_t size)
+{
+    patina_sha256_ctx_t ctx;
+    patina_sha256_init(&ctx);
+    if (size) patina_sha256_update(&ctx, data, size);
+    patina_sha256_final(&ctx, out);
+}
