@@ -1,0 +1,666 @@
+/* Exact k-NN and range search on the CPU (include/patina/search.h).
+ *
+ * What it is: brute force. Every query is compared with every row of the
+ * index by the extractor's distance; per (query, chunk of rows) a bounded
+ * max-heap keeps the best k; chunks of one query are merged afterwards.
+ * Work is spread over a thread pool created per call: over queries when
+ * there are at least as many queries as threads, else each query's rows are
+ * cut into chunks (at least PATINA_KNN_MIN_CHUNK rows) so that one query
+ * on a large index uses every thread.
+ *
+ * Order: distance ascending, ties by id ascending; NaN distances (a broken
+ * distance function) sort after every number. ids are unique in an index,
+ * so this is a total order and the result does not depend on the number of
+ * threads or the chunking.
+ *
+ * CEDD fast path. LIRE's Tanimoto (patina_cedd_tanimoto, query = a, row = b)
+ * accumulates, in double and in bin order, C1 += p*q, C2 += q*q, C3 += p*p
+ * with p = b[i]/T1, q = a[i]/T2. Each accumulator is its own sequence of
+ * roundings, so:
+ *   - C3 and T1 depend on the row only: computed once per row at build time
+ *     by the same loop, they are the same doubles;
+ *   - C2 and T2 depend on the query only: computed once per query;
+ *   - p takes at most 8 values per row (bins are 0..7): P[T1][v] = v/T1 is
+ *     the same division, looked up in a (1009, 8) table;
+ *   - C1 gets +0.0 from every bin where the query is 0, and x + (+0.0) == x
+ *     exactly for every x >= +0.0, so those bins are skipped and C1 runs
+ *     over the query's non-zero bins only, still in bin order.
+ * The final 100 - 100 * (C1 / ((C2 + C3) - C1)) is the same expression.
+ * Nothing is reassociated, so the doubles are identical (tests/test_search.c
+ * checks every pair bit for bit). Rows or queries with a bin above 7 (not a
+ * CEDD descriptor) use the generic distance. Four rows run at once for
+ * instruction-level parallelism; each keeps its own sequential C1. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "patina/cedd.h"
+#include "search/knn.h"
+
+#define K_MAX 1000000
+#define TILE 256          /* rows whose distances are computed before selection */
+#define T_MAX (PATINA_CEDD_DIM * 7)
+
+struct patina_index {
+    patina_extractor_t *ex;   /* owned copy of the caller's extractor */
+    size_t n, bytes;
+    uint64_t *ids;            /* (n) unique */
+    uint8_t *descs;           /* (n, bytes) row-major */
+    /* CEDD Tanimoto fast path; t1 == NULL when not used */
+    uint16_t *t1;             /* (n) T1 = sum of the row's bins */
+    double *c3;               /* (n) C3 = sum of p*p in bin order */
+    double (*ptab)[8];        /* (T_MAX + 1, 8): ptab[T][v] = v / T; row 0 zeros */
+};
+
+/* A query prepared for the fast path. */
+typedef struct tq {
+    int fast;                 /* 0: use the generic distance for this query */
+    int nnz;
+    double t2, c2;
+    uint8_t idx[PATINA_CEDD_DIM];  /* the query's non-zero bins, ascending */
+    double qv[PATINA_CEDD_DIM];    /* q = a[idx[j]] / T2 */
+} tq_t;
+
+int patina__index_fast_path(const patina_index_t *idx) { return idx && idx->t1 != NULL; }
+
+size_t patina_index_size(const patina_index_t *idx) { return idx ? idx->n : 0; }
+
+void patina_index_free(patina_index_t *idx)
+{
+    if (!idx) return;
+    patina_extractor_free(idx->ex);
+    free(idx->ids);
+    free(idx->descs);
+    free(idx->t1);
+    free(idx->c3);
+    free(idx->ptab);
+    free(idx);
+}
+
+/* ---------------------------------------------------------------- ordering */
+
+static int hit_cmp(const patina_hit_t *a, const patina_hit_t *b)
+{
+    int an = isnan(a->distance), bn = isnan(b->distance);
+    if (an != bn) return an ? 1 : -1;
+    if (!an) {
+        if (a->distance < b->distance) return -1;
+        if (a->distance > b->distance) return 1;
+    }
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+static int hit_qsort_cmp(const void *a, const void *b) { return hit_cmp(a, b); }
+
+static int u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Max-heap of the best `cap` hits so far: h[0] is the worst kept. */
+typedef struct heap {
+    patina_hit_t *h;
+    size_t n, cap;
+} heap_t;
+
+static void heap_sift_down(patina_hit_t *h, size_t n, size_t i)
+{
+    patina_hit_t x = h[i];
+    for (;;) {
+        size_t l = 2 * i + 1, m;
+        if (l >= n) break;
+        m = l + 1 < n && hit_cmp(&h[l + 1], &h[l]) > 0 ? l + 1 : l;
+        if (hit_cmp(&h[m], &x) <= 0) break;
+        h[i] = h[m];
+        i = m;
+    }
+    h[i] = x;
+}
+
+static void heap_push(heap_t *hp, double d, uint64_t id)
+{
+    patina_hit_t x = {id, d};
+    if (hp->n < hp->cap) {
+        size_t i = hp->n++;
+        while (i > 0) {
+            size_t p = (i - 1) / 2;
+            if (hit_cmp(&hp->h[p], &x) >= 0) break;
+            hp->h[i] = hp->h[p];
+            i = p;
+        }
+        hp->h[i] = x;
+        return;
+    }
+    if (d > hp->h[0].distance) return; /* the common case, without NaN tests */
+    if (hit_cmp(&x, &hp->h[0]) >= 0) return;
+    hp->h[0] = x;
+    heap_sift_down(hp->h, hp->n, 0);
+}
+
+/* ------------------------------------------------------------ building */
+
+static int is_cedd_tanimoto(const patina_extractor_t *ex)
+{
+    return strcmp(patina_extractor_family(ex), "cedd") == 0 &&
+           strcmp(patina_extractor_distance_name(ex), "tanimoto") == 0 &&
+           patina_extractor_elem(ex) == PATINA_ELEM_U8 &&
+           patina_extractor_bytes(ex) == PATINA_CEDD_DIM;
+}
+
+/* Caches T1 and C3 per row; leaves the fast path off if a row has a bin > 7. */
+static patina_status build_fast_path(patina_index_t *ix)
+{
+    size_t r;
+    int t, v, i;
+    for (r = 0; r < ix->n; r++) {
+        const uint8_t *b = ix->descs + r * PATINA_CEDD_DIM;
+        for (i = 0; i < PATINA_CEDD_DIM; i++)
+            if (b[i] > 7) return PATINA_OK;
+    }
+    ix->t1 = malloc((ix->n ? ix->n : 1) * sizeof *ix->t1);
+    ix->c3 = malloc((ix->n ? ix->n : 1) * sizeof *ix->c3);
+    ix->ptab = malloc((T_MAX + 1) * sizeof *ix->ptab);
+    if (!ix->t1 || !ix->c3 || !ix->ptab) {
+        free(ix->t1);
+        free(ix->c3);
+        free(ix->ptab);
+        ix->t1 = NULL;
+        ix->c3 = NULL;
+        ix->ptab = NULL;
+        return patina__fail(PATINA_E_NOMEM, "search: out of memory building the index");
+    }
+    for (v = 0; v < 8; v++) ix->ptab[0][v] = 0.0;
+    for (t = 1; t <= T_MAX; t++)
+        for (v = 0; v < 8; v++) ix->ptab[t][v] = (double)v / (double)t;
+    for (r = 0; r < ix->n; r++) {
+        const uint8_t *b = ix->descs + r * PATINA_CEDD_DIM;
+        double t1 = 0.0, c3 = 0.0;
+        for (i = 0; i < PATINA_CEDD_DIM; i++) t1 += (double)b[i];
+        if (t1 != 0.0)
+            for (i = 0; i < PATINA_CEDD_DIM; i++) {
+                double p = (double)b[i] / t1;
+                c3 += p * p;
+            }
+        ix->t1[r] = (uint16_t)t1;
+        ix->c3[r] = c3;
+    }
+    return PATINA_OK;
+}
+
+/* Takes ownership of ids and descs (freed on failure too). */
+static patina_status index_build(patina_index_t **out, const patina_extractor_t *ex, uint64_t *ids,
+                                 uint8_t *descs, size_t n, int ids_sorted)
+{
+    patina_index_t *ix;
+    patina_status s;
+    size_t i;
+    ix = calloc(1, sizeof *ix);
+    if (!ix) {
+        free(ids);
+        free(descs);
+        return patina__fail(PATINA_E_NOMEM, "search: out of memory");
+    }
+    ix->ids = ids;
+    ix->descs = descs;
+    ix->n = n;
+    ix->bytes = patina_extractor_bytes(ex);
+    s = patina_extractor_new(&ix->ex, patina_extractor_spec(ex));
+    if (s != PATINA_OK) goto fail;
+    /* ids must be unique: the tie rule (then the result) depends on it. */
+    if (!ids_sorted && n > 1) {
+        uint64_t *sorted = malloc(n * sizeof *sorted);
+        if (!sorted) {
+            s = patina__fail(PATINA_E_NOMEM, "search: out of memory");
+            goto fail;
+        }
+        memcpy(sorted, ids, n * sizeof *sorted);
+        qsort(sorted, n, sizeof *sorted, u64_cmp);
+        for (i = 1; i < n; i++)
+            if (sorted[i] == sorted[i - 1]) break;
+        if (i < n) s = patina__fail(PATINA_E_INVALID, "search: id %llu appears twice in the index",
+                                    (unsigned long long)sorted[i]);
+        free(sorted);
+        if (s != PATINA_OK) goto fail;
+    } else {
+        for (i = 1; i < n; i++)
+            if (ids[i] <= ids[i - 1]) {
+                s = patina__fail(PATINA_E_INVALID, "search: ids not strictly ascending at row %zu", i);
+                goto fail;
+            }
+    }
+    if (is_cedd_tanimoto(ex) && (s = build_fast_path(ix)) != PATINA_OK) goto fail;
+    *out = ix;
+    return PATINA_OK;
+fail:
+    patina_index_free(ix);
+    return s;
+}
+
+patina_status patina_index_new(patina_index_t **idx, const patina_extractor_t *ex,
+                               const uint64_t *ids, const void *descs, size_t n)
+{
+    uint64_t *ic = NULL;
+    uint8_t *dc = NULL;
+    size_t bytes;
+    if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index pointer");
+    *idx = NULL;
+    if (!ex) return patina__fail(PATINA_E_INVALID, "search: null extractor");
+    if (n && (!ids || !descs)) return patina__fail(PATINA_E_INVALID, "search: null ids or descriptors");
+    bytes = patina_extractor_bytes(ex);
+    if (n) {
+        if (n > SIZE_MAX / bytes / 2) return patina__fail(PATINA_E_LIMIT, "search: %zu rows is too many", n);
+        ic = malloc(n * sizeof *ic);
+        dc = malloc(n * bytes);
+        if (!ic || !dc) {
+            free(ic);
+            free(dc);
+            return patina__fail(PATINA_E_NOMEM, "search: out of memory copying %zu descriptors", n);
+        }
+        memcpy(ic, ids, n * sizeof *ic);
+        memcpy(dc, descs, n * bytes);
+    }
+    return index_build(idx, ex, ic, dc, n, 0);
+}
+
+patina_status patina_index_load(patina_index_t **idx, const patina_extractor_t *ex,
+                                patina_collection_t *c)
+{
+    uint64_t *ids = NULL;
+    uint8_t *descs = NULL;
+    size_t n = 0, bytes = 0;
+    patina_status s;
+    if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index pointer");
+    *idx = NULL;
+    if (!ex || !c) return patina__fail(PATINA_E_INVALID, "search: null extractor or collection");
+    s = patina_collection_load(c, patina_extractor_spec(ex), &ids, &descs, &n, &bytes);
+    if (s == PATINA_E_NOTFOUND) {
+        patina_clear_error();
+        return index_build(idx, ex, NULL, NULL, 0, 1);
+    }
+    if (s != PATINA_OK) return s;
+    if (n && bytes != patina_extractor_bytes(ex)) {
+        free(ids);
+        free(descs);
+        return patina__fail(PATINA_E_CORRUPT, "search: table '%s' holds %zu-byte descriptors; %s has %zu",
+                            patina_extractor_spec(ex), bytes, patina_extractor_family(ex),
+                            patina_extractor_bytes(ex));
+    }
+    return index_build(idx, ex, ids, descs, n, 1); /* the store returns ids in order */
+}
+
+/* --------------------------------------------------------------- distances */
+
+static void prepare_query(tq_t *q, const uint8_t *a)
+{
+    double t2 = 0.0, c2 = 0.0;
+    int i;
+    q->fast = 0;
+    q->nnz = 0;
+    for (i = 0; i < PATINA_CEDD_DIM; i++) {
+        if (a[i] > 7) return;
+        t2 += (double)a[i];
+    }
+    q->fast = 1;
+    q->t2 = t2;
+    if (t2 != 0.0)
+        for (i = 0; i < PATINA_CEDD_DIM; i++) {
+            double v = (double)a[i] / t2;
+            c2 += v * v;
+            if (a[i]) {
+                q->idx[q->nnz] = (uint8_t)i;
+                q->qv[q->nnz++] = v;
+            }
+        }
+    q->c2 = c2;
+}
+
+static inline double tanimoto_finish(const tq_t *q, unsigned t1, double c3, double c1)
+{
+    if (t1 == 0 || q->t2 == 0.0) return t1 == 0 && q->t2 == 0.0 ? 0.0 : 100.0;
+    return 100.0 - 100.0 * (c1 / ((q->c2 + c3) - c1));
+}
+
+/* out[j] = Tanimoto(query, row r0 + j) for j < cnt, bit-identical to
+ * patina_cedd_tanimoto (see the top of the file). */
+static void tanimoto_rows(const patina_index_t *ix, const tq_t *q, size_t r0, size_t cnt, double *out)
+{
+    const uint8_t *base = ix->descs + r0 * PATINA_CEDD_DIM;
+    const uint16_t *t1 = ix->t1 + r0;
+    const double *c3 = ix->c3 + r0;
+    const int nnz = q->nnz;
+    size_t r = 0;
+    int j;
+    for (; r + 4 <= cnt; r += 4) {
+        const uint8_t *b0 = base + r * PATINA_CEDD_DIM, *b1 = b0 + PATINA_CEDD_DIM,
+                      *b2 = b1 + PATINA_CEDD_DIM, *b3 = b2 + PATINA_CEDD_DIM;
+        const double *p0 = ix->ptab[t1[r]], *p1 = ix->ptab[t1[r + 1]], *p2 = ix->ptab[t1[r + 2]],
+                     *p3 = ix->ptab[t1[r + 3]];
+        double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+        for (j = 0; j < nnz; j++) {
+            unsigned i = q->idx[j];
+            double w = q->qv[j];
+            s0 += p0[b0[i]] * w;
+            s1 += p1[b1[i]] * w;
+            s2 += p2[b2[i]] * w;
+            s3 += p3[b3[i]] * w;
+        }
+        out[r] = tanimoto_finish(q, t1[r], c3[r], s0);
+        out[r + 1] = tanimoto_finish(q, t1[r + 1], c3[r + 1], s1);
+        out[r + 2] = tanimoto_finish(q, t1[r + 2], c3[r + 2], s2);
+        out[r + 3] = tanimoto_finish(q, t1[r + 3], c3[r + 3], s3);
+    }
+    for (; r < cnt; r++) {
+        const uint8_t *b = base + r * PATINA_CEDD_DIM;
+        const double *p = ix->ptab[t1[r]];
+        double s = 0.0;
+        for (j = 0; j < nnz; j++) s += p[b[q->idx[j]]] * q->qv[j];
+        out[r] = tanimoto_finish(q, t1[r], c3[r], s);
+    }
+}
+
+/* Distances of one query to rows [r0, r0 + cnt), cnt <= TILE. */
+static void tile_distances(const patina_index_t *ix, const uint8_t *query, const tq_t *q, size_t r0,
+                           size_t cnt, double *out)
+{
+    size_t j;
+    if (q && q->fast) {
+        tanimoto_rows(ix, q, r0, cnt, out);
+        return;
+    }
+    for (j = 0; j < cnt; j++)
+        out[j] = patina_extractor_distance(ix->ex, query, ix->descs + (r0 + j) * ix->bytes);
+}
+
+/* ------------------------------------------------------------------- jobs */
+
+/* A growable hit list (range search without max_hits). */
+typedef struct hitvec {
+    patina_hit_t *h;
+    size_t n, cap;
+} hitvec_t;
+
+typedef struct job {
+    const patina_index_t *ix;
+    const uint8_t *queries;   /* (nq, bytes) */
+    const tq_t *tq;           /* (nq) or NULL */
+    size_t nq, nchunks, chunk;
+    int range;
+    /* knn */
+    size_t k;
+    patina_hit_t *final;      /* (nq, k) the caller's hits */
+    patina_hit_t *scratch;    /* (nq * nchunks, cap) when nchunks > 1 */
+    size_t cap;
+    size_t *cnt;              /* (nq * nchunks) hits per task */
+    /* range */
+    double radius;
+    size_t max_hits;
+    hitvec_t *vec;            /* (nq * nchunks) */
+    atomic_int nomem;
+} job_t;
+
+static void search_task(void *arg, size_t t, int worker)
+{
+    job_t *jb = arg;
+    const patina_index_t *ix = jb->ix;
+    size_t q = t / jb->nchunks, c = t % jb->nchunks;
+    size_t r0 = c * jb->chunk, r1 = r0 + jb->chunk < ix->n ? r0 + jb->chunk : ix->n, r, j;
+    const uint8_t *query = jb->queries + q * ix->bytes;
+    const tq_t *tq = jb->tq ? &jb->tq[q] : NULL;
+    double dist[TILE];
+    heap_t hp = {NULL, 0, 0};
+    hitvec_t *vec = NULL;
+    (void)worker;
+
+    if (!jb->range) {
+        hp.h = jb->nchunks == 1 ? jb->final + q * jb->k : jb->scratch + t * jb->cap;
+        hp.cap = jb->nchunks == 1 ? (jb->k < ix->n ? jb->k : ix->n) : jb->cap;
+    } else if (jb->max_hits) {
+        vec = &jb->vec[t];
+        hp.h = vec->h;
+        hp.cap = vec->cap;
+    } else {
+        vec = &jb->vec[t];
+    }
+    for (r = r0; r < r1; r += TILE) {
+        size_t cnt = r1 - r < TILE ? r1 - r : TILE;
+        tile_distances(ix, query, tq, r, cnt, dist);
+        if (!jb->range || jb->max_hits) {
+            for (j = 0; j < cnt; j++)
+                if (!jb->range || dist[j] <= jb->radius) heap_push(&hp, dist[j], ix->ids[r + j]);
+            continue;
+        }
+        for (j = 0; j < cnt; j++) {
+            if (!(dist[j] <= jb->radius)) continue;
+            if (vec->n == vec->cap) {
+                size_t ncap = vec->cap ? 2 * vec->cap : 64;
+                patina_hit_t *h = realloc(vec->h, ncap * sizeof *h);
+                if (!h) {
+                    atomic_store(&jb->nomem, 1);
+                    return;
+                }
+                vec->h = h;
+                vec->cap = ncap;
+            }
+            vec->h[vec->n].id = ix->ids[r + j];
+            vec->h[vec->n++].distance = dist[j];
+        }
+    }
+    if (!jb->range) {
+        qsort(hp.h, hp.n, sizeof *hp.h, hit_qsort_cmp);
+        jb->cnt[t] = hp.n;
+    } else if (jb->max_hits) {
+        qsort(hp.h, hp.n, sizeof *hp.h, hit_qsort_cmp);
+        vec->n = hp.n;
+    } else {
+        qsort(vec->h, vec->n, sizeof *vec->h, hit_qsort_cmp);
+    }
+}
+
+/* Merges the sorted chunk lists of query q into out (at most `limit`);
+ * returns the count. */
+static size_t merge_lists(patina_hit_t *out, size_t limit, patina_hit_t *const *lists,
+                          const size_t *lens, size_t nlists, size_t *pos)
+{
+    size_t m = 0, l;
+    memset(pos, 0, nlists * sizeof *pos);
+    while (m < limit) {
+        size_t best = nlists;
+        for (l = 0; l < nlists; l++)
+            if (pos[l] < lens[l] &&
+                (best == nlists || hit_cmp(&lists[l][pos[l]], &lists[best][pos[best]]) < 0))
+                best = l;
+        if (best == nlists) break;
+        out[m++] = lists[best][pos[best]++];
+    }
+    return m;
+}
+
+/* Resolves threads and the chunking of each query's rows. */
+static patina_status plan(const patina_index_t *ix, size_t nq, int threads, int *nthreads,
+                          size_t *nchunks, size_t *chunk)
+{
+    size_t want, maxc;
+    if (threads < 0) return patina__fail(PATINA_E_INVALID, "search: %d threads", threads);
+    if (threads == 0) threads = patina_cpu_count();
+    if (threads > 1024) return patina__fail(PATINA_E_INVALID, "search: %d threads is too many (max 1024)", threads);
+    *nchunks = 1;
+    if (nq < (size_t)threads && ix->n >= 2 * PATINA_KNN_MIN_CHUNK) {
+        want = (4 * (size_t)threads + nq - 1) / nq;
+        maxc = ix->n / PATINA_KNN_MIN_CHUNK;
+        *nchunks = want < maxc ? want : maxc;
+    }
+    *chunk = ix->n ? (ix->n + *nchunks - 1) / *nchunks : 1;
+    *nchunks = ix->n ? (ix->n + *chunk - 1) / *chunk : 1;
+    /* Tiny problems are not worth starting threads for. */
+    if ((double)ix->n * (double)nq < 4096.0) threads = 1;
+    if ((size_t)threads > nq * *nchunks) threads = (int)(nq * *nchunks);
+    *nthreads = threads < 1 ? 1 : threads;
+    return PATINA_OK;
+}
+
+static patina_status run_job(job_t *jb, int nthreads)
+{
+    patina_pool_t *pool = NULL;
+    if (nthreads > 1) PATINA_TRY(patina_pool_new(&pool, nthreads));
+    patina_pool_run(pool, jb->nq * jb->nchunks, search_task, jb);
+    patina_pool_free(pool);
+    return PATINA_OK;
+}
+
+static patina_status prepare_queries(const patina_index_t *ix, const uint8_t *queries, size_t nq,
+                                     tq_t **out)
+{
+    size_t q;
+    *out = NULL;
+    if (!ix->t1 || ix->n == 0) return PATINA_OK;
+    *out = malloc(nq * sizeof **out);
+    if (!*out) return patina__fail(PATINA_E_NOMEM, "search: out of memory preparing %zu queries", nq);
+    for (q = 0; q < nq; q++) prepare_query(&(*out)[q], queries + q * PATINA_CEDD_DIM);
+    return PATINA_OK;
+}
+
+patina_status patina_index_knn(const patina_index_t *idx, const void *queries, size_t nq,
+                               size_t k, int threads, patina_hit_t *hits, size_t *counts)
+{
+    job_t jb;
+    tq_t *tq = NULL;
+    patina_status s;
+    size_t q, i, per, *pos = NULL;
+    patina_hit_t **lists = NULL;
+    int nthreads;
+
+    if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
+    if (k == 0) return patina__fail(PATINA_E_INVALID, "search: k = 0");
+    if (k > K_MAX) return patina__fail(PATINA_E_LIMIT, "search: k = %zu is over the limit of %d", k, K_MAX);
+    if (nq == 0) return PATINA_OK;
+    if (!queries || !hits || !counts) return patina__fail(PATINA_E_INVALID, "search: null queries, hits or counts");
+    if (nq > SIZE_MAX / sizeof *hits / k) return patina__fail(PATINA_E_LIMIT, "search: %zu queries x k = %zu is too many", nq, k);
+
+    memset(&jb, 0, sizeof jb);
+    PATINA_TRY(plan(idx, nq, threads, &nthreads, &jb.nchunks, &jb.chunk));
+    per = k < idx->n ? k : idx->n;
+    for (q = 0; q < nq; q++) {
+        counts[q] = per;
+        for (i = per; i < k; i++) { /* padding */
+            hits[q * k + i].id = 0;
+            hits[q * k + i].distance = HUGE_VAL;
+        }
+    }
+    if (idx->n == 0) return PATINA_OK;
+
+    jb.ix = idx;
+    jb.queries = queries;
+    jb.nq = nq;
+    jb.k = k;
+    jb.final = hits;
+    jb.cap = k < jb.chunk ? k : jb.chunk;
+    s = prepare_queries(idx, queries, nq, &tq);
+    jb.tq = tq;
+    if (s == PATINA_OK && !(jb.cnt = malloc(nq * jb.nchunks * sizeof *jb.cnt)))
+        s = patina__fail(PATINA_E_NOMEM, "search: out of memory");
+    if (s == PATINA_OK && jb.nchunks > 1) {
+        if (nq * jb.nchunks > SIZE_MAX / sizeof *jb.scratch / jb.cap ||
+            !(jb.scratch = malloc(nq * jb.nchunks * jb.cap * sizeof *jb.scratch)) ||
+            !(lists = malloc(jb.nchunks * sizeof *lists)) || !(pos = malloc(jb.nchunks * sizeof *pos)))
+            s = patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu x %zu partial results",
+                             nq * jb.nchunks, jb.cap);
+    }
+    if (s == PATINA_OK) s = run_job(&jb, nthreads);
+    if (s == PATINA_OK && jb.nchunks > 1) {
+        /* Merge each query's chunk lists (each sorted) into its k best. */
+        for (q = 0; q < nq; q++) {
+            size_t c;
+            for (c = 0; c < jb.nchunks; c++) lists[c] = jb.scratch + (q * jb.nchunks + c) * jb.cap;
+            if (merge_lists(hits + q * k, per, lists, jb.cnt + q * jb.nchunks, jb.nchunks, pos) != per)
+                s = patina__fail(PATINA_E_INTERNAL, "search: merge lost hits");
+        }
+    }
+    free(pos);
+    free(lists);
+    free(jb.scratch);
+    free(jb.cnt);
+    free(tq);
+    return s;
+}
+
+patina_status patina_index_range(const patina_index_t *idx, const void *queries, size_t nq,
+                                 double radius, size_t max_hits, int threads,
+                                 patina_hit_t **hits, size_t *counts)
+{
+    job_t jb;
+    tq_t *tq = NULL;
+    patina_status s;
+    size_t q, t, ntasks, *pos = NULL, *lens = NULL;
+    patina_hit_t **lists = NULL;
+    int nthreads;
+
+    if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
+    if (isnan(radius)) return patina__fail(PATINA_E_INVALID, "search: radius is NaN");
+    if (nq == 0) return PATINA_OK;
+    if (!queries || !hits || !counts) return patina__fail(PATINA_E_INVALID, "search: null queries, hits or counts");
+    for (q = 0; q < nq; q++) {
+        hits[q] = NULL;
+        counts[q] = 0;
+    }
+    if (idx->n == 0) return PATINA_OK;
+
+    memset(&jb, 0, sizeof jb);
+    PATINA_TRY(plan(idx, nq, threads, &nthreads, &jb.nchunks, &jb.chunk));
+    jb.ix = idx;
+    jb.queries = queries;
+    jb.nq = nq;
+    jb.range = 1;
+    jb.radius = radius;
+    jb.max_hits = max_hits;
+    ntasks = nq * jb.nchunks;
+    s = prepare_queries(idx, queries, nq, &tq);
+    jb.tq = tq;
+    if (s == PATINA_OK && (!(jb.vec = calloc(ntasks, sizeof *jb.vec)) ||
+                           !(lists = malloc(jb.nchunks * sizeof *lists)) ||
+                           !(lens = malloc(jb.nchunks * sizeof *lens)) ||
+                           !(pos = malloc(jb.nchunks * sizeof *pos))))
+        s = patina__fail(PATINA_E_NOMEM, "search: out of memory");
+    if (s == PATINA_OK && max_hits) {
+        /* Each task keeps its nearest max_hits in a heap. */
+        size_t cap = max_hits < jb.chunk ? max_hits : jb.chunk;
+        for (t = 0; t < ntasks && s == PATINA_OK; t++) {
+            jb.vec[t].cap = cap;
+            if (!(jb.vec[t].h = malloc(cap * sizeof *jb.vec[t].h)))
+                s = patina__fail(PATINA_E_NOMEM, "search: out of memory");
+        }
+    }
+    if (s == PATINA_OK) s = run_job(&jb, nthreads);
+    if (s == PATINA_OK && atomic_load(&jb.nomem))
+        s = patina__fail(PATINA_E_NOMEM, "search: out of memory collecting range hits");
+    for (q = 0; q < nq && s == PATINA_OK; q++) {
+        size_t c, total = 0;
+        for (c = 0; c < jb.nchunks; c++) {
+            lists[c] = jb.vec[q * jb.nchunks + c].h;
+            lens[c] = jb.vec[q * jb.nchunks + c].n;
+            total += lens[c];
+        }
+        if (max_hits && total > max_hits) total = max_hits;
+        if (total == 0) continue;
+        if (!(hits[q] = malloc(total * sizeof *hits[q]))) {
+            s = patina__fail(PATINA_E_NOMEM, "search: out of memory");
+            break;
+        }
+        counts[q] = merge_lists(hits[q], total, lists, lens, jb.nchunks, pos);
+    }
+    if (s != PATINA_OK)
+        for (q = 0; q < nq; q++) {
+            free(hits[q]);
+            hits[q] = NULL;
+            counts[q] = 0;
+        }
+    for (t = 0; jb.vec && t < ntasks; t++) free(jb.vec[t].h);
+    free(jb.vec);
+    free(pos);
+    free(lens);
+    free(lists);
+    free(tq);
+    return s;
+}

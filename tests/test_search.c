@@ -1,0 +1,611 @@
+/* Exact k-NN and range search (src/search/knn.c) against a brute-force
+ * reference: every distance from patina_cedd_tanimoto, sorted by
+ * (distance, id). Checks the CEDD fast path bit for bit on random, sparse
+ * and degenerate descriptors, k = 1, the largest k, k > n (padding), the
+ * empty index, ties by id, chunking across threads, range search with
+ * radius 0 and larger, max_hits, threads = 1 vs 4, the generic-distance
+ * path and loading from a collection. */
+#define _GNU_SOURCE
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "search/knn.h"
+
+#define D PATINA_CEDD_DIM
+
+static patina_extractor_t *cedd(void)
+{
+    patina_extractor_t *ex = NULL;
+    TU_OK(patina_extractor_new(&ex, "cedd"));
+    return ex;
+}
+
+/* A random CEDD-like descriptor (bins 0..7) of one of several kinds:
+ * 0 dense, 1 sparse (~10% non-zero), 2 very sparse (1-3 bins), 3 empty,
+ * 4 compact-like (bins >= 60 zero), 5 saturated (all 7). */
+static void random_desc(uint8_t *d, tu_rng_t *r, int kind)
+{
+    int i;
+    memset(d, 0, D);
+    switch (kind) {
+    case 0:
+        for (i = 0; i < D; i++) d[i] = (uint8_t)tu_rng_below(r, 8);
+        break;
+    case 1:
+        for (i = 0; i < D; i++)
+            if (tu_rng_below(r, 10) == 0) d[i] = (uint8_t)(1 + tu_rng_below(r, 7));
+        break;
+    case 2:
+        for (i = (int)tu_rng_below(r, 3); i >= 0; i--) d[tu_rng_below(r, D)] = (uint8_t)(1 + tu_rng_below(r, 7));
+        break;
+    case 3:
+        break;
+    case 4:
+        for (i = 0; i < 60; i++)
+            if (tu_rng_below(r, 4) == 0) d[i] = (uint8_t)tu_rng_below(r, 8);
+        break;
+    default:
+        memset(d, 7, D);
+    }
+}
+
+static int kind_of(tu_rng_t *r)
+{
+    uint32_t x = tu_rng_below(r, 100);
+    return x < 40 ? 0 : x < 70 ? 1 : x < 85 ? 2 : x < 88 ? 3 : x < 97 ? 4 : 5;
+}
+
+typedef struct dataset {
+    size_t n;
+    uint64_t *ids;
+    uint8_t *descs; /* (n, 144) */
+} dataset_t;
+
+/* n rows with shuffled, gapped ids; about 1 in 20 rows duplicates an
+ * earlier one (ties at distance 0 and elsewhere). */
+static dataset_t make_data(size_t n, uint64_t seed)
+{
+    dataset_t ds;
+    tu_rng_t r;
+    size_t i;
+    tu_rng_seed(&r, seed);
+    ds.n = n;
+    ds.ids = malloc((n ? n : 1) * sizeof *ds.ids);
+    ds.descs = malloc((n ? n : 1) * D);
+    for (i = 0; i < n; i++) {
+        ds.ids[i] = 1000 + 3 * i + tu_rng_below(&r, 3);
+        if (i > 0 && tu_rng_below(&r, 20) == 0)
+            memcpy(ds.descs + i * D, ds.descs + tu_rng_below(&r, (uint32_t)i) * D, D);
+        else
+            random_desc(ds.descs + i * D, &r, kind_of(&r));
+    }
+    /* shuffle rows (ids travel with their descriptors) */
+    for (i = n; i > 1; i--) {
+        size_t j = tu_rng_below(&r, (uint32_t)i);
+        uint64_t t = ds.ids[i - 1];
+        uint8_t tmp[D];
+        ds.ids[i - 1] = ds.ids[j];
+        ds.ids[j] = t;
+        memcpy(tmp, ds.descs + (i - 1) * D, D);
+        memcpy(ds.descs + (i - 1) * D, ds.descs + j * D, D);
+        memcpy(ds.descs + j * D, tmp, D);
+    }
+    return ds;
+}
+
+static void free_data(dataset_t *ds)
+{
+    free(ds->ids);
+    free(ds->descs);
+}
+
+/* Queries: some copies of rows, the rest random of every kind. */
+static uint8_t *make_queries(const dataset_t *ds, size_t nq, uint64_t seed)
+{
+    uint8_t *q = malloc(nq * D);
+    tu_rng_t r;
+    size_t i;
+    tu_rng_seed(&r, seed);
+    for (i = 0; i < nq; i++) {
+        if (ds->n && i % 3 == 0)
+            memcpy(q + i * D, ds->descs + tu_rng_below(&r, (uint32_t)ds->n) * D, D);
+        else
+            random_desc(q + i * D, &r, i % 7 == 1 ? 3 : kind_of(&r));
+    }
+    return q;
+}
+
+static int ref_cmp(const void *a, const void *b)
+{
+    const patina_hit_t *x = a, *y = b;
+    if (x->distance < y->distance) return -1;
+    if (x->distance > y->distance) return 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Every row for one query, sorted by (distance, id): the reference. */
+static patina_hit_t *brute(const dataset_t *ds, const uint8_t *q)
+{
+    patina_hit_t *h = malloc((ds->n ? ds->n : 1) * sizeof *h);
+    size_t i;
+    for (i = 0; i < ds->n; i++) {
+        h[i].id = ds->ids[i];
+        h[i].distance = patina_cedd_tanimoto(q, ds->descs + i * D);
+    }
+    qsort(h, ds->n, sizeof *h, ref_cmp);
+    return h;
+}
+
+/* Hits equal the reference exactly: same ids in the same order and the
+ * same doubles, bit for bit. */
+static void expect_hits(const patina_hit_t *got, const patina_hit_t *want, size_t n, size_t q)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (got[i].id != want[i].id ||
+            memcmp(&got[i].distance, &want[i].distance, sizeof(double)) != 0)
+            fail_msg("query %zu hit %zu: got id %llu d %.17g, want id %llu d %.17g", q, i,
+                     (unsigned long long)got[i].id, got[i].distance,
+                     (unsigned long long)want[i].id, want[i].distance);
+}
+
+/* knn for all queries, checked against brute force, with the padding. */
+static void check_knn(const patina_index_t *idx, const dataset_t *ds, const uint8_t *queries,
+                      size_t nq, size_t k, int threads)
+{
+    patina_hit_t *hits = malloc(nq * k * sizeof *hits);
+    size_t *counts = malloc(nq * sizeof *counts), q, i, want = k < ds->n ? k : ds->n;
+    TU_OK(patina_index_knn(idx, queries, nq, k, threads, hits, counts));
+    for (q = 0; q < nq; q++) {
+        patina_hit_t *ref = brute(ds, queries + q * D);
+        assert_int_equal(counts[q], want);
+        expect_hits(hits + q * k, ref, want, q);
+        for (i = want; i < k; i++) {
+            assert_int_equal(hits[q * k + i].id, 0);
+            assert_true(isinf(hits[q * k + i].distance));
+        }
+        free(ref);
+    }
+    free(hits);
+    free(counts);
+}
+
+static void check_range(const patina_index_t *idx, const dataset_t *ds, const uint8_t *queries,
+                        size_t nq, double radius, size_t max_hits, int threads)
+{
+    patina_hit_t **hits = malloc(nq * sizeof *hits);
+    size_t *counts = malloc(nq * sizeof *counts), q, m;
+    TU_OK(patina_index_range(idx, queries, nq, radius, max_hits, threads, hits, counts));
+    for (q = 0; q < nq; q++) {
+        patina_hit_t *ref = brute(ds, queries + q * D);
+        for (m = 0; m < ds->n && ref[m].distance <= radius; m++) {}
+        if (max_hits && m > max_hits) m = max_hits;
+        assert_int_equal(counts[q], m);
+        if (m == 0) assert_null(hits[q]);
+        expect_hits(hits[q], ref, m, q);
+        free(ref);
+        free(hits[q]);
+    }
+    free(hits);
+    free(counts);
+}
+
+/* ---------------------------------------------------------------- tests */
+
+/* The fast path returns the same doubles as patina_cedd_tanimoto (and as
+ * patina_extractor_distance) for every pair: k = n gives all of them. */
+static void test_fast_path_bit_identical(void **state)
+{
+    patina_extractor_t *ex = cedd();
+    dataset_t ds = make_data(2000, 1);
+    uint8_t *queries = make_queries(&ds, 60, 2);
+    patina_index_t *idx;
+    patina_hit_t *hits = malloc(ds.n * sizeof *hits);
+    size_t count, q, i, checked = 0;
+    (void)state;
+    TU_OK(patina_index_new(&idx, ex, ds.ids, ds.descs, ds.n));
+    assert_int_equal(patina__index_fast_path(idx), 1);
+    assert_int_equal(patina_index_size(idx), ds.n);
+    for (q = 0; q < 60; q++) {
+        const uint8_t *qd = queries + q * D;
+        TU_OK(patina_index_knn(idx, qd, 1, ds.n, 1, hits, &count));
+        assert_int_equal(count, ds.n);
+        for (i = 0; i < ds.n; i++) {
+            size_t row;
+            double a, b;
+            for (row = 0; ds.ids[row] != hits[i].id; row++) {}
+            a = patina_cedd_tanimoto(qd, ds.descs + row * D);
+            b = patina_extractor_distance(ex, qd, ds.descs + row * D);
+            if (memcmp(&a, &hits[i].distance, sizeof a) || memcmp(&b, &hits[i].distance, sizeof b))
+                fail_msg("query %zu row %zu: fast %a, reference %a / %a", q, row,
+                         hits[i].distance, a, b);
+            checked++;
+        }
+    }
+    print_message("%zu distances bit-identical to patina_cedd_tanimoto\n", checked);
+    patina_index_free(idx);
+    free(hits);
+    free(queries);
+    free_data(&ds);
+    patina_extractor_free(ex);
+}
+
+static void test_knn_k_values(void **state)
+{
+    patina_extractor_t *ex = cedd();
+    dataset_t ds = make_data(500, 3);
+    uint8_t *queries = make_queries(&ds, 17, 4);
+    patina_index_t *idx;
+    (void)state;
+    TU_OK(patina_index_new(&idx, ex, ds.ids, ds.descs, ds.n));
+    check_knn(idx, &ds, queries, 17, 1, 1);      /* k = 1 */
+    check_knn(idx, &ds, queries, 17, 10, 4);
+    check_knn(idx, &ds, queries, 17, ds.n, 4);   /* the largest useful k */
+    check_knn(idx, &ds, queries, 5, ds.n + 37, 2); /* k > n: n hits, padding */
+    check_knn(idx, &ds, queries, 3, 1000000, 1);  /* the largest k allowed */
+    patina_index_free(idx);
+    free(queries);
+    free_data(&ds);
+    patina_extractor_free(ex);
+}
+
+static void test_bad_arguments(void **state)
+{
+    patina_extractor_t *ex = cedd();
+    dataset_t ds = make_data(10, 5);
+    patina_index_t *idx;
+    patina_hit_t hits[4], *rh[1];
+    size_t counts[1];
+    uint64_t dup[3] = {1, 2, 1};
+    (void)state;
+    TU_OK(patina_index_new(&idx, ex, ds.ids, ds.descs, ds.n));
+    assert_int_equal(patina_index_knn(idx, ds.descs, 1, 0, 1, hits, counts), PATINA_E_INVALID);
+    assert_non_null(strstr(patina_last_error(), "k = 0"));
+    assert_int_equal(patina_index_knn(idx, ds.descs, 1, 1000001, 1, hits, counts), PATINA_E_LIMIT);
+    assert_int_equal(patina_index_knn(idx, ds.descs, 1, 1, -1, hits, counts), PATINA_E_INVALID);
+    assert_int_equal(patina_index_knn(idx, NULL, 1, 1, 1, hits, counts), PATINA_E_INVALID);
+    assert_int_equal(patina_index_knn(NULL, ds.descs, 1, 1, 1, hits, counts), PATINA_E_INVALID);
+    TU_OK(patina_index_knn(idx, NULL, 0, 4, 1, NULL, NULL)); /* no queries: nothing to do */
+    assert_int_equal(patina_index_range(idx, ds.descs, 1, NAN, 0, 1, rh, counts), PATINA_E_INVALID);
+    patina_index_free(idx);
+    /* ids must be unique. */
+    assert_int_equal(patina_index_new(&idx, ex, dup, ds.descs, 3), PATINA_E_INVALID);
+    assert_non_null(strstr(patina_last_error(), "id 1 appears twice"));
+    assert_null(idx);
+    assert_int_equal(patina_index_new(&idx, ex, NULL, ds.descs, 3), PATINA_E_INVALID);
+    patina_index_free(NULL);
+    assert_int_equal(patina_index_size(NULL), 0);
+    free_data(&ds);
+    patina_extractor_free(ex);
+}
+
+static void test_empty_index(void **state)
+{
+    patina_extractor_t *ex = cedd();
+    dataset_t ds = make_data(0, 6);
+    uint8_t *queries = make_queries(&ds, 3, 7);
+    patina_index_t *idx;
+    patina_hit_t hits[3 * 5], *rh[3];
+    size_t counts[3] = {9, 9, 9}, i;
+    (void)state;
+    TU_OK(patina_index_new(&idx, ex, NULL, NULL, 0));
+    assert_int_equal(patina_index_size(idx), 0);
+    TU_OK(patina_index_knn(idx, queries, 3, 5, 4, hits, counts));
+    for (i = 0; i < 3; i++) assert_int_equal(counts[i], 0);
+    for (i = 0; i < 15; i++) {
+        assert_int_equal(hits[i].id, 0);
+        assert_true(isinf(hits[i].distance));
+    }
+    TU_OK(patina_index_range(idx, queries, 3, 100.0, 0, 4, rh, counts));
+    for (i = 0; i < 3; i++) {
+        assert_int_equal(counts[i], 0);
+        assert_null(rh[i]);
+    }
+    patina_index_free(idx);
+    free(queries);
+    free_data(&ds);
+    patina_extractor_free(ex);
+}
+
+/* Equal distances come out by id ascending, whatever the row order. */
+static void test_ties_by_id(void **state)
+{
+    patina_extractor_t *ex = cedd();
+    enum { N = 3000 };
+    uint64_t *ids = malloc(N * sizeof *ids);
+    uint8_t *descs = calloc(N, D), q[D] = {0};
+    patina_index_t *idx;
+    patina_hit_t *hits = malloc(N * sizeof *hits);
+    size_t count, i;
+    (void)state;
+    /* Three groups of identical descriptors, ids in a scrambled order. */
+    for (i = 0; i < N; i++) {
+        ids[i] = (i * 7919) % N + 1; /* a permutation of 1..N */
+        descs[i * D + 19] = 7;
+        if (i % 3 == 1) descs[i * D + 20] = 3;
+        if (i % 3 == 2) descs[i * D + 100] = 5;
+    }
+    q[19] = 7;
+    TU_OK(patina_index_new(&idx, ex, ids, descs, N));
+    for (int threads = 1; threads <= 4; threads += 3) {
+        TU_OK(patina_index_knn(idx, q, 1, N, threads, hits, &count));
+        assert_int_equal(count, N);
+        for (i = 1; i < N; i++) {
+            assert_true(hits[i - 1].distance <= hits[i].distance);
+            if (hits[i - 1].distance == hits[i].distance) assert_true(hits[i - 1].id < hits[i].id);
+        }
+        assert_true(hits[0].distance == 0.0);
+        assert_true(hits[N / 3 - 1].distance == 0.0);
+        assert_true(hits[N / 3].distance > 0.0);
+        /* k cuts inside a tie group: the smallest ids win. */
+        TU_OK(patina_index_knn(idx, q, 1, 5, threads, hits, &count));
+        for (i = 0; i < 5; i++) {
+            size_t row;
+            for (row = 0; ids[row] != hits[i].id; row++) {}
+            assert_true(row % 3 == 0);
+            if (i) assert_true(hits[i].id > hits[i - 1].id);
+        }
+    }
+    patina_index_free(idx);
+    free(hits);
+    free(ids);
+    free(descs);
+    patina_extractor_free(ex);
+}
+
+/* A large index with few queries is cut into chunks over threads; the
+ * result is the brute-force one and the same for every thread count. */
+static void test_chunking_and_threads(void **state)
+{
+    patina_extractor_t *ex = cedd();
+    dataset_t ds = make_data(20000, 9);
+    uint8_t *queries = make_queries(&ds, 6, 10);
+    patina_index_t *idx;
+    size_t k = 50, nq, q;
+    (void)state;
+    assert_true(ds.n >= 8 * PATINA_KNN_MIN_CHUNK); /* one query -> several chunks at 4 threads */
+    TU_OK(patina_index_new(&idx, ex, ds.ids, ds.descs, ds.n));
+    for (nq = 1; nq <= 6; nq += 5) {
+        patina_hit_t *h1 = malloc(nq * k * sizeof *h1), *h4 = malloc(nq * k * sizeof *h4);
+        size_t c1[6], c4[6];
+        TU_OK(patina_index_knn(idx, queries, nq, k, 1, h1, c1));
+        TU_OK(patina_index_knn(idx, queries, nq, k, 4, h4, c4));
+        for (q = 0; q < nq; q++) assert_int_equal(c1[q], c4[q]);
+        assert_memory_equal(h1, h4, nq * k * sizeof *h1);
+        check_knn(idx, &ds, queries, nq, k, 4);
+        check_knn(idx, &ds, queries, nq, 1, 3);
+        free(h1);
+        free(h4);
+    }
+    check_knn(idx, &ds, queries, 1, 5000, 4); /* k larger than a chunk */
+    check_range(idx, &ds, queries, 2, 30.0, 0, 4);
+    check_range(idx, &ds, queries, 2, 30.0, 100, 4);
+    check_knn(idx, &ds, queries, 6, 20, 0); /* 0 = all CPUs */
+    patina_index_free(idx);
+    free(queries);
+    free_data(&ds);
+    patina_extractor_free(ex);
+}
+
+static void test_range(void **state)
+{
+    patina_extractor_t *ex = cedd();
+    dataset_t ds = make_data(3000, 11);
+    uint8_t *queries = make_queries(&ds, 12, 12);
+    patina_index_t *idx;
+    patina_hit_t *h[12];
+    size_t counts[12], q, i;
+    (void)state;
+    TU_OK(patina_index_new(&idx, ex, ds.ids, ds.descs, ds.n));
+    /* Radius 0: duplicates (and proportional histograms, which Tanimoto
+     * cannot tell apart). Every exact copy of the query is found. */
+    check_range(idx, &ds, queries, 12, 0.0, 0, 1);
+    TU_OK(patina_index_range(idx, queries, 12, 0.0, 0, 4, h, counts));
+    for (q = 0; q < 12; q += 3) { /* these queries are copies of rows */
+        size_t copies = 0;
+        for (i = 0; i < ds.n; i++) copies += memcmp(ds.descs + i * D, queries + q * D, D) == 0;
+        assert_true(copies >= 1);
+        assert_true(counts[q] >= copies);
+        for (i = 0; i < counts[q]; i++) assert_true(h[q][i].distance == 0.0);
+    }
+    for (q = 0; q < 12; q++) free(h[q]);
+    check_range(idx, &ds, queries, 12, 10.0, 0, 4);
+    check_range(idx, &ds, queries, 12, 45.0, 0, 2);
+    check_range(idx, &ds, queries, 12, 100.0, 0, 4);  /* everything */
+    check_range(idx, &ds, queries, 12, 45.0, 7, 4);   /* nearest 7 within 45 */
+    check_range(idx, &ds, queries, 12, -1.0, 0, 4);   /* nothing */
+    patina_index_free(idx);
+    free(queries);
+    free_data(&ds);
+    patina_extractor_free(ex);
+}
+
+/* Rows or queries with a bin above 7 are not CEDD: the generic distance
+ * is used, with the same results as the reference. */
+static void test_generic_path(void **state)
+{
+    patina_extractor_t *ex = cedd();
+    dataset_t ds = make_data(1500, 13);
+    uint8_t *queries = make_queries(&ds, 8, 14);
+    patina_index_t *idx;
+    (void)state;
+    queries[2 * D + 5] = 200; /* one query off the fast path on a fast index */
+    TU_OK(patina_index_new(&idx, ex, ds.ids, ds.descs, ds.n));
+    assert_int_equal(patina__index_fast_path(idx), 1);
+    check_knn(idx, &ds, queries, 8, 30, 4);
+    patina_index_free(idx);
+    ds.descs[700 * D + 3] = 9;
+    TU_OK(patina_index_new(&idx, ex, ds.ids, ds.descs, ds.n));
+    assert_int_equal(patina__index_fast_path(idx), 0);
+    check_knn(idx, &ds, queries, 8, 30, 4);
+    check_range(idx, &ds, queries, 8, 40.0, 0, 4);
+    patina_index_free(idx);
+    free(queries);
+    free_data(&ds);
+    patina_extractor_free(ex);
+}
+
+/* Another family (float descriptors, its own distance) through the
+ * generic path: k-NN and range against a brute force built on
+ * patina_extractor_distance; a NaN distance sorts after every number. */
+static void test_other_family(void **state)
+{
+    patina_extractor_t *ex = NULL;
+    patina_index_t *idx;
+    size_t f, n = 2500, nq = 5, dim, bytes, i, q, k = 40;
+    uint64_t *ids;
+    double *descs, *queries;
+    patina_hit_t *hits, *ref;
+    size_t counts[5];
+    tu_rng_t r;
+    (void)state;
+    for (f = 0; f < patina_family_count() && !ex; f++)
+        if (strcmp(patina_family_name(f), "cedd") != 0 &&
+            patina_extractor_new(&ex, patina_family_name(f)) == PATINA_OK &&
+            patina_extractor_elem(ex) != PATINA_ELEM_F64) {
+            patina_extractor_free(ex);
+            ex = NULL;
+        }
+    if (!ex) {
+        print_message("no float64 family other than cedd registered; skipped\n");
+        return;
+    }
+    dim = patina_extractor_dim(ex);
+    bytes = patina_extractor_bytes(ex);
+    print_message("generic path with '%s' (%zu x f64, distance %s)\n", patina_extractor_spec(ex),
+                  dim, patina_extractor_distance_name(ex));
+    tu_rng_seed(&r, 17);
+    ids = malloc(n * sizeof *ids);
+    descs = malloc(n * bytes);
+    queries = malloc(nq * bytes);
+    hits = malloc(nq * n * sizeof *hits);
+    ref = malloc(n * sizeof *ref);
+    for (i = 0; i < n * dim; i++) descs[i] = (double)tu_rng_below(&r, 1000) / 100.0;
+    for (i = 0; i < nq * dim; i++) queries[i] = (double)tu_rng_below(&r, 1000) / 100.0;
+    for (i = 0; i < n; i++) ids[i] = n - i; /* descending */
+    memcpy(descs + 7 * dim, descs + 3 * dim, bytes); /* a tie */
+    TU_OK(patina_index_new(&idx, ex, ids, descs, n));
+    assert_int_equal(patina__index_fast_path(idx), 0);
+    TU_OK(patina_index_knn(idx, queries, nq, k, 4, hits, counts));
+    for (q = 0; q < nq; q++) {
+        for (i = 0; i < n; i++) {
+            ref[i].id = ids[i];
+            ref[i].distance = patina_extractor_distance(ex, queries + q * dim, descs + i * dim);
+        }
+        qsort(ref, n, sizeof *ref, ref_cmp);
+        assert_int_equal(counts[q], k);
+        expect_hits(hits + q * k, ref, k, q);
+    }
+    {
+        patina_hit_t *rh[5];
+        double radius;
+        size_t m;
+        for (i = 0; i < n; i++) {
+            ref[i].id = ids[i];
+            ref[i].distance = patina_extractor_distance(ex, queries, descs + i * dim);
+        }
+        qsort(ref, n, sizeof *ref, ref_cmp);
+        radius = ref[n / 10].distance;
+        for (m = 0; m < n && ref[m].distance <= radius; m++) {}
+        TU_OK(patina_index_range(idx, queries, 1, radius, 0, 3, rh, counts));
+        assert_int_equal(counts[0], m);
+        expect_hits(rh[0], ref, m, 0);
+        free(rh[0]);
+    }
+    patina_index_free(idx);
+    /* A NaN row: its NaN distance comes last, after every number. */
+    descs[5 * dim] = NAN;
+    TU_OK(patina_index_new(&idx, ex, ids, descs, n));
+    TU_OK(patina_index_knn(idx, queries, 1, n, 2, hits, counts));
+    if (isnan(patina_extractor_distance(ex, queries, descs + 5 * dim))) {
+        assert_true(isnan(hits[n - 1].distance));
+        assert_int_equal(hits[n - 1].id, ids[5]);
+        for (i = 0; i + 1 < n; i++) assert_false(isnan(hits[i].distance));
+    }
+    patina_index_free(idx);
+    free(ids);
+    free(descs);
+    free(queries);
+    free(hits);
+    free(ref);
+    patina_extractor_free(ex);
+}
+
+/* An index loaded from a collection is a snapshot; a reload sees changes. */
+static void test_load_from_collection(void **state)
+{
+    patina_extractor_t *ex = cedd();
+    dataset_t ds = make_data(300, 15);
+    uint8_t *queries = make_queries(&ds, 4, 16);
+    char *dir = tu_tempdir("search"), *coll;
+    patina_collection_t *c;
+    patina_index_t *idx;
+    patina_insert_t *it = calloc(ds.n, sizeof *it);
+    char **keys = calloc(ds.n, sizeof *keys);
+    uint64_t *ids = malloc(ds.n * sizeof *ids);
+    dataset_t stored;
+    size_t i;
+    (void)state;
+    if (asprintf(&coll, "%s/c", dir) < 0) abort();
+    TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_CREATE, 0));
+    /* No table yet: an empty index. */
+    TU_OK(patina_index_load(&idx, ex, c));
+    assert_int_equal(patina_index_size(idx), 0);
+    patina_index_free(idx);
+    for (i = 0; i < ds.n; i++) {
+        if (asprintf(&keys[i], "img/%zu.jpg", i) < 0) abort();
+        it[i].key = keys[i];
+        it[i].desc = ds.descs + i * D;
+    }
+    TU_OK(patina_collection_put(c, patina_extractor_spec(ex), D, it, ds.n, ids));
+    TU_OK(patina_index_load(&idx, ex, c));
+    assert_int_equal(patina_index_size(idx), ds.n);
+    assert_int_equal(patina__index_fast_path(idx), 1);
+    stored.n = ds.n;
+    stored.ids = ids;
+    stored.descs = ds.descs;
+    check_knn(idx, &stored, queries, 4, 25, 2);
+    /* Remove one: the old index still has it, a reloaded one does not. */
+    TU_OK(patina_collection_remove(c, ids[0]));
+    assert_int_equal(patina_index_size(idx), ds.n);
+    patina_index_free(idx);
+    TU_OK(patina_index_load(&idx, ex, c));
+    assert_int_equal(patina_index_size(idx), ds.n - 1);
+    stored.n = ds.n - 1;
+    stored.ids = ids + 1;
+    stored.descs = ds.descs + D;
+    check_knn(idx, &stored, queries, 4, 25, 2);
+    patina_index_free(idx);
+    patina_collection_close(c);
+    for (i = 0; i < ds.n; i++) free(keys[i]);
+    free(keys);
+    free(it);
+    free(ids);
+    tu_remove_tree(dir);
+    free(dir);
+    free(coll);
+    free(queries);
+    free_data(&ds);
+    patina_extractor_free(ex);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fast_path_bit_identical),
+        cmocka_unit_test(test_knn_k_values),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_empty_index),
+        cmocka_unit_test(test_ties_by_id),
+        cmocka_unit_test(test_chunking_and_threads),
+        cmocka_unit_test(test_range),
+        cmocka_unit_test(test_generic_path),
+        cmocka_unit_test(test_other_family),
+        cmocka_unit_test(test_load_from_collection),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
