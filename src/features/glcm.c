@@ -182,13 +182,19 @@ patina_status patina_glcm_counts_ref(uint32_t *counts, const uint8_t *q, int w, 
 #define WORKER_BYTES (2u << 20)            /* private matrices per worker per pass */
 #define PARALLEL_MIN_PAIRS (1u << 21)      /* below: one thread */
 
+/* Elements between the interleaved copies of one matrix: L*L plus 64 bytes,
+ * so that equal cells of different copies never sit a multiple of 4 KiB
+ * apart (x86 "4K aliasing" would make their loads wait on each other's
+ * stores, which costs 3x on images with long runs of one pair). */
+static size_t copy_stride(size_t LL) { return LL + 16; }
+
 typedef struct count_job {
     const uint8_t *q, *mask;
     size_t stride, mstride;
     int w, h, levels, copies;
     const patina_glcm_offset_t *off;       /* this pass's offsets */
     size_t noff;
-    uint32_t *priv;                        /* (workers, noff, copies, L, L) */
+    uint32_t *priv;                        /* (workers, noff, copies, copy_stride) */
     size_t priv_per_worker;                /* elements */
 } count_job_t;
 
@@ -196,7 +202,7 @@ typedef struct count_job {
  * into `copies` interleaved matrices H[k] = H + k*L*L. */
 static void count_band(uint32_t *H, const count_job_t *j, patina_glcm_offset_t o, int r0, int r1)
 {
-    const size_t L = (size_t)j->levels, LL = L * L;
+    const size_t L = (size_t)j->levels, CS = copy_stride(L * L);
     span_t s = pair_span(j->w, j->h, o);
     int r;
     if (r0 < s.rs) r0 = s.rs;
@@ -214,7 +220,7 @@ static void count_band(uint32_t *H, const count_job_t *j, patina_glcm_offset_t o
             continue;
         }
         if (j->copies == 4) {
-            uint32_t *H1 = H + LL, *H2 = H + 2 * LL, *H3 = H + 3 * LL;
+            uint32_t *H1 = H + CS, *H2 = H + 2 * CS, *H3 = H + 3 * CS;
             for (; c + 4 <= n; c += 4) {
                 H[(size_t)a[c] * L + b[c]]++;
                 H1[(size_t)a[c + 1] * L + b[c + 1]]++;
@@ -222,7 +228,7 @@ static void count_band(uint32_t *H, const count_job_t *j, patina_glcm_offset_t o
                 H3[(size_t)a[c + 3] * L + b[c + 3]]++;
             }
         } else if (j->copies == 2) {
-            uint32_t *H1 = H + LL;
+            uint32_t *H1 = H + CS;
             for (; c + 2 <= n; c += 2) {
                 H[(size_t)a[c] * L + b[c]]++;
                 H1[(size_t)a[c + 1] * L + b[c + 1]]++;
@@ -235,13 +241,13 @@ static void count_band(uint32_t *H, const count_job_t *j, patina_glcm_offset_t o
 static void count_task(void *arg, size_t band, int worker)
 {
     const count_job_t *j = arg;
-    const size_t LL = (size_t)j->levels * (size_t)j->levels;
+    const size_t CS = copy_stride((size_t)j->levels * (size_t)j->levels);
     uint32_t *mine = j->priv + (size_t)worker * j->priv_per_worker;
     int r0 = (int)band * BAND_ROWS, r1 = r0 + BAND_ROWS;
     size_t o;
     if (r1 > j->h) r1 = j->h;
     for (o = 0; o < j->noff; o++)
-        count_band(mine + o * (size_t)j->copies * LL, j, j->off[o], r0, r1);
+        count_band(mine + o * (size_t)j->copies * CS, j, j->off[o], r0, r1);
 }
 
 typedef struct reduce_job {
@@ -264,9 +270,10 @@ static void reduce_task(void *arg, size_t i, int worker)
         size_t o = e / j->LL, cell = e % j->LL, wk;
         uint32_t s = 0;
         for (wk = 0; wk < j->nworkers; wk++) {
-            const uint32_t *base = j->priv + wk * j->per_worker + o * (size_t)j->copies * j->LL;
+            const size_t CS = copy_stride(j->LL);
+            const uint32_t *base = j->priv + wk * j->per_worker + o * (size_t)j->copies * CS;
             int k;
-            for (k = 0; k < j->copies; k++) s += base[(size_t)k * j->LL + cell];
+            for (k = 0; k < j->copies; k++) s += base[(size_t)k * CS + cell];
         }
         j->counts[e] = s;
     }
@@ -293,10 +300,10 @@ patina_status glcm_counts_pool(patina_pool_t *pool, uint32_t *counts, const uint
     if (mask) copies = 1;
     if ((uint64_t)w * (uint64_t)h * noff < PARALLEL_MIN_PAIRS) pool = NULL;
     nworkers = pool ? (size_t)patina_pool_size(pool) : 1;
-    group = WORKER_BYTES / ((size_t)copies * LL * sizeof(uint32_t));
+    group = WORKER_BYTES / ((size_t)copies * copy_stride(LL) * sizeof(uint32_t));
     if (group < 1) group = 1;
     if (group > noff) group = noff;
-    priv = malloc(nworkers * group * (size_t)copies * LL * sizeof *priv);
+    priv = malloc(nworkers * group * (size_t)copies * copy_stride(LL) * sizeof *priv);
     if (!priv) return patina__fail(PATINA_E_NOMEM, "glcm: out of memory for counts");
     for (o0 = 0; o0 < noff; o0 += group) {
         size_t g = noff - o0 < group ? noff - o0 : group;
@@ -314,7 +321,7 @@ patina_status glcm_counts_pool(patina_pool_t *pool, uint32_t *counts, const uint
         cj.off = off + o0;
         cj.noff = g;
         cj.priv = priv;
-        cj.priv_per_worker = g * (size_t)copies * LL;
+        cj.priv_per_worker = g * (size_t)copies * copy_stride(LL);
         memset(priv, 0, nworkers * cj.priv_per_worker * sizeof *priv);
         rj.counts = counts + o0 * LL;
         rj.priv = priv;
