@@ -500,6 +500,29 @@ const uint32_t *lbp_bin_table(const lbp_conf_t *c)
     return t;
 }
 
+/* Pattern -> code tables per (P, method) for P <= 16. */
+static _Atomic(uint32_t *) code_tables[17][4];
+
+const uint32_t *lbp_code_table(int P, int method)
+{
+    uint32_t *t;
+    if (P < 1 || P > 16 || method < LBP_M_DEFAULT || method > LBP_M_NRI) return NULL;
+    t = atomic_load(&code_tables[P][method]);
+    if (!t) {
+        uint32_t n = 1u << P, v, *expected = NULL;
+        uint32_t *mine = malloc(sizeof *mine * n);
+        if (!mine) return NULL;
+        for (v = 0; v < n; v++) mine[v] = lbp_pattern_code(v, P, method);
+        if (atomic_compare_exchange_strong(&code_tables[P][method], &expected, mine)) {
+            t = mine;
+        } else {
+            free(mine);
+            t = expected;
+        }
+    }
+    return t;
+}
+
 int lbp_cell_row(const lbp_conf_t *c, int mh, int y)
 {
     return (int)((((int64_t)y + 1) * c->grid_rows - 1) / mh);

@@ -119,6 +119,10 @@ uint32_t lbp_var_bin(const lbp_conf_t *c, double var);
  * otherwise): shared, built once, never freed. */
 const uint32_t *lbp_bin_table(const lbp_conf_t *c);
 
+/* Sign pattern -> code table of a method (not var) for P <= 16 (NULL
+ * otherwise or when out of memory): shared, built once, never freed. */
+const uint32_t *lbp_code_table(int P, int method);
+
 /* Cell of map pixel (x, y) in the grid: row-major cell index. Cell
  * boundaries are floor(i * mh / grid_rows) (and likewise for columns). */
 int lbp_cell_row(const lbp_conf_t *c, int mh, int y);

@@ -28,7 +28,7 @@
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(PATINA_SANITIZE_BUILD)
 #if defined(__has_attribute)
 #if __has_attribute(target_clones)
-#define LBP_CLONES __attribute__((target_clones("avx2", "default")))
+#define LBP_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
 #endif
 #endif
@@ -213,7 +213,6 @@ typedef struct circ_scratch {
     double *conv;       /* w + 2*pad: one input row as doubles, zero-padded */
     double *centre;     /* w */
     int64_t *bits;      /* w (i64 lanes, to match the f64 compare masks) */
-    double *sum, *sq;   /* w, for var */
 } circ_scratch_t;
 
 static void scratch_free(circ_scratch_t *s)
@@ -224,8 +223,6 @@ static void scratch_free(circ_scratch_t *s)
     free(s->conv);
     free(s->centre);
     free(s->bits);
-    free(s->sum);
-    free(s->sq);
     memset(s, 0, sizeof *s);
 }
 
@@ -240,10 +237,7 @@ static int scratch_init(circ_scratch_t *s, const circ_t *t)
     s->conv = malloc(sizeof(double) * (w + 2 * (size_t)t->pad));
     s->centre = malloc(sizeof(double) * w);
     s->bits = malloc(sizeof(int64_t) * w);
-    s->sum = malloc(sizeof(double) * w);
-    s->sq = malloc(sizeof(double) * w);
-    if (!s->ring || !s->ring_row || !s->zero || !s->conv || !s->centre || !s->bits || !s->sum ||
-        !s->sq) {
+    if (!s->ring || !s->ring_row || !s->zero || !s->conv || !s->centre || !s->bits) {
         scratch_free(s);
         return -1;
     }
@@ -289,60 +283,69 @@ static const double *ring_get(circ_scratch_t *s, const circ_t *t, const uint8_t 
     return s->ring + ((size_t)slot * (size_t)t->nu + (size_t)u) * (size_t)(t->w + 4);
 }
 
-/* Sample k of one output row: bits |= (t >= centre) << k; for var also the
- * running sums in sample order. */
+/* One sample of an output row: its two ring rows and row weights. */
+typedef struct samp {
+    const double *hmin, *hmax;
+    double dr, omdr;
+    int flat;               /* dr == 0: the sample is hmin exactly */
+} samp_t;
+
+/* All P samples of one output row, four pixels at a time with everything in
+ * registers: bits[x] = the sign pattern, and for var the biased variance
+ * (sum and sum of squares accumulated in sample order, as scikit-image). */
 LBP_CLONES
-static void sample_row(circ_scratch_t *s, int w, int k, const double *hmin, const double *hmax,
-                       double dr, int var)
+static void circ_row(const samp_t *sm, int P, int w, const double *centre, int64_t *bits,
+                     double *var)
 {
-    const double omdr = 1 - dr;
-    const int64_t bit = (int64_t)1 << k;
-    const i64x4 vbit = {bit, bit, bit, bit};
-    int x = 0;
-    if (dr == 0.0) {
-        for (; x + 4 <= w; x += 4) {
-            f64x4 v = ld4(hmin + x);
-            i64x4 b;
-            memcpy(&b, s->bits + x, sizeof b);
-            b |= (v >= ld4(s->centre + x)) & vbit;
-            memcpy(s->bits + x, &b, sizeof b);
+    const double Pd = (double)P;
+    int x = 0, k;
+    for (; x + 4 <= w; x += 4) {
+        const f64x4 c = ld4(centre + x);
+        i64x4 b = {0, 0, 0, 0};
+        f64x4 sum = {0, 0, 0, 0}, sq = {0, 0, 0, 0};
+        for (k = 0; k < P; k++) {
+            const int64_t bit = (int64_t)1 << k;
+            const i64x4 vbit = {bit, bit, bit, bit};
+            f64x4 v;
+            if (sm[k].flat) {
+                v = ld4(sm[k].hmin + x);
+            } else {
+                const f64x4 om = {sm[k].omdr, sm[k].omdr, sm[k].omdr, sm[k].omdr};
+                const f64x4 d = {sm[k].dr, sm[k].dr, sm[k].dr, sm[k].dr};
+                v = om * ld4(sm[k].hmin + x) + d * ld4(sm[k].hmax + x);
+            }
+            b |= (v >= c) & vbit;
             if (var) {
-                st4(s->sum + x, ld4(s->sum + x) + v);
-                st4(s->sq + x, ld4(s->sq + x) + v * v);
+                sum += v;
+                sq += v * v;
             }
         }
-        for (; x < w; x++) {
-            double v = hmin[x];
-            s->bits[x] |= v >= s->centre[x] ? bit : 0;
-            if (var) {
-                s->sum[x] += v;
-                s->sq[x] += v * v;
-            }
-        }
-        return;
-    }
-    {
-        const f64x4 a = {omdr, omdr, omdr, omdr}, d = {dr, dr, dr, dr};
-        for (; x + 4 <= w; x += 4) {
-            f64x4 v = a * ld4(hmin + x) + d * ld4(hmax + x);
-            i64x4 b;
-            memcpy(&b, s->bits + x, sizeof b);
-            b |= (v >= ld4(s->centre + x)) & vbit;
-            memcpy(s->bits + x, &b, sizeof b);
-            if (var) {
-                st4(s->sum + x, ld4(s->sum + x) + v);
-                st4(s->sq + x, ld4(s->sq + x) + v * v);
-            }
-        }
+        memcpy(bits + x, &b, sizeof b);
+        if (var) st4(var + x, (sq - (sum * sum) / Pd) / Pd);
     }
     for (; x < w; x++) {
-        double v = omdr * hmin[x] + dr * hmax[x];
-        s->bits[x] |= v >= s->centre[x] ? bit : 0;
-        if (var) {
-            s->sum[x] += v;
-            s->sq[x] += v * v;
+        int64_t b = 0;
+        double sum = 0.0, sq = 0.0;
+        for (k = 0; k < P; k++) {
+            double v = sm[k].flat ? sm[k].hmin[x] : sm[k].omdr * sm[k].hmin[x] + sm[k].dr * sm[k].hmax[x];
+            b |= v >= centre[x] ? (int64_t)1 << k : 0;
+            if (var) {
+                sum += v;
+                sq += v * v;
+            }
         }
+        bits[x] = b;
+        if (var) var[x] = (sq - (sum * sum) / Pd) / Pd;
     }
+}
+
+/* Codes of one row from sign patterns (methods other than default and var,
+ * without a table: P > 16). Cloned for hardware popcount. */
+LBP_CLONES
+static void pattern_codes(uint32_t *codes, const int64_t *bits, int w, int P, int method)
+{
+    int x;
+    for (x = 0; x < w; x++) codes[x] = lbp_pattern_code((uint32_t)bits[x], P, method);
 }
 
 /* ------------------------------------------------------------- the bands */
@@ -355,6 +358,7 @@ typedef struct job {
     int mw, mh;
     int band;                   /* output rows per task */
     const circ_t *circ;         /* circular only */
+    const uint32_t *codetab;    /* circular, P <= 16: sign pattern -> code */
     int kt[256];                /* tlbap thresholds */
     patina_codemap_t *map;      /* codes out, or NULL */
     uint32_t *counts;           /* (workers, dim) histogram counts, or NULL */
@@ -452,28 +456,28 @@ static void band_circular(job_t *j, int worker, int y0, int y1)
     }
     for (y = y0; y < y1; y++) {
         const uint8_t *row = j->grey + (size_t)y * j->stride;
+        samp_t sm[LBP_MAX_P];
         for (x = 0; x < w; x++) s.centre[x] = (double)row[x];
-        memset(s.bits, 0, sizeof(int64_t) * (size_t)w);
-        if (var) {
-            memset(s.sum, 0, sizeof(double) * (size_t)w);
-            memset(s.sq, 0, sizeof(double) * (size_t)w);
-        }
+        /* all ring rows first (ring_get may compute a row), then the samples */
         for (k = 0; k < P; k++) {
             double yy = (double)y + t->rp[k];
             double minr = floor(yy), maxr = ceil(yy);
-            const double *hmin = ring_get(&s, t, j->grey, j->stride, (int)minr, t->u_of[k]);
-            const double *hmax = ring_get(&s, t, j->grey, j->stride, (int)maxr, t->u_of[k]);
-            sample_row(&s, w, k, hmin, hmax, yy - minr, var);
+            sm[k].hmin = ring_get(&s, t, j->grey, j->stride, (int)minr, t->u_of[k]);
+            sm[k].hmax = ring_get(&s, t, j->grey, j->stride, (int)maxr, t->u_of[k]);
+            sm[k].dr = yy - minr;
+            sm[k].omdr = 1 - sm[k].dr;
+            sm[k].flat = sm[k].dr == 0.0;
         }
+        circ_row(sm, P, w, s.centre, s.bits, var ? vars : NULL);
         if (var) {
-            for (x = 0; x < w; x++) {
-                double v = (s.sq[x] - (s.sum[x] * s.sum[x]) / P) / P;
-                vars[x] = v != 0 ? v : NAN;
-            }
+            for (x = 0; x < w; x++)
+                if (vars[x] == 0) vars[x] = NAN;
         } else if (c->method == LBP_M_DEFAULT) {
             for (x = 0; x < w; x++) codes[x] = (uint32_t)s.bits[x];
+        } else if (j->codetab) {
+            for (x = 0; x < w; x++) codes[x] = j->codetab[s.bits[x]];
         } else {
-            for (x = 0; x < w; x++) codes[x] = lbp_pattern_code((uint32_t)s.bits[x], P, c->method);
+            pattern_codes(codes, s.bits, w, P, c->method);
         }
         emit_row(j, worker, y, codes, NULL, vars);
     }
@@ -520,6 +524,10 @@ static patina_status prepare(job_t *j, const lbp_conf_t *c, const uint8_t *grey,
     lbp_map_shape(c, w, h, &j->mw, &j->mh);
     if (c->kind == LBP_KIND_TLBAP) lbp_tlbap_table(j->kt, c->th);
     if (c->kind == LBP_KIND_CIRCULAR && j->mw > 0 && j->mh > 0) {
+        if (c->method != LBP_M_DEFAULT && c->method != LBP_M_VAR && c->P <= 16) {
+            j->codetab = lbp_code_table(c->P, c->method);
+            if (!j->codetab) return patina__fail(PATINA_E_NOMEM, "lbp: out of memory for a code table");
+        }
         PATINA_TRY(circ_init(circ, c, w, h));
         j->circ = circ;
     }
