@@ -385,6 +385,8 @@ static void test_chunking_and_threads(void **state)
     check_range(idx, &ds, queries, 2, 30.0, 0, 4);
     check_range(idx, &ds, queries, 2, 30.0, 100, 4);
     check_knn(idx, &ds, queries, 6, 20, 0); /* 0 = all CPUs */
+    check_knn(idx, &ds, queries, 1, 50, 16);  /* more threads than cores: 19 chunks */
+    check_range(idx, &ds, queries, 3, 25.0, 0, 16);
     patina_index_free(idx);
     free(queries);
     free_data(&ds);

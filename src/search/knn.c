@@ -454,7 +454,7 @@ static void search_task(void *arg, size_t t, int worker)
     } else if (jb->max_hits) {
         qsort(hp.h, hp.n, sizeof *hp.h, hit_qsort_cmp);
         vec->n = hp.n;
-    } else {
+    } else if (vec->n) {
         qsort(vec->h, vec->n, sizeof *vec->h, hit_qsort_cmp);
     }
 }
