@@ -4,7 +4,7 @@
 # (dpkg -x), never installed; nothing third-party is committed.
 #   samples/mate/        nature photographs (mate-backgrounds, JPEG)
 #   samples/kphotoalbum/ demo photographs (kphotoalbum, JPEG)
-#   samples/opencv/      classic test images (opencv-doc: JPEG and PNG)
+#   samples/opencv/      the example images of opencv-doc (JPEG and PNG)
 # Usage: scripts/fetch-samples.sh [DEST]   (default: samples/ in the repo)
 # Downloads are cached in ${PATINA_CACHE:-$HOME/.cache/patina}.
 set -euo pipefail
@@ -36,7 +36,10 @@ copy() {  # copy DESTSUB FILE...
 R=$CACHE/root
 copy mate "$R"/mate-backgrounds/usr/share/backgrounds/mate/nature/*.jpg
 copy kphotoalbum $(find "$R"/kphotoalbum/usr/share/kphotoalbum/demo -maxdepth 1 -type f -name '*.jpg' ! -name qt-logo.jpg)
-O=$R/opencv-doc/usr/share/doc/opencv-doc/examples/data
-copy opencv "$O"/{aero1.jpg,apple.jpg,baboon.jpg,board.jpg,building.jpg,butterfly.jpg,fruits.jpg,home.jpg,lena.jpg,leuvenA.jpg,messi5.jpg,orange.jpg,starry_night.jpg,graf1.png,smarties.png,box_in_scene.png,rubberwhale1.png}
+O=$R/opencv-doc/usr/share/doc/opencv-doc/examples/data   # every top-level photo/test image
+copy opencv $(find "$O" -maxdepth 1 -type f \( -name '*.jpg' -o -name '*.png' \) | sort)
+# Exact duplicates (same bytes under two names) would make rankings ambiguous: keep the first.
+find "$DEST" -type f -print0 | sort -z | xargs -0 sha256sum | awk 'seen[$1]++ {sub(/^[^ ]+  /, ""); print}' |
+  while IFS= read -r f; do rm -f "$f"; done
 n=$(find "$DEST" -type f | wc -l)
 echo "fetch-samples: $n images under $DEST"

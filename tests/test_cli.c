@@ -181,7 +181,7 @@ static void test_index_and_search_variants(void **state)
 /* A folder with bad files: the good ones are indexed, the bad ones named. */
 static void test_index_bad_files(void **state)
 {
-    char dir[4096], coll[4096], p[4096], *out = NULL;
+    char dir[1024], coll[1024], p[8192], *out = NULL;
     int rc;
     (void)state;
     snprintf(dir, sizeof dir, "%s/mixed", tmp);
