@@ -489,6 +489,47 @@ static void test_put_get_replace_remove(void **state)
     free(dir);
 }
 
+/* A second family over stored images: putting the same content (same
+ * SHA-256) into another table keeps the first table's descriptor; changed
+ * content drops it (stale). */
+static void test_second_table_same_content(void **state)
+{
+    char *dir = tu_tempdir("second"), *coll = path_in(dir, "c");
+    patina_collection_t *c;
+    patina_insert_t it;
+    uint8_t da[DA], db[DB], got[DA + DB], want[DA + DB];
+    uint64_t id;
+    size_t ln, lbytes;
+    (void)state;
+    TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_CREATE, 0));
+    fill_insert(&it, "photo.jpg", da, DA, 1);
+    TU_OK(patina_collection_put(c, SPEC_A, DA, &it, 1, &id));
+    fill_insert(&it, "photo.jpg", db, DB, 1);               /* same content, table B */
+    TU_OK(patina_collection_put(c, SPEC_B, DB, &it, 1, &id));
+    assert_int_equal(id, 1);
+    TU_OK(patina_collection_get_descriptor(c, SPEC_A, 1, got, DA));
+    key_desc(want, DA, "photo.jpg", 1);
+    assert_memory_equal(got, want, DA);
+    TU_OK(patina_collection_get_descriptor(c, SPEC_B, 1, got, DB));
+    key_desc(want, DB, "photo.jpg", 1);
+    assert_memory_equal(got, want, DB);
+    expect_error(patina_collection_get_descriptor(c, SPEC_B, 1, got, DA), PATINA_E_INVALID, NULL);
+    expect_error(patina_collection_get_descriptor(c, SPEC_A, 2, got, DA), PATINA_E_NOTFOUND, NULL);
+    expect_error(patina_collection_get_descriptor(c, "test:none", 1, got, DA), PATINA_E_NOTFOUND, NULL);
+    fill_insert(&it, "photo.jpg", db, DB, 2);               /* changed content, table B */
+    TU_OK(patina_collection_put(c, SPEC_B, DB, &it, 1, &id));
+    assert_int_equal(id, 1);
+    expect_error(patina_collection_get_descriptor(c, SPEC_A, 1, got, DA), PATINA_E_NOTFOUND, NULL);
+    TU_OK(patina_collection_table_info(c, SPEC_A, &ln, &lbytes));
+    assert_int_equal(ln, 0);
+    TU_OK(patina_collection_table_info(c, SPEC_B, &ln, &lbytes));
+    assert_int_equal(ln, 1);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(coll);
+    free(dir);
+}
+
 static void test_long_keys(void **state)
 {
     char *dir = tu_tempdir("keys"), *coll = path_in(dir, "c");
@@ -963,6 +1004,7 @@ int main(void)
         cmocka_unit_test(test_sha256_lengths),
         cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_put_get_replace_remove),
+        cmocka_unit_test(test_second_table_same_content),
         cmocka_unit_test(test_long_keys),
         cmocka_unit_test(test_map_full),
         cmocka_unit_test(test_two_writer_processes),

@@ -117,8 +117,9 @@ typedef struct patina_insert {
 } patina_insert_t;
 
 /* Adds n images and their descriptors in ONE transaction. A key that exists
- * already is replaced (its old descriptors in every table are removed; it
- * keeps its id; a key repeated within the batch: the last one wins, both
+ * already is replaced and keeps its id: when its content (SHA-256) changed,
+ * its old descriptors in every table are removed; with the same content the
+ * other tables' descriptors stay (a second family for stored images); a key repeated within the batch: the last one wins, both
  * get the same id). ids (may be NULL) receives the ids (unspecified when the
  * call fails). The table's
  * descriptor size is fixed by its first insert; a different size fails.
@@ -127,6 +128,11 @@ typedef struct patina_insert {
  * are copied. */
 patina_status patina_collection_put(patina_collection_t *c, const char *spec, size_t desc_bytes,
                                     const patina_insert_t *items, size_t n, uint64_t *ids);
+
+/* Copies image id's descriptor of table `spec` (bytes must be the table's
+ * size). PATINA_E_NOTFOUND when the table or the descriptor is absent. */
+patina_status patina_collection_get_descriptor(patina_collection_t *c, const char *spec,
+                                               uint64_t id, void *out, size_t bytes);
 
 /* Removes an image record and its descriptors in every table (one
  * transaction); PATINA_E_NOTFOUND when absent. Its id is never reused. */

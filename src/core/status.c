@@ -53,8 +53,10 @@ void patina__prefix_error(const char *fmt, ...)
     va_start(ap, fmt);
     n = (size_t)vsnprintf(last_msg, sizeof last_msg, fmt, ap);
     va_end(ap);
-    if (n + 2 < sizeof last_msg) {
-        memcpy(last_msg + n, ": ", 3);
-        strncat(last_msg, old, sizeof last_msg - n - 3);
+    if (n + 3 < sizeof last_msg) {
+        size_t ol = strnlen(old, sizeof last_msg - n - 3);
+        memcpy(last_msg + n, ": ", 2);
+        memcpy(last_msg + n + 2, old, ol);
+        last_msg[n + 2 + ol] = '\0';
     }
 }

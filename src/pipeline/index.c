@@ -264,9 +264,14 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
             patina_record_t rec;
             slot_t *s = &slots[i];
             s->path = files[next + i];
+            /* "Already indexed" = same key, and a descriptor in this table
+             * (a second family over stored images is not skipped). */
             if (patina_collection_get_by_key(c, s->path, &rec) == PATINA_OK) {
-                s->have_old = 1;
-                memcpy(s->old_sha, rec.sha256, 32);
+                if (patina_collection_get_descriptor(c, patina_extractor_spec(ex), rec.id, descs,
+                                                     desc_bytes) == PATINA_OK) {
+                    s->have_old = 1;
+                    memcpy(s->old_sha, rec.sha256, 32);
+                }
                 patina_record_release(&rec);
             }
         }

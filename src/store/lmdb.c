@@ -1078,8 +1078,17 @@ static patina_status put_batch(patina_collection_t *c, MDB_txn *txn, const char 
         unsigned flags = MDB_APPEND; /* a new id is the largest */
         if ((s = lookup_key(c, txn, it->key, keylen, &id, &found)) != PATINA_OK) goto out;
         if (found) {
-            /* Replace: the old descriptors go from every table; the id stays. */
-            if ((s = delete_descriptors(c, txn, id)) != PATINA_OK) goto out;
+            /* Replace; the id stays. Changed content makes the descriptors of
+             * every table stale: they go. The same content keeps them, so a
+             * second family can be added to images already stored. */
+            patina_record_t old;
+            if ((s = get_record(c, txn, id, &old)) != PATINA_OK) goto out;
+            if (memcmp(old.sha256, it->sha256, 32) != 0 &&
+                (s = delete_descriptors(c, txn, id)) != PATINA_OK) {
+                patina_record_release(&old);
+                goto out;
+            }
+            patina_record_release(&old);
             flags = 0;
         } else {
             id = next_id++;
@@ -1200,5 +1209,35 @@ patina_status patina_collection_remove(patina_collection_t *c, uint64_t id)
 out:
     desc_settle(c, s == PATINA_OK);
     pthread_mutex_unlock(&c->mu);
+    return s;
+}
+
+patina_status patina_collection_get_descriptor(patina_collection_t *c, const char *spec,
+                                               uint64_t id, void *out, size_t bytes)
+{
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    uint8_t kb[8];
+    MDB_val k = {8, kb}, v;
+    patina_status s = PATINA_OK;
+    int found, rc;
+    if (!c || !out) return patina__fail(PATINA_E_INVALID, "store: null argument");
+    PATINA_TRY(check_spec(spec));
+    PATINA_TRY(desc_open(c, spec, &dbi, &found));
+    if (!found) return no_table(c, spec);
+    PATINA_TRY(txn_begin(c, 0, &txn, "reading a descriptor"));
+    put_be64(kb, id);
+    rc = mdb_get(txn, dbi, &k, &v);
+    if (rc == MDB_NOTFOUND)
+        s = patina__fail(PATINA_E_NOTFOUND, "store: image %llu has no '%s' descriptor in '%s'",
+                         (unsigned long long)id, spec, c->dir);
+    else if (rc)
+        s = mdb_fail(c, rc, "reading a descriptor");
+    else if (v.mv_size != bytes)
+        s = patina__fail(PATINA_E_INVALID, "store: '%s' descriptors are %zu bytes, not %zu", spec,
+                         (size_t)v.mv_size, bytes);
+    else
+        memcpy(out, v.mv_data, bytes);
+    txn_abort(c, txn);
     return s;
 }
