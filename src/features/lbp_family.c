@@ -157,8 +157,8 @@ static double distance_of(int kind, const void *params, const void *a, const voi
     return lbp_distance(c.distance, c.hist_elem, a, b, lbp_dim(&c));
 }
 
-/* The CUDA kernels (src/gpu/lbp.cu) are wired in once they exist. */
-#define LBP_WITH_GPU 0
+/* The CUDA kernels: src/gpu/lbp.cu. */
+#define LBP_WITH_GPU 1
 
 /* One set of entry points per family. */
 #define LBP_FAMILY(NAME, KIND, OPTS, HELP)                                                      \
