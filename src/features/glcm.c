@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "features/glcm_core.h"
 #include "features/glcm_ref.h"
 #include "patina/glcm.h"
 
@@ -362,107 +363,94 @@ patina_status patina_glcm_counts(uint32_t *counts, const uint8_t *q, int w, int 
 
 /* ------------------------------------------------------------ properties */
 
-typedef __int128 i128;
-
-/* Integer moments of one count matrix. */
+/* Integer histograms of one count matrix and its glcm_moments_t (the
+ * reductions whose last step is glcm_finish, shared with CUDA). */
 typedef struct moments {
-    uint64_t T;                    /* total */
     uint64_t rows[PATINA_GLCM_MAX_LEVELS], cols[PATINA_GLCM_MAX_LEVELS];
     uint64_t diff[PATINA_GLCM_MAX_LEVELS];         /* counts with |i-j| = k */
     uint64_t sum[2 * PATINA_GLCM_MAX_LEVELS - 1];  /* counts with i+j = k */
-    uint64_t Si, Sj, Sii, Sjj, Sij;                /* sum of c*i, c*j, c*i^2, c*j^2, c*i*j */
-    uint64_t Q;                                    /* sum of c^2 */
+    glcm_moments_t m;
 } moments_t;
 
-static void moments(moments_t *m, const uint32_t *P, int levels)
+static void moments(moments_t *h, const uint32_t *P, int levels, int logs)
 {
     const int L = levels;
-    int i, j;
-    memset(m, 0, sizeof *m);
+    glcm_moments_t *m = &h->m;
+    double T;
+    int i, j, k;
+    memset(h, 0, sizeof *h);
     for (i = 0; i < L; i++) {
         const uint32_t *row = P + (size_t)i * (size_t)L;
         for (j = 0; j < L; j++) {
             uint64_t c = row[j];
             if (!c) continue;
-            m->rows[i] += c;
-            m->cols[j] += c;
-            m->diff[i > j ? i - j : j - i] += c;
-            m->sum[i + j] += c;
+            h->rows[i] += c;
+            h->cols[j] += c;
+            h->diff[i > j ? i - j : j - i] += c;
+            h->sum[i + j] += c;
             m->Sij += c * (uint64_t)i * (uint64_t)j;
-            m->Q += c * c;
+            m->Q += (unsigned __int128)c * c;
         }
     }
     for (i = 0; i < L; i++) {
         uint64_t ui = (uint64_t)i;
-        m->T += m->rows[i];
-        m->Si += ui * m->rows[i];
-        m->Sj += ui * m->cols[i];
-        m->Sii += ui * ui * m->rows[i];
-        m->Sjj += ui * ui * m->cols[i];
+        m->T += h->rows[i];
+        m->Si += ui * h->rows[i];
+        m->Sj += ui * h->cols[i];
+        m->Sii += ui * ui * h->rows[i];
+        m->Sjj += ui * ui * h->cols[i];
     }
-}
-
-/* T*S2 - S1^2 >= 0, exactly: T^2 times a variance. */
-static i128 var_num(uint64_t T, uint64_t S1, uint64_t S2)
-{
-    return (i128)T * (i128)S2 - (i128)S1 * (i128)S1;
-}
-
-static double plogp2(double p) { return p > 0.0 ? p * log2(p) : 0.0; }
-
-static void props_one(double *out, size_t stride, const uint32_t *P, int levels, moments_t *m)
-{
-    const int L = levels;
-    double T, contrast = 0, dis = 0, hom = 0, ent = 0;
-    uint64_t cn = 0, dn = 0;
-    i128 vi, vj, cov;
-    int k, i;
-    moments(m, P, levels);
-    if (m->T == 0) {
-        for (k = 0; k < PATINA_GLCM_NPROPS; k++) out[(size_t)k * stride] = 0.0;
-        out[5 * stride] = 1.0; /* correlation: scikit-image's value for zero deviation */
-        return;
-    }
-    T = (double)m->T;
     for (k = 0; k < L; k++) {
-        cn += (uint64_t)k * (uint64_t)k * m->diff[k];
-        dn += (uint64_t)k * m->diff[k];
-        hom += (double)m->diff[k] / (1.0 + (double)k * (double)k);
+        m->d1 += (uint64_t)k * h->diff[k];
+        m->d2 += (uint64_t)k * (uint64_t)k * h->diff[k];
+        m->hom += (double)h->diff[k] / (1.0 + (double)k * (double)k);
     }
-    contrast = (double)cn / T;
-    dis = (double)dn / T;
-    hom /= T;
-    for (i = 0; i < L * L; i++)
-        if (P[i]) {
-            double p = (double)P[i] / T;
-            ent -= p * log(p);
+    for (k = 0; k < 2 * L - 1; k++) {
+        m->s1 += (uint64_t)k * h->sum[k];
+        m->s2 += (uint64_t)k * (uint64_t)k * h->sum[k];
+    }
+    if (!logs || m->T == 0) return;
+    T = (double)m->T;
+    for (i = 0; i < L; i++) {      /* per-row partial sums, then rows in order */
+        const uint32_t *row = P + (size_t)i * (size_t)L;
+        double en = 0, eb = 0, mi = 0;
+        for (j = 0; j < L; j++) {
+            double c = (double)row[j], p;
+            if (row[j] == 0) continue;
+            p = c / T;
+            en -= p * log(p);
+            eb -= glcm_plogp2(p);
+            /* the mutual information term by term: no cancellation between
+             * entropies of ~log2(L) bits */
+            mi += p * log2(c * T / ((double)h->rows[i] * (double)h->cols[j]));
         }
-    vi = var_num(m->T, m->Si, m->Sii);
-    vj = var_num(m->T, m->Sj, m->Sjj);
-    cov = (i128)m->T * (i128)m->Sij - (i128)m->Si * (i128)m->Sj;
-    out[0 * stride] = contrast;
-    out[1 * stride] = dis;
-    out[2 * stride] = hom;
-    out[3 * stride] = (double)m->Q / T / T;
-    out[4 * stride] = sqrt((double)m->Q) / T;
-    out[5 * stride] = (vi == 0 || vj == 0) ? 1.0
-                                           : (double)cov / (sqrt((double)vi) * sqrt((double)vj));
-    out[6 * stride] = (double)m->Si / T;
-    out[7 * stride] = (double)vi / T / T;
-    out[8 * stride] = sqrt((double)vi) / T;
-    out[9 * stride] = ent;
+        m->ent_nat += en;
+        m->hxy += eb;
+        m->mi += mi;
+    }
+    for (k = 0; k < L; k++) {
+        m->hx -= glcm_plogp2((double)h->rows[k] / T);
+        m->hy -= glcm_plogp2((double)h->cols[k] / T);
+        m->hd -= glcm_plogp2((double)h->diff[k] / T);
+    }
+    for (k = 0; k < 2 * L - 1; k++) m->hs -= glcm_plogp2((double)h->sum[k] / T);
 }
 
 void patina_glcm_props(double *props, const uint32_t *counts, int levels, size_t noff)
 {
-    moments_t *m = malloc(sizeof *m);
-    moments_t local;
+    moments_t *h = malloc(sizeof *h);
     size_t o;
-    if (!m) m = &local; /* ~6 KiB: fine on the stack as a fallback */
-    for (o = 0; o < noff; o++)
-        props_one(props + o, noff, counts + o * (size_t)levels * (size_t)levels, levels, m);
-    if (m != &local) free(m);
+    if (!h) { /* ~10 KiB; without it report NaN rather than guess */
+        for (o = 0; o < noff * PATINA_GLCM_NPROPS; o++) props[o] = NAN;
+        return;
+    }
+    for (o = 0; o < noff; o++) {
+        moments(h, counts + o * (size_t)levels * (size_t)levels, levels, 1);
+        glcm_finish(&h->m, 0.0, props + o, (long)noff, NULL);
+    }
+    free(h);
 }
+
 
 /* ---------------------------------------------------------- Haralick */
 
@@ -607,78 +595,22 @@ double glcm_mcc(const uint32_t *counts, int levels, const uint64_t *rows, const 
     return sqrt(best2 > 1.0 ? 1.0 : best2);
 }
 
-static void haralick_one(double *f, const uint32_t *P, int levels, moments_t *m)
-{
-    const int L = levels;
-    double T, hxy = 0, hx = 0, hy = 0, hs = 0, hd = 0, mi = 0;
-    i128 vi, vj, cov, sv, dv;
-    uint64_t s1 = 0, s2 = 0, d1 = 0, d2 = 0, cn = 0;
-    double idm = 0;
-    int k, i;
-    moments(m, P, levels);
-    memset(f, 0, PATINA_HARALICK_N * sizeof *f);
-    if (m->T == 0) {
-        f[2] = 1.0;
-        return;
-    }
-    T = (double)m->T;
-    for (k = 0; k < 2 * L - 1; k++) {
-        s1 += (uint64_t)k * m->sum[k];
-        s2 += (uint64_t)k * (uint64_t)k * m->sum[k];
-        hs -= plogp2((double)m->sum[k] / T);
-    }
-    for (k = 0; k < L; k++) {
-        d1 += (uint64_t)k * m->diff[k];
-        d2 += (uint64_t)k * (uint64_t)k * m->diff[k];
-        cn += (uint64_t)k * (uint64_t)k * m->diff[k];
-        idm += (double)m->diff[k] / (1.0 + (double)k * (double)k);
-        hd -= plogp2((double)m->diff[k] / T);
-        hx -= plogp2((double)m->rows[k] / T);
-        hy -= plogp2((double)m->cols[k] / T);
-    }
-    for (i = 0; i < L * L; i++)
-        if (P[i]) {
-            /* HXY, and the mutual information HX + HY - HXY summed term by
-             * term (no cancellation between entropies of ~log2(L) bits). */
-            double c = (double)P[i];
-            hxy -= plogp2(c / T);
-            mi += c / T * log2(c * T / ((double)m->rows[i / L] * (double)m->cols[i % L]));
-        }
-    vi = var_num(m->T, m->Si, m->Sii);
-    vj = var_num(m->T, m->Sj, m->Sjj);
-    cov = (i128)m->T * (i128)m->Sij - (i128)m->Si * (i128)m->Sj;
-    sv = var_num(m->T, s1, s2);
-    dv = var_num(m->T, d1, d2);
-    f[0] = (double)m->Q / T / T;                                   /* angular second moment */
-    f[1] = (double)cn / T;                                         /* contrast */
-    f[2] = (vi == 0 || vj == 0) ? 1.0
-                                : (double)cov / (sqrt((double)vi) * sqrt((double)vj));
-    f[3] = (double)vi / T / T;                                     /* sum of squares: variance */
-    f[4] = idm / T;                                                /* inverse difference moment */
-    f[5] = (double)s1 / T;                                         /* sum average */
-    f[6] = (double)sv / T / T;                                     /* sum variance */
-    f[7] = hs;                                                     /* sum entropy */
-    f[8] = hxy;                                                    /* entropy */
-    f[9] = (double)dv / T / T;                                     /* difference variance */
-    f[10] = hd;                                                    /* difference entropy */
-    /* HXY1 = HXY2 = HX + HY (the marginals sum to 1), so both information
-     * measures are functions of the mutual information HX + HY - HXY. */
-    if (mi < 0) mi = 0;                                            /* rounding only */
-    f[11] = (hx > hy ? hx : hy) > 0 ? -mi / (hx > hy ? hx : hy) : 0.0;
-    f[12] = sqrt(-expm1(-2.0 * M_LN2 * mi));                       /* nats in the exponent */
-    f[13] = glcm_mcc(P, levels, m->rows, m->cols, m->T);
-}
-
 void patina_haralick(double *feats, const uint32_t *counts, int levels, size_t noff)
 {
-    moments_t *m = malloc(sizeof *m);
-    moments_t local;
+    moments_t *h = malloc(sizeof *h);
     size_t o;
-    if (!m) m = &local;
-    for (o = 0; o < noff; o++)
-        haralick_one(feats + o * PATINA_HARALICK_N,
-                     counts + o * (size_t)levels * (size_t)levels, levels, m);
-    if (m != &local) free(m);
+    if (!h) {
+        for (o = 0; o < noff * PATINA_HARALICK_N; o++) feats[o] = NAN;
+        return;
+    }
+    for (o = 0; o < noff; o++) {
+        const uint32_t *P = counts + o * (size_t)levels * (size_t)levels;
+        double mcc;
+        moments(h, P, levels, 1);
+        mcc = glcm_mcc(P, levels, h->rows, h->cols, h->m.T);
+        glcm_finish(&h->m, mcc, NULL, 0, feats + o * PATINA_HARALICK_N);
+    }
+    free(h);
 }
 
 void patina_haralick_aggregate(double *out, const double *feats, size_t noff, size_t group)

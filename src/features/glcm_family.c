@@ -502,6 +502,47 @@ done:
     return s;
 }
 
+/* ------------------------------------------------------------------ GPU */
+
+/* Masks are a CPU feature: with one, the "GPU" path runs the C reference. */
+static patina_status cpu_batch(patina_status (*one)(const void *, void *, const patina_image_t *),
+                               const void *params, void *out, size_t bytes,
+                               const patina_image_t *imgs, size_t n, patina_status *st)
+{
+    for (size_t i = 0; i < n; i++) {
+        patina_status s = one(params, (unsigned char *)out + i * bytes, &imgs[i]);
+        if (s != PATINA_OK) memset((unsigned char *)out + i * bytes, 0, bytes);
+        if (st) st[i] = s;
+    }
+    return PATINA_OK;
+}
+
+static patina_status glcm_cpu(const void *params, void *out, const patina_image_t *img);
+static patina_status haralick_cpu(const void *params, void *out, const patina_image_t *img);
+
+static patina_status glcm_gpu(patina_gpu_t *g, const void *params, void *out,
+                              const patina_image_t *imgs, size_t n, patina_status *st)
+{
+    const glcm_params_t *p = params;
+    glcm_req_t r;
+    PATINA_TRY(params_req(&r, p, "glcm"));
+    if (strcmp(p->mask, "none") != 0)
+        return cpu_batch(glcm_cpu, params, out, glcm_dim(params) * sizeof(double), imgs, n, st);
+    return patina_gpu_glcm_family(g, out, &r, 0, 0, imgs, n, st);
+}
+
+static patina_status haralick_gpu(patina_gpu_t *g, const void *params, void *out,
+                                  const patina_image_t *imgs, size_t n, patina_status *st)
+{
+    const glcm_params_t *p = params;
+    glcm_req_t r;
+    PATINA_TRY(params_req(&r, p, "haralick"));
+    if (strcmp(p->mask, "none") != 0)
+        return cpu_batch(haralick_cpu, params, out, haralick_dim(params) * sizeof(double), imgs, n,
+                         st);
+    return patina_gpu_glcm_family(g, out, &r, 1, p->form, imgs, n, st);
+}
+
 const patina_family_t patina_family_glcm = {
     .name = "glcm",
     .help = "grey-level co-occurrence matrices: scikit-image's graycoprops properties per offset "
@@ -514,7 +555,7 @@ const patina_family_t patina_family_glcm = {
     .distance_name = "l2",
     .distance = glcm_distance,
     .cpu = glcm_cpu,
-    .gpu = NULL,
+    .gpu = glcm_gpu,
     .hybrid = NULL,
     .json = glcm_json,
 };
@@ -531,7 +572,7 @@ const patina_family_t patina_family_haralick = {
     .distance_name = "l2",
     .distance = haralick_distance,
     .cpu = haralick_cpu,
-    .gpu = NULL,
+    .gpu = haralick_gpu,
     .hybrid = NULL,
     .json = NULL,
 };

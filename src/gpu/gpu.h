@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "core/internal.h"
+#include "patina/glcm.h"
 #include "patina/image.h"
 #include "patina/status.h"
 
@@ -86,6 +87,75 @@ patina_status patina_gpu_lbp_lab(int variant, const struct lbp_conf *c, const ui
  * second), median of reps copies of `bytes`: the reference for "fraction of
  * the copy bandwidth". */
 patina_status patina_gpu_lbp_copy_bandwidth(size_t bytes, int reps, double *gbps);
+
+/* ---- GLCM (src/gpu/glcm.cu; docs/glcm.md) ----
+ * Counts identical to the C reference (patina_glcm_counts), properties and
+ * Haralick features of whole batches. The calling thread's current device
+ * is used (patina_gpu_open makes it current); g may be NULL. */
+
+struct glcm_req;
+
+/* One quantised image: (h, stride) u8 host memory, every value < levels.
+ * Pinned memory is copied directly, pageable memory through pinned staging. */
+typedef struct patina_gpu_grey {
+    const uint8_t *q;
+    int w, h;
+    size_t stride;
+} patina_gpu_grey_t;
+
+/* Co-occurrence counts of n images for noff offsets: counts (n, noff,
+ * levels, levels) u32 host memory. All offsets in one pass when their
+ * sub-GLCMs fit in shared memory; small images batched per launch; images
+ * larger than a slot streamed in tiles of rows with padding rows (no pair is
+ * lost or counted twice), copies overlapping kernels over several streams. */
+patina_status patina_gpu_glcm_counts(patina_gpu_t *g, uint32_t *counts, const patina_gpu_grey_t *imgs,
+                                     size_t n, int levels, const patina_glcm_offset_t *off,
+                                     size_t noff, int symmetric);
+
+/* graycoprops properties and Haralick features of nmat count matrices (host,
+ * (nmat, levels, levels) u32) computed on the GPU: props (nmat, 10) and har
+ * (nmat, 14), either may be NULL. Integer-moment features equal the C
+ * reference's; those with logarithms agree within 1e-12 relative; the 14th
+ * (an eigenvalue) is computed on the host by the C reference's solver. */
+patina_status patina_gpu_glcm_features_of(patina_gpu_t *g, double *props, double *har,
+                                          const uint32_t *counts, size_t nmat, int levels);
+
+/* The glcm (haralick = 0) and haralick (form 0 meanrange, 1 offsets, 2 both)
+ * families on the GPU: n RGB images -> n vectors (out, f64); grey levels by
+ * the C reference on the host, counts and features on the GPU. st[i] per
+ * image (may be NULL). */
+patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out, const struct glcm_req *r,
+                                     int haralick, int form, const patina_image_t *imgs, size_t n,
+                                     patina_status *st);
+
+/* Internal: tests force small slots (tiles split pairs across borders) and
+ * small tasks; 0 restores a default. Not thread-safe with running calls. */
+void patina_gpu__glcm_set_caps(size_t slot_bytes, size_t task_pixels);
+
+/* Internal: the lab of bench/glcm.c. scheme 1: one thread per pixel, global
+ * atomics (the paper's Scheme 1); 2: R privatised sub-GLCMs per block in
+ * shared memory, thread i -> copy i mod R (Scheme 2); 3: Scheme 2 on K
+ * linear tiles streamed from pinned memory over two streams with the
+ * paper's Pad rule (Scheme 3); 4: the production kernel on a resident image;
+ * 5: the production path end to end from pinned host memory. One offset per
+ * launch for 1-3; all offsets per pass for 4-5. counts (noff, L, L). */
+typedef struct patina_glcm_lab {
+    int scheme;
+    int reps;        /* timed repetitions after one warm-up; the median is reported */
+    int tiles;       /* scheme 3: K (default 8); out, scheme 4: launches */
+    int block;       /* schemes 1-2: threads per block (0: the paper's choice); out: used */
+    int copies;      /* scheme 2: R (0: from 48 KiB per two blocks); out: R used */
+    double ms;       /* 1, 2, 4: kernel time (image resident); 3, 5: copy + kernel, end to end */
+    double h2d_ms;   /* scheme 3: the same tiles' copies alone */
+    double kernel_ms;/* scheme 3: the same tiles' kernels alone */
+} patina_glcm_lab_t;
+patina_status patina_gpu__glcm_lab(patina_glcm_lab_t *lab, uint32_t *counts, const uint8_t *q, int w,
+                                   int h, size_t stride, int levels, const patina_glcm_offset_t *off,
+                                   size_t noff, int symmetric);
+
+/* Internal: device-to-device (read + write) and pinned host-to-device
+ * bandwidth in GB/s, median of 5 copies of `bytes`. */
+patina_status patina_gpu__glcm_bandwidth(double *d2d_gbps, double *h2d_gbps, size_t bytes);
 
 #ifdef __cplusplus
 }

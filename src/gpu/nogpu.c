@@ -81,3 +81,49 @@ patina_status patina_gpu_lbp_copy_bandwidth(size_t bytes, int reps, double *gbps
     *gbps = 0.0;
     return none();
 }
+
+/* ---- GLCM ---- */
+
+patina_status patina_gpu_glcm_counts(patina_gpu_t *g, uint32_t *counts, const patina_gpu_grey_t *imgs,
+                                     size_t n, int levels, const patina_glcm_offset_t *off,
+                                     size_t noff, int symmetric)
+{
+    (void)g; (void)counts; (void)imgs; (void)n; (void)levels; (void)off; (void)noff; (void)symmetric;
+    return none();
+}
+
+patina_status patina_gpu_glcm_features_of(patina_gpu_t *g, double *props, double *har,
+                                          const uint32_t *counts, size_t nmat, int levels)
+{
+    (void)g; (void)props; (void)har; (void)counts; (void)nmat; (void)levels;
+    return none();
+}
+
+patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out, const struct glcm_req *r,
+                                     int haralick, int form, const patina_image_t *imgs, size_t n,
+                                     patina_status *st)
+{
+    (void)g; (void)out; (void)r; (void)haralick; (void)form; (void)imgs; (void)n; (void)st;
+    return none();
+}
+
+void patina_gpu__glcm_set_caps(size_t slot_bytes, size_t task_pixels)
+{
+    (void)slot_bytes; (void)task_pixels;
+}
+
+patina_status patina_gpu__glcm_lab(patina_glcm_lab_t *lab, uint32_t *counts, const uint8_t *q, int w,
+                                   int h, size_t stride, int levels, const patina_glcm_offset_t *off,
+                                   size_t noff, int symmetric)
+{
+    (void)lab; (void)counts; (void)q; (void)w; (void)h; (void)stride; (void)levels; (void)off;
+    (void)noff; (void)symmetric;
+    return none();
+}
+
+patina_status patina_gpu__glcm_bandwidth(double *d2d_gbps, double *h2d_gbps, size_t bytes)
+{
+    (void)bytes;
+    *d2d_gbps = *h2d_gbps = 0.0;
+    return none();
+}

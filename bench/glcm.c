@@ -1,0 +1,355 @@
+/* bench_glcm: the tables of Hong, Zheng & Pan (../shared/papers/glcm-cuda.txt)
+ * and the issue's targets, with the peers in the same run.
+ *
+ *   CPU    C reference (1 thread), fast path (1 thread, all threads):
+ *          ns per pixel pair, 1024^2 and 4096^2, the paper's configurations.
+ *   GPU    bandwidth probes (device copy, pinned host-to-device);
+ *          Table II  - Scheme 1 (global atomics), kernel ms;
+ *          Table III - Scheme 2 (privatised sub-GLCMs) and the production
+ *                      kernel, 1024^2 .. 16384^2, levels 8/32, d = 1/4,
+ *                      0/45 degrees, slow / drastic grey-level changes, with
+ *                      GB/s and the fraction of the device-copy bandwidth;
+ *          one pass over 4 angles x 2 distances;
+ *          Table 3   - Scheme 3 transfer and compute times, overlapped time,
+ *                      and the production path from pinned host memory
+ *                      against the PCIe bound.
+ *          Every GPU result is checked against the CPU counts (sizes up to
+ *          4096^2: every configuration; larger: d=1, 0 degrees).
+ *   Peers  bench/glcm_peers.py: scikit-image graycomatrix (CPU, one core)
+ *          and a PyTorch bincount GLCM (GPU) on the same images (the same
+ *          integer hash generates them in C and numpy).
+ *
+ * Usage: bench_glcm [--quick] [--max-size N] [--no-peers] [--no-gpu]
+ * Never fails on timings; exits 1 only when counts differ. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "gpu/gpu.h"
+#include "patina/glcm.h"
+#include "patina/patina.h"
+
+static int g_fail;
+
+/* The generator bench/glcm_peers.py reproduces: kind 0 "slow" (a ramp plus
+ * small noise: long runs of one pair, heavy atomic contention), kind 1
+ * "drastic" (hash noise: pairs spread over the whole matrix). */
+static uint32_t mix(uint32_t x, uint32_t y)
+{
+    uint32_t h = (x * 0x9E3779B1u) ^ (y * 0x85EBCA77u);
+    h ^= h >> 15;
+    h *= 0x2C1B3C6Du;
+    h ^= h >> 12;
+    return h;
+}
+
+static void generate(uint8_t *v, int n, int kind)
+{
+    for (int y = 0; y < n; y++)
+        for (int x = 0; x < n; x++) {
+            uint32_t h = mix((uint32_t)x, (uint32_t)y);
+            int val;
+            if (kind == 1) {
+                val = (int)(h >> 24);
+            } else {
+                val = (int)(((uint64_t)x + 2u * (uint64_t)y) * 255u / (3u * (uint64_t)n)) +
+                      (int)(h >> 30) - 1;
+                val = val < 0 ? 0 : val > 255 ? 255 : val;
+            }
+            v[(size_t)y * (size_t)n + (size_t)x] = (uint8_t)val;
+        }
+}
+
+static const struct {
+    int d, angle;
+} configs[4] = {{1, 0}, {1, 45}, {4, 0}, {4, 45}};
+
+static const char *kind_name(int k) { return k ? "drastic" : "slow"; }
+
+static void same(const uint32_t *a, const uint32_t *b, size_t n, const char *what)
+{
+    if (memcmp(a, b, n * sizeof *a)) {
+        printf("  !! counts differ: %s\n", what);
+        g_fail = 1;
+    }
+}
+
+/* ---------------------------------------------------------------- CPU */
+
+static void bench_cpu(int quick)
+{
+    static const int sizes[] = {1024, 4096};
+    uint32_t *c = malloc(8 * 32 * 32 * sizeof *c);
+    printf("\n## CPU: ns per pixel pair (threads: %d)\n\n", patina_cpu_count());
+    printf("| size | image | L | d | angle | C reference, 1 thread | fast, 1 thread | fast, %d threads |\n",
+           patina_cpu_count());
+    printf("|---|---|---|---|---|---|---|---|\n");
+    for (size_t si = 0; si < (quick ? 1u : 2u); si++) {
+        const int n = sizes[si];
+        uint8_t *v = malloc((size_t)n * n), *q = malloc((size_t)n * n);
+        for (int kind = 0; kind < 2; kind++) {
+            generate(v, n, kind);
+            for (int L = 8; L <= 32; L *= 4) {
+                patina_glcm_quantize(q, v, (size_t)n * n, L, PATINA_GLCM_QUANT_UNIFORM);
+                for (int ci = 0; ci < 4; ci++) {
+                    patina_glcm_offset_t o = patina_glcm_offset(configs[ci].d, configs[ci].angle);
+                    double best[3] = {1e9, 1e9, 1e9};
+                    const double pairs = (double)(n - abs(o.dy)) * (double)(n - abs(o.dx));
+                    for (int rep = 0; rep < 3; rep++) {
+                        double t0 = patina_now();
+                        patina_glcm_counts_ref(c, q, n, n, (size_t)n, NULL, 0, L, &o, 1, 0);
+                        double t1 = patina_now();
+                        patina_glcm_counts(c, q, n, n, (size_t)n, NULL, 0, L, &o, 1, 0, 1);
+                        double t2 = patina_now();
+                        patina_glcm_counts(c, q, n, n, (size_t)n, NULL, 0, L, &o, 1, 0, 0);
+                        double t3 = patina_now();
+                        if (t1 - t0 < best[0]) best[0] = t1 - t0;
+                        if (t2 - t1 < best[1]) best[1] = t2 - t1;
+                        if (t3 - t2 < best[2]) best[2] = t3 - t2;
+                    }
+                    printf("| %d² | %s | %d | %d | %d | %.2f | %.2f | %.3f |\n", n, kind_name(kind), L,
+                           configs[ci].d, configs[ci].angle, best[0] * 1e9 / pairs,
+                           best[1] * 1e9 / pairs, best[2] * 1e9 / pairs);
+                }
+            }
+        }
+        free(v);
+        free(q);
+    }
+    free(c);
+}
+
+/* ---------------------------------------------------------------- GPU */
+
+static double lab(int scheme, uint32_t *counts, const uint8_t *q, int n, int L,
+                  const patina_glcm_offset_t *off, size_t noff, int reps, int tiles,
+                  patina_glcm_lab_t *out)
+{
+    patina_glcm_lab_t l;
+    memset(&l, 0, sizeof l);
+    l.scheme = scheme;
+    l.reps = reps;
+    l.tiles = tiles;
+    if (patina_gpu__glcm_lab(&l, counts, q, n, n, (size_t)n, L, off, noff, 0) != PATINA_OK) {
+        printf("  (scheme %d failed: %s)\n", scheme, patina_last_error());
+        return -1;
+    }
+    if (out) *out = l;
+    return l.ms;
+}
+
+static void bench_gpu(int quick, int max_size)
+{
+    static const int sizes[] = {1024, 4096, 8192, 16384};
+    double d2d = 0, h2d = 0;
+    patina_gpu_t *g = NULL;
+    char desc[256];
+    if (patina_gpu_open(&g, 0, 0) != PATINA_OK) {
+        printf("\n## GPU: unavailable (%s)\n", patina_last_error());
+        return;
+    }
+    patina_gpu_describe(0, desc, sizeof desc);
+    if (patina_gpu__glcm_bandwidth(&d2d, &h2d, (size_t)256 << 20) != PATINA_OK)
+        printf("bandwidth probe failed: %s\n", patina_last_error());
+    printf("\n## GPU: %s\n\nmeasured: device copy %.0f GB/s (read + write), pinned host-to-device %.1f GB/s\n",
+           desc, d2d, h2d);
+
+    /* Table II: Scheme 1 on 1024^2 (the paper: GTX 1050 Ti, 0.27 - 0.96 ms). */
+    {
+        const int n = 1024;
+        uint8_t *v = patina_gpu_host_alloc((size_t)n * n), *q = patina_gpu_host_alloc((size_t)n * n);
+        uint32_t *a = malloc(32 * 32 * 4), *b = malloc(32 * 32 * 4);
+        printf("\n### Table II: Scheme 1 (global atomics), %d², kernel ms (median of 20)\n\n", n);
+        printf("| image | L | d=1, 0° | d=1, 45° | d=4, 0° | d=4, 45° |\n|---|---|---|---|---|---|\n");
+        for (int kind = 0; kind < 2; kind++) {
+            generate(v, n, kind);
+            for (int L = 8; L <= 32; L *= 4) {
+                patina_glcm_quantize(q, v, (size_t)n * n, L, PATINA_GLCM_QUANT_UNIFORM);
+                printf("| %s | %d |", kind_name(kind), L);
+                for (int ci = 0; ci < 4; ci++) {
+                    patina_glcm_offset_t o = patina_glcm_offset(configs[ci].d, configs[ci].angle);
+                    double ms = lab(1, b, q, n, L, &o, 1, 20, 0, NULL);
+                    patina_glcm_counts(a, q, n, n, (size_t)n, NULL, 0, L, &o, 1, 0, 0);
+                    same(b, a, (size_t)L * L, "scheme 1");
+                    printf(" %.3f |", ms);
+                }
+                printf("\n");
+            }
+        }
+        patina_gpu_host_free(v);
+        patina_gpu_host_free(q);
+        free(a);
+        free(b);
+    }
+
+    /* Table III: Scheme 2 and the production kernel, every size. */
+    printf("\n### Table III: kernel ms (median), image resident; production GB/s = pixels read / time, "
+           "%% of the device-copy bandwidth\n\n");
+    printf("| size | image | L | d | angle | Scheme 1 | Scheme 2 | production | prod. GB/s | %% of copy bw |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    for (size_t si = 0; si < 4; si++) {
+        const int n = sizes[si];
+        const size_t N = (size_t)n * n;
+        const int reps = n <= 4096 ? 20 : 5;
+        uint8_t *v, *q;
+        uint32_t *a, *b;
+        if (n > max_size || (quick && n > 4096)) break;
+        a = malloc(8 * 32 * 32 * 4);
+        b = malloc(8 * 32 * 32 * 4);
+        v = patina_gpu_host_alloc(N);
+        q = patina_gpu_host_alloc(N);
+        if (!v || !q) {
+            printf("  (no pinned memory for %d²)\n", n);
+            patina_gpu_host_free(v);
+            patina_gpu_host_free(q);
+            free(a);
+            free(b);
+            break;
+        }
+        for (int kind = 0; kind < 2; kind++) {
+            generate(v, n, kind);
+            for (int L = 8; L <= 32; L *= 4) {
+                patina_glcm_quantize(q, v, N, L, PATINA_GLCM_QUANT_UNIFORM);
+                for (int ci = 0; ci < 4; ci++) {
+                    patina_glcm_offset_t o = patina_glcm_offset(configs[ci].d, configs[ci].angle);
+                    double s1 = n <= 4096 || ci == 0 ? lab(1, b, q, n, L, &o, 1, reps, 0, NULL) : -1;
+                    double s2 = lab(2, b, q, n, L, &o, 1, reps, 0, NULL);
+                    uint32_t *bp = b + 32 * 32;
+                    double pr = lab(4, bp, q, n, L, &o, 1, reps, 0, NULL);
+                    double gbs = pr > 0 ? (double)N / (pr * 1e-3) / 1e9 : 0;
+                    same(b, bp, (size_t)L * L, "scheme 2 vs production");
+                    if (n <= 4096 || ci == 0) {
+                        patina_glcm_counts(a, q, n, n, (size_t)n, NULL, 0, L, &o, 1, 0, 0);
+                        same(bp, a, (size_t)L * L, "production vs CPU");
+                    }
+                    if (s1 >= 0)
+                        printf("| %d² | %s | %d | %d | %d | %.3f | %.3f | %.4f | %.0f | %.0f%% |\n", n,
+                               kind_name(kind), L, configs[ci].d, configs[ci].angle, s1, s2, pr, gbs,
+                               d2d > 0 ? 100.0 * gbs / d2d : 0.0);
+                    else
+                        printf("| %d² | %s | %d | %d | %d | - | %.3f | %.4f | %.0f | %.0f%% |\n", n,
+                               kind_name(kind), L, configs[ci].d, configs[ci].angle, s2, pr, gbs,
+                               d2d > 0 ? 100.0 * gbs / d2d : 0.0);
+                }
+                if (n == 16384 || (n == max_size)) { /* all offsets of a request in one pass */
+                    patina_glcm_offset_t off[8];
+                    patina_glcm_lab_t l;
+                    uint32_t *m = malloc(8 * (size_t)L * L * 4), *r = malloc(8 * (size_t)L * L * 4);
+                    for (int d = 0; d < 2; d++)
+                        for (int t = 0; t < 4; t++) off[d * 4 + t] = patina_glcm_offset(d ? 4 : 1, 45.0 * t);
+                    double ms = lab(4, m, q, n, L, off, 8, reps, 0, &l);
+                    printf("| %d² | %s | %d | 1,4 | 0,45,90,135 (8 offsets, %d launch%s, R=%d) | | | %.4f | %.0f | %.0f%% |\n",
+                           n, kind_name(kind), L, l.tiles, l.tiles == 1 ? "" : "es", l.copies, ms,
+                           ms > 0 ? (double)N / (ms * 1e-3) / 1e9 : 0,
+                           ms > 0 && d2d > 0 ? 100.0 * (double)N / (ms * 1e-3) / 1e9 / d2d : 0);
+                    if (kind == 0 && L == 32) {
+                        patina_glcm_counts(r, q, n, n, (size_t)n, NULL, 0, L, off, 8, 0, 0);
+                        same(m, r, 8 * (size_t)L * L, "8 offsets in one pass vs CPU");
+                    }
+                    free(m);
+                    free(r);
+                }
+            }
+        }
+        patina_gpu_host_free(v);
+        patina_gpu_host_free(q);
+        free(a);
+        free(b);
+    }
+
+    /* Table 3: Scheme 3 transfer / compute, and the production path from pinned memory. */
+    printf("\n### Table 3: transfer and compute (d=1, 0°, L=32, slow image), ms\n\n");
+    printf("| size | Scheme 3 copies alone | Scheme 3 kernels alone | Scheme 3 overlapped (K=8) | "
+           "production from pinned host | PCIe bound (bytes / H2D GB/s) | production / bound |\n");
+    printf("|---|---|---|---|---|---|---|\n");
+    for (size_t si = 0; si < 4; si++) {
+        const int n = sizes[si];
+        const size_t N = (size_t)n * n;
+        uint8_t *v, *q;
+        uint32_t *a = malloc(32 * 32 * 4), *b = malloc(32 * 32 * 4);
+        patina_glcm_offset_t o = {0, 1};
+        patina_glcm_lab_t l3;
+        double p5, bound;
+        if (n > max_size || (quick && n > 4096)) {
+            free(a);
+            free(b);
+            break;
+        }
+        v = patina_gpu_host_alloc(N);
+        q = patina_gpu_host_alloc(N);
+        if (!v || !q) {
+            patina_gpu_host_free(v);
+            patina_gpu_host_free(q);
+            free(a);
+            free(b);
+            break;
+        }
+        generate(v, n, 0);
+        patina_glcm_quantize(q, v, N, 32, PATINA_GLCM_QUANT_UNIFORM);
+        memset(&l3, 0, sizeof l3);
+        lab(3, a, q, n, 32, &o, 1, n <= 4096 ? 10 : 3, 8, &l3);
+        p5 = lab(5, b, q, n, 32, &o, 1, n <= 4096 ? 10 : 3, 0, NULL);
+        same(a, b, 32 * 32, "scheme 3 vs production streamed");
+        bound = h2d > 0 ? (double)N / (h2d * 1e9) * 1e3 : 0;
+        printf("| %d² | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f |\n", n, l3.h2d_ms, l3.kernel_ms, l3.ms,
+               p5, bound, bound > 0 ? p5 / bound : 0);
+        patina_gpu_host_free(v);
+        patina_gpu_host_free(q);
+        free(a);
+        free(b);
+    }
+    patina_gpu_close(g);
+}
+
+/* ---------------------------------------------------------------- peers */
+
+static void run_peers(int quick, int max_size, int gpu)
+{
+    const char *py = getenv("PATINA_PYTHON");
+    char script[4096], cmd[8192];
+    const char *here = __FILE__, *slash = strrchr(here, '/');
+    FILE *f;
+    if (!py || !*py) py = "python3";
+    snprintf(script, sizeof script, "bench/glcm_peers.py");
+    if (!(f = fopen(script, "r"))) {
+        snprintf(script, sizeof script, "%.*s/glcm_peers.py", slash ? (int)(slash - here) : 1,
+                 slash ? here : ".");
+        f = fopen(script, "r");
+    }
+    if (!f) {
+        printf("\n## Peers: bench/glcm_peers.py not found (run from the repository root)\n");
+        return;
+    }
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "'%s' '%s' --max-size %d%s%s 2>&1", py, script, max_size,
+             quick ? " --quick" : "", gpu ? "" : " --no-gpu");
+    printf("\n## Peers (%s)\n", cmd);
+    fflush(stdout);
+    if (system(cmd) != 0) printf("(peers script failed or unavailable)\n");
+}
+
+int main(int argc, char **argv)
+{
+    int quick = 0, peers = 1, gpu = 1, max_size = 16384;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--no-peers")) peers = 0;
+        else if (!strcmp(argv[i], "--no-gpu")) gpu = 0;
+        else if (!strcmp(argv[i], "--max-size") && i + 1 < argc) max_size = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: bench_glcm [--quick] [--max-size N] [--no-peers] [--no-gpu]\n");
+            return 2;
+        }
+    }
+    printf("# bench_glcm (%s)\n", patina_build_info());
+    bench_cpu(quick);
+    if (gpu && patina_gpu_count() > 0)
+        bench_gpu(quick, max_size);
+    else
+        printf("\n## GPU: none here (%s)\n", gpu ? "no usable CUDA device" : "--no-gpu");
+    if (peers) run_peers(quick, max_size, gpu && patina_gpu_count() > 0);
+    if (g_fail) printf("\nFAILED: some GPU counts differ from the CPU's\n");
+    return g_fail;
+}

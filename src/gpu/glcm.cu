@@ -1,0 +1,1224 @@
+/* GLCM on the GPU: co-occurrence counts identical to the C reference
+ * (src/features/glcm.c), the properties and Haralick features of whole
+ * batches of matrices, and the lab variants of Hong, Zheng & Pan,
+ * "Computation of gray-level co-occurrence matrix based on CUDA and its
+ * optimization" (../shared/papers/glcm-cuda.txt) for bench/glcm.c.
+ *
+ * Production path (patina_gpu_glcm_counts and the families):
+ *   - Images are quantised on the host (the C reference's rules), packed into
+ *     slots of device memory with a pitch of roundup(w, 16) + 32 bytes and a
+ *     16-byte guard in front, so that a thread can read 16 pixels of row r
+ *     with one 16-byte load and the 16 partner pixels of row r+dy at any dx
+ *     with five aligned 4-byte loads and funnel shifts.
+ *   - Work is a list of tasks (a band of first-pixel rows of one image);
+ *     persistent blocks take tasks in grid-stride order. Each block keeps
+ *     private sub-GLCMs in shared memory: R copies per offset for all G
+ *     offsets of the request (G = all of them when they fit), R a power of two
+ *     chosen from the device's shared memory; lane l votes into copy l % R,
+ *     and copies are L*L+1 words apart (odd), so lanes voting the same cell
+ *     hit different banks. Runs of equal pairs among a thread's 16 pixels
+ *     become one atomicAdd. A block flushes its copies into the global
+ *     matrices (atomicAdd of non-zero sums) when its task's image changes and
+ *     at the end. When not even one matrix fits (L > ~238), the kernel votes
+ *     straight into global memory.
+ *   - Images larger than a slot are cut into tiles of first-pixel rows; each
+ *     tile is copied with the padding rules of the paper (Scheme 3) in row
+ *     form: pad_up = max(0, -min dy) rows above and pad_down = max(0, max dy)
+ *     rows below, so every pair whose first pixel is in the tile is counted
+ *     by that tile and by no other. Small images are packed many per slot
+ *     and counted by one launch. Slots rotate over three streams: the copy
+ *     of batch k+1 (pinned source: cudaMemcpy2DAsync straight from the
+ *     caller's memory; pageable: through the slot's pinned staging) overlaps
+ *     the kernel of batch k.
+ *   - Counts accumulate in u32 with atomics: integer addition commutes, so
+ *     the result is bit-identical to the C reference whatever the schedule.
+ *   - Features: one block per matrix reduces it to the integer moments and
+ *     the sums of logarithms of glcm_core.h, in the same order as the C
+ *     reference, and calls the same glcm_finish. Haralick's 14th feature
+ *     (an eigenvalue problem) is computed on the host from the counts.
+ *
+ * Device selection: the calling thread's current device (patina_gpu_open
+ * makes it current). Resources are per device, created on first use and
+ * serialised by a mutex. Nothing prints; every CUDA error becomes a status. */
+#include <cuda_runtime.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "features/glcm_core.h"
+#include "features/glcm_ref.h"
+#include "gpu/gpu.h"
+#include "patina/glcm.h"
+
+#define KTHREADS 256           /* production counting kernel */
+#define FTHREADS 256           /* features kernel */
+#define NSLOT 3
+#define GUARD 64               /* bytes before the first row of a slot */
+#define DEF_SLOT_BYTES (32u << 20)
+#define DEF_TASK_PIXELS (1u << 16)
+#define MAXDEV 16
+
+/* ------------------------------------------------------------ errors */
+
+static patina_status gfail(cudaError_t e, const char *what, int line)
+{
+    (void)cudaGetLastError();
+    return patina__fail(e == cudaErrorMemoryAllocation ? PATINA_E_NOMEM : PATINA_E_GPU,
+                        "gpu: glcm: %s: %s (%s) [glcm.cu:%d]", what, cudaGetErrorString(e),
+                        cudaGetErrorName(e), line);
+}
+
+#define CK(call)                                                                               \
+    do {                                                                                       \
+        cudaError_t ck_e_ = (call);                                                            \
+        if (ck_e_ != cudaSuccess) return gfail(ck_e_, #call, __LINE__);                       \
+    } while (0)
+
+#define CKL(what) CK(cudaGetLastError())
+
+/* --------------------------------------------------------- kernels */
+
+/* One block's work: first-pixel rows [r0, r1) of an image of w x h pixels
+ * whose row `row0` starts at device address `base` (rows `pitch` apart;
+ * rows [row0, ...) of the image that the tile holds). */
+struct gtask {
+    const uint8_t *base;
+    int row0, pitch, w, h, r0, r1, out, pad_;
+};
+
+/* The offsets of one launch: n of them, global indices o0 .. o0+n-1 of
+ * noff_total per image. */
+struct koffs {
+    int n, o0, noff_total, pad_;
+    int dy[PATINA_GLCM_MAX_OFFSETS], dx[PATINA_GLCM_MAX_OFFSETS];
+};
+
+static __device__ __forceinline__ int floor_div4(int x) { return x >= 0 ? x >> 2 : -((-x + 3) >> 2); }
+
+static __device__ __forceinline__ void flush_block(uint32_t *sh, const koffs &ko, int L, int R,
+                                                   int cs, int cur, uint32_t *out)
+{
+    const int LL = L * L;
+    for (int i = threadIdx.x; i < ko.n * LL; i += blockDim.x) {
+        const int o = i / LL, cell = i - o * LL;
+        uint32_t s = 0;
+        for (int c = 0; c < R; c++) s += sh[(o * R + c) * cs + cell];
+        if (s) atomicAdd(out + ((size_t)cur * ko.noff_total + ko.o0 + o) * LL + cell, s);
+    }
+}
+
+template <bool SMEM>
+__global__ void __launch_bounds__(KTHREADS)
+k_count(const gtask *__restrict__ tasks, int ntasks, koffs ko, int L, int R, int cs,
+        uint32_t *__restrict__ out)
+{
+    extern __shared__ uint32_t sh[];
+    const int LL = L * L;
+    const int nsh = SMEM ? ko.n * R * cs : 0;
+    const int copy = (threadIdx.x & 31) & (R - 1);
+    int cur = -1;
+    if (SMEM) {
+        for (int i = threadIdx.x; i < nsh; i += blockDim.x) sh[i] = 0;
+        __syncthreads();
+    }
+    for (int t = blockIdx.x; t < ntasks; t += gridDim.x) {
+        const gtask tk = tasks[t];
+        if (SMEM && tk.out != cur) { /* uniform over the block: one task per block */
+            if (cur >= 0) {
+                __syncthreads();
+                flush_block(sh, ko, L, R, cs, cur, out);
+                __syncthreads();
+                for (int i = threadIdx.x; i < nsh; i += blockDim.x) sh[i] = 0;
+                __syncthreads();
+            }
+            cur = tk.out;
+        }
+        uint32_t *gout = out + (size_t)tk.out * ko.noff_total * LL;
+        const int gpr = (tk.w + 15) >> 4;
+        const long long ng = (long long)(tk.r1 - tk.r0) * gpr;
+        for (long long g = threadIdx.x; g < ng; g += blockDim.x) {
+            const int r = tk.r0 + (int)(g / gpr);
+            const int x0 = (int)(g % gpr) << 4;
+            const uint8_t *ra = tk.base + (long long)(r - tk.row0) * tk.pitch;
+            const uint4 a = __ldg(reinterpret_cast<const uint4 *>(ra + x0));
+            const uint32_t aw[4] = {a.x, a.y, a.z, a.w};
+            for (int o = 0; o < ko.n; o++) {
+                const int dy = ko.dy[o], dx = ko.dx[o];
+                const int rr = r + dy;
+                if (rr < 0 || rr >= tk.h) continue;
+                const int xs = max(0, -dx), xe = min(tk.w, tk.w - dx);
+                if (x0 + 16 <= xs || x0 >= xe) continue;
+                const uint8_t *rb = tk.base + (long long)(rr - tk.row0) * tk.pitch;
+                const int xb = x0 + dx, wb = floor_div4(xb), sh8 = (xb - 4 * wb) * 8;
+                const uint32_t *pb = reinterpret_cast<const uint32_t *>(rb) + wb;
+                uint32_t bw[5];
+#pragma unroll
+                for (int k = 0; k < 5; k++) bw[k] = __ldg(pb + k);
+                uint32_t bsh[4];
+#pragma unroll
+                for (int k = 0; k < 4; k++) bsh[k] = __funnelshift_r(bw[k], bw[k + 1], sh8);
+                uint32_t *H = SMEM ? sh + (o * R + copy) * cs : gout + (size_t)(ko.o0 + o) * LL;
+                int run = -1, n = 0;
+#pragma unroll
+                for (int k = 0; k < 16; k++) {
+                    const int x = x0 + k;
+                    if (x < xs || x >= xe) continue;
+                    const int ia = (aw[k >> 2] >> ((k & 3) * 8)) & 255;
+                    const int ib = (bsh[k >> 2] >> ((k & 3) * 8)) & 255;
+                    const int idx = ia * L + ib;
+                    if (idx == run) {
+                        n++;
+                    } else {
+                        if (n) atomicAdd(H + run, (uint32_t)n);
+                        run = idx;
+                        n = 1;
+                    }
+                }
+                if (n) atomicAdd(H + run, (uint32_t)n);
+            }
+        }
+    }
+    if (SMEM && cur >= 0) {
+        __syncthreads();
+        flush_block(sh, ko, L, R, cs, cur, out);
+    }
+}
+
+/* P + P^T for nmat matrices. */
+__global__ void k_symmetrise(uint32_t *P, long long nmat, int L)
+{
+    const long long LL = (long long)L * L, n = nmat * LL;
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
+         e += (long long)gridDim.x * blockDim.x) {
+        const long long m = e / LL;
+        const int cell = (int)(e - m * LL), i = cell / L, j = cell - i * L;
+        uint32_t *M = P + m * LL;
+        if (i < j) {
+            const uint32_t s = M[i * L + j] + M[j * L + i];
+            M[i * L + j] = s;
+            M[j * L + i] = s;
+        } else if (i == j) {
+            M[cell] *= 2;
+        }
+    }
+}
+
+/* One block per matrix: the moments of glcm_core.h in the C reference's
+ * order, then glcm_finish. props (nmat, 10), har (nmat, 14) (may be NULL);
+ * har[13] (mcc) is left 0 for the host. */
+__global__ void __launch_bounds__(FTHREADS)
+k_features(const uint32_t *__restrict__ counts, int L, double *props, double *har)
+{
+    __shared__ unsigned long long rows[PATINA_GLCM_MAX_LEVELS], cols[PATINA_GLCM_MAX_LEVELS];
+    __shared__ unsigned long long diff[PATINA_GLCM_MAX_LEVELS];
+    __shared__ unsigned long long sum[2 * PATINA_GLCM_MAX_LEVELS - 1];
+    __shared__ unsigned long long part_sij[FTHREADS];
+    __shared__ unsigned __int128 part_q[FTHREADS];
+    __shared__ double part_en[PATINA_GLCM_MAX_LEVELS], part_eb[PATINA_GLCM_MAX_LEVELS],
+        part_mi[PATINA_GLCM_MAX_LEVELS];
+    __shared__ glcm_moments_t m;
+    const int LL = L * L, tid = threadIdx.x;
+    const uint32_t *P = counts + (size_t)blockIdx.x * LL;
+    unsigned long long sij = 0;
+    unsigned __int128 q = 0;
+    for (int i = tid; i < 2 * PATINA_GLCM_MAX_LEVELS - 1; i += blockDim.x) {
+        sum[i] = 0;
+        if (i < PATINA_GLCM_MAX_LEVELS) rows[i] = cols[i] = diff[i] = 0;
+    }
+    __syncthreads();
+    for (int cell = tid; cell < LL; cell += blockDim.x) {
+        const unsigned long long c = P[cell];
+        if (!c) continue;
+        const int i = cell / L, j = cell - i * L;
+        atomicAdd(&rows[i], c);
+        atomicAdd(&cols[j], c);
+        atomicAdd(&diff[i > j ? i - j : j - i], c);
+        atomicAdd(&sum[i + j], c);
+        sij += c * (unsigned long long)i * (unsigned long long)j;
+        q += (unsigned __int128)c * c;
+    }
+    part_sij[tid] = sij;
+    part_q[tid] = q;
+    __syncthreads();
+    if (tid == 0) {
+        memset(&m, 0, sizeof m);
+        for (int k = 0; k < (int)blockDim.x; k++) {
+            m.Sij += part_sij[k];
+            m.Q += part_q[k];
+        }
+        for (int i = 0; i < L; i++) {
+            const unsigned long long ui = (unsigned long long)i;
+            m.T += rows[i];
+            m.Si += ui * rows[i];
+            m.Sj += ui * cols[i];
+            m.Sii += ui * ui * rows[i];
+            m.Sjj += ui * ui * cols[i];
+        }
+        for (int k = 0; k < L; k++) {
+            m.d1 += (unsigned long long)k * diff[k];
+            m.d2 += (unsigned long long)k * (unsigned long long)k * diff[k];
+            m.hom += (double)diff[k] / (1.0 + (double)k * (double)k);
+        }
+        for (int k = 0; k < 2 * L - 1; k++) {
+            m.s1 += (unsigned long long)k * sum[k];
+            m.s2 += (unsigned long long)k * (unsigned long long)k * sum[k];
+        }
+    }
+    __syncthreads();
+    if (m.T != 0) {
+        const double T = (double)m.T;
+        for (int i = tid; i < L; i += blockDim.x) { /* per-row partials, j in order */
+            const uint32_t *row = P + (size_t)i * L;
+            double en = 0, eb = 0, mi = 0;
+            for (int j = 0; j < L; j++) {
+                if (row[j] == 0) continue;
+                const double c = (double)row[j], p = c / T;
+                en -= p * log(p);
+                eb -= glcm_plogp2(p);
+                mi += p * log2(c * T / ((double)rows[i] * (double)cols[j]));
+            }
+            part_en[i] = en;
+            part_eb[i] = eb;
+            part_mi[i] = mi;
+        }
+        __syncthreads();
+        if (tid == 0) {
+            for (int i = 0; i < L; i++) {
+                m.ent_nat += part_en[i];
+                m.hxy += part_eb[i];
+                m.mi += part_mi[i];
+            }
+            for (int k = 0; k < L; k++) {
+                m.hx -= glcm_plogp2((double)rows[k] / T);
+                m.hy -= glcm_plogp2((double)cols[k] / T);
+                m.hd -= glcm_plogp2((double)diff[k] / T);
+            }
+            for (int k = 0; k < 2 * L - 1; k++) m.hs -= glcm_plogp2((double)sum[k] / T);
+        }
+    }
+    if (tid == 0)
+        glcm_finish(&m, 0.0, props ? props + (size_t)blockIdx.x * GLCM_NPROPS : NULL, 1,
+                    har ? har + (size_t)blockIdx.x * GLCM_NHAR : NULL);
+}
+
+/* ----------------------------------------------------- lab kernels */
+
+/* Scheme 1: one thread per pixel, a global atomic per pair. */
+__global__ void k_s1(const uint8_t *__restrict__ q, int w, int h, int pitch, int L, int dy, int dx,
+                     uint32_t *P)
+{
+    const long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (p >= (long long)w * h) return;
+    const int r = (int)(p / w), c = (int)(p - (long long)r * w), rr = r + dy, cc = c + dx;
+    if (rr < 0 || rr >= h || cc < 0 || cc >= w) return;
+    atomicAdd(&P[q[(long long)r * pitch + c] * L + q[(long long)rr * pitch + cc]], 1u);
+}
+
+/* Scheme 2 (and the kernel of Scheme 3): R sub-GLCMs of L*L words in each
+ * block's shared memory, thread i votes into sub-GLCM i mod R; the first
+ * pixels are the linear range [s, e) of an image of width w (pitch w),
+ * whose linear pixel `base` is at buf[0]. */
+__global__ void k_s2(const uint8_t *__restrict__ buf, long long base, long long s, long long e,
+                     int w, int h, int L, int dy, int dx, int R, uint32_t *P)
+{
+    extern __shared__ uint32_t sub[];
+    const int LL = L * L;
+    for (int i = threadIdx.x; i < R * LL; i += blockDim.x) sub[i] = 0;
+    __syncthreads();
+    uint32_t *mine = sub + (threadIdx.x % R) * LL;
+    const long long lin = (long long)dy * w + dx;
+    for (long long p = s + blockIdx.x * (long long)blockDim.x + threadIdx.x; p < e;
+         p += (long long)gridDim.x * blockDim.x) {
+        const int r = (int)(p / w), c = (int)(p - (long long)r * w);
+        if (r + dy < 0 || r + dy >= h || c + dx < 0 || c + dx >= w) continue;
+        atomicAdd(&mine[buf[p - base] * L + buf[p + lin - base]], 1u);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < LL; i += blockDim.x) {
+        uint32_t t = 0;
+        for (int c = 0; c < R; c++) t += sub[c * LL + i];
+        if (t) atomicAdd(&P[i], t);
+    }
+}
+
+/* -------------------------------------------------------- workspace */
+
+struct slot_t {
+    cudaStream_t s;
+    cudaEvent_t done;
+    uint8_t *d_buf, *h_stage;  /* GUARD + cap bytes each */
+    size_t cap;
+    gtask *d_tasks, *h_tasks;
+    size_t task_cap;
+    int used;                  /* has work in flight (done is recorded) */
+};
+
+struct ws_t {
+    int dev, sms, smem_optin, smem_sm;
+    slot_t sl[NSLOT];
+    uint32_t *d_counts;
+    size_t counts_cap;   /* elements */
+    double *d_feat;      /* props then har */
+    size_t feat_cap;     /* matrices */
+    int attr_set;
+};
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static ws_t *g_ws[MAXDEV];
+static size_t g_slot_bytes = DEF_SLOT_BYTES, g_task_pixels = DEF_TASK_PIXELS;
+
+static patina_status ws_get(ws_t **out)
+{
+    int dev = 0;
+    ws_t *w;
+    *out = NULL;
+    CK(cudaGetDevice(&dev));
+    if (dev < 0 || dev >= MAXDEV) return patina__fail(PATINA_E_UNAVAILABLE, "gpu: glcm: device %d", dev);
+    if (g_ws[dev]) {
+        *out = g_ws[dev];
+        return PATINA_OK;
+    }
+    w = (ws_t *)calloc(1, sizeof *w);
+    if (!w) return patina__fail(PATINA_E_NOMEM, "gpu: glcm: out of memory");
+    w->dev = dev;
+    CK(cudaDeviceGetAttribute(&w->sms, cudaDevAttrMultiProcessorCount, dev));
+    CK(cudaDeviceGetAttribute(&w->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    CK(cudaDeviceGetAttribute(&w->smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    for (int k = 0; k < NSLOT; k++) {
+        CK(cudaStreamCreateWithFlags(&w->sl[k].s, cudaStreamNonBlocking));
+        CK(cudaEventCreateWithFlags(&w->sl[k].done, cudaEventDisableTiming));
+    }
+    g_ws[dev] = w;
+    *out = w;
+    return PATINA_OK;
+}
+
+static patina_status slot_wait(slot_t *s)
+{
+    if (s->used) {
+        CK(cudaEventSynchronize(s->done));
+        s->used = 0;
+    }
+    return PATINA_OK;
+}
+
+static patina_status slot_reserve(slot_t *s, size_t bytes, size_t tasks)
+{
+    PATINA_TRY(slot_wait(s));
+    if (s->cap < bytes) {
+        if (s->d_buf) CK(cudaFree(s->d_buf));
+        if (s->h_stage) CK(cudaFreeHost(s->h_stage));
+        s->d_buf = NULL;
+        s->h_stage = NULL;
+        s->cap = 0;
+        CK(cudaMalloc((void **)&s->d_buf, GUARD + bytes));
+        CK(cudaHostAlloc((void **)&s->h_stage, GUARD + bytes, cudaHostAllocDefault));
+        CK(cudaMemset(s->d_buf, 0, GUARD));
+        s->cap = bytes;
+    }
+    if (s->task_cap < tasks) {
+        if (s->d_tasks) CK(cudaFree(s->d_tasks));
+        if (s->h_tasks) CK(cudaFreeHost(s->h_tasks));
+        s->d_tasks = NULL;
+        s->h_tasks = NULL;
+        s->task_cap = 0;
+        CK(cudaMalloc((void **)&s->d_tasks, tasks * sizeof(gtask)));
+        CK(cudaHostAlloc((void **)&s->h_tasks, tasks * sizeof(gtask), cudaHostAllocDefault));
+        s->task_cap = tasks;
+    }
+    return PATINA_OK;
+}
+
+static patina_status ws_counts(ws_t *w, size_t elems)
+{
+    if (w->counts_cap >= elems) return PATINA_OK;
+    for (int k = 0; k < NSLOT; k++) PATINA_TRY(slot_wait(&w->sl[k]));
+    if (w->d_counts) CK(cudaFree(w->d_counts));
+    w->d_counts = NULL;
+    w->counts_cap = 0;
+    CK(cudaMalloc((void **)&w->d_counts, (elems ? elems : 1) * sizeof(uint32_t)));
+    w->counts_cap = elems;
+    return PATINA_OK;
+}
+
+static patina_status ws_feat(ws_t *w, size_t nmat)
+{
+    if (w->feat_cap >= nmat) return PATINA_OK;
+    if (w->d_feat) CK(cudaFree(w->d_feat));
+    w->d_feat = NULL;
+    w->feat_cap = 0;
+    CK(cudaMalloc((void **)&w->d_feat, (nmat ? nmat : 1) * (GLCM_NPROPS + GLCM_NHAR) * sizeof(double)));
+    w->feat_cap = nmat;
+    return PATINA_OK;
+}
+
+static int is_pinned(const void *p)
+{
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+
+static size_t pitch_of(int w) { return (((size_t)w + 15) & ~(size_t)15) + 32; }
+
+/* ------------------------------------------------------ counting plan */
+
+struct plan_t {
+    int L, R, G, smem, global;   /* copies, offsets per launch, bytes, vote into global */
+    int grid;                    /* persistent blocks */
+    int pad_up, pad_down;        /* padding rows of a tile */
+};
+
+static int pow2_floor(int x)
+{
+    int p = 1;
+    while (p * 2 <= x) p *= 2;
+    return p;
+}
+
+static patina_status make_plan(ws_t *w, plan_t *pl, int L, const patina_glcm_offset_t *off,
+                               size_t noff, int max_h)
+{
+    const long long cs = (long long)L * L + 1;
+    /* two resident blocks per SM share the SM's shared memory */
+    long long budget = w->smem_sm / 2 - 2048;
+    int per_sm = 0;
+    if (budget > w->smem_optin) budget = w->smem_optin;
+    memset(pl, 0, sizeof *pl);
+    pl->L = L;
+    if ((long long)noff * cs * 4 <= budget) {
+        pl->G = (int)noff;
+        pl->R = pow2_floor((int)(budget / ((long long)noff * cs * 4)));
+        if (pl->R > 32) pl->R = 32;
+    } else if (cs * 4 <= budget) {
+        pl->G = (int)(budget / (cs * 4));
+        pl->R = 1;
+    } else if (cs * 4 <= w->smem_optin) { /* one matrix per block, one block per SM */
+        pl->G = 1;
+        pl->R = 1;
+    } else {
+        pl->global = 1;
+        pl->G = (int)noff;
+        pl->R = 1;
+    }
+    pl->smem = pl->global ? 0 : (int)(pl->G * pl->R * cs * 4);
+    if (!w->attr_set) {
+        CK(cudaFuncSetAttribute(k_count<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                w->smem_optin));
+        w->attr_set = 1;
+    }
+    if (pl->global)
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_count<false>, KTHREADS, 0));
+    else
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_count<true>, KTHREADS,
+                                                         pl->smem));
+    if (per_sm < 1) per_sm = 1;
+    pl->grid = per_sm * w->sms;
+    for (size_t o = 0; o < noff; o++) {
+        int dy = off[o].dy;
+        if (dy >= max_h || dy <= -max_h) continue; /* no pair at all */
+        if (-dy > pl->pad_up) pl->pad_up = -dy;
+        if (dy > pl->pad_down) pl->pad_down = dy;
+    }
+    return PATINA_OK;
+}
+
+static patina_status launch_count(ws_t *w, slot_t *s, const plan_t *pl, int ntasks,
+                                  const patina_glcm_offset_t *off, size_t noff, uint32_t *d_out)
+{
+    const int cs = pl->L * pl->L + 1;
+    for (size_t o0 = 0; o0 < noff; o0 += (size_t)pl->G) {
+        koffs ko;
+        int grid = ntasks < pl->grid ? ntasks : pl->grid;
+        memset(&ko, 0, sizeof ko);
+        ko.n = (int)(noff - o0 < (size_t)pl->G ? noff - o0 : (size_t)pl->G);
+        ko.o0 = (int)o0;
+        ko.noff_total = (int)noff;
+        for (int o = 0; o < ko.n; o++) {
+            ko.dy[o] = off[o0 + (size_t)o].dy;
+            ko.dx[o] = off[o0 + (size_t)o].dx;
+        }
+        if (grid < 1) grid = 1;
+        if (pl->global)
+            k_count<false><<<grid, KTHREADS, 0, s->s>>>(s->d_tasks, ntasks, ko, pl->L, 1, cs, d_out);
+        else
+            k_count<true><<<grid, KTHREADS, pl->smem, s->s>>>(s->d_tasks, ntasks, ko, pl->L, pl->R,
+                                                              cs, d_out);
+        CKL("k_count");
+    }
+    (void)w;
+    return PATINA_OK;
+}
+
+/* Counts of n images into d_out (n, noff, L, L), zeroed here; symmetrised
+ * when asked. Returns with all work queued on slot 0's stream completed up
+ * to the symmetrisation (the caller synchronises slot 0). */
+static patina_status run_counts(ws_t *w, uint32_t *d_out, const patina_gpu_grey_t *imgs, size_t n,
+                                int L, const patina_glcm_offset_t *off, size_t noff, int symmetric)
+{
+    const size_t LL = (size_t)L * L;
+    plan_t pl;
+    int max_h = 0, k = 0;
+    size_t cap = g_slot_bytes, task_px = g_task_pixels;
+    size_t used = 0, ntasks = 0, i;
+    slot_t *s;
+    for (i = 0; i < n; i++)
+        if (imgs[i].h > max_h) max_h = imgs[i].h;
+    PATINA_TRY(make_plan(w, &pl, L, off, noff, max_h));
+    /* a slot must hold at least one row of the widest image with its padding */
+    for (i = 0; i < n; i++) {
+        size_t need = pitch_of(imgs[i].w) * (size_t)(pl.pad_up + pl.pad_down + 1);
+        if (imgs[i].w > 0 && imgs[i].h > 0 && need > cap) cap = need;
+    }
+    for (int j = 0; j < NSLOT; j++) PATINA_TRY(slot_reserve(&w->sl[j], cap, 1024));
+    s = &w->sl[0];
+    CK(cudaMemsetAsync(d_out, 0, n * noff * LL * sizeof(uint32_t), s->s));
+    CK(cudaStreamSynchronize(s->s));
+
+    for (i = 0; i <= n; i++) {
+        const patina_gpu_grey_t *im = i < n ? &imgs[i] : NULL;
+        int pinned = im && im->h > 0 && im->w > 0 ? is_pinned(im->q) : 0;
+        size_t pitch = im ? pitch_of(im->w) : 0;
+        int rows_cap = im ? (int)(cap / pitch) : 0;
+        int tile = rows_cap - pl.pad_up - pl.pad_down;
+        int t0 = 0;
+        if (im && (im->w <= 0 || im->h <= 0 || noff == 0)) continue;
+        if (im && im->h <= rows_cap) tile = im->h;
+        for (;;) {
+            int t1 = 0, lo = 0, hi = 0;
+            size_t bytes = 0, rows_task, need_tasks = 0;
+            if (im) {
+                t1 = t0 + tile < im->h ? t0 + tile : im->h;
+                lo = t0 - pl.pad_up > 0 ? t0 - pl.pad_up : 0;
+                hi = t1 + pl.pad_down < im->h ? t1 + pl.pad_down : im->h;
+                bytes = pitch * (size_t)(hi - lo);
+                rows_task = task_px / (size_t)im->w;
+                if (rows_task < 1) rows_task = 1;
+                need_tasks = ((size_t)(t1 - t0) + rows_task - 1) / rows_task;
+            } else {
+                rows_task = 1;
+            }
+            /* flush the batch when this chunk does not fit, or at the end */
+            if (!im || used + bytes > cap || ntasks + need_tasks > s->task_cap) {
+                if (ntasks) {
+                    CK(cudaMemcpyAsync(s->d_tasks, s->h_tasks, ntasks * sizeof(gtask),
+                                       cudaMemcpyHostToDevice, s->s));
+                    PATINA_TRY(launch_count(w, s, &pl, (int)ntasks, off, noff, d_out));
+                    CK(cudaEventRecord(s->done, s->s));
+                    s->used = 1;
+                    k = (k + 1) % NSLOT;
+                    s = &w->sl[k];
+                    PATINA_TRY(slot_wait(s));
+                }
+                used = 0;
+                ntasks = 0;
+                if (!im) break;
+                if (need_tasks > s->task_cap)
+                    PATINA_TRY(slot_reserve(s, cap, need_tasks + 1024));
+            }
+            {
+                uint8_t *dst = s->d_buf + GUARD + used;
+                const uint8_t *src = im->q + (size_t)lo * im->stride;
+                if (pinned) {
+                    CK(cudaMemcpy2DAsync(dst, pitch, src, im->stride, (size_t)im->w,
+                                         (size_t)(hi - lo), cudaMemcpyHostToDevice, s->s));
+                } else {
+                    uint8_t *stg = s->h_stage + GUARD + used;
+                    for (int r = 0; r < hi - lo; r++)
+                        memcpy(stg + (size_t)r * pitch, src + (size_t)r * im->stride, (size_t)im->w);
+                    CK(cudaMemcpyAsync(dst, stg, bytes, cudaMemcpyHostToDevice, s->s));
+                }
+                for (int r = t0; r < t1; r += (int)rows_task) {
+                    gtask *tk = &s->h_tasks[ntasks++];
+                    tk->base = dst;
+                    tk->row0 = lo;
+                    tk->pitch = (int)pitch;
+                    tk->w = im->w;
+                    tk->h = im->h;
+                    tk->r0 = r;
+                    tk->r1 = r + (int)rows_task < t1 ? r + (int)rows_task : t1;
+                    tk->out = (int)i;
+                    tk->pad_ = 0;
+                }
+                used += bytes;
+            }
+            t0 = t1;
+            if (t0 >= im->h) break;
+        }
+    }
+    /* every slot's kernels finish before the symmetrisation on slot 0 */
+    for (int j = 0; j < NSLOT; j++)
+        if (w->sl[j].used) CK(cudaStreamWaitEvent(w->sl[0].s, w->sl[j].done, 0));
+    if (symmetric && n && noff) {
+        long long nm = (long long)(n * noff);
+        int blocks = (int)((nm * (long long)LL + 255) / 256);
+        if (blocks > 8 * w->sms) blocks = 8 * w->sms;
+        k_symmetrise<<<blocks, 256, 0, w->sl[0].s>>>(d_out, nm, L);
+        CKL("k_symmetrise");
+    }
+    return PATINA_OK;
+}
+
+static patina_status sync_all(ws_t *w)
+{
+    for (int j = 0; j < NSLOT; j++) {
+        CK(cudaStreamSynchronize(w->sl[j].s));
+        w->sl[j].used = 0;
+    }
+    return PATINA_OK;
+}
+
+static patina_status check_levels(int levels, size_t noff)
+{
+    if (levels < 2 || levels > PATINA_GLCM_MAX_LEVELS)
+        return patina__fail(PATINA_E_INVALID, "gpu: glcm: levels=%d is out of range [2, 256]", levels);
+    if (noff > PATINA_GLCM_MAX_OFFSETS)
+        return patina__fail(PATINA_E_LIMIT, "gpu: glcm: %zu offsets (at most %d)", noff,
+                            PATINA_GLCM_MAX_OFFSETS);
+    return PATINA_OK;
+}
+
+/* ------------------------------------------------------ entry points */
+
+extern "C" patina_status patina_gpu_glcm_counts(patina_gpu_t *g, uint32_t *counts,
+                                                const patina_gpu_grey_t *imgs, size_t n,
+                                                int levels, const patina_glcm_offset_t *off,
+                                                size_t noff, int symmetric)
+{
+    ws_t *w;
+    patina_status s;
+    const size_t per = noff * (size_t)levels * (size_t)levels;
+    (void)g;
+    PATINA_TRY(check_levels(levels, noff));
+    if (n == 0 || noff == 0) return PATINA_OK;
+    if (!counts || !imgs || !off) return patina__fail(PATINA_E_INVALID, "gpu: glcm: null argument");
+    for (size_t i = 0; i < n; i++) {
+        if (imgs[i].w < 0 || imgs[i].h < 0 ||
+            (imgs[i].w > 0 && imgs[i].h > 0 && (!imgs[i].q || imgs[i].stride < (size_t)imgs[i].w)))
+            return patina__fail(PATINA_E_INVALID, "gpu: glcm: image %zu: bad shape", i);
+        PATINA_TRY(glcm_check_size(imgs[i].w, imgs[i].h, symmetric, "gpu: glcm"));
+    }
+    pthread_mutex_lock(&g_mu);
+    s = ws_get(&w);
+    if (s == PATINA_OK) s = ws_counts(w, n * per);
+    if (s == PATINA_OK) s = run_counts(w, w->d_counts, imgs, n, levels, off, noff, symmetric);
+    if (s == PATINA_OK) {
+        cudaError_t e = cudaMemcpyAsync(counts, w->d_counts, n * per * sizeof(uint32_t),
+                                        cudaMemcpyDeviceToHost, w->sl[0].s);
+        if (e != cudaSuccess) s = gfail(e, "copy counts back", __LINE__);
+    }
+    if (s == PATINA_OK)
+        s = sync_all(w);
+    else
+        (void)cudaDeviceSynchronize();
+    pthread_mutex_unlock(&g_mu);
+    return s;
+}
+
+/* Features of nmat device matrices into host props (nmat, 10) / har
+ * (nmat, 14); har's mcc column is left 0. */
+static patina_status features_dev(ws_t *w, double *props, double *har, const uint32_t *d_counts,
+                                  size_t nmat, int levels)
+{
+    double *dp, *dh;
+    if (nmat == 0) return PATINA_OK;
+    PATINA_TRY(ws_feat(w, nmat));
+    dp = w->d_feat;
+    dh = w->d_feat + nmat * GLCM_NPROPS;
+    for (size_t m0 = 0; m0 < nmat; m0 += 65535) { /* grid.x limit for old devices is moot; keep chunks */
+        size_t cnt = nmat - m0 < 65535 ? nmat - m0 : 65535;
+        k_features<<<(unsigned)cnt, FTHREADS, 0, w->sl[0].s>>>(
+            d_counts + m0 * (size_t)levels * levels, levels, dp + m0 * GLCM_NPROPS,
+            dh + m0 * GLCM_NHAR);
+        CKL("k_features");
+    }
+    if (props)
+        CK(cudaMemcpyAsync(props, dp, nmat * GLCM_NPROPS * sizeof(double), cudaMemcpyDeviceToHost,
+                           w->sl[0].s));
+    if (har)
+        CK(cudaMemcpyAsync(har, dh, nmat * GLCM_NHAR * sizeof(double), cudaMemcpyDeviceToHost,
+                           w->sl[0].s));
+    CK(cudaStreamSynchronize(w->sl[0].s));
+    return PATINA_OK;
+}
+
+/* Haralick's 14th feature of one host matrix (the C reference's solver). */
+static double host_mcc(const uint32_t *P, int L)
+{
+    uint64_t rows[PATINA_GLCM_MAX_LEVELS] = {0}, cols[PATINA_GLCM_MAX_LEVELS] = {0}, T = 0;
+    for (int i = 0; i < L; i++)
+        for (int j = 0; j < L; j++) {
+            rows[i] += P[(size_t)i * L + j];
+            cols[j] += P[(size_t)i * L + j];
+        }
+    for (int i = 0; i < L; i++) T += rows[i];
+    return glcm_mcc(P, L, rows, cols, T);
+}
+
+extern "C" patina_status patina_gpu_glcm_features_of(patina_gpu_t *g, double *props, double *har,
+                                                     const uint32_t *counts, size_t nmat,
+                                                     int levels)
+{
+    ws_t *w;
+    patina_status s;
+    const size_t LL = (size_t)levels * (size_t)levels;
+    (void)g;
+    PATINA_TRY(check_levels(levels, 0));
+    if (nmat == 0) return PATINA_OK;
+    if (!counts) return patina__fail(PATINA_E_INVALID, "gpu: glcm: null counts");
+    pthread_mutex_lock(&g_mu);
+    s = ws_get(&w);
+    if (s == PATINA_OK) s = ws_counts(w, nmat * LL);
+    if (s == PATINA_OK) {
+        cudaError_t e = cudaMemcpy(w->d_counts, counts, nmat * LL * sizeof(uint32_t),
+                                   cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) s = gfail(e, "upload counts", __LINE__);
+    }
+    if (s == PATINA_OK) s = features_dev(w, props, har, w->d_counts, nmat, levels);
+    pthread_mutex_unlock(&g_mu);
+    if (s == PATINA_OK && har)
+        for (size_t m = 0; m < nmat; m++) har[m * GLCM_NHAR + 13] = host_mcc(counts + m * LL, levels);
+    return s;
+}
+
+extern "C" patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out,
+                                                const struct glcm_req *r, int haralick, int form,
+                                                const patina_image_t *imgs, size_t n,
+                                                patina_status *st)
+{
+    const size_t noff = glcm_noff(r), L = (size_t)r->levels, LL = L * L;
+    const size_t dim = haralick ? (form == 0 ? (size_t)r->nd * 2 * GLCM_NHAR
+                                   : form == 1 ? noff * GLCM_NHAR
+                                               : noff * GLCM_NHAR + (size_t)r->nd * 2 * GLCM_NHAR)
+                                : GLCM_NPROPS * noff;
+    patina_gpu_grey_t *gi = NULL;
+    uint8_t **qs = NULL;
+    uint32_t *counts = NULL;
+    double *props = NULL, *har = NULL;
+    patina_status s = PATINA_OK, *stat = st;
+    ws_t *w;
+    (void)g;
+    if (n == 0) return PATINA_OK;
+    gi = (patina_gpu_grey_t *)calloc(n, sizeof *gi);
+    qs = (uint8_t **)calloc(n, sizeof *qs);
+    counts = (uint32_t *)malloc(n * noff * LL * sizeof *counts + 1);
+    props = (double *)malloc(n * noff * GLCM_NPROPS * sizeof *props + 1);
+    har = (double *)malloc(n * noff * GLCM_NHAR * sizeof *har + 1);
+    if (!stat) stat = (patina_status *)calloc(n, sizeof *stat);
+    if (!gi || !qs || !counts || !props || !har || !stat) {
+        s = patina__fail(PATINA_E_NOMEM, "gpu: glcm: out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) { /* grey and levels by the C reference's rules */
+        const patina_image_t *im = &imgs[i];
+        stat[i] = PATINA_OK;
+        if (!im || im->width < 0 || im->height < 0 ||
+            (im->width > 0 && im->height > 0 && (!im->data || im->stride < 3 * (size_t)im->width)))
+            stat[i] = patina__fail(PATINA_E_INVALID, "glcm: bad image");
+        else
+            stat[i] = glcm_check_size(im->width, im->height, r->symmetric, "glcm");
+        if (stat[i] == PATINA_OK) stat[i] = glcm_grey_levels(&qs[i], im, r->levels, r->quant);
+        if (stat[i] == PATINA_OK) {
+            gi[i].q = qs[i];
+            gi[i].w = im->width;
+            gi[i].h = im->height;
+            gi[i].stride = (size_t)im->width;
+        }
+    }
+    pthread_mutex_lock(&g_mu);
+    s = ws_get(&w);
+    if (s == PATINA_OK) s = ws_counts(w, n * noff * LL);
+    if (s == PATINA_OK) s = run_counts(w, w->d_counts, gi, n, r->levels, r->off, noff, r->symmetric);
+    if (s == PATINA_OK) s = features_dev(w, props, har, w->d_counts, n * noff, r->levels);
+    if (s == PATINA_OK && haralick) {
+        cudaError_t e = cudaMemcpy(counts, w->d_counts, n * noff * LL * sizeof(uint32_t),
+                                   cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) s = gfail(e, "copy counts back", __LINE__);
+    }
+    if (s == PATINA_OK)
+        s = sync_all(w);
+    else
+        (void)cudaDeviceSynchronize();
+    pthread_mutex_unlock(&g_mu);
+    if (s != PATINA_OK) goto done;
+    for (size_t i = 0; i < n; i++) {
+        double *o = out + i * dim;
+        if (stat[i] != PATINA_OK) {
+            memset(o, 0, dim * sizeof *o);
+            continue;
+        }
+        if (!haralick) {
+            for (size_t k = 0; k < GLCM_NPROPS; k++)
+                for (size_t j = 0; j < noff; j++) o[k * noff + j] = props[(i * noff + j) * GLCM_NPROPS + k];
+            continue;
+        }
+        for (size_t j = 0; j < noff; j++)
+            har[(i * noff + j) * GLCM_NHAR + 13] = host_mcc(counts + (i * noff + j) * LL, r->levels);
+        if (form == 1 || form == 2)
+            memcpy(o, har + i * noff * GLCM_NHAR, noff * GLCM_NHAR * sizeof *o);
+        if (form == 0 || form == 2)
+            patina_haralick_aggregate(o + (form == 2 ? noff * GLCM_NHAR : 0),
+                                      har + i * noff * GLCM_NHAR, noff, (size_t)r->na);
+    }
+done:
+    if (qs)
+        for (size_t i = 0; i < n; i++) free(qs[i]);
+    free(qs);
+    free(gi);
+    free(counts);
+    free(props);
+    free(har);
+    if (stat != st) free(stat);
+    return s;
+}
+
+extern "C" void patina_gpu__glcm_set_caps(size_t slot_bytes, size_t task_pixels)
+{
+    pthread_mutex_lock(&g_mu);
+    g_slot_bytes = slot_bytes ? slot_bytes : DEF_SLOT_BYTES;
+    g_task_pixels = task_pixels ? task_pixels : DEF_TASK_PIXELS;
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* --------------------------------------------------------------- lab */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n ? v[n / 2] : 0.0;
+}
+
+extern "C" patina_status patina_gpu__glcm_bandwidth(double *d2d_gbps, double *h2d_gbps,
+                                                    size_t bytes)
+{
+    void *a = NULL, *b = NULL, *h = NULL;
+    cudaEvent_t e0, e1;
+    double t[5];
+    float ms;
+    patina_status s = PATINA_OK;
+    *d2d_gbps = *h2d_gbps = 0;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess ||
+        cudaHostAlloc(&h, bytes, cudaHostAllocDefault) != cudaSuccess) {
+        s = gfail(cudaGetLastError(), "bandwidth buffers", __LINE__);
+        goto out;
+    }
+    memset(h, 1, bytes);
+    for (int kind = 0; kind < 2; kind++) {
+        for (int rep = -1; rep < 5; rep++) {
+            cudaEventRecord(e0);
+            if (kind == 0)
+                cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+            else
+                cudaMemcpy(a, h, bytes, cudaMemcpyHostToDevice);
+            cudaEventRecord(e1);
+            cudaEventSynchronize(e1);
+            cudaEventElapsedTime(&ms, e0, e1);
+            if (rep >= 0) t[rep] = ms;
+        }
+        if (kind == 0)
+            *d2d_gbps = 2.0 * (double)bytes / (median(t, 5) * 1e-3) / 1e9; /* read + write */
+        else
+            *h2d_gbps = (double)bytes / (median(t, 5) * 1e-3) / 1e9;
+    }
+    if (cudaGetLastError() != cudaSuccess) s = patina__fail(PATINA_E_GPU, "gpu: glcm: bandwidth probe failed");
+out:
+    cudaFree(a);
+    cudaFree(b);
+    cudaFreeHost(h);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return s;
+}
+
+/* Scheme 3: the image as one linear array of w*h pixels cut into K tiles of
+ * first pixels [s_i, e_i); tile i is copied with Pad = dy*w + dx extra
+ * pixels after it (before it for a negative offset), two streams alternate
+ * copy -> kernel. mode 0: overlapped run; 1: copies only; 2: kernels only
+ * (tiles already resident). Returns elapsed ms. */
+static patina_status scheme3(const uint8_t *hq, int w, int h, int L, patina_glcm_offset_t o, int K,
+                             int R, int block, uint8_t *dbuf[2], size_t tile_cap, uint32_t *d_P,
+                             cudaStream_t st[2], int mode, double *ms)
+{
+    const long long N = (long long)w * h, lin = (long long)o.dy * w + o.dx;
+    const long long pad_hi = lin > 0 ? lin : 0, pad_lo = lin < 0 ? -lin : 0;
+    cudaEvent_t e0, e1, ed[2];
+    float f;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(cudaEventCreate(&ed[0]));
+    CK(cudaEventCreate(&ed[1]));
+    CK(cudaEventRecord(e0, st[0]));
+    CK(cudaStreamWaitEvent(st[1], e0, 0));
+    for (int i = 0; i < K; i++) {
+        const long long s0 = N * i / K, s1 = N * (i + 1) / K;
+        long long lo = s0 - pad_lo, hi = s1 + pad_hi;
+        if (lo < 0) lo = 0;
+        if (hi > N) hi = N;
+        cudaStream_t ss = st[i & 1];
+        if ((size_t)(hi - lo) > tile_cap) return patina__fail(PATINA_E_INTERNAL, "gpu: glcm: scheme 3 tile");
+        if (mode != 2)
+            CK(cudaMemcpyAsync(dbuf[i & 1], hq + lo, (size_t)(hi - lo), cudaMemcpyHostToDevice, ss));
+        if (mode != 1) {
+            int grid = (int)((s1 - s0 + block - 1) / block);
+            if (grid > 65535 * 4) grid = 65535 * 4;
+            if (grid < 1) grid = 1;
+            k_s2<<<grid, block, (size_t)R * L * L * 4, ss>>>(dbuf[i & 1], lo, s0, s1, w, h, L, o.dy,
+                                                             o.dx, R, d_P);
+            CKL("k_s2 (scheme 3)");
+        }
+    }
+    CK(cudaEventRecord(ed[1], st[1]));
+    CK(cudaStreamWaitEvent(st[0], ed[1], 0));
+    CK(cudaEventRecord(e1, st[0]));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaEventElapsedTime(&f, e0, e1));
+    *ms = f;
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaEventDestroy(ed[0]);
+    cudaEventDestroy(ed[1]);
+    return PATINA_OK;
+}
+
+extern "C" patina_status patina_gpu__glcm_lab(patina_glcm_lab_t *lab, uint32_t *counts,
+                                              const uint8_t *q, int w, int h, size_t stride,
+                                              int levels, const patina_glcm_offset_t *off,
+                                              size_t noff, int symmetric)
+{
+    const size_t LL = (size_t)levels * (size_t)levels;
+    const int reps = lab->reps > 0 ? lab->reps : 1;
+    const int scheme = lab->scheme;
+    double *t = NULL;
+    uint8_t *hq = NULL, *dq = NULL, *dbuf[2] = {NULL, NULL};
+    uint32_t *dP = NULL;
+    cudaStream_t st[2] = {NULL, NULL};
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    patina_status s = PATINA_OK;
+    ws_t *ws = NULL;
+    float f;
+    lab->ms = lab->h2d_ms = lab->kernel_ms = 0;
+    PATINA_TRY(check_levels(levels, noff));
+    PATINA_TRY(glcm_check_size(w, h, symmetric, "gpu: glcm lab"));
+    if (w <= 0 || h <= 0 || noff == 0) return patina__fail(PATINA_E_INVALID, "gpu: glcm lab: empty request");
+    t = (double *)malloc(sizeof(double) * (size_t)reps);
+    if (!t) return patina__fail(PATINA_E_NOMEM, "gpu: glcm lab: out of memory");
+    pthread_mutex_lock(&g_mu);
+#define LAB_CK(call)                                                                           \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ != cudaSuccess) {                                                               \
+            s = gfail(e_, #call, __LINE__);                                                    \
+            goto out;                                                                          \
+        }                                                                                      \
+    } while (0)
+#define LAB_TRY(expr)                                                                          \
+    do {                                                                                       \
+        s = (expr);                                                                            \
+        if (s != PATINA_OK) goto out;                                                          \
+    } while (0)
+    LAB_TRY(ws_get(&ws));
+    LAB_CK(cudaEventCreate(&e0));
+    LAB_CK(cudaEventCreate(&e1));
+    LAB_CK(cudaMalloc((void **)&dP, noff * LL * sizeof(uint32_t)));
+    /* a pinned, contiguous (pitch w) copy of the image, untimed */
+    if (stride == (size_t)w && is_pinned(q)) {
+        hq = (uint8_t *)q;
+    } else {
+        LAB_CK(cudaHostAlloc((void **)&hq, (size_t)w * h, cudaHostAllocDefault));
+        for (int r = 0; r < h; r++) memcpy(hq + (size_t)r * w, q + (size_t)r * stride, (size_t)w);
+    }
+    if (scheme == 1 || scheme == 2) {
+        const int block = lab->block > 0 ? lab->block : scheme == 1 ? 256 : (levels <= 8 ? 1024 : 512);
+        int R = lab->copies > 0 ? lab->copies : (int)(49152 / (LL * 4) / 2);
+        if (R < 1) R = 1;
+        if (R > block) R = block;
+        if ((size_t)R * LL * 4 > (size_t)ws->smem_optin) R = (int)(ws->smem_optin / (LL * 4));
+        if (scheme == 2 && R < 1) {
+            s = patina__fail(PATINA_E_LIMIT, "gpu: glcm lab: scheme 2 needs L*L*4 bytes of shared memory");
+            goto out;
+        }
+        lab->copies = R;
+        lab->block = block;
+        LAB_CK(cudaMalloc((void **)&dq, (size_t)w * h));
+        LAB_CK(cudaMemcpy(dq, hq, (size_t)w * h, cudaMemcpyHostToDevice));
+        if (scheme == 2)
+            LAB_CK(cudaFuncSetAttribute(k_s2, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        ws->smem_optin));
+        for (int rep = -1; rep < reps; rep++) {
+            LAB_CK(cudaMemset(dP, 0, noff * LL * sizeof(uint32_t)));
+            LAB_CK(cudaEventRecord(e0));
+            for (size_t o = 0; o < noff; o++) {
+                if (scheme == 1) {
+                    long long npx = (long long)w * h;
+                    k_s1<<<(unsigned)((npx + block - 1) / block), block>>>(dq, w, h, w, levels, off[o].dy,
+                                                                        off[o].dx, dP + o * LL);
+                } else {
+                    int per_sm = 0;
+                    LAB_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_s2, block,
+                                                                         (size_t)R * LL * 4));
+                    if (per_sm < 1) per_sm = 1;
+                    k_s2<<<per_sm * ws->sms, block, (size_t)R * LL * 4>>>(
+                        dq, 0, 0, (long long)w * h, w, h, levels, off[o].dy, off[o].dx, R, dP + o * LL);
+                }
+            }
+            LAB_CK(cudaGetLastError());
+            LAB_CK(cudaEventRecord(e1));
+            LAB_CK(cudaEventSynchronize(e1));
+            LAB_CK(cudaEventElapsedTime(&f, e0, e1));
+            if (rep >= 0) t[rep] = f;
+        }
+        lab->ms = median(t, reps);
+        if (symmetric) {
+            k_symmetrise<<<256, 256>>>(dP, (long long)noff, levels);
+            LAB_CK(cudaGetLastError());
+        }
+        LAB_CK(cudaMemcpy(counts, dP, noff * LL * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+    } else if (scheme == 3) {
+        const int K = lab->tiles > 0 ? lab->tiles : 8;
+        const int block = levels <= 8 ? 1024 : 512;
+        const long long N = (long long)w * h;
+        int R = (int)(49152 / (LL * 4) / 2);
+        long long maxpad = 0;
+        double tc[3];
+        if (R < 1) R = 1;
+        if ((size_t)R * LL * 4 > (size_t)ws->smem_optin) {
+            s = patina__fail(PATINA_E_LIMIT, "gpu: glcm lab: scheme 3 needs L*L*4 bytes of shared memory");
+            goto out;
+        }
+        LAB_CK(cudaFuncSetAttribute(k_s2, cudaFuncAttributeMaxDynamicSharedMemorySize, ws->smem_optin));
+        for (size_t o = 0; o < noff; o++) {
+            long long lin = (long long)off[o].dy * w + off[o].dx;
+            if (lin < 0) lin = -lin;
+            if (lin > maxpad) maxpad = lin;
+        }
+        {
+            size_t cap = (size_t)((N + K - 1) / K + maxpad + 16);
+            LAB_CK(cudaMalloc((void **)&dbuf[0], cap));
+            LAB_CK(cudaMalloc((void **)&dbuf[1], cap));
+            LAB_CK(cudaStreamCreateWithFlags(&st[0], cudaStreamNonBlocking));
+            LAB_CK(cudaStreamCreateWithFlags(&st[1], cudaStreamNonBlocking));
+            lab->copies = R;
+            lab->block = block;
+            lab->tiles = K;
+            for (int mode = 0; mode < 3; mode++) {
+                for (int rep = -1; rep < reps; rep++) {
+                    double sum = 0, ms;
+                    LAB_CK(cudaMemset(dP, 0, noff * LL * sizeof(uint32_t)));
+                    LAB_CK(cudaDeviceSynchronize());
+                    for (size_t o = 0; o < noff; o++) {
+                        LAB_TRY(scheme3(hq, w, h, levels, off[o], K, R, block, dbuf, cap, dP + o * LL,
+                                        st, mode, &ms));
+                        sum += ms;
+                    }
+                    if (rep >= 0) t[rep] = sum;
+                }
+                tc[mode] = median(t, reps);
+                if (mode == 0) { /* the overlapped run leaves the right counts */
+                    LAB_CK(cudaDeviceSynchronize());
+                    if (symmetric) {
+                        k_symmetrise<<<256, 256>>>(dP, (long long)noff, levels);
+                        LAB_CK(cudaGetLastError());
+                    }
+                    LAB_CK(cudaMemcpy(counts, dP, noff * LL * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+                }
+            }
+            lab->ms = tc[0];
+            lab->h2d_ms = tc[1];
+            lab->kernel_ms = tc[2];
+        }
+    } else if (scheme == 4 || scheme == 5) {
+        patina_gpu_grey_t gi;
+        gi.q = hq;
+        gi.w = w;
+        gi.h = h;
+        gi.stride = (size_t)w;
+        LAB_TRY(ws_counts(ws, noff * LL));
+        if (scheme == 5) { /* streamed from pinned host memory, end to end */
+            for (int rep = -1; rep < reps; rep++) {
+                double t0 = patina_now();
+                LAB_TRY(run_counts(ws, ws->d_counts, &gi, 1, levels, off, noff, symmetric));
+                LAB_CK(cudaMemcpyAsync(counts, ws->d_counts, noff * LL * sizeof(uint32_t),
+                                       cudaMemcpyDeviceToHost, ws->sl[0].s));
+                LAB_TRY(sync_all(ws));
+                if (rep >= 0) t[rep] = (patina_now() - t0) * 1e3;
+            }
+            lab->ms = median(t, reps);
+        } else { /* resident: one upload, then the counting kernel alone */
+            plan_t pl;
+            const size_t pitch = pitch_of(w);
+            slot_t *sl = &ws->sl[0];
+            size_t ntasks, rows_task = g_task_pixels / (size_t)w;
+            if (rows_task < 1) rows_task = 1;
+            ntasks = ((size_t)h + rows_task - 1) / rows_task;
+            LAB_TRY(make_plan(ws, &pl, levels, off, noff, h));
+            LAB_TRY(slot_reserve(sl, pitch * (size_t)h, ntasks));
+            LAB_CK(cudaMemcpy2D(sl->d_buf + GUARD, pitch, hq, (size_t)w, (size_t)w, (size_t)h,
+                                cudaMemcpyHostToDevice));
+            for (size_t k = 0; k < ntasks; k++) {
+                gtask *tk = &sl->h_tasks[k];
+                tk->base = sl->d_buf + GUARD;
+                tk->row0 = 0;
+                tk->pitch = (int)pitch;
+                tk->w = w;
+                tk->h = h;
+                tk->r0 = (int)(k * rows_task);
+                tk->r1 = (int)((k + 1) * rows_task < (size_t)h ? (k + 1) * rows_task : (size_t)h);
+                tk->out = 0;
+                tk->pad_ = 0;
+            }
+            LAB_CK(cudaMemcpy(sl->d_tasks, sl->h_tasks, ntasks * sizeof(gtask), cudaMemcpyHostToDevice));
+            for (int rep = -1; rep < reps; rep++) {
+                LAB_CK(cudaMemsetAsync(ws->d_counts, 0, noff * LL * sizeof(uint32_t), sl->s));
+                LAB_CK(cudaEventRecord(e0, sl->s));
+                LAB_TRY(launch_count(ws, sl, &pl, (int)ntasks, off, noff, ws->d_counts));
+                LAB_CK(cudaEventRecord(e1, sl->s));
+                LAB_CK(cudaEventSynchronize(e1));
+                LAB_CK(cudaEventElapsedTime(&f, e0, e1));
+                if (rep >= 0) t[rep] = f;
+            }
+            lab->ms = median(t, reps);
+            lab->copies = pl.global ? 0 : pl.R;
+            lab->block = KTHREADS;
+            lab->tiles = (int)((noff + (size_t)pl.G - 1) / (size_t)pl.G); /* launches */
+            if (symmetric) {
+                k_symmetrise<<<256, 256, 0, sl->s>>>(ws->d_counts, (long long)noff, levels);
+                LAB_CK(cudaGetLastError());
+            }
+            LAB_CK(cudaMemcpyAsync(counts, ws->d_counts, noff * LL * sizeof(uint32_t),
+                                   cudaMemcpyDeviceToHost, sl->s));
+            LAB_CK(cudaStreamSynchronize(sl->s));
+        }
+    } else {
+        s = patina__fail(PATINA_E_INVALID, "gpu: glcm lab: unknown scheme %d", scheme);
+    }
+out:
+    if (s != PATINA_OK) (void)cudaDeviceSynchronize();
+    if (hq && hq != q) cudaFreeHost(hq);
+    cudaFree(dq);
+    cudaFree(dP);
+    cudaFree(dbuf[0]);
+    cudaFree(dbuf[1]);
+    if (st[0]) cudaStreamDestroy(st[0]);
+    if (st[1]) cudaStreamDestroy(st[1]);
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    pthread_mutex_unlock(&g_mu);
+    free(t);
+    return s;
+#undef LAB_CK
+#undef LAB_TRY
+}
