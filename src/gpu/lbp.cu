@@ -279,9 +279,6 @@ __global__ void __launch_bounds__(32 * PROD_TY) k_prod3(prod_args a, const uint8
         rowv r0, r1, r2;
         load_row(r0, in + (size_t)y0 * (size_t)a.pitch, x0, a.pitch, lane);
         load_row(r1, in + (size_t)(y0 + 1) * (size_t)a.pitch, x0, a.pitch, lane);
-        /* grid columns of this lane's 16 pixels: the first cell and where the
-         * next one starts */
-        const int cc0 = x0 < a.mw ? cell_of(x0, a.grid_cols, a.mw) : 0;
         int run_idx = 0;
         uint32_t run = 0;
         for (int y = y0; y < y1; y++) {
@@ -293,24 +290,61 @@ __global__ void __launch_bounds__(32 * PROD_TY) k_prod3(prod_args a, const uint8
                 *reinterpret_cast<uint4 *>(a.codes + (size_t)img * a.out_img + (size_t)y * (size_t)a.opitch + x0) =
                     make_uint4(cw[0], cw[1], cw[2], cw[3]);
             if (a.counts && x0 < a.mw) {
-                const int base = cell_of(y, a.grid_rows, a.mh) * a.grid_cols;
-                int cc = cc0;
-                /* cell i covers [floor(i*mw/C), floor((i+1)*mw/C)) */
-                int next = a.grid_cols > 1 ? (int)(((long long)(cc + 1) * a.mw) / a.grid_cols) : 0x7fffffff;
                 const int nx = min(16, a.mw - x0);
-                for (int q = 0; q < nx; q++) {
-                    while (x0 + q >= next) {
-                        cc++;
-                        next = cc + 1 < a.grid_cols ? (int)(((long long)(cc + 1) * a.mw) / a.grid_cols) : 0x7fffffff;
-                    }
-                    const int idx = (base + cc) * a.nbins + btab[(cw[q >> 2] >> (8 * (q & 3))) & 0xff];
-                    if (idx == run_idx) {
-                        run++;
+                const int rowcell = cell_of(y, a.grid_rows, a.mh) * a.grid_cols;
+                if (a.grid_cols == 1) {
+                    const int base = rowcell * a.nbins;
+                    const uint32_t b0 = cw[0] & 0xffu;
+                    if (nx == 16 && cw[0] == b0 * 0x01010101u && cw[1] == cw[0] && cw[2] == cw[0] &&
+                        cw[3] == cw[0]) {
+                        /* 16 equal codes (flat or regular areas): one run */
+                        const int idx = base + btab[b0];
+                        if (idx == run_idx) {
+                            run += 16;
+                        } else {
+                            flush(hist, gcount, run_idx, run);
+                            run_idx = idx;
+                            run = 16;
+                        }
                     } else {
-                        flush(hist, gcount, run_idx, run);
-                        run_idx = idx;
-                        run = 1;
+#pragma unroll
+                        for (int j = 0; j < 4; j++)
+#pragma unroll
+                            for (int b = 0; b < 4; b++) {
+                                if (4 * j + b >= nx) break;
+                                const int idx = base + btab[(cw[j] >> (8 * b)) & 0xffu];
+                                if (idx == run_idx) {
+                                    run++;
+                                } else {
+                                    flush(hist, gcount, run_idx, run);
+                                    run_idx = idx;
+                                    run = 1;
+                                }
+                            }
                     }
+                } else {
+                    int cc = x0 < a.mw ? cell_of(x0, a.grid_cols, a.mw) : 0;
+                    /* cell i covers [floor(i*mw/C), floor((i+1)*mw/C)) */
+                    int next = cc + 1 < a.grid_cols ? (int)(((long long)(cc + 1) * a.mw) / a.grid_cols) : 0x7fffffff;
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+#pragma unroll
+                        for (int b = 0; b < 4; b++) {
+                            const int q = 4 * j + b;
+                            if (q >= nx) break;
+                            while (x0 + q >= next) {
+                                cc++;
+                                next = cc + 1 < a.grid_cols ? (int)(((long long)(cc + 1) * a.mw) / a.grid_cols) : 0x7fffffff;
+                            }
+                            const int idx = (rowcell + cc) * a.nbins + btab[(cw[j] >> (8 * b)) & 0xffu];
+                            if (idx == run_idx) {
+                                run++;
+                            } else {
+                                flush(hist, gcount, run_idx, run);
+                                run_idx = idx;
+                                run = 1;
+                            }
+                        }
                 }
             }
             r0 = r1;
