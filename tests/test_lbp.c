@@ -873,6 +873,107 @@ static void test_codemap_files(void **state)
     free(dir);
 }
 
+
+/* ------------------------------------------------------------ CLI --map */
+
+static unsigned char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char *buf;
+    long len;
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = malloc((size_t)len + 1);
+    *n = fread(buf, 1, (size_t)len, f);
+    fclose(f);
+    return buf;
+}
+
+/* `patina extract -f FAMILY --map DIR IMAGE` writes DIR/<base>.pgm holding
+ * the reference code map: 8-bit, 16-bit big-endian, PAM and PFM cases. */
+static void test_cli_map(void **state)
+{
+    static const struct { const char *spec; int kind; const char *opts; const char *ext; int bytes; } cases[] = {
+        {"lbp8", LBP_KIND_LBP8, NULL, "pgm", 1},
+        {"tlbap:th=0.7", LBP_KIND_TLBAP, "th=0.7", "pgm", 1},
+        {"lanadp", LBP_KIND_LANADP, NULL, "pgm", 1},
+        {"lbp:P=8,R=1,method=uniform", LBP_KIND_CIRCULAR, "P=8;R=1;method=2", "pgm", 1},
+        {"lbp:P=16,R=2", LBP_KIND_CIRCULAR, "P=16;R=2", "pgm", 2},
+        {"lbp:P=20,R=2.5,mapping=riu2", LBP_KIND_CIRCULAR, "P=20;R=2.5;mapping=3", "pgm", 4},
+        {"lbp:P=8,R=1,method=var", LBP_KIND_CIRCULAR, "P=8;R=1;method=4", "pfm", 8},
+    };
+    char *dir = tu_tempdir("lbpcli");
+    char img[512], out[512], *log = NULL;
+    const int w = 29, h = 23;
+    uint8_t g[29 * 23];
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 77);
+    for (int i = 0; i < w * h; i++) g[i] = (uint8_t)(tu_rng_below(&r, 4) * 70 + (i % 7 == 0));
+    snprintf(img, sizeof img, "%s/some.photo.pgm", dir);
+    {
+        char hdr[32];
+        int n = snprintf(hdr, sizeof hdr, "P5\n%d %d\n255\n", w, h);
+        unsigned char buf[32 + 29 * 23];
+        memcpy(buf, hdr, (size_t)n);
+        memcpy(buf + n, g, sizeof g);
+        assert_int_equal(tu_write_file(img, buf, (size_t)n + sizeof g), 0);
+    }
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        lbp_conf_t c = conf(cases[k].kind, cases[k].opts);
+        patina_codemap_t ref;
+        unsigned char *file;
+        size_t n, hl;
+        char hdr[160];
+        int rc = tu_run(&log, "%s extract -f '%s' --map '%s/maps' '%s' 2>&1", PATINA_CLI, cases[k].spec, dir, img);
+        if (rc != 0) fail_msg("%s: exit %d: %s", cases[k].spec, rc, log ? log : "");
+        assert_non_null(strstr(log, "some.photo.pgm,")); /* the histogram line */
+        free(log);
+        snprintf(out, sizeof out, "%s/maps/some.photo.%s", dir, cases[k].ext);
+        file = slurp(out, &n);
+        if (!file) fail_msg("%s: no %s", cases[k].spec, out);
+        TU_OK(lbp_ref_codes(&ref, &c, g, w, h, (size_t)w));
+        if (cases[k].bytes == 8)
+            snprintf(hdr, sizeof hdr, "Pf\n%d %d\n-1.0\n", ref.width, ref.height);
+        else if (cases[k].bytes == 4)
+            snprintf(hdr, sizeof hdr, "P7\nWIDTH %d\nHEIGHT %d\nDEPTH 2\nMAXVAL 65535\nTUPLTYPE PATINA_CODE32\nENDHDR\n",
+                     ref.width, ref.height);
+        else
+            snprintf(hdr, sizeof hdr, "P5\n%d %d\n%d\n", ref.width, ref.height, cases[k].bytes == 1 ? 255 : 65535);
+        hl = strlen(hdr);
+        assert_true(n >= hl);
+        if (memcmp(file, hdr, hl) != 0) fail_msg("%s: header '%.*s'", cases[k].spec, (int)hl, file);
+        {
+            int bytes = cases[k].bytes == 8 ? 4 : cases[k].bytes;
+            assert_int_equal(n, hl + (size_t)ref.width * (size_t)ref.height * (size_t)bytes);
+            for (int y = 0; y < ref.height; y++)
+                for (int x = 0; x < ref.width; x++) {
+                    size_t i = (size_t)y * (size_t)ref.width + (size_t)x;
+                    double want = lbp_map_get(&ref, i);
+                    if (bytes == 4 && cases[k].bytes == 8) {
+                        /* PFM: bottom row first, float32 little-endian */
+                        size_t j = (size_t)(ref.height - 1 - y) * (size_t)ref.width + (size_t)x;
+                        float v;
+                        memcpy(&v, file + hl + 4 * j, 4);
+                        assert_true(v == (float)want || (isnan(v) && isnan(want)));
+                    } else {
+                        uint32_t v = 0;
+                        for (int b = 0; b < bytes; b++) v = v << 8 | file[hl + (size_t)bytes * i + (size_t)b];
+                        if (v != (uint32_t)want) fail_msg("%s: code (%d,%d) %u, want %u", cases[k].spec, x, y, v, (uint32_t)want);
+                    }
+                }
+        }
+        patina_codemap_release(&ref);
+        free(file);
+    }
+    /* a family without code maps is a usage error */
+    assert_int_equal(tu_run(NULL, "%s extract -f cedd --map '%s/maps' '%s' >/dev/null 2>&1", PATINA_CLI, dir, img), 2);
+    tu_remove_tree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -892,6 +993,7 @@ int main(void)
         cmocka_unit_test(test_families),
         cmocka_unit_test(test_family_extract),
         cmocka_unit_test(test_codemap_files),
+        cmocka_unit_test(test_cli_map),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
