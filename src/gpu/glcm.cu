@@ -950,8 +950,8 @@ out:
  * copy -> kernel. mode 0: overlapped run; 1: copies only; 2: kernels only
  * (tiles already resident). Returns elapsed ms. */
 static patina_status scheme3(const uint8_t *hq, int w, int h, int L, patina_glcm_offset_t o, int K,
-                             int R, int block, uint8_t *dbuf[2], size_t tile_cap, uint32_t *d_P,
-                             cudaStream_t st[2], int mode, double *ms)
+                             int R, int block, int maxgrid, uint8_t *dbuf[2], size_t tile_cap,
+                             uint32_t *d_P, cudaStream_t st[2], int mode, double *ms)
 {
     const long long N = (long long)w * h, lin = (long long)o.dy * w + o.dx;
     const long long pad_hi = lin > 0 ? lin : 0, pad_lo = lin < 0 ? -lin : 0;
@@ -974,7 +974,7 @@ static patina_status scheme3(const uint8_t *hq, int w, int h, int L, patina_glcm
             CK(cudaMemcpyAsync(dbuf[i & 1], hq + lo, (size_t)(hi - lo), cudaMemcpyHostToDevice, ss));
         if (mode != 1) {
             int grid = (int)((s1 - s0 + block - 1) / block);
-            if (grid > 65535 * 4) grid = 65535 * 4;
+            if (grid > maxgrid) grid = maxgrid; /* blocks loop over their part of the tile */
             if (grid < 1) grid = 1;
             k_s2<<<grid, block, (size_t)R * L * L * 4, ss>>>(dbuf[i & 1], lo, s0, s1, w, h, L, o.dy,
                                                              o.dx, R, d_P);
@@ -1091,7 +1091,7 @@ extern "C" patina_status patina_gpu__glcm_lab(patina_glcm_lab_t *lab, uint32_t *
         const int K = lab->tiles > 0 ? lab->tiles : 8;
         const int block = levels <= 8 ? 1024 : 512;
         const long long N = (long long)w * h;
-        int R = (int)(49152 / (LL * 4) / 2);
+        int R = (int)(49152 / (LL * 4) / 2), per_sm = 0;
         long long maxpad = 0;
         double tc[3];
         if (R < 1) R = 1;
@@ -1100,6 +1100,8 @@ extern "C" patina_status patina_gpu__glcm_lab(patina_glcm_lab_t *lab, uint32_t *
             goto out;
         }
         LAB_CK(cudaFuncSetAttribute(k_s2, cudaFuncAttributeMaxDynamicSharedMemorySize, ws->smem_optin));
+        LAB_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_s2, block, (size_t)R * LL * 4));
+        if (per_sm < 1) per_sm = 1;
         for (size_t o = 0; o < noff; o++) {
             long long lin = (long long)off[o].dy * w + off[o].dx;
             if (lin < 0) lin = -lin;
@@ -1120,8 +1122,8 @@ extern "C" patina_status patina_gpu__glcm_lab(patina_glcm_lab_t *lab, uint32_t *
                     LAB_CK(cudaMemset(dP, 0, noff * LL * sizeof(uint32_t)));
                     LAB_CK(cudaDeviceSynchronize());
                     for (size_t o = 0; o < noff; o++) {
-                        LAB_TRY(scheme3(hq, w, h, levels, off[o], K, R, block, dbuf, cap, dP + o * LL,
-                                        st, mode, &ms));
+                        LAB_TRY(scheme3(hq, w, h, levels, off[o], K, R, block, per_sm * ws->sms,
+                                        dbuf, cap, dP + o * LL, st, mode, &ms));
                         sum += ms;
                     }
                     if (rep >= 0) t[rep] = sum;
