@@ -299,6 +299,40 @@ static void circ_row(const samp_t *sm, int P, int w, const double *centre, int64
 {
     const double Pd = (double)P;
     int x = 0, k;
+    for (; x + 8 <= w; x += 8) {
+            /* two vectors per step: independent chains for the pipelines */
+            const f64x4 c0 = ld4(centre + x), c1 = ld4(centre + x + 4);
+            i64x4 b0 = {0, 0, 0, 0}, b1 = {0, 0, 0, 0};
+            f64x4 s0 = {0, 0, 0, 0}, s1 = {0, 0, 0, 0}, q0 = {0, 0, 0, 0}, q1 = {0, 0, 0, 0};
+            for (k = 0; k < P; k++) {
+                const int64_t bit = (int64_t)1 << k;
+                const i64x4 vbit = {bit, bit, bit, bit};
+                f64x4 v0, v1;
+                if (sm[k].flat) {
+                    v0 = ld4(sm[k].hmin + x);
+                    v1 = ld4(sm[k].hmin + x + 4);
+                } else {
+                    const f64x4 om = {sm[k].omdr, sm[k].omdr, sm[k].omdr, sm[k].omdr};
+                    const f64x4 d = {sm[k].dr, sm[k].dr, sm[k].dr, sm[k].dr};
+                    v0 = om * ld4(sm[k].hmin + x) + d * ld4(sm[k].hmax + x);
+                    v1 = om * ld4(sm[k].hmin + x + 4) + d * ld4(sm[k].hmax + x + 4);
+                }
+                b0 |= (v0 >= c0) & vbit;
+                b1 |= (v1 >= c1) & vbit;
+                if (var) {
+                    s0 += v0;
+                    s1 += v1;
+                    q0 += v0 * v0;
+                    q1 += v1 * v1;
+                }
+            }
+            memcpy(bits + x, &b0, sizeof b0);
+            memcpy(bits + x + 4, &b1, sizeof b1);
+            if (var) {
+                st4(var + x, (q0 - (s0 * s0) / Pd) / Pd);
+                st4(var + x + 4, (q1 - (s1 * s1) / Pd) / Pd);
+            }
+        }
     for (; x + 4 <= w; x += 4) {
         const f64x4 c = ld4(centre + x);
         i64x4 b = {0, 0, 0, 0};
