@@ -364,9 +364,10 @@ __global__ void __launch_bounds__(32 * PROD_TY) k_prod3(prod_args a, const uint8
 
 /* ----------------------------------------------------- production, circular */
 
-__constant__ double c_rp[LBP_MAX_P], c_cp[LBP_MAX_P];
-
+/* By value (kernel parameters): concurrent launches with different P, R
+ * cannot disturb each other. */
 struct circ_args {
+    double rp[LBP_MAX_P], cp[LBP_MAX_P]; /* scikit-image's sample offsets */
     const uint8_t *in;
     size_t in_img;
     int pitch, w, h;
@@ -377,7 +378,12 @@ struct circ_args {
     int dim, nbins, grid_rows, grid_cols, vbins, mapping;
     const uint32_t *bins;   /* code -> bin (ncodes <= 65536), or NULL */
     int shared_hist;
+    int span;               /* tile halo: every sample lies within span-1 pixels */
 };
+
+#define CIRC_BX 32
+#define CIRC_BY 8
+#define CIRC_SMAX 8         /* largest halo staged in shared memory (R up to ~7) */
 
 __device__ __forceinline__ double px_or_zero(const uint8_t *in, int pitch, int w, int h, long r, long c)
 {
@@ -385,32 +391,44 @@ __device__ __forceinline__ double px_or_zero(const uint8_t *in, int pitch, int w
     return (double)in[(size_t)r * (size_t)pitch + (size_t)c];
 }
 
-__global__ void k_circ(circ_args a)
+/* TILE: the block's pixels plus a halo of `span` in shared memory, zeros
+ * outside the image (scikit-image's cval); else bounds-checked global reads. */
+template <bool TILE>
+__global__ void __launch_bounds__(CIRC_BX * CIRC_BY) k_circ(circ_args a)
 {
     extern __shared__ uint32_t sh[];
+    __shared__ uint8_t tile[TILE ? (CIRC_BY + 2 * CIRC_SMAX) * (CIRC_BX + 2 * CIRC_SMAX) : 1];
     const int x = blockIdx.x * blockDim.x + threadIdx.x;
     const int y = blockIdx.y * blockDim.y + threadIdx.y;
     const int tid = threadIdx.y * blockDim.x + threadIdx.x, nt = blockDim.x * blockDim.y;
     const int img = blockIdx.z;
     const uint8_t *in = a.in + (size_t)img * a.in_img;
     uint32_t *gcount = a.counts ? a.counts + (size_t)img * (size_t)a.dim : NULL;
-    if (a.counts && a.shared_hist) {
+    const int tw = CIRC_BX + 2 * a.span, ty0 = blockIdx.y * CIRC_BY - a.span, tx0 = blockIdx.x * CIRC_BX - a.span;
+    if (a.counts && a.shared_hist)
         for (int i = tid; i < a.dim; i += nt) sh[i] = 0;
-        __syncthreads();
+    if (TILE) {
+        const int tn = tw * (CIRC_BY + 2 * a.span);
+        for (int i = tid; i < tn; i += nt) {
+            const int r = ty0 + i / tw, c = tx0 + i % tw;
+            tile[i] = r >= 0 && r < a.h && c >= 0 && c < a.w ? in[(size_t)r * (size_t)a.pitch + (size_t)c] : 0;
+        }
     }
+    if (TILE || (a.counts && a.shared_hist)) __syncthreads();
+    auto fetch = [&](long r, long c) -> double {
+        if (TILE) return (double)tile[(r - ty0) * tw + (c - tx0)];
+        return px_or_zero(in, a.pitch, a.w, a.h, r, c);
+    };
     if (x < a.w && y < a.h) {
         const double centre = (double)in[(size_t)y * (size_t)a.pitch + (size_t)x];
         uint32_t bits = 0;
         double sum = 0.0, sq = 0.0;
         for (int k = 0; k < a.P; k++) {
-            const double yy = (double)y + c_rp[k], xx = (double)x + c_cp[k];
+            const double yy = (double)y + a.rp[k], xx = (double)x + a.cp[k];
             const long minr = (long)floor(yy), maxr = (long)ceil(yy);
             const long minc = (long)floor(xx), maxc = (long)ceil(xx);
-            const double t = lbp_bilinear(px_or_zero(in, a.pitch, a.w, a.h, minr, minc),
-                                          px_or_zero(in, a.pitch, a.w, a.h, minr, maxc),
-                                          px_or_zero(in, a.pitch, a.w, a.h, maxr, minc),
-                                          px_or_zero(in, a.pitch, a.w, a.h, maxr, maxc),
-                                          yy - (double)minr, xx - (double)minc);
+            const double t = lbp_bilinear(fetch(minr, minc), fetch(minr, maxc), fetch(maxr, minc),
+                                          fetch(maxr, maxc), yy - (double)minr, xx - (double)minc);
             bits |= (uint32_t)(t - centre >= 0) << k;
             sum += t;
             sq += t * t;
@@ -554,13 +572,8 @@ static cudaError_t launch_prod(const lbp_conf_t *c, const dev_tables *t, const u
     }
     {
         circ_args a;
-        double rp[LBP_MAX_P], cp[LBP_MAX_P];
-        cudaError_t e;
-        lbp_circle(rp, cp, c->P, c->R);
-        if ((e = cudaMemcpyToSymbolAsync(c_rp, rp, sizeof rp, 0, cudaMemcpyHostToDevice, s)) != cudaSuccess) return e;
-        if ((e = cudaMemcpyToSymbolAsync(c_cp, cp, sizeof cp, 0, cudaMemcpyHostToDevice, s)) != cudaSuccess) return e;
-        /* rp/cp live on this stack frame until the copies are done */
-        if ((e = cudaStreamSynchronize(s)) != cudaSuccess) return e;
+        memset(&a, 0, sizeof a);
+        lbp_circle(a.rp, a.cp, c->P, c->R);
         a.in = in;
         a.in_img = (size_t)h * (size_t)pitch;
         a.pitch = pitch;
@@ -578,10 +591,22 @@ static cudaError_t launch_prod(const lbp_conf_t *c, const dev_tables *t, const u
         a.vbins = c->vbins;
         a.mapping = c->mapping;
         a.bins = t->bins;
-        a.shared_hist = counts && (size_t)a.dim * sizeof(uint32_t) <= 46 * 1024;
-        const dim3 block(32, 8);
-        const dim3 grid((unsigned)((w + 31) / 32), (unsigned)((h + 7) / 8), (unsigned)n);
-        k_circ<<<grid, block, a.shared_hist ? (size_t)a.dim * sizeof(uint32_t) : 0, s>>>(a);
+        a.shared_hist = counts && (size_t)a.dim * sizeof(uint32_t) <= 44 * 1024;
+        {
+            double m = 0.0;
+            for (int k = 0; k < c->P; k++) {
+                m = fabs(a.rp[k]) > m ? fabs(a.rp[k]) : m;
+                m = fabs(a.cp[k]) > m ? fabs(a.cp[k]) : m;
+            }
+            a.span = (int)ceil(m) + 1;
+        }
+        const dim3 block(CIRC_BX, CIRC_BY);
+        const dim3 grid((unsigned)((w + CIRC_BX - 1) / CIRC_BX), (unsigned)((h + CIRC_BY - 1) / CIRC_BY), (unsigned)n);
+        const size_t smem = a.shared_hist ? (size_t)a.dim * sizeof(uint32_t) : 0;
+        if (a.span <= CIRC_SMAX)
+            k_circ<true><<<grid, block, smem, s>>>(a);
+        else
+            k_circ<false><<<grid, block, smem, s>>>(a);
         return cudaGetLastError();
     }
 }
@@ -594,7 +619,7 @@ static int launchable(const lbp_conf_t *c, int w, int h)
     int mw, mh;
     lbp_map_shape(c, w, h, &mw, &mh);
     if (c->kind != LBP_KIND_CIRCULAR) return (mh + PROD_TY * PROD_RW - 1) / (PROD_TY * PROD_RW) <= 65535;
-    return (h + 7) / 8 <= 65535;
+    return (h + CIRC_BY - 1) / CIRC_BY <= 65535;
 }
 
 extern "C" patina_status patina_gpu_lbp(patina_gpu_t *g, const struct lbp_conf *c, void *out,

@@ -159,6 +159,8 @@ static void test_circular(void **state)
         mkconf(LBP_KIND_CIRCULAR, 12, 2.7, LBP_M_VAR, LBP_MAP_NONE, "2x2", 0),
         mkconf(LBP_KIND_CIRCULAR, 32, 3, LBP_M_DEFAULT, LBP_MAP_U2, "1x1", 0),
         mkconf(LBP_KIND_CIRCULAR, 20, 2.2, LBP_M_ROR, LBP_MAP_RIU2, "1x1", 0),
+        mkconf(LBP_KIND_CIRCULAR, 6, 9.5, LBP_M_VAR, LBP_MAP_NONE, "1x1", 0),  /* halo > 8: global reads */
+        mkconf(LBP_KIND_CIRCULAR, 8, 7.0, LBP_M_DEFAULT, LBP_MAP_NONE, "1x1", 0), /* halo exactly 8 */
     };
     tu_rng_t r;
     (void)state;
