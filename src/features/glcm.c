@@ -421,8 +421,8 @@ static void moments(moments_t *h, const uint32_t *P, int levels, int logs)
             en -= p * log(p);
             eb -= glcm_plogp2(p);
             /* the mutual information term by term: no cancellation between
-             * entropies of ~log2(L) bits */
-            mi += p * log2(c * T / ((double)h->rows[i] * (double)h->cols[j]));
+             * entropies of ~log2(L) bits (glcm_core.h) */
+            mi += glcm_mi_term(row[j], m->T, h->rows[i], h->cols[j]);
         }
         m->ent_nat += en;
         m->hxy += eb;

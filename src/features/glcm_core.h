@@ -40,12 +40,24 @@ typedef struct glcm_moments {
      * then the row sums added in order i = 0..L-1. Vectors: in index order. */
     double ent_nat;             /* sum -p ln p over cells (p = c/T) */
     double hxy;                 /* sum -p log2 p over cells */
-    double mi;                  /* sum p log2(c T / (R[i] C[j])) over cells with c > 0 */
+    double mi;                  /* sum of glcm_mi_term over cells with c > 0 */
     double hx, hy;              /* -sum p log2 p of the row / column marginals */
     double hs, hd;              /* the same of S[k]/T (k = 0..2L-2) and D[k]/T */
 } glcm_moments_t;
 
 GLCM_FN double glcm_plogp2(double p) { return p > 0.0 ? p * log2(p) : 0.0; }
+
+/* One cell's term of the mutual information in bits, p log2(p / (px py))
+ * with p = c/T, px = R/T, py = C/T: the ratio's excess over 1,
+ * (c T - R C) / (R C), is formed exactly in 128-bit integers and goes
+ * through log1p, so near-independent matrices (terms of both signs that
+ * nearly cancel) keep their accuracy. */
+GLCM_FN double glcm_mi_term(uint64_t c, uint64_t T, uint64_t R, uint64_t C)
+{
+    __int128 num = (__int128)c * (__int128)T - (__int128)R * (__int128)C;
+    double x = (double)num / ((double)R * (double)C);
+    return (double)c / (double)T * (log1p(x) / GLCM_LN2);
+}
 
 /* T*S2 - S1^2 >= 0 exactly (T^2 times a variance). */
 GLCM_FN __int128 glcm_var_num(uint64_t T, uint64_t S1, uint64_t S2)

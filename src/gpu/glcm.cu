@@ -278,7 +278,7 @@ k_features(const uint32_t *__restrict__ counts, int L, double *props, double *ha
                 const double c = (double)row[j], p = c / T;
                 en -= p * log(p);
                 eb -= glcm_plogp2(p);
-                mi += p * log2(c * T / ((double)rows[i] * (double)cols[j]));
+                mi += glcm_mi_term(row[j], m.T, rows[i], cols[j]);
             }
             part_en[i] = en;
             part_eb[i] = eb;

@@ -214,11 +214,18 @@ def compare_skimage(args, files, images, st, levels, symmetric, distances, angle
                 for a in range(len(angles)):
                     t = textbook_haralick(P[:, :, d, a])
                     for k, name in enumerate(HARALICK):
-                        # mcc: the square root of an eigenvalue known to ~1e-16
+                        # mcc: the square root of an eigenvalue known to ~1e-16.
+                        # imc2 = sqrt(1 - exp(-2 I ln2)) ~ sqrt(2 ln2 I) for a small
+                        # mutual information I, which numpy's float sums know to
+                        # ~1e-15 absolute: d(imc2) ~ ln2 * 1e-15 / imc2.
+                        tol = 1e-12
+                        if name == "mcc":
+                            tol = 1e-8
+                        elif name == "imc2":
+                            tol = min(1e-7, 1e-14 / max(abs(t[k]), 1e-300))
                         st.close("haralick.%s %s L=%d d=%g a=%g" % (name, os.path.basename(path),
                                  levels, distances[d], angles[a]),
-                                 row["haralick"][name][d][a], t[k], 1e-9,
-                                 1e-8 if name == "mcc" else 1e-12)
+                                 row["haralick"][name][d][a], t[k], 1e-9, tol)
 
 
 def compare_mahotas(args, files, images, st, levels, distance):
