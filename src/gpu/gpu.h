@@ -35,9 +35,12 @@ void patina_gpu_close(patina_gpu_t *g); /* accepts NULL */
 void *patina_gpu_host_alloc(size_t bytes);
 void patina_gpu_host_free(void *p);
 
-/* GPU-only CEDD of n host images (any stride; pinned memory is copied
- * directly, pageable memory through pinned staging): out is (n, 144).
- * st[i] per image (may be NULL). Batched, streams overlap copy and compute. */
+/* GPU-only CEDD of n images (any stride): out is (n, 144) host memory.
+ * Pinned host memory is copied directly, pageable memory through pinned
+ * staging buffers; device memory of this context's device (see
+ * patina_gpu__dev_alloc) is read in place, with no copy. st[i] per image (may
+ * be NULL): invalid images get PATINA_E_INVALID and zeros, as on the CPU.
+ * Batched from the budget; streams overlap copies with compute. */
 patina_status patina_gpu_cedd(patina_gpu_t *g, uint8_t *out, const patina_image_t *imgs, size_t n,
                               int compact, patina_status *st);
 
@@ -47,6 +50,37 @@ patina_status patina_gpu_cedd(patina_gpu_t *g, uint8_t *out, const patina_image_
 patina_status patina_gpu_cedd_hybrid(patina_gpu_t *g, patina_pool_t *pool, uint8_t *out,
                                      const patina_image_t *imgs, size_t n, int compact,
                                      patina_status *st);
+
+/* ---- internal: benchmarks and tests (double underscore = not public) ---- */
+
+/* Device memory of the context's device (cudaMalloc); NULL on failure. */
+void *patina_gpu__dev_alloc(patina_gpu_t *g, size_t bytes);
+void patina_gpu__dev_free(patina_gpu_t *g, void *p); /* accepts NULL */
+/* Synchronous copy between host and device memory of this context. */
+patina_status patina_gpu__upload(patina_gpu_t *g, void *dst, const void *src, size_t bytes);
+
+/* Measured bandwidth in GB/s (1e9 bytes/s): the best of `reps` timed copies
+ * of `bytes` after 4 warm-up copies (the hardware limit, not a typical
+ * figure): kind 0 = pinned host to device (bytes moved over PCIe); kind 1 =
+ * device to device (bytes read + bytes written). */
+patina_status patina_gpu__bandwidth(patina_gpu_t *g, int kind, size_t bytes, int reps,
+                                    double *gbps);
+
+/* The memory plan in words ("3 slots x (64.0 MiB pixels, ...)"). */
+void patina_gpu__plan(const patina_gpu_t *g, char *buf, size_t size);
+
+/* Profiling: on != 0 times the kernels of every batch with CUDA events from
+ * now on: ms[0] block sums, ms[1] block contributions, ms[2] accumulation and
+ * finishing; ms[3] host time spent checking where images live. Returns the
+ * sums since the previous call and the batch count, and resets them. Kernels
+ * of different batches overlap, so these are busy times, not wall time.
+ * Output pointers may be NULL. */
+void patina_gpu__profile(patina_gpu_t *g, int on, double ms[4], uint64_t *batches);
+
+/* Testing: lowers the per-batch capacities (pixel bytes per batch, block
+ * sums per batch, images/pieces per batch) below the planned ones, to force
+ * images to be split across pieces and batches. 0 keeps a capacity. */
+void patina_gpu__set_caps(patina_gpu_t *g, size_t pixel_bytes, size_t blocks, size_t units);
 
 /* ---- local texture patterns: lbp, lbp8, tlbap, lanadp (src/gpu/lbp.cu) ---- */
 

@@ -52,6 +52,39 @@ patina_status patina_gpu_cedd_hybrid(patina_gpu_t *g, patina_pool_t *pool, uint8
     return none();
 }
 
+void *patina_gpu__dev_alloc(patina_gpu_t *g, size_t bytes)
+{
+    (void)g; (void)bytes;
+    return NULL;
+}
+
+void patina_gpu__dev_free(patina_gpu_t *g, void *p) { (void)g; (void)p; }
+
+patina_status patina_gpu__upload(patina_gpu_t *g, void *dst, const void *src, size_t bytes)
+{
+    (void)g; (void)dst; (void)src; (void)bytes;
+    return none();
+}
+
+patina_status patina_gpu__bandwidth(patina_gpu_t *g, int kind, size_t bytes, int reps,
+                                    double *gbps)
+{
+    (void)g; (void)kind; (void)bytes; (void)reps;
+    *gbps = 0.0;
+    return none();
+}
+
+void patina_gpu__plan(const patina_gpu_t *g, char *buf, size_t size)
+{
+    (void)g;
+    if (size) buf[0] = '\0';
+}
+
+void patina_gpu__set_caps(patina_gpu_t *g, size_t pixel_bytes, size_t blocks, size_t units)
+{
+    (void)g; (void)pixel_bytes; (void)blocks; (void)units;
+}
+
 patina_status patina_gpu_lbp(patina_gpu_t *g, const struct lbp_conf *c, void *out,
                              const patina_image_t *imgs, size_t n, patina_status *st)
 {
@@ -126,4 +159,11 @@ patina_status patina_gpu__glcm_bandwidth(double *d2d_gbps, double *h2d_gbps, siz
     (void)bytes;
     *d2d_gbps = *h2d_gbps = 0.0;
     return none();
+}
+
+void patina_gpu__profile(patina_gpu_t *g, int on, double ms[4], uint64_t *batches)
+{
+    (void)g; (void)on;
+    if (ms) ms[0] = ms[1] = ms[2] = ms[3] = 0.0;
+    if (batches) *batches = 0;
 }

@@ -1,0 +1,135 @@
+#!/bin/sh
+# GPU build, tests and benchmark on the lent GPU machine (docs/gpu.md).
+#
+#   scripts/device.sh [build]   HERE: configure and build for sm_90 (Release, CUDA
+#                               on) into build-device/, copy the shared libraries
+#                               the device lacks into build-device/lib, check the
+#                               carried size, and print the `run` call to make.
+#   scripts/device.sh remote    ON THE DEVICE (from the repo root of its copy):
+#                               gpu-labelled tests (ctest -L gpu), compute-sanitizer
+#                               (memcheck) on the CEDD GPU test once, bench_cedd,
+#                               and bench_cedd --e2e on samples/ when carried.
+#                               Logs go under $OUT (or ./device-out).
+#                               DEVICE_NCU=1 adds Nsight Compute on the kernels;
+#                               BENCH_ARGS passes arguments to bench_cedd.
+#
+# The device receives a copy of the working tree at another path, plus the
+# carried build-device/. The build tree holds this machine's absolute paths
+# (ctest files, PATINA_TEST_DATA baked into the tests), so `remote` links the
+# original source path to the copy when that path does not exist there.
+set -eu
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=$ROOT/build-device
+MODE=${1:-build}
+
+# Libraries a minimal CUDA image is assumed to have; everything else the
+# binaries need is copied along.
+SYSTEM_LIBS='linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libgcc_s|libstdc\+\+|libz\.so'
+
+build() {
+    jobs=$(nproc 2>/dev/null || echo 2)
+    cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DPATINA_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DPATINA_WERROR=ON
+    if ! cmake --build "$BUILD" -j"$jobs"; then
+        # Work in progress elsewhere in the tree must not block a GPU run:
+        # build what the device run needs, each on its own.
+        echo "full build failed; building the GPU tests and benchmarks only" >&2
+        for t in $(cd "$ROOT" && ls tests/gpu/test_*.c bench/*.c 2>/dev/null); do
+            name=$(basename "$t" .c)
+            case $t in bench/*) name=bench_$name ;; esac
+            cmake --build "$BUILD" -j"$jobs" --target "$name" || echo "  (target $name failed)" >&2
+        done
+    fi
+    mkdir -p "$BUILD/lib"
+    for bin in "$BUILD"/tests/test_* "$BUILD"/bench/bench_* "$BUILD"/patina; do
+        [ -x "$bin" ] && [ -f "$bin" ] || continue
+        ldd "$bin" | awk '/=> \// {print $1, $3}' | while read -r name path; do
+            echo "$name" | grep -Eq "^($SYSTEM_LIBS)" && continue
+            [ -e "$BUILD/lib/$name" ] || cp -L "$path" "$BUILD/lib/$name"
+        done
+    done
+    echo "libraries carried: $(ls "$BUILD/lib" | tr '\n' ' ')"
+    # Keep the carry small (64 MiB for everything that travels): drop what the
+    # device run does not use -- CMake's compiler-id scratch, the shared
+    # library, and the non-GPU test programs (the next build relinks them).
+    rm -rf "$BUILD/CMakeFiles/CheckCUDA" "$BUILD"/CMakeFiles/*/CompilerId*/tmp "$BUILD"/libpatina.so*
+    for t in "$ROOT"/tests/test_*.c; do rm -f "$BUILD/tests/$(basename "$t" .c)"; done
+    # What travels: the working tree (tracked + untracked, not ignored), build-device, samples.
+    tree_kb=$(cd "$ROOT" && git ls-files -co --exclude-standard -z | du -ck --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+    build_kb=$(du -sk "$BUILD" | cut -f1)
+    carry='"build-device"'
+    samples_kb=0
+    if [ -d "$ROOT/samples" ]; then
+        samples_kb=$(du -sk "$ROOT/samples" | cut -f1)
+        if [ $((tree_kb + build_kb + samples_kb)) -lt 62000 ]; then
+            carry='"build-device", "samples"'
+        else
+            samples_kb=0
+        fi
+    fi
+    echo "size: working tree ${tree_kb} KiB + build-device ${build_kb} KiB + samples ${samples_kb} KiB (limit 65536 KiB)"
+    cat <<EOF
+
+Now run, with the device tool:
+  run(kind="nvidia-h100-x1", carry=[$carry], timeout_s=600,
+      command="sh scripts/device.sh remote")
+Logs come back under \$OUT: nvidia-smi.txt ctest-gpu.log sanitizer.log bench_cedd.log (+ e2e.log, ncu.txt)
+EOF
+}
+
+remote() {
+    OUT=${OUT:-$ROOT/device-out}
+    mkdir -p "$OUT"
+    [ -d "$BUILD" ] || { echo "no build-device/: carry it (see scripts/device.sh build)" >&2; exit 1; }
+    export LD_LIBRARY_PATH="$BUILD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD/CMakeCache.txt")
+    if [ -n "$src" ] && [ "$src" != "$ROOT" ] && [ ! -e "$src" ]; then
+        mkdir -p "$(dirname "$src")"
+        ln -s "$ROOT" "$src"
+        echo "linked $src -> $ROOT (the build tree's paths)"
+    fi
+    rc=0
+    { nvidia-smi; nvidia-smi -q -d CLOCK,POWER,PCI 2>/dev/null | head -80; } > "$OUT/nvidia-smi.txt" 2>&1 || true
+    head -12 "$OUT/nvidia-smi.txt"
+
+    echo "== ctest -L gpu"
+    (cd "$BUILD" && timeout 150 ctest -L gpu --output-on-failure -V) > "$OUT/ctest-gpu.log" 2>&1 || rc=1
+    tail -25 "$OUT/ctest-gpu.log"
+
+    echo "== compute-sanitizer memcheck (PATINA_TEST_QUICK=1 test_cedd_gpu)"
+    PATINA_TEST_QUICK=1 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
+        "$BUILD/tests/test_cedd_gpu" > "$OUT/sanitizer.log" 2>&1 || rc=1
+    grep -E "ERROR SUMMARY|PASSED|FAILED|SKIPPED|error" "$OUT/sanitizer.log" | head -20
+
+    echo "== bench_cedd ${BENCH_ARGS:-}"
+    # shellcheck disable=SC2086
+    timeout 240 "$BUILD/bench/bench_cedd" ${BENCH_ARGS:-} > "$OUT/bench_cedd.log" 2>&1 || rc=1
+    cat "$OUT/bench_cedd.log"
+
+    if [ -d "$ROOT/samples" ]; then
+        echo "== bench_cedd --e2e samples (decode + extract + store)"
+        timeout 120 "$BUILD/bench/bench_cedd" --e2e "$ROOT/samples" > "$OUT/e2e.log" 2>&1 || rc=1
+        cat "$OUT/e2e.log"
+    fi
+
+    if [ -n "${DEVICE_NCU:-}" ]; then
+        # Nsight Compute on the CEDD kernels of a VGA device-resident run.
+        ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
+        echo "== ncu ($ncu)"
+        [ -n "$ncu" ] && timeout 180 "$ncu" --kernel-name regex:'k_block_sums|k_contrib|k_accumulate' \
+            --launch-skip 30 --launch-count 3 --section SpeedOfLight --section Occupancy \
+            --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+            --section WarpStateStats --section SchedulerStats --section LaunchStats \
+            "$BUILD/bench/bench_cedd" --sizes 640x480 --quick > "$OUT/ncu.txt" 2>&1 || true
+        grep -E "k_block_sums|k_contrib|k_accumulate|Duration|Throughput|Achieved Occupancy|Registers|Issue Slots Busy|No Eligible|Stall|Pipe|L2 Hit|Executed Ipc" \
+            "$OUT/ncu.txt" | head -90
+    fi
+    return $rc
+}
+
+case $MODE in
+build) build ;;
+remote) remote ;;
+*) echo "usage: scripts/device.sh [build|remote]" >&2; exit 2 ;;
+esac
