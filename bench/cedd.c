@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <turbojpeg.h>
 #include <unistd.h>
 
 #include "core/internal.h"
@@ -324,6 +325,50 @@ static void on_error(void *user, const char *path, patina_status s, const char *
     fprintf(stderr, "  %s: %s: %s\n", path, patina_status_str(s), msg);
 }
 
+/* Writes n VGA JPEGs (quality 90, 4:2:0) into dir: 640x480 crops of the
+ * photographs under src, at positions that differ per file, so the e2e run
+ * has a realistic folder of distinct VGA frames. */
+static int make_jpegs(const char *dir, int n, const char *src)
+{
+    const char *const paths[1] = {src};
+    char **files = NULL, out[4096];
+    size_t nfiles = 0, missing = 0, k;
+    tjhandle tj = tjInitCompress();
+    int i, made = 0;
+    OK("expand", patina_expand_paths(&files, &nfiles, paths, 1, &missing, on_error, NULL));
+    if (!tj || nfiles == 0) die("make-jpegs: no source photographs or no TurboJPEG", PATINA_E_NOTFOUND);
+    /* Each source is decoded once a pass and cropped several times. */
+    i = 0;
+    for (size_t pass = 0, kk = 0; pass < 16 && made < n; kk++) {
+        patina_image_t img;
+        k = kk % nfiles;
+        if (k == nfiles - 1) pass++;
+        int per = (int)((size_t)n / nfiles) + 1, c;
+        if (patina_image_load(&img, files[k], NULL) != PATINA_OK) continue;
+        for (c = 0; c < per && made < n && img.width >= 640 && img.height >= 480; c++, i++) {
+            unsigned char *jpeg = NULL;
+            unsigned long size = 0;
+            int x = (int)(((unsigned)i * 7919u) % (unsigned)(img.width - 640 + 1));
+            int y = (int)(((unsigned)i * 104729u) % (unsigned)(img.height - 480 + 1));
+            FILE *f;
+            if (tjCompress2(tj, img.data + (size_t)y * img.stride + 3 * (size_t)x, 640,
+                            (int)img.stride, 480, TJPF_RGB, &jpeg, &size, TJSAMP_420, 90, 0) == 0) {
+                snprintf(out, sizeof out, "%s/vga_%06d.jpg", dir, i);
+                f = fopen(out, "wb");
+                if (f && fwrite(jpeg, 1, size, f) == size) made++;
+                if (f) fclose(f);
+            }
+            tjFree(jpeg);
+        }
+        patina_image_release(&img);
+    }
+    tjDestroy(tj);
+    for (k = 0; k < nfiles; k++) free(files[k]);
+    free(files);
+    printf("make-jpegs: wrote %d VGA JPEGs into %s\n", made, dir);
+    return made > 0 ? 0 : 1;
+}
+
 static int e2e(const char *dir, const char *device, size_t batch)
 {
     static const char *all[] = {"cpu", "gpu", "hybrid"};
@@ -347,6 +392,13 @@ static int e2e(const char *dir, const char *device, size_t batch)
         patina_status s;
         if (device && strcmp(device, all[d]) != 0) continue;
         OK("device", patina_device_parse(&dev, all[d]));
+        {   /* open the GPU before the clock starts */
+            patina_device got;
+            if (patina_context_resolve(ctx, ex, dev, &got) != PATINA_OK) {
+                printf("%-8s unavailable: %s\n", all[d], patina_last_error());
+                continue;
+            }
+        }
         if (!mkdtemp(tmpl)) die("mkdtemp", PATINA_E_IO);
         OK("collection", patina_collection_open(&c, tmpl, PATINA_OPEN_CREATE, 0));
         memset(&o, 0, sizeof o);
@@ -403,6 +455,8 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--quick")) {
             REPS = 3;
             SECONDS = 0.08;
+        } else if (!strcmp(argv[i], "--make-jpegs") && i + 3 < argc) {
+            return make_jpegs(argv[i + 1], atoi(argv[i + 2]), argv[i + 3]);
         } else if (!strcmp(argv[i], "--e2e") && i + 1 < argc) {
             e2e_dir = argv[++i];
         } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
@@ -411,7 +465,8 @@ int main(int argc, char **argv)
             batch = (size_t)atoi(argv[++i]);
         } else {
             fprintf(stderr, "usage: bench_cedd [--sizes WxH,...] [--reps N] [--seconds S] [--quick]\n"
-                            "       bench_cedd --e2e DIR [--device cpu|gpu|hybrid] [--batch N]\n");
+                            "       bench_cedd --e2e DIR [--device cpu|gpu|hybrid] [--batch N]\n"
+                            "       bench_cedd --make-jpegs DIR N SRC_DIR\n");
             return 2;
         }
     }

@@ -127,7 +127,7 @@ static double lab(int scheme, uint32_t *counts, const uint8_t *q, int n, int L,
                   const patina_glcm_offset_t *off, size_t noff, int reps, int tiles,
                   patina_glcm_lab_t *out)
 {
-    patina_glcm_lab_t l;
+    patina_glcm_lab_t l = {0};
     memset(&l, 0, sizeof l);
     l.scheme = scheme;
     l.reps = reps;
@@ -235,7 +235,7 @@ static void bench_gpu(int quick, int max_size)
                 }
                 if (n == 16384 || (n == max_size)) { /* all offsets of a request in one pass */
                     patina_glcm_offset_t off[8];
-                    patina_glcm_lab_t l;
+                    patina_glcm_lab_t l = {0};
                     uint32_t *m = malloc(8 * (size_t)L * L * 4), *r = malloc(8 * (size_t)L * L * 4);
                     for (int d = 0; d < 2; d++)
                         for (int t = 0; t < 4; t++) off[d * 4 + t] = patina_glcm_offset(d ? 4 : 1, 45.0 * t);
@@ -270,7 +270,7 @@ static void bench_gpu(int quick, int max_size)
         uint8_t *v, *q;
         uint32_t *a = malloc(32 * 32 * 4), *b = malloc(32 * 32 * 4);
         patina_glcm_offset_t o = {0, 1};
-        patina_glcm_lab_t l3;
+        patina_glcm_lab_t l3 = {0};
         double p5, bound;
         if (n > max_size || (quick && n > 4096)) {
             free(a);

@@ -74,7 +74,8 @@ build() {
 Now run, with the device tool:
   run(kind="nvidia-h100-x1", carry=[$carry], timeout_s=600,
       command="sh scripts/device.sh remote")
-Logs come back under \$OUT: nvidia-smi.txt ctest-gpu.log sanitizer.log bench_cedd.log (+ e2e.log, ncu.txt)
+Logs come back under \$OUT: nvidia-smi.txt ctest-gpu.log e2e.log bench_lbp.log bench_glcm.log
+sanitizer-*.log bench_cedd.log (+ ncu.txt). BENCH_ARGS="" gives the full Table 3 run.
 EOF
 }
 
@@ -93,25 +94,41 @@ remote() {
     { nvidia-smi; nvidia-smi -q -d CLOCK,POWER,PCI 2>/dev/null | head -80; } > "$OUT/nvidia-smi.txt" 2>&1 || true
     head -12 "$OUT/nvidia-smi.txt"
 
+    # Order = priority: a command stopped at its time limit still returns
+    # every log written so far under $OUT.
     echo "== ctest -L gpu"
-    (cd "$BUILD" && timeout 150 ctest -L gpu --output-on-failure -V) > "$OUT/ctest-gpu.log" 2>&1 || rc=1
-    tail -25 "$OUT/ctest-gpu.log"
-
-    echo "== compute-sanitizer memcheck (PATINA_TEST_QUICK=1 test_cedd_gpu)"
-    PATINA_TEST_QUICK=1 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
-        "$BUILD/tests/test_cedd_gpu" > "$OUT/sanitizer.log" 2>&1 || rc=1
-    grep -E "ERROR SUMMARY|PASSED|FAILED|SKIPPED|error" "$OUT/sanitizer.log" | head -20
-
-    echo "== bench_cedd ${BENCH_ARGS:-}"
-    # shellcheck disable=SC2086
-    timeout 240 "$BUILD/bench/bench_cedd" ${BENCH_ARGS:-} > "$OUT/bench_cedd.log" 2>&1 || rc=1
-    cat "$OUT/bench_cedd.log"
+    (cd "$BUILD" && timeout 170 ctest -L gpu --output-on-failure -V) > "$OUT/ctest-gpu.log" 2>&1 || rc=1
+    grep -E "^[0-9]+/[0-9]+ Test|tests passed|PASSED|FAILED|SKIPPED" "$OUT/ctest-gpu.log" | tail -25
 
     if [ -d "$ROOT/samples" ]; then
-        echo "== bench_cedd --e2e samples (decode + extract + store)"
-        timeout 120 "$BUILD/bench/bench_cedd" --e2e "$ROOT/samples" > "$OUT/e2e.log" 2>&1 || rc=1
+        echo "== bench_cedd --e2e: ${E2E_FILES:-10000} VGA JPEGs (crops of samples/) -> collection"
+        vga=${TMPDIR:-/tmp}/patina-vga
+        rm -rf "$vga" && mkdir -p "$vga"
+        { timeout 60 "$BUILD/bench/bench_cedd" --make-jpegs "$vga" "${E2E_FILES:-10000}" "$ROOT/samples" &&
+          timeout 90 "$BUILD/bench/bench_cedd" --e2e "$vga"; } > "$OUT/e2e.log" 2>&1 || rc=1
         cat "$OUT/e2e.log"
     fi
+
+    for b in lbp glcm; do
+        [ -x "$BUILD/bench/bench_$b" ] || continue
+        echo "== bench_$b"
+        (cd "$ROOT" && PATINA_PYTHON=python3 timeout "$([ $b = glcm ] && echo 150 || echo 110)" \
+            "$BUILD/bench/bench_$b") > "$OUT/bench_$b.log" 2>&1 || rc=1
+        cat "$OUT/bench_$b.log"
+    done
+
+    echo "== compute-sanitizer memcheck (quick GPU tests)"
+    for t in test_cedd_gpu test_lbp_gpu test_glcm_gpu; do
+        [ -x "$BUILD/tests/$t" ] || continue
+        PATINA_TEST_QUICK=1 timeout 60 compute-sanitizer --tool memcheck --error-exitcode 3 \
+            "$BUILD/tests/$t" > "$OUT/sanitizer-$t.log" 2>&1 || rc=1
+        echo "$t: $(grep -E "ERROR SUMMARY" "$OUT/sanitizer-$t.log" | tail -1) $(grep -cE "PASSED|OK \]" "$OUT/sanitizer-$t.log") ok-lines"
+    done
+
+    echo "== bench_cedd ${BENCH_ARGS:---quick}"
+    # shellcheck disable=SC2086
+    timeout 60 "$BUILD/bench/bench_cedd" ${BENCH_ARGS:---quick} > "$OUT/bench_cedd.log" 2>&1 || rc=1
+    cat "$OUT/bench_cedd.log"
 
     if [ -n "${DEVICE_NCU:-}" ]; then
         # Nsight Compute on the CEDD kernels of a VGA device-resident run.

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <pthread.h>
 #include <time.h>
 
 #include "core/internal.h"
@@ -211,18 +212,89 @@ static void slot_clear(slot_t *s)
     memset(s, 0, sizeof *s);
 }
 
+/* One window of files: stages 1-3 fill it (produce), stages 4-5 drain it
+ * (consume). With the GPU device two windows alternate, so decoding the
+ * next window on the CPU workers overlaps extraction and storage of this one. */
+typedef struct window {
+    slot_t *slots;            /* (capacity) */
+    size_t first, take;       /* files[first .. first+take) */
+} window_t;
+
+typedef struct producer {
+    patina_pool_t *pool;
+    patina_collection_t *c;
+    const patina_extractor_t *ex;
+    const patina_limits_t *limits;
+    const char *const *files;
+    size_t n, capacity, desc_bytes;
+    uint64_t pixel_budget;
+    unsigned char *probe;     /* desc_bytes scratch for the "already stored" check */
+} producer_t;
+
+/* Stages 1-3 for the files from `first`: read + hash + probe, skip what is
+ * stored, cut at the pixel budget, decode. Sets w->take (>= 1 when first < n). */
+static void produce(const producer_t *p, window_t *w, size_t first)
+{
+    size_t take = p->n - first < p->capacity ? p->n - first : p->capacity;
+    size_t i, used = 0;
+    uint64_t pixels = 0;
+    job_t job = {w->slots, p->limits};
+    w->first = first;
+    for (i = 0; i < take; i++) {
+        patina_record_t rec;
+        slot_t *s = &w->slots[i];
+        s->path = p->files[first + i];
+        /* "Already indexed" = same key, and a descriptor in this table
+         * (a second family over stored images is not skipped). */
+        if (patina_collection_get_by_key(p->c, s->path, &rec) == PATINA_OK) {
+            if (patina_collection_get_descriptor(p->c, patina_extractor_spec(p->ex), rec.id,
+                                                 p->probe, p->desc_bytes) == PATINA_OK) {
+                s->have_old = 1;
+                memcpy(s->old_sha, rec.sha256, 32);
+            }
+            patina_record_release(&rec);
+        }
+    }
+    patina_clear_error();
+    patina_pool_run(p->pool, take, read_one, &job);
+    /* Cut at the pixel budget (always keep at least one image); files past
+     * the cut are read again by the next window. */
+    for (i = 0; i < take; i++) {
+        slot_t *s = &w->slots[i];
+        if (s->state == SLOT_READ) {
+            uint64_t px = (uint64_t)s->info.width * (uint64_t)s->info.height;
+            if (used > 0 && pixels + px > p->pixel_budget) break;
+            pixels += px;
+            used++;
+        }
+    }
+    for (size_t j = i; j < take; j++) slot_clear(&w->slots[j]);
+    w->take = i;
+    patina_pool_run(p->pool, w->take, decode_one, &job);
+}
+
+typedef struct produce_arg {
+    const producer_t *p;
+    window_t *w;
+    size_t first;
+} produce_arg_t;
+
+static void *produce_main(void *v)
+{
+    produce_arg_t *a = v;
+    produce(a->p, a->w, a->first);
+    return NULL;
+}
+
 patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
                                  const patina_extractor_t *ex, const char *const *files,
                                  size_t n, const patina_index_opts_t *opts_in,
                                  patina_index_stats_t *stats)
 {
     patina_index_opts_t opts = {0};
-    patina_pool_t *pool = patina__context_pool(ctx);
-    const patina_limits_t *limits = patina_context_limits(ctx);
     const size_t desc_bytes = patina_extractor_bytes(ex);
-    const uint64_t pixel_budget = 256ull << 20; /* decoded pixels in flight, ~768 MB of RGB */
-    size_t window, next = 0;
-    slot_t *slots = NULL;
+    size_t window, i;
+    window_t win[2] = {{0}};
     patina_image_t *imgs = NULL;
     patina_status *st = NULL;
     patina_insert_t *items = NULL;
@@ -231,6 +303,8 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     patina_status result = PATINA_OK;
     double t0 = patina_now();
     patina_device dev;
+    producer_t prod;
+    int cur = 0, overlap;
 
     if (opts_in) opts = *opts_in;
     if (!opts.batch) opts.batch = 256;
@@ -240,59 +314,47 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     stats->files = n;
     PATINA_TRY(patina_context_resolve(ctx, ex, opts.device, &dev));
     stats->device = dev;
+    /* The CPU and hybrid devices use the worker pool to extract: decoding
+     * cannot overlap there (the pool runs one job at a time). */
+    overlap = dev == PATINA_DEVICE_GPU;
 
-    slots = calloc(window, sizeof *slots);
+    prod.pool = patina__context_pool(ctx);
+    prod.c = c;
+    prod.ex = ex;
+    prod.limits = patina_context_limits(ctx);
+    prod.files = files;
+    prod.n = n;
+    prod.capacity = window;
+    prod.desc_bytes = desc_bytes;
+    prod.pixel_budget = 256ull << 20; /* decoded pixels a window holds, ~768 MB of RGB */
+    prod.probe = malloc(desc_bytes ? desc_bytes : 1);
+
+    win[0].slots = calloc(window, sizeof *win[0].slots);
+    win[1].slots = overlap ? calloc(window, sizeof *win[1].slots) : NULL;
     imgs = calloc(window, sizeof *imgs);
     st = calloc(window, sizeof *st);
     items = calloc(window, sizeof *items);
     map = calloc(window, sizeof *map);
     descs = malloc(window * (desc_bytes ? desc_bytes : 1));
-    if (!slots || !imgs || !st || !items || !map || !descs) {
+    if (!prod.probe || !win[0].slots || (overlap && !win[1].slots) || !imgs || !st || !items ||
+        !map || !descs) {
         result = patina__fail(PATINA_E_NOMEM, "index: out of memory for a batch of %zu", window);
         goto done;
     }
 
-    while (next < n && result == PATINA_OK) {
-        size_t take = n - next < window ? n - next : window;
-        size_t i, nb = 0, used = 0;
-        uint64_t pixels = 0;
-        job_t job = {slots, limits};
+    if (n) produce(&prod, &win[0], 0);
+    while (win[cur].take > 0 && result == PATINA_OK) {
+        window_t *w = &win[cur];
+        size_t nb = 0, next = w->first + w->take;
+        pthread_t th;
+        produce_arg_t pa = {&prod, &win[1 - cur], next};
+        int started = 0;
 
-        /* Stage 1. The key lookups happen here, on this thread: LMDB read
-         * transactions stay on the thread that owns the collection. */
-        for (i = 0; i < take; i++) {
-            patina_record_t rec;
-            slot_t *s = &slots[i];
-            s->path = files[next + i];
-            /* "Already indexed" = same key, and a descriptor in this table
-             * (a second family over stored images is not skipped). */
-            if (patina_collection_get_by_key(c, s->path, &rec) == PATINA_OK) {
-                if (patina_collection_get_descriptor(c, patina_extractor_spec(ex), rec.id, descs,
-                                                     desc_bytes) == PATINA_OK) {
-                    s->have_old = 1;
-                    memcpy(s->old_sha, rec.sha256, 32);
-                }
-                patina_record_release(&rec);
-            }
-        }
-        patina_clear_error();
-        patina_pool_run(pool, take, read_one, &job);
+        win[1 - cur].take = 0;
+        if (overlap && next < n) started = pthread_create(&th, NULL, produce_main, &pa) == 0;
 
-        /* Stage 2: cut at the pixel budget (always keep at least one image). */
-        for (i = 0; i < take; i++) {
-            slot_t *s = &slots[i];
-            if (s->state == SLOT_READ) {
-                uint64_t px = (uint64_t)s->info.width * (uint64_t)s->info.height;
-                if (used > 0 && pixels + px > pixel_budget) break;
-                pixels += px;
-                used++;
-            }
-        }
-        take = i;   /* files past the cut are re-read in the next window */
-        patina_pool_run(pool, take, decode_one, &job);
-
-        for (i = 0; i < take; i++) {
-            slot_t *s = &slots[i];
+        for (i = 0; i < w->take; i++) {
+            slot_t *s = &w->slots[i];
             if (s->state == SLOT_SKIP) stats->skipped++;
             else if (s->state == SLOT_DECODED) {
                 map[nb] = i;
@@ -301,16 +363,13 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
                 stats->pixels += (uint64_t)s->img.width * (uint64_t)s->img.height;
             }
         }
-        /* Stage 4. */
-        if (nb) {
-            result = patina_extract_batch(ctx, ex, dev, descs, imgs, nb, st);
-            if (result != PATINA_OK) break;
-        }
-        /* Stage 5. */
-        {
+        /* Stage 4: extract. */
+        if (nb) result = patina_extract_batch(ctx, ex, dev, descs, imgs, nb, st);
+        /* Stage 5: one transaction. */
+        if (result == PATINA_OK) {
             size_t ni = 0;
             for (i = 0; i < nb; i++) {
-                slot_t *s = &slots[map[i]];
+                slot_t *s = &w->slots[map[i]];
                 if (st[i] != PATINA_OK) {
                     s->state = SLOT_FAILED;
                     s->status = st[i];
@@ -327,30 +386,41 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
                 items[ni].desc = descs + i * desc_bytes;
                 ni++;
             }
-            if (ni) {
-                result = patina_collection_put(c, patina_extractor_spec(ex), desc_bytes, items, ni, NULL);
-                if (result != PATINA_OK) break;
-                stats->indexed += ni;
-            }
+            if (ni) result = patina_collection_put(c, patina_extractor_spec(ex), desc_bytes, items, ni, NULL);
+            if (result == PATINA_OK) stats->indexed += ni;
         }
-        for (i = 0; i < take; i++) {
-            slot_t *s = &slots[i];
-            if (s->state == SLOT_FAILED) {
-                stats->failed++;
-                if (opts.on_error) opts.on_error(opts.user, s->path, s->status, s->error);
+        if (result == PATINA_OK)
+            for (i = 0; i < w->take; i++) {
+                slot_t *s = &w->slots[i];
+                if (s->state == SLOT_FAILED) {
+                    stats->failed++;
+                    if (opts.on_error) opts.on_error(opts.user, s->path, s->status, s->error);
+                }
             }
+        for (i = 0; i < window; i++) slot_clear(&w->slots[i]);
+        w->take = 0;
+        if (started) {
+            patina_status keep = result;
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", patina_last_error());
+            pthread_join(th, NULL);     /* the producer only sets its own slots' messages */
+            if (keep != PATINA_OK) patina__fail(keep, "%s", msg);
+            cur = 1 - cur;
+        } else if (result == PATINA_OK && next < n) {
+            produce(&prod, &win[cur], next);
         }
-        for (i = 0; i < window; i++) slot_clear(&slots[i]);
-        next += take;
         stats->seconds = patina_now() - t0;
-        if (opts.progress) opts.progress(opts.user, stats);
+        if (result == PATINA_OK && opts.progress) opts.progress(opts.user, stats);
     }
 
 done:
-    if (slots)
-        for (size_t i = 0; i < window; i++) slot_clear(&slots[i]);
+    for (int k = 0; k < 2; k++) {
+        if (!win[k].slots) continue;
+        for (i = 0; i < window; i++) slot_clear(&win[k].slots[i]);
+        free(win[k].slots);
+    }
     stats->seconds = patina_now() - t0;
-    free(slots);
+    free(prod.probe);
     free(imgs);
     free(st);
     free(items);
