@@ -75,7 +75,7 @@ Now run, with the device tool:
   run(kind="nvidia-h100-x1", carry=[$carry], timeout_s=600,
       command="sh scripts/device.sh remote")
 Logs come back under \$OUT: nvidia-smi.txt ctest-gpu.log e2e.log bench_lbp.log bench_glcm.log
-sanitizer-*.log bench_cedd.log (+ ncu.txt). BENCH_ARGS="" gives the full Table 3 run.
+sanitizer.log bench_cedd.log (+ ncu.txt). BENCH_ARGS="" gives the full Table 3 run.
 EOF
 }
 
@@ -121,10 +121,12 @@ remote() {
     for t in test_cedd_gpu test_lbp_gpu test_glcm_gpu; do
         [ -x "$BUILD/tests/$t" ] || continue
         PATINA_TEST_QUICK=1 timeout 60 compute-sanitizer --tool memcheck --error-exitcode 3 \
-            "$BUILD/tests/$t" > "$OUT/sanitizer-$t.log" 2>&1 || rc=1
-        echo "$t: $(grep -E "ERROR SUMMARY" "$OUT/sanitizer-$t.log" | tail -1) $(grep -cE "PASSED|OK \]" "$OUT/sanitizer-$t.log") ok-lines"
+            "$BUILD/tests/$t" > "$OUT/sanitizer-one.log" 2>&1 || rc=1
+        { echo "=== $t"; cat "$OUT/sanitizer-one.log"; } >> "$OUT/sanitizer.log"
+        echo "$t: $(grep -E "ERROR SUMMARY" "$OUT/sanitizer-one.log" | tail -1) $(grep -E "PASSED|FAILED" "$OUT/sanitizer-one.log" | tail -1)"
     done
 
+    rm -f "$OUT/sanitizer-one.log"   # at most 8 files come back from $OUT
     echo "== bench_cedd ${BENCH_ARGS:---quick}"
     # shellcheck disable=SC2086
     timeout 60 "$BUILD/bench/bench_cedd" ${BENCH_ARGS:---quick} > "$OUT/bench_cedd.log" 2>&1 || rc=1
