@@ -34,6 +34,8 @@ typedef struct patina_index_opts {
     patina_device device;    /* default AUTO */
     int jobs;                /* decode workers; 0 = context threads */
     size_t batch;            /* images per extraction batch and transaction; 0 = 256 */
+    uint64_t max_batch_pixels; /* decoded pixels one batch may hold (x3 bytes; two batches
+                                  are in flight with the GPU); 0 = 256 Mpixel */
     /* Called from the calling thread after each batch (may be NULL). */
     void (*progress)(void *user, const patina_index_stats_t *s);
     /* Called once per failed file, from the calling thread (may be NULL). */

@@ -20,6 +20,7 @@ static void help(FILE *f)
             "  -j, --jobs N        CPU threads for decoding and extraction (default: all)\n"
             "      --batch N       images per batch and per transaction (default: 256)\n"
             "      --max-pixels N  refuse images with more pixels (default 268435456)\n"
+            "      --max-batch-pixels N  decoded pixels one batch may hold (default 268435456)\n"
             "  -q, --quiet         no progress bar and no summary\n"
             "  -h, --help          this help\n"
             "Files that fail are reported on stderr and the exit status is 1.\n");
@@ -67,6 +68,7 @@ int cmd_index(int argc, char **argv)
         {"family", required_argument, 0, 'f'}, {"device", required_argument, 0, 'd'},
         {"jobs", required_argument, 0, 'j'}, {"batch", required_argument, 0, 'b'},
         {"max-pixels", required_argument, 0, 'P'}, {"quiet", no_argument, 0, 'q'},
+        {"max-batch-pixels", required_argument, 0, 'B'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *family = "cedd";
     patina_context_opts_t copts = {0};
@@ -103,6 +105,10 @@ int cmd_index(int argc, char **argv)
         case 'P':
             if (cli_parse_long("index", "--max-pixels", optarg, 1, 1L << 40, &v)) return EXIT_USAGE;
             copts.limits.max_pixels = (uint64_t)v;
+            break;
+        case 'B':
+            if (cli_parse_long("index", "--max-batch-pixels", optarg, 1, 1L << 40, &v)) return EXIT_USAGE;
+            iopts.max_batch_pixels = (uint64_t)v;
             break;
         case 'q': run.quiet = 1; break;
         case 'h': help(stdout); return EXIT_OK;

@@ -326,7 +326,8 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     prod.n = n;
     prod.capacity = window;
     prod.desc_bytes = desc_bytes;
-    prod.pixel_budget = 256ull << 20; /* decoded pixels a window holds, ~768 MB of RGB */
+    prod.pixel_budget = opts.max_batch_pixels ? opts.max_batch_pixels
+                                              : 256ull << 20; /* ~768 MB of RGB */
     prod.probe = malloc(desc_bytes ? desc_bytes : 1);
 
     win[0].slots = calloc(window, sizeof *win[0].slots);
