@@ -362,6 +362,299 @@ __global__ void __launch_bounds__(32 * PROD_TY) k_prod3(prod_args a, const uint8
     }
 }
 
+/* ------------------------------------------- production, 3x3, histograms */
+
+/* k_fast3: the 3x3 kinds when histograms over the whole image are asked for
+ * (grid 1x1; the code map too when asked). Same tiling as k_prod3 (a warp:
+ * 512 output columns, 16 per lane, a window sliding down its rows), with
+ * three differences that each measured against the fused k_prod3:
+ *
+ * - Arithmetic on the fp16x2 pipe. A byte b becomes the half 1024 + b
+ *   (0x6400 | b, one byte permute per two pixels), so every comparison of
+ *   the three kinds is exact small-integer fp16 arithmetic: saturating
+ *   add/sub/mul give the 0/1 bits (n >= c: sat(n - (c - 1)); n > t:
+ *   sat(n - t); LANADP's "both sums on one side of 2v": (s1 - 2v)(s2 - 2v)
+ *   >= 0, see below), and a fused multiply-add by 2^(k-24) (an fp16
+ *   subnormal whose bits are 1 << k) builds the code directly as the integer
+ *   bits of each half. The sm_90 byte-SIMD compares (__vcmpgeu4 ...) are
+ *   emulated with several integer instructions each, and the integer pipe
+ *   has half the issue rate of the fp16x2 one.
+ * - Per-lane histograms: counter (code, warp, lane) at byte offset
+ *   code * 256 + warp * 128 + lane * 4 of a 64 KB block histogram, so the 32
+ *   atomic adds of a warp always hit 32 different banks (no conflicts, no
+ *   run-length merging), and the address is one shift-add of the code bits.
+ *   The block adds its 64 columns per code (code -> bin through the
+ *   mapping's table) to the image's counts when it moves to the next image.
+ * - A persistent grid: 3 blocks of 2 warps per multiprocessor walk the
+ *   (image, strip, band) tasks in order; the band height is chosen so that a
+ *   single image still fills every multiprocessor; each lane keeps six input
+ *   rows in flight ahead of the window. */
+
+#define FAST_WARPS 4
+#define FAST_HIST_WORDS (256 * 64) /* 64 counters per code: 2 x 32 lanes */
+/* blocks per multiprocessor: 64 KB of histogram each; LANADP needs more registers */
+#define FAST_BPS(kind) 3
+
+struct fast_args {
+    const uint8_t *in;
+    size_t in_img;
+    int pitch, mw, mh;
+    uint8_t *codes;
+    size_t out_img;
+    int opitch;
+    uint32_t *counts;
+    int dim;
+    int rb;                 /* output rows per warp task */
+    int bands;              /* tasks per strip */
+    long long pairs_img;    /* task pairs per image (tasks padded to even) */
+    long long pairs;        /* n * pairs_img */
+};
+
+__device__ __forceinline__ uint32_t hsub_sat(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    asm("sub.rn.sat.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+__device__ __forceinline__ uint32_t hsub(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+__device__ __forceinline__ uint32_t hmul_sat(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    asm("mul.rn.sat.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+__device__ __forceinline__ uint32_t hfma(uint32_t a, uint32_t b, uint32_t c)
+{
+    uint32_t d;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ uint32_t hmax(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+#define H2_ONE 0x3c003c00u   /* 1.0 */
+#define H2_TWO 0x40004000u   /* 2.0 */
+#define H2_W(k) (0x00010001u << (k))                  /* 2^(k-24): bits 1 << k */
+#define H2_NW(k) (0x80008000u | (0x00010001u << (k))) /* -2^(k-24) */
+
+struct rawrow {
+    uint4 q;
+    uint32_t ex; /* lane 31: the 4 bytes after its 16 */
+};
+
+/* One input row: 9 "even" pairs E[i] = (b[2i], b[2i+1]) and 8 "odd" pairs
+ * O[i] = (b[2i+1], b[2i+2]) as biased halves (1024 + b). */
+struct hrow {
+    uint32_t e[9], o[8];
+};
+
+__device__ __forceinline__ void fast_load(rawrow &r, const uint8_t *row, bool okx, bool okex)
+{
+    r.q = make_uint4(0, 0, 0, 0);
+    r.ex = 0;
+    if (okx) r.q = __ldg(reinterpret_cast<const uint4 *>(row));
+    if (okex) r.ex = __ldg(reinterpret_cast<const uint32_t *>(row + 16));
+}
+
+__device__ __forceinline__ void fast_conv(hrow &h, const rawrow &r, int lane)
+{
+    uint32_t v4 = __shfl_down_sync(FULL, r.q.x, 1);
+    if (lane == 31) v4 = r.ex;
+    const uint32_t K = 0x64646464u;
+    h.e[0] = __byte_perm(r.q.x, K, 0x4140);
+    h.e[1] = __byte_perm(r.q.x, K, 0x4342);
+    h.e[2] = __byte_perm(r.q.y, K, 0x4140);
+    h.e[3] = __byte_perm(r.q.y, K, 0x4342);
+    h.e[4] = __byte_perm(r.q.z, K, 0x4140);
+    h.e[5] = __byte_perm(r.q.z, K, 0x4342);
+    h.e[6] = __byte_perm(r.q.w, K, 0x4140);
+    h.e[7] = __byte_perm(r.q.w, K, 0x4342);
+    h.e[8] = __byte_perm(v4, K, 0x4140);
+#pragma unroll
+    for (int i = 0; i < 8; i++) h.o[i] = __byte_perm(h.e[i], h.e[i + 1], 0x5432);
+}
+
+/* Codes of output pair i (columns 2i, 2i+1 of the lane) as the bits of each
+ * half, from rows a (above), m, b (below). */
+template <int KIND>
+__device__ __forceinline__ uint32_t fast_pair(const hrow &a, const hrow &m, const hrow &b, int i,
+                                              const uint16_t *kt)
+{
+    /* n[k]: right, top-right, top, top-left, left, bottom-left, bottom,
+     * bottom-right (bit k, the weights of the C reference) */
+    const uint32_t n[8] = {m.e[i + 1], a.e[i + 1], a.o[i], a.e[i], m.e[i], b.e[i], b.o[i], b.e[i + 1]};
+    const uint32_t c = m.o[i];
+    uint32_t acc;
+    if (KIND == LBP_KIND_LBP8) {
+        const uint32_t cm1 = hsub(c, H2_ONE); /* n >= c  <=>  n - (c - 1) >= 1 */
+        acc = hfma(hsub_sat(n[0], cm1), H2_W(0), 0u);
+#pragma unroll
+        for (int k = 1; k < 8; k++) acc = hfma(hsub_sat(n[k], cm1), H2_W(k), acc);
+    } else if (KIND == LBP_KIND_TLBAP) {
+        uint32_t mx = c;
+#pragma unroll
+        for (int k = 0; k < 8; k++) mx = hmax(mx, n[k]);
+        /* k = floor(fl(th * max)) from the table, as biased halves */
+        const uint32_t lo = kt[mx & 0xffu], hi = kt[(mx >> 16) & 0xffu];
+        const uint32_t thr = hmax(c, __byte_perm(lo, hi, 0x5410)); /* n > c, n > k: n > max(c, k) */
+        acc = hfma(hsub_sat(n[0], thr), H2_W(0), 0u);
+#pragma unroll
+        for (int k = 1; k < 8; k++) acc = hfma(hsub_sat(n[k], thr), H2_W(k), acc);
+    } else {
+        /* bit k: (s1 - 2v)(s2 - 2v) >= 0 with s1 = n[k+1] + n[k+2],
+         * s2 = n[k-1] + n[k-2], v = n[k] (indices mod 8). With
+         * D[j] = n[j+1] - n[j]: s1 - 2v = 2D[k] + D[k+1] = P[k] and
+         * s2 - 2v = -(D[k-2] + 2D[k-1]) = -R[k-2]; the bit is clear when
+         * P[k] * R[k-2] >= 1, i.e. sat(P * R) = 1 (integers up to 765 in
+         * magnitude, exact; a product past the fp16 range is an infinity of
+         * the right sign). */
+        uint32_t D[8], P[8], R[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) D[j] = hsub(n[(j + 1) & 7], n[j]);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            P[j] = hfma(D[j], H2_TWO, D[(j + 1) & 7]);
+            R[j] = hfma(D[(j + 1) & 7], H2_TWO, D[j]);
+        }
+        acc = 0x00ff00ffu; /* all bits set, then cleared */
+#pragma unroll
+        for (int k = 0; k < 8; k++) acc = hfma(hmul_sat(P[k], R[(k + 6) & 7]), H2_NW(k), acc);
+    }
+    return acc;
+}
+
+__device__ __forceinline__ void fast_red(uint32_t addr, uint32_t v)
+{
+    asm volatile("red.shared.add.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+
+/* One output row of a lane: codes (when asked), histogram counts. */
+template <int KIND>
+__device__ __forceinline__ void fast_row(const fast_args &a, const hrow &ra, const hrow &rm, const hrow &rb,
+                                         int img, int y, int x0, int nx, uint32_t hbase, const uint16_t *kt)
+{
+    uint32_t acc[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) acc[i] = fast_pair<KIND>(ra, rm, rb, i, kt);
+    if (a.codes && x0 < a.opitch)
+        *reinterpret_cast<uint4 *>(a.codes + (size_t)img * a.out_img + (size_t)y * (size_t)a.opitch + x0) =
+            make_uint4(__byte_perm(acc[0], acc[1], 0x6420), __byte_perm(acc[2], acc[3], 0x6420),
+                       __byte_perm(acc[4], acc[5], 0x6420), __byte_perm(acc[6], acc[7], 0x6420));
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        fast_red(hbase + ((acc[i] & 0xffu) << 8), 1u);
+        fast_red(hbase + (acc[i] >> 8), 1u);
+    }
+    if (nx < 16) {
+        /* the lane's columns past the map's width: take them back out */
+#pragma unroll
+        for (int q = 0; q < 16; q++)
+            if (q >= nx) fast_red(hbase + ((q & 1) ? (acc[q >> 1] >> 8) : ((acc[q >> 1] & 0xffu) << 8)), 0xffffffffu);
+    }
+}
+
+template <int KIND>
+__device__ __forceinline__ void fast_task(const fast_args &a, int img, int strip, int band, int lane,
+                                          uint32_t hbase, const uint16_t *kt)
+{
+    const int x0 = strip * PROD_COLS + lane * 16;
+    const int y0 = band * a.rb, y1 = min(y0 + a.rb, a.mh);
+    const int nx = a.mw - x0;
+    const bool okx = x0 < a.pitch, okex = lane == 31 && x0 + 16 < a.pitch;
+    const uint8_t *in = a.in + (size_t)img * a.in_img + (okx ? x0 : 0);
+    const size_t pitch = (size_t)a.pitch;
+    const int ylast = y1 + 1; /* last input row */
+    rawrow q[6];
+    hrow h0, h1, h2;
+    {
+        rawrow r0, r1;
+        fast_load(r0, in + (size_t)y0 * pitch, okx, okex);
+        fast_load(r1, in + (size_t)(y0 + 1) * pitch, okx, okex);
+#pragma unroll
+        for (int k = 0; k < 6; k++) {
+            q[k].q = make_uint4(0, 0, 0, 0);
+            q[k].ex = 0;
+            if (y0 + 2 + k <= ylast) fast_load(q[k], in + (size_t)(y0 + 2 + k) * pitch, okx, okex);
+        }
+        fast_conv(h0, r0, lane);
+        fast_conv(h1, r1, lane);
+    }
+    for (int y = y0; y < y1; y += 3) {
+        fast_conv(h2, q[0], lane);
+        q[0] = q[3];
+        if (y + 8 <= ylast) fast_load(q[3], in + (size_t)(y + 8) * pitch, okx, okex);
+        fast_row<KIND>(a, h0, h1, h2, img, y, x0, nx, hbase, kt);
+        if (y + 1 >= y1) break;
+        fast_conv(h0, q[1], lane);
+        q[1] = q[4];
+        if (y + 9 <= ylast) fast_load(q[4], in + (size_t)(y + 9) * pitch, okx, okex);
+        fast_row<KIND>(a, h1, h2, h0, img, y + 1, x0, nx, hbase, kt);
+        if (y + 2 >= y1) break;
+        fast_conv(h1, q[2], lane);
+        q[2] = q[5];
+        if (y + 10 <= ylast) fast_load(q[5], in + (size_t)(y + 10) * pitch, okx, okex);
+        fast_row<KIND>(a, h2, h0, h1, img, y + 2, x0, nx, hbase, kt);
+    }
+}
+
+/* Adds the block's histogram to image img's counts and clears it. */
+__device__ __forceinline__ void fast_flush(const fast_args &a, uint32_t *hist, int img, int tid,
+                                           const uint8_t *__restrict__ btab)
+{
+    __syncthreads();
+    uint32_t *g = a.counts + (size_t)img * (size_t)a.dim;
+    for (int code = tid; code < 256; code += 32 * FAST_WARPS) {
+        uint4 *row = reinterpret_cast<uint4 *>(hist + code * 64);
+        uint32_t s = 0;
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+            const int kk = (k + tid) & 15; /* rotated: no bank conflicts */
+            const uint4 v = row[kk];
+            s += v.x + v.y + v.z + v.w;
+            row[kk] = make_uint4(0, 0, 0, 0);
+        }
+        if (s) atomicAdd(&g[btab[code]], s);
+    }
+    __syncthreads();
+}
+
+template <int KIND>
+__global__ void __launch_bounds__(32 * FAST_WARPS, FAST_BPS(KIND))
+    k_fast3(fast_args a, const uint8_t *__restrict__ ktab_g, const uint8_t *__restrict__ btab_g)
+{
+    extern __shared__ uint4 fsm[];
+    uint32_t *hist = reinterpret_cast<uint32_t *>(fsm);
+    uint16_t *ktab = reinterpret_cast<uint16_t *>(hist + FAST_HIST_WORDS);
+    const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * 32 + lane;
+    for (int i = tid; i < FAST_HIST_WORDS / 4; i += 32 * FAST_WARPS) fsm[i] = make_uint4(0, 0, 0, 0);
+    if (KIND == LBP_KIND_TLBAP)
+        for (int i = tid; i < 256; i += 32 * FAST_WARPS) ktab[i] = (uint16_t)(0x6400u | ktab_g[i]);
+    __syncthreads();
+    const uint32_t hbase = (uint32_t)__cvta_generic_to_shared(hist) + (uint32_t)((warp & 1) * 128 + lane * 4);
+    const long long p0 = a.pairs * blockIdx.x / gridDim.x, p1 = a.pairs * (blockIdx.x + 1) / gridDim.x;
+    const int tasks = a.bands * ((a.mw + PROD_COLS - 1) / PROD_COLS);
+    int cur = -1;
+    for (long long p = p0; p < p1; p++) {
+        const int img = (int)(p / a.pairs_img);
+        const int t = (int)(p - (long long)img * a.pairs_img) * FAST_WARPS + warp;
+        if (img != cur) {
+            if (cur >= 0) fast_flush(a, hist, cur, tid, btab_g);
+            cur = img;
+        }
+        if (t < tasks) fast_task<KIND>(a, img, t / a.bands, t % a.bands, lane, hbase, ktab);
+    }
+    if (cur >= 0) fast_flush(a, hist, cur, tid, btab_g);
+}
+
 /* ----------------------------------------------------- production, circular */
 
 /* By value (kernel parameters): concurrent launches with different P, R
@@ -541,6 +834,60 @@ static cudaError_t launch_prod(const lbp_conf_t *c, const dev_tables *t, const u
     int mw, mh;
     lbp_map_shape(c, w, h, &mw, &mh);
     if (mw == 0 || mh == 0 || n == 0) return cudaSuccess;
+    if (c->kind != LBP_KIND_CIRCULAR && counts && c->grid_rows == 1 && c->grid_cols == 1) {
+        fast_args a;
+        int dev = 0, sms = 0;
+        cudaError_t e;
+        if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
+        if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
+        const int strips = (mw + PROD_COLS - 1) / PROD_COLS;
+        const int bps = FAST_BPS(c->kind);
+        const long long warps = (long long)sms * bps * FAST_WARPS;
+        const long long rows = (long long)n * strips * mh; /* warp rows of work */
+        a.in = in;
+        a.pitch = pitch;
+        a.in_img = (size_t)h * (size_t)pitch;
+        a.mw = mw;
+        a.mh = mh;
+        a.codes = (uint8_t *)codes;
+        a.opitch = opitch;
+        a.out_img = (size_t)mh * (size_t)opitch;
+        a.counts = counts;
+        a.dim = (int)lbp_dim(c);
+        /* band height: every warp busy for one image, at most 32 rows (2
+         * halo rows re-read per band) */
+        a.rb = (int)((rows + warps - 1) / warps);
+        if (a.rb > 32) a.rb = 32;
+        if (a.rb < 1) a.rb = 1;
+        a.bands = (mh + a.rb - 1) / a.rb;
+        a.pairs_img = ((long long)a.bands * strips + FAST_WARPS - 1) / FAST_WARPS;
+        a.pairs = a.pairs_img * n;
+        const long long maxb = (long long)sms * bps;
+        const unsigned nb = (unsigned)(a.pairs < maxb ? a.pairs : maxb);
+        const size_t smem = FAST_HIST_WORDS * sizeof(uint32_t) + 256 * sizeof(uint16_t);
+        const dim3 block(32, FAST_WARPS);
+        switch (c->kind) {
+        case LBP_KIND_LBP8:
+            if ((e = cudaFuncSetAttribute(k_fast3<LBP_KIND_LBP8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)smem)) != cudaSuccess)
+                return e;
+            k_fast3<LBP_KIND_LBP8><<<nb, block, smem, s>>>(a, t->ktab, t->btab);
+            break;
+        case LBP_KIND_TLBAP:
+            if ((e = cudaFuncSetAttribute(k_fast3<LBP_KIND_TLBAP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)smem)) != cudaSuccess)
+                return e;
+            k_fast3<LBP_KIND_TLBAP><<<nb, block, smem, s>>>(a, t->ktab, t->btab);
+            break;
+        default:
+            if ((e = cudaFuncSetAttribute(k_fast3<LBP_KIND_LANADP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)smem)) != cudaSuccess)
+                return e;
+            k_fast3<LBP_KIND_LANADP><<<nb, block, smem, s>>>(a, t->ktab, t->btab);
+            break;
+        }
+        return cudaGetLastError();
+    }
     if (c->kind != LBP_KIND_CIRCULAR) {
         prod_args a;
         a.in = in;
