@@ -391,9 +391,10 @@ __global__ void __launch_bounds__(32 * PROD_TY) k_prod3(prod_args a, const uint8
  *   rows in flight ahead of the window. */
 
 #define FAST_WARPS 4
-#define FAST_HIST_WORDS (256 * 64) /* 64 counters per code: 2 x 32 lanes */
-/* blocks per multiprocessor: 64 KB of histogram each; LANADP needs more registers */
-#define FAST_BPS(kind) 3
+#define FAST_HIST_WORDS (256 * 32) /* 32 counters per code, one per lane */
+/* blocks per multiprocessor (32 KB of histogram each): as many as the
+ * registers allow */
+#define FAST_BPS(kind) ((kind) == LBP_KIND_LANADP ? 3 : 4)
 
 struct fast_args {
     const uint8_t *in;
@@ -551,14 +552,18 @@ __device__ __forceinline__ void fast_row(const fast_args &a, const hrow &ra, con
                        __byte_perm(acc[4], acc[5], 0x6420), __byte_perm(acc[6], acc[7], 0x6420));
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        fast_red(hbase + ((acc[i] & 0xffu) << 8), 1u);
-        fast_red(hbase + (acc[i] >> 8), 1u);
+        fast_red(hbase + ((acc[i] & 0xffu) << 7), 1u);
+        fast_red(hbase + (acc[i] >> 9), 1u);
     }
     if (nx < 16) {
-        /* the lane's columns past the map's width: take them back out */
+        /* the lane's columns past the map's width (the last ones): take
+         * them back out */
 #pragma unroll
-        for (int q = 0; q < 16; q++)
-            if (q >= nx) fast_red(hbase + ((q & 1) ? (acc[q >> 1] >> 8) : ((acc[q >> 1] & 0xffu) << 8)), 0xffffffffu);
+        for (int i = 7; i >= 0; i--) {
+            if (2 * i + 1 < nx) break;
+            fast_red(hbase + (acc[i] >> 9), 0xffffffffu);
+            if (2 * i >= nx) fast_red(hbase + ((acc[i] & 0xffu) << 7), 0xffffffffu);
+        }
     }
 }
 
@@ -613,11 +618,11 @@ __device__ __forceinline__ void fast_flush(const fast_args &a, uint32_t *hist, i
     __syncthreads();
     uint32_t *g = a.counts + (size_t)img * (size_t)a.dim;
     for (int code = tid; code < 256; code += 32 * FAST_WARPS) {
-        uint4 *row = reinterpret_cast<uint4 *>(hist + code * 64);
+        uint4 *row = reinterpret_cast<uint4 *>(hist + code * 32);
         uint32_t s = 0;
 #pragma unroll
-        for (int k = 0; k < 16; k++) {
-            const int kk = (k + tid) & 15; /* rotated: no bank conflicts */
+        for (int k = 0; k < 8; k++) {
+            const int kk = (k + tid) & 7; /* rotated: no bank conflicts */
             const uint4 v = row[kk];
             s += v.x + v.y + v.z + v.w;
             row[kk] = make_uint4(0, 0, 0, 0);
@@ -639,7 +644,7 @@ __global__ void __launch_bounds__(32 * FAST_WARPS, FAST_BPS(KIND))
     if (KIND == LBP_KIND_TLBAP)
         for (int i = tid; i < 256; i += 32 * FAST_WARPS) ktab[i] = (uint16_t)(0x6400u | ktab_g[i]);
     __syncthreads();
-    const uint32_t hbase = (uint32_t)__cvta_generic_to_shared(hist) + (uint32_t)((warp & 1) * 128 + lane * 4);
+    const uint32_t hbase = (uint32_t)__cvta_generic_to_shared(hist) + (uint32_t)(lane * 4);
     const long long p0 = a.pairs * blockIdx.x / gridDim.x, p1 = a.pairs * (blockIdx.x + 1) / gridDim.x;
     const int tasks = a.bands * ((a.mw + PROD_COLS - 1) / PROD_COLS);
     int cur = -1;
