@@ -365,30 +365,37 @@ __global__ void __launch_bounds__(32 * PROD_TY) k_prod3(prod_args a, const uint8
 /* ------------------------------------------- production, 3x3, histograms */
 
 /* k_fast3: the 3x3 kinds when histograms over the whole image are asked for
- * (grid 1x1; the code map too when asked). Same tiling as k_prod3 (a warp:
- * 512 output columns, 16 per lane, a window sliding down its rows), with
- * three differences that each measured against the fused k_prod3:
+ * (grid 1x1; the code map too when asked; k_prod3 does the rest). Same
+ * tiling as k_prod3 (a warp: 512 output columns, 16 per lane, a window
+ * sliding down its rows), with three changes, measured on an H100 (256
+ * images of 1024^2, lbp8 histograms: k_prod3 0.527 ms; fp16 + per-lane
+ * histograms + persistent grid at 6 warps per SM 0.381 ms; 12 warps 0.246
+ * ms; 16 warps 0.190 ms -- the kernel is bound by issue and latency, not by
+ * DRAM, so occupancy and instruction count are what move it):
  *
  * - Arithmetic on the fp16x2 pipe. A byte b becomes the half 1024 + b
  *   (0x6400 | b, one byte permute per two pixels), so every comparison of
  *   the three kinds is exact small-integer fp16 arithmetic: saturating
- *   add/sub/mul give the 0/1 bits (n >= c: sat(n - (c - 1)); n > t:
- *   sat(n - t); LANADP's "both sums on one side of 2v": (s1 - 2v)(s2 - 2v)
- *   >= 0, see below), and a fused multiply-add by 2^(k-24) (an fp16
- *   subnormal whose bits are 1 << k) builds the code directly as the integer
- *   bits of each half. The sm_90 byte-SIMD compares (__vcmpgeu4 ...) are
- *   emulated with several integer instructions each, and the integer pipe
- *   has half the issue rate of the fp16x2 one.
- * - Per-lane histograms: counter (code, warp, lane) at byte offset
- *   code * 256 + warp * 128 + lane * 4 of a 64 KB block histogram, so the 32
- *   atomic adds of a warp always hit 32 different banks (no conflicts, no
- *   run-length merging), and the address is one shift-add of the code bits.
- *   The block adds its 64 columns per code (code -> bin through the
- *   mapping's table) to the image's counts when it moves to the next image.
- * - A persistent grid: 3 blocks of 2 warps per multiprocessor walk the
- *   (image, strip, band) tasks in order; the band height is chosen so that a
- *   single image still fills every multiprocessor; each lane keeps six input
- *   rows in flight ahead of the window. */
+ *   sub/mul give the 0/1 bits (n >= c: sat(n - (c - 1)); n > t: sat(n - t);
+ *   LANADP's "both sums on one side of 2v": (s1 - 2v)(s2 - 2v) >= 0, see
+ *   fast_pair), and a fused multiply-add by 2^(k-24) (an fp16 subnormal
+ *   whose bits are 1 << k; f16 arithmetic keeps subnormals) builds the code
+ *   directly as the integer bits of each half. The byte-SIMD compares of
+ *   k_prod3 (__vcmpgeu4 ...) are emulated on sm_90 with several integer
+ *   instructions each, and the integer pipe has half the fp16x2 rate.
+ * - Per-lane histograms: counter (code, lane) at byte offset code * 128 +
+ *   lane * 4 of a 32 KB block histogram shared by the block's warps, so the
+ *   32 atomic adds of one instruction always hit 32 different banks (no
+ *   conflicts, no run-length merging), and each address is one or two
+ *   instructions from the code bits. The block adds its 32 columns per code
+ *   (code -> bin through the mapping's table) to the image's counts when it
+ *   moves on to the next image. Lanes past the map's width count their last
+ *   columns and take them back out.
+ * - A persistent grid: 4 blocks of 4 warps per multiprocessor (3 for LANADP,
+ *   which needs more registers) walk the (image, strip, band) tasks in
+ *   order; the band height (at most 32 rows) is chosen so that a single
+ *   image still gives every warp a task; each lane keeps six input rows in
+ *   flight ahead of the window. */
 
 #define FAST_WARPS 4
 #define FAST_HIST_WORDS (256 * 32) /* 32 counters per code, one per lane */
