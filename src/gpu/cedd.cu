@@ -792,12 +792,13 @@ static patina_status run(job_t *j)
     return s;
 }
 
-patina_status patina_gpu_cedd(patina_gpu_t *g, uint8_t *out, const patina_image_t *imgs, size_t n,
-                              int compact, patina_status *st)
+/* Both entry points: the same job, with or without the CPU block-sum stage. */
+static patina_status start(patina_gpu_t *g, uint8_t *out, const patina_image_t *imgs, size_t n,
+                           int compact, patina_status *st, patina_pool_t *pool, int hybrid)
 {
     job_t j;
     if (!g || (n && (!out || !imgs)))
-        return patina__fail(PATINA_E_INVALID, "gpu cedd: null argument");
+        return patina__fail(PATINA_E_INVALID, "gpu cedd%s: null argument", hybrid ? " hybrid" : "");
     if (n == 0) return PATINA_OK;
     memset(&j, 0, sizeof j);
     j.g = g;
@@ -806,25 +807,20 @@ patina_status patina_gpu_cedd(patina_gpu_t *g, uint8_t *out, const patina_image_
     j.n = n;
     j.compact = compact != 0;
     j.st = st;
+    j.hybrid = hybrid;
+    j.cpu = pool;
     return run(&j);
+}
+
+patina_status patina_gpu_cedd(patina_gpu_t *g, uint8_t *out, const patina_image_t *imgs, size_t n,
+                              int compact, patina_status *st)
+{
+    return start(g, out, imgs, n, compact, st, NULL, 0);
 }
 
 patina_status patina_gpu_cedd_hybrid(patina_gpu_t *g, patina_pool_t *pool, uint8_t *out,
                                      const patina_image_t *imgs, size_t n, int compact,
                                      patina_status *st)
 {
-    job_t j;
-    if (!g || (n && (!out || !imgs)))
-        return patina__fail(PATINA_E_INVALID, "gpu cedd hybrid: null argument");
-    if (n == 0) return PATINA_OK;
-    memset(&j, 0, sizeof j);
-    j.g = g;
-    j.out = out;
-    j.imgs = imgs;
-    j.n = n;
-    j.compact = compact != 0;
-    j.st = st;
-    j.hybrid = 1;
-    j.cpu = pool;
-    return run(&j);
+    return start(g, out, imgs, n, compact, st, pool, 1);
 }
