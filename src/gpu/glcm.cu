@@ -11,16 +11,15 @@
  *     with one 16-byte load and the 16 partner pixels of row r+dy at any dx
  *     with five aligned 4-byte loads and funnel shifts.
  *   - Work is a list of tasks (a band of first-pixel rows of one image);
- *     persistent blocks take tasks in grid-stride order. Each block keeps
- *     private sub-GLCMs in shared memory: R copies per offset for all G
- *     offsets of the request (G = all of them when they fit), R a power of two
- *     chosen from the device's shared memory; lane l votes into copy l % R,
- *     and copies are L*L+1 words apart (odd), so lanes voting the same cell
- *     hit different banks. Runs of equal pairs among a thread's 16 pixels
- *     become one atomicAdd. A block flushes its copies into the global
- *     matrices (atomicAdd of non-zero sums) when its task's image changes and
- *     at the end. When not even one matrix fits (L > ~238), the kernel votes
- *     straight into global memory.
+ *     persistent blocks take tasks in grid-stride order. k_count2 (one block
+ *     of 768 threads per SM, all of the opt-in shared memory) keeps C copies
+ *     of the G sub-GLCMs of the request (G = all offsets when one copy fits),
+ *     interleaved cell-major so that lane l votes into word cell*C + l % C:
+ *     with C = 32 every lane owns a bank and a warp's atomics never conflict.
+ *     A block flushes its copies into the global matrices (atomicAdd of
+ *     non-zero sums) when its task's image changes and at the end. When not
+ *     even one matrix fits (L > ~238), k_count<false> votes straight into
+ *     global memory.
  *   - Images larger than a slot are cut into tiles of first-pixel rows; each
  *     tile is copied with the padding rules of the paper (Scheme 3) in row
  *     form: pad_up = max(0, -min dy) rows above and pad_down = max(0, max dy)
@@ -184,6 +183,140 @@ k_count(const gtask *__restrict__ tasks, int ntasks, koffs ko, int L, int R, int
     if (SMEM && cur >= 0) {
         __syncthreads();
         flush_block(sh, ko, L, R, cs, cur, out);
+    }
+}
+
+/* The counting kernel for matrices that fit shared memory (k2): one block
+ * of K2THREADS per SM holding, for each of the launch's G offsets, C copies
+ * (a power of two <= 32) of the L*L counters interleaved cell-major: counter
+ * (o, cell) of copy c is word (o*L*L + cell)*C + c, lane l votes into copy
+ * l % C. With C = 32 every lane of a warp owns its own bank, so a warp's 32
+ * shared atomics are conflict-free whatever the cells (L=32, one offset:
+ * 128 KB; L=8: 8 KB); with fewer copies lanes l and l+C can only collide
+ * when their cells agree modulo 32/C. Warps of the block share the copies
+ * (the atomics make that exact). One atomic per pair, no branches on the
+ * data: the address is two IMADs on the bytes of a 16-pixel group and its
+ * partner group. Each thread takes two groups per step and issues all their
+ * loads before voting, so that several loads are in flight per lane; rows
+ * and columns of a task advance incrementally (no division in the loop). */
+#define K2THREADS 768
+
+template <bool FULL>
+static __device__ __forceinline__ void vote16(uint32_t *sh, const uint32_t aw[4], const uint32_t bs[4],
+                                              uint32_t base, uint32_t sa, uint32_t sb, uint32_t vmask)
+{
+#pragma unroll
+    for (int k = 0; k < 16; k++) {
+        if (FULL || ((vmask >> k) & 1u)) {
+            const uint32_t ia = (aw[k >> 2] >> ((k & 3) * 8)) & 255u;
+            const uint32_t ib = (bs[k >> 2] >> ((k & 3) * 8)) & 255u;
+            atomicAdd(reinterpret_cast<uint32_t *>(reinterpret_cast<char *>(sh) + (base + ia * sa + ib * sb)),
+                      1u);
+        }
+    }
+}
+
+static __device__ __forceinline__ void flush_k2(uint32_t *sh, const koffs &ko, int L, int C, int cur,
+                                                uint32_t *out)
+{
+    const int LL = L * L;
+    for (int i = threadIdx.x; i < ko.n * LL; i += blockDim.x) {
+        const int o = i / LL, cell = i - o * LL;
+        const uint32_t *p = sh + (size_t)i * C;
+        uint32_t s = 0;
+        for (int c = 0; c < C; c++) s += p[(c + i) & (C - 1)]; /* rotated: banks differ per thread */
+        if (s) atomicAdd(out + ((size_t)cur * ko.noff_total + ko.o0 + o) * LL + cell, s);
+    }
+}
+
+__global__ void __launch_bounds__(K2THREADS, 1)
+k_count2(const gtask *__restrict__ tasks, int ntasks, koffs ko, int L, int C, uint32_t *__restrict__ out)
+{
+    extern __shared__ uint32_t sh[];
+    const int LL = L * L;
+    const int nsh = ko.n * LL * C;
+    const uint32_t lanebyte = (uint32_t)(threadIdx.x & 31 & (C - 1)) * 4u;
+    const uint32_t sa = (uint32_t)(L * C * 4), sb = (uint32_t)(C * 4);
+    const int step = 2 * (int)blockDim.x;
+    int cur = -1;
+    for (int i = threadIdx.x; i < nsh; i += blockDim.x) sh[i] = 0;
+    __syncthreads();
+    for (int t = blockIdx.x; t < ntasks; t += gridDim.x) {
+        const gtask tk = tasks[t];
+        if (tk.out != cur) { /* uniform over the block: one task per block */
+            if (cur >= 0) {
+                __syncthreads();
+                flush_k2(sh, ko, L, C, cur, out);
+                __syncthreads();
+                for (int i = threadIdx.x; i < nsh; i += blockDim.x) sh[i] = 0;
+                __syncthreads();
+            }
+            cur = tk.out;
+        }
+        const int gpr = (tk.w + 15) >> 4;
+        const int ng = (tk.r1 - tk.r0) * gpr;
+        const int half_r = (int)blockDim.x / gpr, half_c = (int)blockDim.x - half_r * gpr;
+        const int step_r = step / gpr, step_c = step - step_r * gpr;
+        int rA = threadIdx.x / gpr, cA = threadIdx.x - rA * gpr; /* relative row, group of g */
+        for (int g = threadIdx.x; g < ng; g += step) {
+            int rB = rA + half_r, cB = cA + half_c;
+            if (cB >= gpr) {
+                cB -= gpr;
+                rB++;
+            }
+            const bool okB = g + (int)blockDim.x < ng;
+            const int r[2] = {tk.r0 + rA, tk.r0 + rB};
+            const int x0[2] = {cA << 4, cB << 4};
+            /* 16-byte aligned: slots, rows (pitch) and groups are */
+            const uint8_t *pa[2] = {tk.base + (long long)(r[0] - tk.row0) * tk.pitch + x0[0],
+                                    tk.base + (long long)(r[1] - tk.row0) * tk.pitch + x0[1]};
+            uint4 a[2];
+            rA += step_r;
+            cA += step_c;
+            if (cA >= gpr) {
+                cA -= gpr;
+                rA++;
+            }
+            a[0] = __ldg(reinterpret_cast<const uint4 *>(pa[0]));
+            a[1] = okB ? __ldg(reinterpret_cast<const uint4 *>(pa[1])) : make_uint4(0, 0, 0, 0);
+            for (int o = 0; o < ko.n; o++) {
+                const int dy = ko.dy[o], dx = ko.dx[o];
+                const int xs = max(0, -dx), xe = min(tk.w, tk.w - dx);
+                const long long db = (long long)dy * tk.pitch + (dx & ~3); /* dx - dx mod 4 */
+                const int sh8 = (dx & 3) * 8;
+                const uint32_t base = (uint32_t)(o * LL * C * 4) + lanebyte;
+                uint32_t bw[2][5];
+                uint32_t vm[2];
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    const int rr = r[u] + dy;
+                    vm[u] = 0;
+                    if ((u == 0 || okB) && rr >= 0 && rr < tk.h) {
+                        const int lo = max(xs - x0[u], 0), hi = min(xe - x0[u], 16);
+                        if (hi > lo) vm[u] = ((hi >= 16 ? 0xffffu : ((1u << hi) - 1u)) >> lo) << lo;
+                    }
+                    const uint32_t *pb = reinterpret_cast<const uint32_t *>(pa[u] + db);
+#pragma unroll
+                    for (int k = 0; k < 5; k++) bw[u][k] = vm[u] ? __ldg(pb + k) : 0u;
+                }
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    const uint32_t aw[4] = {u ? a[1].x : a[0].x, u ? a[1].y : a[0].y, u ? a[1].z : a[0].z,
+                                            u ? a[1].w : a[0].w};
+                    uint32_t bs[4];
+#pragma unroll
+                    for (int k = 0; k < 4; k++) bs[k] = __funnelshift_r(bw[u][k], bw[u][k + 1], sh8);
+                    if (vm[u] == 0xffffu)
+                        vote16<true>(sh, aw, bs, base, sa, sb, 0xffffu);
+                    else if (vm[u])
+                        vote16<false>(sh, aw, bs, base, sa, sb, vm[u]);
+                }
+            }
+        }
+    }
+    if (cur >= 0) {
+        __syncthreads();
+        flush_k2(sh, ko, L, C, cur, out);
     }
 }
 
@@ -485,39 +618,33 @@ static int pow2_floor(int x)
 static patina_status make_plan(ws_t *w, plan_t *pl, int L, const patina_glcm_offset_t *off,
                                size_t noff, int max_h)
 {
-    const long long cs = (long long)L * L + 1;
-    /* two resident blocks per SM share the SM's shared memory */
-    long long budget = w->smem_sm / 2 - 2048;
+    /* k_count2: one block per SM takes all of the SM's opt-in shared memory
+     * for G offsets x R interleaved copies (R a power of two <= 32). */
+    const long long LL4 = (long long)L * L * 4, budget = w->smem_optin;
     int per_sm = 0;
-    if (budget > w->smem_optin) budget = w->smem_optin;
     memset(pl, 0, sizeof *pl);
     pl->L = L;
-    if ((long long)noff * cs * 4 <= budget) {
+    if ((long long)noff * LL4 <= budget) {
         pl->G = (int)noff;
-        pl->R = pow2_floor((int)(budget / ((long long)noff * cs * 4)));
+        pl->R = pow2_floor((int)(budget / ((long long)noff * LL4)));
         if (pl->R > 32) pl->R = 32;
-    } else if (cs * 4 <= budget) {
-        pl->G = (int)(budget / (cs * 4));
-        pl->R = 1;
-    } else if (cs * 4 <= w->smem_optin) { /* one matrix per block, one block per SM */
-        pl->G = 1;
+    } else if (LL4 <= budget) {
+        pl->G = (int)(budget / LL4);
         pl->R = 1;
     } else {
         pl->global = 1;
         pl->G = (int)noff;
         pl->R = 1;
     }
-    pl->smem = pl->global ? 0 : (int)(pl->G * pl->R * cs * 4);
+    pl->smem = pl->global ? 0 : (int)(pl->G * pl->R * LL4);
     if (!w->attr_set) {
-        CK(cudaFuncSetAttribute(k_count<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                w->smem_optin));
+        CK(cudaFuncSetAttribute(k_count2, cudaFuncAttributeMaxDynamicSharedMemorySize, w->smem_optin));
         w->attr_set = 1;
     }
     if (pl->global)
         CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_count<false>, KTHREADS, 0));
     else
-        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_count<true>, KTHREADS,
-                                                         pl->smem));
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_count2, K2THREADS, pl->smem));
     if (per_sm < 1) per_sm = 1;
     pl->grid = per_sm * w->sms;
     for (size_t o = 0; o < noff; o++) {
@@ -548,8 +675,7 @@ static patina_status launch_count(ws_t *w, slot_t *s, const plan_t *pl, int ntas
         if (pl->global)
             k_count<false><<<grid, KTHREADS, 0, s->s>>>(s->d_tasks, ntasks, ko, pl->L, 1, cs, d_out);
         else
-            k_count<true><<<grid, KTHREADS, pl->smem, s->s>>>(s->d_tasks, ntasks, ko, pl->L, pl->R,
-                                                              cs, d_out);
+            k_count2<<<grid, K2THREADS, pl->smem, s->s>>>(s->d_tasks, ntasks, ko, pl->L, pl->R, d_out);
         CKL("k_count");
     }
     (void)w;
@@ -1194,7 +1320,7 @@ extern "C" patina_status patina_gpu__glcm_lab(patina_glcm_lab_t *lab, uint32_t *
             }
             lab->ms = median(t, reps);
             lab->copies = pl.global ? 0 : pl.R;
-            lab->block = KTHREADS;
+            lab->block = pl.global ? KTHREADS : K2THREADS;
             lab->tiles = (int)((noff + (size_t)pl.G - 1) / (size_t)pl.G); /* launches */
             if (symmetric) {
                 k_symmetrise<<<256, 256, 0, sl->s>>>(ws->d_counts, (long long)noff, levels);
