@@ -1,6 +1,9 @@
 #!/bin/sh
 # GPU build, tests and benchmark on the lent GPU machine (docs/gpu.md).
 #
+#   DEVICE_BUILD=DIR (default build-device, relative to the repo root) picks
+#   the build directory for both modes, so parallel work can carry its own.
+#
 #   scripts/device.sh [build]   HERE: configure and build for sm_90 (Release, CUDA
 #                               on) into build-device/, copy the shared libraries
 #                               the device lacks into build-device/lib, check the
@@ -20,7 +23,7 @@
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=$ROOT/build-device
+BUILD=$ROOT/${DEVICE_BUILD:-build-device}
 MODE=${1:-build}
 
 # Libraries a minimal CUDA image is assumed to have; everything else the
@@ -58,12 +61,12 @@ build() {
     # What travels: the working tree (tracked + untracked, not ignored), build-device, samples.
     tree_kb=$(cd "$ROOT" && git ls-files -co --exclude-standard -z | du -ck --files0-from=- 2>/dev/null | tail -1 | cut -f1)
     build_kb=$(du -sk "$BUILD" | cut -f1)
-    carry='"build-device"'
+    carry="\"${DEVICE_BUILD:-build-device}\""
     samples_kb=0
     if [ -d "$ROOT/samples" ]; then
         samples_kb=$(du -sk "$ROOT/samples" | cut -f1)
         if [ $((tree_kb + build_kb + samples_kb)) -lt 62000 ]; then
-            carry='"build-device", "samples"'
+            carry="\"${DEVICE_BUILD:-build-device}\", \"samples\""
         else
             samples_kb=0
         fi
@@ -73,7 +76,7 @@ build() {
 
 Now run, with the device tool:
   run(kind="nvidia-h100-x1", carry=[$carry], timeout_s=600,
-      command="sh scripts/device.sh remote")
+      command="${DEVICE_BUILD:+DEVICE_BUILD=$DEVICE_BUILD }sh scripts/device.sh remote")
 Logs come back under \$OUT: nvidia-smi.txt ctest-gpu.log e2e.log bench_lbp.log bench_glcm.log
 sanitizer.log bench_cedd.log (+ ncu.txt). BENCH_ARGS="" gives the full Table 3 run.
 EOF
