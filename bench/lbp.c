@@ -7,7 +7,8 @@
  * bench/lbp_peers.py. Every GPU variant's codes are checked against the C
  * reference before it is timed. Prints tables; never fails on timings.
  *
- * usage: bench_lbp [--quick] [--no-peers] [--batch N] [--threads N] [--image FILE]
+ * usage: bench_lbp [--quick] [--no-peers] [--batched-only] [--batch N] [--threads N] [--image FILE]
+ * (--batched-only: the batched production kernel and one-image latencies only)
  * Input: a real photograph (the largest file under $PATINA_SAMPLES or
  * ./samples, or --image), in grey by the project's rule, centre-cropped (or
  * mirrored out) to each size; a synthetic texture without one. */
@@ -24,7 +25,7 @@
 #include "gpu/gpu.h"
 #include "patina/patina.h"
 
-static int quick, no_peers, batch = 256, threads;
+static int quick, no_peers, batched_only, batch = 256, threads;
 static char bench_dir[1024] = "."; /* where lbp_peers.py is: this file's directory */
 static const char *image_path;
 
@@ -309,6 +310,9 @@ static void batched(double copy_gbps, int *all_ok)
         c = conf(LBP_KIND_TLBAP, 8, 1, 0, "1x1");
         if (patina_gpu_lbp_lab(PATINA_LBP_LAB_HIST, &c, g, s, s, 1, NULL, NULL, 20, &ms) == PATINA_OK)
             printf("One 1024x1024 image (tlbap, histogram, kernel time): %.1f us\n", ms * 1e3);
+        c = conf(LBP_KIND_LBP8, 8, 1, 0, "1x1");
+        if (patina_gpu_lbp_lab(PATINA_LBP_LAB_HIST, &c, g, s, s, 1, NULL, NULL, 20, &ms) == PATINA_OK)
+            printf("One 1024x1024 image (lbp8, histogram, kernel time): %.1f us\n", ms * 1e3);
     }
     free(g);
 }
@@ -427,11 +431,12 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--no-peers")) no_peers = 1;
+        else if (!strcmp(argv[i], "--batched-only")) batched_only = 1;
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--image") && i + 1 < argc) image_path = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_lbp [--quick] [--no-peers] [--batch N] [--threads N] [--image FILE]\n");
+            fprintf(stderr, "usage: bench_lbp [--quick] [--no-peers] [--batched-only] [--batch N] [--threads N] [--image FILE]\n");
             return 2;
         }
     }
@@ -468,7 +473,7 @@ int main(int argc, char **argv)
         }
         free(g);
     }
-    {
+    if (!batched_only) {
         lbp_conf_t ct = conf(LBP_KIND_TLBAP, 8, 1, 0, "1x1"), cl = conf(LBP_KIND_LANADP, 8, 1, 0, "1x1"),
                    c8 = conf(LBP_KIND_LBP8, 8, 1, 0, "1x1");
         paper_table("Table 1, TLBAP (th=0.9)", &ct, gpu, pool, t, &all_ok);
@@ -477,8 +482,10 @@ int main(int argc, char **argv)
         if (gpu) speedups(t, l);
     }
     if (gpu) batched(copy_gbps, &all_ok);
-    cpu_table(pool, *pgm ? pgm : NULL);
-    if (gpu) gpu_peers(*pgm ? pgm : NULL);
+    if (!batched_only) {
+        cpu_table(pool, *pgm ? pgm : NULL);
+        if (gpu) gpu_peers(*pgm ? pgm : NULL);
+    }
     if (*pgm) remove(pgm);
     printf("\nvalidation: %s\n", all_ok ? "every GPU variant matched the C reference" : "MISMATCHES (see above)");
     patina_pool_free(pool);

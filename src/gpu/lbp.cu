@@ -416,6 +416,7 @@ struct fast_args {
     int bands;              /* tasks per strip */
     long long pairs_img;    /* task pairs per image (tasks padded to even) */
     long long pairs;        /* n * pairs_img */
+    uint32_t tq_t, tq_c;    /* TLBAP, k_fast4: 1024 + k(m) = fma(1024 + m, t, c) in fp16x2 (tq_t = 0: table) */
 };
 
 __device__ __forceinline__ uint32_t hsub_sat(uint32_t a, uint32_t b)
@@ -667,6 +668,262 @@ __global__ void __launch_bounds__(32 * FAST_WARPS, FAST_BPS(KIND))
     if (cur >= 0) fast_flush(a, hist, cur, tid, btab_g);
 }
 
+/* k_fast4: k_fast3 with fewer instructions per pixel (it replaces k_fast3 on
+ * the whole-image histogram path; PATINA_LBP_KERNEL=fast3 selects the old one
+ * for comparison). Same tiling, per-lane histograms and persistent grid.
+ * - The row loop is unrolled six rows deep over static rings (three converted
+ *   rows, six raw rows in flight): no register moves between rows; one row
+ *   pointer advanced by the pitch, loads predicated (no zero fill).
+ * - No code-map branch in the histogram-only instance (template CODES).
+ * - Histogram addresses: three instructions per pair of pixels.
+ * - TLBAP: the window maximum from per-row horizontal maxima (each input row's
+ *   max of three computed once, for the three output rows that use it), and
+ *   the threshold k(m) = floor(th * m) as one fp16 fma, 1024 + k(m) =
+ *   fma(1024 + m, t, c), with t and c found on the host and checked there for
+ *   all 256 maxima (the shared-memory table when no pair exists for th).
+ * - LANADP: the differences of adjacent ring neighbours are differences of
+ *   vertically or horizontally adjacent pixels, each shared by four windows:
+ *   computed once per input row (horizontal, 16 per lane) and once per pair
+ *   of rows (vertical, 9 per lane) instead of 8 per pair of output pixels. */
+
+/* One converted input row of k_fast4: pairs as k_fast3 (e, o); TLBAP also
+ * the horizontal max of three hm[i] = max(e[i], o[i], e[i+1]) (the window
+ * columns of output pair i); LANADP the horizontal differences he[i] = o[i] -
+ * e[i], ho[i] = e[i+1] - o[i] and v[i] = (next row's e[i]) - e[i]. */
+template <int KIND>
+struct frow {
+    uint32_t e[9], o[8];
+    uint32_t hm[KIND == LBP_KIND_TLBAP ? 8 : 1];
+    uint32_t he[KIND == LBP_KIND_LANADP ? 8 : 1], ho[KIND == LBP_KIND_LANADP ? 8 : 1];
+    uint32_t v[KIND == LBP_KIND_LANADP ? 9 : 1];
+};
+
+__device__ __forceinline__ uint32_t hneg(uint32_t a)
+{
+    uint32_t d;
+    asm("neg.f16x2 %0, %1;" : "=r"(d) : "r"(a));
+    return d;
+}
+__device__ __forceinline__ uint32_t hadd(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+__device__ __forceinline__ uint32_t hfma_sat(uint32_t a, uint32_t b, uint32_t c)
+{
+    uint32_t d;
+    asm("fma.rn.sat.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+template <int KIND>
+__device__ __forceinline__ void f4_conv(frow<KIND> &h, const rawrow &r, int lane)
+{
+    uint32_t v4 = __shfl_down_sync(FULL, r.q.x, 1);
+    if (lane == 31) v4 = r.ex;
+    const uint32_t K = 0x64646464u;
+    h.e[0] = __byte_perm(r.q.x, K, 0x4140);
+    h.e[1] = __byte_perm(r.q.x, K, 0x4342);
+    h.e[2] = __byte_perm(r.q.y, K, 0x4140);
+    h.e[3] = __byte_perm(r.q.y, K, 0x4342);
+    h.e[4] = __byte_perm(r.q.z, K, 0x4140);
+    h.e[5] = __byte_perm(r.q.z, K, 0x4342);
+    h.e[6] = __byte_perm(r.q.w, K, 0x4140);
+    h.e[7] = __byte_perm(r.q.w, K, 0x4342);
+    h.e[8] = __byte_perm(v4, K, 0x4140);
+#pragma unroll
+    for (int i = 0; i < 8; i++) h.o[i] = __byte_perm(h.e[i], h.e[i + 1], 0x5432);
+    if (KIND == LBP_KIND_TLBAP) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) h.hm[i] = hmax(hmax(h.e[i], h.o[i]), h.e[i + 1]);
+    }
+    if (KIND == LBP_KIND_LANADP) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            h.he[i] = hsub(h.o[i], h.e[i]);
+            h.ho[i] = hsub(h.e[i + 1], h.o[i]);
+        }
+    }
+}
+
+/* LANADP: v of the row above from this row's e */
+template <int KIND>
+__device__ __forceinline__ void f4_vert(frow<KIND> &up, const frow<KIND> &down)
+{
+    if (KIND == LBP_KIND_LANADP) {
+#pragma unroll
+        for (int i = 0; i < 9; i++) up.v[i] = hsub(down.e[i], up.e[i]);
+    }
+}
+
+/* Codes of output pair i from rows a, m, b (as fast_pair). */
+template <int KIND, bool TF>
+__device__ __forceinline__ uint32_t f4_pair(const frow<KIND> &a, const frow<KIND> &m, const frow<KIND> &b, int i,
+                                            const uint16_t *kt, uint32_t tq_t, uint32_t tq_c)
+{
+    uint32_t acc;
+    if (KIND == LBP_KIND_LANADP) {
+        /* D[j] = n[j+1] - n[j] from the shared differences:
+         * D0 = -a.v[i+1], D1 = -a.ho[i], D2 = -a.he[i], D3 = a.v[i],
+         * D4 = m.v[i], D5 = b.he[i], D6 = b.ho[i], D7 = -m.v[i+1];
+         * P[j] = 2 D[j] + D[j+1], R[j] = D[j] + 2 D[j+1] (see fast_pair) */
+        const uint32_t T2 = H2_TWO, M2 = 0xc000c000u; /* 2, -2 */
+        uint32_t P[8], R[8];
+        P[0] = hfma(a.v[i + 1], M2, hneg(a.ho[i]));
+        R[0] = hfma(a.ho[i], M2, hneg(a.v[i + 1]));
+        P[1] = hfma(a.ho[i], M2, hneg(a.he[i]));
+        R[1] = hfma(a.he[i], M2, hneg(a.ho[i]));
+        P[2] = hfma(a.he[i], M2, a.v[i]);
+        R[2] = hfma(a.v[i], T2, hneg(a.he[i]));
+        P[3] = hfma(a.v[i], T2, m.v[i]);
+        R[3] = hfma(m.v[i], T2, a.v[i]);
+        P[4] = hfma(m.v[i], T2, b.he[i]);
+        R[4] = hfma(b.he[i], T2, m.v[i]);
+        P[5] = hfma(b.he[i], T2, b.ho[i]);
+        R[5] = hfma(b.ho[i], T2, b.he[i]);
+        P[6] = hfma(b.ho[i], T2, hneg(m.v[i + 1]));
+        R[6] = hfma(m.v[i + 1], M2, b.ho[i]);
+        P[7] = hfma(m.v[i + 1], M2, hneg(a.v[i + 1]));
+        R[7] = hfma(a.v[i + 1], M2, hneg(m.v[i + 1]));
+        acc = 0x00ff00ffu;
+#pragma unroll
+        for (int k = 0; k < 8; k++) acc = hfma(hmul_sat(P[k], R[(k + 6) & 7]), H2_NW(k), acc);
+        return acc;
+    }
+    const uint32_t n[8] = {m.e[i + 1], a.e[i + 1], a.o[i], a.e[i], m.e[i], b.e[i], b.o[i], b.e[i + 1]};
+    const uint32_t c = m.o[i];
+    uint32_t thr;
+    if (KIND == LBP_KIND_LBP8) {
+        thr = hsub(c, H2_ONE); /* n >= c  <=>  n - (c - 1) >= 1 */
+    } else {
+        const uint32_t mx = hmax(hmax(a.hm[i], m.hm[i]), b.hm[i]);
+        uint32_t k;
+        if (TF) {
+            k = hfma(mx, tq_t, tq_c);
+        } else {
+            const uint32_t lo = kt[mx & 0xffu], hi = kt[(mx >> 16) & 0xffu];
+            k = __byte_perm(lo, hi, 0x5410);
+        }
+        thr = hmax(c, k); /* n > c, n > k: n > max(c, k) */
+    }
+    acc = hfma(hsub_sat(n[0], thr), H2_W(0), 0u);
+#pragma unroll
+    for (int k = 1; k < 8; k++) acc = hfma(hsub_sat(n[k], thr), H2_W(k), acc);
+    return acc;
+}
+
+__device__ __forceinline__ uint32_t f4_lo(uint32_t acc, uint32_t hbase)
+{
+    uint32_t d;
+    asm("{ .reg .b32 t; and.b32 t, %1, 255; shl.b32 t, t, 7; add.u32 %0, t, %2; }"
+        : "=r"(d) : "r"(acc), "r"(hbase));
+    return d;
+}
+
+template <int KIND, bool CODES, bool TF>
+__device__ __forceinline__ void f4_row(const fast_args &a, const frow<KIND> &ra, const frow<KIND> &rm,
+                                       const frow<KIND> &rb, int img, int y, int x0, int nx, uint32_t hbase,
+                                       const uint16_t *kt)
+{
+    uint32_t acc[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) acc[i] = f4_pair<KIND, TF>(ra, rm, rb, i, kt, a.tq_t, a.tq_c);
+    if (CODES && x0 < a.opitch)
+        *reinterpret_cast<uint4 *>(a.codes + (size_t)img * a.out_img + (size_t)y * (size_t)a.opitch + x0) =
+            make_uint4(__byte_perm(acc[0], acc[1], 0x6420), __byte_perm(acc[2], acc[3], 0x6420),
+                       __byte_perm(acc[4], acc[5], 0x6420), __byte_perm(acc[6], acc[7], 0x6420));
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        fast_red(f4_lo(acc[i], hbase), 1u);
+        fast_red(hbase + (acc[i] >> 9), 1u);
+    }
+    if (nx < 16) {
+#pragma unroll
+        for (int i = 7; i >= 0; i--) {
+            if (2 * i + 1 < nx) break;
+            fast_red(hbase + (acc[i] >> 9), 0xffffffffu);
+            if (2 * i >= nx) fast_red(f4_lo(acc[i], hbase), 0xffffffffu);
+        }
+    }
+}
+
+template <int KIND, bool CODES, bool TF>
+__device__ __forceinline__ void f4_task(const fast_args &a, int img, int strip, int band, int lane,
+                                        uint32_t hbase, const uint16_t *kt)
+{
+    const int x0 = strip * PROD_COLS + lane * 16;
+    const int y0 = band * a.rb, y1 = min(y0 + a.rb, a.mh);
+    const int nx = a.mw - x0;
+    const bool okx = x0 < a.pitch, okex = lane == 31 && x0 + 16 < a.pitch;
+    const size_t pitch = (size_t)(unsigned)a.pitch;
+    /* loads are unconditional (no predicated register merges): rows past
+     * the task's last input row re-read that row; lanes past the pitch read
+     * the row's first bytes, lane 31's extra word its own first word when
+     * the row has no more (values never used) */
+    const uint8_t *base = a.in + (size_t)img * a.in_img + (okx ? x0 : 0);
+    const uint8_t *bex = base + (okex ? 16 : 0);
+    const int ylast = y1 + 1; /* last input row */
+    rawrow q[6];
+    frow<KIND> h[3];
+#define F4_LOAD(r, row)                                                                              \
+    do {                                                                                             \
+        const size_t rr_ = (size_t)(unsigned)min((row), ylast) * pitch;                                  \
+        (r).q = __ldg(reinterpret_cast<const uint4 *>(base + rr_));                                  \
+        (r).ex = __ldg(reinterpret_cast<const uint32_t *>(bex + rr_));                               \
+    } while (0)
+    {
+        rawrow r0, r1;
+        F4_LOAD(r0, y0);
+        F4_LOAD(r1, y0 + 1);
+#pragma unroll
+        for (int k = 0; k < 6; k++) F4_LOAD(q[k], y0 + 2 + k);
+        f4_conv<KIND>(h[0], r0, lane);
+        f4_conv<KIND>(h[1], r1, lane);
+        f4_vert<KIND>(h[0], h[1]);
+    }
+    for (int y = y0;; y += 6) {
+#pragma unroll
+        for (int u = 0; u < 6; u++) {
+            frow<KIND> &ra = h[u % 3], &rm = h[(u + 1) % 3], &rb = h[(u + 2) % 3];
+            f4_conv<KIND>(rb, q[u], lane);
+            f4_vert<KIND>(rm, rb);
+            F4_LOAD(q[u], y + u + 8);
+            f4_row<KIND, CODES, TF>(a, ra, rm, rb, img, y + u, x0, nx, hbase, kt);
+            if (y + u + 1 >= y1) return;
+        }
+    }
+#undef F4_LOAD
+}
+
+template <int KIND, bool CODES, bool TF>
+__global__ void __launch_bounds__(32 * FAST_WARPS, FAST_BPS(KIND))
+    k_fast4(fast_args a, const uint8_t *__restrict__ ktab_g, const uint8_t *__restrict__ btab_g)
+{
+    extern __shared__ uint4 fsm[];
+    uint32_t *hist = reinterpret_cast<uint32_t *>(fsm);
+    uint16_t *ktab = reinterpret_cast<uint16_t *>(hist + FAST_HIST_WORDS);
+    const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * 32 + lane;
+    for (int i = tid; i < FAST_HIST_WORDS / 4; i += 32 * FAST_WARPS) fsm[i] = make_uint4(0, 0, 0, 0);
+    if (KIND == LBP_KIND_TLBAP && !TF)
+        for (int i = tid; i < 256; i += 32 * FAST_WARPS) ktab[i] = (uint16_t)(0x6400u | ktab_g[i]);
+    __syncthreads();
+    const uint32_t hbase = (uint32_t)__cvta_generic_to_shared(hist) + (uint32_t)(lane * 4);
+    const long long p0 = a.pairs * blockIdx.x / gridDim.x, p1 = a.pairs * (blockIdx.x + 1) / gridDim.x;
+    const int tasks = a.bands * ((a.mw + PROD_COLS - 1) / PROD_COLS);
+    int cur = -1;
+    for (long long p = p0; p < p1; p++) {
+        const int img = (int)(p / a.pairs_img);
+        const int t = (int)(p - (long long)img * a.pairs_img) * FAST_WARPS + warp;
+        if (img != cur) {
+            if (cur >= 0) fast_flush(a, hist, cur, tid, btab_g);
+            cur = img;
+        }
+        if (t < tasks) f4_task<KIND, CODES, TF>(a, img, t / a.bands, t % a.bands, lane, hbase, ktab);
+    }
+    if (cur >= 0) fast_flush(a, hist, cur, tid, btab_g);
+}
+
 /* ----------------------------------------------------- production, circular */
 
 /* By value (kernel parameters): concurrent launches with different P, R
@@ -793,7 +1050,86 @@ __global__ void k_grey(const uint8_t *__restrict__ rgb, size_t rgb_pitch, uint8_
 struct dev_tables {
     uint8_t *ktab, *btab;   /* 3x3 kinds: 256 entries each */
     uint32_t *bins;         /* circular: code -> bin, or NULL */
+    uint32_t tq_t, tq_c;    /* TLBAP threshold as an fp16 fma (0: none, the table) */
 };
+
+/* binary16 helpers for the TLBAP threshold search (positive finite values) */
+static double half_value(unsigned b)
+{
+    const unsigned e = (b >> 10) & 31u, m = b & 1023u;
+    const double v = e ? ldexp((double)(1024u + m), (int)e - 25) : ldexp((double)m, -24);
+    return (b & 0x8000u) ? -v : v;
+}
+
+/* v rounded to binary16, to nearest even (|v| < 65520) */
+static double half_round(double v)
+{
+    const double a = fabs(v);
+    int ex;
+    double q;
+    if (a < ldexp(1.0, -14)) {
+        q = ldexp(1.0, -24);
+    } else {
+        frexp(a, &ex); /* a in [2^(ex-1), 2^ex) */
+        q = ldexp(1.0, ex - 11);
+    }
+    return copysign(rint(a / q) * q, v);
+}
+
+static unsigned half_bits(double v) /* v representable in binary16 */
+{
+    const double a = fabs(v);
+    unsigned b;
+    int ex;
+    if (a < ldexp(1.0, -14)) {
+        b = (unsigned)(a / ldexp(1.0, -24));
+    } else {
+        const double f = frexp(a, &ex); /* [0.5, 1) */
+        b = ((unsigned)(ex - 1 + 15) << 10) | (unsigned)((2.0 * f - 1.0) * 1024.0);
+    }
+    return b | (v < 0 ? 0x8000u : 0u);
+}
+
+/* TLBAP's threshold k(m) = floor(fl(th * m)) (k[], the exact table) as one
+ * binary16 fma of the biased maximum: 1024 + k(m) = fl16(fma(1024 + m, t, c))
+ * for every m in 0..255 with k(m) > 0, and fl16(...) <= 1024 where k(m) = 0
+ * (the kernel takes max(centre, that), and the biased centre is >= 1024),
+ * with t near th. Returns 0 when no (t, c) is found. */
+static int tlbap_fma_consts(const int k[256], double th, uint32_t *tq_t, uint32_t *tq_c)
+{
+    const unsigned tb = half_bits(half_round(th));
+    for (int dt = 0; dt <= 32; dt++) {
+        const unsigned cand_t = (dt & 1) ? tb + (unsigned)(dt + 1) / 2 : tb - (unsigned)dt / 2;
+        if (cand_t == 0 || cand_t >= 0x7c00u) continue;
+        const double t = half_value(cand_t);
+        double lo = -1e9, hi = 1e9; /* c in [lo, hi] is needed */
+        for (int m = 0; m < 256; m++) {
+            const double base = t * (1024.0 + m), want = 1024.0 + k[m];
+            if (k[m] > 0 && want - 0.5 - base > lo) lo = want - 0.5 - base;
+            if (want + 0.5 - base < hi) hi = want + 0.5 - base;
+        }
+        if (lo > hi) continue;
+        const double mid = half_round(0.5 * (lo + hi));
+        const unsigned cb = half_bits(mid);
+        for (int dc = -4; dc <= 4; dc++) {
+            const unsigned mag = (cb & 0x7fffu), sign = cb & 0x8000u;
+            if ((int)mag + dc < 0 || (int)mag + dc >= 0x7c00) continue;
+            const unsigned cand_c = sign | (unsigned)((int)mag + dc);
+            const double c = half_value(cand_c);
+            int ok = 1;
+            for (int m = 0; m < 256 && ok; m++) {
+                const double r = half_round(t * (1024.0 + m) + c);
+                ok = k[m] > 0 ? r == 1024.0 + k[m] : r <= 1024.0;
+            }
+            if (ok) {
+                *tq_t = cand_t * 0x10001u;
+                *tq_c = cand_c * 0x10001u;
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
 
 static patina_status tables_init(dev_tables *t, const lbp_conf_t *c, cudaStream_t s)
 {
@@ -805,6 +1141,7 @@ static patina_status tables_init(dev_tables *t, const lbp_conf_t *c, cudaStream_
         const uint32_t *bt = lbp_bin_table(c);
         if (!bt) return patina__fail(PATINA_E_NOMEM, "gpu: lbp: out of memory for a bin table");
         lbp_tlbap_table(k, c->kind == LBP_KIND_TLBAP ? c->th : 1.0);
+        if (c->kind == LBP_KIND_TLBAP && !tlbap_fma_consts(k, c->th, &t->tq_t, &t->tq_c)) t->tq_t = t->tq_c = 0;
         for (int i = 0; i < 256; i++) {
             k8[i] = (uint8_t)k[i];
             k8[256 + i] = (uint8_t)bt[i];
@@ -836,6 +1173,17 @@ static int smem_copies(int dim)
     if (one * PROD_TY <= 32 * 1024) return PROD_TY;
     if (one <= 46 * 1024) return 1;
     return 0;
+}
+
+typedef void (*fast_kernel)(fast_args, const uint8_t *, const uint8_t *);
+
+static cudaError_t fast_launch(fast_kernel k, unsigned nb, dim3 block, size_t smem, cudaStream_t s,
+                               const fast_args &a, const dev_tables *t)
+{
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+    k<<<nb, block, smem, s>>>(a, t->ktab, t->btab);
+    return cudaGetLastError();
 }
 
 /* Launches the production kernel for n images of w x h (pitched input). */
@@ -878,27 +1226,37 @@ static cudaError_t launch_prod(const lbp_conf_t *c, const dev_tables *t, const u
         const unsigned nb = (unsigned)(a.pairs < maxb ? a.pairs : maxb);
         const size_t smem = FAST_HIST_WORDS * sizeof(uint32_t) + 256 * sizeof(uint16_t);
         const dim3 block(32, FAST_WARPS);
+        a.tq_t = t->tq_t;
+        a.tq_c = t->tq_c;
+        const char *kv = getenv("PATINA_LBP_KERNEL");
+        if (kv && !strcmp(kv, "fast3")) {
+            switch (c->kind) {
+            case LBP_KIND_LBP8: e = fast_launch(k_fast3<LBP_KIND_LBP8>, nb, block, smem, s, a, t); break;
+            case LBP_KIND_TLBAP: e = fast_launch(k_fast3<LBP_KIND_TLBAP>, nb, block, smem, s, a, t); break;
+            default: e = fast_launch(k_fast3<LBP_KIND_LANADP>, nb, block, smem, s, a, t); break;
+            }
+            return e;
+        }
+        const bool cw = codes != NULL, tf = t->tq_t != 0;
         switch (c->kind) {
         case LBP_KIND_LBP8:
-            if ((e = cudaFuncSetAttribute(k_fast3<LBP_KIND_LBP8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          (int)smem)) != cudaSuccess)
-                return e;
-            k_fast3<LBP_KIND_LBP8><<<nb, block, smem, s>>>(a, t->ktab, t->btab);
+            e = cw ? fast_launch(k_fast4<LBP_KIND_LBP8, true, false>, nb, block, smem, s, a, t)
+                   : fast_launch(k_fast4<LBP_KIND_LBP8, false, false>, nb, block, smem, s, a, t);
             break;
         case LBP_KIND_TLBAP:
-            if ((e = cudaFuncSetAttribute(k_fast3<LBP_KIND_TLBAP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          (int)smem)) != cudaSuccess)
-                return e;
-            k_fast3<LBP_KIND_TLBAP><<<nb, block, smem, s>>>(a, t->ktab, t->btab);
+            if (tf)
+                e = cw ? fast_launch(k_fast4<LBP_KIND_TLBAP, true, true>, nb, block, smem, s, a, t)
+                       : fast_launch(k_fast4<LBP_KIND_TLBAP, false, true>, nb, block, smem, s, a, t);
+            else
+                e = cw ? fast_launch(k_fast4<LBP_KIND_TLBAP, true, false>, nb, block, smem, s, a, t)
+                       : fast_launch(k_fast4<LBP_KIND_TLBAP, false, false>, nb, block, smem, s, a, t);
             break;
         default:
-            if ((e = cudaFuncSetAttribute(k_fast3<LBP_KIND_LANADP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          (int)smem)) != cudaSuccess)
-                return e;
-            k_fast3<LBP_KIND_LANADP><<<nb, block, smem, s>>>(a, t->ktab, t->btab);
+            e = cw ? fast_launch(k_fast4<LBP_KIND_LANADP, true, false>, nb, block, smem, s, a, t)
+                   : fast_launch(k_fast4<LBP_KIND_LANADP, false, false>, nb, block, smem, s, a, t);
             break;
         }
-        return cudaGetLastError();
+        return e;
     }
     if (c->kind != LBP_KIND_CIRCULAR) {
         prod_args a;

@@ -131,6 +131,8 @@ static void test_3x3_kinds(void **state)
         mkconf(LBP_KIND_LANADP, 8, 1, 0, LBP_MAP_RIU2, "4x5", 0.9),
         mkconf(LBP_KIND_LBP8, 8, 1, 0, LBP_MAP_RI, "16x16", 0.9),
         mkconf(LBP_KIND_LBP8, 8, 1, 0, LBP_MAP_NONE, "64x64", 0.9), /* global-memory histogram */
+        mkconf(LBP_KIND_TLBAP, 8, 1, 0, LBP_MAP_NONE, "1x1", 0.37), /* k_fast4: threshold table */
+        mkconf(LBP_KIND_TLBAP, 8, 1, 0, LBP_MAP_RIU2, "1x1", 0.5),  /* k_fast4: threshold fma */
     };
     tu_rng_t r;
     (void)state;
