@@ -668,23 +668,36 @@ __global__ void __launch_bounds__(32 * FAST_WARPS, FAST_BPS(KIND))
     if (cur >= 0) fast_flush(a, hist, cur, tid, btab_g);
 }
 
-/* k_fast4: k_fast3 with fewer instructions per pixel (it replaces k_fast3 on
- * the whole-image histogram path; PATINA_LBP_KERNEL=fast3 selects the old one
- * for comparison). Same tiling, per-lane histograms and persistent grid.
- * - The row loop is unrolled six rows deep over static rings (three converted
- *   rows, six raw rows in flight): no register moves between rows; one row
- *   pointer advanced by the pitch, loads predicated (no zero fill).
- * - No code-map branch in the histogram-only instance (template CODES).
- * - Histogram addresses: three instructions per pair of pixels.
+/* k_fast4: k_fast3 with fewer instructions per pixel; it replaces k_fast3 on
+ * the whole-image histogram path (PATINA_LBP_KERNEL=fast3 selects the old one
+ * for comparisons). Same tiling, per-lane histograms and persistent grid.
+ * H100, 256 x 1024^2, histograms: lbp8 1407 -> 1655 GB/s, TLBAP 997 -> 1450,
+ * LANADP 816 -> 1040 (same run; SASS of lbp8's row: 12.75 instructions per
+ * pixel, was 17.5).
+ * - The row loop is unrolled D rows deep (D = 6, or 3) over static rings
+ *   (three converted rows, D raw rows in flight): no register moves between
+ *   rows. Loads are unconditional (no predicated merges, which made ptxas
+ *   copy the ring): the row index is clamped to the task's last input row,
+ *   and each lane loads the 4 bytes after its 16 itself (an L1 hit) instead
+ *   of a shuffle from its neighbour.
+ * - No code-map branch in the histogram-only instance (template CODES);
+ *   the take-back of partial lanes behind one warp-uniform test.
+ * - Histogram addresses: three instructions per pair of pixels (and, lo;
+ *   lea; lea.hi).
+ * - Band height: for large batches, the height whose last round of task
+ *   groups is fullest (ceil(groups / blocks) * (rows + 3) least).
  * - TLBAP: the window maximum from per-row horizontal maxima (each input row's
- *   max of three computed once, for the three output rows that use it), and
- *   the threshold k(m) = floor(th * m) as one fp16 fma, 1024 + k(m) =
- *   fma(1024 + m, t, c), with t and c found on the host and checked there for
- *   all 256 maxima (the shared-memory table when no pair exists for th).
+ *   max of three computed once, for the three output rows that use it; 3-way
+ *   fp16 max), and the threshold k(m) = floor(th * m) as one fp16 fma,
+ *   1024 + k(m) = fma(1024 + m, t, c), with t and c found on the host and
+ *   checked there for all 256 maxima (the shared-memory table when no pair
+ *   exists for th: th = 0.9, 0.5, 0.25, 0.75, 0.8 have one, 0.37, 0.7 not).
  * - LANADP: the differences of adjacent ring neighbours are differences of
  *   vertically or horizontally adjacent pixels, each shared by four windows:
  *   computed once per input row (horizontal, 16 per lane) and once per pair
- *   of rows (vertical, 9 per lane) instead of 8 per pair of output pixels. */
+ *   of rows (vertical, 9 per lane) instead of 8 per pair of output pixels;
+ *   P7, R7 of a pair are -R3, -P3 of the next. D = 3 and 4 blocks per SM
+ *   (127 registers: 16 warps instead of 12). */
 
 /* One converted input row of k_fast4: pairs as k_fast3 (e, o); TLBAP also
  * the horizontal max of three hm[i] = max(e[i], o[i], e[i+1]) (the window
@@ -718,10 +731,9 @@ __device__ __forceinline__ uint32_t hfma_sat(uint32_t a, uint32_t b, uint32_t c)
 }
 
 template <int KIND>
-__device__ __forceinline__ void f4_conv(frow<KIND> &h, const rawrow &r, int lane)
+__device__ __forceinline__ void f4_conv(frow<KIND> &h, const rawrow &r)
 {
-    uint32_t v4 = __shfl_down_sync(FULL, r.q.x, 1);
-    if (lane == 31) v4 = r.ex;
+    const uint32_t v4 = r.ex; /* the 4 bytes after the lane's 16 (own load: no shuffle) */
     const uint32_t K = 0x64646464u;
     h.e[0] = __byte_perm(r.q.x, K, 0x4140);
     h.e[1] = __byte_perm(r.q.x, K, 0x4342);
@@ -760,7 +772,8 @@ __device__ __forceinline__ void f4_vert(frow<KIND> &up, const frow<KIND> &down)
 /* Codes of output pair i from rows a, m, b (as fast_pair). */
 template <int KIND, bool TF>
 __device__ __forceinline__ uint32_t f4_pair(const frow<KIND> &a, const frow<KIND> &m, const frow<KIND> &b, int i,
-                                            const uint16_t *kt, uint32_t tq_t, uint32_t tq_c)
+                                            const uint16_t *kt, uint32_t tq_t, uint32_t tq_c, const uint32_t *P3,
+                                            const uint32_t *R3)
 {
     uint32_t acc;
     if (KIND == LBP_KIND_LANADP) {
@@ -776,16 +789,17 @@ __device__ __forceinline__ uint32_t f4_pair(const frow<KIND> &a, const frow<KIND
         R[1] = hfma(a.he[i], M2, hneg(a.ho[i]));
         P[2] = hfma(a.he[i], M2, a.v[i]);
         R[2] = hfma(a.v[i], T2, hneg(a.he[i]));
-        P[3] = hfma(a.v[i], T2, m.v[i]);
-        R[3] = hfma(m.v[i], T2, a.v[i]);
+        P[3] = P3[i];
+        R[3] = R3[i];
         P[4] = hfma(m.v[i], T2, b.he[i]);
         R[4] = hfma(b.he[i], T2, m.v[i]);
         P[5] = hfma(b.he[i], T2, b.ho[i]);
         R[5] = hfma(b.ho[i], T2, b.he[i]);
         P[6] = hfma(b.ho[i], T2, hneg(m.v[i + 1]));
         R[6] = hfma(m.v[i + 1], M2, b.ho[i]);
-        P[7] = hfma(m.v[i + 1], M2, hneg(a.v[i + 1]));
-        R[7] = hfma(a.v[i + 1], M2, hneg(m.v[i + 1]));
+        /* P7 = 2 D7 + D0 = -(a.v[i+1] + 2 m.v[i+1]) = -R3[i+1], R7 = -P3[i+1] */
+        P[7] = hneg(R3[i + 1]);
+        R[7] = hneg(P3[i + 1]);
         acc = 0x00ff00ffu;
 #pragma unroll
         for (int k = 0; k < 8; k++) acc = hfma(hmul_sat(P[k], R[(k + 6) & 7]), H2_NW(k), acc);
@@ -823,12 +837,21 @@ __device__ __forceinline__ uint32_t f4_lo(uint32_t acc, uint32_t hbase)
 
 template <int KIND, bool CODES, bool TF>
 __device__ __forceinline__ void f4_row(const fast_args &a, const frow<KIND> &ra, const frow<KIND> &rm,
-                                       const frow<KIND> &rb, int img, int y, int x0, int nx, uint32_t hbase,
+                                       const frow<KIND> &rb, int img, int y, int x0, int nx, bool part, uint32_t hbase,
                                        const uint16_t *kt)
 {
-    uint32_t acc[8];
+    uint32_t acc[8], P3[9], R3[9];
+    if (KIND == LBP_KIND_LANADP) {
+        /* P3 = 2 D3 + D4 = 2 a.v[i] + m.v[i], R3 = D3 + 2 D4, for i = 0..8:
+         * pair i's P7 and R7 are -R3 and -P3 of i + 1 */
 #pragma unroll
-    for (int i = 0; i < 8; i++) acc[i] = f4_pair<KIND, TF>(ra, rm, rb, i, kt, a.tq_t, a.tq_c);
+        for (int i = 0; i < 9; i++) {
+            P3[i] = hfma(ra.v[i], H2_TWO, rm.v[i]);
+            R3[i] = hfma(rm.v[i], H2_TWO, ra.v[i]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) acc[i] = f4_pair<KIND, TF>(ra, rm, rb, i, kt, a.tq_t, a.tq_c, P3, R3);
     if (CODES && x0 < a.opitch)
         *reinterpret_cast<uint4 *>(a.codes + (size_t)img * a.out_img + (size_t)y * (size_t)a.opitch + x0) =
             make_uint4(__byte_perm(acc[0], acc[1], 0x6420), __byte_perm(acc[2], acc[3], 0x6420),
@@ -838,7 +861,7 @@ __device__ __forceinline__ void f4_row(const fast_args &a, const frow<KIND> &ra,
         fast_red(f4_lo(acc[i], hbase), 1u);
         fast_red(hbase + (acc[i] >> 9), 1u);
     }
-    if (nx < 16) {
+    if (part && nx < 16) { /* part: warp-uniform, one branch for the others */
 #pragma unroll
         for (int i = 7; i >= 0; i--) {
             if (2 * i + 1 < nx) break;
@@ -848,56 +871,68 @@ __device__ __forceinline__ void f4_row(const fast_args &a, const frow<KIND> &ra,
     }
 }
 
-template <int KIND, bool CODES, bool TF>
+/* base + row * pitch in one wide multiply-add */
+__device__ __forceinline__ const uint8_t *f4_rowptr(const uint8_t *base, unsigned row, unsigned pitch)
+{
+    unsigned long long p;
+    asm("mad.wide.u32 %0, %1, %2, %3;" : "=l"(p) : "r"(row), "r"(pitch), "l"(base));
+    return reinterpret_cast<const uint8_t *>(p);
+}
+
+template <int KIND, bool CODES, bool TF, int D>
 __device__ __forceinline__ void f4_task(const fast_args &a, int img, int strip, int band, int lane,
                                         uint32_t hbase, const uint16_t *kt)
 {
     const int x0 = strip * PROD_COLS + lane * 16;
     const int y0 = band * a.rb, y1 = min(y0 + a.rb, a.mh);
     const int nx = a.mw - x0;
-    const bool okx = x0 < a.pitch, okex = lane == 31 && x0 + 16 < a.pitch;
-    const size_t pitch = (size_t)(unsigned)a.pitch;
+    const bool okx = x0 < a.pitch;
+    const unsigned pitch = (unsigned)a.pitch;
     /* loads are unconditional (no predicated register merges): rows past
      * the task's last input row re-read that row; lanes past the pitch read
-     * the row's first bytes, lane 31's extra word its own first word when
-     * the row has no more (values never used) */
+     * the row's first bytes; the 4 bytes after a lane's 16 are its own load
+     * (an L1 hit: no shuffle), past the row's end for the last lane (the
+     * next row, or for the last row of a batch the slack of at least 16
+     * bytes that every input allocation has: values never used, those
+     * columns are past the map) */
+    const bool part = __any_sync(FULL, a.mw - x0 < 16); /* a lane takes columns back */
     const uint8_t *base = a.in + (size_t)img * a.in_img + (okx ? x0 : 0);
-    const uint8_t *bex = base + (okex ? 16 : 0);
     const int ylast = y1 + 1; /* last input row */
-    rawrow q[6];
+    rawrow q[D]; /* D raw rows in flight (a multiple of 3) */
     frow<KIND> h[3];
 #define F4_LOAD(r, row)                                                                              \
     do {                                                                                             \
-        const size_t rr_ = (size_t)(unsigned)min((row), ylast) * pitch;                                  \
-        (r).q = __ldg(reinterpret_cast<const uint4 *>(base + rr_));                                  \
-        (r).ex = __ldg(reinterpret_cast<const uint32_t *>(bex + rr_));                               \
+        const unsigned rr_ = (unsigned)min((row), ylast);                                            \
+        (r).q = __ldg(reinterpret_cast<const uint4 *>(f4_rowptr(base, rr_, pitch)));                 \
+        (r).ex = __ldg(reinterpret_cast<const uint32_t *>(f4_rowptr(base, rr_, pitch) + 16));        \
     } while (0)
     {
         rawrow r0, r1;
         F4_LOAD(r0, y0);
         F4_LOAD(r1, y0 + 1);
 #pragma unroll
-        for (int k = 0; k < 6; k++) F4_LOAD(q[k], y0 + 2 + k);
-        f4_conv<KIND>(h[0], r0, lane);
-        f4_conv<KIND>(h[1], r1, lane);
+        for (int k = 0; k < D; k++) F4_LOAD(q[k], y0 + 2 + k);
+        f4_conv<KIND>(h[0], r0);
+        f4_conv<KIND>(h[1], r1);
         f4_vert<KIND>(h[0], h[1]);
     }
-    for (int y = y0;; y += 6) {
+    for (int y = y0;; y += D) {
 #pragma unroll
-        for (int u = 0; u < 6; u++) {
+        for (int u = 0; u < D; u++) {
             frow<KIND> &ra = h[u % 3], &rm = h[(u + 1) % 3], &rb = h[(u + 2) % 3];
-            f4_conv<KIND>(rb, q[u], lane);
+            f4_conv<KIND>(rb, q[u]);
             f4_vert<KIND>(rm, rb);
-            F4_LOAD(q[u], y + u + 8);
-            f4_row<KIND, CODES, TF>(a, ra, rm, rb, img, y + u, x0, nx, hbase, kt);
+            F4_LOAD(q[u], y + u + 2 + D);
+            f4_row<KIND, CODES, TF>(a, ra, rm, rb, img, y + u, x0, nx, part, hbase, kt);
             if (y + u + 1 >= y1) return;
         }
     }
 #undef F4_LOAD
 }
 
-template <int KIND, bool CODES, bool TF>
-__global__ void __launch_bounds__(32 * FAST_WARPS, FAST_BPS(KIND))
+/* D: raw rows in flight, BPS: blocks per multiprocessor (registers) */
+template <int KIND, bool CODES, bool TF, int D, int BPS>
+__global__ void __launch_bounds__(32 * FAST_WARPS, BPS)
     k_fast4(fast_args a, const uint8_t *__restrict__ ktab_g, const uint8_t *__restrict__ btab_g)
 {
     extern __shared__ uint4 fsm[];
@@ -919,7 +954,7 @@ __global__ void __launch_bounds__(32 * FAST_WARPS, FAST_BPS(KIND))
             if (cur >= 0) fast_flush(a, hist, cur, tid, btab_g);
             cur = img;
         }
-        if (t < tasks) f4_task<KIND, CODES, TF>(a, img, t / a.bands, t % a.bands, lane, hbase, ktab);
+        if (t < tasks) f4_task<KIND, CODES, TF, D>(a, img, t / a.bands, t % a.bands, lane, hbase, ktab);
     }
     if (cur >= 0) fast_flush(a, hist, cur, tid, btab_g);
 }
@@ -1201,7 +1236,16 @@ static cudaError_t launch_prod(const lbp_conf_t *c, const dev_tables *t, const u
         if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
         if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
         const int strips = (mw + PROD_COLS - 1) / PROD_COLS;
-        const int bps = FAST_BPS(c->kind);
+        const char *kv = getenv("PATINA_LBP_KERNEL");
+        const bool old3 = kv && !strcmp(kv, "fast3");
+        /* d3: 3 rows in flight and one more block per SM (fewer registers):
+         * the default for LANADP (16 warps per SM instead of 12: H100 256 x
+         * 1024^2 1040 vs 976 GB/s); lbp8 gains nothing (1646 vs 1655) and
+         * TLBAP spills (1112 vs 1450). PATINA_LBP_KERNEL=fast3|d6|d3 picks
+         * the kernel for comparisons (bench_lbp). */
+        const bool d3 = !old3 && (c->kind != LBP_KIND_TLBAP || t->tq_t) &&
+                        (kv ? !strcmp(kv, "d3") : c->kind == LBP_KIND_LANADP);
+        const int bps = d3 ? (c->kind == LBP_KIND_LANADP ? 4 : 5) : FAST_BPS(c->kind);
         const long long warps = (long long)sms * bps * FAST_WARPS;
         const long long rows = (long long)n * strips * mh; /* warp rows of work */
         a.in = in;
@@ -1219,17 +1263,33 @@ static cudaError_t launch_prod(const lbp_conf_t *c, const dev_tables *t, const u
         a.rb = (int)((rows + warps - 1) / warps);
         if (a.rb > 32) a.rb = 32;
         if (a.rb < 1) a.rb = 1;
+        const long long maxb = (long long)sms * bps;
+        if (a.rb >= 16 && !old3) {
+            /* large batches: the band height whose last round of task groups
+             * is fullest (a block walks ceil(groups / blocks) groups; a task
+             * costs about its rows + 3) */
+            long long best = -1;
+            int brb = a.rb;
+            for (int rb = a.rb; rb >= 16; rb--) {
+                const long long groups = ((long long)((mh + rb - 1) / rb) * strips + FAST_WARPS - 1) / FAST_WARPS * n;
+                const long long nbk = groups < maxb ? groups : maxb;
+                const long long cost = (groups + nbk - 1) / nbk * (rb + 3);
+                if (best < 0 || cost < best) {
+                    best = cost;
+                    brb = rb;
+                }
+            }
+            a.rb = brb;
+        }
         a.bands = (mh + a.rb - 1) / a.rb;
         a.pairs_img = ((long long)a.bands * strips + FAST_WARPS - 1) / FAST_WARPS;
         a.pairs = a.pairs_img * n;
-        const long long maxb = (long long)sms * bps;
         const unsigned nb = (unsigned)(a.pairs < maxb ? a.pairs : maxb);
         const size_t smem = FAST_HIST_WORDS * sizeof(uint32_t) + 256 * sizeof(uint16_t);
         const dim3 block(32, FAST_WARPS);
         a.tq_t = t->tq_t;
         a.tq_c = t->tq_c;
-        const char *kv = getenv("PATINA_LBP_KERNEL");
-        if (kv && !strcmp(kv, "fast3")) {
+        if (old3) {
             switch (c->kind) {
             case LBP_KIND_LBP8: e = fast_launch(k_fast3<LBP_KIND_LBP8>, nb, block, smem, s, a, t); break;
             case LBP_KIND_TLBAP: e = fast_launch(k_fast3<LBP_KIND_TLBAP>, nb, block, smem, s, a, t); break;
@@ -1240,20 +1300,31 @@ static cudaError_t launch_prod(const lbp_conf_t *c, const dev_tables *t, const u
         const bool cw = codes != NULL, tf = t->tq_t != 0;
         switch (c->kind) {
         case LBP_KIND_LBP8:
-            e = cw ? fast_launch(k_fast4<LBP_KIND_LBP8, true, false>, nb, block, smem, s, a, t)
-                   : fast_launch(k_fast4<LBP_KIND_LBP8, false, false>, nb, block, smem, s, a, t);
+            if (d3)
+                e = cw ? fast_launch(k_fast4<LBP_KIND_LBP8, true, false, 3, 5>, nb, block, smem, s, a, t)
+                       : fast_launch(k_fast4<LBP_KIND_LBP8, false, false, 3, 5>, nb, block, smem, s, a, t);
+            else
+                e = cw ? fast_launch(k_fast4<LBP_KIND_LBP8, true, false, 6, 4>, nb, block, smem, s, a, t)
+                       : fast_launch(k_fast4<LBP_KIND_LBP8, false, false, 6, 4>, nb, block, smem, s, a, t);
             break;
         case LBP_KIND_TLBAP:
-            if (tf)
-                e = cw ? fast_launch(k_fast4<LBP_KIND_TLBAP, true, true>, nb, block, smem, s, a, t)
-                       : fast_launch(k_fast4<LBP_KIND_TLBAP, false, true>, nb, block, smem, s, a, t);
+            if (tf && d3)
+                e = cw ? fast_launch(k_fast4<LBP_KIND_TLBAP, true, true, 3, 5>, nb, block, smem, s, a, t)
+                       : fast_launch(k_fast4<LBP_KIND_TLBAP, false, true, 3, 5>, nb, block, smem, s, a, t);
+            else if (tf)
+                e = cw ? fast_launch(k_fast4<LBP_KIND_TLBAP, true, true, 6, 4>, nb, block, smem, s, a, t)
+                       : fast_launch(k_fast4<LBP_KIND_TLBAP, false, true, 6, 4>, nb, block, smem, s, a, t);
             else
-                e = cw ? fast_launch(k_fast4<LBP_KIND_TLBAP, true, false>, nb, block, smem, s, a, t)
-                       : fast_launch(k_fast4<LBP_KIND_TLBAP, false, false>, nb, block, smem, s, a, t);
+                e = cw ? fast_launch(k_fast4<LBP_KIND_TLBAP, true, false, 6, 4>, nb, block, smem, s, a, t)
+                       : fast_launch(k_fast4<LBP_KIND_TLBAP, false, false, 6, 4>, nb, block, smem, s, a, t);
             break;
         default:
-            e = cw ? fast_launch(k_fast4<LBP_KIND_LANADP, true, false>, nb, block, smem, s, a, t)
-                   : fast_launch(k_fast4<LBP_KIND_LANADP, false, false>, nb, block, smem, s, a, t);
+            if (d3)
+                e = cw ? fast_launch(k_fast4<LBP_KIND_LANADP, true, false, 3, 4>, nb, block, smem, s, a, t)
+                       : fast_launch(k_fast4<LBP_KIND_LANADP, false, false, 3, 4>, nb, block, smem, s, a, t);
+            else
+                e = cw ? fast_launch(k_fast4<LBP_KIND_LANADP, true, false, 6, 3>, nb, block, smem, s, a, t)
+                       : fast_launch(k_fast4<LBP_KIND_LANADP, false, false, 6, 3>, nb, block, smem, s, a, t);
             break;
         }
         return e;
