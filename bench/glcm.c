@@ -19,7 +19,16 @@
  *          and a PyTorch bincount GLCM (GPU) on the same images (the same
  *          integer hash generates them in C and numpy).
  *
+ * Focused mode (--focus): the production kernel only (image resident), for
+ * the sizes, images, levels and offset sets given, under each variant of
+ * --variants (';'-separated lists of NAME=VALUE environment settings read
+ * by the lab: PATINA_GLCM_K2, PATINA_GLCM_SPLIT, PATINA_GLCM_TASKPX,
+ * PATINA_GLCM_TASKMIN; "-" = defaults), every result checked against the
+ * CPU counts.
+ *
  * Usage: bench_glcm [--quick] [--max-size N] [--no-peers] [--no-gpu]
+ *                   [--focus [--sizes A,B] [--kinds 0,1] [--levels 8,32]
+ *                    [--sets 1,2,8] [--reps R] [--variants 'K2=0,TASKPX=65536;K2=1;...']]
  * Never fails on timings; exits 1 only when counts differ. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -303,6 +312,107 @@ static void bench_gpu(int quick, int max_size)
     patina_gpu_close(g);
 }
 
+/* Focused mode: sets 1 = (d=1, 0°), 2 = (d=1, 45°), 3 = (d=4, 0°),
+ * 8 = d = 1, 4 x 0/45/90/135° in one pass. */
+static int parse_list(const char *s, int *v, int max)
+{
+    int n = 0;
+    while (s && *s && n < max) {
+        v[n++] = atoi(s);
+        s = strchr(s, ',');
+        if (s) s++;
+    }
+    return n;
+}
+
+static void apply_variant(const char *spec)
+{
+    static const char *names[] = {"PATINA_GLCM_K2", "PATINA_GLCM_SPLIT", "PATINA_GLCM_TASKPX",
+                                  "PATINA_GLCM_TASKMIN"};
+    char buf[256], *tok, *save = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) unsetenv(names[i]);
+    snprintf(buf, sizeof buf, "%s", spec);
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '='), name[64];
+        if (!eq) continue;
+        *eq = 0;
+        snprintf(name, sizeof name, "PATINA_GLCM_%s", tok);
+        setenv(name, eq + 1, 1);
+    }
+}
+
+static void bench_focus(const char *sizes_s, const char *kinds_s, const char *levels_s, const char *sets_s,
+                        int reps_arg, const char *variants)
+{
+    int sizes[8], kinds[2], levels[8], sets[8], nv = 0;
+    const int ns = parse_list(sizes_s, sizes, 8), nk = parse_list(kinds_s, kinds, 2);
+    const int nl = parse_list(levels_s, levels, 8), nt = parse_list(sets_s, sets, 8);
+    char vbuf[1024], *vs[16], *save = NULL, desc[256];
+    patina_gpu_t *g = NULL;
+    snprintf(vbuf, sizeof vbuf, "%s", variants);
+    for (char *tok = strtok_r(vbuf, ";", &save); tok && nv < 16; tok = strtok_r(NULL, ";", &save)) vs[nv++] = tok;
+    if (patina_gpu_open(&g, 0, 0) != PATINA_OK) {
+        printf("\n## GPU: unavailable (%s)\n", patina_last_error());
+        return;
+    }
+    patina_gpu_describe(0, desc, sizeof desc);
+    printf("\n## Focus: production kernel ms (median), image resident, %s\n\n| size | image | L | offsets |", desc);
+    for (int v = 0; v < nv; v++) printf(" %s |", vs[v]);
+    printf("\n|---|---|---|---|");
+    for (int v = 0; v < nv; v++) printf("---|");
+    printf("\n");
+    for (int si = 0; si < ns; si++) {
+        const int n = sizes[si];
+        const size_t N = (size_t)n * n;
+        const int reps = reps_arg > 0 ? reps_arg : n <= 4096 ? 20 : 7;
+        uint8_t *v = patina_gpu_host_alloc(N), *q = patina_gpu_host_alloc(N);
+        uint32_t *ref = malloc(8 * 256 * 256 * 4), *got = malloc(8 * 256 * 256 * 4);
+        if (!v || !q || !ref || !got) {
+            printf("  (no memory for %d²)\n", n);
+            break;
+        }
+        for (int ki = 0; ki < nk; ki++) {
+            generate(v, n, kinds[ki]);
+            for (int li = 0; li < nl; li++) {
+                const int L = levels[li];
+                patina_glcm_quantize(q, v, N, L, PATINA_GLCM_QUANT_UNIFORM);
+                for (int ti = 0; ti < nt; ti++) {
+                    patina_glcm_offset_t off[8];
+                    size_t noff = sets[ti] == 8 ? 8 : 1;
+                    char what[128];
+                    if (sets[ti] == 8)
+                        for (int d = 0; d < 2; d++)
+                            for (int t = 0; t < 4; t++) off[d * 4 + t] = patina_glcm_offset(d ? 4 : 1, 45.0 * t);
+                    else
+                        off[0] = patina_glcm_offset(sets[ti] == 3 ? 4 : 1, sets[ti] == 2 ? 45 : 0);
+                    patina_glcm_counts(ref, q, n, n, (size_t)n, NULL, 0, L, off, noff, 0, 0);
+                    printf("| %d² | %s | %d | %s |", n, kind_name(kinds[ki]), L,
+                           sets[ti] == 8 ? "8 (d=1,4 x 4 angles)" : sets[ti] == 2 ? "d=1 45°" : sets[ti] == 3 ? "d=4 0°" : "d=1 0°");
+                    for (int vi = 0; vi < nv; vi++) {
+                        patina_glcm_lab_t l = {0};
+                        double ms;
+                        apply_variant(vs[vi]);
+                        memset(got, 0xab, noff * (size_t)L * L * 4);
+                        ms = lab(4, got, q, n, L, off, noff, reps, 0, &l);
+                        snprintf(what, sizeof what, "focus %d %s L=%d set=%d variant %s", n, kind_name(kinds[ki]), L,
+                                 sets[ti], vs[vi]);
+                        same(got, ref, noff * (size_t)L * L, what);
+                        printf(" %.4f (C=%d, %d thr) |", ms, l.copies, l.block);
+                        fflush(stdout);
+                    }
+                    printf("\n");
+                }
+            }
+        }
+        apply_variant("-");
+        patina_gpu_host_free(v);
+        patina_gpu_host_free(q);
+        free(ref);
+        free(got);
+    }
+    patina_gpu_close(g);
+}
+
 /* ---------------------------------------------------------------- peers */
 
 static void run_peers(int quick, int max_size, int gpu)
@@ -332,16 +442,35 @@ static void run_peers(int quick, int max_size, int gpu)
 
 int main(int argc, char **argv)
 {
-    int quick = 0, peers = 1, gpu = 1, max_size = 16384;
+    int quick = 0, peers = 1, gpu = 1, max_size = 16384, focus = 0, reps = 0;
+    const char *sizes = "1024,4096,16384", *kinds = "0,1", *levels = "8,32", *sets = "1,2,8", *variants = "-";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--no-peers")) peers = 0;
         else if (!strcmp(argv[i], "--no-gpu")) gpu = 0;
         else if (!strcmp(argv[i], "--max-size") && i + 1 < argc) max_size = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--focus")) focus = 1;
+        else if (!strcmp(argv[i], "--sizes") && i + 1 < argc) sizes = argv[++i];
+        else if (!strcmp(argv[i], "--kinds") && i + 1 < argc) kinds = argv[++i];
+        else if (!strcmp(argv[i], "--levels") && i + 1 < argc) levels = argv[++i];
+        else if (!strcmp(argv[i], "--sets") && i + 1 < argc) sets = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--variants") && i + 1 < argc) variants = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_glcm [--quick] [--max-size N] [--no-peers] [--no-gpu]\n");
+            fprintf(stderr, "usage: bench_glcm [--quick] [--max-size N] [--no-peers] [--no-gpu] [--focus "
+                            "[--sizes A,B] [--kinds 0,1] [--levels 8,32] [--sets 1,2,8] [--reps R] "
+                            "[--variants 'K2=1,SPLIT=2;...']]\n");
             return 2;
         }
+    }
+    if (focus) {
+        printf("# bench_glcm --focus (%s)\n", patina_build_info());
+        if (patina_gpu_count() > 0)
+            bench_focus(sizes, kinds, levels, sets, reps, variants);
+        else
+            printf("\n## GPU: none here\n");
+        if (g_fail) printf("\nFAILED: some GPU counts differ from the CPU's\n");
+        return g_fail;
     }
     printf("# bench_glcm (%s)\n", patina_build_info());
     bench_cpu(quick);

@@ -10,9 +10,12 @@
  *     16-byte guard in front, so that a thread can read 16 pixels of row r
  *     with one 16-byte load and the 16 partner pixels of row r+dy at any dx
  *     with five aligned 4-byte loads and funnel shifts.
- *   - Work is a list of tasks (a band of first-pixel rows of one image);
- *     persistent blocks take tasks in grid-stride order. k_count2 (one block
- *     of 768 threads per SM, all of the opt-in shared memory) keeps C copies
+ *   - Work is a list of tasks (a band of first-pixel rows of one image),
+ *     sized from the launch's work so that every block gets one equal band
+ *     (at least 16 K pixels); persistent blocks take tasks in grid-stride
+ *     order. k_count2 (one block of 640 threads per SM, all of the opt-in
+ *     shared memory, the next step's pixels loaded while this one votes)
+ *     keeps C copies
  *     of the G sub-GLCMs of the request (G = all offsets when one copy fits),
  *     interleaved cell-major so that lane l votes into word cell*C + l % C:
  *     with C = 32 every lane owns a bank and a warp's atomics never conflict.
@@ -57,7 +60,8 @@
 #define NSLOT 3
 #define GUARD 64               /* bytes before the first row of a slot */
 #define DEF_SLOT_BYTES (32u << 20)
-#define DEF_TASK_PIXELS (1u << 16)
+#define DEF_TASK_PIXELS 0       /* 0: tasks sized from the launch's work */
+#define DEF_TASK_MIN (1u << 14)
 #define MAXDEV 16
 
 /* ------------------------------------------------------------ errors */
@@ -85,7 +89,7 @@ static patina_status gfail(cudaError_t e, const char *what, int line)
  * rows [row0, ...) of the image that the tile holds). */
 struct gtask {
     const uint8_t *base;
-    int row0, pitch, w, h, r0, r1, out, pad_;
+    int row0, pitch, w, h, r0, r1, out, sub; /* sub: offset subset (k_count2) */
 };
 
 /* The offsets of one launch: n of them, global indices o0 .. o0+n-1 of
@@ -187,7 +191,8 @@ k_count(const gtask *__restrict__ tasks, int ntasks, koffs ko, int L, int R, int
 }
 
 /* The counting kernel for matrices that fit shared memory (k2): one block
- * of K2THREADS per SM holding, for each of the launch's G offsets, C copies
+ * of NT threads per SM (640 by default: 20 warps with 95 registers each
+ * leave room for the prefetch; 768 at 80 registers spill) holding, for each of the launch's G offsets, C copies
  * (a power of two <= 32) of the L*L counters interleaved cell-major: counter
  * (o, cell) of copy c is word (o*L*L + cell)*C + c, lane l votes into copy
  * l % C. With C = 32 every lane of a warp owns its own bank, so a warp's 32
@@ -197,9 +202,12 @@ k_count(const gtask *__restrict__ tasks, int ntasks, koffs ko, int L, int R, int
  * (the atomics make that exact). One atomic per pair, no branches on the
  * data: the address is two IMADs on the bytes of a 16-pixel group and its
  * partner group. Each thread takes two groups per step and issues all their
- * loads before voting, so that several loads are in flight per lane; rows
- * and columns of a task advance incrementally (no division in the loop). */
-#define K2THREADS 768
+ * loads before voting, so that several loads are in flight per lane, and
+ * (PF) loads the next step's two groups before this step votes; rows and
+ * columns of a task advance incrementally (no division in the loop). The
+ * host gives each block one band of ~total/grid pixels per launch: with
+ * 64 K-pixel tasks a thread made only ~3 steps per task (pipeline ramp and
+ * task overhead each time) and a 1024^2 image filled 16 of 132 SMs. */
 
 template <bool FULL>
 static __device__ __forceinline__ void vote16(uint32_t *sh, const uint32_t aw[4], const uint32_t bs[4],
@@ -216,75 +224,110 @@ static __device__ __forceinline__ void vote16(uint32_t *sh, const uint32_t aw[4]
     }
 }
 
-static __device__ __forceinline__ void flush_k2(uint32_t *sh, const koffs &ko, int L, int C, int cur,
-                                                uint32_t *out)
+static __device__ __forceinline__ void flush_k2(uint32_t *sh, const koffs &ko, int olo, int gn, int L, int C,
+                                                int cur, uint32_t *out)
 {
     const int LL = L * L;
-    for (int i = threadIdx.x; i < ko.n * LL; i += blockDim.x) {
+    for (int i = threadIdx.x; i < gn * LL; i += blockDim.x) {
         const int o = i / LL, cell = i - o * LL;
         const uint32_t *p = sh + (size_t)i * C;
         uint32_t s = 0;
         for (int c = 0; c < C; c++) s += p[(c + i) & (C - 1)]; /* rotated: banks differ per thread */
-        if (s) atomicAdd(out + ((size_t)cur * ko.noff_total + ko.o0 + o) * LL + cell, s);
+        if (s) atomicAdd(out + ((size_t)cur * ko.noff_total + ko.o0 + olo + o) * LL + cell, s);
     }
 }
 
-__global__ void __launch_bounds__(K2THREADS, 1)
-k_count2(const gtask *__restrict__ tasks, int ntasks, koffs ko, int L, int C, uint32_t *__restrict__ out)
+/* G: offsets per block (the shared layout); a task's `sub` picks offsets
+ * [sub*G, sub*G + G) of the launch's ko.n. PF: the next step's two 16-byte
+ * groups are loaded before the current step votes (software pipelining). */
+template <bool PF, int NT>
+__global__ void __launch_bounds__(NT, 1)
+k_count2(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, int C,
+         uint32_t *__restrict__ out)
 {
     extern __shared__ uint32_t sh[];
     const int LL = L * L;
-    const int nsh = ko.n * LL * C;
+    const int nsh = G * LL * C;
     const uint32_t lanebyte = (uint32_t)(threadIdx.x & 31 & (C - 1)) * 4u;
     const uint32_t sa = (uint32_t)(L * C * 4), sb = (uint32_t)(C * 4);
-    const int step = 2 * (int)blockDim.x;
-    int cur = -1;
+    const int bd = (int)blockDim.x, step = 2 * bd;
+    int cur = -1, cursub = 0;
     for (int i = threadIdx.x; i < nsh; i += blockDim.x) sh[i] = 0;
     __syncthreads();
     for (int t = blockIdx.x; t < ntasks; t += gridDim.x) {
         const gtask tk = tasks[t];
-        if (tk.out != cur) { /* uniform over the block: one task per block */
+        const int olo = tk.sub * G, ohi = min(ko.n, olo + G);
+        if (olo >= ko.n) continue; /* uniform over the block */
+        if (tk.out != cur || tk.sub != cursub) { /* uniform over the block: one task per block */
             if (cur >= 0) {
                 __syncthreads();
-                flush_k2(sh, ko, L, C, cur, out);
+                flush_k2(sh, ko, cursub * G, min(G, ko.n - cursub * G), L, C, cur, out);
                 __syncthreads();
                 for (int i = threadIdx.x; i < nsh; i += blockDim.x) sh[i] = 0;
                 __syncthreads();
             }
             cur = tk.out;
+            cursub = tk.sub;
         }
         const int gpr = (tk.w + 15) >> 4;
         const int ng = (tk.r1 - tk.r0) * gpr;
-        const int half_r = (int)blockDim.x / gpr, half_c = (int)blockDim.x - half_r * gpr;
+        const int half_r = bd / gpr, half_c = bd - half_r * gpr;
         const int step_r = step / gpr, step_c = step - step_r * gpr;
+        const uint8_t *tb = tk.base + (long long)(tk.r0 - tk.row0) * tk.pitch; /* row r0 */
         int rA = threadIdx.x / gpr, cA = threadIdx.x - rA * gpr; /* relative row, group of g */
+        uint4 a[2];
+        if (PF) {
+            int rB = rA + half_r, cB = cA + half_c;
+            if (cB >= gpr) {
+                cB -= gpr;
+                rB++;
+            }
+            a[0] = (int)threadIdx.x < ng ? __ldg(reinterpret_cast<const uint4 *>(tb + (long long)rA * tk.pitch + (cA << 4)))
+                                         : make_uint4(0, 0, 0, 0);
+            a[1] = (int)threadIdx.x + bd < ng
+                       ? __ldg(reinterpret_cast<const uint4 *>(tb + (long long)rB * tk.pitch + (cB << 4)))
+                       : make_uint4(0, 0, 0, 0);
+        }
         for (int g = threadIdx.x; g < ng; g += step) {
             int rB = rA + half_r, cB = cA + half_c;
             if (cB >= gpr) {
                 cB -= gpr;
                 rB++;
             }
-            const bool okB = g + (int)blockDim.x < ng;
+            const bool okB = g + bd < ng;
             const int r[2] = {tk.r0 + rA, tk.r0 + rB};
             const int x0[2] = {cA << 4, cB << 4};
             /* 16-byte aligned: slots, rows (pitch) and groups are */
-            const uint8_t *pa[2] = {tk.base + (long long)(r[0] - tk.row0) * tk.pitch + x0[0],
-                                    tk.base + (long long)(r[1] - tk.row0) * tk.pitch + x0[1]};
-            uint4 a[2];
+            const uint8_t *pa[2] = {tb + (long long)rA * tk.pitch + x0[0], tb + (long long)rB * tk.pitch + x0[1]};
+            if (!PF) {
+                a[0] = __ldg(reinterpret_cast<const uint4 *>(pa[0]));
+                a[1] = okB ? __ldg(reinterpret_cast<const uint4 *>(pa[1])) : make_uint4(0, 0, 0, 0);
+            }
             rA += step_r;
             cA += step_c;
             if (cA >= gpr) {
                 cA -= gpr;
                 rA++;
             }
-            a[0] = __ldg(reinterpret_cast<const uint4 *>(pa[0]));
-            a[1] = okB ? __ldg(reinterpret_cast<const uint4 *>(pa[1])) : make_uint4(0, 0, 0, 0);
-            for (int o = 0; o < ko.n; o++) {
+            uint4 an[2];
+            if (PF) {
+                int rBn = rA + half_r, cBn = cA + half_c;
+                if (cBn >= gpr) {
+                    cBn -= gpr;
+                    rBn++;
+                }
+                an[0] = g + step < ng ? __ldg(reinterpret_cast<const uint4 *>(tb + (long long)rA * tk.pitch + (cA << 4)))
+                                      : make_uint4(0, 0, 0, 0);
+                an[1] = g + step + bd < ng
+                            ? __ldg(reinterpret_cast<const uint4 *>(tb + (long long)rBn * tk.pitch + (cBn << 4)))
+                            : make_uint4(0, 0, 0, 0);
+            }
+            for (int o = olo; o < ohi; o++) {
                 const int dy = ko.dy[o], dx = ko.dx[o];
                 const int xs = max(0, -dx), xe = min(tk.w, tk.w - dx);
                 const long long db = (long long)dy * tk.pitch + (dx & ~3); /* dx - dx mod 4 */
                 const int sh8 = (dx & 3) * 8;
-                const uint32_t base = (uint32_t)(o * LL * C * 4) + lanebyte;
+                const uint32_t base = (uint32_t)((o - olo) * LL * C * 4) + lanebyte;
                 uint32_t bw[2][5];
                 uint32_t vm[2];
 #pragma unroll
@@ -312,13 +355,27 @@ k_count2(const gtask *__restrict__ tasks, int ntasks, koffs ko, int L, int C, ui
                         vote16<false>(sh, aw, bs, base, sa, sb, vm[u]);
                 }
             }
+            if (PF) {
+                a[0] = an[0];
+                a[1] = an[1];
+            }
         }
     }
     if (cur >= 0) {
         __syncthreads();
-        flush_k2(sh, ko, L, C, cur, out);
+        flush_k2(sh, ko, cursub * G, min(G, ko.n - cursub * G), L, C, cur, out);
     }
 }
+
+typedef void (*k2_fn_t)(const gtask *, int, koffs, int, int, int, uint32_t *);
+static const struct {
+    k2_fn_t fn;
+    int threads;
+} k2_variants[] = {{k_count2<false, 768>, 768}, /* 0: the previous kernel (no prefetch) */
+                   {k_count2<true, 768>, 768},  /* 1: prefetch, 80 registers (spills 20 bytes) */
+                   {k_count2<true, 512>, 512},  /* 2: prefetch, 16 warps */
+                   {k_count2<true, 640>, 640}}; /* 3: prefetch, 20 warps, 95 registers (default) */
+#define K2VARIANTS 4
 
 /* P + P^T for nmat matrices. */
 __global__ void k_symmetrise(uint32_t *P, long long nmat, int L)
@@ -502,6 +559,13 @@ struct ws_t {
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static ws_t *g_ws[MAXDEV];
 static size_t g_slot_bytes = DEF_SLOT_BYTES, g_task_pixels = DEF_TASK_PIXELS;
+/* Counting knobs (the lab overrides them from the environment for bench_glcm):
+ * g_k2_var: the k_count2 variant (k2_variants); g_split: offset subsets when
+ * fewer than 32 copies fit (0, 1: none, the default; measured: it helps hash
+ * noise, hurts smooth images at 16384^2); g_task_min: smallest
+ * automatic task in pixels. */
+static int g_k2_var = 3, g_split = 0;
+static size_t g_task_min = DEF_TASK_MIN;
 
 static patina_status ws_get(ws_t **out)
 {
@@ -517,6 +581,12 @@ static patina_status ws_get(ws_t **out)
     w = (ws_t *)calloc(1, sizeof *w);
     if (!w) return patina__fail(PATINA_E_NOMEM, "gpu: glcm: out of memory");
     w->dev = dev;
+    /* test hooks: run the production path with another k_count2 variant or
+     * offset split (tests/gpu with PATINA_GLCM_K2 / PATINA_GLCM_SPLIT set) */
+    if (getenv("PATINA_GLCM_K2") && atoi(getenv("PATINA_GLCM_K2")) >= 0 &&
+        atoi(getenv("PATINA_GLCM_K2")) < K2VARIANTS)
+        g_k2_var = atoi(getenv("PATINA_GLCM_K2"));
+    if (getenv("PATINA_GLCM_SPLIT")) g_split = atoi(getenv("PATINA_GLCM_SPLIT"));
     CK(cudaDeviceGetAttribute(&w->sms, cudaDevAttrMultiProcessorCount, dev));
     CK(cudaDeviceGetAttribute(&w->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     CK(cudaDeviceGetAttribute(&w->smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
@@ -603,8 +673,9 @@ static size_t pitch_of(int w) { return (((size_t)w + 15) & ~(size_t)15) + 32; }
 /* ------------------------------------------------------ counting plan */
 
 struct plan_t {
-    int L, R, G, smem, global;   /* copies, offsets per launch, bytes, vote into global */
-    int grid;                    /* persistent blocks */
+    int L, R, G, smem, global;   /* copies, offsets per block, bytes, vote into global */
+    int S, k2;                   /* offset subsets per launch (blocks specialise), k2 variant */
+    int grid, sms;               /* persistent blocks, SMs */
     int pad_up, pad_down;        /* padding rows of a tile */
 };
 
@@ -636,17 +707,36 @@ static patina_status make_plan(ws_t *w, plan_t *pl, int L, const patina_glcm_off
         pl->G = (int)noff;
         pl->R = 1;
     }
+    pl->S = 1;
+    if (!pl->global && pl->G == (int)noff && pl->R < 32) {
+        /* Fewer than 32 copies: lanes collide on banks. Split the offsets
+         * into S subsets; the S blocks of a band each hold one subset with
+         * more copies and read the same rows (L2 hits). */
+        int S = g_split > 0 ? g_split : 1;
+        while (S > 1 && (S - 1) * (((int)noff + S - 1) / S) >= (int)noff) S--; /* no empty subset */
+        if (S > 1) {
+            pl->S = S;
+            pl->G = ((int)noff + S - 1) / S;
+            pl->R = pow2_floor((int)(budget / ((long long)pl->G * LL4)));
+            if (pl->R > 32) pl->R = 32;
+        }
+    }
+    pl->k2 = g_k2_var;
     pl->smem = pl->global ? 0 : (int)(pl->G * pl->R * LL4);
     if (!w->attr_set) {
-        CK(cudaFuncSetAttribute(k_count2, cudaFuncAttributeMaxDynamicSharedMemorySize, w->smem_optin));
+        for (int v = 0; v < K2VARIANTS; v++)
+            CK(cudaFuncSetAttribute(k2_variants[v].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    w->smem_optin));
         w->attr_set = 1;
     }
     if (pl->global)
         CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_count<false>, KTHREADS, 0));
     else
-        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_count2, K2THREADS, pl->smem));
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k2_variants[pl->k2].fn,
+                                                         k2_variants[pl->k2].threads, pl->smem));
     if (per_sm < 1) per_sm = 1;
     pl->grid = per_sm * w->sms;
+    pl->sms = w->sms;
     for (size_t o = 0; o < noff; o++) {
         int dy = off[o].dy;
         if (dy >= max_h || dy <= -max_h) continue; /* no pair at all */
@@ -656,15 +746,36 @@ static patina_status make_plan(ws_t *w, plan_t *pl, int L, const patina_glcm_off
     return PATINA_OK;
 }
 
+/* Rows of a task for images of width w in a launch of about launch_px
+ * first pixels: one task per block and offset subset (the blocks take equal
+ * bands: no tail), at least g_task_min pixels (a flush per block costs);
+ * g_task_pixels (tests) fixes the size instead. */
+static size_t rows_per_task(const plan_t *pl, size_t launch_px, int w)
+{
+    size_t px = g_task_pixels, rows;
+    if (!px && pl->global) { /* k_count: many small blocks; ~64 K-pixel tasks unless few */
+        px = (launch_px + (size_t)pl->sms - 1) / (size_t)pl->sms;
+        if (px > ((size_t)1 << 16)) px = (size_t)1 << 16;
+        if (px < g_task_min) px = g_task_min;
+    } else if (!px) {
+        const size_t blocks = (size_t)pl->grid / (size_t)pl->S > 0 ? (size_t)pl->grid / (size_t)pl->S : 1;
+        px = (launch_px + blocks - 1) / blocks;
+        if (px < g_task_min) px = g_task_min;
+    }
+    rows = (px + (size_t)w - 1) / (size_t)w;
+    return rows < 1 ? 1 : rows;
+}
+
 static patina_status launch_count(ws_t *w, slot_t *s, const plan_t *pl, int ntasks,
                                   const patina_glcm_offset_t *off, size_t noff, uint32_t *d_out)
 {
     const int cs = pl->L * pl->L + 1;
-    for (size_t o0 = 0; o0 < noff; o0 += (size_t)pl->G) {
+    const size_t per_launch = (size_t)pl->G * (size_t)pl->S;
+    for (size_t o0 = 0; o0 < noff; o0 += per_launch) {
         koffs ko;
         int grid = ntasks < pl->grid ? ntasks : pl->grid;
         memset(&ko, 0, sizeof ko);
-        ko.n = (int)(noff - o0 < (size_t)pl->G ? noff - o0 : (size_t)pl->G);
+        ko.n = (int)(noff - o0 < per_launch ? noff - o0 : per_launch);
         ko.o0 = (int)o0;
         ko.noff_total = (int)noff;
         for (int o = 0; o < ko.n; o++) {
@@ -675,7 +786,8 @@ static patina_status launch_count(ws_t *w, slot_t *s, const plan_t *pl, int ntas
         if (pl->global)
             k_count<false><<<grid, KTHREADS, 0, s->s>>>(s->d_tasks, ntasks, ko, pl->L, 1, cs, d_out);
         else
-            k_count2<<<grid, K2THREADS, pl->smem, s->s>>>(s->d_tasks, ntasks, ko, pl->L, pl->R, d_out);
+            k2_variants[pl->k2].fn<<<grid, k2_variants[pl->k2].threads, pl->smem, s->s>>>(
+                s->d_tasks, ntasks, ko, pl->G, pl->L, pl->R, d_out);
         CKL("k_count");
     }
     (void)w;
@@ -691,7 +803,7 @@ static patina_status run_counts(ws_t *w, uint32_t *d_out, const patina_gpu_grey_
     const size_t LL = (size_t)L * L;
     plan_t pl;
     int max_h = 0, k = 0;
-    size_t cap = g_slot_bytes, task_px = g_task_pixels;
+    size_t cap = g_slot_bytes, total_px = 0, launch_px;
     size_t used = 0, ntasks = 0, i;
     slot_t *s;
     for (i = 0; i < n; i++)
@@ -701,7 +813,9 @@ static patina_status run_counts(ws_t *w, uint32_t *d_out, const patina_gpu_grey_
     for (i = 0; i < n; i++) {
         size_t need = pitch_of(imgs[i].w) * (size_t)(pl.pad_up + pl.pad_down + 1);
         if (imgs[i].w > 0 && imgs[i].h > 0 && need > cap) cap = need;
+        if (imgs[i].w > 0 && imgs[i].h > 0) total_px += (size_t)imgs[i].w * (size_t)imgs[i].h;
     }
+    launch_px = total_px < cap ? total_px : cap; /* a launch holds at most a slot */
     for (int j = 0; j < NSLOT; j++) PATINA_TRY(slot_reserve(&w->sl[j], cap, 1024));
     s = &w->sl[0];
     CK(cudaMemsetAsync(d_out, 0, n * noff * LL * sizeof(uint32_t), s->s));
@@ -724,9 +838,8 @@ static patina_status run_counts(ws_t *w, uint32_t *d_out, const patina_gpu_grey_
                 lo = t0 - pl.pad_up > 0 ? t0 - pl.pad_up : 0;
                 hi = t1 + pl.pad_down < im->h ? t1 + pl.pad_down : im->h;
                 bytes = pitch * (size_t)(hi - lo);
-                rows_task = task_px / (size_t)im->w;
-                if (rows_task < 1) rows_task = 1;
-                need_tasks = ((size_t)(t1 - t0) + rows_task - 1) / rows_task;
+                rows_task = rows_per_task(&pl, launch_px, im->w);
+                need_tasks = ((size_t)(t1 - t0) + rows_task - 1) / rows_task * (size_t)pl.S;
             } else {
                 rows_task = 1;
             }
@@ -760,18 +873,19 @@ static patina_status run_counts(ws_t *w, uint32_t *d_out, const patina_gpu_grey_
                         memcpy(stg + (size_t)r * pitch, src + (size_t)r * im->stride, (size_t)im->w);
                     CK(cudaMemcpyAsync(dst, stg, bytes, cudaMemcpyHostToDevice, s->s));
                 }
-                for (int r = t0; r < t1; r += (int)rows_task) {
-                    gtask *tk = &s->h_tasks[ntasks++];
-                    tk->base = dst;
-                    tk->row0 = lo;
-                    tk->pitch = (int)pitch;
-                    tk->w = im->w;
-                    tk->h = im->h;
-                    tk->r0 = r;
-                    tk->r1 = r + (int)rows_task < t1 ? r + (int)rows_task : t1;
-                    tk->out = (int)i;
-                    tk->pad_ = 0;
-                }
+                for (int r = t0; r < t1; r += (int)rows_task)
+                    for (int sub = 0; sub < pl.S; sub++) { /* a band's subsets run side by side */
+                        gtask *tk = &s->h_tasks[ntasks++];
+                        tk->base = dst;
+                        tk->row0 = lo;
+                        tk->pitch = (int)pitch;
+                        tk->w = im->w;
+                        tk->h = im->h;
+                        tk->r0 = r;
+                        tk->r1 = r + (int)rows_task < t1 ? r + (int)rows_task : t1;
+                        tk->out = (int)i;
+                        tk->sub = sub;
+                    }
                 used += bytes;
             }
             t0 = t1;
@@ -902,8 +1016,11 @@ extern "C" patina_status patina_gpu_glcm_features_of(patina_gpu_t *g, double *pr
     s = ws_get(&w);
     if (s == PATINA_OK) s = ws_counts(w, nmat * LL);
     if (s == PATINA_OK) {
-        cudaError_t e = cudaMemcpy(w->d_counts, counts, nmat * LL * sizeof(uint32_t),
-                                   cudaMemcpyHostToDevice);
+        /* on the features' stream: a cudaMemcpy from pageable memory on the
+         * legacy stream may still be in flight when a kernel on a
+         * non-blocking stream starts */
+        cudaError_t e = cudaMemcpyAsync(w->d_counts, counts, nmat * LL * sizeof(uint32_t),
+                                        cudaMemcpyHostToDevice, w->sl[0].s);
         if (e != cudaSuccess) s = gfail(e, "upload counts", __LINE__);
     }
     if (s == PATINA_OK) s = features_dev(w, props, har, w->d_counts, nmat, levels);
@@ -1135,6 +1252,7 @@ extern "C" patina_status patina_gpu__glcm_lab(patina_glcm_lab_t *lab, uint32_t *
     cudaEvent_t e0 = NULL, e1 = NULL;
     patina_status s = PATINA_OK;
     ws_t *ws = NULL;
+    size_t knobs[4];
     float f;
     lab->ms = lab->h2d_ms = lab->kernel_ms = 0;
     PATINA_TRY(check_levels(levels, noff));
@@ -1156,6 +1274,20 @@ extern "C" patina_status patina_gpu__glcm_lab(patina_glcm_lab_t *lab, uint32_t *
         s = (expr);                                                                            \
         if (s != PATINA_OK) goto out;                                                          \
     } while (0)
+    /* bench_glcm's variants: PATINA_GLCM_K2 (k_count2 variant), PATINA_GLCM_SPLIT (offset
+     * subsets, 0 = policy), PATINA_GLCM_TASKPX (fixed task pixels, 0 = from
+     * the launch), PATINA_GLCM_TASKMIN; restored on return */
+    knobs[0] = (size_t)g_k2_var;
+    knobs[1] = g_split;
+    knobs[2] = g_task_pixels;
+    knobs[3] = g_task_min;
+    if (getenv("PATINA_GLCM_K2")) {
+        g_k2_var = atoi(getenv("PATINA_GLCM_K2"));
+        if (g_k2_var < 0 || g_k2_var >= K2VARIANTS) g_k2_var = 0;
+    }
+    if (getenv("PATINA_GLCM_SPLIT")) g_split = atoi(getenv("PATINA_GLCM_SPLIT"));
+    if (getenv("PATINA_GLCM_TASKPX")) g_task_pixels = (size_t)atol(getenv("PATINA_GLCM_TASKPX"));
+    if (getenv("PATINA_GLCM_TASKMIN")) g_task_min = (size_t)atol(getenv("PATINA_GLCM_TASKMIN"));
     LAB_TRY(ws_get(&ws));
     LAB_CK(cudaEventCreate(&e0));
     LAB_CK(cudaEventCreate(&e1));
@@ -1289,24 +1421,26 @@ extern "C" patina_status patina_gpu__glcm_lab(patina_glcm_lab_t *lab, uint32_t *
             plan_t pl;
             const size_t pitch = pitch_of(w);
             slot_t *sl = &ws->sl[0];
-            size_t ntasks, rows_task = g_task_pixels / (size_t)w;
-            if (rows_task < 1) rows_task = 1;
-            ntasks = ((size_t)h + rows_task - 1) / rows_task;
+            size_t ntasks, nbands, rows_task;
             LAB_TRY(make_plan(ws, &pl, levels, off, noff, h));
+            rows_task = rows_per_task(&pl, (size_t)w * (size_t)h, w);
+            nbands = ((size_t)h + rows_task - 1) / rows_task;
+            ntasks = nbands * (size_t)pl.S;
             LAB_TRY(slot_reserve(sl, pitch * (size_t)h, ntasks));
             LAB_CK(cudaMemcpy2D(sl->d_buf + GUARD, pitch, hq, (size_t)w, (size_t)w, (size_t)h,
                                 cudaMemcpyHostToDevice));
             for (size_t k = 0; k < ntasks; k++) {
                 gtask *tk = &sl->h_tasks[k];
+                const size_t band = k / (size_t)pl.S;
                 tk->base = sl->d_buf + GUARD;
                 tk->row0 = 0;
                 tk->pitch = (int)pitch;
                 tk->w = w;
                 tk->h = h;
-                tk->r0 = (int)(k * rows_task);
-                tk->r1 = (int)((k + 1) * rows_task < (size_t)h ? (k + 1) * rows_task : (size_t)h);
+                tk->r0 = (int)(band * rows_task);
+                tk->r1 = (int)((band + 1) * rows_task < (size_t)h ? (band + 1) * rows_task : (size_t)h);
                 tk->out = 0;
-                tk->pad_ = 0;
+                tk->sub = (int)(k % (size_t)pl.S);
             }
             LAB_CK(cudaMemcpy(sl->d_tasks, sl->h_tasks, ntasks * sizeof(gtask), cudaMemcpyHostToDevice));
             for (int rep = -1; rep < reps; rep++) {
@@ -1320,8 +1454,8 @@ extern "C" patina_status patina_gpu__glcm_lab(patina_glcm_lab_t *lab, uint32_t *
             }
             lab->ms = median(t, reps);
             lab->copies = pl.global ? 0 : pl.R;
-            lab->block = pl.global ? KTHREADS : K2THREADS;
-            lab->tiles = (int)((noff + (size_t)pl.G - 1) / (size_t)pl.G); /* launches */
+            lab->block = pl.global ? KTHREADS : k2_variants[pl.k2].threads;
+            lab->tiles = (int)((noff + (size_t)(pl.G * pl.S) - 1) / (size_t)(pl.G * pl.S)); /* launches */
             if (symmetric) {
                 k_symmetrise<<<256, 256, 0, sl->s>>>(ws->d_counts, (long long)noff, levels);
                 LAB_CK(cudaGetLastError());
@@ -1344,6 +1478,10 @@ out:
     if (st[1]) cudaStreamDestroy(st[1]);
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
+    g_k2_var = (int)knobs[0];
+    g_split = (int)knobs[1];
+    g_task_pixels = knobs[2];
+    g_task_min = knobs[3];
     pthread_mutex_unlock(&g_mu);
     free(t);
     return s;

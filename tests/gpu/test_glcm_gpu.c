@@ -277,6 +277,55 @@ static void test_schemes(void **state)
     for (size_t i = 0; i < nphotos; i++) free(pq[i]);
 }
 
+/* Every k_count2 variant of the lab (PATINA_GLCM_K2: prefetch, block size),
+ * offset subsets (PATINA_GLCM_SPLIT) and task
+ * sizes (PATINA_GLCM_TASKPX) gives the reference's counts. */
+static void test_k2_variants(void **state)
+{
+    static const int levels[] = {8, 32, 100, 64};
+    static const char *tasks[] = {"0", "64", "5000"};
+    tu_rng_t rng;
+    (void)state;
+    tu_rng_seed(&rng, 93);
+    for (size_t li = 0; li < sizeof levels / sizeof levels[0]; li++) {
+        const int L = levels[li], noff = li == 3 ? 10 : 8, w = 333 + 50 * (int)li, h = 171 + 31 * (int)li;
+        patina_glcm_offset_t off[10];
+        const size_t per = (size_t)noff * (size_t)L * (size_t)L;
+        uint32_t *a = malloc(per * 4), *b = malloc(per * 4);
+        img_t im;
+        img_random(&im, w, h, L, (int)li % 3, 0, &rng);
+        random_offsets(off, noff, w, h, &rng);
+        off[0].dy = 0;
+        off[0].dx = 1;
+        off[1].dy = 1;
+        off[1].dx = -1;
+        TU_OK(patina_glcm_counts_ref(a, im.q, w, h, im.stride, NULL, 0, L, off, (size_t)noff, 0));
+        for (int v = 0; v < 4; v++)
+            for (int split = 0; split <= 8; split += split < 4 ? 1 : 4)
+                for (size_t ti = 0; ti < sizeof tasks / sizeof tasks[0]; ti++) {
+                    patina_glcm_lab_t lab = {0};
+                    char what[128], val[16];
+                    snprintf(val, sizeof val, "%d", v);
+                    setenv("PATINA_GLCM_K2", val, 1);
+                    snprintf(val, sizeof val, "%d", split);
+                    setenv("PATINA_GLCM_SPLIT", val, 1);
+                    setenv("PATINA_GLCM_TASKPX", tasks[ti], 1);
+                    lab.scheme = 4;
+                    lab.reps = 1;
+                    memset(b, 0xcd, per * 4);
+                    TU_OK(patina_gpu__glcm_lab(&lab, b, im.q, w, h, im.stride, L, off, (size_t)noff, 0));
+                    snprintf(what, sizeof what, "k2 variant %d split %d task %s L=%d", v, split, tasks[ti], L);
+                    compare_counts(b, a, per, what);
+                }
+        unsetenv("PATINA_GLCM_K2");
+        unsetenv("PATINA_GLCM_SPLIT");
+        unsetenv("PATINA_GLCM_TASKPX");
+        img_free(&im);
+        free(a);
+        free(b);
+    }
+}
+
 /* |got - want| <= rel * |want| + abs */
 static void close_to(double got, double want, double rel, double abs_, const char *what, size_t m, int k)
 {
@@ -413,6 +462,7 @@ int main(void)
         cmocka_unit_test(test_batches),
         cmocka_unit_test(test_counts_photos),
         cmocka_unit_test(test_schemes),
+        cmocka_unit_test(test_k2_variants),
         cmocka_unit_test(test_features),
         cmocka_unit_test(test_families_gpu),
     };
