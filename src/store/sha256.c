@@ -1,9 +1,17 @@
 /* SHA-256 (FIPS 180-4 §6.2), one-shot and streaming. Used for the content
  * hash of image records and for the hashed form of over-long keys.
- * Plain portable C: big-endian message words are assembled byte by byte,
- * so it is independent of the host's byte order. Not constant-time (it
- * hashes public file contents, not secrets). */
+ * Plain portable C (big-endian message words are assembled byte by byte,
+ * so it is independent of the host's byte order), and on x86-64 CPUs with
+ * the SHA extensions the same compression with SHA-NI instructions, ~10x
+ * faster (the indexing pipeline hashes every file it reads). Chosen once at
+ * run time; tests compare the two. Not constant-time (it hashes public file
+ * contents, not secrets). */
 #include <string.h>
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <immintrin.h>
+#define PATINA_SHA_NI 1
+#endif
 
 #include "patina/store.h"
 
@@ -47,6 +55,93 @@ static void compress(uint32_t h[8], const uint8_t blk[64])
     h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += hh;
 }
 
+static void compress_portable(uint32_t h[8], const uint8_t *p, size_t nblocks)
+{
+    for (; nblocks; nblocks--, p += 64) compress(h, p);
+}
+
+#ifdef PATINA_SHA_NI
+/* FIPS 180-4 rounds with the SHA extensions. The state is kept as the
+ * instructions want it, {A,B,E,F} and {C,D,G,H}; each SHA256RNDS2 does two
+ * rounds with W[t] + K[t] from the low half of its message operand, and
+ * SHA256MSG1/MSG2 extend the schedule four words at a time:
+ * W[t..t+3] = MSG2(MSG1(W[t-16..], W[t-12..]) + W[t-7..t-4], W[t-4..t-1]). */
+__attribute__((target("sha,sse4.1,ssse3"))) static void compress_ni(uint32_t h[8], const uint8_t *p,
+                                                                   size_t nblocks)
+{
+    const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL);
+    __m128i abcd = _mm_loadu_si128((const __m128i *)&h[0]);
+    __m128i efgh = _mm_loadu_si128((const __m128i *)&h[4]);
+    __m128i cdab = _mm_shuffle_epi32(abcd, 0xB1);
+    __m128i hgfe = _mm_shuffle_epi32(efgh, 0x1B);
+    __m128i abef = _mm_alignr_epi8(cdab, hgfe, 8);
+    __m128i cdgh = _mm_blend_epi16(hgfe, cdab, 0xF0);
+    for (; nblocks; nblocks--, p += 64) {
+        __m128i w[16], save0 = abef, save1 = cdgh;
+        int i;
+        for (i = 0; i < 16; i++) {
+            __m128i m;
+            if (i < 4)
+                w[i] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * i)), bswap);
+            else
+                w[i] = _mm_sha256msg2_epu32(
+                    _mm_add_epi32(_mm_sha256msg1_epu32(w[i - 4], w[i - 3]),
+                                  _mm_alignr_epi8(w[i - 1], w[i - 2], 4)),
+                    w[i - 1]);
+            m = _mm_add_epi32(w[i], _mm_loadu_si128((const __m128i *)&K[4 * i]));
+            cdgh = _mm_sha256rnds2_epu32(cdgh, abef, m);
+            abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(m, 0x0E));
+        }
+        abef = _mm_add_epi32(abef, save0);
+        cdgh = _mm_add_epi32(cdgh, save1);
+    }
+    {
+        __m128i feba = _mm_shuffle_epi32(abef, 0x1B);
+        __m128i dchg = _mm_shuffle_epi32(cdgh, 0xB1);
+        _mm_storeu_si128((__m128i *)&h[0], _mm_blend_epi16(feba, dchg, 0xF0));
+        _mm_storeu_si128((__m128i *)&h[4], _mm_alignr_epi8(dchg, feba, 8));
+    }
+}
+
+static int cpu_has_sha_ni(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_SSE4_1) || !(c & bit_SSSE3)) return 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    return (b >> 29) & 1; /* CPUID.(EAX=7,ECX=0):EBX.SHA[bit 29] */
+}
+#endif
+
+/* The compression in use: resolved on first use (a benign race: every
+ * thread stores the same pointer). */
+static void (*volatile compress_fn)(uint32_t h[8], const uint8_t *p, size_t nblocks);
+
+static void compress_blocks(uint32_t h[8], const uint8_t *p, size_t nblocks)
+{
+    void (*f)(uint32_t *, const uint8_t *, size_t) = compress_fn;
+    if (!f) {
+        f = compress_portable;
+#ifdef PATINA_SHA_NI
+        if (cpu_has_sha_ni()) f = compress_ni;
+#endif
+        compress_fn = f;
+    }
+    f(h, p, nblocks);
+}
+
+/* Tests: 1 forces the portable compression, 0 goes back to the automatic
+ * choice. Returns 1 when the SHA-NI path exists on this CPU. */
+int patina__sha256_portable(int on);
+int patina__sha256_portable(int on)
+{
+    compress_fn = on ? compress_portable : NULL;
+#ifdef PATINA_SHA_NI
+    return cpu_has_sha_ni();
+#else
+    return 0;
+#endif
+}
+
 void patina_sha256_init(patina_sha256_ctx_t *ctx)
 {
     static const uint32_t h0[8] = {0x6a09e667u, 0xbb67ae85u, 0x3c6ef372u, 0xa54ff53au,
@@ -68,9 +163,13 @@ void patina_sha256_update(patina_sha256_ctx_t *ctx, const void *data, size_t siz
         p += take;
         size -= take;
         if (have + take < 64) return;
-        compress(ctx->h, ctx->buf);
+        compress_blocks(ctx->h, ctx->buf, 1);
     }
-    for (; size >= 64; p += 64, size -= 64) compress(ctx->h, p);
+    if (size >= 64) {
+        compress_blocks(ctx->h, p, size / 64);
+        p += size / 64 * 64;
+        size %= 64;
+    }
     if (size) memcpy(ctx->buf, p, size);
 }
 
@@ -84,12 +183,12 @@ void patina_sha256_final(patina_sha256_ctx_t *ctx, uint8_t out[32])
     ctx->buf[have++] = 0x80;
     if (have > 56) {
         memset(ctx->buf + have, 0, 64 - have);
-        compress(ctx->h, ctx->buf);
+        compress_blocks(ctx->h, ctx->buf, 1);
         have = 0;
     }
     memset(ctx->buf + have, 0, 56 - have);
     for (i = 0; i < 8; i++) ctx->buf[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
-    compress(ctx->h, ctx->buf);
+    compress_blocks(ctx->h, ctx->buf, 1);
     for (i = 0; i < 8; i++) {
         out[4 * i] = (uint8_t)(ctx->h[i] >> 24);
         out[4 * i + 1] = (uint8_t)(ctx->h[i] >> 16);
