@@ -3,6 +3,8 @@
 #
 #   DEVICE_BUILD=DIR (default build-device, relative to the repo root) picks
 #   the build directory for both modes, so parallel work can carry its own.
+#   DEVICE_LINEINFO=1 compiles the kernels with -lineinfo (for Nsight
+#   Compute's source view; ~3x larger binaries, the carry may not fit).
 #
 #   scripts/device.sh [build]   HERE: configure and build for sm_90 (Release, CUDA
 #                               on) into build-device/, copy the shared libraries
@@ -33,7 +35,8 @@ SYSTEM_LIBS='linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.s
 build() {
     jobs=$(nproc 2>/dev/null || echo 2)
     cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DPATINA_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES=90 -DPATINA_WERROR=ON
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DPATINA_WERROR=ON \
+        -DPATINA_CUDA_LINEINFO="$([ -n "${DEVICE_LINEINFO:-}" ] && echo ON || echo OFF)"
     if ! cmake --build "$BUILD" -j"$jobs"; then
         # Work in progress elsewhere in the tree must not block a GPU run:
         # build what the device run needs, each on its own.
