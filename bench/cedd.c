@@ -18,7 +18,7 @@
  * warm-up.
  *
  *   bench_cedd [--sizes 640x480,...] [--reps N] [--seconds S] [--quick]
- *   bench_cedd --e2e DIR [--device auto|cpu|gpu|hybrid] [--batch N]
+ *   bench_cedd --e2e DIR [--device cpu|gpu|hybrid|nvjpeg|nvjpeg-auto] [--batch N]
  *       end to end: decode + extract + store of a folder of JPEGs through
  *       patina_index_files, into a fresh collection in a temporary directory.
  *
@@ -369,35 +369,65 @@ static int make_jpegs(const char *dir, int n, const char *src)
     return made > 0 ? 0 : 1;
 }
 
+/* Modes of the e2e run: device, JPEG decoder, nvJPEG share (0 = adaptive). */
+static const struct e2e_mode {
+    const char *name, *device;
+    patina_jpeg_decoder decoder;
+    double share;
+} E2E_MODES[] = {
+    {"cpu", "cpu", PATINA_JPEG_LIBJPEG, 0},
+    {"gpu", "gpu", PATINA_JPEG_LIBJPEG, 0},
+    {"hybrid", "hybrid", PATINA_JPEG_LIBJPEG, 0},
+    {"nvjpeg", "gpu", PATINA_JPEG_NVJPEG, 0},           /* every JPEG nvJPEG supports (default) */
+    {"nvjpeg-auto", "gpu", PATINA_JPEG_NVJPEG, -1},     /* shared with the CPU decoders, adaptive */
+};
+
 static int e2e(const char *dir, const char *device, size_t batch)
 {
-    static const char *all[] = {"cpu", "gpu", "hybrid"};
     const char *const paths[1] = {dir};
-    char **files = NULL;
+    char **files = NULL, why[256];
     size_t nfiles = 0, missing = 0, d;
     patina_context_t *ctx;
     patina_extractor_t *ex;
     OK("context", patina_context_new(&ctx, NULL));
     OK("extractor", patina_extractor_new(&ex, "cedd"));
     OK("expand", patina_expand_paths(&files, &nfiles, paths, 1, &missing, on_error, NULL));
-    printf("e2e: %zu files under %s, %d threads\n", nfiles, dir, patina_context_threads(ctx));
-    printf("%-8s %8s %9s %10s %10s %9s %7s\n", "device", "seconds", "files/s", "MB/s in", "Mpix/s",
-           "indexed", "failed");
-    for (d = 0; d < 3; d++) {
+    printf("e2e: %zu files under %s, %d threads; nvJPEG: %s\n", nfiles, dir,
+           patina_context_threads(ctx), patina_jpeg_gpu_available(why, sizeof why) ? why : "no");
+    printf("%-12s %8s %9s %10s %10s %9s %7s %8s\n", "mode", "seconds", "files/s", "MB/s in",
+           "Mpix/s", "indexed", "failed", "nvjpeg");
+    for (d = 0; d < sizeof E2E_MODES / sizeof E2E_MODES[0]; d++) {
+        const struct e2e_mode *m = &E2E_MODES[d];
         patina_index_opts_t o;
         patina_index_stats_t st;
         patina_collection_t *c;
-        char tmpl[] = "/tmp/patina-e2e-XXXXXX", cmd[64];
+        char tmpl[4096], cmd[4200];
         patina_device dev;
         patina_status s;
-        if (device && strcmp(device, all[d]) != 0) continue;
-        OK("device", patina_device_parse(&dev, all[d]));
+        if (device && strcmp(device, m->name) != 0) continue;
+        OK("device", patina_device_parse(&dev, m->device));
         {   /* open the GPU before the clock starts */
             patina_device got;
             if (patina_context_resolve(ctx, ex, dev, &got) != PATINA_OK) {
-                printf("%-8s unavailable: %s\n", all[d], patina_last_error());
+                printf("%-12s unavailable: %s\n", m->name, patina_last_error());
                 continue;
             }
+        }
+        if (m->decoder == PATINA_JPEG_NVJPEG && !patina_jpeg_gpu_available(why, sizeof why)) {
+            printf("%-12s unavailable: %s\n", m->name, why);
+            continue;
+        }
+        if (m->decoder == PATINA_JPEG_NVJPEG) {  /* decoders too, before the clock */
+            double t0 = patina_now();
+            if (patina_jpeg_gpu_prepare(ctx) != PATINA_OK) {
+                printf("%-12s unavailable: %s\n", m->name, patina_last_error());
+                continue;
+            }
+            if (patina_now() - t0 > 0.01) printf("(nvJPEG decoders opened in %.2f s)\n", patina_now() - t0);
+        }
+        {   /* the collection goes under $TMPDIR (default /tmp): its disk sets the commit cost */
+            const char *t = getenv("TMPDIR");
+            snprintf(tmpl, sizeof tmpl, "%s/patina-e2e-XXXXXX", t && *t ? t : "/tmp");
         }
         if (!mkdtemp(tmpl)) die("mkdtemp", PATINA_E_IO);
         OK("collection", patina_collection_open(&c, tmpl, PATINA_OPEN_CREATE, 0));
@@ -406,18 +436,22 @@ static int e2e(const char *dir, const char *device, size_t batch)
         o.device = dev;
         o.batch = batch;
         o.on_error = on_error;
+        o.jpeg_decoder = m->decoder;
+        o.nvjpeg_share = m->share;
         s = patina_index_files(ctx, c, ex, (const char *const *)files, nfiles, &o, &st);
         patina_collection_close(c);
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpl);
         if (system(cmd) != 0) { /* best effort */ }
         if (s != PATINA_OK) {
-            printf("%-8s failed: %s: %s\n", all[d], patina_status_str(s), patina_last_error());
+            printf("%-12s failed: %s: %s\n", m->name, patina_status_str(s), patina_last_error());
             continue;
         }
-        printf("%-8s %8.2f %9.1f %10.1f %10.1f %9llu %7llu\n", patina_device_name(st.device),
-               st.seconds, (double)st.indexed / st.seconds, (double)st.bytes / 1e6 / st.seconds,
+        printf("%-12s %8.2f %9.1f %10.1f %10.1f %9llu %7llu %8llu   read %.2f decode %.2f "
+               "extract %.2f store %.2f wait %.2f s\n", m->name, st.seconds,
+               (double)st.indexed / st.seconds, (double)st.bytes / 1e6 / st.seconds,
                (double)st.pixels / 1e6 / st.seconds, (unsigned long long)st.indexed,
-               (unsigned long long)st.failed);
+               (unsigned long long)st.failed, (unsigned long long)st.gpu_decoded, st.t_read,
+               st.t_decode, st.t_extract, st.t_store, st.t_wait);
         fflush(stdout);
     }
     for (d = 0; d < nfiles; d++) free(files[d]);
@@ -465,7 +499,7 @@ int main(int argc, char **argv)
             batch = (size_t)atoi(argv[++i]);
         } else {
             fprintf(stderr, "usage: bench_cedd [--sizes WxH,...] [--reps N] [--seconds S] [--quick]\n"
-                            "       bench_cedd --e2e DIR [--device cpu|gpu|hybrid] [--batch N]\n"
+                            "       bench_cedd --e2e DIR [--device cpu|gpu|hybrid|nvjpeg|nvjpeg-auto] [--batch N]\n"
                             "       bench_cedd --make-jpegs DIR N SRC_DIR\n");
             return 2;
         }

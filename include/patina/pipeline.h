@@ -28,7 +28,35 @@ typedef struct patina_index_stats {
     uint64_t pixels;     /* decoded pixels */
     double seconds;      /* wall time so far */
     patina_device device;/* device the descriptors were computed on */
+    uint64_t gpu_decoded;/* images decoded by nvJPEG (PATINA_JPEG_NVJPEG) */
+    /* Wall seconds per stage, summed over batches. read + decode run on the
+     * producer side, overlapping extract + store when the device is the GPU;
+     * wait is the time the store side waited for the producer. */
+    double t_read, t_decode, t_extract, t_store, t_wait;
 } patina_index_stats_t;
+
+/* Who decodes JPEG files. libjpeg-turbo gives the reference's pixels (LIRE's
+ * descriptors to the bit); nvJPEG decodes on the GPU (the JPEG engines where
+ * the device has them) straight into device memory, close to but not
+ * identical with those pixels (docs/images.md), and needs --device gpu and
+ * a family whose GPU path reads device memory (cedd). Files nvJPEG does not
+ * take (progressive, CMYK, not JPEG, damaged) are decoded on the CPU. */
+typedef enum patina_jpeg_decoder {
+    PATINA_JPEG_LIBJPEG = 0,
+    PATINA_JPEG_NVJPEG = 1
+} patina_jpeg_decoder;
+
+/* 1 when nvJPEG can be loaded at run time; why (may be NULL) gets the
+ * library's name or the reason it cannot be used. */
+int patina_jpeg_gpu_available(char *why, size_t size);
+
+/* Opens the context's nvJPEG decoders now rather than in the first
+ * patina_index_files call that asks for them (creating them takes a large
+ * fraction of a second; they stay open until patina_context_free). */
+patina_status patina_jpeg_gpu_prepare(patina_context_t *ctx);
+
+/* Parses "libjpeg" or "nvjpeg". */
+patina_status patina_jpeg_decoder_parse(patina_jpeg_decoder *d, const char *name);
 
 typedef struct patina_index_opts {
     patina_device device;    /* default AUTO */
@@ -41,6 +69,12 @@ typedef struct patina_index_opts {
     /* Called once per failed file, from the calling thread (may be NULL). */
     void (*on_error)(void *user, const char *path, patina_status s, const char *message);
     void *user;
+    patina_jpeg_decoder jpeg_decoder; /* default PATINA_JPEG_LIBJPEG */
+    /* With nvJPEG: the fraction of each batch's JPEGs it decodes while the
+     * CPU workers decode the rest. 0 = all it supports (the fastest on an
+     * H100: CPU decoders slow down the threads that feed the JPEG engines);
+     * negative = adapt the share to the rates measured per batch. */
+    double nvjpeg_share;
 } patina_index_opts_t;
 
 /* Expands paths (files and directories) into a sorted list of files;

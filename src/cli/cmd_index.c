@@ -21,6 +21,13 @@ static void help(FILE *f)
             "      --batch N       images per batch and per transaction (default: 256)\n"
             "      --max-pixels N  refuse images with more pixels (default 268435456)\n"
             "      --max-batch-pixels N  decoded pixels one batch may hold (default 268435456)\n"
+            "      --decoder D     JPEG decoder: libjpeg (default: the reference's pixels,\n"
+            "                      descriptors identical to LIRE's) or nvjpeg (GPU, needs\n"
+            "                      --device gpu and libnvjpeg at run time; pixels differ\n"
+            "                      slightly, see docs/images.md)\n"
+            "      --nvjpeg-share F  fraction of the JPEGs nvJPEG decodes while the CPU\n"
+            "                      decodes the rest (0 < F <= 1, or auto to follow the\n"
+            "                      measured rates; default 1: all nvJPEG supports)\n"
             "  -q, --quiet         no progress bar and no summary\n"
             "  -h, --help          this help\n"
             "Files that fail are reported on stderr and the exit status is 1.\n");
@@ -69,6 +76,7 @@ int cmd_index(int argc, char **argv)
         {"jobs", required_argument, 0, 'j'}, {"batch", required_argument, 0, 'b'},
         {"max-pixels", required_argument, 0, 'P'}, {"quiet", no_argument, 0, 'q'},
         {"max-batch-pixels", required_argument, 0, 'B'},
+        {"decoder", required_argument, 0, 'D'}, {"nvjpeg-share", required_argument, 0, 'S'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *family = "cedd";
     patina_context_opts_t copts = {0};
@@ -110,6 +118,26 @@ int cmd_index(int argc, char **argv)
             if (cli_parse_long("index", "--max-batch-pixels", optarg, 1, 1L << 40, &v)) return EXIT_USAGE;
             iopts.max_batch_pixels = (uint64_t)v;
             break;
+        case 'D':
+            if (patina_jpeg_decoder_parse(&iopts.jpeg_decoder, optarg) != PATINA_OK) {
+                cli_error("index", "%s", patina_last_error());
+                return EXIT_USAGE;
+            }
+            break;
+        case 'S': {
+            char *end = NULL;
+            double f = strtod(optarg, &end);
+            if (!strcmp(optarg, "auto")) {
+                iopts.nvjpeg_share = -1;
+                break;
+            }
+            if (!end || *end || !(f > 0 && f <= 1)) {
+                cli_error("index", "--nvjpeg-share wants a number in (0, 1] or auto, not '%s'", optarg);
+                return EXIT_USAGE;
+            }
+            iopts.nvjpeg_share = f;
+            break;
+        }
         case 'q': run.quiet = 1; break;
         case 'h': help(stdout); return EXIT_OK;
         default: help(stderr); return EXIT_USAGE;
@@ -151,6 +179,9 @@ int cmd_index(int argc, char **argv)
         rc = EXIT_ERROR;
         goto out;
     }
+    if (!run.quiet && stats.gpu_decoded)
+        fprintf(stderr, "decoded %llu JPEGs with nvJPEG, the others on the CPU\n",
+                (unsigned long long)stats.gpu_decoded);
     if (!run.quiet)
         fprintf(stderr,
                 "indexed %llu, skipped %llu (unchanged), failed %llu of %llu files in %.2f s "

@@ -30,6 +30,11 @@ int cmd_info(int argc, char **argv)
         char buf[256];
         if (patina_gpu_describe(i, buf, sizeof buf) == PATINA_OK) printf("  gpu %d: %s\n", i, buf);
     }
+    {
+        char why[256];
+        int ok = patina_jpeg_gpu_available(why, sizeof why);
+        printf("nvjpeg: %s (%s)\n", ok ? "yes" : "no", why);
+    }
     printf("families:\n");
     for (f = 0; f < patina_family_count(); f++) {
         patina_extractor_t *ex;

@@ -242,4 +242,5 @@ const patina_family_t patina_family_cedd = {
     .cpu = cedd_cpu,
     .gpu = cedd_gpu,
     .hybrid = cedd_hybrid,
+    .gpu_reads_device = 1,
 };

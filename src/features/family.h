@@ -42,6 +42,9 @@ typedef struct patina_family {
      * object members without braces ("\"glcm\":[...],\"props\":{...}") in
      * a malloc'd string the caller frees (NULL: the descriptor vector). */
     patina_status (*json)(const void *params, char **out, const patina_image_t *img);
+    /* Non-zero when .gpu reads images in device memory of the context's GPU
+     * in place (images decoded by nvJPEG). */
+    int gpu_reads_device;
 } patina_family_t;
 
 extern const patina_family_t patina_family_cedd;

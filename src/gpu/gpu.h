@@ -51,6 +51,32 @@ patina_status patina_gpu_cedd_hybrid(patina_gpu_t *g, patina_pool_t *pool, uint8
                                      const patina_image_t *imgs, size_t n, int compact,
                                      patina_status *st);
 
+/* ---- JPEG decoding on the GPU (src/gpu/nvjpeg.c: nvJPEG loaded at run time) ----
+ * Close to, not identical with, libjpeg-turbo's pixels: opt-in. */
+typedef struct patina_jpeg_gpu patina_jpeg_gpu_t;
+
+/* 1 when libnvjpeg can be loaded; why (may be NULL) gets its path or the
+ * reason it cannot. */
+int patina_gpu_jpeg_available(char *why, size_t size);
+
+/* A decoder on g's device: the JPEG engines where the device has them,
+ * else nvJPEG's GPU Huffman backend, fed by `lanes` host threads (1..16).
+ * One calling thread at a time. */
+patina_status patina_gpu_jpeg_open(patina_jpeg_gpu_t **d, patina_gpu_t *g, int lanes);
+int patina_gpu_jpeg_lanes(const patina_jpeg_gpu_t *d);
+void patina_gpu_jpeg_close(patina_jpeg_gpu_t *d); /* accepts NULL */
+const char *patina_gpu_jpeg_backend(const patina_jpeg_gpu_t *d); /* "hardware", "gpu-hybrid" */
+
+/* Decodes n JPEG streams into RGB images in device memory owned by d
+ * (out[i].owned = 0), valid until the next call on d. st[i] = PATINA_OK for
+ * the images decoded; the others (not supported by the backend, no
+ * end-of-image marker, or in a batch that failed) get PATINA_E_FORMAT and
+ * are left to the CPU decoder. The return value is an error only when the
+ * decoder itself failed (device memory, initialisation). */
+patina_status patina_gpu_jpeg_decode(patina_jpeg_gpu_t *d, patina_image_t *out,
+                                     const void *const *data, const size_t *size, size_t n,
+                                     patina_status *st);
+
 /* ---- internal: benchmarks and tests (double underscore = not public) ---- */
 
 /* Device memory of the context's device (cudaMalloc); NULL on failure. */

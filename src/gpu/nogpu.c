@@ -2,6 +2,7 @@
  * point reports PATINA_E_UNAVAILABLE, so `--device auto` falls back to the
  * CPU and `--device gpu` says why it cannot run. */
 #include <stddef.h>
+#include <stdio.h>
 
 #include "gpu/gpu.h"
 
@@ -166,4 +167,40 @@ void patina_gpu__profile(patina_gpu_t *g, int on, double ms[4], uint64_t *batche
     (void)g; (void)on;
     if (ms) ms[0] = ms[1] = ms[2] = ms[3] = 0.0;
     if (batches) *batches = 0;
+}
+
+int patina_gpu_jpeg_available(char *why, size_t size)
+{
+    if (why && size) snprintf(why, size, "this build has no CUDA support");
+    return 0;
+}
+
+patina_status patina_gpu_jpeg_open(patina_jpeg_gpu_t **d, patina_gpu_t *g, int lanes)
+{
+    (void)g;
+    (void)lanes;
+    *d = NULL;
+    return none();
+}
+
+void patina_gpu_jpeg_close(patina_jpeg_gpu_t *d) { (void)d; }
+
+int patina_gpu_jpeg_lanes(const patina_jpeg_gpu_t *d)
+{
+    (void)d;
+    return 0;
+}
+
+const char *patina_gpu_jpeg_backend(const patina_jpeg_gpu_t *d)
+{
+    (void)d;
+    return "none";
+}
+
+patina_status patina_gpu_jpeg_decode(patina_jpeg_gpu_t *d, patina_image_t *out,
+                                     const void *const *data, const size_t *size, size_t n,
+                                     patina_status *st)
+{
+    (void)d; (void)out; (void)data; (void)size; (void)n; (void)st;
+    return none();
 }

@@ -2,7 +2,8 @@
  *   1. (parallel) read + SHA-256 + header probe,
  *   2. (main)     skip files stored with the same hash; cut the window at the
  *                 decoded-pixel budget,
- *   3. (parallel) decode,
+ *   3. (parallel) decode; with the nvJPEG decoder a share of the JPEGs is
+ *                 decoded on the GPU while the CPU workers decode the rest,
  *   4. extract the batch on the chosen device,
  *   5. (main)     store the batch in one transaction.
  * A file that fails is reported and counted; the run goes on. */
@@ -17,9 +18,32 @@
 #include <time.h>
 
 #include "core/internal.h"
+#include "gpu/gpu.h"
 #include "patina/pipeline.h"
 
 patina_pool_t *patina__context_pool(patina_context_t *ctx);
+patina_status patina__context_jpeg(patina_context_t *ctx, patina_jpeg_gpu_t *out[2]);
+int patina__extractor_reads_device(const patina_extractor_t *ex);
+
+int patina_jpeg_gpu_available(char *why, size_t size)
+{
+    return patina_gpu_jpeg_available(why, size);
+}
+
+patina_status patina_jpeg_gpu_prepare(patina_context_t *ctx)
+{
+    patina_jpeg_gpu_t *d[2];
+    return patina__context_jpeg(ctx, d);
+}
+
+patina_status patina_jpeg_decoder_parse(patina_jpeg_decoder *d, const char *name)
+{
+    if (name && !strcmp(name, "libjpeg")) *d = PATINA_JPEG_LIBJPEG;
+    else if (name && !strcmp(name, "nvjpeg")) *d = PATINA_JPEG_NVJPEG;
+    else return patina__fail(PATINA_E_INVALID, "unknown JPEG decoder '%s' (libjpeg or nvjpeg)",
+                             name ? name : "(null)");
+    return PATINA_OK;
+}
 
 /* ------------------------------------------------------------ path expansion */
 
@@ -138,6 +162,7 @@ typedef struct slot {
     int64_t mtime;
     patina_image_info_t info;
     patina_image_t img;
+    int gpu;                   /* decoded (or being decoded) by nvJPEG */
     int have_old;              /* a record with this key exists */
     uint8_t old_sha[32];
     patina_status status;
@@ -194,7 +219,7 @@ static void decode_one(void *arg, size_t i, int worker)
     slot_t *s = &j->slots[i];
     patina_status r;
     (void)worker;
-    if (s->state != SLOT_READ) return;
+    if (s->state != SLOT_READ || s->gpu) return;
     r = patina_image_decode(&s->img, s->data, s->size, j->limits, s->path);
     free(s->data);
     s->data = NULL;
@@ -218,6 +243,7 @@ static void slot_clear(slot_t *s)
 typedef struct window {
     slot_t *slots;            /* (capacity) */
     size_t first, take;       /* files[first .. first+take) */
+    patina_jpeg_gpu_t *jdec;  /* nvJPEG decoder whose memory holds this window's images */
 } window_t;
 
 typedef struct producer {
@@ -229,16 +255,123 @@ typedef struct producer {
     size_t n, capacity, desc_bytes;
     uint64_t pixel_budget;
     unsigned char *probe;     /* desc_bytes scratch for the "already stored" check */
+    double share;             /* nvJPEG's share of the JPEGs (adapted unless fixed) */
+    int share_fixed;
+    double t_read, t_decode;  /* stage times, collected into the stats by the consumer */
 } producer_t;
+
+/* ---- nvJPEG next to the CPU workers ---- */
+
+typedef struct gpu_decode {
+    patina_jpeg_gpu_t *d;
+    slot_t **slots;
+    size_t n;
+    const void **data;
+    size_t *size;
+    patina_image_t *out;
+    patina_status *st;
+    patina_status result;
+    double seconds;
+} gpu_decode_t;
+
+static void *gpu_decode_main(void *v)
+{
+    gpu_decode_t *g = v;
+    double t0 = patina_now();
+    g->result = patina_gpu_jpeg_decode(g->d, g->out, g->data, g->size, g->n, g->st);
+    g->seconds = patina_now() - t0;
+    return NULL;
+}
+
+/* Stage 3 with nvJPEG: the first share of the window's JPEGs go to the GPU
+ * (its own thread), the rest to the CPU workers at the same time; what the
+ * GPU did not take is then decoded on the CPU. The share follows the rates
+ * measured on each window, so both sides finish together. */
+static void decode_split(producer_t *p, window_t *w, job_t *job)
+{
+    size_t i, ncand = 0, k, nc = 0, retry = 0;
+    gpu_decode_t g = {0};
+    pthread_t th;
+    int started = 0;
+    double t0, tcpu;
+    for (i = 0; i < w->take; i++) {
+        slot_t *s = &w->slots[i];
+        if (s->state == SLOT_READ && s->info.format == PATINA_FORMAT_JPEG &&
+            (s->info.channels == 1 || s->info.channels == 3))
+            ncand++;
+    }
+    k = (size_t)(p->share * (double)ncand + 0.5);
+    if (k > ncand) k = ncand;
+    /* Batch sizes in steps of 8: nvJPEG re-initialises its batch state
+     * whenever the size changes. */
+    if (k < ncand) k = k >= 8 ? k / 8 * 8 : (ncand >= 8 ? 8 : k);
+    if (k) {
+        g.slots = malloc(k * sizeof *g.slots);
+        g.data = malloc(k * sizeof *g.data);
+        g.size = malloc(k * sizeof *g.size);
+        g.out = malloc(k * sizeof *g.out);
+        g.st = malloc(k * sizeof *g.st);
+        if (!g.slots || !g.data || !g.size || !g.out || !g.st) k = 0;
+    }
+    g.d = w->jdec;
+    for (i = 0; i < w->take && g.n < k; i++) {
+        slot_t *s = &w->slots[i];
+        if (s->state == SLOT_READ && s->info.format == PATINA_FORMAT_JPEG &&
+            (s->info.channels == 1 || s->info.channels == 3)) {
+            s->gpu = 1;
+            g.slots[g.n] = s;
+            g.data[g.n] = s->data;
+            g.size[g.n] = s->size;
+            g.n++;
+        }
+    }
+    if (g.n) started = pthread_create(&th, NULL, gpu_decode_main, &g) == 0;
+    if (g.n && !started) gpu_decode_main(&g);
+    for (i = 0; i < w->take; i++) nc += w->slots[i].state == SLOT_READ && !w->slots[i].gpu;
+    t0 = patina_now();
+    patina_pool_run(p->pool, w->take, decode_one, job);
+    tcpu = patina_now() - t0;
+    if (started) pthread_join(th, NULL);
+    for (i = 0; i < g.n; i++) {
+        slot_t *s = g.slots[i];
+        if (g.result == PATINA_OK && g.st[i] == PATINA_OK) {
+            s->img = g.out[i];
+            s->state = SLOT_DECODED;
+            free(s->data);
+            s->data = NULL;
+        } else {
+            s->gpu = 0;     /* the CPU decodes it (and names any problem) */
+            retry++;
+        }
+    }
+    if (retry) patina_pool_run(p->pool, w->take, decode_one, job);
+    if (!p->share_fixed && g.n > retry && nc > 0 && g.seconds > 0 && tcpu > 0) {
+        double rg = (double)(g.n - retry) / g.seconds, rc = (double)nc / tcpu;
+        double want = rg / (rg + rc);
+        p->share = 0.5 * p->share + 0.5 * want;
+    } else if (!p->share_fixed && g.n && retry == g.n) {
+        p->share *= 0.5;    /* the GPU took none: lean on the CPU */
+    } else if (!p->share_fixed && nc == 0 && g.n) {
+        p->share = p->share + 0.5 * (1.0 - p->share);  /* CPU idle: give the GPU more */
+    }
+    if (p->share < 0.02) p->share = 0.02;
+    if (p->share > 1.0) p->share = 1.0;
+    free(g.slots);
+    free(g.data);
+    free(g.size);
+    free(g.out);
+    free(g.st);
+}
 
 /* Stages 1-3 for the files from `first`: read + hash + probe, skip what is
  * stored, cut at the pixel budget, decode. Sets w->take (>= 1 when first < n). */
-static void produce(const producer_t *p, window_t *w, size_t first)
+static void produce(producer_t *p, window_t *w, size_t first)
 {
     size_t take = p->n - first < p->capacity ? p->n - first : p->capacity;
     size_t i, used = 0;
     uint64_t pixels = 0;
     job_t job = {w->slots, p->limits};
+    double t0 = patina_now(), t1;
     w->first = first;
     for (i = 0; i < take; i++) {
         patina_record_t rec;
@@ -270,11 +403,15 @@ static void produce(const producer_t *p, window_t *w, size_t first)
     }
     for (size_t j = i; j < take; j++) slot_clear(&w->slots[j]);
     w->take = i;
-    patina_pool_run(p->pool, w->take, decode_one, &job);
+    t1 = patina_now();
+    p->t_read += t1 - t0;
+    if (w->jdec) decode_split(p, w, &job);
+    else patina_pool_run(p->pool, w->take, decode_one, &job);
+    p->t_decode += patina_now() - t1;
 }
 
 typedef struct produce_arg {
-    const producer_t *p;
+    producer_t *p;
     window_t *w;
     size_t first;
 } produce_arg_t;
@@ -304,6 +441,7 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     double t0 = patina_now();
     patina_device dev;
     producer_t prod;
+    patina_jpeg_gpu_t *jdec[2] = {NULL, NULL};
     int cur = 0, overlap;
 
     if (opts_in) opts = *opts_in;
@@ -318,6 +456,7 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
      * cannot overlap there (the pool runs one job at a time). */
     overlap = dev == PATINA_DEVICE_GPU;
 
+    memset(&prod, 0, sizeof prod);
     prod.pool = patina__context_pool(ctx);
     prod.c = c;
     prod.ex = ex;
@@ -329,6 +468,23 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     prod.pixel_budget = opts.max_batch_pixels ? opts.max_batch_pixels
                                               : 256ull << 20; /* ~768 MB of RGB */
     prod.probe = malloc(desc_bytes ? desc_bytes : 1);
+    prod.share_fixed = opts.nvjpeg_share >= 0;
+    prod.share = opts.nvjpeg_share > 0 ? (opts.nvjpeg_share < 1 ? opts.nvjpeg_share : 1)
+                 : opts.nvjpeg_share == 0 ? 1.0 : 0.7;
+    if (opts.jpeg_decoder == PATINA_JPEG_NVJPEG) {
+        if (dev != PATINA_DEVICE_GPU) {
+            result = patina__fail(PATINA_E_INVALID, "index: the nvjpeg decoder needs --device gpu "
+                                  "(it leaves the images in GPU memory); this run uses %s",
+                                  patina_device_name(dev));
+            goto done;
+        }
+        if (!patina__extractor_reads_device(ex)) {
+            result = patina__fail(PATINA_E_INVALID, "index: family '%s' cannot read GPU-decoded "
+                                  "images yet; use the libjpeg decoder", patina_extractor_family(ex));
+            goto done;
+        }
+        if ((result = patina__context_jpeg(ctx, jdec)) != PATINA_OK) goto done;
+    }
 
     win[0].slots = calloc(window, sizeof *win[0].slots);
     win[1].slots = overlap ? calloc(window, sizeof *win[1].slots) : NULL;
@@ -342,12 +498,15 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
         result = patina__fail(PATINA_E_NOMEM, "index: out of memory for a batch of %zu", window);
         goto done;
     }
+    win[0].jdec = jdec[0];
+    win[1].jdec = jdec[1];
 
     if (n) produce(&prod, &win[0], 0);
     while (win[cur].take > 0 && result == PATINA_OK) {
         window_t *w = &win[cur];
         size_t nb = 0, next = w->first + w->take;
         pthread_t th;
+        double t_stage;
         produce_arg_t pa = {&prod, &win[1 - cur], next};
         int started = 0;
 
@@ -358,6 +517,7 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
             slot_t *s = &w->slots[i];
             if (s->state == SLOT_SKIP) stats->skipped++;
             else if (s->state == SLOT_DECODED) {
+                stats->gpu_decoded += s->gpu;
                 map[nb] = i;
                 imgs[nb++] = s->img;
                 stats->bytes += s->size;
@@ -365,7 +525,10 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
             }
         }
         /* Stage 4: extract. */
+        t_stage = patina_now();
         if (nb) result = patina_extract_batch(ctx, ex, dev, descs, imgs, nb, st);
+        stats->t_extract += patina_now() - t_stage;
+        t_stage = patina_now();
         /* Stage 5: one transaction. */
         if (result == PATINA_OK) {
             size_t ni = 0;
@@ -390,6 +553,7 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
             if (ni) result = patina_collection_put(c, patina_extractor_spec(ex), desc_bytes, items, ni, NULL);
             if (result == PATINA_OK) stats->indexed += ni;
         }
+        stats->t_store += patina_now() - t_stage;
         if (result == PATINA_OK)
             for (i = 0; i < w->take; i++) {
                 slot_t *s = &w->slots[i];
@@ -404,13 +568,17 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
             patina_status keep = result;
             char msg[1024];
             snprintf(msg, sizeof msg, "%s", patina_last_error());
+            t_stage = patina_now();
             pthread_join(th, NULL);     /* the producer only sets its own slots' messages */
+            stats->t_wait += patina_now() - t_stage;
             if (keep != PATINA_OK) patina__fail(keep, "%s", msg);
             cur = 1 - cur;
         } else if (result == PATINA_OK && next < n) {
             produce(&prod, &win[cur], next);
         }
         stats->seconds = patina_now() - t0;
+        stats->t_read = prod.t_read;
+        stats->t_decode = prod.t_decode;
         if (result == PATINA_OK && opts.progress) opts.progress(opts.user, stats);
     }
 
