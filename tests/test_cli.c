@@ -106,6 +106,19 @@ static void test_bad_input_and_usage(void **state)
         assert_int_equal(tu_run(NULL, "%s %s --help >/dev/null", CLI, *c), 0);
     if (patina_gpu_count() == 0)
         assert_int_equal(tu_run(NULL, "%s extract --device gpu '%s' 2>/dev/null", CLI, photos[0]), 3);
+    /* --decoder: unknown names and bad shares are usage errors; nvjpeg
+     * without the GPU device says why and stores nothing. */
+    assert_int_equal(tu_run(NULL, "%s index %s/dec.patina '%s' --decoder turbo 2>/dev/null", CLI, tmp, photos[0]), 2);
+    assert_int_equal(tu_run(NULL, "%s index %s/dec.patina '%s' --nvjpeg-share 0 2>/dev/null", CLI, tmp, photos[0]), 2);
+    assert_int_equal(tu_run(NULL, "%s index %s/dec.patina '%s' --nvjpeg-share 1.5 2>/dev/null", CLI, tmp, photos[0]), 2);
+    rc = tu_run(&out, "%s index %s/dec.patina '%s' --decoder nvjpeg --device cpu 2>&1", CLI, tmp, photos[0]);
+    assert_int_equal(rc, 3);
+    assert_non_null(strstr(out, "nvjpeg decoder needs --device gpu"));
+    free(out);
+    rc = tu_run(&out, "%s info", CLI);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "nvjpeg: "));
+    free(out);
 }
 
 /* Index all samples; a near-duplicate of several photos finds its source first. */
