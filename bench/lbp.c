@@ -59,7 +59,7 @@ static lbp_conf_t conf(int kind, int P, double R, int method, const char *grid)
 
 static uint8_t *src_grey;
 static int src_w, src_h;
-static char src_name[512] = "synthetic texture";
+static char src_name[1100] = "synthetic texture"; /* a path (up to 1023) and its size */
 
 static void load_source(void)
 {
