@@ -80,7 +80,7 @@ build() {
 Now run, with the device tool:
   run(kind="nvidia-h100-x1", carry=[$carry], timeout_s=600,
       command="${DEVICE_BUILD:+DEVICE_BUILD=$DEVICE_BUILD }sh scripts/device.sh remote")
-Logs come back under \$OUT: nvidia-smi.txt ctest-gpu.log e2e.log bench_lbp.log bench_glcm.log
+Logs come back under \$OUT: nvidia-smi.txt ctest-gpu.log e2e.log bench_knn.log bench_lbp.log bench_glcm.log
 sanitizer.log bench_cedd.log (+ ncu.txt). BENCH_ARGS="" gives the full Table 3 run.
 EOF
 }
@@ -118,6 +118,12 @@ remote() {
         cat "$OUT/e2e.log"
     fi
 
+    if [ -x "$BUILD/bench/bench_knn" ]; then
+        echo "== bench_knn"
+        (cd "$ROOT" && PATINA_PYTHON=python3 timeout 120 "$BUILD/bench/bench_knn") > "$OUT/bench_knn.log" 2>&1 || rc=1
+        cat "$OUT/bench_knn.log"
+    fi
+
     for b in lbp glcm; do
         [ -x "$BUILD/bench/bench_$b" ] || continue
         echo "== bench_$b"
@@ -127,7 +133,7 @@ remote() {
     done
 
     echo "== compute-sanitizer memcheck (quick GPU tests)"
-    for t in test_cedd_gpu test_lbp_gpu test_glcm_gpu test_nvjpeg_gpu; do
+    for t in test_cedd_gpu test_lbp_gpu test_glcm_gpu test_nvjpeg_gpu test_knn_gpu; do
         [ -x "$BUILD/tests/$t" ] || continue
         PATINA_TEST_QUICK=1 timeout 60 compute-sanitizer --tool memcheck --error-exitcode 3 \
             "$BUILD/tests/$t" > "$OUT/sanitizer-one.log" 2>&1 || rc=1
@@ -135,7 +141,7 @@ remote() {
         echo "$t: $(grep -E "ERROR SUMMARY" "$OUT/sanitizer-one.log" | tail -1) $(grep -E "PASSED|FAILED" "$OUT/sanitizer-one.log" | tail -1)"
     done
 
-    rm -f "$OUT/sanitizer-one.log"   # at most 8 files come back from $OUT
+    rm -f "$OUT/sanitizer-one.log"   # the files that come back from $OUT are limited
     echo "== bench_cedd ${BENCH_ARGS:---quick}"
     # shellcheck disable=SC2086
     timeout 60 "$BUILD/bench/bench_cedd" ${BENCH_ARGS:---quick} > "$OUT/bench_cedd.log" 2>&1 || rc=1

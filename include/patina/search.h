@@ -11,7 +11,8 @@
  * over queries and, for fewer queries than threads, over chunks of the
  * index. For CEDD the Tanimoto distance runs through a fast path with
  * per-row sums cached at build time that returns the same doubles as
- * patina_cedd_tanimoto, bit for bit. */
+ * patina_cedd_tanimoto, bit for bit; patina_index_knn_gpu runs that k-NN
+ * on a GPU (src/gpu/knn.cu) with the same result. */
 #ifndef PATINA_SEARCH_H
 #define PATINA_SEARCH_H
 
@@ -53,6 +54,14 @@ size_t patina_index_size(const patina_index_t *idx);
  * PATINA_E_INVALID, k > 1e6 with PATINA_E_LIMIT. nq = 0 does nothing. */
 patina_status patina_index_knn(const patina_index_t *idx, const void *queries, size_t nq,
                                size_t k, int threads, patina_hit_t *hits, size_t *counts);
+
+/* patina_index_knn on CUDA device `gpu` (0 = the first): the same hits and
+ * the same doubles. CEDD Tanimoto indexes only (PATINA_E_UNAVAILABLE for
+ * other families, and without a GPU); the table is copied to the device on
+ * the first call and kept with the index. Queries that are not CEDD
+ * descriptors (a bin above 7) are answered on the CPU. */
+patina_status patina_index_knn_gpu(const patina_index_t *idx, int gpu, const void *queries,
+                                   size_t nq, size_t k, patina_hit_t *hits, size_t *counts);
 
 /* Every item with distance <= radius, per query: hits[q] malloc'd (NULL
  * when there are none; the caller frees each), counts[q] its length; with

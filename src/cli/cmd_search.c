@@ -18,7 +18,9 @@ static void help(FILE *f)
             "      --range R       every image with distance <= R instead of -k\n"
             "      --format F      table (default), csv: QUERY,RANK,KEY,DISTANCE per hit\n"
             "                      (%%.17g distances, no header), json: one object per query\n"
-            "      --device D      where query descriptors are computed (default auto)\n"
+            "      --device D      auto|cpu|gpu: where query descriptors are computed and,\n"
+            "                      for CEDD with -k, where the k-NN runs (same results;\n"
+            "                      default auto: the GPU when one is usable)\n"
             "  -j, --jobs N        CPU threads (default: all)\n"
             "  -h, --help          this help\n");
 }
@@ -165,7 +167,11 @@ int cmd_search(int argc, char **argv)
             if (s == PATINA_OK) print_hits(stdout, fmt, coll, argv[a], rh, n);
             free(rh);
         } else {
-            s = patina_index_knn(idx, desc, 1, (size_t)k, copts.threads, hits, &n);
+            s = PATINA_E_UNAVAILABLE;
+            if (device != PATINA_DEVICE_CPU && patina_gpu_count() > 0)
+                s = patina_index_knn_gpu(idx, 0, desc, 1, (size_t)k, hits, &n);
+            if (s == PATINA_E_UNAVAILABLE) /* not CEDD, or no GPU: the CPU */
+                s = patina_index_knn(idx, desc, 1, (size_t)k, copts.threads, hits, &n);
             if (s == PATINA_OK) print_hits(stdout, fmt, coll, argv[a], hits, n);
         }
         if (s != PATINA_OK) {

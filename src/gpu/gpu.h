@@ -12,7 +12,9 @@
 #include <stdint.h>
 #include "core/internal.h"
 #include "patina/glcm.h"
+#include "patina/cedd.h"
 #include "patina/image.h"
+#include "patina/search.h"
 #include "patina/status.h"
 
 #ifdef __cplusplus
@@ -76,6 +78,30 @@ const char *patina_gpu_jpeg_backend(const patina_jpeg_gpu_t *d); /* "hardware", 
 patina_status patina_gpu_jpeg_decode(patina_jpeg_gpu_t *d, patina_image_t *out,
                                      const void *const *data, const size_t *size, size_t n,
                                      patina_status *st);
+
+/* ---- exact k-NN for CEDD Tanimoto (src/gpu/knn.cu; used by src/search/knn.c) ---- */
+
+/* A query prepared for the Tanimoto fast path (src/search/knn.c). */
+typedef struct patina_knn_query {
+    int fast;                      /* 0: a bin above 7, not for the fast path */
+    int nnz;
+    double t2, c2;
+    uint8_t idx[PATINA_CEDD_DIM];  /* the query's non-zero bins, ascending */
+    double qv[PATINA_CEDD_DIM];    /* a[idx[j]] / T2 */
+} patina_knn_query_t;
+
+typedef struct patina_gpu_knn patina_gpu_knn_t;
+
+/* Uploads an index's fast-path table to CUDA device `device`: descs (n, 144),
+ * ids, T1, C3 per row and the (ptab_rows, 8) table of v / T. */
+patina_status patina_gpu_knn_new(patina_gpu_knn_t **g, int device, size_t n, const uint8_t *descs,
+                                 const uint64_t *ids, const uint16_t *t1, const double *c3,
+                                 const double *ptab, size_t ptab_rows);
+void patina_gpu_knn_free(patina_gpu_knn_t *g); /* accepts NULL */
+/* k nearest of nq fast-path queries: hits (nq, k), counts[q] = min(k, n);
+ * the caller pads. Same order and doubles as the CPU. Thread-safe. */
+patina_status patina_gpu_knn(patina_gpu_knn_t *g, const patina_knn_query_t *q, size_t nq, size_t k,
+                             patina_hit_t *hits, size_t *counts);
 
 /* ---- internal: benchmarks and tests (double underscore = not public) ---- */
 

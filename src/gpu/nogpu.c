@@ -204,3 +204,21 @@ patina_status patina_gpu_jpeg_decode(patina_jpeg_gpu_t *d, patina_image_t *out,
     (void)d; (void)out; (void)data; (void)size; (void)n; (void)st;
     return none();
 }
+
+patina_status patina_gpu_knn_new(patina_gpu_knn_t **g, int device, size_t n, const uint8_t *descs,
+                                 const uint64_t *ids, const uint16_t *t1, const double *c3,
+                                 const double *ptab, size_t ptab_rows)
+{
+    (void)device; (void)n; (void)descs; (void)ids; (void)t1; (void)c3; (void)ptab; (void)ptab_rows;
+    *g = NULL;
+    return none();
+}
+
+void patina_gpu_knn_free(patina_gpu_knn_t *g) { (void)g; }
+
+patina_status patina_gpu_knn(patina_gpu_knn_t *g, const patina_knn_query_t *q, size_t nq, size_t k,
+                             patina_hit_t *hits, size_t *counts)
+{
+    (void)g; (void)q; (void)nq; (void)k; (void)hits; (void)counts;
+    return none();
+}

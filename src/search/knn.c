@@ -37,7 +37,9 @@
 
 #include "core/internal.h"
 #include "patina/cedd.h"
+#include "gpu/gpu.h"
 #include "search/knn.h"
+#include <pthread.h>
 
 #define K_MAX 1000000
 #define TILE 256          /* rows whose distances are computed before selection */
@@ -52,16 +54,15 @@ struct patina_index {
     uint16_t *t1;             /* (n) T1 = sum of the row's bins */
     double *c3;               /* (n) C3 = sum of p*p in bin order */
     double (*ptab)[8];        /* (T_MAX + 1, 8): ptab[T][v] = v / T; row 0 zeros */
+    /* GPU copy of the fast-path table, made on first patina_index_knn_gpu
+     * (a cache: the index stays logically immutable) */
+    pthread_mutex_t gpu_lock;
+    patina_gpu_knn_t *gpu;
+    int gpu_device;
 };
 
-/* A query prepared for the fast path. */
-typedef struct tq {
-    int fast;                 /* 0: use the generic distance for this query */
-    int nnz;
-    double t2, c2;
-    uint8_t idx[PATINA_CEDD_DIM];  /* the query's non-zero bins, ascending */
-    double qv[PATINA_CEDD_DIM];    /* q = a[idx[j]] / T2 */
-} tq_t;
+/* A query prepared for the fast path (shared with the GPU search). */
+typedef patina_knn_query_t tq_t;
 
 int patina__index_fast_path(const patina_index_t *idx) { return idx && idx->t1 != NULL; }
 
@@ -70,6 +71,8 @@ size_t patina_index_size(const patina_index_t *idx) { return idx ? idx->n : 0; }
 void patina_index_free(patina_index_t *idx)
 {
     if (!idx) return;
+    patina_gpu_knn_free(idx->gpu);
+    pthread_mutex_destroy(&idx->gpu_lock);
     patina_extractor_free(idx->ex);
     free(idx->ids);
     free(idx->descs);
@@ -203,6 +206,7 @@ static patina_status index_build(patina_index_t **out, const patina_extractor_t 
         free(descs);
         return patina__fail(PATINA_E_NOMEM, "search: out of memory");
     }
+    pthread_mutex_init(&ix->gpu_lock, NULL);
     ix->ids = ids;
     ix->descs = descs;
     ix->n = n;
@@ -661,6 +665,59 @@ patina_status patina_index_range(const patina_index_t *idx, const void *queries,
     free(pos);
     free(lens);
     free(lists);
+    free(tq);
+    return s;
+}
+
+/* ------------------------------------------------------------------- GPU */
+
+patina_status patina_index_knn_gpu(const patina_index_t *idx, int gpu, const void *queries,
+                                   size_t nq, size_t k, patina_hit_t *hits, size_t *counts)
+{
+    patina_index_t *ix = (patina_index_t *)idx; /* only the GPU cache changes */
+    tq_t *tq = NULL;
+    patina_status s = PATINA_OK;
+    size_t q, i, per;
+    if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
+    if (k == 0) return patina__fail(PATINA_E_INVALID, "search: k = 0");
+    if (k > K_MAX) return patina__fail(PATINA_E_LIMIT, "search: k = %zu is over the limit of %d", k, K_MAX);
+    if (!ix->t1)
+        return patina__fail(PATINA_E_UNAVAILABLE, "gpu search: only CEDD Tanimoto indexes run on the GPU "
+                            "(this one is '%s', distance %s)", patina_extractor_spec(ix->ex),
+                            patina_extractor_distance_name(ix->ex));
+    if (nq == 0) return PATINA_OK;
+    if (!queries || !hits || !counts) return patina__fail(PATINA_E_INVALID, "search: null queries, hits or counts");
+    if (nq > SIZE_MAX / sizeof *hits / k) return patina__fail(PATINA_E_LIMIT, "search: %zu queries x k = %zu is too many", nq, k);
+    if (patina_gpu__count() <= gpu || gpu < 0)
+        return patina__fail(PATINA_E_UNAVAILABLE, "gpu search: no CUDA device %d", gpu);
+    per = k < ix->n ? k : ix->n;
+    for (q = 0; q < nq; q++) {
+        counts[q] = per;
+        for (i = per; i < k; i++) {
+            hits[q * k + i].id = 0;
+            hits[q * k + i].distance = HUGE_VAL;
+        }
+    }
+    if (ix->n == 0) return PATINA_OK;
+    PATINA_TRY(prepare_queries(ix, queries, nq, &tq));
+    for (q = 0; q < nq; q++)
+        if (!tq[q].fast) break;
+    if (q < nq) { /* not CEDD descriptors: the generic distance, on the CPU */
+        free(tq);
+        return patina_index_knn(idx, queries, nq, k, 0, hits, counts);
+    }
+    pthread_mutex_lock(&ix->gpu_lock);
+    if (ix->gpu && ix->gpu_device != gpu) {
+        patina_gpu_knn_free(ix->gpu);
+        ix->gpu = NULL;
+    }
+    if (!ix->gpu) {
+        s = patina_gpu_knn_new(&ix->gpu, gpu, ix->n, ix->descs, ix->ids, ix->t1, ix->c3,
+                               &ix->ptab[0][0], T_MAX + 1);
+        ix->gpu_device = gpu;
+    }
+    pthread_mutex_unlock(&ix->gpu_lock);
+    if (s == PATINA_OK) s = patina_gpu_knn(ix->gpu, tq, nq, k, hits, counts);
     free(tq);
     return s;
 }
