@@ -13,7 +13,8 @@
  *   - Work is a list of tasks (a band of first-pixel rows of one image),
  *     sized from the launch's work so that every block gets one equal band
  *     (at least 16 K pixels); persistent blocks take tasks in grid-stride
- *     order. k_count2 (one block of 640 threads per SM, all of the opt-in
+ *     order. k_count3 (one offset per block, L = 2^s <= 32: the default
+ *     for one offset) or k_count2 (one block of 640 threads per SM, all of the opt-in
  *     shared memory, the next step's pixels loaded while this one votes)
  *     keeps C copies
  *     of the G sub-GLCMs of the request (G = all offsets when one copy fits),
@@ -367,6 +368,225 @@ k_count2(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
     }
 }
 
+/* k_count3 (variant 4, the default when a block counts one offset and L is
+ * a power of two <= 32): k_count2's layout, tasks and prefetch with about
+ * half the instructions per pair (~7 instead of ~14 in the SASS loop).
+ *   - A group whose 16 pixels and partners lie inside the image for every
+ *     lane of the warp (one row and one column test per group against the
+ *     task's interior, the intersection over the block's offsets, computed
+ *     once per task; __all_sync, since a warp whose lanes disagree would run
+ *     both paths) takes a path without masks or predicated loads; the other
+ *     groups (image edges, the last groups of a task) take k_count2's path.
+ *   - Cell index without extraction: with L = 2^s, the A side of a group is
+ *     turned once per step into alo = per-byte (a << s) & 0xff and (s = 5)
+ *     ahi = per-byte a >> (8 - s); per offset, bc = alo | b holds the low
+ *     byte of a * L + b for four pairs, and one PRMT per pair puts that
+ *     byte and the matching ahi byte (or zero) into a register: the address
+ *     is then one IMAD (idx * 4C + base) and the ATOMS.
+ *   - Rows, columns and byte offsets advance incrementally (32-bit offsets
+ *     from the task's first row; a slot is far below 2 GiB).
+ * HI: s = 5 (L = 32), the index needs two bytes. ONE: one offset per block
+ * (its invariants leave the loop). */
+template <bool HI>
+static __device__ __forceinline__ void vote16p(uint32_t *sh, const uint32_t alo[4], const uint32_t ahi[4],
+                                               const uint32_t bs[4], uint32_t basel, uint32_t sb)
+{
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        const uint32_t bc = alo[w] | bs[w];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            uint32_t idx;
+            if (HI) {
+                /* bytes: bc[k], ahi[k], then ahi[k]'s sign (its byte is < 4: zero) twice */
+                const uint32_t sel = ((0xcu | k) << 12) | ((0xcu | k) << 8) | ((4u + k) << 4) | (uint32_t)k;
+                asm("prmt.b32 %0, %1, %2, %3;" : "=r"(idx) : "r"(bc), "r"(ahi[w]), "r"(sel));
+            } else {
+                const uint32_t sel = 0x4440u | (uint32_t)k; /* bc[k], then zero bytes */
+                asm("prmt.b32 %0, %1, %2, %3;" : "=r"(idx) : "r"(bc), "r"(0u), "r"(sel));
+            }
+            atomicAdd(reinterpret_cast<uint32_t *>(reinterpret_cast<char *>(sh) + (idx * sb + basel)), 1u);
+        }
+    }
+}
+
+template <bool HI, bool ONE, int NT>
+__global__ void __launch_bounds__(NT, 1)
+k_count3(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, int C,
+         uint32_t *__restrict__ out)
+{
+    extern __shared__ uint32_t sh[];
+    const int LL = L * L;
+    const int nsh = G * LL * C;
+    const uint32_t lanebyte = (uint32_t)(threadIdx.x & 31 & (C - 1)) * 4u;
+    const uint32_t sa = (uint32_t)(L * C * 4), sb = (uint32_t)(C * 4);
+    const int s = __ffs(L) - 1;
+    const uint32_t mlo = ((0xffu << s) & 0xffu) * 0x01010101u;
+    const int bd = (int)blockDim.x, step = 2 * bd;
+    int cur = -1, cursub = 0;
+    for (int i = threadIdx.x; i < nsh; i += blockDim.x) sh[i] = 0;
+    __syncthreads();
+    for (int t = blockIdx.x; t < ntasks; t += gridDim.x) {
+        const gtask tk = tasks[t];
+        const int olo = tk.sub * G, ohi = ONE ? olo + 1 : min(ko.n, olo + G);
+        if (olo >= ko.n) continue; /* uniform over the block */
+        if (tk.out != cur || tk.sub != cursub) { /* uniform over the block */
+            if (cur >= 0) {
+                __syncthreads();
+                flush_k2(sh, ko, cursub * G, min(G, ko.n - cursub * G), L, C, cur, out);
+                __syncthreads();
+                for (int i = threadIdx.x; i < nsh; i += blockDim.x) sh[i] = 0;
+                __syncthreads();
+            }
+            cur = tk.out;
+            cursub = tk.sub;
+        }
+        const int pitch = tk.pitch;
+        const int gpr = (tk.w + 15) >> 4;
+        const int ng = (tk.r1 - tk.r0) * gpr;
+        const int half_r = bd / gpr, half_c = bd - half_r * gpr;
+        const int step_r = step / gpr, step_c = step - step_r * gpr;
+        const int half_off = half_r * pitch + half_c * 16, step_off = step_r * pitch + step_c * 16;
+        const int wrap = pitch - gpr * 16;
+        const uint8_t *tb = tk.base + (long long)(tk.r0 - tk.row0) * pitch; /* row r0 */
+        /* the interior: relative rows [frow0, frow0 + frows) and groups
+         * [fcol0, fcol0 + fcols) whose 16 pixels have all their partners */
+        int rlo = 0, rhi = tk.h, xlo = 0, xhi = tk.w;
+        for (int o = olo; o < ohi; o++) {
+            rlo = max(rlo, -ko.dy[o]);
+            rhi = min(rhi, tk.h - ko.dy[o]);
+            xlo = max(xlo, -ko.dx[o]);
+            xhi = min(xhi, tk.w - ko.dx[o]);
+        }
+        const int frow0 = rlo - tk.r0, fcol0 = (xlo + 15) >> 4, fc1 = xhi > 0 ? xhi >> 4 : 0;
+        const uint32_t frows = rhi > rlo ? (uint32_t)(rhi - rlo) : 0u;
+        const uint32_t fcols = fc1 > fcol0 ? (uint32_t)(fc1 - fcol0) : 0u;
+        int rA = threadIdx.x / gpr, cA = threadIdx.x - rA * gpr;
+        int offA = rA * pitch + cA * 16;
+        int rB = rA + half_r, cB = cA + half_c, offB = offA + half_off;
+        if (cB >= gpr) {
+            cB -= gpr;
+            rB++;
+            offB += wrap;
+        }
+        /* ONE: the offset's partner base, shift and matrix, out of the loop */
+        const uint8_t *tbd1 = tb + ((long long)ko.dy[olo] * pitch + (ko.dx[olo] & ~3));
+        const int sh81 = (ko.dx[olo] & 3) * 8;
+        uint4 a[2];
+        a[0] = (int)threadIdx.x < ng ? __ldg(reinterpret_cast<const uint4 *>(tb + offA)) : make_uint4(0, 0, 0, 0);
+        a[1] = (int)threadIdx.x + bd < ng ? __ldg(reinterpret_cast<const uint4 *>(tb + offB)) : make_uint4(0, 0, 0, 0);
+        for (int g = threadIdx.x; g < ng; g += step) {
+            const bool okB = g + bd < ng;
+            /* warp-uniform choice: a warp whose lanes disagree would run both paths */
+            const unsigned am = __activemask();
+            const bool fullA = __all_sync(am, (uint32_t)(rA - frow0) < frows && (uint32_t)(cA - fcol0) < fcols);
+            const bool fullB = __all_sync(am, okB && (uint32_t)(rB - frow0) < frows && (uint32_t)(cB - fcol0) < fcols);
+            int rAn = rA + step_r, cAn = cA + step_c, offAn = offA + step_off;
+            if (cAn >= gpr) {
+                cAn -= gpr;
+                rAn++;
+                offAn += wrap;
+            }
+            int rBn = rAn + half_r, cBn = cAn + half_c, offBn = offAn + half_off;
+            if (cBn >= gpr) {
+                cBn -= gpr;
+                rBn++;
+                offBn += wrap;
+            }
+            uint4 an[2];
+            an[0] = g + step < ng ? __ldg(reinterpret_cast<const uint4 *>(tb + offAn)) : make_uint4(0, 0, 0, 0);
+            an[1] = g + step + bd < ng ? __ldg(reinterpret_cast<const uint4 *>(tb + offBn)) : make_uint4(0, 0, 0, 0);
+            uint32_t alo[2][4], ahi[2][4];
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const uint32_t aw[4] = {a[u].x, a[u].y, a[u].z, a[u].w};
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    alo[u][k] = (aw[k] << s) & mlo;
+                    ahi[u][k] = HI ? (aw[k] >> 3) & 0x03030303u : 0u;
+                }
+            }
+            if (fullA && fullB) {
+                for (int o = olo; o < ohi; o++) {
+                    const uint8_t *tbd = ONE ? tbd1 : tb + ((long long)ko.dy[o] * pitch + (ko.dx[o] & ~3));
+                    const int sh8 = ONE ? sh81 : (ko.dx[o] & 3) * 8;
+                    const uint32_t basel = ONE ? lanebyte : (uint32_t)((o - olo) * LL * C * 4) + lanebyte;
+                    const uint32_t *pb[2] = {reinterpret_cast<const uint32_t *>(tbd + (uint32_t)offA),
+                                             reinterpret_cast<const uint32_t *>(tbd + (uint32_t)offB)};
+                    uint32_t bw[2][5];
+#pragma unroll
+                    for (int u = 0; u < 2; u++)
+#pragma unroll
+                        for (int k = 0; k < 5; k++) bw[u][k] = __ldg(pb[u] + k);
+#pragma unroll
+                    for (int u = 0; u < 2; u++) {
+                        uint32_t bs[4];
+#pragma unroll
+                        for (int k = 0; k < 4; k++) bs[k] = __funnelshift_r(bw[u][k], bw[u][k + 1], sh8);
+                        vote16p<HI>(sh, alo[u], ahi[u], bs, basel, sb);
+                    }
+                }
+            } else {
+                const int r[2] = {tk.r0 + rA, tk.r0 + rB};
+                const int x0[2] = {cA << 4, cB << 4};
+                const uint8_t *pa[2] = {tb + offA, tb + offB};
+                for (int o = olo; o < ohi; o++) {
+                    const int dy = ko.dy[o], dx = ko.dx[o];
+                    const int xs = max(0, -dx), xe = min(tk.w, tk.w - dx);
+                    const long long db = (long long)dy * pitch + (dx & ~3);
+                    const int sh8 = (dx & 3) * 8;
+                    const uint32_t base = (uint32_t)((o - olo) * LL * C * 4) + lanebyte;
+#pragma unroll
+                    for (int u = 0; u < 2; u++) {
+                        const int rr = r[u] + dy;
+                        uint32_t vm = 0;
+                        if ((u == 0 || okB) && rr >= 0 && rr < tk.h) {
+                            const int lo = max(xs - x0[u], 0), hi = min(xe - x0[u], 16);
+                            if (hi > lo) vm = ((hi >= 16 ? 0xffffu : ((1u << hi) - 1u)) >> lo) << lo;
+                        }
+                        if (u ? fullB : fullA) { /* this group is inside for the whole warp */
+                            const uint32_t *pb = reinterpret_cast<const uint32_t *>(pa[u] + db);
+                            uint32_t bs[4], bw[5];
+#pragma unroll
+                            for (int k = 0; k < 5; k++) bw[k] = __ldg(pb + k);
+#pragma unroll
+                            for (int k = 0; k < 4; k++) bs[k] = __funnelshift_r(bw[k], bw[k + 1], sh8);
+                            vote16p<HI>(sh, alo[u], ahi[u], bs, base, sb);
+                            continue;
+                        }
+                        if (!vm) continue;
+                        const uint32_t *pb = reinterpret_cast<const uint32_t *>(pa[u] + db);
+                        uint32_t bw[5];
+#pragma unroll
+                        for (int k = 0; k < 5; k++) bw[k] = __ldg(pb + k);
+                        const uint32_t aw[4] = {u ? a[1].x : a[0].x, u ? a[1].y : a[0].y, u ? a[1].z : a[0].z,
+                                                u ? a[1].w : a[0].w};
+                        uint32_t bs[4];
+#pragma unroll
+                        for (int k = 0; k < 4; k++) bs[k] = __funnelshift_r(bw[k], bw[k + 1], sh8);
+                        if (vm == 0xffffu)
+                            vote16<true>(sh, aw, bs, base, sa, sb, vm);
+                        else
+                            vote16<false>(sh, aw, bs, base, sa, sb, vm);
+                    }
+                }
+            }
+            a[0] = an[0];
+            a[1] = an[1];
+            rA = rAn;
+            cA = cAn;
+            offA = offAn;
+            rB = rBn;
+            cB = cBn;
+            offB = offBn;
+        }
+    }
+    if (cur >= 0) {
+        __syncthreads();
+        flush_k2(sh, ko, cursub * G, min(G, ko.n - cursub * G), L, C, cur, out);
+    }
+}
+
 typedef void (*k2_fn_t)(const gtask *, int, koffs, int, int, int, uint32_t *);
 static const struct {
     k2_fn_t fn;
@@ -374,8 +594,18 @@ static const struct {
 } k2_variants[] = {{k_count2<false, 768>, 768}, /* 0: the previous kernel (no prefetch) */
                    {k_count2<true, 768>, 768},  /* 1: prefetch, 80 registers (spills 20 bytes) */
                    {k_count2<true, 512>, 512},  /* 2: prefetch, 16 warps */
-                   {k_count2<true, 640>, 640}}; /* 3: prefetch, 20 warps, 95 registers (default) */
-#define K2VARIANTS 4
+                   {k_count2<true, 640>, 640},  /* 3: prefetch, 20 warps, 95 registers */
+                   /* 4 (the default): k_count3 at 640 threads when the block counts one
+                    * offset and L is a power of two <= 32, else 3; 5: the same at 768
+                    * threads. Entries 4..7: k_count3<L == 32, one offset, threads>. With
+                    * several offsets per block (ONE = false: spills, and slower at 8
+                    * offsets on the H100, see docs/glcm.md) k_count2 stays. */
+                   {k_count3<false, true, 640>, 640},
+                   {k_count3<true, true, 640>, 640},
+                   {k_count3<false, true, 768>, 768},
+                   {k_count3<true, true, 768>, 768}};
+#define K2VARIANTS 6 /* what PATINA_GLCM_K2 may pick */
+#define K2FNS 8      /* entries of k2_variants */
 
 /* P + P^T for nmat matrices. */
 __global__ void k_symmetrise(uint32_t *P, long long nmat, int L)
@@ -560,11 +790,12 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static ws_t *g_ws[MAXDEV];
 static size_t g_slot_bytes = DEF_SLOT_BYTES, g_task_pixels = DEF_TASK_PIXELS;
 /* Counting knobs (the lab overrides them from the environment for bench_glcm):
- * g_k2_var: the k_count2 variant (k2_variants); g_split: offset subsets when
+ * g_k2_var: the k_count2/k_count3 variant (k2_variants; 4: k_count3 where it
+ * applies, else k_count2 variant 3); g_split: offset subsets when
  * fewer than 32 copies fit (0, 1: none, the default; measured: it helps hash
  * noise, hurts smooth images at 16384^2); g_task_min: smallest
  * automatic task in pixels. */
-static int g_k2_var = 3, g_split = 0;
+static int g_k2_var = 4, g_split = 0;
 static size_t g_task_min = DEF_TASK_MIN;
 
 static patina_status ws_get(ws_t **out)
@@ -722,9 +953,11 @@ static patina_status make_plan(ws_t *w, plan_t *pl, int L, const patina_glcm_off
         }
     }
     pl->k2 = g_k2_var;
+    if (pl->k2 >= 4) /* k_count3 (640 or 768 threads): one offset per block, L = 2^s <= 32 */
+        pl->k2 = (L & (L - 1)) == 0 && L <= 32 && pl->G == 1 ? 4 + 2 * (pl->k2 - 4) + (L == 32) : 3;
     pl->smem = pl->global ? 0 : (int)(pl->G * pl->R * LL4);
     if (!w->attr_set) {
-        for (int v = 0; v < K2VARIANTS; v++)
+        for (int v = 0; v < K2FNS; v++)
             CK(cudaFuncSetAttribute(k2_variants[v].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     w->smem_optin));
         w->attr_set = 1;

@@ -277,12 +277,14 @@ static void test_schemes(void **state)
     for (size_t i = 0; i < nphotos; i++) free(pq[i]);
 }
 
-/* Every k_count2 variant of the lab (PATINA_GLCM_K2: prefetch, block size),
+/* Every k_count2 variant of the lab (PATINA_GLCM_K2: prefetch, block size;
+ * 4: k_count3 for L = 2^s <= 32, each of its four instances: L = 32 or not,
+ * one offset per block with split 8),
  * offset subsets (PATINA_GLCM_SPLIT) and task
  * sizes (PATINA_GLCM_TASKPX) gives the reference's counts. */
 static void test_k2_variants(void **state)
 {
-    static const int levels[] = {8, 32, 100, 64};
+    static const int levels[] = {8, 32, 100, 64, 16, 2};
     static const char *tasks[] = {"0", "64", "5000"};
     tu_rng_t rng;
     (void)state;
@@ -300,7 +302,7 @@ static void test_k2_variants(void **state)
         off[1].dy = 1;
         off[1].dx = -1;
         TU_OK(patina_glcm_counts_ref(a, im.q, w, h, im.stride, NULL, 0, L, off, (size_t)noff, 0));
-        for (int v = 0; v < 4; v++)
+        for (int v = 0; v < 6; v++)
             for (int split = 0; split <= 8; split += split < 4 ? 1 : 4)
                 for (size_t ti = 0; ti < sizeof tasks / sizeof tasks[0]; ti++) {
                     patina_glcm_lab_t lab = {0};
