@@ -99,7 +99,9 @@ k_knn(const uint8_t *__restrict__ descs, const uint64_t *__restrict__ ids,
             const double *p = ptab + (size_t)tr * 8;
             double s = 0.0;
             int j;
-            /* descs is bin-major: a warp reads 32 consecutive rows' bytes of one bin */
+            /* descs is bin-major: a warp reads 32 consecutive rows' bytes of one bin;
+             * unrolled so that several loads are in flight (the sum stays in order) */
+#pragma unroll 8
             for (j = 0; j < nnz; j++) s = __dadd_rn(s, __dmul_rn(p[descs[(size_t)qidx[j] * n + r]], qv[j]));
             if (tr == 0 || t2 == 0.0) d = tr == 0 && t2 == 0.0 ? 0.0 : 100.0;
             else d = __dsub_rn(100.0, __dmul_rn(100.0, __ddiv_rn(s, __dsub_rn(__dadd_rn(c2, c3[r]), s))));
