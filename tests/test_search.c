@@ -595,9 +595,81 @@ static void test_load_from_collection(void **state)
     patina_extractor_free(ex);
 }
 
+/* haralick's distance is the standardised L2 of the searched index: each
+ * feature divided by its standard deviation over the index's rows (written
+ * out here independently: two-pass mean and population variance). With
+ * features of very different scales the ranking differs from plain L2. */
+static void test_standardised_l2(void **state)
+{
+    patina_extractor_t *ex;
+    patina_index_t *idx;
+    size_t dim, n = 40, i, k, r, cnt;
+    double *rows, *q, *sd, *want;
+    uint64_t *ids;
+    patina_hit_t hits[40];
+    tu_rng_t rng;
+    (void)state;
+    TU_OK(patina_extractor_new(&ex, "haralick"));
+    assert_string_equal(patina_extractor_distance_name(ex), "std_l2");
+    dim = patina_extractor_dim(ex);
+    rows = malloc(n * dim * sizeof *rows);
+    q = malloc(dim * sizeof *q);
+    sd = malloc(dim * sizeof *sd);
+    want = malloc(n * sizeof *want);
+    ids = malloc(n * sizeof *ids);
+    tu_rng_seed(&rng, 5);
+    for (i = 0; i < n; i++) {
+        ids[i] = 10 + i;
+        for (k = 0; k < dim; k++) /* feature k lives on the scale 10^(k mod 7 - 3) */
+            rows[i * dim + k] = pow(10.0, (double)(k % 7) - 3.0) * (double)tu_rng_below(&rng, 1000) / 1000.0;
+    }
+    for (k = 0; k < dim; k++) rows[5 * dim + k] = rows[k]; /* a constant feature would get sd 1 */
+    for (k = 0; k < dim; k++) {
+        double m = 0, v = 0;
+        for (i = 0; i < n; i++) m += rows[i * dim + k];
+        m /= (double)n;
+        for (i = 0; i < n; i++) v += (rows[i * dim + k] - m) * (rows[i * dim + k] - m);
+        sd[k] = v > 0 ? sqrt(v / (double)n) : 1.0;
+        q[k] = rows[3 * dim + k] * 1.01;
+    }
+    for (i = 0; i < n; i++) {
+        double acc = 0;
+        for (k = 0; k < dim; k++) {
+            double t = (q[k] - rows[i * dim + k]) / sd[k];
+            acc += t * t;
+        }
+        want[i] = sqrt(acc);
+    }
+    TU_OK(patina_index_new(&idx, ex, ids, rows, n));
+    TU_OK(patina_index_knn(idx, q, 1, n, 1, hits, &cnt));
+    assert_int_equal(cnt, n);
+    assert_int_equal(hits[0].id, 13);  /* the row the query was made from */
+    for (r = 0; r < n; r++) {
+        size_t row = (size_t)(hits[r].id - 10);
+        if (fabs(hits[r].distance - want[row]) > 1e-12 * (1 + want[row]))
+            fail_msg("rank %zu id %llu: %.17g, by hand %.17g", r, (unsigned long long)hits[r].id,
+                     hits[r].distance, want[row]);
+        if (r) assert_true(hits[r - 1].distance <= hits[r].distance);
+    }
+    /* between two lone vectors (no collection) it is the plain L2 */
+    {
+        double plain = 0;
+        for (k = 0; k < dim; k++) plain += (q[k] - rows[k]) * (q[k] - rows[k]);
+        assert_true(fabs(patina_extractor_distance(ex, q, rows) - sqrt(plain)) <= 1e-12 * sqrt(plain));
+    }
+    patina_index_free(idx);
+    patina_extractor_free(ex);
+    free(rows);
+    free(q);
+    free(sd);
+    free(want);
+    free(ids);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_standardised_l2),
         cmocka_unit_test(test_fast_path_bit_identical),
         cmocka_unit_test(test_knn_k_values),
         cmocka_unit_test(test_bad_arguments),

@@ -5,8 +5,10 @@
  *   glcm      vector: graycoprops properties, (10, nd, na) f64 = [prop][d][a]
  *   haralick  vector: form=meanrange (default): (nd, 2, 14) = [d][mean|range][feature]
  *                     form=offsets: (nd, na, 14); form=both: offsets then meanrange
- * Both use the L2 distance; docs/glcm.md says how to standardise it with a
- * collection's statistics (patina_feature_stats + patina_std_l2). */
+ * glcm uses the plain L2 distance; haralick the standardised L2 ("std_l2"):
+ * the search layer divides each feature by its standard deviation over the
+ * searched collection (src/search/knn.c); between two lone vectors (no
+ * collection) it is the plain L2. */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -569,7 +571,7 @@ const patina_family_t patina_family_haralick = {
     .elem = PATINA_ELEM_F64,
     .dim = haralick_dim,
     .check = haralick_check,
-    .distance_name = "l2",
+    .distance_name = "std_l2",
     .distance = haralick_distance,
     .cpu = haralick_cpu,
     .gpu = haralick_gpu,

@@ -13,6 +13,11 @@
  * so this is a total order and the result does not depend on the number of
  * threads or the chunking.
  *
+ * Standardised L2 (families whose distance is "std_l2", e.g. haralick): the
+ * per-feature standard deviation of the index's rows is computed when it is
+ * built, and every distance is sqrt(sum ((a_k - b_k) / sd_k)^2) with it, so
+ * features of very different scales count alike within that collection.
+ *
  * CEDD fast path. LIRE's Tanimoto (patina_cedd_tanimoto, query = a, row = b)
  * accumulates, in double and in bin order, C1 += p*q, C2 += q*q, C3 += p*p
  * with p = b[i]/T1, q = a[i]/T2. Each accumulator is its own sequence of
@@ -37,6 +42,7 @@
 
 #include "core/internal.h"
 #include "patina/cedd.h"
+#include "patina/glcm.h"
 #include "gpu/gpu.h"
 #include "search/knn.h"
 #include <pthread.h>
@@ -56,6 +62,8 @@ struct patina_index {
     double (*ptab)[8];        /* (T_MAX + 1, 8): ptab[T][v] = v / T; row 0 zeros */
     /* GPU copy of the fast-path table, made on first patina_index_knn_gpu
      * (a cache: the index stays logically immutable) */
+    /* standardised L2 (distance "std_l2"): per-feature sigma of the rows */
+    double *sd;               /* (dim) or NULL */
     pthread_mutex_t gpu_lock;
     patina_gpu_knn_t *gpu;
     int gpu_device;
@@ -79,6 +87,7 @@ void patina_index_free(patina_index_t *idx)
     free(idx->t1);
     free(idx->c3);
     free(idx->ptab);
+    free(idx->sd);
     free(idx);
 }
 
@@ -236,6 +245,20 @@ static patina_status index_build(patina_index_t **out, const patina_extractor_t 
             }
     }
     if (is_cedd_tanimoto(ex) && (s = build_fast_path(ix)) != PATINA_OK) goto fail;
+    if (strcmp(patina_extractor_distance_name(ex), "std_l2") == 0 && n > 0) {
+        /* The standardised L2 of this index: per-feature sigma of its rows. */
+        size_t dim = patina_extractor_dim(ex);
+        double *mean = malloc(dim * sizeof *mean + 1);
+        ix->sd = malloc(dim * sizeof *ix->sd + 1);
+        if (!mean || !ix->sd) {
+            free(mean);
+            s = patina__fail(PATINA_E_NOMEM, "search: out of memory");
+            goto fail;
+        }
+        s = patina_feature_stats(mean, ix->sd, (const double *)(const void *)descs, n, dim);
+        free(mean);
+        if (s != PATINA_OK) goto fail;
+    }
     *out = ix;
     return PATINA_OK;
 fail:
@@ -372,6 +395,14 @@ static void tile_distances(const patina_index_t *ix, const uint8_t *query, const
     size_t j;
     if (q && q->fast) {
         tanimoto_rows(ix, q, r0, cnt, out);
+        return;
+    }
+    if (ix->sd) {
+        const size_t dim = ix->bytes / sizeof(double);
+        for (j = 0; j < cnt; j++)
+            out[j] = patina_std_l2((const double *)(const void *)query,
+                                   (const double *)(const void *)(ix->descs + (r0 + j) * ix->bytes),
+                                   ix->sd, dim);
         return;
     }
     for (j = 0; j < cnt; j++)
