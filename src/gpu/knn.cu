@@ -27,6 +27,7 @@
 
 #include "gpu/context.h"
 #include "gpu/gpu.h"
+#include "search/knn.h"
 
 #define KNN_CHUNK 2048
 #define KNN_THREADS 1024
@@ -225,44 +226,6 @@ patina_status patina_gpu_knn_new(patina_gpu_knn_t **out, int device, size_t n, c
     return PATINA_OK;
 }
 
-static int hit_cmp(const void *pa, const void *pb)
-{
-    const patina_hit_t *a = (const patina_hit_t *)pa, *b = (const patina_hit_t *)pb;
-    int an = isnan(a->distance), bn = isnan(b->distance);
-    if (an != bn) return an ? 1 : -1;
-    if (!an) {
-        if (a->distance < b->distance) return -1;
-        if (a->distance > b->distance) return 1;
-    }
-    return a->id < b->id ? -1 : a->id > b->id;
-}
-
-/* Max-heap by the result order: h[0] is the worst kept. */
-static void heap_up(patina_hit_t *h, size_t i, patina_hit_t x)
-{
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (hit_cmp(&h[p], &x) >= 0) break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = x;
-}
-
-static void heap_down(patina_hit_t *h, size_t n, size_t i)
-{
-    patina_hit_t x = h[i];
-    for (;;) {
-        size_t l = 2 * i + 1, m;
-        if (l >= n) break;
-        m = l + 1 < n && hit_cmp(&h[l + 1], &h[l]) > 0 ? l + 1 : l;
-        if (hit_cmp(&h[m], &x) <= 0) break;
-        h[i] = h[m];
-        i = m;
-    }
-    h[i] = x;
-}
-
 static patina_status knn_locked(patina_gpu_knn_t *g, const patina_knn_query_t *qs, size_t nq,
                                 size_t k, patina_hit_t *hits, size_t *counts)
 {
@@ -325,16 +288,16 @@ static patina_status knn_locked(patina_gpu_knn_t *g, const patina_knn_query_t *q
                     x.distance = g->h_dist[base + i];
                     x.id = g->h_id[base + i];
                     if (nm < take) {
-                        heap_up(merge, nm++, x);
-                    } else if (hit_cmp(&x, &merge[0]) < 0) {
+                        patina__hit_heap_up(merge, nm++, x);
+                    } else if (patina__hit_cmp(&x, &merge[0]) < 0) {
                         merge[0] = x;
-                        heap_down(merge, nm, 0);
+                        patina__hit_heap_down(merge, nm, 0);
                     } else {
                         break; /* the rest of this chunk's list is worse still */
                     }
                 }
             }
-            qsort(merge, nm, sizeof *merge, hit_cmp);
+            qsort(merge, nm, sizeof *merge, patina__hit_qsort_cmp);
             memcpy(hits + (q0 + q) * k, merge, take * sizeof *merge);
             counts[q0 + q] = take;
         }

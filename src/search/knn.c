@@ -92,19 +92,8 @@ void patina_index_free(patina_index_t *idx)
 }
 
 /* ---------------------------------------------------------------- ordering */
-
-static int hit_cmp(const patina_hit_t *a, const patina_hit_t *b)
-{
-    int an = isnan(a->distance), bn = isnan(b->distance);
-    if (an != bn) return an ? 1 : -1;
-    if (!an) {
-        if (a->distance < b->distance) return -1;
-        if (a->distance > b->distance) return 1;
-    }
-    return a->id < b->id ? -1 : a->id > b->id;
-}
-
-static int hit_qsort_cmp(const void *a, const void *b) { return hit_cmp(a, b); }
+/* The result order and the bounded heap are in search/knn.h (shared with
+ * the GPU search's host merge). */
 
 static int u64_cmp(const void *a, const void *b)
 {
@@ -118,38 +107,17 @@ typedef struct heap {
     size_t n, cap;
 } heap_t;
 
-static void heap_sift_down(patina_hit_t *h, size_t n, size_t i)
-{
-    patina_hit_t x = h[i];
-    for (;;) {
-        size_t l = 2 * i + 1, m;
-        if (l >= n) break;
-        m = l + 1 < n && hit_cmp(&h[l + 1], &h[l]) > 0 ? l + 1 : l;
-        if (hit_cmp(&h[m], &x) <= 0) break;
-        h[i] = h[m];
-        i = m;
-    }
-    h[i] = x;
-}
-
 static void heap_push(heap_t *hp, double d, uint64_t id)
 {
     patina_hit_t x = {id, d};
     if (hp->n < hp->cap) {
-        size_t i = hp->n++;
-        while (i > 0) {
-            size_t p = (i - 1) / 2;
-            if (hit_cmp(&hp->h[p], &x) >= 0) break;
-            hp->h[i] = hp->h[p];
-            i = p;
-        }
-        hp->h[i] = x;
+        patina__hit_heap_up(hp->h, hp->n++, x);
         return;
     }
     if (d > hp->h[0].distance) return; /* the common case, without NaN tests */
-    if (hit_cmp(&x, &hp->h[0]) >= 0) return;
+    if (patina__hit_cmp(&x, &hp->h[0]) >= 0) return;
     hp->h[0] = x;
-    heap_sift_down(hp->h, hp->n, 0);
+    patina__hit_heap_down(hp->h, hp->n, 0);
 }
 
 /* ------------------------------------------------------------ building */
@@ -484,13 +452,13 @@ static void search_task(void *arg, size_t t, int worker)
         }
     }
     if (!jb->range) {
-        qsort(hp.h, hp.n, sizeof *hp.h, hit_qsort_cmp);
+        qsort(hp.h, hp.n, sizeof *hp.h, patina__hit_qsort_cmp);
         jb->cnt[t] = hp.n;
     } else if (jb->max_hits) {
-        qsort(hp.h, hp.n, sizeof *hp.h, hit_qsort_cmp);
+        qsort(hp.h, hp.n, sizeof *hp.h, patina__hit_qsort_cmp);
         vec->n = hp.n;
     } else if (vec->n) {
-        qsort(vec->h, vec->n, sizeof *vec->h, hit_qsort_cmp);
+        qsort(vec->h, vec->n, sizeof *vec->h, patina__hit_qsort_cmp);
     }
 }
 
@@ -505,7 +473,7 @@ static size_t merge_lists(patina_hit_t *out, size_t limit, patina_hit_t *const *
         size_t best = nlists;
         for (l = 0; l < nlists; l++)
             if (pos[l] < lens[l] &&
-                (best == nlists || hit_cmp(&lists[l][pos[l]], &lists[best][pos[best]]) < 0))
+                (best == nlists || patina__hit_cmp(&lists[l][pos[l]], &lists[best][pos[best]]) < 0))
                 best = l;
         if (best == nlists) break;
         out[m++] = lists[best][pos[best]++];
