@@ -59,12 +59,6 @@
 #define STAGE_PIECE (1u << 20)  /* bytes per host staging-copy task */
 #define FULL_MASK 0xffffffffu
 
-#define CU(call)                                                                               \
-    do {                                                                                       \
-        cudaError_t cu_e_ = (call);                                                            \
-        if (cu_e_ != cudaSuccess) return pgpu_fail(cu_e_, #call, __FILE__, __LINE__);         \
-    } while (0)
-
 /* ================================================================ kernels */
 
 /* (double)v for 0 <= v < 2^31, exactly: 2^52 + v is representable, so the
@@ -623,7 +617,7 @@ typedef struct copy_run {
 
 static patina_status flush_copy(copy_run_t *c, cudaStream_t st)
 {
-    if (c->bytes) CU(cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyHostToDevice, st));
+    if (c->bytes) PGPU_CU(cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyHostToDevice, st));
     c->bytes = 0;
     return PATINA_OK;
 }
@@ -656,7 +650,7 @@ static patina_status copy_pixels(pgpu_slot_t *s, cudaStream_t st)
                 PATINA_TRY(add_copy(&run, dst, h->hsrc, h->rowbytes * h->rows, st));
             } else {
                 PATINA_TRY(flush_copy(&run, st));
-                CU(cudaMemcpy2DAsync(dst, h->dpitch, h->hsrc, h->hstride, h->rowbytes, h->rows,
+                PGPU_CU(cudaMemcpy2DAsync(dst, h->dpitch, h->hsrc, h->hstride, h->rowbytes, h->rows,
                                      cudaMemcpyHostToDevice, st));
             }
         }
@@ -680,38 +674,38 @@ static patina_status submit(job_t *j, int si)
 
     if (s->nhtasks)
         patina_pool_run(j->hybrid ? j->cpu : g->pool, s->nhtasks, j->hybrid ? sums_task : stage_task, &hs);
-    CU(cudaMemcpyAsync(s->d_segs, s->h_segs, s->nsegs * sizeof(pgpu_seg_t), cudaMemcpyHostToDevice, st));
+    PGPU_CU(cudaMemcpyAsync(s->d_segs, s->h_segs, s->nsegs * sizeof(pgpu_seg_t), cudaMemcpyHostToDevice, st));
     if (j->hybrid) {
-        CU(cudaMemcpyAsync(s->d_blk, s->h_blk, s->blk_used * sizeof(cedd_block_t),
+        PGPU_CU(cudaMemcpyAsync(s->d_blk, s->h_blk, s->blk_used * sizeof(cedd_block_t),
                            cudaMemcpyHostToDevice, st));
     } else {
-        CU(cudaMemcpyAsync(s->d_pieces, s->h_pieces, s->npieces * sizeof(pgpu_piece_t),
+        PGPU_CU(cudaMemcpyAsync(s->d_pieces, s->h_pieces, s->npieces * sizeof(pgpu_piece_t),
                            cudaMemcpyHostToDevice, st));
         PATINA_TRY(copy_pixels(s, st));
-        if (g->profile) CU(cudaEventRecord((cudaEvent_t)s->prof[0], st));
+        if (g->profile) PGPU_CU(cudaEventRecord((cudaEvent_t)s->prof[0], st));
         k_block_sums<<<s->ntasks, K1_THREADS, s->smem, st>>>(s->d_pieces, (int)s->npieces, s->d_blk);
-        CU(cudaGetLastError());
-        if (g->profile) CU(cudaEventRecord((cudaEvent_t)s->prof[1], st));
+        PGPU_CU(cudaGetLastError());
+        if (g->profile) PGPU_CU(cudaEventRecord((cudaEvent_t)s->prof[1], st));
     }
-    if (g->profile) CU(cudaEventRecord((cudaEvent_t)s->prof[2], st));
+    if (g->profile) PGPU_CU(cudaEventRecord((cudaEvent_t)s->prof[2], st));
     k_contrib<<<(unsigned)((s->blk_used + KC_THREADS - 1) / KC_THREADS), KC_THREADS, 0, st>>>(
         s->d_segs, (int)s->nsegs, s->d_blk, s->d_con, (uint64_t)s->blk_used, j->compact);
-    CU(cudaGetLastError());
-    if (g->profile) CU(cudaEventRecord((cudaEvent_t)s->prof[3], st));
+    PGPU_CU(cudaGetLastError());
+    if (g->profile) PGPU_CU(cudaEventRecord((cudaEvent_t)s->prof[3], st));
     /* An image continued from the previous batch: its bins carry on from
      * that batch's kernel 3, so wait for it (only then). */
     if (j->prev >= 0 && !s->h_segs[0].first)
-        CU(cudaStreamWaitEvent(st, (cudaEvent_t)g->slot[j->prev].k2_done, 0));
-    if (g->profile) CU(cudaEventRecord((cudaEvent_t)s->prof[4], st));
+        PGPU_CU(cudaStreamWaitEvent(st, (cudaEvent_t)g->slot[j->prev].k2_done, 0));
+    if (g->profile) PGPU_CU(cudaEventRecord((cudaEvent_t)s->prof[4], st));
     k_accumulate<<<(unsigned)s->nsegs, K2_THREADS, 0, st>>>(s->d_segs, s->d_con, carry_in, carry_out,
                                                             s->d_out, j->compact);
-    CU(cudaGetLastError());
-    CU(cudaEventRecord((cudaEvent_t)s->k2_done, st));
-    if (g->profile) CU(cudaEventRecord((cudaEvent_t)s->prof[5], st));
+    PGPU_CU(cudaGetLastError());
+    PGPU_CU(cudaEventRecord((cudaEvent_t)s->k2_done, st));
+    if (g->profile) PGPU_CU(cudaEventRecord((cudaEvent_t)s->prof[5], st));
     s->profiled = g->profile;
     if (s->nout)
-        CU(cudaMemcpyAsync(s->h_out, s->d_out, s->nout * CEDD_BINS, cudaMemcpyDeviceToHost, st));
-    CU(cudaEventRecord((cudaEvent_t)s->done, st));
+        PGPU_CU(cudaMemcpyAsync(s->h_out, s->d_out, s->nout * CEDD_BINS, cudaMemcpyDeviceToHost, st));
+    PGPU_CU(cudaEventRecord((cudaEvent_t)s->done, st));
     s->busy = 1;
     j->prev = si;
     j->batch++;
@@ -725,12 +719,12 @@ static patina_status harvest(job_t *j, int si)
     size_t r;
     if (!s->busy) return PATINA_OK;
     s->busy = 0;
-    CU(cudaEventSynchronize((cudaEvent_t)s->done));
+    PGPU_CU(cudaEventSynchronize((cudaEvent_t)s->done));
     if (s->profiled) {
         float a = 0.0f, b = 0.0f, c = 0.0f;
-        if (!j->hybrid) CU(cudaEventElapsedTime(&a, (cudaEvent_t)s->prof[0], (cudaEvent_t)s->prof[1]));
-        CU(cudaEventElapsedTime(&b, (cudaEvent_t)s->prof[2], (cudaEvent_t)s->prof[3]));
-        CU(cudaEventElapsedTime(&c, (cudaEvent_t)s->prof[4], (cudaEvent_t)s->prof[5]));
+        if (!j->hybrid) PGPU_CU(cudaEventElapsedTime(&a, (cudaEvent_t)s->prof[0], (cudaEvent_t)s->prof[1]));
+        PGPU_CU(cudaEventElapsedTime(&b, (cudaEvent_t)s->prof[2], (cudaEvent_t)s->prof[3]));
+        PGPU_CU(cudaEventElapsedTime(&c, (cudaEvent_t)s->prof[4], (cudaEvent_t)s->prof[5]));
         j->g->prof_ms[0] += a;
         j->g->prof_ms[1] += b;
         j->g->prof_ms[2] += c;
@@ -752,7 +746,7 @@ static patina_status run(job_t *j)
     size_t i;
     int k;
 
-    CU(cudaSetDevice(g->device));
+    PGPU_CU(cudaSetDevice(g->device));
     j->kind = (unsigned char *)calloc(j->n, 2);
     if (!j->kind) return patina__fail(PATINA_E_NOMEM, "gpu: out of host memory");
     j->done = j->kind + j->n;

@@ -30,12 +30,6 @@ patina_status pgpu_fail(int cuda_error, const char *what, const char *file, int 
                         cudaGetErrorName(e), base_name(file), line);
 }
 
-#define CU(call)                                                                               \
-    do {                                                                                       \
-        cudaError_t cu_e_ = (call);                                                            \
-        if (cu_e_ != cudaSuccess) return pgpu_fail(cu_e_, #call, __FILE__, __LINE__);         \
-    } while (0)
-
 int patina_gpu__count(void)
 {
     int n = 0;
@@ -54,7 +48,7 @@ patina_status patina_gpu__describe(int i, char *buf, size_t size)
     if (size) buf[0] = '\0';
     if (i < 0 || i >= n)
         return patina__fail(PATINA_E_UNAVAILABLE, "gpu: no CUDA device %d (%d usable)", i, n);
-    CU(cudaGetDeviceProperties(&p, i));
+    PGPU_CU(cudaGetDeviceProperties(&p, i));
     snprintf(buf, size, "%s, sm_%d%d, %d SMs, %.1f GiB", p.name, p.major, p.minor,
              p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * MiB));
     return PATINA_OK;
@@ -97,8 +91,8 @@ void patina_gpu__dev_free(patina_gpu_t *g, void *p)
 
 patina_status patina_gpu__upload(patina_gpu_t *g, void *dst, const void *src, size_t bytes)
 {
-    CU(cudaSetDevice(g->device));
-    CU(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+    PGPU_CU(cudaSetDevice(g->device));
+    PGPU_CU(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
     return PATINA_OK;
 }
 
@@ -134,14 +128,14 @@ static patina_status open_slot(patina_gpu_t *g, pgpu_slot_t *s)
 {
     cudaStream_t st;
     cudaEvent_t ev;
-    CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    PGPU_CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     s->stream = st;
-    CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    PGPU_CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     s->done = ev;
-    CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    PGPU_CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     s->k2_done = ev;
     for (int k = 0; k < 6; k++) {
-        CU(cudaEventCreate(&ev));
+        PGPU_CU(cudaEventCreate(&ev));
         s->prof[k] = ev;
     }
     PATINA_TRY(dev_alloc(g, (void **)&s->d_in, g->in_plan, "pixel input"));
@@ -241,9 +235,9 @@ patina_status patina_gpu_open(patina_gpu_t **out, int index, uint64_t budget)
         return patina__fail(PATINA_E_UNAVAILABLE, "gpu: no usable CUDA device (driver missing or no GPU)");
     if (index < 0 || index >= n)
         return patina__fail(PATINA_E_UNAVAILABLE, "gpu: no CUDA device %d (%d usable)", index, n);
-    CU(cudaSetDevice(index));
-    CU(cudaGetDeviceProperties(&p, index));
-    CU(cudaMemGetInfo(&freeb, &total));
+    PGPU_CU(cudaSetDevice(index));
+    PGPU_CU(cudaGetDeviceProperties(&p, index));
+    PGPU_CU(cudaMemGetInfo(&freeb, &total));
     if (budget == 0) budget = freeb / 4;
     if (budget > freeb)
         return patina__fail(PATINA_E_LIMIT, "gpu: memory budget %.1f MiB exceeds the %.1f MiB free on device %d",
@@ -308,17 +302,17 @@ static patina_status time_copies(patina_gpu_t *g, void *dst, const void *src, si
     cudaStream_t st = (cudaStream_t)g->slot[0].stream;
     cudaEvent_t a, b;
     int r;
-    CU(cudaEventCreate(&a));
-    CU(cudaEventCreate(&b));
+    PGPU_CU(cudaEventCreate(&a));
+    PGPU_CU(cudaEventCreate(&b));
     for (r = 0; r < 4; r++) /* warm-up: the link and clocks may need to wake */
-        CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, st));
+        PGPU_CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, st));
     for (r = 0; r < reps; r++) {
         float t = 0.0f;
-        CU(cudaEventRecord(a, st));
-        CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, st));
-        CU(cudaEventRecord(b, st));
-        CU(cudaEventSynchronize(b));
-        CU(cudaEventElapsedTime(&t, a, b));
+        PGPU_CU(cudaEventRecord(a, st));
+        PGPU_CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, st));
+        PGPU_CU(cudaEventRecord(b, st));
+        PGPU_CU(cudaEventSynchronize(b));
+        PGPU_CU(cudaEventElapsedTime(&t, a, b));
         ms[r] = t;
     }
     cudaEventDestroy(a);
@@ -335,7 +329,7 @@ patina_status patina_gpu__bandwidth(patina_gpu_t *g, int kind, size_t bytes, int
     *gbps = 0.0;
     if (reps < 1) reps = 1;
     if (reps > 64) reps = 64;
-    CU(cudaSetDevice(g->device));
+    PGPU_CU(cudaSetDevice(g->device));
     if (kind == 0) {
         src = patina_gpu_host_alloc(bytes);
         if (!src) return patina__fail(PATINA_E_NOMEM, "gpu: bandwidth: no pinned memory");

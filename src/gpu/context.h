@@ -128,6 +128,14 @@ struct patina_gpu {
 /* patina_status from a CUDA error code: "gpu: <what>: <message> (<name>)". */
 patina_status pgpu_fail(int cuda_error, const char *what, const char *file, int line);
 
+/* In a function returning patina_status: a failed CUDA call returns
+ * pgpu_fail's status, naming the call, the file and the line. */
+#define PGPU_CU(call)                                                                          \
+    do {                                                                                       \
+        cudaError_t pgpu_e_ = (call);                                                          \
+        if (pgpu_e_ != cudaSuccess) return pgpu_fail((int)pgpu_e_, #call, __FILE__, __LINE__); \
+    } while (0)
+
 /* C glue (cedd_glue.c): the C reference's geometry and finishing, so the
  * host code of the .cu files uses the exact same functions. */
 cedd_geom_t pgpu_cedd_geometry(int w, int h);

@@ -53,6 +53,7 @@
 #include "core/internal.h"
 #include "features/glcm_core.h"
 #include "features/glcm_ref.h"
+#include "gpu/context.h"
 #include "gpu/gpu.h"
 #include "patina/glcm.h"
 
@@ -67,20 +68,7 @@
 
 /* ------------------------------------------------------------ errors */
 
-static patina_status gfail(cudaError_t e, const char *what, int line)
-{
-    (void)cudaGetLastError();
-    return patina__fail(e == cudaErrorMemoryAllocation ? PATINA_E_NOMEM : PATINA_E_GPU,
-                        "gpu: glcm: %s: %s (%s) [glcm.cu:%d]", what, cudaGetErrorString(e),
-                        cudaGetErrorName(e), line);
-}
-
-#define CK(call)                                                                               \
-    do {                                                                                       \
-        cudaError_t ck_e_ = (call);                                                            \
-        if (ck_e_ != cudaSuccess) return gfail(ck_e_, #call, __LINE__);                       \
-    } while (0)
-
+#define CK(call) PGPU_CU(call)
 #define CKL(what) CK(cudaGetLastError())
 
 /* --------------------------------------------------------- kernels */
@@ -238,6 +226,33 @@ static __device__ __forceinline__ void flush_k2(uint32_t *sh, const koffs &ko, i
     }
 }
 
+/* A persistent block of k_count2/k_count3 taking task tk (uniform over the
+ * block): when tk counts another matrix or offset group than the copies in
+ * shared memory hold, those are added to the global counts and cleared. */
+static __device__ __forceinline__ void k2_take(uint32_t *sh, int nsh, const koffs &ko, int G, int L, int C,
+                                               const gtask &tk, int &cur, int &cursub, uint32_t *out)
+{
+    if (tk.out == cur && tk.sub == cursub) return;
+    if (cur >= 0) {
+        __syncthreads();
+        flush_k2(sh, ko, cursub * G, min(G, ko.n - cursub * G), L, C, cur, out);
+        __syncthreads();
+        for (int i = threadIdx.x; i < nsh; i += blockDim.x) sh[i] = 0;
+        __syncthreads();
+    }
+    cur = tk.out;
+    cursub = tk.sub;
+}
+
+/* The block's last copies into the global counts. */
+static __device__ __forceinline__ void k2_finish(uint32_t *sh, const koffs &ko, int G, int L, int C, int cur,
+                                                 int cursub, uint32_t *out)
+{
+    if (cur < 0) return;
+    __syncthreads();
+    flush_k2(sh, ko, cursub * G, min(G, ko.n - cursub * G), L, C, cur, out);
+}
+
 /* G: offsets per block (the shared layout); a task's `sub` picks offsets
  * [sub*G, sub*G + G) of the launch's ko.n. PF: the next step's two 16-byte
  * groups are loaded before the current step votes (software pipelining). */
@@ -259,17 +274,7 @@ k_count2(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
         const gtask tk = tasks[t];
         const int olo = tk.sub * G, ohi = min(ko.n, olo + G);
         if (olo >= ko.n) continue; /* uniform over the block */
-        if (tk.out != cur || tk.sub != cursub) { /* uniform over the block: one task per block */
-            if (cur >= 0) {
-                __syncthreads();
-                flush_k2(sh, ko, cursub * G, min(G, ko.n - cursub * G), L, C, cur, out);
-                __syncthreads();
-                for (int i = threadIdx.x; i < nsh; i += blockDim.x) sh[i] = 0;
-                __syncthreads();
-            }
-            cur = tk.out;
-            cursub = tk.sub;
-        }
+        k2_take(sh, nsh, ko, G, L, C, tk, cur, cursub, out);
         const int gpr = (tk.w + 15) >> 4;
         const int ng = (tk.r1 - tk.r0) * gpr;
         const int half_r = bd / gpr, half_c = bd - half_r * gpr;
@@ -362,10 +367,7 @@ k_count2(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
             }
         }
     }
-    if (cur >= 0) {
-        __syncthreads();
-        flush_k2(sh, ko, cursub * G, min(G, ko.n - cursub * G), L, C, cur, out);
-    }
+    k2_finish(sh, ko, G, L, C, cur, cursub, out);
 }
 
 /* k_count3 (variant 4, the default when a block counts one offset and L is
@@ -430,17 +432,7 @@ k_count3(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
         const gtask tk = tasks[t];
         const int olo = tk.sub * G, ohi = ONE ? olo + 1 : min(ko.n, olo + G);
         if (olo >= ko.n) continue; /* uniform over the block */
-        if (tk.out != cur || tk.sub != cursub) { /* uniform over the block */
-            if (cur >= 0) {
-                __syncthreads();
-                flush_k2(sh, ko, cursub * G, min(G, ko.n - cursub * G), L, C, cur, out);
-                __syncthreads();
-                for (int i = threadIdx.x; i < nsh; i += blockDim.x) sh[i] = 0;
-                __syncthreads();
-            }
-            cur = tk.out;
-            cursub = tk.sub;
-        }
+        k2_take(sh, nsh, ko, G, L, C, tk, cur, cursub, out);
         const int pitch = tk.pitch;
         const int gpr = (tk.w + 15) >> 4;
         const int ng = (tk.r1 - tk.r0) * gpr;
@@ -581,10 +573,7 @@ k_count3(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
             offB = offBn;
         }
     }
-    if (cur >= 0) {
-        __syncthreads();
-        flush_k2(sh, ko, cursub * G, min(G, ko.n - cursub * G), L, C, cur, out);
-    }
+    k2_finish(sh, ko, G, L, C, cur, cursub, out);
 }
 
 typedef void (*k2_fn_t)(const gtask *, int, koffs, int, int, int, uint32_t *);
@@ -1184,7 +1173,7 @@ extern "C" patina_status patina_gpu_glcm_counts(patina_gpu_t *g, uint32_t *count
     if (s == PATINA_OK) {
         cudaError_t e = cudaMemcpyAsync(counts, w->d_counts, n * per * sizeof(uint32_t),
                                         cudaMemcpyDeviceToHost, w->sl[0].s);
-        if (e != cudaSuccess) s = gfail(e, "copy counts back", __LINE__);
+        if (e != cudaSuccess) s = pgpu_fail((int)e, "copy counts back", __FILE__, __LINE__);
     }
     if (s == PATINA_OK)
         s = sync_all(w);
@@ -1254,7 +1243,7 @@ extern "C" patina_status patina_gpu_glcm_features_of(patina_gpu_t *g, double *pr
          * non-blocking stream starts */
         cudaError_t e = cudaMemcpyAsync(w->d_counts, counts, nmat * LL * sizeof(uint32_t),
                                         cudaMemcpyHostToDevice, w->sl[0].s);
-        if (e != cudaSuccess) s = gfail(e, "upload counts", __LINE__);
+        if (e != cudaSuccess) s = pgpu_fail((int)e, "upload counts", __FILE__, __LINE__);
     }
     if (s == PATINA_OK) s = features_dev(w, props, har, w->d_counts, nmat, levels);
     pthread_mutex_unlock(&g_mu);
@@ -1315,7 +1304,7 @@ extern "C" patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out,
     if (s == PATINA_OK && haralick) {
         cudaError_t e = cudaMemcpy(counts, w->d_counts, n * noff * LL * sizeof(uint32_t),
                                    cudaMemcpyDeviceToHost);
-        if (e != cudaSuccess) s = gfail(e, "copy counts back", __LINE__);
+        if (e != cudaSuccess) s = pgpu_fail((int)e, "copy counts back", __FILE__, __LINE__);
     }
     if (s == PATINA_OK)
         s = sync_all(w);
@@ -1389,7 +1378,7 @@ extern "C" patina_status patina_gpu__glcm_bandwidth(double *d2d_gbps, double *h2
     CK(cudaEventCreate(&e1));
     if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess ||
         cudaHostAlloc(&h, bytes, cudaHostAllocDefault) != cudaSuccess) {
-        s = gfail(cudaGetLastError(), "bandwidth buffers", __LINE__);
+        s = pgpu_fail((int)cudaGetLastError(), "bandwidth buffers", __FILE__, __LINE__);
         goto out;
     }
     memset(h, 1, bytes);
@@ -1498,7 +1487,7 @@ extern "C" patina_status patina_gpu__glcm_lab(patina_glcm_lab_t *lab, uint32_t *
     do {                                                                                       \
         cudaError_t e_ = (call);                                                               \
         if (e_ != cudaSuccess) {                                                               \
-            s = gfail(e_, #call, __LINE__);                                                    \
+            s = pgpu_fail((int)e_, #call, __FILE__, __LINE__);                                 \
             goto out;                                                                          \
         }                                                                                      \
     } while (0)

@@ -53,12 +53,6 @@ struct patina_gpu_knn {
     uint64_t *h_id;
 };
 
-#define CUK(call)                                                                                  \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) return pgpu_fail((int)e_, #call, __FILE__, __LINE__);               \
-    } while (0)
-
 /* a comes after b in the result order */
 __device__ __forceinline__ bool after(double da, uint64_t ia, double db, uint64_t ib)
 {
@@ -174,8 +168,8 @@ void patina_gpu_knn_free(patina_gpu_knn_t *g)
 
 static patina_status upload(void **dst, const void *src, size_t bytes)
 {
-    CUK(cudaMalloc(dst, bytes ? bytes : 1));
-    if (bytes) CUK(cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice));
+    PGPU_CU(cudaMalloc(dst, bytes ? bytes : 1));
+    if (bytes) PGPU_CU(cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice));
     return PATINA_OK;
 }
 
@@ -188,7 +182,7 @@ patina_status patina_gpu_knn_new(patina_gpu_knn_t **out, int device, size_t n, c
     *out = NULL;
     if (device < 0 || device >= patina_gpu__count())
         return patina__fail(PATINA_E_UNAVAILABLE, "gpu search: no CUDA device %d", device);
-    CUK(cudaSetDevice(device));
+    PGPU_CU(cudaSetDevice(device));
     g = (patina_gpu_knn_t *)calloc(1, sizeof *g);
     if (!g) return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
     g->device = device;
@@ -240,14 +234,14 @@ static patina_status knn_locked(patina_gpu_knn_t *g, const patina_knn_query_t *q
     if (qb < 1) qb = 1;
     if (qb > 65535) qb = 65535;
     if (qb > nq) qb = nq;
-    CUK(cudaSetDevice(g->device));
+    PGPU_CU(cudaSetDevice(g->device));
     if (g->q_cap < qb || g->cand_cap < qb * per_query) {
         knn_free_buffers(g);
-        CUK(cudaMalloc((void **)&g->d_q, qb * sizeof *g->d_q));
-        CUK(cudaMalloc((void **)&g->d_dist, qb * per_query * sizeof(double)));
-        CUK(cudaMalloc((void **)&g->d_id, qb * per_query * sizeof(uint64_t)));
-        CUK(cudaMallocHost((void **)&g->h_dist, qb * per_query * sizeof(double)));
-        CUK(cudaMallocHost((void **)&g->h_id, qb * per_query * sizeof(uint64_t)));
+        PGPU_CU(cudaMalloc((void **)&g->d_q, qb * sizeof *g->d_q));
+        PGPU_CU(cudaMalloc((void **)&g->d_dist, qb * per_query * sizeof(double)));
+        PGPU_CU(cudaMalloc((void **)&g->d_id, qb * per_query * sizeof(uint64_t)));
+        PGPU_CU(cudaMallocHost((void **)&g->h_dist, qb * per_query * sizeof(double)));
+        PGPU_CU(cudaMallocHost((void **)&g->h_id, qb * per_query * sizeof(uint64_t)));
         g->q_cap = qb;
         g->cand_cap = qb * per_query;
     }
