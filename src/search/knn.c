@@ -525,34 +525,50 @@ static patina_status prepare_queries(const patina_index_t *ix, const uint8_t *qu
     return PATINA_OK;
 }
 
-patina_status patina_index_knn(const patina_index_t *idx, const void *queries, size_t nq,
-                               size_t k, int threads, patina_hit_t *hits, size_t *counts)
+/* The checks patina_index_knn and patina_index_knn_gpu share (nq = 0 is
+ * valid and does nothing). */
+static patina_status knn_args(const patina_index_t *idx, const void *queries, size_t nq, size_t k,
+                              const patina_hit_t *hits, const size_t *counts)
 {
-    job_t jb;
-    tq_t *tq = NULL;
-    patina_status s;
-    size_t q, i, per, *pos = NULL;
-    patina_hit_t **lists = NULL;
-    int nthreads;
-
     if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
     if (k == 0) return patina__fail(PATINA_E_INVALID, "search: k = 0");
     if (k > K_MAX) return patina__fail(PATINA_E_LIMIT, "search: k = %zu is over the limit of %d", k, K_MAX);
     if (nq == 0) return PATINA_OK;
     if (!queries || !hits || !counts) return patina__fail(PATINA_E_INVALID, "search: null queries, hits or counts");
     if (nq > SIZE_MAX / sizeof *hits / k) return patina__fail(PATINA_E_LIMIT, "search: %zu queries x k = %zu is too many", nq, k);
+    return PATINA_OK;
+}
 
-    memset(&jb, 0, sizeof jb);
-    PATINA_TRY(plan(idx, nq, threads, &nthreads, &jb.nchunks, &jb.chunk));
-    per = k < idx->n ? k : idx->n;
+/* counts[q] = min(k, n); slots past it padded with {id 0, +inf}. */
+static void knn_pad(const patina_index_t *idx, size_t nq, size_t k, patina_hit_t *hits, size_t *counts)
+{
+    size_t q, i, per = k < idx->n ? k : idx->n;
     for (q = 0; q < nq; q++) {
         counts[q] = per;
-        for (i = per; i < k; i++) { /* padding */
+        for (i = per; i < k; i++) {
             hits[q * k + i].id = 0;
             hits[q * k + i].distance = HUGE_VAL;
         }
     }
+}
+
+patina_status patina_index_knn(const patina_index_t *idx, const void *queries, size_t nq,
+                               size_t k, int threads, patina_hit_t *hits, size_t *counts)
+{
+    job_t jb;
+    tq_t *tq = NULL;
+    patina_status s;
+    size_t q, per, *pos = NULL;
+    patina_hit_t **lists = NULL;
+    int nthreads;
+
+    PATINA_TRY(knn_args(idx, queries, nq, k, hits, counts));
+    if (nq == 0) return PATINA_OK;
+    memset(&jb, 0, sizeof jb);
+    PATINA_TRY(plan(idx, nq, threads, &nthreads, &jb.nchunks, &jb.chunk));
+    knn_pad(idx, nq, k, hits, counts);
     if (idx->n == 0) return PATINA_OK;
+    per = counts[0];
 
     jb.ix = idx;
     jb.queries = queries;
@@ -676,27 +692,16 @@ patina_status patina_index_knn_gpu(const patina_index_t *idx, int gpu, const voi
     patina_index_t *ix = (patina_index_t *)idx; /* only the GPU cache changes */
     tq_t *tq = NULL;
     patina_status s = PATINA_OK;
-    size_t q, i, per;
-    if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
-    if (k == 0) return patina__fail(PATINA_E_INVALID, "search: k = 0");
-    if (k > K_MAX) return patina__fail(PATINA_E_LIMIT, "search: k = %zu is over the limit of %d", k, K_MAX);
+    size_t q;
+    PATINA_TRY(knn_args(idx, queries, nq, k, hits, counts));
     if (!ix->t1)
         return patina__fail(PATINA_E_UNAVAILABLE, "gpu search: only CEDD Tanimoto indexes run on the GPU "
                             "(this one is '%s', distance %s)", patina_extractor_spec(ix->ex),
                             patina_extractor_distance_name(ix->ex));
     if (nq == 0) return PATINA_OK;
-    if (!queries || !hits || !counts) return patina__fail(PATINA_E_INVALID, "search: null queries, hits or counts");
-    if (nq > SIZE_MAX / sizeof *hits / k) return patina__fail(PATINA_E_LIMIT, "search: %zu queries x k = %zu is too many", nq, k);
     if (patina_gpu__count() <= gpu || gpu < 0)
         return patina__fail(PATINA_E_UNAVAILABLE, "gpu search: no CUDA device %d", gpu);
-    per = k < ix->n ? k : ix->n;
-    for (q = 0; q < nq; q++) {
-        counts[q] = per;
-        for (i = per; i < k; i++) {
-            hits[q * k + i].id = 0;
-            hits[q * k + i].distance = HUGE_VAL;
-        }
-    }
+    knn_pad(ix, nq, k, hits, counts);
     if (ix->n == 0) return PATINA_OK;
     PATINA_TRY(prepare_queries(ix, queries, nq, &tq));
     for (q = 0; q < nq; q++)
