@@ -225,8 +225,6 @@ patina_status patina_extract_codemap(patina_context_t *ctx, const patina_extract
 /* Internal: the context's pool, for the pipeline. */
 patina_pool_t *patina__context_pool(patina_context_t *ctx);
 patina_pool_t *patina__context_pool(patina_context_t *ctx) { return ctx->pool; }
-patina_gpu_t *patina__context_gpu(patina_context_t *ctx);
-patina_gpu_t *patina__context_gpu(patina_context_t *ctx) { return ctx->gpu; }
 int patina__extractor_reads_device(const patina_extractor_t *ex);
 int patina__extractor_reads_device(const patina_extractor_t *ex) { return ex->family->gpu_reads_device; }
 

@@ -283,6 +283,13 @@ static void *gpu_decode_main(void *v)
     return NULL;
 }
 
+/* A read JPEG nvJPEG may take: grey or YCbCr (CMYK stays on the CPU). */
+static int gpu_candidate(const slot_t *s)
+{
+    return s->state == SLOT_READ && s->info.format == PATINA_FORMAT_JPEG &&
+           (s->info.channels == 1 || s->info.channels == 3);
+}
+
 /* Stage 3 with nvJPEG: the first share of the window's JPEGs go to the GPU
  * (its own thread), the rest to the CPU workers at the same time; what the
  * GPU did not take is then decoded on the CPU. The share follows the rates
@@ -296,8 +303,7 @@ static void decode_split(producer_t *p, window_t *w, job_t *job)
     double t0, tcpu;
     for (i = 0; i < w->take; i++) {
         slot_t *s = &w->slots[i];
-        if (s->state == SLOT_READ && s->info.format == PATINA_FORMAT_JPEG &&
-            (s->info.channels == 1 || s->info.channels == 3))
+        if (gpu_candidate(s))
             ncand++;
     }
     k = (size_t)(p->share * (double)ncand + 0.5);
@@ -316,8 +322,7 @@ static void decode_split(producer_t *p, window_t *w, job_t *job)
     g.d = w->jdec;
     for (i = 0; i < w->take && g.n < k; i++) {
         slot_t *s = &w->slots[i];
-        if (s->state == SLOT_READ && s->info.format == PATINA_FORMAT_JPEG &&
-            (s->info.channels == 1 || s->info.channels == 3)) {
+        if (gpu_candidate(s)) {
             s->gpu = 1;
             g.slots[g.n] = s;
             g.data[g.n] = s->data;
