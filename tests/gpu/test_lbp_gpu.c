@@ -146,6 +146,32 @@ static void test_3x3_kinds(void **state)
     run_case(&confs[1], 1031, 1029, 2, 1, &r, "3x3 1031x1029");
 }
 
+/* Every instance of the whole-image histogram kernel (PATINA_LBP_KERNEL:
+ * k_fast4 with 6 or 3 rows in flight, and the old k_fast3) on the 1x1-grid
+ * kinds, with and without code maps (the lab variants), whatever the default
+ * picks for each kind. */
+static void test_fast_instances(void **state)
+{
+    static const char *const kernels[] = {"d6", "d3", "fast3"};
+    static const int sizes[][3] = {{3, 3, 1}, {17, 5, 3}, {530, 67, 8}, {1029, 131, 2}, {1024, 96, 5}};
+    const lbp_conf_t confs[] = {
+        mkconf(LBP_KIND_LBP8, 8, 1, 0, LBP_MAP_NONE, "1x1", 0.9),
+        mkconf(LBP_KIND_TLBAP, 8, 1, 0, LBP_MAP_U2, "1x1", 0.5),   /* threshold fma */
+        mkconf(LBP_KIND_TLBAP, 8, 1, 0, LBP_MAP_NONE, "1x1", 0.37), /* threshold table */
+        mkconf(LBP_KIND_LANADP, 8, 1, 0, LBP_MAP_RIU2, "1x1", 0.9),
+    };
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 7);
+    for (size_t k = 0; k < sizeof kernels / sizeof kernels[0]; k++) {
+        setenv("PATINA_LBP_KERNEL", kernels[k], 1);
+        for (size_t c = 0; c < sizeof confs / sizeof confs[0]; c++)
+            for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+                run_case(&confs[c], sizes[s][0], sizes[s][1], sizes[s][2], 0, &r, kernels[k]);
+    }
+    unsetenv("PATINA_LBP_KERNEL");
+}
+
 static void test_circular(void **state)
 {
     static const int sizes[][3] = {{1, 1, 1}, {2, 2, 3}, {3, 3, 1}, {1, 17, 2}, {37, 29, 2},
@@ -220,6 +246,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_3x3_kinds),
+        cmocka_unit_test(test_fast_instances),
         cmocka_unit_test(test_circular),
         cmocka_unit_test(test_families),
     };
