@@ -246,7 +246,10 @@ static void batched(double copy_gbps, int *all_ok)
         {"lbp8", conf(LBP_KIND_LBP8, 8, 1, 0, "1x1")},
         {"tlbap:th=0.9", conf(LBP_KIND_TLBAP, 8, 1, 0, "1x1")},
         {"lanadp", conf(LBP_KIND_LANADP, 8, 1, 0, "1x1")},
+        {"lbp8 grid=4x4", conf(LBP_KIND_LBP8, 8, 1, 0, "4x4")},
+        {"tlbap:th=0.9 grid=4x4", conf(LBP_KIND_TLBAP, 8, 1, 0, "4x4")},
         {"lanadp grid=4x4", conf(LBP_KIND_LANADP, 8, 1, 0, "4x4")},
+        {"lbp8 grid=8x8", conf(LBP_KIND_LBP8, 8, 1, 0, "8x8")},
         {"lbp P=8,R=1,uniform", conf(LBP_KIND_CIRCULAR, 8, 1, LBP_M_UNIFORM, "1x1")},
         {"lbp P=16,R=2,uniform", conf(LBP_KIND_CIRCULAR, 16, 2, LBP_M_UNIFORM, "1x1")},
     };

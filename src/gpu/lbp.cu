@@ -417,6 +417,10 @@ struct fast_args {
     long long pairs_img;    /* task pairs per image (tasks padded to even) */
     long long pairs;        /* n * pairs_img */
     uint32_t tq_t, tq_c;    /* TLBAP, k_fast4: 1024 + k(m) = fma(1024 + m, t, c) in fp16x2 (tq_t = 0: table) */
+    /* k_fast4 with a grid of cells (grid = 1): tasks never cross a cell row
+     * (bands per cell row, a multiple of FAST_WARPS), every cell >= 16
+     * columns wide; groups = strips * grid_rows (block histogram epochs) */
+    int grid, grid_rows, grid_cols, nbins, groups;
 };
 
 __device__ __forceinline__ uint32_t hsub_sat(uint32_t a, uint32_t b)
@@ -668,6 +672,46 @@ __global__ void __launch_bounds__(32 * FAST_WARPS, FAST_BPS(KIND))
     if (cur >= 0) fast_flush(a, hist, cur, tid, btab_g);
 }
 
+/* First row (column) of cell k of n over a map side of m: the smallest y with
+ * lbp_cell_row(y) = k. */
+__device__ __forceinline__ int cell_start(int k, int n, int m) { return (int)(((long long)k * m + n) / n) - 1; }
+
+/* k_fast4's flush: fast_flush for one image; with a grid (key = image *
+ * groups + strip * grid_rows + cell row) lane l's counters belong to the cell
+ * column of its first column, so warp w sums the 32 counters of codes w,
+ * w + 4, ... per cell column: a segmented scan over the lanes (a cell's
+ * lanes are contiguous), one atomic per cell column and non-zero bin. */
+template <bool GRID>
+__device__ __forceinline__ void f4_flush(const fast_args &a, uint32_t *hist, int key, int tid,
+                                         const uint8_t *__restrict__ btab)
+{
+    if (!GRID) {
+        fast_flush(a, hist, key, tid, btab);
+        return;
+    }
+    __syncthreads();
+    const int img = key / a.groups, grp = key - img * a.groups;
+    const int strip = grp / a.grid_rows, crow = grp - strip * a.grid_rows;
+    const int lane = tid & 31, warp = tid >> 5, xs = strip * PROD_COLS;
+    const int x = min(xs + lane * 16, a.mw - 1); /* lanes past the map count nothing net */
+    const int cc = (int)(((long long)(x + 1) * a.grid_cols - 1) / a.mw);
+    const int seg = max(0, (cell_start(cc, a.grid_cols, a.mw) - xs + 15) / 16); /* first lane of cc */
+    const int ccn = __shfl_down_sync(FULL, cc, 1);
+    const bool last = lane == 31 || ccn != cc;
+    uint32_t *g = a.counts + (size_t)img * (size_t)a.dim + (size_t)(crow * a.grid_cols + cc) * (size_t)a.nbins;
+    for (int code = warp; code < 256; code += FAST_WARPS) {
+        uint32_t v = hist[code * 32 + lane];
+        hist[code * 32 + lane] = 0;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const uint32_t t = __shfl_up_sync(FULL, v, d);
+            if (lane - d >= seg) v += t;
+        }
+        if (last && v) atomicAdd(&g[btab[code]], v);
+    }
+    __syncthreads();
+}
+
 /* k_fast4: k_fast3 with fewer instructions per pixel; it replaces k_fast3 on
  * the whole-image histogram path (PATINA_LBP_KERNEL=fast3 selects the old one
  * for comparisons). Same tiling, per-lane histograms and persistent grid.
@@ -835,10 +879,17 @@ __device__ __forceinline__ uint32_t f4_lo(uint32_t acc, uint32_t hbase)
     return d;
 }
 
-template <int KIND, bool CODES, bool TF>
+/* k_fast4 with a grid, per thread of the block: (fb, offset) = the lane's
+ * first column (0..15) in the next cell column (16 if none) and the offset
+ * of that cell's bins in counts. Those columns are taken back from the block
+ * histogram and added to that cell with global atomics. In shared memory
+ * (read only on the take-back branch) rather than in registers. */
+static __shared__ int2 f4_fsl[32 * FAST_WARPS];
+
+template <int KIND, bool CODES, bool TF, bool GRID>
 __device__ __forceinline__ void f4_row(const fast_args &a, const frow<KIND> &ra, const frow<KIND> &rm,
                                        const frow<KIND> &rb, int img, int y, int x0, int nx, bool part, uint32_t hbase,
-                                       const uint16_t *kt)
+                                       const uint16_t *kt, const uint8_t *__restrict__ btab)
 {
     uint32_t acc[8], P3[9], R3[9];
     if (KIND == LBP_KIND_LANADP) {
@@ -861,12 +912,26 @@ __device__ __forceinline__ void f4_row(const fast_args &a, const frow<KIND> &ra,
         fast_red(f4_lo(acc[i], hbase), 1u);
         fast_red(hbase + (acc[i] >> 9), 1u);
     }
-    if (part && nx < 16) { /* part: warp-uniform, one branch for the others */
+    if (part) { /* warp-uniform, one branch for the others */
+        if (nx < 16) {
 #pragma unroll
-        for (int i = 7; i >= 0; i--) {
-            if (2 * i + 1 < nx) break;
-            fast_red(hbase + (acc[i] >> 9), 0xffffffffu);
-            if (2 * i >= nx) fast_red(f4_lo(acc[i], hbase), 0xffffffffu);
+            for (int i = 7; i >= 0; i--) {
+                if (2 * i + 1 < nx) break;
+                fast_red(hbase + (acc[i] >> 9), 0xffffffffu);
+                if (2 * i >= nx) fast_red(f4_lo(acc[i], hbase), 0xffffffffu);
+            }
+        }
+        const int2 fs = GRID ? f4_fsl[threadIdx.y * 32 + threadIdx.x] : make_int2(16, 0);
+        if (GRID && fs.x < 16) {
+            uint32_t *fcell = a.counts + (unsigned)fs.y;
+#pragma unroll
+            for (int i = 15; i >= 0; i--) {
+                if (i < fs.x) break;
+                if (i >= nx) continue; /* past the map: taken back above */
+                const uint32_t w = acc[i >> 1];
+                fast_red((i & 1) ? hbase + (w >> 9) : f4_lo(w, hbase), 0xffffffffu);
+                atomicAdd(fcell + btab[(i & 1) ? (w >> 16) & 0xffu : w & 0xffu], 1u);
+            }
         }
     }
 }
@@ -879,13 +944,29 @@ __device__ __forceinline__ const uint8_t *f4_rowptr(const uint8_t *base, unsigne
     return reinterpret_cast<const uint8_t *>(p);
 }
 
-template <int KIND, bool CODES, bool TF, int D>
-__device__ __forceinline__ void f4_task(const fast_args &a, int img, int strip, int band, int lane,
-                                        uint32_t hbase, const uint16_t *kt)
+template <int KIND, bool CODES, bool TF, int D, bool GRID>
+__device__ __forceinline__ void f4_task(const fast_args &a, int img, int strip, int crow, int band, int lane,
+                                        uint32_t hbase, const uint16_t *kt, const uint8_t *__restrict__ btab)
 {
     const int x0 = strip * PROD_COLS + lane * 16;
-    const int y0 = band * a.rb, y1 = min(y0 + a.rb, a.mh);
+    const int r0 = cell_start(crow, a.grid_rows, a.mh);
+    const int r1 = crow + 1 < a.grid_rows ? cell_start(crow + 1, a.grid_rows, a.mh) : a.mh;
+    const int y0 = r0 + band * a.rb, y1 = min(y0 + a.rb, r1);
+    if (y0 >= r1) return; /* warp-uniform: a padding task */
     const int nx = a.mw - x0;
+    /* grid: the lane's columns belong to cell column cc, those from fb on
+     * (if any) to cc + 1 (cells are at least 16 columns wide) */
+    int fb = 16;
+    if (GRID && nx > 0) {
+        const int cc = (int)(((long long)(x0 + 1) * a.grid_cols - 1) / a.mw);
+        if (cc + 1 < a.grid_cols) {
+            fb = cell_start(cc + 1, a.grid_cols, a.mw) - x0;
+            if (fb < 16)
+                f4_fsl[threadIdx.y * 32 + lane] =
+                    make_int2(fb, img * a.dim + (crow * a.grid_cols + cc + 1) * a.nbins);
+        }
+    }
+    if (GRID && fb >= 16) f4_fsl[threadIdx.y * 32 + lane] = make_int2(16, 0);
     const bool okx = x0 < a.pitch;
     const unsigned pitch = (unsigned)a.pitch;
     /* loads are unconditional (no predicated register merges): rows past
@@ -895,7 +976,7 @@ __device__ __forceinline__ void f4_task(const fast_args &a, int img, int strip, 
      * next row, or for the last row of a batch the slack of at least 16
      * bytes that every input allocation has: values never used, those
      * columns are past the map) */
-    const bool part = __any_sync(FULL, a.mw - x0 < 16); /* a lane takes columns back */
+    const bool part = __any_sync(FULL, nx < 16 || fb < 16); /* a lane takes columns back */
     const uint8_t *base = a.in + (size_t)img * a.in_img + (okx ? x0 : 0);
     const int ylast = y1 + 1; /* last input row */
     rawrow q[D]; /* D raw rows in flight (a multiple of 3) */
@@ -923,15 +1004,16 @@ __device__ __forceinline__ void f4_task(const fast_args &a, int img, int strip, 
             f4_conv<KIND>(rb, q[u]);
             f4_vert<KIND>(rm, rb);
             F4_LOAD(q[u], y + u + 2 + D);
-            f4_row<KIND, CODES, TF>(a, ra, rm, rb, img, y + u, x0, nx, part, hbase, kt);
+            f4_row<KIND, CODES, TF, GRID>(a, ra, rm, rb, img, y + u, x0, nx, part, hbase, kt, btab);
             if (y + u + 1 >= y1) return;
         }
     }
 #undef F4_LOAD
 }
 
-/* D: raw rows in flight, BPS: blocks per multiprocessor (registers) */
-template <int KIND, bool CODES, bool TF, int D, int BPS>
+/* D: raw rows in flight, BPS: blocks per multiprocessor (registers), GRID:
+ * a grid of cells (a.grid; its own instances keep the 1x1 ones' registers) */
+template <int KIND, bool CODES, bool TF, int D, int BPS, bool GRID = false>
 __global__ void __launch_bounds__(32 * FAST_WARPS, BPS)
     k_fast4(fast_args a, const uint8_t *__restrict__ ktab_g, const uint8_t *__restrict__ btab_g)
 {
@@ -945,18 +1027,26 @@ __global__ void __launch_bounds__(32 * FAST_WARPS, BPS)
     __syncthreads();
     const uint32_t hbase = (uint32_t)__cvta_generic_to_shared(hist) + (uint32_t)(lane * 4);
     const long long p0 = a.pairs * blockIdx.x / gridDim.x, p1 = a.pairs * (blockIdx.x + 1) / gridDim.x;
-    const int tasks = a.bands * ((a.mw + PROD_COLS - 1) / PROD_COLS);
+    const int bpg = a.bands * a.grid_rows; /* tasks per strip */
+    const int tasks = bpg * ((a.mw + PROD_COLS - 1) / PROD_COLS);
+    /* the block histogram's epoch: the image, and with a grid the (strip,
+     * cell row) group, the same for the block's warps (bands per cell row
+     * are a multiple of FAST_WARPS) */
     int cur = -1;
     for (long long p = p0; p < p1; p++) {
         const int img = (int)(p / a.pairs_img);
-        const int t = (int)(p - (long long)img * a.pairs_img) * FAST_WARPS + warp;
-        if (img != cur) {
-            if (cur >= 0) fast_flush(a, hist, cur, tid, btab_g);
-            cur = img;
+        const int t4 = (int)(p - (long long)img * a.pairs_img) * FAST_WARPS, t = t4 + warp;
+        const int key = GRID ? img * a.groups + t4 / a.bands : img;
+        if (key != cur) {
+            if (cur >= 0) f4_flush<GRID>(a, hist, cur, tid, btab_g);
+            cur = key;
         }
-        if (t < tasks) f4_task<KIND, CODES, TF, D>(a, img, t / a.bands, t % a.bands, lane, hbase, ktab);
+        if (t < tasks) {
+            const int strip = t / bpg, r = t - strip * bpg;
+            f4_task<KIND, CODES, TF, D, GRID>(a, img, strip, r / a.bands, r % a.bands, lane, hbase, ktab, btab_g);
+        }
     }
-    if (cur >= 0) fast_flush(a, hist, cur, tid, btab_g);
+    if (cur >= 0) f4_flush<GRID>(a, hist, cur, tid, btab_g);
 }
 
 /* ----------------------------------------------------- production, circular */
@@ -1229,20 +1319,25 @@ static cudaError_t launch_prod(const lbp_conf_t *c, const dev_tables *t, const u
     int mw, mh;
     lbp_map_shape(c, w, h, &mw, &mh);
     if (mw == 0 || mh == 0 || n == 0) return cudaSuccess;
-    if (c->kind != LBP_KIND_CIRCULAR && counts && c->grid_rows == 1 && c->grid_cols == 1) {
+    const bool cells = c->grid_rows > 1 || c->grid_cols > 1;
+    const char *kv = getenv("PATINA_LBP_KERNEL");
+    const bool old3 = kv && !strcmp(kv, "fast3");
+    /* k_fast4 takes grids whose cells are at least 16 columns wide (a lane's
+     * 16 columns then cross at most one cell border); k_prod3 the others */
+    if (c->kind != LBP_KIND_CIRCULAR && counts &&
+        (!cells || (!old3 && mw / c->grid_cols >= 16 && !(kv && !strcmp(kv, "prod3"))))) {
         fast_args a;
         int dev = 0, sms = 0;
         cudaError_t e;
         if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
         if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
         const int strips = (mw + PROD_COLS - 1) / PROD_COLS;
-        const char *kv = getenv("PATINA_LBP_KERNEL");
-        const bool old3 = kv && !strcmp(kv, "fast3");
         /* d3: 3 rows in flight and one more block per SM (fewer registers):
          * the default for LANADP (16 warps per SM instead of 12: H100 256 x
          * 1024^2 1040 vs 976 GB/s); lbp8 gains nothing (1646 vs 1655) and
-         * TLBAP spills (1112 vs 1450). PATINA_LBP_KERNEL=fast3|d6|d3 picks
-         * the kernel for comparisons (bench_lbp). */
+         * TLBAP spills (1112 vs 1450). PATINA_LBP_KERNEL=fast3|d6|d3|prod3
+         * picks the kernel for comparisons (bench_lbp; prod3: grids of cells
+         * on k_prod3). */
         const bool d3 = !old3 && (c->kind != LBP_KIND_TLBAP || t->tq_t) &&
                         (kv ? !strcmp(kv, "d3") : c->kind == LBP_KIND_LANADP);
         const int bps = d3 ? (c->kind == LBP_KIND_LANADP ? 4 : 5) : FAST_BPS(c->kind);
@@ -1258,6 +1353,22 @@ static cudaError_t launch_prod(const lbp_conf_t *c, const dev_tables *t, const u
         a.out_img = (size_t)mh * (size_t)opitch;
         a.counts = counts;
         a.dim = (int)lbp_dim(c);
+        a.grid = cells;
+        a.grid_rows = c->grid_rows;
+        a.grid_cols = c->grid_cols;
+        a.nbins = (int)c->nbins;
+        a.groups = strips * c->grid_rows;
+        /* bands of a task strip (grid: per cell row, padded to a multiple of
+         * FAST_WARPS so that a block's warps share a cell row) and the task
+         * groups of FAST_WARPS for band height rb */
+        const int chmax = (mh + c->grid_rows - 1) / c->grid_rows;
+        const auto nbands = [&](int rb) -> int {
+            return cells ? ((chmax + rb - 1) / rb + FAST_WARPS - 1) / FAST_WARPS * FAST_WARPS : (mh + rb - 1) / rb;
+        };
+        const auto ngroups = [&](int rb) -> long long {
+            return cells ? (long long)nbands(rb) / FAST_WARPS * c->grid_rows * strips * n
+                         : ((long long)nbands(rb) * strips + FAST_WARPS - 1) / FAST_WARPS * n;
+        };
         /* band height: every warp busy for one image, at most 32 rows (2
          * halo rows re-read per band) */
         a.rb = (int)((rows + warps - 1) / warps);
@@ -1271,7 +1382,7 @@ static cudaError_t launch_prod(const lbp_conf_t *c, const dev_tables *t, const u
             long long best = -1;
             int brb = a.rb;
             for (int rb = a.rb; rb >= 16; rb--) {
-                const long long groups = ((long long)((mh + rb - 1) / rb) * strips + FAST_WARPS - 1) / FAST_WARPS * n;
+                const long long groups = ngroups(rb);
                 const long long nbk = groups < maxb ? groups : maxb;
                 const long long cost = (groups + nbk - 1) / nbk * (rb + 3);
                 if (best < 0 || cost < best) {
@@ -1281,8 +1392,8 @@ static cudaError_t launch_prod(const lbp_conf_t *c, const dev_tables *t, const u
             }
             a.rb = brb;
         }
-        a.bands = (mh + a.rb - 1) / a.rb;
-        a.pairs_img = ((long long)a.bands * strips + FAST_WARPS - 1) / FAST_WARPS;
+        a.bands = nbands(a.rb);
+        a.pairs_img = ngroups(a.rb) / n;
         a.pairs = a.pairs_img * n;
         const unsigned nb = (unsigned)(a.pairs < maxb ? a.pairs : maxb);
         const size_t smem = FAST_HIST_WORDS * sizeof(uint32_t) + 256 * sizeof(uint16_t);
@@ -1298,6 +1409,18 @@ static cudaError_t launch_prod(const lbp_conf_t *c, const dev_tables *t, const u
             return e;
         }
         const bool cw = codes != NULL, tf = t->tq_t != 0;
+        if (cells) { /* one instance per kind (registers as the 1x1 default) */
+            switch (c->kind) {
+#define F4G(K, TF_, D_, B_)                                                                                 \
+    (cw ? fast_launch(k_fast4<K, true, TF_, D_, B_, true>, nb, block, smem, s, a, t)                          \
+        : fast_launch(k_fast4<K, false, TF_, D_, B_, true>, nb, block, smem, s, a, t))
+            case LBP_KIND_LBP8: e = F4G(LBP_KIND_LBP8, false, 6, 4); break;
+            case LBP_KIND_TLBAP: e = tf ? F4G(LBP_KIND_TLBAP, true, 6, 4) : F4G(LBP_KIND_TLBAP, false, 6, 4); break;
+            default: e = F4G(LBP_KIND_LANADP, false, 3, 4); break;
+#undef F4G
+            }
+            return e;
+        }
         switch (c->kind) {
         case LBP_KIND_LBP8:
             if (d3)

@@ -146,19 +146,28 @@ static void test_3x3_kinds(void **state)
     run_case(&confs[1], 1031, 1029, 2, 1, &r, "3x3 1031x1029");
 }
 
-/* Every instance of the whole-image histogram kernel (PATINA_LBP_KERNEL:
- * k_fast4 with 6 or 3 rows in flight, and the old k_fast3) on the 1x1-grid
- * kinds, with and without code maps (the lab variants), whatever the default
- * picks for each kind. */
+/* Every instance of the histogram kernels (PATINA_LBP_KERNEL: k_fast4 with 6
+ * or 3 rows in flight, the old k_fast3, k_prod3 for grids) on whole-image
+ * histograms and grids of cells, with and without code maps (the lab
+ * variants), whatever the default picks for each kind. */
 static void test_fast_instances(void **state)
 {
-    static const char *const kernels[] = {"d6", "d3", "fast3"};
-    static const int sizes[][3] = {{3, 3, 1}, {17, 5, 3}, {530, 67, 8}, {1029, 131, 2}, {1024, 96, 5}};
+    static const char *const kernels[] = {"d6", "d3", "fast3", "prod3"};
+    static const int sizes[][3] = {{3, 3, 1}, {17, 5, 3}, {530, 67, 8}, {1029, 131, 2}, {1024, 96, 5}, {1030, 515, 3}};
     const lbp_conf_t confs[] = {
         mkconf(LBP_KIND_LBP8, 8, 1, 0, LBP_MAP_NONE, "1x1", 0.9),
         mkconf(LBP_KIND_TLBAP, 8, 1, 0, LBP_MAP_U2, "1x1", 0.5),   /* threshold fma */
         mkconf(LBP_KIND_TLBAP, 8, 1, 0, LBP_MAP_NONE, "1x1", 0.37), /* threshold table */
         mkconf(LBP_KIND_LANADP, 8, 1, 0, LBP_MAP_RIU2, "1x1", 0.9),
+        /* grids: k_fast4's cell path where cells are >= 16 columns wide
+         * (many cells per 512-column strip, cells of exactly 16, a lane
+         * across every border), k_prod3 otherwise */
+        mkconf(LBP_KIND_LBP8, 8, 1, 0, LBP_MAP_NONE, "4x4", 0.9),
+        mkconf(LBP_KIND_LBP8, 8, 1, 0, LBP_MAP_U2, "2x30", 0.9),
+        mkconf(LBP_KIND_TLBAP, 8, 1, 0, LBP_MAP_RIU2, "3x5", 0.5),
+        mkconf(LBP_KIND_TLBAP, 8, 1, 0, LBP_MAP_NONE, "5x3", 0.37),
+        mkconf(LBP_KIND_LANADP, 8, 1, 0, LBP_MAP_NONE, "1x63", 0.9),
+        mkconf(LBP_KIND_LANADP, 8, 1, 0, LBP_MAP_RI, "7x2", 0.9),
     };
     tu_rng_t r;
     (void)state;
