@@ -13,7 +13,9 @@
  *   - Work is a list of tasks (a band of first-pixel rows of one image),
  *     sized from the launch's work so that every block gets one equal band
  *     (at least 16 K pixels); persistent blocks take tasks in grid-stride
- *     order. k_count3 (one offset per block, L = 2^s <= 32: the default
+ *     order. k_count4 (2..32 offsets in one pass, L = 2^s <= 32, lanes
+ *     carry the offsets: the default on large launches), k_count3 (one
+ *     offset per block, L = 2^s <= 32: the default
  *     for one offset) or k_count2 (one block of 640 threads per SM, all of the opt-in
  *     shared memory, the next step's pixels loaded while this one votes)
  *     keeps C copies
@@ -576,6 +578,261 @@ k_count3(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
     k2_finish(sh, ko, G, L, C, cur, cursub, out);
 }
 
+/* k_count4 (variants 6-8; the default, 9, on launches of >= 16 K pixels per
+ * SM): lanes, not blocks, carry the offset, so that one pass over the image
+ * counts 2..32 offsets with conflict-free shared atomics whatever their
+ * number (L = 2^s <= 32).
+ *   - Lane l of a warp counts offset l / m (m = 32 / P lanes per offset,
+ *     P = G rounded up to a power of two; lanes of the P - G pseudo-offsets
+ *     repeat a real offset and their counters are never flushed). The table
+ *     keeps one column per lane: counter (row, lane) at word row * RS + lane
+ *     (RS = 32 for L = 32: 128 KB; RS = 64 for L <= 16: 64 KB at L = 16,
+ *     16 KB at L = 8), so every warp-wide ATOMS hits 32 distinct banks for
+ *     any data.
+ *   - Groups are aligned on the partner side: group c of a lane of offset
+ *     (dy, dx) pairs partners [16c, 16c + 16) of row r + dy (one aligned
+ *     16-byte load) with first pixels [16c - dx, 16c - dx + 16) of row r
+ *     (five 4-byte loads and funnel shifts). Lanes of offsets with the same
+ *     dy read the same partner lines and all lanes read first pixels from
+ *     one row, so a warp's load touches few lines although its lanes count
+ *     up to 32 offsets.
+ *   - The shared address is one PRMT per pair, no IMAD: the funnel shift
+ *     that aligns the first pixels also shifts them left by s bits, and one
+ *     LOP3 per 4 pairs merges the partner bytes into bc = per-byte
+ *     (a << s | b) & 0xff. L <= 16: address = lane*4 | bc[k] << 8 (row =
+ *     a*L + b, RS = 64). L = 32: the two high bits of a go to address bits
+ *     7 and 16 (per-byte masks of the first pixels shifted by 4, built once
+ *     per 4 pairs): address = lane*4 | a3 << 7 | bc[k] << 8 | a4 << 16, a
+ *     dense 17-bit address (row = a3 | bc << 1 | a4 << 9).
+ *   - Windows (below) inside the interior of every offset vote without
+ *     masks (one warp-uniform test, no vote instruction); others mask.
+ *   - The flush (flush_k4) adds the m columns of each offset with shuffles;
+ *     one global atomic per non-zero cell. */
+static __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel)
+{
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+    return r;
+}
+
+/* v, kept in a register: the compiler may not recompute it in a loop from
+ * the values it came from (it did, for the loop invariants of k_count4). */
+static __device__ __forceinline__ int opaque(int v)
+{
+    asm volatile("" : "+r"(v));
+    return v;
+}
+
+/* One lane's 16 pairs: raw = five words from the first pixels' word base,
+ * tA = bit shift that aligns them (and shifts each left by s), b = the 16
+ * partner bytes, mb = per-byte (1 << s) - 1, lw = lane*4 (L = 32: in bytes
+ * 0 and 2), vm = pairs to vote (FULL: all). */
+template <bool HI, bool FULL>
+static __device__ __forceinline__ void vote16q(char *shc, const uint32_t raw[5], const uint4 &b, uint32_t tA,
+                                               uint32_t mb, uint32_t lw, uint32_t vm)
+{
+    const uint32_t bw[4] = {b.x, b.y, b.z, b.w};
+    uint32_t x2[5];
+    if (HI) {
+#pragma unroll
+        for (int w = 0; w < 4; w++) x2[w] = __funnelshift_r(raw[w], raw[w + 1], tA + 1); /* a << 4 */
+        x2[4] = raw[4] >> (tA + 1); /* only its bit 0 (a[15] bit 4) is used */
+    }
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        const uint32_t bc = (__funnelshift_r(raw[w], raw[w + 1], tA) & ~mb) | bw[w];
+        uint32_t ra = lw, rb = lw;
+        if (HI) { /* bytes 0/2: lane*4 | a3 << 7 of pairs 0/2 (ra), 1/3 (rb); bytes 1/3: a4 */
+            ra = (x2[w] & 0x01800180u) | lw;
+            rb = (prmt(x2[w], x2[w + 1], 0x4321u) & 0x01800180u) | lw;
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            /* HI: bytes r[2j], bc[k], r[2j+1], sign of r[2j+1] (zero); else lw[0], bc[k], 0, 0 */
+            const uint32_t sel = HI ? (k < 2 ? 0xd504u : 0xf726u) | ((uint32_t)k << 4) : 0x5504u | ((uint32_t)k << 4);
+            const uint32_t addr = prmt(bc, (k & 1) ? rb : ra, sel);
+            if (FULL || ((vm >> (4 * w + k)) & 1u)) atomicAdd(reinterpret_cast<uint32_t *>(shc + addr), 1u);
+        }
+    }
+}
+
+/* The k_count4 table into the global counts. Warp w takes 32 rows at a time
+ * (rows 32w.., then 32(w + warps)..): it reads each row (conflict-free), adds
+ * the m lanes of each offset with shuffles and writes the offset's sum back
+ * into word (o + row) % 32 of that row (already read), then lane l reads
+ * row 32w + l's sum of each offset (banks (o + row) % 32: conflict-free) and
+ * adds it to the global counts: one atomic per non-zero cell, a warp's 32
+ * atomics on 32 neighbouring cells of one matrix (coalesced). */
+template <int S>
+static __device__ __forceinline__ void flush_k4(uint32_t *sh, const koffs &ko, int lm, int cur, uint32_t *out)
+{
+    constexpr int L = 1 << S, LL = L * L, RS = S == 5 ? 32 : 64;
+    const int lane = (int)(threadIdx.x & 31), m = 1 << lm, o = lane >> lm, nw = (int)(blockDim.x >> 5);
+    for (int r0 = (int)(threadIdx.x >> 5) * 32; r0 < LL; r0 += nw * 32) {
+        const int nrow = min(32, LL - r0);
+        for (int r = r0; r < r0 + nrow; r++) {
+            uint32_t v = sh[r * RS + lane];
+            for (int d = 1; d < m; d <<= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+            if ((lane & (m - 1)) == 0) sh[r * RS + ((o + r) & 31)] = v; /* the row was read */
+            __syncwarp();
+        }
+        if (lane < nrow) {
+            const int r = r0 + lane;
+            int a, b;
+            if (S == 5) { /* row = a3 | ((a & 7) << 5 | b) << 1 | a4 << 9 */
+                const int bc = (r >> 1) & 255;
+                b = bc & 31;
+                a = (bc >> 5) | ((r & 1) << 3) | ((r >> 9) << 4);
+            } else {
+                a = r >> S;
+                b = r & (L - 1);
+            }
+            uint32_t *dst = out + ((size_t)cur * ko.noff_total + ko.o0) * LL + a * L + b;
+            for (int oo = 0; oo < ko.n; oo++) {
+                const uint32_t v = sh[r * RS + ((oo + r) & 31)];
+                if (v) atomicAdd(dst + (size_t)oo * LL, v);
+            }
+        }
+        __syncwarp();
+    }
+}
+
+/* G = ko.n offsets (2..32), L = 2^S, C = log2 m. A warp takes windows of
+ * U*m consecutive partner groups (linear index over the task's rows, so a
+ * window may wrap to the next row); lane l takes groups l % m + m*u (u < U)
+ * of the window for offset l / m, so that each load instruction of the warp
+ * reads, per offset, m neighbouring groups (64 bytes for 8 offsets). A
+ * window inside the interior (one warp-uniform test on the warp's row and
+ * first column, no vote) loads and votes without masks, the partners with
+ * one aligned 16-byte load per group, the first pixels with five 4-byte
+ * loads (A64: three aligned 8-byte loads and a per-lane select); any other
+ * window takes the masked path, group by group. Per-lane pointers advance
+ * with the window. */
+template <int S, int U, bool A64, int NT>
+__global__ void __launch_bounds__(NT, 1)
+k_count4(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, int C,
+         uint32_t *__restrict__ out)
+{
+    constexpr bool HI = S == 5;
+    constexpr int RS = HI ? 32 : 64, NSH = (1 << (2 * S)) * RS;
+    constexpr uint32_t MB = ((1u << S) - 1u) * 0x01010101u;
+    extern __shared__ uint32_t sh[];
+    char *shc = reinterpret_cast<char *>(sh);
+    const int lm = C, m = 1 << lm, lane = (int)(threadIdx.x & 31), kq = lane & (m - 1);
+    const uint32_t lw = HI ? (uint32_t)lane * 0x40004u : (uint32_t)lane * 4u;
+    const int oe = (lane >> lm) < G ? (lane >> lm) : (lane >> lm) - G; /* pseudo-offset lanes repeat one */
+    const int win = U << lm, stride = opaque((int)(blockDim.x >> 5) * win);
+    int cur = -1;
+    (void)L;
+    for (int i = threadIdx.x; i < NSH; i += blockDim.x) sh[i] = 0;
+    __syncthreads();
+    for (int t = blockIdx.x; t < ntasks; t += gridDim.x) {
+        const gtask tk = tasks[t];
+        if (tk.out != cur) { /* uniform over the block */
+            if (cur >= 0) {
+                __syncthreads();
+                flush_k4<S>(sh, ko, lm, cur, out);
+                __syncthreads();
+                for (int i = threadIdx.x; i < NSH; i += blockDim.x) sh[i] = 0;
+                __syncthreads();
+            }
+            cur = tk.out;
+        }
+        const int pitch = tk.pitch, w = tk.w, h = tk.h, nr = tk.r1 - tk.r0;
+        const int gpr = opaque((w + 15) >> 4), ng = opaque(nr * gpr);
+        const int stride_r = opaque(stride / gpr), stride_c = opaque(stride - stride_r * gpr);
+        const int stride_off = opaque(stride_r * pitch + stride_c * 16), wrap = opaque(pitch - gpr * 16);
+        const uint8_t *tb = tk.base + (long long)(tk.r0 - tk.row0) * pitch; /* row r0 */
+        /* the interior for every offset: task rows [f0, f0 + frn), windows whose
+         * first group c satisfies 0 <= c - fcol0 <= fcl */
+        int rlo = 0, rhi = h, xlo = 0, xhi = w;
+        for (int o = 0; o < ko.n; o++) {
+            rlo = max(rlo, -ko.dy[o]);
+            rhi = min(rhi, h - ko.dy[o]);
+            xlo = max(xlo, ko.dx[o]);
+            xhi = min(xhi, w + ko.dx[o]);
+        }
+        const int f0 = opaque(max(rlo - tk.r0, 0)), f1 = min(rhi - tk.r0, nr);
+        const int fcol0 = opaque((xlo + 15) >> 4), fcl = opaque((xhi > 0 ? xhi >> 4 : 0) - fcol0 - win);
+        const uint32_t frn = (uint32_t)opaque(f1 > f0 && fcl >= 0 ? f1 - f0 : 0);
+        /* this lane's offset; beyond the image it has no pair: clamp (no overflow) */
+        const int dy = min(max(ko.dy[oe], -h), h), dx = min(max(ko.dx[oe], -w - 16), w + 16);
+        const int qa = -8 * dx - S;                           /* first bit of a << S, group start 0 */
+        const int ja = A64 ? (qa >> 5) & 1 : 0;               /* A64: word base odd */
+        const uint8_t *tbB = tb + (long long)dy * pitch;      /* partners of row r0, group 0 */
+        const uint8_t *tbA = tb + 4 * (qa >> 5);              /* word of that first bit (floor) */
+        const uint32_t tA = (uint32_t)opaque(qa & 31);
+        const int rdy = tk.r0 + dy, xa = dx, xb = min(w, w + dx); /* pairs: x0 + i in [xa, xb) */
+        const int us = opaque(16 << lm);                      /* bytes between a lane's groups */
+        int gw = (int)(threadIdx.x >> 5) * win;
+        int rw = gw / gpr, cw = gw - rw * gpr;
+        /* fast-path pointers of the lane's first group in the window */
+        const uint8_t *pa = tbA - 4 * ja + ((long long)rw * pitch + (cw + kq) * 16);
+        const uint8_t *pb = tbB + ((long long)rw * pitch + (cw + kq) * 16);
+        for (; gw < ng; gw += stride) { /* warp-uniform */
+            if ((uint32_t)(rw - f0) < frn && (uint32_t)(cw - fcol0) <= (uint32_t)fcl) {
+                uint32_t raw[U][5];
+                uint4 b[U];
+#pragma unroll
+                for (int u = 0; u < U; u++) b[u] = __ldg(reinterpret_cast<const uint4 *>(pb + u * us));
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    if (A64) {
+                        const uint2 *p2 = reinterpret_cast<const uint2 *>(pa + u * us);
+                        const uint2 w0 = __ldg(p2), w1 = __ldg(p2 + 1), w2 = __ldg(p2 + 2);
+                        const uint32_t wd[6] = {w0.x, w0.y, w1.x, w1.y, w2.x, w2.y};
+#pragma unroll
+                        for (int k = 0; k < 5; k++) raw[u][k] = ja ? wd[k + 1] : wd[k];
+                    } else {
+                        const uint32_t *p4 = reinterpret_cast<const uint32_t *>(pa + u * us);
+#pragma unroll
+                        for (int k = 0; k < 5; k++) raw[u][k] = __ldg(p4 + k);
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < U; u++) vote16q<HI, true>(shc, raw[u], b[u], tA, MB, lw, 0xffffu);
+            } else {
+#pragma unroll 1
+                for (int u = 0; u < U; u++) {
+                    int c = cw + kq + (u << lm), r = rw;
+                    if (c >= gpr) {
+                        r += c / gpr;
+                        c -= (c / gpr) * gpr;
+                    }
+                    uint32_t vm = 0;
+                    if (r < nr && (unsigned)(r + rdy) < (unsigned)h) {
+                        const int x0 = c << 4, lo = max(xa - x0, 0), hi = min(xb - x0, 16);
+                        if (hi > lo) vm = ((hi >= 16 ? 0xffffu : ((1u << hi) - 1u)) >> lo) << lo;
+                    }
+                    if (vm) {
+                        const int off = r * pitch + c * 16;
+                        const uint32_t *p4 = reinterpret_cast<const uint32_t *>(tbA + off);
+                        uint32_t raw[5];
+#pragma unroll
+                        for (int k = 0; k < 5; k++) raw[k] = __ldg(p4 + k);
+                        const uint4 b = __ldg(reinterpret_cast<const uint4 *>(tbB + off));
+                        vote16q<HI, false>(shc, raw, b, tA, MB, lw, vm);
+                    }
+                }
+            }
+            cw += stride_c;
+            rw += stride_r;
+            uint32_t adv = (uint32_t)stride_off; /* > 0 */
+            if (cw >= gpr) {
+                cw -= gpr;
+                rw++;
+                adv += (uint32_t)wrap;
+            }
+            pa += adv;
+            pb += adv;
+        }
+    }
+    if (cur >= 0) {
+        __syncthreads();
+        flush_k4<S>(sh, ko, lm, cur, out);
+    }
+}
+
 typedef void (*k2_fn_t)(const gtask *, int, koffs, int, int, int, uint32_t *);
 static const struct {
     k2_fn_t fn;
@@ -592,9 +849,31 @@ static const struct {
                    {k_count3<false, true, 640>, 640},
                    {k_count3<true, true, 640>, 640},
                    {k_count3<false, true, 768>, 768},
-                   {k_count3<true, true, 768>, 768}};
-#define K2VARIANTS 6 /* what PATINA_GLCM_K2 may pick */
-#define K2FNS 8      /* entries of k2_variants */
+                   {k_count3<true, true, 768>, 768},
+                   /* 6: k_count4 for 2..32 offsets and L = 2^s <= 32 (entries 8..12:
+                    * L = 2..32, two groups per lane and window), k_count3 (4) for one
+                    * offset, else 3; 7: the same with four groups per lane (entries
+                    * 13..17); 8: two groups, first pixels by 8-byte loads (entries
+                    * 18..22). 9 (the default, no entry of its own): 7 when a launch
+                    * gives each SM >= 1 M pixels, 6 when >= 16 K, else 4 (measured:
+                    * docs/glcm.md) */
+                   {k_count4<1, 2, false, 640>, 640},
+                   {k_count4<2, 2, false, 640>, 640},
+                   {k_count4<3, 2, false, 640>, 640},
+                   {k_count4<4, 2, false, 640>, 640},
+                   {k_count4<5, 2, false, 640>, 640},
+                   {k_count4<1, 4, false, 640>, 640},
+                   {k_count4<2, 4, false, 640>, 640},
+                   {k_count4<3, 4, false, 640>, 640},
+                   {k_count4<4, 4, false, 640>, 640},
+                   {k_count4<5, 4, false, 640>, 640},
+                   {k_count4<1, 2, true, 640>, 640},
+                   {k_count4<2, 2, true, 640>, 640},
+                   {k_count4<3, 2, true, 640>, 640},
+                   {k_count4<4, 2, true, 640>, 640},
+                   {k_count4<5, 2, true, 640>, 640}};
+#define K2VARIANTS 10 /* what PATINA_GLCM_K2 may pick (9: the default policy, make_plan) */
+#define K2FNS 23     /* entries of k2_variants */
 
 /* P + P^T for nmat matrices. */
 __global__ void k_symmetrise(uint32_t *P, long long nmat, int L)
@@ -779,13 +1058,23 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static ws_t *g_ws[MAXDEV];
 static size_t g_slot_bytes = DEF_SLOT_BYTES, g_task_pixels = DEF_TASK_PIXELS;
 /* Counting knobs (the lab overrides them from the environment for bench_glcm):
- * g_k2_var: the k_count2/k_count3 variant (k2_variants; 4: k_count3 where it
- * applies, else k_count2 variant 3); g_split: offset subsets when
+ * g_k2_var: the counting kernel variant (k2_variants; 9, the default:
+ * k_count4 for 2..32 offsets and L = 2^s <= 32 on large launches, k_count3
+ * for one offset, else k_count2 variant 3); g_split: offset subsets when
  * fewer than 32 copies fit (0, 1: none, the default; measured: it helps hash
  * noise, hurts smooth images at 16384^2); g_task_min: smallest
  * automatic task in pixels. */
-static int g_k2_var = 4, g_split = 0;
+#define K2_DEFAULT 9
+static int g_k2_var = K2_DEFAULT, g_split = 0;
 static size_t g_task_min = DEF_TASK_MIN;
+
+/* Test hook, read at each production call (under g_mu): PATINA_GLCM_K2 picks
+ * the counting variant (tests/gpu runs the production path under several). */
+static void k2_from_env(void)
+{
+    const char *v = getenv("PATINA_GLCM_K2");
+    g_k2_var = v && atoi(v) >= 0 && atoi(v) < K2VARIANTS ? atoi(v) : K2_DEFAULT;
+}
 
 static patina_status ws_get(ws_t **out)
 {
@@ -801,11 +1090,8 @@ static patina_status ws_get(ws_t **out)
     w = (ws_t *)calloc(1, sizeof *w);
     if (!w) return patina__fail(PATINA_E_NOMEM, "gpu: glcm: out of memory");
     w->dev = dev;
-    /* test hooks: run the production path with another k_count2 variant or
-     * offset split (tests/gpu with PATINA_GLCM_K2 / PATINA_GLCM_SPLIT set) */
-    if (getenv("PATINA_GLCM_K2") && atoi(getenv("PATINA_GLCM_K2")) >= 0 &&
-        atoi(getenv("PATINA_GLCM_K2")) < K2VARIANTS)
-        g_k2_var = atoi(getenv("PATINA_GLCM_K2"));
+    /* test hook: the production path with an offset split (tests/gpu with
+     * PATINA_GLCM_SPLIT set); PATINA_GLCM_K2: k2_from_env */
     if (getenv("PATINA_GLCM_SPLIT")) g_split = atoi(getenv("PATINA_GLCM_SPLIT"));
     CK(cudaDeviceGetAttribute(&w->sms, cudaDevAttrMultiProcessorCount, dev));
     CK(cudaDeviceGetAttribute(&w->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
@@ -893,7 +1179,7 @@ static size_t pitch_of(int w) { return (((size_t)w + 15) & ~(size_t)15) + 32; }
 /* ------------------------------------------------------ counting plan */
 
 struct plan_t {
-    int L, R, G, smem, global;   /* copies, offsets per block, bytes, vote into global */
+    int L, R, G, smem, global;   /* copies (k_count4: lanes per offset), offsets per block, bytes, vote into global */
     int S, k2;                   /* offset subsets per launch (blocks specialise), k2 variant */
     int grid, sms;               /* persistent blocks, SMs */
     int pad_up, pad_down;        /* padding rows of a tile */
@@ -907,7 +1193,7 @@ static int pow2_floor(int x)
 }
 
 static patina_status make_plan(ws_t *w, plan_t *pl, int L, const patina_glcm_offset_t *off,
-                               size_t noff, int max_h)
+                               size_t noff, int max_h, size_t launch_px)
 {
     /* k_count2: one block per SM takes all of the SM's opt-in shared memory
      * for G offsets x R interleaved copies (R a power of two <= 32). */
@@ -942,9 +1228,25 @@ static patina_status make_plan(ws_t *w, plan_t *pl, int L, const patina_glcm_off
         }
     }
     pl->k2 = g_k2_var;
-    if (pl->k2 >= 4) /* k_count3 (640 or 768 threads): one offset per block, L = 2^s <= 32 */
-        pl->k2 = (L & (L - 1)) == 0 && L <= 32 && pl->G == 1 ? 4 + 2 * (pl->k2 - 4) + (L == 32) : 3;
-    pl->smem = pl->global ? 0 : (int)(pl->G * pl->R * LL4);
+    if (pl->k2 == 9) { /* the default: k_count4 where it was measured faster (docs/glcm.md) */
+        const size_t per_block = launch_px / (size_t)(w->sms > 0 ? w->sms : 1);
+        pl->k2 = per_block >= ((size_t)1 << 20) ? 7 : per_block >= ((size_t)1 << 14) ? 6 : 4;
+    }
+    if (pl->k2 >= 6 && L >= 2 && (L & (L - 1)) == 0 && L <= 32 && noff >= 2 && noff <= 32) {
+        /* k_count4: all offsets in one pass, one table column per lane (R: lanes
+         * per offset, 32 / noff rounded up to a power of two) */
+        int P = 1;
+        while (P < (int)noff) P *= 2;
+        pl->G = (int)noff;
+        pl->S = 1;
+        pl->R = 32 / P;
+        pl->k2 = 8 + 5 * (pl->k2 - 6) + __builtin_ctz((unsigned)L) - 1;
+        pl->smem = (int)((long long)L * L * (L == 32 ? 32 : 64) * 4);
+    } else {
+        if (pl->k2 >= 4) /* k_count3 (640 or 768 threads): one offset per block, L = 2^s <= 32 */
+            pl->k2 = (L & (L - 1)) == 0 && L <= 32 && pl->G == 1 ? 4 + 2 * (pl->k2 == 5) + (L == 32) : 3;
+        pl->smem = pl->global ? 0 : (int)(pl->G * pl->R * LL4);
+    }
     if (!w->attr_set) {
         for (int v = 0; v < K2FNS; v++)
             CK(cudaFuncSetAttribute(k2_variants[v].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1009,7 +1311,8 @@ static patina_status launch_count(ws_t *w, slot_t *s, const plan_t *pl, int ntas
             k_count<false><<<grid, KTHREADS, 0, s->s>>>(s->d_tasks, ntasks, ko, pl->L, 1, cs, d_out);
         else
             k2_variants[pl->k2].fn<<<grid, k2_variants[pl->k2].threads, pl->smem, s->s>>>(
-                s->d_tasks, ntasks, ko, pl->G, pl->L, pl->R, d_out);
+                s->d_tasks, ntasks, ko, pl->G, pl->L, pl->k2 >= 8 ? __builtin_ctz((unsigned)pl->R) : pl->R,
+                d_out);
         CKL("k_count");
     }
     (void)w;
@@ -1028,14 +1331,15 @@ static patina_status run_counts(ws_t *w, uint32_t *d_out, const patina_gpu_grey_
     size_t cap = g_slot_bytes, total_px = 0, launch_px;
     size_t used = 0, ntasks = 0, i;
     slot_t *s;
-    for (i = 0; i < n; i++)
+    for (i = 0; i < n; i++) {
         if (imgs[i].h > max_h) max_h = imgs[i].h;
-    PATINA_TRY(make_plan(w, &pl, L, off, noff, max_h));
+        if (imgs[i].w > 0 && imgs[i].h > 0) total_px += (size_t)imgs[i].w * (size_t)imgs[i].h;
+    }
+    PATINA_TRY(make_plan(w, &pl, L, off, noff, max_h, total_px < cap ? total_px : cap));
     /* a slot must hold at least one row of the widest image with its padding */
     for (i = 0; i < n; i++) {
         size_t need = pitch_of(imgs[i].w) * (size_t)(pl.pad_up + pl.pad_down + 1);
         if (imgs[i].w > 0 && imgs[i].h > 0 && need > cap) cap = need;
-        if (imgs[i].w > 0 && imgs[i].h > 0) total_px += (size_t)imgs[i].w * (size_t)imgs[i].h;
     }
     launch_px = total_px < cap ? total_px : cap; /* a launch holds at most a slot */
     for (int j = 0; j < NSLOT; j++) PATINA_TRY(slot_reserve(&w->sl[j], cap, 1024));
@@ -1167,6 +1471,7 @@ extern "C" patina_status patina_gpu_glcm_counts(patina_gpu_t *g, uint32_t *count
         PATINA_TRY(glcm_check_size(imgs[i].w, imgs[i].h, symmetric, "gpu: glcm"));
     }
     pthread_mutex_lock(&g_mu);
+    k2_from_env();
     s = ws_get(&w);
     if (s == PATINA_OK) s = ws_counts(w, n * per);
     if (s == PATINA_OK) s = run_counts(w, w->d_counts, imgs, n, levels, off, noff, symmetric);
@@ -1297,6 +1602,7 @@ extern "C" patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out,
         }
     }
     pthread_mutex_lock(&g_mu);
+    k2_from_env();
     s = ws_get(&w);
     if (s == PATINA_OK) s = ws_counts(w, n * noff * LL);
     if (s == PATINA_OK) s = run_counts(w, w->d_counts, gi, n, r->levels, r->off, noff, r->symmetric);
@@ -1644,7 +1950,7 @@ extern "C" patina_status patina_gpu__glcm_lab(patina_glcm_lab_t *lab, uint32_t *
             const size_t pitch = pitch_of(w);
             slot_t *sl = &ws->sl[0];
             size_t ntasks, nbands, rows_task;
-            LAB_TRY(make_plan(ws, &pl, levels, off, noff, h));
+            LAB_TRY(make_plan(ws, &pl, levels, off, noff, h, (size_t)w * (size_t)h));
             rows_task = rows_per_task(&pl, (size_t)w * (size_t)h, w);
             nbands = ((size_t)h + rows_task - 1) / rows_task;
             ntasks = nbands * (size_t)pl.S;

@@ -133,8 +133,9 @@ static void test_batches(void **state)
     tu_rng_t rng;
     (void)state;
     tu_rng_seed(&rng, 91);
-    for (int small = 0; small < 2; small++) {
-        patina_gpu__glcm_set_caps(small ? 6000 : 0, small ? 300 : 0);
+    for (int small = 0; small < 4; small++) { /* PATINA_GLCM_K2=6 (k_count4), then 4 (k_count2) */
+        setenv("PATINA_GLCM_K2", small < 2 ? "6" : "4", 1);
+        patina_gpu__glcm_set_caps(small % 2 ? 6000 : 0, small % 2 ? 300 : 0);
         for (size_t bi = 0; bi < sizeof batch / sizeof batch[0]; bi++) {
             const size_t n = batch[bi];
             const int L = bi % 2 ? 32 : 8;
@@ -168,6 +169,7 @@ static void test_batches(void **state)
             free(b);
         }
     }
+    unsetenv("PATINA_GLCM_K2");
     patina_gpu__glcm_set_caps(0, 0);
 }
 
@@ -211,12 +213,15 @@ static void test_counts_photos(void **state)
             patina_gpu_grey_t gi = {q[i], w[i], h[i], (size_t)w[i]};
             char what[96];
             TU_OK(patina_glcm_counts(a, q[i], w[i], h[i], (size_t)w[i], NULL, 0, L, off, 12, 1, 0));
-            for (int small = 0; small < 2; small++) {
-                patina_gpu__glcm_set_caps(small ? (size_t)(w[i] + 48) * 40 : 0, 0);
+            for (int small = 0; small < 4; small++) { /* PATINA_GLCM_K2=6 (k_count4), then 4 */
+                setenv("PATINA_GLCM_K2", small < 2 ? "6" : "4", 1);
+                patina_gpu__glcm_set_caps(small % 2 ? (size_t)(w[i] + 48) * 40 : 0, 0);
                 TU_OK(patina_gpu_glcm_counts(gpu, b, &gi, 1, L, off, 12, 1));
-                snprintf(what, sizeof what, "photo %zu (%dx%d) L=%d tiles of 40 rows %d", i, w[i], h[i], L, small);
+                snprintf(what, sizeof what, "photo %zu (%dx%d) L=%d tiles of 40 rows %d K2 %s", i, w[i], h[i], L,
+                         small % 2, small >= 2 ? "4" : "6");
                 compare_counts(b, a, per, what);
             }
+            unsetenv("PATINA_GLCM_K2");
             free(q[i]);
         }
         patina_gpu__glcm_set_caps(0, 0);
@@ -279,7 +284,7 @@ static void test_schemes(void **state)
 
 /* Every k_count2 variant of the lab (PATINA_GLCM_K2: prefetch, block size;
  * 4: k_count3 for L = 2^s <= 32, each of its four instances: L = 32 or not,
- * one offset per block with split 8),
+ * one offset per block with split 8; 6, 7, 8: k_count4 for L = 2, 8, 16, 32),
  * offset subsets (PATINA_GLCM_SPLIT) and task
  * sizes (PATINA_GLCM_TASKPX) gives the reference's counts. */
 static void test_k2_variants(void **state)
@@ -302,7 +307,7 @@ static void test_k2_variants(void **state)
         off[1].dy = 1;
         off[1].dx = -1;
         TU_OK(patina_glcm_counts_ref(a, im.q, w, h, im.stride, NULL, 0, L, off, (size_t)noff, 0));
-        for (int v = 0; v < 6; v++)
+        for (int v = 0; v < 10; v++)
             for (int split = 0; split <= 8; split += split < 4 ? 1 : 4)
                 for (size_t ti = 0; ti < sizeof tasks / sizeof tasks[0]; ti++) {
                     patina_glcm_lab_t lab = {0};
@@ -326,6 +331,72 @@ static void test_k2_variants(void **state)
         free(a);
         free(b);
     }
+}
+
+/* k_count4 (PATINA_GLCM_K2=6, 7, 8: lanes carry the offsets, 2..32 offsets,
+ * L = 2^s <= 32) against the reference and the previous path (4: k_count2 for
+ * several offsets) through the production entry point: G = 2, 3, 5, 8, 13,
+ * 32 offsets with dy, dx in [-4, 4] (negative dx included) and, from G = 3
+ * on, offsets beyond the image; widths that are not a multiple of 16; one
+ * row, one column; default slots, and slots of a few rows (tiles whose
+ * padding rows split pairs) with tiny tasks (many tasks and flushes). */
+static void test_k4_offsets(void **state)
+{
+    static const int gs[] = {2, 3, 5, 8, 13, 32};
+    static const int levels[] = {2, 8, 16, 32, 4};
+    static const int sizes[][2] = {{1, 1}, {15, 3}, {17, 9}, {1, 40}, {100, 37}, {333, 171}, {1031, 97}};
+    static const char *variants[] = {"4", "6", "7", "8", "9"};
+    tu_rng_t rng;
+    (void)state;
+    tu_rng_seed(&rng, 95);
+    for (size_t gi_ = 0; gi_ < sizeof gs / sizeof gs[0]; gi_++)
+        for (size_t li = 0; li < sizeof levels / sizeof levels[0]; li++)
+            for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+                const int G = gs[gi_], L = levels[li], w = sizes[si][0], h = sizes[si][1];
+                const size_t per = (size_t)G * (size_t)L * (size_t)L;
+                patina_glcm_offset_t off[32];
+                uint32_t *a = malloc(per * 4), *b = malloc(per * 4);
+                patina_gpu_grey_t gi;
+                img_t im;
+                if (li == 4 && si != 5) { /* L = 4: one size */
+                    free(a);
+                    free(b);
+                    continue;
+                }
+                img_random(&im, w, h, L, (int)(si + li) % 3, (int)si % 2, &rng);
+                for (int o = 0; o < G; o++) {
+                    off[o].dy = (int)tu_rng_below(&rng, 9) - 4;
+                    off[o].dx = (int)tu_rng_below(&rng, 9) - 4;
+                }
+                off[0].dy = 0; /* the usual ones */
+                off[0].dx = 1;
+                off[1].dy = -1;
+                off[1].dx = -1;
+                if (G >= 3) off[G - 1].dy = h;      /* taller than the image */
+                if (G >= 5) off[G - 2].dx = -w - 1; /* wider, leftwards */
+                if (G >= 8) off[G - 3].dx = w + 3;  /* wider, rightwards */
+                gi.q = im.q;
+                gi.w = w;
+                gi.h = h;
+                gi.stride = im.stride;
+                TU_OK(patina_glcm_counts_ref(a, im.q, w, h, im.stride, NULL, 0, L, off, (size_t)G, 0));
+                for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++)
+                    for (int small = 0; small < 2; small++) {
+                        char what[160];
+                        setenv("PATINA_GLCM_K2", variants[vi], 1);
+                        patina_gpu__glcm_set_caps(small ? (size_t)(w + 48) * 11 : 0, small ? 64 : 0);
+                        memset(b, 0xab, per * 4);
+                        TU_OK(patina_gpu_glcm_counts(gpu, b, &gi, 1, L, off, (size_t)G, 0));
+                        snprintf(what, sizeof what, "k4: %dx%d L=%d G=%d K2=%s small slots %d", w, h, L, G,
+                                 variants[vi], small);
+                        compare_counts(b, a, per, what);
+                    }
+                unsetenv("PATINA_GLCM_K2");
+                patina_gpu__glcm_set_caps(0, 0);
+                img_free(&im);
+                free(a);
+                free(b);
+            }
 }
 
 /* |got - want| <= rel * |want| + abs */
@@ -465,6 +536,7 @@ int main(void)
         cmocka_unit_test(test_counts_photos),
         cmocka_unit_test(test_schemes),
         cmocka_unit_test(test_k2_variants),
+        cmocka_unit_test(test_k4_offsets),
         cmocka_unit_test(test_features),
         cmocka_unit_test(test_families_gpu),
     };
