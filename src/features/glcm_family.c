@@ -528,9 +528,9 @@ static patina_status glcm_gpu(patina_gpu_t *g, const void *params, void *out,
     const glcm_params_t *p = params;
     glcm_req_t r;
     PATINA_TRY(params_req(&r, p, "glcm"));
-    if (strcmp(p->mask, "none") != 0)
+    if (strcmp(p->mask, "none") != 0 && r.levels > 255) /* no spare level for the mask on the GPU */
         return cpu_batch(glcm_cpu, params, out, glcm_dim(params) * sizeof(double), imgs, n, st);
-    return patina_gpu_glcm_family(g, out, &r, 0, 0, imgs, n, st);
+    return patina_gpu_glcm_family(g, out, &r, 0, 0, p->mask, imgs, n, st);
 }
 
 static patina_status haralick_gpu(patina_gpu_t *g, const void *params, void *out,
@@ -539,10 +539,10 @@ static patina_status haralick_gpu(patina_gpu_t *g, const void *params, void *out
     const glcm_params_t *p = params;
     glcm_req_t r;
     PATINA_TRY(params_req(&r, p, "haralick"));
-    if (strcmp(p->mask, "none") != 0)
+    if (strcmp(p->mask, "none") != 0 && r.levels > 255)
         return cpu_batch(haralick_cpu, params, out, haralick_dim(params) * sizeof(double), imgs, n,
                          st);
-    return patina_gpu_glcm_family(g, out, &r, 1, p->form, imgs, n, st);
+    return patina_gpu_glcm_family(g, out, &r, 1, p->form, p->mask, imgs, n, st);
 }
 
 const patina_family_t patina_family_glcm = {

@@ -1557,12 +1557,34 @@ extern "C" patina_status patina_gpu_glcm_features_of(patina_gpu_t *g, double *pr
     return s;
 }
 
+/* The L x L blocks of nmat (L + 1) x (L + 1) matrices: a mask's sentinel
+ * level L dropped. */
+__global__ void k_drop_level(const uint32_t *__restrict__ src, uint32_t *__restrict__ dst, long long nmat, int L)
+{
+    const long long LL = (long long)L * L, n = nmat * LL, L1 = L + 1;
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
+         e += (long long)gridDim.x * blockDim.x) {
+        const long long m = e / LL;
+        const int c = (int)(e - m * LL), i = c / L, j = c - i * L;
+        dst[e] = src[m * L1 * L1 + i * L1 + j];
+    }
+}
+
+/* A mask (levels <= 255): pixels outside it get the extra level L and the
+ * counts are made with L + 1 levels, so a pair with a pixel outside lands in
+ * row or column L, and the L x L block holds exactly the pairs whose two
+ * pixels are inside -- the C reference's rule, with the unmasked kernels. */
 extern "C" patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out,
                                                 const struct glcm_req *r, int haralick, int form,
-                                                const patina_image_t *imgs, size_t n,
-                                                patina_status *st)
+                                                const char *mask, const patina_image_t *imgs,
+                                                size_t n, patina_status *st)
 {
+    const int masked = mask && strcmp(mask, "none") != 0;
     const size_t noff = glcm_noff(r), L = (size_t)r->levels, LL = L * L;
+    const size_t Lc = L + (masked ? 1 : 0), LLc = Lc * Lc;
+    uint8_t *mk = NULL;
+    int mkw = -1, mkh = -1;
+    uint32_t *d_sub = NULL;
     const size_t dim = haralick ? (form == 0 ? (size_t)r->nd * 2 * GLCM_NHAR
                                    : form == 1 ? noff * GLCM_NHAR
                                                : noff * GLCM_NHAR + (size_t)r->nd * 2 * GLCM_NHAR)
@@ -1575,6 +1597,8 @@ extern "C" patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out,
     ws_t *w;
     (void)g;
     if (n == 0) return PATINA_OK;
+    if (masked && L > 255)
+        return patina__fail(PATINA_E_INVALID, "gpu: glcm: a mask needs levels <= 255 on the GPU");
     gi = (patina_gpu_grey_t *)calloc(n, sizeof *gi);
     qs = (uint8_t **)calloc(n, sizeof *qs);
     counts = (uint32_t *)malloc(n * noff * LL * sizeof *counts + 1);
@@ -1594,6 +1618,24 @@ extern "C" patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out,
         else
             stat[i] = glcm_check_size(im->width, im->height, r->symmetric, "glcm");
         if (stat[i] == PATINA_OK) stat[i] = glcm_grey_levels(&qs[i], im, r->levels, r->quant);
+        if (stat[i] == PATINA_OK && masked) { /* loaded again only for another size */
+            if (im->width != mkw || im->height != mkh) {
+                free(mk);
+                mkw = mkh = -1;
+                stat[i] = glcm_load_mask(&mk, mask, im->width, im->height);
+                if (stat[i] == PATINA_OK) {
+                    mkw = im->width;
+                    mkh = im->height;
+                }
+            }
+            if (stat[i] == PATINA_OK)
+                for (size_t p = 0; p < (size_t)im->width * (size_t)im->height; p++)
+                    if (!mk[p]) qs[i][p] = (uint8_t)L;
+        }
+        if (stat[i] != PATINA_OK) {
+            free(qs[i]);
+            qs[i] = NULL;
+        }
         if (stat[i] == PATINA_OK) {
             gi[i].q = qs[i];
             gi[i].w = im->width;
@@ -1604,11 +1646,19 @@ extern "C" patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out,
     pthread_mutex_lock(&g_mu);
     k2_from_env();
     s = ws_get(&w);
-    if (s == PATINA_OK) s = ws_counts(w, n * noff * LL);
-    if (s == PATINA_OK) s = run_counts(w, w->d_counts, gi, n, r->levels, r->off, noff, r->symmetric);
-    if (s == PATINA_OK) s = features_dev(w, props, har, w->d_counts, n * noff, r->levels);
+    if (s == PATINA_OK) s = ws_counts(w, n * noff * LLc);
+    if (s == PATINA_OK) s = run_counts(w, w->d_counts, gi, n, (int)Lc, r->off, noff, r->symmetric);
+    if (s == PATINA_OK && masked) {
+        cudaError_t e = cudaMalloc((void **)&d_sub, n * noff * LL * sizeof(uint32_t) + 4);
+        if (e == cudaSuccess) {
+            k_drop_level<<<256, 256, 0, w->sl[0].s>>>(w->d_counts, d_sub, (long long)(n * noff), (int)L);
+            e = cudaGetLastError();
+        }
+        if (e != cudaSuccess) s = pgpu_fail((int)e, "glcm: mask level", __FILE__, __LINE__);
+    }
+    if (s == PATINA_OK) s = features_dev(w, props, har, masked ? d_sub : w->d_counts, n * noff, r->levels);
     if (s == PATINA_OK && haralick) {
-        cudaError_t e = cudaMemcpy(counts, w->d_counts, n * noff * LL * sizeof(uint32_t),
+        cudaError_t e = cudaMemcpy(counts, masked ? d_sub : w->d_counts, n * noff * LL * sizeof(uint32_t),
                                    cudaMemcpyDeviceToHost);
         if (e != cudaSuccess) s = pgpu_fail((int)e, "copy counts back", __FILE__, __LINE__);
     }
@@ -1616,6 +1666,7 @@ extern "C" patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out,
         s = sync_all(w);
     else
         (void)cudaDeviceSynchronize();
+    if (d_sub) (void)cudaFree(d_sub);
     pthread_mutex_unlock(&g_mu);
     if (s != PATINA_OK) goto done;
     for (size_t i = 0; i < n; i++) {
@@ -1641,6 +1692,7 @@ done:
     if (qs)
         for (size_t i = 0; i < n; i++) free(qs[i]);
     free(qs);
+    free(mk);
     free(gi);
     free(counts);
     free(props);

@@ -208,11 +208,13 @@ patina_status patina_gpu_glcm_features_of(patina_gpu_t *g, double *props, double
 
 /* The glcm (haralick = 0) and haralick (form 0 meanrange, 1 offsets, 2 both)
  * families on the GPU: n RGB images -> n vectors (out, f64); grey levels by
- * the C reference on the host, counts and features on the GPU. st[i] per
- * image (may be NULL). */
+ * the C reference on the host, counts and features on the GPU. mask: NULL,
+ * "none" or the path of a mask image (pairs count only where both pixels
+ * are non-zero, as on the CPU; levels <= 255). st[i] per image (may be
+ * NULL). */
 patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out, const struct glcm_req *r,
-                                     int haralick, int form, const patina_image_t *imgs, size_t n,
-                                     patina_status *st);
+                                     int haralick, int form, const char *mask,
+                                     const patina_image_t *imgs, size_t n, patina_status *st);
 
 /* Internal: tests force small slots (tiles split pairs across borders) and
  * small tasks; 0 restores a default. Not thread-safe with running calls. */

@@ -134,10 +134,10 @@ patina_status patina_gpu_glcm_features_of(patina_gpu_t *g, double *props, double
 }
 
 patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out, const struct glcm_req *r,
-                                     int haralick, int form, const patina_image_t *imgs, size_t n,
-                                     patina_status *st)
+                                     int haralick, int form, const char *mask,
+                                     const patina_image_t *imgs, size_t n, patina_status *st)
 {
-    (void)g; (void)out; (void)r; (void)haralick; (void)form; (void)imgs; (void)n; (void)st;
+    (void)g; (void)out; (void)r; (void)haralick; (void)form; (void)mask; (void)imgs; (void)n; (void)st;
     return none();
 }
 

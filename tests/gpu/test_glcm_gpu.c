@@ -515,6 +515,70 @@ static void test_families_gpu(void **state)
     patina_context_free(ctx);
 }
 
+/* Masks on the GPU (a spare level for the pixels outside, dropped after
+ * counting) equal the CPU's masked counts; levels = 256 has no spare level
+ * and runs on the CPU; a mask of another size fails that image alone, as on
+ * the CPU. */
+static void test_masks_gpu(void **state)
+{
+    enum { W = 640, H = 480, N = 5 };
+    static const char *specs[] = {
+        "glcm:levels=32,distances=1,2,angles=0,45,90,135,symmetric=1",
+        "glcm:levels=8,offsets=0:1,3:-2,-4:4,symmetric=0",
+        "haralick:levels=16,distances=1,3",
+        "haralick:levels=255,distances=1,form=both,symmetric=0",
+        "glcm:levels=256,distances=1,angles=0,90",
+    };
+    char *dir = tu_tempdir("glcm-gpu-mask"), path[4096], spec[8192], hdr[64];
+    uint8_t *file = malloc(64 + (size_t)W * H);
+    patina_context_t *ctx;
+    patina_image_t imgs[N];
+    patina_status sa[N], sb[N];
+    tu_rng_t rng;
+    size_t hl;
+    (void)state;
+    tu_rng_seed(&rng, 95);
+    hl = (size_t)snprintf(hdr, sizeof hdr, "P5\n%d %d\n255\n", W, H);
+    memcpy(file, hdr, hl);
+    for (int y = 0; y < H; y++) /* blobs, a hole, single pixels */
+        for (int x = 0; x < W; x++)
+            file[hl + (size_t)y * W + x] =
+                (uint8_t)(((x / 37 + y / 29) % 3 != 0 && !(x > 200 && x < 260 && y > 100 && y < 300)) ||
+                                  tu_rng_below(&rng, 50) == 0
+                              ? 255
+                              : 0);
+    snprintf(path, sizeof path, "%s/mask.pgm", dir);
+    assert_int_equal(tu_write_file(path, file, hl + (size_t)W * H), 0);
+    free(file);
+    TU_OK(patina_context_new(&ctx, NULL));
+    for (int i = 0; i < N; i++) tu_random_image(&imgs[i], i == 3 ? 300 : W, i == 3 ? 200 : H, i % 4, &rng);
+    for (size_t si = 0; si < sizeof specs / sizeof specs[0]; si++) {
+        patina_extractor_t *ex;
+        size_t dim;
+        double *a, *b;
+        snprintf(spec, sizeof spec, "%s,mask=%s", specs[si], path);
+        TU_OK(patina_extractor_new(&ex, spec));
+        dim = patina_extractor_dim(ex);
+        a = malloc(N * dim * 8);
+        b = malloc(N * dim * 8);
+        TU_OK(patina_extract_batch(ctx, ex, PATINA_DEVICE_CPU, a, imgs, N, sa));
+        TU_OK(patina_extract_batch(ctx, ex, PATINA_DEVICE_GPU, b, imgs, N, sb));
+        for (size_t i = 0; i < N; i++) {
+            assert_int_equal(sb[i], sa[i]);
+            assert_int_equal(sa[i], i == 3 ? PATINA_E_INVALID : PATINA_OK);
+            if (sa[i] != PATINA_OK) continue;
+            for (size_t k = 0; k < dim; k++)
+                close_to(b[i * dim + k], a[i * dim + k], 1e-12, 1e-12, specs[si], i, (int)k);
+        }
+        free(a);
+        free(b);
+        patina_extractor_free(ex);
+    }
+    for (int i = 0; i < N; i++) patina_image_release(&imgs[i]);
+    patina_context_free(ctx);
+    tu_remove_tree(dir);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -537,6 +601,7 @@ int main(void)
         cmocka_unit_test(test_schemes),
         cmocka_unit_test(test_k2_variants),
         cmocka_unit_test(test_k4_offsets),
+        cmocka_unit_test(test_masks_gpu),
         cmocka_unit_test(test_features),
         cmocka_unit_test(test_families_gpu),
     };
