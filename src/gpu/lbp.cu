@@ -435,6 +435,12 @@ __device__ __forceinline__ uint32_t hsub(uint32_t a, uint32_t b)
     asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
     return d;
 }
+__device__ __forceinline__ uint32_t hneg(uint32_t a)
+{
+    uint32_t d;
+    asm("neg.f16x2 %0, %1;" : "=r"(d) : "r"(a));
+    return d;
+}
 __device__ __forceinline__ uint32_t hmul_sat(uint32_t a, uint32_t b)
 {
     uint32_t d;
@@ -755,24 +761,6 @@ struct frow {
     uint32_t v[KIND == LBP_KIND_LANADP ? 9 : 1];
 };
 
-__device__ __forceinline__ uint32_t hneg(uint32_t a)
-{
-    uint32_t d;
-    asm("neg.f16x2 %0, %1;" : "=r"(d) : "r"(a));
-    return d;
-}
-__device__ __forceinline__ uint32_t hadd(uint32_t a, uint32_t b)
-{
-    uint32_t d;
-    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-__device__ __forceinline__ uint32_t hfma_sat(uint32_t a, uint32_t b, uint32_t c)
-{
-    uint32_t d;
-    asm("fma.rn.sat.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
 
 template <int KIND>
 __device__ __forceinline__ void f4_conv(frow<KIND> &h, const rawrow &r)
