@@ -11,6 +11,7 @@
 #ifndef PATINA_GLCM_CORE_H
 #define PATINA_GLCM_CORE_H
 
+#include <float.h>
 #include <stdint.h>
 #ifndef __CUDACC__
 #include <math.h>
@@ -116,6 +117,152 @@ GLCM_FN void glcm_finish(const glcm_moments_t *m, double mcc, double *props, lon
     har[11] = (m->hx > m->hy ? m->hx : m->hy) > 0 ? -mi / (m->hx > m->hy ? m->hx : m->hy) : 0.0;
     har[12] = sqrt(-expm1(-2.0 * GLCM_LN2 * mi));
     har[13] = mcc;
+}
+
+/* ------------------------------------------ Haralick's 14th feature */
+
+/* sqrt(a^2 + b^2) without overflow, by the same operations on CPU and GPU
+ * (the libraries' hypot may differ by an ulp). */
+GLCM_FN double glcm_hyp(double a, double b)
+{
+    const double x = fabs(a), y = fabs(b), m = x > y ? x : y;
+    double u, v;
+    if (m == 0.0 || m > 1.7976931348623157e308) return m;
+    u = x / m;
+    v = y / m;
+    return m * sqrt(u * u + v * v);
+}
+
+/* Eigenvalues of the symmetric n x n matrix A (row-major, destroyed) into d
+ * (n), by Householder reduction to tridiagonal form and the implicit QL
+ * method with Wilkinson-style shifts. e, sub: n scratch each. */
+GLCM_FN void glcm_sym_eigenvalues(double *A, int n, double *d, double *e, double *sub)
+{
+    int k, i, j, l, m, it;
+    double *v = e; /* reuse e as the Householder vector until the end */
+    double *p = d; /* and d as the product vector */
+    for (k = 0; k + 2 < n; k++) {
+        double norm = 0.0, alpha, vtv = 0.0, K = 0.0;
+        for (i = k + 1; i < n; i++) norm += A[i * n + k] * A[i * n + k];
+        norm = sqrt(norm);
+        if (norm == 0.0) {
+            sub[k] = 0.0;
+            continue;
+        }
+        alpha = A[(k + 1) * n + k] > 0 ? -norm : norm;
+        for (i = k + 1; i < n; i++) v[i] = A[i * n + k];
+        v[k + 1] -= alpha;
+        for (i = k + 1; i < n; i++) vtv += v[i] * v[i];
+        if (vtv == 0.0) {
+            sub[k] = A[(k + 1) * n + k];
+            continue;
+        }
+        /* p = A v * 2/vtv ; K = v.p / vtv ; q = p - K v ; A -= v q^T + q v^T */
+        for (i = k + 1; i < n; i++) {
+            double s = 0.0;
+            for (j = k + 1; j < n; j++) s += A[i * n + j] * v[j];
+            p[i] = s * 2.0 / vtv;
+        }
+        for (i = k + 1; i < n; i++) K += v[i] * p[i];
+        K /= vtv;
+        for (i = k + 1; i < n; i++) p[i] -= K * v[i];
+        for (i = k + 1; i < n; i++)
+            for (j = k + 1; j < n; j++) A[i * n + j] -= v[i] * p[j] + p[i] * v[j];
+        sub[k] = alpha;
+    }
+    if (n >= 2) sub[n - 2] = A[(n - 1) * n + (n - 2)];
+    for (i = 0; i < n; i++) d[i] = A[i * n + i];
+    for (i = 0; i + 1 < n; i++) e[i] = sub[i];
+    if (n > 0) e[n - 1] = 0.0;
+    /* Implicit QL on (d, e): e[i] couples d[i] and d[i+1]. */
+    for (l = 0; l < n; l++) {
+        for (it = 0; it < 64; it++) {
+            double g, r, s, c, f, b, pp;
+            for (m = l; m + 1 < n; m++) {
+                double dd = fabs(d[m]) + fabs(d[m + 1]);
+                if (fabs(e[m]) <= DBL_EPSILON * dd) break;
+            }
+            if (m == l) break;
+            g = (d[l + 1] - d[l]) / (2.0 * e[l]);
+            r = glcm_hyp(g, 1.0);
+            g = d[m] - d[l] + e[l] / (g + (g >= 0 ? r : -r));
+            s = c = 1.0;
+            pp = 0.0;
+            for (i = m - 1; i >= l; i--) {
+                f = s * e[i];
+                b = c * e[i];
+                r = glcm_hyp(f, g);
+                e[i + 1] = r;
+                if (r == 0.0) {
+                    d[i + 1] -= pp;
+                    e[m] = 0.0;
+                    break;
+                }
+                s = f / r;
+                c = g / r;
+                g = d[i + 1] - pp;
+                r = (d[i] - g) * s + 2.0 * c * b;
+                pp = s * r;
+                d[i + 1] = g + pp;
+                g = c * r - b;
+            }
+            if (r == 0.0 && i >= l) continue;
+            d[l] -= pp;
+            e[l] = g;
+            e[m] = 0.0;
+        }
+    }
+}
+
+/* Haralick's maximal correlation coefficient of one count matrix (rows,
+ * cols: its marginals, total: its sum). work: 2 L^2 + 3 L doubles. */
+GLCM_FN double glcm_mcc_core(const uint32_t *counts, int levels, const uint64_t *rows, const uint64_t *cols,
+                             uint64_t total, double *work)
+{
+    /* Q(i,j) = sum_k p(i,k) p(j,k) / (px(i) py(k)) is similar to the
+     * symmetric S = A A^T with A(i,k) = p(i,k) / sqrt(px(i) py(k)), over the
+     * rows and columns with non-zero marginals; its largest eigenvalue is 1
+     * and the feature is the square root of the second largest. */
+    int ri[256], ci[256]; /* PATINA_GLCM_MAX_LEVELS */
+    int n = 0, mcols = 0, i, j, k;
+    double *A, *S, *d, *e, best1 = -HUGE_VAL, best2 = -HUGE_VAL, T = (double)total;
+    if (total == 0) return 0.0;
+    for (i = 0; i < levels; i++) {
+        if (rows[i]) ri[n++] = i;
+        if (cols[i]) ci[mcols++] = i;
+    }
+    if (n < 2 || mcols < 2) return 0.0;
+    A = work;
+    S = A + (size_t)n * (size_t)mcols;
+    d = S + (size_t)n * (size_t)n;
+    e = d + n;
+    for (i = 0; i < n; i++) {
+        double px = (double)rows[ri[i]] / T;
+        for (k = 0; k < mcols; k++) {
+            double py = (double)cols[ci[k]] / T;
+            double p = (double)counts[(size_t)ri[i] * (size_t)levels + (size_t)ci[k]] / T;
+            A[(size_t)i * (size_t)mcols + (size_t)k] = p / sqrt(px * py);
+        }
+    }
+    for (i = 0; i < n; i++)
+        for (j = 0; j <= i; j++) {
+            double s = 0.0;
+            const double *ai = A + (size_t)i * (size_t)mcols, *aj = A + (size_t)j * (size_t)mcols;
+            for (k = 0; k < mcols; k++) s += ai[k] * aj[k];
+            S[(size_t)i * (size_t)n + (size_t)j] = s;
+            S[(size_t)j * (size_t)n + (size_t)i] = s;
+        }
+    glcm_sym_eigenvalues(S, n, d, e, e + n);
+    for (i = 0; i < n; i++) {
+        if (d[i] > best1) {
+            best2 = best1;
+            best1 = d[i];
+        } else if (d[i] > best2) {
+            best2 = d[i];
+        }
+    }
+    if (!(best2 > 0.0)) return 0.0;
+    return sqrt(best2 > 1.0 ? 1.0 : best2);
 }
 
 #endif

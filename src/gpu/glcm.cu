@@ -40,7 +40,8 @@
  *   - Features: one block per matrix reduces it to the integer moments and
  *     the sums of logarithms of glcm_core.h, in the same order as the C
  *     reference, and calls the same glcm_finish. Haralick's 14th feature
- *     (an eigenvalue problem) is computed on the host from the counts.
+ *     (an eigenvalue problem): one thread per matrix runs the C reference's
+ *     solver (glcm_core.h) for L <= 64 (k_mcc), the host above.
  *
  * Device selection: the calling thread's current device (patina_gpu_open
  * makes it current). Resources are per device, created on first use and
@@ -896,7 +897,8 @@ __global__ void k_symmetrise(uint32_t *P, long long nmat, int L)
 
 /* One block per matrix: the moments of glcm_core.h in the C reference's
  * order, then glcm_finish. props (nmat, 10), har (nmat, 14) (may be NULL);
- * har[13] (mcc) is left 0 for the host. */
+ * har[13] (mcc) is left 0 here: k_mcc (levels <= MCC_GPU_MAX_LEVELS) or the
+ * host fills it. */
 __global__ void __launch_bounds__(FTHREADS)
 k_features(const uint32_t *__restrict__ counts, int L, double *props, double *har)
 {
@@ -1490,6 +1492,32 @@ extern "C" patina_status patina_gpu_glcm_counts(patina_gpu_t *g, uint32_t *count
 
 /* Features of nmat device matrices into host props (nmat, 10) / har
  * (nmat, 14); har's mcc column is left 0. */
+/* Haralick's 14th feature on the GPU up to this many levels (one thread per
+ * matrix runs the C reference's solver from glcm_core.h, O(L^3) serial work
+ * and 2 L^2 + 3 L doubles of scratch); above it the host computes it. */
+#define MCC_GPU_MAX_LEVELS 64
+
+/* har[m][13] = MCC of matrices m0 .. m0 + n - 1 (one thread each); work:
+ * wstride doubles per thread. The same operations in the same order as the
+ * C reference (no contraction, IEEE division and sqrt, glcm_hyp for
+ * hypot), so the values are the host's bit for bit. */
+__global__ void k_mcc(const uint32_t *__restrict__ counts, int L, long long n, double *har, double *work,
+                      size_t wstride)
+{
+    const long long m = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (m >= n) return;
+    const uint32_t *P = counts + m * (long long)L * L;
+    uint64_t rows[MCC_GPU_MAX_LEVELS], cols[MCC_GPU_MAX_LEVELS], T = 0;
+    for (int i = 0; i < L; i++) rows[i] = cols[i] = 0;
+    for (int i = 0; i < L; i++)
+        for (int j = 0; j < L; j++) {
+            rows[i] += P[i * L + j];
+            cols[j] += P[i * L + j];
+        }
+    for (int i = 0; i < L; i++) T += rows[i];
+    har[m * GLCM_NHAR + 13] = glcm_mcc_core(P, L, rows, cols, T, work + (size_t)m * wstride);
+}
+
 static patina_status features_dev(ws_t *w, double *props, double *har, const uint32_t *d_counts,
                                   size_t nmat, int levels)
 {
@@ -1504,6 +1532,22 @@ static patina_status features_dev(ws_t *w, double *props, double *har, const uin
             d_counts + m0 * (size_t)levels * levels, levels, dp + m0 * GLCM_NPROPS,
             dh + m0 * GLCM_NHAR);
         CKL("k_features");
+    }
+    if (har && levels <= MCC_GPU_MAX_LEVELS) { /* in chunks of <= 64 MiB of scratch */
+        const size_t wstride = 2 * (size_t)levels * levels + 3 * (size_t)levels;
+        size_t chunk = ((size_t)64 << 20) / (wstride * sizeof(double));
+        double *work;
+        if (chunk > nmat) chunk = nmat;
+        CK(cudaMalloc((void **)&work, chunk * wstride * sizeof(double)));
+        for (size_t m0 = 0; m0 < nmat; m0 += chunk) {
+            const size_t cnt = nmat - m0 < chunk ? nmat - m0 : chunk;
+            k_mcc<<<(unsigned)((cnt + 63) / 64), 64, 0, w->sl[0].s>>>(
+                d_counts + m0 * (size_t)levels * levels, levels, (long long)cnt, dh + m0 * GLCM_NHAR, work, wstride);
+        }
+        const cudaError_t e = cudaGetLastError();
+        (void)cudaStreamSynchronize(w->sl[0].s);
+        (void)cudaFree(work);
+        if (e != cudaSuccess) return pgpu_fail((int)e, "k_mcc", __FILE__, __LINE__);
     }
     if (props)
         CK(cudaMemcpyAsync(props, dp, nmat * GLCM_NPROPS * sizeof(double), cudaMemcpyDeviceToHost,
@@ -1553,7 +1597,8 @@ extern "C" patina_status patina_gpu_glcm_features_of(patina_gpu_t *g, double *pr
     if (s == PATINA_OK) s = features_dev(w, props, har, w->d_counts, nmat, levels);
     pthread_mutex_unlock(&g_mu);
     if (s == PATINA_OK && har)
-        for (size_t m = 0; m < nmat; m++) har[m * GLCM_NHAR + 13] = host_mcc(counts + m * LL, levels);
+        if (levels > MCC_GPU_MAX_LEVELS)
+            for (size_t m = 0; m < nmat; m++) har[m * GLCM_NHAR + 13] = host_mcc(counts + m * LL, levels);
     return s;
 }
 
@@ -1657,7 +1702,7 @@ extern "C" patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out,
         if (e != cudaSuccess) s = pgpu_fail((int)e, "glcm: mask level", __FILE__, __LINE__);
     }
     if (s == PATINA_OK) s = features_dev(w, props, har, masked ? d_sub : w->d_counts, n * noff, r->levels);
-    if (s == PATINA_OK && haralick) {
+    if (s == PATINA_OK && haralick && r->levels > MCC_GPU_MAX_LEVELS) { /* the host's MCC */
         cudaError_t e = cudaMemcpy(counts, masked ? d_sub : w->d_counts, n * noff * LL * sizeof(uint32_t),
                                    cudaMemcpyDeviceToHost);
         if (e != cudaSuccess) s = pgpu_fail((int)e, "copy counts back", __FILE__, __LINE__);
@@ -1680,8 +1725,9 @@ extern "C" patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out,
                 for (size_t j = 0; j < noff; j++) o[k * noff + j] = props[(i * noff + j) * GLCM_NPROPS + k];
             continue;
         }
-        for (size_t j = 0; j < noff; j++)
-            har[(i * noff + j) * GLCM_NHAR + 13] = host_mcc(counts + (i * noff + j) * LL, r->levels);
+        if (r->levels > MCC_GPU_MAX_LEVELS)
+            for (size_t j = 0; j < noff; j++)
+                har[(i * noff + j) * GLCM_NHAR + 13] = host_mcc(counts + (i * noff + j) * LL, r->levels);
         if (form == 1 || form == 2)
             memcpy(o, har + i * noff * GLCM_NHAR, noff * GLCM_NHAR * sizeof *o);
         if (form == 0 || form == 2)

@@ -202,7 +202,8 @@ patina_status patina_gpu_glcm_counts(patina_gpu_t *g, uint32_t *counts, const pa
  * (nmat, levels, levels) u32) computed on the GPU: props (nmat, 10) and har
  * (nmat, 14), either may be NULL. Integer-moment features equal the C
  * reference's; those with logarithms agree within 1e-12 relative; the 14th
- * (an eigenvalue) is computed on the host by the C reference's solver. */
+ * (an eigenvalue) by the C reference's solver, on the GPU for levels <= 64
+ * (the same operations: the host's value bit for bit), else on the host. */
 patina_status patina_gpu_glcm_features_of(patina_gpu_t *g, double *props, double *har,
                                           const uint32_t *counts, size_t nmat, int levels);
 
