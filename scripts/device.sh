@@ -68,7 +68,7 @@ build() {
     samples_kb=0
     if [ -d "$ROOT/samples" ]; then
         samples_kb=$(du -sk "$ROOT/samples" | cut -f1)
-        if [ $((tree_kb + build_kb + samples_kb)) -lt 62000 ]; then
+        if [ $((tree_kb + build_kb + samples_kb)) -lt 64500 ]; then
             carry="\"${DEVICE_BUILD:-build-device}\", \"samples\""
         else
             # too big together: the sample folders that fit, smallest first
@@ -76,7 +76,7 @@ build() {
             samples_kb=0
             for d in $(cd "$ROOT" && du -sk samples/*/ 2>/dev/null | sort -n | cut -f2); do
                 kb=$(du -sk "$ROOT/$d" | cut -f1)
-                [ $((tree_kb + build_kb + samples_kb + kb)) -lt 62000 ] || break
+                [ $((tree_kb + build_kb + samples_kb + kb)) -lt 64500 ] || break
                 samples_kb=$((samples_kb + kb))
                 carry="$carry, \"${d%/}\""
             done
