@@ -841,7 +841,12 @@ __device__ __forceinline__ uint32_t f4_pair(const frow<KIND> &a, const frow<KIND
     const uint32_t c = m.o[i];
     uint32_t thr;
     if (KIND == LBP_KIND_LBP8) {
-        thr = hsub(c, H2_ONE); /* n >= c  <=>  n - (c - 1) >= 1 */
+        /* n >= c  <=>  not c > n  <=>  sat(c - n) = 0: the code is 255 minus
+         * the bits of c > n (no threshold to compute, as LANADP) */
+        acc = 0x00ff00ffu;
+#pragma unroll
+        for (int k = 0; k < 8; k++) acc = hfma(hsub_sat(c, n[k]), H2_NW(k), acc);
+        return acc;
     } else {
         const uint32_t mx = hmax(hmax(a.hm[i], m.hm[i]), b.hm[i]);
         uint32_t k;
