@@ -484,22 +484,29 @@ __device__ __forceinline__ void fast_load(rawrow &r, const uint8_t *row, bool ok
     if (okex) r.ex = __ldg(reinterpret_cast<const uint32_t *>(row + 16));
 }
 
+/* 16 bytes q and the next 4 (v4) as biased fp16 pairs (1024 + b): 9 "even"
+ * pairs e[i] = (b[2i], b[2i+1]) and 8 "odd" pairs o[i] = (b[2i+1], b[2i+2]). */
+__device__ __forceinline__ void conv_pairs(uint32_t e[9], uint32_t o[8], const uint4 &q, uint32_t v4)
+{
+    const uint32_t K = 0x64646464u;
+    e[0] = __byte_perm(q.x, K, 0x4140);
+    e[1] = __byte_perm(q.x, K, 0x4342);
+    e[2] = __byte_perm(q.y, K, 0x4140);
+    e[3] = __byte_perm(q.y, K, 0x4342);
+    e[4] = __byte_perm(q.z, K, 0x4140);
+    e[5] = __byte_perm(q.z, K, 0x4342);
+    e[6] = __byte_perm(q.w, K, 0x4140);
+    e[7] = __byte_perm(q.w, K, 0x4342);
+    e[8] = __byte_perm(v4, K, 0x4140);
+#pragma unroll
+    for (int i = 0; i < 8; i++) o[i] = __byte_perm(e[i], e[i + 1], 0x5432);
+}
+
 __device__ __forceinline__ void fast_conv(hrow &h, const rawrow &r, int lane)
 {
     uint32_t v4 = __shfl_down_sync(FULL, r.q.x, 1);
     if (lane == 31) v4 = r.ex;
-    const uint32_t K = 0x64646464u;
-    h.e[0] = __byte_perm(r.q.x, K, 0x4140);
-    h.e[1] = __byte_perm(r.q.x, K, 0x4342);
-    h.e[2] = __byte_perm(r.q.y, K, 0x4140);
-    h.e[3] = __byte_perm(r.q.y, K, 0x4342);
-    h.e[4] = __byte_perm(r.q.z, K, 0x4140);
-    h.e[5] = __byte_perm(r.q.z, K, 0x4342);
-    h.e[6] = __byte_perm(r.q.w, K, 0x4140);
-    h.e[7] = __byte_perm(r.q.w, K, 0x4342);
-    h.e[8] = __byte_perm(v4, K, 0x4140);
-#pragma unroll
-    for (int i = 0; i < 8; i++) h.o[i] = __byte_perm(h.e[i], h.e[i + 1], 0x5432);
+    conv_pairs(h.e, h.o, r.q, v4);
 }
 
 /* Codes of output pair i (columns 2i, 2i+1 of the lane) as the bits of each
@@ -766,18 +773,7 @@ template <int KIND>
 __device__ __forceinline__ void f4_conv(frow<KIND> &h, const rawrow &r)
 {
     const uint32_t v4 = r.ex; /* the 4 bytes after the lane's 16 (own load: no shuffle) */
-    const uint32_t K = 0x64646464u;
-    h.e[0] = __byte_perm(r.q.x, K, 0x4140);
-    h.e[1] = __byte_perm(r.q.x, K, 0x4342);
-    h.e[2] = __byte_perm(r.q.y, K, 0x4140);
-    h.e[3] = __byte_perm(r.q.y, K, 0x4342);
-    h.e[4] = __byte_perm(r.q.z, K, 0x4140);
-    h.e[5] = __byte_perm(r.q.z, K, 0x4342);
-    h.e[6] = __byte_perm(r.q.w, K, 0x4140);
-    h.e[7] = __byte_perm(r.q.w, K, 0x4342);
-    h.e[8] = __byte_perm(v4, K, 0x4140);
-#pragma unroll
-    for (int i = 0; i < 8; i++) h.o[i] = __byte_perm(h.e[i], h.e[i + 1], 0x5432);
+    conv_pairs(h.e, h.o, r.q, v4);
     if (KIND == LBP_KIND_TLBAP) {
 #pragma unroll
         for (int i = 0; i < 8; i++) h.hm[i] = hmax(hmax(h.e[i], h.o[i]), h.e[i + 1]);
