@@ -235,9 +235,17 @@ __device__ __forceinline__ uint32_t word_codes(const rowv &a, const rowv &m, con
     return code;
 }
 
+/* num / den for 0 <= num, 0 < den: a 32-bit division when num fits (the
+ * usual case; a 64-bit one is several times longer) */
+__device__ __forceinline__ int div_nn(long long num, int den)
+{
+    return (unsigned long long)num >> 32 ? (int)(num / den) : (int)((unsigned)num / (unsigned)den);
+}
+
+/* the cell (column or row) of index i of a side of len cut in parts cells */
 __device__ __forceinline__ int cell_of(int i, int parts, int len)
 {
-    return (int)((((long long)i + 1) * parts - 1) / len);
+    return div_nn(((long long)i + 1) * parts - 1, len);
 }
 
 /* Flushes a run of `run` equal bins `idx` into the histogram. */
@@ -687,13 +695,19 @@ __global__ void __launch_bounds__(32 * FAST_WARPS, FAST_BPS(KIND))
 
 /* First row (column) of cell k of n over a map side of m: the smallest y with
  * lbp_cell_row(y) = k. */
-__device__ __forceinline__ int cell_start(int k, int n, int m) { return (int)(((long long)k * m + n) / n) - 1; }
+__device__ __forceinline__ int cell_start(int k, int n, int m) { return div_nn((long long)k * m + n, n) - 1; }
 
 /* k_fast4's flush: fast_flush for one image; with a grid (key = image *
  * groups + strip * grid_rows + cell row) lane l's counters belong to the cell
- * column of its first column, so warp w sums the 32 counters of codes w,
- * w + 4, ... per cell column: a segmented scan over the lanes (a cell's
- * lanes are contiguous), one atomic per cell column and non-zero bin. */
+ * column of its first column. A cell's lanes are contiguous: segment k of the
+ * strip is cell column cc(lane 0) + k (cells are >= 16 columns wide, so every
+ * cell of the strip has a lane; `starts` marks each segment's first lane).
+ * Thread t takes codes t, t + 128 as fast_flush does (a row's 8 quads of
+ * counters from a rotated start, 16-byte loads without bank conflicts), adds
+ * each segment's counters and emits one global atomic per non-zero segment
+ * sum when it crosses a segment's start. H100, lbp8 grid=4x4: the segmented
+ * warp scan it replaces (5 dependent shuffles per code and warp) took about
+ * 10% of the kernel's instructions. */
 template <bool GRID>
 __device__ __forceinline__ void f4_flush(const fast_args &a, uint32_t *hist, int key, int tid,
                                          const uint8_t *__restrict__ btab)
@@ -705,22 +719,42 @@ __device__ __forceinline__ void f4_flush(const fast_args &a, uint32_t *hist, int
     __syncthreads();
     const int img = key / a.groups, grp = key - img * a.groups;
     const int strip = grp / a.grid_rows, crow = grp - strip * a.grid_rows;
-    const int lane = tid & 31, warp = tid >> 5, xs = strip * PROD_COLS;
+    const int lane = tid & 31, xs = strip * PROD_COLS;
     const int x = min(xs + lane * 16, a.mw - 1); /* lanes past the map count nothing net */
-    const int cc = (int)(((long long)(x + 1) * a.grid_cols - 1) / a.mw);
-    const int seg = max(0, (cell_start(cc, a.grid_cols, a.mw) - xs + 15) / 16); /* first lane of cc */
-    const int ccn = __shfl_down_sync(FULL, cc, 1);
-    const bool last = lane == 31 || ccn != cc;
-    uint32_t *g = a.counts + (size_t)img * (size_t)a.dim + (size_t)(crow * a.grid_cols + cc) * (size_t)a.nbins;
-    for (int code = warp; code < 256; code += FAST_WARPS) {
-        uint32_t v = hist[code * 32 + lane];
-        hist[code * 32 + lane] = 0;
+    const int cc = cell_of(x, a.grid_cols, a.mw);
+    const int ccp = __shfl_up_sync(FULL, cc, 1);
+    const uint32_t starts = __ballot_sync(FULL, lane == 0 || cc != ccp);
+    const int cc0 = __shfl_sync(FULL, cc, 0);
+    uint32_t *g = a.counts + (size_t)img * (size_t)a.dim + (size_t)(crow * a.grid_cols + cc0) * (size_t)a.nbins;
+    for (int code = tid; code < 256; code += 32 * FAST_WARPS) {
+        uint4 *row = reinterpret_cast<uint4 *>(hist + code * 32);
+        uint32_t *gb = g + btab[code];
+        const int q0 = code & 7;
+        int seg = __popc(starts & ((2u << (4 * q0)) - 1u)) - 1; /* segment of lane 4 q0 */
+        uint32_t sum = 0;
+#define F4_EMIT(next)                                                  \
+    do {                                                               \
+        if (sum) atomicAdd(gb + (size_t)seg * (size_t)a.nbins, sum);   \
+        sum = 0;                                                       \
+        seg = (next);                                                  \
+    } while (0)
 #pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            const uint32_t t = __shfl_up_sync(FULL, v, d);
-            if (lane - d >= seg) v += t;
+        for (int k = 0; k < 8; k++) {
+            const int q = (q0 + k) & 7;
+            const uint4 v = row[q];
+            row[q] = make_uint4(0, 0, 0, 0);
+            const uint32_t sb = (starts >> (4 * q)) & 15u;
+            if (k > 0 && (sb & 1u)) F4_EMIT(q == 0 ? 0 : seg + 1); /* lane 0 starts segment 0 */
+            sum += v.x;
+            if (sb & 2u) F4_EMIT(seg + 1);
+            sum += v.y;
+            if (sb & 4u) F4_EMIT(seg + 1);
+            sum += v.z;
+            if (sb & 8u) F4_EMIT(seg + 1);
+            sum += v.w;
         }
-        if (last && v) atomicAdd(&g[btab[code]], v);
+        F4_EMIT(0);
+#undef F4_EMIT
     }
     __syncthreads();
 }
@@ -868,17 +902,30 @@ __device__ __forceinline__ uint32_t f4_lo(uint32_t acc, uint32_t hbase)
     return d;
 }
 
-/* k_fast4 with a grid, per thread of the block: (fb, offset) = the lane's
- * first column (0..15) in the next cell column (16 if none) and the offset
- * of that cell's bins in counts. Those columns are taken back from the block
- * histogram and added to that cell with global atomics. In shared memory
- * (read only on the take-back branch) rather than in registers. */
+/* With a grid: the histogram address of pixel p (0..15 of the lane; half
+ * H = p & 1 of its pair's acc) as hbase + (w >> 9), w = (code << 16) | (f <<
+ * 8) built by one byte permute, where f = fl[p >> 2] byte p & 3 is 0x08 for
+ * the lane's columns in the next cell column: +4, the next lane's counters,
+ * which belong to that cell (cells are >= 16 columns wide). */
+template <int P>
+__device__ __forceinline__ uint32_t f4_gaddr(uint32_t acc, const uint32_t *fl, uint32_t hbase)
+{
+    constexpr unsigned sel = (P & 1) ? (0x3200u | ((4u + (P & 3)) << 4)) : (0x1000u | ((4u + (P & 3)) << 4));
+    return hbase + (__byte_perm(acc, fl[P >> 2], sel) >> 9);
+}
+
+/* k_fast4 with a grid, per thread of the block: (fb, offset) = lane 31's
+ * first column (0..15) in the next cell column (16 if none, and for the other
+ * lanes) and the offset of that cell's bins in counts. Those columns are
+ * taken back from the block histogram and added to that cell with global
+ * atomics. In shared memory (read only on the take-back branch) rather than
+ * in registers. */
 static __shared__ int2 f4_fsl[32 * FAST_WARPS];
 
 template <int KIND, bool CODES, bool TF, bool GRID>
 __device__ __forceinline__ void f4_row(const fast_args &a, const frow<KIND> &ra, const frow<KIND> &rm,
                                        const frow<KIND> &rb, int img, int y, int x0, int nx, bool part, uint32_t hbase,
-                                       const uint16_t *kt, const uint8_t *__restrict__ btab)
+                                       const uint32_t *fl, const uint16_t *kt, const uint8_t *__restrict__ btab)
 {
     uint32_t acc[8], P3[9], R3[9];
     if (KIND == LBP_KIND_LANADP) {
@@ -896,10 +943,18 @@ __device__ __forceinline__ void f4_row(const fast_args &a, const frow<KIND> &ra,
         *reinterpret_cast<uint4 *>(a.codes + (size_t)img * a.out_img + (size_t)y * (size_t)a.opitch + x0) =
             make_uint4(__byte_perm(acc[0], acc[1], 0x6420), __byte_perm(acc[2], acc[3], 0x6420),
                        __byte_perm(acc[4], acc[5], 0x6420), __byte_perm(acc[6], acc[7], 0x6420));
+    if (GRID) {
+#define F4G_RED(i)                                         \
+    fast_red(f4_gaddr<2 * (i)>(acc[i], fl, hbase), 1u);     \
+    fast_red(f4_gaddr<2 * (i) + 1>(acc[i], fl, hbase), 1u);
+        F4G_RED(0) F4G_RED(1) F4G_RED(2) F4G_RED(3) F4G_RED(4) F4G_RED(5) F4G_RED(6) F4G_RED(7)
+#undef F4G_RED
+    } else {
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-        fast_red(f4_lo(acc[i], hbase), 1u);
-        fast_red(hbase + (acc[i] >> 9), 1u);
+        for (int i = 0; i < 8; i++) {
+            fast_red(f4_lo(acc[i], hbase), 1u);
+            fast_red(hbase + (acc[i] >> 9), 1u);
+        }
     }
     if (part) { /* warp-uniform, one branch for the others */
         if (nx < 16) {
@@ -944,18 +999,31 @@ __device__ __forceinline__ void f4_task(const fast_args &a, int img, int strip, 
     if (y0 >= r1) return; /* warp-uniform: a padding task */
     const int nx = a.mw - x0;
     /* grid: the lane's columns belong to cell column cc, those from fb on
-     * (if any) to cc + 1 (cells are at least 16 columns wide) */
-    int fb = 16;
+     * (if any) to cc + 1 (cells are at least 16 columns wide). Lanes 0..30
+     * count those in the next lane's counters (flag bytes fl, f4_gaddr);
+     * lane 31's next lane is in another strip: it takes them back and adds
+     * them to cc + 1 in global memory (f4_fsl, the take-back branch). */
+    int fb = 16, cc = 0;
+    uint32_t fl[4] = {0, 0, 0, 0};
     if (GRID && nx > 0) {
-        const int cc = (int)(((long long)(x0 + 1) * a.grid_cols - 1) / a.mw);
-        if (cc + 1 < a.grid_cols) {
-            fb = cell_start(cc + 1, a.grid_cols, a.mw) - x0;
-            if (fb < 16)
-                f4_fsl[threadIdx.y * 32 + lane] =
-                    make_int2(fb, img * a.dim + (crow * a.grid_cols + cc + 1) * a.nbins);
+        cc = cell_of(x0, a.grid_cols, a.mw);
+        if (cc + 1 < a.grid_cols) fb = cell_start(cc + 1, a.grid_cols, a.mw) - x0;
+    }
+    if (GRID) {
+        if (lane == 31 && fb < 16) {
+            f4_fsl[threadIdx.y * 32 + lane] = make_int2(fb, img * a.dim + (crow * a.grid_cols + cc + 1) * a.nbins);
+        } else {
+            f4_fsl[threadIdx.y * 32 + lane] = make_int2(16, 0);
+            if (fb < 16) {
+#pragma unroll
+                for (int r = 0; r < 4; r++) { /* bytes of pixels 4r + j >= fb */
+                    const int k = fb - 4 * r;
+                    fl[r] = k <= 0 ? 0x08080808u : (k >= 4 ? 0u : 0x08080808u << (8 * k));
+                }
+            }
+            fb = 16;
         }
     }
-    if (GRID && fb >= 16) f4_fsl[threadIdx.y * 32 + lane] = make_int2(16, 0);
     const bool okx = x0 < a.pitch;
     const unsigned pitch = (unsigned)a.pitch;
     /* loads are unconditional (no predicated register merges): rows past
@@ -993,7 +1061,7 @@ __device__ __forceinline__ void f4_task(const fast_args &a, int img, int strip, 
             f4_conv<KIND>(rb, q[u]);
             f4_vert<KIND>(rm, rb);
             F4_LOAD(q[u], y + u + 2 + D);
-            f4_row<KIND, CODES, TF, GRID>(a, ra, rm, rb, img, y + u, x0, nx, part, hbase, kt, btab);
+            f4_row<KIND, CODES, TF, GRID>(a, ra, rm, rb, img, y + u, x0, nx, part, hbase, fl, kt, btab);
             if (y + u + 1 >= y1) return;
         }
     }
