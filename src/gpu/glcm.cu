@@ -13,8 +13,11 @@
  *   - Work is a list of tasks (a band of first-pixel rows of one image),
  *     sized from the launch's work so that every block gets one equal band
  *     (at least 16 K pixels); persistent blocks take tasks in grid-stride
- *     order. k_count4 (2..32 offsets in one pass, L = 2^s <= 32, lanes
- *     carry the offsets: the default on large launches), k_count3 (one
+ *     order. k_count5 (2..32 offsets in one pass, L = 2^s <= 8, each lane
+ *     counts a pair of offsets into a joint table: one shared atomic per two
+ *     pairs; the default on launches of >= 64 K pixels per SM), k_count4
+ *     (2..32 offsets in one pass, L = 2^s <= 32, lanes carry the offsets:
+ *     the default on other large launches), k_count3 (one
  *     offset per block, L = 2^s <= 32: the default
  *     for one offset) or k_count2 (one block of 640 threads per SM, all of the opt-in
  *     shared memory, the next step's pixels loaded while this one votes)
@@ -834,6 +837,232 @@ k_count4(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
     }
 }
 
+/* k_count5 (variants 10, 11; L = 2^s <= 8, 2..32 offsets): k_count4 with
+ * each lane counting a pair of offsets (o1, o2) = (2p, 2p + 1) into one
+ * joint table of (a, b1, b2) triples, so that one shared atomic counts two
+ * pairs (k_count4 needs one per pair: at 16384^2 and 8 offsets its shared
+ * atomics alone take ~0.51 ms on the H100, 2 L1 cycles each).
+ *   - Lane l counts offset pair l / m (m = 32 / P lanes per pair, P = the
+ *     ceil(G / 2) pairs rounded up to a power of two; lanes of pseudo-pairs
+ *     repeat a real pair and are never flushed; for odd G the last pair is
+ *     (G - 1, G - 1) and only its first marginal is flushed).
+ *   - Table: one column per lane, word R * 32 + lane, R = a << 2s | b1 << s
+ *     | b2 for the L^3 triples, then 2 L^2 rows of single pairs (o1, then
+ *     o2) for the windows on the image's border; 80 KB at L = 8.
+ *   - Groups are aligned on the first pixels (one 16-byte load); each
+ *     offset's partners come from five 4-byte loads and a funnel shift that
+ *     also shifts o1's left by s - 1 bits. Per 4 pixels, byte-parallel
+ *     words hi = R >> 1 = a << (2s - 1) | b1 << (s - 1) | b2 >> 1 and lo =
+ *     lane*4 | (b2 & 1) << 7; two PRMT give each pixel's 16-bit address
+ *     lane*4 | R << 7 in a half word.
+ *   - The flush (flush_k5) adds, per cell (a, b) and lane, the L triples of
+ *     each marginal and the single row, sums the m lanes of a pair with
+ *     shuffles, one global atomic per non-zero cell. */
+template <int S>
+static __device__ __forceinline__ void vote_joint(char *shc, const uint4 &a, const uint32_t r1[5], uint32_t t1,
+                                                  const uint32_t r2[5], uint32_t t2, uint32_t lw4)
+{
+    const uint32_t aw[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        const uint32_t b1 = __funnelshift_r(r1[w], r1[w + 1], t1); /* bytes b1 << (s - 1) */
+        const uint32_t b2 = __funnelshift_r(r2[w], r2[w + 1], t2); /* bytes b2 */
+        /* the low s - 1 bits of b1's bytes hold the previous byte's top bits
+         * (outside the image for the group's first byte at column 0): they
+         * take b2 >> 1 instead, one LOP3 */
+        constexpr uint32_t M = ((1u << (S - 1)) - 1u) * 0x01010101u;
+        const uint32_t hi = (aw[w] << (2 * S - 1)) | (b1 & ~M) | ((b2 >> 1) & M);
+        const uint32_t lo = ((b2 << 7) & 0x80808080u) | lw4;
+        const uint32_t x01 = prmt(lo, hi, 0x5140u), x23 = prmt(lo, hi, 0x7362u);
+        atomicAdd(reinterpret_cast<uint32_t *>(shc + (x01 & 0xffffu)), 1u);
+        atomicAdd(reinterpret_cast<uint32_t *>(shc + (x01 >> 16)), 1u);
+        atomicAdd(reinterpret_cast<uint32_t *>(shc + (x23 & 0xffffu)), 1u);
+        atomicAdd(reinterpret_cast<uint32_t *>(shc + (x23 >> 16)), 1u);
+    }
+}
+
+/* k_count5: one group's loads (first pixels at pa, partners of o1 / o2 at
+ * pb1 / pb2: five words, A64 from three 8-byte loads with word base j) */
+template <bool A64>
+static __device__ __forceinline__ void k5_load(uint4 &av, uint32_t r1[5], uint32_t r2[5], const uint8_t *pa,
+                                               const uint8_t *pb1, const uint8_t *pb2, int j1, int j2)
+{
+    av = __ldg(reinterpret_cast<const uint4 *>(pa));
+    if (A64) {
+        const uint2 *p1 = reinterpret_cast<const uint2 *>(pb1), *p2 = reinterpret_cast<const uint2 *>(pb2);
+        const uint2 x0 = __ldg(p1), x1 = __ldg(p1 + 1), x2 = __ldg(p1 + 2);
+        const uint2 y0 = __ldg(p2), y1 = __ldg(p2 + 1), y2 = __ldg(p2 + 2);
+        const uint32_t wx[6] = {x0.x, x0.y, x1.x, x1.y, x2.x, x2.y};
+        const uint32_t wy[6] = {y0.x, y0.y, y1.x, y1.y, y2.x, y2.y};
+#pragma unroll
+        for (int k = 0; k < 5; k++) {
+            r1[k] = j1 ? wx[k + 1] : wx[k];
+            r2[k] = j2 ? wy[k + 1] : wy[k];
+        }
+    } else {
+        const uint32_t *p1 = reinterpret_cast<const uint32_t *>(pb1), *p2 = reinterpret_cast<const uint32_t *>(pb2);
+#pragma unroll
+        for (int k = 0; k < 5; k++) {
+            r1[k] = __ldg(p1 + k);
+            r2[k] = __ldg(p2 + k);
+        }
+    }
+}
+
+template <int S>
+static __device__ __forceinline__ void flush_k5(uint32_t *sh, const koffs &ko, int G, int lm, int cur,
+                                                uint32_t *out)
+{
+    constexpr int L = 1 << S, LL = L * L, L3 = L * L * L;
+    const int lane = (int)(threadIdx.x & 31), m = 1 << lm, p = lane >> lm, nw = (int)(blockDim.x >> 5);
+    const int o1 = 2 * p, o2 = 2 * p + 1;
+    const bool real = o1 < G && (lane & (m - 1)) == 0;
+    for (int cell = (int)(threadIdx.x >> 5); cell < LL; cell += nw) {
+        const int a = cell >> S, b = cell & (L - 1);
+        uint32_t v1 = sh[(L3 + cell) * 32 + lane], v2 = sh[(L3 + LL + cell) * 32 + lane];
+#pragma unroll
+        for (int k = 0; k < L; k++) {
+            v1 += sh[((a << (2 * S)) | (b << S) | k) * 32 + lane]; /* b1 = b: sum over b2 */
+            v2 += sh[((a << (2 * S)) | (k << S) | b) * 32 + lane]; /* b2 = b: sum over b1 */
+        }
+        for (int d = 1; d < m; d <<= 1) {
+            v1 += __shfl_xor_sync(0xffffffffu, v1, d);
+            v2 += __shfl_xor_sync(0xffffffffu, v2, d);
+        }
+        if (real) {
+            uint32_t *dst = out + ((size_t)cur * ko.noff_total + ko.o0) * LL + cell;
+            if (v1) atomicAdd(dst + (size_t)o1 * LL, v1);
+            if (o2 < G && v2) atomicAdd(dst + (size_t)o2 * LL, v2);
+        }
+    }
+}
+
+/* G = ko.n offsets (2..32), L = 2^S <= 8, C = log2 m. Windows as k_count4
+ * (U*m consecutive groups of 16 first pixels, lane l takes groups l % m +
+ * m*u); a window inside the interior of every offset takes the joint vote,
+ * any other counts single pairs group by group. */
+template <int S, int U, bool A64, int NT>
+__global__ void __launch_bounds__(NT, 1)
+k_count5(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, int C,
+         uint32_t *__restrict__ out)
+{
+    constexpr int LQ = 1 << S, L3 = LQ * LQ * LQ, NSH = (L3 + 2 * LQ * LQ) * 32;
+    extern __shared__ uint32_t sh[];
+    char *shc = reinterpret_cast<char *>(sh);
+    const int lm = C, m = 1 << lm, lane = (int)(threadIdx.x & 31), kq = lane & (m - 1);
+    const int np = (G + 1) >> 1, p0 = lane >> lm, p = p0 < np ? p0 : p0 - np; /* pseudo-pair lanes repeat one */
+    const int o1 = 2 * p, o2 = min(2 * p + 1, G - 1);
+    const uint32_t lw4 = (uint32_t)lane * 0x04040404u;
+    const int win = U << lm, stride = opaque((int)(blockDim.x >> 5) * win);
+    int cur = -1;
+    (void)L;
+    for (int i = threadIdx.x; i < NSH; i += blockDim.x) sh[i] = 0;
+    __syncthreads();
+    for (int t = blockIdx.x; t < ntasks; t += gridDim.x) {
+        const gtask tk = tasks[t];
+        if (tk.out != cur) { /* uniform over the block */
+            if (cur >= 0) {
+                __syncthreads();
+                flush_k5<S>(sh, ko, G, lm, cur, out);
+                __syncthreads();
+                for (int i = threadIdx.x; i < NSH; i += blockDim.x) sh[i] = 0;
+                __syncthreads();
+            }
+            cur = tk.out;
+        }
+        const int pitch = tk.pitch, w = tk.w, h = tk.h, nr = tk.r1 - tk.r0;
+        const int gpr = opaque((w + 15) >> 4), ng = opaque(nr * gpr);
+        const int stride_r = opaque(stride / gpr), stride_c = opaque(stride - stride_r * gpr);
+        const int stride_off = opaque(stride_r * pitch + stride_c * 16), wrap = opaque(pitch - gpr * 16);
+        const uint8_t *tb = tk.base + (long long)(tk.r0 - tk.row0) * pitch; /* row r0 */
+        /* the interior for every offset: first pixels (r, x) with r + dy in
+         * [0, h) and x + dx in [0, w) */
+        int rlo = 0, rhi = h, xlo = 0, xhi = w;
+        for (int o = 0; o < ko.n; o++) {
+            rlo = max(rlo, -ko.dy[o]);
+            rhi = min(rhi, h - ko.dy[o]);
+            xlo = max(xlo, -ko.dx[o]);
+            xhi = min(xhi, w - ko.dx[o]);
+        }
+        const int f0 = opaque(max(rlo - tk.r0, 0)), f1 = min(rhi - tk.r0, nr);
+        const int fcol0 = opaque((xlo + 15) >> 4), fcl = opaque((xhi > 0 ? xhi >> 4 : 0) - fcol0 - win);
+        const uint32_t frn = (uint32_t)opaque(f1 > f0 && fcl >= 0 ? f1 - f0 : 0);
+        /* this lane's offsets; beyond the image they have no pair: clamp */
+        const int dy1 = min(max(ko.dy[o1], -h), h), dx1 = min(max(ko.dx[o1], -w - 16), w + 16);
+        const int dy2 = min(max(ko.dy[o2], -h), h), dx2 = min(max(ko.dx[o2], -w - 16), w + 16);
+        const int q1 = 8 * dx1 - (S - 1), q2 = 8 * dx2; /* first bit of b1 << (s-1), of b2, group start 0 */
+        /* A64: the five words from three aligned 8-byte loads (j: word base odd) */
+        const int j1 = A64 ? (q1 >> 5) & 1 : 0, j2 = A64 ? (q2 >> 5) & 1 : 0;
+        const uint8_t *tb1 = tb + (long long)dy1 * pitch + 4 * ((q1 >> 5) - j1);
+        const uint8_t *tb2 = tb + (long long)dy2 * pitch + 4 * ((q2 >> 5) - j2);
+        const uint32_t t1 = (uint32_t)opaque(q1 & 31), t2 = (uint32_t)opaque(q2 & 31);
+        const int us = opaque(16 << lm); /* bytes between a lane's groups */
+        int gw = (int)(threadIdx.x >> 5) * win;
+        int rw = gw / gpr, cw = gw - rw * gpr;
+        const long long off0 = (long long)rw * pitch + (cw + kq) * 16;
+        const uint8_t *pa = tb + off0, *pb1 = tb1 + off0, *pb2 = tb2 + off0;
+        for (; gw < ng; gw += stride) { /* warp-uniform */
+            if ((uint32_t)(rw - f0) < frn && (uint32_t)(cw - fcol0) <= (uint32_t)fcl) {
+                uint4 av[U];
+                uint32_t r1[U][5], r2[U][5];
+#pragma unroll
+                for (int u = 0; u < U; u++)
+                    k5_load<A64>(av[u], r1[u], r2[u], pa + u * us, pb1 + u * us, pb2 + u * us, j1, j2);
+#pragma unroll
+                for (int u = 0; u < U; u++) vote_joint<S>(shc, av[u], r1[u], t1, r2[u], t2, lw4);
+            } else {
+#pragma unroll 1
+                for (int u = 0; u < U; u++) {
+                    int c = cw + kq + (u << lm), r = rw;
+                    if (c >= gpr) {
+                        r += c / gpr;
+                        c -= (c / gpr) * gpr;
+                    }
+                    if (r >= nr) continue;
+                    const int x0 = c << 4;
+                    const bool in1 = (unsigned)(tk.r0 + r + dy1) < (unsigned)h && x0 + dx1 >= 0 && x0 + 16 + dx1 <= w;
+                    const bool in2 = (unsigned)(tk.r0 + r + dy2) < (unsigned)h && x0 + dx2 >= 0 && x0 + 16 + dx2 <= w;
+                    if (in1 && in2 && x0 + 16 <= w) { /* every pair of the group exists: joint */
+                        const long long off = (long long)r * pitch + x0;
+                        uint4 a1;
+                        uint32_t s1[5], s2[5];
+                        k5_load<A64>(a1, s1, s2, tb + off, tb1 + off, tb2 + off, j1, j2);
+                        vote_joint<S>(shc, a1, s1, t1, s2, t2, lw4);
+                        continue;
+                    }
+#pragma unroll 1
+                    for (int oo = 0; oo < 2; oo++) { /* single pairs of o1, then o2 */
+                        if (oo && o2 == o1) break;
+                        const int dy = oo ? dy2 : dy1, dx = oo ? dx2 : dx1;
+                        if ((unsigned)(tk.r0 + r + dy) >= (unsigned)h) continue;
+                        const int lo = max(max(0, -dx) - x0, 0), hi = min(min(w, w - dx) - x0, 16);
+                        if (hi <= lo) continue;
+                        const uint8_t *ra = tb + (long long)r * pitch + x0;
+                        const uint8_t *rb = tb + (long long)(r + dy) * pitch + x0 + dx;
+                        uint32_t *col = sh + (L3 + oo * LQ * LQ) * 32 + lane;
+                        for (int i = lo; i < hi; i++) atomicAdd(col + ((ra[i] << S) | rb[i]) * 32, 1u);
+                    }
+                }
+            }
+            cw += stride_c;
+            rw += stride_r;
+            uint32_t adv = (uint32_t)stride_off; /* > 0 */
+            if (cw >= gpr) {
+                cw -= gpr;
+                rw++;
+                adv += (uint32_t)wrap;
+            }
+            pa += adv;
+            pb1 += adv;
+            pb2 += adv;
+        }
+    }
+    if (cur >= 0) {
+        __syncthreads();
+        flush_k5<S>(sh, ko, G, lm, cur, out);
+    }
+}
+
 typedef void (*k2_fn_t)(const gtask *, int, koffs, int, int, int, uint32_t *);
 static const struct {
     k2_fn_t fn;
@@ -872,9 +1101,19 @@ static const struct {
                    {k_count4<2, 2, true, 640>, 640},
                    {k_count4<3, 2, true, 640>, 640},
                    {k_count4<4, 2, true, 640>, 640},
-                   {k_count4<5, 2, true, 640>, 640}};
-#define K2VARIANTS 10 /* what PATINA_GLCM_K2 may pick (9: the default policy, make_plan) */
-#define K2FNS 23     /* entries of k2_variants */
+                   {k_count4<5, 2, true, 640>, 640},
+                   /* 10: k_count5 (joint pairs of offsets) for 2..32 offsets and L =
+                    * 2^s <= 8, two groups per lane and window (entries 23..25: L = 2,
+                    * 4, 8), else as 6; 11: the same with partners by 8-byte loads
+                    * (entries 26..28), else as 7 */
+                   {k_count5<1, 2, false, 640>, 640},
+                   {k_count5<2, 2, false, 640>, 640},
+                   {k_count5<3, 2, false, 640>, 640},
+                   {k_count5<1, 2, true, 640>, 640},
+                   {k_count5<2, 2, true, 640>, 640},
+                   {k_count5<3, 2, true, 640>, 640}};
+#define K2VARIANTS 12 /* what PATINA_GLCM_K2 may pick (9: the default policy, make_plan) */
+#define K2FNS 29     /* entries of k2_variants */
 
 /* P + P^T for nmat matrices. */
 __global__ void k_symmetrise(uint32_t *P, long long nmat, int L)
@@ -1061,7 +1300,8 @@ static ws_t *g_ws[MAXDEV];
 static size_t g_slot_bytes = DEF_SLOT_BYTES, g_task_pixels = DEF_TASK_PIXELS;
 /* Counting knobs (the lab overrides them from the environment for bench_glcm):
  * g_k2_var: the counting kernel variant (k2_variants; 9, the default:
- * k_count4 for 2..32 offsets and L = 2^s <= 32 on large launches, k_count3
+ * k_count5 for 2..32 offsets and L = 2^s <= 8 on launches of >= 64 K pixels
+ * per SM, k_count4 for 2..32 offsets and L = 2^s <= 32 on other large ones, k_count3
  * for one offset, else k_count2 variant 3); g_split: offset subsets when
  * fewer than 32 copies fit (0, 1: none, the default; measured: it helps hash
  * noise, hurts smooth images at 16384^2); g_task_min: smallest
@@ -1233,8 +1473,27 @@ static patina_status make_plan(ws_t *w, plan_t *pl, int L, const patina_glcm_off
     if (pl->k2 == 9) { /* the default: k_count4 where it was measured faster (docs/glcm.md) */
         const size_t per_block = launch_px / (size_t)(w->sms > 0 ? w->sms : 1);
         pl->k2 = per_block >= ((size_t)1 << 20) ? 7 : per_block >= ((size_t)1 << 14) ? 6 : 4;
+        /* k_count5 for L <= 8 (else it falls back to k_count4): 11 (8-byte
+         * partner loads) from 1 M pixels per SM, 10 from 64 K. H100, 8
+         * offsets, L = 8, slow / drastic image (docs/glcm.md): 16384^2 0.43 /
+         * 0.43 ms (k_count4 0.57 / 0.59), 8192^2 0.130 / 0.134 (0.173 /
+         * 0.172), 4096^2 0.048 / 0.052 (0.055 / 0.054); 2048^2 (32 K per SM)
+         * mixed: 0.025 / 0.032 (0.028 / 0.027), kept on k_count4 */
+        if (L <= 8 && per_block >= ((size_t)1 << 16)) pl->k2 = per_block >= ((size_t)1 << 20) ? 11 : 10;
     }
-    if (pl->k2 >= 6 && L >= 2 && (L & (L - 1)) == 0 && L <= 32 && noff >= 2 && noff <= 32) {
+    if (pl->k2 >= 10 && L >= 2 && (L & (L - 1)) == 0 && L <= 8 && noff >= 2 && noff <= 32) {
+        /* k_count5: pairs of offsets per lane, one joint table column per
+         * lane (R: lanes per pair, 32 / ceil(noff / 2) rounded up to a power
+         * of two) */
+        int P = 1;
+        while (P < ((int)noff + 1) / 2) P *= 2;
+        pl->G = (int)noff;
+        pl->S = 1;
+        pl->R = 32 / P;
+        pl->k2 = 23 + 3 * (pl->k2 - 10) + __builtin_ctz((unsigned)L) - 1;
+        pl->smem = (int)(((long long)L * L * L + 2LL * L * L) * 32 * 4);
+    } else if (pl->k2 >= 6 && L >= 2 && (L & (L - 1)) == 0 && L <= 32 && noff >= 2 && noff <= 32) {
+        if (pl->k2 >= 10) pl->k2 -= 4; /* k_count5 does not apply: k_count4 */
         /* k_count4: all offsets in one pass, one table column per lane (R: lanes
          * per offset, 32 / noff rounded up to a power of two) */
         int P = 1;

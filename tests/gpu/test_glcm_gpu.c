@@ -334,8 +334,10 @@ static void test_k2_variants(void **state)
 }
 
 /* k_count4 (PATINA_GLCM_K2=6, 7, 8: lanes carry the offsets, 2..32 offsets,
- * L = 2^s <= 32) against the reference and the previous path (4: k_count2 for
- * several offsets) through the production entry point: G = 2, 3, 5, 8, 13,
+ * L = 2^s <= 32) and k_count5 (10, 11: a lane counts a pair of offsets into a
+ * joint table, L <= 8; at L = 16 and 32 they fall back to k_count4) against
+ * the reference and the previous path (4: k_count2 for several offsets)
+ * through the production entry point: G = 2, 3, 5, 8, 13,
  * 32 offsets with dy, dx in [-4, 4] (negative dx included) and, from G = 3
  * on, offsets beyond the image; widths that are not a multiple of 16; one
  * row, one column; default slots, and slots of a few rows (tiles whose
@@ -345,7 +347,7 @@ static void test_k4_offsets(void **state)
     static const int gs[] = {2, 3, 5, 8, 13, 32};
     static const int levels[] = {2, 8, 16, 32, 4};
     static const int sizes[][2] = {{1, 1}, {15, 3}, {17, 9}, {1, 40}, {100, 37}, {333, 171}, {1031, 97}};
-    static const char *variants[] = {"4", "6", "7", "8", "9"};
+    static const char *variants[] = {"4", "6", "7", "8", "9", "10", "11"};
     tu_rng_t rng;
     (void)state;
     tu_rng_seed(&rng, 95);
