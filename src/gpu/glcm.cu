@@ -627,6 +627,38 @@ static __device__ __forceinline__ int opaque(int v)
     return v;
 }
 
+/* Five consecutive words of a row from bit q (relative to a 16-byte aligned
+ * group start; may be negative): LD = 0 five 4-byte loads at byte
+ * ld_base(q); 1 three aligned 8-byte loads from there and a select (si =
+ * ld_sel(q): the word base is odd). Two aligned 16-byte loads and a 4-way
+ * select were tried (fewer lines per warp request) and measured slower in
+ * k_count4 and k_count5 (docs/glcm.md). */
+template <int LD>
+static __device__ __forceinline__ int ld_base(int q)
+{
+    return LD == 1 ? 8 * (q >> 6) : 4 * (q >> 5);
+}
+template <int LD>
+static __device__ __forceinline__ int ld_sel(int q)
+{
+    return LD == 1 ? (q >> 5) & 1 : 0;
+}
+template <int LD>
+static __device__ __forceinline__ void load5(uint32_t r[5], const uint8_t *p, int si)
+{
+    if (LD == 1) {
+        const uint2 *p2 = reinterpret_cast<const uint2 *>(p);
+        const uint2 w0 = __ldg(p2), w1 = __ldg(p2 + 1), w2 = __ldg(p2 + 2);
+        const uint32_t wd[6] = {w0.x, w0.y, w1.x, w1.y, w2.x, w2.y};
+#pragma unroll
+        for (int k = 0; k < 5; k++) r[k] = si ? wd[k + 1] : wd[k];
+    } else {
+        const uint32_t *p4 = reinterpret_cast<const uint32_t *>(p);
+#pragma unroll
+        for (int k = 0; k < 5; k++) r[k] = __ldg(p4 + k);
+    }
+}
+
 /* One lane's 16 pairs: raw = five words from the first pixels' word base,
  * tA = bit shift that aligns them (and shifts each left by s), b = the 16
  * partner bytes, mb = per-byte (1 << s) - 1, lw = lane*4 (L = 32: in bytes
@@ -709,10 +741,10 @@ static __device__ __forceinline__ void flush_k4(uint32_t *sh, const koffs &ko, i
  * window inside the interior (one warp-uniform test on the warp's row and
  * first column, no vote) loads and votes without masks, the partners with
  * one aligned 16-byte load per group, the first pixels with five 4-byte
- * loads (A64: three aligned 8-byte loads and a per-lane select); any other
+ * loads (load5: or three aligned 8-byte loads and a select); any other
  * window takes the masked path, group by group. Per-lane pointers advance
  * with the window. */
-template <int S, int U, bool A64, int NT>
+template <int S, int U, int LD, int NT>
 __global__ void __launch_bounds__(NT, 1)
 k_count4(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, int C,
          uint32_t *__restrict__ out)
@@ -762,7 +794,7 @@ k_count4(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
         /* this lane's offset; beyond the image it has no pair: clamp (no overflow) */
         const int dy = min(max(ko.dy[oe], -h), h), dx = min(max(ko.dx[oe], -w - 16), w + 16);
         const int qa = -8 * dx - S;                           /* first bit of a << S, group start 0 */
-        const int ja = A64 ? (qa >> 5) & 1 : 0;               /* A64: word base odd */
+        const int ja = ld_sel<LD>(qa);                        /* LD > 0: word select */
         const uint8_t *tbB = tb + (long long)dy * pitch;      /* partners of row r0, group 0 */
         const uint8_t *tbA = tb + 4 * (qa >> 5);              /* word of that first bit (floor) */
         const uint32_t tA = (uint32_t)opaque(qa & 31);
@@ -771,7 +803,7 @@ k_count4(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
         int gw = (int)(threadIdx.x >> 5) * win;
         int rw = gw / gpr, cw = gw - rw * gpr;
         /* fast-path pointers of the lane's first group in the window */
-        const uint8_t *pa = tbA - 4 * ja + ((long long)rw * pitch + (cw + kq) * 16);
+        const uint8_t *pa = tb + ld_base<LD>(qa) + ((long long)rw * pitch + (cw + kq) * 16);
         const uint8_t *pb = tbB + ((long long)rw * pitch + (cw + kq) * 16);
         for (; gw < ng; gw += stride) { /* warp-uniform */
             if ((uint32_t)(rw - f0) < frn && (uint32_t)(cw - fcol0) <= (uint32_t)fcl) {
@@ -780,19 +812,7 @@ k_count4(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
 #pragma unroll
                 for (int u = 0; u < U; u++) b[u] = __ldg(reinterpret_cast<const uint4 *>(pb + u * us));
 #pragma unroll
-                for (int u = 0; u < U; u++) {
-                    if (A64) {
-                        const uint2 *p2 = reinterpret_cast<const uint2 *>(pa + u * us);
-                        const uint2 w0 = __ldg(p2), w1 = __ldg(p2 + 1), w2 = __ldg(p2 + 2);
-                        const uint32_t wd[6] = {w0.x, w0.y, w1.x, w1.y, w2.x, w2.y};
-#pragma unroll
-                        for (int k = 0; k < 5; k++) raw[u][k] = ja ? wd[k + 1] : wd[k];
-                    } else {
-                        const uint32_t *p4 = reinterpret_cast<const uint32_t *>(pa + u * us);
-#pragma unroll
-                        for (int k = 0; k < 5; k++) raw[u][k] = __ldg(p4 + k);
-                    }
-                }
+                for (int u = 0; u < U; u++) load5<LD>(raw[u], pa + u * us, ja);
 #pragma unroll
                 for (int u = 0; u < U; u++) vote16q<HI, true>(shc, raw[u], b[u], tA, MB, lw, 0xffffu);
             } else {
@@ -882,31 +902,14 @@ static __device__ __forceinline__ void vote_joint(char *shc, const uint4 &a, con
 }
 
 /* k_count5: one group's loads (first pixels at pa, partners of o1 / o2 at
- * pb1 / pb2: five words, A64 from three 8-byte loads with word base j) */
-template <bool A64>
+ * pb1 / pb2: five words each, load5) */
+template <int LD>
 static __device__ __forceinline__ void k5_load(uint4 &av, uint32_t r1[5], uint32_t r2[5], const uint8_t *pa,
                                                const uint8_t *pb1, const uint8_t *pb2, int j1, int j2)
 {
     av = __ldg(reinterpret_cast<const uint4 *>(pa));
-    if (A64) {
-        const uint2 *p1 = reinterpret_cast<const uint2 *>(pb1), *p2 = reinterpret_cast<const uint2 *>(pb2);
-        const uint2 x0 = __ldg(p1), x1 = __ldg(p1 + 1), x2 = __ldg(p1 + 2);
-        const uint2 y0 = __ldg(p2), y1 = __ldg(p2 + 1), y2 = __ldg(p2 + 2);
-        const uint32_t wx[6] = {x0.x, x0.y, x1.x, x1.y, x2.x, x2.y};
-        const uint32_t wy[6] = {y0.x, y0.y, y1.x, y1.y, y2.x, y2.y};
-#pragma unroll
-        for (int k = 0; k < 5; k++) {
-            r1[k] = j1 ? wx[k + 1] : wx[k];
-            r2[k] = j2 ? wy[k + 1] : wy[k];
-        }
-    } else {
-        const uint32_t *p1 = reinterpret_cast<const uint32_t *>(pb1), *p2 = reinterpret_cast<const uint32_t *>(pb2);
-#pragma unroll
-        for (int k = 0; k < 5; k++) {
-            r1[k] = __ldg(p1 + k);
-            r2[k] = __ldg(p2 + k);
-        }
-    }
+    load5<LD>(r1, pb1, j1);
+    load5<LD>(r2, pb2, j2);
 }
 
 template <int S>
@@ -941,7 +944,7 @@ static __device__ __forceinline__ void flush_k5(uint32_t *sh, const koffs &ko, i
  * (U*m consecutive groups of 16 first pixels, lane l takes groups l % m +
  * m*u); a window inside the interior of every offset takes the joint vote,
  * any other counts single pairs group by group. */
-template <int S, int U, bool A64, int NT>
+template <int S, int U, int LD, int NT>
 __global__ void __launch_bounds__(NT, 1)
 k_count5(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, int C,
          uint32_t *__restrict__ out)
@@ -991,10 +994,9 @@ k_count5(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
         const int dy1 = min(max(ko.dy[o1], -h), h), dx1 = min(max(ko.dx[o1], -w - 16), w + 16);
         const int dy2 = min(max(ko.dy[o2], -h), h), dx2 = min(max(ko.dx[o2], -w - 16), w + 16);
         const int q1 = 8 * dx1 - (S - 1), q2 = 8 * dx2; /* first bit of b1 << (s-1), of b2, group start 0 */
-        /* A64: the five words from three aligned 8-byte loads (j: word base odd) */
-        const int j1 = A64 ? (q1 >> 5) & 1 : 0, j2 = A64 ? (q2 >> 5) & 1 : 0;
-        const uint8_t *tb1 = tb + (long long)dy1 * pitch + 4 * ((q1 >> 5) - j1);
-        const uint8_t *tb2 = tb + (long long)dy2 * pitch + 4 * ((q2 >> 5) - j2);
+        const int j1 = ld_sel<LD>(q1), j2 = ld_sel<LD>(q2); /* load5's word selects */
+        const uint8_t *tb1 = tb + (long long)dy1 * pitch + ld_base<LD>(q1);
+        const uint8_t *tb2 = tb + (long long)dy2 * pitch + ld_base<LD>(q2);
         const uint32_t t1 = (uint32_t)opaque(q1 & 31), t2 = (uint32_t)opaque(q2 & 31);
         const int us = opaque(16 << lm); /* bytes between a lane's groups */
         int gw = (int)(threadIdx.x >> 5) * win;
@@ -1007,7 +1009,7 @@ k_count5(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
                 uint32_t r1[U][5], r2[U][5];
 #pragma unroll
                 for (int u = 0; u < U; u++)
-                    k5_load<A64>(av[u], r1[u], r2[u], pa + u * us, pb1 + u * us, pb2 + u * us, j1, j2);
+                    k5_load<LD>(av[u], r1[u], r2[u], pa + u * us, pb1 + u * us, pb2 + u * us, j1, j2);
 #pragma unroll
                 for (int u = 0; u < U; u++) vote_joint<S>(shc, av[u], r1[u], t1, r2[u], t2, lw4);
             } else {
@@ -1026,7 +1028,7 @@ k_count5(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
                         const long long off = (long long)r * pitch + x0;
                         uint4 a1;
                         uint32_t s1[5], s2[5];
-                        k5_load<A64>(a1, s1, s2, tb + off, tb1 + off, tb2 + off, j1, j2);
+                        k5_load<LD>(a1, s1, s2, tb + off, tb1 + off, tb2 + off, j1, j2);
                         vote_joint<S>(shc, a1, s1, t1, s2, t2, lw4);
                         continue;
                     }
@@ -1087,31 +1089,31 @@ static const struct {
                     * 18..22). 9 (the default, no entry of its own): 7 when a launch
                     * gives each SM >= 1 M pixels, 6 when >= 16 K, else 4 (measured:
                     * docs/glcm.md) */
-                   {k_count4<1, 2, false, 640>, 640},
-                   {k_count4<2, 2, false, 640>, 640},
-                   {k_count4<3, 2, false, 640>, 640},
-                   {k_count4<4, 2, false, 640>, 640},
-                   {k_count4<5, 2, false, 640>, 640},
-                   {k_count4<1, 4, false, 640>, 640},
-                   {k_count4<2, 4, false, 640>, 640},
-                   {k_count4<3, 4, false, 640>, 640},
-                   {k_count4<4, 4, false, 640>, 640},
-                   {k_count4<5, 4, false, 640>, 640},
-                   {k_count4<1, 2, true, 640>, 640},
-                   {k_count4<2, 2, true, 640>, 640},
-                   {k_count4<3, 2, true, 640>, 640},
-                   {k_count4<4, 2, true, 640>, 640},
-                   {k_count4<5, 2, true, 640>, 640},
+                   {k_count4<1, 2, 0, 640>, 640},
+                   {k_count4<2, 2, 0, 640>, 640},
+                   {k_count4<3, 2, 0, 640>, 640},
+                   {k_count4<4, 2, 0, 640>, 640},
+                   {k_count4<5, 2, 0, 640>, 640},
+                   {k_count4<1, 4, 0, 640>, 640},
+                   {k_count4<2, 4, 0, 640>, 640},
+                   {k_count4<3, 4, 0, 640>, 640},
+                   {k_count4<4, 4, 0, 640>, 640},
+                   {k_count4<5, 4, 0, 640>, 640},
+                   {k_count4<1, 2, 1, 640>, 640},
+                   {k_count4<2, 2, 1, 640>, 640},
+                   {k_count4<3, 2, 1, 640>, 640},
+                   {k_count4<4, 2, 1, 640>, 640},
+                   {k_count4<5, 2, 1, 640>, 640},
                    /* 10: k_count5 (joint pairs of offsets) for 2..32 offsets and L =
                     * 2^s <= 8, two groups per lane and window (entries 23..25: L = 2,
                     * 4, 8), else as 6; 11: the same with partners by 8-byte loads
                     * (entries 26..28), else as 7 */
-                   {k_count5<1, 2, false, 640>, 640},
-                   {k_count5<2, 2, false, 640>, 640},
-                   {k_count5<3, 2, false, 640>, 640},
-                   {k_count5<1, 2, true, 640>, 640},
-                   {k_count5<2, 2, true, 640>, 640},
-                   {k_count5<3, 2, true, 640>, 640}};
+                   {k_count5<1, 2, 0, 640>, 640},
+                   {k_count5<2, 2, 0, 640>, 640},
+                   {k_count5<3, 2, 0, 640>, 640},
+                   {k_count5<1, 2, 1, 640>, 640},
+                   {k_count5<2, 2, 1, 640>, 640},
+                   {k_count5<3, 2, 1, 640>, 640}};
 #define K2VARIANTS 12 /* what PATINA_GLCM_K2 may pick (9: the default policy, make_plan) */
 #define K2FNS 29     /* entries of k2_variants */
 
@@ -1481,7 +1483,13 @@ static patina_status make_plan(ws_t *w, plan_t *pl, int L, const patina_glcm_off
          * mixed: 0.025 / 0.032 (0.028 / 0.027), kept on k_count4 */
         if (L <= 8 && per_block >= ((size_t)1 << 16)) pl->k2 = per_block >= ((size_t)1 << 20) ? 11 : 10;
     }
-    if (pl->k2 >= 10 && L >= 2 && (L & (L - 1)) == 0 && L <= 8 && noff >= 2 && noff <= 32) {
+    /* first k2_variants entry (L = 2) of the selected k_count5 / k_count4
+     * instances; a k_count5 variant where it does not apply runs its
+     * k_count4 counterpart */
+    const int jent = pl->k2 == 10 ? 23 : pl->k2 == 11 ? 26 : -1;
+    int fent = pl->k2 == 6 ? 8 : pl->k2 == 7 ? 13 : pl->k2 == 8 ? 18 : -1;
+    const bool pow2 = L >= 2 && (L & (L - 1)) == 0, multi = noff >= 2 && noff <= 32;
+    if (jent >= 0 && pow2 && L <= 8 && multi) {
         /* k_count5: pairs of offsets per lane, one joint table column per
          * lane (R: lanes per pair, 32 / ceil(noff / 2) rounded up to a power
          * of two) */
@@ -1490,10 +1498,10 @@ static patina_status make_plan(ws_t *w, plan_t *pl, int L, const patina_glcm_off
         pl->G = (int)noff;
         pl->S = 1;
         pl->R = 32 / P;
-        pl->k2 = 23 + 3 * (pl->k2 - 10) + __builtin_ctz((unsigned)L) - 1;
+        pl->k2 = jent + __builtin_ctz((unsigned)L) - 1;
         pl->smem = (int)(((long long)L * L * L + 2LL * L * L) * 32 * 4);
-    } else if (pl->k2 >= 6 && L >= 2 && (L & (L - 1)) == 0 && L <= 32 && noff >= 2 && noff <= 32) {
-        if (pl->k2 >= 10) pl->k2 -= 4; /* k_count5 does not apply: k_count4 */
+    } else if ((fent >= 0 || jent >= 0) && pow2 && L <= 32 && multi) {
+        if (jent >= 0) fent = pl->k2 == 10 ? 8 : 13; /* 6, 7 */
         /* k_count4: all offsets in one pass, one table column per lane (R: lanes
          * per offset, 32 / noff rounded up to a power of two) */
         int P = 1;
@@ -1501,7 +1509,7 @@ static patina_status make_plan(ws_t *w, plan_t *pl, int L, const patina_glcm_off
         pl->G = (int)noff;
         pl->S = 1;
         pl->R = 32 / P;
-        pl->k2 = 8 + 5 * (pl->k2 - 6) + __builtin_ctz((unsigned)L) - 1;
+        pl->k2 = fent + __builtin_ctz((unsigned)L) - 1;
         pl->smem = (int)((long long)L * L * (L == 32 ? 32 : 64) * 4);
     } else {
         if (pl->k2 >= 4) /* k_count3 (640 or 768 threads): one offset per block, L = 2^s <= 32 */
