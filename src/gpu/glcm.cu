@@ -1869,11 +1869,12 @@ extern "C" patina_status patina_gpu_glcm_features_of(patina_gpu_t *g, double *pr
     return s;
 }
 
-/* The L x L blocks of nmat (L + 1) x (L + 1) matrices: a mask's sentinel
- * level L dropped. */
-__global__ void k_drop_level(const uint32_t *__restrict__ src, uint32_t *__restrict__ dst, long long nmat, int L)
+/* The L x L blocks of nmat L1 x L1 matrices (L1 > L): a mask's sentinel
+ * level L (and the unused levels above it) dropped. */
+__global__ void k_drop_level(const uint32_t *__restrict__ src, uint32_t *__restrict__ dst, long long nmat, int L,
+                             int L1i)
 {
-    const long long LL = (long long)L * L, n = nmat * LL, L1 = L + 1;
+    const long long LL = (long long)L * L, n = nmat * LL, L1 = L1i;
     for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
          e += (long long)gridDim.x * blockDim.x) {
         const long long m = e / LL;
@@ -1883,9 +1884,11 @@ __global__ void k_drop_level(const uint32_t *__restrict__ src, uint32_t *__restr
 }
 
 /* A mask (levels <= 255): pixels outside it get the extra level L and the
- * counts are made with L + 1 levels, so a pair with a pixel outside lands in
- * row or column L, and the L x L block holds exactly the pairs whose two
- * pixels are inside -- the C reference's rule, with the unmasked kernels. */
+ * counts are made with Lc > L levels (L + 1 rounded up to a power of two
+ * when that is <= 32, so that the power-of-two kernels k_count3/4/5 take it;
+ * else L + 1), so a pair with a pixel outside lands in row or column L, and
+ * the L x L block holds exactly the pairs whose two pixels are inside -- the
+ * C reference's rule, with the unmasked kernels. */
 extern "C" patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out,
                                                 const struct glcm_req *r, int haralick, int form,
                                                 const char *mask, const patina_image_t *imgs,
@@ -1893,7 +1896,10 @@ extern "C" patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out,
 {
     const int masked = mask && strcmp(mask, "none") != 0;
     const size_t noff = glcm_noff(r), L = (size_t)r->levels, LL = L * L;
-    const size_t Lc = L + (masked ? 1 : 0), LLc = Lc * Lc;
+    size_t Lc = L + (masked ? 1 : 0);
+    if (masked && Lc <= 32)
+        while (Lc & (Lc - 1)) Lc++; /* the next power of two */
+    const size_t LLc = Lc * Lc;
     uint8_t *mk = NULL;
     int mkw = -1, mkh = -1;
     uint32_t *d_sub = NULL;
@@ -1963,7 +1969,7 @@ extern "C" patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out,
     if (s == PATINA_OK && masked) {
         cudaError_t e = cudaMalloc((void **)&d_sub, n * noff * LL * sizeof(uint32_t) + 4);
         if (e == cudaSuccess) {
-            k_drop_level<<<256, 256, 0, w->sl[0].s>>>(w->d_counts, d_sub, (long long)(n * noff), (int)L);
+            k_drop_level<<<256, 256, 0, w->sl[0].s>>>(w->d_counts, d_sub, (long long)(n * noff), (int)L, (int)Lc);
             e = cudaGetLastError();
         }
         if (e != cudaSuccess) s = pgpu_fail((int)e, "glcm: mask level", __FILE__, __LINE__);
