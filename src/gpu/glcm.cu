@@ -659,6 +659,88 @@ static __device__ __forceinline__ void load5(uint32_t r[5], const uint8_t *p, in
     }
 }
 
+/* k_count4 / k_count5: a task's windows. A warp takes windows of `win`
+ * consecutive groups of 16 pixels (linear index over the task's rows, so a
+ * window may wrap to the next row), the block's warps `stride` groups apart:
+ * gpr groups per row, ng in all, the stride as rows, groups and bytes, wrap
+ * the bytes from a row's last group to the next row. The interior for every
+ * offset is task rows [f0, f0 + frn) and windows whose first group c has
+ * 0 <= c - fcol0 <= fcl; SIGN = 1: groups of partners (k_count4: partner
+ * column x has x - dx in [0, w)), -1: groups of first pixels (k_count5: x +
+ * dx in [0, w)). */
+struct kwin {
+    int pitch, w, h, nr, gpr, ng, stride_r, stride_c, stride_off, wrap, f0, fcol0, fcl;
+    uint32_t frn;
+    const uint8_t *tb; /* row r0 of the task */
+};
+
+template <int SIGN>
+static __device__ __forceinline__ kwin kwin_make(const gtask &tk, const koffs &ko, int win, int stride)
+{
+    kwin g;
+    g.pitch = tk.pitch;
+    g.w = tk.w;
+    g.h = tk.h;
+    g.nr = tk.r1 - tk.r0;
+    g.gpr = opaque((g.w + 15) >> 4);
+    g.ng = opaque(g.nr * g.gpr);
+    g.stride_r = opaque(stride / g.gpr);
+    g.stride_c = opaque(stride - g.stride_r * g.gpr);
+    g.stride_off = opaque(g.stride_r * g.pitch + g.stride_c * 16);
+    g.wrap = opaque(g.pitch - g.gpr * 16);
+    g.tb = tk.base + (long long)(tk.r0 - tk.row0) * g.pitch;
+    int rlo = 0, rhi = g.h, xlo = 0, xhi = g.w;
+    for (int o = 0; o < ko.n; o++) {
+        rlo = max(rlo, -ko.dy[o]);
+        rhi = min(rhi, g.h - ko.dy[o]);
+        xlo = max(xlo, SIGN * ko.dx[o]);
+        xhi = min(xhi, g.w + SIGN * ko.dx[o]);
+    }
+    const int f1 = min(rhi - tk.r0, g.nr);
+    g.f0 = opaque(max(rlo - tk.r0, 0));
+    g.fcol0 = opaque((xlo + 15) >> 4);
+    g.fcl = opaque((xhi > 0 ? xhi >> 4 : 0) - g.fcol0 - win);
+    g.frn = (uint32_t)opaque(f1 > g.f0 && g.fcl >= 0 ? f1 - g.f0 : 0);
+    return g;
+}
+
+/* the window (rw, cw) inside the interior */
+static __device__ __forceinline__ bool kwin_inside(const kwin &g, int rw, int cw)
+{
+    return (uint32_t)(rw - g.f0) < g.frn && (uint32_t)(cw - g.fcol0) <= (uint32_t)g.fcl;
+}
+
+/* next window of the warp: (rw, cw) advanced, returns the bytes its
+ * pointers advance (> 0) */
+static __device__ __forceinline__ uint32_t kwin_step(const kwin &g, int &rw, int &cw)
+{
+    cw += g.stride_c;
+    rw += g.stride_r;
+    uint32_t adv = (uint32_t)g.stride_off;
+    if (cw >= g.gpr) {
+        cw -= g.gpr;
+        rw++;
+        adv += (uint32_t)g.wrap;
+    }
+    return adv;
+}
+
+/* A block's table between tasks: when the task's image (out) changes, the
+ * table goes to the previous image's counts (flush) and is zeroed. */
+template <typename F>
+static __device__ __forceinline__ void ktask_switch(int &cur, int out, uint32_t *sh, int nsh, F flush)
+{
+    if (out == cur) return; /* uniform over the block */
+    if (cur >= 0) {
+        __syncthreads();
+        flush(cur);
+        __syncthreads();
+        for (int i = threadIdx.x; i < nsh; i += blockDim.x) sh[i] = 0;
+        __syncthreads();
+    }
+    cur = out;
+}
+
 /* One lane's 16 pairs: raw = five words from the first pixels' word base,
  * tA = bit shift that aligns them (and shifts each left by s), b = the 16
  * partner bytes, mb = per-byte (1 << s) - 1, lw = lane*4 (L = 32: in bytes
@@ -764,33 +846,10 @@ k_count4(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
     __syncthreads();
     for (int t = blockIdx.x; t < ntasks; t += gridDim.x) {
         const gtask tk = tasks[t];
-        if (tk.out != cur) { /* uniform over the block */
-            if (cur >= 0) {
-                __syncthreads();
-                flush_k4<S>(sh, ko, lm, cur, out);
-                __syncthreads();
-                for (int i = threadIdx.x; i < NSH; i += blockDim.x) sh[i] = 0;
-                __syncthreads();
-            }
-            cur = tk.out;
-        }
-        const int pitch = tk.pitch, w = tk.w, h = tk.h, nr = tk.r1 - tk.r0;
-        const int gpr = opaque((w + 15) >> 4), ng = opaque(nr * gpr);
-        const int stride_r = opaque(stride / gpr), stride_c = opaque(stride - stride_r * gpr);
-        const int stride_off = opaque(stride_r * pitch + stride_c * 16), wrap = opaque(pitch - gpr * 16);
-        const uint8_t *tb = tk.base + (long long)(tk.r0 - tk.row0) * pitch; /* row r0 */
-        /* the interior for every offset: task rows [f0, f0 + frn), windows whose
-         * first group c satisfies 0 <= c - fcol0 <= fcl */
-        int rlo = 0, rhi = h, xlo = 0, xhi = w;
-        for (int o = 0; o < ko.n; o++) {
-            rlo = max(rlo, -ko.dy[o]);
-            rhi = min(rhi, h - ko.dy[o]);
-            xlo = max(xlo, ko.dx[o]);
-            xhi = min(xhi, w + ko.dx[o]);
-        }
-        const int f0 = opaque(max(rlo - tk.r0, 0)), f1 = min(rhi - tk.r0, nr);
-        const int fcol0 = opaque((xlo + 15) >> 4), fcl = opaque((xhi > 0 ? xhi >> 4 : 0) - fcol0 - win);
-        const uint32_t frn = (uint32_t)opaque(f1 > f0 && fcl >= 0 ? f1 - f0 : 0);
+        ktask_switch(cur, tk.out, sh, NSH, [&](int c) { flush_k4<S>(sh, ko, lm, c, out); });
+        const kwin g = kwin_make<1>(tk, ko, win, stride);
+        const int pitch = g.pitch, w = g.w, h = g.h, nr = g.nr, gpr = g.gpr;
+        const uint8_t *tb = g.tb;
         /* this lane's offset; beyond the image it has no pair: clamp (no overflow) */
         const int dy = min(max(ko.dy[oe], -h), h), dx = min(max(ko.dx[oe], -w - 16), w + 16);
         const int qa = -8 * dx - S;                           /* first bit of a << S, group start 0 */
@@ -805,8 +864,8 @@ k_count4(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
         /* fast-path pointers of the lane's first group in the window */
         const uint8_t *pa = tb + ld_base<LD>(qa) + ((long long)rw * pitch + (cw + kq) * 16);
         const uint8_t *pb = tbB + ((long long)rw * pitch + (cw + kq) * 16);
-        for (; gw < ng; gw += stride) { /* warp-uniform */
-            if ((uint32_t)(rw - f0) < frn && (uint32_t)(cw - fcol0) <= (uint32_t)fcl) {
+        for (; gw < g.ng; gw += stride) { /* warp-uniform */
+            if (kwin_inside(g, rw, cw)) {
                 uint32_t raw[U][5];
                 uint4 b[U];
 #pragma unroll
@@ -839,14 +898,7 @@ k_count4(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
                     }
                 }
             }
-            cw += stride_c;
-            rw += stride_r;
-            uint32_t adv = (uint32_t)stride_off; /* > 0 */
-            if (cw >= gpr) {
-                cw -= gpr;
-                rw++;
-                adv += (uint32_t)wrap;
-            }
+            const uint32_t adv = kwin_step(g, rw, cw);
             pa += adv;
             pb += adv;
         }
@@ -963,33 +1015,10 @@ k_count5(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
     __syncthreads();
     for (int t = blockIdx.x; t < ntasks; t += gridDim.x) {
         const gtask tk = tasks[t];
-        if (tk.out != cur) { /* uniform over the block */
-            if (cur >= 0) {
-                __syncthreads();
-                flush_k5<S>(sh, ko, G, lm, cur, out);
-                __syncthreads();
-                for (int i = threadIdx.x; i < NSH; i += blockDim.x) sh[i] = 0;
-                __syncthreads();
-            }
-            cur = tk.out;
-        }
-        const int pitch = tk.pitch, w = tk.w, h = tk.h, nr = tk.r1 - tk.r0;
-        const int gpr = opaque((w + 15) >> 4), ng = opaque(nr * gpr);
-        const int stride_r = opaque(stride / gpr), stride_c = opaque(stride - stride_r * gpr);
-        const int stride_off = opaque(stride_r * pitch + stride_c * 16), wrap = opaque(pitch - gpr * 16);
-        const uint8_t *tb = tk.base + (long long)(tk.r0 - tk.row0) * pitch; /* row r0 */
-        /* the interior for every offset: first pixels (r, x) with r + dy in
-         * [0, h) and x + dx in [0, w) */
-        int rlo = 0, rhi = h, xlo = 0, xhi = w;
-        for (int o = 0; o < ko.n; o++) {
-            rlo = max(rlo, -ko.dy[o]);
-            rhi = min(rhi, h - ko.dy[o]);
-            xlo = max(xlo, -ko.dx[o]);
-            xhi = min(xhi, w - ko.dx[o]);
-        }
-        const int f0 = opaque(max(rlo - tk.r0, 0)), f1 = min(rhi - tk.r0, nr);
-        const int fcol0 = opaque((xlo + 15) >> 4), fcl = opaque((xhi > 0 ? xhi >> 4 : 0) - fcol0 - win);
-        const uint32_t frn = (uint32_t)opaque(f1 > f0 && fcl >= 0 ? f1 - f0 : 0);
+        ktask_switch(cur, tk.out, sh, NSH, [&](int c) { flush_k5<S>(sh, ko, G, lm, c, out); });
+        const kwin g = kwin_make<-1>(tk, ko, win, stride);
+        const int pitch = g.pitch, w = g.w, h = g.h, nr = g.nr, gpr = g.gpr;
+        const uint8_t *tb = g.tb;
         /* this lane's offsets; beyond the image they have no pair: clamp */
         const int dy1 = min(max(ko.dy[o1], -h), h), dx1 = min(max(ko.dx[o1], -w - 16), w + 16);
         const int dy2 = min(max(ko.dy[o2], -h), h), dx2 = min(max(ko.dx[o2], -w - 16), w + 16);
@@ -1003,8 +1032,8 @@ k_count5(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
         int rw = gw / gpr, cw = gw - rw * gpr;
         const long long off0 = (long long)rw * pitch + (cw + kq) * 16;
         const uint8_t *pa = tb + off0, *pb1 = tb1 + off0, *pb2 = tb2 + off0;
-        for (; gw < ng; gw += stride) { /* warp-uniform */
-            if ((uint32_t)(rw - f0) < frn && (uint32_t)(cw - fcol0) <= (uint32_t)fcl) {
+        for (; gw < g.ng; gw += stride) { /* warp-uniform */
+            if (kwin_inside(g, rw, cw)) {
                 uint4 av[U];
                 uint32_t r1[U][5], r2[U][5];
 #pragma unroll
@@ -1046,14 +1075,7 @@ k_count5(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
                     }
                 }
             }
-            cw += stride_c;
-            rw += stride_r;
-            uint32_t adv = (uint32_t)stride_off; /* > 0 */
-            if (cw >= gpr) {
-                cw -= gpr;
-                rw++;
-                adv += (uint32_t)wrap;
-            }
+            const uint32_t adv = kwin_step(g, rw, cw);
             pa += adv;
             pb1 += adv;
             pb2 += adv;
