@@ -232,6 +232,18 @@ static __device__ __forceinline__ void flush_k2(uint32_t *sh, const koffs &ko, i
     }
 }
 
+/* A block's shared table between tasks (uniform over the block): flush()
+ * adds it to the global counts, then it is zeroed. */
+template <typename F>
+static __device__ __forceinline__ void table_renew(uint32_t *sh, int nsh, F flush)
+{
+    __syncthreads();
+    flush();
+    __syncthreads();
+    for (int i = threadIdx.x; i < nsh; i += blockDim.x) sh[i] = 0;
+    __syncthreads();
+}
+
 /* A persistent block of k_count2/k_count3 taking task tk (uniform over the
  * block): when tk counts another matrix or offset group than the copies in
  * shared memory hold, those are added to the global counts and cleared. */
@@ -239,13 +251,8 @@ static __device__ __forceinline__ void k2_take(uint32_t *sh, int nsh, const koff
                                                const gtask &tk, int &cur, int &cursub, uint32_t *out)
 {
     if (tk.out == cur && tk.sub == cursub) return;
-    if (cur >= 0) {
-        __syncthreads();
-        flush_k2(sh, ko, cursub * G, min(G, ko.n - cursub * G), L, C, cur, out);
-        __syncthreads();
-        for (int i = threadIdx.x; i < nsh; i += blockDim.x) sh[i] = 0;
-        __syncthreads();
-    }
+    if (cur >= 0)
+        table_renew(sh, nsh, [&] { flush_k2(sh, ko, cursub * G, min(G, ko.n - cursub * G), L, C, cur, out); });
     cur = tk.out;
     cursub = tk.sub;
 }
@@ -725,19 +732,13 @@ static __device__ __forceinline__ uint32_t kwin_step(const kwin &g, int &rw, int
     return adv;
 }
 
-/* A block's table between tasks: when the task's image (out) changes, the
- * table goes to the previous image's counts (flush) and is zeroed. */
+/* k_count4 / k_count5 taking a task of image `out`: when the image changes,
+ * the table goes to the previous image's counts (flush(cur)), zeroed. */
 template <typename F>
 static __device__ __forceinline__ void ktask_switch(int &cur, int out, uint32_t *sh, int nsh, F flush)
 {
     if (out == cur) return; /* uniform over the block */
-    if (cur >= 0) {
-        __syncthreads();
-        flush(cur);
-        __syncthreads();
-        for (int i = threadIdx.x; i < nsh; i += blockDim.x) sh[i] = 0;
-        __syncthreads();
-    }
+    if (cur >= 0) table_renew(sh, nsh, [&] { flush(cur); });
     cur = out;
 }
 
