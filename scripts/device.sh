@@ -14,6 +14,7 @@
 #                               gpu-labelled tests (ctest -L gpu), compute-sanitizer
 #                               (memcheck) on the CEDD GPU test once, bench_cedd,
 #                               and bench_cedd --e2e on samples/ when carried.
+#                               Then the microbenchmarks (bench/micro).
 #                               Logs go under $OUT (or ./device-out).
 #                               DEVICE_NCU=1 adds Nsight Compute on the kernels;
 #                               BENCH_ARGS passes arguments to bench_cedd.
@@ -47,6 +48,16 @@ build() {
             cmake --build "$BUILD" -j"$jobs" --target "$name" || echo "  (target $name failed)" >&2
         done
     fi
+    # Microbenchmarks (bench/micro/*.cu, one file each, not products): built
+    # for sm_90a here, run at the end of `remote`.
+    nvcc=$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+    mkdir -p "$BUILD/micro"
+    for src in "$ROOT"/bench/micro/*.cu; do
+        [ -e "$src" ] && [ -x "$nvcc" ] || continue
+        exe=$BUILD/micro/$(basename "$src" .cu)
+        [ "$exe" -nt "$src" ] || "$nvcc" -O3 -gencode arch=compute_90a,code=sm_90a -Werror all-warnings \
+            -o "$exe" "$src"
+    done
     mkdir -p "$BUILD/lib"
     for bin in "$BUILD"/tests/test_* "$BUILD"/bench/bench_* "$BUILD"/patina; do
         [ -x "$bin" ] && [ -f "$bin" ] || continue
@@ -58,8 +69,9 @@ build() {
     echo "libraries carried: $(ls "$BUILD/lib" | tr '\n' ' ')"
     # Keep the carry small (64 MiB for everything that travels): drop what the
     # device run does not use -- CMake's compiler-id scratch, the shared
-    # library, and the non-GPU test programs (the next build relinks them).
-    rm -rf "$BUILD/CMakeFiles/CheckCUDA" "$BUILD"/CMakeFiles/*/CompilerId*/tmp "$BUILD"/libpatina.so*
+    # libraries (static and shared), and the non-GPU test programs (the next
+    # build re-archives and relinks them).
+    rm -rf "$BUILD/CMakeFiles/CheckCUDA" "$BUILD"/CMakeFiles/*/CompilerId*/tmp "$BUILD"/libpatina.so* "$BUILD"/libpatina.a
     for t in "$ROOT"/tests/test_*.c; do rm -f "$BUILD/tests/$(basename "$t" .c)"; done
     # What travels: the working tree (tracked + untracked, not ignored), build-device, samples.
     tree_kb=$(cd "$ROOT" && git ls-files -co --exclude-standard -z | du -ck --files0-from=- 2>/dev/null | tail -1 | cut -f1)
@@ -154,6 +166,13 @@ remote() {
     # shellcheck disable=SC2086
     timeout 60 "$BUILD/bench/bench_cedd" ${BENCH_ARGS:---quick} > "$OUT/bench_cedd.log" 2>&1 || rc=1
     cat "$OUT/bench_cedd.log"
+
+    for m in "$BUILD"/micro/*; do
+        [ -x "$m" ] || continue
+        echo "== micro $(basename "$m")"
+        timeout 60 "$m" > "$OUT/micro_$(basename "$m").log" 2>&1 || rc=1
+        cat "$OUT/micro_$(basename "$m").log"
+    done
 
     if [ -n "${DEVICE_NCU:-}" ]; then
         # Nsight Compute on the CEDD kernels of a VGA device-resident run.
