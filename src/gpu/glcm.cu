@@ -618,7 +618,11 @@ k_count3(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
  *   - Windows (below) inside the interior of every offset vote without
  *     masks (one warp-uniform test, no vote instruction); others mask.
  *   - The flush (flush_k4) adds the m columns of each offset with shuffles;
- *     one global atomic per non-zero cell. */
+ *     one global atomic per non-zero cell.
+ *   - MK (entries 29, 30; L = 32 under a mask, which a sentinel level would
+ *     push to 33 levels and k_count2): bit 7 of a pixel marks it outside;
+ *     a pair with such a pixel is counted as (0, 0) in the lane's own
+ *     counter and taken back before the flush (vote16q). */
 static __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel)
 {
     uint32_t r;
@@ -743,15 +747,28 @@ static __device__ __forceinline__ void ktask_switch(int &cur, int out, uint32_t 
 }
 
 /* One lane's 16 pairs: raw = five words from the first pixels' word base,
- * tA = bit shift that aligns them (and shifts each left by s), b = the 16
- * partner bytes, mb = per-byte (1 << s) - 1, lw = lane*4 (L = 32: in bytes
- * 0 and 2), vm = pairs to vote (FULL: all). */
-template <bool HI, bool FULL>
-static __device__ __forceinline__ void vote16q(char *shc, const uint32_t raw[5], const uint4 &b, uint32_t tA,
-                                               uint32_t mb, uint32_t lw, uint32_t vm)
+ * tA = bit shift that aligns them (and shifts each left by s = S), b = the
+ * 16 partner bytes, mb = per-byte (1 << s) - 1, lw = lane*4 (L = 32: in bytes
+ * 0 and 2), vm = pairs to vote (FULL: all).
+ * MK (L = 32 only): a pixel with bit 7 set is outside the mask (levels use
+ * bits 0..4), and a pair with such a pixel on either side, or outside vm,
+ * is counted as the pair (0, 0) instead, in the lane's own counter of cell
+ * (0, 0) (word `lane` of the table); the function returns how many, and the
+ * kernel takes them back before the flush. Branch-free: an if around the
+ * atomic became a branch per pair (ptxas does not predicate ATOMS.POPC.INC),
+ * which ran 2.3 times slower. In the aligned word fa = raw >> tA first pixel
+ * k's bit 7 is bit 8k + s + 7 (tA + s is 8, 16, 24 or 32, so the last one,
+ * bit 159 of raw, is loaded), i.e. bit 8k + 7 of fa >> s. */
+template <bool HI, bool FULL, bool MK = false>
+static __device__ __forceinline__ uint32_t vote16q(char *shc, const uint32_t raw[5], const uint4 &b, uint32_t tA,
+                                                   uint32_t mb, uint32_t lw, uint32_t vm)
 {
+    static_assert(!MK || HI, "masks in bit 7: L = 32 only");
     const uint32_t bw[4] = {b.x, b.y, b.z, b.w};
-    uint32_t x2[5];
+    uint32_t fa[5], x2[5], dummy = 0;
+#pragma unroll
+    for (int w = 0; w < 4; w++) fa[w] = __funnelshift_r(raw[w], raw[w + 1], tA);
+    fa[4] = raw[4] >> tA;
     if (HI) {
 #pragma unroll
         for (int w = 0; w < 4; w++) x2[w] = __funnelshift_r(raw[w], raw[w + 1], tA + 1); /* a << 4 */
@@ -759,20 +776,34 @@ static __device__ __forceinline__ void vote16q(char *shc, const uint32_t raw[5],
     }
 #pragma unroll
     for (int w = 0; w < 4; w++) {
-        const uint32_t bc = (__funnelshift_r(raw[w], raw[w + 1], tA) & ~mb) | bw[w];
+        uint32_t bc = (fa[w] & ~mb) | bw[w];
         uint32_t ra = lw, rb = lw;
         if (HI) { /* bytes 0/2: lane*4 | a3 << 7 of pairs 0/2 (ra), 1/3 (rb); bytes 1/3: a4 */
-            ra = (x2[w] & 0x01800180u) | lw;
-            rb = (prmt(x2[w], x2[w + 1], 0x4321u) & 0x01800180u) | lw;
+            ra = x2[w] & 0x01800180u;
+            rb = prmt(x2[w], x2[w + 1], 0x4321u) & 0x01800180u;
+        }
+        if (MK) { /* bit 8k + 7: pair k not counted; byte k 0xff; its address bytes zeroed */
+            uint32_t inv = (__funnelshift_r(fa[w], fa[w + 1], 5) | bw[w]) & 0x80808080u;
+            if (!FULL) inv |= ((((~vm >> (4 * w)) & 0xfu) * 0x00204081u) & 0x01010101u) << 7;
+            const uint32_t invb = prmt(inv, 0u, 0xba98u); /* sign bytes */
+            bc &= ~invb;
+            ra &= ~prmt(invb, 0u, 0x2200u);
+            rb &= ~prmt(invb, 0u, 0x3311u);
+            dummy += __popc(inv);
+        }
+        if (HI) {
+            ra |= lw;
+            rb |= lw;
         }
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             /* HI: bytes r[2j], bc[k], r[2j+1], sign of r[2j+1] (zero); else lw[0], bc[k], 0, 0 */
             const uint32_t sel = HI ? (k < 2 ? 0xd504u : 0xf726u) | ((uint32_t)k << 4) : 0x5504u | ((uint32_t)k << 4);
             const uint32_t addr = prmt(bc, (k & 1) ? rb : ra, sel);
-            if (FULL || ((vm >> (4 * w + k)) & 1u)) atomicAdd(reinterpret_cast<uint32_t *>(shc + addr), 1u);
+            if (MK || FULL || ((vm >> (4 * w + k)) & 1u)) atomicAdd(reinterpret_cast<uint32_t *>(shc + addr), 1u);
         }
     }
+    return dummy;
 }
 
 /* The k_count4 table into the global counts. Warp w takes 32 rows at a time
@@ -827,7 +858,7 @@ static __device__ __forceinline__ void flush_k4(uint32_t *sh, const koffs &ko, i
  * loads (load5: or three aligned 8-byte loads and a select); any other
  * window takes the masked path, group by group. Per-lane pointers advance
  * with the window. */
-template <int S, int U, int LD, int NT>
+template <int S, int U, int LD, int NT, bool MK = false>
 __global__ void __launch_bounds__(NT, 1)
 k_count4(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, int C,
          uint32_t *__restrict__ out)
@@ -842,11 +873,16 @@ k_count4(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
     const int oe = (lane >> lm) < G ? (lane >> lm) : (lane >> lm) - G; /* pseudo-offset lanes repeat one */
     const int win = U << lm, stride = opaque((int)(blockDim.x >> 5) * win);
     int cur = -1;
+    uint32_t dummy = 0; /* MK: this thread's pairs counted as (0, 0) since the last flush */
     (void)L;
     for (int i = threadIdx.x; i < NSH; i += blockDim.x) sh[i] = 0;
     __syncthreads();
     for (int t = blockIdx.x; t < ntasks; t += gridDim.x) {
         const gtask tk = tasks[t];
+        if (MK && tk.out != cur && cur >= 0) { /* block-uniform: the pairs counted as (0, 0) leave */
+            atomicSub(&sh[lane], dummy);
+            dummy = 0;
+        }
         ktask_switch(cur, tk.out, sh, NSH, [&](int c) { flush_k4<S>(sh, ko, lm, c, out); });
         const kwin g = kwin_make<1>(tk, ko, win, stride);
         const int pitch = g.pitch, w = g.w, h = g.h, nr = g.nr, gpr = g.gpr;
@@ -874,7 +910,7 @@ k_count4(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
 #pragma unroll
                 for (int u = 0; u < U; u++) load5<LD>(raw[u], pa + u * us, ja);
 #pragma unroll
-                for (int u = 0; u < U; u++) vote16q<HI, true>(shc, raw[u], b[u], tA, MB, lw, 0xffffu);
+                for (int u = 0; u < U; u++) dummy += vote16q<HI, true, MK>(shc, raw[u], b[u], tA, MB, lw, 0xffffu);
             } else {
 #pragma unroll 1
                 for (int u = 0; u < U; u++) {
@@ -895,7 +931,7 @@ k_count4(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
 #pragma unroll
                         for (int k = 0; k < 5; k++) raw[k] = __ldg(p4 + k);
                         const uint4 b = __ldg(reinterpret_cast<const uint4 *>(tbB + off));
-                        vote16q<HI, false>(shc, raw, b, tA, MB, lw, vm);
+                        dummy += vote16q<HI, false, MK>(shc, raw, b, tA, MB, lw, vm);
                     }
                 }
             }
@@ -905,6 +941,7 @@ k_count4(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
         }
     }
     if (cur >= 0) {
+        if (MK) atomicSub(&sh[lane], dummy);
         __syncthreads();
         flush_k4<S>(sh, ko, lm, cur, out);
     }
@@ -1136,9 +1173,14 @@ static const struct {
                    {k_count5<3, 2, 0, 640>, 640},
                    {k_count5<1, 2, 1, 640>, 640},
                    {k_count5<2, 2, 1, 640>, 640},
-                   {k_count5<3, 2, 1, 640>, 640}};
+                   {k_count5<3, 2, 1, 640>, 640},
+                   /* 29, 30: k_count4 for L = 32 with two / four groups per lane, on
+                    * images whose bit 7 marks pixels outside a mask (make_plan's
+                    * `flagged`: taken instead of 12 (or 22) / 17) */
+                   {k_count4<5, 2, 0, 640, true>, 640},
+                   {k_count4<5, 4, 0, 640, true>, 640}};
 #define K2VARIANTS 12 /* what PATINA_GLCM_K2 may pick (9: the default policy, make_plan) */
-#define K2FNS 29     /* entries of k2_variants */
+#define K2FNS 31     /* entries of k2_variants */
 
 /* P + P^T for nmat matrices. */
 __global__ void k_symmetrise(uint32_t *P, long long nmat, int L)
@@ -1459,8 +1501,11 @@ static int pow2_floor(int x)
     return p;
 }
 
+/* flagged: the images carry a mask in bit 7 (L = 32; a pixel with it set
+ * is outside); only k_count4 reads it, so the plan fails (PATINA_E_LIMIT)
+ * where another kernel would count: the caller then uses a sentinel level. */
 static patina_status make_plan(ws_t *w, plan_t *pl, int L, const patina_glcm_offset_t *off,
-                               size_t noff, int max_h, size_t launch_px)
+                               size_t noff, int max_h, size_t launch_px, int flagged)
 {
     /* k_count2: one block per SM takes all of the SM's opt-in shared memory
      * for G offsets x R interleaved copies (R a power of two <= 32). */
@@ -1533,12 +1578,14 @@ static patina_status make_plan(ws_t *w, plan_t *pl, int L, const patina_glcm_off
         pl->S = 1;
         pl->R = 32 / P;
         pl->k2 = fent + __builtin_ctz((unsigned)L) - 1;
+        if (flagged) pl->k2 = fent == 13 ? 30 : 29;
         pl->smem = (int)((long long)L * L * (L == 32 ? 32 : 64) * 4);
     } else {
         if (pl->k2 >= 4) /* k_count3 (640 or 768 threads): one offset per block, L = 2^s <= 32 */
             pl->k2 = (L & (L - 1)) == 0 && L <= 32 && pl->G == 1 ? 4 + 2 * (pl->k2 == 5) + (L == 32) : 3;
         pl->smem = pl->global ? 0 : (int)(pl->G * pl->R * LL4);
     }
+    if (flagged && (pl->k2 < 29 || L != 32)) return PATINA_E_LIMIT; /* no message: the caller falls back */
     if (!w->attr_set) {
         for (int v = 0; v < K2FNS; v++)
             CK(cudaFuncSetAttribute(k2_variants[v].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1615,7 +1662,8 @@ static patina_status launch_count(ws_t *w, slot_t *s, const plan_t *pl, int ntas
  * when asked. Returns with all work queued on slot 0's stream completed up
  * to the symmetrisation (the caller synchronises slot 0). */
 static patina_status run_counts(ws_t *w, uint32_t *d_out, const patina_gpu_grey_t *imgs, size_t n,
-                                int L, const patina_glcm_offset_t *off, size_t noff, int symmetric)
+                                int L, const patina_glcm_offset_t *off, size_t noff, int symmetric,
+                                int flagged)
 {
     const size_t LL = (size_t)L * L;
     plan_t pl;
@@ -1627,7 +1675,7 @@ static patina_status run_counts(ws_t *w, uint32_t *d_out, const patina_gpu_grey_
         if (imgs[i].h > max_h) max_h = imgs[i].h;
         if (imgs[i].w > 0 && imgs[i].h > 0) total_px += (size_t)imgs[i].w * (size_t)imgs[i].h;
     }
-    PATINA_TRY(make_plan(w, &pl, L, off, noff, max_h, total_px < cap ? total_px : cap));
+    PATINA_TRY(make_plan(w, &pl, L, off, noff, max_h, total_px < cap ? total_px : cap, flagged));
     /* a slot must hold at least one row of the widest image with its padding */
     for (i = 0; i < n; i++) {
         size_t need = pitch_of(imgs[i].w) * (size_t)(pl.pad_up + pl.pad_down + 1);
@@ -1766,7 +1814,7 @@ extern "C" patina_status patina_gpu_glcm_counts(patina_gpu_t *g, uint32_t *count
     k2_from_env();
     s = ws_get(&w);
     if (s == PATINA_OK) s = ws_counts(w, n * per);
-    if (s == PATINA_OK) s = run_counts(w, w->d_counts, imgs, n, levels, off, noff, symmetric);
+    if (s == PATINA_OK) s = run_counts(w, w->d_counts, imgs, n, levels, off, noff, symmetric, 0);
     if (s == PATINA_OK) {
         cudaError_t e = cudaMemcpyAsync(counts, w->d_counts, n * per * sizeof(uint32_t),
                                         cudaMemcpyDeviceToHost, w->sl[0].s);
@@ -1906,12 +1954,30 @@ __global__ void k_drop_level(const uint32_t *__restrict__ src, uint32_t *__restr
     }
 }
 
+/* Whether run_counts on these images would count 32 levels with k_count4
+ * (which reads a mask from bit 7 of the pixels): the same plan. */
+static int flags_plan_ok(ws_t *w, const patina_gpu_grey_t *imgs, size_t n, const patina_glcm_offset_t *off,
+                         size_t noff)
+{
+    plan_t pl;
+    int max_h = 0;
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (imgs[i].h > max_h) max_h = imgs[i].h;
+        if (imgs[i].w > 0 && imgs[i].h > 0) total += (size_t)imgs[i].w * (size_t)imgs[i].h;
+    }
+    return make_plan(w, &pl, 32, off, noff, max_h, total < g_slot_bytes ? total : g_slot_bytes, 1) == PATINA_OK;
+}
+
 /* A mask (levels <= 255): pixels outside it get the extra level L and the
  * counts are made with Lc > L levels (L + 1 rounded up to a power of two
  * when that is <= 32, so that the power-of-two kernels k_count3/4/5 take it;
  * else L + 1), so a pair with a pixel outside lands in row or column L, and
  * the L x L block holds exactly the pairs whose two pixels are inside -- the
- * C reference's rule, with the unmasked kernels. */
+ * C reference's rule, with the unmasked kernels. L = 32 would need 33 levels
+ * (k_count2, about twice as slow): where the plan is k_count4 the pixels
+ * outside get bit 7 instead and k_count4's flagged instance skips their
+ * pairs (counts at 32 levels, no extra level to drop). */
 extern "C" patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out,
                                                 const struct glcm_req *r, int haralick, int form,
                                                 const char *mask, const patina_image_t *imgs,
@@ -1919,10 +1985,8 @@ extern "C" patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out,
 {
     const int masked = mask && strcmp(mask, "none") != 0;
     const size_t noff = glcm_noff(r), L = (size_t)r->levels, LL = L * L;
-    size_t Lc = L + (masked ? 1 : 0);
-    if (masked && Lc <= 32)
-        while (Lc & (Lc - 1)) Lc++; /* the next power of two */
-    const size_t LLc = Lc * Lc;
+    int flagged = masked && L == 32; /* bit 7 marks the outside (until the plan says otherwise) */
+    size_t Lc = L + (masked ? 1 : 0), LLc;
     uint8_t *mk = NULL;
     int mkw = -1, mkh = -1;
     uint32_t *d_sub = NULL;
@@ -1971,7 +2035,7 @@ extern "C" patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out,
             }
             if (stat[i] == PATINA_OK)
                 for (size_t p = 0; p < (size_t)im->width * (size_t)im->height; p++)
-                    if (!mk[p]) qs[i][p] = (uint8_t)L;
+                    if (!mk[p]) qs[i][p] = flagged ? (uint8_t)(qs[i][p] | 0x80u) : (uint8_t)L;
         }
         if (stat[i] != PATINA_OK) {
             free(qs[i]);
@@ -1987,9 +2051,21 @@ extern "C" patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out,
     pthread_mutex_lock(&g_mu);
     k2_from_env();
     s = ws_get(&w);
+    if (s == PATINA_OK && flagged && !flags_plan_ok(w, gi, n, r->off, noff)) {
+        flagged = 0; /* another kernel counts: the sentinel level after all */
+        for (size_t i = 0; i < n; i++)
+            if (gi[i].q)
+                for (size_t p = 0; p < (size_t)gi[i].w * (size_t)gi[i].h; p++)
+                    if (qs[i][p] & 0x80u) qs[i][p] = (uint8_t)L;
+    }
+    if (flagged)
+        Lc = L;
+    else if (masked && Lc <= 32)
+        while (Lc & (Lc - 1)) Lc++; /* the next power of two */
+    LLc = Lc * Lc;
     if (s == PATINA_OK) s = ws_counts(w, n * noff * LLc);
-    if (s == PATINA_OK) s = run_counts(w, w->d_counts, gi, n, (int)Lc, r->off, noff, r->symmetric);
-    if (s == PATINA_OK && masked) {
+    if (s == PATINA_OK) s = run_counts(w, w->d_counts, gi, n, (int)Lc, r->off, noff, r->symmetric, flagged);
+    if (s == PATINA_OK && Lc != L) {
         cudaError_t e = cudaMalloc((void **)&d_sub, n * noff * LL * sizeof(uint32_t) + 4);
         if (e == cudaSuccess) {
             k_drop_level<<<256, 256, 0, w->sl[0].s>>>(w->d_counts, d_sub, (long long)(n * noff), (int)L, (int)Lc);
@@ -1997,9 +2073,9 @@ extern "C" patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out,
         }
         if (e != cudaSuccess) s = pgpu_fail((int)e, "glcm: mask level", __FILE__, __LINE__);
     }
-    if (s == PATINA_OK) s = features_dev(w, props, har, masked ? d_sub : w->d_counts, n * noff, r->levels);
+    if (s == PATINA_OK) s = features_dev(w, props, har, d_sub ? d_sub : w->d_counts, n * noff, r->levels);
     if (s == PATINA_OK && haralick && r->levels > MCC_GPU_MAX_LEVELS) { /* the host's MCC */
-        cudaError_t e = cudaMemcpy(counts, masked ? d_sub : w->d_counts, n * noff * LL * sizeof(uint32_t),
+        cudaError_t e = cudaMemcpy(counts, d_sub ? d_sub : w->d_counts, n * noff * LL * sizeof(uint32_t),
                                    cudaMemcpyDeviceToHost);
         if (e != cudaSuccess) s = pgpu_fail((int)e, "copy counts back", __FILE__, __LINE__);
     }
@@ -2332,7 +2408,7 @@ extern "C" patina_status patina_gpu__glcm_lab(patina_glcm_lab_t *lab, uint32_t *
         if (scheme == 5) { /* streamed from pinned host memory, end to end */
             for (int rep = -1; rep < reps; rep++) {
                 double t0 = patina_now();
-                LAB_TRY(run_counts(ws, ws->d_counts, &gi, 1, levels, off, noff, symmetric));
+                LAB_TRY(run_counts(ws, ws->d_counts, &gi, 1, levels, off, noff, symmetric, lab->flags));
                 LAB_CK(cudaMemcpyAsync(counts, ws->d_counts, noff * LL * sizeof(uint32_t),
                                        cudaMemcpyDeviceToHost, ws->sl[0].s));
                 LAB_TRY(sync_all(ws));
@@ -2344,7 +2420,7 @@ extern "C" patina_status patina_gpu__glcm_lab(patina_glcm_lab_t *lab, uint32_t *
             const size_t pitch = pitch_of(w);
             slot_t *sl = &ws->sl[0];
             size_t ntasks, nbands, rows_task;
-            LAB_TRY(make_plan(ws, &pl, levels, off, noff, h, (size_t)w * (size_t)h));
+            LAB_TRY(make_plan(ws, &pl, levels, off, noff, h, (size_t)w * (size_t)h, lab->flags));
             rows_task = rows_per_task(&pl, (size_t)w * (size_t)h, w);
             nbands = ((size_t)h + rows_task - 1) / rows_task;
             ntasks = nbands * (size_t)pl.S;

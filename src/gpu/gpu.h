@@ -237,6 +237,8 @@ typedef struct patina_glcm_lab {
     double ms;       /* 1, 2, 4: kernel time (image resident); 3, 5: copy + kernel, end to end */
     double h2d_ms;   /* scheme 3: the same tiles' copies alone */
     double kernel_ms;/* scheme 3: the same tiles' kernels alone */
+    int flags;       /* 4, 5: q carries a mask in bit 7 (set: outside), levels = 32; fails
+                      * (PATINA_E_LIMIT) where the plan is not k_count4 */
 } patina_glcm_lab_t;
 patina_status patina_gpu__glcm_lab(patina_glcm_lab_t *lab, uint32_t *counts, const uint8_t *q, int w,
                                    int h, size_t stride, int levels, const patina_glcm_offset_t *off,

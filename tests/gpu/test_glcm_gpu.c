@@ -401,6 +401,91 @@ static void test_k4_offsets(void **state)
             }
 }
 
+/* Masks carried in bit 7 (L = 32, k_count4's flagged instances, entries 29
+ * and 30): counts equal the C reference's masked counts, through the lab's
+ * resident kernel (scheme 4) and the streamed path (scheme 5) with default
+ * and tiny slots (tiles whose padding rows split pairs, many tasks), for
+ * PATINA_GLCM_K2 = 6, 7, 8 (two / four groups per lane; 8 has no flagged
+ * 8-byte instance and takes the two-group one); masks of blobs, single
+ * pixels, all inside and all outside; G = 2..32 offsets as in
+ * test_k4_offsets. Where the plan is not k_count4 (PATINA_GLCM_K2=4, or
+ * one offset) the lab refuses flags with PATINA_E_LIMIT. */
+static void test_k4_flags(void **state)
+{
+    static const int gs[] = {2, 5, 8, 32};
+    static const int sizes[][2] = {{1, 1}, {17, 9}, {100, 37}, {333, 171}, {1031, 97}};
+    static const char *variants[] = {"6", "7", "8"};
+    tu_rng_t rng;
+    (void)state;
+    tu_rng_seed(&rng, 96);
+    for (size_t gi_ = 0; gi_ < sizeof gs / sizeof gs[0]; gi_++)
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+            const int G = gs[gi_], L = 32, w = sizes[si][0], h = sizes[si][1];
+            const size_t per = (size_t)G * L * L, np = (size_t)w * h;
+            const int mkind = (int)((gi_ + si) % 4); /* blobs, speckle, all inside, all outside */
+            patina_glcm_offset_t off[32];
+            uint32_t *a = malloc(per * 4), *b = malloc(per * 4);
+            uint8_t *mask = malloc(np), *qf = malloc(np);
+            img_t im;
+            img_random(&im, w, h, L, (int)(si + gi_) % 3, 0, &rng);
+            for (int y = 0; y < h; y++)
+                for (int x = 0; x < w; x++) {
+                    const size_t p = (size_t)y * w + x;
+                    mask[p] = mkind == 0   ? ((x / 13 + y / 7) % 3 != 0)
+                              : mkind == 1 ? (tu_rng_below(&rng, 4) != 0)
+                                           : mkind == 2;
+                    qf[p] = (uint8_t)(im.q[(size_t)y * im.stride + x] | (mask[p] ? 0 : 0x80));
+                }
+            for (int o = 0; o < G; o++) {
+                off[o].dy = (int)tu_rng_below(&rng, 9) - 4;
+                off[o].dx = (int)tu_rng_below(&rng, 9) - 4;
+            }
+            off[0].dy = 0;
+            off[0].dx = 1;
+            off[1].dy = -1;
+            off[1].dx = -1;
+            if (G >= 5) off[G - 2].dx = -w - 1; /* wider than the image */
+            TU_OK(patina_glcm_counts_ref(a, im.q, w, h, im.stride, mask, (size_t)w, L, off, (size_t)G, 0));
+            for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++)
+                for (int scheme = 4; scheme <= 5; scheme++)
+                    for (int small = 0; small < (scheme == 5 ? 2 : 1); small++) {
+                        patina_glcm_lab_t l;
+                        char what[160];
+                        memset(&l, 0, sizeof l);
+                        l.scheme = scheme;
+                        l.reps = 1;
+                        l.flags = 1;
+                        setenv("PATINA_GLCM_K2", variants[vi], 1);
+                        patina_gpu__glcm_set_caps(small ? (size_t)(w + 48) * 11 : 0, small ? 64 : 0);
+                        memset(b, 0xab, per * 4);
+                        TU_OK(patina_gpu__glcm_lab(&l, b, qf, w, h, (size_t)w, L, off, (size_t)G, 0));
+                        snprintf(what, sizeof what, "flags: %dx%d G=%d mask %d K2=%s scheme %d small %d", w,
+                                 h, G, mkind, variants[vi], scheme, small);
+                        compare_counts(b, a, per, what);
+                    }
+            {
+                patina_glcm_lab_t l;
+                memset(&l, 0, sizeof l);
+                l.scheme = 4;
+                l.reps = 1;
+                l.flags = 1;
+                setenv("PATINA_GLCM_K2", "4", 1); /* k_count2: no flags */
+                assert_int_equal(patina_gpu__glcm_lab(&l, b, qf, w, h, (size_t)w, L, off, (size_t)G, 0),
+                                 PATINA_E_LIMIT);
+                setenv("PATINA_GLCM_K2", "7", 1); /* one offset: k_count3, no flags */
+                assert_int_equal(patina_gpu__glcm_lab(&l, b, qf, w, h, (size_t)w, L, off, 1, 0),
+                                 PATINA_E_LIMIT);
+            }
+            unsetenv("PATINA_GLCM_K2");
+            patina_gpu__glcm_set_caps(0, 0);
+            img_free(&im);
+            free(mask);
+            free(qf);
+            free(a);
+            free(b);
+        }
+}
+
 /* |got - want| <= rel * |want| + abs */
 static void close_to(double got, double want, double rel, double abs_, const char *what, size_t m, int k)
 {
@@ -530,6 +615,7 @@ static void test_masks_gpu(void **state)
         "haralick:levels=16,distances=1,3",
         "haralick:levels=255,distances=1,form=both,symmetric=0",
         "glcm:levels=256,distances=1,angles=0,90",
+        "glcm:levels=32,distances=1,angles=0",
     };
     char *dir = tu_tempdir("glcm-gpu-mask"), path[4096], spec[8192], hdr[64];
     uint8_t *file = malloc(64 + (size_t)W * H);
@@ -554,11 +640,16 @@ static void test_masks_gpu(void **state)
     free(file);
     TU_OK(patina_context_new(&ctx, NULL));
     for (int i = 0; i < N; i++) tu_random_image(&imgs[i], i == 3 ? 300 : W, i == 3 ? 200 : H, i % 4, &rng);
-    for (size_t si = 0; si < sizeof specs / sizeof specs[0]; si++) {
+    /* the default policy (small images: k_count2/3, L = 32 with a sentinel
+     * level), then PATINA_GLCM_K2=7 (k_count4: L = 32 with the mask in bit
+     * 7; one offset still k_count3 with the sentinel) */
+    for (size_t si = 0; si < 2 * (sizeof specs / sizeof specs[0]); si++) {
+        const size_t ns = sizeof specs / sizeof specs[0];
         patina_extractor_t *ex;
         size_t dim;
         double *a, *b;
-        snprintf(spec, sizeof spec, "%s,mask=%s", specs[si], path);
+        if (si == ns) setenv("PATINA_GLCM_K2", "7", 1);
+        snprintf(spec, sizeof spec, "%s,mask=%s", specs[si % ns], path);
         TU_OK(patina_extractor_new(&ex, spec));
         dim = patina_extractor_dim(ex);
         a = malloc(N * dim * 8);
@@ -570,12 +661,13 @@ static void test_masks_gpu(void **state)
             assert_int_equal(sa[i], i == 3 ? PATINA_E_INVALID : PATINA_OK);
             if (sa[i] != PATINA_OK) continue;
             for (size_t k = 0; k < dim; k++)
-                close_to(b[i * dim + k], a[i * dim + k], 1e-12, 1e-12, specs[si], i, (int)k);
+                close_to(b[i * dim + k], a[i * dim + k], 1e-12, 1e-12, specs[si % ns], i, (int)k);
         }
         free(a);
         free(b);
         patina_extractor_free(ex);
     }
+    unsetenv("PATINA_GLCM_K2");
     for (int i = 0; i < N; i++) patina_image_release(&imgs[i]);
     patina_context_free(ctx);
     tu_remove_tree(dir);
@@ -603,6 +695,7 @@ int main(void)
         cmocka_unit_test(test_schemes),
         cmocka_unit_test(test_k2_variants),
         cmocka_unit_test(test_k4_offsets),
+        cmocka_unit_test(test_k4_flags),
         cmocka_unit_test(test_masks_gpu),
         cmocka_unit_test(test_features),
         cmocka_unit_test(test_families_gpu),
