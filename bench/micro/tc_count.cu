@@ -129,14 +129,29 @@ __device__ static inline unsigned long long wg_desc(unsigned addr)
            (unsigned long long)(256 >> 4) << 32;
 }
 
+/* The wgmma kernels' shared operand area (16 KB of arbitrary bits) and its
+ * shared-window address; and their result, so the products are not dead. */
+__device__ static inline unsigned wg_smem(unsigned char *sm)
+{
+    for (int i = threadIdx.x; i < 16384 / 4; i += blockDim.x)
+        ((unsigned *)sm)[i] = i * 2654435761u;
+    __syncthreads();
+    return (unsigned)__cvta_generic_to_shared(sm);
+}
+
+__device__ static inline void wg_out(const int *d, int n, unsigned *out)
+{
+    int s = 0;
+    for (int i = 0; i < n; i++)
+        s += d[i];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
+}
+
 #define WG_KERNEL(name, R, shape, types, ACC, OUTS, NS, N1S)                       \
     __global__ void name(int iters, unsigned *out)                                 \
     {                                                                              \
         extern __shared__ __align__(1024) unsigned char sm[];                      \
-        for (int i = threadIdx.x; i < 16384 / 4; i += blockDim.x)                  \
-            ((unsigned *)sm)[i] = i * 2654435761u;                                 \
-        __syncthreads();                                                           \
-        unsigned base = (unsigned)__cvta_generic_to_shared(sm);                   \
+        unsigned base = wg_smem(sm);                                               \
         unsigned long long da = wg_desc(base), db = wg_desc(base + 8192);          \
         int d[R] = {};                                                             \
         TIMER_START;                                                               \
@@ -151,10 +166,7 @@ __device__ static inline unsigned long long wg_desc(unsigned addr)
                          "wgmma.wait_group.sync.aligned 0;\n" ::: "memory");       \
         }                                                                          \
         TIMER_STOP;                                                                \
-        int s = 0;                                                                 \
-        for (int i = 0; i < R; i++)                                                \
-            s += d[i];                                                             \
-        out[blockIdx.x * blockDim.x + threadIdx.x] = s;                            \
+        wg_out(d, R, out);                                                         \
     }
 
 /* The same with A in registers (4 registers per thread: a 64 x 256-bit
@@ -163,10 +175,7 @@ __device__ static inline unsigned long long wg_desc(unsigned addr)
     __global__ void name(int iters, unsigned *out)                                 \
     {                                                                              \
         extern __shared__ __align__(1024) unsigned char sm[];                      \
-        for (int i = threadIdx.x; i < 16384 / 4; i += blockDim.x)                  \
-            ((unsigned *)sm)[i] = i * 2654435761u;                                 \
-        __syncthreads();                                                           \
-        unsigned base = (unsigned)__cvta_generic_to_shared(sm);                   \
+        unsigned base = wg_smem(sm);                                               \
         unsigned long long db = wg_desc(base + 8192);                              \
         unsigned a0 = threadIdx.x * 0x9E3779B9u, a1 = a0 ^ 0x1234567u, a2 = a0 + 7, a3 = a0 * 3; \
         int d[R] = {};                                                             \
@@ -182,10 +191,7 @@ __device__ static inline unsigned long long wg_desc(unsigned addr)
                          "wgmma.wait_group.sync.aligned 0;\n" ::: "memory");       \
         }                                                                          \
         TIMER_STOP;                                                                \
-        int s = 0;                                                                 \
-        for (int i = 0; i < R; i++)                                                \
-            s += d[i];                                                             \
-        out[blockIdx.x * blockDim.x + threadIdx.x] = s;                            \
+        wg_out(d, R, out);                                                         \
     }
 
 WG_KERNEL(k_wg_b1_n32, 16, "m64n32k256", "b1.b1.and.popc", ACC16, OUT16, "16", "17")

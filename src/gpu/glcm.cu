@@ -1661,6 +1661,17 @@ static patina_status launch_count(ws_t *w, slot_t *s, const plan_t *pl, int ntas
 /* Counts of n images into d_out (n, noff, L, L), zeroed here; symmetrised
  * when asked. Returns with all work queued on slot 0's stream completed up
  * to the symmetrisation (the caller synchronises slot 0). */
+/* The tallest image and the pixels of a batch: what make_plan is given. */
+static void batch_extent(const patina_gpu_grey_t *imgs, size_t n, int *max_h, size_t *total_px)
+{
+    *max_h = 0;
+    *total_px = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (imgs[i].h > *max_h) *max_h = imgs[i].h;
+        if (imgs[i].w > 0 && imgs[i].h > 0) *total_px += (size_t)imgs[i].w * (size_t)imgs[i].h;
+    }
+}
+
 static patina_status run_counts(ws_t *w, uint32_t *d_out, const patina_gpu_grey_t *imgs, size_t n,
                                 int L, const patina_glcm_offset_t *off, size_t noff, int symmetric,
                                 int flagged)
@@ -1671,10 +1682,7 @@ static patina_status run_counts(ws_t *w, uint32_t *d_out, const patina_gpu_grey_
     size_t cap = g_slot_bytes, total_px = 0, launch_px;
     size_t used = 0, ntasks = 0, i;
     slot_t *s;
-    for (i = 0; i < n; i++) {
-        if (imgs[i].h > max_h) max_h = imgs[i].h;
-        if (imgs[i].w > 0 && imgs[i].h > 0) total_px += (size_t)imgs[i].w * (size_t)imgs[i].h;
-    }
+    batch_extent(imgs, n, &max_h, &total_px);
     PATINA_TRY(make_plan(w, &pl, L, off, noff, max_h, total_px < cap ? total_px : cap, flagged));
     /* a slot must hold at least one row of the widest image with its padding */
     for (i = 0; i < n; i++) {
@@ -1960,12 +1968,9 @@ static int flags_plan_ok(ws_t *w, const patina_gpu_grey_t *imgs, size_t n, const
                          size_t noff)
 {
     plan_t pl;
-    int max_h = 0;
-    size_t total = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (imgs[i].h > max_h) max_h = imgs[i].h;
-        if (imgs[i].w > 0 && imgs[i].h > 0) total += (size_t)imgs[i].w * (size_t)imgs[i].h;
-    }
+    int max_h;
+    size_t total;
+    batch_extent(imgs, n, &max_h, &total);
     return make_plan(w, &pl, 32, off, noff, max_h, total < g_slot_bytes ? total : g_slot_bytes, 1) == PATINA_OK;
 }
 
