@@ -154,18 +154,21 @@ static double lab(int scheme, uint32_t *counts, const uint8_t *q, int n, int L,
  * it: pixels outside the mask get the sentinel level L, the counts are made
  * with L1 = L + 1 levels (rounded up to a power of two when that is <= 32,
  * so the fast kernels take it) and the L x L blocks are the answer; at L =
- * 32, where k_count4 counts, the pixels outside get bit 7 instead and are
- * skipped (32 levels). Timed: the counting kernel (the host's sentinel or
- * flag pass and the block extraction are not). Mask: a centred disk of
- * radius 0.45 n (64% of the pixels), a PyRadiomics-style region. Checked
- * against the CPU's masked counts. */
+ * 32, where k_count4 (several offsets) or k_count3 (one) counts, the pixels
+ * outside get bit 7 instead and are skipped (32 levels); for one offset the
+ * sentinel's time (33 levels, k_count2) is printed as well. Timed: the
+ * counting kernel (the host's sentinel or flag pass and the block
+ * extraction are not). Mask: a centred disk of radius 0.45 n (64% of the
+ * pixels), a PyRadiomics-style region. Checked against the CPU's masked
+ * counts. */
 static int g_mask_kind; /* PATINA_BENCH_MASK: 0 disk, 1 all inside, 2 all outside (experiments) */
 
-static void bench_masked(const uint8_t *q, int n, int L, const patina_glcm_offset_t *off, int reps,
-                         double d2d)
+static void bench_masked(const uint8_t *q, int n, int L, const patina_glcm_offset_t *off, int noff,
+                         const char *what, int reps, double d2d)
 {
     const size_t N = (size_t)n * n;
     int L1 = L + 1;
+    double sentinel_ms = -1;
     if (getenv("PATINA_BENCH_MASK")) g_mask_kind = atoi(getenv("PATINA_BENCH_MASK"));
     if (L1 <= 32)
         for (int p = 2;; p *= 2)
@@ -174,10 +177,10 @@ static void bench_masked(const uint8_t *q, int n, int L, const patina_glcm_offse
                 break;
             }
     uint8_t *mask = malloc(N), *qm = patina_gpu_host_alloc(N);
-    uint32_t *c1 = malloc(8 * (size_t)L1 * L1 * 4), *c = malloc(8 * (size_t)L * L * 4),
-             *r = malloc(8 * (size_t)L * L * 4);
+    uint32_t *c1 = malloc((size_t)noff * L1 * L1 * 4), *c = malloc((size_t)noff * L * L * 4),
+             *r = malloc((size_t)noff * L * L * 4), *c2 = malloc((size_t)(L + 1) * (L + 1) * 4);
     size_t inside = 0;
-    if (!mask || !qm || !c1 || !c || !r) {
+    if (!mask || !qm || !c1 || !c || !r || !c2) {
         printf("  (no memory for the masked request)\n");
         goto done;
     }
@@ -197,25 +200,39 @@ static void bench_masked(const uint8_t *q, int n, int L, const patina_glcm_offse
         l.scheme = 4;
         l.reps = reps;
         l.flags = 1;
-        if (patina_gpu__glcm_lab(&l, c1, qm, n, n, (size_t)n, L, off, 8, 0) == PATINA_OK) {
+        if (patina_gpu__glcm_lab(&l, c1, qm, n, n, (size_t)n, L, off, (size_t)noff, 0) == PATINA_OK) {
             ms = l.ms;
             L1 = L;
             how = "mask in bit 7, ";
         }
     }
-    if (ms < 0) { /* the sentinel level */
+    if (ms < 0 || noff == 1) { /* the sentinel level (one offset: for comparison) */
+        uint32_t *cs = ms < 0 ? c1 : c2;
+        const int Ls = ms < 0 ? L1 : L + 1;
         for (size_t i = 0; i < N; i++)
             if (!mask[i]) qm[i] = (uint8_t)L;
-        ms = lab(4, c1, qm, n, L1, off, 8, reps, 0, NULL);
+        const double t = lab(4, cs, qm, n, Ls, off, (size_t)noff, reps, 0, NULL);
+        if (ms < 0) {
+            ms = t;
+        } else {
+            sentinel_ms = t;
+            for (int i = 0; i < L; i++) /* the sentinel's L x L block: the same counts */
+                if (memcmp(c1 + (size_t)i * L, cs + (size_t)i * Ls, (size_t)L * 4)) {
+                    printf("MISMATCH: masked, bit 7 vs sentinel level, row %d\n", i);
+                    g_fail = 1;
+                    break;
+                }
+        }
     }
-    for (int o = 0; o < 8; o++)
+    for (int o = 0; o < noff; o++)
         for (int i = 0; i < L; i++)
-            memcpy(c + ((size_t)o * L + i) * L, c1 + ((size_t)o * L1 + i) * L1, (size_t)L * 4);
-    patina_glcm_counts(r, q, n, n, (size_t)n, mask, (size_t)n, L, off, 8, 0, 0);
-    same(c, r, 8 * (size_t)L * L, "masked, 8 offsets vs CPU");
-    printf("| %d² | drastic | %d | 1,4 | 0,45,90,135 (8 offsets), disk mask (%.0f%% of the pixels), "
-           "%scounted at %d levels | | | %.4f | %.0f | %.0f%% |\n",
-           n, L, 100.0 * inside / N, how, L1, ms, ms > 0 ? (double)N / (ms * 1e-3) / 1e9 : 0,
+            memmove(c + ((size_t)o * L + i) * L, c1 + ((size_t)o * L1 + i) * L1, (size_t)L * 4);
+    patina_glcm_counts(r, q, n, n, (size_t)n, mask, (size_t)n, L, off, (size_t)noff, 0, 0);
+    same(c, r, (size_t)noff * L * L, noff == 1 ? "masked, one offset vs CPU" : "masked, 8 offsets vs CPU");
+    printf("| %d² | drastic | %d | %s, disk mask (%.0f%% of the pixels), %scounted at %d levels", n, L, what,
+           100.0 * inside / N, how, L1);
+    if (sentinel_ms > 0) printf("; with the sentinel level (%d levels): %.4f ms", L + 1, sentinel_ms);
+    printf(" | | | %.4f | %.0f | %.0f%% |\n", ms, ms > 0 ? (double)N / (ms * 1e-3) / 1e9 : 0,
            ms > 0 && d2d > 0 ? 100.0 * (double)N / (ms * 1e-3) / 1e9 / d2d : 0);
 done:
     free(mask);
@@ -223,6 +240,7 @@ done:
     free(c1);
     free(c);
     free(r);
+    free(c2);
 }
 
 static void bench_gpu(int quick, int max_size)
@@ -333,8 +351,11 @@ static void bench_gpu(int quick, int max_size)
                         patina_glcm_counts(r, q, n, n, (size_t)n, NULL, 0, L, off, 8, 0, 0);
                         same(m, r, 8 * (size_t)L * L, "8 offsets in one pass vs CPU");
                     }
-                    if (kind == 1)
-                        bench_masked(q, n, L, off, reps, d2d);
+                    if (kind == 1) {
+                        bench_masked(q, n, L, off, 8, "1,4 | 0,45,90,135 (8 offsets)", reps, d2d);
+                        bench_masked(q, n, L, &off[0], 1, "1 | 0", reps, d2d);
+                        bench_masked(q, n, L, &off[5], 1, "4 | 45", reps, d2d);
+                    }
                     free(m);
                     free(r);
                 }

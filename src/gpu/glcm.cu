@@ -383,6 +383,14 @@ k_count2(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
     k2_finish(sh, ko, G, L, C, cur, cursub, out);
 }
 
+/* one byte permute (PRMT) */
+static __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel)
+{
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+    return r;
+}
+
 /* k_count3 (variant 4, the default when a block counts one offset and L is
  * a power of two <= 32): k_count2's layout, tasks and prefetch with about
  * half the instructions per pair (~7 instead of ~14 in the SASS loop).
@@ -401,35 +409,66 @@ k_count2(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
  *   - Rows, columns and byte offsets advance incrementally (32-bit offsets
  *     from the task's first row; a slot is far below 2 GiB).
  * HI: s = 5 (L = 32), the index needs two bytes. ONE: one offset per block
- * (its invariants leave the loop). */
-template <bool HI>
-static __device__ __forceinline__ void vote16p(uint32_t *sh, const uint32_t alo[4], const uint32_t ahi[4],
-                                               const uint32_t bs[4], uint32_t basel, uint32_t sb)
+ * (its invariants leave the loop).
+ * MK (entry 31: one offset, L = 32, under a mask): bit 7 of a pixel marks
+ * it outside the mask, as in k_count4's flagged instances. On the fast
+ * path a pair with such a pixel on either side has its index bytes zeroed,
+ * i.e. it is counted in cell (0, 0) of the lane's copy, and vote16p returns
+ * how many; the kernel takes them back before each flush. Branch-free: the
+ * fast path stays one PRMT and one ATOMS per pair plus ~5 instructions per
+ * 4 pairs. On the edge path (vote16) those pairs leave the vote mask. */
+template <bool HI, bool MK = false>
+static __device__ __forceinline__ uint32_t vote16p(uint32_t *sh, const uint32_t aw[4], const uint32_t alo[4],
+                                                   const uint32_t ahi[4], const uint32_t bs[4], uint32_t basel,
+                                                   uint32_t sb)
 {
+    static_assert(!MK || HI, "masks in bit 7: L = 32 only");
+    uint32_t dummy = 0;
 #pragma unroll
     for (int w = 0; w < 4; w++) {
-        const uint32_t bc = alo[w] | bs[w];
+        uint32_t bc = alo[w] | bs[w], ah = ahi[w];
+        if (MK) { /* alo and ahi hold no bit 7 of the first pixels: aw's */
+            const uint32_t inv = (aw[w] | bs[w]) & 0x80808080u;
+            const uint32_t invb = prmt(inv, 0u, 0xba98u); /* 0xff bytes where a pixel is outside */
+            bc &= ~invb;
+            ah &= ~invb;
+            dummy += __popc(inv);
+        }
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             uint32_t idx;
             if (HI) {
                 /* bytes: bc[k], ahi[k], then ahi[k]'s sign (its byte is < 4: zero) twice */
                 const uint32_t sel = ((0xcu | k) << 12) | ((0xcu | k) << 8) | ((4u + k) << 4) | (uint32_t)k;
-                asm("prmt.b32 %0, %1, %2, %3;" : "=r"(idx) : "r"(bc), "r"(ahi[w]), "r"(sel));
+                idx = prmt(bc, ah, sel);
             } else {
-                const uint32_t sel = 0x4440u | (uint32_t)k; /* bc[k], then zero bytes */
-                asm("prmt.b32 %0, %1, %2, %3;" : "=r"(idx) : "r"(bc), "r"(0u), "r"(sel));
+                idx = prmt(bc, 0u, 0x4440u | (uint32_t)k); /* bc[k], then zero bytes */
             }
             atomicAdd(reinterpret_cast<uint32_t *>(reinterpret_cast<char *>(sh) + (idx * sb + basel)), 1u);
         }
     }
+    return dummy;
 }
 
-template <bool HI, bool ONE, int NT>
+/* The 16 pairs of a group with a pixel outside the mask (bit 7 on either
+ * side), as a vote mask: bit k for pair k */
+static __device__ __forceinline__ uint32_t flagged16(const uint32_t aw[4], const uint32_t bs[4])
+{
+    uint32_t m = 0;
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        const uint32_t x = ((aw[w] | bs[w]) >> 7) & 0x01010101u; /* bits 0, 8, 16, 24 */
+        m |= ((x * 0x01020408u) >> 24) << (4 * w);                /* to bits 24..27: no carries */
+    }
+    return m;
+}
+
+template <bool HI, bool ONE, int NT, bool MK = false>
 __global__ void __launch_bounds__(NT, 1)
 k_count3(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, int C,
          uint32_t *__restrict__ out)
 {
+    static_assert(!MK || (HI && ONE), "flagged: one offset per block, L = 32");
     extern __shared__ uint32_t sh[];
     const int LL = L * L;
     const int nsh = G * LL * C;
@@ -439,12 +478,17 @@ k_count3(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
     const uint32_t mlo = ((0xffu << s) & 0xffu) * 0x01010101u;
     const int bd = (int)blockDim.x, step = 2 * bd;
     int cur = -1, cursub = 0;
+    uint32_t dummy = 0; /* MK: this thread's pairs counted in cell (0, 0) since the last flush */
     for (int i = threadIdx.x; i < nsh; i += blockDim.x) sh[i] = 0;
     __syncthreads();
     for (int t = blockIdx.x; t < ntasks; t += gridDim.x) {
         const gtask tk = tasks[t];
         const int olo = tk.sub * G, ohi = ONE ? olo + 1 : min(ko.n, olo + G);
         if (olo >= ko.n) continue; /* uniform over the block */
+        if (MK && cur >= 0 && (tk.out != cur || tk.sub != cursub)) { /* block-uniform: before the flush */
+            atomicSub(reinterpret_cast<uint32_t *>(reinterpret_cast<char *>(sh) + lanebyte), dummy);
+            dummy = 0;
+        }
         k2_take(sh, nsh, ko, G, L, C, tk, cur, cursub, out);
         const int pitch = tk.pitch;
         const int gpr = (tk.w + 15) >> 4;
@@ -528,7 +572,9 @@ k_count3(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
                         uint32_t bs[4];
 #pragma unroll
                         for (int k = 0; k < 4; k++) bs[k] = __funnelshift_r(bw[u][k], bw[u][k + 1], sh8);
-                        vote16p<HI>(sh, alo[u], ahi[u], bs, basel, sb);
+                        const uint32_t aw[4] = {u ? a[1].x : a[0].x, u ? a[1].y : a[0].y, u ? a[1].z : a[0].z,
+                                                u ? a[1].w : a[0].w};
+                        dummy += vote16p<HI, MK>(sh, aw, alo[u], ahi[u], bs, basel, sb);
                     }
                 }
             } else {
@@ -549,6 +595,8 @@ k_count3(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
                             const int lo = max(xs - x0[u], 0), hi = min(xe - x0[u], 16);
                             if (hi > lo) vm = ((hi >= 16 ? 0xffffu : ((1u << hi) - 1u)) >> lo) << lo;
                         }
+                        const uint32_t aw[4] = {u ? a[1].x : a[0].x, u ? a[1].y : a[0].y, u ? a[1].z : a[0].z,
+                                                u ? a[1].w : a[0].w};
                         if (u ? fullB : fullA) { /* this group is inside for the whole warp */
                             const uint32_t *pb = reinterpret_cast<const uint32_t *>(pa[u] + db);
                             uint32_t bs[4], bw[5];
@@ -556,7 +604,7 @@ k_count3(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
                             for (int k = 0; k < 5; k++) bw[k] = __ldg(pb + k);
 #pragma unroll
                             for (int k = 0; k < 4; k++) bs[k] = __funnelshift_r(bw[k], bw[k + 1], sh8);
-                            vote16p<HI>(sh, alo[u], ahi[u], bs, base, sb);
+                            dummy += vote16p<HI, MK>(sh, aw, alo[u], ahi[u], bs, base, sb);
                             continue;
                         }
                         if (!vm) continue;
@@ -564,11 +612,13 @@ k_count3(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
                         uint32_t bw[5];
 #pragma unroll
                         for (int k = 0; k < 5; k++) bw[k] = __ldg(pb + k);
-                        const uint32_t aw[4] = {u ? a[1].x : a[0].x, u ? a[1].y : a[0].y, u ? a[1].z : a[0].z,
-                                                u ? a[1].w : a[0].w};
                         uint32_t bs[4];
 #pragma unroll
                         for (int k = 0; k < 4; k++) bs[k] = __funnelshift_r(bw[k], bw[k + 1], sh8);
+                        if (MK) {
+                            vm &= ~flagged16(aw, bs);
+                            if (!vm) continue;
+                        }
                         if (vm == 0xffffu)
                             vote16<true>(sh, aw, bs, base, sa, sb, vm);
                         else
@@ -586,6 +636,7 @@ k_count3(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
             offB = offBn;
         }
     }
+    if (MK && cur >= 0) atomicSub(reinterpret_cast<uint32_t *>(reinterpret_cast<char *>(sh) + lanebyte), dummy);
     k2_finish(sh, ko, G, L, C, cur, cursub, out);
 }
 
@@ -623,12 +674,6 @@ k_count3(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
  *     push to 33 levels and k_count2): bit 7 of a pixel marks it outside;
  *     a pair with such a pixel is counted as (0, 0) in the lane's own
  *     counter and taken back before the flush (vote16q). */
-static __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel)
-{
-    uint32_t r;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-    return r;
-}
 
 /* v, kept in a register: the compiler may not recompute it in a loop from
  * the values it came from (it did, for the loop invariants of k_count4). */
@@ -1178,9 +1223,12 @@ static const struct {
                     * images whose bit 7 marks pixels outside a mask (make_plan's
                     * `flagged`: taken instead of 12 (or 22) / 17) */
                    {k_count4<5, 2, 0, 640, true>, 640},
-                   {k_count4<5, 4, 0, 640, true>, 640}};
+                   {k_count4<5, 4, 0, 640, true>, 640},
+                   /* 31: k_count3 for one offset at L = 32 on flagged images (taken
+                    * instead of 5) */
+                   {k_count3<true, true, 640, true>, 640}};
 #define K2VARIANTS 12 /* what PATINA_GLCM_K2 may pick (9: the default policy, make_plan) */
-#define K2FNS 31     /* entries of k2_variants */
+#define K2FNS 32     /* entries of k2_variants */
 
 /* P + P^T for nmat matrices. */
 __global__ void k_symmetrise(uint32_t *P, long long nmat, int L)
@@ -1502,8 +1550,9 @@ static int pow2_floor(int x)
 }
 
 /* flagged: the images carry a mask in bit 7 (L = 32; a pixel with it set
- * is outside); only k_count4 reads it, so the plan fails (PATINA_E_LIMIT)
- * where another kernel would count: the caller then uses a sentinel level. */
+ * is outside); k_count4 (2..32 offsets) and k_count3 (one offset, 640
+ * threads) read it, so the plan fails (PATINA_E_LIMIT) where another kernel
+ * would count: the caller then uses a sentinel level. */
 static patina_status make_plan(ws_t *w, plan_t *pl, int L, const patina_glcm_offset_t *off,
                                size_t noff, int max_h, size_t launch_px, int flagged)
 {
@@ -1583,6 +1632,7 @@ static patina_status make_plan(ws_t *w, plan_t *pl, int L, const patina_glcm_off
     } else {
         if (pl->k2 >= 4) /* k_count3 (640 or 768 threads): one offset per block, L = 2^s <= 32 */
             pl->k2 = (L & (L - 1)) == 0 && L <= 32 && pl->G == 1 ? 4 + 2 * (pl->k2 == 5) + (L == 32) : 3;
+        if (flagged && pl->k2 == 5) pl->k2 = 31;
         pl->smem = pl->global ? 0 : (int)(pl->G * pl->R * LL4);
     }
     if (flagged && (pl->k2 < 29 || L != 32)) return PATINA_E_LIMIT; /* no message: the caller falls back */
@@ -1650,7 +1700,8 @@ static patina_status launch_count(ws_t *w, slot_t *s, const plan_t *pl, int ntas
             k_count<false><<<grid, KTHREADS, 0, s->s>>>(s->d_tasks, ntasks, ko, pl->L, 1, cs, d_out);
         else
             k2_variants[pl->k2].fn<<<grid, k2_variants[pl->k2].threads, pl->smem, s->s>>>(
-                s->d_tasks, ntasks, ko, pl->G, pl->L, pl->k2 >= 8 ? __builtin_ctz((unsigned)pl->R) : pl->R,
+                s->d_tasks, ntasks, ko, pl->G, pl->L,
+                pl->k2 >= 8 && pl->k2 <= 30 ? __builtin_ctz((unsigned)pl->R) : pl->R, /* k_count4/5: log2 */
                 d_out);
         CKL("k_count");
     }
@@ -1963,7 +2014,7 @@ __global__ void k_drop_level(const uint32_t *__restrict__ src, uint32_t *__restr
 }
 
 /* Whether run_counts on these images would count 32 levels with k_count4
- * (which reads a mask from bit 7 of the pixels): the same plan. */
+ * or k_count3 (which read a mask from bit 7 of the pixels): the same plan. */
 static int flags_plan_ok(ws_t *w, const patina_gpu_grey_t *imgs, size_t n, const patina_glcm_offset_t *off,
                          size_t noff)
 {
@@ -1980,9 +2031,10 @@ static int flags_plan_ok(ws_t *w, const patina_gpu_grey_t *imgs, size_t n, const
  * else L + 1), so a pair with a pixel outside lands in row or column L, and
  * the L x L block holds exactly the pairs whose two pixels are inside -- the
  * C reference's rule, with the unmasked kernels. L = 32 would need 33 levels
- * (k_count2, about twice as slow): where the plan is k_count4 the pixels
- * outside get bit 7 instead and k_count4's flagged instance skips their
- * pairs (counts at 32 levels, no extra level to drop). */
+ * (k_count2, about twice as slow): where the plan is k_count4 (2..32
+ * offsets) or k_count3 (one offset) the pixels outside get bit 7 instead
+ * and the flagged instance skips their pairs (counts at 32 levels, no extra
+ * level to drop). */
 extern "C" patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out,
                                                 const struct glcm_req *r, int haralick, int form,
                                                 const char *mask, const patina_image_t *imgs,

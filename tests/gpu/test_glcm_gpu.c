@@ -401,18 +401,21 @@ static void test_k4_offsets(void **state)
             }
 }
 
-/* Masks carried in bit 7 (L = 32, k_count4's flagged instances, entries 29
- * and 30): counts equal the C reference's masked counts, through the lab's
- * resident kernel (scheme 4) and the streamed path (scheme 5) with default
- * and tiny slots (tiles whose padding rows split pairs, many tasks), for
+/* Masks carried in bit 7 (L = 32; k_count4's flagged instances, entries 29
+ * and 30, for 2..32 offsets; k_count3's, entry 31, for one): counts equal
+ * the C reference's masked counts, through the lab's resident kernel
+ * (scheme 4) and the streamed path (scheme 5) with default and tiny slots
+ * (tiles whose padding rows split pairs, many tasks and flushes), for
  * PATINA_GLCM_K2 = 6, 7, 8 (two / four groups per lane; 8 has no flagged
- * 8-byte instance and takes the two-group one); masks of blobs, single
- * pixels, all inside and all outside; G = 2..32 offsets as in
- * test_k4_offsets. Where the plan is not k_count4 (PATINA_GLCM_K2=4, or
- * one offset) the lab refuses flags with PATINA_E_LIMIT. */
+ * 8-byte instance and takes the two-group one; one offset: k_count3 at 640
+ * threads whatever the variant); masks of blobs, single pixels, all inside
+ * and all outside; G = 2..32 offsets as in test_k4_offsets, and one offset
+ * (random, or wider than the image). Where no flagged instance counts
+ * (PATINA_GLCM_K2=4 with several offsets: k_count2; 5 with one: k_count3 at
+ * 768 threads; 3: k_count2) the lab refuses flags with PATINA_E_LIMIT. */
 static void test_k4_flags(void **state)
 {
-    static const int gs[] = {2, 5, 8, 32};
+    static const int gs[] = {1, 2, 5, 8, 32};
     static const int sizes[][2] = {{1, 1}, {17, 9}, {100, 37}, {333, 171}, {1031, 97}};
     static const char *variants[] = {"6", "7", "8"};
     tu_rng_t rng;
@@ -440,10 +443,14 @@ static void test_k4_flags(void **state)
                 off[o].dy = (int)tu_rng_below(&rng, 9) - 4;
                 off[o].dx = (int)tu_rng_below(&rng, 9) - 4;
             }
-            off[0].dy = 0;
-            off[0].dx = 1;
-            off[1].dy = -1;
-            off[1].dx = -1;
+            if (G >= 2) {
+                off[0].dy = 0;
+                off[0].dx = 1;
+                off[1].dy = -1;
+                off[1].dx = -1;
+            } else if (si == 3) {
+                off[0].dx = w + 1; /* one offset wider than the image: no pair */
+            }
             if (G >= 5) off[G - 2].dx = -w - 1; /* wider than the image */
             TU_OK(patina_glcm_counts_ref(a, im.q, w, h, im.stride, mask, (size_t)w, L, off, (size_t)G, 0));
             for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++)
@@ -469,10 +476,15 @@ static void test_k4_flags(void **state)
                 l.scheme = 4;
                 l.reps = 1;
                 l.flags = 1;
-                setenv("PATINA_GLCM_K2", "4", 1); /* k_count2: no flags */
-                assert_int_equal(patina_gpu__glcm_lab(&l, b, qf, w, h, (size_t)w, L, off, (size_t)G, 0),
+                if (G >= 2) {
+                    setenv("PATINA_GLCM_K2", "4", 1); /* several offsets: k_count2, no flags */
+                    assert_int_equal(patina_gpu__glcm_lab(&l, b, qf, w, h, (size_t)w, L, off, (size_t)G, 0),
+                                     PATINA_E_LIMIT);
+                }
+                setenv("PATINA_GLCM_K2", "5", 1); /* one offset: k_count3 at 768 threads, no flags */
+                assert_int_equal(patina_gpu__glcm_lab(&l, b, qf, w, h, (size_t)w, L, off, 1, 0),
                                  PATINA_E_LIMIT);
-                setenv("PATINA_GLCM_K2", "7", 1); /* one offset: k_count3, no flags */
+                setenv("PATINA_GLCM_K2", "3", 1); /* k_count2 */
                 assert_int_equal(patina_gpu__glcm_lab(&l, b, qf, w, h, (size_t)w, L, off, 1, 0),
                                  PATINA_E_LIMIT);
             }
@@ -603,7 +615,8 @@ static void test_families_gpu(void **state)
 }
 
 /* Masks on the GPU (a spare level for the pixels outside, dropped after
- * counting) equal the CPU's masked counts; levels = 256 has no spare level
+ * counting, or at L = 32 bit 7 of the pixels outside, which the flagged
+ * kernels skip) equal the CPU's masked counts; levels = 256 has no spare level
  * and runs on the CPU; a mask of another size fails that image alone, as on
  * the CPU. */
 static void test_masks_gpu(void **state)
@@ -616,6 +629,7 @@ static void test_masks_gpu(void **state)
         "haralick:levels=255,distances=1,form=both,symmetric=0",
         "glcm:levels=256,distances=1,angles=0,90",
         "glcm:levels=32,distances=1,angles=0",
+        "glcm:levels=32,offsets=2:-3,symmetric=0",
     };
     char *dir = tu_tempdir("glcm-gpu-mask"), path[4096], spec[8192], hdr[64];
     uint8_t *file = malloc(64 + (size_t)W * H);
@@ -640,15 +654,18 @@ static void test_masks_gpu(void **state)
     free(file);
     TU_OK(patina_context_new(&ctx, NULL));
     for (int i = 0; i < N; i++) tu_random_image(&imgs[i], i == 3 ? 300 : W, i == 3 ? 200 : H, i % 4, &rng);
-    /* the default policy (small images: k_count2/3, L = 32 with a sentinel
-     * level), then PATINA_GLCM_K2=7 (k_count4: L = 32 with the mask in bit
-     * 7; one offset still k_count3 with the sentinel) */
-    for (size_t si = 0; si < 2 * (sizeof specs / sizeof specs[0]); si++) {
+    /* the default policy (small images: k_count2 with a sentinel level for
+     * several offsets at L = 32, k_count3 with the mask in bit 7 for one),
+     * then PATINA_GLCM_K2=7 (k_count4: L = 32 with the mask in bit 7 for
+     * several offsets), then 5 (k_count3 at 768 threads, which has no
+     * flagged instance: one offset at L = 32 with the sentinel level) */
+    for (size_t si = 0; si < 3 * (sizeof specs / sizeof specs[0]); si++) {
         const size_t ns = sizeof specs / sizeof specs[0];
         patina_extractor_t *ex;
         size_t dim;
         double *a, *b;
         if (si == ns) setenv("PATINA_GLCM_K2", "7", 1);
+        if (si == 2 * ns) setenv("PATINA_GLCM_K2", "5", 1);
         snprintf(spec, sizeof spec, "%s,mask=%s", specs[si % ns], path);
         TU_OK(patina_extractor_new(&ex, spec));
         dim = patina_extractor_dim(ex);
