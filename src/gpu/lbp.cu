@@ -1123,6 +1123,8 @@ struct circ_args {
     const uint32_t *bins;   /* code -> bin (ncodes <= 65536), or NULL */
     int shared_hist;
     int span;               /* tile halo: every sample lies within span-1 pixels */
+    int copies;             /* k_circ8: histogram copies in shared memory (32: one per lane, 1, or 0: global) */
+    int band;               /* k_circ8: output rows per block */
 };
 
 #define CIRC_BX 32
@@ -1210,6 +1212,198 @@ __global__ void __launch_bounds__(CIRC_BX * CIRC_BY) k_circ(circ_args a)
         __syncthreads();
         for (int i = tid; i < a.dim; i += nt)
             if (sh[i]) atomicAdd(&gcount[i], sh[i]);
+    }
+}
+
+/* Production kernel for circular LBP with P = 8, R = 1 (scikit-image's most
+ * used configuration; the host checks the sample geometry, circ8_ok). The
+ * reference's binary64 arithmetic, operation for operation, reorganised as
+ * the CPU fast path does (lbp_fast.c) but not re-associated:
+ *   - Samples 0, 2, 4, 6 lie on pixels (rp, cp in {0, +-1}: dr = dc = 0, and
+ *     the bilinear expression is then exactly that pixel): integer compares.
+ *   - Samples 1, 3, 5, 7 are at (-d, d), (-d, -d), (d, -d), (d, d) with 0 < d
+ *     < 1. Their column weight dc = (x + cp) - floor(x + cp) depends only on
+ *     the column and the sign of cp, so a thread keeps one column for a band
+ *     of rows, computes dc and 1 - dc once, and for each input row the two
+ *     "top" values (1 - dc) I[r][minc] + dc I[r][maxc] (cp = +d: minc = x;
+ *     -d: x - 1). The row weight dr = (y + rp) - floor(y + rp) depends only
+ *     on the row and the sign of rp, and each sample is then (1 - dr) top +
+ *     dr bottom of two of the ring's three rows.
+ *   - floor(y + rp) = y + floor(rp): y + rp is rounded by at most half an ulp
+ *     of y (< 2^-31 below 2^22 rows) and rp is a multiple of 1e-5, so the
+ *     sum cannot cross an integer. Rows and columns outside the image read 0.
+ * 31 binary64 operations per pixel (the reference: ~170, with floor, ceil and
+ * conversions per sample). Histogram copies: one per lane (bins x 32 words)
+ * when that fits, else one per block, else global atomics. */
+#define C8_BX 128   /* columns of a block, one per thread */
+#define C8_BAND 32  /* output rows of a block (default; circ_args.band) */
+
+/* v (0..255) as a binary64, exactly: 2^52 + v with the 2^52 taken away */
+__device__ __forceinline__ double c8_dbl(uint32_t v)
+{
+    return __hiloint2double(0x43300000, (int)v) - 4503599627370496.0;
+}
+
+/* VAR: method var (binary64 codes, variance bins); CODES: write the code
+ * map; COPIES: histogram copies in shared memory (32: one per lane, 1, or 0:
+ * global atomics). Other methods and mappings: the code and the bin of each
+ * of the 256 sign patterns from two tables in shared memory. */
+template <bool VAR, bool CODES, int COPIES>
+__global__ void __launch_bounds__(C8_BX) k_circ8(circ_args a)
+{
+    extern __shared__ uint32_t sh[];
+    __shared__ uint8_t ctab[256];  /* sign pattern -> code */
+    __shared__ uint16_t btab[256]; /* sign pattern -> bin */
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int x = blockIdx.x * C8_BX + tid;
+    const int y0 = blockIdx.y * a.band, y1 = min(y0 + a.band, a.h);
+    const int img = blockIdx.z;
+    uint32_t *gcount = a.counts ? a.counts + (size_t)img * (size_t)a.dim : NULL;
+    for (int i = tid; i < COPIES * a.dim; i += C8_BX) sh[i] = 0;
+    if (!VAR)
+        for (int i = tid; i < 256; i += C8_BX) {
+            const uint32_t code = lbp_pattern_code((uint32_t)i, 8, a.method);
+            ctab[i] = (uint8_t)code;
+            btab[i] = (uint16_t)(a.bins                        ? a.bins[code]
+                                 : a.mapping == LBP_MAP_U2   ? lbp_pattern_code(code, 8, LBP_M_NRI)
+                                 : a.mapping == LBP_MAP_RIU2 ? lbp_pattern_code(code, 8, LBP_M_UNIFORM)
+                                                             : code);
+        }
+    __syncthreads();
+    if (x < a.w && y0 < y1) {
+        const bool hasl = x > 0, hasr = x + 1 < a.w;
+        const size_t pitch = (size_t)a.pitch;
+        /* column weights of cp = +d (minc = x) and cp = -d (minc = x - 1) */
+        const double dcP = ((double)x + a.cp[1]) - (double)x, omP = 1 - dcP;
+        const double dcN = ((double)x + a.cp[3]) - (double)(x - 1), omN = 1 - dcN;
+        /* ring of input rows y - 1, y, y + 1: pixels (x - 1, x, x + 1) and
+         * tops; row y + 2 in flight, its three bytes packed in one word */
+        uint32_t v[3][3];
+        double tP[3], tN[3];
+        const uint8_t *rowp = a.in + (size_t)img * a.in_img + (long long)(y0 - 1) * (long long)a.pitch + x;
+        auto load = [&](const uint8_t *p, int r) -> uint32_t {
+            if (r < 0 || r >= a.h) return 0u;
+            const uint32_t l = hasl ? __ldg(p - 1) : 0u, r8 = hasr ? __ldg(p + 1) : 0u;
+            return l | (uint32_t)__ldg(p) << 8 | r8 << 16;
+        };
+        auto unpack = [&](uint32_t w, uint32_t *q) {
+            q[0] = w & 0xffu;
+            q[1] = (w >> 8) & 0xffu;
+            q[2] = w >> 16;
+        };
+        auto tops = [&](const uint32_t *q, double &p, double &n) {
+            const double l = c8_dbl(q[0]), m = c8_dbl(q[1]), r = c8_dbl(q[2]);
+            p = omP * m + dcP * r;
+            n = omN * l + dcN * m;
+        };
+        unpack(load(rowp, y0 - 1), v[0]);
+        unpack(load(rowp + pitch, y0), v[1]);
+        unpack(load(rowp + 2 * pitch, y0 + 1), v[2]);
+        rowp += 3 * pitch; /* row y + 2 */
+        uint32_t nx = load(rowp, y0 + 2);
+        tops(v[0], tP[0], tN[0]);
+        tops(v[1], tP[1], tN[1]);
+        tops(v[2], tP[2], tN[2]);
+        /* the cell row of y, the first row of the next one, and the
+         * histogram words of this thread's cell */
+        const int ccol = cell_of(x, a.grid_cols, a.w);
+        int crow = cell_of(y0, a.grid_rows, a.h);
+        int cnext = crow + 1 < a.grid_rows ? cell_start(crow + 1, a.grid_rows, a.h) : a.h;
+        const int cstride = a.grid_cols * a.nbins; /* bins of a cell row */
+        int hb = (crow * a.grid_cols + ccol) * a.nbins;
+        const size_t o0 = ((size_t)img * (size_t)a.h + (size_t)y0) * (size_t)a.w + (size_t)x;
+        uint8_t *cp8 = CODES && !VAR ? (uint8_t *)a.codes + o0 : NULL;
+        double *cpv = CODES && VAR ? (double *)a.codes + o0 : NULL;
+        double yd = (double)y0; /* y as a binary64, kept exact by adding 1 */
+        for (int y = y0; y < y1; y++, yd += 1.0) {
+            /* row weights of rp = -d (minr = y - 1) and rp = +d (minr = y) */
+            const double drN = (yd + a.rp[1]) - (yd - 1.0), omdrN = 1 - drN;
+            const double drP = (yd + a.rp[5]) - yd, omdrP = 1 - drP;
+            const double t1 = omdrN * tP[0] + drN * tP[1];
+            const double t3 = omdrN * tN[0] + drN * tN[1];
+            const double t5 = omdrP * tN[1] + drP * tN[2];
+            const double t7 = omdrP * tP[1] + drP * tP[2];
+            const uint32_t c = v[1][1];
+            const double cd = c8_dbl(c);
+            while (y >= cnext) {
+                crow++;
+                hb += cstride;
+                cnext = crow + 1 < a.grid_rows ? cell_start(crow + 1, a.grid_rows, a.h) : a.h;
+            }
+            uint32_t bin;
+            if (VAR) {
+                /* scikit-image's sum and sum of squares, in sample order */
+                const double s0 = c8_dbl(v[1][2]), s2 = c8_dbl(v[0][1]), s4 = c8_dbl(v[1][0]), s6 = c8_dbl(v[2][1]);
+                double sum = 0.0, sq = 0.0;
+                sum += s0;
+                sq += s0 * s0;
+                sum += t1;
+                sq += t1 * t1;
+                sum += s2;
+                sq += s2 * s2;
+                sum += t3;
+                sq += t3 * t3;
+                sum += s4;
+                sq += s4 * s4;
+                sum += t5;
+                sq += t5 * t5;
+                sum += s6;
+                sq += s6 * s6;
+                sum += t7;
+                sq += t7 * t7;
+                double var = (sq - (sum * sum) / 8.0) / 8.0;
+                if (var == 0) var = __longlong_as_double(0x7ff8000000000000ll); /* the reference's NAN bits */
+                if (CODES) {
+                    *cpv = var;
+                    cpv += a.w;
+                }
+                bin = 0;
+                if (var > 0.0) {
+                    const double sd = sqrt(var) * (double)a.vbins / 128.0;
+                    bin = sd >= (double)a.vbins ? (uint32_t)a.vbins - 1 : (uint32_t)sd;
+                }
+            } else {
+                const uint32_t bits = (uint32_t)(v[1][2] >= c) | (uint32_t)(t1 >= cd) << 1 |
+                                      (uint32_t)(v[0][1] >= c) << 2 | (uint32_t)(t3 >= cd) << 3 |
+                                      (uint32_t)(v[1][0] >= c) << 4 | (uint32_t)(t5 >= cd) << 5 |
+                                      (uint32_t)(v[2][1] >= c) << 6 | (uint32_t)(t7 >= cd) << 7;
+                if (CODES) {
+                    *cp8 = ctab[bits];
+                    cp8 += a.w;
+                }
+                bin = btab[bits];
+            }
+            if (a.counts) {
+                if (COPIES == 32) atomicAdd(&sh[(hb + (int)bin) * 32 + lane], 1u);
+                else if (COPIES == 1) atomicAdd(&sh[hb + (int)bin], 1u);
+                else atomicAdd(&gcount[hb + (int)bin], 1u);
+            }
+            /* the ring moves down one row */
+#pragma unroll
+            for (int j = 0; j < 3; j++) {
+                v[0][j] = v[1][j];
+                v[1][j] = v[2][j];
+            }
+            unpack(nx, v[2]);
+            rowp += pitch;
+            if (y + 3 <= y1) nx = load(rowp, y + 3); /* rows up to y1 are read */
+            tP[0] = tP[1];
+            tN[0] = tN[1];
+            tP[1] = tP[2];
+            tN[1] = tN[2];
+            tops(v[2], tP[2], tN[2]);
+        }
+    }
+    if (COPIES) {
+        __syncthreads();
+        for (int i = tid; i < a.dim; i += C8_BX) {
+            uint32_t sum = 0;
+            if (COPIES == 32)
+                for (int j = 0; j < 32; j++) sum += sh[i * 32 + ((j + i) & 31)]; /* rotated: banks differ */
+            else
+                sum = sh[i];
+            if (sum) atomicAdd(&gcount[i], sum);
+        }
     }
 }
 
@@ -1366,6 +1560,29 @@ static cudaError_t fast_launch(fast_kernel k, unsigned nb, dim3 block, size_t sm
     if (e != cudaSuccess) return e;
     k<<<nb, block, smem, s>>>(a, t->ktab, t->btab);
     return cudaGetLastError();
+}
+
+/* Whether k_circ8 computes this circular configuration: P = 8 and the
+ * samples of R = 1 as scikit-image rounds them (axis samples on pixels,
+ * diagonal ones at (-d, d), (-d, -d), (d, -d), (d, d), 0 < d < 1), codes of
+ * one byte (binary64 for var). */
+static bool circ8_ok(const lbp_conf_t *c, const circ_args *a)
+{
+    static const double axr[4] = {0, -1, 0, 1}, axc[4] = {1, 0, -1, 0};
+    if (c->P != 8 || a->elem_size != (c->method == LBP_M_VAR ? 8 : 1)) return false;
+    for (int k = 0; k < 4; k++)
+        if (a->rp[2 * k] != axr[k] || a->cp[2 * k] != axc[k]) return false;
+    const double d = a->cp[1];
+    return d > 0 && d < 1 && a->rp[1] == -d && a->cp[3] == -d && a->rp[3] == -d && a->rp[5] == d &&
+           a->cp[5] == -d && a->rp[7] == d && a->cp[7] == d;
+}
+
+template <bool VAR, bool CODES>
+static void c8_launch(dim3 grid, size_t smem, cudaStream_t s, const circ_args &a)
+{
+    if (a.copies == 32) k_circ8<VAR, CODES, 32><<<grid, C8_BX, smem, s>>>(a);
+    else if (a.copies == 1) k_circ8<VAR, CODES, 1><<<grid, C8_BX, smem, s>>>(a);
+    else k_circ8<VAR, CODES, 0><<<grid, C8_BX, smem, s>>>(a);
 }
 
 /* Launches the production kernel for n images of w x h (pitched input). */
@@ -1567,6 +1784,24 @@ static cudaError_t launch_prod(const lbp_conf_t *c, const dev_tables *t, const u
                 m = fabs(a.cp[k]) > m ? fabs(a.cp[k]) : m;
             }
             a.span = (int)ceil(m) + 1;
+        }
+        if (circ8_ok(c, &a) && !(kv && !strcmp(kv, "circ"))) {
+            /* histogram copies: one per lane when bins x 32 words fit 48 KB */
+            a.copies = !counts ? 0 : (size_t)a.dim * 32 * sizeof(uint32_t) <= 48 * 1024 ? 32
+                                   : (size_t)a.dim * sizeof(uint32_t) <= 44 * 1024    ? 1
+                                                                                      : 0;
+            a.band = C8_BAND;
+            if (const char *e = getenv("PATINA_LBP_C8")) /* band (experiments) */
+                if (sscanf(e, "%d", &a.band) != 1 || a.band < 1) return cudaErrorInvalidValue;
+            if ((h + a.band - 1) / a.band > 65535) a.band = (h + 65534) / 65535; /* the grid's limit */
+            const dim3 grid8((unsigned)((w + C8_BX - 1) / C8_BX), (unsigned)((h + a.band - 1) / a.band),
+                             (unsigned)n);
+            const size_t sm8 = (size_t)a.copies * (size_t)a.dim * sizeof(uint32_t);
+            if (c->method == LBP_M_VAR)
+                codes ? c8_launch<true, true>(grid8, sm8, s, a) : c8_launch<true, false>(grid8, sm8, s, a);
+            else
+                codes ? c8_launch<false, true>(grid8, sm8, s, a) : c8_launch<false, false>(grid8, sm8, s, a);
+            return cudaGetLastError();
         }
         const dim3 block(CIRC_BX, CIRC_BY);
         const dim3 grid((unsigned)((w + CIRC_BX - 1) / CIRC_BX), (unsigned)((h + CIRC_BY - 1) / CIRC_BY), (unsigned)n);

@@ -181,10 +181,16 @@ static void test_fast_instances(void **state)
     unsetenv("PATINA_LBP_KERNEL");
 }
 
+/* Circular LBP: P = 8, R = 1 runs on k_circ8 (every method and mapping, grids
+ * whose histograms take one copy per lane, one per block or global memory),
+ * the other configurations on k_circ; the whole test runs again with
+ * PATINA_LBP_KERNEL=circ (k_circ for everything). Images 3, 7, ... of a
+ * batch have 8 grey levels (flat areas: samples equal to the centre, where
+ * the interpolation's last bit decides). */
 static void test_circular(void **state)
 {
     static const int sizes[][3] = {{1, 1, 1}, {2, 2, 3}, {3, 3, 1}, {1, 17, 2}, {37, 29, 2},
-                                   {256, 256, 1}, {130, 67, 4}};
+                                   {256, 256, 1}, {130, 67, 4}, {300, 261, 4}, {129, 1, 2}};
     const lbp_conf_t confs[] = {
         mkconf(LBP_KIND_CIRCULAR, 8, 1, LBP_M_DEFAULT, LBP_MAP_NONE, "1x1", 0),
         mkconf(LBP_KIND_CIRCULAR, 8, 1, LBP_M_UNIFORM, LBP_MAP_NONE, "2x2", 0),
@@ -198,14 +204,27 @@ static void test_circular(void **state)
         mkconf(LBP_KIND_CIRCULAR, 20, 2.2, LBP_M_ROR, LBP_MAP_RIU2, "1x1", 0),
         mkconf(LBP_KIND_CIRCULAR, 6, 9.5, LBP_M_VAR, LBP_MAP_NONE, "1x1", 0),  /* halo > 8: global reads */
         mkconf(LBP_KIND_CIRCULAR, 8, 7.0, LBP_M_DEFAULT, LBP_MAP_NONE, "1x1", 0), /* halo exactly 8 */
+        mkconf(LBP_KIND_CIRCULAR, 8, 1, LBP_M_ROR, LBP_MAP_NONE, "3x2", 0),
+        mkconf(LBP_KIND_CIRCULAR, 8, 1, LBP_M_NRI, LBP_MAP_NONE, "1x1", 0),
+        mkconf(LBP_KIND_CIRCULAR, 8, 1, LBP_M_DEFAULT, LBP_MAP_U2, "2x3", 0),
+        mkconf(LBP_KIND_CIRCULAR, 8, 1, LBP_M_DEFAULT, LBP_MAP_RIU2, "1x1", 0),
+        mkconf(LBP_KIND_CIRCULAR, 8, 1, LBP_M_DEFAULT, LBP_MAP_NONE, "4x4", 0),   /* one copy per block */
+        mkconf(LBP_KIND_CIRCULAR, 8, 1, LBP_M_DEFAULT, LBP_MAP_NONE, "16x16", 0), /* global memory */
+        mkconf(LBP_KIND_CIRCULAR, 8, 1, LBP_M_VAR, LBP_MAP_NONE, "2x2", 0),
     };
+    static const char *const kernels[] = {NULL, "circ"};
     tu_rng_t r;
     (void)state;
     tu_rng_seed(&r, 43);
-    for (size_t k = 0; k < sizeof confs / sizeof confs[0]; k++)
-        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
-            run_case(&confs[k], sizes[s][0], sizes[s][1], sizes[s][2], 0, &r, "circular");
-    run_case(&confs[1], 1024, 1024, 2, 1, &r, "circular 1024^2");
+    for (size_t kv = 0; kv < 2; kv++) {
+        if (kernels[kv]) setenv("PATINA_LBP_KERNEL", kernels[kv], 1);
+        for (size_t k = 0; k < sizeof confs / sizeof confs[0]; k++)
+            for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+                run_case(&confs[k], sizes[s][0], sizes[s][1], sizes[s][2], 0, &r, "circular");
+    }
+    unsetenv("PATINA_LBP_KERNEL");
+    run_case(&confs[1], 1024, 1024, 4, 1, &r, "circular 1024^2");
+    run_case(&confs[0], 1031, 1029, 4, 1, &r, "circular 1031x1029");
 }
 
 /* The families: device=gpu gives the bytes of device=cpu. */
