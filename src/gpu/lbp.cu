@@ -1139,6 +1139,18 @@ __device__ __forceinline__ double px_or_zero(const uint8_t *in, int pitch, int w
 
 /* TILE: the block's pixels plus a halo of `span` in shared memory, zeros
  * outside the image (scikit-image's cval); else bounds-checked global reads. */
+/* var from the samples' sum and sum of squares (scikit-image's formula; 0
+ * becomes the reference's NaN bits) into *v, and its histogram bin */
+__device__ __forceinline__ uint32_t circ_var(double sum, double sq, int P, int vbins, double *v)
+{
+    double var = (sq - (sum * sum) / (double)P) / (double)P;
+    if (var == 0) var = __longlong_as_double(0x7ff8000000000000ll);
+    *v = var;
+    if (!(var > 0.0)) return 0;
+    const double s = sqrt(var) * (double)vbins / 128.0;
+    return s >= (double)vbins ? (uint32_t)vbins - 1 : (uint32_t)s;
+}
+
 template <bool TILE>
 __global__ void __launch_bounds__(CIRC_BX * CIRC_BY) k_circ(circ_args a)
 {
@@ -1182,14 +1194,9 @@ __global__ void __launch_bounds__(CIRC_BX * CIRC_BY) k_circ(circ_args a)
         const size_t o = ((size_t)img * (size_t)a.h + (size_t)y) * (size_t)a.w + (size_t)x;
         uint32_t bin;
         if (a.method == LBP_M_VAR) {
-            double v = (sq - (sum * sum) / (double)a.P) / (double)a.P;
-            if (v == 0) v = __longlong_as_double(0x7ff8000000000000ll); /* the reference's NAN bits */
+            double v;
+            bin = circ_var(sum, sq, a.P, a.vbins, &v);
             if (a.codes) ((double *)a.codes)[o] = v;
-            bin = 0;
-            if (v > 0.0) {
-                const double s = sqrt(v) * (double)a.vbins / 128.0;
-                bin = s >= (double)a.vbins ? (uint32_t)a.vbins - 1 : (uint32_t)s;
-            }
         } else {
             const uint32_t code = lbp_pattern_code(bits, a.P, a.method);
             if (a.codes) {
@@ -1337,34 +1344,17 @@ __global__ void __launch_bounds__(C8_BX) k_circ8(circ_args a)
             uint32_t bin;
             if (VAR) {
                 /* scikit-image's sum and sum of squares, in sample order */
-                const double s0 = c8_dbl(v[1][2]), s2 = c8_dbl(v[0][1]), s4 = c8_dbl(v[1][0]), s6 = c8_dbl(v[2][1]);
-                double sum = 0.0, sq = 0.0;
-                sum += s0;
-                sq += s0 * s0;
-                sum += t1;
-                sq += t1 * t1;
-                sum += s2;
-                sq += s2 * s2;
-                sum += t3;
-                sq += t3 * t3;
-                sum += s4;
-                sq += s4 * s4;
-                sum += t5;
-                sq += t5 * t5;
-                sum += s6;
-                sq += s6 * s6;
-                sum += t7;
-                sq += t7 * t7;
-                double var = (sq - (sum * sum) / 8.0) / 8.0;
-                if (var == 0) var = __longlong_as_double(0x7ff8000000000000ll); /* the reference's NAN bits */
+                const double t[8] = {c8_dbl(v[1][2]), t1, c8_dbl(v[0][1]), t3, c8_dbl(v[1][0]), t5, c8_dbl(v[2][1]), t7};
+                double sum = 0.0, sq = 0.0, var;
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    sum += t[k];
+                    sq += t[k] * t[k];
+                }
+                bin = circ_var(sum, sq, 8, a.vbins, &var);
                 if (CODES) {
                     *cpv = var;
                     cpv += a.w;
-                }
-                bin = 0;
-                if (var > 0.0) {
-                    const double sd = sqrt(var) * (double)a.vbins / 128.0;
-                    bin = sd >= (double)a.vbins ? (uint32_t)a.vbins - 1 : (uint32_t)sd;
                 }
             } else {
                 const uint32_t bits = (uint32_t)(v[1][2] >= c) | (uint32_t)(t1 >= cd) << 1 |
