@@ -1112,6 +1112,7 @@ __global__ void __launch_bounds__(32 * FAST_WARPS, BPS)
  * cannot disturb each other. */
 struct circ_args {
     double rp[LBP_MAX_P], cp[LBP_MAX_P]; /* scikit-image's sample offsets */
+    double rf[LBP_MAX_P], cf[LBP_MAX_P]; /* floor(rp), floor(cp) */
     const uint8_t *in;
     size_t in_img;
     int pitch, w, h;
@@ -1121,9 +1122,8 @@ struct circ_args {
     uint32_t *counts;
     int dim, nbins, grid_rows, grid_cols, vbins, mapping;
     const uint32_t *bins;   /* code -> bin (ncodes <= 65536), or NULL */
-    int shared_hist;
     int span;               /* tile halo: every sample lies within span-1 pixels */
-    int copies;             /* k_circ8: histogram copies in shared memory (32: one per lane, 1, or 0: global) */
+    int copies;             /* histogram copies in shared memory (32: one per lane, 1, or 0: global atomics) */
     int band;               /* k_circ8: output rows per block */
 };
 
@@ -1151,7 +1151,22 @@ __device__ __forceinline__ uint32_t circ_var(double sum, double sq, int P, int v
     return s >= (double)vbins ? (uint32_t)vbins - 1 : (uint32_t)s;
 }
 
-template <bool TILE>
+/* v (0 .. 2^31 - 1) as a binary64, exactly: 2^52 + v with the 2^52 taken away */
+__device__ __forceinline__ double c8_dbl(uint32_t v)
+{
+    return __hiloint2double(0x43300000, (int)v) - 4503599627370496.0;
+}
+
+/* TILE: the block's pixels and halo in shared memory; VAR: method var (the
+ * samples' sum and sum of squares). A sample's corners are y + floor(rp)
+ * and x + floor(cp) (and + 1): y + rp is rounded by at most half an ulp of
+ * y, far less than rp's distance to an integer (rp is a multiple of 1e-5),
+ * so floor(y + rp) = y + floor(rp); the weights dr = (y + rp) - (y +
+ * floor(rp)) and dc are the reference's. Where rp (cp) is an integer, dr
+ * (dc) is 0 and the reference's expression is exactly its top (left) half:
+ * those samples skip the other half. Histogram copies: a.copies (32: one per
+ * lane, 1, 0: global atomics). */
+template <bool TILE, bool VAR>
 __global__ void __launch_bounds__(CIRC_BX * CIRC_BY) k_circ(circ_args a)
 {
     extern __shared__ uint32_t sh[];
@@ -1163,8 +1178,7 @@ __global__ void __launch_bounds__(CIRC_BX * CIRC_BY) k_circ(circ_args a)
     const uint8_t *in = a.in + (size_t)img * a.in_img;
     uint32_t *gcount = a.counts ? a.counts + (size_t)img * (size_t)a.dim : NULL;
     const int tw = CIRC_BX + 2 * a.span, ty0 = blockIdx.y * CIRC_BY - a.span, tx0 = blockIdx.x * CIRC_BX - a.span;
-    if (a.counts && a.shared_hist)
-        for (int i = tid; i < a.dim; i += nt) sh[i] = 0;
+    for (int i = tid; i < a.copies * a.dim; i += nt) sh[i] = 0;
     if (TILE) {
         const int tn = tw * (CIRC_BY + 2 * a.span);
         for (int i = tid; i < tn; i += nt) {
@@ -1172,28 +1186,42 @@ __global__ void __launch_bounds__(CIRC_BX * CIRC_BY) k_circ(circ_args a)
             tile[i] = r >= 0 && r < a.h && c >= 0 && c < a.w ? in[(size_t)r * (size_t)a.pitch + (size_t)c] : 0;
         }
     }
-    if (TILE || (a.counts && a.shared_hist)) __syncthreads();
+    if (TILE || a.copies) __syncthreads();
     auto fetch = [&](long r, long c) -> double {
-        if (TILE) return (double)tile[(r - ty0) * tw + (c - tx0)];
+        if (TILE) return c8_dbl(tile[(r - ty0) * tw + (c - tx0)]);
         return px_or_zero(in, a.pitch, a.w, a.h, r, c);
     };
     if (x < a.w && y < a.h) {
-        const double centre = (double)in[(size_t)y * (size_t)a.pitch + (size_t)x];
+        const double centre = c8_dbl(in[(size_t)y * (size_t)a.pitch + (size_t)x]);
+        const double yd = c8_dbl((uint32_t)y), xd = c8_dbl((uint32_t)x);
         uint32_t bits = 0;
         double sum = 0.0, sq = 0.0;
         for (int k = 0; k < a.P; k++) {
-            const double yy = (double)y + a.rp[k], xx = (double)x + a.cp[k];
-            const long minr = (long)floor(yy), maxr = (long)ceil(yy);
-            const long minc = (long)floor(xx), maxc = (long)ceil(xx);
-            const double t = lbp_bilinear(fetch(minr, minc), fetch(minr, maxc), fetch(maxr, minc),
-                                          fetch(maxr, maxc), yy - (double)minr, xx - (double)minc);
-            bits |= (uint32_t)(t - centre >= 0) << k;
-            sum += t;
-            sq += t * t;
+            const long minr = (long)y + (long)a.rf[k], minc = (long)x + (long)a.cf[k];
+            const bool ri = a.rp[k] == a.rf[k], ci = a.cp[k] == a.cf[k]; /* uniform over the block */
+            double t;
+            if (ri && ci) {
+                t = fetch(minr, minc);
+            } else if (ri) {
+                const double dc = (xd + a.cp[k]) - (xd + a.cf[k]);
+                t = (1 - dc) * fetch(minr, minc) + dc * fetch(minr, minc + 1);
+            } else if (ci) {
+                const double dr = (yd + a.rp[k]) - (yd + a.rf[k]);
+                t = (1 - dr) * fetch(minr, minc) + dr * fetch(minr + 1, minc);
+            } else {
+                const double dr = (yd + a.rp[k]) - (yd + a.rf[k]), dc = (xd + a.cp[k]) - (xd + a.cf[k]);
+                t = lbp_bilinear(fetch(minr, minc), fetch(minr, minc + 1), fetch(minr + 1, minc),
+                                 fetch(minr + 1, minc + 1), dr, dc);
+            }
+            bits |= (uint32_t)(t >= centre) << k;
+            if (VAR) {
+                sum += t;
+                sq += t * t;
+            }
         }
         const size_t o = ((size_t)img * (size_t)a.h + (size_t)y) * (size_t)a.w + (size_t)x;
         uint32_t bin;
-        if (a.method == LBP_M_VAR) {
+        if (VAR) {
             double v;
             bin = circ_var(sum, sq, a.P, a.vbins, &v);
             if (a.codes) ((double *)a.codes)[o] = v;
@@ -1211,14 +1239,21 @@ __global__ void __launch_bounds__(CIRC_BX * CIRC_BY) k_circ(circ_args a)
         }
         if (a.counts) {
             const int idx = (cell_of(y, a.grid_rows, a.h) * a.grid_cols + cell_of(x, a.grid_cols, a.w)) * a.nbins + (int)bin;
-            if (a.shared_hist) atomicAdd(&sh[idx], 1u);
+            if (a.copies == 32) atomicAdd(&sh[idx * 32 + (tid & 31)], 1u);
+            else if (a.copies == 1) atomicAdd(&sh[idx], 1u);
             else atomicAdd(&gcount[idx], 1u);
         }
     }
-    if (a.counts && a.shared_hist) {
+    if (a.copies) {
         __syncthreads();
-        for (int i = tid; i < a.dim; i += nt)
-            if (sh[i]) atomicAdd(&gcount[i], sh[i]);
+        for (int i = tid; i < a.dim; i += nt) {
+            uint32_t sum = 0;
+            if (a.copies == 32)
+                for (int j = 0; j < 32; j++) sum += sh[i * 32 + ((j + i) & 31)]; /* rotated: banks differ */
+            else
+                sum = sh[i];
+            if (sum) atomicAdd(&gcount[i], sum);
+        }
     }
 }
 
@@ -1249,11 +1284,6 @@ __global__ void __launch_bounds__(CIRC_BX * CIRC_BY) k_circ(circ_args a)
 #define C8_BX 128   /* columns of a block, one per thread */
 #define C8_BAND 32  /* output rows of a block (default; circ_args.band) */
 
-/* v (0..255) as a binary64, exactly: 2^52 + v with the 2^52 taken away */
-__device__ __forceinline__ double c8_dbl(uint32_t v)
-{
-    return __hiloint2double(0x43300000, (int)v) - 4503599627370496.0;
-}
 
 /* VAR: method var (binary64 codes, variance bins); CODES: write the code
  * map; COPIES: histogram copies in shared memory (32: one per lane, 1, or 0:
@@ -1770,7 +1800,16 @@ static cudaError_t launch_prod(const lbp_conf_t *c, const dev_tables *t, const u
         a.vbins = c->vbins;
         a.mapping = c->mapping;
         a.bins = t->bins;
-        a.shared_hist = counts && (size_t)a.dim * sizeof(uint32_t) <= 44 * 1024;
+        /* histogram copies: one per lane when bins x 32 words fit 48 KB, else
+         * one per block when it fits 44 KB, else global atomics */
+        a.copies = !counts                                              ? 0
+                   : (size_t)a.dim * 32 * sizeof(uint32_t) <= 48 * 1024 ? 32
+                   : (size_t)a.dim * sizeof(uint32_t) <= 44 * 1024      ? 1
+                                                                        : 0;
+        for (int k = 0; k < c->P; k++) {
+            a.rf[k] = floor(a.rp[k]);
+            a.cf[k] = floor(a.cp[k]);
+        }
         {
             double m = 0.0;
             for (int k = 0; k < c->P; k++) {
@@ -1780,10 +1819,6 @@ static cudaError_t launch_prod(const lbp_conf_t *c, const dev_tables *t, const u
             a.span = (int)ceil(m) + 1;
         }
         if (circ8_ok(c, &a) && !(kv && !strcmp(kv, "circ"))) {
-            /* histogram copies: one per lane when bins x 32 words fit 48 KB */
-            a.copies = !counts ? 0 : (size_t)a.dim * 32 * sizeof(uint32_t) <= 48 * 1024 ? 32
-                                   : (size_t)a.dim * sizeof(uint32_t) <= 44 * 1024    ? 1
-                                                                                      : 0;
             a.band = C8_BAND;
             if (const char *e = getenv("PATINA_LBP_C8")) /* band (experiments) */
                 if (sscanf(e, "%d", &a.band) != 1 || a.band < 1) return cudaErrorInvalidValue;
@@ -1799,11 +1834,12 @@ static cudaError_t launch_prod(const lbp_conf_t *c, const dev_tables *t, const u
         }
         const dim3 block(CIRC_BX, CIRC_BY);
         const dim3 grid((unsigned)((w + CIRC_BX - 1) / CIRC_BX), (unsigned)((h + CIRC_BY - 1) / CIRC_BY), (unsigned)n);
-        const size_t smem = a.shared_hist ? (size_t)a.dim * sizeof(uint32_t) : 0;
-        if (a.span <= CIRC_SMAX)
-            k_circ<true><<<grid, block, smem, s>>>(a);
-        else
-            k_circ<false><<<grid, block, smem, s>>>(a);
+        const size_t smem = (size_t)a.copies * (size_t)a.dim * sizeof(uint32_t);
+        const bool var = c->method == LBP_M_VAR, tile = a.span <= CIRC_SMAX;
+        if (tile && var) k_circ<true, true><<<grid, block, smem, s>>>(a);
+        else if (tile) k_circ<true, false><<<grid, block, smem, s>>>(a);
+        else if (var) k_circ<false, true><<<grid, block, smem, s>>>(a);
+        else k_circ<false, false><<<grid, block, smem, s>>>(a);
         return cudaGetLastError();
     }
 }
