@@ -768,6 +768,18 @@ static __device__ __forceinline__ bool kwin_inside(const kwin &g, int rw, int cw
 
 /* next window of the warp: (rw, cw) advanced, returns the bytes its
  * pointers advance (> 0) */
+/* (row r, group c) of group c0 of window row rw (c0 may pass the row's gpr
+ * groups: the window wraps to the next rows) */
+static __device__ __forceinline__ void kwin_group(int gpr, int rw, int c0, int &r, int &c)
+{
+    r = rw;
+    c = c0;
+    if (c >= gpr) {
+        r += c / gpr;
+        c -= (c / gpr) * gpr;
+    }
+}
+
 static __device__ __forceinline__ uint32_t kwin_step(const kwin &g, int &rw, int &cw)
 {
     cw += g.stride_c;
@@ -959,11 +971,8 @@ k_count4(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
             } else {
 #pragma unroll 1
                 for (int u = 0; u < U; u++) {
-                    int c = cw + kq + (u << lm), r = rw;
-                    if (c >= gpr) {
-                        r += c / gpr;
-                        c -= (c / gpr) * gpr;
-                    }
+                    int r, c;
+                    kwin_group(gpr, rw, cw + kq + (u << lm), r, c);
                     uint32_t vm = 0;
                     if (r < nr && (unsigned)(r + rdy) < (unsigned)h) {
                         const int x0 = c << 4, lo = max(xa - x0, 0), hi = min(xb - x0, 16);
@@ -1127,11 +1136,8 @@ k_count5(const gtask *__restrict__ tasks, int ntasks, koffs ko, int G, int L, in
             } else {
 #pragma unroll 1
                 for (int u = 0; u < U; u++) {
-                    int c = cw + kq + (u << lm), r = rw;
-                    if (c >= gpr) {
-                        r += c / gpr;
-                        c -= (c / gpr) * gpr;
-                    }
+                    int r, c;
+                    kwin_group(gpr, rw, cw + kq + (u << lm), r, c);
                     if (r >= nr) continue;
                     const int x0 = c << 4;
                     const bool in1 = (unsigned)(tk.r0 + r + dy1) < (unsigned)h && x0 + dx1 >= 0 && x0 + 16 + dx1 <= w;
