@@ -164,10 +164,13 @@ const char *patina_gpu_lbp_lab_name(int variant);
  * one warm-up), and copies back the code maps (n, mh, mw) of c->code_elem
  * into `codes` and/or the histogram counts (n, dim) u32 into `counts` (each
  * may be NULL; the lab variants give codes only). ms (may be NULL): median
- * time of one launch in milliseconds, measured with CUDA events. */
+ * time of one launch in milliseconds, measured with CUDA events around each
+ * launch alone (the GPU idle before it: includes the host's submission).
+ * ms_stream (may be NULL): time per launch of reps launches queued back to
+ * back behind a busy GPU, as a stream of batches runs (events around all). */
 patina_status patina_gpu_lbp_lab(int variant, const struct lbp_conf *c, const uint8_t *grey,
                                  int w, int h, int n, void *codes, uint32_t *counts, int reps,
-                                 double *ms);
+                                 double *ms, double *ms_stream);
 
 /* Device-to-device cudaMemcpy bandwidth in GB/s (bytes read + written per
  * second), median of reps copies of `bytes`: the reference for "fraction of

@@ -101,11 +101,12 @@ const char *patina_gpu_lbp_lab_name(int variant)
 
 patina_status patina_gpu_lbp_lab(int variant, const struct lbp_conf *c, const uint8_t *grey,
                                  int w, int h, int n, void *codes, uint32_t *counts, int reps,
-                                 double *ms)
+                                 double *ms, double *ms_stream)
 {
     (void)variant; (void)c; (void)grey; (void)w; (void)h; (void)n; (void)codes; (void)counts;
     (void)reps;
     if (ms) *ms = 0.0;
+    if (ms_stream) *ms_stream = 0.0;
     return none();
 }
 

@@ -62,7 +62,7 @@ static void check_variant(int variant, const lbp_conf_t *c, const uint8_t *g, in
     mpx = (size_t)mw * (size_t)mh;
     codes = calloc(mpx * (size_t)n * esz + 1, 1);
     counts = calloc(dim * (size_t)n + 1, sizeof *counts);
-    TU_OK(patina_gpu_lbp_lab(variant, c, g, w, h, n, codes, counts, 1, &ms));
+    TU_OK(patina_gpu_lbp_lab(variant, c, g, w, h, n, codes, counts, 1, &ms, NULL));
     for (int i = 0; i < n; i++) {
         if (variant != PATINA_LBP_LAB_HIST && mpx &&
             memcmp(codes + (size_t)i * mpx * esz, ref[i].data, mpx * esz) != 0) {
@@ -146,13 +146,14 @@ static void test_3x3_kinds(void **state)
     run_case(&confs[1], 1031, 1029, 2, 1, &r, "3x3 1031x1029");
 }
 
-/* Every instance of the histogram kernels (PATINA_LBP_KERNEL: k_fast4 with 6
- * or 3 rows in flight, the old k_fast3, k_prod3 for grids) on whole-image
- * histograms and grids of cells, with and without code maps (the lab
- * variants), whatever the default picks for each kind. */
+/* Every instance of the histogram kernels (PATINA_LBP_KERNEL: the default,
+ * k_fast4's wide layout for whole-image histograms; "narrow", its 4-warp
+ * blocks; k_fast4 with 6 or 3 rows in flight, the old k_fast3, k_prod3 for
+ * grids) on whole-image histograms and grids of cells, with and without code
+ * maps (the lab variants), whatever the default picks for each kind. */
 static void test_fast_instances(void **state)
 {
-    static const char *const kernels[] = {"d6", "d3", "fast3", "prod3"};
+    static const char *const kernels[] = {"default", "narrow", "d6", "d3", "fast3", "prod3"};
     static const int sizes[][3] = {{3, 3, 1}, {17, 5, 3}, {530, 67, 8}, {1029, 131, 2}, {1024, 96, 5}, {1030, 515, 3}};
     const lbp_conf_t confs[] = {
         mkconf(LBP_KIND_LBP8, 8, 1, 0, LBP_MAP_NONE, "1x1", 0.9),
@@ -173,12 +174,18 @@ static void test_fast_instances(void **state)
     (void)state;
     tu_rng_seed(&r, 7);
     for (size_t k = 0; k < sizeof kernels / sizeof kernels[0]; k++) {
-        setenv("PATINA_LBP_KERNEL", kernels[k], 1);
+        if (k == 0) unsetenv("PATINA_LBP_KERNEL");
+        else setenv("PATINA_LBP_KERNEL", kernels[k], 1);
         for (size_t c = 0; c < sizeof confs / sizeof confs[0]; c++)
             for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
                 run_case(&confs[c], sizes[s][0], sizes[s][1], sizes[s][2], 0, &r, kernels[k]);
     }
     unsetenv("PATINA_LBP_KERNEL");
+    /* the wide layout's groups across images: 400 images of 3 strips and
+     * 7-13 bands, ~4 groups per block, so that each histogram half holds
+     * several images in turn (fast CPU path as the reference) */
+    run_case(&confs[0], 1030, 200, 400, 1, &r, "default, groups across images");
+    run_case(&confs[3], 1030, 200, 400, 1, &r, "default, groups across images");
 }
 
 /* Circular LBP: P = 8, R = 1 runs on k_circ8 (every method and mapping, grids
