@@ -252,6 +252,7 @@ static void batched(double copy_gbps, int *all_ok)
         {"lbp8 grid=8x8", conf(LBP_KIND_LBP8, 8, 1, 0, "8x8")},
         {"lbp P=8,R=1,uniform", conf(LBP_KIND_CIRCULAR, 8, 1, LBP_M_UNIFORM, "1x1")},
         {"lbp P=16,R=2,uniform", conf(LBP_KIND_CIRCULAR, 16, 2, LBP_M_UNIFORM, "1x1")},
+        {"lbp P=24,R=3,uniform", conf(LBP_KIND_CIRCULAR, 24, 3, LBP_M_UNIFORM, "1x1")},
     };
     const int s = 1024;
     const size_t px = (size_t)s * s;
