@@ -2132,6 +2132,13 @@ extern "C" patina_status patina_gpu_lbp_lab(int variant, const struct lbp_conf *
     const int pitch = lab ? w : pitch16(w);
     int opitch = 0;
     size_t dim = lbp_dim(c), in_bytes, out_bytes = 0;
+    /* one launch of the variant (the results in dout, dcounts) */
+    const auto launch = [&]() -> cudaError_t {
+        if (lab)
+            return mw > 0 && mh > 0 && n > 0 ? launch_lab(variant, c, din, w, h, n, (uint8_t *)dout, s) : cudaSuccess;
+        return launch_prod(c, &t, din, pitch, w, h, n, variant == PATINA_LBP_LAB_CODES ? dout : NULL, opitch,
+                           variant == PATINA_LBP_LAB_HIST || counts ? dcounts : NULL, s);
+    };
     memset(&t, 0, sizeof t);
     if (ms) *ms = 0.0;
     if (ms_stream) *ms_stream = 0.0;
@@ -2170,12 +2177,7 @@ extern "C" patina_status patina_gpu_lbp_lab(int variant, const struct lbp_conf *
     for (int r = -1; r < reps; r++) {
         if (dcounts) CU(cudaMemsetAsync(dcounts, 0, (size_t)n * dim * sizeof(uint32_t), s));
         CU(cudaEventRecord(e0, s));
-        if (lab) {
-            if (mw > 0 && mh > 0 && n > 0) CU(launch_lab(variant, c, din, w, h, n, (uint8_t *)dout, s));
-        } else {
-            CU(launch_prod(c, &t, din, pitch, w, h, n, variant == PATINA_LBP_LAB_CODES ? dout : NULL,
-                           opitch, variant == PATINA_LBP_LAB_HIST || counts ? dcounts : NULL, s));
-        }
+        CU(launch());
         CU(cudaEventRecord(e1, s));
         CU(cudaEventSynchronize(e1));
         if (r >= 0) {
@@ -2203,12 +2205,7 @@ extern "C" patina_status patina_gpu_lbp_lab(int variant, const struct lbp_conf *
         k_busy<<<1, 1, 0, s>>>(2000000);
         CU(cudaGetLastError());
         CU(cudaEventRecord(e0, s));
-        for (int r = 0; r < reps; r++) {
-            if (lab) CU(launch_lab(variant, c, din, w, h, n, (uint8_t *)dout, s));
-            else
-                CU(launch_prod(c, &t, din, pitch, w, h, n, variant == PATINA_LBP_LAB_CODES ? dout : NULL, opitch,
-                               variant == PATINA_LBP_LAB_HIST || counts ? dcounts : NULL, s));
-        }
+        for (int r = 0; r < reps; r++) CU(launch());
         CU(cudaEventRecord(e1, s));
         CU(cudaEventSynchronize(e1));
         CU(cudaEventElapsedTime(&f, e0, e1));
