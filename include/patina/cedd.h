@@ -21,20 +21,20 @@ extern "C" {
 
 /* C reference: out[144] in 0..7. compact != 0 gives the compact variant
  * (bins 60..143 zero). Any image size is valid; W < 2 or H < 2 gives zeros. */
-patina_status patina_cedd_extract(uint8_t out[PATINA_CEDD_DIM], const patina_image_t *img,
-                                  int compact);
+PATINA_API patina_status patina_cedd_extract(uint8_t out[PATINA_CEDD_DIM], const patina_image_t *img,
+                                             int compact);
 
 /* LIRE's Tanimoto distance (spec §13), bit for bit: 0 for identical,
  * 100 for disjoint, 0 for two empty descriptors, 100 if one is empty. */
-double patina_cedd_tanimoto(const uint8_t a[PATINA_CEDD_DIM], const uint8_t b[PATINA_CEDD_DIM]);
+PATINA_API double patina_cedd_tanimoto(const uint8_t a[PATINA_CEDD_DIM], const uint8_t b[PATINA_CEDD_DIM]);
 
 /* LIRE's getByteArrayRepresentation (spec §12): two bins a byte,
  * ((h[2i]<<4)|h[2i+1]) - 128, trailing zero run trimmed. Returns the length
  * (1..72) written to out. */
-size_t patina_cedd_pack(uint8_t out[PATINA_CEDD_PACKED_MAX], const uint8_t h[PATINA_CEDD_DIM]);
+PATINA_API size_t patina_cedd_pack(uint8_t out[PATINA_CEDD_PACKED_MAX], const uint8_t h[PATINA_CEDD_DIM]);
 
 /* Inverse of patina_cedd_pack; zero-fills. Fails on n == 0 or n > 72. */
-patina_status patina_cedd_unpack(uint8_t h[PATINA_CEDD_DIM], const uint8_t *in, size_t n);
+PATINA_API patina_status patina_cedd_unpack(uint8_t h[PATINA_CEDD_DIM], const uint8_t *in, size_t n);
 
 #ifdef __cplusplus
 }

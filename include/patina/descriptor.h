@@ -31,9 +31,9 @@ typedef enum patina_device {
 } patina_device;
 
 /* "auto", "cpu", "gpu", "hybrid"; NULL for out-of-range values. */
-const char *patina_device_name(patina_device d);
+PATINA_API const char *patina_device_name(patina_device d);
 /* Parses a device name; PATINA_E_INVALID with a message otherwise. */
-patina_status patina_device_parse(patina_device *d, const char *name);
+PATINA_API patina_status patina_device_parse(patina_device *d, const char *name);
 
 typedef enum patina_elem {
     PATINA_ELEM_U8 = 0,
@@ -44,41 +44,41 @@ typedef enum patina_elem {
 } patina_elem;
 
 /* Size in bytes of one element. */
-size_t patina_elem_size(patina_elem e);
+PATINA_API size_t patina_elem_size(patina_elem e);
 
 typedef struct patina_extractor patina_extractor_t;
 
 /* Number of registered families and their names/one-line help. */
-size_t patina_family_count(void);
-const char *patina_family_name(size_t i);
-const char *patina_family_help(size_t i);
+PATINA_API size_t patina_family_count(void);
+PATINA_API const char *patina_family_name(size_t i);
+PATINA_API const char *patina_family_help(size_t i);
 
 /* Parses "family[:key=value,...]". Unknown family or option, bad values and
  * out-of-bounds values fail with PATINA_E_INVALID and say which. */
-patina_status patina_extractor_new(patina_extractor_t **ex, const char *spec);
-void patina_extractor_free(patina_extractor_t *ex); /* accepts NULL */
+PATINA_API patina_status patina_extractor_new(patina_extractor_t **ex, const char *spec);
+PATINA_API void patina_extractor_free(patina_extractor_t *ex); /* accepts NULL */
 
 /* Canonical spec, e.g. "cedd:compact=0". Owned by the extractor. */
-const char *patina_extractor_spec(const patina_extractor_t *ex);
-const char *patina_extractor_family(const patina_extractor_t *ex);
-size_t patina_extractor_dim(const patina_extractor_t *ex);      /* elements */
-patina_elem patina_extractor_elem(const patina_extractor_t *ex);
-size_t patina_extractor_bytes(const patina_extractor_t *ex);    /* dim * elem size */
-const char *patina_extractor_distance_name(const patina_extractor_t *ex);
+PATINA_API const char *patina_extractor_spec(const patina_extractor_t *ex);
+PATINA_API const char *patina_extractor_family(const patina_extractor_t *ex);
+PATINA_API size_t patina_extractor_dim(const patina_extractor_t *ex);      /* elements */
+PATINA_API patina_elem patina_extractor_elem(const patina_extractor_t *ex);
+PATINA_API size_t patina_extractor_bytes(const patina_extractor_t *ex);    /* dim * elem size */
+PATINA_API const char *patina_extractor_distance_name(const patina_extractor_t *ex);
 /* Whether the family has a GPU / hybrid implementation compiled in. */
-int patina_extractor_has_device(const patina_extractor_t *ex, patina_device d);
+PATINA_API int patina_extractor_has_device(const patina_extractor_t *ex, patina_device d);
 
 /* The family's distance between two descriptors of this extractor. */
-double patina_extractor_distance(const patina_extractor_t *ex, const void *a, const void *b);
+PATINA_API double patina_extractor_distance(const patina_extractor_t *ex, const void *a, const void *b);
 
 /* Whether the family describes an image in JSON beyond its descriptor vector
  * (glcm: count matrices, properties and Haralick features). */
-int patina_extractor_has_json(const patina_extractor_t *ex);
+PATINA_API int patina_extractor_has_json(const patina_extractor_t *ex);
 /* That description for one image (CPU, all threads), as JSON object members
  * without braces, in a malloc'd string the caller frees with free().
  * PATINA_E_UNAVAILABLE for families without one. */
-patina_status patina_extractor_json(const patina_extractor_t *ex, const patina_image_t *img,
-                                    char **json);
+PATINA_API patina_status patina_extractor_json(const patina_extractor_t *ex, const patina_image_t *img,
+                                               char **json);
 
 /* Execution context: worker threads, the GPU (if any) and limits. One
  * context may be shared by threads only for reading; extraction calls on one
@@ -94,24 +94,24 @@ typedef struct patina_context_opts {
 
 /* opts may be NULL for defaults. Never fails for lack of a GPU: the GPU is
  * opened lazily, and patina_context_resolve says what a device choice means. */
-patina_status patina_context_new(patina_context_t **ctx, const patina_context_opts_t *opts);
-void patina_context_free(patina_context_t *ctx); /* accepts NULL */
-int patina_context_threads(const patina_context_t *ctx);
-const patina_limits_t *patina_context_limits(const patina_context_t *ctx);
+PATINA_API patina_status patina_context_new(patina_context_t **ctx, const patina_context_opts_t *opts);
+PATINA_API void patina_context_free(patina_context_t *ctx); /* accepts NULL */
+PATINA_API int patina_context_threads(const patina_context_t *ctx);
+PATINA_API const patina_limits_t *patina_context_limits(const patina_context_t *ctx);
 
 /* Resolves `want` for an extractor to the device that will run: AUTO becomes
  * GPU when a GPU is usable and the family has a kernel, else CPU. Asking for
  * GPU or HYBRID without a usable GPU fails with PATINA_E_UNAVAILABLE. */
-patina_status patina_context_resolve(patina_context_t *ctx, const patina_extractor_t *ex,
-                                     patina_device want, patina_device *got);
+PATINA_API patina_status patina_context_resolve(patina_context_t *ctx, const patina_extractor_t *ex,
+                                                patina_device want, patina_device *got);
 
 /* Extracts n descriptors: out is (n, patina_extractor_bytes) row-major.
  * status[i] (may be NULL) receives each image's status; the call fails only
  * for errors that concern the whole batch (device failure, bad arguments). */
-patina_status patina_extract_batch(patina_context_t *ctx, const patina_extractor_t *ex,
-                                   patina_device device, void *out,
-                                   const patina_image_t *images, size_t n,
-                                   patina_status *status);
+PATINA_API patina_status patina_extract_batch(patina_context_t *ctx, const patina_extractor_t *ex,
+                                              patina_device device, void *out,
+                                              const patina_image_t *images, size_t n,
+                                              patina_status *status);
 
 /* ------------------------------------------------------------- code maps
  * The per-pixel codes behind a histogram family (lbp, lbp8, tlbap, lanadp;
@@ -125,24 +125,24 @@ typedef struct patina_codemap {
 } patina_codemap_t;
 
 /* Whether the extractor's family has code maps. */
-int patina_extractor_has_codemap(const patina_extractor_t *ex);
+PATINA_API int patina_extractor_has_codemap(const patina_extractor_t *ex);
 
 /* The code map of one image, computed on the CPU with ctx's threads (ctx may
  * be NULL: one thread). map is caller storage, filled here (empty on
  * failure); free its pixels with patina_codemap_release. Families without
  * code maps fail with PATINA_E_UNAVAILABLE. */
-patina_status patina_extract_codemap(patina_context_t *ctx, const patina_extractor_t *ex,
-                                     patina_codemap_t *map, const patina_image_t *img);
+PATINA_API patina_status patina_extract_codemap(patina_context_t *ctx, const patina_extractor_t *ex,
+                                                patina_codemap_t *map, const patina_image_t *img);
 
 /* Frees the pixels and zeroes the struct. Accepts NULL and empty maps. */
-void patina_codemap_release(patina_codemap_t *map);
+PATINA_API void patina_codemap_release(patina_codemap_t *map);
 
 /* Writes a map to `path` (docs/lbp.md, "Code map files"): binary PGM, 8-bit
  * (maxval 255) when every code is < 256, else 16-bit big-endian (maxval
  * 65535) when every code is < 65536; larger codes as a PAM of depth 2
  * (maxval 65535, TUPLTYPE PATINA_CODE32: each pixel's code as 4 big-endian
  * bytes); F64 maps as PFM ("Pf", float32 little-endian, bottom row first). */
-patina_status patina_codemap_write(const patina_codemap_t *map, const char *path);
+PATINA_API patina_status patina_codemap_write(const patina_codemap_t *map, const char *path);
 
 #ifdef __cplusplus
 }

@@ -45,19 +45,19 @@ typedef enum patina_glcm_quant {
 /* Names of the properties in output order: contrast, dissimilarity,
  * homogeneity, ASM, energy, correlation, mean, variance, std, entropy
  * (scikit-image's names). NULL out of range. */
-const char *patina_glcm_prop_name(int k);
+PATINA_API const char *patina_glcm_prop_name(int k);
 /* Haralick's features in his order, as short names: asm, contrast,
  * correlation, sum_of_squares, idm, sum_average, sum_variance, sum_entropy,
  * entropy, difference_variance, difference_entropy, imc1, imc2, mcc. */
-const char *patina_haralick_name(int k);
+PATINA_API const char *patina_haralick_name(int k);
 
 /* The offset of (distance, angle in degrees), scikit-image's rule above. */
-patina_glcm_offset_t patina_glcm_offset(double distance, double angle_deg);
+PATINA_API patina_glcm_offset_t patina_glcm_offset(double distance, double angle_deg);
 
 /* Grey levels of an 8-bit grey image: q (n) u8 from grey (n) u8 (may alias).
  * PATINA_E_INVALID when quant is NONE and a value is >= levels. */
-patina_status patina_glcm_quantize(uint8_t *q, const uint8_t *grey, size_t n, int levels,
-                                   patina_glcm_quant quant);
+PATINA_API patina_status patina_glcm_quantize(uint8_t *q, const uint8_t *grey, size_t n, int levels,
+                                              patina_glcm_quant quant);
 
 /* Co-occurrence counts of a quantised image q ((h, stride) u8, values <
  * levels, not checked) for noff offsets. mask (h, mstride) u8 may be NULL;
@@ -65,37 +65,37 @@ patina_status patina_glcm_quantize(uint8_t *q, const uint8_t *grey, size_t n, in
  * counts (noff, levels, levels) u32 is overwritten. threads: 1 = calling
  * thread only; 0 = all CPUs (small images always run on one thread).
  * Identical results for every thread count. */
-patina_status patina_glcm_counts(uint32_t *counts, const uint8_t *q, int w, int h, size_t stride,
-                                 const uint8_t *mask, size_t mstride, int levels,
-                                 const patina_glcm_offset_t *off, size_t noff, int symmetric,
-                                 int threads);
+PATINA_API patina_status patina_glcm_counts(uint32_t *counts, const uint8_t *q, int w, int h, size_t stride,
+                                            const uint8_t *mask, size_t mstride, int levels,
+                                            const patina_glcm_offset_t *off, size_t noff, int symmetric,
+                                            int threads);
 
 /* The plain reference: one loop per offset, as scikit-image writes it. Same
  * contract as patina_glcm_counts (single thread). Kept for testing. */
-patina_status patina_glcm_counts_ref(uint32_t *counts, const uint8_t *q, int w, int h,
-                                     size_t stride, const uint8_t *mask, size_t mstride,
-                                     int levels, const patina_glcm_offset_t *off, size_t noff,
-                                     int symmetric);
+PATINA_API patina_status patina_glcm_counts_ref(uint32_t *counts, const uint8_t *q, int w, int h,
+                                                size_t stride, const uint8_t *mask, size_t mstride,
+                                                int levels, const patina_glcm_offset_t *off, size_t noff,
+                                                int symmetric);
 
 /* graycoprops of each matrix, computed on the matrix divided by its sum (an
  * all-zero matrix gives 0 for every property but correlation, which is 1, as
  * in scikit-image). props (PATINA_GLCM_NPROPS, noff) f64. */
-void patina_glcm_props(double *props, const uint32_t *counts, int levels, size_t noff);
+PATINA_API void patina_glcm_props(double *props, const uint32_t *counts, int levels, size_t noff);
 
 /* Haralick's 14 features of each normalised matrix: feats (noff, 14) f64.
  * Zero-count matrices give zeros (correlation 1). */
-void patina_haralick(double *feats, const uint32_t *counts, int levels, size_t noff);
+PATINA_API void patina_haralick(double *feats, const uint32_t *counts, int levels, size_t noff);
 
 /* Mean and range (max - min) over groups of `group` consecutive rows of
  * feats (noff, 14): out (noff/group, 2, 14) = [g][mean|range][feature]. */
-void patina_haralick_aggregate(double *out, const double *feats, size_t noff, size_t group);
+PATINA_API void patina_haralick_aggregate(double *out, const double *feats, size_t noff, size_t group);
 
 /* Per-feature mean and standard deviation (population, divisor n) of n
  * feature vectors (n, dim) f64; sd is 1 where a feature is constant. */
-patina_status patina_feature_stats(double *mean, double *sd, const double *vecs, size_t n,
-                                   size_t dim);
+PATINA_API patina_status patina_feature_stats(double *mean, double *sd, const double *vecs, size_t n,
+                                              size_t dim);
 /* Standardised Euclidean distance sqrt(sum ((a-b)/sd)^2). */
-double patina_std_l2(const double *a, const double *b, const double *sd, size_t dim);
+PATINA_API double patina_std_l2(const double *a, const double *b, const double *sd, size_t dim);
 
 #ifdef __cplusplus
 }

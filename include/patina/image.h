@@ -56,48 +56,48 @@ typedef struct patina_image {
 } patina_image_t;
 
 /* Name of a format ("jpeg", "png", "pnm", "unknown"). */
-const char *patina_format_name(patina_format f);
+PATINA_API const char *patina_format_name(patina_format f);
 
 /* Sniffs the format from the first bytes. */
-patina_format patina_format_sniff(const void *data, size_t size);
+PATINA_API patina_format patina_format_sniff(const void *data, size_t size);
 
 /* Reads dimensions and type from the header only, without decoding pixels
  * or allocating for them. `name` only labels error messages (may be NULL).
  * channels: palette PNGs count as 3. Fails like decode for empty, truncated
  * headers, zero width/height and unsupported variants (CMYK JPEG, ASCII PNM);
  * limits are not checked here. */
-patina_status patina_image_probe(patina_image_info_t *info, const void *data, size_t size,
-                                 const char *name);
+PATINA_API patina_status patina_image_probe(patina_image_info_t *info, const void *data, size_t size,
+                                            const char *name);
 
 /* Decodes `data` into `img` (caller storage, released with
  * patina_image_release). `lim` may be NULL for defaults. On failure `img` is
  * left empty. */
-patina_status patina_image_decode(patina_image_t *img, const void *data, size_t size,
-                                  const patina_limits_t *lim, const char *name);
+PATINA_API patina_status patina_image_decode(patina_image_t *img, const void *data, size_t size,
+                                             const patina_limits_t *lim, const char *name);
 
 /* Reads a whole file into a malloc'd buffer (caller frees with free(); an
  * empty file gives size 0 and a buffer to free). Fails with PATINA_E_LIMIT
  * when larger than lim->max_file_bytes (checked before reading),
  * PATINA_E_NOTFOUND when the file does not exist, PATINA_E_IO otherwise. */
-patina_status patina_file_read(void **data, size_t *size, const char *path,
-                               const patina_limits_t *lim);
+PATINA_API patina_status patina_file_read(void **data, size_t *size, const char *path,
+                                          const patina_limits_t *lim);
 
 /* patina_file_read + patina_image_decode. */
-patina_status patina_image_load(patina_image_t *img, const char *path, const patina_limits_t *lim);
+PATINA_API patina_status patina_image_load(patina_image_t *img, const char *path, const patina_limits_t *lim);
 
 /* Allocates an uninitialised width x height image (stride = 3*width). */
-patina_status patina_image_init(patina_image_t *img, int width, int height);
+PATINA_API patina_status patina_image_init(patina_image_t *img, int width, int height);
 
 /* Wraps caller memory (not owned, not freed by release). */
-void patina_image_wrap(patina_image_t *img, uint8_t *data, int width, int height, size_t stride);
+PATINA_API void patina_image_wrap(patina_image_t *img, uint8_t *data, int width, int height, size_t stride);
 
 /* The project's one colour-to-grey rule (BT.601 luma, 14-bit fixed point,
  * rounded; identical to OpenCV's RGB2GRAY on 8-bit data): grey is
  * (height, width) u8, caller storage. A grey input (r=g=b) maps to itself. */
-patina_status patina_image_to_grey(uint8_t *grey, const patina_image_t *img);
+PATINA_API patina_status patina_image_to_grey(uint8_t *grey, const patina_image_t *img);
 
 /* Frees owned pixels and zeroes the struct. Accepts NULL and empty images. */
-void patina_image_release(patina_image_t *img);
+PATINA_API void patina_image_release(patina_image_t *img);
 
 #ifdef __cplusplus
 }

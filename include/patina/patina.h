@@ -7,6 +7,7 @@
 #include "patina/image.h"
 #include "patina/cedd.h"
 #include "patina/descriptor.h"
+#include "patina/glcm.h"
 #include "patina/store.h"
 #include "patina/search.h"
 #include "patina/pipeline.h"
@@ -19,17 +20,17 @@ extern "C" {
 #define PATINA_VERSION_MINOR 1
 #define PATINA_VERSION_PATCH 0
 
-const char *patina_version(void);
+PATINA_API const char *patina_version(void);
 
 /* Build features: "cuda=yes sm=90 turbojpeg=yes ...". Static string. */
-const char *patina_build_info(void);
+PATINA_API const char *patina_build_info(void);
 
 /* Number of usable CUDA devices (0 without CUDA or without a GPU). */
-int patina_gpu_count(void);
+PATINA_API int patina_gpu_count(void);
 
 /* Describes GPU i ("NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 79.1 GiB") into
  * buf; PATINA_E_UNAVAILABLE when there is no such GPU. */
-patina_status patina_gpu_describe(int i, char *buf, size_t size);
+PATINA_API patina_status patina_gpu_describe(int i, char *buf, size_t size);
 
 #ifdef __cplusplus
 }

@@ -48,15 +48,15 @@ typedef enum patina_jpeg_decoder {
 
 /* 1 when nvJPEG can be loaded at run time; why (may be NULL) gets the
  * library's name or the reason it cannot be used. */
-int patina_jpeg_gpu_available(char *why, size_t size);
+PATINA_API int patina_jpeg_gpu_available(char *why, size_t size);
 
 /* Opens the context's nvJPEG decoders now rather than in the first
  * patina_index_files call that asks for them (creating them takes a large
  * fraction of a second; they stay open until patina_context_free). */
-patina_status patina_jpeg_gpu_prepare(patina_context_t *ctx);
+PATINA_API patina_status patina_jpeg_gpu_prepare(patina_context_t *ctx);
 
 /* Parses "libjpeg" or "nvjpeg". */
-patina_status patina_jpeg_decoder_parse(patina_jpeg_decoder *d, const char *name);
+PATINA_API patina_status patina_jpeg_decoder_parse(patina_jpeg_decoder *d, const char *name);
 
 typedef struct patina_index_opts {
     patina_device device;    /* default AUTO */
@@ -80,18 +80,18 @@ typedef struct patina_index_opts {
 /* Expands paths (files and directories) into a sorted list of files;
  * *files is malloc'd with malloc'd strings. Missing paths are reported
  * through on_error (if given) and counted in *missing. */
-patina_status patina_expand_paths(char ***files, size_t *n, const char *const *paths,
-                                  size_t npaths, size_t *missing,
-                                  void (*on_error)(void *, const char *, patina_status, const char *),
-                                  void *user);
+PATINA_API patina_status patina_expand_paths(char ***files, size_t *n, const char *const *paths,
+                                             size_t npaths, size_t *missing,
+                                             void (*on_error)(void *, const char *, patina_status, const char *),
+                                             void *user);
 
 /* Indexes files into the collection with the extractor. Returns PATINA_OK
  * when the run completed (stats->failed says how many files failed), or the
  * status of an error that stopped the whole run (store full, GPU failure). */
-patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
-                                 const patina_extractor_t *ex, const char *const *files,
-                                 size_t n, const patina_index_opts_t *opts,
-                                 patina_index_stats_t *stats);
+PATINA_API patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
+                                            const patina_extractor_t *ex, const char *const *files,
+                                            size_t n, const patina_index_opts_t *opts,
+                                            patina_index_stats_t *stats);
 
 #ifdef __cplusplus
 }

@@ -36,41 +36,41 @@ typedef struct patina_index patina_index_t;
 /* Builds an index from caller arrays (copied; the extractor is copied too,
  * so the caller may free it). ids (n), descs (n, bytes). A repeated id
  * fails with PATINA_E_INVALID. n = 0 gives an empty index. */
-patina_status patina_index_new(patina_index_t **idx, const patina_extractor_t *ex,
-                               const uint64_t *ids, const void *descs, size_t n);
+PATINA_API patina_status patina_index_new(patina_index_t **idx, const patina_extractor_t *ex,
+                                          const uint64_t *ids, const void *descs, size_t n);
 /* Loads the extractor's table (named by its canonical spec) from a
  * collection: a snapshot; later writes need a new load. An absent table
  * gives an empty index; a table of another descriptor size fails with
  * PATINA_E_CORRUPT. */
-patina_status patina_index_load(patina_index_t **idx, const patina_extractor_t *ex,
-                                patina_collection_t *c);
-void patina_index_free(patina_index_t *idx); /* accepts NULL */
-size_t patina_index_size(const patina_index_t *idx);
+PATINA_API patina_status patina_index_load(patina_index_t **idx, const patina_extractor_t *ex,
+                                           patina_collection_t *c);
+PATINA_API void patina_index_free(patina_index_t *idx); /* accepts NULL */
+PATINA_API size_t patina_index_size(const patina_index_t *idx);
 
 /* k nearest for each of nq queries (nq, bytes): hits is (nq, k) in caller
  * memory; counts[q] = min(k, n); slots past counts[q] are padded with
  * {id 0, distance +inf}. threads 0 = all CPUs (a pool is started per call;
  * tiny problems run on the calling thread). k = 0 fails with
  * PATINA_E_INVALID, k > 1e6 with PATINA_E_LIMIT. nq = 0 does nothing. */
-patina_status patina_index_knn(const patina_index_t *idx, const void *queries, size_t nq,
-                               size_t k, int threads, patina_hit_t *hits, size_t *counts);
+PATINA_API patina_status patina_index_knn(const patina_index_t *idx, const void *queries, size_t nq,
+                                          size_t k, int threads, patina_hit_t *hits, size_t *counts);
 
 /* patina_index_knn on CUDA device `gpu` (0 = the first): the same hits and
  * the same doubles. CEDD Tanimoto indexes only (PATINA_E_UNAVAILABLE for
  * other families, and without a GPU); the table is copied to the device on
  * the first call and kept with the index. Queries that are not CEDD
  * descriptors (a bin above 7) are answered on the CPU. */
-patina_status patina_index_knn_gpu(const patina_index_t *idx, int gpu, const void *queries,
-                                   size_t nq, size_t k, patina_hit_t *hits, size_t *counts);
+PATINA_API patina_status patina_index_knn_gpu(const patina_index_t *idx, int gpu, const void *queries,
+                                              size_t nq, size_t k, patina_hit_t *hits, size_t *counts);
 
 /* Every item with distance <= radius, per query: hits[q] malloc'd (NULL
  * when there are none; the caller frees each), counts[q] its length; with
  * max_hits > 0, the nearest max_hits of them (0 = unlimited). hits and
  * counts are caller arrays of nq. A NaN radius fails; on failure every
  * hits[q] is NULL. */
-patina_status patina_index_range(const patina_index_t *idx, const void *queries, size_t nq,
-                                 double radius, size_t max_hits, int threads,
-                                 patina_hit_t **hits, size_t *counts);
+PATINA_API patina_status patina_index_range(const patina_index_t *idx, const void *queries, size_t nq,
+                                            double radius, size_t max_hits, int threads,
+                                            patina_hit_t **hits, size_t *counts);
 
 #ifdef __cplusplus
 }

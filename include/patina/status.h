@@ -8,6 +8,8 @@
 #ifndef PATINA_STATUS_H
 #define PATINA_STATUS_H
 
+#include "patina/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -31,14 +33,14 @@ typedef enum patina_status {
 } patina_status;
 
 /* Short constant name of a status ("invalid argument"). Never NULL. */
-const char *patina_status_str(patina_status s);
+PATINA_API const char *patina_status_str(patina_status s);
 
 /* The calling thread's last error message ("" when none). The pointer is valid
  * until the next failing library call on this thread. */
-const char *patina_last_error(void);
+PATINA_API const char *patina_last_error(void);
 
 /* Clears the calling thread's last error message. */
-void patina_clear_error(void);
+PATINA_API void patina_clear_error(void);
 
 #ifdef __cplusplus
 }

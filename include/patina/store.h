@@ -60,7 +60,7 @@ typedef struct patina_record {
     int32_t width, height;
 } patina_record_t;
 
-void patina_record_release(patina_record_t *rec); /* frees key, zeroes */
+PATINA_API void patina_record_release(patina_record_t *rec); /* frees key, zeroes */
 
 /* Opens (or creates) the collection at `dir`. map_size 0 = default (64 GiB
  * of address space, halved down to 1 GiB where the system refuses that
@@ -75,12 +75,12 @@ void patina_record_release(patina_record_t *rec); /* frees key, zeroes */
  * makes the directory (one level) if missing and initialises an empty one;
  * it refuses a non-empty directory that holds no collection. READONLY
  * handles fail every write with PATINA_E_INVALID. */
-patina_status patina_collection_open(patina_collection_t **c, const char *dir, int flags,
-                                     uint64_t map_size);
-void patina_collection_close(patina_collection_t *c); /* accepts NULL */
+PATINA_API patina_status patina_collection_open(patina_collection_t **c, const char *dir, int flags,
+                                                uint64_t map_size);
+PATINA_API void patina_collection_close(patina_collection_t *c); /* accepts NULL */
 
 /* Number of image records. */
-patina_status patina_collection_count(patina_collection_t *c, uint64_t *n);
+PATINA_API patina_status patina_collection_count(patina_collection_t *c, uint64_t *n);
 
 typedef struct patina_collection_info {
     uint32_t format;        /* on-disk format version */
@@ -94,17 +94,17 @@ typedef struct patina_collection_info {
 } patina_collection_info_t;
 
 /* A snapshot of the collection's counters and sizes. */
-patina_status patina_collection_info(patina_collection_t *c, patina_collection_info_t *info);
+PATINA_API patina_status patina_collection_info(patina_collection_t *c, patina_collection_info_t *info);
 
 /* Rows and descriptor size of table `spec`; PATINA_E_NOTFOUND when absent. */
-patina_status patina_collection_table_info(patina_collection_t *c, const char *spec, size_t *n,
-                                           size_t *desc_bytes);
+PATINA_API patina_status patina_collection_table_info(patina_collection_t *c, const char *spec, size_t *n,
+                                                      size_t *desc_bytes);
 
 /* Looks a record up by key or id: PATINA_E_NOTFOUND when absent. rec is
  * overwritten (not released first); on success release it. */
-patina_status patina_collection_get_by_key(patina_collection_t *c, const char *key,
-                                           patina_record_t *rec);
-patina_status patina_collection_get(patina_collection_t *c, uint64_t id, patina_record_t *rec);
+PATINA_API patina_status patina_collection_get_by_key(patina_collection_t *c, const char *key,
+                                                      patina_record_t *rec);
+PATINA_API patina_status patina_collection_get(patina_collection_t *c, uint64_t id, patina_record_t *rec);
 
 /* One image to add, with its descriptor for table `spec`. */
 typedef struct patina_insert {
@@ -126,38 +126,38 @@ typedef struct patina_insert {
  * Any failure aborts the whole batch: nothing of it is written. A full map
  * or disk gives PATINA_E_FULL. n = 0 does nothing. items and descriptors
  * are copied. */
-patina_status patina_collection_put(patina_collection_t *c, const char *spec, size_t desc_bytes,
-                                    const patina_insert_t *items, size_t n, uint64_t *ids);
+PATINA_API patina_status patina_collection_put(patina_collection_t *c, const char *spec, size_t desc_bytes,
+                                               const patina_insert_t *items, size_t n, uint64_t *ids);
 
 /* Copies image id's descriptor of table `spec` (bytes must be the table's
  * size). PATINA_E_NOTFOUND when the table or the descriptor is absent. */
-patina_status patina_collection_get_descriptor(patina_collection_t *c, const char *spec,
-                                               uint64_t id, void *out, size_t bytes);
+PATINA_API patina_status patina_collection_get_descriptor(patina_collection_t *c, const char *spec,
+                                                          uint64_t id, void *out, size_t bytes);
 
 /* Removes an image record and its descriptors in every table (one
  * transaction); PATINA_E_NOTFOUND when absent. Its id is never reused. */
-patina_status patina_collection_remove(patina_collection_t *c, uint64_t id);
+PATINA_API patina_status patina_collection_remove(patina_collection_t *c, uint64_t id);
 
 /* Iterates records in id order. Start with *cursor = 0; each call returns
  * the first record with id > *cursor and sets *cursor to its id; returns
  * PATINA_DONE (rec zeroed) at the end. rec must be released by the caller
  * each time. */
-patina_status patina_collection_next(patina_collection_t *c, uint64_t *cursor,
-                                     patina_record_t *rec);
+PATINA_API patina_status patina_collection_next(patina_collection_t *c, uint64_t *cursor,
+                                                patina_record_t *rec);
 
 /* Names of the descriptor tables (specs) in the collection; *specs is a
  * malloc'd array of malloc'd strings (free each, then the array). */
-patina_status patina_collection_tables(patina_collection_t *c, char ***specs, size_t *n);
+PATINA_API patina_status patina_collection_tables(patina_collection_t *c, char ***specs, size_t *n);
 
 /* Loads table `spec` into one contiguous matrix: *ids (n) and *descs
  * (n, *desc_bytes) row-major, in id order; both malloc'd, caller frees.
  * PATINA_E_NOTFOUND when the table does not exist. An empty table gives
  * n = 0 and NULL arrays. */
-patina_status patina_collection_load(patina_collection_t *c, const char *spec, uint64_t **ids,
-                                     uint8_t **descs, size_t *n, size_t *desc_bytes);
+PATINA_API patina_status patina_collection_load(patina_collection_t *c, const char *spec, uint64_t **ids,
+                                                uint8_t **descs, size_t *n, size_t *desc_bytes);
 
 /* SHA-256 of a buffer (FIPS 180-4). */
-void patina_sha256(uint8_t out[32], const void *data, size_t size);
+PATINA_API void patina_sha256(uint8_t out[32], const void *data, size_t size);
 
 /* Streaming SHA-256 in caller storage: init, update any number of times,
  * final (which wipes the context). */
@@ -166,9 +166,9 @@ typedef struct patina_sha256_ctx {
     uint64_t bytes;
     uint8_t buf[64];
 } patina_sha256_ctx_t;
-void patina_sha256_init(patina_sha256_ctx_t *ctx);
-void patina_sha256_update(patina_sha256_ctx_t *ctx, const void *data, size_t size);
-void patina_sha256_final(patina_sha256_ctx_t *ctx, uint8_t out[32]);
+PATINA_API void patina_sha256_init(patina_sha256_ctx_t *ctx);
+PATINA_API void patina_sha256_update(patina_sha256_ctx_t *ctx, const void *data, size_t size);
+PATINA_API void patina_sha256_final(patina_sha256_ctx_t *ctx, uint8_t out[32]);
 
 #ifdef __cplusplus
 }
