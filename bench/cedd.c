@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "core/internal.h"
+#include "features/cedd_ref.h"
 #include "gpu/gpu.h"
 #include "patina/patina.h"
 
@@ -161,7 +162,7 @@ static double run_mode(mode_ctx_t *m, int mode, const patina_image_t *src, size_
         OK("gpu_cedd", patina_gpu_cedd(m->gpu, out, list, n, 0, NULL));
         break;
     case M_HYBRID:
-        OK("gpu_cedd_hybrid", patina_gpu_cedd_hybrid(m->gpu, m->pool, out, list, n, 0, NULL));
+        OK("gpu_cedd_hybrid", patina_gpu_cedd_hybrid(m->gpu, m->pool, cedd_block_row_sums, out, list, n, 0, NULL));
         break;
     }
     t = patina_now() - t0;

@@ -225,8 +225,8 @@ static patina_status cedd_hybrid(patina_gpu_t *g, patina_pool_t *pool, const voi
                                  void *out, const patina_image_t *imgs, size_t n,
                                  patina_status *st)
 {
-    return patina_gpu_cedd_hybrid(g, pool, out, imgs, n, ((const cedd_params_t *)params)->compact,
-                                  st);
+    return patina_gpu_cedd_hybrid(g, pool, cedd_block_row_sums, out, imgs, n,
+                                  ((const cedd_params_t *)params)->compact, st);
 }
 
 const patina_family_t patina_family_cedd = {

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "core/internal.h"
-#include "features/lbp_core.h"
+#include "algo/lbp_core.h"
 #include "patina/descriptor.h"
 
 #ifdef __cplusplus

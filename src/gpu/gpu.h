@@ -27,8 +27,9 @@ typedef struct patina_gpu patina_gpu_t;
 int patina_gpu__count(void);
 patina_status patina_gpu__describe(int i, char *buf, size_t size);
 
-/* Opens device `index`. budget: bytes of device memory for batches (0 =
- * a quarter of free memory). PATINA_E_UNAVAILABLE without a usable GPU. */
+/* Opens device `index`. budget: bytes of device memory the context's
+ * families may hold together (0 = a quarter of free memory); they allocate
+ * on first use (context.h). PATINA_E_UNAVAILABLE without a usable GPU. */
 patina_status patina_gpu_open(patina_gpu_t **g, int index, uint64_t budget);
 void patina_gpu_close(patina_gpu_t *g); /* accepts NULL */
 
@@ -46,11 +47,18 @@ void patina_gpu_host_free(void *p);
 patina_status patina_gpu_cedd(patina_gpu_t *g, uint8_t *out, const patina_image_t *imgs, size_t n,
                               int compact, patina_status *st);
 
-/* Hybrid CEDD: CPU workers of `pool` compute each image's block sums
- * (cedd_block_sums) into pinned buffers while the GPU turns earlier ones
- * into descriptors; only the block sums cross PCIe. Same output. */
-patina_status patina_gpu_cedd_hybrid(patina_gpu_t *g, patina_pool_t *pool, uint8_t *out,
-                                     const patina_image_t *imgs, size_t n, int compact,
+/* The hybrid design's CPU stage: the block sums of block row `by` of img
+ * into out[0 .. g->nbx) (features/cedd_ref.h: cedd_block_row_sums). */
+struct cedd_block;
+struct cedd_geom;
+typedef void (*pgpu_cedd_rows_fn)(struct cedd_block *out, const patina_image_t *img,
+                                  const struct cedd_geom *g, int by);
+
+/* Hybrid CEDD: CPU workers of `pool` compute each image's block sums with
+ * `rows` into pinned buffers while the GPU turns earlier ones into
+ * descriptors; only the block sums cross PCIe. Same output. */
+patina_status patina_gpu_cedd_hybrid(patina_gpu_t *g, patina_pool_t *pool, pgpu_cedd_rows_fn rows,
+                                     uint8_t *out, const patina_image_t *imgs, size_t n, int compact,
                                      patina_status *st);
 
 /* ---- JPEG decoding on the GPU (src/gpu/nvjpeg.c: nvJPEG loaded at run time) ----
@@ -118,7 +126,8 @@ patina_status patina_gpu__upload(patina_gpu_t *g, void *dst, const void *src, si
 patina_status patina_gpu__bandwidth(patina_gpu_t *g, int kind, size_t bytes, int reps,
                                     double *gbps);
 
-/* The memory plan in words ("3 slots x (64.0 MiB pixels, ...)"). */
+/* The context's memory in words: budget, bytes held, and each allocation
+ * with its owner and purpose. */
 void patina_gpu__plan(const patina_gpu_t *g, char *buf, size_t size);
 
 /* Profiling: on != 0 times the kernels of every batch with CUDA events from
@@ -129,10 +138,12 @@ void patina_gpu__plan(const patina_gpu_t *g, char *buf, size_t size);
  * Output pointers may be NULL. */
 void patina_gpu__profile(patina_gpu_t *g, int on, double ms[4], uint64_t *batches);
 
-/* Testing: lowers the per-batch capacities (pixel bytes per batch, block
+/* Testing: lowers CEDD's per-batch capacities (pixel bytes per batch, block
  * sums per batch, images/pieces per batch) below the planned ones, to force
- * images to be split across pieces and batches. 0 keeps a capacity. */
-void patina_gpu__set_caps(patina_gpu_t *g, size_t pixel_bytes, size_t blocks, size_t units);
+ * images to be split across pieces and batches. 0 keeps a capacity. Lasts
+ * as long as the context's CEDD state (another family needing the memory
+ * releases it). */
+patina_status patina_gpu__set_caps(patina_gpu_t *g, size_t pixel_bytes, size_t blocks, size_t units);
 
 /* ---- local texture patterns: lbp, lbp8, tlbap, lanadp (src/gpu/lbp.cu) ---- */
 

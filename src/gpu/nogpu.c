@@ -45,11 +45,11 @@ patina_status patina_gpu_cedd(patina_gpu_t *g, uint8_t *out, const patina_image_
     return none();
 }
 
-patina_status patina_gpu_cedd_hybrid(patina_gpu_t *g, patina_pool_t *pool, uint8_t *out,
-                                     const patina_image_t *imgs, size_t n, int compact,
+patina_status patina_gpu_cedd_hybrid(patina_gpu_t *g, patina_pool_t *pool, pgpu_cedd_rows_fn rows,
+                                     uint8_t *out, const patina_image_t *imgs, size_t n, int compact,
                                      patina_status *st)
 {
-    (void)g; (void)pool; (void)out; (void)imgs; (void)n; (void)compact; (void)st;
+    (void)g; (void)pool; (void)rows; (void)out; (void)imgs; (void)n; (void)compact; (void)st;
     return none();
 }
 
@@ -81,9 +81,10 @@ void patina_gpu__plan(const patina_gpu_t *g, char *buf, size_t size)
     if (size) buf[0] = '\0';
 }
 
-void patina_gpu__set_caps(patina_gpu_t *g, size_t pixel_bytes, size_t blocks, size_t units)
+patina_status patina_gpu__set_caps(patina_gpu_t *g, size_t pixel_bytes, size_t blocks, size_t units)
 {
     (void)g; (void)pixel_bytes; (void)blocks; (void)units;
+    return none();
 }
 
 patina_status patina_gpu_lbp(patina_gpu_t *g, const struct lbp_conf *c, void *out,
