@@ -1,5 +1,5 @@
 /* bench_cedd: CEDD extraction throughput, reproducing Table 3 of
- * ../shared/papers/cedd-gpu-realtime-indexing.txt (frames/s per image size
+ * Bampis et al. (docs/references.md) (frames/s per image size
  * and implementation) on this machine, with the paper's best Setup4 figure
  * (Quadro 4000 + i7) as the peer column and each GPU mode's fraction of the
  * hardware limit that bounds it, measured in the same run:

@@ -1,4 +1,4 @@
-/* CEDD C reference (../shared/specs/cedd.md): block sums, accumulation over
+/* CEDD C reference (docs/cedd-spec.md): block sums, accumulation over
  * blocks in raster order, LIRE's Tanimoto distance and byte packing.
  * The per-block arithmetic lives in cedd_core.h, shared with CUDA. */
 #include <pthread.h>
