@@ -394,7 +394,7 @@ static int e2e(const char *dir, const char *device, size_t batch)
     OK("extractor", patina_extractor_new(&ex, "cedd"));
     OK("expand", patina_expand_paths(&files, &nfiles, paths, 1, &missing, on_error, NULL));
     printf("e2e: %zu files under %s, %d threads; nvJPEG: %s\n", nfiles, dir,
-           patina_context_threads(ctx), patina_jpeg_gpu_available(why, sizeof why) ? why : "no");
+           patina_context_threads(ctx), patina_jpeg_gpu_available(ctx, why, sizeof why) ? why : "no");
     printf("%-12s %8s %9s %10s %10s %9s %7s %8s\n", "mode", "seconds", "files/s", "MB/s in",
            "Mpix/s", "indexed", "failed", "nvjpeg");
     for (d = 0; d < sizeof E2E_MODES / sizeof E2E_MODES[0]; d++) {
@@ -414,7 +414,7 @@ static int e2e(const char *dir, const char *device, size_t batch)
                 continue;
             }
         }
-        if (m->decoder == PATINA_JPEG_NVJPEG && !patina_jpeg_gpu_available(why, sizeof why)) {
+        if (m->decoder == PATINA_JPEG_NVJPEG && !patina_jpeg_gpu_available(ctx, why, sizeof why)) {
             printf("%-12s unavailable: %s\n", m->name, why);
             continue;
         }

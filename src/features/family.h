@@ -1,5 +1,6 @@
 /* The descriptor-family table entry. One per family, defined beside its C
- * reference (e.g. src/features/cedd.c) and listed in registry.c. */
+ * reference (e.g. src/features/cedd.c) and listed in registry.c; the
+ * extractor (a family and its options) that every other module holds. */
 #ifndef PATINA_FAMILY_H
 #define PATINA_FAMILY_H
 
@@ -46,6 +47,17 @@ typedef struct patina_family {
      * in place (images decoded by nvJPEG). */
     int gpu_reads_device;
 } patina_family_t;
+
+/* An extractor: a family and its parsed options (registry.c). */
+struct patina_extractor {
+    const patina_family_t *family;
+    _Alignas(16) unsigned char params[PATINA_PARAMS_MAX];
+    char spec[PATINA_PARAMS_MAX + 64];
+};
+
+/* Non-zero when the extractor's GPU path reads images in device memory
+ * (images decoded by nvJPEG) in place. */
+int patina__extractor_reads_device(const patina_extractor_t *ex);
 
 extern const patina_family_t patina_family_cedd;
 extern const patina_family_t patina_family_lbp;

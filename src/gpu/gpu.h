@@ -65,14 +65,15 @@ patina_status patina_gpu_cedd_hybrid(patina_gpu_t *g, patina_pool_t *pool, pgpu_
  * Close to, not identical with, libjpeg-turbo's pixels: opt-in. */
 typedef struct patina_jpeg_gpu patina_jpeg_gpu_t;
 
-/* 1 when libnvjpeg can be loaded; why (may be NULL) gets its path or the
- * reason it cannot. */
-int patina_gpu_jpeg_available(char *why, size_t size);
+/* 1 when libnvjpeg (`library`: a path or file name; NULL: the usual names)
+ * can be loaded; why (may be NULL) gets its path or the reason it cannot. */
+int patina_gpu_jpeg_available(const char *library, char *why, size_t size);
 
 /* A decoder on g's device: the JPEG engines where the device has them,
- * else nvJPEG's GPU Huffman backend, fed by `lanes` host threads (1..16).
- * One calling thread at a time. */
-patina_status patina_gpu_jpeg_open(patina_jpeg_gpu_t **d, patina_gpu_t *g, int lanes);
+ * else nvJPEG's GPU Huffman backend, fed by `lanes` host threads (1..16),
+ * with the library as above. One calling thread at a time. */
+patina_status patina_gpu_jpeg_open(patina_jpeg_gpu_t **d, patina_gpu_t *g, const char *library,
+                                   int lanes);
 int patina_gpu_jpeg_lanes(const patina_jpeg_gpu_t *d);
 void patina_gpu_jpeg_close(patina_jpeg_gpu_t *d); /* accepts NULL */
 const char *patina_gpu_jpeg_backend(const patina_jpeg_gpu_t *d); /* "hardware", "gpu-hybrid" */

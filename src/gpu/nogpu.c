@@ -171,15 +171,18 @@ void patina_gpu__profile(patina_gpu_t *g, int on, double ms[4], uint64_t *batche
     if (batches) *batches = 0;
 }
 
-int patina_gpu_jpeg_available(char *why, size_t size)
+int patina_gpu_jpeg_available(const char *library, char *why, size_t size)
 {
+    (void)library;
     if (why && size) snprintf(why, size, "this build has no CUDA support");
     return 0;
 }
 
-patina_status patina_gpu_jpeg_open(patina_jpeg_gpu_t **d, patina_gpu_t *g, int lanes)
+patina_status patina_gpu_jpeg_open(patina_jpeg_gpu_t **d, patina_gpu_t *g, const char *library,
+                                   int lanes)
 {
     (void)g;
+    (void)library;
     (void)lanes;
     *d = NULL;
     return none();
