@@ -5,6 +5,7 @@
 #define PATINA_FAMILY_H
 
 #include <stddef.h>
+#include "algo/distance_ids.h"
 #include "core/internal.h"
 #include "gpu/gpu.h"
 #include "patina/descriptor.h"
@@ -21,8 +22,9 @@ typedef struct patina_family {
     size_t (*dim)(const void *params);
     /* Cross-option checks after parsing (NULL: none). */
     patina_status (*check)(const void *params);
-    const char *distance_name;
-    double (*distance)(const void *params, const void *a, const void *b);
+    /* The distance search uses (algo/distance_ids.h; the definitions are the
+     * search engine's distance table). */
+    pdist_t distance;
     /* C reference for one image: out has dim*elem bytes. */
     patina_status (*cpu)(const void *params, void *out, const patina_image_t *img);
     /* Whole batch on the GPU, and hybrid CPU+GPU; NULL when the family has none. */
@@ -33,8 +35,8 @@ typedef struct patina_family {
     /* Optional hooks (NULL for families that do not need them). */
     /* Element type when it depends on the options (else .elem). */
     patina_elem (*elem_for)(const void *params);
-    /* Distance name when it depends on the options (else .distance_name). */
-    const char *(*distance_name_for)(const void *params);
+    /* The distance when it depends on the options (else .distance). */
+    pdist_t (*distance_for)(const void *params);
     /* Code map of one image on the CPU (pool may be NULL); see
      * patina_extract_codemap. */
     patina_status (*codemap)(const void *params, patina_codemap_t *map, const patina_image_t *img,

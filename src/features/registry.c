@@ -6,6 +6,7 @@
 
 #include "core/internal.h"
 #include "features/family.h"
+#include "search/distance.h"
 #include "patina/descriptor.h"
 
 static const patina_family_t *const families[] = {
@@ -113,13 +114,17 @@ patina_elem patina_extractor_elem(const patina_extractor_t *ex)
 
 size_t patina_extractor_bytes(const patina_extractor_t *ex)
 {
-    return patina_extractor_dim(ex) * patina_elem_size(ex->family->elem);
+    return patina_extractor_dim(ex) * patina_elem_size(patina_extractor_elem(ex));
+}
+
+static pdist_t distance_id(const patina_extractor_t *ex)
+{
+    return ex->family->distance_for ? ex->family->distance_for(ex->params) : ex->family->distance;
 }
 
 const char *patina_extractor_distance_name(const patina_extractor_t *ex)
 {
-    if (ex->family->distance_name_for) return ex->family->distance_name_for(ex->params);
-    return ex->family->distance_name;
+    return pdist_get(distance_id(ex))->name;
 }
 
 int patina_extractor_has_device(const patina_extractor_t *ex, patina_device d)
@@ -135,7 +140,7 @@ int patina_extractor_has_device(const patina_extractor_t *ex, patina_device d)
 
 double patina_extractor_distance(const patina_extractor_t *ex, const void *a, const void *b)
 {
-    return ex->family->distance(ex->params, a, b);
+    return pdist_get(distance_id(ex))->pair(patina_extractor_elem(ex), a, b, patina_extractor_dim(ex), NULL);
 }
 
 int patina_extractor_has_json(const patina_extractor_t *ex) { return ex->family->json != NULL; }
