@@ -17,7 +17,9 @@
 #                                          validation), every result verbose
 #                                sanitize  compute-sanitizer memcheck with
 #                                          --leak-check full, racecheck and
-#                                          synccheck on each GPU test (quick mode)
+#                                          synccheck on each GPU test (quick
+#                                          mode; SANITIZE_TESTS and
+#                                          SANITIZE_TOOLS choose)
 #                                bench     bench_cedd, bench_lbp, bench_glcm,
 #                                          bench_knn with peers (PyTorch,
 #                                          scikit-image) where they run
@@ -144,8 +146,9 @@ step_tests() {
 step_sanitize() {
     echo "== compute-sanitizer (quick mode): memcheck --leak-check full, racecheck, synccheck"
     : > "$OUT/sanitizer.log"
-    for t in $(cd "$BUILD/tests" && ls test_*_gpu 2>/dev/null); do
-        for tool in "memcheck --leak-check full" racecheck synccheck; do
+    for t in ${SANITIZE_TESTS:-$(cd "$BUILD/tests" && ls test_*_gpu 2>/dev/null)}; do
+        for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
+            [ "$tool" = memcheck ] && tool="memcheck --leak-check full"
             # shellcheck disable=SC2086
             PATINA_TEST_QUICK=1 timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 \
                 "$BUILD/tests/$t" > "$OUT/sanitizer-one.log" 2>&1 || rc=1
