@@ -149,8 +149,11 @@ step_sanitize() {
     for t in ${SANITIZE_TESTS:-$(cd "$BUILD/tests" && ls test_*_gpu 2>/dev/null)}; do
         for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
             [ "$tool" = memcheck ] && tool="memcheck --leak-check full"
+            # racecheck follows every shared-memory access: the tiny set
+            quick=1
+            [ "$tool" = racecheck ] && quick=2
             # shellcheck disable=SC2086
-            PATINA_TEST_QUICK=1 timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 \
+            PATINA_TEST_QUICK=$quick timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 \
                 "$BUILD/tests/$t" > "$OUT/sanitizer-one.log" 2>&1 || rc=1
             { echo "=== $t: $tool"; grep -vE "^\[ (RUN|  *OK) " "$OUT/sanitizer-one.log" | tail -40; } >> "$OUT/sanitizer.log"
             echo "$t $tool: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$OUT/sanitizer-one.log" | tr '\n' ' ') $(grep -E "PASSED|FAILED" "$OUT/sanitizer-one.log" | tail -1)"
