@@ -12,7 +12,8 @@
  * state's memory returned when the context releases it. Variants the policy
  * never picks are validated by the lab (lab/glcm, test lab_glcm). Label gpu:
  * skipped without one. PATINA_TEST_QUICK=1 trims the largest loops (for
- * compute-sanitizer). */
+ * compute-sanitizer's memcheck and synccheck), PATINA_TEST_QUICK=2 keeps a
+ * tiny set that still runs every production kernel (for racecheck). */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -27,7 +28,7 @@
 #include "testutil.h"
 
 static patina_gpu_t *gpu;
-static int quick;
+static int quick; /* PATINA_TEST_QUICK: 0, 1 (smaller), 2 (tiny) */
 
 /* The work per SM the policy is told to assume: 0 (each launch's own: small
  * images get k_count2 / k_count3), 32 K (k_count4, two groups per lane),
@@ -147,6 +148,7 @@ static void test_counts_random(void **state)
                 uint32_t *a, *b;
                 char what[160];
                 if ((ci > 0 || quick) && w * h > 70000 && L > 100) continue; /* keep the run short */
+                if (quick > 1 && (ci > 1 || si > 3 || L > 32)) continue;
                 a = malloc(n * 4);
                 b = malloc(n * 4);
                 img_random(&im, w, h, L, (int)(si + li) % 3, (int)(si + ci) % 2, &rng);
@@ -185,7 +187,7 @@ static void test_batches(void **state)
     for (size_t pi = 0; pi < NPOLICIES; pi++)
         for (int small = 0; small < 2; small++) {
             const pgpu_glcm_knobs_t k = knobs(small ? 6000 : 0, small ? 300 : 0, policies[pi]);
-            for (size_t bi = 0; bi < sizeof batch / sizeof batch[0]; bi++) {
+            for (size_t bi = 0; bi < (quick > 1 ? 2 : sizeof batch / sizeof batch[0]); bi++) {
                 const size_t n = batch[bi];
                 const int L = bi % 2 ? 32 : 8;
                 patina_glcm_offset_t off[8];
@@ -244,6 +246,10 @@ static void test_counts_photos(void **state)
 {
     static const int levels[] = {8, 32, 256};
     (void)state;
+    if (quick > 1) {
+        print_message("PATINA_TEST_QUICK=2: no photographs\n");
+        return;
+    }
     for (size_t li = 0; li < 3; li++) {
         const int L = levels[li];
         uint8_t *q[8];
@@ -296,6 +302,7 @@ static void test_offsets_in_one_pass(void **state)
                 patina_gpu_grey_t gi;
                 img_t im;
                 if ((li == 4 || quick) && si != 5) continue; /* L = 4: one size */
+                if (quick > 1 && G != 3 && G != 8) continue;
                 a = malloc(per * 4);
                 b = malloc(per * 4);
                 img_random(&im, w, h, L, (int)(si + li) % 3, (int)si % 2, &rng);
@@ -348,7 +355,7 @@ static void test_policy_kernels(void **state)
     (void)state;
     tu_rng_seed(&rng, 97);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        const int L = cases[ci].L, G = cases[ci].noff, w = 257, h = 133;
+        const int L = cases[ci].L, G = cases[ci].noff, w = quick > 1 ? 67 : 257, h = quick > 1 ? 35 : 133;
         const size_t per = (size_t)G * (size_t)L * (size_t)L;
         const pgpu_glcm_knobs_t k = knobs(0, 0, cases[ci].px), ks = knobs((size_t)(w + 48) * 9, 100, cases[ci].px);
         patina_glcm_offset_t off[64];
@@ -411,7 +418,8 @@ static void test_masks(void **state)
                 uint8_t *mask;
                 patina_gpu_grey_t gi;
                 img_t im;
-                if (quick && si != 3) continue;
+                if (quick && si != (quick > 1 ? 2 : 3)) continue;
+                if (quick > 1 && G != 1 && G != 8) continue;
                 a = malloc(per * 4);
                 b = malloc(per * 4);
                 mask = malloc(np);
@@ -463,12 +471,13 @@ static void test_masks(void **state)
  * slots shrink to 4 MiB: counts and features still equal the reference. */
 static void test_small_budget(void **state)
 {
-    enum { N = 20, G = 8, L = 256 };
+    enum { NMAX = 20, G = 8, L = 256 };
+    const int N = quick > 1 ? 9 : NMAX; /* 8 images per chunk */
     const size_t per = (size_t)G * L * L;
     patina_gpu_t *g = NULL;
     patina_glcm_offset_t off[G];
-    img_t im[N];
-    patina_gpu_grey_t gi[N];
+    img_t im[NMAX];
+    patina_gpu_grey_t gi[NMAX];
     uint32_t *a = malloc(per * 4), *b = malloc(N * per * 4);
     double *gp = malloc(N * G * PATINA_GLCM_NPROPS * 8), *cp = malloc(G * PATINA_GLCM_NPROPS * 8);
     tu_rng_t rng;
@@ -648,7 +657,8 @@ static void test_features_source(void **state)
     (void)state;
     tu_rng_seed(&rng, 100);
     for (int i = 0; i < N; i++) {
-        img_random(&im[i], i == 4 ? 1500 : 30 + 17 * i, i == 4 ? 1200 : 20 + 11 * i, L, i % 3, 0, &rng);
+        img_random(&im[i], i == 4 ? (quick > 1 ? 150 : 1500) : 30 + 17 * i, i == 4 ? (quick > 1 ? 120 : 1200) : 20 + 11 * i,
+                   L, i % 3, 0, &rng);
         w[i] = im[i].w;
         h[i] = im[i].h;
     }
@@ -705,7 +715,7 @@ static void test_families_gpu(void **state)
     tu_random_image(&imgs[1], 1, 1, 0, &rng);
     tu_random_image(&imgs[2], 300, 2, 2, &rng);
     tu_random_image(&imgs[3], 97, 131, 0, &rng);
-    tu_random_image(&imgs[4], 1500, 1100, 3, &rng);
+    tu_random_image(&imgs[4], quick > 1 ? 150 : 1500, quick > 1 ? 110 : 1100, 3, &rng);
     for (size_t si = 0; si < sizeof specs / sizeof specs[0]; si++) {
         patina_extractor_t *ex;
         size_t dim;
@@ -795,6 +805,7 @@ static void test_masks_gpu(void **state)
         patina_extractor_t *ex;
         size_t dim;
         double *a, *b;
+        if (quick > 1 && si != 0 && si != 5) continue;
         snprintf(spec, sizeof spec, "%s,mask=%s", specs[si], path);
         TU_OK(patina_extractor_new(&ex, spec));
         dim = patina_extractor_dim(ex);
@@ -821,7 +832,7 @@ static void test_masks_gpu(void **state)
 static int setup(void **state)
 {
     (void)state;
-    quick = getenv("PATINA_TEST_QUICK") && atoi(getenv("PATINA_TEST_QUICK")) > 0;
+    quick = getenv("PATINA_TEST_QUICK") ? atoi(getenv("PATINA_TEST_QUICK")) : 0;
     return patina_gpu_open(&gpu, 0, 0) == PATINA_OK ? 0 : -1;
 }
 

@@ -1,4 +1,4 @@
-/* glcm_lab: the GLCM kernel lab (docs/lab/glcm.md).
+/* lab_glcm: the GLCM kernel lab (docs/lab/glcm.md).
  *
  * Variants. The variant table below holds every counting-kernel instance
  * the experiments produced (src/gpu/glcm_kernels.cuh, instantiated here);
@@ -28,16 +28,16 @@
  * streams with the paper's Pad rule.
  *
  * Modes:
- *   glcm_lab --validate [--quick]   every variant, split and task size, the
+ *   lab_glcm --validate [--quick]   every variant, split and task size, the
  *       masks and the schemes against the C reference and against the
  *       library's own entry point (patina_gpu_glcm_counts); exit 1 on a
  *       difference, 77 without a GPU. The CTest test lab_glcm.
- *   glcm_lab [--quick] [--max-size N]   the paper's tables: Scheme 1
+ *   lab_glcm [--quick] [--max-size N]   the paper's tables: Scheme 1
  *       (Table II), Schemes 1, 2 and the production kernel (Table III),
  *       Scheme 3's copies, kernels and overlap against the production path
  *       from pinned memory (Table 3), and a mask's sentinel level against
  *       bit 7; every result checked against the CPU.
- *   glcm_lab --focus [--sizes A,B] [--kinds 0,1] [--levels 8,32]
+ *   lab_glcm --focus [--sizes A,B] [--kinds 0,1] [--levels 8,32]
  *       [--sets 1,2,8] [--reps R] [--variants 'K2=4;K2=6,TASKPX=65536;-']
  *       the counting kernel alone (image resident) under each variant:
  *       launches back to back and one launch alone, ms. */
@@ -1130,7 +1130,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--variants") && i + 1 < argc) variants = argv[++i];
         else {
-            fprintf(stderr, "usage: glcm_lab [--validate] [--quick] [--max-size N] | --focus [--sizes A,B] "
+            fprintf(stderr, "usage: lab_glcm [--validate] [--quick] [--max-size N] | --focus [--sizes A,B] "
                             "[--kinds 0,1] [--levels 8,32] [--sets 1,2,8] [--reps R] "
                             "[--variants 'K2=4;K2=6,SPLIT=2,TASKPX=65536;-']\n");
             return 2;
@@ -1138,15 +1138,15 @@ int main(int argc, char **argv)
     }
     if (getenv("PATINA_TEST_QUICK") && atoi(getenv("PATINA_TEST_QUICK")) > 0) quick = 1;
     if (patina_gpu_count() == 0) {
-        fprintf(stderr, "SKIPPED: glcm_lab: no usable CUDA GPU on this machine (%s)\n", patina_build_info());
+        fprintf(stderr, "SKIPPED: lab_glcm: no usable CUDA GPU on this machine (%s)\n", patina_build_info());
         return 77;
     }
     if (patina_gpu_open(&g, 0, 0) != PATINA_OK) {
-        fprintf(stderr, "glcm_lab: %s\n", patina_last_error());
+        fprintf(stderr, "lab_glcm: %s\n", patina_last_error());
         return 1;
     }
     patina_gpu_describe(0, desc, sizeof desc);
-    printf("# glcm_lab%s (%s; %s)\n", validate ? " --validate" : do_focus ? " --focus" : "", desc, patina_build_info());
+    printf("# lab_glcm%s (%s; %s)\n", validate ? " --validate" : do_focus ? " --focus" : "", desc, patina_build_info());
     if (validate) {
         validate_variants(g, quick);
         validate_offsets(g, quick);
