@@ -9,9 +9,16 @@
     distances;
 
 and cross-checks that both give the same counts (FNV-1a checksums of the
-u32 matrices, as bench_glcm computes them).
+u32 matrices).
 
-Usage: glcm_peers.py [--max-size N] [--quick] [--no-gpu]
+--tsv prints one tab-separated line per measurement instead of tables, for
+bench_glcm to put beside its own numbers:
+    # <peer> <version> [<device>]
+    <peer> <size> <kind> <L> <d> <angle> <ms> <same counts: yes|NO|->
+with peer skimage or torch, kind 0 slow / 1 drastic, and d = "1,4", angle =
+"8" for the 8 offsets of 4 angles x 2 distances in one call.
+
+Usage: glcm_peers.py [--max-size N] [--quick] [--no-gpu] [--tsv]
 """
 import argparse
 import math
@@ -67,17 +74,24 @@ def kind_name(k):
     return "drastic" if k else "slow"
 
 
+TSV = False
+
+
 def bench_skimage(sizes):
     try:
         import skimage
         from skimage.feature import graycomatrix
     except ImportError:
-        print("\n### scikit-image: not importable")
+        if not TSV:
+            print("\n### scikit-image: not importable")
         return {}
-    print("\n### scikit-image %s graycomatrix (CPU, one core): ms, ns per pixel pair (best of 3)\n" %
-          skimage.__version__)
-    print("| size | image | L | d | angle | ms | ns/pair |")
-    print("|---|---|---|---|---|---|---|")
+    if TSV:
+        print("#\tskimage\t%s" % skimage.__version__)
+    else:
+        print("\n### scikit-image %s graycomatrix (CPU, one core): ms, ns per pixel pair (best of 3)\n" %
+              skimage.__version__)
+        print("| size | image | L | d | angle | ms | ns/pair |")
+        print("|---|---|---|---|---|---|---|")
     sums = {}
     for n in sizes:
         for kind in (0, 1):
@@ -94,8 +108,12 @@ def bench_skimage(sizes):
                     pairs = (n - abs(dy)) * (n - abs(dx))
                     if n <= 1024:
                         sums[(n, kind, L, d, a)] = fnv(P[:, :, 0, 0])
-                    print("| %d² | %s | %d | %d | %d | %.2f | %.2f |" % (n, kind_name(kind), L, d, a,
-                                                                      best * 1e3, best * 1e9 / pairs))
+                    if TSV:
+                        print("skimage\t%d\t%d\t%d\t%d\t%d\t%.6f\t-" % (n, kind, L, d, a, best * 1e3))
+                    else:
+                        print("| %d² | %s | %d | %d | %d | %.2f | %.2f |" % (n, kind_name(kind), L, d, a,
+                                                                          best * 1e3, best * 1e9 / pairs))
+                    sys.stdout.flush()
     return sums
 
 
@@ -103,16 +121,21 @@ def bench_torch(sizes, sk_sums):
     try:
         import torch
     except ImportError:
-        print("\n### PyTorch: not importable")
+        if not TSV:
+            print("\n### PyTorch: not importable")
         return
     if not torch.cuda.is_available():
-        print("\n### PyTorch %s: no CUDA device" % torch.__version__)
+        if not TSV:
+            print("\n### PyTorch %s: no CUDA device" % torch.__version__)
         return
     dev = torch.device("cuda")
-    print("\n### PyTorch %s bincount GLCM on %s: kernel ms (median, image resident)\n" %
-          (torch.__version__, torch.cuda.get_device_name(0)))
-    print("| size | image | L | d | angle | ms | GB/s (pixels / time) | same counts as scikit-image |")
-    print("|---|---|---|---|---|---|---|---|")
+    if TSV:
+        print("#\ttorch\t%s\t%s" % (torch.__version__, torch.cuda.get_device_name(0)))
+    else:
+        print("\n### PyTorch %s bincount GLCM on %s: kernel ms (median, image resident)\n" %
+              (torch.__version__, torch.cuda.get_device_name(0)))
+        print("| size | image | L | d | angle | ms | GB/s (pixels / time) | same counts as scikit-image |")
+        print("|---|---|---|---|---|---|---|---|")
 
     def glcm(qt, L, dy, dx):
         H, W = qt.shape
@@ -152,13 +175,20 @@ def bench_torch(sizes, sk_sums):
                     if key in sk_sums:
                         c = glcm(qt, L, dy, dx).cpu().numpy().astype(np.uint32).reshape(L, L)
                         check = "yes" if fnv(c) == sk_sums[key] else "NO"
-                    print("| %d² | %s | %d | %d | %d | %.4f | %.0f | %s |" % (
-                        n, kind_name(kind), L, d, a, ms, n * n / (ms * 1e-3) / 1e9, check))
+                    if TSV:
+                        print("torch\t%d\t%d\t%d\t%d\t%d\t%.6f\t%s" % (n, kind, L, d, a, ms, check or "-"))
+                    else:
+                        print("| %d² | %s | %d | %d | %d | %.4f | %.0f | %s |" % (
+                            n, kind_name(kind), L, d, a, ms, n * n / (ms * 1e-3) / 1e9, check))
+                    sys.stdout.flush()
                 if n == sizes[-1]:
                     offs = [offset(d, a) for d in (1, 4) for a in (0, 45, 90, 135)]
                     ms = timeit(lambda: [glcm(qt, L, dy, dx) for dy, dx in offs], reps)
-                    print("| %d² | %s | %d | 1,4 | 0,45,90,135 (8 offsets) | %.4f | %.0f | |" % (
-                        n, kind_name(kind), L, ms, n * n / (ms * 1e-3) / 1e9))
+                    if TSV:
+                        print("torch\t%d\t%d\t%d\t1,4\t8\t%.6f\t-" % (n, kind, L, ms))
+                    else:
+                        print("| %d² | %s | %d | 1,4 | 0,45,90,135 (8 offsets) | %.4f | %.0f | |" % (
+                            n, kind_name(kind), L, ms, n * n / (ms * 1e-3) / 1e9))
                 del qt
         torch.cuda.empty_cache()
 
@@ -168,7 +198,10 @@ def main():
     ap.add_argument("--max-size", type=int, default=16384)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-gpu", action="store_true")
+    ap.add_argument("--tsv", action="store_true")
     args = ap.parse_args()
+    global TSV
+    TSV = args.tsv
     cpu_sizes = [n for n in (1024, 4096) if n <= args.max_size and (not args.quick or n <= 1024)]
     gpu_sizes = [n for n in (1024, 4096, 8192, 16384)
                  if n <= args.max_size and (not args.quick or n <= 4096)]

@@ -1,6 +1,6 @@
 /* Counting throughput of the H100's shared-memory atomics and tensor cores:
  * the numbers behind "one shared atomic per GLCM pair" against one-hot
- * counting on tensor cores (docs/glcm.md, "Tensor cores").
+ * counting on tensor cores (docs/lab/glcm.md, "Tensor cores").
  *
  * Built and run on the device by `sh scripts/device.sh micro` (nvcc there,
  * sm_90a: wgmma needs the architecture-specific target). Not part of the

@@ -7,7 +7,8 @@
  * header turns them into the 10 graycoprops properties and Haralick's 14
  * features (docs/glcm.md). Integer moments are exact, so every feature built
  * from them alone is bit-identical on CPU and GPU; the sums of logarithms
- * differ only by the libraries' log/log2 (CUDA: within 1-2 ulp per call). */
+ * differ only by the libraries' log/log2 (CUDA: within 1-2 ulp per call).
+ * Also here: the size rule both sides check before counting. */
 #ifndef PATINA_GLCM_CORE_H
 #define PATINA_GLCM_CORE_H
 
@@ -45,6 +46,14 @@ typedef struct glcm_moments {
     double hx, hy;              /* -sum p log2 p of the row / column marginals */
     double hs, hd;              /* the same of S[k]/T (k = 0..2L-2) and D[k]/T */
 } glcm_moments_t;
+
+/* Whether every pixel pair of a w x h image fits a u32 cell (twice, when
+ * the matrix is symmetrised): counts are u32 on both sides. */
+GLCM_FN int glcm_size_fits(int w, int h, int symmetric)
+{
+    const uint64_t pairs = (uint64_t)(w > 0 ? w : 0) * (uint64_t)(h > 0 ? h : 0);
+    return pairs <= (symmetric ? (uint64_t)UINT32_MAX / 2 : (uint64_t)UINT32_MAX);
+}
 
 GLCM_FN double glcm_plogp2(double p) { return p > 0.0 ? p * log2(p) : 0.0; }
 

@@ -83,11 +83,9 @@ patina_status patina_glcm_quantize(uint8_t *q, const uint8_t *grey, size_t n, in
 
 patina_status glcm_check_size(int w, int h, int symmetric, const char *what)
 {
-    /* A cell can hold every pair of the image (twice when symmetric). */
-    uint64_t pairs = (uint64_t)(w > 0 ? w : 0) * (uint64_t)(h > 0 ? h : 0);
     if (w < 0 || h < 0)
         return patina__fail(PATINA_E_INVALID, "%s: bad image size %dx%d", what, w, h);
-    if (pairs > (symmetric ? (uint64_t)UINT32_MAX / 2 : (uint64_t)UINT32_MAX))
+    if (!glcm_size_fits(w, h, symmetric))
         return patina__fail(PATINA_E_LIMIT,
                             "%s: %dx%d pixels could overflow 32-bit co-occurrence counts", what,
                             w, h);

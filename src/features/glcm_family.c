@@ -495,7 +495,143 @@ done:
 
 /* ------------------------------------------------------------------ GPU */
 
-/* Masks are a CPU feature: with one, the "GPU" path runs the C reference. */
+/* The families on the GPU: the grey levels (the C reference's rules) and
+ * the masks are made here, the counts and their features by the GPU
+ * primitive patina_gpu_glcm_features, and the vectors finished here. The
+ * GPU's host threads call gpu_rows to write each image's levels straight
+ * into pinned staging, a batch while the previous one counts. */
+
+typedef struct gpu_mask {
+    int w, h;
+    uint8_t *m;          /* (h, w) u8, NULL when it failed to load */
+    patina_status st;
+} gpu_mask_t;
+
+typedef struct gpu_job {
+    const glcm_req_t *r;
+    const patina_image_t *imgs;
+    const uint8_t **mask; /* (n): the mask of each image, NULL: none */
+} gpu_job_t;
+
+/* pgpu_glcm_rows_fn: grey and levels of rows [r0, r1) of image i, the
+ * mask encoded as the GPU asks. */
+static patina_status gpu_rows(void *arg, size_t i, int r0, int r1, uint8_t *dst, size_t pitch,
+                              unsigned out_and, unsigned out_or)
+{
+    const gpu_job_t *j = arg;
+    const patina_image_t *img = &j->imgs[i];
+    const size_t w = (size_t)img->width;
+    for (int r = r0; r < r1; r++) {
+        uint8_t *d = dst + (size_t)(r - r0) * pitch;
+        patina_image_t row = *img;
+        patina_status s;
+        row.data = img->data + (size_t)r * img->stride;
+        row.height = 1;
+        s = patina_image_to_grey(d, &row);
+        if (s == PATINA_OK) s = patina_glcm_quantize(d, d, w, j->r->levels, (patina_glcm_quant)j->r->quant);
+        if (s != PATINA_OK) { /* the image fails; its bytes must still be valid levels */
+            for (int z = r0; z < r1; z++) memset(dst + (size_t)(z - r0) * pitch, 0, w);
+            return s;
+        }
+        if (j->mask[i]) {
+            const uint8_t *m = j->mask[i] + (size_t)r * w;
+            for (size_t x = 0; x < w; x++)
+                if (!m[x]) d[x] = (uint8_t)((d[x] & out_and) | out_or);
+        }
+    }
+    return PATINA_OK;
+}
+
+/* The mask for a w x h image: loaded once per size (masks[0 .. *nm)). */
+static patina_status gpu_mask_for(const uint8_t **out, gpu_mask_t *masks, size_t *nm, const char *path,
+                                  int w, int h)
+{
+    gpu_mask_t *m = NULL;
+    for (size_t k = 0; k < *nm; k++)
+        if (masks[k].w == w && masks[k].h == h) m = &masks[k];
+    if (!m) {
+        m = &masks[(*nm)++];
+        m->w = w;
+        m->h = h;
+        m->st = glcm_load_mask(&m->m, path, w, h);
+    }
+    *out = m->m;
+    return m->st;
+}
+
+/* The glcm (haralick = 0) or haralick (form) vectors of n images. */
+static patina_status gpu_batch(patina_gpu_t *g, double *out, const glcm_req_t *r, int haralick, int form,
+                               const char *maskpath, const patina_image_t *imgs, size_t n,
+                               patina_status *st)
+{
+    const int masked = strcmp(maskpath, "none") != 0;
+    const size_t noff = glcm_noff(r), dim = haralick ? haralick_dim_req(r, form) : PATINA_GLCM_NPROPS * noff;
+    int *w = calloc(n ? n : 1, sizeof *w), *h = calloc(n ? n : 1, sizeof *h);
+    const uint8_t **mask = calloc(n ? n : 1, sizeof *mask);
+    gpu_mask_t *masks = calloc(n ? n : 1, sizeof *masks);
+    patina_status *pre = calloc(n ? n : 1, sizeof *pre), *rows_st = calloc(n ? n : 1, sizeof *rows_st);
+    double *props = haralick ? NULL : malloc(n * noff * PATINA_GLCM_NPROPS * sizeof *props + 1);
+    double *har = haralick ? malloc(n * noff * PATINA_HARALICK_N * sizeof *har + 1) : NULL;
+    size_t nm = 0;
+    patina_status s = PATINA_OK;
+    if (!w || !h || !mask || !masks || !pre || !rows_st || (!props && !har)) {
+        s = patina__fail(PATINA_E_NOMEM, "glcm: out of memory for a batch of %zu images", n);
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) { /* what fails before counting fails alone, as on the CPU */
+        const patina_image_t *im = &imgs[i];
+        if (im->width < 0 || im->height < 0 ||
+            (im->width > 0 && im->height > 0 && (!im->data || im->stride < 3 * (size_t)im->width)))
+            pre[i] = patina__fail(PATINA_E_INVALID, "glcm: bad image");
+        else
+            pre[i] = glcm_check_size(im->width, im->height, r->symmetric, "glcm");
+        if (pre[i] == PATINA_OK && masked)
+            pre[i] = gpu_mask_for(&mask[i], masks, &nm, maskpath, im->width, im->height);
+        if (pre[i] == PATINA_OK) {
+            w[i] = im->width;
+            h[i] = im->height;
+        }
+    }
+    {
+        gpu_job_t job = {r, imgs, mask};
+        pgpu_glcm_src_t src = {n, w, h, masked, gpu_rows, &job};
+        s = patina_gpu_glcm_features(g, props, har, &src, r->levels, r->off, noff, r->symmetric, rows_st);
+    }
+    if (s != PATINA_OK) goto done;
+    for (size_t i = 0; i < n; i++) {
+        double *o = out + i * dim;
+        const patina_status si = pre[i] != PATINA_OK ? pre[i] : rows_st[i];
+        if (st) st[i] = si;
+        if (si != PATINA_OK) {
+            memset(o, 0, dim * sizeof *o);
+            continue;
+        }
+        if (!haralick) { /* (noff, 10) -> [property][offset] */
+            for (size_t k = 0; k < PATINA_GLCM_NPROPS; k++)
+                for (size_t j = 0; j < noff; j++)
+                    o[k * noff + j] = props[(i * noff + j) * PATINA_GLCM_NPROPS + k];
+            continue;
+        }
+        if (form == 1 || form == 2) memcpy(o, har + i * noff * PATINA_HARALICK_N, noff * PATINA_HARALICK_N * sizeof *o);
+        if (form == 0 || form == 2)
+            patina_haralick_aggregate(o + (form == 2 ? noff * PATINA_HARALICK_N : 0),
+                                      har + i * noff * PATINA_HARALICK_N, noff, (size_t)r->na);
+    }
+done:
+    for (size_t k = 0; k < nm; k++) free(masks[k].m);
+    free(w);
+    free(h);
+    free(mask);
+    free(masks);
+    free(pre);
+    free(rows_st);
+    free(props);
+    free(har);
+    return s;
+}
+
+/* A mask at levels = 256 leaves no spare level for the GPU: the C reference
+ * runs the batch. */
 static patina_status cpu_batch(patina_status (*one)(const void *, void *, const patina_image_t *),
                                const void *params, void *out, size_t bytes,
                                const patina_image_t *imgs, size_t n, patina_status *st)
@@ -508,18 +644,15 @@ static patina_status cpu_batch(patina_status (*one)(const void *, void *, const 
     return PATINA_OK;
 }
 
-static patina_status glcm_cpu(const void *params, void *out, const patina_image_t *img);
-static patina_status haralick_cpu(const void *params, void *out, const patina_image_t *img);
-
 static patina_status glcm_gpu(patina_gpu_t *g, const void *params, void *out,
                               const patina_image_t *imgs, size_t n, patina_status *st)
 {
     const glcm_params_t *p = params;
     glcm_req_t r;
     PATINA_TRY(params_req(&r, p, "glcm"));
-    if (strcmp(p->mask, "none") != 0 && r.levels > 255) /* no spare level for the mask on the GPU */
+    if (strcmp(p->mask, "none") != 0 && r.levels > 255)
         return cpu_batch(glcm_cpu, params, out, glcm_dim(params) * sizeof(double), imgs, n, st);
-    return patina_gpu_glcm_family(g, out, &r, 0, 0, p->mask, imgs, n, st);
+    return gpu_batch(g, out, &r, 0, 0, p->mask, imgs, n, st);
 }
 
 static patina_status haralick_gpu(patina_gpu_t *g, const void *params, void *out,
@@ -531,7 +664,7 @@ static patina_status haralick_gpu(patina_gpu_t *g, const void *params, void *out
     if (strcmp(p->mask, "none") != 0 && r.levels > 255)
         return cpu_batch(haralick_cpu, params, out, haralick_dim(params) * sizeof(double), imgs, n,
                          st);
-    return patina_gpu_glcm_family(g, out, &r, 1, p->form, p->mask, imgs, n, st);
+    return gpu_batch(g, out, &r, 1, p->form, p->mask, imgs, n, st);
 }
 
 const patina_family_t patina_family_glcm = {

@@ -1,6 +1,7 @@
 /* Library-internal GLCM pieces shared by the C reference (glcm.c), the
- * family entries (glcm_family.c), the CUDA host code (src/gpu/glcm.cu), the
- * tests and the benchmark. The public contract is include/patina/glcm.h. */
+ * family entries (glcm_family.c), the tests, the benchmark and the lab.
+ * The public contract is include/patina/glcm.h; the arithmetic the GPU
+ * shares is in src/algo/glcm_core.h. */
 #ifndef PATINA_GLCM_REF_H
 #define PATINA_GLCM_REF_H
 

@@ -210,78 +210,71 @@ patina_status patina_gpu_lbp_lab(int variant, const struct lbp_conf *c, const ui
 patina_status patina_gpu_lbp_copy_bandwidth(size_t bytes, int reps, double *gbps);
 
 /* ---- GLCM (src/gpu/glcm.cu; docs/glcm.md) ----
- * Counts identical to the C reference (patina_glcm_counts), properties and
- * Haralick features of whole batches. The calling thread's current device
- * is used (patina_gpu_open makes it current); g may be NULL. */
+ * Co-occurrence counts identical to the C reference (patina_glcm_counts),
+ * graycoprops properties and Haralick features of whole batches, on g's
+ * device (g non-NULL). Images are packed many per launch; an image larger
+ * than a slot is streamed in tiles of rows with padding rows (no pair lost
+ * or counted twice); copies of one batch overlap the counting of the
+ * previous one over the context's streams. Internal knobs: gpu/glcm.h. */
 
-struct glcm_req;
-
-/* One quantised image: (h, stride) u8 host memory, every value < levels.
- * Pinned memory is copied directly, pageable memory through pinned staging. */
+/* One quantised image: q (h, stride) u8 host memory, every value < levels
+ * (the kernels index their tables with it). mask (may be NULL): (h,
+ * mstride) u8; a pair counts only where both of its pixels are non-zero in
+ * it, as in the C reference (levels <= 255). Pinned memory without a mask
+ * is copied directly, the rest through pinned staging. */
 typedef struct patina_gpu_grey {
     const uint8_t *q;
     int w, h;
     size_t stride;
+    const uint8_t *mask;
+    size_t mstride;
 } patina_gpu_grey_t;
 
-/* Co-occurrence counts of n images for noff offsets: counts (n, noff,
- * levels, levels) u32 host memory. All offsets in one pass when their
- * sub-GLCMs fit in shared memory; small images batched per launch; images
- * larger than a slot streamed in tiles of rows with padding rows (no pair is
- * lost or counted twice), copies overlapping kernels over several streams. */
+/* Counts of n images for noff offsets: counts (n, noff, levels, levels) u32
+ * host memory, P + P^T when symmetric. */
 patina_status patina_gpu_glcm_counts(patina_gpu_t *g, uint32_t *counts, const patina_gpu_grey_t *imgs,
                                      size_t n, int levels, const patina_glcm_offset_t *off,
                                      size_t noff, int symmetric);
 
 /* graycoprops properties and Haralick features of nmat count matrices (host,
- * (nmat, levels, levels) u32) computed on the GPU: props (nmat, 10) and har
- * (nmat, 14), either may be NULL. Integer-moment features equal the C
- * reference's; those with logarithms agree within 1e-12 relative; the 14th
- * (an eigenvalue) by the C reference's solver, on the GPU for levels <= 64
- * (the same operations: the host's value bit for bit), else on the host. */
+ * (nmat, levels, levels) u32): props (nmat, 10) and har (nmat, 14), either
+ * may be NULL. Features built from integer moments equal the C reference's
+ * to a few ulp; those with logarithms agree within 1e-12 relative; the 14th
+ * (an eigenvalue) is the C reference's solver, bit for bit (on the GPU for
+ * levels <= 64, on the context's host threads above). */
 patina_status patina_gpu_glcm_features_of(patina_gpu_t *g, double *props, double *har,
                                           const uint32_t *counts, size_t nmat, int levels);
 
-/* The glcm (haralick = 0) and haralick (form 0 meanrange, 1 offsets, 2 both)
- * families on the GPU: n RGB images -> n vectors (out, f64); grey levels by
- * the C reference on the host, counts and features on the GPU. mask: NULL,
- * "none" or the path of a mask image (pairs count only where both pixels
- * are non-zero, as on the CPU; levels <= 255). st[i] per image (may be
- * NULL). */
-patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out, const struct glcm_req *r,
-                                     int haralick, int form, const char *mask,
-                                     const patina_image_t *imgs, size_t n, patina_status *st);
+/* Writes rows [r0, r1) of image i into dst (w[i] bytes per row, rows `pitch`
+ * apart): its levels (< levels) where the pixel is inside its mask (or
+ * everywhere without one), (level & out_and) | out_or where it is outside
+ * (the driver's encoding of the mask: a sentinel level or a flag bit).
+ * Returns PATINA_OK, or why image i cannot be counted (its features are then
+ * meaningless); it must still write every byte with a value < levels (e.g.
+ * zeros). Called from the context's host threads, several at once. */
+typedef patina_status (*pgpu_glcm_rows_fn)(void *arg, size_t i, int r0, int r1, uint8_t *dst,
+                                           size_t pitch, unsigned out_and, unsigned out_or);
 
-/* Internal: tests force small slots (tiles split pairs across borders) and
- * small tasks; 0 restores a default. Not thread-safe with running calls. */
-void patina_gpu__glcm_set_caps(size_t slot_bytes, size_t task_pixels);
+/* n images known by their sizes, whose levels rows() writes on demand. */
+typedef struct pgpu_glcm_src {
+    size_t n;
+    const int *w, *h;       /* (n); an image of 0 pixels has nothing to count */
+    int masked;             /* rows() encodes a mask (levels <= 255) */
+    pgpu_glcm_rows_fn rows;
+    void *arg;
+} pgpu_glcm_src_t;
 
-/* Internal: the lab of bench/glcm.c. scheme 1: one thread per pixel, global
- * atomics (the paper's Scheme 1); 2: R privatised sub-GLCMs per block in
- * shared memory, thread i -> copy i mod R (Scheme 2); 3: Scheme 2 on K
- * linear tiles streamed from pinned memory over two streams with the
- * paper's Pad rule (Scheme 3); 4: the production kernel on a resident image;
- * 5: the production path end to end from pinned host memory. One offset per
- * launch for 1-3; all offsets per pass for 4-5. counts (noff, L, L). */
-typedef struct patina_glcm_lab {
-    int scheme;
-    int reps;        /* timed repetitions after one warm-up; the median is reported */
-    int tiles;       /* scheme 3: K (default 8); out, scheme 4: launches */
-    int block;       /* schemes 1-2: threads per block (0: the paper's choice); out: used */
-    int copies;      /* scheme 2: R (0: from 48 KiB per two blocks); out: R used */
-    double ms;       /* 1, 2, 4: kernel time (image resident); 3, 5: copy + kernel, end to end */
-    double h2d_ms;   /* scheme 3: the same tiles' copies alone */
-    double kernel_ms;/* scheme 3: the same tiles' kernels alone */
-    int flags;       /* 4, 5: q carries a mask in bit 7 (set: outside), levels = 32; fails
-                      * (PATINA_E_LIMIT) where the plan is not k_count4 */
-} patina_glcm_lab_t;
-patina_status patina_gpu__glcm_lab(patina_glcm_lab_t *lab, uint32_t *counts, const uint8_t *q, int w,
-                                   int h, size_t stride, int levels, const patina_glcm_offset_t *off,
-                                   size_t noff, int symmetric);
-
-/* Internal: device-to-device (read + write) and pinned host-to-device
- * bandwidth in GB/s, median of 5 copies of `bytes`. */
-patina_status patina_gpu__glcm_bandwidth(double *d2d_gbps, double *h2d_gbps, size_t bytes);
+/* The glcm and haralick families' primitive: the counts of src's images
+ * (as patina_gpu_glcm_counts) and their features (as
+ * patina_gpu_glcm_features_of), the counts staying on the device. props
+ * (n * noff, 10), har (n * noff, 14), image-major; either may be NULL.
+ * st (may be NULL): per image, what rows() returned. The images' rows are
+ * written by the context's host threads straight into pinned staging, a
+ * batch while the previous one counts. */
+patina_status patina_gpu_glcm_features(patina_gpu_t *g, double *props, double *har,
+                                       const pgpu_glcm_src_t *src, int levels,
+                                       const patina_glcm_offset_t *off, size_t noff, int symmetric,
+                                       patina_status *st);
 
 #ifdef __cplusplus
 }

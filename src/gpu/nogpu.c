@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "gpu/glcm.h"
 #include "gpu/gpu.h"
 
 static patina_status none(void)
@@ -135,32 +136,41 @@ patina_status patina_gpu_glcm_features_of(patina_gpu_t *g, double *props, double
     return none();
 }
 
-patina_status patina_gpu_glcm_family(patina_gpu_t *g, double *out, const struct glcm_req *r,
-                                     int haralick, int form, const char *mask,
-                                     const patina_image_t *imgs, size_t n, patina_status *st)
+patina_status patina_gpu_glcm_features(patina_gpu_t *g, double *props, double *har,
+                                       const pgpu_glcm_src_t *src, int levels,
+                                       const patina_glcm_offset_t *off, size_t noff, int symmetric,
+                                       patina_status *st)
 {
-    (void)g; (void)out; (void)r; (void)haralick; (void)form; (void)mask; (void)imgs; (void)n; (void)st;
+    (void)g; (void)props; (void)har; (void)src; (void)levels; (void)off; (void)noff; (void)symmetric;
+    (void)st;
     return none();
 }
 
-void patina_gpu__glcm_set_caps(size_t slot_bytes, size_t task_pixels)
+patina_status pgpu_glcm_counts(patina_gpu_t *g, const pgpu_glcm_knobs_t *k, uint32_t *counts,
+                               const patina_gpu_grey_t *imgs, size_t n, int levels,
+                               const patina_glcm_offset_t *off, size_t noff, int symmetric)
 {
-    (void)slot_bytes; (void)task_pixels;
-}
-
-patina_status patina_gpu__glcm_lab(patina_glcm_lab_t *lab, uint32_t *counts, const uint8_t *q, int w,
-                                   int h, size_t stride, int levels, const patina_glcm_offset_t *off,
-                                   size_t noff, int symmetric)
-{
-    (void)lab; (void)counts; (void)q; (void)w; (void)h; (void)stride; (void)levels; (void)off;
-    (void)noff; (void)symmetric;
+    (void)g; (void)k; (void)counts; (void)imgs; (void)n; (void)levels; (void)off; (void)noff;
+    (void)symmetric;
     return none();
 }
 
-patina_status patina_gpu__glcm_bandwidth(double *d2d_gbps, double *h2d_gbps, size_t bytes)
+patina_status pgpu_glcm_features(patina_gpu_t *g, const pgpu_glcm_knobs_t *k, double *props,
+                                 double *har, const pgpu_glcm_src_t *src, int levels,
+                                 const patina_glcm_offset_t *off, size_t noff, int symmetric,
+                                 patina_status *st)
 {
-    (void)bytes;
-    *d2d_gbps = *h2d_gbps = 0.0;
+    (void)g; (void)k; (void)props; (void)har; (void)src; (void)levels; (void)off; (void)noff;
+    (void)symmetric; (void)st;
+    return none();
+}
+
+patina_status pgpu_glcm_time(patina_gpu_t *g, const pgpu_glcm_knobs_t *k, pgpu_glcm_timing_t *t,
+                             uint32_t *counts, const patina_gpu_grey_t *imgs, size_t n, int levels,
+                             const patina_glcm_offset_t *off, size_t noff, int symmetric)
+{
+    (void)g; (void)k; (void)t; (void)counts; (void)imgs; (void)n; (void)levels; (void)off; (void)noff;
+    (void)symmetric;
     return none();
 }
 
