@@ -1,7 +1,11 @@
 /* Collection store (src/store): SHA-256 vectors, open/format errors,
  * put/get/replace/remove/iterate/tables/load, long keys, read-only handles,
  * a full map, two writer processes, a writer killed at random moments,
- * a map grown by another process, and one handle shared by threads.
+ * a map grown by another process, one handle shared by threads, damaged
+ * data files (truncated, overwritten, not a file; the library and the CLI),
+ * files LMDB itself left short, files this user may not write, and 65
+ * processes creating one collection. `test_store disk` runs the full-disk
+ * tests on small tmpfs mounts in a private mount namespace.
  *
  * Child processes never call cmocka: they report through their exit code
  * (and a pipe), and the parent checks. */
@@ -9,14 +13,18 @@
 #include "testutil.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <lmdb.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1035,8 +1043,924 @@ static void test_threads_share_a_handle(void **state)
     free(dir);
 }
 
-int main(void)
+/* ---------------------------------------------------------- child probes */
+
+/* Runs fn(arg, msgfd) in a child process. Returns its exit code, or minus
+ * the signal that killed it; msg receives what the child wrote on msgfd. */
+static int in_child(int (*fn)(void *arg, int msgfd), void *arg, char *msg, size_t size)
 {
+    int fds[2], st;
+    size_t len = 0;
+    ssize_t got;
+    pid_t pid;
+    assert_int_equal(pipe(fds), 0);
+    fflush(NULL);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* A crash must end the child (cmocka's handlers would carry on
+         * with the next test in it). */
+        const int sigs[] = {SIGBUS, SIGSEGV, SIGILL, SIGFPE, SIGABRT};
+        int code;
+        size_t k;
+        for (k = 0; k < sizeof sigs / sizeof sigs[0]; k++) signal(sigs[k], SIG_DFL);
+        close(fds[0]);
+        code = fn(arg, fds[1]);
+        close(fds[1]);
+        child_exit(code);
+    }
+    close(fds[1]);
+    while (len + 1 < size && (got = read(fds[0], msg + len, size - 1 - len)) > 0)
+        len += (size_t)got;
+    msg[len] = '\0';
+    close(fds[0]);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    return WIFSIGNALED(st) ? -WTERMSIG(st) : WEXITSTATUS(st);
+}
+
+static void child_say(int fd, const char *what)
+{
+    size_t len = strlen(what);
+    if (write(fd, what, len) != (ssize_t)len) { /* the parent reports the exit code anyway */ }
+}
+
+typedef struct {
+    const char *coll;
+    int flags;
+} probe_t;
+
+/* Child: opens the collection and reads everything in it. Exit code: the
+ * status of the first call that failed (its message on msgfd), 0 if none. */
+static int probe_collection(void *arg, int msgfd)
+{
+    probe_t *p = arg;
+    patina_collection_t *c;
+    patina_record_t r;
+    uint64_t n, cursor = 0, *lids;
+    uint8_t *ldescs;
+    size_t ntab, i, ln, lbytes;
+    char **tabs;
+    patina_status s = patina_collection_open(&c, p->coll, p->flags, 0);
+    if (s == PATINA_OK) s = patina_collection_count(c, &n);
+    while (s == PATINA_OK && (s = patina_collection_next(c, &cursor, &r)) == PATINA_OK)
+        patina_record_release(&r);
+    if (s == PATINA_DONE) s = PATINA_OK;
+    if (s == PATINA_OK && (s = patina_collection_tables(c, &tabs, &ntab)) == PATINA_OK) {
+        for (i = 0; i < ntab; i++) {
+            if (s == PATINA_OK && (s = patina_collection_load(c, tabs[i], &lids, &ldescs, &ln,
+                                                              &lbytes)) == PATINA_OK) {
+                free(lids);
+                free(ldescs);
+            }
+            free(tabs[i]);
+        }
+        free(tabs);
+    }
+    if (s != PATINA_OK) child_say(msgfd, patina_last_error());
+    patina_collection_close(c);
+    return (int)s;
+}
+
+/* Expects the probe of coll to fail with `want` and a message naming `needle`. */
+static void expect_probe(const char *coll, int flags, patina_status want, const char *needle)
+{
+    char msg[1024];
+    probe_t p = {coll, flags};
+    int rc = in_child(probe_collection, &p, msg, sizeof msg);
+    if (rc < 0)
+        fail_msg("opening '%s' (flags %d) killed the process with signal %d", coll, flags, -rc);
+    if (rc != (int)want)
+        fail_msg("opening '%s' (flags %d): expected %s, got %s: %s", coll, flags,
+                 patina_status_str(want), patina_status_str((patina_status)rc), msg);
+    if (needle && !strstr(msg, needle))
+        fail_msg("opening '%s': message '%s' does not contain '%s'", coll, msg, needle);
+}
+
+static uint64_t count_of(const char *coll)
+{
+    patina_collection_t *c;
+    uint64_t n;
+    TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_READONLY, 0));
+    TU_OK(patina_collection_count(c, &n));
+    patina_collection_close(c);
+    return n;
+}
+
+static void copy_file(const char *from, const char *to, off_t size)
+{
+    char *cmd;
+    if (asprintf(&cmd, "cp '%s' '%s'", from, to) < 0) abort();
+    assert_int_equal(system(cmd), 0);
+    free(cmd);
+    if (size >= 0) assert_int_equal(truncate(to, size), 0);
+}
+
+static off_t file_size(const char *path)
+{
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    return st.st_size;
+}
+
+/* A collection of 3000 records written in one transaction (few free pages:
+ * cutting the file anywhere past its meta pages cuts live data). */
+static void make_dense_collection(const char *coll)
+{
+    patina_collection_t *c;
+    TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_CREATE, 0));
+    TU_OK(put_range(c, "dense/", 0, 3000, 3, NULL));
+    patina_collection_close(c);
+}
+
+/* A copy of collection `src` at dst with data.mdb cut to `size` bytes
+ * (-1: whole) or overwritten with `garbage` bytes of noise at `at`. */
+static void damaged_copy(const char *src, const char *dst, off_t size, off_t at, size_t garbage)
+{
+    char *from = path_in(src, "data.mdb"), *to = path_in(dst, "data.mdb");
+    tu_remove_tree(dst);
+    assert_int_equal(mkdir(dst, 0777), 0);
+    copy_file(from, to, size);
+    if (garbage) {
+        FILE *f = fopen(to, "r+b");
+        tu_rng_t rng;
+        size_t i;
+        tu_rng_seed(&rng, (uint64_t)at + garbage);
+        assert_non_null(f);
+        assert_int_equal(fseeko(f, at, SEEK_SET), 0);
+        for (i = 0; i < garbage; i++) fputc((int)(tu_rng_next(&rng) >> 56), f);
+        assert_int_equal(fclose(f), 0);
+    }
+    free(from);
+    free(to);
+}
+
+/* Truncated or overwritten data.mdb: a clear PATINA_E_CORRUPT naming the
+ * file, for every open mode, never a signal (LMDB maps the file: a page
+ * past its end is SIGBUS). */
+static void test_corrupt_data_file(void **state)
+{
+    char *dir = tu_tempdir("corrupt"), *good = path_in(dir, "good"), *bad = path_in(dir, "bad"),
+         *data = path_in(good, "data.mdb");
+    off_t size, psize = 4096, cut;
+    const int modes[3] = {PATINA_OPEN_READONLY, PATINA_OPEN_WRITE, PATINA_OPEN_CREATE};
+    int m, crashes = 0, opened = 0, refused = 0;
+    (void)state;
+    make_dense_collection(good);
+    size = file_size(data);
+    assert_true(size > 40 * psize);
+    {
+        const off_t cuts[] = {0,          10,          100,           psize / 2,
+                              psize + 10, psize + 100, 2 * psize - 1, 2 * psize,
+                              3 * psize,  size / 4,    size / 2,      size * 3 / 4};
+        size_t i;
+        for (i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+            char *bdata = path_in(bad, "data.mdb");
+            damaged_copy(good, bad, cuts[i], 0, 0);
+            for (m = 0; m < 3; m++) expect_probe(bad, modes[m], PATINA_E_CORRUPT, "data.mdb");
+            assert_int_equal(file_size(bdata), cuts[i]); /* nothing was written over it */
+            free(bdata);
+        }
+    }
+    /* Noise over one or both meta pages, or over the whole file. */
+    damaged_copy(good, bad, -1, 0, (size_t)psize);
+    expect_probe(bad, PATINA_OPEN_READONLY, PATINA_E_CORRUPT, "data.mdb");
+    expect_probe(bad, PATINA_OPEN_CREATE, PATINA_E_CORRUPT, "data.mdb");
+    damaged_copy(good, bad, -1, psize, (size_t)psize);
+    expect_probe(bad, PATINA_OPEN_READONLY, PATINA_E_CORRUPT, "data.mdb");
+    damaged_copy(good, bad, -1, 0, (size_t)size);
+    expect_probe(bad, PATINA_OPEN_READONLY, PATINA_E_CORRUPT, "data.mdb");
+    expect_probe(bad, PATINA_OPEN_WRITE, PATINA_E_CORRUPT, "data.mdb");
+    /* Every cut at a page boundary and in between: refused or readable in
+     * full, never a crash. */
+    for (cut = 0; cut <= size; cut += psize / 2) {
+        char msg[1024];
+        probe_t p = {bad, PATINA_OPEN_READONLY};
+        int rc;
+        damaged_copy(good, bad, cut, 0, 0);
+        rc = in_child(probe_collection, &p, msg, sizeof msg);
+        if (rc < 0) {
+            print_message("cut at %lld bytes: signal %d\n", (long long)cut, -rc);
+            crashes++;
+        } else if (rc == PATINA_OK) {
+            opened++;
+        } else {
+            if (rc != PATINA_E_CORRUPT || !strstr(msg, "data.mdb"))
+                fail_msg("cut at %lld: %s: %s", (long long)cut,
+                         patina_status_str((patina_status)rc), msg);
+            refused++;
+        }
+    }
+    print_message(
+        "data.mdb of %lld bytes cut every %lld bytes: %d refused, %d readable, %d crashes\n",
+        (long long)size, (long long)psize / 2, refused, opened, crashes);
+    assert_int_equal(crashes, 0);
+    assert_true(opened >= 1); /* the whole file */
+
+    /* A directory where data.mdb should be; a directory for lock.mdb. */
+    tu_remove_tree(bad);
+    assert_int_equal(mkdir(bad, 0777), 0);
+    {
+        char *d = path_in(bad, "data.mdb"), *l = path_in(bad, "lock.mdb"),
+             *gl = path_in(good, "lock.mdb");
+        assert_int_equal(mkdir(d, 0777), 0);
+        for (m = 0; m < 3; m++) expect_probe(bad, modes[m], PATINA_E_CORRUPT, "data.mdb");
+        assert_int_equal(rmdir(d), 0);
+        copy_file(data, d, -1);
+        unlink(l);
+        assert_int_equal(mkdir(l, 0777), 0);
+        for (m = 0; m < 3; m++) expect_probe(bad, modes[m], PATINA_E_CORRUPT, "lock.mdb");
+        free(d);
+        free(l);
+        free(gl);
+    }
+    /* The good one is untouched by all this. */
+    expect_probe(good, PATINA_OPEN_READONLY, PATINA_OK, NULL);
+    tu_remove_tree(dir);
+    free(good);
+    free(bad);
+    free(data);
+    free(dir);
+}
+
+/* ------------------------------------------ synthetic images for the CLI */
+
+/* Writes a small binary PPM of random smooth content. */
+static void write_ppm(const char *path, int w, int h, uint64_t seed)
+{
+    patina_image_t img;
+    tu_rng_t rng;
+    FILE *f;
+    int y;
+    tu_rng_seed(&rng, seed);
+    tu_random_image(&img, w, h, (int)(seed % 3), &rng);
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    fprintf(f, "P6\n%d %d\n255\n", w, h);
+    for (y = 0; y < h; y++)
+        assert_int_equal(fwrite(img.data + (size_t)y * img.stride, 3, (size_t)w, f), (size_t)w);
+    assert_int_equal(fclose(f), 0);
+    patina_image_release(&img);
+}
+
+/* n images img000.ppm ... in a new folder dir/name; returns the folder. */
+static char *make_images(const char *dir, const char *name, int n, uint64_t seed)
+{
+    char *folder = path_in(dir, name);
+    int i;
+    assert_int_equal(mkdir(folder, 0777), 0);
+    for (i = 0; i < n; i++) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/img%03d.ppm", folder, i);
+        write_ppm(p, 24 + i % 7, 20 + i % 5, seed + (uint64_t)i);
+    }
+    return folder;
+}
+
+/* The CLI on a truncated collection: exit status 3, a message naming the
+ * file, no signal. */
+static void test_cli_corrupt_collection(void **state)
+{
+    char *dir = tu_tempdir("clicorrupt"), *coll = path_in(dir, "c"), *bad = path_in(dir, "bad"),
+         *imgs = make_images(dir, "imgs", 40, 7), *data = path_in(coll, "data.mdb"), *out = NULL;
+    off_t size;
+    (void)state;
+    assert_int_equal(tu_run(NULL, "%s index '%s' '%s' -q 2>/dev/null", PATINA_CLI, coll, imgs), 0);
+    size = file_size(data);
+    {
+        const off_t cuts[] = {0, 100, 4096 + 100, 8192 + (size - 8192) / 2};
+        size_t i;
+        for (i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+            size_t k;
+            damaged_copy(coll, bad, cuts[i], 0, 0);
+            for (k = 0; k < 4; k++) {
+                char args[8192];
+                int rc;
+                if (k == 0) snprintf(args, sizeof args, "ls '%s'", bad);
+                else if (k == 1) snprintf(args, sizeof args, "info '%s'", bad);
+                else if (k == 2)
+                    snprintf(args, sizeof args, "search '%s' '%s/img003.ppm'", bad, imgs);
+                else snprintf(args, sizeof args, "index '%s' '%s' -q", bad, imgs);
+                rc = tu_run(&out, "%s %s 2>&1 >/dev/null", PATINA_CLI, args);
+                if (rc != 3 || !strstr(out, "data.mdb"))
+                    fail_msg("patina %s (data.mdb cut at %lld bytes): exit %d, stderr: %s", args,
+                             (long long)cuts[i], rc, out);
+                free(out);
+            }
+        }
+    }
+    tu_remove_tree(dir);
+    free(coll);
+    free(bad);
+    free(imgs);
+    free(data);
+    free(dir);
+}
+
+/* ------------------------------------------- many creators at once */
+
+typedef struct {
+    const char *coll;
+    int who;
+    int gate; /* read end of a pipe closed by the parent to start everyone */
+} creator_t;
+
+static int creator_child(void *arg, int msgfd)
+{
+    creator_t *a = arg;
+    patina_collection_t *c;
+    char key[32], buf[1];
+    uint8_t d[DA];
+    patina_insert_t it;
+    patina_status s;
+    if (read(a->gate, buf, 1) < 0) return 99; /* returns 0 at EOF: go */
+    snprintf(key, sizeof key, "who/%d", a->who);
+    s = patina_collection_open(&c, a->coll, PATINA_OPEN_CREATE, 0);
+    if (s == PATINA_OK) {
+        fill_insert(&it, key, d, DA, (uint32_t)a->who);
+        s = patina_collection_put(c, SPEC_A, DA, &it, 1, NULL);
+        patina_collection_close(c);
+    }
+    if (s != PATINA_OK) child_say(msgfd, patina_last_error());
+    return (int)s;
+}
+
+/* 65 processes create the same new collection at once: all succeed, each
+ * one's record is there. Eight rounds: a missing directory, an empty one. */
+static void test_concurrent_create(void **state)
+{
+    enum { N = 65 };
+    char *dir = tu_tempdir("create");
+    int round;
+    (void)state;
+    for (round = 0; round < 8; round++) {
+        char *coll;
+        pid_t pid[N];
+        int gate[2], msgs[2], i, failed = 0;
+        patina_collection_t *c;
+        uint64_t n;
+        if (asprintf(&coll, "%s/c%d", dir, round) < 0) abort();
+        if (round % 2) assert_int_equal(mkdir(coll, 0777), 0);
+        assert_int_equal(pipe(gate), 0);
+        assert_int_equal(pipe(msgs), 0);
+        fflush(NULL);
+        for (i = 0; i < N; i++) {
+            pid[i] = fork();
+            assert_true(pid[i] >= 0);
+            if (pid[i] == 0) {
+                creator_t a = {coll, i, gate[0]};
+                int code;
+                close(gate[1]);
+                close(msgs[0]);
+                code = creator_child(&a, msgs[1]);
+                if (code) child_say(msgs[1], "\n");
+                child_exit(code);
+            }
+        }
+        close(gate[0]);
+        close(msgs[1]);
+        close(gate[1]); /* go */
+        for (i = 0; i < N; i++) {
+            int st;
+            assert_int_equal(waitpid(pid[i], &st, 0), pid[i]);
+            if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) failed++;
+        }
+        if (failed) {
+            char msg[4096];
+            ssize_t got = read(msgs[0], msg, sizeof msg - 1);
+            msg[got > 0 ? got : 0] = '\0';
+            fail_msg("round %d: %d of %d creators failed: %s", round, failed, N, msg);
+        }
+        close(msgs[0]);
+        TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_READONLY, 0));
+        TU_OK(patina_collection_count(c, &n));
+        assert_int_equal(n, N);
+        for (i = 0; i < N; i++) {
+            char key[32];
+            patina_record_t r;
+            snprintf(key, sizeof key, "who/%d", i);
+            TU_OK(patina_collection_get_by_key(c, key, &r));
+            check_record(&r, key, (uint32_t)i);
+            patina_record_release(&r);
+        }
+        patina_collection_close(c);
+        {   /* no temporary directory is left next to it or in it */
+            char *out = NULL;
+            assert_int_equal(tu_run(&out, "cd '%s' && ls -A . '%s'", dir, coll), 0);
+            if (strstr(out, "patina-tmp")) fail_msg("left behind: %s", out);
+            free(out);
+        }
+        free(coll);
+    }
+    tu_remove_tree(dir);
+    free(dir);
+}
+
+/* The same through the CLI: 65 `patina index` runs on one new path. */
+static void test_cli_concurrent_create(void **state)
+{
+    enum { N = 65 };
+    char *dir = tu_tempdir("clicreate"), *coll = path_in(dir, "c"),
+         *imgs = make_images(dir, "imgs", N, 11), *out = NULL;
+    int rc;
+    (void)state;
+    rc = tu_run(&out,
+                "cd '%s' && for i in $(seq 0 %d); do f=$(printf 'img%%03d.ppm' $i); "
+                "( %s index '%s' \"$f\" -q -j 1 2>&1 || echo \"run $i failed: $?\" ) & done; wait",
+                imgs, N - 1, PATINA_CLI, coll);
+    assert_int_equal(rc, 0);
+    if (strstr(out, "failed")) fail_msg("%s", out);
+    free(out);
+    rc = tu_run(&out, "%s ls '%s' --format csv | wc -l", PATINA_CLI, coll);
+    assert_int_equal(rc, 0);
+    assert_int_equal(atoi(out), N);
+    free(out);
+    tu_remove_tree(dir);
+    free(coll);
+    free(imgs);
+    free(dir);
+}
+
+/* A file that LMDB left a few pages short (pages a transaction allocated
+ * and freed again are never written) is healthy: it opens and reads. Made
+ * here with LMDB directly in a scratch table of a collection. */
+static void test_short_file_with_free_tail(void **state)
+{
+    char *dir = tu_tempdir("short"), *coll = path_in(dir, "c"), *cut = path_in(dir, "cut"),
+         *data = path_in(coll, "data.mdb");
+    patina_collection_t *c;
+    MDB_env *env;
+    int t, short_at = -1;
+    tu_rng_t rng;
+    static char value[5000];
+    (void)state;
+    TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_CREATE, 0));
+    TU_OK(put_range(c, "img/", 0, 100, 1, NULL));
+    patina_collection_close(c);
+    tu_rng_seed(&rng, 1);
+    assert_int_equal(mdb_env_create(&env), 0);
+    assert_int_equal(mdb_env_set_maxdbs(env, 300), 0);
+    assert_int_equal(mdb_env_set_mapsize(env, 1u << 30), 0);
+    assert_int_equal(mdb_env_open(env, coll, 0, 0664), 0);
+    for (t = 0; t < 2000 && short_at < 0; t++) {
+        MDB_txn *txn;
+        MDB_dbi dbi;
+        MDB_envinfo ei;
+        MDB_stat es;
+        unsigned n = 1 + tu_rng_below(&rng, 400), base = tu_rng_below(&rng, 10000),
+                 mode = tu_rng_below(&rng, 3), i;
+        assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+        assert_int_equal(mdb_dbi_open(txn, t % 2 ? "scratch:a" : "scratch:b", MDB_CREATE, &dbi), 0);
+        for (i = 0; i < n; i++) {
+            char kb[16];
+            MDB_val k = {8, kb}, v = {100 + 1200 * tu_rng_below(&rng, 4), value};
+            snprintf(kb, sizeof kb, "%08u", base + i);
+            assert_int_equal(mdb_put(txn, dbi, &k, &v, 0), 0);
+        }
+        for (i = 0; mode && i < n; i++) {
+            char kb[16];
+            MDB_val k = {8, kb};
+            snprintf(kb, sizeof kb, "%08u", base + (mode == 1 ? i : n - 1 - i));
+            if (tu_rng_below(&rng, 4)) mdb_del(txn, dbi, &k, NULL);
+        }
+        assert_int_equal(mdb_txn_commit(txn), 0);
+        assert_int_equal(mdb_env_info(env, &ei), 0);
+        assert_int_equal(mdb_env_stat(env, &es), 0);
+        if ((uint64_t)file_size(data) < (uint64_t)(ei.me_last_pgno + 1) * es.ms_psize) short_at = t;
+    }
+    mdb_env_close(env);
+    if (short_at < 0) fail_msg("LMDB never left the file short in 2000 transactions");
+    print_message("data.mdb short of its last page after transaction %d\n", short_at);
+    expect_probe(coll, PATINA_OPEN_READONLY, PATINA_OK, NULL);
+    expect_probe(coll, PATINA_OPEN_WRITE, PATINA_OK, NULL);
+    assert_int_equal(count_of(coll), 100);
+    /* Shorter still, into pages in use: refused. */
+    damaged_copy(coll, cut, file_size(data) / 2, 0, 0);
+    expect_probe(cut, PATINA_OPEN_READONLY, PATINA_E_CORRUPT, "truncated");
+    tu_remove_tree(dir);
+    free(coll);
+    free(cut);
+    free(data);
+    free(dir);
+}
+
+/* ------------------------------------------------ files one cannot write */
+
+typedef struct {
+    const char *coll;
+    int flags;
+} as_nobody_t;
+
+/* Child: as user nobody, opens the collection and reads it all. Exit: 77
+ * when this process cannot change its user, else the probe's code. */
+static int probe_as_nobody(void *arg, int msgfd)
+{
+    as_nobody_t *a = arg;
+    probe_t p = {a->coll, a->flags};
+    if (setgid(65534) != 0 || setuid(65534) != 0) return 77;
+    return probe_collection(&p, msgfd);
+}
+
+static void expect_nobody(const char *coll, int flags, patina_status want, const char *needle)
+{
+    as_nobody_t a = {coll, flags};
+    char msg[1024];
+    int rc = in_child(probe_as_nobody, &a, msg, sizeof msg);
+    if (rc == 77) skip();
+    if (rc < 0) fail_msg("as nobody, open (flags %d): signal %d", flags, -rc);
+    if (rc != (int)want || (needle && !strstr(msg, needle)))
+        fail_msg("as nobody, open (flags %d): expected %s, got %s: %s", flags,
+                 patina_status_str(want), patina_status_str((patina_status)rc), msg);
+}
+
+/* A lock file or data file this user may not write: a clear error naming
+ * the file, nothing changed. Runs as root and drops to nobody in a child
+ * (root may write anything); skipped when not root. */
+static void test_unwritable_files(void **state)
+{
+    char *dir = tu_tempdir("perm"), *coll = path_in(dir, "c"), *lock = path_in(coll, "lock.mdb"),
+         *data = path_in(coll, "data.mdb");
+    patina_collection_t *c;
+    (void)state;
+    if (geteuid() != 0) {
+        print_message("not root: cannot test files another user may not write\n");
+        skip();
+    }
+    TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_CREATE, 0));
+    TU_OK(put_range(c, "img/", 0, 30, 1, NULL));
+    patina_collection_close(c);
+    assert_int_equal(chmod(dir, 0755), 0);
+    assert_int_equal(chmod(coll, 0755), 0);
+    assert_int_equal(chmod(data, 0644), 0);
+    assert_int_equal(chmod(lock, 0644), 0);
+    /* Readers register in the lock file: not writable, not readable. */
+    expect_nobody(coll, PATINA_OPEN_READONLY, PATINA_E_IO, "lock.mdb");
+    expect_nobody(coll, PATINA_OPEN_WRITE, PATINA_E_IO, "data.mdb");
+    /* A writable lock file: reading works, writing needs data.mdb. */
+    assert_int_equal(chmod(lock, 0666), 0);
+    expect_nobody(coll, PATINA_OPEN_READONLY, PATINA_OK, NULL);
+    expect_nobody(coll, PATINA_OPEN_WRITE, PATINA_E_IO, "data.mdb");
+    expect_nobody(coll, PATINA_OPEN_CREATE, PATINA_E_IO, "data.mdb");
+    /* No lock file, and no right to make one in the directory. */
+    assert_int_equal(unlink(lock), 0);
+    expect_nobody(coll, PATINA_OPEN_READONLY, PATINA_E_IO, "lock.mdb");
+    /* Nothing was lost. */
+    assert_int_equal(count_of(coll), 30);
+    expect_probe(coll, PATINA_OPEN_WRITE, PATINA_OK, NULL);
+    tu_remove_tree(dir);
+    free(coll);
+    free(lock);
+    free(data);
+    free(dir);
+}
+
+/* ------------------------------------------------------------ full disks
+ *
+ * `test_store disk` runs these in a private mount namespace (unshare), each
+ * on its own small tmpfs; without the rights for that it exits 77. */
+
+/* Mounts a tmpfs of `bytes` on a new temporary directory. */
+static char *small_disk(size_t bytes)
+{
+    char *dir = tu_tempdir("disk"), opts[64];
+    snprintf(opts, sizeof opts, "size=%zu,mode=0777", bytes);
+    if (mount("patina-test", dir, "tmpfs", 0, opts) != 0)
+        fail_msg("mount tmpfs on %s: %s", dir, strerror(errno));
+    return dir;
+}
+
+static void drop_disk(char *dir)
+{
+    if (umount2(dir, MNT_DETACH) != 0) fail_msg("umount %s: %s", dir, strerror(errno));
+    rmdir(dir);
+    free(dir);
+}
+
+static uint64_t disk_free(const char *dir)
+{
+    struct statvfs v;
+    assert_int_equal(statvfs(dir, &v), 0);
+    return (uint64_t)v.f_bavail * v.f_frsize;
+}
+
+/* Fills the disk of `dir` with the file dir/ballast until `leave` bytes are free. */
+static void fill_disk(const char *dir, uint64_t leave)
+{
+    char *path = path_in(dir, "ballast");
+    static char zeros[4096];
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    assert_true(fd >= 0);
+    while (disk_free(dir) > leave)
+        if (write(fd, zeros, sizeof zeros) != (ssize_t)sizeof zeros) break;
+    close(fd);
+    free(path);
+}
+
+static void empty_ballast(const char *dir)
+{
+    char *path = path_in(dir, "ballast");
+    unlink(path);
+    free(path);
+}
+
+typedef struct {
+    const char *coll;
+    int flags;
+    size_t n;      /* records to put after opening (0: none) */
+    int salt;
+} putter_t;
+
+/* Child: opens and puts n records "put/<i>" in one batch. Exit: the status
+ * of the open, or 100 + the status of the put. */
+static int put_probe(void *arg, int msgfd)
+{
+    putter_t *a = arg;
+    patina_collection_t *c;
+    patina_status s = patina_collection_open(&c, a->coll, a->flags, 0);
+    int code = (int)s;
+    if (s == PATINA_OK && a->n &&
+        (s = put_range(c, "put/", 0, a->n, (uint32_t)a->salt, NULL)) != PATINA_OK)
+        code = 100 + (int)s;
+    if (s != PATINA_OK) child_say(msgfd, patina_last_error());
+    patina_collection_close(c);
+    return code;
+}
+
+/* Child: opens and puts batches of n records "full/<k>/<i>" until one
+ * fails. Exit: its status (0 after 100000 batches). */
+static int put_until_full(void *arg, int msgfd)
+{
+    putter_t *a = arg;
+    patina_collection_t *c;
+    patina_status s = patina_collection_open(&c, a->coll, a->flags, 0);
+    int k;
+    for (k = 0; s == PATINA_OK && k < 100000; k++) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "full/%d/", k);
+        s = put_range(c, prefix, 0, a->n, (uint32_t)a->salt, NULL);
+    }
+    if (s != PATINA_OK) child_say(msgfd, patina_last_error());
+    patina_collection_close(c);
+    return (int)s;
+}
+
+/* No space at all: opening never dies of SIGBUS (LMDB's lock file is a
+ * shared writable map: a page of it the disk cannot back is SIGBUS); it
+ * fails with PATINA_E_FULL, or reads when the lock file has its blocks. */
+static void test_disk_open_when_full(void **state)
+{
+    char *disk = small_disk(1u << 20), *coll = path_in(disk, "c"),
+         *lock = path_in(coll, "lock.mdb"), msg[1024];
+    patina_collection_t *c;
+    putter_t a = {coll, PATINA_OPEN_READONLY, 0, 1};
+    uint64_t n;
+    int rc;
+    (void)state;
+    TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_CREATE, 0));
+    TU_OK(put_range(c, "img/", 0, 20, 1, NULL));
+    patina_collection_close(c);
+
+    /* No lock file and no space for one. */
+    assert_int_equal(unlink(lock), 0);
+    fill_disk(disk, 0);
+    assert_int_equal(disk_free(disk), 0);
+    for (a.flags = PATINA_OPEN_READONLY; a.flags <= PATINA_OPEN_WRITE; a.flags++) {
+        rc = in_child(put_probe, &a, msg, sizeof msg);
+        if (rc < 0) fail_msg("open (flags %d) on a full disk: signal %d", a.flags, -rc);
+        if (rc != PATINA_E_FULL || !strstr(msg, "no space left on device") ||
+            !strstr(msg, "lock.mdb"))
+            fail_msg("open (flags %d) on a full disk: %s: %s", a.flags,
+                     patina_status_str((patina_status)rc), msg);
+    }
+    /* With room for the lock file once, it keeps its blocks. */
+    empty_ballast(disk);
+    assert_int_equal(count_of(coll), 20);
+    fill_disk(disk, 0);
+    expect_probe(coll, PATINA_OPEN_READONLY, PATINA_OK, NULL);
+    expect_probe(coll, PATINA_OPEN_WRITE, PATINA_OK, NULL);
+    /* Writes fail cleanly (once the blocks reserved earlier are used up)
+     * and lose nothing. */
+    a.flags = PATINA_OPEN_WRITE;
+    a.n = 200;
+    rc = in_child(put_until_full, &a, msg, sizeof msg);
+    if (rc != PATINA_E_FULL || !strstr(msg, "no space left on device"))
+        fail_msg("put on a full disk: %d (%s): %s", rc,
+                 rc >= 0 ? patina_status_str((patina_status)rc) : "signal", msg);
+    n = count_of(coll);
+    assert_int_equal(n % 200, 20);
+    empty_ballast(disk);
+    assert_int_equal(count_of(coll), n);
+    drop_disk(disk);
+    free(coll);
+    free(lock);
+}
+
+/* Creating a collection with 0 .. 512 KiB free: it either works (and the
+ * collection is whole) or fails with PATINA_E_FULL "no space left on
+ * device" and leaves nothing behind; never a signal, never a half-made
+ * collection. For a missing directory and for an empty one. */
+static void test_disk_create_when_full(void **state)
+{
+    char *disk = small_disk(1u << 20), *coll = path_in(disk, "c"), msg[1024], *out = NULL;
+    const unsigned leave_kib[] = {0,  4,   8,   16,  24,  32,  48,  64,  80,
+                                  96, 112, 128, 144, 160, 192, 256, 384, 512};
+    size_t i;
+    int variant, made = 0, refused = 0;
+    (void)state;
+    for (variant = 0; variant < 2; variant++)
+        for (i = 0; i < sizeof leave_kib / sizeof leave_kib[0]; i++) {
+            putter_t a = {coll, PATINA_OPEN_CREATE, 1, 2};
+            int rc;
+            tu_remove_tree(coll);
+            if (variant) assert_int_equal(mkdir(coll, 0777), 0);
+            fill_disk(disk, (uint64_t)leave_kib[i] << 10);
+            rc = in_child(put_probe, &a, msg, sizeof msg);
+            if (rc < 0) fail_msg("create with %u KiB free: signal %d", leave_kib[i], -rc);
+            if (rc != PATINA_OK && ((rc != PATINA_E_FULL && rc != 100 + PATINA_E_FULL) ||
+                                    !strstr(msg, "no space left on device")))
+                fail_msg("create with %u KiB free: %d: %s", leave_kib[i], rc, msg);
+            empty_ballast(disk);
+            if (rc == PATINA_E_FULL) {
+                /* The creation failed: the path is as it was. */
+                if (variant) {
+                    assert_int_equal(rmdir(coll), 0); /* still there, and empty */
+                } else if (access(coll, F_OK) == 0) {
+                    fail_msg("create with %u KiB free failed (%s) but left %s", leave_kib[i], msg,
+                             coll);
+                }
+                refused++;
+            } else {
+                /* Created (a put may have failed after): whole and usable. */
+                expect_probe(coll, PATINA_OPEN_READONLY, PATINA_OK, NULL);
+                expect_probe(coll, PATINA_OPEN_WRITE, PATINA_OK, NULL);
+                assert_int_equal(count_of(coll), rc == PATINA_OK ? 1 : 0);
+                made++;
+            }
+            assert_int_equal(tu_run(&out, "ls -AR '%s'", disk), 0);
+            if (strstr(out, "patina-tmp"))
+                fail_msg("create with %u KiB free left: %s", leave_kib[i], out);
+            free(out);
+        }
+    print_message("creating with 0..512 KiB free: %d made, %d refused (nothing left)\n", made,
+                  refused);
+    assert_true(made > 0 && refused > 0);
+    drop_disk(disk);
+    free(coll);
+}
+
+/* The disk fills up while batches are written: "no space left on device",
+ * everything committed before is intact, and writing resumes once there is
+ * room again. */
+static void test_disk_fill_while_writing(void **state)
+{
+    enum { B = 20, D = 400 };
+    char *disk = small_disk(2u << 20), *coll = path_in(disk, "c");
+    patina_collection_t *c;
+    patina_status s = PATINA_OK;
+    uint64_t *lids, n;
+    uint8_t *ldescs, descs[B * D];
+    size_t batches, i, ln, lbytes;
+    (void)state;
+    fill_disk(disk, 1u << 20); /* 1 MiB of it is ballast, freed at the end */
+    TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_CREATE, 0));
+    for (batches = 0; batches < 100000; batches++) {
+        patina_insert_t it[B];
+        char keys[B][32];
+        for (i = 0; i < B; i++) {
+            snprintf(keys[i], sizeof keys[i], "f%zu/%zu", batches, i);
+            fill_insert(&it[i], keys[i], descs + i * D, D, 4);
+        }
+        if ((s = patina_collection_put(c, "fill", D, it, B, NULL)) != PATINA_OK) break;
+    }
+    expect_error(s, PATINA_E_FULL, "no space left on device");
+    if (strstr(patina_last_error(), "I/O error")) fail_msg("%s", patina_last_error());
+    print_message("disk full after %zu batches: %s\n", batches, patina_last_error());
+    assert_true(batches > 5);
+    /* The same handle still reads, and fails the same batch again. */
+    TU_OK(patina_collection_count(c, &n));
+    assert_int_equal(n, batches * B);
+    {
+        patina_insert_t it[B];
+        char keys[B][32];
+        for (i = 0; i < B; i++) {
+            snprintf(keys[i], sizeof keys[i], "f%zu/%zu", batches, i);
+            fill_insert(&it[i], keys[i], descs + i * D, D, 4);
+        }
+        expect_error(patina_collection_put(c, "fill", D, it, B, NULL), PATINA_E_FULL,
+                     "no space left on device");
+    }
+    patina_collection_close(c);
+
+    expect_probe(coll, PATINA_OPEN_READONLY, PATINA_OK, NULL);
+    TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_WRITE, 0));
+    TU_OK(patina_collection_load(c, "fill", &lids, &ldescs, &ln, &lbytes));
+    assert_int_equal(ln, batches * B);
+    for (i = 0; i < ln; i++) {
+        char key[32];
+        patina_record_t r;
+        uint8_t want[D];
+        snprintf(key, sizeof key, "f%zu/%zu", i / B, i % B);
+        TU_OK(patina_collection_get(c, lids[i], &r));
+        check_record(&r, key, 4);
+        patina_record_release(&r);
+        key_desc(want, D, key, 4);
+        assert_memory_equal(ldescs + i * D, want, D);
+    }
+    free(lids);
+    free(ldescs);
+    empty_ballast(disk);
+    TU_OK(put_range(c, "again/", 0, 50, 1, NULL));
+    TU_OK(patina_collection_count(c, &n));
+    assert_int_equal(n, batches * B + 50);
+    patina_collection_close(c);
+    drop_disk(disk);
+    free(coll);
+}
+
+/* `patina index` into a collection whose disk fills up: exit 3, "no space
+ * left on device", and `patina ls` lists what was committed. */
+static void test_disk_cli_index_full(void **state)
+{
+    char *disk = small_disk(1u << 20), *coll = path_in(disk, "c"), *dir = tu_tempdir("diskimgs"),
+         *imgs = make_images(dir, "imgs", 600, 5), *out = NULL;
+    int rc, listed;
+    (void)state;
+    fill_disk(disk, 256u << 10);
+    rc = tu_run(&out, "%s index '%s' '%s' --batch 16 -j 1 2>&1 >/dev/null", PATINA_CLI, coll, imgs);
+    if (rc != 3 || !strstr(out, "no space left on device"))
+        fail_msg("index on a full disk: exit %d: %s", rc, out);
+    free(out);
+    rc = tu_run(&out, "%s ls '%s' --format csv | wc -l", PATINA_CLI, coll);
+    assert_int_equal(rc, 0);
+    listed = atoi(out);
+    free(out);
+    print_message("the disk filled after %d images\n", listed);
+    assert_true(listed > 0 && listed < 600);
+    empty_ballast(disk);
+    assert_int_equal(tu_run(NULL, "%s index '%s' '%s' -q", PATINA_CLI, coll, imgs), 0);
+    rc = tu_run(&out, "%s ls '%s' --format csv | wc -l", PATINA_CLI, coll);
+    assert_int_equal(atoi(out), 600);
+    free(out);
+    drop_disk(disk);
+    tu_remove_tree(dir);
+    free(coll);
+    free(imgs);
+    free(dir);
+}
+
+/* A read-only file system: READONLY handles read (LMDB goes without a lock
+ * file there), writers get a clear error. */
+static void test_disk_read_only_fs(void **state)
+{
+    char *disk = small_disk(1u << 20), *coll = path_in(disk, "c"),
+         *lock = path_in(coll, "lock.mdb");
+    patina_collection_t *c;
+    (void)state;
+    TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_CREATE, 0));
+    TU_OK(put_range(c, "img/", 0, 30, 1, NULL));
+    patina_collection_close(c);
+    assert_int_equal(unlink(lock), 0);
+    if (mount(NULL, disk, NULL, MS_REMOUNT | MS_RDONLY, NULL) != 0)
+        fail_msg("remount ro: %s", strerror(errno));
+    expect_probe(coll, PATINA_OPEN_READONLY, PATINA_OK, NULL);
+    expect_probe(coll, PATINA_OPEN_WRITE, PATINA_E_IO, "data.mdb");
+    assert_int_equal(count_of(coll), 30);
+    assert_int_equal(mount(NULL, disk, NULL, MS_REMOUNT, NULL), 0);
+    drop_disk(disk);
+    free(coll);
+    free(lock);
+}
+
+/* Enters a private mount namespace so that tmpfs mounts stay ours; exits
+ * 77 (skipped) when this process may not. */
+static void enter_mount_namespace(void)
+{
+    char *probe;
+    if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
+        printf("SKIPPED: the full-disk tests need a private mount namespace for small tmpfs "
+               "mounts (root or CAP_SYS_ADMIN): %s\n", strerror(errno));
+        exit(77);
+    }
+    probe = tu_tempdir("diskprobe");
+    if (!probe || mount("patina-test", probe, "tmpfs", 0, "size=64k") != 0) {
+        printf("SKIPPED: cannot mount a tmpfs for the full-disk tests: %s\n", strerror(errno));
+        exit(77);
+    }
+    umount2(probe, MNT_DETACH);
+    rmdir(probe);
+    free(probe);
+}
+
+/* test_store [PATTERN]: the tests whose names match PATTERN (default all).
+ * test_store disk [PATTERN]: the full-disk tests. */
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest disk_tests[] = {
+        cmocka_unit_test(test_disk_open_when_full),
+        cmocka_unit_test(test_disk_create_when_full),
+        cmocka_unit_test(test_disk_fill_while_writing),
+        cmocka_unit_test(test_disk_cli_index_full),
+        cmocka_unit_test(test_disk_read_only_fs),
+    };
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sha256_vectors),
         cmocka_unit_test(test_sha256_lengths),
@@ -1050,6 +1974,18 @@ int main(void)
         cmocka_unit_test(test_crash_safety),
         cmocka_unit_test(test_map_grown_elsewhere),
         cmocka_unit_test(test_threads_share_a_handle),
+        cmocka_unit_test(test_corrupt_data_file),
+        cmocka_unit_test(test_cli_corrupt_collection),
+        cmocka_unit_test(test_concurrent_create),
+        cmocka_unit_test(test_cli_concurrent_create),
+        cmocka_unit_test(test_short_file_with_free_tail),
+        cmocka_unit_test(test_unwritable_files),
     };
+    if (argc > 1 && !strcmp(argv[1], "disk")) {
+        enter_mount_namespace();
+        if (argc > 2) cmocka_set_test_filter(argv[2]);
+        return cmocka_run_group_tests_name("full disks", disk_tests, NULL, NULL);
+    }
+    if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
