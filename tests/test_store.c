@@ -3,9 +3,11 @@
  * a full map, two writer processes, a writer killed at random moments,
  * a map grown by another process, one handle shared by threads, damaged
  * data files (truncated, overwritten, not a file; the library and the CLI),
- * files LMDB itself left short, files this user may not write, and 65
- * processes creating one collection. `test_store disk` runs the full-disk
- * tests on small tmpfs mounts in a private mount namespace.
+ * files LMDB itself left short, files this user may not write, 65
+ * processes creating one collection, snapshots read while records are
+ * removed (and `patina search` while `patina rm` runs), and two opens of
+ * one collection in a process. `test_store disk` runs the full-disk tests
+ * on small tmpfs mounts in a private mount namespace.
  *
  * Child processes never call cmocka: they report through their exit code
  * (and a pipe), and the parent checks. */
@@ -1480,6 +1482,261 @@ static void test_cli_concurrent_create(void **state)
     free(dir);
 }
 
+/* ------------------------------------------------- rm while searching */
+
+/* `patina search` while `patina rm` deletes the images it finds: every hit
+ * names a key (no phantom "?" from a record removed between loading the
+ * index and looking the keys up). */
+static void test_cli_search_during_rm(void **state)
+{
+    enum { N = 300 };
+    char *dir = tu_tempdir("clirm"), *coll = path_in(dir, "c"),
+         *imgs = make_images(dir, "imgs", N, 21), *out = NULL;
+    int rc, searches = 0, hits = 0, phantoms = 0;
+    (void)state;
+    rc = tu_run(NULL, "%s index '%s' '%s' -q 2>/dev/null", PATINA_CLI, coll, imgs);
+    assert_int_equal(rc, 0);
+    /* rm removes the keys one by one (one transaction each) in the background;
+     * searches for all N run until it is done. */
+    rc =
+        tu_run(&out,
+               "cd '%s' && ( for f in img*.ppm; do echo \"%s/$f\"; done | xargs -n 10 %s rm '%s' ; "
+               "touch '%s/rm.done' ) & "
+               "while [ ! -e '%s/rm.done' ]; do %s search '%s' '%s/img000.ppm' -k %d --format csv "
+               "-j 1 2>/dev/null; echo END; done; wait",
+               imgs, imgs, PATINA_CLI, coll, dir, dir, PATINA_CLI, coll, imgs, N);
+    assert_int_equal(rc, 0);
+    {
+        char *line, *save = NULL;
+        for (line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+            if (!strcmp(line, "END")) {
+                searches++;
+                continue;
+            }
+            hits++;
+            if (strstr(line, ",?,")) phantoms++;
+        }
+    }
+    free(out);
+    print_message("%d searches during rm: %d hits, %d phantom hits\n", searches, hits, phantoms);
+    assert_true(searches >= 2);
+    assert_int_equal(phantoms, 0);
+    tu_remove_tree(dir);
+    free(coll);
+    free(imgs);
+    free(dir);
+}
+
+/* -------------------------------------------------------------- snapshots */
+
+static void test_snapshot_basics(void **state)
+{
+    char *dir = tu_tempdir("snap"), *coll = path_in(dir, "c");
+    patina_collection_t *c;
+    patina_snapshot_t *s1, *s2;
+    patina_record_t recs[4];
+    uint64_t ids[10], want[4], *lids;
+    uint8_t *ldescs, d[DB];
+    size_t ln, lbytes, i;
+    patina_insert_t it;
+    (void)state;
+    TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_CREATE, 0));
+    TU_OK(put_range(c, "img/", 0, 10, 1, ids));
+    TU_OK(patina_snapshot_new(&s1, c));
+    /* Changes after it: a removal, a replacement, a new table. */
+    TU_OK(patina_collection_remove(c, ids[3]));
+    TU_OK(put_range(c, "img/", 5, 1, 7, NULL));
+    fill_insert(&it, "img/1", d, DB, 1);
+    TU_OK(patina_collection_put(c, SPEC_B, DB, &it, 1, NULL));
+    TU_OK(patina_snapshot_new(&s2, c));
+
+    /* s1: all ten as they were, and no SPEC_B. */
+    TU_OK(patina_snapshot_load(s1, SPEC_A, &lids, &ldescs, &ln, &lbytes));
+    assert_int_equal(ln, 10);
+    assert_int_equal(lbytes, DA);
+    free(lids);
+    free(ldescs);
+    want[0] = ids[3];
+    want[1] = ids[5];
+    want[2] = ids[0];
+    want[3] = ids[3];
+    TU_OK(patina_snapshot_get(s1, want, 4, recs));
+    check_record(&recs[0], "img/3", 1);
+    check_record(&recs[1], "img/5", 1);
+    check_record(&recs[2], "img/0", 1);
+    check_record(&recs[3], "img/3", 1);
+    for (i = 0; i < 4; i++) patina_record_release(&recs[i]);
+    expect_error(patina_snapshot_load(s1, SPEC_B, &lids, &ldescs, &ln, &lbytes), PATINA_E_NOTFOUND,
+                 "no table");
+    assert_null(lids);
+
+    /* s2: the changes. A missing id: NOTFOUND, the others filled. */
+    TU_OK(patina_snapshot_load(s2, SPEC_A, &lids, &ldescs, &ln, &lbytes));
+    assert_int_equal(ln, 9);
+    free(lids);
+    free(ldescs);
+    TU_OK(patina_snapshot_load(s2, SPEC_B, &lids, &ldescs, &ln, &lbytes));
+    assert_int_equal(ln, 1);
+    assert_int_equal(lids[0], ids[1]);
+    free(lids);
+    free(ldescs);
+    expect_error(patina_snapshot_get(s2, want, 4, recs), PATINA_E_NOTFOUND, "id 4");
+    assert_null(recs[0].key);
+    check_record(&recs[1], "img/5", 7);
+    check_record(&recs[2], "img/0", 1);
+    assert_null(recs[3].key);
+    for (i = 0; i < 4; i++) patina_record_release(&recs[i]);
+    TU_OK(patina_snapshot_get(s2, want, 0, NULL));
+
+    patina_snapshot_free(s1);
+    /* Bad arguments. */
+    expect_error(patina_snapshot_new(NULL, c), PATINA_E_INVALID, NULL);
+    expect_error(patina_snapshot_new(&s1, NULL), PATINA_E_INVALID, NULL);
+    assert_null(s1);
+    expect_error(patina_snapshot_get(s2, NULL, 1, recs), PATINA_E_INVALID, NULL);
+    expect_error(patina_snapshot_load(s2, "", &lids, &ldescs, &ln, &lbytes), PATINA_E_INVALID,
+                 NULL);
+    patina_snapshot_free(NULL);
+    patina_snapshot_free(s2);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(coll);
+    free(dir);
+}
+
+typedef struct {
+    patina_collection_t *c;
+    atomic_int *stop;
+    int snapshots, bad;           /* with a snapshot: must stay 0 */
+    int loads, phantoms;          /* without: separate calls, for comparison */
+    char why[256];
+} snap_reader_t;
+
+/* Loads both tables and looks every record up, in one snapshot: the same
+ * ids in both tables, a record for each, with its descriptor. */
+static void *snapshot_reader(void *v)
+{
+    snap_reader_t *t = v;
+    while (!atomic_load(t->stop)) {
+        patina_snapshot_t *snap;
+        uint64_t *ia = NULL, *ib = NULL;
+        uint8_t *da = NULL, *db = NULL;
+        size_t na, nb, ba, bb, i;
+        patina_record_t *recs;
+        if (patina_snapshot_new(&snap, t->c) != PATINA_OK) {
+            t->bad++;
+            snprintf(t->why, sizeof t->why, "snapshot: %s", patina_last_error());
+            continue;
+        }
+        t->snapshots++;
+        if (patina_snapshot_load(snap, SPEC_A, &ia, &da, &na, &ba) != PATINA_OK ||
+            patina_snapshot_load(snap, SPEC_B, &ib, &db, &nb, &bb) != PATINA_OK) {
+            t->bad++;
+            snprintf(t->why, sizeof t->why, "load: %s", patina_last_error());
+        } else if (na != nb || (na && memcmp(ia, ib, na * sizeof *ia))) {
+            t->bad++;
+            snprintf(t->why, sizeof t->why, "tables of %zu and %zu rows", na, nb);
+        } else if ((recs = calloc(na + 1, sizeof *recs)) != NULL) {
+            if (patina_snapshot_get(snap, ia, na, recs) != PATINA_OK) {
+                t->bad++;
+                snprintf(t->why, sizeof t->why, "get: %s", patina_last_error());
+            }
+            for (i = 0; i < na; i++) {
+                uint8_t want[DA];
+                if (recs[i].key) {
+                    key_desc(want, DA, recs[i].key, 1);
+                    if (memcmp(want, da + i * DA, DA)) t->bad++;
+                }
+                patina_record_release(&recs[i]);
+            }
+            free(recs);
+        }
+        free(ia);
+        free(ib);
+        free(da);
+        free(db);
+        patina_snapshot_free(snap);
+
+        /* The same without a snapshot: each call its own transaction. */
+        if (patina_collection_load(t->c, SPEC_A, &ia, &da, &na, &ba) == PATINA_OK) {
+            t->loads++;
+            for (i = 0; i < na; i++) {
+                patina_record_t r;
+                if (patina_collection_get(t->c, ia[i], &r) == PATINA_OK) patina_record_release(&r);
+                else t->phantoms++;
+            }
+            free(ia);
+            free(da);
+        }
+    }
+    return NULL;
+}
+
+/* Readers load and look records up while a writer removes them (and
+ * creates tables now and then): with a snapshot, never a missing record. */
+static void test_snapshot_during_removals(void **state)
+{
+    enum { N = 600, R = 3 };
+    char *dir = tu_tempdir("snaprm"), *coll = path_in(dir, "c");
+    patina_collection_t *c;
+    pthread_t th[R];
+    snap_reader_t t[R];
+    atomic_int stop = 0;
+    uint64_t ids[N];
+    size_t i;
+    int snapshots = 0, loads = 0, phantoms = 0;
+    (void)state;
+    TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_CREATE, 0));
+    TU_OK(put_range(c, "img/", 0, N, 1, ids));
+    {   /* the same ids in SPEC_B */
+        patina_insert_t *it = calloc(N, sizeof *it);
+        char (*keys)[16] = calloc(N, 16);
+        uint8_t *d = malloc((size_t)N * DB);
+        for (i = 0; i < N; i++) {
+            snprintf(keys[i], 16, "img/%zu", i);
+            fill_insert(&it[i], keys[i], d + i * DB, DB, 1);
+        }
+        TU_OK(patina_collection_put(c, SPEC_B, DB, it, N, NULL));
+        free(it);
+        free(keys);
+        free(d);
+    }
+    for (i = 0; i < R; i++) {
+        memset(&t[i], 0, sizeof t[i]);
+        t[i].c = c;
+        t[i].stop = &stop;
+        assert_int_equal(pthread_create(&th[i], NULL, snapshot_reader, &t[i]), 0);
+    }
+    for (i = 0; i < N - 1; i++) {
+        TU_OK(patina_collection_remove(c, ids[(i * 7) % N])); /* 7 and N coprime: each once */
+        if (i % 100 == 50) {
+            patina_insert_t it;
+            uint8_t d[DB];
+            char spec[32];
+            snprintf(spec, sizeof spec, "test:new%zu", i);
+            fill_insert(&it, "img/new", d, DB, 1);
+            TU_OK(patina_collection_put(c, spec, DB, &it, 1, NULL));
+            ids[(i * 7) % N] = 0;
+        }
+        if (i % 8 == 0) usleep(500);
+    }
+    atomic_store(&stop, 1);
+    for (i = 0; i < R; i++) {
+        pthread_join(th[i], NULL);
+        if (t[i].bad) fail_msg("reader %zu: %d inconsistent snapshots (%s)", i, t[i].bad, t[i].why);
+        snapshots += t[i].snapshots;
+        loads += t[i].loads;
+        phantoms += t[i].phantoms;
+    }
+    print_message("%d snapshots consistent during %d removals; without snapshots %d of the "
+                  "records of %d loads had gone\n", snapshots, N - 1, phantoms, loads);
+    assert_true(snapshots >= R);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(coll);
+    free(dir);
+}
+
 /* A file that LMDB left a few pages short (pages a transaction allocated
  * and freed again are never written) is healthy: it opens and reads. Made
  * here with LMDB directly in a scratch table of a collection. */
@@ -1540,6 +1797,73 @@ static void test_short_file_with_free_tail(void **state)
     free(coll);
     free(cut);
     free(data);
+    free(dir);
+}
+
+/* Two opens of one collection in one process, while the first holds a
+ * snapshot and writes: the second open must not reset LMDB's reader table
+ * (the snapshot's pages would be reused under it) nor its locks. Opens of
+ * one collection in a process share one environment. */
+static void test_two_handles_one_process(void **state)
+{
+    char *dir = tu_tempdir("twice"), *coll = path_in(dir, "c");
+    patina_collection_t *c1, *c2;
+    patina_snapshot_t *snap;
+    uint64_t *ids0, *ids1;
+    uint8_t *d0, *d1;
+    size_t n0, n1, b0, b1, round;
+    (void)state;
+    TU_OK(patina_collection_open(&c1, coll, PATINA_OPEN_CREATE, 0));
+    TU_OK(put_range(c1, "img/", 0, 500, 1, NULL));
+    TU_OK(patina_snapshot_new(&snap, c1));
+    TU_OK(patina_snapshot_load(snap, SPEC_A, &ids0, &d0, &n0, &b0));
+    /* A second open, then more of them closed again. */
+    TU_OK(patina_collection_open(&c2, coll, PATINA_OPEN_READONLY, 0));
+    for (round = 0; round < 3; round++) {
+        patina_collection_t *c3;
+        TU_OK(patina_collection_open(&c3, coll, PATINA_OPEN_WRITE, 0));
+        patina_collection_close(c3);
+    }
+    /* Rewrite everything many times: pages freed now may be reused only
+     * once the snapshot is gone. */
+    for (round = 0; round < 20; round++) {
+        size_t i;
+        for (i = 0; i < 25; i++) TU_OK(patina_collection_remove(c1, round * 25 + i + 1));
+        TU_OK(put_range(c1, "new/", round * 25, 25, 9, NULL));
+    }
+    TU_OK(patina_snapshot_load(snap, SPEC_A, &ids1, &d1, &n1, &b1));
+    assert_int_equal(n1, n0);
+    assert_memory_equal(ids1, ids0, n0 * sizeof *ids0);
+    assert_memory_equal(d1, d0, n0 * DA);
+    /* The second open keeps its own mode, and outlives the first. */
+    expect_error(put_range(c2, "ro/", 0, 1, 1, NULL), PATINA_E_INVALID, "read-only");
+    free(ids0);
+    free(ids1);
+    free(d0);
+    free(d1);
+    patina_snapshot_free(snap);
+    patina_collection_close(c1);
+    {
+        uint64_t n;
+        TU_OK(patina_collection_count(c2, &n));
+        assert_int_equal(n, 500);
+    }
+    TU_OK(patina_collection_open(&c1, coll, PATINA_OPEN_WRITE, 0));
+    TU_OK(put_range(c1, "later/", 0, 5, 1, NULL));
+    patina_collection_close(c1);
+    patina_collection_close(c2);
+    /* Open read-only first: a writer in the same process must wait for its
+     * close (the environment is mapped read-only). */
+    TU_OK(patina_collection_open(&c2, coll, PATINA_OPEN_READONLY, 0));
+    expect_error(patina_collection_open(&c1, coll, PATINA_OPEN_WRITE, 0), PATINA_E_BUSY,
+                 "open read-only in this process");
+    patina_collection_close(c2);
+    TU_OK(patina_collection_open(&c1, coll, PATINA_OPEN_WRITE, 0));
+    TU_OK(put_range(c1, "later/", 5, 5, 1, NULL));
+    assert_int_equal(count_of(coll), 510); /* count_of opens it once more */
+    patina_collection_close(c1);
+    tu_remove_tree(dir);
+    free(coll);
     free(dir);
 }
 
@@ -1978,8 +2302,12 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cli_corrupt_collection),
         cmocka_unit_test(test_concurrent_create),
         cmocka_unit_test(test_cli_concurrent_create),
+        cmocka_unit_test(test_cli_search_during_rm),
+        cmocka_unit_test(test_snapshot_basics),
+        cmocka_unit_test(test_snapshot_during_removals),
         cmocka_unit_test(test_short_file_with_free_tail),
         cmocka_unit_test(test_unwritable_files),
+        cmocka_unit_test(test_two_handles_one_process),
     };
     if (argc > 1 && !strcmp(argv[1], "disk")) {
         enter_mount_namespace();

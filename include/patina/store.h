@@ -35,7 +35,9 @@
  * read call sees the last committed state as of its start (its own
  * transaction); a run of calls may therefore see records added or removed
  * between them (an iteration with _next, a load followed by record
- * lookups). Within a process: one handle may be shared by any number of
+ * lookups). A snapshot (patina_snapshot_t) is one read transaction: every
+ * read through it sees the same committed state, whatever is written
+ * meanwhile. Within a process: one handle may be shared by any number of
  * threads; reads run in parallel, writes are serialised. Opening a
  * collection that the process has open already shares the first open's
  * environment (LMDB must open one environment once per process): the new
@@ -54,7 +56,8 @@
  *
  * Limits. PATINA_TABLES_MAX descriptor tables per collection; specs of at
  * most 400 bytes; descriptors of 1 .. 64 MiB; 1024 reader slots (read
- * transactions open at once: calls in flight, all processes together). A full map or disk makes a write fail with
+ * transactions open at once: calls in flight and live snapshots, all
+ * processes together). A full map or disk makes a write fail with
  * PATINA_E_FULL and changes nothing. */
 #ifndef PATINA_STORE_H
 #define PATINA_STORE_H
@@ -189,6 +192,35 @@ PATINA_API patina_status patina_collection_tables(patina_collection_t *c, char *
  * n = 0 and NULL arrays. */
 PATINA_API patina_status patina_collection_load(patina_collection_t *c, const char *spec, uint64_t **ids,
                                                 uint8_t **descs, size_t *n, size_t *desc_bytes);
+
+/* Snapshots: consistent reads across calls.
+ *
+ * A snapshot is one LMDB read transaction on a collection: loads and
+ * record lookups through it all see the state committed when it was taken,
+ * so the records of the ids a load returned are there to look up however
+ * much is removed meanwhile (a search reports keys from the snapshot its
+ * index was loaded from). A snapshot borrows the collection (free it
+ * before closing the collection), takes a reader slot, and keeps the pages
+ * of its state from being reused: writers grow the file while it lives, so
+ * free it once done. It may be shared by threads; calls on one snapshot
+ * are serialised. */
+typedef struct patina_snapshot patina_snapshot_t;
+
+PATINA_API patina_status patina_snapshot_new(patina_snapshot_t **snap, patina_collection_t *c);
+PATINA_API void patina_snapshot_free(patina_snapshot_t *snap); /* accepts NULL */
+
+/* The records of n ids in the snapshot, into recs[0, n) (caller memory,
+ * overwritten, not released first). PATINA_E_NOTFOUND when some id has no
+ * record: those recs are zeroed (key NULL), the others are filled. On
+ * PATINA_OK and PATINA_E_NOTFOUND release every recs[i] (zeroed ones
+ * too); on any other failure none is filled. */
+PATINA_API patina_status patina_snapshot_get(patina_snapshot_t *snap, const uint64_t *ids, size_t n,
+                                             patina_record_t *recs);
+
+/* patina_collection_load in the snapshot. */
+PATINA_API patina_status patina_snapshot_load(patina_snapshot_t *snap, const char *spec,
+                                              uint64_t **ids, uint8_t **descs, size_t *n,
+                                              size_t *desc_bytes);
 
 /* SHA-256 of a buffer (FIPS 180-4). */
 PATINA_API void patina_sha256(uint8_t out[32], const void *data, size_t size);

@@ -30,15 +30,19 @@
  * a write) before they begin their transaction; a handle missing from the
  * cache is opened under `mu` in a short read transaction that is committed
  * (which makes the handle process-wide). Handles a write transaction opens
- * are published to readers only once it has committed.
+ * are published to readers only once it has committed. A handle is usable
+ * only in transactions that began after it was published; a snapshot
+ * (patina_snapshot_t) therefore opens the handles of every table it holds
+ * before its transaction begins.
  * MDB_NOTLS: read transactions are tied to the transaction object, not the
  * thread, so a handle may be used from any thread (thread pools, the
  * pipeline's writer thread and search threads at once) without the
  * one-read-transaction-per-thread rule; each open read transaction takes a
  * reader slot (MAX_READERS for all processes together).
- * `maplock` (a rwlock) is held shared by every transaction and taken
- * exclusively only to adopt a map size grown by another process
- * (MDB_MAP_RESIZED), which LMDB allows only with no transaction active.
+ * `maplock` (a rwlock) is held shared by every transaction (a snapshot holds
+ * it for its life) and taken exclusively only to adopt a map size grown by
+ * another process (MDB_MAP_RESIZED), which LMDB allows only with no
+ * transaction active.
  *
  * Files. LMDB maps data.mdb read-only (no MDB_WRITEMAP: pages are written
  * with pwrite, so a full disk is an error code, never a signal) and maps
@@ -240,17 +244,28 @@ static patina_status check_spec(const char *spec)
 /* ------------------------------------------------------------ transactions */
 
 /* Begins a transaction holding maplock shared; adopts a map grown by
- * another process (MDB_MAP_RESIZED) and retries. */
+ * another process (MDB_MAP_RESIZED) and retries. Adopting waits for the
+ * handle's other transactions (snapshots included) to end, for at most
+ * RESIZE_WAIT seconds. */
+#define RESIZE_WAIT 10
 static patina_status txn_begin(patina_collection_t *c, int write, MDB_txn **txn, const char *what)
 {
     int rc, tries;
     for (tries = 0;; tries++) {
+        struct timespec until;
         pthread_rwlock_rdlock(&c->maplock);
         rc = mdb_txn_begin(c->env, NULL, write ? 0 : MDB_RDONLY, txn);
         if (rc == 0) return PATINA_OK;
         pthread_rwlock_unlock(&c->maplock);
         if (rc != MDB_MAP_RESIZED || tries == 3) return mdb_fail(c, rc, what);
-        pthread_rwlock_wrlock(&c->maplock);
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += RESIZE_WAIT;
+        if (pthread_rwlock_timedwrlock(&c->maplock, &until) != 0)
+            return patina__fail(PATINA_E_BUSY,
+                                "store: %s in '%s': another process grew the collection's map; "
+                                "this handle can adopt it only when none of its snapshots is "
+                                "open",
+                                what, c->dir);
         rc = mdb_env_set_mapsize(c->env, 0);
         pthread_rwlock_unlock(&c->maplock);
         if (rc) return mdb_fail(c, rc, "adopting the grown map size");
@@ -1730,6 +1745,177 @@ patina_status patina_collection_load(patina_collection_t *c, const char *spec, u
     if (s == PATINA_OK && !found) s = corrupt(c, "descriptor table without a table entry");
     if (s == PATINA_OK) s = load_in(c, txn, dbi, spec, bytes, ids_out, descs_out, n_out);
     txn_abort(c, txn);
+    if (s == PATINA_OK) *desc_bytes = bytes;
+    return s;
+}
+
+/* -------------------------------------------------------------- snapshots */
+
+struct patina_snapshot {
+    patina_collection_t *c;
+    MDB_txn *txn;          /* one read transaction for the snapshot's life */
+    size_t npub;           /* handles desc[0, npub) were published before it began */
+    pthread_mutex_t mu;    /* LMDB: one thread at a time in a transaction */
+};
+
+/* Looks `spec` up among the first npub published handles. */
+static int desc_find_before(patina_collection_t *c, const char *spec, size_t npub, MDB_dbi *dbi)
+{
+    size_t i;
+    int found = 0;
+    pthread_mutex_lock(&c->cache_mu);
+    for (i = 0; i < npub && i < c->npub && !found; i++)
+        if (strcmp(c->desc[i].spec, spec) == 0) {
+            *dbi = c->desc[i].dbi;
+            found = 1;
+        }
+    pthread_mutex_unlock(&c->cache_mu);
+    return found;
+}
+
+/* In snapshot txn: *ready = 1 when every table it holds has a handle among
+ * the first npub (a handle opened after a transaction began is not valid
+ * in it). */
+static patina_status snapshot_ready(patina_collection_t *c, MDB_txn *txn, size_t npub, int *ready)
+{
+    MDB_cursor *cur;
+    MDB_val k, v;
+    MDB_dbi dbi;
+    char spec[SPEC_MAX + 1];
+    patina_status s = PATINA_OK;
+    int rc;
+    *ready = 1;
+    if ((rc = mdb_cursor_open(txn, c->tables, &cur)) != 0)
+        return mdb_fail(c, rc, "taking a snapshot");
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0 && *ready;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (k.mv_size == 0 || k.mv_size > SPEC_MAX) {
+            s = corrupt(c, "bad table name");
+            break;
+        }
+        memcpy(spec, k.mv_data, k.mv_size);
+        spec[k.mv_size] = '\0';
+        *ready = desc_find_before(c, spec, npub, &dbi);
+    }
+    mdb_cursor_close(cur);
+    if (s == PATINA_OK && rc && rc != MDB_NOTFOUND) s = mdb_fail(c, rc, "taking a snapshot");
+    return s;
+}
+
+/* Opens (publishes) the handle of every table (no transaction of ours open). */
+static patina_status open_all_handles(patina_collection_t *c)
+{
+    char **specs;
+    size_t n, i;
+    patina_status s;
+    MDB_dbi dbi;
+    int found;
+    PATINA_TRY(patina_collection_tables(c, &specs, &n));
+    for (i = 0, s = PATINA_OK; i < n; i++) {
+        if (s == PATINA_OK) s = desc_open(c, specs[i], &dbi, &found);
+        free(specs[i]);
+    }
+    free(specs);
+    return s;
+}
+
+patina_status patina_snapshot_new(patina_snapshot_t **out, patina_collection_t *c)
+{
+    patina_snapshot_t *snap;
+    patina_status s = PATINA_OK;
+    int tries, ready = 0;
+    if (!out) return patina__fail(PATINA_E_INVALID, "store: null snapshot pointer");
+    *out = NULL;
+    if (!c) return patina__fail(PATINA_E_INVALID, "store: null collection");
+    c = shared_of(c);
+    if (!(snap = calloc(1, sizeof *snap)))
+        return patina__fail(PATINA_E_NOMEM, "store: out of memory");
+    snap->c = c;
+    pthread_mutex_init(&snap->mu, NULL);
+    /* Usually once; again only when a table was created since its handle
+     * was last looked for. */
+    for (tries = 0; tries < 8 && !ready; tries++) {
+        pthread_mutex_lock(&c->cache_mu);
+        snap->npub = c->npub;
+        pthread_mutex_unlock(&c->cache_mu);
+        if ((s = txn_begin(c, 0, &snap->txn, "taking a snapshot")) != PATINA_OK) break;
+        s = snapshot_ready(c, snap->txn, snap->npub, &ready);
+        if (s == PATINA_OK && ready) break;
+        txn_abort(c, snap->txn);
+        snap->txn = NULL;
+        if (s == PATINA_OK) s = open_all_handles(c);
+        if (s != PATINA_OK) break;
+    }
+    if (s == PATINA_OK && !ready)
+        s = patina__fail(PATINA_E_BUSY, "store: cannot take a snapshot of '%s': tables keep being "
+                                        "created", c->dir);
+    if (s != PATINA_OK) {
+        pthread_mutex_destroy(&snap->mu);
+        free(snap);
+        return s;
+    }
+    *out = snap;
+    return PATINA_OK;
+}
+
+void patina_snapshot_free(patina_snapshot_t *snap)
+{
+    if (!snap) return;
+    txn_abort(snap->c, snap->txn);
+    pthread_mutex_destroy(&snap->mu);
+    free(snap);
+}
+
+patina_status patina_snapshot_get(patina_snapshot_t *snap, const uint64_t *ids, size_t n,
+                                  patina_record_t *recs)
+{
+    patina_status s = PATINA_OK;
+    size_t i, missing = 0, first = 0;
+    if (!snap || (n && (!ids || !recs)))
+        return patina__fail(PATINA_E_INVALID, "store: null argument");
+    pthread_mutex_lock(&snap->mu);
+    for (i = 0; i < n && s == PATINA_OK; i++) {
+        s = get_record(snap->c, snap->txn, ids[i], &recs[i]);
+        if (s == PATINA_E_NOTFOUND) {
+            if (!missing++) first = i;
+            s = PATINA_OK;
+        }
+    }
+    pthread_mutex_unlock(&snap->mu);
+    if (s != PATINA_OK) {
+        while (i) patina_record_release(&recs[--i]);
+        return s;
+    }
+    if (missing)
+        return patina__fail(PATINA_E_NOTFOUND, "store: no record with id %llu in '%s'%s",
+                            (unsigned long long)ids[first], snap->c->dir,
+                            missing > 1 ? " (and others of the batch)" : "");
+    return PATINA_OK;
+}
+
+patina_status patina_snapshot_load(patina_snapshot_t *snap, const char *spec, uint64_t **ids,
+                                   uint8_t **descs, size_t *n, size_t *desc_bytes)
+{
+    patina_collection_t *c;
+    MDB_dbi dbi;
+    size_t bytes = 0;
+    patina_status s;
+    int found;
+    if (!snap || !ids || !descs || !n || !desc_bytes)
+        return patina__fail(PATINA_E_INVALID, "store: null argument");
+    *ids = NULL;
+    *descs = NULL;
+    *n = *desc_bytes = 0;
+    PATINA_TRY(check_spec(spec));
+    c = snap->c;
+    pthread_mutex_lock(&snap->mu);
+    s = table_bytes(c, snap->txn, spec, &bytes, &found);
+    if (s == PATINA_OK && !found) s = no_table(c, spec);
+    if (s == PATINA_OK && !desc_find_before(c, spec, snap->npub, &dbi))
+        s = patina__fail(PATINA_E_INTERNAL, "store: snapshot of '%s' has no handle for table '%s'",
+                         c->dir, spec);
+    if (s == PATINA_OK) s = load_in(c, snap->txn, dbi, spec, bytes, ids, descs, n);
+    pthread_mutex_unlock(&snap->mu);
     if (s == PATINA_OK) *desc_bytes = bytes;
     return s;
 }
