@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "features/cedd_core.h"
+#include "algo/cedd_core.h"
 #include "patina/image.h"
 
 #ifdef __cplusplus

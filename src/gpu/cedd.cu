@@ -1,5 +1,5 @@
 /* CEDD on the GPU: the GPU-only design and the hybrid CPU+GPU design of
- * ../shared/papers/cedd-gpu-realtime-indexing.txt, giving the same bytes as
+ * Bampis et al. (docs/references.md), giving the same bytes as
  * the C reference (src/features/cedd.c) on every input.
  *
  * Exactness (spec §15). The only arithmetic here that is not in cedd_core.h
@@ -47,7 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "features/cedd_ref.h"
+#include "gpu/cedd_glue.h"
 #include "gpu/context.h"
 
 #define K1_THREADS 160          /* 4 quadrant threads x 40 blocks */
@@ -58,6 +58,114 @@
 #define KA_CHUNK 64             /* blocks per accumulation chunk (12.8 KB) */
 #define STAGE_PIECE (1u << 20)  /* bytes per host staging-copy task */
 #define FULL_MASK 0xffffffffu
+
+/* ----------------------------------------------------------- memory plan
+ * ("planned GPU memory"): PGPU_SLOTS slots, one per
+ * context stream. A slot holds everything one batch needs, allocated on the
+ * first call from the context's budget:
+ *   device: pixel input (in_cap bytes), block sums (blk_cap x 48 B), block
+ *           contributions (blk_cap x 200 B), the batch's piece and segment
+ *           tables, descriptors out (seg_cap x 144 B)
+ *   pinned: staging for pageable pixels (in_cap), block sums for the hybrid
+ *           CPU stage (blk_cap x 48 B), tables, descriptors out.
+ * Batches are cut to fit a slot; an image larger than a slot is split into
+ * pieces (whole block rows, or parts of one block row) that may span several
+ * batches, with the 144-bin running histogram carried between them. Batch k
+ * uses slot k % PGPU_SLOTS, so while the GPU works on batch k the host fills
+ * the staging (or computes block sums) of batch k+1 and copies of batch k+1
+ * overlap kernels of batch k. */
+
+#define PGPU_SLOTS PGPU_STREAMS /* one slot per context stream */
+#define PGPU_CARRY 4 /* running-histogram ring between batches (> PGPU_SLOTS) */
+
+/* One piece of an image, as kernel 1 sees it: a rectangle of nbx x nby blocks
+ * of sx x sy pixels (whole block rows, or a part of one block row), whose
+ * first pixel is at src (device address) with rows `pitch` bytes apart. Its
+ * block sums go to the batch's block buffer from index blk0, raster order. */
+typedef struct pgpu_piece {
+    const uint8_t *src;
+    uint64_t pitch;
+    uint64_t blk0;
+    int32_t nbx, nby;
+    int32_t sx, sy;
+    int32_t nbc;      /* blocks per thread block (CTA) along a block row */
+    int32_t nchunk;   /* CTAs per block row: ceil(nbx / nbc) */
+    int32_t rows;     /* row pairs staged in shared memory per pass; 0 = read global directly */
+    uint32_t task0;   /* first CTA of this piece in the launch */
+} pgpu_piece_t;
+
+/* A run of consecutive blocks of one image within a batch (kernel 2: one CTA
+ * each). first: the run starts at the image's block 0 (else it continues the
+ * carried histogram); last: it ends at the image's final block (then its
+ * descriptor goes to row `out` of the batch's output). */
+typedef struct pgpu_seg {
+    uint64_t blk0;
+    uint32_t nblk;
+    int32_t w, h;
+    int32_t first, last;
+    int32_t out;
+    int32_t pad_;
+} pgpu_seg_t;
+
+/* Host-side bookkeeping of a piece (not sent to the device). */
+typedef struct pgpu_hpiece {
+    const uint8_t *hsrc;   /* host (or device) address of the first pixel */
+    size_t hstride;        /* image stride */
+    size_t rowbytes;       /* bytes used per pixel row = nbx*sx*3 */
+    size_t rows;           /* pixel rows = nby*sy */
+    size_t doff;           /* offset in the slot's pixel input (and staging) */
+    size_t dpitch;         /* pitch there: rowbytes rounded up to 16 */
+    size_t img;            /* image index */
+    int by0, bx0;          /* first block row / column in the image */
+    int kind;              /* PGPU_MEM_* */
+    uint32_t task0, ntask; /* host tasks (staging row chunks, or hybrid block rows) */
+} pgpu_hpiece_t;
+
+enum { PGPU_MEM_NONE = 0, PGPU_MEM_PAGEABLE, PGPU_MEM_PINNED, PGPU_MEM_DEVICE };
+
+typedef struct pgpu_slot {
+    void *stream;           /* cudaStream_t: the context's stream of this slot */
+    void *done;             /* cudaEvent_t: after the batch's last operation */
+    void *k2_done;          /* cudaEvent_t: after the batch's kernel 3 (accumulation) */
+    void *prof[6];          /* timing events around kernels 1, 2 and 3 (profiling only) */
+    int busy;               /* holds a batch not yet harvested */
+    int profiled;           /* its kernels were timed */
+    /* device */
+    uint8_t *d_in;
+    cedd_block_t *d_blk;
+    cedd_contrib_t *d_con;  /* blk_cap contributions, 200 B each */
+    pgpu_piece_t *d_pieces;
+    pgpu_seg_t *d_segs;
+    uint8_t *d_out;
+    /* pinned host */
+    uint8_t *h_stage;
+    cedd_block_t *h_blk;
+    pgpu_piece_t *h_pieces;
+    pgpu_seg_t *h_segs;
+    uint8_t *h_out;
+    /* host */
+    pgpu_hpiece_t *hp;
+    size_t *out_img;        /* image of each output row */
+    /* the batch in the slot */
+    size_t npieces, nsegs, nout, in_used, blk_used;
+    uint32_t ntasks, nhtasks;
+    size_t smem;
+} pgpu_slot_t;
+
+
+/* CEDD's state in a device context (pgpu_state(g, PGPU_FAM_CEDD)): the
+ * memory plan and the slots, allocated on the first CEDD call. */
+typedef struct pgpu_cedd {
+    /* planned capacities per slot, and the ones in force (<= planned) */
+    size_t in_plan, blk_plan, unit_plan;
+    size_t in_cap, blk_cap, unit_cap;
+    pgpu_slot_t slot[PGPU_SLOTS];
+    double *d_carry;                  /* PGPU_CARRY x 144 running histograms between batches */
+    /* profiling (patina_gpu__profile): kernel times summed over batches */
+    int profile;
+    double prof_ms[4];
+    uint64_t prof_batches;
+} pgpu_cedd_t;
 
 /* ================================================================ kernels */
 
@@ -303,8 +411,159 @@ k_accumulate(const pgpu_seg_t *__restrict__ segs, const cedd_contrib_t *__restri
 
 /* ============================================================== host side */
 
+/* ------------------------------------------------------------ the state */
+
+static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+
+/* The plan: per slot, a fifth of the slot's share for block sums and
+ * contributions (248 B a block, at most 196,608 blocks = 122 VGA frames, so
+ * a batch's 39 MiB of contributions stays in the 50 MB L2 between the
+ * kernels that write and read them), ~1 MiB of tables and output for up to
+ * 4096 pieces, the rest (at most 64 MiB, 72 VGA frames) for pixels. Batches
+ * of 64 MiB already run the copy engine at full PCIe speed; more would only
+ * cost pinned memory. */
+static patina_status cedd_plan(pgpu_cedd_t *c, uint64_t budget)
+{
+    const size_t min_slot = 4u << 20;
+    size_t per_slot = (size_t)(budget / PGPU_SLOTS), blk_bytes, tab;
+    if (per_slot < min_slot)
+        return patina__fail(PATINA_E_LIMIT,
+                            "gpu: cedd: memory budget %.1f MiB is below its minimum %.1f MiB (%d slots of %.0f MiB)",
+                            (double)budget / (1 << 20), PGPU_SLOTS * (double)min_slot / (1 << 20), PGPU_SLOTS,
+                            (double)min_slot / (1 << 20));
+    c->unit_plan = 4096;
+    tab = c->unit_plan * (sizeof(pgpu_piece_t) + sizeof(pgpu_seg_t) + CEDD_BINS);
+    blk_bytes = per_slot / 5;
+    c->blk_plan = blk_bytes / (sizeof(cedd_block_t) + sizeof(cedd_contrib_t));
+    if (c->blk_plan > 196608) c->blk_plan = 196608;
+    blk_bytes = c->blk_plan * (sizeof(cedd_block_t) + sizeof(cedd_contrib_t));
+    c->in_plan = per_slot - blk_bytes - tab;
+    if (c->in_plan > (64u << 20)) c->in_plan = 64u << 20;
+    c->in_plan &= ~(size_t)0xffff;
+    c->in_cap = c->in_plan;
+    c->blk_cap = c->blk_plan;
+    c->unit_cap = c->unit_plan;
+    return PATINA_OK;
+}
+
+#define DEV(p, bytes, tag) PATINA_TRY(pgpu_dev_alloc(g, (void **)&(p), (bytes), PGPU_FAM_CEDD, tag))
+#define PIN(p, bytes, tag) PATINA_TRY(pgpu_pin_alloc(g, (void **)&(p), (bytes), PGPU_FAM_CEDD, tag))
+
+static patina_status open_slot(patina_gpu_t *g, pgpu_cedd_t *c, pgpu_slot_t *s, int k)
+{
+    cudaEvent_t ev;
+    s->stream = pgpu_stream(g, k);
+    PGPU_CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    s->done = ev;
+    PGPU_CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    s->k2_done = ev;
+    for (int e = 0; e < 6; e++) {
+        PGPU_CU(cudaEventCreate(&ev));
+        s->prof[e] = ev;
+    }
+    DEV(s->d_in, c->in_plan, "pixel input");
+    DEV(s->d_blk, c->blk_plan * sizeof(cedd_block_t), "block sums");
+    DEV(s->d_con, c->blk_plan * sizeof(cedd_contrib_t), "block contributions");
+    DEV(s->d_pieces, c->unit_plan * sizeof(pgpu_piece_t), "piece table");
+    DEV(s->d_segs, c->unit_plan * sizeof(pgpu_seg_t), "segment table");
+    DEV(s->d_out, c->unit_plan * CEDD_BINS, "descriptors");
+    PIN(s->h_stage, c->in_plan, "pixel staging");
+    PIN(s->h_blk, c->blk_plan * sizeof(cedd_block_t), "block sums");
+    PIN(s->h_pieces, c->unit_plan * sizeof(pgpu_piece_t), "piece table");
+    PIN(s->h_segs, c->unit_plan * sizeof(pgpu_seg_t), "segment table");
+    PIN(s->h_out, c->unit_plan * CEDD_BINS, "descriptors");
+    s->hp = (pgpu_hpiece_t *)calloc(c->unit_plan, sizeof *s->hp);
+    s->out_img = (size_t *)calloc(c->unit_plan, sizeof *s->out_img);
+    if (!s->hp || !s->out_img) return patina__fail(PATINA_E_NOMEM, "gpu: cedd: out of host memory");
+    return PATINA_OK;
+}
+
+static void close_slot(patina_gpu_t *g, pgpu_slot_t *s)
+{
+    if (s->stream) cudaStreamSynchronize((cudaStream_t)s->stream);
+    pgpu_free(g, s->d_in);
+    pgpu_free(g, s->d_blk);
+    pgpu_free(g, s->d_con);
+    pgpu_free(g, s->d_pieces);
+    pgpu_free(g, s->d_segs);
+    pgpu_free(g, s->d_out);
+    pgpu_free(g, s->h_stage);
+    pgpu_free(g, s->h_blk);
+    pgpu_free(g, s->h_pieces);
+    pgpu_free(g, s->h_segs);
+    pgpu_free(g, s->h_out);
+    if (s->done) cudaEventDestroy((cudaEvent_t)s->done);
+    if (s->k2_done) cudaEventDestroy((cudaEvent_t)s->k2_done);
+    for (int e = 0; e < 6; e++)
+        if (s->prof[e]) cudaEventDestroy((cudaEvent_t)s->prof[e]);
+    free(s->hp);
+    free(s->out_img);
+    memset(s, 0, sizeof *s);
+}
+
+static void cedd_release(patina_gpu_t *g, void *state)
+{
+    pgpu_cedd_t *c = (pgpu_cedd_t *)state;
+    (void)cudaSetDevice(g->device);
+    for (int k = 0; k < PGPU_SLOTS; k++) close_slot(g, &c->slot[k]);
+    pgpu_free(g, c->d_carry);
+    (void)cudaGetLastError();
+    free(c);
+}
+
+/* g's CEDD state, made (planned and allocated) on first use. */
+static patina_status cedd_state(patina_gpu_t *g, pgpu_cedd_t **out)
+{
+    pgpu_cedd_t *c = (pgpu_cedd_t *)pgpu_state(g, PGPU_FAM_CEDD);
+    patina_status s;
+    *out = c;
+    if (c) return PATINA_OK;
+    c = (pgpu_cedd_t *)calloc(1, sizeof *c);
+    if (!c) return patina__fail(PATINA_E_NOMEM, "gpu: cedd: out of host memory");
+    pgpu_set_state(g, PGPU_FAM_CEDD, c, cedd_release);
+    s = cedd_plan(c, g->budget);
+    if (s == PATINA_OK)
+        s = pgpu_dev_alloc(g, (void **)&c->d_carry, PGPU_CARRY * CEDD_BINS * sizeof(double), PGPU_FAM_CEDD,
+                           "carried histograms");
+    for (int k = 0; s == PATINA_OK && k < PGPU_SLOTS; k++) s = open_slot(g, c, &c->slot[k], k);
+    if (s != PATINA_OK) {
+        pgpu_drop_state(g, PGPU_FAM_CEDD);
+        return s;
+    }
+    *out = c;
+    return PATINA_OK;
+}
+
+void patina_gpu__profile(patina_gpu_t *g, int on, double ms[4], uint64_t *batches)
+{
+    pgpu_cedd_t *c = NULL;
+    if (cedd_state(g, &c) != PATINA_OK) {
+        if (ms) memset(ms, 0, 4 * sizeof *ms);
+        if (batches) *batches = 0;
+        return;
+    }
+    if (ms) memcpy(ms, c->prof_ms, sizeof c->prof_ms);
+    if (batches) *batches = c->prof_batches;
+    memset(c->prof_ms, 0, sizeof c->prof_ms);
+    c->prof_batches = 0;
+    c->profile = on != 0;
+}
+
+patina_status patina_gpu__set_caps(patina_gpu_t *g, size_t pixel_bytes, size_t blocks, size_t units)
+{
+    pgpu_cedd_t *c;
+    PATINA_TRY(cedd_state(g, &c));
+    c->in_cap = pixel_bytes && pixel_bytes < c->in_plan ? pixel_bytes : c->in_plan;
+    c->blk_cap = blocks && blocks < c->blk_plan ? blocks : c->blk_plan;
+    c->unit_cap = units && units < c->unit_plan ? units : c->unit_plan;
+    return PATINA_OK;
+}
+
+
 typedef struct job {
     patina_gpu_t *g;
+    pgpu_cedd_t *c;          /* g's CEDD state */
+    pgpu_cedd_rows_fn rows;  /* hybrid: the CPU stage (the C reference's block row sums) */
     uint8_t *out;
     const patina_image_t *imgs;
     size_t n;
@@ -320,8 +579,6 @@ typedef struct job {
     uint64_t batch;          /* batches issued so far */
     int prev;                /* slot of the previous batch, -1 */
 } job_t;
-
-static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
 /* Which memory an image's pixels are in; PGPU_MEM_NONE if they are device
  * memory of another device. cudaPointerGetAttributes costs about a
@@ -383,10 +640,10 @@ static void classify(job_t *j, size_t i)
                                            : "cedd: image %zu: pixels are not in host memory or this GPU's memory",
                                  i);
             else if (!j->hybrid && k0 != PGPU_MEM_DEVICE &&
-                     (size_t)gm.sx * 3 * (size_t)gm.sy > j->g->in_cap)
+                     (size_t)gm.sx * 3 * (size_t)gm.sy > j->c->in_cap)
                 s = patina__fail(PATINA_E_LIMIT,
                                  "cedd: image %zu: one %dx%d block does not fit the GPU's %zu-byte batch",
-                                 i, gm.sx, gm.sy, j->g->in_cap);
+                                 i, gm.sx, gm.sy, j->c->in_cap);
             else
                 j->kind[i] = (unsigned char)k0;
         }
@@ -500,12 +757,12 @@ static void add_piece(job_t *j, pgpu_slot_t *s, size_t i, const cedd_geom_t *gm,
  * part of one block row to fill the rest (so any image fits, in pieces). */
 static void fill(job_t *j, pgpu_slot_t *s)
 {
-    patina_gpu_t *g = j->g;
+    const pgpu_cedd_t *c = j->c;
     size_t seg_img = 0;
     s->npieces = s->nsegs = s->nout = s->in_used = s->blk_used = 0;
     s->ntasks = s->nhtasks = 0;
     s->smem = 0;
-    while (j->img < j->n && s->npieces < g->unit_cap) {
+    while (j->img < j->n && s->npieces < c->unit_cap) {
         const size_t i = j->img;
         const patina_image_t *im = &j->imgs[i];
         cedd_geom_t gm;
@@ -517,8 +774,8 @@ static void fill(job_t *j, pgpu_slot_t *s)
         }
         gm = pgpu_cedd_geometry(im->width, im->height);
         pixels = !j->hybrid && j->kind[i] != PGPU_MEM_DEVICE;
-        in_free = g->in_cap - s->in_used;
-        blk_free = g->blk_cap - s->blk_used;
+        in_free = c->in_cap - s->in_used;
+        blk_free = c->blk_cap - s->blk_used;
         if (j->bx == 0) {
             size_t k = (size_t)(gm.nby - j->by);
             if (pixels) k = min_sz(k, in_free / ((size_t)gm.nbx * (size_t)gm.sx * 3 * (size_t)gm.sy));
@@ -605,7 +862,7 @@ static void sums_task(void *arg, size_t t, int worker)
     (void)worker;
     view.data = im->data + (size_t)h->bx0 * (size_t)part.sx * 3;
     part.nbx = p->nbx;
-    cedd_block_row_sums(s->h_blk + p->blk0 + (size_t)r * (size_t)p->nbx, &view, &part, h->by0 + r);
+    hs->j->rows(s->h_blk + p->blk0 + (size_t)r * (size_t)p->nbx, &view, &part, h->by0 + r);
 }
 
 /* One pending host-to-device copy, grown while pieces are contiguous. */
@@ -662,15 +919,16 @@ static patina_status copy_pixels(pgpu_slot_t *s, cudaStream_t st)
 static patina_status submit(job_t *j, int si)
 {
     patina_gpu_t *g = j->g;
-    pgpu_slot_t *s = &g->slot[si];
+    pgpu_cedd_t *c = j->c;
+    pgpu_slot_t *s = &c->slot[si];
     cudaStream_t st = (cudaStream_t)s->stream;
     host_stage_t hs = {j, s};
     /* Running histograms between batches: batch b writes ring entry b % 4
      * and batch b+1 reads it. Batch b+4 (the next writer of that entry) is
      * issued only after batch b+1 was harvested (same slot, 3 slots), so no
      * device-side ordering is needed for the ring itself. */
-    double *carry_in = g->d_carry + CEDD_BINS * ((j->batch + PGPU_CARRY - 1) % PGPU_CARRY);
-    double *carry_out = g->d_carry + CEDD_BINS * (j->batch % PGPU_CARRY);
+    double *carry_in = c->d_carry + CEDD_BINS * ((j->batch + PGPU_CARRY - 1) % PGPU_CARRY);
+    double *carry_out = c->d_carry + CEDD_BINS * (j->batch % PGPU_CARRY);
 
     if (s->nhtasks)
         patina_pool_run(j->hybrid ? j->cpu : g->pool, s->nhtasks, j->hybrid ? sums_task : stage_task, &hs);
@@ -682,27 +940,27 @@ static patina_status submit(job_t *j, int si)
         PGPU_CU(cudaMemcpyAsync(s->d_pieces, s->h_pieces, s->npieces * sizeof(pgpu_piece_t),
                            cudaMemcpyHostToDevice, st));
         PATINA_TRY(copy_pixels(s, st));
-        if (g->profile) PGPU_CU(cudaEventRecord((cudaEvent_t)s->prof[0], st));
+        if (c->profile) PGPU_CU(cudaEventRecord((cudaEvent_t)s->prof[0], st));
         k_block_sums<<<s->ntasks, K1_THREADS, s->smem, st>>>(s->d_pieces, (int)s->npieces, s->d_blk);
         PGPU_CU(cudaGetLastError());
-        if (g->profile) PGPU_CU(cudaEventRecord((cudaEvent_t)s->prof[1], st));
+        if (c->profile) PGPU_CU(cudaEventRecord((cudaEvent_t)s->prof[1], st));
     }
-    if (g->profile) PGPU_CU(cudaEventRecord((cudaEvent_t)s->prof[2], st));
+    if (c->profile) PGPU_CU(cudaEventRecord((cudaEvent_t)s->prof[2], st));
     k_contrib<<<(unsigned)((s->blk_used + KC_THREADS - 1) / KC_THREADS), KC_THREADS, 0, st>>>(
         s->d_segs, (int)s->nsegs, s->d_blk, s->d_con, (uint64_t)s->blk_used, j->compact);
     PGPU_CU(cudaGetLastError());
-    if (g->profile) PGPU_CU(cudaEventRecord((cudaEvent_t)s->prof[3], st));
+    if (c->profile) PGPU_CU(cudaEventRecord((cudaEvent_t)s->prof[3], st));
     /* An image continued from the previous batch: its bins carry on from
      * that batch's kernel 3, so wait for it (only then). */
     if (j->prev >= 0 && !s->h_segs[0].first)
-        PGPU_CU(cudaStreamWaitEvent(st, (cudaEvent_t)g->slot[j->prev].k2_done, 0));
-    if (g->profile) PGPU_CU(cudaEventRecord((cudaEvent_t)s->prof[4], st));
+        PGPU_CU(cudaStreamWaitEvent(st, (cudaEvent_t)c->slot[j->prev].k2_done, 0));
+    if (c->profile) PGPU_CU(cudaEventRecord((cudaEvent_t)s->prof[4], st));
     k_accumulate<<<(unsigned)s->nsegs, K2_THREADS, 0, st>>>(s->d_segs, s->d_con, carry_in, carry_out,
                                                             s->d_out, j->compact);
     PGPU_CU(cudaGetLastError());
     PGPU_CU(cudaEventRecord((cudaEvent_t)s->k2_done, st));
-    if (g->profile) PGPU_CU(cudaEventRecord((cudaEvent_t)s->prof[5], st));
-    s->profiled = g->profile;
+    if (c->profile) PGPU_CU(cudaEventRecord((cudaEvent_t)s->prof[5], st));
+    s->profiled = c->profile;
     if (s->nout)
         PGPU_CU(cudaMemcpyAsync(s->h_out, s->d_out, s->nout * CEDD_BINS, cudaMemcpyDeviceToHost, st));
     PGPU_CU(cudaEventRecord((cudaEvent_t)s->done, st));
@@ -715,7 +973,7 @@ static patina_status submit(job_t *j, int si)
 /* Waits for slot si's batch and hands its descriptors to the caller. */
 static patina_status harvest(job_t *j, int si)
 {
-    pgpu_slot_t *s = &j->g->slot[si];
+    pgpu_slot_t *s = &j->c->slot[si];
     size_t r;
     if (!s->busy) return PATINA_OK;
     s->busy = 0;
@@ -725,10 +983,10 @@ static patina_status harvest(job_t *j, int si)
         if (!j->hybrid) PGPU_CU(cudaEventElapsedTime(&a, (cudaEvent_t)s->prof[0], (cudaEvent_t)s->prof[1]));
         PGPU_CU(cudaEventElapsedTime(&b, (cudaEvent_t)s->prof[2], (cudaEvent_t)s->prof[3]));
         PGPU_CU(cudaEventElapsedTime(&c, (cudaEvent_t)s->prof[4], (cudaEvent_t)s->prof[5]));
-        j->g->prof_ms[0] += a;
-        j->g->prof_ms[1] += b;
-        j->g->prof_ms[2] += c;
-        j->g->prof_batches++;
+        j->c->prof_ms[0] += a;
+        j->c->prof_ms[1] += b;
+        j->c->prof_ms[2] += c;
+        j->c->prof_batches++;
     }
     for (r = 0; r < s->nout; r++) {
         const size_t i = s->out_img[r];
@@ -742,27 +1000,30 @@ static patina_status harvest(job_t *j, int si)
 static patina_status run(job_t *j)
 {
     patina_gpu_t *g = j->g;
+    pgpu_cedd_t *c;
     patina_status s = PATINA_OK, s2;
     size_t i;
     int k;
 
     PGPU_CU(cudaSetDevice(g->device));
+    PATINA_TRY(cedd_state(g, &c));
+    j->c = c;
     j->kind = (unsigned char *)calloc(j->n, 2);
     if (!j->kind) return patina__fail(PATINA_E_NOMEM, "gpu: out of host memory");
     j->done = j->kind + j->n;
     j->prev = -1;
     {
-        const double t0 = g->profile ? patina_now() : 0.0;
+        const double t0 = c->profile ? patina_now() : 0.0;
         for (i = 0; i < j->n; i++) classify(j, i);
-        if (g->profile) g->prof_ms[3] += (patina_now() - t0) * 1e3;
+        if (c->profile) c->prof_ms[3] += (patina_now() - t0) * 1e3;
     }
 
     while (s == PATINA_OK && j->img < j->n) {
         const int si = (int)(j->batch % PGPU_SLOTS);
         s = harvest(j, si);
         if (s != PATINA_OK) break;
-        fill(j, &g->slot[si]);
-        if (g->slot[si].nsegs == 0) break;
+        fill(j, &c->slot[si]);
+        if (c->slot[si].nsegs == 0) break;
         s = submit(j, si);
     }
     for (k = 0; k < PGPU_SLOTS; k++) { /* oldest first */
@@ -772,8 +1033,8 @@ static patina_status run(job_t *j)
     if (s != PATINA_OK) {
         /* Nothing may still read the caller's memory when we return. */
         for (k = 0; k < PGPU_SLOTS; k++) {
-            cudaStreamSynchronize((cudaStream_t)g->slot[k].stream);
-            g->slot[k].busy = 0;
+            cudaStreamSynchronize((cudaStream_t)c->slot[k].stream);
+            c->slot[k].busy = 0;
         }
         (void)cudaGetLastError();
         for (i = 0; i < j->n; i++)
@@ -788,10 +1049,11 @@ static patina_status run(job_t *j)
 
 /* Both entry points: the same job, with or without the CPU block-sum stage. */
 static patina_status start(patina_gpu_t *g, uint8_t *out, const patina_image_t *imgs, size_t n,
-                           int compact, patina_status *st, patina_pool_t *pool, int hybrid)
+                           int compact, patina_status *st, patina_pool_t *pool, pgpu_cedd_rows_fn rows)
 {
     job_t j;
-    if (!g || (n && (!out || !imgs)))
+    const int hybrid = rows != NULL;
+    if (!g || (n && (!out || !imgs)) || (hybrid && !pool))
         return patina__fail(PATINA_E_INVALID, "gpu cedd%s: null argument", hybrid ? " hybrid" : "");
     if (n == 0) return PATINA_OK;
     memset(&j, 0, sizeof j);
@@ -803,18 +1065,19 @@ static patina_status start(patina_gpu_t *g, uint8_t *out, const patina_image_t *
     j.st = st;
     j.hybrid = hybrid;
     j.cpu = pool;
+    j.rows = rows;
     return run(&j);
 }
 
 patina_status patina_gpu_cedd(patina_gpu_t *g, uint8_t *out, const patina_image_t *imgs, size_t n,
                               int compact, patina_status *st)
 {
-    return start(g, out, imgs, n, compact, st, NULL, 0);
+    return start(g, out, imgs, n, compact, st, NULL, NULL);
 }
 
-patina_status patina_gpu_cedd_hybrid(patina_gpu_t *g, patina_pool_t *pool, uint8_t *out,
-                                     const patina_image_t *imgs, size_t n, int compact,
+patina_status patina_gpu_cedd_hybrid(patina_gpu_t *g, patina_pool_t *pool, pgpu_cedd_rows_fn rows,
+                                     uint8_t *out, const patina_image_t *imgs, size_t n, int compact,
                                      patina_status *st)
 {
-    return start(g, out, imgs, n, compact, st, pool, 1);
+    return start(g, out, imgs, n, compact, st, pool, rows);
 }

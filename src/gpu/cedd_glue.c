@@ -1,8 +1,7 @@
-/* C glue for the CUDA host code: the C reference's block geometry and
- * finishing step (cedd_core.h), compiled as C with the reference's flags, so
- * the .cu host code plans with exactly the functions the reference uses. In
- * CUDA translation units cedd_core.h's functions are device-only. */
-#include "gpu/context.h"
+/* C glue for the CUDA host code (cedd_glue.h): the C reference's block
+ * geometry and finishing step (algo/cedd_core.h), compiled as C with the
+ * reference's flags. */
+#include "gpu/cedd_glue.h"
 
 cedd_geom_t pgpu_cedd_geometry(int w, int h) { return cedd_geometry(w, h); }
 

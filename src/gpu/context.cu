@@ -1,7 +1,8 @@
 /* The CUDA device context: enumeration, the memory plan (streams, pinned
  * staging, device buffers sized from a budget), pinned and device
  * allocations, and the bandwidth probes the benchmark reports against.
- * The descriptor kernels live in one .cu per family (cedd.cu).
+ * The descriptor kernels live in one .cu per family (cedd.cu, lbp.cu, ...),
+ * their buffers in family states that this context owns (context.h).
  *
  * Every CUDA error becomes a patina status with a message, here at the
  * boundary; nothing prints, nothing exits. */
@@ -96,130 +97,162 @@ patina_status patina_gpu__upload(patina_gpu_t *g, void *dst, const void *src, si
     return PATINA_OK;
 }
 
+/* ---------------------------------------------------- tagged allocations */
+
+typedef struct pgpu_alloc {
+    struct pgpu_alloc *next;
+    void *p;
+    size_t bytes;
+    int pinned;
+    pgpu_fam owner;
+    const char *tag;
+} pgpu_alloc_t;
+
+static const char *const fam_names[PGPU_NFAM] = {"context", "cedd", "lbp", "glcm", "search"};
+
+/* Releases the states of every family but `keep` (oldest first does not
+ * matter: states are independent). */
+static void release_others(patina_gpu_t *g, pgpu_fam keep)
+{
+    for (int f = 0; f < PGPU_NFAM; f++)
+        if (f != (int)keep) pgpu_drop_state(g, (pgpu_fam)f);
+}
+
+static patina_status track(patina_gpu_t *g, void *p, size_t bytes, int pinned, pgpu_fam owner,
+                           const char *tag)
+{
+    pgpu_alloc_t *a = (pgpu_alloc_t *)malloc(sizeof *a);
+    if (!a) return patina__fail(PATINA_E_NOMEM, "gpu: out of host memory");
+    a->p = p;
+    a->bytes = bytes;
+    a->pinned = pinned;
+    a->owner = owner;
+    a->tag = tag;
+    a->next = g->allocs;
+    g->allocs = a;
+    if (pinned) {
+        g->pinned_bytes += bytes;
+    } else {
+        g->dev_bytes += bytes;
+        if (g->dev_bytes > g->dev_peak) g->dev_peak = g->dev_bytes;
+    }
+    return PATINA_OK;
+}
+
+patina_status pgpu_dev_alloc(patina_gpu_t *g, void **p, size_t bytes, pgpu_fam owner, const char *tag)
+{
+    cudaError_t e;
+    *p = NULL;
+    if (bytes == 0) bytes = 1;
+    if (g->dev_bytes + bytes > g->budget) release_others(g, owner);
+    if (g->dev_bytes + bytes > g->budget)
+        return patina__fail(PATINA_E_LIMIT,
+                            "gpu: %s %s needs %.1f MiB of device memory; %.1f of the budget's %.1f MiB "
+                            "are held (raise the GPU memory budget)",
+                            fam_names[owner], tag, (double)bytes / MiB, (double)g->dev_bytes / MiB,
+                            (double)g->budget / MiB);
+    PGPU_CU(cudaSetDevice(g->device));
+    e = cudaMalloc(p, bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *p = NULL;
+        return patina__fail(PATINA_E_NOMEM, "gpu: cannot allocate %.1f MiB of device memory for %s %s: %s",
+                            (double)bytes / MiB, fam_names[owner], tag, cudaGetErrorString(e));
+    }
+    if (track(g, *p, bytes, 0, owner, tag) != PATINA_OK) {
+        cudaFree(*p);
+        *p = NULL;
+        return PATINA_E_NOMEM;
+    }
+    return PATINA_OK;
+}
+
+patina_status pgpu_pin_alloc(patina_gpu_t *g, void **p, size_t bytes, pgpu_fam owner, const char *tag)
+{
+    cudaError_t e;
+    *p = NULL;
+    if (bytes == 0) bytes = 1;
+    PGPU_CU(cudaSetDevice(g->device));
+    e = cudaHostAlloc(p, bytes, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *p = NULL;
+        return patina__fail(PATINA_E_NOMEM, "gpu: cannot allocate %.1f MiB of pinned host memory for %s %s: %s",
+                            (double)bytes / MiB, fam_names[owner], tag, cudaGetErrorString(e));
+    }
+    if (track(g, *p, bytes, 1, owner, tag) != PATINA_OK) {
+        cudaFreeHost(*p);
+        *p = NULL;
+        return PATINA_E_NOMEM;
+    }
+    return PATINA_OK;
+}
+
+void pgpu_free(patina_gpu_t *g, void *p)
+{
+    pgpu_alloc_t **link, *a;
+    if (!g || !p) return;
+    for (link = &g->allocs; (a = *link) != NULL; link = &a->next)
+        if (a->p == p) break;
+    if (!a) return; /* not ours: a bug in the caller, but freeing it could be worse */
+    *link = a->next;
+    (void)cudaSetDevice(g->device);
+    if (a->pinned) {
+        cudaFreeHost(p);
+        g->pinned_bytes -= a->bytes;
+    } else {
+        cudaFree(p);
+        g->dev_bytes -= a->bytes;
+    }
+    (void)cudaGetLastError();
+    free(a);
+}
+
+void *pgpu_stream(patina_gpu_t *g, int k) { return g->stream[k]; }
+
+patina_status pgpu_sync(patina_gpu_t *g)
+{
+    PGPU_CU(cudaSetDevice(g->device));
+    for (int k = 0; k < PGPU_STREAMS; k++)
+        if (g->stream[k]) PGPU_CU(cudaStreamSynchronize((cudaStream_t)g->stream[k]));
+    return PATINA_OK;
+}
+
+/* ---------------------------------------------------------- family states */
+
+void *pgpu_state(patina_gpu_t *g, pgpu_fam fam) { return g->fam[fam].state; }
+
+void pgpu_set_state(patina_gpu_t *g, pgpu_fam fam, void *state, pgpu_release_fn release)
+{
+    pgpu_drop_state(g, fam);
+    g->fam[fam].state = state;
+    g->fam[fam].release = release;
+}
+
+void pgpu_drop_state(patina_gpu_t *g, pgpu_fam fam)
+{
+    void *st = g->fam[fam].state;
+    if (!st) return;
+    g->fam[fam].state = NULL;
+    if (g->fam[fam].release) g->fam[fam].release(g, st);
+    g->fam[fam].release = NULL;
+}
+
 /* ------------------------------------------------------------- open/close */
-
-static patina_status dev_alloc(patina_gpu_t *g, void **p, size_t bytes, const char *what)
-{
-    cudaError_t e = cudaMalloc(p, bytes);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        *p = NULL;
-        return patina__fail(PATINA_E_NOMEM, "gpu: cannot allocate %.1f MiB of device memory for %s: %s",
-                            (double)bytes / MiB, what, cudaGetErrorString(e));
-    }
-    g->dev_bytes += bytes;
-    return PATINA_OK;
-}
-
-static patina_status pin_alloc(patina_gpu_t *g, void **p, size_t bytes, const char *what)
-{
-    cudaError_t e = cudaHostAlloc(p, bytes, cudaHostAllocPortable);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        *p = NULL;
-        return patina__fail(PATINA_E_NOMEM, "gpu: cannot allocate %.1f MiB of pinned host memory for %s: %s",
-                            (double)bytes / MiB, what, cudaGetErrorString(e));
-    }
-    g->pinned_bytes += bytes;
-    return PATINA_OK;
-}
-
-static patina_status open_slot(patina_gpu_t *g, pgpu_slot_t *s)
-{
-    cudaStream_t st;
-    cudaEvent_t ev;
-    PGPU_CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    s->stream = st;
-    PGPU_CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    s->done = ev;
-    PGPU_CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    s->k2_done = ev;
-    for (int k = 0; k < 6; k++) {
-        PGPU_CU(cudaEventCreate(&ev));
-        s->prof[k] = ev;
-    }
-    PATINA_TRY(dev_alloc(g, (void **)&s->d_in, g->in_plan, "pixel input"));
-    PATINA_TRY(dev_alloc(g, (void **)&s->d_blk, g->blk_plan * sizeof(cedd_block_t), "block sums"));
-    PATINA_TRY(dev_alloc(g, (void **)&s->d_con, g->blk_plan * sizeof(cedd_contrib_t), "block contributions"));
-    PATINA_TRY(dev_alloc(g, (void **)&s->d_pieces, g->unit_plan * sizeof(pgpu_piece_t), "piece table"));
-    PATINA_TRY(dev_alloc(g, (void **)&s->d_segs, g->unit_plan * sizeof(pgpu_seg_t), "segment table"));
-    PATINA_TRY(dev_alloc(g, (void **)&s->d_out, g->unit_plan * CEDD_BINS, "descriptors"));
-    PATINA_TRY(pin_alloc(g, (void **)&s->h_stage, g->in_plan, "pixel staging"));
-    PATINA_TRY(pin_alloc(g, (void **)&s->h_blk, g->blk_plan * sizeof(cedd_block_t), "block sums"));
-    PATINA_TRY(pin_alloc(g, (void **)&s->h_pieces, g->unit_plan * sizeof(pgpu_piece_t), "piece table"));
-    PATINA_TRY(pin_alloc(g, (void **)&s->h_segs, g->unit_plan * sizeof(pgpu_seg_t), "segment table"));
-    PATINA_TRY(pin_alloc(g, (void **)&s->h_out, g->unit_plan * CEDD_BINS, "descriptors"));
-    s->hp = (pgpu_hpiece_t *)calloc(g->unit_plan, sizeof *s->hp);
-    s->out_img = (size_t *)calloc(g->unit_plan, sizeof *s->out_img);
-    if (!s->hp || !s->out_img) return patina__fail(PATINA_E_NOMEM, "gpu: out of host memory");
-    return PATINA_OK;
-}
-
-static void close_slot(pgpu_slot_t *s)
-{
-    if (s->stream) cudaStreamSynchronize((cudaStream_t)s->stream);
-    cudaFree(s->d_in);
-    cudaFree(s->d_blk);
-    cudaFree(s->d_con);
-    cudaFree(s->d_pieces);
-    cudaFree(s->d_segs);
-    cudaFree(s->d_out);
-    cudaFreeHost(s->h_stage);
-    cudaFreeHost(s->h_blk);
-    cudaFreeHost(s->h_pieces);
-    cudaFreeHost(s->h_segs);
-    cudaFreeHost(s->h_out);
-    if (s->done) cudaEventDestroy((cudaEvent_t)s->done);
-    if (s->k2_done) cudaEventDestroy((cudaEvent_t)s->k2_done);
-    for (int k = 0; k < 6; k++)
-        if (s->prof[k]) cudaEventDestroy((cudaEvent_t)s->prof[k]);
-    if (s->stream) cudaStreamDestroy((cudaStream_t)s->stream);
-    free(s->hp);
-    free(s->out_img);
-    memset(s, 0, sizeof *s);
-}
 
 void patina_gpu_close(patina_gpu_t *g)
 {
     int i;
     if (!g) return;
-    if (cudaSetDevice(g->device) == cudaSuccess)
-        for (i = 0; i < PGPU_SLOTS; i++) close_slot(&g->slot[i]);
-    cudaFree(g->d_carry);
+    (void)cudaSetDevice(g->device);
+    (void)pgpu_sync(g);
+    for (i = PGPU_NFAM - 1; i >= 0; i--) pgpu_drop_state(g, (pgpu_fam)i);
+    while (g->allocs) pgpu_free(g, g->allocs->p); /* whatever a family left */
+    for (i = 0; i < PGPU_STREAMS; i++)
+        if (g->stream[i]) cudaStreamDestroy((cudaStream_t)g->stream[i]);
     (void)cudaGetLastError();
     patina_pool_free(g->pool);
     free(g);
-}
-
-/* The plan: per slot, a fifth of the slot's share for block sums and
- * contributions (248 B a block, at most 196,608 blocks = 122 VGA frames, so
- * a batch's 39 MiB of contributions stays in the 50 MB L2 between the
- * kernels that write and read them), ~1 MiB of tables and output for up to
- * 4096 pieces, the rest (at most 64 MiB, 72 VGA frames) for pixels. Batches
- * of 64 MiB already run the copy engine at full PCIe speed; more would only
- * cost pinned memory. */
-static patina_status plan(patina_gpu_t *g, uint64_t budget)
-{
-    const size_t min_slot = 4u << 20;
-    size_t per_slot = (size_t)(budget / PGPU_SLOTS), blk_bytes, tab;
-    if (per_slot < min_slot)
-        return patina__fail(PATINA_E_INVALID,
-                            "gpu: memory budget %.1f MiB is below the minimum %.1f MiB (%d slots of %.0f MiB)",
-                            (double)budget / MiB, PGPU_SLOTS * (double)min_slot / MiB, PGPU_SLOTS,
-                            (double)min_slot / MiB);
-    g->unit_plan = 4096;
-    tab = g->unit_plan * (sizeof(pgpu_piece_t) + sizeof(pgpu_seg_t) + CEDD_BINS);
-    blk_bytes = per_slot / 5;
-    g->blk_plan = blk_bytes / (sizeof(cedd_block_t) + sizeof(cedd_contrib_t));
-    if (g->blk_plan > 196608) g->blk_plan = 196608;
-    blk_bytes = g->blk_plan * (sizeof(cedd_block_t) + sizeof(cedd_contrib_t));
-    g->in_plan = per_slot - blk_bytes - tab;
-    if (g->in_plan > (64u << 20)) g->in_plan = 64u << 20;
-    g->in_plan &= ~(size_t)0xffff;
-    g->in_cap = g->in_plan;
-    g->blk_cap = g->blk_plan;
-    g->unit_cap = g->unit_plan;
-    return PATINA_OK;
 }
 
 patina_status patina_gpu_open(patina_gpu_t **out, int index, uint64_t budget)
@@ -228,7 +261,7 @@ patina_status patina_gpu_open(patina_gpu_t **out, int index, uint64_t budget)
     cudaDeviceProp p;
     size_t freeb = 0, total = 0;
     int n = patina_gpu__count(), i;
-    patina_status s;
+    patina_status s = PATINA_OK;
 
     *out = NULL;
     if (n == 0)
@@ -247,10 +280,15 @@ patina_status patina_gpu_open(patina_gpu_t **out, int index, uint64_t budget)
     g->device = index;
     g->budget = budget;
     g->sm_count = p.multiProcessorCount;
+    g->smem_optin = (int)p.sharedMemPerBlockOptin;
+    g->smem_sm = (int)p.sharedMemPerMultiprocessor;
     snprintf(g->name, sizeof g->name, "%s", p.name);
-    s = plan(g, budget);
-    if (s == PATINA_OK) s = dev_alloc(g, (void **)&g->d_carry, PGPU_CARRY * CEDD_BINS * sizeof(double), "carry");
-    for (i = 0; s == PATINA_OK && i < PGPU_SLOTS; i++) s = open_slot(g, &g->slot[i]);
+    for (i = 0; s == PATINA_OK && i < PGPU_STREAMS; i++) {
+        cudaStream_t st;
+        cudaError_t e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+        if (e != cudaSuccess) s = pgpu_fail((int)e, "cudaStreamCreateWithFlags", __FILE__, __LINE__);
+        else g->stream[i] = st;
+    }
     if (s == PATINA_OK) {
         int t = patina_cpu_count();
         s = patina_pool_new(&g->pool, t < 16 ? t : 16);
@@ -265,27 +303,20 @@ patina_status patina_gpu_open(patina_gpu_t **out, int index, uint64_t budget)
 
 void patina_gpu__plan(const patina_gpu_t *g, char *buf, size_t size)
 {
-    snprintf(buf, size,
-             "%s: budget %.0f MiB; %d slots x (%.1f MiB pixels, %zu block sums, %zu pieces); "
-             "%.1f MiB device, %.1f MiB pinned",
-             g->name, (double)g->budget / MiB, PGPU_SLOTS, (double)g->in_cap / MiB, g->blk_cap,
-             g->unit_cap, (double)g->dev_bytes / MiB, (double)g->pinned_bytes / MiB);
-}
-
-void patina_gpu__profile(patina_gpu_t *g, int on, double ms[4], uint64_t *batches)
-{
-    if (ms) memcpy(ms, g->prof_ms, sizeof g->prof_ms);
-    if (batches) *batches = g->prof_batches;
-    memset(g->prof_ms, 0, sizeof g->prof_ms);
-    g->prof_batches = 0;
-    g->profile = on != 0;
-}
-
-void patina_gpu__set_caps(patina_gpu_t *g, size_t pixel_bytes, size_t blocks, size_t units)
-{
-    g->in_cap = pixel_bytes && pixel_bytes < g->in_plan ? pixel_bytes : g->in_plan;
-    g->blk_cap = blocks && blocks < g->blk_plan ? blocks : g->blk_plan;
-    g->unit_cap = units && units < g->unit_plan ? units : g->unit_plan;
+    const pgpu_alloc_t *a;
+    size_t used = 0;
+    int k;
+    k = snprintf(buf, size, "%s: budget %.0f MiB; %.1f MiB device (peak %.1f), %.1f MiB pinned", g->name,
+                 (double)g->budget / MiB, (double)g->dev_bytes / MiB, (double)g->dev_peak / MiB,
+                 (double)g->pinned_bytes / MiB);
+    if (k > 0) used = (size_t)k < size ? (size_t)k : size;
+    /* per owner and tag, newest first */
+    for (a = g->allocs; a && used + 1 < size; a = a->next) {
+        k = snprintf(buf + used, size - used, "; %s %s %.1f MiB%s", fam_names[a->owner], a->tag,
+                     (double)a->bytes / MiB, a->pinned ? " pinned" : "");
+        if (k < 0) break;
+        used += (size_t)k < size - used ? (size_t)k : size - used - 1;
+    }
 }
 
 /* -------------------------------------------------------------- bandwidth */
@@ -299,7 +330,7 @@ static int cmp_double(const void *a, const void *b)
 static patina_status time_copies(patina_gpu_t *g, void *dst, const void *src, size_t bytes,
                                  int reps, double *ms)
 {
-    cudaStream_t st = (cudaStream_t)g->slot[0].stream;
+    cudaStream_t st = (cudaStream_t)g->stream[0];
     cudaEvent_t a, b;
     int r;
     PGPU_CU(cudaEventCreate(&a));

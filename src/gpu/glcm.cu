@@ -57,7 +57,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "features/glcm_core.h"
+#include "algo/glcm_core.h"
 #include "features/glcm_ref.h"
 #include "gpu/context.h"
 #include "gpu/gpu.h"

@@ -27,8 +27,9 @@ typedef struct patina_gpu patina_gpu_t;
 int patina_gpu__count(void);
 patina_status patina_gpu__describe(int i, char *buf, size_t size);
 
-/* Opens device `index`. budget: bytes of device memory for batches (0 =
- * a quarter of free memory). PATINA_E_UNAVAILABLE without a usable GPU. */
+/* Opens device `index`. budget: bytes of device memory the context's
+ * families may hold together (0 = a quarter of free memory); they allocate
+ * on first use (context.h). PATINA_E_UNAVAILABLE without a usable GPU. */
 patina_status patina_gpu_open(patina_gpu_t **g, int index, uint64_t budget);
 void patina_gpu_close(patina_gpu_t *g); /* accepts NULL */
 
@@ -46,25 +47,33 @@ void patina_gpu_host_free(void *p);
 patina_status patina_gpu_cedd(patina_gpu_t *g, uint8_t *out, const patina_image_t *imgs, size_t n,
                               int compact, patina_status *st);
 
-/* Hybrid CEDD: CPU workers of `pool` compute each image's block sums
- * (cedd_block_sums) into pinned buffers while the GPU turns earlier ones
- * into descriptors; only the block sums cross PCIe. Same output. */
-patina_status patina_gpu_cedd_hybrid(patina_gpu_t *g, patina_pool_t *pool, uint8_t *out,
-                                     const patina_image_t *imgs, size_t n, int compact,
+/* The hybrid design's CPU stage: the block sums of block row `by` of img
+ * into out[0 .. g->nbx) (features/cedd_ref.h: cedd_block_row_sums). */
+struct cedd_block;
+struct cedd_geom;
+typedef void (*pgpu_cedd_rows_fn)(struct cedd_block *out, const patina_image_t *img,
+                                  const struct cedd_geom *g, int by);
+
+/* Hybrid CEDD: CPU workers of `pool` compute each image's block sums with
+ * `rows` into pinned buffers while the GPU turns earlier ones into
+ * descriptors; only the block sums cross PCIe. Same output. */
+patina_status patina_gpu_cedd_hybrid(patina_gpu_t *g, patina_pool_t *pool, pgpu_cedd_rows_fn rows,
+                                     uint8_t *out, const patina_image_t *imgs, size_t n, int compact,
                                      patina_status *st);
 
 /* ---- JPEG decoding on the GPU (src/gpu/nvjpeg.c: nvJPEG loaded at run time) ----
  * Close to, not identical with, libjpeg-turbo's pixels: opt-in. */
 typedef struct patina_jpeg_gpu patina_jpeg_gpu_t;
 
-/* 1 when libnvjpeg can be loaded; why (may be NULL) gets its path or the
- * reason it cannot. */
-int patina_gpu_jpeg_available(char *why, size_t size);
+/* 1 when libnvjpeg (`library`: a path or file name; NULL: the usual names)
+ * can be loaded; why (may be NULL) gets its path or the reason it cannot. */
+int patina_gpu_jpeg_available(const char *library, char *why, size_t size);
 
 /* A decoder on g's device: the JPEG engines where the device has them,
- * else nvJPEG's GPU Huffman backend, fed by `lanes` host threads (1..16).
- * One calling thread at a time. */
-patina_status patina_gpu_jpeg_open(patina_jpeg_gpu_t **d, patina_gpu_t *g, int lanes);
+ * else nvJPEG's GPU Huffman backend, fed by `lanes` host threads (1..16),
+ * with the library as above. One calling thread at a time. */
+patina_status patina_gpu_jpeg_open(patina_jpeg_gpu_t **d, patina_gpu_t *g, const char *library,
+                                   int lanes);
 int patina_gpu_jpeg_lanes(const patina_jpeg_gpu_t *d);
 void patina_gpu_jpeg_close(patina_jpeg_gpu_t *d); /* accepts NULL */
 const char *patina_gpu_jpeg_backend(const patina_jpeg_gpu_t *d); /* "hardware", "gpu-hybrid" */
@@ -79,29 +88,48 @@ patina_status patina_gpu_jpeg_decode(patina_jpeg_gpu_t *d, patina_image_t *out,
                                      const void *const *data, const size_t *size, size_t n,
                                      patina_status *st);
 
-/* ---- exact k-NN for CEDD Tanimoto (src/gpu/knn.cu; used by src/search/knn.c) ---- */
+/* ---- exact k-NN on the GPU (src/gpu/knn.cu; src/search/knn.c prepares) ---- */
 
-/* A query prepared for the Tanimoto fast path (src/search/knn.c). */
+#define PGPU_KNN_MAXDIM 256 /* Tanimoto fast path: most elements */
+
+/* A query prepared for the Tanimoto fast path (src/search/knn.c): its sum
+ * T2, C2 = sum q^2, and its non-zero elements (index, q = a / T2) in order. */
 typedef struct patina_knn_query {
-    int fast;                      /* 0: a bin above 7, not for the fast path */
+    int fast;                      /* 0: an element above 7, not for the fast path */
     int nnz;
     double t2, c2;
-    uint8_t idx[PATINA_CEDD_DIM];  /* the query's non-zero bins, ascending */
-    double qv[PATINA_CEDD_DIM];    /* a[idx[j]] / T2 */
+    uint16_t idx[PGPU_KNN_MAXDIM];
+    double qv[PGPU_KNN_MAXDIM];
 } patina_knn_query_t;
 
-typedef struct patina_gpu_knn patina_gpu_knn_t;
+/* An index as the GPU search sees it; the arrays are the index's, borrowed
+ * for the call and uploaded once per serial (the context keeps the copy). */
+typedef struct pgpu_knn_index {
+    uint64_t serial;          /* unique per index (never reused in a process) */
+    size_t n, dim, bytes;     /* rows, elements and bytes per row */
+    patina_elem elem;
+    int dist;                 /* pdist_t */
+    const uint64_t *ids;      /* (n) */
+    const uint8_t *descs;     /* (n, bytes) */
+    /* Tanimoto fast path (t1 NULL: off): per row T1 and C3, and the
+     * (ptab_rows, 8) table of v / T */
+    const uint32_t *t1;
+    const double *c3;
+    const double *ptab;
+    size_t ptab_rows;
+    const double *sd;         /* std_l2: (dim) per-element sigma; else NULL */
+} pgpu_knn_index_t;
 
-/* Uploads an index's fast-path table to CUDA device `device`: descs (n, 144),
- * ids, T1, C3 per row and the (ptab_rows, 8) table of v / T. */
-patina_status patina_gpu_knn_new(patina_gpu_knn_t **g, int device, size_t n, const uint8_t *descs,
-                                 const uint64_t *ids, const uint16_t *t1, const double *c3,
-                                 const double *ptab, size_t ptab_rows);
-void patina_gpu_knn_free(patina_gpu_knn_t *g); /* accepts NULL */
-/* k nearest of nq fast-path queries: hits (nq, k), counts[q] = min(k, n);
- * the caller pads. Same order and doubles as the CPU. Thread-safe. */
-patina_status patina_gpu_knn(patina_gpu_knn_t *g, const patina_knn_query_t *q, size_t nq, size_t k,
+/* k nearest (k >= 1) of nq queries on g: fq (nq) prepared queries when the
+ * index's fast path is on, else queries (nq, bytes) raw. hits (nq, k),
+ * counts[q] = min(k, n); the caller pads. The same order and doubles as the
+ * CPU. The index's device copy is made on first use and kept in g. */
+patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx,
+                             const patina_knn_query_t *fq, const void *queries, size_t nq, size_t k,
                              patina_hit_t *hits, size_t *counts);
+
+/* Device copies of indexes that g holds now (for tests). */
+size_t patina_gpu__knn_cached(patina_gpu_t *g);
 
 /* ---- internal: benchmarks and tests (double underscore = not public) ---- */
 
@@ -118,7 +146,8 @@ patina_status patina_gpu__upload(patina_gpu_t *g, void *dst, const void *src, si
 patina_status patina_gpu__bandwidth(patina_gpu_t *g, int kind, size_t bytes, int reps,
                                     double *gbps);
 
-/* The memory plan in words ("3 slots x (64.0 MiB pixels, ...)"). */
+/* The context's memory in words: budget, bytes held, and each allocation
+ * with its owner and purpose. */
 void patina_gpu__plan(const patina_gpu_t *g, char *buf, size_t size);
 
 /* Profiling: on != 0 times the kernels of every batch with CUDA events from
@@ -129,10 +158,12 @@ void patina_gpu__plan(const patina_gpu_t *g, char *buf, size_t size);
  * Output pointers may be NULL. */
 void patina_gpu__profile(patina_gpu_t *g, int on, double ms[4], uint64_t *batches);
 
-/* Testing: lowers the per-batch capacities (pixel bytes per batch, block
+/* Testing: lowers CEDD's per-batch capacities (pixel bytes per batch, block
  * sums per batch, images/pieces per batch) below the planned ones, to force
- * images to be split across pieces and batches. 0 keeps a capacity. */
-void patina_gpu__set_caps(patina_gpu_t *g, size_t pixel_bytes, size_t blocks, size_t units);
+ * images to be split across pieces and batches. 0 keeps a capacity. Lasts
+ * as long as the context's CEDD state (another family needing the memory
+ * releases it). */
+patina_status patina_gpu__set_caps(patina_gpu_t *g, size_t pixel_bytes, size_t blocks, size_t units);
 
 /* ---- local texture patterns: lbp, lbp8, tlbap, lanadp (src/gpu/lbp.cu) ---- */
 

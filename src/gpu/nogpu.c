@@ -45,11 +45,11 @@ patina_status patina_gpu_cedd(patina_gpu_t *g, uint8_t *out, const patina_image_
     return none();
 }
 
-patina_status patina_gpu_cedd_hybrid(patina_gpu_t *g, patina_pool_t *pool, uint8_t *out,
-                                     const patina_image_t *imgs, size_t n, int compact,
+patina_status patina_gpu_cedd_hybrid(patina_gpu_t *g, patina_pool_t *pool, pgpu_cedd_rows_fn rows,
+                                     uint8_t *out, const patina_image_t *imgs, size_t n, int compact,
                                      patina_status *st)
 {
-    (void)g; (void)pool; (void)out; (void)imgs; (void)n; (void)compact; (void)st;
+    (void)g; (void)pool; (void)rows; (void)out; (void)imgs; (void)n; (void)compact; (void)st;
     return none();
 }
 
@@ -81,9 +81,10 @@ void patina_gpu__plan(const patina_gpu_t *g, char *buf, size_t size)
     if (size) buf[0] = '\0';
 }
 
-void patina_gpu__set_caps(patina_gpu_t *g, size_t pixel_bytes, size_t blocks, size_t units)
+patina_status patina_gpu__set_caps(patina_gpu_t *g, size_t pixel_bytes, size_t blocks, size_t units)
 {
     (void)g; (void)pixel_bytes; (void)blocks; (void)units;
+    return none();
 }
 
 patina_status patina_gpu_lbp(patina_gpu_t *g, const struct lbp_conf *c, void *out,
@@ -170,15 +171,18 @@ void patina_gpu__profile(patina_gpu_t *g, int on, double ms[4], uint64_t *batche
     if (batches) *batches = 0;
 }
 
-int patina_gpu_jpeg_available(char *why, size_t size)
+int patina_gpu_jpeg_available(const char *library, char *why, size_t size)
 {
+    (void)library;
     if (why && size) snprintf(why, size, "this build has no CUDA support");
     return 0;
 }
 
-patina_status patina_gpu_jpeg_open(patina_jpeg_gpu_t **d, patina_gpu_t *g, int lanes)
+patina_status patina_gpu_jpeg_open(patina_jpeg_gpu_t **d, patina_gpu_t *g, const char *library,
+                                   int lanes)
 {
     (void)g;
+    (void)library;
     (void)lanes;
     *d = NULL;
     return none();
@@ -206,20 +210,16 @@ patina_status patina_gpu_jpeg_decode(patina_jpeg_gpu_t *d, patina_image_t *out,
     return none();
 }
 
-patina_status patina_gpu_knn_new(patina_gpu_knn_t **g, int device, size_t n, const uint8_t *descs,
-                                 const uint64_t *ids, const uint16_t *t1, const double *c3,
-                                 const double *ptab, size_t ptab_rows)
+patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx,
+                             const patina_knn_query_t *fq, const void *queries, size_t nq, size_t k,
+                             patina_hit_t *hits, size_t *counts)
 {
-    (void)device; (void)n; (void)descs; (void)ids; (void)t1; (void)c3; (void)ptab; (void)ptab_rows;
-    *g = NULL;
+    (void)g; (void)idx; (void)fq; (void)queries; (void)nq; (void)k; (void)hits; (void)counts;
     return none();
 }
 
-void patina_gpu_knn_free(patina_gpu_knn_t *g) { (void)g; }
-
-patina_status patina_gpu_knn(patina_gpu_knn_t *g, const patina_knn_query_t *q, size_t nq, size_t k,
-                             patina_hit_t *hits, size_t *counts)
+size_t patina_gpu__knn_cached(patina_gpu_t *g)
 {
-    (void)g; (void)q; (void)nq; (void)k; (void)hits; (void)counts;
-    return none();
+    (void)g;
+    return 0;
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "features/cedd_ref.h"
 #include "gpu/gpu.h"
 #include "testutil.h"
 
@@ -79,7 +80,7 @@ static void run_check(const char *what, const patina_image_t *imgs, const patina
     bad = check(label, out, host, n, compact, st);
     if (hybrid) {
         memset(out, 0xee, n * PATINA_CEDD_DIM);
-        TU_OK(patina_gpu_cedd_hybrid(G, POOL, out, imgs, n, compact, st));
+        TU_OK(patina_gpu_cedd_hybrid(G, POOL, cedd_block_row_sums, out, imgs, n, compact, st));
         snprintf(label, sizeof label, "%s hybrid", what);
         bad += check(label, out, host, n, compact, st);
     }
@@ -248,7 +249,7 @@ static void test_device_input(void **state)
             if (check("device input", out, imgs, n, compact, st)) fail_msg("device input differs");
         }
         /* the hybrid path cannot read device memory: per-image INVALID */
-        TU_OK(patina_gpu_cedd_hybrid(G, POOL, out, dev, 2, 0, st));
+        TU_OK(patina_gpu_cedd_hybrid(G, POOL, cedd_block_row_sums, out, dev, 2, 0, st));
         assert_int_equal(st[0], PATINA_E_INVALID);
     }
     for (i = 0; i < n; i++) patina_gpu__dev_free(G, dev[i].data);
@@ -285,7 +286,7 @@ static void test_split(void **state)
     }
     for (c = 0; c < sizeof caps / sizeof caps[0]; c++) {
         char what[96];
-        patina_gpu__set_caps(G, caps[c][0], caps[c][1], caps[c][2]);
+        TU_OK(patina_gpu__set_caps(G, caps[c][0], caps[c][1], caps[c][2]));
         snprintf(what, sizeof what, "split caps %zu/%zu/%zu pageable", caps[c][0], caps[c][1], caps[c][2]);
         both(what, imgs, n, (int)(c & 1), 1);
         snprintf(what, sizeof what, "split caps %zu/%zu/%zu pinned", caps[c][0], caps[c][1], caps[c][2]);
@@ -293,7 +294,7 @@ static void test_split(void **state)
         snprintf(what, sizeof what, "split caps %zu/%zu/%zu device", caps[c][0], caps[c][1], caps[c][2]);
         run_check(what, dev, imgs, n, 1, 0); /* the reference reads the host copies */
     }
-    patina_gpu__set_caps(G, 0, 0, 0);
+    TU_OK(patina_gpu__set_caps(G, 0, 0, 0));
     for (i = 0; i < n; i++) patina_gpu__dev_free(G, dev[i].data);
     free_pins(bufs, n);
     release_all(imgs, n);
@@ -319,7 +320,7 @@ static void test_invalid(void **state)
         imgs[1].data = NULL; /* null data, w,h > 0 */
         memset(out, 0xee, sizeof out);
         if (pass == 0) TU_OK(patina_gpu_cedd(G, out, imgs, 4, 0, st));
-        else TU_OK(patina_gpu_cedd_hybrid(G, POOL, out, imgs, 4, 0, st));
+        else TU_OK(patina_gpu_cedd_hybrid(G, POOL, cedd_block_row_sums, out, imgs, 4, 0, st));
         imgs[1].data = bad_data;
         assert_int_equal(st[0], PATINA_OK);
         assert_int_equal(st[1], PATINA_E_INVALID);
