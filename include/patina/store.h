@@ -27,7 +27,8 @@
  *  - No signal on a full disk: data.mdb is written with pwrite (never
  *    through a writable map), and lock.mdb, which LMDB maps writable, gets
  *    its disk blocks before it is mapped (with no room for them, opening
- *    fails with PATINA_E_FULL).
+ *    fails with PATINA_E_FULL). This needs a file system with fallocate
+ *    (ext4, xfs, btrfs, tmpfs, ...); elsewhere LMDB runs as it would alone.
  *
  * Concurrency. Across processes: any number of readers, one writer at a
  * time; a second writer (process or thread) blocks in patina_collection_put

@@ -1185,6 +1185,18 @@ out:
     return s;
 }
 
+/* Puts file `from` at `to` unless something is there (0, or an errno:
+ * EEXIST when something is): a hard link, or where the file system has
+ * none, a rename that does not replace. */
+static int put_in_place(const char *from, const char *to)
+{
+    int err;
+    if (link(from, to) == 0) return 0;
+    err = errno;
+    if (err != EPERM && err != EOPNOTSUPP) return err;
+    return renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0 ? 0 : errno;
+}
+
 /* Creates the collection `dir` atomically (state: DIR_MISSING or DIR_EMPTY).
  * PATINA_OK also when another process created it meanwhile. */
 static patina_status create_collection(const char *dir, int state, uint64_t map_size,
@@ -1192,6 +1204,7 @@ static patina_status create_collection(const char *dir, int state, uint64_t map_
 {
     char *tmp = NULL, *from = NULL, *to = NULL, *parent;
     patina_status s;
+    int rc;
     PATINA_TRY(make_temp_dir(dir, state, &tmp));
     s = build_collection(tmp, dir, map_size, default_map);
     if (s == PATINA_OK && state == DIR_MISSING) {
@@ -1214,9 +1227,9 @@ static patina_status create_collection(const char *dir, int state, uint64_t map_
         from = path_join(tmp, "lock.mdb");
         to = path_join(dir, "lock.mdb");
         if (!from || !to) s = patina__fail(PATINA_E_NOMEM, "store: out of memory");
-        else if (link(from, to) != 0)
-            s = errno == EEXIST ? prepare_lock(dir, to, 0)
-                                : create_fail(dir, "linking lock.mdb into it", errno);
+        else if ((rc = put_in_place(from, to)) != 0)
+            s = rc == EEXIST ? prepare_lock(dir, to, 0)
+                             : create_fail(dir, "linking lock.mdb into it", rc);
         free(from);
         free(to);
         from = path_join(tmp, "data.mdb");
@@ -1224,8 +1237,8 @@ static patina_status create_collection(const char *dir, int state, uint64_t map_
         if (s == PATINA_OK && (!from || !to))
             s = patina__fail(PATINA_E_NOMEM, "store: out of memory");
         if (s == PATINA_OK) {
-            if (link(from, to) == 0) sync_dir(dir);
-            else if (errno != EEXIST) s = create_fail(dir, "linking data.mdb into it", errno);
+            if ((rc = put_in_place(from, to)) == 0) sync_dir(dir);
+            else if (rc != EEXIST) s = create_fail(dir, "linking data.mdb into it", rc);
         }
     }
     remove_temp_dir(tmp);
