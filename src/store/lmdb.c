@@ -42,7 +42,7 @@
  * `maplock` (a rwlock) is held shared by every transaction (a snapshot holds
  * it for its life) and taken exclusively only to adopt a map size grown by
  * another process (MDB_MAP_RESIZED), which LMDB allows only with no
- * transaction active.
+ * transaction active. Lock order: maplock, then mu, then cache_mu.
  *
  * Files. LMDB maps data.mdb read-only (no MDB_WRITEMAP: pages are written
  * with pwrite, so a full disk is an error code, never a signal) and maps
@@ -243,46 +243,88 @@ static patina_status check_spec(const char *spec)
 
 /* ------------------------------------------------------------ transactions */
 
-/* Begins a transaction holding maplock shared; adopts a map grown by
- * another process (MDB_MAP_RESIZED) and retries. Adopting waits for the
- * handle's other transactions (snapshots included) to end, for at most
- * RESIZE_WAIT seconds. */
+/* Adopts a map grown by another process (after MDB_MAP_RESIZED; nothing of
+ * this thread's held). It waits for the handle's other transactions
+ * (snapshots included) to end, for at most RESIZE_WAIT seconds. */
 #define RESIZE_WAIT 10
+static patina_status adopt_map(patina_collection_t *c, const char *what)
+{
+    struct timespec until;
+    int rc;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += RESIZE_WAIT;
+    if (pthread_rwlock_timedwrlock(&c->maplock, &until) != 0)
+        return patina__fail(PATINA_E_BUSY,
+                            "store: %s in '%s': another process grew the collection's map; "
+                            "this handle can adopt it only when none of its snapshots is open",
+                            what, c->dir);
+    rc = mdb_env_set_mapsize(c->env, 0);
+    pthread_rwlock_unlock(&c->maplock);
+    return rc ? mdb_fail(c, rc, "adopting the grown map size") : PATINA_OK;
+}
+
+/* Begins a read or write transaction holding maplock shared (txn_abort
+ * releases it); adopts a map grown by another process and retries. */
 static patina_status txn_begin(patina_collection_t *c, int write, MDB_txn **txn, const char *what)
 {
     int rc, tries;
     for (tries = 0;; tries++) {
-        struct timespec until;
         pthread_rwlock_rdlock(&c->maplock);
         rc = mdb_txn_begin(c->env, NULL, write ? 0 : MDB_RDONLY, txn);
         if (rc == 0) return PATINA_OK;
         pthread_rwlock_unlock(&c->maplock);
         if (rc != MDB_MAP_RESIZED || tries == 3) return mdb_fail(c, rc, what);
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += RESIZE_WAIT;
-        if (pthread_rwlock_timedwrlock(&c->maplock, &until) != 0)
-            return patina__fail(PATINA_E_BUSY,
-                                "store: %s in '%s': another process grew the collection's map; "
-                                "this handle can adopt it only when none of its snapshots is "
-                                "open",
-                                what, c->dir);
-        rc = mdb_env_set_mapsize(c->env, 0);
-        pthread_rwlock_unlock(&c->maplock);
-        if (rc) return mdb_fail(c, rc, "adopting the grown map size");
+        PATINA_TRY(adopt_map(c, what));
     }
+}
+
+/* txn_begin for transactions under `mu` (writes, opening table handles):
+ * maplock first, then mu, the order of every thread (one that holds a
+ * snapshot, and so maplock, may write). Returns holding both, the
+ * transaction begun, or holding nothing; end with mdb_txn_commit or
+ * mdb_txn_abort, then locked_end. */
+static patina_status locked_begin(patina_collection_t *c, int write, MDB_txn **txn,
+                                  const char *what)
+{
+    int rc, tries;
+    for (tries = 0;; tries++) {
+        pthread_rwlock_rdlock(&c->maplock);
+        pthread_mutex_lock(&c->mu);
+        rc = mdb_txn_begin(c->env, NULL, write ? 0 : MDB_RDONLY, txn);
+        if (rc == 0) return PATINA_OK;
+        pthread_mutex_unlock(&c->mu);
+        pthread_rwlock_unlock(&c->maplock);
+        if (rc != MDB_MAP_RESIZED || tries == 3) return mdb_fail(c, rc, what);
+        PATINA_TRY(adopt_map(c, what));
+    }
+}
+
+/* txn_begin for a handle that no other thread can reach yet (being opened
+ * or created, not registered): no maplock (the registry's mutex may be
+ * held); end with mdb_txn_commit or mdb_txn_abort. */
+static patina_status private_begin(patina_collection_t *c, int write, MDB_txn **txn,
+                                   const char *what)
+{
+    int rc, tries;
+    for (tries = 0;; tries++) {
+        rc = mdb_txn_begin(c->env, NULL, write ? 0 : MDB_RDONLY, txn);
+        if (rc == 0) return PATINA_OK;
+        if (rc != MDB_MAP_RESIZED || tries == 3) return mdb_fail(c, rc, what);
+        if ((rc = mdb_env_set_mapsize(c->env, 0)) != 0)
+            return mdb_fail(c, rc, "adopting the grown map size");
+    }
+}
+
+static void locked_end(patina_collection_t *c)
+{
+    pthread_mutex_unlock(&c->mu);
+    pthread_rwlock_unlock(&c->maplock);
 }
 
 static void txn_abort(patina_collection_t *c, MDB_txn *txn)
 {
     mdb_txn_abort(txn);
     pthread_rwlock_unlock(&c->maplock);
-}
-
-static int txn_commit(patina_collection_t *c, MDB_txn *txn)
-{
-    int rc = mdb_txn_commit(txn); /* frees txn, also on failure */
-    pthread_rwlock_unlock(&c->maplock);
-    return rc;
 }
 
 /* ------------------------------------------------------- descriptor tables */
@@ -374,29 +416,24 @@ static patina_status desc_open(patina_collection_t *c, const char *spec, MDB_dbi
     int rc;
     *found = 1;
     if (desc_find(c, spec, 0, dbi)) return PATINA_OK;
-    pthread_mutex_lock(&c->mu);
+    PATINA_TRY(locked_begin(c, 0, &txn, "opening a descriptor table"));
     if (desc_find(c, spec, 0, dbi)) { /* opened meanwhile */
-        pthread_mutex_unlock(&c->mu);
-        return PATINA_OK;
+        mdb_txn_abort(txn);
+    } else {
+        desc_name(name, spec);
+        rc = mdb_dbi_open(txn, name, 0, dbi);
+        if (rc == MDB_NOTFOUND) {
+            *found = 0;
+            mdb_txn_abort(txn);
+        } else if (rc) {
+            mdb_txn_abort(txn);
+            s = mdb_fail(c, rc, "opening a descriptor table");
+        } else {
+            rc = mdb_txn_commit(txn); /* makes the handle process-wide */
+            s = rc ? mdb_fail(c, rc, "opening a descriptor table") : desc_add(c, spec, *dbi, 1);
+        }
     }
-    s = txn_begin(c, 0, &txn, "opening a descriptor table");
-    if (s != PATINA_OK) goto out;
-    desc_name(name, spec);
-    rc = mdb_dbi_open(txn, name, 0, dbi);
-    if (rc == MDB_NOTFOUND) {
-        *found = 0;
-        txn_abort(c, txn);
-        goto out;
-    }
-    if (rc) {
-        txn_abort(c, txn);
-        s = mdb_fail(c, rc, "opening a descriptor table");
-        goto out;
-    }
-    rc = txn_commit(c, txn); /* makes the handle process-wide */
-    s = rc ? mdb_fail(c, rc, "opening a descriptor table") : desc_add(c, spec, *dbi, 1);
-out:
-    pthread_mutex_unlock(&c->mu);
+    locked_end(c);
     return s;
 }
 
@@ -1165,12 +1202,12 @@ static patina_status build_collection(const char *tmp, const char *dir, uint64_t
         goto out;
     }
     if ((s = env_open(c, tmp, MDB_NOTLS, map_size, default_map)) != PATINA_OK) goto out;
-    if ((s = txn_begin(c, 1, &txn, "creating the collection")) != PATINA_OK) goto out;
+    if ((s = private_begin(c, 1, &txn, "creating the collection")) != PATINA_OK) goto out;
     if ((s = init_collection(c, txn)) != PATINA_OK) {
-        txn_abort(c, txn);
+        mdb_txn_abort(txn);
         goto out;
     }
-    if ((rc = txn_commit(c, txn)) != 0) s = mdb_fail(c, rc, "creating the collection");
+    if ((rc = mdb_txn_commit(txn)) != 0) s = mdb_fail(c, rc, "creating the collection");
 out:
     if (s != PATINA_OK && (s == PATINA_E_IO || s == PATINA_E_STORE)) {
         /* LMDB reports a short write as EIO: say so when the disk is full. */
@@ -1326,21 +1363,21 @@ static patina_status open_new(patina_collection_t **out, const char *dir, int fl
     if (s != PATINA_OK) goto fail;
 
     /* A read transaction first, so that opening never waits for a writer. */
-    if ((s = txn_begin(c, 0, &txn, "opening")) != PATINA_OK) goto fail;
+    if ((s = private_begin(c, 0, &txn, "opening")) != PATINA_OK) goto fail;
     s = open_core(c, txn, 0, &absent);
     if (s != PATINA_OK) {
-        txn_abort(c, txn);
+        mdb_txn_abort(txn);
         goto fail;
     }
     if (!absent) {
-        if ((rc = txn_commit(c, txn)) != 0) { /* commit keeps the handles */
+        if ((rc = mdb_txn_commit(txn)) != 0) { /* commit keeps the handles */
             s = mdb_fail(c, rc, "opening");
             goto fail;
         }
         *out = c;
         return PATINA_OK;
     }
-    txn_abort(c, txn);
+    mdb_txn_abort(txn);
     if (flags != PATINA_OPEN_CREATE) {
         s = patina__fail(PATINA_E_FORMAT, "store: '%s' is not a patina collection (no meta)", dir);
         goto fail;
@@ -1348,14 +1385,14 @@ static patina_status open_new(patina_collection_t **out, const char *dir, int fl
     /* An empty LMDB environment (left by a creation in place before
      * creation was atomic): initialise it in one transaction, unless
      * another process has done it since our read. */
-    if ((s = txn_begin(c, 1, &txn, "creating the collection")) != PATINA_OK) goto fail;
+    if ((s = private_begin(c, 1, &txn, "creating the collection")) != PATINA_OK) goto fail;
     s = open_core(c, txn, 0, &absent);
     if (s == PATINA_OK && absent) s = init_collection(c, txn);
     if (s != PATINA_OK) {
-        txn_abort(c, txn);
+        mdb_txn_abort(txn);
         goto fail;
     }
-    if ((rc = txn_commit(c, txn)) != 0) {
+    if ((rc = mdb_txn_commit(txn)) != 0) {
         s = mdb_fail(c, rc, "creating the collection");
         goto fail;
     }
@@ -2144,7 +2181,7 @@ patina_status patina_collection_put(patina_collection_t *c, const char *spec, si
     MDB_txn *txn;
     patina_status s;
     size_t i, len;
-    int rc, full = 0;
+    int rc, full = 0, nospace;
     if (!c) return patina__fail(PATINA_E_INVALID, "store: null collection");
     PATINA_TRY(check_writable(c, "add records"));
     c = shared_of(c);
@@ -2165,21 +2202,18 @@ patina_status patina_collection_put(patina_collection_t *c, const char *spec, si
     }
     if (n == 0) return PATINA_OK;
 
-    pthread_mutex_lock(&c->mu);
-    s = txn_begin(c, 1, &txn, "writing a batch");
-    if (s == PATINA_OK) {
-        int nospace = reserve_space(c, batch_bytes(items, n, desc_bytes));
-        s = put_batch(c, txn, spec, desc_bytes, items, n, ids, &full);
-        if (s != PATINA_OK) {
-            txn_abort(c, txn);
-            if ((full = full_code(c, full, nospace)) != 0) s = write_full(c, full, "batch");
-        } else if ((rc = txn_commit(c, txn)) != 0) {
-            s = (full = full_code(c, rc, nospace)) != 0 ? write_full(c, full, "batch")
-                                                        : mdb_fail(c, rc, "committing a batch");
-        }
+    PATINA_TRY(locked_begin(c, 1, &txn, "writing a batch"));
+    nospace = reserve_space(c, batch_bytes(items, n, desc_bytes));
+    s = put_batch(c, txn, spec, desc_bytes, items, n, ids, &full);
+    if (s != PATINA_OK) {
+        mdb_txn_abort(txn);
+        if ((full = full_code(c, full, nospace)) != 0) s = write_full(c, full, "batch");
+    } else if ((rc = mdb_txn_commit(txn)) != 0) {
+        s = (full = full_code(c, rc, nospace)) != 0 ? write_full(c, full, "batch")
+                                                    : mdb_fail(c, rc, "committing a batch");
     }
     desc_settle(c, s == PATINA_OK);
-    pthread_mutex_unlock(&c->mu);
+    locked_end(c);
     return s;
 }
 
@@ -2195,9 +2229,7 @@ patina_status patina_collection_remove(patina_collection_t *c, uint64_t id)
     if (!c) return patina__fail(PATINA_E_INVALID, "store: null collection");
     PATINA_TRY(check_writable(c, "remove records"));
     c = shared_of(c);
-    pthread_mutex_lock(&c->mu);
-    s = txn_begin(c, 1, &txn, "removing");
-    if (s != PATINA_OK) goto out;
+    PATINA_TRY(locked_begin(c, 1, &txn, "removing"));
     {
         MDB_stat ts;
         nospace = reserve_space(c, WRITE_OVERHEAD + (mdb_stat(txn, c->tables, &ts) == 0
@@ -2222,14 +2254,13 @@ patina_status patina_collection_remove(patina_collection_t *c, uint64_t id)
     if (s == PATINA_OK && rc) s = mdb_fail(c, rc, "removing a record");
     if (s == PATINA_OK) s = delete_descriptors(c, txn, id);
     if (s != PATINA_OK) {
-        txn_abort(c, txn);
-    } else if ((rc = txn_commit(c, txn)) != 0) {
+        mdb_txn_abort(txn);
+    } else if ((rc = mdb_txn_commit(txn)) != 0) {
         int full = full_code(c, rc, nospace);
         s = full ? write_full(c, full, "removal") : mdb_fail(c, rc, "committing a removal");
     }
-out:
     desc_settle(c, s == PATINA_OK);
-    pthread_mutex_unlock(&c->mu);
+    locked_end(c);
     return s;
 }
 
