@@ -17,7 +17,9 @@
 #                                          validation), every result verbose
 #                                sanitize  compute-sanitizer memcheck with
 #                                          --leak-check full, racecheck and
-#                                          synccheck on each GPU test (quick mode)
+#                                          synccheck on each GPU test (quick
+#                                          mode; SANITIZE_TESTS and
+#                                          SANITIZE_TOOLS choose)
 #                                bench     bench_cedd, bench_lbp, bench_glcm,
 #                                          bench_knn with peers (PyTorch,
 #                                          scikit-image) where they run
@@ -144,10 +146,14 @@ step_tests() {
 step_sanitize() {
     echo "== compute-sanitizer (quick mode): memcheck --leak-check full, racecheck, synccheck"
     : > "$OUT/sanitizer.log"
-    for t in $(cd "$BUILD/tests" && ls test_*_gpu 2>/dev/null); do
-        for tool in "memcheck --leak-check full" racecheck synccheck; do
+    for t in ${SANITIZE_TESTS:-$(cd "$BUILD/tests" && ls test_*_gpu 2>/dev/null)}; do
+        for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
+            [ "$tool" = memcheck ] && tool="memcheck --leak-check full"
+            # racecheck follows every shared-memory access: the tiny set
+            quick=1
+            [ "$tool" = racecheck ] && quick=2
             # shellcheck disable=SC2086
-            PATINA_TEST_QUICK=1 timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 \
+            PATINA_TEST_QUICK=$quick timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 \
                 "$BUILD/tests/$t" > "$OUT/sanitizer-one.log" 2>&1 || rc=1
             { echo "=== $t: $tool"; grep -vE "^\[ (RUN|  *OK) " "$OUT/sanitizer-one.log" | tail -40; } >> "$OUT/sanitizer.log"
             echo "$t $tool: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$OUT/sanitizer-one.log" | tr '\n' ' ') $(grep -E "PASSED|FAILED" "$OUT/sanitizer-one.log" | tail -1)"
@@ -181,10 +187,15 @@ remote() {
     [ -d "$STAGE" ] || { echo "no .carry/stage: carry it (scripts/device.sh build), or use 'source'" >&2; exit 1; }
     link_paths
     export LD_LIBRARY_PATH="$STAGE/lib:$STAGE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    run_steps
+}
+
+# The STEPS in order (order = priority: a command stopped at its limit
+# returns every log written so far); sets rc.
+run_steps() {
     rc=0
     { nvidia-smi; nvidia-smi -q -d CLOCK,POWER,PCI 2>/dev/null | head -60; } > "$OUT/nvidia-smi.txt" 2>&1 || true
     head -12 "$OUT/nvidia-smi.txt"
-    # Order = priority: a command stopped at its limit returns every log so far.
     for s in ${STEPS:-tests sanitize bench}; do
         case $s in
         tests) step_tests ;;
@@ -216,16 +227,7 @@ source_build() {
     cp "$BUILD/CMakeCache.txt" "$STAGE/CMakeCache.txt"
     OUT=${OUT:-$ROOT/device-out}
     mkdir -p "$OUT"
-    rc=0
-    for s in ${STEPS:-tests sanitize bench}; do
-        case $s in
-        tests) step_tests ;;
-        sanitize) step_sanitize ;;
-        bench) step_bench ;;
-        e2e) step_e2e ;;
-        esac
-    done
-    return $rc
+    run_steps
 }
 
 case $MODE in

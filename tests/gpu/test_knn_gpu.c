@@ -65,6 +65,7 @@ static patina_index_t *make_index(size_t n, tu_rng_t *r, int zero_row, uint8_t *
 }
 
 static patina_context_t *CTX; /* the tests' context (one GPU) */
+static int QUICK; /* PATINA_TEST_QUICK=1: a smaller set (under compute-sanitizer), 2: tiny (racecheck) */
 
 static size_t compare_on(patina_context_t *ctx, const patina_index_t *idx, const void *queries, size_t nq,
                          size_t k)
@@ -109,14 +110,16 @@ static void test_random(void **state)
     static const size_t ns[] = {0, 1, 5, 2047, 2048, 2049, 5000, 70000};
     static const size_t ks[] = {1, 10, 100, 2048, 2500};
     static const size_t nqs[] = {1, 7, 64};
+    const size_t nn = QUICK ? (QUICK > 1 ? 4 : 6) : sizeof ns / sizeof *ns,
+                 nk = QUICK ? 2 : sizeof ks / sizeof *ks, nnq = QUICK ? (QUICK > 1 ? 1 : 2) : sizeof nqs / sizeof *nqs;
     tu_rng_t r;
     size_t a, b, c, bad = 0, runs = 0;
     (void)state;
     tu_rng_seed(&r, 2026);
-    for (a = 0; a < sizeof ns / sizeof *ns; a++) {
+    for (a = 0; a < nn; a++) {
         uint8_t *rows;
         patina_index_t *idx = make_index(ns[a], &r, a % 2, &rows);
-        for (c = 0; c < sizeof nqs / sizeof *nqs; c++) {
+        for (c = 0; c < nnq; c++) {
             size_t nq = nqs[c], q;
             uint8_t *queries = malloc(nq * PATINA_CEDD_DIM);
             for (q = 0; q < nq; q++) {
@@ -127,7 +130,7 @@ static void test_random(void **state)
                 else
                     random_desc(queries + q * PATINA_CEDD_DIM, &r);
             }
-            for (b = 0; b < sizeof ks / sizeof *ks; b++) {
+            for (b = 0; b < nk; b++) {
                 if (ns[a] > 5000 && nq > 7 && ks[b] > 100) continue; /* keep the CPU side short */
                 bad += compare(idx, queries, nq, ks[b]);
                 runs++;
@@ -212,7 +215,7 @@ static void test_distances(void **state)
     (void)state;
     tu_rng_seed(&r, 4242);
     for (size_t si = 0; si < sizeof specs / sizeof *specs; si++)
-        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+        for (size_t ni = 0; ni < (QUICK ? (QUICK > 1 ? 1 : 2) : sizeof ns / sizeof *ns); ni++) {
             patina_extractor_t *ex;
             patina_index_t *idx;
             const size_t n = ns[ni], nq = 5;
@@ -225,7 +228,7 @@ static void test_distances(void **state)
                 ((uint8_t *)queries)[3] = 200;
             for (size_t i = 0; i < n; i++) ids[i] = 7 + 2 * (uint64_t)((i * 7919) % n);
             TU_OK(patina_index_new(&idx, ex, ids, rows, n));
-            for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++) {
+            for (size_t ki = 0; ki < (QUICK ? 2 : sizeof ks / sizeof *ks); ki++) {
                 size_t b = compare(idx, queries, nq, ks[ki]);
                 if (b) printf("  %s n %zu k %zu: %zu differing hits\n", specs[si], n, ks[ki], b);
                 bad += b;
@@ -255,7 +258,7 @@ typedef struct th_arg {
 static void *th_main(void *v)
 {
     th_arg_t *a = v;
-    for (int i = 0; i < 9; i++) a->bad += compare_on(a->ctx, a->idx[(i + a->seed) % 3], a->q, 3, 10);
+    for (int i = 0; i < (QUICK ? (QUICK > 1 ? 1 : 3) : 9); i++) a->bad += compare_on(a->ctx, a->idx[(i + a->seed) % 3], a->q, 3, 10);
     return NULL;
 }
 
@@ -302,6 +305,8 @@ int main(void)
         cmocka_unit_test(test_threads),
     };
     int rc;
+    const char *quick = getenv("PATINA_TEST_QUICK");
+    QUICK = quick && *quick ? atoi(quick) : 0;
     tu_require_gpu();
     if (patina_context_new(&CTX, NULL) != PATINA_OK) {
         fprintf(stderr, "test_knn_gpu: no context: %s\n", patina_last_error());
