@@ -36,7 +36,8 @@
  * read call sees the last committed state as of its start (its own
  * transaction); a run of calls may therefore see records added or removed
  * between them (an iteration with _next, a load followed by record
- * lookups). A snapshot (patina_snapshot_t) is one read transaction: every
+ * lookups). (LMDB 0.9 lets a read that starts while a commit is being
+ * written see that commit early, and the next read the state before it.) A snapshot (patina_snapshot_t) is one read transaction: every
  * read through it sees the same committed state, whatever is written
  * meanwhile. Within a process: one handle may be shared by any number of
  * threads; reads run in parallel, writes are serialised. Opening a
