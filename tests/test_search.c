@@ -613,8 +613,29 @@ static void test_load_from_collection(void **state)
     stored.ids = ids;
     stored.descs = ds.descs;
     check_knn(idx, &stored, queries, 4, 25, 2);
-    /* Remove one: the old index still has it, a reloaded one does not. */
-    TU_OK(patina_collection_remove(c, ids[0]));
+    /* Remove one: the old index still has it, a reloaded one does not; an
+     * index from a snapshot taken before has it, and so has the snapshot's
+     * record of every hit. */
+    {
+        patina_snapshot_t *snap;
+        patina_index_t *sidx;
+        patina_hit_t hits[25];
+        patina_record_t recs[25];
+        uint64_t hid[25];
+        size_t counts[1], h;
+        TU_OK(patina_snapshot_new(&snap, c));
+        TU_OK(patina_collection_remove(c, ids[0]));
+        TU_OK(patina_index_load_snapshot(&sidx, ex, snap));
+        assert_int_equal(patina_index_size(sidx), ds.n);
+        TU_OK(patina_index_knn(NULL, sidx, ds.descs, 1, 25, NULL, hits, counts));
+        assert_int_equal(hits[0].id, ids[0]);
+        for (h = 0; h < 25; h++) hid[h] = hits[h].id;
+        TU_OK(patina_snapshot_get(snap, hid, 25, recs));
+        assert_string_equal(recs[0].key, "img/0.jpg");
+        for (h = 0; h < 25; h++) patina_record_release(&recs[h]);
+        patina_index_free(sidx);
+        patina_snapshot_free(snap);
+    }
     assert_int_equal(patina_index_size(idx), ds.n);
     patina_index_free(idx);
     TU_OK(patina_index_load(&idx, ex, c));

@@ -49,6 +49,11 @@ PATINA_API patina_status patina_index_new(patina_index_t **idx, const patina_ext
  * PATINA_E_CORRUPT. */
 PATINA_API patina_status patina_index_load(patina_index_t **idx, const patina_extractor_t *ex,
                                            patina_collection_t *c);
+/* patina_index_load from a snapshot: look the records of its hits up in
+ * the same snapshot (patina_snapshot_get) and every hit has one. */
+PATINA_API patina_status patina_index_load_snapshot(patina_index_t **idx,
+                                                    const patina_extractor_t *ex,
+                                                    patina_snapshot_t *snap);
 PATINA_API void patina_index_free(patina_index_t *idx); /* accepts NULL */
 PATINA_API size_t patina_index_size(const patina_index_t *idx);
 

@@ -1,33 +1,66 @@
 /* Collections: image records and descriptor tables in an LMDB environment.
  *
- * A collection is a directory. It holds image records (id, key = path as
- * indexed, file size, SHA-256 of the content, file mtime, time added, width,
- * height) and, per descriptor spec (e.g. "cedd:compact=0"), a table of
- * descriptors keyed by image id. Every write is one LMDB transaction: a crash
- * or a full disk loses nothing that was committed, and an interrupted index
- * run resumes by skipping keys whose content hash is already stored.
- * Several processes may read while one writes; a second writer waits for the
- * lock (LMDB's writer mutex).
+ * A collection is a directory holding data.mdb and lock.mdb. It holds image
+ * records (id, key = path as indexed, file size, SHA-256 of the content,
+ * file mtime, time added, width, height) and, per descriptor spec (e.g.
+ * "cedd:compact=0"), a table of descriptors keyed by image id.
  *
- * Strings returned inside records are owned by the record; release them with
- * patina_record_release.
+ * Guarantees.
+ *  - Every write (patina_collection_put, _remove) is one transaction: it is
+ *    committed whole or not at all. A crash of the process or the machine,
+ *    a full disk or a full map loses nothing that was committed; an
+ *    interrupted index run resumes by skipping keys whose content hash is
+ *    already stored.
+ *  - A full disk (ENOSPC, EDQUOT) fails the write with PATINA_E_FULL and a
+ *    message saying "no space left on device"; the collection stays as it
+ *    was and takes writes again once there is room.
+ *  - Creating is atomic (PATINA_OPEN_CREATE): the collection is built in a
+ *    temporary directory and moved into place, so the path holds either a
+ *    whole, empty collection or what it held before; a creation that fails
+ *    (a full disk, say) leaves nothing behind. Any number of processes may
+ *    create the same collection at once: all succeed and share one.
+ *  - Opening checks data.mdb before it is mapped: a truncated file, damaged
+ *    meta pages or a data.mdb or lock.mdb that is not a regular file fail
+ *    with PATINA_E_CORRUPT and a message naming the file (never a crash).
+ *    Damage inside the B-trees of an otherwise whole file is reported by
+ *    LMDB where it notices it (PATINA_E_CORRUPT); it is not checked up front.
+ *  - No signal on a full disk: data.mdb is written with pwrite (never
+ *    through a writable map), and lock.mdb, which LMDB maps writable, gets
+ *    its disk blocks before it is mapped (with no room for them, opening
+ *    fails with PATINA_E_FULL). This needs a file system with fallocate
+ *    (ext4, xfs, btrfs, tmpfs, ...); elsewhere LMDB runs as it would alone.
  *
  * Concurrency. Across processes: any number of readers, one writer at a
  * time; a second writer (process or thread) blocks in patina_collection_put
- * / _remove until the first commits or aborts. Readers never block and see
- * the last committed state as of the start of each call (every call is its
- * own transaction; an iteration with _next may therefore see records added
- * or removed between calls). Within a process: one handle may be shared by
- * any number of threads; reads run in parallel, writes are serialised.
- * Do not use a handle in a child after fork(); open a new one there.
+ * / _remove until the first commits or aborts. Readers never block. Each
+ * read call sees the last committed state as of its start (its own
+ * transaction); a run of calls may therefore see records added or removed
+ * between them (an iteration with _next, a load followed by record
+ * lookups). (LMDB 0.9 lets a read that starts while a commit is being
+ * written see that commit early, and the next read the state before it.) A snapshot (patina_snapshot_t) is one read transaction: every
+ * read through it sees the same committed state, whatever is written
+ * meanwhile. Within a process: one handle may be shared by any number of
+ * threads; reads run in parallel, writes are serialised. Opening a
+ * collection that the process has open already shares the first open's
+ * environment (LMDB must open one environment once per process): the new
+ * handle keeps its own mode (READONLY after a writable open fails writes)
+ * but the first open's map size, and a writable open while the collection
+ * is open READONLY in the process fails with PATINA_E_BUSY. Each open is
+ * closed on its own. Do not use a handle in a child after fork(); open a
+ * new one there.
+ *
+ * Strings returned inside records are owned by the record; release them
+ * with patina_record_release.
  *
  * Keys. A key is a non-empty string of at most PATINA_KEY_MAX bytes. Keys
  * longer than 480 bytes (LMDB's key limit is 511) are indexed by their
  * SHA-256 and stored in full in the record, so lookups stay exact.
  *
  * Limits. PATINA_TABLES_MAX descriptor tables per collection; specs of at
- * most 400 bytes; descriptors of 1 .. 64 MiB. A full map or disk makes a
- * write fail with PATINA_E_FULL and changes nothing. */
+ * most 400 bytes; descriptors of 1 .. 64 MiB; 1024 reader slots (read
+ * transactions open at once: calls in flight and live snapshots, all
+ * processes together). A full map or disk makes a write fail with
+ * PATINA_E_FULL and changes nothing. */
 #ifndef PATINA_STORE_H
 #define PATINA_STORE_H
 
@@ -71,10 +104,16 @@ PATINA_API void patina_record_release(patina_record_t *rec); /* frees key, zeroe
  * Without PATINA_OPEN_CREATE the directory must hold a collection:
  * PATINA_E_NOTFOUND for a missing directory, PATINA_E_FORMAT ("not a patina
  * collection") for any other directory or an LMDB file of another program,
- * and PATINA_E_FORMAT for a collection of another format version. CREATE
- * makes the directory (one level) if missing and initialises an empty one;
- * it refuses a non-empty directory that holds no collection. READONLY
- * handles fail every write with PATINA_E_INVALID. */
+ * and PATINA_E_FORMAT for a collection of another format version;
+ * PATINA_E_CORRUPT for a damaged data.mdb (see Guarantees); PATINA_E_IO
+ * when data.mdb cannot be opened (for writing, without READONLY) or
+ * lock.mdb cannot be opened for writing (readers need it too; on a
+ * read-only file system READONLY works without it); PATINA_E_FULL when
+ * there is no room for lock.mdb. CREATE makes the directory (one level)
+ * if missing, or fills an existing empty one (empty but for lock.mdb),
+ * atomically; it refuses a non-empty directory that holds no collection
+ * and never touches one that holds a damaged collection. READONLY handles
+ * fail every write with PATINA_E_INVALID. */
 PATINA_API patina_status patina_collection_open(patina_collection_t **c, const char *dir, int flags,
                                                 uint64_t map_size);
 PATINA_API void patina_collection_close(patina_collection_t *c); /* accepts NULL */
@@ -155,6 +194,35 @@ PATINA_API patina_status patina_collection_tables(patina_collection_t *c, char *
  * n = 0 and NULL arrays. */
 PATINA_API patina_status patina_collection_load(patina_collection_t *c, const char *spec, uint64_t **ids,
                                                 uint8_t **descs, size_t *n, size_t *desc_bytes);
+
+/* Snapshots: consistent reads across calls.
+ *
+ * A snapshot is one LMDB read transaction on a collection: loads and
+ * record lookups through it all see the state committed when it was taken,
+ * so the records of the ids a load returned are there to look up however
+ * much is removed meanwhile (a search reports keys from the snapshot its
+ * index was loaded from). A snapshot borrows the collection (free it
+ * before closing the collection), takes a reader slot, and keeps the pages
+ * of its state from being reused: writers grow the file while it lives, so
+ * free it once done. It may be shared by threads; calls on one snapshot
+ * are serialised. */
+typedef struct patina_snapshot patina_snapshot_t;
+
+PATINA_API patina_status patina_snapshot_new(patina_snapshot_t **snap, patina_collection_t *c);
+PATINA_API void patina_snapshot_free(patina_snapshot_t *snap); /* accepts NULL */
+
+/* The records of n ids in the snapshot, into recs[0, n) (caller memory,
+ * overwritten, not released first). PATINA_E_NOTFOUND when some id has no
+ * record: those recs are zeroed (key NULL), the others are filled. On
+ * PATINA_OK and PATINA_E_NOTFOUND release every recs[i] (zeroed ones
+ * too); on any other failure none is filled. */
+PATINA_API patina_status patina_snapshot_get(patina_snapshot_t *snap, const uint64_t *ids, size_t n,
+                                             patina_record_t *recs);
+
+/* patina_collection_load in the snapshot. */
+PATINA_API patina_status patina_snapshot_load(patina_snapshot_t *snap, const char *spec,
+                                              uint64_t **ids, uint8_t **descs, size_t *n,
+                                              size_t *desc_bytes);
 
 /* SHA-256 of a buffer (FIPS 180-4). */
 PATINA_API void patina_sha256(uint8_t out[32], const void *data, size_t size);

@@ -25,7 +25,8 @@ static void help(FILE *f)
             "  -h, --help          this help\n");
 }
 
-static void print_hits(FILE *f, int fmt, patina_collection_t *coll, const char *query,
+/* Keys come from the snapshot the index was loaded from: every hit has one. */
+static void print_hits(FILE *f, int fmt, patina_snapshot_t *snap, const char *query,
                        const patina_hit_t *hits, size_t n)
 {
     size_t r;
@@ -40,7 +41,7 @@ static void print_hits(FILE *f, int fmt, patina_collection_t *coll, const char *
     for (r = 0; r < n; r++) {
         patina_record_t rec;
         const char *key = "?";
-        int have = patina_collection_get(coll, hits[r].id, &rec) == PATINA_OK;
+        int have = patina_snapshot_get(snap, &hits[r].id, 1, &rec) == PATINA_OK;
         if (have) key = rec.key;
         if (fmt == 1) {
             fprintf(f, "%s,%zu,%s,%.17g\n", query, r + 1, key, hits[r].distance);
@@ -69,6 +70,7 @@ int cmd_search(int argc, char **argv)
     patina_extractor_t *ex = NULL;
     patina_context_t *ctx = NULL;
     patina_collection_t *coll = NULL;
+    patina_snapshot_t *snap = NULL;
     patina_index_t *idx = NULL;
     unsigned char *desc = NULL;
     patina_hit_t *hits = NULL;
@@ -130,7 +132,8 @@ int cmd_search(int argc, char **argv)
     }
     if ((s = patina_context_new(&ctx, &copts)) != PATINA_OK ||
         (s = patina_collection_open(&coll, argv[optind], PATINA_OPEN_READONLY, 0)) != PATINA_OK ||
-        (s = patina_index_load(&idx, ex, coll)) != PATINA_OK) {
+        (s = patina_snapshot_new(&snap, coll)) != PATINA_OK ||
+        (s = patina_index_load_snapshot(&idx, ex, snap)) != PATINA_OK) {
         cli_status_error("search", s);
         rc = EXIT_ERROR;
         goto out;
@@ -169,11 +172,11 @@ int cmd_search(int argc, char **argv)
                 patina_hit_t *rh = NULL;
                 so.device = PATINA_DEVICE_CPU;
                 s = patina_index_range(ctx, idx, desc, 1, range, &so, &rh, &n);
-                if (s == PATINA_OK) print_hits(stdout, fmt, coll, argv[a], rh, n);
+                if (s == PATINA_OK) print_hits(stdout, fmt, snap, argv[a], rh, n);
                 free(rh);
             } else {
                 s = patina_index_knn(ctx, idx, desc, 1, (size_t)k, &so, hits, &n);
-                if (s == PATINA_OK) print_hits(stdout, fmt, coll, argv[a], hits, n);
+                if (s == PATINA_OK) print_hits(stdout, fmt, snap, argv[a], hits, n);
             }
         }
         if (s != PATINA_OK) {
@@ -187,6 +190,7 @@ out:
     free(desc);
     free(hits);
     patina_index_free(idx);
+    patina_snapshot_free(snap);
     patina_collection_close(coll);
     patina_context_free(ctx);
     patina_extractor_free(ex);

@@ -30,28 +30,62 @@
  * a write) before they begin their transaction; a handle missing from the
  * cache is opened under `mu` in a short read transaction that is committed
  * (which makes the handle process-wide). Handles a write transaction opens
- * are published to readers only once it has committed.
+ * are published to readers only once it has committed. A handle is usable
+ * only in transactions that began after it was published; a snapshot
+ * (patina_snapshot_t) therefore opens the handles of every table it holds
+ * before its transaction begins.
  * MDB_NOTLS: read transactions are tied to the transaction object, not the
  * thread, so a handle may be used from any thread (thread pools, the
  * pipeline's writer thread and search threads at once) without the
  * one-read-transaction-per-thread rule; each open read transaction takes a
  * reader slot (MAX_READERS for all processes together).
- * `maplock` (a rwlock) is held shared by every transaction and taken
- * exclusively only to adopt a map size grown by another process
- * (MDB_MAP_RESIZED), which LMDB allows only with no transaction active.
+ * `maplock` (a rwlock) is held shared by every transaction (a snapshot holds
+ * it for its life) and taken exclusively only to adopt a map size grown by
+ * another process (MDB_MAP_RESIZED), which LMDB allows only with no
+ * transaction active. Lock order: maplock, then mu, then cache_mu.
+ *
+ * Files. LMDB maps data.mdb read-only (no MDB_WRITEMAP: pages are written
+ * with pwrite, so a full disk is an error code, never a signal) and maps
+ * lock.mdb shared and writable (the reader table). Three things keep a
+ * damaged or full disk from ending the process with SIGBUS, which a mapped
+ * page that the file cannot back raises:
+ *  - data.mdb is checked before LMDB maps it (check_data_file): both meta
+ *    pages, and every page up to the last one the newest meta page uses
+ *    must be in the file. LMDB 0.9 can itself leave the file a few pages
+ *    short (pages a transaction allocated and freed again are never
+ *    written); such pages are free, so a short file is accepted when every
+ *    missing page is on LMDB's free list.
+ *  - lock.mdb gets its disk blocks before LMDB maps it (prepare_lock).
+ *  - A write transaction reserves blocks for what it may add to data.mdb
+ *    first (reserve_space), so that a full disk shows as ENOSPC; LMDB
+ *    itself reports a short write in the middle of a commit as EIO.
+ * A failed commit never writes the meta page, so the last committed state
+ * stays intact.
+ *
+ * Creation is atomic: the new environment is built and committed in a
+ * temporary directory beside the target (or inside an existing empty one)
+ * and then renamed (or its data.mdb linked) into place; a creator that
+ * loses the race to another one opens the winner's collection. A directory
+ * therefore either holds a whole collection or none.
  *
  * Durability: default LMDB syncs (no MDB_NOSYNC / MDB_NOMETASYNC), so a
  * committed batch survives a crash of the process or the machine. */
+#define _GNU_SOURCE /* fallocate, FALLOC_FL_KEEP_SIZE */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <lmdb.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/internal.h"
 #include "patina/store.h"
@@ -66,16 +100,35 @@
 #define DESC_MAX (64u << 20)
 #define REC_VERSION 1
 #define REC_HEADER 72
+/* Disk blocks given to lock.mdb before LMDB maps it: LMDB 0.9 keeps one
+ * 64-byte slot per reader after a header of less than a page. */
+#define LOCK_RESERVE ((off_t)MAX_READERS * 64 + 4096)
+#define CREATE_RESERVE (64 << 10) /* blocks for a new data.mdb (it needs some 6 pages) */
+#define TMP_TAG ".patina-tmp-"      /* names of directories being created */
 
 typedef struct desc_handle {
     char *spec;
     MDB_dbi dbi;
 } desc_handle_t;
 
+/* A collection handle. The first open of a collection in a process makes
+ * the shared handle: the environment, its locks and caches. LMDB must not
+ * open one environment twice in a process (its locks belong to the
+ * process: a second mdb_env_open would reset the reader table and the
+ * mutexes under the first), so a later open of the same data.mdb (device
+ * and inode) in the same process shares it: it gets the shared handle
+ * itself, or an alias (`shared` set) when it asks for READONLY on a
+ * writable one. `refs` counts the opens not yet closed. */
 struct patina_collection {
+    patina_collection_t *shared; /* an alias: the handle it stands for */
+    int readonly;
     MDB_env *env;
     char *dir;
-    int readonly;
+    dev_t dev;                  /* of data.mdb, with ino: the registry's key */
+    ino_t ino;
+    pid_t pid;                  /* the process that opened it */
+    unsigned refs;              /* opens of it not yet closed (0: unregistered) */
+    patina_collection_t *next;  /* in the registry */
     MDB_dbi meta, records, keys, tables;
     pthread_mutex_t mu;         /* writes and every mdb_dbi_open */
     pthread_rwlock_t maplock;   /* shared per transaction; exclusive to resize */
@@ -83,6 +136,11 @@ struct patina_collection {
     desc_handle_t *desc;        /* opened descriptor tables: [0, npub) usable by */
     size_t npub, ndesc, capdesc;/* anyone; [npub, ndesc) by the open write txn */
 };
+
+static patina_collection_t *shared_of(patina_collection_t *c)
+{
+    return c && c->shared ? c->shared : c;
+}
 
 /* ------------------------------------------------------------ byte order */
 
@@ -124,11 +182,18 @@ static patina_status mdb_fail(const patina_collection_t *c, int rc, const char *
     case MDB_MAP_FULL:
         return patina__fail(PATINA_E_FULL, "store: %s in '%s': collection map is full", what, dir);
     case ENOSPC:
+        return patina__fail(PATINA_E_FULL, "store: %s in '%s': no space left on device", what, dir);
 #ifdef EDQUOT
     case EDQUOT:
+        return patina__fail(PATINA_E_FULL,
+                            "store: %s in '%s': no space left on device (disk quota exceeded)",
+                            what, dir);
 #endif
-        return patina__fail(PATINA_E_FULL, "store: %s in '%s': disk full (%s)", what, dir,
-                            mdb_strerror(rc));
+    case MDB_PANIC:
+        return patina__fail(PATINA_E_STORE,
+                            "store: %s in '%s': an earlier commit failed half-way (disk full or "
+                            "I/O error); close the collection and open it again",
+                            what, dir);
     case ENOMEM:
         return patina__fail(PATINA_E_NOMEM, "store: %s in '%s': out of memory", what, dir);
     case MDB_READERS_FULL:
@@ -158,11 +223,11 @@ static patina_status corrupt(const patina_collection_t *c, const char *what)
     return patina__fail(PATINA_E_CORRUPT, "store: '%s' is corrupt: %s", c->dir, what);
 }
 
-static patina_status check_writable(const patina_collection_t *c, const char *what)
+static patina_status check_writable(patina_collection_t *c, const char *what)
 {
     if (c->readonly)
         return patina__fail(PATINA_E_INVALID, "store: cannot %s: collection '%s' is open read-only",
-                            what, c->dir);
+                            what, shared_of(c)->dir);
     return PATINA_OK;
 }
 
@@ -178,8 +243,28 @@ static patina_status check_spec(const char *spec)
 
 /* ------------------------------------------------------------ transactions */
 
-/* Begins a transaction holding maplock shared; adopts a map grown by
- * another process (MDB_MAP_RESIZED) and retries. */
+/* Adopts a map grown by another process (after MDB_MAP_RESIZED; nothing of
+ * this thread's held). It waits for the handle's other transactions
+ * (snapshots included) to end, for at most RESIZE_WAIT seconds. */
+#define RESIZE_WAIT 10
+static patina_status adopt_map(patina_collection_t *c, const char *what)
+{
+    struct timespec until;
+    int rc;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += RESIZE_WAIT;
+    if (pthread_rwlock_timedwrlock(&c->maplock, &until) != 0)
+        return patina__fail(PATINA_E_BUSY,
+                            "store: %s in '%s': another process grew the collection's map; "
+                            "this handle can adopt it only when none of its snapshots is open",
+                            what, c->dir);
+    rc = mdb_env_set_mapsize(c->env, 0);
+    pthread_rwlock_unlock(&c->maplock);
+    return rc ? mdb_fail(c, rc, "adopting the grown map size") : PATINA_OK;
+}
+
+/* Begins a read or write transaction holding maplock shared (txn_abort
+ * releases it); adopts a map grown by another process and retries. */
 static patina_status txn_begin(patina_collection_t *c, int write, MDB_txn **txn, const char *what)
 {
     int rc, tries;
@@ -189,24 +274,57 @@ static patina_status txn_begin(patina_collection_t *c, int write, MDB_txn **txn,
         if (rc == 0) return PATINA_OK;
         pthread_rwlock_unlock(&c->maplock);
         if (rc != MDB_MAP_RESIZED || tries == 3) return mdb_fail(c, rc, what);
-        pthread_rwlock_wrlock(&c->maplock);
-        rc = mdb_env_set_mapsize(c->env, 0);
-        pthread_rwlock_unlock(&c->maplock);
-        if (rc) return mdb_fail(c, rc, "adopting the grown map size");
+        PATINA_TRY(adopt_map(c, what));
     }
+}
+
+/* txn_begin for transactions under `mu` (writes, opening table handles):
+ * maplock first, then mu, the order of every thread (one that holds a
+ * snapshot, and so maplock, may write). Returns holding both, the
+ * transaction begun, or holding nothing; end with mdb_txn_commit or
+ * mdb_txn_abort, then locked_end. */
+static patina_status locked_begin(patina_collection_t *c, int write, MDB_txn **txn,
+                                  const char *what)
+{
+    int rc, tries;
+    for (tries = 0;; tries++) {
+        pthread_rwlock_rdlock(&c->maplock);
+        pthread_mutex_lock(&c->mu);
+        rc = mdb_txn_begin(c->env, NULL, write ? 0 : MDB_RDONLY, txn);
+        if (rc == 0) return PATINA_OK;
+        pthread_mutex_unlock(&c->mu);
+        pthread_rwlock_unlock(&c->maplock);
+        if (rc != MDB_MAP_RESIZED || tries == 3) return mdb_fail(c, rc, what);
+        PATINA_TRY(adopt_map(c, what));
+    }
+}
+
+/* txn_begin for a handle that no other thread can reach yet (being opened
+ * or created, not registered): no maplock (the registry's mutex may be
+ * held); end with mdb_txn_commit or mdb_txn_abort. */
+static patina_status private_begin(patina_collection_t *c, int write, MDB_txn **txn,
+                                   const char *what)
+{
+    int rc, tries;
+    for (tries = 0;; tries++) {
+        rc = mdb_txn_begin(c->env, NULL, write ? 0 : MDB_RDONLY, txn);
+        if (rc == 0) return PATINA_OK;
+        if (rc != MDB_MAP_RESIZED || tries == 3) return mdb_fail(c, rc, what);
+        if ((rc = mdb_env_set_mapsize(c->env, 0)) != 0)
+            return mdb_fail(c, rc, "adopting the grown map size");
+    }
+}
+
+static void locked_end(patina_collection_t *c)
+{
+    pthread_mutex_unlock(&c->mu);
+    pthread_rwlock_unlock(&c->maplock);
 }
 
 static void txn_abort(patina_collection_t *c, MDB_txn *txn)
 {
     mdb_txn_abort(txn);
     pthread_rwlock_unlock(&c->maplock);
-}
-
-static int txn_commit(patina_collection_t *c, MDB_txn *txn)
-{
-    int rc = mdb_txn_commit(txn); /* frees txn, also on failure */
-    pthread_rwlock_unlock(&c->maplock);
-    return rc;
 }
 
 /* ------------------------------------------------------- descriptor tables */
@@ -298,29 +416,24 @@ static patina_status desc_open(patina_collection_t *c, const char *spec, MDB_dbi
     int rc;
     *found = 1;
     if (desc_find(c, spec, 0, dbi)) return PATINA_OK;
-    pthread_mutex_lock(&c->mu);
+    PATINA_TRY(locked_begin(c, 0, &txn, "opening a descriptor table"));
     if (desc_find(c, spec, 0, dbi)) { /* opened meanwhile */
-        pthread_mutex_unlock(&c->mu);
-        return PATINA_OK;
+        mdb_txn_abort(txn);
+    } else {
+        desc_name(name, spec);
+        rc = mdb_dbi_open(txn, name, 0, dbi);
+        if (rc == MDB_NOTFOUND) {
+            *found = 0;
+            mdb_txn_abort(txn);
+        } else if (rc) {
+            mdb_txn_abort(txn);
+            s = mdb_fail(c, rc, "opening a descriptor table");
+        } else {
+            rc = mdb_txn_commit(txn); /* makes the handle process-wide */
+            s = rc ? mdb_fail(c, rc, "opening a descriptor table") : desc_add(c, spec, *dbi, 1);
+        }
     }
-    s = txn_begin(c, 0, &txn, "opening a descriptor table");
-    if (s != PATINA_OK) goto out;
-    desc_name(name, spec);
-    rc = mdb_dbi_open(txn, name, 0, dbi);
-    if (rc == MDB_NOTFOUND) {
-        *found = 0;
-        txn_abort(c, txn);
-        goto out;
-    }
-    if (rc) {
-        txn_abort(c, txn);
-        s = mdb_fail(c, rc, "opening a descriptor table");
-        goto out;
-    }
-    rc = txn_commit(c, txn); /* makes the handle process-wide */
-    s = rc ? mdb_fail(c, rc, "opening a descriptor table") : desc_add(c, spec, *dbi, 1);
-out:
-    pthread_mutex_unlock(&c->mu);
+    locked_end(c);
     return s;
 }
 
@@ -487,23 +600,459 @@ static patina_status init_collection(patina_collection_t *c, MDB_txn *txn)
     return open_core(c, txn, MDB_CREATE, &absent);
 }
 
-/* 1 if dir has no entries other than LMDB's lock file, 0 if it has. */
+/* ------------------------------------------------------ the data file */
+
+/* The parts of LMDB 0.9's file format (data version 1) that the checks
+ * below read. pgno_t and txnid_t are size_t. A page starts with a header
+ * {pgno_t pgno; u16 pad; u16 flags; u16 lower, upper (or u32 overflow page
+ * count)} followed by u16 offsets of its nodes. Pages 0 and 1 are meta
+ * pages: after the header, {u32 magic; u32 version; void *address; size_t
+ * mapsize; MDB_db free, main; pgno_t last_pg; txnid_t txnid}, where MDB_db
+ * is {u32 pad (the page size, in the free DB's); u16 flags, depth;
+ * pgno_t branch, leaf, overflow; size_t entries; pgno_t root}. A node is
+ * {u16 lo, hi, flags, ksize; key; data}: in a branch page lo | hi << 16 |
+ * flags << 32 is the child's page number, in a leaf page lo | hi << 16 is
+ * the data size and F_BIGDATA puts the data on overflow pages (the node
+ * holds their first page number). The free list is a B-tree of txnid ->
+ * IDL: {pgno_t count; pgno_t pages[count]}. */
+#define LMDB_MAGIC 0xBEEFC0DEu
+#define LMDB_DATA_VERSION 1u
+#define LP_BRANCH 0x01
+#define LP_LEAF 0x02
+#define LP_OVERFLOW 0x04
+#define LP_META 0x08
+#define LN_BIGDATA 0x01
+#define LMDB_NO_PAGE ((uint64_t)(size_t)-1) /* P_INVALID: an empty tree */
+#define LMDB_MAX_DEPTH 32                    /* LMDB's cursor stack */
+#define PG_SZ ((size_t)sizeof(size_t))
+#define PAGE_HDR (PG_SZ + 8)
+#define DB_SZ (8 + 5 * PG_SZ)
+#define META_OFF_DBS (PAGE_HDR + 8 + 2 * PG_SZ)
+#define META_END (META_OFF_DBS + 2 * DB_SZ + 2 * PG_SZ)
+
+typedef struct lmdb_meta {
+    uint32_t magic, version, psize;
+    unsigned flags;
+    uint64_t free_root, main_root, last_pg, txnid;
+} lmdb_meta_t;
+
+/* LMDB writes its structures in host byte order. */
+static uint64_t rd16(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static uint64_t rd32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static uint64_t get_pg(const uint8_t *p)
+{
+    size_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static void parse_meta(lmdb_meta_t *m, const uint8_t *p)
+{
+    m->flags = (unsigned)rd16(p + PG_SZ + 2);
+    m->magic = (uint32_t)rd32(p + PAGE_HDR);
+    m->version = (uint32_t)rd32(p + PAGE_HDR + 4);
+    m->psize = (uint32_t)rd32(p + META_OFF_DBS);
+    m->free_root = get_pg(p + META_OFF_DBS + 8 + 4 * PG_SZ);
+    m->main_root = get_pg(p + META_OFF_DBS + DB_SZ + 8 + 4 * PG_SZ);
+    m->last_pg = get_pg(p + META_OFF_DBS + 2 * DB_SZ);
+    m->txnid = get_pg(p + META_OFF_DBS + 2 * DB_SZ + PG_SZ);
+}
+
+static patina_status damaged(const char *path, const char *fmt, ...) PATINA_PRINTF(2, 3);
+static patina_status damaged(const char *path, const char *fmt, ...)
+{
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return patina__fail(PATINA_E_CORRUPT, "store: '%s' is corrupt: %s", path, what);
+}
+
+static patina_status not_regular(const char *path)
+{
+    return patina__fail(PATINA_E_CORRUPT, "store: '%s' is not a regular file", path);
+}
+
+/* Reads meta page `which` at `off`; checks what LMDB needs of it. */
+static patina_status read_meta_page(int fd, const char *path, off_t off, int which, lmdb_meta_t *m)
+{
+    uint8_t buf[META_END];
+    ssize_t got = pread(fd, buf, META_END, off);
+    if (got < 0)
+        return patina__fail(PATINA_E_IO, "store: cannot read '%s': %s", path, strerror(errno));
+    if ((size_t)got < META_END) {
+        struct stat st;
+        long long size = fstat(fd, &st) == 0 ? (long long)st.st_size : -1;
+        if (size == 0)
+            return damaged(path, "the file is empty (a creation that was interrupted, or a "
+                                 "truncated file)");
+        return damaged(path, "the file is truncated (%lld bytes) inside meta page %d", size, which);
+    }
+    parse_meta(m, buf);
+    if (!(m->flags & LP_META) || m->magic != LMDB_MAGIC)
+        return damaged(path, "meta page %d is not an LMDB meta page", which);
+    if (m->version != LMDB_DATA_VERSION)
+        return patina__fail(PATINA_E_FORMAT,
+                            "store: '%s' is an LMDB file of data version %u; this build reads "
+                            "version %u",
+                            path, m->version, LMDB_DATA_VERSION);
+    if (m->psize < 512 || m->psize > 65536 || (m->psize & (m->psize - 1)))
+        return damaged(path, "meta page %d gives a page size of %u", which, m->psize);
+    return PATINA_OK;
+}
+
+/* The walk of the free list for check_free_tail. */
+typedef struct tail_walk {
+    int fd;
+    const char *path;
+    uint32_t psize;
+    uint64_t size;      /* bytes in the file */
+    uint64_t have;      /* pages wholly in the file */
+    uint64_t last;      /* last page in use */
+    uint8_t *free_bits; /* bit i: page have + i is free */
+} tail_walk_t;
+
+/* Marks the pages of an IDL ({count; pages[count]}, `bytes` long) that
+ * are missing from the file. */
+static void mark_free(tail_walk_t *w, const uint8_t *idl, size_t bytes)
+{
+    uint64_t n, i, pg;
+    if (bytes < PG_SZ) return;
+    n = get_pg(idl);
+    if (n > bytes / PG_SZ - 1) n = bytes / PG_SZ - 1;
+    for (i = 0; i < n; i++) {
+        pg = get_pg(idl + (i + 1) * PG_SZ);
+        if (pg >= w->have && pg <= w->last)
+            w->free_bits[(pg - w->have) >> 3] |= (uint8_t)(1u << ((pg - w->have) & 7));
+    }
+}
+
+/* Marks the free pages of one free-list leaf node (data of dsize bytes at
+ * node + 8 + ksize, or on overflow pages). */
+static patina_status free_node(tail_walk_t *w, const uint8_t *node, size_t room, uint64_t pgno)
+{
+    size_t ksize = (size_t)rd16(node + 6), dsize = (size_t)(rd16(node) | rd16(node + 2) << 16);
+    uint8_t hdr[PAGE_HDR], *data;
+    uint64_t ov, npages;
+    patina_status s = PATINA_OK;
+    if (!(rd16(node + 4) & LN_BIGDATA)) {
+        if (8 + ksize + dsize > room)
+            return damaged(w->path, "a node of free-list page %llu is out of bounds",
+                           (unsigned long long)pgno);
+        mark_free(w, node + 8 + ksize, dsize);
+        return PATINA_OK;
+    }
+    if (8 + ksize + PG_SZ > room)
+        return damaged(w->path, "a node of free-list page %llu is out of bounds",
+                       (unsigned long long)pgno);
+    ov = get_pg(node + 8 + ksize);
+    if (ov < 2 || ov >= w->have ||
+        pread(w->fd, hdr, PAGE_HDR, (off_t)(ov * w->psize)) != (ssize_t)PAGE_HDR)
+        return damaged(w->path,
+                       "the file is truncated (%llu bytes): overflow page %llu of its free "
+                       "list is past its end",
+                       (unsigned long long)w->size, (unsigned long long)ov);
+    npages = rd32(hdr + PG_SZ + 4);
+    if (!(rd16(hdr + PG_SZ + 2) & LP_OVERFLOW) || npages == 0 ||
+        dsize > npages * w->psize - PAGE_HDR)
+        return damaged(w->path, "page %llu of its free list is not an overflow page",
+                       (unsigned long long)ov);
+    if (ov + npages > w->have)
+        return damaged(w->path,
+                       "the file is truncated (%llu bytes): overflow pages from %llu of its "
+                       "free list are past its end",
+                       (unsigned long long)w->size, (unsigned long long)ov);
+    if (!(data = malloc(dsize ? dsize : 1)))
+        return patina__fail(PATINA_E_NOMEM, "store: out of memory");
+    if (pread(w->fd, data, dsize, (off_t)(ov * w->psize + PAGE_HDR)) != (ssize_t)dsize)
+        s = patina__fail(PATINA_E_IO, "store: cannot read '%s': %s", w->path, strerror(errno));
+    else
+        mark_free(w, data, dsize);
+    free(data);
+    return s;
+}
+
+/* Walks the free-list B-tree below page pgno (read with pread, every
+ * offset checked: the file is not trusted yet). */
+static patina_status walk_free(tail_walk_t *w, uint64_t pgno, int depth)
+{
+    uint8_t *page;
+    patina_status s = PATINA_OK;
+    size_t nkeys, i, lower, psize = w->psize;
+    unsigned flags;
+    if (depth > LMDB_MAX_DEPTH)
+        return damaged(w->path, "its free list is deeper than %d", LMDB_MAX_DEPTH);
+    if (pgno < 2 || pgno > w->last)
+        return damaged(w->path, "its free list points at page %llu", (unsigned long long)pgno);
+    if (pgno >= w->have)
+        return damaged(w->path, "the file is truncated (%llu bytes): page %llu of its free list "
+                                "is past its end",
+                       (unsigned long long)w->size, (unsigned long long)pgno);
+    if (!(page = malloc(psize))) return patina__fail(PATINA_E_NOMEM, "store: out of memory");
+    if (pread(w->fd, page, psize, (off_t)(pgno * psize)) != (ssize_t)psize) {
+        s = patina__fail(PATINA_E_IO, "store: cannot read '%s': %s", w->path, strerror(errno));
+        goto out;
+    }
+    flags = (unsigned)rd16(page + PG_SZ + 2);
+    lower = (size_t)rd16(page + PG_SZ + 4);
+    if (get_pg(page) != pgno || lower < PAGE_HDR || lower > psize ||
+        !(flags & (LP_BRANCH | LP_LEAF))) {
+        s = damaged(w->path, "page %llu of its free list is not a tree page",
+                    (unsigned long long)pgno);
+        goto out;
+    }
+    nkeys = (lower - PAGE_HDR) / 2;
+    for (i = 0; i < nkeys && s == PATINA_OK; i++) {
+        size_t at = (size_t)rd16(page + PAGE_HDR + 2 * i);
+        const uint8_t *node = page + at;
+        if (at < lower || at + 8 > psize) {
+            s = damaged(w->path, "a node of free-list page %llu is out of bounds",
+                        (unsigned long long)pgno);
+        } else if (flags & LP_BRANCH) {
+            uint64_t child = rd16(node) | rd16(node + 2) << 16;
+            if (PG_SZ > 4) child |= rd16(node + 4) << 32;
+            s = walk_free(w, child, depth + 1);
+        } else {
+            s = free_node(w, node, psize - at, pgno);
+        }
+    }
+out:
+    free(page);
+    return s;
+}
+
+/* The file (size bytes) ends before the last page in use: fine when every
+ * page missing from it is on the free list. */
+static patina_status check_free_tail(int fd, const char *path, const lmdb_meta_t *m, uint64_t size)
+{
+    uint64_t have = size / m->psize;
+    tail_walk_t w = {fd, path, m->psize, size, have, m->last_pg, NULL};
+    uint64_t missing = m->last_pg + 1 - have, i;
+    patina_status s;
+    /* An LMDB transaction leaves a few unwritten pages at most; a bigger gap
+     * is a truncated file (and would make a big bitmap). */
+    if (missing > (1u << 20) || m->free_root == LMDB_NO_PAGE) goto truncated;
+    if (!(w.free_bits = calloc((size_t)(missing + 7) / 8, 1)))
+        return patina__fail(PATINA_E_NOMEM, "store: out of memory");
+    s = walk_free(&w, m->free_root, 0);
+    for (i = 0; s == PATINA_OK && i < missing; i++)
+        if (!(w.free_bits[i >> 3] & (1u << (i & 7)))) break;
+    free(w.free_bits);
+    if (s != PATINA_OK) return s;
+    if (i == missing) return PATINA_OK;
+truncated:
+    return damaged(path, "the file is truncated (%llu bytes; pages of %u bytes up to page %llu "
+                         "are in use)",
+                   (unsigned long long)size, m->psize, (unsigned long long)m->last_pg);
+}
+
+/* Checks data.mdb before LMDB maps it (see "Files" at the top). */
+static patina_status check_data_fd(int fd, const char *path)
+{
+    lmdb_meta_t m0, m1;
+    const lmdb_meta_t *m;
+    struct stat st;
+    uint64_t have;
+    if (fstat(fd, &st) != 0)
+        return patina__fail(PATINA_E_IO, "store: cannot stat '%s': %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return not_regular(path);
+    PATINA_TRY(read_meta_page(fd, path, 0, 0, &m0));
+    PATINA_TRY(read_meta_page(fd, path, (off_t)m0.psize, 1, &m1));
+    if (m1.psize != m0.psize) return damaged(path, "its meta pages give different page sizes");
+    m = m1.txnid > m0.txnid ? &m1 : &m0; /* LMDB uses the newer one */
+    if (m->last_pg < 1 || m->last_pg > ((uint64_t)1 << 48) / m->psize)
+        return damaged(path, "its meta page gives %llu as the last page",
+                       (unsigned long long)m->last_pg);
+    if ((m->free_root != LMDB_NO_PAGE && (m->free_root < 2 || m->free_root > m->last_pg)) ||
+        (m->main_root != LMDB_NO_PAGE && (m->main_root < 2 || m->main_root > m->last_pg)))
+        return damaged(path, "its meta page points past its last page");
+    /* The size after the meta pages: a writer writes the pages of a commit
+     * before its meta page, and LMDB never shrinks the file. */
+    if (fstat(fd, &st) != 0)
+        return patina__fail(PATINA_E_IO, "store: cannot stat '%s': %s", path, strerror(errno));
+    have = (uint64_t)st.st_size / m->psize;
+    if (have > m->last_pg) return PATINA_OK;
+    return check_free_tail(fd, path, m, (uint64_t)st.st_size);
+}
+
+static patina_status check_data_file(const char *path, int writable)
+{
+    patina_status s;
+    int fd, tries;
+    fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == EISDIR) return not_regular(path);
+        return patina__fail(PATINA_E_IO, "store: cannot open '%s' for %s: %s", path,
+                            writable ? "writing" : "reading", strerror(errno));
+    }
+    /* A meta page read while another process commits can be torn: a failed
+     * check is repeated before it counts. */
+    for (tries = 0;; tries++) {
+        s = check_data_fd(fd, path);
+        if (s != PATINA_E_CORRUPT || tries == 2) break;
+        usleep(2000);
+    }
+    close(fd);
+    return s;
+}
+
+/* ------------------------------------------------------- disk space */
+
+static int is_nospace(int err)
+{
+#ifdef EDQUOT
+    if (err == EDQUOT) return 1;
+#endif
+    return err == ENOSPC;
+}
+
+static const char *nospace_words(int err)
+{
+#ifdef EDQUOT
+    if (err == EDQUOT) return "no space left on device (disk quota exceeded)";
+#endif
+    (void)err;
+    return "no space left on device";
+}
+
+/* Gives lock.mdb its disk blocks before LMDB maps it shared and writable
+ * (creating it as LMDB would). The size is left alone (blocks past the end
+ * are kept, FALLOC_FL_KEEP_SIZE): LMDB takes the reader count from it, and
+ * another process may have it mapped. Where the file system has no
+ * fallocate, LMDB goes on as it would without this. */
+static patina_status prepare_lock(const char *coll, const char *path, int readonly)
+{
+    struct stat st;
+    off_t len;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0664), err;
+    if (fd < 0) {
+        err = errno;
+        if (err == EROFS && readonly) return PATINA_OK; /* LMDB reads without a lock file there */
+        if (err == EISDIR) return not_regular(path);
+        if (is_nospace(err))
+            return patina__fail(PATINA_E_FULL, "store: cannot open '%s': %s for its lock file '%s'",
+                                coll, nospace_words(err), path);
+        return patina__fail(PATINA_E_IO,
+                            "store: cannot open the lock file '%s' for writing: %s (readers "
+                            "register there too)",
+                            path, strerror(err));
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return not_regular(path);
+    }
+    len = st.st_size > LOCK_RESERVE ? st.st_size : LOCK_RESERVE;
+    err = fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, len) == 0 ? 0 : errno;
+    close(fd);
+    if (is_nospace(err))
+        return patina__fail(PATINA_E_FULL, "store: cannot open '%s': %s for its lock file '%s'",
+                            coll, nospace_words(err), path);
+    return PATINA_OK;
+}
+
+/* ------------------------------------------------------- open and create */
+
+/* The environment of c at `path` (c->dir names it in messages). The default
+ * map of 64 GiB of address space can be refused (ulimit -v, valgrind,
+ * 32-bit): it is halved down to MIN_DEFAULT_MAP before failing; an explicit
+ * map_size is never changed. */
+static patina_status env_open(patina_collection_t *c, const char *path, unsigned envflags,
+                              uint64_t map_size, int default_map)
+{
+    int rc, dead;
+    for (;;) {
+        if ((rc = mdb_env_create(&c->env)) != 0) {
+            c->env = NULL;
+            return mdb_fail(c, rc, "creating the environment");
+        }
+        if ((rc = mdb_env_set_maxdbs(c->env, PATINA_TABLES_MAX + 8)) ||
+            (rc = mdb_env_set_maxreaders(c->env, MAX_READERS)) ||
+            (rc = mdb_env_set_mapsize(c->env, (size_t)map_size)))
+            return mdb_fail(c, rc, "configuring the environment");
+        rc = mdb_env_open(c->env, path, envflags, 0664);
+        if ((rc == ENOMEM || rc == EINVAL) && default_map && map_size / 2 >= MIN_DEFAULT_MAP) {
+            mdb_env_close(c->env);
+            c->env = NULL;
+            map_size /= 2;
+            continue;
+        }
+        break;
+    }
+    if (rc == ENOENT)
+        return patina__fail(PATINA_E_FORMAT, "store: '%s' is not a patina collection", c->dir);
+    if (rc == ENOMEM || rc == EINVAL)
+        return patina__fail(PATINA_E_NOMEM,
+                            "store: cannot map %llu bytes for '%s' (%s); use a smaller map size",
+                            (unsigned long long)map_size, c->dir, mdb_strerror(rc));
+    if (rc) return mdb_fail(c, rc, "opening");
+    mdb_reader_check(c->env, &dead); /* frees slots of crashed readers */
+    return PATINA_OK;
+}
+
+static patina_collection_t *collection_alloc(const char *dir, int readonly)
+{
+    patina_collection_t *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    if (!(c->dir = strdup(dir))) {
+        free(c);
+        return NULL;
+    }
+    c->readonly = readonly;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->cache_mu, NULL);
+    pthread_rwlock_init(&c->maplock, NULL);
+    return c;
+}
+
+/* Looks through dir: 2 if it holds data.mdb (another process may have
+ * just put it there), 1 if it has no entries other than LMDB's lock file
+ * and directories of collections being created there, 0 if it has. */
 static int dir_is_empty(const char *dir)
 {
     DIR *d = opendir(dir);
     struct dirent *e;
     int empty = 1;
     if (!d) return 0;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, "lock.mdb")) {
-            empty = 0;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, "data.mdb")) {
+            empty = 2;
             break;
         }
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, "lock.mdb") &&
+            strncmp(e->d_name, TMP_TAG, strlen(TMP_TAG)))
+            empty = 0;
+    }
     closedir(d);
     return empty;
 }
 
-static patina_status check_dir(const char *dir, int flags)
+enum { DIR_HAS_DATA, DIR_MISSING, DIR_EMPTY };
+
+static char *path_join(const char *dir, const char *name)
+{
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = malloc(a + b + 2);
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    p[a] = '/';
+    memcpy(p + a + 1, name, b + 1);
+    return p;
+}
+
+static patina_status check_dir(const char *dir, int flags, int *state)
 {
     struct stat st;
     char *data;
@@ -514,39 +1063,353 @@ static patina_status check_dir(const char *dir, int flags)
         if (flags != PATINA_OPEN_CREATE)
             return patina__fail(PATINA_E_NOTFOUND, "store: no collection at '%s' (no such directory)",
                                 dir);
-        if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-            return patina__fail(PATINA_E_IO, "store: cannot create directory '%s': %s", dir,
-                                strerror(errno));
+        *state = DIR_MISSING;
         return PATINA_OK;
     }
     if (!S_ISDIR(st.st_mode))
         return patina__fail(PATINA_E_FORMAT, "store: '%s' is not a patina collection (not a directory)",
                             dir);
-    data = malloc(strlen(dir) + 10);
-    if (!data) return patina__fail(PATINA_E_NOMEM, "store: out of memory");
-    sprintf(data, "%s/data.mdb", dir);
-    has_data = stat(data, &st) == 0;
+    if (!(data = path_join(dir, "data.mdb")))
+        return patina__fail(PATINA_E_NOMEM, "store: out of memory");
+    has_data = lstat(data, &st) == 0;
     free(data);
+    *state = DIR_HAS_DATA;
     if (has_data) return PATINA_OK;
     if (flags != PATINA_OPEN_CREATE)
         return patina__fail(PATINA_E_FORMAT, "store: '%s' is not a patina collection (no data.mdb)",
                             dir);
-    if (!dir_is_empty(dir))
+    switch (dir_is_empty(dir)) {
+    case 2: return PATINA_OK; /* created meanwhile */
+    case 1: *state = DIR_EMPTY; return PATINA_OK;
+    default:
         return patina__fail(PATINA_E_INVALID,
                             "store: '%s' is not empty and holds no collection; refusing to create "
                             "one there",
                             dir);
+    }
+}
+
+static patina_status create_fail(const char *dir, const char *what, int err)
+{
+    if (is_nospace(err))
+        return patina__fail(PATINA_E_FULL, "store: cannot create collection '%s': %s", dir,
+                            nospace_words(err));
+    return patina__fail(PATINA_E_IO, "store: cannot create collection '%s': %s: %s", dir, what,
+                        strerror(err));
+}
+
+/* A new directory for building a collection: beside `dir` (".NAME" + TMP_TAG
+ * + unique) when dir is missing, inside it (TMP_TAG + unique) when it is an
+ * existing empty directory. */
+static patina_status make_temp_dir(const char *dir, int state, char **tmp)
+{
+    static atomic_uint counter;
+    size_t len = strlen(dir), cut;
+    char *path;
+    int tries;
+    while (len > 1 && dir[len - 1] == '/') len--;
+    cut = len;
+    while (cut > 0 && dir[cut - 1] != '/') cut--; /* dir[cut..len) is the last name */
+    if (!(path = malloc(len + strlen(TMP_TAG) + 64)))
+        return patina__fail(PATINA_E_NOMEM, "store: out of memory");
+    for (tries = 0; tries < 100; tries++) {
+        unsigned n = atomic_fetch_add(&counter, 1);
+        if (state == DIR_MISSING)
+            sprintf(path, "%.*s.%.*s%s%ld-%u", (int)cut, dir, (int)(len - cut), dir + cut, TMP_TAG,
+                    (long)getpid(), n);
+        else
+            sprintf(path, "%.*s/%s%ld-%u", (int)len, dir, TMP_TAG, (long)getpid(), n);
+        if (mkdir(path, 0777) == 0) {
+            *tmp = path;
+            return PATINA_OK;
+        }
+        if (errno != EEXIST) break;
+    }
+    free(path);
+    return create_fail(
+        dir, state == DIR_MISSING ? "making a directory beside it" : "making a directory in it",
+        errno);
+}
+
+/* Removes what build_collection may have put in tmp, and tmp. */
+static void remove_temp_dir(const char *tmp)
+{
+    static const char *const names[] = {"data.mdb", "lock.mdb"};
+    size_t i;
+    for (i = 0; i < 2; i++) {
+        char *p = path_join(tmp, names[i]);
+        if (p) unlink(p);
+        free(p);
+    }
+    rmdir(tmp);
+}
+
+static void sync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (fsync(fd) != 0) { /* best effort: the rename itself is atomic */ }
+        close(fd);
+    }
+}
+
+/* Parent directory of dir (malloc'd), for syncing it after a rename. */
+static char *parent_of(const char *dir)
+{
+    size_t len = strlen(dir);
+    char *p;
+    while (len > 1 && dir[len - 1] == '/') len--;
+    while (len > 0 && dir[len - 1] != '/') len--;
+    while (len > 1 && dir[len - 1] == '/') len--;
+    if (len == 0) return strdup(".");
+    if (!(p = malloc(len + 1))) return NULL;
+    memcpy(p, dir, len);
+    p[len] = '\0';
+    return p;
+}
+
+static patina_status init_collection(patina_collection_t *c, MDB_txn *txn);
+
+/* Builds an empty collection in directory tmp and closes it (messages name
+ * the target `dir`). Disk blocks for both files are reserved first, so that
+ * a full disk shows as ENOSPC before LMDB writes anything. */
+static patina_status build_collection(const char *tmp, const char *dir, uint64_t map_size,
+                                      int default_map)
+{
+    patina_collection_t *c = NULL;
+    char *lock = path_join(tmp, "lock.mdb"), *data = path_join(tmp, "data.mdb");
+    MDB_txn *txn;
+    patina_status s;
+    int fd, rc;
+    if (!lock || !data) {
+        s = patina__fail(PATINA_E_NOMEM, "store: out of memory");
+        goto out;
+    }
+    if ((s = prepare_lock(dir, lock, 0)) != PATINA_OK) goto out;
+    /* An empty data.mdb: LMDB starts a new environment in it. */
+    if ((fd = open(data, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0664)) < 0) {
+        s = create_fail(dir, "making data.mdb", errno);
+        goto out;
+    }
+    rc = fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, CREATE_RESERVE) == 0 ? 0 : errno;
+    close(fd);
+    if (is_nospace(rc)) {
+        s = create_fail(dir, "reserving space", rc);
+        goto out;
+    }
+    if (!(c = collection_alloc(dir, 0))) {
+        s = patina__fail(PATINA_E_NOMEM, "store: out of memory");
+        goto out;
+    }
+    if ((s = env_open(c, tmp, MDB_NOTLS, map_size, default_map)) != PATINA_OK) goto out;
+    if ((s = private_begin(c, 1, &txn, "creating the collection")) != PATINA_OK) goto out;
+    if ((s = init_collection(c, txn)) != PATINA_OK) {
+        mdb_txn_abort(txn);
+        goto out;
+    }
+    if ((rc = mdb_txn_commit(txn)) != 0) s = mdb_fail(c, rc, "creating the collection");
+out:
+    if (s != PATINA_OK && (s == PATINA_E_IO || s == PATINA_E_STORE)) {
+        /* LMDB reports a short write as EIO: say so when the disk is full. */
+        struct statvfs v;
+        if (statvfs(tmp, &v) == 0 && (uint64_t)v.f_bavail * v.f_frsize < CREATE_RESERVE)
+            s = create_fail(dir, "writing", ENOSPC);
+    }
+    patina_collection_close(c);
+    free(lock);
+    free(data);
+    if (s == PATINA_OK) sync_dir(tmp);
+    return s;
+}
+
+/* Puts file `from` at `to` unless something is there (0, or an errno:
+ * EEXIST when something is): a hard link, or where the file system has
+ * none, a rename that does not replace. */
+static int put_in_place(const char *from, const char *to)
+{
+    int err;
+    if (link(from, to) == 0) return 0;
+    err = errno;
+    if (err != EPERM && err != EOPNOTSUPP) return err;
+    return renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0 ? 0 : errno;
+}
+
+/* Creates the collection `dir` atomically (state: DIR_MISSING or DIR_EMPTY).
+ * PATINA_OK also when another process created it meanwhile. */
+static patina_status create_collection(const char *dir, int state, uint64_t map_size,
+                                       int default_map)
+{
+    char *tmp = NULL, *from = NULL, *to = NULL, *parent;
+    patina_status s;
+    int rc;
+    PATINA_TRY(make_temp_dir(dir, state, &tmp));
+    s = build_collection(tmp, dir, map_size, default_map);
+    if (s == PATINA_OK && state == DIR_MISSING) {
+        /* rename() onto a missing name, or an empty directory, is atomic;
+         * another creator's collection there makes it fail. */
+        if (rename(tmp, dir) == 0) {
+            if ((parent = parent_of(dir)) != NULL) sync_dir(parent);
+            free(parent);
+            free(tmp);
+            return PATINA_OK;
+        }
+        if (errno != EEXIST && errno != ENOTEMPTY)
+            s = create_fail(dir, "moving it into place", errno);
+    } else if (s == PATINA_OK) {
+        /* The directory stays (it may be a mount point, or in use): link the
+         * new files into it, data.mdb last: it is the file that makes a
+         * collection. The lock file first, with its blocks, so that opening
+         * the new collection needs no space; one there already (left by an
+         * interrupted creation, or another creator's) gets its blocks. */
+        from = path_join(tmp, "lock.mdb");
+        to = path_join(dir, "lock.mdb");
+        if (!from || !to) s = patina__fail(PATINA_E_NOMEM, "store: out of memory");
+        else if ((rc = put_in_place(from, to)) != 0)
+            s = rc == EEXIST ? prepare_lock(dir, to, 0)
+                             : create_fail(dir, "linking lock.mdb into it", rc);
+        free(from);
+        free(to);
+        from = path_join(tmp, "data.mdb");
+        to = path_join(dir, "data.mdb");
+        if (s == PATINA_OK && (!from || !to))
+            s = patina__fail(PATINA_E_NOMEM, "store: out of memory");
+        if (s == PATINA_OK) {
+            if ((rc = put_in_place(from, to)) == 0) sync_dir(dir);
+            else if (rc != EEXIST) s = create_fail(dir, "linking data.mdb into it", rc);
+        }
+    }
+    remove_temp_dir(tmp);
+    free(tmp);
+    free(from);
+    free(to);
+    return s;
+}
+
+/* Collections open in this process (see struct patina_collection). */
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static patina_collection_t *registry;
+
+static void collection_destroy(patina_collection_t *c)
+{
+    if (!c) return;
+    if (c->env) mdb_env_close(c->env); /* closes every handle */
+    while (c->ndesc) free(c->desc[--c->ndesc].spec);
+    free(c->desc);
+    pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->cache_mu);
+    pthread_rwlock_destroy(&c->maplock);
+    free(c->dir);
+    free(c);
+}
+
+/* registry_mu held: the handle for the collection at dir when this process
+ * has it open already (*out NULL when not). */
+static patina_status registry_find(const char *dir, int flags, patina_collection_t **out)
+{
+    patina_collection_t *e;
+    struct stat st;
+    char *data = path_join(dir, "data.mdb");
+    int have;
+    *out = NULL;
+    if (!data) return patina__fail(PATINA_E_NOMEM, "store: out of memory");
+    have = stat(data, &st) == 0;
+    free(data);
+    for (e = registry; have && e; e = e->next)
+        if (e->pid == getpid() && e->dev == st.st_dev && e->ino == st.st_ino) break;
+    if (!have || !e) return PATINA_OK;
+    if (flags != PATINA_OPEN_READONLY && e->readonly)
+        return patina__fail(PATINA_E_BUSY,
+                            "store: '%s' is open read-only in this process already (as '%s'); "
+                            "close that handle before opening it for writing (LMDB opens a "
+                            "collection once per process)",
+                            dir, e->dir);
+    if (flags == PATINA_OPEN_READONLY && !e->readonly) {
+        patina_collection_t *alias = calloc(1, sizeof *alias);
+        if (!alias) return patina__fail(PATINA_E_NOMEM, "store: out of memory");
+        alias->shared = e;
+        alias->readonly = 1;
+        *out = alias;
+    } else {
+        *out = e;
+    }
+    e->refs++;
     return PATINA_OK;
+}
+
+/* Opens the collection at dir, which holds data.mdb, for the first time in
+ * this process. */
+static patina_status open_new(patina_collection_t **out, const char *dir, int flags,
+                              uint64_t map_size, int default_map)
+{
+    patina_collection_t *c;
+    MDB_txn *txn;
+    patina_status s;
+    char *data = NULL, *lock = NULL;
+    int rc, absent;
+
+    if (!(data = path_join(dir, "data.mdb")) || !(lock = path_join(dir, "lock.mdb"))) {
+        free(data);
+        return patina__fail(PATINA_E_NOMEM, "store: out of memory");
+    }
+    s = check_data_file(data, flags != PATINA_OPEN_READONLY);
+    if (s == PATINA_OK) s = prepare_lock(dir, lock, flags == PATINA_OPEN_READONLY);
+    free(data);
+    free(lock);
+    if (s != PATINA_OK) return s;
+
+    if (!(c = collection_alloc(dir, flags == PATINA_OPEN_READONLY)))
+        return patina__fail(PATINA_E_NOMEM, "store: out of memory");
+    s = env_open(c, dir, MDB_NOTLS | (c->readonly ? MDB_RDONLY : 0), map_size, default_map);
+    if (s != PATINA_OK) goto fail;
+
+    /* A read transaction first, so that opening never waits for a writer. */
+    if ((s = private_begin(c, 0, &txn, "opening")) != PATINA_OK) goto fail;
+    s = open_core(c, txn, 0, &absent);
+    if (s != PATINA_OK) {
+        mdb_txn_abort(txn);
+        goto fail;
+    }
+    if (!absent) {
+        if ((rc = mdb_txn_commit(txn)) != 0) { /* commit keeps the handles */
+            s = mdb_fail(c, rc, "opening");
+            goto fail;
+        }
+        *out = c;
+        return PATINA_OK;
+    }
+    mdb_txn_abort(txn);
+    if (flags != PATINA_OPEN_CREATE) {
+        s = patina__fail(PATINA_E_FORMAT, "store: '%s' is not a patina collection (no meta)", dir);
+        goto fail;
+    }
+    /* An empty LMDB environment (left by a creation in place before
+     * creation was atomic): initialise it in one transaction, unless
+     * another process has done it since our read. */
+    if ((s = private_begin(c, 1, &txn, "creating the collection")) != PATINA_OK) goto fail;
+    s = open_core(c, txn, 0, &absent);
+    if (s == PATINA_OK && absent) s = init_collection(c, txn);
+    if (s != PATINA_OK) {
+        mdb_txn_abort(txn);
+        goto fail;
+    }
+    if ((rc = mdb_txn_commit(txn)) != 0) {
+        s = mdb_fail(c, rc, "creating the collection");
+        goto fail;
+    }
+    *out = c;
+    return PATINA_OK;
+fail:
+    collection_destroy(c);
+    return s;
 }
 
 patina_status patina_collection_open(patina_collection_t **out, const char *dir, int flags,
                                      uint64_t map_size)
 {
-    patina_collection_t *c;
-    MDB_txn *txn;
+    patina_collection_t *c = NULL;
     patina_status s;
-    int rc, absent, dead, default_map;
-    unsigned envflags = MDB_NOTLS;
+    struct stat st;
+    int default_map, state = DIR_MISSING, tries, fd;
 
     if (!out) return patina__fail(PATINA_E_INVALID, "store: null collection pointer");
     *out = NULL;
@@ -560,106 +1423,56 @@ patina_status patina_collection_open(patina_collection_t **out, const char *dir,
         return patina__fail(PATINA_E_LIMIT, "store: map size %llu is over the address space",
                             (unsigned long long)map_size);
 #endif
-    PATINA_TRY(check_dir(dir, flags));
-
-    c = calloc(1, sizeof *c);
-    if (!c) return patina__fail(PATINA_E_NOMEM, "store: out of memory");
-    c->dir = strdup(dir);
-    c->readonly = flags == PATINA_OPEN_READONLY;
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_mutex_init(&c->cache_mu, NULL);
-    pthread_rwlock_init(&c->maplock, NULL);
-    if (!c->dir) {
-        patina_collection_close(c);
-        return patina__fail(PATINA_E_NOMEM, "store: out of memory");
+    /* A missing or empty directory gets a whole collection first; a creator
+     * that lost the race to another one finds the winner's next time. */
+    for (tries = 0;; tries++) {
+        PATINA_TRY(check_dir(dir, flags, &state));
+        if (state == DIR_HAS_DATA) break;
+        if (tries == 8)
+            return patina__fail(PATINA_E_BUSY,
+                                "store: cannot create collection '%s': it keeps "
+                                "changing (other processes create and remove it)",
+                                dir);
+        PATINA_TRY(create_collection(dir, state, map_size, default_map));
     }
-    if (c->readonly) envflags |= MDB_RDONLY;
-    for (;;) {
-        if ((rc = mdb_env_create(&c->env)) != 0) {
-            c->env = NULL;
-            s = mdb_fail(c, rc, "creating the environment");
-            goto fail;
+    /* Once per process: a collection open already is shared. */
+    pthread_mutex_lock(&registry_mu);
+    s = registry_find(dir, flags, &c);
+    if (s == PATINA_OK && !c &&
+        (s = open_new(&c, dir, flags, map_size, default_map)) == PATINA_OK) {
+        if (mdb_env_get_fd(c->env, &fd) == 0 && fstat(fd, &st) == 0) {
+            c->dev = st.st_dev;
+            c->ino = st.st_ino;
         }
-        if ((rc = mdb_env_set_maxdbs(c->env, PATINA_TABLES_MAX + 8)) ||
-            (rc = mdb_env_set_maxreaders(c->env, MAX_READERS)) ||
-            (rc = mdb_env_set_mapsize(c->env, (size_t)map_size))) {
-            s = mdb_fail(c, rc, "configuring the environment");
-            goto fail;
-        }
-        rc = mdb_env_open(c->env, dir, envflags, 0664);
-        /* The default 64 GiB of address space can be refused (ulimit -v,
-         * valgrind, 32-bit): halve it down to MIN_DEFAULT_MAP before failing.
-         * An explicit map_size is never changed. */
-        if ((rc == ENOMEM || rc == EINVAL) && default_map && map_size / 2 >= MIN_DEFAULT_MAP) {
-            mdb_env_close(c->env);
-            c->env = NULL;
-            map_size /= 2;
-            continue;
-        }
-        break;
+        c->pid = getpid();
+        c->refs = 1;
+        c->next = registry;
+        registry = c;
     }
-    if (rc != 0) {
-        s = rc == ENOENT ? patina__fail(PATINA_E_FORMAT, "store: '%s' is not a patina collection",
-                                        dir)
-          : rc == ENOMEM || rc == EINVAL
-              ? patina__fail(PATINA_E_NOMEM,
-                             "store: cannot map %llu bytes for '%s' (%s); use a smaller map size",
-                             (unsigned long long)map_size, dir, mdb_strerror(rc))
-              : mdb_fail(c, rc, "opening");
-        goto fail;
-    }
-    mdb_reader_check(c->env, &dead); /* frees slots of crashed readers */
-
-    /* A read transaction first, so that opening never waits for a writer. */
-    if ((s = txn_begin(c, 0, &txn, "opening")) != PATINA_OK) goto fail;
-    s = open_core(c, txn, 0, &absent);
-    if (s != PATINA_OK) {
-        txn_abort(c, txn);
-        goto fail;
-    }
-    if (!absent) {
-        if ((rc = txn_commit(c, txn)) != 0) { /* commit keeps the handles */
-            s = mdb_fail(c, rc, "opening");
-            goto fail;
-        }
-        *out = c;
-        return PATINA_OK;
-    }
-    txn_abort(c, txn);
-    if (flags != PATINA_OPEN_CREATE) {
-        s = patina__fail(PATINA_E_FORMAT, "store: '%s' is not a patina collection (no meta)", dir);
-        goto fail;
-    }
-    /* Initialise; another process may have done it since our read. */
-    if ((s = txn_begin(c, 1, &txn, "creating the collection")) != PATINA_OK) goto fail;
-    s = open_core(c, txn, 0, &absent);
-    if (s == PATINA_OK && absent) s = init_collection(c, txn);
-    if (s != PATINA_OK) {
-        txn_abort(c, txn);
-        goto fail;
-    }
-    if ((rc = txn_commit(c, txn)) != 0) {
-        s = mdb_fail(c, rc, "creating the collection");
-        goto fail;
-    }
-    *out = c;
-    return PATINA_OK;
-fail:
-    patina_collection_close(c);
+    pthread_mutex_unlock(&registry_mu);
+    if (s == PATINA_OK) *out = c;
     return s;
 }
 
 void patina_collection_close(patina_collection_t *c)
 {
+    patina_collection_t *shared = shared_of(c), **p;
     if (!c) return;
-    if (c->env) mdb_env_close(c->env); /* closes every handle */
-    while (c->ndesc) free(c->desc[--c->ndesc].spec);
-    free(c->desc);
-    pthread_mutex_destroy(&c->mu);
-    pthread_mutex_destroy(&c->cache_mu);
-    pthread_rwlock_destroy(&c->maplock);
-    free(c->dir);
-    free(c);
+    if (shared->refs) {
+        pthread_mutex_lock(&registry_mu);
+        if (c != shared) free(c); /* an alias */
+        if (--shared->refs > 0) {
+            pthread_mutex_unlock(&registry_mu);
+            return;
+        }
+        for (p = &registry; *p; p = &(*p)->next)
+            if (*p == shared) {
+                *p = shared->next;
+                break;
+            }
+        pthread_mutex_unlock(&registry_mu);
+    }
+    collection_destroy(shared);
 }
 
 /* ------------------------------------------------------------------ reads */
@@ -670,6 +1483,7 @@ patina_status patina_collection_count(patina_collection_t *c, uint64_t *n)
     MDB_stat st;
     int rc;
     if (!c || !n) return patina__fail(PATINA_E_INVALID, "store: null argument");
+    c = shared_of(c);
     *n = 0;
     PATINA_TRY(txn_begin(c, 0, &txn, "counting"));
     rc = mdb_stat(txn, c->records, &st);
@@ -689,6 +1503,7 @@ patina_status patina_collection_info(patina_collection_t *c, patina_collection_i
     patina_status s;
     int rc;
     if (!c || !info) return patina__fail(PATINA_E_INVALID, "store: null argument");
+    c = shared_of(c);
     memset(info, 0, sizeof *info);
     PATINA_TRY(txn_begin(c, 0, &txn, "reading info"));
     s = read_meta(c, txn, "next_id", 8, &next);
@@ -754,6 +1569,7 @@ patina_status patina_collection_get_by_key(patina_collection_t *c, const char *k
     size_t len = 0;
     int found = 0;
     if (!c || !rec) return patina__fail(PATINA_E_INVALID, "store: null argument");
+    c = shared_of(c);
     memset(rec, 0, sizeof *rec);
     PATINA_TRY(check_key(key, &len));
     PATINA_TRY(txn_begin(c, 0, &txn, "reading a record"));
@@ -775,6 +1591,7 @@ patina_status patina_collection_get(patina_collection_t *c, uint64_t id, patina_
     MDB_txn *txn;
     patina_status s;
     if (!c || !rec) return patina__fail(PATINA_E_INVALID, "store: null argument");
+    c = shared_of(c);
     memset(rec, 0, sizeof *rec);
     PATINA_TRY(txn_begin(c, 0, &txn, "reading a record"));
     s = get_record(c, txn, id, rec);
@@ -792,6 +1609,7 @@ patina_status patina_collection_next(patina_collection_t *c, uint64_t *cursor,
     patina_status s;
     int rc;
     if (!c || !cursor || !rec) return patina__fail(PATINA_E_INVALID, "store: null argument");
+    c = shared_of(c);
     memset(rec, 0, sizeof *rec);
     if (*cursor == UINT64_MAX) return PATINA_DONE;
     put_be64(kb, *cursor + 1);
@@ -823,6 +1641,7 @@ patina_status patina_collection_tables(patina_collection_t *c, char ***specs, si
     patina_status s = PATINA_OK;
     int rc;
     if (!c || !specs || !n) return patina__fail(PATINA_E_INVALID, "store: null argument");
+    c = shared_of(c);
     *specs = NULL;
     *n = 0;
     PATINA_TRY(txn_begin(c, 0, &txn, "listing tables"));
@@ -890,6 +1709,7 @@ patina_status patina_collection_table_info(patina_collection_t *c, const char *s
     size_t bytes = 0;
     int found, rc;
     if (!c || !n || !desc_bytes) return patina__fail(PATINA_E_INVALID, "store: null argument");
+    c = shared_of(c);
     *n = *desc_bytes = 0;
     PATINA_TRY(check_spec(spec));
     PATINA_TRY(desc_open(c, spec, &dbi, &found));
@@ -905,35 +1725,20 @@ patina_status patina_collection_table_info(patina_collection_t *c, const char *s
     return PATINA_OK;
 }
 
-patina_status patina_collection_load(patina_collection_t *c, const char *spec, uint64_t **ids_out,
-                                     uint8_t **descs_out, size_t *n_out, size_t *desc_bytes)
+/* Loads table `spec` (handle dbi) in txn: see patina_collection_load. */
+static patina_status load_in(patina_collection_t *c, MDB_txn *txn, MDB_dbi dbi, const char *spec,
+                             size_t bytes, uint64_t **ids_out, uint8_t **descs_out, size_t *n_out)
 {
-    MDB_txn *txn;
-    MDB_dbi dbi;
     MDB_cursor *cur = NULL;
     MDB_stat st;
     MDB_val k, v;
     uint64_t *ids = NULL;
     uint8_t *descs = NULL;
-    size_t bytes = 0, n = 0, i = 0;
-    patina_status s;
-    int found, rc;
-    if (!c || !ids_out || !descs_out || !n_out || !desc_bytes)
-        return patina__fail(PATINA_E_INVALID, "store: null argument");
-    *ids_out = NULL;
-    *descs_out = NULL;
-    *n_out = *desc_bytes = 0;
-    PATINA_TRY(check_spec(spec));
-    PATINA_TRY(desc_open(c, spec, &dbi, &found));
-    if (!found) return no_table(c, spec);
-    PATINA_TRY(txn_begin(c, 0, &txn, "loading a table"));
-    s = table_bytes(c, txn, spec, &bytes, &found);
-    if (s == PATINA_OK && !found) s = corrupt(c, "descriptor table without a table entry");
-    if (s != PATINA_OK) goto out;
-    if ((rc = mdb_stat(txn, dbi, &st)) != 0 || (rc = mdb_cursor_open(txn, dbi, &cur)) != 0) {
-        s = mdb_fail(c, rc, "loading a table");
-        goto out;
-    }
+    size_t n = 0, i = 0;
+    patina_status s = PATINA_OK;
+    int rc;
+    if ((rc = mdb_stat(txn, dbi, &st)) != 0 || (rc = mdb_cursor_open(txn, dbi, &cur)) != 0)
+        return mdb_fail(c, rc, "loading a table");
     n = st.ms_entries;
     if (n) {
         if (n > SIZE_MAX / bytes || !(ids = malloc(n * sizeof *ids)) ||
@@ -956,8 +1761,7 @@ patina_status patina_collection_load(patina_collection_t *c, const char *spec, u
     if (rc && rc != MDB_NOTFOUND) s = mdb_fail(c, rc, "loading a table");
     else if (i != n) s = corrupt(c, "table shorter than its count");
 out:
-    if (cur) mdb_cursor_close(cur);
-    txn_abort(c, txn);
+    mdb_cursor_close(cur);
     if (s != PATINA_OK) {
         free(ids);
         free(descs);
@@ -966,8 +1770,204 @@ out:
     *ids_out = ids;
     *descs_out = descs;
     *n_out = n;
-    *desc_bytes = bytes;
     return PATINA_OK;
+}
+
+patina_status patina_collection_load(patina_collection_t *c, const char *spec, uint64_t **ids_out,
+                                     uint8_t **descs_out, size_t *n_out, size_t *desc_bytes)
+{
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    size_t bytes = 0;
+    patina_status s;
+    int found;
+    if (!c || !ids_out || !descs_out || !n_out || !desc_bytes)
+        return patina__fail(PATINA_E_INVALID, "store: null argument");
+    c = shared_of(c);
+    *ids_out = NULL;
+    *descs_out = NULL;
+    *n_out = *desc_bytes = 0;
+    PATINA_TRY(check_spec(spec));
+    PATINA_TRY(desc_open(c, spec, &dbi, &found));
+    if (!found) return no_table(c, spec);
+    PATINA_TRY(txn_begin(c, 0, &txn, "loading a table"));
+    s = table_bytes(c, txn, spec, &bytes, &found);
+    if (s == PATINA_OK && !found) s = corrupt(c, "descriptor table without a table entry");
+    if (s == PATINA_OK) s = load_in(c, txn, dbi, spec, bytes, ids_out, descs_out, n_out);
+    txn_abort(c, txn);
+    if (s == PATINA_OK) *desc_bytes = bytes;
+    return s;
+}
+
+/* -------------------------------------------------------------- snapshots */
+
+struct patina_snapshot {
+    patina_collection_t *c;
+    MDB_txn *txn;          /* one read transaction for the snapshot's life */
+    size_t npub;           /* handles desc[0, npub) were published before it began */
+    pthread_mutex_t mu;    /* LMDB: one thread at a time in a transaction */
+};
+
+/* Looks `spec` up among the first npub published handles. */
+static int desc_find_before(patina_collection_t *c, const char *spec, size_t npub, MDB_dbi *dbi)
+{
+    size_t i;
+    int found = 0;
+    pthread_mutex_lock(&c->cache_mu);
+    for (i = 0; i < npub && i < c->npub && !found; i++)
+        if (strcmp(c->desc[i].spec, spec) == 0) {
+            *dbi = c->desc[i].dbi;
+            found = 1;
+        }
+    pthread_mutex_unlock(&c->cache_mu);
+    return found;
+}
+
+/* In snapshot txn: *ready = 1 when every table it holds has a handle among
+ * the first npub (a handle opened after a transaction began is not valid
+ * in it). */
+static patina_status snapshot_ready(patina_collection_t *c, MDB_txn *txn, size_t npub, int *ready)
+{
+    MDB_cursor *cur;
+    MDB_val k, v;
+    MDB_dbi dbi;
+    char spec[SPEC_MAX + 1];
+    patina_status s = PATINA_OK;
+    int rc;
+    *ready = 1;
+    if ((rc = mdb_cursor_open(txn, c->tables, &cur)) != 0)
+        return mdb_fail(c, rc, "taking a snapshot");
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0 && *ready;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (k.mv_size == 0 || k.mv_size > SPEC_MAX) {
+            s = corrupt(c, "bad table name");
+            break;
+        }
+        memcpy(spec, k.mv_data, k.mv_size);
+        spec[k.mv_size] = '\0';
+        *ready = desc_find_before(c, spec, npub, &dbi);
+    }
+    mdb_cursor_close(cur);
+    if (s == PATINA_OK && rc && rc != MDB_NOTFOUND) s = mdb_fail(c, rc, "taking a snapshot");
+    return s;
+}
+
+/* Opens (publishes) the handle of every table (no transaction of ours open). */
+static patina_status open_all_handles(patina_collection_t *c)
+{
+    char **specs;
+    size_t n, i;
+    patina_status s;
+    MDB_dbi dbi;
+    int found;
+    PATINA_TRY(patina_collection_tables(c, &specs, &n));
+    for (i = 0, s = PATINA_OK; i < n; i++) {
+        if (s == PATINA_OK) s = desc_open(c, specs[i], &dbi, &found);
+        free(specs[i]);
+    }
+    free(specs);
+    return s;
+}
+
+patina_status patina_snapshot_new(patina_snapshot_t **out, patina_collection_t *c)
+{
+    patina_snapshot_t *snap;
+    patina_status s = PATINA_OK;
+    int tries, ready = 0;
+    if (!out) return patina__fail(PATINA_E_INVALID, "store: null snapshot pointer");
+    *out = NULL;
+    if (!c) return patina__fail(PATINA_E_INVALID, "store: null collection");
+    c = shared_of(c);
+    if (!(snap = calloc(1, sizeof *snap)))
+        return patina__fail(PATINA_E_NOMEM, "store: out of memory");
+    snap->c = c;
+    pthread_mutex_init(&snap->mu, NULL);
+    /* Usually once; again only when a table was created since its handle
+     * was last looked for. */
+    for (tries = 0; tries < 8 && !ready; tries++) {
+        pthread_mutex_lock(&c->cache_mu);
+        snap->npub = c->npub;
+        pthread_mutex_unlock(&c->cache_mu);
+        if ((s = txn_begin(c, 0, &snap->txn, "taking a snapshot")) != PATINA_OK) break;
+        s = snapshot_ready(c, snap->txn, snap->npub, &ready);
+        if (s == PATINA_OK && ready) break;
+        txn_abort(c, snap->txn);
+        snap->txn = NULL;
+        if (s == PATINA_OK) s = open_all_handles(c);
+        if (s != PATINA_OK) break;
+    }
+    if (s == PATINA_OK && !ready)
+        s = patina__fail(PATINA_E_BUSY, "store: cannot take a snapshot of '%s': tables keep being "
+                                        "created", c->dir);
+    if (s != PATINA_OK) {
+        pthread_mutex_destroy(&snap->mu);
+        free(snap);
+        return s;
+    }
+    *out = snap;
+    return PATINA_OK;
+}
+
+void patina_snapshot_free(patina_snapshot_t *snap)
+{
+    if (!snap) return;
+    txn_abort(snap->c, snap->txn);
+    pthread_mutex_destroy(&snap->mu);
+    free(snap);
+}
+
+patina_status patina_snapshot_get(patina_snapshot_t *snap, const uint64_t *ids, size_t n,
+                                  patina_record_t *recs)
+{
+    patina_status s = PATINA_OK;
+    size_t i, missing = 0, first = 0;
+    if (!snap || (n && (!ids || !recs)))
+        return patina__fail(PATINA_E_INVALID, "store: null argument");
+    pthread_mutex_lock(&snap->mu);
+    for (i = 0; i < n && s == PATINA_OK; i++) {
+        s = get_record(snap->c, snap->txn, ids[i], &recs[i]);
+        if (s == PATINA_E_NOTFOUND) {
+            if (!missing++) first = i;
+            s = PATINA_OK;
+        }
+    }
+    pthread_mutex_unlock(&snap->mu);
+    if (s != PATINA_OK) {
+        while (i) patina_record_release(&recs[--i]);
+        return s;
+    }
+    if (missing)
+        return patina__fail(PATINA_E_NOTFOUND, "store: no record with id %llu in '%s'%s",
+                            (unsigned long long)ids[first], snap->c->dir,
+                            missing > 1 ? " (and others of the batch)" : "");
+    return PATINA_OK;
+}
+
+patina_status patina_snapshot_load(patina_snapshot_t *snap, const char *spec, uint64_t **ids,
+                                   uint8_t **descs, size_t *n, size_t *desc_bytes)
+{
+    patina_collection_t *c;
+    MDB_dbi dbi;
+    size_t bytes = 0;
+    patina_status s;
+    int found;
+    if (!snap || !ids || !descs || !n || !desc_bytes)
+        return patina__fail(PATINA_E_INVALID, "store: null argument");
+    *ids = NULL;
+    *descs = NULL;
+    *n = *desc_bytes = 0;
+    PATINA_TRY(check_spec(spec));
+    c = snap->c;
+    pthread_mutex_lock(&snap->mu);
+    s = table_bytes(c, snap->txn, spec, &bytes, &found);
+    if (s == PATINA_OK && !found) s = no_table(c, spec);
+    if (s == PATINA_OK && !desc_find_before(c, spec, snap->npub, &dbi))
+        s = patina__fail(PATINA_E_INTERNAL, "store: snapshot of '%s' has no handle for table '%s'",
+                         c->dir, spec);
+    if (s == PATINA_OK) s = load_in(c, snap->txn, dbi, spec, bytes, ids, descs, n);
+    pthread_mutex_unlock(&snap->mu);
+    if (s == PATINA_OK) *desc_bytes = bytes;
+    return s;
 }
 
 /* ----------------------------------------------------------------- writes */
@@ -1011,32 +2011,80 @@ static patina_status delete_descriptors(patina_collection_t *c, MDB_txn *txn, ui
     return s;
 }
 
-/* Message for a batch that did not commit because the map or disk is full. */
-static patina_status batch_full(patina_collection_t *c, int rc)
+/* Reserves disk blocks for `bytes` more of data.mdb and for the pages that
+ * the file should hold but may lack (write txn held), so that a full disk
+ * shows as ENOSPC here rather than as a short write (EIO) inside the
+ * commit. Blocks past the end of the file are kept (FALLOC_FL_KEEP_SIZE):
+ * its size stays LMDB's. Returns 0, or the errno of a full disk or quota
+ * (the transaction goes on: it may fit in free pages). */
+static int reserve_space(patina_collection_t *c, uint64_t bytes)
+{
+    MDB_envinfo ei;
+    MDB_stat es;
+    struct stat st;
+    off_t used, from;
+    int fd, err;
+    if (mdb_env_get_fd(c->env, &fd) || fstat(fd, &st) || mdb_env_info(c->env, &ei) ||
+        mdb_env_stat(c->env, &es))
+        return 0;
+    used = (off_t)(ei.me_last_pgno + 1) * es.ms_psize;
+    from = st.st_size < used ? st.st_size : used;
+    err = fallocate(fd, FALLOC_FL_KEEP_SIZE, from, used - from + (off_t)bytes) == 0 ? 0 : errno;
+    return is_nospace(err) ? err : 0;
+}
+
+/* Disk bytes a write may take beyond its data: copies of the B-tree paths
+ * it changes (leaf to root in each database) and the free list. */
+#define WRITE_OVERHEAD (64u << 12)
+
+/* What a batch may add to data.mdb: pages are at least half full, and a
+ * value over half a page gets overflow pages of its own. */
+static uint64_t batch_bytes(const patina_insert_t *items, size_t n, size_t desc_bytes)
+{
+    uint64_t total = WRITE_OVERHEAD;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        uint64_t key = strlen(items[i].key), rec = REC_HEADER + key;
+        total += 2 * (rec + (key < KEY_INLINE_MAX ? key : 33) + desc_bytes + 3 * 24);
+        if (desc_bytes > 2000) total += desc_bytes + 4096;
+        if (rec > 2000) total += rec + 4096;
+    }
+    return total;
+}
+
+/* The errno or LMDB code that makes a failed write "full", or 0. LMDB
+ * reports a short write as EIO: that counts as full when the reservation
+ * before it failed for space, or the file system has next to nothing left. */
+static int full_code(patina_collection_t *c, int rc, int nospace)
+{
+    struct statvfs v;
+    int fd;
+    if (rc == MDB_MAP_FULL || is_nospace(rc)) return rc;
+    if (rc != EIO) return 0;
+    if (nospace) return nospace;
+    if (mdb_env_get_fd(c->env, &fd) == 0 && fstatvfs(fd, &v) == 0 &&
+        (uint64_t)v.f_bavail * v.f_frsize < (1u << 20))
+        return ENOSPC;
+    return 0;
+}
+
+/* Message for a write that did not commit because the map or disk is full. */
+static patina_status write_full(patina_collection_t *c, int rc, const char *what)
 {
     MDB_envinfo ei;
     if (rc == MDB_MAP_FULL) {
         mdb_env_info(c->env, &ei);
         return patina__fail(PATINA_E_FULL,
                             "store: collection map is full (%llu bytes) in '%s'; nothing from this "
-                            "batch was written (open with a larger map size)",
-                            (unsigned long long)ei.me_mapsize, c->dir);
+                            "%s was written (open with a larger map size)",
+                            (unsigned long long)ei.me_mapsize, c->dir, what);
     }
-    return patina__fail(PATINA_E_FULL,
-                        "store: disk full writing '%s' (%s); nothing from this batch was written",
-                        c->dir, mdb_strerror(rc));
+    return patina__fail(PATINA_E_FULL, "store: %s writing '%s'; nothing from this %s was written",
+                        nospace_words(rc), c->dir, what);
 }
 
-static int is_full(int rc)
-{
-#ifdef EDQUOT
-    if (rc == EDQUOT) return 1;
-#endif
-    return rc == MDB_MAP_FULL || rc == ENOSPC;
-}
-
-/* The body of put (write txn, mu held). *full receives an LMDB code when
- * the failure was a full map or disk. */
+/* The body of put (write txn, mu held). *full receives the LMDB code of a
+ * failed LMDB call (full_code tells whether it means a full map or disk). */
 static patina_status put_batch(patina_collection_t *c, MDB_txn *txn, const char *spec,
                                size_t desc_bytes, const patina_insert_t *items, size_t n,
                                uint64_t *ids, int *full)
@@ -1119,7 +2167,7 @@ static patina_status put_batch(patina_collection_t *c, MDB_txn *txn, const char 
     s = write_meta(c, txn, "next_id", 8, next_id);
     goto out;
 lmdb_error:
-    if (is_full(rc)) *full = rc;
+    *full = rc;
     s = rc == MDB_KEYEXIST ? corrupt(c, "an id at or above next_id exists")
                            : mdb_fail(c, rc, "writing a batch");
 out:
@@ -1133,9 +2181,10 @@ patina_status patina_collection_put(patina_collection_t *c, const char *spec, si
     MDB_txn *txn;
     patina_status s;
     size_t i, len;
-    int rc, full = 0;
+    int rc, full = 0, nospace;
     if (!c) return patina__fail(PATINA_E_INVALID, "store: null collection");
     PATINA_TRY(check_writable(c, "add records"));
+    c = shared_of(c);
     PATINA_TRY(check_spec(spec));
     if (desc_bytes == 0 || desc_bytes > DESC_MAX)
         return patina__fail(PATINA_E_INVALID, "store: descriptor size %zu not in 1..%u", desc_bytes,
@@ -1153,20 +2202,18 @@ patina_status patina_collection_put(patina_collection_t *c, const char *spec, si
     }
     if (n == 0) return PATINA_OK;
 
-    pthread_mutex_lock(&c->mu);
-    s = txn_begin(c, 1, &txn, "writing a batch");
-    if (s == PATINA_OK) {
-        s = put_batch(c, txn, spec, desc_bytes, items, n, ids, &full);
-        if (s != PATINA_OK) {
-            txn_abort(c, txn);
-        } else if ((rc = txn_commit(c, txn)) != 0) {
-            if (is_full(rc)) full = rc;
-            s = mdb_fail(c, rc, "committing a batch");
-        }
-        if (s == PATINA_E_FULL) s = batch_full(c, full ? full : MDB_MAP_FULL);
+    PATINA_TRY(locked_begin(c, 1, &txn, "writing a batch"));
+    nospace = reserve_space(c, batch_bytes(items, n, desc_bytes));
+    s = put_batch(c, txn, spec, desc_bytes, items, n, ids, &full);
+    if (s != PATINA_OK) {
+        mdb_txn_abort(txn);
+        if ((full = full_code(c, full, nospace)) != 0) s = write_full(c, full, "batch");
+    } else if ((rc = mdb_txn_commit(txn)) != 0) {
+        s = (full = full_code(c, rc, nospace)) != 0 ? write_full(c, full, "batch")
+                                                    : mdb_fail(c, rc, "committing a batch");
     }
     desc_settle(c, s == PATINA_OK);
-    pthread_mutex_unlock(&c->mu);
+    locked_end(c);
     return s;
 }
 
@@ -1178,12 +2225,17 @@ patina_status patina_collection_remove(patina_collection_t *c, uint64_t id)
     uint8_t kb[8];
     MDB_val k = {8, kb};
     patina_status s;
-    int rc = 0;
+    int rc = 0, nospace = 0;
     if (!c) return patina__fail(PATINA_E_INVALID, "store: null collection");
     PATINA_TRY(check_writable(c, "remove records"));
-    pthread_mutex_lock(&c->mu);
-    s = txn_begin(c, 1, &txn, "removing");
-    if (s != PATINA_OK) goto out;
+    c = shared_of(c);
+    PATINA_TRY(locked_begin(c, 1, &txn, "removing"));
+    {
+        MDB_stat ts;
+        nospace = reserve_space(c, WRITE_OVERHEAD + (mdb_stat(txn, c->tables, &ts) == 0
+                                                         ? (uint64_t)ts.ms_entries * (4u << 12)
+                                                         : 0));
+    }
     s = get_record(c, txn, id, &rec);
     if (s == PATINA_OK) {
         /* The key entry goes only if it points here (it always should). */
@@ -1202,13 +2254,13 @@ patina_status patina_collection_remove(patina_collection_t *c, uint64_t id)
     if (s == PATINA_OK && rc) s = mdb_fail(c, rc, "removing a record");
     if (s == PATINA_OK) s = delete_descriptors(c, txn, id);
     if (s != PATINA_OK) {
-        txn_abort(c, txn);
-    } else if ((rc = txn_commit(c, txn)) != 0) {
-        s = mdb_fail(c, rc, "committing a removal");
+        mdb_txn_abort(txn);
+    } else if ((rc = mdb_txn_commit(txn)) != 0) {
+        int full = full_code(c, rc, nospace);
+        s = full ? write_full(c, full, "removal") : mdb_fail(c, rc, "committing a removal");
     }
-out:
     desc_settle(c, s == PATINA_OK);
-    pthread_mutex_unlock(&c->mu);
+    locked_end(c);
     return s;
 }
 
@@ -1222,6 +2274,7 @@ patina_status patina_collection_get_descriptor(patina_collection_t *c, const cha
     patina_status s = PATINA_OK;
     int found, rc;
     if (!c || !out) return patina__fail(PATINA_E_INVALID, "store: null argument");
+    c = shared_of(c);
     PATINA_TRY(check_spec(spec));
     PATINA_TRY(desc_open(c, spec, &dbi, &found));
     if (!found) return no_table(c, spec);

@@ -6,6 +6,7 @@
  * faster (the indexing pipeline hashes every file it reads). Chosen once at
  * run time; tests compare the two. Not constant-time (it hashes public file
  * contents, not secrets). */
+#include <stdatomic.h>
 #include <string.h>
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
@@ -112,19 +113,20 @@ static int cpu_has_sha_ni(void)
 }
 #endif
 
-/* The compression in use: resolved on first use (a benign race: every
- * thread stores the same pointer). */
-static void (*volatile compress_fn)(uint32_t h[8], const uint8_t *p, size_t nblocks);
+/* The compression in use: resolved on first use (threads racing to resolve
+ * it store the same pointer; atomic, so that the race is defined). */
+typedef void (*compress_t)(uint32_t h[8], const uint8_t *p, size_t nblocks);
+static _Atomic(compress_t) compress_fn;
 
 static void compress_blocks(uint32_t h[8], const uint8_t *p, size_t nblocks)
 {
-    void (*f)(uint32_t *, const uint8_t *, size_t) = compress_fn;
+    compress_t f = atomic_load_explicit(&compress_fn, memory_order_relaxed);
     if (!f) {
         f = compress_portable;
 #ifdef PATINA_SHA_NI
         if (cpu_has_sha_ni()) f = compress_ni;
 #endif
-        compress_fn = f;
+        atomic_store_explicit(&compress_fn, f, memory_order_relaxed);
     }
     f(h, p, nblocks);
 }
@@ -134,7 +136,7 @@ static void compress_blocks(uint32_t h[8], const uint8_t *p, size_t nblocks)
 int patina__sha256_portable(int on);
 int patina__sha256_portable(int on)
 {
-    compress_fn = on ? compress_portable : NULL;
+    atomic_store(&compress_fn, on ? compress_portable : NULL);
 #ifdef PATINA_SHA_NI
     return cpu_has_sha_ni();
 #else
