@@ -246,8 +246,8 @@ static void test_index_bad_files(void **state)
         fclose(f);
         assert_int_equal(tu_write_file(p, buf, n), 0);
     }
-    /* --max-batch-pixels 1: every batch is cut after one image (the others are read again). */
-    rc = tu_run(&out, "%s index '%s' '%s' '%s/missing.jpg' --max-batch-pixels 1 2>&1", CLI, coll, dir, tmp);
+    /* --batch-memory 1: every batch is cut after one image (the others are read again). */
+    rc = tu_run(&out, "%s index '%s' '%s' '%s/missing.jpg' --batch-memory 1 2>&1", CLI, coll, dir, tmp);
     assert_int_equal(rc, 1);
     assert_non_null(strstr(out, "notes.txt"));
     assert_non_null(strstr(out, "empty.png"));

@@ -19,8 +19,9 @@ static void help(FILE *f)
             "      --device D      auto|cpu|gpu|hybrid (default: auto)\n"
             "  -j, --jobs N        CPU threads for decoding and extraction (default: all)\n"
             "      --batch N       images per batch and per transaction (default: 256)\n"
-            "      --max-pixels N  refuse images with more pixels (default 268435456)\n"
-            "      --max-batch-pixels N  decoded pixels one batch may hold (default 268435456)\n"
+            "      --max-pixels N  refuse images with more pixels (default 100000000)\n"
+            "      --batch-memory BYTES  encoded + decoded image bytes held at once (default 1 GiB)\n"
+            "      --strict        decoder warnings (damaged but decodable data) fail the file\n"
             "      --decoder D     JPEG decoder: libjpeg (default: the reference's pixels,\n"
             "                      descriptors identical to LIRE's) or nvjpeg (GPU, needs\n"
             "                      --device gpu and libnvjpeg at run time; pixels differ\n"
@@ -75,7 +76,7 @@ int cmd_index(int argc, char **argv)
         {"family", required_argument, 0, 'f'}, {"device", required_argument, 0, 'd'},
         {"jobs", required_argument, 0, 'j'}, {"batch", required_argument, 0, 'b'},
         {"max-pixels", required_argument, 0, 'P'}, {"quiet", no_argument, 0, 'q'},
-        {"max-batch-pixels", required_argument, 0, 'B'},
+        {"batch-memory", required_argument, 0, 'B'}, {"strict", no_argument, 0, 'X'},
         {"decoder", required_argument, 0, 'D'}, {"nvjpeg-share", required_argument, 0, 'S'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *family = "cedd";
@@ -115,8 +116,8 @@ int cmd_index(int argc, char **argv)
             copts.limits.max_pixels = (uint64_t)v;
             break;
         case 'B':
-            if (cli_parse_long("index", "--max-batch-pixels", optarg, 1, 1L << 40, &v)) return EXIT_USAGE;
-            iopts.max_batch_pixels = (uint64_t)v;
+            if (cli_parse_long("index", "--batch-memory", optarg, 1, 1L << 50, &v)) return EXIT_USAGE;
+            iopts.batch_memory = (uint64_t)v;
             break;
         case 'D':
             if (patina_jpeg_decoder_parse(&iopts.jpeg_decoder, optarg) != PATINA_OK) {
@@ -138,6 +139,7 @@ int cmd_index(int argc, char **argv)
             iopts.nvjpeg_share = f;
             break;
         }
+        case 'X': iopts.strict = 1; break;
         case 'q': run.quiet = 1; break;
         case 'h': help(stdout); return EXIT_OK;
         default: help(stderr); return EXIT_USAGE;
@@ -155,6 +157,7 @@ int cmd_index(int argc, char **argv)
     run.tty = isatty(2);
     iopts.progress = on_progress;
     iopts.on_error = on_error;
+    iopts.on_warning = on_error;
     iopts.user = &run;
     if ((s = patina_context_new(&ctx, &copts)) != PATINA_OK ||
         (s = patina_collection_open(&coll, argv[optind], PATINA_OPEN_CREATE, 0)) != PATINA_OK) {
@@ -184,11 +187,11 @@ int cmd_index(int argc, char **argv)
                 (unsigned long long)stats.gpu_decoded);
     if (!run.quiet)
         fprintf(stderr,
-                "indexed %llu, skipped %llu (unchanged), failed %llu of %llu files in %.2f s "
-                "(%.1f images/s, %s, device %s)\n",
+                "indexed %llu, skipped %llu (unchanged), failed %llu of %llu files, %llu with decoder "
+                "warnings; %zu paths skipped; %.2f s (%.1f images/s, %s, device %s)\n",
                 (unsigned long long)stats.indexed, (unsigned long long)stats.skipped,
-                (unsigned long long)(stats.failed + missing), (unsigned long long)(stats.files + missing),
-                stats.seconds, stats.seconds > 0 ? (double)stats.indexed / stats.seconds : 0.0,
+                (unsigned long long)stats.failed, (unsigned long long)stats.files,
+                (unsigned long long)stats.warned, missing, stats.seconds, stats.seconds > 0 ? (double)stats.indexed / stats.seconds : 0.0,
                 patina_extractor_spec(ex), patina_device_name(stats.device));
     if (stats.failed || missing) rc = EXIT_PARTIAL;
 out:
