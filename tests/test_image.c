@@ -1056,7 +1056,7 @@ static void test_probe_header_only(void **state)
     /* ...and decode stops at the default limit. */
     assert_int_equal(patina_image_decode(&img, crafted, size, NULL, "big.png"), PATINA_E_LIMIT);
     assert_string_equal(patina_last_error(),
-                        "decode: 40000x40000 = 1600000000 pixels exceeds the limit of 268435456 in 'big.png'");
+                        "decode: 40000x40000 = 1600000000 pixels exceeds the limit of 100000000 in 'big.png'");
     assert_null(img.data);
     /* JPEG: header up to SOS */
     bytes = slurp(tpath(path, sizeof path, "q100_0.jpg"), &size);
@@ -1213,6 +1213,138 @@ static void test_corrupt(void **state)
                  "anim.gif", "unknown image format");
     expect_error(patina_image_probe(&info, "GIF89a....", 10, "anim.gif"), PATINA_E_FORMAT, "anim.gif",
                  "probe: unknown image format");
+}
+
+/* Decompression bombs: tiny inputs whose headers declare 16384 x 16384
+ * pixels (268 megapixels) are refused from the header by the default limit
+ * of 100 megapixels, in every format, naming the input; nothing is
+ * allocated for their pixels (img stays empty). */
+static void test_bombs(void **state)
+{
+    char path[512];
+    uint8_t *jpg, png[64];
+    size_t size, i;
+    patina_image_t img;
+    patina_image_info_t info;
+    static const char ppm[] = "P6\n16384 16384\n255\n\x10\x20\x30";
+    patina_limits_t lim = {0, 0};
+    (void)state;
+    jpg = slurp(tpath(path, sizeof path, "q100_0.jpg"), &size);
+    for (i = 2; i + 8 < size; i++)
+        if (jpg[i] == 0xFF && jpg[i + 1] == 0xC0) { /* SOF0: height, width */
+            jpg[i + 5] = 0x40, jpg[i + 6] = 0, jpg[i + 7] = 0x40, jpg[i + 8] = 0;
+            break;
+        }
+    TU_OK(patina_image_probe(&info, jpg, size, "bomb.jpg"));
+    assert_int_equal(info.width, 16384);
+    expect_error(patina_image_decode(&img, jpg, size, NULL, "bomb.jpg"), PATINA_E_LIMIT, "bomb.jpg",
+                 "decode: 16384x16384 = 268435456 pixels exceeds the limit of 100000000 in 'bomb.jpg'");
+    assert_null(img.data);
+    free(jpg);
+    size = craft_png(png, 16384, 16384);
+    expect_error(patina_image_decode(&img, png, size, NULL, "bomb.png"), PATINA_E_LIMIT, "bomb.png",
+                 "exceeds the limit of 100000000");
+    assert_null(img.data);
+    expect_error(patina_image_decode_with(&img, NULL, ppm, sizeof ppm - 1, NULL, "bomb.ppm"), PATINA_E_LIMIT,
+                 "bomb.ppm", "exceeds the limit of 100000000");
+    assert_null(img.data);
+    /* patina_limits_check: the same rule, the default at exactly 10^8 */
+    info.width = 10000, info.height = 10000;
+    TU_OK(patina_limits_check(NULL, &info, "x"));
+    TU_OK(patina_limits_check(&lim, &info, "x"));
+    info.height = 10001;
+    expect_error(patina_limits_check(NULL, &info, "edge.png"), PATINA_E_LIMIT, "edge.png",
+                 "10000x10001 = 100010000 pixels exceeds the limit of 100000000");
+    lim.max_pixels = 200000000;
+    TU_OK(patina_limits_check(&lim, &info, "x"));
+}
+
+/* Damaged but decodable files: libjpeg/libpng go on with a warning. It is
+ * reported (never printed) through patina_image_decode_with, and strict
+ * decoding makes it an error; truncation stays an error either way. */
+static void test_decoder_warnings(void **state)
+{
+    char path[512];
+    uint8_t *jpg, *bad, *png;
+    size_t size, i, sos = 0, start = 0, third, psize;
+    patina_image_t img;
+    patina_decode_report_t rep;
+    patina_decode_opts_t strict;
+    (void)state;
+    patina_decode_opts_init(&strict);
+    assert_int_equal(strict.strict, 0);
+    assert_int_equal(strict.limits.max_pixels, 0);
+    strict.strict = 1;
+    jpg = slurp(tpath(path, sizeof path, "q100_0.jpg"), &size);
+    bad = malloc(size + 4);
+    for (i = 2; i + 3 < size; i++)
+        if (jpg[i] == 0xFF && jpg[i + 1] == 0xDA) {
+            sos = i;
+            start = i + 2 + ((size_t)jpg[i + 2] << 8 | jpg[i + 3]);
+            break;
+        }
+    assert_true(sos > 0);
+    /* 1. four garbage bytes before the SOS marker */
+    memcpy(bad, jpg, sos);
+    memcpy(bad + sos, "\x01\x02\x03\x04", 4);
+    memcpy(bad + sos + 4, jpg + sos, size - sos);
+    TU_OK(patina_image_decode_with(&img, &rep, bad, size + 4, NULL, "extra.jpg"));
+    assert_int_equal(rep.warnings, 1);
+    assert_string_equal(rep.warning, "decode: warning in 'extra.jpg' (libjpeg: Corrupt JPEG data: 4 extraneous "
+                                     "bytes before marker 0xda)");
+    assert_int_equal(img.width, 67);
+    patina_image_release(&img);
+    expect_error(patina_image_decode_with(&img, &rep, bad, size + 4, &strict, "extra.jpg"), PATINA_E_CORRUPT,
+                 "extra.jpg", "4 extraneous bytes before marker 0xda); strict decoding rejects it");
+    assert_int_equal(rep.warnings, 1);
+    assert_null(img.data);
+    TU_OK(patina_image_decode(&img, bad, size + 4, NULL, "extra.jpg")); /* the old call: accepted */
+    patina_image_release(&img);
+    /* 2. the middle third of the entropy-coded data cut out (EOI kept) */
+    third = (size - 2 - start) / 3;
+    memcpy(bad, jpg, start + third);
+    memcpy(bad + start + third, jpg + start + 2 * third, size - start - 2 * third);
+    TU_OK(patina_image_decode_with(&img, &rep, bad, size - third, NULL, "cut.jpg"));
+    assert_int_equal(rep.warnings, 1);
+    assert_non_null(strstr(rep.warning, "decode: warning in 'cut.jpg' (libjpeg: Corrupt JPEG data"));
+    patina_image_release(&img);
+    expect_error(patina_image_decode_with(&img, &rep, bad, size - third, &strict, "cut.jpg"), PATINA_E_CORRUPT,
+                 "cut.jpg", "strict decoding rejects it");
+    /* the same through a file */
+    tu_write_file(tpath(path, sizeof path, "cut.jpg"), bad, size - third);
+    TU_OK(patina_image_load_with(&img, &rep, path, NULL));
+    assert_int_equal(rep.warnings, 1);
+    assert_non_null(strstr(rep.warning, path));
+    patina_image_release(&img);
+    expect_error(patina_image_load_with(&img, &rep, path, &strict), PATINA_E_CORRUPT, path, "strict");
+    /* 3. a clean file: no warning, strict or not */
+    TU_OK(patina_image_decode_with(&img, &rep, jpg, size, &strict, "clean.jpg"));
+    assert_int_equal(rep.warnings, 0);
+    assert_string_equal(rep.warning, "");
+    patina_image_release(&img);
+    /* 4. truncated (no EOI): an error in both modes, no warning */
+    expect_error(patina_image_decode_with(&img, &rep, jpg, size / 2, NULL, "half.jpg"), PATINA_E_CORRUPT,
+                 "half.jpg", "truncated JPEG data");
+    free(bad);
+    free(jpg);
+    /* 5. PNG: an ancillary chunk (tEXt) with a bad CRC after IHDR */
+    png = slurp(tpath(path, sizeof path, "rgba16.png"), &psize);
+    bad = malloc(psize + 32);
+    memcpy(bad, png, 33);
+    memcpy(bad + 33, "\0\0\0\x0btEXtComment\0hi\xde\xad\xbe\xef", 23);
+    memcpy(bad + 56, png + 33, psize - 33);
+    TU_OK(patina_image_decode_with(&img, &rep, bad, psize + 23, NULL, "crc.png"));
+    assert_int_equal(rep.warnings, 1);
+    assert_non_null(strstr(rep.warning, "decode: warning in 'crc.png' (libpng: "));
+    assert_non_null(strstr(rep.warning, "CRC"));
+    patina_image_release(&img);
+    expect_error(patina_image_decode_with(&img, &rep, bad, psize + 23, &strict, "crc.png"), PATINA_E_CORRUPT,
+                 "crc.png", "strict decoding rejects it");
+    TU_OK(patina_image_decode_with(&img, &rep, png, psize, &strict, "clean.png"));
+    assert_int_equal(rep.warnings, 0);
+    patina_image_release(&img);
+    free(bad);
+    free(png);
 }
 
 /* Random byte flips in valid files: never a crash or leak; any failure is
@@ -1425,6 +1557,8 @@ int main(void)
         cmocka_unit_test(test_sniff),
         cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_corrupt),
+        cmocka_unit_test(test_bombs),
+        cmocka_unit_test(test_decoder_warnings),
         cmocka_unit_test(test_fuzz_flips),
         cmocka_unit_test(test_limits_and_io),
         cmocka_unit_test(test_threads),

@@ -6,7 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <linux/capability.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -177,6 +182,122 @@ int tu_run(char **out, const char *fmt, ...)
     buf[len] = '\0';
     st = pclose(p);
     if (out) *out = buf; else free(buf);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int tu_drop_privileges(void)
+{
+    static const int caps[] = {CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH};
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct d[2];
+    char dir[] = "/tmp/patina-priv-XXXXXX", sub[64];
+    DIR *probe;
+    size_t i;
+    if (geteuid() == 0) {
+        if (syscall(SYS_capget, &h, d) != 0) {
+            fprintf(stderr, "tu_drop_privileges: capget: %s\n", strerror(errno));
+            return -1;
+        }
+        for (i = 0; i < sizeof caps / sizeof caps[0]; i++) {
+            int c = caps[i];
+            prctl(PR_CAPBSET_DROP, c, 0, 0, 0); /* needs CAP_SETPCAP; checked below */
+            d[c / 32].effective &= ~(1u << (c % 32));
+            d[c / 32].permitted &= ~(1u << (c % 32));
+            d[c / 32].inheritable &= ~(1u << (c % 32));
+        }
+        if (syscall(SYS_capset, &h, d) != 0) {
+            fprintf(stderr, "tu_drop_privileges: capset: %s\n", strerror(errno));
+            return -1;
+        }
+        for (i = 0; i < sizeof caps / sizeof caps[0]; i++)
+            if (prctl(PR_CAPBSET_READ, caps[i], 0, 0, 0) == 1) {
+                fprintf(stderr, "tu_drop_privileges: cannot drop capability %d from the bounding set "
+                                "(no CAP_SETPCAP): programs run from here would get it back\n", caps[i]);
+                return -1;
+            }
+    }
+    /* The proof: a directory with mode 000 must not open. */
+    if (!mkdtemp(dir)) return -1;
+    snprintf(sub, sizeof sub, "%s/locked", dir);
+    mkdir(sub, 0);
+    probe = opendir(sub);
+    rmdir(sub);
+    rmdir(dir);
+    if (probe) {
+        closedir(probe);
+        fprintf(stderr, "tu_drop_privileges: a mode 000 directory still opens (uid %d)\n", (int)geteuid());
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads a whole file into a malloc'd NUL-terminated string. */
+static char *slurp_fd(int fd)
+{
+    size_t len = 0, cap = 8192;
+    char *buf = malloc(cap);
+    ssize_t got;
+    lseek(fd, 0, SEEK_SET);
+    while (buf) {
+        if (len + 4096 + 1 > cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) break;
+            buf = nb;
+            cap *= 2;
+        }
+        got = read(fd, buf + len, 4096);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break;
+        len += (size_t)got;
+    }
+    if (buf) buf[len] = '\0';
+    return buf;
+}
+
+int tu_exec(char **out, char **err, int flags, int timeout_s, const char *const *argv)
+{
+    char opath[] = "/tmp/patina-exec-out-XXXXXX", epath[] = "/tmp/patina-exec-err-XXXXXX";
+    int ofd = mkstemp(opath), efd = mkstemp(epath), st = 0, timed_out = 0;
+    double waited = 0;
+    pid_t pid;
+    if (out) *out = NULL;
+    if (err) *err = NULL;
+    if (ofd < 0 || efd < 0) return -1;
+    unlink(opath);
+    unlink(epath);
+    fflush(NULL);
+    pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        dup2(ofd, 1);
+        dup2(efd, 2);
+        if ((flags & TU_UNPRIVILEGED) && tu_drop_privileges() != 0) _exit(254);
+        execv(argv[0], (char *const *)argv);
+        fprintf(stderr, "tu_exec: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    for (;;) {
+        pid_t r = waitpid(pid, &st, timeout_s > 0 ? WNOHANG : 0);
+        if (r == pid) break;
+        if (r < 0 && errno != EINTR) return -1;
+        if (timeout_s > 0 && r == 0) {
+            if (waited >= timeout_s) {
+                kill(pid, SIGKILL);
+                timed_out = 1;
+                timeout_s = 0; /* now wait for it */
+                continue;
+            }
+            usleep(10000);
+            waited += 0.01;
+        }
+    }
+    if (out) *out = slurp_fd(ofd);
+    if (err) *err = slurp_fd(efd);
+    close(ofd);
+    close(efd);
+    if (timed_out) return 124;
+    if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 254 && (flags & TU_UNPRIVILEGED)) return -2;
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 

@@ -37,6 +37,24 @@ void tu_free_list(char **list, size_t n);
  * returns the exit status (or -1). */
 int tu_run(char **out, const char *fmt, ...);
 
+/* Makes this process subject to file permission checks even as root: drops
+ * CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (effective, permitted,
+ * inheritable and bounding sets, so programs it runs lose them too). Returns
+ * 0 when a chmod 000 directory can then no longer be opened, else -1 with
+ * the reason on stderr (the caller skips what needs it). Irreversible: call
+ * it in a child, or in a test program that needs no privilege afterwards. */
+int tu_drop_privileges(void);
+
+/* Runs argv (NULL-terminated; argv[0] a path) without a shell, capturing
+ * stdout into *out and stderr into *err (malloc'd strings; either pointer may
+ * be NULL to discard). With TU_UNPRIVILEGED the child first calls
+ * tu_drop_privileges. With timeout_s > 0 the child is killed after that many
+ * seconds. Returns the exit status, 124 when killed for time, 128 + n for
+ * another signal n, -2 when dropping privileges failed, -1 when it could not
+ * run. */
+enum { TU_UNPRIVILEGED = 1 };
+int tu_exec(char **out, char **err, int flags, int timeout_s, const char *const *argv);
+
 /* Asserts a library status is PATINA_OK, printing the last error if not. */
 #define TU_OK(expr)                                                                            \
     do {                                                                                       \

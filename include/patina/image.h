@@ -5,8 +5,18 @@
  * Loaders sniff the content (never the file name): JPEG (libjpeg-turbo),
  * PNG (libpng) and binary PNM (P5 grey, P6 colour; maxval 1..65535).
  * Decoding from a file reads the file into memory and takes the same path as
- * decoding from memory. Every loader reads the header first, checks limits,
- * and only then allocates and decodes.
+ * decoding from memory. Every decode reads the header first, checks the
+ * limits against the dimensions it declares, and only then allocates and
+ * decodes: a small file declaring a huge image (a decompression bomb) costs
+ * nothing but its header.
+ *
+ * Decoder warnings. libjpeg-turbo and libpng go on decoding some damaged
+ * files with a warning ("Corrupt JPEG data: 3 extraneous bytes before marker
+ * 0xd9", "premature end of data segment", a bad CRC in an ancillary PNG
+ * chunk); the pixels are then partly made up. The library never prints them:
+ * patina_image_decode_with reports them (patina_decode_report_t), and with
+ * patina_decode_opts_t.strict such a file fails with PATINA_E_CORRUPT.
+ * (Data that ends before the image does is always an error, strict or not.)
  *
  * Pixel semantics are those LIRE's CEDD sees through Java ImageIO (see
  * docs/images.md and docs/cedd-spec.md §1): alpha is composited over
@@ -32,13 +42,14 @@ typedef enum patina_format {
     PATINA_FORMAT_PNM
 } patina_format;
 
-/* Safe defaults: 256 Mpixel, 1 GiB of encoded input. 0 means "default". */
+/* Safe defaults: 100 megapixels (10^8 pixels, 300 MB decoded), 1 GiB of
+ * encoded input. 0 means "default". */
 typedef struct patina_limits {
-    uint64_t max_pixels;
-    uint64_t max_file_bytes;
+    uint64_t max_pixels;      /* width * height an image may declare */
+    uint64_t max_file_bytes;  /* bytes of an encoded file */
 } patina_limits_t;
 
-#define PATINA_DEFAULT_MAX_PIXELS (256ull * 1024 * 1024)
+#define PATINA_DEFAULT_MAX_PIXELS (100ull * 1000 * 1000)
 #define PATINA_DEFAULT_MAX_FILE_BYTES (1024ull * 1024 * 1024)
 
 typedef struct patina_image_info {
@@ -69,11 +80,49 @@ PATINA_API patina_format patina_format_sniff(const void *data, size_t size);
 PATINA_API patina_status patina_image_probe(patina_image_info_t *info, const void *data, size_t size,
                                             const char *name);
 
+/* PATINA_E_LIMIT when an image of info's dimensions is over lim->max_pixels
+ * (lim may be NULL for the default), with a message naming `name`:
+ * "decode: 16384x16384 = 268435456 pixels exceeds the limit of 100000000 in
+ * 'x.jpg'". The check every decode makes before allocating. */
+PATINA_API patina_status patina_limits_check(const patina_limits_t *lim, const patina_image_info_t *info,
+                                             const char *name);
+
 /* Decodes `data` into `img` (caller storage, released with
  * patina_image_release). `lim` may be NULL for defaults. On failure `img` is
- * left empty. */
+ * left empty. Decoder warnings are accepted silently here; see
+ * patina_image_decode_with. */
 PATINA_API patina_status patina_image_decode(patina_image_t *img, const void *data, size_t size,
                                              const patina_limits_t *lim, const char *name);
+
+/* Options of patina_image_decode_with. */
+typedef struct patina_decode_opts {
+    patina_limits_t limits; /* 0 fields = defaults */
+    int strict;             /* 1: a decoder warning fails the decode with PATINA_E_CORRUPT */
+} patina_decode_opts_t;
+
+/* Fills opts with the defaults: default limits, not strict. */
+PATINA_API void patina_decode_opts_init(patina_decode_opts_t *opts);
+
+#define PATINA_WARNING_MAX 512
+
+/* What a decode had to say besides its status. */
+typedef struct patina_decode_report {
+    unsigned warnings;                /* decoder warnings; 0 = clean. libjpeg-turbo's TurboJPEG API
+                                         tells whether there were any, not how many: a JPEG gives
+                                         0 or 1 */
+    char warning[PATINA_WARNING_MAX]; /* the first, naming the input: "decode: warning in 'x.jpg'
+                                         (libjpeg: Corrupt JPEG data: 4 extraneous bytes before
+                                         marker 0xd9)"; "" when none */
+} patina_decode_report_t;
+
+/* patina_image_decode with options and a report. opts may be NULL for the
+ * defaults, report may be NULL; the report is filled (zeroed first) whether
+ * or not the decode succeeds. With opts->strict a warning makes the decode
+ * fail with PATINA_E_CORRUPT (the thread's message is the warning followed by
+ * "; strict decoding rejects it") and img is left empty. */
+PATINA_API patina_status patina_image_decode_with(patina_image_t *img, patina_decode_report_t *report,
+                                                  const void *data, size_t size,
+                                                  const patina_decode_opts_t *opts, const char *name);
 
 /* Reads a whole file into a malloc'd buffer (caller frees with free(); an
  * empty file gives size 0 and a buffer to free). Fails with PATINA_E_LIMIT
@@ -84,6 +133,10 @@ PATINA_API patina_status patina_file_read(void **data, size_t *size, const char 
 
 /* patina_file_read + patina_image_decode. */
 PATINA_API patina_status patina_image_load(patina_image_t *img, const char *path, const patina_limits_t *lim);
+
+/* patina_file_read + patina_image_decode_with. */
+PATINA_API patina_status patina_image_load_with(patina_image_t *img, patina_decode_report_t *report,
+                                                const char *path, const patina_decode_opts_t *opts);
 
 /* Allocates an uninitialised width x height image (stride = 3*width). */
 PATINA_API patina_status patina_image_init(patina_image_t *img, int width, int height);

@@ -1,11 +1,15 @@
 /* Indexing pipeline: files -> decode workers -> batches -> extract (CPU, GPU
- * or hybrid) -> one store transaction per batch.
+ * or hybrid) -> one store transaction per batch; and parallel loading of
+ * files for other front ends (patina_load_files).
  *
  * Paths may be files or directories (recursed, sorted, hidden entries
- * skipped). A file whose key (the path as given/walked) is already stored
- * with the same SHA-256 is skipped, so an interrupted run resumes. A file
- * that fails (unreadable, corrupt, unsupported, over limit) is reported
- * through on_error and counted; the others still succeed. */
+ * skipped; see patina_expand_paths). A file whose key (the path as
+ * given/walked) is already stored with the same SHA-256 is skipped, so an
+ * interrupted run resumes. A file that fails (unreadable, corrupt,
+ * unsupported, over limit) is reported through on_error and counted; the
+ * others still succeed. A file decoded with a decoder warning (damaged but
+ * decodable data, see image.h) is reported through on_warning and counted;
+ * with `strict` it fails instead. */
 #ifndef PATINA_PIPELINE_H
 #define PATINA_PIPELINE_H
 
@@ -24,6 +28,8 @@ typedef struct patina_index_stats {
     uint64_t indexed;    /* newly stored (or replaced) */
     uint64_t skipped;    /* already stored with the same content */
     uint64_t failed;     /* could not be read, decoded or stored */
+    uint64_t warned;     /* decoded with a decoder warning (also counted as indexed or, when
+                            strict, as failed) */
     uint64_t bytes;      /* encoded bytes read */
     uint64_t pixels;     /* decoded pixels */
     double seconds;      /* wall time so far */
@@ -59,16 +65,32 @@ PATINA_API patina_status patina_jpeg_gpu_prepare(patina_context_t *ctx);
 /* Parses "libjpeg" or "nvjpeg". */
 PATINA_API patina_status patina_jpeg_decoder_parse(patina_jpeg_decoder *d, const char *name);
 
+/* Default of patina_index_opts_t.batch_memory and patina_load_opts_t.batch_memory. */
+#define PATINA_DEFAULT_BATCH_MEMORY (1ull << 30) /* 1 GiB */
+
+typedef void (*patina_file_report_fn)(void *user, const char *path, patina_status s, const char *message);
+
 typedef struct patina_index_opts {
     patina_device device;    /* default AUTO */
     int jobs;                /* decode workers; 0 = context threads */
     size_t batch;            /* images per extraction batch and transaction; 0 = 256 */
-    uint64_t max_batch_pixels; /* decoded pixels one batch may hold (x3 bytes; two batches
-                                  are in flight with the GPU); 0 = 256 Mpixel */
+    /* Bytes of images the pipeline holds at once: encoded file bytes plus
+     * decoded pixels (3 bytes each) of every batch in flight (two with the
+     * GPU, which extracts one while the CPU decodes the next). A batch is cut
+     * where the next image would pass its share; a single image larger than
+     * the share still forms a batch of one (patina_limits_t bounds it).
+     * 0 = PATINA_DEFAULT_BATCH_MEMORY. */
+    uint64_t batch_memory;
+    int strict;              /* decoder warnings fail the file (PATINA_E_CORRUPT) */
     /* Called from the calling thread after each batch (may be NULL). */
     void (*progress)(void *user, const patina_index_stats_t *s);
-    /* Called once per failed file, from the calling thread (may be NULL). */
-    void (*on_error)(void *user, const char *path, patina_status s, const char *message);
+    /* Called once per failed file, from the calling thread (may be NULL);
+     * the message names the file. */
+    patina_file_report_fn on_error;
+    /* Called once per file decoded with a decoder warning (not when strict:
+     * the file fails and on_error says why), from the calling thread (may be
+     * NULL); the message names the file. */
+    patina_file_report_fn on_warning;
     void *user;
     patina_jpeg_decoder jpeg_decoder; /* default PATINA_JPEG_LIBJPEG */
     /* With nvJPEG: the fraction of each batch's JPEGs it decodes while the
@@ -78,13 +100,31 @@ typedef struct patina_index_opts {
     double nvjpeg_share;
 } patina_index_opts_t;
 
-/* Expands paths (files and directories) into a sorted list of files;
- * *files is malloc'd with malloc'd strings. Missing paths are reported
- * through on_error (if given) and counted in *missing. */
+/* Fills opts with the defaults (every field above at its documented default,
+ * callbacks NULL). */
+PATINA_API void patina_index_opts_init(patina_index_opts_t *opts);
+
+/* Expands paths (files and directories) into a list of files; *files is
+ * malloc'd with malloc'd strings (free each, then the array).
+ *
+ * Directories are walked depth first, entries of each in byte order of
+ * their names; hidden entries (names starting with '.') are skipped;
+ * symbolic links are followed. Every directory is visited once and every
+ * file listed once, both recognised by device and inode, so symbolic link
+ * loops end and a file reached by several paths (links, hard links, a path
+ * given twice) is listed under the first path the walk reaches. Sockets,
+ * FIFOs and devices are left out silently.
+ *
+ * A path that cannot be used is skipped, reported once through on_error (if
+ * given) with a message naming it, and counted in *skipped (may be NULL): a
+ * path given that does not exist or cannot be accessed (PATINA_E_NOTFOUND /
+ * PATINA_E_IO), a directory that cannot be opened or read, an entry that
+ * cannot be examined, a broken symbolic link, a directory nested deeper than
+ * 256 levels (PATINA_E_IO / PATINA_E_LIMIT). The walk goes on after each.
+ * Fails only when out of memory (nothing is returned then). */
 PATINA_API patina_status patina_expand_paths(char ***files, size_t *n, const char *const *paths,
-                                             size_t npaths, size_t *missing,
-                                             void (*on_error)(void *, const char *, patina_status, const char *),
-                                             void *user);
+                                             size_t npaths, size_t *skipped,
+                                             patina_file_report_fn on_error, void *user);
 
 /* Indexes files into the collection with the extractor. Returns PATINA_OK
  * when the run completed (stats->failed says how many files failed), or the
@@ -93,6 +133,39 @@ PATINA_API patina_status patina_index_files(patina_context_t *ctx, patina_collec
                                             const patina_extractor_t *ex, const char *const *files,
                                             size_t n, const patina_index_opts_t *opts,
                                             patina_index_stats_t *stats);
+
+/* ------------------------------------------------------- parallel loading */
+
+typedef struct patina_load_opts {
+    int strict;              /* decoder warnings fail the file (PATINA_E_CORRUPT) */
+    uint64_t batch_memory;   /* bytes of encoded plus decoded images one call may hold;
+                                0 = PATINA_DEFAULT_BATCH_MEMORY */
+} patina_load_opts_t;
+
+/* Fills opts with the defaults: not strict, the default batch memory. */
+PATINA_API void patina_load_opts_init(patina_load_opts_t *opts);
+
+#define PATINA_ERROR_MAX 1024
+
+/* How one file fared in patina_load_files. */
+typedef struct patina_load_result {
+    patina_status status;            /* PATINA_OK: the image was decoded */
+    char error[PATINA_ERROR_MAX];    /* when not OK: the message, naming the file */
+    patina_decode_report_t report;   /* decoder warnings (also when strict made them errors) */
+} patina_load_result_t;
+
+/* Reads and decodes files in parallel on the context's workers, with the
+ * context's limits. Loads a prefix of paths[0 .. n): as many files as fit in
+ * opts->batch_memory (encoded bytes, then decoded pixels x 3), at least one;
+ * *taken says how many (0 only when n is 0). For each i < *taken,
+ * images[i] holds the image (release it with patina_image_release) when
+ * results[i].status is PATINA_OK, and is empty otherwise. Fails as a whole
+ * only for bad arguments. opts may be NULL for the defaults. Calls on one
+ * context must not overlap (the workers run one job at a time). */
+PATINA_API patina_status patina_load_files(patina_context_t *ctx, patina_image_t *images,
+                                           patina_load_result_t *results, size_t *taken,
+                                           const char *const *paths, size_t n,
+                                           const patina_load_opts_t *opts);
 
 #ifdef __cplusplus
 }

@@ -1,41 +1,91 @@
-/* Shared pieces of the `patina` command-line program: exit codes, option
- * helpers, message printing and output formats. */
+/* Shared pieces of the `patina` command-line program: exit codes, the
+ * subcommand list, options common to several subcommands, message printing
+ * and output formats (CSV fields, JSON strings). */
 #ifndef PATINA_CLI_H
 #define PATINA_CLI_H
 
 #include <stdio.h>
+#include "cli/args.h"
 #include "patina/patina.h"
 
-/* Exit codes (documented in `patina --help` and README). */
+/* Exit codes (documented in every --help, `patina --help` and README). */
 enum {
-    EXIT_OK = 0,       /* everything succeeded */
-    EXIT_PARTIAL = 1,  /* the command ran, but some inputs failed */
-    EXIT_USAGE = 2,    /* bad command line or option value */
-    EXIT_ERROR = 3     /* the command could not run (store, device, I/O) */
+    EXIT_OK = 0,       /* everything succeeded (decoder warnings alone do not change this) */
+    EXIT_PARTIAL = 1,  /* the command ran, but some inputs failed or paths were skipped */
+    EXIT_USAGE = 2,    /* bad command line or option value; nothing was done */
+    EXIT_ERROR = 3     /* the command could not run (collection, device, I/O) */
 };
 
-typedef int (*cli_cmd_fn)(int argc, char **argv);
+/* The subcommands, each defined with its option table in its cmd_*.c. */
+extern const cli_command_t cli_cmd_extract, cli_cmd_index, cli_cmd_search, cli_cmd_ls, cli_cmd_rm,
+    cli_cmd_info;
+extern const cli_command_t *const cli_commands[];
+extern const size_t cli_ncommands;
 
-int cmd_extract(int argc, char **argv);
-int cmd_index(int argc, char **argv);
-int cmd_search(int argc, char **argv);
-int cmd_info(int argc, char **argv);
-int cmd_ls(int argc, char **argv);
-int cmd_rm(int argc, char **argv);
+/* The subcommand called `name`, or NULL. */
+const cli_command_t *cli_command_find(const char *name);
+
+/* A whole command line, argv[0] the program: finds the subcommand named by
+ * argv[1] and parses the rest against its table (cli_parse). Pure, like
+ * cli_parse; *cmd is NULL when argv[1] names no subcommand (an error). `a`
+ * must be released whatever the result. */
+int cli_parse_argv(const cli_command_t **cmd, cli_args_t *a, int argc, char *const *argv, char *err,
+                   size_t errsize);
+
+/* Options several subcommands share, declared once here. */
+#define CLI_OPT_FAMILY                                                                            \
+    {.name = "family", .letter = 'f', .type = CLI_TEXT, .arg = "SPEC", .def = "cedd",             \
+     .help = "descriptor family and its options, e.g. cedd:compact=1, lbp:P=8,R=1 "              \
+             "('patina info' lists the families and their defaults)"}
+#define CLI_OPT_DEVICE(what)                                                                      \
+    {.name = "device", .type = CLI_CHOICE, .arg = "D", .choices = "auto|cpu|gpu|hybrid",          \
+     .def = "auto", .help = what}
+#define CLI_OPT_JOBS                                                                              \
+    {.name = "jobs", .letter = 'j', .type = CLI_INT, .arg = "N", .min = 1, .max = 1024,           \
+     .help = "CPU threads for decoding and extraction; all CPUs when not given"}
+#define CLI_OPT_MAX_PIXELS                                                                        \
+    {.name = "max-pixels", .type = CLI_INT, .arg = "N", .min = 1, .max = 1e18,                         \
+     .def = "100000000",                                                                          \
+     .help = "refuse images that declare more pixels (width x height), checked "                 \
+             "from the header before anything is decoded"}
+#define CLI_OPT_STRICT                                                                            \
+    {.name = "strict", .type = CLI_FLAG,                                                          \
+     .help = "treat decoder warnings (damaged but decodable data, e.g. libjpeg's "               \
+             "'Corrupt JPEG data: N extraneous bytes') as errors: the file fails"}
+#define CLI_OPT_BATCH_MEMORY(what)                                                                \
+    {.name = "batch-memory", .type = CLI_BYTES, .arg = "BYTES", .min = 1,                         \
+     .max = 1125899906842624.0, .def = "1G", .help = what}
 
 /* "patina <cmd>: <message>" on stderr. */
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prints the library's last error for a failed status. */
 void cli_status_error(const char *cmd, patina_status s);
 
-/* Parses a positive integer / double option value; prints a usage error. */
-int cli_parse_long(const char *cmd, const char *opt, const char *v, long min, long max, long *out);
-int cli_parse_double(const char *cmd, const char *opt, const char *v, double *out);
+/* A context from --jobs and --max-pixels (0 / defaults when the command has
+ * no such option). Prints the error and returns non-zero on failure. */
+int cli_context(patina_context_t **ctx, const cli_args_t *a);
 
-/* Writes s as a JSON string literal (with quotes). */
+/* The reason image `img` failed in patina_extract_batch with status st (the
+ * batch ran on worker threads, whose messages the caller cannot read: the
+ * image is extracted again alone on the CPU, which runs on this thread). */
+void cli_extract_error(char *buf, size_t size, patina_context_t *ctx, const patina_extractor_t *ex,
+                       const patina_image_t *img, const char *name, patina_status st);
+
+/* Writes s as one CSV field (RFC 4180): quoted only when it contains a comma,
+ * a double quote, CR or LF, inner quotes doubled. Bytes are written as they
+ * are (no re-encoding). */
+void cli_csv_field(FILE *f, const char *s);
+
+/* Writes s as a JSON string literal (with quotes). Escapes '"', '\\' and
+ * every control character (U+0000..U+001F, U+007F; \n, \t, ... or \u00XX),
+ * and U+2028/U+2029. Valid UTF-8 is written as is; each byte that is not
+ * part of valid UTF-8 (stray continuation bytes, overlong forms, encoded
+ * surrogates, code points over U+10FFFF, cut sequences) becomes the lone
+ * surrogate \uDC80..\uDCFF of that byte: Python's "surrogateescape"
+ * convention, so no path is lost (os.fsencode(value) gives the bytes back). */
 void cli_json_string(FILE *f, const char *s);
 
-/* Writes one descriptor element as text (integers plain, floats %.17g). */
+/* Writes one descriptor element as text (integers plain, floats %.9g / %.17g). */
 void cli_print_elem(FILE *f, patina_elem e, const void *desc, size_t i);
 
 #endif

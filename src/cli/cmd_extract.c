@@ -1,34 +1,56 @@
-/* patina extract: descriptors of images, printed as CSV or JSON lines. */
+/* patina extract: descriptors of images, printed as CSV or JSON lines in the
+ * order given. Files are read and decoded in parallel (patina_load_files on
+ * the context's -j threads), a window at a time, then extracted as a batch. */
 #include <errno.h>
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "cli/cli.h"
 
-static void help(FILE *f)
-{
-    fprintf(f,
-            "usage: patina extract [-f FAMILY[:OPTS]] [--format csv|json] [--device D] IMAGE...\n"
-            "\n"
-            "Computes one descriptor per image and prints it, in the order given.\n"
-            "  -f, --family SPEC   descriptor family and options (default: cedd)\n"
-            "      --format F      csv: one line per image, PATH,v0,...,vN-1 (default)\n"
-            "                      json: one object per line {\"path\",\"family\",\"descriptor\"}\n"
-            "                      (glcm: {\"path\",\"family\",\"glcm\",\"props\",\"haralick\",...})\n"
-            "      --device D      auto|cpu|gpu|hybrid (default: auto)\n"
-            "      --map DIR       also write each image's code map (lbp, lbp8, tlbap, lanadp)\n"
-            "                      as DIR/<name without extension>.pgm (.pfm for lbp var);\n"
-            "                      see docs/lbp.md for the formats\n"
-            "  -j, --jobs N        CPU threads (default: all)\n"
-            "      --max-pixels N  refuse images with more pixels (default 268435456)\n"
-            "  -h, --help          this help\n"
-            "Images that cannot be read are reported on stderr; the others are still\n"
-            "printed, and the exit status is 1.\n");
-}
+static int run_extract(const cli_args_t *a);
 
-#define BATCH 64
+static const cli_opt_t opts[] = {
+    CLI_OPT_FAMILY,
+    {.name = "format", .type = CLI_CHOICE, .choices = "csv|json", .def = "csv",
+     .help = "output format (see below)"},
+    CLI_OPT_DEVICE("where descriptors are computed; auto: the GPU when one is usable"),
+    {.name = "map", .type = CLI_TEXT, .arg = "DIR",
+     .help = "also write each image's code map (lbp, lbp8, tlbap, lanadp) as "
+             "DIR/<name without extension>.pgm (.pfm for lbp var); docs/lbp.md"},
+    CLI_OPT_JOBS,
+    CLI_OPT_MAX_PIXELS,
+    CLI_OPT_STRICT,
+    CLI_OPT_BATCH_MEMORY("encoded + decoded image bytes held at once while decoding "
+                         "in parallel (a single larger image is still read alone)"),
+};
+
+const cli_command_t cli_cmd_extract = {
+    .name = "extract",
+    .summary = "compute descriptors of images and print them",
+    .operands = "IMAGE...",
+    .min_operands = 1,
+    .max_operands = -1,
+    .about = "Computes one descriptor per image and prints it on stdout, in the order given\n"
+             "(whatever -j is). Images are read and decoded in parallel.\n",
+    .opts = opts,
+    .nopts = sizeof opts / sizeof opts[0],
+    .notes = "output:\n"
+             "  csv   one line per image: PATH,v0,...,vN-1. A PATH holding a comma, a double\n"
+             "        quote, CR or LF is quoted as RFC 4180 says (\"...\", quotes doubled);\n"
+             "        other fields are never quoted. Lines end with LF.\n"
+             "  json  one object per line: {\"path\",\"family\",\"descriptor\"} (glcm and\n"
+             "        haralick: {\"path\",\"family\",\"glcm\",\"props\",\"haralick\",...}).\n"
+             "        Strings escape every control character; bytes that are not UTF-8\n"
+             "        become \\udc80..\\udcff (Python's surrogateescape: os.fsencode gives\n"
+             "        the path's bytes back).\n"
+             "Images that cannot be read, decoded or described are reported on stderr and\n"
+             "the others printed (exit status 1). A decoder warning (damaged but decodable\n"
+             "data) is reported on stderr and the image printed, unless --strict.\n",
+    .run = run_extract,
+};
+
+#define WINDOW 64
 
 /* Writes the code map of img to DIR/<basename of name without extension>.pgm
  * (.pfm for floating-point maps). */
@@ -56,61 +78,39 @@ static patina_status write_map(patina_context_t *ctx, const patina_extractor_t *
     return s;
 }
 
-int cmd_extract(int argc, char **argv)
+static void print_head(const char *path, const patina_extractor_t *ex)
 {
-    static const struct option longopts[] = {
-        {"family", required_argument, 0, 'f'}, {"format", required_argument, 0, 'F'},
-        {"device", required_argument, 0, 'd'}, {"jobs", required_argument, 0, 'j'},
-        {"max-pixels", required_argument, 0, 'P'}, {"help", no_argument, 0, 'h'},
-        {"map", required_argument, 0, 'M'}, {0, 0, 0, 0}};
-    const char *family = "cedd", *format = "csv", *mapdir = NULL;
-    patina_device device = PATINA_DEVICE_AUTO;
-    patina_context_opts_t copts = {0};
+    fputs("{\"path\":", stdout);
+    cli_json_string(stdout, path);
+    fputs(",\"family\":", stdout);
+    cli_json_string(stdout, patina_extractor_spec(ex));
+}
+
+static int run_extract(const cli_args_t *a)
+{
+    const char *family = cli_get(a, "family")->text;
+    const char *mapdir = cli_get(a, "map")->set ? cli_get(a, "map")->text : NULL;
+    int json = cli_get(a, "format")->i == 1;
+    patina_device device;
+    patina_load_opts_t lopts;
     patina_extractor_t *ex = NULL;
     patina_context_t *ctx = NULL;
-    patina_image_t imgs[BATCH];
-    const char *names[BATCH];
-    patina_status st[BATCH];
+    patina_image_t imgs[WINDOW], batch[WINDOW];
+    patina_load_result_t *res = NULL;
+    size_t where[WINDOW];   /* batch index -> window index */
+    patina_status st[WINDOW];
     unsigned char *descs = NULL;
-    int c, rc = EXIT_OK, json;
-    long v;
-    size_t bytes, dim, i;
+    int rc = EXIT_OK;
+    size_t bytes, dim, i, f;
     patina_status s;
 
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "f:j:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'f': family = optarg; break;
-        case 'F': format = optarg; break;
-        case 'M': mapdir = optarg; break;
-        case 'd':
-            if (patina_device_parse(&device, optarg) != PATINA_OK) {
-                cli_error("extract", "%s", patina_last_error());
-                return EXIT_USAGE;
-            }
-            break;
-        case 'j':
-            if (cli_parse_long("extract", "--jobs", optarg, 1, 1024, &v)) return EXIT_USAGE;
-            copts.threads = (int)v;
-            break;
-        case 'P':
-            if (cli_parse_long("extract", "--max-pixels", optarg, 1, 1L << 40, &v)) return EXIT_USAGE;
-            copts.limits.max_pixels = (uint64_t)v;
-            break;
-        case 'h': help(stdout); return EXIT_OK;
-        default: help(stderr); return EXIT_USAGE;
-        }
-    }
-    if (strcmp(format, "csv") && strcmp(format, "json")) {
-        cli_error("extract", "--format must be csv or json, got '%s'", format);
+    if (patina_device_parse(&device, cli_get(a, "device")->text) != PATINA_OK) {
+        cli_status_error("extract", PATINA_E_INVALID);
         return EXIT_USAGE;
     }
-    json = !strcmp(format, "json");
-    if (optind >= argc) {
-        cli_error("extract", "no images given");
-        help(stderr);
-        return EXIT_USAGE;
-    }
+    patina_load_opts_init(&lopts);
+    lopts.strict = (int)cli_get(a, "strict")->i;
+    lopts.batch_memory = cli_get(a, "batch-memory")->bytes;
     if ((s = patina_extractor_new(&ex, family)) != PATINA_OK) {
         cli_status_error("extract", s);
         return EXIT_USAGE;
@@ -126,96 +126,101 @@ int cmd_extract(int argc, char **argv)
         patina_extractor_free(ex);
         return EXIT_ERROR;
     }
-    if ((s = patina_context_new(&ctx, &copts)) != PATINA_OK) {
-        cli_status_error("extract", s);
+    if (cli_context(&ctx, a) != 0) {
         patina_extractor_free(ex);
         return EXIT_ERROR;
     }
     bytes = patina_extractor_bytes(ex);
     dim = patina_extractor_dim(ex);
-    descs = malloc(BATCH * bytes);
-    if (!descs) {
+    descs = malloc(WINDOW * (bytes ? bytes : 1));
+    res = malloc(WINDOW * sizeof *res);
+    if (!descs || !res) {
         cli_error("extract", "out of memory");
         rc = EXIT_ERROR;
         goto out;
     }
-    for (int a = optind; a < argc;) {
-        size_t n = 0;
-        for (; a < argc && n < BATCH; a++) {
-            s = patina_image_load(&imgs[n], argv[a], patina_context_limits(ctx));
-            if (s != PATINA_OK) {
-                cli_status_error("extract", s);
+    for (f = 0; f < a->noperands;) {
+        const char *const *names = a->operands + f;
+        size_t want = a->noperands - f < WINDOW ? a->noperands - f : WINDOW, n = 0, nb = 0;
+        s = patina_load_files(ctx, imgs, res, &n, names, want, &lopts);
+        if (s != PATINA_OK) {
+            cli_status_error("extract", s);
+            rc = EXIT_ERROR;
+            goto out;
+        }
+        /* Messages in input order; the decoded images form the batch. */
+        for (i = 0; i < n; i++) {
+            if (res[i].report.warnings && res[i].status == PATINA_OK)
+                cli_error("extract", "%s", res[i].report.warning);
+            if (res[i].status != PATINA_OK) {
+                cli_error("extract", "%s", res[i].error);
                 rc = EXIT_PARTIAL;
                 continue;
             }
-            names[n++] = argv[a];
-        }
-        for (i = 0; mapdir && i < n; i++) {
-            s = write_map(ctx, ex, mapdir, names[i], &imgs[i]);
-            if (s != PATINA_OK) {
+            if (mapdir && write_map(ctx, ex, mapdir, names[i], &imgs[i]) != PATINA_OK) {
                 cli_error("extract", "'%s': code map: %s", names[i], patina_last_error());
                 rc = EXIT_PARTIAL;
             }
+            where[nb] = i;
+            batch[nb++] = imgs[i];
         }
         if (json && patina_extractor_has_json(ex)) {
             /* Families with a full description (glcm: counts, properties,
              * Haralick features) print it instead of the vector. */
-            for (i = 0; i < n; i++) {
+            for (i = 0; i < nb; i++) {
                 char *members = NULL;
-                s = patina_extractor_json(ex, &imgs[i], &members);
-                patina_image_release(&imgs[i]);
+                const char *name = names[where[i]];
+                s = patina_extractor_json(ex, &batch[i], &members);
                 if (s != PATINA_OK) {
-                    cli_error("extract", "'%s': %s", names[i], patina_last_error());
+                    cli_error("extract", "'%s': %s", name, patina_last_error());
                     rc = EXIT_PARTIAL;
                     continue;
                 }
-                fputs("{\"path\":", stdout);
-                cli_json_string(stdout, names[i]);
-                fputs(",\"family\":", stdout);
-                cli_json_string(stdout, patina_extractor_spec(ex));
+                print_head(name, ex);
                 fputc(',', stdout);
                 fputs(members, stdout);
                 fputs("}\n", stdout);
                 free(members);
             }
-            continue;
-        }
-        s = patina_extract_batch(ctx, ex, device, descs, imgs, n, st);
-        if (s != PATINA_OK) {
-            cli_status_error("extract", s);
-            for (i = 0; i < n; i++) patina_image_release(&imgs[i]);
-            rc = EXIT_ERROR;
-            goto out;
-        }
-        for (i = 0; i < n; i++) {
-            const unsigned char *d = descs + i * bytes;
-            size_t k;
-            patina_image_release(&imgs[i]);
-            if (st[i] != PATINA_OK) {
-                cli_error("extract", "'%s': %s", names[i], patina_status_str(st[i]));
-                rc = EXIT_PARTIAL;
-                continue;
+        } else if (nb) {
+            s = patina_extract_batch(ctx, ex, device, descs, batch, nb, st);
+            if (s != PATINA_OK) {
+                cli_status_error("extract", s);
+                for (i = 0; i < n; i++) patina_image_release(&imgs[i]);
+                rc = EXIT_ERROR;
+                goto out;
             }
-            if (json) {
-                fputs("{\"path\":", stdout);
-                cli_json_string(stdout, names[i]);
-                fputs(",\"family\":", stdout);
-                cli_json_string(stdout, patina_extractor_spec(ex));
-                fputs(",\"descriptor\":[", stdout);
-                for (k = 0; k < dim; k++) {
-                    if (k) fputc(',', stdout);
-                    cli_print_elem(stdout, patina_extractor_elem(ex), d, k);
+            for (i = 0; i < nb; i++) {
+                const unsigned char *d = descs + i * bytes;
+                const char *name = names[where[i]];
+                size_t k;
+                if (st[i] != PATINA_OK) {
+                    char msg[PATINA_ERROR_MAX];
+                    cli_extract_error(msg, sizeof msg, ctx, ex, &batch[i], name, st[i]);
+                    cli_error("extract", "%s", msg);
+                    rc = EXIT_PARTIAL;
+                    continue;
                 }
-                fputs("]}\n", stdout);
-            } else {
-                fputs(names[i], stdout);
-                for (k = 0; k < dim; k++) {
-                    fputc(',', stdout);
-                    cli_print_elem(stdout, patina_extractor_elem(ex), d, k);
+                if (json) {
+                    print_head(name, ex);
+                    fputs(",\"descriptor\":[", stdout);
+                    for (k = 0; k < dim; k++) {
+                        if (k) fputc(',', stdout);
+                        cli_print_elem(stdout, patina_extractor_elem(ex), d, k);
+                    }
+                    fputs("]}\n", stdout);
+                } else {
+                    cli_csv_field(stdout, name);
+                    for (k = 0; k < dim; k++) {
+                        fputc(',', stdout);
+                        cli_print_elem(stdout, patina_extractor_elem(ex), d, k);
+                    }
+                    fputc('\n', stdout);
                 }
-                fputc('\n', stdout);
             }
         }
+        for (i = 0; i < n; i++) patina_image_release(&imgs[i]);
+        f += n;
     }
 out:
     if (fflush(stdout) != 0) {
@@ -223,6 +228,7 @@ out:
         rc = EXIT_ERROR;
     }
     free(descs);
+    free(res);
     patina_context_free(ctx);
     patina_extractor_free(ex);
     return rc;

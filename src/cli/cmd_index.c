@@ -1,44 +1,62 @@
 /* patina index: add files and folders to a collection, with a progress bar. */
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 
-static void help(FILE *f)
-{
-    fprintf(f,
-            "usage: patina index COLLECTION PATH... [-f FAMILY[:OPTS]] [--device D] [--jobs N]\n"
-            "\n"
-            "Adds images to COLLECTION (an LMDB directory, created if missing).\n"
-            "Folders are searched recursively; hidden entries are skipped. A file\n"
-            "already indexed under the same path with the same content (SHA-256) is\n"
-            "skipped, so an interrupted run resumes where it stopped.\n"
-            "  -f, --family SPEC   descriptor family and options (default: cedd)\n"
-            "      --device D      auto|cpu|gpu|hybrid (default: auto)\n"
-            "  -j, --jobs N        CPU threads for decoding and extraction (default: all)\n"
-            "      --batch N       images per batch and per transaction (default: 256)\n"
-            "      --max-pixels N  refuse images with more pixels (default 268435456)\n"
-            "      --max-batch-pixels N  decoded pixels one batch may hold (default 268435456)\n"
-            "      --decoder D     JPEG decoder: libjpeg (default: the reference's pixels,\n"
-            "                      descriptors identical to LIRE's) or nvjpeg (GPU, needs\n"
-            "                      --device gpu and libnvjpeg at run time; pixels differ\n"
-            "                      slightly, see docs/images.md)\n"
-            "      --nvjpeg-share F  fraction of the JPEGs nvJPEG decodes while the CPU\n"
-            "                      decodes the rest (0 < F <= 1, or auto to follow the\n"
-            "                      measured rates; default 1: all nvJPEG supports)\n"
-            "  -q, --quiet         no progress bar and no summary\n"
-            "  -h, --help          this help\n"
-            "Files that fail are reported on stderr and the exit status is 1.\n");
-}
+static int run_index(const cli_args_t *a);
+
+static const cli_opt_t opts[] = {
+    CLI_OPT_FAMILY,
+    CLI_OPT_DEVICE("where descriptors are computed; auto: the GPU when one is usable"),
+    CLI_OPT_JOBS,
+    {.name = "batch", .type = CLI_INT, .arg = "N", .min = 1, .max = 65536, .def = "256",
+     .help = "images per batch and per transaction"},
+    CLI_OPT_MAX_PIXELS,
+    CLI_OPT_BATCH_MEMORY("encoded + decoded image bytes the pipeline holds at once "
+                         "(all batches in flight; a batch is cut where the next image "
+                         "would pass its share, a single larger image is a batch alone)"),
+    CLI_OPT_STRICT,
+    {.name = "decoder", .type = CLI_CHOICE, .arg = "D", .choices = "libjpeg|nvjpeg", .def = "libjpeg",
+     .help = "JPEG decoder: libjpeg (the reference's pixels, descriptors identical "
+             "to LIRE's) or nvjpeg (GPU, needs --device gpu and libnvjpeg at run "
+             "time; pixels differ slightly, see docs/images.md; reports no decoder "
+             "warnings for the files it decodes)"},
+    {.name = "nvjpeg-share", .type = CLI_NUMBER, .arg = "F", .min = 0, .max = 1, .def = "1",
+     .flags = CLI_OPEN_MIN | CLI_AUTO,
+     .help = "fraction of the JPEGs nvJPEG decodes while the CPU decodes the rest; "
+             "auto follows the measured rates; 1: all nvJPEG supports"},
+    {.name = "quiet", .letter = 'q', .type = CLI_FLAG, .help = "no progress bar and no summary"},
+};
+
+const cli_command_t cli_cmd_index = {
+    .name = "index",
+    .summary = "add images (files or folders) to a collection",
+    .operands = "COLLECTION PATH...",
+    .min_operands = 2,
+    .max_operands = -1,
+    .about = "Adds images to COLLECTION (an LMDB directory, created if missing). Folders\n"
+             "are walked recursively, entries in byte order of their names, hidden ones\n"
+             "skipped; symbolic links are followed, and each folder and each file (by\n"
+             "device and inode) is taken once, under the first path the walk reaches. A\n"
+             "file already indexed under the same path with the same content (SHA-256)\n"
+             "is skipped, so an interrupted run resumes where it stopped.\n",
+    .opts = opts,
+    .nopts = sizeof opts / sizeof opts[0],
+    .notes = "Each file that fails (unreadable, not an image, corrupt, over --max-pixels) and\n"
+             "each path skipped (missing, a folder that cannot be read, a broken link) is\n"
+             "reported on stderr; the others are indexed and the exit status is 1. A file\n"
+             "decoded with a decoder warning is reported and indexed (exit status 0), or\n"
+             "fails with --strict. The summary counts all of these.\n",
+    .run = run_index,
+};
 
 typedef struct run {
     int tty, quiet;
-    double last;
 } run_t;
 
-static void on_error(void *user, const char *path, patina_status s, const char *msg)
+static void on_report(void *user, const char *path, patina_status s, const char *msg)
 {
     run_t *r = user;
     if (r->tty && !r->quiet) fputs("\r\033[K", stderr);
@@ -69,101 +87,52 @@ static void on_progress(void *user, const patina_index_stats_t *s)
             rate, eta);
 }
 
-int cmd_index(int argc, char **argv)
+static int run_index(const cli_args_t *a)
 {
-    static const struct option longopts[] = {
-        {"family", required_argument, 0, 'f'}, {"device", required_argument, 0, 'd'},
-        {"jobs", required_argument, 0, 'j'}, {"batch", required_argument, 0, 'b'},
-        {"max-pixels", required_argument, 0, 'P'}, {"quiet", no_argument, 0, 'q'},
-        {"max-batch-pixels", required_argument, 0, 'B'},
-        {"decoder", required_argument, 0, 'D'}, {"nvjpeg-share", required_argument, 0, 'S'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *family = "cedd";
-    patina_context_opts_t copts = {0};
-    patina_index_opts_t iopts = {0};
+    const char *family = cli_get(a, "family")->text;
+    const cli_value_t *share = cli_get(a, "nvjpeg-share");
+    patina_index_opts_t iopts;
     patina_extractor_t *ex = NULL;
     patina_context_t *ctx = NULL;
     patina_collection_t *coll = NULL;
     patina_index_stats_t stats;
     run_t run = {0};
     char **files = NULL;
-    size_t nfiles = 0, missing = 0, i;
-    int c, rc = EXIT_OK;
-    long v;
+    size_t nfiles = 0, skipped = 0, i;
+    int rc = EXIT_OK;
     patina_status s;
 
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "f:j:qh", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'f': family = optarg; break;
-        case 'd':
-            if (patina_device_parse(&iopts.device, optarg) != PATINA_OK) {
-                cli_error("index", "%s", patina_last_error());
-                return EXIT_USAGE;
-            }
-            break;
-        case 'j':
-            if (cli_parse_long("index", "--jobs", optarg, 1, 1024, &v)) return EXIT_USAGE;
-            copts.threads = (int)v;
-            break;
-        case 'b':
-            if (cli_parse_long("index", "--batch", optarg, 1, 65536, &v)) return EXIT_USAGE;
-            iopts.batch = (size_t)v;
-            break;
-        case 'P':
-            if (cli_parse_long("index", "--max-pixels", optarg, 1, 1L << 40, &v)) return EXIT_USAGE;
-            copts.limits.max_pixels = (uint64_t)v;
-            break;
-        case 'B':
-            if (cli_parse_long("index", "--max-batch-pixels", optarg, 1, 1L << 40, &v)) return EXIT_USAGE;
-            iopts.max_batch_pixels = (uint64_t)v;
-            break;
-        case 'D':
-            if (patina_jpeg_decoder_parse(&iopts.jpeg_decoder, optarg) != PATINA_OK) {
-                cli_error("index", "%s", patina_last_error());
-                return EXIT_USAGE;
-            }
-            break;
-        case 'S': {
-            char *end = NULL;
-            double f = strtod(optarg, &end);
-            if (!strcmp(optarg, "auto")) {
-                iopts.nvjpeg_share = -1;
-                break;
-            }
-            if (!end || *end || !(f > 0 && f <= 1)) {
-                cli_error("index", "--nvjpeg-share wants a number in (0, 1] or auto, not '%s'", optarg);
-                return EXIT_USAGE;
-            }
-            iopts.nvjpeg_share = f;
-            break;
-        }
-        case 'q': run.quiet = 1; break;
-        case 'h': help(stdout); return EXIT_OK;
-        default: help(stderr); return EXIT_USAGE;
-        }
-    }
-    if (argc - optind < 2) {
-        cli_error("index", "need a collection and at least one path");
-        help(stderr);
+    patina_index_opts_init(&iopts);
+    if (patina_device_parse(&iopts.device, cli_get(a, "device")->text) != PATINA_OK ||
+        patina_jpeg_decoder_parse(&iopts.jpeg_decoder, cli_get(a, "decoder")->text) != PATINA_OK) {
+        cli_status_error("index", PATINA_E_INVALID);
         return EXIT_USAGE;
     }
+    iopts.batch = (size_t)cli_get(a, "batch")->i;
+    iopts.batch_memory = cli_get(a, "batch-memory")->bytes;
+    iopts.strict = (int)cli_get(a, "strict")->i;
+    /* nvjpeg_share: 0 = all nvJPEG supports (the same as 1), negative = adapt */
+    iopts.nvjpeg_share = share->is_auto ? -1.0 : share->num;
+    run.quiet = (int)cli_get(a, "quiet")->i;
     if ((s = patina_extractor_new(&ex, family)) != PATINA_OK) {
         cli_status_error("index", s);
         return EXIT_USAGE;
     }
     run.tty = isatty(2);
     iopts.progress = on_progress;
-    iopts.on_error = on_error;
+    iopts.on_error = on_report;
+    iopts.on_warning = on_report;
     iopts.user = &run;
-    if ((s = patina_context_new(&ctx, &copts)) != PATINA_OK ||
-        (s = patina_collection_open(&coll, argv[optind], PATINA_OPEN_CREATE, 0)) != PATINA_OK) {
+    if (cli_context(&ctx, a) != 0) {
+        rc = EXIT_ERROR;
+        goto out;
+    }
+    if ((s = patina_collection_open(&coll, a->operands[0], PATINA_OPEN_CREATE, 0)) != PATINA_OK) {
         cli_status_error("index", s);
         rc = EXIT_ERROR;
         goto out;
     }
-    s = patina_expand_paths(&files, &nfiles, (const char *const *)argv + optind + 1,
-                            (size_t)(argc - optind - 1), &missing, on_error, &run);
+    s = patina_expand_paths(&files, &nfiles, a->operands + 1, a->noperands - 1, &skipped, on_report, &run);
     if (s != PATINA_OK) {
         cli_status_error("index", s);
         rc = EXIT_ERROR;
@@ -184,13 +153,14 @@ int cmd_index(int argc, char **argv)
                 (unsigned long long)stats.gpu_decoded);
     if (!run.quiet)
         fprintf(stderr,
-                "indexed %llu, skipped %llu (unchanged), failed %llu of %llu files in %.2f s "
-                "(%.1f images/s, %s, device %s)\n",
+                "indexed %llu, skipped %llu (unchanged), failed %llu of %llu files, %llu with decoder "
+                "warnings; %zu paths skipped; %.2f s (%.1f images/s, %s, device %s)\n",
                 (unsigned long long)stats.indexed, (unsigned long long)stats.skipped,
-                (unsigned long long)(stats.failed + missing), (unsigned long long)(stats.files + missing),
-                stats.seconds, stats.seconds > 0 ? (double)stats.indexed / stats.seconds : 0.0,
+                (unsigned long long)stats.failed, (unsigned long long)stats.files,
+                (unsigned long long)stats.warned, skipped, stats.seconds,
+                stats.seconds > 0 ? (double)stats.indexed / stats.seconds : 0.0,
                 patina_extractor_spec(ex), patina_device_name(stats.device));
-    if (stats.failed || missing) rc = EXIT_PARTIAL;
+    if (stats.failed || skipped) rc = EXIT_PARTIAL;
 out:
     for (i = 0; i < nfiles; i++) free(files[i]);
     free(files);

@@ -1,5 +1,4 @@
 /* patina info: build features, GPUs, families; with a collection, its contents. */
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,21 +6,26 @@
 
 int patina_cpu_count(void);
 
-int cmd_info(int argc, char **argv)
+static int run_info(const cli_args_t *a);
+
+const cli_command_t cli_cmd_info = {
+    .name = "info",
+    .summary = "show build features, GPUs and descriptor families",
+    .operands = "[COLLECTION]",
+    .min_operands = 0,
+    .max_operands = 1,
+    .about = "Prints the version, build features, CPUs, GPUs and descriptor families; with a\n"
+             "COLLECTION, also its image count and descriptor tables.\n",
+    .opts = NULL,
+    .nopts = 0,
+    .notes = NULL,
+    .run = run_info,
+};
+
+static int run_info(const cli_args_t *a)
 {
-    static const struct option longopts[] = {{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    int c, i, ngpu;
+    int i, ngpu;
     size_t f;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        if (c == 'h') {
-            printf("usage: patina info [COLLECTION]\n\n"
-                   "Prints the version, build features, CPUs, GPUs and descriptor families;\n"
-                   "with a COLLECTION, also its image count and descriptor tables.\n");
-            return EXIT_OK;
-        }
-        return EXIT_USAGE;
-    }
     printf("patina %s\nbuild: %s\ncpus: %d\n", patina_version(), patina_build_info(),
            patina_cpu_count());
     ngpu = patina_gpu_count();
@@ -48,19 +52,19 @@ int cmd_info(int argc, char **argv)
                patina_extractor_has_device(ex, PATINA_DEVICE_HYBRID) ? " hybrid" : "");
         patina_extractor_free(ex);
     }
-    if (optind < argc) {
+    if (a->noperands) {
         patina_collection_t *coll;
         uint64_t n = 0;
         char **specs = NULL;
         size_t ns = 0, k;
-        patina_status s = patina_collection_open(&coll, argv[optind], PATINA_OPEN_READONLY, 0);
+        patina_status s = patina_collection_open(&coll, a->operands[0], PATINA_OPEN_READONLY, 0);
         if (s == PATINA_OK) s = patina_collection_count(coll, &n);
         if (s == PATINA_OK) s = patina_collection_tables(coll, &specs, &ns);
         if (s != PATINA_OK) {
             cli_status_error("info", s);
             return EXIT_ERROR;
         }
-        printf("collection %s: %llu images\n", argv[optind], (unsigned long long)n);
+        printf("collection %s: %llu images\n", a->operands[0], (unsigned long long)n);
         for (k = 0; k < ns; k++) {
             printf("  table %s\n", specs[k]);
             free(specs[k]);

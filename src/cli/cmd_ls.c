@@ -1,41 +1,45 @@
 /* patina ls: the image records of a collection. */
-#include <getopt.h>
 #include <string.h>
 #include <time.h>
 
 #include "cli/cli.h"
 
-int cmd_ls(int argc, char **argv)
+static int run_ls(const cli_args_t *a);
+
+static const cli_opt_t opts[] = {
+    {.name = "format", .type = CLI_CHOICE, .choices = "table|csv|json", .def = "table",
+     .help = "output format (see below)"},
+};
+
+const cli_command_t cli_cmd_ls = {
+    .name = "ls",
+    .summary = "list the images of a collection",
+    .operands = "COLLECTION",
+    .min_operands = 1,
+    .max_operands = 1,
+    .about = "Lists the images of a collection in id order: id, key, file size,\n"
+             "width x height, SHA-256, time indexed (UTC).\n",
+    .opts = opts,
+    .nopts = sizeof opts / sizeof opts[0],
+    .notes = "output:\n"
+             "  table  aligned columns (keys as stored)\n"
+             "  csv    ID,KEY,SIZE,WIDTH,HEIGHT,SHA256,ADDED per image, no header; a KEY\n"
+             "         holding a comma, a double quote, CR or LF is quoted as RFC 4180\n"
+             "         says (quotes doubled); lines end with LF.\n"
+             "  json   one object per line; strings escape every control character,\n"
+             "         bytes that are not UTF-8 become \\udc80..\\udcff (Python's\n"
+             "         surrogateescape).\n",
+    .run = run_ls,
+};
+
+static int run_ls(const cli_args_t *a)
 {
-    static const struct option longopts[] = {
-        {"format", required_argument, 0, 'F'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *format = "table";
+    int fmt = (int)cli_get(a, "format")->i; /* 0 table, 1 csv, 2 json */
     patina_collection_t *coll;
     patina_record_t rec;
     uint64_t cursor = 0;
     patina_status s;
-    int c, fmt;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        if (c == 'F') format = optarg;
-        else if (c == 'h') {
-            printf("usage: patina ls COLLECTION [--format table|csv|json]\n\n"
-                   "Lists the images of a collection in id order: id, key, file size,\n"
-                   "width x height, SHA-256, time indexed (UTC).\n"
-                   "csv: ID,KEY,SIZE,WIDTH,HEIGHT,SHA256,ADDED (no header).\n");
-            return EXIT_OK;
-        } else return EXIT_USAGE;
-    }
-    fmt = !strcmp(format, "table") ? 0 : !strcmp(format, "csv") ? 1 : !strcmp(format, "json") ? 2 : -1;
-    if (fmt < 0) {
-        cli_error("ls", "--format must be table, csv or json, got '%s'", format);
-        return EXIT_USAGE;
-    }
-    if (optind >= argc) {
-        cli_error("ls", "need a collection");
-        return EXIT_USAGE;
-    }
-    if ((s = patina_collection_open(&coll, argv[optind], PATINA_OPEN_READONLY, 0)) != PATINA_OK) {
+    if ((s = patina_collection_open(&coll, a->operands[0], PATINA_OPEN_READONLY, 0)) != PATINA_OK) {
         cli_status_error("ls", s);
         return EXIT_ERROR;
     }
@@ -48,8 +52,9 @@ int cmd_ls(int argc, char **argv)
         gmtime_r(&t, &tm);
         strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
         if (fmt == 1) {
-            printf("%llu,%s,%llu,%d,%d,%s,%s\n", (unsigned long long)rec.id, rec.key,
-                   (unsigned long long)rec.size, rec.width, rec.height, sha, when);
+            printf("%llu,", (unsigned long long)rec.id);
+            cli_csv_field(stdout, rec.key);
+            printf(",%llu,%d,%d,%s,%s\n", (unsigned long long)rec.size, rec.width, rec.height, sha, when);
         } else if (fmt == 2) {
             printf("{\"id\":%llu,\"key\":", (unsigned long long)rec.id);
             cli_json_string(stdout, rec.key);
@@ -66,5 +71,6 @@ int cmd_ls(int argc, char **argv)
         cli_status_error("ls", s);
         return EXIT_ERROR;
     }
+    if (fflush(stdout) != 0) return EXIT_ERROR;
     return EXIT_OK;
 }

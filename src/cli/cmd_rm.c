@@ -1,47 +1,67 @@
 /* patina rm: remove images (by key, or by id with --id) from a collection. */
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
 
-int cmd_rm(int argc, char **argv)
+static int run_rm(const cli_args_t *a);
+
+static const cli_opt_t opts[] = {
+    {.name = "id", .type = CLI_FLAG,
+     .help = "the operands after COLLECTION are image ids (see 'patina ls'): "
+             "decimal integers from 1 to 18446744073709551615"},
+};
+
+const cli_command_t cli_cmd_rm = {
+    .name = "rm",
+    .summary = "remove images from a collection",
+    .operands = "COLLECTION KEY... | --id COLLECTION ID...",
+    .min_operands = 2,
+    .max_operands = -1,
+    .about = "Removes images and all their descriptors. A key is the path as it was indexed\n"
+             "(see 'patina ls').\n",
+    .opts = opts,
+    .nopts = sizeof opts / sizeof opts[0],
+    .notes = "With --id every ID is checked before anything is removed: one that is not a\n"
+             "decimal integer in range is a usage error (exit status 2, nothing removed).\n"
+             "Keys or ids the collection does not hold are reported; the others are removed\n"
+             "(exit status 1).\n",
+    .run = run_rm,
+};
+
+static int run_rm(const cli_args_t *a)
 {
-    static const struct option longopts[] = {
-        {"id", no_argument, 0, 'i'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int by_id = (int)cli_get(a, "id")->i, rc = EXIT_OK;
     patina_collection_t *coll;
-    int c, by_id = 0, rc = EXIT_OK, a;
+    uint64_t *ids = NULL;
+    size_t i, n = a->noperands - 1;
     patina_status s;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        if (c == 'i') by_id = 1;
-        else if (c == 'h') {
-            printf("usage: patina rm COLLECTION KEY... | patina rm --id COLLECTION ID...\n\n"
-                   "Removes images and all their descriptors. A key is the path as it was\n"
-                   "indexed (see 'patina ls'). Missing keys are reported; exit status 1.\n");
-            return EXIT_OK;
-        } else return EXIT_USAGE;
+    if (by_id) {
+        ids = malloc(n * sizeof *ids);
+        if (!ids) {
+            cli_error("rm", "out of memory");
+            return EXIT_ERROR;
+        }
+        for (i = 0; i < n; i++)
+            if (cli_parse_u64(a->operands[1 + i], 1, UINT64_MAX, &ids[i]) != 0) {
+                cli_error("rm", "--id: '%s' is not an image id (a decimal integer from 1 to %llu)",
+                          a->operands[1 + i], (unsigned long long)UINT64_MAX);
+                free(ids);
+                return EXIT_USAGE;
+            }
     }
-    if (argc - optind < 2) {
-        cli_error("rm", "need a collection and at least one key");
-        return EXIT_USAGE;
-    }
-    if ((s = patina_collection_open(&coll, argv[optind], PATINA_OPEN_WRITE, 0)) != PATINA_OK) {
+    if ((s = patina_collection_open(&coll, a->operands[0], PATINA_OPEN_WRITE, 0)) != PATINA_OK) {
         cli_status_error("rm", s);
+        free(ids);
         return EXIT_ERROR;
     }
-    for (a = optind + 1; a < argc; a++) {
+    for (i = 0; i < n; i++) {
         uint64_t id;
         if (by_id) {
-            long v;
-            if (cli_parse_long("rm", "ID", argv[a], 1, 0x7fffffffffffffffL, &v)) {
-                rc = EXIT_PARTIAL;
-                continue;
-            }
-            id = (uint64_t)v;
+            id = ids[i];
         } else {
             patina_record_t rec;
-            s = patina_collection_get_by_key(coll, argv[a], &rec);
+            s = patina_collection_get_by_key(coll, a->operands[1 + i], &rec);
             if (s != PATINA_OK) {
                 cli_status_error("rm", s);
                 rc = s == PATINA_E_NOTFOUND ? EXIT_PARTIAL : EXIT_ERROR;
@@ -59,5 +79,6 @@ int cmd_rm(int argc, char **argv)
         }
     }
     patina_collection_close(coll);
+    free(ids);
     return rc;
 }

@@ -1,29 +1,53 @@
 /* patina search: nearest images in a collection for each query image. */
-#include <getopt.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
 
-static void help(FILE *f)
-{
-    fprintf(f,
-            "usage: patina search COLLECTION IMAGE... [-f FAMILY[:OPTS]] [-k K | --range R]\n"
-            "                     [--format table|csv|json] [--device D]\n"
-            "\n"
-            "Ranks the collection's images by the family's distance to each query\n"
-            "(CEDD: LIRE's Tanimoto, 0 = identical .. 100). Ties are ordered by id.\n"
-            "  -f, --family SPEC   descriptor table to search (default: cedd)\n"
-            "  -k K                the K nearest (default 10)\n"
-            "      --range R       every image with distance <= R instead of -k\n"
-            "      --format F      table (default), csv: QUERY,RANK,KEY,DISTANCE per hit\n"
-            "                      (%%.17g distances, no header), json: one object per query\n"
-            "      --device D      auto|cpu|gpu: where query descriptors are computed and,\n"
-            "                      for CEDD with -k, where the k-NN runs (same results;\n"
-            "                      default auto: the GPU when one is usable)\n"
-            "  -j, --jobs N        CPU threads (default: all)\n"
-            "  -h, --help          this help\n");
-}
+static int run_search(const cli_args_t *a);
+
+static const cli_opt_t opts[] = {
+    {.name = "family", .letter = 'f', .type = CLI_TEXT, .arg = "SPEC", .def = "cedd",
+     .help = "descriptor table to search: a family and its options, as indexed "
+             "('patina info COLLECTION' lists the collection's tables)"},
+    {.name = "k", .letter = 'k', .type = CLI_INT, .arg = "K", .min = 1, .max = 1000000, .def = "10",
+     .conflicts = "range", .help = "the K nearest"},
+    {.name = "range", .type = CLI_NUMBER, .arg = "R", .min = 0, .max = HUGE_VAL, .conflicts = "k",
+     .help = "every image with distance <= R instead of the K nearest"},
+    {.name = "format", .type = CLI_CHOICE, .choices = "table|csv|json", .def = "table",
+     .help = "output format (see below)"},
+    CLI_OPT_DEVICE("where query descriptors are computed and, for CEDD with -k, where "
+                   "the k-NN runs (same results; auto: the GPU when one is usable)"),
+    CLI_OPT_JOBS,
+    CLI_OPT_MAX_PIXELS,
+    CLI_OPT_STRICT,
+};
+
+const cli_command_t cli_cmd_search = {
+    .name = "search",
+    .summary = "find the nearest images in a collection",
+    .operands = "COLLECTION IMAGE...",
+    .min_operands = 2,
+    .max_operands = -1,
+    .about = "Ranks the collection's images by the family's distance to each query image\n"
+             "(CEDD: LIRE's Tanimoto, 0 = identical .. 100). Ties are ordered by id.\n",
+    .opts = opts,
+    .nopts = sizeof opts / sizeof opts[0],
+    .notes = "output:\n"
+             "  table  per query a header line and one line per hit (default)\n"
+             "  csv    QUERY,RANK,KEY,DISTANCE per hit, no header; RANK from 1, DISTANCE\n"
+             "         with %.17g. QUERY or KEY holding a comma, a double quote, CR or LF is\n"
+             "         quoted as RFC 4180 says (quotes doubled); lines end with LF.\n"
+             "  json   one object per query: {\"query\",\"hits\":[{\"rank\",\"id\",\"key\",\n"
+             "         \"distance\"}]}; strings escape every control character, bytes that are\n"
+             "         not UTF-8 become \\udc80..\\udcff (Python's surrogateescape).\n"
+             "A -f whose table the collection does not have is a usage error (exit status 2;\n"
+             "the message lists the collection's tables): the command line asks for\n"
+             "something this collection cannot answer, nothing is wrong with the collection.\n"
+             "A query that cannot be read is reported and the others answered (exit 1).\n",
+    .run = run_search,
+};
 
 /* Keys come from the snapshot the index was loaded from: every hit has one. */
 static void print_hits(FILE *f, int fmt, patina_snapshot_t *snap, const char *query,
@@ -44,7 +68,10 @@ static void print_hits(FILE *f, int fmt, patina_snapshot_t *snap, const char *qu
         int have = patina_snapshot_get(snap, &hits[r].id, 1, &rec) == PATINA_OK;
         if (have) key = rec.key;
         if (fmt == 1) {
-            fprintf(f, "%s,%zu,%s,%.17g\n", query, r + 1, key, hits[r].distance);
+            cli_csv_field(f, query);
+            fprintf(f, ",%zu,", r + 1);
+            cli_csv_field(f, key);
+            fprintf(f, ",%.17g\n", hits[r].distance);
         } else if (fmt == 2) {
             fprintf(f, "%s{\"rank\":%zu,\"id\":%llu,\"key\":", r ? "," : "", r + 1,
                     (unsigned long long)hits[r].id);
@@ -58,15 +85,45 @@ static void print_hits(FILE *f, int fmt, patina_snapshot_t *snap, const char *qu
     if (fmt == 2) fputs("]}\n", f);
 }
 
-int cmd_search(int argc, char **argv)
+/* Fails with a message listing the collection's tables when it has none
+ * named `spec`: asking for it is a usage error, not "0 hits". */
+static int check_table(patina_collection_t *coll, const char *path, const patina_extractor_t *ex)
 {
-    static const struct option longopts[] = {
-        {"family", required_argument, 0, 'f'}, {"range", required_argument, 0, 'r'},
-        {"format", required_argument, 0, 'F'}, {"device", required_argument, 0, 'd'},
-        {"jobs", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *family = "cedd", *format = "table";
-    patina_device device = PATINA_DEVICE_AUTO;
-    patina_context_opts_t copts = {0};
+    char **specs = NULL;
+    size_t n = 0, rows, bytes, k, len = 0;
+    char list[2048];
+    patina_status s = patina_collection_table_info(coll, patina_extractor_spec(ex), &rows, &bytes);
+    if (s == PATINA_OK) return EXIT_OK;
+    if (s != PATINA_E_NOTFOUND) {
+        cli_status_error("search", s);
+        return EXIT_ERROR;
+    }
+    if ((s = patina_collection_tables(coll, &specs, &n)) != PATINA_OK) {
+        cli_status_error("search", s);
+        return EXIT_ERROR;
+    }
+    list[0] = '\0';
+    for (k = 0; k < n; k++) {
+        if (len < sizeof list)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", k ? ", " : "", specs[k]);
+        free(specs[k]);
+    }
+    free(specs);
+    if (n)
+        cli_error("search", "collection '%s' has no table '%s' (-f %s); its tables: %s", path,
+                  patina_extractor_spec(ex), patina_extractor_family(ex), list);
+    else
+        cli_error("search", "collection '%s' has no descriptor tables yet (index images into it first)",
+                  path);
+    return EXIT_USAGE;
+}
+
+static int run_search(const cli_args_t *a)
+{
+    const char *family = cli_get(a, "family")->text;
+    const char *format = cli_get(a, "format")->text;
+    patina_device device;
+    patina_decode_opts_t dopts;
     patina_extractor_t *ex = NULL;
     patina_context_t *ctx = NULL;
     patina_collection_t *coll = NULL;
@@ -74,65 +131,35 @@ int cmd_search(int argc, char **argv)
     patina_index_t *idx = NULL;
     unsigned char *desc = NULL;
     patina_hit_t *hits = NULL;
-    long k = 10, v;
-    double range = 0;
-    int use_range = 0, have_k = 0, fmt, c, rc = EXIT_OK, a;
+    long k = (long)cli_get(a, "k")->i;
+    double range = cli_get(a, "range")->num;
+    int use_range = cli_get(a, "range")->given, fmt, rc = EXIT_OK;
+    size_t q;
     patina_status s;
 
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "f:k:j:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'f': family = optarg; break;
-        case 'k':
-            if (cli_parse_long("search", "-k", optarg, 1, 1000000, &k)) return EXIT_USAGE;
-            have_k = 1;
-            break;
-        case 'r':
-            if (cli_parse_double("search", "--range", optarg, &range)) return EXIT_USAGE;
-            if (range < 0) {
-                cli_error("search", "--range must be >= 0, got %s", optarg);
-                return EXIT_USAGE;
-            }
-            use_range = 1;
-            break;
-        case 'F': format = optarg; break;
-        case 'd':
-            if (patina_device_parse(&device, optarg) != PATINA_OK) {
-                cli_error("search", "%s", patina_last_error());
-                return EXIT_USAGE;
-            }
-            break;
-        case 'j':
-            if (cli_parse_long("search", "--jobs", optarg, 1, 1024, &v)) return EXIT_USAGE;
-            copts.threads = (int)v;
-            break;
-        case 'h': help(stdout); return EXIT_OK;
-        default: help(stderr); return EXIT_USAGE;
-        }
-    }
-    if (use_range && have_k) {
-        cli_error("search", "give either -k or --range, not both");
-        return EXIT_USAGE;
-    }
-    if (!strcmp(format, "table")) fmt = 0;
-    else if (!strcmp(format, "csv")) fmt = 1;
-    else if (!strcmp(format, "json")) fmt = 2;
-    else {
-        cli_error("search", "--format must be table, csv or json, got '%s'", format);
-        return EXIT_USAGE;
-    }
-    if (argc - optind < 2) {
-        cli_error("search", "need a collection and at least one query image");
-        help(stderr);
+    fmt = !strcmp(format, "table") ? 0 : !strcmp(format, "csv") ? 1 : 2;
+    if (patina_device_parse(&device, cli_get(a, "device")->text) != PATINA_OK) {
+        cli_status_error("search", PATINA_E_INVALID);
         return EXIT_USAGE;
     }
     if ((s = patina_extractor_new(&ex, family)) != PATINA_OK) {
         cli_status_error("search", s);
         return EXIT_USAGE;
     }
-    if ((s = patina_context_new(&ctx, &copts)) != PATINA_OK ||
-        (s = patina_collection_open(&coll, argv[optind], PATINA_OPEN_READONLY, 0)) != PATINA_OK ||
-        (s = patina_snapshot_new(&snap, coll)) != PATINA_OK ||
+    if (cli_context(&ctx, a) != 0) {
+        rc = EXIT_ERROR;
+        goto out;
+    }
+    patina_decode_opts_init(&dopts);
+    dopts.limits = *patina_context_limits(ctx);
+    dopts.strict = (int)cli_get(a, "strict")->i;
+    if ((s = patina_collection_open(&coll, a->operands[0], PATINA_OPEN_READONLY, 0)) != PATINA_OK) {
+        cli_status_error("search", s);
+        rc = EXIT_ERROR;
+        goto out;
+    }
+    if ((rc = check_table(coll, a->operands[0], ex)) != EXIT_OK) goto out;
+    if ((s = patina_snapshot_new(&snap, coll)) != PATINA_OK ||
         (s = patina_index_load_snapshot(&idx, ex, snap)) != PATINA_OK) {
         cli_status_error("search", s);
         rc = EXIT_ERROR;
@@ -145,24 +172,33 @@ int cmd_search(int argc, char **argv)
         rc = EXIT_ERROR;
         goto out;
     }
-    for (a = optind + 1; a < argc; a++) {
+    for (q = 1; q < a->noperands; q++) {
+        const char *query = a->operands[q];
         patina_image_t img;
+        patina_decode_report_t report;
         patina_status st;
         size_t n = 0;
-        s = patina_image_load(&img, argv[a], patina_context_limits(ctx));
+        s = patina_image_load_with(&img, &report, query, &dopts);
         if (s != PATINA_OK) {
             cli_status_error("search", s);
             rc = EXIT_PARTIAL;
             continue;
         }
+        if (report.warnings) cli_error("search", "%s", report.warning);
         s = patina_extract_batch(ctx, ex, device, desc, &img, 1, &st);
+        if (s == PATINA_OK && st != PATINA_OK) {
+            char msg[PATINA_ERROR_MAX];
+            cli_extract_error(msg, sizeof msg, ctx, ex, &img, query, st);
+            patina_image_release(&img);
+            cli_error("search", "%s", msg);
+            rc = EXIT_PARTIAL;
+            continue;
+        }
         patina_image_release(&img);
-        if (s == PATINA_OK) s = st;
         if (s != PATINA_OK) {
             cli_status_error("search", s);
-            rc = s == PATINA_E_UNAVAILABLE ? EXIT_ERROR : EXIT_PARTIAL;
-            if (rc == EXIT_ERROR) goto out;
-            continue;
+            rc = EXIT_ERROR;
+            goto out;
         }
         {
             patina_search_opts_t so;
@@ -172,11 +208,11 @@ int cmd_search(int argc, char **argv)
                 patina_hit_t *rh = NULL;
                 so.device = PATINA_DEVICE_CPU;
                 s = patina_index_range(ctx, idx, desc, 1, range, &so, &rh, &n);
-                if (s == PATINA_OK) print_hits(stdout, fmt, snap, argv[a], rh, n);
+                if (s == PATINA_OK) print_hits(stdout, fmt, snap, query, rh, n);
                 free(rh);
             } else {
                 s = patina_index_knn(ctx, idx, desc, 1, (size_t)k, &so, hits, &n);
-                if (s == PATINA_OK) print_hits(stdout, fmt, snap, argv[a], hits, n);
+                if (s == PATINA_OK) print_hits(stdout, fmt, snap, query, hits, n);
             }
         }
         if (s != PATINA_OK) {

@@ -1,13 +1,16 @@
 /* Image storage, format sniffing, limits and file reading: the front of the
  * image module. It decides the format from the content (magic bytes, never
  * the file name), asks that format's loader for the header (probe), checks
- * the pixel limit, allocates, then has the loader decode. File input is read
+ * the pixel limit, allocates, then has the loader decode (the loaders never
+ * see an image over the limit). Loaders report decoder warnings through
+ * patina_image__warning, which keeps them in the caller's report. File input is read
  * into memory first and takes the same path as memory input.
  * The per-format loaders are jpeg.c, png.c and pnm.c (see loaders.h); the
  * pixel semantics of each are in docs/images.md. */
 #define _POSIX_C_SOURCE 200809L /* XSI strerror_r, O_CLOEXEC */
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -143,20 +146,66 @@ patina_status patina_image_probe(patina_image_info_t *info, const void *data, si
     src.size = size;
     src.name = label(name);
     src.what = "probe";
+    src.strict = 0;
+    src.report = NULL;
     return probe_src(info, &fmt, &src);
 }
 
-patina_status patina_image_decode(patina_image_t *img, const void *data, size_t size,
-                                  const patina_limits_t *lim, const char *name)
+patina_status patina_limits_check(const patina_limits_t *lim, const patina_image_info_t *info,
+                                  const char *name)
+{
+    uint64_t max_pixels = lim && lim->max_pixels ? lim->max_pixels : PATINA_DEFAULT_MAX_PIXELS;
+    uint64_t pixels;
+    if (!info) return patina__fail(PATINA_E_INVALID, "decode: NULL image info");
+    if (info->width < 0 || info->height < 0)
+        return patina__fail(PATINA_E_INVALID, "decode: negative size %dx%d in '%s'", info->width,
+                            info->height, label(name));
+    /* Both sides are < 2^31, so the product is exact in 64 bits. */
+    pixels = (uint64_t)info->width * (uint64_t)info->height;
+    if (pixels > max_pixels)
+        return patina__fail(PATINA_E_LIMIT, "decode: %dx%d = %llu pixels exceeds the limit of %llu in '%s'",
+                            info->width, info->height, (unsigned long long)pixels,
+                            (unsigned long long)max_pixels, label(name));
+    if (pixels > SIZE_MAX / 3)
+        return patina__fail(PATINA_E_LIMIT, "decode: %dx%d image is too large for this machine in '%s'",
+                            info->width, info->height, label(name));
+    return PATINA_OK;
+}
+
+void patina_decode_opts_init(patina_decode_opts_t *opts)
+{
+    if (opts) memset(opts, 0, sizeof *opts);
+}
+
+patina_status patina_image__warning(const patina_image_src_t *src, const char *fmt, ...)
+{
+    patina_decode_report_t *r = src->report;
+    char msg[PATINA_WARNING_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (r) {
+        if (r->warnings == 0) snprintf(r->warning, sizeof r->warning, "%s", msg);
+        r->warnings++;
+    }
+    if (src->strict) return patina__fail(PATINA_E_CORRUPT, "%s; strict decoding rejects it", msg);
+    return PATINA_OK;
+}
+
+patina_status patina_image_decode_with(patina_image_t *img, patina_decode_report_t *report,
+                                       const void *data, size_t size,
+                                       const patina_decode_opts_t *opts, const char *name)
 {
     patina_image_src_t src;
     patina_image_info_t info;
+    patina_decode_report_t own;
     patina_format fmt = PATINA_FORMAT_UNKNOWN;
-    uint64_t max_pixels = lim && lim->max_pixels ? lim->max_pixels : PATINA_DEFAULT_MAX_PIXELS;
-    uint64_t pixels;
     size_t bytes;
     patina_status s;
 
+    if (!report) report = &own;
+    memset(report, 0, sizeof *report);
     if (!img) return patina__fail(PATINA_E_INVALID, "decode: NULL image");
     memset(img, 0, sizeof *img);
     if (!data && size) return patina__fail(PATINA_E_INVALID, "decode: NULL data in '%s'", label(name));
@@ -164,20 +213,15 @@ patina_status patina_image_decode(patina_image_t *img, const void *data, size_t 
     src.size = size;
     src.name = label(name);
     src.what = "decode";
+    src.strict = opts ? opts->strict != 0 : 0;
+    src.report = report;
 
     PATINA_TRY(probe_src(&info, &fmt, &src));
 
-    /* Limits before any allocation: both sides are < 2^31, so the product is
-     * exact in 64 bits. */
-    pixels = (uint64_t)info.width * (uint64_t)info.height;
-    if (pixels > max_pixels)
-        return patina__fail(PATINA_E_LIMIT, "decode: %dx%d = %llu pixels exceeds the limit of %llu in '%s'",
-                            info.width, info.height, (unsigned long long)pixels,
-                            (unsigned long long)max_pixels, src.name);
-    if (pixels > SIZE_MAX / 3)
-        return patina__fail(PATINA_E_LIMIT, "decode: %dx%d image is too large for this machine in '%s'",
-                            info.width, info.height, src.name);
-    bytes = (size_t)pixels * 3;
+    /* Limits from the header, before any allocation for pixels: no loader
+     * decodes (or allocates for) an image this check refused. */
+    PATINA_TRY(patina_limits_check(opts ? &opts->limits : NULL, &info, src.name));
+    bytes = (size_t)info.width * (size_t)info.height * 3;
 
     img->data = malloc(bytes); /* (height, 3*width) u8, RGB interleaved */
     if (!img->data)
@@ -196,6 +240,15 @@ patina_status patina_image_decode(patina_image_t *img, const void *data, size_t 
     }
     if (s != PATINA_OK) patina_image_release(img);
     return s;
+}
+
+patina_status patina_image_decode(patina_image_t *img, const void *data, size_t size,
+                                  const patina_limits_t *lim, const char *name)
+{
+    patina_decode_opts_t opts;
+    patina_decode_opts_init(&opts);
+    if (lim) opts.limits = *lim;
+    return patina_image_decode_with(img, NULL, data, size, &opts, name);
 }
 
 /* ---------------------------------------------------------- file input */
@@ -292,15 +345,25 @@ done:
     return PATINA_OK;
 }
 
-patina_status patina_image_load(patina_image_t *img, const char *path, const patina_limits_t *lim)
+patina_status patina_image_load_with(patina_image_t *img, patina_decode_report_t *report,
+                                     const char *path, const patina_decode_opts_t *opts)
 {
     void *data;
     size_t size;
     patina_status s;
+    if (report) memset(report, 0, sizeof *report);
     if (!img) return patina__fail(PATINA_E_INVALID, "load: NULL image");
     memset(img, 0, sizeof *img);
-    PATINA_TRY(patina_file_read(&data, &size, path, lim));
-    s = patina_image_decode(img, data, size, lim, path);
+    PATINA_TRY(patina_file_read(&data, &size, path, opts ? &opts->limits : NULL));
+    s = patina_image_decode_with(img, report, data, size, opts, path);
     free(data);
     return s;
+}
+
+patina_status patina_image_load(patina_image_t *img, const char *path, const patina_limits_t *lim)
+{
+    patina_decode_opts_t opts;
+    patina_decode_opts_init(&opts);
+    if (lim) opts.limits = *lim;
+    return patina_image_load_with(img, NULL, path, &opts);
 }

@@ -14,7 +14,10 @@
  * unsupported formats, not corrupt files) and whether the data was cut
  * short. libjpeg fills a truncated file with grey and only warns; here a
  * truncated file is always PATINA_E_CORRUPT. Other libjpeg warnings (corrupt
- * entropy data, extraneous bytes) are accepted, as Java accepts them. */
+ * entropy data, extraneous bytes) leave a decoded image, as Java accepts
+ * them; each decode that had one reports it through patina_image__warning
+ * (TurboJPEG keeps the first warning's text and no count), which fails the
+ * decode in strict mode. TurboJPEG itself never prints. */
 #include <stdio.h>
 #include <string.h>
 
@@ -149,6 +152,9 @@ patina_status patina_image__jpeg_probe(patina_image_info_t *info, const patina_i
     PATINA_TRY(tj_new(&h, src));
     r = tjDecompressHeader3(h, src->data, (unsigned long)src->size, &width, &height, &subsamp,
                             &colorspace);
+    /* A warning while reading the header (extraneous bytes before a marker)
+     * still gives the header; decoding reads it again and reports it. */
+    if (r != 0 && tjGetErrorCode(h) == TJERR_WARNING && width > 0 && height > 0) r = 0;
     snprintf(msg, sizeof msg, "%s", r != 0 ? tjGetErrorStr2(h) : "");
     tjDestroy(h);
     if (r != 0)
@@ -192,7 +198,9 @@ patina_status patina_image__jpeg_decode(patina_image_t *img, const patina_image_
     if (strstr(msg, "Premature end of JPEG file") ||
         jpeg_walk(&w, src->data, src->size, 0) == WALK_TRUNCATED)
         return truncated(src);
-    if (code == TJERR_WARNING) return PATINA_OK; /* corrupt-but-decoded data, as Java accepts it */
+    if (code == TJERR_WARNING) /* corrupt but decoded: reported, an error only when strict */
+        return patina_image__warning(src, "%s: warning in '%s' (libjpeg: %s)", src->what,
+                                     src->name, msg);
     return patina__fail(PATINA_E_CORRUPT, "%s: corrupt JPEG data in '%s' (libjpeg: %s)", src->what,
                         src->name, msg);
 }

@@ -7,7 +7,9 @@
  *   decode - decodes into an image that image.c has already allocated with the
  *            width and height the probe reported (stride >= 3*width).
  * Both set the error message themselves, prefixed with src->what ("probe" or
- * "decode") and naming src->name, and return the status. */
+ * "decode") and naming src->name, and return the status. A decoder warning
+ * (damaged data the decoder went on with) goes through patina_image__warning,
+ * never to stderr. */
 #ifndef PATINA_IMAGE_LOADERS_H
 #define PATINA_IMAGE_LOADERS_H
 
@@ -22,7 +24,19 @@ typedef struct patina_image_src {
     size_t size;         /* > 0 */
     const char *name;    /* label for messages; never NULL ("<memory>" when unnamed) */
     const char *what;    /* message prefix: "probe" or "decode" */
+    int strict;          /* decode: warnings are errors */
+    patina_decode_report_t *report; /* decode: never NULL (image.c passes its own when the caller
+                                       did not); probe: NULL */
 } patina_image_src_t;
+
+/* Records a decoder warning (printf-style text naming src->name) in
+ * src->report. Returns PATINA_OK, or with src->strict fails with
+ * PATINA_E_CORRUPT and the warning as the message; the loader returns that. */
+patina_status patina_image__warning(const patina_image_src_t *src, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 
 patina_status patina_image__jpeg_probe(patina_image_info_t *info, const patina_image_src_t *src);
 patina_status patina_image__jpeg_decode(patina_image_t *img, const patina_image_src_t *src);

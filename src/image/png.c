@@ -21,14 +21,17 @@
  *                      (16-bit); below 8 bits Java compares the key with the
  *                      already expanded value, so only key 0 ever matches
  *
- * gAMA, cHRM, sRGB, iCCP and sBIT are ignored. The only libpng transforms
+ * gAMA, cHRM, sRGB, iCCP and sBIT are ignored (libpng is told to skip them, so
+ * their validation cannot raise warnings). The only libpng transforms
  * used are packing (1/2/4-bit samples to one byte each, values unchanged) and
  * interlace handling; no strip/scale/expand/gamma transform touches a value.
  * tRNS is read raw (libpng is told to pass it on as an unknown chunk), because
  * Java's rules for odd tRNS chunks differ from libpng's.
  *
  * libpng reports errors by longjmp: the error and warning handlers here copy
- * the message into the per-call context (never print) and the one function
+ * the message into the per-call context (never print; the first warning of a
+ * file that decodes is reported through patina_image__warning: a bad CRC in an
+ * ancillary chunk, extra data after the image, ...) and the one function
  * that calls setjmp keeps all its mutable state in that heap context, outside
  * its own frame. The probe parses IHDR by hand (with its CRC) and never
  * starts libpng. */
@@ -391,7 +394,9 @@ static void convert_row(const png_ctx_t *c, const uint8_t *s, uint8_t *d, size_t
  * so its locals never live in the frame that called setjmp. */
 static PNG_NOINLINE patina_status png_body(png_ctx_t *c)
 {
+    /* tRNS is read by png_on_chunk; the colour chunks are dropped unread. */
     static const png_byte trns_name[5] = {'t', 'R', 'N', 'S', '\0'};
+    static const png_byte colour_chunks[] = "gAMA\0cHRM\0sRGB\0iCCP\0sBIT";
     png_uint_32 w, h;
     int depth, ctype, interlace, channels;
     size_t rowbytes, want, y;
@@ -402,6 +407,7 @@ static PNG_NOINLINE patina_status png_body(png_ctx_t *c)
      * applies; libpng's default 1e6 x 1e6 cap must not pre-empt it. */
     png_set_user_limits(c->png, 0x7FFFFFFFu, 0x7FFFFFFFu);
     png_set_keep_unknown_chunks(c->png, PNG_HANDLE_CHUNK_ALWAYS, trns_name, 1);
+    png_set_keep_unknown_chunks(c->png, PNG_HANDLE_CHUNK_ALWAYS, colour_chunks, 5);
     png_set_read_user_chunk_fn(c->png, c, png_on_chunk);
     png_read_info(c->png, c->info);
     c->in_image = 1;
@@ -485,6 +491,9 @@ patina_status patina_image__png_decode(patina_image_t *img, const patina_image_s
                          src->name);
     } else {
         s = png_guarded(c);
+        if (s == PATINA_OK && c->warn[0])
+            s = patina_image__warning(src, "%s: warning in '%s' (libpng: %s)", src->what,
+                                      src->name, c->warn);
     }
     png_destroy_read_struct(c->png ? &c->png : NULL, c->info ? &c->info : NULL, NULL);
     free(c->rows);

@@ -1,15 +1,20 @@
 /* The indexing pipeline: expand paths, then per window of files
- *   1. (parallel) read + SHA-256 + header probe,
- *   2. (main)     skip files stored with the same hash; cut the window at the
- *                 decoded-pixel budget,
+ *   0. (main)     cut the window where the files' sizes pass the memory budget,
+ *   1. (parallel) read + SHA-256 + header probe + pixel limit,
+ *   2. (main)     skip files stored with the same hash; cut the window where
+ *                 encoded + decoded bytes pass the memory budget,
  *   3. (parallel) decode; with the nvJPEG decoder a share of the JPEGs is
  *                 decoded on the GPU while the CPU workers decode the rest,
  *   4. extract the batch on the chosen device,
- *   5. (main)     store the batch in one transaction.
- * A file that fails is reported and counted; the run goes on. */
+ *   5. (main)     store the batch in one transaction, then report the
+ *                 window's failures and decoder warnings in file order.
+ * A file that fails is reported and counted; the run goes on.
+ * patina_load_files runs stages 0-3 alone (no hashing, no store) for other
+ * front ends. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,87 +67,220 @@ static int strvec_push(strvec_t *s, char *p)
     return 0;
 }
 
+static void strvec_free(strvec_t *s)
+{
+    size_t i;
+    for (i = 0; i < s->n; i++) free(s->v[i]);
+    free(s->v);
+    memset(s, 0, sizeof *s);
+}
+
 static int cmp_str(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static patina_status walk_dir(strvec_t *out, const char *dir, int depth)
+/* A set of (device, inode) pairs: open addressing, linear probing, kept at
+ * most half full. */
+typedef struct devino {
+    dev_t dev;
+    ino_t ino;
+    int used;
+} devino_t;
+
+typedef struct idset {
+    devino_t *v;   /* (cap) slots, cap a power of two */
+    size_t n, cap;
+} idset_t;
+
+static size_t idset_hash(dev_t dev, ino_t ino)
+{
+    uint64_t h = (uint64_t)ino * 0x9E3779B97F4A7C15ull ^ (uint64_t)dev * 0xC2B2AE3D27D4EB4Full;
+    return (size_t)(h ^ (h >> 29));
+}
+
+/* 1 when (dev, ino) was added, 0 when it was there already, -1 out of memory. */
+static int idset_add(idset_t *s, dev_t dev, ino_t ino)
+{
+    size_t i;
+    if (2 * (s->n + 1) > s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 1024, k;
+        devino_t *v = calloc(cap, sizeof *v);
+        if (!v) return -1;
+        for (k = 0; k < s->cap; k++) {
+            if (!s->v[k].used) continue;
+            for (i = idset_hash(s->v[k].dev, s->v[k].ino) & (cap - 1); v[i].used; i = (i + 1) & (cap - 1)) {}
+            v[i] = s->v[k];
+        }
+        free(s->v);
+        s->v = v;
+        s->cap = cap;
+    }
+    for (i = idset_hash(dev, ino) & (s->cap - 1); s->v[i].used; i = (i + 1) & (s->cap - 1))
+        if (s->v[i].dev == dev && s->v[i].ino == ino) return 0;
+    s->v[i].dev = dev;
+    s->v[i].ino = ino;
+    s->v[i].used = 1;
+    s->n++;
+    return 1;
+}
+
+typedef struct walk {
+    strvec_t out;        /* files found, in walk order */
+    idset_t dirs, files; /* visited directories, listed files */
+    size_t skipped;
+    patina_file_report_fn on_error;
+    void *user;
+} walk_t;
+
+#define WALK_MAX_DEPTH 256
+
+/* Reports a path the walk skips (the message is set here, once) and counts it. */
+static void walk_skip(walk_t *w, const char *path, patina_status s, const char *fmt, ...)
+    PATINA_PRINTF(4, 5);
+
+static void walk_skip(walk_t *w, const char *path, patina_status s, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    patina__fail(s, "%s", msg);
+    w->skipped++;
+    if (w->on_error) w->on_error(w->user, path, s, msg);
+}
+
+static patina_status nomem(void) { return patina__fail(PATINA_E_NOMEM, "index: out of memory listing files"); }
+
+/* Adds a regular file unless its inode is listed already; takes p. */
+static patina_status walk_file(walk_t *w, char *p, const struct stat *st)
+{
+    int r = idset_add(&w->files, st->st_dev, st->st_ino);
+    if (r <= 0) {
+        free(p);
+        return r < 0 ? nomem() : PATINA_OK;
+    }
+    if (strvec_push(&w->out, p) != 0) {
+        free(p);
+        return nomem();
+    }
+    return PATINA_OK;
+}
+
+/* Walks directory `dir` (already marked visited). Only running out of
+ * memory stops the walk; every other problem skips one path. */
+static patina_status walk_dir(walk_t *w, const char *dir, int depth)
 {
     DIR *d;
     struct dirent *e;
     strvec_t here = {0};
     size_t i;
     patina_status s = PATINA_OK;
-    if (depth > 64) return patina__fail(PATINA_E_LIMIT, "index: directories nested deeper than 64 at '%s'", dir);
+    const char *sep = dir[0] && dir[strlen(dir) - 1] == '/' ? "" : "/";
+    if (depth > WALK_MAX_DEPTH) {
+        walk_skip(w, dir, PATINA_E_LIMIT, "index: '%s' is nested deeper than %d directories; skipped", dir,
+                  WALK_MAX_DEPTH);
+        return PATINA_OK;
+    }
     d = opendir(dir);
-    if (!d) return patina__fail(PATINA_E_IO, "index: cannot open directory '%s': %s", dir, strerror(errno));
-    while ((e = readdir(d))) {
+    if (!d) {
+        walk_skip(w, dir, PATINA_E_IO, "index: cannot open directory '%s': %s; skipped", dir, strerror(errno));
+        return PATINA_OK;
+    }
+    for (;;) {
         char *p;
-        if (e->d_name[0] == '.') continue;  /* hidden files, . and .. */
-        if (asprintf(&p, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", e->d_name) < 0 ||
-            strvec_push(&here, p) != 0) {
-            s = patina__fail(PATINA_E_NOMEM, "index: out of memory listing '%s'", dir);
+        errno = 0;
+        e = readdir(d);
+        if (!e) {
+            if (errno)
+                walk_skip(w, dir, PATINA_E_IO, "index: cannot read directory '%s': %s; the rest of it is skipped",
+                          dir, strerror(errno));
+            break;
+        }
+        if (e->d_name[0] == '.') continue; /* hidden entries, . and .. */
+        if (asprintf(&p, "%s%s%s", dir, sep, e->d_name) < 0) {
+            s = nomem();
+            break;
+        }
+        if (strvec_push(&here, p) != 0) {
+            free(p);
+            s = nomem();
             break;
         }
     }
     closedir(d);
     if (here.n) qsort(here.v, here.n, sizeof *here.v, cmp_str);
-    for (i = 0; i < here.n; i++) {
-        struct stat st;
-        if (s == PATINA_OK && stat(here.v[i], &st) == 0 && S_ISDIR(st.st_mode)) {
-            s = walk_dir(out, here.v[i], depth + 1);
-            free(here.v[i]);
-        } else if (s == PATINA_OK && stat(here.v[i], &st) == 0 && S_ISREG(st.st_mode)) {
-            if (strvec_push(out, here.v[i]) != 0) {
-                free(here.v[i]);
-                s = patina__fail(PATINA_E_NOMEM, "index: out of memory");
-            }
+    for (i = 0; i < here.n && s == PATINA_OK; i++) {
+        char *p = here.v[i];
+        struct stat st, lst;
+        here.v[i] = NULL;
+        if (stat(p, &st) != 0) {
+            int err = errno;
+            if (err == ENOENT && lstat(p, &lst) == 0 && S_ISLNK(lst.st_mode))
+                walk_skip(w, p, PATINA_E_IO, "index: broken symbolic link '%s'; skipped", p);
+            else
+                walk_skip(w, p, PATINA_E_IO, "index: cannot examine '%s': %s; skipped", p, strerror(err));
+            free(p);
+        } else if (S_ISDIR(st.st_mode)) {
+            int r = idset_add(&w->dirs, st.st_dev, st.st_ino);
+            if (r < 0) s = nomem();
+            else if (r > 0) s = walk_dir(w, p, depth + 1); /* else visited: a link back, or twice */
+            free(p);
+        } else if (S_ISREG(st.st_mode)) {
+            s = walk_file(w, p, &st);
         } else {
-            free(here.v[i]);    /* sockets, broken links, ... */
+            free(p); /* sockets, FIFOs, devices */
         }
     }
+    for (; i < here.n; i++) free(here.v[i]);
     free(here.v);
     return s;
 }
 
 patina_status patina_expand_paths(char ***files, size_t *n, const char *const *paths,
-                                  size_t npaths, size_t *missing,
-                                  void (*on_error)(void *, const char *, patina_status, const char *),
+                                  size_t npaths, size_t *skipped, patina_file_report_fn on_error,
                                   void *user)
 {
-    strvec_t out = {0};
+    walk_t w;
     size_t i;
+    patina_status s = PATINA_OK;
+    if (!files || !n || (npaths && !paths)) return patina__fail(PATINA_E_INVALID, "index: NULL argument");
     *files = NULL;
     *n = 0;
-    if (missing) *missing = 0;
-    for (i = 0; i < npaths; i++) {
+    if (skipped) *skipped = 0;
+    memset(&w, 0, sizeof w);
+    w.on_error = on_error;
+    w.user = user;
+    for (i = 0; i < npaths && s == PATINA_OK; i++) {
         struct stat st;
-        patina_status s = PATINA_OK;
         if (stat(paths[i], &st) != 0) {
-            s = patina__fail(PATINA_E_IO, "cannot access '%s': %s", paths[i], strerror(errno));
+            int err = errno;
+            walk_skip(&w, paths[i], err == ENOENT ? PATINA_E_NOTFOUND : PATINA_E_IO,
+                      "index: cannot access '%s': %s", paths[i], strerror(err));
         } else if (S_ISDIR(st.st_mode)) {
-            s = walk_dir(&out, paths[i], 0);
+            int r = idset_add(&w.dirs, st.st_dev, st.st_ino);
+            if (r < 0) s = nomem();
+            else if (r > 0) s = walk_dir(&w, paths[i], 0);
         } else {
             char *p = strdup(paths[i]);
-            if (!p || strvec_push(&out, p) != 0) {
+            if (!p) s = nomem();
+            else if (S_ISREG(st.st_mode)) s = walk_file(&w, p, &st);
+            else if (strvec_push(&w.out, p) != 0) { /* a pipe or device named explicitly is read */
                 free(p);
-                s = patina__fail(PATINA_E_NOMEM, "index: out of memory");
+                s = nomem();
             }
-        }
-        if (s != PATINA_OK) {
-            if (s == PATINA_E_NOMEM) {
-                size_t j;
-                for (j = 0; j < out.n; j++) free(out.v[j]);
-                free(out.v);
-                return s;
-            }
-            if (missing) (*missing)++;
-            if (on_error) on_error(user, paths[i], s, patina_last_error());
         }
     }
-    *files = out.v;
-    *n = out.n;
+    free(w.dirs.v);
+    free(w.files.v);
+    if (s != PATINA_OK) {
+        strvec_free(&w.out);
+        return s;
+    }
+    if (skipped) *skipped = w.skipped;
+    *files = w.out.v;
+    *n = w.out.n;
     return PATINA_OK;
 }
 
@@ -163,12 +301,14 @@ typedef struct slot {
     int have_old;              /* a record with this key exists */
     uint8_t old_sha[32];
     patina_status status;
-    char error[512];
+    char error[PATINA_ERROR_MAX];  /* SLOT_FAILED: why, naming the file */
+    patina_decode_report_t report; /* decoder warnings */
 } slot_t;
 
 typedef struct job {
     slot_t *slots;
-    const patina_limits_t *limits;
+    const patina_decode_opts_t *dopts; /* the context's limits; strict */
+    int hash;                          /* stage 1 computes SHA-256 and skips stored files */
 } job_t;
 
 static void slot_fail(slot_t *s, patina_status st)
@@ -180,7 +320,9 @@ static void slot_fail(slot_t *s, patina_status st)
     s->data = NULL;
 }
 
-/* Stage 1: read, hash, probe. Files stored with the same hash are skipped. */
+/* Stage 1: read, hash, probe, check the limits against the header (before
+ * any decoder, CPU or GPU, sees the file). Files stored with the same hash
+ * are skipped. */
 static void read_one(void *arg, size_t i, int worker)
 {
     job_t *j = arg;
@@ -188,20 +330,24 @@ static void read_one(void *arg, size_t i, int worker)
     struct stat st;
     patina_status r;
     (void)worker;
-    r = patina_file_read(&s->data, &s->size, s->path, j->limits);
+    if (s->state != SLOT_EMPTY) return;
+    r = patina_file_read(&s->data, &s->size, s->path, &j->dopts->limits);
     if (r != PATINA_OK) {
         slot_fail(s, r);
         return;
     }
-    s->mtime = stat(s->path, &st) == 0 ? (int64_t)st.st_mtime : 0;
-    patina_sha256(s->sha, s->data, s->size);
-    if (s->have_old && memcmp(s->sha, s->old_sha, 32) == 0) {
-        s->state = SLOT_SKIP;
-        free(s->data);
-        s->data = NULL;
-        return;
+    if (j->hash) {
+        s->mtime = stat(s->path, &st) == 0 ? (int64_t)st.st_mtime : 0;
+        patina_sha256(s->sha, s->data, s->size);
+        if (s->have_old && memcmp(s->sha, s->old_sha, 32) == 0) {
+            s->state = SLOT_SKIP;
+            free(s->data);
+            s->data = NULL;
+            return;
+        }
     }
     r = patina_image_probe(&s->info, s->data, s->size, s->path);
+    if (r == PATINA_OK) r = patina_limits_check(&j->dopts->limits, &s->info, s->path);
     if (r != PATINA_OK) {
         slot_fail(s, r);
         return;
@@ -217,7 +363,7 @@ static void decode_one(void *arg, size_t i, int worker)
     patina_status r;
     (void)worker;
     if (s->state != SLOT_READ || s->gpu) return;
-    r = patina_image_decode(&s->img, s->data, s->size, j->limits, s->path);
+    r = patina_image_decode_with(&s->img, &s->report, s->data, s->size, j->dopts, s->path);
     free(s->data);
     s->data = NULL;
     if (r != PATINA_OK) {
@@ -247,10 +393,10 @@ typedef struct producer {
     patina_pool_t *pool;
     patina_collection_t *c;
     const patina_extractor_t *ex;
-    const patina_limits_t *limits;
+    patina_decode_opts_t dopts;   /* the context's limits; strict */
     const char *const *files;
     size_t n, capacity, desc_bytes;
-    uint64_t pixel_budget;
+    uint64_t budget;          /* bytes one window may hold (encoded + decoded) */
     unsigned char *probe;     /* desc_bytes scratch for the "already stored" check */
     double share;             /* nvJPEG's share of the JPEGs (adapted unless fixed) */
     int share_fixed;
@@ -365,16 +511,51 @@ static void decode_split(producer_t *p, window_t *w, job_t *job)
     free(g.st);
 }
 
+/* The first files of paths[0 .. n) whose sizes on disk fit in `budget`
+ * bytes, at least one: bounds what stage 1 reads. */
+static size_t cut_by_file_size(const char *const *paths, size_t n, uint64_t budget)
+{
+    uint64_t used = 0;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        struct stat st;
+        uint64_t b = stat(paths[i], &st) == 0 && S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+        if (i > 0 && used + b > budget) break;
+        used += b;
+    }
+    return i;
+}
+
+/* After stage 1: the prefix of slots[0 .. take) whose read images (encoded
+ * bytes + decoded RGB bytes) fit in `budget`, at least one read image; the
+ * slots past the cut are cleared (their files are read again later). */
+static size_t cut_by_memory(slot_t *slots, size_t take, uint64_t budget)
+{
+    uint64_t used = 0;
+    size_t i, kept = 0, j;
+    for (i = 0; i < take; i++) {
+        slot_t *s = &slots[i];
+        if (s->state == SLOT_READ) {
+            uint64_t b = (uint64_t)s->size + 3 * (uint64_t)s->info.width * (uint64_t)s->info.height;
+            if (kept > 0 && used + b > budget) break;
+            used += b;
+            kept++;
+        }
+    }
+    for (j = i; j < take; j++) slot_clear(&slots[j]);
+    return i;
+}
+
 /* Stages 1-3 for the files from `first`: read + hash + probe, skip what is
- * stored, cut at the pixel budget, decode. Sets w->take (>= 1 when first < n). */
+ * stored, cut at the memory budget, decode. Sets w->take (>= 1 when first < n). */
 static void produce(producer_t *p, window_t *w, size_t first)
 {
     size_t take = p->n - first < p->capacity ? p->n - first : p->capacity;
-    size_t i, used = 0;
-    uint64_t pixels = 0;
-    job_t job = {w->slots, p->limits};
+    size_t i;
+    job_t job = {w->slots, &p->dopts, 1};
     double t0 = patina_now(), t1;
     w->first = first;
+    take = cut_by_file_size(p->files + first, take, p->budget);
     for (i = 0; i < take; i++) {
         patina_record_t rec;
         slot_t *s = &w->slots[i];
@@ -392,19 +573,7 @@ static void produce(producer_t *p, window_t *w, size_t first)
     }
     patina_clear_error();
     patina_pool_run(p->pool, take, read_one, &job);
-    /* Cut at the pixel budget (always keep at least one image); files past
-     * the cut are read again by the next window. */
-    for (i = 0; i < take; i++) {
-        slot_t *s = &w->slots[i];
-        if (s->state == SLOT_READ) {
-            uint64_t px = (uint64_t)s->info.width * (uint64_t)s->info.height;
-            if (used > 0 && pixels + px > p->pixel_budget) break;
-            pixels += px;
-            used++;
-        }
-    }
-    for (size_t j = i; j < take; j++) slot_clear(&w->slots[j]);
-    w->take = i;
+    w->take = cut_by_memory(w->slots, take, p->budget);
     t1 = patina_now();
     p->t_read += t1 - t0;
     if (w->jdec) decode_split(p, w, &job);
@@ -425,12 +594,42 @@ static void *produce_main(void *v)
     return NULL;
 }
 
+void patina_index_opts_init(patina_index_opts_t *opts)
+{
+    if (!opts) return;
+    memset(opts, 0, sizeof *opts);
+    opts->device = PATINA_DEVICE_AUTO;
+    opts->batch = 256;
+    opts->batch_memory = PATINA_DEFAULT_BATCH_MEMORY;
+    opts->jpeg_decoder = PATINA_JPEG_LIBJPEG;
+}
+
+/* The message of image `img` that patina_extract_batch reported failed with
+ * `st`. The batch ran on worker threads, whose messages this thread cannot
+ * see; a batch of one runs on the calling thread, so extracting the image
+ * again alone on the CPU gives the reason (a missing mask file, ...). */
+static void extract_error(char *buf, size_t size, patina_context_t *ctx, const patina_extractor_t *ex,
+                          const patina_image_t *img, const char *path, patina_status st)
+{
+    unsigned char *tmp = malloc(patina_extractor_bytes(ex) + 1);
+    patina_status one = PATINA_OK;
+    patina_clear_error();
+    if (tmp && patina_extract_batch(ctx, ex, PATINA_DEVICE_CPU, tmp, img, 1, &one) == PATINA_OK &&
+        one != PATINA_OK && *patina_last_error())
+        snprintf(buf, size, "extract: %s failed for '%s': %s", patina_extractor_family(ex), path,
+                 patina_last_error());
+    else
+        snprintf(buf, size, "extract: %s failed for '%s' (%s)", patina_extractor_family(ex), path,
+                 patina_status_str(st));
+    free(tmp);
+}
+
 patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
                                  const patina_extractor_t *ex, const char *const *files,
                                  size_t n, const patina_index_opts_t *opts_in,
                                  patina_index_stats_t *stats)
 {
-    patina_index_opts_t opts = {0};
+    patina_index_opts_t opts;
     const size_t desc_bytes = patina_extractor_bytes(ex);
     size_t window, i;
     window_t win[2] = {{0}};
@@ -447,7 +646,9 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     int cur = 0, overlap;
 
     if (opts_in) opts = *opts_in;
+    else patina_index_opts_init(&opts);
     if (!opts.batch) opts.batch = 256;
+    if (!opts.batch_memory) opts.batch_memory = PATINA_DEFAULT_BATCH_MEMORY;
     if (opts.batch > 65536) return patina__fail(PATINA_E_LIMIT, "index: batch %zu is larger than 65536", opts.batch);
     window = opts.batch;
     memset(stats, 0, sizeof *stats);
@@ -462,13 +663,14 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     prod.pool = patina__context_workers_acquire(ctx); /* this run's turn; released at the end */
     prod.c = c;
     prod.ex = ex;
-    prod.limits = patina_context_limits(ctx);
+    prod.dopts.limits = *patina_context_limits(ctx);
+    prod.dopts.strict = opts.strict != 0;
     prod.files = files;
     prod.n = n;
     prod.capacity = window;
     prod.desc_bytes = desc_bytes;
-    prod.pixel_budget = opts.max_batch_pixels ? opts.max_batch_pixels
-                                              : 256ull << 20; /* ~768 MB of RGB */
+    /* With overlap two windows are in flight: each gets half the memory. */
+    prod.budget = overlap ? opts.batch_memory / 2 : opts.batch_memory;
     prod.probe = malloc(desc_bytes ? desc_bytes : 1);
     prod.share_fixed = opts.nvjpeg_share >= 0;
     prod.share = opts.nvjpeg_share > 0 ? (opts.nvjpeg_share < 1 ? opts.nvjpeg_share : 1)
@@ -539,8 +741,7 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
                 if (st[i] != PATINA_OK) {
                     s->state = SLOT_FAILED;
                     s->status = st[i];
-                    snprintf(s->error, sizeof s->error, "extract: %s failed for '%s'",
-                             patina_extractor_family(ex), s->path);
+                    extract_error(s->error, sizeof s->error, ctx, ex, &s->img, s->path, st[i]);
                     continue;
                 }
                 items[ni].key = s->path;
@@ -556,12 +757,16 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
             if (result == PATINA_OK) stats->indexed += ni;
         }
         stats->t_store += patina_now() - t_stage;
+        /* Reports in file order, from this thread. */
         if (result == PATINA_OK)
             for (i = 0; i < w->take; i++) {
                 slot_t *s = &w->slots[i];
+                stats->warned += s->report.warnings > 0;
                 if (s->state == SLOT_FAILED) {
                     stats->failed++;
                     if (opts.on_error) opts.on_error(opts.user, s->path, s->status, s->error);
+                } else if (s->report.warnings && opts.on_warning) {
+                    opts.on_warning(opts.user, s->path, PATINA_OK, s->report.warning);
                 }
             }
         for (i = 0; i < window; i++) slot_clear(&w->slots[i]);
@@ -599,4 +804,65 @@ done:
     free(map);
     free(descs);
     return result;
+}
+
+/* ------------------------------------------------------- parallel loading */
+
+void patina_load_opts_init(patina_load_opts_t *opts)
+{
+    if (!opts) return;
+    memset(opts, 0, sizeof *opts);
+    opts->batch_memory = PATINA_DEFAULT_BATCH_MEMORY;
+}
+
+patina_status patina_load_files(patina_context_t *ctx, patina_image_t *images,
+                                patina_load_result_t *results, size_t *taken,
+                                const char *const *paths, size_t n, const patina_load_opts_t *opts)
+{
+    patina_load_opts_t o;
+    patina_decode_opts_t dopts;
+    slot_t *slots;
+    job_t job;
+    size_t take, i;
+    patina_pool_t *pool;
+    if (taken) *taken = 0;
+    if (!ctx || !taken || (n && (!images || !results || !paths)))
+        return patina__fail(PATINA_E_INVALID, "load: NULL argument");
+    if (n == 0) return PATINA_OK;
+    if (opts) o = *opts;
+    else patina_load_opts_init(&o);
+    if (!o.batch_memory) o.batch_memory = PATINA_DEFAULT_BATCH_MEMORY;
+    dopts.limits = *patina_context_limits(ctx);
+    dopts.strict = o.strict != 0;
+    take = cut_by_file_size(paths, n, o.batch_memory);
+    slots = calloc(take, sizeof *slots);
+    if (!slots) return patina__fail(PATINA_E_NOMEM, "load: out of memory for %zu files", take);
+    for (i = 0; i < take; i++) slots[i].path = paths[i];
+    job.slots = slots;
+    job.dopts = &dopts;
+    job.hash = 0;
+    pool = patina__context_workers_acquire(ctx);
+    patina_pool_run(pool, take, read_one, &job);
+    take = cut_by_memory(slots, take, o.batch_memory);
+    patina_pool_run(pool, take, decode_one, &job);
+    patina__context_workers_release(ctx);
+    for (i = 0; i < take; i++) {
+        slot_t *s = &slots[i];
+        patina_load_result_t *r = &results[i];
+        memset(&images[i], 0, sizeof images[i]);
+        r->report = s->report;
+        if (s->state == SLOT_DECODED) {
+            r->status = PATINA_OK;
+            r->error[0] = '\0';
+            images[i] = s->img; /* moved out of the slot */
+            memset(&s->img, 0, sizeof s->img);
+        } else {
+            r->status = s->status != PATINA_OK ? s->status : PATINA_E_INTERNAL;
+            snprintf(r->error, sizeof r->error, "%s", s->error);
+        }
+        slot_clear(s);
+    }
+    free(slots);
+    *taken = take;
+    return PATINA_OK;
 }

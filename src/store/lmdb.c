@@ -1947,7 +1947,7 @@ patina_status patina_snapshot_load(patina_snapshot_t *snap, const char *spec, ui
                                    uint8_t **descs, size_t *n, size_t *desc_bytes)
 {
     patina_collection_t *c;
-    MDB_dbi dbi;
+    MDB_dbi dbi = 0;
     size_t bytes = 0;
     patina_status s;
     int found;

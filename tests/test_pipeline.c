@@ -1,0 +1,490 @@
+/* Tests of the indexing pipeline (src/pipeline) at the library level, no
+ * CLI: path expansion (symbolic link loops, links to files in the tree,
+ * hard links, unreadable folders, broken links, depth), patina_index_files
+ * on synthetic images with a truncated, an unreadable and a damaged file
+ * (counts, one report per problem naming the file, stored descriptors equal
+ * to patina_extract_batch of the same images, resume, strict decoding,
+ * batch memory), and patina_load_files.
+ *
+ * Unreadable files need permission checks, which root bypasses: setup drops
+ * the capabilities that do that (tu_drop_privileges); where it cannot, the
+ * program exits 77 (skipped) saying why. */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <turbojpeg.h>
+
+#include "testutil.h"
+
+static char *tmp;
+static patina_context_t *ctx;
+static patina_extractor_t *ex;
+
+static const char *tp(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *tp(const char *fmt, ...)
+{
+    static char bufs[32][4096];
+    static int next;
+    char *b = bufs[next++ % 32];
+    int n = snprintf(b, sizeof bufs[0], "%s/", tmp);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b + n, sizeof bufs[0] - (size_t)n, fmt, ap);
+    va_end(ap);
+    return b;
+}
+
+static unsigned char *make_jpeg(unsigned long *size, int w, int h, uint64_t seed)
+{
+    tu_rng_t r;
+    patina_image_t img;
+    tjhandle c = tjInitCompress();
+    unsigned char *buf = NULL;
+    tu_rng_seed(&r, seed);
+    tu_random_image(&img, w, h, (int)(seed % 3), &r);
+    if (!c || tjCompress2(c, img.data, w, (int)img.stride, h, TJPF_RGB, &buf, size, TJSAMP_420, 85, 0) != 0)
+        fail_msg("tjCompress2: %s", tjGetErrorStr2(c));
+    tjDestroy(c);
+    patina_image_release(&img);
+    return buf;
+}
+
+static void write_jpeg(const char *path, int w, int h, uint64_t seed)
+{
+    unsigned long size;
+    unsigned char *j = make_jpeg(&size, w, h, seed);
+    assert_int_equal(tu_write_file(path, j, size), 0);
+    tjFree(j);
+}
+
+/* A JPEG with 4 garbage bytes before its SOS marker: decodable, with
+ * libjpeg's warning "Corrupt JPEG data: 4 extraneous bytes ...". */
+static void write_warning_jpeg(const char *path, uint64_t seed)
+{
+    unsigned long size;
+    unsigned char *j = make_jpeg(&size, 70, 50, seed), *b = malloc(size + 4);
+    size_t i;
+    for (i = 2; i + 1 < size; i++)
+        if (j[i] == 0xFF && j[i + 1] == 0xDA) break;
+    memcpy(b, j, i);
+    memcpy(b + i, "\x12\x34\x56\x78", 4);
+    memcpy(b + i + 4, j + i, size - i);
+    assert_int_equal(tu_write_file(path, b, size + 4), 0);
+    free(b);
+    tjFree(j);
+}
+
+/* What the callbacks saw. */
+typedef struct report {
+    size_t n;
+    char path[16][4096];
+    patina_status status[16];
+    char msg[16][1024];
+} report_t;
+
+static void on_report(void *user, const char *path, patina_status s, const char *msg)
+{
+    report_t *r = user;
+    if (r->n < 16) {
+        snprintf(r->path[r->n], sizeof r->path[0], "%s", path);
+        r->status[r->n] = s;
+        snprintf(r->msg[r->n], sizeof r->msg[0], "%s", msg ? msg : "");
+    }
+    r->n++;
+}
+
+typedef struct reports {
+    report_t errors, warnings;
+} reports_t;
+
+static void on_error(void *user, const char *path, patina_status s, const char *msg)
+{
+    on_report(&((reports_t *)user)->errors, path, s, msg);
+}
+
+static void on_warning(void *user, const char *path, patina_status s, const char *msg)
+{
+    on_report(&((reports_t *)user)->warnings, path, s, msg);
+}
+
+/* The report for `path`: exactly one, and its message names the file. */
+static const char *reported_once(const report_t *r, const char *path)
+{
+    size_t i, found = 0, at = 0;
+    for (i = 0; i < r->n && i < 16; i++)
+        if (!strcmp(r->path[i], path)) found++, at = i;
+    if (found != 1) fail_msg("%zu reports for %s (want 1)", found, path);
+    if (!strstr(r->msg[at], path)) fail_msg("the report '%s' does not name %s", r->msg[at], path);
+    return r->msg[at];
+}
+
+static int setup(void **state)
+{
+    patina_context_opts_t copts = {0};
+    (void)state;
+    if (tu_drop_privileges() != 0) {
+        printf("SKIPPED: test_pipeline needs file permission checks (a file with mode 000 must be "
+               "unreadable), and this process cannot drop the capabilities that bypass them\n");
+        fflush(stdout);
+        exit(77);
+    }
+    tmp = tu_tempdir("pipeline");
+    copts.threads = 3;
+    if (!tmp || patina_context_new(&ctx, &copts) != PATINA_OK || patina_extractor_new(&ex, "cedd") != PATINA_OK)
+        return -1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    char cmd[4200];
+    (void)state;
+    snprintf(cmd, sizeof cmd, "chmod -R u+rwx '%s' 2>/dev/null", tmp);
+    if (system(cmd) != 0) { /* best effort */ }
+    tu_remove_tree(tmp);
+    free(tmp);
+    patina_extractor_free(ex);
+    patina_context_free(ctx);
+    return 0;
+}
+
+static void free_files(char **files, size_t n)
+{
+    for (size_t i = 0; i < n; i++) free(files[i]);
+    free(files);
+}
+
+/* ------------------------------------------------------------ expand_paths */
+
+static void test_walk_links(void **state)
+{
+    const char *paths[3];
+    char **files;
+    size_t n, skipped;
+    reports_t r = {0};
+    (void)state;
+    mkdir(tp("loops"), 0755);
+    mkdir(tp("loops/sub"), 0755);
+    write_jpeg(tp("loops/a.jpg"), 20, 20, 1);
+    write_jpeg(tp("loops/sub/b.jpg"), 20, 20, 2);
+    assert_int_equal(symlink(".", tp("loops/b")), 0);
+    assert_int_equal(symlink("..", tp("loops/sub/up")), 0);
+    assert_int_equal(symlink("../a.jpg", tp("loops/sub/link.jpg")), 0);
+    assert_int_equal(symlink("sub/b.jpg", tp("loops/0first.jpg")), 0);
+    assert_int_equal(link(tp("loops/a.jpg"), tp("loops/sub/hard.jpg")), 0);
+    paths[0] = tp("loops");
+    paths[1] = tp("loops/sub");
+    paths[2] = tp("loops/a.jpg");
+    TU_OK(patina_expand_paths(&files, &n, paths, 3, &skipped, on_error, &r));
+    assert_int_equal(skipped, 0);
+    assert_int_equal(r.errors.n, 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(files[0], tp("loops/0first.jpg")); /* b.jpg's inode, first reached here */
+    assert_string_equal(files[1], tp("loops/a.jpg"));
+    free_files(files, n);
+    /* a trailing slash: the same files, spelled with it */
+    paths[0] = tp("loops/");
+    TU_OK(patina_expand_paths(&files, &n, paths, 1, NULL, NULL, NULL));
+    assert_int_equal(n, 2);
+    assert_string_equal(files[1], tp("loops/a.jpg"));
+    free_files(files, n);
+}
+
+static void test_walk_problems(void **state)
+{
+    const char *paths[2];
+    char **files, deep[4096];
+    size_t n, skipped, i;
+    reports_t r = {0};
+    const char *m;
+    (void)state;
+    mkdir(tp("walk"), 0755);
+    mkdir(tp("walk/m_locked"), 0755);
+    write_jpeg(tp("walk/a.jpg"), 20, 20, 3);
+    write_jpeg(tp("walk/m_locked/x.jpg"), 20, 20, 4);
+    write_jpeg(tp("walk/z.jpg"), 20, 20, 5);
+    assert_int_equal(symlink("nowhere.jpg", tp("walk/broken.jpg")), 0);
+    assert_int_equal(chmod(tp("walk/m_locked"), 0), 0);
+    /* 258 nested folders: the walk stops going down at 256 (reported) */
+    snprintf(deep, sizeof deep, "%s/walk/n", tmp);
+    for (i = 0; i < 258; i++) {
+        mkdir(deep, 0755);
+        if (i == 100) write_jpeg(tp("walk/%s/deep.jpg", deep + strlen(tmp) + 6), 20, 20, 6);
+        strcat(deep, "/n");
+    }
+    paths[0] = tp("walk");
+    paths[1] = tp("no-such-path");
+    TU_OK(patina_expand_paths(&files, &n, paths, 2, &skipped, on_error, &r));
+    chmod(tp("walk/m_locked"), 0755);
+    assert_int_equal(skipped, 4);
+    assert_int_equal(r.errors.n, 4);
+    m = reported_once(&r.errors, tp("walk/m_locked"));
+    assert_non_null(strstr(m, "cannot open directory"));
+    assert_non_null(strstr(m, "Permission denied"));
+    m = reported_once(&r.errors, tp("walk/broken.jpg"));
+    assert_non_null(strstr(m, "broken symbolic link"));
+    m = reported_once(&r.errors, tp("no-such-path"));
+    assert_non_null(strstr(m, "No such file or directory"));
+    for (i = 0; i < 4; i++)
+        if (strstr(r.errors.msg[i], "nested deeper than 256")) break;
+    assert_true(i < 4);
+    assert_int_equal(r.errors.status[i], PATINA_E_LIMIT);
+    /* the walk went on after each: a.jpg, the deep file, z.jpg */
+    assert_int_equal(n, 3);
+    assert_string_equal(files[0], tp("walk/a.jpg"));
+    assert_non_null(strstr(files[1], "/deep.jpg"));
+    assert_string_equal(files[2], tp("walk/z.jpg"));
+    free_files(files, n);
+}
+
+/* ------------------------------------------------------------- index_files */
+
+/* imgs/: 7 good images (6 JPEG, 1 PPM), a truncated JPEG, an unreadable
+ * JPEG, a JPEG decoded with a warning. Returns the good files' paths. */
+#define NGOOD 7
+static void make_folder(char good[NGOOD][4096])
+{
+    static const int dims[6][2] = {{64, 48}, {33, 17}, {120, 90}, {8, 8}, {200, 31}, {47, 101}};
+    unsigned long size;
+    unsigned char *j;
+    mkdir(tp("imgs"), 0755);
+    for (int i = 0; i < 6; i++) {
+        snprintf(good[i], 4096, "%s/imgs/g%d.jpg", tmp, i);
+        write_jpeg(good[i], dims[i][0], dims[i][1], 10 + (uint64_t)i);
+    }
+    {   /* a 5x3 PPM */
+        char ppm[11 + 45];
+        memcpy(ppm, "P6\n5 3\n255\n", 11);
+        for (int k = 0; k < 45; k++) ppm[11 + k] = (char)(k * 37);
+        snprintf(good[6], 4096, "%s/imgs/g6.ppm", tmp);
+        assert_int_equal(tu_write_file(good[6], ppm, sizeof ppm), 0);
+    }
+    j = make_jpeg(&size, 90, 60, 30);
+    assert_int_equal(tu_write_file(tp("imgs/trunc.jpg"), j, size * 2 / 3), 0);
+    tjFree(j);
+    write_jpeg(tp("imgs/locked.jpg"), 30, 30, 31);
+    assert_int_equal(chmod(tp("imgs/locked.jpg"), 0), 0);
+    write_warning_jpeg(tp("imgs/warn.jpg"), 32);
+}
+
+/* The stored descriptors of `keys` equal patina_extract_batch of the same
+ * files decoded on their own, byte for byte. */
+static void expect_descriptors(patina_collection_t *c, char keys[][4096], size_t n)
+{
+    size_t bytes = patina_extractor_bytes(ex), i;
+    patina_image_t *imgs = calloc(n, sizeof *imgs);
+    uint8_t *want = malloc(n * bytes), *got = malloc(bytes);
+    patina_status *st = calloc(n, sizeof *st);
+    for (i = 0; i < n; i++) {
+        patina_decode_report_t rep;
+        TU_OK(patina_image_load_with(&imgs[i], &rep, keys[i], NULL));
+    }
+    TU_OK(patina_extract_batch(ctx, ex, PATINA_DEVICE_CPU, want, imgs, n, st));
+    for (i = 0; i < n; i++) {
+        patina_record_t rec;
+        TU_OK(st[i]);
+        TU_OK(patina_collection_get_by_key(c, keys[i], &rec));
+        assert_int_equal(rec.width, imgs[i].width);
+        assert_int_equal(rec.height, imgs[i].height);
+        TU_OK(patina_collection_get_descriptor(c, patina_extractor_spec(ex), rec.id, got, bytes));
+        if (memcmp(got, want + i * bytes, bytes) != 0) fail_msg("stored descriptor of %s differs", keys[i]);
+        patina_record_release(&rec);
+        patina_image_release(&imgs[i]);
+    }
+    free(imgs);
+    free(want);
+    free(got);
+    free(st);
+}
+
+static void test_index_files(void **state)
+{
+    char good[NGOOD + 1][4096], **files;
+    const char *dir;
+    size_t n, skipped;
+    patina_collection_t *c;
+    patina_index_opts_t o;
+    patina_index_stats_t s;
+    reports_t r;
+    const char *m;
+    (void)state;
+    make_folder(good);
+    dir = tp("imgs");
+    TU_OK(patina_expand_paths(&files, &n, &dir, 1, &skipped, NULL, NULL));
+    assert_int_equal(n, 10);
+    assert_int_equal(skipped, 0);
+
+    patina_index_opts_init(&o);
+    assert_int_equal(o.batch, 256);
+    assert_true(o.batch_memory == PATINA_DEFAULT_BATCH_MEMORY);
+    assert_int_equal(o.strict, 0);
+    o.device = PATINA_DEVICE_CPU;
+    o.batch = 4; /* three windows */
+    o.on_error = on_error;
+    o.on_warning = on_warning;
+    memset(&r, 0, sizeof r);
+    o.user = &r;
+    TU_OK(patina_collection_open(&c, tp("run1.patina"), PATINA_OPEN_CREATE, 0));
+    TU_OK(patina_index_files(ctx, c, ex, (const char *const *)files, n, &o, &s));
+    assert_int_equal(s.files, 10);
+    assert_int_equal(s.indexed, 8);
+    assert_int_equal(s.failed, 2);
+    assert_int_equal(s.skipped, 0);
+    assert_int_equal(s.warned, 1);
+    assert_int_equal(r.errors.n, 2);
+    m = reported_once(&r.errors, tp("imgs/trunc.jpg"));
+    assert_non_null(strstr(m, "truncated JPEG data"));
+    assert_int_equal(r.errors.status[strcmp(r.errors.path[0], tp("imgs/trunc.jpg")) ? 1 : 0], PATINA_E_CORRUPT);
+    m = reported_once(&r.errors, tp("imgs/locked.jpg"));
+    assert_non_null(strstr(m, "Permission denied"));
+    assert_int_equal(r.warnings.n, 1);
+    m = reported_once(&r.warnings, tp("imgs/warn.jpg"));
+    assert_non_null(strstr(m, "4 extraneous bytes"));
+    snprintf(good[NGOOD], 4096, "%s", tp("imgs/warn.jpg"));
+    expect_descriptors(c, good, NGOOD + 1);
+
+    /* Again: everything stored is skipped (resume); the bad files fail again. */
+    memset(&r, 0, sizeof r);
+    TU_OK(patina_index_files(ctx, c, ex, (const char *const *)files, n, &o, &s));
+    assert_int_equal(s.indexed, 0);
+    assert_int_equal(s.skipped, 8);
+    assert_int_equal(s.failed, 2);
+    assert_int_equal(s.warned, 0);
+    assert_int_equal(r.errors.n, 2);
+    assert_int_equal(r.warnings.n, 0);
+    patina_collection_close(c);
+
+    /* Strict: the damaged file fails too, reported once as an error. */
+    memset(&r, 0, sizeof r);
+    o.strict = 1;
+    TU_OK(patina_collection_open(&c, tp("strict.patina"), PATINA_OPEN_CREATE, 0));
+    TU_OK(patina_index_files(ctx, c, ex, (const char *const *)files, n, &o, &s));
+    assert_int_equal(s.indexed, 7);
+    assert_int_equal(s.failed, 3);
+    assert_int_equal(s.warned, 1);
+    assert_int_equal(r.errors.n, 3);
+    assert_int_equal(r.warnings.n, 0);
+    m = reported_once(&r.errors, tp("imgs/warn.jpg"));
+    assert_non_null(strstr(m, "strict decoding rejects it"));
+    expect_descriptors(c, good, NGOOD);
+    patina_collection_close(c);
+
+    /* A 1-byte batch memory: batches of one image, the same records. */
+    memset(&r, 0, sizeof r);
+    o.strict = 0;
+    o.batch = 256;
+    o.batch_memory = 1;
+    TU_OK(patina_collection_open(&c, tp("tiny.patina"), PATINA_OPEN_CREATE, 0));
+    TU_OK(patina_index_files(ctx, c, ex, (const char *const *)files, n, &o, &s));
+    assert_int_equal(s.indexed, 8);
+    assert_int_equal(s.failed, 2);
+    assert_int_equal(r.errors.n, 2);
+    expect_descriptors(c, good, NGOOD + 1);
+    patina_collection_close(c);
+
+    /* NULL options: the defaults (AUTO device, no callbacks). */
+    TU_OK(patina_collection_open(&c, tp("defaults.patina"), PATINA_OPEN_CREATE, 0));
+    TU_OK(patina_index_files(ctx, c, ex, (const char *const *)files, n, NULL, &s));
+    assert_int_equal(s.indexed, 8);
+    assert_int_equal(s.failed, 2);
+    patina_collection_close(c);
+    free_files(files, n);
+}
+
+/* --------------------------------------------------------------- load_files */
+
+static void test_load_files(void **state)
+{
+    enum { N = 6 };
+    const char *paths[N];
+    patina_image_t imgs[N];
+    patina_load_result_t *res = calloc(N, sizeof *res);
+    patina_load_opts_t o;
+    size_t taken, i;
+    (void)state;
+    mkdir(tp("load"), 0755);
+    for (i = 0; i < 4; i++) write_jpeg(tp("load/%zu.jpg", i), 30 + (int)i * 10, 20 + (int)i * 5, 40 + i);
+    write_warning_jpeg(tp("load/w.jpg"), 45);
+    paths[0] = tp("load/0.jpg");
+    paths[1] = tp("load/w.jpg");
+    paths[2] = tp("load/1.jpg");
+    paths[3] = tp("load/missing.jpg");
+    paths[4] = tp("load/2.jpg");
+    paths[5] = tp("load/3.jpg");
+    patina_load_opts_init(&o);
+    assert_true(o.batch_memory == PATINA_DEFAULT_BATCH_MEMORY);
+    TU_OK(patina_load_files(ctx, imgs, res, &taken, paths, N, &o));
+    assert_int_equal(taken, N);
+    for (i = 0; i < N; i++) {
+        if (i == 3) {
+            assert_int_equal(res[i].status, PATINA_E_NOTFOUND);
+            assert_non_null(strstr(res[i].error, paths[3]));
+            assert_null(imgs[i].data);
+            continue;
+        }
+        TU_OK(res[i].status);
+        assert_int_equal(res[i].report.warnings, i == 1);
+        {   /* the same pixels as a load on its own */
+            patina_image_t one;
+            TU_OK(patina_image_load(&one, paths[i], NULL));
+            assert_int_equal(one.width, imgs[i].width);
+            assert_int_equal(one.height, imgs[i].height);
+            assert_memory_equal(one.data, imgs[i].data, (size_t)one.height * one.stride);
+            patina_image_release(&one);
+        }
+        patina_image_release(&imgs[i]);
+    }
+    assert_non_null(strstr(res[1].report.warning, paths[1]));
+    /* strict: the damaged one fails */
+    o.strict = 1;
+    TU_OK(patina_load_files(ctx, imgs, res, &taken, paths, 2, &o));
+    assert_int_equal(taken, 2);
+    TU_OK(res[0].status);
+    assert_int_equal(res[1].status, PATINA_E_CORRUPT);
+    assert_non_null(strstr(res[1].error, "strict decoding rejects it"));
+    patina_image_release(&imgs[0]);
+    /* memory: a 1-byte budget takes one file; a budget of exactly the first
+     * two (encoded + decoded bytes) takes two */
+    o.strict = 0;
+    o.batch_memory = 1;
+    TU_OK(patina_load_files(ctx, imgs, res, &taken, paths, N, &o));
+    assert_int_equal(taken, 1);
+    patina_image_release(&imgs[0]);
+    {   /* encoded + decoded bytes of paths[0] and paths[1] */
+        patina_image_t a, b;
+        struct stat st0, st1;
+        TU_OK(patina_image_load(&a, paths[0], NULL));
+        TU_OK(patina_image_load(&b, paths[1], NULL));
+        stat(paths[0], &st0);
+        stat(paths[1], &st1);
+        o.batch_memory = (uint64_t)st0.st_size + (uint64_t)st1.st_size + 3ull * (uint64_t)a.width * a.height +
+                         3ull * (uint64_t)b.width * b.height;
+        patina_image_release(&a);
+        patina_image_release(&b);
+    }
+    TU_OK(patina_load_files(ctx, imgs, res, &taken, paths, N, &o));
+    assert_int_equal(taken, 2);
+    patina_image_release(&imgs[0]);
+    patina_image_release(&imgs[1]);
+    /* n = 0, and bad arguments */
+    TU_OK(patina_load_files(ctx, imgs, res, &taken, paths, 0, NULL));
+    assert_int_equal(taken, 0);
+    assert_int_equal(patina_load_files(NULL, imgs, res, &taken, paths, 1, NULL), PATINA_E_INVALID);
+    free(res);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_walk_links),
+        cmocka_unit_test(test_walk_problems),
+        cmocka_unit_test(test_index_files),
+        cmocka_unit_test(test_load_files),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
