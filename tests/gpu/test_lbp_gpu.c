@@ -190,6 +190,18 @@ static void test_3x3_whole(void **state)
         }
     }
     TU_OK(patina_gpu__lbp_set_caps(G, 0, 0, 0));
+    {
+        /* the timed entry (launches queued behind k_busy) gives the same counts */
+        const patina_gpu_lbp_conf_t gc = gconf(&confs[0]);
+        uint8_t *g = batch(300, 200, 3, &r);
+        uint32_t a[3 * 256], b[3 * 256];
+        patina_gpu_lbp_timing_t tm = {2, 0, 0};
+        TU_OK(patina_gpu__lbp_grey(G, &gc, g, 300, 200, 3, NULL, a, NULL));
+        TU_OK(patina_gpu__lbp_grey(G, &gc, g, 300, 200, 3, NULL, b, &tm));
+        assert_memory_equal(a, b, sizeof a);
+        assert_true(tm.ms_alone > 0 && tm.ms_stream > 0);
+        free(g);
+    }
 }
 
 /* 3x3 kinds, grids of cells: k_fast4's cell instances where every cell is at
@@ -219,8 +231,9 @@ static void test_3x3_grids(void **state)
 
 /* Circular LBP: P = 8, R = 1 runs on k_circ8 (every method and mapping,
  * grids whose histograms take one copy per lane, one per block or global
- * memory), the other configurations on k_circ (halo staged in shared
- * memory or read from global memory, var). Images 3, 7, ... of a batch have
+ * memory; var too), the other configurations on k_circ (halo staged in
+ * shared memory or read from global memory, var or codes). Images 3, 7, ...
+ * of a batch have
  * 8 grey levels (flat areas: samples equal to the centre, where the
  * interpolation's last bit decides). */
 static void test_circular(void **state)
@@ -238,6 +251,8 @@ static void test_circular(void **state)
         mkconf(LBP_KIND_CIRCULAR, 8, 1, LBP_M_DEFAULT, LBP_MAP_NONE, "4x4", 0),   /* one copy per block */
         mkconf(LBP_KIND_CIRCULAR, 8, 1, LBP_M_DEFAULT, LBP_MAP_NONE, "16x16", 0), /* global memory */
         mkconf(LBP_KIND_CIRCULAR, 8, 1, LBP_M_VAR, LBP_MAP_NONE, "2x2", 0),
+        mkconf(LBP_KIND_CIRCULAR, 8, 1, LBP_M_VAR, LBP_MAP_NONE, "16x16", 0),   /* var, one copy per block */
+        mkconf(LBP_KIND_CIRCULAR, 8, 1, LBP_M_VAR, LBP_MAP_NONE, "64x64", 0),   /* var, global memory */
         mkconf(LBP_KIND_CIRCULAR, 16, 2, LBP_M_NRI, LBP_MAP_NONE, "3x1", 0),
         mkconf(LBP_KIND_CIRCULAR, 16, 2, LBP_M_DEFAULT, LBP_MAP_NONE, "1x1", 0), /* 65536 bins: global */
         mkconf(LBP_KIND_CIRCULAR, 24, 3, LBP_M_UNIFORM, LBP_MAP_NONE, "1x1", 0),
@@ -247,6 +262,7 @@ static void test_circular(void **state)
         mkconf(LBP_KIND_CIRCULAR, 20, 2.2, LBP_M_ROR, LBP_MAP_RIU2, "1x1", 0),
         mkconf(LBP_KIND_CIRCULAR, 6, 9.5, LBP_M_VAR, LBP_MAP_NONE, "1x1", 0),    /* halo > 8: global reads */
         mkconf(LBP_KIND_CIRCULAR, 8, 7.0, LBP_M_DEFAULT, LBP_MAP_NONE, "1x1", 0), /* halo exactly 8 */
+        mkconf(LBP_KIND_CIRCULAR, 12, 8.5, LBP_M_UNIFORM, LBP_MAP_NONE, "2x1", 0), /* halo 10, codes */
     };
     tu_rng_t r;
     (void)state;
@@ -259,7 +275,7 @@ static void test_circular(void **state)
     if (QUICK) return;
     run_grey(&confs[1], 1024, 1024, 4, 1, &r, "circular 1024^2");
     run_grey(&confs[0], 1031, 1029, 4, 1, &r, "circular 1031x1029");
-    run_grey(&confs[12], 640, 480, 2, 1, &r, "circular P=24 640x480");
+    run_grey(&confs[14], 640, 480, 2, 1, &r, "circular P=24 640x480");
 }
 
 /* ----------------------------------------------------- the batched path */
