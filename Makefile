@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 WERROR ?= OFF
 CMAKE_FLAGS ?=
 
-.PHONY: all bootstrap build samples run test asan clean
+.PHONY: all bootstrap build samples run test asan tsan clean
 all: build
 
 bootstrap:
@@ -29,5 +29,10 @@ test: build samples
 asan:
 	$(MAKE) test BUILD=build-asan CMAKE_FLAGS="-DPATINA_SANITIZE=ON -DPATINA_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug"
 
+# The CPU suite under ThreadSanitizer (the thread pool, shared contexts,
+# concurrent searches and the store's readers and writers).
+tsan:
+	$(MAKE) test BUILD=build-tsan CMAKE_FLAGS="-DPATINA_SANITIZE=thread -DPATINA_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo"
+
 clean:
-	rm -rf $(BUILD) build-asan demo
+	rm -rf $(BUILD) build-asan build-tsan demo

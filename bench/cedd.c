@@ -1,5 +1,5 @@
 /* bench_cedd: CEDD extraction throughput, reproducing Table 3 of
- * ../shared/papers/cedd-gpu-realtime-indexing.txt (frames/s per image size
+ * Bampis et al. (docs/references.md) (frames/s per image size
  * and implementation) on this machine, with the paper's best Setup4 figure
  * (Quadro 4000 + i7) as the peer column and each GPU mode's fraction of the
  * hardware limit that bounds it, measured in the same run:
@@ -18,9 +18,9 @@
  * warm-up.
  *
  *   bench_cedd [--sizes 640x480,...] [--reps N] [--seconds S] [--quick]
- *   bench_cedd --e2e DIR [--device cpu|gpu|hybrid|nvjpeg|nvjpeg-auto] [--batch N]
- *       end to end: decode + extract + store of a folder of JPEGs through
- *       patina_index_files, into a fresh collection in a temporary directory.
+ *
+ * End to end (decode + extract + store through the indexing pipeline, with
+ * the GPU JPEG decoder too) is bench_pipeline's table.
  *
  * It never fails on timings; it exits non-zero only if a GPU result differs
  * from the C reference or a call fails. */
@@ -28,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <turbojpeg.h>
 #include <unistd.h>
 
 #include "core/internal.h"
@@ -318,150 +317,6 @@ static void bench_size(int w, int h, patina_context_t *ctx, patina_extractor_t *
     free(ref);
 }
 
-/* ------------------------------------------------------------- e2e mode */
-
-static void on_error(void *user, const char *path, patina_status s, const char *msg)
-{
-    (void)user;
-    fprintf(stderr, "  %s: %s: %s\n", path, patina_status_str(s), msg);
-}
-
-/* Writes n VGA JPEGs (quality 90, 4:2:0) into dir: 640x480 crops of the
- * photographs under src, at positions that differ per file, so the e2e run
- * has a realistic folder of distinct VGA frames. */
-static int make_jpegs(const char *dir, int n, const char *src)
-{
-    const char *const paths[1] = {src};
-    char **files = NULL, out[4096];
-    size_t nfiles = 0, missing = 0, k;
-    tjhandle tj = tjInitCompress();
-    int i, made = 0;
-    OK("expand", patina_expand_paths(&files, &nfiles, paths, 1, &missing, on_error, NULL));
-    if (!tj || nfiles == 0) die("make-jpegs: no source photographs or no TurboJPEG", PATINA_E_NOTFOUND);
-    /* Each source is decoded once a pass and cropped several times. */
-    i = 0;
-    for (size_t pass = 0, kk = 0; pass < 16 && made < n; kk++) {
-        patina_image_t img;
-        k = kk % nfiles;
-        if (k == nfiles - 1) pass++;
-        int per = (int)((size_t)n / nfiles) + 1, c;
-        if (patina_image_load(&img, files[k], NULL) != PATINA_OK) continue;
-        for (c = 0; c < per && made < n && img.width >= 640 && img.height >= 480; c++, i++) {
-            unsigned char *jpeg = NULL;
-            unsigned long size = 0;
-            int x = (int)(((unsigned)i * 7919u) % (unsigned)(img.width - 640 + 1));
-            int y = (int)(((unsigned)i * 104729u) % (unsigned)(img.height - 480 + 1));
-            FILE *f;
-            if (tjCompress2(tj, img.data + (size_t)y * img.stride + 3 * (size_t)x, 640,
-                            (int)img.stride, 480, TJPF_RGB, &jpeg, &size, TJSAMP_420, 90, 0) == 0) {
-                snprintf(out, sizeof out, "%s/vga_%06d.jpg", dir, i);
-                f = fopen(out, "wb");
-                if (f && fwrite(jpeg, 1, size, f) == size) made++;
-                if (f) fclose(f);
-            }
-            tjFree(jpeg);
-        }
-        patina_image_release(&img);
-    }
-    tjDestroy(tj);
-    for (k = 0; k < nfiles; k++) free(files[k]);
-    free(files);
-    printf("make-jpegs: wrote %d VGA JPEGs into %s\n", made, dir);
-    return made > 0 ? 0 : 1;
-}
-
-/* Modes of the e2e run: device, JPEG decoder, nvJPEG share (0 = adaptive). */
-static const struct e2e_mode {
-    const char *name, *device;
-    patina_jpeg_decoder decoder;
-    double share;
-} E2E_MODES[] = {
-    {"cpu", "cpu", PATINA_JPEG_LIBJPEG, 0},
-    {"gpu", "gpu", PATINA_JPEG_LIBJPEG, 0},
-    {"hybrid", "hybrid", PATINA_JPEG_LIBJPEG, 0},
-    {"nvjpeg", "gpu", PATINA_JPEG_NVJPEG, 0},           /* every JPEG nvJPEG supports (default) */
-    {"nvjpeg-auto", "gpu", PATINA_JPEG_NVJPEG, -1},     /* shared with the CPU decoders, adaptive */
-};
-
-static int e2e(const char *dir, const char *device, size_t batch)
-{
-    const char *const paths[1] = {dir};
-    char **files = NULL, why[256];
-    size_t nfiles = 0, missing = 0, d;
-    patina_context_t *ctx;
-    patina_extractor_t *ex;
-    OK("context", patina_context_new(&ctx, NULL));
-    OK("extractor", patina_extractor_new(&ex, "cedd"));
-    OK("expand", patina_expand_paths(&files, &nfiles, paths, 1, &missing, on_error, NULL));
-    printf("e2e: %zu files under %s, %d threads; nvJPEG: %s\n", nfiles, dir,
-           patina_context_threads(ctx), patina_jpeg_gpu_available(why, sizeof why) ? why : "no");
-    printf("%-12s %8s %9s %10s %10s %9s %7s %8s\n", "mode", "seconds", "files/s", "MB/s in",
-           "Mpix/s", "indexed", "failed", "nvjpeg");
-    for (d = 0; d < sizeof E2E_MODES / sizeof E2E_MODES[0]; d++) {
-        const struct e2e_mode *m = &E2E_MODES[d];
-        patina_index_opts_t o;
-        patina_index_stats_t st;
-        patina_collection_t *c;
-        char tmpl[4096], cmd[4200];
-        patina_device dev;
-        patina_status s;
-        if (device && strcmp(device, m->name) != 0) continue;
-        OK("device", patina_device_parse(&dev, m->device));
-        {   /* open the GPU before the clock starts */
-            patina_device got;
-            if (patina_context_resolve(ctx, ex, dev, &got) != PATINA_OK) {
-                printf("%-12s unavailable: %s\n", m->name, patina_last_error());
-                continue;
-            }
-        }
-        if (m->decoder == PATINA_JPEG_NVJPEG && !patina_jpeg_gpu_available(why, sizeof why)) {
-            printf("%-12s unavailable: %s\n", m->name, why);
-            continue;
-        }
-        if (m->decoder == PATINA_JPEG_NVJPEG) {  /* decoders too, before the clock */
-            double t0 = patina_now();
-            if (patina_jpeg_gpu_prepare(ctx) != PATINA_OK) {
-                printf("%-12s unavailable: %s\n", m->name, patina_last_error());
-                continue;
-            }
-            if (patina_now() - t0 > 0.01) printf("(nvJPEG decoders opened in %.2f s)\n", patina_now() - t0);
-        }
-        {   /* the collection goes under $TMPDIR (default /tmp): its disk sets the commit cost */
-            const char *t = getenv("TMPDIR");
-            snprintf(tmpl, sizeof tmpl, "%s/patina-e2e-XXXXXX", t && *t ? t : "/tmp");
-        }
-        if (!mkdtemp(tmpl)) die("mkdtemp", PATINA_E_IO);
-        OK("collection", patina_collection_open(&c, tmpl, PATINA_OPEN_CREATE, 0));
-        memset(&o, 0, sizeof o);
-        memset(&st, 0, sizeof st);
-        o.device = dev;
-        o.batch = batch;
-        o.on_error = on_error;
-        o.jpeg_decoder = m->decoder;
-        o.nvjpeg_share = m->share;
-        s = patina_index_files(ctx, c, ex, (const char *const *)files, nfiles, &o, &st);
-        patina_collection_close(c);
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpl);
-        if (system(cmd) != 0) { /* best effort */ }
-        if (s != PATINA_OK) {
-            printf("%-12s failed: %s: %s\n", m->name, patina_status_str(s), patina_last_error());
-            continue;
-        }
-        printf("%-12s %8.2f %9.1f %10.1f %10.1f %9llu %7llu %8llu   read %.2f decode %.2f "
-               "extract %.2f store %.2f wait %.2f s\n", m->name, st.seconds,
-               (double)st.indexed / st.seconds, (double)st.bytes / 1e6 / st.seconds,
-               (double)st.pixels / 1e6 / st.seconds, (unsigned long long)st.indexed,
-               (unsigned long long)st.failed, (unsigned long long)st.gpu_decoded, st.t_read,
-               st.t_decode, st.t_extract, st.t_store, st.t_wait);
-        fflush(stdout);
-    }
-    for (d = 0; d < nfiles; d++) free(files[d]);
-    free(files);
-    patina_extractor_free(ex);
-    patina_context_free(ctx);
-    return 0;
-}
-
 /* ----------------------------------------------------------------- main */
 
 int main(int argc, char **argv)
@@ -469,8 +324,6 @@ int main(int argc, char **argv)
     static const int table3[][2] = {{640, 480},   {800, 600},   {1024, 768}, {1280, 1024},
                                     {1600, 1200}, {2048, 1536}, {2048, 2048}};
     int sizes[32][2], nsizes = 0, i;
-    const char *e2e_dir = NULL, *device = NULL;
-    size_t batch = 0;
     patina_context_t *ctx;
     patina_extractor_t *ex;
     patina_gpu_t *gpu = NULL;
@@ -490,23 +343,12 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--quick")) {
             REPS = 3;
             SECONDS = 0.08;
-        } else if (!strcmp(argv[i], "--make-jpegs") && i + 3 < argc) {
-            return make_jpegs(argv[i + 1], atoi(argv[i + 2]), argv[i + 3]);
-        } else if (!strcmp(argv[i], "--e2e") && i + 1 < argc) {
-            e2e_dir = argv[++i];
-        } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
-            device = argv[++i];
-        } else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
-            batch = (size_t)atoi(argv[++i]);
         } else {
-            fprintf(stderr, "usage: bench_cedd [--sizes WxH,...] [--reps N] [--seconds S] [--quick]\n"
-                            "       bench_cedd --e2e DIR [--device cpu|gpu|hybrid|nvjpeg|nvjpeg-auto] [--batch N]\n"
-                            "       bench_cedd --make-jpegs DIR N SRC_DIR\n");
+            fprintf(stderr, "usage: bench_cedd [--sizes WxH,...] [--reps N] [--seconds S] [--quick]\n");
             return 2;
         }
     }
     if (REPS < 1) REPS = 1;
-    if (e2e_dir) return e2e(e2e_dir, device, batch);
     if (nsizes == 0)
         for (i = 0; i < 7; i++) {
             sizes[i][0] = table3[i][0];

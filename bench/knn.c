@@ -4,8 +4,8 @@
  *   bench_knn [--sizes N,N,...] [--queries Q,Q,...] [-k K] [--no-peers]
  *
  * Random CEDD descriptors (bins 0..7, 70% zero, like real ones). For each
- * index size and query batch: ms per batch on the CPU (patina_index_knn, all
- * threads) and on the GPU (patina_index_knn_gpu, table already on the
+ * index size and query batch: ms per batch on the CPU (patina_index_knn on device CPU, all
+ * threads) and on the GPU (patina_index_knn on device GPU, table already on the
  * device), the GPU's effective table bandwidth (bytes of the per-row table
  * read per query: 144 + 8 + 8 + 2) against the device-to-device copy
  * bandwidth measured now, and bench/knn_peers.py: PyTorch on the same GPU,
@@ -49,13 +49,22 @@ static int parse_list(const char *s, size_t *out, int max)
 
 /* Median ms of reps runs of fn. */
 typedef patina_status (*knn_fn)(const patina_index_t *, const uint8_t *, size_t, size_t, patina_hit_t *, size_t *);
+static patina_context_t *CTX; /* all CPU threads and GPU 0 */
+static patina_status on(patina_device d, const patina_index_t *ix, const uint8_t *q, size_t nq, size_t k,
+                        patina_hit_t *h, size_t *c)
+{
+    patina_search_opts_t o;
+    patina_search_opts_init(&o);
+    o.device = d;
+    return patina_index_knn(CTX, ix, q, nq, k, &o, h, c);
+}
 static patina_status cpu_knn(const patina_index_t *ix, const uint8_t *q, size_t nq, size_t k, patina_hit_t *h, size_t *c)
 {
-    return patina_index_knn(ix, q, nq, k, 0, h, c);
+    return on(PATINA_DEVICE_CPU, ix, q, nq, k, h, c);
 }
 static patina_status gpu_knn(const patina_index_t *ix, const uint8_t *q, size_t nq, size_t k, patina_hit_t *h, size_t *c)
 {
-    return patina_index_knn_gpu(ix, 0, q, nq, k, h, c);
+    return on(PATINA_DEVICE_GPU, ix, q, nq, k, h, c);
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -116,6 +125,7 @@ int main(int argc, char **argv)
         }
     }
     if (patina_extractor_new(&ex, "cedd") != PATINA_OK) return 2;
+    if (patina_context_new(&CTX, NULL) != PATINA_OK) return 2;
     if (patina_gpu_open(&g, 0, 0) == PATINA_OK) {
         patina_gpu__bandwidth(g, 1, (size_t)1 << 30, 5, &d2d);
         patina_gpu_close(g);
@@ -153,7 +163,7 @@ int main(int argc, char **argv)
                 if (peers) tp = peer_ms(n, nq, k);
             }
             if (tg > 0) {
-                double gbps = (double)n * (144 + 8 + 8 + 2) * (double)nq / (tg * 1e-3) / 1e9;
+                double gbps = (double)n * (144 + 8 + 8 + 4) * (double)nq / (tg * 1e-3) / 1e9;
                 printf("| %zu | %zu | %.3f | %.3f | %.1fx | %.0f | %.2f | ", n, nq, tc, tg, tc / tg, gbps, gbps / d2d);
                 if (tp > 0) printf("%.3f | %.2f |\n", tp, tp / tg);
                 else printf("- | - |\n");
@@ -172,6 +182,7 @@ int main(int argc, char **argv)
         free(ids);
     }
     patina_extractor_free(ex);
+    patina_context_free(CTX);
     if (bad) printf("GPU results differ from the CPU's in %d runs\n", bad);
     else printf("GPU results identical to the CPU's (ids and distance bits) in every run\n");
     return bad ? 1 : 0;

@@ -1,4 +1,4 @@
-/* CEDD unit tests: each step of ../shared/specs/cedd.md checked against the
+/* CEDD unit tests: each step of docs/cedd-spec.md checked against the
  * spec's own worked examples and definitions, degenerate shapes first.
  * (The comparison with LIRE itself is test_cedd_lire.c.) */
 #include "testutil.h"

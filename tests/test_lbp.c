@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "features/lbp.h"
+#include "search/distance.h"
 #include "testutil.h"
 
 static lbp_conf_t conf(int kind, const char *opts_text)
@@ -528,6 +529,13 @@ static void test_hist_finish(void **state)
 
 /* Each distance against its one-line definition, computed here from the
  * formula on doubles, on several vector pairs (u32 counts and f32). */
+/* The search's definition of the distance an lbp `distance` option names. */
+static double lbp_distance(int option, patina_elem e, const void *a, const void *b, size_t n)
+{
+    static const pdist_t ids[] = {PDIST_CHI2, PDIST_L1, PDIST_INTERSECTION, PDIST_HELLINGER};
+    return pdist_get(ids[option])->pair(e, a, b, n, NULL);
+}
+
 static double def_chi2(const double *a, const double *b, int n)
 {
     double d = 0;

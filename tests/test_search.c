@@ -9,11 +9,53 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "search/knn.h"
+
+/* The CPU search on a context of `threads` workers (0: no context, all
+ * CPUs; negative: the context refuses). */
+static patina_status with_ctx(patina_context_t **ctx, int threads)
+{
+    patina_context_opts_t co;
+    *ctx = NULL;
+    if (threads == 0) return PATINA_OK;
+    patina_context_opts_init(&co);
+    co.threads = threads;
+    return patina_context_new(ctx, &co);
+}
+
+static patina_status knn_cpu(const patina_index_t *idx, const void *q, size_t nq, size_t k, int threads,
+                             patina_hit_t *hits, size_t *counts)
+{
+    patina_context_t *ctx;
+    patina_search_opts_t o;
+    patina_status s;
+    patina_search_opts_init(&o);
+    o.device = PATINA_DEVICE_CPU;
+    if ((s = with_ctx(&ctx, threads)) != PATINA_OK) return s;
+    s = patina_index_knn(ctx, idx, q, nq, k, &o, hits, counts);
+    patina_context_free(ctx);
+    return s;
+}
+
+static patina_status range_cpu(const patina_index_t *idx, const void *q, size_t nq, double radius,
+                               size_t max_hits, int threads, patina_hit_t **hits, size_t *counts)
+{
+    patina_context_t *ctx;
+    patina_search_opts_t o;
+    patina_status s;
+    patina_search_opts_init(&o);
+    o.device = PATINA_DEVICE_CPU;
+    o.max_hits = max_hits;
+    if ((s = with_ctx(&ctx, threads)) != PATINA_OK) return s;
+    s = patina_index_range(ctx, idx, q, nq, radius, &o, hits, counts);
+    patina_context_free(ctx);
+    return s;
+}
 
 #define D PATINA_CEDD_DIM
 
@@ -159,7 +201,7 @@ static void check_knn(const patina_index_t *idx, const dataset_t *ds, const uint
 {
     patina_hit_t *hits = malloc(nq * k * sizeof *hits);
     size_t *counts = malloc(nq * sizeof *counts), q, i, want = k < ds->n ? k : ds->n;
-    TU_OK(patina_index_knn(idx, queries, nq, k, threads, hits, counts));
+    TU_OK(knn_cpu(idx, queries, nq, k, threads, hits, counts));
     for (q = 0; q < nq; q++) {
         patina_hit_t *ref = brute(ds, queries + q * D);
         assert_int_equal(counts[q], want);
@@ -179,7 +221,7 @@ static void check_range(const patina_index_t *idx, const dataset_t *ds, const ui
 {
     patina_hit_t **hits = malloc(nq * sizeof *hits);
     size_t *counts = malloc(nq * sizeof *counts), q, m;
-    TU_OK(patina_index_range(idx, queries, nq, radius, max_hits, threads, hits, counts));
+    TU_OK(range_cpu(idx, queries, nq, radius, max_hits, threads, hits, counts));
     for (q = 0; q < nq; q++) {
         patina_hit_t *ref = brute(ds, queries + q * D);
         for (m = 0; m < ds->n && ref[m].distance <= radius; m++) {}
@@ -212,7 +254,7 @@ static void test_fast_path_bit_identical(void **state)
     assert_int_equal(patina_index_size(idx), ds.n);
     for (q = 0; q < 60; q++) {
         const uint8_t *qd = queries + q * D;
-        TU_OK(patina_index_knn(idx, qd, 1, ds.n, 1, hits, &count));
+        TU_OK(knn_cpu(idx, qd, 1, ds.n, 1, hits, &count));
         assert_int_equal(count, ds.n);
         for (i = 0; i < ds.n; i++) {
             size_t row;
@@ -263,14 +305,14 @@ static void test_bad_arguments(void **state)
     uint64_t dup[3] = {1, 2, 1};
     (void)state;
     TU_OK(patina_index_new(&idx, ex, ds.ids, ds.descs, ds.n));
-    assert_int_equal(patina_index_knn(idx, ds.descs, 1, 0, 1, hits, counts), PATINA_E_INVALID);
+    assert_int_equal(knn_cpu(idx, ds.descs, 1, 0, 1, hits, counts), PATINA_E_INVALID);
     assert_non_null(strstr(patina_last_error(), "k = 0"));
-    assert_int_equal(patina_index_knn(idx, ds.descs, 1, 1000001, 1, hits, counts), PATINA_E_LIMIT);
-    assert_int_equal(patina_index_knn(idx, ds.descs, 1, 1, -1, hits, counts), PATINA_E_INVALID);
-    assert_int_equal(patina_index_knn(idx, NULL, 1, 1, 1, hits, counts), PATINA_E_INVALID);
-    assert_int_equal(patina_index_knn(NULL, ds.descs, 1, 1, 1, hits, counts), PATINA_E_INVALID);
-    TU_OK(patina_index_knn(idx, NULL, 0, 4, 1, NULL, NULL)); /* no queries: nothing to do */
-    assert_int_equal(patina_index_range(idx, ds.descs, 1, NAN, 0, 1, rh, counts), PATINA_E_INVALID);
+    assert_int_equal(knn_cpu(idx, ds.descs, 1, 1000001, 1, hits, counts), PATINA_E_LIMIT);
+    assert_int_equal(knn_cpu(idx, ds.descs, 1, 1, -1, hits, counts), PATINA_E_INVALID);
+    assert_int_equal(knn_cpu(idx, NULL, 1, 1, 1, hits, counts), PATINA_E_INVALID);
+    assert_int_equal(knn_cpu(NULL, ds.descs, 1, 1, 1, hits, counts), PATINA_E_INVALID);
+    TU_OK(knn_cpu(idx, NULL, 0, 4, 1, NULL, NULL)); /* no queries: nothing to do */
+    assert_int_equal(range_cpu(idx, ds.descs, 1, NAN, 0, 1, rh, counts), PATINA_E_INVALID);
     patina_index_free(idx);
     /* ids must be unique. */
     assert_int_equal(patina_index_new(&idx, ex, dup, ds.descs, 3), PATINA_E_INVALID);
@@ -294,13 +336,13 @@ static void test_empty_index(void **state)
     (void)state;
     TU_OK(patina_index_new(&idx, ex, NULL, NULL, 0));
     assert_int_equal(patina_index_size(idx), 0);
-    TU_OK(patina_index_knn(idx, queries, 3, 5, 4, hits, counts));
+    TU_OK(knn_cpu(idx, queries, 3, 5, 4, hits, counts));
     for (i = 0; i < 3; i++) assert_int_equal(counts[i], 0);
     for (i = 0; i < 15; i++) {
         assert_int_equal(hits[i].id, 0);
         assert_true(isinf(hits[i].distance));
     }
-    TU_OK(patina_index_range(idx, queries, 3, 100.0, 0, 4, rh, counts));
+    TU_OK(range_cpu(idx, queries, 3, 100.0, 0, 4, rh, counts));
     for (i = 0; i < 3; i++) {
         assert_int_equal(counts[i], 0);
         assert_null(rh[i]);
@@ -332,7 +374,7 @@ static void test_ties_by_id(void **state)
     q[19] = 7;
     TU_OK(patina_index_new(&idx, ex, ids, descs, N));
     for (int threads = 1; threads <= 4; threads += 3) {
-        TU_OK(patina_index_knn(idx, q, 1, N, threads, hits, &count));
+        TU_OK(knn_cpu(idx, q, 1, N, threads, hits, &count));
         assert_int_equal(count, N);
         for (i = 1; i < N; i++) {
             assert_true(hits[i - 1].distance <= hits[i].distance);
@@ -342,7 +384,7 @@ static void test_ties_by_id(void **state)
         assert_true(hits[N / 3 - 1].distance == 0.0);
         assert_true(hits[N / 3].distance > 0.0);
         /* k cuts inside a tie group: the smallest ids win. */
-        TU_OK(patina_index_knn(idx, q, 1, 5, threads, hits, &count));
+        TU_OK(knn_cpu(idx, q, 1, 5, threads, hits, &count));
         for (i = 0; i < 5; i++) {
             size_t row;
             for (row = 0; ids[row] != hits[i].id; row++) {}
@@ -372,8 +414,8 @@ static void test_chunking_and_threads(void **state)
     for (nq = 1; nq <= 6; nq += 5) {
         patina_hit_t *h1 = malloc(nq * k * sizeof *h1), *h4 = malloc(nq * k * sizeof *h4);
         size_t c1[6], c4[6];
-        TU_OK(patina_index_knn(idx, queries, nq, k, 1, h1, c1));
-        TU_OK(patina_index_knn(idx, queries, nq, k, 4, h4, c4));
+        TU_OK(knn_cpu(idx, queries, nq, k, 1, h1, c1));
+        TU_OK(knn_cpu(idx, queries, nq, k, 4, h4, c4));
         for (q = 0; q < nq; q++) assert_int_equal(c1[q], c4[q]);
         assert_memory_equal(h1, h4, nq * k * sizeof *h1);
         check_knn(idx, &ds, queries, nq, k, 4);
@@ -406,7 +448,7 @@ static void test_range(void **state)
     /* Radius 0: duplicates (and proportional histograms, which Tanimoto
      * cannot tell apart). Every exact copy of the query is found. */
     check_range(idx, &ds, queries, 12, 0.0, 0, 1);
-    TU_OK(patina_index_range(idx, queries, 12, 0.0, 0, 4, h, counts));
+    TU_OK(range_cpu(idx, queries, 12, 0.0, 0, 4, h, counts));
     for (q = 0; q < 12; q += 3) { /* these queries are copies of rows */
         size_t copies = 0;
         for (i = 0; i < ds.n; i++) copies += memcmp(ds.descs + i * D, queries + q * D, D) == 0;
@@ -492,7 +534,7 @@ static void test_other_family(void **state)
     memcpy(descs + 7 * dim, descs + 3 * dim, bytes); /* a tie */
     TU_OK(patina_index_new(&idx, ex, ids, descs, n));
     assert_int_equal(patina__index_fast_path(idx), 0);
-    TU_OK(patina_index_knn(idx, queries, nq, k, 4, hits, counts));
+    TU_OK(knn_cpu(idx, queries, nq, k, 4, hits, counts));
     for (q = 0; q < nq; q++) {
         for (i = 0; i < n; i++) {
             ref[i].id = ids[i];
@@ -513,7 +555,7 @@ static void test_other_family(void **state)
         qsort(ref, n, sizeof *ref, ref_cmp);
         radius = ref[n / 10].distance;
         for (m = 0; m < n && ref[m].distance <= radius; m++) {}
-        TU_OK(patina_index_range(idx, queries, 1, radius, 0, 3, rh, counts));
+        TU_OK(range_cpu(idx, queries, 1, radius, 0, 3, rh, counts));
         assert_int_equal(counts[0], m);
         expect_hits(rh[0], ref, m, 0);
         free(rh[0]);
@@ -522,7 +564,7 @@ static void test_other_family(void **state)
     /* A NaN row: its NaN distance comes last, after every number. */
     descs[5 * dim] = NAN;
     TU_OK(patina_index_new(&idx, ex, ids, descs, n));
-    TU_OK(patina_index_knn(idx, queries, 1, n, 2, hits, counts));
+    TU_OK(knn_cpu(idx, queries, 1, n, 2, hits, counts));
     if (isnan(patina_extractor_distance(ex, queries, descs + 5 * dim))) {
         assert_true(isnan(hits[n - 1].distance));
         assert_int_equal(hits[n - 1].id, ids[5]);
@@ -641,7 +683,7 @@ static void test_standardised_l2(void **state)
         want[i] = sqrt(acc);
     }
     TU_OK(patina_index_new(&idx, ex, ids, rows, n));
-    TU_OK(patina_index_knn(idx, q, 1, n, 1, hits, &cnt));
+    TU_OK(knn_cpu(idx, q, 1, n, 1, hits, &cnt));
     assert_int_equal(cnt, n);
     assert_int_equal(hits[0].id, 13);  /* the row the query was made from */
     for (r = 0; r < n; r++) {
@@ -666,6 +708,126 @@ static void test_standardised_l2(void **state)
     free(ids);
 }
 
+/* ------------------------------------------------------- concurrency */
+
+typedef struct conc_arg {
+    const patina_index_t *idx[2];
+    const dataset_t *ds[2];
+    const uint8_t *queries;
+    size_t nq, k;
+    patina_context_t *shared; /* NULL: each call without a context */
+    const patina_hit_t *want[2]; /* (nq, k) reference per index */
+    int rounds;
+    int failures;
+} conc_arg_t;
+
+static void *conc_main(void *v)
+{
+    conc_arg_t *a = v;
+    patina_hit_t *h = malloc(a->nq * a->k * sizeof *h);
+    size_t *c = malloc(a->nq * sizeof *c);
+    patina_search_opts_t o;
+    patina_search_opts_init(&o);
+    for (int r = 0; r < a->rounds; r++) {
+        int w = r & 1; /* alternate between the two indexes */
+        if (patina_index_knn(a->shared, a->idx[w], a->queries, a->nq, a->k, &o, h, c) != PATINA_OK ||
+            memcmp(h, a->want[w], a->nq * a->k * sizeof *h) != 0)
+            a->failures++;
+    }
+    free(h);
+    free(c);
+    return NULL;
+}
+
+/* Many threads search two indexes at once, through one shared context and
+ * without a context; every result equals the single-threaded one. (Run
+ * under ThreadSanitizer and AddressSanitizer: make tsan, make asan.) */
+static void test_concurrent_searches(void **state)
+{
+    enum { THREADS = 8, NQ = 5, K = 7 };
+    dataset_t ds[2] = {make_data(3000, 51), make_data(700, 52)};
+    uint8_t *queries = make_queries(&ds[0], NQ, 53);
+    patina_index_t *idx[2];
+    patina_hit_t *want[2];
+    size_t counts[NQ];
+    patina_context_t *ctx;
+    patina_extractor_t *ex = cedd();
+    pthread_t th[THREADS];
+    conc_arg_t args[THREADS];
+    (void)state;
+    TU_OK(with_ctx(&ctx, 2));
+    for (int w = 0; w < 2; w++) {
+        TU_OK(patina_index_new(&idx[w], ex, ds[w].ids, ds[w].descs, ds[w].n));
+        want[w] = malloc(NQ * K * sizeof *want[w]);
+        TU_OK(knn_cpu(idx[w], queries, NQ, K, 1, want[w], counts));
+    }
+    for (int t = 0; t < THREADS; t++) {
+        conc_arg_t *a = &args[t];
+        memset(a, 0, sizeof *a);
+        for (int w = 0; w < 2; w++) {
+            a->idx[w] = idx[w];
+            a->ds[w] = &ds[w];
+            a->want[w] = want[w];
+        }
+        a->queries = queries;
+        a->nq = NQ;
+        a->k = K;
+        a->shared = t % 2 ? ctx : NULL;
+        a->rounds = 20;
+        assert_int_equal(pthread_create(&th[t], NULL, conc_main, a), 0);
+    }
+    for (int t = 0; t < THREADS; t++) {
+        pthread_join(th[t], NULL);
+        assert_int_equal(args[t].failures, 0);
+    }
+    for (int w = 0; w < 2; w++) {
+        patina_index_free(idx[w]);
+        free(want[w]);
+        free_data(&ds[w]);
+    }
+    patina_context_free(ctx);
+    patina_extractor_free(ex);
+    free(queries);
+}
+
+/* Device options: a GPU search needs a context, HYBRID is no search device,
+ * range search runs on the CPU; AUTO without a GPU is the CPU. */
+static void test_search_devices(void **state)
+{
+    dataset_t ds = make_data(50, 61);
+    uint8_t *q = make_queries(&ds, 2, 62);
+    patina_extractor_t *ex = cedd();
+    patina_index_t *idx;
+    patina_search_opts_t o;
+    patina_hit_t hits[6], *rh[2];
+    size_t counts[2];
+    (void)state;
+    TU_OK(patina_index_new(&idx, ex, ds.ids, ds.descs, ds.n));
+    patina_search_opts_init(&o);
+    assert_int_equal(o.device, PATINA_DEVICE_AUTO);
+    assert_int_equal(o.max_hits, 0);
+    TU_OK(patina_index_knn(NULL, idx, q, 2, 3, &o, hits, counts)); /* AUTO without a context: CPU */
+    TU_OK(patina_index_knn(NULL, idx, q, 2, 3, NULL, hits, counts));
+    o.device = PATINA_DEVICE_GPU;
+    assert_int_equal(patina_index_knn(NULL, idx, q, 2, 3, &o, hits, counts), PATINA_E_INVALID);
+    assert_int_equal(patina_index_range(NULL, idx, q, 2, 10.0, &o, rh, counts), PATINA_E_UNAVAILABLE);
+    o.device = PATINA_DEVICE_HYBRID;
+    assert_int_equal(patina_index_knn(NULL, idx, q, 2, 3, &o, hits, counts), PATINA_E_INVALID);
+    if (patina_gpu_count() == 0) {
+        patina_context_t *ctx;
+        TU_OK(with_ctx(&ctx, 1));
+        o.device = PATINA_DEVICE_GPU;
+        assert_int_equal(patina_index_knn(ctx, idx, q, 2, 3, &o, hits, counts), PATINA_E_UNAVAILABLE);
+        o.device = PATINA_DEVICE_AUTO;
+        TU_OK(patina_index_knn(ctx, idx, q, 2, 3, &o, hits, counts));
+        patina_context_free(ctx);
+    }
+    patina_index_free(idx);
+    patina_extractor_free(ex);
+    free_data(&ds);
+    free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -680,6 +842,8 @@ int main(void)
         cmocka_unit_test(test_generic_path),
         cmocka_unit_test(test_other_family),
         cmocka_unit_test(test_load_from_collection),
+        cmocka_unit_test(test_concurrent_searches),
+        cmocka_unit_test(test_search_devices),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,5 @@
 /* CEDD (Colour and Edge Directivity Descriptor) exactly as LIRE computes it
- * (../shared/specs/cedd.md): 144 bins of 3-bit values, Tanimoto distance.
+ * (docs/cedd-spec.md): 144 bins of 3-bit values, Tanimoto distance.
  *
  * These are the direct C-reference entry points. The descriptor is also
  * registered as family "cedd" (options: compact=0|1) for the batch,

@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "patina/context.h"
 #include "patina/image.h"
 #include "patina/status.h"
 
@@ -79,25 +80,6 @@ PATINA_API int patina_extractor_has_json(const patina_extractor_t *ex);
  * PATINA_E_UNAVAILABLE for families without one. */
 PATINA_API patina_status patina_extractor_json(const patina_extractor_t *ex, const patina_image_t *img,
                                                char **json);
-
-/* Execution context: worker threads, the GPU (if any) and limits. One
- * context may be shared by threads only for reading; extraction calls on one
- * context are serialised by the caller. */
-typedef struct patina_context patina_context_t;
-
-typedef struct patina_context_opts {
-    int threads;              /* CPU workers; 0 = all online CPUs */
-    int gpu_index;            /* CUDA device ordinal (default 0) */
-    uint64_t gpu_mem_budget;  /* bytes of device memory batches may use; 0 = 1/4 of free */
-    patina_limits_t limits;   /* image limits (0 = defaults) */
-} patina_context_opts_t;
-
-/* opts may be NULL for defaults. Never fails for lack of a GPU: the GPU is
- * opened lazily, and patina_context_resolve says what a device choice means. */
-PATINA_API patina_status patina_context_new(patina_context_t **ctx, const patina_context_opts_t *opts);
-PATINA_API void patina_context_free(patina_context_t *ctx); /* accepts NULL */
-PATINA_API int patina_context_threads(const patina_context_t *ctx);
-PATINA_API const patina_limits_t *patina_context_limits(const patina_context_t *ctx);
 
 /* Resolves `want` for an extractor to the device that will run: AUTO becomes
  * GPU when a GPU is usable and the family has a kernel, else CPU. Asking for

@@ -9,7 +9,7 @@
  * and only then allocates and decodes.
  *
  * Pixel semantics are those LIRE's CEDD sees through Java ImageIO (see
- * docs/images.md and ../shared/specs/cedd.md §1): alpha is composited over
+ * docs/images.md and docs/cedd-spec.md §1): alpha is composited over
  * black, 16-bit RGB is rounded, 16-bit grey keeps its high byte, grey+alpha
  * (and grey with a tRNS key, which Java makes grey+alpha) gets the sRGB lift.
  * Every failure names the input in the thread's message, e.g.

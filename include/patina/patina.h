@@ -5,6 +5,7 @@
 
 #include "patina/status.h"
 #include "patina/image.h"
+#include "patina/context.h"
 #include "patina/cedd.h"
 #include "patina/descriptor.h"
 #include "patina/glcm.h"

@@ -46,9 +46,10 @@ typedef enum patina_jpeg_decoder {
     PATINA_JPEG_NVJPEG = 1
 } patina_jpeg_decoder;
 
-/* 1 when nvJPEG can be loaded at run time; why (may be NULL) gets the
+/* 1 when nvJPEG can be loaded at run time with the context's nvjpeg_library
+ * setting (ctx NULL: the default names); why (may be NULL) gets the
  * library's name or the reason it cannot be used. */
-PATINA_API int patina_jpeg_gpu_available(char *why, size_t size);
+PATINA_API int patina_jpeg_gpu_available(const patina_context_t *ctx, char *why, size_t size);
 
 /* Opens the context's nvJPEG decoders now rather than in the first
  * patina_index_files call that asks for them (creating them takes a large

@@ -1,23 +1,28 @@
 /* Exact k-NN and range search over one descriptor table.
  *
  * A patina_index_t is an immutable snapshot: (n, desc_bytes) descriptors and
- * their ids, searched with the extractor's distance. Any number of threads
- * may search one index at once; each call brings its own scratch.
+ * their ids, searched with the extractor's distance (the distance table:
+ * tanimoto, l1, l2, std_l2, chi2, intersection, hellinger, cosine; see
+ * docs/search.md). Any number of threads may search one index at once.
  * Results are ordered by distance ascending, ties by id ascending (a NaN
  * distance sorts after every number); ids are unique in an index, so the
- * result does not depend on the thread count.
+ * result does not depend on the device, the thread count or the batching.
  *
- * The search is exact and brute force (src/search/knn.c), multi-threaded
- * over queries and, for fewer queries than threads, over chunks of the
- * index. For CEDD the Tanimoto distance runs through a fast path with
- * per-row sums cached at build time that returns the same doubles as
- * patina_cedd_tanimoto, bit for bit; patina_index_knn_gpu runs that k-NN
- * on a GPU (src/gpu/knn.cu) with the same result. */
+ * The search is exact and brute force, on the CPU (the context's workers,
+ * over queries and, for few queries, over chunks of the index) or on the
+ * context's GPU: every distance is the same double on both, bit for bit.
+ * Calls are batch-first: nq queries in one call.
+ *
+ * Device copies. On the GPU the context keeps a copy of each index it
+ * searched (uploaded on the first search, within the context's GPU memory
+ * budget; the least recently used copies are dropped when memory is short,
+ * and a copy outlives its index until then). */
 #ifndef PATINA_SEARCH_H
 #define PATINA_SEARCH_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include "patina/context.h"
 #include "patina/descriptor.h"
 #include "patina/status.h"
 #include "patina/store.h"
@@ -47,30 +52,40 @@ PATINA_API patina_status patina_index_load(patina_index_t **idx, const patina_ex
 PATINA_API void patina_index_free(patina_index_t *idx); /* accepts NULL */
 PATINA_API size_t patina_index_size(const patina_index_t *idx);
 
+/* Where a search runs, and limits. */
+typedef struct patina_search_opts {
+    /* AUTO (the default): the context's GPU when it has a usable one and
+     * the index has at least 4096 rows, else the CPU. GPU: the GPU or
+     * PATINA_E_UNAVAILABLE. CPU: the CPU. HYBRID is not a search device. */
+    patina_device device;
+    /* Range search: at most this many hits per query, the nearest
+     * (0 = unlimited). */
+    size_t max_hits;
+} patina_search_opts_t;
+
+/* Fills opts with the defaults above. */
+PATINA_API void patina_search_opts_init(patina_search_opts_t *opts);
+
 /* k nearest for each of nq queries (nq, bytes): hits is (nq, k) in caller
  * memory; counts[q] = min(k, n); slots past counts[q] are padded with
- * {id 0, distance +inf}. threads 0 = all CPUs (a pool is started per call;
- * tiny problems run on the calling thread). k = 0 fails with
- * PATINA_E_INVALID, k > 1e6 with PATINA_E_LIMIT. nq = 0 does nothing. */
-PATINA_API patina_status patina_index_knn(const patina_index_t *idx, const void *queries, size_t nq,
-                                          size_t k, int threads, patina_hit_t *hits, size_t *counts);
-
-/* patina_index_knn on CUDA device `gpu` (0 = the first): the same hits and
- * the same doubles. CEDD Tanimoto indexes only (PATINA_E_UNAVAILABLE for
- * other families, and without a GPU); the table is copied to the device on
- * the first call and kept with the index. Queries that are not CEDD
- * descriptors (a bin above 7) are answered on the CPU. */
-PATINA_API patina_status patina_index_knn_gpu(const patina_index_t *idx, int gpu, const void *queries,
-                                              size_t nq, size_t k, patina_hit_t *hits, size_t *counts);
+ * {id 0, distance +inf}. ctx gives the workers and the GPU; ctx NULL runs
+ * on the CPU with all CPUs (a pool started per call). opts NULL = defaults.
+ * k = 0 fails with PATINA_E_INVALID, k > 1e6 with PATINA_E_LIMIT. nq = 0
+ * does nothing. */
+PATINA_API patina_status patina_index_knn(patina_context_t *ctx, const patina_index_t *idx,
+                                          const void *queries, size_t nq, size_t k,
+                                          const patina_search_opts_t *opts, patina_hit_t *hits,
+                                          size_t *counts);
 
 /* Every item with distance <= radius, per query: hits[q] malloc'd (NULL
  * when there are none; the caller frees each), counts[q] its length; with
- * max_hits > 0, the nearest max_hits of them (0 = unlimited). hits and
- * counts are caller arrays of nq. A NaN radius fails; on failure every
- * hits[q] is NULL. */
-PATINA_API patina_status patina_index_range(const patina_index_t *idx, const void *queries, size_t nq,
-                                            double radius, size_t max_hits, int threads,
-                                            patina_hit_t **hits, size_t *counts);
+ * opts->max_hits > 0, the nearest max_hits of them. hits and counts are
+ * caller arrays of nq. A NaN radius fails; on failure every hits[q] is
+ * NULL. Range search runs on the CPU (device GPU: PATINA_E_UNAVAILABLE). */
+PATINA_API patina_status patina_index_range(patina_context_t *ctx, const patina_index_t *idx,
+                                            const void *queries, size_t nq, double radius,
+                                            const patina_search_opts_t *opts, patina_hit_t **hits,
+                                            size_t *counts);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,7 @@
  * (src/gpu/cedd.cu). This header *is* the reference for everything after the
  * block sums: one source, so CPU and GPU cannot drift.
  *
- * It follows ../shared/specs/cedd.md (LIRE's CEDD, commit 5fcd0a3) operation
+ * It follows docs/cedd-spec.md (LIRE's CEDD, commit 5fcd0a3) operation
  * for operation. Exactness rules (spec §15): binary64 everywhere a double
  * appears, no FMA contraction (-ffp-contract=off, nvcc --fmad=false),
  * expressions evaluated in the written order, truncation by (int) casts on

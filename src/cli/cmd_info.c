@@ -32,7 +32,7 @@ int cmd_info(int argc, char **argv)
     }
     {
         char why[256];
-        int ok = patina_jpeg_gpu_available(why, sizeof why);
+        int ok = patina_jpeg_gpu_available(NULL, why, sizeof why);
         printf("nvjpeg: %s (%s)\n", ok ? "yes" : "no", why);
     }
     printf("families:\n");

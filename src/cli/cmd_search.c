@@ -161,18 +161,20 @@ int cmd_search(int argc, char **argv)
             if (rc == EXIT_ERROR) goto out;
             continue;
         }
-        if (use_range) {
-            patina_hit_t *rh = NULL;
-            s = patina_index_range(idx, desc, 1, range, 0, copts.threads, &rh, &n);
-            if (s == PATINA_OK) print_hits(stdout, fmt, coll, argv[a], rh, n);
-            free(rh);
-        } else {
-            s = PATINA_E_UNAVAILABLE;
-            if (device != PATINA_DEVICE_CPU && patina_gpu_count() > 0)
-                s = patina_index_knn_gpu(idx, 0, desc, 1, (size_t)k, hits, &n);
-            if (s == PATINA_E_UNAVAILABLE) /* not CEDD, or no GPU: the CPU */
-                s = patina_index_knn(idx, desc, 1, (size_t)k, copts.threads, hits, &n);
-            if (s == PATINA_OK) print_hits(stdout, fmt, coll, argv[a], hits, n);
+        {
+            patina_search_opts_t so;
+            patina_search_opts_init(&so);
+            so.device = device == PATINA_DEVICE_HYBRID ? PATINA_DEVICE_AUTO : device;
+            if (use_range) {
+                patina_hit_t *rh = NULL;
+                so.device = PATINA_DEVICE_CPU;
+                s = patina_index_range(ctx, idx, desc, 1, range, &so, &rh, &n);
+                if (s == PATINA_OK) print_hits(stdout, fmt, coll, argv[a], rh, n);
+                free(rh);
+            } else {
+                s = patina_index_knn(ctx, idx, desc, 1, (size_t)k, &so, hits, &n);
+                if (s == PATINA_OK) print_hits(stdout, fmt, coll, argv[a], hits, n);
+            }
         }
         if (s != PATINA_OK) {
             cli_status_error("search", s);

@@ -1,4 +1,4 @@
-/* CEDD C reference (../shared/specs/cedd.md): block sums, accumulation over
+/* CEDD C reference (docs/cedd-spec.md): block sums, accumulation over
  * blocks in raster order, LIRE's Tanimoto distance and byte packing.
  * The per-block arithmetic lives in cedd_core.h, shared with CUDA. */
 #include <pthread.h>
@@ -204,12 +204,6 @@ static size_t cedd_dim(const void *params)
     return PATINA_CEDD_DIM;
 }
 
-static double cedd_distance(const void *params, const void *a, const void *b)
-{
-    (void)params;
-    return patina_cedd_tanimoto(a, b);
-}
-
 static patina_status cedd_cpu(const void *params, void *out, const patina_image_t *img)
 {
     return patina_cedd_extract(out, img, ((const cedd_params_t *)params)->compact);
@@ -237,8 +231,7 @@ const patina_family_t patina_family_cedd = {
     .elem = PATINA_ELEM_U8,
     .dim = cedd_dim,
     .check = NULL,
-    .distance_name = "tanimoto",
-    .distance = cedd_distance,
+    .distance = PDIST_TANIMOTO,
     .cpu = cedd_cpu,
     .gpu = cedd_gpu,
     .hybrid = cedd_hybrid,

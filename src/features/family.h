@@ -1,9 +1,11 @@
 /* The descriptor-family table entry. One per family, defined beside its C
- * reference (e.g. src/features/cedd.c) and listed in registry.c. */
+ * reference (e.g. src/features/cedd.c) and listed in registry.c; the
+ * extractor (a family and its options) that every other module holds. */
 #ifndef PATINA_FAMILY_H
 #define PATINA_FAMILY_H
 
 #include <stddef.h>
+#include "algo/distance_ids.h"
 #include "core/internal.h"
 #include "gpu/gpu.h"
 #include "patina/descriptor.h"
@@ -20,8 +22,9 @@ typedef struct patina_family {
     size_t (*dim)(const void *params);
     /* Cross-option checks after parsing (NULL: none). */
     patina_status (*check)(const void *params);
-    const char *distance_name;
-    double (*distance)(const void *params, const void *a, const void *b);
+    /* The distance search uses (algo/distance_ids.h; the definitions are the
+     * search engine's distance table). */
+    pdist_t distance;
     /* C reference for one image: out has dim*elem bytes. */
     patina_status (*cpu)(const void *params, void *out, const patina_image_t *img);
     /* Whole batch on the GPU, and hybrid CPU+GPU; NULL when the family has none. */
@@ -32,8 +35,8 @@ typedef struct patina_family {
     /* Optional hooks (NULL for families that do not need them). */
     /* Element type when it depends on the options (else .elem). */
     patina_elem (*elem_for)(const void *params);
-    /* Distance name when it depends on the options (else .distance_name). */
-    const char *(*distance_name_for)(const void *params);
+    /* The distance when it depends on the options (else .distance). */
+    pdist_t (*distance_for)(const void *params);
     /* Code map of one image on the CPU (pool may be NULL); see
      * patina_extract_codemap. */
     patina_status (*codemap)(const void *params, patina_codemap_t *map, const patina_image_t *img,
@@ -46,6 +49,17 @@ typedef struct patina_family {
      * in place (images decoded by nvJPEG). */
     int gpu_reads_device;
 } patina_family_t;
+
+/* An extractor: a family and its parsed options (registry.c). */
+struct patina_extractor {
+    const patina_family_t *family;
+    _Alignas(16) unsigned char params[PATINA_PARAMS_MAX];
+    char spec[PATINA_PARAMS_MAX + 64];
+};
+
+/* Non-zero when the extractor's GPU path reads images in device memory
+ * (images decoded by nvJPEG) in place. */
+int patina__extractor_reads_device(const patina_extractor_t *ex);
 
 extern const patina_family_t patina_family_cedd;
 extern const patina_family_t patina_family_lbp;

@@ -274,17 +274,6 @@ static size_t haralick_dim(const void *params)
     return haralick_dim_req(&r, ((const glcm_params_t *)params)->form);
 }
 
-/* Distances need the dimension: one function per family. */
-static double glcm_distance(const void *params, const void *a, const void *b)
-{
-    return patina_std_l2(a, b, NULL, glcm_dim(params));
-}
-
-static double haralick_distance(const void *params, const void *a, const void *b)
-{
-    return patina_std_l2(a, b, NULL, haralick_dim(params));
-}
-
 /* The haralick vector of a request from counts. */
 static patina_status haralick_vector(double *out, const glcm_req_t *r, int form,
                                      const uint32_t *counts)
@@ -554,8 +543,7 @@ const patina_family_t patina_family_glcm = {
     .elem = PATINA_ELEM_F64,
     .dim = glcm_dim,
     .check = glcm_check,
-    .distance_name = "l2",
-    .distance = glcm_distance,
+    .distance = PDIST_L2,
     .cpu = glcm_cpu,
     .gpu = glcm_gpu,
     .hybrid = NULL,
@@ -571,8 +559,7 @@ const patina_family_t patina_family_haralick = {
     .elem = PATINA_ELEM_F64,
     .dim = haralick_dim,
     .check = haralick_check,
-    .distance_name = "std_l2",
-    .distance = haralick_distance,
+    .distance = PDIST_STD_L2,
     .cpu = haralick_cpu,
     .gpu = haralick_gpu,
     .hybrid = NULL,

@@ -557,51 +557,6 @@ void lbp_hist_finish(void *out, const lbp_conf_t *c, const uint32_t *counts)
     }
 }
 
-/* ------------------------------------------------------------- distances */
-
-static double elem_at(patina_elem e, const void *p, size_t i)
-{
-    return e == PATINA_ELEM_F32 ? (double)((const float *)p)[i] : (double)((const uint32_t *)p)[i];
-}
-
-double lbp_distance(int distance, patina_elem e, const void *a, const void *b, size_t n)
-{
-    double d = 0.0, sa = 0.0, sb = 0.0;
-    size_t i;
-    switch (distance) {
-    case LBP_DIST_CHI2:
-        for (i = 0; i < n; i++) {
-            double x = elem_at(e, a, i), y = elem_at(e, b, i);
-            if (x + y > 0.0) d += (x - y) * (x - y) / (x + y);
-        }
-        return d;
-    case LBP_DIST_L1:
-        for (i = 0; i < n; i++) d += fabs(elem_at(e, a, i) - elem_at(e, b, i));
-        return d;
-    case LBP_DIST_INTERSECTION:
-        for (i = 0; i < n; i++) {
-            double x = elem_at(e, a, i), y = elem_at(e, b, i);
-            d += x < y ? x : y;
-            sa += x;
-            sb += y;
-        }
-        if (sa == 0.0 && sb == 0.0) return 0.0;
-        return 1.0 - d / (sa > sb ? sa : sb);
-    case LBP_DIST_HELLINGER:
-        for (i = 0; i < n; i++) {
-            double x = elem_at(e, a, i), y = elem_at(e, b, i);
-            d += sqrt(x * y);
-            sa += x;
-            sb += y;
-        }
-        if (sa == 0.0 && sb == 0.0) return 0.0;
-        if (sa == 0.0 || sb == 0.0) return 1.0;
-        d = 1.0 - d / sqrt(sa * sb);
-        return d > 0.0 ? sqrt(d) : 0.0;
-    }
-    return NAN;
-}
-
 /* ------------------------------------------------------------- tlbap */
 
 void lbp_tlbap_table(int k[256], double th)

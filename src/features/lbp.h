@@ -23,6 +23,7 @@ extern "C" {
 #endif
 
 enum { LBP_NORM_COUNTS = 0, LBP_NORM_L1 };
+/* The distance option's values (lbp_family.c maps them to the search's ids). */
 enum { LBP_DIST_CHI2 = 0, LBP_DIST_L1, LBP_DIST_INTERSECTION, LBP_DIST_HELLINGER };
 
 #define LBP_MAX_DIM (1u << 22) /* histogram elements per descriptor */
@@ -139,17 +140,6 @@ void lbp_hist_counts(uint32_t *counts, const lbp_conf_t *c, const patina_codemap
 /* The descriptor from counts: a copy for counts, or count / total as float
  * (total = all counts; zeros when total is 0) for L1. */
 void lbp_hist_finish(void *out, const lbp_conf_t *c, const uint32_t *counts);
-
-/* ------------------------------------------------------------- distances */
-
-/* Distance between two descriptors of n elements of type e (U32 or F32),
- * the definitions in docs/lbp.md:
- *   chi2          sum (a-b)^2 / (a+b) over bins with a+b > 0
- *   l1            sum |a-b|
- *   intersection  1 - sum min(a,b) / max(sum a, sum b)   (0 if both empty)
- *   hellinger     sqrt(1 - sum sqrt(a b) / sqrt(sum a * sum b))
- *                 (0 if both empty, 1 if one is) */
-double lbp_distance(int distance, patina_elem e, const void *a, const void *b, size_t n);
 
 /* ------------------------------------------------------------- tlbap */
 

@@ -205,17 +205,11 @@ static patina_elem elem_for(const void *params)
     return opts_of(params).norm == LBP_NORM_L1 ? PATINA_ELEM_F32 : PATINA_ELEM_U32;
 }
 
-static const char *distance_name_for(const void *params)
+static pdist_t distance_for(const void *params)
 {
-    static const char *const names[] = {"chi2", "l1", "intersection", "hellinger"};
+    static const pdist_t ids[] = {PDIST_CHI2, PDIST_L1, PDIST_INTERSECTION, PDIST_HELLINGER};
     int d = opts_of(params).distance;
-    return d >= 0 && d < 4 ? names[d] : "chi2";
-}
-
-static double distance_of(int kind, const void *params, const void *a, const void *b)
-{
-    lbp_conf_t c = conf_of(kind, params);
-    return lbp_distance(c.distance, c.hist_elem, a, b, lbp_dim(&c));
+    return d >= 0 && d < 4 ? ids[d] : PDIST_CHI2;
 }
 
 /* The CUDA kernels: src/gpu/lbp.cu. */
@@ -225,10 +219,6 @@ static double distance_of(int kind, const void *params, const void *a, const voi
 #define LBP_FAMILY(NAME, KIND, OPTS, HELP)                                                      \
     static patina_status fam_##NAME##_check(const void *p) { return check_kind(KIND, p); }            \
     static size_t fam_##NAME##_dim(const void *p) { return dim_of(KIND, p); }                         \
-    static double fam_##NAME##_distance(const void *p, const void *a, const void *b)                  \
-    {                                                                                           \
-        return distance_of(KIND, p, a, b);                                                      \
-    }                                                                                           \
     static patina_status fam_##NAME##_cpu(const void *p, void *out, const patina_image_t *img)        \
     {                                                                                           \
         return cpu_kind(KIND, p, out, img);                                                     \
@@ -251,13 +241,12 @@ static double distance_of(int kind, const void *params, const void *a, const voi
         .elem = PATINA_ELEM_F32,                                                                \
         .dim = fam_##NAME##_dim,                                                                      \
         .check = fam_##NAME##_check,                                                                  \
-        .distance_name = "chi2",                                                                \
-        .distance = fam_##NAME##_distance,                                                            \
+        .distance = PDIST_CHI2,                                                                 \
         .cpu = fam_##NAME##_cpu,                                                                      \
         .gpu = PATINA_HAVE_CUDA && LBP_WITH_GPU ? fam_##NAME##_gpu : NULL,                            \
         .hybrid = NULL,                                                                         \
         .elem_for = elem_for,                                                                   \
-        .distance_name_for = distance_name_for,                                                 \
+        .distance_for = distance_for,                                                           \
         .codemap = fam_##NAME##_codemap,                                                              \
     };
 

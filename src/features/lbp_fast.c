@@ -25,7 +25,8 @@
 
 #include "features/lbp.h"
 
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(PATINA_SANITIZE_BUILD)
+/* Not under the sanitizers: their runtime is not ready when ifunc resolvers run. */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
 #if defined(__has_attribute)
 #if __has_attribute(target_clones)
 #define LBP_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))

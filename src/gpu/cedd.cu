@@ -1,5 +1,5 @@
 /* CEDD on the GPU: the GPU-only design and the hybrid CPU+GPU design of
- * ../shared/papers/cedd-gpu-realtime-indexing.txt, giving the same bytes as
+ * Bampis et al. (docs/references.md), giving the same bytes as
  * the C reference (src/features/cedd.c) on every input.
  *
  * Exactness (spec §15). The only arithmetic here that is not in cedd_core.h
@@ -60,7 +60,7 @@
 #define FULL_MASK 0xffffffffu
 
 /* ----------------------------------------------------------- memory plan
- * ("planned GPU memory", ../shared/STYLE.md §9): PGPU_SLOTS slots, one per
+ * ("planned GPU memory"): PGPU_SLOTS slots, one per
  * context stream. A slot holds everything one batch needs, allocated on the
  * first call from the context's budget:
  *   device: pixel input (in_cap bytes), block sums (blk_cap x 48 B), block

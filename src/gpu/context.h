@@ -4,7 +4,7 @@
  * holds: the device, PGPU_STREAMS non-blocking streams shared by every
  * family, the host threads that stage pageable input, and every device and
  * pinned allocation, each tagged with its owner and purpose so that memory
- * use can be reported (patina_gpu__plan). ../shared/STYLE.md §9.
+ * use can be reported (patina_gpu__plan).
  *
  * Families keep their buffers and plans in a state object that the context
  * owns (pgpu_state / pgpu_set_state): created on a family's first call,

@@ -65,14 +65,15 @@ patina_status patina_gpu_cedd_hybrid(patina_gpu_t *g, patina_pool_t *pool, pgpu_
  * Close to, not identical with, libjpeg-turbo's pixels: opt-in. */
 typedef struct patina_jpeg_gpu patina_jpeg_gpu_t;
 
-/* 1 when libnvjpeg can be loaded; why (may be NULL) gets its path or the
- * reason it cannot. */
-int patina_gpu_jpeg_available(char *why, size_t size);
+/* 1 when libnvjpeg (`library`: a path or file name; NULL: the usual names)
+ * can be loaded; why (may be NULL) gets its path or the reason it cannot. */
+int patina_gpu_jpeg_available(const char *library, char *why, size_t size);
 
 /* A decoder on g's device: the JPEG engines where the device has them,
- * else nvJPEG's GPU Huffman backend, fed by `lanes` host threads (1..16).
- * One calling thread at a time. */
-patina_status patina_gpu_jpeg_open(patina_jpeg_gpu_t **d, patina_gpu_t *g, int lanes);
+ * else nvJPEG's GPU Huffman backend, fed by `lanes` host threads (1..16),
+ * with the library as above. One calling thread at a time. */
+patina_status patina_gpu_jpeg_open(patina_jpeg_gpu_t **d, patina_gpu_t *g, const char *library,
+                                   int lanes);
 int patina_gpu_jpeg_lanes(const patina_jpeg_gpu_t *d);
 void patina_gpu_jpeg_close(patina_jpeg_gpu_t *d); /* accepts NULL */
 const char *patina_gpu_jpeg_backend(const patina_jpeg_gpu_t *d); /* "hardware", "gpu-hybrid" */
@@ -87,29 +88,48 @@ patina_status patina_gpu_jpeg_decode(patina_jpeg_gpu_t *d, patina_image_t *out,
                                      const void *const *data, const size_t *size, size_t n,
                                      patina_status *st);
 
-/* ---- exact k-NN for CEDD Tanimoto (src/gpu/knn.cu; used by src/search/knn.c) ---- */
+/* ---- exact k-NN on the GPU (src/gpu/knn.cu; src/search/knn.c prepares) ---- */
 
-/* A query prepared for the Tanimoto fast path (src/search/knn.c). */
+#define PGPU_KNN_MAXDIM 256 /* Tanimoto fast path: most elements */
+
+/* A query prepared for the Tanimoto fast path (src/search/knn.c): its sum
+ * T2, C2 = sum q^2, and its non-zero elements (index, q = a / T2) in order. */
 typedef struct patina_knn_query {
-    int fast;                      /* 0: a bin above 7, not for the fast path */
+    int fast;                      /* 0: an element above 7, not for the fast path */
     int nnz;
     double t2, c2;
-    uint8_t idx[PATINA_CEDD_DIM];  /* the query's non-zero bins, ascending */
-    double qv[PATINA_CEDD_DIM];    /* a[idx[j]] / T2 */
+    uint16_t idx[PGPU_KNN_MAXDIM];
+    double qv[PGPU_KNN_MAXDIM];
 } patina_knn_query_t;
 
-typedef struct patina_gpu_knn patina_gpu_knn_t;
+/* An index as the GPU search sees it; the arrays are the index's, borrowed
+ * for the call and uploaded once per serial (the context keeps the copy). */
+typedef struct pgpu_knn_index {
+    uint64_t serial;          /* unique per index (never reused in a process) */
+    size_t n, dim, bytes;     /* rows, elements and bytes per row */
+    patina_elem elem;
+    int dist;                 /* pdist_t */
+    const uint64_t *ids;      /* (n) */
+    const uint8_t *descs;     /* (n, bytes) */
+    /* Tanimoto fast path (t1 NULL: off): per row T1 and C3, and the
+     * (ptab_rows, 8) table of v / T */
+    const uint32_t *t1;
+    const double *c3;
+    const double *ptab;
+    size_t ptab_rows;
+    const double *sd;         /* std_l2: (dim) per-element sigma; else NULL */
+} pgpu_knn_index_t;
 
-/* Uploads an index's fast-path table to CUDA device `device`: descs (n, 144),
- * ids, T1, C3 per row and the (ptab_rows, 8) table of v / T. */
-patina_status patina_gpu_knn_new(patina_gpu_knn_t **g, int device, size_t n, const uint8_t *descs,
-                                 const uint64_t *ids, const uint16_t *t1, const double *c3,
-                                 const double *ptab, size_t ptab_rows);
-void patina_gpu_knn_free(patina_gpu_knn_t *g); /* accepts NULL */
-/* k nearest of nq fast-path queries: hits (nq, k), counts[q] = min(k, n);
- * the caller pads. Same order and doubles as the CPU. Thread-safe. */
-patina_status patina_gpu_knn(patina_gpu_knn_t *g, const patina_knn_query_t *q, size_t nq, size_t k,
+/* k nearest (k >= 1) of nq queries on g: fq (nq) prepared queries when the
+ * index's fast path is on, else queries (nq, bytes) raw. hits (nq, k),
+ * counts[q] = min(k, n); the caller pads. The same order and doubles as the
+ * CPU. The index's device copy is made on first use and kept in g. */
+patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx,
+                             const patina_knn_query_t *fq, const void *queries, size_t nq, size_t k,
                              patina_hit_t *hits, size_t *counts);
+
+/* Device copies of indexes that g holds now (for tests). */
+size_t patina_gpu__knn_cached(patina_gpu_t *g);
 
 /* ---- internal: benchmarks and tests (double underscore = not public) ---- */
 

@@ -162,15 +162,18 @@ void patina_gpu__profile(patina_gpu_t *g, int on, double ms[4], uint64_t *batche
     if (batches) *batches = 0;
 }
 
-int patina_gpu_jpeg_available(char *why, size_t size)
+int patina_gpu_jpeg_available(const char *library, char *why, size_t size)
 {
+    (void)library;
     if (why && size) snprintf(why, size, "this build has no CUDA support");
     return 0;
 }
 
-patina_status patina_gpu_jpeg_open(patina_jpeg_gpu_t **d, patina_gpu_t *g, int lanes)
+patina_status patina_gpu_jpeg_open(patina_jpeg_gpu_t **d, patina_gpu_t *g, const char *library,
+                                   int lanes)
 {
     (void)g;
+    (void)library;
     (void)lanes;
     *d = NULL;
     return none();
@@ -198,20 +201,16 @@ patina_status patina_gpu_jpeg_decode(patina_jpeg_gpu_t *d, patina_image_t *out,
     return none();
 }
 
-patina_status patina_gpu_knn_new(patina_gpu_knn_t **g, int device, size_t n, const uint8_t *descs,
-                                 const uint64_t *ids, const uint16_t *t1, const double *c3,
-                                 const double *ptab, size_t ptab_rows)
+patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx,
+                             const patina_knn_query_t *fq, const void *queries, size_t nq, size_t k,
+                             patina_hit_t *hits, size_t *counts)
 {
-    (void)device; (void)n; (void)descs; (void)ids; (void)t1; (void)c3; (void)ptab; (void)ptab_rows;
-    *g = NULL;
+    (void)g; (void)idx; (void)fq; (void)queries; (void)nq; (void)k; (void)hits; (void)counts;
     return none();
 }
 
-void patina_gpu_knn_free(patina_gpu_knn_t *g) { (void)g; }
-
-patina_status patina_gpu_knn(patina_gpu_knn_t *g, const patina_knn_query_t *q, size_t nq, size_t k,
-                             patina_hit_t *hits, size_t *counts)
+size_t patina_gpu__knn_cached(patina_gpu_t *g)
 {
-    (void)g; (void)q; (void)nq; (void)k; (void)hits; (void)counts;
-    return none();
+    (void)g;
+    return 0;
 }

@@ -58,7 +58,7 @@ typedef void *nvj_stream;               /* nvjpegJpegStream_t */
 
 typedef struct nvj_api {
     void *lib;
-    char path[64];
+    char path[1024];
     nvj_status (*create_ex)(int backend, void *dev_alloc, void *pinned_alloc, unsigned flags,
                             nvj_handle *h);
     nvj_status (*destroy)(nvj_handle h);
@@ -85,37 +85,36 @@ static const char *nvj_str(nvj_status s)
     return s >= 0 && s <= 10 ? names[s] : "unknown nvJPEG status";
 }
 
-/* Loaded once per process; read-only afterwards. */
-static pthread_once_t api_once = PTHREAD_ONCE_INIT;
-static nvj_api_t api;
-static char api_error[256];
-
-static void api_load(void)
+/* Opens the library (`path`, or the usual names when NULL) and looks up the
+ * entry points into *a; on failure a->lib is NULL and err says why. dlopen
+ * counts references, so each decoder holding its own table costs nothing. */
+static void api_load(nvj_api_t *a, const char *path, char *err, size_t errsize)
 {
     static const char *const names[] = {"libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so.11",
                                         "/usr/local/cuda/lib64/libnvjpeg.so.13",
                                         "/usr/local/cuda/lib64/libnvjpeg.so.12", "libnvjpeg.so"};
-    const char *env = getenv("PATINA_NVJPEG");
     void *lib = NULL;
     size_t i;
-    if (env && *env) {
-        lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
-        snprintf(api.path, sizeof api.path, "%s", env);
+    memset(a, 0, sizeof *a);
+    if (path && *path) {
+        lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        snprintf(a->path, sizeof a->path, "%s", path);
     }
-    for (i = 0; !lib && !(env && *env) && i < sizeof names / sizeof *names; i++) {
+    for (i = 0; !lib && !(path && *path) && i < sizeof names / sizeof *names; i++) {
         lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (lib) snprintf(api.path, sizeof api.path, "%s", names[i]);
+        if (lib) snprintf(a->path, sizeof a->path, "%s", names[i]);
     }
     if (!lib) {
-        snprintf(api_error, sizeof api_error, "nvjpeg: libnvjpeg could not be loaded (%s)",
-                 env && *env ? env : "libnvjpeg.so.13/.12/.11; set PATINA_NVJPEG to its path");
+        snprintf(err, errsize, "nvjpeg: libnvjpeg could not be loaded (%s)",
+                 path && *path ? path
+                               : "libnvjpeg.so.13/.12/.11; name its path in the context's nvjpeg_library");
         return;
     }
 #define SYM(field, name)                                                                           \
     do {                                                                                           \
-        *(void **)&api.field = dlsym(lib, name);                                                   \
-        if (!api.field) {                                                                          \
-            snprintf(api_error, sizeof api_error, "nvjpeg: %s has no %s", api.path, name);         \
+        *(void **)&a->field = dlsym(lib, name);                                                    \
+        if (!a->field) {                                                                           \
+            snprintf(err, errsize, "nvjpeg: %s has no %s", a->path, name);                        \
             dlclose(lib);                                                                          \
             return;                                                                                \
         }                                                                                          \
@@ -132,7 +131,7 @@ static void api_load(void)
     SYM(batched_init, "nvjpegDecodeBatchedInitialize");
     SYM(batched, "nvjpegDecodeBatched");
 #undef SYM
-    api.lib = lib;
+    a->lib = lib;
 }
 
 /* ------------------------------------------------------------- decoder */
@@ -166,6 +165,7 @@ typedef struct nvj_lane {
 } nvj_lane_t;
 
 struct patina_jpeg_gpu {
+    nvj_api_t api;              /* the library this decoder uses */
     int device;
     int backend;                /* NVJ_BACKEND_* in use */
     nvj_handle h;
@@ -175,11 +175,15 @@ struct patina_jpeg_gpu {
     size_t arena_bytes;
 };
 
-int patina_gpu_jpeg_available(char *why, size_t size)
+int patina_gpu_jpeg_available(const char *library, char *why, size_t size)
 {
-    pthread_once(&api_once, api_load);
-    if (why && size) snprintf(why, size, "%s", api.lib ? api.path : api_error);
-    return api.lib != NULL;
+    nvj_api_t a;
+    char err[1200];
+    api_load(&a, library, err, sizeof err);
+    if (why && size) snprintf(why, size, "%s", a.lib ? a.path : err);
+    if (!a.lib) return 0;
+    dlclose(a.lib);
+    return 1;
 }
 
 const char *patina_gpu_jpeg_backend(const patina_jpeg_gpu_t *d)
@@ -187,38 +191,44 @@ const char *patina_gpu_jpeg_backend(const patina_jpeg_gpu_t *d)
     return d && d->backend == NVJ_BACKEND_HARDWARE ? "hardware" : "gpu-hybrid";
 }
 
-patina_status patina_gpu_jpeg_open(patina_jpeg_gpu_t **out, patina_gpu_t *g, int lanes)
+patina_status patina_gpu_jpeg_open(patina_jpeg_gpu_t **out, patina_gpu_t *g, const char *library,
+                                   int lanes)
 {
     patina_jpeg_gpu_t *d;
     nvj_status s;
     int k;
+    char err[1200];
     *out = NULL;
-    pthread_once(&api_once, api_load);
-    if (!api.lib) return patina__fail(PATINA_E_UNAVAILABLE, "%s", api_error);
     if (!g) return patina__fail(PATINA_E_UNAVAILABLE, "nvjpeg: no GPU context");
     if (cudaSetDevice(g->device) != cudaSuccess)
         return patina__fail(PATINA_E_GPU, "nvjpeg: cannot select device %d", g->device);
     d = calloc(1, sizeof *d);
     if (!d) return patina__fail(PATINA_E_NOMEM, "nvjpeg: out of memory");
+    api_load(&d->api, library, err, sizeof err);
+    if (!d->api.lib) {
+        free(d);
+        return patina__fail(PATINA_E_UNAVAILABLE, "%s", err);
+    }
     d->device = g->device;
     d->nlanes = lanes < 1 ? 1 : lanes > NVJ_LANES_MAX ? NVJ_LANES_MAX : lanes;
     /* The JPEG engines first; devices without them say "architecture
      * mismatch" (or "not supported") and get the GPU Huffman backend. */
     d->backend = NVJ_BACKEND_HARDWARE;
-    s = api.create_ex(NVJ_BACKEND_HARDWARE, NULL, NULL, 0, &d->h);
+    s = d->api.create_ex(NVJ_BACKEND_HARDWARE, NULL, NULL, 0, &d->h);
     if (s != NVJ_SUCCESS) {
         d->backend = NVJ_BACKEND_GPU_HYBRID;
-        s = api.create_ex(NVJ_BACKEND_GPU_HYBRID, NULL, NULL, 0, &d->h);
+        s = d->api.create_ex(NVJ_BACKEND_GPU_HYBRID, NULL, NULL, 0, &d->h);
     }
     if (s != NVJ_SUCCESS) {
+        dlclose(d->api.lib);
         free(d);
         return patina__fail(PATINA_E_GPU, "nvjpeg: cannot create a decoder: %s (%d)", nvj_str(s), s);
     }
     for (k = 0; k < d->nlanes; k++) {
         nvj_lane_t *l = &d->lane[k];
         l->d = d;
-        if ((s = api.state_create(d->h, &l->state)) != NVJ_SUCCESS ||
-            (s = api.stream_create(d->h, &l->js)) != NVJ_SUCCESS ||
+        if ((s = d->api.state_create(d->h, &l->state)) != NVJ_SUCCESS ||
+            (s = d->api.stream_create(d->h, &l->js)) != NVJ_SUCCESS ||
             cudaStreamCreateWithFlags(&l->stream, cudaStreamNonBlocking) != cudaSuccess) {
             patina_gpu_jpeg_close(d);
             return patina__fail(PATINA_E_GPU, "nvjpeg: cannot create decoder state (%s)",
@@ -237,16 +247,17 @@ void patina_gpu_jpeg_close(patina_jpeg_gpu_t *d)
     for (k = 0; k < d->nlanes; k++) {
         nvj_lane_t *l = &d->lane[k];
         if (l->stream) cudaStreamSynchronize(l->stream);
-        if (l->js) api.stream_destroy(l->js);
-        if (l->state) api.state_destroy(l->state);
+        if (l->js) d->api.stream_destroy(l->js);
+        if (l->state) d->api.state_destroy(l->state);
         if (l->stream) cudaStreamDestroy(l->stream);
         free(l->bits);
         free(l->len);
         free(l->dst);
         free(l->which);
     }
-    if (d->h) api.destroy(d->h);
+    if (d->h) d->api.destroy(d->h);
     cudaFree(d->arena);
+    if (d->api.lib) dlclose(d->api.lib);
     free(d);
 }
 
@@ -301,10 +312,10 @@ static void *lane_parse(void *v)
         memset(im, 0, sizeof *im);
         l->st[i] = PATINA_E_FORMAT;
         if (!l->data[i] || l->size[i] < 4 || !has_eoi(l->data[i], l->size[i])) continue;
-        if (api.stream_parse_header(l->d->h, l->data[i], l->size[i], l->js) != NVJ_SUCCESS ||
-            api.stream_frame_dims(l->js, &w, &h) != NVJ_SUCCESS || w == 0 || h == 0 ||
+        if (l->d->api.stream_parse_header(l->d->h, l->data[i], l->size[i], l->js) != NVJ_SUCCESS ||
+            l->d->api.stream_frame_dims(l->js, &w, &h) != NVJ_SUCCESS || w == 0 || h == 0 ||
             w > 65535 || h > 65535 ||
-            api.batched_supported(l->d->h, l->js, &unsupported) != NVJ_SUCCESS || unsupported)
+            l->d->api.batched_supported(l->d->h, l->js, &unsupported) != NVJ_SUCCESS || unsupported)
             continue;
         im->width = (int)w;
         im->height = (int)h;
@@ -337,13 +348,13 @@ static void *lane_decode(void *v)
     }
     if (nb == 0) return NULL;
     if (l->batch_init != (int)nb) {
-        if (api.batched_init(l->d->h, l->state, (int)nb, 1, NVJ_OUTPUT_RGBI) != NVJ_SUCCESS) {
+        if (l->d->api.batched_init(l->d->h, l->state, (int)nb, 1, NVJ_OUTPUT_RGBI) != NVJ_SUCCESS) {
             l->batch_init = 0;
             goto fail;
         }
         l->batch_init = (int)nb;
     }
-    s = api.batched(l->d->h, l->state, l->bits, l->len, l->dst, l->stream);
+    s = l->d->api.batched(l->d->h, l->state, l->bits, l->len, l->dst, l->stream);
     if (s == NVJ_SUCCESS && cudaStreamSynchronize(l->stream) != cudaSuccess) s = NVJ_EXECUTION_FAILED;
     if (s != NVJ_SUCCESS) {
         l->batch_init = 0;

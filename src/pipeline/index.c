@@ -17,17 +17,14 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "core/internal.h"
+#include "core/context.h"
+#include "features/family.h"
 #include "gpu/gpu.h"
 #include "patina/pipeline.h"
 
-patina_pool_t *patina__context_pool(patina_context_t *ctx);
-patina_status patina__context_jpeg(patina_context_t *ctx, patina_jpeg_gpu_t *out[2]);
-int patina__extractor_reads_device(const patina_extractor_t *ex);
-
-int patina_jpeg_gpu_available(char *why, size_t size)
+int patina_jpeg_gpu_available(const patina_context_t *ctx, char *why, size_t size)
 {
-    return patina_gpu_jpeg_available(why, size);
+    return patina_gpu_jpeg_available(ctx ? patina__context_opts(ctx)->nvjpeg_library : NULL, why, size);
 }
 
 patina_status patina_jpeg_gpu_prepare(patina_context_t *ctx)
@@ -462,7 +459,7 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     overlap = dev == PATINA_DEVICE_GPU;
 
     memset(&prod, 0, sizeof prod);
-    prod.pool = patina__context_pool(ctx);
+    prod.pool = patina__context_workers_acquire(ctx); /* this run's turn; released at the end */
     prod.c = c;
     prod.ex = ex;
     prod.limits = patina_context_limits(ctx);
@@ -588,6 +585,7 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     }
 
 done:
+    patina__context_workers_release(ctx);
     for (int k = 0; k < 2; k++) {
         if (!win[k].slots) continue;
         for (i = 0; i < window; i++) slot_clear(&win[k].slots[i]);

@@ -1,73 +1,76 @@
-/* Exact k-NN and range search on the CPU (include/patina/search.h).
+/* Exact k-NN and range search (include/patina/search.h) on the CPU, and the
+ * dispatch to the GPU search (src/gpu/knn.cu).
  *
  * What it is: brute force. Every query is compared with every row of the
- * index by the extractor's distance; per (query, chunk of rows) a bounded
- * max-heap keeps the best k; chunks of one query are merged afterwards.
- * Work is spread over a thread pool created per call: over queries when
- * there are at least as many queries as threads, else each query's rows are
- * cut into chunks (at least PATINA_KNN_MIN_CHUNK rows) so that one query
- * on a large index uses every thread.
+ * index by the extractor's distance, taken from the distance table
+ * (search/distance.h); per (query, chunk of rows) a bounded max-heap keeps
+ * the best k; chunks of one query are merged afterwards. Work is spread over
+ * the context's workers (or a pool made per call without a context): over
+ * queries when there are at least as many queries as threads, else each
+ * query's rows are cut into chunks (at least PATINA_KNN_MIN_CHUNK rows) so
+ * that one query on a large index uses every thread.
  *
  * Order: distance ascending, ties by id ascending; NaN distances (a broken
  * distance function) sort after every number. ids are unique in an index,
  * so this is a total order and the result does not depend on the number of
- * threads or the chunking.
+ * threads, the chunking or the device.
  *
- * Standardised L2 (families whose distance is "std_l2", e.g. haralick): the
- * per-feature standard deviation of the index's rows is computed when it is
- * built, and every distance is sqrt(sum ((a_k - b_k) / sd_k)^2) with it, so
- * features of very different scales count alike within that collection.
+ * Standardised L2 (std_l2): the per-element standard deviation of the
+ * index's rows is computed when it is built, and every distance is
+ * sqrt(sum ((a_k - b_k) / sd_k)^2) with it, so elements of very different
+ * scales count alike within that collection.
  *
- * CEDD fast path. LIRE's Tanimoto (patina_cedd_tanimoto, query = a, row = b)
- * accumulates, in double and in bin order, C1 += p*q, C2 += q*q, C3 += p*p
- * with p = b[i]/T1, q = a[i]/T2. Each accumulator is its own sequence of
- * roundings, so:
+ * Tanimoto fast path (u8 rows whose elements are all <= 7, e.g. CEDD).
+ * LIRE's Tanimoto (query = a, row = b) accumulates, in double and in element
+ * order, C1 += p*q, C2 += q*q, C3 += p*p with p = b[i]/T1, q = a[i]/T2. Each
+ * accumulator is its own sequence of roundings, so:
  *   - C3 and T1 depend on the row only: computed once per row at build time
  *     by the same loop, they are the same doubles;
  *   - C2 and T2 depend on the query only: computed once per query;
- *   - p takes at most 8 values per row (bins are 0..7): P[T1][v] = v/T1 is
- *     the same division, looked up in a (1009, 8) table;
- *   - C1 gets +0.0 from every bin where the query is 0, and x + (+0.0) == x
- *     exactly for every x >= +0.0, so those bins are skipped and C1 runs
- *     over the query's non-zero bins only, still in bin order.
+ *   - p takes at most 8 values per row (elements are 0..7): P[T1][v] = v/T1
+ *     is the same division, looked up in a (7 dim + 1, 8) table;
+ *   - C1 gets +0.0 from every element where the query is 0, and
+ *     x + (+0.0) == x exactly for every x >= +0.0, so those elements are
+ *     skipped and C1 runs over the query's non-zero elements only, in order.
  * The final 100 - 100 * (C1 / ((C2 + C3) - C1)) is the same expression.
  * Nothing is reassociated, so the doubles are identical (tests/test_search.c
- * checks every pair bit for bit). Rows or queries with a bin above 7 (not a
- * CEDD descriptor) use the generic distance. Four rows run at once for
- * instruction-level parallelism; each keeps its own sequential C1. */
+ * checks every pair bit for bit). Queries with an element above 7 use the
+ * definition. Four rows run at once for instruction-level parallelism; each
+ * keeps its own sequential C1. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
-#include "patina/cedd.h"
-#include "patina/glcm.h"
+#include "core/context.h"
 #include "gpu/gpu.h"
+#include "patina/glcm.h"
+#include "search/distance.h"
 #include "search/knn.h"
-#include <pthread.h>
 
 #define K_MAX 1000000
 #define TILE 256          /* rows whose distances are computed before selection */
-#define T_MAX (PATINA_CEDD_DIM * 7)
+#define GPU_MIN_ROWS 4096 /* AUTO runs smaller indexes on the CPU */
 
 struct patina_index {
     patina_extractor_t *ex;   /* owned copy of the caller's extractor */
-    size_t n, bytes;
+    const pdist_def_t *dist;  /* the extractor's distance */
+    pdist_t dist_id;
+    patina_elem elem;
+    size_t n, dim, bytes;
+    uint64_t serial;          /* names the index's device copies (never reused) */
     uint64_t *ids;            /* (n) unique */
     uint8_t *descs;           /* (n, bytes) row-major */
-    /* CEDD Tanimoto fast path; t1 == NULL when not used */
-    uint16_t *t1;             /* (n) T1 = sum of the row's bins */
-    double *c3;               /* (n) C3 = sum of p*p in bin order */
-    double (*ptab)[8];        /* (T_MAX + 1, 8): ptab[T][v] = v / T; row 0 zeros */
-    /* GPU copy of the fast-path table, made on first patina_index_knn_gpu
-     * (a cache: the index stays logically immutable) */
-    /* standardised L2 (distance "std_l2"): per-feature sigma of the rows */
+    /* Tanimoto fast path; t1 == NULL when not used */
+    uint32_t *t1;             /* (n) T1 = sum of the row's elements */
+    double *c3;               /* (n) C3 = sum of p*p in element order */
+    double (*ptab)[8];        /* (t_max + 1, 8): ptab[T][v] = v / T; row 0 zeros */
+    size_t t_max;             /* 7 * dim */
+    /* standardised L2: per-element sigma of the rows */
     double *sd;               /* (dim) or NULL */
-    pthread_mutex_t gpu_lock;
-    patina_gpu_knn_t *gpu;
-    int gpu_device;
 };
+
+static _Atomic uint64_t next_serial = 1;
 
 /* A query prepared for the fast path (shared with the GPU search). */
 typedef patina_knn_query_t tq_t;
@@ -79,8 +82,6 @@ size_t patina_index_size(const patina_index_t *idx) { return idx ? idx->n : 0; }
 void patina_index_free(patina_index_t *idx)
 {
     if (!idx) return;
-    patina_gpu_knn_free(idx->gpu);
-    pthread_mutex_destroy(&idx->gpu_lock);
     patina_extractor_free(idx->ex);
     free(idx->ids);
     free(idx->descs);
@@ -122,27 +123,20 @@ static void heap_push(heap_t *hp, double d, uint64_t id)
 
 /* ------------------------------------------------------------ building */
 
-static int is_cedd_tanimoto(const patina_extractor_t *ex)
-{
-    return strcmp(patina_extractor_family(ex), "cedd") == 0 &&
-           strcmp(patina_extractor_distance_name(ex), "tanimoto") == 0 &&
-           patina_extractor_elem(ex) == PATINA_ELEM_U8 &&
-           patina_extractor_bytes(ex) == PATINA_CEDD_DIM;
-}
-
-/* Caches T1 and C3 per row; leaves the fast path off if a row has a bin > 7. */
+/* Caches T1 and C3 per row; leaves the fast path off for other distances or
+ * element types, more than PGPU_KNN_MAXDIM elements, or a row with an
+ * element above 7. */
 static patina_status build_fast_path(patina_index_t *ix)
 {
-    size_t r;
-    int t, v, i;
-    for (r = 0; r < ix->n; r++) {
-        const uint8_t *b = ix->descs + r * PATINA_CEDD_DIM;
-        for (i = 0; i < PATINA_CEDD_DIM; i++)
-            if (b[i] > 7) return PATINA_OK;
-    }
+    size_t r, t, i;
+    int v;
+    if (ix->dist_id != PDIST_TANIMOTO || ix->elem != PATINA_ELEM_U8 || ix->dim > PGPU_KNN_MAXDIM) return PATINA_OK;
+    for (r = 0; r < ix->n * ix->dim; r++)
+        if (ix->descs[r] > 7) return PATINA_OK;
+    ix->t_max = 7 * ix->dim;
     ix->t1 = malloc((ix->n ? ix->n : 1) * sizeof *ix->t1);
     ix->c3 = malloc((ix->n ? ix->n : 1) * sizeof *ix->c3);
-    ix->ptab = malloc((T_MAX + 1) * sizeof *ix->ptab);
+    ix->ptab = malloc((ix->t_max + 1) * sizeof *ix->ptab);
     if (!ix->t1 || !ix->c3 || !ix->ptab) {
         free(ix->t1);
         free(ix->c3);
@@ -153,18 +147,18 @@ static patina_status build_fast_path(patina_index_t *ix)
         return patina__fail(PATINA_E_NOMEM, "search: out of memory building the index");
     }
     for (v = 0; v < 8; v++) ix->ptab[0][v] = 0.0;
-    for (t = 1; t <= T_MAX; t++)
+    for (t = 1; t <= ix->t_max; t++)
         for (v = 0; v < 8; v++) ix->ptab[t][v] = (double)v / (double)t;
     for (r = 0; r < ix->n; r++) {
-        const uint8_t *b = ix->descs + r * PATINA_CEDD_DIM;
+        const uint8_t *b = ix->descs + r * ix->dim;
         double t1 = 0.0, c3 = 0.0;
-        for (i = 0; i < PATINA_CEDD_DIM; i++) t1 += (double)b[i];
+        for (i = 0; i < ix->dim; i++) t1 += (double)b[i];
         if (t1 != 0.0)
-            for (i = 0; i < PATINA_CEDD_DIM; i++) {
+            for (i = 0; i < ix->dim; i++) {
                 double p = (double)b[i] / t1;
                 c3 += p * p;
             }
-        ix->t1[r] = (uint16_t)t1;
+        ix->t1[r] = (uint32_t)t1;
         ix->c3[r] = c3;
     }
     return PATINA_OK;
@@ -183,13 +177,25 @@ static patina_status index_build(patina_index_t **out, const patina_extractor_t 
         free(descs);
         return patina__fail(PATINA_E_NOMEM, "search: out of memory");
     }
-    pthread_mutex_init(&ix->gpu_lock, NULL);
     ix->ids = ids;
     ix->descs = descs;
     ix->n = n;
     ix->bytes = patina_extractor_bytes(ex);
+    ix->dim = patina_extractor_dim(ex);
+    ix->elem = patina_extractor_elem(ex);
+    ix->serial = atomic_fetch_add(&next_serial, 1);
     s = patina_extractor_new(&ix->ex, patina_extractor_spec(ex));
     if (s != PATINA_OK) goto fail;
+    {
+        int d = pdist_find(patina_extractor_distance_name(ex));
+        if (d < 0) {
+            s = patina__fail(PATINA_E_INTERNAL, "search: unknown distance '%s'",
+                             patina_extractor_distance_name(ex));
+            goto fail;
+        }
+        ix->dist_id = (pdist_t)d;
+        ix->dist = pdist_get(ix->dist_id);
+    }
     /* ids must be unique: the tie rule (then the result) depends on it. */
     if (!ids_sorted && n > 1) {
         uint64_t *sorted = malloc(n * sizeof *sorted);
@@ -212,19 +218,26 @@ static patina_status index_build(patina_index_t **out, const patina_extractor_t 
                 goto fail;
             }
     }
-    if (is_cedd_tanimoto(ex) && (s = build_fast_path(ix)) != PATINA_OK) goto fail;
-    if (strcmp(patina_extractor_distance_name(ex), "std_l2") == 0 && n > 0) {
-        /* The standardised L2 of this index: per-feature sigma of its rows. */
-        size_t dim = patina_extractor_dim(ex);
-        double *mean = malloc(dim * sizeof *mean + 1);
-        ix->sd = malloc(dim * sizeof *ix->sd + 1);
-        if (!mean || !ix->sd) {
+    if ((s = build_fast_path(ix)) != PATINA_OK) goto fail;
+    if (ix->dist_id == PDIST_STD_L2 && n > 0) {
+        /* The standardised L2 of this index: per-element sigma of its rows. */
+        double *mean = malloc(ix->dim * sizeof *mean + 1), *rows = NULL;
+        ix->sd = malloc(ix->dim * sizeof *ix->sd + 1);
+        if (ix->elem != PATINA_ELEM_F64 && mean && ix->sd) {
+            rows = malloc(n * ix->dim * sizeof *rows + 1);
+            for (size_t r = 0; rows && r < n; r++)
+                for (size_t k = 0; k < ix->dim; k++)
+                    rows[r * ix->dim + k] = pdist_elem(ix->elem, descs + r * ix->bytes, k);
+        }
+        if (!mean || !ix->sd || (ix->elem != PATINA_ELEM_F64 && !rows)) {
             free(mean);
+            free(rows);
             s = patina__fail(PATINA_E_NOMEM, "search: out of memory");
             goto fail;
         }
-        s = patina_feature_stats(mean, ix->sd, (const double *)(const void *)descs, n, dim);
+        s = patina_feature_stats(mean, ix->sd, rows ? rows : (const double *)(const void *)descs, n, ix->dim);
         free(mean);
+        free(rows);
         if (s != PATINA_OK) goto fail;
     }
     *out = ix;
@@ -288,24 +301,24 @@ patina_status patina_index_load(patina_index_t **idx, const patina_extractor_t *
 
 /* --------------------------------------------------------------- distances */
 
-static void prepare_query(tq_t *q, const uint8_t *a)
+static void prepare_query(tq_t *q, const uint8_t *a, size_t dim)
 {
     double t2 = 0.0, c2 = 0.0;
-    int i;
+    size_t i;
     q->fast = 0;
     q->nnz = 0;
-    for (i = 0; i < PATINA_CEDD_DIM; i++) {
+    for (i = 0; i < dim; i++) {
         if (a[i] > 7) return;
         t2 += (double)a[i];
     }
     q->fast = 1;
     q->t2 = t2;
     if (t2 != 0.0)
-        for (i = 0; i < PATINA_CEDD_DIM; i++) {
+        for (i = 0; i < dim; i++) {
             double v = (double)a[i] / t2;
             c2 += v * v;
             if (a[i]) {
-                q->idx[q->nnz] = (uint8_t)i;
+                q->idx[q->nnz] = (uint16_t)i;
                 q->qv[q->nnz++] = v;
             }
         }
@@ -322,15 +335,15 @@ static inline double tanimoto_finish(const tq_t *q, unsigned t1, double c3, doub
  * patina_cedd_tanimoto (see the top of the file). */
 static void tanimoto_rows(const patina_index_t *ix, const tq_t *q, size_t r0, size_t cnt, double *out)
 {
-    const uint8_t *base = ix->descs + r0 * PATINA_CEDD_DIM;
-    const uint16_t *t1 = ix->t1 + r0;
+    const size_t D = ix->dim;
+    const uint8_t *base = ix->descs + r0 * D;
+    const uint32_t *t1 = ix->t1 + r0;
     const double *c3 = ix->c3 + r0;
     const int nnz = q->nnz;
     size_t r = 0;
     int j;
     for (; r + 4 <= cnt; r += 4) {
-        const uint8_t *b0 = base + r * PATINA_CEDD_DIM, *b1 = b0 + PATINA_CEDD_DIM,
-                      *b2 = b1 + PATINA_CEDD_DIM, *b3 = b2 + PATINA_CEDD_DIM;
+        const uint8_t *b0 = base + r * D, *b1 = b0 + D, *b2 = b1 + D, *b3 = b2 + D;
         const double *p0 = ix->ptab[t1[r]], *p1 = ix->ptab[t1[r + 1]], *p2 = ix->ptab[t1[r + 2]],
                      *p3 = ix->ptab[t1[r + 3]];
         double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
@@ -348,7 +361,7 @@ static void tanimoto_rows(const patina_index_t *ix, const tq_t *q, size_t r0, si
         out[r + 3] = tanimoto_finish(q, t1[r + 3], c3[r + 3], s3);
     }
     for (; r < cnt; r++) {
-        const uint8_t *b = base + r * PATINA_CEDD_DIM;
+        const uint8_t *b = base + r * D;
         const double *p = ix->ptab[t1[r]];
         double s = 0.0;
         for (j = 0; j < nnz; j++) s += p[b[q->idx[j]]] * q->qv[j];
@@ -365,16 +378,8 @@ static void tile_distances(const patina_index_t *ix, const uint8_t *query, const
         tanimoto_rows(ix, q, r0, cnt, out);
         return;
     }
-    if (ix->sd) {
-        const size_t dim = ix->bytes / sizeof(double);
-        for (j = 0; j < cnt; j++)
-            out[j] = patina_std_l2((const double *)(const void *)query,
-                                   (const double *)(const void *)(ix->descs + (r0 + j) * ix->bytes),
-                                   ix->sd, dim);
-        return;
-    }
     for (j = 0; j < cnt; j++)
-        out[j] = patina_extractor_distance(ix->ex, query, ix->descs + (r0 + j) * ix->bytes);
+        out[j] = ix->dist->pair(ix->elem, query, ix->descs + (r0 + j) * ix->bytes, ix->dim, ix->sd);
 }
 
 /* ------------------------------------------------------------------- jobs */
@@ -482,13 +487,10 @@ static size_t merge_lists(patina_hit_t *out, size_t limit, patina_hit_t *const *
 }
 
 /* Resolves threads and the chunking of each query's rows. */
-static patina_status plan(const patina_index_t *ix, size_t nq, int threads, int *nthreads,
-                          size_t *nchunks, size_t *chunk)
+static void plan(const patina_index_t *ix, size_t nq, int threads, int *nthreads, size_t *nchunks,
+                 size_t *chunk)
 {
     size_t want, maxc;
-    if (threads < 0) return patina__fail(PATINA_E_INVALID, "search: %d threads", threads);
-    if (threads == 0) threads = patina_cpu_count();
-    if (threads > 1024) return patina__fail(PATINA_E_INVALID, "search: %d threads is too many (max 1024)", threads);
     *nchunks = 1;
     if (nq < (size_t)threads && ix->n >= 2 * PATINA_KNN_MIN_CHUNK) {
         want = (4 * (size_t)threads + nq - 1) / nq;
@@ -497,20 +499,36 @@ static patina_status plan(const patina_index_t *ix, size_t nq, int threads, int 
     }
     *chunk = ix->n ? (ix->n + *nchunks - 1) / *nchunks : 1;
     *nchunks = ix->n ? (ix->n + *chunk - 1) / *chunk : 1;
-    /* Tiny problems are not worth starting threads for. */
+    /* Tiny problems are not worth waking threads for. */
     if ((double)ix->n * (double)nq < 4096.0) threads = 1;
     if ((size_t)threads > nq * *nchunks) threads = (int)(nq * *nchunks);
     *nthreads = threads < 1 ? 1 : threads;
-    return PATINA_OK;
 }
 
-static patina_status run_job(job_t *jb, int nthreads)
+/* Runs the job's tasks on the context's workers (taking its turn), or
+ * without a context on a pool of nthreads made for this call. */
+static patina_status run_job(patina_context_t *ctx, job_t *jb, int nthreads)
 {
     patina_pool_t *pool = NULL;
-    if (nthreads > 1) PATINA_TRY(patina_pool_new(&pool, nthreads));
+    if (nthreads <= 1) {
+        patina_pool_run(NULL, jb->nq * jb->nchunks, search_task, jb);
+        return PATINA_OK;
+    }
+    if (ctx) {
+        pool = patina__context_workers_acquire(ctx);
+        patina_pool_run(pool, jb->nq * jb->nchunks, search_task, jb);
+        patina__context_workers_release(ctx);
+        return PATINA_OK;
+    }
+    PATINA_TRY(patina_pool_new(&pool, nthreads));
     patina_pool_run(pool, jb->nq * jb->nchunks, search_task, jb);
     patina_pool_free(pool);
     return PATINA_OK;
+}
+
+static int cpu_threads(patina_context_t *ctx)
+{
+    return ctx ? patina_context_threads(ctx) : patina_cpu_count();
 }
 
 static patina_status prepare_queries(const patina_index_t *ix, const uint8_t *queries, size_t nq,
@@ -521,12 +539,44 @@ static patina_status prepare_queries(const patina_index_t *ix, const uint8_t *qu
     if (!ix->t1 || ix->n == 0) return PATINA_OK;
     *out = malloc(nq * sizeof **out);
     if (!*out) return patina__fail(PATINA_E_NOMEM, "search: out of memory preparing %zu queries", nq);
-    for (q = 0; q < nq; q++) prepare_query(&(*out)[q], queries + q * PATINA_CEDD_DIM);
+    for (q = 0; q < nq; q++) prepare_query(&(*out)[q], queries + q * ix->dim, ix->dim);
     return PATINA_OK;
 }
 
-/* The checks patina_index_knn and patina_index_knn_gpu share (nq = 0 is
- * valid and does nothing). */
+void patina_search_opts_init(patina_search_opts_t *o)
+{
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->device = PATINA_DEVICE_AUTO;
+}
+
+/* The device a search runs on (range: CPU only). */
+static patina_status search_device(patina_context_t *ctx, const patina_index_t *ix,
+                                   const patina_search_opts_t *o, int range, patina_device *dev)
+{
+    switch (o->device) {
+    case PATINA_DEVICE_CPU: *dev = PATINA_DEVICE_CPU; return PATINA_OK;
+    case PATINA_DEVICE_AUTO:
+        *dev = !range && ctx && ix->n >= GPU_MIN_ROWS && ix->dist->gpu && patina__context_gpu_usable(ctx)
+                   ? PATINA_DEVICE_GPU
+                   : PATINA_DEVICE_CPU;
+        return PATINA_OK;
+    case PATINA_DEVICE_GPU:
+        if (range)
+            return patina__fail(PATINA_E_UNAVAILABLE, "search: range search runs on the CPU (device cpu or auto)");
+        if (!ctx) return patina__fail(PATINA_E_INVALID, "search: a GPU search needs a context");
+        if (!ix->dist->gpu)
+            return patina__fail(PATINA_E_UNAVAILABLE, "search: distance %s has no GPU implementation",
+                                ix->dist->name);
+        *dev = PATINA_DEVICE_GPU;
+        return PATINA_OK;
+    case PATINA_DEVICE_HYBRID: break;
+    }
+    return patina__fail(PATINA_E_INVALID, "search: device %s is not a search device",
+                        patina_device_name(o->device) ? patina_device_name(o->device) : "(unknown)");
+}
+
+/* The checks of patina_index_knn (nq = 0 is valid and does nothing). */
 static patina_status knn_args(const patina_index_t *idx, const void *queries, size_t nq, size_t k,
                               const patina_hit_t *hits, const size_t *counts)
 {
@@ -552,9 +602,55 @@ static void knn_pad(const patina_index_t *idx, size_t nq, size_t k, patina_hit_t
     }
 }
 
-patina_status patina_index_knn(const patina_index_t *idx, const void *queries, size_t nq,
-                               size_t k, int threads, patina_hit_t *hits, size_t *counts)
+/* The GPU search under the context's GPU turn: the device copy of the index
+ * is made or found, used and kept in the context while the turn is held, so
+ * no other thread can drop it meanwhile. */
+static patina_status knn_gpu(patina_context_t *ctx, const patina_index_t *ix, const uint8_t *queries,
+                             size_t nq, size_t k, patina_hit_t *hits, size_t *counts)
 {
+    pgpu_knn_index_t view;
+    patina_gpu_t *g;
+    tq_t *tq = NULL;
+    patina_status s;
+    size_t q;
+    memset(&view, 0, sizeof view);
+    view.serial = ix->serial;
+    view.n = ix->n;
+    view.dim = ix->dim;
+    view.bytes = ix->bytes;
+    view.elem = ix->elem;
+    view.dist = (int)ix->dist_id;
+    view.ids = ix->ids;
+    view.descs = ix->descs;
+    view.sd = ix->sd;
+    PATINA_TRY(prepare_queries(ix, queries, nq, &tq));
+    for (q = 0; tq && q < nq; q++)
+        if (!tq[q].fast) break;
+    if (tq && q == nq) { /* every query takes the fast path */
+        view.t1 = ix->t1;
+        view.c3 = ix->c3;
+        view.ptab = &ix->ptab[0][0];
+        view.ptab_rows = ix->t_max + 1;
+    } else if (ix->dist_id == PDIST_TANIMOTO && ix->t1) {
+        /* A query with an element above 7: the definition for all of them,
+         * on a device copy of its own (row-major). */
+        view.serial = ix->serial | (UINT64_C(1) << 63);
+    }
+    s = patina__context_gpu_acquire(ctx, &g);
+    if (s == PATINA_OK) {
+        s = patina_gpu_knn(g, &view, view.t1 ? tq : NULL, queries, nq, k, hits, counts);
+        patina__context_gpu_release(ctx);
+    }
+    free(tq);
+    return s;
+}
+
+patina_status patina_index_knn(patina_context_t *ctx, const patina_index_t *idx, const void *queries,
+                               size_t nq, size_t k, const patina_search_opts_t *opts_in,
+                               patina_hit_t *hits, size_t *counts)
+{
+    patina_search_opts_t opts;
+    patina_device dev;
     job_t jb;
     tq_t *tq = NULL;
     patina_status s;
@@ -563,13 +659,17 @@ patina_status patina_index_knn(const patina_index_t *idx, const void *queries, s
     int nthreads;
 
     PATINA_TRY(knn_args(idx, queries, nq, k, hits, counts));
+    patina_search_opts_init(&opts);
+    if (opts_in) opts = *opts_in;
+    PATINA_TRY(search_device(ctx, idx, &opts, 0, &dev));
     if (nq == 0) return PATINA_OK;
-    memset(&jb, 0, sizeof jb);
-    PATINA_TRY(plan(idx, nq, threads, &nthreads, &jb.nchunks, &jb.chunk));
     knn_pad(idx, nq, k, hits, counts);
     if (idx->n == 0) return PATINA_OK;
+    if (dev == PATINA_DEVICE_GPU) return knn_gpu(ctx, idx, queries, nq, k, hits, counts);
     per = counts[0];
 
+    memset(&jb, 0, sizeof jb);
+    plan(idx, nq, cpu_threads(ctx), &nthreads, &jb.nchunks, &jb.chunk);
     jb.ix = idx;
     jb.queries = queries;
     jb.nq = nq;
@@ -587,7 +687,7 @@ patina_status patina_index_knn(const patina_index_t *idx, const void *queries, s
             s = patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu x %zu partial results",
                              nq * jb.nchunks, jb.cap);
     }
-    if (s == PATINA_OK) s = run_job(&jb, nthreads);
+    if (s == PATINA_OK) s = run_job(ctx, &jb, nthreads);
     if (s == PATINA_OK && jb.nchunks > 1) {
         /* Merge each query's chunk lists (each sorted) into its k best. */
         for (q = 0; q < nq; q++) {
@@ -605,19 +705,25 @@ patina_status patina_index_knn(const patina_index_t *idx, const void *queries, s
     return s;
 }
 
-patina_status patina_index_range(const patina_index_t *idx, const void *queries, size_t nq,
-                                 double radius, size_t max_hits, int threads,
+patina_status patina_index_range(patina_context_t *ctx, const patina_index_t *idx, const void *queries,
+                                 size_t nq, double radius, const patina_search_opts_t *opts_in,
                                  patina_hit_t **hits, size_t *counts)
 {
+    patina_search_opts_t opts;
+    patina_device dev;
     job_t jb;
     tq_t *tq = NULL;
     patina_status s;
-    size_t q, t, ntasks, *pos = NULL, *lens = NULL;
+    size_t q, t, ntasks, max_hits, *pos = NULL, *lens = NULL;
     patina_hit_t **lists = NULL;
     int nthreads;
 
     if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
     if (isnan(radius)) return patina__fail(PATINA_E_INVALID, "search: radius is NaN");
+    patina_search_opts_init(&opts);
+    if (opts_in) opts = *opts_in;
+    PATINA_TRY(search_device(ctx, idx, &opts, 1, &dev));
+    max_hits = opts.max_hits;
     if (nq == 0) return PATINA_OK;
     if (!queries || !hits || !counts) return patina__fail(PATINA_E_INVALID, "search: null queries, hits or counts");
     for (q = 0; q < nq; q++) {
@@ -627,7 +733,7 @@ patina_status patina_index_range(const patina_index_t *idx, const void *queries,
     if (idx->n == 0) return PATINA_OK;
 
     memset(&jb, 0, sizeof jb);
-    PATINA_TRY(plan(idx, nq, threads, &nthreads, &jb.nchunks, &jb.chunk));
+    plan(idx, nq, cpu_threads(ctx), &nthreads, &jb.nchunks, &jb.chunk);
     jb.ix = idx;
     jb.queries = queries;
     jb.nq = nq;
@@ -651,7 +757,7 @@ patina_status patina_index_range(const patina_index_t *idx, const void *queries,
                 s = patina__fail(PATINA_E_NOMEM, "search: out of memory");
         }
     }
-    if (s == PATINA_OK) s = run_job(&jb, nthreads);
+    if (s == PATINA_OK) s = run_job(ctx, &jb, nthreads);
     if (s == PATINA_OK && atomic_load(&jb.nomem))
         s = patina__fail(PATINA_E_NOMEM, "search: out of memory collecting range hits");
     for (q = 0; q < nq && s == PATINA_OK; q++) {
@@ -680,48 +786,6 @@ patina_status patina_index_range(const patina_index_t *idx, const void *queries,
     free(pos);
     free(lens);
     free(lists);
-    free(tq);
-    return s;
-}
-
-/* ------------------------------------------------------------------- GPU */
-
-patina_status patina_index_knn_gpu(const patina_index_t *idx, int gpu, const void *queries,
-                                   size_t nq, size_t k, patina_hit_t *hits, size_t *counts)
-{
-    patina_index_t *ix = (patina_index_t *)idx; /* only the GPU cache changes */
-    tq_t *tq = NULL;
-    patina_status s = PATINA_OK;
-    size_t q;
-    PATINA_TRY(knn_args(idx, queries, nq, k, hits, counts));
-    if (!ix->t1)
-        return patina__fail(PATINA_E_UNAVAILABLE, "gpu search: only CEDD Tanimoto indexes run on the GPU "
-                            "(this one is '%s', distance %s)", patina_extractor_spec(ix->ex),
-                            patina_extractor_distance_name(ix->ex));
-    if (nq == 0) return PATINA_OK;
-    if (patina_gpu__count() <= gpu || gpu < 0)
-        return patina__fail(PATINA_E_UNAVAILABLE, "gpu search: no CUDA device %d", gpu);
-    knn_pad(ix, nq, k, hits, counts);
-    if (ix->n == 0) return PATINA_OK;
-    PATINA_TRY(prepare_queries(ix, queries, nq, &tq));
-    for (q = 0; q < nq; q++)
-        if (!tq[q].fast) break;
-    if (q < nq) { /* not CEDD descriptors: the generic distance, on the CPU */
-        free(tq);
-        return patina_index_knn(idx, queries, nq, k, 0, hits, counts);
-    }
-    pthread_mutex_lock(&ix->gpu_lock);
-    if (ix->gpu && ix->gpu_device != gpu) {
-        patina_gpu_knn_free(ix->gpu);
-        ix->gpu = NULL;
-    }
-    if (!ix->gpu) {
-        s = patina_gpu_knn_new(&ix->gpu, gpu, ix->n, ix->descs, ix->ids, ix->t1, ix->c3,
-                               &ix->ptab[0][0], T_MAX + 1);
-        ix->gpu_device = gpu;
-    }
-    pthread_mutex_unlock(&ix->gpu_lock);
-    if (s == PATINA_OK) s = patina_gpu_knn(ix->gpu, tq, nq, k, hits, counts);
     free(tq);
     return s;
 }

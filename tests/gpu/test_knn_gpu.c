@@ -1,12 +1,17 @@
-/* Exact k-NN on the GPU (patina_index_knn_gpu) against the CPU search
- * (patina_index_knn), which tests/test_search.c holds to
- * patina_cedd_tanimoto bit for bit: same counts, same ids in the same order,
- * same distance bits. Random CEDD descriptors (bins 0..7, mostly zero),
- * with duplicated rows (ties, ordered by id), zero rows and queries (the 0 /
- * 100 special cases), ids not in row order; index sizes around the GPU's
- * 2048-row chunk, k below, at and above it, several query batches. Also:
- * the non-CEDD refusal, queries that are not CEDD descriptors (answered on
- * the CPU), and a reload of the same index on the device.
+/* Exact k-NN on the GPU (patina_index_knn, device GPU) against the CPU
+ * search (device CPU), which tests/test_search.c and tests/test_distance.c
+ * hold to the distance definitions bit for bit: same counts, same ids in the
+ * same order, same distance bits.
+ *   - Tanimoto fast path: random CEDD descriptors (bins 0..7, mostly zero),
+ *     duplicated rows (ties, ordered by id), zero rows and queries (the 0 /
+ *     100 special cases), ids not in row order; index sizes around the GPU's
+ *     2048-row chunk, k below, at and above it, several query batches;
+ *   - every other distance and element type through the families that use
+ *     them (lbp8 chi2/l1/intersection/hellinger on u32 and f32, glcm l2 and
+ *     haralick std_l2 on f64), and Tanimoto queries with an element above 7;
+ *   - many threads sharing one context whose memory budget holds one index
+ *     copy at a time, searching three indexes: copies are dropped and remade
+ *     under the searches, every answer equals the CPU's.
  * Skipped (77) without a GPU. */
 #include <pthread.h>
 #include <stdio.h>
@@ -59,13 +64,22 @@ static patina_index_t *make_index(size_t n, tu_rng_t *r, int zero_row, uint8_t *
     return idx;
 }
 
-static size_t compare(const patina_index_t *idx, const uint8_t *queries, size_t nq, size_t k)
+static patina_context_t *CTX; /* the tests' context (one GPU) */
+static int QUICK; /* PATINA_TEST_QUICK=1: a smaller set (under compute-sanitizer), 2: tiny (racecheck) */
+
+static size_t compare_on(patina_context_t *ctx, const patina_index_t *idx, const void *queries, size_t nq,
+                         size_t k)
 {
     patina_hit_t *a = malloc(nq * k * sizeof *a), *b = malloc(nq * k * sizeof *b);
     size_t *ca = malloc(nq * sizeof *ca), *cb = malloc(nq * sizeof *cb), q, i, bad = 0;
+    patina_search_opts_t cpu, gpu;
+    patina_search_opts_init(&cpu);
+    patina_search_opts_init(&gpu);
+    cpu.device = PATINA_DEVICE_CPU;
+    gpu.device = PATINA_DEVICE_GPU;
     assert_true(a && b && ca && cb);
-    TU_OK(patina_index_knn(idx, queries, nq, k, 0, a, ca));
-    TU_OK(patina_index_knn_gpu(idx, 0, queries, nq, k, b, cb));
+    TU_OK(patina_index_knn(NULL, idx, queries, nq, k, &cpu, a, ca));
+    TU_OK(patina_index_knn(ctx, idx, queries, nq, k, &gpu, b, cb));
     for (q = 0; q < nq; q++) {
         assert_int_equal(ca[q], cb[q]);
         for (i = 0; i < k; i++) {
@@ -86,19 +100,26 @@ static size_t compare(const patina_index_t *idx, const uint8_t *queries, size_t 
     return bad;
 }
 
+static size_t compare(const patina_index_t *idx, const void *queries, size_t nq, size_t k)
+{
+    return compare_on(CTX, idx, queries, nq, k);
+}
+
 static void test_random(void **state)
 {
     static const size_t ns[] = {0, 1, 5, 2047, 2048, 2049, 5000, 70000};
     static const size_t ks[] = {1, 10, 100, 2048, 2500};
     static const size_t nqs[] = {1, 7, 64};
+    const size_t nn = QUICK ? (QUICK > 1 ? 4 : 6) : sizeof ns / sizeof *ns,
+                 nk = QUICK ? 2 : sizeof ks / sizeof *ks, nnq = QUICK ? (QUICK > 1 ? 1 : 2) : sizeof nqs / sizeof *nqs;
     tu_rng_t r;
     size_t a, b, c, bad = 0, runs = 0;
     (void)state;
     tu_rng_seed(&r, 2026);
-    for (a = 0; a < sizeof ns / sizeof *ns; a++) {
+    for (a = 0; a < nn; a++) {
         uint8_t *rows;
         patina_index_t *idx = make_index(ns[a], &r, a % 2, &rows);
-        for (c = 0; c < sizeof nqs / sizeof *nqs; c++) {
+        for (c = 0; c < nnq; c++) {
             size_t nq = nqs[c], q;
             uint8_t *queries = malloc(nq * PATINA_CEDD_DIM);
             for (q = 0; q < nq; q++) {
@@ -109,7 +130,7 @@ static void test_random(void **state)
                 else
                     random_desc(queries + q * PATINA_CEDD_DIM, &r);
             }
-            for (b = 0; b < sizeof ks / sizeof *ks; b++) {
+            for (b = 0; b < nk; b++) {
                 if (ns[a] > 5000 && nq > 7 && ks[b] > 100) continue; /* keep the CPU side short */
                 bad += compare(idx, queries, nq, ks[b]);
                 runs++;
@@ -125,78 +146,154 @@ static void test_random(void **state)
 
 static void test_refusals(void **state)
 {
-    patina_extractor_t *ex;
     patina_index_t *idx;
     uint8_t q[PATINA_CEDD_DIM];
-    uint64_t ids[3] = {1, 2, 3};
     patina_hit_t hits[3];
     size_t n;
     tu_rng_t r;
+    patina_search_opts_t o;
+    patina_context_t *bad;
+    patina_context_opts_t co;
     (void)state;
-    /* a family other than CEDD */
-    TU_OK(patina_extractor_new(&ex, "lbp8"));
-    {
-        size_t bytes = patina_extractor_bytes(ex);
-        uint8_t *d = calloc(3, bytes);
-        TU_OK(patina_index_new(&idx, ex, ids, d, 3));
-        free(d);
-        d = calloc(1, bytes);
-        assert_int_equal(patina_index_knn_gpu(idx, 0, d, 1, 2, hits, &n), PATINA_E_UNAVAILABLE);
-        free(d);
-    }
-    patina_index_free(idx);
-    patina_extractor_free(ex);
-    /* k = 0 and a missing device */
+    patina_search_opts_init(&o);
+    o.device = PATINA_DEVICE_GPU;
     tu_rng_seed(&r, 7);
     idx = make_index(100, &r, 0, NULL);
     random_desc(q, &r);
-    assert_int_equal(patina_index_knn_gpu(idx, 0, q, 1, 0, hits, &n), PATINA_E_INVALID);
-    assert_int_equal(patina_index_knn_gpu(idx, 999, q, 1, 3, hits, &n), PATINA_E_UNAVAILABLE);
-    /* a query that is not a CEDD descriptor goes to the CPU, same answer */
+    assert_int_equal(patina_index_knn(CTX, idx, q, 1, 0, &o, hits, &n), PATINA_E_INVALID);
+    /* a missing device */
+    patina_context_opts_init(&co);
+    co.gpu_index = 999;
+    TU_OK(patina_context_new(&bad, &co));
+    assert_int_equal(patina_index_knn(bad, idx, q, 1, 3, &o, hits, &n), PATINA_E_UNAVAILABLE);
+    patina_context_free(bad);
+    /* a query that is not a CEDD descriptor: the definition, same answer */
     q[5] = 200;
     assert_int_equal(compare(idx, q, 1, 3), 0);
     patina_index_free(idx);
 }
 
-/* Many threads searching one index: the device copy is made once, calls
- * are serialised, every answer equals the CPU's. */
+/* Random descriptors of an extractor's shape: small non-negative integers
+ * (u32 counts), L1-normalised floats, or doubles of mixed scales. */
+static void *random_rows(const patina_extractor_t *ex, size_t n, tu_rng_t *r)
+{
+    const size_t dim = patina_extractor_dim(ex), bytes = patina_extractor_bytes(ex);
+    uint8_t *rows = malloc(n * bytes + 1);
+    for (size_t i = 0; i < n; i++) {
+        void *row = rows + i * bytes;
+        double sum = 0;
+        if (i > 0 && tu_rng_below(r, 100) < 3) { /* duplicates: ties */
+            memcpy(row, rows + tu_rng_below(r, (uint32_t)i) * bytes, bytes);
+            continue;
+        }
+        for (size_t k = 0; k < dim; k++) {
+            uint32_t v = tu_rng_below(r, 100) < 60 ? 0 : tu_rng_below(r, 50);
+            switch (patina_extractor_elem(ex)) {
+            case PATINA_ELEM_U8: ((uint8_t *)row)[k] = (uint8_t)(v % 8); break;
+            case PATINA_ELEM_U16: ((uint16_t *)row)[k] = (uint16_t)v; break;
+            case PATINA_ELEM_U32: ((uint32_t *)row)[k] = v; break;
+            case PATINA_ELEM_F32: ((float *)row)[k] = (float)v; sum += v; break;
+            case PATINA_ELEM_F64: ((double *)row)[k] = (double)v * (k % 3 ? 1e-3 : 10.0) + 0.25 * (double)(k % 5); break;
+            }
+        }
+        if (patina_extractor_elem(ex) == PATINA_ELEM_F32 && sum > 0)
+            for (size_t k = 0; k < dim; k++) ((float *)row)[k] = (float)(((float *)row)[k] / sum);
+    }
+    return rows;
+}
+
+/* Every distance and element type: GPU equals CPU bit for bit. */
+static void test_distances(void **state)
+{
+    static const char *const specs[] = {
+        "lbp8", "lbp8:distance=l1", "lbp8:distance=intersection", "lbp8:distance=hellinger",
+        "lbp8:norm=l1", "lbp8:norm=l1,distance=hellinger", "glcm", "haralick", "cedd"};
+    static const size_t ns[] = {1, 2049, 5000};
+    static const size_t ks[] = {1, 10, 3000};
+    size_t bad = 0, runs = 0;
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 4242);
+    for (size_t si = 0; si < sizeof specs / sizeof *specs; si++)
+        for (size_t ni = 0; ni < (QUICK ? (QUICK > 1 ? 1 : 2) : sizeof ns / sizeof *ns); ni++) {
+            patina_extractor_t *ex;
+            patina_index_t *idx;
+            const size_t n = ns[ni], nq = 5;
+            uint64_t *ids = malloc(n * sizeof *ids);
+            void *rows, *queries;
+            TU_OK(patina_extractor_new(&ex, specs[si]));
+            rows = random_rows(ex, n, &r);
+            queries = random_rows(ex, nq, &r);
+            if (!strcmp(specs[si], "cedd")) /* elements above 7: the Tanimoto definition */
+                ((uint8_t *)queries)[3] = 200;
+            for (size_t i = 0; i < n; i++) ids[i] = 7 + 2 * (uint64_t)((i * 7919) % n);
+            TU_OK(patina_index_new(&idx, ex, ids, rows, n));
+            for (size_t ki = 0; ki < (QUICK ? 2 : sizeof ks / sizeof *ks); ki++) {
+                size_t b = compare(idx, queries, nq, ks[ki]);
+                if (b) printf("  %s n %zu k %zu: %zu differing hits\n", specs[si], n, ks[ki], b);
+                bad += b;
+                runs++;
+            }
+            patina_index_free(idx);
+            patina_extractor_free(ex);
+            free(ids);
+            free(rows);
+            free(queries);
+        }
+    printf("  %zu (distance, n, k) runs, %zu differing hits\n", runs, bad);
+    assert_int_equal(bad, 0);
+}
+
+/* Many threads, one context with room for one index copy, three indexes:
+ * the copies are dropped and remade while other threads wait for the
+ * context's GPU turn; every answer equals the CPU's. */
 typedef struct th_arg {
-    const patina_index_t *idx;
+    patina_context_t *ctx;
+    patina_index_t *const *idx;
     const uint8_t *q;
     size_t bad;
+    int seed;
 } th_arg_t;
 
 static void *th_main(void *v)
 {
     th_arg_t *a = v;
-    int i;
-    for (i = 0; i < 5; i++) a->bad += compare(a->idx, a->q, 3, 10);
+    for (int i = 0; i < (QUICK ? (QUICK > 1 ? 1 : 3) : 9); i++) a->bad += compare_on(a->ctx, a->idx[(i + a->seed) % 3], a->q, 3, 10);
     return NULL;
 }
 
 static void test_threads(void **state)
 {
+    enum { T = 6 };
     tu_rng_t r;
-    patina_index_t *idx;
+    patina_index_t *idx[3];
     uint8_t q[3 * PATINA_CEDD_DIM];
-    pthread_t th[4];
-    th_arg_t arg[4];
+    pthread_t th[T];
+    th_arg_t arg[T];
+    patina_context_t *ctx;
+    patina_context_opts_t co;
     int i;
     (void)state;
     tu_rng_seed(&r, 11);
-    idx = make_index(9000, &r, 0, NULL);
+    for (i = 0; i < 3; i++) idx[i] = make_index(9000 + 1000 * (size_t)i, &r, 0, NULL);
     for (i = 0; i < 3; i++) random_desc(q + i * PATINA_CEDD_DIM, &r);
-    for (i = 0; i < 4; i++) {
+    patina_context_opts_init(&co);
+    co.gpu_mem_budget = 3u << 20; /* one copy (~1.6 MiB) and the buffers */
+    TU_OK(patina_context_new(&ctx, &co));
+    for (i = 0; i < T; i++) {
+        arg[i].ctx = ctx;
         arg[i].idx = idx;
         arg[i].q = q;
         arg[i].bad = 0;
+        arg[i].seed = i;
         assert_int_equal(pthread_create(&th[i], NULL, th_main, &arg[i]), 0);
     }
-    for (i = 0; i < 4; i++) {
+    for (i = 0; i < T; i++) {
         pthread_join(th[i], NULL);
         assert_int_equal(arg[i].bad, 0);
     }
-    patina_index_free(idx);
+    patina_context_free(ctx);
+    for (i = 0; i < 3; i++) patina_index_free(idx[i]);
 }
 
 int main(void)
@@ -204,8 +301,18 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_distances),
         cmocka_unit_test(test_threads),
     };
+    int rc;
+    const char *quick = getenv("PATINA_TEST_QUICK");
+    QUICK = quick && *quick ? atoi(quick) : 0;
     tu_require_gpu();
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    if (patina_context_new(&CTX, NULL) != PATINA_OK) {
+        fprintf(stderr, "test_knn_gpu: no context: %s\n", patina_last_error());
+        return 1;
+    }
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    patina_context_free(CTX);
+    return rc;
 }

@@ -446,10 +446,10 @@ static int setup(void **state)
         printf("gpu_open failed: %s\n", patina_last_error());
         return -1;
     }
-    if (!patina_gpu_jpeg_available(why, sizeof why)) return -1;
+    if (!patina_gpu_jpeg_available(NULL, why, sizeof why)) return -1;
     {
         double t0 = patina_now();
-        if (patina_gpu_jpeg_open(&D, G, 3) != PATINA_OK) {
+        if (patina_gpu_jpeg_open(&D, G, NULL, 3) != PATINA_OK) {
             printf("nvjpeg open failed: %s\n", patina_last_error());
             return -1;
         }
@@ -478,7 +478,7 @@ int main(void)
     };
     char why[256];
     tu_require_gpu();
-    if (!patina_gpu_jpeg_available(why, sizeof why)) {
+    if (!patina_gpu_jpeg_available(NULL, why, sizeof why)) {
         printf("SKIPPED: %s\n", why);
         return 77;
     }

@@ -1,0 +1,276 @@
+/* bench_pipeline: the indexing pipeline end to end (read -> decode -> extract
+ * -> store) for every family and device, next to the extraction alone, so
+ * the gap between the kernels and the pipeline is visible, and with the
+ * share of each stage (decode above all: it is what exact GPU decoding
+ * would remove).
+ *
+ *   bench_pipeline [--dir DIR] [--files N] [--size S] [--families F,F,...]
+ *                  [--devices D,D,...] [--batch N] [--nvjpeg]
+ *
+ * Without --dir it writes N (default 512) JPEGs of S x S (default 1024)
+ * pixels, quality 90, 4:2:0, cropped and scaled from the photographs under
+ * samples/ (scripts/fetch-samples.sh), into $TMPDIR (default /tmp). Per
+ * family (default cedd, lbp8, glcm) and device (default cpu, gpu):
+ *   e2e        patina_index_files into a new collection under $TMPDIR:
+ *              files/s, and the stage times the pipeline reports (read and
+ *              decode run on the producer side; with the GPU they overlap
+ *              extract and store, so the stage seconds can add up to more
+ *              than the wall time);
+ *   extract    patina_extract_batch on batches of decoded images already in
+ *              host memory (no read, no decode, no store): images/s;
+ *   decode     libjpeg-turbo decoding alone on all CPU threads: images/s.
+ * --nvjpeg adds a row with the GPU JPEG decoder (cedd only). The kernel-only
+ * rates (images resident on the GPU) are in bench_cedd, bench_lbp and
+ * bench_glcm. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+#include "patina/patina.h"
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench_pipeline: %s: %s\n", what, patina_last_error());
+    exit(2);
+}
+
+static void on_error(void *user, const char *path, patina_status s, const char *msg)
+{
+    (void)user;
+    fprintf(stderr, "  %s: %s: %s\n", path, patina_status_str(s), msg);
+}
+
+/* n JPEGs of size x size: crops of the sources, scaled down 2:1 where the
+ * source is large enough, at positions that differ per file. */
+static int make_jpegs(const char *dir, int n, int size, const char *src)
+{
+    const char *const paths[1] = {src};
+    char **files = NULL, out[4096];
+    size_t nfiles = 0, missing = 0;
+    tjhandle tj = tjInitCompress();
+    int made = 0, i = 0;
+    if (patina_expand_paths(&files, &nfiles, paths, 1, &missing, NULL, NULL) != PATINA_OK || !tj || !nfiles)
+        die("no source photographs under samples/ (scripts/fetch-samples.sh) or no TurboJPEG");
+    for (size_t pass = 0; made < n && pass < 64; pass++)
+        for (size_t k = 0; k < nfiles && made < n; k++) {
+            patina_image_t img, crop;
+            unsigned char *jpeg = NULL;
+            unsigned long bytes = 0;
+            FILE *f;
+            int step, x, y;
+            if (patina_image_load(&img, files[k], NULL) != PATINA_OK) {
+                patina_clear_error();
+                continue;
+            }
+            step = img.width >= 2 * size && img.height >= 2 * size ? 2 : 1;
+            if (img.width < size * step || img.height < size * step) {
+                patina_image_release(&img);
+                continue;
+            }
+            x = (int)(((unsigned)i * 7919u) % (unsigned)(img.width - size * step + 1));
+            y = (int)(((unsigned)i * 104729u) % (unsigned)(img.height - size * step + 1));
+            i++;
+            if (patina_image_init(&crop, size, size) != PATINA_OK) die("image");
+            for (int r = 0; r < size; r++)
+                for (int c = 0; c < size; c++)
+                    memcpy(crop.data + (size_t)r * crop.stride + 3 * (size_t)c,
+                           img.data + (size_t)(y + r * step) * img.stride + 3 * (size_t)(x + c * step), 3);
+            if (tjCompress2(tj, crop.data, size, (int)crop.stride, size, TJPF_RGB, &jpeg, &bytes, TJSAMP_420, 90,
+                            0) == 0) {
+                snprintf(out, sizeof out, "%s/img_%05d.jpg", dir, made);
+                f = fopen(out, "wb");
+                if (f && fwrite(jpeg, 1, bytes, f) == bytes) made++;
+                if (f) fclose(f);
+            }
+            tjFree(jpeg);
+            patina_image_release(&crop);
+            patina_image_release(&img);
+        }
+    tjDestroy(tj);
+    for (size_t k = 0; k < nfiles; k++) free(files[k]);
+    free(files);
+    return made;
+}
+
+typedef struct decode_job {
+    char **files;
+    patina_image_t *imgs;
+    const patina_limits_t *lim;
+} decode_job_t;
+
+static void decode_one(void *arg, size_t i, int worker)
+{
+    decode_job_t *j = arg;
+    (void)worker;
+    if (patina_image_load(&j->imgs[i], j->files[i], j->lim) != PATINA_OK) memset(&j->imgs[i], 0, sizeof j->imgs[i]);
+}
+
+/* Images per second of extract_batch on imgs, batch at a time, repeated
+ * for at least half a second. */
+static double extract_rate(patina_context_t *ctx, const patina_extractor_t *ex, patina_device dev,
+                           const patina_image_t *imgs, size_t n, size_t batch)
+{
+    const size_t bytes = patina_extractor_bytes(ex);
+    unsigned char *out = malloc(batch * bytes);
+    patina_status *st = malloc(batch * sizeof *st);
+    double t0, t;
+    size_t done = 0;
+    if (!out || !st) die("memory");
+    /* warm-up: the GPU state, tables and buffers */
+    if (patina_extract_batch(ctx, ex, dev, out, imgs, n < batch ? n : batch, st) != PATINA_OK) die("extract");
+    t0 = patina_now();
+    do {
+        for (size_t i = 0; i < n; i += batch) {
+            size_t m = n - i < batch ? n - i : batch;
+            if (patina_extract_batch(ctx, ex, dev, out, imgs + i, m, st) != PATINA_OK) die("extract");
+            done += m;
+        }
+        t = patina_now() - t0;
+    } while (t < 0.5);
+    free(out);
+    free(st);
+    return (double)done / t;
+}
+
+static void rm_rf(const char *path)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (system(cmd) != 0) fprintf(stderr, "bench_pipeline: could not remove %s\n", path);
+}
+
+static int split(char *s, char **out, int max)
+{
+    int n = 0;
+    for (char *t = strtok(s, ","); t && n < max; t = strtok(NULL, ",")) out[n++] = t;
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = NULL, *tmp = getenv("TMPDIR");
+    char fam_list[256] = "cedd,lbp8,glcm", dev_list[64] = "cpu,gpu", made_dir[4096] = "";
+    char *fams[16], *devs[8], **files = NULL;
+    int nfiles_want = 512, size = 1024, nf, nd, nvjpeg = 0;
+    size_t batch = 64, nfiles = 0, missing = 0, preload;
+    patina_context_t *ctx;
+    patina_image_t *imgs;
+    decode_job_t dj;
+    double t0, decode_rate;
+    if (!tmp || !*tmp) tmp = "/tmp";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
+        else if (!strcmp(argv[i], "--files") && i + 1 < argc) nfiles_want = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--size") && i + 1 < argc) size = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--families") && i + 1 < argc) snprintf(fam_list, sizeof fam_list, "%s", argv[++i]);
+        else if (!strcmp(argv[i], "--devices") && i + 1 < argc) snprintf(dev_list, sizeof dev_list, "%s", argv[++i]);
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = (size_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--nvjpeg")) nvjpeg = 1;
+        else {
+            fprintf(stderr, "usage: bench_pipeline [--dir DIR] [--files N] [--size S] [--families F,...] "
+                            "[--devices D,...] [--batch N] [--nvjpeg]\n");
+            return 2;
+        }
+    }
+    if (nfiles_want < 1 || size < 16 || batch < 1) {
+        fprintf(stderr, "bench_pipeline: bad --files, --size or --batch\n");
+        return 2;
+    }
+    nf = split(fam_list, fams, 16);
+    nd = split(dev_list, devs, 8);
+    if (!dir) {
+        snprintf(made_dir, sizeof made_dir, "%s/patina-pipeline-XXXXXX", tmp);
+        if (!mkdtemp(made_dir)) die("mkdtemp");
+        if (make_jpegs(made_dir, nfiles_want, size, "samples") < 1) die("make-jpegs");
+        dir = made_dir;
+    }
+    {
+        const char *const paths[1] = {dir};
+        if (patina_expand_paths(&files, &nfiles, paths, 1, &missing, on_error, NULL) != PATINA_OK || !nfiles)
+            die("no files");
+    }
+    if (patina_context_new(&ctx, NULL) != PATINA_OK) die("context");
+    /* decode alone, and the images the extraction-only rows use */
+    preload = nfiles < 256 ? nfiles : 256;
+    imgs = calloc(nfiles, sizeof *imgs);
+    if (!imgs) die("memory");
+    {
+        patina_pool_t *pool;
+        if (patina_pool_new(&pool, patina_context_threads(ctx)) != PATINA_OK) die("pool");
+        dj.files = files;
+        dj.imgs = imgs;
+        dj.lim = patina_context_limits(ctx);
+        t0 = patina_now();
+        patina_pool_run(pool, nfiles, decode_one, &dj);
+        decode_rate = (double)nfiles / (patina_now() - t0);
+        patina_pool_free(pool);
+    }
+    for (size_t i = preload; i < nfiles; i++) patina_image_release(&imgs[i]);
+    {
+        char gpu[256] = "none";
+        if (patina_gpu_count() > 0) patina_gpu_describe(0, gpu, sizeof gpu);
+        printf("bench_pipeline: %zu JPEGs of %dx%d under %s; %d CPU threads; GPU: %s\n", nfiles, size, size, dir,
+               patina_context_threads(ctx), gpu);
+        printf("decode alone (libjpeg-turbo, all threads): %.0f images/s\n\n", decode_rate);
+    }
+    printf("| family | device | e2e s | e2e img/s | extract-only img/s | e2e / extract | read s | decode s "
+           "| extract s | store s | decode share |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int f = 0; f < nf; f++)
+        for (int d = 0; d < nd + (nvjpeg && !strcmp(fams[f], "cedd")); d++) {
+            const int use_nvjpeg = d == nd;
+            const char *dname = use_nvjpeg ? "gpu" : devs[d];
+            patina_extractor_t *ex;
+            patina_device dev, got;
+            patina_index_opts_t o;
+            patina_index_stats_t st;
+            patina_collection_t *c;
+            char coll[4096];
+            double ext = 0, busy;
+            if (patina_extractor_new(&ex, fams[f]) != PATINA_OK) die(fams[f]);
+            if (patina_device_parse(&dev, dname) != PATINA_OK) die(dname);
+            if (patina_context_resolve(ctx, ex, dev, &got) != PATINA_OK) {
+                printf("| %s | %s | unavailable: %s |\n", fams[f], dname, patina_last_error());
+                patina_extractor_free(ex);
+                continue;
+            }
+            if (!use_nvjpeg) ext = extract_rate(ctx, ex, dev, imgs, preload, batch);
+            if (use_nvjpeg && patina_jpeg_gpu_prepare(ctx) != PATINA_OK) {
+                printf("| %s | gpu+nvjpeg | unavailable: %s |\n", fams[f], patina_last_error());
+                patina_extractor_free(ex);
+                continue;
+            }
+            snprintf(coll, sizeof coll, "%s/patina-pipeline-coll-XXXXXX", tmp);
+            if (!mkdtemp(coll)) die("mkdtemp");
+            if (patina_collection_open(&c, coll, PATINA_OPEN_CREATE, 0) != PATINA_OK) die("collection");
+            memset(&o, 0, sizeof o);
+            o.device = dev;
+            o.batch = batch;
+            o.on_error = on_error;
+            o.jpeg_decoder = use_nvjpeg ? PATINA_JPEG_NVJPEG : PATINA_JPEG_LIBJPEG;
+            if (patina_index_files(ctx, c, ex, (const char *const *)files, nfiles, &o, &st) != PATINA_OK)
+                die("index");
+            patina_collection_close(c);
+            rm_rf(coll);
+            busy = st.t_read + st.t_decode + st.t_extract + st.t_store;
+            printf("| %s | %s | %.2f | %.1f | ", fams[f], use_nvjpeg ? "gpu+nvjpeg" : dname, st.seconds,
+                   (double)st.indexed / st.seconds);
+            if (ext > 0) printf("%.1f | %.2f | ", ext, ((double)st.indexed / st.seconds) / ext);
+            else printf("- | - | ");
+            printf("%.2f | %.2f | %.2f | %.2f | %.0f%% |\n", st.t_read, st.t_decode, st.t_extract, st.t_store,
+                   busy > 0 ? 100.0 * st.t_decode / busy : 0.0);
+            fflush(stdout);
+            patina_extractor_free(ex);
+        }
+    for (size_t i = 0; i < preload; i++) patina_image_release(&imgs[i]);
+    free(imgs);
+    for (size_t i = 0; i < nfiles; i++) free(files[i]);
+    free(files);
+    patina_context_free(ctx);
+    if (*made_dir) rm_rf(made_dir);
+    return 0;
+}

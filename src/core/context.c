@@ -1,0 +1,187 @@
+/* The execution context (include/patina/context.h, core/context.h): worker
+ * threads, the lazily opened GPU, limits, nvJPEG settings, and the turns
+ * that let threads share one context. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/context.h"
+
+#define NVJPEG_LANES_MAX 16
+
+struct patina_context {
+    patina_context_opts_t opts;
+    char nvjpeg_library[1024];   /* opts.nvjpeg_library points here (or is NULL) */
+    patina_pool_t *pool;
+    pthread_mutex_t workers_mu;  /* the workers' turn (recursive) */
+    pthread_mutex_t gpu_mu;      /* the GPU's turn (recursive); guards the fields below */
+    patina_gpu_t *gpu;
+    int gpu_tried;               /* opened once, lazily */
+    patina_status gpu_status;
+    char gpu_error[512];
+    patina_jpeg_gpu_t *jpeg[2];  /* nvJPEG decoders of the indexing pipeline, opened on first use */
+};
+
+void patina_context_opts_init(patina_context_opts_t *o)
+{
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->limits.max_pixels = PATINA_DEFAULT_MAX_PIXELS;
+    o->limits.max_file_bytes = PATINA_DEFAULT_MAX_FILE_BYTES;
+    o->nvjpeg_lanes = 2;
+}
+
+static int recursive_mutex(pthread_mutex_t *m)
+{
+    pthread_mutexattr_t a;
+    int r;
+    if (pthread_mutexattr_init(&a)) return -1;
+    r = pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE) || pthread_mutex_init(m, &a);
+    pthread_mutexattr_destroy(&a);
+    return r ? -1 : 0;
+}
+
+patina_status patina_context_new(patina_context_t **ctx, const patina_context_opts_t *opts)
+{
+    patina_context_t *c;
+    patina_context_opts_t o;
+    patina_status s;
+    if (!ctx) return patina__fail(PATINA_E_INVALID, "context: null output pointer");
+    *ctx = NULL;
+    patina_context_opts_init(&o);
+    if (opts) o = *opts;
+    if (o.threads < 0) return patina__fail(PATINA_E_INVALID, "context: negative thread count %d", o.threads);
+    if (o.threads > 4096) return patina__fail(PATINA_E_INVALID, "context: %d threads is too many (max 4096)", o.threads);
+    if (o.gpu_index < 0) return patina__fail(PATINA_E_INVALID, "context: negative GPU index %d", o.gpu_index);
+    if (o.nvjpeg_lanes < 0 || o.nvjpeg_lanes > NVJPEG_LANES_MAX)
+        return patina__fail(PATINA_E_INVALID, "context: nvjpeg_lanes %d is outside 0..%d", o.nvjpeg_lanes,
+                            NVJPEG_LANES_MAX);
+    if (o.limits.max_pixels == 0) o.limits.max_pixels = PATINA_DEFAULT_MAX_PIXELS;
+    if (o.limits.max_file_bytes == 0) o.limits.max_file_bytes = PATINA_DEFAULT_MAX_FILE_BYTES;
+    if (o.nvjpeg_lanes == 0) o.nvjpeg_lanes = 2;
+    c = calloc(1, sizeof *c);
+    if (!c) return patina__fail(PATINA_E_NOMEM, "context: out of memory");
+    c->opts = o;
+    if (o.nvjpeg_library) {
+        if (strlen(o.nvjpeg_library) >= sizeof c->nvjpeg_library) {
+            free(c);
+            return patina__fail(PATINA_E_INVALID, "context: nvjpeg_library path is longer than %zu bytes",
+                                sizeof c->nvjpeg_library - 1);
+        }
+        snprintf(c->nvjpeg_library, sizeof c->nvjpeg_library, "%s", o.nvjpeg_library);
+        c->opts.nvjpeg_library = c->nvjpeg_library;
+    }
+    if (recursive_mutex(&c->workers_mu)) {
+        free(c);
+        return patina__fail(PATINA_E_NOMEM, "context: cannot create a lock");
+    }
+    if (recursive_mutex(&c->gpu_mu)) {
+        pthread_mutex_destroy(&c->workers_mu);
+        free(c);
+        return patina__fail(PATINA_E_NOMEM, "context: cannot create a lock");
+    }
+    s = patina_pool_new(&c->pool, c->opts.threads);
+    if (s != PATINA_OK) {
+        pthread_mutex_destroy(&c->gpu_mu);
+        pthread_mutex_destroy(&c->workers_mu);
+        free(c);
+        return s;
+    }
+    *ctx = c;
+    return PATINA_OK;
+}
+
+void patina_context_free(patina_context_t *ctx)
+{
+    if (!ctx) return;
+    patina_gpu_jpeg_close(ctx->jpeg[0]);
+    patina_gpu_jpeg_close(ctx->jpeg[1]);
+    patina_gpu_close(ctx->gpu);
+    patina_pool_free(ctx->pool);
+    pthread_mutex_destroy(&ctx->gpu_mu);
+    pthread_mutex_destroy(&ctx->workers_mu);
+    free(ctx);
+}
+
+const patina_context_opts_t *patina__context_opts(const patina_context_t *ctx) { return &ctx->opts; }
+
+int patina_context_threads(const patina_context_t *ctx) { return patina_pool_size(ctx->pool); }
+const patina_limits_t *patina_context_limits(const patina_context_t *ctx) { return &ctx->opts.limits; }
+
+patina_pool_t *patina__context_workers_acquire(patina_context_t *ctx)
+{
+    pthread_mutex_lock(&ctx->workers_mu);
+    return ctx->pool;
+}
+
+void patina__context_workers_release(patina_context_t *ctx) { pthread_mutex_unlock(&ctx->workers_mu); }
+
+/* With the GPU's turn held: opens the GPU once; later calls repeat the
+ * first outcome. */
+static patina_status open_gpu(patina_context_t *ctx)
+{
+    if (!ctx->gpu_tried) {
+        ctx->gpu_tried = 1;
+        ctx->gpu_status = patina_gpu_open(&ctx->gpu, ctx->opts.gpu_index, ctx->opts.gpu_mem_budget);
+        if (ctx->gpu_status != PATINA_OK)
+            snprintf(ctx->gpu_error, sizeof ctx->gpu_error, "%s", patina_last_error());
+    }
+    if (ctx->gpu_status != PATINA_OK) return patina__fail(ctx->gpu_status, "%s", ctx->gpu_error);
+    return PATINA_OK;
+}
+
+patina_status patina__context_gpu_acquire(patina_context_t *ctx, patina_gpu_t **g)
+{
+    patina_status s;
+    *g = NULL;
+    pthread_mutex_lock(&ctx->gpu_mu);
+    s = open_gpu(ctx);
+    if (s != PATINA_OK) {
+        pthread_mutex_unlock(&ctx->gpu_mu);
+        return s;
+    }
+    *g = ctx->gpu;
+    return PATINA_OK;
+}
+
+void patina__context_gpu_release(patina_context_t *ctx) { pthread_mutex_unlock(&ctx->gpu_mu); }
+
+int patina__context_gpu_usable(patina_context_t *ctx)
+{
+    patina_gpu_t *g;
+    if (patina_gpu__count() == 0) return 0;
+    if (patina__context_gpu_acquire(ctx, &g) != PATINA_OK) {
+        patina_clear_error();
+        return 0;
+    }
+    patina__context_gpu_release(ctx);
+    return 1;
+}
+
+patina_status patina__context_jpeg(patina_context_t *ctx, patina_jpeg_gpu_t *out[2])
+{
+    patina_gpu_t *g;
+    patina_status s = PATINA_OK;
+    PATINA_TRY(patina__context_gpu_acquire(ctx, &g));
+    for (int k = 0; k < 2 && s == PATINA_OK; k++)
+        if (!ctx->jpeg[k])
+            s = patina_gpu_jpeg_open(&ctx->jpeg[k], g, ctx->opts.nvjpeg_library, ctx->opts.nvjpeg_lanes);
+    if (s == PATINA_OK) {
+        out[0] = ctx->jpeg[0];
+        out[1] = ctx->jpeg[1];
+    }
+    patina__context_gpu_release(ctx);
+    return s;
+}
+
+patina_status patina_context_gpu_memory(patina_context_t *ctx, char *buf, size_t size)
+{
+    patina_gpu_t *g;
+    if (!ctx || (!buf && size)) return patina__fail(PATINA_E_INVALID, "context: null argument");
+    if (size) buf[0] = '\0';
+    PATINA_TRY(patina__context_gpu_acquire(ctx, &g));
+    patina_gpu__plan(g, buf, size);
+    patina__context_gpu_release(ctx);
+    return PATINA_OK;
+}

@@ -1,0 +1,55 @@
+/* The distance table: every distance a family can name, with its definition
+ * on the CPU and whether the GPU search implements it (src/gpu/knn.cu).
+ * Families name their distance by id in the registry (features/family.h);
+ * the search engine reads only this table and never a family's name.
+ *
+ * Definitions, for descriptors a (the query), b (a stored row) of n elements
+ * read as doubles, sums in element order (docs/search.md):
+ *   tanimoto      LIRE's Tanimoto (CEDD), on p = b/Tb, q = a/Ta:
+ *                 100 - 100 * (C1 / ((C2 + C3) - C1)), C1 = sum p q,
+ *                 C2 = sum q q, C3 = sum p p; 0 if both sums are 0, 100 if one is
+ *   l1            sum |a - b|
+ *   l2            sqrt(sum (a - b)^2)
+ *   std_l2        sqrt(sum ((a - b) / sd)^2), sd per element from the index's
+ *                 rows (1 for a single pair)
+ *   chi2          sum (a - b)^2 / (a + b) over elements with a + b > 0
+ *   intersection  1 - sum min(a, b) / max(sum a, sum b)   (0 if both are empty)
+ *   hellinger     sqrt(1 - sum sqrt(a b) / sqrt(sum a * sum b))
+ *                 (0 if both are empty, 1 if one is)
+ *   cosine        1 - sum a b / sqrt(sum a a * sum b b) (0 if both are
+ *                 zero vectors, 1 if one is)
+ * Every implementation (the CPU's fast paths, the GPU's kernels) returns the
+ * same double as the definition, bit for bit: the same operations in the
+ * same order, no contraction into FMA. */
+#ifndef PATINA_SEARCH_DISTANCE_H
+#define PATINA_SEARCH_DISTANCE_H
+
+#include <stddef.h>
+
+#include "algo/distance_ids.h"
+#include "patina/descriptor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pdist_def {
+    const char *name;
+    /* The definition above for one pair; sd (n) only for std_l2 (NULL: 1). */
+    double (*pair)(patina_elem e, const void *a, const void *b, size_t n, const double *sd);
+    int gpu; /* the GPU search computes it (src/gpu/knn.cu) */
+} pdist_def_t;
+
+/* The entry of a distance (NULL out of range). */
+const pdist_def_t *pdist_get(pdist_t d);
+
+/* The id of a name, or -1. */
+int pdist_find(const char *name);
+
+/* Element i of a descriptor of type e, as a double (exact for every type). */
+double pdist_elem(patina_elem e, const void *p, size_t i);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,210 @@
+/* The distance table (src/search/distance.c): each distance against its
+ * textbook definition written out here, on every element type, degenerate
+ * shapes first; Tanimoto against patina_cedd_tanimoto bit for bit; the
+ * families' distances resolved through the table. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "patina/patina.h"
+#include "search/distance.h"
+#include "testutil.h"
+
+static const patina_elem elems[] = {PATINA_ELEM_U8, PATINA_ELEM_U16, PATINA_ELEM_U32, PATINA_ELEM_F32,
+                                    PATINA_ELEM_F64};
+
+/* v (n doubles, small non-negative integers) stored as elements of type e. */
+static void store(void *out, patina_elem e, const double *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) switch (e) {
+        case PATINA_ELEM_U8: ((uint8_t *)out)[i] = (uint8_t)v[i]; break;
+        case PATINA_ELEM_U16: ((uint16_t *)out)[i] = (uint16_t)v[i]; break;
+        case PATINA_ELEM_U32: ((uint32_t *)out)[i] = (uint32_t)v[i]; break;
+        case PATINA_ELEM_F32: ((float *)out)[i] = (float)v[i]; break;
+        case PATINA_ELEM_F64: ((double *)out)[i] = v[i]; break;
+        }
+}
+
+/* Textbook definitions on doubles. */
+static double def(pdist_t d, const double *a, const double *b, size_t n, const double *sd)
+{
+    double s = 0, sa = 0, sb = 0, ab = 0;
+    size_t i;
+    switch (d) {
+    case PDIST_L1:
+        for (i = 0; i < n; i++) s += fabs(a[i] - b[i]);
+        return s;
+    case PDIST_L2:
+        for (i = 0; i < n; i++) s += (a[i] - b[i]) * (a[i] - b[i]);
+        return sqrt(s);
+    case PDIST_STD_L2:
+        for (i = 0; i < n; i++) s += pow((a[i] - b[i]) / (sd ? sd[i] : 1.0), 2);
+        return sqrt(s);
+    case PDIST_CHI2:
+        for (i = 0; i < n; i++)
+            if (a[i] + b[i] > 0) s += pow(a[i] - b[i], 2) / (a[i] + b[i]);
+        return s;
+    case PDIST_INTERSECTION:
+        for (i = 0; i < n; i++) {
+            s += fmin(a[i], b[i]);
+            sa += a[i];
+            sb += b[i];
+        }
+        return sa == 0 && sb == 0 ? 0 : 1 - s / fmax(sa, sb);
+    case PDIST_HELLINGER:
+        for (i = 0; i < n; i++) {
+            s += sqrt(a[i] * b[i]);
+            sa += a[i];
+            sb += b[i];
+        }
+        if (sa == 0 && sb == 0) return 0;
+        if (sa == 0 || sb == 0) return 1;
+        return sqrt(fmax(0, 1 - s / sqrt(sa * sb)));
+    case PDIST_COSINE:
+        for (i = 0; i < n; i++) {
+            ab += a[i] * b[i];
+            sa += a[i] * a[i];
+            sb += b[i] * b[i];
+        }
+        if (sa == 0 && sb == 0) return 0;
+        if (sa == 0 || sb == 0) return 1;
+        return 1 - ab / sqrt(sa * sb);
+    case PDIST_TANIMOTO: {
+        double c1 = 0, c2 = 0, c3 = 0;
+        for (i = 0; i < n; i++) {
+            sa += a[i];
+            sb += b[i];
+        }
+        if (sa == 0 && sb == 0) return 0;
+        if (sa == 0 || sb == 0) return 100;
+        for (i = 0; i < n; i++) {
+            double p = b[i] / sb, q = a[i] / sa;
+            c1 += p * q;
+            c2 += q * q;
+            c3 += p * p;
+        }
+        return 100 - 100 * (c1 / (c2 + c3 - c1));
+    }
+    default: return NAN;
+    }
+}
+
+static void test_table(void **state)
+{
+    (void)state;
+    for (int d = 0; d < PDIST_COUNT; d++) {
+        const pdist_def_t *t = pdist_get((pdist_t)d);
+        assert_non_null(t);
+        assert_non_null(t->pair);
+        assert_int_equal(pdist_find(t->name), d);
+    }
+    assert_null(pdist_get(PDIST_COUNT));
+    assert_int_equal(pdist_find("nope"), -1);
+    assert_int_equal(pdist_find(NULL), -1);
+}
+
+/* Zero-length vectors and all-zero vectors: the documented values. */
+static void test_degenerate(void **state)
+{
+    double z[4] = {0}, one[4] = {0, 1, 0, 0};
+    (void)state;
+    for (int d = 0; d < PDIST_COUNT; d++) {
+        const pdist_def_t *t = pdist_get((pdist_t)d);
+        assert_true(t->pair(PATINA_ELEM_F64, NULL, NULL, 0, NULL) == 0.0);
+        assert_true(t->pair(PATINA_ELEM_F64, z, z, 4, NULL) == 0.0);
+        assert_true(t->pair(PATINA_ELEM_F64, one, one, 4, NULL) == 0.0);
+    }
+    assert_true(pdist_get(PDIST_TANIMOTO)->pair(PATINA_ELEM_F64, z, one, 4, NULL) == 100.0);
+    assert_true(pdist_get(PDIST_HELLINGER)->pair(PATINA_ELEM_F64, z, one, 4, NULL) == 1.0);
+    assert_true(pdist_get(PDIST_COSINE)->pair(PATINA_ELEM_F64, one, z, 4, NULL) == 1.0);
+    assert_true(pdist_get(PDIST_INTERSECTION)->pair(PATINA_ELEM_F64, z, one, 4, NULL) == 1.0);
+}
+
+/* Random vectors of odd lengths on every element type against the
+ * definitions; symmetric where the definition is. */
+static void test_definitions(void **state)
+{
+    static const size_t lens[] = {1, 2, 3, 31, 33, 144, 257};
+    tu_rng_t rng;
+    (void)state;
+    tu_rng_seed(&rng, 12345);
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (int rep = 0; rep < 20; rep++) {
+            size_t n = lens[li];
+            double a[257], b[257], sd[257];
+            for (size_t i = 0; i < n; i++) {
+                a[i] = (double)(tu_rng_next(&rng) % 8);
+                b[i] = (double)(tu_rng_next(&rng) % 8);
+                sd[i] = 0.5 + (double)(tu_rng_next(&rng) % 5);
+            }
+            for (size_t ei = 0; ei < sizeof elems / sizeof elems[0]; ei++) {
+                patina_elem e = elems[ei];
+                unsigned char va[257 * 8], vb[257 * 8];
+                store(va, e, a, n);
+                store(vb, e, b, n);
+                for (int d = 0; d < PDIST_COUNT; d++) {
+                    const double *s = d == PDIST_STD_L2 ? sd : NULL;
+                    double got = pdist_get((pdist_t)d)->pair(e, va, vb, n, s), want = def((pdist_t)d, a, b, n, s);
+                    if (!(fabs(got - want) <= 1e-9 * (1 + fabs(want))))
+                        fail_msg("%s n=%zu elem %d: %.17g, definition %.17g", pdist_get((pdist_t)d)->name, n,
+                                 (int)e, got, want);
+                    if (d != PDIST_TANIMOTO) /* symmetric */
+                        assert_true(got == pdist_get((pdist_t)d)->pair(e, vb, va, n, s));
+                }
+            }
+        }
+}
+
+/* Tanimoto on u8 x 144 is LIRE's, bit for bit. */
+static void test_tanimoto_cedd(void **state)
+{
+    tu_rng_t rng;
+    (void)state;
+    tu_rng_seed(&rng, 99);
+    for (int rep = 0; rep < 2000; rep++) {
+        uint8_t a[PATINA_CEDD_DIM], b[PATINA_CEDD_DIM];
+        int sparse = rep % 3;
+        for (int i = 0; i < PATINA_CEDD_DIM; i++) {
+            a[i] = (uint8_t)(sparse && tu_rng_next(&rng) % 4 ? 0 : tu_rng_next(&rng) % 8);
+            b[i] = (uint8_t)(sparse == 2 && tu_rng_next(&rng) % 4 ? 0 : tu_rng_next(&rng) % 8);
+        }
+        double x = pdist_get(PDIST_TANIMOTO)->pair(PATINA_ELEM_U8, a, b, PATINA_CEDD_DIM, NULL);
+        double y = patina_cedd_tanimoto(a, b);
+        assert_memory_equal(&x, &y, sizeof x);
+    }
+}
+
+/* Families name their distance through the table. */
+static void test_families(void **state)
+{
+    static const struct {
+        const char *spec, *distance;
+    } cases[] = {{"cedd", "tanimoto"},
+                 {"lbp8", "chi2"},
+                 {"lbp8:distance=l1", "l1"},
+                 {"tlbap:distance=intersection", "intersection"},
+                 {"lanadp:distance=hellinger", "hellinger"},
+                 {"glcm", "l2"},
+                 {"haralick", "std_l2"}};
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        patina_extractor_t *ex;
+        TU_OK(patina_extractor_new(&ex, cases[i].spec));
+        assert_string_equal(patina_extractor_distance_name(ex), cases[i].distance);
+        assert_int_not_equal(pdist_find(patina_extractor_distance_name(ex)), -1);
+        patina_extractor_free(ex);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_table),
+        cmocka_unit_test(test_degenerate),
+        cmocka_unit_test(test_definitions),
+        cmocka_unit_test(test_tanimoto_cedd),
+        cmocka_unit_test(test_families),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
