@@ -16,7 +16,8 @@
  *     real photographs when $PATINA_SAMPLES (or PATINA_SAMPLES_DIR) has some.
  * The variants that the dispatcher does not pick are the lab's (lab/lbp).
  * Label `gpu`: exits 77 (skipped) without a usable GPU. PATINA_TEST_QUICK=1
- * runs a smaller set (for compute-sanitizer). */
+ * runs a smaller set (for compute-sanitizer), PATINA_TEST_QUICK=2 a tiny one
+ * (racecheck follows every shared-memory access). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,12 @@
 
 static patina_gpu_t *G;
 static int QUICK;
+
+/* Quick modes: images of more pixels than this are left out. */
+static int too_big(int w, int h)
+{
+    return QUICK > 1 && (size_t)w * (size_t)h > 40000u;
+}
 
 static lbp_conf_t mkconf(int kind, int P, double R, int method, int mapping, const char *grid,
                          double th)
@@ -152,7 +159,7 @@ static const int SIZES_3X3[][3] = {
 static void run_sizes(const lbp_conf_t *c, const char *what, tu_rng_t *r)
 {
     for (size_t s = 0; s < N3; s++) {
-        if (QUICK && (s % 3) != 0) continue;
+        if ((QUICK && (s % 3) != 0) || too_big(SIZES_3X3[s][0], SIZES_3X3[s][1])) continue;
         run_grey(c, SIZES_3X3[s][0], SIZES_3X3[s][1], SIZES_3X3[s][2], 0, r, what);
     }
 }
@@ -193,11 +200,12 @@ static void test_3x3_whole(void **state)
     {
         /* the timed entry (launches queued behind k_busy) gives the same counts */
         const patina_gpu_lbp_conf_t gc = gconf(&confs[0]);
-        uint8_t *g = batch(300, 200, 3, &r);
+        const int w = QUICK > 1 ? 40 : 300, h = QUICK > 1 ? 30 : 200;
+        uint8_t *g = batch(w, h, 3, &r);
         uint32_t a[3 * 256], b[3 * 256];
         patina_gpu_lbp_timing_t tm = {2, 0, 0};
-        TU_OK(patina_gpu__lbp_grey(G, &gc, g, 300, 200, 3, NULL, a, NULL));
-        TU_OK(patina_gpu__lbp_grey(G, &gc, g, 300, 200, 3, NULL, b, &tm));
+        TU_OK(patina_gpu__lbp_grey(G, &gc, g, w, h, 3, NULL, a, NULL));
+        TU_OK(patina_gpu__lbp_grey(G, &gc, g, w, h, 3, NULL, b, &tm));
         assert_memory_equal(a, b, sizeof a);
         assert_true(tm.ms_alone > 0 && tm.ms_stream > 0);
         free(g);
@@ -269,7 +277,7 @@ static void test_circular(void **state)
     tu_rng_seed(&r, 43);
     for (size_t k = 0; k < sizeof confs / sizeof confs[0]; k++)
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
-            if (QUICK && (s % 3) != 1) continue;
+            if ((QUICK && (s % 3) != 1) || too_big(sizes[s][0], sizes[s][1])) continue;
             run_grey(&confs[k], sizes[s][0], sizes[s][1], sizes[s][2], 0, &r, "circular");
         }
     if (QUICK) return;
@@ -366,10 +374,10 @@ static void check_batch(const lbp_conf_t *c, const patina_image_t *imgs, const p
  * chunks), for each kind. */
 static void test_batched(void **state)
 {
-    static const int sizes[][2] = {{64, 48}, {1, 1},   {2, 7},    {3, 3},   {640, 480}, {64, 48},
-                                   {97, 61}, {64, 48}, {33, 1025}, {0, 5},  {640, 480}, {300, 261},
-                                   {1, 40},  {97, 61}, {1031, 517}, {64, 48}, {40, 1},  {513, 300}};
-    const size_t n = sizeof sizes / sizeof sizes[0];
+    static const int sizes[][2] = {{64, 48},   {1, 1},   {2, 7},      {3, 3},   {64, 48},   {97, 61},
+                                   {64, 48},   {0, 5},   {1, 40},     {40, 1},  {33, 1025}, {640, 480},
+                                   {300, 261}, {97, 61}, {1031, 517}, {64, 48}, {640, 480}, {513, 300}};
+    const size_t n = QUICK > 1 ? 10 : sizeof sizes / sizeof sizes[0]; /* tiny: the small ones */
     const lbp_conf_t confs[] = {
         mkconf(LBP_KIND_LBP8, 8, 1, 0, LBP_MAP_NONE, "1x1", 0.9),
         mkconf(LBP_KIND_TLBAP, 8, 1, 0, LBP_MAP_RIU2, "1x1", 0.37),
@@ -378,7 +386,7 @@ static void test_batched(void **state)
         mkconf(LBP_KIND_CIRCULAR, 8, 1, LBP_M_UNIFORM, LBP_MAP_NONE, "1x1", 0),
         mkconf(LBP_KIND_CIRCULAR, 16, 2, LBP_M_VAR, LBP_MAP_NONE, "2x2", 0),
     };
-    static const size_t caps[3][2] = {{0, 0}, {0, 5}, {256 << 10, 0}};
+    const size_t caps[3][2] = {{0, 0}, {0, 5}, {QUICK > 1 ? 4096 : 256 << 10, 0}};
     patina_image_t *imgs = calloc(n, sizeof *imgs), *host = calloc(n, sizeof *host);
     int *where = calloc(n, sizeof *where);
     tu_rng_t r;
@@ -391,7 +399,7 @@ static void test_batched(void **state)
     for (size_t k = 0; k < sizeof confs / sizeof confs[0]; k++)
         for (int cp = 0; cp < 3; cp++) {
             char what[96];
-            if (QUICK && cp == 1) continue;
+            if ((QUICK && cp == 1) || (QUICK > 1 && k % 2)) continue;
             snprintf(what, sizeof what, "batched, conf %zu, caps %zu B / %zu images", k, caps[cp][0], caps[cp][1]);
             TU_OK(patina_gpu__lbp_set_caps(G, caps[cp][0], caps[cp][1], 0));
             check_batch(&confs[k], imgs, host, n, NULL, what);
@@ -411,15 +419,15 @@ static void test_batched(void **state)
  * batches), then the same images one per batch. */
 static void test_many(void **state)
 {
-    const size_t n = QUICK ? 12 : 80;
-    const int s = QUICK ? 320 : 1024, hs = QUICK ? 240 : 1024;
+    const size_t n = QUICK ? (QUICK > 1 ? 6 : 12) : 80;
+    const int s = QUICK ? (QUICK > 1 ? 64 : 320) : 1024, hs = QUICK ? (QUICK > 1 ? 48 : 240) : 1024;
     const lbp_conf_t c = mkconf(LBP_KIND_LBP8, 8, 1, 0, LBP_MAP_NONE, "1x1", 0.9);
     patina_image_t *imgs = calloc(n, sizeof *imgs), *host = calloc(n, sizeof *host);
     tu_rng_t r;
     (void)state;
     tu_rng_seed(&r, 46);
     for (size_t i = 0; i < n; i++) make_image(&imgs[i], &host[i], s, hs, 0, 0, &r);
-    TU_OK(patina_gpu__lbp_set_caps(G, QUICK ? 1u << 20 : 0, 0, 0));
+    TU_OK(patina_gpu__lbp_set_caps(G, QUICK ? (QUICK > 1 ? 16u << 10 : 1u << 20) : 0, 0, 0));
     check_batch(&c, imgs, host, n, NULL, "many images");
     TU_OK(patina_gpu__lbp_set_caps(G, 0, 1, 0));
     check_batch(&c, imgs, host, QUICK ? 4 : 12, NULL, "one image per batch");
@@ -467,6 +475,7 @@ static void test_families(void **state)
         "tlbap:th=0.9", "tlbap:th=0.5,mapping=riu2", "lanadp", "lanadp:grid=3x3,distance=l1",
     };
     static const int sizes[][2] = {{1, 1}, {2, 2}, {3, 3}, {1, 40}, {40, 1}, {97, 61}, {640, 480}, {33, 1025}};
+    const int n = QUICK > 1 ? 6 : 8; /* tiny: up to 97x61 */
     patina_context_t *ctx;
     patina_image_t imgs[8];
     tu_rng_t r;
@@ -484,9 +493,9 @@ static void test_families(void **state)
         bytes = patina_extractor_bytes(ex);
         a = malloc(8 * bytes);
         b = malloc(8 * bytes);
-        TU_OK(patina_extract_batch(ctx, ex, PATINA_DEVICE_CPU, a, imgs, 8, sa));
-        TU_OK(patina_extract_batch(ctx, ex, PATINA_DEVICE_GPU, b, imgs, 8, sb));
-        for (int i = 0; i < 8; i++) {
+        TU_OK(patina_extract_batch(ctx, ex, PATINA_DEVICE_CPU, a, imgs, (size_t)n, sa));
+        TU_OK(patina_extract_batch(ctx, ex, PATINA_DEVICE_GPU, b, imgs, (size_t)n, sb));
+        for (int i = 0; i < n; i++) {
             assert_int_equal(sa[i], PATINA_OK);
             assert_int_equal(sb[i], PATINA_OK);
             if (memcmp(a + (size_t)i * bytes, b + (size_t)i * bytes, bytes) != 0)
@@ -494,8 +503,8 @@ static void test_families(void **state)
                          sizes[i][1]);
         }
         /* no status array */
-        TU_OK(patina_extract_batch(ctx, ex, PATINA_DEVICE_GPU, b, imgs, 8, NULL));
-        assert_memory_equal(a, b, 8 * bytes);
+        TU_OK(patina_extract_batch(ctx, ex, PATINA_DEVICE_GPU, b, imgs, (size_t)n, NULL));
+        assert_memory_equal(a, b, (size_t)n * bytes);
         free(a);
         free(b);
         patina_extractor_free(ex);
@@ -516,6 +525,10 @@ static void test_samples(void **state)
     patina_image_t *imgs;
     patina_context_t *ctx;
     (void)state;
+    if (QUICK > 1) {
+        printf("  samples: left out in the tiny mode (photographs are large)\n");
+        return;
+    }
     if (!dir || !*dir) dir = PATINA_SAMPLES_DIR;
     nf = tu_list_files(dir, "jpg,jpeg,png", &files);
     if (nf == 0) {
@@ -581,6 +594,6 @@ int main(void)
         cmocka_unit_test(test_families),  cmocka_unit_test(test_samples),
     };
     tu_require_gpu();
-    QUICK = q && *q && strcmp(q, "0") != 0;
+    QUICK = q && *q ? atoi(q) : 0;
     return cmocka_run_group_tests(tests, setup, teardown);
 }
