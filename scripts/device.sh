@@ -187,10 +187,15 @@ remote() {
     [ -d "$STAGE" ] || { echo "no .carry/stage: carry it (scripts/device.sh build), or use 'source'" >&2; exit 1; }
     link_paths
     export LD_LIBRARY_PATH="$STAGE/lib:$STAGE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    run_steps
+}
+
+# The STEPS in order (order = priority: a command stopped at its limit
+# returns every log written so far); sets rc.
+run_steps() {
     rc=0
     { nvidia-smi; nvidia-smi -q -d CLOCK,POWER,PCI 2>/dev/null | head -60; } > "$OUT/nvidia-smi.txt" 2>&1 || true
     head -12 "$OUT/nvidia-smi.txt"
-    # Order = priority: a command stopped at its limit returns every log so far.
     for s in ${STEPS:-tests sanitize bench}; do
         case $s in
         tests) step_tests ;;
@@ -222,16 +227,7 @@ source_build() {
     cp "$BUILD/CMakeCache.txt" "$STAGE/CMakeCache.txt"
     OUT=${OUT:-$ROOT/device-out}
     mkdir -p "$OUT"
-    rc=0
-    for s in ${STEPS:-tests sanitize bench}; do
-        case $s in
-        tests) step_tests ;;
-        sanitize) step_sanitize ;;
-        bench) step_bench ;;
-        e2e) step_e2e ;;
-        esac
-    done
-    return $rc
+    run_steps
 }
 
 case $MODE in

@@ -481,17 +481,8 @@ static patina_status open_slot(patina_gpu_t *g, pgpu_cedd_t *c, pgpu_slot_t *s, 
 static void close_slot(patina_gpu_t *g, pgpu_slot_t *s)
 {
     if (s->stream) cudaStreamSynchronize((cudaStream_t)s->stream);
-    pgpu_free(g, s->d_in);
-    pgpu_free(g, s->d_blk);
-    pgpu_free(g, s->d_con);
-    pgpu_free(g, s->d_pieces);
-    pgpu_free(g, s->d_segs);
-    pgpu_free(g, s->d_out);
-    pgpu_free(g, s->h_stage);
-    pgpu_free(g, s->h_blk);
-    pgpu_free(g, s->h_pieces);
-    pgpu_free(g, s->h_segs);
-    pgpu_free(g, s->h_out);
+    pgpu_free_n(g, 11, &s->d_in, &s->d_blk, &s->d_con, &s->d_pieces, &s->d_segs, &s->d_out, &s->h_stage,
+                &s->h_blk, &s->h_pieces, &s->h_segs, &s->h_out);
     if (s->done) cudaEventDestroy((cudaEvent_t)s->done);
     if (s->k2_done) cudaEventDestroy((cudaEvent_t)s->k2_done);
     for (int e = 0; e < 6; e++)

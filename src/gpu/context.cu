@@ -8,6 +8,7 @@
  * boundary; nothing prints, nothing exits. */
 #include <cuda_runtime.h>
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,6 +207,18 @@ void pgpu_free(patina_gpu_t *g, void *p)
     }
     (void)cudaGetLastError();
     free(a);
+}
+
+void pgpu_free_n(patina_gpu_t *g, int n, ...)
+{
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n; i++) {
+        void **pp = va_arg(ap, void **);
+        pgpu_free(g, *pp);
+        *pp = NULL;
+    }
+    va_end(ap);
 }
 
 void *pgpu_stream(patina_gpu_t *g, int k) { return g->stream[k]; }

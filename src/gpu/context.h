@@ -89,6 +89,9 @@ patina_status pgpu_pin_alloc(patina_gpu_t *g, void **p, size_t bytes, pgpu_fam o
                              const char *tag);
 /* Frees an allocation of either kind made above (NULL: nothing). */
 void pgpu_free(patina_gpu_t *g, void *p);
+/* Frees n such allocations, given as pointers to the variables that hold
+ * them, and sets those variables to NULL: pgpu_free_n(g, 2, &a, &b). */
+void pgpu_free_n(patina_gpu_t *g, int n, ...);
 
 /* The context's stream k (0 <= k < PGPU_STREAMS), as a cudaStream_t. */
 void *pgpu_stream(patina_gpu_t *g, int k);

@@ -121,11 +121,12 @@ typedef struct pgpu_knn_index {
 } pgpu_knn_index_t;
 
 /* k nearest (k >= 1) of nq queries on g: fq (nq) prepared queries when the
- * index's fast path is on, else queries (nq, bytes) raw. hits (nq, k),
- * counts[q] = min(k, n); the caller pads. The same order and doubles as the
- * CPU. The index's device copy is made on first use and kept in g. */
+ * index's fast path is on, else qv (nq, dim), the queries' elements as
+ * doubles. hits (nq, k), counts[q] = min(k, n); the caller pads. The same
+ * order and doubles as the CPU. The index's device copy is made on first
+ * use and kept in g. */
 patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx,
-                             const patina_knn_query_t *fq, const void *queries, size_t nq, size_t k,
+                             const patina_knn_query_t *fq, const double *qv, size_t nq, size_t k,
                              patina_hit_t *hits, size_t *counts);
 
 /* Device copies of indexes that g holds now (for tests). */

@@ -269,29 +269,13 @@ k_knn(const uint8_t *__restrict__ descs, const uint64_t *__restrict__ ids, size_
 
 static void copy_free(patina_gpu_t *g, knn_copy_t *c)
 {
-    pgpu_free(g, c->descs);
-    pgpu_free(g, c->ids);
-    pgpu_free(g, c->t1);
-    pgpu_free(g, c->c3);
-    pgpu_free(g, c->ptab);
-    pgpu_free(g, c->sd);
+    pgpu_free_n(g, 6, &c->descs, &c->ids, &c->t1, &c->c3, &c->ptab, &c->sd);
     memset(c, 0, sizeof *c);
 }
 
 static void buffers_free(patina_gpu_t *g, knn_state_t *st)
 {
-    pgpu_free(g, st->d_q);
-    pgpu_free(g, st->d_qv);
-    pgpu_free(g, st->d_dist);
-    pgpu_free(g, st->d_id);
-    pgpu_free(g, st->h_dist);
-    pgpu_free(g, st->h_id);
-    st->d_q = NULL;
-    st->d_qv = NULL;
-    st->d_dist = NULL;
-    st->d_id = NULL;
-    st->h_dist = NULL;
-    st->h_id = NULL;
+    pgpu_free_n(g, 6, &st->d_q, &st->d_qv, &st->d_dist, &st->d_id, &st->h_dist, &st->h_id);
     st->q_cap = st->qv_cap = st->cand_cap = 0;
 }
 
@@ -441,21 +425,8 @@ static cudaError_t launch(const knn_copy_t *c, const pgpu_knn_index_t *idx, cons
     return cudaGetLastError();
 }
 
-/* Element e of raw query q as a double (the CPU definition's conversion). */
-static double host_elem(patina_elem e, const void *p, size_t i)
-{
-    switch (e) {
-    case PATINA_ELEM_U8: return (double)((const uint8_t *)p)[i];
-    case PATINA_ELEM_U16: return (double)((const uint16_t *)p)[i];
-    case PATINA_ELEM_U32: return (double)((const uint32_t *)p)[i];
-    case PATINA_ELEM_F32: return (double)((const float *)p)[i];
-    case PATINA_ELEM_F64: return ((const double *)p)[i];
-    }
-    return NAN;
-}
-
 patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx,
-                             const patina_knn_query_t *fq, const void *queries, size_t nq, size_t k,
+                             const patina_knn_query_t *fq, const double *qv, size_t nq, size_t k,
                              patina_hit_t *hits, size_t *counts)
 {
     knn_state_t *st;
@@ -467,10 +438,9 @@ patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx,
     const size_t take = k < idx->n ? k : idx->n;
     size_t qb, q0, i;
     patina_hit_t *merge;
-    double *hq = NULL;
     patina_status rs = PATINA_OK;
 
-    if (!g || !idx || !hits || !counts || k == 0 || (idx->t1 ? !fq : !queries))
+    if (!g || !idx || !hits || !counts || k == 0 || (idx->t1 ? !fq : !qv))
         return patina__fail(PATINA_E_INVALID, "gpu search: bad argument");
     if (idx->dist < 0 || idx->dist >= PDIST_COUNT)
         return patina__fail(PATINA_E_INVALID, "gpu search: unknown distance %d", idx->dist);
@@ -501,10 +471,7 @@ patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx,
         st->cand_cap = qb * per_query;
     }
     merge = (patina_hit_t *)malloc((take ? take : 1) * sizeof *merge);
-    if (!idx->t1) hq = (double *)malloc(qb * idx->dim * sizeof *hq + 1);
-    if (!merge || (!idx->t1 && !hq)) {
-        free(merge);
-        free(hq);
+    if (!merge) {
         return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory merging %zu candidates", per_query);
     }
     for (q0 = 0; q0 < nq && rs == PATINA_OK; q0 += qb) {
@@ -514,11 +481,7 @@ patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx,
         if (idx->t1) {
             e = cudaMemcpyAsync(st->d_q, fq + q0, m * sizeof *fq, cudaMemcpyHostToDevice, s);
         } else {
-            for (size_t q = 0; q < m; q++)
-                for (i = 0; i < idx->dim; i++)
-                    hq[q * idx->dim + i] =
-                        host_elem(idx->elem, (const uint8_t *)queries + (q0 + q) * idx->bytes, i);
-            e = cudaMemcpyAsync(st->d_qv, hq, m * idx->dim * sizeof *hq, cudaMemcpyHostToDevice, s);
+            e = cudaMemcpyAsync(st->d_qv, qv + q0 * idx->dim, m * idx->dim * sizeof *qv, cudaMemcpyHostToDevice, s);
         }
         if (e == cudaSuccess) e = launch(c, idx, st, grid, kk, s);
         if (e == cudaSuccess)
@@ -559,6 +522,5 @@ patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx,
         }
     }
     free(merge);
-    free(hq);
     return rs;
 }

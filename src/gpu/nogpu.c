@@ -202,10 +202,10 @@ patina_status patina_gpu_jpeg_decode(patina_jpeg_gpu_t *d, patina_image_t *out,
 }
 
 patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx,
-                             const patina_knn_query_t *fq, const void *queries, size_t nq, size_t k,
+                             const patina_knn_query_t *fq, const double *qv, size_t nq, size_t k,
                              patina_hit_t *hits, size_t *counts)
 {
-    (void)g; (void)idx; (void)fq; (void)queries; (void)nq; (void)k; (void)hits; (void)counts;
+    (void)g; (void)idx; (void)fq; (void)qv; (void)nq; (void)k; (void)hits; (void)counts;
     return none();
 }
 

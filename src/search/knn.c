@@ -611,6 +611,7 @@ static patina_status knn_gpu(patina_context_t *ctx, const patina_index_t *ix, co
     pgpu_knn_index_t view;
     patina_gpu_t *g;
     tq_t *tq = NULL;
+    double *qv = NULL;
     patina_status s;
     size_t q;
     memset(&view, 0, sizeof view);
@@ -636,12 +637,22 @@ static patina_status knn_gpu(patina_context_t *ctx, const patina_index_t *ix, co
          * on a device copy of its own (row-major). */
         view.serial = ix->serial | (UINT64_C(1) << 63);
     }
+    if (!view.t1) { /* the definition kernels take the queries' elements as doubles */
+        qv = malloc(nq * ix->dim * sizeof *qv + 1);
+        if (!qv) {
+            free(tq);
+            return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", nq);
+        }
+        for (q = 0; q < nq; q++)
+            for (size_t i = 0; i < ix->dim; i++) qv[q * ix->dim + i] = pdist_elem(ix->elem, queries + q * ix->bytes, i);
+    }
     s = patina__context_gpu_acquire(ctx, &g);
     if (s == PATINA_OK) {
-        s = patina_gpu_knn(g, &view, view.t1 ? tq : NULL, queries, nq, k, hits, counts);
+        s = patina_gpu_knn(g, &view, view.t1 ? tq : NULL, qv, nq, k, hits, counts);
         patina__context_gpu_release(ctx);
     }
     free(tq);
+    free(qv);
     return s;
 }
 
