@@ -283,11 +283,7 @@ static patina_status open_slot(patina_gpu_t *g, lbp_state *S, lbp_slot *s, int k
 static void close_slot(patina_gpu_t *g, lbp_slot *s)
 {
     if (s->stream) cudaStreamSynchronize(s->stream);
-    pgpu_free(g, s->h_stage);
-    pgpu_free(g, s->d_rgb);
-    pgpu_free(g, s->d_grey);
-    pgpu_free(g, s->d_counts);
-    pgpu_free(g, s->h_counts);
+    pgpu_free_n(g, 5, &s->h_stage, &s->d_rgb, &s->d_grey, &s->d_counts, &s->h_counts);
     if (s->done) cudaEventDestroy(s->done);
     free(s->items);
     memset(s, 0, sizeof *s);
@@ -298,9 +294,7 @@ static void lbp_release(patina_gpu_t *g, void *state)
     lbp_state *S = (lbp_state *)state;
     (void)cudaSetDevice(g->device);
     for (int k = 0; k < LBP_SLOTS; k++) close_slot(g, &S->slot[k]);
-    pgpu_free(g, S->d_tab);
-    pgpu_free(g, S->h_tab);
-    pgpu_free(g, S->d_big);
+    pgpu_free_n(g, 3, &S->d_tab, &S->h_tab, &S->d_big);
     (void)cudaGetLastError();
     free(S);
 }
@@ -692,9 +686,7 @@ static patina_status counts_room(patina_gpu_t *g, lbp_state *S, size_t dim)
     for (int k = 0; k < LBP_SLOTS; k++) {
         lbp_slot *s = &S->slot[k];
         if (s->counts_bytes >= need) continue;
-        pgpu_free(g, s->d_counts);
-        pgpu_free(g, s->h_counts);
-        s->d_counts = s->h_counts = NULL;
+        pgpu_free_n(g, 2, &s->d_counts, &s->h_counts);
         s->counts_bytes = 0;
         DEV(s->d_counts, need, "histogram counts");
         PIN(s->h_counts, need, "histogram counts");
@@ -936,9 +928,7 @@ patina_status patina_gpu__lbp_grey(patina_gpu_t *g, const patina_gpu_lbp_conf_t 
         cudaStreamSynchronize(S->slot[0].stream);
         (void)cudaGetLastError();
     }
-    pgpu_free(g, b.in);
-    pgpu_free(g, b.codes);
-    pgpu_free(g, b.counts);
+    pgpu_free_n(g, 3, &b.in, &b.codes, &b.counts);
     if (b.e0) cudaEventDestroy(b.e0);
     if (b.e1) cudaEventDestroy(b.e1);
     free(b.times);
