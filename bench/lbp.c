@@ -1,14 +1,27 @@
-/* bench_lbp: the paper's Tables 1-3 (TLBAP and LANADP at 256^2, 512^2,
- * 1024^2: sequential vs global-memory vs shared-memory kernels, 16x16 and
- * 32x32 blocks), plus Patina's production kernel, batched throughput with
- * the effective input bandwidth and its fraction of the device's copy
- * bandwidth (measured in the same run), the CPU paths, and the peers
- * (scikit-image on the CPU, a PyTorch implementation on the GPU) through
- * bench/lbp_peers.py. Every GPU variant's codes are checked against the C
- * reference before it is timed. Prints tables; never fails on timings.
+/* bench_lbp: the LBP family's production numbers (docs/lbp.md, "Benchmark").
  *
- * usage: bench_lbp [--quick] [--no-peers] [--batched-only] [--batch N] [--threads N] [--image FILE]
- * (--batched-only: the batched production kernel and one-image latencies only)
+ *   1. GPU kernels: the production dispatcher on N grey 1024x1024 images per
+ *      launch, resident on the device (patina_gpu__lbp_grey): ms per launch
+ *      with launches queued back to back (a stream of batches) and alone (one
+ *      launch on an idle GPU, the host's submission included), images/s,
+ *      effective input bandwidth and its fraction of the device-to-device copy
+ *      bandwidth measured in the same run; beside it the GPU peer (a PyTorch
+ *      implementation, bench/lbp_peers.py torch, same run and batch) and the
+ *      ratio peer time / ours. Every row is validated against the CPU first.
+ *   2. One image's latency, kernel alone and through the family path.
+ *   3. End to end through the family path (patina_extract_batch, what
+ *      `patina index -f lbp8 --device gpu` calls per batch) on M RGB
+ *      1024x1024 images in host memory (pageable, and pinned), next to the
+ *      kernel-only rate of table 1 and the CPU, so that the gap is visible.
+ *   4. CPU: the fast path against scikit-image (bench/lbp_peers.py skimage),
+ *      CPU time of one thread.
+ * The lab's variants (the paper's kernels, k_fast3, forced layouts) are timed
+ * by lab/lbp (lab_lbp). Prints tables; never fails on timings.
+ *
+ * usage: bench_lbp [--quick] [--no-peers] [--batched-only] [--batch N] [--e2e M]
+ *                  [--threads N] [--image FILE]
+ * (--batched-only: tables 1-3 only; --batch: images per launch, default 256;
+ *  --e2e: images of table 3, default 256, 0 skips it)
  * Input: a real photograph (the largest file under $PATINA_SAMPLES or
  * ./samples, or --image), in grey by the project's rule, centre-cropped (or
  * mirrored out) to each size; a synthetic texture without one. */
@@ -25,7 +38,7 @@
 #include "gpu/gpu.h"
 #include "patina/patina.h"
 
-static int quick, no_peers, batched_only, batch = 256, threads;
+static int quick, no_peers, batched_only, batch = 256, e2e_images = 256, threads;
 static char bench_dir[1024] = "."; /* where lbp_peers.py is: this file's directory */
 static const char *image_path;
 
@@ -115,13 +128,6 @@ static void make_image(uint8_t *out, int s, int shift)
 
 /* ------------------------------------------------------------ helpers */
 
-static double time_ref(const lbp_conf_t *c, const uint8_t *g, int s, patina_codemap_t *keep)
-{
-    double t = patina_now();
-    if (lbp_ref_codes(keep, c, g, s, s, (size_t)s) != PATINA_OK) return NAN;
-    return (patina_now() - t) * 1e3;
-}
-
 /* best-of wall time (ms) of the fast path: codes (hist = 0) or counts */
 static double time_fast(const lbp_conf_t *c, const uint8_t *g, int s, patina_pool_t *pool, int hist,
                         double *cpu_ms)
@@ -147,183 +153,255 @@ static double time_fast(const lbp_conf_t *c, const uint8_t *g, int s, patina_poo
     return best * 1e3;
 }
 
-/* GPU variant: validates codes against `ref` (all n images the same
- * reference when same_ref), then the median kernel time in ms. */
-static double time_gpu(int variant, const lbp_conf_t *c, const uint8_t *g, int s, int n,
-                       const patina_codemap_t *ref, int *ok)
+/* Runs a command, returns its output (malloc'd, may be NULL). */
+static char *capture(const char *cmd)
 {
-    int mw, mh;
-    size_t esz = patina_elem_size(c->code_elem), mpx;
-    unsigned char *codes;
-    double ms = NAN;
-    lbp_map_shape(c, s, s, &mw, &mh);
-    mpx = (size_t)mw * (size_t)mh;
-    codes = variant == PATINA_LBP_LAB_HIST ? NULL : malloc(mpx * (size_t)n * esz + 1);
-    if (patina_gpu_lbp_lab(variant, c, g, s, s, n, codes, NULL, quick ? 5 : 20, &ms, NULL) != PATINA_OK) {
-        printf("  [%s: %s]\n", patina_gpu_lbp_lab_name(variant), patina_last_error());
-        free(codes);
-        *ok = 0;
-        return NAN;
+    char *out = NULL, buf[4096];
+    size_t len = 0, got;
+    FILE *p = popen(cmd, "r");
+    if (!p) return NULL;
+    while ((got = fread(buf, 1, sizeof buf, p)) > 0) {
+        char *o = realloc(out, len + got + 1);
+        if (!o) break;
+        out = o;
+        memcpy(out + len, buf, got);
+        len += got;
+        out[len] = '\0';
     }
-    if (codes && ref && memcmp(codes, ref->data, mpx * esz) != 0) {
-        printf("  [%s: CODES DIFFER FROM THE C REFERENCE]\n", patina_gpu_lbp_lab_name(variant));
-        *ok = 0;
-    }
-    free(codes);
-    return ms;
+    pclose(p);
+    return out;
 }
 
-static void fmt(char *buf, size_t n, double v)
+/* The peer's microseconds per image in its table row "| name | output | ms
+ * | us |", NAN when absent. */
+static double peer_us(const char *peer, const char *name, const char *output)
 {
-    if (isnan(v)) snprintf(buf, n, "-");
-    else if (v >= 100) snprintf(buf, n, "%.1f", v);
-    else if (v >= 1) snprintf(buf, n, "%.3f", v);
-    else snprintf(buf, n, "%.4f", v);
+    char key[160];
+    const char *at;
+    double ms, us;
+    if (!peer) return NAN;
+    snprintf(key, sizeof key, "| %s | %s | ", name, output);
+    if (!(at = strstr(peer, key))) return NAN;
+    if (sscanf(at + strlen(key), "%lf | %lf", &ms, &us) != 2) return NAN;
+    return us;
 }
 
-/* ------------------------------------------------------------ tables 1-3 */
+/* --------------------------------------------------- 1: the GPU kernels */
 
 typedef struct {
-    double seq, g16, g32, s16, s32, pcodes, phist, cpu1, cpun;
-} row_t;
+    const char *name, *peer;   /* peer: its row's name, or NULL */
+    lbp_conf_t c;
+    double hist_ips;           /* out: images/s, histograms only */
+} krow_t;
 
-static void paper_table(const char *title, const lbp_conf_t *c, int gpu, patina_pool_t *pool,
-                        row_t rows[3], int *all_ok)
+static void gpu_table(patina_gpu_t *g, double copy_gbps, const char *peer, krow_t *ks, size_t nk, int *all_ok)
 {
-    static const int sizes[3] = {256, 512, 1024};
-    printf("\n%s: milliseconds per image (one image per launch; GPU: kernel time, median)\n", title);
-    printf("| size | sequential (C ref) | global 16x16 | global 32x32 | shared 16x16 | shared 32x32 |"
-           " production codes | production hist | CPU fast 1 thread | CPU fast %d threads |\n",
-           patina_pool_size(pool));
-    printf("|---|---|---|---|---|---|---|---|---|---|\n");
-    for (int i = 0; i < 3; i++) {
-        int s = sizes[i];
-        uint8_t *g = malloc((size_t)s * (size_t)s);
-        patina_codemap_t ref;
-        row_t *r = &rows[i];
-        char b[10][32];
-        make_image(g, s, 0);
-        r->seq = time_ref(c, g, s, &ref);
-        r->g16 = r->g32 = r->s16 = r->s32 = r->pcodes = r->phist = NAN;
-        if (gpu) {
-            r->g16 = time_gpu(PATINA_LBP_LAB_GLOBAL16, c, g, s, 1, &ref, all_ok);
-            r->g32 = time_gpu(PATINA_LBP_LAB_GLOBAL32, c, g, s, 1, &ref, all_ok);
-            r->s16 = time_gpu(PATINA_LBP_LAB_SHARED16, c, g, s, 1, &ref, all_ok);
-            r->s32 = time_gpu(PATINA_LBP_LAB_SHARED32, c, g, s, 1, &ref, all_ok);
-            r->pcodes = time_gpu(PATINA_LBP_LAB_CODES, c, g, s, 1, &ref, all_ok);
-            r->phist = time_gpu(PATINA_LBP_LAB_HIST, c, g, s, 1, NULL, all_ok);
-        }
-        r->cpu1 = time_fast(c, g, s, NULL, 0, NULL);
-        r->cpun = time_fast(c, g, s, pool, 0, NULL);
-        fmt(b[0], 32, r->seq); fmt(b[1], 32, r->g16); fmt(b[2], 32, r->g32); fmt(b[3], 32, r->s16);
-        fmt(b[4], 32, r->s32); fmt(b[5], 32, r->pcodes); fmt(b[6], 32, r->phist); fmt(b[7], 32, r->cpu1);
-        fmt(b[8], 32, r->cpun);
-        printf("| %d x %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s, s, b[0], b[1], b[2],
-               b[3], b[4], b[5], b[6], b[7], b[8]);
-        patina_codemap_release(&ref);
-        free(g);
-    }
-}
-
-static void speedups(const row_t t[3], const row_t l[3])
-{
-    static const int sizes[3] = {256, 512, 1024};
-    printf("\nTable 3: speedup = sequential time / parallel time (paper: TLBAP 2.3 / 5.2, LANADP 17 / 29)\n");
-    printf("| size | TLBAP global 16 | TLBAP shared 16 | TLBAP production | TLBAP CPU fast 1 thr |"
-           " LANADP global 16 | LANADP shared 16 | LANADP production | LANADP CPU fast 1 thr |\n");
-    printf("|---|---|---|---|---|---|---|---|---|\n");
-    for (int i = 0; i < 3; i++)
-        printf("| %d x %d | %.1f | %.1f | %.0f | %.0f | %.1f | %.1f | %.0f | %.0f |\n", sizes[i], sizes[i],
-               t[i].seq / t[i].g16, t[i].seq / t[i].s16, t[i].seq / t[i].pcodes, t[i].seq / t[i].cpu1,
-               l[i].seq / l[i].g16, l[i].seq / l[i].s16, l[i].seq / l[i].pcodes, l[i].seq / l[i].cpu1);
-}
-
-/* ------------------------------------------------------------ batched */
-
-static void batched(double copy_gbps, int *all_ok)
-{
-    struct { const char *name; lbp_conf_t c; } ks[] = {
-        {"lbp8", conf(LBP_KIND_LBP8, 8, 1, 0, "1x1")},
-        {"tlbap:th=0.9", conf(LBP_KIND_TLBAP, 8, 1, 0, "1x1")},
-        {"lanadp", conf(LBP_KIND_LANADP, 8, 1, 0, "1x1")},
-        {"lbp8 grid=4x4", conf(LBP_KIND_LBP8, 8, 1, 0, "4x4")},
-        {"tlbap:th=0.9 grid=4x4", conf(LBP_KIND_TLBAP, 8, 1, 0, "4x4")},
-        {"lanadp grid=4x4", conf(LBP_KIND_LANADP, 8, 1, 0, "4x4")},
-        {"lbp8 grid=8x8", conf(LBP_KIND_LBP8, 8, 1, 0, "8x8")},
-        {"lbp P=8,R=1,uniform", conf(LBP_KIND_CIRCULAR, 8, 1, LBP_M_UNIFORM, "1x1")},
-        {"lbp P=16,R=2,uniform", conf(LBP_KIND_CIRCULAR, 16, 2, LBP_M_UNIFORM, "1x1")},
-        {"lbp P=24,R=3,uniform", conf(LBP_KIND_CIRCULAR, 24, 3, LBP_M_UNIFORM, "1x1")},
-    };
     const int s = 1024;
     const size_t px = (size_t)s * s;
-    int n = batch;
-    uint8_t *g = malloc(px * (size_t)n);
-    for (int i = 0; i < n; i++) make_image(g + (size_t)i * px, s, (i * 37) % 200);
-    printf("\nBatched production kernel: %d images of %dx%d per launch (%.0f MB of input); "
-           "effective input bandwidth = input bytes / kernel time; copy bandwidth %.0f GB/s "
-           "(device-to-device cudaMemcpy, read + write, same run). ms per launch: launches queued back "
-           "to back (a stream of batches); alone: the median of single launches on an idle GPU, "
-           "which adds the host's submission\n",
-           n, s, s, (double)px * n / 1e6, copy_gbps);
-    printf("| descriptor | output | ms per launch | ms alone | us per image | images/s | input GB/s | %% of copy bw |\n");
-    printf("|---|---|---|---|---|---|---|---|\n");
-    for (size_t k = 0; k < sizeof ks / sizeof ks[0]; k++) {
+    uint8_t *grey = malloc(px * (size_t)batch);
+    for (int i = 0; i < batch; i++) make_image(grey + (size_t)i * px, s, (i * 37) % 200);
+    printf("\n1. GPU kernels: %d grey images of %dx%d per launch on the device (%.0f MB of input); input GB/s = "
+           "input bytes / kernel time; copy bandwidth %.0f GB/s (device to device, read + write, same run). "
+           "ms per launch: launches queued back to back (a stream of batches); alone: one launch on an idle GPU "
+           "(the host's submission included). Peer: PyTorch on the GPU, same run and batch "
+           "(bench/lbp_peers.py torch: codes always materialised); ratio = peer time / ours\n",
+           batch, s, s, (double)px * batch / 1e6, copy_gbps);
+    printf("| descriptor | output | images | ms per launch | ms alone | us per image | images/s | input GB/s |"
+           " %% of copy bw | peer us per image | peer / ours |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (size_t k = 0; k < nk; k++) {
         const lbp_conf_t *c = &ks[k].c;
-        int nb = n;
-        if (c->kind == LBP_KIND_CIRCULAR && nb > 32) nb = 32; /* slower: fewer images */
-        for (int v = PATINA_LBP_LAB_CODES; v <= PATINA_LBP_LAB_HIST; v++) {
-            double ms = NAN, ms1 = NAN;
-            int mw, mh;
-            lbp_map_shape(c, s, s, &mw, &mh);
-            if (v == PATINA_LBP_LAB_CODES && c->grid_rows > 1) continue;
-            {
-                /* validate the first image of the batch, then time */
-                size_t esz = patina_elem_size(c->code_elem);
-                unsigned char *codes = v == PATINA_LBP_LAB_CODES ? malloc((size_t)mw * mh * esz * (size_t)nb) : NULL;
-                uint32_t *counts = malloc(lbp_dim(c) * sizeof(uint32_t) * (size_t)nb);
-                if (patina_gpu_lbp_lab(v, c, g, s, s, nb, codes, counts, quick ? 5 : 20, &ms1, &ms) != PATINA_OK) {
-                    printf("| %s | %s | error: %s |\n", ks[k].name, v == PATINA_LBP_LAB_CODES ? "codes" : "histograms",
-                           patina_last_error());
-                    free(codes);
-                    free(counts);
-                    continue;
-                }
-                {
-                    uint32_t *want = malloc(lbp_dim(c) * sizeof(uint32_t));
-                    lbp_fast_counts(want, c, g, s, s, (size_t)s, NULL);
-                    if (memcmp(want, counts, lbp_dim(c) * sizeof(uint32_t)) != 0) {
-                        printf("  [%s: HISTOGRAM DIFFERS FROM THE CPU]\n", ks[k].name);
-                        *all_ok = 0;
-                    }
-                    free(want);
-                }
+        patina_gpu_lbp_conf_t gc;
+        int n = batch, mw, mh;
+        if (lbp_gpu_conf(&gc, c) != PATINA_OK) continue;
+        if (c->kind == LBP_KIND_CIRCULAR && n > 32) n = 32; /* slower: fewer images */
+        lbp_map_shape(c, s, s, &mw, &mh);
+        for (int codes_too = 0; codes_too < 2; codes_too++) {
+            const char *output = codes_too ? "codes + histograms" : "histograms only";
+            const size_t esz = patina_elem_size(c->code_elem), dim = lbp_dim(c);
+            patina_gpu_lbp_timing_t tm = {quick ? 5 : 20, 0, 0};
+            unsigned char *codes;
+            uint32_t *counts, *want;
+            double us, gbps, pus;
+            if (codes_too && c->grid_rows * c->grid_cols > 1) continue;
+            codes = codes_too ? malloc((size_t)mw * (size_t)mh * esz * (size_t)n) : NULL;
+            counts = malloc(dim * sizeof(uint32_t) * (size_t)n);
+            want = malloc(dim * sizeof(uint32_t));
+            if (patina_gpu__lbp_grey(g, &gc, grey, s, s, n, codes, counts, &tm) != PATINA_OK) {
+                printf("| %s | %s | error: %s |\n", ks[k].name, output, patina_last_error());
                 free(codes);
                 free(counts);
+                free(want);
+                continue;
             }
-            printf("| %s | %s | %.3f | %.3f | %.2f | %.0f | %.0f | %.0f%% |\n", ks[k].name,
-                   v == PATINA_LBP_LAB_CODES ? "codes + histograms" : "histograms only", ms, ms1,
-                   ms * 1e3 / nb, nb / (ms * 1e-3), (double)px * nb / (ms * 1e-3) / 1e9,
-                   100.0 * ((double)px * nb / (ms * 1e-3) / 1e9) / copy_gbps);
+            /* the first image against the CPU's fast path */
+            lbp_fast_counts(want, c, grey, s, s, (size_t)s, NULL);
+            if (memcmp(want, counts, dim * sizeof(uint32_t)) != 0) {
+                printf("  [%s: HISTOGRAM DIFFERS FROM THE CPU]\n", ks[k].name);
+                *all_ok = 0;
+            }
+            if (codes) {
+                patina_codemap_t m;
+                if (lbp_fast_codes(&m, c, grey, s, s, (size_t)s, NULL) == PATINA_OK &&
+                    memcmp(m.data, codes, (size_t)mw * (size_t)mh * esz) != 0) {
+                    printf("  [%s: CODES DIFFER FROM THE CPU]\n", ks[k].name);
+                    *all_ok = 0;
+                }
+                patina_codemap_release(&m);
+            }
+            us = tm.ms_stream * 1e3 / n;
+            gbps = (double)px * n / (tm.ms_stream * 1e-3) / 1e9;
+            if (!codes_too) ks[k].hist_ips = n / (tm.ms_stream * 1e-3);
+            pus = ks[k].peer ? peer_us(peer, ks[k].peer, c->kind == LBP_KIND_CIRCULAR ? "codes" : "codes + histograms")
+                             : NAN;
+            printf("| %s | %s | %d x %dx%d | %.3f | %.3f | %.2f | %.0f | %.0f | %.0f%% |", ks[k].name, output, n, s,
+                   s, tm.ms_stream, tm.ms_alone, us, n / (tm.ms_stream * 1e-3), gbps, 100.0 * gbps / copy_gbps);
+            if (isnan(pus)) printf(" - | - |\n");
+            else printf(" %.2f | %.1fx |\n", pus, pus / us);
+            free(codes);
+            free(counts);
+            free(want);
         }
     }
-    /* one image, as a latency: a launch alone on an idle GPU (the host's
-     * submission included), and per launch when launches queue back to back */
-    {
-        static const struct { const char *name; int kind; } one[] = {
-            {"lanadp", LBP_KIND_LANADP}, {"tlbap", LBP_KIND_TLBAP}, {"lbp8", LBP_KIND_LBP8}};
-        printf("\nOne 1024x1024 image, histogram (paper: LANADP 9.7 ms, TLBAP 29 ms shared-memory):\n");
-        for (size_t k = 0; k < sizeof one / sizeof one[0]; k++) {
-            double ms = NAN, mss = NAN;
-            lbp_conf_t c = conf(one[k].kind, 8, 1, 0, "1x1");
-            if (patina_gpu_lbp_lab(PATINA_LBP_LAB_HIST, &c, g, s, s, 1, NULL, NULL, 20, &ms, &mss) == PATINA_OK)
-                printf("  %s: %.1f us alone (events around one launch), %.1f us per launch back to back\n",
-                       one[k].name, ms * 1e3, mss * 1e3);
-        }
-    }
-    free(g);
+    free(grey);
 }
 
-/* ------------------------------------------------------------ CPU vs peers */
+/* ------------------------------------------------- 2: one image's latency */
+
+static void latency(patina_gpu_t *g, patina_context_t *ctx)
+{
+    static const struct {
+        const char *name;
+        int kind;
+    } one[] = {{"lbp8", LBP_KIND_LBP8}, {"tlbap", LBP_KIND_TLBAP}, {"lanadp", LBP_KIND_LANADP}};
+    const int s = 1024;
+    uint8_t *grey = malloc((size_t)s * s);
+    patina_image_t img;
+    make_image(grey, s, 0);
+    printf("\n2. One 1024x1024 image: the kernel alone (events around one launch on an idle GPU, the host's "
+           "submission included; and per launch back to back), and the family path (patina_extract_batch of one "
+           "pageable RGB image: upload, grey, kernel, counts back; best of 20 calls)\n");
+    if (patina_image_init(&img, s, s) != PATINA_OK) {
+        free(grey);
+        return;
+    }
+    for (size_t p = 0; p < (size_t)s * s; p++) img.data[3 * p] = img.data[3 * p + 1] = img.data[3 * p + 2] = grey[p];
+    for (size_t k = 0; k < sizeof one / sizeof one[0]; k++) {
+        lbp_conf_t c = conf(one[k].kind, 8, 1, 0, "1x1");
+        patina_gpu_lbp_conf_t gc;
+        patina_gpu_lbp_timing_t tm = {20, 0, 0};
+        patina_extractor_t *ex;
+        double best = INFINITY;
+        if (lbp_gpu_conf(&gc, &c) != PATINA_OK || patina_gpu__lbp_grey(g, &gc, grey, s, s, 1, NULL, NULL, &tm) != PATINA_OK)
+            continue;
+        if (patina_extractor_new(&ex, one[k].name) == PATINA_OK) {
+            float out[256];
+            for (int r = 0; r < 21; r++) {
+                double t = patina_now();
+                if (patina_extract_batch(ctx, ex, PATINA_DEVICE_GPU, out, &img, 1, NULL) != PATINA_OK) break;
+                t = patina_now() - t;
+                if (r > 0 && t < best) best = t;
+            }
+            patina_extractor_free(ex);
+        }
+        printf("  %s: kernel %.1f us alone, %.1f us per launch back to back; family path %.1f us per image\n",
+               one[k].name, tm.ms_alone * 1e3, tm.ms_stream * 1e3, best * 1e6);
+    }
+    patina_image_release(&img);
+    free(grey);
+}
+
+/* ------------------------------------------------------ 3: end to end */
+
+static double time_extract(patina_context_t *ctx, patina_extractor_t *ex, patina_device dev, void *out,
+                           const patina_image_t *imgs, size_t n)
+{
+    double best = INFINITY;
+    for (int r = 0; r < (quick ? 2 : 3); r++) {
+        double t = patina_now();
+        if (patina_extract_batch(ctx, ex, dev, out, imgs, n, NULL) != PATINA_OK) {
+            printf("  [extract: %s]\n", patina_last_error());
+            return NAN;
+        }
+        t = patina_now() - t;
+        if (t < best) best = t;
+    }
+    return best;
+}
+
+static void end_to_end(patina_context_t *ctx, const krow_t *ks, size_t nk, int *all_ok)
+{
+    static const struct {
+        const char *spec, *row; /* row: the kernel table's row */
+    } fams[] = {{"lbp8", "lbp8"}, {"tlbap", "tlbap:th=0.9"}, {"lanadp", "lanadp"},
+                {"lbp:method=uniform", "lbp P=8,R=1,uniform"}};
+    const int s = 1024;
+    const size_t n = (size_t)e2e_images, rgb = 3 * (size_t)s * s;
+    patina_image_t *pageable = calloc(n, sizeof *pageable), *pinned = calloc(n, sizeof *pinned);
+    uint8_t *grey = malloc((size_t)s * s);
+    int have_pinned = 1;
+    for (size_t i = 0; i < n; i++) {
+        make_image(grey, s, (int)((i * 37) % 200));
+        if (patina_image_init(&pageable[i], s, s) != PATINA_OK) {
+            free(grey);
+            return;
+        }
+        for (size_t p = 0; p < (size_t)s * s; p++)
+            pageable[i].data[3 * p] = pageable[i].data[3 * p + 1] = pageable[i].data[3 * p + 2] = grey[p];
+        pinned[i] = pageable[i];
+        pinned[i].owned = 0;
+        pinned[i].data = have_pinned ? patina_gpu_host_alloc(rgb) : NULL;
+        if (!pinned[i].data) have_pinned = 0;
+        else memcpy(pinned[i].data, pageable[i].data, rgb);
+    }
+    free(grey);
+    printf("\n3. End to end: patina_extract_batch (the family path: host images -> pinned staging -> device, grey, "
+           "kernel, counts back, L1 on the host) on %zu RGB %dx%d images in host memory, best of %d calls; "
+           "RGB GB/s = RGB bytes / time; kernel only: table 1's rate (grey resident on the device)\n",
+           n, s, s, quick ? 2 : 3);
+    printf("| descriptor | device | input | images/s | RGB GB/s | kernel-only images/s | kernel / end to end |\n");
+    printf("|---|---|---|---|---|---|---|\n");
+    for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
+        patina_extractor_t *ex;
+        size_t bytes;
+        unsigned char *a, *b;
+        double kern = NAN;
+        for (size_t k = 0; k < nk; k++)
+            if (!strcmp(ks[k].name, fams[f].row)) kern = ks[k].hist_ips;
+        if (patina_extractor_new(&ex, fams[f].spec) != PATINA_OK) continue;
+        bytes = patina_extractor_bytes(ex);
+        a = malloc(n * bytes);
+        b = malloc(n * bytes);
+        /* warm-up (the GPU state is made on the first call), and the check */
+        patina_extract_batch(ctx, ex, PATINA_DEVICE_GPU, a, pageable, n < 4 ? n : 4, NULL);
+        for (int m = 0; m < 3; m++) {
+            const patina_device dev = m == 2 ? PATINA_DEVICE_CPU : PATINA_DEVICE_GPU;
+            const patina_image_t *imgs = m == 1 ? pinned : pageable;
+            double t;
+            if (m == 1 && !have_pinned) continue;
+            t = time_extract(ctx, ex, dev, m == 2 ? b : a, imgs, n);
+            if (m == 2 && memcmp(a, b, n * bytes) != 0) {
+                printf("  [%s: GPU DESCRIPTORS DIFFER FROM THE CPU]\n", fams[f].spec);
+                *all_ok = 0;
+            }
+            printf("| %s | %s | %s | %.0f | %.2f |", fams[f].spec, m == 2 ? "cpu" : "gpu",
+                   m == 1 ? "pinned" : "pageable", n / t, (double)rgb * n / t / 1e9);
+            if (m == 2 || isnan(kern)) printf(" - | - |\n");
+            else printf(" %.0f | %.0fx |\n", kern, kern / (n / t));
+        }
+        free(a);
+        free(b);
+        patina_extractor_free(ex);
+    }
+    for (size_t i = 0; i < n; i++) {
+        patina_gpu_host_free(pinned[i].data);
+        patina_image_release(&pageable[i]);
+    }
+    free(pageable);
+    free(pinned);
+}
+
+/* ------------------------------------------------------ 4: CPU vs peers */
 
 static void cpu_table(patina_pool_t *pool, const char *pgm)
 {
@@ -335,6 +413,8 @@ static void cpu_table(patina_pool_t *pool, const char *pgm)
         {"lbp P=24,R=3 uniform", "24,3,uniform", conf(LBP_KIND_CIRCULAR, 24, 3, LBP_M_UNIFORM, "1x1")},
         {"lbp P=8,R=1.5 nri_uniform", "8,1.5,nri_uniform", conf(LBP_KIND_CIRCULAR, 8, 1.5, LBP_M_NRI, "1x1")},
     };
+    const struct { const char *name; int kind; } k3[] = {
+        {"lbp8", LBP_KIND_LBP8}, {"tlbap:th=0.9", LBP_KIND_TLBAP}, {"lanadp", LBP_KIND_LANADP}};
     const int s = 1024;
     uint8_t *g = malloc((size_t)s * s);
     char *peer = NULL;
@@ -342,27 +422,15 @@ static void cpu_table(patina_pool_t *pool, const char *pgm)
     if (!no_peers && pgm) {
         /* scikit-image on the same image, CPU time of one thread */
         char cmd[4096];
-        size_t len = 0;
-        FILE *p;
         const char *py = getenv("PATINA_PYTHON");
         int off = snprintf(cmd, sizeof cmd, "'%s' '%s/lbp_peers.py' skimage --image '%s'",
                            py && *py ? py : "python3", bench_dir, pgm);
         for (size_t k = 0; k < sizeof ks / sizeof ks[0]; k++)
             off += snprintf(cmd + off, sizeof cmd - (size_t)off, " --config %s", ks[k].sk);
         snprintf(cmd + off, sizeof cmd - (size_t)off, " 2>&1");
-        if ((p = popen(cmd, "r"))) {
-            char buf[4096];
-            size_t got;
-            while ((got = fread(buf, 1, sizeof buf, p)) > 0) {
-                peer = realloc(peer, len + got + 1);
-                memcpy(peer + len, buf, got);
-                len += got;
-                peer[len] = '\0';
-            }
-            pclose(p);
-        }
+        peer = capture(cmd);
     }
-    printf("\nCPU, one 1024x1024 image: Patina's fast path vs scikit-image 0.19 local_binary_pattern "
+    printf("\n4. CPU, one 1024x1024 image: Patina's fast path vs scikit-image 0.19 local_binary_pattern "
            "(same image; CPU time of one thread = per core)\n");
     printf("| lbp | Patina 1 thread (ms CPU) | Patina %d threads (ms wall) | scikit-image (ms CPU) | per-core speedup |\n",
            patina_pool_size(pool));
@@ -383,30 +451,33 @@ static void cpu_table(patina_pool_t *pool, const char *pgm)
             printf("| %s | %.2f | %.2f | %.1f | %.1fx |\n", ks[k].name, cpu1, walln, sk, sk / cpu1);
     }
     if (peer && !strstr(peer, "skimage ")) printf("(scikit-image peer failed: %.300s)\n", peer);
+    printf("The 3x3 kinds, codes of one 1024x1024 image:");
+    for (size_t k = 0; k < sizeof k3 / sizeof k3[0]; k++) {
+        lbp_conf_t c = conf(k3[k].kind, 8, 1, 0, "1x1");
+        double cpu1;
+        time_fast(&c, g, s, NULL, 0, &cpu1);
+        printf(" %s %.2f ms CPU (1 thread)%s", k3[k].name, cpu1, k + 1 < sizeof k3 / sizeof k3[0] ? "," : "\n");
+    }
     free(peer);
     free(g);
 }
 
-/* ------------------------------------------------------------ GPU peer */
-
-static void gpu_peers(const char *pgm)
+/* The torch peer's output (NULL without one), after checking its codes of
+ * the first image against Patina's. */
+static char *gpu_peer(const char *pgm)
 {
     static const struct { const char *name; int kind; } chk[3] = {
         {"lbp8", LBP_KIND_LBP8}, {"tlbap", LBP_KIND_TLBAP}, {"lanadp", LBP_KIND_LANADP}};
-    char cmd[8192], maps[3][600];
-    FILE *p;
+    char cmd[8192], maps[3][600], *out;
     int off;
     const char *py = getenv("PATINA_PYTHON");
-    uint8_t *g = malloc(1024 * 1024);
-    if (no_peers || !pgm) {
-        free(g);
-        return;
-    }
+    uint8_t *g;
+    if (no_peers || !pgm) return NULL;
+    g = malloc(1024 * 1024);
     make_image(g, 1024, 0);
     off = snprintf(cmd, sizeof cmd, "'%s' '%s/lbp_peers.py' torch --image '%s' --batch %d",
                    py && *py ? py : "python3", bench_dir, pgm, batch);
     for (int k = 0; k < 3; k++) {
-        /* Patina's codes of the first image, for the peer to compare with */
         lbp_conf_t c = conf(chk[k].kind, 8, 1, 0, "1x1");
         patina_codemap_t m;
         snprintf(maps[k], sizeof maps[k], "%s.%s.pgm", pgm, chk[k].name);
@@ -417,83 +488,104 @@ static void gpu_peers(const char *pgm)
     }
     snprintf(cmd + off, sizeof cmd - (size_t)off, " 2>&1");
     free(g);
-    printf("\nPeer: PyTorch on the GPU (bench/lbp_peers.py; tensor-shift implementations, CUDA events)\n");
-    fflush(stdout);
-    if ((p = popen(cmd, "r"))) {
-        char line[1024];
-        while (fgets(line, sizeof line, p)) fputs(line, stdout);
-        pclose(p);
-    }
+    out = capture(cmd);
     for (int k = 0; k < 3; k++) remove(maps[k]);
+    return out;
 }
 
 int main(int argc, char **argv)
 {
     patina_pool_t *pool;
-    int gpu, all_ok = 1;
+    patina_gpu_t *g = NULL;
+    patina_context_t *ctx = NULL;
+    int all_ok = 1;
     double copy_gbps = NAN;
-    char pgm[256] = "";
-    row_t t[3], l[3], b8[3];
+    char pgm[256] = "", *peer = NULL;
+    krow_t ks[] = {
+        {"lbp8", "lbp8", conf(LBP_KIND_LBP8, 8, 1, 0, "1x1"), NAN},
+        {"tlbap:th=0.9", "tlbap:th=0.9", conf(LBP_KIND_TLBAP, 8, 1, 0, "1x1"), NAN},
+        {"lanadp", "lanadp", conf(LBP_KIND_LANADP, 8, 1, 0, "1x1"), NAN},
+        {"lbp8 grid=4x4", NULL, conf(LBP_KIND_LBP8, 8, 1, 0, "4x4"), NAN},
+        {"tlbap:th=0.9 grid=4x4", NULL, conf(LBP_KIND_TLBAP, 8, 1, 0, "4x4"), NAN},
+        {"lanadp grid=4x4", NULL, conf(LBP_KIND_LANADP, 8, 1, 0, "4x4"), NAN},
+        {"lbp8 grid=8x8", NULL, conf(LBP_KIND_LBP8, 8, 1, 0, "8x8"), NAN},
+        {"lbp P=8,R=1 default", "lbp P=8,R=1 default", conf(LBP_KIND_CIRCULAR, 8, 1, LBP_M_DEFAULT, "1x1"), NAN},
+        {"lbp P=8,R=1,uniform", NULL, conf(LBP_KIND_CIRCULAR, 8, 1, LBP_M_UNIFORM, "1x1"), NAN},
+        {"lbp P=16,R=2,uniform", NULL, conf(LBP_KIND_CIRCULAR, 16, 2, LBP_M_UNIFORM, "1x1"), NAN},
+        {"lbp P=24,R=3,uniform", NULL, conf(LBP_KIND_CIRCULAR, 24, 3, LBP_M_UNIFORM, "1x1"), NAN},
+    };
+    const size_t nk = sizeof ks / sizeof ks[0];
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--no-peers")) no_peers = 1;
         else if (!strcmp(argv[i], "--batched-only")) batched_only = 1;
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--e2e") && i + 1 < argc) e2e_images = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--image") && i + 1 < argc) image_path = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_lbp [--quick] [--no-peers] [--batched-only] [--batch N] [--threads N] [--image FILE]\n");
+            fprintf(stderr, "usage: bench_lbp [--quick] [--no-peers] [--batched-only] [--batch N] [--e2e M] "
+                            "[--threads N] [--image FILE]\n");
             return 2;
         }
     }
     if (batch < 1) batch = 1;
+    if (e2e_images < 0) e2e_images = 0;
     {
         const char *slash = strrchr(__FILE__, '/');
         if (slash) snprintf(bench_dir, sizeof bench_dir, "%.*s", (int)(slash - __FILE__), __FILE__);
     }
     if (patina_pool_new(&pool, threads) != PATINA_OK) return 1;
     load_source();
-    gpu = patina_gpu_count() > 0;
     printf("# bench_lbp: %s\n", patina_build_info());
     printf("input: %s\n", src_name);
-    if (gpu) {
+    if (patina_gpu_count() > 0 && patina_gpu_open(&g, 0, 0) == PATINA_OK) {
         char d[256];
         patina_gpu_describe(0, d, sizeof d);
-        if (patina_gpu_lbp_copy_bandwidth((size_t)256 << 20, 10, &copy_gbps) != PATINA_OK) copy_gbps = NAN;
-        printf("GPU: %s; device-to-device copy bandwidth %.0f GB/s\n", d, copy_gbps);
+        if (patina_gpu__bandwidth(g, 1, (size_t)256 << 20, 10, &copy_gbps) != PATINA_OK) copy_gbps = NAN;
+        printf("GPU: %s; device-to-device copy bandwidth %.0f GB/s (best of 10)\n", d, copy_gbps);
     } else {
-        printf("GPU: none (GPU columns are '-'); run on a GPU machine with scripts/device.sh\n");
+        printf("GPU: none; run on a GPU machine with scripts/device.sh\n");
     }
     {
         /* the 1024^2 input, for the peers */
-        uint8_t *g = malloc(1024 * 1024);
+        uint8_t *img = malloc(1024 * 1024);
         FILE *f;
         snprintf(pgm, sizeof pgm, "%s/bench_lbp_%d.pgm", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
-        make_image(g, 1024, 0);
+        make_image(img, 1024, 0);
         if ((f = fopen(pgm, "wb"))) {
             fprintf(f, "P5\n1024 1024\n255\n");
-            fwrite(g, 1, 1024 * 1024, f);
+            fwrite(img, 1, 1024 * 1024, f);
             fclose(f);
         } else {
             pgm[0] = '\0';
         }
-        free(g);
+        free(img);
     }
-    if (!batched_only) {
-        lbp_conf_t ct = conf(LBP_KIND_TLBAP, 8, 1, 0, "1x1"), cl = conf(LBP_KIND_LANADP, 8, 1, 0, "1x1"),
-                   c8 = conf(LBP_KIND_LBP8, 8, 1, 0, "1x1");
-        paper_table("Table 1, TLBAP (th=0.9)", &ct, gpu, pool, t, &all_ok);
-        paper_table("Table 2, LANADP", &cl, gpu, pool, l, &all_ok);
-        paper_table("Also: classic 3x3 LBP (lbp8)", &c8, gpu, pool, b8, &all_ok);
-        if (gpu) speedups(t, l);
+    if (g) {
+        peer = gpu_peer(*pgm ? pgm : NULL);
+        gpu_table(g, copy_gbps, peer, ks, nk, &all_ok);
+        if (peer) {
+            const char *chk = strstr(peer, "check ");
+            printf("%s", chk ? chk : "");
+            if (!strstr(peer, "| peer (PyTorch)")) printf("(PyTorch peer: %.300s)\n", peer);
+        }
+        if (patina_context_new(&ctx, NULL) == PATINA_OK) {
+            latency(g, ctx);
+            if (e2e_images > 0) end_to_end(ctx, ks, nk, &all_ok);
+            patina_context_free(ctx);
+        }
+        {
+            char plan[2048];
+            patina_gpu__plan(g, plan, sizeof plan);
+            printf("\nbench context's GPU memory: %s\n", plan);
+        }
     }
-    if (gpu) batched(copy_gbps, &all_ok);
-    if (!batched_only) {
-        cpu_table(pool, *pgm ? pgm : NULL);
-        if (gpu) gpu_peers(*pgm ? pgm : NULL);
-    }
+    if (!batched_only) cpu_table(pool, *pgm ? pgm : NULL);
     if (*pgm) remove(pgm);
-    printf("\nvalidation: %s\n", all_ok ? "every GPU variant matched the C reference" : "MISMATCHES (see above)");
+    printf("\nvalidation: %s\n", all_ok ? "every GPU result matched the CPU" : "MISMATCHES (see above)");
+    free(peer);
+    patina_gpu_close(g);
     patina_pool_free(pool);
     free(src_grey);
     return 0;

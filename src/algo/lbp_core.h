@@ -1,6 +1,6 @@
 /* Local-pattern arithmetic shared verbatim by the fast CPU path
- * (src/features/lbp_fast.c) and the CUDA kernels (src/gpu/lbp.cu): the 3x3
- * codes (lbp8, tlbap, lanadp) from one window, and the circular-LBP code of a
+ * (src/features/lbp_fast.c) and the CUDA kernels (src/gpu/lbp_kernels.cuh):
+ * the kinds, methods and mappings, the code-map shape, the 3x3 codes (lbp8, tlbap, lanadp) from one window, and the circular-LBP code of a
  * P-bit sign pattern for each scikit-image method, written with bit
  * operations. The plain, loop-by-loop C reference is src/features/lbp.c; the
  * tests compare everything here against it.
@@ -24,6 +24,12 @@
 
 enum { LBP_KIND_CIRCULAR = 0, LBP_KIND_LBP8, LBP_KIND_TLBAP, LBP_KIND_LANADP };
 enum { LBP_M_DEFAULT = 0, LBP_M_ROR, LBP_M_UNIFORM, LBP_M_NRI, LBP_M_VAR };
+/* Histogram bins of raw patterns: the code itself, scikit-image's
+ * nri_uniform code of the pattern (u2), the rank of its least rotation (ri),
+ * its uniform code (riu2). */
+enum { LBP_MAP_NONE = 0, LBP_MAP_U2, LBP_MAP_RI, LBP_MAP_RIU2 };
+
+#define LBP_MAX_P 32 /* circular samples */
 
 LBP_FN int lbp_popc(uint32_t x)
 {
@@ -41,6 +47,14 @@ LBP_FN int lbp_ctz(uint32_t x) /* x != 0 */
 #else
     return __builtin_ctz(x);
 #endif
+}
+
+/* Code-map side for an image side n: circular LBP n, the 3x3 kinds
+ * max(n - 2, 0) (their windows need a border pixel on each side). */
+LBP_FN int lbp_map_side(int kind, int n)
+{
+    if (kind != LBP_KIND_CIRCULAR) return n > 2 ? n - 2 : 0;
+    return n > 0 ? n : 0;
 }
 
 /* --------------------------------------------------------------- 3x3 codes */

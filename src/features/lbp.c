@@ -128,13 +128,8 @@ patina_status lbp_conf_resolve(lbp_conf_t *c, int kind, const lbp_opts_t *o, con
 
 void lbp_map_shape(const lbp_conf_t *c, int w, int h, int *mw, int *mh)
 {
-    if (c->border) {
-        *mw = w > 2 ? w - 2 : 0;
-        *mh = h > 2 ? h - 2 : 0;
-    } else {
-        *mw = w > 0 ? w : 0;
-        *mh = h > 0 ? h : 0;
-    }
+    *mw = lbp_map_side(c->kind, w);
+    *mh = lbp_map_side(c->kind, h);
 }
 
 size_t lbp_dim(const lbp_conf_t *c)

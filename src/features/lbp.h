@@ -1,7 +1,8 @@
 /* Local texture patterns (lbp, lbp8, tlbap, lanadp): the internal interface
  * shared by the C reference (lbp.c), the multi-threaded CPU path
- * (lbp_fast.c), the family entries (lbp_family.c), the CUDA side
- * (src/gpu/lbp.cu), the tests and the benchmark. docs/lbp.md tells the story.
+ * (lbp_fast.c), the family entries (lbp_family.c), the tests, the lab and
+ * the benchmark. The CUDA side does not include it: it takes the contract
+ * that lbp_gpu_conf fills (gpu/gpu.h). docs/lbp.md describes the family.
  *
  * A configuration (lbp_conf_t) is resolved once from a family's parsed
  * options; everything else takes it. Images enter as 8-bit grey, (h, w)
@@ -21,12 +22,10 @@
 extern "C" {
 #endif
 
-enum { LBP_MAP_NONE = 0, LBP_MAP_U2, LBP_MAP_RI, LBP_MAP_RIU2 };
 enum { LBP_NORM_COUNTS = 0, LBP_NORM_L1 };
 /* The distance option's values (lbp_family.c maps them to the search's ids). */
 enum { LBP_DIST_CHI2 = 0, LBP_DIST_L1, LBP_DIST_INTERSECTION, LBP_DIST_HELLINGER };
 
-#define LBP_MAX_P 32
 #define LBP_MAX_DIM (1u << 22) /* histogram elements per descriptor */
 
 /* Parsed options: one struct for the four families' option tables. */
@@ -65,6 +64,12 @@ typedef struct lbp_conf {
 /* Resolves options for a kind; fails with a message naming `what` when the
  * combination is invalid (e.g. a 2^P-bin histogram for P > 16). */
 patina_status lbp_conf_resolve(lbp_conf_t *c, int kind, const lbp_opts_t *o, const char *what);
+
+/* The GPU's input contract (gpu/gpu.h: patina_gpu_lbp_conf_t) of c: kind,
+ * grid, bins, sample offsets and tables (borrowed from lbp_bin_table, which
+ * never frees them). PATINA_E_NOMEM when a table cannot be built. */
+struct patina_gpu_lbp_conf;
+patina_status lbp_gpu_conf(struct patina_gpu_lbp_conf *g, const lbp_conf_t *c);
 
 /* Code-map shape for an image: circular h x w, 3x3 kinds max(h-2,0) x max(w-2,0). */
 void lbp_map_shape(const lbp_conf_t *c, int w, int h, int *mw, int *mh);

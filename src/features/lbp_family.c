@@ -126,11 +126,72 @@ static patina_status codemap_kind(int kind, const void *params, patina_codemap_t
     return s;
 }
 
+patina_status lbp_gpu_conf(patina_gpu_lbp_conf_t *g, const lbp_conf_t *c)
+{
+    memset(g, 0, sizeof *g);
+    g->kind = c->kind;
+    g->P = c->P;
+    g->method = c->method;
+    g->mapping = c->mapping;
+    g->grid_rows = c->grid_rows;
+    g->grid_cols = c->grid_cols;
+    g->nbins = (int)c->nbins;
+    g->vbins = c->vbins;
+    g->dim = lbp_dim(c);
+    g->code_bytes = (int)patina_elem_size(c->code_elem);
+    g->th = c->th;
+    if (c->kind == LBP_KIND_CIRCULAR) {
+        lbp_circle(g->rp, g->cp, c->P, c->R);
+    } else {
+        int k[256], m;
+        lbp_tlbap_table(k, c->kind == LBP_KIND_TLBAP ? c->th : 1.0);
+        for (m = 0; m < 256; m++) g->ktab[m] = (uint8_t)k[m];
+    }
+    if (c->method != LBP_M_VAR && c->ncodes <= 65536) {
+        g->bins = lbp_bin_table(c);
+        if (!g->bins) return patina__fail(PATINA_E_NOMEM, "lbp: out of memory for a bin table");
+        g->ncodes = (uint32_t)c->ncodes;
+    }
+    return PATINA_OK;
+}
+
+/* The GPU writes each image's counts into its row of out (u32, the size of
+ * either element type); norm=l1 is finished here, as on the CPU
+ * (lbp_hist_finish). Images the kernels cannot take (PATINA_E_LIMIT: beyond
+ * a launch grid, or a grey image past the GPU memory budget) are computed
+ * on the CPU, with the same bytes; when the call itself fails, its images
+ * keep their statuses and zeros. */
 static patina_status gpu_kind(int kind, patina_gpu_t *g, const void *params, void *out,
                               const patina_image_t *imgs, size_t n, patina_status *st)
 {
     lbp_conf_t c = conf_of(kind, params);
-    return patina_gpu_lbp(g, &c, out, imgs, n, st);
+    patina_gpu_lbp_conf_t gc;
+    patina_status *mine = st, s;
+    const size_t dim = lbp_dim(&c), bytes = dim * sizeof(uint32_t);
+    uint32_t *counts = NULL;
+    size_t i;
+    if (n == 0) return PATINA_OK;
+    PATINA_TRY(lbp_gpu_conf(&gc, &c));
+    if (!mine && !(mine = malloc(n * sizeof *mine)))
+        return patina__fail(PATINA_E_NOMEM, "%s: out of memory for %zu statuses", kind_name[kind], n);
+    if (c.norm == LBP_NORM_L1 && !(counts = malloc(bytes))) {
+        if (mine != st) free(mine);
+        return patina__fail(PATINA_E_NOMEM, "%s: out of memory for the histogram", kind_name[kind]);
+    }
+    s = patina_gpu_lbp(g, &gc, (uint32_t *)out, imgs, n, mine);
+    for (i = 0; i < n; i++) {
+        unsigned char *o = (unsigned char *)out + i * bytes;
+        if (s == PATINA_OK && mine[i] == PATINA_E_LIMIT) {
+            mine[i] = cpu_kind(kind, params, o, &imgs[i]);
+            if (mine[i] != PATINA_OK) memset(o, 0, bytes);
+        } else if (mine[i] == PATINA_OK && counts) {
+            memcpy(counts, o, bytes);
+            lbp_hist_finish(o, &c, counts);
+        }
+    }
+    free(counts);
+    if (mine != st) free(mine);
+    return s;
 }
 
 static size_t dim_of(int kind, const void *params)

@@ -166,48 +166,74 @@ void patina_gpu__profile(patina_gpu_t *g, int on, double ms[4], uint64_t *batche
  * releases it). */
 patina_status patina_gpu__set_caps(patina_gpu_t *g, size_t pixel_bytes, size_t blocks, size_t units);
 
-/* ---- local texture patterns: lbp, lbp8, tlbap, lanadp (src/gpu/lbp.cu) ---- */
+/* ---- local texture patterns: lbp, lbp8, tlbap, lanadp (src/gpu/lbp.cu; docs/lbp.md) ----
+ * The input contract: one configuration in plain numbers and tables, filled
+ * by the features side (src/features/lbp_family.c: lbp_gpu_conf) from its
+ * resolved options; nothing on the GPU side reads src/features. Kinds,
+ * methods and mappings are algo/lbp_core.h's LBP_KIND_*, LBP_M_*, LBP_MAP_*.
+ * The tables are borrowed for the duration of a call. */
+#define PGPU_LBP_MAX_P 32 /* LBP_MAX_P (algo/lbp_core.h; lbp_kernels.cuh checks) */
+typedef struct patina_gpu_lbp_conf {
+    int kind;                 /* LBP_KIND_* */
+    int P;                    /* circular: samples, 1..32 (3x3 kinds: 8) */
+    int method;               /* circular: LBP_M_* */
+    int mapping;              /* LBP_MAP_*: the bin of a code without a table entry
+                               * (circular, P > 16: u2 or riu2) */
+    int grid_rows, grid_cols; /* cells, one histogram each, raster order */
+    int nbins;                /* bins per cell */
+    int vbins;                /* method var: bins of sqrt(var) over [0, 128) (= nbins) */
+    size_t dim;               /* histogram elements: grid_rows * grid_cols * nbins (<= 2^22) */
+    int code_bytes;           /* code-map element: 1, 2 or 4 (codes), 8 (var, binary64) */
+    double th;                /* tlbap: T in (0, 1] */
+    double rp[PGPU_LBP_MAX_P], cp[PGPU_LBP_MAX_P]; /* circular: scikit-image's sample offsets */
+    const uint32_t *bins;     /* code -> bin, ncodes entries (3x3 kinds: 256); NULL for var
+                               * and for circular codes of more than 16 bits */
+    uint32_t ncodes;          /* entries of bins */
+    uint8_t ktab[256];        /* tlbap: floor(fl(th * m)) for m = 0..255 */
+} patina_gpu_lbp_conf_t;
 
-struct lbp_conf; /* src/features/lbp.h */
-
-/* Histogram descriptors of n host images (any stride, RGB converted to grey
- * on the device with the project's rule): out is (n, dim) of c->hist_elem,
- * the same bytes as the CPU. st[i] per image (may be NULL). */
-patina_status patina_gpu_lbp(patina_gpu_t *g, const struct lbp_conf *c, void *out,
+/* Histogram counts of n RGB images (host memory, any stride; pinned memory
+ * is copied directly, pageable memory staged through pinned buffers by the
+ * context's host threads): counts (n, c->dim) u32, host memory, equal to the
+ * C reference's counts of each image's code map (grey by the project's rule,
+ * on the device). Batched from the context's budget: images go in batches
+ * of up to a few tens of MiB, each batch in a few large copies, one grey
+ * conversion and one counting launch per run of equal sizes; batches
+ * alternate between the context's streams so that copies of one overlap the
+ * kernels of the previous; the counts of a batch come back in one copy. An
+ * image larger than a batch's buffers is streamed through them in row
+ * chunks into a grey buffer of its own. st[i] (may be NULL only when the
+ * caller needs no per-image outcome): PATINA_OK; PATINA_E_INVALID for a
+ * malformed image (zeros, as on the CPU); PATINA_E_LIMIT (zeros) for an
+ * image the kernels cannot take (beyond a launch grid's limits, or its grey
+ * image beyond the memory budget): the caller computes those on the CPU. */
+patina_status patina_gpu_lbp(patina_gpu_t *g, const patina_gpu_lbp_conf_t *c, uint32_t *counts,
                              const patina_image_t *imgs, size_t n, patina_status *st);
 
-/* Kernel lab (bench/lbp.c, tests/gpu/test_lbp_gpu.c). Variants: the paper's
- * global-memory and shared-memory (Algorithm 3) kernels with 16x16 and 32x32
- * blocks (3x3 kinds only), and the production kernel writing code maps or
- * only fused histograms. */
-enum {
-    PATINA_LBP_LAB_GLOBAL16 = 0,
-    PATINA_LBP_LAB_GLOBAL32,
-    PATINA_LBP_LAB_SHARED16,
-    PATINA_LBP_LAB_SHARED32,
-    PATINA_LBP_LAB_CODES,   /* production kernel, code maps out */
-    PATINA_LBP_LAB_HIST,    /* production kernel, histogram counts only */
-    PATINA_LBP_LAB_COUNT
-};
-const char *patina_gpu_lbp_lab_name(int variant);
+/* Internal (tests, lab/lbp, bench_lbp): the production kernels on n grey
+ * images (h, w) u8 stored back to back in host memory, uploaded once:
+ * codes (n, mh, mw) of c->code_bytes (the code map's shape: circular h x w,
+ * 3x3 kinds (h-2) x (w-2)) and/or counts (n, c->dim) u32; either may be
+ * NULL. timing (may be NULL): reps launches are timed after one warm-up:
+ * ms_alone is the median of single launches on an idle GPU (events around
+ * each: includes the host's submission), ms_stream the time per launch of
+ * reps launches queued back to back behind a busy GPU (a stream of
+ * batches). The results are those of one launch. */
+typedef struct patina_gpu_lbp_timing {
+    int reps;
+    double ms_alone, ms_stream;
+} patina_gpu_lbp_timing_t;
+patina_status patina_gpu__lbp_grey(patina_gpu_t *g, const patina_gpu_lbp_conf_t *c, const uint8_t *grey,
+                                   int w, int h, int n, void *codes, uint32_t *counts,
+                                   patina_gpu_lbp_timing_t *timing);
 
-/* Runs `variant` on a batch of n grey images (h, w) u8 stored back to back
- * in host memory: uploads them once, launches the kernel reps times (after
- * one warm-up), and copies back the code maps (n, mh, mw) of c->code_elem
- * into `codes` and/or the histogram counts (n, dim) u32 into `counts` (each
- * may be NULL; the lab variants give codes only). ms (may be NULL): median
- * time of one launch in milliseconds, measured with CUDA events around each
- * launch alone (the GPU idle before it: includes the host's submission).
- * ms_stream (may be NULL): time per launch of reps launches queued back to
- * back behind a busy GPU, as a stream of batches runs (events around all). */
-patina_status patina_gpu_lbp_lab(int variant, const struct lbp_conf *c, const uint8_t *grey,
-                                 int w, int h, int n, void *codes, uint32_t *counts, int reps,
-                                 double *ms, double *ms_stream);
-
-/* Device-to-device cudaMemcpy bandwidth in GB/s (bytes read + written per
- * second), median of reps copies of `bytes`: the reference for "fraction of
- * the copy bandwidth". */
-patina_status patina_gpu_lbp_copy_bandwidth(size_t bytes, int reps, double *gbps);
+/* Testing: lowers patina_gpu_lbp's capacities per batch (RGB bytes, images;
+ * 0 keeps the planned one) to force several batches and the row chunks of
+ * large images; narrow != 0 makes the dispatcher take the 4-warp layout of
+ * GPUs whose blocks cannot have the wide layout's shared memory. Lasts as
+ * long as the context's LBP state (another family needing the memory
+ * releases it). */
+patina_status patina_gpu__lbp_set_caps(patina_gpu_t *g, size_t rgb_bytes, size_t images, int narrow);
 
 /* ---- GLCM (src/gpu/glcm.cu; docs/glcm.md) ----
  * Co-occurrence counts identical to the C reference (patina_glcm_counts),

@@ -88,34 +88,25 @@ patina_status patina_gpu__set_caps(patina_gpu_t *g, size_t pixel_bytes, size_t b
     return none();
 }
 
-patina_status patina_gpu_lbp(patina_gpu_t *g, const struct lbp_conf *c, void *out,
+patina_status patina_gpu_lbp(patina_gpu_t *g, const patina_gpu_lbp_conf_t *c, uint32_t *counts,
                              const patina_image_t *imgs, size_t n, patina_status *st)
 {
-    (void)g; (void)c; (void)out; (void)imgs; (void)n; (void)st;
+    (void)g; (void)c; (void)counts; (void)imgs; (void)n; (void)st;
     return none();
 }
 
-const char *patina_gpu_lbp_lab_name(int variant)
+patina_status patina_gpu__lbp_grey(patina_gpu_t *g, const patina_gpu_lbp_conf_t *c, const uint8_t *grey,
+                                   int w, int h, int n, void *codes, uint32_t *counts,
+                                   patina_gpu_lbp_timing_t *timing)
 {
-    (void)variant;
-    return "none";
-}
-
-patina_status patina_gpu_lbp_lab(int variant, const struct lbp_conf *c, const uint8_t *grey,
-                                 int w, int h, int n, void *codes, uint32_t *counts, int reps,
-                                 double *ms, double *ms_stream)
-{
-    (void)variant; (void)c; (void)grey; (void)w; (void)h; (void)n; (void)codes; (void)counts;
-    (void)reps;
-    if (ms) *ms = 0.0;
-    if (ms_stream) *ms_stream = 0.0;
+    (void)g; (void)c; (void)grey; (void)w; (void)h; (void)n; (void)codes; (void)counts;
+    if (timing) timing->ms_alone = timing->ms_stream = 0.0;
     return none();
 }
 
-patina_status patina_gpu_lbp_copy_bandwidth(size_t bytes, int reps, double *gbps)
+patina_status patina_gpu__lbp_set_caps(patina_gpu_t *g, size_t rgb_bytes, size_t images, int narrow)
 {
-    (void)bytes; (void)reps;
-    *gbps = 0.0;
+    (void)g; (void)rgb_bytes; (void)images; (void)narrow;
     return none();
 }
 
