@@ -12,6 +12,7 @@
  * Child processes never call cmocka: they report through their exit code
  * (and a pipe), and the parent checks. */
 #define _GNU_SOURCE
+#include "store/sha256_internal.h"
 #include "testutil.h"
 
 #include <errno.h>
@@ -176,7 +177,6 @@ static void test_sha256_vectors(void **state)
     free(million);
 }
 
-int patina__sha256_portable(int on); /* src/store/sha256.c, tests only */
 
 /* Both compressions (portable C and SHA-NI, where the CPU has it) give the
  * same digests on random data of every length to 300 bytes and on long

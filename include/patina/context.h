@@ -36,6 +36,9 @@ typedef struct patina_context_opts {
     int nvjpeg_lanes;
 } patina_context_opts_t;
 
+/* Online CPUs (>= 1): what threads = 0 means. */
+PATINA_API int patina_cpu_count(void);
+
 /* Fills opts with the defaults (every field as documented above). */
 PATINA_API void patina_context_opts_init(patina_context_opts_t *opts);
 

@@ -4,7 +4,6 @@
 
 #include "cli/cli.h"
 
-int patina_cpu_count(void);
 
 static int run_info(const cli_args_t *a);
 

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "patina/context.h"
 #include "patina/status.h"
 
 #ifdef __cplusplus
@@ -45,9 +46,6 @@ int patina_pool_size(const patina_pool_t *pool);
  * are done. Not re-entrant on one pool. */
 typedef void (*patina_task_fn)(void *arg, size_t i, int worker);
 void patina_pool_run(patina_pool_t *pool, size_t n, patina_task_fn fn, void *arg);
-
-/* Online CPUs (>= 1). */
-int patina_cpu_count(void);
 
 /* Monotonic seconds. */
 double patina_now(void);

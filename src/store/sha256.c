@@ -14,6 +14,7 @@
 #define PATINA_SHA_NI 1
 #endif
 
+#include "store/sha256_internal.h"
 #include "patina/store.h"
 
 static const uint32_t K[64] = {
@@ -131,9 +132,6 @@ static void compress_blocks(uint32_t h[8], const uint8_t *p, size_t nblocks)
     f(h, p, nblocks);
 }
 
-/* Tests: 1 forces the portable compression, 0 goes back to the automatic
- * choice. Returns 1 when the SHA-NI path exists on this CPU. */
-int patina__sha256_portable(int on);
 int patina__sha256_portable(int on)
 {
     atomic_store(&compress_fn, on ? compress_portable : NULL);
