@@ -22,7 +22,9 @@
 #                                          SANITIZE_TOOLS choose)
 #                                bench     bench_cedd, bench_lbp, bench_glcm,
 #                                          bench_knn with peers (PyTorch,
-#                                          scikit-image) where they run
+#                                          scikit-image) where they run; each
+#                                          is also a step of its own
+#                                          (bench_lbp ...)
 #                                e2e       bench_pipeline: every family end to
 #                                          end on 1024^2 JPEGs cut from samples/
 #                              BENCH_ARGS adds arguments to every benchmark.
@@ -149,9 +151,14 @@ step_sanitize() {
     for t in ${SANITIZE_TESTS:-$(cd "$BUILD/tests" && ls test_*_gpu 2>/dev/null)}; do
         for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
             [ "$tool" = memcheck ] && tool="memcheck --leak-check full"
-            # racecheck follows every shared-memory access: the tiny set
+            # racecheck follows every shared-memory access: the tiny set;
+            # test_nvjpeg_gpu's kernels are CEDD's (racechecked by
+            # test_cedd_gpu) and nvJPEG's own
             quick=1
-            [ "$tool" = racecheck ] && quick=2
+            if [ "$tool" = racecheck ]; then
+                quick=2
+                [ "$t" = test_nvjpeg_gpu ] && continue
+            fi
             # shellcheck disable=SC2086
             PATINA_TEST_QUICK=$quick timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 \
                 "$BUILD/tests/$t" > "$OUT/sanitizer-one.log" 2>&1 || rc=1
@@ -162,15 +169,32 @@ step_sanitize() {
     rm -f "$OUT/sanitizer-one.log"
 }
 
+# One benchmark with its arguments (BENCH_ARGS adds to them); its log is
+# $OUT/NAME.log (NAME: the benchmark and a suffix when given).
+bench_one() { # bench_one NAME SUFFIX ARGS...
+    name=$1 suffix=$2
+    shift 2
+    [ -x "$BUILD/bench/$name" ] || { echo "no $name"; return; }
+    echo "== $name $* ${BENCH_ARGS:-}"
+    # shellcheck disable=SC2086
+    (cd "$ROOT" && PATINA_PYTHON=python3 timeout "${BENCH_TIMEOUT:-280}" "$BUILD/bench/$name" "$@" ${BENCH_ARGS:-}) \
+        > "$OUT/$name$suffix.log" 2>&1 || rc=1
+    cat "$OUT/$name$suffix.log"
+}
+
+step_bench_cedd() { bench_one bench_cedd "" --quick; }
+step_bench_knn() { bench_one bench_knn ""; }
+step_bench_lbp() {
+    bench_one bench_lbp ""
+    # the throughput rows of the earlier notes: 1024 images of 1024^2 per launch
+    bench_one bench_lbp _1024 --batched-only --quick --no-peers --batch 1024 --e2e 0
+}
+step_bench_glcm() { bench_one bench_glcm ""; }
 step_bench() {
-    for b in cedd lbp glcm knn; do
-        [ -x "$BUILD/bench/bench_$b" ] || continue
-        echo "== bench_$b ${BENCH_ARGS:-}"
-        # shellcheck disable=SC2086
-        (cd "$ROOT" && PATINA_PYTHON=python3 timeout 150 "$BUILD/bench/bench_$b" ${BENCH_ARGS:-}) \
-            > "$OUT/bench_$b.log" 2>&1 || rc=1
-        cat "$OUT/bench_$b.log"
-    done
+    step_bench_cedd
+    step_bench_lbp
+    step_bench_glcm
+    step_bench_knn
 }
 
 step_e2e() {
@@ -201,6 +225,7 @@ run_steps() {
         tests) step_tests ;;
         sanitize) step_sanitize ;;
         bench) step_bench ;;
+        bench_cedd | bench_lbp | bench_glcm | bench_knn) "step_$s" ;;
         e2e) step_e2e ;;
         *) echo "unknown step $s" >&2; rc=2 ;;
         esac

@@ -377,6 +377,11 @@ static cudaError_t lab_launch(int v, const patina_gpu_lbp_conf_t *c, const lbp_d
                               uint32_t *counts, cudaStream_t s)
 {
     const bool cw = codes != NULL;
+    {
+        int mw, mh;
+        lbp_map_wh(c, w, h, &mw, &mh);
+        if (mw == 0 || mh == 0 || n == 0) return cudaSuccess; /* no code: nothing to launch, as the library */
+    }
     if (paper(v)) {
         const int B = v == LAB_GLOBAL16 || v == LAB_SHARED16 ? 16 : 32;
         const dim3 block(B, B);

@@ -813,7 +813,8 @@ static __device__ __forceinline__ void flush_k4(uint32_t *sh, const glcm_offs &k
         for (int r = r0; r < r0 + nrow; r++) {
             uint32_t v = sh[r * RS + lane];
             for (int d = 1; d < m; d <<= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
-            if ((lane & (m - 1)) == 0) sh[r * RS + ((o + r) & 31)] = v; /* the row was read */
+            __syncwarp(); /* every lane has read the row before any lane writes it (m = 1: no shuffle orders them) */
+            if ((lane & (m - 1)) == 0) sh[r * RS + ((o + r) & 31)] = v;
             __syncwarp();
         }
         if (lane < nrow) {

@@ -342,7 +342,9 @@ static patina_status tables_ready(lbp_state *S, const patina_gpu_lbp_conf_t *c, 
     if (same) return PATINA_OK;
     if (nb)
         for (uint32_t i = 0; i < c->ncodes; i++)
-            if (c->bins[i] >= (uint32_t)c->nbins)
+            /* UINT32_MAX marks a code the method never produces (ror: codes
+             * that are not rotation-minimal) */
+            if (c->bins[i] >= (uint32_t)c->nbins && c->bins[i] != UINT32_MAX)
                 return patina__fail(PATINA_E_INVALID, "gpu: lbp: bin table entry %u is %u, past %d bins", i,
                                     c->bins[i], c->nbins);
     S->tab_kind = -1;
