@@ -28,6 +28,11 @@
 #                                e2e       bench_pipeline: every family end to
 #                                          end on 1024^2 JPEGs cut from samples/
 #                              BENCH_ARGS adds arguments to every benchmark.
+#                                asan      the GPU tests built with AddressSanitizer
+#                                          (host code; `build-asan` stages them)
+#   scripts/device.sh build-asan   HERE: the GPU tests with AddressSanitizer and
+#                              UBSan on the host code (C files), staged into
+#                              .carry/asan with the sanitizer runtimes.
 #   scripts/device.sh source   ON THE GPU MACHINE, without a staged build:
 #                              builds there from the carried Debian packages
 #                              (scripts/device.sh deps, here, puts them in
@@ -111,6 +116,37 @@ Now run, with the device tool:
   run(kind="nvidia-h100-x1", carry=[$carry], timeout_s=600,
       command="STEPS='tests sanitize bench' sh scripts/device.sh remote")
 EOF
+}
+
+build_asan() {
+    dir=$ROOT/build-gpu-asan
+    configure "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPATINA_SANITIZE=ON -DPATINA_LAB=OFF -DPATINA_WERROR=OFF
+    # shellcheck disable=SC2046
+    cmake --build "$dir" -j"$(nproc 2>/dev/null || echo 2)" --target $(cd "$ROOT/tests/gpu" && ls test_*.c | sed 's/\.c$//')
+    rm -rf "$ROOT/.carry/asan"
+    mkdir -p "$ROOT/.carry/asan"
+    cp -P "$dir"/libpatina.so* "$ROOT/.carry/asan/"
+    cp "$dir"/tests/test_*_gpu "$ROOT/.carry/asan/"
+    for l in libasan.so.8 libubsan.so.1; do cp -L "/lib/x86_64-linux-gnu/$l" "$ROOT/.carry/asan/"; done
+    echo "asan stage: $(du -sh "$ROOT/.carry/asan" | cut -f1)"
+}
+
+step_asan() {
+    [ -d "$ROOT/.carry/asan" ] || { echo "no .carry/asan (scripts/device.sh build-asan)"; return; }
+    echo "== GPU tests under AddressSanitizer + UBSan (host code)"
+    # libnvjpeg's own initialisers allocate when dlopen loads it (api_load),
+    # and so do glibc's compatibility condition variables it uses: that
+    # memory stays with the library, not ours to free
+    printf 'leak:api_load\nleak:pthread_cond_broadcast\n' > "$OUT/lsan.supp"
+    for t in "$ROOT"/.carry/asan/test_*_gpu; do
+        # the CUDA driver maps memory where ASan keeps its shadow gap
+        LD_LIBRARY_PATH="$ROOT/.carry/asan:$STAGE/lib" ASAN_OPTIONS=protect_shadow_gap=0 \
+            LSAN_OPTIONS="suppressions=$OUT/lsan.supp:print_suppressions=0" PATINA_TEST_QUICK=1 \
+            timeout 200 "$t" > "$OUT/asan-one.log" 2>&1 || rc=1
+        { echo "=== $(basename "$t")"; grep -vE "^\[ (RUN|  *OK) " "$OUT/asan-one.log" | tail -30; } >> "$OUT/asan.log"
+        echo "$(basename "$t"): $(grep -cE "ERROR: (Address|Leak)Sanitizer|runtime error" "$OUT/asan-one.log") sanitizer reports; $(grep -E "PASSED|FAILED" "$OUT/asan-one.log" | tail -1)"
+    done
+    rm -f "$OUT/asan-one.log" "$OUT/lsan.supp"
 }
 
 deps() {
@@ -227,6 +263,7 @@ run_steps() {
         bench) step_bench ;;
         bench_cedd | bench_lbp | bench_glcm | bench_knn) "step_$s" ;;
         e2e) step_e2e ;;
+        asan) step_asan ;;
         *) echo "unknown step $s" >&2; rc=2 ;;
         esac
     done
@@ -257,8 +294,9 @@ source_build() {
 
 case $MODE in
 build) build ;;
+build-asan) build_asan ;;
 remote) remote ;;
 deps) deps ;;
 source) source_build ;;
-*) echo "usage: scripts/device.sh [build|remote|deps|source]" >&2; exit 2 ;;
+*) echo "usage: scripts/device.sh [build|build-asan|remote|deps|source]" >&2; exit 2 ;;
 esac

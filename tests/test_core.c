@@ -160,6 +160,51 @@ static void test_device_resolution(void **state)
     patina_context_free(NULL);
 }
 
+/* Every public options struct's _init fills the documented defaults. */
+static void test_opts_init(void **state)
+{
+    patina_limits_t lim;
+    patina_context_opts_t co;
+    patina_decode_opts_t dec;
+    patina_index_opts_t io;
+    patina_load_opts_t lo;
+    patina_search_opts_t so;
+    (void)state;
+    memset(&lim, 0xa5, sizeof lim);
+    patina_limits_init(&lim);
+    assert_true(lim.max_pixels == PATINA_DEFAULT_MAX_PIXELS && lim.max_pixels == 100000000ull);
+    assert_true(lim.max_file_bytes == PATINA_DEFAULT_MAX_FILE_BYTES);
+    memset(&co, 0xa5, sizeof co);
+    patina_context_opts_init(&co);
+    assert_int_equal(co.threads, 0);
+    assert_int_equal(co.gpu_index, 0);
+    assert_true(co.gpu_mem_budget == 0);
+    assert_true(co.limits.max_pixels == PATINA_DEFAULT_MAX_PIXELS);
+    assert_null(co.nvjpeg_library);
+    assert_int_equal(co.nvjpeg_lanes, 2);
+    memset(&dec, 0xa5, sizeof dec);
+    patina_decode_opts_init(&dec);
+    assert_int_equal(dec.strict, 0);
+    assert_true(dec.limits.max_pixels == PATINA_DEFAULT_MAX_PIXELS);
+    memset(&io, 0xa5, sizeof io);
+    patina_index_opts_init(&io);
+    assert_int_equal(io.device, PATINA_DEVICE_AUTO);
+    assert_null(io.progress);
+    assert_null(io.on_error);
+    assert_int_equal(io.jpeg_decoder, PATINA_JPEG_LIBJPEG);
+    memset(&lo, 0xa5, sizeof lo);
+    patina_load_opts_init(&lo);
+    assert_true(lo.batch_memory == PATINA_DEFAULT_BATCH_MEMORY);
+    memset(&so, 0xa5, sizeof so);
+    patina_search_opts_init(&so);
+    assert_int_equal(so.device, PATINA_DEVICE_AUTO);
+    assert_int_equal(so.max_hits, 0);
+    /* NULL is accepted and does nothing */
+    patina_limits_init(NULL);
+    patina_context_opts_init(NULL);
+    patina_search_opts_init(NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -168,6 +213,7 @@ int main(void)
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_device_resolution),
+        cmocka_unit_test(test_opts_init),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -52,6 +52,9 @@ typedef struct patina_limits {
 #define PATINA_DEFAULT_MAX_PIXELS (100ull * 1000 * 1000)
 #define PATINA_DEFAULT_MAX_FILE_BYTES (1024ull * 1024 * 1024)
 
+/* Fills lim with the defaults above. */
+PATINA_API void patina_limits_init(patina_limits_t *lim);
+
 typedef struct patina_image_info {
     patina_format format;
     int width, height;

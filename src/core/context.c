@@ -27,8 +27,7 @@ void patina_context_opts_init(patina_context_opts_t *o)
 {
     if (!o) return;
     memset(o, 0, sizeof *o);
-    o->limits.max_pixels = PATINA_DEFAULT_MAX_PIXELS;
-    o->limits.max_file_bytes = PATINA_DEFAULT_MAX_FILE_BYTES;
+    patina_limits_init(&o->limits);
     o->nvjpeg_lanes = 2;
 }
 

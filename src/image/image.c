@@ -151,6 +151,13 @@ patina_status patina_image_probe(patina_image_info_t *info, const void *data, si
     return probe_src(info, &fmt, &src);
 }
 
+void patina_limits_init(patina_limits_t *lim)
+{
+    if (!lim) return;
+    lim->max_pixels = PATINA_DEFAULT_MAX_PIXELS;
+    lim->max_file_bytes = PATINA_DEFAULT_MAX_FILE_BYTES;
+}
+
 patina_status patina_limits_check(const patina_limits_t *lim, const patina_image_info_t *info,
                                   const char *name)
 {
@@ -174,7 +181,9 @@ patina_status patina_limits_check(const patina_limits_t *lim, const patina_image
 
 void patina_decode_opts_init(patina_decode_opts_t *opts)
 {
-    if (opts) memset(opts, 0, sizeof *opts);
+    if (!opts) return;
+    memset(opts, 0, sizeof *opts);
+    patina_limits_init(&opts->limits);
 }
 
 patina_status patina_image__warning(const patina_image_src_t *src, const char *fmt, ...)

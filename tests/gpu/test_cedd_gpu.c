@@ -232,6 +232,8 @@ static void test_device_input(void **state)
     (void)state;
     tu_rng_seed(&r, 3);
     random_batch(imgs, n, &r);
+    patina_image_release(&imgs[0]); /* replaced by padded ones */
+    patina_image_release(&imgs[1]);
     padded_image(&imgs[0], 640, 480, 1, 0, &r);
     padded_image(&imgs[1], 641, 479, 2, 7, &r);
     for (i = 0; i < n; i++) {
@@ -404,9 +406,8 @@ static void test_samples(void **state)
         tu_free_list(files, nf);
         return;
     }
-    if (nf > max) nf = max;
     imgs = calloc(nf, sizeof *imgs);
-    for (i = 0; i < nf; i++) {
+    for (i = 0; i < nf && i < max; i++) {
         if (patina_image_load(&imgs[n], files[i], NULL) == PATINA_OK) n++;
         else failed++;
     }
@@ -417,7 +418,7 @@ static void test_samples(void **state)
     }
     release_all(imgs, n);
     free(imgs);
-    tu_free_list(files, (size_t)(nf));
+    tu_free_list(files, nf);
 }
 
 static int setup(void **state)

@@ -827,6 +827,7 @@ static void test_masks_gpu(void **state)
     for (int i = 0; i < N; i++) patina_image_release(&imgs[i]);
     patina_context_free(ctx);
     tu_remove_tree(dir);
+    free(dir);
 }
 
 static int setup(void **state)
