@@ -1273,7 +1273,7 @@ static void test_decoder_warnings(void **state)
     (void)state;
     patina_decode_opts_init(&strict);
     assert_int_equal(strict.strict, 0);
-    assert_int_equal(strict.limits.max_pixels, 0);
+    assert_int_equal(strict.limits.max_pixels, PATINA_DEFAULT_MAX_PIXELS);
     strict.strict = 1;
     jpg = slurp(tpath(path, sizeof path, "q100_0.jpg"), &size);
     bad = malloc(size + 4);
