@@ -159,5 +159,11 @@ void fuzz_write_seeds(fuzz_seeds_t *w)
         snprintf(name, sizeof name, "variant-%02zu", i);
         fuzz_seed(w, name, variants[i], strlen(variants[i]));
     }
+    { /* longer than the parser's 4 KiB of options (and libFuzzer's default -max_len) */
+        static char long_spec[4200];
+        size_t n = (size_t)snprintf(long_spec, sizeof long_spec, "glcm:angles=0");
+        while (n + 3 < sizeof long_spec) n += (size_t)snprintf(long_spec + n, sizeof long_spec - n, ",45");
+        fuzz_seed(w, "variant-long", long_spec, n);
+    }
     for (i = 0; i < sizeof tokens / sizeof tokens[0]; i++) fuzz_dict_str(w, tokens[i]);
 }
