@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that building, testing and the demo need.
 # Idempotent: installs only what is missing; uses sudo only when not root.
+#   scripts/bootstrap.sh        the packages of build, test and run
+#   scripts/bootstrap.sh fuzz   those plus clang and its compiler-rt (libFuzzer,
+#                               sanitizer runtimes) for `make fuzz`
 set -euo pipefail
 
 PKGS=(build-essential cmake pkg-config git ca-certificates
       libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev liblmdb-dev lmdb-utils libcmocka-dev
       python3-numpy python3-skimage)
+if [ "${1:-}" = fuzz ]; then PKGS+=(clang libclang-rt-dev); fi
 # Optional extras: PATINA_BOOTSTRAP_EXTRA="valgrind" scripts/bootstrap.sh
 if [ -n "${PATINA_BOOTSTRAP_EXTRA:-}" ]; then read -r -a extra <<<"$PATINA_BOOTSTRAP_EXTRA"; PKGS+=("${extra[@]}"); fi
 

@@ -1347,6 +1347,109 @@ static void test_decoder_warnings(void **state)
     free(png);
 }
 
+/* ------------------------------------------------- allocation watch
+ * The largest single malloc request between watch_start and watch_stop,
+ * libpng's and libjpeg's included: through the sanitizer runtime's malloc
+ * hook under AddressSanitizer, else through a malloc that records the size
+ * and calls glibc's. Not available under ThreadSanitizer (it owns malloc). */
+#if defined(__SANITIZE_ADDRESS__)
+#define WATCH_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WATCH_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define WATCH_NONE 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define WATCH_NONE 1
+#endif
+#endif
+
+static volatile int g_watching;
+static volatile size_t g_max_alloc;
+
+static void note_alloc(size_t n)
+{
+    if (g_watching && n > g_max_alloc) g_max_alloc = n;
+}
+
+#if defined(WATCH_ASAN)
+int __sanitizer_install_malloc_and_free_hooks(void (*on_malloc)(const volatile void *, size_t),
+                                              void (*on_free)(const volatile void *));
+static void asan_on_malloc(const volatile void *p, size_t n)
+{
+    (void)p;
+    note_alloc(n);
+}
+static void asan_on_free(const volatile void *p) { (void)p; }
+static int watch_start(void)
+{
+    static int installed;
+    if (!installed) installed = __sanitizer_install_malloc_and_free_hooks(asan_on_malloc, asan_on_free);
+    g_max_alloc = 0;
+    g_watching = installed;
+    return installed;
+}
+#elif !defined(WATCH_NONE)
+void *__libc_malloc(size_t n);
+void *malloc(size_t n)
+{
+    note_alloc(n);
+    return __libc_malloc(n);
+}
+static int watch_start(void)
+{
+    g_max_alloc = 0;
+    g_watching = 1;
+    return 1;
+}
+#else
+static int watch_start(void) { return 0; }
+#endif
+
+static size_t watch_stop(void)
+{
+    g_watching = 0;
+    return g_max_alloc;
+}
+
+/* A chunk that declares more bytes than the file holds fails as truncated
+ * before anything of that size is allocated. libpng allocates a chunk's
+ * declared length before reading it (its own length check only warns):
+ * tests/fuzz/fuzz_png found a 370-byte file whose tEXt chunk cost a 1.4 GB
+ * allocation. Here a 2 GiB tEXt and a 1 GiB unknown ancillary chunk. */
+static void test_png_chunk_length(void **state)
+{
+    static const struct {
+        const char *type;
+        uint32_t len;
+    } cases[] = {{"tEXt", 0x7FFFFFF0u}, {"zTXt", 0x40000000u}, {"ruSt", 0x40000000u}};
+    uint8_t png[96];
+    patina_image_t img;
+    size_t i;
+    (void)state;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = craft_png(png, 16, 16) - 12, most; /* IHDR, then instead of IEND: */
+        put32(png + n, cases[i].len);
+        memcpy(png + n + 4, cases[i].type, 4);
+        memcpy(png + n + 8, "Comment\0patina", 15);
+        n += 23;
+        if (!watch_start()) {
+            fprintf(stderr, "test_png_chunk_length: no allocation watch under this sanitizer; "
+                            "only the status is checked\n");
+        }
+        expect_error(patina_image_decode(&img, png, n, NULL, "chunk.png"), PATINA_E_CORRUPT, "chunk.png",
+                     "truncated PNG data");
+        most = watch_stop();
+        assert_null(img.data);
+        if (most > (64u << 20))
+            fail_msg("a %zu-byte PNG with a %.4s chunk of %u bytes made the decoder allocate %zu bytes", n,
+                     cases[i].type, (unsigned)cases[i].len, most);
+    }
+}
+
 /* Random byte flips in valid files: never a crash or leak; any failure is
  * CORRUPT, FORMAT or LIMIT with the name in the message and an empty image. */
 static void test_fuzz_flips(void **state)
@@ -1559,6 +1662,7 @@ int main(void)
         cmocka_unit_test(test_corrupt),
         cmocka_unit_test(test_bombs),
         cmocka_unit_test(test_decoder_warnings),
+        cmocka_unit_test(test_png_chunk_length),
         cmocka_unit_test(test_fuzz_flips),
         cmocka_unit_test(test_limits_and_io),
         cmocka_unit_test(test_threads),

@@ -477,10 +477,34 @@ static patina_status png_guarded(png_ctx_t *c)
     return png_body(c);
 }
 
+/* Every chunk up to IEND fits in the data. libpng allocates a chunk's
+ * declared length before it reads the chunk (tEXt, unknown chunks; its
+ * "chunk data is too large" check is only a warning), so without this a
+ * 100-byte file declaring a 2 GiB chunk costs a 2 GiB allocation before it
+ * fails as truncated. A chunk that cannot be complete fails here, as
+ * truncated, before libpng starts. */
+static patina_status check_chunk_lengths(const patina_image_src_t *src)
+{
+    const uint8_t *p = src->data;
+    size_t pos = 8, n = src->size;
+    while (n - pos >= 8) { /* a chunk's length and type */
+        uint32_t len = be32(p + pos);
+        if (len > n - pos - 8)
+            return patina__fail(PATINA_E_CORRUPT,
+                                "%s: truncated PNG data in '%s' (a chunk of %u bytes at offset %zu)",
+                                src->what, src->name, (unsigned)len, pos);
+        if (memcmp(p + pos + 4, "IEND", 4) == 0 || n - pos - 8 - len < 4) break;
+        pos += 12 + (size_t)len;
+    }
+    return PATINA_OK;
+}
+
 patina_status patina_image__png_decode(patina_image_t *img, const patina_image_src_t *src)
 {
-    png_ctx_t *c = calloc(1, sizeof *c); /* heap: keeps the state out of setjmp's frame */
+    png_ctx_t *c;
     patina_status s;
+    PATINA_TRY(check_chunk_lengths(src));
+    c = calloc(1, sizeof *c); /* heap: keeps the state out of setjmp's frame */
     if (!c) return patina__fail(PATINA_E_NOMEM, "%s: out of memory in '%s'", src->what, src->name);
     c->src = src;
     c->img = img;

@@ -1,0 +1,147 @@
+/* Fuzz target: the JPEG loader (src/image/jpeg.c: the marker walk and
+ * TurboJPEG decoding) through patina_image_probe and patina_image_decode.
+ * Seeds: small JPEGs written with libjpeg at build time, one per kind the
+ * loader treats differently (grey, RGB at several subsamplings, odd sizes,
+ * 1x1, progressive, restart markers, arithmetic coding, extra markers, CMYK,
+ * a truncated file). */
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+
+#include "fuzz.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fuzz_image_input(data, size);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ seeds */
+
+typedef struct jpeg_kind {
+    const char *name;
+    int w, h;
+    int components;        /* 1 grey, 3 RGB, 4 CMYK */
+    int hs, vs;            /* luma sampling factors (chroma 1x1) */
+    int quality;
+    int progressive;
+    int restart_mcus;      /* restart interval in MCUs, 0 = none */
+    int arith;             /* arithmetic coding */
+    int optimize;          /* optimised Huffman tables */
+    int markers;           /* COM, APP1 and APP2 segments */
+    int valid;             /* the loader must decode it */
+} jpeg_kind_t;
+
+typedef struct jerr {
+    struct jpeg_error_mgr mgr;
+    jmp_buf jb;
+} jerr_t;
+
+static void on_error(j_common_ptr cinfo)
+{
+    longjmp(((jerr_t *)cinfo->err)->jb, 1);
+}
+
+static void on_message(j_common_ptr cinfo) { (void)cinfo; }
+
+/* Encodes one kind; returns NULL when this libjpeg cannot (e.g. no
+ * arithmetic coding compiled in). */
+static unsigned char *encode(const jpeg_kind_t *k, unsigned long *size)
+{
+    static const char exif[] = "Exif\0\0MM\0*\0\0\0\10\0\0";
+    static const char icc[] = "ICC_PROFILE\0\1\1not a profile";
+    struct jpeg_compress_struct ci;
+    jerr_t err;
+    unsigned char *volatile out = NULL;
+    unsigned long n = 0;
+    uint8_t *pix = malloc((size_t)k->w * (size_t)k->h * (size_t)k->components);
+    int y;
+
+    fuzz_pattern(pix, k->w, k->h, k->components, 8, (uint32_t)k->w * 31u + (uint32_t)k->h);
+    ci.err = jpeg_std_error(&err.mgr);
+    err.mgr.error_exit = on_error;
+    err.mgr.output_message = on_message;
+    if (setjmp(err.jb)) {
+        jpeg_destroy_compress(&ci);
+        free(out);
+        free(pix);
+        return NULL;
+    }
+    jpeg_create_compress(&ci);
+    jpeg_mem_dest(&ci, (unsigned char **)&out, &n);
+    ci.image_width = (JDIMENSION)k->w;
+    ci.image_height = (JDIMENSION)k->h;
+    ci.input_components = k->components;
+    ci.in_color_space = k->components == 1 ? JCS_GRAYSCALE : k->components == 4 ? JCS_CMYK : JCS_RGB;
+    jpeg_set_defaults(&ci);
+    jpeg_set_quality(&ci, k->quality, TRUE);
+    if (k->components == 3) {
+        ci.comp_info[0].h_samp_factor = k->hs;
+        ci.comp_info[0].v_samp_factor = k->vs;
+    }
+    if (k->progressive) jpeg_simple_progression(&ci);
+    ci.restart_interval = (unsigned)k->restart_mcus;
+    ci.arith_code = k->arith ? TRUE : FALSE;
+    ci.optimize_coding = k->optimize ? TRUE : FALSE;
+    jpeg_start_compress(&ci, TRUE);
+    if (k->markers) {
+        jpeg_write_marker(&ci, JPEG_COM, (const JOCTET *)"patina fuzz seed", 16);
+        jpeg_write_marker(&ci, JPEG_APP0 + 1, (const JOCTET *)exif, sizeof exif - 1);
+        jpeg_write_marker(&ci, JPEG_APP0 + 2, (const JOCTET *)icc, sizeof icc - 1);
+    }
+    for (y = 0; y < k->h; y++) {
+        JSAMPROW row = pix + (size_t)y * (size_t)k->w * (size_t)k->components;
+        jpeg_write_scanlines(&ci, &row, 1);
+    }
+    jpeg_finish_compress(&ci);
+    jpeg_destroy_compress(&ci);
+    free(pix);
+    *size = n;
+    return out;
+}
+
+void fuzz_write_seeds(fuzz_seeds_t *w)
+{
+    static const jpeg_kind_t kinds[] = {
+        /* name                 w   h  comp hs vs  q  prog rst arith opt mark valid */
+        {"rgb-1x1.jpg",         1,  1, 3,   2, 2, 90, 0,   0,  0,    0,  0,   1},
+        {"grey-16x16.jpg",     16, 16, 1,   1, 1, 75, 0,   0,  0,    0,  0,   1},
+        {"rgb420-24x16.jpg",   24, 16, 3,   2, 2, 75, 0,   0,  0,    0,  0,   1},
+        {"rgb444-17x13.jpg",   17, 13, 3,   1, 1, 85, 0,   0,  0,    0,  0,   1},
+        {"rgb422-restart.jpg", 24, 24, 3,   2, 1, 60, 0,   1,  0,    0,  0,   1},
+        {"rgb411-33x9.jpg",    33,  9, 3,   4, 1, 50, 0,   0,  0,    1,  0,   1},
+        {"rgb440-9x33.jpg",     9, 33, 3,   1, 2, 50, 0,   0,  0,    0,  0,   1},
+        {"rgb-progressive.jpg",32, 24, 3,   2, 2, 80, 1,   0,  0,    0,  0,   1},
+        {"grey-progressive.jpg",20,20, 1,   1, 1, 80, 1,   0,  0,    0,  0,   1},
+        {"rgb-arith.jpg",      16, 16, 3,   2, 2, 75, 0,   0,  1,    0,  0,   1},
+        {"rgb-prog-arith.jpg", 16, 16, 3,   2, 2, 75, 1,   2,  1,    0,  0,   1},
+        {"rgb-markers.jpg",    16,  8, 3,   2, 2, 95, 0,   0,  0,    1,  1,   1},
+        {"rgb-q100-2x2.jpg",    2,  2, 3,   1, 1,100, 0,   0,  0,    0,  0,   1},
+        {"cmyk-8x8.jpg",        8,  8, 4,   1, 1, 75, 0,   0,  0,    0,  0,   0},
+    };
+    static const char *const tokens[] = {
+        "\xFF\xD8", "\xFF\xD9", "\xFF\xDA", "\xFF\xC0", "\xFF\xC1", "\xFF\xC2", "\xFF\xC3",
+        "\xFF\xC4", "\xFF\xC9", "\xFF\xCA", "\xFF\xCC", "\xFF\xDB", "\xFF\xDD", "\xFF\xFE",
+        "\xFF\xD0", "\xFF\xD7", "\xFF\xE0", "\xFF\xE1", "\xFF\xE2", "\xFF\xEE", "\xFF\xFF",
+        "JFIF", "Exif", "ICC_PROFILE", "Adobe",
+    };
+    size_t i;
+    for (i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        unsigned long n = 0;
+        unsigned char *jpg = encode(&kinds[i], &n);
+        if (!jpg) {
+            fprintf(stderr, "fuzz_jpeg: this libjpeg cannot write %s; seed skipped\n", kinds[i].name);
+            continue;
+        }
+        fuzz_image_seed(w, kinds[i].name, jpg, n, PATINA_FORMAT_JPEG, kinds[i].valid);
+        if (i == 2) /* the same file cut in the middle of its entropy-coded data */
+            fuzz_image_seed(w, "rgb420-truncated.jpg", jpg, n * 2 / 3, PATINA_FORMAT_JPEG, 0);
+        free(jpg);
+    }
+    fuzz_dict(w, "\xFF\x00", 2);
+    fuzz_dict(w, "\x00\x00", 2);
+    for (i = 0; i < sizeof tokens / sizeof tokens[0]; i++) fuzz_dict_str(w, tokens[i]);
+}
