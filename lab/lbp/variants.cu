@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "benchutil.h"
 #include "gpu/lbp_kernels.cuh"
 #include "lab_lbp.h"
 
@@ -488,12 +489,6 @@ static patina_status lab_fail(cudaError_t e, const char *what, int line)
         }                                                                                                    \
     } while (0)
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 extern "C" patina_status lab_run(int v, const patina_gpu_lbp_conf_t *c, int band, const uint8_t *grey, int w,
                                  int h, int n, void *codes, uint32_t *counts, int reps, double *ms,
                                  double *ms_stream)
@@ -564,7 +559,7 @@ extern "C" patina_status lab_run(int v, const patina_gpu_lbp_conf_t *c, int band
             LCU(cudaMemcpy(codes, dout, out_bytes, cudaMemcpyDeviceToHost));
     }
     if (counts && dcounts) LCU(cudaMemcpy(counts, dcounts, count_bytes, cudaMemcpyDeviceToHost));
-    qsort(times, (size_t)reps, sizeof *times, cmp_double);
+    qsort(times, (size_t)reps, sizeof *times, bench_cmp_double);
     if (ms) *ms = times[reps / 2];
     if (ms_stream && mw > 0 && mh > 0) {
         /* the GPU busy for 2 ms while the host queues e0, the launches and e1 */
