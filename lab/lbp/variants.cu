@@ -438,18 +438,7 @@ static cudaError_t lab_launch(int v, const patina_gpu_lbp_conf_t *c, const lbp_d
         }
         return launch_fast(k, sh, c, t, din, pitch, w, h, n, codes, opitch, counts, s);
     }
-    case LAB_PROD3: {
-        prod_args a;
-        size_t smem;
-        const dim3 grid = prod_plan(a, &smem, c, din, pitch, w, h, n, codes, opitch, counts);
-        const dim3 block(32, PROD_TY);
-        switch (c->kind) {
-        case LBP_KIND_LBP8: k_prod3<LBP_KIND_LBP8><<<grid, block, smem, s>>>(a, t.ktab, t.btab); break;
-        case LBP_KIND_TLBAP: k_prod3<LBP_KIND_TLBAP><<<grid, block, smem, s>>>(a, t.ktab, t.btab); break;
-        default: k_prod3<LBP_KIND_LANADP><<<grid, block, smem, s>>>(a, t.ktab, t.btab); break;
-        }
-        return cudaGetLastError();
-    }
+    case LAB_PROD3: return prod_launch(c, t, din, pitch, w, h, n, codes, opitch, counts, s);
     case LAB_CIRC: {
         circ_args a;
         circ_plan(a, c, t, din, pitch, w, h, codes, counts);

@@ -206,16 +206,7 @@ static cudaError_t lbp_launch(const patina_gpu_t *g, lbp_state *S, const patina_
             k<<<nb, dim3(32, sh.nw), smem, s>>>(a, t.ktab, t.btab);
             return cudaGetLastError();
         }
-        prod_args a;
-        size_t smem;
-        const dim3 grid = prod_plan(a, &smem, c, in, pitch, w, h, n, codes, opitch, counts);
-        const dim3 block(32, PROD_TY);
-        switch (c->kind) {
-        case LBP_KIND_LBP8: k_prod3<LBP_KIND_LBP8><<<grid, block, smem, s>>>(a, t.ktab, t.btab); break;
-        case LBP_KIND_TLBAP: k_prod3<LBP_KIND_TLBAP><<<grid, block, smem, s>>>(a, t.ktab, t.btab); break;
-        default: k_prod3<LBP_KIND_LANADP><<<grid, block, smem, s>>>(a, t.ktab, t.btab); break;
-        }
-        return cudaGetLastError();
+        return prod_launch(c, t, in, pitch, w, h, n, codes, opitch, counts, s);
     }
     circ_args a;
     circ_plan(a, c, t, in, pitch, w, h, codes, counts);
