@@ -30,6 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "benchutil.h"
 #include "core/internal.h"
 #include "features/cedd_ref.h"
 #include "gpu/gpu.h"
@@ -66,12 +67,6 @@ static void die(const char *what, patina_status s)
         patina_status ok_s_ = (expr);                                                          \
         if (ok_s_ != PATINA_OK) die(what, ok_s_);                                              \
     } while (0)
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* ------------------------------------------------------------- frames */
 
@@ -190,7 +185,7 @@ static double time_mode(mode_ctx_t *m, int mode, const patina_image_t *src, size
     if (n > nmax) n = nmax;
     if (n > n0 * 4 || t < 0.02) (void)run_mode(m, mode, src, n < 64 ? n : 64); /* warm again */
     for (r = 0; r < REPS && r < 64; r++) ts[r] = run_mode(m, mode, src, n) / (double)n;
-    qsort(ts, (size_t)r, sizeof ts[0], cmp_double);
+    qsort(ts, (size_t)r, sizeof ts[0], bench_cmp_double);
     return ts[r / 2];
 }
 

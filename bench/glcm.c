@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "benchutil.h"
 #include "core/internal.h"
 #include "gpu/glcm.h"
 #include "gpu/gpu.h"
@@ -35,40 +36,9 @@
 
 static int g_fail;
 
-/* The generator bench/glcm_peers.py reproduces: kind 0 "slow" (a ramp plus
- * small noise: long runs of one pair, heavy atomic contention), kind 1
- * "drastic" (hash noise: pairs spread over the whole matrix). */
-static uint32_t mix(uint32_t x, uint32_t y)
-{
-    uint32_t h = (x * 0x9E3779B1u) ^ (y * 0x85EBCA77u);
-    h ^= h >> 15;
-    h *= 0x2C1B3C6Du;
-    h ^= h >> 12;
-    return h;
-}
-
-static void generate(uint8_t *v, int n, int kind)
-{
-    for (int y = 0; y < n; y++)
-        for (int x = 0; x < n; x++) {
-            uint32_t h = mix((uint32_t)x, (uint32_t)y);
-            int val;
-            if (kind == 1) {
-                val = (int)(h >> 24);
-            } else {
-                val = (int)(((uint64_t)x + 2u * (uint64_t)y) * 255u / (3u * (uint64_t)n)) +
-                      (int)(h >> 30) - 1;
-                val = val < 0 ? 0 : val > 255 ? 255 : val;
-            }
-            v[(size_t)y * (size_t)n + (size_t)x] = (uint8_t)val;
-        }
-}
-
 static const struct {
     int d, angle;
 } configs[4] = {{1, 0}, {1, 45}, {4, 0}, {4, 45}};
-
-static const char *kind_name(int k) { return k ? "drastic" : "slow"; }
 
 static void same(const uint32_t *a, const uint32_t *b, size_t n, const char *what)
 {
@@ -76,18 +46,6 @@ static void same(const uint32_t *a, const uint32_t *b, size_t n, const char *wha
         printf("  !! counts differ: %s\n", what);
         g_fail = 1;
     }
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n ? v[n / 2] : 0.0;
 }
 
 /* ---------------------------------------------------------------- peers */
@@ -187,7 +145,7 @@ static void bench_cpu(int quick)
         const int n = sizes[si];
         uint8_t *v = malloc((size_t)n * n), *q = malloc((size_t)n * n);
         for (int kind = 0; kind < 2; kind++) {
-            generate(v, n, kind);
+            bench_glcm_image(v, n, kind);
             for (int L = 8; L <= 32; L *= 4) {
                 patina_glcm_quantize(q, v, (size_t)n * n, L, PATINA_GLCM_QUANT_UNIFORM);
                 for (int ci = 0; ci < 4; ci++) {
@@ -207,7 +165,7 @@ static void bench_cpu(int quick)
                         if (t2 - t1 < best[1]) best[1] = t2 - t1;
                         if (t3 - t2 < best[2]) best[2] = t3 - t2;
                     }
-                    printf("| %d² | %s | %d | %d | %d | %.2f | %.2f | %.3f | ", n, kind_name(kind), L,
+                    printf("| %d² | %s | %d | %d | %d | %.2f | %.2f | %.3f | ", n, bench_glcm_kind_name(kind), L,
                            configs[ci].d, configs[ci].angle, best[0] * 1e9 / pairs, best[1] * 1e9 / pairs,
                            best[2] * 1e9 / pairs);
                     print_ms(sk > 0 ? sk * 1e6 / pairs : -1, "%.2f");
@@ -257,8 +215,8 @@ static int time_prod(patina_gpu_t *g, pgpu_glcm_timing_t *t, uint32_t *counts, c
 static void row(int n, int kind, int L, const char *offsets, const pgpu_glcm_timing_t *t, double d2d, double peer)
 {
     const double gbs = t->ms_stream > 0 ? (double)n * n / (t->ms_stream * 1e-3) / 1e9 : 0;
-    printf("| %d² | %s | %d | %s | %s | %.4f | %.0f | %.0f%% | %.4f | ", n, kind_name(kind), L, offsets, t->kernel,
-           t->ms_stream, gbs, d2d > 0 ? 100.0 * gbs / d2d : 0.0, t->ms_single);
+    printf("| %d² | %s | %d | %s | %s | %.4f | %.0f | %.0f%% | %.4f | ", n, bench_glcm_kind_name(kind), L, offsets,
+           t->kernel, t->ms_stream, gbs, d2d > 0 ? 100.0 * gbs / d2d : 0.0, t->ms_single);
     print_ms(peer, "%.4f");
     printf(" | ");
     print_ms(peer > 0 && t->ms_stream > 0 ? peer / t->ms_stream : -1, "%.1f×");
@@ -329,7 +287,8 @@ static void bench_e2e(patina_gpu_t *g, int nimg)
         for (int y = 0; y < S; y++)
             for (int x = 0; x < 3 * S; x++)
                 imgs[i].data[(size_t)y * imgs[i].stride + (size_t)x] =
-                    (uint8_t)(mix((uint32_t)(x + 7 * i), (uint32_t)(y + 131 * i)) >> (i % 2 ? 24 : 29) << (i % 2 ? 0 : 5));
+                    (uint8_t)(bench_glcm_hash((uint32_t)(x + 7 * i), (uint32_t)(y + 131 * i)) >> (i % 2 ? 24 : 29)
+                              << (i % 2 ? 0 : 5));
     }
     if (!ok || !out) {
         printf("(no memory for %d images)\n", nimg);
@@ -442,7 +401,7 @@ static void bench_gpu(int quick, int max_size, int e2e)
             break;
         }
         for (int kind = 0; kind < 2; kind++) {
-            generate(v, n, kind);
+            bench_glcm_image(v, n, kind);
             for (int L = 8; L <= 32; L *= 4) {
                 patina_glcm_quantize(q, v, N, L, PATINA_GLCM_QUANT_UNIFORM);
                 for (int ci = 0; ci <= 4; ci++) { /* 4: the 8 offsets of 2 distances x 4 angles, one pass */
@@ -458,7 +417,7 @@ static void bench_gpu(int quick, int max_size, int e2e)
                     if (!time_prod(g, &t, b, q, n, L, off, noff, NULL, reps)) continue;
                     if (n <= 4096 || ci == 0 || ci == 4) {
                         patina_glcm_counts(a, q, n, n, (size_t)n, NULL, 0, L, off, noff, 0, 0);
-                        snprintf(what, sizeof what, "%d² %s L=%d set %d vs CPU", n, kind_name(kind), L, ci);
+                        snprintf(what, sizeof what, "%d² %s L=%d set %d vs CPU", n, bench_glcm_kind_name(kind), L, ci);
                         same(b, a, noff * (size_t)L * L, what);
                     }
                     if (ci < 4)
@@ -496,7 +455,7 @@ static void bench_gpu(int quick, int max_size, int e2e)
             patina_gpu_host_free(q);
             break;
         }
-        generate(v, n, 0);
+        bench_glcm_image(v, n, 0);
         patina_glcm_quantize(q, v, N, 32, PATINA_GLCM_QUANT_UNIFORM);
         im = grey(q, n, NULL);
         for (int rep = -1; rep < reps; rep++) {
@@ -508,7 +467,7 @@ static void bench_gpu(int quick, int max_size, int e2e)
             }
             if (rep >= 0) ts[rep] = (patina_now() - t0) * 1e3;
         }
-        ms = median(ts, reps);
+        ms = bench_median(ts, reps);
         patina_glcm_counts(a, q, n, n, (size_t)n, NULL, 0, 32, &o, 1, 0, 0);
         same(a, b, 32 * 32, "from pinned memory vs CPU");
         bound = h2d > 0 ? (double)N / (h2d * 1e9) * 1e3 : 0;

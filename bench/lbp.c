@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchutil.h"
 #include "core/internal.h"
 #include "features/lbp.h"
 #include "gpu/gpu.h"
@@ -49,82 +50,15 @@ static double thread_cpu(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* Counts, th = 0.9 (TLBAP), no mapping. */
 static lbp_conf_t conf(int kind, int P, double R, int method, const char *grid)
 {
-    lbp_opts_t o;
-    lbp_conf_t c;
-    memset(&o, 0, sizeof o);
-    o.P = P;
-    o.R = R;
-    o.method = method;
-    o.th = 0.9;
-    snprintf(o.grid, sizeof o.grid, "%s", grid);
-    o.norm = LBP_NORM_COUNTS;
-    o.vbins = 16;
-    if (lbp_conf_resolve(&c, kind, &o, "bench") != PATINA_OK) {
-        fprintf(stderr, "bench_lbp: %s\n", patina_last_error());
-        exit(1);
-    }
-    return c;
+    return bench_lbp_conf("bench", kind, P, R, method, LBP_MAP_NONE, grid, 0.9);
 }
 
 /* ------------------------------------------------------------ the input */
 
-static uint8_t *src_grey;
-static int src_w, src_h;
-static char src_name[1100] = "synthetic texture"; /* a path (up to 1023) and its size */
-
-static void load_source(void)
-{
-    const char *dir = getenv("PATINA_SAMPLES");
-    char cmd[1024], path[1024];
-    patina_image_t img;
-    FILE *p;
-    if (image_path) {
-        snprintf(path, sizeof path, "%s", image_path);
-    } else {
-        path[0] = '\0';
-        snprintf(cmd, sizeof cmd,
-                 "find '%s' -type f \\( -name '*.jpg' -o -name '*.png' \\) -printf '%%s %%p\\n' 2>/dev/null"
-                 " | sort -k1,1nr -k2 | head -1 | cut -d' ' -f2-",
-                 dir && *dir ? dir : "samples");
-        if ((p = popen(cmd, "r"))) {
-            if (fgets(path, sizeof path, p)) path[strcspn(path, "\n")] = '\0';
-            pclose(p);
-        }
-    }
-    if (*path && patina_image_load(&img, path, NULL) == PATINA_OK) {
-        src_w = img.width;
-        src_h = img.height;
-        src_grey = malloc((size_t)src_w * (size_t)src_h);
-        patina_image_to_grey(src_grey, &img);
-        patina_image_release(&img);
-        snprintf(src_name, sizeof src_name, "%s (%dx%d)", path, src_w, src_h);
-        return;
-    }
-    src_w = src_h = 1024;
-    src_grey = malloc(1024 * 1024);
-    for (int y = 0; y < 1024; y++)
-        for (int x = 0; x < 1024; x++)
-            src_grey[y * 1024 + x] = (uint8_t)(128 + 60 * sin(x * 0.07) * cos(y * 0.05) +
-                                               (int)((x * 2654435761u ^ y * 40503u) >> 27));
-}
-
-/* An s x s grey image from the source: centre crop, mirrored where the
- * source is smaller; `shift` moves the window (distinct batch members). */
-static void make_image(uint8_t *out, int s, int shift)
-{
-    int x0 = (src_w - s) / 2 + shift, y0 = (src_h - s) / 2 + shift / 2;
-    for (int y = 0; y < s; y++)
-        for (int x = 0; x < s; x++) {
-            int sx = x0 + x, sy = y0 + y;
-            sx = ((sx % (2 * src_w)) + 2 * src_w) % (2 * src_w);
-            sy = ((sy % (2 * src_h)) + 2 * src_h) % (2 * src_h);
-            if (sx >= src_w) sx = 2 * src_w - 1 - sx;
-            if (sy >= src_h) sy = 2 * src_h - 1 - sy;
-            out[(size_t)y * (size_t)s + (size_t)x] = src_grey[(size_t)sy * (size_t)src_w + (size_t)sx];
-        }
-}
+static bench_source_t source; /* the input of the tables */
 
 /* ------------------------------------------------------------ helpers */
 
@@ -199,7 +133,7 @@ static void gpu_table(patina_gpu_t *g, double copy_gbps, const char *peer, krow_
     const int s = 1024;
     const size_t px = (size_t)s * s;
     uint8_t *grey = malloc(px * (size_t)batch);
-    for (int i = 0; i < batch; i++) make_image(grey + (size_t)i * px, s, (i * 37) % 200);
+    for (int i = 0; i < batch; i++) bench_source_square(&source, grey + (size_t)i * px, s, (i * 37) % 200);
     printf("\n1. GPU kernels: %d grey images of %dx%d per launch on the device (%.0f MB of input); input GB/s = "
            "input bytes / kernel time; copy bandwidth %.0f GB/s (device to device, read + write, same run). "
            "ms per launch: launches queued back to back (a stream of batches); alone: one launch on an idle GPU "
@@ -277,7 +211,7 @@ static void latency(patina_gpu_t *g, patina_context_t *ctx)
     const int s = 1024;
     uint8_t *grey = malloc((size_t)s * s);
     patina_image_t img;
-    make_image(grey, s, 0);
+    bench_source_square(&source, grey, s, 0);
     printf("\n2. One 1024x1024 image: the kernel alone (events around one launch on an idle GPU, the host's "
            "submission included; and per launch back to back), and the family path (patina_extract_batch of one "
            "pageable RGB image: upload, grey, kernel, counts back; best of 20 calls)\n");
@@ -341,7 +275,7 @@ static void end_to_end(patina_context_t *ctx, const krow_t *ks, size_t nk, int *
     uint8_t *grey = malloc((size_t)s * s);
     int have_pinned = 1;
     for (size_t i = 0; i < n; i++) {
-        make_image(grey, s, (int)((i * 37) % 200));
+        bench_source_square(&source, grey, s, (int)((i * 37) % 200));
         if (patina_image_init(&pageable[i], s, s) != PATINA_OK) {
             free(grey);
             return;
@@ -418,7 +352,7 @@ static void cpu_table(patina_pool_t *pool, const char *pgm)
     const int s = 1024;
     uint8_t *g = malloc((size_t)s * s);
     char *peer = NULL;
-    make_image(g, s, 0);
+    bench_source_square(&source, g, s, 0);
     if (!no_peers && pgm) {
         /* scikit-image on the same image, CPU time of one thread */
         char cmd[4096];
@@ -474,7 +408,7 @@ static char *gpu_peer(const char *pgm)
     uint8_t *g;
     if (no_peers || !pgm) return NULL;
     g = malloc(1024 * 1024);
-    make_image(g, 1024, 0);
+    bench_source_square(&source, g, 1024, 0);
     off = snprintf(cmd, sizeof cmd, "'%s' '%s/lbp_peers.py' torch --image '%s' --batch %d",
                    py && *py ? py : "python3", bench_dir, pgm, batch);
     for (int k = 0; k < 3; k++) {
@@ -536,9 +470,9 @@ int main(int argc, char **argv)
         if (slash) snprintf(bench_dir, sizeof bench_dir, "%.*s", (int)(slash - __FILE__), __FILE__);
     }
     if (patina_pool_new(&pool, threads) != PATINA_OK) return 1;
-    load_source();
+    bench_source_load(&source, image_path);
     printf("# bench_lbp: %s\n", patina_build_info());
-    printf("input: %s\n", src_name);
+    printf("input: %s\n", source.name);
     if (patina_gpu_count() > 0 && patina_gpu_open(&g, 0, 0) == PATINA_OK) {
         char d[256];
         patina_gpu_describe(0, d, sizeof d);
@@ -552,7 +486,7 @@ int main(int argc, char **argv)
         uint8_t *img = malloc(1024 * 1024);
         FILE *f;
         snprintf(pgm, sizeof pgm, "%s/bench_lbp_%d.pgm", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
-        make_image(img, 1024, 0);
+        bench_source_square(&source, img, 1024, 0);
         if ((f = fopen(pgm, "wb"))) {
             fprintf(f, "P5\n1024 1024\n255\n");
             fwrite(img, 1, 1024 * 1024, f);
@@ -587,6 +521,6 @@ int main(int argc, char **argv)
     free(peer);
     patina_gpu_close(g);
     patina_pool_free(pool);
-    free(src_grey);
+    bench_source_release(&source);
     return 0;
 }

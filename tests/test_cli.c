@@ -32,19 +32,7 @@ static const char *cli = PATINA_CLI;
     tu_exec(out, err, TU_UNPRIVILEGED, 120, (const char *const[]){cli, __VA_ARGS__, NULL})
 
 /* "<tmp>/<printf>" in one of 32 rotating buffers. */
-static const char *tp(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static const char *tp(const char *fmt, ...)
-{
-    static char bufs[32][4096];
-    static int next;
-    char *b = bufs[next++ % 32];
-    int n = snprintf(b, sizeof bufs[0], "%s/", tmp);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b + n, sizeof bufs[0] - (size_t)n, fmt, ap);
-    va_end(ap);
-    return b;
-}
+#define tp(...) tu_path(tmp, __VA_ARGS__)
 
 static size_t count_lines(const char *s)
 {
@@ -64,26 +52,10 @@ static void expect_in(const char *haystack, const char *needle)
 /* A w x h JPEG of smooth noise (4:2:0, quality 90); free with tjFree. */
 static unsigned char *make_jpeg(unsigned long *size, int w, int h, uint64_t seed)
 {
-    tu_rng_t r;
-    patina_image_t img;
-    tjhandle c = tjInitCompress();
-    unsigned char *buf = NULL;
-    tu_rng_seed(&r, seed);
-    tu_random_image(&img, w, h, 1, &r);
-    if (!c || tjCompress2(c, img.data, w, (int)img.stride, h, TJPF_RGB, &buf, size, TJSAMP_420, 90, 0) != 0)
-        fail_msg("tjCompress2: %s", tjGetErrorStr2(c));
-    tjDestroy(c);
-    patina_image_release(&img);
-    return buf;
+    return tu_make_jpeg(size, w, h, 1, 90, seed);
 }
 
-static void write_jpeg(const char *path, int w, int h, uint64_t seed)
-{
-    unsigned long size;
-    unsigned char *j = make_jpeg(&size, w, h, seed);
-    assert_int_equal(tu_write_file(path, j, size), 0);
-    tjFree(j);
-}
+static void write_jpeg(const char *path, int w, int h, uint64_t seed) { tu_write_jpeg(path, w, h, 1, 90, seed); }
 
 static void copy_file(const char *from, const char *to)
 {

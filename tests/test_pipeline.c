@@ -25,41 +25,18 @@ static char *tmp;
 static patina_context_t *ctx;
 static patina_extractor_t *ex;
 
-static const char *tp(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static const char *tp(const char *fmt, ...)
-{
-    static char bufs[32][4096];
-    static int next;
-    char *b = bufs[next++ % 32];
-    int n = snprintf(b, sizeof bufs[0], "%s/", tmp);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b + n, sizeof bufs[0] - (size_t)n, fmt, ap);
-    va_end(ap);
-    return b;
-}
+/* "<tmp>/<printf>" in one of 32 rotating buffers. */
+#define tp(...) tu_path(tmp, __VA_ARGS__)
 
+/* A w x h JPEG (4:2:0, quality 85) of image kind seed % 3; free with tjFree. */
 static unsigned char *make_jpeg(unsigned long *size, int w, int h, uint64_t seed)
 {
-    tu_rng_t r;
-    patina_image_t img;
-    tjhandle c = tjInitCompress();
-    unsigned char *buf = NULL;
-    tu_rng_seed(&r, seed);
-    tu_random_image(&img, w, h, (int)(seed % 3), &r);
-    if (!c || tjCompress2(c, img.data, w, (int)img.stride, h, TJPF_RGB, &buf, size, TJSAMP_420, 85, 0) != 0)
-        fail_msg("tjCompress2: %s", tjGetErrorStr2(c));
-    tjDestroy(c);
-    patina_image_release(&img);
-    return buf;
+    return tu_make_jpeg(size, w, h, (int)(seed % 3), 85, seed);
 }
 
 static void write_jpeg(const char *path, int w, int h, uint64_t seed)
 {
-    unsigned long size;
-    unsigned char *j = make_jpeg(&size, w, h, seed);
-    assert_int_equal(tu_write_file(path, j, size), 0);
-    tjFree(j);
+    tu_write_jpeg(path, w, h, (int)(seed % 3), 85, seed);
 }
 
 /* A JPEG with 4 garbage bytes before its SOS marker: decodable, with

@@ -15,6 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <turbojpeg.h>
+
 void tu_rng_seed(tu_rng_t *r, uint64_t seed) { r->s = seed * 0x9E3779B97F4A7C15ull + 1; }
 
 uint64_t tu_rng_next(tu_rng_t *r)
@@ -152,6 +154,42 @@ void tu_free_list(char **list, size_t n)
     size_t i;
     for (i = 0; i < n; i++) free(list[i]);
     free(list);
+}
+
+unsigned char *tu_make_jpeg(unsigned long *size, int w, int h, int kind, int quality, uint64_t seed)
+{
+    tu_rng_t r;
+    patina_image_t img;
+    tjhandle c = tjInitCompress();
+    unsigned char *buf = NULL;
+    tu_rng_seed(&r, seed);
+    tu_random_image(&img, w, h, kind, &r);
+    if (!c || tjCompress2(c, img.data, w, (int)img.stride, h, TJPF_RGB, &buf, size, TJSAMP_420, quality, 0) != 0)
+        fail_msg("tjCompress2: %s", tjGetErrorStr2(c));
+    tjDestroy(c);
+    patina_image_release(&img);
+    return buf;
+}
+
+void tu_write_jpeg(const char *path, int w, int h, int kind, int quality, uint64_t seed)
+{
+    unsigned long size;
+    unsigned char *j = tu_make_jpeg(&size, w, h, kind, quality, seed);
+    assert_int_equal(tu_write_file(path, j, size), 0);
+    tjFree(j);
+}
+
+const char *tu_path(const char *dir, const char *fmt, ...)
+{
+    static char bufs[32][4096];
+    static int next;
+    char *b = bufs[next++ % 32];
+    int n = snprintf(b, sizeof bufs[0], "%s/", dir);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b + n, sizeof bufs[0] - (size_t)n, fmt, ap);
+    va_end(ap);
+    return b;
 }
 
 int tu_run(char **out, const char *fmt, ...)

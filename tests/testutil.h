@@ -21,6 +21,15 @@ uint32_t tu_rng_below(tu_rng_t *r, uint32_t n);
  * noise; 2: flat patches with sharp edges (many edge blocks); 3: grey. */
 void tu_random_image(patina_image_t *img, int w, int h, int kind, tu_rng_t *r);
 
+/* A w x h JPEG (4:2:0, quality 1..100) of tu_random_image(kind) with an rng
+ * seeded by seed; free with tjFree (turbojpeg.h). */
+unsigned char *tu_make_jpeg(unsigned long *size, int w, int h, int kind, int quality, uint64_t seed);
+/* The same, written to path. */
+void tu_write_jpeg(const char *path, int w, int h, int kind, int quality, uint64_t seed);
+
+/* "<dir>/<printf>" in one of 32 rotating buffers: valid until 32 more calls. */
+const char *tu_path(const char *dir, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Writes data to path; returns 0 on success. */
 int tu_write_file(const char *path, const void *data, size_t size);
 /* A fresh empty directory under $TMPDIR (malloc'd path). */

@@ -48,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "benchutil.h"
 #include "core/internal.h"
 #include "features/glcm_ref.h"
 #include "gpu/context.h"
@@ -251,34 +252,6 @@ static void free_levels(uint8_t *q, int pinned)
         free(q);
 }
 
-/* The benchmark's images (bench/glcm.c, bench/glcm_peers.py): kind 0 "slow"
- * (a ramp plus small noise), 1 "drastic" (hash noise). */
-static uint32_t mix(uint32_t x, uint32_t y)
-{
-    uint32_t h = (x * 0x9E3779B1u) ^ (y * 0x85EBCA77u);
-    h ^= h >> 15;
-    h *= 0x2C1B3C6Du;
-    h ^= h >> 12;
-    return h;
-}
-
-static void generate(uint8_t *v, int n, int kind)
-{
-    for (int y = 0; y < n; y++)
-        for (int x = 0; x < n; x++) {
-            const uint32_t h = mix((uint32_t)x, (uint32_t)y);
-            int val;
-            if (kind == 1) {
-                val = (int)(h >> 24);
-            } else {
-                val = (int)(((uint64_t)x + 2u * (uint64_t)y) * 255u / (3u * (uint64_t)n)) + (int)(h >> 30) - 1;
-                val = val < 0 ? 0 : val > 255 ? 255 : val;
-            }
-            v[(size_t)y * (size_t)n + (size_t)x] = (uint8_t)val;
-        }
-}
-
-static const char *kind_name(int k) { return k ? "drastic" : "slow"; }
 
 /* ------------------------------------------------------------ checks */
 
@@ -302,18 +275,6 @@ static void ok(patina_status s, const char *what)
         printf("FAILED %s: %s\n", what, patina_last_error());
         g_fail++;
     }
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n ? v[n / 2] : 0.0;
 }
 
 /* ------------------------------------------------------------ schemes */
@@ -368,14 +329,8 @@ struct scheme_run {
     double kernel_ms;/* 3: the same tiles' kernels alone */
 };
 
-#define CU(call)                                                                           \
-    do {                                                                                   \
-        cudaError_t e_ = (call);                                                           \
-        if (e_ != cudaSuccess) {                                                           \
-            s = pgpu_fail((int)e_, #call, __FILE__, __LINE__);                             \
-            goto out;                                                                      \
-        }                                                                                  \
-    } while (0)
+/* In the scheme runs: a failed CUDA call sets s and jumps to out. */
+#define CU(call) PGPU_CU_GOTO(call, s, out)
 
 /* Scheme 3: the image as one linear array of w*h pixels cut into K tiles of
  * first pixels [s_i, e_i); tile i is copied with Pad = dy*w + dx extra
@@ -487,7 +442,7 @@ static patina_status run_scheme(patina_gpu_t *g, scheme_run *r, uint32_t *counts
             CU(cudaEventElapsedTime(&f, e0, e1));
             if (rep >= 0) t[rep] = f;
         }
-        r->ms = median(t, reps);
+        r->ms = bench_median(t, reps);
     } else if (r->scheme == 3) {
         const int K = r->tiles > 0 ? r->tiles : 8;
         const int block = L <= 8 ? 1024 : 512;
@@ -530,7 +485,7 @@ static patina_status run_scheme(patina_gpu_t *g, scheme_run *r, uint32_t *counts
                 }
                 if (rep >= 0) t[rep] = sum;
             }
-            tc[mode] = median(t, reps);
+            tc[mode] = bench_median(t, reps);
             if (mode == 0) { /* the overlapped run leaves the counts */
                 CU(cudaDeviceSynchronize());
                 CU(cudaMemcpy(counts, dP, noff * LL * sizeof(uint32_t), cudaMemcpyDeviceToHost));
@@ -877,10 +832,10 @@ static void tables(patina_gpu_t *g, int quick, int max_size)
         printf("\n### Table II: Scheme 1 (global atomics), %d², kernel ms (median of 20)\n\n", n);
         printf("| image | L | d=1, 0° | d=1, 45° | d=4, 0° | d=4, 45° |\n|---|---|---|---|---|---|\n");
         for (int kind = 0; kind < 2; kind++) {
-            generate(v, n, kind);
+            bench_glcm_image(v, n, kind);
             for (int L = 8; L <= 32; L *= 4) {
                 patina_glcm_quantize(q, v, (size_t)n * n, L, PATINA_GLCM_QUANT_UNIFORM);
-                printf("| %s | %d |", kind_name(kind), L);
+                printf("| %s | %d |", bench_glcm_kind_name(kind), L);
                 for (int ci = 0; ci < 4; ci++) {
                     const patina_glcm_offset_t o = patina_glcm_offset(configs[ci].d, configs[ci].angle);
                     const double ms = scheme_ms(g, 1, b, q, n, L, &o, 1, 20, 0, NULL);
@@ -921,7 +876,7 @@ static void tables(patina_gpu_t *g, int quick, int max_size)
             break;
         }
         for (int kind = 0; kind < 2; kind++) {
-            generate(v, n, kind);
+            bench_glcm_image(v, n, kind);
             for (int L = 8; L <= 32; L *= 4) {
                 patina_glcm_quantize(q, v, N, L, PATINA_GLCM_QUANT_UNIFORM);
                 for (int ci = 0; ci < 4; ci++) {
@@ -935,7 +890,8 @@ static void tables(patina_gpu_t *g, int quick, int max_size)
                         patina_glcm_counts(a, q, n, n, (size_t)n, NULL, 0, L, &o, 1, 0, 0);
                         same(b + 32 * 32, a, (size_t)L * L, "production vs CPU");
                     }
-                    printf("| %d² | %s | %d | %d | %d | ", n, kind_name(kind), L, configs[ci].d, configs[ci].angle);
+                    printf("| %d² | %s | %d | %d | %d | ", n, bench_glcm_kind_name(kind), L, configs[ci].d,
+                           configs[ci].angle);
                     if (s1 >= 0)
                         printf("%.3f", s1);
                     else
@@ -972,7 +928,7 @@ static void tables(patina_gpu_t *g, int quick, int max_size)
             patina_gpu_host_free(q);
             break;
         }
-        generate(v, n, 0);
+        bench_glcm_image(v, n, 0);
         patina_glcm_quantize(q, v, N, 32, PATINA_GLCM_QUANT_UNIFORM);
         scheme_ms(g, 3, a, q, n, 32, &o, 1, reps, 8, &r3);
         im = grey_of(q, n, n, (size_t)n, NULL);
@@ -981,7 +937,7 @@ static void tables(patina_gpu_t *g, int quick, int max_size)
             ok(patina_gpu_glcm_counts(g, b, &im, 1, 32, &o, 1, 0), "production from pinned memory");
             if (rep >= 0) t5[rep] = (patina_now() - t0) * 1e3;
         }
-        p5 = median(t5, reps);
+        p5 = bench_median(t5, reps);
         same(a, b, 32 * 32, "scheme 3 vs production streamed");
         bound = h2d > 0 ? (double)N / (h2d * 1e9) * 1e3 : 0;
         printf("| %d² | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f |\n", n, r3.h2d_ms, r3.kernel_ms, r3.ms, p5, bound,
@@ -1003,7 +959,7 @@ static void tables(patina_gpu_t *g, int quick, int max_size)
         printf("\n### A mask (disk over 64%% of the pixels), one offset, L = 32, %d², drastic image: kernel ms\n\n", n);
         printf("| offset | bit 7 (library) | sentinel level (33 levels) |\n|---|---|---|\n");
         if (v && q && mask && !quick) {
-            generate(v, n, 1);
+            bench_glcm_image(v, n, 1);
             patina_glcm_quantize(q, v, N, 32, PATINA_GLCM_QUANT_UNIFORM);
             for (int y = 0; y < n; y++)
                 for (int x = 0; x < n; x++) {
@@ -1072,7 +1028,7 @@ static void focus(patina_gpu_t *g, const char *sizes_s, const char *kinds_s, con
             break;
         }
         for (int ki = 0; ki < nk; ki++) {
-            generate(v, n, kinds[ki]);
+            bench_glcm_image(v, n, kinds[ki]);
             for (int li = 0; li < nl; li++) {
                 const int L = levels[li];
                 patina_glcm_quantize(q, v, N, L, PATINA_GLCM_QUANT_UNIFORM);
@@ -1085,7 +1041,7 @@ static void focus(patina_gpu_t *g, const char *sizes_s, const char *kinds_s, con
                     else
                         off[0] = patina_glcm_offset(sets[ti] == 3 ? 4 : 1, sets[ti] == 2 ? 45 : 0);
                     patina_glcm_counts(ref, q, n, n, (size_t)n, NULL, 0, L, off, noff, 0, 0);
-                    printf("| %d² | %s | %d | %s |", n, kind_name(kinds[ki]), L,
+                    printf("| %d² | %s | %d | %s |", n, bench_glcm_kind_name(kinds[ki]), L,
                            sets[ti] == 8   ? "8 (d=1,4 x 4 angles)"
                            : sets[ti] == 2 ? "d=1 45°"
                            : sets[ti] == 3 ? "d=4 0°"
@@ -1095,8 +1051,8 @@ static void focus(patina_gpu_t *g, const char *sizes_s, const char *kinds_s, con
                         char what[160];
                         memset(got, 0xab, noff * (size_t)L * L * 4);
                         const double ms = time_kernel(g, &vs[vi], got, q, n, L, off, noff, NULL, reps, &t);
-                        snprintf(what, sizeof what, "focus %d %s L=%d set=%d variant %s", n, kind_name(kinds[ki]), L,
-                                 sets[ti], vs[vi].text);
+                        snprintf(what, sizeof what, "focus %d %s L=%d set=%d variant %s", n,
+                                 bench_glcm_kind_name(kinds[ki]), L, sets[ti], vs[vi].text);
                         same(got, ref, noff * (size_t)L * L, what);
                         printf(" %.4f / %.4f (%s, C=%d, %d thr) |", ms, t.ms_single, t.kernel, t.copies, t.threads);
                         fflush(stdout);

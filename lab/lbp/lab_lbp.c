@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "benchutil.h"
 #include "core/internal.h"
 #include "features/lbp.h"
 #include "gpu/gpu.h"
@@ -37,22 +38,7 @@ static int failures;
 
 static lbp_conf_t conf(int kind, int P, double R, int method, int mapping, const char *grid, double th)
 {
-    lbp_opts_t o;
-    lbp_conf_t c;
-    memset(&o, 0, sizeof o);
-    o.P = P;
-    o.R = R;
-    o.method = method;
-    o.mapping = mapping;
-    o.th = th;
-    snprintf(o.grid, sizeof o.grid, "%s", grid);
-    o.norm = LBP_NORM_COUNTS;
-    o.vbins = 16;
-    if (lbp_conf_resolve(&c, kind, &o, "lab") != PATINA_OK) {
-        fprintf(stderr, "lab_lbp: %s\n", patina_last_error());
-        exit(1);
-    }
-    return c;
+    return bench_lbp_conf("lab", kind, P, R, method, mapping, grid, th);
 }
 
 static patina_gpu_lbp_conf_t gconf(const lbp_conf_t *c)
@@ -249,59 +235,7 @@ static int validate(void)
 
 /* --------------------------------------------------------------- tables */
 
-static uint8_t *src_grey;
-static int src_w, src_h;
-static char src_name[1100] = "synthetic texture";
-
-static void load_source(void)
-{
-    const char *dir = getenv("PATINA_SAMPLES");
-    char cmd[1024], path[1024];
-    patina_image_t img;
-    FILE *p;
-    if (image_path) {
-        snprintf(path, sizeof path, "%s", image_path);
-    } else {
-        path[0] = '\0';
-        snprintf(cmd, sizeof cmd,
-                 "find '%s' -type f \\( -name '*.jpg' -o -name '*.png' \\) -printf '%%s %%p\\n' 2>/dev/null"
-                 " | sort -k1,1nr -k2 | head -1 | cut -d' ' -f2-",
-                 dir && *dir ? dir : "samples");
-        if ((p = popen(cmd, "r"))) {
-            if (fgets(path, sizeof path, p)) path[strcspn(path, "\n")] = '\0';
-            pclose(p);
-        }
-    }
-    if (*path && patina_image_load(&img, path, NULL) == PATINA_OK) {
-        src_w = img.width;
-        src_h = img.height;
-        src_grey = malloc((size_t)src_w * (size_t)src_h);
-        patina_image_to_grey(src_grey, &img);
-        patina_image_release(&img);
-        snprintf(src_name, sizeof src_name, "%s (%dx%d)", path, src_w, src_h);
-        return;
-    }
-    src_w = src_h = 1024;
-    src_grey = malloc(1024 * 1024);
-    for (int y = 0; y < 1024; y++)
-        for (int x = 0; x < 1024; x++)
-            src_grey[y * 1024 + x] = (uint8_t)(128 + 60 * sin(x * 0.07) * cos(y * 0.05) +
-                                               (int)((x * 2654435761u ^ y * 40503u) >> 27));
-}
-
-static void make_image(uint8_t *out, int s, int shift)
-{
-    int x0 = (src_w - s) / 2 + shift, y0 = (src_h - s) / 2 + shift / 2;
-    for (int y = 0; y < s; y++)
-        for (int x = 0; x < s; x++) {
-            int sx = x0 + x, sy = y0 + y;
-            sx = ((sx % (2 * src_w)) + 2 * src_w) % (2 * src_w);
-            sy = ((sy % (2 * src_h)) + 2 * src_h) % (2 * src_h);
-            if (sx >= src_w) sx = 2 * src_w - 1 - sx;
-            if (sy >= src_h) sy = 2 * src_h - 1 - sy;
-            out[(size_t)y * (size_t)s + (size_t)x] = src_grey[(size_t)sy * (size_t)src_w + (size_t)sx];
-        }
-}
+static bench_source_t source; /* the input of the tables */
 
 static void fmt(char *buf, size_t n, double v)
 {
@@ -381,7 +315,7 @@ static void paper_table(const char *title, const lbp_conf_t *c, patina_pool_t *p
         prow_t *r = &rows[i];
         char b[10][32];
         double t;
-        make_image(g, s, 0);
+        bench_source_square(&source, g, s, 0);
         t = patina_now();
         lbp_ref_codes(&ref, c, g, s, s, (size_t)s);
         r->seq = (patina_now() - t) * 1e3;
@@ -441,7 +375,7 @@ static void variant_table(double copy_gbps)
     const int s = 1024;
     const size_t px = (size_t)s * s;
     uint8_t *g = malloc(px * (size_t)batch);
-    for (int i = 0; i < batch; i++) make_image(g + (size_t)i * px, s, (i * 37) % 200);
+    for (int i = 0; i < batch; i++) bench_source_square(&source, g + (size_t)i * px, s, (i * 37) % 200);
     printf("\nVariants against the production kernels: %d images of %dx%d per launch (circular: 32), histograms "
            "only, launches back to back (ms per launch; alone: one launch on an idle GPU); copy bandwidth %.0f GB/s\n",
            batch, s, s, copy_gbps);
@@ -509,13 +443,13 @@ int main(int argc, char **argv)
         return rc;
     }
     if (patina_pool_new(&pool, threads) != PATINA_OK) return 1;
-    load_source();
+    bench_source_load(&source, image_path);
     {
         char d[256];
         patina_gpu_describe(0, d, sizeof d);
         if (patina_gpu__bandwidth(G, 1, (size_t)256 << 20, 10, &copy_gbps) != PATINA_OK) copy_gbps = NAN;
         printf("# lab_lbp: %s\ninput: %s\nGPU: %s; device-to-device copy bandwidth %.0f GB/s (best of 10)\n",
-               patina_build_info(), src_name, d, copy_gbps);
+               patina_build_info(), source.name, d, copy_gbps);
     }
     {
         prow_t t[3], l[3], b8[3];
@@ -531,6 +465,6 @@ int main(int argc, char **argv)
     printf("\nvalidation: %s\n", failures ? "MISMATCHES (see above)" : "every variant's codes matched the C reference");
     patina_pool_free(pool);
     patina_gpu_close(G);
-    free(src_grey);
+    bench_source_release(&source);
     return failures ? 1 : 0;
 }

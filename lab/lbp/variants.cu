@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "benchutil.h"
 #include "gpu/lbp_kernels.cuh"
 #include "lab_lbp.h"
 
@@ -437,18 +438,7 @@ static cudaError_t lab_launch(int v, const patina_gpu_lbp_conf_t *c, const lbp_d
         }
         return launch_fast(k, sh, c, t, din, pitch, w, h, n, codes, opitch, counts, s);
     }
-    case LAB_PROD3: {
-        prod_args a;
-        size_t smem;
-        const dim3 grid = prod_plan(a, &smem, c, din, pitch, w, h, n, codes, opitch, counts);
-        const dim3 block(32, PROD_TY);
-        switch (c->kind) {
-        case LBP_KIND_LBP8: k_prod3<LBP_KIND_LBP8><<<grid, block, smem, s>>>(a, t.ktab, t.btab); break;
-        case LBP_KIND_TLBAP: k_prod3<LBP_KIND_TLBAP><<<grid, block, smem, s>>>(a, t.ktab, t.btab); break;
-        default: k_prod3<LBP_KIND_LANADP><<<grid, block, smem, s>>>(a, t.ktab, t.btab); break;
-        }
-        return cudaGetLastError();
-    }
+    case LAB_PROD3: return prod_launch(c, t, din, pitch, w, h, n, codes, opitch, counts, s);
     case LAB_CIRC: {
         circ_args a;
         circ_plan(a, c, t, din, pitch, w, h, codes, counts);
@@ -487,12 +477,6 @@ static patina_status lab_fail(cudaError_t e, const char *what, int line)
             goto done;                                                                                       \
         }                                                                                                    \
     } while (0)
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 extern "C" patina_status lab_run(int v, const patina_gpu_lbp_conf_t *c, int band, const uint8_t *grey, int w,
                                  int h, int n, void *codes, uint32_t *counts, int reps, double *ms,
@@ -564,7 +548,7 @@ extern "C" patina_status lab_run(int v, const patina_gpu_lbp_conf_t *c, int band
             LCU(cudaMemcpy(codes, dout, out_bytes, cudaMemcpyDeviceToHost));
     }
     if (counts && dcounts) LCU(cudaMemcpy(counts, dcounts, count_bytes, cudaMemcpyDeviceToHost));
-    qsort(times, (size_t)reps, sizeof *times, cmp_double);
+    qsort(times, (size_t)reps, sizeof *times, bench_cmp_double);
     if (ms) *ms = times[reps / 2];
     if (ms_stream && mw > 0 && mh > 0) {
         /* the GPU busy for 2 ms while the host queues e0, the launches and e1 */

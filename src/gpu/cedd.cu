@@ -856,54 +856,26 @@ static void sums_task(void *arg, size_t t, int worker)
     hs->j->rows(s->h_blk + p->blk0 + (size_t)r * (size_t)p->nbx, &view, &part, h->by0 + r);
 }
 
-/* One pending host-to-device copy, grown while pieces are contiguous. */
-typedef struct copy_run {
-    uint8_t *dst;
-    const uint8_t *src;
-    size_t bytes;
-} copy_run_t;
-
-static patina_status flush_copy(copy_run_t *c, cudaStream_t st)
-{
-    if (c->bytes) PGPU_CU(cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyHostToDevice, st));
-    c->bytes = 0;
-    return PATINA_OK;
-}
-
-static patina_status add_copy(copy_run_t *c, uint8_t *dst, const uint8_t *src, size_t bytes,
-                              cudaStream_t st)
-{
-    if (c->bytes && c->dst + c->bytes == dst && c->src + c->bytes == src) {
-        c->bytes += bytes;
-        return PATINA_OK;
-    }
-    PATINA_TRY(flush_copy(c, st));
-    c->dst = dst;
-    c->src = src;
-    c->bytes = bytes;
-    return PATINA_OK;
-}
-
 static patina_status copy_pixels(pgpu_slot_t *s, cudaStream_t st)
 {
-    copy_run_t run = {NULL, NULL, 0};
+    pgpu_copy_run_t run = {NULL, NULL, 0, cudaMemcpyHostToDevice};
     size_t i;
     for (i = 0; i < s->npieces; i++) {
         const pgpu_hpiece_t *h = &s->hp[i];
         uint8_t *dst = s->d_in + h->doff;
         if (h->kind == PGPU_MEM_PAGEABLE) {
-            PATINA_TRY(add_copy(&run, dst, s->h_stage + h->doff, h->rowbytes * h->rows, st));
+            PATINA_TRY(pgpu_copy_add(&run, dst, s->h_stage + h->doff, h->rowbytes * h->rows, st));
         } else if (h->kind == PGPU_MEM_PINNED) {
             if (h->hstride == h->rowbytes || h->rows == 1) {
-                PATINA_TRY(add_copy(&run, dst, h->hsrc, h->rowbytes * h->rows, st));
+                PATINA_TRY(pgpu_copy_add(&run, dst, h->hsrc, h->rowbytes * h->rows, st));
             } else {
-                PATINA_TRY(flush_copy(&run, st));
+                PATINA_TRY(pgpu_copy_flush(&run, st));
                 PGPU_CU(cudaMemcpy2DAsync(dst, h->dpitch, h->hsrc, h->hstride, h->rowbytes, h->rows,
                                      cudaMemcpyHostToDevice, st));
             }
         }
     }
-    return flush_copy(&run, st);
+    return pgpu_copy_flush(&run, st);
 }
 
 /* Issues the planned batch of slot si: host stage, copies, kernels, output. */

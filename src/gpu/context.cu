@@ -98,6 +98,30 @@ patina_status patina_gpu__upload(patina_gpu_t *g, void *dst, const void *src, si
     return PATINA_OK;
 }
 
+/* ------------------------------------------------------- coalesced copies */
+
+patina_status pgpu_copy_flush(pgpu_copy_run_t *r, void *stream)
+{
+    if (r->bytes)
+        PGPU_CU(cudaMemcpyAsync(r->dst, r->src, r->bytes, (cudaMemcpyKind)r->kind, (cudaStream_t)stream));
+    r->bytes = 0;
+    return PATINA_OK;
+}
+
+patina_status pgpu_copy_add(pgpu_copy_run_t *r, uint8_t *dst, const uint8_t *src, size_t bytes,
+                            void *stream)
+{
+    if (r->bytes && r->dst + r->bytes == dst && r->src + r->bytes == src) {
+        r->bytes += bytes;
+        return PATINA_OK;
+    }
+    PATINA_TRY(pgpu_copy_flush(r, stream));
+    r->dst = dst;
+    r->src = src;
+    r->bytes = bytes;
+    return PATINA_OK;
+}
+
 /* ---------------------------------------------------- tagged allocations */
 
 typedef struct pgpu_alloc {
@@ -336,9 +360,11 @@ void patina_gpu__plan(const patina_gpu_t *g, char *buf, size_t size)
 
 static int cmp_double(const void *a, const void *b)
 {
-    double x = *(const double *)a, y = *(const double *)b;
+    const double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
+
+void pgpu_sort_doubles(double *v, size_t n) { qsort(v, n, sizeof *v, cmp_double); }
 
 static patina_status time_copies(patina_gpu_t *g, void *dst, const void *src, size_t bytes,
                                  int reps, double *ms)
@@ -389,7 +415,7 @@ patina_status patina_gpu__bandwidth(patina_gpu_t *g, int kind, size_t bytes, int
         s = time_copies(g, dst, src, bytes, reps, ms);
     }
     if (s == PATINA_OK) {
-        qsort(ms, (size_t)reps, sizeof ms[0], cmp_double);
+        pgpu_sort_doubles(ms, (size_t)reps);
         *gbps = (kind == 0 ? 1.0 : 2.0) * (double)bytes / (ms[0] * 1e-3) / 1e9; /* the best */
     }
     if (kind == 0) patina_gpu_host_free(src);

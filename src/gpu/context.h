@@ -78,6 +78,39 @@ patina_status pgpu_fail(int cuda_error, const char *what, const char *file, int 
         if (pgpu_e_ != cudaSuccess) return pgpu_fail((int)pgpu_e_, #call, __FILE__, __LINE__); \
     } while (0)
 
+/* In a function returning patina_status with a variable `status` and a
+ * cleanup label: a failed CUDA call stores pgpu_fail's status in `status`
+ * and jumps to `label`. */
+#define PGPU_CU_GOTO(call, status, label)                                                      \
+    do {                                                                                       \
+        cudaError_t pgpu_e_ = (call);                                                          \
+        if (pgpu_e_ != cudaSuccess) {                                                          \
+            (status) = pgpu_fail((int)pgpu_e_, #call, __FILE__, __LINE__);                     \
+            goto label;                                                                        \
+        }                                                                                      \
+    } while (0)
+
+/* One pending asynchronous copy that grows while the pieces added are
+ * contiguous in both source and destination, so that adjacent pieces travel
+ * as one copy. Start it as {NULL, NULL, 0, kind}; kind: a cudaMemcpyKind. */
+typedef struct pgpu_copy_run {
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t bytes;
+    int kind;
+} pgpu_copy_run_t;
+
+/* Adds a piece of `bytes` from src to dst on stream (a cudaStream_t):
+ * extends the pending copy when it continues it, else issues the pending
+ * one and starts a new one. */
+patina_status pgpu_copy_add(pgpu_copy_run_t *r, uint8_t *dst, const uint8_t *src, size_t bytes,
+                            void *stream);
+/* Issues the pending copy, if any, on stream. */
+patina_status pgpu_copy_flush(pgpu_copy_run_t *r, void *stream);
+
+/* Sorts v[0..n) ascending (timings: the median is v[n / 2], the best v[0]). */
+void pgpu_sort_doubles(double *v, size_t n);
+
 /* Device memory for family `owner` (tag: what it holds, for reports), within
  * the budget: other families' states are released first when needed;
  * PATINA_E_LIMIT when it still does not fit, PATINA_E_NOMEM when the device

@@ -1066,6 +1066,22 @@ static patina_status check_grey(const patina_gpu_grey_t *imgs, size_t n, int lev
 
 /* ------------------------------------------------------------ entry points */
 
+/* What the entry points on grey images share: checks the images, selects
+ * the device, gets the state and describes the images as the source. */
+static patina_status grey_request(patina_gpu_t *g, const patina_gpu_grey_t *imgs, size_t n, int levels,
+                                  int symmetric, glcm_state **c, glcm_source *src)
+{
+    int masked;
+    PATINA_TRY(check_grey(imgs, n, levels, symmetric, &masked));
+    CK(cudaSetDevice(g->device));
+    PATINA_TRY(state_get(g, c));
+    memset(src, 0, sizeof *src);
+    src->n = n;
+    src->grey = imgs;
+    src->masked = masked;
+    return PATINA_OK;
+}
+
 extern "C" patina_status pgpu_glcm_counts(patina_gpu_t *g, const pgpu_glcm_knobs_t *k, uint32_t *counts,
                                           const patina_gpu_grey_t *imgs, size_t n, int levels,
                                           const patina_glcm_offset_t *off, size_t noff, int symmetric)
@@ -1075,18 +1091,11 @@ extern "C" patina_status pgpu_glcm_counts(patina_gpu_t *g, const pgpu_glcm_knobs
     glcm_source src;
     patina_status s = PATINA_OK;
     size_t chunk;
-    int masked;
     PATINA_TRY(check_request(g, levels, off, noff));
     if (n == 0 || noff == 0) return PATINA_OK;
     if (!counts || !imgs) return patina__fail(PATINA_E_INVALID, "gpu: glcm: null counts or images");
-    PATINA_TRY(check_grey(imgs, n, levels, symmetric, &masked));
-    CK(cudaSetDevice(g->device));
-    PATINA_TRY(state_get(g, &c));
-    memset(&src, 0, sizeof src);
-    src.n = n;
-    src.grey = imgs;
-    src.masked = masked;
-    chunk = chunk_images(g, noff, levels, levels_max(levels, masked), 0);
+    PATINA_TRY(grey_request(g, imgs, n, levels, symmetric, &c, &src));
+    chunk = chunk_images(g, noff, levels, levels_max(levels, src.masked), 0);
     for (size_t i0 = 0; s == PATINA_OK && i0 < n; i0 += chunk) {
         const size_t i1 = n - i0 < chunk ? n : i0 + chunk;
         uint32_t *d = NULL;
@@ -1191,12 +1200,6 @@ extern "C" patina_status patina_gpu_glcm_features_of(patina_gpu_t *g, double *pr
 
 /* ------------------------------------------------------------ timing */
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 extern "C" patina_status pgpu_glcm_time(patina_gpu_t *g, const pgpu_glcm_knobs_t *k, pgpu_glcm_timing_t *t,
                                         uint32_t *counts, const patina_gpu_grey_t *imgs, size_t n, int levels,
                                         const patina_glcm_offset_t *off, size_t noff, int symmetric)
@@ -1211,17 +1214,10 @@ extern "C" patina_status pgpu_glcm_time(patina_gpu_t *g, const pgpu_glcm_knobs_t
     size_t ntasks = 0, need_tasks = 0, used = 0, nmat = n * noff;
     uint32_t *d_res;
     patina_status s = PATINA_OK;
-    int masked;
     PATINA_TRY(check_request(g, levels, off, noff));
     if (!t || !counts || !imgs || n == 0 || noff == 0)
         return patina__fail(PATINA_E_INVALID, "gpu: glcm: timing needs images, offsets and outputs");
-    PATINA_TRY(check_grey(imgs, n, levels, symmetric, &masked));
-    CK(cudaSetDevice(g->device));
-    PATINA_TRY(state_get(g, &c));
-    memset(&src, 0, sizeof src);
-    src.n = n;
-    src.grey = imgs;
-    src.masked = masked;
+    PATINA_TRY(grey_request(g, imgs, n, levels, symmetric, &c, &src));
     PATINA_TRY(plan_run(g, c, k, &src, 0, n, levels, off, noff, 1, &run));
     for (size_t i = 0; i < n; i++)
         if (imgs[i].w > 0 && imgs[i].h > 0) {
@@ -1272,14 +1268,7 @@ extern "C" patina_status pgpu_glcm_time(patina_gpu_t *g, const pgpu_glcm_knobs_t
     CK(cudaMemcpyAsync(sl->d_tasks, sl->h_tasks, ntasks * sizeof(glcm_task), cudaMemcpyHostToDevice, sl->s));
     ts = (double *)malloc((size_t)reps * sizeof *ts);
     if (!ts) return patina__fail(PATINA_E_NOMEM, "gpu: glcm: out of host memory");
-#define T_CK(call)                                                                 \
-    do {                                                                           \
-        cudaError_t e_ = (call);                                                   \
-        if (e_ != cudaSuccess) {                                                   \
-            s = pgpu_fail((int)e_, #call, __FILE__, __LINE__);                     \
-            goto out;                                                              \
-        }                                                                          \
-    } while (0)
+#define T_CK(call) PGPU_CU_GOTO(call, s, out)
 #define T_TRY(expr)                                                                \
     do {                                                                           \
         s = (expr);                                                                \
@@ -1310,7 +1299,7 @@ extern "C" patina_status pgpu_glcm_time(patina_gpu_t *g, const pgpu_glcm_knobs_t
             T_CK(cudaEventElapsedTime(&f, e0, e1));
             ts[r] = f;
         }
-        qsort(ts, (size_t)reps, sizeof *ts, cmp_double);
+        pgpu_sort_doubles(ts, (size_t)reps);
         t->ms_single = ts[reps / 2];
     }
     if (symmetric) T_TRY(symmetrise(g, sl->s, c->d_counts, nmat, run.Lc));

@@ -64,6 +64,18 @@ typedef void (*glcm_count_fn)(const glcm_task *, int, glcm_offs, int, int, int, 
 
 static __device__ __forceinline__ int floor_div4(int x) { return x >= 0 ? x >> 2 : -((-x + 3) >> 2); }
 
+/* The 16 bytes that start sh8 / 8 bytes past the aligned word pb, as 4
+ * words: 5 aligned loads through the read-only cache, funnel-shifted right
+ * by sh8 bits (0, 8, 16 or 24). */
+static __device__ __forceinline__ void load16_shifted(const uint32_t *pb, int sh8, uint32_t out[4])
+{
+    uint32_t bw[5];
+#pragma unroll
+    for (int k = 0; k < 5; k++) bw[k] = __ldg(pb + k);
+#pragma unroll
+    for (int k = 0; k < 4; k++) out[k] = __funnelshift_r(bw[k], bw[k + 1], sh8);
+}
+
 /* Matrices too large for shared memory (L above ~238 levels): every pair
  * goes straight to the global counts with an atomic; a thread merges runs
  * of equal consecutive pairs of its 16-pixel group into one atomic. Tasks
@@ -92,12 +104,8 @@ k_count_global(const glcm_task *__restrict__ tasks, int ntasks, glcm_offs ko, in
                 const uint8_t *rb = tk.base + (long long)(rr - tk.row0) * tk.pitch;
                 const int xb = x0 + dx, wb = floor_div4(xb), sh8 = (xb - 4 * wb) * 8;
                 const uint32_t *pb = reinterpret_cast<const uint32_t *>(rb) + wb;
-                uint32_t bw[5];
-#pragma unroll
-                for (int k = 0; k < 5; k++) bw[k] = __ldg(pb + k);
                 uint32_t bsh[4];
-#pragma unroll
-                for (int k = 0; k < 4; k++) bsh[k] = __funnelshift_r(bw[k], bw[k + 1], sh8);
+                load16_shifted(pb, sh8, bsh);
                 uint32_t *H = gout + (size_t)(ko.o0 + o) * LL;
                 int run = -1, n = 0;
 #pragma unroll
@@ -535,22 +543,15 @@ k_count3(const glcm_task *__restrict__ tasks, int ntasks, glcm_offs ko, int G, i
                                                 u ? a[1].w : a[0].w};
                         if (u ? fullB : fullA) { /* this group is inside for the whole warp */
                             const uint32_t *pb = reinterpret_cast<const uint32_t *>(pa[u] + db);
-                            uint32_t bs[4], bw[5];
-#pragma unroll
-                            for (int k = 0; k < 5; k++) bw[k] = __ldg(pb + k);
-#pragma unroll
-                            for (int k = 0; k < 4; k++) bs[k] = __funnelshift_r(bw[k], bw[k + 1], sh8);
+                            uint32_t bs[4];
+                            load16_shifted(pb, sh8, bs);
                             dummy += vote16p<HI, MK>(sh, aw, alo[u], ahi[u], bs, base, sb);
                             continue;
                         }
                         if (!vm) continue;
                         const uint32_t *pb = reinterpret_cast<const uint32_t *>(pa[u] + db);
-                        uint32_t bw[5];
-#pragma unroll
-                        for (int k = 0; k < 5; k++) bw[k] = __ldg(pb + k);
                         uint32_t bs[4];
-#pragma unroll
-                        for (int k = 0; k < 4; k++) bs[k] = __funnelshift_r(bw[k], bw[k + 1], sh8);
+                        load16_shifted(pb, sh8, bs);
                         if (MK) {
                             vm &= ~flagged16(aw, bs);
                             if (!vm) continue;

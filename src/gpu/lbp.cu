@@ -206,16 +206,7 @@ static cudaError_t lbp_launch(const patina_gpu_t *g, lbp_state *S, const patina_
             k<<<nb, dim3(32, sh.nw), smem, s>>>(a, t.ktab, t.btab);
             return cudaGetLastError();
         }
-        prod_args a;
-        size_t smem;
-        const dim3 grid = prod_plan(a, &smem, c, in, pitch, w, h, n, codes, opitch, counts);
-        const dim3 block(32, PROD_TY);
-        switch (c->kind) {
-        case LBP_KIND_LBP8: k_prod3<LBP_KIND_LBP8><<<grid, block, smem, s>>>(a, t.ktab, t.btab); break;
-        case LBP_KIND_TLBAP: k_prod3<LBP_KIND_TLBAP><<<grid, block, smem, s>>>(a, t.ktab, t.btab); break;
-        default: k_prod3<LBP_KIND_LANADP><<<grid, block, smem, s>>>(a, t.ktab, t.btab); break;
-        }
-        return cudaGetLastError();
+        return prod_launch(c, t, in, pitch, w, h, n, codes, opitch, counts, s);
     }
     circ_args a;
     circ_plan(a, c, t, in, pitch, w, h, codes, counts);
@@ -592,33 +583,6 @@ static void chunk_task(void *arg, size_t t, int worker)
     copy_rows(a->dst, &a->view, h * t / a->ntask, h * (t + 1) / a->ntask);
 }
 
-/* One pending host-to-device copy, grown while the pieces are contiguous. */
-struct copy_run {
-    uint8_t *dst;
-    const uint8_t *src;
-    size_t bytes;
-};
-
-static patina_status flush_copy(copy_run *r, cudaStream_t st)
-{
-    if (r->bytes) PGPU_CU(cudaMemcpyAsync(r->dst, r->src, r->bytes, cudaMemcpyDefault, st));
-    r->bytes = 0;
-    return PATINA_OK;
-}
-
-static patina_status add_copy(copy_run *r, uint8_t *dst, const uint8_t *src, size_t bytes, cudaStream_t st)
-{
-    if (r->bytes && r->dst + r->bytes == dst && r->src + r->bytes == src) {
-        r->bytes += bytes;
-        return PATINA_OK;
-    }
-    PATINA_TRY(flush_copy(r, st));
-    r->dst = dst;
-    r->src = src;
-    r->bytes = bytes;
-    return PATINA_OK;
-}
-
 /* Issues slot si's batch: staging, copies, grey, counting per run of equal
  * sizes, counts back; records the slot's event. */
 static patina_status submit(lbp_job *j, int si)
@@ -627,7 +591,7 @@ static patina_status submit(lbp_job *j, int si)
     lbp_slot *s = &S->slot[si];
     const cudaStream_t st = s->stream;
     const size_t dim = j->c->dim;
-    copy_run run = {NULL, NULL, 0};
+    pgpu_copy_run_t run = {NULL, NULL, 0, cudaMemcpyDefault};
     stage_arg sa = {j, s};
     if (s->ntasks) patina_pool_run(j->g->pool, s->ntasks, stage_task, &sa);
     for (size_t k = 0; k < s->nitems; k++) {
@@ -635,16 +599,17 @@ static patina_status submit(lbp_job *j, int si)
         const patina_image_t *im = &j->imgs[it->img];
         const size_t rb = 3 * (size_t)it->w;
         if (it->mem == MEM_PAGEABLE) {
-            PATINA_TRY(add_copy(&run, s->d_rgb + it->rgb_off, s->h_stage + it->rgb_off, rb * (size_t)it->h, st));
+            PATINA_TRY(pgpu_copy_add(&run, s->d_rgb + it->rgb_off, s->h_stage + it->rgb_off, rb * (size_t)it->h,
+                                     st));
         } else if (im->stride == rb) {
-            PATINA_TRY(add_copy(&run, s->d_rgb + it->rgb_off, im->data, rb * (size_t)it->h, st));
+            PATINA_TRY(pgpu_copy_add(&run, s->d_rgb + it->rgb_off, im->data, rb * (size_t)it->h, st));
         } else {
-            PATINA_TRY(flush_copy(&run, st));
+            PATINA_TRY(pgpu_copy_flush(&run, st));
             PGPU_CU(cudaMemcpy2DAsync(s->d_rgb + it->rgb_off, rb, im->data, im->stride, rb, (size_t)it->h,
                                       cudaMemcpyDefault, st));
         }
     }
-    PATINA_TRY(flush_copy(&run, st));
+    PATINA_TRY(pgpu_copy_flush(&run, st));
     PGPU_CU(cudaMemsetAsync(s->d_counts, 0, s->nitems * dim * sizeof(uint32_t), st));
     for (size_t k = 0; k < s->nitems;) {
         const lbp_item *it = &s->items[k];
@@ -827,12 +792,6 @@ patina_status patina_gpu_lbp(patina_gpu_t *g, const patina_gpu_lbp_conf_t *c, ui
 
 /* ------------------------------------------------------ grey images (internal) */
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* The device buffers of one patina_gpu__lbp_grey call. */
 struct grey_bufs {
     uint8_t *in, *codes;
@@ -894,7 +853,7 @@ static patina_status grey_run(patina_gpu_t *g, lbp_state *S, const patina_gpu_lb
     if (counts) PGPU_CU(cudaMemcpyAsync(counts, b->counts, count_bytes, cudaMemcpyDeviceToHost, st));
     PGPU_CU(cudaStreamSynchronize(st));
     if (!reps) return PATINA_OK;
-    qsort(b->times, (size_t)reps, sizeof *b->times, cmp_double);
+    pgpu_sort_doubles(b->times, (size_t)reps);
     tm->ms_alone = b->times[reps / 2];
     tm->ms_stream = 0.0;
     if (mw > 0 && mh > 0 && n > 0) {

@@ -1390,20 +1390,17 @@ static inline int smem_copies(int dim)
     return 0;
 }
 
-/* The launch of k_prod3 on n images of w x h: fills a and returns the grid
- * (smem: its dynamic shared memory). The grid's y extent must be <= 65535
- * (prod_fits). */
-static inline dim3 prod_plan(prod_args &a, size_t *smem, const patina_gpu_lbp_conf_t *c, const uint8_t *in,
-                             int pitch, int w, int h, int n, void *codes, int opitch, uint32_t *counts)
+/* The fields of prod_args and fast_args that describe the data: grey
+ * input rows `pitch` bytes apart (h * pitch bytes per image), the code map's
+ * mw x mh with rows `opitch` bytes apart (codes, or NULL), the histograms
+ * (counts, or NULL) and c's bins and grid. */
+template <class A>
+static inline void set_io(A &a, const patina_gpu_lbp_conf_t *c, const uint8_t *in, int pitch, int h, int mw, int mh,
+                          void *codes, int opitch, uint32_t *counts)
 {
-    int mw, mh;
-    lbp_map_wh(c, w, h, &mw, &mh);
-    memset(&a, 0, sizeof a);
     a.in = in;
     a.pitch = pitch;
     a.in_img = (size_t)h * (size_t)pitch;
-    a.w = w;
-    a.h = h;
     a.mw = mw;
     a.mh = mh;
     a.codes = (uint8_t *)codes;
@@ -1414,6 +1411,20 @@ static inline dim3 prod_plan(prod_args &a, size_t *smem, const patina_gpu_lbp_co
     a.nbins = c->nbins;
     a.grid_rows = c->grid_rows;
     a.grid_cols = c->grid_cols;
+}
+
+/* The launch of k_prod3 on n images of w x h: fills a and returns the grid
+ * (smem: its dynamic shared memory). The grid's y extent must be <= 65535
+ * (prod_fits). */
+static inline dim3 prod_plan(prod_args &a, size_t *smem, const patina_gpu_lbp_conf_t *c, const uint8_t *in,
+                             int pitch, int w, int h, int n, void *codes, int opitch, uint32_t *counts)
+{
+    int mw, mh;
+    lbp_map_wh(c, w, h, &mw, &mh);
+    memset(&a, 0, sizeof a);
+    set_io(a, c, in, pitch, h, mw, mh, codes, opitch, counts);
+    a.w = w;
+    a.h = h;
     a.copies = counts ? smem_copies(a.dim) : 0;
     *smem = (size_t)a.copies * (size_t)a.dim * sizeof(uint32_t);
     return dim3((unsigned)((mw + PROD_COLS - 1) / PROD_COLS),
@@ -1421,6 +1432,24 @@ static inline dim3 prod_plan(prod_args &a, size_t *smem, const patina_gpu_lbp_co
 }
 
 static inline bool prod_fits(int mh) { return (mh + PROD_TY * PROD_RW - 1) / (PROD_TY * PROD_RW) <= 65535; }
+
+/* Launches k_prod3 for c's kind on n images of w x h (prod_plan) on stream
+ * s; the launch's error. */
+static inline cudaError_t prod_launch(const patina_gpu_lbp_conf_t *c, const lbp_dev_tables &t, const uint8_t *in,
+                                      int pitch, int w, int h, int n, void *codes, int opitch, uint32_t *counts,
+                                      cudaStream_t s)
+{
+    prod_args a;
+    size_t smem;
+    const dim3 grid = prod_plan(a, &smem, c, in, pitch, w, h, n, codes, opitch, counts);
+    const dim3 block(32, PROD_TY);
+    switch (c->kind) {
+    case LBP_KIND_LBP8: k_prod3<LBP_KIND_LBP8><<<grid, block, smem, s>>>(a, t.ktab, t.btab); break;
+    case LBP_KIND_TLBAP: k_prod3<LBP_KIND_TLBAP><<<grid, block, smem, s>>>(a, t.ktab, t.btab); break;
+    default: k_prod3<LBP_KIND_LANADP><<<grid, block, smem, s>>>(a, t.ktab, t.btab); break;
+    }
+    return cudaGetLastError();
+}
 
 /* Whether k_fast4 computes these histograms: 3x3 kinds, whole-image
  * histograms or grids whose cells are at least 16 columns wide (a lane's 16
@@ -1459,20 +1488,8 @@ static inline unsigned fast_plan(fast_args &a, const patina_gpu_lbp_conf_t *c, c
     const long long warps = (long long)sms * bps * nw;
     const long long rows = (long long)n * strips * mh; /* warp rows of work */
     memset(&a, 0, sizeof a);
-    a.in = in;
-    a.pitch = pitch;
-    a.in_img = (size_t)h * (size_t)pitch;
-    a.mw = mw;
-    a.mh = mh;
-    a.codes = (uint8_t *)codes;
-    a.opitch = opitch;
-    a.out_img = (size_t)mh * (size_t)opitch;
-    a.counts = counts;
-    a.dim = (int)c->dim;
+    set_io(a, c, in, pitch, h, mw, mh, codes, opitch, counts);
     a.grid = cells;
-    a.grid_rows = c->grid_rows;
-    a.grid_cols = c->grid_cols;
-    a.nbins = c->nbins;
     a.groups = strips * c->grid_rows;
     /* bands of a task strip (grid: per cell row, padded to a multiple of
      * FAST_WARPS so that a block's warps share a cell row) and the task

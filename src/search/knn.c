@@ -273,11 +273,21 @@ patina_status patina_index_new(patina_index_t **idx, const patina_extractor_t *e
     return index_build(idx, ex, ic, dc, n, 0);
 }
 
-/* The index of a loaded table (load's status s; takes ids and descs). */
-static patina_status index_from_table(patina_index_t **idx, const patina_extractor_t *ex,
-                                      patina_status s, uint64_t *ids, uint8_t *descs, size_t n,
-                                      size_t bytes)
+/* The index of ex's table, loaded from collection c or, when c is NULL,
+ * from snapshot snap (what: the source's name for the null-argument error). */
+static patina_status index_load_from(patina_index_t **idx, const patina_extractor_t *ex,
+                                     patina_collection_t *c, patina_snapshot_t *snap,
+                                     const char *what)
 {
+    uint64_t *ids = NULL;
+    uint8_t *descs = NULL;
+    size_t n = 0, bytes = 0;
+    patina_status s;
+    if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index pointer");
+    *idx = NULL;
+    if (!ex || (!c && !snap)) return patina__fail(PATINA_E_INVALID, "search: null extractor or %s", what);
+    if (c) s = patina_collection_load(c, patina_extractor_spec(ex), &ids, &descs, &n, &bytes);
+    else s = patina_snapshot_load(snap, patina_extractor_spec(ex), &ids, &descs, &n, &bytes);
     if (s == PATINA_E_NOTFOUND) {
         patina_clear_error();
         return index_build(idx, ex, NULL, NULL, 0, 1);
@@ -296,29 +306,13 @@ static patina_status index_from_table(patina_index_t **idx, const patina_extract
 patina_status patina_index_load(patina_index_t **idx, const patina_extractor_t *ex,
                                 patina_collection_t *c)
 {
-    uint64_t *ids = NULL;
-    uint8_t *descs = NULL;
-    size_t n = 0, bytes = 0;
-    patina_status s;
-    if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index pointer");
-    *idx = NULL;
-    if (!ex || !c) return patina__fail(PATINA_E_INVALID, "search: null extractor or collection");
-    s = patina_collection_load(c, patina_extractor_spec(ex), &ids, &descs, &n, &bytes);
-    return index_from_table(idx, ex, s, ids, descs, n, bytes);
+    return index_load_from(idx, ex, c, NULL, "collection");
 }
 
 patina_status patina_index_load_snapshot(patina_index_t **idx, const patina_extractor_t *ex,
                                          patina_snapshot_t *snap)
 {
-    uint64_t *ids = NULL;
-    uint8_t *descs = NULL;
-    size_t n = 0, bytes = 0;
-    patina_status s;
-    if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index pointer");
-    *idx = NULL;
-    if (!ex || !snap) return patina__fail(PATINA_E_INVALID, "search: null extractor or snapshot");
-    s = patina_snapshot_load(snap, patina_extractor_spec(ex), &ids, &descs, &n, &bytes);
-    return index_from_table(idx, ex, s, ids, descs, n, bytes);
+    return index_load_from(idx, ex, NULL, snap, "snapshot");
 }
 
 /* --------------------------------------------------------------- distances */

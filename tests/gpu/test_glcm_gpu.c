@@ -125,6 +125,24 @@ static pgpu_glcm_knobs_t knobs(size_t slot_bytes, size_t task_pixels, size_t pol
     return k;
 }
 
+/* One image's counts (G offsets, not symmetric) under each policy, with
+ * default slots and with tiny ones (11 rows, tasks of 64 pixels: pairs split
+ * across tiles, frequent flushes), against the reference want (per
+ * elements); got: scratch of per elements; what names the case. */
+static void counts_each_policy(const patina_gpu_grey_t *gi, int L, const patina_glcm_offset_t *off, int G,
+                               const uint32_t *want, uint32_t *got, size_t per, const char *what)
+{
+    for (size_t pi = 0; pi < NPOLICIES; pi++)
+        for (int small = 0; small < 2; small++) {
+            const pgpu_glcm_knobs_t k = knobs(small ? (size_t)(gi->w + 48) * 11 : 0, small ? 64 : 0, policies[pi]);
+            char msg[256];
+            memset(got, 0xab, per * 4);
+            TU_OK(pgpu_glcm_counts(gpu, &k, got, gi, 1, L, off, (size_t)G, 0));
+            snprintf(msg, sizeof msg, "%s policy %zu small slots %d", what, policies[pi], small);
+            compare_counts(got, want, per, msg);
+        }
+}
+
 /* Random images, every level class (two copies per lane up to global votes),
  * default, small and tiny slots. */
 static void test_counts_random(void **state)
@@ -309,17 +327,11 @@ static void test_offsets_in_one_pass(void **state)
                 random_offsets(off, G, w, h, &rng);
                 gi = grey_of(&im);
                 TU_OK(patina_glcm_counts_ref(a, im.q, w, h, im.stride, NULL, 0, L, off, (size_t)G, 0));
-                for (size_t pi = 0; pi < NPOLICIES; pi++)
-                    for (int small = 0; small < 2; small++) {
-                        const pgpu_glcm_knobs_t k = knobs(small ? (size_t)(w + 48) * 11 : 0, small ? 64 : 0,
-                                                          policies[pi]);
-                        char what[160];
-                        memset(b, 0xab, per * 4);
-                        TU_OK(pgpu_glcm_counts(gpu, &k, b, &gi, 1, L, off, (size_t)G, 0));
-                        snprintf(what, sizeof what, "%dx%d L=%d G=%d policy %zu small slots %d", w, h, L, G,
-                                 policies[pi], small);
-                        compare_counts(b, a, per, what);
-                    }
+                {
+                    char what[96];
+                    snprintf(what, sizeof what, "%dx%d L=%d G=%d", w, h, L, G);
+                    counts_each_policy(&gi, L, off, G, a, b, per, what);
+                }
                 img_free(&im);
                 free(a);
                 free(b);
@@ -435,29 +447,22 @@ static void test_masks(void **state)
                 gi.mask = mask;
                 gi.mstride = (size_t)w;
                 TU_OK(patina_glcm_counts_ref(a, im.q, w, h, im.stride, mask, (size_t)w, L, off, (size_t)G, 0));
+                {
+                    char what[96];
+                    snprintf(what, sizeof what, "mask: %dx%d L=%d G=%d mask %d", w, h, L, G, mkind);
+                    counts_each_policy(&gi, L, off, G, a, b, per, what);
+                }
                 for (size_t pi = 0; pi < NPOLICIES; pi++) {
-                    for (int small = 0; small < 2; small++) {
-                        const pgpu_glcm_knobs_t k = knobs(small ? (size_t)(w + 48) * 11 : 0, small ? 64 : 0,
-                                                          policies[pi]);
-                        char what[160];
-                        memset(b, 0xab, per * 4);
-                        TU_OK(pgpu_glcm_counts(gpu, &k, b, &gi, 1, L, off, (size_t)G, 0));
-                        snprintf(what, sizeof what, "mask: %dx%d L=%d G=%d mask %d policy %zu small %d", w, h, L, G,
-                                 mkind, policies[pi], small);
-                        compare_counts(b, a, per, what);
-                    }
-                    {
-                        const pgpu_glcm_knobs_t k = knobs(0, 0, policies[pi]);
-                        pgpu_glcm_timing_t t;
-                        char what[160];
-                        memset(&t, 0, sizeof t);
-                        t.reps = 1;
-                        memset(b, 0xab, per * 4);
-                        TU_OK(pgpu_glcm_time(gpu, &k, &t, b, &gi, 1, L, off, (size_t)G, 0));
-                        snprintf(what, sizeof what, "mask, resident: %dx%d L=%d G=%d mask %d policy %zu (%s)", w, h,
-                                 L, G, mkind, policies[pi], t.kernel);
-                        compare_counts(b, a, per, what);
-                    }
+                    const pgpu_glcm_knobs_t k = knobs(0, 0, policies[pi]);
+                    pgpu_glcm_timing_t t;
+                    char what[160];
+                    memset(&t, 0, sizeof t);
+                    t.reps = 1;
+                    memset(b, 0xab, per * 4);
+                    TU_OK(pgpu_glcm_time(gpu, &k, &t, b, &gi, 1, L, off, (size_t)G, 0));
+                    snprintf(what, sizeof what, "mask, resident: %dx%d L=%d G=%d mask %d policy %zu (%s)", w, h, L,
+                             G, mkind, policies[pi], t.kernel);
+                    compare_counts(b, a, per, what);
                 }
                 img_free(&im);
                 free(mask);
