@@ -69,6 +69,20 @@ static void test_options(void **state)
     assert_int_equal(patina_opts_parse(&p, defs, NDEFS, "n=1,2", "fam"), PATINA_E_INVALID);
     assert_int_equal(patina_opts_parse(&p, defs, NDEFS, "n=", "fam"), PATINA_E_INVALID);
     assert_int_equal(patina_opts_parse(&p, defs, NDEFS, "t=nan", "fam"), PATINA_E_INVALID);
+    assert_int_equal(patina_opts_parse(&p, defs, NDEFS, "t=1e400", "fam"), PATINA_E_INVALID);
+    assert_int_equal(patina_opts_parse(&p, defs, NDEFS, "t=inf", "fam"), PATINA_E_INVALID);
+    /* A subnormal value (hexadecimal or decimal, where strtod reports
+     * underflow) is kept, and its canonical text reads back to it (the
+     * options fuzz target found "t=0x1p-1074" formatted as 5e-324, which
+     * was then refused). */
+    TU_OK(patina_opts_parse(&p, defs, NDEFS, "t=0x1p-1074", "fam"));
+    assert_true(p.t > 0 && p.t < 1e-323);
+    patina_opts_format(buf, sizeof buf, &p, defs, NDEFS);
+    assert_non_null(strstr(buf, "t=5e-324"));
+    TU_OK(patina_opts_parse(&p, defs, NDEFS, "t=5e-324", "fam"));
+    assert_true(p.t > 0 && p.t < 1e-323);
+    TU_OK(patina_opts_parse(&p, defs, NDEFS, "t=1e-330", "fam"));
+    assert_true(p.t == 0);
     assert_int_equal(patina_opts_parse(&p, defs, NDEFS, "flag=2", "fam"), PATINA_E_INVALID);
     assert_int_equal(patina_opts_parse(&p, defs, NDEFS, "justtext", "fam"), PATINA_E_INVALID);
 }

@@ -74,7 +74,10 @@ static patina_status set_value(void *params, const patina_optdef_t *d, const cha
         double x;
         errno = 0;
         x = strtod(v, &end);
-        if (errno || end == v || *end || isnan(x))
+        /* Underflow (ERANGE with a subnormal or zero result) keeps the
+         * nearest double: it is what the canonical spec prints for a
+         * subnormal value, which must read back. Overflow is refused. */
+        if ((errno && !(errno == ERANGE && isfinite(x))) || end == v || *end || isnan(x))
             return patina__fail(PATINA_E_INVALID, "%s: option '%s' wants a number, got '%s'",
                                 what, d->name, v);
         if (x < d->min || x > d->max)
