@@ -140,14 +140,14 @@ static double d_rootsift_ratio(patina_elem e, const void *a, const void *b, size
 }
 
 static const pdist_def_t table[PDIST_COUNT] = {
-    [PDIST_TANIMOTO] = {"tanimoto", d_tanimoto, 1},
-    [PDIST_L1] = {"l1", d_l1, 1},
-    [PDIST_L2] = {"l2", d_l2, 1},
-    [PDIST_STD_L2] = {"std_l2", d_std_l2, 1},
-    [PDIST_CHI2] = {"chi2", d_chi2, 1},
-    [PDIST_INTERSECTION] = {"intersection", d_intersection, 1},
-    [PDIST_HELLINGER] = {"hellinger", d_hellinger, 1},
-    [PDIST_COSINE] = {"cosine", d_cosine, 1},
+    [PDIST_TANIMOTO] = {"tanimoto", d_tanimoto, 1, 0},
+    [PDIST_L1] = {"l1", d_l1, 1, 0},
+    [PDIST_L2] = {"l2", d_l2, 1, 0},
+    [PDIST_STD_L2] = {"std_l2", d_std_l2, 1, 0},
+    [PDIST_CHI2] = {"chi2", d_chi2, 1, 0},
+    [PDIST_INTERSECTION] = {"intersection", d_intersection, 1, 0},
+    [PDIST_HELLINGER] = {"hellinger", d_hellinger, 1, 0},
+    [PDIST_COSINE] = {"cosine", d_cosine, 1, 0},
     [PDIST_ROOTSIFT_RATIO] = {"rootsift_ratio", d_rootsift_ratio, 0, 1},
 };
 
