@@ -56,7 +56,8 @@ MODE=${1:-build}
 SYSTEM_LIBS='linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libgcc_s|libstdc\+\+|libz\.so|libcudart|libcuda\.so|libnvjpeg'
 # Debian packages that `source` builds against (headers, .pc files, libraries).
 DEB_PKGS='liblmdb-dev liblmdb0 libcmocka-dev libcmocka0 libturbojpeg0-dev libturbojpeg0
-libjpeg62-turbo-dev libjpeg62-turbo libpng-dev libpng16-16 zlib1g-dev pkgconf pkgconf-bin libpkgconf3'
+libjpeg62-turbo-dev libjpeg62-turbo libpng-dev libpng16-16 zlib1g-dev pkgconf pkgconf-bin libpkgconf3
+libvlfeat-dev libvlfeat1 libgomp1'
 
 configure() { # configure DIR [extra cmake args...]
     dir=$1
@@ -282,7 +283,8 @@ source_build() {
     gen=
     command -v ninja >/dev/null && gen="-GNinja"
     # shellcheck disable=SC2086
-    configure "$BUILD" $gen -DPKG_CONFIG_EXECUTABLE="$R/usr/bin/pkgconf"
+    # VLFeat has no .pc file: found by path under the unpacked root.
+    configure "$BUILD" $gen -DPKG_CONFIG_EXECUTABLE="$R/usr/bin/pkgconf" -DCMAKE_PREFIX_PATH="$R/usr"
     # shellcheck disable=SC2046
     cmake --build "$BUILD" -j"$(nproc)" --target $(gpu_targets "$BUILD")
     mkdir -p "$STAGE"

@@ -9,6 +9,7 @@
 #include "patina/cedd.h"
 #include "patina/descriptor.h"
 #include "patina/glcm.h"
+#include "patina/rootsift.h"
 #include "patina/store.h"
 #include "patina/search.h"
 #include "patina/pipeline.h"

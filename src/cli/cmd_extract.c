@@ -36,11 +36,17 @@ const cli_command_t cli_cmd_extract = {
     .opts = opts,
     .nopts = sizeof opts / sizeof opts[0],
     .notes = "output:\n"
-             "  csv   one line per image: PATH,v0,...,vN-1. A PATH holding a comma, a double\n"
+             "  csv   one line per image: PATH,v0,...,vN-1 (rootsift: one line per keypoint,\n"
+             "        PATH,COUNT,I,X,Y,SCALE,ANGLE,D0,...,D127, strongest first; an image\n"
+             "        without keypoints prints PATH,0). A PATH holding a comma, a double\n"
              "        quote, CR or LF is quoted as RFC 4180 says (\"...\", quotes doubled);\n"
              "        other fields are never quoted. Lines end with LF.\n"
              "  json  one object per line: {\"path\",\"family\",\"descriptor\"} (glcm and\n"
-             "        haralick: {\"path\",\"family\",\"glcm\",\"props\",\"haralick\",...}).\n"
+             "        haralick: {\"path\",\"family\",\"glcm\",\"props\",\"haralick\",...};\n"
+             "        rootsift: {\"path\",\"family\",\"width\",\"height\",...,\"count\",\n"
+             "        \"keypoints\":[{\"x\",\"y\",\"scale\",\"angle\",\"descriptor\"},...]}).\n"
+             "        rootsift components are printed as stored (u8 or binary16); the\n"
+             "        RootSIFT value is the component / qscale (docs/rootsift.md).\n"
              "        Strings escape every control character; bytes that are not UTF-8\n"
              "        become \\udc80..\\udcff (Python's surrogateescape: os.fsencode gives\n"
              "        the path's bytes back).\n"
@@ -86,11 +92,60 @@ static void print_head(const char *path, const patina_extractor_t *ex)
     cli_json_string(stdout, patina_extractor_spec(ex));
 }
 
+/* One rootsift record (include/patina/rootsift.h): JSON, one object with a
+ * keypoints array; CSV, one line per keypoint. Components are printed as
+ * stored (u8 integers or binary16 values; RootSIFT = value / qscale). */
+static patina_status print_rootsift(const char *path, const patina_extractor_t *ex, const void *rec,
+                                    size_t bytes, int json)
+{
+    patina_rootsift_info_t info;
+    float g[4], v[PATINA_ROOTSIFT_DIM];
+    size_t i;
+    int k;
+    patina_status s = patina_rootsift_info(&info, rec, bytes);
+    if (s != PATINA_OK) return s;
+    if (json) {
+        print_head(path, ex);
+        printf(",\"width\":%u,\"height\":%u,\"detected_width\":%u,\"detected_height\":%u,"
+               "\"downscale\":%.9g,\"quant\":\"%s\",\"qscale\":%.9g,\"count\":%u,\"keypoints\":[",
+               (unsigned)info.orig_width, (unsigned)info.orig_height, (unsigned)info.width,
+               (unsigned)info.height, (double)info.downscale, info.f16 ? "f16" : "u8", (double)info.qscale,
+               (unsigned)info.count);
+    } else if (info.count == 0) {
+        cli_csv_field(stdout, path);
+        fputs(",0\n", stdout);
+    }
+    for (i = 0; i < info.count; i++) {
+        /* cannot fail: the header was checked and i < count */
+        if ((s = patina_rootsift_feature(g, v, rec, bytes, i)) != PATINA_OK) return s;
+        if (json)
+            printf("%s{\"x\":%.9g,\"y\":%.9g,\"scale\":%.9g,\"angle\":%.9g,\"descriptor\":[", i ? "," : "",
+                   (double)g[0], (double)g[1], (double)g[2], (double)g[3]);
+        else {
+            cli_csv_field(stdout, path);
+            printf(",%u,%zu,%.9g,%.9g,%.9g,%.9g", (unsigned)info.count, i, (double)g[0], (double)g[1],
+                   (double)g[2], (double)g[3]);
+        }
+        for (k = 0; k < PATINA_ROOTSIFT_DIM; k++) {
+            if (json && k) fputc(',', stdout);
+            if (!json) fputc(',', stdout);
+            if (info.f16)
+                printf("%.9g", (double)v[k]);
+            else
+                printf("%u", (unsigned)v[k]);
+        }
+        fputs(json ? "]}" : "\n", stdout);
+    }
+    if (json) fputs("]}\n", stdout);
+    return PATINA_OK;
+}
+
 static int run_extract(const cli_args_t *a)
 {
     const char *family = cli_get(a, "family")->text;
     const char *mapdir = cli_get(a, "map")->set ? cli_get(a, "map")->text : NULL;
     int json = cli_get(a, "format")->i == 1;
+    int rootsift;
     patina_device device;
     patina_load_opts_t lopts;
     patina_extractor_t *ex = NULL;
@@ -132,6 +187,7 @@ static int run_extract(const cli_args_t *a)
     }
     bytes = patina_extractor_bytes(ex);
     dim = patina_extractor_dim(ex);
+    rootsift = !strcmp(patina_extractor_family(ex), "rootsift");
     descs = malloc(WINDOW * (bytes ? bytes : 1));
     res = malloc(WINDOW * sizeof *res);
     if (!descs || !res) {
@@ -201,7 +257,12 @@ static int run_extract(const cli_args_t *a)
                     rc = EXIT_PARTIAL;
                     continue;
                 }
-                if (json) {
+                if (rootsift) {
+                    if (print_rootsift(name, ex, d, bytes, json) != PATINA_OK) {
+                        cli_error("extract", "'%s': %s", name, patina_last_error());
+                        rc = EXIT_PARTIAL;
+                    }
+                } else if (json) {
                     print_head(name, ex);
                     fputs(",\"descriptor\":[", stdout);
                     for (k = 0; k < dim; k++) {

@@ -68,5 +68,6 @@ extern const patina_family_t patina_family_tlbap;
 extern const patina_family_t patina_family_lanadp;
 extern const patina_family_t patina_family_glcm;
 extern const patina_family_t patina_family_haralick;
+extern const patina_family_t patina_family_rootsift;
 
 #endif

@@ -17,6 +17,7 @@ static const patina_family_t *const families[] = {
     &patina_family_lanadp,
     &patina_family_glcm,
     &patina_family_haralick,
+    &patina_family_rootsift,
 };
 #define NFAMILIES (sizeof families / sizeof families[0])
 

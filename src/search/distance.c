@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "features/rootsift.h"
 #include "search/distance.h"
 
 double pdist_elem(patina_elem e, const void *p, size_t i)
@@ -128,15 +129,26 @@ static double d_cosine(patina_elem e, const void *a, const void *b, size_t n, co
     return 1.0 - ab / sqrt(aa * bb);
 }
 
+/* A record distance: a and b are rootsift records of n bytes each. */
+static double d_rootsift_ratio(patina_elem e, const void *a, const void *b, size_t n, const double *sd)
+{
+    long s;
+    (void)e;
+    (void)sd;
+    s = rs_ratio_matches(a, n, b, n, 0.8);
+    return s < 0 ? NAN : 1.0 / (1.0 + (double)s);
+}
+
 static const pdist_def_t table[PDIST_COUNT] = {
-    [PDIST_TANIMOTO] = {"tanimoto", d_tanimoto, 1},
-    [PDIST_L1] = {"l1", d_l1, 1},
-    [PDIST_L2] = {"l2", d_l2, 1},
-    [PDIST_STD_L2] = {"std_l2", d_std_l2, 1},
-    [PDIST_CHI2] = {"chi2", d_chi2, 1},
-    [PDIST_INTERSECTION] = {"intersection", d_intersection, 1},
-    [PDIST_HELLINGER] = {"hellinger", d_hellinger, 1},
-    [PDIST_COSINE] = {"cosine", d_cosine, 1},
+    [PDIST_TANIMOTO] = {"tanimoto", d_tanimoto, 1, 0},
+    [PDIST_L1] = {"l1", d_l1, 1, 0},
+    [PDIST_L2] = {"l2", d_l2, 1, 0},
+    [PDIST_STD_L2] = {"std_l2", d_std_l2, 1, 0},
+    [PDIST_CHI2] = {"chi2", d_chi2, 1, 0},
+    [PDIST_INTERSECTION] = {"intersection", d_intersection, 1, 0},
+    [PDIST_HELLINGER] = {"hellinger", d_hellinger, 1, 0},
+    [PDIST_COSINE] = {"cosine", d_cosine, 1, 0},
+    [PDIST_ROOTSIFT_RATIO] = {"rootsift_ratio", d_rootsift_ratio, 0, 1},
 };
 
 const pdist_def_t *pdist_get(pdist_t d) { return (unsigned)d < PDIST_COUNT ? &table[d] : NULL; }

@@ -18,6 +18,16 @@
  *                 (0 if both are empty, 1 if one is)
  *   cosine        1 - sum a b / sqrt(sum a a * sum b b) (0 if both are
  *                 zero vectors, 1 if one is)
+ * Record distances (.record = 1) read a family's whole record rather than a
+ * vector of elements (n is the record's bytes):
+ *   rootsift_ratio  1 / (1 + s), s = the number of distinct features of b
+ *                 that are the nearest neighbour of some feature of a passing
+ *                 Lowe's ratio test at 0.8 (rs_ratio_matches,
+ *                 features/rootsift.h): 1 when nothing matches, towards 0 as
+ *                 more of b is matched; NaN for a malformed record. A plain
+ *                 O(count_a count_b 128) reference so that `search -f
+ *                 rootsift` ranks images; identification (RANSAC, the open-set
+ *                 decision) is patina_identify's job.
  * Every implementation (the CPU's fast paths, the GPU's kernels) returns the
  * same double as the definition, bit for bit: the same operations in the
  * same order, no contraction into FMA. */
@@ -37,7 +47,8 @@ typedef struct pdist_def {
     const char *name;
     /* The definition above for one pair; sd (n) only for std_l2 (NULL: 1). */
     double (*pair)(patina_elem e, const void *a, const void *b, size_t n, const double *sd);
-    int gpu; /* the GPU search computes it (src/gpu/knn.cu) */
+    int gpu;    /* the GPU search computes it (src/gpu/knn.cu) */
+    int record; /* compares whole records of a family's layout, not element-wise vectors */
 } pdist_def_t;
 
 /* The entry of a distance (NULL out of range). */

@@ -1,0 +1,597 @@
+/* The `rootsift` family: SIFT keypoints and descriptors by VLFeat, the
+ * `budget` strongest by |DoG peak|, RootSIFT (L1 normalisation, element-wise
+ * square root), quantised into the fixed-size record of rootsift.h. CPU only;
+ * the batch path (src/features/extract.c) spreads images over the pool.
+ *
+ * Per image (docs/rootsift.md):
+ *   1. grey levels: patina_image_to_grey (8-bit luma), as floats in [0, 255]
+ *      (the range VLFeat's own `sift` program feeds it: peak is in grey levels);
+ *   2. when the longer side exceeds maxside, an area-average downscale to
+ *      longer side = maxside (each output pixel the mean of the input area it
+ *      covers, fractional coverage weighted);
+ *   3. VLFeat's scale space over all octaves (vl_sift_process_*_octave),
+ *      vl_sift_detect, per keypoint vl_sift_calc_keypoint_orientations (up to
+ *      4 angles, each one feature) and vl_sift_calc_keypoint_descriptor;
+ *   4. the `budget` features of largest |peak| are kept, where peak is the
+ *      interpolated DoG value VLFeat thresholds (rs_peak below); ties go to
+ *      VLFeat's order (octave, detection order, orientation order);
+ *   5. RootSIFT r_k = sqrt(d_k / sum_j d_j) in double (sum in index order; a
+ *      zero descriptor stays zero), stored as u8 min(255, floor(512 r + 0.5))
+ *      or as binary16 of (float) r;
+ *   6. geometry mapped back to the original image's pixels.
+ * Rows are written strongest first. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vl/sift.h>
+
+#include "core/internal.h"
+#include "features/family.h"
+#include "features/rootsift.h"
+#include "patina/rootsift.h"
+
+/* ------------------------------------------------------------------ options */
+
+static const patina_optdef_t rootsift_opts[] = {
+    {"m", PATINA_OPT_INT, 1, RS_M_MAX, "384", NULL,
+     "features kept per reference image (rows of a record; the paper's m)",
+     offsetof(rootsift_params_t, m)},
+    {"n", PATINA_OPT_INT, 1, RS_N_MAX, "768", NULL,
+     "features extracted per query by identify (the paper's n); not used by extract/index",
+     offsetof(rootsift_params_t, n)},
+    {"peak", PATINA_OPT_DOUBLE, 0, 255, "3.4", NULL,
+     "VLFeat peak threshold on |interpolated DoG|, grey levels of a 0..255 image "
+     "(3.4 = OpenCV's contrastThreshold 0.04 / 3 levels)",
+     offsetof(rootsift_params_t, peak)},
+    {"edge", PATINA_OPT_DOUBLE, 1, 1000, "10", NULL,
+     "VLFeat edge threshold (principal curvature ratio; Lowe's and VLFeat's 10)",
+     offsetof(rootsift_params_t, edge)},
+    {"maxside", PATINA_OPT_INT, 0, 65536, "1024", NULL,
+     "images whose longer side exceeds this are area-averaged down to it before detection (0: never)",
+     offsetof(rootsift_params_t, maxside)},
+    {"first_octave", PATINA_OPT_INT, -1, 3, "0", NULL,
+     "VLFeat's first octave: -1 doubles the image first (finer features, 4x the work)",
+     offsetof(rootsift_params_t, first_octave)},
+    {"octaves", PATINA_OPT_INT, -1, 32, "-1", NULL,
+     "at most this many octaves (-1: every octave VLFeat fits in the image)",
+     offsetof(rootsift_params_t, octaves)},
+    {"levels", PATINA_OPT_INT, 1, 8, "3", NULL, "levels per octave (VLFeat's and Lowe's 3)",
+     offsetof(rootsift_params_t, levels)},
+    {"quant", PATINA_OPT_ENUM, 0, 0, "u8", "u8|f16",
+     "stored components: u8 = round(512 x) clipped at 255, or IEEE binary16 of x",
+     offsetof(rootsift_params_t, quant)},
+};
+
+/* ----------------------------------------------------------------- binary16 */
+
+uint16_t rs_f32_to_f16(float f)
+{
+    uint32_t u, sign, mant;
+    int exp;
+    memcpy(&u, &f, sizeof u);
+    sign = (u >> 16) & 0x8000u;
+    exp = (int)((u >> 23) & 0xff);
+    mant = u & 0x7fffffu;
+    if (exp == 0xff) return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0)); /* inf, NaN */
+    exp = exp - 127 + 15;
+    if (exp >= 31) return (uint16_t)(sign | 0x7c00u); /* overflow */
+    if (exp <= 0) {                                   /* subnormal or zero */
+        uint32_t m, shift, half, rest, q;
+        if (exp < -10) return (uint16_t)sign;
+        m = mant | 0x800000u;
+        shift = (uint32_t)(14 - exp);
+        q = m >> shift;
+        rest = m & ((1u << shift) - 1);
+        half = 1u << (shift - 1);
+        if (rest > half || (rest == half && (q & 1))) q++;
+        return (uint16_t)(sign | q);
+    }
+    {
+        uint32_t q = ((uint32_t)exp << 10) | (mant >> 13), rest = mant & 0x1fffu;
+        if (rest > 0x1000u || (rest == 0x1000u && (q & 1))) q++; /* may carry into inf: correct */
+        return (uint16_t)(sign | q);
+    }
+}
+
+float rs_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, u;
+    float f;
+    if (exp == 0x1f)
+        u = sign | 0x7f800000u | (mant << 13);
+    else if (exp)
+        u = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+    else if (!mant)
+        u = sign;
+    else { /* subnormal: mant * 2^-24 exactly */
+        f = ldexpf((float)mant, -24);
+        return sign ? -f : f;
+    }
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* ------------------------------------------------------------------- records */
+
+void rs_row_get(const void *rec, size_t i, float v[RS_DIM])
+{
+    const unsigned char *r = rs_row(rec, i);
+    const float s = rs_qscale(rec);
+    for (int k = 0; k < RS_DIM; k++)
+        v[k] = rs_quant(rec) == RS_QUANT_F16
+                   ? rs_f16_to_f32((uint16_t)(r[2 * k] | r[2 * k + 1] << 8)) / s
+                   : (float)r[k] / s;
+}
+
+patina_status rs_record_check(const void *rec, size_t bytes, const char *what)
+{
+    uint32_t m, q;
+    float s;
+    if (!rec || bytes < RS_HEADER)
+        return patina__fail(PATINA_E_CORRUPT, "%s: rootsift record of %zu bytes (header is %d)", what, bytes,
+                            RS_HEADER);
+    if (rs_version(rec) != RS_VERSION)
+        return patina__fail(PATINA_E_CORRUPT, "%s: rootsift record version %u (this library reads %u)", what,
+                            (unsigned)rs_version(rec), RS_VERSION);
+    m = rs_m(rec);
+    q = rs_quant(rec);
+    s = rs_qscale(rec);
+    if (q != RS_QUANT_U8 && q != RS_QUANT_F16)
+        return patina__fail(PATINA_E_CORRUPT, "%s: rootsift record quant %u is unknown", what, (unsigned)q);
+    if (m > RS_N_MAX || rs_record_bytes(m, q) != bytes)
+        return patina__fail(PATINA_E_CORRUPT, "%s: rootsift record of %zu bytes declares m = %u", what, bytes,
+                            (unsigned)m);
+    if (rs_count(rec) > m)
+        return patina__fail(PATINA_E_CORRUPT, "%s: rootsift record count %u > m = %u", what,
+                            (unsigned)rs_count(rec), (unsigned)m);
+    if (!(s > 0.0f) || !isfinite(s))
+        return patina__fail(PATINA_E_CORRUPT, "%s: rootsift record scale %g", what, (double)s);
+    return PATINA_OK;
+}
+
+/* --------------------------------------------------------------- downscale */
+
+/* Area average of the (h, w) grey image g into (oh, ow) floats: output pixel
+ * (i, j) is the mean of the input over [i sx, (i+1) sx) x [j sy, (j+1) sy),
+ * sx = w / ow, sy = h / oh, input pixels weighted by the part they cover.
+ * Separable: rows first into (h, ow), then columns. */
+static patina_status area_downscale(float *out, int ow, int oh, const uint8_t *g, int w, int h)
+{
+    const double sx = (double)w / ow, sy = (double)h / oh;
+    float *tmp = malloc((size_t)h * (size_t)ow * sizeof *tmp);
+    if (!tmp) return patina__fail(PATINA_E_NOMEM, "rootsift: out of memory downscaling a %dx%d image", w, h);
+    for (int i = 0; i < ow; i++) {
+        const double a = i * sx, b = (i + 1) * sx;
+        const int k0 = (int)floor(a), k1 = (int)ceil(b) < w ? (int)ceil(b) : w;
+        for (int y = 0; y < h; y++) {
+            const uint8_t *row = g + (size_t)y * (size_t)w;
+            double acc = 0.0;
+            for (int k = k0; k < k1; k++) {
+                double lo = a > k ? a : k, hi = b < k + 1 ? b : k + 1;
+                acc += (hi - lo) * row[k];
+            }
+            tmp[(size_t)y * (size_t)ow + (size_t)i] = (float)(acc / sx);
+        }
+    }
+    for (int j = 0; j < oh; j++) {
+        const double a = j * sy, b = (j + 1) * sy;
+        const int k0 = (int)floor(a), k1 = (int)ceil(b) < h ? (int)ceil(b) : h;
+        float *o = out + (size_t)j * (size_t)ow;
+        for (int x = 0; x < ow; x++) {
+            double acc = 0.0;
+            for (int k = k0; k < k1; k++) {
+                double lo = a > k ? a : k, hi = b < k + 1 ? b : k + 1;
+                acc += (hi - lo) * tmp[(size_t)k * (size_t)ow + (size_t)x];
+            }
+            o[x] = (float)(acc / sy);
+        }
+    }
+    free(tmp);
+    return PATINA_OK;
+}
+
+/* ------------------------------------------------------------------ peaks */
+
+/* The interpolated DoG value at keypoint k of the current octave: the value
+ * vl_sift_detect compares with the peak threshold but does not keep. k's
+ * integer position (ix, iy, is) is where VLFeat's refinement ended, and the
+ * refinement's last step computed the gradient and Hessian there, so the
+ * same arithmetic (float differences, double sums, the same 3x3 Gaussian
+ * elimination with partial pivoting) gives the same value:
+ *   val = D + 0.5 (Dx b0 + Dy b1 + Ds b2),  H b = -grad D. */
+static double rs_peak(const VlSiftFilt *f, const VlSiftKeypoint *k)
+{
+    const int w = f->octave_width, h = f->octave_height;
+    const ptrdiff_t xo = 1, yo = w, so = (ptrdiff_t)w * h;
+    const vl_sift_pix *pt = f->dog + k->ix * xo + k->iy * yo + (k->is - f->s_min) * so;
+#define D(dx, dy, ds) (pt[(dx) * xo + (dy) * yo + (ds) * so])
+    double Dx = 0.5 * (D(1, 0, 0) - D(-1, 0, 0));
+    double Dy = 0.5 * (D(0, 1, 0) - D(0, -1, 0));
+    double Ds = 0.5 * (D(0, 0, 1) - D(0, 0, -1));
+    double A[3][3], b[3];
+    (void)h;
+    A[0][0] = D(1, 0, 0) + D(-1, 0, 0) - 2.0 * D(0, 0, 0);
+    A[1][1] = D(0, 1, 0) + D(0, -1, 0) - 2.0 * D(0, 0, 0);
+    A[2][2] = D(0, 0, 1) + D(0, 0, -1) - 2.0 * D(0, 0, 0);
+    A[0][1] = A[1][0] = 0.25 * (D(1, 1, 0) + D(-1, -1, 0) - D(-1, 1, 0) - D(1, -1, 0));
+    A[0][2] = A[2][0] = 0.25 * (D(1, 0, 1) + D(-1, 0, -1) - D(-1, 0, 1) - D(1, 0, -1));
+    A[1][2] = A[2][1] = 0.25 * (D(0, 1, 1) + D(0, -1, -1) - D(0, -1, 1) - D(0, 1, -1));
+    b[0] = -Dx;
+    b[1] = -Dy;
+    b[2] = -Ds;
+    for (int j = 0; j < 3; j++) { /* forward elimination, pivot = largest |A[i][j]|, i >= j */
+        double pv = 0.0, pa = 0.0, t;
+        int pi = -1;
+        for (int i = j; i < 3; i++)
+            if (fabs(A[i][j]) > pa) {
+                pv = A[i][j];
+                pa = fabs(A[i][j]);
+                pi = i;
+            }
+        if (pa < 1e-10f) { /* singular: VLFeat takes no step */
+            b[0] = b[1] = b[2] = 0.0;
+            break;
+        }
+        for (int jj = j; jj < 3; jj++) {
+            t = A[pi][jj];
+            A[pi][jj] = A[j][jj];
+            A[j][jj] = t;
+            A[j][jj] /= pv;
+        }
+        t = b[j];
+        b[j] = b[pi];
+        b[pi] = t;
+        b[j] /= pv;
+        for (int ii = j + 1; ii < 3; ii++) {
+            double x = A[ii][j];
+            for (int jj = j; jj < 3; jj++) A[ii][jj] -= x * A[j][jj];
+            b[ii] -= x * b[j];
+        }
+    }
+    for (int i = 2; i > 0; i--) /* back substitution */
+        for (int ii = i - 1; ii >= 0; ii--) b[ii] -= b[i] * A[ii][i];
+    return D(0, 0, 0) + 0.5 * (Dx * b[0] + Dy * b[1] + Ds * b[2]);
+#undef D
+}
+
+/* --------------------------------------------------------------- selection */
+
+typedef struct feat {
+    double peak;        /* |interpolated DoG| */
+    uint64_t seq;       /* VLFeat order: octave, keypoint, orientation */
+    float x, y, sigma, angle; /* detected image's coordinates */
+    float d[RS_DIM];    /* VLFeat's SIFT descriptor */
+} feat_t;
+
+/* a ranks before b: larger peak, then earlier in VLFeat's order. */
+static int better(const feat_t *a, const feat_t *b)
+{
+    return a->peak > b->peak || (a->peak == b->peak && a->seq < b->seq);
+}
+
+static int cmp_better(const void *pa, const void *pb)
+{
+    const feat_t *a = pa, *b = pb;
+    return better(a, b) ? -1 : better(b, a) ? 1 : 0;
+}
+
+/* The kept features: a binary heap with the weakest at the root. */
+typedef struct keep {
+    feat_t *f;
+    size_t n, cap;
+} keep_t;
+
+static void heap_down(keep_t *k, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, w = i;
+        if (l < k->n && better(&k->f[w], &k->f[l])) w = l;
+        if (r < k->n && better(&k->f[w], &k->f[r])) w = r;
+        if (w == i) return;
+        feat_t t = k->f[i];
+        k->f[i] = k->f[w];
+        k->f[w] = t;
+        i = w;
+    }
+}
+
+static void heap_push(keep_t *k, const feat_t *x)
+{
+    size_t i;
+    if (k->n == k->cap) { /* full: x replaces the weakest when it ranks before it */
+        if (!better(x, &k->f[0])) return;
+        k->f[0] = *x;
+        heap_down(k, 0);
+        return;
+    }
+    i = k->n++;
+    k->f[i] = *x;
+    while (i > 0 && better(&k->f[(i - 1) / 2], &k->f[i])) {
+        feat_t t = k->f[i];
+        k->f[i] = k->f[(i - 1) / 2];
+        k->f[(i - 1) / 2] = t;
+        i = (i - 1) / 2;
+    }
+}
+
+/* ----------------------------------------------------------------- VLFeat */
+
+/* vl_sift_new rewrites VLFeat's global exp() table (fast_expn_init) with the
+ * same values each time; creation is serialised so that no two threads write
+ * it at once. */
+static pthread_mutex_t vl_new_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* SIFT of the (h, w) float image im: the strongest features into keep. */
+static patina_status run_sift(keep_t *keep, const rootsift_params_t *p, const float *im, int w, int h)
+{
+    const int omin = p->first_octave;
+    const int mind = w < h ? w : h;
+    int octaves, err;
+    uint64_t seq = 0;
+    VlSiftFilt *f;
+    /* The first octave's size: VLFeat needs a 3x3x3 neighbourhood. */
+    const long ow = omin < 0 ? (long)w << -omin : (long)w >> omin, oh = omin < 0 ? (long)h << -omin : (long)h >> omin;
+    if (ow < 4 || oh < 4) return PATINA_OK; /* too small to hold a keypoint: count 0 */
+    /* VLFeat indexes its gradient buffer with int: 2 w h (levels + 3) < 2^31. */
+    if ((double)ow * (double)oh * 2.0 * (p->levels + 3) >= 2147483647.0)
+        return patina__fail(PATINA_E_LIMIT,
+                            "rootsift: a %dx%d image at first_octave=%d is too large for VLFeat "
+                            "(set maxside)", w, h, omin);
+    {
+        int most = (int)floor(log2((double)mind)) - omin - 3; /* vl_sift_new's "all" */
+        if (most < 1) most = 1;
+        octaves = p->octaves < 0 || p->octaves > most ? most : p->octaves;
+    }
+    pthread_mutex_lock(&vl_new_lock);
+    f = vl_sift_new(w, h, octaves, p->levels, omin);
+    pthread_mutex_unlock(&vl_new_lock);
+    if (!f) return patina__fail(PATINA_E_NOMEM, "rootsift: VLFeat could not allocate a %dx%d scale space", w, h);
+    vl_sift_set_peak_thresh(f, p->peak);
+    vl_sift_set_edge_thresh(f, p->edge);
+    for (err = vl_sift_process_first_octave(f, im); err == VL_ERR_OK; err = vl_sift_process_next_octave(f)) {
+        const VlSiftKeypoint *keys;
+        int nk;
+        vl_sift_detect(f);
+        keys = vl_sift_get_keypoints(f);
+        nk = vl_sift_get_nkeypoints(f);
+        for (int i = 0; i < nk; i++) {
+            double angles[4];
+            feat_t ft;
+            int na;
+            ft.peak = fabs(rs_peak(f, &keys[i]));
+            /* Every orientation of this keypoint has this peak and comes
+             * later than what is kept: it cannot displace an equal one. */
+            if (keep->n == keep->cap && !(ft.peak > keep->f[0].peak)) {
+                seq += 4;
+                continue;
+            }
+            na = vl_sift_calc_keypoint_orientations(f, angles, &keys[i]);
+            for (int a = 0; a < na; a++) {
+                ft.seq = seq + (uint64_t)a;
+                ft.x = keys[i].x;
+                ft.y = keys[i].y;
+                ft.sigma = keys[i].sigma;
+                ft.angle = (float)angles[a];
+                vl_sift_calc_keypoint_descriptor(f, ft.d, &keys[i], angles[a]);
+                heap_push(keep, &ft);
+            }
+            seq += 4;
+        }
+    }
+    vl_sift_delete(f);
+    return PATINA_OK;
+}
+
+/* ---------------------------------------------------------------- records */
+
+/* Writes the header and rows of a record of `budget` rows. */
+static void write_record(unsigned char *rec, size_t budget, const rootsift_params_t *p, const keep_t *keep,
+                         int w, int h, int W, int H, double sx, double sy, float down)
+{
+    const uint32_t q = (uint32_t)p->quant;
+    const size_t eb = rs_elem_bytes(q);
+    unsigned char *geo = rec + RS_HEADER + budget * RS_DIM * eb;
+    memset(rec, 0, rs_record_bytes(budget, q));
+    rs_put_u32(rec + 0, (uint32_t)keep->n);
+    rs_put_u32(rec + 4, RS_VERSION);
+    rs_put_u32(rec + 8, (uint32_t)budget);
+    rs_put_u32(rec + 12, q);
+    rs_put_f32(rec + 16, q == RS_QUANT_F16 ? RS_F16_SCALE : RS_U8_SCALE);
+    rs_put_f32(rec + 20, down);
+    rs_put_u32(rec + 24, (uint32_t)w);
+    rs_put_u32(rec + 28, (uint32_t)h);
+    rs_put_u32(rec + 32, (uint32_t)W);
+    rs_put_u32(rec + 36, (uint32_t)H);
+    for (size_t i = 0; i < keep->n; i++) {
+        const feat_t *ft = &keep->f[i];
+        unsigned char *row = rec + RS_HEADER + i * RS_DIM * eb;
+        double l1 = 0.0;
+        for (int k = 0; k < RS_DIM; k++) l1 += ft->d[k];
+        for (int k = 0; k < RS_DIM; k++) {
+            double r = l1 > 0.0 ? sqrt(ft->d[k] / l1) : 0.0;
+            if (q == RS_QUANT_F16) {
+                uint16_t hv = rs_f32_to_f16((float)r);
+                row[2 * k] = (unsigned char)hv;
+                row[2 * k + 1] = (unsigned char)(hv >> 8);
+            } else {
+                double v = floor(r * RS_U8_SCALE + 0.5);
+                row[k] = (unsigned char)(v > 255.0 ? 255.0 : v);
+            }
+        }
+        /* detected pixel centres x -> original (x + 0.5) sx - 0.5 */
+        rs_put_f32(geo + 16 * i + 0, (float)((ft->x + 0.5) * sx - 0.5));
+        rs_put_f32(geo + 16 * i + 4, (float)((ft->y + 0.5) * sy - 0.5));
+        rs_put_f32(geo + 16 * i + 8, (float)(ft->sigma * (double)down));
+        rs_put_f32(geo + 16 * i + 12, ft->angle);
+    }
+}
+
+patina_status rs_extract(const rootsift_params_t *p, size_t budget, void *rec, const patina_image_t *img)
+{
+    const int W = img ? img->width : 0, H = img ? img->height : 0;
+    int w = W, h = H;
+    double sx = 1.0, sy = 1.0;
+    float down = 1.0f;
+    uint8_t *grey = NULL;
+    float *im = NULL;
+    keep_t keep = {NULL, 0, budget};
+    patina_status s = PATINA_OK;
+    if (!p || !rec || !img || budget < 1 || budget > RS_N_MAX)
+        return patina__fail(PATINA_E_INVALID, "rootsift: bad arguments (budget %zu)", budget);
+    if (W < 0 || H < 0 || (W > 0 && H > 0 && (!img->data || img->stride < 3 * (size_t)W)))
+        return patina__fail(PATINA_E_INVALID, "rootsift: bad image");
+    if (W == 0 || H == 0) goto write; /* nothing to detect in: count 0 */
+    if (p->maxside > 0 && (W > p->maxside || H > p->maxside)) {
+        const double L = W > H ? W : H, fct = L / p->maxside;
+        w = (int)lround(W / fct);
+        h = (int)lround(H / fct);
+        if (w < 1) w = 1;
+        if (h < 1) h = 1;
+        sx = (double)W / w;
+        sy = (double)H / h;
+        down = (float)fct;
+    }
+    grey = malloc((size_t)W * (size_t)H);
+    im = malloc((size_t)w * (size_t)h * sizeof *im);
+    keep.f = malloc(budget * sizeof *keep.f);
+    if (!grey || !im || !keep.f) {
+        s = patina__fail(PATINA_E_NOMEM, "rootsift: out of memory for a %dx%d image", W, H);
+        goto done;
+    }
+    if ((s = patina_image_to_grey(grey, img)) != PATINA_OK) goto done;
+    if (w != W || h != H) {
+        if ((s = area_downscale(im, w, h, grey, W, H)) != PATINA_OK) goto done;
+    } else {
+        for (size_t i = 0; i < (size_t)W * (size_t)H; i++) im[i] = grey[i];
+    }
+    if ((s = run_sift(&keep, p, im, w, h)) != PATINA_OK) goto done;
+    qsort(keep.f, keep.n, sizeof *keep.f, cmp_better);
+write:
+    write_record(rec, budget, p, &keep, w, h, W, H, sx, sy, down);
+done:
+    free(grey);
+    free(im);
+    free(keep.f);
+    return s;
+}
+
+/* ----------------------------------------------------------------- matching */
+
+long rs_ratio_matches(const void *a, size_t abytes, const void *b, size_t bbytes, double ratio)
+{
+    const double r2 = ratio * ratio;
+    size_t na, nb;
+    float *va, *vb;
+    unsigned char *hit;
+    long s = 0;
+    if (!a || !b || rs_record_check(a, abytes, "rootsift_ratio") != PATINA_OK ||
+        rs_record_check(b, bbytes, "rootsift_ratio") != PATINA_OK)
+        return -1;
+    na = rs_count(a);
+    nb = rs_count(b);
+    if (na == 0 || nb < 2) return 0;
+    va = malloc(na * RS_DIM * sizeof *va);
+    vb = malloc(nb * RS_DIM * sizeof *vb);
+    hit = calloc(nb, 1);
+    if (!va || !vb || !hit) {
+        free(va);
+        free(vb);
+        free(hit);
+        return -1;
+    }
+    for (size_t i = 0; i < na; i++) rs_row_get(a, i, va + i * RS_DIM);
+    for (size_t j = 0; j < nb; j++) rs_row_get(b, j, vb + j * RS_DIM);
+    for (size_t i = 0; i < na; i++) {
+        double d1 = INFINITY, d2 = INFINITY; /* squared distances, best and second */
+        size_t best = 0;
+        for (size_t j = 0; j < nb; j++) {
+            double d = 0.0;
+            for (int k = 0; k < RS_DIM; k++) {
+                double t = (double)va[i * RS_DIM + k] - vb[j * RS_DIM + k];
+                d += t * t;
+            }
+            if (d < d1) {
+                d2 = d1;
+                d1 = d;
+                best = j;
+            } else if (d < d2) {
+                d2 = d;
+            }
+        }
+        if (d1 < r2 * d2 && !hit[best]) {
+            hit[best] = 1;
+            s++;
+        }
+    }
+    free(va);
+    free(vb);
+    free(hit);
+    return s;
+}
+
+/* --------------------------------------------------------------- public view */
+
+patina_status patina_rootsift_info(patina_rootsift_info_t *info, const void *record, size_t bytes)
+{
+    if (!info) return patina__fail(PATINA_E_INVALID, "rootsift: null info");
+    memset(info, 0, sizeof *info);
+    PATINA_TRY(rs_record_check(record, bytes, "rootsift"));
+    info->count = rs_count(record);
+    info->m = rs_m(record);
+    info->f16 = rs_quant(record) == RS_QUANT_F16;
+    info->qscale = rs_qscale(record);
+    info->downscale = rs_downscale(record);
+    info->width = rs_size(record, 0);
+    info->height = rs_size(record, 1);
+    info->orig_width = rs_size(record, 2);
+    info->orig_height = rs_size(record, 3);
+    return PATINA_OK;
+}
+
+patina_status patina_rootsift_feature(float geom[4], float *stored, const void *record, size_t bytes, size_t i)
+{
+    if (!geom) return patina__fail(PATINA_E_INVALID, "rootsift: null geometry output");
+    PATINA_TRY(rs_record_check(record, bytes, "rootsift"));
+    if (i >= rs_count(record))
+        return patina__fail(PATINA_E_INVALID, "rootsift: feature %zu of a record holding %u", i,
+                            (unsigned)rs_count(record));
+    rs_geom_get(record, i, geom);
+    if (stored) {
+        const unsigned char *r = rs_row(record, i);
+        for (int k = 0; k < RS_DIM; k++)
+            stored[k] = rs_quant(record) == RS_QUANT_F16 ? rs_f16_to_f32((uint16_t)(r[2 * k] | r[2 * k + 1] << 8))
+                                                         : (float)r[k];
+    }
+    return PATINA_OK;
+}
+
+/* ------------------------------------------------------------------- family */
+
+static size_t rootsift_dim(const void *params)
+{
+    const rootsift_params_t *p = params;
+    return rs_record_bytes((size_t)p->m, (uint32_t)p->quant);
+}
+
+static patina_status rootsift_cpu(const void *params, void *out, const patina_image_t *img)
+{
+    const rootsift_params_t *p = params;
+    return rs_extract(p, (size_t)p->m, out, img);
+}
+
+const patina_family_t patina_family_rootsift = {
+    .name = "rootsift",
+    .help = "local features: VLFeat SIFT, the m strongest by |DoG peak|, RootSIFT, quantised with "
+            "keypoint geometry (one fixed-size record per image; docs/rootsift.md)",
+    .opts = rootsift_opts,
+    .nopts = sizeof rootsift_opts / sizeof rootsift_opts[0],
+    .elem = PATINA_ELEM_U8,
+    .dim = rootsift_dim,
+    .check = NULL,
+    .distance = PDIST_ROOTSIFT_RATIO,
+    .cpu = rootsift_cpu,
+    .gpu = NULL,
+    .hybrid = NULL,
+};
