@@ -25,6 +25,9 @@
 #                                          scikit-image) where they run; each
 #                                          is also a step of its own
 #                                          (bench_lbp ...)
+#                                bench_rootsift  rootsift extraction on the
+#                                          CPU cores there (VLFeat; 1 thread
+#                                          and all), a step of its own
 #                                e2e       bench_pipeline: every family end to
 #                                          end on 1024^2 JPEGs cut from samples/
 #                              BENCH_ARGS adds arguments to every benchmark.
@@ -227,6 +230,8 @@ step_bench_lbp() {
     bench_one bench_lbp _1024 --batched-only --quick --no-peers --batch 1024 --e2e 0
 }
 step_bench_glcm() { bench_one bench_glcm ""; }
+# CPU only (VLFeat): extraction throughput on this machine's cores.
+step_bench_rootsift() { bench_one bench_rootsift ""; }
 step_bench() {
     step_bench_cedd
     step_bench_lbp
@@ -262,7 +267,7 @@ run_steps() {
         tests) step_tests ;;
         sanitize) step_sanitize ;;
         bench) step_bench ;;
-        bench_cedd | bench_lbp | bench_glcm | bench_knn) "step_$s" ;;
+        bench_cedd | bench_lbp | bench_glcm | bench_knn | bench_rootsift) "step_$s" ;;
         e2e) step_e2e ;;
         asan) step_asan ;;
         *) echo "unknown step $s" >&2; rc=2 ;;
