@@ -12,6 +12,7 @@
 #include "patina/rootsift.h"
 #include "patina/store.h"
 #include "patina/search.h"
+#include "patina/identify.h"
 #include "patina/pipeline.h"
 
 #ifdef __cplusplus

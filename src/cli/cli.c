@@ -11,7 +11,7 @@ _Static_assert(PATINA_DEFAULT_MAX_PIXELS == 100000000ull, "CLI_OPT_MAX_PIXELS sh
 _Static_assert(PATINA_DEFAULT_BATCH_MEMORY == 1ull << 30, "CLI_OPT_BATCH_MEMORY shows this default");
 
 const cli_command_t *const cli_commands[] = {
-    &cli_cmd_extract, &cli_cmd_index, &cli_cmd_search, &cli_cmd_ls, &cli_cmd_rm, &cli_cmd_info,
+    &cli_cmd_extract, &cli_cmd_index, &cli_cmd_search, &cli_cmd_identify, &cli_cmd_ls, &cli_cmd_rm, &cli_cmd_info,
 };
 const size_t cli_ncommands = sizeof cli_commands / sizeof cli_commands[0];
 

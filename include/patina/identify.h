@@ -1,0 +1,166 @@
+/* Identification: which registered item a photograph shows, or none.
+ *
+ * References are a collection's `rootsift` records (one per image, m
+ * features; docs/rootsift.md). A query is a rootsift record extracted with
+ * the same spec at the query budget n. For each query and reference: the
+ * 2-NN of every query feature among the reference's features, Lowe's ratio
+ * test, a score (distinct reference features hit by default), then RANSAC
+ * verification of the best candidates, a re-ranking by inliers and an
+ * open-set decision: MATCH when the rank-1 verified score reaches the
+ * acceptance threshold, else UNKNOWN. docs/identify.md has the details and
+ * the defaults' reasons.
+ *
+ * Batch-first and shardable: one call answers many queries against one
+ * reference set; a reference set may hold a shard of a collection (ids
+ * with id mod shards == shard), and since a candidate's score depends only
+ * on the query and that reference, merging the per-shard top-k by (score,
+ * matches, id) gives the unsharded answer. */
+#ifndef PATINA_IDENTIFY_H
+#define PATINA_IDENTIFY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "patina/api.h"
+#include "patina/context.h"
+#include "patina/descriptor.h"
+#include "patina/image.h"
+#include "patina/status.h"
+#include "patina/store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------ reference sets */
+
+/* An immutable set of references held in memory: n records of one fixed size
+ * in ONE contiguous block (record i at records + i * stride, in id order),
+ * their ids, and the rootsift spec they were extracted with. Read-only once
+ * loaded: any number of threads may identify against it at once. */
+typedef struct patina_refset patina_refset_t;
+
+/* Which references to load. */
+typedef struct patina_refset_spec {
+    /* The rootsift table ("rootsift:m=384,...", as `patina info` lists it);
+     * NULL (the default): the collection's only rootsift table (more than
+     * one is PATINA_E_INVALID naming them). */
+    const char *table;
+    /* Shard `shard` of `shards`: the references whose id % shards == shard.
+     * Default 0 of 1 (all). */
+    uint32_t shard, shards;
+    /* Load from this snapshot of the collection (borrowed; so that keys of
+     * the ids can be looked up in the same state with patina_snapshot_get);
+     * NULL (the default): a snapshot taken for the load. */
+    patina_snapshot_t *snapshot;
+} patina_refset_spec_t;
+
+PATINA_API void patina_refset_spec_init(patina_refset_spec_t *spec);
+
+/* Loads the references from one snapshot of collection c (spec NULL =
+ * defaults). Every record is checked: a malformed one fails the load with
+ * PATINA_E_CORRUPT naming its id. A collection without a rootsift table is
+ * PATINA_E_NOTFOUND ("has no rootsift table; index with -f rootsift"); a
+ * table of f16 records is PATINA_E_UNAVAILABLE (identification matches u8
+ * records). An empty table gives an empty set (every query: no candidate).
+ * *rs is NULL on failure; free with patina_refset_free. */
+PATINA_API patina_status patina_refset_load(patina_refset_t **rs, patina_collection_t *c,
+                                            const patina_refset_spec_t *spec);
+PATINA_API void patina_refset_free(patina_refset_t *rs); /* accepts NULL */
+
+PATINA_API size_t patina_refset_size(const patina_refset_t *rs);
+/* The table's spec (owned by rs). */
+PATINA_API const char *patina_refset_table(const patina_refset_t *rs);
+/* The ids, (size) in increasing order, and the records block, (size,
+ * stride) bytes; both borrowed from rs. */
+PATINA_API const uint64_t *patina_refset_ids(const patina_refset_t *rs);
+PATINA_API const void *patina_refset_records(const patina_refset_t *rs, size_t *stride);
+
+/* ------------------------------------------------------------------ queries */
+
+/* Bytes of one query record: a rootsift record of n rows (the spec's n). */
+PATINA_API size_t patina_identify_query_bytes(const patina_refset_t *rs);
+
+/* Extracts query records from nq decoded images with the reference set's
+ * spec at the query budget n, in parallel on ctx's workers (ctx NULL: a
+ * pool of all CPUs for the call). out: (nq, patina_identify_query_bytes)
+ * caller memory. st (nq, may be NULL) receives each image's status; the
+ * call itself fails only for bad arguments or memory, and an image that
+ * fails gets a zero-feature record. A flat image gives a valid record with
+ * no features. */
+PATINA_API patina_status patina_identify_extract(patina_context_t *ctx, const patina_refset_t *rs, void *out,
+                                                 const patina_image_t *images, size_t nq,
+                                                 patina_status *st);
+
+/* ------------------------------------------------------------------ matching */
+
+typedef enum patina_identify_scoring {
+    PATINA_SCORE_ONE2ONE = 0, /* distinct reference features hit (default) */
+    PATINA_SCORE_RAW = 1,     /* query features passing the ratio test (the paper's) */
+    PATINA_SCORE_MUTUAL = 2   /* one-to-one restricted to mutual nearest neighbours */
+} patina_identify_scoring;
+
+typedef enum patina_identify_model {
+    PATINA_MODEL_SIMILARITY = 0, /* rotation, uniform scale, translation: 2-point samples (default) */
+    PATINA_MODEL_AFFINE = 1,     /* 3-point samples */
+    PATINA_MODEL_HOMOGRAPHY = 2  /* 4-point samples, normalised DLT */
+} patina_identify_model;
+
+typedef enum patina_identify_decision {
+    PATINA_DECISION_UNKNOWN = 0, /* no candidate reaches the threshold, or no query features */
+    PATINA_DECISION_MATCH = 1    /* rank 1 is accepted */
+} patina_identify_decision;
+
+typedef struct patina_identify_opts {
+    size_t k;                 /* candidates per query (5); 0 is PATINA_E_INVALID; more than
+                               * the references is clamped to their number */
+    double ratio;             /* Lowe's ratio, in (0, 1] (0.8) */
+    patina_identify_scoring scoring; /* ONE2ONE */
+    int verify;               /* RANSAC-verify the top candidates (1) */
+    size_t verify_top;        /* how many candidates are verified (10); 0 = none */
+    patina_identify_model model; /* SIMILARITY */
+    double ransac_threshold;  /* inlier distance, as a fraction of the reference image's longer
+                               * side in its original pixels (0.01: 10 px on 1024) */
+    int iterations;           /* RANSAC iteration cap (1000); adaptive stopping at 0.999 */
+    uint64_t seed;            /* RANSAC seed (0); results are deterministic for a seed */
+    double threshold;         /* acceptance: rank-1 score >= threshold -> MATCH (12, provisional:
+                               * in inliers when verified, else in matches) */
+    patina_device device;     /* CPU or AUTO (the CPU); GPU: PATINA_E_UNAVAILABLE for now */
+} patina_identify_opts_t;
+
+PATINA_API void patina_identify_opts_init(patina_identify_opts_t *opts);
+
+/* One candidate of a query. */
+typedef struct patina_identify_hit {
+    uint64_t id;       /* the reference's image id */
+    double score;      /* the ranking score: inliers when verified, else matches */
+    uint32_t matches;  /* the scoring rule's count */
+    uint32_t inliers;  /* RANSAC inliers (0 when not verified) */
+    int verified;      /* 1 when RANSAC ran on this candidate */
+} patina_identify_hit_t;
+
+/* The answer for one query. */
+typedef struct patina_identify_result {
+    patina_identify_decision decision;
+    size_t nhits;            /* hits written, <= k */
+    uint32_t query_features; /* features of the query record */
+} patina_identify_result_t;
+
+/* Identifies nq queries (records of patina_identify_query_bytes, (nq, that)
+ * row-major) against rs. hits: (nq, k) caller memory, query q's candidates
+ * at hits[q * k ...], best first: the verified candidates (the top
+ * verify_top by matches) by inliers, then matches, then id; then the
+ * others by matches, then id; candidates with 0 matches are not listed.
+ * Slots past results[q].nhits are zeroed. results: (nq) caller memory.
+ * A query without features gets nhits 0 and UNKNOWN (not an error).
+ * PATINA_E_INVALID for k = 0, bad options or null pointers;
+ * PATINA_E_CORRUPT for a malformed query record (naming its index);
+ * PATINA_E_UNAVAILABLE for device GPU. ctx NULL: a pool of all CPUs for
+ * the call. nq = 0 does nothing. */
+PATINA_API patina_status patina_identify(patina_context_t *ctx, const patina_refset_t *rs, const void *queries,
+                                         size_t nq, const patina_identify_opts_t *opts,
+                                         patina_identify_hit_t *hits, patina_identify_result_t *results);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

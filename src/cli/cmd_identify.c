@@ -1,0 +1,279 @@
+/* patina identify: which reference of a rootsift collection each query photo
+ * shows, or "unknown" (docs/identify.md; the output contract the identify
+ * benchmark reads is in the --help notes). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+static int run_identify(const cli_args_t *a);
+
+static const cli_opt_t opts[] = {
+    {.name = "k", .letter = 'k', .type = CLI_INT, .arg = "K", .min = 1, .max = 1000000, .def = "5",
+     .help = "candidates per query (more than the references: all of them)"},
+    {.name = "ratio", .type = CLI_NUMBER, .arg = "R", .min = 0, .max = 1, .flags = CLI_OPEN_MIN, .def = "0.8",
+     .help = "Lowe's ratio test: a query feature matches when its nearest reference feature is "
+             "closer than R times the second nearest"},
+    {.name = "scoring", .type = CLI_CHOICE, .choices = "one2one|raw|mutual", .def = "one2one",
+     .help = "candidate score: distinct reference features hit (one2one), query features passing the "
+             "ratio test (raw, the paper's), or one2one of mutual nearest neighbours"},
+    {.name = "no-verify", .type = CLI_FLAG,
+     .help = "no RANSAC verification: rank and decide on the scoring rule's matches"},
+    {.name = "verify-top", .type = CLI_INT, .arg = "N", .min = 0, .max = 1000000, .def = "10",
+     .help = "verify the N best candidates (by matches) with RANSAC"},
+    {.name = "model", .type = CLI_CHOICE, .choices = "similarity|affine|homography", .def = "similarity",
+     .help = "RANSAC model from query to reference keypoints"},
+    {.name = "ransac-threshold", .type = CLI_NUMBER, .arg = "F", .min = 0, .max = 1, .flags = CLI_OPEN_MIN,
+     .def = "0.01", .help = "inlier distance as a fraction of the reference image's longer side"},
+    {.name = "iterations", .type = CLI_INT, .arg = "N", .min = 1, .max = 1000000, .def = "1000",
+     .help = "RANSAC iteration cap (adaptive stopping at 99.9% confidence)"},
+    {.name = "seed", .type = CLI_INT, .arg = "S", .min = 0, .max = 9007199254740992.0, .def = "0",
+     .help = "RANSAC seed (results are deterministic for a seed)"},
+    {.name = "threshold", .type = CLI_NUMBER, .arg = "T", .min = 0, .max = 1e9, .def = "12",
+     .help = "accept rank 1 when its score (inliers; matches with --no-verify) is >= T; 0 accepts "
+             "every query with a candidate (provisional default)"},
+    {.name = "table", .type = CLI_TEXT, .arg = "SPEC",
+     .help = "the rootsift table, when the collection has several ('patina info' lists them)"},
+    {.name = "format", .type = CLI_CHOICE, .choices = "table|csv|json", .def = "table",
+     .help = "output format (see below)"},
+    CLI_OPT_DEVICE("where matching runs (cpu; gpu is not implemented yet)"),
+    CLI_OPT_JOBS,
+    CLI_OPT_MAX_PIXELS,
+    CLI_OPT_STRICT,
+    {.name = "quiet", .letter = 'q', .type = CLI_FLAG, .help = "no progress line"},
+};
+
+const cli_command_t cli_cmd_identify = {
+    .name = "identify",
+    .summary = "identify query photos against a rootsift collection, or say unknown",
+    .operands = "COLLECTION QUERY...",
+    .min_operands = 2,
+    .max_operands = -1,
+    .about = "For each query image (files, or folders walked like `index`), extracts\n"
+             "RootSIFT features with the collection's rootsift spec at its query budget n,\n"
+             "matches them against every reference (2-NN and Lowe's ratio test), scores the\n"
+             "references, verifies the best with RANSAC, re-ranks them by inliers and\n"
+             "accepts rank 1 when its score reaches --threshold; otherwise: unknown.\n",
+    .opts = opts,
+    .nopts = sizeof opts / sizeof opts[0],
+    .notes = "output:\n"
+             "  table  per query a header line (decision, features), a line per candidate\n"
+             "  csv    header query,rank,key,score,inliers,decision; then per query one\n"
+             "         row per candidate, rank 1..k in ranking order. score: verified\n"
+             "         inliers, or the scoring rule's matches when not verified; inliers:\n"
+             "         0 when not verified; decision: match or unknown on rank 1, - on\n"
+             "         the other rows. A query with no features or no candidate: one row\n"
+             "         QUERY,0,,0,0,unknown. Fields with a comma, a double quote, CR or LF\n"
+             "         are quoted (RFC 4180).\n"
+             "  json   one object per query: {\"query\",\"decision\",\"features\",\"hits\":\n"
+             "         [{\"rank\",\"id\",\"key\",\"score\",\"matches\",\"inliers\",\"verified\"}]}\n"
+             "A query that cannot be read is reported and the others answered (exit 1). A\n"
+             "collection without a rootsift table cannot be identified against (exit 3).\n",
+    .run = run_identify,
+};
+
+typedef struct out_ctx {
+    int fmt; /* 0 table, 1 csv, 2 json */
+    patina_snapshot_t *snap;
+} out_ctx_t;
+
+static void print_query(const out_ctx_t *oc, const char *query, const patina_identify_hit_t *hits,
+                        const patina_identify_result_t *res)
+{
+    FILE *f = stdout;
+    const char *dec = res->decision == PATINA_DECISION_MATCH ? "match" : "unknown";
+    size_t r;
+    if (oc->fmt == 1 && res->nhits == 0) {
+        cli_csv_field(f, query);
+        fputs(",0,,0,0,unknown\n", f);
+        return;
+    }
+    if (oc->fmt == 2) {
+        fputs("{\"query\":", f);
+        cli_json_string(f, query);
+        fprintf(f, ",\"decision\":\"%s\",\"features\":%u,\"hits\":[", dec, (unsigned)res->query_features);
+    } else if (oc->fmt == 0) {
+        fprintf(f, "query %s: %s (%u features, %zu candidate%s)\n", query, dec, (unsigned)res->query_features,
+                res->nhits, res->nhits == 1 ? "" : "s");
+        if (res->nhits) fprintf(f, "  %4s  %7s  %7s  %7s  %s\n", "rank", "score", "inliers", "matches", "key");
+    }
+    for (r = 0; r < res->nhits; r++) {
+        patina_record_t rec;
+        const char *key = "?";
+        int have = patina_snapshot_get(oc->snap, &hits[r].id, 1, &rec) == PATINA_OK;
+        if (have) key = rec.key;
+        if (oc->fmt == 1) {
+            cli_csv_field(f, query);
+            fprintf(f, ",%zu,", r + 1);
+            cli_csv_field(f, key);
+            fprintf(f, ",%.17g,%u,%s\n", hits[r].score, (unsigned)hits[r].inliers, r ? "-" : dec);
+        } else if (oc->fmt == 2) {
+            fprintf(f, "%s{\"rank\":%zu,\"id\":%llu,\"key\":", r ? "," : "", r + 1, (unsigned long long)hits[r].id);
+            cli_json_string(f, key);
+            fprintf(f, ",\"score\":%.17g,\"matches\":%u,\"inliers\":%u,\"verified\":%s}", hits[r].score,
+                    (unsigned)hits[r].matches, (unsigned)hits[r].inliers, hits[r].verified ? "true" : "false");
+        } else {
+            fprintf(f, "  %4zu  %7.17g  %7u  %7u  %s\n", r + 1, hits[r].score, (unsigned)hits[r].inliers,
+                    (unsigned)hits[r].matches, key);
+        }
+        if (have) patina_record_release(&rec);
+    }
+    if (oc->fmt == 2) fputs("]}\n", f);
+}
+
+static void on_skip(void *user, const char *path, patina_status s, const char *msg)
+{
+    (void)user;
+    (void)path;
+    (void)s;
+    cli_error("identify", "%s", msg);
+}
+
+static int run_identify(const cli_args_t *a)
+{
+    const char *format = cli_get(a, "format")->text;
+    patina_identify_opts_t io;
+    patina_device device;
+    patina_context_t *ctx = NULL;
+    patina_collection_t *coll = NULL;
+    patina_snapshot_t *snap = NULL;
+    patina_refset_t *rs = NULL;
+    patina_refset_spec_t spec;
+    patina_load_opts_t lopts;
+    char **files = NULL;
+    size_t nfiles = 0, skipped = 0, done = 0, qbytes, i;
+    patina_image_t *images = NULL;
+    patina_load_result_t *lres = NULL;
+    unsigned char *qrec = NULL;
+    patina_status *st = NULL;
+    patina_identify_hit_t *hits = NULL;
+    patina_identify_result_t *res = NULL;
+    size_t *slot = NULL;
+    out_ctx_t oc;
+    int rc = EXIT_OK, progress;
+    patina_status s;
+
+    oc.fmt = !strcmp(format, "table") ? 0 : !strcmp(format, "csv") ? 1 : 2;
+    patina_identify_opts_init(&io);
+    io.k = (size_t)cli_get(a, "k")->i;
+    io.ratio = cli_get(a, "ratio")->num;
+    io.scoring = (patina_identify_scoring)cli_get(a, "scoring")->i;
+    io.verify = !cli_get(a, "no-verify")->i;
+    io.verify_top = (size_t)cli_get(a, "verify-top")->i;
+    io.model = (patina_identify_model)cli_get(a, "model")->i;
+    io.ransac_threshold = cli_get(a, "ransac-threshold")->num;
+    io.iterations = (int)cli_get(a, "iterations")->i;
+    io.seed = (uint64_t)cli_get(a, "seed")->i;
+    io.threshold = cli_get(a, "threshold")->num;
+    if (patina_device_parse(&device, cli_get(a, "device")->text) != PATINA_OK || device == PATINA_DEVICE_HYBRID) {
+        cli_error("identify", "--device %s is not an identification device (cpu, auto)",
+                  cli_get(a, "device")->text);
+        return EXIT_USAGE;
+    }
+    if (device == PATINA_DEVICE_GPU) {
+        cli_error("identify", "--device gpu: identification has no gpu implementation yet");
+        return EXIT_ERROR;
+    }
+    io.device = device;
+    progress = !cli_get(a, "quiet")->i && isatty(2);
+    if (cli_context(&ctx, a) != 0) return EXIT_ERROR;
+    if ((s = patina_collection_open(&coll, a->operands[0], PATINA_OPEN_READONLY, 0)) != PATINA_OK ||
+        (s = patina_snapshot_new(&snap, coll)) != PATINA_OK) {
+        cli_status_error("identify", s);
+        rc = EXIT_ERROR;
+        goto out;
+    }
+    patina_refset_spec_init(&spec);
+    spec.table = cli_get(a, "table")->set ? cli_get(a, "table")->text : NULL;
+    spec.snapshot = snap;
+    if ((s = patina_refset_load(&rs, coll, &spec)) != PATINA_OK) {
+        cli_error("identify", "collection '%s': %s", a->operands[0], patina_last_error());
+        rc = EXIT_ERROR;
+        goto out;
+    }
+    oc.snap = snap;
+    if ((s = patina_expand_paths(&files, &nfiles, (const char *const *)a->operands + 1, a->noperands - 1,
+                                 &skipped, on_skip, NULL)) != PATINA_OK) {
+        cli_status_error("identify", s);
+        rc = EXIT_ERROR;
+        goto out;
+    }
+    if (skipped) rc = EXIT_PARTIAL;
+    qbytes = patina_identify_query_bytes(rs);
+    images = calloc(nfiles + 1, sizeof *images);
+    lres = calloc(nfiles + 1, sizeof *lres);
+    qrec = malloc((nfiles + 1) * qbytes);
+    st = calloc(nfiles + 1, sizeof *st);
+    hits = calloc((nfiles + 1) * io.k, sizeof *hits);
+    res = calloc(nfiles + 1, sizeof *res);
+    slot = calloc(nfiles + 1, sizeof *slot);
+    if (!images || !lres || !qrec || !st || !hits || !res || !slot) {
+        cli_error("identify", "out of memory for %zu queries", nfiles);
+        rc = EXIT_ERROR;
+        goto out;
+    }
+    patina_load_opts_init(&lopts);
+    lopts.strict = (int)cli_get(a, "strict")->i;
+    if (oc.fmt == 1) fputs("query,rank,key,score,inliers,decision\n", stdout);
+    while (done < nfiles) {
+        size_t taken = 0, nq = 0;
+        /* decode a batch (bounded by the batch memory), extract, identify */
+        if ((s = patina_load_files(ctx, images, lres, &taken, (const char *const *)files + done, nfiles - done,
+                                   &lopts)) != PATINA_OK) {
+            cli_status_error("identify", s);
+            rc = EXIT_ERROR;
+            goto out;
+        }
+        for (i = 0; i < taken; i++) {
+            if (lres[i].status != PATINA_OK) {
+                cli_error("identify", "%s", lres[i].error);
+                rc = EXIT_PARTIAL;
+                continue;
+            }
+            if (lres[i].report.warnings) cli_error("identify", "%s", lres[i].report.warning);
+            images[nq] = images[i];
+            slot[nq++] = i;
+        }
+        s = patina_identify_extract(ctx, rs, qrec, images, nq, st);
+        for (i = 0; i < nq; i++) patina_image_release(&images[i]);
+        if (s == PATINA_OK) s = patina_identify(ctx, rs, qrec, nq, &io, hits, res);
+        if (s != PATINA_OK) {
+            cli_status_error("identify", s);
+            rc = EXIT_ERROR;
+            goto out;
+        }
+        if (progress) fputs("\r\033[K", stderr);
+        for (i = 0; i < nq; i++) {
+            const char *q = files[done + slot[i]];
+            if (st[i] != PATINA_OK) {
+                cli_error("identify", "'%s': extraction failed (%s); answered as a query without features", q,
+                          patina_status_str(st[i]));
+                rc = EXIT_PARTIAL;
+            }
+            print_query(&oc, q, hits + i * io.k, &res[i]);
+        }
+        fflush(stdout);
+        done += taken;
+        if (progress) fprintf(stderr, "identify: %zu/%zu queries against %zu references", done, nfiles,
+                              patina_refset_size(rs));
+    }
+    if (progress) fputs("\r\033[K", stderr);
+out:
+    if (fflush(stdout) != 0) rc = EXIT_ERROR;
+    for (i = 0; i < nfiles; i++) free(files[i]);
+    free(files);
+    free(images);
+    free(lres);
+    free(qrec);
+    free(st);
+    free(hits);
+    free(res);
+    free(slot);
+    patina_refset_free(rs);
+    patina_snapshot_free(snap);
+    patina_collection_close(coll);
+    patina_context_free(ctx);
+    return rc;
+}

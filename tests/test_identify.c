@@ -1,0 +1,760 @@
+/* Tests of identification (src/identify/, include/patina/identify.h,
+ * docs/identify.md): the fast matcher against the plain one (identical
+ * nearest neighbours, ratio decisions and scores on random and real
+ * records), the scoring rules on synthetic cases with known answers,
+ * RANSAC on known transforms, outliers and degenerate samples, bad input,
+ * end to end on sample photographs (a rotated, cropped, downscaled view of
+ * an indexed photo is identified and accepted; a photo not indexed is
+ * unknown) and the `patina identify` CLI contract.
+ *
+ * The real-photo parts need scripts/fetch-samples.sh; without the samples
+ * they say so and the program exits 77 (skipped) after the others pass. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "features/family.h"
+#include "features/rootsift.h"
+#include "identify/identify.h"
+#include "testutil.h"
+
+static int samples_missing;
+
+static const char *samples_dir(void)
+{
+    const char *s = getenv("PATINA_SAMPLES");
+    return s && *s ? s : PATINA_SAMPLES_DIR;
+}
+
+static const char *sample(const char *rel)
+{
+    const char *p = tu_path(samples_dir(), "%s", rel);
+    FILE *f = fopen(p, "rb");
+    if (!f) return NULL;
+    fclose(f);
+    return p;
+}
+
+/* ------------------------------------------------------------ synthetic rows */
+
+/* A random positive row of L2 norm ~512 (a RootSIFT row quantised at 512). */
+static void random_row(uint8_t *row, tu_rng_t *r)
+{
+    double v[128], s = 0;
+    int k;
+    for (k = 0; k < 128; k++) {
+        v[k] = (double)tu_rng_below(r, 1000) + 1;
+        v[k] = v[k] * v[k] * v[k]; /* peaky, like SIFT histograms */
+        s += v[k] * v[k];
+    }
+    for (k = 0; k < 128; k++) {
+        double x = floor(512.0 * v[k] / sqrt(s) + 0.5);
+        row[k] = (uint8_t)(x > 255 ? 255 : x);
+    }
+}
+
+/* row perturbed by up to +-amp per component */
+static void perturb(uint8_t *out, const uint8_t *row, int amp, tu_rng_t *r)
+{
+    int k;
+    for (k = 0; k < 128; k++) {
+        int x = row[k] + (int)tu_rng_below(r, (uint32_t)(2 * amp + 1)) - amp;
+        out[k] = (uint8_t)(x < 0 ? 0 : x > 255 ? 255 : x);
+    }
+}
+
+/* A u8 record of m rows with `count` rows from rows (NULL: zero) and
+ * geometry from geom (NULL: zero); the image is w x h. malloc'd. */
+static unsigned char *make_record(size_t m, size_t count, const uint8_t *rows, const float *geom, int w, int h)
+{
+    size_t bytes = rs_record_bytes(m, RS_QUANT_U8), i;
+    unsigned char *rec = calloc(1, bytes), *g;
+    rs_put_u32(rec + 0, (uint32_t)count);
+    rs_put_u32(rec + 4, RS_VERSION);
+    rs_put_u32(rec + 8, (uint32_t)m);
+    rs_put_u32(rec + 12, RS_QUANT_U8);
+    rs_put_f32(rec + 16, RS_U8_SCALE);
+    rs_put_f32(rec + 20, 1.0f);
+    rs_put_u32(rec + 24, (uint32_t)w);
+    rs_put_u32(rec + 28, (uint32_t)h);
+    rs_put_u32(rec + 32, (uint32_t)w);
+    rs_put_u32(rec + 36, (uint32_t)h);
+    if (rows) memcpy(rec + RS_HEADER, rows, count * 128);
+    g = rec + RS_HEADER + m * 128;
+    for (i = 0; geom && i < 4 * count; i++) rs_put_f32(g + 4 * i, geom[i]);
+    assert_int_equal(rs_record_check(rec, bytes, "test"), PATINA_OK);
+    return rec;
+}
+
+typedef struct nnbuf {
+    int32_t *mem;
+    idf_nn_t nn;
+} nnbuf_t;
+
+static void nn_alloc(nnbuf_t *b, size_t nq, size_t nr)
+{
+    b->mem = malloc((3 * nq + 2 * nr + 1) * sizeof *b->mem);
+    b->nn.best = b->mem;
+    b->nn.s1 = b->nn.best + nq;
+    b->nn.s2 = b->nn.s1 + nq;
+    b->nn.qbest = b->nn.s2 + nq;
+    b->nn.qs = b->nn.qbest + nr;
+}
+
+/* The two matchers on (q, r) agree exactly: neighbours, dots, and every
+ * scoring rule's correspondences; and the reported distances agree with
+ * float dequantised rows. */
+static void check_matchers(const uint8_t *q, size_t nq, const uint8_t *r, size_t nr, double ratio)
+{
+    nnbuf_t a, b;
+    int16_t *qw = malloc((nq + 1) * 128 * sizeof *qw);
+    idf_match_t *ma = malloc((nq + 1) * sizeof *ma), *mb = malloc((nq + 1) * sizeof *mb);
+    int32_t *claim = malloc((nr + 1) * sizeof *claim);
+    size_t j, i;
+    int sc;
+    nn_alloc(&a, nq, nr);
+    nn_alloc(&b, nq, nr);
+    idf_match_ref(&a.nn, q, nq, r, nr);
+    idf_widen(qw, q, nq);
+    idf_match_fast(&b.nn, qw, nq, r, nr);
+    for (j = 0; j < nq; j++) {
+        if (a.nn.best[j] != b.nn.best[j] || a.nn.s1[j] != b.nn.s1[j] || a.nn.s2[j] != b.nn.s2[j])
+            fail_msg("query row %zu (nq %zu nr %zu): ref (%d, %d, %d) fast (%d, %d, %d)", j, nq, nr,
+                     a.nn.best[j], a.nn.s1[j], a.nn.s2[j], b.nn.best[j], b.nn.s1[j], b.nn.s2[j]);
+        if (nr) { /* the float form: d^2 = 2 - 2 s, s from dequantised rows */
+            double s = 0, d2i, d2f;
+            for (i = 0; i < 128; i++)
+                s += ((double)q[j * 128 + i] / 512.0) * ((double)r[(size_t)a.nn.best[j] * 128 + i] / 512.0);
+            d2f = fmax(0, 2 - 2 * s);
+            d2i = fmax(0, 2 - 2 * (double)a.nn.s1[j] / 262144.0);
+            assert_true(fabs(d2f - d2i) <= 1e-12); /* the same number, two roundings of exact values */
+        }
+    }
+    for (i = 0; i < nr; i++)
+        if (a.nn.qbest[i] != b.nn.qbest[i] || a.nn.qs[i] != b.nn.qs[i])
+            fail_msg("reference row %zu: ref (%d, %d) fast (%d, %d)", i, a.nn.qbest[i], a.nn.qs[i], b.nn.qbest[i],
+                     b.nn.qs[i]);
+    for (sc = 0; sc < 3; sc++) {
+        size_t na = idf_score(ma, claim, &a.nn, nq, nr, 262144.0, ratio, (patina_identify_scoring)sc);
+        size_t nb = idf_score(mb, claim, &b.nn, nq, nr, 262144.0, ratio, (patina_identify_scoring)sc);
+        assert_int_equal(na, nb);
+        assert_memory_equal(ma, mb, na * sizeof *ma);
+    }
+    free(a.mem);
+    free(b.mem);
+    free(qw);
+    free(ma);
+    free(mb);
+    free(claim);
+}
+
+static void test_matchers_random(void **state)
+{
+    static const size_t shapes[][2] = {{0, 0}, {0, 5}, {3, 0}, {1, 1}, {1, 2}, {2, 1}, {5, 3},
+                                       {4, 4}, {7, 33}, {17, 9}, {64, 31}, {130, 97}};
+    tu_rng_t r;
+    size_t t, i;
+    (void)state;
+    tu_rng_seed(&r, 15);
+    for (t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        size_t nq = shapes[t][0], nr = shapes[t][1];
+        uint8_t *q = malloc((nq + 1) * 128), *ref = malloc((nr + 1) * 128);
+        for (i = 0; i < nr; i++) random_row(ref + i * 128, &r);
+        /* exact ties: duplicated reference rows */
+        if (nr > 3) memcpy(ref + 3 * 128, ref + 1 * 128, 128);
+        for (i = 0; i < nq; i++) {
+            if (nr && i % 3 == 0) perturb(q + i * 128, ref + tu_rng_below(&r, (uint32_t)nr) * 128, 3, &r);
+            else random_row(q + i * 128, &r);
+        }
+        if (nq > 2) memcpy(q + 2 * 128, q, 128); /* duplicated query rows (mutual ties) */
+        check_matchers(q, nq, ref, nr, 0.8);
+        check_matchers(q, nq, ref, nr, 1.0);
+        check_matchers(q, nq, ref, nr, 0.5);
+        free(q);
+        free(ref);
+    }
+}
+
+/* Tie rules and the 1-feature reference. */
+static void test_ties_and_tiny(void **state)
+{
+    tu_rng_t r;
+    uint8_t ref[3 * 128], q[128];
+    nnbuf_t b;
+    idf_match_t mt[1];
+    int32_t claim[3];
+    (void)state;
+    tu_rng_seed(&r, 2);
+    random_row(ref, &r);
+    memcpy(ref + 128, ref, 128); /* rows 0 and 1 identical */
+    random_row(ref + 256, &r);
+    memcpy(q, ref, 128);
+    nn_alloc(&b, 1, 3);
+    idf_match_ref(&b.nn, q, 1, ref, 3);
+    assert_int_equal(b.nn.best[0], 0);             /* the lower index */
+    assert_int_equal(b.nn.s1[0], b.nn.s2[0]);      /* the tie is the second */
+    assert_int_equal(idf_score(mt, claim, &b.nn, 1, 3, 262144.0, 0.8, PATINA_SCORE_RAW), 0);
+    /* A reference with one feature: no second neighbour, the test cannot pass. */
+    idf_match_ref(&b.nn, q, 1, ref + 256, 1);
+    assert_int_equal(b.nn.s2[0], -1);
+    assert_false(idf_ratio_pass(b.nn.s1[0], b.nn.s2[0], 262144.0, 1.0));
+    assert_int_equal(idf_score(mt, claim, &b.nn, 1, 1, 262144.0, 1.0, PATINA_SCORE_ONE2ONE), 0);
+    /* ratio test on the definition: d1 < ratio d2 */
+    assert_true(idf_ratio_pass(262144, 0, 262144.0, 0.8));          /* d1 = 0, d2 = sqrt 2 */
+    assert_false(idf_ratio_pass(131072, 131072, 262144.0, 0.8));    /* equal distances */
+    assert_false(idf_ratio_pass(262144, 262144, 262144.0, 1.0));    /* 0 < 0 is false */
+    free(b.mem);
+}
+
+/* ---------------------------------------------------------- collection setup */
+
+/* A collection in a new temp dir holding records (n, bytes) under table spec,
+ * keys "ref0", "ref1", ... (ids 1..n). */
+static patina_collection_t *make_collection(char **dir, const char *spec, unsigned char **recs, size_t n,
+                                            size_t bytes)
+{
+    patina_collection_t *c = NULL;
+    patina_insert_t *it = calloc(n, sizeof *it);
+    char (*keys)[32] = calloc(n, sizeof *keys);
+    size_t i;
+    *dir = tu_tempdir("identify");
+    TU_OK(patina_collection_open(&c, tu_path(*dir, "coll"), PATINA_OPEN_CREATE, 0));
+    for (i = 0; i < n; i++) {
+        snprintf(keys[i], sizeof keys[i], "ref%zu", i);
+        it[i].key = keys[i];
+        it[i].size = 1;
+        it[i].width = it[i].height = 100;
+        it[i].desc = recs[i];
+    }
+    TU_OK(patina_collection_put(c, spec, bytes, it, n, NULL));
+    free(it);
+    free(keys);
+    return c;
+}
+
+/* The paper's raw count lets a 2-feature reference win; one-to-one does not.
+ * Query: 30 features, 12 of which are (perturbed) features of the true
+ * reference. Decoy: 2 features, a "mean" row near every query feature and a
+ * far spike row, so most query features pass the ratio test against it. */
+static void test_scoring_decoy(void **state)
+{
+    const char *spec;
+    patina_extractor_t *ex = NULL;
+    tu_rng_t r;
+    uint8_t qrows[30 * 128], trows[40 * 128], drows[2 * 128], single[128];
+    unsigned char *recs[3], *qrec;
+    char *dir;
+    patina_collection_t *c;
+    patina_refset_t *rs = NULL;
+    patina_identify_opts_t o;
+    patina_identify_hit_t hits[3];
+    patina_identify_result_t res;
+    size_t i, bytes;
+    (void)state;
+    TU_OK(patina_extractor_new(&ex, "rootsift:m=40,n=30"));
+    spec = patina_extractor_spec(ex);
+    bytes = patina_extractor_bytes(ex);
+    tu_rng_seed(&r, 7);
+    for (i = 0; i < 40; i++) random_row(trows + i * 128, &r);
+    for (i = 0; i < 30; i++) {
+        if (i < 12) perturb(qrows + i * 128, trows + i * 128, 2, &r);
+        else random_row(qrows + i * 128, &r);
+    }
+    memset(drows, 45, 128);         /* the mean direction: 45 * sqrt(128) ~ 509 */
+    memset(drows + 128, 0, 128);
+    memset(drows + 128, 255, 4);    /* a spike */
+    random_row(single, &r);
+    recs[0] = make_record(40, 40, trows, NULL, 640, 480); /* id 1: the true reference */
+    recs[1] = make_record(40, 2, drows, NULL, 640, 480);  /* id 2: the decoy */
+    recs[2] = make_record(40, 1, single, NULL, 640, 480); /* id 3: one feature */
+    qrec = make_record(30, 30, qrows, NULL, 640, 480);
+    c = make_collection(&dir, spec, recs, 3, bytes);
+    TU_OK(patina_refset_load(&rs, c, NULL));
+    assert_int_equal(patina_refset_size(rs), 3);
+    assert_string_equal(patina_refset_table(rs), spec);
+    assert_int_equal(patina_identify_query_bytes(rs), rs_record_bytes(30, RS_QUANT_U8));
+    patina_identify_opts_init(&o);
+    o.verify = 0;
+    o.k = 3;
+    o.threshold = 5;
+    /* raw: the decoy collects most query features */
+    o.scoring = PATINA_SCORE_RAW;
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
+    print_message("raw: id %llu %u, id %llu %u\n", (unsigned long long)hits[0].id, hits[0].matches,
+                  (unsigned long long)hits[1].id, hits[1].matches);
+    assert_int_equal(hits[0].id, 2);
+    assert_true(hits[0].matches > 12);
+    /* one-to-one: the decoy scores at most 2, the true reference wins */
+    o.scoring = PATINA_SCORE_ONE2ONE;
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
+    assert_int_equal(res.nhits, 2); /* the 1-feature reference matches nothing: not listed */
+    assert_int_equal(hits[0].id, 1);
+    assert_int_equal(hits[0].matches, 12);
+    assert_true(hits[1].id == 2 && hits[1].matches <= 2);
+    assert_int_equal(res.decision, PATINA_DECISION_MATCH);
+    assert_int_equal(res.query_features, 30);
+    o.scoring = PATINA_SCORE_MUTUAL;
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
+    assert_int_equal(hits[0].id, 1);
+    assert_int_equal(hits[0].matches, 12);
+    /* duplicated query features do not inflate one-to-one */
+    {
+        uint8_t dup[30 * 128];
+        unsigned char *drec;
+        for (i = 0; i < 30; i++) memcpy(dup + i * 128, qrows + (i % 6) * 128, 128);
+        drec = make_record(30, 30, dup, NULL, 640, 480);
+        o.scoring = PATINA_SCORE_ONE2ONE;
+        TU_OK(patina_identify(NULL, rs, drec, 1, &o, hits, &res));
+        assert_int_equal(hits[0].id, 1);
+        assert_int_equal(hits[0].matches, 6);
+        o.scoring = PATINA_SCORE_RAW;
+        TU_OK(patina_identify(NULL, rs, drec, 1, &o, hits, &res));
+        assert_true(hits[0].matches == 30 || hits[1].matches == 30);
+        free(drec);
+    }
+    /* shards: ids 1 and 3 in shard 1 of 2, id 2 in shard 0 */
+    {
+        patina_refset_t *s1 = NULL;
+        patina_refset_spec_t sp;
+        patina_refset_spec_init(&sp);
+        sp.shards = 2;
+        sp.shard = 1;
+        TU_OK(patina_refset_load(&s1, c, &sp));
+        assert_int_equal(patina_refset_size(s1), 2);
+        assert_int_equal(patina_refset_ids(s1)[0], 1);
+        assert_int_equal(patina_refset_ids(s1)[1], 3);
+        sp.shard = 2;
+        patina_refset_free(s1);
+        assert_int_equal(patina_refset_load(&s1, c, &sp), PATINA_E_INVALID);
+        assert_null(s1);
+    }
+    for (i = 0; i < 3; i++) free(recs[i]);
+    free(qrec);
+    patina_refset_free(rs);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(dir);
+    patina_extractor_free(ex);
+}
+
+/* Bad input: k = 0, huge k, zero-feature query, corrupt query and
+ * reference records, GPU device, a collection without rootsift. */
+static void test_bad_input(void **state)
+{
+    patina_extractor_t *ex = NULL;
+    tu_rng_t r;
+    uint8_t rows[10 * 128];
+    unsigned char *recs[2], *q0, *q1;
+    char *dir;
+    patina_collection_t *c;
+    patina_refset_t *rs = NULL;
+    patina_identify_opts_t o;
+    patina_identify_hit_t hits[2 * 1000];
+    patina_identify_result_t res[2];
+    size_t i, bytes;
+    (void)state;
+    TU_OK(patina_extractor_new(&ex, "rootsift:m=10,n=10"));
+    bytes = patina_extractor_bytes(ex);
+    tu_rng_seed(&r, 9);
+    for (i = 0; i < 10; i++) random_row(rows + i * 128, &r);
+    recs[0] = make_record(10, 10, rows, NULL, 100, 100);
+    recs[1] = make_record(10, 5, rows, NULL, 100, 100);
+    c = make_collection(&dir, patina_extractor_spec(ex), recs, 2, bytes);
+    TU_OK(patina_refset_load(&rs, c, NULL));
+    q0 = make_record(10, 0, NULL, NULL, 100, 100);
+    q1 = make_record(10, 10, rows, NULL, 100, 100);
+    patina_identify_opts_init(&o);
+    o.k = 0;
+    assert_int_equal(patina_identify(NULL, rs, q1, 1, &o, hits, res), PATINA_E_INVALID);
+    assert_non_null(strstr(patina_last_error(), "k = 0"));
+    o.k = 1000; /* clamped to the 2 references */
+    o.verify = 0;
+    TU_OK(patina_identify(NULL, rs, q1, 1, &o, hits, res));
+    assert_int_equal(res[0].nhits, 2);
+    assert_int_equal(hits[0].id, 1);
+    assert_int_equal(hits[2].id, 0); /* padding zeroed */
+    o.k = 5;
+    { /* zero-feature query beside a normal one: empty answer, unknown */
+        unsigned char *both = malloc(2 * rs_record_bytes(10, RS_QUANT_U8));
+        memcpy(both, q0, rs_record_bytes(10, RS_QUANT_U8));
+        memcpy(both + rs_record_bytes(10, RS_QUANT_U8), q1, rs_record_bytes(10, RS_QUANT_U8));
+        TU_OK(patina_identify(NULL, rs, both, 2, &o, hits, res));
+        assert_int_equal(res[0].nhits, 0);
+        assert_int_equal(res[0].decision, PATINA_DECISION_UNKNOWN);
+        assert_int_equal(res[0].query_features, 0);
+        assert_int_equal(res[1].nhits, 2);
+        /* corrupt second query: named */
+        rs_put_u32(both + rs_record_bytes(10, RS_QUANT_U8), 11);
+        assert_int_equal(patina_identify(NULL, rs, both, 2, &o, hits, res), PATINA_E_CORRUPT);
+        assert_non_null(strstr(patina_last_error(), "query 1"));
+        free(both);
+    }
+    o.device = PATINA_DEVICE_GPU;
+    assert_int_equal(patina_identify(NULL, rs, q1, 1, &o, hits, res), PATINA_E_UNAVAILABLE);
+    o.device = PATINA_DEVICE_CPU;
+    o.ratio = 0;
+    assert_int_equal(patina_identify(NULL, rs, q1, 1, &o, hits, res), PATINA_E_INVALID);
+    patina_refset_free(rs);
+    /* a corrupt reference record: the load names its id */
+    rs_put_u32(recs[1] + 0, 99);
+    {
+        patina_insert_t it = {.key = "bad", .size = 1, .width = 1, .height = 1, .desc = recs[1]};
+        uint64_t id;
+        TU_OK(patina_collection_put(c, patina_extractor_spec(ex), bytes, &it, 1, &id));
+        assert_int_equal(patina_refset_load(&rs, c, NULL), PATINA_E_CORRUPT);
+        assert_null(rs);
+        assert_non_null(strstr(patina_last_error(), "reference id 3"));
+    }
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(dir);
+    { /* a collection without rootsift */
+        patina_extractor_t *cedd = NULL;
+        unsigned char d[144] = {0};
+        unsigned char *dd = d;
+        TU_OK(patina_extractor_new(&cedd, "cedd"));
+        c = make_collection(&dir, patina_extractor_spec(cedd), &dd, 1, patina_extractor_bytes(cedd));
+        assert_int_equal(patina_refset_load(&rs, c, NULL), PATINA_E_NOTFOUND);
+        assert_non_null(strstr(patina_last_error(), "no rootsift table"));
+        patina_collection_close(c);
+        tu_remove_tree(dir);
+        free(dir);
+        patina_extractor_free(cedd);
+    }
+    free(recs[0]);
+    free(recs[1]);
+    free(q0);
+    free(q1);
+    patina_extractor_free(ex);
+}
+
+/* ------------------------------------------------------------------- RANSAC */
+
+static void apply_sim(double *out, const double *in, double ang, double sc, double tx, double ty)
+{
+    out[0] = sc * (cos(ang) * in[0] - sin(ang) * in[1]) + tx;
+    out[1] = sc * (sin(ang) * in[0] + cos(ang) * in[1]) + ty;
+}
+
+static void test_ransac(void **state)
+{
+    enum { N = 60 };
+    double qp[2 * N], rp[2 * N];
+    unsigned char inl[N];
+    idf_model_t m;
+    tu_rng_t r;
+    size_t i, c;
+    int kind;
+    (void)state;
+    tu_rng_seed(&r, 5);
+    for (i = 0; i < N; i++) {
+        qp[2 * i] = tu_rng_below(&r, 640);
+        qp[2 * i + 1] = tu_rng_below(&r, 480);
+        apply_sim(rp + 2 * i, qp + 2 * i, 0.5, 1.7, 30, -12);
+    }
+    /* a pure similarity: every model finds all inliers, the right map */
+    for (kind = 0; kind < 3; kind++) {
+        double x, y;
+        c = idf_ransac(&m, inl, qp, rp, N, (patina_identify_model)kind, 2.0, 1000, 1);
+        assert_int_equal(c, N);
+        assert_true(idf_model_apply(&m, 100, 200, &x, &y));
+        {
+            double want[2], in[2] = {100, 200};
+            apply_sim(want, in, 0.5, 1.7, 30, -12);
+            assert_true(fabs(x - want[0]) < 1e-6 && fabs(y - want[1]) < 1e-6);
+        }
+    }
+    /* a 90 degree rotation (the end-to-end query) */
+    {
+        double r90[2 * N];
+        for (i = 0; i < N; i++) apply_sim(r90 + 2 * i, qp + 2 * i, M_PI / 2, 1.0, 479, 0);
+        assert_int_equal(idf_ransac(&m, inl, qp, r90, N, PATINA_MODEL_SIMILARITY, 1.0, 1000, 3), N);
+        assert_true(fabs(m.h[0]) < 1e-9 && fabs(m.h[3] - 1) < 1e-9);
+    }
+    /* 50% outliers: the inliers are still found, outliers rejected */
+    for (i = 0; i < N; i += 2) {
+        rp[2 * i] = tu_rng_below(&r, 1000);
+        rp[2 * i + 1] = tu_rng_below(&r, 1000);
+    }
+    for (kind = 0; kind < 3; kind++) {
+        size_t good = 0;
+        c = idf_ransac(&m, inl, qp, rp, N, (patina_identify_model)kind, 2.0, 5000, 11);
+        for (i = 1; i < N; i += 2) good += inl[i];
+        print_message("model %d: %zu inliers of %d true\n", kind, c, N / 2);
+        assert_int_equal(good, N / 2);
+        assert_true(c >= N / 2 && c <= N / 2 + 2);
+        /* deterministic */
+        assert_int_equal(idf_ransac(NULL, NULL, qp, rp, N, (patina_identify_model)kind, 2.0, 5000, 11), c);
+    }
+    /* a homography with perspective: found by the homography model */
+    {
+        const double H[9] = {0.9, 0.1, 20, -0.05, 1.1, 5, 2e-4, -1e-4, 1};
+        idf_model_t t = {PATINA_MODEL_HOMOGRAPHY, {0}};
+        memcpy(t.h, H, sizeof H);
+        for (i = 0; i < N; i++) assert_true(idf_model_apply(&t, qp[2 * i], qp[2 * i + 1], &rp[2 * i], &rp[2 * i + 1]));
+        assert_int_equal(idf_ransac(&m, inl, qp, rp, N, PATINA_MODEL_HOMOGRAPHY, 1.0, 2000, 2), N);
+        for (i = 0; i < 9; i++) assert_true(fabs(m.h[i] - H[i]) < 1e-6 * (fabs(H[i]) + 1e-3));
+    }
+    /* degenerate inputs */
+    {
+        double lq[2 * 8], lr[2 * 8];
+        size_t idx[4] = {0, 1, 2, 3};
+        for (i = 0; i < 8; i++) { /* collinear */
+            lq[2 * i] = 10.0 * (double)i;
+            lq[2 * i + 1] = 5.0 * (double)i;
+            lr[2 * i] = 3.0 * (double)i;
+            lr[2 * i + 1] = -2.0 * (double)i;
+        }
+        assert_int_equal(idf_ransac(&m, inl, lq, lr, 8, PATINA_MODEL_HOMOGRAPHY, 1.0, 100, 1), 0);
+        assert_int_equal(idf_ransac(&m, inl, lq, lr, 8, PATINA_MODEL_AFFINE, 1.0, 100, 1), 0);
+        assert_false(idf_fit_minimal(&m, PATINA_MODEL_HOMOGRAPHY, lq, lr, idx));
+        /* too few points */
+        assert_int_equal(idf_ransac(&m, inl, qp, rp, 3, PATINA_MODEL_HOMOGRAPHY, 1.0, 100, 1), 0);
+        assert_int_equal(idf_ransac(&m, inl, qp, rp, 1, PATINA_MODEL_SIMILARITY, 1.0, 100, 1), 0);
+        assert_int_equal(idf_ransac(&m, inl, qp, rp, 0, PATINA_MODEL_SIMILARITY, 1.0, 100, 1), 0);
+        /* coincident points */
+        for (i = 0; i < 8; i++) lq[2 * i] = lq[2 * i + 1] = 7;
+        assert_int_equal(idf_ransac(&m, inl, lq, lr, 8, PATINA_MODEL_SIMILARITY, 1.0, 100, 1), 0);
+    }
+}
+
+/* ------------------------------------------------------------- real photos */
+
+static patina_status load(patina_image_t *img, const char *path)
+{
+    return patina_image_load(img, path, NULL);
+}
+
+/* Rotate 90 degrees clockwise, crop to the central frac, downscale by
+ * `down` (area average of 2x2 when down = 0.5, nearest otherwise). */
+static void make_variant(patina_image_t *out, const patina_image_t *in, double frac, int half)
+{
+    patina_image_t rot, crop;
+    int x, y, c, w, h, x0, y0;
+    TU_OK(patina_image_init(&rot, in->height, in->width));
+    for (y = 0; y < in->height; y++)
+        for (x = 0; x < in->width; x++)
+            for (c = 0; c < 3; c++)
+                rot.data[(size_t)x * rot.stride + (size_t)(in->height - 1 - y) * 3 + (size_t)c] =
+                    in->data[(size_t)y * in->stride + (size_t)x * 3 + (size_t)c];
+    w = (int)(rot.width * frac);
+    h = (int)(rot.height * frac);
+    x0 = (rot.width - w) / 2;
+    y0 = (rot.height - h) / 3;
+    TU_OK(patina_image_init(&crop, w, h));
+    for (y = 0; y < h; y++) memcpy(crop.data + (size_t)y * crop.stride, rot.data + (size_t)(y + y0) * rot.stride + (size_t)x0 * 3, (size_t)w * 3);
+    patina_image_release(&rot);
+    if (!half) {
+        *out = crop;
+        return;
+    }
+    TU_OK(patina_image_init(out, w / 2, h / 2));
+    for (y = 0; y < h / 2; y++)
+        for (x = 0; x < w / 2; x++)
+            for (c = 0; c < 3; c++) {
+                int s = crop.data[(size_t)(2 * y) * crop.stride + (size_t)(2 * x) * 3 + (size_t)c] +
+                        crop.data[(size_t)(2 * y) * crop.stride + (size_t)(2 * x + 1) * 3 + (size_t)c] +
+                        crop.data[(size_t)(2 * y + 1) * crop.stride + (size_t)(2 * x) * 3 + (size_t)c] +
+                        crop.data[(size_t)(2 * y + 1) * crop.stride + (size_t)(2 * x + 1) * 3 + (size_t)c];
+                out->data[(size_t)y * out->stride + (size_t)x * 3 + (size_t)c] = (uint8_t)((s + 2) / 4);
+            }
+    patina_image_release(&crop);
+}
+
+static void write_ppm(const char *path, const patina_image_t *img)
+{
+    FILE *f = fopen(path, "wb");
+    int y;
+    assert_non_null(f);
+    fprintf(f, "P6\n%d %d\n255\n", img->width, img->height);
+    for (y = 0; y < img->height; y++) fwrite(img->data + (size_t)y * img->stride, 3, (size_t)img->width, f);
+    fclose(f);
+}
+
+static const char *const refs_rel[] = {"mate/Wood.jpg", "mate/Dune.jpg", "mate/RainDrops.jpg", "opencv/baboon.jpg",
+                                       "mate/Aqua.jpg"};
+static const char *const other_rel = "opencv/fruits.jpg";
+#define NREFS (sizeof refs_rel / sizeof refs_rel[0])
+
+static int have_samples(void)
+{
+    size_t i;
+    for (i = 0; i < NREFS; i++)
+        if (!sample(refs_rel[i])) return 0;
+    return sample(other_rel) != NULL;
+}
+
+/* Fast vs plain matcher on real records of sample photos. */
+static void test_matchers_real(void **state)
+{
+    patina_extractor_t *ex = NULL;
+    const rootsift_params_t *p;
+    unsigned char *rec[3];
+    size_t i, j;
+    (void)state;
+    if (!have_samples()) {
+        fprintf(stderr, "test_identify: real-photo matcher parity skipped (no samples; scripts/fetch-samples.sh)\n");
+        samples_missing = 1;
+        return;
+    }
+    TU_OK(patina_extractor_new(&ex, "rootsift:maxside=512"));
+    p = (const rootsift_params_t *)(const void *)ex->params;
+    for (i = 0; i < 3; i++) {
+        patina_image_t img;
+        size_t budget = i == 0 ? (size_t)p->n : (size_t)p->m;
+        rec[i] = malloc(rs_record_bytes(budget, RS_QUANT_U8));
+        TU_OK(load(&img, sample(refs_rel[i])));
+        TU_OK(rs_extract(p, budget, rec[i], &img));
+        patina_image_release(&img);
+    }
+    /* query 0 (n rows) against references 0 (itself at m) .. 2 */
+    for (j = 1; j < 3; j++) check_matchers(rs_row(rec[0], 0), rs_count(rec[0]), rs_row(rec[j], 0), rs_count(rec[j]), 0.8);
+    check_matchers(rs_row(rec[1], 0), rs_count(rec[1]), rs_row(rec[2], 0), rs_count(rec[2]), 0.8);
+    check_matchers(rs_row(rec[1], 0), rs_count(rec[1]), rs_row(rec[1], 0), rs_count(rec[1]), 0.8);
+    for (i = 0; i < 3; i++) free(rec[i]);
+    patina_extractor_free(ex);
+}
+
+/* Index sample photos, identify a rotated/cropped/downscaled view of one
+ * (library and CLI), and a photo that is not indexed. */
+static void test_end_to_end(void **state)
+{
+    char *dir, *out = NULL, *err = NULL;
+    const char *coll, *var, *other;
+    patina_image_t img, v;
+    (void)state;
+    if (!have_samples()) {
+        fprintf(stderr, "test_identify: end-to-end skipped (no samples; scripts/fetch-samples.sh)\n");
+        samples_missing = 1;
+        return;
+    }
+    dir = tu_tempdir("identify-e2e");
+    coll = tu_path(dir, "coll");
+    var = tu_path(dir, "variant.ppm");
+    {
+        const char *argv[4 + NREFS + 3];
+        size_t i, a = 0;
+        int rc;
+        argv[a++] = PATINA_CLI;
+        argv[a++] = "index";
+        argv[a++] = coll;
+        for (i = 0; i < NREFS; i++) argv[a++] = sample(refs_rel[i]);
+        argv[a++] = "-f";
+        argv[a++] = "rootsift";
+        argv[a++] = "-q";
+        argv[a] = NULL;
+        rc = tu_exec(&out, &err, 0, 600, argv);
+        if (rc != 0) fail_msg("index: %d: %s", rc, err);
+        free(out);
+        free(err);
+    }
+    TU_OK(load(&img, sample(refs_rel[0])));
+    make_variant(&v, &img, 0.7, 1);
+    write_ppm(var, &v);
+    patina_image_release(&img);
+    { /* library */
+        patina_collection_t *c = NULL;
+        patina_refset_t *rs = NULL;
+        patina_identify_opts_t o;
+        patina_identify_hit_t hits[2 * 5];
+        patina_identify_result_t res[2];
+        patina_image_t qs[2];
+        unsigned char *qrec;
+        patina_status st[2];
+        TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_READONLY, 0));
+        TU_OK(patina_refset_load(&rs, c, NULL));
+        assert_int_equal(patina_refset_size(rs), NREFS);
+        qs[0] = v;
+        TU_OK(load(&qs[1], sample(other_rel)));
+        qrec = malloc(2 * patina_identify_query_bytes(rs));
+        TU_OK(patina_identify_extract(NULL, rs, qrec, qs, 2, st));
+        assert_int_equal(st[0], PATINA_OK);
+        patina_identify_opts_init(&o);
+        TU_OK(patina_identify(NULL, rs, qrec, 2, &o, hits, res));
+        print_message("variant: %zu hits, rank 1 id %llu inliers %u matches %u; rank 2 inliers %u; features %u\n",
+                      res[0].nhits, (unsigned long long)hits[0].id, hits[0].inliers, hits[0].matches,
+                      res[0].nhits > 1 ? hits[1].inliers : 0, res[0].query_features);
+        print_message("other: %zu hits, rank 1 id %llu inliers %u matches %u\n", res[1].nhits,
+                      (unsigned long long)hits[5].id, hits[5].inliers, hits[5].matches);
+        assert_int_equal(hits[0].id, 1); /* Wood.jpg was indexed first */
+        assert_true(hits[0].verified);
+        assert_int_equal(res[0].decision, PATINA_DECISION_MATCH);
+        assert_int_equal(res[1].decision, PATINA_DECISION_UNKNOWN);
+        free(qrec);
+        patina_image_release(&qs[1]);
+        patina_refset_free(rs);
+        patina_collection_close(c);
+    }
+    patina_image_release(&v);
+    other = sample(other_rel);
+    { /* CLI contract */
+        const char *argv[] = {PATINA_CLI, "identify", coll, var, other, tu_path(dir, "flat.pgm"), "--format", "csv",
+                              "-k", "3", "-q", NULL};
+        static const char flatpgm[] = "P5 16 16 255\n";
+        unsigned char buf[sizeof flatpgm - 1 + 256];
+        char *line, *nl, want[4200];
+        int rc, row = 0;
+        memcpy(buf, flatpgm, sizeof flatpgm - 1);
+        memset(buf + sizeof flatpgm - 1, 100, 256);
+        assert_int_equal(tu_write_file(argv[5], buf, sizeof buf), 0);
+        rc = tu_exec(&out, &err, 0, 600, argv);
+        if (rc != 0) fail_msg("identify: %d: %s", rc, err);
+        print_message("%s", out);
+        snprintf(want, sizeof want, "\n%s,0,,0,0,unknown\n", argv[5]);
+        assert_non_null(strstr(out, want)); /* the zero-feature query's row */
+        line = out;
+        nl = strchr(line, '\n');
+        *nl = 0;
+        assert_string_equal(line, "query,rank,key,score,inliers,decision");
+        for (line = nl + 1; (nl = strchr(line, '\n')); line = nl + 1, row++) {
+            *nl = 0;
+            if (row == 0) {
+                snprintf(want, sizeof want, "%s,1,%s,", var, sample(refs_rel[0]));
+                assert_int_equal(strncmp(line, want, strlen(want)), 0);
+                assert_non_null(strstr(line, ",match"));
+            }
+            if (!strncmp(line, other, strlen(other)) && strstr(line, ",1,") == line + strlen(other))
+                assert_non_null(strstr(line, ",unknown"));
+        }
+        free(out);
+        free(err);
+    }
+    { /* usage error (2), unreadable query (1), collection without rootsift (3) */
+        const char *a1[] = {PATINA_CLI, "identify", coll, var, "-k", "0", NULL};
+        const char *a2[] = {PATINA_CLI, "identify", coll, var, tu_path(dir, "missing.jpg"), "-q", NULL};
+        const char *ix[] = {PATINA_CLI, "index", tu_path(dir, "cedd"), sample(other_rel), "-q", NULL};
+        const char *a3[] = {PATINA_CLI, "identify", tu_path(dir, "cedd"), var, NULL};
+        assert_int_equal(tu_exec(&out, &err, 0, 600, a1), 2);
+        free(out);
+        free(err);
+        assert_int_equal(tu_exec(&out, &err, 0, 600, a2), 1);
+        free(out);
+        free(err);
+        assert_int_equal(tu_exec(&out, &err, 0, 600, ix), 0);
+        free(out);
+        free(err);
+        assert_int_equal(tu_exec(&out, &err, 0, 600, a3), 3);
+        assert_non_null(strstr(err, "rootsift"));
+        free(out);
+        free(err);
+    }
+    tu_remove_tree(dir);
+    free(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matchers_random), cmocka_unit_test(test_ties_and_tiny),
+        cmocka_unit_test(test_scoring_decoy),   cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_ransac),          cmocka_unit_test(test_matchers_real),
+        cmocka_unit_test(test_end_to_end),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    if (rc == 0 && samples_missing) {
+        fprintf(stderr, "test_identify: skipped the real-photo parts (no sample photographs)\n");
+        return 77;
+    }
+    return rc;
+}
