@@ -23,19 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clones.h"
 #include "features/lbp.h"
 
-/* Not under the sanitizers: their runtime is not ready when ifunc resolvers run. */
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
-#if defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define LBP_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#endif
-#endif
-#endif
-#ifndef LBP_CLONES
-#define LBP_CLONES
-#endif
 
 typedef uint8_t u8x16 __attribute__((vector_size(16)));
 typedef double f64x4 __attribute__((vector_size(32)));
@@ -247,7 +237,7 @@ static int scratch_init(circ_scratch_t *s, const circ_t *t)
 }
 
 /* "top" values of input row y for every column offset: the ring slot of y. */
-LBP_CLONES
+PATINA_CLONES
 static void horizontal(double *slot, const circ_t *t, double *conv, const uint8_t *row)
 {
     const int w = t->w, pad = t->pad;
@@ -294,7 +284,7 @@ typedef struct samp {
 /* All P samples of one output row, four pixels at a time with everything in
  * registers: bits[x] = the sign pattern, and for var the biased variance
  * (sum and sum of squares accumulated in sample order, as scikit-image). */
-LBP_CLONES
+PATINA_CLONES
 static void circ_row(const samp_t *sm, int P, int w, const double *centre, int64_t *bits,
                      double *var)
 {
@@ -376,7 +366,7 @@ static void circ_row(const samp_t *sm, int P, int w, const double *centre, int64
 
 /* Codes of one row from sign patterns (methods other than default and var,
  * without a table: P > 16). Cloned for hardware popcount. */
-LBP_CLONES
+PATINA_CLONES
 static void pattern_codes(uint32_t *codes, const int64_t *bits, int w, int P, int method)
 {
     int x;

@@ -6,6 +6,7 @@
  * int16 -> int32 reduction that compilers vectorise (pmaddwd on x86). */
 #include <string.h>
 
+#include "core/clones.h"
 #include "identify/identify.h"
 
 /* Keeps the top 2 of one query row; strict '>' keeps the lower index on a
@@ -77,6 +78,7 @@ static inline void dot4(int32_t d[4], const int16_t *restrict q0, const int16_t 
     d[3] = a3;
 }
 
+PATINA_CLONES
 void idf_match_fast(idf_nn_t *out, const int16_t *qw, size_t nq, const uint8_t *r, size_t nr)
 {
     size_t j0, i, t;
