@@ -28,6 +28,8 @@
 #                                bench_rootsift  rootsift extraction on the
 #                                          CPU cores there (VLFeat; 1 thread
 #                                          and all), a step of its own
+#                                bench_identify_match  CPU matching of one
+#                                          query against 4096 references
 #                                e2e       bench_pipeline: every family end to
 #                                          end on 1024^2 JPEGs cut from samples/
 #                              BENCH_ARGS adds arguments to every benchmark.
@@ -232,6 +234,8 @@ step_bench_lbp() {
 step_bench_glcm() { bench_one bench_glcm ""; }
 # CPU only (VLFeat): extraction throughput on this machine's cores.
 step_bench_rootsift() { bench_one bench_rootsift ""; }
+# CPU identification matching (one query against references), 1 thread and all.
+step_bench_identify_match() { bench_one bench_identify_match "" 4096; }
 step_bench() {
     step_bench_cedd
     step_bench_lbp
@@ -267,7 +271,7 @@ run_steps() {
         tests) step_tests ;;
         sanitize) step_sanitize ;;
         bench) step_bench ;;
-        bench_cedd | bench_lbp | bench_glcm | bench_knn | bench_rootsift) "step_$s" ;;
+        bench_cedd | bench_lbp | bench_glcm | bench_knn | bench_rootsift | bench_identify_match) "step_$s" ;;
         e2e) step_e2e ;;
         asan) step_asan ;;
         *) echo "unknown step $s" >&2; rc=2 ;;
