@@ -39,7 +39,9 @@ if [ -x "$PATINA" ] && "$PATINA" identify --help >/dev/null 2>&1; then
     echo "patina,index_refs,$nref,$(awk "BEGIN{print $t1 - $t0}")"
     echo "patina,identify,$nq,$(awk "BEGIN{print $t2 - $t1}")"; } > "$RES/patina_timings.csv"
   runs+=(--run "patina=$RES/patina.csv"); tim+=(--timings "$RES/patina_timings.csv")
-  T=${PATINA_THRESHOLD:-$("$PATINA" identify --help 2>&1 | grep -i -- '--threshold' | grep -oiE 'default[: ]*[0-9.]+' | grep -oE '[0-9.]+' | head -n1 || true)}
+  # the default from the help text: the --threshold entry runs until the next option line
+  T=${PATINA_THRESHOLD:-$("$PATINA" identify --help 2>&1 | awk '/^ *--threshold/ {f = 1; print; next} f && /^ *-/ && match($0, /[^ ]/) < 10 {f = 0} f' |
+    tr '\n' ' ' | grep -oE 'default [0-9.]+' | tail -n1 | grep -oE '[0-9.]+' || true)}
   if [ -n "$T" ]; then thr+=(--threshold "patina=$T"); fi
 else
   echo "run.sh: $PATINA has no 'identify' subcommand (pending the identify branch): patina is left out" >&2
