@@ -1,0 +1,58 @@
+#!/bin/bash
+# Identification accuracy benchmark (issue 15), end to end: builds the sets (make_sets.py, fixed seed),
+# indexes the references with `patina index -f rootsift`, runs `patina identify` (threshold 0: raw
+# rank-1 scores) and the OpenCV peer (tests/peers/identify_opencv.py) on the same files, and scores
+# them side by side (score.py) into $SETS/results/report.md.
+#
+#   bench/identify/run.sh [PATINA]       PATINA: the binary (default build/patina)
+#
+# Environment: SETS (scratch folder, default $TMPDIR/patina-identify), J (processes/threads, default
+# nproc), MAKE_SETS_ARGS (extra make_sets.py options, e.g. a subset: "--refs 300 --genuine 100
+# --impostor-textures 50 --impostor-photos 50"), PATINA_THRESHOLD (patina's default acceptance
+# threshold, to report FAR/FRR at it; read from `patina identify --help` when unset), PEER_THRESHOLD
+# (the threshold the peer variants are reported at; they have no default: 10), SKIP_PEER=1.
+# A binary without the `identify` subcommand is reported and left out; the peer still runs.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+PATINA=$(realpath -m "${1:-$ROOT/build/patina}")
+SETS=$(realpath -m "${SETS:-${TMPDIR:-/tmp}/patina-identify}")
+J=${J:-$(nproc)}
+PY=$ROOT/.venv-identify/bin/python
+[ -x "$PY" ] || "$ROOT/bench/identify/setup.sh"
+# shellcheck disable=SC2086
+"$PY" "$ROOT/bench/identify/make_sets.py" --out "$SETS" ${MAKE_SETS_ARGS:-}
+RES=$SETS/results
+mkdir -p "$RES"
+cd "$SETS"   # relative paths: queries/g0001.png in every CSV
+now() { date +%s.%N; }
+runs=() thr=() tim=()
+
+if [ -x "$PATINA" ] && "$PATINA" identify --help >/dev/null 2>&1; then
+  rm -rf "$RES/refs.patina"
+  t0=$(now); "$PATINA" index "$RES/refs.patina" refs -f rootsift -j "$J" -q; t1=$(now)
+  rc=0; "$PATINA" identify "$RES/refs.patina" queries impostors --format csv --threshold 0 -k 5 -j "$J" -q \
+    > "$RES/patina.csv" || rc=$?
+  t2=$(now)
+  [ "$rc" -le 1 ] || { echo "run.sh: patina identify failed (exit $rc)" >&2; exit "$rc"; }
+  nref=$(find refs -type f | wc -l); nq=$(find queries impostors -type f | wc -l)
+  { echo "system,stage,items,seconds"
+    echo "patina,index_refs,$nref,$(awk "BEGIN{print $t1 - $t0}")"
+    echo "patina,identify,$nq,$(awk "BEGIN{print $t2 - $t1}")"; } > "$RES/patina_timings.csv"
+  runs+=(--run "patina=$RES/patina.csv"); tim+=(--timings "$RES/patina_timings.csv")
+  # the default from the help text: the --threshold entry runs until the next option line
+  T=${PATINA_THRESHOLD:-$("$PATINA" identify --help 2>&1 | awk '/^ *--threshold/ {f = 1; print; next} f && /^ *-/ && match($0, /[^ ]/) < 10 {f = 0} f' |
+    tr '\n' ' ' | grep -oE 'default [0-9.]+' | tail -n1 | grep -oE '[0-9.]+' || true)}
+  if [ -n "$T" ]; then thr+=(--threshold "patina=$T"); fi
+else
+  echo "run.sh: $PATINA has no 'identify' subcommand (pending the identify branch): patina is left out" >&2
+fi
+
+if [ "${SKIP_PEER:-0}" != 1 ]; then
+  nice -n 10 "$PY" "$ROOT/tests/peers/identify_opencv.py" --refs refs --out "$RES" -j "$J" queries impostors
+  for v in raw one2one raw_verify one2one_verify; do
+    runs+=(--run "opencv_$v=$RES/opencv_$v.csv"); thr+=(--threshold "opencv_$v=${PEER_THRESHOLD:-10}")
+  done
+  tim+=(--timings "$RES/opencv_timings.csv")
+fi
+[ ${#runs[@]} -gt 0 ] || { echo "run.sh: nothing ran" >&2; exit 3; }
+"$PY" "$ROOT/bench/identify/score.py" --sets "$SETS" "${runs[@]}" "${thr[@]}" "${tim[@]}" --out "$RES/report.md"
