@@ -4,7 +4,9 @@
  * ThreadSanitizer, whose runtimes are not ready when ifunc resolvers run.
  * Both clones compute the same integers / the same IEEE operations in the
  * same order (the project builds with -ffp-contract=off), so results do not
- * depend on the machine. */
+ * depend on the machine. Use it on static functions only: GCC exports the
+ * ifunc of an extern target_clones function whatever -fvisibility says
+ * (check_exports fails). */
 #ifndef PATINA_CORE_CLONES_H
 #define PATINA_CORE_CLONES_H
 

@@ -78,8 +78,9 @@ static inline void dot4(int32_t d[4], const int16_t *restrict q0, const int16_t 
     d[3] = a3;
 }
 
-PATINA_CLONES
-void idf_match_fast(idf_nn_t *out, const int16_t *qw, size_t nq, const uint8_t *r, size_t nr)
+/* Static so that the clones' ifunc stays inside the library (an extern
+ * target_clones function is exported whatever -fvisibility says). */
+static PATINA_CLONES void match_fast(idf_nn_t *out, const int16_t *qw, size_t nq, const uint8_t *r, size_t nr)
 {
     size_t j0, i, t;
     nn_reset(out, nq, nr);
@@ -114,6 +115,11 @@ void idf_match_fast(idf_nn_t *out, const int16_t *qw, size_t nq, const uint8_t *
             out->s2[j0 + t] = s2[t];
         }
     }
+}
+
+void idf_match_fast(idf_nn_t *out, const int16_t *qw, size_t nq, const uint8_t *r, size_t nr)
+{
+    match_fast(out, qw, nq, r, nr);
 }
 
 int idf_ratio_pass(int32_t s1, int32_t s2, double scale2, double ratio)
