@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "fuzz.h"
+#include "search/distance.h"
 
 #define SPEC_MAX 8192 /* longer inputs are cut; the parser's own limit is 4 KiB of options */
 #define DESC_CHECK_MAX (1u << 20) /* bytes of zero descriptors the distance check uses */
@@ -61,9 +62,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     (void)patina_extractor_has_device(ex, PATINA_DEVICE_GPU);
     (void)patina_extractor_has_json(ex);
     (void)patina_extractor_has_codemap(ex);
-    if (bytes <= sizeof zeros) {
-        double d = patina_extractor_distance(ex, zeros, zeros);
-        FUZZ_CHECK(d == 0.0, "'%s': distance between equal zero descriptors is %g", canon, d);
+    {   /* Element-wise distances: 0 between two equal (zero) descriptors.
+         * Record distances read a family's record layout (rootsift_ratio),
+         * which zero bytes are not: they must refuse it (NaN), not crash. */
+        const int di = pdist_find(patina_extractor_distance_name(ex));
+        const pdist_def_t *def = di >= 0 ? pdist_get((pdist_t)di) : NULL;
+        FUZZ_CHECK(def != NULL, "'%s': distance '%s' is not in the table", canon,
+                   patina_extractor_distance_name(ex));
+        if (bytes <= sizeof zeros) {
+            double d = patina_extractor_distance(ex, zeros, zeros);
+            if (def->record)
+                FUZZ_CHECK(isnan(d), "'%s': record distance of zero bytes is %g", canon, d);
+            else
+                FUZZ_CHECK(d == 0.0, "'%s': distance between equal zero descriptors is %g", canon, d);
+        }
     }
 
     /* The canonical spec reads back to the same extractor. */
