@@ -96,15 +96,25 @@ int main(int argc, char **argv)
 
     printf("identification matching, one query: n = %zu query features, m = %zu per reference, %zu references\n",
            n, m, nref);
-    { /* the plain matcher, one thread */
-        int32_t *buf = malloc((3 * n + 2 * m) * sizeof *buf);
-        idf_nn_t nn = {buf, buf + n, buf + 2 * n, buf + 3 * n, buf + 3 * n + m};
+    { /* the plain float matcher (the definition), one thread */
+        int32_t *ib = malloc((n + m) * sizeof *ib);
+        float *fb = malloc((2 * n + m) * sizeof *fb), *qf = malloc(n * 128 * sizeof *qf),
+              *rf = malloc(m * 128 * sizeof *rf);
+        idf_nn_t nn = {ib, fb, fb + n, ib + n, fb + 2 * n};
         size_t reps = nref < 32 ? nref : 32;
-        double t0 = patina_now(), dt;
-        for (i = 0; i < reps; i++) idf_match_ref(&nn, rs_row(q, 0), n, rs_row(recs + i * bytes, 0), m);
+        double t0, dt;
+        idf_dequantise(qf, q);
+        t0 = patina_now();
+        for (i = 0; i < reps; i++) {
+            idf_dequantise(rf, recs + i * bytes);
+            idf_match_ref(&nn, qf, n, rf, m);
+        }
         dt = patina_now() - t0;
-        printf("  %-44s %9.1f references/s\n", "plain matcher (idf_match_ref), 1 thread", (double)reps / dt);
-        free(buf);
+        printf("  %-44s %9.1f references/s\n", "plain float matcher (idf_match_ref), 1 thread", (double)reps / dt);
+        free(ib);
+        free(fb);
+        free(qf);
+        free(rf);
     }
     threads[0] = 1;
     threads[1] = patina_cpu_count();

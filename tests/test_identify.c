@@ -88,65 +88,84 @@ static unsigned char *make_record(size_t m, size_t count, const uint8_t *rows, c
 }
 
 typedef struct nnbuf {
-    int32_t *mem;
+    int32_t *imem;
+    float *fmem;
     idf_nn_t nn;
 } nnbuf_t;
 
 static void nn_alloc(nnbuf_t *b, size_t nq, size_t nr)
 {
-    b->mem = malloc((3 * nq + 2 * nr + 1) * sizeof *b->mem);
-    b->nn.best = b->mem;
-    b->nn.s1 = b->nn.best + nq;
-    b->nn.s2 = b->nn.s1 + nq;
-    b->nn.qbest = b->nn.s2 + nq;
-    b->nn.qs = b->nn.qbest + nr;
+    b->imem = malloc((nq + 2 * nr + 1) * sizeof *b->imem);
+    b->fmem = malloc((2 * nq + nr + 1) * sizeof *b->fmem);
+    b->nn.best = b->imem;
+    b->nn.qbest = b->imem + nq;
+    b->nn.s1 = b->fmem;
+    b->nn.s2 = b->fmem + nq;
+    b->nn.qs = b->fmem + 2 * nq;
 }
 
-/* The two matchers on (q, r) agree exactly: neighbours, dots, and every
- * scoring rule's correspondences; and the reported distances agree with
- * float dequantised rows. */
+static void nn_free(nnbuf_t *b)
+{
+    free(b->imem);
+    free(b->fmem);
+}
+
+/* u8 rows at scale 512 as the definition reads them. */
+static float *dequantise_rows(const uint8_t *v, size_t n)
+{
+    float *f = malloc((n + 1) * 128 * sizeof *f);
+    for (size_t i = 0; i < n * 128; i++) f[i] = (float)v[i] / 512.0f;
+    return f;
+}
+
+/* The float definition and the fast integer matcher on (q, r) agree exactly:
+ * neighbours, similarities (bit for bit), and every scoring rule's
+ * correspondences; and the similarities are the exact dot products of the
+ * dequantised rows (checked in double). */
 static void check_matchers(const uint8_t *q, size_t nq, const uint8_t *r, size_t nr, double ratio)
 {
     nnbuf_t a, b;
     int16_t *qw = malloc((nq + 1) * 128 * sizeof *qw);
     idf_match_t *ma = malloc((nq + 1) * sizeof *ma), *mb = malloc((nq + 1) * sizeof *mb);
-    int32_t *claim = malloc((nr + 1) * sizeof *claim);
+    int32_t *claim = malloc((nr + 1) * sizeof *claim), *scr = malloc((nr + 1) * sizeof *scr);
+    float *qf = dequantise_rows(q, nq), *rf = dequantise_rows(r, nr);
     size_t j, i;
     int sc;
     nn_alloc(&a, nq, nr);
     nn_alloc(&b, nq, nr);
-    idf_match_ref(&a.nn, q, nq, r, nr);
+    idf_match_ref(&a.nn, qf, nq, rf, nr);
     idf_widen(qw, q, nq);
-    idf_match_fast(&b.nn, qw, nq, r, nr);
+    idf_match_fast(&b.nn, scr, qw, nq, r, nr, IDF_INV_SCALE2);
     for (j = 0; j < nq; j++) {
-        if (a.nn.best[j] != b.nn.best[j] || a.nn.s1[j] != b.nn.s1[j] || a.nn.s2[j] != b.nn.s2[j])
-            fail_msg("query row %zu (nq %zu nr %zu): ref (%d, %d, %d) fast (%d, %d, %d)", j, nq, nr,
-                     a.nn.best[j], a.nn.s1[j], a.nn.s2[j], b.nn.best[j], b.nn.s1[j], b.nn.s2[j]);
-        if (nr) { /* the float form: d^2 = 2 - 2 s, s from dequantised rows */
-            double s = 0, d2i, d2f;
-            for (i = 0; i < 128; i++)
-                s += ((double)q[j * 128 + i] / 512.0) * ((double)r[(size_t)a.nn.best[j] * 128 + i] / 512.0);
-            d2f = fmax(0, 2 - 2 * s);
-            d2i = fmax(0, 2 - 2 * (double)a.nn.s1[j] / 262144.0);
-            assert_true(fabs(d2f - d2i) <= 1e-12); /* the same number, two roundings of exact values */
+        if (a.nn.best[j] != b.nn.best[j] || memcmp(&a.nn.s1[j], &b.nn.s1[j], 4) ||
+            memcmp(&a.nn.s2[j], &b.nn.s2[j], 4))
+            fail_msg("query row %zu (nq %zu nr %zu): ref (%d, %a, %a) fast (%d, %a, %a)", j, nq, nr, a.nn.best[j],
+                     (double)a.nn.s1[j], (double)a.nn.s2[j], b.nn.best[j], (double)b.nn.s1[j], (double)b.nn.s2[j]);
+        if (nr) { /* s is the exact dot of the dequantised rows */
+            long dot = 0;
+            for (i = 0; i < 128; i++) dot += (long)q[j * 128 + i] * r[(size_t)a.nn.best[j] * 128 + i];
+            assert_true((double)a.nn.s1[j] == (double)dot / 262144.0);
         }
     }
     for (i = 0; i < nr; i++)
-        if (a.nn.qbest[i] != b.nn.qbest[i] || a.nn.qs[i] != b.nn.qs[i])
-            fail_msg("reference row %zu: ref (%d, %d) fast (%d, %d)", i, a.nn.qbest[i], a.nn.qs[i], b.nn.qbest[i],
-                     b.nn.qs[i]);
+        if (a.nn.qbest[i] != b.nn.qbest[i] || memcmp(&a.nn.qs[i], &b.nn.qs[i], 4))
+            fail_msg("reference row %zu: ref (%d, %a) fast (%d, %a)", i, a.nn.qbest[i], (double)a.nn.qs[i],
+                     b.nn.qbest[i], (double)b.nn.qs[i]);
     for (sc = 0; sc < 3; sc++) {
-        size_t na = idf_score(ma, claim, &a.nn, nq, nr, 262144.0, ratio, (patina_identify_scoring)sc);
-        size_t nb = idf_score(mb, claim, &b.nn, nq, nr, 262144.0, ratio, (patina_identify_scoring)sc);
+        size_t na = idf_score(ma, claim, &a.nn, nq, nr, ratio, (patina_identify_scoring)sc);
+        size_t nb = idf_score(mb, claim, &b.nn, nq, nr, ratio, (patina_identify_scoring)sc);
         assert_int_equal(na, nb);
         assert_memory_equal(ma, mb, na * sizeof *ma);
     }
-    free(a.mem);
-    free(b.mem);
+    nn_free(&a);
+    nn_free(&b);
     free(qw);
+    free(qf);
+    free(rf);
     free(ma);
     free(mb);
     free(claim);
+    free(scr);
 }
 
 static void test_matchers_random(void **state)
@@ -181,6 +200,7 @@ static void test_ties_and_tiny(void **state)
 {
     tu_rng_t r;
     uint8_t ref[3 * 128], q[128];
+    float *rf, *qf;
     nnbuf_t b;
     idf_match_t mt[1];
     int32_t claim[3];
@@ -190,21 +210,27 @@ static void test_ties_and_tiny(void **state)
     memcpy(ref + 128, ref, 128); /* rows 0 and 1 identical */
     random_row(ref + 256, &r);
     memcpy(q, ref, 128);
+    rf = dequantise_rows(ref, 3);
+    qf = dequantise_rows(q, 1);
     nn_alloc(&b, 1, 3);
-    idf_match_ref(&b.nn, q, 1, ref, 3);
-    assert_int_equal(b.nn.best[0], 0);             /* the lower index */
-    assert_int_equal(b.nn.s1[0], b.nn.s2[0]);      /* the tie is the second */
-    assert_int_equal(idf_score(mt, claim, &b.nn, 1, 3, 262144.0, 0.8, PATINA_SCORE_RAW), 0);
+    idf_match_ref(&b.nn, qf, 1, rf, 3);
+    assert_int_equal(b.nn.best[0], 0);          /* the lower index */
+    assert_true(b.nn.s1[0] == b.nn.s2[0]);      /* the tie is the second */
+    assert_int_equal(idf_score(mt, claim, &b.nn, 1, 3, 0.8, PATINA_SCORE_RAW), 0);
     /* A reference with one feature: no second neighbour, the test cannot pass. */
-    idf_match_ref(&b.nn, q, 1, ref + 256, 1);
-    assert_int_equal(b.nn.s2[0], -1);
-    assert_false(idf_ratio_pass(b.nn.s1[0], b.nn.s2[0], 262144.0, 1.0));
-    assert_int_equal(idf_score(mt, claim, &b.nn, 1, 1, 262144.0, 1.0, PATINA_SCORE_ONE2ONE), 0);
+    idf_match_ref(&b.nn, qf, 1, rf + 256, 1);
+    assert_true(b.nn.s2[0] == -1.0f);
+    assert_false(idf_ratio_pass(b.nn.s1[0], b.nn.s2[0], 1.0));
+    assert_int_equal(idf_score(mt, claim, &b.nn, 1, 1, 1.0, PATINA_SCORE_ONE2ONE), 0);
     /* ratio test on the definition: d1 < ratio d2 */
-    assert_true(idf_ratio_pass(262144, 0, 262144.0, 0.8));          /* d1 = 0, d2 = sqrt 2 */
-    assert_false(idf_ratio_pass(131072, 131072, 262144.0, 0.8));    /* equal distances */
-    assert_false(idf_ratio_pass(262144, 262144, 262144.0, 1.0));    /* 0 < 0 is false */
-    free(b.mem);
+    assert_true(idf_ratio_pass(1.0f, 0.0f, 0.8));   /* d1 = 0, d2 = sqrt 2 */
+    assert_false(idf_ratio_pass(0.5f, 0.5f, 0.8));  /* equal distances */
+    assert_false(idf_ratio_pass(1.0f, 1.0f, 1.0));  /* 0 < 0 is false */
+    assert_true(idf_ratio_pass(0.9f, 0.5f, 0.8));   /* d1^2 = 0.2 < 0.64 x 1.0 */
+    assert_false(idf_ratio_pass(0.9f, 0.85f, 0.8)); /* 0.2 < 0.64 x 0.3 = 0.192 fails */
+    nn_free(&b);
+    free(rf);
+    free(qf);
 }
 
 /* ---------------------------------------------------------- collection setup */
@@ -336,6 +362,131 @@ static void test_scoring_decoy(void **state)
     tu_remove_tree(dir);
     free(dir);
     patina_extractor_free(ex);
+}
+
+/* An f16 copy of u8 record rec (m rows): the same rows, as binary16 of
+ * u8 / 512, at scale 1. malloc'd. */
+static unsigned char *to_f16(const unsigned char *rec)
+{
+    size_t m = rs_m(rec), n = rs_count(rec), i, k;
+    size_t bytes = rs_record_bytes(m, RS_QUANT_F16);
+    unsigned char *f = calloc(1, bytes);
+    memcpy(f, rec, RS_HEADER);
+    rs_put_u32(f + 12, RS_QUANT_F16);
+    rs_put_f32(f + 16, 1.0f);
+    for (i = 0; i < n; i++)
+        for (k = 0; k < 128; k++) {
+            uint16_t h = rs_f32_to_f16((float)rs_row(rec, i)[k] / 512.0f);
+            f[RS_HEADER + (i * 128 + k) * 2] = (unsigned char)h;
+            f[RS_HEADER + (i * 128 + k) * 2 + 1] = (unsigned char)(h >> 8);
+        }
+    return f;
+}
+
+static int same_result(const patina_identify_result_t *a, const patina_identify_result_t *b)
+{
+    return a->decision == b->decision && a->nhits == b->nhits && a->query_features == b->query_features;
+}
+
+/* Many references: the answer does not depend on how the references are
+ * split into tasks (1 and 3 workers, a pool of all CPUs), the search
+ * distance `rootsift_ratio` is identify's one-to-one score, and an f16
+ * table (matched by the float definition) gives the u8 table's answer. */
+static void test_partition_f16(void **state)
+{
+    enum { NREF = 500, M = 40, NQ = 4, NF = 30 };
+    static const size_t planted[NQ] = {17, 250, 499, 0};
+    patina_extractor_t *ex = NULL, *ex16 = NULL;
+    tu_rng_t r;
+    uint8_t *rows = malloc((size_t)NREF * M * 128), qrows[NF * 128];
+    unsigned char *recs[NREF], *recs16[NREF], *qrec;
+    char *dir, *dir16;
+    patina_collection_t *c, *c16;
+    patina_refset_t *rs = NULL, *rs16 = NULL;
+    patina_identify_opts_t o;
+    patina_identify_hit_t h0[NQ * 5], h1[NQ * 5], h3[NQ * 5], h16[NQ * 5];
+    patina_identify_result_t r0[NQ], r1[NQ], r3[NQ], r16[NQ];
+    size_t i, q, qbytes;
+    int threads[2] = {1, 3}, t;
+    (void)state;
+    TU_OK(patina_extractor_new(&ex, "rootsift:m=40,n=30"));
+    TU_OK(patina_extractor_new(&ex16, "rootsift:m=40,n=30,quant=f16"));
+    tu_rng_seed(&r, 16);
+    for (i = 0; i < (size_t)NREF * M; i++) random_row(rows + i * 128, &r);
+    for (i = 0; i < NREF; i++) {
+        recs[i] = make_record(M, M - i % 7, rows + i * M * 128, NULL, 640, 480);
+        recs16[i] = to_f16(recs[i]);
+    }
+    c = make_collection(&dir, patina_extractor_spec(ex), recs, NREF, patina_extractor_bytes(ex));
+    c16 = make_collection(&dir16, patina_extractor_spec(ex16), recs16, NREF, patina_extractor_bytes(ex16));
+    TU_OK(patina_refset_load(&rs, c, NULL));
+    TU_OK(patina_refset_load(&rs16, c16, NULL));
+    qbytes = patina_identify_query_bytes(rs);
+    qrec = malloc(NQ * qbytes);
+    for (q = 0; q < NQ; q++) { /* query q: 8 + 2q perturbed features of its planted reference */
+        unsigned char *one;
+        for (i = 0; i < NF; i++) {
+            if (i < 8 + 2 * q) perturb(qrows + i * 128, rows + (planted[q] * M + i * 3 % (M - 6)) * 128, 3, &r);
+            else random_row(qrows + i * 128, &r);
+        }
+        one = make_record(NF, NF, qrows, NULL, 640, 480);
+        memcpy(qrec + q * qbytes, one, qbytes);
+        free(one);
+    }
+    patina_identify_opts_init(&o);
+    o.verify = 0;
+    o.threshold = 5;
+    TU_OK(patina_identify(NULL, rs, qrec, NQ, &o, h0, r0));
+    for (t = 0; t < 2; t++) {
+        patina_context_t *ctx = NULL;
+        patina_context_opts_t co;
+        patina_context_opts_init(&co);
+        co.threads = threads[t];
+        TU_OK(patina_context_new(&ctx, &co));
+        TU_OK(patina_identify(ctx, rs, qrec, NQ, &o, t ? h3 : h1, t ? r3 : r1));
+        patina_context_free(ctx);
+    }
+    assert_memory_equal(h0, h1, sizeof h0);
+    assert_memory_equal(h0, h3, sizeof h0);
+    for (q = 0; q < NQ; q++) {
+        assert_true(same_result(&r0[q], &r1[q]));
+        assert_true(same_result(&r0[q], &r3[q]));
+    }
+    /* u8 / 512 has at most 8 significant bits: exact in binary16, so the
+     * f16 table holds the same values and the float path (f16 rows) must
+     * give the fast integer path's answer exactly. */
+    TU_OK(patina_identify(NULL, rs16, qrec, NQ, &o, h16, r16));
+    assert_memory_equal(h0, h16, sizeof h0);
+    for (q = 0; q < NQ; q++) assert_true(same_result(&r0[q], &r16[q]));
+    for (q = 0; q < NQ; q++) {
+        print_message("query %zu: id %llu matches %u (f16: id %llu matches %u)\n", q,
+                      (unsigned long long)h0[q * 5].id, h0[q * 5].matches, (unsigned long long)h16[q * 5].id,
+                      h16[q * 5].matches);
+        assert_int_equal(h0[q * 5].id, planted[q] + 1);
+        assert_int_equal(r0[q].decision, PATINA_DECISION_MATCH);
+        /* the search distance is identify's one-to-one score before verification */
+        for (i = 0; i < 5 && i < r0[q].nhits; i++) {
+            const unsigned char *ref = recs[h0[q * 5 + i].id - 1];
+            assert_true(idf_ratio_count(qrec + q * qbytes, qbytes, ref, patina_extractor_bytes(ex), 0.8,
+                                        PATINA_SCORE_ONE2ONE) == (long)h0[q * 5 + i].matches);
+        }
+    }
+    for (i = 0; i < NREF; i++) {
+        free(recs[i]);
+        free(recs16[i]);
+    }
+    free(rows);
+    free(qrec);
+    patina_refset_free(rs);
+    patina_refset_free(rs16);
+    patina_collection_close(c);
+    patina_collection_close(c16);
+    tu_remove_tree(dir);
+    tu_remove_tree(dir16);
+    free(dir);
+    free(dir16);
+    patina_extractor_free(ex);
+    patina_extractor_free(ex16);
 }
 
 /* Bad input: k = 0, huge k, zero-feature query, corrupt query and
@@ -747,7 +898,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matchers_random), cmocka_unit_test(test_ties_and_tiny),
-        cmocka_unit_test(test_scoring_decoy),   cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_scoring_decoy),   cmocka_unit_test(test_partition_f16),   cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_ransac),          cmocka_unit_test(test_matchers_real),
         cmocka_unit_test(test_end_to_end),
     };

@@ -479,58 +479,6 @@ done:
 
 /* ----------------------------------------------------------------- matching */
 
-long rs_ratio_matches(const void *a, size_t abytes, const void *b, size_t bbytes, double ratio)
-{
-    const double r2 = ratio * ratio;
-    size_t na, nb;
-    float *va, *vb;
-    unsigned char *hit;
-    long s = 0;
-    if (!a || !b || rs_record_check(a, abytes, "rootsift_ratio") != PATINA_OK ||
-        rs_record_check(b, bbytes, "rootsift_ratio") != PATINA_OK)
-        return -1;
-    na = rs_count(a);
-    nb = rs_count(b);
-    if (na == 0 || nb < 2) return 0;
-    va = malloc(na * RS_DIM * sizeof *va);
-    vb = malloc(nb * RS_DIM * sizeof *vb);
-    hit = calloc(nb, 1);
-    if (!va || !vb || !hit) {
-        free(va);
-        free(vb);
-        free(hit);
-        return -1;
-    }
-    for (size_t i = 0; i < na; i++) rs_row_get(a, i, va + i * RS_DIM);
-    for (size_t j = 0; j < nb; j++) rs_row_get(b, j, vb + j * RS_DIM);
-    for (size_t i = 0; i < na; i++) {
-        double d1 = INFINITY, d2 = INFINITY; /* squared distances, best and second */
-        size_t best = 0;
-        for (size_t j = 0; j < nb; j++) {
-            double d = 0.0;
-            for (int k = 0; k < RS_DIM; k++) {
-                double t = (double)va[i * RS_DIM + k] - vb[j * RS_DIM + k];
-                d += t * t;
-            }
-            if (d < d1) {
-                d2 = d1;
-                d1 = d;
-                best = j;
-            } else if (d < d2) {
-                d2 = d;
-            }
-        }
-        if (d1 < r2 * d2 && !hit[best]) {
-            hit[best] = 1;
-            s++;
-        }
-    }
-    free(va);
-    free(vb);
-    free(hit);
-    return s;
-}
-
 /* --------------------------------------------------------------- public view */
 
 patina_status patina_rootsift_info(patina_rootsift_info_t *info, const void *record, size_t bytes)

@@ -163,11 +163,4 @@ patina_status rs_record_check(const void *rec, size_t bytes, const char *what);
  * image gives count 0 and PATINA_OK. Thread-safe (no shared state). */
 patina_status rs_extract(const rootsift_params_t *p, size_t budget, void *rec, const patina_image_t *img);
 
-/* The number of distinct rows of record b that are the nearest neighbour of
- * some row of record a passing Lowe's ratio test d1 < ratio * d2 (Euclidean
- * distances of the dequantised rows; b needs at least 2 rows). Both records
- * must pass rs_record_check; -1 when they do not. The plain reference the
- * `rootsift_ratio` search distance uses; identify has its own matchers. */
-long rs_ratio_matches(const void *a, size_t abytes, const void *b, size_t bbytes, double ratio);
-
 #endif

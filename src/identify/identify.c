@@ -13,7 +13,7 @@
 #include "features/rootsift.h"
 #include "identify/identify.h"
 
-#define REF_BLOCK 32 /* references per matching task */
+#define REF_BLOCK 32 /* references per matching task, at least */
 
 struct patina_refset {
     size_t n;               /* references */
@@ -102,11 +102,6 @@ patina_status patina_refset_load(patina_refset_t **out, patina_collection_t *c, 
     }
     if ((s = patina_extractor_new(&rs->ex, table)) != PATINA_OK) goto fail;
     p = (const rootsift_params_t *)(const void *)rs->ex->params;
-    if (p->quant != (int)RS_QUANT_U8) {
-        s = patina__fail(PATINA_E_UNAVAILABLE, "identify: table '%s' stores f16 rows; identification matches "
-                                               "u8 records (index with quant=u8)", table);
-        goto fail;
-    }
     rs->stride = patina_extractor_bytes(rs->ex);
     if (spec->snapshot) {
         s = patina_snapshot_load(spec->snapshot, table, &ids, &descs, &n, &bytes);
@@ -132,7 +127,7 @@ patina_status patina_refset_load(patina_refset_t **out, patina_collection_t *c, 
         if (ids[i] % spec->shards != spec->shard) continue;
         snprintf(what, sizeof what, "identify: reference id %llu", (unsigned long long)ids[i]);
         if ((s = rs_record_check(rec, rs->stride, what)) != PATINA_OK) goto fail;
-        if (rs_quant(rec) != RS_QUANT_U8 || rs_m(rec) != (uint32_t)p->m) {
+        if (rs_quant(rec) != (uint32_t)p->quant || rs_m(rec) != (uint32_t)p->m) {
             s = patina__fail(PATINA_E_CORRUPT, "%s: record of m = %u, quant %u in table '%s'", what,
                              (unsigned)rs_m(rec), (unsigned)rs_quant(rec), table);
             goto fail;
@@ -270,8 +265,10 @@ void patina_identify_opts_init(patina_identify_opts_t *o)
 
 /* Per-worker scratch for one (query, reference) pair. */
 typedef struct scratch {
-    int16_t *qw;        /* (n, 128) widened query */
-    int32_t *nnbuf;     /* best, s1, s2 (n each), qbest, qs (m each) */
+    int16_t *qw;        /* (n, 128) widened query (u8 rows at scale 512) */
+    float *qf, *rf;     /* (n, 128), (m, 128) dequantised rows (any other record) */
+    int32_t *ibuf;      /* best (n), qbest (m), int32 scratch (m) */
+    float *fbuf;        /* s1, s2 (n each), qs (m) */
     int32_t *claim;     /* (m) */
     idf_match_t *mt;    /* (n) */
     double *qp, *rp;    /* (n, 2) each */
@@ -288,10 +285,12 @@ typedef struct cand {
 typedef struct job {
     const patina_refset_t *rs;
     const unsigned char *queries;
-    size_t qbytes, nq, nblocks;
+    size_t qbytes, nq;
+    size_t block, nblocks; /* references per matching task; tasks per query */
     const patina_identify_opts_t *o;
     scratch_t *sc;      /* one per worker */
-    uint32_t *scores;   /* (nq, rs->n) matching scores */
+    cand_t *tcands;     /* (nq, nblocks, ncap): each task's best candidates */
+    size_t *ntcands;    /* (nq, nblocks) */
     cand_t *cands;      /* (nq, ncap) candidates */
     size_t ncap;        /* candidates kept per query */
     size_t *ncands;     /* (nq) */
@@ -301,7 +300,10 @@ typedef struct job {
 static void scratch_free(scratch_t *sc)
 {
     free(sc->qw);
-    free(sc->nnbuf);
+    free(sc->qf);
+    free(sc->rf);
+    free(sc->ibuf);
+    free(sc->fbuf);
     free(sc->claim);
     free(sc->mt);
     free(sc->qp);
@@ -313,46 +315,92 @@ static int scratch_new(scratch_t *sc, size_t n, size_t m)
 {
     memset(sc, 0, sizeof *sc);
     sc->qw = malloc((n ? n : 1) * IDF_DIM * sizeof *sc->qw);
-    sc->nnbuf = malloc((3 * n + 2 * m + 1) * sizeof *sc->nnbuf);
+    sc->qf = malloc((n ? n : 1) * IDF_DIM * sizeof *sc->qf);
+    sc->rf = malloc((m ? m : 1) * IDF_DIM * sizeof *sc->rf);
+    sc->ibuf = malloc((n + 2 * m + 1) * sizeof *sc->ibuf);
+    sc->fbuf = malloc((2 * n + m + 1) * sizeof *sc->fbuf);
     sc->claim = malloc((m + 1) * sizeof *sc->claim);
     sc->mt = malloc((n + 1) * sizeof *sc->mt);
     sc->qp = malloc((2 * n + 2) * sizeof *sc->qp);
     sc->rp = malloc((2 * n + 2) * sizeof *sc->rp);
     sc->inl = malloc(n + 1);
-    return sc->qw && sc->nnbuf && sc->claim && sc->mt && sc->qp && sc->rp && sc->inl;
+    return sc->qw && sc->qf && sc->rf && sc->ibuf && sc->fbuf && sc->claim && sc->mt && sc->qp && sc->rp &&
+           sc->inl;
 }
 
-/* Matches query row block q against reference r, fills sc->mt; returns the
- * score. The query must already be widened into sc->qw. */
-static size_t match_pair(scratch_t *sc, const unsigned char *q, const unsigned char *r, size_t nqf,
+/* Prepares query record q in the worker's scratch: widened when it is u8 at
+ * scale 512, dequantised always (for references that are not). */
+static void prepare_query(scratch_t *sc, const unsigned char *q)
+{
+    if (idf_exact_u8(q)) idf_widen(sc->qw, rs_row(q, 0), rs_count(q));
+    idf_dequantise(sc->qf, q);
+}
+
+/* Matches prepared query q against reference r, fills sc->mt; returns the
+ * score. Both u8 at scale 512: the fast integer matcher; otherwise the float
+ * definition on dequantised rows (the same answer where both apply). */
+static size_t match_pair(scratch_t *sc, const unsigned char *q, const unsigned char *r,
                          const patina_identify_opts_t *o)
 {
-    size_t nr = rs_count(r), n = nqf;
+    size_t nr = rs_count(r), n = rs_count(q);
     idf_nn_t nn;
-    double scale2 = (double)rs_qscale(q) * (double)rs_qscale(r);
     if (n == 0 || nr == 0) return 0;
-    nn.best = sc->nnbuf;
-    nn.s1 = nn.best + n;
-    nn.s2 = nn.s1 + n;
-    nn.qbest = nn.s2 + n;
-    nn.qs = nn.qbest + nr;
-    idf_match_fast(&nn, sc->qw, n, rs_row(r, 0), nr);
-    return idf_score(sc->mt, sc->claim, &nn, n, nr, scale2, o->ratio, o->scoring);
+    nn.best = sc->ibuf;
+    nn.qbest = sc->ibuf + n;
+    nn.s1 = sc->fbuf;
+    nn.s2 = sc->fbuf + n;
+    nn.qs = sc->fbuf + 2 * n;
+    if (idf_exact_u8(q) && idf_exact_u8(r)) {
+        idf_match_fast(&nn, sc->ibuf + n + nr, sc->qw, n, rs_row(r, 0), nr, IDF_INV_SCALE2);
+    } else {
+        idf_dequantise(sc->rf, r);
+        idf_match_ref(&nn, sc->qf, n, sc->rf, nr);
+    }
+    return idf_score(sc->mt, sc->claim, &nn, n, nr, o->ratio, o->scoring);
 }
 
+/* Candidates before verification: matches descending, then index (= id). */
+static int cmp_matches(const void *a, const void *b)
+{
+    const cand_t *x = a, *y = b;
+    if (x->matches != y->matches) return x->matches > y->matches ? -1 : 1;
+    return x->ref < y->ref ? -1 : x->ref > y->ref;
+}
+
+/* Inserts x into the sorted list c of *nc <= cap entries when it belongs to
+ * the best cap (cap is small: k and verify_top). */
+static void top_insert(cand_t *c, size_t *nc, size_t cap, cand_t x)
+{
+    size_t pos;
+    if (*nc == cap && cmp_matches(&x, &c[*nc - 1]) >= 0) return;
+    pos = *nc < cap ? (*nc)++ : *nc - 1;
+    while (pos > 0 && cmp_matches(&x, &c[pos - 1]) < 0) {
+        c[pos] = c[pos - 1];
+        pos--;
+    }
+    c[pos] = x;
+}
+
+/* Task (query q, block b): scores references [b block, (b+1) block) and
+ * keeps their best ncap (0 matches excluded). The best ncap of a query are
+ * the best ncap of its blocks' lists (cmp_matches is a total order), so the
+ * memory is (queries x blocks x ncap), not (queries x references). */
 static void match_task(void *arg, size_t t, int worker)
 {
     job_t *jb = arg;
     size_t q = t / jb->nblocks, b = t % jb->nblocks, i, end;
     const unsigned char *qr = jb->queries + q * jb->qbytes;
-    size_t nqf = rs_count(qr);
     scratch_t *sc = &jb->sc[worker];
-    if (nqf == 0) return;
-    idf_widen(sc->qw, rs_row(qr, 0), nqf);
-    end = (b + 1) * REF_BLOCK < jb->rs->n ? (b + 1) * REF_BLOCK : jb->rs->n;
-    for (i = b * REF_BLOCK; i < end; i++)
-        jb->scores[q * jb->rs->n + i] =
-            (uint32_t)match_pair(sc, qr, jb->rs->recs + i * jb->rs->stride, nqf, jb->o);
+    cand_t *c = jb->tcands + t * jb->ncap;
+    size_t *nc = &jb->ntcands[t];
+    *nc = 0;
+    if (rs_count(qr) == 0) return;
+    prepare_query(sc, qr);
+    end = (b + 1) * jb->block < jb->rs->n ? (b + 1) * jb->block : jb->rs->n;
+    for (i = b * jb->block; i < end; i++) {
+        size_t sco = match_pair(sc, qr, jb->rs->recs + i * jb->rs->stride, jb->o);
+        if (sco) top_insert(c, nc, jb->ncap, (cand_t){(uint32_t)i, (uint32_t)sco, 0, 0});
+    }
 }
 
 static void verify_task(void *arg, size_t t, int worker)
@@ -368,8 +416,8 @@ static void verify_task(void *arg, size_t t, int worker)
     cd = &jb->cands[q * jb->ncap + c];
     r = jb->rs->recs + (size_t)cd->ref * jb->rs->stride;
     id = jb->rs->ids[cd->ref];
-    idf_widen(sc->qw, rs_row(qr, 0), rs_count(qr));
-    nm = match_pair(sc, qr, r, rs_count(qr), jb->o);
+    prepare_query(sc, qr);
+    nm = match_pair(sc, qr, r, jb->o);
     for (i = 0; i < nm; i++) {
         float gq[4], gr[4];
         rs_geom_get(qr, (size_t)sc->mt[i].q, gq);
@@ -387,14 +435,6 @@ static void verify_task(void *arg, size_t t, int worker)
     cd->inliers = (uint32_t)idf_ransac(NULL, sc->inl, sc->qp, sc->rp, nm, jb->o->model, thr, jb->o->iterations,
                                        jb->o->seed ^ (id * 0x9E3779B97F4A7C15ull));
     cd->verified = 1;
-}
-
-/* Candidates before verification: matches descending, then index (= id). */
-static int cmp_matches(const void *a, const void *b)
-{
-    const cand_t *x = a, *y = b;
-    if (x->matches != y->matches) return x->matches > y->matches ? -1 : 1;
-    return x->ref < y->ref ? -1 : x->ref > y->ref;
 }
 
 /* Verified first, by inliers, then matches, then id. */
@@ -453,8 +493,6 @@ patina_status patina_identify(patina_context_t *ctx, const patina_refset_t *rs, 
         const unsigned char *qr = (const unsigned char *)queries + q * qbytes;
         snprintf(what, sizeof what, "identify: query %zu", q);
         PATINA_TRY(rs_record_check(qr, qbytes, what));
-        if (rs_quant(qr) != RS_QUANT_U8)
-            return patina__fail(PATINA_E_CORRUPT, "%s: f16 record (identification matches u8 records)", what);
     }
     if (o.k > SIZE_MAX / nq / sizeof *hits)
         return patina__fail(PATINA_E_LIMIT, "identify: k = %zu is too large for %zu queries", o.k, nq);
@@ -466,28 +504,37 @@ patina_status patina_identify(patina_context_t *ctx, const patina_refset_t *rs, 
         results[q].query_features = rs_count((const unsigned char *)queries + q * qbytes);
     }
     if (rs->n == 0) return PATINA_OK;
-    if (rs->n > UINT32_MAX || nq > SIZE_MAX / rs->n / sizeof(uint32_t))
-        return patina__fail(PATINA_E_LIMIT, "identify: %zu queries x %zu references is too many for one call",
-                            nq, rs->n);
+    if (rs->n > UINT32_MAX)
+        return patina__fail(PATINA_E_LIMIT, "identify: %zu references is too many for one set (shard it)", rs->n);
 
     memset(&jb, 0, sizeof jb);
     jb.rs = rs;
     jb.queries = queries;
     jb.qbytes = qbytes;
     jb.nq = nq;
-    jb.nblocks = (rs->n + REF_BLOCK - 1) / REF_BLOCK;
     jb.o = &o;
     jb.nverify = o.verify ? (o.verify_top < rs->n ? o.verify_top : rs->n) : 0;
     jb.ncap = kk > jb.nverify ? kk : jb.nverify;
     n = (size_t)params_of(rs)->n;
     m = (size_t)params_of(rs)->m;
     nworkers = (size_t)worker_count(ctx);
+    /* Blocks of at least REF_BLOCK references, at most 4 per worker and
+     * query: enough tasks to balance one query over every worker, and the
+     * per-task candidate lists stay (queries x 4 workers x ncap). */
+    jb.block = (rs->n + 4 * nworkers - 1) / (4 * nworkers);
+    if (jb.block < REF_BLOCK) jb.block = REF_BLOCK;
+    jb.nblocks = (rs->n + jb.block - 1) / jb.block;
+    if (nq > SIZE_MAX / jb.nblocks / (jb.ncap * sizeof *jb.tcands + sizeof *jb.ntcands)) {
+        s = patina__fail(PATINA_E_LIMIT, "identify: %zu queries x k = %zu is too many for one call", nq, o.k);
+        return s;
+    }
     jb.sc = calloc(nworkers, sizeof *jb.sc);
-    jb.scores = calloc(nq * rs->n, sizeof *jb.scores);
+    jb.tcands = malloc(nq * jb.nblocks * jb.ncap * sizeof *jb.tcands);
+    jb.ntcands = calloc(nq * jb.nblocks, sizeof *jb.ntcands);
     jb.cands = malloc(nq * jb.ncap * sizeof *jb.cands);
     jb.ncands = calloc(nq, sizeof *jb.ncands);
-    if (!jb.sc || !jb.scores || !jb.cands || !jb.ncands) {
-        s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu queries x %zu references", nq, rs->n);
+    if (!jb.sc || !jb.tcands || !jb.ntcands || !jb.cands || !jb.ncands) {
+        s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu queries x %zu candidates", nq, jb.ncap);
         goto out;
     }
     for (w = 0; w < nworkers; w++)
@@ -496,26 +543,16 @@ patina_status patina_identify(patina_context_t *ctx, const patina_refset_t *rs, 
             goto out;
         }
 
-    /* 1. Scores of every (query, reference). */
+    /* 1. Every (query, reference) scored; each task keeps its best ncap. */
     if ((s = run_tasks(ctx, nq * jb.nblocks, match_task, &jb)) != PATINA_OK) goto out;
 
-    /* 2. Candidates: the best ncap by matches (ties: lower id), 0 excluded. */
+    /* 2. A query's candidates: the best ncap of its tasks' lists. */
     for (q = 0; q < nq; q++) {
         cand_t *c = jb.cands + q * jb.ncap;
-        const uint32_t *sc = jb.scores + q * rs->n;
-        size_t nc = 0;
-        for (i = 0; i < rs->n; i++) {
-            cand_t x = {(uint32_t)i, sc[i], 0, 0};
-            size_t pos;
-            if (sc[i] == 0) continue;
-            if (nc == jb.ncap && cmp_matches(&x, &c[nc - 1]) >= 0) continue;
-            /* insertion into the sorted top list (ncap is small: k and verify_top) */
-            pos = nc < jb.ncap ? nc++ : nc - 1;
-            while (pos > 0 && cmp_matches(&x, &c[pos - 1]) < 0) {
-                c[pos] = c[pos - 1];
-                pos--;
-            }
-            c[pos] = x;
+        size_t b, j, nc = 0;
+        for (b = 0; b < jb.nblocks; b++) {
+            size_t t = q * jb.nblocks + b;
+            for (j = 0; j < jb.ntcands[t]; j++) top_insert(c, &nc, jb.ncap, jb.tcands[t * jb.ncap + j]);
         }
         jb.ncands[q] = nc;
     }
@@ -543,7 +580,8 @@ out:
     if (jb.sc)
         for (w = 0; w < nworkers; w++) scratch_free(&jb.sc[w]);
     free(jb.sc);
-    free(jb.scores);
+    free(jb.tcands);
+    free(jb.ntcands);
     free(jb.cands);
     free(jb.ncands);
     return s;

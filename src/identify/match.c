@@ -1,50 +1,47 @@
-/* 2-NN matching of quantised RootSIFT rows, the ratio test and the scoring
- * rules (src/identify/identify.h). Two matchers compute the same integers:
- * idf_match_ref, one dot product per pair (the ground truth), and
- * idf_match_fast, which widens the query to int16 once and lets four query
- * rows share each loaded reference row; its inner loop is a plain int16 x
- * int16 -> int32 reduction that compilers vectorise (pmaddwd on x86). */
+/* 2-NN matching of RootSIFT rows, the ratio test and the scoring rules
+ * (src/identify/identify.h). Two matchers, one answer: idf_match_ref, one
+ * float dot product per pair (the definition), and idf_match_fast for u8
+ * rows, which widens the query to int16 once and lets four query rows share
+ * each loaded reference row; its inner loop is a plain int16 x int16 ->
+ * int32 reduction that compilers vectorise (pmaddwd on x86), and its
+ * integers times 2^-18 are the definition's floats exactly. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/clones.h"
+#include "features/rootsift.h"
 #include "identify/identify.h"
 
 /* Keeps the top 2 of one query row; strict '>' keeps the lower index on a
  * tie for best, and a tie with the best becomes the second (s2 = s1). */
-static inline void top2_update(int32_t *best, int32_t *s1, int32_t *s2, int32_t dot, int32_t i)
-{
-    if (dot > *s1) {
-        *s2 = *s1;
-        *s1 = dot;
-        *best = i;
-    } else if (dot > *s2) {
-        *s2 = dot;
-    }
-}
+#define TOP2_UPDATE(best, s1, s2, dot, i)                                                                         \
+    do {                                                                                                      \
+        if ((dot) > (s1)) {                                                                                   \
+            (s2) = (s1);                                                                                      \
+            (s1) = (dot);                                                                                     \
+            (best) = (i);                                                                                     \
+        } else if ((dot) > (s2)) {                                                                            \
+            (s2) = (dot);                                                                                     \
+        }                                                                                                     \
+    } while (0)
 
-static void nn_reset(idf_nn_t *out, size_t nq, size_t nr)
-{
-    size_t j;
-    for (j = 0; j < nq; j++) {
-        out->best[j] = -1;
-        out->s1[j] = -1;
-        out->s2[j] = -1;
-    }
-    for (j = 0; j < nr; j++) {
-        out->qbest[j] = -1;
-        out->qs[j] = -1;
-    }
-}
-
-void idf_match_ref(idf_nn_t *out, const uint8_t *q, size_t nq, const uint8_t *r, size_t nr)
+void idf_match_ref(idf_nn_t *out, const float *q, size_t nq, const float *r, size_t nr)
 {
     size_t j, i, k;
-    nn_reset(out, nq, nr);
+    for (j = 0; j < nq; j++) {
+        out->best[j] = -1;
+        out->s1[j] = -1.0f;
+        out->s2[j] = -1.0f;
+    }
+    for (i = 0; i < nr; i++) {
+        out->qbest[i] = -1;
+        out->qs[i] = -1.0f;
+    }
     for (j = 0; j < nq; j++) {
         for (i = 0; i < nr; i++) {
-            int32_t dot = 0;
-            for (k = 0; k < IDF_DIM; k++) dot += (int32_t)q[j * IDF_DIM + k] * (int32_t)r[i * IDF_DIM + k];
-            top2_update(&out->best[j], &out->s1[j], &out->s2[j], dot, (int32_t)i);
+            float dot = 0.0f;
+            for (k = 0; k < IDF_DIM; k++) dot += q[j * IDF_DIM + k] * r[i * IDF_DIM + k];
+            TOP2_UPDATE(out->best[j], out->s1[j], out->s2[j], dot, (int32_t)i);
             if (dot > out->qs[i]) { /* query rows in increasing order: ties keep the lower */
                 out->qs[i] = dot;
                 out->qbest[i] = (int32_t)j;
@@ -78,12 +75,22 @@ static inline void dot4(int32_t d[4], const int16_t *restrict q0, const int16_t 
     d[3] = a3;
 }
 
+static inline float to_sim(int32_t dot, float inv_scale2)
+{
+    return dot < 0 ? -1.0f : (float)dot * inv_scale2;
+}
+
 /* Static so that the clones' ifunc stays inside the library (an extern
- * target_clones function is exported whatever -fvisibility says). */
-static PATINA_CLONES void match_fast(idf_nn_t *out, const int16_t *qw, size_t nq, const uint8_t *r, size_t nr)
+ * target_clones function is exported whatever -fvisibility says). qs is
+ * int32 scratch (nr) for the per-reference-row best dots. */
+static PATINA_CLONES void match_fast(idf_nn_t *out, int32_t *qs, const int16_t *qw, size_t nq, const uint8_t *r,
+                                     size_t nr, float inv_scale2)
 {
     size_t j0, i, t;
-    nn_reset(out, nq, nr);
+    for (i = 0; i < nr; i++) {
+        out->qbest[i] = -1;
+        qs[i] = -1;
+    }
     /* Query rows in blocks of 4 (the last block repeats its last row; the
      * repeats are not recorded), reference rows in increasing order within
      * each block, blocks in increasing order: the same visiting order per
@@ -102,45 +109,47 @@ static PATINA_CLONES void match_fast(idf_nn_t *out, const int16_t *qw, size_t nq
             int32_t d[4];
             dot4(d, qr[0], qr[1], qr[2], qr[3], r + i * IDF_DIM);
             for (t = 0; t < nb; t++) {
-                top2_update(&b[t], &s1[t], &s2[t], d[t], (int32_t)i);
-                if (d[t] > out->qs[i]) {
-                    out->qs[i] = d[t];
+                TOP2_UPDATE(b[t], s1[t], s2[t], d[t], (int32_t)i);
+                if (d[t] > qs[i]) {
+                    qs[i] = d[t];
                     out->qbest[i] = (int32_t)(j0 + t);
                 }
             }
         }
         for (t = 0; t < nb; t++) {
             out->best[j0 + t] = b[t];
-            out->s1[j0 + t] = s1[t];
-            out->s2[j0 + t] = s2[t];
+            out->s1[j0 + t] = to_sim(s1[t], inv_scale2);
+            out->s2[j0 + t] = to_sim(s2[t], inv_scale2);
         }
     }
+    for (i = 0; i < nr; i++) out->qs[i] = to_sim(qs[i], inv_scale2);
 }
 
-void idf_match_fast(idf_nn_t *out, const int16_t *qw, size_t nq, const uint8_t *r, size_t nr)
+void idf_match_fast(idf_nn_t *out, int32_t *qs, const int16_t *qw, size_t nq, const uint8_t *r, size_t nr,
+                    float inv_scale2)
 {
-    match_fast(out, qw, nq, r, nr);
+    match_fast(out, qs, qw, nq, r, nr, inv_scale2);
 }
 
-int idf_ratio_pass(int32_t s1, int32_t s2, double scale2, double ratio)
+int idf_ratio_pass(float s1, float s2, double ratio)
 {
     double d1, d2;
     if (s1 < 0 || s2 < 0) return 0;
-    d1 = 2.0 - 2.0 * (double)s1 / scale2;
-    d2 = 2.0 - 2.0 * (double)s2 / scale2;
+    d1 = 2.0 - 2.0 * (double)s1;
+    d2 = 2.0 - 2.0 * (double)s2;
     if (d1 < 0) d1 = 0;
     if (d2 < 0) d2 = 0;
     /* d1 < ratio d2 on distances, i.e. on squares (both are >= 0). */
     return d1 < ratio * ratio * d2;
 }
 
-size_t idf_score(idf_match_t *out, int32_t *claim, const idf_nn_t *nn, size_t nq, size_t nr, double scale2,
-                 double ratio, patina_identify_scoring scoring)
+size_t idf_score(idf_match_t *out, int32_t *claim, const idf_nn_t *nn, size_t nq, size_t nr, double ratio,
+                 patina_identify_scoring scoring)
 {
     size_t j, i, n = 0;
     if (scoring == PATINA_SCORE_RAW) {
         for (j = 0; j < nq; j++)
-            if (idf_ratio_pass(nn->s1[j], nn->s2[j], scale2, ratio))
+            if (idf_ratio_pass(nn->s1[j], nn->s2[j], ratio))
                 out[n++] = (idf_match_t){(int32_t)j, nn->best[j], nn->s1[j]};
         return n;
     }
@@ -148,7 +157,7 @@ size_t idf_score(idf_match_t *out, int32_t *claim, const idf_nn_t *nn, size_t nq
     for (i = 0; i < nr; i++) claim[i] = -1;
     for (j = 0; j < nq; j++) {
         int32_t r;
-        if (!idf_ratio_pass(nn->s1[j], nn->s2[j], scale2, ratio)) continue;
+        if (!idf_ratio_pass(nn->s1[j], nn->s2[j], ratio)) continue;
         r = nn->best[j];
         if (scoring == PATINA_SCORE_MUTUAL && nn->qbest[r] != (int32_t)j) continue;
         if (claim[r] < 0 || nn->s1[j] > nn->s1[claim[r]]) claim[r] = (int32_t)j;
@@ -158,4 +167,69 @@ size_t idf_score(idf_match_t *out, int32_t *claim, const idf_nn_t *nn, size_t nq
         if (r >= 0 && claim[r] == (int32_t)j) out[n++] = (idf_match_t){(int32_t)j, r, nn->s1[j]};
     }
     return n;
+}
+
+int idf_exact_u8(const void *rec)
+{
+    return rs_quant(rec) == RS_QUANT_U8 && rs_qscale(rec) == 512.0f;
+}
+
+long idf_ratio_count(const void *a, size_t abytes, const void *b, size_t bbytes, double ratio,
+                     patina_identify_scoring scoring)
+{
+    size_t na, nb, n;
+    idf_nn_t nn;
+    idf_match_t *mt;
+    int32_t *ibuf;
+    float *fbuf;
+    if (!a || !b || rs_record_check(a, abytes, "rootsift_ratio") != PATINA_OK ||
+        rs_record_check(b, bbytes, "rootsift_ratio") != PATINA_OK)
+        return -1;
+    na = rs_count(a);
+    nb = rs_count(b);
+    if (na == 0 || nb == 0) return 0;
+    ibuf = malloc((na + 2 * nb) * sizeof *ibuf); /* best (na), qbest (nb), scratch/claim (nb) */
+    fbuf = malloc((2 * na + nb) * sizeof *fbuf); /* s1, s2 (na), qs (nb) */
+    mt = malloc(na * sizeof *mt);
+    if (!ibuf || !fbuf || !mt) {
+        n = (size_t)-1;
+        goto out;
+    }
+    nn.best = ibuf;
+    nn.qbest = ibuf + na;
+    nn.s1 = fbuf;
+    nn.s2 = fbuf + na;
+    nn.qs = fbuf + 2 * na;
+    if (idf_exact_u8(a) && idf_exact_u8(b)) {
+        int16_t *qw = malloc(na * IDF_DIM * sizeof *qw);
+        if (!qw) {
+            n = (size_t)-1;
+            goto out;
+        }
+        idf_widen(qw, rs_row(a, 0), na);
+        idf_match_fast(&nn, ibuf + na + nb, qw, na, rs_row(b, 0), nb, IDF_INV_SCALE2);
+        free(qw);
+    } else {
+        float *va = malloc((na + nb) * IDF_DIM * sizeof *va);
+        if (!va) {
+            n = (size_t)-1;
+            goto out;
+        }
+        idf_dequantise(va, a);
+        idf_dequantise(va + na * IDF_DIM, b);
+        idf_match_ref(&nn, va, na, va + na * IDF_DIM, nb);
+        free(va);
+    }
+    n = idf_score(mt, ibuf + na + nb, &nn, na, nb, ratio, scoring);
+out:
+    free(ibuf);
+    free(fbuf);
+    free(mt);
+    return n == (size_t)-1 ? -1 : (long)n;
+}
+
+void idf_dequantise(float *v, const void *rec)
+{
+    size_t i, n = rs_count(rec);
+    for (i = 0; i < n; i++) rs_row_get(rec, i, v + i * IDF_DIM);
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "features/rootsift.h"
+#include "identify/identify.h"
 #include "search/distance.h"
 
 double pdist_elem(patina_elem e, const void *p, size_t i)
@@ -135,7 +136,7 @@ static double d_rootsift_ratio(patina_elem e, const void *a, const void *b, size
     long s;
     (void)e;
     (void)sd;
-    s = rs_ratio_matches(a, n, b, n, 0.8);
+    s = idf_ratio_count(a, n, b, n, 0.8, PATINA_SCORE_ONE2ONE);
     return s < 0 ? NAN : 1.0 / (1.0 + (double)s);
 }
 

@@ -20,13 +20,14 @@
  *                 zero vectors, 1 if one is)
  * Record distances (.record = 1) read a family's whole record rather than a
  * vector of elements (n is the record's bytes):
- *   rootsift_ratio  1 / (1 + s), s = the number of distinct features of b
- *                 that are the nearest neighbour of some feature of a passing
- *                 Lowe's ratio test at 0.8 (rs_ratio_matches,
- *                 features/rootsift.h): 1 when nothing matches, towards 0 as
- *                 more of b is matched; NaN for a malformed record. A plain
- *                 O(count_a count_b 128) reference so that `search -f
- *                 rootsift` ranks images; identification (RANSAC, the open-set
+ *   rootsift_ratio  1 / (1 + s), s = identification's one-to-one score of
+ *                 a (query) against b (reference) at Lowe's ratio 0.8: the
+ *                 number of distinct features of b that are the nearest
+ *                 neighbour of some feature of a passing the ratio test
+ *                 (idf_ratio_count, identify/identify.h: the same matcher and
+ *                 scoring as `patina identify` before verification): 1 when
+ *                 nothing matches, towards 0 as more of b is matched; NaN for
+ *                 a malformed record. Identification (RANSAC, the open-set
  *                 decision) is patina_identify's job.
  * Every implementation (the CPU's fast paths, the GPU's kernels) returns the
  * same double as the definition, bit for bit: the same operations in the
