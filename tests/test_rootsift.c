@@ -16,6 +16,7 @@
 
 #include "features/family.h"
 #include "features/rootsift.h"
+#include "identify/identify.h"
 #include "search/distance.h"
 #include "testutil.h"
 
@@ -626,7 +627,7 @@ static void test_ratio_distance(void **state)
     print_message("self %.6f (count %u), other %.6f\n", self, rs_count(ra), other);
     /* against itself every feature's nearest is itself (d1 = 0 < 0.8 d2)
      * unless two rows are equal */
-    assert_true(rs_ratio_matches(ra, bytes, ra, bytes, 0.8) >= (long)rs_count(ra) * 9 / 10);
+    assert_true(idf_ratio_count(ra, bytes, ra, bytes, 0.8, PATINA_SCORE_ONE2ONE) >= (long)rs_count(ra) * 9 / 10);
     assert_true(self < other);
     assert_true(patina_extractor_distance(ex, rf, ra) == 1.0); /* nothing to match */
     assert_true(patina_extractor_distance(ex, ra, rf) == 1.0);
@@ -694,6 +695,44 @@ static void test_cli(void **state)
         assert_non_null(strstr(out, "\"descriptor\":["));
         assert_non_null(strstr(out, "\"qscale\":512"));
         assert_int_equal(count_char(out, '\n'), 1);
+        free(out);
+        free(err);
+    }
+    { /* bin: the header, then per image its path and the record the library extracts */
+        const char *argv[] = {PATINA_CLI, "extract", "-f", "rootsift:m=40", "--format", "bin", img, flat, NULL};
+        patina_extractor_t *ex = NULL;
+        patina_image_t im;
+        size_t len = 0, bytes, at, k;
+        unsigned char *want;
+        const char *spec;
+        assert_int_equal(tu_exec_len(&out, &len, &err, 0, 120, argv), 0);
+        TU_OK(patina_extractor_new(&ex, "rootsift:m=40"));
+        spec = patina_extractor_spec(ex);
+        bytes = patina_extractor_bytes(ex);
+        want = malloc(bytes);
+        assert_true(len > 20 && !memcmp(out, "PATINADS", 8));
+        assert_int_equal(rs_get_u32((unsigned char *)out + 8), 1);
+        assert_int_equal(rs_get_u32((unsigned char *)out + 12), strlen(spec));
+        assert_memory_equal(out + 16, spec, strlen(spec));
+        at = 16 + strlen(spec);
+        assert_int_equal(rs_get_u32((unsigned char *)out + at), bytes);
+        at += 4;
+        for (k = 0; k < 2; k++) {
+            const char *path = k ? flat : img;
+            assert_true(at + 4 <= len);
+            assert_int_equal(rs_get_u32((unsigned char *)out + at), strlen(path));
+            assert_memory_equal(out + at + 4, path, strlen(path));
+            at += 4 + strlen(path);
+            assert_true(at + bytes <= len);
+            TU_OK(patina_image_load(&im, path, NULL));
+            TU_OK(ex->family->cpu(ex->params, want, &im));
+            patina_image_release(&im);
+            assert_memory_equal(out + at, want, bytes);
+            at += bytes;
+        }
+        assert_int_equal(at, len);
+        free(want);
+        patina_extractor_free(ex);
         free(out);
         free(err);
     }

@@ -270,7 +270,7 @@ int tu_drop_privileges(void)
 }
 
 /* Reads a whole file into a malloc'd NUL-terminated string. */
-static char *slurp_fd(int fd)
+static char *slurp_fd(int fd, size_t *outlen)
 {
     size_t len = 0, cap = 8192;
     char *buf = malloc(cap);
@@ -289,10 +289,16 @@ static char *slurp_fd(int fd)
         len += (size_t)got;
     }
     if (buf) buf[len] = '\0';
+    if (outlen) *outlen = buf ? len : 0;
     return buf;
 }
 
 int tu_exec(char **out, char **err, int flags, int timeout_s, const char *const *argv)
+{
+    return tu_exec_len(out, NULL, err, flags, timeout_s, argv);
+}
+
+int tu_exec_len(char **out, size_t *outlen, char **err, int flags, int timeout_s, const char *const *argv)
 {
     char opath[] = "/tmp/patina-exec-out-XXXXXX", epath[] = "/tmp/patina-exec-err-XXXXXX";
     int ofd = mkstemp(opath), efd = mkstemp(epath), st = 0, timed_out = 0;
@@ -329,8 +335,8 @@ int tu_exec(char **out, char **err, int flags, int timeout_s, const char *const 
             waited += 0.01;
         }
     }
-    if (out) *out = slurp_fd(ofd);
-    if (err) *err = slurp_fd(efd);
+    if (out) *out = slurp_fd(ofd, outlen);
+    if (err) *err = slurp_fd(efd, NULL);
     close(ofd);
     close(efd);
     if (timed_out) return 124;

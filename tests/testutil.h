@@ -63,6 +63,8 @@ int tu_drop_privileges(void);
  * run. */
 enum { TU_UNPRIVILEGED = 1 };
 int tu_exec(char **out, char **err, int flags, int timeout_s, const char *const *argv);
+/* tu_exec for binary output: *outlen receives stdout's length. */
+int tu_exec_len(char **out, size_t *outlen, char **err, int flags, int timeout_s, const char *const *argv);
 
 /* Asserts a library status is PATINA_OK, printing the last error if not. */
 #define TU_OK(expr)                                                                            \

@@ -1,10 +1,12 @@
-/* patina extract: descriptors of images, printed as CSV or JSON lines in the
- * order given. Files are read and decoded in parallel (patina_load_files on
+/* patina extract: descriptors of images, printed as CSV or JSON lines (or a
+ * binary stream of the records as stored) in the order given. Files are read and decoded in parallel (patina_load_files on
  * the context's -j threads), a window at a time, then extracted as a batch. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 
@@ -12,7 +14,7 @@ static int run_extract(const cli_args_t *a);
 
 static const cli_opt_t opts[] = {
     CLI_OPT_FAMILY,
-    {.name = "format", .type = CLI_CHOICE, .choices = "csv|json", .def = "csv",
+    {.name = "format", .type = CLI_CHOICE, .choices = "csv|json|bin", .def = "csv",
      .help = "output format (see below)"},
     CLI_OPT_DEVICE("where descriptors are computed; auto: the GPU when one is usable"),
     {.name = "map", .type = CLI_TEXT, .arg = "DIR",
@@ -50,6 +52,12 @@ const cli_command_t cli_cmd_extract = {
              "        Strings escape every control character; bytes that are not UTF-8\n"
              "        become \\udc80..\\udcff (Python's surrogateescape: os.fsencode gives\n"
              "        the path's bytes back).\n"
+             "  bin   the descriptors as the collection stores them (refused on a terminal):\n"
+             "        \"PATINADS\", u32 version (1), u32 L, the family spec (L bytes),\n"
+             "        u32 R (record bytes), then per image u32 P, the path (P bytes) and\n"
+             "        its R-byte record. u32 are little-endian; a rootsift record is its\n"
+             "        documented little-endian format (docs/rootsift.md), other families'\n"
+             "        elements are in the host's byte order. docs/cli.md has a reader.\n"
              "Images that cannot be read, decoded or described are reported on stderr and\n"
              "the others printed (exit status 1). A decoder warning (damaged but decodable\n"
              "data) is reported on stderr and the image printed, unless --strict.\n",
@@ -57,6 +65,32 @@ const cli_command_t cli_cmd_extract = {
 };
 
 #define WINDOW 64
+
+static void put_u32(uint32_t v)
+{
+    unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+                          (unsigned char)(v >> 24)};
+    fwrite(b, 1, 4, stdout);
+}
+
+/* The binary stream's header: magic, version, spec, record bytes. */
+static void bin_header(const patina_extractor_t *ex, size_t bytes)
+{
+    const char *spec = patina_extractor_spec(ex);
+    fwrite("PATINADS", 1, 8, stdout);
+    put_u32(1);
+    put_u32((uint32_t)strlen(spec));
+    fwrite(spec, 1, strlen(spec), stdout);
+    put_u32((uint32_t)bytes);
+}
+
+/* One image of the binary stream: its path and record. */
+static void bin_record(const char *path, const void *rec, size_t bytes)
+{
+    put_u32((uint32_t)strlen(path));
+    fwrite(path, 1, strlen(path), stdout);
+    fwrite(rec, 1, bytes, stdout);
+}
 
 /* Writes the code map of img to DIR/<basename of name without extension>.pgm
  * (.pfm for floating-point maps). */
@@ -144,7 +178,7 @@ static int run_extract(const cli_args_t *a)
 {
     const char *family = cli_get(a, "family")->text;
     const char *mapdir = cli_get(a, "map")->set ? cli_get(a, "map")->text : NULL;
-    int json = cli_get(a, "format")->i == 1;
+    int json = cli_get(a, "format")->i == 1, bin = cli_get(a, "format")->i == 2;
     int rootsift;
     patina_device device;
     patina_load_opts_t lopts;
@@ -181,11 +215,22 @@ static int run_extract(const cli_args_t *a)
         patina_extractor_free(ex);
         return EXIT_ERROR;
     }
+    if (bin && isatty(STDOUT_FILENO)) {
+        cli_error("extract", "--format bin writes binary records; redirect the output to a file or pipe");
+        patina_extractor_free(ex);
+        return EXIT_USAGE;
+    }
     if (cli_context(&ctx, a) != 0) {
         patina_extractor_free(ex);
         return EXIT_ERROR;
     }
     bytes = patina_extractor_bytes(ex);
+    if (bytes > UINT32_MAX) {
+        cli_error("extract", "records of %zu bytes do not fit the output formats", bytes);
+        rc = EXIT_ERROR;
+        goto out;
+    }
+    if (bin) bin_header(ex, bytes);
     dim = patina_extractor_dim(ex);
     rootsift = !strcmp(patina_extractor_family(ex), "rootsift");
     descs = malloc(WINDOW * (bytes ? bytes : 1));
@@ -257,7 +302,9 @@ static int run_extract(const cli_args_t *a)
                     rc = EXIT_PARTIAL;
                     continue;
                 }
-                if (rootsift) {
+                if (bin) {
+                    bin_record(name, d, bytes);
+                } else if (rootsift) {
                     if (print_rootsift(name, ex, d, bytes, json) != PATINA_OK) {
                         cli_error("extract", "'%s': %s", name, patina_last_error());
                         rc = EXIT_PARTIAL;
