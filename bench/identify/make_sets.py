@@ -12,6 +12,8 @@ PATINA_DATA pointing at a copy of that folder):
 
 Writes into DIR:
   refs/          the registered texture images (hard links to, or copies of, the originals)
+  heldout/       the held-out texture images, likewise (run.sh checks them for content shared with
+                 registered textures: shares.csv, see score.py)
   queries/       genuine queries: recaptures of registered references (g0001.png|jpg ...)
   impostors/     impostor queries: recaptures of held-out textures and of photographs (i0001...)
   groups.csv     file,item,registered  for every texture (item = group of recolours/edits)
@@ -270,20 +272,21 @@ def main():
         reg_n += len(by_item[it])
     reg_set, held_set = set(registered), set(held)
 
-    for sub in ("refs", "queries", "impostors"):
+    for sub in ("refs", "heldout", "queries", "impostors"):
         d = os.path.join(out, sub)
         if os.path.isdir(d):
             shutil.rmtree(d)
         os.makedirs(d)
     refs = []
     for p, it in zip(textures, items):
-        if it in reg_set:
-            dst = os.path.join(out, "refs", os.path.basename(p))
+        if it in reg_set or it in held_set:
+            dst = os.path.join(out, "refs" if it in reg_set else "heldout", os.path.basename(p))
             try:
                 os.link(p, dst)
             except OSError:
                 shutil.copyfile(p, dst)
-            refs.append((os.path.basename(p), it, p))
+            if it in reg_set:
+                refs.append((os.path.basename(p), it, p))
     refs.sort()
     with open(os.path.join(out, "groups.csv"), "w", newline="") as f:
         w = csv.writer(f)

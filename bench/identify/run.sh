@@ -24,6 +24,17 @@ PY=$ROOT/.venv-identify/bin/python
 RES=$SETS/results
 mkdir -p "$RES"
 cd "$SETS"   # relative paths: queries/g0001.png in every CSV
+# Held-out textures that reuse photographed content of a registered one (score.py: impostor-shared),
+# found by the OpenCV peer: each held-out original identified against the registered originals.
+# Depends only on the sets' files: made once per SETS folder (delete shares.csv to redo it).
+if [ ! -s shares.csv ] && [ "$(ls heldout 2>/dev/null | wc -l)" -gt 0 ]; then
+  nice -n 10 "$PY" "$ROOT/tests/peers/identify_opencv.py" --refs refs --out shares -j "$J" -k 1 heldout
+  "$PY" -c 'import csv, os, sys
+rows = [r for r in csv.DictReader(open("shares/opencv_one2one_verify.csv")) if r["rank"] in ("0", "1")]
+w = csv.writer(open("shares.csv", "w", newline=""), lineterminator="\n")
+w.writerow(["texture", "registered", "inliers"])
+w.writerows(sorted([os.path.basename(r["query"]), r["key"], r["inliers"]] for r in rows))'
+fi
 now() { date +%s.%N; }
 runs=() thr=() tim=()
 
