@@ -41,9 +41,10 @@ static const patina_optdef_t rootsift_opts[] = {
     {"n", PATINA_OPT_INT, 1, RS_N_MAX, "768", NULL,
      "features extracted per query by identify (the paper's n); not used by extract/index",
      offsetof(rootsift_params_t, n)},
-    {"peak", PATINA_OPT_DOUBLE, 0, 255, "3.4", NULL,
-     "VLFeat peak threshold on |interpolated DoG|, grey levels of a 0..255 image "
-     "(3.4 = OpenCV's contrastThreshold 0.04 / 3 levels)",
+    {"peak", PATINA_OPT_DOUBLE, 0, 255, "0", NULL,
+     "VLFeat peak threshold on |interpolated DoG|, grey levels of a 0..255 image; the m (n) strongest "
+     "are kept anyway, so it only cuts low-contrast images short (0: never; 3.4 = OpenCV's "
+     "contrastThreshold 0.04 / 3 levels)",
      offsetof(rootsift_params_t, peak)},
     {"edge", PATINA_OPT_DOUBLE, 1, 1000, "10", NULL,
      "VLFeat edge threshold (principal curvature ratio; Lowe's and VLFeat's 10)",
