@@ -15,9 +15,11 @@
 #include <string.h>
 
 #include "features/family.h"
+#include "gpu/gpu.h"
 #include "features/rootsift.h"
 #include "identify/identify.h"
 #include "testutil.h"
+#include "idfutil.h"
 
 static int samples_missing;
 
@@ -37,55 +39,6 @@ static const char *sample(const char *rel)
 }
 
 /* ------------------------------------------------------------ synthetic rows */
-
-/* A random positive row of L2 norm ~512 (a RootSIFT row quantised at 512). */
-static void random_row(uint8_t *row, tu_rng_t *r)
-{
-    double v[128], s = 0;
-    int k;
-    for (k = 0; k < 128; k++) {
-        v[k] = (double)tu_rng_below(r, 1000) + 1;
-        v[k] = v[k] * v[k] * v[k]; /* peaky, like SIFT histograms */
-        s += v[k] * v[k];
-    }
-    for (k = 0; k < 128; k++) {
-        double x = floor(512.0 * v[k] / sqrt(s) + 0.5);
-        row[k] = (uint8_t)(x > 255 ? 255 : x);
-    }
-}
-
-/* row perturbed by up to +-amp per component */
-static void perturb(uint8_t *out, const uint8_t *row, int amp, tu_rng_t *r)
-{
-    int k;
-    for (k = 0; k < 128; k++) {
-        int x = row[k] + (int)tu_rng_below(r, (uint32_t)(2 * amp + 1)) - amp;
-        out[k] = (uint8_t)(x < 0 ? 0 : x > 255 ? 255 : x);
-    }
-}
-
-/* A u8 record of m rows with `count` rows from rows (NULL: zero) and
- * geometry from geom (NULL: zero); the image is w x h. malloc'd. */
-static unsigned char *make_record(size_t m, size_t count, const uint8_t *rows, const float *geom, int w, int h)
-{
-    size_t bytes = rs_record_bytes(m, RS_QUANT_U8), i;
-    unsigned char *rec = calloc(1, bytes), *g;
-    rs_put_u32(rec + 0, (uint32_t)count);
-    rs_put_u32(rec + 4, RS_VERSION);
-    rs_put_u32(rec + 8, (uint32_t)m);
-    rs_put_u32(rec + 12, RS_QUANT_U8);
-    rs_put_f32(rec + 16, RS_U8_SCALE);
-    rs_put_f32(rec + 20, 1.0f);
-    rs_put_u32(rec + 24, (uint32_t)w);
-    rs_put_u32(rec + 28, (uint32_t)h);
-    rs_put_u32(rec + 32, (uint32_t)w);
-    rs_put_u32(rec + 36, (uint32_t)h);
-    if (rows) memcpy(rec + RS_HEADER, rows, count * 128);
-    g = rec + RS_HEADER + m * 128;
-    for (i = 0; geom && i < 4 * count; i++) rs_put_f32(g + 4 * i, geom[i]);
-    assert_int_equal(rs_record_check(rec, bytes, "test"), PATINA_OK);
-    return rec;
-}
 
 typedef struct nnbuf {
     int32_t *imem;
@@ -235,28 +188,113 @@ static void test_ties_and_tiny(void **state)
 
 /* ---------------------------------------------------------- collection setup */
 
-/* A collection in a new temp dir holding records (n, bytes) under table spec,
- * keys "ref0", "ref1", ... (ids 1..n). */
-static patina_collection_t *make_collection(char **dir, const char *spec, unsigned char **recs, size_t n,
-                                            size_t bytes)
+/* The id at rank 1 of one query (0: no candidate). */
+static uint64_t rank1(patina_refset_t *rs, const unsigned char *q, const patina_identify_opts_t *o)
 {
-    patina_collection_t *c = NULL;
-    patina_insert_t *it = calloc(n, sizeof *it);
-    char (*keys)[32] = calloc(n, sizeof *keys);
-    size_t i;
-    *dir = tu_tempdir("identify");
-    TU_OK(patina_collection_open(&c, tu_path(*dir, "coll"), PATINA_OPEN_CREATE, 0));
-    for (i = 0; i < n; i++) {
-        snprintf(keys[i], sizeof keys[i], "ref%zu", i);
-        it[i].key = keys[i];
-        it[i].size = 1;
-        it[i].width = it[i].height = 100;
-        it[i].desc = recs[i];
+    patina_identify_hit_t hits[8];
+    patina_identify_result_t res;
+    assert_true(o->k <= 8);
+    TU_OK(patina_identify(NULL, rs, q, 1, o, hits, &res));
+    return res.nhits ? hits[0].id : 0;
+}
+
+/* A reference set kept up to date: removal, revival, addition, update (same
+ * id, new content), an id inserted below the largest, compaction, and the
+ * refusals. Each query is built from one reference's rows, so its rank 1
+ * says which references the set holds. */
+static void test_refset_updates(void **state)
+{
+    patina_extractor_t *ex = NULL;
+    const char *spec;
+    tu_rng_t r;
+    enum { NR = 6, M = 24 };
+    uint8_t rows[NR + 3][M * 128];
+    unsigned char *recs[NR + 3], *qrec[NR + 3];
+    char *dir;
+    patina_collection_t *c;
+    patina_refset_t *rs = NULL;
+    patina_identify_opts_t o;
+    size_t i, j, bytes, stride;
+    const uint64_t *ids;
+    (void)state;
+    TU_OK(patina_extractor_new(&ex, "rootsift:m=24,n=24"));
+    spec = patina_extractor_spec(ex);
+    bytes = patina_extractor_bytes(ex);
+    tu_rng_seed(&r, 33);
+    for (i = 0; i < NR + 3; i++) {
+        uint8_t q[M * 128];
+        for (j = 0; j < M; j++) random_row(rows[i] + j * 128, &r);
+        for (j = 0; j < M; j++) perturb(q + j * 128, rows[i] + j * 128, 2, &r);
+        recs[i] = make_record(M, M, rows[i], NULL, 100, 100);
+        qrec[i] = make_record(M, M, q, NULL, 100, 100);
     }
-    TU_OK(patina_collection_put(c, spec, bytes, it, n, NULL));
-    free(it);
-    free(keys);
-    return c;
+    c = make_collection(&dir, spec, recs, NR, bytes); /* ids 1..NR hold rows[0..NR) */
+    TU_OK(patina_refset_load(&rs, c, NULL));
+    patina_identify_opts_init(&o);
+    o.verify = 0;
+    o.k = 4;
+#define RANK1(qi) rank1(rs, qrec[qi], &o)
+    assert_int_equal(RANK1(2), 3);
+    TU_OK(patina_refset_remove(rs, 3));
+    assert_int_equal(patina_refset_size(rs), NR - 1);
+    assert_int_not_equal(RANK1(2), 3);
+    assert_int_equal(patina_refset_remove(rs, 3), PATINA_E_NOTFOUND);
+    assert_int_equal(patina_refset_remove(rs, 99), PATINA_E_NOTFOUND);
+    TU_OK(patina_refset_put(rs, 3, recs[2], bytes)); /* back */
+    assert_int_equal(RANK1(2), 3);
+    TU_OK(patina_refset_put(rs, 20, recs[NR], bytes)); /* a new reference */
+    assert_int_equal(RANK1(NR), 20);
+    TU_OK(patina_refset_put(rs, 2, recs[NR + 1], bytes)); /* update: id 2 now holds new rows */
+    assert_int_equal(RANK1(NR + 1), 2);
+    assert_int_not_equal(RANK1(1), 2);
+    TU_OK(patina_refset_put(rs, 10, recs[NR + 2], bytes)); /* below the largest id */
+    assert_int_equal(RANK1(NR + 2), 10);
+    assert_int_equal(patina_refset_size(rs), NR + 2);
+    ids = patina_refset_ids(rs);
+    for (i = 1; i < NR + 2; i++) assert_true(ids[i - 1] < ids[i]);
+    /* removals past a quarter of the slots compact the set (when >= 64
+     * are removed); ids and records stay in step */
+    TU_OK(patina_refset_remove(rs, 1));
+    TU_OK(patina_refset_remove(rs, 20));
+    ids = patina_refset_ids(rs);
+    assert_int_equal(patina_refset_size(rs), NR);
+    {
+        const unsigned char *b = patina_refset_records(rs, &stride);
+        assert_int_equal(stride, bytes);
+        for (i = 0; i < NR; i++) assert_int_not_equal(ids[i], 1), assert_int_not_equal(ids[i], 20);
+        assert_int_equal(ids[0], 2);
+        assert_memory_equal(b, recs[NR + 1], bytes); /* id 2's record is the update */
+    }
+    assert_int_equal(RANK1(2), 3);
+    /* refusals change nothing */
+    assert_int_equal(patina_refset_put(rs, 0, recs[0], bytes), PATINA_E_INVALID);
+    assert_int_equal(patina_refset_put(rs, 30, recs[0], bytes - 16), PATINA_E_CORRUPT);
+    {
+        unsigned char *bad = malloc(bytes);
+        memcpy(bad, recs[0], bytes);
+        rs_put_u32(bad, M + 1); /* count > m */
+        assert_int_equal(patina_refset_put(rs, 30, bad, bytes), PATINA_E_CORRUPT);
+        free(bad);
+    }
+    {
+        patina_extractor_t *e2 = NULL;
+        unsigned char *other = make_record(16, 16, rows[0], NULL, 100, 100);
+        TU_OK(patina_extractor_new(&e2, "rootsift:m=16"));
+        assert_int_equal(patina_refset_put(rs, 30, other, patina_extractor_bytes(e2)), PATINA_E_INVALID);
+        patina_extractor_free(e2);
+        free(other);
+    }
+    assert_int_equal(patina_refset_size(rs), NR);
+#undef RANK1
+    patina_refset_free(rs);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(dir);
+    for (i = 0; i < NR + 3; i++) {
+        free(recs[i]);
+        free(qrec[i]);
+    }
+    patina_extractor_free(ex);
 }
 
 /* The paper's raw count lets a 2-feature reference win; one-to-one does not.
@@ -542,7 +580,20 @@ static void test_bad_input(void **state)
         free(both);
     }
     o.device = PATINA_DEVICE_GPU;
-    assert_int_equal(patina_identify(NULL, rs, q1, 1, &o, hits, res), PATINA_E_UNAVAILABLE);
+    assert_int_equal(patina_identify(NULL, rs, q1, 1, &o, hits, res), PATINA_E_INVALID); /* needs a context */
+    {
+        patina_context_t *cx = NULL;
+        TU_OK(patina_context_new(&cx, NULL));
+        if (patina_gpu__count() == 0) /* no device here: unavailable, and auto falls back to the CPU */
+            assert_int_equal(patina_identify(cx, rs, q1, 1, &o, hits, res), PATINA_E_UNAVAILABLE);
+        o.precision = (patina_identify_precision)7;
+        assert_int_equal(patina_identify(cx, rs, q1, 1, &o, hits, res), PATINA_E_INVALID);
+        o.precision = PATINA_PRECISION_INT8;
+        o.device = PATINA_DEVICE_AUTO;
+        TU_OK(patina_identify(cx, rs, q1, 1, &o, hits, res));
+        assert_int_equal(res[0].nhits, 2);
+        patina_context_free(cx);
+    }
     o.device = PATINA_DEVICE_CPU;
     o.ratio = 0;
     assert_int_equal(patina_identify(NULL, rs, q1, 1, &o, hits, res), PATINA_E_INVALID);
@@ -607,7 +658,7 @@ static void test_ransac(void **state)
     /* a pure similarity: every model finds all inliers, the right map */
     for (kind = 0; kind < 3; kind++) {
         double x, y;
-        c = idf_ransac(&m, inl, qp, rp, N, (patina_identify_model)kind, 2.0, 1000, 1);
+        c = idf_ransac(&m, inl, qp, rp, NULL, NULL, N, (patina_identify_model)kind, 2.0, 1000, 1);
         assert_int_equal(c, N);
         assert_true(idf_model_apply(&m, 100, 200, &x, &y));
         {
@@ -620,8 +671,32 @@ static void test_ransac(void **state)
     {
         double r90[2 * N];
         for (i = 0; i < N; i++) apply_sim(r90 + 2 * i, qp + 2 * i, M_PI / 2, 1.0, 479, 0);
-        assert_int_equal(idf_ransac(&m, inl, qp, r90, N, PATINA_MODEL_SIMILARITY, 1.0, 1000, 3), N);
+        assert_int_equal(idf_ransac(&m, inl, qp, r90, NULL, NULL, N, PATINA_MODEL_SIMILARITY, 1.0, 1000, 3), N);
         assert_true(fabs(m.h[0]) < 1e-9 && fabs(m.h[3] - 1) < 1e-9);
+    }
+    /* keypoint shapes: the similarity (rotation 0.5 rad, scale 1.7) turns a
+     * keypoint of log scale ls, orientation a into (ls + log 1.7, a + 0.5).
+     * Shapes that agree keep every inlier (every model, the homography's
+     * Jacobian included); positions that fit but shapes that do not (scale
+     * x2, or orientation 50 degrees off) are not inliers. */
+    {
+        double qsh[2 * N], rsh[2 * N];
+        for (i = 0; i < N; i++) {
+            qsh[2 * i] = log(1.0 + tu_rng_below(&r, 40));
+            qsh[2 * i + 1] = 0.01 * tu_rng_below(&r, 628) - 3.14;
+            rsh[2 * i] = qsh[2 * i] + log(1.7) + 0.01 * ((int)tu_rng_below(&r, 41) - 20); /* within x1.23 */
+            rsh[2 * i + 1] = qsh[2 * i + 1] + 0.5 + 0.01 * ((int)tu_rng_below(&r, 41) - 20) + (i % 4 ? 0 : 2 * M_PI);
+        }
+        for (kind = 0; kind < 3; kind++)
+            assert_int_equal(idf_ransac(&m, inl, qp, rp, qsh, rsh, N, (patina_identify_model)kind, 2.0, 1000, 1), N);
+        for (i = 0; i < N; i += 3) rsh[2 * i] += log(2.0);          /* a third: scale off by x2 */
+        for (i = 1; i < N; i += 3) rsh[2 * i + 1] += 50 * M_PI / 180; /* a third: 50 degrees off */
+        c = idf_ransac(&m, inl, qp, rp, qsh, rsh, N, PATINA_MODEL_SIMILARITY, 2.0, 1000, 1);
+        assert_int_equal(c, N / 3);
+        for (i = 2; i < N; i += 3) assert_true(inl[i]);
+        /* deterministic with shapes too */
+        assert_int_equal(idf_ransac(&m, inl, qp, rp, qsh, rsh, N, PATINA_MODEL_SIMILARITY, 2.0, 1000, 1),
+                         idf_ransac(NULL, NULL, qp, rp, qsh, rsh, N, PATINA_MODEL_SIMILARITY, 2.0, 1000, 1));
     }
     /* 50% outliers: the inliers are still found, outliers rejected */
     for (i = 0; i < N; i += 2) {
@@ -630,13 +705,13 @@ static void test_ransac(void **state)
     }
     for (kind = 0; kind < 3; kind++) {
         size_t good = 0;
-        c = idf_ransac(&m, inl, qp, rp, N, (patina_identify_model)kind, 2.0, 5000, 11);
+        c = idf_ransac(&m, inl, qp, rp, NULL, NULL, N, (patina_identify_model)kind, 2.0, 5000, 11);
         for (i = 1; i < N; i += 2) good += inl[i];
         print_message("model %d: %zu inliers of %d true\n", kind, c, N / 2);
         assert_int_equal(good, N / 2);
         assert_true(c >= N / 2 && c <= N / 2 + 2);
         /* deterministic */
-        assert_int_equal(idf_ransac(NULL, NULL, qp, rp, N, (patina_identify_model)kind, 2.0, 5000, 11), c);
+        assert_int_equal(idf_ransac(NULL, NULL, qp, rp, NULL, NULL, N, (patina_identify_model)kind, 2.0, 5000, 11), c);
     }
     /* a homography with perspective: found by the homography model */
     {
@@ -644,7 +719,7 @@ static void test_ransac(void **state)
         idf_model_t t = {PATINA_MODEL_HOMOGRAPHY, {0}};
         memcpy(t.h, H, sizeof H);
         for (i = 0; i < N; i++) assert_true(idf_model_apply(&t, qp[2 * i], qp[2 * i + 1], &rp[2 * i], &rp[2 * i + 1]));
-        assert_int_equal(idf_ransac(&m, inl, qp, rp, N, PATINA_MODEL_HOMOGRAPHY, 1.0, 2000, 2), N);
+        assert_int_equal(idf_ransac(&m, inl, qp, rp, NULL, NULL, N, PATINA_MODEL_HOMOGRAPHY, 1.0, 2000, 2), N);
         for (i = 0; i < 9; i++) assert_true(fabs(m.h[i] - H[i]) < 1e-6 * (fabs(H[i]) + 1e-3));
     }
     /* degenerate inputs */
@@ -657,16 +732,16 @@ static void test_ransac(void **state)
             lr[2 * i] = 3.0 * (double)i;
             lr[2 * i + 1] = -2.0 * (double)i;
         }
-        assert_int_equal(idf_ransac(&m, inl, lq, lr, 8, PATINA_MODEL_HOMOGRAPHY, 1.0, 100, 1), 0);
-        assert_int_equal(idf_ransac(&m, inl, lq, lr, 8, PATINA_MODEL_AFFINE, 1.0, 100, 1), 0);
+        assert_int_equal(idf_ransac(&m, inl, lq, lr, NULL, NULL, 8, PATINA_MODEL_HOMOGRAPHY, 1.0, 100, 1), 0);
+        assert_int_equal(idf_ransac(&m, inl, lq, lr, NULL, NULL, 8, PATINA_MODEL_AFFINE, 1.0, 100, 1), 0);
         assert_false(idf_fit_minimal(&m, PATINA_MODEL_HOMOGRAPHY, lq, lr, idx));
         /* too few points */
-        assert_int_equal(idf_ransac(&m, inl, qp, rp, 3, PATINA_MODEL_HOMOGRAPHY, 1.0, 100, 1), 0);
-        assert_int_equal(idf_ransac(&m, inl, qp, rp, 1, PATINA_MODEL_SIMILARITY, 1.0, 100, 1), 0);
-        assert_int_equal(idf_ransac(&m, inl, qp, rp, 0, PATINA_MODEL_SIMILARITY, 1.0, 100, 1), 0);
+        assert_int_equal(idf_ransac(&m, inl, qp, rp, NULL, NULL, 3, PATINA_MODEL_HOMOGRAPHY, 1.0, 100, 1), 0);
+        assert_int_equal(idf_ransac(&m, inl, qp, rp, NULL, NULL, 1, PATINA_MODEL_SIMILARITY, 1.0, 100, 1), 0);
+        assert_int_equal(idf_ransac(&m, inl, qp, rp, NULL, NULL, 0, PATINA_MODEL_SIMILARITY, 1.0, 100, 1), 0);
         /* coincident points */
         for (i = 0; i < 8; i++) lq[2 * i] = lq[2 * i + 1] = 7;
-        assert_int_equal(idf_ransac(&m, inl, lq, lr, 8, PATINA_MODEL_SIMILARITY, 1.0, 100, 1), 0);
+        assert_int_equal(idf_ransac(&m, inl, lq, lr, NULL, NULL, 8, PATINA_MODEL_SIMILARITY, 1.0, 100, 1), 0);
     }
 }
 
@@ -898,7 +973,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matchers_random), cmocka_unit_test(test_ties_and_tiny),
-        cmocka_unit_test(test_scoring_decoy),   cmocka_unit_test(test_partition_f16),   cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_scoring_decoy),   cmocka_unit_test(test_refset_updates),   cmocka_unit_test(test_partition_f16),   cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_ransac),          cmocka_unit_test(test_matchers_real),
         cmocka_unit_test(test_end_to_end),
     };

@@ -33,10 +33,14 @@ extern "C" {
 
 /* ------------------------------------------------------------ reference sets */
 
-/* An immutable set of references held in memory: n records of one fixed size
- * in ONE contiguous block (record i at records + i * stride, in id order),
- * their ids, and the rootsift spec they were extracted with. Read-only once
- * loaded: any number of threads may identify against it at once. */
+/* A set of references held in memory: records of one fixed size in ONE
+ * contiguous block (record i at records + i * stride, in id order), their
+ * ids, and the rootsift spec they were extracted with. Loaded from a
+ * collection (the truth), kept up to date with patina_refset_put/_remove
+ * when the caller changes the collection: each change is visible to the
+ * next patina_identify, on the CPU and in the GPU's copy (which uploads
+ * only what changed). Any number of threads may identify against a set at
+ * once; put and remove wait for them (a read-write lock). */
 typedef struct patina_refset patina_refset_t;
 
 /* Which references to load. */
@@ -67,13 +71,29 @@ PATINA_API patina_status patina_refset_load(patina_refset_t **rs, patina_collect
                                             const patina_refset_spec_t *spec);
 PATINA_API void patina_refset_free(patina_refset_t *rs); /* accepts NULL */
 
+/* An empty set for records of the rootsift spec `table` (filled with
+ * patina_refset_put): for references kept in memory only, or loaded from
+ * another store. PATINA_E_INVALID for a spec that is not rootsift. */
+PATINA_API patina_status patina_refset_new(patina_refset_t **rs, const char *table);
+
 PATINA_API size_t patina_refset_size(const patina_refset_t *rs);
 /* The table's spec (owned by rs). */
 PATINA_API const char *patina_refset_table(const patina_refset_t *rs);
 /* The ids, (size) in increasing order, and the records block, (size,
- * stride) bytes; both borrowed from rs. */
-PATINA_API const uint64_t *patina_refset_ids(const patina_refset_t *rs);
-PATINA_API const void *patina_refset_records(const patina_refset_t *rs, size_t *stride);
+ * stride) bytes; both borrowed from rs, valid until the next put or
+ * remove (these calls drop removed slots first). */
+PATINA_API const uint64_t *patina_refset_ids(patina_refset_t *rs);
+PATINA_API const void *patina_refset_records(patina_refset_t *rs, size_t *stride);
+
+/* Adds reference `id` (>= 1) with its record, or replaces the record of an
+ * id the set holds (an update: the same id, new content). The record is
+ * copied and checked: a malformed one is PATINA_E_CORRUPT, one of another
+ * spec (m, quant, size) PATINA_E_INVALID; nothing changes then. Use it
+ * with patina_collection_put, which keeps ids: the set then matches the
+ * collection. */
+PATINA_API patina_status patina_refset_put(patina_refset_t *rs, uint64_t id, const void *record, size_t bytes);
+/* Removes reference `id`; PATINA_E_NOTFOUND when the set does not hold it. */
+PATINA_API patina_status patina_refset_remove(patina_refset_t *rs, uint64_t id);
 
 /* ------------------------------------------------------------------ queries */
 
@@ -110,6 +130,11 @@ typedef enum patina_identify_decision {
     PATINA_DECISION_MATCH = 1    /* rank 1 is accepted */
 } patina_identify_decision;
 
+typedef enum patina_identify_precision {
+    PATINA_PRECISION_INT8 = 0, /* u8 x u8 -> s32 tensor cores on the stored rows */
+    PATINA_PRECISION_FP16 = 1  /* f16 x f16 -> f32 tensor cores on the same values (an f16 copy) */
+} patina_identify_precision;
+
 typedef struct patina_identify_opts {
     size_t k;                 /* candidates per query (5); 0 is PATINA_E_INVALID; more than
                                * the references is clamped to their number */
@@ -121,10 +146,18 @@ typedef struct patina_identify_opts {
     double ransac_threshold;  /* inlier distance, as a fraction of the reference image's longer
                                * side in its original pixels (0.01: 10 px on 1024) */
     int iterations;           /* RANSAC iteration cap (1000); adaptive stopping at 0.999 */
+    int shape_check;          /* 1 (default): an inlier's keypoints must also agree with the model in
+                               * scale (within x1.5) and orientation (within 30 degrees) */
     uint64_t seed;            /* RANSAC seed (0); results are deterministic for a seed */
-    double threshold;         /* acceptance: rank-1 score >= threshold -> MATCH (12, provisional:
-                               * in inliers when verified, else in matches) */
-    patina_device device;     /* CPU or AUTO (the CPU); GPU: PATINA_E_UNAVAILABLE for now */
+    double threshold;         /* acceptance: rank-1 score >= threshold -> MATCH (13: the smallest
+                               * with FAR <= 1% on bench/identify; in inliers when verified, else
+                               * in matches) */
+    patina_device device;     /* AUTO (the GPU when the context has a usable one and the table is
+                               * u8, else the CPU), CPU or GPU: the same candidates either way */
+    patina_identify_precision precision; /* GPU tensor cores: INT8 (default) or FP16; exact either way */
+    size_t gpu_arena_slots;   /* GPU: references kept on the device at most (0: as many as the
+                               * context's GPU memory budget holds; the rest streams from pinned
+                               * host memory) */
 } patina_identify_opts_t;
 
 PATINA_API void patina_identify_opts_init(patina_identify_opts_t *opts);
@@ -154,9 +187,11 @@ typedef struct patina_identify_result {
  * A query without features gets nhits 0 and UNKNOWN (not an error).
  * PATINA_E_INVALID for k = 0, bad options or null pointers;
  * PATINA_E_CORRUPT for a malformed query record (naming its index);
- * PATINA_E_UNAVAILABLE for device GPU. ctx NULL: a pool of all CPUs for
- * the call. nq = 0 does nothing. */
-PATINA_API patina_status patina_identify(patina_context_t *ctx, const patina_refset_t *rs, const void *queries,
+ * device GPU: PATINA_E_UNAVAILABLE without a usable GPU in ctx or for data
+ * its kernels do not take (f16 tables; more than 1024 candidates), and
+ * PATINA_E_INVALID with ctx NULL. ctx NULL: a pool of all CPUs for the
+ * call (and the CPU). nq = 0 does nothing. */
+PATINA_API patina_status patina_identify(patina_context_t *ctx, patina_refset_t *rs, const void *queries,
                                          size_t nq, const patina_identify_opts_t *opts,
                                          patina_identify_hit_t *hits, patina_identify_result_t *results);
 

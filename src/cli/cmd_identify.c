@@ -27,18 +27,24 @@ static const cli_opt_t opts[] = {
      .help = "RANSAC model from query to reference keypoints"},
     {.name = "ransac-threshold", .type = CLI_NUMBER, .arg = "F", .min = 0, .max = 1, .flags = CLI_OPEN_MIN,
      .def = "0.01", .help = "inlier distance as a fraction of the reference image's longer side"},
+    {.name = "no-shape-check", .type = CLI_FLAG,
+     .help = "RANSAC inliers need not agree with the model in keypoint scale (x1.5) and orientation "
+             "(30 degrees)"},
     {.name = "iterations", .type = CLI_INT, .arg = "N", .min = 1, .max = 1000000, .def = "1000",
      .help = "RANSAC iteration cap (adaptive stopping at 99.9% confidence)"},
     {.name = "seed", .type = CLI_INT, .arg = "S", .min = 0, .max = 9007199254740992.0, .def = "0",
      .help = "RANSAC seed (results are deterministic for a seed)"},
-    {.name = "threshold", .type = CLI_NUMBER, .arg = "T", .min = 0, .max = 1e9, .def = "12",
+    {.name = "threshold", .type = CLI_NUMBER, .arg = "T", .min = 0, .max = 1e9, .def = "13",
      .help = "accept rank 1 when its score (inliers; matches with --no-verify) is >= T; 0 accepts "
-             "every query with a candidate (provisional default)"},
+             "every query with a candidate (13: FAR <= 1% on the identification benchmark)"},
     {.name = "table", .type = CLI_TEXT, .arg = "SPEC",
      .help = "the rootsift table, when the collection has several ('patina info' lists them)"},
     {.name = "format", .type = CLI_CHOICE, .choices = "table|csv|json", .def = "table",
      .help = "output format (see below)"},
-    CLI_OPT_DEVICE("where matching runs (cpu; gpu is not implemented yet)"),
+    CLI_OPT_DEVICE("where matching runs: gpu (tensor cores), cpu, or auto (the gpu when usable); the same "
+                   "answers"),
+    {.name = "precision", .type = CLI_CHOICE, .choices = "int8|fp16", .def = "int8",
+     .help = "GPU tensor cores: int8 (u8 rows as stored) or fp16 (an fp16 copy); exact either way"},
     CLI_OPT_JOBS,
     CLI_OPT_MAX_PIXELS,
     CLI_OPT_STRICT,
@@ -167,14 +173,12 @@ static int run_identify(const cli_args_t *a)
     io.iterations = (int)cli_get(a, "iterations")->i;
     io.seed = (uint64_t)cli_get(a, "seed")->i;
     io.threshold = cli_get(a, "threshold")->num;
+    io.shape_check = !cli_get(a, "no-shape-check")->i;
+    io.precision = (patina_identify_precision)cli_get(a, "precision")->i;
     if (patina_device_parse(&device, cli_get(a, "device")->text) != PATINA_OK || device == PATINA_DEVICE_HYBRID) {
-        cli_error("identify", "--device %s is not an identification device (cpu, auto)",
+        cli_error("identify", "--device %s is not an identification device (cpu, gpu, auto)",
                   cli_get(a, "device")->text);
         return EXIT_USAGE;
-    }
-    if (device == PATINA_DEVICE_GPU) {
-        cli_error("identify", "--device gpu: identification has no gpu implementation yet");
-        return EXIT_ERROR;
     }
     io.device = device;
     progress = !cli_get(a, "quiet")->i && isatty(2);

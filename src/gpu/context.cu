@@ -133,7 +133,7 @@ typedef struct pgpu_alloc {
     const char *tag;
 } pgpu_alloc_t;
 
-static const char *const fam_names[PGPU_NFAM] = {"context", "cedd", "lbp", "glcm", "search"};
+static const char *const fam_names[PGPU_NFAM] = {"context", "cedd", "lbp", "glcm", "search", "identify"};
 
 /* Releases the states of every family but `keep` (oldest first does not
  * matter: states are independent). */
@@ -317,6 +317,11 @@ patina_status patina_gpu_open(patina_gpu_t **out, int index, uint64_t budget)
     g->device = index;
     g->budget = budget;
     g->sm_count = p.multiProcessorCount;
+    if (cudaDeviceGetAttribute(&g->clock_khz, cudaDevAttrClockRate, g->device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        g->clock_khz = 0;
+    }
+    g->total_mem = p.totalGlobalMem;
     g->smem_optin = (int)p.sharedMemPerBlockOptin;
     g->smem_sm = (int)p.sharedMemPerMultiprocessor;
     snprintf(g->name, sizeof g->name, "%s", p.name);

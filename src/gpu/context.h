@@ -39,6 +39,7 @@ typedef enum pgpu_fam {
     PGPU_FAM_LBP,
     PGPU_FAM_GLCM,
     PGPU_FAM_SEARCH,
+    PGPU_FAM_IDENTIFY,
     PGPU_NFAM
 } pgpu_fam;
 
@@ -52,6 +53,8 @@ struct patina_gpu {
     int device;
     char name[256];
     int sm_count;
+    int clock_khz;             /* the SMs' clock (cudaDevAttrClockRate), for peak rates */
+    uint64_t total_mem;        /* device memory (bytes) */
     int smem_optin;            /* shared memory a block may opt in to (bytes) */
     int smem_sm;               /* shared memory per SM (bytes) */
     uint64_t budget;           /* device bytes the families may hold together */

@@ -132,6 +132,58 @@ patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx,
 /* Device copies of indexes that g holds now (for tests). */
 size_t patina_gpu__knn_cached(patina_gpu_t *g);
 
+/* ---- identification (src/gpu/identify.cu; docs/identify.md "GPU") ----
+ * A reference set as the GPU side sees it, filled by src/identify (the GPU
+ * side reads no record header): slot i's descriptor rows, count[i] of
+ * them, u8 at scale 512, at rows[i]; count 0 is an empty or
+ * removed slot. serial names the set (never reused in a process), epoch
+ * its slot layout (a change renumbers slots: the mirror is rebuilt), and
+ * stamp[i] the set's clock when slot i last changed (clock: the newest). */
+typedef struct pgpu_idf_refs {
+    uint64_t serial, epoch, clock;
+    size_t nslots;            /* slots, in increasing id order */
+    size_t m;                 /* rows per record (the spec's m) */
+    const uint8_t *const *rows; /* (nslots) each slot's (count, 128) rows (borrowed for the call) */
+    const uint16_t *count;    /* (nslots) */
+    const uint64_t *stamp;    /* (nslots) */
+} pgpu_idf_refs_t;
+
+#define PGPU_IDF_INT8 0 /* integer tensor cores on the u8 rows (default) */
+#define PGPU_IDF_FP16 1 /* half-precision tensor cores on the same values as binary16 */
+
+typedef struct pgpu_idf_opts {
+    int precision;            /* PGPU_IDF_INT8 or PGPU_IDF_FP16: the same exact integers either way */
+    double ratio;             /* Lowe's ratio (0.8) */
+    int scoring;              /* patina_identify_scoring: 0 one2one, 1 raw, 2 mutual */
+    size_t ncap;              /* candidates per query, 1..1024 (10) */
+    size_t arena_cap;         /* device slots at most (0: as many as the budget allows); tests
+                               * force streaming from the host tier with a small value */
+    int copy_only;            /* benchmarks: stream the host tier without matching it (the copy
+                               * rate alone; no candidates come from it) */
+} pgpu_idf_opts_t;
+
+/* Where the time of a call went (for benchmarks). */
+typedef struct pgpu_idf_stats {
+    double ms_resident;       /* matching the device-resident slots (GPU time) */
+    double ms_streamed;       /* copying and matching the host-tier slots (GPU time, overlapped) */
+    double h2d_bytes;         /* host-tier bytes copied */
+    size_t dev_slots, host_slots, launches;
+} pgpu_idf_stats_t;
+
+/* The best o->ncap candidates of each of nq queries against refs, on g:
+ * queries' rows at queries + q * qstride (n rows of 128 u8, the first
+ * qcount[q] valid); keys (nq, ncap): (score << 32) | (0xffffffff - slot),
+ * descending, 0 past a query's candidates (score 0 is never a candidate).
+ * Score, ratio test and tie order are the CPU matcher's exactly. The
+ * mirror of refs in g is brought up to date first (context.h state
+ * PGPU_FAM_IDENTIFY). stats may be NULL. */
+patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, const uint8_t *queries,
+                                  size_t qstride, const uint16_t *qcount, size_t nq, size_t n,
+                                  const pgpu_idf_opts_t *o, uint64_t *keys, pgpu_idf_stats_t *stats);
+
+/* Slots of m rows the device arena could hold within g's budget now. */
+void patina_gpu__identify_capacity(const patina_gpu_t *g, size_t m, int precision, size_t *dev_slots);
+
 /* ---- internal: benchmarks and tests (double underscore = not public) ---- */
 
 /* Device memory of the context's device (cudaMalloc); NULL on failure. */

@@ -1,14 +1,28 @@
 /* Identification's library API (include/patina/identify.h): reference sets
- * loaded from a collection, query extraction at the query budget, and
- * patina_identify: matching on the context's workers (tasks = query x block
- * of references), candidate selection, RANSAC verification of the best
- * candidates (tasks = query x candidate), re-ranking and the open-set
- * decision. The matchers, scoring and RANSAC are in match.c and ransac.c. */
+ * loaded from a collection and kept up to date (put/remove), query
+ * extraction at the query budget, and patina_identify: matching -- on the
+ * GPU (src/gpu/identify.cu: the fused kernel over the set's GPU mirror) or
+ * on the context's workers (tasks = query x block of references) --
+ * candidate selection, RANSAC verification of the best candidates (tasks =
+ * query x candidate), re-ranking and the open-set decision. The matchers,
+ * scoring and RANSAC are in match.c and ransac.c.
+ *
+ * A reference set is an array of slots in increasing id order: records of
+ * one fixed size, their ids, per slot the feature count and the set's clock
+ * when it last changed (the GPU mirror re-uploads what changed since it
+ * last looked). A removal marks its slot (count 0, skipped by both
+ * matchers); the set compacts itself when a quarter of its slots are
+ * removed, and an id inserted below the largest one moves slots: both bump
+ * the epoch (the GPU mirror is rebuilt). A read-write lock lets identify
+ * calls share the set while put/remove wait for them. */
+#include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/context.h"
+#include "gpu/gpu.h"
 #include "features/family.h"
 #include "features/rootsift.h"
 #include "identify/identify.h"
@@ -16,12 +30,27 @@
 #define REF_BLOCK 32 /* references per matching task, at least */
 
 struct patina_refset {
-    size_t n;               /* references */
+    size_t n;               /* slots */
+    size_t cap;             /* slots allocated */
+    size_t alive;           /* slots holding a reference (not removed) */
     size_t stride;          /* bytes per record */
     uint64_t *ids;          /* (n) increasing */
     unsigned char *recs;    /* (n, stride): the records as stored */
+    uint16_t *count;        /* (n) features of the slot's record; 0 when removed */
+    unsigned char *dead;    /* (n) 1: removed */
+    uint64_t *stamp;        /* (n) the clock when the slot last changed */
+    uint64_t serial;        /* this set, never reused in the process */
+    uint64_t epoch;         /* bumped when slots move (compaction, an insertion) */
+    uint64_t clock;         /* bumped at every change */
+    pthread_rwlock_t lock;
     patina_extractor_t *ex; /* the table's spec */
 };
+
+static uint64_t next_serial(void)
+{
+    static uint64_t serial;
+    return __atomic_add_fetch(&serial, 1, __ATOMIC_RELAXED);
+}
 
 /* ----------------------------------------------------------- reference sets */
 
@@ -138,9 +167,22 @@ patina_status patina_refset_load(patina_refset_t **out, patina_collection_t *c, 
         }
         kept++;
     }
-    rs->n = kept;
+    rs->n = rs->cap = rs->alive = kept;
     rs->ids = ids;
     rs->recs = descs;
+    rs->count = malloc((kept ? kept : 1) * sizeof *rs->count);
+    rs->dead = calloc(kept ? kept : 1, 1);
+    rs->stamp = calloc(kept ? kept : 1, sizeof *rs->stamp);
+    if (!rs->count || !rs->dead || !rs->stamp) {
+        s = patina__fail(PATINA_E_NOMEM, "identify: out of memory");
+        goto fail;
+    }
+    for (i = 0; i < kept; i++) rs->count[i] = (uint16_t)rs_count(descs + i * rs->stride);
+    rs->serial = next_serial();
+    if (pthread_rwlock_init(&rs->lock, NULL) != 0) {
+        s = patina__fail(PATINA_E_NOMEM, "identify: cannot create the reference set's lock");
+        goto fail;
+    }
     free(table);
     *out = rs;
     return PATINA_OK;
@@ -148,28 +190,203 @@ fail:
     free(ids);
     free(descs);
     free(table);
-    if (rs) patina_extractor_free(rs->ex);
+    if (rs) {
+        free(rs->count);
+        free(rs->dead);
+        free(rs->stamp);
+        patina_extractor_free(rs->ex);
+    }
     free(rs);
     return s;
+}
+
+patina_status patina_refset_new(patina_refset_t **out, const char *table)
+{
+    patina_refset_t *rs;
+    patina_status s;
+    if (!out) return patina__fail(PATINA_E_INVALID, "identify: null reference set pointer");
+    *out = NULL;
+    if (!table || !is_rootsift(table))
+        return patina__fail(PATINA_E_INVALID, "identify: '%s' is not a rootsift spec", table ? table : "(null)");
+    if (!(rs = calloc(1, sizeof *rs))) return patina__fail(PATINA_E_NOMEM, "identify: out of memory");
+    if ((s = patina_extractor_new(&rs->ex, table)) != PATINA_OK) {
+        free(rs);
+        return s;
+    }
+    rs->stride = patina_extractor_bytes(rs->ex);
+    rs->serial = next_serial();
+    if (pthread_rwlock_init(&rs->lock, NULL) != 0) {
+        patina_extractor_free(rs->ex);
+        free(rs);
+        return patina__fail(PATINA_E_NOMEM, "identify: cannot create the reference set's lock");
+    }
+    *out = rs;
+    return PATINA_OK;
 }
 
 void patina_refset_free(patina_refset_t *rs)
 {
     if (!rs) return;
+    pthread_rwlock_destroy(&rs->lock);
     free(rs->ids);
     free(rs->recs);
+    free(rs->count);
+    free(rs->dead);
+    free(rs->stamp);
     patina_extractor_free(rs->ex);
     free(rs);
 }
 
-size_t patina_refset_size(const patina_refset_t *rs) { return rs ? rs->n : 0; }
-const char *patina_refset_table(const patina_refset_t *rs) { return rs ? patina_extractor_spec(rs->ex) : NULL; }
-const uint64_t *patina_refset_ids(const patina_refset_t *rs) { return rs ? rs->ids : NULL; }
+/* Drops the removed slots (moving the others down, order kept); the
+ * caller holds the write lock. */
+static void compact(patina_refset_t *rs)
+{
+    size_t i, k = 0;
+    if (rs->alive == rs->n) return;
+    for (i = 0; i < rs->n; i++) {
+        if (rs->dead[i]) continue;
+        if (k != i) {
+            memmove(rs->recs + k * rs->stride, rs->recs + i * rs->stride, rs->stride);
+            rs->ids[k] = rs->ids[i];
+            rs->count[k] = rs->count[i];
+            rs->stamp[k] = rs->stamp[i];
+        }
+        rs->dead[k] = 0;
+        k++;
+    }
+    rs->n = k;
+    rs->epoch++;
+    rs->clock++;
+}
 
-const void *patina_refset_records(const patina_refset_t *rs, size_t *stride)
+size_t patina_refset_size(const patina_refset_t *rs)
+{
+    size_t n;
+    if (!rs) return 0;
+    pthread_rwlock_rdlock((pthread_rwlock_t *)&rs->lock);
+    n = rs->alive;
+    pthread_rwlock_unlock((pthread_rwlock_t *)&rs->lock);
+    return n;
+}
+
+const char *patina_refset_table(const patina_refset_t *rs) { return rs ? patina_extractor_spec(rs->ex) : NULL; }
+
+const uint64_t *patina_refset_ids(patina_refset_t *rs)
+{
+    if (!rs) return NULL;
+    pthread_rwlock_wrlock(&rs->lock);
+    compact(rs);
+    pthread_rwlock_unlock(&rs->lock);
+    return rs->ids;
+}
+
+const void *patina_refset_records(patina_refset_t *rs, size_t *stride)
 {
     if (stride) *stride = rs ? rs->stride : 0;
-    return rs ? rs->recs : NULL;
+    if (!rs) return NULL;
+    pthread_rwlock_wrlock(&rs->lock);
+    compact(rs);
+    pthread_rwlock_unlock(&rs->lock);
+    return rs->recs;
+}
+
+/* The slot of id (its index), or where it would go (*found = 0). */
+static size_t find_slot(const patina_refset_t *rs, uint64_t id, int *found)
+{
+    size_t lo = 0, hi = rs->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (rs->ids[mid] < id) lo = mid + 1;
+        else hi = mid;
+    }
+    *found = lo < rs->n && rs->ids[lo] == id;
+    return lo;
+}
+
+static int grow(patina_refset_t *rs, size_t need)
+{
+    size_t cap = rs->cap ? rs->cap : 16;
+    void *p;
+    if (need <= rs->cap) return 1;
+    while (cap < need) cap += cap / 2 + 16;
+    if (!(p = realloc(rs->recs, cap * rs->stride))) return 0;
+    rs->recs = p;
+    if (!(p = realloc(rs->ids, cap * sizeof *rs->ids))) return 0;
+    rs->ids = p;
+    if (!(p = realloc(rs->count, cap * sizeof *rs->count))) return 0;
+    rs->count = p;
+    if (!(p = realloc(rs->dead, cap))) return 0;
+    rs->dead = p;
+    if (!(p = realloc(rs->stamp, cap * sizeof *rs->stamp))) return 0;
+    rs->stamp = p;
+    rs->cap = cap;
+    return 1;
+}
+
+patina_status patina_refset_put(patina_refset_t *rs, uint64_t id, const void *record, size_t bytes)
+{
+    const rootsift_params_t *p;
+    size_t slot;
+    int found;
+    char what[64];
+    if (!rs || !record) return patina__fail(PATINA_E_INVALID, "identify: null reference set or record");
+    if (id == 0) return patina__fail(PATINA_E_INVALID, "identify: reference id 0 (ids start at 1)");
+    snprintf(what, sizeof what, "identify: reference id %llu", (unsigned long long)id);
+    PATINA_TRY(rs_record_check(record, bytes, what));
+    p = (const rootsift_params_t *)(const void *)rs->ex->params;
+    if (bytes != rs->stride || rs_quant(record) != (uint32_t)p->quant || rs_m(record) != (uint32_t)p->m)
+        return patina__fail(PATINA_E_INVALID, "%s: a record of m = %u, quant %u (%zu bytes) does not belong in "
+                                              "table '%s'",
+                            what, (unsigned)rs_m(record), (unsigned)rs_quant(record), bytes, patina_refset_table(rs));
+    pthread_rwlock_wrlock(&rs->lock);
+    slot = find_slot(rs, id, &found);
+    if (!found) {
+        if (rs->n == UINT32_MAX || !grow(rs, rs->n + 1)) {
+            pthread_rwlock_unlock(&rs->lock);
+            return patina__fail(PATINA_E_NOMEM, "identify: out of memory adding reference %llu",
+                                (unsigned long long)id);
+        }
+        if (slot < rs->n) { /* below the largest id: the slots after it move */
+            memmove(rs->recs + (slot + 1) * rs->stride, rs->recs + slot * rs->stride, (rs->n - slot) * rs->stride);
+            memmove(rs->ids + slot + 1, rs->ids + slot, (rs->n - slot) * sizeof *rs->ids);
+            memmove(rs->count + slot + 1, rs->count + slot, (rs->n - slot) * sizeof *rs->count);
+            memmove(rs->dead + slot + 1, rs->dead + slot, rs->n - slot);
+            memmove(rs->stamp + slot + 1, rs->stamp + slot, (rs->n - slot) * sizeof *rs->stamp);
+            rs->epoch++;
+        }
+        rs->n++;
+        rs->alive++;
+        rs->ids[slot] = id;
+    } else if (rs->dead[slot]) {
+        rs->alive++;
+    }
+    memcpy(rs->recs + slot * rs->stride, record, bytes);
+    rs->count[slot] = (uint16_t)rs_count(record);
+    rs->dead[slot] = 0;
+    rs->stamp[slot] = ++rs->clock;
+    pthread_rwlock_unlock(&rs->lock);
+    return PATINA_OK;
+}
+
+patina_status patina_refset_remove(patina_refset_t *rs, uint64_t id)
+{
+    size_t slot;
+    int found;
+    if (!rs) return patina__fail(PATINA_E_INVALID, "identify: null reference set");
+    pthread_rwlock_wrlock(&rs->lock);
+    slot = find_slot(rs, id, &found);
+    if (!found || rs->dead[slot]) {
+        pthread_rwlock_unlock(&rs->lock);
+        return patina__fail(PATINA_E_NOTFOUND, "identify: reference id %llu is not in the set",
+                            (unsigned long long)id);
+    }
+    rs->dead[slot] = 1;
+    rs->count[slot] = 0;
+    rs->alive--;
+    rs->stamp[slot] = ++rs->clock;
+    if (rs->n - rs->alive >= 64 && rs->n - rs->alive >= rs->n / 4) compact(rs);
+    pthread_rwlock_unlock(&rs->lock);
+    return PATINA_OK;
 }
 
 static const rootsift_params_t *params_of(const patina_refset_t *rs)
@@ -259,8 +476,10 @@ void patina_identify_opts_init(patina_identify_opts_t *o)
     o->ransac_threshold = 0.01;
     o->iterations = 1000;
     o->seed = 0;
-    o->threshold = 12;
+    o->threshold = 13;
     o->device = PATINA_DEVICE_AUTO;
+    o->precision = PATINA_PRECISION_INT8;
+    o->shape_check = 1;
 }
 
 /* Per-worker scratch for one (query, reference) pair. */
@@ -272,6 +491,7 @@ typedef struct scratch {
     int32_t *claim;     /* (m) */
     idf_match_t *mt;    /* (n) */
     double *qp, *rp;    /* (n, 2) each */
+    double *qsh, *rsh;  /* (n, 2) each: log scale, orientation */
     unsigned char *inl; /* (n) */
 } scratch_t;
 
@@ -308,6 +528,8 @@ static void scratch_free(scratch_t *sc)
     free(sc->mt);
     free(sc->qp);
     free(sc->rp);
+    free(sc->qsh);
+    free(sc->rsh);
     free(sc->inl);
 }
 
@@ -323,8 +545,10 @@ static int scratch_new(scratch_t *sc, size_t n, size_t m)
     sc->mt = malloc((n + 1) * sizeof *sc->mt);
     sc->qp = malloc((2 * n + 2) * sizeof *sc->qp);
     sc->rp = malloc((2 * n + 2) * sizeof *sc->rp);
+    sc->qsh = malloc((2 * n + 2) * sizeof *sc->qsh);
+    sc->rsh = malloc((2 * n + 2) * sizeof *sc->rsh);
     sc->inl = malloc(n + 1);
-    return sc->qw && sc->qf && sc->rf && sc->ibuf && sc->fbuf && sc->claim && sc->mt && sc->qp && sc->rp &&
+    return sc->qw && sc->qf && sc->rf && sc->ibuf && sc->fbuf && sc->claim && sc->mt && sc->qp && sc->rp && sc->qsh && sc->rsh &&
            sc->inl;
 }
 
@@ -398,7 +622,9 @@ static void match_task(void *arg, size_t t, int worker)
     prepare_query(sc, qr);
     end = (b + 1) * jb->block < jb->rs->n ? (b + 1) * jb->block : jb->rs->n;
     for (i = b * jb->block; i < end; i++) {
-        size_t sco = match_pair(sc, qr, jb->rs->recs + i * jb->rs->stride, jb->o);
+        size_t sco;
+        if (jb->rs->dead[i]) continue;
+        sco = match_pair(sc, qr, jb->rs->recs + i * jb->rs->stride, jb->o);
         if (sco) top_insert(c, nc, jb->ncap, (cand_t){(uint32_t)i, (uint32_t)sco, 0, 0});
     }
 }
@@ -426,13 +652,18 @@ static void verify_task(void *arg, size_t t, int worker)
         sc->qp[2 * i + 1] = gq[1];
         sc->rp[2 * i] = gr[0];
         sc->rp[2 * i + 1] = gr[1];
+        sc->qsh[2 * i] = log(gq[2] > 0 ? gq[2] : 1e-9);
+        sc->qsh[2 * i + 1] = gq[3];
+        sc->rsh[2 * i] = log(gr[2] > 0 ? gr[2] : 1e-9);
+        sc->rsh[2 * i + 1] = gr[3];
     }
     /* The inlier distance scales with the reference image (its original
      * pixels, where keypoints are): ransac_threshold x its longer side. */
     side = (double)(rs_size(r, 2) > rs_size(r, 3) ? rs_size(r, 2) : rs_size(r, 3));
     if (side <= 0) side = 1024;
     thr = jb->o->ransac_threshold * side;
-    cd->inliers = (uint32_t)idf_ransac(NULL, sc->inl, sc->qp, sc->rp, nm, jb->o->model, thr, jb->o->iterations,
+    cd->inliers = (uint32_t)idf_ransac(NULL, sc->inl, sc->qp, sc->rp, jb->o->shape_check ? sc->qsh : NULL,
+                                       jb->o->shape_check ? sc->rsh : NULL, nm, jb->o->model, thr, jb->o->iterations,
                                        jb->o->seed ^ (id * 0x9E3779B97F4A7C15ull));
     cd->verified = 1;
 }
@@ -464,22 +695,109 @@ static patina_status check_opts(const patina_identify_opts_t *o)
     if (!(o->threshold >= 0) || o->threshold > 1e9)
         return patina__fail(PATINA_E_INVALID, "identify: acceptance threshold %g is outside [0, 1e9]",
                             o->threshold);
-    if (o->device == PATINA_DEVICE_GPU)
-        return patina__fail(PATINA_E_UNAVAILABLE, "identify: no gpu implementation yet (use device cpu)");
-    if (o->device != PATINA_DEVICE_CPU && o->device != PATINA_DEVICE_AUTO)
+    if ((unsigned)o->precision > PATINA_PRECISION_FP16)
+        return patina__fail(PATINA_E_INVALID, "identify: unknown precision %d", (int)o->precision);
+    if (o->device != PATINA_DEVICE_CPU && o->device != PATINA_DEVICE_AUTO && o->device != PATINA_DEVICE_GPU)
         return patina__fail(PATINA_E_INVALID, "identify: device %s is not an identification device",
                             patina_device_name(o->device));
     return PATINA_OK;
 }
 
-patina_status patina_identify(patina_context_t *ctx, const patina_refset_t *rs, const void *queries, size_t nq,
+static patina_status identify_locked(patina_context_t *ctx, const patina_refset_t *rs, const void *queries,
+                                     size_t nq, const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
+                                     patina_identify_result_t *results);
+
+/* Why the GPU cannot match these queries against rs (NULL: it can, as far
+ * as the data goes): the GPU kernels take u8 rows at scale 512. */
+static const char *gpu_refusal(const patina_refset_t *rs, const unsigned char *queries, size_t qbytes, size_t nq,
+                               size_t ncap)
+{
+    size_t q;
+    if (params_of(rs)->quant != RS_QUANT_U8) return "the table's records are f16 (the GPU matches u8 records)";
+    if (ncap > 1024) return "more than 1024 candidates per query (k or verify_top)";
+    for (q = 0; q < nq; q++)
+        if (!idf_exact_u8(queries + q * qbytes)) return "a query record is not u8 at scale 512";
+    return NULL;
+}
+
+/* Step 1 on the GPU: each query's best ncap candidates by the scoring rule,
+ * into jb->cands / jb->ncands (the CPU's candidates exactly). */
+static patina_status match_gpu(patina_context_t *ctx, job_t *jb, int precision)
+{
+    const patina_refset_t *rs = jb->rs;
+    pgpu_idf_refs_t view;
+    pgpu_idf_opts_t go;
+    patina_gpu_t *g = NULL;
+    uint16_t *qc = malloc(jb->nq * sizeof *qc);
+    uint64_t *keys = malloc(jb->nq * jb->ncap * sizeof *keys);
+    const uint8_t **rows = malloc((rs->n + 1) * sizeof *rows);
+    patina_status s;
+    size_t q, j;
+    if (!qc || !keys || !rows) {
+        free(qc);
+        free(keys);
+        free(rows);
+        return patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu queries", jb->nq);
+    }
+    for (q = 0; q < jb->nq; q++) qc[q] = (uint16_t)rs_count(jb->queries + q * jb->qbytes);
+    memset(&view, 0, sizeof view);
+    view.serial = rs->serial;
+    view.epoch = rs->epoch;
+    view.clock = rs->clock;
+    view.nslots = rs->n;
+    view.m = (size_t)params_of(rs)->m;
+    for (j = 0; j < rs->n; j++) rows[j] = rs->recs + j * rs->stride + RS_HEADER;
+    view.rows = rows;
+    view.count = rs->count;
+    view.stamp = rs->stamp;
+    memset(&go, 0, sizeof go);
+    go.precision = precision == PATINA_PRECISION_FP16 ? PGPU_IDF_FP16 : PGPU_IDF_INT8;
+    go.ratio = jb->o->ratio;
+    go.scoring = (int)jb->o->scoring;
+    go.ncap = jb->ncap;
+    go.arena_cap = jb->o->gpu_arena_slots;
+    s = patina__context_gpu_acquire(ctx, &g);
+    if (s == PATINA_OK) {
+        s = patina_gpu_identify(g, &view, jb->queries + RS_HEADER, jb->qbytes, qc, jb->nq,
+                                (size_t)params_of(rs)->n, &go, keys, NULL);
+        patina__context_gpu_release(ctx);
+    }
+    if (s == PATINA_OK)
+        for (q = 0; q < jb->nq; q++) {
+            cand_t *c = jb->cands + q * jb->ncap;
+            for (j = 0; j < jb->ncap && keys[q * jb->ncap + j]; j++) {
+                const uint64_t k = keys[q * jb->ncap + j];
+                c[j] = (cand_t){0xffffffffu - (uint32_t)k, (uint32_t)(k >> 32), 0, 0};
+            }
+            jb->ncands[q] = j;
+        }
+    free(qc);
+    free(keys);
+    free(rows);
+    return s;
+}
+
+patina_status patina_identify(patina_context_t *ctx, patina_refset_t *rs, const void *queries, size_t nq,
                               const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
                               patina_identify_result_t *results)
+{
+    patina_status s;
+    if (!rs) return patina__fail(PATINA_E_INVALID, "identify: null argument");
+    pthread_rwlock_rdlock(&rs->lock);
+    s = identify_locked(ctx, rs, queries, nq, opts, hits, results);
+    pthread_rwlock_unlock(&rs->lock);
+    return s;
+}
+
+static patina_status identify_locked(patina_context_t *ctx, const patina_refset_t *rs, const void *queries,
+                                     size_t nq, const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
+                                     patina_identify_result_t *results)
 {
     patina_identify_opts_t o;
     job_t jb;
     size_t q, i, qbytes, kk, nworkers = 0, w, n, m;
     patina_status s = PATINA_OK;
+    int use_gpu = 0;
 
     if (!rs || (nq && (!queries || !hits || !results)))
         return patina__fail(PATINA_E_INVALID, "identify: null argument");
@@ -496,14 +814,14 @@ patina_status patina_identify(patina_context_t *ctx, const patina_refset_t *rs, 
     }
     if (o.k > SIZE_MAX / nq / sizeof *hits)
         return patina__fail(PATINA_E_LIMIT, "identify: k = %zu is too large for %zu queries", o.k, nq);
-    kk = o.k < rs->n ? o.k : rs->n; /* k beyond the references is clamped */
+    kk = o.k < rs->alive ? o.k : rs->alive; /* k beyond the references is clamped */
     memset(hits, 0, nq * o.k * sizeof *hits);
     for (q = 0; q < nq; q++) {
         results[q].decision = PATINA_DECISION_UNKNOWN;
         results[q].nhits = 0;
         results[q].query_features = rs_count((const unsigned char *)queries + q * qbytes);
     }
-    if (rs->n == 0) return PATINA_OK;
+    if (rs->alive == 0) return PATINA_OK;
     if (rs->n > UINT32_MAX)
         return patina__fail(PATINA_E_LIMIT, "identify: %zu references is too many for one set (shard it)", rs->n);
 
@@ -513,7 +831,7 @@ patina_status patina_identify(patina_context_t *ctx, const patina_refset_t *rs, 
     jb.qbytes = qbytes;
     jb.nq = nq;
     jb.o = &o;
-    jb.nverify = o.verify ? (o.verify_top < rs->n ? o.verify_top : rs->n) : 0;
+    jb.nverify = o.verify ? (o.verify_top < rs->alive ? o.verify_top : rs->alive) : 0;
     jb.ncap = kk > jb.nverify ? kk : jb.nverify;
     n = (size_t)params_of(rs)->n;
     m = (size_t)params_of(rs)->m;
@@ -528,12 +846,27 @@ patina_status patina_identify(patina_context_t *ctx, const patina_refset_t *rs, 
         s = patina__fail(PATINA_E_LIMIT, "identify: %zu queries x k = %zu is too many for one call", nq, o.k);
         return s;
     }
+    /* The matching device: the GPU when asked, or when usable (auto) and
+     * the data is what its kernels take; the CPU otherwise. Both give the
+     * same candidates. */
+    if (o.device != PATINA_DEVICE_CPU) {
+        const char *why = gpu_refusal(rs, queries, qbytes, nq, jb.ncap);
+        if (o.device == PATINA_DEVICE_GPU) {
+            if (!ctx) return patina__fail(PATINA_E_INVALID, "identify: device gpu needs a context");
+            if (why) return patina__fail(PATINA_E_UNAVAILABLE, "identify: no GPU matching: %s", why);
+            use_gpu = 1;
+        } else {
+            use_gpu = ctx && !why && patina__context_gpu_usable(ctx);
+        }
+    }
     jb.sc = calloc(nworkers, sizeof *jb.sc);
-    jb.tcands = malloc(nq * jb.nblocks * jb.ncap * sizeof *jb.tcands);
-    jb.ntcands = calloc(nq * jb.nblocks, sizeof *jb.ntcands);
+    if (!use_gpu) {
+        jb.tcands = malloc(nq * jb.nblocks * jb.ncap * sizeof *jb.tcands);
+        jb.ntcands = calloc(nq * jb.nblocks, sizeof *jb.ntcands);
+    }
     jb.cands = malloc(nq * jb.ncap * sizeof *jb.cands);
     jb.ncands = calloc(nq, sizeof *jb.ncands);
-    if (!jb.sc || !jb.tcands || !jb.ntcands || !jb.cands || !jb.ncands) {
+    if (!jb.sc || (!use_gpu && (!jb.tcands || !jb.ntcands)) || !jb.cands || !jb.ncands) {
         s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu queries x %zu candidates", nq, jb.ncap);
         goto out;
     }
@@ -543,11 +876,14 @@ patina_status patina_identify(patina_context_t *ctx, const patina_refset_t *rs, 
             goto out;
         }
 
+    /* 1-2 on the GPU: the best ncap of each query directly. */
+    if (use_gpu && (s = match_gpu(ctx, &jb, o.precision)) != PATINA_OK) goto out;
+
     /* 1. Every (query, reference) scored; each task keeps its best ncap. */
-    if ((s = run_tasks(ctx, nq * jb.nblocks, match_task, &jb)) != PATINA_OK) goto out;
+    if (!use_gpu && (s = run_tasks(ctx, nq * jb.nblocks, match_task, &jb)) != PATINA_OK) goto out;
 
     /* 2. A query's candidates: the best ncap of its tasks' lists. */
-    for (q = 0; q < nq; q++) {
+    for (q = 0; q < nq && !use_gpu; q++) {
         cand_t *c = jb.cands + q * jb.ncap;
         size_t b, j, nc = 0;
         for (b = 0; b < jb.nblocks; b++) {

@@ -115,15 +115,26 @@ typedef struct idf_rng {
 void idf_rng_seed(idf_rng_t *g, uint64_t seed);
 uint64_t idf_rng_next(idf_rng_t *g);
 
+/* Keypoint shape agreement (idf_ransac with shapes): the scale ratio of an
+ * inlier's keypoints within this factor of the model's scale, their
+ * orientation difference within this many degrees of its rotation. SIFT's
+ * scales are known to about a third of an octave and its orientations to
+ * about 10 degrees; chance correspondences agree with a random model far
+ * less often. */
+#define IDF_SHAPE_SCALE 1.5
+#define IDF_SHAPE_ANGLE 30.0
+
 /* RANSAC over n correspondences: query points qp (n, 2), reference points
- * rp (n, 2). Inliers: |model(q) - r| <= thr. Adaptive stopping (confidence
+ * rp (n, 2). Inliers: |model(q) - r| <= thr, and, when qsh and rsh (n, 2:
+ * log scale, orientation in radians of each keypoint) are given, keypoint
+ * shapes that agree with the model (IDF_SHAPE_*). Adaptive stopping (confidence
  * 0.999) capped at max_iter; the best model is refitted on its inliers by
  * least squares and kept if that does not lose inliers. Returns the inlier
  * count (0 when n is below the model's minimal sample or every sample is
  * degenerate); inl (n bytes, may be NULL) receives the inlier mask and
  * model (may be NULL) the model. Deterministic for a given seed. */
-size_t idf_ransac(idf_model_t *model, unsigned char *inl, const double *qp, const double *rp, size_t n,
-                  patina_identify_model kind, double thr, int max_iter, uint64_t seed);
+size_t idf_ransac(idf_model_t *model, unsigned char *inl, const double *qp, const double *rp, const double *qsh,
+                  const double *rsh, size_t n, patina_identify_model kind, double thr, int max_iter, uint64_t seed);
 
 /* Fits `kind` exactly to a minimal sample (2, 3 or 4 points); 0 when the
  * sample is degenerate (coincident or collinear points). */

@@ -17,6 +17,7 @@
 #include "identify/identify.h"
 
 #define RANSAC_CONFIDENCE 0.999
+#define IDF_PI 3.14159265358979323846
 #define COLLINEAR_SINE 1e-3 /* |sin| of a sample triangle's angle below this: collinear */
 
 void idf_rng_seed(idf_rng_t *g, uint64_t seed)
@@ -211,25 +212,64 @@ int idf_model_apply(const idf_model_t *m, double x, double y, double *ox, double
     return isfinite(*ox) && isfinite(*oy);
 }
 
+/* The log-scale and rotation the model applies near query point (x, y):
+ * those of the similarity closest to its Jacobian there (constant for the
+ * similarity and affine models). */
+static void local_shape(const idf_model_t *m, double x, double y, double *ls, double *rot)
+{
+    const double *h = m->h;
+    double j00 = h[0], j01 = h[1], j10 = h[3], j11 = h[4], det;
+    if (m->kind == PATINA_MODEL_HOMOGRAPHY) {
+        const double w = h[6] * x + h[7] * y + h[8], u = (h[0] * x + h[1] * y + h[2]) / w,
+                     v = (h[3] * x + h[4] * y + h[5]) / w;
+        j00 = (h[0] - u * h[6]) / w;
+        j01 = (h[1] - u * h[7]) / w;
+        j10 = (h[3] - v * h[6]) / w;
+        j11 = (h[4] - v * h[7]) / w;
+    }
+    det = fabs(j00 * j11 - j01 * j10);
+    *ls = det > 0 ? 0.5 * log(det) : -1e9;
+    *rot = atan2(j10 - j01, j00 + j11);
+}
+
+/* |a| wrapped to [0, pi]. */
+static double angle_gap(double a)
+{
+    a = fmod(a, 2 * IDF_PI);
+    if (a < 0) a += 2 * IDF_PI;
+    return a > IDF_PI ? 2 * IDF_PI - a : a;
+}
+
 /* Inliers of model m; mask may be NULL. For a homography, points that map
  * from behind the camera (w <= 0 where the sample had w > 0) are outliers:
- * w must be positive (models are scaled to h33 = 1, so w = 1 at the origin). */
-static size_t count_inliers(const idf_model_t *m, const double *qp, const double *rp, size_t n, double thr2,
-                            unsigned char *mask)
+ * w must be positive (models are scaled to h33 = 1, so w = 1 at the origin).
+ * With shapes (qsh, rsh: (n, 2) log scale and orientation of each
+ * keypoint), an inlier's keypoints must also agree with the model: the
+ * scale ratio within IDF_SHAPE_SCALE and the orientation difference within
+ * IDF_SHAPE_ANGLE of the model's scale and rotation there. */
+static size_t count_inliers(const idf_model_t *m, const double *qp, const double *rp, const double *qsh,
+                            const double *rsh, size_t n, double thr2, unsigned char *mask)
 {
     size_t i, c = 0;
+    const double lt = log(IDF_SHAPE_SCALE), at = IDF_SHAPE_ANGLE * IDF_PI / 180.0;
+    double ls = 0, rot = 0;
+    if (qsh && m->kind != PATINA_MODEL_HOMOGRAPHY) local_shape(m, 0, 0, &ls, &rot);
     for (i = 0; i < n; i++) {
         double x, y, w = m->h[6] * qp[2 * i] + m->h[7] * qp[2 * i + 1] + m->h[8];
         int in = w > 0 && idf_model_apply(m, qp[2 * i], qp[2 * i + 1], &x, &y) &&
                  (x - rp[2 * i]) * (x - rp[2 * i]) + (y - rp[2 * i + 1]) * (y - rp[2 * i + 1]) <= thr2;
+        if (in && qsh) {
+            if (m->kind == PATINA_MODEL_HOMOGRAPHY) local_shape(m, qp[2 * i], qp[2 * i + 1], &ls, &rot);
+            in = fabs(rsh[2 * i] - qsh[2 * i] - ls) <= lt && angle_gap(rsh[2 * i + 1] - qsh[2 * i + 1] - rot) <= at;
+        }
         if (mask) mask[i] = (unsigned char)in;
         c += (size_t)in;
     }
     return c;
 }
 
-size_t idf_ransac(idf_model_t *model, unsigned char *inl, const double *qp, const double *rp, size_t n,
-                  patina_identify_model kind, double thr, int max_iter, uint64_t seed)
+size_t idf_ransac(idf_model_t *model, unsigned char *inl, const double *qp, const double *rp, const double *qsh,
+                  const double *rsh, size_t n, patina_identify_model kind, double thr, int max_iter, uint64_t seed)
 {
     size_t s = min_sample(kind), best = 0, it, need = (size_t)(max_iter > 0 ? max_iter : 0), t, u;
     idf_model_t bm, m;
@@ -253,7 +293,7 @@ size_t idf_ransac(idf_model_t *model, unsigned char *inl, const double *qp, cons
             }
         }
         if (!idf_fit_minimal(&m, kind, qp, rp, idx)) continue;
-        c = count_inliers(&m, qp, rp, n, thr2, NULL);
+        c = count_inliers(&m, qp, rp, qsh, rsh, n, thr2, NULL);
         if (c > best) {
             double w = (double)c / (double)n, pw = pow(w, (double)s), est;
             best = c;
@@ -274,11 +314,11 @@ size_t idf_ransac(idf_model_t *model, unsigned char *inl, const double *qp, cons
         unsigned char *mask = malloc(n);
         size_t *sel = malloc(n * sizeof *sel), k = 0;
         if (mask && sel) {
-            count_inliers(&bm, qp, rp, n, thr2, mask);
+            count_inliers(&bm, qp, rp, qsh, rsh, n, thr2, mask);
             for (t = 0; t < n; t++)
                 if (mask[t]) sel[k++] = t;
             if (fit(&m, kind, qp, rp, sel, k)) {
-                size_t c = count_inliers(&m, qp, rp, n, thr2, NULL);
+                size_t c = count_inliers(&m, qp, rp, qsh, rsh, n, thr2, NULL);
                 if (c >= best) {
                     best = c;
                     bm = m;
@@ -288,7 +328,7 @@ size_t idf_ransac(idf_model_t *model, unsigned char *inl, const double *qp, cons
         free(mask);
         free(sel);
     }
-    if (inl) count_inliers(&bm, qp, rp, n, thr2, inl);
+    if (inl) count_inliers(&bm, qp, rp, qsh, rsh, n, thr2, inl);
     if (model) *model = bm;
     return best;
 }

@@ -1,0 +1,564 @@
+/* Identification on the GPU: the reference cache (a device arena first,
+ * pinned host memory second, the paper's hybrid cache) and the fused 2-NN
+ * matching of queries against it (idf_kernels.cuh), returning each query's
+ * best candidates (score, slot) -- the same candidates as the CPU matcher
+ * (src/identify/match.c), exactly.
+ *
+ * The cache. A context's identify state mirrors ONE reference set: its
+ * slots' descriptor rows (u8, or the same values as binary16 for the fp16
+ * kernel), m rows padded to a multiple of 8 per slot, each slot's count
+ * (0: empty or removed) and nothing else (ids, geometry and records stay on
+ * the host: verification is the CPU's). Slots [0, dev_cap) live in the
+ * device arena, sized from the context's memory budget; slots past it in a
+ * pinned host tier, streamed through STREAMS staging buffers with copies
+ * of one chunk overlapping the matching of the others (first in, first
+ * out: the paper's FIFO order; the newest slots are the streamed ones).
+ * The set tells what changed through its serial (which set), epoch
+ * (slots renumbered: rebuild) and per-slot stamps (a slot whose stamp is
+ * newer than the mirror's clock is uploaded again, appended when new): an
+ * add, a removal or an update is one slot's copy, visible to the next call.
+ *
+ * Calls run under the context's GPU turn (core/context.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include <atomic>
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "gpu/context.h"
+#include "gpu/gpu.h"
+#include "gpu/idf_kernels.cuh"
+
+#define IDF_STREAMS 3            /* streamed chunks in flight */
+#define IDF_CHUNK_BYTES (64ull << 20) /* host-tier slots per streamed chunk: about this many bytes */
+#define IDF_QBATCH 256           /* queries per launch at most */
+#define IDF_RESERVE (96ull << 20) /* budget kept for buffers besides the arena */
+
+/* In patina_gpu_identify: a failed step stores its status in s and leaves. */
+#define IDF_TRY(expr)                      \
+    do {                                   \
+        if ((s = (expr)) != PATINA_OK) goto out; \
+    } while (0)
+
+typedef struct idf_state {
+    /* the mirrored set */
+    uint64_t serial, epoch, clock;
+    int prec;                /* IDF_PREC_* of the arena */
+    size_t m, mpad;          /* rows per record, per slot (multiple of 8) */
+    size_t slot_bytes;       /* mpad * 128 * (1 or 2) */
+    size_t nslots;           /* slots mirrored */
+    size_t dev_cap;          /* slots the device arena holds */
+    size_t host_cap;         /* slots the pinned host tier holds */
+    size_t cnt_cap;          /* entries of d_count */
+    unsigned char *d_arena;  /* (dev_cap, mpad, 128) */
+    unsigned char *h_tier;   /* pinned (host_cap, mpad, 128): slots dev_cap.. */
+    uint16_t *d_count;       /* (cnt_cap) per slot */
+    uint16_t *h_count;       /* host copy of the mirrored counts */
+    /* staging */
+    unsigned char *d_stage[IDF_STREAMS]; /* streamed chunks */
+    size_t chunk_slots;      /* slots per upload batch (about IDF_CHUNK_BYTES) */
+    size_t stream_slots;     /* slots per streamed chunk: chunk_slots, fewer for a small host tier */
+    unsigned char *d_up;     /* u8 upload buffer for the fp16 conversion (chunk_slots slots) */
+    unsigned char *h_up;     /* pinned upload staging (chunk_slots slots of u8) */
+    /* per call */
+    void *d_q;               /* (qcap, n, 128) u8 or f16 */
+    unsigned char *d_q8;     /* (qcap, n, 128) u8 upload */
+    uint16_t *d_qcount, *h_qcount;
+    size_t qcap, qn;         /* queries, rows per query the buffers hold */
+    uint64_t *d_out, *h_out; /* lists: (1 + STREAMS, qcap, gx, K) */
+    size_t out_cap;          /* entries */
+} idf_state_t;
+
+/* ------------------------------------------------------------ small kernels */
+
+/* u8 values to binary16 (exact: integers 0..255). */
+__global__ void k_u8_to_f16(__half *dst, const unsigned char *src, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __ushort2half_rn(src[i]);
+}
+
+/* ------------------------------------------------------------------ state */
+
+static void state_free_arena(patina_gpu_t *g, idf_state_t *st)
+{
+    pgpu_free_n(g, 3, &st->d_arena, &st->h_tier, &st->d_count);
+    for (int i = 0; i < IDF_STREAMS; i++) pgpu_free_n(g, 1, &st->d_stage[i]);
+    pgpu_free_n(g, 2, &st->d_up, &st->h_up);
+    free(st->h_count);
+    st->h_count = NULL;
+    st->serial = st->epoch = st->clock = 0;
+    st->nslots = st->dev_cap = st->host_cap = st->cnt_cap = 0;
+}
+
+static void state_free_calls(patina_gpu_t *g, idf_state_t *st)
+{
+    pgpu_free_n(g, 6, &st->d_q, &st->d_q8, &st->d_qcount, &st->h_qcount, &st->d_out, &st->h_out);
+    st->qcap = st->qn = st->out_cap = 0;
+}
+
+static void idf_release(patina_gpu_t *g, void *state)
+{
+    idf_state_t *st = (idf_state_t *)state;
+    (void)pgpu_sync(g);
+    state_free_arena(g, st);
+    state_free_calls(g, st);
+    (void)cudaGetLastError();
+    free(st);
+}
+
+static patina_status idf_state(patina_gpu_t *g, idf_state_t **out)
+{
+    idf_state_t *st = (idf_state_t *)pgpu_state(g, PGPU_FAM_IDENTIFY);
+    *out = st;
+    if (st) return PATINA_OK;
+    st = (idf_state_t *)calloc(1, sizeof *st);
+    if (!st) return patina__fail(PATINA_E_NOMEM, "gpu identify: out of memory");
+    pgpu_set_state(g, PGPU_FAM_IDENTIFY, st, idf_release);
+    *out = st;
+    return PATINA_OK;
+}
+
+static size_t round8(size_t m) { return (m + 7) & ~(size_t)7; }
+
+static size_t slot_bytes_of(size_t m, int prec)
+{
+    return round8(m) * IDF_D * (prec == IDF_PREC_FP16 ? 2 : 1);
+}
+
+void patina_gpu__identify_capacity(const patina_gpu_t *g, size_t m, int prec, size_t *dev_slots)
+{
+    const size_t sb = slot_bytes_of(m, prec);
+    const uint64_t free_b = g->budget > g->dev_bytes + IDF_RESERVE ? g->budget - g->dev_bytes - IDF_RESERVE : 0;
+    *dev_slots = sb ? (size_t)(free_b / sb) : 0;
+}
+
+/* --------------------------------------------------------------- uploads */
+
+/* Copies slots [s0, s0 + ns) of the set (descriptor rows of its records)
+ * into their places: the device arena or the host tier. The rows go
+ * through pinned staging (h_up) so that each chunk is one large copy. */
+static patina_status upload_slots(patina_gpu_t *g, idf_state_t *st, const pgpu_idf_refs_t *refs, size_t s0,
+                                  size_t ns)
+{
+    cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
+    const size_t rowb8 = st->mpad * IDF_D; /* u8 bytes per slot */
+    while (ns) {
+        const size_t take = ns < st->chunk_slots ? ns : st->chunk_slots;
+        /* gather the u8 rows (zero past count, zero padding rows) */
+        PGPU_CU(cudaStreamSynchronize(s)); /* h_up is free again */
+        for (size_t i = 0; i < take; i++) {
+            const size_t slot = s0 + i;
+            unsigned char *dst = st->h_up + i * rowb8;
+            const size_t cnt = refs->count[slot];
+            memcpy(dst, refs->rows[slot], cnt * IDF_D);
+            memset(dst + cnt * IDF_D, 0, rowb8 - cnt * IDF_D);
+        }
+        /* destination: arena slots first, host tier after */
+        size_t done = 0;
+        while (done < take) {
+            const size_t slot = s0 + done;
+            size_t run;
+            unsigned char *dst;
+            int on_dev = slot < st->dev_cap;
+            if (on_dev) {
+                run = st->dev_cap - slot;
+                dst = st->d_arena + slot * st->slot_bytes;
+            } else {
+                run = st->dev_cap + st->host_cap - slot;
+                dst = st->h_tier + (slot - st->dev_cap) * st->slot_bytes;
+            }
+            if (run > take - done) run = take - done;
+            const unsigned char *src = st->h_up + done * rowb8;
+            if (st->prec == IDF_PREC_INT8) {
+                if (on_dev)
+                    PGPU_CU(cudaMemcpyAsync(dst, src, run * rowb8, cudaMemcpyHostToDevice, s));
+                else
+                    memcpy(dst, src, run * rowb8);
+            } else {
+                /* to binary16: on the device (arena), or on the host (tier) */
+                if (on_dev) {
+                    PGPU_CU(cudaMemcpyAsync(st->d_up, src, run * rowb8, cudaMemcpyHostToDevice, s));
+                    k_u8_to_f16<<<512, 256, 0, s>>>((__half *)dst, st->d_up, run * rowb8);
+                    PGPU_CU(cudaGetLastError());
+                } else {
+                    __half *h = (__half *)dst;
+                    for (size_t e = 0; e < run * rowb8; e++) h[e] = __ushort2half_rn(src[e]);
+                }
+            }
+            done += run;
+        }
+        s0 += take;
+        ns -= take;
+    }
+    PGPU_CU(cudaStreamSynchronize(s));
+    return PATINA_OK;
+}
+
+/* Builds the mirror of refs from scratch. */
+static patina_status rebuild(patina_gpu_t *g, idf_state_t *st, const pgpu_idf_refs_t *refs, int prec,
+                             size_t arena_cap)
+{
+    size_t want, devc, hostc;
+    patina_status s;
+    state_free_arena(g, st);
+    st->prec = prec;
+    st->m = refs->m;
+    st->mpad = round8(refs->m);
+    st->slot_bytes = slot_bytes_of(refs->m, prec);
+    st->chunk_slots = (size_t)(IDF_CHUNK_BYTES / st->slot_bytes);
+    if (st->chunk_slots < 1) st->chunk_slots = 1;
+    /* Room for growth (a quarter more slots and a chunk) where the budget
+     * has it; the host tier only when the set does not fit, with the
+     * staging chunks of the streaming taken out of the device's share. */
+    want = refs->nslots + refs->nslots / 4 + st->chunk_slots;
+    patina_gpu__identify_capacity(g, refs->m, prec, &devc);
+    if (arena_cap && devc > arena_cap) devc = arena_cap;
+    if (want <= devc) {
+        devc = want;
+        hostc = 0;
+    } else if (refs->nslots <= devc && !arena_cap) {
+        hostc = 0; /* fits without room: an addition past it rebuilds with a host tier */
+    } else {
+        const size_t stage = (IDF_STREAMS + (prec == IDF_PREC_FP16)) * st->chunk_slots;
+        size_t room;
+        patina_gpu__identify_capacity(g, refs->m, prec, &room);
+        if (devc + stage > room) devc = room > stage ? room - stage : 0;
+        hostc = refs->nslots > devc ? refs->nslots - devc : 0;
+        hostc += hostc / 4 + st->chunk_slots;
+    }
+    /* a small host tier still streams in a dozen chunks, so that the
+     * streams overlap copies with matching */
+    st->stream_slots = (refs->nslots > devc ? refs->nslots - devc : 0) / 12;
+    if (st->stream_slots < 8) st->stream_slots = 8;
+    if (st->stream_slots > st->chunk_slots) st->stream_slots = st->chunk_slots;
+    if (devc && (s = pgpu_dev_alloc(g, (void **)&st->d_arena, devc * st->slot_bytes, PGPU_FAM_IDENTIFY,
+                                    "reference arena")) != PATINA_OK)
+        goto fail;
+    if (hostc && (s = pgpu_pin_alloc(g, (void **)&st->h_tier, hostc * st->slot_bytes, PGPU_FAM_IDENTIFY,
+                                     "reference host tier")) != PATINA_OK)
+        goto fail;
+    if (hostc)
+        for (int i = 0; i < IDF_STREAMS; i++)
+            if ((s = pgpu_dev_alloc(g, (void **)&st->d_stage[i], st->chunk_slots * st->slot_bytes,
+                                    PGPU_FAM_IDENTIFY, "streamed chunk")) != PATINA_OK)
+                goto fail;
+    if ((s = pgpu_pin_alloc(g, (void **)&st->h_up, st->chunk_slots * st->mpad * IDF_D, PGPU_FAM_IDENTIFY,
+                            "upload staging")) != PATINA_OK)
+        goto fail;
+    if (prec == IDF_PREC_FP16 &&
+        (s = pgpu_dev_alloc(g, (void **)&st->d_up, st->chunk_slots * st->mpad * IDF_D, PGPU_FAM_IDENTIFY,
+                            "upload conversion")) != PATINA_OK)
+        goto fail;
+    st->cnt_cap = devc + hostc;
+    if ((s = pgpu_dev_alloc(g, (void **)&st->d_count, st->cnt_cap * sizeof(uint16_t) + 2, PGPU_FAM_IDENTIFY,
+                            "counts")) != PATINA_OK)
+        goto fail;
+    if (!(st->h_count = (uint16_t *)calloc(st->cnt_cap + 1, sizeof(uint16_t)))) {
+        s = patina__fail(PATINA_E_NOMEM, "gpu identify: out of memory");
+        goto fail;
+    }
+    st->dev_cap = devc;
+    st->host_cap = hostc;
+    if ((s = upload_slots(g, st, refs, 0, refs->nslots)) != PATINA_OK) goto fail;
+    memcpy(st->h_count, refs->count, refs->nslots * sizeof(uint16_t));
+    PGPU_CU_GOTO(cudaMemcpy(st->d_count, st->h_count, st->cnt_cap * sizeof(uint16_t), cudaMemcpyHostToDevice), s,
+                 fail);
+    st->nslots = refs->nslots;
+    st->serial = refs->serial;
+    st->epoch = refs->epoch;
+    st->clock = refs->clock;
+    return PATINA_OK;
+fail:
+    state_free_arena(g, st);
+    return s;
+}
+
+/* Brings the mirror up to date with refs: a rebuild when it mirrors
+ * another set, another layout or precision, or when the set outgrew it;
+ * else the slots stamped since the mirror's clock. */
+static patina_status sync_mirror(patina_gpu_t *g, idf_state_t *st, const pgpu_idf_refs_t *refs, int prec,
+                                 size_t arena_cap)
+{
+    size_t i, lo, hi;
+    if (st->serial != refs->serial || st->epoch != refs->epoch || st->prec != prec || st->m != refs->m ||
+        refs->nslots > st->cnt_cap || refs->nslots < st->nslots || !st->h_count ||
+        (arena_cap && st->dev_cap > arena_cap))
+        return rebuild(g, st, refs, prec, arena_cap);
+    if (st->clock == refs->clock && st->nslots == refs->nslots) return PATINA_OK;
+    /* changed slots: uploaded in runs of consecutive slots */
+    for (i = 0; i < refs->nslots;) {
+        if (i < st->nslots && refs->stamp[i] <= st->clock) {
+            i++;
+            continue;
+        }
+        lo = i;
+        hi = i + 1;
+        while (hi < refs->nslots && (hi >= st->nslots || refs->stamp[hi] > st->clock) && hi - lo < st->chunk_slots)
+            hi++;
+        PATINA_TRY(upload_slots(g, st, refs, lo, hi - lo));
+        memcpy(st->h_count + lo, refs->count + lo, (hi - lo) * sizeof(uint16_t));
+        PGPU_CU(cudaMemcpy(st->d_count + lo, st->h_count + lo, (hi - lo) * sizeof(uint16_t),
+                           cudaMemcpyHostToDevice));
+        i = hi;
+    }
+    st->nslots = refs->nslots;
+    st->clock = refs->clock;
+    return PATINA_OK;
+}
+
+/* ---------------------------------------------------------------- matching */
+
+static patina_status call_buffers(patina_gpu_t *g, idf_state_t *st, size_t nq, size_t n, size_t outn, int prec)
+{
+    if (nq > st->qcap || n > st->qn || (prec == IDF_PREC_FP16) != (st->d_q8 != NULL)) {
+        pgpu_free_n(g, 4, &st->d_q, &st->d_q8, &st->d_qcount, &st->h_qcount);
+        st->qcap = st->qn = 0;
+        PATINA_TRY(pgpu_dev_alloc(g, &st->d_q, nq * n * IDF_D * (prec == IDF_PREC_FP16 ? 2 : 1),
+                                  PGPU_FAM_IDENTIFY, "queries"));
+        if (prec == IDF_PREC_FP16)
+            PATINA_TRY(pgpu_dev_alloc(g, (void **)&st->d_q8, nq * n * IDF_D, PGPU_FAM_IDENTIFY, "query upload"));
+        PATINA_TRY(pgpu_dev_alloc(g, (void **)&st->d_qcount, nq * sizeof(uint16_t), PGPU_FAM_IDENTIFY,
+                                  "query counts"));
+        PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->h_qcount, nq * sizeof(uint16_t), PGPU_FAM_IDENTIFY,
+                                  "query counts"));
+        st->qcap = nq;
+        st->qn = n;
+    }
+    if (outn > st->out_cap) {
+        pgpu_free_n(g, 2, &st->d_out, &st->h_out);
+        st->out_cap = 0;
+        PATINA_TRY(pgpu_dev_alloc(g, (void **)&st->d_out, outn * sizeof(uint64_t), PGPU_FAM_IDENTIFY,
+                                  "candidate lists"));
+        PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->h_out, outn * sizeof(uint64_t), PGPU_FAM_IDENTIFY,
+                                  "candidate lists"));
+        st->out_cap = outn;
+    }
+    return PATINA_OK;
+}
+
+template <int PREC, typename KT>
+static patina_status launch_one(const idf_launch_t &L, dim3 grid, int warps, size_t smem, cudaStream_t s, int dev)
+{
+    /* the dynamic shared memory limit is raised once per size (the attribute
+     * is the process's; setting it at every launch costs host time) */
+    static std::atomic<int> raised[64]; /* per device (zero-initialised) */
+    std::atomic<int> &r = raised[dev & 63];
+    static_assert(sizeof(KT) == 4 || sizeof(KT) == 8, "key");
+    if ((int)smem > r.load() || dev >= 64) {
+        PGPU_CU(cudaFuncSetAttribute(k_idf_match<PREC, KT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        r.store((int)smem);
+    }
+    k_idf_match<PREC, KT><<<grid, warps * 32, smem, s>>>(L);
+    PGPU_CU(cudaGetLastError());
+    return PATINA_OK;
+}
+
+static patina_status launch(const idf_launch_t &L, int prec, dim3 grid, int warps, size_t smem, cudaStream_t s,
+                            int dev)
+{
+    const bool big = L.m > IDF_SEG;
+    if (prec == IDF_PREC_INT8)
+        return big ? launch_one<IDF_PREC_INT8, unsigned long long>(L, grid, warps, smem, s, dev)
+                   : launch_one<IDF_PREC_INT8, uint32_t>(L, grid, warps, smem, s, dev);
+    return big ? launch_one<IDF_PREC_FP16, unsigned long long>(L, grid, warps, smem, s, dev)
+               : launch_one<IDF_PREC_FP16, uint32_t>(L, grid, warps, smem, s, dev);
+}
+
+/* Blocks per query (gridDim.x) for bq queries on sms SMs (one block each
+ * at a time), at most maxgx: the fewest, from two waves up, whose last
+ * wave is fullest -- blocks take equal slices, so a partial last wave
+ * idles SMs (16 queries in 17 blocks each: 272 blocks, 3 waves of 132,
+ * 69% busy; in 33 blocks: 4 full waves). */
+static size_t blocks_per_query(size_t bq, size_t sms, size_t maxgx)
+{
+    size_t best = 1, gx;
+    double best_eff = -1;
+    if (maxgx < 1) return 1;
+    for (gx = 1; gx <= maxgx && gx <= 8 * sms; gx++) {
+        const size_t t = bq * gx, waves = (t + sms - 1) / sms;
+        const double eff = (double)t / (double)(waves * sms);
+        if (waves < 2 && gx < maxgx && bq * maxgx >= 2 * sms) continue; /* two waves at least when possible */
+        if (eff > best_eff + 1e-9) {
+            best_eff = eff;
+            best = gx;
+        }
+        if (eff > 0.999) break;
+    }
+    return best;
+}
+
+/* Descending keys. */
+static int cmp_key_desc(const void *a, const void *b)
+{
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+
+patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, const uint8_t *queries,
+                                  size_t qstride, const uint16_t *qcount, size_t nq, size_t n,
+                                  const pgpu_idf_opts_t *o, uint64_t *keys, pgpu_idf_stats_t *stats)
+{
+    idf_state_t *st;
+    const int prec = o->precision;
+    cudaEvent_t ev[4] = {NULL, NULL, NULL, NULL};
+    patina_status s = PATINA_OK;
+    size_t K = o->ncap;
+    if (stats) memset(stats, 0, sizeof *stats);
+    if (!g || !refs || (nq && (!queries || !qcount || !keys)))
+        return patina__fail(PATINA_E_INVALID, "gpu identify: null argument");
+    if (prec != IDF_PREC_INT8 && prec != IDF_PREC_FP16)
+        return patina__fail(PATINA_E_INVALID, "gpu identify: unknown precision %d", prec);
+    if (K < 1 || K > IDF_KMAX)
+        return patina__fail(PATINA_E_LIMIT, "gpu identify: %zu candidates per query (the GPU keeps at most %d)", K,
+                            IDF_KMAX);
+    if (refs->m < 1 || refs->m > 4096 || n < 1 || n > 16384)
+        return patina__fail(PATINA_E_INVALID, "gpu identify: m = %zu, n = %zu out of range", refs->m, n);
+    if (refs->nslots > 0xfffffff0u)
+        return patina__fail(PATINA_E_LIMIT, "gpu identify: %zu slots (shard the set)", refs->nslots);
+    for (size_t q = 0; q < nq * K; q++) keys[q] = 0;
+    PATINA_TRY(idf_state(g, &st));
+    PGPU_CU(cudaSetDevice(g->device));
+    PATINA_TRY(sync_mirror(g, st, refs, prec, o->arena_cap));
+    if (nq == 0 || refs->nslots == 0) return PATINA_OK;
+
+    const size_t ndev = st->nslots < st->dev_cap ? st->nslots : st->dev_cap;
+    const size_t nhost = st->nslots - ndev;
+    const size_t rpw = prec == IDF_PREC_FP16 ? 32 : 64;
+    size_t qb = nq < IDF_QBATCH ? nq : IDF_QBATCH;
+    for (int i = 0; i < 4; i++) PGPU_CU_GOTO(cudaEventCreate(&ev[i]), s, out);
+
+    for (size_t q0 = 0; q0 < nq; q0 += qb) {
+        const size_t bq = nq - q0 < qb ? nq - q0 : qb;
+        size_t qmax = 0, gx, gxs, outn, nl;
+        int warps;
+        for (size_t q = 0; q < bq; q++) qmax = qcount[q0 + q] > qmax ? qcount[q0 + q] : qmax;
+        if (qmax == 0) continue; /* no query of the batch has a row: no candidates */
+        warps = (int)((qmax + rpw - 1) / rpw);
+        if (warps > IDF_MAXW) warps = IDF_MAXW;
+        const int npass = (int)((qmax + (size_t)warps * rpw - 1) / ((size_t)warps * rpw));
+        /* blocks per query: two waves of one block per SM over all queries */
+        gx = blocks_per_query(bq, (size_t)g->sm_count, (ndev + 7) / 8);
+        gxs = blocks_per_query(bq, (size_t)g->sm_count, (st->stream_slots + 7) / 8);
+        nl = gx > gxs ? gx : gxs; /* list blocks per query and region */
+        outn = (size_t)(1 + IDF_STREAMS) * bq * nl * K;
+        IDF_TRY(call_buffers(g, st, bq, n, outn, prec));
+        const size_t smem = idf_smem_bytes(prec, (int)st->mpad, (int)n, (int)K, o->scoring);
+        if (smem > (size_t)g->smem_optin) {
+            s = patina__fail(PATINA_E_LIMIT, "gpu identify: %zu bytes of shared memory per block (the device "
+                                             "allows %d): fewer query rows or candidates", smem, g->smem_optin);
+            goto out;
+        }
+        cudaStream_t s0 = (cudaStream_t)pgpu_stream(g, 0);
+        /* queries: their first count rows (the rest is never read) */
+        {
+            const size_t qbytes = n * IDF_D;
+            unsigned char *dq8 = prec == IDF_PREC_FP16 ? st->d_q8 : (unsigned char *)st->d_q;
+            for (size_t q = 0; q < bq; q++) st->h_qcount[q] = qcount[q0 + q];
+            PGPU_CU_GOTO(cudaMemcpy2DAsync(dq8, qbytes, queries + (q0)*qstride, qstride, qbytes, bq,
+                                           cudaMemcpyHostToDevice, s0),
+                         s, out);
+            PGPU_CU_GOTO(cudaMemcpyAsync(st->d_qcount, st->h_qcount, bq * sizeof(uint16_t), cudaMemcpyHostToDevice,
+                                         s0),
+                         s, out);
+            if (prec == IDF_PREC_FP16) {
+                k_u8_to_f16<<<512, 256, 0, s0>>>((__half *)st->d_q, dq8, bq * qbytes);
+                PGPU_CU_GOTO(cudaGetLastError(), s, out);
+            }
+            PGPU_CU_GOTO(cudaMemsetAsync(st->d_out, 0, outn * sizeof(uint64_t), s0), s, out);
+        }
+        idf_launch_t L;
+        memset(&L, 0, sizeof L);
+        L.m = (int)st->mpad;
+        L.queries = st->d_q;
+        L.qcount = st->d_qcount;
+        L.n = (int)n;
+        L.npass = npass;
+        L.K = (int)K;
+        L.scoring = o->scoring;
+        L.rr = o->ratio * o->ratio;
+        L.inv_scale2 = 1.0f / 262144.0f;
+        PGPU_CU_GOTO(cudaEventRecord(ev[0], s0), s, out);
+        /* resident slots: one launch */
+        if (ndev) {
+            L.refs = st->d_arena;
+            L.count = st->d_count;
+            L.slot0 = 0;
+            L.nref = (uint32_t)ndev;
+            L.out = st->d_out;
+            IDF_TRY(launch(L, prec, dim3((unsigned)gx, (unsigned)bq), warps, smem, s0, g->device));
+        }
+        PGPU_CU_GOTO(cudaEventRecord(ev[1], s0), s, out);
+        /* streamed slots: chunks over the streams; each stream's lists
+         * accumulate in its own region (the kernel starts from them) */
+        if (nhost) {
+            size_t c0;
+            int k = 0;
+            for (int i = 0; i < IDF_STREAMS; i++)
+                PGPU_CU_GOTO(cudaStreamWaitEvent((cudaStream_t)pgpu_stream(g, i), ev[0], 0), s, out);
+            for (c0 = 0; c0 < nhost; c0 += st->stream_slots, k = (k + 1) % IDF_STREAMS) {
+                const size_t cn = nhost - c0 < st->stream_slots ? nhost - c0 : st->stream_slots;
+                cudaStream_t sk = (cudaStream_t)pgpu_stream(g, k);
+                PGPU_CU_GOTO(cudaMemcpyAsync(st->d_stage[k], st->h_tier + c0 * st->slot_bytes, cn * st->slot_bytes,
+                                             cudaMemcpyHostToDevice, sk),
+                             s, out);
+                L.refs = st->d_stage[k];
+                L.count = st->d_count + ndev + c0;
+                L.slot0 = (uint32_t)(ndev + c0);
+                L.nref = (uint32_t)cn;
+                L.out = st->d_out + (size_t)(1 + k) * bq * nl * K;
+                L.accumulate = 1;
+                if (!o->copy_only) IDF_TRY(launch(L, prec, dim3((unsigned)gxs, (unsigned)bq), warps, smem, sk, g->device));
+                if (stats) stats->h2d_bytes += (double)(cn * st->slot_bytes);
+            }
+            for (int i = 1; i < IDF_STREAMS; i++) {
+                PGPU_CU_GOTO(cudaEventRecord(ev[3], (cudaStream_t)pgpu_stream(g, i)), s, out);
+                PGPU_CU_GOTO(cudaStreamWaitEvent(s0, ev[3], 0), s, out);
+            }
+        }
+        PGPU_CU_GOTO(cudaEventRecord(ev[2], s0), s, out);
+        PGPU_CU_GOTO(cudaMemcpyAsync(st->h_out, st->d_out, outn * sizeof(uint64_t), cudaMemcpyDeviceToHost, s0), s,
+                     out);
+        PGPU_CU_GOTO(cudaStreamSynchronize(s0), s, out);
+        if (stats) {
+            float a = 0, b = 0;
+            cudaEventElapsedTime(&a, ev[0], ev[1]);
+            cudaEventElapsedTime(&b, ev[1], ev[2]);
+            stats->ms_resident += a;
+            stats->ms_streamed += b;
+            stats->launches++;
+        }
+        /* merge: per query, the lists of the resident launch (gx blocks)
+         * and of each stream's region (gxs blocks) */
+        {
+            uint64_t *tmp = (uint64_t *)malloc((1 + IDF_STREAMS) * nl * K * sizeof *tmp);
+            if (!tmp) {
+                s = patina__fail(PATINA_E_NOMEM, "gpu identify: out of memory merging candidates");
+                goto out;
+            }
+            for (size_t q = 0; q < bq; q++) {
+                size_t t = 0;
+                for (int r = 0; r <= IDF_STREAMS; r++) {
+                    const size_t blocks = r == 0 ? (ndev ? gx : 0) : (nhost ? gxs : 0);
+                    const uint64_t *src = st->h_out + ((size_t)r * bq * nl + q * (r == 0 ? gx : gxs)) * K;
+                    for (size_t b = 0; b < blocks * K; b++)
+                        if (src[b]) tmp[t++] = src[b];
+                }
+                qsort(tmp, t, sizeof *tmp, cmp_key_desc);
+                for (size_t j = 0; j < K && j < t; j++) keys[(q0 + q) * K + j] = tmp[j];
+            }
+            free(tmp);
+        }
+    }
+out:
+    for (int i = 0; i < 4; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    if (stats) {
+        stats->dev_slots = ndev;
+        stats->host_slots = nhost;
+    }
+    return s;
+}

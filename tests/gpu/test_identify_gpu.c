@@ -1,0 +1,455 @@
+/* Identification on the GPU (patina_identify, device GPU: the fused
+ * tensor-core kernel of src/gpu/identify.cu) against the CPU (device CPU),
+ * which tests/test_identify.c holds to the float definition bit for bit.
+ * The GPU's arithmetic is exact (integer dots), so the answers must be
+ * IDENTICAL, not close: the same candidates with the same matches in the same
+ * order, the same inliers and decisions.
+ *   - random records: reference counts 0, 1, 2, below and above the 8-row
+ *     tile and the 128-row chunk, m = 1 .. 600 (600: the 64-bit key
+ *     instances), queries of 1 .. 1100 rows (one and several passes of the
+ *     block's rows), exact ties (duplicated rows), every scoring rule, both
+ *     precisions (int8, fp16), ratios 0.8 and 1, with and without RANSAC;
+ *   - real records: sample photographs as references, distorted copies and
+ *     other photographs as queries;
+ *   - the cache: an arena of a few slots (the rest streamed from pinned host
+ *     memory through the staging chunks), additions, removals, updates, an id
+ *     inserted below the largest, compaction, between queries; a restart
+ *     (the set reloaded from its collection) answers the same;
+ *   - threads identifying on one context while another changes the set.
+ * Skipped (77) without a GPU. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "features/rootsift.h"
+#include "patina/patina.h"
+#include "testutil.h"
+#include "idfutil.h"
+
+static patina_context_t *CTX;
+static int QUICK;
+
+/* GPU and CPU answers of nq queries, identical. */
+static void compare(patina_refset_t *rs, const unsigned char *q, size_t nq, const patina_identify_opts_t *base,
+                    const char *what)
+{
+    patina_identify_opts_t o = *base;
+    patina_identify_hit_t *hc = calloc(nq * o.k, sizeof *hc), *hg = calloc(nq * o.k, sizeof *hg);
+    patina_identify_result_t *rc = calloc(nq, sizeof *rc), *rg = calloc(nq, sizeof *rg);
+    size_t i, j;
+    o.device = PATINA_DEVICE_CPU;
+    TU_OK(patina_identify(CTX, rs, q, nq, &o, hc, rc));
+    o.device = PATINA_DEVICE_GPU;
+    TU_OK(patina_identify(CTX, rs, q, nq, &o, hg, rg));
+    for (i = 0; i < nq; i++) {
+        if (rc[i].nhits != rg[i].nhits || rc[i].decision != rg[i].decision)
+            fail_msg("%s: query %zu: CPU %zu hits (%d), GPU %zu hits (%d)", what, i, rc[i].nhits,
+                     (int)rc[i].decision, rg[i].nhits, (int)rg[i].decision);
+        for (j = 0; j < rc[i].nhits; j++) {
+            const patina_identify_hit_t *a = &hc[i * o.k + j], *b = &hg[i * o.k + j];
+            if (a->id != b->id || a->matches != b->matches || a->inliers != b->inliers || a->verified != b->verified)
+                fail_msg("%s: query %zu rank %zu: CPU id %llu matches %u inliers %u, GPU id %llu matches %u "
+                         "inliers %u",
+                         what, i, j + 1, (unsigned long long)a->id, a->matches, a->inliers,
+                         (unsigned long long)b->id, b->matches, b->inliers);
+        }
+    }
+    free(hc);
+    free(hg);
+    free(rc);
+    free(rg);
+}
+
+/* nr references of m rows (counts mixed, ties), nq queries of n rows, half
+ * built from the references' rows. *recs (nr), *q (nq records). */
+static void make_random(tu_rng_t *r, size_t m, size_t n, size_t nr, size_t nq, unsigned char ***recs_out,
+                        unsigned char **q_out)
+{
+    unsigned char **recs = calloc(nr, sizeof *recs);
+    const size_t qb = rs_record_bytes(n, RS_QUANT_U8);
+    unsigned char *q = calloc(nq, qb);
+    uint8_t *rows = malloc(nr * m * 128 + 128), *qr = malloc(n * 128 + 128);
+    size_t *cnt = malloc(nr * sizeof *cnt);
+    size_t i, j;
+    for (i = 0; i < nr; i++) {
+        switch (i % 9) {
+        case 0: cnt[i] = 0; break;
+        case 1: cnt[i] = m < 1 ? m : 1; break;
+        case 2: cnt[i] = m < 2 ? m : 2; break;
+        case 3: cnt[i] = m < 7 ? m : 7; break;
+        default: cnt[i] = m > 3 ? m - tu_rng_below(r, (uint32_t)(m / 3 + 1)) : m;
+        }
+        for (j = 0; j < cnt[i]; j++) {
+            uint8_t *row = rows + (i * m + j) * 128;
+            if (j > 0 && tu_rng_below(r, 10) == 0) memcpy(row, row - 128, 128); /* a tie */
+            else random_row(row, r);
+        }
+        if (i > 10 && i % 17 == 0) /* a duplicate reference: ties between references */
+            memcpy(rows + i * m * 128, rows + (i - 5) * m * 128, m * 128), cnt[i] = cnt[i - 5];
+        recs[i] = make_record(m, cnt[i], rows + i * m * 128, NULL, 100, 100);
+    }
+    for (i = 0; i < nq; i++) {
+        const size_t qn = i == 0 ? 0 : i == 1 ? 1 : n - tu_rng_below(r, (uint32_t)(n / 4 + 1));
+        const size_t src = tu_rng_below(r, (uint32_t)nr);
+        unsigned char *rec;
+        for (j = 0; j < qn; j++) {
+            if (cnt[src] && j % 2 == 0)
+                perturb(qr + j * 128, rows + (src * m + tu_rng_below(r, (uint32_t)cnt[src])) * 128, 3, r);
+            else
+                random_row(qr + j * 128, r);
+        }
+        if (qn > 3) memcpy(qr + 3 * 128, qr, 128); /* duplicated query rows: mutual ties */
+        rec = make_record(n, qn, qr, NULL, 100, 100);
+        memcpy(q + i * qb, rec, qb);
+        free(rec);
+    }
+    free(rows);
+    free(qr);
+    free(cnt);
+    *recs_out = recs;
+    *q_out = q;
+}
+
+static void test_random(void **state)
+{
+    static const size_t shapes[][4] = {/* m, n, references, queries */
+                                       {1, 5, 40, 6},     {7, 33, 90, 6},     {40, 64, 200, 8},
+                                       {40, 65, 200, 8},  {128, 130, 150, 6}, {384, 768, 300, 6},
+                                       {600, 300, 60, 4}, {100, 1100, 60, 4}};
+    tu_rng_t r;
+    size_t t, i;
+    (void)state;
+    tu_rng_seed(&r, 16);
+    for (t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        const size_t m = shapes[t][0], n = shapes[t][1], nr = shapes[t][2], nq = shapes[t][3];
+        char spec[64], *dir, what[128];
+        patina_extractor_t *ex = NULL;
+        unsigned char **recs, *q;
+        patina_collection_t *c;
+        patina_refset_t *rs = NULL;
+        patina_identify_opts_t o;
+        int sc, prec, v;
+        if (QUICK && t % 2) continue;
+        snprintf(spec, sizeof spec, "rootsift:m=%zu,n=%zu", m, n);
+        TU_OK(patina_extractor_new(&ex, spec));
+        make_random(&r, m, n, nr, nq, &recs, &q);
+        c = make_collection(&dir, patina_extractor_spec(ex), recs, nr, patina_extractor_bytes(ex));
+        TU_OK(patina_refset_load(&rs, c, NULL));
+        patina_identify_opts_init(&o);
+        o.k = 7;
+        for (prec = 0; prec < 2; prec++)
+            for (sc = 0; sc < 3; sc++)
+                for (v = 0; v < 2; v++) {
+                    o.precision = (patina_identify_precision)prec;
+                    o.scoring = (patina_identify_scoring)sc;
+                    o.verify = v;
+                    o.ratio = v ? 0.8 : 1.0;
+                    snprintf(what, sizeof what, "m %zu n %zu refs %zu prec %d scoring %d verify %d", m, n, nr, prec,
+                             sc, v);
+                    compare(rs, q, nq, &o, what);
+                }
+        print_message("m %zu n %zu: %zu references x %zu queries equal (2 precisions x 3 scorings x 2)\n", m, n, nr,
+                      nq);
+        patina_refset_free(rs);
+        patina_collection_close(c);
+        tu_remove_tree(dir);
+        free(dir);
+        for (i = 0; i < nr; i++) free(recs[i]);
+        free(recs);
+        free(q);
+        patina_extractor_free(ex);
+    }
+}
+
+/* An owned w x h RGB image. */
+static void image_new(patina_image_t *img, int w, int h)
+{
+    img->width = w;
+    img->height = h;
+    img->stride = 3 * (size_t)w;
+    img->data = malloc(img->stride * (size_t)h + 1);
+    img->owned = 1;
+    assert_non_null(img->data);
+}
+
+/* Sample photographs: references, and queries made from them. */
+static const char *samples_dir(void)
+{
+    const char *s = getenv("PATINA_SAMPLES");
+    return s && *s ? s : PATINA_SAMPLES_DIR;
+}
+
+static void test_real(void **state)
+{
+    char **files = NULL;
+    size_t nf = tu_list_files(samples_dir(), "jpg,png", &files), nr, nq, i;
+    patina_extractor_t *ex = NULL;
+    patina_image_t *imgs;
+    unsigned char **recs, *q;
+    patina_status *st;
+    char *dir;
+    patina_collection_t *c;
+    patina_refset_t *rs = NULL;
+    patina_identify_opts_t o;
+    size_t bytes;
+    (void)state;
+    if (nf < 8) {
+        print_message("test_real skipped: %zu sample photographs (scripts/fetch-samples.sh)\n", nf);
+        tu_free_list(files, nf);
+        return;
+    }
+    nr = nf > (QUICK ? 24 : 60) ? (QUICK ? 24 : 60) : nf;
+    nq = nr / 2;
+    TU_OK(patina_extractor_new(&ex, "rootsift"));
+    bytes = patina_extractor_bytes(ex);
+    imgs = calloc(nr, sizeof *imgs);
+    recs = calloc(nr, sizeof *recs);
+    st = calloc(nr, sizeof *st);
+    for (i = 0; i < nr; i++) TU_OK(patina_image_load(&imgs[i], files[i], NULL));
+    for (i = 0; i < nr; i++) recs[i] = malloc(bytes);
+    {
+        unsigned char *all = malloc(nr * bytes);
+        TU_OK(patina_extract_batch(CTX, ex, PATINA_DEVICE_CPU, all, imgs, nr, st));
+        for (i = 0; i < nr; i++) memcpy(recs[i], all + i * bytes, bytes);
+        free(all);
+    }
+    c = make_collection(&dir, patina_extractor_spec(ex), recs, nr, bytes);
+    TU_OK(patina_refset_load(&rs, c, NULL));
+    /* queries: every other reference cropped to its central 70% and halved
+     * (nearest), plus the images themselves */
+    q = malloc(nq * patina_identify_query_bytes(rs));
+    {
+        patina_image_t *qi = calloc(nq, sizeof *qi);
+        for (i = 0; i < nq; i++) {
+            const patina_image_t *s = &imgs[2 * i];
+            const int w = s->width * 7 / 20, h = s->height * 7 / 20, x0 = s->width * 3 / 20, y0 = s->height * 3 / 20;
+            if (i % 3 == 2) { /* the image itself */
+                image_new(&qi[i], s->width, s->height);
+                for (int y = 0; y < s->height; y++)
+                    memcpy(qi[i].data + y * qi[i].stride, s->data + y * s->stride, 3 * (size_t)s->width);
+                continue;
+            }
+            image_new(&qi[i], w > 0 ? w : 1, h > 0 ? h : 1);
+            for (int y = 0; y < qi[i].height; y++)
+                for (int x = 0; x < qi[i].width; x++)
+                    memcpy(qi[i].data + y * qi[i].stride + 3 * x,
+                           s->data + (size_t)(y0 + 2 * y) * s->stride + 3 * (size_t)(x0 + 2 * x), 3);
+        }
+        TU_OK(patina_identify_extract(CTX, rs, q, qi, nq, NULL));
+        for (i = 0; i < nq; i++) patina_image_release(&qi[i]);
+        free(qi);
+    }
+    patina_identify_opts_init(&o);
+    for (int prec = 0; prec < 2; prec++)
+        for (int sc = 0; sc < 3; sc++) {
+            char what[64];
+            o.precision = (patina_identify_precision)prec;
+            o.scoring = (patina_identify_scoring)sc;
+            snprintf(what, sizeof what, "samples prec %d scoring %d", prec, sc);
+            compare(rs, q, nq, &o, what);
+        }
+    print_message("%zu sample references x %zu queries: GPU == CPU\n", nr, nq);
+    free(q);
+    patina_refset_free(rs);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(dir);
+    for (i = 0; i < nr; i++) {
+        patina_image_release(&imgs[i]);
+        free(recs[i]);
+    }
+    free(imgs);
+    free(recs);
+    free(st);
+    patina_extractor_free(ex);
+    tu_free_list(files, nf);
+}
+
+/* The cache: a tiny arena (the rest streamed), changes between queries, a
+ * restart. Queries are built from references' rows, so rank 1 also shows
+ * that each change is seen. */
+static void test_cache(void **state)
+{
+    enum { M = 64, N = 96, NR = 240, NEW = 40 };
+    tu_rng_t r;
+    patina_extractor_t *ex = NULL;
+    unsigned char **recs, *q, *newrec[NEW];
+    char *dir;
+    patina_collection_t *c;
+    patina_refset_t *rs = NULL;
+    patina_identify_opts_t o;
+    size_t i, bytes, qb;
+    const size_t caps[] = {0, 1, 7, 50};
+    (void)state;
+    tu_rng_seed(&r, 17);
+    TU_OK(patina_extractor_new(&ex, "rootsift:m=64,n=96"));
+    bytes = patina_extractor_bytes(ex);
+    make_random(&r, M, N, NR, 12, &recs, &q);
+    for (i = 0; i < NEW; i++) {
+        uint8_t rows[M * 128];
+        for (size_t j = 0; j < M; j++) random_row(rows + j * 128, &r);
+        newrec[i] = make_record(M, M, rows, NULL, 100, 100);
+    }
+    qb = rs_record_bytes(N, RS_QUANT_U8);
+    c = make_collection(&dir, patina_extractor_spec(ex), recs, NR, bytes);
+    TU_OK(patina_refset_load(&rs, c, NULL));
+    patina_identify_opts_init(&o);
+    o.k = 5;
+    for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ci++) {
+        char what[96];
+        o.gpu_arena_slots = caps[ci];
+        snprintf(what, sizeof what, "arena %zu slots, loaded", caps[ci]);
+        compare(rs, q, 12, &o, what);
+    }
+    o.gpu_arena_slots = 50; /* from here on: 50 slots on the device, the rest streamed */
+    {
+        /* additions (ids past the largest), each visible at once */
+        unsigned char *nq_rec = malloc(qb);
+        for (i = 0; i < NEW; i++) {
+            uint64_t id = 1000 + i;
+            patina_identify_hit_t h[5];
+            patina_identify_result_t res;
+            uint8_t rows[N * 128];
+            unsigned char *t;
+            TU_OK(patina_refset_put(rs, id, newrec[i], bytes));
+            for (size_t j = 0; j < N; j++) perturb(rows + j * 128, newrec[i] + RS_HEADER + (j % M) * 128, 2, &r);
+            t = make_record(N, N, rows, NULL, 100, 100);
+            memcpy(nq_rec, t, qb);
+            free(t);
+            o.device = PATINA_DEVICE_GPU;
+            TU_OK(patina_identify(CTX, rs, nq_rec, 1, &o, h, &res));
+            if (res.nhits == 0 || h[0].id != id) fail_msg("added %llu: rank 1 is %llu", (unsigned long long)id,
+                                                        (unsigned long long)(res.nhits ? h[0].id : 0));
+            if (i % 8 == 0) compare(rs, q, 12, &o, "after additions");
+            /* removed again at once for every third: gone from the next answer */
+            if (i % 3 == 0) {
+                TU_OK(patina_refset_remove(rs, id));
+                TU_OK(patina_identify(CTX, rs, nq_rec, 1, &o, h, &res));
+                assert_true(res.nhits == 0 || h[0].id != id);
+            }
+        }
+        free(nq_rec);
+    }
+    compare(rs, q, 12, &o, "after additions and removals");
+    /* updates: references 5..24 get the rows of new records */
+    for (i = 5; i < 25; i++) TU_OK(patina_refset_put(rs, i, newrec[i % NEW], bytes));
+    compare(rs, q, 12, &o, "after updates");
+    /* an id below the largest: slots move (the mirror is rebuilt) */
+    TU_OK(patina_refset_put(rs, 500, newrec[3], bytes));
+    compare(rs, q, 12, &o, "after an insertion");
+    /* removals past a quarter of the slots: the set compacts */
+    for (i = 1; i <= 120; i++) TU_OK(patina_refset_remove(rs, i));
+    compare(rs, q, 12, &o, "after compaction");
+    o.gpu_arena_slots = 0;
+    compare(rs, q, 12, &o, "after compaction, whole arena");
+    patina_refset_free(rs);
+    /* restart: the collection is the truth; the reloaded set (the state it
+     * had at load) answers as the loaded one did */
+    TU_OK(patina_refset_load(&rs, c, NULL));
+    o.gpu_arena_slots = 50;
+    compare(rs, q, 12, &o, "reloaded");
+    patina_refset_free(rs);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(dir);
+    for (i = 0; i < NR; i++) free(recs[i]);
+    for (i = 0; i < NEW; i++) free(newrec[i]);
+    free(recs);
+    free(q);
+    patina_extractor_free(ex);
+}
+
+/* Threads identifying on one context while one thread changes the set. */
+typedef struct th_arg {
+    patina_refset_t *rs;
+    const unsigned char *q;
+    size_t nq;
+    int writer, rounds;
+    unsigned char *const *recs;
+    size_t bytes;
+} th_arg_t;
+
+static void *th_main(void *v)
+{
+    th_arg_t *a = v;
+    patina_identify_opts_t o;
+    patina_identify_hit_t h[4 * 8];
+    patina_identify_result_t res[8];
+    patina_identify_opts_init(&o);
+    o.k = 4;
+    o.device = PATINA_DEVICE_GPU;
+    o.gpu_arena_slots = 30;
+    for (int i = 0; i < a->rounds; i++) {
+        if (a->writer) {
+            uint64_t id = 2000 + (uint64_t)i;
+            if (patina_refset_put(a->rs, id, a->recs[i % 10], a->bytes) != PATINA_OK) return (void *)1;
+            if (i % 2 && patina_refset_remove(a->rs, id) != PATINA_OK) return (void *)1;
+        } else if (patina_identify(CTX, a->rs, a->q, a->nq, &o, h, res) != PATINA_OK) {
+            fprintf(stderr, "identify: %s\n", patina_last_error());
+            return (void *)1;
+        }
+    }
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    tu_rng_t r;
+    patina_extractor_t *ex = NULL;
+    unsigned char **recs, *q;
+    char *dir;
+    patina_collection_t *c;
+    patina_refset_t *rs = NULL;
+    pthread_t th[4];
+    th_arg_t arg[4];
+    patina_identify_opts_t o;
+    size_t i;
+    (void)state;
+    tu_rng_seed(&r, 18);
+    TU_OK(patina_extractor_new(&ex, "rootsift:m=32,n=48"));
+    make_random(&r, 32, 48, 120, 8, &recs, &q);
+    c = make_collection(&dir, patina_extractor_spec(ex), recs, 120, patina_extractor_bytes(ex));
+    TU_OK(patina_refset_load(&rs, c, NULL));
+    for (i = 0; i < 4; i++) {
+        arg[i] = (th_arg_t){rs, q, 8, i == 3, QUICK ? 10 : 40, recs, patina_extractor_bytes(ex)};
+        assert_int_equal(pthread_create(&th[i], NULL, th_main, &arg[i]), 0);
+    }
+    for (i = 0; i < 4; i++) {
+        void *ret;
+        pthread_join(th[i], &ret);
+        assert_null(ret);
+    }
+    patina_identify_opts_init(&o);
+    o.gpu_arena_slots = 30;
+    compare(rs, q, 8, &o, "after the threads");
+    patina_refset_free(rs);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(dir);
+    for (i = 0; i < 120; i++) free(recs[i]);
+    free(recs);
+    free(q);
+    patina_extractor_free(ex);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_random),
+        cmocka_unit_test(test_real),
+        cmocka_unit_test(test_cache),
+        cmocka_unit_test(test_threads),
+    };
+    int rc;
+    const char *quick = getenv("PATINA_TEST_QUICK");
+    QUICK = quick && *quick ? atoi(quick) : 0;
+    tu_require_gpu();
+    if (patina_context_new(&CTX, NULL) != PATINA_OK) {
+        fprintf(stderr, "test_identify_gpu: no context: %s\n", patina_last_error());
+        return 1;
+    }
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    patina_context_free(CTX);
+    return rc;
+}
