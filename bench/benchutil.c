@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "features/rootsift.h"
 #include "patina/patina.h"
 
 void bench_source_load(bench_source_t *src, const char *image_path)
@@ -46,6 +47,37 @@ void bench_source_load(bench_source_t *src, const char *image_path)
         for (int x = 0; x < 1024; x++)
             src->grey[y * 1024 + x] = (uint8_t)(128 + 60 * sin(x * 0.07) * cos(y * 0.05) +
                                                 (int)((x * 2654435761u ^ y * 40503u) >> 27));
+}
+
+size_t bench_list_images(const char *dir, char ***out)
+{
+    char cmd[1100], path[4096];
+    size_t n = 0, cap = 0;
+    char **list = NULL;
+    FILE *p;
+    snprintf(cmd, sizeof cmd, "find '%s' -type f \\( -name '*.jpg' -o -name '*.png' \\) 2>/dev/null | LC_ALL=C sort",
+             dir);
+    *out = NULL;
+    if (!(p = popen(cmd, "r"))) return 0;
+    while (fgets(path, sizeof path, p)) {
+        path[strcspn(path, "\n")] = '\0';
+        if (n == cap) {
+            char **t = realloc(list, (cap = cap ? 2 * cap : 64) * sizeof *list);
+            if (!t) break;
+            list = t;
+        }
+        if (!(list[n] = strdup(path))) break;
+        n++;
+    }
+    pclose(p);
+    *out = list;
+    return n;
+}
+
+void bench_free_list(char **list, size_t n)
+{
+    for (size_t i = 0; i < n; i++) free(list[i]);
+    free(list);
 }
 
 void bench_source_release(bench_source_t *src)
@@ -127,4 +159,46 @@ double bench_median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
     return n ? v[n / 2] : 0.0;
+}
+
+/* ------------------------------------------------------------ rootsift rows */
+
+uint32_t bench_rng_below(bench_rng_t *r, uint32_t n)
+{
+    r->s ^= r->s << 13;
+    r->s ^= r->s >> 7;
+    r->s ^= r->s << 17;
+    return n ? (uint32_t)(r->s % n) : 0;
+}
+
+void bench_rootsift_row(uint8_t row[128], bench_rng_t *r)
+{
+    double v[128], s = 0;
+    int k;
+    for (k = 0; k < 128; k++) {
+        v[k] = pow((double)(bench_rng_below(r, 1000) + 1), 3);
+        s += v[k] * v[k];
+    }
+    for (k = 0; k < 128; k++) {
+        double x = floor(512.0 * v[k] / sqrt(s) + 0.5);
+        row[k] = (uint8_t)(x > 255 ? 255 : x);
+    }
+}
+
+void bench_rootsift_record(unsigned char *rec, size_t m, size_t count, bench_rng_t *r)
+{
+    size_t i, k;
+    memset(rec, 0, rs_record_bytes(m, RS_QUANT_U8));
+    rs_put_u32(rec, (uint32_t)count);
+    rs_put_u32(rec + 4, RS_VERSION);
+    rs_put_u32(rec + 8, (uint32_t)m);
+    rs_put_u32(rec + 12, RS_QUANT_U8);
+    rs_put_f32(rec + 16, RS_U8_SCALE);
+    rs_put_f32(rec + 20, 1.0f);
+    for (k = 0; k < 4; k++) rs_put_u32(rec + 24 + 4 * k, 1024);
+    for (i = 0; i < count; i++) {
+        bench_rootsift_row(rec + RS_HEADER + i * 128, r);
+        for (k = 0; k < 2; k++)
+            rs_put_f32(rec + RS_HEADER + m * 128 + i * 16 + 4 * k, (float)bench_rng_below(r, 1024));
+    }
 }

@@ -50,6 +50,24 @@ const char *bench_glcm_kind_name(int kind);
 lbp_conf_t bench_lbp_conf(const char *what, int kind, int P, double R, int method, int mapping,
                           const char *grid, double th);
 
+/* The .jpg/.png files under dir, recursively, sorted by path (malloc'd array
+ * of malloc'd paths; free with bench_free_list). */
+size_t bench_list_images(const char *dir, char ***out);
+void bench_free_list(char **list, size_t n);
+
+/* A xorshift64 generator for benchmark data (seed: any non-zero value). */
+typedef struct bench_rng {
+    uint64_t s;
+} bench_rng_t;
+uint32_t bench_rng_below(bench_rng_t *r, uint32_t n);
+/* A RootSIFT-like u8 row at scale 512: positive, peaky (cubed uniforms, as
+ * SIFT histograms), L2 norm ~512. */
+void bench_rootsift_row(uint8_t row[128], bench_rng_t *r);
+/* A u8 rootsift record (docs/rootsift.md) of m rows, the first `count`
+ * random rows with random keypoints in a 1024 x 1024 image, into rec
+ * (rs_record_bytes(m, u8) bytes). */
+void bench_rootsift_record(unsigned char *rec, size_t m, size_t count, bench_rng_t *r);
+
 /* Ascending order for qsort of doubles. */
 int bench_cmp_double(const void *a, const void *b);
 /* The median of v[0..n) (v[n / 2] after sorting v in place); 0 for n = 0. */

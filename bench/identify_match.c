@@ -15,40 +15,9 @@
 #include "features/rootsift.h"
 #include "identify/identify.h"
 #include "patina/patina.h"
+#include "benchutil.h"
 
-static uint64_t rng = 88172645463325252ull;
-static uint32_t rnd(uint32_t n)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng % n);
-}
-
-static void fill_record(unsigned char *rec, size_t m, size_t count)
-{
-    size_t i, k;
-    memset(rec, 0, rs_record_bytes(m, RS_QUANT_U8));
-    rs_put_u32(rec, (uint32_t)count);
-    rs_put_u32(rec + 4, RS_VERSION);
-    rs_put_u32(rec + 8, (uint32_t)m);
-    rs_put_u32(rec + 12, RS_QUANT_U8);
-    rs_put_f32(rec + 16, RS_U8_SCALE);
-    rs_put_f32(rec + 20, 1.0f);
-    for (k = 0; k < 4; k++) rs_put_u32(rec + 24 + 4 * k, 1024);
-    for (i = 0; i < count; i++) {
-        double v[128], s = 0;
-        for (k = 0; k < 128; k++) {
-            v[k] = pow((double)(rnd(1000) + 1), 3);
-            s += v[k] * v[k];
-        }
-        for (k = 0; k < 128; k++) {
-            double x = floor(512.0 * v[k] / sqrt(s) + 0.5);
-            rec[RS_HEADER + i * 128 + k] = (unsigned char)(x > 255 ? 255 : x);
-        }
-        for (k = 0; k < 2; k++) rs_put_f32(rec + RS_HEADER + m * 128 + i * 16 + 4 * k, (float)rnd(1024));
-    }
-}
+static bench_rng_t rng = {88172645463325252ull};
 
 static void die(const char *what, patina_status s)
 {
@@ -82,13 +51,13 @@ int main(int argc, char **argv)
         return 1;
     }
     for (i = 0; i < nref; i++) {
-        fill_record(recs + i * bytes, m, m);
+        bench_rootsift_record(recs + i * bytes, m, m, &rng);
         snprintf(keys[i], sizeof keys[i], "r%zu", i);
         it[i].key = keys[i];
         it[i].size = 1;
         it[i].desc = recs + i * bytes;
     }
-    fill_record(q, n, n);
+    bench_rootsift_record(q, n, n, &rng);
     snprintf(path, sizeof path, "%s/coll", tmpl);
     if ((s = patina_collection_open(&c, path, PATINA_OPEN_CREATE, 0)) != PATINA_OK) die("collection", s);
     if ((s = patina_collection_put(c, patina_extractor_spec(ex), bytes, it, nref, NULL)) != PATINA_OK) die("put", s);

@@ -30,6 +30,11 @@
 #                                          and all), a step of its own
 #                                bench_identify_match  CPU matching of one
 #                                          query against 4096 references
+#                                bench_identify_gpu  the fused GPU matcher
+#                                          beside cuBLAS (lab) and PyTorch,
+#                                          capacity, one query end to end
+#                                lab_identify  the lab's timing of the
+#                                          paper's cuBLAS path
 #                                e2e       bench_pipeline: every family end to
 #                                          end on 1024^2 JPEGs cut from samples/
 #                              BENCH_ARGS adds arguments to every benchmark.
@@ -58,7 +63,7 @@ MODE=${1:-build}
 
 # Libraries a minimal CUDA image has; everything else the binaries need is
 # staged.
-SYSTEM_LIBS='linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libgcc_s|libstdc\+\+|libz\.so|libcudart|libcuda\.so|libnvjpeg'
+SYSTEM_LIBS='linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libgcc_s|libstdc\+\+|libz\.so|libcudart|libcuda\.so|libnvjpeg|libcublas'
 # Debian packages that `source` builds against (headers, .pc files, libraries).
 DEB_PKGS='liblmdb-dev liblmdb0 libcmocka-dev libcmocka0 libturbojpeg0-dev libturbojpeg0
 libjpeg62-turbo-dev libjpeg62-turbo libpng-dev libpng16-16 zlib1g-dev pkgconf pkgconf-bin libpkgconf3
@@ -183,7 +188,9 @@ link_paths() {
 
 step_tests() {
     echo "== ctest -L gpu"
-    (cd "$BUILD" && timeout 300 ctest -L gpu --output-on-failure -V) > "$OUT/ctest-gpu.log" 2>&1 || rc=1
+    # TESTS_REGEX: only the tests whose names match (ctest -R)
+    (cd "$BUILD" && timeout "${TESTS_TIMEOUT:-300}" ctest -L gpu ${TESTS_REGEX:+-R "$TESTS_REGEX"} --output-on-failure -V) \
+        > "$OUT/ctest-gpu.log" 2>&1 || rc=1
     grep -E "^[0-9]+/[0-9]+ Test|tests passed|tests failed|PASSED|FAILED|SKIPPED|differing" "$OUT/ctest-gpu.log" | tail -40
 }
 
@@ -236,6 +243,18 @@ step_bench_glcm() { bench_one bench_glcm ""; }
 step_bench_rootsift() { bench_one bench_rootsift ""; }
 # CPU identification matching (one query against references), 1 thread and all.
 step_bench_identify_match() { bench_one bench_identify_match "" 4096; }
+# Identification on the GPU: the fused kernel beside the lab's cuBLAS path
+# and PyTorch (one table), then the capacity row and one query end to end.
+step_bench_identify_gpu() {
+    bench_one bench_identify_gpu ""
+    BENCH_TIMEOUT=400 bench_one bench_identify_gpu _e2e --no-peers --capacity --e2e 1048576
+}
+step_lab_identify() {
+    [ -x "$BUILD/lab/identify/lab_identify" ] || { echo "no lab_identify"; return; }
+    echo "== lab_identify (the paper's cuBLAS 2-NN, batch 256/1024, beside the fused kernel)"
+    "$BUILD/lab/identify/lab_identify" 65536 > "$OUT/lab_identify.log" 2>&1 || rc=1
+    cat "$OUT/lab_identify.log"
+}
 step_bench() {
     step_bench_cedd
     step_bench_lbp
@@ -271,7 +290,8 @@ run_steps() {
         tests) step_tests ;;
         sanitize) step_sanitize ;;
         bench) step_bench ;;
-        bench_cedd | bench_lbp | bench_glcm | bench_knn | bench_rootsift | bench_identify_match) "step_$s" ;;
+        bench_cedd | bench_lbp | bench_glcm | bench_knn | bench_rootsift | bench_identify_match | bench_identify_gpu | \
+            lab_identify) "step_$s" ;;
         e2e) step_e2e ;;
         asan) step_asan ;;
         *) echo "unknown step $s" >&2; rc=2 ;;
