@@ -965,6 +965,31 @@ static void test_end_to_end(void **state)
         free(out);
         free(err);
     }
+    { /* info: what a reference costs and how many fit */
+        const char *ai[] = {PATINA_CLI, "info", coll, NULL};
+        assert_int_equal(tu_exec(&out, &err, 0, 600, ai), 0);
+        assert_non_null(strstr(out, "identification: up to 384 features per reference; 55360 bytes per reference "
+                                    "in host memory, 49152 on the GPU"));
+        assert_non_null(strstr(out, "references in host memory"));
+        free(out);
+        free(err);
+    }
+    { /* --device gpu without a GPU: a clear error (exit 3); an unknown precision: usage (2) */
+        const char *ag[] = {PATINA_CLI, "identify", coll, var, "--device", "gpu", "-q", NULL};
+        const char *ap[] = {PATINA_CLI, "identify", coll, var, "--precision", "int4", NULL};
+        int rc = tu_exec(&out, &err, 0, 600, ag);
+        if (patina_gpu__count() == 0) {
+            assert_int_not_equal(rc, 0);
+            assert_non_null(strstr(err, "gpu"));
+        } else {
+            assert_int_equal(rc, 0);
+        }
+        free(out);
+        free(err);
+        assert_int_equal(tu_exec(&out, &err, 0, 600, ap), 2);
+        free(out);
+        free(err);
+    }
     tu_remove_tree(dir);
     free(dir);
 }

@@ -95,6 +95,22 @@ PATINA_API patina_status patina_refset_put(patina_refset_t *rs, uint64_t id, con
 /* Removes reference `id`; PATINA_E_NOTFOUND when the set does not hold it. */
 PATINA_API patina_status patina_refset_remove(patina_refset_t *rs, uint64_t id);
 
+/* What a reference costs and how many fit, for a rootsift table spec. */
+typedef struct patina_identify_capacity {
+    size_t features;      /* rows per reference (the spec's m) */
+    size_t record_bytes;  /* bytes per reference in host memory (its record: rows and geometry) */
+    size_t gpu_bytes;     /* bytes per reference in the GPU's arena (int8 rows, padded to 8 rows) */
+    size_t gpu_refs;      /* references the context's GPU memory budget holds now; 0 without a GPU */
+    size_t host_refs;     /* references the host's available memory holds as records */
+} patina_identify_capacity_t;
+
+/* Fills cap for table (a rootsift spec) on ctx (NULL: no GPU counted). The
+ * GPU figure is the budget's room now (patina_context_opts_t.gpu_mem_budget;
+ * other families' caches are released when identification needs the room);
+ * references past it are streamed from pinned host memory. */
+PATINA_API patina_status patina_identify_capacity(patina_context_t *ctx, const char *table,
+                                                  patina_identify_capacity_t *cap);
+
 /* ------------------------------------------------------------------ queries */
 
 /* Bytes of one query record: a rootsift record of n rows (the spec's n). */

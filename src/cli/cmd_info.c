@@ -52,6 +52,7 @@ static int run_info(const cli_args_t *a)
         patina_extractor_free(ex);
     }
     if (a->noperands) {
+        patina_context_t *ctx = NULL;
         patina_collection_t *coll;
         uint64_t n = 0;
         char **specs = NULL;
@@ -64,11 +65,27 @@ static int run_info(const cli_args_t *a)
             return EXIT_ERROR;
         }
         printf("collection %s: %llu images\n", a->operands[0], (unsigned long long)n);
+        if (cli_context(&ctx, a) != 0) ctx = NULL;
         for (k = 0; k < ns; k++) {
-            printf("  table %s\n", specs[k]);
+            size_t rows = 0, bytes = 0;
+            patina_identify_capacity_t cap;
+            patina_collection_table_info(coll, specs[k], &rows, &bytes);
+            printf("  table %s: %zu descriptors of %zu bytes\n", specs[k], rows, bytes);
+            if (!strncmp(specs[k], "rootsift", 8) && patina_identify_capacity(ctx, specs[k], &cap) == PATINA_OK) {
+                printf("    identification: up to %zu features per reference; %zu bytes per reference in host "
+                       "memory, %zu on the GPU\n",
+                       cap.features, cap.record_bytes, cap.gpu_bytes);
+                if (ctx && cap.gpu_refs)
+                    printf("    fit: %zu references on this GPU (its memory budget), %zu in host memory (more are "
+                           "streamed from pinned host memory)\n",
+                           cap.gpu_refs, cap.host_refs);
+                else
+                    printf("    fit: %zu references in host memory (no GPU)\n", cap.host_refs);
+            }
             free(specs[k]);
         }
         free(specs);
+        patina_context_free(ctx);
         patina_collection_close(coll);
     }
     return EXIT_OK;

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/context.h"
 #include "gpu/gpu.h"
@@ -397,6 +398,34 @@ static const rootsift_params_t *params_of(const patina_refset_t *rs)
 size_t patina_identify_query_bytes(const patina_refset_t *rs)
 {
     return rs ? rs_record_bytes((size_t)params_of(rs)->n, RS_QUANT_U8) : 0;
+}
+
+patina_status patina_identify_capacity(patina_context_t *ctx, const char *table, patina_identify_capacity_t *cap)
+{
+    patina_extractor_t *ex = NULL;
+    const rootsift_params_t *p;
+    long pages, psize;
+    if (!cap) return patina__fail(PATINA_E_INVALID, "identify: null capacity");
+    memset(cap, 0, sizeof *cap);
+    if (!table || !is_rootsift(table))
+        return patina__fail(PATINA_E_INVALID, "identify: '%s' is not a rootsift spec", table ? table : "(null)");
+    PATINA_TRY(patina_extractor_new(&ex, table));
+    p = (const rootsift_params_t *)(const void *)ex->params;
+    cap->features = (size_t)p->m;
+    cap->record_bytes = patina_extractor_bytes(ex);
+    cap->gpu_bytes = (((size_t)p->m + 7) & ~(size_t)7) * IDF_DIM;
+    patina_extractor_free(ex);
+    pages = sysconf(_SC_AVPHYS_PAGES);
+    psize = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && psize > 0) cap->host_refs = (size_t)((double)pages * (double)psize / (double)cap->record_bytes);
+    if (ctx && patina__context_gpu_usable(ctx)) {
+        patina_gpu_t *g;
+        if (patina__context_gpu_acquire(ctx, &g) == PATINA_OK) {
+            patina_gpu__identify_capacity(g, cap->features, PGPU_IDF_INT8, &cap->gpu_refs);
+            patina__context_gpu_release(ctx);
+        }
+    }
+    return PATINA_OK;
 }
 
 /* ------------------------------------------------------------------ queries */
