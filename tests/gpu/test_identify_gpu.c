@@ -61,6 +61,20 @@ static void compare(patina_refset_t *rs, const unsigned char *q, size_t nq, cons
     free(rg);
 }
 
+/* Frees what make_random and make_collection made (rs may be NULL). */
+static void release_all(patina_refset_t *rs, patina_collection_t *c, char *dir, unsigned char **recs, size_t nr,
+                        unsigned char *q, patina_extractor_t *ex)
+{
+    patina_refset_free(rs);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(dir);
+    for (size_t i = 0; i < nr; i++) free(recs[i]);
+    free(recs);
+    free(q);
+    patina_extractor_free(ex);
+}
+
 /* nr references of m rows (counts mixed, ties), nq queries of n rows, half
  * built from the references' rows. *recs (nr), *q (nq records). */
 static void make_random(tu_rng_t *r, size_t m, size_t n, size_t nr, size_t nq, unsigned char ***recs_out,
@@ -118,7 +132,7 @@ static void test_random(void **state)
                                        {40, 65, 200, 8},  {128, 130, 150, 6}, {384, 768, 300, 6},
                                        {600, 300, 60, 4}, {100, 1100, 60, 4}};
     tu_rng_t r;
-    size_t t, i;
+    size_t t;
     (void)state;
     tu_rng_seed(&r, 16);
     for (t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
@@ -151,14 +165,7 @@ static void test_random(void **state)
                 }
         print_message("m %zu n %zu: %zu references x %zu queries equal (2 precisions x 3 scorings x 2)\n", m, n, nr,
                       nq);
-        patina_refset_free(rs);
-        patina_collection_close(c);
-        tu_remove_tree(dir);
-        free(dir);
-        for (i = 0; i < nr; i++) free(recs[i]);
-        free(recs);
-        free(q);
-        patina_extractor_free(ex);
+        release_all(rs, c, dir, recs, nr, q, ex);
     }
 }
 
@@ -349,15 +356,8 @@ static void test_cache(void **state)
     TU_OK(patina_refset_load(&rs, c, NULL));
     o.gpu_arena_slots = 50;
     compare(rs, q, 12, &o, "reloaded");
-    patina_refset_free(rs);
-    patina_collection_close(c);
-    tu_remove_tree(dir);
-    free(dir);
-    for (i = 0; i < NR; i++) free(recs[i]);
     for (i = 0; i < NEW; i++) free(newrec[i]);
-    free(recs);
-    free(q);
-    patina_extractor_free(ex);
+    release_all(rs, c, dir, recs, NR, q, ex);
 }
 
 /* Threads identifying on one context while one thread changes the set. */
@@ -423,14 +423,7 @@ static void test_threads(void **state)
     patina_identify_opts_init(&o);
     o.gpu_arena_slots = 30;
     compare(rs, q, 8, &o, "after the threads");
-    patina_refset_free(rs);
-    patina_collection_close(c);
-    tu_remove_tree(dir);
-    free(dir);
-    for (i = 0; i < 120; i++) free(recs[i]);
-    free(recs);
-    free(q);
-    patina_extractor_free(ex);
+    release_all(rs, c, dir, recs, 120, q, ex);
 }
 
 int main(void)
