@@ -80,7 +80,7 @@ configure() { # configure DIR [extra cmake args...]
 # benchmarks and the lab.
 gpu_targets() { # gpu_targets BUILD_DIR
     cmake --build "$1" --target help | sed -n 's/^\.\.\. \([a-z_0-9]*\).*/\1/p' |
-        grep -E '^(patina|test_.*_gpu|bench_.*|lab_.*)$' | tr '\n' ' '
+        grep -E '^(patina|patina_cli|test_.*_gpu|bench_.*|lab_.*)$' | tr '\n' ' '
 }
 
 build() {
