@@ -400,11 +400,7 @@ static void section_e2e(size_t nref)
      * (as a phone photo of a part of the item) */
     {
         const int w = img.width / 2 < 640 ? img.width / 2 : 640, h = img.height / 2 < 480 ? img.height / 2 : 480;
-        var.width = w;
-        var.height = h;
-        var.stride = 3 * (size_t)w;
-        var.data = malloc(var.stride * (size_t)h + 1);
-        var.owned = 1;
+        if (patina_image_init(&var, w, h) != PATINA_OK) die("query image");
         for (int y = 0; y < h; y++)
             for (int x = 0; x < w; x++)
                 memcpy(var.data + y * var.stride + 3 * x,

@@ -12,9 +12,9 @@ a warm-up, CUDA-synchronised wall time of scoring every reference for the Q quer
 already on the GPU). Exit 0 when torch or CUDA is missing (it says so).
 """
 import argparse
-import statistics
 import sys
-import time
+
+from peerutil import cuda_torch, median_ms
 
 
 def main():
@@ -26,15 +26,10 @@ def main():
     ap.add_argument("--batch", type=int, default=1024)
     ap.add_argument("--ratio", type=float, default=0.8)
     a = ap.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("torch unavailable")
+    got = cuda_torch()
+    if got is None:
         return 0
-    if not torch.cuda.is_available():
-        print("torch: no CUDA device")
-        return 0
-    dev = torch.device("cuda")
+    torch, dev = got
     g = torch.Generator(device=dev).manual_seed(1)
 
     def rows(*shape):
@@ -61,15 +56,7 @@ def main():
                 scores.append(torch.bincount(torch.unique(code) // a.m, minlength=r.shape[0]))
         return scores
 
-    run()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        run()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
-    print("torch %.4f" % statistics.median(times))
+    print("torch %.4f" % median_ms(torch, run, 5))
     return 0
 
 

@@ -14,9 +14,9 @@ search, the table already on the GPU). Exit 0 when torch or CUDA is missing
 (it says so).
 """
 import argparse
-import statistics
 import sys
-import time
+
+from peerutil import cuda_torch, median_ms
 
 
 def main():
@@ -25,15 +25,10 @@ def main():
     ap.add_argument("--queries", type=int, required=True)
     ap.add_argument("-k", type=int, default=10)
     a = ap.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("torch unavailable")
+    got = cuda_torch()
+    if got is None:
         return 0
-    if not torch.cuda.is_available():
-        print("torch: no CUDA device")
-        return 0
-    dev = torch.device("cuda")
+    torch, dev = got
     g = torch.Generator(device=dev).manual_seed(1)
 
     def rand_desc(n):
@@ -55,15 +50,7 @@ def main():
         d = 100.0 - 100.0 * (c1 / ((c2[:, None] + c3[None, :]) - c1))
         return torch.topk(d, a.k, dim=1, largest=False)
 
-    search()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(9):
-        t0 = time.perf_counter()
-        search()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
-    print("torch %.4f" % statistics.median(times))
+    print("torch %.4f" % median_ms(torch, search, 9))
     return 0
 
 

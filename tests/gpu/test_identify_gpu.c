@@ -169,17 +169,6 @@ static void test_random(void **state)
     }
 }
 
-/* An owned w x h RGB image. */
-static void image_new(patina_image_t *img, int w, int h)
-{
-    img->width = w;
-    img->height = h;
-    img->stride = 3 * (size_t)w;
-    img->data = malloc(img->stride * (size_t)h + 1);
-    img->owned = 1;
-    assert_non_null(img->data);
-}
-
 /* Sample photographs: references, and queries made from them. */
 static const char *samples_dir(void)
 {
@@ -232,12 +221,12 @@ static void test_real(void **state)
             const patina_image_t *s = &imgs[2 * i];
             const int w = s->width * 7 / 20, h = s->height * 7 / 20, x0 = s->width * 3 / 20, y0 = s->height * 3 / 20;
             if (i % 3 == 2) { /* the image itself */
-                image_new(&qi[i], s->width, s->height);
+                TU_OK(patina_image_init(&qi[i], s->width, s->height));
                 for (int y = 0; y < s->height; y++)
                     memcpy(qi[i].data + y * qi[i].stride, s->data + y * s->stride, 3 * (size_t)s->width);
                 continue;
             }
-            image_new(&qi[i], w > 0 ? w : 1, h > 0 ? h : 1);
+            TU_OK(patina_image_init(&qi[i], w > 0 ? w : 1, h > 0 ? h : 1));
             for (int y = 0; y < qi[i].height; y++)
                 for (int x = 0; x < qi[i].width; x++)
                     memcpy(qi[i].data + y * qi[i].stride + 3 * x,
