@@ -11,8 +11,10 @@
  * the host: verification is the CPU's). Slots [0, dev_cap) live in the
  * device arena, sized from the context's memory budget; slots past it in a
  * pinned host tier, streamed through STREAMS staging buffers with copies
- * of one chunk overlapping the matching of the others (first in, first
- * out: the paper's FIFO order; the newest slots are the streamed ones).
+ * of one chunk overlapping the matching of the others. Slots keep their
+ * tier: the first dev_cap stay on the device and additions past it go to
+ * the host tier (the paper's FIFO would instead move the oldest slot to the
+ * host at every addition, a copy each time); a rebuild places them anew.
  * The set tells what changed through its serial (which set), epoch
  * (slots renumbered: rebuild) and per-slot stamps (a slot whose stamp is
  * newer than the mirror's clock is uploaded again, appended when new): an
