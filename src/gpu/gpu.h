@@ -181,6 +181,13 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
                                   size_t qstride, const uint16_t *qcount, size_t nq, size_t n,
                                   const pgpu_idf_opts_t *o, uint64_t *keys, pgpu_idf_stats_t *stats);
 
+/* Bytes of one slot of m rows in the GPU's arena: the rows padded to a
+ * multiple of 8 (the kernel's tile), 128 u8 or binary16 each. */
+static inline size_t pgpu_idf_slot_bytes(size_t m, int precision)
+{
+    return ((m + 7) & ~(size_t)7) * 128 * (precision == PGPU_IDF_FP16 ? 2 : 1);
+}
+
 /* Slots of m rows the device arena could hold within g's budget now. */
 void patina_gpu__identify_capacity(const patina_gpu_t *g, size_t m, int precision, size_t *dev_slots);
 

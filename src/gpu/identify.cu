@@ -125,14 +125,9 @@ static patina_status idf_state(patina_gpu_t *g, idf_state_t **out)
 
 static size_t round8(size_t m) { return (m + 7) & ~(size_t)7; }
 
-static size_t slot_bytes_of(size_t m, int prec)
-{
-    return round8(m) * IDF_D * (prec == IDF_PREC_FP16 ? 2 : 1);
-}
-
 void patina_gpu__identify_capacity(const patina_gpu_t *g, size_t m, int prec, size_t *dev_slots)
 {
-    const size_t sb = slot_bytes_of(m, prec);
+    const size_t sb = pgpu_idf_slot_bytes(m, prec);
     const uint64_t free_b = g->budget > g->dev_bytes + IDF_RESERVE ? g->budget - g->dev_bytes - IDF_RESERVE : 0;
     *dev_slots = sb ? (size_t)(free_b / sb) : 0;
 }
@@ -203,21 +198,21 @@ static patina_status upload_slots(patina_gpu_t *g, idf_state_t *st, const pgpu_i
 static patina_status rebuild(patina_gpu_t *g, idf_state_t *st, const pgpu_idf_refs_t *refs, int prec,
                              size_t arena_cap)
 {
-    size_t want, devc, hostc;
+    size_t want, room, devc, hostc;
     patina_status s;
     state_free_arena(g, st);
     st->prec = prec;
     st->m = refs->m;
     st->mpad = round8(refs->m);
-    st->slot_bytes = slot_bytes_of(refs->m, prec);
+    st->slot_bytes = pgpu_idf_slot_bytes(refs->m, prec);
     st->chunk_slots = (size_t)(IDF_CHUNK_BYTES / st->slot_bytes);
     if (st->chunk_slots < 1) st->chunk_slots = 1;
     /* Room for growth (a quarter more slots and a chunk) where the budget
      * has it; the host tier only when the set does not fit, with the
      * staging chunks of the streaming taken out of the device's share. */
     want = refs->nslots + refs->nslots / 4 + st->chunk_slots;
-    patina_gpu__identify_capacity(g, refs->m, prec, &devc);
-    if (arena_cap && devc > arena_cap) devc = arena_cap;
+    patina_gpu__identify_capacity(g, refs->m, prec, &room);
+    devc = arena_cap && room > arena_cap ? arena_cap : room;
     if (want <= devc) {
         devc = want;
         hostc = 0;
@@ -225,8 +220,6 @@ static patina_status rebuild(patina_gpu_t *g, idf_state_t *st, const pgpu_idf_re
         hostc = 0; /* fits without room: an addition past it rebuilds with a host tier */
     } else {
         const size_t stage = (IDF_STREAMS + (prec == IDF_PREC_FP16)) * st->chunk_slots;
-        size_t room;
-        patina_gpu__identify_capacity(g, refs->m, prec, &room);
         if (devc + stage > room) devc = room > stage ? room - stage : 0;
         hostc = refs->nslots > devc ? refs->nslots - devc : 0;
         hostc += hostc / 4 + st->chunk_slots;

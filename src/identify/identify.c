@@ -413,7 +413,7 @@ patina_status patina_identify_capacity(patina_context_t *ctx, const char *table,
     p = (const rootsift_params_t *)(const void *)ex->params;
     cap->features = (size_t)p->m;
     cap->record_bytes = patina_extractor_bytes(ex);
-    cap->gpu_bytes = (((size_t)p->m + 7) & ~(size_t)7) * IDF_DIM;
+    cap->gpu_bytes = pgpu_idf_slot_bytes(cap->features, PGPU_IDF_INT8);
     patina_extractor_free(ex);
     pages = sysconf(_SC_AVPHYS_PAGES);
     psize = sysconf(_SC_PAGESIZE);
@@ -577,8 +577,8 @@ static int scratch_new(scratch_t *sc, size_t n, size_t m)
     sc->qsh = malloc((2 * n + 2) * sizeof *sc->qsh);
     sc->rsh = malloc((2 * n + 2) * sizeof *sc->rsh);
     sc->inl = malloc(n + 1);
-    return sc->qw && sc->qf && sc->rf && sc->ibuf && sc->fbuf && sc->claim && sc->mt && sc->qp && sc->rp && sc->qsh && sc->rsh &&
-           sc->inl;
+    return sc->qw && sc->qf && sc->rf && sc->ibuf && sc->fbuf && sc->claim && sc->mt && sc->qp && sc->rp &&
+           sc->qsh && sc->rsh && sc->inl;
 }
 
 /* Prepares query record q in the worker's scratch: widened when it is u8 at
