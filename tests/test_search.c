@@ -461,7 +461,12 @@ static void test_range(void **state)
     check_range(idx, &ds, queries, 12, 45.0, 0, 2);
     check_range(idx, &ds, queries, 12, 100.0, 0, 4);  /* everything */
     check_range(idx, &ds, queries, 12, 45.0, 7, 4);   /* nearest 7 within 45 */
-    check_range(idx, &ds, queries, 12, -1.0, 0, 4);   /* nothing */
+    check_range(idx, &ds, queries, 12, 0.0, 0, 4);    /* exact copies only */
+    {                                                 /* a negative radius is an error */
+        patina_hit_t *nh[12];
+        size_t nc[12];
+        assert_int_equal(patina_index_range(NULL, idx, queries, 12, -1.0, NULL, nh, nc), PATINA_E_INVALID);
+    }
     patina_index_free(idx);
     free(queries);
     free_data(&ds);
@@ -811,8 +816,8 @@ static void test_concurrent_searches(void **state)
     free(queries);
 }
 
-/* Device options: a GPU search needs a context, HYBRID is no search device,
- * range search runs on the CPU; AUTO without a GPU is the CPU. */
+/* Device options: a GPU search (k-NN or range) needs a context, HYBRID is
+ * no search device; AUTO without a GPU is the CPU. */
 static void test_search_devices(void **state)
 {
     dataset_t ds = make_data(50, 61);
@@ -831,7 +836,7 @@ static void test_search_devices(void **state)
     TU_OK(patina_index_knn(NULL, idx, q, 2, 3, NULL, hits, counts));
     o.device = PATINA_DEVICE_GPU;
     assert_int_equal(patina_index_knn(NULL, idx, q, 2, 3, &o, hits, counts), PATINA_E_INVALID);
-    assert_int_equal(patina_index_range(NULL, idx, q, 2, 10.0, &o, rh, counts), PATINA_E_UNAVAILABLE);
+    assert_int_equal(patina_index_range(NULL, idx, q, 2, 10.0, &o, rh, counts), PATINA_E_INVALID);
     o.device = PATINA_DEVICE_HYBRID;
     assert_int_equal(patina_index_knn(NULL, idx, q, 2, 3, &o, hits, counts), PATINA_E_INVALID);
     if (patina_gpu_count() == 0) {
@@ -839,8 +844,12 @@ static void test_search_devices(void **state)
         TU_OK(with_ctx(&ctx, 1));
         o.device = PATINA_DEVICE_GPU;
         assert_int_equal(patina_index_knn(ctx, idx, q, 2, 3, &o, hits, counts), PATINA_E_UNAVAILABLE);
+        assert_int_equal(patina_index_range(ctx, idx, q, 2, 10.0, &o, rh, counts), PATINA_E_UNAVAILABLE);
         o.device = PATINA_DEVICE_AUTO;
         TU_OK(patina_index_knn(ctx, idx, q, 2, 3, &o, hits, counts));
+        TU_OK(patina_index_range(ctx, idx, q, 2, 10.0, &o, rh, counts));
+        free(rh[0]);
+        free(rh[1]);
         patina_context_free(ctx);
     }
     patina_index_free(idx);

@@ -59,9 +59,11 @@ PATINA_API size_t patina_index_size(const patina_index_t *idx);
 
 /* Where a search runs, and limits. */
 typedef struct patina_search_opts {
-    /* AUTO (the default): the context's GPU when it has a usable one and
-     * the index has at least 4096 rows, else the CPU. GPU: the GPU or
-     * PATINA_E_UNAVAILABLE. CPU: the CPU. HYBRID is not a search device. */
+    /* AUTO (the default): the context's GPU when it has a usable one, the
+     * index has at least 4096 rows and the GPU serves the call (k-NN: every
+     * distance, CEDD's Tanimoto for k <= 1024; range: CEDD's Tanimoto),
+     * else the CPU. GPU: the GPU or PATINA_E_UNAVAILABLE. CPU: the CPU.
+     * HYBRID is not a search device. */
     patina_device device;
     /* Range search: at most this many hits per query, the nearest
      * (0 = unlimited). */
@@ -85,8 +87,10 @@ PATINA_API patina_status patina_index_knn(patina_context_t *ctx, const patina_in
 /* Every item with distance <= radius, per query: hits[q] malloc'd (NULL
  * when there are none; the caller frees each), counts[q] its length; with
  * opts->max_hits > 0, the nearest max_hits of them. hits and counts are
- * caller arrays of nq. A NaN radius fails; on failure every hits[q] is
- * NULL. Range search runs on the CPU (device GPU: PATINA_E_UNAVAILABLE). */
+ * caller arrays of nq. A NaN or negative radius fails (PATINA_E_INVALID);
+ * on failure every hits[q] is NULL. On the GPU (AUTO: indexes of 4096 rows
+ * or more) for Tanimoto on 0..7 descriptors (CEDD); other distances run on
+ * the CPU (device GPU: PATINA_E_UNAVAILABLE). */
 PATINA_API patina_status patina_index_range(patina_context_t *ctx, const patina_index_t *idx,
                                             const void *queries, size_t nq, double radius,
                                             const patina_search_opts_t *opts, patina_hit_t **hits,

@@ -92,16 +92,6 @@ patina_status patina_gpu_jpeg_decode(patina_jpeg_gpu_t *d, patina_image_t *out,
 
 #define PGPU_KNN_MAXDIM 256 /* Tanimoto fast path: most elements */
 
-/* A query prepared for the Tanimoto fast path (src/search/knn.c): its sum
- * T2, C2 = sum q^2, and its non-zero elements (index, q = a / T2) in order. */
-typedef struct patina_knn_query {
-    int fast;                      /* 0: an element above 7, not for the fast path */
-    int nnz;
-    double t2, c2;
-    uint16_t idx[PGPU_KNN_MAXDIM];
-    double qv[PGPU_KNN_MAXDIM];
-} patina_knn_query_t;
-
 /* An index as the GPU search sees it; the arrays are the index's, borrowed
  * for the call and uploaded once per serial (the context keeps the copy). */
 typedef struct pgpu_knn_index {
@@ -120,14 +110,25 @@ typedef struct pgpu_knn_index {
     const double *sd;         /* std_l2: (dim) per-element sigma; else NULL */
 } pgpu_knn_index_t;
 
-/* k nearest (k >= 1) of nq queries on g: fq (nq) prepared queries when the
- * index's fast path is on, else qv (nq, dim), the queries' elements as
- * doubles. hits (nq, k), counts[q] = min(k, n); the caller pads. The same
- * order and doubles as the CPU. The index's device copy is made on first
- * use and kept in g. */
-patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx,
-                             const patina_knn_query_t *fq, const double *qv, size_t nq, size_t k,
-                             patina_hit_t *hits, size_t *counts);
+/* k nearest (k >= 1) of nq queries on g: queries (nq, bytes) their rows
+ * (the index's fast path), else qv (nq, dim), the queries' elements as
+ * doubles (the definition kernels). hits (nq, k), counts[q] = min(k,
+ * n); the caller pads. The same order and doubles as the CPU. cpu (nq):
+ * set to 1 for a query the GPU left to the CPU (its hits and count
+ * untouched), else 0. Fast path: k <= PGPU_KNN_KMAX (else
+ * PATINA_E_UNAVAILABLE). The index's device copy is made on first use and
+ * kept in g. */
+#define PGPU_KNN_KMAX 1024
+patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
+                             const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
+                             uint8_t *cpu);
+
+/* Every row within radius of each query, fast path only: hits[q] malloc'd
+ * (NULL when none), counts[q]; with max_hits > 0 the nearest max_hits.
+ * cpu[q] = 1: left to the CPU (hits[q] NULL, counts[q] untouched). */
+patina_status patina_gpu_range(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
+                               size_t nq, double radius, size_t max_hits, patina_hit_t **hits, size_t *counts,
+                               uint8_t *cpu);
 
 /* Device copies of indexes that g holds now (for tests). */
 size_t patina_gpu__knn_cached(patina_gpu_t *g);

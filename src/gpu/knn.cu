@@ -1,25 +1,27 @@
-/* Exact k-NN on the GPU for every distance of the table
+/* Exact k-NN and range search on the GPU for every distance of the table
  * (src/search/distance.h), with the same doubles and the same order as the
  * CPU search (src/search/knn.c).
  *
- * Distances. Each kernel performs the definition's operations in the
- * definition's order (built with --fmad=false: nothing is contracted), so
- * every distance is the CPU's double bit for bit:
- *   - Tanimoto fast path (u8 rows whose elements are all <= 7, e.g. CEDD):
- *     per row, C1 accumulates p[b[i]] * q over the query's non-zero elements
- *     in order, then 100 - 100 * (C1 / ((C2 + C3) - C1)) with the row's T1
- *     and C3 and the query's T2 and C2 computed on the host by the CPU's
- *     loops. Rows live element-major on the device (dim rows of n bytes), so
- *     a warp's threads, one row each, read 32 consecutive bytes of an element.
- *   - every other case: the definition's loop over the row's elements
- *     (row-major, one thread a row), the query and the per-element sigma of
- *     std_l2 read as doubles from device memory (broadcast through L1).
- * Selection: a block takes one query and a chunk of 2048 rows, computes
- * their distances into shared memory, sorts them (bitonic network; order =
- * distance ascending, NaN last, ties by id ascending: the CPU's total order)
- * and writes its first min(k, 2048). The host keeps the best k of the
- * chunks' lists in the same order (a bounded heap; a list is left at its
- * first entry that does not beat the worst kept). Exact for any k.
+ * Tanimoto on u8 rows whose elements are 0..7 (CEDD; the CPU's "fast
+ * path"): the tensor-core engine of gpu/knn_tc.cuh -- exact integer dot
+ * products on the integer tensor cores, a pilot threshold from a random
+ * sample of rows, a filtering scan that keeps only candidates, and an exact
+ * final ranking per query in the reference's doubles. No distance matrix
+ * is written; k <= TC_KMAX; range search the same way. A query the engine
+ * cannot settle (massive exact ties overflowing its candidate list, an
+ * all-zero query) is flagged and answered by the CPU, so the answer is the
+ * CPU's in every case. The device copy stores the rows in a fixed random
+ * permutation (so that its first rows are a uniform sample) with per-row
+ * T1, T1^2, S1 (floats), T1 (u32), C3 (double) and ids.
+ *
+ * Every other case: the definition's loop over the row's elements
+ * (row-major, one thread a row, built with --fmad=false: the CPU's doubles
+ * bit for bit), the query and the per-element sigma of std_l2 read as
+ * doubles from device memory. Selection: a block takes one query and a
+ * chunk of 2048 rows, computes their distances into shared memory, sorts
+ * them (bitonic network; order = distance ascending, NaN last, ties by id
+ * ascending: the CPU's total order) and writes its first min(k, 2048). The
+ * host keeps the best k of the chunks' lists in the same order.
  *
  * Memory. The search state of a device context (pgpu_state(g,
  * PGPU_FAM_SEARCH)) holds the device copies of the indexes searched, keyed
@@ -37,6 +39,7 @@
 #include "algo/hits.h"
 #include "gpu/context.h"
 #include "gpu/gpu.h"
+#include "gpu/knn_tc.cuh"
 
 #define KNN_CHUNK 2048
 #define KNN_THREADS 1024
@@ -47,27 +50,36 @@ typedef struct knn_copy {
     uint64_t serial;
     uint64_t used;           /* the state's clock at its last search (LRU) */
     size_t n, dim, bytes;
-    uint8_t *descs;          /* fast path: (dim, n) element-major; else (n, bytes) */
-    uint64_t *ids;           /* (n) */
-    uint32_t *t1;            /* fast path: (n) */
-    double *c3;              /* fast path: (n) */
-    double *ptab;            /* fast path: (ptab_rows, 8) */
+    int tc;                  /* the tensor-core Tanimoto layout (below) */
+    int dp;                  /* tc: bytes per device row (144 or 256) */
+    uint8_t *descs;          /* tc: (n + TC_R, dp) permuted, zero padded; else (n, bytes) */
+    uint64_t *ids;           /* (n), in the rows' order */
+    tc_aux_t *aux;           /* tc: (n + TC_R) */
+    uint32_t *t1;            /* tc: (n) */
+    double *c3;              /* tc: (n) */
+    double *ptab;            /* tc: (ptab_rows, 8) */
     double *sd;              /* std_l2: (dim) */
 } knn_copy_t;
 
 typedef struct knn_state {
     knn_copy_t copy[KNN_CACHE];
     uint64_t clock;
-    /* per-call buffers, grown as needed */
-    patina_knn_query_t *d_q; /* fast-path queries */
-    size_t q_cap;
-    double *d_qv;            /* raw queries as doubles (q_cap2, dim) */
+    /* per-call buffers of the definition kernels, grown as needed */
+    double *d_qv;            /* raw queries as doubles (qv_cap) */
     size_t qv_cap;           /* doubles */
     double *d_dist;
     uint64_t *d_id;
     double *h_dist;          /* pinned */
     uint64_t *h_id;
     size_t cand_cap;         /* entries */
+    /* per-call buffers of the tensor-core engine, for tq_cap queries: the
+     * inputs (query rows, qinfo, prepared queries) and the outputs
+     * (counts, flags, distances, ids) each packed into one region, so that
+     * a call makes one upload and one download (tc_io) */
+    size_t tq_cap, tq_dense, tq_out; /* queries; pilot floats; output entries */
+    uint8_t *d_in, *h_in, *d_out, *h_out;
+    float *d_pilot;          /* (tq_dense) */
+    uint32_t *d_cnt, *d_cand;
 } knn_state_t;
 
 /* ------------------------------------------------------------- kernels */
@@ -113,47 +125,6 @@ __device__ __forceinline__ void sort_and_write(double *sd, uint64_t *sid, int kk
 }
 
 __device__ __forceinline__ double qnan() { return __longlong_as_double(0x7ff8000000000000LL); }
-
-__global__ void __launch_bounds__(KNN_THREADS)
-k_knn_fast(const uint8_t *__restrict__ descs, const uint64_t *__restrict__ ids,
-           const uint32_t *__restrict__ t1, const double *__restrict__ c3,
-           const double *__restrict__ ptab, size_t n, const patina_knn_query_t *__restrict__ qs,
-           int kk, double *__restrict__ out_d, uint64_t *__restrict__ out_id)
-{
-    __shared__ double sd[KNN_CHUNK];
-    __shared__ uint64_t sid[KNN_CHUNK];
-    __shared__ uint16_t qidx[PGPU_KNN_MAXDIM];
-    __shared__ double qv[PGPU_KNN_MAXDIM];
-    const patina_knn_query_t *q = &qs[blockIdx.y];
-    const size_t r0 = (size_t)blockIdx.x * KNN_CHUNK;
-    const int nnz = q->nnz;
-    const double t2 = q->t2, c2 = q->c2;
-    int e;
-    for (e = threadIdx.x; e < nnz; e += blockDim.x) {
-        qidx[e] = q->idx[e];
-        qv[e] = q->qv[e];
-    }
-    __syncthreads();
-    for (e = threadIdx.x; e < KNN_CHUNK; e += blockDim.x) {
-        const size_t r = r0 + (size_t)e;
-        double d = qnan();
-        uint64_t id = ~0ull; /* past the end: after every row */
-        if (r < n) {
-            const unsigned tr = t1[r];
-            const double *p = ptab + (size_t)tr * 8;
-            double s = 0.0;
-            /* unrolled so that several loads are in flight (the sum stays in order) */
-#pragma unroll 8
-            for (int j = 0; j < nnz; j++) s = __dadd_rn(s, __dmul_rn(p[descs[(size_t)qidx[j] * n + r]], qv[j]));
-            if (tr == 0 || t2 == 0.0) d = tr == 0 && t2 == 0.0 ? 0.0 : 100.0;
-            else d = __dsub_rn(100.0, __dmul_rn(100.0, __ddiv_rn(s, __dsub_rn(__dadd_rn(c2, c3[r]), s))));
-            id = ids[r];
-        }
-        sd[e] = d;
-        sid[e] = id;
-    }
-    sort_and_write(sd, sid, kk, out_d, out_id);
-}
 
 __device__ __forceinline__ double elem_at(int elem, const uint8_t *row, size_t i)
 {
@@ -269,14 +240,20 @@ k_knn(const uint8_t *__restrict__ descs, const uint64_t *__restrict__ ids, size_
 
 static void copy_free(patina_gpu_t *g, knn_copy_t *c)
 {
-    pgpu_free_n(g, 6, &c->descs, &c->ids, &c->t1, &c->c3, &c->ptab, &c->sd);
+    pgpu_free_n(g, 7, &c->descs, &c->ids, &c->aux, &c->t1, &c->c3, &c->ptab, &c->sd);
     memset(c, 0, sizeof *c);
 }
 
 static void buffers_free(patina_gpu_t *g, knn_state_t *st)
 {
-    pgpu_free_n(g, 6, &st->d_q, &st->d_qv, &st->d_dist, &st->d_id, &st->h_dist, &st->h_id);
-    st->q_cap = st->qv_cap = st->cand_cap = 0;
+    pgpu_free_n(g, 5, &st->d_qv, &st->d_dist, &st->d_id, &st->h_dist, &st->h_id);
+    st->qv_cap = st->cand_cap = 0;
+}
+
+static void tc_buffers_free(patina_gpu_t *g, knn_state_t *st)
+{
+    pgpu_free_n(g, 7, &st->d_in, &st->h_in, &st->d_out, &st->h_out, &st->d_pilot, &st->d_cnt, &st->d_cand);
+    st->tq_cap = st->tq_dense = st->tq_out = 0;
 }
 
 static void knn_release(patina_gpu_t *g, void *state)
@@ -286,6 +263,7 @@ static void knn_release(patina_gpu_t *g, void *state)
     for (int i = 0; i < KNN_CACHE; i++)
         if (st->copy[i].serial) copy_free(g, &st->copy[i]);
     buffers_free(g, st);
+    tc_buffers_free(g, st);
     (void)cudaGetLastError();
     free(st);
 }
@@ -336,6 +314,65 @@ static patina_status put(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, void *
     return PATINA_OK;
 }
 
+/* The tensor-core layout of a Tanimoto fast-path index: rows in a fixed
+ * random permutation (xorshift, Fisher-Yates; the pilot samples the first
+ * rows), padded to dp bytes and followed by TC_R zero rows (stages read
+ * whole chunks), and the per-row values in the same order. */
+static patina_status tc_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, const pgpu_knn_index_t *idx)
+{
+    const size_t n = idx->n, dp = (size_t)c->dp, nr = n + TC_R;
+    uint32_t *perm = (uint32_t *)malloc(n * sizeof *perm + 1);
+    uint8_t *rows = (uint8_t *)calloc(nr, dp);
+    tc_aux_t *aux = (tc_aux_t *)calloc(nr, sizeof *aux);
+    uint32_t *t1 = (uint32_t *)malloc(n * sizeof *t1 + 1);
+    double *c3 = (double *)malloc(n * sizeof *c3 + 1);
+    uint64_t *ids = (uint64_t *)malloc(n * sizeof *ids + 1), x = 0x243f6a8885a308d3ull ^ n;
+    patina_status s = PATINA_OK;
+    size_t i;
+    if (!perm || !rows || !aux || !t1 || !c3 || !ids) {
+        s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory laying out %zu rows", n);
+        goto done;
+    }
+    for (i = 0; i < n; i++) perm[i] = (uint32_t)i;
+    for (i = n; i > 1; i--) {
+        size_t j;
+        uint32_t t;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        j = (size_t)(x % i);
+        t = perm[i - 1];
+        perm[i - 1] = perm[j];
+        perm[j] = t;
+    }
+    for (i = 0; i < n; i++) {
+        const uint8_t *b = idx->descs + (size_t)perm[i] * idx->bytes;
+        uint32_t s1 = 0, tt = idx->t1[perm[i]];
+        for (size_t e = 0; e < idx->dim; e++) s1 += (uint32_t)b[e] * b[e];
+        memcpy(rows + i * dp, b, idx->dim);
+        aux[i] = tt ? make_float4((float)tt, (float)tt * (float)tt, (float)s1, (float)s1 / (float)tt)
+                    : make_float4(0.f, 0.f, 1.f, 1e30f);
+        t1[i] = tt;
+        c3[i] = idx->c3[perm[i]];
+        ids[i] = idx->ids[perm[i]];
+    }
+    s = put(g, st, c, (void **)&c->descs, rows, nr * dp, "descriptors");
+    if (s == PATINA_OK) s = put(g, st, c, (void **)&c->aux, aux, nr * sizeof *aux, "row sums");
+    if (s == PATINA_OK) s = put(g, st, c, (void **)&c->t1, t1, n * sizeof *t1, "row sums");
+    if (s == PATINA_OK) s = put(g, st, c, (void **)&c->c3, c3, n * sizeof *c3, "row squares");
+    if (s == PATINA_OK) s = put(g, st, c, (void **)&c->ids, ids, n * sizeof *ids, "ids");
+    if (s == PATINA_OK)
+        s = put(g, st, c, (void **)&c->ptab, idx->ptab, idx->ptab_rows * 8 * sizeof(double), "value table");
+done:
+    free(perm);
+    free(rows);
+    free(aux);
+    free(t1);
+    free(c3);
+    free(ids);
+    return s;
+}
+
 /* The device copy of idx, made now if g has none. */
 static patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_index_t *idx, knn_copy_t **out)
 {
@@ -361,26 +398,16 @@ static patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_in
     c->n = idx->n;
     c->dim = idx->dim;
     c->bytes = idx->bytes;
-    if (idx->t1) { /* element-major for the fast path */
-        uint8_t *t = (uint8_t *)malloc(idx->n * idx->dim + 1);
-        if (!t) {
-            copy_free(g, c);
-            return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
-        }
-        for (size_t r = 0; r < idx->n; r++)
-            for (size_t b = 0; b < idx->dim; b++) t[b * idx->n + r] = idx->descs[r * idx->dim + b];
-        s = put(g, st, c, (void **)&c->descs, t, idx->n * idx->dim, "descriptors");
-        free(t);
-        if (s == PATINA_OK) s = put(g, st, c, (void **)&c->t1, idx->t1, idx->n * sizeof *idx->t1, "row sums");
-        if (s == PATINA_OK) s = put(g, st, c, (void **)&c->c3, idx->c3, idx->n * sizeof *idx->c3, "row squares");
-        if (s == PATINA_OK)
-            s = put(g, st, c, (void **)&c->ptab, idx->ptab, idx->ptab_rows * 8 * sizeof(double), "value table");
+    if (idx->t1) {
+        c->tc = 1;
+        c->dp = idx->dim == 144 ? 144 : 256;
+        s = tc_upload(g, st, c, idx);
     } else {
         s = put(g, st, c, (void **)&c->descs, idx->descs, idx->n * idx->bytes, "descriptors");
         if (s == PATINA_OK && idx->sd)
             s = put(g, st, c, (void **)&c->sd, idx->sd, idx->dim * sizeof(double), "sigma");
+        if (s == PATINA_OK) s = put(g, st, c, (void **)&c->ids, idx->ids, idx->n * sizeof *idx->ids, "ids");
     }
-    if (s == PATINA_OK) s = put(g, st, c, (void **)&c->ids, idx->ids, idx->n * sizeof *idx->ids, "ids");
     if (s != PATINA_OK) {
         copy_free(g, c);
         return s;
@@ -402,11 +429,6 @@ size_t patina_gpu__knn_cached(patina_gpu_t *g)
 static cudaError_t launch(const knn_copy_t *c, const pgpu_knn_index_t *idx, const knn_state_t *st, dim3 grid,
                           int kk, cudaStream_t s)
 {
-    if (c->t1) {
-        k_knn_fast<<<grid, KNN_THREADS, 0, s>>>(c->descs, c->ids, c->t1, c->c3, c->ptab, c->n, st->d_q, kk,
-                                                st->d_dist, st->d_id);
-        return cudaGetLastError();
-    }
 #define K(D)                                                                                                   \
     k_knn<D><<<grid, KNN_THREADS, 0, s>>>(c->descs, c->ids, c->n, c->dim, c->bytes, (int)idx->elem, c->sd,     \
                                           st->d_qv, kk, st->d_dist, st->d_id)
@@ -425,13 +447,224 @@ static cudaError_t launch(const knn_copy_t *c, const pgpu_knn_index_t *idx, cons
     return cudaGetLastError();
 }
 
-patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx,
-                             const patina_knn_query_t *fq, const double *qv, size_t nq, size_t k,
-                             patina_hit_t *hits, size_t *counts)
+/* ---- the tensor-core engine (gpu/knn_tc.cuh) ---- */
+
+#define TC_PILOT_MIN 8192                 /* rows of the pilot sample at least */
+#define TC_PILOT_BYTES ((size_t)512 << 20) /* pilot values per launch at most */
+#define TC_KNN_BATCH 4096                 /* queries per launch, k-NN */
+#define TC_RANGE_BATCH 256                /* queries per launch, range */
+
+/* Rows of the pilot sample: enough that the kth best of the sample ranks
+ * about TC_CAND / 2 in the table (candidates ~ take n / S: half the list),
+ * at least TC_PILOT_MIN, at most the table. */
+static size_t tc_pilot_rows(size_t n, size_t take)
 {
-    knn_state_t *st;
-    knn_copy_t *c;
-    cudaStream_t s;
+    const size_t want = TC_CAND / 2;
+    size_t s = (take * n + want - 1) / want;
+    if (s < TC_PILOT_MIN) s = TC_PILOT_MIN;
+    return s < n ? s : n;
+}
+
+/* Rows per scan block: about 6 blocks per SM over the grid for batches
+ * (two waves of three: long blocks keep the stage pipeline full), 12 for a
+ * single query group (shorter blocks balance the memory-bound scan better;
+ * measured), whole stages. */
+static uint32_t tc_rows_per_block(size_t n, unsigned qgroups, int sms)
+{
+    size_t want = (size_t)sms * (qgroups > 1 ? 6 : 12) / (qgroups ? qgroups : 1), rpb;
+    if (want < 1) want = 1;
+    rpb = (n + want - 1) / want;
+    rpb = (rpb + TC_R - 1) / TC_R * TC_R;
+    if (rpb < 4 * TC_R) rpb = 4 * TC_R;
+    return (uint32_t)rpb;
+}
+
+static size_t tc_scan_smem(int dp) { return (size_t)TC_STAGES * TC_R * ((size_t)dp + sizeof(tc_aux_t)); }
+static size_t tc_final_smem(void) { return (size_t)TC_CAND * (sizeof(double) + sizeof(uint64_t) + sizeof(uint32_t)); }
+
+/* Where one call's inputs and outputs lie in the packed regions, for m
+ * queries and `per` output entries per query. */
+typedef struct tc_io {
+    size_t in_bytes, out_bytes;
+    size_t o_qinfo;                   /* in: query rows at 0 */
+    size_t o_flag, o_outd, o_outid;   /* out: counts at 0 */
+} tc_io_t;
+
+static size_t al256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+static void tc_layout(tc_io_t *io, size_t m, size_t dp, size_t per)
+{
+    io->o_qinfo = al256(m * dp);
+    io->in_bytes = io->o_qinfo + m * sizeof(tc_qinfo_t);
+    io->o_flag = al256(m * sizeof(uint32_t));
+    io->o_outd = al256(io->o_flag + m);
+    io->o_outid = al256(io->o_outd + m * per * sizeof(double));
+    io->out_bytes = io->o_outid + m * per * sizeof(uint64_t);
+}
+
+#define IN(st, io, T, o) ((T *)((st)->d_in + (io)->o))
+#define OUT(st, io, T, o) ((T *)((st)->d_out + (io)->o))
+
+template <int NK32, int T16, int MODE>
+static cudaError_t tc_scan(const knn_copy_t *c, const knn_state_t *st, const tc_io_t *io, uint32_t n, int nq,
+                           int sms, cudaStream_t s)
+{
+    const int qtiles = nq > 64 ? 8 : nq > 32 ? 4 : nq > 16 ? 2 : 1;
+    const unsigned gy = (unsigned)((nq + 16 * qtiles - 1) / (16 * qtiles));
+    const uint32_t rpb = tc_rows_per_block(n, gy, sms);
+    const dim3 grid((n + rpb - 1) / rpb, gy);
+    const size_t smem = tc_scan_smem(NK32 * 32 + T16 * 16);
+    cudaError_t e = cudaFuncSetAttribute(k_tc_scan<NK32, T16, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)smem);
+    if (e != cudaSuccess) return e;
+    k_tc_scan<NK32, T16, MODE><<<grid, TC_WARPS * 32, smem, s>>>(
+        c->descs, c->aux, n, rpb, st->d_in, IN(st, io, tc_qinfo_t, o_qinfo), nq, qtiles, st->d_pilot, (size_t)n,
+        st->d_cnt, st->d_cand);
+    return cudaGetLastError();
+}
+
+template <int DP, int RANGE>
+static cudaError_t tc_final(const knn_copy_t *c, const knn_state_t *st, const tc_io_t *io, int nq, int take,
+                            int kstride, double radius, cudaStream_t s)
+{
+    const size_t smem = tc_final_smem();
+    cudaError_t e = cudaFuncSetAttribute(k_tc_final<DP, RANGE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)smem);
+    if (e != cudaSuccess) return e;
+    k_tc_final<DP, RANGE><<<nq, TC_FINAL_THREADS, smem, s>>>(
+        c->descs, c->aux, c->t1, c->c3, c->ptab, c->ids, st->d_in, IN(st, io, tc_qinfo_t, o_qinfo), st->d_cnt,
+        st->d_cand, take, kstride, radius,
+        OUT(st, io, double, o_outd), OUT(st, io, uint64_t, o_outid), (uint32_t *)st->d_out,
+        OUT(st, io, uint8_t, o_flag));
+    return cudaGetLastError();
+}
+
+/* The per-call buffers for qb queries of at most `per` output entries
+ * each and `dense` pilot floats (grown, never shrunk). */
+static patina_status tc_buffers(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *c, size_t qb, size_t dense,
+                                size_t per)
+{
+    tc_io_t io;
+    if (st->tq_cap >= qb && st->tq_dense >= dense && st->tq_out >= qb * per) return PATINA_OK;
+    if (qb < st->tq_cap) qb = st->tq_cap;
+    if (dense < st->tq_dense) dense = st->tq_dense;
+    if (qb * per < st->tq_out) per = (st->tq_out + qb - 1) / qb;
+    tc_buffers_free(g, st);
+    tc_layout(&io, qb, 256, per);
+#define DEV(p, n, tag) PATINA_TRY(sdev(g, st, c, (void **)&st->p, (n) * sizeof *st->p, tag))
+#define PIN(p, n, tag) PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->p, (n) * sizeof *st->p, PGPU_FAM_SEARCH, tag))
+    DEV(d_in, io.in_bytes, "queries");
+    PIN(h_in, io.in_bytes, "queries");
+    DEV(d_out, io.out_bytes, "results");
+    PIN(h_out, io.out_bytes, "results");
+    DEV(d_pilot, dense ? dense : 1, "pilot");
+    DEV(d_cnt, qb, "candidates");
+    DEV(d_cand, qb * TC_CAND, "candidates");
+#undef DEV
+#undef PIN
+    st->tq_cap = qb;
+    st->tq_dense = dense;
+    st->tq_out = qb * per;
+    return PATINA_OK;
+}
+
+/* One launch group of m queries (rows q) through the
+ * engine: k-NN (range 0; take results per query) or range (up to TC_CAND
+ * per query). The results are read with tc_result; *flag (m) = 1: the CPU
+ * answers that query. */
+static patina_status tc_batch(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *c, const uint8_t *q,
+                              size_t qbytes, size_t m, size_t take, int range, double radius, tc_io_t *io,
+                              size_t *maxn)
+{
+    cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
+    const size_t dp = (size_t)c->dp, S = range ? 0 : tc_pilot_rows(c->n, take);
+    const int kstride = range ? TC_CAND : (int)take;
+    tc_qinfo_t *qi;
+    float theta = 0.f;
+    cudaError_t e;
+    size_t i;
+    tc_layout(io, m, dp, (size_t)kstride);
+    qi = (tc_qinfo_t *)(st->h_in + io->o_qinfo);
+    if (range) { /* t >= 1 - r / 100, less the margins (gpu/knn_tc.cuh) */
+        const double t = 1.0 - radius / 100.0;
+        theta = radius >= 100.0 ? -HUGE_VALF : nextafterf((float)t * (1.0f - 1e-5f) - 1e-9f, -HUGE_VALF);
+    }
+    memset(st->h_in, 0, m * dp);
+    for (i = 0; i < m; i++) {
+        const uint8_t *a = q + i * qbytes;
+        uint32_t t2 = 0, s2 = 0;
+        for (size_t e2 = 0; e2 < c->dim; e2++) {
+            t2 += a[e2];
+            s2 += (uint32_t)a[e2] * a[e2];
+        }
+        memcpy(st->h_in + i * dp, a, c->dim);
+        /* an all-zero query is the CPU's (theta' = +inf: no candidates) */
+        qi[i] = make_float4((float)t2, (float)t2 * (float)t2, (float)s2, t2 ? theta : HUGE_VALF);
+    }
+    e = cudaMemcpyAsync(st->d_in, st->h_in, io->in_bytes, cudaMemcpyHostToDevice, s);
+    if (e == cudaSuccess && !range) { /* the pilot; k_tc_select also zeroes the counts and flags */
+        e = c->dp == 144 ? tc_scan<4, 1, 0>(c, st, io, (uint32_t)S, (int)m, g->sm_count, s)
+                         : tc_scan<8, 0, 0>(c, st, io, (uint32_t)S, (int)m, g->sm_count, s);
+        if (e == cudaSuccess) {
+            k_tc_select<<<(unsigned)m, TC_SEL_THREADS, 0, s>>>(st->d_pilot, S, (uint32_t)S, (uint32_t)take,
+                                                               IN(st, io, tc_qinfo_t, o_qinfo), st->d_cnt,
+                                                               OUT(st, io, uint8_t, o_flag));
+            e = cudaGetLastError();
+        }
+    } else if (e == cudaSuccess) {
+        e = cudaMemsetAsync(st->d_cnt, 0, m * sizeof *st->d_cnt, s);
+        if (e == cudaSuccess) e = cudaMemsetAsync(st->d_out + io->o_flag, 0, m, s);
+    }
+    if (e == cudaSuccess)
+        e = c->dp == 144 ? tc_scan<4, 1, 1>(c, st, io, (uint32_t)c->n, (int)m, g->sm_count, s)
+                         : tc_scan<8, 0, 1>(c, st, io, (uint32_t)c->n, (int)m, g->sm_count, s);
+    if (e == cudaSuccess) {
+        if (c->dp == 144) e = range ? tc_final<144, 1>(c, st, io, (int)m, 0, kstride, radius, s)
+                                    : tc_final<144, 0>(c, st, io, (int)m, (int)take, kstride, 0.0, s);
+        else e = range ? tc_final<256, 1>(c, st, io, (int)m, 0, kstride, radius, s)
+                       : tc_final<256, 0>(c, st, io, (int)m, (int)take, kstride, 0.0, s);
+    }
+    if (e == cudaSuccess && !range) { /* everything in one copy */
+        e = cudaMemcpyAsync(st->h_out, st->d_out, io->out_bytes, cudaMemcpyDeviceToHost, s);
+        *maxn = take;
+    } else if (e == cudaSuccess) { /* counts and flags, then as many columns as the longest answer */
+        const uint32_t *n = (const uint32_t *)st->h_out;
+        const uint8_t *fl = st->h_out + io->o_flag;
+        e = cudaMemcpyAsync(st->h_out, st->d_out, io->o_outd, cudaMemcpyDeviceToHost, s);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+        *maxn = 0;
+        for (i = 0; e == cudaSuccess && i < m; i++)
+            if (!fl[i] && n[i] > *maxn) *maxn = n[i];
+        if (e == cudaSuccess && *maxn) {
+            e = cudaMemcpy2DAsync(st->h_out + io->o_outd, *maxn * sizeof(double), st->d_out + io->o_outd,
+                                  (size_t)kstride * sizeof(double), *maxn * sizeof(double), m,
+                                  cudaMemcpyDeviceToHost, s);
+            if (e == cudaSuccess)
+                e = cudaMemcpy2DAsync(st->h_out + io->o_outid, *maxn * sizeof(uint64_t), st->d_out + io->o_outid,
+                                      (size_t)kstride * sizeof(uint64_t), *maxn * sizeof(uint64_t), m,
+                                      cudaMemcpyDeviceToHost, s);
+        }
+    }
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    if (e != cudaSuccess) return pgpu_fail((int)e, "gpu search: tensor-core engine", __FILE__, __LINE__);
+    return PATINA_OK;
+}
+
+/* Result j of query i of the last tc_batch (rows of stride maxn). */
+static patina_hit_t tc_result(const knn_state_t *st, const tc_io_t *io, size_t maxn, size_t i, size_t j)
+{
+    patina_hit_t h;
+    h.distance = ((const double *)(st->h_out + io->o_outd))[i * maxn + j];
+    h.id = ((const uint64_t *)(st->h_out + io->o_outid))[i * maxn + j];
+    return h;
+}
+
+/* The definition kernels: one query per block row, chunks of KNN_CHUNK
+ * rows sorted on the device, the best k of the chunks kept on the host. */
+static patina_status def_knn(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, const pgpu_knn_index_t *idx,
+                             const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts)
+{
+    cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
     const size_t nchunks = (idx->n + KNN_CHUNK - 1) / KNN_CHUNK;
     const int kk = (int)(k < KNN_CHUNK ? k : KNN_CHUNK);
     const size_t per_query = nchunks * (size_t)kk;
@@ -440,49 +673,30 @@ patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx,
     patina_hit_t *merge;
     patina_status rs = PATINA_OK;
 
-    if (!g || !idx || !hits || !counts || k == 0 || (idx->t1 ? !fq : !qv))
-        return patina__fail(PATINA_E_INVALID, "gpu search: bad argument");
-    if (idx->dist < 0 || idx->dist >= PDIST_COUNT)
-        return patina__fail(PATINA_E_INVALID, "gpu search: unknown distance %d", idx->dist);
-    if (idx->t1 && idx->dim > PGPU_KNN_MAXDIM)
-        return patina__fail(PATINA_E_INVALID, "gpu search: fast path over %d elements", PGPU_KNN_MAXDIM);
-    if (idx->n == 0 || nq == 0) return PATINA_OK;
-    PGPU_CU(cudaSetDevice(g->device));
-    s = (cudaStream_t)pgpu_stream(g, 0);
-    PATINA_TRY(knn_state(g, &st));
-    PATINA_TRY(copy_of(g, st, idx, &c));
     /* queries per launch: candidates within ~128 MiB, grid y <= 65535 */
     qb = ((size_t)128 << 20) / (per_query * 16);
     if (qb < 1) qb = 1;
     if (qb > 65535) qb = 65535;
     if (qb > nq) qb = nq;
-    if (st->cand_cap < qb * per_query || (idx->t1 ? st->q_cap < qb : st->qv_cap < qb * idx->dim)) {
+    if (st->cand_cap < qb * per_query || st->qv_cap < qb * idx->dim) {
         buffers_free(g, st);
-        if (idx->t1) PATINA_TRY(sdev(g, st, c, (void **)&st->d_q, qb * sizeof *st->d_q, "queries"));
-        else PATINA_TRY(sdev(g, st, c, (void **)&st->d_qv, qb * idx->dim * sizeof(double), "queries"));
+        PATINA_TRY(sdev(g, st, c, (void **)&st->d_qv, qb * idx->dim * sizeof(double), "queries"));
         PATINA_TRY(sdev(g, st, c, (void **)&st->d_dist, qb * per_query * sizeof(double), "candidates"));
         PATINA_TRY(sdev(g, st, c, (void **)&st->d_id, qb * per_query * sizeof(uint64_t), "candidate ids"));
         PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->h_dist, qb * per_query * sizeof(double), PGPU_FAM_SEARCH,
                                   "candidates"));
         PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->h_id, qb * per_query * sizeof(uint64_t), PGPU_FAM_SEARCH,
                                   "candidate ids"));
-        if (idx->t1) st->q_cap = qb;
-        else st->qv_cap = qb * idx->dim;
+        st->qv_cap = qb * idx->dim;
         st->cand_cap = qb * per_query;
     }
     merge = (patina_hit_t *)malloc((take ? take : 1) * sizeof *merge);
-    if (!merge) {
-        return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory merging %zu candidates", per_query);
-    }
+    if (!merge) return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory merging %zu candidates", per_query);
     for (q0 = 0; q0 < nq && rs == PATINA_OK; q0 += qb) {
         const size_t m = nq - q0 < qb ? nq - q0 : qb;
         const dim3 grid((unsigned)nchunks, (unsigned)m);
-        cudaError_t e;
-        if (idx->t1) {
-            e = cudaMemcpyAsync(st->d_q, fq + q0, m * sizeof *fq, cudaMemcpyHostToDevice, s);
-        } else {
-            e = cudaMemcpyAsync(st->d_qv, qv + q0 * idx->dim, m * idx->dim * sizeof *qv, cudaMemcpyHostToDevice, s);
-        }
+        cudaError_t e = cudaMemcpyAsync(st->d_qv, qv + q0 * idx->dim, m * idx->dim * sizeof *qv,
+                                        cudaMemcpyHostToDevice, s);
         if (e == cudaSuccess) e = launch(c, idx, st, grid, kk, s);
         if (e == cudaSuccess)
             e = cudaMemcpyAsync(st->h_dist, st->d_dist, m * per_query * sizeof(double), cudaMemcpyDeviceToHost, s);
@@ -523,4 +737,93 @@ patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx,
     }
     free(merge);
     return rs;
+}
+
+static patina_status search_begin(patina_gpu_t *g, const pgpu_knn_index_t *idx, knn_state_t **st,
+                                  knn_copy_t **c)
+{
+    if (idx->dist < 0 || idx->dist >= PDIST_COUNT)
+        return patina__fail(PATINA_E_INVALID, "gpu search: unknown distance %d", idx->dist);
+    if (idx->t1 && idx->dim > PGPU_KNN_MAXDIM)
+        return patina__fail(PATINA_E_INVALID, "gpu search: fast path over %d elements", PGPU_KNN_MAXDIM);
+    PGPU_CU(cudaSetDevice(g->device));
+    PATINA_TRY(knn_state(g, st));
+    return copy_of(g, *st, idx, c);
+}
+
+patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
+                             const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
+                             uint8_t *cpu)
+{
+    knn_state_t *st;
+    knn_copy_t *c;
+    const size_t take = k < idx->n ? k : idx->n;
+    size_t qb, q0, S;
+
+    if (!g || !idx || !hits || !counts || !cpu || k == 0 || (idx->t1 ? !queries : !qv))
+        return patina__fail(PATINA_E_INVALID, "gpu search: bad argument");
+    if (idx->t1 && k > TC_KMAX)
+        return patina__fail(PATINA_E_UNAVAILABLE, "gpu search: k = %zu is over the GPU's %d", k, TC_KMAX);
+    memset(cpu, 0, nq);
+    if (idx->n == 0 || nq == 0) return PATINA_OK;
+    PATINA_TRY(search_begin(g, idx, &st, &c));
+    if (!c->tc) return def_knn(g, st, c, idx, qv, nq, k, hits, counts);
+    S = tc_pilot_rows(c->n, take);
+    qb = TC_PILOT_BYTES / (S * sizeof(float));
+    if (qb < 1) qb = 1;
+    if (qb > TC_KNN_BATCH) qb = TC_KNN_BATCH;
+    if (qb > nq) qb = nq;
+    PATINA_TRY(tc_buffers(g, st, c, qb, qb * S, take));
+    for (q0 = 0; q0 < nq; q0 += qb) {
+        const size_t m = nq - q0 < qb ? nq - q0 : qb;
+        size_t maxn;
+        tc_io_t io;
+        PATINA_TRY(tc_batch(g, st, c, queries + q0 * idx->bytes, idx->bytes, m, take, 0, 0.0, &io, &maxn));
+        for (size_t i = 0; i < m; i++) {
+            if (st->h_out[io.o_flag + i]) {
+                cpu[q0 + i] = 1;
+                continue;
+            }
+            for (size_t j = 0; j < take; j++) hits[(q0 + i) * k + j] = tc_result(st, &io, maxn, i, j);
+            counts[q0 + i] = take;
+        }
+    }
+    return PATINA_OK;
+}
+
+patina_status patina_gpu_range(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
+                               size_t nq, double radius, size_t max_hits, patina_hit_t **hits, size_t *counts,
+                               uint8_t *cpu)
+{
+    knn_state_t *st;
+    knn_copy_t *c;
+    size_t qb, q0;
+
+    if (!g || !idx || !hits || !counts || !cpu || !idx->t1 || !queries || isnan(radius))
+        return patina__fail(PATINA_E_INVALID, "gpu search: bad argument");
+    memset(cpu, 0, nq);
+    if (idx->n == 0 || nq == 0) return PATINA_OK;
+    PATINA_TRY(search_begin(g, idx, &st, &c));
+    qb = nq < TC_RANGE_BATCH ? nq : TC_RANGE_BATCH;
+    PATINA_TRY(tc_buffers(g, st, c, qb, 0, TC_CAND));
+    for (q0 = 0; q0 < nq; q0 += qb) {
+        const size_t m = nq - q0 < qb ? nq - q0 : qb;
+        size_t maxn;
+        tc_io_t io;
+        PATINA_TRY(tc_batch(g, st, c, queries + q0 * idx->bytes, idx->bytes, m, 0, 1, radius, &io, &maxn));
+        for (size_t i = 0; i < m; i++) {
+            size_t n = ((const uint32_t *)st->h_out)[i];
+            if (st->h_out[io.o_flag + i]) {
+                cpu[q0 + i] = 1;
+                continue;
+            }
+            if (max_hits && n > max_hits) n = max_hits;
+            if (n == 0) continue;
+            hits[q0 + i] = (patina_hit_t *)malloc(n * sizeof **hits);
+            if (!hits[q0 + i]) return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory for %zu hits", n);
+            for (size_t j = 0; j < n; j++) hits[q0 + i][j] = tc_result(st, &io, maxn, i, j);
+            counts[q0 + i] = n;
+        }
+    }
+    return PATINA_OK;
 }

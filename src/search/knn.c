@@ -72,8 +72,16 @@ struct patina_index {
 
 static _Atomic uint64_t next_serial = 1;
 
-/* A query prepared for the fast path (shared with the GPU search). */
-typedef patina_knn_query_t tq_t;
+/* A query prepared for the fast path: its sum T2, C2 = sum q^2, and its
+ * non-zero elements (index, q = a / T2) in order (the GPU's final pass
+ * rebuilds the same from the query's bytes, gpu/knn_tc.cuh). */
+typedef struct tq {
+    int fast; /* 0: an element above 7, not for the fast path */
+    int nnz;
+    double t2, c2;
+    uint16_t idx[PGPU_KNN_MAXDIM];
+    double qv[PGPU_KNN_MAXDIM];
+} tq_t;
 
 int patina__index_fast_path(const patina_index_t *idx) { return idx && idx->t1 != NULL; }
 
@@ -566,24 +574,31 @@ void patina_search_opts_init(patina_search_opts_t *o)
     o->device = PATINA_DEVICE_AUTO;
 }
 
-/* The device a search runs on (range: CPU only). */
+/* The device a search runs on. The GPU answers every distance's k-NN
+ * (the Tanimoto fast path for k <= PGPU_KNN_KMAX) and the fast path's range
+ * search; AUTO takes it for indexes of GPU_MIN_ROWS rows or more. */
 static patina_status search_device(patina_context_t *ctx, const patina_index_t *ix,
-                                   const patina_search_opts_t *o, int range, patina_device *dev)
+                                   const patina_search_opts_t *o, int range, size_t k, patina_device *dev)
 {
+    const int can = range ? ix->t1 != NULL : ix->dist->gpu && (!ix->t1 || k <= PGPU_KNN_KMAX);
     switch (o->device) {
     case PATINA_DEVICE_CPU: *dev = PATINA_DEVICE_CPU; return PATINA_OK;
     case PATINA_DEVICE_AUTO:
-        *dev = !range && ctx && ix->n >= GPU_MIN_ROWS && ix->dist->gpu && patina__context_gpu_usable(ctx)
-                   ? PATINA_DEVICE_GPU
-                   : PATINA_DEVICE_CPU;
+        *dev = can && ctx && ix->n >= GPU_MIN_ROWS && patina__context_gpu_usable(ctx) ? PATINA_DEVICE_GPU
+                                                                                    : PATINA_DEVICE_CPU;
         return PATINA_OK;
     case PATINA_DEVICE_GPU:
-        if (range)
-            return patina__fail(PATINA_E_UNAVAILABLE, "search: range search runs on the CPU (device cpu or auto)");
         if (!ctx) return patina__fail(PATINA_E_INVALID, "search: a GPU search needs a context");
+        if (range && !can)
+            return patina__fail(PATINA_E_UNAVAILABLE,
+                                "search: range search on the GPU serves Tanimoto on 0..7 descriptors (CEDD); "
+                                "use device cpu or auto for %s", ix->dist->name);
         if (!ix->dist->gpu)
             return patina__fail(PATINA_E_UNAVAILABLE, "search: distance %s has no GPU implementation",
                                 ix->dist->name);
+        if (!can)
+            return patina__fail(PATINA_E_UNAVAILABLE, "search: k = %zu is over the GPU's limit of %d (device cpu or auto)",
+                                k, PGPU_KNN_KMAX);
         *dev = PATINA_DEVICE_GPU;
         return PATINA_OK;
     case PATINA_DEVICE_HYBRID: break;
@@ -618,9 +633,81 @@ static void knn_pad(const patina_index_t *idx, size_t nq, size_t k, patina_hit_t
     }
 }
 
+/* The queries flagged in cpu[] (n of nq) answered on the CPU: gathered,
+ * searched, scattered back (k-NN: hits/counts rows; range: hits[q] lists). */
+static patina_status cpu_rest(patina_context_t *ctx, const patina_index_t *ix, const uint8_t *queries, size_t nq,
+                              const uint8_t *cpu, size_t k, int range, double radius, size_t max_hits,
+                              patina_hit_t *hits, patina_hit_t **rhits, size_t *counts)
+{
+    patina_search_opts_t o;
+    size_t n = 0, q, j = 0;
+    uint8_t *sub;
+    patina_hit_t *sh = NULL, **srh = NULL;
+    size_t *sc = NULL;
+    patina_status s;
+    for (q = 0; q < nq; q++) n += cpu[q] != 0;
+    if (n == 0) return PATINA_OK;
+    patina_search_opts_init(&o);
+    o.device = PATINA_DEVICE_CPU;
+    o.max_hits = max_hits;
+    sub = malloc(n * ix->bytes);
+    sc = malloc(n * sizeof *sc);
+    if (range) srh = calloc(n, sizeof *srh);
+    else sh = malloc(n * k * sizeof *sh);
+    if (!sub || !sc || (range ? !srh : !sh)) {
+        s = patina__fail(PATINA_E_NOMEM, "search: out of memory");
+        goto done;
+    }
+    for (q = 0; q < nq; q++)
+        if (cpu[q]) memcpy(sub + j++ * ix->bytes, queries + q * ix->bytes, ix->bytes);
+    s = range ? patina_index_range(ctx, ix, sub, n, radius, &o, srh, sc)
+              : patina_index_knn(ctx, ix, sub, n, k, &o, sh, sc);
+    for (q = 0, j = 0; s == PATINA_OK && q < nq; q++) {
+        if (!cpu[q]) continue;
+        if (range) {
+            rhits[q] = srh[j];
+            srh[j] = NULL;
+        } else {
+            memcpy(hits + q * k, sh + j * k, k * sizeof *sh);
+        }
+        counts[q] = sc[j++];
+    }
+done:
+    for (j = 0; srh && j < n; j++) free(srh[j]);
+    free(srh);
+    free(sh);
+    free(sc);
+    free(sub);
+    return s;
+}
+
+/* The index as the GPU search sees it (borrowed arrays). */
+static void gpu_view(const patina_index_t *ix, pgpu_knn_index_t *view)
+{
+    memset(view, 0, sizeof *view);
+    view->serial = ix->serial;
+    view->n = ix->n;
+    view->dim = ix->dim;
+    view->bytes = ix->bytes;
+    view->elem = ix->elem;
+    view->dist = (int)ix->dist_id;
+    view->ids = ix->ids;
+    view->descs = ix->descs;
+    view->sd = ix->sd;
+}
+
+static void view_fast(const patina_index_t *ix, pgpu_knn_index_t *view)
+{
+    view->t1 = ix->t1;
+    view->c3 = ix->c3;
+    view->ptab = &ix->ptab[0][0];
+    view->ptab_rows = ix->t_max + 1;
+}
+
 /* The GPU search under the context's GPU turn: the device copy of the index
  * is made or found, used and kept in the context while the turn is held, so
- * no other thread can drop it meanwhile. */
+ * no other thread can drop it meanwhile. The queries the GPU leaves to the
+ * CPU are answered after the turn. */
 static patina_status knn_gpu(patina_context_t *ctx, const patina_index_t *ix, const uint8_t *queries,
                              size_t nq, size_t k, patina_hit_t *hits, size_t *counts)
 {
@@ -628,26 +715,15 @@ static patina_status knn_gpu(patina_context_t *ctx, const patina_index_t *ix, co
     patina_gpu_t *g;
     tq_t *tq = NULL;
     double *qv = NULL;
+    uint8_t *cpu = NULL;
     patina_status s;
     size_t q;
-    memset(&view, 0, sizeof view);
-    view.serial = ix->serial;
-    view.n = ix->n;
-    view.dim = ix->dim;
-    view.bytes = ix->bytes;
-    view.elem = ix->elem;
-    view.dist = (int)ix->dist_id;
-    view.ids = ix->ids;
-    view.descs = ix->descs;
-    view.sd = ix->sd;
+    gpu_view(ix, &view);
     PATINA_TRY(prepare_queries(ix, queries, nq, &tq));
     for (q = 0; tq && q < nq; q++)
         if (!tq[q].fast) break;
     if (tq && q == nq) { /* every query takes the fast path */
-        view.t1 = ix->t1;
-        view.c3 = ix->c3;
-        view.ptab = &ix->ptab[0][0];
-        view.ptab_rows = ix->t_max + 1;
+        view_fast(ix, &view);
     } else if (ix->dist_id == PDIST_TANIMOTO && ix->t1) {
         /* A query with an element above 7: the definition for all of them,
          * on a device copy of its own (row-major). */
@@ -662,13 +738,56 @@ static patina_status knn_gpu(patina_context_t *ctx, const patina_index_t *ix, co
         for (q = 0; q < nq; q++)
             for (size_t i = 0; i < ix->dim; i++) qv[q * ix->dim + i] = pdist_elem(ix->elem, queries + q * ix->bytes, i);
     }
+    if (!(cpu = malloc(nq))) {
+        free(tq);
+        free(qv);
+        return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", nq);
+    }
     s = patina__context_gpu_acquire(ctx, &g);
     if (s == PATINA_OK) {
-        s = patina_gpu_knn(g, &view, view.t1 ? tq : NULL, qv, nq, k, hits, counts);
+        s = patina_gpu_knn(g, &view, queries, qv, nq, k, hits, counts, cpu);
         patina__context_gpu_release(ctx);
     }
+    if (s == PATINA_OK) s = cpu_rest(ctx, ix, queries, nq, cpu, k, 0, 0.0, 0, hits, NULL, counts);
+    free(cpu);
     free(tq);
     free(qv);
+    return s;
+}
+
+/* Range search on the GPU (the fast path); queries with an element above 7
+ * and those the GPU leaves go to the CPU. */
+static patina_status range_gpu(patina_context_t *ctx, const patina_index_t *ix, const uint8_t *queries,
+                               size_t nq, double radius, size_t max_hits, patina_hit_t **hits, size_t *counts)
+{
+    pgpu_knn_index_t view;
+    patina_gpu_t *g;
+    tq_t *tq = NULL;
+    uint8_t *cpu = NULL;
+    patina_status s;
+    size_t q;
+    gpu_view(ix, &view);
+    view_fast(ix, &view);
+    PATINA_TRY(prepare_queries(ix, queries, nq, &tq));
+    if (!(cpu = malloc(nq))) {
+        free(tq);
+        return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", nq);
+    }
+    s = patina__context_gpu_acquire(ctx, &g);
+    if (s == PATINA_OK) {
+        s = patina_gpu_range(g, &view, queries, nq, radius, max_hits, hits, counts, cpu);
+        patina__context_gpu_release(ctx);
+    }
+    for (q = 0; s == PATINA_OK && q < nq; q++) /* a slow-path query was searched with zeros: redo it */
+        if (!tq[q].fast) {
+            free(hits[q]);
+            hits[q] = NULL;
+            counts[q] = 0;
+            cpu[q] = 1;
+        }
+    if (s == PATINA_OK) s = cpu_rest(ctx, ix, queries, nq, cpu, 0, 1, radius, max_hits, NULL, hits, counts);
+    free(cpu);
+    free(tq);
     return s;
 }
 
@@ -688,7 +807,7 @@ patina_status patina_index_knn(patina_context_t *ctx, const patina_index_t *idx,
     PATINA_TRY(knn_args(idx, queries, nq, k, hits, counts));
     patina_search_opts_init(&opts);
     if (opts_in) opts = *opts_in;
-    PATINA_TRY(search_device(ctx, idx, &opts, 0, &dev));
+    PATINA_TRY(search_device(ctx, idx, &opts, 0, k, &dev));
     if (nq == 0) return PATINA_OK;
     knn_pad(idx, nq, k, hits, counts);
     if (idx->n == 0) return PATINA_OK;
@@ -747,9 +866,10 @@ patina_status patina_index_range(patina_context_t *ctx, const patina_index_t *id
 
     if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
     if (isnan(radius)) return patina__fail(PATINA_E_INVALID, "search: radius is NaN");
+    if (radius < 0.0) return patina__fail(PATINA_E_INVALID, "search: radius %g is negative", radius);
     patina_search_opts_init(&opts);
     if (opts_in) opts = *opts_in;
-    PATINA_TRY(search_device(ctx, idx, &opts, 1, &dev));
+    PATINA_TRY(search_device(ctx, idx, &opts, 1, 0, &dev));
     max_hits = opts.max_hits;
     if (nq == 0) return PATINA_OK;
     if (!queries || !hits || !counts) return patina__fail(PATINA_E_INVALID, "search: null queries, hits or counts");
@@ -758,6 +878,16 @@ patina_status patina_index_range(patina_context_t *ctx, const patina_index_t *id
         counts[q] = 0;
     }
     if (idx->n == 0) return PATINA_OK;
+    if (dev == PATINA_DEVICE_GPU) {
+        s = range_gpu(ctx, idx, queries, nq, radius, max_hits, hits, counts);
+        if (s != PATINA_OK)
+            for (q = 0; q < nq; q++) {
+                free(hits[q]);
+                hits[q] = NULL;
+                counts[q] = 0;
+            }
+        return s;
+    }
 
     memset(&jb, 0, sizeof jb);
     plan(idx, nq, cpu_threads(ctx), &nthreads, &jb.nchunks, &jb.chunk);

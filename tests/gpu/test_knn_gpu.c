@@ -4,8 +4,13 @@
  * same order, same distance bits.
  *   - Tanimoto fast path: random CEDD descriptors (bins 0..7, mostly zero),
  *     duplicated rows (ties, ordered by id), zero rows and queries (the 0 /
- *     100 special cases), ids not in row order; index sizes around the GPU's
- *     2048-row chunk, k below, at and above it, several query batches;
+ *     100 special cases), ids not in row order; index sizes around the
+ *     engine's pilot sample (8192 rows) and stage (128 rows), k from 1 to
+ *     the GPU's limit of 1024 (1025 refused), several query batches; an
+ *     index of a few distinct rows copied thousands of times (exact ties
+ *     overflow the candidate lists: those queries are the CPU's, same
+ *     answer); range search on the GPU against the CPU's, radius 0 to 100
+ *     and with max_hits;
  *   - every other distance and element type through the families that use
  *     them (lbp8 chi2/l1/intersection/hellinger on u32 and f32, glcm l2 and
  *     haralick std_l2 on f64), and Tanimoto queries with an element above 7;
@@ -107,8 +112,8 @@ static size_t compare(const patina_index_t *idx, const void *queries, size_t nq,
 
 static void test_random(void **state)
 {
-    static const size_t ns[] = {0, 1, 5, 2047, 2048, 2049, 5000, 70000};
-    static const size_t ks[] = {1, 10, 100, 2048, 2500};
+    static const size_t ns[] = {0, 1, 5, 127, 129, 2049, 8193, 70000};
+    static const size_t ks[] = {1, 10, 100, 1000, 1024};
     static const size_t nqs[] = {1, 7, 64};
     const size_t nn = QUICK ? (QUICK > 1 ? 4 : 6) : sizeof ns / sizeof *ns,
                  nk = QUICK ? 2 : sizeof ks / sizeof *ks, nnq = QUICK ? (QUICK > 1 ? 1 : 2) : sizeof nqs / sizeof *nqs;
@@ -161,6 +166,15 @@ static void test_refusals(void **state)
     idx = make_index(100, &r, 0, NULL);
     random_desc(q, &r);
     assert_int_equal(patina_index_knn(CTX, idx, q, 1, 0, &o, hits, &n), PATINA_E_INVALID);
+    {   /* k over the GPU's limit: refused on the GPU, served by AUTO (on the CPU) */
+        patina_hit_t *big = malloc(1025 * sizeof *big);
+        patina_search_opts_t au;
+        patina_search_opts_init(&au);
+        assert_int_equal(patina_index_knn(CTX, idx, q, 1, 1025, &o, big, &n), PATINA_E_UNAVAILABLE);
+        TU_OK(patina_index_knn(CTX, idx, q, 1, 1025, &au, big, &n));
+        assert_int_equal(n, 100);
+        free(big);
+    }
     /* a missing device */
     patina_context_opts_init(&co);
     co.gpu_index = 999;
@@ -171,6 +185,117 @@ static void test_refusals(void **state)
     q[5] = 200;
     assert_int_equal(compare(idx, q, 1, 3), 0);
     patina_index_free(idx);
+}
+
+/* A table of a few distinct rows copied many times: a query equal to one
+ * of them has thousands of exact ties at distance 0 (more than the GPU's
+ * candidate list): the GPU hands it to the CPU; the answer is the same. */
+static void test_ties(void **state)
+{
+    const size_t n = QUICK ? 9000 : 20000, nq = 6;
+    uint8_t *rows = malloc(n * PATINA_CEDD_DIM), base[3][PATINA_CEDD_DIM], *queries = malloc(nq * PATINA_CEDD_DIM);
+    uint64_t *ids = malloc(n * sizeof *ids);
+    patina_extractor_t *ex;
+    patina_index_t *idx;
+    tu_rng_t r;
+    size_t i, bad = 0;
+    (void)state;
+    tu_rng_seed(&r, 99);
+    for (i = 0; i < 3; i++) random_desc(base[i], &r);
+    for (i = 0; i < n; i++) {
+        memcpy(rows + i * PATINA_CEDD_DIM, base[i % 3], PATINA_CEDD_DIM);
+        if (i % 10 == 9) random_desc(rows + i * PATINA_CEDD_DIM, &r);
+        ids[i] = n - i; /* ids against row order */
+    }
+    for (i = 0; i < nq; i++) {
+        if (i < 3) memcpy(queries + i * PATINA_CEDD_DIM, base[i], PATINA_CEDD_DIM);
+        else random_desc(queries + i * PATINA_CEDD_DIM, &r);
+    }
+    TU_OK(patina_extractor_new(&ex, "cedd"));
+    TU_OK(patina_index_new(&idx, ex, ids, rows, n));
+    bad += compare(idx, queries, nq, 10);
+    bad += compare(idx, queries, nq, 1024);
+    printf("  %zu rows of 3 repeated descriptors: %zu differing hits\n", n, bad);
+    assert_int_equal(bad, 0);
+    patina_index_free(idx);
+    patina_extractor_free(ex);
+    free(rows);
+    free(ids);
+    free(queries);
+}
+
+/* Range search: the GPU's lists equal the CPU's (counts, ids, distance bits). */
+static size_t compare_range(const patina_index_t *idx, const uint8_t *queries, size_t nq, double radius,
+                            size_t max_hits)
+{
+    patina_hit_t **a = calloc(nq, sizeof *a), **b = calloc(nq, sizeof *b);
+    size_t *ca = calloc(nq, sizeof *ca), *cb = calloc(nq, sizeof *cb), q, i, bad = 0;
+    patina_search_opts_t cpu, gpu;
+    patina_search_opts_init(&cpu);
+    patina_search_opts_init(&gpu);
+    cpu.device = PATINA_DEVICE_CPU;
+    gpu.device = PATINA_DEVICE_GPU;
+    cpu.max_hits = gpu.max_hits = max_hits;
+    TU_OK(patina_index_range(NULL, idx, queries, nq, radius, &cpu, a, ca));
+    TU_OK(patina_index_range(CTX, idx, queries, nq, radius, &gpu, b, cb));
+    for (q = 0; q < nq; q++) {
+        if (ca[q] != cb[q]) {
+            if (bad < 5) printf("  radius %g query %zu: cpu %zu hits, gpu %zu\n", radius, q, ca[q], cb[q]);
+            bad++;
+            continue;
+        }
+        for (i = 0; i < ca[q]; i++)
+            if (a[q][i].id != b[q][i].id || memcmp(&a[q][i].distance, &b[q][i].distance, sizeof(double))) {
+                if (bad < 5)
+                    printf("  radius %g query %zu rank %zu: cpu id %llu %.17g, gpu id %llu %.17g\n", radius, q, i,
+                           (unsigned long long)a[q][i].id, a[q][i].distance, (unsigned long long)b[q][i].id,
+                           b[q][i].distance);
+                bad++;
+            }
+        free(a[q]);
+        free(b[q]);
+    }
+    free(a);
+    free(b);
+    free(ca);
+    free(cb);
+    return bad;
+}
+
+static void test_range(void **state)
+{
+    static const double radii[] = {0.0, 20.0, 35.0, 45.0, 60.0, 100.0};
+    const size_t n = QUICK ? 5000 : 30000, nq = QUICK ? 5 : 40;
+    uint8_t *rows, *queries = malloc(nq * PATINA_CEDD_DIM);
+    patina_index_t *idx;
+    patina_hit_t *h[1];
+    size_t c[1], q, a, bad = 0;
+    tu_rng_t r;
+    patina_search_opts_t o;
+    (void)state;
+    tu_rng_seed(&r, 31);
+    idx = make_index(n, &r, 1, &rows);
+    for (q = 0; q < nq; q++) {
+        if (q % 3 == 1) memcpy(queries + q * PATINA_CEDD_DIM, rows + tu_rng_below(&r, (uint32_t)n) * PATINA_CEDD_DIM,
+                               PATINA_CEDD_DIM);
+        else if (q == 2) memset(queries + q * PATINA_CEDD_DIM, 0, PATINA_CEDD_DIM);
+        else random_desc(queries + q * PATINA_CEDD_DIM, &r);
+    }
+    for (a = 0; a < sizeof radii / sizeof *radii; a++) {
+        bad += compare_range(idx, queries, nq, radii[a], 0);
+        bad += compare_range(idx, queries, nq, radii[a], 7);
+    }
+    /* an element above 7: that query goes to the CPU, same answer */
+    queries[5] = 9;
+    bad += compare_range(idx, queries, nq, 45.0, 0);
+    printf("  range: %zu differing lists or hits\n", bad);
+    assert_int_equal(bad, 0);
+    patina_search_opts_init(&o);
+    o.device = PATINA_DEVICE_GPU;
+    assert_int_equal(patina_index_range(CTX, idx, queries, 1, -0.5, &o, h, c), PATINA_E_INVALID);
+    patina_index_free(idx);
+    free(rows);
+    free(queries);
 }
 
 /* Random descriptors of an extractor's shape: small non-negative integers
@@ -229,7 +354,9 @@ static void test_distances(void **state)
             for (size_t i = 0; i < n; i++) ids[i] = 7 + 2 * (uint64_t)((i * 7919) % n);
             TU_OK(patina_index_new(&idx, ex, ids, rows, n));
             for (size_t ki = 0; ki < (QUICK ? 2 : sizeof ks / sizeof *ks); ki++) {
-                size_t b = compare(idx, queries, nq, ks[ki]);
+                size_t b;
+                if (!strcmp(specs[si], "cedd") && ks[ki] > 1024) continue; /* a CEDD index: k <= 1024 on the GPU */
+                b = compare(idx, queries, nq, ks[ki]);
                 if (b) printf("  %s n %zu k %zu: %zu differing hits\n", specs[si], n, ks[ki], b);
                 bad += b;
                 runs++;
@@ -301,6 +428,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_ties),
+        cmocka_unit_test(test_range),
         cmocka_unit_test(test_distances),
         cmocka_unit_test(test_threads),
     };

@@ -1,0 +1,469 @@
+/* Exact Tanimoto k-NN and range search on the integer tensor cores
+ * (src/gpu/knn.cu drives these kernels; docs/search.md "GPU").
+ *
+ * Rows are u8 descriptors whose elements are 0..7 (CEDD): the dot product
+ * D = sum a_i b_i of a query a and a row b is an exact integer, computed by
+ * mma.sync (m16n8k32 / m16n8k16, u8 x u8 -> s32). With the row's T1 = sum b,
+ * S1 = sum b^2 and the query's T2, S2, the exact Tanimoto similarity is the
+ * rational
+ *     t = D T1 T2 / (S2 T1^2 + S1 T2^2 - D T1 T2)     (t = 0 when T1 = 0)
+ * and LIRE's distance is 100 (1 - t) up to the reference's rounding. The
+ * reference (the CPU's doubles, src/search/knn.c) accumulates 144 rounded
+ * quotients in double: its t differs from the exact one by less than 1e-13
+ * (relative error of each sum <= 146 u, u = 2^-53; the denominator
+ * (C2 + C3) - C1 >= (C2 + C3) / 2 since C1 <= sqrt(C2 C3), so the
+ * subtraction at most doubles it; t <= 1).
+ *
+ * Three passes make the answer exact without a distance matrix:
+ *  1. pilot: t in float for the first S rows (the device copy is stored in
+ *     a fixed random permutation, so they are a uniform sample) and, per
+ *     query, the kth largest of them, theta (k_tc_select). The kth best of a
+ *     subset is at most the kth best of all rows, so theta <= t_k (the
+ *     exact kth best of the whole table) up to the float error.
+ *  2. scan: every row whose t passes theta' = theta (1 - 1e-5) - 1e-9 is
+ *     appended to the query's candidate list (row index; an atomic counter
+ *     that keeps counting past the list's capacity TC_CAND). t >= theta'
+ *     is tested as D >= beta (S2 T1 / T2 + S1 T2 / T1), beta = theta' / (1 +
+ *     theta') (the same inequality multiplied out), in float with per-query
+ *     beta S2 / T2, beta T2 and per-row T1, S1 / T1: the right side has a
+ *     relative error below 8 * 2^-24 < 1e-6 and D is exact, so every row
+ *     with exact t >= t_k - 2e-12 passes (every positive t is >= 1/(7 *
+ *     (T1 + T2)) > 3e-5, where 1e-5 relative exceeds 2e-12).
+ *  3. final (one block per query): the exact t of each candidate from its
+ *     integer D (dp4a) in double (numerator and denominator are integers
+ *     below 2^53: exact; one rounding in the division), the kth largest
+ *     kappa, the candidates with t >= kappa - 1e-9 (normally exactly k plus
+ *     exact ties), their reference distances by the CPU's operations in
+ *     the CPU's order, sorted by (distance, id), the first k written.
+ * A row of the true answer (reference distance <= the kth reference
+ * distance) has exact t >= t_k - 2e-13: it is a candidate (2) and a
+ * survivor (3). A query whose candidates overflow the list (massive exact
+ * ties), whose T2 is 0, or whose survivors do not fit, is flagged and
+ * answered by the CPU: the answer is exact in every case.
+ *
+ * Range search (distance <= r) skips the pilot: theta' from r, then the
+ * reference distances of the candidates, those <= r, sorted. */
+#ifndef PATINA_GPU_KNN_TC_CUH
+#define PATINA_GPU_KNN_TC_CUH
+
+#include <stdint.h>
+
+#include "gpu/ptx.cuh"
+
+#define TC_WARPS 8          /* warps per scan block */
+#define TC_R 128            /* rows per shared-memory stage */
+#define TC_STAGES 3
+#define TC_CAND 4096        /* candidates per query */
+#define TC_KMAX PGPU_KNN_KMAX /* k on the GPU */
+#define TC_FINAL_THREADS 512
+#define TC_SEL_THREADS 1024
+
+/* Per query: T2, T2^2, S2 (exact integers as floats) and the filter's
+ * threshold theta' (scan) -- written by k_tc_select or the host (range). */
+typedef float4 tc_qinfo_t;
+
+/* Per row: T1, T1^2, S1 as floats (exact integers) and S1 / T1; a zero row
+ * holds (0, 0, 1, 1e30) so that its t is 0 / T2^2 = 0 (its distance is
+ * 100) and it passes the filter only when every row does. */
+typedef float4 tc_aux_t;
+
+/* ---------------------------------------------------------------- scan */
+
+/* MODE: 0 = pilot (write t for rows < n to dense (nq, ld)),
+ *       1 = filter (append passing rows to cand (nq, TC_CAND), count in cnt). */
+template <int NK32, int T16, int MODE>
+__global__ void __launch_bounds__(TC_WARPS * 32)
+k_tc_scan(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, uint32_t n,
+          uint32_t rows_per_block, const uint8_t *__restrict__ qbytes, const tc_qinfo_t *__restrict__ qinfo,
+          int nq, int qtiles, float *__restrict__ dense, size_t ld, uint32_t *__restrict__ cnt,
+          uint32_t *__restrict__ cand)
+{
+    constexpr int DP = NK32 * 32 + T16 * 16; /* bytes per row */
+    extern __shared__ __align__(16) uint8_t smem[];
+    uint8_t *srows = smem;                                          /* (STAGES, R, DP) */
+    tc_aux_t *saux = (tc_aux_t *)(smem + TC_STAGES * TC_R * DP); /* (STAGES, R) */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g4 = lane >> 2, t4 = lane & 3;
+    const int mytile = warp % qtiles, rl = warp / qtiles, nrl = TC_WARPS / qtiles;
+    const int q0 = (blockIdx.y * qtiles + mytile) * 16 + g4, q1 = q0 + 8;
+    const uint32_t r0 = blockIdx.x * rows_per_block;
+    const uint32_t r1 = min(n, r0 + rows_per_block);
+    uint32_t a[NK32 > 0 ? NK32 : 1][4], at0 = 0, at1 = 0;
+    float qa[2][4], fa[2], fb[2];
+    bool all[2];
+
+    if (r0 >= r1) return;
+    /* the query tile's A fragments, loaded once (rows past nq are zero) */
+#pragma unroll
+    for (int ks = 0; ks < NK32; ks++) {
+        const int c = ks * 32 + t4 * 4;
+        a[ks][0] = q0 < nq ? *(const uint32_t *)(qbytes + (size_t)q0 * DP + c) : 0u;
+        a[ks][1] = q1 < nq ? *(const uint32_t *)(qbytes + (size_t)q1 * DP + c) : 0u;
+        a[ks][2] = q0 < nq ? *(const uint32_t *)(qbytes + (size_t)q0 * DP + c + 16) : 0u;
+        a[ks][3] = q1 < nq ? *(const uint32_t *)(qbytes + (size_t)q1 * DP + c + 16) : 0u;
+    }
+    if (T16) {
+        const int c = NK32 * 32 + t4 * 4;
+        at0 = q0 < nq ? *(const uint32_t *)(qbytes + (size_t)q0 * DP + c) : 0u;
+        at1 = q1 < nq ? *(const uint32_t *)(qbytes + (size_t)q1 * DP + c) : 0u;
+    }
+    for (int h = 0; h < 2; h++) {
+        const int q = h ? q1 : q0;
+        const float4 v = q < nq ? qinfo[q] : make_float4(0.f, 0.f, 0.f, 0.f);
+        qa[h][0] = v.x; /* T2 */
+        qa[h][1] = v.y; /* T2^2 */
+        qa[h][2] = v.z; /* S2 */
+        qa[h][3] = v.w; /* theta' */
+        /* the filter t >= theta' as D >= beta (S2 T1 / T2 + S1 T2 / T1),
+         * beta = theta' / (1 + theta'): D >= fa T1 + fb (S1 / T1); every
+         * row passes when theta' < 0; padding queries (and T2 = 0, theta'
+         * = +inf: NaN) never pass */
+        const float beta = v.w / (1.0f + v.w);
+        fa[h] = q < nq ? beta * v.z / v.x : HUGE_VALF;
+        fb[h] = q < nq ? beta * v.x : HUGE_VALF;
+        all[h] = q < nq && v.w < 0.f;
+    }
+
+    const uint32_t nst = (r1 - r0 + TC_R - 1) / TC_R;
+    auto load = [&](uint32_t st) {
+        if (st < nst) {
+            const int buf = st % TC_STAGES;
+            const uint8_t *src = rows + (size_t)(r0 + st * TC_R) * DP;
+            uint8_t *dst = srows + (size_t)buf * TC_R * DP;
+            for (int c = threadIdx.x; c < TC_R * DP / 16; c += TC_WARPS * 32) cp_async16(dst + c * 16, src + c * 16);
+            const tc_aux_t *as = aux + r0 + st * TC_R;
+            for (int c = threadIdx.x; c < TC_R; c += TC_WARPS * 32) cp_async16(saux + buf * TC_R + c, as + c);
+        }
+        cp_async_commit();
+    };
+#pragma unroll
+    for (int s = 0; s < TC_STAGES - 1; s++) load(s);
+    for (uint32_t st = 0; st < nst; st++) {
+        cp_async_wait<TC_STAGES - 2>();
+        __syncthreads();
+        load(st + TC_STAGES - 1);
+        const int buf = st % TC_STAGES;
+        const uint8_t *sr = srows + (size_t)buf * TC_R * DP;
+        const tc_aux_t *sa = saux + buf * TC_R;
+        const uint32_t base = r0 + st * TC_R;
+        /* two groups of 8 rows at a time: two independent MMA chains */
+        for (int g0 = rl; g0 < TC_R / 8; g0 += 2 * nrl) {
+            int32_t d[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+            const uint8_t *b0 = sr + (size_t)(g0 * 8 + g4) * DP + t4 * 4, *b1 = b0 + (size_t)nrl * 8 * DP;
+            /* the two chains interleaved, so that each MMA's latency is
+             * covered by the other chain's */
+#pragma unroll
+            for (int ks = 0; ks < NK32; ks++) {
+                mma_u8(d[0], a[ks], *(const uint32_t *)(b0 + ks * 32), *(const uint32_t *)(b0 + ks * 32 + 16));
+                mma_u8(d[1], a[ks], *(const uint32_t *)(b1 + ks * 32), *(const uint32_t *)(b1 + ks * 32 + 16));
+            }
+            if (T16) {
+                mma_u8_k16(d[0], at0, at1, *(const uint32_t *)(b0 + NK32 * 32));
+                mma_u8_k16(d[1], at0, at1, *(const uint32_t *)(b1 + NK32 * 32));
+            }
+            /* d[u][0], d[u][1]: query q0, rows c, c + 1; d[u][2], d[u][3]: query q1 */
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int c0 = (g0 + u * nrl) * 8 + t4 * 2;
+                const tc_aux_t x0 = sa[c0], x1 = sa[c0 + 1];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int h = e >> 1, c = c0 + (e & 1);
+                    const uint32_t r = base + c;
+                    const int q = h ? q1 : q0;
+                    const tc_aux_t x = (e & 1) ? x1 : x0;
+                    if (MODE == 0) {
+                        const float num = (float)d[u][e] * (x.x * qa[h][0]);
+                        const float den = fmaf(x.y, qa[h][2], x.z * qa[h][1]) - num;
+                        if (q < nq && r < r1) dense[(size_t)q * ld + r] = __fdiv_rn(num, den);
+                    } else if ((all[h] || (float)d[u][e] >= fmaf(fb[h], x.w, fa[h] * x.x)) && r < r1) {
+                        const uint32_t pos = atomicAdd(&cnt[q], 1u);
+                        if (pos < TC_CAND) cand[(size_t)q * TC_CAND + pos] = r;
+                    }
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+}
+
+/* -------------------------------------------------------------- select */
+
+/* The value of rank kth (1 = the largest) among n unsigned keys key(i),
+ * for the whole block (every thread calls it; blockDim.x a multiple of 32
+ * dividing 2048): a three-pass radix select on bits 31-21, 20-10, 9-0.
+ * Each pass counts the keys that match the digits found so far into 2048
+ * bins (lanes with the same bin add once: the keys crowd into few bins),
+ * then finds the bin of the kth largest by a block-wide suffix sum. sh
+ * (2048 + 34 words of shared memory) is the caller's. */
+template <typename Key>
+__device__ uint32_t tc_radix_kth(Key key, uint32_t n, uint32_t kth, uint32_t *sh)
+{
+    uint32_t *hist = sh, *wsum = sh + 2048, *res = sh + 2048 + 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int per = 2048 / blockDim.x; /* bins per thread */
+    const int shifts[3] = {21, 10, 0}, widths[3] = {11, 11, 10};
+    uint32_t prefix = 0, mask = 0, k = kth;
+    for (int p = 0; p < 3; p++) {
+        const int sh_ = shifts[p];
+        const uint32_t bm = (1u << widths[p]) - 1u;
+        for (int i = threadIdx.x; i < 2048; i += blockDim.x) hist[i] = 0;
+        __syncthreads();
+        for (uint32_t i0 = 0; i0 < n; i0 += 4 * blockDim.x) {
+            uint32_t u[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) { /* loads first: four in flight */
+                const uint32_t i = i0 + j * blockDim.x + threadIdx.x;
+                u[j] = i < n ? key(i) : 0u;
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const uint32_t i = i0 + j * blockDim.x + threadIdx.x;
+                const uint32_t b = i < n && (u[j] & mask) == prefix ? (u[j] >> sh_) & bm : 0xffffffffu;
+                const uint32_t same = __match_any_sync(0xffffffffu, b);
+                if (b != 0xffffffffu && lane == __ffs(same) - 1) atomicAdd(&hist[b], (uint32_t)__popc(same));
+            }
+        }
+        __syncthreads();
+        uint32_t mine = 0;
+        for (int j = 0; j < per; j++) mine += hist[threadIdx.x * per + j];
+        uint32_t suf = mine; /* inclusive suffix sum within the warp */
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const uint32_t x = __shfl_down_sync(0xffffffffu, suf, o);
+            if (lane + o < 32) suf += x;
+        }
+        if (lane == 0) wsum[warp] = suf;
+        __syncthreads();
+        uint32_t above = suf - mine;
+        for (int w = warp + 1; w < nw; w++) above += wsum[w];
+        if (above < k && above + mine >= k) { /* the kth largest is in one of my bins */
+            uint32_t acc = above;
+            int b = threadIdx.x * per + per - 1;
+            for (; b > (int)threadIdx.x * per; b--) {
+                if (acc + hist[b] >= k) break;
+                acc += hist[b];
+            }
+            res[0] = k - acc;
+            res[1] = prefix | ((uint32_t)b << sh_);
+        }
+        __syncthreads();
+        k = res[0];
+        prefix = res[1];
+        mask |= bm << sh_;
+        __syncthreads();
+    }
+    return prefix;
+}
+
+/* Per query (one block each): theta = the kth largest of its n pilot values
+ * (non-negative floats: their bits order like unsigned integers);
+ * qinfo[q].w = theta (1 - 1e-5) - 1e-9 (queries with T2 = 0 keep the
+ * host's +inf). Also zeroes the query's candidate count and flag for the
+ * scan and the final pass. */
+__global__ void __launch_bounds__(TC_SEL_THREADS)
+k_tc_select(const float *__restrict__ dense, size_t ld, uint32_t n, uint32_t kth, tc_qinfo_t *__restrict__ qinfo,
+            uint32_t *__restrict__ cnt, uint8_t *__restrict__ flag)
+{
+    __shared__ uint32_t sh[2048 + 34];
+    const float *v = dense + (size_t)blockIdx.x * ld;
+    if (threadIdx.x == 0) {
+        cnt[blockIdx.x] = 0;
+        flag[blockIdx.x] = 0;
+    }
+    const uint32_t bits = tc_radix_kth([v](uint32_t i) { return __float_as_uint(v[i]); }, n, kth, sh);
+    if (threadIdx.x == 0 && qinfo[blockIdx.x].x != 0.f)
+        qinfo[blockIdx.x].w = __uint_as_float(bits) * (1.0f - 1e-5f) - 1e-9f;
+}
+
+/* --------------------------------------------------------------- final */
+
+/* a comes after b in the result order: distance ascending, NaN last, ties
+ * by id ascending (the CPU's order). */
+__device__ __forceinline__ bool tc_after(double da, uint64_t ia, double db, uint64_t ib)
+{
+    const bool an = isnan(da), bn = isnan(db);
+    if (an != bn) return an;
+    if (!an) {
+        if (da > db) return true;
+        if (da < db) return false;
+    }
+    return ia > ib;
+}
+
+/* Bitonic sort of (x, y) pairs, n a power of two, by `before(i, j)`. */
+template <typename X, typename Y, typename Less>
+__device__ void tc_bitonic(X *x, Y *y, int n, Less before)
+{
+    for (int size = 2; size <= n; size <<= 1)
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            __syncthreads();
+            for (int t = threadIdx.x; t < n / 2; t += blockDim.x) {
+                const int lo = 2 * t - (t & (stride - 1)), hi = lo + stride;
+                const bool up = (lo & size) == 0;
+                if (before(x[hi], y[hi], x[lo], y[lo]) == up) {
+                    const X tx = x[lo];
+                    const Y ty = y[lo];
+                    x[lo] = x[hi];
+                    y[lo] = y[hi];
+                    x[hi] = tx;
+                    y[hi] = ty;
+                }
+            }
+        }
+    __syncthreads();
+}
+
+__device__ __forceinline__ int tc_pow2(int n)
+{
+    int p = 1;
+    while (p < n) p <<= 1;
+    return p;
+}
+
+/* The reference distance of device row r to query fq: src/search/knn.c's
+ * tanimoto_rows for one row, operation for operation. */
+__device__ __forceinline__ double tc_reference(const uint8_t *__restrict__ row, uint32_t t1, double c3,
+                                               const double *__restrict__ ptab, const uint16_t *qidx,
+                                               const double *qv, int nnz, double t2, double c2)
+{
+    const double *p = ptab + (size_t)t1 * 8;
+    double s = 0.0;
+    for (int j = 0; j < nnz; j++) s = __dadd_rn(s, __dmul_rn(p[row[qidx[j]]], qv[j]));
+    if (t1 == 0 || t2 == 0.0) return t1 == 0 && t2 == 0.0 ? 0.0 : 100.0;
+    return __dsub_rn(100.0, __dmul_rn(100.0, __ddiv_rn(s, __dsub_rn(__dadd_rn(c2, c3), s))));
+}
+
+/* One block per query. RANGE 0: the k nearest (take = min(k, n)) into
+ * out_d / out_id (nq, k) and out_n[q] = take; RANGE 1: every candidate
+ * with distance <= radius, sorted, into (nq, TC_CAND), out_n[q] their
+ * number. flag[q] = 1 when the query must be answered by the CPU. */
+template <int DP, int RANGE>
+__global__ void __launch_bounds__(TC_FINAL_THREADS)
+k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, const uint32_t *__restrict__ t1,
+           const double *__restrict__ c3, const double *__restrict__ ptab, const uint64_t *__restrict__ ids,
+           const uint8_t *__restrict__ qbytes, const tc_qinfo_t *__restrict__ qinfo, const uint32_t *__restrict__ cnt,
+           const uint32_t *__restrict__ cand, int take, int kstride, double radius,
+           double *__restrict__ out_d, uint64_t *__restrict__ out_id, uint32_t *__restrict__ out_n,
+           uint8_t *__restrict__ flag)
+{
+    extern __shared__ __align__(16) uint8_t smem[];
+    double *key = (double *)smem;                         /* (TC_CAND) */
+    uint64_t *sid = (uint64_t *)(key + TC_CAND);          /* (TC_CAND) */
+    uint32_t *sidx = (uint32_t *)(sid + TC_CAND);         /* (TC_CAND) */
+    __shared__ uint32_t qw[DP / 4];
+    __shared__ uint16_t qidx[PGPU_KNN_MAXDIM];
+    __shared__ double qv[PGPU_KNN_MAXDIM];
+    __shared__ int s_n, s_nnz;
+    __shared__ double s_c2;
+    __shared__ uint32_t rsh[2048 + 34];
+    const int q = blockIdx.x;
+    const uint32_t c = cnt[q];
+    const double t2 = qinfo[q].x; /* T2, an integer: exact */
+
+    if (threadIdx.x == 0) out_n[q] = 0;
+    if (c > TC_CAND || (!RANGE && c < (uint32_t)take) || t2 == 0.0) {
+        if (threadIdx.x == 0) flag[q] = 1;
+        return;
+    }
+    for (int i = threadIdx.x; i < DP / 4; i += blockDim.x) qw[i] = ((const uint32_t *)(qbytes + (size_t)q * DP))[i];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        /* the query as src/search/knn.c's prepare_query makes it: q = a / T2
+         * per element, C2 = sum q^2 over every element in order, the
+         * non-zero elements' indices and q in order (same operations, same
+         * doubles) */
+        const uint8_t *a = (const uint8_t *)qw;
+        double c2 = 0.0;
+        int nz = 0;
+        for (int i = 0; i < DP; i++) {
+            const double v = __ddiv_rn((double)a[i], t2);
+            c2 = __dadd_rn(c2, __dmul_rn(v, v));
+            if (a[i]) {
+                qidx[nz] = (uint16_t)i;
+                qv[nz++] = v;
+            }
+        }
+        s_c2 = c2;
+        s_nnz = nz;
+        s_n = 0;
+    }
+    __syncthreads();
+    const int nnz = s_nnz;
+    const double c2 = s_c2;
+    const int n = (int)c;
+    const uint32_t *cq = cand + (size_t)q * TC_CAND;
+
+    if (RANGE) {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            const uint32_t r = cq[i];
+            const double d = tc_reference(rows + (size_t)r * DP, t1[r], c3[r], ptab, qidx, qv, nnz, t2, c2);
+            if (d <= radius) {
+                const int pos = atomicAdd(&s_n, 1);
+                key[pos] = d;
+                sid[pos] = ids[r];
+            }
+        }
+        __syncthreads();
+        const int m = s_n, p2 = tc_pow2(m);
+        for (int i = m + threadIdx.x; i < p2; i += blockDim.x) {
+            key[i] = __longlong_as_double(0x7ff8000000000000LL);
+            sid[i] = ~0ull;
+        }
+        tc_bitonic(key, sid, p2, [](double da, uint64_t ia, double db, uint64_t ib) { return tc_after(db, ib, da, ia); });
+        for (int i = threadIdx.x; i < m; i += blockDim.x) {
+            out_d[(size_t)q * kstride + i] = key[i];
+            out_id[(size_t)q * kstride + i] = sid[i];
+        }
+        if (threadIdx.x == 0) out_n[q] = (uint32_t)m;
+        return;
+    }
+
+    /* exact t of every candidate (D by dp4a; integers exact in double) */
+    const tc_qinfo_t qi = qinfo[q];
+    const double T2 = qi.x, T2sq = qi.y, S2 = qi.z;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const uint32_t r = cq[i];
+        const uint32_t *rw = (const uint32_t *)(rows + (size_t)r * DP);
+        unsigned dot = 0;
+#pragma unroll
+        for (int w = 0; w < DP / 4; w++) dot = __dp4a(rw[w], qw[w], dot);
+        const tc_aux_t x = aux[r];
+        const double num = (double)dot * ((double)x.x * T2);
+        const double den = (double)x.y * S2 + (double)x.z * T2sq - num;
+        key[i] = x.x == 0.f ? 0.0 : num / den;
+        sidx[i] = r;
+    }
+    __syncthreads();
+    /* kappa: the take-th largest t, to 2^-20 relative (the high 32 bits of
+     * a non-negative double order like unsigned integers), less 1e-9; the
+     * survivors (t >= kappa) are compacted to the front */
+    const uint32_t hi = tc_radix_kth(
+        [key](uint32_t i) { return (uint32_t)((unsigned long long)__double_as_longlong(key[i]) >> 32); }, (uint32_t)n,
+        (uint32_t)take, rsh);
+    const double kappa = __longlong_as_double((long long)((unsigned long long)hi << 32)) - 1e-9;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        if (key[i] >= kappa) {
+            const int pos = atomicAdd(&s_n, 1);
+            sid[pos] = sidx[i]; /* row index, widened; the ids replace it below */
+        }
+    __syncthreads();
+    const int m = s_n, p2 = tc_pow2(m);
+    for (int i = threadIdx.x; i < m; i += blockDim.x) {
+        const uint32_t r = (uint32_t)sid[i];
+        key[i] = tc_reference(rows + (size_t)r * DP, t1[r], c3[r], ptab, qidx, qv, nnz, t2, c2);
+        sid[i] = ids[r];
+    }
+    for (int i = m + threadIdx.x; i < p2; i += blockDim.x) {
+        key[i] = __longlong_as_double(0x7ff8000000000000LL);
+        sid[i] = ~0ull;
+    }
+    tc_bitonic(key, sid, p2, [](double da, uint64_t ia, double db, uint64_t ib) { return tc_after(db, ib, da, ia); });
+    for (int i = threadIdx.x; i < take; i += blockDim.x) {
+        out_d[(size_t)q * kstride + i] = key[i];
+        out_id[(size_t)q * kstride + i] = sid[i];
+    }
+    if (threadIdx.x == 0) out_n[q] = (uint32_t)take;
+}
+
+#endif
