@@ -1,22 +1,29 @@
-/* bench_knn: exact CEDD k-NN (LIRE's Tanimoto) on the CPU and the GPU, with a
- * PyTorch peer measured in the same run.
+/* bench_knn: exact CEDD k-NN (LIRE's Tanimoto) on the GPU and the CPU, with
+ * peers measured in the same run (bench/knn_peers.py): PyTorch fp16 (matmul +
+ * topk) and int8 (torch._int_mm + topk) on the same GPU, Faiss CPU flat
+ * (IndexFlatIP, all cores) when the faiss module imports (tables of up to 2M
+ * rows: beyond, one batch takes minutes).
  *
- *   bench_knn [--sizes N,N,...] [--queries Q,Q,...] [-k K] [--no-peers]
+ *   bench_knn [--sizes N,...] [--queries Q,...] [--ks K,...] [--no-peers]
+ *             [--cpu-max PAIRS]
  *
  * Random CEDD descriptors (bins 0..7, 70% zero, like real ones). For each
- * index size and query batch: ms per batch on the CPU (patina_index_knn on device CPU, all
- * threads) and on the GPU (patina_index_knn on device GPU, table already on the
- * device), the GPU's effective table bandwidth (bytes of the per-row table
- * read per query: 144 + 8 + 8 + 2) against the device-to-device copy
- * bandwidth measured now, and bench/knn_peers.py: PyTorch on the same GPU,
- * Tanimoto as a float64 matrix product of the normalised descriptors plus
- * torch.topk (not LIRE's exact doubles: a speed peer). Every GPU result is
- * checked against the CPU's (ids and distance bits); exit 1 on a difference. */
+ * table size, query batch and k: ms per batch and queries/s on the GPU
+ * (patina_index_knn on device GPU, table already on the device), on the CPU
+ * (device CPU, all threads; only where queries x rows <= --cpu-max, default
+ * 3e8), the peers, our speed-up over the fastest GPU peer, the table's read
+ * rate (rows x 160 bytes per batch: the u8 row and its sums) against the
+ * device-to-device copy rate measured now, and the fraction of the dense
+ * int8 tensor-core peak (2 x 144 operations per query x row). Every GPU
+ * result is checked against the CPU's where the CPU ran (ids and distance
+ * bits), and against a CPU run of 8 of its queries elsewhere; exit 1 on a
+ * difference. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/internal.h"
+#include "gpu/context.h"
 #include "gpu/gpu.h"
 #include "patina/patina.h"
 
@@ -91,51 +98,108 @@ static double time_ms(knn_fn f, const patina_index_t *ix, const uint8_t *q, size
     return t[reps / 2];
 }
 
-static double peer_ms(size_t n, size_t nq, size_t k)
+/* The peers' times for one table size: peer (0 torch fp16, 1 torch int8,
+ * 2 faiss cpu) x case; -1 where none. */
+#define MAXC 64
+static double PEER[3][MAXC];
+
+static void run_peers(size_t n, const size_t *qs, int nqs, const size_t *ks, int nks)
 {
     const char *py = getenv("PATINA_PYTHON");
-    char cmd[512], line[256];
-    double ms = -1;
+    char cmd[2048], line[512], name[32];
+    size_t len, nq, k;
+    double ms;
     FILE *p;
-    snprintf(cmd, sizeof cmd, "%s bench/knn_peers.py --n %zu --queries %zu -k %zu 2>&1",
-             py && *py ? py : "python3", n, nq, k);
+    int i, j;
+    for (i = 0; i < 3; i++)
+        for (j = 0; j < MAXC; j++) PEER[i][j] = -1;
+    len = (size_t)snprintf(cmd, sizeof cmd, "%s bench/knn_peers.py --n %zu --cases ", py && *py ? py : "python3", n);
+    for (i = 0; i < nqs; i++)
+        for (j = 0; j < nks; j++)
+            len += (size_t)snprintf(cmd + len, sizeof cmd - len, "%s%zu:%zu", i || j ? "," : "", qs[i], ks[j]);
+    /* Faiss's CPU scan of 10M rows takes minutes per batch: only up to 2M */
+    snprintf(cmd + len, sizeof cmd - len, "%s 2>&1", n > 2000000 ? " --no-faiss" : "");
     p = popen(cmd, "r");
-    if (!p) return -1;
-    while (fgets(line, sizeof line, p))
-        if (sscanf(line, "torch %lf", &ms) != 1 && ms < 0) fprintf(stderr, "  peer: %s", line);
+    if (!p) return;
+    while (fgets(line, sizeof line, p)) {
+        if (sscanf(line, "%31s %zu %zu %lf", name, &nq, &k, &ms) == 4) {
+            int peer = !strcmp(name, "torch_fp16") ? 0 : !strcmp(name, "torch_int8") ? 1 : !strcmp(name, "faiss_cpu") ? 2 : -1;
+            for (i = 0; peer >= 0 && i < nqs; i++)
+                for (j = 0; j < nks; j++)
+                    if (qs[i] == nq && ks[j] == k && i * nks + j < MAXC) PEER[peer][i * nks + j] = ms;
+        } else {
+            fprintf(stderr, "  peer: %s", line);
+        }
+    }
     pclose(p);
-    return ms;
+}
+
+static void cell(double ms)
+{
+    if (ms > 0) printf(" %.3f |", ms);
+    else printf(" - |");
+}
+
+/* GPU hits equal the CPU's for nq queries (CPU run here when ref is NULL). */
+static int same(const patina_index_t *ix, const uint8_t *q, size_t nq, size_t k, const patina_hit_t *g,
+                const patina_hit_t *ref)
+{
+    patina_hit_t *h = NULL;
+    size_t *c = NULL, r;
+    int bad = 0;
+    if (!ref) {
+        h = malloc(nq * k * sizeof *h);
+        c = malloc(nq * sizeof *c);
+        if (cpu_knn(ix, q, nq, k, h, c) != PATINA_OK) exit(2);
+        ref = h;
+    }
+    for (r = 0; r < nq * k; r++)
+        if (g[r].id != ref[r].id || memcmp(&g[r].distance, &ref[r].distance, sizeof(double))) {
+            bad = 1;
+            break;
+        }
+    free(h);
+    free(c);
+    return bad;
 }
 
 int main(int argc, char **argv)
 {
-    size_t sizes[16] = {100000, 1000000}, queries[16] = {1, 16, 256}, k = 10;
-    int nsizes = 2, nqueries = 3, peers = 1, i, j, bad = 0;
-    double d2d = 0;
+    size_t sizes[16] = {1000000, 10000000}, queries[16] = {1, 256, 4096}, ks[16] = {1, 10, 100};
+    int nsizes = 2, nqueries = 3, nks = 3, peers = 1, i, j, l, bad = 0;
+    double d2d = 0, peak = 0, cpu_max = 3e8;
     patina_extractor_t *ex;
     patina_gpu_t *g = NULL;
+    char gname[512] = "no GPU";
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sizes") && i + 1 < argc) nsizes = parse_list(argv[++i], sizes, 16);
         else if (!strcmp(argv[i], "--queries") && i + 1 < argc) nqueries = parse_list(argv[++i], queries, 16);
-        else if (!strcmp(argv[i], "-k") && i + 1 < argc) k = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--ks") && i + 1 < argc) nks = parse_list(argv[++i], ks, 16);
+        else if (!strcmp(argv[i], "--cpu-max") && i + 1 < argc) cpu_max = atof(argv[++i]);
         else if (!strcmp(argv[i], "--no-peers")) peers = 0;
         else {
-            fprintf(stderr, "usage: bench_knn [--sizes N,...] [--queries Q,...] [-k K] [--no-peers]\n");
+            fprintf(stderr, "usage: bench_knn [--sizes N,...] [--queries Q,...] [--ks K,...] [--no-peers] "
+                            "[--cpu-max PAIRS]\n");
             return 2;
         }
     }
+    if (nqueries * nks > MAXC) return 2;
     if (patina_extractor_new(&ex, "cedd") != PATINA_OK) return 2;
     if (patina_context_new(&CTX, NULL) != PATINA_OK) return 2;
     if (patina_gpu_open(&g, 0, 0) == PATINA_OK) {
         patina_gpu__bandwidth(g, 1, (size_t)1 << 30, 5, &d2d);
+        peak = (double)g->sm_count * (double)g->clock_khz * 1e3 * 8192.0; /* dense int8 ops/clk/SM (sm_90) */
+        snprintf(gname, sizeof gname, "%.200s, %d SMs at %.0f MHz", g->name, g->sm_count, g->clock_khz / 1e3);
         patina_gpu_close(g);
     } else {
         printf("no GPU (%s): CPU column only\n", patina_last_error());
     }
-    printf("bench_knn: CEDD Tanimoto, k = %zu, %d CPU threads; device-to-device copy %.0f GB/s\n", k,
-           patina_cpu_count(), d2d);
-    printf("| rows | queries | CPU ms | GPU ms | GPU vs CPU | table GB/s (GPU) | of D2D | PyTorch ms | PyTorch / GPU |\n");
-    printf("|---|---|---|---|---|---|---|---|---|\n");
+    printf("bench_knn: CEDD Tanimoto, exact; %s: device-to-device copy %.0f GB/s, dense int8 tensor-core "
+           "peak %.0f TOPS; %d CPU threads\n\n",
+           gname, d2d, peak / 1e12, patina_cpu_count());
+    printf("| rows | queries | k | GPU ms | GPU queries/s | CPU ms | PyTorch fp16 ms | PyTorch int8 ms | "
+           "Faiss CPU flat ms | GPU vs best GPU peer | table read GB/s (of D2D) | of int8 TC peak |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (i = 0; i < nsizes; i++) {
         size_t n = sizes[i], r;
         uint8_t *rows = malloc(n * PATINA_CEDD_DIM);
@@ -144,38 +208,51 @@ int main(int argc, char **argv)
         for (r = 0; r < n; r++) ids[r] = r + 1;
         fill(rows, n);
         if (patina_index_new(&ix, ex, ids, rows, n) != PATINA_OK) return 2;
+        if (peers && d2d > 0) run_peers(n, queries, nqueries, ks, nks);
         for (j = 0; j < nqueries; j++) {
             size_t nq = queries[j];
             uint8_t *q = malloc(nq * PATINA_CEDD_DIM);
-            patina_hit_t *h1 = malloc(nq * k * sizeof *h1), *h2 = malloc(nq * k * sizeof *h2);
-            size_t *c1 = malloc(nq * sizeof *c1), *c2 = malloc(nq * sizeof *c2);
-            double tc, tg = -1, tp = -1;
             fill(q, nq);
-            tc = time_ms(cpu_knn, ix, q, nq, k, h1, c1, nq * n > 20000000 ? 3 : 7);
-            if (d2d > 0) {
-                gpu_knn(ix, q, nq, k, h2, c2); /* upload + warm-up */
-                tg = time_ms(gpu_knn, ix, q, nq, k, h2, c2, 9);
-                for (r = 0; r < nq * k; r++)
-                    if (h1[r].id != h2[r].id || memcmp(&h1[r].distance, &h2[r].distance, sizeof(double))) {
-                        bad++;
-                        break;
-                    }
-                if (peers) tp = peer_ms(n, nq, k);
+            for (l = 0; l < nks; l++) {
+                size_t k = ks[l];
+                patina_hit_t *h1 = malloc(nq * k * sizeof *h1), *h2 = malloc(nq * k * sizeof *h2);
+                size_t *c1 = malloc(nq * sizeof *c1), *c2 = malloc(nq * sizeof *c2);
+                double tc = -1, tg = -1, best = -1;
+                const double *pc = peers ? (const double[3]){PEER[0][j * nks + l], PEER[1][j * nks + l],
+                                                              PEER[2][j * nks + l]}
+                                         : (const double[3]){-1, -1, -1};
+                if ((double)nq * (double)n <= cpu_max || d2d <= 0)
+                    tc = time_ms(cpu_knn, ix, q, nq, k, h1, c1, (double)nq * (double)n > 2e7 ? 3 : 7);
+                if (d2d > 0) {
+                    gpu_knn(ix, q, nq, k, h2, c2); /* upload + warm-up */
+                    tg = time_ms(gpu_knn, ix, q, nq, k, h2, c2, (double)nq * (double)n > 1e10 ? 5 : 11);
+                    bad += tc > 0 ? same(ix, q, nq, k, h2, h1) : same(ix, q, nq < 8 ? nq : 8, k, h2, NULL);
+                }
+                printf("| %zu | %zu | %zu |", n, nq, k);
+                if (tg > 0) printf(" %.3f | %.0f |", tg, (double)nq / (tg * 1e-3));
+                else printf(" - | - |");
+                cell(tc);
+                cell(pc[0]);
+                cell(pc[1]);
+                cell(pc[2]);
+                if (pc[0] > 0) best = pc[0];
+                if (pc[1] > 0 && (best < 0 || pc[1] < best)) best = pc[1];
+                if (tg > 0 && best > 0) printf(" %.1fx |", best / tg);
+                else printf(" - |");
+                if (tg > 0) {
+                    const double gbps = (double)n * 160.0 / (tg * 1e-3) / 1e9;
+                    printf(" %.0f (%.0f%%) | %.1f%% |\n", gbps, 100.0 * gbps / d2d,
+                           100.0 * 2.0 * 144.0 * (double)nq * (double)n / (tg * 1e-3) / peak);
+                } else {
+                    printf(" - | - |\n");
+                }
+                fflush(stdout);
+                free(h1);
+                free(h2);
+                free(c1);
+                free(c2);
             }
-            if (tg > 0) {
-                double gbps = (double)n * (144 + 8 + 8 + 4) * (double)nq / (tg * 1e-3) / 1e9;
-                printf("| %zu | %zu | %.3f | %.3f | %.1fx | %.0f | %.2f | ", n, nq, tc, tg, tc / tg, gbps, gbps / d2d);
-                if (tp > 0) printf("%.3f | %.2f |\n", tp, tp / tg);
-                else printf("- | - |\n");
-            } else {
-                printf("| %zu | %zu | %.3f | - | - | - | - | - | - |\n", n, nq, tc);
-            }
-            fflush(stdout);
             free(q);
-            free(h1);
-            free(h2);
-            free(c1);
-            free(c2);
         }
         patina_index_free(ix);
         free(rows);
@@ -184,6 +261,6 @@ int main(int argc, char **argv)
     patina_extractor_free(ex);
     patina_context_free(CTX);
     if (bad) printf("GPU results differ from the CPU's in %d runs\n", bad);
-    else printf("GPU results identical to the CPU's (ids and distance bits) in every run\n");
+    else printf("GPU results identical to the CPU's (ids and distance bits) in every run checked\n");
     return bad ? 1 : 0;
 }

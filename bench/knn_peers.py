@@ -1,30 +1,45 @@
 #!/usr/bin/env python3
-"""PyTorch peer for bench_knn (bench/knn.c calls it; it can also run alone).
+"""Peers of bench_knn (bench/knn.c calls it once per table size; it can also run alone).
 
-  knn_peers.py --n N --queries Q [-k K]
+  knn_peers.py --n N --cases Q:K[,Q:K...] [--no-faiss]
 
-Brute-force CEDD Tanimoto k-NN on the GPU with PyTorch: random descriptors
-(bins 0..7, 70% zero) normalised per row (p = b / sum b, as LIRE does), C1 as
-a float64 matrix product, C2/C3 as row sums of squares, distance
-100 - 100 * C1 / (C2 + C3 - C1), then torch.topk. float64 throughout, but the
-sums are reassociated by the matrix product, so distances may differ from
-LIRE's in the last bits: a speed peer, not a parity peer. Prints
-"torch <ms>" (median of 9 after a warm-up, CUDA-synchronised wall time of the
-search, the table already on the GPU). Exit 0 when torch or CUDA is missing
-(it says so).
+Brute-force CEDD Tanimoto k-NN, on the same kind of data as bench_knn (random
+descriptors, bins 0..7, 70% zero), the table already where each peer keeps it:
+
+  torch_fp16  PyTorch on the GPU: rows normalised (p = b / sum b, as LIRE
+              does) in fp16, C1 = q @ p.T (fp16 matmul, fp32 accumulation),
+              distance 100 - 100 * C1 / (C2 + C3 - C1), torch.topk.
+  torch_int8  PyTorch on the GPU: the exact integer dot D = a . b by
+              torch._int_mm (int8 tensor cores, padded to 160 columns and
+              17+ query rows as it requires), Tanimoto from D and the
+              precomputed sums in float32, torch.topk.
+  faiss_cpu   Faiss IndexFlatIP on the CPU (all cores) over the rows
+              normalised by their L2 norm: cosine, not Tanimoto -- the
+              flat-scan work a Faiss user would run; printed only when the
+              faiss module imports.
+
+Queries run in chunks of at most 512 (an n x chunk distance matrix of at most
+~2 GiB, as a user of these libraries would do for large batches). Speed peers, not parity peers: the
+float arithmetic reorders LIRE's sums. Prints "<peer> <Q> <K> <ms>" (median of
+5 after a warm-up; CUDA-synchronised wall time). Exit 0 when torch or CUDA is
+missing (it says so).
 """
 import argparse
 import sys
+import time
 
 from peerutil import cuda_torch, median_ms
+
+CHUNK = 512
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, required=True)
-    ap.add_argument("--queries", type=int, required=True)
-    ap.add_argument("-k", type=int, default=10)
+    ap.add_argument("--cases", required=True)
+    ap.add_argument("--no-faiss", action="store_true")
     a = ap.parse_args()
+    cases = [tuple(int(x) for x in c.split(":")) for c in a.cases.split(",")]
     got = cuda_torch()
     if got is None:
         return 0
@@ -33,24 +48,81 @@ def main():
 
     def rand_desc(n):
         z = torch.rand((n, 144), generator=g, device=dev) < 0.7
-        v = torch.randint(1, 8, (n, 144), generator=g, device=dev)
-        return torch.where(z, torch.zeros_like(v), v).to(torch.float64)
+        v = torch.randint(1, 8, (n, 144), generator=g, device=dev, dtype=torch.int32)
+        return torch.where(z, torch.zeros_like(v), v)
 
     rows = rand_desc(a.n)
-    t1 = rows.sum(1, keepdim=True)
-    p = torch.where(t1 > 0, rows / t1.clamp(min=1), rows)
-    c3 = (p * p).sum(1)
-    queries = rand_desc(a.queries)
-    t2 = queries.sum(1, keepdim=True)
-    q = torch.where(t2 > 0, queries / t2.clamp(min=1), queries)
-    c2 = (q * q).sum(1)
+    t1 = rows.sum(1).float()
+    s1 = (rows * rows).sum(1).float()
+    p16 = (rows.float() / t1.clamp(min=1)[:, None]).half()
+    c3 = (p16.float() ** 2).sum(1)
+    rows8 = torch.zeros((a.n, 160), dtype=torch.int8, device=dev)
+    rows8[:, :144] = rows.to(torch.int8)
+    del rows
+    # queries per chunk: the chunk's n-wide float matrices within ~2 GiB each
+    chunk = max(32, min(CHUNK, (1 << 31) // (4 * a.n) // 32 * 32))
 
-    def search():
-        c1 = q @ p.T
-        d = 100.0 - 100.0 * (c1 / ((c2[:, None] + c3[None, :]) - c1))
-        return torch.topk(d, a.k, dim=1, largest=False)
+    for nq, k in cases:
+        qi = rand_desc(nq)
+        t2 = qi.sum(1).float()
+        s2 = (qi * qi).sum(1).float()
+        q16 = (qi.float() / t2.clamp(min=1)[:, None]).half()
+        c2 = (q16.float() ** 2).sum(1)
+        q8 = torch.zeros((max(nq, 32), 160), dtype=torch.int8, device=dev)
+        q8[:nq, :144] = qi.to(torch.int8)
 
-    print("torch %.4f" % median_ms(torch, search, 9))
+        def fp16():
+            out = []
+            for s in range(0, nq, chunk):
+                c1 = (q16[s:s + chunk] @ p16.T).float()
+                d = 100.0 - 100.0 * (c1 / ((c2[s:s + chunk, None] + c3[None, :]) - c1))
+                out.append(torch.topk(d, k, dim=1, largest=False))
+            return out
+
+        def int8():
+            out = []
+            for s in range(0, nq, chunk):
+                qa = q8[s:s + chunk] if nq >= 32 else q8
+                dd = torch._int_mm(qa, rows8.t()).float()[: min(chunk, nq - s)]
+                num = dd * (t1[None, :] * t2[s:s + chunk, None])
+                den = s2[s:s + chunk, None] * (t1 * t1)[None, :] + s1[None, :] * (t2[s:s + chunk] ** 2)[:, None] - num
+                out.append(torch.topk(num / den, k, dim=1, largest=True))
+            return out
+
+        print("torch_fp16 %d %d %.4f" % (nq, k, median_ms(torch, fp16, 5)), flush=True)
+        try:
+            print("torch_int8 %d %d %.4f" % (nq, k, median_ms(torch, int8, 5)), flush=True)
+        except RuntimeError as e:  # _int_mm's shape rules differ between versions
+            print("torch_int8 failed: %s" % str(e).splitlines()[0], flush=True)
+
+    if a.no_faiss:
+        return 0
+    try:
+        import faiss
+        import numpy as np
+    except ImportError:
+        print("faiss unavailable")
+        return 0
+    rng = np.random.default_rng(1)
+
+    def np_desc(n):
+        v = rng.integers(1, 8, size=(n, 144)).astype(np.float32)
+        v[rng.random((n, 144)) < 0.7] = 0
+        nrm = np.linalg.norm(v, axis=1, keepdims=True)
+        return v / np.maximum(nrm, 1e-12)
+
+    index = faiss.IndexFlatIP(144)
+    index.add(np_desc(a.n))
+    for nq, k in cases:
+        q = np_desc(nq)
+        index.search(q, k)
+        ts = []
+        for _ in range(3 if nq * a.n > 1e9 else 5):
+            t0 = time.perf_counter()
+            index.search(q, k)
+            ts.append((time.perf_counter() - t0) * 1e3)
+        ts.sort()
+        print("faiss_cpu %d %d %.4f" % (nq, k, ts[len(ts) // 2]), flush=True)
     return 0
 
 

@@ -48,6 +48,11 @@
 #                              (scripts/device.sh deps, here, puts them in
 #                              .carry/deps), then `remote`.
 #   scripts/device.sh deps     HERE: downloads those packages into .carry/deps.
+#   scripts/device.sh wheels   HERE: downloads the peers' wheels the GPU machine
+#                              lacks (faiss-cpu) into .carry/wheels; `remote`
+#                              installs them there into .carry/pylib (no
+#                              dependencies: it has numpy) and puts that on
+#                              PYTHONPATH.
 #
 # The staged build holds this machine's absolute paths (CTest files, test
 # data paths baked into the tests), so `remote` links the original source
@@ -160,6 +165,21 @@ step_asan() {
     rm -f "$OUT/asan-one.log" "$OUT/lsan.supp"
 }
 
+wheels() {
+    mkdir -p "$ROOT/.carry/wheels"
+    (cd "$ROOT/.carry/wheels" && pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+        --platform manylinux_2_28_x86_64 faiss-cpu)
+    echo "wheels: $(ls "$ROOT/.carry/wheels" | tr '\n' ' ')"
+}
+
+# The carried peer wheels, installed for this run (remote).
+peer_wheels() {
+    ls "$ROOT"/.carry/wheels/*.whl >/dev/null 2>&1 || return 0
+    python3 -m pip install -q --no-deps --no-index --target "$ROOT/.carry/pylib" "$ROOT"/.carry/wheels/*.whl \
+        > "$OUT/wheels.log" 2>&1 || { echo "peer wheels: install failed (see wheels.log)"; return 0; }
+    export PYTHONPATH="$ROOT/.carry/pylib${PYTHONPATH:+:$PYTHONPATH}"
+}
+
 deps() {
     mkdir -p "$DEPS/debs"
     # shellcheck disable=SC2086
@@ -232,7 +252,9 @@ bench_one() { # bench_one NAME SUFFIX ARGS...
 }
 
 step_bench_cedd() { bench_one bench_cedd "" --quick; }
-step_bench_knn() { bench_one bench_knn ""; }
+# The search table of docs/search.md: 1M and 10M rows, batches 1/256/4096,
+# k 1/10/100, with the peers.
+step_bench_knn() { BENCH_TIMEOUT=${BENCH_TIMEOUT:-500} bench_one bench_knn ""; }
 step_bench_lbp() {
     bench_one bench_lbp ""
     # the throughput rows of the earlier notes: 1024 images of 1024^2 per launch
@@ -276,6 +298,7 @@ remote() {
     [ -d "$STAGE" ] || { echo "no .carry/stage: carry it (scripts/device.sh build), or use 'source'" >&2; exit 1; }
     link_paths
     export LD_LIBRARY_PATH="$STAGE/lib:$STAGE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    peer_wheels
     run_steps
 }
 
@@ -328,6 +351,7 @@ build) build ;;
 build-asan) build_asan ;;
 remote) remote ;;
 deps) deps ;;
+wheels) wheels ;;
 source) source_build ;;
-*) echo "usage: scripts/device.sh [build|build-asan|remote|deps|source]" >&2; exit 2 ;;
+*) echo "usage: scripts/device.sh [build|build-asan|remote|deps|wheels|source]" >&2; exit 2 ;;
 esac
