@@ -453,6 +453,21 @@ static void test_output_quoting(void **state)
     free(out);
     /* search --format csv / json: QUERY,RANK,KEY,DISTANCE */
     assert_int_equal(RUN(&out, NULL, "search", coll, paths[0], paths[2], "-k", "20", "--format", "csv"), 0);
+    if (!strpbrk(paths[0], "\r\n") && !strpbrk(paths[2], "\r\n")) {
+        /* --batch FILE: the same queries, one per line (an empty line skipped), the same output */
+        char list[8192], lpath[1024], *out2 = NULL;
+        snprintf(list, sizeof list, "%s\n\n%s\n", paths[0], paths[2]);
+        snprintf(lpath, sizeof lpath, "%s/queries.txt", tmp);
+        assert_int_equal(tu_write_file(lpath, list, strlen(list)), 0);
+        assert_int_equal(RUN(&out2, NULL, "search", coll, "--batch", lpath, "-k", "20", "--format", "csv"), 0);
+        assert_string_equal(out, out2);
+        free(out2);
+        assert_int_equal(RUN(&out2, NULL, "search", coll, paths[0], "--batch", lpath, "-k", "20", "--format", "csv"), 0);
+        assert_true(strlen(out2) > strlen(out)); /* operands first, then the file's */
+        assert_int_equal(strncmp(out2, out, strlen(out) / 2), 0);
+        free(out2);
+        assert_int_equal(RUN(NULL, NULL, "search", coll, "--batch", "/nonexistent/list"), 2);
+    }
     nrec = csv_parse(out, &recs);
     assert_int_equal(nrec, 2 * N);
     for (i = 0; i < nrec; i++) {
@@ -910,7 +925,7 @@ static void test_parser(void **state)
             {{"search", "C", "Q", "--range", "-0.5"}, "--range wants a number >= 0, got '-0.5'"},
             {{"index", "C", "P", "--nvjpeg-share", "0"}, "--nvjpeg-share wants a number > 0 and <= 1 or auto, got '0'"},
             {{"index", "C"}, "missing operand: usage: patina index [options] COLLECTION PATH..."},
-            {{"search"}, "missing operands: usage: patina search [options] COLLECTION IMAGE..."},
+            {{"search"}, "missing operand: usage: patina search [options] COLLECTION [IMAGE...]"},
             {{"ls", "C", "D"}, "unexpected operand 'D': usage: patina ls [options] COLLECTION"},
             {{"extract", "--family=", "x"}, "--family wants a non-empty value, got ''"},
         };

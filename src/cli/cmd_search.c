@@ -17,8 +17,11 @@ static const cli_opt_t opts[] = {
      .help = "every image with distance <= R instead of the K nearest"},
     {.name = "format", .type = CLI_CHOICE, .choices = "table|csv|json", .def = "table",
      .help = "output format (see below)"},
-    CLI_OPT_DEVICE("where query descriptors are computed and, for CEDD with -k, where "
-                   "the k-NN runs (same results; auto: the GPU when one is usable)"),
+    {.name = "batch", .type = CLI_TEXT, .arg = "FILE",
+     .help = "more query images: one path per line of FILE ('-': standard input), after "
+             "those on the command line"},
+    CLI_OPT_DEVICE("where query descriptors are computed and the search runs (same results; "
+                   "auto: the GPU when one is usable and the table is large enough)"),
     CLI_OPT_JOBS,
     CLI_OPT_MAX_PIXELS,
     CLI_OPT_STRICT,
@@ -27,8 +30,8 @@ static const cli_opt_t opts[] = {
 const cli_command_t cli_cmd_search = {
     .name = "search",
     .summary = "find the nearest images in a collection",
-    .operands = "COLLECTION IMAGE...",
-    .min_operands = 2,
+    .operands = "COLLECTION [IMAGE...]",
+    .min_operands = 1,
     .max_operands = -1,
     .about = "Ranks the collection's images by the family's distance to each query image\n"
              "(CEDD: LIRE's Tanimoto, 0 = identical .. 100). Ties are ordered by id.\n",
@@ -45,7 +48,9 @@ const cli_command_t cli_cmd_search = {
              "A -f whose table the collection does not have is a usage error (exit status 2;\n"
              "the message lists the collection's tables): the command line asks for\n"
              "something this collection cannot answer, nothing is wrong with the collection.\n"
-             "A query that cannot be read is reported and the others answered (exit 1).\n",
+             "A query that cannot be read is reported and the others answered (exit 1).\n"
+             "Queries are decoded, described and searched in batches of 256 (one search\n"
+             "call per batch); results are printed in the order the queries were given.\n",
     .run = run_search,
 };
 
@@ -118,6 +123,69 @@ static int check_table(patina_collection_t *coll, const char *path, const patina
     return EXIT_USAGE;
 }
 
+#define SEARCH_BATCH 256 /* queries per extraction and search call */
+
+/* The query paths: the operands after the collection, then the lines of
+ * --batch FILE (empty lines skipped; '-' reads standard input). */
+static int query_list(const cli_args_t *a, char ***out, size_t *n)
+{
+    const cli_value_t *bv = cli_get(a, "batch");
+    char **v = NULL, line[4096];
+    size_t cap = 0, m = 0;
+    FILE *f = NULL;
+    size_t q;
+    *out = NULL;
+    *n = 0;
+    for (q = 1; q < a->noperands; q++) {
+        if (m == cap) {
+            char **t = realloc(v, (cap = cap ? 2 * cap : 64) * sizeof *v);
+            if (!t) goto nomem;
+            v = t;
+        }
+        if (!(v[m] = strdup(a->operands[q]))) goto nomem;
+        m++;
+    }
+    if (bv->given) {
+        f = strcmp(bv->text, "-") ? fopen(bv->text, "r") : stdin;
+        if (!f) {
+            cli_error("search", "cannot read --batch %s", bv->text);
+            goto fail;
+        }
+        while (fgets(line, sizeof line, f)) {
+            size_t len = strlen(line);
+            while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
+            if (!len) continue;
+            if (m == cap) {
+                char **t = realloc(v, (cap = cap ? 2 * cap : 64) * sizeof *v);
+                if (!t) goto nomem;
+                v = t;
+            }
+            if (!(v[m] = strdup(line))) goto nomem;
+            m++;
+        }
+        if (ferror(f)) {
+            cli_error("search", "error reading --batch %s", bv->text);
+            goto fail;
+        }
+        if (f != stdin) fclose(f);
+        f = NULL;
+    }
+    if (m == 0) {
+        cli_error("search", "no query images (give IMAGE operands or --batch FILE)");
+        goto fail;
+    }
+    *out = v;
+    *n = m;
+    return 0;
+nomem:
+    cli_error("search", "out of memory");
+fail:
+    if (f && f != stdin) fclose(f);
+    while (m) free(v[--m]);
+    free(v);
+    return -1;
+}
+
 static int run_search(const cli_args_t *a)
 {
     const char *family = cli_get(a, "family")->text;
@@ -129,12 +197,13 @@ static int run_search(const cli_args_t *a)
     patina_collection_t *coll = NULL;
     patina_snapshot_t *snap = NULL;
     patina_index_t *idx = NULL;
-    unsigned char *desc = NULL;
+    uint8_t *desc = NULL;
     patina_hit_t *hits = NULL;
     long k = (long)cli_get(a, "k")->i;
     double range = cli_get(a, "range")->num;
     int use_range = cli_get(a, "range")->given, fmt, rc = EXIT_OK;
-    size_t q;
+    char **qs = NULL;
+    size_t nq = 0, qi;
     patina_status s;
 
     fmt = !strcmp(format, "table") ? 0 : !strcmp(format, "csv") ? 1 : 2;
@@ -145,6 +214,10 @@ static int run_search(const cli_args_t *a)
     if ((s = patina_extractor_new(&ex, family)) != PATINA_OK) {
         cli_status_error("search", s);
         return EXIT_USAGE;
+    }
+    if (query_list(a, &qs, &nq) != 0) {
+        rc = EXIT_USAGE;
+        goto out;
     }
     if (cli_context(&ctx, a) != 0) {
         rc = EXIT_ERROR;
@@ -165,64 +238,95 @@ static int run_search(const cli_args_t *a)
         rc = EXIT_ERROR;
         goto out;
     }
-    desc = malloc(patina_extractor_bytes(ex));
-    hits = malloc(sizeof *hits * (size_t)k);
-    if (!desc || !hits) {
-        cli_error("search", "out of memory");
-        rc = EXIT_ERROR;
-        goto out;
-    }
-    for (q = 1; q < a->noperands; q++) {
-        const char *query = a->operands[q];
-        patina_image_t img;
-        patina_decode_report_t report;
-        patina_status st;
-        size_t n = 0;
-        s = patina_image_load_with(&img, &report, query, &dopts);
-        if (s != PATINA_OK) {
-            cli_status_error("search", s);
-            rc = EXIT_PARTIAL;
-            continue;
-        }
-        if (report.warnings) cli_error("search", "%s", report.warning);
-        s = patina_extract_batch(ctx, ex, device, desc, &img, 1, &st);
-        if (s == PATINA_OK && st != PATINA_OK) {
-            char msg[PATINA_ERROR_MAX];
-            cli_extract_error(msg, sizeof msg, ctx, ex, &img, query, st);
-            patina_image_release(&img);
-            cli_error("search", "%s", msg);
-            rc = EXIT_PARTIAL;
-            continue;
-        }
-        patina_image_release(&img);
-        if (s != PATINA_OK) {
-            cli_status_error("search", s);
+    {
+        const size_t bytes = patina_extractor_bytes(ex);
+        patina_image_t *imgs = calloc(SEARCH_BATCH, sizeof *imgs);
+        patina_status *sts = calloc(SEARCH_BATCH, sizeof *sts);
+        size_t *pos = calloc(SEARCH_BATCH, sizeof *pos), *cnt = calloc(SEARCH_BATCH, sizeof *cnt);
+        uint8_t *ok = calloc(SEARCH_BATCH, 1);
+        patina_hit_t **rh = calloc(SEARCH_BATCH, sizeof *rh);
+        size_t q0;
+        desc = malloc(SEARCH_BATCH * bytes);
+        hits = use_range ? NULL : malloc(SEARCH_BATCH * (size_t)k * sizeof *hits);
+        if (!imgs || !sts || !pos || !cnt || !ok || !rh || !desc || (!use_range && !hits)) {
+            cli_error("search", "out of memory");
             rc = EXIT_ERROR;
-            goto out;
         }
-        {
+        for (q0 = 0; rc != EXIT_ERROR && q0 < nq; q0 += SEARCH_BATCH) {
+            const size_t m = nq - q0 < SEARCH_BATCH ? nq - q0 : SEARCH_BATCH;
+            size_t i, nimg = 0;
             patina_search_opts_t so;
-            patina_search_opts_init(&so);
-            so.device = device == PATINA_DEVICE_HYBRID ? PATINA_DEVICE_AUTO : device;
-            if (use_range) {
-                patina_hit_t *rh = NULL;
-                so.device = PATINA_DEVICE_CPU;
-                s = patina_index_range(ctx, idx, desc, 1, range, &so, &rh, &n);
-                if (s == PATINA_OK) print_hits(stdout, fmt, snap, query, rh, n);
-                free(rh);
-            } else {
-                s = patina_index_knn(ctx, idx, desc, 1, (size_t)k, &so, hits, &n);
-                if (s == PATINA_OK) print_hits(stdout, fmt, snap, query, hits, n);
+            /* decode; the readable ones are described in one call */
+            for (i = 0; i < m; i++) {
+                patina_decode_report_t report;
+                ok[i] = 0;
+                s = patina_image_load_with(&imgs[nimg], &report, qs[q0 + i], &dopts);
+                if (s != PATINA_OK) {
+                    cli_status_error("search", s);
+                    rc = EXIT_PARTIAL;
+                    continue;
+                }
+                if (report.warnings) cli_error("search", "%s", report.warning);
+                pos[nimg++] = i;
+            }
+            s = nimg ? patina_extract_batch(ctx, ex, device, desc, imgs, nimg, sts) : PATINA_OK;
+            for (i = 0; i < nimg; i++) {
+                if (s == PATINA_OK && sts[i] != PATINA_OK) {
+                    char msg[PATINA_ERROR_MAX];
+                    cli_extract_error(msg, sizeof msg, ctx, ex, &imgs[i], qs[q0 + pos[i]], sts[i]);
+                    cli_error("search", "%s", msg);
+                    rc = EXIT_PARTIAL;
+                } else if (s == PATINA_OK) {
+                    ok[pos[i]] = 1;
+                }
+                patina_image_release(&imgs[i]);
+            }
+            if (s != PATINA_OK) {
+                cli_status_error("search", s);
+                rc = EXIT_ERROR;
+                break;
+            }
+            /* the described queries, packed in order: one search call */
+            {
+                size_t nd = 0;
+                for (i = 0; i < nimg; i++)
+                    if (sts[i] == PATINA_OK) {
+                        if (nd != i) memmove(desc + nd * bytes, desc + i * bytes, bytes);
+                        pos[nd++] = pos[i];
+                    }
+                patina_search_opts_init(&so);
+                so.device = device == PATINA_DEVICE_HYBRID ? PATINA_DEVICE_AUTO : device;
+                /* range search on the GPU serves CEDD; others run on the CPU */
+                if (use_range && so.device == PATINA_DEVICE_GPU) so.device = PATINA_DEVICE_AUTO;
+                s = PATINA_OK;
+                if (nd && use_range) s = patina_index_range(ctx, idx, desc, nd, range, &so, rh, cnt);
+                else if (nd) s = patina_index_knn(ctx, idx, desc, nd, (size_t)k, &so, hits, cnt);
+                if (s != PATINA_OK) {
+                    cli_status_error("search", s);
+                    rc = EXIT_ERROR;
+                    break;
+                }
+                for (i = 0; i < nd; i++) {
+                    print_hits(stdout, fmt, snap, qs[q0 + pos[i]], use_range ? rh[i] : hits + i * (size_t)k,
+                               cnt[i]);
+                    if (use_range) {
+                        free(rh[i]);
+                        rh[i] = NULL;
+                    }
+                }
             }
         }
-        if (s != PATINA_OK) {
-            cli_status_error("search", s);
-            rc = EXIT_ERROR;
-            goto out;
-        }
+        free(imgs);
+        free(sts);
+        free(pos);
+        free(cnt);
+        free(ok);
+        free(rh);
     }
 out:
     if (fflush(stdout) != 0) rc = EXIT_ERROR;
+    for (qi = 0; qi < nq; qi++) free(qs[qi]);
+    free(qs);
     free(desc);
     free(hits);
     patina_index_free(idx);
