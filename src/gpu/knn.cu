@@ -84,44 +84,12 @@ typedef struct knn_state {
 
 /* ------------------------------------------------------------- kernels */
 
-/* a comes after b in the result order */
-__device__ __forceinline__ bool after(double da, uint64_t ia, double db, uint64_t ib)
-{
-    const bool an = isnan(da), bn = isnan(db);
-    if (an != bn) return an;
-    if (!an) {
-        if (da > db) return true;
-        if (da < db) return false;
-    }
-    return ia > ib;
-}
-
 /* Sorts the block's chunk (sd, sid) ascending and writes its first kk. */
 __device__ __forceinline__ void sort_and_write(double *sd, uint64_t *sid, int kk, double *out_d,
                                                uint64_t *out_id)
 {
-    for (int size = 2; size <= KNN_CHUNK; size <<= 1)
-        for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            __syncthreads();
-            for (int t = threadIdx.x; t < KNN_CHUNK / 2; t += blockDim.x) {
-                const int lo = 2 * t - (t & (stride - 1)), hi = lo + stride;
-                const bool up = (lo & size) == 0;
-                if (after(sd[lo], sid[lo], sd[hi], sid[hi]) == up) {
-                    const double td = sd[lo];
-                    const uint64_t ti = sid[lo];
-                    sd[lo] = sd[hi];
-                    sid[lo] = sid[hi];
-                    sd[hi] = td;
-                    sid[hi] = ti;
-                }
-            }
-        }
-    __syncthreads();
     const size_t base = ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * (size_t)kk;
-    for (int e = threadIdx.x; e < kk; e += blockDim.x) {
-        out_d[base + e] = sd[e];
-        out_id[base + e] = sid[e];
-    }
+    tc_sort_hits(sd, sid, KNN_CHUNK, kk, out_d + base, out_id + base);
 }
 
 __device__ __forceinline__ double qnan() { return __longlong_as_double(0x7ff8000000000000LL); }
@@ -455,11 +423,15 @@ static cudaError_t launch(const knn_copy_t *c, const pgpu_knn_index_t *idx, cons
 #define TC_RANGE_BATCH 256                /* queries per launch, range */
 
 /* Rows of the pilot sample: enough that the kth best of the sample ranks
- * about TC_CAND / 2 in the table (candidates ~ take n / S: half the list),
- * at least TC_PILOT_MIN, at most the table. */
+ * about `want`th in the table (candidates ~ take n / S), at least
+ * TC_PILOT_MIN, at most the table. The rank of a sample's kth best spreads
+ * like a Gamma(k) variable: for k = 1 it is geometric (P(rank > 8 x mean)
+ * ~ e^-8), so small k aims lower; from k = 10 on the spread is narrow.
+ * A query whose candidates still overflow is retried with the whole table
+ * as its pilot (tc_retry). */
 static size_t tc_pilot_rows(size_t n, size_t take)
 {
-    const size_t want = TC_CAND / 2;
+    const size_t want = take < 10 ? TC_CAND / 8 : take < 100 ? TC_CAND / 4 : TC_CAND / 2;
     size_t s = (take * n + want - 1) / want;
     if (s < TC_PILOT_MIN) s = TC_PILOT_MIN;
     return s < n ? s : n;
@@ -568,16 +540,16 @@ static patina_status tc_buffers(patina_gpu_t *g, knn_state_t *st, const knn_copy
     return PATINA_OK;
 }
 
-/* One launch group of m queries (rows q) through the
- * engine: k-NN (range 0; take results per query) or range (up to TC_CAND
- * per query). The results are read with tc_result; *flag (m) = 1: the CPU
+/* One launch group of m queries (rows q) through the engine: k-NN (range
+ * 0; take results per query; a pilot of the first S rows) or range (up to
+ * TC_CAND per query). The results are read with tc_result; *flag (m) = 1: the CPU
  * answers that query. */
 static patina_status tc_batch(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *c, const uint8_t *q,
-                              size_t qbytes, size_t m, size_t take, int range, double radius, tc_io_t *io,
+                              size_t qbytes, size_t m, size_t take, size_t S, int range, double radius, tc_io_t *io,
                               size_t *maxn)
 {
     cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
-    const size_t dp = (size_t)c->dp, S = range ? 0 : tc_pilot_rows(c->n, take);
+    const size_t dp = (size_t)c->dp;
     const int kstride = range ? TC_CAND : (int)take;
     tc_qinfo_t *qi;
     float theta = 0.f;
@@ -751,6 +723,47 @@ static patina_status search_begin(patina_gpu_t *g, const pgpu_knn_index_t *idx, 
     return copy_of(g, *st, idx, c);
 }
 
+/* k-NN of nq queries with a pilot of S rows: queries (all, rows of the
+ * index's bytes) indexed through which[] when given (the i-th query is
+ * queries[which[i]] and writes hits/counts row which[i]); cpu[i] = 1 for a
+ * query left unanswered. */
+static patina_status tc_knn_pass(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *c,
+                                 const pgpu_knn_index_t *idx, const uint8_t *queries, const uint32_t *which,
+                                 size_t nq, size_t k, size_t S, patina_hit_t *hits, size_t *counts, uint8_t *cpu)
+{
+    const size_t take = k < idx->n ? k : idx->n, bytes = idx->bytes;
+    size_t qb, q0;
+    uint8_t *gather = NULL;
+    patina_status s = PATINA_OK;
+    qb = TC_PILOT_BYTES / (S * sizeof(float));
+    if (qb < 1) qb = 1;
+    if (qb > TC_KNN_BATCH) qb = TC_KNN_BATCH;
+    if (qb > nq) qb = nq;
+    PATINA_TRY(tc_buffers(g, st, c, qb, qb * S, take));
+    if (which && !(gather = (uint8_t *)malloc(qb * bytes)))
+        return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
+    for (q0 = 0; q0 < nq && s == PATINA_OK; q0 += qb) {
+        const size_t m = nq - q0 < qb ? nq - q0 : qb;
+        size_t maxn, i;
+        tc_io_t io;
+        const uint8_t *qs = queries + q0 * bytes;
+        if (which) {
+            for (i = 0; i < m; i++) memcpy(gather + i * bytes, queries + (size_t)which[q0 + i] * bytes, bytes);
+            qs = gather;
+        }
+        s = tc_batch(g, st, c, qs, bytes, m, take, S, 0, 0.0, &io, &maxn);
+        for (i = 0; s == PATINA_OK && i < m; i++) {
+            const size_t row = which ? which[q0 + i] : q0 + i;
+            cpu[q0 + i] = st->h_out[io.o_flag + i];
+            if (cpu[q0 + i]) continue;
+            for (size_t j = 0; j < take; j++) hits[row * k + j] = tc_result(st, &io, maxn, i, j);
+            counts[row] = take;
+        }
+    }
+    free(gather);
+    return s;
+}
+
 patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
                              const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
                              uint8_t *cpu)
@@ -758,7 +771,8 @@ patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const
     knn_state_t *st;
     knn_copy_t *c;
     const size_t take = k < idx->n ? k : idx->n;
-    size_t qb, q0, S;
+    size_t S;
+    patina_status s = PATINA_OK;
 
     if (!g || !idx || !hits || !counts || !cpu || k == 0 || (idx->t1 ? !queries : !qv))
         return patina__fail(PATINA_E_INVALID, "gpu search: bad argument");
@@ -769,26 +783,30 @@ patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const
     PATINA_TRY(search_begin(g, idx, &st, &c));
     if (!c->tc) return def_knn(g, st, c, idx, qv, nq, k, hits, counts);
     S = tc_pilot_rows(c->n, take);
-    qb = TC_PILOT_BYTES / (S * sizeof(float));
-    if (qb < 1) qb = 1;
-    if (qb > TC_KNN_BATCH) qb = TC_KNN_BATCH;
-    if (qb > nq) qb = nq;
-    PATINA_TRY(tc_buffers(g, st, c, qb, qb * S, take));
-    for (q0 = 0; q0 < nq; q0 += qb) {
-        const size_t m = nq - q0 < qb ? nq - q0 : qb;
-        size_t maxn;
-        tc_io_t io;
-        PATINA_TRY(tc_batch(g, st, c, queries + q0 * idx->bytes, idx->bytes, m, take, 0, 0.0, &io, &maxn));
-        for (size_t i = 0; i < m; i++) {
-            if (st->h_out[io.o_flag + i]) {
-                cpu[q0 + i] = 1;
-                continue;
-            }
-            for (size_t j = 0; j < take; j++) hits[(q0 + i) * k + j] = tc_result(st, &io, maxn, i, j);
-            counts[q0 + i] = take;
+    PATINA_TRY(tc_knn_pass(g, st, c, idx, queries, NULL, nq, k, S, hits, counts, cpu));
+    /* the overflowing queries again, the whole table as their pilot: the
+     * candidates are then the k best and their exact ties */
+    if (S < c->n) {
+        size_t nr = 0, i, j = 0;
+        uint32_t *which;
+        uint8_t *again;
+        for (i = 0; i < nq; i++) nr += cpu[i];
+        if (nr == 0) return PATINA_OK;
+        which = (uint32_t *)malloc(nr * sizeof *which);
+        again = (uint8_t *)malloc(nr);
+        if (!which || !again) {
+            free(which);
+            free(again);
+            return PATINA_OK; /* the CPU answers them */
         }
+        for (i = 0; i < nq; i++)
+            if (cpu[i]) which[j++] = (uint32_t)i;
+        s = tc_knn_pass(g, st, c, idx, queries, which, nr, k, c->n, hits, counts, again);
+        for (j = 0; s == PATINA_OK && j < nr; j++) cpu[which[j]] = again[j];
+        free(which);
+        free(again);
     }
-    return PATINA_OK;
+    return s;
 }
 
 patina_status patina_gpu_range(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
@@ -810,7 +828,7 @@ patina_status patina_gpu_range(patina_gpu_t *g, const pgpu_knn_index_t *idx, con
         const size_t m = nq - q0 < qb ? nq - q0 : qb;
         size_t maxn;
         tc_io_t io;
-        PATINA_TRY(tc_batch(g, st, c, queries + q0 * idx->bytes, idx->bytes, m, 0, 1, radius, &io, &maxn));
+        PATINA_TRY(tc_batch(g, st, c, queries + q0 * idx->bytes, idx->bytes, m, 0, 0, 1, radius, &io, &maxn));
         for (size_t i = 0; i < m; i++) {
             size_t n = ((const uint32_t *)st->h_out)[i];
             if (st->h_out[io.o_flag + i]) {

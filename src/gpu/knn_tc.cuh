@@ -321,6 +321,23 @@ __device__ __forceinline__ int tc_pow2(int n)
     return p;
 }
 
+/* Sorts the block's m hits (key = distance, sid = id; room for the next
+ * power of two) in the result order and writes the first nout to out_d /
+ * out_id. */
+__device__ void tc_sort_hits(double *key, uint64_t *sid, int m, int nout, double *out_d, uint64_t *out_id)
+{
+    const int p2 = tc_pow2(m);
+    for (int i = m + threadIdx.x; i < p2; i += blockDim.x) {
+        key[i] = __longlong_as_double(0x7ff8000000000000LL);
+        sid[i] = ~0ull;
+    }
+    tc_bitonic(key, sid, p2, [](double da, uint64_t ia, double db, uint64_t ib) { return tc_after(db, ib, da, ia); });
+    for (int i = threadIdx.x; i < nout; i += blockDim.x) {
+        out_d[i] = key[i];
+        out_id[i] = sid[i];
+    }
+}
+
 /* The reference distance of device row r to query fq: src/search/knn.c's
  * tanimoto_rows for one row, operation for operation. */
 __device__ __forceinline__ double tc_reference(const uint8_t *__restrict__ row, uint32_t t1, double c3,
@@ -405,17 +422,8 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
             }
         }
         __syncthreads();
-        const int m = s_n, p2 = tc_pow2(m);
-        for (int i = m + threadIdx.x; i < p2; i += blockDim.x) {
-            key[i] = __longlong_as_double(0x7ff8000000000000LL);
-            sid[i] = ~0ull;
-        }
-        tc_bitonic(key, sid, p2, [](double da, uint64_t ia, double db, uint64_t ib) { return tc_after(db, ib, da, ia); });
-        for (int i = threadIdx.x; i < m; i += blockDim.x) {
-            out_d[(size_t)q * kstride + i] = key[i];
-            out_id[(size_t)q * kstride + i] = sid[i];
-        }
-        if (threadIdx.x == 0) out_n[q] = (uint32_t)m;
+        tc_sort_hits(key, sid, s_n, s_n, out_d + (size_t)q * kstride, out_id + (size_t)q * kstride);
+        if (threadIdx.x == 0) out_n[q] = (uint32_t)s_n;
         return;
     }
 
@@ -448,21 +456,13 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
             sid[pos] = sidx[i]; /* row index, widened; the ids replace it below */
         }
     __syncthreads();
-    const int m = s_n, p2 = tc_pow2(m);
+    const int m = s_n;
     for (int i = threadIdx.x; i < m; i += blockDim.x) {
         const uint32_t r = (uint32_t)sid[i];
         key[i] = tc_reference(rows + (size_t)r * DP, t1[r], c3[r], ptab, qidx, qv, nnz, t2, c2);
         sid[i] = ids[r];
     }
-    for (int i = m + threadIdx.x; i < p2; i += blockDim.x) {
-        key[i] = __longlong_as_double(0x7ff8000000000000LL);
-        sid[i] = ~0ull;
-    }
-    tc_bitonic(key, sid, p2, [](double da, uint64_t ia, double db, uint64_t ib) { return tc_after(db, ib, da, ia); });
-    for (int i = threadIdx.x; i < take; i += blockDim.x) {
-        out_d[(size_t)q * kstride + i] = key[i];
-        out_id[(size_t)q * kstride + i] = sid[i];
-    }
+    tc_sort_hits(key, sid, m, take, out_d + (size_t)q * kstride, out_id + (size_t)q * kstride);
     if (threadIdx.x == 0) out_n[q] = (uint32_t)take;
 }
 

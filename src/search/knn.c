@@ -778,7 +778,7 @@ static patina_status range_gpu(patina_context_t *ctx, const patina_index_t *ix, 
         s = patina_gpu_range(g, &view, queries, nq, radius, max_hits, hits, counts, cpu);
         patina__context_gpu_release(ctx);
     }
-    for (q = 0; s == PATINA_OK && q < nq; q++) /* a slow-path query was searched with zeros: redo it */
+    for (q = 0; s == PATINA_OK && q < nq; q++) /* an element above 7: the engine's answer is not the definition's */
         if (!tq[q].fast) {
             free(hits[q]);
             hits[q] = NULL;
