@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -858,6 +859,257 @@ static void test_search_devices(void **state)
     free(q);
 }
 
+/* ---------------------------------------------------------- live updates */
+
+/* A model of an index under changes: live (id, row) pairs. */
+typedef struct model {
+    size_t n, cap, bytes;
+    uint64_t *ids;
+    uint8_t *rows;
+} model_t;
+
+static void model_put(model_t *m, uint64_t id, const void *row)
+{
+    size_t i;
+    for (i = 0; i < m->n; i++)
+        if (m->ids[i] == id) break;
+    if (i == m->n) {
+        if (m->n == m->cap) {
+            m->cap = m->cap ? 2 * m->cap : 256;
+            m->ids = realloc(m->ids, m->cap * sizeof *m->ids);
+            m->rows = realloc(m->rows, m->cap * m->bytes);
+        }
+        m->n++;
+    }
+    m->ids[i] = id;
+    memcpy(m->rows + i * m->bytes, row, m->bytes);
+}
+
+static void model_remove(model_t *m, uint64_t id)
+{
+    for (size_t i = 0; i < m->n; i++)
+        if (m->ids[i] == id) {
+            m->n--;
+            m->ids[i] = m->ids[m->n];
+            memcpy(m->rows + i * m->bytes, m->rows + m->n * m->bytes, m->bytes);
+            return;
+        }
+}
+
+/* Random rows of an extractor's shape (CEDD: bins 0..7; floats: small
+ * non-negative values; u32: counts). */
+static void fill_rows(const patina_extractor_t *ex, uint8_t *rows, size_t n, tu_rng_t *r)
+{
+    const size_t dim = patina_extractor_dim(ex), bytes = patina_extractor_bytes(ex);
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < dim; k++) {
+            const uint32_t v = tu_rng_below(r, 100) < 60 ? 0 : tu_rng_below(r, 8);
+            void *row = rows + i * bytes;
+            switch (patina_extractor_elem(ex)) {
+            case PATINA_ELEM_U8: ((uint8_t *)row)[k] = (uint8_t)v; break;
+            case PATINA_ELEM_U16: ((uint16_t *)row)[k] = (uint16_t)v; break;
+            case PATINA_ELEM_U32: ((uint32_t *)row)[k] = v; break;
+            case PATINA_ELEM_F32: ((float *)row)[k] = (float)v * 0.125f; break;
+            case PATINA_ELEM_F64: ((double *)row)[k] = (double)v * (k % 3 ? 1e-3 : 10.0); break;
+            }
+        }
+}
+
+/* The index under changes answers as an index built afresh from the live
+ * rows: ids and distance bits, k-NN and range, for CEDD (fast path), an
+ * LBP histogram (chi2, f32) and Haralick (std_l2, whose sigma follows the
+ * rows); enough removals to compact; replaced ids; absent ids. */
+static void test_live_updates(void **state)
+{
+    static const char *const specs[] = {"cedd", "lbp8", "haralick"};
+    (void)state;
+    for (size_t si = 0; si < sizeof specs / sizeof *specs; si++) {
+        patina_extractor_t *ex;
+        patina_index_t *idx;
+        model_t m = {0};
+        tu_rng_t r;
+        const size_t n0 = 600, nq = 6;
+        uint8_t *rows, *q;
+        uint64_t next = 1, *ids;
+        size_t bytes, removed;
+        TU_OK(patina_extractor_new(&ex, specs[si]));
+        bytes = m.bytes = patina_extractor_bytes(ex);
+        tu_rng_seed(&r, 77 + si);
+        rows = malloc(n0 * bytes);
+        ids = malloc(n0 * sizeof *ids);
+        q = malloc(nq * bytes);
+        fill_rows(ex, rows, n0, &r);
+        fill_rows(ex, q, nq, &r);
+        for (size_t i = 0; i < n0; i++) {
+            ids[i] = next;
+            next += 1 + tu_rng_below(&r, 3);
+            model_put(&m, ids[i], rows + i * bytes);
+        }
+        TU_OK(patina_index_new(&idx, ex, ids, rows, n0));
+        for (int round = 0; round < 8; round++) {
+            const size_t na = 40 + tu_rng_below(&r, 60), nrm = 60 + tu_rng_below(&r, 120);
+            uint8_t *add = malloc(na * bytes);
+            uint64_t *aid = malloc(na * sizeof *aid), *rid = malloc(nrm * sizeof *rid);
+            patina_index_t *fresh;
+            fill_rows(ex, add, na, &r);
+            for (size_t i = 0; i < na; i++) /* a third replace a live id */
+                aid[i] = i % 3 == 0 && m.n ? m.ids[tu_rng_below(&r, (uint32_t)m.n)] : next++;
+            for (size_t i = 0; i < na; i++) /* ids must be distinct within one put */
+                for (size_t j = 0; j < i; j++)
+                    if (aid[j] == aid[i]) aid[i] = next++;
+            TU_OK(patina_index_put(idx, aid, add, na));
+            for (size_t i = 0; i < na; i++) model_put(&m, aid[i], add + i * bytes);
+            for (size_t i = 0; i < nrm; i++) /* some absent ids */
+                rid[i] = i % 7 == 0 ? next + 1000 + i : m.ids[tu_rng_below(&r, (uint32_t)m.n)];
+            TU_OK(patina_index_remove(idx, rid, nrm, &removed));
+            {
+                size_t before = m.n;
+                for (size_t i = 0; i < nrm; i++) model_remove(&m, rid[i]);
+                assert_int_equal(removed, before - m.n);
+            }
+            assert_int_equal(patina_index_size(idx), m.n);
+            TU_OK(patina_index_new(&fresh, ex, m.ids, m.rows, m.n));
+            for (size_t k = 1; k <= 64; k *= 8) {
+                patina_hit_t *a = malloc(nq * k * sizeof *a), *b = malloc(nq * k * sizeof *b);
+                size_t ca[6], cb[6];
+                TU_OK(knn_cpu(idx, q, nq, k, 3, a, ca));
+                TU_OK(knn_cpu(fresh, q, nq, k, 1, b, cb));
+                for (size_t i = 0; i < nq; i++) assert_int_equal(ca[i], cb[i]);
+                for (size_t i = 0; i < nq * k; i++) {
+                    assert_int_equal(a[i].id, b[i].id);
+                    assert_memory_equal(&a[i].distance, &b[i].distance, sizeof(double));
+                }
+                free(a);
+                free(b);
+            }
+            {
+                patina_hit_t *ra[6], *rb[6];
+                size_t ca[6], cb[6];
+                const double radius = si == 0 ? 40.0 : si == 1 ? 0.5 : 3.0;
+                TU_OK(range_cpu(idx, q, nq, radius, 0, 2, ra, ca));
+                TU_OK(range_cpu(fresh, q, nq, radius, 0, 1, rb, cb));
+                for (size_t i = 0; i < nq; i++) {
+                    assert_int_equal(ca[i], cb[i]);
+                    for (size_t j = 0; j < ca[i]; j++) {
+                        assert_int_equal(ra[i][j].id, rb[i][j].id);
+                        assert_memory_equal(&ra[i][j].distance, &rb[i][j].distance, sizeof(double));
+                    }
+                    free(ra[i]);
+                    free(rb[i]);
+                }
+            }
+            patina_index_free(fresh);
+            free(add);
+            free(aid);
+            free(rid);
+        }
+        /* bad input changes nothing */
+        {
+            uint64_t two[2] = {5, 5};
+            const size_t before = patina_index_size(idx);
+            uint8_t *r2 = calloc(2, bytes);
+            assert_int_equal(patina_index_put(idx, two, r2, 2), PATINA_E_INVALID);
+            if (patina_extractor_elem(ex) == PATINA_ELEM_F32) {
+                uint64_t one = next++;
+                ((float *)r2)[3] = NAN;
+                assert_int_equal(patina_index_put(idx, &one, r2, 1), PATINA_E_INVALID);
+                {
+                    patina_hit_t h[2];
+                    size_t c[1];
+                    assert_int_equal(knn_cpu(idx, r2, 1, 2, 1, h, c), PATINA_E_INVALID); /* a NaN query */
+                }
+            }
+            assert_int_equal(patina_index_size(idx), before);
+            free(r2);
+        }
+        patina_index_free(idx);
+        patina_extractor_free(ex);
+        free(m.ids);
+        free(m.rows);
+        free(rows);
+        free(ids);
+        free(q);
+    }
+}
+
+/* Searches running while a writer removes and puts back rows: every
+ * result is a consistent state -- no torn rows, no duplicate ids, every
+ * distance that of the id's descriptor -- and after the writer, the
+ * removed ids are gone from the next search. */
+typedef struct live_arg {
+    patina_index_t *idx;
+    const dataset_t *ds;
+    const uint8_t *q;
+    atomic_int *stop;
+    size_t bad, runs;
+} live_arg_t;
+
+static void *live_reader(void *p)
+{
+    live_arg_t *a = p;
+    patina_hit_t h[4 * 20];
+    size_t c[4];
+    while (!atomic_load(a->stop)) {
+        if (knn_cpu(a->idx, a->q, 4, 20, 1, h, c) != PATINA_OK) {
+            a->bad++;
+            break;
+        }
+        for (size_t qi = 0; qi < 4; qi++)
+            for (size_t i = 0; i < c[qi]; i++) {
+                const patina_hit_t *x = &h[qi * 20 + i];
+                size_t row = (size_t)-1;
+                for (size_t j = 0; j < a->ds->n; j++)
+                    if (a->ds->ids[j] == x->id) row = j;
+                if (row == (size_t)-1 ||
+                    patina_cedd_tanimoto(a->q + qi * D, a->ds->descs + row * D) != x->distance)
+                    a->bad++;
+                for (size_t j = 0; j < i; j++)
+                    if (h[qi * 20 + j].id == x->id) a->bad++;
+            }
+        a->runs++;
+    }
+    return NULL;
+}
+
+static void test_live_concurrent(void **state)
+{
+    dataset_t ds = make_data(3000, 91);
+    uint8_t *q = make_queries(&ds, 4, 92);
+    patina_extractor_t *ex = cedd();
+    patina_index_t *idx;
+    pthread_t th[3];
+    live_arg_t arg[3];
+    atomic_int stop = 0;
+    patina_hit_t h[4 * 20];
+    size_t c[4], removed;
+    (void)state;
+    TU_OK(patina_index_new(&idx, ex, ds.ids, ds.descs, ds.n));
+    for (int i = 0; i < 3; i++) {
+        arg[i] = (live_arg_t){idx, &ds, q, &stop, 0, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, live_reader, &arg[i]), 0);
+    }
+    for (int round = 0; round < 40; round++) { /* remove 100 rows, put them back */
+        const size_t base = (size_t)(round * 37) % (ds.n - 100);
+        TU_OK(patina_index_remove(idx, ds.ids + base, 100, &removed));
+        assert_int_equal(removed, 100);
+        TU_OK(patina_index_put(idx, ds.ids + base, ds.descs + base * D, 100));
+    }
+    TU_OK(patina_index_remove(idx, ds.ids, 1500, &removed)); /* the first half, for good */
+    atomic_store(&stop, 1);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(arg[i].bad, 0);
+        assert_true(arg[i].runs > 0);
+    }
+    TU_OK(knn_cpu(idx, q, 4, 20, 2, h, c));
+    for (size_t i = 0; i < 4 * 20; i++)
+        for (size_t j = 0; j < 1500; j++) assert_true(h[i].id != ds.ids[j]); /* no stale hit */
+    patina_index_free(idx);
+    patina_extractor_free(ex);
+    free(q);
+    free_data(&ds);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -874,6 +1126,8 @@ int main(void)
         cmocka_unit_test(test_load_from_collection),
         cmocka_unit_test(test_concurrent_searches),
         cmocka_unit_test(test_search_devices),
+        cmocka_unit_test(test_live_updates),
+        cmocka_unit_test(test_live_concurrent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,7 @@
 /* Exact k-NN and range search over one descriptor table.
  *
- * A patina_index_t is an immutable snapshot: (n, desc_bytes) descriptors and
- * their ids, searched with the extractor's distance (the distance table:
+ * A patina_index_t holds (n, desc_bytes) descriptors and their ids, searched
+ * with the extractor's distance (the distance table:
  * tanimoto, l1, l2, std_l2, chi2, intersection, hellinger, cosine; see
  * docs/search.md). Any number of threads may search one index at once.
  * Results are ordered by distance ascending, ties by id ascending (a NaN
@@ -55,7 +55,26 @@ PATINA_API patina_status patina_index_load_snapshot(patina_index_t **idx,
                                                     const patina_extractor_t *ex,
                                                     patina_snapshot_t *snap);
 PATINA_API void patina_index_free(patina_index_t *idx); /* accepts NULL */
+/* Rows that searches see (added, not removed). */
 PATINA_API size_t patina_index_size(const patina_index_t *idx);
+
+/* Live updates. put adds n rows (ids, descs (n, bytes)); an id the index
+ * holds already is replaced (update = remove + add). remove drops the ids
+ * it holds (others are ignored; *removed, may be NULL, counts the dropped).
+ * Both are visible to every search that starts after they return; a search
+ * running meanwhile sees the index wholly before or wholly after (a
+ * reader-writer lock: searches share it, a change waits for them). Removed
+ * rows are dropped for good (compaction) once they are 64 or more and a
+ * quarter of the rows. On the GPU an index's device copy follows without a
+ * new upload: added rows are appended, removed ones are blanked in place
+ * (a copy is remade after a compaction, when an added row leaves CEDD's
+ * 0..7 range, and for std_l2, whose sigma changes with every row). A
+ * repeated id within one put, or a NaN element, fails with
+ * PATINA_E_INVALID and changes nothing. The store stays the truth: apply
+ * to the index what was committed to the collection. */
+PATINA_API patina_status patina_index_put(patina_index_t *idx, const uint64_t *ids, const void *descs, size_t n);
+PATINA_API patina_status patina_index_remove(patina_index_t *idx, const uint64_t *ids, size_t n,
+                                             size_t *removed);
 
 /* Where a search runs, and limits. */
 typedef struct patina_search_opts {

@@ -54,11 +54,18 @@ typedef struct knn_copy {
     int dp;                  /* tc: bytes per device row (144 or 256) */
     uint8_t *descs;          /* tc: (n + TC_R, dp) permuted, zero padded; else (n, bytes) */
     uint64_t *ids;           /* (n), in the rows' order */
-    tc_aux_t *aux;           /* tc: (n + TC_R) */
-    uint32_t *t1;            /* tc: (n) */
-    double *c3;              /* tc: (n) */
+    tc_aux_t *aux;           /* tc: (cap + TC_R) */
+    uint32_t *t1;            /* tc: (cap) */
+    double *c3;              /* tc: (cap) */
     double *ptab;            /* tc: (ptab_rows, 8) */
     double *sd;              /* std_l2: (dim) */
+    /* live updates (tc): device row i < nperm holds host row perm[i] (host
+     * memory); rows past nperm were appended in host order; removed rows
+     * are blanked and flagged in dead */
+    size_t cap, nperm, src_n; /* rows allocated; permuted; host rows seen */
+    uint32_t *perm;
+    uint8_t *dead;           /* tc: (cap) device flags */
+    uint64_t dead_gen;
 } knn_copy_t;
 
 typedef struct knn_state {
@@ -208,7 +215,8 @@ k_knn(const uint8_t *__restrict__ descs, const uint64_t *__restrict__ ids, size_
 
 static void copy_free(patina_gpu_t *g, knn_copy_t *c)
 {
-    pgpu_free_n(g, 7, &c->descs, &c->ids, &c->aux, &c->t1, &c->c3, &c->ptab, &c->sd);
+    pgpu_free_n(g, 8, &c->descs, &c->ids, &c->aux, &c->t1, &c->c3, &c->ptab, &c->sd, &c->dead);
+    free(c->perm);
     memset(c, 0, sizeof *c);
 }
 
@@ -282,26 +290,100 @@ static patina_status put(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, void *
     return PATINA_OK;
 }
 
-/* The tensor-core layout of a Tanimoto fast-path index: rows in a fixed
- * random permutation (xorshift, Fisher-Yates; the pilot samples the first
- * rows), padded to dp bytes and followed by TC_R zero rows (stages read
- * whole chunks), and the per-row values in the same order. */
-static patina_status tc_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, const pgpu_knn_index_t *idx)
+/* Blanks the removed rows of a tensor-core copy: zero bytes and a zero
+ * row's sums (t = 0: they pass no filter that a live row could fail), and
+ * flags them for the final pass, which skips them. */
+__global__ void k_tc_blank(uint8_t *__restrict__ rows, tc_aux_t *__restrict__ aux, const uint8_t *__restrict__ dead,
+                           uint32_t n, int dp)
 {
-    const size_t n = idx->n, dp = (size_t)c->dp, nr = n + TC_R;
-    uint32_t *perm = (uint32_t *)malloc(n * sizeof *perm + 1);
-    uint8_t *rows = (uint8_t *)calloc(nr, dp);
-    tc_aux_t *aux = (tc_aux_t *)calloc(nr, sizeof *aux);
-    uint32_t *t1 = (uint32_t *)malloc(n * sizeof *t1 + 1);
-    double *c3 = (double *)malloc(n * sizeof *c3 + 1);
-    uint64_t *ids = (uint64_t *)malloc(n * sizeof *ids + 1), x = 0x243f6a8885a308d3ull ^ n;
+    for (uint32_t r = blockIdx.x * blockDim.x + threadIdx.x; r < n; r += gridDim.x * blockDim.x)
+        if (dead[r]) {
+            for (int b = 0; b < dp; b += 4) *(uint32_t *)(rows + (size_t)r * dp + b) = 0u;
+            aux[r] = make_float4(0.f, 0.f, 1.f, 1e30f);
+        }
+}
+
+/* Host rows [h0, h0 + m) laid out as device rows (dp bytes, sums, T1, C3,
+ * ids), device row i holding host row map ? map[i] : h0 + i, copied to the
+ * copy's rows [d0, d0 + m). */
+static patina_status tc_put_rows(patina_gpu_t *g, knn_copy_t *c, const pgpu_knn_index_t *idx, const uint32_t *map,
+                                 size_t h0, size_t m, size_t d0)
+{
+    const size_t dp = (size_t)c->dp;
+    uint8_t *rows = (uint8_t *)calloc(m + 1, dp);
+    tc_aux_t *aux = (tc_aux_t *)calloc(m + 1, sizeof *aux);
+    uint32_t *t1 = (uint32_t *)malloc(m * sizeof *t1 + 1);
+    double *c3 = (double *)malloc(m * sizeof *c3 + 1);
+    uint64_t *ids = (uint64_t *)malloc(m * sizeof *ids + 1);
     patina_status s = PATINA_OK;
     size_t i;
-    if (!perm || !rows || !aux || !t1 || !c3 || !ids) {
-        s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory laying out %zu rows", n);
+    (void)g;
+    if (!rows || !aux || !t1 || !c3 || !ids) {
+        s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory laying out %zu rows", m);
         goto done;
     }
-    for (i = 0; i < n; i++) perm[i] = (uint32_t)i;
+    for (i = 0; i < m; i++) {
+        const size_t h = map ? map[i] : h0 + i;
+        const uint8_t *b = idx->descs + h * idx->bytes;
+        uint32_t s1 = 0, tt = idx->t1[h];
+        for (size_t e = 0; e < idx->dim; e++) s1 += (uint32_t)b[e] * b[e];
+        memcpy(rows + i * dp, b, idx->dim);
+        aux[i] = tt ? make_float4((float)tt, (float)tt * (float)tt, (float)s1, (float)s1 / (float)tt)
+                    : make_float4(0.f, 0.f, 1.f, 1e30f);
+        t1[i] = tt;
+        c3[i] = idx->c3[h];
+        ids[i] = idx->ids[h];
+    }
+    if (cudaMemcpy(c->descs + d0 * dp, rows, m * dp, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(c->aux + d0, aux, m * sizeof *aux, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(c->t1 + d0, t1, m * sizeof *t1, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(c->c3 + d0, c3, m * sizeof *c3, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(c->ids + d0, ids, m * sizeof *ids, cudaMemcpyHostToDevice) != cudaSuccess)
+        s = pgpu_fail((int)cudaGetLastError(), "gpu search: uploading rows", __FILE__, __LINE__);
+done:
+    free(rows);
+    free(aux);
+    free(t1);
+    free(c3);
+    free(ids);
+    return s;
+}
+
+/* Brings the copy's removed rows up to the index's (blank and flag them). */
+static patina_status tc_sync_dead(patina_gpu_t *g, knn_copy_t *c, const pgpu_knn_index_t *idx)
+{
+    uint8_t *d;
+    size_t i;
+    cudaError_t e;
+    if (c->dead_gen == idx->dead_gen) return PATINA_OK;
+    if (!(d = (uint8_t *)calloc(c->n + 1, 1))) return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
+    for (i = 0; idx->dead && i < c->n; i++) d[i] = idx->dead[i < c->nperm ? c->perm[i] : i];
+    e = cudaMemcpy(c->dead, d, c->n, cudaMemcpyHostToDevice);
+    free(d);
+    if (e == cudaSuccess && c->n) {
+        k_tc_blank<<<(unsigned)((c->n + 255) / 256 < 4096 ? (c->n + 255) / 256 : 4096), 256, 0,
+                     (cudaStream_t)pgpu_stream(g, 0)>>>(c->descs, c->aux, c->dead, (uint32_t)c->n, c->dp);
+        e = cudaGetLastError();
+        if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, 0));
+    }
+    if (e != cudaSuccess) return pgpu_fail((int)e, "gpu search: removed rows", __FILE__, __LINE__);
+    c->dead_gen = idx->dead_gen;
+    return PATINA_OK;
+}
+
+/* The tensor-core layout of a Tanimoto fast-path index: rows in a fixed
+ * random permutation (xorshift, Fisher-Yates; the pilot samples the first
+ * rows), padded to dp bytes, room for a quarter more rows (appended by
+ * later puts) and TC_R zero rows after them (stages read whole chunks). */
+static patina_status tc_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, const pgpu_knn_index_t *idx)
+{
+    const size_t n = idx->n, dp = (size_t)c->dp, cap = n + n / 4 + 1024;
+    uint64_t x = 0x243f6a8885a308d3ull ^ n;
+    patina_status s;
+    size_t i;
+    if (!(c->perm = (uint32_t *)malloc(n * sizeof *c->perm + 1)))
+        return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory laying out %zu rows", n);
+    for (i = 0; i < n; i++) c->perm[i] = (uint32_t)i;
     for (i = n; i > 1; i--) {
         size_t j;
         uint32_t t;
@@ -309,36 +391,48 @@ static patina_status tc_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, 
         x ^= x >> 7;
         x ^= x << 17;
         j = (size_t)(x % i);
-        t = perm[i - 1];
-        perm[i - 1] = perm[j];
-        perm[j] = t;
+        t = c->perm[i - 1];
+        c->perm[i - 1] = c->perm[j];
+        c->perm[j] = t;
     }
-    for (i = 0; i < n; i++) {
-        const uint8_t *b = idx->descs + (size_t)perm[i] * idx->bytes;
-        uint32_t s1 = 0, tt = idx->t1[perm[i]];
-        for (size_t e = 0; e < idx->dim; e++) s1 += (uint32_t)b[e] * b[e];
-        memcpy(rows + i * dp, b, idx->dim);
-        aux[i] = tt ? make_float4((float)tt, (float)tt * (float)tt, (float)s1, (float)s1 / (float)tt)
-                    : make_float4(0.f, 0.f, 1.f, 1e30f);
-        t1[i] = tt;
-        c3[i] = idx->c3[perm[i]];
-        ids[i] = idx->ids[perm[i]];
-    }
-    s = put(g, st, c, (void **)&c->descs, rows, nr * dp, "descriptors");
-    if (s == PATINA_OK) s = put(g, st, c, (void **)&c->aux, aux, nr * sizeof *aux, "row sums");
-    if (s == PATINA_OK) s = put(g, st, c, (void **)&c->t1, t1, n * sizeof *t1, "row sums");
-    if (s == PATINA_OK) s = put(g, st, c, (void **)&c->c3, c3, n * sizeof *c3, "row squares");
-    if (s == PATINA_OK) s = put(g, st, c, (void **)&c->ids, ids, n * sizeof *ids, "ids");
+    c->cap = cap;
+    c->nperm = n;
+    c->dead_gen = 0;
+    s = sdev(g, st, c, (void **)&c->descs, (cap + TC_R) * dp, "descriptors");
+    if (s == PATINA_OK) s = sdev(g, st, c, (void **)&c->aux, (cap + TC_R) * sizeof *c->aux, "row sums");
+    if (s == PATINA_OK) s = sdev(g, st, c, (void **)&c->t1, cap * sizeof *c->t1, "row sums");
+    if (s == PATINA_OK) s = sdev(g, st, c, (void **)&c->c3, cap * sizeof *c->c3, "row squares");
+    if (s == PATINA_OK) s = sdev(g, st, c, (void **)&c->ids, cap * sizeof *c->ids, "ids");
+    if (s == PATINA_OK) s = sdev(g, st, c, (void **)&c->dead, cap, "removed rows");
+    if (s == PATINA_OK &&
+        (cudaMemset(c->descs, 0, (cap + TC_R) * dp) != cudaSuccess ||
+         cudaMemset(c->aux, 0, (cap + TC_R) * sizeof *c->aux) != cudaSuccess || cudaMemset(c->dead, 0, cap) != cudaSuccess))
+        s = pgpu_fail((int)cudaGetLastError(), "gpu search: clearing a copy", __FILE__, __LINE__);
+    if (s == PATINA_OK && n) s = tc_put_rows(g, c, idx, c->perm, 0, n, 0);
     if (s == PATINA_OK)
         s = put(g, st, c, (void **)&c->ptab, idx->ptab, idx->ptab_rows * 8 * sizeof(double), "value table");
-done:
-    free(perm);
-    free(rows);
-    free(aux);
-    free(t1);
-    free(c3);
-    free(ids);
+    c->n = c->src_n = n;
+    if (s == PATINA_OK) s = tc_sync_dead(g, c, idx);
     return s;
+}
+
+/* A found tensor-core copy brought up to its index: rows added since are
+ * appended (a copy without room for them is remade: returns 1 in *remake),
+ * removed rows blanked. */
+static patina_status tc_follow(patina_gpu_t *g, knn_copy_t *c, const pgpu_knn_index_t *idx, int *remake)
+{
+    *remake = 0;
+    if (idx->n > c->src_n) {
+        const size_t m = idx->n - c->src_n;
+        if (c->n + m > c->cap) {
+            *remake = 1;
+            return PATINA_OK;
+        }
+        PATINA_TRY(tc_put_rows(g, c, idx, NULL, c->src_n, m, c->n));
+        c->n += m;
+        c->src_n = idx->n;
+    }
+    return tc_sync_dead(g, c, idx);
 }
 
 /* The device copy of idx, made now if g has none. */
@@ -350,11 +444,25 @@ static patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_in
     *out = NULL;
     for (i = 0; i < KNN_CACHE; i++)
         if (st->copy[i].serial == idx->serial) {
+            int remake = 0;
             c = &st->copy[i];
             c->used = ++st->clock;
-            *out = c;
-            return PATINA_OK;
+            if (c->tc) {
+                if ((s = tc_follow(g, c, idx, &remake)) != PATINA_OK) {
+                    copy_free(g, c);
+                    return s;
+                }
+            } else {
+                remake = c->src_n != idx->n || c->dead_gen != idx->dead_gen;
+            }
+            if (!remake) {
+                *out = c;
+                return PATINA_OK;
+            }
+            copy_free(g, c); /* remade below */
+            break;
         }
+    c = NULL;
     for (i = 0; i < KNN_CACHE && !c; i++)
         if (!st->copy[i].serial) c = &st->copy[i];
     if (!c) {
@@ -371,10 +479,38 @@ static patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_in
         c->dp = idx->dim == 144 ? 144 : 256;
         s = tc_upload(g, st, c, idx);
     } else {
-        s = put(g, st, c, (void **)&c->descs, idx->descs, idx->n * idx->bytes, "descriptors");
+        /* the definition kernels: the live rows only */
+        const uint8_t *rows = idx->descs;
+        const uint64_t *ids = idx->ids;
+        uint8_t *lr = NULL;
+        uint64_t *li = NULL;
+        c->src_n = idx->n;
+        c->dead_gen = idx->dead_gen;
+        c->n = idx->live;
+        if (idx->dead) {
+            size_t r, w = 0;
+            lr = (uint8_t *)malloc(idx->live * idx->bytes + 1);
+            li = (uint64_t *)malloc(idx->live * sizeof *li + 1);
+            if (!lr || !li) {
+                free(lr);
+                free(li);
+                copy_free(g, c);
+                return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
+            }
+            for (r = 0; r < idx->n; r++)
+                if (!idx->dead[r]) {
+                    memcpy(lr + w * idx->bytes, idx->descs + r * idx->bytes, idx->bytes);
+                    li[w++] = idx->ids[r];
+                }
+            rows = lr;
+            ids = li;
+        }
+        s = put(g, st, c, (void **)&c->descs, rows, c->n * idx->bytes, "descriptors");
         if (s == PATINA_OK && idx->sd)
             s = put(g, st, c, (void **)&c->sd, idx->sd, idx->dim * sizeof(double), "sigma");
-        if (s == PATINA_OK) s = put(g, st, c, (void **)&c->ids, idx->ids, idx->n * sizeof *idx->ids, "ids");
+        if (s == PATINA_OK) s = put(g, st, c, (void **)&c->ids, ids, c->n * sizeof *ids, "ids");
+        free(lr);
+        free(li);
     }
     if (s != PATINA_OK) {
         copy_free(g, c);
@@ -504,8 +640,8 @@ static cudaError_t tc_final(const knn_copy_t *c, const knn_state_t *st, const tc
                                          (int)smem);
     if (e != cudaSuccess) return e;
     k_tc_final<DP, RANGE><<<nq, TC_FINAL_THREADS, smem, s>>>(
-        c->descs, c->aux, c->t1, c->c3, c->ptab, c->ids, st->d_in, IN(st, io, tc_qinfo_t, o_qinfo), st->d_cnt,
-        st->d_cand, take, kstride, radius,
+        c->descs, c->aux, c->t1, c->c3, c->ptab, c->ids, c->dead, st->d_in, IN(st, io, tc_qinfo_t, o_qinfo),
+        st->d_cnt, st->d_cand, take, kstride, radius,
         OUT(st, io, double, o_outd), OUT(st, io, uint64_t, o_outid), (uint32_t *)st->d_out,
         OUT(st, io, uint8_t, o_flag));
     return cudaGetLastError();
@@ -637,10 +773,10 @@ static patina_status def_knn(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, co
                              const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts)
 {
     cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
-    const size_t nchunks = (idx->n + KNN_CHUNK - 1) / KNN_CHUNK;
+    const size_t nchunks = (c->n + KNN_CHUNK - 1) / KNN_CHUNK;
     const int kk = (int)(k < KNN_CHUNK ? k : KNN_CHUNK);
     const size_t per_query = nchunks * (size_t)kk;
-    const size_t take = k < idx->n ? k : idx->n;
+    const size_t take = k < c->n ? k : c->n;
     size_t qb, q0, i;
     patina_hit_t *merge;
     patina_status rs = PATINA_OK;
@@ -685,7 +821,7 @@ static patina_status def_knn(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, co
              * first entry that does not beat the worst kept. */
             size_t nm = 0, ch;
             for (ch = 0; ch < nchunks; ch++) {
-                const size_t valid = idx->n - ch * KNN_CHUNK < KNN_CHUNK ? idx->n - ch * KNN_CHUNK : KNN_CHUNK;
+                const size_t valid = c->n - ch * KNN_CHUNK < KNN_CHUNK ? c->n - ch * KNN_CHUNK : KNN_CHUNK;
                 const size_t use = valid < (size_t)kk ? valid : (size_t)kk;
                 const size_t base = (q * nchunks + ch) * (size_t)kk;
                 for (i = 0; i < use; i++) {
@@ -731,7 +867,7 @@ static patina_status tc_knn_pass(patina_gpu_t *g, knn_state_t *st, const knn_cop
                                  const pgpu_knn_index_t *idx, const uint8_t *queries, const uint32_t *which,
                                  size_t nq, size_t k, size_t S, patina_hit_t *hits, size_t *counts, uint8_t *cpu)
 {
-    const size_t take = k < idx->n ? k : idx->n, bytes = idx->bytes;
+    const size_t take = k < idx->live ? k : idx->live, bytes = idx->bytes;
     size_t qb, q0;
     uint8_t *gather = NULL;
     patina_status s = PATINA_OK;
@@ -770,7 +906,7 @@ patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const
 {
     knn_state_t *st;
     knn_copy_t *c;
-    const size_t take = k < idx->n ? k : idx->n;
+    const size_t take = k < idx->live ? k : idx->live;
     size_t S;
     patina_status s = PATINA_OK;
 
@@ -779,7 +915,7 @@ patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const
     if (idx->t1 && k > TC_KMAX)
         return patina__fail(PATINA_E_UNAVAILABLE, "gpu search: k = %zu is over the GPU's %d", k, TC_KMAX);
     memset(cpu, 0, nq);
-    if (idx->n == 0 || nq == 0) return PATINA_OK;
+    if (idx->live == 0 || nq == 0) return PATINA_OK;
     PATINA_TRY(search_begin(g, idx, &st, &c));
     if (!c->tc) return def_knn(g, st, c, idx, qv, nq, k, hits, counts);
     S = tc_pilot_rows(c->n, take);
@@ -820,7 +956,7 @@ patina_status patina_gpu_range(patina_gpu_t *g, const pgpu_knn_index_t *idx, con
     if (!g || !idx || !hits || !counts || !cpu || !idx->t1 || !queries || isnan(radius))
         return patina__fail(PATINA_E_INVALID, "gpu search: bad argument");
     memset(cpu, 0, nq);
-    if (idx->n == 0 || nq == 0) return PATINA_OK;
+    if (idx->live == 0 || nq == 0) return PATINA_OK;
     PATINA_TRY(search_begin(g, idx, &st, &c));
     qb = nq < TC_RANGE_BATCH ? nq : TC_RANGE_BATCH;
     PATINA_TRY(tc_buffers(g, st, c, qb, 0, TC_CAND));

@@ -359,7 +359,7 @@ template <int DP, int RANGE>
 __global__ void __launch_bounds__(TC_FINAL_THREADS)
 k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, const uint32_t *__restrict__ t1,
            const double *__restrict__ c3, const double *__restrict__ ptab, const uint64_t *__restrict__ ids,
-           const uint8_t *__restrict__ qbytes, const tc_qinfo_t *__restrict__ qinfo, const uint32_t *__restrict__ cnt,
+           const uint8_t *__restrict__ dead, const uint8_t *__restrict__ qbytes, const tc_qinfo_t *__restrict__ qinfo, const uint32_t *__restrict__ cnt,
            const uint32_t *__restrict__ cand, int take, int kstride, double radius,
            double *__restrict__ out_d, uint64_t *__restrict__ out_id, uint32_t *__restrict__ out_n,
            uint8_t *__restrict__ flag)
@@ -371,7 +371,7 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
     __shared__ uint32_t qw[DP / 4];
     __shared__ uint16_t qidx[PGPU_KNN_MAXDIM];
     __shared__ double qv[PGPU_KNN_MAXDIM];
-    __shared__ int s_n, s_nnz;
+    __shared__ int s_n, s_nnz, s_live;
     __shared__ double s_c2;
     __shared__ uint32_t rsh[2048 + 34];
     const int q = blockIdx.x;
@@ -404,6 +404,7 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
         s_c2 = c2;
         s_nnz = nz;
         s_n = 0;
+        s_live = 0;
     }
     __syncthreads();
     const int nnz = s_nnz;
@@ -414,6 +415,7 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
     if (RANGE) {
         for (int i = threadIdx.x; i < n; i += blockDim.x) {
             const uint32_t r = cq[i];
+            if (dead[r]) continue;
             const double d = tc_reference(rows + (size_t)r * DP, t1[r], c3[r], ptab, qidx, qv, nnz, t2, c2);
             if (d <= radius) {
                 const int pos = atomicAdd(&s_n, 1);
@@ -432,6 +434,7 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
     const double T2 = qi.x, T2sq = qi.y, S2 = qi.z;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const uint32_t r = cq[i];
+        if (dead[r]) continue; /* a removed row (live updates) */
         const uint32_t *rw = (const uint32_t *)(rows + (size_t)r * DP);
         unsigned dot = 0;
 #pragma unroll
@@ -439,18 +442,24 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
         const tc_aux_t x = aux[r];
         const double num = (double)dot * ((double)x.x * T2);
         const double den = (double)x.y * S2 + (double)x.z * T2sq - num;
-        key[i] = x.x == 0.f ? 0.0 : num / den;
-        sidx[i] = r;
+        const int pos = atomicAdd(&s_live, 1);
+        key[pos] = x.x == 0.f ? 0.0 : num / den;
+        sidx[pos] = r;
     }
     __syncthreads();
+    const int nl = s_live;
+    if (nl < take) { /* fewer live candidates than answers: the CPU's */
+        if (threadIdx.x == 0) flag[q] = 1;
+        return;
+    }
     /* kappa: the take-th largest t, to 2^-20 relative (the high 32 bits of
      * a non-negative double order like unsigned integers), less 1e-9; the
      * survivors (t >= kappa) are compacted to the front */
     const uint32_t hi = tc_radix_kth(
-        [key](uint32_t i) { return (uint32_t)((unsigned long long)__double_as_longlong(key[i]) >> 32); }, (uint32_t)n,
+        [key](uint32_t i) { return (uint32_t)((unsigned long long)__double_as_longlong(key[i]) >> 32); }, (uint32_t)nl,
         (uint32_t)take, rsh);
     const double kappa = __longlong_as_double((long long)((unsigned long long)hi << 32)) - 1e-9;
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
+    for (int i = threadIdx.x; i < nl; i += blockDim.x)
         if (key[i] >= kappa) {
             const int pos = atomicAdd(&s_n, 1);
             sid[pos] = sidx[i]; /* row index, widened; the ids replace it below */

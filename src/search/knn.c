@@ -38,6 +38,7 @@
  * definition. Four rows run at once for instruction-level parallelism; each
  * keeps its own sequential C1. */
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,8 +67,17 @@ struct patina_index {
     double *c3;               /* (n) C3 = sum of p*p in element order */
     double (*ptab)[8];        /* (t_max + 1, 8): ptab[T][v] = v / T; row 0 zeros */
     size_t t_max;             /* 7 * dim */
-    /* standardised L2: per-element sigma of the rows */
+    /* standardised L2: per-element sigma of the live rows */
     double *sd;               /* (dim) or NULL */
+    /* live updates (patina_index_put / _remove) */
+    pthread_rwlock_t lock;    /* searches read; put, remove and compaction write */
+    size_t cap;               /* rows allocated in ids, descs, t1, c3, dead */
+    size_t live;              /* rows not removed */
+    uint8_t *dead;            /* (cap) 1 = removed; NULL while nothing is */
+    uint64_t dead_gen;        /* bumped by every removal (the GPU copy re-syncs) */
+    uint64_t *map_id;         /* id -> row, open addressing (linear probing); */
+    uint32_t *map_row;        /* built at the first change: (map_cap) */
+    size_t map_cap, map_n;
 };
 
 static _Atomic uint64_t next_serial = 1;
@@ -85,7 +95,20 @@ typedef struct tq {
 
 int patina__index_fast_path(const patina_index_t *idx) { return idx && idx->t1 != NULL; }
 
-size_t patina_index_size(const patina_index_t *idx) { return idx ? idx->n : 0; }
+/* The index's lock, for searches (const callers: the lock is the index's
+ * own mutable state). */
+static void rd_lock(const patina_index_t *ix) { pthread_rwlock_rdlock((pthread_rwlock_t *)&ix->lock); }
+static void rd_unlock(const patina_index_t *ix) { pthread_rwlock_unlock((pthread_rwlock_t *)&ix->lock); }
+
+size_t patina_index_size(const patina_index_t *idx)
+{
+    size_t n;
+    if (!idx) return 0;
+    rd_lock(idx);
+    n = idx->live;
+    rd_unlock(idx);
+    return n;
+}
 
 void patina_index_free(patina_index_t *idx)
 {
@@ -97,6 +120,10 @@ void patina_index_free(patina_index_t *idx)
     free(idx->c3);
     free(idx->ptab);
     free(idx->sd);
+    free(idx->dead);
+    free(idx->map_id);
+    free(idx->map_row);
+    pthread_rwlock_destroy(&idx->lock);
     free(idx);
 }
 
@@ -172,6 +199,56 @@ static patina_status build_fast_path(patina_index_t *ix)
     return PATINA_OK;
 }
 
+/* Live rows by id (for compute_sd). */
+static const uint64_t *sort_ids_base;
+static int row_by_id(const void *a, const void *b)
+{
+    const uint64_t x = sort_ids_base[*(const uint32_t *)a], y = sort_ids_base[*(const uint32_t *)b];
+    return x < y ? -1 : x > y;
+}
+static pthread_mutex_t sort_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* std_l2: the per-element sigma of the index's live rows, summed in id
+ * order -- so that it depends on the rows, not on the order they came in
+ * or were changed (sd NULL for other distances and for an empty index). */
+static patina_status compute_sd(patina_index_t *ix)
+{
+    double *mean, *rows;
+    uint32_t *order;
+    size_t r, k, m = 0;
+    patina_status s;
+    if (ix->dist_id != PDIST_STD_L2) return PATINA_OK;
+    free(ix->sd);
+    ix->sd = NULL;
+    if (ix->live == 0) return PATINA_OK;
+    mean = malloc(ix->dim * sizeof *mean + 1);
+    ix->sd = malloc(ix->dim * sizeof *ix->sd + 1);
+    rows = malloc(ix->live * ix->dim * sizeof *rows + 1);
+    order = malloc(ix->live * sizeof *order + 1);
+    if (!mean || !ix->sd || !rows || !order) {
+        free(mean);
+        free(rows);
+        free(order);
+        free(ix->sd);
+        ix->sd = NULL;
+        return patina__fail(PATINA_E_NOMEM, "search: out of memory");
+    }
+    for (r = 0; r < ix->n; r++)
+        if (!ix->dead || !ix->dead[r]) order[m++] = (uint32_t)r;
+    pthread_mutex_lock(&sort_mu); /* qsort has no context argument in C11 */
+    sort_ids_base = ix->ids;
+    qsort(order, m, sizeof *order, row_by_id);
+    pthread_mutex_unlock(&sort_mu);
+    for (r = 0; r < m; r++)
+        for (k = 0; k < ix->dim; k++)
+            rows[r * ix->dim + k] = pdist_elem(ix->elem, ix->descs + (size_t)order[r] * ix->bytes, k);
+    s = patina_feature_stats(mean, ix->sd, rows, ix->live, ix->dim);
+    free(mean);
+    free(rows);
+    free(order);
+    return s;
+}
+
 /* Takes ownership of ids and descs (freed on failure too). */
 static patina_status index_build(patina_index_t **out, const patina_extractor_t *ex, uint64_t *ids,
                                  uint8_t *descs, size_t n, int ids_sorted)
@@ -185,9 +262,15 @@ static patina_status index_build(patina_index_t **out, const patina_extractor_t 
         free(descs);
         return patina__fail(PATINA_E_NOMEM, "search: out of memory");
     }
+    if (pthread_rwlock_init(&ix->lock, NULL) != 0) {
+        free(ix);
+        free(ids);
+        free(descs);
+        return patina__fail(PATINA_E_NOMEM, "search: no lock");
+    }
     ix->ids = ids;
     ix->descs = descs;
-    ix->n = n;
+    ix->n = ix->cap = ix->live = n;
     ix->bytes = patina_extractor_bytes(ex);
     ix->dim = patina_extractor_dim(ex);
     ix->elem = patina_extractor_elem(ex);
@@ -227,27 +310,7 @@ static patina_status index_build(patina_index_t **out, const patina_extractor_t 
             }
     }
     if ((s = build_fast_path(ix)) != PATINA_OK) goto fail;
-    if (ix->dist_id == PDIST_STD_L2 && n > 0) {
-        /* The standardised L2 of this index: per-element sigma of its rows. */
-        double *mean = malloc(ix->dim * sizeof *mean + 1), *rows = NULL;
-        ix->sd = malloc(ix->dim * sizeof *ix->sd + 1);
-        if (ix->elem != PATINA_ELEM_F64 && mean && ix->sd) {
-            rows = malloc(n * ix->dim * sizeof *rows + 1);
-            for (size_t r = 0; rows && r < n; r++)
-                for (size_t k = 0; k < ix->dim; k++)
-                    rows[r * ix->dim + k] = pdist_elem(ix->elem, descs + r * ix->bytes, k);
-        }
-        if (!mean || !ix->sd || (ix->elem != PATINA_ELEM_F64 && !rows)) {
-            free(mean);
-            free(rows);
-            s = patina__fail(PATINA_E_NOMEM, "search: out of memory");
-            goto fail;
-        }
-        s = patina_feature_stats(mean, ix->sd, rows ? rows : (const double *)(const void *)descs, n, ix->dim);
-        free(mean);
-        free(rows);
-        if (s != PATINA_OK) goto fail;
-    }
+    if ((s = compute_sd(ix)) != PATINA_OK) goto fail;
     *out = ix;
     return PATINA_OK;
 fail:
@@ -321,6 +384,259 @@ patina_status patina_index_load_snapshot(patina_index_t **idx, const patina_extr
                                          patina_snapshot_t *snap)
 {
     return index_load_from(idx, ex, NULL, snap, "snapshot");
+}
+
+/* ------------------------------------------------------------ live updates */
+
+#define MAP_EMPTY UINT32_MAX
+
+static size_t map_slot(const patina_index_t *ix, uint64_t id)
+{
+    uint64_t h = id * 0x9e3779b97f4a7c15ull;
+    return (size_t)(h ^ (h >> 29)) & (ix->map_cap - 1);
+}
+
+/* The row of live id, or SIZE_MAX. */
+static size_t map_find(const patina_index_t *ix, uint64_t id)
+{
+    size_t i = map_slot(ix, id);
+    for (; ix->map_row[i] != MAP_EMPTY; i = (i + 1) & (ix->map_cap - 1))
+        if (ix->map_id[i] == id) return ix->map_row[i];
+    return SIZE_MAX;
+}
+
+static void map_set(patina_index_t *ix, uint64_t id, size_t row)
+{
+    size_t i = map_slot(ix, id);
+    for (; ix->map_row[i] != MAP_EMPTY; i = (i + 1) & (ix->map_cap - 1))
+        if (ix->map_id[i] == id) break;
+    if (ix->map_row[i] == MAP_EMPTY) ix->map_n++;
+    ix->map_id[i] = id;
+    ix->map_row[i] = (uint32_t)row;
+}
+
+/* Deletes id (linear probing: the entries after the hole move back). */
+static void map_del(patina_index_t *ix, uint64_t id)
+{
+    const size_t mask = ix->map_cap - 1;
+    size_t i = map_slot(ix, id), j;
+    for (; ix->map_row[i] != MAP_EMPTY; i = (i + 1) & mask)
+        if (ix->map_id[i] == id) break;
+    if (ix->map_row[i] == MAP_EMPTY) return;
+    ix->map_row[i] = MAP_EMPTY;
+    ix->map_n--;
+    for (j = (i + 1) & mask; ix->map_row[j] != MAP_EMPTY; j = (j + 1) & mask) {
+        const size_t home = map_slot(ix, ix->map_id[j]);
+        /* j's entry may fill the hole at i unless its home lies in (i, j] */
+        if (i <= j ? (home > i && home <= j) : (home > i || home <= j)) continue;
+        ix->map_id[i] = ix->map_id[j];
+        ix->map_row[i] = ix->map_row[j];
+        ix->map_row[j] = MAP_EMPTY;
+        i = j;
+    }
+}
+
+/* (Re)builds the map for `want` live ids at most, from the live rows. */
+static patina_status map_build(patina_index_t *ix, size_t want)
+{
+    size_t cap = 16, r;
+    while (cap < 2 * want) cap <<= 1;
+    free(ix->map_id);
+    free(ix->map_row);
+    ix->map_id = malloc(cap * sizeof *ix->map_id);
+    ix->map_row = malloc(cap * sizeof *ix->map_row);
+    ix->map_cap = cap;
+    ix->map_n = 0;
+    if (!ix->map_id || !ix->map_row) {
+        free(ix->map_id);
+        free(ix->map_row);
+        ix->map_id = NULL;
+        ix->map_row = NULL;
+        ix->map_cap = 0;
+        return patina__fail(PATINA_E_NOMEM, "search: out of memory for the id map");
+    }
+    for (r = 0; r < cap; r++) ix->map_row[r] = MAP_EMPTY;
+    for (r = 0; r < ix->n; r++)
+        if (!ix->dead || !ix->dead[r]) map_set(ix, ix->ids[r], r);
+    return PATINA_OK;
+}
+
+/* Room for `more` rows (arrays grown by half at least). */
+static patina_status grow(patina_index_t *ix, size_t more)
+{
+    size_t cap = ix->cap, need = ix->n + more;
+    void *p;
+    if (need <= cap) return PATINA_OK;
+    if (need > UINT32_MAX - 1) return patina__fail(PATINA_E_LIMIT, "search: %zu rows is too many", need);
+    cap = cap + cap / 2 > need ? cap + cap / 2 : need;
+#define GROW(f, sz)                                                                                      \
+    do {                                                                                                 \
+        if (!(p = realloc(ix->f, cap * (sz) + 1))) return patina__fail(PATINA_E_NOMEM, "search: out of memory"); \
+        ix->f = p;                                                                                       \
+    } while (0)
+    GROW(ids, sizeof *ix->ids);
+    GROW(descs, ix->bytes);
+    if (ix->t1) {
+        GROW(t1, sizeof *ix->t1);
+        GROW(c3, sizeof *ix->c3);
+    }
+    if (ix->dead) {
+        GROW(dead, 1);
+        memset(ix->dead + ix->cap, 0, cap - ix->cap);
+    }
+#undef GROW
+    ix->cap = cap;
+    return PATINA_OK;
+}
+
+/* Marks row r removed. */
+static patina_status kill_row(patina_index_t *ix, size_t r)
+{
+    if (!ix->dead && !(ix->dead = calloc(ix->cap + 1, 1)))
+        return patina__fail(PATINA_E_NOMEM, "search: out of memory");
+    ix->dead[r] = 1;
+    ix->live--;
+    ix->dead_gen++;
+    map_del(ix, ix->ids[r]);
+    return PATINA_OK;
+}
+
+/* The fast path's T1 and C3 of row r (the loops of build_fast_path). */
+static void fast_row(patina_index_t *ix, size_t r)
+{
+    const uint8_t *b = ix->descs + r * ix->dim;
+    double t1 = 0.0, c3 = 0.0;
+    size_t i;
+    for (i = 0; i < ix->dim; i++) t1 += (double)b[i];
+    if (t1 != 0.0)
+        for (i = 0; i < ix->dim; i++) {
+            double p = (double)b[i] / t1;
+            c3 += p * p;
+        }
+    ix->t1[r] = (uint32_t)t1;
+    ix->c3[r] = c3;
+}
+
+/* Drops the removed rows when they are many (>= 64 and a quarter): the
+ * rows keep their order; a new serial (device copies are remade). */
+static patina_status maybe_compact(patina_index_t *ix)
+{
+    size_t r, w = 0, ndead = ix->n - ix->live;
+    if (!ix->dead || ndead < 64 || ndead * 4 < ix->n) return PATINA_OK;
+    for (r = 0; r < ix->n; r++) {
+        if (ix->dead[r]) continue;
+        if (w != r) {
+            ix->ids[w] = ix->ids[r];
+            memcpy(ix->descs + w * ix->bytes, ix->descs + r * ix->bytes, ix->bytes);
+            if (ix->t1) {
+                ix->t1[w] = ix->t1[r];
+                ix->c3[w] = ix->c3[r];
+            }
+        }
+        w++;
+    }
+    ix->n = w;
+    memset(ix->dead, 0, ix->cap);
+    ix->serial = atomic_fetch_add(&next_serial, 1);
+    return map_build(ix, ix->live);
+}
+
+/* The changes common to put and remove, after the rows changed: std_l2's
+ * sigma (a new serial: every distance changed), compaction. */
+static patina_status after_change(patina_index_t *ix, int changed)
+{
+    if (!changed) return PATINA_OK;
+    if (ix->dist_id == PDIST_STD_L2) {
+        PATINA_TRY(compute_sd(ix));
+        ix->serial = atomic_fetch_add(&next_serial, 1);
+    }
+    return maybe_compact(ix);
+}
+
+static int id_cmp_dup(const uint64_t *ids, size_t n)
+{
+    uint64_t *t = malloc(n * sizeof *t + 1);
+    size_t i;
+    int dup = -1;
+    if (!t) return -2;
+    memcpy(t, ids, n * sizeof *t);
+    qsort(t, n, sizeof *t, u64_cmp);
+    for (i = 1; i < n && dup < 0; i++)
+        if (t[i] == t[i - 1]) dup = 0;
+    free(t);
+    return dup;
+}
+
+patina_status patina_index_put(patina_index_t *idx, const uint64_t *ids, const void *descs, size_t n)
+{
+    patina_status s = PATINA_OK;
+    const uint8_t *d = descs;
+    size_t i;
+    if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
+    if (n == 0) return PATINA_OK;
+    if (!ids || !descs) return patina__fail(PATINA_E_INVALID, "search: null ids or descriptors");
+    switch (id_cmp_dup(ids, n)) {
+    case -2: return patina__fail(PATINA_E_NOMEM, "search: out of memory");
+    case 0: return patina__fail(PATINA_E_INVALID, "search: an id appears twice in one put");
+    }
+    if (idx->elem == PATINA_ELEM_F32 || idx->elem == PATINA_ELEM_F64)
+        for (i = 0; i < n * idx->dim; i++) {
+            const double v = pdist_elem(idx->elem, d + (i / idx->dim) * idx->bytes, i % idx->dim);
+            if (isnan(v)) return patina__fail(PATINA_E_INVALID, "search: descriptor %zu holds a NaN", i / idx->dim);
+        }
+    pthread_rwlock_wrlock(&idx->lock);
+    if (!idx->map_id) s = map_build(idx, idx->live + n);
+    else if (2 * (idx->map_n + n) > idx->map_cap) s = map_build(idx, idx->map_n + n);
+    if (s == PATINA_OK) s = grow(idx, n);
+    for (i = 0; s == PATINA_OK && i < n; i++) {
+        const size_t old = map_find(idx, ids[i]), r = idx->n;
+        const uint8_t *row = d + i * idx->bytes;
+        if (old != SIZE_MAX && (s = kill_row(idx, old)) != PATINA_OK) break;
+        idx->ids[r] = ids[i];
+        memcpy(idx->descs + r * idx->bytes, row, idx->bytes);
+        if (idx->dead) idx->dead[r] = 0;
+        if (idx->t1) {
+            size_t e;
+            for (e = 0; e < idx->dim && row[e] <= 7; e++) {}
+            if (e < idx->dim) { /* not a CEDD row: the definition from now on */
+                free(idx->t1);
+                free(idx->c3);
+                free(idx->ptab);
+                idx->t1 = NULL;
+                idx->c3 = NULL;
+                idx->ptab = NULL;
+                idx->serial = atomic_fetch_add(&next_serial, 1);
+            }
+        }
+        idx->n++;
+        idx->live++;
+        if (idx->t1) fast_row(idx, r);
+        map_set(idx, ids[i], r);
+    }
+    if (s == PATINA_OK) s = after_change(idx, 1);
+    pthread_rwlock_unlock(&idx->lock);
+    return s;
+}
+
+patina_status patina_index_remove(patina_index_t *idx, const uint64_t *ids, size_t n, size_t *removed)
+{
+    patina_status s = PATINA_OK;
+    size_t i, m = 0;
+    if (removed) *removed = 0;
+    if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
+    if (n == 0) return PATINA_OK;
+    if (!ids) return patina__fail(PATINA_E_INVALID, "search: null ids");
+    pthread_rwlock_wrlock(&idx->lock);
+    if (!idx->map_id) s = map_build(idx, idx->live);
+    for (i = 0; s == PATINA_OK && i < n; i++) {
+        const size_t r = map_find(idx, ids[i]);
+        if (r == SIZE_MAX) continue; /* absent or removed already */
+        if ((s = kill_row(idx, r)) == PATINA_OK) m++;
+    }
+    if (s == PATINA_OK) s = after_change(idx, m > 0);
+    pthread_rwlock_unlock(&idx->lock);
+    if (removed) *removed = m;
+    return s;
 }
 
 /* --------------------------------------------------------------- distances */
@@ -448,7 +764,7 @@ static void search_task(void *arg, size_t t, int worker)
 
     if (!jb->range) {
         hp.h = jb->nchunks == 1 ? jb->final + q * jb->k : jb->scratch + t * jb->cap;
-        hp.cap = jb->nchunks == 1 ? (jb->k < ix->n ? jb->k : ix->n) : jb->cap;
+        hp.cap = jb->nchunks == 1 ? (jb->k < ix->live ? jb->k : ix->live) : jb->cap;
     } else if (jb->max_hits) {
         vec = &jb->vec[t];
         hp.h = vec->h;
@@ -461,11 +777,12 @@ static void search_task(void *arg, size_t t, int worker)
         tile_distances(ix, query, tq, r, cnt, dist);
         if (!jb->range || jb->max_hits) {
             for (j = 0; j < cnt; j++)
-                if (!jb->range || dist[j] <= jb->radius) heap_push(&hp, dist[j], ix->ids[r + j]);
+                if ((!jb->range || dist[j] <= jb->radius) && !(ix->dead && ix->dead[r + j]))
+                    heap_push(&hp, dist[j], ix->ids[r + j]);
             continue;
         }
         for (j = 0; j < cnt; j++) {
-            if (!(dist[j] <= jb->radius)) continue;
+            if (!(dist[j] <= jb->radius) || (ix->dead && ix->dead[r + j])) continue;
             if (vec->n == vec->cap) {
                 size_t ncap = vec->cap ? 2 * vec->cap : 64;
                 patina_hit_t *h = realloc(vec->h, ncap * sizeof *h);
@@ -607,6 +924,19 @@ static patina_status search_device(patina_context_t *ctx, const patina_index_t *
                         patina_device_name(o->device) ? patina_device_name(o->device) : "(unknown)");
 }
 
+/* Queries of a floating-point family must be numbers: a NaN element has
+ * no distance (the order would be arbitrary). */
+static patina_status check_queries(const patina_index_t *ix, const void *queries, size_t nq)
+{
+    size_t q, i;
+    if (ix->elem != PATINA_ELEM_F32 && ix->elem != PATINA_ELEM_F64) return PATINA_OK;
+    for (q = 0; q < nq; q++)
+        for (i = 0; i < ix->dim; i++)
+            if (isnan(pdist_elem(ix->elem, (const uint8_t *)queries + q * ix->bytes, i)))
+                return patina__fail(PATINA_E_INVALID, "search: query %zu has a NaN at element %zu", q, i);
+    return PATINA_OK;
+}
+
 /* The checks of patina_index_knn (nq = 0 is valid and does nothing). */
 static patina_status knn_args(const patina_index_t *idx, const void *queries, size_t nq, size_t k,
                               const patina_hit_t *hits, const size_t *counts)
@@ -617,13 +947,13 @@ static patina_status knn_args(const patina_index_t *idx, const void *queries, si
     if (nq == 0) return PATINA_OK;
     if (!queries || !hits || !counts) return patina__fail(PATINA_E_INVALID, "search: null queries, hits or counts");
     if (nq > SIZE_MAX / sizeof *hits / k) return patina__fail(PATINA_E_LIMIT, "search: %zu queries x k = %zu is too many", nq, k);
-    return PATINA_OK;
+    return check_queries(idx, queries, nq);
 }
 
 /* counts[q] = min(k, n); slots past it padded with {id 0, +inf}. */
 static void knn_pad(const patina_index_t *idx, size_t nq, size_t k, patina_hit_t *hits, size_t *counts)
 {
-    size_t q, i, per = k < idx->n ? k : idx->n;
+    size_t q, i, per = k < idx->live ? k : idx->live;
     for (q = 0; q < nq; q++) {
         counts[q] = per;
         for (i = per; i < k; i++) {
@@ -632,6 +962,13 @@ static void knn_pad(const patina_index_t *idx, size_t nq, size_t k, patina_hit_t
         }
     }
 }
+
+static patina_status knn_impl(patina_context_t *ctx, const patina_index_t *idx, const void *queries,
+                              size_t nq, size_t k, const patina_search_opts_t *opts_in, patina_hit_t *hits,
+                              size_t *counts);
+static patina_status range_impl(patina_context_t *ctx, const patina_index_t *idx, const void *queries,
+                                size_t nq, double radius, const patina_search_opts_t *opts_in,
+                                patina_hit_t **hits, size_t *counts);
 
 /* The queries flagged in cpu[] (n of nq) answered on the CPU: gathered,
  * searched, scattered back (k-NN: hits/counts rows; range: hits[q] lists). */
@@ -660,8 +997,7 @@ static patina_status cpu_rest(patina_context_t *ctx, const patina_index_t *ix, c
     }
     for (q = 0; q < nq; q++)
         if (cpu[q]) memcpy(sub + j++ * ix->bytes, queries + q * ix->bytes, ix->bytes);
-    s = range ? patina_index_range(ctx, ix, sub, n, radius, &o, srh, sc)
-              : patina_index_knn(ctx, ix, sub, n, k, &o, sh, sc);
+    s = range ? range_impl(ctx, ix, sub, n, radius, &o, srh, sc) : knn_impl(ctx, ix, sub, n, k, &o, sh, sc);
     for (q = 0, j = 0; s == PATINA_OK && q < nq; q++) {
         if (!cpu[q]) continue;
         if (range) {
@@ -694,6 +1030,9 @@ static void gpu_view(const patina_index_t *ix, pgpu_knn_index_t *view)
     view->ids = ix->ids;
     view->descs = ix->descs;
     view->sd = ix->sd;
+    view->live = ix->live;
+    view->dead = ix->dead;
+    view->dead_gen = ix->dead_gen;
 }
 
 static void view_fast(const patina_index_t *ix, pgpu_knn_index_t *view)
@@ -791,9 +1130,9 @@ static patina_status range_gpu(patina_context_t *ctx, const patina_index_t *ix, 
     return s;
 }
 
-patina_status patina_index_knn(patina_context_t *ctx, const patina_index_t *idx, const void *queries,
-                               size_t nq, size_t k, const patina_search_opts_t *opts_in,
-                               patina_hit_t *hits, size_t *counts)
+static patina_status knn_impl(patina_context_t *ctx, const patina_index_t *idx, const void *queries,
+                              size_t nq, size_t k, const patina_search_opts_t *opts_in, patina_hit_t *hits,
+                              size_t *counts)
 {
     patina_search_opts_t opts;
     patina_device dev;
@@ -810,7 +1149,7 @@ patina_status patina_index_knn(patina_context_t *ctx, const patina_index_t *idx,
     PATINA_TRY(search_device(ctx, idx, &opts, 0, k, &dev));
     if (nq == 0) return PATINA_OK;
     knn_pad(idx, nq, k, hits, counts);
-    if (idx->n == 0) return PATINA_OK;
+    if (idx->live == 0) return PATINA_OK;
     if (dev == PATINA_DEVICE_GPU) return knn_gpu(ctx, idx, queries, nq, k, hits, counts);
     per = counts[0];
 
@@ -851,9 +1190,9 @@ patina_status patina_index_knn(patina_context_t *ctx, const patina_index_t *idx,
     return s;
 }
 
-patina_status patina_index_range(patina_context_t *ctx, const patina_index_t *idx, const void *queries,
-                                 size_t nq, double radius, const patina_search_opts_t *opts_in,
-                                 patina_hit_t **hits, size_t *counts)
+static patina_status range_impl(patina_context_t *ctx, const patina_index_t *idx, const void *queries,
+                                size_t nq, double radius, const patina_search_opts_t *opts_in,
+                                patina_hit_t **hits, size_t *counts)
 {
     patina_search_opts_t opts;
     patina_device dev;
@@ -877,7 +1216,8 @@ patina_status patina_index_range(patina_context_t *ctx, const patina_index_t *id
         hits[q] = NULL;
         counts[q] = 0;
     }
-    if (idx->n == 0) return PATINA_OK;
+    PATINA_TRY(check_queries(idx, queries, nq));
+    if (idx->live == 0) return PATINA_OK;
     if (dev == PATINA_DEVICE_GPU) {
         s = range_gpu(ctx, idx, queries, nq, radius, max_hits, hits, counts);
         if (s != PATINA_OK)
@@ -944,5 +1284,31 @@ patina_status patina_index_range(patina_context_t *ctx, const patina_index_t *id
     free(lens);
     free(lists);
     free(tq);
+    return s;
+}
+
+/* The public calls hold the index's read lock for the whole search (GPU
+ * and CPU parts): a put or remove waits for them, and they for it. */
+patina_status patina_index_knn(patina_context_t *ctx, const patina_index_t *idx, const void *queries,
+                               size_t nq, size_t k, const patina_search_opts_t *opts, patina_hit_t *hits,
+                               size_t *counts)
+{
+    patina_status s;
+    if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
+    rd_lock(idx);
+    s = knn_impl(ctx, idx, queries, nq, k, opts, hits, counts);
+    rd_unlock(idx);
+    return s;
+}
+
+patina_status patina_index_range(patina_context_t *ctx, const patina_index_t *idx, const void *queries,
+                                 size_t nq, double radius, const patina_search_opts_t *opts,
+                                 patina_hit_t **hits, size_t *counts)
+{
+    patina_status s;
+    if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
+    rd_lock(idx);
+    s = range_impl(ctx, idx, queries, nq, radius, opts, hits, counts);
+    rd_unlock(idx);
     return s;
 }

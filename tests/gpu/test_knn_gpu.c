@@ -10,7 +10,9 @@
  *     index of a few distinct rows copied thousands of times (exact ties
  *     overflow the candidate lists: those queries are the CPU's, same
  *     answer); range search on the GPU against the CPU's, radius 0 to 100
- *     and with max_hits;
+ *     and with max_hits; live updates (put, replace, remove, compaction,
+ *     the device copy's room running out, a row leaving 0..7) between GPU
+ *     searches;
  *   - every other distance and element type through the families that use
  *     them (lbp8 chi2/l1/intersection/hellinger on u32 and f32, glcm l2 and
  *     haralick std_l2 on f64), and Tanimoto queries with an element above 7;
@@ -298,6 +300,53 @@ static void test_range(void **state)
     free(queries);
 }
 
+/* Live updates between GPU searches: the device copy follows (rows
+ * appended, removed rows blanked), is remade when its room runs out, after
+ * a compaction and when a row leaves 0..7 (the definition from then on);
+ * every answer equals the CPU's on the same index. */
+static void test_live(void **state)
+{
+    const size_t n0 = QUICK ? 6000 : 20000, nq = 9;
+    uint8_t *rows, *queries = malloc(nq * PATINA_CEDD_DIM);
+    patina_index_t *idx;
+    tu_rng_t r;
+    uint64_t next = 10000000;
+    size_t bad = 0, q, removed;
+    (void)state;
+    tu_rng_seed(&r, 555);
+    idx = make_index(n0, &r, 1, &rows);
+    for (q = 0; q < nq; q++) random_desc(queries + q * PATINA_CEDD_DIM, &r);
+    bad += compare(idx, queries, nq, 10); /* the device copy exists from here on */
+    for (int round = 0; round < (QUICK ? 4 : 10); round++) {
+        const size_t na = round == 3 ? n0 / 2 : 300, nrm = round == 5 ? n0 / 3 : 250;
+        uint8_t *add = malloc(na * PATINA_CEDD_DIM);
+        uint64_t *aid = malloc(na * sizeof *aid), *rid = malloc(nrm * sizeof *rid);
+        for (size_t i = 0; i < na; i++) {
+            random_desc(add + i * PATINA_CEDD_DIM, &r);
+            /* some replace a row of the first table (ids 1 + 3 i) */
+            aid[i] = i % 5 == 0 ? 1 + 3 * (uint64_t)(i * 7 % n0) : next++;
+        }
+        if (round == 2) /* a query's exact copy appended: distance 0 */
+            memcpy(add, queries, PATINA_CEDD_DIM);
+        for (size_t i = 0; i < nrm; i++) rid[i] = 1 + 3 * (uint64_t)tu_rng_below(&r, (uint32_t)n0);
+        if (round == (QUICK ? 3 : 8)) add[5] = 9; /* leaves 0..7: the definition kernels */
+        TU_OK(patina_index_put(idx, aid, add, na));
+        bad += compare(idx, queries, nq, 10);
+        TU_OK(patina_index_remove(idx, rid, nrm, &removed));
+        bad += compare(idx, queries, nq, 10);
+        bad += compare(idx, queries, nq, 300);
+        if (round != (QUICK ? 3 : 8) && round < (QUICK ? 3 : 8)) bad += compare_range(idx, queries, nq, 40.0, 0);
+        free(add);
+        free(aid);
+        free(rid);
+    }
+    printf("  live updates: %zu differing hits\n", bad);
+    assert_int_equal(bad, 0);
+    patina_index_free(idx);
+    free(rows);
+    free(queries);
+}
+
 /* Random descriptors of an extractor's shape: small non-negative integers
  * (u32 counts), L1-normalised floats, or doubles of mixed scales. */
 static void *random_rows(const patina_extractor_t *ex, size_t n, tu_rng_t *r)
@@ -430,6 +479,7 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_ties),
         cmocka_unit_test(test_range),
+        cmocka_unit_test(test_live),
         cmocka_unit_test(test_distances),
         cmocka_unit_test(test_threads),
     };
