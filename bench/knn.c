@@ -5,7 +5,7 @@
  * rows: beyond, one batch takes minutes).
  *
  *   bench_knn [--sizes N,...] [--queries Q,...] [--ks K,...] [--no-peers]
- *             [--cpu-max PAIRS]
+ *             [--cpu-max PAIRS] [--live ROWS]
  *
  * Random CEDD descriptors (bins 0..7, 70% zero, like real ones). For each
  * table size, query batch and k: ms per batch and queries/s on the GPU
@@ -17,7 +17,9 @@
  * int8 tensor-core peak (2 x 144 operations per query x row). Every GPU
  * result is checked against the CPU's where the CPU ran (ids and distance
  * bits), and against a CPU run of 32 of its queries elsewhere; exit 1 on a
- * difference. */
+ * difference. After each size, live updates (--live ROWS, default 1000, 0:
+ * none): the time to put and remove ROWS rows and of the next GPU query,
+ * against the first GPU query of an index built afresh. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,6 +170,7 @@ int main(int argc, char **argv)
     size_t sizes[16] = {1000000, 10000000}, queries[16] = {1, 256, 4096}, ks[16] = {1, 10, 100};
     int nsizes = 2, nqueries = 3, nks = 3, peers = 1, i, j, l, bad = 0;
     double d2d = 0, peak = 0, cpu_max = 3e8;
+    size_t live_rows = 1000;
     patina_extractor_t *ex;
     patina_gpu_t *g = NULL;
     char gname[512] = "no GPU";
@@ -177,9 +180,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--ks") && i + 1 < argc) nks = parse_list(argv[++i], ks, 16);
         else if (!strcmp(argv[i], "--cpu-max") && i + 1 < argc) cpu_max = atof(argv[++i]);
         else if (!strcmp(argv[i], "--no-peers")) peers = 0;
+        else if (!strcmp(argv[i], "--live") && i + 1 < argc) live_rows = strtoull(argv[++i], NULL, 10);
         else {
             fprintf(stderr, "usage: bench_knn [--sizes N,...] [--queries Q,...] [--ks K,...] [--no-peers] "
-                            "[--cpu-max PAIRS]\n");
+                            "[--cpu-max PAIRS] [--live ROWS]\n");
             return 2;
         }
     }
@@ -253,6 +257,56 @@ int main(int argc, char **argv)
                 free(c2);
             }
             free(q);
+        }
+        if (d2d > 0 && live_rows) {
+            /* live updates: put live_rows rows (a tenth replacing), remove as
+             * many, then one GPU query (the copy follows), against the first
+             * GPU query of an index built afresh (the whole table uploaded) */
+            uint8_t *add = malloc(live_rows * PATINA_CEDD_DIM), *q1 = malloc(PATINA_CEDD_DIM);
+            uint64_t *aid = malloc(live_rows * sizeof *aid), *rid = malloc(live_rows * sizeof *rid);
+            patina_hit_t h1[10], h2[10];
+            size_t c1[1], c2[1], removed;
+            patina_index_t *fresh;
+            double t0, t_put, t_rm, t_q, t_fresh;
+            fill(add, live_rows);
+            fill(q1, 1);
+            for (r = 0; r < live_rows; r++) {
+                aid[r] = r % 10 == 0 ? r * 7 + 1 : n + 1 + r;
+                rid[r] = 1 + (r * 7919 + 13) % n;
+            }
+            gpu_knn(ix, q1, 1, 10, h1, c1); /* the copy is current */
+            { /* the first change builds the index's id map (once, O(rows)) */
+                uint64_t one = n + live_rows + 1;
+                size_t rm1;
+                t0 = patina_now();
+                if (patina_index_put(ix, &one, add, 1) != PATINA_OK || patina_index_remove(ix, &one, 1, &rm1) != PATINA_OK)
+                    return 2;
+                printf("\nfirst change of a %zu-row index (builds the id map, grows the arrays): %.1f ms", n,
+                       (patina_now() - t0) * 1e3);
+                gpu_knn(ix, q1, 1, 10, h1, c1);
+            }
+            t0 = patina_now();
+            if (patina_index_put(ix, aid, add, live_rows) != PATINA_OK) return 2;
+            t_put = patina_now() - t0;
+            t0 = patina_now();
+            if (patina_index_remove(ix, rid, live_rows, &removed) != PATINA_OK) return 2;
+            t_rm = patina_now() - t0;
+            t0 = patina_now();
+            gpu_knn(ix, q1, 1, 10, h1, c1);
+            t_q = patina_now() - t0;
+            bad += same(ix, q1, 1, 10, h1, NULL);
+            if (patina_index_new(&fresh, ex, ids, rows, n) != PATINA_OK) return 2;
+            t0 = patina_now();
+            gpu_knn(fresh, q1, 1, 10, h2, c2);
+            t_fresh = patina_now() - t0;
+            printf("\nlive updates, %zu rows: put %zu rows %.2f ms, remove %zu rows %.2f ms, then one GPU query "
+                   "(copy follows) %.3f ms; first GPU query of a fresh index (whole table uploaded) %.1f ms\n\n",
+                   n, live_rows, t_put * 1e3, removed, t_rm * 1e3, t_q * 1e3, t_fresh * 1e3);
+            patina_index_free(fresh);
+            free(add);
+            free(q1);
+            free(aid);
+            free(rid);
         }
         patina_index_free(ix);
         free(rows);

@@ -108,11 +108,13 @@ typedef struct pgpu_knn_index {
     const double *ptab;
     size_t ptab_rows;
     const double *sd;         /* std_l2: (dim) per-element sigma; else NULL */
-    /* live updates: rows not removed, the removed flags (n; NULL: none)
-     * and their generation (a copy re-syncs them when it changes) */
+    /* live updates: rows not removed, the removed flags (n; NULL: none),
+     * and the rows removed since the index's serial began, in order
+     * (rm_log[0 .. dead_gen)): a copy applies those it has not seen */
     size_t live;
     const uint8_t *dead;
     uint64_t dead_gen;
+    const uint32_t *rm_log;
 } pgpu_knn_index_t;
 
 /* k nearest (k >= 1) of nq queries on g: queries (nq, bytes) their rows

@@ -63,7 +63,8 @@ typedef struct knn_copy {
      * memory); rows past nperm were appended in host order; removed rows
      * are blanked and flagged in dead */
     size_t cap, nperm, src_n; /* rows allocated; permuted; host rows seen */
-    uint32_t *perm;
+    uint32_t *perm, *inv;    /* device row -> host row, host row -> device row (< nperm) */
+    uint32_t *d_rm;          /* (TC_RM_CHUNK) removed device rows, a chunk at a time */
     uint8_t *dead;           /* tc: (cap) device flags */
     uint64_t dead_gen;
 } knn_copy_t;
@@ -215,8 +216,9 @@ k_knn(const uint8_t *__restrict__ descs, const uint64_t *__restrict__ ids, size_
 
 static void copy_free(patina_gpu_t *g, knn_copy_t *c)
 {
-    pgpu_free_n(g, 8, &c->descs, &c->ids, &c->aux, &c->t1, &c->c3, &c->ptab, &c->sd, &c->dead);
+    pgpu_free_n(g, 9, &c->descs, &c->ids, &c->aux, &c->t1, &c->c3, &c->ptab, &c->sd, &c->dead, &c->d_rm);
     free(c->perm);
+    free(c->inv);
     memset(c, 0, sizeof *c);
 }
 
@@ -290,17 +292,20 @@ static patina_status put(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, void *
     return PATINA_OK;
 }
 
-/* Blanks the removed rows of a tensor-core copy: zero bytes and a zero
- * row's sums (t = 0: they pass no filter that a live row could fail), and
- * flags them for the final pass, which skips them. */
-__global__ void k_tc_blank(uint8_t *__restrict__ rows, tc_aux_t *__restrict__ aux, const uint8_t *__restrict__ dead,
-                           uint32_t n, int dp)
+#define TC_RM_CHUNK 8192 /* removed rows applied per launch */
+
+/* Blanks removed rows of a tensor-core copy (device rows rm[0 .. n)): zero
+ * bytes and a zero row's sums (t = 0: they pass no filter that a live row
+ * could fail), and flags them for the final pass, which skips them. */
+__global__ void k_tc_blank(uint8_t *__restrict__ rows, tc_aux_t *__restrict__ aux, uint8_t *__restrict__ dead,
+                           const uint32_t *__restrict__ rm, uint32_t n, int dp)
 {
-    for (uint32_t r = blockIdx.x * blockDim.x + threadIdx.x; r < n; r += gridDim.x * blockDim.x)
-        if (dead[r]) {
-            for (int b = 0; b < dp; b += 4) *(uint32_t *)(rows + (size_t)r * dp + b) = 0u;
-            aux[r] = make_float4(0.f, 0.f, 1.f, 1e30f);
-        }
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const uint32_t r = rm[i];
+        for (int b = 0; b < dp; b += 4) *(uint32_t *)(rows + (size_t)r * dp + b) = 0u;
+        aux[r] = make_float4(0.f, 0.f, 1.f, 1e30f);
+        dead[r] = 1;
+    }
 }
 
 /* Host rows [h0, h0 + m) laid out as device rows (dp bytes, sums, T1, C3,
@@ -349,25 +354,35 @@ done:
     return s;
 }
 
-/* Brings the copy's removed rows up to the index's (blank and flag them). */
+/* Brings the copy's removed rows up to the index's: the rows removed since
+ * it last looked (the index's removal log), mapped to device rows, blanked
+ * and flagged -- work in proportion to the changes. */
 static patina_status tc_sync_dead(patina_gpu_t *g, knn_copy_t *c, const pgpu_knn_index_t *idx)
 {
-    uint8_t *d;
-    size_t i;
-    cudaError_t e;
-    if (c->dead_gen == idx->dead_gen) return PATINA_OK;
-    if (!(d = (uint8_t *)calloc(c->n + 1, 1))) return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
-    for (i = 0; idx->dead && i < c->n; i++) d[i] = idx->dead[i < c->nperm ? c->perm[i] : i];
-    e = cudaMemcpy(c->dead, d, c->n, cudaMemcpyHostToDevice);
-    free(d);
-    if (e == cudaSuccess && c->n) {
-        k_tc_blank<<<(unsigned)((c->n + 255) / 256 < 4096 ? (c->n + 255) / 256 : 4096), 256, 0,
-                     (cudaStream_t)pgpu_stream(g, 0)>>>(c->descs, c->aux, c->dead, (uint32_t)c->n, c->dp);
-        e = cudaGetLastError();
-        if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, 0));
+    cudaStream_t st = (cudaStream_t)pgpu_stream(g, 0);
+    uint32_t buf[1024];
+    cudaError_t e = cudaSuccess;
+    while (c->dead_gen < idx->dead_gen && e == cudaSuccess) {
+        size_t m = idx->dead_gen - c->dead_gen, i, done = 0;
+        if (m > TC_RM_CHUNK) m = TC_RM_CHUNK;
+        while (done < m && e == cudaSuccess) { /* through a small host buffer */
+            const size_t b = m - done < 1024 ? m - done : 1024;
+            for (i = 0; i < b; i++) {
+                const uint32_t h = idx->rm_log[c->dead_gen + done + i];
+                buf[i] = h < c->nperm ? c->inv[h] : h; /* appended rows keep their host row */
+            }
+            e = cudaMemcpy(c->d_rm + done, buf, b * sizeof *buf, cudaMemcpyHostToDevice);
+            done += b;
+        }
+        if (e == cudaSuccess) {
+            k_tc_blank<<<(unsigned)((m + 255) / 256), 256, 0, st>>>(c->descs, c->aux, c->dead, c->d_rm, (uint32_t)m,
+                                                                    c->dp);
+            e = cudaGetLastError();
+        }
+        if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+        c->dead_gen += m;
     }
     if (e != cudaSuccess) return pgpu_fail((int)e, "gpu search: removed rows", __FILE__, __LINE__);
-    c->dead_gen = idx->dead_gen;
     return PATINA_OK;
 }
 
@@ -381,8 +396,9 @@ static patina_status tc_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, 
     uint64_t x = 0x243f6a8885a308d3ull ^ n;
     patina_status s;
     size_t i;
-    if (!(c->perm = (uint32_t *)malloc(n * sizeof *c->perm + 1)))
-        return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory laying out %zu rows", n);
+    c->perm = (uint32_t *)malloc(n * sizeof *c->perm + 1);
+    c->inv = (uint32_t *)malloc(n * sizeof *c->inv + 1);
+    if (!c->perm || !c->inv) return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory laying out %zu rows", n);
     for (i = 0; i < n; i++) c->perm[i] = (uint32_t)i;
     for (i = n; i > 1; i--) {
         size_t j;
@@ -395,6 +411,7 @@ static patina_status tc_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, 
         c->perm[i - 1] = c->perm[j];
         c->perm[j] = t;
     }
+    for (i = 0; i < n; i++) c->inv[c->perm[i]] = (uint32_t)i;
     c->cap = cap;
     c->nperm = n;
     c->dead_gen = 0;
@@ -404,6 +421,7 @@ static patina_status tc_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, 
     if (s == PATINA_OK) s = sdev(g, st, c, (void **)&c->c3, cap * sizeof *c->c3, "row squares");
     if (s == PATINA_OK) s = sdev(g, st, c, (void **)&c->ids, cap * sizeof *c->ids, "ids");
     if (s == PATINA_OK) s = sdev(g, st, c, (void **)&c->dead, cap, "removed rows");
+    if (s == PATINA_OK) s = sdev(g, st, c, (void **)&c->d_rm, TC_RM_CHUNK * sizeof *c->d_rm, "removed rows");
     if (s == PATINA_OK &&
         (cudaMemset(c->descs, 0, (cap + TC_R) * dp) != cudaSuccess ||
          cudaMemset(c->aux, 0, (cap + TC_R) * sizeof *c->aux) != cudaSuccess || cudaMemset(c->dead, 0, cap) != cudaSuccess))

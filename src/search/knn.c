@@ -74,7 +74,10 @@ struct patina_index {
     size_t cap;               /* rows allocated in ids, descs, t1, c3, dead */
     size_t live;              /* rows not removed */
     uint8_t *dead;            /* (cap) 1 = removed; NULL while nothing is */
-    uint64_t dead_gen;        /* bumped by every removal (the GPU copy re-syncs) */
+    uint64_t dead_gen;        /* removals since the last compaction */
+    uint32_t *rm_log;         /* (rm_cap) the rows removed since the last compaction, in order:
+                                 a device copy applies the ones it has not seen */
+    size_t rm_cap;
     uint64_t *map_id;         /* id -> row, open addressing (linear probing); */
     uint32_t *map_row;        /* built at the first change: (map_cap) */
     size_t map_cap, map_n;
@@ -121,6 +124,7 @@ void patina_index_free(patina_index_t *idx)
     free(idx->ptab);
     free(idx->sd);
     free(idx->dead);
+    free(idx->rm_log);
     free(idx->map_id);
     free(idx->map_row);
     pthread_rwlock_destroy(&idx->lock);
@@ -494,9 +498,16 @@ static patina_status kill_row(patina_index_t *ix, size_t r)
 {
     if (!ix->dead && !(ix->dead = calloc(ix->cap + 1, 1)))
         return patina__fail(PATINA_E_NOMEM, "search: out of memory");
+    if (ix->dead_gen == ix->rm_cap) {
+        const size_t cap = ix->rm_cap ? 2 * ix->rm_cap : 1024;
+        uint32_t *p = realloc(ix->rm_log, cap * sizeof *p);
+        if (!p) return patina__fail(PATINA_E_NOMEM, "search: out of memory");
+        ix->rm_log = p;
+        ix->rm_cap = cap;
+    }
     ix->dead[r] = 1;
+    ix->rm_log[ix->dead_gen++] = (uint32_t)r;
     ix->live--;
-    ix->dead_gen++;
     map_del(ix, ix->ids[r]);
     return PATINA_OK;
 }
@@ -537,6 +548,7 @@ static patina_status maybe_compact(patina_index_t *ix)
     }
     ix->n = w;
     memset(ix->dead, 0, ix->cap);
+    ix->dead_gen = 0; /* a new serial: copies start afresh */
     ix->serial = atomic_fetch_add(&next_serial, 1);
     return map_build(ix, ix->live);
 }
@@ -1033,6 +1045,7 @@ static void gpu_view(const patina_index_t *ix, pgpu_knn_index_t *view)
     view->live = ix->live;
     view->dead = ix->dead;
     view->dead_gen = ix->dead_gen;
+    view->rm_log = ix->rm_log;
 }
 
 static void view_fast(const patina_index_t *ix, pgpu_knn_index_t *view)
