@@ -5,7 +5,7 @@
  * rows: beyond, one batch takes minutes).
  *
  *   bench_knn [--sizes N,...] [--queries Q,...] [--ks K,...] [--no-peers]
- *             [--cpu-max PAIRS] [--live ROWS]
+ *             [--cpu-max PAIRS] [--live ROWS] [--family SPEC]
  *
  * Random CEDD descriptors (bins 0..7, 70% zero, like real ones). For each
  * table size, query batch and k: ms per batch and queries/s on the GPU
@@ -19,7 +19,9 @@
  * bits), and against a CPU run of 32 of its queries elsewhere; exit 1 on a
  * difference. After each size, live updates (--live ROWS, default 1000, 0:
  * none): the time to put and remove ROWS rows and of the next GPU query,
- * against the first GPU query of an index built afresh. */
+ * against the first GPU query of an index built afresh. --family SPEC
+ * times another family's distance (GPU and CPU only: the definition
+ * kernels; the peers are CEDD's). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,10 +40,31 @@ static uint32_t next_u32(void)
     return (uint32_t)(rng >> 11);
 }
 
+static patina_extractor_t *EX; /* the family searched (CEDD by default) */
+
+/* n random descriptors of EX's shape: CEDD bins 0..7, 70% zero; other
+ * families: L1-normalised histograms (f32), counts (u32), features of
+ * mixed scales (f64). */
 static void fill(uint8_t *d, size_t n)
 {
-    size_t i;
-    for (i = 0; i < n * PATINA_CEDD_DIM; i++) d[i] = next_u32() % 100 < 70 ? 0 : (uint8_t)(1 + next_u32() % 7);
+    const size_t dim = patina_extractor_dim(EX), bytes = patina_extractor_bytes(EX);
+    size_t i, k;
+    for (i = 0; i < n; i++) {
+        uint8_t *row = d + i * bytes;
+        double sum = 0;
+        for (k = 0; k < dim; k++) {
+            const uint32_t z = next_u32() % 100 < 70, v = 1 + next_u32() % 7;
+            switch (patina_extractor_elem(EX)) {
+            case PATINA_ELEM_U8: row[k] = z ? 0 : (uint8_t)v; break;
+            case PATINA_ELEM_U16: ((uint16_t *)row)[k] = z ? 0 : (uint16_t)v; break;
+            case PATINA_ELEM_U32: ((uint32_t *)row)[k] = z ? 0 : v; break;
+            case PATINA_ELEM_F32: ((float *)row)[k] = z ? 0.f : (float)v; sum += z ? 0 : v; break;
+            case PATINA_ELEM_F64: ((double *)row)[k] = (double)(next_u32() % 10000) * (k % 3 ? 1e-4 : 10.0); break;
+            }
+        }
+        if (patina_extractor_elem(EX) == PATINA_ELEM_F32 && sum > 0)
+            for (k = 0; k < dim; k++) ((float *)row)[k] = (float)(((float *)row)[k] / sum);
+    }
 }
 
 static int parse_list(const char *s, size_t *out, int max)
@@ -170,7 +193,9 @@ int main(int argc, char **argv)
     size_t sizes[16] = {1000000, 10000000}, queries[16] = {1, 256, 4096}, ks[16] = {1, 10, 100};
     int nsizes = 2, nqueries = 3, nks = 3, peers = 1, i, j, l, bad = 0;
     double d2d = 0, peak = 0, cpu_max = 3e8;
-    size_t live_rows = 1000;
+    size_t live_rows = 1000, bytes;
+    const char *family = "cedd";
+    int cedd;
     patina_extractor_t *ex;
     patina_gpu_t *g = NULL;
     char gname[512] = "no GPU";
@@ -181,14 +206,22 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--cpu-max") && i + 1 < argc) cpu_max = atof(argv[++i]);
         else if (!strcmp(argv[i], "--no-peers")) peers = 0;
         else if (!strcmp(argv[i], "--live") && i + 1 < argc) live_rows = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--family") && i + 1 < argc) family = argv[++i];
         else {
             fprintf(stderr, "usage: bench_knn [--sizes N,...] [--queries Q,...] [--ks K,...] [--no-peers] "
-                            "[--cpu-max PAIRS] [--live ROWS]\n");
+                            "[--cpu-max PAIRS] [--live ROWS] [--family SPEC]\n");
             return 2;
         }
     }
     if (nqueries * nks > MAXC) return 2;
-    if (patina_extractor_new(&ex, "cedd") != PATINA_OK) return 2;
+    if (patina_extractor_new(&ex, family) != PATINA_OK) {
+        fprintf(stderr, "bench_knn: %s\n", patina_last_error());
+        return 2;
+    }
+    EX = ex;
+    bytes = patina_extractor_bytes(ex);
+    cedd = !strcmp(patina_extractor_family(ex), "cedd");
+    if (!cedd) peers = 0, live_rows = 0; /* the peers and the live rows are CEDD's */
     if (patina_context_new(&CTX, NULL) != PATINA_OK) return 2;
     if (patina_gpu_open(&g, 0, 0) == PATINA_OK) {
         patina_gpu__bandwidth(g, 1, (size_t)1 << 30, 5, &d2d);
@@ -198,15 +231,15 @@ int main(int argc, char **argv)
     } else {
         printf("no GPU (%s): CPU column only\n", patina_last_error());
     }
-    printf("bench_knn: CEDD Tanimoto, exact; %s: device-to-device copy %.0f GB/s, dense int8 tensor-core "
+    printf("bench_knn: %s (%s), exact; %s: device-to-device copy %.0f GB/s, dense int8 tensor-core "
            "peak %.0f TOPS; %d CPU threads\n\n",
-           gname, d2d, peak / 1e12, patina_cpu_count());
+           patina_extractor_spec(ex), patina_extractor_distance_name(ex), gname, d2d, peak / 1e12, patina_cpu_count());
     printf("| rows | queries | k | GPU ms | GPU queries/s | CPU ms | PyTorch fp16 ms | PyTorch int8 ms | "
            "Faiss CPU flat ms | GPU vs best GPU peer | table read GB/s (of D2D) | of int8 TC peak |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (i = 0; i < nsizes; i++) {
         size_t n = sizes[i], r;
-        uint8_t *rows = malloc(n * PATINA_CEDD_DIM);
+        uint8_t *rows = malloc(n * bytes);
         uint64_t *ids = malloc(n * sizeof *ids);
         patina_index_t *ix;
         for (r = 0; r < n; r++) ids[r] = r + 1;
@@ -215,7 +248,7 @@ int main(int argc, char **argv)
         if (peers && d2d > 0) run_peers(n, queries, nqueries, ks, nks);
         for (j = 0; j < nqueries; j++) {
             size_t nq = queries[j];
-            uint8_t *q = malloc(nq * PATINA_CEDD_DIM);
+            uint8_t *q = malloc(nq * bytes);
             fill(q, nq);
             for (l = 0; l < nks; l++) {
                 size_t k = ks[l];
@@ -243,10 +276,13 @@ int main(int argc, char **argv)
                 if (pc[1] > 0 && (best < 0 || pc[1] < best)) best = pc[1];
                 if (tg > 0 && best > 0) printf(" %.1fx |", best / tg);
                 else printf(" - |");
-                if (tg > 0) {
+                if (tg > 0 && cedd) {
                     const double gbps = (double)n * 160.0 / (tg * 1e-3) / 1e9;
                     printf(" %.0f (%.0f%%) | %.1f%% |\n", gbps, 100.0 * gbps / d2d,
                            100.0 * 2.0 * 144.0 * (double)nq * (double)n / (tg * 1e-3) / peak);
+                } else if (tg > 0) { /* the definition kernels: one row read per query */
+                    const double gbps = (double)n * (double)bytes * (double)nq / (tg * 1e-3) / 1e9;
+                    printf(" %.0f (%.0f%%) | - |\n", gbps, 100.0 * gbps / d2d);
                 } else {
                     printf(" - | - |\n");
                 }

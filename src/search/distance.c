@@ -21,114 +21,55 @@ double pdist_elem(patina_elem e, const void *p, size_t i)
     return NAN;
 }
 
-#define AT(v, i) pdist_elem(e, v, i)
+/* The definitions, once per element type (reading an element is then a
+ * typed load, not a switch per element; the doubles are the same). */
+#define AT(v, i) ((double)((const uint8_t *)(v))[i])
+#define DNAME(f) f##_u8
+#include "search/distance_defs.h"
+#undef AT
+#undef DNAME
+#define AT(v, i) ((double)((const uint16_t *)(v))[i])
+#define DNAME(f) f##_u16
+#include "search/distance_defs.h"
+#undef AT
+#undef DNAME
+#define AT(v, i) ((double)((const uint32_t *)(v))[i])
+#define DNAME(f) f##_u32
+#include "search/distance_defs.h"
+#undef AT
+#undef DNAME
+#define AT(v, i) ((double)((const float *)(v))[i])
+#define DNAME(f) f##_f32
+#include "search/distance_defs.h"
+#undef AT
+#undef DNAME
+#define AT(v, i) (((const double *)(v))[i])
+#define DNAME(f) f##_f64
+#include "search/distance_defs.h"
+#undef AT
+#undef DNAME
 
-/* LIRE's Tanimoto with a as the query (T2, q) and b as the row (T1, p), the
- * operations of patina_cedd_tanimoto generalised to n elements of any type. */
-static double d_tanimoto(patina_elem e, const void *a, const void *b, size_t n, const double *sd)
-{
-    double t1 = 0.0, t2 = 0.0, c1 = 0.0, c2 = 0.0, c3 = 0.0;
-    size_t i;
-    (void)sd;
-    for (i = 0; i < n; i++) {
-        t1 += AT(b, i);
-        t2 += AT(a, i);
+/* d_NAME(e, ...): the typed definition of the element type e. */
+#define DISPATCH(f)                                                                                     \
+    static double f(patina_elem e, const void *a, const void *b, size_t n, const double *sd)           \
+    {                                                                                                   \
+        switch (e) {                                                                                    \
+        case PATINA_ELEM_U8: return f##_u8(a, b, n, sd);                                                \
+        case PATINA_ELEM_U16: return f##_u16(a, b, n, sd);                                              \
+        case PATINA_ELEM_U32: return f##_u32(a, b, n, sd);                                              \
+        case PATINA_ELEM_F32: return f##_f32(a, b, n, sd);                                              \
+        case PATINA_ELEM_F64: return f##_f64(a, b, n, sd);                                              \
+        }                                                                                               \
+        return NAN;                                                                                     \
     }
-    if (t1 == 0.0 && t2 == 0.0) return 0.0;
-    if (t1 == 0.0 || t2 == 0.0) return 100.0;
-    for (i = 0; i < n; i++) {
-        double p = AT(b, i) / t1, q = AT(a, i) / t2;
-        c1 += p * q;
-        c2 += q * q;
-        c3 += p * p;
-    }
-    return 100.0 - 100.0 * (c1 / ((c2 + c3) - c1));
-}
-
-static double d_l1(patina_elem e, const void *a, const void *b, size_t n, const double *sd)
-{
-    double d = 0.0;
-    (void)sd;
-    for (size_t i = 0; i < n; i++) d += fabs(AT(a, i) - AT(b, i));
-    return d;
-}
-
-static double d_l2(patina_elem e, const void *a, const void *b, size_t n, const double *sd)
-{
-    double d = 0.0;
-    (void)sd;
-    for (size_t i = 0; i < n; i++) {
-        double x = AT(a, i) - AT(b, i);
-        d += x * x;
-    }
-    return sqrt(d);
-}
-
-static double d_std_l2(patina_elem e, const void *a, const void *b, size_t n, const double *sd)
-{
-    double d = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double x = (AT(a, i) - AT(b, i)) / (sd ? sd[i] : 1.0);
-        d += x * x;
-    }
-    return sqrt(d);
-}
-
-static double d_chi2(patina_elem e, const void *a, const void *b, size_t n, const double *sd)
-{
-    double d = 0.0;
-    (void)sd;
-    for (size_t i = 0; i < n; i++) {
-        double x = AT(a, i), y = AT(b, i);
-        if (x + y > 0.0) d += (x - y) * (x - y) / (x + y);
-    }
-    return d;
-}
-
-static double d_intersection(patina_elem e, const void *a, const void *b, size_t n, const double *sd)
-{
-    double d = 0.0, sa = 0.0, sb = 0.0;
-    (void)sd;
-    for (size_t i = 0; i < n; i++) {
-        double x = AT(a, i), y = AT(b, i);
-        d += x < y ? x : y;
-        sa += x;
-        sb += y;
-    }
-    if (sa == 0.0 && sb == 0.0) return 0.0;
-    return 1.0 - d / (sa > sb ? sa : sb);
-}
-
-static double d_hellinger(patina_elem e, const void *a, const void *b, size_t n, const double *sd)
-{
-    double d = 0.0, sa = 0.0, sb = 0.0;
-    (void)sd;
-    for (size_t i = 0; i < n; i++) {
-        double x = AT(a, i), y = AT(b, i);
-        d += sqrt(x * y);
-        sa += x;
-        sb += y;
-    }
-    if (sa == 0.0 && sb == 0.0) return 0.0;
-    if (sa == 0.0 || sb == 0.0) return 1.0;
-    d = 1.0 - d / sqrt(sa * sb);
-    return d > 0.0 ? sqrt(d) : 0.0;
-}
-
-static double d_cosine(patina_elem e, const void *a, const void *b, size_t n, const double *sd)
-{
-    double ab = 0.0, aa = 0.0, bb = 0.0;
-    (void)sd;
-    for (size_t i = 0; i < n; i++) {
-        double x = AT(a, i), y = AT(b, i);
-        ab += x * y;
-        aa += x * x;
-        bb += y * y;
-    }
-    if (aa == 0.0 && bb == 0.0) return 0.0;
-    if (aa == 0.0 || bb == 0.0) return 1.0;
-    return 1.0 - ab / sqrt(aa * bb);
-}
+DISPATCH(d_tanimoto)
+DISPATCH(d_l1)
+DISPATCH(d_l2)
+DISPATCH(d_std_l2)
+DISPATCH(d_chi2)
+DISPATCH(d_intersection)
+DISPATCH(d_hellinger)
+DISPATCH(d_cosine)
 
 /* A record distance: a and b are rootsift records of n bytes each. */
 static double d_rootsift_ratio(patina_elem e, const void *a, const void *b, size_t n, const double *sd)
