@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1041,6 +1042,7 @@ typedef struct live_arg {
     const dataset_t *ds;
     const uint8_t *q;
     atomic_int *stop;
+    atomic_int *started; /* readers that finished a first search */
     size_t bad, runs;
 } live_arg_t;
 
@@ -1049,7 +1051,7 @@ static void *live_reader(void *p)
     live_arg_t *a = p;
     patina_hit_t h[4 * 20];
     size_t c[4];
-    while (!atomic_load(a->stop)) {
+    do { /* at least one search, however the threads are scheduled */
         if (knn_cpu(a->idx, a->q, 4, 20, 1, h, c) != PATINA_OK) {
             a->bad++;
             break;
@@ -1066,8 +1068,8 @@ static void *live_reader(void *p)
                 for (size_t j = 0; j < i; j++)
                     if (h[qi * 20 + j].id == x->id) a->bad++;
             }
-        a->runs++;
-    }
+        if (a->runs++ == 0) atomic_fetch_add(a->started, 1);
+    } while (!atomic_load(a->stop));
     return NULL;
 }
 
@@ -1079,15 +1081,16 @@ static void test_live_concurrent(void **state)
     patina_index_t *idx;
     pthread_t th[3];
     live_arg_t arg[3];
-    atomic_int stop = 0;
+    atomic_int stop = 0, started = 0;
     patina_hit_t h[4 * 20];
     size_t c[4], removed;
     (void)state;
     TU_OK(patina_index_new(&idx, ex, ds.ids, ds.descs, ds.n));
     for (int i = 0; i < 3; i++) {
-        arg[i] = (live_arg_t){idx, &ds, q, &stop, 0, 0};
+        arg[i] = (live_arg_t){idx, &ds, q, &stop, &started, 0, 0};
         assert_int_equal(pthread_create(&th[i], NULL, live_reader, &arg[i]), 0);
     }
+    while (atomic_load(&started) < 3) sched_yield(); /* the writer starts among running readers */
     for (int round = 0; round < 40; round++) { /* remove 100 rows, put them back */
         const size_t base = (size_t)(round * 37) % (ds.n - 100);
         TU_OK(patina_index_remove(idx, ds.ids + base, 100, &removed));
