@@ -182,12 +182,29 @@ static void heap_push(heap_t *hp, double d, uint64_t id)
 
 /* ------------------------------------------------------------ building */
 
+/* The fast path's T1 and C3 of row r: T1 = sum of the elements, C3 = sum
+ * of (b / T1)^2, in element order. */
+static void fast_row(patina_index_t *ix, size_t r)
+{
+    const uint8_t *b = ix->descs + r * ix->dim;
+    double t1 = 0.0, c3 = 0.0;
+    size_t i;
+    for (i = 0; i < ix->dim; i++) t1 += (double)b[i];
+    if (t1 != 0.0)
+        for (i = 0; i < ix->dim; i++) {
+            double p = (double)b[i] / t1;
+            c3 += p * p;
+        }
+    ix->t1[r] = (uint32_t)t1;
+    ix->c3[r] = c3;
+}
+
 /* Caches T1 and C3 per row; leaves the fast path off for other distances or
  * element types, more than PGPU_KNN_MAXDIM elements, or a row with an
  * element above 7. */
 static patina_status build_fast_path(patina_index_t *ix)
 {
-    size_t r, t, i;
+    size_t r, t;
     int v;
     if (ix->dist_id != PDIST_TANIMOTO || ix->elem != PATINA_ELEM_U8 || ix->dim > PGPU_KNN_MAXDIM) return PATINA_OK;
     for (r = 0; r < ix->n * ix->dim; r++)
@@ -208,18 +225,7 @@ static patina_status build_fast_path(patina_index_t *ix)
     for (v = 0; v < 8; v++) ix->ptab[0][v] = 0.0;
     for (t = 1; t <= ix->t_max; t++)
         for (v = 0; v < 8; v++) ix->ptab[t][v] = (double)v / (double)t;
-    for (r = 0; r < ix->n; r++) {
-        const uint8_t *b = ix->descs + r * ix->dim;
-        double t1 = 0.0, c3 = 0.0;
-        for (i = 0; i < ix->dim; i++) t1 += (double)b[i];
-        if (t1 != 0.0)
-            for (i = 0; i < ix->dim; i++) {
-                double p = (double)b[i] / t1;
-                c3 += p * p;
-            }
-        ix->t1[r] = (uint32_t)t1;
-        ix->c3[r] = c3;
-    }
+    for (r = 0; r < ix->n; r++) fast_row(ix, r);
     return PATINA_OK;
 }
 
@@ -530,22 +536,6 @@ static patina_status kill_row(patina_index_t *ix, size_t r)
     ix->live--;
     map_del(ix, ix->ids[r]);
     return PATINA_OK;
-}
-
-/* The fast path's T1 and C3 of row r (the loops of build_fast_path). */
-static void fast_row(patina_index_t *ix, size_t r)
-{
-    const uint8_t *b = ix->descs + r * ix->dim;
-    double t1 = 0.0, c3 = 0.0;
-    size_t i;
-    for (i = 0; i < ix->dim; i++) t1 += (double)b[i];
-    if (t1 != 0.0)
-        for (i = 0; i < ix->dim; i++) {
-            double p = (double)b[i] / t1;
-            c3 += p * p;
-        }
-    ix->t1[r] = (uint32_t)t1;
-    ix->c3[r] = c3;
 }
 
 /* Drops the removed rows when they are many (>= 64 and a quarter): the
