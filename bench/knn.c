@@ -5,7 +5,7 @@
  * rows: beyond, one batch takes minutes).
  *
  *   bench_knn [--sizes N,...] [--queries Q,...] [--ks K,...] [--no-peers]
- *             [--cpu-max PAIRS] [--live ROWS] [--family SPEC]
+ *             [--cpu-max PAIRS] [--live ROWS] [--family SPEC] [--range R]
  *
  * Random CEDD descriptors (bins 0..7, 70% zero, like real ones). For each
  * table size, query batch and k: ms per batch and queries/s on the GPU
@@ -21,7 +21,9 @@
  * none): the time to put and remove ROWS rows and of the next GPU query,
  * against the first GPU query of an index built afresh. --family SPEC
  * times another family's distance (GPU and CPU only: the definition
- * kernels; the peers are CEDD's). */
+ * kernels; the peers are CEDD's). --range R (CEDD): range search at radius
+ * R for each query batch on the GPU, hits per query, checked against the
+ * CPU on 32 queries. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,6 +196,7 @@ int main(int argc, char **argv)
     int nsizes = 2, nqueries = 3, nks = 3, peers = 1, i, j, l, bad = 0;
     double d2d = 0, peak = 0, cpu_max = 3e8;
     size_t live_rows = 1000, bytes;
+    double range_r = 0;
     const char *family = "cedd";
     int cedd;
     patina_extractor_t *ex;
@@ -207,9 +210,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--no-peers")) peers = 0;
         else if (!strcmp(argv[i], "--live") && i + 1 < argc) live_rows = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--family") && i + 1 < argc) family = argv[++i];
+        else if (!strcmp(argv[i], "--range") && i + 1 < argc) range_r = atof(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_knn [--sizes N,...] [--queries Q,...] [--ks K,...] [--no-peers] "
-                            "[--cpu-max PAIRS] [--live ROWS] [--family SPEC]\n");
+                            "[--cpu-max PAIRS] [--live ROWS] [--family SPEC] [--range R]\n");
             return 2;
         }
     }
@@ -293,6 +297,52 @@ int main(int argc, char **argv)
                 free(c2);
             }
             free(q);
+        }
+        if (d2d > 0 && cedd && range_r > 0) {
+            /* range search at radius range_r: GPU ms and hits per query,
+             * checked against the CPU on 32 queries */
+            for (j = 0; j < nqueries; j++) {
+                const size_t nq = queries[j], nc = nq < 32 ? nq : 32;
+                uint8_t *q = malloc(nq * bytes);
+                patina_hit_t **rg = calloc(nq, sizeof *rg), **rc = calloc(nc, sizeof *rc);
+                size_t *cg = calloc(nq, sizeof *cg), *cc = calloc(nc, sizeof *cc), tot = 0;
+                patina_search_opts_t o;
+                double t0, tg, best = 1e30;
+                int rep;
+                fill(q, nq);
+                patina_search_opts_init(&o);
+                o.device = PATINA_DEVICE_GPU;
+                for (rep = 0; rep < 5; rep++) {
+                    for (r = 0; r < nq; r++) free(rg[r]);
+                    t0 = patina_now();
+                    if (patina_index_range(CTX, ix, q, nq, range_r, &o, rg, cg) != PATINA_OK) return 2;
+                    tg = patina_now() - t0;
+                    if (tg < best) best = tg;
+                }
+                o.device = PATINA_DEVICE_CPU;
+                if (patina_index_range(CTX, ix, q, nc, range_r, &o, rc, cc) != PATINA_OK) return 2;
+                for (r = 0; r < nc; r++) {
+                    if (cc[r] != cg[r]) bad++;
+                    else
+                        for (size_t h = 0; h < cc[r]; h++)
+                            if (rc[r][h].id != rg[r][h].id || memcmp(&rc[r][h].distance, &rg[r][h].distance, 8)) {
+                                bad++;
+                                break;
+                            }
+                    free(rc[r]);
+                }
+                for (r = 0; r < nq; r++) {
+                    tot += cg[r];
+                    free(rg[r]);
+                }
+                printf("range %g, %zu rows, %zu queries: GPU %.3f ms (best of 5), %.0f queries/s, %.1f hits per query\n",
+                       range_r, n, nq, best * 1e3, (double)nq / best, (double)tot / (double)nq);
+                free(q);
+                free(rg);
+                free(rc);
+                free(cg);
+                free(cc);
+            }
         }
         if (d2d > 0 && live_rows) {
             /* live updates: put live_rows rows (a tenth replacing), remove as
