@@ -80,8 +80,7 @@ PATINA_API patina_status patina_index_remove(patina_index_t *idx, const uint64_t
 typedef struct patina_search_opts {
     /* AUTO (the default): the context's GPU when it has a usable one, the
      * index has at least 4096 rows and the GPU serves the call (k-NN: every
-     * distance, CEDD's Tanimoto for k <= 1024; range: CEDD's Tanimoto),
-     * else the CPU. GPU: the GPU or PATINA_E_UNAVAILABLE. CPU: the CPU.
+     * distance, k <= 1024; range: CEDD's Tanimoto), else the CPU. GPU: the GPU or PATINA_E_UNAVAILABLE. CPU: the CPU.
      * HYBRID is not a search device. */
     patina_device device;
     /* Range search: at most this many hits per query, the nearest

@@ -14,14 +14,13 @@
  * permutation (so that its first rows are a uniform sample) with per-row
  * T1, T1^2, S1 (floats), T1 (u32), C3 (double) and ids.
  *
- * Every other case: the definition's loop over the row's elements
- * (row-major, one thread a row, built with --fmad=false: the CPU's doubles
- * bit for bit), the query and the per-element sigma of std_l2 read as
- * doubles from device memory. Selection: a block takes one query and a
- * chunk of 2048 rows, computes their distances into shared memory, sorts
- * them (bitonic network; order = distance ascending, NaN last, ties by id
- * ascending: the CPU's total order) and writes its first min(k, 2048). The
- * host keeps the best k of the chunks' lists in the same order.
+ * Every other case: the definition's loop over a row's elements (element-major,
+ * one thread a row, built with --fmad=false: the CPU's doubles bit for bit)
+ * in the same three passes -- a pilot of the first rows, a scan keeping the
+ * rows with a distance at most the pilot's kth smallest, the candidates
+ * sorted by (distance, id) per query (k_def_*). The distances are the
+ * definition's doubles throughout, so no error bound is involved. k <=
+ * PGPU_KNN_KMAX here too.
  *
  * Memory. The search state of a device context (pgpu_state(g,
  * PGPU_FAM_SEARCH)) holds the device copies of the indexes searched, keyed
@@ -41,8 +40,6 @@
 #include "gpu/gpu.h"
 #include "gpu/knn_tc.cuh"
 
-#define KNN_CHUNK 2048
-#define KNN_THREADS 1024
 #define KNN_CACHE 8 /* device copies kept at most */
 
 /* One index on the device. */
@@ -72,14 +69,15 @@ typedef struct knn_copy {
 typedef struct knn_state {
     knn_copy_t copy[KNN_CACHE];
     uint64_t clock;
-    /* per-call buffers of the definition kernels, grown as needed */
-    double *d_qv;            /* raw queries as doubles (qv_cap) */
-    size_t qv_cap;           /* doubles */
-    double *d_dist;
-    uint64_t *d_id;
-    double *h_dist;          /* pinned */
-    uint64_t *h_id;
-    size_t cand_cap;         /* entries */
+    /* per-call buffers of the definition path, for def_q queries, def_s
+     * pilot rows, def_take answers and def_dim elements (grown as needed) */
+    size_t def_q, def_s, def_take, def_dim;
+    double *d_qv;            /* (def_q, def_dim) queries as doubles */
+    double *d_dense;         /* (def_q, def_s) pilot distances */
+    uint32_t *d_thr, *d_dcnt, *d_dcand; /* (def_q), (def_q), (def_q, TC_CAND) */
+    double *d_dist, *h_dist; /* (def_q, def_take) answers; pinned mirror */
+    uint64_t *d_id, *h_id;
+    uint8_t *d_dflag, *h_dflag;
     /* per-call buffers of the tensor-core engine, for tq_cap queries: the
      * inputs (query rows, qinfo, prepared queries) and the outputs
      * (counts, flags, distances, ids) each packed into one region, so that
@@ -92,15 +90,6 @@ typedef struct knn_state {
 
 /* ------------------------------------------------------------- kernels */
 
-/* Sorts the block's chunk (sd, sid) ascending and writes its first kk. */
-__device__ __forceinline__ void sort_and_write(double *sd, uint64_t *sid, int kk, double *out_d,
-                                               uint64_t *out_id)
-{
-    const size_t base = ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * (size_t)kk;
-    tc_sort_hits(sd, sid, KNN_CHUNK, kk, out_d + base, out_id + base);
-}
-
-__device__ __forceinline__ double qnan() { return __longlong_as_double(0x7ff8000000000000LL); }
 
 __device__ __forceinline__ double elem_at(int elem, const uint8_t *row, size_t i)
 {
@@ -113,42 +102,44 @@ __device__ __forceinline__ double elem_at(int elem, const uint8_t *row, size_t i
     }
 }
 
-/* The definition of distance D between query a (dim doubles) and row b,
- * operation for operation as src/search/distance.c. */
+/* The definition of distance D between query a (dim doubles) and row b
+ * (element i at b[i * st], in elements: the copies are element-major, so
+ * a warp's threads read consecutive elements), operation for operation as
+ * src/search/distance.c. */
 template <int D>
 __device__ double distance_of(const double *__restrict__ a, const uint8_t *__restrict__ b, int elem, size_t dim,
-                              const double *__restrict__ sd)
+                              const double *__restrict__ sd, size_t st)
 {
     double d = 0.0, sa = 0.0, sb = 0.0;
     size_t i;
     if constexpr (D == PDIST_TANIMOTO) {
         double t1 = 0.0, t2 = 0.0, c1 = 0.0, c2 = 0.0, c3 = 0.0;
         for (i = 0; i < dim; i++) {
-            t1 = __dadd_rn(t1, elem_at(elem, b, i));
+            t1 = __dadd_rn(t1, elem_at(elem, b, i * st));
             t2 = __dadd_rn(t2, a[i]);
         }
         if (t1 == 0.0 && t2 == 0.0) return 0.0;
         if (t1 == 0.0 || t2 == 0.0) return 100.0;
         for (i = 0; i < dim; i++) {
-            const double p = __ddiv_rn(elem_at(elem, b, i), t1), q = __ddiv_rn(a[i], t2);
+            const double p = __ddiv_rn(elem_at(elem, b, i * st), t1), q = __ddiv_rn(a[i], t2);
             c1 = __dadd_rn(c1, __dmul_rn(p, q));
             c2 = __dadd_rn(c2, __dmul_rn(q, q));
             c3 = __dadd_rn(c3, __dmul_rn(p, p));
         }
         return __dsub_rn(100.0, __dmul_rn(100.0, __ddiv_rn(c1, __dsub_rn(__dadd_rn(c2, c3), c1))));
     } else if constexpr (D == PDIST_L1) {
-        for (i = 0; i < dim; i++) d = __dadd_rn(d, fabs(__dsub_rn(a[i], elem_at(elem, b, i))));
+        for (i = 0; i < dim; i++) d = __dadd_rn(d, fabs(__dsub_rn(a[i], elem_at(elem, b, i * st))));
         return d;
     } else if constexpr (D == PDIST_L2 || D == PDIST_STD_L2) {
         for (i = 0; i < dim; i++) {
-            double x = __dsub_rn(a[i], elem_at(elem, b, i));
+            double x = __dsub_rn(a[i], elem_at(elem, b, i * st));
             if constexpr (D == PDIST_STD_L2) x = __ddiv_rn(x, sd ? sd[i] : 1.0);
             d = __dadd_rn(d, __dmul_rn(x, x));
         }
         return __dsqrt_rn(d);
     } else if constexpr (D == PDIST_CHI2) {
         for (i = 0; i < dim; i++) {
-            const double x = a[i], y = elem_at(elem, b, i), s = __dadd_rn(x, y);
+            const double x = a[i], y = elem_at(elem, b, i * st), s = __dadd_rn(x, y);
             if (s > 0.0) {
                 const double t = __dsub_rn(x, y);
                 d = __dadd_rn(d, __ddiv_rn(__dmul_rn(t, t), s));
@@ -157,7 +148,7 @@ __device__ double distance_of(const double *__restrict__ a, const uint8_t *__res
         return d;
     } else if constexpr (D == PDIST_INTERSECTION) {
         for (i = 0; i < dim; i++) {
-            const double x = a[i], y = elem_at(elem, b, i);
+            const double x = a[i], y = elem_at(elem, b, i * st);
             d = __dadd_rn(d, x < y ? x : y);
             sa = __dadd_rn(sa, x);
             sb = __dadd_rn(sb, y);
@@ -166,7 +157,7 @@ __device__ double distance_of(const double *__restrict__ a, const uint8_t *__res
         return __dsub_rn(1.0, __ddiv_rn(d, sa > sb ? sa : sb));
     } else if constexpr (D == PDIST_HELLINGER) {
         for (i = 0; i < dim; i++) {
-            const double x = a[i], y = elem_at(elem, b, i);
+            const double x = a[i], y = elem_at(elem, b, i * st);
             d = __dadd_rn(d, __dsqrt_rn(__dmul_rn(x, y)));
             sa = __dadd_rn(sa, x);
             sb = __dadd_rn(sb, y);
@@ -177,7 +168,7 @@ __device__ double distance_of(const double *__restrict__ a, const uint8_t *__res
         return d > 0.0 ? __dsqrt_rn(d) : 0.0;
     } else { /* PDIST_COSINE */
         for (i = 0; i < dim; i++) {
-            const double x = a[i], y = elem_at(elem, b, i);
+            const double x = a[i], y = elem_at(elem, b, i * st);
             d = __dadd_rn(d, __dmul_rn(x, y));
             sa = __dadd_rn(sa, __dmul_rn(x, x));
             sb = __dadd_rn(sb, __dmul_rn(y, y));
@@ -188,28 +179,93 @@ __device__ double distance_of(const double *__restrict__ a, const uint8_t *__res
     }
 }
 
-template <int D>
-__global__ void __launch_bounds__(KNN_THREADS)
-k_knn(const uint8_t *__restrict__ descs, const uint64_t *__restrict__ ids, size_t n, size_t dim, size_t bytes,
-      int elem, const double *__restrict__ sdv, const double *__restrict__ qv, int kk,
-      double *__restrict__ out_d, uint64_t *__restrict__ out_id)
+/* ---- the definition path's pilot, filter and final passes ----
+ * The same shape as the tensor-core engine, in the definition's doubles:
+ * every key is the CPU's distance itself, so the candidate set {d <= theta},
+ * theta the kth smallest distance of the pilot sample (>= the kth smallest
+ * of the table), holds the answer with its ties; no error bound is needed.
+ * Distances order as unsigned integers through dkey (NaN last); the
+ * selection works on their high 32 bits, so theta is the top of the kth
+ * smallest's 2^-20-wide bucket (a few more candidates, never fewer). */
+
+__device__ __forceinline__ unsigned long long dkey(double d)
 {
-    __shared__ double sd[KNN_CHUNK];
-    __shared__ uint64_t sid[KNN_CHUNK];
-    const double *a = qv + (size_t)blockIdx.y * dim;
-    const size_t r0 = (size_t)blockIdx.x * KNN_CHUNK;
-    for (int e = threadIdx.x; e < KNN_CHUNK; e += blockDim.x) {
-        const size_t r = r0 + (size_t)e;
-        double d = qnan();
-        uint64_t id = ~0ull;
-        if (r < n) {
-            d = distance_of<D>(a, descs + r * bytes, elem, dim, sdv);
-            id = ids[r];
-        }
-        sd[e] = d;
-        sid[e] = id;
+    const unsigned long long u = (unsigned long long)__double_as_longlong(d);
+    if (isnan(d)) return ~0ull;
+    return (u >> 63) ? ~u : u | (1ull << 63);
+}
+
+template <int D>
+__global__ void __launch_bounds__(256)
+k_def_pilot(const uint8_t *__restrict__ descs, size_t n, size_t S, size_t dim, size_t esize, int elem,
+            const double *__restrict__ sdv, const double *__restrict__ qv, double *__restrict__ dense)
+{
+    const size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < S)
+        dense[(size_t)blockIdx.y * S + r] =
+            distance_of<D>(qv + (size_t)blockIdx.y * dim, descs + r * esize, elem, dim, sdv, n);
+}
+
+/* theta per query: the high word of the kth smallest pilot distance's key;
+ * zeroes the query's count and flag. */
+__global__ void __launch_bounds__(TC_SEL_THREADS)
+k_def_select(const double *__restrict__ dense, size_t S, uint32_t kth, uint32_t *__restrict__ thr,
+             uint32_t *__restrict__ cnt, uint8_t *__restrict__ flag)
+{
+    __shared__ uint32_t sh[2048 + 34];
+    const double *v = dense + (size_t)blockIdx.x * S;
+    if (threadIdx.x == 0) {
+        cnt[blockIdx.x] = 0;
+        flag[blockIdx.x] = 0;
     }
-    sort_and_write(sd, sid, kk, out_d, out_id);
+    /* the kth largest of ~hi is the kth smallest hi */
+    const uint32_t b = tc_radix_kth([v](uint32_t i) { return ~(uint32_t)(dkey(v[i]) >> 32); }, (uint32_t)S, kth, sh);
+    if (threadIdx.x == 0) thr[blockIdx.x] = ~b;
+}
+
+template <int D>
+__global__ void __launch_bounds__(256)
+k_def_scan(const uint8_t *__restrict__ descs, size_t n, size_t dim, size_t esize, int elem,
+           const double *__restrict__ sdv, const double *__restrict__ qv, const uint32_t *__restrict__ thr,
+           uint32_t *__restrict__ cnt, uint32_t *__restrict__ cand)
+{
+    const size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int q = blockIdx.y;
+    if (r >= n) return;
+    const double d = distance_of<D>(qv + (size_t)q * dim, descs + r * esize, elem, dim, sdv, n);
+    if ((uint32_t)(dkey(d) >> 32) <= thr[q]) {
+        const uint32_t pos = atomicAdd(&cnt[q], 1u);
+        if (pos < TC_CAND) cand[(size_t)q * TC_CAND + pos] = (uint32_t)r;
+    }
+}
+
+/* One block per query: its candidates' distances (the definition again),
+ * sorted by (distance, id), the first take written; more candidates than
+ * the list holds: flagged. */
+template <int D>
+__global__ void __launch_bounds__(TC_FINAL_THREADS)
+k_def_final(const uint8_t *__restrict__ descs, const uint64_t *__restrict__ ids, size_t n, size_t dim, size_t esize,
+            int elem,
+            const double *__restrict__ sdv, const double *__restrict__ qv, const uint32_t *__restrict__ cnt,
+            const uint32_t *__restrict__ cand, int take, double *__restrict__ out_d, uint64_t *__restrict__ out_id,
+            uint8_t *__restrict__ flag)
+{
+    extern __shared__ __align__(16) uint8_t smem[];
+    double *key = (double *)smem;                /* (TC_CAND) */
+    uint64_t *sid = (uint64_t *)(key + TC_CAND); /* (TC_CAND) */
+    const int q = blockIdx.x;
+    const uint32_t c = cnt[q];
+    if (c > TC_CAND || c < (uint32_t)take) {
+        if (threadIdx.x == 0) flag[q] = 1;
+        return;
+    }
+    for (uint32_t i = threadIdx.x; i < c; i += blockDim.x) {
+        const uint32_t r = cand[(size_t)q * TC_CAND + i];
+        key[i] = distance_of<D>(qv + (size_t)q * dim, descs + (size_t)r * esize, elem, dim, sdv, n);
+        sid[i] = ids[r];
+    }
+    __syncthreads();
+    tc_sort_hits(key, sid, (int)c, take, out_d + (size_t)q * take, out_id + (size_t)q * take);
 }
 
 /* ---------------------------------------------------------- the state */
@@ -224,8 +280,9 @@ static void copy_free(patina_gpu_t *g, knn_copy_t *c)
 
 static void buffers_free(patina_gpu_t *g, knn_state_t *st)
 {
-    pgpu_free_n(g, 5, &st->d_qv, &st->d_dist, &st->d_id, &st->h_dist, &st->h_id);
-    st->qv_cap = st->cand_cap = 0;
+    pgpu_free_n(g, 11, &st->d_qv, &st->d_dense, &st->d_thr, &st->d_dcnt, &st->d_dcand, &st->d_dist, &st->h_dist,
+                &st->d_id, &st->h_id, &st->d_dflag, &st->h_dflag);
+    st->def_q = st->def_s = st->def_take = st->def_dim = 0;
 }
 
 static void tc_buffers_free(patina_gpu_t *g, knn_state_t *st)
@@ -386,20 +443,14 @@ static patina_status tc_sync_dead(patina_gpu_t *g, knn_copy_t *c, const pgpu_knn
     return PATINA_OK;
 }
 
-/* The tensor-core layout of a Tanimoto fast-path index: rows in a fixed
- * random permutation (xorshift, Fisher-Yates; the pilot samples the first
- * rows), padded to dp bytes, room for a quarter more rows (appended by
- * later puts) and TC_R zero rows after them (stages read whole chunks). */
-static patina_status tc_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, const pgpu_knn_index_t *idx)
+/* A fixed pseudo-random permutation of 0 .. n-1 (xorshift, Fisher-Yates):
+ * device copies store their rows in it, so that the first rows are a
+ * uniform sample for the pilot. */
+static void make_perm(uint32_t *perm, size_t n)
 {
-    const size_t n = idx->n, dp = (size_t)c->dp, cap = n + n / 4 + 1024;
     uint64_t x = 0x243f6a8885a308d3ull ^ n;
-    patina_status s;
     size_t i;
-    c->perm = (uint32_t *)malloc(n * sizeof *c->perm + 1);
-    c->inv = (uint32_t *)malloc(n * sizeof *c->inv + 1);
-    if (!c->perm || !c->inv) return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory laying out %zu rows", n);
-    for (i = 0; i < n; i++) c->perm[i] = (uint32_t)i;
+    for (i = 0; i < n; i++) perm[i] = (uint32_t)i;
     for (i = n; i > 1; i--) {
         size_t j;
         uint32_t t;
@@ -407,10 +458,25 @@ static patina_status tc_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, 
         x ^= x >> 7;
         x ^= x << 17;
         j = (size_t)(x % i);
-        t = c->perm[i - 1];
-        c->perm[i - 1] = c->perm[j];
-        c->perm[j] = t;
+        t = perm[i - 1];
+        perm[i - 1] = perm[j];
+        perm[j] = t;
     }
+}
+
+/* The tensor-core layout of a Tanimoto fast-path index: rows in a fixed
+ * random permutation (xorshift, Fisher-Yates; the pilot samples the first
+ * rows), padded to dp bytes, room for a quarter more rows (appended by
+ * later puts) and TC_R zero rows after them (stages read whole chunks). */
+static patina_status tc_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, const pgpu_knn_index_t *idx)
+{
+    const size_t n = idx->n, dp = (size_t)c->dp, cap = n + n / 4 + 1024;
+    patina_status s;
+    size_t i;
+    c->perm = (uint32_t *)malloc(n * sizeof *c->perm + 1);
+    c->inv = (uint32_t *)malloc(n * sizeof *c->inv + 1);
+    if (!c->perm || !c->inv) return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory laying out %zu rows", n);
+    make_perm(c->perm, n);
     for (i = 0; i < n; i++) c->inv[c->perm[i]] = (uint32_t)i;
     c->cap = cap;
     c->nperm = n;
@@ -497,38 +563,42 @@ static patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_in
         c->dp = idx->dim == 144 ? 144 : 256;
         s = tc_upload(g, st, c, idx);
     } else {
-        /* the definition kernels: the live rows only */
-        const uint8_t *rows = idx->descs;
-        const uint64_t *ids = idx->ids;
-        uint8_t *lr = NULL;
-        uint64_t *li = NULL;
+        /* the definition kernels: the live rows, permuted (the pilot's
+         * sample is the first rows) */
+        uint8_t *rows;
+        uint64_t *ids;
+        uint32_t *perm;
+        size_t r, w = 0;
         c->src_n = idx->n;
         c->dead_gen = idx->dead_gen;
         c->n = idx->live;
-        if (idx->dead) {
-            size_t r, w = 0;
-            lr = (uint8_t *)malloc(idx->live * idx->bytes + 1);
-            li = (uint64_t *)malloc(idx->live * sizeof *li + 1);
-            if (!lr || !li) {
-                free(lr);
-                free(li);
-                copy_free(g, c);
-                return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
-            }
-            for (r = 0; r < idx->n; r++)
-                if (!idx->dead[r]) {
-                    memcpy(lr + w * idx->bytes, idx->descs + r * idx->bytes, idx->bytes);
-                    li[w++] = idx->ids[r];
-                }
-            rows = lr;
-            ids = li;
+        rows = (uint8_t *)malloc(idx->live * idx->bytes + 1);
+        ids = (uint64_t *)malloc(idx->live * sizeof *ids + 1);
+        perm = (uint32_t *)malloc(idx->n * sizeof *perm + 1);
+        if (!rows || !ids || !perm) {
+            free(rows);
+            free(ids);
+            free(perm);
+            copy_free(g, c);
+            return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
         }
+        make_perm(perm, idx->n);
+        {
+            const size_t es = idx->bytes / idx->dim, live = idx->live; /* element-major: (dim, live) */
+            for (r = 0; r < idx->n; r++)
+                if (!idx->dead || !idx->dead[perm[r]]) {
+                    const uint8_t *src = idx->descs + (size_t)perm[r] * idx->bytes;
+                    for (size_t e = 0; e < idx->dim; e++) memcpy(rows + (e * live + w) * es, src + e * es, es);
+                    ids[w++] = idx->ids[perm[r]];
+                }
+        }
+        free(perm);
         s = put(g, st, c, (void **)&c->descs, rows, c->n * idx->bytes, "descriptors");
         if (s == PATINA_OK && idx->sd)
             s = put(g, st, c, (void **)&c->sd, idx->sd, idx->dim * sizeof(double), "sigma");
         if (s == PATINA_OK) s = put(g, st, c, (void **)&c->ids, ids, c->n * sizeof *ids, "ids");
-        free(lr);
-        free(li);
+        free(rows);
+        free(ids);
     }
     if (s != PATINA_OK) {
         copy_free(g, c);
@@ -547,27 +617,6 @@ size_t patina_gpu__knn_cached(patina_gpu_t *g)
 }
 
 /* ------------------------------------------------------------- search */
-
-static cudaError_t launch(const knn_copy_t *c, const pgpu_knn_index_t *idx, const knn_state_t *st, dim3 grid,
-                          int kk, cudaStream_t s)
-{
-#define K(D)                                                                                                   \
-    k_knn<D><<<grid, KNN_THREADS, 0, s>>>(c->descs, c->ids, c->n, c->dim, c->bytes, (int)idx->elem, c->sd,     \
-                                          st->d_qv, kk, st->d_dist, st->d_id)
-    switch (idx->dist) {
-    case PDIST_TANIMOTO: K(PDIST_TANIMOTO); break;
-    case PDIST_L1: K(PDIST_L1); break;
-    case PDIST_L2: K(PDIST_L2); break;
-    case PDIST_STD_L2: K(PDIST_STD_L2); break;
-    case PDIST_CHI2: K(PDIST_CHI2); break;
-    case PDIST_INTERSECTION: K(PDIST_INTERSECTION); break;
-    case PDIST_HELLINGER: K(PDIST_HELLINGER); break;
-    case PDIST_COSINE: K(PDIST_COSINE); break;
-    default: return cudaErrorInvalidValue;
-    }
-#undef K
-    return cudaGetLastError();
-}
 
 /* ---- the tensor-core engine (gpu/knn_tc.cuh) ---- */
 
@@ -785,84 +834,151 @@ static patina_hit_t tc_result(const knn_state_t *st, const tc_io_t *io, size_t m
     return h;
 }
 
-/* The definition kernels: one query per block row, chunks of KNN_CHUNK
- * rows sorted on the device, the best k of the chunks kept on the host. */
+/* The definition path's buffers (grown, never shrunk). */
+static patina_status def_buffers(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *c, size_t qb, size_t S,
+                                 size_t take, size_t dim)
+{
+    if (st->def_q >= qb && st->def_s >= S && st->def_take >= take && st->def_dim >= dim) return PATINA_OK;
+    if (qb < st->def_q) qb = st->def_q;
+    if (S < st->def_s) S = st->def_s;
+    if (take < st->def_take) take = st->def_take;
+    if (dim < st->def_dim) dim = st->def_dim;
+    buffers_free(g, st);
+#define DEV(p, n, tag) PATINA_TRY(sdev(g, st, c, (void **)&st->p, (n) * sizeof *st->p, tag))
+#define PIN(p, n, tag) PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->p, (n) * sizeof *st->p, PGPU_FAM_SEARCH, tag))
+    DEV(d_qv, qb * dim, "queries");
+    DEV(d_dense, qb * S, "pilot");
+    DEV(d_thr, qb, "pilot");
+    DEV(d_dcnt, qb, "candidates");
+    DEV(d_dcand, qb * TC_CAND, "candidates");
+    DEV(d_dist, qb * take, "results");
+    DEV(d_id, qb * take, "results");
+    DEV(d_dflag, qb, "results");
+    PIN(h_dist, qb * take, "results");
+    PIN(h_id, qb * take, "results");
+    PIN(h_dflag, qb, "results");
+#undef DEV
+#undef PIN
+    st->def_q = qb;
+    st->def_s = S;
+    st->def_take = take;
+    st->def_dim = dim;
+    return PATINA_OK;
+}
+
+/* One launch group of m queries (qv, doubles) with a pilot of S rows:
+ * pilot, select, scan, final; answers in h_dist / h_id (m, take), h_dflag
+ * set for the queries left unanswered. */
+template <int D>
+static cudaError_t def_batch(knn_state_t *st, const knn_copy_t *c, const pgpu_knn_index_t *idx, const double *qv,
+                             size_t m, size_t take, size_t S, cudaStream_t s)
+{
+    const size_t smem = (size_t)TC_CAND * (sizeof(double) + sizeof(uint64_t));
+    cudaError_t e = cudaMemcpyAsync(st->d_qv, qv, m * idx->dim * sizeof *qv, cudaMemcpyHostToDevice, s);
+    if (e != cudaSuccess) return e;
+    k_def_pilot<D><<<dim3((unsigned)((S + 255) / 256), (unsigned)m), 256, 0, s>>>(
+        c->descs, c->n, S, c->dim, c->bytes / c->dim, (int)idx->elem, c->sd, st->d_qv, st->d_dense);
+    k_def_select<<<(unsigned)m, TC_SEL_THREADS, 0, s>>>(st->d_dense, S, (uint32_t)take, st->d_thr, st->d_dcnt,
+                                                        st->d_dflag);
+    k_def_scan<D><<<dim3((unsigned)((c->n + 255) / 256), (unsigned)m), 256, 0, s>>>(
+        c->descs, c->n, c->dim, c->bytes / c->dim, (int)idx->elem, c->sd, st->d_qv, st->d_thr, st->d_dcnt,
+        st->d_dcand);
+    if ((e = cudaFuncSetAttribute(k_def_final<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != cudaSuccess)
+        return e;
+    k_def_final<D><<<(unsigned)m, TC_FINAL_THREADS, smem, s>>>(c->descs, c->ids, c->n, c->dim, c->bytes / c->dim,
+                                                              (int)idx->elem,
+                                                              c->sd, st->d_qv, st->d_dcnt, st->d_dcand, (int)take,
+                                                              st->d_dist, st->d_id, st->d_dflag);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    if ((e = cudaMemcpyAsync(st->h_dist, st->d_dist, m * take * sizeof(double), cudaMemcpyDeviceToHost, s)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(st->h_id, st->d_id, m * take * sizeof(uint64_t), cudaMemcpyDeviceToHost, s)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(st->h_dflag, st->d_dflag, m, cudaMemcpyDeviceToHost, s)) != cudaSuccess)
+        return e;
+    return cudaStreamSynchronize(s);
+}
+
+static cudaError_t def_dispatch(knn_state_t *st, const knn_copy_t *c, const pgpu_knn_index_t *idx, const double *qv,
+                                size_t m, size_t take, size_t S, cudaStream_t s)
+{
+    switch (idx->dist) {
+    case PDIST_TANIMOTO: return def_batch<PDIST_TANIMOTO>(st, c, idx, qv, m, take, S, s);
+    case PDIST_L1: return def_batch<PDIST_L1>(st, c, idx, qv, m, take, S, s);
+    case PDIST_L2: return def_batch<PDIST_L2>(st, c, idx, qv, m, take, S, s);
+    case PDIST_STD_L2: return def_batch<PDIST_STD_L2>(st, c, idx, qv, m, take, S, s);
+    case PDIST_CHI2: return def_batch<PDIST_CHI2>(st, c, idx, qv, m, take, S, s);
+    case PDIST_INTERSECTION: return def_batch<PDIST_INTERSECTION>(st, c, idx, qv, m, take, S, s);
+    case PDIST_HELLINGER: return def_batch<PDIST_HELLINGER>(st, c, idx, qv, m, take, S, s);
+    case PDIST_COSINE: return def_batch<PDIST_COSINE>(st, c, idx, qv, m, take, S, s);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+/* The definition path: every other distance (and Tanimoto queries with an
+ * element above 7), exact by the definition's doubles (k_def_*). Queries
+ * whose candidates overflow are retried with the whole table as pilot,
+ * then left to the CPU (cpu[q] = 1). k <= PGPU_KNN_KMAX. */
 static patina_status def_knn(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, const pgpu_knn_index_t *idx,
-                             const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts)
+                             const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts, uint8_t *cpu)
 {
     cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
-    const size_t nchunks = (c->n + KNN_CHUNK - 1) / KNN_CHUNK;
-    const int kk = (int)(k < KNN_CHUNK ? k : KNN_CHUNK);
-    const size_t per_query = nchunks * (size_t)kk;
     const size_t take = k < c->n ? k : c->n;
-    size_t qb, q0, i;
-    patina_hit_t *merge;
-    patina_status rs = PATINA_OK;
-
-    /* queries per launch: candidates within ~128 MiB, grid y <= 65535 */
-    qb = ((size_t)128 << 20) / (per_query * 16);
-    if (qb < 1) qb = 1;
-    if (qb > 65535) qb = 65535;
-    if (qb > nq) qb = nq;
-    if (st->cand_cap < qb * per_query || st->qv_cap < qb * idx->dim) {
-        buffers_free(g, st);
-        PATINA_TRY(sdev(g, st, c, (void **)&st->d_qv, qb * idx->dim * sizeof(double), "queries"));
-        PATINA_TRY(sdev(g, st, c, (void **)&st->d_dist, qb * per_query * sizeof(double), "candidates"));
-        PATINA_TRY(sdev(g, st, c, (void **)&st->d_id, qb * per_query * sizeof(uint64_t), "candidate ids"));
-        PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->h_dist, qb * per_query * sizeof(double), PGPU_FAM_SEARCH,
-                                  "candidates"));
-        PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->h_id, qb * per_query * sizeof(uint64_t), PGPU_FAM_SEARCH,
-                                  "candidate ids"));
-        st->qv_cap = qb * idx->dim;
-        st->cand_cap = qb * per_query;
-    }
-    merge = (patina_hit_t *)malloc((take ? take : 1) * sizeof *merge);
-    if (!merge) return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory merging %zu candidates", per_query);
-    for (q0 = 0; q0 < nq && rs == PATINA_OK; q0 += qb) {
-        const size_t m = nq - q0 < qb ? nq - q0 : qb;
-        const dim3 grid((unsigned)nchunks, (unsigned)m);
-        cudaError_t e = cudaMemcpyAsync(st->d_qv, qv + q0 * idx->dim, m * idx->dim * sizeof *qv,
-                                        cudaMemcpyHostToDevice, s);
-        if (e == cudaSuccess) e = launch(c, idx, st, grid, kk, s);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(st->h_dist, st->d_dist, m * per_query * sizeof(double), cudaMemcpyDeviceToHost, s);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(st->h_id, st->d_id, m * per_query * sizeof(uint64_t), cudaMemcpyDeviceToHost, s);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-        if (e != cudaSuccess) {
-            rs = pgpu_fail((int)e, "gpu search: k_knn", __FILE__, __LINE__);
-            break;
+    for (int pass = 0; pass < 2; pass++) {
+        const size_t S = pass ? c->n : tc_pilot_rows(c->n, take);
+        size_t qb = TC_PILOT_BYTES / (S * sizeof(double)), q0, j, nr = 0;
+        uint32_t *which = NULL;
+        double *gq = NULL;
+        if (pass) { /* the overflowing queries again */
+            for (j = 0; j < nq; j++) nr += cpu[j];
+            if (nr == 0 || S == tc_pilot_rows(c->n, take)) return PATINA_OK;
+            which = (uint32_t *)malloc(nr * sizeof *which);
+            if (!which) return PATINA_OK; /* the CPU answers them */
+            for (j = 0, nr = 0; j < nq; j++)
+                if (cpu[j]) which[nr++] = (uint32_t)j;
+        } else {
+            nr = nq;
         }
-        for (size_t q = 0; q < m; q++) {
-            /* The best `take` of the chunks' sorted lists: a bounded max-heap
-             * (merge[0] = the worst kept); a chunk's list is left at its
-             * first entry that does not beat the worst kept. */
-            size_t nm = 0, ch;
-            for (ch = 0; ch < nchunks; ch++) {
-                const size_t valid = c->n - ch * KNN_CHUNK < KNN_CHUNK ? c->n - ch * KNN_CHUNK : KNN_CHUNK;
-                const size_t use = valid < (size_t)kk ? valid : (size_t)kk;
-                const size_t base = (q * nchunks + ch) * (size_t)kk;
-                for (i = 0; i < use; i++) {
-                    patina_hit_t x;
-                    x.distance = st->h_dist[base + i];
-                    x.id = st->h_id[base + i];
-                    if (nm < take) {
-                        patina__hit_heap_up(merge, nm++, x);
-                    } else if (patina__hit_cmp(&x, &merge[0]) < 0) {
-                        merge[0] = x;
-                        patina__hit_heap_down(merge, nm, 0);
-                    } else {
-                        break; /* the rest of this chunk's list is worse still */
-                    }
-                }
+        if (qb < 1) qb = 1;
+        if (qb > TC_KNN_BATCH) qb = TC_KNN_BATCH;
+        if (qb > 65535) qb = 65535;
+        if (qb > nr) qb = nr;
+        if (def_buffers(g, st, c, qb, S, take, idx->dim) != PATINA_OK ||
+            (which && !(gq = (double *)malloc(qb * idx->dim * sizeof *gq)))) {
+            free(which);
+            if (pass) {
+                patina_clear_error();
+                return PATINA_OK; /* the CPU answers them */
             }
-            qsort(merge, nm, sizeof *merge, patina__hit_qsort_cmp);
-            memcpy(hits + (q0 + q) * k, merge, take * sizeof *merge);
-            counts[q0 + q] = take;
+            return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
         }
+        for (q0 = 0; q0 < nr; q0 += qb) {
+            const size_t m = nr - q0 < qb ? nr - q0 : qb;
+            const double *bq = qv + q0 * idx->dim;
+            cudaError_t e;
+            if (which) {
+                for (j = 0; j < m; j++) memcpy(gq + j * idx->dim, qv + (size_t)which[q0 + j] * idx->dim, idx->dim * sizeof *gq);
+                bq = gq;
+            }
+            e = def_dispatch(st, c, idx, bq, m, take, S, s);
+            if (e != cudaSuccess) {
+                free(which);
+                free(gq);
+                return pgpu_fail((int)e, "gpu search: definition kernels", __FILE__, __LINE__);
+            }
+            for (j = 0; j < m; j++) {
+                const size_t row = which ? which[q0 + j] : q0 + j;
+                cpu[row] = st->h_dflag[j];
+                if (cpu[row]) continue;
+                for (size_t i = 0; i < take; i++) {
+                    hits[row * k + i].distance = st->h_dist[j * take + i];
+                    hits[row * k + i].id = st->h_id[j * take + i];
+                }
+                counts[row] = take;
+            }
+        }
+        free(which);
+        free(gq);
     }
-    free(merge);
-    return rs;
+    return PATINA_OK;
 }
 
 static patina_status search_begin(patina_gpu_t *g, const pgpu_knn_index_t *idx, knn_state_t **st,
@@ -930,12 +1046,12 @@ patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const
 
     if (!g || !idx || !hits || !counts || !cpu || k == 0 || (idx->t1 ? !queries : !qv))
         return patina__fail(PATINA_E_INVALID, "gpu search: bad argument");
-    if (idx->t1 && k > TC_KMAX)
+    if (k > TC_KMAX)
         return patina__fail(PATINA_E_UNAVAILABLE, "gpu search: k = %zu is over the GPU's %d", k, TC_KMAX);
     memset(cpu, 0, nq);
     if (idx->live == 0 || nq == 0) return PATINA_OK;
     PATINA_TRY(search_begin(g, idx, &st, &c));
-    if (!c->tc) return def_knn(g, st, c, idx, qv, nq, k, hits, counts);
+    if (!c->tc) return def_knn(g, st, c, idx, qv, nq, k, hits, counts, cpu);
     S = tc_pilot_rows(c->n, take);
     PATINA_TRY(tc_knn_pass(g, st, c, idx, queries, NULL, nq, k, S, hits, counts, cpu));
     /* the overflowing queries again, the whole table as their pilot: the

@@ -919,7 +919,7 @@ void patina_search_opts_init(patina_search_opts_t *o)
 static patina_status search_device(patina_context_t *ctx, const patina_index_t *ix,
                                    const patina_search_opts_t *o, int range, size_t k, patina_device *dev)
 {
-    const int can = range ? ix->t1 != NULL : ix->dist->gpu && (!ix->t1 || k <= PGPU_KNN_KMAX);
+    const int can = range ? ix->t1 != NULL : ix->dist->gpu && k <= PGPU_KNN_KMAX;
     switch (o->device) {
     case PATINA_DEVICE_CPU: *dev = PATINA_DEVICE_CPU; return PATINA_OK;
     case PATINA_DEVICE_AUTO:
