@@ -62,6 +62,27 @@ double pdist_elem(patina_elem e, const void *p, size_t i)
         }                                                                                               \
         return NAN;                                                                                     \
     }
+/* x4_NAME(e, ...): the typed four-row variant. */
+#define DISPATCH4(f)                                                                                    \
+    static void f(patina_elem e, const void *a, const void *const b[4], size_t n, const double *sd,     \
+                  double out[4])                                                                        \
+    {                                                                                                   \
+        switch (e) {                                                                                    \
+        case PATINA_ELEM_U8: f##_u8(a, b, n, sd, out); return;                                          \
+        case PATINA_ELEM_U16: f##_u16(a, b, n, sd, out); return;                                        \
+        case PATINA_ELEM_U32: f##_u32(a, b, n, sd, out); return;                                        \
+        case PATINA_ELEM_F32: f##_f32(a, b, n, sd, out); return;                                        \
+        case PATINA_ELEM_F64: f##_f64(a, b, n, sd, out); return;                                        \
+        }                                                                                               \
+    }
+DISPATCH4(x4_l1)
+DISPATCH4(x4_l2)
+DISPATCH4(x4_std_l2)
+DISPATCH4(x4_chi2)
+DISPATCH4(x4_intersection)
+DISPATCH4(x4_hellinger)
+DISPATCH4(x4_cosine)
+
 DISPATCH(d_tanimoto)
 DISPATCH(d_l1)
 DISPATCH(d_l2)
@@ -100,4 +121,28 @@ int pdist_find(const char *name)
     for (int d = 0; name && d < PDIST_COUNT; d++)
         if (!strcmp(table[d].name, name)) return d;
     return -1;
+}
+
+void pdist_rows(pdist_t d, patina_elem e, const void *a, const uint8_t *rows, size_t bytes, size_t cnt, size_t n,
+                const double *sd, double *out)
+{
+    void (*x4)(patina_elem, const void *, const void *const[4], size_t, const double *, double[4]) = NULL;
+    const pdist_def_t *def = pdist_get(d);
+    size_t r = 0;
+    switch (d) {
+    case PDIST_L1: x4 = x4_l1; break;
+    case PDIST_L2: x4 = x4_l2; break;
+    case PDIST_STD_L2: x4 = x4_std_l2; break;
+    case PDIST_CHI2: x4 = x4_chi2; break;
+    case PDIST_INTERSECTION: x4 = x4_intersection; break;
+    case PDIST_HELLINGER: x4 = x4_hellinger; break;
+    case PDIST_COSINE: x4 = x4_cosine; break;
+    default: break;
+    }
+    if (x4)
+        for (; r + 4 <= cnt; r += 4) {
+            const void *b[4] = {rows + r * bytes, rows + (r + 1) * bytes, rows + (r + 2) * bytes, rows + (r + 3) * bytes};
+            x4(e, a, b, n, sd, out + r);
+        }
+    for (; r < cnt; r++) out[r] = def->pair(e, a, rows + r * bytes, n, sd);
 }

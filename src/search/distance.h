@@ -58,6 +58,13 @@ const pdist_def_t *pdist_get(pdist_t d);
 /* The id of a name, or -1. */
 int pdist_find(const char *name);
 
+/* out[j] = distance d of query a to row j of rows (cnt rows of `bytes`
+ * bytes, n elements each): the definition's doubles, bit for bit; four
+ * rows at a time where the distance has a four-row variant (their
+ * accumulations overlap). */
+void pdist_rows(pdist_t d, patina_elem e, const void *a, const uint8_t *rows, size_t bytes, size_t cnt, size_t n,
+                const double *sd, double *out);
+
 /* Element i of a descriptor of type e, as a double (exact for every type). */
 double pdist_elem(patina_elem e, const void *p, size_t i);
 

@@ -110,3 +110,123 @@ static double DNAME(d_cosine)(const void *a, const void *b, size_t n, const doub
     return 1.0 - ab / sqrt(aa * bb);
 }
 
+
+/* Four rows at once (b[0..3]) with the same operations in the same order
+ * per row as the definitions above: four independent accumulations, so the
+ * divisions, square roots and additions of different rows overlap (the
+ * rows' results are the definitions' doubles bit for bit; test_distance
+ * checks it). out[j] = the distance of row b[j]. Tanimoto has no such
+ * variant (its rows take the fast path or the definition). */
+static void DNAME(x4_l1)(const void *a, const void *const b[4], size_t n, const double *sd, double out[4])
+{
+    double d[4] = {0.0, 0.0, 0.0, 0.0};
+    (void)sd;
+    for (size_t i = 0; i < n; i++) {
+        const double x = AT(a, i);
+        for (int j = 0; j < 4; j++) d[j] += fabs(x - AT(b[j], i));
+    }
+    for (int j = 0; j < 4; j++) out[j] = d[j];
+}
+
+static void DNAME(x4_l2)(const void *a, const void *const b[4], size_t n, const double *sd, double out[4])
+{
+    double d[4] = {0.0, 0.0, 0.0, 0.0};
+    (void)sd;
+    for (size_t i = 0; i < n; i++) {
+        const double x = AT(a, i);
+        for (int j = 0; j < 4; j++) {
+            const double t = x - AT(b[j], i);
+            d[j] += t * t;
+        }
+    }
+    for (int j = 0; j < 4; j++) out[j] = sqrt(d[j]);
+}
+
+static void DNAME(x4_std_l2)(const void *a, const void *const b[4], size_t n, const double *sd, double out[4])
+{
+    double d[4] = {0.0, 0.0, 0.0, 0.0};
+    for (size_t i = 0; i < n; i++) {
+        const double x = AT(a, i), s = sd ? sd[i] : 1.0;
+        for (int j = 0; j < 4; j++) {
+            const double t = (x - AT(b[j], i)) / s;
+            d[j] += t * t;
+        }
+    }
+    for (int j = 0; j < 4; j++) out[j] = sqrt(d[j]);
+}
+
+static void DNAME(x4_chi2)(const void *a, const void *const b[4], size_t n, const double *sd, double out[4])
+{
+    double d[4] = {0.0, 0.0, 0.0, 0.0};
+    (void)sd;
+    for (size_t i = 0; i < n; i++) {
+        const double x = AT(a, i);
+        for (int j = 0; j < 4; j++) {
+            const double y = AT(b[j], i);
+            if (x + y > 0.0) d[j] += (x - y) * (x - y) / (x + y);
+        }
+    }
+    for (int j = 0; j < 4; j++) out[j] = d[j];
+}
+
+static void DNAME(x4_intersection)(const void *a, const void *const b[4], size_t n, const double *sd, double out[4])
+{
+    double d[4] = {0.0, 0.0, 0.0, 0.0}, sa = 0.0, sb[4] = {0.0, 0.0, 0.0, 0.0};
+    (void)sd;
+    for (size_t i = 0; i < n; i++) {
+        const double x = AT(a, i);
+        sa += x;
+        for (int j = 0; j < 4; j++) {
+            const double y = AT(b[j], i);
+            d[j] += x < y ? x : y;
+            sb[j] += y;
+        }
+    }
+    for (int j = 0; j < 4; j++)
+        out[j] = sa == 0.0 && sb[j] == 0.0 ? 0.0 : 1.0 - d[j] / (sa > sb[j] ? sa : sb[j]);
+}
+
+static void DNAME(x4_hellinger)(const void *a, const void *const b[4], size_t n, const double *sd, double out[4])
+{
+    double d[4] = {0.0, 0.0, 0.0, 0.0}, sa = 0.0, sb[4] = {0.0, 0.0, 0.0, 0.0};
+    (void)sd;
+    for (size_t i = 0; i < n; i++) {
+        const double x = AT(a, i);
+        sa += x;
+        for (int j = 0; j < 4; j++) {
+            const double y = AT(b[j], i);
+            d[j] += sqrt(x * y);
+            sb[j] += y;
+        }
+    }
+    for (int j = 0; j < 4; j++) {
+        double e;
+        if (sa == 0.0 && sb[j] == 0.0) {
+            out[j] = 0.0;
+            continue;
+        }
+        if (sa == 0.0 || sb[j] == 0.0) {
+            out[j] = 1.0;
+            continue;
+        }
+        e = 1.0 - d[j] / sqrt(sa * sb[j]);
+        out[j] = e > 0.0 ? sqrt(e) : 0.0;
+    }
+}
+
+static void DNAME(x4_cosine)(const void *a, const void *const b[4], size_t n, const double *sd, double out[4])
+{
+    double ab[4] = {0.0, 0.0, 0.0, 0.0}, aa = 0.0, bb[4] = {0.0, 0.0, 0.0, 0.0};
+    (void)sd;
+    for (size_t i = 0; i < n; i++) {
+        const double x = AT(a, i);
+        aa += x * x;
+        for (int j = 0; j < 4; j++) {
+            const double y = AT(b[j], i);
+            ab[j] += x * y;
+            bb[j] += y * y;
+        }
+    }
+    for (int j = 0; j < 4; j++)
+        out[j] = aa == 0.0 && bb[j] == 0.0 ? 0.0 : aa == 0.0 || bb[j] == 0.0 ? 1.0 : 1.0 - ab[j] / sqrt(aa * bb[j]);
+}

@@ -735,13 +735,11 @@ static void tanimoto_rows(const patina_index_t *ix, const tq_t *q, size_t r0, si
 static void tile_distances(const patina_index_t *ix, const uint8_t *query, const tq_t *q, size_t r0,
                            size_t cnt, double *out)
 {
-    size_t j;
     if (q && q->fast) {
         tanimoto_rows(ix, q, r0, cnt, out);
         return;
     }
-    for (j = 0; j < cnt; j++)
-        out[j] = ix->dist->pair(ix->elem, query, ix->descs + (r0 + j) * ix->bytes, ix->dim, ix->sd);
+    pdist_rows(ix->dist_id, ix->elem, query, ix->descs + r0 * ix->bytes, ix->bytes, cnt, ix->dim, ix->sd, out);
 }
 
 /* ------------------------------------------------------------------- jobs */
