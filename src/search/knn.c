@@ -199,6 +199,24 @@ static void fast_row(patina_index_t *ix, size_t r)
     ix->c3[r] = c3;
 }
 
+/* PATINA_E_INVALID naming the first id that appears twice among n (where:
+ * "in the index", "in one put"), else PATINA_OK. */
+static patina_status check_unique(const uint64_t *ids, size_t n, const char *where)
+{
+    uint64_t *sorted;
+    patina_status s = PATINA_OK;
+    size_t i;
+    if (n < 2) return PATINA_OK;
+    if (!(sorted = malloc(n * sizeof *sorted))) return patina__fail(PATINA_E_NOMEM, "search: out of memory");
+    memcpy(sorted, ids, n * sizeof *sorted);
+    qsort(sorted, n, sizeof *sorted, u64_cmp);
+    for (i = 1; i < n; i++)
+        if (sorted[i] == sorted[i - 1]) break;
+    if (i < n) s = patina__fail(PATINA_E_INVALID, "search: id %llu appears twice %s", (unsigned long long)sorted[i], where);
+    free(sorted);
+    return s;
+}
+
 /* Caches T1 and C3 per row; leaves the fast path off for other distances or
  * element types, more than PGPU_KNN_MAXDIM elements, or a row with an
  * element above 7. */
@@ -229,14 +247,17 @@ static patina_status build_fast_path(patina_index_t *ix)
     return PATINA_OK;
 }
 
-/* Live rows by id (for compute_sd). */
-static const uint64_t *sort_ids_base;
-static int row_by_id(const void *a, const void *b)
+/* A live row and its id (compute_sd sorts them by id). */
+typedef struct id_row {
+    uint64_t id;
+    size_t row;
+} id_row_t;
+
+static int id_row_cmp(const void *a, const void *b)
 {
-    const uint64_t x = sort_ids_base[*(const uint32_t *)a], y = sort_ids_base[*(const uint32_t *)b];
+    const uint64_t x = ((const id_row_t *)a)->id, y = ((const id_row_t *)b)->id;
     return x < y ? -1 : x > y;
 }
-static pthread_mutex_t sort_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* std_l2: the per-element sigma of the index's live rows, summed in id
  * order -- so that it depends on the rows, not on the order they came in
@@ -244,7 +265,7 @@ static pthread_mutex_t sort_mu = PTHREAD_MUTEX_INITIALIZER;
 static patina_status compute_sd(patina_index_t *ix)
 {
     double *mean, *rows;
-    uint32_t *order;
+    id_row_t *order;
     size_t r, k, m = 0;
     patina_status s;
     if (ix->dist_id != PDIST_STD_L2) return PATINA_OK;
@@ -264,14 +285,11 @@ static patina_status compute_sd(patina_index_t *ix)
         return patina__fail(PATINA_E_NOMEM, "search: out of memory");
     }
     for (r = 0; r < ix->n; r++)
-        if (!ix->dead || !ix->dead[r]) order[m++] = (uint32_t)r;
-    pthread_mutex_lock(&sort_mu); /* qsort has no context argument in C11 */
-    sort_ids_base = ix->ids;
-    qsort(order, m, sizeof *order, row_by_id);
-    pthread_mutex_unlock(&sort_mu);
+        if (!ix->dead || !ix->dead[r]) order[m++] = (id_row_t){ix->ids[r], r};
+    qsort(order, m, sizeof *order, id_row_cmp);
     for (r = 0; r < m; r++)
         for (k = 0; k < ix->dim; k++)
-            rows[r * ix->dim + k] = pdist_elem(ix->elem, ix->descs + (size_t)order[r] * ix->bytes, k);
+            rows[r * ix->dim + k] = pdist_elem(ix->elem, ix->descs + order[r].row * ix->bytes, k);
     s = patina_feature_stats(mean, ix->sd, rows, ix->live, ix->dim);
     free(mean);
     free(rows);
@@ -318,20 +336,8 @@ static patina_status index_build(patina_index_t **out, const patina_extractor_t 
         ix->dist = pdist_get(ix->dist_id);
     }
     /* ids must be unique: the tie rule (then the result) depends on it. */
-    if (!ids_sorted && n > 1) {
-        uint64_t *sorted = malloc(n * sizeof *sorted);
-        if (!sorted) {
-            s = patina__fail(PATINA_E_NOMEM, "search: out of memory");
-            goto fail;
-        }
-        memcpy(sorted, ids, n * sizeof *sorted);
-        qsort(sorted, n, sizeof *sorted, u64_cmp);
-        for (i = 1; i < n; i++)
-            if (sorted[i] == sorted[i - 1]) break;
-        if (i < n) s = patina__fail(PATINA_E_INVALID, "search: id %llu appears twice in the index",
-                                    (unsigned long long)sorted[i]);
-        free(sorted);
-        if (s != PATINA_OK) goto fail;
+    if (!ids_sorted) {
+        if ((s = check_unique(ids, n, "in the index")) != PATINA_OK) goto fail;
     } else {
         for (i = 1; i < n; i++)
             if (ids[i] <= ids[i - 1]) {
@@ -414,6 +420,20 @@ patina_status patina_index_load_snapshot(patina_index_t **idx, const patina_extr
                                          patina_snapshot_t *snap)
 {
     return index_load_from(idx, ex, NULL, snap, "snapshot");
+}
+
+/* Rows of a floating-point family must be numbers (queries and added rows
+ * alike): a NaN element has no distance (the order would be arbitrary).
+ * what names them in the message ("query", "descriptor"). */
+static patina_status check_nan(const patina_index_t *ix, const void *rows, size_t n, const char *what)
+{
+    size_t r, i;
+    if (ix->elem != PATINA_ELEM_F32 && ix->elem != PATINA_ELEM_F64) return PATINA_OK;
+    for (r = 0; r < n; r++)
+        for (i = 0; i < ix->dim; i++)
+            if (isnan(pdist_elem(ix->elem, (const uint8_t *)rows + r * ix->bytes, i)))
+                return patina__fail(PATINA_E_INVALID, "search: %s %zu has a NaN at element %zu", what, r, i);
+    return PATINA_OK;
 }
 
 /* ------------------------------------------------------------ live updates */
@@ -575,20 +595,6 @@ static patina_status after_change(patina_index_t *ix, int changed)
     return maybe_compact(ix);
 }
 
-static int id_cmp_dup(const uint64_t *ids, size_t n)
-{
-    uint64_t *t = malloc(n * sizeof *t + 1);
-    size_t i;
-    int dup = -1;
-    if (!t) return -2;
-    memcpy(t, ids, n * sizeof *t);
-    qsort(t, n, sizeof *t, u64_cmp);
-    for (i = 1; i < n && dup < 0; i++)
-        if (t[i] == t[i - 1]) dup = 0;
-    free(t);
-    return dup;
-}
-
 patina_status patina_index_put(patina_index_t *idx, const uint64_t *ids, const void *descs, size_t n)
 {
     patina_status s = PATINA_OK;
@@ -597,15 +603,8 @@ patina_status patina_index_put(patina_index_t *idx, const uint64_t *ids, const v
     if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
     if (n == 0) return PATINA_OK;
     if (!ids || !descs) return patina__fail(PATINA_E_INVALID, "search: null ids or descriptors");
-    switch (id_cmp_dup(ids, n)) {
-    case -2: return patina__fail(PATINA_E_NOMEM, "search: out of memory");
-    case 0: return patina__fail(PATINA_E_INVALID, "search: an id appears twice in one put");
-    }
-    if (idx->elem == PATINA_ELEM_F32 || idx->elem == PATINA_ELEM_F64)
-        for (i = 0; i < n * idx->dim; i++) {
-            const double v = pdist_elem(idx->elem, d + (i / idx->dim) * idx->bytes, i % idx->dim);
-            if (isnan(v)) return patina__fail(PATINA_E_INVALID, "search: descriptor %zu holds a NaN", i / idx->dim);
-        }
+    PATINA_TRY(check_unique(ids, n, "in one put"));
+    PATINA_TRY(check_nan(idx, d, n, "descriptor"));
     pthread_rwlock_wrlock(&idx->lock);
     if (!idx->map_id) s = map_build(idx, idx->live + n);
     else if (2 * (idx->map_n + n) > idx->map_cap) s = map_build(idx, idx->map_n + n);
@@ -944,19 +943,6 @@ static patina_status search_device(patina_context_t *ctx, const patina_index_t *
                         patina_device_name(o->device) ? patina_device_name(o->device) : "(unknown)");
 }
 
-/* Queries of a floating-point family must be numbers: a NaN element has
- * no distance (the order would be arbitrary). */
-static patina_status check_queries(const patina_index_t *ix, const void *queries, size_t nq)
-{
-    size_t q, i;
-    if (ix->elem != PATINA_ELEM_F32 && ix->elem != PATINA_ELEM_F64) return PATINA_OK;
-    for (q = 0; q < nq; q++)
-        for (i = 0; i < ix->dim; i++)
-            if (isnan(pdist_elem(ix->elem, (const uint8_t *)queries + q * ix->bytes, i)))
-                return patina__fail(PATINA_E_INVALID, "search: query %zu has a NaN at element %zu", q, i);
-    return PATINA_OK;
-}
-
 /* The checks of patina_index_knn (nq = 0 is valid and does nothing). */
 static patina_status knn_args(const patina_index_t *idx, const void *queries, size_t nq, size_t k,
                               const patina_hit_t *hits, const size_t *counts)
@@ -967,7 +953,7 @@ static patina_status knn_args(const patina_index_t *idx, const void *queries, si
     if (nq == 0) return PATINA_OK;
     if (!queries || !hits || !counts) return patina__fail(PATINA_E_INVALID, "search: null queries, hits or counts");
     if (nq > SIZE_MAX / sizeof *hits / k) return patina__fail(PATINA_E_LIMIT, "search: %zu queries x k = %zu is too many", nq, k);
-    return check_queries(idx, queries, nq);
+    return check_nan(idx, queries, nq, "query");
 }
 
 /* counts[q] = min(k, n); slots past it padded with {id 0, +inf}. */
@@ -1237,7 +1223,7 @@ static patina_status range_impl(patina_context_t *ctx, const patina_index_t *idx
         hits[q] = NULL;
         counts[q] = 0;
     }
-    PATINA_TRY(check_queries(idx, queries, nq));
+    PATINA_TRY(check_nan(idx, queries, nq, "query"));
     if (idx->live == 0) return PATINA_OK;
     if (dev == PATINA_DEVICE_GPU) {
         s = range_gpu(ctx, idx, queries, nq, radius, max_hits, hits, counts);
