@@ -77,15 +77,26 @@ PATINA_API patina_status patina_index_remove(patina_index_t *idx, const uint64_t
                                              size_t *removed);
 
 /* Where a search runs, and limits. */
+/* How a search call answered its queries (patina_search_opts_t.stats). */
+typedef struct patina_search_stats {
+    size_t gpu_tensor; /* CEDD's Tanimoto on the integer tensor cores */
+    size_t gpu_filter; /* the GPU's float filter, then the definition's doubles on its candidates */
+    size_t gpu_exact;  /* the GPU's definition kernels alone (data outside the filter's domain, retries) */
+    size_t cpu;        /* the CPU (device CPU, or queries the GPU left to it) */
+} patina_search_stats_t;
+
 typedef struct patina_search_opts {
     /* AUTO (the default): the context's GPU when it has a usable one, the
-     * index has at least 4096 rows and the GPU serves the call (k-NN: every
-     * distance, k <= 1024; range: CEDD's Tanimoto), else the CPU. GPU: the GPU or PATINA_E_UNAVAILABLE. CPU: the CPU.
+     * index has at least 4096 rows and the GPU serves the call (every
+     * distance; k-NN: k <= 1024), else the CPU. GPU: the GPU or PATINA_E_UNAVAILABLE. CPU: the CPU.
      * HYBRID is not a search device. */
     patina_device device;
     /* Range search: at most this many hits per query, the nearest
      * (0 = unlimited). */
     size_t max_hits;
+    /* When set, filled by the call: which engine answered how many queries
+     * (docs/search.md "Devices"). */
+    patina_search_stats_t *stats;
 } patina_search_opts_t;
 
 /* Fills opts with the defaults above. */

@@ -124,18 +124,20 @@ typedef struct pgpu_knn_index {
  * set to 1 for a query the GPU left to the CPU (its hits and count
  * untouched), else 0. Fast path: k <= PGPU_KNN_KMAX (else
  * PATINA_E_UNAVAILABLE). The index's device copy is made on first use and
- * kept in g. */
+ * kept in g. paths (NULL or 3 counters): queries answered by the tensor
+ * cores, the float filter, the definition kernels (added to). */
 #define PGPU_KNN_KMAX 1024
 patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
                              const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
-                             uint8_t *cpu);
+                             uint8_t *cpu, size_t *paths);
 
-/* Every row within radius of each query, fast path only: hits[q] malloc'd
- * (NULL when none), counts[q]; with max_hits > 0 the nearest max_hits.
- * cpu[q] = 1: left to the CPU (hits[q] NULL, counts[q] untouched). */
+/* Every row within radius of each query, queries / qv as for
+ * patina_gpu_knn: hits[q] malloc'd (NULL when none), counts[q]; with
+ * max_hits > 0 the nearest max_hits. cpu[q] = 1: left to the CPU (hits[q]
+ * NULL, counts[q] untouched). paths as for patina_gpu_knn. */
 patina_status patina_gpu_range(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
-                               size_t nq, double radius, size_t max_hits, patina_hit_t **hits, size_t *counts,
-                               uint8_t *cpu);
+                               const double *qv, size_t nq, double radius, size_t max_hits, patina_hit_t **hits,
+                               size_t *counts, uint8_t *cpu, size_t *paths);
 
 /* Device copies of indexes that g holds now (for tests). */
 size_t patina_gpu__knn_cached(patina_gpu_t *g);

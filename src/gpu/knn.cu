@@ -38,6 +38,7 @@
 #include "algo/hits.h"
 #include "gpu/context.h"
 #include "gpu/gpu.h"
+#include "gpu/knn_fx.cuh"
 #include "gpu/knn_tc.cuh"
 
 #define KNN_CACHE 8 /* device copies kept at most */
@@ -56,6 +57,8 @@ typedef struct knn_copy {
     double *c3;              /* tc: (cap) */
     double *ptab;            /* tc: (ptab_rows, 8) */
     double *sd;              /* std_l2: (dim) */
+    float *fx;               /* definition path: the float filter's values (dim, n) (knn_fx.cuh); NULL: none */
+    fx_aux_t *fxa;           /* (n) its per-row mr, Nr */
     /* live updates (tc): device row i < nperm holds host row perm[i] (host
      * memory); rows past nperm were appended in host order; removed rows
      * are blanked and flagged in dead */
@@ -78,6 +81,9 @@ typedef struct knn_state {
     double *d_dist, *h_dist; /* (def_q, def_take) answers; pinned mirror */
     uint64_t *d_id, *h_id;
     uint8_t *d_dflag, *h_dflag;
+    float *d_fq;             /* (def_q, def_dim) queries as the float filter's values */
+    fx_qinfo_t *d_fqi;       /* (def_q) */
+    uint32_t *d_dn, *h_dn;   /* (def_q) range hits */
     /* per-call buffers of the tensor-core engine, for tq_cap queries: the
      * inputs (query rows, qinfo, prepared queries) and the outputs
      * (counts, flags, distances, ids) each packed into one region, so that
@@ -240,39 +246,55 @@ k_def_scan(const uint8_t *__restrict__ descs, size_t n, size_t dim, size_t esize
 }
 
 /* One block per query: its candidates' distances (the definition again),
- * sorted by (distance, id), the first take written; more candidates than
- * the list holds: flagged. */
-template <int D>
+ * sorted by (distance, id); k-NN (RANGE 0): the first take written; range
+ * (RANGE 1): those <= radius, all of them, their number in out_n. More
+ * candidates than the list holds: flagged. */
+template <int D, int RANGE>
 __global__ void __launch_bounds__(TC_FINAL_THREADS)
 k_def_final(const uint8_t *__restrict__ descs, const uint64_t *__restrict__ ids, size_t n, size_t dim, size_t esize,
-            int elem,
-            const double *__restrict__ sdv, const double *__restrict__ qv, const uint32_t *__restrict__ cnt,
-            const uint32_t *__restrict__ cand, int take, double *__restrict__ out_d, uint64_t *__restrict__ out_id,
-            uint8_t *__restrict__ flag)
+            int elem, const double *__restrict__ sdv, const double *__restrict__ qv, const uint32_t *__restrict__ cnt,
+            const uint32_t *__restrict__ cand, int take, double radius, double *__restrict__ out_d,
+            uint64_t *__restrict__ out_id, uint32_t *__restrict__ out_n, uint8_t *__restrict__ flag)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     double *key = (double *)smem;                /* (TC_CAND) */
     uint64_t *sid = (uint64_t *)(key + TC_CAND); /* (TC_CAND) */
+    __shared__ int s_n;
     const int q = blockIdx.x;
     const uint32_t c = cnt[q];
-    if (c > TC_CAND || c < (uint32_t)take) {
+    if (c > TC_CAND || (!RANGE && c < (uint32_t)take)) {
         if (threadIdx.x == 0) flag[q] = 1;
         return;
     }
+    if (threadIdx.x == 0) s_n = 0;
+    __syncthreads();
     for (uint32_t i = threadIdx.x; i < c; i += blockDim.x) {
         const uint32_t r = cand[(size_t)q * TC_CAND + i];
-        key[i] = distance_of<D>(qv + (size_t)q * dim, descs + (size_t)r * esize, elem, dim, sdv, n);
-        sid[i] = ids[r];
+        const double d = distance_of<D>(qv + (size_t)q * dim, descs + (size_t)r * esize, elem, dim, sdv, n);
+        if (RANGE) {
+            if (d <= radius) {
+                const int pos = atomicAdd(&s_n, 1);
+                key[pos] = d;
+                sid[pos] = ids[r];
+            }
+        } else {
+            key[i] = d;
+            sid[i] = ids[r];
+        }
     }
     __syncthreads();
-    tc_sort_hits(key, sid, (int)c, take, out_d + (size_t)q * take, out_id + (size_t)q * take);
+    const int m = RANGE ? s_n : (int)c;
+    tc_sort_hits(key, sid, m, RANGE ? m : take, out_d + (size_t)q * (RANGE ? TC_CAND : take),
+                 out_id + (size_t)q * (RANGE ? TC_CAND : take));
+    if (RANGE && threadIdx.x == 0) out_n[q] = (uint32_t)m;
 }
 
 /* ---------------------------------------------------------- the state */
 
 static void copy_free(patina_gpu_t *g, knn_copy_t *c)
 {
-    pgpu_free_n(g, 9, &c->descs, &c->ids, &c->aux, &c->t1, &c->c3, &c->ptab, &c->sd, &c->dead, &c->d_rm);
+    pgpu_free_n(g, 11, &c->descs, &c->ids, &c->aux, &c->t1, &c->c3, &c->ptab, &c->sd, &c->dead, &c->d_rm, &c->fx,
+                &c->fxa);
     free(c->perm);
     free(c->inv);
     memset(c, 0, sizeof *c);
@@ -280,8 +302,8 @@ static void copy_free(patina_gpu_t *g, knn_copy_t *c)
 
 static void buffers_free(patina_gpu_t *g, knn_state_t *st)
 {
-    pgpu_free_n(g, 11, &st->d_qv, &st->d_dense, &st->d_thr, &st->d_dcnt, &st->d_dcand, &st->d_dist, &st->h_dist,
-                &st->d_id, &st->h_id, &st->d_dflag, &st->h_dflag);
+    pgpu_free_n(g, 15, &st->d_qv, &st->d_dense, &st->d_thr, &st->d_dcnt, &st->d_dcand, &st->d_dist, &st->h_dist,
+                &st->d_id, &st->h_id, &st->d_dflag, &st->h_dflag, &st->d_fq, &st->d_fqi, &st->d_dn, &st->h_dn);
     st->def_q = st->def_s = st->def_take = st->def_dim = 0;
 }
 
@@ -464,6 +486,100 @@ static void make_perm(uint32_t *perm, size_t n)
     }
 }
 
+/* ---- the float filter's values (knn_fx.cuh) ---- */
+
+static double host_elem(int elem, const uint8_t *row, size_t i)
+{
+    switch (elem) {
+    case PATINA_ELEM_U8: return (double)row[i];
+    case PATINA_ELEM_U16: { uint16_t v; memcpy(&v, row + 2 * i, 2); return (double)v; }
+    case PATINA_ELEM_U32: { uint32_t v; memcpy(&v, row + 4 * i, 4); return (double)v; }
+    case PATINA_ELEM_F32: { float v; memcpy(&v, row + 4 * i, 4); return (double)v; }
+    default: { double v; memcpy(&v, row + 8 * i, 8); return v; }
+    }
+}
+
+/* x rounded to a float upwards */
+static float f_up(double x)
+{
+    float f = (float)x;
+    if ((double)f < x) f = nextafterf(f, INFINITY);
+    return f;
+}
+
+static int fx_has(int dist) { return dist != PDIST_TANIMOTO && dist >= 0 && dist < PDIST_ROOTSIFT_RATIO; }
+
+/* The filter's values of one row or query of dim elements (element i of
+ * the source at get(i)): x[i * xs] (floats), its margin share m and norm N
+ * (knn_fx.cuh's table). 0 when the vector is outside the filter's domain
+ * (a value out of [2^-60, 2^40] in magnitude, a negative element where the
+ * distance needs none, a non-finite value). */
+template <typename Get>
+static int fx_vector(int dist, Get get, size_t dim, const double *sd, float *x, size_t xs, float *m, float *nrm)
+{
+    const double c = (double)(dim + 16) * 0x1p-24 * (1.0 + 0x1p-10), tiny = (double)dim * 0x1p-120;
+    double nn = 0.0; /* the norm's sum */
+    for (size_t i = 0; i < dim; i++) {
+        const double v = get(i);
+        double t = v, a;
+        float f;
+        if (!isfinite(v)) return 0;
+        if (v < 0.0 && (dist == PDIST_CHI2 || dist == PDIST_INTERSECTION || dist == PDIST_HELLINGER)) return 0;
+        if (dist == PDIST_STD_L2) t = v / (sd ? sd[i] : 1.0);
+        if (dist == PDIST_HELLINGER) t = sqrt(v);
+        a = fabs(t);
+        if (!isfinite(t) || (a != 0.0 && (a < 0x1p-60 || a > 0x1p40))) return 0;
+        f = (float)t;
+        x[i * xs] = f;
+        switch (dist) {
+        case PDIST_L1: nn += fabs((double)f); break;
+        case PDIST_L2: case PDIST_STD_L2: case PDIST_COSINE: nn += (double)f * (double)f; break;
+        default: nn += v; break; /* chi2, intersection, hellinger: the sum */
+        }
+    }
+    switch (dist) {
+    case PDIST_INTERSECTION: *nrm = (float)nn; *m = f_up(c + tiny); break;
+    case PDIST_HELLINGER: case PDIST_COSINE: *nrm = (float)sqrt(nn); *m = f_up(c + tiny); break;
+    default: *nrm = (float)nn; *m = f_up(c * nn + tiny); break;
+    }
+    return 1;
+}
+
+/* The float filter's copy of a definition-path copy whose rows (elem
+ * typed, element-major (dim, n)) are `rows`: c->fx / c->fxa, or none when
+ * a row is outside the filter's domain (the definition kernels alone). */
+static patina_status fx_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, const pgpu_knn_index_t *idx,
+                               const uint8_t *rows)
+{
+    const size_t n = c->n, dim = c->dim, es = idx->bytes / idx->dim;
+    float *x;
+    fx_aux_t *a;
+    patina_status s;
+    if (!fx_has(idx->dist) || n == 0 || dim > ((size_t)1 << 20)) return PATINA_OK;
+    x = (float *)malloc(n * dim * sizeof *x + 1);
+    a = (fx_aux_t *)malloc(n * sizeof *a + 1);
+    if (!x || !a) {
+        free(x);
+        free(a);
+        return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
+    }
+    for (size_t r = 0; r < n; r++) {
+        const int elem = (int)idx->elem;
+        if (!fx_vector(idx->dist, [&](size_t i) { return host_elem(elem, rows + (i * n + r) * es, 0); }, dim, idx->sd,
+                       x + r, n, &a[r].x, &a[r].y)) {
+            free(x);
+            free(a);
+            return PATINA_OK; /* the definition kernels alone */
+        }
+    }
+    s = put(g, st, c, (void **)&c->fx, x, n * dim * sizeof *x, "filter values");
+    if (s == PATINA_OK) s = put(g, st, c, (void **)&c->fxa, a, n * sizeof *a, "filter norms");
+    free(x);
+    free(a);
+    if (s != PATINA_OK) pgpu_free_n(g, 2, &c->fx, &c->fxa);
+    return s;
+}
+
 /* The tensor-core layout of a Tanimoto fast-path index: rows in a fixed
  * random permutation (xorshift, Fisher-Yates; the pilot samples the first
  * rows), padded to dp bytes, room for a quarter more rows (appended by
@@ -597,6 +713,7 @@ static patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_in
         if (s == PATINA_OK && idx->sd)
             s = put(g, st, c, (void **)&c->sd, idx->sd, idx->dim * sizeof(double), "sigma");
         if (s == PATINA_OK) s = put(g, st, c, (void **)&c->ids, ids, c->n * sizeof *ids, "ids");
+        if (s == PATINA_OK) s = fx_upload(g, st, c, idx, rows);
         free(rows);
         free(ids);
     }
@@ -854,6 +971,10 @@ static patina_status def_buffers(patina_gpu_t *g, knn_state_t *st, const knn_cop
     DEV(d_dist, qb * take, "results");
     DEV(d_id, qb * take, "results");
     DEV(d_dflag, qb, "results");
+    DEV(d_fq, qb * dim, "queries");
+    DEV(d_fqi, qb, "queries");
+    DEV(d_dn, qb, "results");
+    PIN(h_dn, qb, "results");
     PIN(h_dist, qb * take, "results");
     PIN(h_id, qb * take, "results");
     PIN(h_dflag, qb, "results");
@@ -866,70 +987,154 @@ static patina_status def_buffers(patina_gpu_t *g, knn_state_t *st, const knn_cop
     return PATINA_OK;
 }
 
-/* One launch group of m queries (qv, doubles) with a pilot of S rows:
- * pilot, select, scan, final; answers in h_dist / h_id (m, take), h_dflag
- * set for the queries left unanswered. */
+/* One launch group of m queries (qv, doubles; qf / qi their float filter
+ * values, or NULL: the definition kernels alone). k-NN (range 0): a pilot
+ * of S rows, its kth, the scan, the final ranking; answers in h_dist /
+ * h_id (m, take). Range: the threshold from the radius (qi[].z, or the
+ * hi32 keys in thr), the scan, the final filter; h_dn[q] hits at h_dist /
+ * h_id + q * *ld (*ld = the most hits of a query). h_dflag set for the
+ * queries left unanswered. */
 template <int D>
 static cudaError_t def_batch(knn_state_t *st, const knn_copy_t *c, const pgpu_knn_index_t *idx, const double *qv,
-                             size_t m, size_t take, size_t S, cudaStream_t s)
+                             const float *qf, const fx_qinfo_t *qi, const uint32_t *thr, size_t m, size_t take,
+                             size_t S, int range, double radius, size_t *ld, cudaStream_t s)
 {
-    const size_t smem = (size_t)TC_CAND * (sizeof(double) + sizeof(uint64_t));
+    const size_t smem = (size_t)TC_CAND * (sizeof(double) + sizeof(uint64_t)), es = c->bytes / c->dim;
+    const dim3 pilot((unsigned)((S + FX_ROWS - 1) / FX_ROWS), (unsigned)((m + FX_QB - 1) / FX_QB));
+    const dim3 scan((unsigned)((c->n + FX_ROWS - 1) / FX_ROWS), (unsigned)((m + FX_QB - 1) / FX_QB));
+    float *dense = (float *)st->d_dense;
     cudaError_t e = cudaMemcpyAsync(st->d_qv, qv, m * idx->dim * sizeof *qv, cudaMemcpyHostToDevice, s);
     if (e != cudaSuccess) return e;
-    k_def_pilot<D><<<dim3((unsigned)((S + 255) / 256), (unsigned)m), 256, 0, s>>>(
-        c->descs, c->n, S, c->dim, c->bytes / c->dim, (int)idx->elem, c->sd, st->d_qv, st->d_dense);
-    k_def_select<<<(unsigned)m, TC_SEL_THREADS, 0, s>>>(st->d_dense, S, (uint32_t)take, st->d_thr, st->d_dcnt,
-                                                        st->d_dflag);
-    k_def_scan<D><<<dim3((unsigned)((c->n + 255) / 256), (unsigned)m), 256, 0, s>>>(
-        c->descs, c->n, c->dim, c->bytes / c->dim, (int)idx->elem, c->sd, st->d_qv, st->d_thr, st->d_dcnt,
-        st->d_dcand);
-    if ((e = cudaFuncSetAttribute(k_def_final<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != cudaSuccess)
+    if (qf && ((e = cudaMemcpyAsync(st->d_fq, qf, m * idx->dim * sizeof *qf, cudaMemcpyHostToDevice, s)) != cudaSuccess ||
+               (e = cudaMemcpyAsync(st->d_fqi, qi, m * sizeof *qi, cudaMemcpyHostToDevice, s)) != cudaSuccess))
         return e;
-    k_def_final<D><<<(unsigned)m, TC_FINAL_THREADS, smem, s>>>(c->descs, c->ids, c->n, c->dim, c->bytes / c->dim,
-                                                              (int)idx->elem,
-                                                              c->sd, st->d_qv, st->d_dcnt, st->d_dcand, (int)take,
-                                                              st->d_dist, st->d_id, st->d_dflag);
+    if (range) {
+        if ((e = cudaMemsetAsync(st->d_dcnt, 0, m * sizeof *st->d_dcnt, s)) != cudaSuccess ||
+            (e = cudaMemsetAsync(st->d_dflag, 0, m, s)) != cudaSuccess ||
+            (!qf && (e = cudaMemcpyAsync(st->d_thr, thr, m * sizeof *thr, cudaMemcpyHostToDevice, s)) != cudaSuccess))
+            return e;
+    } else if (qf) {
+        k_fx_scan<D, 0><<<pilot, FX_ROWS, 0, s>>>(c->fx, c->n, c->fxa, (uint32_t)S, (int)c->dim, st->d_fq, st->d_fqi,
+                                                  (int)m, dense, NULL, NULL);
+        k_fx_select<<<(unsigned)m, TC_SEL_THREADS, 0, s>>>(dense, (uint32_t)S, (uint32_t)take, st->d_fqi, st->d_dcnt,
+                                                           st->d_dflag);
+    } else {
+        k_def_pilot<D><<<dim3((unsigned)((S + 255) / 256), (unsigned)m), 256, 0, s>>>(
+            c->descs, c->n, S, c->dim, es, (int)idx->elem, c->sd, st->d_qv, st->d_dense);
+        k_def_select<<<(unsigned)m, TC_SEL_THREADS, 0, s>>>(st->d_dense, S, (uint32_t)take, st->d_thr, st->d_dcnt,
+                                                            st->d_dflag);
+    }
+    if (qf)
+        k_fx_scan<D, 1><<<scan, FX_ROWS, 0, s>>>(c->fx, c->n, c->fxa, (uint32_t)c->n, (int)c->dim, st->d_fq, st->d_fqi,
+                                                 (int)m, NULL, st->d_dcnt, st->d_dcand);
+    else
+        k_def_scan<D><<<dim3((unsigned)((c->n + 255) / 256), (unsigned)m), 256, 0, s>>>(
+            c->descs, c->n, c->dim, es, (int)idx->elem, c->sd, st->d_qv, st->d_thr, st->d_dcnt, st->d_dcand);
+    if (range) {
+        if ((e = cudaFuncSetAttribute(k_def_final<D, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) !=
+            cudaSuccess)
+            return e;
+        k_def_final<D, 1><<<(unsigned)m, TC_FINAL_THREADS, smem, s>>>(
+            c->descs, c->ids, c->n, c->dim, es, (int)idx->elem, c->sd, st->d_qv, st->d_dcnt, st->d_dcand, 0, radius,
+            st->d_dist, st->d_id, st->d_dn, st->d_dflag);
+    } else {
+        if ((e = cudaFuncSetAttribute(k_def_final<D, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) !=
+            cudaSuccess)
+            return e;
+        k_def_final<D, 0><<<(unsigned)m, TC_FINAL_THREADS, smem, s>>>(
+            c->descs, c->ids, c->n, c->dim, es, (int)idx->elem, c->sd, st->d_qv, st->d_dcnt, st->d_dcand, (int)take,
+            0.0, st->d_dist, st->d_id, NULL, st->d_dflag);
+    }
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    if ((e = cudaMemcpyAsync(st->h_dist, st->d_dist, m * take * sizeof(double), cudaMemcpyDeviceToHost, s)) != cudaSuccess ||
-        (e = cudaMemcpyAsync(st->h_id, st->d_id, m * take * sizeof(uint64_t), cudaMemcpyDeviceToHost, s)) != cudaSuccess ||
-        (e = cudaMemcpyAsync(st->h_dflag, st->d_dflag, m, cudaMemcpyDeviceToHost, s)) != cudaSuccess)
-        return e;
+    if ((e = cudaMemcpyAsync(st->h_dflag, st->d_dflag, m, cudaMemcpyDeviceToHost, s)) != cudaSuccess) return e;
+    if (range) {
+        size_t mx = 0;
+        if ((e = cudaMemcpyAsync(st->h_dn, st->d_dn, m * sizeof *st->h_dn, cudaMemcpyDeviceToHost, s)) != cudaSuccess ||
+            (e = cudaStreamSynchronize(s)) != cudaSuccess)
+            return e;
+        for (size_t j = 0; j < m; j++)
+            if (!st->h_dflag[j] && st->h_dn[j] > mx) mx = st->h_dn[j];
+        *ld = mx;
+        if (mx == 0) return cudaSuccess;
+        if ((e = cudaMemcpy2DAsync(st->h_dist, mx * sizeof(double), st->d_dist, TC_CAND * sizeof(double),
+                                   mx * sizeof(double), m, cudaMemcpyDeviceToHost, s)) != cudaSuccess ||
+            (e = cudaMemcpy2DAsync(st->h_id, mx * sizeof(uint64_t), st->d_id, TC_CAND * sizeof(uint64_t),
+                                   mx * sizeof(uint64_t), m, cudaMemcpyDeviceToHost, s)) != cudaSuccess)
+            return e;
+    } else {
+        *ld = take;
+        if ((e = cudaMemcpyAsync(st->h_dist, st->d_dist, m * take * sizeof(double), cudaMemcpyDeviceToHost, s)) !=
+                cudaSuccess ||
+            (e = cudaMemcpyAsync(st->h_id, st->d_id, m * take * sizeof(uint64_t), cudaMemcpyDeviceToHost, s)) !=
+                cudaSuccess)
+            return e;
+    }
     return cudaStreamSynchronize(s);
 }
 
 static cudaError_t def_dispatch(knn_state_t *st, const knn_copy_t *c, const pgpu_knn_index_t *idx, const double *qv,
-                                size_t m, size_t take, size_t S, cudaStream_t s)
+                                const float *qf, const fx_qinfo_t *qi, const uint32_t *thr, size_t m, size_t take,
+                                size_t S, int range, double radius, size_t *ld, cudaStream_t s)
 {
+#define DB(D) def_batch<D>(st, c, idx, qv, qf, qi, thr, m, take, S, range, radius, ld, s)
     switch (idx->dist) {
-    case PDIST_TANIMOTO: return def_batch<PDIST_TANIMOTO>(st, c, idx, qv, m, take, S, s);
-    case PDIST_L1: return def_batch<PDIST_L1>(st, c, idx, qv, m, take, S, s);
-    case PDIST_L2: return def_batch<PDIST_L2>(st, c, idx, qv, m, take, S, s);
-    case PDIST_STD_L2: return def_batch<PDIST_STD_L2>(st, c, idx, qv, m, take, S, s);
-    case PDIST_CHI2: return def_batch<PDIST_CHI2>(st, c, idx, qv, m, take, S, s);
-    case PDIST_INTERSECTION: return def_batch<PDIST_INTERSECTION>(st, c, idx, qv, m, take, S, s);
-    case PDIST_HELLINGER: return def_batch<PDIST_HELLINGER>(st, c, idx, qv, m, take, S, s);
-    case PDIST_COSINE: return def_batch<PDIST_COSINE>(st, c, idx, qv, m, take, S, s);
+    case PDIST_TANIMOTO: return DB(PDIST_TANIMOTO);
+    case PDIST_L1: return DB(PDIST_L1);
+    case PDIST_L2: return DB(PDIST_L2);
+    case PDIST_STD_L2: return DB(PDIST_STD_L2);
+    case PDIST_CHI2: return DB(PDIST_CHI2);
+    case PDIST_INTERSECTION: return DB(PDIST_INTERSECTION);
+    case PDIST_HELLINGER: return DB(PDIST_HELLINGER);
+    case PDIST_COSINE: return DB(PDIST_COSINE);
     default: return cudaErrorInvalidValue;
     }
+#undef DB
+}
+
+/* The float filter's values of m queries (qv, doubles): 1 when every one
+ * is in its domain (qf, qi filled; qi[].z = the range threshold K + mq
+ * for range searches), else 0. */
+static int fx_queries(const knn_copy_t *c, const pgpu_knn_index_t *idx, const double *qv, size_t m, int range,
+                      double radius, float *qf, fx_qinfo_t *qi)
+{
+    const size_t dim = idx->dim;
+    if (!c->fx) return 0;
+    for (size_t j = 0; j < m; j++) {
+        const double *v = qv + j * dim;
+        float mq, nq;
+        if (!fx_vector(idx->dist, [v](size_t i) { return v[i]; }, dim, idx->sd, qf + j * dim, 1, &mq, &nq)) return 0;
+        qi[j] = make_float4(mq, nq, 0.f, 0.f);
+        if (range) {
+            const int sq = idx->dist == PDIST_L2 || idx->dist == PDIST_STD_L2 || idx->dist == PDIST_HELLINGER;
+            qi[j].z = f_up((double)f_up(sq ? radius * radius : radius) + (double)mq);
+        }
+    }
+    return 1;
 }
 
 /* The definition path: every other distance (and Tanimoto queries with an
- * element above 7), exact by the definition's doubles (k_def_*). Queries
- * whose candidates overflow are retried with the whole table as pilot,
- * then left to the CPU (cpu[q] = 1). k <= PGPU_KNN_KMAX. */
+ * element above 7), exact by the definition's doubles (k_def_final): the
+ * float filter (knn_fx.cuh) finds the candidates when the copy and the
+ * queries are in its domain, else the definition kernels do. Queries
+ * whose candidates overflow are retried by the definition kernels with the
+ * whole table as pilot, then left to the CPU (cpu[q] = 1). k <=
+ * PGPU_KNN_KMAX. */
 static patina_status def_knn(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, const pgpu_knn_index_t *idx,
-                             const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts, uint8_t *cpu)
+                             const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts, uint8_t *cpu,
+                             size_t *paths)
 {
     cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
-    const size_t take = k < c->n ? k : c->n;
+    const size_t take = k < c->n ? k : c->n, dim = idx->dim;
     for (int pass = 0; pass < 2; pass++) {
         const size_t S = pass ? c->n : tc_pilot_rows(c->n, take);
-        size_t qb = TC_PILOT_BYTES / (S * sizeof(double)), q0, j, nr = 0;
+        size_t qb = TC_PILOT_BYTES / (S * sizeof(double)), q0, j, nr = 0, ld;
         uint32_t *which = NULL;
         double *gq = NULL;
+        float *qf = NULL;
+        fx_qinfo_t *qi = NULL;
         if (pass) { /* the overflowing queries again */
             for (j = 0; j < nq; j++) nr += cpu[j];
-            if (nr == 0 || S == tc_pilot_rows(c->n, take)) return PATINA_OK;
+            if (nr == 0 || (S == tc_pilot_rows(c->n, take) && !c->fx)) return PATINA_OK;
             which = (uint32_t *)malloc(nr * sizeof *which);
             if (!which) return PATINA_OK; /* the CPU answers them */
             for (j = 0, nr = 0; j < nq; j++)
@@ -941,9 +1146,12 @@ static patina_status def_knn(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, co
         if (qb > TC_KNN_BATCH) qb = TC_KNN_BATCH;
         if (qb > 65535) qb = 65535;
         if (qb > nr) qb = nr;
-        if (def_buffers(g, st, c, qb, S, take, idx->dim) != PATINA_OK ||
-            (which && !(gq = (double *)malloc(qb * idx->dim * sizeof *gq)))) {
+        if (def_buffers(g, st, c, qb, S, take, dim) != PATINA_OK || (which && !(gq = (double *)malloc(qb * dim * sizeof *gq))) ||
+            (!pass && c->fx && (!(qf = (float *)malloc(qb * dim * sizeof *qf)) || !(qi = (fx_qinfo_t *)malloc(qb * sizeof *qi))))) {
             free(which);
+            free(gq);
+            free(qf);
+            free(qi);
             if (pass) {
                 patina_clear_error();
                 return PATINA_OK; /* the CPU answers them */
@@ -952,16 +1160,19 @@ static patina_status def_knn(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, co
         }
         for (q0 = 0; q0 < nr; q0 += qb) {
             const size_t m = nr - q0 < qb ? nr - q0 : qb;
-            const double *bq = qv + q0 * idx->dim;
+            const double *bq = qv + q0 * dim;
+            const int fx = qf && fx_queries(c, idx, bq, m, 0, 0.0, qf, qi);
             cudaError_t e;
             if (which) {
-                for (j = 0; j < m; j++) memcpy(gq + j * idx->dim, qv + (size_t)which[q0 + j] * idx->dim, idx->dim * sizeof *gq);
+                for (j = 0; j < m; j++) memcpy(gq + j * dim, qv + (size_t)which[q0 + j] * dim, dim * sizeof *gq);
                 bq = gq;
             }
-            e = def_dispatch(st, c, idx, bq, m, take, S, s);
+            e = def_dispatch(st, c, idx, bq, fx ? qf : NULL, qi, NULL, m, take, S, 0, 0.0, &ld, s);
             if (e != cudaSuccess) {
                 free(which);
                 free(gq);
+                free(qf);
+                free(qi);
                 return pgpu_fail((int)e, "gpu search: definition kernels", __FILE__, __LINE__);
             }
             for (j = 0; j < m; j++) {
@@ -973,12 +1184,85 @@ static patina_status def_knn(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, co
                     hits[row * k + i].id = st->h_id[j * take + i];
                 }
                 counts[row] = take;
+                if (paths) paths[fx ? 1 : 2]++;
             }
         }
         free(which);
         free(gq);
+        free(qf);
+        free(qi);
     }
     return PATINA_OK;
+}
+
+/* hi32 of the key of d (k_def_*'s dkey, on the host) */
+static uint32_t dkey_hi(double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    u = (u >> 63) ? ~u : u | (1ull << 63);
+    return (uint32_t)(u >> 32);
+}
+
+/* Range search on the definition path: every row within radius, by the
+ * float filter or the definition kernels (as def_knn); a query with more
+ * than TC_CAND candidates is left to the CPU. */
+static patina_status def_range(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, const pgpu_knn_index_t *idx,
+                               const double *qv, size_t nq, double radius, size_t max_hits, patina_hit_t **hits,
+                               size_t *counts, uint8_t *cpu, size_t *paths)
+{
+    cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
+    const size_t dim = idx->dim, qb = nq < TC_RANGE_BATCH ? nq : TC_RANGE_BATCH;
+    float *qf = NULL;
+    fx_qinfo_t *qi = NULL;
+    uint32_t *thr = NULL;
+    patina_status ret = PATINA_OK;
+    PATINA_TRY(def_buffers(g, st, c, qb, 1, TC_CAND, dim));
+    qf = (float *)malloc(qb * dim * sizeof *qf);
+    qi = (fx_qinfo_t *)malloc(qb * sizeof *qi);
+    thr = (uint32_t *)malloc(qb * sizeof *thr);
+    if (!qf || !qi || !thr) {
+        free(qf);
+        free(qi);
+        free(thr);
+        return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
+    }
+    for (size_t j = 0; j < qb; j++) thr[j] = dkey_hi(radius);
+    for (size_t q0 = 0; q0 < nq && ret == PATINA_OK; q0 += qb) {
+        const size_t m = nq - q0 < qb ? nq - q0 : qb;
+        const double *bq = qv + q0 * dim;
+        const int fx = fx_queries(c, idx, bq, m, 1, radius, qf, qi);
+        size_t ld = 0;
+        const cudaError_t e = def_dispatch(st, c, idx, bq, fx ? qf : NULL, qi, thr, m, TC_CAND, 1, 1, radius, &ld, s);
+        if (e != cudaSuccess) {
+            ret = pgpu_fail((int)e, "gpu search: definition kernels", __FILE__, __LINE__);
+            break;
+        }
+        for (size_t j = 0; j < m; j++) {
+            size_t n = st->h_dn[j];
+            if (st->h_dflag[j]) {
+                cpu[q0 + j] = 1;
+                continue;
+            }
+            if (paths) paths[fx ? 1 : 2]++;
+            if (max_hits && n > max_hits) n = max_hits;
+            counts[q0 + j] = n;
+            if (n == 0) continue;
+            hits[q0 + j] = (patina_hit_t *)malloc(n * sizeof **hits);
+            if (!hits[q0 + j]) {
+                ret = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory for %zu hits", n);
+                break;
+            }
+            for (size_t i = 0; i < n; i++) {
+                hits[q0 + j][i].distance = st->h_dist[j * ld + i];
+                hits[q0 + j][i].id = st->h_id[j * ld + i];
+            }
+        }
+    }
+    free(qf);
+    free(qi);
+    free(thr);
+    return ret;
 }
 
 static patina_status search_begin(patina_gpu_t *g, const pgpu_knn_index_t *idx, knn_state_t **st,
@@ -999,7 +1283,8 @@ static patina_status search_begin(patina_gpu_t *g, const pgpu_knn_index_t *idx, 
  * query left unanswered. */
 static patina_status tc_knn_pass(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *c,
                                  const pgpu_knn_index_t *idx, const uint8_t *queries, const uint32_t *which,
-                                 size_t nq, size_t k, size_t S, patina_hit_t *hits, size_t *counts, uint8_t *cpu)
+                                 size_t nq, size_t k, size_t S, patina_hit_t *hits, size_t *counts, uint8_t *cpu,
+                                 size_t *paths)
 {
     const size_t take = k < idx->live ? k : idx->live, bytes = idx->bytes;
     size_t qb, q0;
@@ -1028,6 +1313,7 @@ static patina_status tc_knn_pass(patina_gpu_t *g, knn_state_t *st, const knn_cop
             if (cpu[q0 + i]) continue;
             for (size_t j = 0; j < take; j++) hits[row * k + j] = tc_result(st, &io, maxn, i, j);
             counts[row] = take;
+            if (paths) paths[0]++;
         }
     }
     free(gather);
@@ -1036,7 +1322,7 @@ static patina_status tc_knn_pass(patina_gpu_t *g, knn_state_t *st, const knn_cop
 
 patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
                              const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
-                             uint8_t *cpu)
+                             uint8_t *cpu, size_t *paths)
 {
     knn_state_t *st;
     knn_copy_t *c;
@@ -1051,9 +1337,9 @@ patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const
     memset(cpu, 0, nq);
     if (idx->live == 0 || nq == 0) return PATINA_OK;
     PATINA_TRY(search_begin(g, idx, &st, &c));
-    if (!c->tc) return def_knn(g, st, c, idx, qv, nq, k, hits, counts, cpu);
+    if (!c->tc) return def_knn(g, st, c, idx, qv, nq, k, hits, counts, cpu, paths);
     S = tc_pilot_rows(c->n, take);
-    PATINA_TRY(tc_knn_pass(g, st, c, idx, queries, NULL, nq, k, S, hits, counts, cpu));
+    PATINA_TRY(tc_knn_pass(g, st, c, idx, queries, NULL, nq, k, S, hits, counts, cpu, paths));
     /* the overflowing queries again, the whole table as their pilot: the
      * candidates are then the k best and their exact ties */
     if (S < c->n) {
@@ -1071,7 +1357,7 @@ patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const
         }
         for (i = 0; i < nq; i++)
             if (cpu[i]) which[j++] = (uint32_t)i;
-        s = tc_knn_pass(g, st, c, idx, queries, which, nr, k, c->n, hits, counts, again);
+        s = tc_knn_pass(g, st, c, idx, queries, which, nr, k, c->n, hits, counts, again, paths);
         for (j = 0; s == PATINA_OK && j < nr; j++) cpu[which[j]] = again[j];
         free(which);
         free(again);
@@ -1080,18 +1366,19 @@ patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const
 }
 
 patina_status patina_gpu_range(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
-                               size_t nq, double radius, size_t max_hits, patina_hit_t **hits, size_t *counts,
-                               uint8_t *cpu)
+                               const double *qv, size_t nq, double radius, size_t max_hits, patina_hit_t **hits,
+                               size_t *counts, uint8_t *cpu, size_t *paths)
 {
     knn_state_t *st;
     knn_copy_t *c;
     size_t qb, q0;
 
-    if (!g || !idx || !hits || !counts || !cpu || !idx->t1 || !queries || isnan(radius))
+    if (!g || !idx || !hits || !counts || !cpu || (idx->t1 ? !queries : !qv) || isnan(radius))
         return patina__fail(PATINA_E_INVALID, "gpu search: bad argument");
     memset(cpu, 0, nq);
     if (idx->live == 0 || nq == 0) return PATINA_OK;
     PATINA_TRY(search_begin(g, idx, &st, &c));
+    if (!c->tc) return def_range(g, st, c, idx, qv, nq, radius, max_hits, hits, counts, cpu, paths);
     qb = nq < TC_RANGE_BATCH ? nq : TC_RANGE_BATCH;
     PATINA_TRY(tc_buffers(g, st, c, qb, 0, TC_CAND));
     for (q0 = 0; q0 < nq; q0 += qb) {
@@ -1105,6 +1392,7 @@ patina_status patina_gpu_range(patina_gpu_t *g, const pgpu_knn_index_t *idx, con
                 cpu[q0 + i] = 1;
                 continue;
             }
+            if (paths) paths[0]++;
             if (max_hits && n > max_hits) n = max_hits;
             if (n == 0) continue;
             hits[q0 + i] = (patina_hit_t *)malloc(n * sizeof **hits);

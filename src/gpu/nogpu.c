@@ -213,19 +213,19 @@ patina_status patina_gpu_jpeg_decode(patina_jpeg_gpu_t *d, patina_image_t *out,
 
 patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
                              const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
-                             uint8_t *cpu)
+                             uint8_t *cpu, size_t *paths)
 {
     (void)g; (void)idx; (void)queries; (void)qv; (void)nq; (void)k; (void)hits; (void)counts;
-    (void)cpu;
+    (void)cpu; (void)paths;
     return none();
 }
 
 patina_status patina_gpu_range(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
-                               size_t nq, double radius, size_t max_hits, patina_hit_t **hits, size_t *counts,
-                               uint8_t *cpu)
+                               const double *qv, size_t nq, double radius, size_t max_hits, patina_hit_t **hits,
+                               size_t *counts, uint8_t *cpu, size_t *paths)
 {
-    (void)g; (void)idx; (void)queries; (void)nq; (void)radius; (void)max_hits; (void)hits;
-    (void)counts; (void)cpu;
+    (void)g; (void)idx; (void)queries; (void)qv; (void)nq; (void)radius; (void)max_hits; (void)hits;
+    (void)counts; (void)cpu; (void)paths;
     return none();
 }
 

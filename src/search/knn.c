@@ -916,7 +916,7 @@ void patina_search_opts_init(patina_search_opts_t *o)
 static patina_status search_device(patina_context_t *ctx, const patina_index_t *ix,
                                    const patina_search_opts_t *o, int range, size_t k, patina_device *dev)
 {
-    const int can = range ? ix->t1 != NULL : ix->dist->gpu && k <= PGPU_KNN_KMAX;
+    const int can = ix->dist->gpu && (range || k <= PGPU_KNN_KMAX);
     switch (o->device) {
     case PATINA_DEVICE_CPU: *dev = PATINA_DEVICE_CPU; return PATINA_OK;
     case PATINA_DEVICE_AUTO:
@@ -925,10 +925,6 @@ static patina_status search_device(patina_context_t *ctx, const patina_index_t *
         return PATINA_OK;
     case PATINA_DEVICE_GPU:
         if (!ctx) return patina__fail(PATINA_E_INVALID, "search: a GPU search needs a context");
-        if (range && !can)
-            return patina__fail(PATINA_E_UNAVAILABLE,
-                                "search: range search on the GPU serves Tanimoto on 0..7 descriptors (CEDD); "
-                                "use device cpu or auto for %s", ix->dist->name);
         if (!ix->dist->gpu)
             return patina__fail(PATINA_E_UNAVAILABLE, "search: distance %s has no GPU implementation",
                                 ix->dist->name);
@@ -1050,13 +1046,36 @@ static void view_fast(const patina_index_t *ix, pgpu_knn_index_t *view)
     view->ptab_rows = ix->t_max + 1;
 }
 
+/* A GPU call's account: paths[] from the GPU, the rest on the CPU. */
+static void note_stats(patina_search_stats_t *st, const size_t paths[3], const uint8_t *cpu, size_t nq)
+{
+    if (!st) return;
+    st->gpu_tensor = paths[0];
+    st->gpu_filter = paths[1];
+    st->gpu_exact = paths[2];
+    st->cpu = 0;
+    for (size_t q = 0; q < nq; q++) st->cpu += cpu[q] != 0;
+}
+
+/* The queries' elements as doubles (the definition kernels' input). */
+static patina_status queries_as_doubles(const patina_index_t *ix, const uint8_t *queries, size_t nq, double **out)
+{
+    double *qv = malloc(nq * ix->dim * sizeof *qv + 1);
+    *out = qv;
+    if (!qv) return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", nq);
+    for (size_t q = 0; q < nq; q++)
+        for (size_t i = 0; i < ix->dim; i++) qv[q * ix->dim + i] = pdist_elem(ix->elem, queries + q * ix->bytes, i);
+    return PATINA_OK;
+}
+
 /* The GPU search under the context's GPU turn: the device copy of the index
  * is made or found, used and kept in the context while the turn is held, so
  * no other thread can drop it meanwhile. The queries the GPU leaves to the
  * CPU are answered after the turn. */
 static patina_status knn_gpu(patina_context_t *ctx, const patina_index_t *ix, const uint8_t *queries,
-                             size_t nq, size_t k, patina_hit_t *hits, size_t *counts)
+                             size_t nq, size_t k, patina_hit_t *hits, size_t *counts, patina_search_stats_t *stats)
 {
+    size_t paths[3] = {0, 0, 0};
     pgpu_knn_index_t view;
     patina_gpu_t *g;
     tq_t *tq = NULL;
@@ -1075,14 +1094,9 @@ static patina_status knn_gpu(patina_context_t *ctx, const patina_index_t *ix, co
          * on a device copy of its own (row-major). */
         view.serial = ix->serial | (UINT64_C(1) << 63);
     }
-    if (!view.t1) { /* the definition kernels take the queries' elements as doubles */
-        qv = malloc(nq * ix->dim * sizeof *qv + 1);
-        if (!qv) {
-            free(tq);
-            return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", nq);
-        }
-        for (q = 0; q < nq; q++)
-            for (size_t i = 0; i < ix->dim; i++) qv[q * ix->dim + i] = pdist_elem(ix->elem, queries + q * ix->bytes, i);
+    if (!view.t1 && (s = queries_as_doubles(ix, queries, nq, &qv)) != PATINA_OK) { /* the definition kernels' input */
+        free(tq);
+        return s;
     }
     if (!(cpu = malloc(nq))) {
         free(tq);
@@ -1091,49 +1105,60 @@ static patina_status knn_gpu(patina_context_t *ctx, const patina_index_t *ix, co
     }
     s = patina__context_gpu_acquire(ctx, &g);
     if (s == PATINA_OK) {
-        s = patina_gpu_knn(g, &view, queries, qv, nq, k, hits, counts, cpu);
+        s = patina_gpu_knn(g, &view, queries, qv, nq, k, hits, counts, cpu, paths);
         patina__context_gpu_release(ctx);
     }
     if (s == PATINA_OK) s = cpu_rest(ctx, ix, queries, nq, cpu, k, 0, 0.0, 0, hits, NULL, counts);
+    if (s == PATINA_OK) note_stats(stats, paths, cpu, nq);
     free(cpu);
     free(tq);
     free(qv);
     return s;
 }
 
-/* Range search on the GPU (the fast path); queries with an element above 7
- * and those the GPU leaves go to the CPU. */
+/* Range search on the GPU: the fast path when every query takes it, else
+ * the definition path (as knn_gpu); the queries the GPU leaves go to the
+ * CPU. */
 static patina_status range_gpu(patina_context_t *ctx, const patina_index_t *ix, const uint8_t *queries,
-                               size_t nq, double radius, size_t max_hits, patina_hit_t **hits, size_t *counts)
+                               size_t nq, double radius, size_t max_hits, patina_hit_t **hits, size_t *counts,
+                               patina_search_stats_t *stats)
 {
+    size_t paths[3] = {0, 0, 0};
     pgpu_knn_index_t view;
     patina_gpu_t *g;
     tq_t *tq = NULL;
+    double *qv = NULL;
     uint8_t *cpu = NULL;
     patina_status s;
     size_t q;
     gpu_view(ix, &view);
-    view_fast(ix, &view);
     PATINA_TRY(prepare_queries(ix, queries, nq, &tq));
+    for (q = 0; tq && q < nq; q++)
+        if (!tq[q].fast) break;
+    if (tq && q == nq) {
+        view_fast(ix, &view);
+    } else {
+        if (ix->dist_id == PDIST_TANIMOTO && ix->t1) view.serial = ix->serial | (UINT64_C(1) << 63);
+        if ((s = queries_as_doubles(ix, queries, nq, &qv)) != PATINA_OK) {
+            free(tq);
+            return s;
+        }
+    }
     if (!(cpu = malloc(nq))) {
         free(tq);
+        free(qv);
         return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", nq);
     }
     s = patina__context_gpu_acquire(ctx, &g);
     if (s == PATINA_OK) {
-        s = patina_gpu_range(g, &view, queries, nq, radius, max_hits, hits, counts, cpu);
+        s = patina_gpu_range(g, &view, queries, qv, nq, radius, max_hits, hits, counts, cpu, paths);
         patina__context_gpu_release(ctx);
     }
-    for (q = 0; s == PATINA_OK && q < nq; q++) /* an element above 7: the engine's answer is not the definition's */
-        if (!tq[q].fast) {
-            free(hits[q]);
-            hits[q] = NULL;
-            counts[q] = 0;
-            cpu[q] = 1;
-        }
     if (s == PATINA_OK) s = cpu_rest(ctx, ix, queries, nq, cpu, 0, 1, radius, max_hits, NULL, hits, counts);
+    if (s == PATINA_OK) note_stats(stats, paths, cpu, nq);
     free(cpu);
     free(tq);
+    free(qv);
     return s;
 }
 
@@ -1154,10 +1179,12 @@ static patina_status knn_impl(patina_context_t *ctx, const patina_index_t *idx, 
     patina_search_opts_init(&opts);
     if (opts_in) opts = *opts_in;
     PATINA_TRY(search_device(ctx, idx, &opts, 0, k, &dev));
+    if (opts.stats) memset(opts.stats, 0, sizeof *opts.stats);
     if (nq == 0) return PATINA_OK;
     knn_pad(idx, nq, k, hits, counts);
     if (idx->live == 0) return PATINA_OK;
-    if (dev == PATINA_DEVICE_GPU) return knn_gpu(ctx, idx, queries, nq, k, hits, counts);
+    if (dev == PATINA_DEVICE_GPU) return knn_gpu(ctx, idx, queries, nq, k, hits, counts, opts.stats);
+    if (opts.stats) opts.stats->cpu = nq;
     per = counts[0];
 
     memset(&jb, 0, sizeof jb);
@@ -1216,6 +1243,7 @@ static patina_status range_impl(patina_context_t *ctx, const patina_index_t *idx
     patina_search_opts_init(&opts);
     if (opts_in) opts = *opts_in;
     PATINA_TRY(search_device(ctx, idx, &opts, 1, 0, &dev));
+    if (opts.stats) memset(opts.stats, 0, sizeof *opts.stats);
     max_hits = opts.max_hits;
     if (nq == 0) return PATINA_OK;
     if (!queries || !hits || !counts) return patina__fail(PATINA_E_INVALID, "search: null queries, hits or counts");
@@ -1226,7 +1254,7 @@ static patina_status range_impl(patina_context_t *ctx, const patina_index_t *idx
     PATINA_TRY(check_nan(idx, queries, nq, "query"));
     if (idx->live == 0) return PATINA_OK;
     if (dev == PATINA_DEVICE_GPU) {
-        s = range_gpu(ctx, idx, queries, nq, radius, max_hits, hits, counts);
+        s = range_gpu(ctx, idx, queries, nq, radius, max_hits, hits, counts, opts.stats);
         if (s != PATINA_OK)
             for (q = 0; q < nq; q++) {
                 free(hits[q]);
@@ -1235,6 +1263,7 @@ static patina_status range_impl(patina_context_t *ctx, const patina_index_t *idx
             }
         return s;
     }
+    if (opts.stats) opts.stats->cpu = nq;
 
     memset(&jb, 0, sizeof jb);
     plan(idx, nq, cpu_threads(ctx), &nthreads, &jb.nchunks, &jb.chunk);

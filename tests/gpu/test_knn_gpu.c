@@ -15,7 +15,12 @@
  *     searches;
  *   - every other distance and element type through the families that use
  *     them (lbp8 chi2/l1/intersection/hellinger on u32 and f32, glcm l2 and
- *     haralick std_l2 on f64), and Tanimoto queries with an element above 7;
+ *     haralick std_l2 on f64), k-NN and range with radii on the CPU's own
+ *     distances, and Tanimoto queries with an element above 7; which engine
+ *     answered (the float filter, the definition kernels) is checked too;
+ *   - data outside the float filter's domain (huge, negative, tiny values)
+ *     and rows the filter cannot separate (retried by the definition
+ *     kernels);
  *   - many threads sharing one context whose memory budget holds one index
  *     copy at a time, searching three indexes: copies are dropped and remade
  *     under the searches, every answer equals the CPU's.
@@ -72,6 +77,7 @@ static patina_index_t *make_index(size_t n, tu_rng_t *r, int zero_row, uint8_t *
 }
 
 static patina_context_t *CTX; /* the tests' context (one GPU) */
+static patina_search_stats_t LAST; /* how the last GPU call of compare / compare_range answered */
 static int QUICK; /* PATINA_TEST_QUICK=1: a smaller set (under compute-sanitizer), 2: tiny (racecheck) */
 
 static size_t compare_on(patina_context_t *ctx, const patina_index_t *idx, const void *queries, size_t nq,
@@ -84,6 +90,7 @@ static size_t compare_on(patina_context_t *ctx, const patina_index_t *idx, const
     patina_search_opts_init(&gpu);
     cpu.device = PATINA_DEVICE_CPU;
     gpu.device = PATINA_DEVICE_GPU;
+    gpu.stats = &LAST;
     assert_true(a && b && ca && cb);
     TU_OK(patina_index_knn(NULL, idx, queries, nq, k, &cpu, a, ca));
     TU_OK(patina_index_knn(ctx, idx, queries, nq, k, &gpu, b, cb));
@@ -227,7 +234,7 @@ static void test_ties(void **state)
 }
 
 /* Range search: the GPU's lists equal the CPU's (counts, ids, distance bits). */
-static size_t compare_range(const patina_index_t *idx, const uint8_t *queries, size_t nq, double radius,
+static size_t compare_range(const patina_index_t *idx, const void *queries, size_t nq, double radius,
                             size_t max_hits)
 {
     patina_hit_t **a = calloc(nq, sizeof *a), **b = calloc(nq, sizeof *b);
@@ -238,6 +245,7 @@ static size_t compare_range(const patina_index_t *idx, const uint8_t *queries, s
     cpu.device = PATINA_DEVICE_CPU;
     gpu.device = PATINA_DEVICE_GPU;
     cpu.max_hits = gpu.max_hits = max_hits;
+    gpu.stats = &LAST;
     TU_OK(patina_index_range(NULL, idx, queries, nq, radius, &cpu, a, ca));
     TU_OK(patina_index_range(CTX, idx, queries, nq, radius, &gpu, b, cb));
     for (q = 0; q < nq; q++) {
@@ -376,13 +384,19 @@ static void *random_rows(const patina_extractor_t *ex, size_t n, tu_rng_t *r)
     return rows;
 }
 
-/* Every distance and element type: GPU equals CPU bit for bit. */
+/* Every distance and element type: GPU equals CPU bit for bit, k-NN and
+ * range (radii at the CPU's own kth distances, so that rows lie exactly on
+ * the boundary); the answering engine is the one expected (the float
+ * filter for every in-domain family; the definition kernels for Tanimoto
+ * queries above 7). Tables above the 8192-row pilot exercise the sampled
+ * pilot. */
 static void test_distances(void **state)
 {
     static const char *const specs[] = {
         "lbp8", "lbp8:distance=l1", "lbp8:distance=intersection", "lbp8:distance=hellinger",
-        "lbp8:norm=l1", "lbp8:norm=l1,distance=hellinger", "glcm", "haralick", "cedd"};
-    static const size_t ns[] = {1, 2049, 5000};
+        "lbp8:norm=l1", "lbp8:norm=l1,distance=hellinger", "lbp8:norm=l1,distance=intersection", "glcm",
+        "haralick", "cedd"};
+    static const size_t ns[] = {1, 2049, 5000, 40000};
     static const size_t ks[] = {1, 10, 1024};
     size_t bad = 0, runs = 0;
     tu_rng_t r;
@@ -393,12 +407,13 @@ static void test_distances(void **state)
             patina_extractor_t *ex;
             patina_index_t *idx;
             const size_t n = ns[ni], nq = 5;
+            const int cedd = !strcmp(specs[si], "cedd");
             uint64_t *ids = malloc(n * sizeof *ids);
             void *rows, *queries;
             TU_OK(patina_extractor_new(&ex, specs[si]));
             rows = random_rows(ex, n, &r);
             queries = random_rows(ex, nq, &r);
-            if (!strcmp(specs[si], "cedd")) /* elements above 7: the Tanimoto definition */
+            if (cedd) /* elements above 7: the Tanimoto definition */
                 ((uint8_t *)queries)[3] = 200;
             for (size_t i = 0; i < n; i++) ids[i] = 7 + 2 * (uint64_t)((i * 7919) % n);
             TU_OK(patina_index_new(&idx, ex, ids, rows, n));
@@ -407,8 +422,37 @@ static void test_distances(void **state)
                 if (ks[ki] > 1024) continue; /* k <= 1024 on the GPU (refusal: test_refusals) */
                 b = compare(idx, queries, nq, ks[ki]);
                 if (b) printf("  %s n %zu k %zu: %zu differing hits\n", specs[si], n, ks[ki], b);
+                if (cedd ? LAST.gpu_exact + LAST.cpu != nq : LAST.gpu_filter != nq) {
+                    printf("  %s n %zu k %zu: answered by filter %zu, exact %zu, cpu %zu\n", specs[si], n, ks[ki],
+                           LAST.gpu_filter, LAST.gpu_exact, LAST.cpu);
+                    b++;
+                }
                 bad += b;
                 runs++;
+            }
+            { /* range: radii at the CPU's 1st, 7th and 30th distances of query 1 */
+                patina_hit_t h[30];
+                size_t c[1];
+                patina_search_opts_t o;
+                const size_t bytes = patina_extractor_bytes(ex);
+                patina_search_opts_init(&o);
+                o.device = PATINA_DEVICE_CPU;
+                TU_OK(patina_index_knn(NULL, idx, (const uint8_t *)queries + bytes, 1, 30, &o, h, c));
+                for (size_t j = 0; j < 3; j++) {
+                    const size_t at = j == 0 ? 0 : j == 1 ? 6 : 29;
+                    size_t b;
+                    if (at >= c[0]) continue;
+                    b = compare_range(idx, queries, nq, h[at].distance, 0) +
+                        compare_range(idx, queries, nq, h[at].distance, 3);
+                    if (!cedd && LAST.gpu_filter != nq) {
+                        printf("  %s n %zu range: answered by filter %zu, exact %zu, cpu %zu\n", specs[si], n,
+                               LAST.gpu_filter, LAST.gpu_exact, LAST.cpu);
+                        b++;
+                    }
+                    if (b) printf("  %s n %zu radius %.17g: %zu differing\n", specs[si], n, h[at].distance, b);
+                    bad += b;
+                    runs++;
+                }
             }
             patina_index_free(idx);
             patina_extractor_free(ex);
@@ -416,7 +460,62 @@ static void test_distances(void **state)
             free(rows);
             free(queries);
         }
-    printf("  %zu (distance, n, k) runs, %zu differing hits\n", runs, bad);
+    printf("  %zu (distance, n, k or radius) runs, %zu differing hits\n", runs, bad);
+    assert_int_equal(bad, 0);
+}
+
+/* Data outside the float filter's domain: the definition kernels answer,
+ * the same as the CPU -- a value above 2^40 in the table (glcm, l2), a
+ * negative query element (chi2), a subnormal-scale value (haralick); and
+ * rows the filter cannot separate (distinct doubles 1e-13 apart: thousands
+ * of candidates overflow its list) are retried by the definition kernels,
+ * whose exact keys settle them. */
+static void test_filter_domain(void **state)
+{
+    const size_t n = QUICK ? 9000 : 20000, nq = 3;
+    tu_rng_t r;
+    size_t bad = 0;
+    (void)state;
+    tu_rng_seed(&r, 99);
+    for (int kase = 0; kase < 4; kase++) {
+        const char *spec = kase == 1 ? "lbp8:norm=l1" : kase == 2 ? "haralick" : "glcm";
+        patina_extractor_t *ex;
+        patina_index_t *idx;
+        uint64_t *ids = malloc(n * sizeof *ids);
+        uint8_t *rows, *queries;
+        size_t bytes, dim, b;
+        TU_OK(patina_extractor_new(&ex, spec));
+        bytes = patina_extractor_bytes(ex);
+        dim = patina_extractor_dim(ex);
+        rows = random_rows(ex, n, &r);
+        queries = random_rows(ex, nq, &r);
+        for (size_t i = 0; i < n; i++) ids[i] = 1 + (uint64_t)((i * 104729) % n);
+        if (kase == 0) ((double *)rows)[3] = 3e12; /* > 2^40 */
+        if (kase == 1) ((float *)queries)[2] = -0.25f;
+        if (kase == 2) ((double *)(rows + 5 * bytes))[1] = 1e-30;
+        if (kase == 3) /* rows 1e-13 apart in one element; queries equal to row 0 */
+            for (size_t i = 0; i < n; i++) {
+                double *row = (double *)(rows + i * bytes);
+                for (size_t k = 0; k < dim; k++) row[k] = 0.5 + 0.01 * (double)k;
+                row[0] += 1e-13 * (double)((i * 7) % n);
+                if (i < nq) memcpy(queries + i * bytes, rows, bytes);
+            }
+        TU_OK(patina_index_new(&idx, ex, ids, rows, n));
+        b = compare(idx, queries, nq, 10);
+        if (LAST.gpu_exact != nq) {
+            printf("  case %d (%s): answered by filter %zu, exact %zu, cpu %zu\n", kase, spec, LAST.gpu_filter,
+                   LAST.gpu_exact, LAST.cpu);
+            b++;
+        }
+        if (kase != 3) b += compare_range(idx, queries, nq, 0.5, 0);
+        if (b) printf("  case %d (%s): %zu differing\n", kase, spec, b);
+        bad += b;
+        patina_index_free(idx);
+        patina_extractor_free(ex);
+        free(ids);
+        free(rows);
+        free(queries);
+    }
     assert_int_equal(bad, 0);
 }
 
@@ -481,6 +580,7 @@ int main(void)
         cmocka_unit_test(test_range),
         cmocka_unit_test(test_live),
         cmocka_unit_test(test_distances),
+        cmocka_unit_test(test_filter_domain),
         cmocka_unit_test(test_threads),
     };
     int rc;
