@@ -20,10 +20,16 @@
  * difference. After each size, live updates (--live ROWS, default 1000, 0:
  * none): the time to put and remove ROWS rows and of the next GPU query,
  * against the first GPU query of an index built afresh. --family SPEC
- * times another family's distance (GPU and CPU only: the definition
- * kernels; the peers are CEDD's). --range R (CEDD): range search at radius
- * R for each query batch on the GPU, hits per query, checked against the
- * CPU on 32 queries. */
+ * times another family's distance (the float filter + the definition's
+ * doubles on the GPU) against that distance's natural PyTorch code (fp16
+ * and fp32 columns; knn_peers.py --dist) and Faiss where the distance
+ * reduces to L2 or inner product; its last column is the fraction of the
+ * GPU's FP32 lane rate that the filter's inner loop would use at that speed
+ * (instructions per element: 1 for the dot-product forms, 2 for l1 and
+ * intersection, 6 for chi2). The engine column says which engine answered
+ * (patina_search_opts_t.stats). --range R: range search at radius R for
+ * each query batch on the GPU, hits per query, checked against the CPU on
+ * 32 queries. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,12 +90,14 @@ static int parse_list(const char *s, size_t *out, int max)
 /* Median ms of reps runs of fn. */
 typedef patina_status (*knn_fn)(const patina_index_t *, const uint8_t *, size_t, size_t, patina_hit_t *, size_t *);
 static patina_context_t *CTX; /* all CPU threads and GPU 0 */
+static patina_search_stats_t STATS; /* of the last call */
 static patina_status on(patina_device d, const patina_index_t *ix, const uint8_t *q, size_t nq, size_t k,
                         patina_hit_t *h, size_t *c)
 {
     patina_search_opts_t o;
     patina_search_opts_init(&o);
     o.device = d;
+    o.stats = &STATS;
     return patina_index_knn(CTX, ix, q, nq, k, &o, h, c);
 }
 static patina_status cpu_knn(const patina_index_t *ix, const uint8_t *q, size_t nq, size_t k, patina_hit_t *h, size_t *c)
@@ -126,9 +134,10 @@ static double time_ms(knn_fn f, const patina_index_t *ix, const uint8_t *q, size
 }
 
 /* The peers' times for one table size: peer (0 torch fp16, 1 torch int8,
- * 2 faiss cpu) x case; -1 where none. */
+ * 2 faiss cpu, 3 torch fp32) x case; -1 where none. */
 #define MAXC 64
-static double PEER[3][MAXC];
+#define NPEER 4
+static double PEER[NPEER][MAXC];
 
 static void run_peers(size_t n, const size_t *qs, int nqs, const size_t *ks, int nks)
 {
@@ -138,9 +147,16 @@ static void run_peers(size_t n, const size_t *qs, int nqs, const size_t *ks, int
     double ms;
     FILE *p;
     int i, j;
-    for (i = 0; i < 3; i++)
+    for (i = 0; i < NPEER; i++)
         for (j = 0; j < MAXC; j++) PEER[i][j] = -1;
-    len = (size_t)snprintf(cmd, sizeof cmd, "%s bench/knn_peers.py --n %zu --cases ", py && *py ? py : "python3", n);
+    len = (size_t)snprintf(cmd, sizeof cmd, "%s bench/knn_peers.py --n %zu ", py && *py ? py : "python3", n);
+    if (strcmp(patina_extractor_family(EX), "cedd") != 0) {
+        const patina_elem e = patina_extractor_elem(EX);
+        len += (size_t)snprintf(cmd + len, sizeof cmd - len, "--dist %s --dim %zu --kind %s ",
+                                patina_extractor_distance_name(EX), patina_extractor_dim(EX),
+                                e == PATINA_ELEM_F64 ? "f64" : e == PATINA_ELEM_F32 ? "f32" : "u32");
+    }
+    len += (size_t)snprintf(cmd + len, sizeof cmd - len, "--cases ");
     for (i = 0; i < nqs; i++)
         for (j = 0; j < nks; j++)
             len += (size_t)snprintf(cmd + len, sizeof cmd - len, "%s%zu:%zu", i || j ? "," : "", qs[i], ks[j]);
@@ -150,7 +166,11 @@ static void run_peers(size_t n, const size_t *qs, int nqs, const size_t *ks, int
     if (!p) return;
     while (fgets(line, sizeof line, p)) {
         if (sscanf(line, "%31s %zu %zu %lf", name, &nq, &k, &ms) == 4) {
-            int peer = !strcmp(name, "torch_fp16") ? 0 : !strcmp(name, "torch_int8") ? 1 : !strcmp(name, "faiss_cpu") ? 2 : -1;
+            int peer = !strcmp(name, "torch_fp16")   ? 0
+                       : !strcmp(name, "torch_int8") ? 1
+                       : !strcmp(name, "faiss_cpu")  ? 2
+                       : !strcmp(name, "torch_fp32") ? 3
+                                                     : -1;
             for (i = 0; peer >= 0 && i < nqs; i++)
                 for (j = 0; j < nks; j++)
                     if (qs[i] == nq && ks[j] == k && i * nks + j < MAXC) PEER[peer][i * nks + j] = ms;
@@ -194,7 +214,7 @@ int main(int argc, char **argv)
 {
     size_t sizes[16] = {1000000, 10000000}, queries[16] = {1, 256, 4096}, ks[16] = {1, 10, 100};
     int nsizes = 2, nqueries = 3, nks = 3, peers = 1, i, j, l, bad = 0;
-    double d2d = 0, peak = 0, cpu_max = 3e8;
+    double d2d = 0, peak = 0, lanes = 0, cpu_max = 3e8;
     size_t live_rows = 1000, bytes;
     double range_r = 0;
     const char *family = "cedd";
@@ -225,11 +245,12 @@ int main(int argc, char **argv)
     EX = ex;
     bytes = patina_extractor_bytes(ex);
     cedd = !strcmp(patina_extractor_family(ex), "cedd");
-    if (!cedd) peers = 0, live_rows = 0; /* the peers and the live rows are CEDD's */
+    if (!cedd) live_rows = 0; /* the live rows are CEDD's */
     if (patina_context_new(&CTX, NULL) != PATINA_OK) return 2;
     if (patina_gpu_open(&g, 0, 0) == PATINA_OK) {
         patina_gpu__bandwidth(g, 1, (size_t)1 << 30, 5, &d2d);
         peak = (double)g->sm_count * (double)g->clock_khz * 1e3 * 8192.0; /* dense int8 ops/clk/SM (sm_90) */
+        lanes = (double)g->sm_count * (double)g->clock_khz * 1e3 * 128.0; /* FP32 lanes x clock */
         snprintf(gname, sizeof gname, "%.200s, %d SMs at %.0f MHz", g->name, g->sm_count, g->clock_khz / 1e3);
         patina_gpu_close(g);
     } else {
@@ -238,9 +259,10 @@ int main(int argc, char **argv)
     printf("bench_knn: %s (%s), exact; %s: device-to-device copy %.0f GB/s, dense int8 tensor-core "
            "peak %.0f TOPS; %d CPU threads\n\n",
            patina_extractor_spec(ex), patina_extractor_distance_name(ex), gname, d2d, peak / 1e12, patina_cpu_count());
-    printf("| rows | queries | k | GPU ms | GPU queries/s | CPU ms | PyTorch fp16 ms | PyTorch int8 ms | "
-           "Faiss CPU flat ms | GPU vs best GPU peer | table read GB/s (of D2D) | of int8 TC peak |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| rows | queries | k | GPU ms | GPU queries/s | engine | CPU ms | PyTorch fp16 ms | PyTorch int8 ms | "
+           "PyTorch fp32 ms | Faiss CPU flat ms | GPU vs best GPU peer | %s |\n",
+           cedd ? "table read GB/s (of D2D) | of int8 TC peak" : "rows read GB/s (of D2D) | of FP32 lane rate");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (i = 0; i < nsizes; i++) {
         size_t n = sizes[i], r;
         uint8_t *rows = malloc(n * bytes);
@@ -259,34 +281,49 @@ int main(int argc, char **argv)
                 patina_hit_t *h1 = malloc(nq * k * sizeof *h1), *h2 = malloc(nq * k * sizeof *h2);
                 size_t *c1 = malloc(nq * sizeof *c1), *c2 = malloc(nq * sizeof *c2);
                 double tc = -1, tg = -1, best = -1;
-                const double *pc = peers ? (const double[3]){PEER[0][j * nks + l], PEER[1][j * nks + l],
-                                                              PEER[2][j * nks + l]}
-                                         : (const double[3]){-1, -1, -1};
+                const double *pc = peers ? (const double[NPEER]){PEER[0][j * nks + l], PEER[1][j * nks + l],
+                                                                  PEER[2][j * nks + l], PEER[3][j * nks + l]}
+                                         : (const double[NPEER]){-1, -1, -1, -1};
+                patina_search_stats_t gs = {0, 0, 0, 0};
                 if ((double)nq * (double)n <= cpu_max || d2d <= 0)
                     tc = time_ms(cpu_knn, ix, q, nq, k, h1, c1, (double)nq * (double)n > 2e7 ? 3 : 7);
                 if (d2d > 0) {
                     gpu_knn(ix, q, nq, k, h2, c2); /* upload + warm-up */
                     tg = time_ms(gpu_knn, ix, q, nq, k, h2, c2, (double)nq * (double)n > 1e10 ? 5 : 11);
+                    gs = STATS;
                     bad += tc > 0 ? same(ix, q, nq, k, h2, h1) : same(ix, q, nq < 32 ? nq : 32, k, h2, NULL);
                 }
                 printf("| %zu | %zu | %zu |", n, nq, k);
-                if (tg > 0) printf(" %.3f | %.0f |", tg, (double)nq / (tg * 1e-3));
-                else printf(" - | - |");
+                if (tg > 0) {
+                    printf(" %.3f | %.0f | %s", tg, (double)nq / (tg * 1e-3),
+                           gs.gpu_tensor ? "tensor" : gs.gpu_filter ? "filter" : gs.gpu_exact ? "exact" : "cpu");
+                    if (gs.gpu_exact && (gs.gpu_tensor || gs.gpu_filter)) printf("+%zu exact", gs.gpu_exact);
+                    if (gs.cpu && gs.cpu < nq) printf("+%zu cpu", gs.cpu);
+                    printf(" |");
+                } else {
+                    printf(" - | - | - |");
+                }
                 cell(tc);
                 cell(pc[0]);
                 cell(pc[1]);
+                cell(pc[3]);
                 cell(pc[2]);
-                if (pc[0] > 0) best = pc[0];
-                if (pc[1] > 0 && (best < 0 || pc[1] < best)) best = pc[1];
+                for (int pi = 0; pi < NPEER; pi++)
+                    if (pi != 2 && pc[pi] > 0 && (best < 0 || pc[pi] < best)) best = pc[pi];
                 if (tg > 0 && best > 0) printf(" %.1fx |", best / tg);
                 else printf(" - |");
                 if (tg > 0 && cedd) {
                     const double gbps = (double)n * 160.0 / (tg * 1e-3) / 1e9;
                     printf(" %.0f (%.0f%%) | %.1f%% |\n", gbps, 100.0 * gbps / d2d,
                            100.0 * 2.0 * 144.0 * (double)nq * (double)n / (tg * 1e-3) / peak);
-                } else if (tg > 0) { /* the definition kernels: one row read per query */
-                    const double gbps = (double)n * (double)bytes * (double)nq / (tg * 1e-3) / 1e9;
-                    printf(" %.0f (%.0f%%) | - |\n", gbps, 100.0 * gbps / d2d);
+                } else if (tg > 0) { /* the float filter: its rows once per 32 queries; its inner loop */
+                    const double gbps = (double)n * 4.0 * (double)patina_extractor_dim(ex) *
+                                        (double)((nq + 31) / 32) / (tg * 1e-3) / 1e9;
+                    const char *dn = patina_extractor_distance_name(ex);
+                    const double ipe = !strcmp(dn, "chi2") ? 6.0 : !strcmp(dn, "l1") || !strcmp(dn, "intersection") ? 2.0 : 1.0;
+                    printf(" %.0f (%.0f%%) | %.1f%% |\n", gbps, 100.0 * gbps / d2d,
+                           100.0 * ipe * (double)n * (double)nq * (double)patina_extractor_dim(ex) / (tg * 1e-3) /
+                               lanes);
                 } else {
                     printf(" - | - |\n");
                 }
@@ -298,7 +335,7 @@ int main(int argc, char **argv)
             }
             free(q);
         }
-        if (d2d > 0 && cedd && range_r > 0) {
+        if (d2d > 0 && range_r > 0) {
             /* range search at radius range_r: GPU ms and hits per query,
              * checked against the CPU on 32 queries */
             for (j = 0; j < nqueries; j++) {

@@ -255,6 +255,16 @@ step_bench_cedd() { bench_one bench_cedd "" --quick; }
 # The search table of docs/search.md: 1M and 10M rows, batches 1/256/4096,
 # k 1/10/100, with the peers.
 step_bench_knn() { BENCH_TIMEOUT=${BENCH_TIMEOUT:-500} bench_one bench_knn ""; }
+# The other families' rows of that table: 1M rows, k = 10, with their peers
+# (KNN_FAMILIES chooses; suffix = the family's position).
+step_bench_knn_families() {
+    i=0
+    for f in ${KNN_FAMILIES:-lbp8 lbp8:norm=l1,distance=hellinger glcm haralick}; do
+        i=$((i + 1))
+        BENCH_TIMEOUT=${BENCH_TIMEOUT:-240} bench_one bench_knn "_f$i" --family "$f" --sizes 1000000 \
+            --queries 1,256,4096 --ks 10 --cpu-max 1e6
+    done
+}
 step_bench_lbp() {
     bench_one bench_lbp ""
     # the throughput rows of the earlier notes: 1024 images of 1024^2 per launch
@@ -313,7 +323,7 @@ run_steps() {
         tests) step_tests ;;
         sanitize) step_sanitize ;;
         bench) step_bench ;;
-        bench_cedd | bench_lbp | bench_glcm | bench_knn | bench_rootsift | bench_identify_match | bench_identify_gpu | \
+        bench_cedd | bench_lbp | bench_glcm | bench_knn | bench_knn_families | bench_rootsift | bench_identify_match | bench_identify_gpu | \
             lab_identify) "step_$s" ;;
         e2e) step_e2e ;;
         asan) step_asan ;;

@@ -987,6 +987,25 @@ static patina_status def_buffers(patina_gpu_t *g, knn_state_t *st, const knn_cop
     return PATINA_OK;
 }
 
+/* The float filter over the first n rows for m queries (MODE as
+ * k_fx_scan), with a query tile that fits the batch. */
+template <int D, int MODE>
+static void fx_launch(const knn_copy_t *c, const knn_state_t *st, uint32_t n, size_t m, cudaStream_t s)
+{
+    const unsigned bx = (n + FX_ROWS - 1) / FX_ROWS;
+    float *dense = MODE == 0 ? (float *)st->d_dense : NULL;
+    uint32_t *cnt = MODE == 1 ? st->d_dcnt : NULL, *cand = MODE == 1 ? st->d_dcand : NULL;
+    if (m == 1)
+        k_fx_scan<D, MODE, 1><<<dim3(bx, 1), FX_ROWS, 0, s>>>(c->fx, c->n, c->fxa, n, (int)c->dim, st->d_fq, st->d_fqi,
+                                                             (int)m, dense, cnt, cand);
+    else if (m <= 8)
+        k_fx_scan<D, MODE, 8><<<dim3(bx, 1), FX_ROWS, 0, s>>>(c->fx, c->n, c->fxa, n, (int)c->dim, st->d_fq, st->d_fqi,
+                                                             (int)m, dense, cnt, cand);
+    else
+        k_fx_scan<D, MODE, FX_QB><<<dim3(bx, (unsigned)((m + FX_QB - 1) / FX_QB)), FX_ROWS, 0, s>>>(
+            c->fx, c->n, c->fxa, n, (int)c->dim, st->d_fq, st->d_fqi, (int)m, dense, cnt, cand);
+}
+
 /* One launch group of m queries (qv, doubles; qf / qi their float filter
  * values, or NULL: the definition kernels alone). k-NN (range 0): a pilot
  * of S rows, its kth, the scan, the final ranking; answers in h_dist /
@@ -1000,8 +1019,6 @@ static cudaError_t def_batch(knn_state_t *st, const knn_copy_t *c, const pgpu_kn
                              size_t S, int range, double radius, size_t *ld, cudaStream_t s)
 {
     const size_t smem = (size_t)TC_CAND * (sizeof(double) + sizeof(uint64_t)), es = c->bytes / c->dim;
-    const dim3 pilot((unsigned)((S + FX_ROWS - 1) / FX_ROWS), (unsigned)((m + FX_QB - 1) / FX_QB));
-    const dim3 scan((unsigned)((c->n + FX_ROWS - 1) / FX_ROWS), (unsigned)((m + FX_QB - 1) / FX_QB));
     float *dense = (float *)st->d_dense;
     cudaError_t e = cudaMemcpyAsync(st->d_qv, qv, m * idx->dim * sizeof *qv, cudaMemcpyHostToDevice, s);
     if (e != cudaSuccess) return e;
@@ -1014,8 +1031,7 @@ static cudaError_t def_batch(knn_state_t *st, const knn_copy_t *c, const pgpu_kn
             (!qf && (e = cudaMemcpyAsync(st->d_thr, thr, m * sizeof *thr, cudaMemcpyHostToDevice, s)) != cudaSuccess))
             return e;
     } else if (qf) {
-        k_fx_scan<D, 0><<<pilot, FX_ROWS, 0, s>>>(c->fx, c->n, c->fxa, (uint32_t)S, (int)c->dim, st->d_fq, st->d_fqi,
-                                                  (int)m, dense, NULL, NULL);
+        fx_launch<D, 0>(c, st, (uint32_t)S, m, s);
         k_fx_select<<<(unsigned)m, TC_SEL_THREADS, 0, s>>>(dense, (uint32_t)S, (uint32_t)take, st->d_fqi, st->d_dcnt,
                                                            st->d_dflag);
     } else {
@@ -1025,8 +1041,7 @@ static cudaError_t def_batch(knn_state_t *st, const knn_copy_t *c, const pgpu_kn
                                                             st->d_dflag);
     }
     if (qf)
-        k_fx_scan<D, 1><<<scan, FX_ROWS, 0, s>>>(c->fx, c->n, c->fxa, (uint32_t)c->n, (int)c->dim, st->d_fq, st->d_fqi,
-                                                 (int)m, NULL, st->d_dcnt, st->d_dcand);
+        fx_launch<D, 1>(c, st, (uint32_t)c->n, m, s);
     else
         k_def_scan<D><<<dim3((unsigned)((c->n + 255) / 256), (unsigned)m), 256, 0, s>>>(
             c->descs, c->n, c->dim, es, (int)idx->elem, c->sd, st->d_qv, st->d_thr, st->d_dcnt, st->d_dcand);

@@ -109,25 +109,26 @@ __device__ __forceinline__ float fx_key(float acc, float nq, float nr)
 /* MODE 0 (pilot): dense[q * n + r] = key + mq + mr (rounded up) for rows
  * r < n; MODE 1 (filter): rows with key <= info.z + mr appended to the
  * query's candidate list (cand (nq, TC_CAND); cnt counts past the list's
- * capacity). rows: element-major, (dim, ld). qv: (nq, dim). */
-template <int D, int MODE>
+ * capacity). rows: element-major, (dim, ld). qv: (nq, dim). QB queries per
+ * block (1, 8 or 32: small batches do not pay for 32 accumulators). */
+template <int D, int MODE, int QB>
 __global__ void __launch_bounds__(FX_ROWS)
 k_fx_scan(const float *__restrict__ rows, size_t ld, const fx_aux_t *__restrict__ aux, uint32_t n, int dim,
           const float *__restrict__ qv, const fx_qinfo_t *__restrict__ qinfo, int nq, float *__restrict__ dense,
           uint32_t *__restrict__ cnt, uint32_t *__restrict__ cand)
 {
-    __shared__ __align__(16) float qs[FX_DC][FX_QB];
+    __shared__ __align__(16) float qs[FX_DC][QB];
     const uint32_t r = blockIdx.x * FX_ROWS + threadIdx.x;
-    const int q0 = blockIdx.y * FX_QB;
+    const int q0 = blockIdx.y * QB;
     const bool live = r < n;
-    float acc[FX_QB];
+    float acc[QB];
 #pragma unroll
-    for (int j = 0; j < FX_QB; j++) acc[j] = 0.f;
+    for (int j = 0; j < QB; j++) acc[j] = 0.f;
 
     for (int i0 = 0; i0 < dim; i0 += FX_DC) {
         const int len = dim - i0 < FX_DC ? dim - i0 : FX_DC;
         __syncthreads();
-        for (int t = threadIdx.x; t < FX_DC * FX_QB; t += FX_ROWS) {
+        for (int t = threadIdx.x; t < FX_DC * QB; t += FX_ROWS) {
             const int i = t % FX_DC, j = t / FX_DC;
             qs[i][j] = i < len && q0 + j < nq ? qv[(size_t)(q0 + j) * dim + i0 + i] : 0.f;
         }
@@ -136,20 +137,25 @@ k_fx_scan(const float *__restrict__ rows, size_t ld, const fx_aux_t *__restrict_
 #pragma unroll 4
         for (int i = 0; i < len; i++) {
             const float x = col[(size_t)i * ld];
+            if constexpr (QB % 4 == 0) {
 #pragma unroll
-            for (int j = 0; j < FX_QB; j += 4) {
-                const float4 q4 = *(const float4 *)&qs[i][j];
-                acc[j] = fx_acc<D>(acc[j], q4.x, x);
-                acc[j + 1] = fx_acc<D>(acc[j + 1], q4.y, x);
-                acc[j + 2] = fx_acc<D>(acc[j + 2], q4.z, x);
-                acc[j + 3] = fx_acc<D>(acc[j + 3], q4.w, x);
+                for (int j = 0; j < QB; j += 4) {
+                    const float4 q4 = *(const float4 *)&qs[i][j];
+                    acc[j] = fx_acc<D>(acc[j], q4.x, x);
+                    acc[j + 1] = fx_acc<D>(acc[j + 1], q4.y, x);
+                    acc[j + 2] = fx_acc<D>(acc[j + 2], q4.z, x);
+                    acc[j + 3] = fx_acc<D>(acc[j + 3], q4.w, x);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < QB; j++) acc[j] = fx_acc<D>(acc[j], qs[i][j], x);
             }
         }
     }
     if (!live) return;
     const fx_aux_t ra = aux[r];
 #pragma unroll
-    for (int j = 0; j < FX_QB; j++) {
+    for (int j = 0; j < QB; j++) {
         const int q = q0 + j;
         if (q >= nq) break;
         const fx_qinfo_t qi = qinfo[q];
