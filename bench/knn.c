@@ -5,7 +5,7 @@
  * rows: beyond, one batch takes minutes).
  *
  *   bench_knn [--sizes N,...] [--queries Q,...] [--ks K,...] [--no-peers]
- *             [--cpu-max PAIRS] [--live ROWS] [--family SPEC] [--range R]
+ *             [--cpu-max PAIRS] [--live ROWS] [--family SPEC] [--range R] [--gpu-budget MIB]
  *
  * Random CEDD descriptors (bins 0..7, 70% zero, like real ones). For each
  * table size, query batch and k: ms per batch and queries/s on the GPU
@@ -27,7 +27,9 @@
  * GPU's FP32 lane rate that the filter's inner loop would use at that speed
  * (instructions per element: 1 for the dot-product forms, 2 for l1 and
  * intersection, 6 for chi2). The engine column says which engine answered
- * (patina_search_opts_t.stats). --range R: range search at radius R for
+ * (patina_search_opts_t.stats), and how many chunks of rows were streamed
+ * when --gpu-budget MIB (the context's device budget) is below the index's
+ * copy. --range R: range search at radius R for
  * each query batch on the GPU, hits per query, checked against the CPU on
  * 32 queries. */
 #include <stdio.h>
@@ -217,6 +219,7 @@ int main(int argc, char **argv)
     double d2d = 0, peak = 0, lanes = 0, cpu_max = 3e8;
     size_t live_rows = 1000, bytes;
     double range_r = 0;
+    size_t budget = 0;
     const char *family = "cedd";
     int cedd;
     patina_extractor_t *ex;
@@ -231,9 +234,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--live") && i + 1 < argc) live_rows = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--family") && i + 1 < argc) family = argv[++i];
         else if (!strcmp(argv[i], "--range") && i + 1 < argc) range_r = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--gpu-budget") && i + 1 < argc) budget = strtoull(argv[++i], NULL, 10) << 20;
         else {
             fprintf(stderr, "usage: bench_knn [--sizes N,...] [--queries Q,...] [--ks K,...] [--no-peers] "
-                            "[--cpu-max PAIRS] [--live ROWS] [--family SPEC] [--range R]\n");
+                            "[--cpu-max PAIRS] [--live ROWS] [--family SPEC] [--range R] [--gpu-budget MIB]\n");
             return 2;
         }
     }
@@ -246,7 +250,12 @@ int main(int argc, char **argv)
     bytes = patina_extractor_bytes(ex);
     cedd = !strcmp(patina_extractor_family(ex), "cedd");
     if (!cedd) live_rows = 0; /* the live rows are CEDD's */
-    if (patina_context_new(&CTX, NULL) != PATINA_OK) return 2;
+    {
+        patina_context_opts_t co;
+        patina_context_opts_init(&co);
+        co.gpu_mem_budget = budget; /* 0: the default */
+        if (patina_context_new(&CTX, &co) != PATINA_OK) return 2;
+    }
     if (patina_gpu_open(&g, 0, 0) == PATINA_OK) {
         patina_gpu__bandwidth(g, 1, (size_t)1 << 30, 5, &d2d);
         peak = (double)g->sm_count * (double)g->clock_khz * 1e3 * 8192.0; /* dense int8 ops/clk/SM (sm_90) */
@@ -284,7 +293,8 @@ int main(int argc, char **argv)
                 const double *pc = peers ? (const double[NPEER]){PEER[0][j * nks + l], PEER[1][j * nks + l],
                                                                   PEER[2][j * nks + l], PEER[3][j * nks + l]}
                                          : (const double[NPEER]){-1, -1, -1, -1};
-                patina_search_stats_t gs = {0, 0, 0, 0};
+                patina_search_stats_t gs;
+                memset(&gs, 0, sizeof gs);
                 if ((double)nq * (double)n <= cpu_max || d2d <= 0)
                     tc = time_ms(cpu_knn, ix, q, nq, k, h1, c1, (double)nq * (double)n > 2e7 ? 3 : 7);
                 if (d2d > 0) {
@@ -299,6 +309,7 @@ int main(int argc, char **argv)
                            gs.gpu_tensor ? "tensor" : gs.gpu_filter ? "filter" : gs.gpu_exact ? "exact" : "cpu");
                     if (gs.gpu_exact && (gs.gpu_tensor || gs.gpu_filter)) printf("+%zu exact", gs.gpu_exact);
                     if (gs.cpu && gs.cpu < nq) printf("+%zu cpu", gs.cpu);
+                    if (gs.chunks) printf(", %zu chunks", gs.chunks);
                     printf(" |");
                 } else {
                     printf(" - | - | - |");

@@ -83,6 +83,8 @@ typedef struct patina_search_stats {
     size_t gpu_filter; /* the GPU's float filter, then the definition's doubles on its candidates */
     size_t gpu_exact;  /* the GPU's definition kernels alone (data outside the filter's domain, retries) */
     size_t cpu;        /* the CPU (device CPU, or queries the GPU left to it) */
+    size_t chunks;     /* chunks of rows streamed through the GPU: the index's copy did not fit its
+                        * device budget (0: resident; the engines' counts are then the first chunk's) */
 } patina_search_stats_t;
 
 typedef struct patina_search_opts {

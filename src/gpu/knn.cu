@@ -1335,9 +1335,9 @@ static patina_status tc_knn_pass(patina_gpu_t *g, knn_state_t *st, const knn_cop
     return s;
 }
 
-patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
-                             const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
-                             uint8_t *cpu, size_t *paths)
+static patina_status knn_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
+                                  const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
+                                  uint8_t *cpu, size_t *paths)
 {
     knn_state_t *st;
     knn_copy_t *c;
@@ -1345,10 +1345,6 @@ patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const
     size_t S;
     patina_status s = PATINA_OK;
 
-    if (!g || !idx || !hits || !counts || !cpu || k == 0 || (idx->t1 ? !queries : !qv))
-        return patina__fail(PATINA_E_INVALID, "gpu search: bad argument");
-    if (k > TC_KMAX)
-        return patina__fail(PATINA_E_UNAVAILABLE, "gpu search: k = %zu is over the GPU's %d", k, TC_KMAX);
     memset(cpu, 0, nq);
     if (idx->live == 0 || nq == 0) return PATINA_OK;
     PATINA_TRY(search_begin(g, idx, &st, &c));
@@ -1380,16 +1376,14 @@ patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const
     return s;
 }
 
-patina_status patina_gpu_range(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
-                               const double *qv, size_t nq, double radius, size_t max_hits, patina_hit_t **hits,
-                               size_t *counts, uint8_t *cpu, size_t *paths)
+static patina_status range_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
+                                    const double *qv, size_t nq, double radius, size_t max_hits, patina_hit_t **hits,
+                                    size_t *counts, uint8_t *cpu, size_t *paths)
 {
     knn_state_t *st;
     knn_copy_t *c;
     size_t qb, q0;
 
-    if (!g || !idx || !hits || !counts || !cpu || (idx->t1 ? !queries : !qv) || isnan(radius))
-        return patina__fail(PATINA_E_INVALID, "gpu search: bad argument");
     memset(cpu, 0, nq);
     if (idx->live == 0 || nq == 0) return PATINA_OK;
     PATINA_TRY(search_begin(g, idx, &st, &c));
@@ -1417,4 +1411,253 @@ patina_status patina_gpu_range(patina_gpu_t *g, const pgpu_knn_index_t *idx, con
         }
     }
     return PATINA_OK;
+}
+
+/* ---- indexes larger than the device: streamed in chunks of rows ----
+ * When an index's device copy (or a call's buffers) does not fit the
+ * context's device budget, the rows are searched a chunk at a time: each
+ * chunk a sub-index of its own (its rows, ids, sums and removed flags at an
+ * offset; a copy made, searched by the engines above and dropped), the
+ * per-query answers merged by (distance, id) -- the k best of a union are
+ * among the k best of its parts, and a range answer is the union. A chunk
+ * that still does not fit halves the chunk size (down to CHUNK_MIN rows).
+ * A query any chunk leaves to the CPU is the CPU's as a whole. */
+
+#define CHUNK_MIN 4096
+
+static uint64_t chunk_serial(void)
+{
+    static uint64_t next = 0;
+    return (UINT64_C(3) << 62) | __atomic_add_fetch(&next, 1, __ATOMIC_RELAXED);
+}
+
+/* Drops g's copy of the index with this serial (a chunk's, after use). */
+static void drop_copy(patina_gpu_t *g, uint64_t serial)
+{
+    knn_state_t *st = (knn_state_t *)pgpu_state(g, PGPU_FAM_SEARCH);
+    for (int i = 0; st && i < KNN_CACHE; i++)
+        if (st->copy[i].serial == serial) copy_free(g, &st->copy[i]);
+}
+
+/* The sub-index of rows [a, b): rm (b - a) its removal log (local rows). */
+static void chunk_view(const pgpu_knn_index_t *idx, size_t a, size_t b, uint32_t *rm, pgpu_knn_index_t *v)
+{
+    *v = *idx;
+    v->serial = chunk_serial();
+    v->n = b - a;
+    v->ids = idx->ids + a;
+    v->descs = idx->descs + a * idx->bytes;
+    if (idx->t1) {
+        v->t1 = idx->t1 + a;
+        v->c3 = idx->c3 + a;
+    }
+    v->dead = idx->dead ? idx->dead + a : NULL;
+    v->live = 0;
+    v->dead_gen = 0;
+    v->rm_log = rm;
+    for (size_t r = a; r < b; r++) {
+        if (idx->dead && idx->dead[r]) rm[v->dead_gen++] = (uint32_t)(r - a);
+        else v->live++;
+    }
+}
+
+static int hit_before(const patina_hit_t *x, const patina_hit_t *y)
+{
+    return x->distance < y->distance || (x->distance == y->distance && x->id < y->id);
+}
+
+static int too_big(patina_status s) { return s == PATINA_E_LIMIT || s == PATINA_E_NOMEM; }
+
+static patina_status knn_chunked(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
+                                 const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
+                                 uint8_t *cpu, size_t *paths)
+{
+    const size_t n = idx->n;
+    size_t rows = n / 2 + 1;
+    patina_hit_t *ch = (patina_hit_t *)malloc(nq * k * sizeof *ch), *mg = (patina_hit_t *)malloc(k * sizeof *mg);
+    size_t *cc = (size_t *)malloc(nq * sizeof *cc);
+    uint8_t *ccpu = (uint8_t *)malloc(nq + 1);
+    uint32_t *rm = NULL;
+    patina_status s = PATINA_OK;
+    if (!ch || !mg || !cc || !ccpu) s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
+    while (s == PATINA_OK) {
+        size_t a, chunks = 0;
+        size_t p[3] = {0, 0, 0};
+        free(rm);
+        if (!(rm = (uint32_t *)malloc(rows * sizeof *rm + 1))) {
+            s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
+            break;
+        }
+        memset(cpu, 0, nq);
+        for (size_t q = 0; q < nq; q++) counts[q] = 0;
+        for (a = 0; a < n && s == PATINA_OK; a += rows) {
+            const size_t b = n - a < rows ? n : a + rows;
+            pgpu_knn_index_t v;
+            chunk_view(idx, a, b, rm, &v);
+            chunks++;
+            if (v.live == 0) continue;
+            s = knn_resident(g, &v, queries, qv, nq, k, ch, cc, ccpu, a == 0 ? p : NULL);
+            drop_copy(g, v.serial);
+            for (size_t q = 0; s == PATINA_OK && q < nq; q++) {
+                patina_hit_t *dst = hits + q * k, *src = ch + q * k;
+                size_t i = 0, j = 0, m = 0;
+                if (ccpu[q]) cpu[q] = 1;
+                if (cpu[q]) continue;
+                while (m < k && (i < counts[q] || j < cc[q]))
+                    mg[m++] = j >= cc[q] || (i < counts[q] && !hit_before(&src[j], &dst[i])) ? dst[i++] : src[j++];
+                memcpy(dst, mg, m * sizeof *mg);
+                counts[q] = m;
+            }
+        }
+        if (s == PATINA_OK) {
+            if (paths) {
+                paths[0] += p[0];
+                paths[1] += p[1];
+                paths[2] += p[2];
+                paths[3] += chunks;
+            }
+            break;
+        }
+        if (!too_big(s) || rows / 2 < CHUNK_MIN) break;
+        patina_clear_error();
+        s = PATINA_OK;
+        rows /= 2;
+    }
+    free(rm);
+    free(ch);
+    free(mg);
+    free(cc);
+    free(ccpu);
+    return s;
+}
+
+static int by_hit(const void *x, const void *y)
+{
+    const patina_hit_t *a = (const patina_hit_t *)x, *b = (const patina_hit_t *)y;
+    return hit_before(a, b) ? -1 : hit_before(b, a);
+}
+
+static void free_lists(patina_hit_t **hits, size_t nq)
+{
+    for (size_t q = 0; q < nq; q++) {
+        free(hits[q]);
+        hits[q] = NULL;
+    }
+}
+
+static patina_status range_chunked(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
+                                   const double *qv, size_t nq, double radius, size_t max_hits, patina_hit_t **hits,
+                                   size_t *counts, uint8_t *cpu, size_t *paths)
+{
+    const size_t n = idx->n;
+    size_t rows = n / 2 + 1;
+    patina_hit_t **ch = (patina_hit_t **)calloc(nq + 1, sizeof *ch);
+    size_t *cc = (size_t *)calloc(nq + 1, sizeof *cc);
+    uint8_t *ccpu = (uint8_t *)malloc(nq + 1);
+    uint32_t *rm = NULL;
+    patina_status s = PATINA_OK;
+    if (!ch || !cc || !ccpu) s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
+    while (s == PATINA_OK) {
+        size_t a, chunks = 0;
+        size_t p[3] = {0, 0, 0};
+        free(rm);
+        if (!(rm = (uint32_t *)malloc(rows * sizeof *rm + 1))) {
+            s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
+            break;
+        }
+        memset(cpu, 0, nq);
+        free_lists(hits, nq);
+        for (size_t q = 0; q < nq; q++) counts[q] = 0;
+        for (a = 0; a < n && s == PATINA_OK; a += rows) {
+            const size_t b = n - a < rows ? n : a + rows;
+            pgpu_knn_index_t v;
+            chunk_view(idx, a, b, rm, &v);
+            chunks++;
+            if (v.live == 0) continue;
+            memset(cc, 0, nq * sizeof *cc);
+            s = range_resident(g, &v, queries, qv, nq, radius, max_hits, ch, cc, ccpu, a == 0 ? p : NULL);
+            drop_copy(g, v.serial);
+            for (size_t q = 0; s == PATINA_OK && q < nq; q++) {
+                patina_hit_t *u;
+                size_t m;
+                if (ccpu[q]) cpu[q] = 1;
+                if (cpu[q] || cc[q] == 0) {
+                    free(ch[q]);
+                    ch[q] = NULL;
+                    continue;
+                }
+                u = (patina_hit_t *)realloc(hits[q], (counts[q] + cc[q]) * sizeof *u);
+                if (!u) {
+                    s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory for hits");
+                    break;
+                }
+                memcpy(u + counts[q], ch[q], cc[q] * sizeof *u);
+                m = counts[q] + cc[q];
+                qsort(u, m, sizeof *u, by_hit);
+                if (max_hits && m > max_hits) m = max_hits;
+                hits[q] = u;
+                counts[q] = m;
+                free(ch[q]);
+                ch[q] = NULL;
+            }
+            free_lists(ch, nq);
+        }
+        if (s == PATINA_OK) {
+            for (size_t q = 0; q < nq; q++)
+                if (cpu[q]) {
+                    free(hits[q]);
+                    hits[q] = NULL;
+                    counts[q] = 0;
+                }
+            if (paths) {
+                paths[0] += p[0];
+                paths[1] += p[1];
+                paths[2] += p[2];
+                paths[3] += chunks;
+            }
+            break;
+        }
+        free_lists(ch, nq);
+        if (!too_big(s) || rows / 2 < CHUNK_MIN) break;
+        patina_clear_error();
+        s = PATINA_OK;
+        rows /= 2;
+    }
+    if (s != PATINA_OK) free_lists(hits, nq);
+    free(rm);
+    free(ch);
+    free(cc);
+    free(ccpu);
+    return s;
+}
+
+patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
+                             const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
+                             uint8_t *cpu, size_t *paths)
+{
+    patina_status s;
+    if (!g || !idx || !hits || !counts || !cpu || k == 0 || (idx->t1 ? !queries : !qv))
+        return patina__fail(PATINA_E_INVALID, "gpu search: bad argument");
+    if (k > TC_KMAX)
+        return patina__fail(PATINA_E_UNAVAILABLE, "gpu search: k = %zu is over the GPU's %d", k, TC_KMAX);
+    s = knn_resident(g, idx, queries, qv, nq, k, hits, counts, cpu, paths);
+    if (!too_big(s) || idx->n < 2 * CHUNK_MIN) return s;
+    patina_clear_error();
+    drop_copy(g, idx->serial);
+    return knn_chunked(g, idx, queries, qv, nq, k, hits, counts, cpu, paths);
+}
+
+patina_status patina_gpu_range(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
+                               const double *qv, size_t nq, double radius, size_t max_hits, patina_hit_t **hits,
+                               size_t *counts, uint8_t *cpu, size_t *paths)
+{
+    patina_status s;
+    if (!g || !idx || !hits || !counts || !cpu || (idx->t1 ? !queries : !qv) || isnan(radius))
+        return patina__fail(PATINA_E_INVALID, "gpu search: bad argument");
+    s = range_resident(g, idx, queries, qv, nq, radius, max_hits, hits, counts, cpu, paths);
+    if (!too_big(s) || idx->n < 2 * CHUNK_MIN) return s;
+    patina_clear_error();
+    free_lists(hits, nq);
+    drop_copy(g, idx->serial);
+    return range_chunked(g, idx, queries, qv, nq, radius, max_hits, hits, counts, cpu, paths);
 }

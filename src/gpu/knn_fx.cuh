@@ -118,12 +118,14 @@ k_fx_scan(const float *__restrict__ rows, size_t ld, const fx_aux_t *__restrict_
           uint32_t *__restrict__ cnt, uint32_t *__restrict__ cand)
 {
     __shared__ __align__(16) float qs[FX_DC][QB];
+    __shared__ fx_qinfo_t qis[QB];
     const uint32_t r = blockIdx.x * FX_ROWS + threadIdx.x;
     const int q0 = blockIdx.y * QB;
     const bool live = r < n;
     float acc[QB];
 #pragma unroll
     for (int j = 0; j < QB; j++) acc[j] = 0.f;
+    if (threadIdx.x < QB && q0 + (int)threadIdx.x < nq) qis[threadIdx.x] = qinfo[q0 + threadIdx.x];
 
     for (int i0 = 0; i0 < dim; i0 += FX_DC) {
         const int len = dim - i0 < FX_DC ? dim - i0 : FX_DC;
@@ -134,7 +136,7 @@ k_fx_scan(const float *__restrict__ rows, size_t ld, const fx_aux_t *__restrict_
         }
         __syncthreads();
         const float *col = rows + (size_t)i0 * ld + (live ? r : 0);
-#pragma unroll 4
+#pragma unroll 8
         for (int i = 0; i < len; i++) {
             const float x = col[(size_t)i * ld];
             if constexpr (QB % 4 == 0) {
@@ -158,7 +160,7 @@ k_fx_scan(const float *__restrict__ rows, size_t ld, const fx_aux_t *__restrict_
     for (int j = 0; j < QB; j++) {
         const int q = q0 + j;
         if (q >= nq) break;
-        const fx_qinfo_t qi = qinfo[q];
+        const fx_qinfo_t qi = qis[j];
         const float key = fx_key<D>(acc[j], qi.y, ra.y);
         if constexpr (MODE == 0) {
             dense[(size_t)q * n + r] = __fadd_ru(key, __fadd_ru(qi.x, ra.x));

@@ -21,6 +21,8 @@
  *   - data outside the float filter's domain (huge, negative, tiny values)
  *     and rows the filter cannot separate (retried by the definition
  *     kernels);
+ *   - an index larger than the context's device budget (searched in chunks
+ *     of rows), with removed rows, k-NN and range;
  *   - many threads sharing one context whose memory budget holds one index
  *     copy at a time, searching three indexes: copies are dropped and remade
  *     under the searches, every answer equals the CPU's.
@@ -519,6 +521,91 @@ static void test_filter_domain(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* An index larger than the context's device budget: searched in chunks of
+ * rows (stats.chunks > 0), k-NN and range, with removed rows in the
+ * chunks; every answer equals the CPU's. CEDD (the tensor-core engine) and
+ * lbp8 chi2 (the float filter). */
+static void test_chunked(void **state)
+{
+    const size_t n = QUICK ? 20000 : 40000, nq = 6;
+    static const char *const specs[] = {"cedd", "lbp8"};
+    size_t bad = 0;
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 77);
+    for (int si = 0; si < 2; si++) {
+        patina_context_t *ctx;
+        patina_context_opts_t co;
+        patina_extractor_t *ex;
+        patina_index_t *idx;
+        uint64_t *ids = malloc(n * sizeof *ids), rid[300];
+        uint8_t *rows, *queries;
+        size_t removed, bytes;
+        patina_search_stats_t st;
+        patina_search_opts_t o;
+        patina_hit_t h[8];
+        size_t c[1];
+        TU_OK(patina_extractor_new(&ex, specs[si]));
+        bytes = patina_extractor_bytes(ex);
+        rows = random_rows(ex, n, &r);
+        queries = random_rows(ex, nq, &r);
+        for (size_t i = 0; i < n; i++) ids[i] = 1 + (uint64_t)((i * 7919) % n);
+        TU_OK(patina_index_new(&idx, ex, ids, rows, n));
+        for (size_t i = 0; i < 300; i++) rid[i] = 1 + (uint64_t)tu_rng_below(&r, (uint32_t)n);
+        TU_OK(patina_index_remove(idx, rid, 300, &removed));
+        patina_context_opts_init(&co);
+        /* below the index's copy (CEDD: the rows, sums and room, ~1.6 x its
+         * bytes; lbp8: the rows as counts and as the filter's floats, 2 x) */
+        co.gpu_mem_budget = si == 0 ? n * bytes / 5 + (2u << 20) : n * bytes * 2 / 3 + (4u << 20);
+        TU_OK(patina_context_new(&ctx, &co));
+        for (size_t k = 1; k <= 100; k *= 10) {
+            size_t b = compare_on(ctx, idx, queries, nq, k);
+            if (LAST.chunks < 2) {
+                printf("  %s k %zu: %zu chunks\n", specs[si], k, LAST.chunks);
+                b++;
+            }
+            if (b) printf("  %s chunked k %zu: %zu differing\n", specs[si], k, b);
+            bad += b;
+        }
+        { /* range, radius at query 0's 8th distance (the CPU's) */
+            patina_hit_t **a = calloc(nq, sizeof *a), **g = calloc(nq, sizeof *g);
+            size_t *ca = calloc(nq, sizeof *ca), *cg = calloc(nq, sizeof *cg);
+            patina_search_opts_t cpu, gpu;
+            patina_search_opts_init(&o);
+            o.device = PATINA_DEVICE_CPU;
+            TU_OK(patina_index_knn(NULL, idx, queries, 1, 8, &o, h, c));
+            patina_search_opts_init(&cpu);
+            patina_search_opts_init(&gpu);
+            cpu.device = PATINA_DEVICE_CPU;
+            gpu.device = PATINA_DEVICE_GPU;
+            gpu.stats = &st;
+            TU_OK(patina_index_range(NULL, idx, queries, nq, h[7].distance, &cpu, a, ca));
+            TU_OK(patina_index_range(ctx, idx, queries, nq, h[7].distance, &gpu, g, cg));
+            if (st.chunks < 2) bad++;
+            for (size_t q = 0; q < nq; q++) {
+                if (ca[q] != cg[q]) bad++;
+                else
+                    for (size_t i = 0; i < ca[q]; i++)
+                        if (a[q][i].id != g[q][i].id || memcmp(&a[q][i].distance, &g[q][i].distance, 8)) bad++;
+                free(a[q]);
+                free(g[q]);
+            }
+            free(a);
+            free(g);
+            free(ca);
+            free(cg);
+        }
+        patina_context_free(ctx);
+        patina_index_free(idx);
+        patina_extractor_free(ex);
+        free(ids);
+        free(rows);
+        free(queries);
+    }
+    printf("  chunked: %zu differing\n", bad);
+    assert_int_equal(bad, 0);
+}
+
 /* Many threads, one context with room for one index copy, three indexes:
  * the copies are dropped and remade while other threads wait for the
  * context's GPU turn; every answer equals the CPU's. */
@@ -581,6 +668,7 @@ int main(void)
         cmocka_unit_test(test_live),
         cmocka_unit_test(test_distances),
         cmocka_unit_test(test_filter_domain),
+        cmocka_unit_test(test_chunked),
         cmocka_unit_test(test_threads),
     };
     int rc;
