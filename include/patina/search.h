@@ -79,8 +79,9 @@ PATINA_API patina_status patina_index_remove(patina_index_t *idx, const uint64_t
 /* Where a search runs, and limits. */
 /* How a search call answered its queries (patina_search_opts_t.stats). */
 typedef struct patina_search_stats {
-    size_t gpu_tensor; /* CEDD's Tanimoto on the integer tensor cores */
-    size_t gpu_filter; /* the GPU's float filter, then the definition's doubles on its candidates */
+    size_t gpu_tensor; /* the integer tensor cores: CEDD's Tanimoto, or the filter of the dot-product
+                        * distances (l2, std_l2, cosine, hellinger; then the definition's doubles) */
+    size_t gpu_filter; /* the GPU's FP32 filter, then the definition's doubles on its candidates */
     size_t gpu_exact;  /* the GPU's definition kernels alone (data outside the filter's domain, retries) */
     size_t cpu;        /* the CPU (device CPU, or queries the GPU left to it) */
     size_t chunks;     /* chunks of rows streamed through the GPU: the index's copy did not fit its

@@ -39,6 +39,7 @@
 #include "gpu/context.h"
 #include "gpu/gpu.h"
 #include "gpu/knn_fx.cuh"
+#include "gpu/knn_ix.cuh"
 #include "gpu/knn_tc.cuh"
 
 #define KNN_CACHE 8 /* device copies kept at most */
@@ -59,6 +60,10 @@ typedef struct knn_copy {
     double *sd;              /* std_l2: (dim) */
     float *fx;               /* definition path: the float filter's values (dim, n) (knn_fx.cuh); NULL: none */
     fx_aux_t *fxa;           /* (n) its per-row mr, Nr */
+    int8_t *ix;              /* definition path, dot-product distances: the tensor-core filter's limbs
+                              * (n + IX_R, 2 ixdp) (knn_ix.cuh); NULL: none */
+    ix_info_t *ixi;          /* (n + IX_R) */
+    int ixdp;                /* bytes per limb (32, 64, 128 or 256) */
     /* live updates (tc): device row i < nperm holds host row perm[i] (host
      * memory); rows past nperm were appended in host order; removed rows
      * are blanked and flagged in dead */
@@ -84,6 +89,10 @@ typedef struct knn_state {
     float *d_fq;             /* (def_q, def_dim) queries as the float filter's values */
     fx_qinfo_t *d_fqi;       /* (def_q) */
     uint32_t *d_dn, *h_dn;   /* (def_q) range hits */
+    int8_t *d_iq;            /* (def_q, 2 IX_MAXDIM) queries as the tensor-core filter's limbs */
+    ix_info_t *d_iqi;        /* (def_q) */
+    float *d_ithr;           /* (def_q) its thresholds */
+    int sms;                 /* the device's multiprocessors */
     /* per-call buffers of the tensor-core engine, for tq_cap queries: the
      * inputs (query rows, qinfo, prepared queries) and the outputs
      * (counts, flags, distances, ids) each packed into one region, so that
@@ -293,8 +302,8 @@ k_def_final(const uint8_t *__restrict__ descs, const uint64_t *__restrict__ ids,
 
 static void copy_free(patina_gpu_t *g, knn_copy_t *c)
 {
-    pgpu_free_n(g, 11, &c->descs, &c->ids, &c->aux, &c->t1, &c->c3, &c->ptab, &c->sd, &c->dead, &c->d_rm, &c->fx,
-                &c->fxa);
+    pgpu_free_n(g, 13, &c->descs, &c->ids, &c->aux, &c->t1, &c->c3, &c->ptab, &c->sd, &c->dead, &c->d_rm, &c->fx,
+                &c->fxa, &c->ix, &c->ixi);
     free(c->perm);
     free(c->inv);
     memset(c, 0, sizeof *c);
@@ -302,8 +311,9 @@ static void copy_free(patina_gpu_t *g, knn_copy_t *c)
 
 static void buffers_free(patina_gpu_t *g, knn_state_t *st)
 {
-    pgpu_free_n(g, 15, &st->d_qv, &st->d_dense, &st->d_thr, &st->d_dcnt, &st->d_dcand, &st->d_dist, &st->h_dist,
-                &st->d_id, &st->h_id, &st->d_dflag, &st->h_dflag, &st->d_fq, &st->d_fqi, &st->d_dn, &st->h_dn);
+    pgpu_free_n(g, 18, &st->d_qv, &st->d_dense, &st->d_thr, &st->d_dcnt, &st->d_dcand, &st->d_dist, &st->h_dist,
+                &st->d_id, &st->h_id, &st->d_dflag, &st->h_dflag, &st->d_fq, &st->d_fqi, &st->d_dn, &st->h_dn,
+                &st->d_iq, &st->d_iqi, &st->d_ithr);
     st->def_q = st->def_s = st->def_take = st->def_dim = 0;
 }
 
@@ -332,6 +342,7 @@ static patina_status knn_state(patina_gpu_t *g, knn_state_t **out)
     if (st) return PATINA_OK;
     st = (knn_state_t *)calloc(1, sizeof *st);
     if (!st) return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
+    st->sms = g->sm_count;
     pgpu_set_state(g, PGPU_FAM_SEARCH, st, knn_release);
     *out = st;
     return PATINA_OK;
@@ -580,6 +591,106 @@ static patina_status fx_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, 
     return s;
 }
 
+static int ix_has(int dist, size_t dim)
+{
+    return (dist == PDIST_L2 || dist == PDIST_STD_L2 || dist == PDIST_COSINE || dist == PDIST_HELLINGER) && dim >= 1 &&
+           dim <= IX_MAXDIM;
+}
+
+static int ix_dp(size_t dim) { return dim <= 32 ? 32 : dim <= 64 ? 64 : dim <= 128 ? 128 : 256; }
+
+/* The tensor-core filter's limbs of one row or query (element i at
+ * get(i)): out (2 dp bytes: Q1 then Q2, zero padded) and its s, A, E, N or
+ * W (knn_ix.cuh). 0 when the vector is outside the filter's domain (a
+ * non-finite value, a negative element for hellinger, a value above 2^60). */
+template <typename Get>
+static int ix_vector(int dist, Get get, size_t dim, const double *sd, int dp, int8_t *out, ix_info_t *info)
+{
+    double x[IX_MAXDIM], mx = 0.0, n2 = 0.0, sum = 0.0, e2 = 0.0, q1n = 0.0, q2n = 0.0;
+    float s;
+    memset(out, 0, 2 * (size_t)dp);
+    for (size_t i = 0; i < dim; i++) {
+        const double v = get(i);
+        double t = v;
+        if (!isfinite(v)) return 0;
+        if (dist == PDIST_HELLINGER) {
+            if (v < 0.0) return 0;
+            t = sqrt(v);
+        }
+        if (dist == PDIST_STD_L2) t = v / (sd ? sd[i] : 1.0);
+        if (!isfinite(t) || fabs(t) > 0x1p60) return 0;
+        x[i] = t;
+        if (fabs(t) > mx) mx = fabs(t);
+        n2 += t * t;
+        sum += v;
+    }
+    s = (float)(mx / 127.0);
+    if (mx > 0.0 && s == 0.0f) return 0; /* below float's range */
+    for (size_t i = 0; i < dim && s > 0.0f; i++) {
+        const double y = x[i] / (double)s, a = nearbyint(y), b = nearbyint((y - a) * 254.0);
+        const double e = x[i] - (double)s * (a + b / 254.0);
+        if (fabs(a) > 127.0 || fabs(b) > 127.0) return 0;
+        out[i] = (int8_t)a;
+        out[dp + i] = (int8_t)b;
+        e2 += e * e;
+        q1n += a * a;
+        q2n += b * b;
+    }
+    info->x = s;
+    info->y = f_up((double)s * (sqrt(q1n) + sqrt(q2n) / 254.0) * (1.0 + 0x1p-40));
+    info->z = f_up(sqrt(e2) * (1.0 + 0x1p-40));
+    if (dist == PDIST_L2 || dist == PDIST_STD_L2) {
+        info->w = (float)n2;
+    } else { /* 1 / |x| rounded up; 0 for a zero vector */
+        const double nn = dist == PDIST_HELLINGER ? sqrt(sum) : sqrt(n2);
+        info->w = nn > 0.0 ? f_up(1.0 / nn * (1.0 + 0x1p-50)) : 0.0f;
+        if (nn > 0.0 && !(info->w > 0.0f && isfinite(info->w))) return 0;
+    }
+    return 1;
+}
+
+/* The tensor-core filter's copy (c->ix / c->ixi) of a definition-path copy
+ * whose rows (elem typed, element-major (dim, n)) are `rows`; 0 in *made
+ * when a row is outside its domain. */
+static patina_status ix_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, const pgpu_knn_index_t *idx,
+                               const uint8_t *rows, int *made)
+{
+    const size_t n = c->n, dim = c->dim, es = idx->bytes / idx->dim;
+    const int dp = ix_dp(dim);
+    int8_t *q;
+    ix_info_t *in;
+    patina_status s;
+    *made = 0;
+    if (!ix_has(idx->dist, dim) || n == 0) return PATINA_OK;
+    q = (int8_t *)calloc((n + IX_R) * 2 * (size_t)dp, 1);
+    in = (ix_info_t *)calloc(n + IX_R, sizeof *in);
+    if (!q || !in) {
+        free(q);
+        free(in);
+        return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
+    }
+    for (size_t r = 0; r < n; r++) {
+        const int elem = (int)idx->elem;
+        if (!ix_vector(idx->dist, [&](size_t i) { return host_elem(elem, rows + (i * n + r) * es, 0); }, dim, idx->sd,
+                       dp, q + r * 2 * dp, &in[r])) {
+            free(q);
+            free(in);
+            return PATINA_OK;
+        }
+    }
+    s = put(g, st, c, (void **)&c->ix, q, (n + IX_R) * 2 * (size_t)dp, "filter limbs");
+    if (s == PATINA_OK) s = put(g, st, c, (void **)&c->ixi, in, (n + IX_R) * sizeof *in, "filter norms");
+    free(q);
+    free(in);
+    if (s != PATINA_OK) {
+        pgpu_free_n(g, 2, &c->ix, &c->ixi);
+        return s;
+    }
+    c->ixdp = dp;
+    *made = 1;
+    return PATINA_OK;
+}
+
 /* The tensor-core layout of a Tanimoto fast-path index: rows in a fixed
  * random permutation (xorshift, Fisher-Yates; the pilot samples the first
  * rows), padded to dp bytes, room for a quarter more rows (appended by
@@ -713,7 +824,11 @@ static patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_in
         if (s == PATINA_OK && idx->sd)
             s = put(g, st, c, (void **)&c->sd, idx->sd, idx->dim * sizeof(double), "sigma");
         if (s == PATINA_OK) s = put(g, st, c, (void **)&c->ids, ids, c->n * sizeof *ids, "ids");
-        if (s == PATINA_OK) s = fx_upload(g, st, c, idx, rows);
+        if (s == PATINA_OK) {
+            int made = 0;
+            s = ix_upload(g, st, c, idx, rows, &made);
+            if (s == PATINA_OK && !made) s = fx_upload(g, st, c, idx, rows);
+        }
         free(rows);
         free(ids);
     }
@@ -975,6 +1090,9 @@ static patina_status def_buffers(patina_gpu_t *g, knn_state_t *st, const knn_cop
     DEV(d_fqi, qb, "queries");
     DEV(d_dn, qb, "results");
     PIN(h_dn, qb, "results");
+    DEV(d_iq, qb * 2 * IX_MAXDIM, "queries");
+    DEV(d_iqi, qb, "queries");
+    DEV(d_ithr, qb, "queries");
     PIN(h_dist, qb * take, "results");
     PIN(h_id, qb * take, "results");
     PIN(h_dflag, qb, "results");
@@ -1006,31 +1124,165 @@ static void fx_launch(const knn_copy_t *c, const knn_state_t *st, uint32_t n, si
             c->fx, c->n, c->fxa, n, (int)c->dim, st->d_fq, st->d_fqi, (int)m, dense, cnt, cand);
 }
 
-/* One launch group of m queries (qv, doubles; qf / qi their float filter
- * values, or NULL: the definition kernels alone). k-NN (range 0): a pilot
- * of S rows, its kth, the scan, the final ranking; answers in h_dist /
- * h_id (m, take). Range: the threshold from the radius (qi[].z, or the
- * hi32 keys in thr), the scan, the final filter; h_dn[q] hits at h_dist /
- * h_id + q * *ld (*ld = the most hits of a query). h_dflag set for the
- * queries left unanswered. */
+/* The tensor-core filter over the first n rows for m queries (MODE as
+ * k_ix_scan): 2 to 8 tiles of 16 queries per block. */
+template <int D, int NK32, int MODE>
+static cudaError_t ix_scan(const knn_copy_t *c, const knn_state_t *st, uint32_t n, size_t m, cudaStream_t s)
+{
+    const int qtiles = m > 64 ? 8 : m > 32 ? 4 : 2;
+    const unsigned gy = (unsigned)((m + 16 * qtiles - 1) / (16 * qtiles));
+    const uint32_t rpb = tc_rows_per_block(n, gy, st->sms);
+    const size_t smem = (size_t)TC_STAGES * IX_R * (2 * (size_t)NK32 * 32 + 16 + sizeof(ix_info_t));
+    cudaError_t e = cudaFuncSetAttribute(k_ix_scan<D, NK32, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+    k_ix_scan<D, NK32, MODE><<<dim3((n + rpb - 1) / rpb, gy), TC_WARPS * 32, smem, s>>>(
+        c->ix, c->ixi, n, rpb, st->d_iq, st->d_iqi, st->d_ithr, (int)m, qtiles, (float *)st->d_dense, (size_t)n,
+        st->d_dcnt, st->d_dcand);
+    return cudaGetLastError();
+}
+
+template <int D, int MODE>
+static cudaError_t ix_launch(const knn_copy_t *c, const knn_state_t *st, uint32_t n, size_t m, cudaStream_t s)
+{
+    if constexpr (D == PDIST_L2 || D == PDIST_STD_L2 || D == PDIST_COSINE || D == PDIST_HELLINGER) {
+        switch (c->ixdp) {
+        case 32: return ix_scan<D, 1, MODE>(c, st, n, m, s);
+        case 64: return ix_scan<D, 2, MODE>(c, st, n, m, s);
+        case 128: return ix_scan<D, 4, MODE>(c, st, n, m, s);
+        default: return ix_scan<D, 8, MODE>(c, st, n, m, s);
+        }
+    }
+    return cudaErrorInvalidValue;
+}
+
+/* hi32 of the key of d (k_def_*'s dkey, on the host) */
+static uint32_t dkey_hi(double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    u = (u >> 63) ? ~u : u | (1ull << 63);
+    return (uint32_t)(u >> 32);
+}
+
+/* The queries of one launch group as a filter sees them: kind 0 the
+ * definition kernels alone, 1 the float filter (qf, qi), 2 the tensor-core
+ * filter (iq, iqi, ithr). Range thresholds: qi[].z / ithr, else thr (the
+ * definition kernels' hi32 keys). */
+typedef struct qfilt {
+    int kind;
+    float *qf;
+    fx_qinfo_t *qi;
+    int8_t *iq;
+    ix_info_t *iqi;
+    float *ithr;
+    uint32_t *thr;
+} qfilt_t;
+
+static void qfilt_free(qfilt_t *f)
+{
+    free(f->qf);
+    free(f->qi);
+    free(f->iq);
+    free(f->iqi);
+    free(f->ithr);
+    free(f->thr);
+    memset(f, 0, sizeof *f);
+}
+
+/* Host buffers for qb queries of c's filter; 0 when out of memory. */
+static int qfilt_alloc(qfilt_t *f, const knn_copy_t *c, size_t qb, size_t dim)
+{
+    memset(f, 0, sizeof *f);
+    f->thr = (uint32_t *)malloc(qb * sizeof *f->thr + 1);
+    if (c->fx) {
+        f->qf = (float *)malloc(qb * dim * sizeof *f->qf + 1);
+        f->qi = (fx_qinfo_t *)malloc(qb * sizeof *f->qi + 1);
+    }
+    if (c->ix) {
+        f->iq = (int8_t *)malloc(qb * 2 * (size_t)c->ixdp + 1);
+        f->iqi = (ix_info_t *)malloc(qb * sizeof *f->iqi + 1);
+        f->ithr = (float *)malloc(qb * sizeof *f->ithr + 1);
+    }
+    if (!f->thr || (c->fx && (!f->qf || !f->qi)) || (c->ix && (!f->iq || !f->iqi || !f->ithr))) {
+        qfilt_free(f);
+        return 0;
+    }
+    return 1;
+}
+
+/* The filter's inputs for m queries (qv, doubles); f->kind says which
+ * filter takes them (every query must be in its domain, else the
+ * definition kernels do). Range: the thresholds from the radius. */
+static void qfilt_prepare(qfilt_t *f, const knn_copy_t *c, const pgpu_knn_index_t *idx, const double *qv, size_t m,
+                          int range, double radius)
+{
+    const size_t dim = idx->dim;
+    const int sq = idx->dist == PDIST_L2 || idx->dist == PDIST_STD_L2 || idx->dist == PDIST_HELLINGER;
+    const double key = sq ? radius * radius : radius;
+    size_t j;
+    f->kind = 0;
+    for (j = 0; range && j < m; j++) f->thr[j] = dkey_hi(radius);
+    if (c->ix) {
+        for (j = 0; j < m; j++) {
+            const double *v = qv + j * dim;
+            if (!ix_vector(idx->dist, [v](size_t i) { return v[i]; }, dim, idx->sd, c->ixdp, f->iq + j * 2 * c->ixdp,
+                           &f->iqi[j]))
+                break;
+            f->ithr[j] = range ? f_up(key) : 0.f;
+        }
+        if (j == m) {
+            f->kind = 2;
+            return;
+        }
+    }
+    if (c->fx) {
+        for (j = 0; j < m; j++) {
+            const double *v = qv + j * dim;
+            float mq, nq;
+            if (!fx_vector(idx->dist, [v](size_t i) { return v[i]; }, dim, idx->sd, f->qf + j * dim, 1, &mq, &nq))
+                break;
+            f->qi[j] = make_float4(mq, nq, range ? f_up((double)f_up(key) + (double)mq) : 0.f, 0.f);
+        }
+        if (j == m) f->kind = 1;
+    }
+}
+
+/* One launch group of m queries (qv, doubles; f their filter's inputs).
+ * k-NN (range 0): a pilot of S rows, its kth, the scan, the final ranking;
+ * answers in h_dist / h_id (m, take). Range: the thresholds from the
+ * radius, the scan, the final filter; h_dn[q] hits at h_dist / h_id + q *
+ * *ld (*ld = the most hits of a query). h_dflag set for the queries left
+ * unanswered. */
 template <int D>
 static cudaError_t def_batch(knn_state_t *st, const knn_copy_t *c, const pgpu_knn_index_t *idx, const double *qv,
-                             const float *qf, const fx_qinfo_t *qi, const uint32_t *thr, size_t m, size_t take,
-                             size_t S, int range, double radius, size_t *ld, cudaStream_t s)
+                             const qfilt_t *f, size_t m, size_t take, size_t S, int range, double radius, size_t *ld,
+                             cudaStream_t s)
 {
     const size_t smem = (size_t)TC_CAND * (sizeof(double) + sizeof(uint64_t)), es = c->bytes / c->dim;
     float *dense = (float *)st->d_dense;
     cudaError_t e = cudaMemcpyAsync(st->d_qv, qv, m * idx->dim * sizeof *qv, cudaMemcpyHostToDevice, s);
     if (e != cudaSuccess) return e;
-    if (qf && ((e = cudaMemcpyAsync(st->d_fq, qf, m * idx->dim * sizeof *qf, cudaMemcpyHostToDevice, s)) != cudaSuccess ||
-               (e = cudaMemcpyAsync(st->d_fqi, qi, m * sizeof *qi, cudaMemcpyHostToDevice, s)) != cudaSuccess))
+    if (f->kind == 1 &&
+        ((e = cudaMemcpyAsync(st->d_fq, f->qf, m * idx->dim * sizeof *f->qf, cudaMemcpyHostToDevice, s)) != cudaSuccess ||
+         (e = cudaMemcpyAsync(st->d_fqi, f->qi, m * sizeof *f->qi, cudaMemcpyHostToDevice, s)) != cudaSuccess))
+        return e;
+    if (f->kind == 2 &&
+        ((e = cudaMemcpyAsync(st->d_iq, f->iq, m * 2 * (size_t)c->ixdp, cudaMemcpyHostToDevice, s)) != cudaSuccess ||
+         (e = cudaMemcpyAsync(st->d_iqi, f->iqi, m * sizeof *f->iqi, cudaMemcpyHostToDevice, s)) != cudaSuccess ||
+         (range && (e = cudaMemcpyAsync(st->d_ithr, f->ithr, m * sizeof *f->ithr, cudaMemcpyHostToDevice, s)) !=
+                       cudaSuccess)))
         return e;
     if (range) {
         if ((e = cudaMemsetAsync(st->d_dcnt, 0, m * sizeof *st->d_dcnt, s)) != cudaSuccess ||
             (e = cudaMemsetAsync(st->d_dflag, 0, m, s)) != cudaSuccess ||
-            (!qf && (e = cudaMemcpyAsync(st->d_thr, thr, m * sizeof *thr, cudaMemcpyHostToDevice, s)) != cudaSuccess))
+            (f->kind == 0 &&
+             (e = cudaMemcpyAsync(st->d_thr, f->thr, m * sizeof *f->thr, cudaMemcpyHostToDevice, s)) != cudaSuccess))
             return e;
-    } else if (qf) {
+    } else if (f->kind == 2) {
+        if ((e = ix_launch<D, 0>(c, st, (uint32_t)S, m, s)) != cudaSuccess) return e;
+        k_ix_select<<<(unsigned)m, TC_SEL_THREADS, 0, s>>>(dense, (uint32_t)S, (uint32_t)take, st->d_ithr, st->d_dcnt,
+                                                           st->d_dflag);
+    } else if (f->kind == 1) {
         fx_launch<D, 0>(c, st, (uint32_t)S, m, s);
         k_fx_select<<<(unsigned)m, TC_SEL_THREADS, 0, s>>>(dense, (uint32_t)S, (uint32_t)take, st->d_fqi, st->d_dcnt,
                                                            st->d_dflag);
@@ -1040,11 +1292,14 @@ static cudaError_t def_batch(knn_state_t *st, const knn_copy_t *c, const pgpu_kn
         k_def_select<<<(unsigned)m, TC_SEL_THREADS, 0, s>>>(st->d_dense, S, (uint32_t)take, st->d_thr, st->d_dcnt,
                                                             st->d_dflag);
     }
-    if (qf)
+    if (f->kind == 2) {
+        if ((e = ix_launch<D, 1>(c, st, (uint32_t)c->n, m, s)) != cudaSuccess) return e;
+    } else if (f->kind == 1) {
         fx_launch<D, 1>(c, st, (uint32_t)c->n, m, s);
-    else
+    } else {
         k_def_scan<D><<<dim3((unsigned)((c->n + 255) / 256), (unsigned)m), 256, 0, s>>>(
             c->descs, c->n, c->dim, es, (int)idx->elem, c->sd, st->d_qv, st->d_thr, st->d_dcnt, st->d_dcand);
+    }
     if (range) {
         if ((e = cudaFuncSetAttribute(k_def_final<D, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) !=
             cudaSuccess)
@@ -1088,10 +1343,10 @@ static cudaError_t def_batch(knn_state_t *st, const knn_copy_t *c, const pgpu_kn
 }
 
 static cudaError_t def_dispatch(knn_state_t *st, const knn_copy_t *c, const pgpu_knn_index_t *idx, const double *qv,
-                                const float *qf, const fx_qinfo_t *qi, const uint32_t *thr, size_t m, size_t take,
-                                size_t S, int range, double radius, size_t *ld, cudaStream_t s)
+                                const qfilt_t *f, size_t m, size_t take, size_t S, int range, double radius, size_t *ld,
+                                cudaStream_t s)
 {
-#define DB(D) def_batch<D>(st, c, idx, qv, qf, qi, thr, m, take, S, range, radius, ld, s)
+#define DB(D) def_batch<D>(st, c, idx, qv, f, m, take, S, range, radius, ld, s)
     switch (idx->dist) {
     case PDIST_TANIMOTO: return DB(PDIST_TANIMOTO);
     case PDIST_L1: return DB(PDIST_L1);
@@ -1104,27 +1359,6 @@ static cudaError_t def_dispatch(knn_state_t *st, const knn_copy_t *c, const pgpu
     default: return cudaErrorInvalidValue;
     }
 #undef DB
-}
-
-/* The float filter's values of m queries (qv, doubles): 1 when every one
- * is in its domain (qf, qi filled; qi[].z = the range threshold K + mq
- * for range searches), else 0. */
-static int fx_queries(const knn_copy_t *c, const pgpu_knn_index_t *idx, const double *qv, size_t m, int range,
-                      double radius, float *qf, fx_qinfo_t *qi)
-{
-    const size_t dim = idx->dim;
-    if (!c->fx) return 0;
-    for (size_t j = 0; j < m; j++) {
-        const double *v = qv + j * dim;
-        float mq, nq;
-        if (!fx_vector(idx->dist, [v](size_t i) { return v[i]; }, dim, idx->sd, qf + j * dim, 1, &mq, &nq)) return 0;
-        qi[j] = make_float4(mq, nq, 0.f, 0.f);
-        if (range) {
-            const int sq = idx->dist == PDIST_L2 || idx->dist == PDIST_STD_L2 || idx->dist == PDIST_HELLINGER;
-            qi[j].z = f_up((double)f_up(sq ? radius * radius : radius) + (double)mq);
-        }
-    }
-    return 1;
 }
 
 /* The definition path: every other distance (and Tanimoto queries with an
@@ -1145,11 +1379,10 @@ static patina_status def_knn(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, co
         size_t qb = TC_PILOT_BYTES / (S * sizeof(double)), q0, j, nr = 0, ld;
         uint32_t *which = NULL;
         double *gq = NULL;
-        float *qf = NULL;
-        fx_qinfo_t *qi = NULL;
+        qfilt_t f;
         if (pass) { /* the overflowing queries again */
             for (j = 0; j < nq; j++) nr += cpu[j];
-            if (nr == 0 || (S == tc_pilot_rows(c->n, take) && !c->fx)) return PATINA_OK;
+            if (nr == 0 || (S == tc_pilot_rows(c->n, take) && !c->fx && !c->ix)) return PATINA_OK;
             which = (uint32_t *)malloc(nr * sizeof *which);
             if (!which) return PATINA_OK; /* the CPU answers them */
             for (j = 0, nr = 0; j < nq; j++)
@@ -1161,12 +1394,12 @@ static patina_status def_knn(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, co
         if (qb > TC_KNN_BATCH) qb = TC_KNN_BATCH;
         if (qb > 65535) qb = 65535;
         if (qb > nr) qb = nr;
+        memset(&f, 0, sizeof f);
         if (def_buffers(g, st, c, qb, S, take, dim) != PATINA_OK || (which && !(gq = (double *)malloc(qb * dim * sizeof *gq))) ||
-            (!pass && c->fx && (!(qf = (float *)malloc(qb * dim * sizeof *qf)) || !(qi = (fx_qinfo_t *)malloc(qb * sizeof *qi))))) {
+            !qfilt_alloc(&f, c, qb, dim)) {
             free(which);
             free(gq);
-            free(qf);
-            free(qi);
+            qfilt_free(&f);
             if (pass) {
                 patina_clear_error();
                 return PATINA_OK; /* the CPU answers them */
@@ -1176,18 +1409,18 @@ static patina_status def_knn(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, co
         for (q0 = 0; q0 < nr; q0 += qb) {
             const size_t m = nr - q0 < qb ? nr - q0 : qb;
             const double *bq = qv + q0 * dim;
-            const int fx = qf && fx_queries(c, idx, bq, m, 0, 0.0, qf, qi);
             cudaError_t e;
             if (which) {
                 for (j = 0; j < m; j++) memcpy(gq + j * dim, qv + (size_t)which[q0 + j] * dim, dim * sizeof *gq);
                 bq = gq;
             }
-            e = def_dispatch(st, c, idx, bq, fx ? qf : NULL, qi, NULL, m, take, S, 0, 0.0, &ld, s);
+            if (pass) f.kind = 0; /* the retry: the definition kernels */
+            else qfilt_prepare(&f, c, idx, bq, m, 0, 0.0);
+            e = def_dispatch(st, c, idx, bq, &f, m, take, S, 0, 0.0, &ld, s);
             if (e != cudaSuccess) {
                 free(which);
                 free(gq);
-                free(qf);
-                free(qi);
+                qfilt_free(&f);
                 return pgpu_fail((int)e, "gpu search: definition kernels", __FILE__, __LINE__);
             }
             for (j = 0; j < m; j++) {
@@ -1199,25 +1432,16 @@ static patina_status def_knn(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, co
                     hits[row * k + i].id = st->h_id[j * take + i];
                 }
                 counts[row] = take;
-                if (paths) paths[fx ? 1 : 2]++;
+                if (paths) paths[f.kind == 2 ? 0 : f.kind == 1 ? 1 : 2]++;
             }
         }
         free(which);
         free(gq);
-        free(qf);
-        free(qi);
+        qfilt_free(&f);
     }
     return PATINA_OK;
 }
 
-/* hi32 of the key of d (k_def_*'s dkey, on the host) */
-static uint32_t dkey_hi(double d)
-{
-    uint64_t u;
-    memcpy(&u, &d, sizeof u);
-    u = (u >> 63) ? ~u : u | (1ull << 63);
-    return (uint32_t)(u >> 32);
-}
 
 /* Range search on the definition path: every row within radius, by the
  * float filter or the definition kernels (as def_knn); a query with more
@@ -1228,27 +1452,17 @@ static patina_status def_range(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, 
 {
     cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
     const size_t dim = idx->dim, qb = nq < TC_RANGE_BATCH ? nq : TC_RANGE_BATCH;
-    float *qf = NULL;
-    fx_qinfo_t *qi = NULL;
-    uint32_t *thr = NULL;
+    qfilt_t f;
     patina_status ret = PATINA_OK;
     PATINA_TRY(def_buffers(g, st, c, qb, 1, TC_CAND, dim));
-    qf = (float *)malloc(qb * dim * sizeof *qf);
-    qi = (fx_qinfo_t *)malloc(qb * sizeof *qi);
-    thr = (uint32_t *)malloc(qb * sizeof *thr);
-    if (!qf || !qi || !thr) {
-        free(qf);
-        free(qi);
-        free(thr);
-        return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
-    }
-    for (size_t j = 0; j < qb; j++) thr[j] = dkey_hi(radius);
+    if (!qfilt_alloc(&f, c, qb, dim)) return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
     for (size_t q0 = 0; q0 < nq && ret == PATINA_OK; q0 += qb) {
         const size_t m = nq - q0 < qb ? nq - q0 : qb;
         const double *bq = qv + q0 * dim;
-        const int fx = fx_queries(c, idx, bq, m, 1, radius, qf, qi);
         size_t ld = 0;
-        const cudaError_t e = def_dispatch(st, c, idx, bq, fx ? qf : NULL, qi, thr, m, TC_CAND, 1, 1, radius, &ld, s);
+        cudaError_t e;
+        qfilt_prepare(&f, c, idx, bq, m, 1, radius);
+        e = def_dispatch(st, c, idx, bq, &f, m, TC_CAND, 1, 1, radius, &ld, s);
         if (e != cudaSuccess) {
             ret = pgpu_fail((int)e, "gpu search: definition kernels", __FILE__, __LINE__);
             break;
@@ -1259,7 +1473,7 @@ static patina_status def_range(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, 
                 cpu[q0 + j] = 1;
                 continue;
             }
-            if (paths) paths[fx ? 1 : 2]++;
+            if (paths) paths[f.kind == 2 ? 0 : f.kind == 1 ? 1 : 2]++;
             if (max_hits && n > max_hits) n = max_hits;
             counts[q0 + j] = n;
             if (n == 0) continue;
@@ -1274,9 +1488,7 @@ static patina_status def_range(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, 
             }
         }
     }
-    free(qf);
-    free(qi);
-    free(thr);
+    qfilt_free(&f);
     return ret;
 }
 

@@ -28,6 +28,15 @@ __device__ __forceinline__ void ldsm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2
                  : "r"(addr));
 }
 
+/* d += a b, m16n8k32, s8 x s8 -> s32. */
+__device__ __forceinline__ void mma_s8(int32_t d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 /* d += a b, m16n8k32, u8 x u8 -> s32. */
 __device__ __forceinline__ void mma_u8(int32_t d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
 {
