@@ -29,6 +29,13 @@
  *                 nothing matches, towards 0 as more of b is matched; NaN for
  *                 a malformed record. Identification (RANSAC, the open-set
  *                 decision) is patina_identify's job.
+ *   sqfd          the Signature Quadratic Form Distance of two signature
+ *                 records (features/signature.h, n their floats): sqrt of
+ *                 Sqq + Soo - 2 Sqo, Sxy = sum_i sum_j wx_i wy_j f(x_i, y_j)
+ *                 in double, f = exp(-alpha d^2), 1 / (alpha + d) or -d by
+ *                 the query record's alpha and form (src/search/sqfd.c); 0
+ *                 when rounding makes the sum negative; NaN for a malformed
+ *                 record or records of different alpha or form.
  * Every implementation (the CPU's fast paths, the GPU's kernels) returns the
  * same double as the definition, bit for bit: the same operations in the
  * same order, no contraction into FMA. */
@@ -39,6 +46,7 @@
 
 #include "algo/distance_ids.h"
 #include "patina/descriptor.h"
+#include "patina/status.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,6 +58,10 @@ typedef struct pdist_def {
     double (*pair)(patina_elem e, const void *a, const void *b, size_t n, const double *sd);
     int gpu;    /* the GPU search computes it (src/gpu/knn.cu) */
     int record; /* compares whole records of a family's layout, not element-wise vectors */
+    /* Record distances may check a record of n elements (a query, an added
+     * row) before it is searched: PATINA_OK, or an error whose message,
+     * prefixed by what, says what is wrong (NULL: no check). */
+    patina_status (*check)(const void *rec, size_t n, const char *what);
 } pdist_def_t;
 
 /* The entry of a distance (NULL out of range). */

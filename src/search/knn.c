@@ -43,6 +43,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -423,11 +424,18 @@ patina_status patina_index_load_snapshot(patina_index_t **idx, const patina_extr
 }
 
 /* Rows of a floating-point family must be numbers (queries and added rows
- * alike): a NaN element has no distance (the order would be arbitrary).
+ * alike): a NaN element has no distance (the order would be arbitrary);
+ * a record distance first checks each record itself (pdist_def_t.check).
  * what names them in the message ("query", "descriptor"). */
 static patina_status check_nan(const patina_index_t *ix, const void *rows, size_t n, const char *what)
 {
     size_t r, i;
+    if (ix->dist->check) /* a record distance's own check says what is wrong */
+        for (r = 0; r < n; r++) {
+            char w[64];
+            snprintf(w, sizeof w, "search: %s %zu", what, r);
+            PATINA_TRY(ix->dist->check((const uint8_t *)rows + r * ix->bytes, ix->dim, w));
+        }
     if (ix->elem != PATINA_ELEM_F32 && ix->elem != PATINA_ELEM_F64) return PATINA_OK;
     for (r = 0; r < n; r++)
         for (i = 0; i < ix->dim; i++)
