@@ -546,13 +546,107 @@ static void test_search(void **state)
     patina_extractor_free(ex);
 }
 
+/* ------------------------------------------------------------------ CLI */
+
+/* Runs the CLI; returns its exit status, stdout and stderr in *out, *err. */
+static int cli(char **out, char **err, const char *const *args)
+{
+    const char *argv[16];
+    size_t n = 0;
+    argv[n++] = PATINA_CLI;
+    while (*args && n < 15) argv[n++] = *args++;
+    argv[n] = NULL;
+    return tu_exec(out, err, 0, 120, argv);
+}
+
+#define SPEC "signature:k=16,samples=400,seeds=100"
+
+static void test_cli(void **state)
+{
+    char *dir = tu_tempdir("signature-cli"), *out = NULL, *err = NULL, img0[4096], dup[4096], coll[4096];
+    const char *dirs;
+    int rc;
+    (void)state;
+    dirs = tu_path(dir, "images");
+    assert_int_equal(tu_run(NULL, "mkdir -p '%s'", dirs), 0);
+    for (int i = 0; i < 6; i++) tu_write_jpeg(tu_path(dirs, "img%d.jpg", i), 60 + 13 * i, 50 + 7 * i, i % 3, 90, 100 + (uint64_t)i);
+    snprintf(img0, sizeof img0, "%s", tu_path(dirs, "img0.jpg"));
+    snprintf(dup, sizeof dup, "%s", tu_path(dirs, "img0_copy.jpg"));
+    tu_write_jpeg(dup, 60, 50, 0, 90, 100); /* the same bytes as img0 */
+    snprintf(coll, sizeof coll, "%s", tu_path(dir, "c.patina"));
+
+    rc = cli(&out, &err, (const char *const[]){"index", coll, dirs, "-f", SPEC, "-q", NULL});
+    if (rc != 0) fail_msg("index: %d: %s", rc, err ? err : "");
+    free(out);
+    free(err);
+    /* k-NN: the query and its copy at 0, by id (img0 before img0_copy, in walk order) */
+    rc = cli(&out, &err, (const char *const[]){"search", coll, img0, "-f", SPEC, "-k", "3", "--format", "csv", NULL});
+    if (rc != 0) fail_msg("search: %d: %s", rc, err ? err : "");
+    {
+        char want[5 * 4096 + 64];
+        snprintf(want, sizeof want, "%s,1,%s,0\n%s,2,%s,0\n%s,3,", img0, img0, img0, dup, img0);
+        if (strncmp(out, want, strlen(want)) != 0) fail_msg("search -k 3 printed:\n%s", out);
+    }
+    free(out);
+    free(err);
+    /* range 0: exactly the two copies */
+    rc = cli(&out, &err, (const char *const[]){"search", coll, img0, "-f", SPEC, "--range", "0", "--format", "csv", NULL});
+    assert_int_equal(rc, 0);
+    {
+        char want[5 * 4096 + 64];
+        snprintf(want, sizeof want, "%s,1,%s,0\n%s,2,%s,0\n", img0, img0, img0, dup);
+        assert_string_equal(out, want);
+    }
+    free(out);
+    free(err);
+    /* bad options: usage errors that say what */
+    rc = cli(&out, &err, (const char *const[]){"search", coll, img0, "-f", "signature:k=0", NULL});
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "'k'=0"));
+    free(out);
+    free(err);
+    rc = cli(&out, &err, (const char *const[]){"index", coll, dirs, "-f", "signature:alpha=0", "-q", NULL});
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "alpha=0 must be > 0"));
+    free(out);
+    free(err);
+    /* a stored record with a NaN weight, then an empty one: the table is corrupt (exit 3, says why) */
+    for (int bad = 0; bad < 2; bad++) {
+        patina_collection_t *c;
+        patina_extractor_t *ex = ex_new(SPEC);
+        float *rec = calloc(1, patina_extractor_bytes(ex)), rows[8] = {0.5f, 0.1f, 0.2f, 0.3f, 0, 0, 0, 0};
+        patina_insert_t item;
+        TU_OK(patina_signature_pack(ex, rec, rows, 1));
+        if (bad == 0) rec[8] = NAN;
+        else rec[0] = 0.0f;
+        memset(&item, 0, sizeof item);
+        item.key = "bad-record";
+        item.size = (uint64_t)bad + 1;
+        item.sha256[0] = (uint8_t)(bad + 1);
+        item.desc = rec;
+        TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_WRITE, 0));
+        TU_OK(patina_collection_put(c, patina_extractor_spec(ex), patina_extractor_bytes(ex), &item, 1, NULL));
+        patina_collection_close(c);
+        rc = cli(&out, &err, (const char *const[]){"search", coll, img0, "-f", SPEC, NULL});
+        assert_int_equal(rc, 3);
+        assert_non_null(strstr(err, bad == 0 ? "weight nan" : "empty signature"));
+        assert_non_null(strstr(err, "stored table"));
+        free(out);
+        free(err);
+        free(rec);
+        patina_extractor_free(ex);
+    }
+    tu_remove_tree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_options),       cmocka_unit_test(test_plan),
         cmocka_unit_test(test_extract),       cmocka_unit_test(test_crop),
         cmocka_unit_test(test_sqfd_definition), cmocka_unit_test(test_bad_records),
-        cmocka_unit_test(test_search),
+        cmocka_unit_test(test_search),        cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

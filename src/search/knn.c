@@ -346,6 +346,20 @@ static patina_status index_build(patina_index_t **out, const patina_extractor_t 
                 goto fail;
             }
     }
+    /* A record distance checks every row once (a malformed record would
+     * have no distance): the caller's rows are bad input, a collection's
+     * (ids_sorted: they come from the store) a corrupt table; the message
+     * names the row and its id. */
+    if (ix->dist->check)
+        for (i = 0; i < n; i++) {
+            char w[96];
+            snprintf(w, sizeof w, "search: row %zu (id %llu)%s", i, (unsigned long long)ids[i],
+                     ids_sorted ? " of the stored table" : "");
+            if ((s = ix->dist->check(descs + i * ix->bytes, ix->dim, w)) != PATINA_OK) {
+                if (ids_sorted) s = PATINA_E_CORRUPT;
+                goto fail;
+            }
+        }
     if ((s = build_fast_path(ix)) != PATINA_OK) goto fail;
     if ((s = compute_sd(ix)) != PATINA_OK) goto fail;
     *out = ix;
