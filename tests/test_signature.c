@@ -512,6 +512,13 @@ static void test_search(void **state)
             free(hits[q]);
         }
     }
+    {   /* no GPU kernel yet: asking for one says so */
+        patina_search_opts_t g = so;
+        patina_hit_t hit;
+        size_t count;
+        g.device = PATINA_DEVICE_GPU;
+        assert_int_equal(patina_index_knn(ctx, idx, queries, 1, 1, &g, &hit, &count), PATINA_E_UNAVAILABLE);
+    }
     {   /* bad queries and rows: clear errors */
         float *bad = malloc(bytes);
         patina_hit_t hit;
@@ -597,6 +604,27 @@ static void test_cli(void **state)
         snprintf(want, sizeof want, "%s,1,%s,0\n%s,2,%s,0\n", img0, img0, img0, dup);
         assert_string_equal(out, want);
     }
+    free(out);
+    free(err);
+    /* extract: one CSV line per centroid (PATH,COUNT,I, then 8 values), or one JSON object */
+    rc = cli(&out, &err, (const char *const[]){"extract", "-f", SPEC, img0, NULL});
+    assert_int_equal(rc, 0);
+    {
+        const char *p = out + strlen(img0) + 1;
+        long count = strtol(p, NULL, 10), lines = 0, commas = 0;
+        for (p = out; *p; p++) {
+            lines += *p == '\n';
+            commas += *p == ',';
+        }
+        assert_true(count >= 1 && count <= 16);
+        assert_int_equal(lines, count);
+        assert_int_equal(commas, 10 * count);
+    }
+    free(out);
+    free(err);
+    rc = cli(&out, &err, (const char *const[]){"extract", "-f", SPEC, "--format", "json", img0, NULL});
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "\"form\":\"gaussian\",\"centroids\":[{\"weight\":"));
     free(out);
     free(err);
     /* bad options: usage errors that say what */
