@@ -9,6 +9,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 VENV=${VENV:-$ROOT/.venv-peers}
 SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
 if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+  $SUDO apt-get update -q
   $SUDO apt-get install -y -q --no-install-recommends python3-venv
 fi
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
