@@ -78,8 +78,9 @@ static patina_status sig_check(const void *params)
         return patina__fail(PATINA_E_INVALID, "signature: alpha=%g must be > 0 (and a positive float)",
                             p->alpha);
     if (p->seeds > p->samples)
-        return patina__fail(PATINA_E_INVALID, "signature: seeds=%d is more than samples=%d", p->seeds,
-                            p->samples);
+        return patina__fail(PATINA_E_INVALID,
+                            "signature: seeds=%d is more than samples=%d (the initial centroids are sampling "
+                            "points: give seeds=%d or fewer)", p->seeds, p->samples, p->samples);
     return PATINA_OK;
 }
 
@@ -188,20 +189,18 @@ patina_status sig_plan(const sig_params_t *p, float *pts, int *seeds)
 
 /* ----------------------------------------------------------------- features */
 
-void sig_grey_levels(uint8_t *grey, const patina_image_t *img, int bits)
+/* The grey level of pixel (x, y) in bits bits: OpenCV's GrayscaleBitmap
+ * (channels scaled to 16 bits by 257, luma as OpenCV 5.0's 16-bit
+ * BGR2GRAY - BT.601 in 15-bit fixed point with rounding, checked on all
+ * 2^24 colours - then the top bits):
+ * ((9798 R + 19235 G + 3735 B) 257 + 2^14) >> 15 >> (16 - bits). Only the
+ * windows around the sampling points are ever needed, so levels are
+ * computed there rather than for the whole image. */
+static inline int grey_at(const patina_image_t *img, int x, int y, int bits)
 {
-    for (int y = 0; y < img->height; y++) {
-        const uint8_t *p = img->data + (size_t)y * img->stride;
-        uint8_t *g = grey + (size_t)y * (size_t)img->width;
-        for (int x = 0; x < img->width; x++, p += 3) {
-            /* 16-bit channels v * 257, luma as OpenCV's 16-bit BGR2GRAY
-             * (BT.601 in 15-bit fixed point with rounding, checked on all
-             * 2^24 colours against OpenCV 5.0):
-             * (9798 R + 19235 G + 3735 B + 2^14) >> 15, then the top bits. */
-            uint32_t s = 9798u * 257u * p[0] + 19235u * 257u * p[1] + 3735u * 257u * p[2];
-            g[x] = (uint8_t)(((s + 16384u) >> 15) >> (16 - bits));
-        }
-    }
+    const uint8_t *p = img->data + (size_t)y * img->stride + 3 * (size_t)x;
+    const uint32_t s = 9798u * 257u * p[0] + 19235u * 257u * p[1] + 3735u * 257u * p[2];
+    return (int)(((s + 16384u) >> 15) >> (16 - bits));
 }
 
 /* CIE L*a*b* of an 8-bit sRGB pixel (D65), in double: the sRGB transfer
@@ -235,25 +234,30 @@ static void lab_of(double lab[3], const uint8_t *rgb)
  * image, the four pairs (i,j)-(i,j+1), (i,j)-(i+1,j), (i,j)-(i+1,j+1),
  * (i+1,j)-(i,j+1), unordered; p = count / (4 pixels); contrast = sum
  * (a - b)^2 p, entropy = -sum p ln p, both float, over (a >= b) in row
- * order. co is (L, L) zeros on entry and on return. */
-static void contrast_entropy(float *contrast, float *entropy, const uint8_t *g, int w, int h, int bits,
-                             int r, int x, int y, uint32_t *co)
+ * order. co is (L, L) zeros on entry and on return; win holds the
+ * window's grey levels, (2r + 2)^2 bytes. */
+static void contrast_entropy(float *contrast, float *entropy, const patina_image_t *img, int bits, int r, int x,
+                             int y, uint32_t *co, uint8_t *win)
 {
-    const int L = 1 << bits;
+    const int L = 1 << bits, w = img->width, h = img->height;
     const int x0 = x > r ? x - r : 0, y0 = y > r ? y - r : 0;
     const int x1 = w - 1 < x + r + 1 ? w - 1 : x + r + 1, y1 = h - 1 < y + r + 1 ? h - 1 : y + r + 1;
+    const int ww = x1 - x0 + 1; /* pixels x0..x1, y0..y1 are read */
     float c = 0.0f, e = 0.0f, norm;
+    for (int j = y0; j <= y1; j++)
+        for (int i = x0; i <= x1; i++) win[(j - y0) * ww + (i - x0)] = (uint8_t)grey_at(img, i, j, bits);
+#define G(i, j) win[((j) - y0) * ww + ((i) - x0)]
 #define PAIR(a, b) co[(a) > (b) ? (a) * L + (b) : (b) * L + (a)]++
     for (int j = y0; j < y1; j++)
         for (int i = x0; i < x1; i++) {
-            const int p = g[(size_t)j * w + i], down = g[(size_t)(j + 1) * w + i],
-                      right = g[(size_t)j * w + i + 1], diag = g[(size_t)(j + 1) * w + i + 1];
+            const int p = G(i, j), down = G(i, j + 1), right = G(i + 1, j), diag = G(i + 1, j + 1);
             PAIR(p, down);
             PAIR(p, right);
             PAIR(p, diag);
             PAIR(right, down);
         }
 #undef PAIR
+#undef G
     norm = (float)((x1 - x0) * (y1 - y0) * 4);
     for (int a = 0; a < L; a++)
         for (int b = 0; b <= a; b++)
@@ -268,10 +272,9 @@ static void contrast_entropy(float *contrast, float *entropy, const uint8_t *g, 
 }
 
 /* The 7 features of one sampling point (x, y in [0, 1)): OpenCV's sampler
- * with unit weights; grey from sig_grey_levels, co the (L, L) zeroed
- * co-occurrence scratch. */
-static void sample_one(float f[SIG_FEATURES], const patina_image_t *img, const uint8_t *grey, int bits,
-                       int radius, float px, float py, uint32_t *co)
+ * with unit weights; co and win the scratch of contrast_entropy. */
+static void sample_one(float f[SIG_FEATURES], const patina_image_t *img, int bits, int radius, float px, float py,
+                       uint32_t *co, uint8_t *win)
 {
     const int w = img->width, h = img->height;
     /* OpenCV: (int)(point * side) in float; a product that rounds up to the
@@ -284,7 +287,7 @@ static void sample_one(float f[SIG_FEATURES], const patina_image_t *img, const u
     if (x < 0) x = 0;
     if (y < 0) y = 0;
     lab_of(lab, img->data + (size_t)y * img->stride + 3 * (size_t)x);
-    contrast_entropy(&c, &e, grey, w, h, bits, radius, x, y, co);
+    contrast_entropy(&c, &e, img, bits, radius, x, y, co, win);
     f[0] = (float)x / (float)w;
     f[1] = (float)y / (float)h;
     f[2] = (float)(floor(lab[0] + 0.5) / 100.0);
@@ -407,26 +410,26 @@ patina_status sig_samples(const sig_params_t *p, const float *pts, float *samp, 
 {
     const size_t npix = (size_t)(img && img->width > 0 ? img->width : 0) *
                         (size_t)(img && img->height > 0 ? img->height : 0);
-    uint8_t *grey;
+    const size_t side = 2 * (size_t)p->radius + 2;
+    uint8_t *win;
     uint32_t *co;
     if (!img || (npix && (!img->data || img->stride < 3 * (size_t)img->width)))
         return patina__fail(PATINA_E_INVALID, "signature: bad image");
     if (npix == 0)
         return patina__fail(PATINA_E_INVALID, "signature: empty image (%dx%d): no signature", img->width,
                             img->height);
-    grey = malloc(npix);
+    win = malloc(side * side);
     co = calloc((size_t)1 << (2 * p->bits), sizeof *co);
-    if (!grey || !co) {
-        free(grey);
+    if (!win || !co) {
+        free(win);
         free(co);
-        return patina__fail(PATINA_E_NOMEM, "signature: out of memory for a %dx%d image", img->width, img->height);
+        return patina__fail(PATINA_E_NOMEM, "signature: out of memory for the sampling windows");
     }
-    sig_grey_levels(grey, img, p->bits);
     for (int i = 0; i < p->samples; i++) {
         samp[(size_t)i * SIG_COLS] = 0.0f;
-        sample_one(samp + (size_t)i * SIG_COLS + 1, img, grey, p->bits, p->radius, pts[2 * i], pts[2 * i + 1], co);
+        sample_one(samp + (size_t)i * SIG_COLS + 1, img, p->bits, p->radius, pts[2 * i], pts[2 * i + 1], co, win);
     }
-    free(grey);
+    free(win);
     free(co);
     return PATINA_OK;
 }

@@ -106,9 +106,4 @@ patina_status sig_cluster(const sig_params_t *p, const float *samp, const int *s
 patina_status sig_extract_with(const sig_params_t *p, const float *pts, const int *seeds, float *out,
                                const patina_image_t *img);
 
-/* Grey levels of bits bits per pixel, (height, width): OpenCV's
- * GrayscaleBitmap (8-bit RGB scaled to 16 bits by 257, BT.601 luma in 15-bit
- * fixed point with rounding, the top bits kept). */
-void sig_grey_levels(uint8_t *grey, const patina_image_t *img, int bits);
-
 #endif
