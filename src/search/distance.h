@@ -58,14 +58,17 @@ typedef struct pdist_def {
     double (*pair)(patina_elem e, const void *a, const void *b, size_t n, const double *sd);
     int gpu;    /* the GPU search computes it (src/gpu/knn.cu) */
     int record; /* compares whole records of a family's layout, not element-wise vectors */
-    /* Record distances may check a record of n elements (a query, an added
-     * row) before it is searched: PATINA_OK, or an error whose message,
-     * prefixed by what, says what is wrong (NULL: no check). */
-    patina_status (*check)(const void *rec, size_t n, const char *what);
 } pdist_def_t;
 
 /* The entry of a distance (NULL out of range). */
 const pdist_def_t *pdist_get(pdist_t d);
+
+/* A record distance's check of one record of n elements (a query, a row
+ * added or indexed): PATINA_OK, or an error whose message, prefixed by
+ * what, says what is wrong. pdist_check gives it, or NULL for distances
+ * that need none (sqfd has one: features/signature.h). */
+typedef patina_status (*pdist_check_fn)(const void *rec, size_t n, const char *what);
+pdist_check_fn pdist_check(pdist_t d);
 
 /* The id of a name, or -1. */
 int pdist_find(const char *name);
