@@ -1,6 +1,6 @@
 # The two set-up commands (see README):
 #   make run   bootstrap, build, fetch sample photos, index them, search a variant
-#   make test  bootstrap, build, run the whole test suite with CTest
+#   make test  bootstrap, build, the OpenCV peer's venv, run the whole test suite with CTest
 # Sanitizers and fuzzing (CPU-only builds of their own):
 #   make asan   the suite under AddressSanitizer + UBSan   (build-asan)
 #   make ubsan  the suite under UBSan alone                (build-ubsan)
@@ -15,7 +15,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?=
 
-.PHONY: all bootstrap build samples run test asan ubsan tsan fuzz clean
+.PHONY: all bootstrap build samples peers run test asan ubsan tsan fuzz clean
 all: build
 
 bootstrap:
@@ -31,7 +31,12 @@ samples: bootstrap
 run: build samples
 	@scripts/demo.sh $(BUILD)
 
-test: build samples
+# The OpenCV contrib peer of the signature family: a venv (.venv-peers) from
+# PyPI. Its failure (no network) only makes test_signature_opencv skip.
+peers:
+	-@tests/peers/setup-opencv.sh
+
+test: build samples peers
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
 # The suite under AddressSanitizer + UBSan (CPU-only build).

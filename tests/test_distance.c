@@ -190,7 +190,8 @@ static void test_families(void **state)
                  {"lanadp:distance=hellinger", "hellinger"},
                  {"glcm", "l2"},
                  {"haralick", "std_l2"},
-                 {"rootsift", "rootsift_ratio"}};
+                 {"rootsift", "rootsift_ratio"},
+                 {"signature", "sqfd"}};
     (void)state;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         patina_extractor_t *ex;

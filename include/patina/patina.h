@@ -10,6 +10,7 @@
 #include "patina/descriptor.h"
 #include "patina/glcm.h"
 #include "patina/rootsift.h"
+#include "patina/signature.h"
 #include "patina/store.h"
 #include "patina/search.h"
 #include "patina/identify.h"

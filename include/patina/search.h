@@ -40,13 +40,15 @@ typedef struct patina_index patina_index_t;
 
 /* Builds an index from caller arrays (copied; the extractor is copied too,
  * so the caller may free it). ids (n), descs (n, bytes). A repeated id
- * fails with PATINA_E_INVALID. n = 0 gives an empty index. */
+ * fails with PATINA_E_INVALID, and so does a row a record distance finds
+ * malformed (sqfd: an empty signature, a NaN weight; the message names
+ * the row). n = 0 gives an empty index. */
 PATINA_API patina_status patina_index_new(patina_index_t **idx, const patina_extractor_t *ex,
                                           const uint64_t *ids, const void *descs, size_t n);
 /* Loads the extractor's table (named by its canonical spec) from a
  * collection: a snapshot; later writes need a new load. An absent table
- * gives an empty index; a table of another descriptor size fails with
- * PATINA_E_CORRUPT. */
+ * gives an empty index; a table of another descriptor size, or with a
+ * row its record distance finds malformed, fails with PATINA_E_CORRUPT. */
 PATINA_API patina_status patina_index_load(patina_index_t **idx, const patina_extractor_t *ex,
                                            patina_collection_t *c);
 /* patina_index_load from a snapshot: look the records of its hits up in

@@ -14,6 +14,7 @@ typedef enum pdist {
     PDIST_HELLINGER,
     PDIST_COSINE,
     PDIST_ROOTSIFT_RATIO, /* a record distance (search/distance.h) */
+    PDIST_SQFD,           /* a record distance (search/distance.h) */
     PDIST_COUNT
 } pdist_t;
 

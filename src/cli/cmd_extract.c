@@ -40,13 +40,17 @@ const cli_command_t cli_cmd_extract = {
     .notes = "output:\n"
              "  csv   one line per image: PATH,v0,...,vN-1 (rootsift: one line per keypoint,\n"
              "        PATH,COUNT,I,X,Y,SCALE,ANGLE,D0,...,D127, strongest first; an image\n"
-             "        without keypoints prints PATH,0). A PATH holding a comma, a double\n"
-             "        quote, CR or LF is quoted as RFC 4180 says (\"...\", quotes doubled);\n"
-             "        other fields are never quoted. Lines end with LF.\n"
+             "        without keypoints prints PATH,0; signature: one line per centroid,\n"
+             "        PATH,COUNT,I,WEIGHT,X,Y,L,A,B,CONTRAST,ENTROPY). A PATH holding a\n"
+             "        comma, a double quote, CR or LF is quoted as RFC 4180 says (\"...\",\n"
+             "        quotes doubled); other fields are never quoted. Lines end with LF.\n"
              "  json  one object per line: {\"path\",\"family\",\"descriptor\"} (glcm and\n"
              "        haralick: {\"path\",\"family\",\"glcm\",\"props\",\"haralick\",...};\n"
              "        rootsift: {\"path\",\"family\",\"width\",\"height\",...,\"count\",\n"
-             "        \"keypoints\":[{\"x\",\"y\",\"scale\",\"angle\",\"descriptor\"},...]}).\n"
+             "        \"keypoints\":[{\"x\",\"y\",\"scale\",\"angle\",\"descriptor\"},...]};\n"
+             "        signature: {\"path\",\"family\",\"count\",\"alpha\",\"form\",\n"
+             "        \"centroids\":[{\"weight\",\"x\",\"y\",\"L\",\"a\",\"b\",\"contrast\",\n"
+             "        \"entropy\"},...]}).\n"
              "        rootsift components are printed as stored (u8 or binary16); the\n"
              "        RootSIFT value is the component / qscale (docs/rootsift.md).\n"
              "        Strings escape every control character; bytes that are not UTF-8\n"
@@ -174,12 +178,46 @@ static patina_status print_rootsift(const char *path, const patina_extractor_t *
     return PATINA_OK;
 }
 
+/* One signature record (include/patina/signature.h): JSON, one object with
+ * a centroids array; CSV, one line per centroid. */
+static patina_status print_signature(const char *path, const patina_extractor_t *ex, const void *rec,
+                                     size_t bytes, int json)
+{
+    static const char *const forms[] = {"gaussian", "heuristic", "minus"};
+    patina_signature_info_t info;
+    float row[PATINA_SIGNATURE_COLS];
+    patina_status s = patina_signature_info(&info, rec, bytes);
+    if (s != PATINA_OK) return s;
+    if (json) {
+        print_head(path, ex);
+        printf(",\"count\":%u,\"alpha\":%.9g,\"form\":\"%s\",\"centroids\":[", (unsigned)info.count, info.alpha,
+               forms[info.form]);
+    }
+    for (size_t i = 0; i < info.count; i++) {
+        /* cannot fail: the record was checked and i < count */
+        if ((s = patina_signature_centroid(row, rec, bytes, i)) != PATINA_OK) return s;
+        if (json) {
+            printf("%s{\"weight\":%.9g,\"x\":%.9g,\"y\":%.9g,\"L\":%.9g,\"a\":%.9g,\"b\":%.9g,"
+                   "\"contrast\":%.9g,\"entropy\":%.9g}",
+                   i ? "," : "", (double)row[0], (double)row[1], (double)row[2], (double)row[3], (double)row[4],
+                   (double)row[5], (double)row[6], (double)row[7]);
+        } else {
+            cli_csv_field(stdout, path);
+            printf(",%u,%zu", (unsigned)info.count, i);
+            for (int k = 0; k < PATINA_SIGNATURE_COLS; k++) printf(",%.9g", (double)row[k]);
+            fputc('\n', stdout);
+        }
+    }
+    if (json) fputs("]}\n", stdout);
+    return PATINA_OK;
+}
+
 static int run_extract(const cli_args_t *a)
 {
     const char *family = cli_get(a, "family")->text;
     const char *mapdir = cli_get(a, "map")->set ? cli_get(a, "map")->text : NULL;
     int json = cli_get(a, "format")->i == 1, bin = cli_get(a, "format")->i == 2;
-    int rootsift;
+    int rootsift, signature;
     patina_device device;
     patina_load_opts_t lopts;
     patina_extractor_t *ex = NULL;
@@ -233,6 +271,7 @@ static int run_extract(const cli_args_t *a)
     if (bin) bin_header(ex, bytes);
     dim = patina_extractor_dim(ex);
     rootsift = !strcmp(patina_extractor_family(ex), "rootsift");
+    signature = !strcmp(patina_extractor_family(ex), "signature");
     descs = malloc(WINDOW * (bytes ? bytes : 1));
     res = malloc(WINDOW * sizeof *res);
     if (!descs || !res) {
@@ -306,6 +345,11 @@ static int run_extract(const cli_args_t *a)
                     bin_record(name, d, bytes);
                 } else if (rootsift) {
                     if (print_rootsift(name, ex, d, bytes, json) != PATINA_OK) {
+                        cli_error("extract", "'%s': %s", name, patina_last_error());
+                        rc = EXIT_PARTIAL;
+                    }
+                } else if (signature) {
+                    if (print_signature(name, ex, d, bytes, json) != PATINA_OK) {
                         cli_error("extract", "'%s': %s", name, patina_last_error());
                         rc = EXIT_PARTIAL;
                     }

@@ -69,5 +69,6 @@ extern const patina_family_t patina_family_lanadp;
 extern const patina_family_t patina_family_glcm;
 extern const patina_family_t patina_family_haralick;
 extern const patina_family_t patina_family_rootsift;
+extern const patina_family_t patina_family_signature;
 
 #endif

@@ -18,6 +18,7 @@ static const patina_family_t *const families[] = {
     &patina_family_glcm,
     &patina_family_haralick,
     &patina_family_rootsift,
+    &patina_family_signature,
 };
 #define NFAMILIES (sizeof families / sizeof families[0])
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "features/rootsift.h"
+#include "features/signature.h"
 #include "identify/identify.h"
 #include "search/distance.h"
 
@@ -102,6 +103,19 @@ static double d_rootsift_ratio(patina_elem e, const void *a, const void *b, size
     return s < 0 ? NAN : 1.0 / (1.0 + (double)s);
 }
 
+/* A record distance: a and b are signature records of n floats each. */
+static double d_sqfd(patina_elem e, const void *a, const void *b, size_t n, const double *sd)
+{
+    (void)e;
+    (void)sd;
+    return sig_sqfd(a, b, n);
+}
+
+static patina_status check_sqfd(const void *rec, size_t n, const char *what)
+{
+    return sig_record_check(rec, n, what);
+}
+
 static const pdist_def_t table[PDIST_COUNT] = {
     [PDIST_TANIMOTO] = {"tanimoto", d_tanimoto, 1, 0},
     [PDIST_L1] = {"l1", d_l1, 1, 0},
@@ -112,9 +126,12 @@ static const pdist_def_t table[PDIST_COUNT] = {
     [PDIST_HELLINGER] = {"hellinger", d_hellinger, 1, 0},
     [PDIST_COSINE] = {"cosine", d_cosine, 1, 0},
     [PDIST_ROOTSIFT_RATIO] = {"rootsift_ratio", d_rootsift_ratio, 0, 1},
+    [PDIST_SQFD] = {"sqfd", d_sqfd, 0, 1},
 };
 
 const pdist_def_t *pdist_get(pdist_t d) { return (unsigned)d < PDIST_COUNT ? &table[d] : NULL; }
+
+pdist_check_fn pdist_check(pdist_t d) { return d == PDIST_SQFD ? check_sqfd : NULL; }
 
 int pdist_find(const char *name)
 {

@@ -43,6 +43,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -345,6 +346,20 @@ static patina_status index_build(patina_index_t **out, const patina_extractor_t 
                 goto fail;
             }
     }
+    /* A record distance checks every row once (a malformed record would
+     * have no distance): the caller's rows are bad input, a collection's
+     * (ids_sorted: they come from the store) a corrupt table; the message
+     * names the row and its id. */
+    if (pdist_check(ix->dist_id))
+        for (i = 0; i < n; i++) {
+            char w[96];
+            snprintf(w, sizeof w, "search: row %zu (id %llu)%s", i, (unsigned long long)ids[i],
+                     ids_sorted ? " of the stored table" : "");
+            if ((s = pdist_check(ix->dist_id)(descs + i * ix->bytes, ix->dim, w)) != PATINA_OK) {
+                if (ids_sorted) s = PATINA_E_CORRUPT;
+                goto fail;
+            }
+        }
     if ((s = build_fast_path(ix)) != PATINA_OK) goto fail;
     if ((s = compute_sd(ix)) != PATINA_OK) goto fail;
     *out = ix;
@@ -423,11 +438,19 @@ patina_status patina_index_load_snapshot(patina_index_t **idx, const patina_extr
 }
 
 /* Rows of a floating-point family must be numbers (queries and added rows
- * alike): a NaN element has no distance (the order would be arbitrary).
+ * alike): a NaN element has no distance (the order would be arbitrary);
+ * a record distance first checks each record itself (pdist_check).
  * what names them in the message ("query", "descriptor"). */
 static patina_status check_nan(const patina_index_t *ix, const void *rows, size_t n, const char *what)
 {
     size_t r, i;
+    const pdist_check_fn check = pdist_check(ix->dist_id);
+    if (check) /* a record distance's own check says what is wrong */
+        for (r = 0; r < n; r++) {
+            char w[64];
+            snprintf(w, sizeof w, "search: %s %zu", what, r);
+            PATINA_TRY(check((const uint8_t *)rows + r * ix->bytes, ix->dim, w));
+        }
     if (ix->elem != PATINA_ELEM_F32 && ix->elem != PATINA_ELEM_F64) return PATINA_OK;
     for (r = 0; r < n; r++)
         for (i = 0; i < ix->dim; i++)
