@@ -7,11 +7,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 VENV=${VENV:-$ROOT/.venv-peers}
-SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
-if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
-  $SUDO apt-get update -q
-  $SUDO apt-get install -y -q --no-install-recommends python3-venv
-fi
+# python3-venv comes from scripts/bootstrap.sh (Debian's package).
+python3 -c 'import venv, ensurepip' 2>/dev/null || { echo "setup-opencv: python3-venv is missing (scripts/bootstrap.sh)" >&2; exit 1; }
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/python" -c 'import numpy, cv2; cv2.xfeatures2d.PCTSignaturesSQFD_create' 2>/dev/null ||
   "$VENV/bin/pip" install -q numpy opencv-contrib-python-headless
