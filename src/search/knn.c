@@ -730,15 +730,17 @@ static void tanimoto_rows(const patina_index_t *ix, const tq_t *q, size_t r0, si
     }
 }
 
-/* Distances of one query to rows [r0, r0 + cnt), cnt <= TILE. */
+/* Distances of one query to rows [r0, r0 + cnt), cnt <= TILE; pscratch:
+ * pdist_block_scratch(1, dim) bytes. */
 static void tile_distances(const patina_index_t *ix, const uint8_t *query, const tq_t *q, size_t r0,
-                           size_t cnt, double *out)
+                           size_t cnt, void *pscratch, double *out)
 {
     if (q && q->fast) {
         tanimoto_rows(ix, q, r0, cnt, out);
         return;
     }
-    pdist_rows(ix->dist_id, ix->elem, query, ix->descs + r0 * ix->bytes, ix->bytes, cnt, ix->dim, ix->sd, out);
+    pdist_block(ix->dist_id, ix->elem, query, 1, ix->descs + r0 * ix->bytes, ix->bytes, cnt, ix->dim, ix->sd,
+                pscratch, out, TILE);
 }
 
 /* ------------------------------------------------------------------- jobs */
@@ -779,8 +781,13 @@ static void search_task(void *arg, size_t t, int worker)
     double dist[TILE];
     heap_t hp = {NULL, 0, 0};
     hitvec_t *vec = NULL;
+    void *pscratch = malloc(pdist_block_scratch(1, ix->dim));
     (void)worker;
 
+    if (!pscratch) {
+        atomic_store(&jb->nomem, 1);
+        return;
+    }
     if (!jb->range) {
         hp.h = jb->nchunks == 1 ? jb->final + q * jb->k : jb->scratch + t * jb->cap;
         hp.cap = jb->nchunks == 1 ? (jb->k < ix->live ? jb->k : ix->live) : jb->cap;
@@ -793,7 +800,7 @@ static void search_task(void *arg, size_t t, int worker)
     }
     for (r = r0; r < r1; r += TILE) {
         size_t cnt = r1 - r < TILE ? r1 - r : TILE;
-        tile_distances(ix, query, tq, r, cnt, dist);
+        tile_distances(ix, query, tq, r, cnt, pscratch, dist);
         if (!jb->range || jb->max_hits) {
             for (j = 0; j < cnt; j++)
                 if ((!jb->range || dist[j] <= jb->radius) && !(ix->dead && ix->dead[r + j]))
@@ -807,6 +814,7 @@ static void search_task(void *arg, size_t t, int worker)
                 patina_hit_t *h = realloc(vec->h, ncap * sizeof *h);
                 if (!h) {
                     atomic_store(&jb->nomem, 1);
+                    free(pscratch);
                     return;
                 }
                 vec->h = h;
@@ -825,6 +833,7 @@ static void search_task(void *arg, size_t t, int worker)
     } else if (vec->n) {
         qsort(vec->h, vec->n, sizeof *vec->h, patina__hit_qsort_cmp);
     }
+    free(pscratch);
 }
 
 /* Merges the sorted chunk lists of query q into out (at most `limit`);
@@ -1180,6 +1189,7 @@ static patina_status knn_impl(patina_context_t *ctx, const patina_index_t *idx, 
                              nq * jb.nchunks, jb.cap);
     }
     if (s == PATINA_OK) s = run_job(ctx, &jb, nthreads);
+    if (s == PATINA_OK && atomic_load(&jb.nomem)) s = patina__fail(PATINA_E_NOMEM, "search: out of memory");
     if (s == PATINA_OK && jb.nchunks > 1) {
         /* Merge each query's chunk lists (each sorted) into its k best. */
         for (q = 0; q < nq; q++) {
