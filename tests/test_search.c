@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "search/distance.h"
 #include "search/knn.h"
 
 /* The CPU search on a context of `threads` workers (0: no context, all
@@ -1113,6 +1114,106 @@ static void test_live_concurrent(void **state)
     free_data(&ds);
 }
 
+/* The element-wise distances through the whole search, on the AVX2 path
+ * (where the CPU has it) and the forced portable path: every family's
+ * distance and element type, blocks of queries (1, 7, 70: over two blocks
+ * of 32), 1 and 3 threads, chunked rows. The two paths return the same
+ * hits, bit for bit, and (except std_l2, whose sigma is the index's) the
+ * brute force on patina_extractor_distance. */
+static void test_simd_paths(void **state)
+{
+    static const char *specs[] = {"lbp8", "lbp8:norm=counts", "lbp8:distance=l1", "tlbap:distance=intersection",
+                                  "lanadp:distance=hellinger", "glcm", "haralick"};
+    static const size_t nqs[] = {1, 7, 70};
+    const size_t n = 2600, k = 25;
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 4242);
+    for (size_t si = 0; si < sizeof specs / sizeof *specs; si++) {
+        patina_extractor_t *ex;
+        patina_index_t *idx;
+        TU_OK(patina_extractor_new(&ex, specs[si]));
+        const size_t dim = patina_extractor_dim(ex), bytes = patina_extractor_bytes(ex);
+        const patina_elem e = patina_extractor_elem(ex);
+        const int std = !strcmp(patina_extractor_distance_name(ex), "std_l2");
+        uint8_t *rows = calloc(n, bytes), *q = calloc(70, bytes);
+        uint64_t *ids = malloc(n * sizeof *ids);
+        patina_hit_t *h[2], *ref = malloc(n * sizeof *ref);
+        size_t *c[2];
+        for (size_t i = 0; i < n + 70; i++) {
+            uint8_t *row = i < n ? rows + i * bytes : q + (i - n) * bytes;
+            if (i < n) ids[i] = 7 * (n - i) + tu_rng_below(&r, 7);
+            if (i == 3 || i == n + 1) continue; /* a zero row, a zero query */
+            if (i > 10 && tu_rng_below(&r, 15) == 0) { /* ties: a copy of an earlier row */
+                memcpy(row, rows + tu_rng_below(&r, 10) * bytes, bytes);
+                continue;
+            }
+            for (size_t d = 0; d < dim; d++) {
+                const uint32_t v = tu_rng_below(&r, 10) < 6 ? 0 : 1 + tu_rng_below(&r, 9);
+                switch (e) {
+                case PATINA_ELEM_U8: row[d] = (uint8_t)v; break;
+                case PATINA_ELEM_U16: ((uint16_t *)row)[d] = (uint16_t)v; break;
+                case PATINA_ELEM_U32: ((uint32_t *)row)[d] = v * 1000; break;
+                case PATINA_ELEM_F32: ((float *)row)[d] = (float)v / 64.0f; break;
+                case PATINA_ELEM_F64: ((double *)row)[d] = (double)v * (d % 3 ? 1e-3 : 7.0); break;
+                }
+            }
+        }
+        TU_OK(patina_index_new(&idx, ex, ids, rows, n));
+        for (size_t ni = 0; ni < sizeof nqs / sizeof *nqs; ni++)
+            for (int threads = 1; threads <= 3; threads += 2) {
+                const size_t nq = nqs[ni];
+                for (int path = 0; path < 2; path++) {
+                    h[path] = malloc(nq * k * sizeof *h[path]);
+                    c[path] = malloc(nq * sizeof *c[path]);
+                    pdist_force_portable(path);
+                    TU_OK(knn_cpu(idx, q, nq, k, threads, h[path], c[path]));
+                }
+                pdist_force_portable(0);
+                assert_memory_equal(c[0], c[1], nq * sizeof *c[0]);
+                assert_memory_equal(h[0], h[1], nq * k * sizeof *h[0]);
+                for (size_t a = 0; a < nq && !std; a++) {
+                    for (size_t i = 0; i < n; i++) {
+                        ref[i].id = ids[i];
+                        ref[i].distance = patina_extractor_distance(ex, q + a * bytes, rows + i * bytes);
+                    }
+                    qsort(ref, n, sizeof *ref, ref_cmp);
+                    assert_int_equal(c[0][a], k);
+                    expect_hits(h[0] + a * k, ref, k, a);
+                }
+                for (int path = 0; path < 2; path++) {
+                    free(h[path]);
+                    free(c[path]);
+                }
+            }
+        { /* range search at the 40th distance of query 0: the same hits on both paths */
+            patina_hit_t *rh[2][7];
+            size_t rc[2][7];
+            double radius;
+            TU_OK(knn_cpu(idx, q, 1, 40, 1, ref, rc[0]));
+            radius = ref[39].distance;
+            for (int path = 0; path < 2; path++) {
+                pdist_force_portable(path);
+                TU_OK(range_cpu(idx, q, 7, radius, 0, 3, rh[path], rc[path]));
+            }
+            pdist_force_portable(0);
+            assert_true(rc[0][0] >= 40);
+            for (size_t a = 0; a < 7; a++) {
+                assert_int_equal(rc[0][a], rc[1][a]);
+                if (rc[0][a]) assert_memory_equal(rh[0][a], rh[1][a], rc[0][a] * sizeof *rh[0][a]);
+                free(rh[0][a]);
+                free(rh[1][a]);
+            }
+        }
+        patina_index_free(idx);
+        patina_extractor_free(ex);
+        free(rows);
+        free(q);
+        free(ids);
+        free(ref);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1126,6 +1227,7 @@ int main(void)
         cmocka_unit_test(test_range),
         cmocka_unit_test(test_generic_path),
         cmocka_unit_test(test_other_family),
+        cmocka_unit_test(test_simd_paths),
         cmocka_unit_test(test_load_from_collection),
         cmocka_unit_test(test_concurrent_searches),
         cmocka_unit_test(test_search_devices),
