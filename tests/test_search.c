@@ -18,6 +18,7 @@
 
 #include "search/distance.h"
 #include "search/knn.h"
+#include "search/knn_simd.h"
 
 /* The CPU search on a context of `threads` workers (0: no context, all
  * CPUs; negative: the context refuses). */
@@ -1114,15 +1115,83 @@ static void test_live_concurrent(void **state)
     free_data(&ds);
 }
 
+/* The AVX2 filter of the Tanimoto fast path (search/knn_avx2.c) against
+ * its inequality evaluated here on the exact integers: the layout of 1..16
+ * rows of lengths around its 16-byte steps (and CEDD's 144), every
+ * query pair list, thresholds on both sides of each row. */
+static void test_tanimoto_filter(void **state)
+{
+#if PDIST_HAVE_AVX2
+    static const size_t dims[] = {1, 2, 15, 16, 17, 31, 33, 144, 255, 256};
+    tu_rng_t r;
+    size_t checked = 0;
+    (void)state;
+    if (!pdist_simd()) {
+        print_message("no AVX2 on this CPU; skipped\n");
+        return;
+    }
+    tu_rng_seed(&r, 77);
+    for (size_t di = 0; di < sizeof dims / sizeof *dims; di++)
+        for (int rep = 0; rep < 40; rep++) {
+            const size_t dim = dims[di], m = 1 + tu_rng_below(&r, PTAN_GROUP), np = (dim + 1) / 2;
+            uint8_t rows[PTAN_GROUP * 256], a[256];
+            uint16_t L[PTAN_GROUP * 128], pe[128], pv[128];
+            double t1[PTAN_GROUP] = {0}, s1[PTAN_GROUP], s2 = 0, t2 = 0;
+            size_t n = 0;
+            memset(rows, 0xee, sizeof rows); /* past the m rows: must not be read as data */
+            for (size_t j = 0; j < m * dim; j++) rows[j] = tu_rng_below(&r, 10) < 6 ? 0 : (uint8_t)tu_rng_below(&r, 8);
+            for (size_t i = 0; i < dim; i++) a[i] = rep % 5 == 0 ? 0 : tu_rng_below(&r, 3) ? 0 : (uint8_t)tu_rng_below(&r, 8);
+            for (size_t e = 0; e < np; e++) {
+                const unsigned lo = a[2 * e], hi = 2 * e + 1 < dim ? a[2 * e + 1] : 0;
+                if (lo | hi) {
+                    pe[n] = (uint16_t)e;
+                    pv[n++] = (uint16_t)(lo | hi << 8);
+                }
+            }
+            for (size_t i = 0; i < dim; i++) {
+                t2 += a[i];
+                s2 += a[i] * a[i];
+            }
+            ptan_avx2_layout(rows, m, dim, L, s1);
+            for (size_t j = 0; j < PTAN_GROUP; j++) {
+                double t = 0, ss = 0;
+                for (size_t i = 0; j < m && i < dim; i++) {
+                    t += rows[j * dim + i];
+                    ss += rows[j * dim + i] * rows[j * dim + i];
+                }
+                assert_true(s1[j] == ss);
+                if (j < m) t1[j] = t;
+            }
+            for (int k = 0; k < 6; k++) {
+                const double tc = k == 5 ? NAN : (double)tu_rng_below(&r, 1001) / 1000.0;
+                const unsigned keep = ptan_avx2_filter(L, pe, pv, n, t1, s1, t2, s2, tc);
+                for (size_t j = 0; j < PTAN_GROUP; j++) {
+                    double d = 0, num, den;
+                    for (size_t i = 0; j < m && i < dim; i++) d += a[i] * rows[j * dim + i];
+                    num = d * t1[j] * t2;
+                    den = s2 * t1[j] * t1[j] + s1[j] * t2 * t2 - num;
+                    assert_int_equal(keep >> j & 1, !(num < tc * den));
+                    checked++;
+                }
+            }
+        }
+    print_message("%zu row decisions checked\n", checked);
+#else
+    (void)state;
+    print_message("no AVX2 build; skipped\n");
+#endif
+}
+
 /* The element-wise distances through the whole search, on the AVX2 path
- * (where the CPU has it) and the forced portable path: every family's
- * distance and element type, blocks of queries (1, 7, 70: over two blocks
- * of 32), 1 and 3 threads, chunked rows. The two paths return the same
- * hits, bit for bit, and (except std_l2, whose sigma is the index's) the
- * brute force on patina_extractor_distance. */
+ * (where the CPU has it; for CEDD the fast path's integer filter) and the
+ * forced portable path: every family's distance and element type, blocks
+ * of queries (1, 7, 70: over two blocks of 32), 1 and 3 threads, chunked
+ * rows. The two paths return the same hits, bit for bit, and (except
+ * std_l2, whose sigma is the index's) the brute force on
+ * patina_extractor_distance. */
 static void test_simd_paths(void **state)
 {
-    static const char *specs[] = {"lbp8", "lbp8:norm=counts", "lbp8:distance=l1", "tlbap:distance=intersection",
+    static const char *specs[] = {"cedd", "lbp8", "lbp8:norm=counts", "lbp8:distance=l1", "tlbap:distance=intersection",
                                   "lanadp:distance=hellinger", "glcm", "haralick"};
     static const size_t nqs[] = {1, 7, 70};
     const size_t n = 2600, k = 25;
@@ -1149,7 +1218,7 @@ static void test_simd_paths(void **state)
                 continue;
             }
             for (size_t d = 0; d < dim; d++) {
-                const uint32_t v = tu_rng_below(&r, 10) < 6 ? 0 : 1 + tu_rng_below(&r, 9);
+                const uint32_t v = tu_rng_below(&r, 10) < 6 ? 0 : 1 + tu_rng_below(&r, 7); /* CEDD's 0..7 */
                 switch (e) {
                 case PATINA_ELEM_U8: row[d] = (uint8_t)v; break;
                 case PATINA_ELEM_U16: ((uint16_t *)row)[d] = (uint16_t)v; break;
@@ -1228,6 +1297,7 @@ int main(void)
         cmocka_unit_test(test_generic_path),
         cmocka_unit_test(test_other_family),
         cmocka_unit_test(test_simd_paths),
+        cmocka_unit_test(test_tanimoto_filter),
         cmocka_unit_test(test_load_from_collection),
         cmocka_unit_test(test_concurrent_searches),
         cmocka_unit_test(test_search_devices),

@@ -40,7 +40,10 @@
  * Nothing is reassociated, so the doubles are identical (tests/test_search.c
  * checks every pair bit for bit). Queries with an element above 7 use the
  * definition. Four rows run at once for instruction-level parallelism; each
- * keeps its own sequential C1. */
+ * keeps its own sequential C1. With AVX2, an exact integer filter (the dot
+ * products a.b of 16 rows at once, search/knn_avx2.c) first leaves out the
+ * rows provably farther than the query's current k-th hit or radius; only
+ * the others get their distance (tanimoto_tile_filtered has the bound). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* glibc: pthread_rwlockattr_setkind_np (rwlock_init) */
 #endif
@@ -55,6 +58,7 @@
 #include "patina/glcm.h"
 #include "search/distance.h"
 #include "search/knn.h"
+#include "search/knn_simd.h"
 
 #define K_MAX 1000000
 #define TILE 256          /* rows whose distances are computed before selection */
@@ -103,6 +107,11 @@ typedef struct tq {
     double t2, c2;
     uint16_t idx[PGPU_KNN_MAXDIM];
     double qv[PGPU_KNN_MAXDIM];
+    /* the AVX2 filter's view (knn_simd.h): S2 = sum a^2, the non-zero
+     * element pairs (pe) and their two elements (pv, low byte first) */
+    double s2;
+    int np;
+    uint16_t pe[PGPU_KNN_MAXDIM / 2], pv[PGPU_KNN_MAXDIM / 2];
 } tq_t;
 
 int patina__index_fast_path(const patina_index_t *idx) { return idx && idx->t1 != NULL; }
@@ -680,6 +689,16 @@ static void prepare_query(tq_t *q, const uint8_t *a, size_t dim)
     }
     q->fast = 1;
     q->t2 = t2;
+    q->np = 0;
+    q->s2 = 0.0;
+    for (i = 0; i < dim; i += 2) {
+        const unsigned lo = a[i], hi = i + 1 < dim ? a[i + 1] : 0;
+        q->s2 += (double)(lo * lo + hi * hi);
+        if (lo | hi) {
+            q->pe[q->np] = (uint16_t)(i / 2);
+            q->pv[q->np++] = (uint16_t)(lo | hi << 8);
+        }
+    }
     if (t2 != 0.0)
         for (i = 0; i < dim; i++) {
             double v = (double)a[i] / t2;
@@ -736,23 +755,88 @@ static void tanimoto_rows(const patina_index_t *ix, const tq_t *q, size_t r0, si
     }
 }
 
+/* Distance of one row to a fast-path query: tanimoto_rows's operations. */
+static double tanimoto_row(const patina_index_t *ix, const tq_t *q, size_t r)
+{
+    const uint8_t *b = ix->descs + r * ix->dim;
+    const double *p = ix->ptab[ix->t1[r]];
+    double s = 0.0;
+    for (int j = 0; j < q->nnz; j++) s += p[b[q->idx[j]]] * q->qv[j];
+    return tanimoto_finish(q, ix->t1[r], ix->c3[r], s);
+}
+
+#if PDIST_HAVE_AVX2
+/* The fast path with the AVX2 filter: dist (nb, TILE) holds the distances
+ * of the rows that may lie within thr[q] (each query's threshold: its
+ * heap's worst once full, the radius, or +inf) and +inf for the others,
+ * which cannot enter the result: their distance is above thr[q].
+ *
+ * Why: with the integers D = a.b, T1, T2, S1 = b.b, S2 = a.a, LIRE's
+ * similarity is the rational t = D T1 T2 / (S2 T1^2 + S1 T2^2 - D T1 T2)
+ * and the distance 100 (1 - t). The definition's double differs from
+ * 100 (1 - t) by less than 1e-11: C1, C2, C3 are sums of at most 256
+ * non-negative terms, each within 3 roundings, so each is within 260 u
+ * (u = 2^-53) relative; the denominator (C2 + C3) - C1 >= (C2 + C3) / 2
+ * (Cauchy-Schwarz), so it is within about 800 u, the quotient (t <= 1)
+ * within about 1100 u, and 100 (1 - t) within 100 * 1100 u + one rounding
+ * (< 2e-11). The filter drops a row when D T1 T2 < tc den with tc =
+ * (100 - thr - MARGIN) / 100 (all integers exact in double, the product
+ * within u): then 100 (1 - t) > thr + MARGIN - 1e-13 and the definition's
+ * distance > thr + MARGIN - 1e-10 > thr. A row at thr (a tie that may
+ * enter by its id) is always kept; so are zero rows and zero queries (a
+ * zero denominator keeps the row) and everything while thr is +inf. */
+#define TAN_MARGIN 1e-9
+static void tanimoto_tile_filtered(const patina_index_t *ix, const tq_t *tq, const double *thr, size_t nb, size_t r0,
+                                   size_t cnt, double *dist)
+{
+    uint16_t L[PTAN_GROUP * (PGPU_KNN_MAXDIM / 2)];
+    double t1[PTAN_GROUP], s1[PTAN_GROUP];
+    size_t g, q, j;
+    for (g = 0; g < cnt; g += PTAN_GROUP) {
+        const size_t m = cnt - g < PTAN_GROUP ? cnt - g : PTAN_GROUP;
+        ptan_avx2_layout(ix->descs + (r0 + g) * ix->dim, m, ix->dim, L, s1);
+        for (j = 0; j < PTAN_GROUP; j++) t1[j] = j < m ? (double)ix->t1[r0 + g + j] : 0.0;
+        for (q = 0; q < nb; q++) {
+            const tq_t *tq1 = &tq[q];
+            double *out = dist + q * TILE + g;
+            unsigned keep;
+            if (!tq1->fast) continue;
+            keep = isinf(thr[q]) ? 0xffffu
+                                 : ptan_avx2_filter(L, tq1->pe, tq1->pv, (size_t)tq1->np, t1, s1, tq1->t2, tq1->s2,
+                                                    (100.0 - thr[q] - TAN_MARGIN) / 100.0);
+            for (j = 0; j < m; j++) out[j] = keep >> j & 1 ? tanimoto_row(ix, tq1, r0 + g + j) : HUGE_VAL;
+        }
+    }
+}
+#endif
+
 /* dist (nb, TILE) = the distances of the block's nb queries (queries, and
  * their fast-path preparations tq or NULL) to rows [r0, r0 + cnt), cnt <=
  * TILE. The distance table takes the whole block (each group of rows is
  * read once for all of them); with the Tanimoto fast path each query runs
- * over the tile, which stays in cache between them. */
-static void tile_distances(const patina_index_t *ix, const uint8_t *queries, const tq_t *tq, size_t nb, size_t r0,
-                           size_t cnt, void *pscratch, double *dist)
+ * over the tile, which stays in cache between them, and with AVX2 only the
+ * rows that may lie within the query's threshold thr[q] get their distance
+ * (the others +inf, see tanimoto_tile_filtered). */
+static void tile_distances(const patina_index_t *ix, const uint8_t *queries, const tq_t *tq, const double *thr,
+                           size_t nb, size_t r0, size_t cnt, void *pscratch, double *dist)
 {
     const uint8_t *rows = ix->descs + r0 * ix->bytes;
     size_t q;
+    int filtered = 0;
     if (!tq) {
         pdist_block(ix->dist_id, ix->elem, queries, nb, rows, ix->bytes, cnt, ix->dim, ix->sd, pscratch, dist, TILE);
         return;
     }
+#if PDIST_HAVE_AVX2
+    if (pdist_simd()) {
+        tanimoto_tile_filtered(ix, tq, thr, nb, r0, cnt, dist);
+        filtered = 1;
+    }
+#endif
     for (q = 0; q < nb; q++) {
-        if (tq[q].fast) tanimoto_rows(ix, &tq[q], r0, cnt, dist + q * TILE);
-        else
+        if (tq[q].fast) {
+            if (!filtered) tanimoto_rows(ix, &tq[q], r0, cnt, dist + q * TILE);
+        } else
             pdist_block(ix->dist_id, ix->elem, queries + q * ix->bytes, 1, rows, ix->bytes, cnt, ix->dim, ix->sd,
                         pscratch, dist + q * TILE, TILE);
     }
@@ -795,11 +879,12 @@ static void search_task(void *arg, size_t t, int worker)
     const size_t nb = jb->nq - q0 < jb->qb ? jb->nq - q0 : jb->qb;
     const size_t r0 = c * jb->chunk, r1 = r0 + jb->chunk < ix->n ? r0 + jb->chunk : ix->n;
     double *dist = malloc(nb * TILE * sizeof *dist + pdist_block_scratch(nb, ix->dim)); /* (nb, TILE), then pdist's */
+    double *thr = malloc(nb * sizeof *thr);
     heap_t *hp = calloc(nb, sizeof *hp);
     size_t r, i, j;
     (void)worker;
 
-    if (!dist || !hp) {
+    if (!dist || !hp || !thr) {
         atomic_store(&jb->nomem, 1);
         goto done;
     }
@@ -815,8 +900,13 @@ static void search_task(void *arg, size_t t, int worker)
     }
     for (r = r0; r < r1; r += TILE) {
         const size_t cnt = r1 - r < TILE ? r1 - r : TILE;
-        tile_distances(ix, jb->queries + q0 * ix->bytes, jb->tq ? jb->tq + q0 : NULL, nb, r, cnt, dist + nb * TILE,
-                       dist);
+        for (i = 0; i < nb; i++) { /* a row farther than thr[i] cannot enter query i's result */
+            thr[i] = jb->range ? jb->radius : HUGE_VAL;
+            if ((!jb->range || jb->max_hits) && hp[i].n == hp[i].cap && hp[i].n && hp[i].h[0].distance < thr[i])
+                thr[i] = hp[i].h[0].distance;
+        }
+        tile_distances(ix, jb->queries + q0 * ix->bytes, jb->tq ? jb->tq + q0 : NULL, thr, nb, r, cnt,
+                       dist + nb * TILE, dist);
         for (i = 0; i < nb; i++) {
             const double *dq = dist + i * TILE;
             hitvec_t *vec;
@@ -858,6 +948,7 @@ static void search_task(void *arg, size_t t, int worker)
     }
 done:
     free(dist);
+    free(thr);
     free(hp);
 }
 
