@@ -232,14 +232,15 @@ static int same_double(double x, double y) { return memcmp(&x, &y, sizeof x) == 
  * every distance and element type, lengths and row counts around the
  * groups of four, blocks of 1 to 9 queries, zero rows and queries,
  * repeated rows (ties), a query equal to a row, std_l2 with and without
- * sigma, an output stride wider than the rows. */
+ * sigma, an output stride wider than the rows; and with thresholds, where
+ * a row may get +inf only if its distance is above the query's. */
 static void test_block(void **state)
 {
     static const size_t lens[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 28, 33, 40, 64, 144, 256};
     static const size_t cnts[] = {1, 2, 3, 4, 5, 7, 8, 9, 13};
     static const size_t nqs[] = {1, 2, 3, 4, 5, 8, 9};
     tu_rng_t r;
-    size_t bad = 0, runs = 0;
+    size_t bad = 0, runs = 0, dropped = 0;
     int path;
     (void)state;
     printf("  AVX2 kernels on this CPU: %s\n", pdist_simd() ? "yes" : "no (the portable path twice)");
@@ -255,7 +256,8 @@ static void test_block(void **state)
                 const size_t bytes = n * patina_elem_size(e);
                 const int kind = (int)tu_rng_below(&r, 3) == 0 ? 2 : 1; /* a third of the cases: the type's range */
                 uint8_t *rows = calloc(cnt, bytes), *q = calloc(nq, bytes);
-                double *out[2], *sd = malloc(n * sizeof *sd);
+                double *out[2], *sd = malloc(n * sizeof *sd), *thr = malloc(nq * sizeof *thr);
+                double *outf = malloc(nq * ld * sizeof *outf);
                 void *scratch = malloc(pdist_block_scratch(nq, n));
                 out[0] = malloc(nq * ld * sizeof(double));
                 out[1] = malloc(nq * ld * sizeof(double));
@@ -281,9 +283,30 @@ static void test_block(void **state)
                     for (path = 0; path < 2; path++) { /* 0: AVX2 where present, 1: portable */
                         pdist_force_portable(path);
                         for (size_t k = 0; k < nq * ld; k++) out[path][k] = -1.0;
-                        pdist_block((pdist_t)d, e, q, nq, rows, bytes, cnt, n, s, scratch, out[path], ld);
+                        pdist_block((pdist_t)d, e, q, nq, rows, bytes, cnt, n, s, NULL, scratch, out[path], ld);
                     }
                     pdist_force_portable(0);
+                    /* with thresholds (the AVX2 filters of std_l2 and chi2): a row's
+                     * distance exactly, or +inf where the definition is above the
+                     * threshold. Thresholds: a row's distance (its ties must stay),
+                     * 0, +inf, just below a row's distance, NaN. */
+                    for (size_t a = 0; a < nq; a++) {
+                        const double x = def->pair(e, q + a * bytes, rows + tu_rng_below(&r, (uint32_t)cnt) * bytes, n, s);
+                        thr[a] = a % 5 == 0 ? x : a % 5 == 1 ? 0.0 : a % 5 == 2 ? HUGE_VAL : a % 5 == 3 ? x * 0.999 : NAN;
+                    }
+                    pdist_block((pdist_t)d, e, q, nq, rows, bytes, cnt, n, s, thr, scratch, outf, ld);
+                    for (size_t a = 0; a < nq; a++)
+                        for (size_t k = 0; k < cnt; k++) {
+                            const double want = def->pair(e, q + a * bytes, rows + k * bytes, n, s), got = outf[a * ld + k];
+                            if (same_double(want, got) || (isinf(got) && got > 0 && !(want <= thr[a]))) {
+                                dropped += !same_double(want, got);
+                                continue;
+                            }
+                            if (bad < 8)
+                                printf("  %s elem %d n %zu filtered: query %zu row %zu: %.17g, definition %.17g, threshold %.17g\n",
+                                       def->name, (int)e, n, a, k, got, want, thr[a]);
+                            bad++;
+                        }
                     for (size_t a = 0; a < nq; a++)
                         for (size_t k = 0; k < cnt; k++) {
                             const double want = def->pair(e, q + a * bytes, rows + k * bytes, n, s);
@@ -305,10 +328,12 @@ static void test_block(void **state)
                 free(out[0]);
                 free(out[1]);
                 free(sd);
+                free(thr);
+                free(outf);
                 free(scratch);
             }
     }
-    printf("  %zu pairs on each path, %zu differing\n", runs, bad);
+    printf("  %zu pairs on each path, %zu differing; with thresholds %zu left out\n", runs, bad, dropped);
     assert_int_equal(bad, 0);
 }
 

@@ -147,8 +147,8 @@ void pdist_force_portable(int on) { atomic_store(&portable_forced, on != 0); }
 
 size_t pdist_block_scratch(size_t nq, size_t n)
 {
-    /* the AVX2 path's qv (nq, n), qs (nq, 2), acc (nq, 4), rs (8), T (n, 4) aligned to 32 bytes */
-    return (nq * n + 6 * nq + 8 + 4 * n) * sizeof(double) + 32;
+    /* the AVX2 path's qv (nq, n), qs (nq, 2), acc and appr (nq, 4), inv (n), rs (8), T (n, 4) aligned to 32 bytes */
+    return (nq * n + 10 * nq + 8 + 5 * n) * sizeof(double) + 32;
 }
 
 /* The portable path: four rows at a time through the x4 variants (each
@@ -180,7 +180,7 @@ static void block_portable(pdist_t d, patina_elem e, const uint8_t *queries, siz
 }
 
 void pdist_block(pdist_t d, patina_elem e, const uint8_t *queries, size_t nq, const uint8_t *rows, size_t bytes,
-                 size_t cnt, size_t n, const double *sd, void *scratch, double *out, size_t ld)
+                 size_t cnt, size_t n, const double *sd, const double *thr, void *scratch, double *out, size_t ld)
 {
     const pdist_def_t *def = pdist_get(d);
     if (!def || def->record) { /* whole records: the definition, pair by pair */
@@ -190,10 +190,11 @@ void pdist_block(pdist_t d, patina_elem e, const uint8_t *queries, size_t nq, co
     }
 #if PDIST_HAVE_AVX2
     if (pdist_simd()) {
-        pdist_avx2_block(d, e, queries, nq, rows, bytes, cnt, n, sd, scratch, out, ld);
+        pdist_avx2_block(d, e, queries, nq, rows, bytes, cnt, n, sd, thr, scratch, out, ld);
         return;
     }
 #endif
     (void)scratch;
+    (void)thr;
     block_portable(d, e, queries, nq, rows, bytes, cnt, n, sd, out, ld);
 }

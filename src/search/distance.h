@@ -67,10 +67,14 @@ size_t pdist_block_scratch(size_t nq, size_t n);
  * bit for bit. Rows are taken four at a time and each group serves every
  * query of the block while it is in cache: AVX2 (one row per lane, the
  * definition's operations in its order) where the CPU has it and the
- * portable path is not forced, else the portable x4 variants. scratch:
- * pdist_block_scratch(nq, n) bytes, any alignment (the caller's; not kept). */
+ * portable path is not forced, else the portable x4 variants.
+ * thr (nq) or NULL: a row provably farther than thr[q] from query q may
+ * get +inf instead of its distance (the AVX2 path's std_l2 filter skips
+ * the divisions there); every row within thr[q], ties included, gets its
+ * distance. scratch: pdist_block_scratch(nq, n) bytes,
+ * any alignment (the caller's; not kept). */
 void pdist_block(pdist_t d, patina_elem e, const uint8_t *queries, size_t nq, const uint8_t *rows, size_t bytes,
-                 size_t cnt, size_t n, const double *sd, void *scratch, double *out, size_t ld);
+                 size_t cnt, size_t n, const double *sd, const double *thr, void *scratch, double *out, size_t ld);
 
 /* 1 when pdist_block runs the AVX2 kernels: an x86-64 build by GCC or
  * Clang, a CPU with AVX2 and the portable path not forced; else 0. */

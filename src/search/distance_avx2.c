@@ -21,7 +21,14 @@
  * +0.0 and only grows by non-negative terms leaves it unchanged, bit for
  * bit); the zero-sum cases of intersection, Hellinger, cosine and Tanimoto
  * are decided per pair after the loop, by the definitions' own
- * expressions. Not this file: the CEDD fast path (search/knn.c), the GPU. */
+ * expressions.
+ *
+ * Given each query's threshold (the search's k-th distance so far or its
+ * radius), std_l2 first runs a cheaper sum with multiplications by
+ * 1 / sigma and computes the definition (with its divisions) only for the
+ * queries for which some row of the group may lie within the threshold;
+ * the bound is at bound(). Not this file: the CEDD fast path and its
+ * filter (search/knn.c, search/knn_avx2.c), the GPU. */
 #include "search/distance_simd.h"
 
 #if PDIST_HAVE_AVX2
@@ -195,6 +202,13 @@ static AVX2 void group_load(patina_elem e, const uint8_t *const b[4], size_t n, 
         }                                                                                               \
     }
 
+/* std_l2's filter (see pdist_avx2_block): a multiplication by inv =
+ * 1 / sigma instead of the division. */
+#define STEP_STD_L2_APPROX(D, X)                                                                        \
+    do {                                                                                                \
+        const __m256d t_ = _mm256_mul_pd(_mm256_sub_pd(_mm256_set1_pd(X), y), s);                      \
+        D = _mm256_add_pd(D, _mm256_mul_pd(t_, t_));                                                     \
+    } while (0)
 #define NOPRE ((void)0)
 PAIR_KERNEL(k_l1, STEP_L1, NOPRE)
 PAIR_KERNEL(k_l2, STEP_L2, NOPRE)
@@ -203,6 +217,8 @@ PAIR_KERNEL(k_chi2, STEP_CHI2, NOPRE)
 PAIR_KERNEL(k_min, STEP_MIN, NOPRE)
 PAIR_KERNEL(k_sqrt, STEP_SQRT, NOPRE)
 PAIR_KERNEL(k_dot, STEP_DOT, NOPRE)
+PAIR_KERNEL(k_std_l2_approx, STEP_STD_L2_APPROX, const __m256d s = _mm256_set1_pd(sd[i]))
+
 
 typedef void (*kernel_fn)(const double *, const double *, size_t, size_t, const double *, double *);
 
@@ -219,6 +235,7 @@ static AVX2 void group_sums(pdist_t d, double *T, size_t n, double *rs)
     case PDIST_TANIMOTO:
         for (i = 0; i < n; i++) a = _mm256_add_pd(a, _mm256_load_pd(T + 4 * i));
         break;
+
     case PDIST_COSINE:
         for (i = 0; i < n; i++) {
             const __m256d y = _mm256_load_pd(T + 4 * i);
@@ -312,16 +329,37 @@ static double finish(pdist_t d, double acc, const double *qs, const double *rs, 
     }
 }
 
-/* Scratch (pdist_block_scratch): qv (nq, n), qs (nq, 2), acc (nq, 4),
- * rs (8), then T (n, 4) at a 32-byte boundary. */
-void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, size_t nq, const uint8_t *rows,
-                      size_t bytes, size_t cnt, size_t n, const double *sd, void *scratch, double *out,
-                      size_t ld)
+/* std_l2's filter. A row may be left out (+inf) only when it is provably
+ * farther than the query's threshold thr; every other row gets the
+ * definition's double. With u = 2^-53 and n elements, S~ = Σ((a - b) *
+ * inv)^2: each term is within 8u of the definition's ((a - b) / sigma)^2
+ * (inv = 1/sigma rounded, the product rounded, the quotient rounded, both
+ * squared), so with both sums' roundings S~ <= S (1 + (2n + 9)u). A row is
+ * dropped when S~ > thr^2 (1 + (4n + 64)u) + 1e-290: then S > thr^2 (1 +
+ * (2n + 50)u), whose square root rounds to a double above thr. The 1e-290
+ * covers underflow (each rounding there is absolute, 2^-1074); a NaN,
+ * negative or infinite threshold, or one whose bound overflows, drops
+ * nothing. */
+static double bound(size_t n, double thr)
 {
-    double *qv = scratch, *qs = qv + nq * n, *acc = qs + 2 * nq, *rs = acc + 4 * nq;
+    const double u = 0x1p-53;
+    double b;
+    if (!(thr >= 0.0) || isinf(thr)) return HUGE_VAL; /* NaN, negative (never the search's), +inf */
+    b = thr * thr * (1.0 + (4.0 * (double)n + 64.0) * u) + 1e-290;
+    return b < 1e300 ? b : HUGE_VAL;
+}
+
+/* Scratch (pdist_block_scratch): qv (nq, n), qs (nq, 2), acc (nq, 4),
+ * appr (nq, 4), inv (n), rs (8), then T (n, 4) at a 32-byte boundary. */
+void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, size_t nq, const uint8_t *rows,
+                      size_t bytes, size_t cnt, size_t n, const double *sd, const double *thr, void *scratch,
+                      double *out, size_t ld)
+{
+    double *qv = scratch, *qs = qv + nq * n, *acc = qs + 2 * nq, *appr = acc + 4 * nq, *inv = appr + 4 * nq;
+    double *rs = inv + n;
     double *T = (double *)(((uintptr_t)(rs + 8) + 31) & ~(uintptr_t)31);
-    kernel_fn k;
-    size_t q, r;
+    kernel_fn k, approx = NULL;
+    size_t q, r, i;
     switch (d) {
     case PDIST_L1: k = k_l1; break;
     case PDIST_L2: k = k_l2; break;
@@ -335,6 +373,12 @@ void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, size_t n
     }
     if (nq == 0 || cnt == 0) return;
     for (q = 0; q < nq; q++) query_prep(d, e, queries + q * bytes, n, qv + q * n, qs + 2 * q);
+    if (thr && d == PDIST_STD_L2 && sd) {
+        approx = k_std_l2_approx;
+        for (i = 0; i < n; i++) inv[i] = 1.0 / sd[i];
+    }
+    if (approx)
+        for (q = 0; q < nq; q++) qs[2 * q + 1] = bound(n, thr[q]); /* (std_l2 has no query sums) */
     for (r = 0; r < cnt; r += 4) {
         const size_t m = cnt - r < 4 ? cnt - r : 4; /* rows of this group; the other lanes repeat row r */
         const uint8_t *b[4];
@@ -342,9 +386,23 @@ void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, size_t n
         for (j = 0; j < 4; j++) b[j] = rows + (r + (j < m ? j : 0)) * bytes;
         group_load(e, b, n, T);
         group_sums(d, T, n, rs);
-        k(T, qv, n, nq, sd, acc);
-        for (q = 0; q < nq; q++)
+        if (!approx) {
+            k(T, qv, n, nq, sd, acc);
+            for (q = 0; q < nq; q++)
+                for (j = 0; j < m; j++) out[q * ld + r + j] = finish(d, acc[4 * q + j], qs + 2 * q, rs, (int)j);
+            continue;
+        }
+        approx(T, qv, n, nq, inv, appr);
+        for (q = 0; q < nq; q++) {
+            int any = 0;
+            for (j = 0; j < m; j++) any |= !(appr[4 * q + j] > qs[2 * q + 1]);
+            if (!any) { /* every row of the group is farther than thr[q] */
+                for (j = 0; j < m; j++) out[q * ld + r + j] = HUGE_VAL;
+                continue;
+            }
+            k(T, qv + q * n, n, 1, sd, acc + 4 * q); /* the definition for this query */
             for (j = 0; j < m; j++) out[q * ld + r + j] = finish(d, acc[4 * q + j], qs + 2 * q, rs, (int)j);
+        }
     }
 }
 

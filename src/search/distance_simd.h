@@ -24,8 +24,8 @@ int pdist_avx2_cpu(void);
  * only where pdist_avx2_cpu() says so; d is element-wise (not a record
  * distance). */
 void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, size_t nq, const uint8_t *rows,
-                      size_t bytes, size_t cnt, size_t n, const double *sd, void *scratch, double *out,
-                      size_t ld);
+                      size_t bytes, size_t cnt, size_t n, const double *sd, const double *thr, void *scratch,
+                      double *out, size_t ld);
 #endif
 
 #endif

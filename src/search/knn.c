@@ -824,7 +824,8 @@ static void tile_distances(const patina_index_t *ix, const uint8_t *queries, con
     size_t q;
     int filtered = 0;
     if (!tq) {
-        pdist_block(ix->dist_id, ix->elem, queries, nb, rows, ix->bytes, cnt, ix->dim, ix->sd, pscratch, dist, TILE);
+        pdist_block(ix->dist_id, ix->elem, queries, nb, rows, ix->bytes, cnt, ix->dim, ix->sd, thr, pscratch, dist,
+                    TILE);
         return;
     }
 #if PDIST_HAVE_AVX2
@@ -838,7 +839,7 @@ static void tile_distances(const patina_index_t *ix, const uint8_t *queries, con
             if (!filtered) tanimoto_rows(ix, &tq[q], r0, cnt, dist + q * TILE);
         } else
             pdist_block(ix->dist_id, ix->elem, queries + q * ix->bytes, 1, rows, ix->bytes, cnt, ix->dim, ix->sd,
-                        pscratch, dist + q * TILE, TILE);
+                        thr + q, pscratch, dist + q * TILE, TILE);
     }
 }
 
