@@ -125,9 +125,10 @@ int pdist_find(const char *name)
     return -1;
 }
 
-/* The path pdist_block takes: -1 not decided yet, 0 portable, 1 AVX2. */
-static atomic_int simd_path = -1;
 static atomic_int portable_forced = 0;
+#if PDIST_HAVE_AVX2
+static atomic_int simd_path = -1; /* the CPU's: -1 not asked yet, 0 portable, 1 AVX2 */
+#endif
 
 int pdist_simd(void)
 {

@@ -1,7 +1,8 @@
 /* The AVX2 kernels of the distance table (src/search/distance_avx2.c), for
  * pdist_block (search/distance.h), which picks them at run time. Built
  * wherever the compiler can target AVX2 per function (GCC, Clang on
- * x86-64); elsewhere PDIST_HAVE_AVX2 is 0 and only the portable C runs. */
+ * x86-64); elsewhere, or compiled with -DPATINA_NO_AVX2 (a build of the
+ * portable path alone), PDIST_HAVE_AVX2 is 0 and only the portable C runs. */
 #ifndef PATINA_SEARCH_DISTANCE_SIMD_H
 #define PATINA_SEARCH_DISTANCE_SIMD_H
 
@@ -10,7 +11,7 @@
 
 #include "search/distance.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if !defined(PATINA_NO_AVX2) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define PDIST_HAVE_AVX2 1
 #else
 #define PDIST_HAVE_AVX2 0

@@ -755,6 +755,7 @@ static void tanimoto_rows(const patina_index_t *ix, const tq_t *q, size_t r0, si
     }
 }
 
+#if PDIST_HAVE_AVX2
 /* Distance of one row to a fast-path query: tanimoto_rows's operations. */
 static double tanimoto_row(const patina_index_t *ix, const tq_t *q, size_t r)
 {
@@ -765,7 +766,6 @@ static double tanimoto_row(const patina_index_t *ix, const tq_t *q, size_t r)
     return tanimoto_finish(q, ix->t1[r], ix->c3[r], s);
 }
 
-#if PDIST_HAVE_AVX2
 /* The fast path with the AVX2 filter: dist (nb, TILE) holds the distances
  * of the rows that may lie within thr[q] (each query's threshold: its
  * heap's worst once full, the radius, or +inf) and +inf for the others,
