@@ -203,7 +203,8 @@ static void test_families(void **state)
 
 /* Element i of a random row of type e. kind 0: zero; 1: small counts
  * (40% zeros, 0..8: ties, chi2's zero pairs); 2: the type's range (u16 up
- * to 65535, u32 across 2^31, f32 / f64 of mixed signs and scales, -0.0). */
+ * to 65535, u32 across 2^31, f32 / f64 of mixed signs and scales, -0.0,
+ * now and then an infinity). */
 static void put_elem(uint8_t *row, patina_elem e, size_t i, int kind, tu_rng_t *r)
 {
     const uint32_t small = tu_rng_below(r, 100) < 40 ? 0 : tu_rng_below(r, 9);
@@ -213,6 +214,7 @@ static void put_elem(uint8_t *row, patina_elem e, size_t i, int kind, tu_rng_t *
         f = pick == 0 ? 0.0 : pick == 1 ? -0.0 : ((double)tu_rng_next(r) / 18446744073709551616.0 - 0.25) *
                                                    (pick < 5 ? 1.0 : pick == 5 ? 1e-7 : 1e9);
     }
+    if (kind == 2 && tu_rng_below(r, 40) == 0) f = tu_rng_below(r, 2) ? HUGE_VAL : -HUGE_VAL; /* f32, f64 */
     switch (e) {
     case PATINA_ELEM_U8: row[i] = kind == 2 ? (uint8_t)tu_rng_below(r, 256) : (uint8_t)f; break;
     case PATINA_ELEM_U16: ((uint16_t *)row)[i] = kind == 2 ? (uint16_t)tu_rng_below(r, 65536) : (uint16_t)(f * 300); break;
@@ -270,6 +272,12 @@ static void test_block(void **state)
                     }
                     for (size_t i = 0; i < n; i++) put_elem(rows + k * bytes, e, i, kind, &r);
                 }
+                if (cnt >= 3 && (e == PATINA_ELEM_F32 || e == PATINA_ELEM_F64)) {
+                    /* an infinity in row 2 where query 0 is zero: 0 * inf and
+                     * inf / inf are NaNs the definitions carry */
+                    if (e == PATINA_ELEM_F32) ((float *)(rows + 2 * bytes))[n / 2] = HUGE_VALF;
+                    else ((double *)(rows + 2 * bytes))[n / 2] = HUGE_VAL;
+                }
                 for (size_t k = 0; k < nq; k++) {
                     if (k == 1) continue; /* a zero query */
                     if (k == 2) { /* a query equal to a row */
@@ -277,6 +285,7 @@ static void test_block(void **state)
                         continue;
                     }
                     for (size_t i = 0; i < n; i++) put_elem(q + k * bytes, e, i, kind, &r);
+                    if (k == 0) memset(q + (n / 2) * patina_elem_size(e), 0, patina_elem_size(e));
                 }
                 for (int withsd = 0; withsd < 2; withsd++) {
                     const double *s = withsd ? sd : NULL;

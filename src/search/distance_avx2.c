@@ -160,9 +160,31 @@ static AVX2 void group_load(patina_elem e, const uint8_t *const b[4], size_t n, 
         const __m256d v_ = _mm256_div_pd(_mm256_mul_pd(t_, t_), s_);                                     \
         D = _mm256_add_pd(D, _mm256_and_pd(_mm256_cmp_pd(s_, _mm256_setzero_pd(), _CMP_GT_OQ), v_));   \
     } while (0)
+/* chi2 for element types whose squares are exact in double (u8, u16,
+ * f32: at most 24 significant bits): where the query's element is zero,
+ * the term (0 - y)(0 - y) / (0 + y) is y*y / y = y exactly for finite
+ * y > 0 (NaN for y = +inf, as (y - y) + y gives), and masked otherwise --
+ * no division. The query element's test branches, the same way for every
+ * group of rows. */
+#define STEP_CHI2_ZQ(D, X)                                                                              \
+    do {                                                                                                \
+        if ((X) != 0.0) {                                                                               \
+            STEP_CHI2(D, X);                                                                            \
+        } else {                                                                                        \
+            const __m256d v_ = _mm256_add_pd(_mm256_sub_pd(y, y), y);                                   \
+            D = _mm256_add_pd(D, _mm256_and_pd(_mm256_cmp_pd(y, _mm256_setzero_pd(), _CMP_GT_OQ), v_)); \
+        }                                                                                               \
+    } while (0)
 /* x < y ? x : y is exactly vminpd(x, y) (the second operand unless x < y) */
 #define STEP_MIN(D, X) D = _mm256_add_pd(D, _mm256_min_pd(_mm256_set1_pd(X), y))
 #define STEP_SQRT(D, X) D = _mm256_add_pd(D, _mm256_sqrt_pd(_mm256_mul_pd(_mm256_set1_pd(X), y)))
+/* Hellinger where the query's element is zero: x y is +-0 or NaN, which
+ * sqrt returns unchanged, so the term is x y itself (every element type). */
+#define STEP_SQRT_ZQ(D, X)                                                                              \
+    do {                                                                                                \
+        if ((X) != 0.0) STEP_SQRT(D, X);                                                                \
+        else STEP_DOT(D, X);                                                                            \
+    } while (0)
 #define STEP_DOT(D, X) D = _mm256_add_pd(D, _mm256_mul_pd(_mm256_set1_pd(X), y))
 
 /* NAME(T, qv, n, nq, sd, acc): acc[4 q + j] = the sum over elements of
@@ -214,8 +236,9 @@ PAIR_KERNEL(k_l1, STEP_L1, NOPRE)
 PAIR_KERNEL(k_l2, STEP_L2, NOPRE)
 PAIR_KERNEL(k_std_l2, STEP_STD_L2, const __m256d s = _mm256_set1_pd(sd[i]))
 PAIR_KERNEL(k_chi2, STEP_CHI2, NOPRE)
+PAIR_KERNEL(k_chi2_zq, STEP_CHI2_ZQ, NOPRE)
 PAIR_KERNEL(k_min, STEP_MIN, NOPRE)
-PAIR_KERNEL(k_sqrt, STEP_SQRT, NOPRE)
+PAIR_KERNEL(k_sqrt, STEP_SQRT_ZQ, NOPRE)
 PAIR_KERNEL(k_dot, STEP_DOT, NOPRE)
 PAIR_KERNEL(k_std_l2_approx, STEP_STD_L2_APPROX, const __m256d s = _mm256_set1_pd(sd[i]))
 
@@ -364,7 +387,7 @@ void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, size_t n
     case PDIST_L1: k = k_l1; break;
     case PDIST_L2: k = k_l2; break;
     case PDIST_STD_L2: k = sd ? k_std_l2 : k_l2; break; /* (a - b) / 1.0 is a - b */
-    case PDIST_CHI2: k = k_chi2; break;
+    case PDIST_CHI2: k = e == PATINA_ELEM_U8 || e == PATINA_ELEM_U16 || e == PATINA_ELEM_F32 ? k_chi2_zq : k_chi2; break;
     case PDIST_INTERSECTION: k = k_min; break;
     case PDIST_HELLINGER: k = k_sqrt; break;
     case PDIST_COSINE:
