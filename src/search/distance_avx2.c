@@ -374,7 +374,7 @@ static double bound(size_t n, double thr)
 
 /* Scratch (pdist_block_scratch): qv (nq, n), qs (nq, 2), acc (nq, 4),
  * appr (nq, 4), inv (n), rs (8), then T (n, 4) at a 32-byte boundary. */
-void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, size_t nq, const uint8_t *rows,
+AVX2 void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, size_t nq, const uint8_t *rows,
                       size_t bytes, size_t cnt, size_t n, const double *sd, const double *thr, void *scratch,
                       double *out, size_t ld)
 {
@@ -382,6 +382,7 @@ void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, size_t n
     double *rs = inv + n;
     double *T = (double *)(((uintptr_t)(rs + 8) + 31) & ~(uintptr_t)31);
     kernel_fn k, approx = NULL;
+    const int simple = d == PDIST_L1 || d == PDIST_CHI2 ? 1 : d == PDIST_L2 || d == PDIST_STD_L2 ? 2 : 0;
     size_t q, r, i;
     switch (d) {
     case PDIST_L1: k = k_l1; break;
@@ -411,8 +412,14 @@ void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, size_t n
         group_sums(d, T, n, rs);
         if (!approx) {
             k(T, qv, n, nq, sd, acc);
-            for (q = 0; q < nq; q++)
-                for (j = 0; j < m; j++) out[q * ld + r + j] = finish(d, acc[4 * q + j], qs + 2 * q, rs, (int)j);
+            if (m == 4 && simple) /* the sums are the distances (l2: their square roots, vsqrtpd) */
+                for (q = 0; q < nq; q++) {
+                    const __m256d a = _mm256_loadu_pd(acc + 4 * q);
+                    _mm256_storeu_pd(out + q * ld + r, simple == 2 ? _mm256_sqrt_pd(a) : a);
+                }
+            else
+                for (q = 0; q < nq; q++)
+                    for (j = 0; j < m; j++) out[q * ld + r + j] = finish(d, acc[4 * q + j], qs + 2 * q, rs, (int)j);
             continue;
         }
         approx(T, qv, n, nq, inv, appr);
