@@ -21,7 +21,9 @@
  * +0.0 and only grows by non-negative terms leaves it unchanged, bit for
  * bit); the zero-sum cases of intersection, Hellinger, cosine and Tanimoto
  * are decided per pair after the loop, by the definitions' own
- * expressions.
+ * expressions. Where the query's element is zero, chi2 (u8, u16, f32) and
+ * Hellinger add the term the definition would without its division or
+ * square root (STEP_CHI2_ZQ, STEP_SQRT_ZQ: the same doubles).
  *
  * Given each query's threshold (the search's k-th distance so far or its
  * radius), std_l2 first runs a cheaper sum with multiplications by
@@ -375,8 +377,8 @@ static double bound(size_t n, double thr)
 /* Scratch (pdist_block_scratch): qv (nq, n), qs (nq, 2), acc (nq, 4),
  * appr (nq, 4), inv (n), rs (8), then T (n, 4) at a 32-byte boundary. */
 AVX2 void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, size_t nq, const uint8_t *rows,
-                      size_t bytes, size_t cnt, size_t n, const double *sd, const double *thr, void *scratch,
-                      double *out, size_t ld)
+                           size_t bytes, size_t cnt, size_t n, const double *sd, const double *thr, void *scratch,
+                           double *out, size_t ld)
 {
     double *qv = scratch, *qs = qv + nq * n, *acc = qs + 2 * nq, *appr = acc + 4 * nq, *inv = appr + 4 * nq;
     double *rs = inv + n;
@@ -388,7 +390,9 @@ AVX2 void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, siz
     case PDIST_L1: k = k_l1; break;
     case PDIST_L2: k = k_l2; break;
     case PDIST_STD_L2: k = sd ? k_std_l2 : k_l2; break; /* (a - b) / 1.0 is a - b */
-    case PDIST_CHI2: k = e == PATINA_ELEM_U8 || e == PATINA_ELEM_U16 || e == PATINA_ELEM_F32 ? k_chi2_zq : k_chi2; break;
+    case PDIST_CHI2: /* the zero-query shortcut where squares are exact */
+        k = e == PATINA_ELEM_U8 || e == PATINA_ELEM_U16 || e == PATINA_ELEM_F32 ? k_chi2_zq : k_chi2;
+        break;
     case PDIST_INTERSECTION: k = k_min; break;
     case PDIST_HELLINGER: k = k_sqrt; break;
     case PDIST_COSINE:
@@ -437,5 +441,5 @@ AVX2 void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, siz
 }
 
 #else
-typedef int pdist_avx2_unused; /* not x86-64 GCC/Clang: the portable path only */
+typedef int pdist_avx2_unused; /* not x86-64 GCC/Clang, or PATINA_NO_AVX2: the portable path only */
 #endif

@@ -96,5 +96,5 @@ AVX2 unsigned ptan_avx2_filter(const uint16_t *L, const uint16_t *pe, const uint
 }
 
 #else
-typedef int ptan_avx2_unused; /* not x86-64 GCC/Clang: no filter */
+typedef int ptan_avx2_unused; /* not x86-64 GCC/Clang, or PATINA_NO_AVX2: no filter */
 #endif
