@@ -6,6 +6,7 @@
  *
  *   bench_knn [--sizes N,...] [--queries Q,...] [--ks K,...] [--no-peers]
  *             [--cpu-max PAIRS] [--live ROWS] [--family SPEC] [--range R] [--gpu-budget MIB]
+ *             [--portable]
  *
  * Random CEDD descriptors (bins 0..7, 70% zero, like real ones). For each
  * table size, query batch and k: ms per batch and queries/s on the GPU
@@ -31,7 +32,9 @@
  * when --gpu-budget MIB (the context's device budget) is below the index's
  * copy. --range R: range search at radius R for
  * each query batch on the GPU, hits per query, checked against the CPU on
- * 32 queries. */
+ * 32 queries. --portable: the CPU's distances by the portable C path
+ * (pdist_force_portable), not the AVX2 kernels (same results, for
+ * comparing the two). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +43,7 @@
 #include "gpu/context.h"
 #include "gpu/gpu.h"
 #include "patina/patina.h"
+#include "search/distance.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t next_u32(void)
@@ -235,9 +239,11 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--family") && i + 1 < argc) family = argv[++i];
         else if (!strcmp(argv[i], "--range") && i + 1 < argc) range_r = atof(argv[++i]);
         else if (!strcmp(argv[i], "--gpu-budget") && i + 1 < argc) budget = strtoull(argv[++i], NULL, 10) << 20;
+        else if (!strcmp(argv[i], "--portable")) pdist_force_portable(1);
         else {
             fprintf(stderr, "usage: bench_knn [--sizes N,...] [--queries Q,...] [--ks K,...] [--no-peers] "
-                            "[--cpu-max PAIRS] [--live ROWS] [--family SPEC] [--range R] [--gpu-budget MIB]\n");
+                            "[--cpu-max PAIRS] [--live ROWS] [--family SPEC] [--range R] [--gpu-budget MIB] "
+                            "[--portable]\n");
             return 2;
         }
     }
@@ -266,8 +272,9 @@ int main(int argc, char **argv)
         printf("no GPU (%s): CPU column only\n", patina_last_error());
     }
     printf("bench_knn: %s (%s), exact; %s: device-to-device copy %.0f GB/s, dense int8 tensor-core "
-           "peak %.0f TOPS; %d CPU threads\n\n",
-           patina_extractor_spec(ex), patina_extractor_distance_name(ex), gname, d2d, peak / 1e12, patina_cpu_count());
+           "peak %.0f TOPS; %d CPU threads, CPU distances: %s\n\n",
+           patina_extractor_spec(ex), patina_extractor_distance_name(ex), gname, d2d, peak / 1e12, patina_cpu_count(),
+           pdist_simd() ? "AVX2" : "portable C");
     printf("| rows | queries | k | GPU ms | GPU queries/s | engine | CPU ms | PyTorch fp16 ms | PyTorch int8 ms | "
            "PyTorch fp32 ms | Faiss CPU flat ms | GPU vs best GPU peer | %s |\n",
            cedd ? "table read GB/s (of D2D) | of int8 TC peak" : "rows read GB/s (of D2D) | of FP32 lane rate");

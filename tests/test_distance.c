@@ -202,58 +202,148 @@ static void test_families(void **state)
     }
 }
 
-/* pdist_rows (four rows at a time) equals the definition row by row, bit
- * for bit: every distance and element type, row counts around the groups
- * of four, zero rows and zero queries, std_l2 with and without sigma. */
-static void test_rows(void **state)
+/* Element i of a random row of type e. kind 0: zero; 1: small counts
+ * (40% zeros, 0..8: ties, chi2's zero pairs); 2: the type's range (u16 up
+ * to 65535, u32 across 2^31, f32 / f64 of mixed signs and scales, -0.0,
+ * now and then an infinity). */
+static void put_elem(uint8_t *row, patina_elem e, size_t i, int kind, tu_rng_t *r)
 {
+    const uint32_t small = tu_rng_below(r, 100) < 40 ? 0 : tu_rng_below(r, 9);
+    double f = kind == 1 ? (double)small : 0.0;
+    if (kind == 2) {
+        const uint32_t pick = tu_rng_below(r, 8);
+        f = pick == 0 ? 0.0 : pick == 1 ? -0.0 : ((double)tu_rng_next(r) / 18446744073709551616.0 - 0.25) *
+                                                   (pick < 5 ? 1.0 : pick == 5 ? 1e-7 : 1e9);
+    }
+    if (kind == 2 && tu_rng_below(r, 40) == 0) f = tu_rng_below(r, 2) ? HUGE_VAL : -HUGE_VAL; /* f32, f64 */
+    switch (e) {
+    case PATINA_ELEM_U8: row[i] = kind == 2 ? (uint8_t)tu_rng_below(r, 256) : (uint8_t)f; break;
+    case PATINA_ELEM_U16: ((uint16_t *)row)[i] = kind == 2 ? (uint16_t)tu_rng_below(r, 65536) : (uint16_t)(f * 300); break;
+    case PATINA_ELEM_U32: ((uint32_t *)row)[i] = kind == 2 ? (uint32_t)tu_rng_next(r) : (uint32_t)f * 70000u; break;
+    case PATINA_ELEM_F32: ((float *)row)[i] = kind == 2 ? (float)f : (float)f / 7.0f; break;
+    case PATINA_ELEM_F64: ((double *)row)[i] = kind == 2 ? f : f / 3.0; break;
+    }
+}
+
+/* Two results agree: the same bits, or both NaN (negative f64 elements
+ * give Hellinger and Tanimoto NaNs, whose payload the search ignores: a
+ * NaN sorts after every number). */
+static int same_double(double x, double y) { return memcmp(&x, &y, sizeof x) == 0 || (isnan(x) && isnan(y)); }
+
+/* pdist_block equals the definition pair by pair, bit for bit, on the
+ * AVX2 path (where this CPU has it) and on the forced portable path:
+ * every distance and element type, lengths and row counts around the
+ * groups of four, blocks of 1 to 9 queries, zero rows and queries,
+ * repeated rows (ties), a query equal to a row, std_l2 with and without
+ * sigma, an output stride wider than the rows; and with thresholds, where
+ * a row may get +inf only if its distance is above the query's. */
+static void test_block(void **state)
+{
+    static const size_t lens[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 28, 33, 40, 64, 144, 256};
+    static const size_t cnts[] = {1, 2, 3, 4, 5, 7, 8, 9, 13};
+    static const size_t nqs[] = {1, 2, 3, 4, 5, 8, 9};
     tu_rng_t r;
-    size_t bad = 0, runs = 0;
+    size_t bad = 0, runs = 0, dropped = 0;
+    int path;
     (void)state;
+    printf("  AVX2 kernels on this CPU: %s\n", pdist_simd() ? "yes" : "no (the portable path twice)");
     tu_rng_seed(&r, 2718);
     for (int d = 0; d < PDIST_COUNT; d++) {
         const pdist_def_t *def = pdist_get((pdist_t)d);
         if (def->record) continue;
         for (size_t ei = 0; ei < sizeof elems / sizeof *elems; ei++)
-            for (size_t cnt = 1; cnt <= 11; cnt += 3) {
+            for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
                 const patina_elem e = elems[ei];
-                const size_t n = 1 + tu_rng_below(&r, 70), es = patina_elem_size(e), bytes = n * es;
-                uint8_t *rows = calloc(cnt + 1, bytes), *q = calloc(1, bytes);
-                double *out = malloc(cnt * sizeof *out), *sd = malloc(n * sizeof *sd);
+                const size_t n = lens[li], cnt = cnts[tu_rng_below(&r, sizeof cnts / sizeof *cnts)];
+                const size_t nq = nqs[tu_rng_below(&r, sizeof nqs / sizeof *nqs)], ld = cnt + 3;
+                const size_t bytes = n * patina_elem_size(e);
+                const int kind = (int)tu_rng_below(&r, 3) == 0 ? 2 : 1; /* a third of the cases: the type's range */
+                uint8_t *rows = calloc(cnt, bytes), *q = calloc(nq, bytes);
+                double *out[2], *sd = malloc(n * sizeof *sd), *thr = malloc(nq * sizeof *thr);
+                double *outf = malloc(nq * ld * sizeof *outf);
+                void *scratch = malloc(pdist_block_scratch(nq, n));
+                out[0] = malloc(nq * ld * sizeof(double));
+                out[1] = malloc(nq * ld * sizeof(double));
                 for (size_t i = 0; i < n; i++) sd[i] = 0.5 + (double)tu_rng_below(&r, 100) / 10.0;
-                for (size_t k = 0; k <= cnt; k++) {
-                    uint8_t *row = k < cnt ? rows + k * bytes : q;
-                    if (k == 1 || (k == cnt && cnt % 2)) continue; /* a zero row, a zero query */
-                    for (size_t i = 0; i < n; i++) {
-                        const uint32_t v = tu_rng_below(&r, 100) < 40 ? 0 : tu_rng_below(&r, 9);
-                        switch (e) {
-                        case PATINA_ELEM_U8: row[i] = (uint8_t)v; break;
-                        case PATINA_ELEM_U16: ((uint16_t *)row)[i] = (uint16_t)(v * 300); break;
-                        case PATINA_ELEM_U32: ((uint32_t *)row)[i] = v * 70000; break;
-                        case PATINA_ELEM_F32: ((float *)row)[i] = (float)v / 7.0f; break;
-                        case PATINA_ELEM_F64: ((double *)row)[i] = (double)v / 3.0 - (d == PDIST_L2 ? 1.0 : 0.0); break;
-                        }
+                for (size_t k = 0; k < cnt; k++) {
+                    if (k == 1) continue; /* a zero row */
+                    if (k >= 3 && tu_rng_below(&r, 4) == 0) { /* a tie with row 0 */
+                        memcpy(rows + k * bytes, rows, bytes);
+                        continue;
                     }
+                    for (size_t i = 0; i < n; i++) put_elem(rows + k * bytes, e, i, kind, &r);
+                }
+                if (cnt >= 3 && (e == PATINA_ELEM_F32 || e == PATINA_ELEM_F64)) {
+                    /* an infinity in row 2 where query 0 is zero: 0 * inf and
+                     * inf / inf are NaNs the definitions carry */
+                    if (e == PATINA_ELEM_F32) ((float *)(rows + 2 * bytes))[n / 2] = HUGE_VALF;
+                    else ((double *)(rows + 2 * bytes))[n / 2] = HUGE_VAL;
+                }
+                for (size_t k = 0; k < nq; k++) {
+                    if (k == 1) continue; /* a zero query */
+                    if (k == 2) { /* a query equal to a row */
+                        memcpy(q + k * bytes, rows + (cnt - 1) * bytes, bytes);
+                        continue;
+                    }
+                    for (size_t i = 0; i < n; i++) put_elem(q + k * bytes, e, i, kind, &r);
+                    if (k == 0) memset(q + (n / 2) * patina_elem_size(e), 0, patina_elem_size(e));
                 }
                 for (int withsd = 0; withsd < 2; withsd++) {
                     const double *s = withsd ? sd : NULL;
-                    pdist_rows((pdist_t)d, e, q, rows, bytes, cnt, n, s, out);
-                    for (size_t k = 0; k < cnt; k++) {
-                        const double want = def->pair(e, q, rows + k * bytes, n, s);
-                        if (memcmp(&want, &out[k], sizeof want) != 0) {
-                            if (bad < 5) printf("  %s elem %d row %zu: %.17g vs %.17g\n", def->name, (int)e, k, out[k], want);
+                    for (path = 0; path < 2; path++) { /* 0: AVX2 where present, 1: portable */
+                        pdist_force_portable(path);
+                        for (size_t k = 0; k < nq * ld; k++) out[path][k] = -1.0;
+                        pdist_block((pdist_t)d, e, q, nq, rows, bytes, cnt, n, s, NULL, scratch, out[path], ld);
+                    }
+                    pdist_force_portable(0);
+                    /* with thresholds (the AVX2 filters of std_l2 and chi2): a row's
+                     * distance exactly, or +inf where the definition is above the
+                     * threshold. Thresholds: a row's distance (its ties must stay),
+                     * 0, +inf, just below a row's distance, NaN. */
+                    for (size_t a = 0; a < nq; a++) {
+                        const double x = def->pair(e, q + a * bytes, rows + tu_rng_below(&r, (uint32_t)cnt) * bytes, n, s);
+                        thr[a] = a % 5 == 0 ? x : a % 5 == 1 ? 0.0 : a % 5 == 2 ? HUGE_VAL : a % 5 == 3 ? x * 0.999 : NAN;
+                    }
+                    pdist_block((pdist_t)d, e, q, nq, rows, bytes, cnt, n, s, thr, scratch, outf, ld);
+                    for (size_t a = 0; a < nq; a++)
+                        for (size_t k = 0; k < cnt; k++) {
+                            const double want = def->pair(e, q + a * bytes, rows + k * bytes, n, s), got = outf[a * ld + k];
+                            if (same_double(want, got) || (isinf(got) && got > 0 && !(want <= thr[a]))) {
+                                dropped += !same_double(want, got);
+                                continue;
+                            }
+                            if (bad < 8)
+                                printf("  %s elem %d n %zu filtered: query %zu row %zu: %.17g, definition %.17g, threshold %.17g\n",
+                                       def->name, (int)e, n, a, k, got, want, thr[a]);
                             bad++;
                         }
-                        runs++;
-                    }
+                    for (size_t a = 0; a < nq; a++)
+                        for (size_t k = 0; k < cnt; k++) {
+                            const double want = def->pair(e, q + a * bytes, rows + k * bytes, n, s);
+                            for (path = 0; path < 2; path++)
+                                if (!same_double(want, out[path][a * ld + k])) {
+                                    if (bad < 8)
+                                        printf("  %s elem %d n %zu %s: query %zu row %zu: %.17g, definition %.17g\n",
+                                               def->name, (int)e, n, path ? "portable" : "simd", a, k,
+                                               out[path][a * ld + k], want);
+                                    bad++;
+                                }
+                            runs++;
+                        }
+                    for (size_t a = 0; a < nq; a++) /* the stride's gaps are left alone */
+                        for (size_t k = cnt; k < ld; k++) bad += out[0][a * ld + k] != -1.0 || out[1][a * ld + k] != -1.0;
                 }
                 free(rows);
                 free(q);
-                free(out);
+                free(out[0]);
+                free(out[1]);
                 free(sd);
+                free(thr);
+                free(outf);
+                free(scratch);
             }
     }
-    printf("  %zu rows, %zu differing\n", runs, bad);
+    printf("  %zu pairs on each path, %zu differing; with thresholds %zu left out\n", runs, bad, dropped);
     assert_int_equal(bad, 0);
 }
 
@@ -265,7 +355,7 @@ int main(void)
         cmocka_unit_test(test_definitions),
         cmocka_unit_test(test_tanimoto_cedd),
         cmocka_unit_test(test_families),
-        cmocka_unit_test(test_rows),
+        cmocka_unit_test(test_block),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,7 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "search/distance.h"
 #include "search/knn.h"
+#include "search/knn_simd.h"
 
 /* The CPU search on a context of `threads` workers (0: no context, all
  * CPUs; negative: the context refuses). */
@@ -1113,6 +1115,174 @@ static void test_live_concurrent(void **state)
     free_data(&ds);
 }
 
+/* The AVX2 filter of the Tanimoto fast path (search/knn_avx2.c) against
+ * its inequality evaluated here on the exact integers: the layout of 1..16
+ * rows of lengths around its 16-byte steps (and CEDD's 144), every
+ * query pair list, thresholds on both sides of each row. */
+static void test_tanimoto_filter(void **state)
+{
+#if PDIST_HAVE_AVX2
+    static const size_t dims[] = {1, 2, 15, 16, 17, 31, 33, 144, 255, 256};
+    tu_rng_t r;
+    size_t checked = 0;
+    (void)state;
+    if (!pdist_simd()) {
+        print_message("no AVX2 on this CPU; skipped\n");
+        return;
+    }
+    tu_rng_seed(&r, 77);
+    for (size_t di = 0; di < sizeof dims / sizeof *dims; di++)
+        for (int rep = 0; rep < 40; rep++) {
+            const size_t dim = dims[di], m = 1 + tu_rng_below(&r, PTAN_GROUP), np = (dim + 1) / 2;
+            uint8_t rows[PTAN_GROUP * 256], a[256];
+            uint16_t L[PTAN_GROUP * 128], pe[128], pv[128];
+            double t1[PTAN_GROUP] = {0}, s1[PTAN_GROUP], s2 = 0, t2 = 0;
+            size_t n = 0;
+            memset(rows, 0xee, sizeof rows); /* past the m rows: must not be read as data */
+            for (size_t j = 0; j < m * dim; j++) rows[j] = tu_rng_below(&r, 10) < 6 ? 0 : (uint8_t)tu_rng_below(&r, 8);
+            for (size_t i = 0; i < dim; i++) a[i] = rep % 5 == 0 ? 0 : tu_rng_below(&r, 3) ? 0 : (uint8_t)tu_rng_below(&r, 8);
+            for (size_t e = 0; e < np; e++) {
+                const unsigned lo = a[2 * e], hi = 2 * e + 1 < dim ? a[2 * e + 1] : 0;
+                if (lo | hi) {
+                    pe[n] = (uint16_t)e;
+                    pv[n++] = (uint16_t)(lo | hi << 8);
+                }
+            }
+            for (size_t i = 0; i < dim; i++) {
+                t2 += a[i];
+                s2 += a[i] * a[i];
+            }
+            ptan_avx2_layout(rows, m, dim, L, s1);
+            for (size_t j = 0; j < PTAN_GROUP; j++) {
+                double t = 0, ss = 0;
+                for (size_t i = 0; j < m && i < dim; i++) {
+                    t += rows[j * dim + i];
+                    ss += rows[j * dim + i] * rows[j * dim + i];
+                }
+                assert_true(s1[j] == ss);
+                if (j < m) t1[j] = t;
+            }
+            for (int k = 0; k < 6; k++) {
+                const double tc = k == 5 ? NAN : (double)tu_rng_below(&r, 1001) / 1000.0;
+                const unsigned keep = ptan_avx2_filter(L, pe, pv, n, t1, s1, t2, s2, tc);
+                for (size_t j = 0; j < PTAN_GROUP; j++) {
+                    double d = 0, num, den;
+                    for (size_t i = 0; j < m && i < dim; i++) d += a[i] * rows[j * dim + i];
+                    num = d * t1[j] * t2;
+                    den = s2 * t1[j] * t1[j] + s1[j] * t2 * t2 - num;
+                    assert_int_equal(keep >> j & 1, !(num < tc * den));
+                    checked++;
+                }
+            }
+        }
+    print_message("%zu row decisions checked\n", checked);
+#else
+    (void)state;
+    print_message("no AVX2 build; skipped\n");
+#endif
+}
+
+/* The element-wise distances through the whole search, on the AVX2 path
+ * (where the CPU has it; for CEDD the fast path's integer filter) and the
+ * forced portable path: every family's distance and element type, blocks
+ * of queries (1, 7, 70: over two blocks of 32), 1 and 3 threads, chunked
+ * rows. The two paths return the same hits, bit for bit, and (except
+ * std_l2, whose sigma is the index's) the brute force on
+ * patina_extractor_distance. */
+static void test_simd_paths(void **state)
+{
+    static const char *specs[] = {"cedd", "lbp8", "lbp8:norm=counts", "lbp8:distance=l1", "tlbap:distance=intersection",
+                                  "lanadp:distance=hellinger", "glcm", "haralick"};
+    static const size_t nqs[] = {1, 7, 70};
+    const size_t n = 2600, k = 25;
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 4242);
+    for (size_t si = 0; si < sizeof specs / sizeof *specs; si++) {
+        patina_extractor_t *ex;
+        patina_index_t *idx;
+        TU_OK(patina_extractor_new(&ex, specs[si]));
+        const size_t dim = patina_extractor_dim(ex), bytes = patina_extractor_bytes(ex);
+        const patina_elem e = patina_extractor_elem(ex);
+        const int std = !strcmp(patina_extractor_distance_name(ex), "std_l2");
+        uint8_t *rows = calloc(n, bytes), *q = calloc(70, bytes);
+        uint64_t *ids = malloc(n * sizeof *ids);
+        patina_hit_t *h[2], *ref = malloc(n * sizeof *ref);
+        size_t *c[2];
+        for (size_t i = 0; i < n + 70; i++) {
+            uint8_t *row = i < n ? rows + i * bytes : q + (i - n) * bytes;
+            if (i < n) ids[i] = 7 * (n - i) + tu_rng_below(&r, 7);
+            if (i == 3 || i == n + 1) continue; /* a zero row, a zero query */
+            if (i > 10 && tu_rng_below(&r, 15) == 0) { /* ties: a copy of an earlier row */
+                memcpy(row, rows + tu_rng_below(&r, 10) * bytes, bytes);
+                continue;
+            }
+            for (size_t d = 0; d < dim; d++) {
+                const uint32_t v = tu_rng_below(&r, 10) < 6 ? 0 : 1 + tu_rng_below(&r, 7); /* CEDD's 0..7 */
+                switch (e) {
+                case PATINA_ELEM_U8: row[d] = (uint8_t)v; break;
+                case PATINA_ELEM_U16: ((uint16_t *)row)[d] = (uint16_t)v; break;
+                case PATINA_ELEM_U32: ((uint32_t *)row)[d] = v * 1000; break;
+                case PATINA_ELEM_F32: ((float *)row)[d] = (float)v / 64.0f; break;
+                case PATINA_ELEM_F64: ((double *)row)[d] = (double)v * (d % 3 ? 1e-3 : 7.0); break;
+                }
+            }
+        }
+        TU_OK(patina_index_new(&idx, ex, ids, rows, n));
+        for (size_t ni = 0; ni < sizeof nqs / sizeof *nqs; ni++)
+            for (int threads = 1; threads <= 3; threads += 2) {
+                const size_t nq = nqs[ni];
+                for (int path = 0; path < 2; path++) {
+                    h[path] = malloc(nq * k * sizeof *h[path]);
+                    c[path] = malloc(nq * sizeof *c[path]);
+                    pdist_force_portable(path);
+                    TU_OK(knn_cpu(idx, q, nq, k, threads, h[path], c[path]));
+                }
+                pdist_force_portable(0);
+                assert_memory_equal(c[0], c[1], nq * sizeof *c[0]);
+                assert_memory_equal(h[0], h[1], nq * k * sizeof *h[0]);
+                for (size_t a = 0; a < nq && !std; a++) {
+                    for (size_t i = 0; i < n; i++) {
+                        ref[i].id = ids[i];
+                        ref[i].distance = patina_extractor_distance(ex, q + a * bytes, rows + i * bytes);
+                    }
+                    qsort(ref, n, sizeof *ref, ref_cmp);
+                    assert_int_equal(c[0][a], k);
+                    expect_hits(h[0] + a * k, ref, k, a);
+                }
+                for (int path = 0; path < 2; path++) {
+                    free(h[path]);
+                    free(c[path]);
+                }
+            }
+        { /* range search at the 40th distance of query 0: the same hits on both paths */
+            patina_hit_t *rh[2][7];
+            size_t rc[2][7];
+            double radius;
+            TU_OK(knn_cpu(idx, q, 1, 40, 1, ref, rc[0]));
+            radius = ref[39].distance;
+            for (int path = 0; path < 2; path++) {
+                pdist_force_portable(path);
+                TU_OK(range_cpu(idx, q, 7, radius, 0, 3, rh[path], rc[path]));
+            }
+            pdist_force_portable(0);
+            assert_true(rc[0][0] >= 40);
+            for (size_t a = 0; a < 7; a++) {
+                assert_int_equal(rc[0][a], rc[1][a]);
+                if (rc[0][a]) assert_memory_equal(rh[0][a], rh[1][a], rc[0][a] * sizeof *rh[0][a]);
+                free(rh[0][a]);
+                free(rh[1][a]);
+            }
+        }
+        patina_index_free(idx);
+        patina_extractor_free(ex);
+        free(rows);
+        free(q);
+        free(ids);
+        free(ref);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1126,6 +1296,8 @@ int main(void)
         cmocka_unit_test(test_range),
         cmocka_unit_test(test_generic_path),
         cmocka_unit_test(test_other_family),
+        cmocka_unit_test(test_simd_paths),
+        cmocka_unit_test(test_tanimoto_filter),
         cmocka_unit_test(test_load_from_collection),
         cmocka_unit_test(test_concurrent_searches),
         cmocka_unit_test(test_search_devices),

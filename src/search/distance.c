@@ -2,6 +2,7 @@
  * element order, the ground truth that the fast paths and the GPU kernels
  * reproduce bit for bit. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -9,6 +10,7 @@
 #include "features/signature.h"
 #include "identify/identify.h"
 #include "search/distance.h"
+#include "search/distance_simd.h"
 
 double pdist_elem(patina_elem e, const void *p, size_t i)
 {
@@ -140,12 +142,42 @@ int pdist_find(const char *name)
     return -1;
 }
 
-void pdist_rows(pdist_t d, patina_elem e, const void *a, const uint8_t *rows, size_t bytes, size_t cnt, size_t n,
-                const double *sd, double *out)
+static atomic_int portable_forced = 0;
+#if PDIST_HAVE_AVX2
+static atomic_int simd_path = -1; /* the CPU's: -1 not asked yet, 0 portable, 1 AVX2 */
+#endif
+
+int pdist_simd(void)
+{
+#if PDIST_HAVE_AVX2
+    int p = atomic_load(&simd_path);
+    if (p < 0) {
+        p = pdist_avx2_cpu();
+        atomic_store(&simd_path, p);
+    }
+    return p && !atomic_load(&portable_forced);
+#else
+    return 0;
+#endif
+}
+
+void pdist_force_portable(int on) { atomic_store(&portable_forced, on != 0); }
+
+size_t pdist_block_scratch(size_t nq, size_t n)
+{
+    /* the AVX2 path's qv (nq, n), qs (nq, 2), acc and appr (nq, 4), inv (n), rs (8), T (n, 4) aligned to 32 bytes */
+    return (nq * n + 10 * nq + 8 + 5 * n) * sizeof(double) + 32;
+}
+
+/* The portable path: four rows at a time through the x4 variants (each
+ * group of rows stays in cache while every query of the block reads it),
+ * the rest row by row through the definition. */
+static void block_portable(pdist_t d, patina_elem e, const uint8_t *queries, size_t nq, const uint8_t *rows,
+                           size_t bytes, size_t cnt, size_t n, const double *sd, double *out, size_t ld)
 {
     void (*x4)(patina_elem, const void *, const void *const[4], size_t, const double *, double[4]) = NULL;
     const pdist_def_t *def = pdist_get(d);
-    size_t r = 0;
+    size_t r = 0, q;
     switch (d) {
     case PDIST_L1: x4 = x4_l1; break;
     case PDIST_L2: x4 = x4_l2; break;
@@ -159,7 +191,28 @@ void pdist_rows(pdist_t d, patina_elem e, const void *a, const uint8_t *rows, si
     if (x4)
         for (; r + 4 <= cnt; r += 4) {
             const void *b[4] = {rows + r * bytes, rows + (r + 1) * bytes, rows + (r + 2) * bytes, rows + (r + 3) * bytes};
-            x4(e, a, b, n, sd, out + r);
+            for (q = 0; q < nq; q++) x4(e, queries + q * bytes, b, n, sd, out + q * ld + r);
         }
-    for (; r < cnt; r++) out[r] = def->pair(e, a, rows + r * bytes, n, sd);
+    for (; r < cnt; r++)
+        for (q = 0; q < nq; q++) out[q * ld + r] = def->pair(e, queries + q * bytes, rows + r * bytes, n, sd);
+}
+
+void pdist_block(pdist_t d, patina_elem e, const uint8_t *queries, size_t nq, const uint8_t *rows, size_t bytes,
+                 size_t cnt, size_t n, const double *sd, const double *thr, void *scratch, double *out, size_t ld)
+{
+    const pdist_def_t *def = pdist_get(d);
+    if (!def || def->record) { /* whole records: the definition, pair by pair */
+        for (size_t r = 0; def && r < cnt; r++)
+            for (size_t q = 0; q < nq; q++) out[q * ld + r] = def->pair(e, queries + q * bytes, rows + r * bytes, n, sd);
+        return;
+    }
+#if PDIST_HAVE_AVX2
+    if (pdist_simd()) {
+        pdist_avx2_block(d, e, queries, nq, rows, bytes, cnt, n, sd, thr, scratch, out, ld);
+        return;
+    }
+#endif
+    (void)scratch;
+    (void)thr;
+    block_portable(d, e, queries, nq, rows, bytes, cnt, n, sd, out, ld);
 }

@@ -73,12 +73,33 @@ pdist_check_fn pdist_check(pdist_t d);
 /* The id of a name, or -1. */
 int pdist_find(const char *name);
 
-/* out[j] = distance d of query a to row j of rows (cnt rows of `bytes`
- * bytes, n elements each): the definition's doubles, bit for bit; four
- * rows at a time where the distance has a four-row variant (their
- * accumulations overlap). */
-void pdist_rows(pdist_t d, patina_elem e, const void *a, const uint8_t *rows, size_t bytes, size_t cnt, size_t n,
-                const double *sd, double *out);
+/* Scratch bytes pdist_block needs for nq queries of n elements. */
+size_t pdist_block_scratch(size_t nq, size_t n);
+
+/* out[q * ld + r] = distance d of query q to row r, for q < nq, r < cnt:
+ * queries (nq rows) and rows (cnt rows) of `bytes` bytes, n elements
+ * each; sd as for the definition. Every value is the definition's double,
+ * bit for bit. Rows are taken four at a time and each group serves every
+ * query of the block while it is in cache: AVX2 (one row per lane, the
+ * definition's operations in its order) where the CPU has it and the
+ * portable path is not forced, else the portable x4 variants.
+ * thr (nq) or NULL: a row provably farther than thr[q] from query q may
+ * get +inf instead of its distance (the AVX2 path's std_l2 filter skips
+ * the divisions there); every row within thr[q], ties included, gets its
+ * distance. scratch: pdist_block_scratch(nq, n) bytes,
+ * any alignment (the caller's; not kept). */
+void pdist_block(pdist_t d, patina_elem e, const uint8_t *queries, size_t nq, const uint8_t *rows, size_t bytes,
+                 size_t cnt, size_t n, const double *sd, const double *thr, void *scratch, double *out, size_t ld);
+
+/* 1 when pdist_block runs the AVX2 kernels: an x86-64 build by GCC or
+ * Clang, a CPU with AVX2 and the portable path not forced; else 0. */
+int pdist_simd(void);
+
+/* Forces the portable C path (on != 0) or allows the AVX2 kernels again
+ * (on = 0), process-wide, for the calls that start afterwards. For tests
+ * and benchmarks that compare the two paths (they give the same doubles);
+ * the library itself never calls it. */
+void pdist_force_portable(int on);
 
 /* Element i of a descriptor of type e, as a double (exact for every type). */
 double pdist_elem(patina_elem e, const void *p, size_t i);

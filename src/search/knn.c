@@ -4,11 +4,15 @@
  * What it is: brute force. Every query is compared with every row of the
  * index by the extractor's distance, taken from the distance table
  * (search/distance.h); per (query, chunk of rows) a bounded max-heap keeps
- * the best k; chunks of one query are merged afterwards. Work is spread over
- * the context's workers (or a pool made per call without a context): over
- * queries when there are at least as many queries as threads, else each
- * query's rows are cut into chunks (at least PATINA_KNN_MIN_CHUNK rows) so
- * that one query on a large index uses every thread.
+ * the best k; chunks of one query are merged afterwards. Queries are taken
+ * in blocks (up to QB_MAX): a task runs its block over a range of rows, tile
+ * by tile, so each group of rows is read once per block and serves all its
+ * queries from cache (pdist_block; the Tanimoto fast path runs each query
+ * over the tile). Work is spread over the context's workers (or a pool made
+ * per call without a context): over blocks of queries when there are at
+ * least as many blocks as threads, else each query's rows are cut into
+ * chunks (at least PATINA_KNN_MIN_CHUNK rows) so that one query on a large
+ * index uses every thread.
  *
  * Order: distance ascending, ties by id ascending; NaN distances (a broken
  * distance function) sort after every number. ids are unique in an index,
@@ -36,7 +40,10 @@
  * Nothing is reassociated, so the doubles are identical (tests/test_search.c
  * checks every pair bit for bit). Queries with an element above 7 use the
  * definition. Four rows run at once for instruction-level parallelism; each
- * keeps its own sequential C1. */
+ * keeps its own sequential C1. With AVX2, an exact integer filter (the dot
+ * products a.b of 16 rows at once, search/knn_avx2.c) first leaves out the
+ * rows provably farther than the query's current k-th hit or radius; only
+ * the others get their distance (tanimoto_tile_filtered has the bound). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* glibc: pthread_rwlockattr_setkind_np (rwlock_init) */
 #endif
@@ -52,9 +59,12 @@
 #include "patina/glcm.h"
 #include "search/distance.h"
 #include "search/knn.h"
+#include "search/knn_simd.h"
 
 #define K_MAX 1000000
 #define TILE 256          /* rows whose distances are computed before selection */
+#define QB_MAX 32         /* queries per block (a task's queries share each group of rows) */
+#define QB_BYTES (256u << 10) /* a block's queries as doubles at most */
 #define GPU_MIN_ROWS 4096 /* AUTO runs smaller indexes on the CPU */
 
 struct patina_index {
@@ -98,6 +108,11 @@ typedef struct tq {
     double t2, c2;
     uint16_t idx[PGPU_KNN_MAXDIM];
     double qv[PGPU_KNN_MAXDIM];
+    /* the AVX2 filter's view (knn_simd.h): S2 = sum a^2, the non-zero
+     * element pairs (pe) and their two elements (pv, low byte first) */
+    double s2;
+    int np;
+    uint16_t pe[PGPU_KNN_MAXDIM / 2], pv[PGPU_KNN_MAXDIM / 2];
 } tq_t;
 
 int patina__index_fast_path(const patina_index_t *idx) { return idx && idx->t1 != NULL; }
@@ -697,6 +712,16 @@ static void prepare_query(tq_t *q, const uint8_t *a, size_t dim)
     }
     q->fast = 1;
     q->t2 = t2;
+    q->np = 0;
+    q->s2 = 0.0;
+    for (i = 0; i < dim; i += 2) {
+        const unsigned lo = a[i], hi = i + 1 < dim ? a[i + 1] : 0;
+        q->s2 += (double)(lo * lo + hi * hi);
+        if (lo | hi) {
+            q->pe[q->np] = (uint16_t)(i / 2);
+            q->pv[q->np++] = (uint16_t)(lo | hi << 8);
+        }
+    }
     if (t2 != 0.0)
         for (i = 0; i < dim; i++) {
             double v = (double)a[i] / t2;
@@ -753,15 +778,92 @@ static void tanimoto_rows(const patina_index_t *ix, const tq_t *q, size_t r0, si
     }
 }
 
-/* Distances of one query to rows [r0, r0 + cnt), cnt <= TILE. */
-static void tile_distances(const patina_index_t *ix, const uint8_t *query, const tq_t *q, size_t r0,
-                           size_t cnt, double *out)
+#if PDIST_HAVE_AVX2
+/* Distance of one row to a fast-path query: tanimoto_rows's operations. */
+static double tanimoto_row(const patina_index_t *ix, const tq_t *q, size_t r)
 {
-    if (q && q->fast) {
-        tanimoto_rows(ix, q, r0, cnt, out);
+    const uint8_t *b = ix->descs + r * ix->dim;
+    const double *p = ix->ptab[ix->t1[r]];
+    double s = 0.0;
+    for (int j = 0; j < q->nnz; j++) s += p[b[q->idx[j]]] * q->qv[j];
+    return tanimoto_finish(q, ix->t1[r], ix->c3[r], s);
+}
+
+/* The fast path with the AVX2 filter: dist (nb, TILE) holds the distances
+ * of the rows that may lie within thr[q] (each query's threshold: its
+ * heap's worst once full, the radius, or +inf) and +inf for the others,
+ * which cannot enter the result: their distance is above thr[q].
+ *
+ * Why: with the integers D = a.b, T1, T2, S1 = b.b, S2 = a.a, LIRE's
+ * similarity is the rational t = D T1 T2 / (S2 T1^2 + S1 T2^2 - D T1 T2)
+ * and the distance 100 (1 - t). The definition's double differs from
+ * 100 (1 - t) by less than 1e-11: C1, C2, C3 are sums of at most 256
+ * non-negative terms, each within 3 roundings, so each is within 260 u
+ * (u = 2^-53) relative; the denominator (C2 + C3) - C1 >= (C2 + C3) / 2
+ * (Cauchy-Schwarz), so it is within about 800 u, the quotient (t <= 1)
+ * within about 1100 u, and 100 (1 - t) within 100 * 1100 u + one rounding
+ * (< 2e-11). The filter drops a row when D T1 T2 < tc den with tc =
+ * (100 - thr - MARGIN) / 100 (all integers exact in double, the product
+ * within u): then 100 (1 - t) > thr + MARGIN - 1e-13 and the definition's
+ * distance > thr + MARGIN - 1e-10 > thr. A row at thr (a tie that may
+ * enter by its id) is always kept; so are zero rows and zero queries (a
+ * zero denominator keeps the row) and everything while thr is +inf. */
+#define TAN_MARGIN 1e-9
+static void tanimoto_tile_filtered(const patina_index_t *ix, const tq_t *tq, const double *thr, size_t nb, size_t r0,
+                                   size_t cnt, double *dist)
+{
+    uint16_t L[PTAN_GROUP * (PGPU_KNN_MAXDIM / 2)];
+    double t1[PTAN_GROUP], s1[PTAN_GROUP];
+    size_t g, q, j;
+    for (g = 0; g < cnt; g += PTAN_GROUP) {
+        const size_t m = cnt - g < PTAN_GROUP ? cnt - g : PTAN_GROUP;
+        ptan_avx2_layout(ix->descs + (r0 + g) * ix->dim, m, ix->dim, L, s1);
+        for (j = 0; j < PTAN_GROUP; j++) t1[j] = j < m ? (double)ix->t1[r0 + g + j] : 0.0;
+        for (q = 0; q < nb; q++) {
+            const tq_t *tq1 = &tq[q];
+            double *out = dist + q * TILE + g;
+            unsigned keep;
+            if (!tq1->fast) continue;
+            keep = isinf(thr[q]) ? 0xffffu
+                                 : ptan_avx2_filter(L, tq1->pe, tq1->pv, (size_t)tq1->np, t1, s1, tq1->t2, tq1->s2,
+                                                    (100.0 - thr[q] - TAN_MARGIN) / 100.0);
+            for (j = 0; j < m; j++) out[j] = keep >> j & 1 ? tanimoto_row(ix, tq1, r0 + g + j) : HUGE_VAL;
+        }
+    }
+}
+#endif
+
+/* dist (nb, TILE) = the distances of the block's nb queries (queries, and
+ * their fast-path preparations tq or NULL) to rows [r0, r0 + cnt), cnt <=
+ * TILE. The distance table takes the whole block (each group of rows is
+ * read once for all of them); with the Tanimoto fast path each query runs
+ * over the tile, which stays in cache between them, and with AVX2 only the
+ * rows that may lie within the query's threshold thr[q] get their distance
+ * (the others +inf, see tanimoto_tile_filtered). */
+static void tile_distances(const patina_index_t *ix, const uint8_t *queries, const tq_t *tq, const double *thr,
+                           size_t nb, size_t r0, size_t cnt, void *pscratch, double *dist)
+{
+    const uint8_t *rows = ix->descs + r0 * ix->bytes;
+    size_t q;
+    int filtered = 0;
+    if (!tq) {
+        pdist_block(ix->dist_id, ix->elem, queries, nb, rows, ix->bytes, cnt, ix->dim, ix->sd, thr, pscratch, dist,
+                    TILE);
         return;
     }
-    pdist_rows(ix->dist_id, ix->elem, query, ix->descs + r0 * ix->bytes, ix->bytes, cnt, ix->dim, ix->sd, out);
+#if PDIST_HAVE_AVX2
+    if (pdist_simd()) {
+        tanimoto_tile_filtered(ix, tq, thr, nb, r0, cnt, dist);
+        filtered = 1;
+    }
+#endif
+    for (q = 0; q < nb; q++) {
+        if (tq[q].fast) {
+            if (!filtered) tanimoto_rows(ix, &tq[q], r0, cnt, dist + q * TILE);
+        } else
+            pdist_block(ix->dist_id, ix->elem, queries + q * ix->bytes, 1, rows, ix->bytes, cnt, ix->dim, ix->sd,
+                        thr + q, pscratch, dist + q * TILE, TILE);
+    }
 }
 
 /* ------------------------------------------------------------------- jobs */
@@ -772,18 +874,20 @@ typedef struct hitvec {
     size_t n, cap;
 } hitvec_t;
 
+/* Tasks are (block of qb queries, chunk of rows); results are kept per
+ * (query, chunk) slot, slot = q * nchunks + chunk. */
 typedef struct job {
     const patina_index_t *ix;
     const uint8_t *queries;   /* (nq, bytes) */
     const tq_t *tq;           /* (nq) or NULL */
-    size_t nq, nchunks, chunk;
+    size_t nq, qb, nblocks, nchunks, chunk;
     int range;
     /* knn */
     size_t k;
     patina_hit_t *final;      /* (nq, k) the caller's hits */
     patina_hit_t *scratch;    /* (nq * nchunks, cap) when nchunks > 1 */
     size_t cap;
-    size_t *cnt;              /* (nq * nchunks) hits per task */
+    size_t *cnt;              /* (nq * nchunks) hits per slot */
     /* range */
     double radius;
     size_t max_hits;
@@ -795,59 +899,81 @@ static void search_task(void *arg, size_t t, int worker)
 {
     job_t *jb = arg;
     const patina_index_t *ix = jb->ix;
-    size_t q = t / jb->nchunks, c = t % jb->nchunks;
-    size_t r0 = c * jb->chunk, r1 = r0 + jb->chunk < ix->n ? r0 + jb->chunk : ix->n, r, j;
-    const uint8_t *query = jb->queries + q * ix->bytes;
-    const tq_t *tq = jb->tq ? &jb->tq[q] : NULL;
-    double dist[TILE];
-    heap_t hp = {NULL, 0, 0};
-    hitvec_t *vec = NULL;
+    const size_t b = t / jb->nchunks, c = t % jb->nchunks, q0 = b * jb->qb;
+    const size_t nb = jb->nq - q0 < jb->qb ? jb->nq - q0 : jb->qb;
+    const size_t r0 = c * jb->chunk, r1 = r0 + jb->chunk < ix->n ? r0 + jb->chunk : ix->n;
+    double *dist = malloc(nb * TILE * sizeof *dist + pdist_block_scratch(nb, ix->dim)); /* (nb, TILE), then pdist's */
+    double *thr = malloc(nb * sizeof *thr);
+    heap_t *hp = calloc(nb, sizeof *hp);
+    size_t r, i, j;
     (void)worker;
 
-    if (!jb->range) {
-        hp.h = jb->nchunks == 1 ? jb->final + q * jb->k : jb->scratch + t * jb->cap;
-        hp.cap = jb->nchunks == 1 ? (jb->k < ix->live ? jb->k : ix->live) : jb->cap;
-    } else if (jb->max_hits) {
-        vec = &jb->vec[t];
-        hp.h = vec->h;
-        hp.cap = vec->cap;
-    } else {
-        vec = &jb->vec[t];
+    if (!dist || !hp || !thr) {
+        atomic_store(&jb->nomem, 1);
+        goto done;
+    }
+    for (i = 0; i < nb; i++) {
+        const size_t q = q0 + i, slot = q * jb->nchunks + c;
+        if (!jb->range) {
+            hp[i].h = jb->nchunks == 1 ? jb->final + q * jb->k : jb->scratch + slot * jb->cap;
+            hp[i].cap = jb->nchunks == 1 ? (jb->k < ix->live ? jb->k : ix->live) : jb->cap;
+        } else if (jb->max_hits) {
+            hp[i].h = jb->vec[slot].h;
+            hp[i].cap = jb->vec[slot].cap;
+        }
     }
     for (r = r0; r < r1; r += TILE) {
-        size_t cnt = r1 - r < TILE ? r1 - r : TILE;
-        tile_distances(ix, query, tq, r, cnt, dist);
-        if (!jb->range || jb->max_hits) {
-            for (j = 0; j < cnt; j++)
-                if ((!jb->range || dist[j] <= jb->radius) && !(ix->dead && ix->dead[r + j]))
-                    heap_push(&hp, dist[j], ix->ids[r + j]);
-            continue;
+        const size_t cnt = r1 - r < TILE ? r1 - r : TILE;
+        for (i = 0; i < nb; i++) { /* a row farther than thr[i] cannot enter query i's result */
+            thr[i] = jb->range ? jb->radius : HUGE_VAL;
+            if ((!jb->range || jb->max_hits) && hp[i].n == hp[i].cap && hp[i].n && hp[i].h[0].distance < thr[i])
+                thr[i] = hp[i].h[0].distance;
         }
-        for (j = 0; j < cnt; j++) {
-            if (!(dist[j] <= jb->radius) || (ix->dead && ix->dead[r + j])) continue;
-            if (vec->n == vec->cap) {
-                size_t ncap = vec->cap ? 2 * vec->cap : 64;
-                patina_hit_t *h = realloc(vec->h, ncap * sizeof *h);
-                if (!h) {
-                    atomic_store(&jb->nomem, 1);
-                    return;
-                }
-                vec->h = h;
-                vec->cap = ncap;
+        tile_distances(ix, jb->queries + q0 * ix->bytes, jb->tq ? jb->tq + q0 : NULL, thr, nb, r, cnt,
+                       dist + nb * TILE, dist);
+        for (i = 0; i < nb; i++) {
+            const double *dq = dist + i * TILE;
+            hitvec_t *vec;
+            if (!jb->range || jb->max_hits) {
+                for (j = 0; j < cnt; j++)
+                    if ((!jb->range || dq[j] <= jb->radius) && !(ix->dead && ix->dead[r + j]))
+                        heap_push(&hp[i], dq[j], ix->ids[r + j]);
+                continue;
             }
-            vec->h[vec->n].id = ix->ids[r + j];
-            vec->h[vec->n++].distance = dist[j];
+            vec = &jb->vec[(q0 + i) * jb->nchunks + c];
+            for (j = 0; j < cnt; j++) {
+                if (!(dq[j] <= jb->radius) || (ix->dead && ix->dead[r + j])) continue;
+                if (vec->n == vec->cap) {
+                    size_t ncap = vec->cap ? 2 * vec->cap : 64;
+                    patina_hit_t *h = realloc(vec->h, ncap * sizeof *h);
+                    if (!h) {
+                        atomic_store(&jb->nomem, 1);
+                        goto done;
+                    }
+                    vec->h = h;
+                    vec->cap = ncap;
+                }
+                vec->h[vec->n].id = ix->ids[r + j];
+                vec->h[vec->n++].distance = dq[j];
+            }
         }
     }
-    if (!jb->range) {
-        qsort(hp.h, hp.n, sizeof *hp.h, patina__hit_qsort_cmp);
-        jb->cnt[t] = hp.n;
-    } else if (jb->max_hits) {
-        qsort(hp.h, hp.n, sizeof *hp.h, patina__hit_qsort_cmp);
-        vec->n = hp.n;
-    } else if (vec->n) {
-        qsort(vec->h, vec->n, sizeof *vec->h, patina__hit_qsort_cmp);
+    for (i = 0; i < nb; i++) {
+        const size_t slot = (q0 + i) * jb->nchunks + c;
+        if (!jb->range) {
+            qsort(hp[i].h, hp[i].n, sizeof *hp[i].h, patina__hit_qsort_cmp);
+            jb->cnt[slot] = hp[i].n;
+        } else if (jb->max_hits) {
+            qsort(hp[i].h, hp[i].n, sizeof *hp[i].h, patina__hit_qsort_cmp);
+            jb->vec[slot].n = hp[i].n;
+        } else if (jb->vec[slot].n) {
+            qsort(jb->vec[slot].h, jb->vec[slot].n, sizeof *jb->vec[slot].h, patina__hit_qsort_cmp);
+        }
     }
+done:
+    free(dist);
+    free(thr);
+    free(hp);
 }
 
 /* Merges the sorted chunk lists of query q into out (at most `limit`);
@@ -869,14 +995,22 @@ static size_t merge_lists(patina_hit_t *out, size_t limit, patina_hit_t *const *
     return m;
 }
 
-/* Resolves threads and the chunking of each query's rows. */
-static void plan(const patina_index_t *ix, size_t nq, int threads, int *nthreads, size_t *nchunks,
-                 size_t *chunk)
+/* Resolves threads, the blocks of queries and the chunking of each
+ * query's rows. A block holds up to QB_MAX queries (their doubles within
+ * QB_BYTES, so they stay in L2 while a group of rows serves them all),
+ * fewer where that leaves less than two blocks per thread; when there are
+ * fewer blocks than threads, each query's rows are cut into chunks. */
+static void plan(const patina_index_t *ix, size_t nq, int threads, int *nthreads, size_t *qb, size_t *nblocks,
+                 size_t *nchunks, size_t *chunk)
 {
-    size_t want, maxc;
+    size_t want, maxc, b = (nq + 2 * (size_t)threads - 1) / (2 * (size_t)threads);
+    if (b > QB_MAX) b = QB_MAX;
+    if (b > QB_BYTES / (ix->dim * sizeof(double) + 1)) b = QB_BYTES / (ix->dim * sizeof(double) + 1);
+    *qb = b < 1 ? 1 : b;
+    *nblocks = nq ? (nq + *qb - 1) / *qb : 0;
     *nchunks = 1;
-    if (nq < (size_t)threads && ix->n >= 2 * PATINA_KNN_MIN_CHUNK) {
-        want = (4 * (size_t)threads + nq - 1) / nq;
+    if (*nblocks < (size_t)threads && ix->n >= 2 * PATINA_KNN_MIN_CHUNK) {
+        want = (4 * (size_t)threads + *nblocks - 1) / *nblocks;
         maxc = ix->n / PATINA_KNN_MIN_CHUNK;
         *nchunks = want < maxc ? want : maxc;
     }
@@ -884,7 +1018,7 @@ static void plan(const patina_index_t *ix, size_t nq, int threads, int *nthreads
     *nchunks = ix->n ? (ix->n + *chunk - 1) / *chunk : 1;
     /* Tiny problems are not worth waking threads for. */
     if ((double)ix->n * (double)nq < 4096.0) threads = 1;
-    if ((size_t)threads > nq * *nchunks) threads = (int)(nq * *nchunks);
+    if ((size_t)threads > *nblocks * *nchunks) threads = (int)(*nblocks * *nchunks);
     *nthreads = threads < 1 ? 1 : threads;
 }
 
@@ -893,18 +1027,19 @@ static void plan(const patina_index_t *ix, size_t nq, int threads, int *nthreads
 static patina_status run_job(patina_context_t *ctx, job_t *jb, int nthreads)
 {
     patina_pool_t *pool = NULL;
+    const size_t ntasks = jb->nblocks * jb->nchunks;
     if (nthreads <= 1) {
-        patina_pool_run(NULL, jb->nq * jb->nchunks, search_task, jb);
+        patina_pool_run(NULL, ntasks, search_task, jb);
         return PATINA_OK;
     }
     if (ctx) {
         pool = patina__context_workers_acquire(ctx);
-        patina_pool_run(pool, jb->nq * jb->nchunks, search_task, jb);
+        patina_pool_run(pool, ntasks, search_task, jb);
         patina__context_workers_release(ctx);
         return PATINA_OK;
     }
     PATINA_TRY(patina_pool_new(&pool, nthreads));
-    patina_pool_run(pool, jb->nq * jb->nchunks, search_task, jb);
+    patina_pool_run(pool, ntasks, search_task, jb);
     patina_pool_free(pool);
     return PATINA_OK;
 }
@@ -1212,7 +1347,7 @@ static patina_status knn_impl(patina_context_t *ctx, const patina_index_t *idx, 
     per = counts[0];
 
     memset(&jb, 0, sizeof jb);
-    plan(idx, nq, cpu_threads(ctx), &nthreads, &jb.nchunks, &jb.chunk);
+    plan(idx, nq, cpu_threads(ctx), &nthreads, &jb.qb, &jb.nblocks, &jb.nchunks, &jb.chunk);
     jb.ix = idx;
     jb.queries = queries;
     jb.nq = nq;
@@ -1231,6 +1366,7 @@ static patina_status knn_impl(patina_context_t *ctx, const patina_index_t *idx, 
                              nq * jb.nchunks, jb.cap);
     }
     if (s == PATINA_OK) s = run_job(ctx, &jb, nthreads);
+    if (s == PATINA_OK && atomic_load(&jb.nomem)) s = patina__fail(PATINA_E_NOMEM, "search: out of memory");
     if (s == PATINA_OK && jb.nchunks > 1) {
         /* Merge each query's chunk lists (each sorted) into its k best. */
         for (q = 0; q < nq; q++) {
@@ -1257,7 +1393,7 @@ static patina_status range_impl(patina_context_t *ctx, const patina_index_t *idx
     job_t jb;
     tq_t *tq = NULL;
     patina_status s;
-    size_t q, t, ntasks, max_hits, *pos = NULL, *lens = NULL;
+    size_t q, t, nslots, max_hits, *pos = NULL, *lens = NULL;
     patina_hit_t **lists = NULL;
     int nthreads;
 
@@ -1290,25 +1426,25 @@ static patina_status range_impl(patina_context_t *ctx, const patina_index_t *idx
     if (opts.stats) opts.stats->cpu = nq;
 
     memset(&jb, 0, sizeof jb);
-    plan(idx, nq, cpu_threads(ctx), &nthreads, &jb.nchunks, &jb.chunk);
+    plan(idx, nq, cpu_threads(ctx), &nthreads, &jb.qb, &jb.nblocks, &jb.nchunks, &jb.chunk);
     jb.ix = idx;
     jb.queries = queries;
     jb.nq = nq;
     jb.range = 1;
     jb.radius = radius;
     jb.max_hits = max_hits;
-    ntasks = nq * jb.nchunks;
+    nslots = nq * jb.nchunks;
     s = prepare_queries(idx, queries, nq, &tq);
     jb.tq = tq;
-    if (s == PATINA_OK && (!(jb.vec = calloc(ntasks, sizeof *jb.vec)) ||
+    if (s == PATINA_OK && (!(jb.vec = calloc(nslots, sizeof *jb.vec)) ||
                            !(lists = malloc(jb.nchunks * sizeof *lists)) ||
                            !(lens = malloc(jb.nchunks * sizeof *lens)) ||
                            !(pos = malloc(jb.nchunks * sizeof *pos))))
         s = patina__fail(PATINA_E_NOMEM, "search: out of memory");
     if (s == PATINA_OK && max_hits) {
-        /* Each task keeps its nearest max_hits in a heap. */
+        /* Each (query, chunk) slot keeps its nearest max_hits in a heap. */
         size_t cap = max_hits < jb.chunk ? max_hits : jb.chunk;
-        for (t = 0; t < ntasks && s == PATINA_OK; t++) {
+        for (t = 0; t < nslots && s == PATINA_OK; t++) {
             jb.vec[t].cap = cap;
             if (!(jb.vec[t].h = malloc(cap * sizeof *jb.vec[t].h)))
                 s = patina__fail(PATINA_E_NOMEM, "search: out of memory");
@@ -1338,7 +1474,7 @@ static patina_status range_impl(patina_context_t *ctx, const patina_index_t *idx
             hits[q] = NULL;
             counts[q] = 0;
         }
-    for (t = 0; jb.vec && t < ntasks; t++) free(jb.vec[t].h);
+    for (t = 0; jb.vec && t < nslots; t++) free(jb.vec[t].h);
     free(jb.vec);
     free(pos);
     free(lens);
