@@ -486,6 +486,15 @@ static void test_output_quoting(void **state)
         expect_in(out, want);
     }
     free(out);
+    /* --gpu: the GPU or an error (exit 3), never the CPU quietly; not with --device */
+    assert_int_equal(RUN(NULL, NULL, "search", coll, paths[0], "--gpu", "--device", "cpu"), 2);
+    if (patina_gpu_count() == 0) {
+        char *msg = NULL;
+        assert_int_equal(RUN(NULL, &msg, "search", coll, paths[0], "--gpu"), 3);
+        expect_in(msg, "gpu");
+        free(msg);
+        assert_int_equal(RUN(NULL, NULL, "search", coll, paths[0], "--gpu", "--range", "30"), 3);
+    }
 }
 
 /* search -f FAMILY on a collection without that family's table is a usage

@@ -22,6 +22,8 @@ static const cli_opt_t opts[] = {
              "those on the command line"},
     CLI_OPT_DEVICE("where query descriptors are computed and the search runs (same results; "
                    "auto: the GPU when one is usable and the table is large enough)"),
+    {.name = "gpu", .type = CLI_FLAG, .conflicts = "device",
+     .help = "the same as --device gpu: fail rather than search on the CPU"},
     CLI_OPT_JOBS,
     CLI_OPT_MAX_PIXELS,
     CLI_OPT_STRICT,
@@ -211,6 +213,7 @@ static int run_search(const cli_args_t *a)
         cli_status_error("search", PATINA_E_INVALID);
         return EXIT_USAGE;
     }
+    if (cli_get(a, "gpu")->given) device = PATINA_DEVICE_GPU;
     if ((s = patina_extractor_new(&ex, family)) != PATINA_OK) {
         cli_status_error("search", s);
         return EXIT_USAGE;
@@ -296,8 +299,6 @@ static int run_search(const cli_args_t *a)
                     }
                 patina_search_opts_init(&so);
                 so.device = device == PATINA_DEVICE_HYBRID ? PATINA_DEVICE_AUTO : device;
-                /* range search on the GPU serves CEDD; others run on the CPU */
-                if (use_range && so.device == PATINA_DEVICE_GPU) so.device = PATINA_DEVICE_AUTO;
                 s = PATINA_OK;
                 if (nd && use_range) s = patina_index_range(ctx, idx, desc, nd, range, &so, rh, cnt);
                 else if (nd) s = patina_index_knn(ctx, idx, desc, nd, (size_t)k, &so, hits, cnt);
