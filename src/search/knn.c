@@ -1068,9 +1068,9 @@ void patina_search_opts_init(patina_search_opts_t *o)
     o->device = PATINA_DEVICE_AUTO;
 }
 
-/* The device a search runs on. The GPU answers every distance's k-NN
- * (the Tanimoto fast path for k <= PGPU_KNN_KMAX) and the fast path's range
- * search; AUTO takes it for indexes of GPU_MIN_ROWS rows or more. */
+/* The device a search runs on. The GPU answers k-NN (k <= PGPU_KNN_KMAX)
+ * and range search for every distance of the table (not the record
+ * distances); AUTO takes it for indexes of GPU_MIN_ROWS rows or more. */
 static patina_status search_device(patina_context_t *ctx, const patina_index_t *ix,
                                    const patina_search_opts_t *o, int range, size_t k, patina_device *dev)
 {
