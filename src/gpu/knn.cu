@@ -1280,12 +1280,13 @@ static cudaError_t def_batch(knn_state_t *st, const knn_copy_t *c, const pgpu_kn
             return e;
     } else if (f->kind == 2) {
         if ((e = ix_launch<D, 0>(c, st, (uint32_t)S, m, s)) != cudaSuccess) return e;
-        k_ix_select<<<(unsigned)m, TC_SEL_THREADS, 0, s>>>(dense, (uint32_t)S, (uint32_t)take, st->d_ithr, st->d_dcnt,
-                                                           st->d_dflag);
+        k_fl_select<<<(unsigned)m, TC_SEL_THREADS, 0, s>>>(dense, (uint32_t)S, (uint32_t)take, st->d_ithr, 1, NULL, 0,
+                                                           st->d_dcnt, st->d_dflag);
     } else if (f->kind == 1) {
         fx_launch<D, 0>(c, st, (uint32_t)S, m, s);
-        k_fx_select<<<(unsigned)m, TC_SEL_THREADS, 0, s>>>(dense, (uint32_t)S, (uint32_t)take, st->d_fqi, st->d_dcnt,
-                                                           st->d_dflag);
+        /* the threshold U + mq into qinfo.z */
+        k_fl_select<<<(unsigned)m, TC_SEL_THREADS, 0, s>>>(dense, (uint32_t)S, (uint32_t)take, (float *)st->d_fqi + 2,
+                                                           4, (const float *)st->d_fqi, 4, st->d_dcnt, st->d_dflag);
     } else {
         k_def_pilot<D><<<dim3((unsigned)((S + 255) / 256), (unsigned)m), 256, 0, s>>>(
             c->descs, c->n, S, c->dim, es, (int)idx->elem, c->sd, st->d_qv, st->d_dense);
@@ -1680,69 +1681,6 @@ static int hit_before(const patina_hit_t *x, const patina_hit_t *y)
 
 static int too_big(patina_status s) { return s == PATINA_E_LIMIT || s == PATINA_E_NOMEM; }
 
-static patina_status knn_chunked(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
-                                 const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
-                                 uint8_t *cpu, size_t *paths)
-{
-    const size_t n = idx->n;
-    size_t rows = n / 2 + 1;
-    patina_hit_t *ch = (patina_hit_t *)malloc(nq * k * sizeof *ch), *mg = (patina_hit_t *)malloc(k * sizeof *mg);
-    size_t *cc = (size_t *)malloc(nq * sizeof *cc);
-    uint8_t *ccpu = (uint8_t *)malloc(nq + 1);
-    uint32_t *rm = NULL;
-    patina_status s = PATINA_OK;
-    if (!ch || !mg || !cc || !ccpu) s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
-    while (s == PATINA_OK) {
-        size_t a, chunks = 0;
-        size_t p[3] = {0, 0, 0};
-        free(rm);
-        if (!(rm = (uint32_t *)malloc(rows * sizeof *rm + 1))) {
-            s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
-            break;
-        }
-        memset(cpu, 0, nq);
-        for (size_t q = 0; q < nq; q++) counts[q] = 0;
-        for (a = 0; a < n && s == PATINA_OK; a += rows) {
-            const size_t b = n - a < rows ? n : a + rows;
-            pgpu_knn_index_t v;
-            chunk_view(idx, a, b, rm, &v);
-            chunks++;
-            if (v.live == 0) continue;
-            s = knn_resident(g, &v, queries, qv, nq, k, ch, cc, ccpu, a == 0 ? p : NULL);
-            drop_copy(g, v.serial);
-            for (size_t q = 0; s == PATINA_OK && q < nq; q++) {
-                patina_hit_t *dst = hits + q * k, *src = ch + q * k;
-                size_t i = 0, j = 0, m = 0;
-                if (ccpu[q]) cpu[q] = 1;
-                if (cpu[q]) continue;
-                while (m < k && (i < counts[q] || j < cc[q]))
-                    mg[m++] = j >= cc[q] || (i < counts[q] && !hit_before(&src[j], &dst[i])) ? dst[i++] : src[j++];
-                memcpy(dst, mg, m * sizeof *mg);
-                counts[q] = m;
-            }
-        }
-        if (s == PATINA_OK) {
-            if (paths) {
-                paths[0] += p[0];
-                paths[1] += p[1];
-                paths[2] += p[2];
-                paths[3] += chunks;
-            }
-            break;
-        }
-        if (!too_big(s) || rows / 2 < CHUNK_MIN) break;
-        patina_clear_error();
-        s = PATINA_OK;
-        rows /= 2;
-    }
-    free(rm);
-    free(ch);
-    free(mg);
-    free(cc);
-    free(ccpu);
-    return s;
-}
-
 static int by_hit(const void *x, const void *y)
 {
     const patina_hit_t *a = (const patina_hit_t *)x, *b = (const patina_hit_t *)y;
@@ -1757,69 +1695,88 @@ static void free_lists(patina_hit_t **hits, size_t nq)
     }
 }
 
-static patina_status range_chunked(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
-                                   const double *qv, size_t nq, double radius, size_t max_hits, patina_hit_t **hits,
-                                   size_t *counts, uint8_t *cpu, size_t *paths)
+/* One chunked search: k-NN (lists NULL: hits (nq, k)) or range (lists:
+ * hits[q] malloc'd, at most max_hits); a chunk's answers in ch / chl, cc,
+ * ccpu (per-call scratch). */
+typedef struct chunk_call {
+    size_t k;
+    double radius;
+    size_t max_hits;
+    patina_hit_t *hits, **lists;
+    size_t *counts;
+    patina_hit_t *ch, **chl, *mg;
+    size_t *cc;
+    uint8_t *ccpu;
+} chunk_call_t;
+
+/* The chunk's answer for query q merged into the call's. */
+static patina_status chunk_merge(chunk_call_t *cl, size_t q)
+{
+    if (!cl->lists) { /* the k best of the two sorted lists */
+        patina_hit_t *dst = cl->hits + q * cl->k, *src = cl->ch + q * cl->k;
+        size_t i = 0, j = 0, m = 0;
+        while (m < cl->k && (i < cl->counts[q] || j < cl->cc[q]))
+            cl->mg[m++] = j >= cl->cc[q] || (i < cl->counts[q] && !hit_before(&src[j], &dst[i])) ? dst[i++] : src[j++];
+        memcpy(dst, cl->mg, m * sizeof *cl->mg);
+        cl->counts[q] = m;
+        return PATINA_OK;
+    }
+    if (cl->cc[q]) { /* the union, sorted, cut at max_hits */
+        patina_hit_t *u = (patina_hit_t *)realloc(cl->lists[q], (cl->counts[q] + cl->cc[q]) * sizeof *u);
+        size_t m = cl->counts[q] + cl->cc[q];
+        if (!u) return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory for hits");
+        memcpy(u + cl->counts[q], cl->chl[q], cl->cc[q] * sizeof *u);
+        qsort(u, m, sizeof *u, by_hit);
+        if (cl->max_hits && m > cl->max_hits) m = cl->max_hits;
+        cl->lists[q] = u;
+        cl->counts[q] = m;
+    }
+    return PATINA_OK;
+}
+
+/* The chunks of rows, each a sub-index searched by the resident engines
+ * and dropped, the answers merged; the chunk size halves while a chunk
+ * does not fit (down to CHUNK_MIN rows). */
+static patina_status search_chunked(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
+                                    const double *qv, size_t nq, chunk_call_t *cl, uint8_t *cpu, size_t *paths)
 {
     const size_t n = idx->n;
     size_t rows = n / 2 + 1;
-    patina_hit_t **ch = (patina_hit_t **)calloc(nq + 1, sizeof *ch);
-    size_t *cc = (size_t *)calloc(nq + 1, sizeof *cc);
-    uint8_t *ccpu = (uint8_t *)malloc(nq + 1);
     uint32_t *rm = NULL;
     patina_status s = PATINA_OK;
-    if (!ch || !cc || !ccpu) s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
-    while (s == PATINA_OK) {
-        size_t a, chunks = 0;
-        size_t p[3] = {0, 0, 0};
+    for (;;) {
+        size_t a, chunks = 0, p[3] = {0, 0, 0};
         free(rm);
         if (!(rm = (uint32_t *)malloc(rows * sizeof *rm + 1))) {
             s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
             break;
         }
         memset(cpu, 0, nq);
-        free_lists(hits, nq);
-        for (size_t q = 0; q < nq; q++) counts[q] = 0;
+        memset(cl->counts, 0, nq * sizeof *cl->counts);
+        if (cl->lists) free_lists(cl->lists, nq);
         for (a = 0; a < n && s == PATINA_OK; a += rows) {
             const size_t b = n - a < rows ? n : a + rows;
             pgpu_knn_index_t v;
             chunk_view(idx, a, b, rm, &v);
             chunks++;
             if (v.live == 0) continue;
-            memset(cc, 0, nq * sizeof *cc);
-            s = range_resident(g, &v, queries, qv, nq, radius, max_hits, ch, cc, ccpu, a == 0 ? p : NULL);
+            memset(cl->cc, 0, nq * sizeof *cl->cc);
+            s = cl->lists ? range_resident(g, &v, queries, qv, nq, cl->radius, cl->max_hits, cl->chl, cl->cc, cl->ccpu,
+                                           a == 0 ? p : NULL)
+                          : knn_resident(g, &v, queries, qv, nq, cl->k, cl->ch, cl->cc, cl->ccpu, a == 0 ? p : NULL);
             drop_copy(g, v.serial);
             for (size_t q = 0; s == PATINA_OK && q < nq; q++) {
-                patina_hit_t *u;
-                size_t m;
-                if (ccpu[q]) cpu[q] = 1;
-                if (cpu[q] || cc[q] == 0) {
-                    free(ch[q]);
-                    ch[q] = NULL;
-                    continue;
-                }
-                u = (patina_hit_t *)realloc(hits[q], (counts[q] + cc[q]) * sizeof *u);
-                if (!u) {
-                    s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory for hits");
-                    break;
-                }
-                memcpy(u + counts[q], ch[q], cc[q] * sizeof *u);
-                m = counts[q] + cc[q];
-                qsort(u, m, sizeof *u, by_hit);
-                if (max_hits && m > max_hits) m = max_hits;
-                hits[q] = u;
-                counts[q] = m;
-                free(ch[q]);
-                ch[q] = NULL;
+                if (cl->ccpu[q]) cpu[q] = 1;
+                if (!cpu[q]) s = chunk_merge(cl, q);
             }
-            free_lists(ch, nq);
+            if (cl->lists) free_lists(cl->chl, nq);
         }
         if (s == PATINA_OK) {
-            for (size_t q = 0; q < nq; q++)
-                if (cpu[q]) {
-                    free(hits[q]);
-                    hits[q] = NULL;
-                    counts[q] = 0;
+            for (size_t q = 0; cl->lists && q < nq; q++)
+                if (cpu[q]) { /* the CPU's as a whole */
+                    free(cl->lists[q]);
+                    cl->lists[q] = NULL;
+                    cl->counts[q] = 0;
                 }
             if (paths) {
                 paths[0] += p[0];
@@ -1829,17 +1786,13 @@ static patina_status range_chunked(patina_gpu_t *g, const pgpu_knn_index_t *idx,
             }
             break;
         }
-        free_lists(ch, nq);
         if (!too_big(s) || rows / 2 < CHUNK_MIN) break;
         patina_clear_error();
         s = PATINA_OK;
         rows /= 2;
     }
-    if (s != PATINA_OK) free_lists(hits, nq);
+    if (s != PATINA_OK && cl->lists) free_lists(cl->lists, nq);
     free(rm);
-    free(ch);
-    free(cc);
-    free(ccpu);
     return s;
 }
 
@@ -1856,7 +1809,24 @@ patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const
     if (!too_big(s) || idx->n < 2 * CHUNK_MIN) return s;
     patina_clear_error();
     drop_copy(g, idx->serial);
-    return knn_chunked(g, idx, queries, qv, nq, k, hits, counts, cpu, paths);
+    {
+        chunk_call_t cl;
+        memset(&cl, 0, sizeof cl);
+        cl.k = k;
+        cl.hits = hits;
+        cl.counts = counts;
+        cl.ch = (patina_hit_t *)malloc(nq * k * sizeof *cl.ch + 1);
+        cl.mg = (patina_hit_t *)malloc(k * sizeof *cl.mg);
+        cl.cc = (size_t *)malloc(nq * sizeof *cl.cc + 1);
+        cl.ccpu = (uint8_t *)malloc(nq + 1);
+        s = cl.ch && cl.mg && cl.cc && cl.ccpu ? search_chunked(g, idx, queries, qv, nq, &cl, cpu, paths)
+                                               : patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
+        free(cl.ch);
+        free(cl.mg);
+        free(cl.cc);
+        free(cl.ccpu);
+    }
+    return s;
 }
 
 patina_status patina_gpu_range(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
@@ -1871,5 +1841,21 @@ patina_status patina_gpu_range(patina_gpu_t *g, const pgpu_knn_index_t *idx, con
     patina_clear_error();
     free_lists(hits, nq);
     drop_copy(g, idx->serial);
-    return range_chunked(g, idx, queries, qv, nq, radius, max_hits, hits, counts, cpu, paths);
+    {
+        chunk_call_t cl;
+        memset(&cl, 0, sizeof cl);
+        cl.radius = radius;
+        cl.max_hits = max_hits;
+        cl.lists = hits;
+        cl.counts = counts;
+        cl.chl = (patina_hit_t **)calloc(nq + 1, sizeof *cl.chl);
+        cl.cc = (size_t *)malloc(nq * sizeof *cl.cc + 1);
+        cl.ccpu = (uint8_t *)malloc(nq + 1);
+        s = cl.chl && cl.cc && cl.ccpu ? search_chunked(g, idx, queries, qv, nq, &cl, cpu, paths)
+                                       : patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
+        free(cl.chl);
+        free(cl.cc);
+        free(cl.ccpu);
+    }
+    return s;
 }

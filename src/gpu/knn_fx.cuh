@@ -183,10 +183,12 @@ __device__ __forceinline__ float fx_unord(uint32_t o)
     return __uint_as_float((o >> 31) ? o & 0x7fffffffu : ~o);
 }
 
-/* Per query: U = the kth smallest pilot upper key, the threshold U + mq
- * (rounded up) into qinfo.z; zeroes the query's count and flag. */
+/* Per query (the float keys of both filters): U = the kth smallest pilot
+ * upper key, written to out[q * os] plus add[q * as] when add is given
+ * (rounded up: the FP32 filter's U + mq); zeroes the query's count and
+ * flag. */
 __global__ void __launch_bounds__(TC_SEL_THREADS)
-k_fx_select(const float *__restrict__ dense, uint32_t S, uint32_t kth, fx_qinfo_t *__restrict__ qinfo,
+k_fl_select(const float *__restrict__ dense, uint32_t S, uint32_t kth, float *out, int os, const float *add, int as,
             uint32_t *__restrict__ cnt, uint8_t *__restrict__ flag)
 {
     __shared__ uint32_t sh[2048 + 34];
@@ -197,7 +199,10 @@ k_fx_select(const float *__restrict__ dense, uint32_t S, uint32_t kth, fx_qinfo_
     }
     /* the kth largest of ~ord is the kth smallest */
     const uint32_t b = tc_radix_kth([v](uint32_t i) { return ~fx_ord(v[i]); }, S, kth, sh);
-    if (threadIdx.x == 0) qinfo[blockIdx.x].z = __fadd_ru(fx_unord(~b), qinfo[blockIdx.x].x);
+    if (threadIdx.x == 0) {
+        const float u = fx_unord(~b);
+        out[(size_t)blockIdx.x * os] = add ? __fadd_ru(u, add[(size_t)blockIdx.x * as]) : u;
+    }
 }
 
 #endif

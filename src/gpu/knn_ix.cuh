@@ -110,16 +110,10 @@ k_ix_scan(const int8_t *__restrict__ rows, const ix_info_t *__restrict__ info, u
 
     if (r0 >= r1) return;
 #pragma unroll
-    for (int ks = 0; ks < NK32; ks++)
-#pragma unroll
-        for (int l = 0; l < 2; l++) {
-            const int c = ks * 32 + t4 * 4 + l * DP;
-            uint32_t *a = l ? a2[ks] : a1[ks];
-            a[0] = q0 < nq ? *(const uint32_t *)(qbytes + (size_t)q0 * RB + c) : 0u;
-            a[1] = q1 < nq ? *(const uint32_t *)(qbytes + (size_t)q1 * RB + c) : 0u;
-            a[2] = q0 < nq ? *(const uint32_t *)(qbytes + (size_t)q0 * RB + c + 16) : 0u;
-            a[3] = q1 < nq ? *(const uint32_t *)(qbytes + (size_t)q1 * RB + c + 16) : 0u;
-        }
+    for (int ks = 0; ks < NK32; ks++) {
+        tc_frag_a(a1[ks], qbytes, RB, q0, q1, nq, ks * 32 + t4 * 4);
+        tc_frag_a(a2[ks], qbytes, RB, q0, q1, nq, ks * 32 + t4 * 4 + DP);
+    }
     for (int h = 0; h < 2; h++) {
         const int q = h ? q1 : q0;
         qi[h] = q < nq ? qinfo[q] : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -130,12 +124,8 @@ k_ix_scan(const int8_t *__restrict__ rows, const ix_info_t *__restrict__ info, u
     auto load = [&](uint32_t st) {
         if (st < nst) {
             const int buf = st % TC_STAGES;
-            const int8_t *src = rows + (size_t)(r0 + st * IX_R) * RB;
-            uint8_t *dst = srows + (size_t)buf * IX_R * SRB;
-            for (int c = threadIdx.x; c < IX_R * RB / 16; c += TC_WARPS * 32)
-                cp_async16(dst + (c / (RB / 16)) * SRB + (c % (RB / 16)) * 16, src + c * 16);
-            const ix_info_t *is = info + r0 + st * IX_R;
-            for (int c = threadIdx.x; c < IX_R; c += TC_WARPS * 32) cp_async16(sinfo + buf * IX_R + c, is + c);
+            tc_stage<IX_R, RB, SRB>(srows + (size_t)buf * IX_R * SRB, sinfo + buf * IX_R,
+                                    rows + (size_t)(r0 + st * IX_R) * RB, info + r0 + st * IX_R);
         }
         cp_async_commit();
     };
@@ -188,22 +178,6 @@ k_ix_scan(const int8_t *__restrict__ rows, const ix_info_t *__restrict__ info, u
         }
     }
     cp_async_wait<0>();
-}
-
-/* Per query: the scan's threshold thr[q] = the kth smallest pilot upper
- * key; zeroes the query's count and flag. */
-__global__ void __launch_bounds__(TC_SEL_THREADS)
-k_ix_select(const float *__restrict__ dense, uint32_t S, uint32_t kth, float *__restrict__ thr,
-            uint32_t *__restrict__ cnt, uint8_t *__restrict__ flag)
-{
-    __shared__ uint32_t sh[2048 + 34];
-    const float *v = dense + (size_t)blockIdx.x * S;
-    if (threadIdx.x == 0) {
-        cnt[blockIdx.x] = 0;
-        flag[blockIdx.x] = 0;
-    }
-    const uint32_t b = tc_radix_kth([v](uint32_t i) { return ~fx_ord(v[i]); }, S, kth, sh);
-    if (threadIdx.x == 0) thr[blockIdx.x] = fx_unord(~b);
 }
 
 #endif

@@ -69,6 +69,30 @@ typedef float4 tc_aux_t;
 
 /* ---------------------------------------------------------------- scan */
 
+/* A query tile's A fragment of an m16n8k32 (byte column c): rows q0 and
+ * q1 = q0 + 8 of qbytes (stride bytes a query), zero past nq. */
+__device__ __forceinline__ void tc_frag_a(uint32_t a[4], const void *qbytes, size_t stride, int q0, int q1, int nq,
+                                          int c)
+{
+    const uint8_t *b = (const uint8_t *)qbytes;
+    a[0] = q0 < nq ? *(const uint32_t *)(b + (size_t)q0 * stride + c) : 0u;
+    a[1] = q1 < nq ? *(const uint32_t *)(b + (size_t)q1 * stride + c) : 0u;
+    a[2] = q0 < nq ? *(const uint32_t *)(b + (size_t)q0 * stride + c + 16) : 0u;
+    a[3] = q1 < nq ? *(const uint32_t *)(b + (size_t)q1 * stride + c + 16) : 0u;
+}
+
+/* One stage of a scan block: R rows of RB bytes from src (stored at SRB
+ * bytes a row in dst) and their 16-byte infos, by cp.async (the caller
+ * commits). */
+template <int R, int RB, int SRB, typename Info>
+__device__ __forceinline__ void tc_stage(uint8_t *dst, Info *dinfo, const void *src, const Info *info)
+{
+    const uint8_t *s = (const uint8_t *)src;
+    for (int c = threadIdx.x; c < R * RB / 16; c += blockDim.x)
+        cp_async16(dst + (c / (RB / 16)) * SRB + (c % (RB / 16)) * 16, s + c * 16);
+    for (int c = threadIdx.x; c < R; c += blockDim.x) cp_async16(dinfo + c, info + c);
+}
+
 /* MODE: 0 = pilot (write t for rows < n to dense (nq, ld)),
  *       1 = filter (append passing rows to cand (nq, TC_CAND), count in cnt). */
 template <int NK32, int T16, int MODE>
@@ -95,13 +119,7 @@ k_tc_scan(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, ui
     if (r0 >= r1) return;
     /* the query tile's A fragments, loaded once (rows past nq are zero) */
 #pragma unroll
-    for (int ks = 0; ks < NK32; ks++) {
-        const int c = ks * 32 + t4 * 4;
-        a[ks][0] = q0 < nq ? *(const uint32_t *)(qbytes + (size_t)q0 * DP + c) : 0u;
-        a[ks][1] = q1 < nq ? *(const uint32_t *)(qbytes + (size_t)q1 * DP + c) : 0u;
-        a[ks][2] = q0 < nq ? *(const uint32_t *)(qbytes + (size_t)q0 * DP + c + 16) : 0u;
-        a[ks][3] = q1 < nq ? *(const uint32_t *)(qbytes + (size_t)q1 * DP + c + 16) : 0u;
-    }
+    for (int ks = 0; ks < NK32; ks++) tc_frag_a(a[ks], qbytes, DP, q0, q1, nq, ks * 32 + t4 * 4);
     if (T16) {
         const int c = NK32 * 32 + t4 * 4;
         at0 = q0 < nq ? *(const uint32_t *)(qbytes + (size_t)q0 * DP + c) : 0u;
@@ -128,11 +146,8 @@ k_tc_scan(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, ui
     auto load = [&](uint32_t st) {
         if (st < nst) {
             const int buf = st % TC_STAGES;
-            const uint8_t *src = rows + (size_t)(r0 + st * TC_R) * DP;
-            uint8_t *dst = srows + (size_t)buf * TC_R * DP;
-            for (int c = threadIdx.x; c < TC_R * DP / 16; c += TC_WARPS * 32) cp_async16(dst + c * 16, src + c * 16);
-            const tc_aux_t *as = aux + r0 + st * TC_R;
-            for (int c = threadIdx.x; c < TC_R; c += TC_WARPS * 32) cp_async16(saux + buf * TC_R + c, as + c);
+            tc_stage<TC_R, DP, DP>(srows + (size_t)buf * TC_R * DP, saux + buf * TC_R,
+                                   rows + (size_t)(r0 + st * TC_R) * DP, aux + r0 + st * TC_R);
         }
         cp_async_commit();
     };
