@@ -27,22 +27,6 @@ static const char *tpath(char *buf, size_t size, const char *name)
     return buf;
 }
 
-static uint8_t *slurp(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    uint8_t *buf;
-    long n;
-    if (!f) fail_msg("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)n + 1);
-    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) fail_msg("cannot read %s", path);
-    fclose(f);
-    *size = (size_t)n;
-    return buf;
-}
-
 /* ---------------------------------------------------- expected values */
 
 /* The spec's formulas in floating point. None of these has an exact .5 tie
@@ -86,7 +70,7 @@ static void load_both(patina_image_t *img, const char *path, patina_format fmt)
     patina_image_t mem;
     patina_image_info_t info;
     size_t size;
-    uint8_t *bytes = slurp(path, &size);
+    uint8_t *bytes = tu_read_file(path, &size);
     int y;
     TU_OK(patina_image_load(img, path, NULL));
     TU_OK(patina_image_decode(&mem, bytes, size, NULL, "memory copy"));
@@ -189,7 +173,7 @@ static void png_case(const char *name, const png_spec_t *sp, const uint8_t *want
     load_both(&img, path, PATINA_FORMAT_PNG);
     expect_pixels(&img, want, sp->w, sp->h, name);
     patina_image_release(&img);
-    bytes = slurp(path, &size);
+    bytes = tu_read_file(path, &size);
     TU_OK(patina_image_probe(&info, bytes, size, name));
     assert_int_equal(info.bit_depth, sp->depth);
     assert_int_equal(info.channels, sp->ctype == 3 ? 3 : channels_of(sp->ctype));
@@ -1039,7 +1023,7 @@ static void test_probe_header_only(void **state)
     (void)state;
     /* PNG: the first 33 bytes (signature + IHDR) are enough for probe;
      * decode of the same bytes is truncated. */
-    bytes = slurp(tpath(path, sizeof path, "rgba16.png"), &size);
+    bytes = tu_read_file(tpath(path, sizeof path, "rgba16.png"), &size);
     TU_OK(patina_image_probe(&info, bytes, 33, "head.png"));
     assert_int_equal(info.format, PATINA_FORMAT_PNG);
     assert_int_equal(info.width, 64);
@@ -1059,7 +1043,7 @@ static void test_probe_header_only(void **state)
                         "decode: 40000x40000 = 1600000000 pixels exceeds the limit of 100000000 in 'big.png'");
     assert_null(img.data);
     /* JPEG: header up to SOS */
-    bytes = slurp(tpath(path, sizeof path, "q100_0.jpg"), &size);
+    bytes = tu_read_file(tpath(path, sizeof path, "q100_0.jpg"), &size);
     {
         size_t i, sos = 0;
         for (i = 2; i + 1 < size; i++)
@@ -1108,7 +1092,7 @@ static void test_sniff(void **state)
     assert_string_equal(patina_format_name(PATINA_FORMAT_PNM), "pnm");
     assert_string_equal(patina_format_name(PATINA_FORMAT_UNKNOWN), "unknown");
     /* The name means nothing: a PNG called .jpg is decoded as PNG. */
-    bytes = slurp(tpath(src, sizeof src, "rgb8.png"), &size);
+    bytes = tu_read_file(tpath(src, sizeof src, "rgb8.png"), &size);
     tu_write_file(tpath(dst, sizeof dst, "really_a_png.jpg"), bytes, size);
     load_both(&img, dst, PATINA_FORMAT_PNG);
     patina_image_release(&img);
@@ -1123,7 +1107,7 @@ static void truncate_case(const char *file, const char *fmt_name)
     uint8_t *bytes;
     size_t size, cuts[12], k, ncuts = 0;
     patina_image_t img;
-    bytes = slurp(tpath(path, sizeof path, file), &size);
+    bytes = tu_read_file(tpath(path, sizeof path, file), &size);
     cuts[ncuts++] = 2;
     cuts[ncuts++] = 5;
     cuts[ncuts++] = 20;
@@ -1165,7 +1149,7 @@ static void test_corrupt(void **state)
     patina_image_info_t info;
     (void)state;
     /* PNG: a flipped byte inside the image data fails its chunk CRC */
-    bytes = slurp(tpath(path, sizeof path, "rgb8.png"), &size);
+    bytes = tu_read_file(tpath(path, sizeof path, "rgb8.png"), &size);
     bytes[size / 2] ^= 0x55;
     expect_error(patina_image_decode(&img, bytes, size, NULL, "flip.png"), PATINA_E_CORRUPT, "flip.png",
                  "corrupt PNG data");
@@ -1188,7 +1172,7 @@ static void test_corrupt(void **state)
     expect_error(patina_image_decode(&img, crafted, size, NULL, "noidat.png"), PATINA_E_CORRUPT,
                  "noidat.png", "corrupt PNG data");
     /* JPEG: a bogus DQT length */
-    bytes = slurp(tpath(path, sizeof path, "q100_0.jpg"), &size);
+    bytes = tu_read_file(tpath(path, sizeof path, "q100_0.jpg"), &size);
     {
         size_t i;
         for (i = 2; i + 3 < size; i++)
@@ -1229,7 +1213,7 @@ static void test_bombs(void **state)
     static const char ppm[] = "P6\n16384 16384\n255\n\x10\x20\x30";
     patina_limits_t lim = {0, 0};
     (void)state;
-    jpg = slurp(tpath(path, sizeof path, "q100_0.jpg"), &size);
+    jpg = tu_read_file(tpath(path, sizeof path, "q100_0.jpg"), &size);
     for (i = 2; i + 8 < size; i++)
         if (jpg[i] == 0xFF && jpg[i + 1] == 0xC0) { /* SOF0: height, width */
             jpg[i + 5] = 0x40, jpg[i + 6] = 0, jpg[i + 7] = 0x40, jpg[i + 8] = 0;
@@ -1275,7 +1259,7 @@ static void test_decoder_warnings(void **state)
     assert_int_equal(strict.strict, 0);
     assert_int_equal(strict.limits.max_pixels, PATINA_DEFAULT_MAX_PIXELS);
     strict.strict = 1;
-    jpg = slurp(tpath(path, sizeof path, "q100_0.jpg"), &size);
+    jpg = tu_read_file(tpath(path, sizeof path, "q100_0.jpg"), &size);
     bad = malloc(size + 4);
     for (i = 2; i + 3 < size; i++)
         if (jpg[i] == 0xFF && jpg[i + 1] == 0xDA) {
@@ -1328,7 +1312,7 @@ static void test_decoder_warnings(void **state)
     free(bad);
     free(jpg);
     /* 5. PNG: an ancillary chunk (tEXt) with a bad CRC after IHDR */
-    png = slurp(tpath(path, sizeof path, "rgba16.png"), &psize);
+    png = tu_read_file(tpath(path, sizeof path, "rgba16.png"), &psize);
     bad = malloc(psize + 32);
     memcpy(bad, png, 33);
     memcpy(bad + 33, "\0\0\0\x0btEXtComment\0hi\xde\xad\xbe\xef", 23);
@@ -1463,7 +1447,7 @@ static void test_fuzz_flips(void **state)
     for (f = 0; f < sizeof files / sizeof *files; f++) {
         char path[512];
         size_t size;
-        uint8_t *orig = slurp(tpath(path, sizeof path, files[f]), &size);
+        uint8_t *orig = tu_read_file(tpath(path, sizeof path, files[f]), &size);
         uint8_t *bytes = malloc(size);
         int it;
         for (it = 0; it < 150; it++) {

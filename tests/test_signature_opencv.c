@@ -65,23 +65,6 @@ static void write_ppm(const char *path, const patina_image_t *img)
     assert_int_equal(fclose(f), 0);
 }
 
-static void *read_all(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-    if (!f) fail_msg("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *size = (size_t)n;
-    return buf;
-}
-
 /* The definition's concatenated form in long double: u = (w_q | -w_o),
  * S = sum_i sum_j u_i u_j f(r_i, r_j); *terms receives sum |u_i u_j f|
  * (the scale of the rounding error of any evaluation order). */
@@ -122,7 +105,7 @@ typedef struct cvsigs {
 static void read_sigs(cvsigs_t *s, const char *path, int n)
 {
     size_t size, off = 0;
-    char *buf = read_all(path, &size);
+    char *buf = tu_read_file(path, &size);
     s->n = n;
     s->rows = calloc((size_t)n, sizeof *s->rows);
     s->sig = calloc((size_t)n, sizeof *s->sig);
@@ -131,11 +114,16 @@ static void read_sigs(cvsigs_t *s, const char *path, int n)
         assert_true(off + 4 <= size);
         memcpy(&r, buf + off, 4);
         off += 4;
-        assert_true(r >= 0 && off + (size_t)r * 32 <= size);
+        const size_t len = r >= 0 && r <= (1 << 20) ? (size_t)r * 32 : SIZE_MAX;
+        if (len == SIZE_MAX || off + len > size) {
+            fail_msg("%s: a signature of %d rows past the file's end", path, (int)r);
+            free(buf);
+            return;
+        }
         s->rows[i] = r;
-        s->sig[i] = malloc((size_t)r * 32 + 1);
-        memcpy(s->sig[i], buf + off, (size_t)r * 32);
-        off += (size_t)r * 32;
+        s->sig[i] = malloc(len + 1);
+        memcpy(s->sig[i], buf + off, len);
+        off += len;
     }
     assert_int_equal(off, size);
     free(buf);
@@ -157,7 +145,7 @@ static void check_sqfd(const char *dir, const cvsigs_t *cv, const char *form, co
     a = malloc(bytes);
     b = malloc(bytes);
     snprintf(path, sizeof path, "%s/cv_sqfd_%s_%s.bin", dir, form, alpha);
-    m = read_all(path, &size);
+    m = tu_read_file(path, &size);
     assert_int_equal(size, (size_t)n * (size_t)n * 4);
     for (int i = 0; i < n; i++) {
         if (cv->rows[i] == 0) continue;
@@ -326,7 +314,7 @@ static void test_parity(void **state)
         }
         {   /* with OpenCV's L*a*b* put in: bit for bit */
             size_t size;
-            float *lab = read_all(tu_path(dir, "cv_lab.bin"), &size);
+            float *lab = tu_read_file(tu_path(dir, "cv_lab.bin"), &size);
             float *samp = malloc((size_t)p->samples * SIG_COLS * sizeof *samp);
             int exact = 0, lab_diff = 0;
             assert_int_equal(size, (size_t)nimg * (size_t)p->samples * 3 * 4);

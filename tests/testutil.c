@@ -89,6 +89,22 @@ char *tu_tempdir(const char *tag)
     return path;
 }
 
+void *tu_read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    long n = -1;
+    if (!f) fail_msg("cannot open %s", path);
+    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+    if (n < 0 || fseek(f, 0, SEEK_SET) != 0) fail_msg("cannot seek %s", path);
+    buf = malloc((size_t)n + 1);
+    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) fail_msg("cannot read %s", path);
+    fclose(f);
+    buf[n] = 0;
+    *size = (size_t)n;
+    return buf;
+}
+
 void tu_remove_tree(const char *path)
 {
     char *cmd;

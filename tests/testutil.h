@@ -36,6 +36,9 @@ int tu_write_file(const char *path, const void *data, size_t size);
 char *tu_tempdir(const char *tag);
 /* rm -rf */
 void tu_remove_tree(const char *path);
+/* The whole file, malloc'd with a NUL after its *size bytes; fails the
+ * test when it cannot be read. */
+void *tu_read_file(const char *path, size_t *size);
 
 /* Lists regular files under dir (recursive) whose names end in one of the
  * extensions ("jpg,png"); sorted; malloc'd array of malloc'd paths. */
