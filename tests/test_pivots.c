@@ -570,11 +570,106 @@ static void test_persistence(void **state)
     patina_extractor_free(ex);
 }
 
+
+/* ------------------------------------------------------------------ CLI */
+
+static int cli(char **out, char **err, const char *const *args)
+{
+    const char *argv[24];
+    size_t n = 0;
+    argv[n++] = PATINA_CLI;
+    while (*args && n < 23) argv[n++] = *args++;
+    argv[n] = NULL;
+    return tu_exec(out, err, 0, 300, argv);
+}
+
+#define CSPEC "signature:k=16,samples=400,seeds=100"
+
+static char *run_ok(const char *const *args)
+{
+    char *out = NULL, *err = NULL;
+    int rc = cli(&out, &err, args);
+    if (rc != 0) fail_msg("patina %s: exit %d: %s", args[0], rc, err ? err : "");
+    free(err);
+    return out;
+}
+
+static void test_cli(void **state)
+{
+    char *dir = tu_tempdir("pivots-cli"), *out, *err, *plain, coll[4096], imgs[4096], more[4096], q[4096];
+    int rc;
+    (void)state;
+    snprintf(imgs, sizeof imgs, "%s", tu_path(dir, "images"));
+    snprintf(more, sizeof more, "%s", tu_path(dir, "more"));
+    snprintf(coll, sizeof coll, "%s", tu_path(dir, "c.patina"));
+    assert_int_equal(tu_run(NULL, "mkdir -p '%s' '%s'", imgs, more), 0);
+    for (int i = 0; i < 12; i++)
+        tu_write_jpeg(tu_path(imgs, "img%02d.jpg", i), 50 + 7 * i, 40 + 5 * i, i % 3, 90, 200 + (uint64_t)i);
+    for (int i = 0; i < 4; i++)
+        tu_write_jpeg(tu_path(more, "new%d.jpg", i), 45 + 9 * i, 60 - 3 * i, i % 3, 85, 300 + (uint64_t)i);
+    snprintf(q, sizeof q, "%s", tu_path(imgs, "img03.jpg"));
+    /* bad: pivot tables are for signatures; more pivots than images */
+    rc = cli(&out, &err, (const char *const[]){"index", coll, imgs, "-f", "cedd", "--pivots", "4", "-q", NULL});
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "pivot tables are for -f signature"));
+    free(out);
+    free(err);
+    rc = cli(&out, &err, (const char *const[]){"index", coll, imgs, "-f", CSPEC, "--pivots", "13", "-q", NULL});
+    assert_int_equal(rc, 3);
+    assert_non_null(strstr(err, "13 pivots asked for, but the collection has 12 rows"));
+    free(out);
+    free(err);
+    /* the scan's answer (no table yet), then with a table of 4 pivots */
+    plain = run_ok((const char *const[]){"search", coll, q, "-f", CSPEC, "-k", "6", "--format", "csv", NULL});
+    free(run_ok((const char *const[]){"index", coll, imgs, "-f", CSPEC, "--pivots", "4", NULL}));
+    for (int b = 0; b < 3; b++) {
+        static const char *const bounds[] = {"ptolemaic", "metric", "none"};
+        rc = cli(&out, &err,
+                 (const char *const[]){"search", coll, q, "-f", CSPEC, "-k", "6", "--format", "csv", "--bound",
+                                       bounds[b], "--stats", NULL});
+        assert_int_equal(rc, 0);
+        assert_string_equal(out, plain);
+        assert_non_null(strstr(err, "(pivot table)"));
+        assert_non_null(strstr(err, "4 query-to-pivot distances"));
+        free(out);
+        free(err);
+    }
+    /* range through the table = range without it (after --pivots 0) */
+    out = run_ok((const char *const[]){"search", coll, q, "-f", CSPEC, "--range", "0.3", "--format", "csv", NULL});
+    /* more images: the stored table gets their rows */
+    {
+        char *o2 = NULL;
+        rc = cli(&o2, &err, (const char *const[]){"index", coll, more, "-f", CSPEC, NULL});
+        free(o2);
+    }
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(err, "pivot table: 4 pivots, 16 rows (4 rows updated)"));
+    free(err);
+    {
+        char *a = run_ok((const char *const[]){"search", coll, q, "-f", CSPEC, "-k", "16", "--format", "csv", NULL});
+        char *r2 = run_ok((const char *const[]){"search", coll, q, "-f", CSPEC, "--range", "0.3", "--format", "csv", NULL});
+        char *b;
+        free(run_ok((const char *const[]){"index", coll, more, "-f", CSPEC, "--pivots", "0", "-q", NULL}));
+        b = run_ok((const char *const[]){"search", coll, q, "-f", CSPEC, "-k", "16", "--format", "csv", NULL});
+        assert_string_equal(a, b);
+        free(b);
+        b = run_ok((const char *const[]){"search", coll, q, "-f", CSPEC, "--range", "0.3", "--format", "csv", NULL});
+        assert_string_equal(r2, b);
+        free(b);
+        free(a);
+        free(r2);
+    }
+    free(out);
+    free(plain);
+    tu_remove_tree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bounds),     cmocka_unit_test(test_exact),       cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_put_remove), cmocka_unit_test(test_persistence),
+        cmocka_unit_test(test_put_remove), cmocka_unit_test(test_persistence), cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

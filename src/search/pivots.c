@@ -779,31 +779,36 @@ static int lb_cmp(const void *x, const void *y)
     return (a->row > b->row) - (a->row < b->row);
 }
 
+/* One block of candidates in bound order. Each distance goes into the
+ * shared heap at once and the radius is read again, so the next candidate
+ * is tested against the k-th distance as it stands (an SQFD costs far more
+ * than the lock). */
 static void kq_block(kq_t *kq, size_t blk)
 {
     const patina_pivot_index_t *pi = kq->pi;
     const size_t i0 = blk * BLOCK, i1 = i0 + BLOCK < pi->n ? i0 + BLOCK : pi->n;
-    patina_hit_t got[BLOCK];
-    size_t ng = 0, comp = 0;
+    size_t comp = 0;
     double R;
     pthread_mutex_lock(&kq->mu);
     R = prune_radius(&kq->v, kq->radius);
     pthread_mutex_unlock(&kq->mu);
     for (size_t i = i0; i < i1; i++) {
         const size_t r = kq->ord[i].row;
+        double d;
         if (kq->v.usable && kq->ord[i].lb > R) {
             atomic_store(&kq->stop, 1); /* every later row's bound is larger */
             break;
         }
         if (kq->v.usable && kq->bound == PATINA_BOUND_PTOLEMAIC && ptolemy_excludes(pi, &kq->v, r, R)) continue;
-        got[ng].id = pi->ids[r];
-        got[ng].distance = sig_sqfd(kq->v.q, pi->recs + r * pi->dim, pi->dim);
-        ng++;
+        d = sig_sqfd(kq->v.q, pi->recs + r * pi->dim, pi->dim);
         comp++;
+        pthread_mutex_lock(&kq->mu);
+        heap_push(&kq->heap, d, pi->ids[r]);
+        kq->radius = heap_radius(&kq->heap);
+        R = prune_radius(&kq->v, kq->radius);
+        pthread_mutex_unlock(&kq->mu);
     }
     pthread_mutex_lock(&kq->mu);
-    for (size_t g = 0; g < ng; g++) heap_push(&kq->heap, got[g].distance, got[g].id);
-    kq->radius = heap_radius(&kq->heap);
     kq->computed += comp;
     pthread_mutex_unlock(&kq->mu);
 }
