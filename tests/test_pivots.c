@@ -621,6 +621,12 @@ static void test_cli(void **state)
     free(err);
     /* the scan's answer (no table yet), then with a table of 4 pivots */
     plain = run_ok((const char *const[]){"search", coll, q, "-f", CSPEC, "-k", "6", "--format", "csv", NULL});
+    /* filtering asked for without a table */
+    rc = cli(&out, &err, (const char *const[]){"search", coll, q, "-f", CSPEC, "--bound", "metric", NULL});
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "has no pivot table"));
+    free(out);
+    free(err);
     free(run_ok((const char *const[]){"index", coll, imgs, "-f", CSPEC, "--pivots", "4", NULL}));
     for (int b = 0; b < 3; b++) {
         static const char *const bounds[] = {"ptolemaic", "metric", "none"};

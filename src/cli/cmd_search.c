@@ -256,6 +256,12 @@ static int run_search(const cli_args_t *a)
             goto out;
         }
     }
+    if (!pidx && cli_get(a, "bound")->given && cli_get(a, "bound")->i != 2) {
+        cli_error("search", "--bound %s: collection '%s' has no pivot table for '%s' (patina index ... -f %s --pivots N)",
+                  cli_get(a, "bound")->text, a->operands[0], patina_extractor_spec(ex), patina_extractor_family(ex));
+        rc = EXIT_USAGE;
+        goto out;
+    }
     if (!pidx && (s = patina_index_load_snapshot(&idx, ex, snap)) != PATINA_OK) {
         cli_status_error("search", s);
         rc = EXIT_ERROR;

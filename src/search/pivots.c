@@ -515,43 +515,61 @@ static size_t find_row(const patina_pivot_index_t *pi, uint64_t id)
     return lo < pi->n && pi->ids[lo] == id ? lo : (size_t)-1;
 }
 
-/* Puts the rows back in id order after appends (a permutation applied to
- * ids, records and table). */
-static patina_status resort(patina_pivot_index_t *pi)
+/* Adds or replaces n rows (ids, records, their table rows): a merge of
+ * the held rows and the batch (sorted by id) into new arrays, swapped in
+ * at the end, so that a failure changes nothing. */
+static patina_status merge_rows(patina_pivot_index_t *pi, const uint64_t *ids, const float *recs,
+                                const double *rows, size_t n)
 {
-    id_pos_t *ord;
-    uint64_t *ids;
-    float *recs;
-    double *tab;
-    size_t i, np = pi->np;
-    for (i = 1; i < pi->n; i++)
-        if (pi->ids[i] < pi->ids[i - 1]) break;
-    if (i >= pi->n) return PATINA_OK;
-    ord = malloc(pi->n * sizeof *ord);
-    ids = malloc(pi->cap * sizeof *ids);
-    recs = malloc(pi->cap * pi->bytes);
-    tab = malloc(pi->cap * np * sizeof *tab);
-    if (!ord || !ids || !recs || !tab) {
-        free(ord);
-        free(ids);
-        free(recs);
-        free(tab);
-        return nomem("rows");
+    const size_t np = pi->np;
+    id_pos_t *ord = malloc(n * sizeof *ord);
+    size_t added = 0, cap, i, a = 0, b = 0, w = 0;
+    uint64_t *nids = NULL;
+    float *nrecs = NULL;
+    double *ntab = NULL;
+    if (!ord) return nomem("put");
+    for (i = 0; i < n; i++) {
+        ord[i] = (id_pos_t){ids[i], i};
+        added += find_row(pi, ids[i]) == (size_t)-1;
     }
-    for (i = 0; i < pi->n; i++) ord[i] = (id_pos_t){pi->ids[i], i};
-    qsort(ord, pi->n, sizeof *ord, id_pos_cmp);
-    for (i = 0; i < pi->n; i++) {
-        ids[i] = ord[i].id;
-        memcpy(recs + i * pi->dim, pi->recs + ord[i].pos * pi->dim, pi->bytes);
-        memcpy(tab + i * np, pi->tab + ord[i].pos * np, np * sizeof *tab);
+    qsort(ord, n, sizeof *ord, id_pos_cmp);
+    cap = pi->n + added;
+    nids = malloc(cap * sizeof *nids);
+    nrecs = malloc(cap * pi->bytes);
+    ntab = malloc(cap * np * sizeof *ntab);
+    if (!nids || !nrecs || !ntab) {
+        free(ord);
+        free(nids);
+        free(nrecs);
+        free(ntab);
+        return nomem("put");
+    }
+    while (a < pi->n || b < n) {
+        /* the batch's row wins a tie (it replaces the held one) */
+        if (b < n && (a >= pi->n || ord[b].id <= pi->ids[a])) {
+            if (a < pi->n && ord[b].id == pi->ids[a]) a++;
+            nids[w] = ord[b].id;
+            memcpy(nrecs + w * pi->dim, recs + ord[b].pos * pi->dim, pi->bytes);
+            memcpy(ntab + w * np, rows + ord[b].pos * np, np * sizeof *ntab);
+            b++;
+        } else {
+            nids[w] = pi->ids[a];
+            memcpy(nrecs + w * pi->dim, pi->recs + a * pi->dim, pi->bytes);
+            memcpy(ntab + w * np, pi->tab + a * np, np * sizeof *ntab);
+            a++;
+        }
+        w++;
     }
     free(ord);
     free(pi->ids);
     free(pi->recs);
     free(pi->tab);
-    pi->ids = ids;
-    pi->recs = recs;
-    pi->tab = tab;
+    pi->ids = nids;
+    pi->recs = nrecs;
+    pi->tab = ntab;
+    pi->n = w;
+    pi->cap = cap;
+    for (i = 0; i < n; i++) note_extent(pi, recs + i * pi->dim);
     return PATINA_OK;
 }
 
@@ -563,7 +581,6 @@ patina_status patina_pivot_index_put(patina_pivot_index_t *pi, patina_context_t 
     patina_pool_t *pool;
     patina_status s;
     int own, have_form = 1;
-    size_t i, added = 0;
     if (!pi || (n && (!ids || !records))) return patina__fail(PATINA_E_INVALID, "pivots: null argument");
     if (n == 0) return PATINA_OK;
     PATINA_TRY(check_batch(pi, ids, recs, n, &have_form));
@@ -574,26 +591,9 @@ patina_status patina_pivot_index_put(patina_pivot_index_t *pi, patina_context_t 
     }
     table_rows(pool, pi, recs, n, rows);
     pool_end(ctx, pool, own);
-    for (i = 0; i < n; i++)
-        if (find_row(pi, ids[i]) == (size_t)-1) added++;
-    if ((s = reserve_rows(pi, pi->n + added)) != PATINA_OK) {
-        free(rows);
-        return s;
-    }
-    for (i = 0; i < n; i++) {
-        size_t r = find_row(pi, ids[i]);
-        if (r == (size_t)-1) {
-            r = pi->n++;
-            pi->ids[r] = ids[i];
-        }
-        memcpy(pi->recs + r * pi->dim, recs + i * pi->dim, pi->bytes);
-        memcpy(pi->tab + r * pi->np, rows + i * pi->np, pi->np * sizeof *rows);
-        note_extent(pi, recs + i * pi->dim);
-    }
+    s = merge_rows(pi, ids, recs, rows, n);
     free(rows);
-    /* resort only reorders; on its failure the rows stay unsorted, which
-     * find_row needs: undo is not possible, so report it as fatal memory */
-    return resort(pi);
+    return s;
 }
 
 patina_status patina_pivot_index_remove(patina_pivot_index_t *pi, const uint64_t *ids, size_t n,
@@ -967,7 +967,7 @@ static patina_status range_one(const patina_pivot_index_t *pi, patina_pool_t *po
     free(rq.lens);
     free(a);
     if (s != PATINA_OK) return s;
-    qsort(all, tot, sizeof *all, hit_cmp);
+    if (tot > 1) qsort(all, tot, sizeof *all, hit_cmp);
     if (max_hits && tot > max_hits) tot = max_hits;
     *hits = all;
     *count = tot;
