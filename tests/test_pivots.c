@@ -665,6 +665,22 @@ static void test_cli(void **state)
         free(a);
         free(r2);
     }
+    /* rm: the stored table drops the image's row (a load finds nothing to do) */
+    {
+        patina_collection_t *c = NULL;
+        patina_extractor_t *ex = ex_new(CSPEC);
+        patina_pivot_index_t *pi = NULL;
+        size_t refreshed = 99;
+        free(run_ok((const char *const[]){"index", coll, more, "-f", CSPEC, "--pivots", "3", "-q", NULL}));
+        free(run_ok((const char *const[]){"rm", coll, q, NULL}));
+        TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_READONLY, 0));
+        TU_OK(patina_pivot_index_load(&pi, NULL, ex, c, &refreshed));
+        assert_int_equal(refreshed, 0);
+        assert_int_equal(patina_pivot_index_size(pi), 15);
+        patina_pivot_index_free(pi);
+        patina_collection_close(c);
+        patina_extractor_free(ex);
+    }
     free(out);
     free(plain);
     tu_remove_tree(dir);
