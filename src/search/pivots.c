@@ -762,6 +762,7 @@ typedef struct kq {
     qview_t v;
     patina_pivot_bound bound;
     lbent_t *ord;    /* (n) rows with their metric bound, in bound order */
+    size_t base, end; /* the phase's entries of ord: [base, end) */
     size_t nblocks;
     _Atomic size_t next;
     _Atomic int stop;
@@ -786,7 +787,7 @@ static int lb_cmp(const void *x, const void *y)
 static void kq_block(kq_t *kq, size_t blk)
 {
     const patina_pivot_index_t *pi = kq->pi;
-    const size_t i0 = blk * BLOCK, i1 = i0 + BLOCK < pi->n ? i0 + BLOCK : pi->n;
+    const size_t i0 = kq->base + blk * BLOCK, i1 = i0 + BLOCK < kq->end ? i0 + BLOCK : kq->end;
     size_t comp = 0;
     double R;
     pthread_mutex_lock(&kq->mu);
@@ -841,6 +842,51 @@ static void lb_task(void *arg, size_t t, int worker)
     for (size_t r = r0; r < r1; r++) j->ent[r] = (lbent_t){metric_lb(j->pi, j->v, r), r};
 }
 
+/* Puts the m smallest entries of e (n) by lb_cmp in front, in no order
+ * (quickselect, median-of-three pivots; entries are distinct: ties of the
+ * bound are ordered by row). */
+static void select_front(lbent_t *e, size_t n, size_t m)
+{
+    size_t lo = 0, hi = n;
+    if (m == 0 || m >= n) return;
+    while (hi - lo > 16) {
+        lbent_t t, piv;
+        size_t mid = lo + (hi - lo) / 2, i = lo, j = hi - 1;
+        /* median of three to e[mid] */
+        if (lb_cmp(&e[mid], &e[lo]) < 0) t = e[mid], e[mid] = e[lo], e[lo] = t;
+        if (lb_cmp(&e[hi - 1], &e[lo]) < 0) t = e[hi - 1], e[hi - 1] = e[lo], e[lo] = t;
+        if (lb_cmp(&e[hi - 1], &e[mid]) < 0) t = e[hi - 1], e[hi - 1] = e[mid], e[mid] = t;
+        piv = e[mid];
+        /* Hoare partition: [lo, j] <= piv <= [j + 1, hi) */
+        for (;;) {
+            while (lb_cmp(&e[i], &piv) < 0) i++;
+            while (lb_cmp(&e[j], &piv) > 0) j--;
+            if (i >= j) break;
+            t = e[i], e[i] = e[j], e[j] = t;
+            i++;
+            j--;
+        }
+        /* the m-th smallest lies in [lo, j] or beyond it */
+        {
+            const size_t olo = lo, ohi = hi;
+            if (m <= j + 1) hi = j + 1;
+            else lo = j + 1;
+            if (lo == olo && hi == ohi) break; /* no progress: sort what is left */
+        }
+    }
+    qsort(e + lo, hi - lo, sizeof *e, lb_cmp);
+}
+
+/* Runs the blocks of ord [base, end) on the pool. */
+static void kq_phase(kq_t *kq, patina_pool_t *pool, size_t base, size_t end)
+{
+    kq->base = base;
+    kq->end = end;
+    kq->nblocks = (end - base + BLOCK - 1) / BLOCK;
+    atomic_store(&kq->next, 0);
+    patina_pool_run(pool, (size_t)pool_threads(pool), kq_task, kq);
+}
+
 /* One k-NN query (hits (k) sorted, *count filled); pool NULL: this thread. */
 static patina_status knn_one(const patina_pivot_index_t *pi, patina_pool_t *pool, const float *q, size_t k,
                              patina_pivot_bound bound, patina_hit_t *hits, size_t *count, size_t st[3])
@@ -861,17 +907,38 @@ static patina_status knn_one(const patina_pivot_index_t *pi, patina_pool_t *pool
     }
     view_init(pi, &kq.v, q, a, &st[0]);
     if (bound == PATINA_BOUND_NONE) kq.v.usable = 0;
+    kq.radius = INFINITY;
+    pthread_mutex_init(&kq.mu, NULL);
     if (kq.v.usable) {
+        /* Rows in metric-bound order, without sorting them all: first the
+         * m smallest bounds (m >= k, so their distances give a finite k-th
+         * distance), then of the others only those whose bound is within
+         * the radius that left, sorted. Rows cut there count as pruned:
+         * the radius only shrinks, so the second phase would skip them. */
+        const size_t m = kq.heap.k > BLOCK ? kq.heap.k : BLOCK;
         lb_job_t j = {pi, &kq.v, kq.ord};
         patina_pool_run(pool, (pi->n + ROW_CHUNK - 1) / ROW_CHUNK, lb_task, &j);
-        qsort(kq.ord, pi->n, sizeof *kq.ord, lb_cmp);
+        if (m >= pi->n) {
+            qsort(kq.ord, pi->n, sizeof *kq.ord, lb_cmp);
+            kq_phase(&kq, pool, 0, pi->n);
+        } else {
+            size_t w = m;
+            double R;
+            select_front(kq.ord, pi->n, m);
+            qsort(kq.ord, m, sizeof *kq.ord, lb_cmp);
+            kq_phase(&kq, pool, 0, m);
+            if (!atomic_load(&kq.stop)) {
+                R = prune_radius(&kq.v, kq.radius);
+                for (size_t i = m; i < pi->n; i++)
+                    if (!(kq.ord[i].lb > R)) kq.ord[w++] = kq.ord[i];
+                qsort(kq.ord + m, w - m, sizeof *kq.ord, lb_cmp);
+                kq_phase(&kq, pool, m, w);
+            }
+        }
     } else {
         for (size_t r = 0; r < pi->n; r++) kq.ord[r] = (lbent_t){0.0, r};
+        kq_phase(&kq, pool, 0, pi->n);
     }
-    kq.radius = INFINITY;
-    kq.nblocks = (pi->n + BLOCK - 1) / BLOCK;
-    pthread_mutex_init(&kq.mu, NULL);
-    patina_pool_run(pool, (size_t)pool_threads(pool), kq_task, &kq);
     pthread_mutex_destroy(&kq.mu);
     qsort(kq.heap.h, kq.heap.n, sizeof *kq.heap.h, hit_cmp);
     memcpy(hits, kq.heap.h, kq.heap.n * sizeof *hits);
