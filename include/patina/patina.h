@@ -13,6 +13,7 @@
 #include "patina/signature.h"
 #include "patina/store.h"
 #include "patina/search.h"
+#include "patina/pivots.h"
 #include "patina/identify.h"
 #include "patina/pipeline.h"
 

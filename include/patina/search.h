@@ -88,6 +88,12 @@ typedef struct patina_search_stats {
     size_t cpu;        /* the CPU (device CPU, or queries the GPU left to it) */
     size_t chunks;     /* chunks of rows streamed through the GPU: the index's copy did not fit its
                         * device budget (0: resident; the engines' counts are then the first chunk's) */
+    /* Pivot-table searches (include/patina/pivots.h); 0 elsewhere. Summed over the call's queries. */
+    size_t pivot_dists; /* query-to-pivot distances computed */
+    size_t pruned;      /* rows a lower bound excluded without their distance */
+    size_t computed;    /* rows whose distance was computed; pruned + computed = rows per query
+                         * (k-NN stops where the smallest remaining bound exceeds the k-th distance:
+                         * the rows left then count as pruned) */
 } patina_search_stats_t;
 
 typedef struct patina_search_opts {

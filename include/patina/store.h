@@ -195,6 +195,19 @@ PATINA_API patina_status patina_collection_tables(patina_collection_t *c, char *
 PATINA_API patina_status patina_collection_load(patina_collection_t *c, const char *spec, uint64_t **ids,
                                                 uint8_t **descs, size_t *n, size_t *desc_bytes);
 
+/* Auxiliary data: named blobs a collection keeps beside its tables (e.g.
+ * a pivot table, include/patina/pivots.h), one transaction per write.
+ * Names are non-empty strings of at most 400 bytes; a blob holds up to
+ * PATINA_AUX_MAX bytes. put with bytes = 0 deletes the blob (absent: no
+ * error). get copies it into *data (malloc'd, the caller frees; NULL when
+ * bytes is 0): PATINA_E_NOTFOUND when absent. The store does not read or
+ * update a blob when records change: its owner keeps it valid. */
+#define PATINA_AUX_MAX ((size_t)1 << 31)
+PATINA_API patina_status patina_collection_put_aux(patina_collection_t *c, const char *name, const void *data,
+                                                   size_t bytes);
+PATINA_API patina_status patina_collection_get_aux(patina_collection_t *c, const char *name, void **data,
+                                                   size_t *bytes);
+
 /* Snapshots: consistent reads across calls.
  *
  * A snapshot is one LMDB read transaction on a collection: loads and
@@ -223,6 +236,10 @@ PATINA_API patina_status patina_snapshot_get(patina_snapshot_t *snap, const uint
 PATINA_API patina_status patina_snapshot_load(patina_snapshot_t *snap, const char *spec,
                                               uint64_t **ids, uint8_t **descs, size_t *n,
                                               size_t *desc_bytes);
+
+/* patina_collection_get_aux in the snapshot. */
+PATINA_API patina_status patina_snapshot_get_aux(patina_snapshot_t *snap, const char *name, void **data,
+                                                 size_t *bytes);
 
 /* SHA-256 of a buffer (FIPS 180-4). */
 PATINA_API void patina_sha256(uint8_t out[32], const void *data, size_t size);

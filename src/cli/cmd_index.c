@@ -1,6 +1,7 @@
 /* patina index: add files and folders to a collection, with a progress bar. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -27,6 +28,12 @@ static const cli_opt_t opts[] = {
      .flags = CLI_OPEN_MIN | CLI_AUTO,
      .help = "fraction of the JPEGs nvJPEG decodes while the CPU decodes the rest; "
              "auto follows the measured rates; 1: all nvJPEG supports"},
+    {.name = "pivots", .type = CLI_INT, .arg = "N", .min = 0, .max = PATINA_PIVOTS_MAX,
+     .help = "-f signature: (re)build the collection's pivot table of N pivots for filtered "
+             "SQFD search (the paper uses 32); 0 deletes the table. Without --pivots a stored "
+             "table is brought up to date with the images added"},
+    {.name = "pivot-select", .type = CLI_CHOICE, .arg = "S", .choices = "farthest|random", .def = "farthest",
+     .help = "how --pivots chooses pivots among the images: farthest-first or at random"},
     {.name = "quiet", .letter = 'q', .type = CLI_FLAG, .help = "no progress bar and no summary"},
 };
 
@@ -87,6 +94,56 @@ static void on_progress(void *user, const patina_index_stats_t *s)
             rate, eta);
 }
 
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The pivot table (include/patina/pivots.h) after indexing: --pivots N
+ * builds one (0 deletes it); without --pivots a stored one gets the rows of
+ * the images added and loses those of images removed. */
+static int update_pivots(const cli_args_t *a, patina_context_t *ctx, patina_collection_t *coll,
+                         const patina_extractor_t *ex, int quiet)
+{
+    const cli_value_t *pv = cli_get(a, "pivots");
+    patina_pivot_index_t *pi = NULL;
+    patina_status s;
+    size_t refreshed = 0;
+    double t0 = now_seconds();
+    if (pv->given && pv->i == 0) {
+        if ((s = patina_pivot_index_drop(coll, ex)) != PATINA_OK) {
+            cli_status_error("index", s);
+            return -1;
+        }
+        return 0;
+    }
+    if (pv->given) {
+        patina_pivot_opts_t po;
+        patina_pivot_opts_init(&po);
+        po.pivots = (size_t)pv->i;
+        po.select = cli_get(a, "pivot-select")->i == 1 ? PATINA_PIVOTS_RANDOM : PATINA_PIVOTS_FARTHEST;
+        s = patina_pivot_index_build(&pi, ctx, ex, coll, &po);
+    } else {
+        if (strcmp(patina_extractor_family(ex), "signature") != 0) return 0;
+        s = patina_pivot_index_load(&pi, ctx, ex, coll, &refreshed);
+        if (s == PATINA_E_NOTFOUND) return 0;
+    }
+    if (s == PATINA_OK && (pv->given || refreshed)) s = patina_pivot_index_save(pi, coll);
+    if (s != PATINA_OK) {
+        cli_status_error("index", s);
+        patina_pivot_index_free(pi);
+        return -1;
+    }
+    if (!quiet && (pv->given || refreshed))
+        fprintf(stderr, "pivot table: %zu pivots, %zu rows (%zu rows updated); %.2f s\n",
+                patina_pivot_index_pivots(pi), patina_pivot_index_size(pi), pv->given ? patina_pivot_index_size(pi) : refreshed,
+                now_seconds() - t0);
+    patina_pivot_index_free(pi);
+    return 0;
+}
+
 static int run_index(const cli_args_t *a)
 {
     const char *family = cli_get(a, "family")->text;
@@ -117,6 +174,12 @@ static int run_index(const cli_args_t *a)
     if ((s = patina_extractor_new(&ex, family)) != PATINA_OK) {
         cli_status_error("index", s);
         return EXIT_USAGE;
+    }
+    if (cli_get(a, "pivots")->given && cli_get(a, "pivots")->i > 0 &&
+        strcmp(patina_extractor_family(ex), "signature") != 0) {
+        cli_error("index", "--pivots: pivot tables are for -f signature (SQFD), not '%s'", patina_extractor_spec(ex));
+        rc = EXIT_USAGE;
+        goto out;
     }
     run.tty = isatty(2);
     iopts.progress = on_progress;
@@ -161,6 +224,7 @@ static int run_index(const cli_args_t *a)
                 stats.seconds > 0 ? (double)stats.indexed / stats.seconds : 0.0,
                 patina_extractor_spec(ex), patina_device_name(stats.device));
     if (stats.failed || skipped) rc = EXIT_PARTIAL;
+    if (update_pivots(a, ctx, coll, ex, run.quiet) != 0) rc = EXIT_ERROR;
 out:
     for (i = 0; i < nfiles; i++) free(files[i]);
     free(files);

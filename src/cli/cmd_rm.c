@@ -19,7 +19,7 @@ const cli_command_t cli_cmd_rm = {
     .min_operands = 2,
     .max_operands = -1,
     .about = "Removes images and all their descriptors. A key is the path as it was indexed\n"
-             "(see 'patina ls').\n",
+             "(see 'patina ls'). Stored pivot tables (-f signature) drop the images' rows.\n",
     .opts = opts,
     .nopts = sizeof opts / sizeof opts[0],
     .notes = "With --id every ID is checked before anything is removed: one that is not a\n"
@@ -28,6 +28,38 @@ const cli_command_t cli_cmd_rm = {
              "(exit status 1).\n",
     .run = run_rm,
 };
+
+/* Stored pivot tables (include/patina/pivots.h) drop the rows of the
+ * removed images: each signature table's, loaded and saved again. */
+static int update_pivots(patina_collection_t *coll)
+{
+    char **specs = NULL;
+    size_t n = 0, k;
+    int rc = 0;
+    patina_status s = patina_collection_tables(coll, &specs, &n);
+    if (s != PATINA_OK) {
+        cli_status_error("rm", s);
+        return -1;
+    }
+    for (k = 0; k < n; k++) {
+        patina_extractor_t *ex = NULL;
+        patina_pivot_index_t *pi = NULL;
+        size_t refreshed = 0;
+        if (rc == 0 && !strncmp(specs[k], "signature", 9) && patina_extractor_new(&ex, specs[k]) == PATINA_OK) {
+            s = patina_pivot_index_load(&pi, NULL, ex, coll, &refreshed);
+            if (s == PATINA_OK && refreshed) s = patina_pivot_index_save(pi, coll);
+            if (s != PATINA_OK && s != PATINA_E_NOTFOUND) {
+                cli_status_error("rm", s);
+                rc = -1;
+            }
+        }
+        patina_pivot_index_free(pi);
+        patina_extractor_free(ex);
+        free(specs[k]);
+    }
+    free(specs);
+    return rc;
+}
 
 static int run_rm(const cli_args_t *a)
 {
@@ -78,6 +110,7 @@ static int run_rm(const cli_args_t *a)
             if (rc == EXIT_ERROR) break;
         }
     }
+    if (rc != EXIT_ERROR && update_pivots(coll) != 0) rc = EXIT_ERROR;
     patina_collection_close(coll);
     free(ids);
     return rc;

@@ -20,6 +20,11 @@ static const cli_opt_t opts[] = {
     {.name = "batch", .type = CLI_TEXT, .arg = "FILE",
      .help = "more query images: one path per line of FILE ('-': standard input), after "
              "those on the command line"},
+    {.name = "bound", .type = CLI_CHOICE, .arg = "B", .choices = "ptolemaic|metric|none", .def = "ptolemaic",
+     .help = "-f signature with a pivot table (patina index --pivots): the lower bounds that skip "
+             "distances (same results; none computes every distance)"},
+    {.name = "stats", .type = CLI_FLAG,
+     .help = "print on stderr how many distances were computed and how many rows were pruned"},
     CLI_OPT_DEVICE("where query descriptors are computed and the search runs (same results; "
                    "auto: the GPU when one is usable and the table is large enough)"),
     {.name = "gpu", .type = CLI_FLAG, .conflicts = "device",
@@ -51,6 +56,8 @@ const cli_command_t cli_cmd_search = {
              "the message lists the collection's tables): the command line asks for\n"
              "something this collection cannot answer, nothing is wrong with the collection.\n"
              "A query that cannot be read is reported and the others answered (exit 1).\n"
+             "With -f signature and a pivot table in the collection (patina index --pivots N)\n"
+             "the search runs on the CPU through the table: the same hits, fewer SQFDs.\n"
              "Queries are decoded, described and searched in batches of 256 (one search\n"
              "call per batch); results are printed in the order the queries were given.\n",
     .run = run_search,
@@ -199,6 +206,8 @@ static int run_search(const cli_args_t *a)
     patina_collection_t *coll = NULL;
     patina_snapshot_t *snap = NULL;
     patina_index_t *idx = NULL;
+    patina_pivot_index_t *pidx = NULL;
+    patina_search_stats_t total;
     uint8_t *desc = NULL;
     patina_hit_t *hits = NULL;
     long k = (long)cli_get(a, "k")->i;
@@ -235,8 +244,28 @@ static int run_search(const cli_args_t *a)
         goto out;
     }
     if ((rc = check_table(coll, a->operands[0], ex)) != EXIT_OK) goto out;
-    if ((s = patina_snapshot_new(&snap, coll)) != PATINA_OK ||
-        (s = patina_index_load_snapshot(&idx, ex, snap)) != PATINA_OK) {
+    memset(&total, 0, sizeof total);
+    if ((s = patina_snapshot_new(&snap, coll)) != PATINA_OK) {
+        cli_status_error("search", s);
+        rc = EXIT_ERROR;
+        goto out;
+    }
+    /* a pivot table, where the collection has one for this table */
+    if (!strcmp(patina_extractor_family(ex), "signature")) {
+        s = patina_pivot_index_load_snapshot(&pidx, ctx, ex, snap, NULL);
+        if (s != PATINA_OK && s != PATINA_E_NOTFOUND) {
+            cli_status_error("search", s);
+            rc = EXIT_ERROR;
+            goto out;
+        }
+    }
+    if (!pidx && cli_get(a, "bound")->given && cli_get(a, "bound")->i != 2) {
+        cli_error("search", "--bound %s: collection '%s' has no pivot table for '%s' (patina index ... -f %s --pivots N)",
+                  cli_get(a, "bound")->text, a->operands[0], patina_extractor_spec(ex), patina_extractor_family(ex));
+        rc = EXIT_USAGE;
+        goto out;
+    }
+    if (!pidx && (s = patina_index_load_snapshot(&idx, ex, snap)) != PATINA_OK) {
         cli_status_error("search", s);
         rc = EXIT_ERROR;
         goto out;
@@ -300,8 +329,30 @@ static int run_search(const cli_args_t *a)
                 patina_search_opts_init(&so);
                 so.device = device == PATINA_DEVICE_HYBRID ? PATINA_DEVICE_AUTO : device;
                 s = PATINA_OK;
-                if (nd && use_range) s = patina_index_range(ctx, idx, desc, nd, range, &so, rh, cnt);
-                else if (nd) s = patina_index_knn(ctx, idx, desc, nd, (size_t)k, &so, hits, cnt);
+                if (pidx) {
+                    patina_pivot_search_opts_t po;
+                    patina_search_stats_t st;
+                    patina_pivot_search_opts_init(&po);
+                    po.bound = (patina_pivot_bound)cli_get(a, "bound")->i;
+                    po.stats = &st;
+                    if (nd && use_range) s = patina_pivot_index_range(ctx, pidx, desc, nd, range, &po, rh, cnt);
+                    else if (nd) s = patina_pivot_index_knn(ctx, pidx, desc, nd, (size_t)k, &po, hits, cnt);
+                    if (nd && s == PATINA_OK) {
+                        total.cpu += st.cpu;
+                        total.pivot_dists += st.pivot_dists;
+                        total.pruned += st.pruned;
+                        total.computed += st.computed;
+                    }
+                } else {
+                    patina_search_stats_t st;
+                    so.stats = &st;
+                    if (nd && use_range) s = patina_index_range(ctx, idx, desc, nd, range, &so, rh, cnt);
+                    else if (nd) s = patina_index_knn(ctx, idx, desc, nd, (size_t)k, &so, hits, cnt);
+                    if (nd && s == PATINA_OK) {
+                        total.cpu += nd;
+                        total.computed += nd * patina_index_size(idx);
+                    }
+                }
                 if (s != PATINA_OK) {
                     cli_status_error("search", s);
                     rc = EXIT_ERROR;
@@ -324,6 +375,13 @@ static int run_search(const cli_args_t *a)
         free(ok);
         free(rh);
     }
+    if (cli_get(a, "stats")->i && (idx || pidx))
+        fprintf(stderr,
+                "search: %zu queries over %zu rows: %zu distances computed, %zu rows pruned, "
+                "%zu query-to-pivot distances (%s)\n",
+                total.cpu, pidx ? patina_pivot_index_size(pidx) : patina_index_size(idx), total.computed,
+                total.pruned, total.pivot_dists,
+                pidx ? "pivot table" : "no pivot table: every distance");
 out:
     if (fflush(stdout) != 0) rc = EXIT_ERROR;
     for (qi = 0; qi < nq; qi++) free(qs[qi]);
@@ -331,6 +389,7 @@ out:
     free(desc);
     free(hits);
     patina_index_free(idx);
+    patina_pivot_index_free(pidx);
     patina_snapshot_free(snap);
     patina_collection_close(coll);
     patina_context_free(ctx);

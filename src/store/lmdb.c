@@ -16,6 +16,8 @@
  *                 record and is compared on lookup.
  *   "tables"      spec -> u64 LE descriptor size in bytes
  *   "desc:<spec>" id (u64 BE) -> descriptor bytes, one database per table
+ *   "meta" also holds "aux:<name>" -> bytes, the auxiliary blobs
+ *                 (patina_collection_put_aux), opaque to the store
  *
  * Big-endian ids make cursor order id order, so iteration and loading are
  * sequential scans and new ids are appended (MDB_APPEND) to the B-trees.
@@ -2292,5 +2294,102 @@ patina_status patina_collection_get_descriptor(patina_collection_t *c, const cha
     else
         memcpy(out, v.mv_data, bytes);
     txn_abort(c, txn);
+    return s;
+}
+
+/* ------------------------------------------------------ auxiliary blobs */
+
+#define AUX_PREFIX "aux:"
+
+static patina_status aux_key(char *buf, size_t cap, const char *name, MDB_val *k)
+{
+    size_t len;
+    if (!name || !*name) return patina__fail(PATINA_E_INVALID, "store: empty auxiliary blob name");
+    if ((len = strlen(name)) > SPEC_MAX)
+        return patina__fail(PATINA_E_LIMIT, "store: auxiliary blob name of %zu bytes (max %d)", len, SPEC_MAX);
+    snprintf(buf, cap, AUX_PREFIX "%s", name);
+    k->mv_size = strlen(buf);
+    k->mv_data = buf;
+    return PATINA_OK;
+}
+
+patina_status patina_collection_put_aux(patina_collection_t *c, const char *name, const void *data,
+                                        size_t bytes)
+{
+    char kb[SPEC_MAX + sizeof AUX_PREFIX];
+    MDB_val k, v = {bytes, (void *)data};
+    MDB_txn *txn;
+    patina_status s = PATINA_OK;
+    int rc, nospace;
+    if (!c || (bytes && !data)) return patina__fail(PATINA_E_INVALID, "store: null argument");
+    PATINA_TRY(check_writable(c, "write auxiliary data"));
+    c = shared_of(c);
+    PATINA_TRY(aux_key(kb, sizeof kb, name, &k));
+    if (bytes > PATINA_AUX_MAX)
+        return patina__fail(PATINA_E_LIMIT, "store: auxiliary blob '%s' of %zu bytes (max %zu)", name, bytes,
+                            (size_t)PATINA_AUX_MAX);
+    PATINA_TRY(locked_begin(c, 1, &txn, "writing auxiliary data"));
+    nospace = reserve_space(c, WRITE_OVERHEAD + 2 * (uint64_t)bytes + 4096);
+    rc = bytes ? mdb_put(txn, c->meta, &k, &v, 0) : mdb_del(txn, c->meta, &k, NULL);
+    if (rc == MDB_NOTFOUND && !bytes) rc = 0;
+    if (rc) {
+        int full = full_code(c, rc, nospace);
+        s = full ? write_full(c, full, "auxiliary write") : mdb_fail(c, rc, "writing auxiliary data");
+        mdb_txn_abort(txn);
+    } else if ((rc = mdb_txn_commit(txn)) != 0) {
+        int full = full_code(c, rc, nospace);
+        s = full ? write_full(c, full, "auxiliary write") : mdb_fail(c, rc, "committing auxiliary data");
+    }
+    locked_end(c);
+    return s;
+}
+
+static patina_status aux_get_in(patina_collection_t *c, MDB_txn *txn, const char *name, const MDB_val *k,
+                                void **data, size_t *bytes)
+{
+    MDB_val v;
+    int rc = mdb_get(txn, c->meta, (MDB_val *)k, &v);
+    if (rc == MDB_NOTFOUND)
+        return patina__fail(PATINA_E_NOTFOUND, "store: no auxiliary blob '%s' in '%s'", name, c->dir);
+    if (rc) return mdb_fail(c, rc, "reading auxiliary data");
+    if (v.mv_size) {
+        if (!(*data = malloc(v.mv_size)))
+            return patina__fail(PATINA_E_NOMEM, "store: out of memory reading '%s' (%zu bytes)", name,
+                                (size_t)v.mv_size);
+        memcpy(*data, v.mv_data, v.mv_size);
+    }
+    *bytes = v.mv_size;
+    return PATINA_OK;
+}
+
+patina_status patina_collection_get_aux(patina_collection_t *c, const char *name, void **data, size_t *bytes)
+{
+    char kb[SPEC_MAX + sizeof AUX_PREFIX];
+    MDB_val k;
+    MDB_txn *txn;
+    patina_status s;
+    if (!c || !data || !bytes) return patina__fail(PATINA_E_INVALID, "store: null argument");
+    *data = NULL;
+    *bytes = 0;
+    c = shared_of(c);
+    PATINA_TRY(aux_key(kb, sizeof kb, name, &k));
+    PATINA_TRY(txn_begin(c, 0, &txn, "reading auxiliary data"));
+    s = aux_get_in(c, txn, name, &k, data, bytes);
+    txn_abort(c, txn);
+    return s;
+}
+
+patina_status patina_snapshot_get_aux(patina_snapshot_t *snap, const char *name, void **data, size_t *bytes)
+{
+    char kb[SPEC_MAX + sizeof AUX_PREFIX];
+    MDB_val k;
+    patina_status s;
+    if (!snap || !data || !bytes) return patina__fail(PATINA_E_INVALID, "store: null argument");
+    *data = NULL;
+    *bytes = 0;
+    PATINA_TRY(aux_key(kb, sizeof kb, name, &k));
+    pthread_mutex_lock(&snap->mu);
+    s = aux_get_in(snap->c, snap->txn, name, &k, data, bytes);
+    pthread_mutex_unlock(&snap->mu);
     return s;
 }
