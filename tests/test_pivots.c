@@ -7,8 +7,11 @@
  * counts and thread counts; the filter does prune; bad input is refused
  * with a message; in-memory put/remove; persistence (save, load, rows of
  * records added, changed and removed since, a removed pivot, a damaged
- * blob); the CLI (index --pivots, search with and without the table). */
+ * blob); the CLI (index --pivots, search with and without the table);
+ * searches in threads during puts and removes (each answer is the table's
+ * with or without the whole batch). */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -573,6 +576,80 @@ static void test_persistence(void **state)
 
 /* ------------------------------------------------------------------ CLI */
 
+/* Searches in threads while another thread puts and removes a batch: the
+ * lock makes each change whole, so every answer is the scan's of the table
+ * with or without the batch (no torn reads; run under TSan by make tsan). */
+typedef struct conc {
+    const patina_pivot_index_t *pi;
+    const float *qs;
+    const patina_hit_t *with, *without;
+    size_t bad;
+} conc_t;
+
+#define CQ 4
+#define CK 6
+
+static void *conc_reader(void *v)
+{
+    conc_t *c = v;
+    patina_hit_t h[CQ * CK];
+    size_t cnt[CQ];
+    for (int it = 0; it < 40; it++) {
+        if (patina_pivot_index_knn(NULL, c->pi, c->qs, CQ, CK, NULL, h, cnt) != PATINA_OK) {
+            c->bad++;
+            continue;
+        }
+        if (memcmp(h, c->with, sizeof h) != 0 && memcmp(h, c->without, sizeof h) != 0) c->bad++;
+    }
+    return NULL;
+}
+
+static void test_concurrent(void **state)
+{
+    patina_extractor_t *ex = ex_new(SPEC);
+    const size_t dim = patina_extractor_dim(ex), n = 300, m = 40;
+    tu_rng_t rng;
+    float *recs, *qs;
+    uint64_t *ids, mids[40];
+    patina_pivot_index_t *pi = NULL;
+    patina_pivot_opts_t o;
+    patina_hit_t with[CQ * CK], without[CQ * CK];
+    size_t cnt[CQ], removed;
+    pthread_t th[3];
+    conc_t arg[3];
+    (void)state;
+    tu_rng_seed(&rng, 21);
+    recs = make_records(ex, n + m, 5, 0.02, &rng);
+    qs = make_records(ex, CQ, 5, 0.02, &rng);
+    ids = make_ids(n, &rng);
+    for (size_t i = 0; i < m; i++) mids[i] = 1000000 + i;
+    patina_pivot_opts_init(&o);
+    o.pivots = 8;
+    TU_OK(patina_pivot_index_new(&pi, NULL, ex, ids, recs, n, &o));
+    TU_OK(patina_pivot_index_knn(NULL, pi, qs, CQ, CK, NULL, without, cnt));
+    TU_OK(patina_pivot_index_put(pi, NULL, mids, recs + n * dim, m));
+    TU_OK(patina_pivot_index_knn(NULL, pi, qs, CQ, CK, NULL, with, cnt));
+    assert_true(memcmp(with, without, sizeof with) != 0); /* the batch shows in the answers */
+    for (int t = 0; t < 3; t++) {
+        arg[t] = (conc_t){pi, qs, with, without, 0};
+        assert_int_equal(pthread_create(&th[t], NULL, conc_reader, &arg[t]), 0);
+    }
+    for (int round = 0; round < 20; round++) {
+        TU_OK(patina_pivot_index_remove(pi, mids, m, &removed));
+        assert_int_equal(removed, m);
+        TU_OK(patina_pivot_index_put(pi, NULL, mids, recs + n * dim, m));
+    }
+    for (int t = 0; t < 3; t++) {
+        pthread_join(th[t], NULL);
+        assert_int_equal(arg[t].bad, 0);
+    }
+    patina_pivot_index_free(pi);
+    patina_extractor_free(ex);
+    free(recs);
+    free(qs);
+    free(ids);
+}
+
 static int cli(char **out, char **err, const char *const *args)
 {
     const char *argv[24];
@@ -692,6 +769,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bounds),     cmocka_unit_test(test_exact),       cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_put_remove), cmocka_unit_test(test_persistence), cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_concurrent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,6 +3,7 @@
 #ifndef PATINA_INTERNAL_H
 #define PATINA_INTERNAL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "patina/context.h"
@@ -82,6 +83,10 @@ patina_status patina_opts_parse(void *params, const patina_optdef_t *defs, size_
 /* Writes "key=value,..." for every option in table order. */
 void patina_opts_format(char *buf, size_t size, const void *params, const patina_optdef_t *defs,
                         size_t ndefs);
+
+/* A reader-writer lock that prefers writers where the C library can
+ * (src/core/rwlock.c); pthread_rwlock_init's result. */
+int patina__rwlock_init(pthread_rwlock_t *l);
 
 #ifdef __cplusplus
 }

@@ -44,9 +44,6 @@
  * products a.b of 16 rows at once, search/knn_avx2.c) first leaves out the
  * rows provably farther than the query's current k-th hit or radius; only
  * the others get their distance (tanimoto_tile_filtered has the bound). */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* glibc: pthread_rwlockattr_setkind_np (rwlock_init) */
-#endif
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -116,23 +113,6 @@ typedef struct tq {
 } tq_t;
 
 int patina__index_fast_path(const patina_index_t *idx) { return idx && idx->t1 != NULL; }
-
-/* An index's lock prefers writers where the C library can (glibc): a
- * stream of searches does not starve a change; nothing takes it twice. */
-static int rwlock_init(pthread_rwlock_t *l)
-{
-#ifdef __GLIBC__
-    pthread_rwlockattr_t a;
-    int rc;
-    if (pthread_rwlockattr_init(&a) != 0) return -1;
-    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    rc = pthread_rwlock_init(l, &a);
-    pthread_rwlockattr_destroy(&a);
-    return rc;
-#else
-    return pthread_rwlock_init(l, NULL);
-#endif
-}
 
 /* The index's lock, for searches (const callers: the lock is the index's
  * own mutable state). */
@@ -326,7 +306,7 @@ static patina_status index_build(patina_index_t **out, const patina_extractor_t 
         free(descs);
         return patina__fail(PATINA_E_NOMEM, "search: out of memory");
     }
-    if (rwlock_init(&ix->lock) != 0) {
+    if (patina__rwlock_init(&ix->lock) != 0) {
         free(ix);
         free(ids);
         free(descs);

@@ -68,6 +68,8 @@ struct patina_pivot_index {
     double *tab;            /* (n, np) d(row, pivot) */
     double wmax;            /* largest total weight among rows ever held and pivots */
     size_t cmax;            /* largest count likewise */
+    pthread_rwlock_t lock;  /* searches and save read; put and remove write */
+    int locked;             /* lock initialised */
 };
 
 /* ----------------------------------------------------------------- helpers */
@@ -243,7 +245,14 @@ static patina_pivot_index_t *alloc_index(const patina_extractor_t *ex, size_t np
         *s = nomem("index");
         return NULL;
     }
+    if (patina__rwlock_init(&pi->lock) != 0) {
+        free(pi);
+        *s = patina__fail(PATINA_E_INTERNAL, "pivots: cannot create a lock");
+        return NULL;
+    }
+    pi->locked = 1;
     if ((*s = patina_extractor_new(&pi->ex, patina_extractor_spec(ex))) != PATINA_OK) {
+        pthread_rwlock_destroy(&pi->lock);
         free(pi);
         return NULL;
     }
@@ -495,10 +504,19 @@ void patina_pivot_index_free(patina_pivot_index_t *pi)
     free(pi->ids);
     free(pi->recs);
     free(pi->tab);
+    if (pi->locked) pthread_rwlock_destroy(&pi->lock);
     free(pi);
 }
 
-size_t patina_pivot_index_size(const patina_pivot_index_t *pi) { return pi ? pi->n : 0; }
+size_t patina_pivot_index_size(const patina_pivot_index_t *pi)
+{
+    size_t n;
+    if (!pi) return 0;
+    pthread_rwlock_rdlock((pthread_rwlock_t *)&pi->lock);
+    n = pi->n;
+    pthread_rwlock_unlock((pthread_rwlock_t *)&pi->lock);
+    return n;
+}
 size_t patina_pivot_index_pivots(const patina_pivot_index_t *pi) { return pi ? pi->np : 0; }
 const uint64_t *patina_pivot_index_pivot_ids(const patina_pivot_index_t *pi) { return pi ? pi->pids : NULL; }
 
@@ -573,7 +591,7 @@ static patina_status merge_rows(patina_pivot_index_t *pi, const uint64_t *ids, c
     return PATINA_OK;
 }
 
-patina_status patina_pivot_index_put(patina_pivot_index_t *pi, patina_context_t *ctx, const uint64_t *ids,
+static patina_status pivot_put_unlocked(patina_pivot_index_t *pi, patina_context_t *ctx, const uint64_t *ids,
                                      const void *records, size_t n)
 {
     const float *recs = records;
@@ -596,7 +614,7 @@ patina_status patina_pivot_index_put(patina_pivot_index_t *pi, patina_context_t 
     return s;
 }
 
-patina_status patina_pivot_index_remove(patina_pivot_index_t *pi, const uint64_t *ids, size_t n,
+static patina_status pivot_remove_unlocked(patina_pivot_index_t *pi, const uint64_t *ids, size_t n,
                                         size_t *removed)
 {
     uint8_t *gone;
@@ -1130,7 +1148,7 @@ static patina_status search_args(const patina_pivot_index_t *pi, const void *que
     return PATINA_OK;
 }
 
-patina_status patina_pivot_index_knn(patina_context_t *ctx, const patina_pivot_index_t *pi, const void *queries,
+static patina_status pivot_knn_unlocked(patina_context_t *ctx, const patina_pivot_index_t *pi, const void *queries,
                                      size_t nq, size_t k, const patina_pivot_search_opts_t *opts,
                                      patina_hit_t *hits, size_t *counts)
 {
@@ -1163,7 +1181,7 @@ patina_status patina_pivot_index_knn(patina_context_t *ctx, const patina_pivot_i
     return s;
 }
 
-patina_status patina_pivot_index_range(patina_context_t *ctx, const patina_pivot_index_t *pi,
+static patina_status pivot_range_unlocked(patina_context_t *ctx, const patina_pivot_index_t *pi,
                                        const void *queries, size_t nq, double radius,
                                        const patina_pivot_search_opts_t *opts, patina_hit_t **hits,
                                        size_t *counts)
@@ -1222,7 +1240,7 @@ static size_t blob_size(size_t np, size_t n, size_t bytes)
     return HDR_BYTES + np * 8 + np * bytes + np * np * 8 + n * 16 + n * np * 8;
 }
 
-patina_status patina_pivot_index_save(const patina_pivot_index_t *pi, patina_collection_t *c)
+static patina_status pivot_save_unlocked(const patina_pivot_index_t *pi, patina_collection_t *c)
 {
     char name[512];
     uint8_t *b, *p;
@@ -1411,6 +1429,10 @@ static patina_status load_common(patina_pivot_index_t **out, patina_context_t *c
         if (s == PATINA_OK && n && bytes != patina_extractor_bytes(ex))
             s = patina__fail(PATINA_E_CORRUPT, "pivots: table '%s' holds rows of %zu bytes, not %zu",
                              patina_extractor_spec(ex), bytes, patina_extractor_bytes(ex));
+        /* the copies are ours: our own snapshot (its read transaction and the
+         * store's map lock) ends before the context's workers are taken */
+        patina_snapshot_free(own);
+        own = NULL;
         if (s == PATINA_OK) s = from_blob(out, ctx, ex, name, blob, size, ids, descs, n, refreshed);
     }
     free(blob);
@@ -1462,3 +1484,69 @@ void patina__pivot_bounds(const patina_pivot_index_t *pi, const float *q, size_t
 }
 
 uint64_t patina__pivot_row_id(const patina_pivot_index_t *pi, size_t r) { return pi->ids[r]; }
+
+/* ------------------------------------------------------ the locked calls
+ * A pivot index is shared like a search index: searches and save hold its
+ * read lock, put and remove its write lock (a change waits for the
+ * searches running, later searches for the change). */
+
+static void rd(const patina_pivot_index_t *pi) { pthread_rwlock_rdlock((pthread_rwlock_t *)&pi->lock); }
+static void wr(patina_pivot_index_t *pi) { pthread_rwlock_wrlock(&pi->lock); }
+static void un(const patina_pivot_index_t *pi) { pthread_rwlock_unlock((pthread_rwlock_t *)&pi->lock); }
+
+patina_status patina_pivot_index_put(patina_pivot_index_t *pi, patina_context_t *ctx, const uint64_t *ids,
+                                     const void *records, size_t n)
+{
+    patina_status s;
+    if (!pi) return patina__fail(PATINA_E_INVALID, "pivots: null argument");
+    wr(pi);
+    s = pivot_put_unlocked(pi, ctx, ids, records, n);
+    un(pi);
+    return s;
+}
+
+patina_status patina_pivot_index_remove(patina_pivot_index_t *pi, const uint64_t *ids, size_t n, size_t *removed)
+{
+    patina_status s;
+    if (removed) *removed = 0;
+    if (!pi) return patina__fail(PATINA_E_INVALID, "pivots: null argument");
+    wr(pi);
+    s = pivot_remove_unlocked(pi, ids, n, removed);
+    un(pi);
+    return s;
+}
+
+patina_status patina_pivot_index_knn(patina_context_t *ctx, const patina_pivot_index_t *pi, const void *queries,
+                                     size_t nq, size_t k, const patina_pivot_search_opts_t *opts,
+                                     patina_hit_t *hits, size_t *counts)
+{
+    patina_status s;
+    if (!pi) return pivot_knn_unlocked(ctx, pi, queries, nq, k, opts, hits, counts); /* its own error */
+    rd(pi);
+    s = pivot_knn_unlocked(ctx, pi, queries, nq, k, opts, hits, counts);
+    un(pi);
+    return s;
+}
+
+patina_status patina_pivot_index_range(patina_context_t *ctx, const patina_pivot_index_t *pi,
+                                       const void *queries, size_t nq, double radius,
+                                       const patina_pivot_search_opts_t *opts, patina_hit_t **hits,
+                                       size_t *counts)
+{
+    patina_status s;
+    if (!pi) return pivot_range_unlocked(ctx, pi, queries, nq, radius, opts, hits, counts);
+    rd(pi);
+    s = pivot_range_unlocked(ctx, pi, queries, nq, radius, opts, hits, counts);
+    un(pi);
+    return s;
+}
+
+patina_status patina_pivot_index_save(const patina_pivot_index_t *pi, patina_collection_t *c)
+{
+    patina_status s;
+    if (!pi) return pivot_save_unlocked(pi, c);
+    rd(pi);
+    s = pivot_save_unlocked(pi, c);
+    un(pi);
+    return s;
+}
