@@ -126,7 +126,9 @@ PATINA_API const uint64_t *patina_pivot_index_pivot_ids(const patina_pivot_index
 /* Adds n rows (an id held already is replaced), each with its P pivot
  * distances; removes ids (others ignored; *removed may be NULL). A
  * malformed record or a repeated id in one put fails with PATINA_E_INVALID
- * and changes nothing. */
+ * and changes nothing. Safe beside searches in other threads: searches and
+ * save hold the table's read lock, put and remove its write lock, so a
+ * search sees a change whole or not at all. */
 PATINA_API patina_status patina_pivot_index_put(patina_pivot_index_t *pi, patina_context_t *ctx,
                                                 const uint64_t *ids, const void *records, size_t n);
 PATINA_API patina_status patina_pivot_index_remove(patina_pivot_index_t *pi, const uint64_t *ids, size_t n,
