@@ -116,6 +116,26 @@ patina_pool_t *patina__context_workers_acquire(patina_context_t *ctx)
 
 void patina__context_workers_release(patina_context_t *ctx) { pthread_mutex_unlock(&ctx->workers_mu); }
 
+patina_status patina__workers_begin(patina_context_t *ctx, int threads, patina_pool_t **pool, int *own)
+{
+    *own = 0;
+    *pool = NULL;
+    if (ctx) {
+        *pool = patina__context_workers_acquire(ctx);
+        return PATINA_OK;
+    }
+    if ((threads > 0 ? threads : patina_cpu_count()) <= 1) return PATINA_OK;
+    PATINA_TRY(patina_pool_new(pool, threads));
+    *own = 1;
+    return PATINA_OK;
+}
+
+void patina__workers_end(patina_context_t *ctx, patina_pool_t *pool, int own)
+{
+    if (own) patina_pool_free(pool);
+    else if (ctx) patina__context_workers_release(ctx);
+}
+
 /* With the GPU's turn held: opens the GPU once; later calls repeat the
  * first outcome. */
 static patina_status open_gpu(patina_context_t *ctx)

@@ -26,6 +26,13 @@ const patina_context_opts_t *patina__context_opts(const patina_context_t *ctx);
 patina_pool_t *patina__context_workers_acquire(patina_context_t *ctx);
 void patina__context_workers_release(patina_context_t *ctx);
 
+/* The workers of one call: ctx's (its turn, held until
+ * patina__workers_end), else a pool of `threads` (0: every CPU) made for
+ * the call (*own = 1), else NULL when one thread would do (patina_pool_run
+ * then runs inline). */
+patina_status patina__workers_begin(patina_context_t *ctx, int threads, patina_pool_t **pool, int *own);
+void patina__workers_end(patina_context_t *ctx, patina_pool_t *pool, int own);
+
 /* The context's GPU, opened on first use (later calls repeat the first
  * failure), for the caller's turn: on success the caller must release it;
  * on failure nothing is held. */

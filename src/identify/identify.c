@@ -458,16 +458,11 @@ static void extract_one(void *arg, size_t i, int worker)
  * CPUs made for the call when ctx is NULL. */
 static patina_status run_tasks(patina_context_t *ctx, size_t n, patina_task_fn fn, void *arg)
 {
-    patina_pool_t *pool = NULL;
-    if (ctx) {
-        pool = patina__context_workers_acquire(ctx);
-        patina_pool_run(pool, n, fn, arg);
-        patina__context_workers_release(ctx);
-        return PATINA_OK;
-    }
-    PATINA_TRY(patina_pool_new(&pool, 0));
+    patina_pool_t *pool;
+    int own;
+    PATINA_TRY(patina__workers_begin(ctx, 0, &pool, &own));
     patina_pool_run(pool, n, fn, arg);
-    patina_pool_free(pool);
+    patina__workers_end(ctx, pool, own);
     return PATINA_OK;
 }
 

@@ -1008,19 +1008,14 @@ static patina_status run_job(patina_context_t *ctx, job_t *jb, int nthreads)
 {
     patina_pool_t *pool = NULL;
     const size_t ntasks = jb->nblocks * jb->nchunks;
+    int own;
     if (nthreads <= 1) {
         patina_pool_run(NULL, ntasks, search_task, jb);
         return PATINA_OK;
     }
-    if (ctx) {
-        pool = patina__context_workers_acquire(ctx);
-        patina_pool_run(pool, ntasks, search_task, jb);
-        patina__context_workers_release(ctx);
-        return PATINA_OK;
-    }
-    PATINA_TRY(patina_pool_new(&pool, nthreads));
+    PATINA_TRY(patina__workers_begin(ctx, nthreads, &pool, &own));
     patina_pool_run(pool, ntasks, search_task, jb);
-    patina_pool_free(pool);
+    patina__workers_end(ctx, pool, own);
     return PATINA_OK;
 }
 

@@ -153,25 +153,6 @@ static patina_status check_extractor(const patina_extractor_t *ex)
     return PATINA_OK;
 }
 
-static patina_status pool_begin(patina_context_t *ctx, patina_pool_t **pool, int *own)
-{
-    *own = 0;
-    *pool = NULL;
-    if (ctx) {
-        *pool = patina__context_workers_acquire(ctx);
-        return PATINA_OK;
-    }
-    if (patina_cpu_count() <= 1) return PATINA_OK;
-    *own = 1;
-    return patina_pool_new(pool, 0);
-}
-
-static void pool_end(patina_context_t *ctx, patina_pool_t *pool, int own)
-{
-    if (own) patina_pool_free(pool);
-    else if (ctx && pool) patina__context_workers_release(ctx);
-}
-
 static int pool_threads(patina_pool_t *pool) { return pool ? patina_pool_size(pool) : 1; }
 
 /* ------------------------------------------------------- distance columns */
@@ -455,12 +436,12 @@ patina_status patina_pivot_index_new(patina_pivot_index_t **out, patina_context_
                             o.pivots, n);
     if (!(pi = alloc_index(ex, o.pivots, &s))) return s;
     if ((s = check_batch(pi, ids, records, n, &have_form)) != PATINA_OK ||
-        (s = set_rows(pi, ids, records, n)) != PATINA_OK || (s = pool_begin(ctx, &pool, &own)) != PATINA_OK) {
+        (s = set_rows(pi, ids, records, n)) != PATINA_OK || (s = patina__workers_begin(ctx, 0, &pool, &own)) != PATINA_OK) {
         patina_pivot_index_free(pi);
         return s;
     }
     s = choose(pi, pool, &o);
-    pool_end(ctx, pool, own);
+    patina__workers_end(ctx, pool, own);
     if (s != PATINA_OK) {
         patina_pivot_index_free(pi);
         return s;
@@ -603,12 +584,12 @@ static patina_status pivot_put_unlocked(patina_pivot_index_t *pi, patina_context
     if (n == 0) return PATINA_OK;
     PATINA_TRY(check_batch(pi, ids, recs, n, &have_form));
     if (!(rows = malloc(n * pi->np * sizeof *rows))) return nomem("put");
-    if ((s = pool_begin(ctx, &pool, &own)) != PATINA_OK) {
+    if ((s = patina__workers_begin(ctx, 0, &pool, &own)) != PATINA_OK) {
         free(rows);
         return s;
     }
     table_rows(pool, pi, recs, n, rows);
-    pool_end(ctx, pool, own);
+    patina__workers_end(ctx, pool, own);
     s = merge_rows(pi, ids, recs, rows, n);
     free(rows);
     return s;
@@ -1102,7 +1083,7 @@ static patina_status run_batch(patina_context_t *ctx, batch_t *b, size_t nq, pat
         free(b->sts);
         return nomem("queries");
     }
-    if ((s = pool_begin(ctx, &pool, &own)) != PATINA_OK) {
+    if ((s = patina__workers_begin(ctx, 0, &pool, &own)) != PATINA_OK) {
         free(b->st);
         free(b->sts);
         return s;
@@ -1120,7 +1101,7 @@ static patina_status run_batch(patina_context_t *ctx, batch_t *b, size_t nq, pat
                                            b->st[q]);
         }
     }
-    pool_end(ctx, pool, own);
+    patina__workers_end(ctx, pool, own);
     for (q = 0; q < nq && s == PATINA_OK; q++) s = b->sts[q];
     if (s == PATINA_OK && stats) {
         stats->cpu = nq;
@@ -1383,7 +1364,7 @@ static patina_status from_blob(patina_pivot_index_t **out, patina_context_t *ctx
     if (ntodo) {
         float *tmp = malloc(ntodo * pi->bytes);
         double *trow = malloc(ntodo * pi->np * sizeof *trow);
-        if (!tmp || !trow || (s = pool_begin(ctx, &pool, &own)) != PATINA_OK) {
+        if (!tmp || !trow || (s = patina__workers_begin(ctx, 0, &pool, &own)) != PATINA_OK) {
             free(tmp);
             free(trow);
             free(todo);
@@ -1392,7 +1373,7 @@ static patina_status from_blob(patina_pivot_index_t **out, patina_context_t *ctx
         }
         for (i = 0; i < ntodo; i++) memcpy(tmp + i * pi->dim, pi->recs + todo[i] * pi->dim, pi->bytes);
         table_rows(pool, pi, tmp, ntodo, trow);
-        pool_end(ctx, pool, own);
+        patina__workers_end(ctx, pool, own);
         for (i = 0; i < ntodo; i++) memcpy(pi->tab + todo[i] * pi->np, trow + i * pi->np, pi->np * sizeof *trow);
         free(tmp);
         free(trow);
