@@ -13,17 +13,6 @@
 
 #include "testutil.h"
 
-static const char *find_python(void)
-{
-    static const char *const candidates[] = {"/usr/bin/python3", "python3"};
-    const char *env = getenv("PATINA_PYTHON");
-    if (env && *env) return env;
-    for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++)
-        if (tu_run(NULL, "'%s' -c 'import numpy, skimage.feature' >/dev/null 2>&1", candidates[i]) == 0)
-            return candidates[i];
-    return NULL;
-}
-
 static void write_pgm(const char *path, const uint8_t *g, int w, int h)
 {
     char hdr[64];
@@ -97,7 +86,7 @@ static void test_parity(void **state)
 
 int main(void)
 {
-    const char *py = find_python();
+    const char *py = tu_find_python("import numpy, skimage.feature", NULL);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_prestate(test_parity, (void *)py),
     };

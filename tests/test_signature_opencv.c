@@ -38,23 +38,6 @@
 #define MAX_PHOTOS 48
 #define K_CMP 768 /* OpenCV's maxClustersCount: no cropping on either side */
 
-static const char *find_python(void)
-{
-    static char venv[4096];
-    const char *env = getenv("PATINA_PYTHON");
-    const char *candidates[3];
-    size_t n = 0;
-    if (env && *env) return env;
-    snprintf(venv, sizeof venv, "%s/../../.venv-peers/bin/python", PATINA_TEST_DATA);
-    candidates[n++] = venv;
-    candidates[n++] = "/usr/bin/python3";
-    for (size_t i = 0; i < n; i++)
-        if (tu_run(NULL, "'%s' -c 'import numpy, cv2; cv2.xfeatures2d.PCTSignaturesSQFD_create' >/dev/null 2>&1",
-                   candidates[i]) == 0)
-            return candidates[i];
-    return NULL;
-}
-
 static void write_ppm(const char *path, const patina_image_t *img)
 {
     FILE *f = fopen(path, "wb");
@@ -417,7 +400,10 @@ static void test_parity(void **state)
 
 int main(void)
 {
-    const char *py = find_python();
+    char venv[4096];
+    const char *py;
+    snprintf(venv, sizeof venv, "%s/../../.venv-peers/bin/python", PATINA_TEST_DATA);
+    py = tu_find_python("import numpy, cv2; cv2.xfeatures2d.PCTSignaturesSQFD_create", venv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_prestate(test_parity, (void *)py),
     };

@@ -89,6 +89,20 @@ char *tu_tempdir(const char *tag)
     return path;
 }
 
+const char *tu_find_python(const char *probe, const char *venv)
+{
+    static char chosen[4096];
+    const char *const cands[] = {venv, "/usr/bin/python3", "python3"};
+    const char *env = getenv("PATINA_PYTHON");
+    if (env && *env) return env;
+    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++)
+        if (cands[i] && tu_run(NULL, "'%s' -c '%s' >/dev/null 2>&1", cands[i], probe) == 0) {
+            snprintf(chosen, sizeof chosen, "%s", cands[i]);
+            return chosen;
+        }
+    return NULL;
+}
+
 void *tu_read_file(const char *path, size_t *size)
 {
     FILE *f = fopen(path, "rb");

@@ -36,6 +36,11 @@ int tu_write_file(const char *path, const void *data, size_t size);
 char *tu_tempdir(const char *tag);
 /* rm -rf */
 void tu_remove_tree(const char *path);
+/* The Python of a peer test: $PATINA_PYTHON when set, else the first of
+ * venv (may be NULL), /usr/bin/python3 and python3 on which the Python
+ * statement `probe` runs (e.g. "import numpy, skimage.feature"); NULL when
+ * none does (the test then skips). The result may point to static storage. */
+const char *tu_find_python(const char *probe, const char *venv);
 /* The whole file, malloc'd with a NUL after its *size bytes; fails the
  * test when it cannot be read. */
 void *tu_read_file(const char *path, size_t *size);
