@@ -164,17 +164,21 @@ def family(torch, dev, a, cases):
         return v
 
     rows = rand(n)
-    if dist == "std_l2":
-        sd = rows.std(0, unbiased=False).clamp(min=1e-30)
-        rows = rows / sd
+    sd = rows.std(0, unbiased=False).clamp(min=1e-30) if dist == "std_l2" else None
+
+    def prepared(x):
+        """x as the distance's code sees it (scaled by sigma, or its square roots) and its norm:
+        the sum of squares (l2 forms), |x| (cosine), sqrt of the sum (hellinger)."""
+        if sd is not None:
+            x = x / sd
+        if dist == "hellinger":
+            return x.sqrt(), x.sum(1).sqrt()
+        if dist == "cosine":
+            return x, x.norm(dim=1)
+        return x, (x * x).sum(1)
+
+    rows, rn = prepared(rows)
     dot = dist in ("l2", "std_l2", "hellinger", "cosine")
-    if dist == "hellinger":
-        rn = rows.sum(1).sqrt()
-        rows = rows.sqrt()
-    elif dist == "cosine":
-        rn = rows.norm(dim=1)
-    else:
-        rn = (rows * rows).sum(1)
     fp16_ok = dot and (dist != "l2" or rows.abs().max().item() < 6e4 and rn.max().item() < 6e4)
     rows16 = rows.half() if fp16_ok else None
 
@@ -189,16 +193,7 @@ def family(torch, dev, a, cases):
             print("torch_fp32 %d %d: skipped (%.1e element-wise terms: minutes per batch)" % (nq, k, nq * n * dim),
                   flush=True)
             continue
-        q = rand(nq)
-        if dist == "std_l2":
-            q = q / sd
-        if dist == "hellinger":
-            qn = q.sum(1).sqrt()
-            q = q.sqrt()
-        elif dist == "cosine":
-            qn = q.norm(dim=1)
-        else:
-            qn = (q * q).sum(1)
+        q, qn = prepared(rand(nq))
         chunk = max(1, min(CHUNK, (1 << 31) // (4 * n)))
 
         def run(prec):
@@ -245,12 +240,7 @@ def family(torch, dev, a, cases):
         index = faiss.IndexFlatL2(dim)
     index.add(xb)
     for nq, k in cases:
-        xq = rand(nq)
-        if dist == "std_l2":
-            xq = xq / sd
-        if dist == "hellinger":
-            xq = xq.sqrt()
-        xq = xq.cpu().numpy().astype(np.float32)
+        xq = prepared(rand(nq))[0].cpu().numpy().astype(np.float32)
         if dist in ("hellinger", "cosine"):
             xq = xq / np.maximum(np.linalg.norm(xq, axis=1, keepdims=True), 1e-30)
         index.search(xq, k)
