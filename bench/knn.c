@@ -30,7 +30,9 @@
  * intersection, 6 for chi2). The engine column says which engine answered
  * (patina_search_opts_t.stats), and how many chunks of rows were streamed
  * when --gpu-budget MIB (the context's device budget) is below the index's
- * copy. --range R: range search at radius R for
+ * copy; a CEDD index is then streamed from its pinned host tier, and the
+ * column adds the rate of those uploads against the pinned host-to-device
+ * copy rate measured now (the PCIe limit). --range R: range search at radius R for
  * each query batch on the GPU, hits per query, checked against the CPU on
  * 32 queries. --portable: the CPU's distances by the portable C path
  * (pdist_force_portable), not the AVX2 kernels (same results, for
@@ -220,7 +222,7 @@ int main(int argc, char **argv)
 {
     size_t sizes[16] = {1000000, 10000000}, queries[16] = {1, 256, 4096}, ks[16] = {1, 10, 100};
     int nsizes = 2, nqueries = 3, nks = 3, peers = 1, i, j, l, bad = 0;
-    double d2d = 0, peak = 0, lanes = 0, cpu_max = 3e8;
+    double d2d = 0, h2d = 0, peak = 0, lanes = 0, cpu_max = 3e8;
     size_t live_rows = 1000, bytes;
     double range_r = 0;
     size_t budget = 0;
@@ -264,6 +266,7 @@ int main(int argc, char **argv)
     }
     if (patina_gpu_open(&g, 0, 0) == PATINA_OK) {
         patina_gpu__bandwidth(g, 1, (size_t)1 << 30, 5, &d2d);
+        patina_gpu__bandwidth(g, 0, (size_t)1 << 30, 5, &h2d);
         peak = (double)g->sm_count * (double)g->clock_khz * 1e3 * 8192.0; /* dense int8 ops/clk/SM (sm_90) */
         lanes = (double)g->sm_count * (double)g->clock_khz * 1e3 * 128.0; /* FP32 lanes x clock */
         snprintf(gname, sizeof gname, "%.200s, %d SMs at %.0f MHz", g->name, g->sm_count, g->clock_khz / 1e3);
@@ -271,9 +274,10 @@ int main(int argc, char **argv)
     } else {
         printf("no GPU (%s): CPU column only\n", patina_last_error());
     }
-    printf("bench_knn: %s (%s), exact; %s: device-to-device copy %.0f GB/s, dense int8 tensor-core "
-           "peak %.0f TOPS; %d CPU threads, CPU distances: %s\n\n",
-           patina_extractor_spec(ex), patina_extractor_distance_name(ex), gname, d2d, peak / 1e12, patina_cpu_count(),
+    printf("bench_knn: %s (%s), exact; %s: device-to-device copy %.0f GB/s, pinned host-to-device %.1f GB/s, "
+           "dense int8 tensor-core peak %.0f TOPS; %d CPU threads, CPU distances: %s\n\n",
+           patina_extractor_spec(ex), patina_extractor_distance_name(ex), gname, d2d, h2d, peak / 1e12,
+           patina_cpu_count(),
            pdist_simd() ? "AVX2" : "portable C");
     printf("| rows | queries | k | GPU ms | GPU queries/s | engine | CPU ms | PyTorch fp16 ms | PyTorch int8 ms | "
            "PyTorch fp32 ms | Faiss CPU flat ms | GPU vs best GPU peer | %s |\n",
@@ -317,6 +321,9 @@ int main(int argc, char **argv)
                     if (gs.gpu_exact && (gs.gpu_tensor || gs.gpu_filter)) printf("+%zu exact", gs.gpu_exact);
                     if (gs.cpu && gs.cpu < nq) printf("+%zu cpu", gs.cpu);
                     if (gs.chunks) printf(", %zu chunks", gs.chunks);
+                    if (gs.host_bytes && h2d > 0) /* streamed from the pinned host tier */
+                        printf(" from pinned memory: %.1f GB/s = %.0f%% of pinned H2D", gs.host_bytes / (tg * 1e-3) / 1e9,
+                               100.0 * gs.host_bytes / (tg * 1e-3) / 1e9 / h2d);
                     printf(" |");
                 } else {
                     printf(" - | - | - |");

@@ -87,7 +87,10 @@ typedef struct patina_search_stats {
     size_t gpu_exact;  /* the GPU's definition kernels alone (data outside the filter's domain, retries) */
     size_t cpu;        /* the CPU (device CPU, or queries the GPU left to it) */
     size_t chunks;     /* chunks of rows streamed through the GPU: the index's copy did not fit its
-                        * device budget (0: resident; the engines' counts are then the first chunk's) */
+                        * device budget (0: resident; the engines' counts are then the first chunk's,
+                        * except for CEDD's pinned host tier, which counts every query) */
+    size_t host_bytes; /* bytes uploaded from CEDD's pinned host tier (the index's device layout kept in
+                        * page-locked memory when it does not fit the budget; 0: not streamed) */
     /* Pivot-table searches (include/patina/pivots.h); 0 elsewhere. Summed over the call's queries. */
     size_t pivot_dists; /* query-to-pivot distances computed */
     size_t pruned;      /* rows a lower bound excluded without their distance */

@@ -125,10 +125,13 @@ typedef struct pgpu_knn_index {
  * untouched), else 0. Fast path: k <= PGPU_KNN_KMAX (else
  * PATINA_E_UNAVAILABLE). The index's device copy is made on first use and
  * kept in g; an index whose copy does not fit the device budget is
- * searched in chunks of rows (each copied, searched and dropped; answers
- * merged). paths (NULL or 4 counters, added to): queries answered by the
- * tensor cores, the float filter, the definition kernels (by the first
- * chunk when chunked), and the chunks of rows streamed (0: resident). */
+ * streamed: a Tanimoto fast-path index from its layout in pinned host
+ * memory (made on first use and kept in g like a copy), every other index
+ * in chunks of rows (each copied, searched and dropped); answers merged.
+ * paths (NULL or 5 counters, added to): queries answered by the tensor
+ * cores, the float filter, the definition kernels (by the first chunk when
+ * chunked), the chunks of rows streamed (0: resident) and the bytes
+ * uploaded from pinned host memory. */
 #define PGPU_KNN_KMAX 1024
 patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
                              const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,

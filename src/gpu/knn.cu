@@ -74,8 +74,34 @@ typedef struct knn_copy {
     uint64_t dead_gen;
 } knn_copy_t;
 
+/* The pinned host tier of a tensor-core index too large for the device
+ * (search_tier, below): its device layout in pinned memory, the values
+ * the final pass reads resident on the device, two chunk buffers. */
+typedef struct knn_tier {
+    uint64_t serial;          /* the index's (0: none) */
+    size_t dim, n, cap, nperm, src_n;
+    int dp;
+    uint64_t dead_gen;
+    uint32_t *perm, *inv;     /* device row -> host row, host row -> device row (< nperm) */
+    uint8_t *rows;            /* pinned (cap, dp) */
+    tc_aux_t *aux;            /* pinned (cap) */
+    uint32_t *t1;             /* device (cap) */
+    double *c3;               /* device (cap) */
+    uint64_t *ids;            /* device (cap) */
+    uint8_t *dead;            /* device (cap) */
+    double *ptab;             /* device */
+    uint32_t *d_rm;           /* device (TC_RM_CHUNK) */
+    size_t R;                 /* rows a chunk buffer holds (0: none yet) */
+    uint8_t *b_rows[2];       /* device (R + TC_R, dp) */
+    tc_aux_t *b_aux[2];       /* device (R + TC_R) */
+    uint8_t *h_res[2];        /* pinned: a chunk's results (res_bytes each) */
+    size_t res_bytes;
+    void *ev[6];              /* cudaEvent_t: uploaded[2], released[2], results[2] */
+} knn_tier_t;
+
 typedef struct knn_state {
     knn_copy_t copy[KNN_CACHE];
+    knn_tier_t tier;
     uint64_t clock;
     /* per-call buffers of the definition path, for def_q queries, def_s
      * pilot rows, def_take answers and def_dim elements (grown as needed) */
@@ -323,10 +349,30 @@ static void tc_buffers_free(patina_gpu_t *g, knn_state_t *st)
     st->tq_cap = st->tq_dense = st->tq_out = 0;
 }
 
+static void tier_buffers_free(patina_gpu_t *g, knn_tier_t *t)
+{
+    pgpu_free_n(g, 6, &t->b_rows[0], &t->b_rows[1], &t->b_aux[0], &t->b_aux[1], &t->h_res[0], &t->h_res[1]);
+    t->R = t->res_bytes = 0;
+}
+
+static void tier_free(patina_gpu_t *g, knn_tier_t *t)
+{
+    (void)cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, 0));
+    (void)cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, 1));
+    tier_buffers_free(g, t);
+    pgpu_free_n(g, 8, &t->rows, &t->aux, &t->t1, &t->c3, &t->ids, &t->dead, &t->ptab, &t->d_rm);
+    for (int i = 0; i < 6; i++)
+        if (t->ev[i]) (void)cudaEventDestroy((cudaEvent_t)t->ev[i]);
+    free(t->perm);
+    free(t->inv);
+    memset(t, 0, sizeof *t);
+}
+
 static void knn_release(patina_gpu_t *g, void *state)
 {
     knn_state_t *st = (knn_state_t *)state;
     (void)cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, 0));
+    tier_free(g, &st->tier);
     for (int i = 0; i < KNN_CACHE; i++)
         if (st->copy[i].serial) copy_free(g, &st->copy[i]);
     buffers_free(g, st);
@@ -398,37 +444,44 @@ __global__ void k_tc_blank(uint8_t *__restrict__ rows, tc_aux_t *__restrict__ au
     }
 }
 
-/* Host rows [h0, h0 + m) laid out as device rows (dp bytes, sums, T1, C3,
- * ids), device row i holding host row map ? map[i] : h0 + i, copied to the
- * copy's rows [d0, d0 + m). */
-static patina_status tc_put_rows(patina_gpu_t *g, knn_copy_t *c, const pgpu_knn_index_t *idx, const uint32_t *map,
-                                 size_t h0, size_t m, size_t d0)
+/* Host rows [h0, h0 + m) laid out as device rows: row i (dp bytes, zero
+ * padded), its sums, T1, C3 and id from host row map ? map[i] : h0 + i. */
+static void tc_lay_rows(const pgpu_knn_index_t *idx, const uint32_t *map, size_t h0, size_t m, size_t dp,
+                        uint8_t *rows, tc_aux_t *aux, uint32_t *t1, double *c3, uint64_t *ids)
 {
-    const size_t dp = (size_t)c->dp;
-    uint8_t *rows = (uint8_t *)calloc(m + 1, dp);
-    tc_aux_t *aux = (tc_aux_t *)calloc(m + 1, sizeof *aux);
-    uint32_t *t1 = (uint32_t *)malloc(m * sizeof *t1 + 1);
-    double *c3 = (double *)malloc(m * sizeof *c3 + 1);
-    uint64_t *ids = (uint64_t *)malloc(m * sizeof *ids + 1);
-    patina_status s = PATINA_OK;
-    size_t i;
-    (void)g;
-    if (!rows || !aux || !t1 || !c3 || !ids) {
-        s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory laying out %zu rows", m);
-        goto done;
-    }
-    for (i = 0; i < m; i++) {
+    for (size_t i = 0; i < m; i++) {
         const size_t h = map ? map[i] : h0 + i;
         const uint8_t *b = idx->descs + h * idx->bytes;
         uint32_t s1 = 0, tt = idx->t1[h];
         for (size_t e = 0; e < idx->dim; e++) s1 += (uint32_t)b[e] * b[e];
         memcpy(rows + i * dp, b, idx->dim);
+        memset(rows + i * dp + idx->dim, 0, dp - idx->dim);
         aux[i] = tt ? make_float4((float)tt, (float)tt * (float)tt, (float)s1, (float)s1 / (float)tt)
                     : make_float4(0.f, 0.f, 1.f, 1e30f);
         t1[i] = tt;
         c3[i] = idx->c3[h];
         ids[i] = idx->ids[h];
     }
+}
+
+/* Host rows [h0, h0 + m) laid out as device rows (tc_lay_rows), copied to
+ * the copy's rows [d0, d0 + m). */
+static patina_status tc_put_rows(patina_gpu_t *g, knn_copy_t *c, const pgpu_knn_index_t *idx, const uint32_t *map,
+                                 size_t h0, size_t m, size_t d0)
+{
+    const size_t dp = (size_t)c->dp;
+    uint8_t *rows = (uint8_t *)malloc(m * dp + 1);
+    tc_aux_t *aux = (tc_aux_t *)malloc(m * sizeof *aux + 1);
+    uint32_t *t1 = (uint32_t *)malloc(m * sizeof *t1 + 1);
+    double *c3 = (double *)malloc(m * sizeof *c3 + 1);
+    uint64_t *ids = (uint64_t *)malloc(m * sizeof *ids + 1);
+    patina_status s = PATINA_OK;
+    (void)g;
+    if (!rows || !aux || !t1 || !c3 || !ids) {
+        s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory laying out %zu rows", m);
+        goto done;
+    }
+    tc_lay_rows(idx, map, h0, m, dp, rows, aux, t1, c3, ids);
     if (cudaMemcpy(c->descs + d0 * dp, rows, m * dp, cudaMemcpyHostToDevice) != cudaSuccess ||
         cudaMemcpy(c->aux + d0, aux, m * sizeof *aux, cudaMemcpyHostToDevice) != cudaSuccess ||
         cudaMemcpy(c->t1 + d0, t1, m * sizeof *t1, cudaMemcpyHostToDevice) != cudaSuccess ||
@@ -912,9 +965,12 @@ static void tc_layout(tc_io_t *io, size_t m, size_t dp, size_t per)
 #define IN(st, io, T, o) ((T *)((st)->d_in + (io)->o))
 #define OUT(st, io, T, o) ((T *)((st)->d_out + (io)->o))
 
+/* The scan of rows [0, n) of c for nq queries (their rows and infos on the
+ * device): MODE 0 the pilot into dense (nq, n), MODE 1 the filter into
+ * cnt / cand. */
 template <int NK32, int T16, int MODE>
-static cudaError_t tc_scan(const knn_copy_t *c, const knn_state_t *st, const tc_io_t *io, uint32_t n, int nq,
-                           int sms, cudaStream_t s)
+static cudaError_t tc_scan_of(const knn_copy_t *c, const uint8_t *qbytes, const tc_qinfo_t *qinfo, float *dense,
+                              uint32_t *cnt, uint32_t *cand, uint32_t n, int nq, int sms, cudaStream_t s)
 {
     const int qtiles = nq > 64 ? 8 : nq > 32 ? 4 : nq > 16 ? 2 : 1;
     const unsigned gy = (unsigned)((nq + 16 * qtiles - 1) / (16 * qtiles));
@@ -924,15 +980,22 @@ static cudaError_t tc_scan(const knn_copy_t *c, const knn_state_t *st, const tc_
     cudaError_t e = cudaFuncSetAttribute(k_tc_scan<NK32, T16, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)smem);
     if (e != cudaSuccess) return e;
-    k_tc_scan<NK32, T16, MODE><<<grid, TC_WARPS * 32, smem, s>>>(
-        c->descs, c->aux, n, rpb, st->d_in, IN(st, io, tc_qinfo_t, o_qinfo), nq, qtiles, st->d_pilot, (size_t)n,
-        st->d_cnt, st->d_cand);
+    k_tc_scan<NK32, T16, MODE><<<grid, TC_WARPS * 32, smem, s>>>(c->descs, c->aux, n, rpb, qbytes, qinfo, nq,
+                                                                 qtiles, dense, (size_t)n, cnt, cand);
     return cudaGetLastError();
+}
+
+template <int NK32, int T16, int MODE>
+static cudaError_t tc_scan(const knn_copy_t *c, const knn_state_t *st, const tc_io_t *io, uint32_t n, int nq,
+                           int sms, cudaStream_t s)
+{
+    return tc_scan_of<NK32, T16, MODE>(c, st->d_in, IN(st, io, tc_qinfo_t, o_qinfo), st->d_pilot, st->d_cnt,
+                                       st->d_cand, n, nq, sms, s);
 }
 
 template <int DP, int RANGE>
 static cudaError_t tc_final(const knn_copy_t *c, const knn_state_t *st, const tc_io_t *io, int nq, int take,
-                            int kstride, double radius, cudaStream_t s)
+                            int partial, int kstride, double radius, cudaStream_t s)
 {
     const size_t smem = tc_final_smem();
     cudaError_t e = cudaFuncSetAttribute(k_tc_final<DP, RANGE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -940,7 +1003,7 @@ static cudaError_t tc_final(const knn_copy_t *c, const knn_state_t *st, const tc
     if (e != cudaSuccess) return e;
     k_tc_final<DP, RANGE><<<nq, TC_FINAL_THREADS, smem, s>>>(
         c->descs, c->aux, c->t1, c->c3, c->ptab, c->ids, c->dead, st->d_in, IN(st, io, tc_qinfo_t, o_qinfo),
-        st->d_cnt, st->d_cand, take, kstride, radius,
+        st->d_cnt, st->d_cand, take, partial, kstride, radius,
         OUT(st, io, double, o_outd), OUT(st, io, uint64_t, o_outid), (uint32_t *)st->d_out,
         OUT(st, io, uint8_t, o_flag));
     return cudaGetLastError();
@@ -975,6 +1038,36 @@ static patina_status tc_buffers(patina_gpu_t *g, knn_state_t *st, const knn_copy
     return PATINA_OK;
 }
 
+/* The inputs of m queries (rows q, qbytes apart) in the per-call buffers
+ * (io laid out for kstride results a query), uploaded on stream s: the
+ * rows padded to dp bytes and their infos, with range's threshold (else
+ * k_tc_select writes it). */
+static cudaError_t tc_queries(knn_state_t *st, size_t dim, int dp, const uint8_t *q, size_t qbytes, size_t m,
+                              int kstride, int range, double radius, tc_io_t *io, cudaStream_t s)
+{
+    tc_qinfo_t *qi;
+    float theta = 0.f;
+    tc_layout(io, m, (size_t)dp, (size_t)kstride);
+    qi = (tc_qinfo_t *)(st->h_in + io->o_qinfo);
+    if (range) { /* t >= 1 - r / 100, less the margins (gpu/knn_tc.cuh) */
+        const double t = 1.0 - radius / 100.0;
+        theta = radius >= 100.0 ? -HUGE_VALF : nextafterf((float)t * (1.0f - 1e-5f) - 1e-9f, -HUGE_VALF);
+    }
+    memset(st->h_in, 0, m * (size_t)dp);
+    for (size_t i = 0; i < m; i++) {
+        const uint8_t *a = q + i * qbytes;
+        uint32_t t2 = 0, s2 = 0;
+        for (size_t e2 = 0; e2 < dim; e2++) {
+            t2 += a[e2];
+            s2 += (uint32_t)a[e2] * a[e2];
+        }
+        memcpy(st->h_in + i * (size_t)dp, a, dim);
+        /* an all-zero query is the CPU's (theta' = +inf: no candidates) */
+        qi[i] = make_float4((float)t2, (float)t2 * (float)t2, (float)s2, t2 ? theta : HUGE_VALF);
+    }
+    return cudaMemcpyAsync(st->d_in, st->h_in, io->in_bytes, cudaMemcpyHostToDevice, s);
+}
+
 /* One launch group of m queries (rows q) through the engine: k-NN (range
  * 0; take results per query; a pilot of the first S rows) or range (up to
  * TC_CAND per query). The results are read with tc_result; *flag (m) = 1: the CPU
@@ -984,31 +1077,9 @@ static patina_status tc_batch(patina_gpu_t *g, knn_state_t *st, const knn_copy_t
                               size_t *maxn)
 {
     cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
-    const size_t dp = (size_t)c->dp;
     const int kstride = range ? TC_CAND : (int)take;
-    tc_qinfo_t *qi;
-    float theta = 0.f;
-    cudaError_t e;
+    cudaError_t e = tc_queries(st, c->dim, c->dp, q, qbytes, m, kstride, range, radius, io, s);
     size_t i;
-    tc_layout(io, m, dp, (size_t)kstride);
-    qi = (tc_qinfo_t *)(st->h_in + io->o_qinfo);
-    if (range) { /* t >= 1 - r / 100, less the margins (gpu/knn_tc.cuh) */
-        const double t = 1.0 - radius / 100.0;
-        theta = radius >= 100.0 ? -HUGE_VALF : nextafterf((float)t * (1.0f - 1e-5f) - 1e-9f, -HUGE_VALF);
-    }
-    memset(st->h_in, 0, m * dp);
-    for (i = 0; i < m; i++) {
-        const uint8_t *a = q + i * qbytes;
-        uint32_t t2 = 0, s2 = 0;
-        for (size_t e2 = 0; e2 < c->dim; e2++) {
-            t2 += a[e2];
-            s2 += (uint32_t)a[e2] * a[e2];
-        }
-        memcpy(st->h_in + i * dp, a, c->dim);
-        /* an all-zero query is the CPU's (theta' = +inf: no candidates) */
-        qi[i] = make_float4((float)t2, (float)t2 * (float)t2, (float)s2, t2 ? theta : HUGE_VALF);
-    }
-    e = cudaMemcpyAsync(st->d_in, st->h_in, io->in_bytes, cudaMemcpyHostToDevice, s);
     if (e == cudaSuccess && !range) { /* the pilot; k_tc_select also zeroes the counts and flags */
         e = c->dp == 144 ? tc_scan<4, 1, 0>(c, st, io, (uint32_t)S, (int)m, g->sm_count, s)
                          : tc_scan<8, 0, 0>(c, st, io, (uint32_t)S, (int)m, g->sm_count, s);
@@ -1026,10 +1097,10 @@ static patina_status tc_batch(patina_gpu_t *g, knn_state_t *st, const knn_copy_t
         e = c->dp == 144 ? tc_scan<4, 1, 1>(c, st, io, (uint32_t)c->n, (int)m, g->sm_count, s)
                          : tc_scan<8, 0, 1>(c, st, io, (uint32_t)c->n, (int)m, g->sm_count, s);
     if (e == cudaSuccess) {
-        if (c->dp == 144) e = range ? tc_final<144, 1>(c, st, io, (int)m, 0, kstride, radius, s)
-                                    : tc_final<144, 0>(c, st, io, (int)m, (int)take, kstride, 0.0, s);
-        else e = range ? tc_final<256, 1>(c, st, io, (int)m, 0, kstride, radius, s)
-                       : tc_final<256, 0>(c, st, io, (int)m, (int)take, kstride, 0.0, s);
+        if (c->dp == 144) e = range ? tc_final<144, 1>(c, st, io, (int)m, 0, 0, kstride, radius, s)
+                                    : tc_final<144, 0>(c, st, io, (int)m, (int)take, 0, kstride, 0.0, s);
+        else e = range ? tc_final<256, 1>(c, st, io, (int)m, 0, 0, kstride, radius, s)
+                       : tc_final<256, 0>(c, st, io, (int)m, (int)take, 0, kstride, 0.0, s);
     }
     if (e == cudaSuccess && !range) { /* everything in one copy */
         e = cudaMemcpyAsync(st->h_out, st->d_out, io->out_bytes, cudaMemcpyDeviceToHost, s);
@@ -1734,6 +1805,487 @@ static patina_status chunk_merge(chunk_call_t *cl, size_t q)
     return PATINA_OK;
 }
 
+/* ---- indexes larger than the device: a pinned host tier, streamed ----
+ * A tensor-core (CEDD) index whose device copy does not fit the budget
+ * keeps its device layout -- the rows in the fixed random permutation,
+ * padded to dp bytes, with their sums (dp + 16 bytes a row) -- in pinned
+ * host memory, built once and then kept up to date like a device copy
+ * (appended rows laid out, removed rows blanked). Only the values the
+ * final pass reads per candidate stay on the device: T1, C3, the id and
+ * the removed flag (21 bytes a row). A call streams the rows through two
+ * device buffers of R rows: the copy stream uploads chunk j + 1 while the
+ * compute stream scans chunk j, so for small batches the PCIe link never
+ * waits for the scan and for large ones the scan never waits for the link.
+ *
+ * The pilot threshold comes from the first rows of chunk 0, a uniform
+ * sample of the whole table (the permutation), so it is the whole table's
+ * threshold and holds for every chunk: the candidates of all chunks
+ * together include the k best. Each chunk's candidates are ranked by the
+ * final pass on the chunk (its best min(k, live candidates) by (distance,
+ * id), exact as in the resident engine), and the host merges the chunks'
+ * lists by (distance, id) while the next chunk runs: the k best of a union
+ * are among the k best of its parts. Range search: the radius' threshold,
+ * the chunks' hits united. A query some chunk cannot settle (its
+ * candidates overflow) is tried once more with all of chunk 0 as its
+ * pilot, then left to the CPU. */
+
+#define TIER_BUF_BYTES ((size_t)256 << 20) /* a chunk buffer's rows and sums at most */
+#define TIER_RANGE_BATCH 1024               /* range queries a pass at most (each pass reads the table) */
+
+__global__ void k_tier_flag(uint8_t *__restrict__ dead, const uint32_t *__restrict__ rm, uint32_t n)
+{
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dead[rm[i]] = 1;
+}
+
+/* Host rows [h0, h0 + m) into the tier's rows [d0, d0 + m) (map as for
+ * tc_lay_rows): rows and sums into pinned memory, the final pass's values
+ * uploaded, through pieces of at most 65536 rows. */
+static patina_status tier_put_rows(knn_tier_t *t, const pgpu_knn_index_t *idx, const uint32_t *map, size_t h0,
+                                   size_t m, size_t d0)
+{
+    const size_t piece = 65536, dp = (size_t)t->dp;
+    const size_t pm = m < piece ? m : piece;
+    uint32_t *t1 = (uint32_t *)malloc(pm * sizeof *t1 + 1);
+    double *c3 = (double *)malloc(pm * sizeof *c3 + 1);
+    uint64_t *ids = (uint64_t *)malloc(pm * sizeof *ids + 1);
+    patina_status s = PATINA_OK;
+    if (!t1 || !c3 || !ids) s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory laying out %zu rows", m);
+    for (size_t i = 0; s == PATINA_OK && i < m; i += piece) {
+        const size_t b = m - i < piece ? m - i : piece, d = d0 + i;
+        tc_lay_rows(idx, map ? map + i : NULL, h0 + i, b, dp, t->rows + d * dp, t->aux + d, t1, c3, ids);
+        if (cudaMemcpy(t->t1 + d, t1, b * sizeof *t1, cudaMemcpyHostToDevice) != cudaSuccess ||
+            cudaMemcpy(t->c3 + d, c3, b * sizeof *c3, cudaMemcpyHostToDevice) != cudaSuccess ||
+            cudaMemcpy(t->ids + d, ids, b * sizeof *ids, cudaMemcpyHostToDevice) != cudaSuccess)
+            s = pgpu_fail((int)cudaGetLastError(), "gpu search: uploading a tier's values", __FILE__, __LINE__);
+    }
+    free(t1);
+    free(c3);
+    free(ids);
+    return s;
+}
+
+/* The rows removed since the tier last looked: blanked in pinned memory
+ * (zero bytes, a zero row's sums), flagged on the device. */
+static patina_status tier_sync_dead(patina_gpu_t *g, knn_tier_t *t, const pgpu_knn_index_t *idx)
+{
+    cudaStream_t st = (cudaStream_t)pgpu_stream(g, 0);
+    uint32_t buf[1024];
+    cudaError_t e = cudaSuccess;
+    while (t->dead_gen < idx->dead_gen && e == cudaSuccess) {
+        size_t m = idx->dead_gen - t->dead_gen, done = 0;
+        if (m > TC_RM_CHUNK) m = TC_RM_CHUNK;
+        while (done < m && e == cudaSuccess) {
+            const size_t b = m - done < 1024 ? m - done : 1024;
+            for (size_t i = 0; i < b; i++) {
+                const uint32_t h = idx->rm_log[t->dead_gen + done + i];
+                const uint32_t r = h < t->nperm ? t->inv[h] : h; /* appended rows keep their host row */
+                memset(t->rows + (size_t)r * t->dp, 0, (size_t)t->dp);
+                t->aux[r] = make_float4(0.f, 0.f, 1.f, 1e30f);
+                buf[i] = r;
+            }
+            e = cudaMemcpy(t->d_rm + done, buf, b * sizeof *buf, cudaMemcpyHostToDevice);
+            done += b;
+        }
+        if (e == cudaSuccess) {
+            k_tier_flag<<<(unsigned)((m + 255) / 256), 256, 0, st>>>(t->dead, t->d_rm, (uint32_t)m);
+            e = cudaGetLastError();
+        }
+        if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+        t->dead_gen += m;
+    }
+    if (e != cudaSuccess) return pgpu_fail((int)e, "gpu search: removed rows", __FILE__, __LINE__);
+    return PATINA_OK;
+}
+
+/* The tier of idx: made now (room for a quarter more rows), or brought up
+ * to the index (rows appended, a tier without room for them remade;
+ * removed rows blanked). */
+static patina_status tier_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_index_t *idx, knn_tier_t **out)
+{
+    knn_tier_t *t = &st->tier;
+    patina_status s = PATINA_OK;
+    *out = NULL;
+    if (t->serial == idx->serial && idx->n > t->src_n && t->n + (idx->n - t->src_n) > t->cap) tier_free(g, t);
+    if (t->serial != idx->serial) {
+        const size_t n = idx->n, cap = n + n / 4 + 1024;
+        tier_free(g, t);
+        t->serial = idx->serial;
+        t->dim = idx->dim;
+        t->dp = idx->dim == 144 ? 144 : 256;
+        t->cap = cap;
+        t->perm = (uint32_t *)malloc(n * sizeof *t->perm + 1);
+        t->inv = (uint32_t *)malloc(n * sizeof *t->inv + 1);
+        if (!t->perm || !t->inv) s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory for a tier of %zu rows", n);
+#define TDEV(p, m, tag) \
+    if (s == PATINA_OK) s = sdev(g, st, NULL, (void **)&t->p, (m) * sizeof *t->p, tag)
+#define TPIN(p, m, tag) \
+    if (s == PATINA_OK) s = pgpu_pin_alloc(g, (void **)&t->p, (m) * sizeof *t->p, PGPU_FAM_SEARCH, tag)
+        TDEV(t1, cap, "tier row sums");
+        TDEV(c3, cap, "tier row squares");
+        TDEV(ids, cap, "tier ids");
+        TDEV(dead, cap, "tier removed rows");
+        TDEV(d_rm, TC_RM_CHUNK, "tier removed rows");
+        TDEV(ptab, idx->ptab_rows * 8, "value table");
+        TPIN(rows, cap * (size_t)t->dp, "tier rows");
+        TPIN(aux, cap, "tier row sums");
+#undef TDEV
+#undef TPIN
+        for (int i = 0; s == PATINA_OK && i < 6; i++) {
+            cudaEvent_t ev;
+            if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess)
+                s = pgpu_fail((int)cudaGetLastError(), "gpu search: events", __FILE__, __LINE__);
+            else t->ev[i] = ev;
+        }
+        if (s == PATINA_OK && (cudaMemset(t->dead, 0, cap) != cudaSuccess ||
+                               cudaMemcpy(t->ptab, idx->ptab, idx->ptab_rows * 8 * sizeof(double),
+                                          cudaMemcpyHostToDevice) != cudaSuccess))
+            s = pgpu_fail((int)cudaGetLastError(), "gpu search: a tier", __FILE__, __LINE__);
+        if (s == PATINA_OK) {
+            make_perm(t->perm, n);
+            for (size_t i = 0; i < n; i++) t->inv[t->perm[i]] = (uint32_t)i;
+            s = tier_put_rows(t, idx, t->perm, 0, n, 0);
+        }
+        t->n = t->nperm = t->src_n = n;
+    } else if (idx->n > t->src_n) {
+        const size_t m = idx->n - t->src_n;
+        s = tier_put_rows(t, idx, NULL, t->src_n, m, t->n);
+        if (s == PATINA_OK &&
+            cudaMemset(t->dead + t->n, 0, m) != cudaSuccess)
+            s = pgpu_fail((int)cudaGetLastError(), "gpu search: a tier", __FILE__, __LINE__);
+        t->n += m;
+        t->src_n = idx->n;
+    }
+    if (s == PATINA_OK) s = tier_sync_dead(g, t, idx);
+    if (s != PATINA_OK) {
+        tier_free(g, t);
+        return s;
+    }
+    *out = t;
+    return PATINA_OK;
+}
+
+/* The chunk buffers (rows for R rows; halved while they do not fit, down
+ * to CHUNK_MIN) and the pinned result buffers for res bytes each. */
+static patina_status tier_buffers(patina_gpu_t *g, knn_state_t *st, knn_tier_t *t, size_t res)
+{
+    const size_t row = (size_t)t->dp + sizeof(tc_aux_t);
+    size_t want = TIER_BUF_BYTES / row;
+    patina_status s;
+    if (want > t->n) want = (t->n + TC_R - 1) / TC_R * TC_R;
+    if (want < CHUNK_MIN) want = CHUNK_MIN;
+    if (!t->R) { /* kept for the tier's life (an earlier call may have settled on less) */
+        pgpu_free_n(g, 4, &t->b_rows[0], &t->b_rows[1], &t->b_aux[0], &t->b_aux[1]);
+        t->R = 0;
+        for (;;) {
+            s = sdev(g, st, NULL, (void **)&t->b_rows[0], (want + TC_R) * (size_t)t->dp, "tier chunk");
+            if (s == PATINA_OK) s = sdev(g, st, NULL, (void **)&t->b_rows[1], (want + TC_R) * (size_t)t->dp, "tier chunk");
+            if (s == PATINA_OK) s = sdev(g, st, NULL, (void **)&t->b_aux[0], (want + TC_R) * sizeof(tc_aux_t), "tier chunk");
+            if (s == PATINA_OK) s = sdev(g, st, NULL, (void **)&t->b_aux[1], (want + TC_R) * sizeof(tc_aux_t), "tier chunk");
+            if (s == PATINA_OK) break;
+            pgpu_free_n(g, 4, &t->b_rows[0], &t->b_rows[1], &t->b_aux[0], &t->b_aux[1]);
+            if (!too_big(s) || want / 2 < CHUNK_MIN) return s;
+            patina_clear_error();
+            want /= 2;
+        }
+        t->R = want;
+        /* the padding after a chunk's rows: read by whole stages, never used */
+        for (int b = 0; b < 2; b++)
+            if (cudaMemset(t->b_rows[b], 0, (want + TC_R) * (size_t)t->dp) != cudaSuccess ||
+                cudaMemset(t->b_aux[b], 0, (want + TC_R) * sizeof(tc_aux_t)) != cudaSuccess)
+                return pgpu_fail((int)cudaGetLastError(), "gpu search: tier chunks", __FILE__, __LINE__);
+    }
+    if (t->res_bytes < res) {
+        pgpu_free_n(g, 2, &t->h_res[0], &t->h_res[1]);
+        t->res_bytes = 0;
+        PATINA_TRY(pgpu_pin_alloc(g, (void **)&t->h_res[0], res, PGPU_FAM_SEARCH, "tier results"));
+        PATINA_TRY(pgpu_pin_alloc(g, (void **)&t->h_res[1], res, PGPU_FAM_SEARCH, "tier results"));
+        t->res_bytes = res;
+    }
+    return PATINA_OK;
+}
+
+/* Chunk j of the tier as a copy the engine's kernels read: the rows and
+ * sums in buffer b, the final pass's values at the chunk's offset. */
+static void tier_view(const knn_tier_t *t, size_t j, int b, knn_copy_t *v)
+{
+    const size_t a = j * t->R;
+    memset(v, 0, sizeof *v);
+    v->tc = 1;
+    v->dp = t->dp;
+    v->dim = t->dim;
+    v->n = t->n - a < t->R ? t->n - a : t->R;
+    v->descs = t->b_rows[b];
+    v->aux = t->b_aux[b];
+    v->t1 = t->t1 + a;
+    v->c3 = t->c3 + a;
+    v->ids = t->ids + a;
+    v->dead = t->dead + a;
+    v->ptab = t->ptab;
+}
+
+/* A chunk's answers (the pinned copy res of the final pass's outputs) into
+ * the call's: k-NN (lists NULL) the k best of the two sorted lists (tmp:
+ * k entries), range the hits appended (sorted at the end). */
+static patina_status tier_merge(const uint8_t *res, const tc_io_t *io, size_t m, size_t kstride, size_t k,
+                                const uint32_t *which, size_t q0, patina_hit_t *hits, patina_hit_t **lists,
+                                size_t *counts, uint8_t *fl, patina_hit_t *tmp)
+{
+    const uint32_t *cn = (const uint32_t *)res;
+    const double *od = (const double *)(res + io->o_outd);
+    const uint64_t *oi = (const uint64_t *)(res + io->o_outid);
+    for (size_t i = 0; i < m; i++) {
+        const size_t row = which ? which[q0 + i] : q0 + i, nc = cn[i];
+        const double *sd = od + i * kstride;
+        const uint64_t *si = oi + i * kstride;
+        if (res[io->o_flag + i]) fl[q0 + i] = 1;
+        if (fl[q0 + i] || nc == 0) continue;
+        if (!lists) {
+            patina_hit_t *dst = hits + row * k;
+            size_t a = 0, b = 0, w = 0;
+            while (w < k && (a < counts[row] || b < nc)) {
+                const int take_b = a >= counts[row] ||
+                                   (b < nc && (sd[b] < dst[a].distance || (sd[b] == dst[a].distance && si[b] < dst[a].id)));
+                if (take_b) {
+                    tmp[w].distance = sd[b];
+                    tmp[w++].id = si[b++];
+                } else tmp[w++] = dst[a++];
+            }
+            memcpy(dst, tmp, w * sizeof *tmp);
+            counts[row] = w;
+        } else {
+            patina_hit_t *u = (patina_hit_t *)realloc(lists[row], (counts[row] + nc) * sizeof *u);
+            if (!u) return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory for hits");
+            for (size_t j = 0; j < nc; j++) {
+                u[counts[row] + j].distance = sd[j];
+                u[counts[row] + j].id = si[j];
+            }
+            lists[row] = u;
+            counts[row] += nc;
+        }
+    }
+    return PATINA_OK;
+}
+
+/* One pass of m queries (the rows of queries[which[q0 + i]] or queries[q0 +
+ * i]) over the whole tier: k-NN (take results, a pilot of S rows of chunk
+ * 0) or range. fl[q0 + i] = 1: a chunk could not settle query i. */
+static patina_status tier_pass(patina_gpu_t *g, knn_state_t *st, knn_tier_t *t, const uint8_t *q, size_t qbytes,
+                               size_t m, size_t take, size_t S, size_t qp, int range, double radius,
+                               const uint32_t *which, size_t q0, size_t k, patina_hit_t *hits, patina_hit_t **lists,
+                               size_t *counts, uint8_t *fl, patina_hit_t *tmp, size_t chunks[2])
+{
+    cudaStream_t cs = (cudaStream_t)pgpu_stream(g, 0), us = (cudaStream_t)pgpu_stream(g, 1);
+    cudaEvent_t *up = (cudaEvent_t *)t->ev, *rel = up + 2, *res = up + 4;
+    const int kstride = range ? TC_CAND : (int)take, dp = t->dp;
+    const size_t nch = (t->n + t->R - 1) / t->R;
+    patina_status s = PATINA_OK;
+    cudaError_t e;
+    tc_io_t io;
+    e = tc_queries(st, t->dim, dp, q, qbytes, m, kstride, range, radius, &io, cs);
+    if (e == cudaSuccess) e = cudaMemsetAsync(st->d_out + io.o_flag, 0, m, cs);
+    for (size_t j = 0; j <= nch && e == cudaSuccess && s == PATINA_OK; j++) {
+        if (j < nch) {
+            const int b = (int)(j & 1);
+            knn_copy_t v;
+            tier_view(t, j, b, &v);
+            /* upload chunk j into buffer b, once chunk j - 2 has left it */
+            if (j >= 2) e = cudaStreamWaitEvent(us, rel[b], 0);
+            if (e == cudaSuccess)
+                e = cudaMemcpyAsync(v.descs, t->rows + j * t->R * (size_t)dp, v.n * (size_t)dp,
+                                    cudaMemcpyHostToDevice, us);
+            if (e == cudaSuccess)
+                e = cudaMemcpyAsync(v.aux, t->aux + j * t->R, v.n * sizeof(tc_aux_t), cudaMemcpyHostToDevice, us);
+            if (e == cudaSuccess) e = cudaEventRecord(up[b], us);
+            if (e == cudaSuccess) e = cudaStreamWaitEvent(cs, up[b], 0);
+            /* the pilot (chunk 0, k-NN): thresholds for every query, qp at a time */
+            for (size_t p0 = 0; j == 0 && !range && p0 < m && e == cudaSuccess; p0 += qp) {
+                const size_t pm = m - p0 < qp ? m - p0 : qp;
+                const uint8_t *qb = st->d_in + p0 * (size_t)dp;
+                tc_qinfo_t *qi = IN(st, &io, tc_qinfo_t, o_qinfo) + p0;
+                e = dp == 144 ? tc_scan_of<4, 1, 0>(&v, qb, qi, st->d_pilot, NULL, NULL, (uint32_t)S, (int)pm,
+                                                    g->sm_count, cs)
+                              : tc_scan_of<8, 0, 0>(&v, qb, qi, st->d_pilot, NULL, NULL, (uint32_t)S, (int)pm,
+                                                    g->sm_count, cs);
+                if (e == cudaSuccess) {
+                    k_tc_select<<<(unsigned)pm, TC_SEL_THREADS, 0, cs>>>(st->d_pilot, S, (uint32_t)S, (uint32_t)take,
+                                                                        qi, st->d_cnt + p0,
+                                                                        OUT(st, &io, uint8_t, o_flag) + p0);
+                    e = cudaGetLastError();
+                }
+            }
+            if (e == cudaSuccess) e = cudaMemsetAsync(st->d_cnt, 0, m * sizeof *st->d_cnt, cs);
+            if (e == cudaSuccess)
+                e = dp == 144 ? tc_scan<4, 1, 1>(&v, st, &io, (uint32_t)v.n, (int)m, g->sm_count, cs)
+                              : tc_scan<8, 0, 1>(&v, st, &io, (uint32_t)v.n, (int)m, g->sm_count, cs);
+            if (e == cudaSuccess) {
+                if (dp == 144) e = range ? tc_final<144, 1>(&v, st, &io, (int)m, 0, 0, kstride, radius, cs)
+                                         : tc_final<144, 0>(&v, st, &io, (int)m, (int)take, 1, kstride, 0.0, cs);
+                else e = range ? tc_final<256, 1>(&v, st, &io, (int)m, 0, 0, kstride, radius, cs)
+                               : tc_final<256, 0>(&v, st, &io, (int)m, (int)take, 1, kstride, 0.0, cs);
+            }
+            if (e == cudaSuccess) e = cudaEventRecord(rel[b], cs);
+            if (e == cudaSuccess)
+                e = cudaMemcpyAsync(t->h_res[b], st->d_out, io.out_bytes, cudaMemcpyDeviceToHost, cs);
+            if (e == cudaSuccess) e = cudaEventRecord(res[b], cs);
+            /* the flags stay set across chunks; the counts are each chunk's */
+        }
+        if (j >= 1 && e == cudaSuccess) { /* chunk j - 1's answers, while chunk j runs */
+            const int b = (int)((j - 1) & 1);
+            e = cudaEventSynchronize(res[b]);
+            if (e == cudaSuccess)
+                s = tier_merge(t->h_res[b], &io, m, (size_t)kstride, k, which, q0, hits, lists, counts, fl, tmp);
+        }
+    }
+    if (e != cudaSuccess) {
+        (void)cudaStreamSynchronize(us);
+        (void)cudaStreamSynchronize(cs);
+        return pgpu_fail((int)e, "gpu search: streaming a tier", __FILE__, __LINE__);
+    }
+    if (s != PATINA_OK) {
+        (void)cudaStreamSynchronize(us);
+        (void)cudaStreamSynchronize(cs);
+    }
+    chunks[0] += nch;
+    chunks[1] += t->n * ((size_t)dp + sizeof(tc_aux_t));
+    return s;
+}
+
+/* k-NN (lists NULL: hits (nq, k)) or range (lists: hits[q] malloc'd, at
+ * most max_hits) of nq queries through the tier of idx. */
+static patina_status search_tier(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries, size_t nq,
+                                 size_t k, double radius, size_t max_hits, patina_hit_t *hits, patina_hit_t **lists,
+                                 size_t *counts, uint8_t *cpu, size_t *paths)
+{
+    const int range = lists != NULL;
+    const size_t take = range ? 0 : k < idx->live ? k : idx->live, bytes = idx->bytes;
+    const size_t call_bytes = g->budget / 8, pilot_bytes = call_bytes < TC_PILOT_BYTES ? call_bytes : TC_PILOT_BYTES;
+    knn_state_t *st;
+    knn_tier_t *t;
+    size_t qb, S = 0, qp = 1, chunks[2] = {0, 0}, nfl = 0;
+    uint8_t *fl = NULL;
+    uint32_t *which = NULL;
+    patina_hit_t *tmp = NULL;
+    patina_status s;
+    tc_io_t io;
+
+    memset(cpu, 0, nq);
+    memset(counts, 0, nq * sizeof *counts);
+    if (idx->live == 0 || nq == 0) return PATINA_OK;
+    if (idx->dim > PGPU_KNN_MAXDIM)
+        return patina__fail(PATINA_E_INVALID, "gpu search: fast path over %d elements", PGPU_KNN_MAXDIM);
+    PGPU_CU(cudaSetDevice(g->device));
+    PATINA_TRY(knn_state(g, &st));
+    PATINA_TRY(tier_of(g, st, idx, &t));
+    /* queries a pass: their outputs and candidate lists within an eighth
+     * of the budget (each pass reads the whole table) */
+    qb = call_bytes / ((range ? TC_CAND : take) * (sizeof(double) + sizeof(uint64_t)) + TC_CAND * sizeof(uint32_t) +
+                       256 + sizeof(tc_qinfo_t));
+    if (qb > (range ? TIER_RANGE_BATCH : TC_KNN_BATCH)) qb = range ? TIER_RANGE_BATCH : TC_KNN_BATCH;
+    if (qb > nq) qb = nq;
+    if (qb < 1) qb = 1;
+    tc_layout(&io, qb, 256, range ? TC_CAND : take);
+    /* the per-call buffers first (their pilot within an eighth of the
+     * budget), then the chunk buffers from what is left */
+    if (!range) {
+        S = tc_pilot_rows(t->n, take);
+        if (S > TIER_BUF_BYTES / ((size_t)t->dp + sizeof(tc_aux_t))) S = TIER_BUF_BYTES / ((size_t)t->dp + sizeof(tc_aux_t));
+        qp = pilot_bytes / (S * sizeof(float));
+        if (qp < 1) qp = 1;
+        if (qp > qb) qp = qb;
+    }
+    s = tc_buffers(g, st, NULL, qb, qp * S, range ? TC_CAND : take);
+    if (too_big(s) && t->R) { /* the chunk buffers give way (remade below, maybe smaller) */
+        patina_clear_error();
+        tier_buffers_free(g, t);
+        s = tc_buffers(g, st, NULL, qb, qp * S, range ? TC_CAND : take);
+    }
+    PATINA_TRY(s);
+    PATINA_TRY(tier_buffers(g, st, t, io.out_bytes));
+    if (S > t->R) S = t->R;
+    if (S > t->n) S = t->n;
+    fl = (uint8_t *)calloc(nq + 1, 1);
+    tmp = (patina_hit_t *)malloc((k ? k : 1) * sizeof *tmp);
+    if (!fl || !tmp) {
+        free(fl);
+        free(tmp);
+        return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
+    }
+    s = PATINA_OK;
+    for (size_t q0 = 0; q0 < nq && s == PATINA_OK; q0 += qb) {
+        const size_t m = nq - q0 < qb ? nq - q0 : qb;
+        s = tier_pass(g, st, t, queries + q0 * bytes, bytes, m, take, S, qp, range, radius, NULL, q0, k, hits,
+                      lists, counts, fl, tmp, chunks);
+    }
+    for (size_t q = 0; s == PATINA_OK && q < nq; q++) nfl += fl[q];
+    /* k-NN: the unsettled queries once more, all of chunk 0 as their pilot */
+    if (s == PATINA_OK && nfl && !range && S < (t->n < t->R ? t->n : t->R) &&
+        (which = (uint32_t *)malloc(nfl * sizeof *which)) != NULL) {
+        uint8_t *gather = (uint8_t *)malloc(qb * bytes + 1), *fl2 = (uint8_t *)calloc(nfl + 1, 1);
+        const size_t S2 = t->n < t->R ? t->n : t->R;
+        size_t j = 0, qp2 = pilot_bytes / (S2 * sizeof(float));
+        if (qp2 < 1) qp2 = 1;
+        for (size_t q = 0; q < nq; q++)
+            if (fl[q]) {
+                which[j++] = (uint32_t)q;
+                counts[q] = 0;
+            }
+        s = gather && fl2 ? tc_buffers(g, st, NULL, qb, (qp2 < qb ? qp2 : qb) * S2, take) : PATINA_E_NOMEM;
+        if (s == PATINA_OK)
+            for (size_t q0 = 0; q0 < nfl && s == PATINA_OK; q0 += qb) {
+                const size_t m = nfl - q0 < qb ? nfl - q0 : qb;
+                for (size_t i = 0; i < m; i++) memcpy(gather + i * bytes, queries + (size_t)which[q0 + i] * bytes, bytes);
+                s = tier_pass(g, st, t, gather, bytes, m, take, S2, qp2 < m ? qp2 : m, 0, 0.0, which, q0, k, hits,
+                              NULL, counts, fl2, tmp, chunks);
+            }
+        if (s == PATINA_OK)
+            for (j = 0; j < nfl; j++) fl[which[j]] = fl2[j];
+        if (too_big(s)) { /* no room for the retry: they stay the CPU's */
+            patina_clear_error();
+            s = PATINA_OK;
+        }
+        free(gather);
+        free(fl2);
+        free(which);
+    }
+    for (size_t q = 0; s == PATINA_OK && q < nq; q++) {
+        if (fl[q] || counts[q] < take) { /* the CPU's */
+            cpu[q] = 1;
+            counts[q] = 0;
+            if (range) {
+                free(lists[q]);
+                lists[q] = NULL;
+            }
+            continue;
+        }
+        if (paths) paths[0]++;
+        if (range && counts[q]) {
+            qsort(lists[q], counts[q], sizeof **lists, by_hit);
+            if (max_hits && counts[q] > max_hits) counts[q] = max_hits;
+        }
+    }
+    if (s == PATINA_OK && paths) {
+        paths[3] += chunks[0];
+        paths[4] += chunks[1];
+    }
+    if (s != PATINA_OK && range) free_lists(lists, nq);
+    free(fl);
+    free(tmp);
+    return s;
+}
+
+/* Whether g streams idx through a tier (it did last time). */
+static int tiered(patina_gpu_t *g, const pgpu_knn_index_t *idx)
+{
+    const knn_state_t *st = (const knn_state_t *)pgpu_state(g, PGPU_FAM_SEARCH);
+    return idx->t1 && st && st->tier.serial == idx->serial;
+}
+
+static void tier_drop(patina_gpu_t *g)
+{
+    knn_state_t *st = (knn_state_t *)pgpu_state(g, PGPU_FAM_SEARCH);
+    if (st) tier_free(g, &st->tier);
+}
+
 /* The chunks of rows, each a sub-index searched by the resident engines
  * and dropped, the answers merged; the chunk size halves while a chunk
  * does not fit (down to CHUNK_MIN rows). */
@@ -1805,10 +2357,22 @@ patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const
         return patina__fail(PATINA_E_INVALID, "gpu search: bad argument");
     if (k > TC_KMAX)
         return patina__fail(PATINA_E_UNAVAILABLE, "gpu search: k = %zu is over the GPU's %d", k, TC_KMAX);
+    if (tiered(g, idx)) { /* streamed before: streamed again */
+        s = search_tier(g, idx, queries, nq, k, 0.0, 0, hits, NULL, counts, cpu, paths);
+        if (!too_big(s)) return s;
+        patina_clear_error();
+        tier_drop(g);
+    }
     s = knn_resident(g, idx, queries, qv, nq, k, hits, counts, cpu, paths);
     if (!too_big(s) || idx->n < 2 * CHUNK_MIN) return s;
     patina_clear_error();
     drop_copy(g, idx->serial);
+    if (idx->t1) {
+        s = search_tier(g, idx, queries, nq, k, 0.0, 0, hits, NULL, counts, cpu, paths);
+        if (!too_big(s)) return s;
+        patina_clear_error();
+        tier_drop(g);
+    }
     {
         chunk_call_t cl;
         memset(&cl, 0, sizeof cl);
@@ -1836,11 +2400,23 @@ patina_status patina_gpu_range(patina_gpu_t *g, const pgpu_knn_index_t *idx, con
     patina_status s;
     if (!g || !idx || !hits || !counts || !cpu || (idx->t1 ? !queries : !qv) || isnan(radius))
         return patina__fail(PATINA_E_INVALID, "gpu search: bad argument");
+    if (tiered(g, idx)) {
+        s = search_tier(g, idx, queries, nq, 0, radius, max_hits, NULL, hits, counts, cpu, paths);
+        if (!too_big(s)) return s;
+        patina_clear_error();
+        tier_drop(g);
+    }
     s = range_resident(g, idx, queries, qv, nq, radius, max_hits, hits, counts, cpu, paths);
     if (!too_big(s) || idx->n < 2 * CHUNK_MIN) return s;
     patina_clear_error();
     free_lists(hits, nq);
     drop_copy(g, idx->serial);
+    if (idx->t1) {
+        s = search_tier(g, idx, queries, nq, 0, radius, max_hits, NULL, hits, counts, cpu, paths);
+        if (!too_big(s)) return s;
+        patina_clear_error();
+        tier_drop(g);
+    }
     {
         chunk_call_t cl;
         memset(&cl, 0, sizeof cl);

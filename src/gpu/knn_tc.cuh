@@ -367,15 +367,17 @@ __device__ __forceinline__ double tc_reference(const uint8_t *__restrict__ row, 
 }
 
 /* One block per query. RANGE 0: the k nearest (take = min(k, n)) into
- * out_d / out_id (nq, k) and out_n[q] = take; RANGE 1: every candidate
- * with distance <= radius, sorted, into (nq, TC_CAND), out_n[q] their
- * number. flag[q] = 1 when the query must be answered by the CPU. */
+ * out_d / out_id (nq, k) and out_n[q] = take; with `partial` (a chunk of a
+ * streamed table, whose candidates may be fewer than take) the nearest
+ * min(take, live candidates) and out_n[q] their number. RANGE 1: every
+ * candidate with distance <= radius, sorted, into (nq, TC_CAND), out_n[q]
+ * their number. flag[q] = 1 when the query must be answered by the CPU. */
 template <int DP, int RANGE>
 __global__ void __launch_bounds__(TC_FINAL_THREADS)
 k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, const uint32_t *__restrict__ t1,
            const double *__restrict__ c3, const double *__restrict__ ptab, const uint64_t *__restrict__ ids,
            const uint8_t *__restrict__ dead, const uint8_t *__restrict__ qbytes, const tc_qinfo_t *__restrict__ qinfo, const uint32_t *__restrict__ cnt,
-           const uint32_t *__restrict__ cand, int take, int kstride, double radius,
+           const uint32_t *__restrict__ cand, int take, int partial, int kstride, double radius,
            double *__restrict__ out_d, uint64_t *__restrict__ out_id, uint32_t *__restrict__ out_n,
            uint8_t *__restrict__ flag)
 {
@@ -394,7 +396,7 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
     const double t2 = qinfo[q].x; /* T2, an integer: exact */
 
     if (threadIdx.x == 0) out_n[q] = 0;
-    if (c > TC_CAND || (!RANGE && c < (uint32_t)take) || t2 == 0.0) {
+    if (c > TC_CAND || (!RANGE && !partial && c < (uint32_t)take) || t2 == 0.0) {
         if (threadIdx.x == 0) flag[q] = 1;
         return;
     }
@@ -463,10 +465,12 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
     }
     __syncthreads();
     const int nl = s_live;
-    if (nl < take) { /* fewer live candidates than answers: the CPU's */
+    if (nl < take && !partial) { /* fewer live candidates than answers: the CPU's */
         if (threadIdx.x == 0) flag[q] = 1;
         return;
     }
+    if (nl < take) take = nl; /* a chunk's: its live candidates, maybe none */
+    if (take == 0) return;
     /* kappa: the take-th largest t, to 2^-20 relative (the high 32 bits of
      * a non-negative double order like unsigned integers), less 1e-9; the
      * survivors (t >= kappa) are compacted to the front */

@@ -1180,13 +1180,14 @@ static void view_fast(const patina_index_t *ix, pgpu_knn_index_t *view)
 }
 
 /* A GPU call's account: paths[] from the GPU, the rest on the CPU. */
-static void note_stats(patina_search_stats_t *st, const size_t paths[4], const uint8_t *cpu, size_t nq)
+static void note_stats(patina_search_stats_t *st, const size_t paths[5], const uint8_t *cpu, size_t nq)
 {
     if (!st) return;
     st->gpu_tensor = paths[0];
     st->gpu_filter = paths[1];
     st->gpu_exact = paths[2];
     st->chunks = paths[3];
+    st->host_bytes = paths[4];
     st->cpu = 0;
     for (size_t q = 0; q < nq; q++) st->cpu += cpu[q] != 0;
 }
@@ -1209,7 +1210,7 @@ static patina_status queries_as_doubles(const patina_index_t *ix, const uint8_t 
 static patina_status knn_gpu(patina_context_t *ctx, const patina_index_t *ix, const uint8_t *queries,
                              size_t nq, size_t k, patina_hit_t *hits, size_t *counts, patina_search_stats_t *stats)
 {
-    size_t paths[4] = {0, 0, 0, 0};
+    size_t paths[5] = {0, 0, 0, 0, 0};
     pgpu_knn_index_t view;
     patina_gpu_t *g;
     tq_t *tq = NULL;
@@ -1257,7 +1258,7 @@ static patina_status range_gpu(patina_context_t *ctx, const patina_index_t *ix, 
                                size_t nq, double radius, size_t max_hits, patina_hit_t **hits, size_t *counts,
                                patina_search_stats_t *stats)
 {
-    size_t paths[4] = {0, 0, 0, 0};
+    size_t paths[5] = {0, 0, 0, 0, 0};
     pgpu_knn_index_t view;
     patina_gpu_t *g;
     tq_t *tq = NULL;

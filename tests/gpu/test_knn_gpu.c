@@ -22,7 +22,9 @@
  *     and rows the filter cannot separate (retried by the definition
  *     kernels);
  *   - an index larger than the context's device budget (searched in chunks
- *     of rows), with removed rows, k-NN and range;
+ *     of rows), with removed rows, k-NN and range; a CEDD one streamed from
+ *     its pinned host tier (k 1..1024, range, ties across chunks, live
+ *     updates between calls);
  *   - many threads sharing one context whose memory budget holds one index
  *     copy at a time, searching three indexes: copies are dropped and remade
  *     under the searches, every answer equals the CPU's.
@@ -235,9 +237,9 @@ static void test_ties(void **state)
     free(queries);
 }
 
-/* Range search: the GPU's lists equal the CPU's (counts, ids, distance bits). */
-static size_t compare_range(const patina_index_t *idx, const void *queries, size_t nq, double radius,
-                            size_t max_hits)
+/* Range search: the GPU's lists (on ctx) equal the CPU's (counts, ids, distance bits). */
+static size_t compare_range_on(patina_context_t *ctx, const patina_index_t *idx, const void *queries, size_t nq,
+                               double radius, size_t max_hits)
 {
     patina_hit_t **a = calloc(nq, sizeof *a), **b = calloc(nq, sizeof *b);
     size_t *ca = calloc(nq, sizeof *ca), *cb = calloc(nq, sizeof *cb), q, i, bad = 0;
@@ -249,7 +251,7 @@ static size_t compare_range(const patina_index_t *idx, const void *queries, size
     cpu.max_hits = gpu.max_hits = max_hits;
     gpu.stats = &LAST;
     TU_OK(patina_index_range(NULL, idx, queries, nq, radius, &cpu, a, ca));
-    TU_OK(patina_index_range(CTX, idx, queries, nq, radius, &gpu, b, cb));
+    TU_OK(patina_index_range(ctx, idx, queries, nq, radius, &gpu, b, cb));
     for (q = 0; q < nq; q++) {
         if (ca[q] != cb[q]) {
             if (bad < 5) printf("  radius %g query %zu: cpu %zu hits, gpu %zu\n", radius, q, ca[q], cb[q]);
@@ -272,6 +274,12 @@ static size_t compare_range(const patina_index_t *idx, const void *queries, size
     free(ca);
     free(cb);
     return bad;
+}
+
+static size_t compare_range(const patina_index_t *idx, const void *queries, size_t nq, double radius,
+                            size_t max_hits)
+{
+    return compare_range_on(CTX, idx, queries, nq, radius, max_hits);
 }
 
 static void test_range(void **state)
@@ -615,6 +623,92 @@ static void test_chunked(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* The streamed engine's account of the last call: every query but the
+ * CPU's by the tensor cores, in at least two chunks from the pinned tier. */
+static size_t streamed_ok(size_t nq, size_t cpu, const char *what)
+{
+    if (LAST.chunks >= 2 && LAST.host_bytes > 0 && LAST.gpu_tensor + LAST.cpu == nq && LAST.cpu <= cpu) return 0;
+    printf("  %s: %zu chunks, %zu bytes streamed, %zu tensor, %zu cpu of %zu\n", what, LAST.chunks,
+           LAST.host_bytes, LAST.gpu_tensor, LAST.cpu, nq);
+    return 1;
+}
+
+/* A CEDD index larger than the device budget, streamed from the pinned
+ * host tier (its tensor-core layout in page-locked memory, uploaded chunk
+ * by chunk under the scan): k from 1 to 1024, more queries than one pilot
+ * group, an all-zero query (the CPU's), exact ties across chunks (a
+ * query's copies under several ids), range with and without max_hits, and
+ * live updates between calls (rows appended into the tier's room and past
+ * it, removed rows blanked). Every answer equals the CPU's. */
+static void test_streamed(void **state)
+{
+    const size_t n = QUICK ? 60000 : 120000, nq = QUICK ? 24 : 160;
+    static const size_t ks[] = {1, 10, 100, 1024};
+    uint8_t *rows, *queries = malloc(nq * PATINA_CEDD_DIM), *add;
+    uint64_t *aid, next = 50000000;
+    patina_context_t *ctx;
+    patina_context_opts_t co;
+    patina_index_t *idx;
+    patina_search_opts_t o;
+    patina_hit_t h[8];
+    size_t c[1], bad = 0, removed;
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 4242);
+    idx = make_index(n, &r, 0, &rows);
+    for (size_t q = 0; q < nq; q++) random_desc(queries + q * PATINA_CEDD_DIM, &r);
+    memset(queries + PATINA_CEDD_DIM, 0, PATINA_CEDD_DIM);                     /* query 1: all zero */
+    memcpy(queries + 2 * PATINA_CEDD_DIM, rows + 777 * PATINA_CEDD_DIM, PATINA_CEDD_DIM); /* query 2: a row */
+    patina_context_opts_init(&co);
+    /* the resident copy needs ~230 bytes a row; the tier 26 on the device
+     * plus its chunk buffers (>= 1.4 MB) and the call's (an eighth of the
+     * budget for outputs and candidates, as much for the pilot) */
+    co.gpu_mem_budget = n * 60 + (6u << 20);
+    TU_OK(patina_context_new(&ctx, &co));
+    for (size_t i = 0; i < sizeof ks / sizeof *ks; i++) {
+        char what[32];
+        size_t b = compare_on(ctx, idx, queries, nq, ks[i]);
+        snprintf(what, sizeof what, "k-NN k %zu", ks[i]);
+        b += streamed_ok(nq, 1, what);
+        if (b) printf("  streamed k %zu: %zu differing\n", ks[i], b);
+        bad += b;
+    }
+    /* range at query 0's 8th distance (the CPU's), with and without max_hits */
+    patina_search_opts_init(&o);
+    o.device = PATINA_DEVICE_CPU;
+    TU_OK(patina_index_knn(NULL, idx, queries, 1, 8, &o, h, c));
+    bad += compare_range_on(ctx, idx, queries, nq, h[7].distance, 0) + streamed_ok(nq, 1, "range");
+    bad += compare_range_on(ctx, idx, queries, nq, 35.0, 5) + streamed_ok(nq, 1, "range max_hits");
+    /* live updates: appended rows (five copies of query 0 among them: ties
+     * by id across the appended chunk), replaced and removed rows */
+    for (int round = 0; round < 3; round++) {
+        const size_t na = round == 2 ? n / 2 : 3000, nrm = 700;
+        uint64_t *rid = malloc(nrm * sizeof *rid);
+        add = malloc(na * PATINA_CEDD_DIM);
+        aid = malloc(na * sizeof *aid);
+        for (size_t i = 0; i < na; i++) {
+            random_desc(add + i * PATINA_CEDD_DIM, &r);
+            aid[i] = i % 7 == 0 ? 1 + 3 * (uint64_t)((i * 7 + (size_t)round) % n) : next++; /* distinct */
+        }
+        for (size_t i = 0; i < 5; i++) memcpy(add + (100 + 211 * i) * PATINA_CEDD_DIM, queries, PATINA_CEDD_DIM);
+        for (size_t i = 0; i < nrm; i++) rid[i] = 1 + 3 * (uint64_t)tu_rng_below(&r, (uint32_t)n);
+        TU_OK(patina_index_put(idx, aid, add, na));
+        bad += compare_on(ctx, idx, queries, nq, 10) + streamed_ok(nq, 1, "after put");
+        TU_OK(patina_index_remove(idx, rid, nrm, &removed));
+        bad += compare_on(ctx, idx, queries, nq, 10) + streamed_ok(nq, 1, "after remove");
+        bad += compare_range_on(ctx, idx, queries, nq, 30.0, 0) + streamed_ok(nq, 1, "range after remove");
+        free(add);
+        free(aid);
+        free(rid);
+    }
+    printf("  streamed: %zu differing\n", bad);
+    assert_int_equal(bad, 0);
+    patina_context_free(ctx);
+    patina_index_free(idx);
+    free(rows);
+    free(queries);
+}
+
 /* Many threads, one context with room for one index copy, three indexes:
  * the copies are dropped and remade while other threads wait for the
  * context's GPU turn; every answer equals the CPU's. */
@@ -678,6 +772,7 @@ int main(void)
         cmocka_unit_test(test_distances),
         cmocka_unit_test(test_filter_domain),
         cmocka_unit_test(test_chunked),
+        cmocka_unit_test(test_streamed),
         cmocka_unit_test(test_threads),
     };
     int rc;
