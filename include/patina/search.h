@@ -89,8 +89,10 @@ typedef struct patina_search_stats {
     size_t chunks;     /* chunks of rows streamed through the GPU: the index's copy did not fit its
                         * device budget (0: resident; the engines' counts are then the first chunk's,
                         * except for CEDD's pinned host tier, which counts every query) */
-    size_t host_bytes; /* bytes uploaded from CEDD's pinned host tier (the index's device layout kept in
-                        * page-locked memory when it does not fit the budget; 0: not streamed) */
+    size_t host_bytes; /* bytes uploaded from pinned host memory when streamed: CEDD's host tier (the
+                        * index's device layout kept in page-locked memory), or the chunks' device
+                        * layouts of other indexes kept there by the previous call (0: resident, or
+                        * chunks laid out afresh) */
     /* Pivot-table searches (include/patina/pivots.h); 0 elsewhere. Summed over the call's queries. */
     size_t pivot_dists; /* query-to-pivot distances computed */
     size_t pruned;      /* rows a lower bound excluded without their distance */

@@ -99,9 +99,38 @@ typedef struct knn_tier {
     void *ev[6];              /* cudaEvent_t: uploaded[2], released[2], results[2] */
 } knn_tier_t;
 
+/* The uploads of a definition-path copy (a chunk of an index searched in
+ * chunks), kept in pinned memory so that the next call uploads them again
+ * without laying the rows out: what put() sent, field by field. */
+#define IMAGE_PUTS 8
+typedef struct copy_image {
+    int valid, failed, nput;
+    size_t n, src_n;
+    uint64_t dead_gen;
+    int ixdp;
+    struct {
+        size_t field;            /* offsetof the device pointer in knn_copy_t */
+        void *host;              /* pinned */
+        size_t bytes;
+        const char *tag;
+    } put[IMAGE_PUTS];
+} copy_image_t;
+
+/* The images of one chunking (rows per chunk) of one index state (serial,
+ * rows, removals): any change makes them stale. */
+typedef struct chunk_images {
+    uint64_t serial, dead_gen;
+    size_t n, rows, count;
+    copy_image_t *img;
+} chunk_images_t;
+
 typedef struct knn_state {
     knn_copy_t copy[KNN_CACHE];
     knn_tier_t tier;
+    chunk_images_t ci;
+    copy_image_t *rec;           /* put() records into it (NULL: no) */
+    const copy_image_t *replay;  /* copy_of uploads it instead of laying out (NULL: no) */
+    size_t replayed;             /* bytes uploaded from images (added to, by image_replay) */
     uint64_t clock;
     /* per-call buffers of the definition path, for def_q queries, def_s
      * pilot rows, def_take answers and def_dim elements (grown as needed) */
@@ -368,11 +397,25 @@ static void tier_free(patina_gpu_t *g, knn_tier_t *t)
     memset(t, 0, sizeof *t);
 }
 
+static void image_free(patina_gpu_t *g, copy_image_t *im)
+{
+    for (int i = 0; i < im->nput; i++) pgpu_free(g, im->put[i].host);
+    memset(im, 0, sizeof *im);
+}
+
+static void images_free(patina_gpu_t *g, chunk_images_t *ci)
+{
+    for (size_t i = 0; i < ci->count; i++) image_free(g, &ci->img[i]);
+    free(ci->img);
+    memset(ci, 0, sizeof *ci);
+}
+
 static void knn_release(patina_gpu_t *g, void *state)
 {
     knn_state_t *st = (knn_state_t *)state;
     (void)cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, 0));
     tier_free(g, &st->tier);
+    images_free(g, &st->ci);
     for (int i = 0; i < KNN_CACHE; i++)
         if (st->copy[i].serial) copy_free(g, &st->copy[i]);
     buffers_free(g, st);
@@ -420,11 +463,45 @@ static patina_status sdev(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *ke
     }
 }
 
+/* Device memory for a copy's field *dst, filled from src; recorded in
+ * st->rec (a pinned copy of src, uploaded from there) when set. */
 static patina_status put(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, void **dst, const void *src,
                          size_t bytes, const char *tag)
 {
+    copy_image_t *im = st->rec;
     PATINA_TRY(sdev(g, st, c, dst, bytes, tag));
+    if (im && bytes && !im->failed) {
+        void *h = NULL;
+        if (im->nput < IMAGE_PUTS && pgpu_pin_alloc(g, &h, bytes, PGPU_FAM_SEARCH, "chunk image") == PATINA_OK) {
+            memcpy(h, src, bytes);
+            im->put[im->nput].field = (size_t)((uint8_t *)dst - (uint8_t *)c);
+            im->put[im->nput].host = h;
+            im->put[im->nput].bytes = bytes;
+            im->put[im->nput++].tag = tag;
+            src = h;
+        } else { /* no pinned memory: this chunk is laid out every time */
+            patina_clear_error();
+            im->failed = 1;
+        }
+    }
     if (bytes) PGPU_CU(cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice));
+    return PATINA_OK;
+}
+
+/* A definition-path copy made from its image: the recorded uploads, from
+ * pinned memory, and the copy's sizes. */
+static patina_status image_replay(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, const copy_image_t *im)
+{
+    c->n = im->n;
+    c->src_n = im->src_n;
+    c->dead_gen = im->dead_gen;
+    c->ixdp = im->ixdp;
+    for (int i = 0; i < im->nput; i++) {
+        void **dst = (void **)((uint8_t *)c + im->put[i].field);
+        PATINA_TRY(sdev(g, st, c, dst, im->put[i].bytes, im->put[i].tag));
+        PGPU_CU(cudaMemcpy(*dst, im->put[i].host, im->put[i].bytes, cudaMemcpyHostToDevice));
+        st->replayed += im->put[i].bytes;
+    }
     return PATINA_OK;
 }
 
@@ -826,6 +903,14 @@ static patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_in
             copy_free(g, c); /* remade below */
             break;
         }
+    { /* a copy that cannot fit the budget is refused before its layout (seconds for 10M rows) */
+        const double need = idx->t1 ? (double)(idx->n + idx->n / 4 + 1024 + TC_R) *
+                                          (double)((idx->dim == 144 ? 144 : 256) + sizeof(tc_aux_t) + 21)
+                                    : (double)idx->live * (double)(idx->bytes + sizeof(uint64_t));
+        if (need > (double)g->budget)
+            return patina__fail(PATINA_E_LIMIT, "gpu search: a copy of %zu rows needs %.0f MiB, over the budget (%.0f MiB)",
+                                idx->n, need / 1048576.0, (double)g->budget / 1048576.0);
+    }
     c = NULL;
     for (i = 0; i < KNN_CACHE && !c; i++)
         if (!st->copy[i].serial) c = &st->copy[i];
@@ -842,6 +927,8 @@ static patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_in
         c->tc = 1;
         c->dp = idx->dim == 144 ? 144 : 256;
         s = tc_upload(g, st, c, idx);
+    } else if (st->replay) { /* a chunk laid out by an earlier call */
+        s = image_replay(g, st, c, st->replay);
     } else {
         /* the definition kernels: the live rows, permuted (the pilot's
          * sample is the first rows) */
@@ -884,6 +971,13 @@ static patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_in
         }
         free(rows);
         free(ids);
+        if (st->rec && s == PATINA_OK && !st->rec->failed) {
+            st->rec->n = c->n;
+            st->rec->src_n = c->src_n;
+            st->rec->dead_gen = c->dead_gen;
+            st->rec->ixdp = c->ixdp;
+            st->rec->valid = 1;
+        }
     }
     if (s != PATINA_OK) {
         copy_free(g, c);
@@ -2295,7 +2389,11 @@ static patina_status search_chunked(patina_gpu_t *g, const pgpu_knn_index_t *idx
     const size_t n = idx->n;
     size_t rows = n / 2 + 1;
     uint32_t *rm = NULL;
+    knn_state_t *st = (knn_state_t *)pgpu_state(g, PGPU_FAM_SEARCH);
+    chunk_images_t *ci;
     patina_status s = PATINA_OK;
+    if (st && st->ci.serial == idx->serial && st->ci.rows && st->ci.rows < rows)
+        rows = st->ci.rows; /* where the last call of this index settled */
     for (;;) {
         size_t a, chunks = 0, p[3] = {0, 0, 0};
         free(rm);
@@ -2306,16 +2404,40 @@ static patina_status search_chunked(patina_gpu_t *g, const pgpu_knn_index_t *idx
         memset(cpu, 0, nq);
         memset(cl->counts, 0, nq * sizeof *cl->counts);
         if (cl->lists) free_lists(cl->lists, nq);
+        if ((s = knn_state(g, &st)) != PATINA_OK) break;
+        st->replayed = 0;
+        ci = &st->ci;
+        if (!idx->t1 && (ci->serial != idx->serial || ci->n != n || ci->dead_gen != idx->dead_gen || ci->rows != rows)) {
+            /* the chunks' images (made by the first call, replayed by the next) */
+            images_free(g, ci);
+            ci->img = (copy_image_t *)calloc((n + rows - 1) / rows, sizeof *ci->img);
+            if (ci->img) {
+                ci->serial = idx->serial;
+                ci->n = n;
+                ci->dead_gen = idx->dead_gen;
+                ci->rows = rows;
+                ci->count = (n + rows - 1) / rows;
+            }
+        }
         for (a = 0; a < n && s == PATINA_OK; a += rows) {
-            const size_t b = n - a < rows ? n : a + rows;
+            const size_t b = n - a < rows ? n : a + rows, ic = a / rows;
+            copy_image_t *im = !idx->t1 && ci->count > ic ? &ci->img[ic] : NULL;
             pgpu_knn_index_t v;
             chunk_view(idx, a, b, rm, &v);
             chunks++;
             if (v.live == 0) continue;
             memset(cl->cc, 0, nq * sizeof *cl->cc);
+            if (im && im->valid) st->replay = im;
+            else if (im) {
+                image_free(g, im);
+                st->rec = im;
+            }
             s = cl->lists ? range_resident(g, &v, queries, qv, nq, cl->radius, cl->max_hits, cl->chl, cl->cc, cl->ccpu,
                                            a == 0 ? p : NULL)
                           : knn_resident(g, &v, queries, qv, nq, cl->k, cl->ch, cl->cc, cl->ccpu, a == 0 ? p : NULL);
+            st->rec = NULL;
+            st->replay = NULL;
+            if (im && !im->valid) image_free(g, im); /* a failed or partial recording */
             drop_copy(g, v.serial);
             for (size_t q = 0; s == PATINA_OK && q < nq; q++) {
                 if (cl->ccpu[q]) cpu[q] = 1;
@@ -2335,6 +2457,7 @@ static patina_status search_chunked(patina_gpu_t *g, const pgpu_knn_index_t *idx
                 paths[1] += p[1];
                 paths[2] += p[2];
                 paths[3] += chunks;
+                paths[4] += st->replayed;
             }
             break;
         }
