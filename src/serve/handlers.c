@@ -365,11 +365,12 @@ static json_t *param_families(params_t *p)
             reply_problem(p->r, 400, "'family' must be a string or an array of strings");
             return NULL;
         }
-        return a;
+    } else {
+        for (i = 0; i < p->nparts; i++)
+            if (!strcmp(p->parts[i].name, "family"))
+                json_array_append_new(a, json_stringn((const char *)p->parts[i].data, p->parts[i].size));
+        MHD_get_connection_values(p->r->conn, MHD_GET_ARGUMENT_KIND, collect_family, &fc);
     }
-    for (i = 0; i < p->nparts; i++)
-        if (!strcmp(p->parts[i].name, "family")) json_array_append_new(a, json_stringn((const char *)p->parts[i].data, p->parts[i].size));
-    MHD_get_connection_values(p->r->conn, MHD_GET_ARGUMENT_KIND, collect_family, &fc);
     for (i = 0; i < json_array_size(a); i++) {
         patina_extractor_t *ex = NULL;
         if (!json_string_value(json_array_get(a, i))) {
@@ -568,6 +569,8 @@ static int read_descriptor(req_t *r, const patina_extractor_t *ex, json_t *arr, 
     size_t dim = patina_extractor_dim(ex), i;
     patina_elem e = patina_extractor_elem(ex);
     if (!json_is_array(arr)) return reply_problem(r, 400, "'descriptor' must be an array of numbers"), -1;
+    for (i = 0; i < json_array_size(arr); i++)
+        if (!json_is_number(json_array_get(arr, i))) return reply_problem(r, 400, "'descriptor'[%zu] is not a number", i), -1;
     if (json_array_size(arr) != dim)
         return reply_problem(r, 422, "'descriptor' has %zu elements; table '%s' holds %zu", json_array_size(arr),
                              patina_extractor_spec(ex), dim),

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "serve/internal.h"
 
@@ -22,6 +23,14 @@
 #define JOBS_KEPT 1000   /* finished jobs remembered */
 
 enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_FAILED, JOB_CANCELLED };
+/* Seconds since the epoch (job times are shown to people). */
+static double wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static const char *const state_names[] = {"queued", "running", "done", "failed", "cancelled"};
 
 typedef struct job {
@@ -235,12 +244,12 @@ static void *jobs_main(void *arg)
             if (j->state == JOB_QUEUED) oldest = j;
         js->queued--;
         oldest->state = JOB_RUNNING;
-        oldest->started = serve_now();
+        oldest->started = wall();
         pthread_mutex_unlock(&js->mu);
         if (oldest->folder) run_folder(js, oldest);
         else run_tar(js, oldest);
         pthread_mutex_lock(&js->mu);
-        oldest->finished = serve_now();
+        oldest->finished = wall();
         /* the archive is no longer needed */
         free(oldest->tar);
         oldest->tar = NULL;
@@ -331,7 +340,7 @@ int jobs_submit(server_t *srv, scoll_t *sc, const char *folder, uint8_t *tar, si
     j->nfam = json_array_size(families);
     j->families = j->nfam ? calloc(j->nfam, sizeof *j->families) : NULL;
     for (i = 0; i < j->nfam; i++) j->families[i] = strdup(json_string_value(json_array_get(families, i)));
-    j->created = serve_now();
+    j->created = wall();
     pthread_mutex_lock(&js->mu);
     j->id = js->next_id++;
     j->next = js->all;
@@ -403,7 +412,7 @@ int jobs_cancel(server_t *srv, uint64_t id)
         atomic_store(&j->cancel, 1);
         if (j->state == JOB_QUEUED) {
             j->state = JOB_CANCELLED;
-            j->finished = serve_now();
+            j->finished = wall();
             js->queued--;
             js->kept++;
         }
