@@ -198,6 +198,7 @@ static int params_read(params_t *p, req_t *r, int accept)
         }
         if (!json_is_object(p->json)) {
             reply_problem(r, 400, "the JSON body must be an object");
+            params_release(p);
             return -1;
         }
         return 0;
