@@ -238,7 +238,15 @@ int colls_open(server_t *srv)
         sc->name = xstrdup(base);
         sc->path = trimmed;
         sc->srv = srv;
-        pthread_rwlock_init(&sc->lock, NULL);
+        {
+            /* writers first: a steady stream of search batches must not starve adds and
+             * deletes (no thread takes this lock for reading twice, so this cannot deadlock) */
+            pthread_rwlockattr_t ra;
+            pthread_rwlockattr_init(&ra);
+            pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+            pthread_rwlock_init(&sc->lock, &ra);
+            pthread_rwlockattr_destroy(&ra);
+        }
         srv->ncolls = i + 1;
         if (!*sc->name || !strcmp(sc->name, ".") || !strcmp(sc->name, "..")) {
             fprintf(stderr, "patina serve: '%s': give the collection's directory by a name (its last component names it in URLs)\n", path);
