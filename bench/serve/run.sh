@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Load test of `patina serve` (docs/serve.md, "Benchmark"): wrk on loopback
+# against a 10k-image collection (CEDD of 32x32 noise images), searching by
+# stored key and by descriptor (k = 10). Prints per scenario requests/s,
+# p50/p99 latency, errors (non-2xx and socket errors) and the server's RSS
+# sampled during the run.
+#   bench/serve/run.sh [BUILD_DIR] [SECONDS] [CONNECTIONS] [WRK_THREADS] [IMAGES]
+# defaults: build 30 64 2 10000. Needs wrk (Debian package `wrk`).
+set -euo pipefail
+build=${1:-build}; dur=${2:-30}; conns=${3:-64}; wthreads=${4:-2}; nimg=${5:-10000}
+patina=$(realpath "$build/patina")
+command -v wrk >/dev/null || { echo "bench/serve: needs wrk (apt-get install wrk)" >&2; exit 1; }
+work=$(mktemp -d); trap 'kill $srv 2>/dev/null || true; rm -rf "$work"' EXIT
+python3 - "$work/imgs" "$nimg" <<'PY'
+import os, random, sys
+out, n = sys.argv[1], int(sys.argv[2])
+rnd = random.Random(1)
+for i in range(n):
+    d = os.path.join(out, "%02d" % (i // 1000))
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "%05d.ppm" % i), "wb") as f:
+        f.write(b"P6\n32 32\n255\n" + rnd.randbytes(32 * 32 * 3))
+PY
+t0=$(date +%s.%N)
+"$patina" index "$work/bench" "$work/imgs" -q
+echo "indexed $nimg images in $(echo "$(date +%s.%N) - $t0" | bc) s"
+"$patina" serve "$work/bench" --listen 127.0.0.1:0 -q ${SERVE_ARGS:-} 2>"$work/log" & srv=$!
+for _ in $(seq 100); do grep -q "batching window" "$work/log" 2>/dev/null && break; sleep 0.1; done
+port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$work/log" | sed 's/.*://')
+grep "batching window" "$work/log"
+cat >"$work/key.lua" <<LUA
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+request = function()
+  local i = math.random(0, $nimg - 1)
+  return wrk.format(nil, nil, nil, string.format('{"key":"$work/imgs/%02d/%05d.ppm","k":10}', math.floor(i / 1000), i))
+end
+LUA
+python3 - "$work/desc.lua" <<'PY'
+import random, sys
+rnd = random.Random(2)
+bodies = ['{"descriptor":[%s],"k":10}' % ",".join(str(rnd.randrange(8)) for _ in range(144)) for _ in range(256)]
+with open(sys.argv[1], "w") as f:
+    f.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nlocal b = {\n')
+    f.write(",\n".join("'%s'" % b for b in bodies))
+    f.write('}\nrequest = function() return wrk.format(nil, nil, nil, b[math.random(1, #b)]) end\n')
+PY
+rss() { awk '/VmRSS/ {printf "%d", $2 / 1024}' /proc/$srv/status; }
+printf "\n%-12s %10s %10s %10s %8s  %s\n" scenario "req/s" "p50 ms" "p99 ms" errors "RSS MiB (every 5 s)"
+for sc in key desc; do
+  samples="$(rss)"
+  ( while sleep 5; do printf " %s" "$(rss)"; done ) >"$work/rss.$sc" & sampler=$!
+  wrk -t"$wthreads" -c"$conns" -d"${dur}s" --latency -s "$work/$sc.lua" "http://127.0.0.1:$port/v1/collections/bench/search" >"$work/wrk.$sc"
+  kill $sampler; wait $sampler 2>/dev/null || true
+  rps=$(awk '/Requests\/sec/ {print $2}' "$work/wrk.$sc")
+  p50=$(awk '$1 == "50%" {print $2}' "$work/wrk.$sc"); p99=$(awk '$1 == "99%" {print $2}' "$work/wrk.$sc")
+  ms() { case $1 in *us) echo "${1%us} / 1000" | bc -l;; *ms) echo "${1%ms}";; *s) echo "${1%s} * 1000" | bc -l;; esac; }
+  non2xx=$(awk '/Non-2xx/ {print $NF}' "$work/wrk.$sc"); sock=$(awk '/Socket errors/ {gsub(",", ""); print $4 + $6 + $8 + $10}' "$work/wrk.$sc")
+  printf "%-12s %10s %10.2f %10.2f %8s  %s%s\n" "$sc" "$rps" "$(ms "$p50")" "$(ms "$p99")" "$(( ${non2xx:-0} + ${sock:-0} ))" "$samples" "$(cat "$work/rss.$sc")"
+done
+curl -s "http://127.0.0.1:$port/metrics" | grep -E '^patina_search_(batches|batched_queries)_total' || true
+kill -TERM $srv; wait $srv

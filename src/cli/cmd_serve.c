@@ -1,0 +1,119 @@
+/* patina serve: the HTTP API over one or more collections (src/serve/,
+ * docs/serve.md). This file holds the option table and turns the parsed
+ * options into a serve_config_t; the server itself is in src/serve/. */
+#include <string.h>
+
+#include "cli/cli.h"
+#include "serve/serve.h"
+
+static int run_serve(const cli_args_t *a);
+
+static const cli_opt_t opts[] = {
+    {.name = "listen", .type = CLI_TEXT, .arg = "HOST:PORT", .def = "127.0.0.1:8080",
+     .help = "address to listen on ([::1]:8080 for IPv6; port 0 picks a free port, printed at start). "
+             "An address beyond loopback needs --token-file"},
+    {.name = "device", .type = CLI_CHOICE, .arg = "D", .choices = "auto|cpu|gpu", .def = "auto",
+     .help = "where searches and identification run (auto: the GPU when one is usable)"},
+    {.name = "gpu", .type = CLI_INT, .arg = "N", .min = 0, .max = 64, .def = "0", .help = "CUDA device ordinal"},
+    {.name = "token-file", .type = CLI_TEXT, .arg = "FILE",
+     .help = "file whose first line is the bearer token that writes need; without it a random "
+             "token is made and printed on stderr at start"},
+    {.name = "web", .type = CLI_TEXT, .arg = "DIR",
+     .help = "static files served at / (the web UI); default: the installed share/patina/web, "
+             "else the source tree's web/"},
+    {.name = "import-dir", .type = CLI_TEXT, .arg = "DIR",
+     .help = "bulk index jobs may name server-side folders under DIR (without it, only tar "
+             "uploads)"},
+    {.name = "http-threads", .type = CLI_INT, .arg = "N", .min = 1, .max = 1024, .def = "8",
+     .help = "threads serving connections"},
+    CLI_OPT_JOBS,
+    {.name = "job-threads", .type = CLI_INT, .arg = "N", .min = 1, .max = 1024,
+     .help = "CPU threads of bulk index jobs; all CPUs when not given"},
+    {.name = "max-body", .type = CLI_BYTES, .arg = "BYTES", .min = 1024, .max = 1099511627776.0, .def = "64M",
+     .help = "largest request body (an image upload, a JSON query); larger ones get 413"},
+    {.name = "max-tar", .type = CLI_BYTES, .arg = "BYTES", .min = 1024, .max = 1099511627776.0, .def = "1G",
+     .help = "largest tar upload of a bulk index job (held in memory while it runs)"},
+    CLI_OPT_MAX_PIXELS,
+    {.name = "max-k", .type = CLI_INT, .arg = "K", .min = 1, .max = 1000000, .def = "1000",
+     .help = "largest k of a search or an identification"},
+    {.name = "max-range-hits", .type = CLI_INT, .arg = "N", .min = 1, .max = 10000000, .def = "10000",
+     .help = "a range search returns at most the N nearest hits (and says it was cut)"},
+    {.name = "timeout", .type = CLI_INT, .arg = "SECONDS", .min = 1, .max = 86400, .def = "30",
+     .help = "a connection idle this long is closed (slow clients)"},
+    {.name = "max-connections", .type = CLI_INT, .arg = "N", .min = 1, .max = 100000, .def = "512",
+     .help = "open connections at once; more are refused"},
+    {.name = "max-jobs", .type = CLI_INT, .arg = "N", .min = 1, .max = 100000, .def = "16",
+     .help = "bulk index jobs waiting to run; more get 429"},
+    {.name = "max-queue", .type = CLI_INT, .arg = "N", .min = 1, .max = 10000000, .def = "4096",
+     .help = "searches waiting for a batch; more get 429"},
+    {.name = "batch-window", .type = CLI_INT, .arg = "US", .min = 0, .max = 1000000, .flags = CLI_AUTO,
+     .def = "auto",
+     .help = "microseconds a search batch waits for more concurrent searches of the same table "
+             "(auto: 1000 on the GPU, 0 on the CPU, where searches that arrive while a batch "
+             "runs form the next one)"},
+    {.name = "batch-max", .type = CLI_INT, .arg = "N", .min = 1, .max = 65536, .def = "256",
+     .help = "searches per batch at most"},
+    {.name = "drain", .type = CLI_INT, .arg = "SECONDS", .min = 0, .max = 3600, .def = "10",
+     .help = "on SIGTERM, how long requests in flight may still take"},
+    {.name = "quiet", .letter = 'q', .type = CLI_FLAG, .help = "no log line per request"},
+};
+
+const cli_command_t cli_cmd_serve = {
+    .name = "serve",
+    .summary = "serve collections over HTTP (search, identify, add, delete, bulk jobs)",
+    .operands = "COLLECTION...",
+    .min_operands = 1,
+    .max_operands = -1,
+    .about = "Serves the collections (each named by its directory's last component) over\n"
+             "HTTP/1.1 with a JSON API: /v1/collections, images, search, identify, bulk\n"
+             "index jobs, /healthz, /readyz, /metrics, /openapi.json (docs/serve.md).\n"
+             "Writes need 'Authorization: Bearer TOKEN'. SIGTERM or SIGINT drains the\n"
+             "requests in flight, stops the jobs after their current batch and exits 0.\n",
+    .opts = opts,
+    .nopts = sizeof opts / sizeof opts[0],
+    .notes = "Everything a write answered with 2xx is committed: a crash or kill -9 loses\n"
+             "none of it. The first line on stderr says where the server listens.\n",
+    .run = run_serve,
+};
+
+#if !PATINA_HAVE_SERVE
+int serve_run(const serve_config_t *cfg)
+{
+    (void)cfg;
+    cli_error("serve", "this patina was built without the HTTP server (libmicrohttpd and Jansson were not "
+                       "found): install libmicrohttpd-dev and libjansson-dev (scripts/bootstrap.sh) and rebuild");
+    return EXIT_ERROR;
+}
+#endif
+
+static int run_serve(const cli_args_t *a)
+{
+    serve_config_t c;
+    const cli_value_t *bw = cli_get(a, "batch-window");
+    memset(&c, 0, sizeof c);
+    c.collections = a->operands;
+    c.ncollections = a->noperands;
+    c.listen = cli_get(a, "listen")->text;
+    c.device = cli_get(a, "device")->text;
+    c.gpu = (int)cli_get(a, "gpu")->i;
+    c.token_file = cli_get(a, "token-file")->set ? cli_get(a, "token-file")->text : NULL;
+    c.web_dir = cli_get(a, "web")->set ? cli_get(a, "web")->text : NULL;
+    c.import_dir = cli_get(a, "import-dir")->set ? cli_get(a, "import-dir")->text : NULL;
+    c.http_threads = (int)cli_get(a, "http-threads")->i;
+    c.workers = cli_get(a, "jobs")->set ? (int)cli_get(a, "jobs")->i : 0;
+    c.job_threads = cli_get(a, "job-threads")->set ? (int)cli_get(a, "job-threads")->i : 0;
+    c.max_body = cli_get(a, "max-body")->bytes;
+    c.max_tar = cli_get(a, "max-tar")->bytes;
+    c.max_pixels = (uint64_t)cli_get(a, "max-pixels")->i;
+    c.max_k = (size_t)cli_get(a, "max-k")->i;
+    c.max_range_hits = (size_t)cli_get(a, "max-range-hits")->i;
+    c.timeout_s = (unsigned)cli_get(a, "timeout")->i;
+    c.max_connections = (unsigned)cli_get(a, "max-connections")->i;
+    c.max_jobs = (size_t)cli_get(a, "max-jobs")->i;
+    c.max_queue = (size_t)cli_get(a, "max-queue")->i;
+    c.batch_window_us = bw->is_auto ? -1 : (long)bw->i;
+    c.batch_max = (size_t)cli_get(a, "batch-max")->i;
+    c.drain_s = (unsigned)cli_get(a, "drain")->i;
+    c.quiet = (int)cli_get(a, "quiet")->i;
+    return serve_run(&c);
+}

@@ -1,0 +1,1039 @@
+/* The endpoints of `patina serve` (docs/serve.md; the contract is
+ * src/serve/openapi.json). Each handler reads its parameters (JSON body,
+ * multipart fields, query string), calls the library through colls.c or
+ * jobs.c, and queues exactly one answer: JSON, or a problem document
+ * (RFC 9457, application/problem+json) whose detail says what was wrong.
+ *
+ * Status codes: 400 a malformed request (bad JSON, a wrong type, a missing
+ * or contradictory parameter, a broken multipart body or tar archive);
+ * 401 a write without the token; 404 no such collection, image, job or
+ * route; 405 a method the route lacks; 409 an add of a key that exists, the
+ * cancel of a finished job; 413 a body or an image over the limits; 415 a
+ * body of a type the endpoint does not take (not JPEG, PNG or PNM for an
+ * image); 422 a well-formed request the collection cannot answer (no such
+ * table, a descriptor of the wrong size, an image that does not decode, k
+ * over the limit); 429 the search queue or the job queue is full; 503 the
+ * server is shutting down; 500 anything else. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "serve/internal.h"
+
+/* ---------------------------------------------------------------- answers */
+
+static const char *reason(unsigned status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 201: return "Created";
+    case 202: return "Accepted";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
+    case 413: return "Content Too Large";
+    case 415: return "Unsupported Media Type";
+    case 422: return "Unprocessable Content";
+    case 429: return "Too Many Requests";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    case 507: return "Insufficient Storage";
+    default: return "Error";
+    }
+}
+
+static int queue(req_t *r, unsigned status, struct MHD_Response *resp)
+{
+    int ok;
+    if (!resp) return MHD_NO;
+    if (atomic_load(&r->srv->draining)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"patina\"");
+    if (status == 429 || status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (status == 405) {
+        const char *allow = "GET";
+        switch (r->route) {
+        case ROUTE_IMAGES: allow = "POST"; break;
+        case ROUTE_IMAGE: allow = "GET, PUT, DELETE"; break;
+        case ROUTE_SEARCH: case ROUTE_IDENTIFY: allow = "POST"; break;
+        case ROUTE_COLL_JOBS: allow = "POST"; break;
+        case ROUTE_JOB: allow = "GET, DELETE"; break;
+        case ROUTE_STATIC: allow = "GET, HEAD"; break;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+    }
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    ok = MHD_queue_response(r->conn, status, resp);
+    MHD_destroy_response(resp);
+    r->answered = 1;
+    r->status = (int)status;
+    return ok;
+}
+
+int reply_buf(req_t *r, unsigned status, const char *ctype, const void *data, size_t size)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(size, (void *)data, MHD_RESPMEM_MUST_COPY);
+    if (resp && ctype) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    return queue(r, status, resp);
+}
+
+static int reply_json_type(req_t *r, unsigned status, json_t *obj, const char *ctype)
+{
+    char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    struct MHD_Response *resp;
+    size_t n;
+    json_decref(obj);
+    if (!s) return reply_buf(r, 500, "text/plain", "out of memory\n", 14);
+    n = strlen(s);
+    s[n] = '\0';
+    resp = MHD_create_response_from_buffer(n, s, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    return queue(r, status, resp);
+}
+
+int reply_json(req_t *r, unsigned status, json_t *obj) { return reply_json_type(r, status, obj, "application/json"); }
+
+int reply_problem(req_t *r, unsigned status, const char *fmt, ...)
+{
+    char detail[2048];
+    va_list ap;
+    json_t *o = json_object();
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    json_object_set_new(o, "type", json_string("about:blank"));
+    json_object_set_new(o, "title", json_string(reason(status)));
+    json_object_set_new(o, "status", json_integer(status));
+    json_object_set_new(o, "detail", wire_json_str(detail));
+    if (r->path) json_object_set_new(o, "instance", wire_json_str(r->path));
+    return reply_json_type(r, status, o, "application/problem+json");
+}
+
+unsigned status_http(patina_status s)
+{
+    switch (s) {
+    case PATINA_OK: return 200;
+    case PATINA_E_INVALID: return 422;
+    case PATINA_E_FORMAT: return 415;
+    case PATINA_E_CORRUPT: return 422;
+    case PATINA_E_LIMIT: return 413;
+    case PATINA_E_NOTFOUND: return 404;
+    case PATINA_E_BUSY: return 409;
+    case PATINA_E_FULL: return 507;
+    case PATINA_E_NOMEM: case PATINA_E_UNAVAILABLE: return 503;
+    default: return 500;
+    }
+}
+
+/* The problem for a failed colls/jobs call: serve_msg is the detail. */
+static int reply_status(req_t *r, patina_status s) { return reply_problem(r, status_http(s), "%s", serve_msg); }
+
+/* ------------------------------------------------------------- parameters */
+
+/* A request's parameters: a JSON object body, multipart fields, the query
+ * string (in that order of precedence for the same name). */
+typedef struct params {
+    req_t *r;
+    json_t *json;
+    wire_part_t *parts;
+    size_t nparts;
+    const wire_part_t *image;   /* the uploaded image: the part "image", or the raw body */
+    const uint8_t *data;        /* its bytes */
+    size_t size;
+} params_t;
+
+static void params_release(params_t *p)
+{
+    json_decref(p->json);
+    wire_parts_free(p->parts, p->nparts);
+    memset(p, 0, sizeof *p);
+}
+
+static const char *ctype_of(req_t *r)
+{
+    const char *ct = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    return ct ? ct : "";
+}
+
+static int ctype_is(const char *ct, const char *want)
+{
+    size_t n = strlen(want);
+    return !strncasecmp(ct, want, n) && (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
+}
+
+static int is_image_type(const char *ct)
+{
+    return !strncasecmp(ct, "image/", 6) || ctype_is(ct, "application/octet-stream");
+}
+
+enum { BODY_JSON = 1, BODY_IMAGE = 2, BODY_MULTIPART = 4 };
+
+/* Reads the body as one of the kinds accepted; answers (and returns -1) on
+ * a wrong type or a malformed body. */
+static int params_read(params_t *p, req_t *r, int accept)
+{
+    const char *ct = ctype_of(r);
+    memset(p, 0, sizeof *p);
+    p->r = r;
+    if ((accept & BODY_JSON) && ctype_is(ct, "application/json")) {
+        json_error_t e;
+        p->json = json_loadb((const char *)r->body, r->len, JSON_REJECT_DUPLICATES, &e);
+        if (!p->json) {
+            reply_problem(r, 400, "bad JSON at line %d, column %d: %s", e.line, e.column, e.text);
+            return -1;
+        }
+        if (!json_is_object(p->json)) {
+            reply_problem(r, 400, "the JSON body must be an object");
+            params_release(p);
+            return -1;
+        }
+        return 0;
+    }
+    if ((accept & BODY_MULTIPART) && ctype_is(ct, "multipart/form-data")) {
+        char boundary[256], err[512];
+        size_t i;
+        if (wire_header_param(ct, "boundary", boundary, sizeof boundary) != 0) {
+            reply_problem(r, 400, "multipart/form-data without a boundary parameter");
+            return -1;
+        }
+        if (wire_multipart_parse(&p->parts, &p->nparts, r->body ? r->body : (const uint8_t *)"", r->len, boundary, 64,
+                                 err, sizeof err) != 0) {
+            reply_problem(r, 400, "%s", err);
+            return -1;
+        }
+        for (i = 0; i < p->nparts && !p->image; i++)
+            if (!strcmp(p->parts[i].name, "image")) p->image = &p->parts[i];
+        if (p->image) {
+            p->data = p->image->data;
+            p->size = p->image->size;
+        }
+        return 0;
+    }
+    if ((accept & BODY_IMAGE) && is_image_type(ct)) {
+        p->data = r->body ? r->body : (const uint8_t *)"";
+        p->size = r->len;
+        return 0;
+    }
+    reply_problem(r, 415, "Content-Type '%.100s' is not accepted here; send %s%s%s", ct,
+                  accept & BODY_JSON ? "application/json " : "", accept & BODY_IMAGE ? "image/* (raw image bytes) " : "",
+                  accept & BODY_MULTIPART ? "multipart/form-data (part 'image')" : "");
+    return -1;
+}
+
+/* A text parameter: a multipart field (copied into buf) or the query
+ * string; NULL when absent. JSON parameters are read with json_object_get. */
+static const char *param_text(params_t *p, const char *name, char *buf, size_t size)
+{
+    size_t i;
+    for (i = 0; i < p->nparts; i++)
+        if (&p->parts[i] != p->image && !strcmp(p->parts[i].name, name)) {
+            size_t n = p->parts[i].size < size - 1 ? p->parts[i].size : size - 1;
+            memcpy(buf, p->parts[i].data, n);
+            buf[n] = '\0';
+            return buf;
+        }
+    return MHD_lookup_connection_value(p->r->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+/* Numeric parameters: *out unchanged and 0 when absent; -1 after answering 400. */
+static int param_u64(params_t *p, const char *name, uint64_t *out, int *given)
+{
+    char buf[64];
+    json_t *j = p->json ? json_object_get(p->json, name) : NULL;
+    const char *t;
+    if (given) *given = 0;
+    if (j) {
+        if (!json_is_integer(j) || json_integer_value(j) < 0) {
+            reply_problem(p->r, 400, "'%s' must be a non-negative integer", name);
+            return -1;
+        }
+        *out = (uint64_t)json_integer_value(j);
+        if (given) *given = 1;
+        return 0;
+    }
+    if (!(t = param_text(p, name, buf, sizeof buf))) return 0;
+    {
+        char *end;
+        unsigned long long v;
+        errno = 0;
+        v = strtoull(t, &end, 10);
+        if (!*t || *t == '-' || *t == '+' || *t == ' ' || errno || *end) {
+            reply_problem(p->r, 400, "'%s' must be a non-negative integer, not '%.40s'", name, t);
+            return -1;
+        }
+        *out = v;
+    }
+    if (given) *given = 1;
+    return 0;
+}
+
+static int param_num(params_t *p, const char *name, double *out, int *given)
+{
+    char buf[64];
+    json_t *j = p->json ? json_object_get(p->json, name) : NULL;
+    const char *t;
+    *given = 0;
+    if (j) {
+        if (!json_is_number(j)) {
+            reply_problem(p->r, 400, "'%s' must be a number", name);
+            return -1;
+        }
+        *out = json_number_value(j);
+        *given = 1;
+        return 0;
+    }
+    if (!(t = param_text(p, name, buf, sizeof buf))) return 0;
+    {
+        char *end;
+        double v;
+        errno = 0;
+        v = strtod(t, &end);
+        if (!*t || errno || *end || !isfinite(v)) {
+            reply_problem(p->r, 400, "'%s' must be a finite number, not '%.40s'", name, t);
+            return -1;
+        }
+        *out = v;
+    }
+    *given = 1;
+    return 0;
+}
+
+/* A string parameter of a JSON body or the text ones; -1 after answering 400. */
+static int param_str(params_t *p, const char *name, char *buf, size_t size, const char **out)
+{
+    json_t *j = p->json ? json_object_get(p->json, name) : NULL;
+    *out = NULL;
+    if (j) {
+        if (!json_is_string(j)) {
+            reply_problem(p->r, 400, "'%s' must be a string", name);
+            return -1;
+        }
+        *out = json_string_value(j);
+        return 0;
+    }
+    *out = param_text(p, name, buf, size);
+    return 0;
+}
+
+/* Every "family" parameter (repeatable in multipart and query strings; a
+ * string or an array of strings in JSON) into a new JSON array; NULL after
+ * answering 400. */
+typedef struct fam_collect {
+    json_t *a;
+} fam_collect_t;
+
+static enum MHD_Result collect_family(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    fam_collect_t *fc = cls;
+    (void)kind;
+    if (key && value && !strcmp(key, "family")) json_array_append_new(fc->a, json_string(value));
+    return MHD_YES;
+}
+
+static json_t *param_families(params_t *p)
+{
+    json_t *a = json_array(), *j = p->json ? json_object_get(p->json, "family") : NULL;
+    fam_collect_t fc = {a};
+    size_t i;
+    if (j) {
+        if (json_is_string(j)) json_array_append(a, j);
+        else if (json_is_array(j)) {
+            json_t *v;
+            json_array_foreach(j, i, v) {
+                if (!json_is_string(v)) {
+                    json_decref(a);
+                    reply_problem(p->r, 400, "'family' must be a string or an array of strings");
+                    return NULL;
+                }
+                json_array_append(a, v);
+            }
+        } else {
+            json_decref(a);
+            reply_problem(p->r, 400, "'family' must be a string or an array of strings");
+            return NULL;
+        }
+    } else {
+        for (i = 0; i < p->nparts; i++)
+            if (!strcmp(p->parts[i].name, "family"))
+                json_array_append_new(a, json_stringn((const char *)p->parts[i].data, p->parts[i].size));
+        MHD_get_connection_values(p->r->conn, MHD_GET_ARGUMENT_KIND, collect_family, &fc);
+    }
+    for (i = 0; i < json_array_size(a); i++) {
+        patina_extractor_t *ex = NULL;
+        if (!json_string_value(json_array_get(a, i))) {
+            json_decref(a);
+            reply_problem(p->r, 400, "'family' must be UTF-8 text");
+            return NULL;
+        }
+        if (patina_extractor_new(&ex, json_string_value(json_array_get(a, i))) != PATINA_OK) {
+            reply_problem(p->r, 422, "family: %s", patina_last_error());
+            json_decref(a);
+            return NULL;
+        }
+        patina_extractor_free(ex);
+    }
+    return a;
+}
+
+/* ---------------------------------------------------------------- records */
+
+static json_t *record_json(scoll_t *sc, const patina_record_t *rec)
+{
+    json_t *o = json_object(), *tables = json_array();
+    char hex[65], **specs = NULL;
+    size_t i, n = 0;
+    for (i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", rec->sha256[i]);
+    json_object_set_new(o, "id", json_integer((json_int_t)rec->id));
+    json_object_set_new(o, "key", wire_json_str(rec->key));
+    json_object_set_new(o, "size", json_integer((json_int_t)rec->size));
+    json_object_set_new(o, "sha256", json_string(hex));
+    json_object_set_new(o, "mtime", json_integer(rec->mtime));
+    json_object_set_new(o, "added", json_integer(rec->added));
+    json_object_set_new(o, "width", json_integer(rec->width));
+    json_object_set_new(o, "height", json_integer(rec->height));
+    if (patina_collection_tables(sc->c, &specs, &n) == PATINA_OK) {
+        for (i = 0; i < n; i++) {
+            size_t rows, bytes;
+            uint8_t *tmp;
+            if (patina_collection_table_info(sc->c, specs[i], &rows, &bytes) == PATINA_OK && (tmp = malloc(bytes))) {
+                if (patina_collection_get_descriptor(sc->c, specs[i], rec->id, tmp, bytes) == PATINA_OK)
+                    json_array_append_new(tables, json_string(specs[i]));
+                free(tmp);
+            }
+            free(specs[i]);
+        }
+        free(specs);
+    }
+    json_object_set_new(o, "tables", tables);
+    return o;
+}
+
+static json_t *tables_json(scoll_t *sc)
+{
+    json_t *a = json_array();
+    char **specs = NULL;
+    size_t n = 0, i;
+    if (patina_collection_tables(sc->c, &specs, &n) != PATINA_OK) return a;
+    for (i = 0; i < n; i++) {
+        size_t rows = 0, bytes = 0;
+        patina_extractor_t *ex = NULL;
+        json_t *t = json_object();
+        patina_collection_table_info(sc->c, specs[i], &rows, &bytes);
+        json_object_set_new(t, "spec", json_string(specs[i]));
+        json_object_set_new(t, "rows", json_integer((json_int_t)rows));
+        json_object_set_new(t, "descriptor_bytes", json_integer((json_int_t)bytes));
+        if (patina_extractor_new(&ex, specs[i]) == PATINA_OK) {
+            json_object_set_new(t, "family", json_string(patina_extractor_family(ex)));
+            json_object_set_new(t, "distance", json_string(patina_extractor_distance_name(ex)));
+            json_object_set_new(t, "use", json_string(strcmp(patina_extractor_family(ex), "rootsift") ? "search" : "identify"));
+        }
+        patina_extractor_free(ex);
+        json_array_append_new(a, t);
+        free(specs[i]);
+    }
+    free(specs);
+    return a;
+}
+
+static json_t *collection_json(scoll_t *sc, int full)
+{
+    json_t *o = json_object();
+    patina_collection_info_t info;
+    memset(&info, 0, sizeof info);
+    patina_collection_info(sc->c, &info);
+    json_object_set_new(o, "name", json_string(sc->name));
+    json_object_set_new(o, "records", json_integer((json_int_t)info.records));
+    json_object_set_new(o, "tables", tables_json(sc));
+    if (full) {
+        json_object_set_new(o, "next_id", json_integer((json_int_t)info.next_id));
+        json_object_set_new(o, "map_size", json_integer((json_int_t)info.map_size));
+        json_object_set_new(o, "used_bytes", json_integer((json_int_t)info.used));
+        json_object_set_new(o, "format", json_integer(info.format));
+    }
+    return o;
+}
+
+/* ---------------------------------------------------------------- handlers */
+
+static scoll_t *need_coll(req_t *r)
+{
+    scoll_t *sc = colls_find(r->srv, r->coll);
+    if (!sc) reply_problem(r, 404, "no collection '%s' is served here (GET /v1/collections lists them)", r->coll);
+    return sc;
+}
+
+static int h_collections(req_t *r)
+{
+    json_t *a = json_array(), *o = json_object();
+    size_t i;
+    for (i = 0; i < r->srv->ncolls; i++) json_array_append_new(a, collection_json(&r->srv->colls[i], 0));
+    json_object_set_new(o, "collections", a);
+    return reply_json(r, 200, o);
+}
+
+static int h_get_image(req_t *r, scoll_t *sc)
+{
+    patina_record_t rec;
+    patina_status s = patina_collection_get_by_key(sc->c, r->rest, &rec);
+    json_t *o;
+    if (s == PATINA_E_NOTFOUND) return reply_problem(r, 404, "collection '%s' has no image '%s'", sc->name, r->rest);
+    if (s != PATINA_OK) return reply_status(r, serve_lib(s, "lookup"));
+    o = record_json(sc, &rec);
+    patina_record_release(&rec);
+    return reply_json(r, 200, o);
+}
+
+/* Adds or replaces: POST .../images (key in a field or ?key=) and PUT .../images/KEY. */
+static int h_add(req_t *r, scoll_t *sc, int put)
+{
+    params_t p;
+    char kbuf[4096];
+    const char *key = r->rest;
+    json_t *fams, *o;
+    const char **specs = NULL;
+    size_t n, i;
+    int created = 0;
+    uint64_t id = 0;
+    patina_status s;
+    patina_record_t rec;
+    if (params_read(&p, r, BODY_IMAGE | BODY_MULTIPART) != 0) return MHD_YES;
+    if (!put && !(key = param_text(&p, "key", kbuf, sizeof kbuf))) {
+        params_release(&p);
+        return reply_problem(r, 400, "no key: give a multipart field 'key' or ?key=");
+    }
+    if (!*key || strlen(key) > PATINA_KEY_MAX || !wire_utf8_valid(key, strlen(key))) {
+        params_release(&p);
+        return reply_problem(r, 400, "a key is 1 to %d bytes of UTF-8", PATINA_KEY_MAX);
+    }
+    if (!p.data) {
+        params_release(&p);
+        return reply_problem(r, 400, "no image: the multipart body has no part named 'image'");
+    }
+    if (!p.size) {
+        params_release(&p);
+        return reply_problem(r, 400, "the image is empty");
+    }
+    if (!(fams = param_families(&p))) {
+        params_release(&p);
+        return MHD_YES;
+    }
+    n = json_array_size(fams);
+    specs = n ? calloc(n, sizeof *specs) : NULL;
+    for (i = 0; i < n; i++) specs[i] = json_string_value(json_array_get(fams, i));
+    s = colls_add(sc, key, p.data, p.size, specs, n, !put, &created, &id);
+    free(specs);
+    json_decref(fams);
+    params_release(&p);
+    if (s != PATINA_OK) return reply_status(r, s);
+    if (patina_collection_get(sc->c, id, &rec) != PATINA_OK) {
+        o = json_object();
+        json_object_set_new(o, "id", json_integer((json_int_t)id));
+        json_object_set_new(o, "key", wire_json_str(key));
+    } else {
+        o = record_json(sc, &rec);
+        patina_record_release(&rec);
+    }
+    json_object_set_new(o, "created", json_boolean(created));
+    return reply_json(r, created ? 201 : 200, o);
+}
+
+static int h_delete_image(req_t *r, scoll_t *sc)
+{
+    uint64_t id = 0;
+    json_t *o;
+    patina_status s = colls_remove(sc, r->rest, &id);
+    if (s != PATINA_OK) return reply_status(r, s);
+    o = json_object();
+    json_object_set_new(o, "id", json_integer((json_int_t)id));
+    json_object_set_new(o, "key", wire_json_str(r->rest));
+    json_object_set_new(o, "deleted", json_true());
+    return reply_json(r, 200, o);
+}
+
+/* A JSON descriptor into the table's bytes; -1 after answering. */
+static int read_descriptor(req_t *r, const patina_extractor_t *ex, json_t *arr, uint8_t *out)
+{
+    size_t dim = patina_extractor_dim(ex), i;
+    patina_elem e = patina_extractor_elem(ex);
+    if (!json_is_array(arr)) return reply_problem(r, 400, "'descriptor' must be an array of numbers"), -1;
+    for (i = 0; i < json_array_size(arr); i++)
+        if (!json_is_number(json_array_get(arr, i))) return reply_problem(r, 400, "'descriptor'[%zu] is not a number", i), -1;
+    if (json_array_size(arr) != dim)
+        return reply_problem(r, 422, "'descriptor' has %zu elements; table '%s' holds %zu", json_array_size(arr),
+                             patina_extractor_spec(ex), dim),
+               -1;
+    for (i = 0; i < dim; i++) {
+        json_t *v = json_array_get(arr, i);
+        double x;
+        if (!json_is_number(v)) return reply_problem(r, 400, "'descriptor'[%zu] is not a number", i), -1;
+        x = json_number_value(v);
+        switch (e) {
+        case PATINA_ELEM_U8:
+        case PATINA_ELEM_U16:
+        case PATINA_ELEM_U32: {
+            double max = e == PATINA_ELEM_U8 ? 255 : e == PATINA_ELEM_U16 ? 65535 : 4294967295.0;
+            if (!json_is_integer(v) || x < 0 || x > max)
+                return reply_problem(r, 422, "'descriptor'[%zu] must be an integer in 0..%.0f", i, max), -1;
+            if (e == PATINA_ELEM_U8) out[i] = (uint8_t)x;
+            else if (e == PATINA_ELEM_U16) ((uint16_t *)out)[i] = (uint16_t)x;
+            else ((uint32_t *)out)[i] = (uint32_t)x;
+            break;
+        }
+        case PATINA_ELEM_F32: ((float *)out)[i] = (float)x; break;
+        case PATINA_ELEM_F64: ((double *)out)[i] = x; break;
+        }
+    }
+    return 0;
+}
+
+static int h_search(req_t *r, scoll_t *sc)
+{
+    params_t p;
+    char fbuf[512], kbuf[4096];
+    const char *family = NULL, *key = NULL;
+    uint64_t k = 10, id = 0;
+    double radius = 0;
+    int kgiven = 0, rgiven = 0, idgiven = 0, sources;
+    json_t *desc_json = NULL, *o, *hits;
+    sindex_t *si;
+    uint8_t *desc = NULL;
+    squery_t q;
+    patina_status s;
+    size_t i;
+    const char *source = "image";
+
+    memset(&q, 0, sizeof q);
+    if (params_read(&p, r, BODY_JSON | BODY_IMAGE | BODY_MULTIPART) != 0) return MHD_YES;
+    if (param_str(&p, "family", fbuf, sizeof fbuf, &family) || param_u64(&p, "k", &k, &kgiven) ||
+        param_num(&p, "range", &radius, &rgiven) || param_str(&p, "key", kbuf, sizeof kbuf, &key) ||
+        param_u64(&p, "id", &id, &idgiven))
+        goto done;
+    if (p.json) desc_json = json_object_get(p.json, "descriptor");
+    sources = !!key + idgiven + !!desc_json + !!p.data;
+    if (sources != 1) {
+        reply_problem(r, 400, "give exactly one query: 'key', 'id', 'descriptor' (JSON) or an image (%d given)", sources);
+        goto done;
+    }
+    if (kgiven && rgiven) {
+        reply_problem(r, 400, "give 'k' or 'range', not both");
+        goto done;
+    }
+    if (!rgiven && k == 0) {
+        reply_problem(r, 400, "'k' must be at least 1");
+        goto done;
+    }
+    if (!rgiven && k > r->srv->cfg->max_k) {
+        reply_problem(r, 422, "k %llu exceeds this server's limit of %zu (--max-k)", (unsigned long long)k, r->srv->cfg->max_k);
+        goto done;
+    }
+    if (rgiven && (radius < 0 || !isfinite(radius))) {
+        reply_problem(r, 400, "'range' must be a finite number >= 0");
+        goto done;
+    }
+    if ((s = colls_table(sc, family, &si)) != PATINA_OK) {
+        reply_problem(r, s == PATINA_E_NOTFOUND ? 422 : status_http(s), "%s", serve_msg);
+        goto done;
+    }
+    desc = malloc(patina_extractor_bytes(si->ex));
+    if (!desc) {
+        reply_problem(r, 503, "out of memory");
+        goto done;
+    }
+    if (key || idgiven) {
+        patina_record_t rec;
+        source = key ? "key" : "id";
+        s = key ? patina_collection_get_by_key(sc->c, key, &rec) : patina_collection_get(sc->c, id, &rec);
+        if (s == PATINA_E_NOTFOUND) {
+            if (key) reply_problem(r, 404, "collection '%s' has no image '%s'", sc->name, key);
+            else reply_problem(r, 404, "collection '%s' has no image with id %llu", sc->name, (unsigned long long)id);
+            goto done;
+        }
+        if (s != PATINA_OK) {
+            reply_status(r, serve_lib(s, "lookup"));
+            goto done;
+        }
+        id = rec.id;
+        patina_record_release(&rec);
+        s = patina_collection_get_descriptor(sc->c, si->spec, id, desc, patina_extractor_bytes(si->ex));
+        if (s != PATINA_OK) {
+            reply_problem(r, s == PATINA_E_NOTFOUND ? 422 : 500, "image %llu has no descriptor in table '%s'",
+                          (unsigned long long)id, si->spec);
+            goto done;
+        }
+    } else if (desc_json) {
+        source = "descriptor";
+        if (read_descriptor(r, si->ex, desc_json, desc) != 0) goto done;
+    } else {
+        patina_image_t img;
+        patina_decode_opts_t dopts;
+        patina_context_t *ctx;
+        patina_status one = PATINA_OK;
+        memset(&img, 0, sizeof img);
+        patina_decode_opts_init(&dopts);
+        dopts.limits = r->srv->limits;
+        if (patina_format_sniff(p.data, p.size) == PATINA_FORMAT_UNKNOWN) {
+            reply_problem(r, 415, "the query image is not a JPEG, PNG or PNM image");
+            goto done;
+        }
+        if ((s = patina_image_decode_with(&img, NULL, p.data, p.size, &dopts, "query")) != PATINA_OK) {
+            reply_status(r, serve_lib(s, "image"));
+            goto done;
+        }
+        ctx = server_ctx_take(r->srv);
+        s = patina_extract_batch(ctx, si->ex, PATINA_DEVICE_CPU, desc, &img, 1, &one);
+        server_ctx_give(r->srv, ctx);
+        patina_image_release(&img);
+        if (s != PATINA_OK || one != PATINA_OK) {
+            reply_problem(r, 422, "%s could not describe the query image (%s)", si->spec,
+                          patina_status_str(s != PATINA_OK ? s : one));
+            goto done;
+        }
+    }
+    q.desc = desc;
+    q.k = rgiven ? 0 : (size_t)k;
+    q.range = rgiven;
+    q.radius = radius;
+    if ((s = colls_search(sc, si, &q)) != PATINA_OK) {
+        reply_problem(r, s == PATINA_E_BUSY ? 429 : status_http(s), "%s", serve_msg);
+        goto done;
+    }
+    o = json_object();
+    hits = json_array();
+    json_object_set_new(o, "collection", json_string(sc->name));
+    json_object_set_new(o, "family", json_string(si->spec));
+    json_object_set_new(o, "query", json_string(source));
+    if (rgiven) {
+        json_object_set_new(o, "range", json_real(radius));
+        json_object_set_new(o, "truncated", json_boolean(q.truncated));
+    } else {
+        json_object_set_new(o, "k", json_integer((json_int_t)k));
+    }
+    json_object_set_new(o, "rows", json_integer((json_int_t)q.rows));
+    for (i = 0; i < q.nhits; i++) {
+        json_t *h = json_object();
+        json_object_set_new(h, "rank", json_integer((json_int_t)i + 1));
+        json_object_set_new(h, "id", json_integer((json_int_t)q.hits[i].id));
+        json_object_set_new(h, "key", wire_json_str(q.hits[i].key));
+        json_object_set_new(h, "distance", isfinite(q.hits[i].distance) ? json_real(q.hits[i].distance) : json_null());
+        json_array_append_new(hits, h);
+    }
+    json_object_set_new(o, "hits", hits);
+    reply_json(r, 200, o);
+done:
+    squery_release(&q);
+    free(desc);
+    params_release(&p);
+    return MHD_YES;
+}
+
+static int h_identify(req_t *r, scoll_t *sc)
+{
+    params_t p;
+    patina_identify_opts_t io;
+    uint64_t k = 5, verify = 1;
+    double num;
+    int given;
+    patina_identify_result_t res;
+    patina_identify_hit_t *hits = NULL;
+    char **keys = NULL;
+    patina_status s;
+    json_t *o, *a;
+    size_t i;
+    if (params_read(&p, r, BODY_IMAGE | BODY_MULTIPART) != 0) return MHD_YES;
+    patina_identify_opts_init(&io);
+    if (param_u64(&p, "k", &k, NULL) || param_u64(&p, "verify", &verify, NULL)) goto done;
+    if (param_num(&p, "threshold", &num, &given)) goto done;
+    if (given) io.threshold = num;
+    if (param_num(&p, "ratio", &num, &given)) goto done;
+    if (given) {
+        if (!(num > 0 && num <= 1)) {
+            reply_problem(r, 400, "'ratio' must be in (0, 1]");
+            goto done;
+        }
+        io.ratio = num;
+    }
+    if (!p.data || !p.size) {
+        reply_problem(r, 400, "no query image (the body, or the multipart part 'image')");
+        goto done;
+    }
+    if (k == 0 || verify > 1) {
+        reply_problem(r, 400, "'k' must be at least 1 and 'verify' 0 or 1");
+        goto done;
+    }
+    if (k > r->srv->cfg->max_k) {
+        reply_problem(r, 422, "k %llu exceeds this server's limit of %zu (--max-k)", (unsigned long long)k, r->srv->cfg->max_k);
+        goto done;
+    }
+    io.k = (size_t)k;
+    io.verify = (int)verify;
+    io.device = r->srv->device;
+    hits = calloc(io.k, sizeof *hits);
+    keys = calloc(io.k, sizeof *keys);
+    if (!hits || !keys) {
+        reply_problem(r, 503, "out of memory");
+        goto done;
+    }
+    memset(&res, 0, sizeof res);
+    s = colls_identify(sc, p.data, p.size, &io, &res, hits, keys);
+    if (s != PATINA_OK) {
+        reply_problem(r, s == PATINA_E_NOTFOUND ? 422 : status_http(s), "%s", serve_msg);
+        goto done;
+    }
+    o = json_object();
+    a = json_array();
+    json_object_set_new(o, "collection", json_string(sc->name));
+    json_object_set_new(o, "decision", json_string(res.decision == PATINA_DECISION_MATCH ? "match" : "unknown"));
+    json_object_set_new(o, "features", json_integer(res.query_features));
+    for (i = 0; i < res.nhits; i++) {
+        json_t *h = json_object();
+        json_object_set_new(h, "rank", json_integer((json_int_t)i + 1));
+        json_object_set_new(h, "id", json_integer((json_int_t)hits[i].id));
+        json_object_set_new(h, "key", keys[i] ? wire_json_str(keys[i]) : json_null());
+        json_object_set_new(h, "score", json_real(hits[i].score));
+        json_object_set_new(h, "matches", json_integer(hits[i].matches));
+        json_object_set_new(h, "inliers", json_integer(hits[i].inliers));
+        json_object_set_new(h, "verified", json_boolean(hits[i].verified));
+        json_array_append_new(a, h);
+    }
+    json_object_set_new(o, "hits", a);
+    reply_json(r, 200, o);
+done:
+    for (i = 0; keys && i < io.k; i++) free(keys[i]);
+    free(keys);
+    free(hits);
+    params_release(&p);
+    return MHD_YES;
+}
+
+static int h_submit_job(req_t *r, scoll_t *sc)
+{
+    server_t *srv = r->srv;
+    const char *ct = ctype_of(r);
+    json_t *fams = NULL, *job;
+    uint64_t id;
+    int rc;
+    params_t p;
+    memset(&p, 0, sizeof p);
+    p.r = r;
+    if (ctype_is(ct, "application/x-tar")) {
+        wire_tar_member_t *m = NULL;
+        size_t n = 0;
+        char err[512];
+        if (!r->len) return reply_problem(r, 400, "empty tar archive");
+        if (wire_tar_parse(&m, &n, r->body, r->len, 1000000, err, sizeof err) != 0) return reply_problem(r, 400, "%s", err);
+        if (!(fams = param_families(&p))) {
+            wire_tar_free(m, n);
+            return MHD_YES;
+        }
+        rc = jobs_submit(srv, sc, NULL, r->body, r->len, m, n, fams, &id);
+        if (rc == 0) r->body = NULL; /* the job owns the archive now */
+        else wire_tar_free(m, n);
+    } else {
+        const char *folder;
+        char real[PATH_MAX];
+        size_t il = strlen(srv->import_dir);
+        if (params_read(&p, r, BODY_JSON) != 0) return MHD_YES;
+        if (param_str(&p, "folder", NULL, 0, &folder) != 0) goto out;
+        if (!folder) {
+            reply_problem(r, 400, "give {\"folder\": \"/path/on/the/server\"} or a tar upload (Content-Type: application/x-tar)");
+            goto out;
+        }
+        if (!srv->import_dir[0]) {
+            reply_problem(r, 403, "folder jobs are off: start patina serve with --import-dir DIR (or upload a tar archive)");
+            goto out;
+        }
+        if (!realpath(folder, real)) {
+            reply_problem(r, 422, "folder '%s': %s", folder, strerror(errno));
+            goto out;
+        }
+        if (strncmp(real, srv->import_dir, il) || (real[il] != '/' && real[il] != '\0' && strcmp(srv->import_dir, "/"))) {
+            reply_problem(r, 403, "folder '%s' is not under the import folder (--import-dir)", folder);
+            goto out;
+        }
+        if (!(fams = param_families(&p))) goto out;
+        rc = jobs_submit(srv, sc, real, NULL, 0, NULL, 0, fams, &id);
+    }
+    if (rc == -1) reply_problem(r, 429, "%zu jobs are queued already (--max-jobs); retry later", srv->cfg->max_jobs);
+    else if (rc != 0) reply_problem(r, 503, "out of memory");
+    else if ((job = jobs_get(srv, id))) {
+        char loc[64];
+        struct MHD_Response *resp;
+        char *s = json_dumps(job, JSON_COMPACT);
+        json_decref(job);
+        snprintf(loc, sizeof loc, "/v1/jobs/%llu", (unsigned long long)id);
+        resp = s ? MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE) : NULL;
+        if (resp) {
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, loc);
+            queue(r, 202, resp);
+        } else {
+            free(s);
+        }
+    }
+out:
+    json_decref(fams);
+    params_release(&p);
+    return MHD_YES;
+}
+
+static int h_job(req_t *r)
+{
+    uint64_t id;
+    char *end;
+    json_t *o;
+    errno = 0;
+    id = strtoull(r->rest, &end, 10);
+    if (!*r->rest || errno || *end || *r->rest == '-') return reply_problem(r, 404, "no job '%s'", r->rest);
+    if (!strcmp(r->method, "DELETE")) {
+        int rc = jobs_cancel(r->srv, id);
+        if (rc < 0) return reply_problem(r, 404, "no job %llu", (unsigned long long)id);
+        if (rc > 0) return reply_problem(r, 409, "job %llu has finished already", (unsigned long long)id);
+    }
+    if (!(o = jobs_get(r->srv, id))) return reply_problem(r, 404, "no job %llu", (unsigned long long)id);
+    return reply_json(r, 200, o);
+}
+
+/* --------------------------------------------------------------- static */
+
+static const char *mime_of(const char *path)
+{
+    static const char *const map[][2] = {
+        {".html", "text/html; charset=utf-8"}, {".js", "text/javascript; charset=utf-8"},
+        {".css", "text/css; charset=utf-8"},   {".json", "application/json"},
+        {".svg", "image/svg+xml"},             {".png", "image/png"},
+        {".jpg", "image/jpeg"},                {".ico", "image/x-icon"},
+        {".txt", "text/plain; charset=utf-8"}, {".wasm", "application/wasm"},
+    };
+    const char *dot = strrchr(path, '.');
+    size_t i;
+    for (i = 0; dot && i < sizeof map / sizeof map[0]; i++)
+        if (!strcasecmp(dot, map[i][0])) return map[i][1];
+    return "application/octet-stream";
+}
+
+static int h_static(req_t *r)
+{
+    char full[PATH_MAX * 2];
+    const char *p = r->path;
+    struct stat st;
+    struct MHD_Response *resp;
+    int fd;
+    if (strstr(p, "/..") || strchr(p, '\\')) return reply_problem(r, 404, "no such file");
+    if (!strcmp(p, "/")) p = "/index.html";
+    snprintf(full, sizeof full, "%s%s", r->srv->web_dir, p);
+    fd = open(full, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        if (fd >= 0) close(fd);
+        return reply_problem(r, 404, "no such file or endpoint: %s", r->path);
+    }
+    resp = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
+    if (!resp) {
+        close(fd);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, mime_of(full));
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    return queue(r, 200, resp);
+}
+
+/* ------------------------------------------------------------- dispatch */
+
+int handle(req_t *r)
+{
+    server_t *srv = r->srv;
+    const char *m = r->method;
+    int get = !strcmp(m, "GET") || !strcmp(m, "HEAD"), post = !strcmp(m, "POST"), put = !strcmp(m, "PUT"),
+        del = !strcmp(m, "DELETE");
+    scoll_t *sc = NULL;
+    if (r->coll && r->route != ROUTE_OTHER && !(sc = need_coll(r))) return MHD_YES;
+    switch (r->route) {
+    case ROUTE_HEALTHZ:
+        if (!get) break;
+        {
+            json_t *o = json_object();
+            json_object_set_new(o, "status", json_string("ok"));
+            return reply_json(r, 200, o);
+        }
+    case ROUTE_READYZ:
+        if (!get) break;
+        if (atomic_load(&srv->draining)) return reply_problem(r, 503, "the server is shutting down");
+        {
+            json_t *o = json_object();
+            json_object_set_new(o, "status", json_string("ready"));
+            json_object_set_new(o, "collections", json_integer((json_int_t)srv->ncolls));
+            return reply_json(r, 200, o);
+        }
+    case ROUTE_METRICS:
+        if (!get) break;
+        {
+            size_t len = 0;
+            char *text = metrics_text(srv, &len);
+            struct MHD_Response *resp;
+            if (!text) return reply_problem(r, 503, "out of memory");
+            resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+            if (!resp) {
+                free(text);
+                return MHD_NO;
+            }
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8");
+            return queue(r, 200, resp);
+        }
+    case ROUTE_OPENAPI:
+        if (!get) break;
+        return reply_buf(r, 200, "application/json", serve_openapi_json, serve_openapi_json_len);
+    case ROUTE_COLLECTIONS:
+        if (!get) break;
+        return h_collections(r);
+    case ROUTE_COLLECTION:
+        if (!get) break;
+        return reply_json(r, 200, collection_json(sc, 1));
+    case ROUTE_IMAGES:
+        if (!post) break;
+        return h_add(r, sc, 0);
+    case ROUTE_IMAGE:
+        if (!*r->rest) return reply_problem(r, 404, "no image key in the path");
+        if (get) return h_get_image(r, sc);
+        if (put) return h_add(r, sc, 1);
+        if (del) return h_delete_image(r, sc);
+        break;
+    case ROUTE_SEARCH:
+        if (!post) break;
+        return h_search(r, sc);
+    case ROUTE_IDENTIFY:
+        if (!post) break;
+        return h_identify(r, sc);
+    case ROUTE_COLL_JOBS:
+        if (!post) break;
+        return h_submit_job(r, sc);
+    case ROUTE_JOBS:
+        if (!get) break;
+        {
+            json_t *o = json_object();
+            json_object_set_new(o, "jobs", jobs_list(srv));
+            return reply_json(r, 200, o);
+        }
+    case ROUTE_JOB:
+        if (!get && !del) break;
+        return h_job(r);
+    case ROUTE_STATIC:
+        if (!get) break;
+        return h_static(r);
+    default:
+        return reply_problem(r, 404, "no endpoint %s (GET /openapi.json lists them)", r->path);
+    }
+    return reply_problem(r, 405, "%s is not allowed on %s", m, r->path);
+}

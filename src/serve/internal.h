@@ -1,0 +1,286 @@
+/* Internals of `patina serve`, shared by the files of src/serve/:
+ *
+ *   server.c    serve_run: settings, the listening socket, libmicrohttpd, the
+ *               request life cycle (limits, auth, draining), routing, static files
+ *   handlers.c  the endpoints: JSON in, JSON out, errors as problem documents
+ *   colls.c     the served collections: search indexes and reference sets kept
+ *               in step with writes, the search batcher
+ *   jobs.c      bulk index jobs (a server-side folder or a tar upload), one at a time
+ *   wire.c      pure parsers and writers: multipart bodies, tar archives, keys as
+ *               JSON strings, problem documents (no I/O: unit-testable, fuzzable)
+ *   metrics.c   counters and histograms, written in Prometheus' text format
+ *
+ * Threads. libmicrohttpd's pool runs the handlers; a handler blocks while its
+ * search waits in a batch. One batcher thread per searched table; one job
+ * thread. A collection's rwlock orders its writes (write lock: commit, then the
+ * in-memory indexes) against its searches (read lock: search, then the keys of
+ * the hits), so a search sees every write wholly or not at all. */
+#ifndef PATINA_SERVE_INTERNAL_H
+#define PATINA_SERVE_INTERNAL_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "patina/patina.h"
+#include "serve/serve.h"
+
+/* ------------------------------------------------------------------ wire.c */
+
+/* One part of a multipart/form-data body; strings point into the body
+ * (name and filename NUL-terminated copies, malloc'd). */
+typedef struct wire_part {
+    char *name;            /* the form field's name (Content-Disposition name=) */
+    char *filename;        /* filename= or NULL */
+    char *content_type;    /* the part's Content-Type or NULL */
+    const uint8_t *data;   /* (size) bytes inside the body, borrowed */
+    size_t size;
+} wire_part_t;
+
+/* Parses a multipart/form-data body with boundary `boundary` (RFC 7578).
+ * Returns 0 with *parts (malloc'd, nparts entries; free with
+ * wire_parts_free) or -1 with a message in err: no opening boundary, a part
+ * without its blank line, no closing boundary (a truncated body), more than
+ * max_parts parts. */
+int wire_multipart_parse(wire_part_t **parts, size_t *nparts, const uint8_t *body, size_t size,
+                         const char *boundary, size_t max_parts, char *err, size_t errsize);
+void wire_parts_free(wire_part_t *parts, size_t n);
+
+/* The value of parameter `param` in a header value like
+ * "multipart/form-data; boundary=XYZ" (quotes removed), into out; 0 or -1. */
+int wire_header_param(const char *value, const char *param, char *out, size_t size);
+
+/* One regular file of a tar archive (ustar/pax/GNU long names). */
+typedef struct wire_tar_member {
+    char *name;            /* malloc'd */
+    const uint8_t *data;   /* borrowed from the archive */
+    size_t size;
+} wire_tar_member_t;
+
+/* Lists the regular files of a tar archive held in memory (ustar, GNU
+ * long names, pax path= records; other entries are skipped). -1 with a
+ * message for a bad header checksum, a size past the end, or more than
+ * max_members files. Free with wire_tar_free. */
+int wire_tar_parse(wire_tar_member_t **members, size_t *n, const uint8_t *tar, size_t size, size_t max_members,
+                   char *err, size_t errsize);
+void wire_tar_free(wire_tar_member_t *m, size_t n);
+
+/* A key or other byte string as a JSON string: valid UTF-8 as it is, each
+ * byte that is not part of valid UTF-8 as U+FFFD. New reference. */
+json_t *wire_json_str(const char *s);
+/* 1 when s (len bytes) is valid UTF-8 without NUL. */
+int wire_utf8_valid(const char *s, size_t len);
+/* Decodes %XX escapes of a URL path in place; -1 for a bad escape or %00. */
+int wire_percent_decode(char *s);
+
+/* --------------------------------------------------------------- metrics.c */
+
+enum { METRIC_BUCKETS = 14 };
+typedef struct metric_route {
+    const char *name;
+    atomic_ulong by_class[6];             /* answers by status class: 1xx..5xx (index 1..5), other */
+    atomic_ulong hist[METRIC_BUCKETS + 1]; /* latency histogram (cumulative when written) */
+    atomic_ulong count;
+    atomic_ullong sum_us;
+} metric_route_t;
+
+/* ------------------------------------------------------------------ colls.c */
+
+typedef struct server server_t;
+typedef struct batcher batcher_t;
+
+/* One descriptor table of a served collection, loaded for searching. */
+typedef struct sindex {
+    char *spec;                 /* canonical spec, the table's name */
+    patina_extractor_t *ex;
+    patina_index_t *idx;        /* NULL until first searched, or after a job wrote (stale) */
+    batcher_t *batcher;
+    struct sindex *next;
+} sindex_t;
+
+typedef struct scoll {
+    char *name;                 /* the URL name: the directory's last component */
+    char *path;
+    patina_collection_t *c;
+    pthread_rwlock_t lock;      /* searches read; writes and (re)loads write */
+    sindex_t *indexes;          /* under lock */
+    patina_refset_t *refset;    /* identification; NULL until loaded */
+    atomic_int stale;           /* a bulk job committed rows: reload indexes before searching */
+    server_t *srv;
+} scoll_t;
+
+/* A search's answer: hits with their keys (copied under the collection's lock). */
+typedef struct shit {
+    uint64_t id;
+    double distance;
+    char *key;                  /* malloc'd */
+} shit_t;
+
+typedef struct squery {
+    const void *desc;           /* the table's descriptor bytes, borrowed */
+    size_t k;                   /* k-NN; 0 with range */
+    int range;
+    double radius;
+    /* results */
+    patina_status status;
+    char error[1024];
+    shit_t *hits;               /* malloc'd (nhits) */
+    size_t nhits;
+    int truncated;              /* range: more hits than max_range_hits */
+    size_t rows;                /* rows searched */
+} squery_t;
+
+int colls_open(server_t *srv);
+void colls_close(server_t *srv);
+scoll_t *colls_find(server_t *srv, const char *name);
+
+/* The table `spec` (any spelling; canonicalised) of sc, loading its index:
+ * PATINA_E_NOTFOUND (message lists the tables) when the collection has no
+ * such table. spec NULL: the collection's first table that is not rootsift. */
+patina_status colls_table(scoll_t *sc, const char *spec, sindex_t **si);
+/* Runs one search through the table's batcher (k-NN) or directly (range);
+ * q's results are filled. 429-worthy: PATINA_E_BUSY when the queue is full. */
+patina_status colls_search(scoll_t *sc, sindex_t *si, squery_t *q);
+void squery_release(squery_t *q);
+
+/* Adds (or replaces) one image under key: decodes `data` with the server's
+ * limits, describes it for every table named (specs, n; none: the
+ * collection's tables, or "cedd" when it has none), commits, updates the
+ * loaded indexes and reference set. *created says whether the key is new;
+ * if_absent: fail with PATINA_E_BUSY when the key exists. *id receives the
+ * id. The message says what failed (decoding names the key). */
+patina_status colls_add(scoll_t *sc, const char *key, const void *data, size_t size, const char *const *specs,
+                        size_t nspecs, int if_absent, int *created, uint64_t *id);
+/* Removes key's record; PATINA_E_NOTFOUND when absent. */
+patina_status colls_remove(scoll_t *sc, const char *key, uint64_t *id);
+/* Marks the indexes of sc stale (a bulk job committed rows). */
+void colls_mark_stale(scoll_t *sc);
+/* Identifies one uploaded photograph; res/hits sized by opts->k; keys
+ * (nhits, malloc'd strings) looked up under the lock. */
+patina_status colls_identify(scoll_t *sc, const void *data, size_t size, const patina_identify_opts_t *opts,
+                             patina_identify_result_t *res, patina_identify_hit_t *hits, char **keys);
+
+/* Searches waiting in batchers (the queue depth metric). */
+extern atomic_long colls_queue_depth;
+extern atomic_ulong colls_batches, colls_batched_queries;
+
+/* ------------------------------------------------------------------- jobs.c */
+
+typedef struct jobs jobs_t;
+int jobs_start(server_t *srv);
+/* Stops the job thread: the running job stops after its current batch
+ * (committed), queued jobs are cancelled. */
+void jobs_stop(server_t *srv);
+/* Queues a folder job (path under the import dir, checked by the caller)
+ * or a tar job (tar: the archive, taken over: freed by the job). 0 with
+ * *id, or -1: the queue is full (429). */
+int jobs_submit(server_t *srv, scoll_t *sc, const char *folder, uint8_t *tar, size_t tar_size,
+                wire_tar_member_t *members, size_t nmembers, json_t *families, uint64_t *id);
+/* The job as JSON (NULL: no such job); new reference. */
+json_t *jobs_get(server_t *srv, uint64_t id);
+json_t *jobs_list(server_t *srv);
+/* Cancels a queued or running job: 0, -1 no such job, 1 already finished. */
+int jobs_cancel(server_t *srv, uint64_t id);
+/* Jobs by state, for /metrics: queued, running, done, failed, cancelled. */
+void jobs_counts(server_t *srv, unsigned long counts[5]);
+
+/* ----------------------------------------------------------------- server.c */
+
+struct server {
+    const serve_config_t *cfg;
+    scoll_t *colls;
+    size_t ncolls;
+    patina_context_t *ctx;      /* searches and identification (its workers, its GPU) */
+    patina_device device;       /* of searches and identification */
+    long window_us;             /* the batching window */
+    patina_limits_t limits;     /* of uploaded images */
+    char token[512];
+    atomic_int draining;
+    atomic_long inflight;
+    /* contexts of one thread each, for describing uploads in handler threads */
+    pthread_mutex_t ctx_mu;
+    patina_context_t **free_ctx;
+    size_t nfree_ctx, cap_ctx;
+    char web_dir[PATH_MAX];
+    char import_dir[PATH_MAX];  /* realpath; "" when folder jobs are off */
+    jobs_t *jobs;
+    double started;
+};
+
+/* The calling thread's message for the status a src/serve/ function
+ * returned (the library's own is copied in by serve_lib). */
+extern _Thread_local char serve_msg[1024];
+patina_status serve_fail(patina_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* s with "WHAT: <the library's message>" as the thread's message. */
+patina_status serve_lib(patina_status s, const char *what);
+
+/* A single-threaded context for the calling thread's extraction; give it back. */
+patina_context_t *server_ctx_take(server_t *srv);
+void server_ctx_give(server_t *srv, patina_context_t *ctx);
+double serve_now(void);
+void serve_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* --------------------------------------------------------------- handlers.c */
+
+/* A request in flight (libmicrohttpd's per-connection request pointer). */
+typedef struct req {
+    server_t *srv;
+    struct MHD_Connection *conn;
+    const char *method;
+    char *path;                 /* the URL path (percent-decoded by libmicrohttpd), copied */
+    char *split;                /* another copy, cut into the route's parts */
+    int route;                  /* ROUTE_* */
+    const char *coll;           /* the route's collection name (in path), or NULL */
+    const char *rest;           /* the route's key or job id (in path), or NULL */
+    int write;                  /* the route and method need the token */
+    metric_route_t *metric;
+    uint8_t *body;
+    size_t len, cap, limit;
+    int answered;               /* a response is queued (before or after the body) */
+    int status;
+    double t0;
+} req_t;
+
+enum {
+    ROUTE_OTHER = 0,
+    ROUTE_HEALTHZ,
+    ROUTE_READYZ,
+    ROUTE_METRICS,
+    ROUTE_OPENAPI,
+    ROUTE_COLLECTIONS,
+    ROUTE_COLLECTION,
+    ROUTE_IMAGES,
+    ROUTE_IMAGE,
+    ROUTE_SEARCH,
+    ROUTE_IDENTIFY,
+    ROUTE_COLL_JOBS,
+    ROUTE_JOBS,
+    ROUTE_JOB,
+    ROUTE_STATIC,
+    ROUTE_COUNT
+};
+extern metric_route_t serve_metrics[ROUTE_COUNT];
+
+/* Queues a JSON answer (steals obj) / a problem document (RFC 9457). */
+int reply_json(req_t *r, unsigned status, json_t *obj);
+int reply_problem(req_t *r, unsigned status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int reply_buf(req_t *r, unsigned status, const char *ctype, const void *data, size_t size);
+/* The problem status for a library status. */
+unsigned status_http(patina_status s);
+
+/* The endpoint of r's route; called once the body is in. */
+int handle(req_t *r);
+
+/* Writes the metrics text into a malloc'd buffer. */
+char *metrics_text(server_t *srv, size_t *len);
+void metrics_observe(metric_route_t *m, unsigned status, double seconds);
+
+extern const unsigned char serve_openapi_json[];
+extern const size_t serve_openapi_json_len;
+
+#endif

@@ -1,0 +1,46 @@
+/* `patina serve`: the HTTP front end over the library (docs/serve.md).
+ *
+ * This header is what the CLI sees of the server: the settings `patina serve`
+ * parses from its option table (src/cli/cmd_serve.c) and the one call that
+ * runs the server until SIGTERM or SIGINT. The server is part of the `patina`
+ * program, not of libpatina: it may log to stderr. Built only when
+ * libmicrohttpd and Jansson were found (PATINA_HAVE_SERVE); otherwise
+ * serve_run says so and returns 3. */
+#ifndef PATINA_SERVE_H
+#define PATINA_SERVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct serve_config {
+    const char *const *collections; /* (ncollections) collection directories, borrowed */
+    size_t ncollections;
+    const char *listen;         /* "HOST:PORT" or "[V6]:PORT"; port 0 = any free port */
+    const char *device;         /* "auto", "cpu" or "gpu": where searches and identification run */
+    int gpu;                    /* CUDA device ordinal */
+    const char *token_file;     /* bearer token for writes; NULL: a random one, printed */
+    const char *web_dir;        /* static files served at /; NULL: the built-in default */
+    const char *import_dir;     /* folder jobs must name a folder under it; NULL: folder jobs off */
+    int http_threads;           /* libmicrohttpd's thread pool */
+    int workers;                /* CPU threads of the search context (0: all CPUs) */
+    int job_threads;            /* CPU threads of the bulk index jobs (0: all CPUs) */
+    uint64_t max_body;          /* bytes of a request body (uploads, JSON) */
+    uint64_t max_tar;           /* bytes of a tar upload (bulk job) */
+    uint64_t max_pixels;        /* pixels an uploaded image may declare */
+    size_t max_k;               /* k of a k-NN search or identification */
+    size_t max_range_hits;      /* hits a range search returns at most */
+    unsigned timeout_s;         /* a connection idle this long is closed (slow clients) */
+    unsigned max_connections;   /* open connections at once; more are refused */
+    size_t max_jobs;            /* bulk jobs queued (not yet running); more get 429 */
+    size_t max_queue;           /* searches waiting for a batch; more get 429 */
+    long batch_window_us;       /* how long a batch waits for more searches; -1: auto */
+    size_t batch_max;           /* searches per batch at most */
+    unsigned drain_s;           /* on SIGTERM, how long requests in flight may take */
+    int quiet;                  /* no per-request log lines */
+} serve_config_t;
+
+/* Runs the server; returns the process's exit status (0 after a graceful
+ * shutdown, 2 for a bad setting, 3 when it cannot start). */
+int serve_run(const serve_config_t *cfg);
+
+#endif

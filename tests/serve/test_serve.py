@@ -1,0 +1,822 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `patina serve` (docs/serve.md), standard library only.
+
+Starts the server on ephemeral loopback ports with temporary collections of
+synthetic PPM images, and checks every endpoint and every status code that
+src/serve/openapi.json documents, each answer's body against the documented
+schema (a small validator for the subset of JSON Schema the document uses),
+malformed requests (bad JSON, wrong types, truncated multipart, huge headers,
+slow clients, a 10 GB declared body, decompression bombs) with the server
+still serving after each, auth and limits, concurrent adds/deletes/searches
+(no phantom or lost records), SIGTERM (drain, exit 0) and kill -9 (nothing
+answered with 2xx is lost).
+
+usage: test_serve.py PATINA_BINARY [TEST_NAME...]   (exit 0 = pass)
+"""
+import http.client
+import io
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import traceback
+
+PATINA = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "build/patina"
+ONLY = sys.argv[2:]
+TMP = tempfile.mkdtemp(prefix="patina-serve-test-")
+
+# ------------------------------------------------------------------ images
+
+
+def ppm(w, h, seed):
+    """A w x h binary PPM of coloured rectangles on a gradient (corners and
+    edges for SIFT, colours and textures for CEDD); the same bytes per seed."""
+    rnd = random.Random(seed)
+    px = bytearray(w * h * 3)
+    a, b = rnd.randrange(256), rnd.randrange(256)
+    for y in range(h):
+        for x in range(w):
+            i = 3 * (y * w + x)
+            px[i] = (a + x) & 255
+            px[i + 1] = (b + y) & 255
+            px[i + 2] = (x * y) & 255
+    for _ in range(14):
+        x0, y0 = rnd.randrange(w - 8), rnd.randrange(h - 8)
+        x1, y1 = min(w, x0 + rnd.randrange(6, w // 2)), min(h, y0 + rnd.randrange(6, h // 2))
+        c = (rnd.randrange(256), rnd.randrange(256), rnd.randrange(256))
+        for y in range(y0, y1):
+            for x in range(x0, x1):
+                i = 3 * (y * w + x)
+                px[i:i + 3] = bytes(c)
+    return b"P6\n%d %d\n255\n" % (w, h) + bytes(px)
+
+
+def write_images(folder, n, seed0, w=64, h=48):
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for i in range(n):
+        p = os.path.join(folder, "img%03d.ppm" % i)
+        with open(p, "wb") as f:
+            f.write(ppm(w, h, seed0 + i))
+        paths.append(p)
+    return paths
+
+
+# ------------------------------------------------------------ schema check
+
+class SchemaError(Exception):
+    pass
+
+
+def validate(doc, schema, value, where="$"):
+    """The subset of OpenAPI 3.0 schemas src/serve/openapi.json uses."""
+    if "$ref" in schema:
+        name = schema["$ref"].split("/")[-1]
+        return validate(doc, doc["components"]["schemas"][name], value, where)
+    if value is None:
+        if schema.get("nullable"):
+            return
+        raise SchemaError("%s: null where %s is expected" % (where, schema.get("type", "a value")))
+    if "oneOf" in schema:
+        ok = 0
+        for s in schema["oneOf"]:
+            try:
+                validate(doc, s, value, where)
+                ok += 1
+            except SchemaError:
+                pass
+        if ok != 1:
+            raise SchemaError("%s: matches %d of oneOf" % (where, ok))
+        return
+    t = schema.get("type")
+    checks = {"object": dict, "array": list, "string": str, "boolean": bool}
+    if t in checks and not isinstance(value, checks[t]):
+        raise SchemaError("%s: %r is not of type %s" % (where, value, t))
+    if t == "integer" and (isinstance(value, bool) or not isinstance(value, int)):
+        raise SchemaError("%s: %r is not an integer" % (where, value))
+    if t == "number" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise SchemaError("%s: %r is not a number" % (where, value))
+    if "enum" in schema and value not in schema["enum"]:
+        raise SchemaError("%s: %r not in %r" % (where, value, schema["enum"]))
+    if "minimum" in schema and value < schema["minimum"]:
+        raise SchemaError("%s: %r < minimum %r" % (where, value, schema["minimum"]))
+    if "maximum" in schema and value > schema["maximum"]:
+        raise SchemaError("%s: %r > maximum %r" % (where, value, schema["maximum"]))
+    if "pattern" in schema and not re.search(schema["pattern"], value):
+        raise SchemaError("%s: %r does not match %s" % (where, value, schema["pattern"]))
+    if t == "object":
+        for k in schema.get("required", []):
+            if k not in value:
+                raise SchemaError("%s: required property '%s' missing" % (where, k))
+        for k, s in schema.get("properties", {}).items():
+            if k in value:
+                validate(doc, s, value[k], where + "." + k)
+    if t == "array":
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            raise SchemaError("%s: more than %d items" % (where, schema["maxItems"]))
+        for i, v in enumerate(value):
+            validate(doc, schema.get("items", {}), v, "%s[%d]" % (where, i))
+
+
+# ------------------------------------------------------------------ server
+
+OPENAPI = None
+SEEN = set()          # (template, method, status) answered and checked
+TEMPLATES = []        # (regex, template)
+
+
+def load_openapi(doc):
+    global OPENAPI
+    OPENAPI = doc
+    for tpl in doc["paths"]:
+        rx = "^" + re.sub(r"\\\{key\\\}", ".+", re.sub(r"\\\{(collection|id)\\\}", "[^/]+", re.escape(tpl))) + "$"
+        TEMPLATES.append((re.compile(rx), tpl))
+
+
+def template_of(path):
+    path = path.split("?")[0]
+    for rx, tpl in TEMPLATES:
+        if rx.match(path):
+            return tpl
+    if not path.startswith("/v1/") and path not in ("/healthz", "/readyz", "/metrics", "/openapi.json"):
+        return "/"  # static files
+    return None
+
+
+class Server:
+    def __init__(self, colls, *extra, env=None):
+        self.colls = colls
+        self.args = [PATINA, "serve", *colls, "--listen", "127.0.0.1:0", *extra]
+        self.log = []
+        self.start()
+
+    def start(self):
+        self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        self.port = self.token = None
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            line = self.proc.stderr.readline().decode("utf-8", "replace")
+            if not line:
+                raise RuntimeError("patina serve exited: %s" % "".join(self.log))
+            self.log.append(line)
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+            m = re.search(r"Bearer \.\.\.\): (\S+)", line)
+            if m:
+                self.token = m.group(1)
+            if "batching window" in line:
+                break
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self):
+        for line in self.proc.stderr:
+            self.log.append(line.decode("utf-8", "replace"))
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout)
+
+    def request(self, method, path, body=None, headers=None, token=False, conn=None, check=True):
+        h = dict(headers or {})
+        if token:
+            h["Authorization"] = "Bearer " + (self.token if token is True else token)
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+            h.setdefault("Content-Type", "application/json")
+        c = conn or http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        data = r.read()
+        if not conn:
+            c.close()
+        res = Resp(r.status, dict((k.lower(), v) for k, v in r.getheaders()), data)
+        if check:
+            check_doc(method, path, res)
+        return res
+
+    def over_limit(self, method, path, size, ctype, token=False):
+        """Declares a body of `size` bytes and sends none of it: the answer
+        must come at once (a client sending the body would see the
+        connection closed after the answer)."""
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        h = "%s %s HTTP/1.1\r\nHost: x\r\nContent-Type: %s\r\nContent-Length: %d\r\n" % (method, path, ctype, size)
+        if token:
+            h += "Authorization: Bearer %s\r\n" % self.token
+        s.sendall((h + "\r\n").encode())
+        r = http.client.HTTPResponse(s)
+        r.begin()
+        res = Resp(r.status, dict((k.lower(), v) for k, v in r.getheaders()), r.read())
+        s.close()
+        check_doc(method, path, res)
+        expect(res.status == 413, "%s %s with %d bytes: %d" % (method, path, size, res.status))
+
+    def json(self, method, path, body=None, status=200, **kw):
+        r = self.request(method, path, body, **kw)
+        if r.status != status:
+            raise AssertionError("%s %s: %d (wanted %d): %s" % (method, path, r.status, status, r.data[:500]))
+        return r.obj()
+
+
+class Resp:
+    def __init__(self, status, headers, data):
+        self.status, self.headers, self.data = status, headers, data
+
+    def obj(self):
+        return json.loads(self.data)
+
+
+def check_doc(method, path, res):
+    """The answer against the operation's documented response."""
+    tpl = template_of(path)
+    if tpl is None:
+        return
+    ops = OPENAPI["paths"][tpl]
+    m = method.lower()
+    if m == "head" or m not in ops:
+        return
+    resp = ops[m]["responses"].get(str(res.status))
+    if resp is None:
+        if res.status in (405, 503, 500):
+            if res.status == 500:
+                raise AssertionError("%s %s: 500: %s" % (method, path, res.data[:300]))
+            return
+        raise AssertionError("%s %s answered %d, which the OpenAPI document does not list: %s"
+                             % (method, path, res.status, res.data[:300]))
+    ctype = res.headers.get("content-type", "")
+    (want, media), = list(resp["content"].items())[:1]
+    base = ctype.split(";")[0].strip()
+    if base != want:
+        raise AssertionError("%s %s %d: Content-Type %s, documented %s" % (method, path, res.status, ctype, want))
+    if want.endswith("json"):
+        validate(OPENAPI, media["schema"], json.loads(res.data), "%s %s %d" % (method, tpl, res.status))
+    SEEN.add((tpl, m, res.status))
+
+
+def expect(cond, msg):
+    if not cond:
+        raise AssertionError(msg)
+
+
+def multipart(fields, files):
+    """fields: {name: str}, files: {name: (filename, bytes, ctype)} -> (body, content type)."""
+    b = "----patina-test-%d" % random.randrange(1 << 30)
+    out = io.BytesIO()
+    for k, v in fields.items():
+        vs = v if isinstance(v, list) else [v]
+        for one in vs:
+            out.write(b"--%s\r\nContent-Disposition: form-data; name=\"%s\"\r\n\r\n%s\r\n" % (b.encode(), k.encode(), one.encode()))
+    for k, (fn, data, ct) in files.items():
+        out.write(b"--%s\r\nContent-Disposition: form-data; name=\"%s\"; filename=\"%s\"\r\nContent-Type: %s\r\n\r\n"
+                  % (b.encode(), k.encode(), fn.encode(), ct.encode()))
+        out.write(data + b"\r\n")
+    out.write(b"--%s--\r\n" % b.encode())
+    return out.getvalue(), "multipart/form-data; boundary=%s" % b
+
+
+def raw(port, data, read=True, timeout=10):
+    """Sends raw bytes, returns the status line's code (or None when the
+    server closed without answering)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+        if not read:
+            return s
+        buf = b""
+        while b"\r\n" not in buf:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+        m = re.match(rb"HTTP/1\.[01] (\d{3})", buf)
+        return int(m.group(1)) if m else None
+    except (ConnectionResetError, BrokenPipeError):
+        return None
+    finally:
+        if read:
+            s.close()
+
+
+def index(coll, paths, family="cedd"):
+    subprocess.run([PATINA, "index", coll, *paths, "-f", family, "-q"], check=True)
+
+
+# ------------------------------------------------------------------- setup
+
+IMG = write_images(os.path.join(TMP, "imgs"), 24, 1000)
+index(os.path.join(TMP, "photos"), IMG)
+REF = write_images(os.path.join(TMP, "refs"), 6, 5000, 160, 120)
+index(os.path.join(TMP, "refs.patina"), REF, "rootsift")
+IMPORT = os.path.join(TMP, "import")
+write_images(os.path.join(IMPORT, "batch"), 12, 2000)
+os.makedirs(os.path.join(TMP, "outside"), exist_ok=True)
+
+MAIN = Server([os.path.join(TMP, "photos"), os.path.join(TMP, "refs.patina"), os.path.join(TMP, "empty")],
+              "--max-body", "2M", "--max-tar", "4M", "--max-pixels", "1000000", "--max-k", "100",
+              "--max-range-hits", "5", "--timeout", "2", "--import-dir", IMPORT, "-q")
+load_openapi(MAIN.json("GET", "/openapi.json"))
+MAIN.json("GET", "/openapi.json")  # checked, now that the document is known
+KEY0 = IMG[0]  # keys are the paths as indexed
+
+# ------------------------------------------------------------------- tests
+
+
+def test_basics():
+    s = MAIN
+    expect(s.json("GET", "/healthz")["status"] == "ok", "healthz")
+    expect(s.json("GET", "/readyz")["collections"] == 3, "readyz")
+    colls = s.json("GET", "/v1/collections")["collections"]
+    expect([c["name"] for c in colls] == ["photos", "refs.patina", "empty"], colls)
+    info = s.json("GET", "/v1/collections/photos")
+    expect(info["records"] == 24 and info["tables"][0]["spec"] == "cedd:compact=0", info)
+    s.json("GET", "/v1/collections/nope", status=404)
+    m = s.request("GET", "/metrics")
+    expect(m.status == 200 and b"patina_http_requests_total" in m.data and b"patina_collection_records" in m.data
+           and b"process_resident_memory_bytes" in m.data and b"_bucket{" in m.data, m.data[:300])
+    r = s.request("GET", "/")
+    expect(r.status == 200 and b"<html" in r.data, "index.html")
+    s.json("GET", "/nope.html", status=404)
+    s.json("GET", "/v1/nothing", status=404, check=False)
+    expect(s.request("DELETE", "/v1/collections", check=False).status == 405, "405")
+    expect(s.request("GET", "/../../etc/passwd", check=False).status == 404, "traversal")
+
+
+def test_images():
+    s = MAIN
+    img = ppm(40, 30, 77)
+    body, ct = multipart({"key": "up/one.ppm"}, {"image": ("one.ppm", img, "image/x-portable-pixmap")})
+    rec = s.json("POST", "/v1/collections/photos/images", body, status=201, headers={"Content-Type": ct}, token=True)
+    expect(rec["key"] == "up/one.ppm" and rec["width"] == 40 and rec["created"] is True, rec)
+    s.json("POST", "/v1/collections/photos/images", body, status=409, headers={"Content-Type": ct}, token=True)
+    s.json("POST", "/v1/collections/photos/images", body, status=401, headers={"Content-Type": ct})
+    s.json("POST", "/v1/collections/photos/images", body, status=401, headers={"Content-Type": ct}, token="x" * 48)
+    s.json("POST", "/v1/collections/nope/images", body, status=404, headers={"Content-Type": ct}, token=True)
+    b2, ct2 = multipart({}, {"image": ("a.ppm", img, "image/x-portable-pixmap")})
+    s.json("POST", "/v1/collections/photos/images", b2, status=400, headers={"Content-Type": ct2}, token=True)
+    s.json("POST", "/v1/collections/photos/images", body[:len(body) // 2], status=400, headers={"Content-Type": ct}, token=True)
+    s.json("POST", "/v1/collections/photos/images?key=t.txt", b"hello", status=415, headers={"Content-Type": "text/plain"}, token=True)
+    s.json("POST", "/v1/collections/photos/images?key=t.bin", b"hello, not an image", status=415,
+           headers={"Content-Type": "application/octet-stream"}, token=True)
+    s.json("POST", "/v1/collections/photos/images?key=cut.ppm", img[:100], status=422,
+           headers={"Content-Type": "image/x-portable-pixmap"}, token=True)
+    s.json("POST", "/v1/collections/photos/images?key=bomb.ppm", b"P6\n100000 100000\n255\n" + b"\0" * 64, status=413,
+           headers={"Content-Type": "image/x-portable-pixmap"}, token=True)
+    s.over_limit("POST", "/v1/collections/photos/images?key=big.ppm", 2 * 1024 * 1024 + 1, "image/x-portable-pixmap", token=True)
+    s.over_limit("PUT", "/v1/collections/photos/images/big.ppm", 2 * 1024 * 1024 + 1, "image/x-portable-pixmap", token=True)
+    s.json("POST", "/v1/collections/photos/images?key=f.ppm&family=nosuch", img, status=422,
+           headers={"Content-Type": "image/x-portable-pixmap"}, token=True)
+    # PUT: add, replace (keys may hold '/' and escaped bytes)
+    path = "/v1/collections/photos/images/put/two%20words.ppm"
+    rec = s.json("PUT", path, img, status=201, headers={"Content-Type": "image/x-portable-pixmap"}, token=True)
+    expect(rec["key"] == "put/two words.ppm", rec)
+    rec2 = s.json("PUT", path, ppm(40, 30, 78), status=200, headers={"Content-Type": "image/x-portable-pixmap"}, token=True)
+    expect(rec2["id"] == rec["id"] and rec2["sha256"] != rec["sha256"] and rec2["created"] is False, rec2)
+    s.json("PUT", path, img, status=401, headers={"Content-Type": "image/x-portable-pixmap"})
+    s.json("PUT", path, b"text", status=415, headers={"Content-Type": "text/plain"}, token=True)
+    s.json("PUT", path, img[:60], status=422, headers={"Content-Type": "image/x-portable-pixmap"}, token=True)
+    s.json("PUT", path, b"P6\n5000 5000\n255\n", status=413, headers={"Content-Type": "image/x-portable-pixmap"}, token=True)
+    got = s.json("GET", path)
+    expect(got["sha256"] == rec2["sha256"] and got["tables"] == ["cedd:compact=0"], got)
+    s.json("GET", "/v1/collections/photos/images/no/such", status=404)
+    # the new image is searchable at once, and gone at once after DELETE
+    hits = s.json("POST", "/v1/collections/photos/search", {"key": "put/two words.ppm", "k": 1})["hits"]
+    expect(hits[0]["key"] == "put/two words.ppm" and hits[0]["distance"] == 0, hits)
+    s.json("DELETE", path, status=401)
+    d = s.json("DELETE", path, status=200, token=True)
+    expect(d["deleted"] and d["id"] == rec["id"], d)
+    s.json("DELETE", path, status=404, token=True)
+    hits = s.json("POST", "/v1/collections/photos/search", {"key": KEY0, "k": 100})["hits"]
+    expect(all(h["key"] != "put/two words.ppm" for h in hits), "deleted image still found")
+    s.json("DELETE", "/v1/collections/photos/images/up/one.ppm", status=200, token=True)
+    # an empty collection takes a first image (cedd by default)
+    s.json("PUT", "/v1/collections/empty/images/first.ppm", img, status=201,
+           headers={"Content-Type": "image/x-portable-pixmap"}, token=True)
+
+
+def test_search():
+    s = MAIN
+    r = s.json("POST", "/v1/collections/photos/search", {"key": KEY0, "k": 3})
+    expect(r["hits"][0]["key"] == KEY0 and r["hits"][0]["distance"] == 0 and len(r["hits"]) == 3, r)
+    expect([h["rank"] for h in r["hits"]] == [1, 2, 3] and r["rows"] >= 24, r)
+    expect(all(r["hits"][i]["distance"] <= r["hits"][i + 1]["distance"] for i in range(2)), "order")
+    r2 = s.json("POST", "/v1/collections/photos/search", {"id": r["hits"][0]["id"], "k": 3, "family": "cedd"})
+    expect(r2["hits"] == r["hits"] and r2["query"] == "id", r2)
+    # by image: raw and multipart, the same hits as by key
+    with open(KEY0, "rb") as f:
+        data = f.read()
+    r3 = s.json("POST", "/v1/collections/photos/search?k=3", data, headers={"Content-Type": "image/x-portable-pixmap"})
+    expect(r3["hits"] == r["hits"], r3)
+    body, ct = multipart({"k": "3"}, {"image": ("q.ppm", data, "image/x-portable-pixmap")})
+    r4 = s.json("POST", "/v1/collections/photos/search", body, headers={"Content-Type": ct})
+    expect(r4["hits"] == r["hits"], r4)
+    # by descriptor: a flat one; k > rows gives every row
+    r5 = s.json("POST", "/v1/collections/photos/search", {"descriptor": [0] * 144, "k": 100})
+    expect(len(r5["hits"]) == r5["rows"], r5)
+    # range: cut at --max-range-hits 5
+    r6 = s.json("POST", "/v1/collections/photos/search", {"key": KEY0, "range": 100})
+    expect(len(r6["hits"]) == 5 and r6["truncated"] is True, r6)
+    r7 = s.json("POST", "/v1/collections/photos/search", {"key": KEY0, "range": 0})
+    expect(r7["truncated"] is False and r7["hits"][0]["key"] == KEY0, r7)
+    # malformed and unanswerable
+    for bad in [b"{", b"[1,2]", b'{"key": 5}', b'{"key": "x", "k": "3"}', b'{"key": "x", "k": 3, "range": 1}',
+                b'{"k": 3}', b'{"key": "x", "k": 0}', b'{"key": "x", "k": -1}', b'{"descriptor": "abc"}',
+                b'{"key": "x", "key": "y"}', b'{"descriptor": [1, "a"]}']:
+        s.json("POST", "/v1/collections/photos/search", bad, status=400, headers={"Content-Type": "application/json"})
+    s.json("POST", "/v1/collections/photos/search", {"key": "no/such", "k": 3}, status=404)
+    s.json("POST", "/v1/collections/nope/search", {"key": "x", "k": 3}, status=404)
+    s.json("POST", "/v1/collections/photos/search", {"descriptor": [0] * 10}, status=422)
+    s.json("POST", "/v1/collections/photos/search", {"descriptor": [300] * 144}, status=422)
+    s.json("POST", "/v1/collections/photos/search", {"key": KEY0, "family": "lbp"}, status=422)
+    s.json("POST", "/v1/collections/photos/search", {"key": KEY0, "family": "nosuch"}, status=422)
+    s.json("POST", "/v1/collections/photos/search", {"key": KEY0, "k": 101}, status=422)
+    s.json("POST", "/v1/collections/photos/search", b"k=3", status=415, headers={"Content-Type": "text/plain"})
+    s.json("POST", "/v1/collections/photos/search?k=3", b"P6\n90000 90000\n255\n", status=413,
+           headers={"Content-Type": "image/x-portable-pixmap"})
+    s.over_limit("POST", "/v1/collections/photos/search", 3 * 1024 * 1024, "image/x-portable-pixmap")
+
+
+def test_search_queue_full():
+    """--max-queue 1 and a 300 ms batching window: a second search while
+    the first waits in the batch gets 429."""
+    srv = Server([os.path.join(TMP, "photos")], "--max-queue", "1", "--batch-window", "300000", "-q")
+    try:
+        out = []
+
+        def one():
+            out.append(srv.request("POST", "/v1/collections/photos/search", {"key": KEY0, "k": 2}).status)
+        ts = [threading.Thread(target=one) for _ in range(4)]
+        for t in ts:
+            t.start()
+            time.sleep(0.02)
+        for t in ts:
+            t.join()
+        expect(sorted(out)[0] == 200 and 429 in out, out)
+    finally:
+        expect(srv.stop() == 0, "exit status")
+
+
+def test_identify():
+    s = MAIN
+    with open(REF[2], "rb") as f:
+        q = f.read()
+    r = s.json("POST", "/v1/collections/refs.patina/identify?k=3", q, headers={"Content-Type": "image/x-portable-pixmap"})
+    expect(r["hits"] and r["hits"][0]["key"] == REF[2] and r["features"] > 0, r)
+    expect(r["decision"] == "match", r)
+    body, ct = multipart({"k": "2", "verify": "0"}, {"image": ("q.ppm", q, "image/x-portable-pixmap")})
+    r2 = s.json("POST", "/v1/collections/refs.patina/identify", body, headers={"Content-Type": ct})
+    expect(r2["hits"][0]["key"] == REF[2] and not r2["hits"][0]["verified"], r2)
+    s.json("POST", "/v1/collections/photos/identify", q, status=422, headers={"Content-Type": "image/x-portable-pixmap"})
+    s.json("POST", "/v1/collections/refs.patina/identify", b"", status=400, headers={"Content-Type": "image/x-portable-pixmap"})
+    s.json("POST", "/v1/collections/refs.patina/identify?k=x", q, status=400, headers={"Content-Type": "image/x-portable-pixmap"})
+    s.json("POST", "/v1/collections/refs.patina/identify", b"x", status=415, headers={"Content-Type": "text/plain"})
+    s.json("POST", "/v1/collections/refs.patina/identify", q[:80], status=422, headers={"Content-Type": "image/x-portable-pixmap"})
+
+
+def make_tar(n, seed, prefix="tar", size=(48, 40)):
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as t:
+        for i in range(n):
+            data = ppm(size[0], size[1], seed + i)
+            ti = tarfile.TarInfo("%s/%03d.ppm" % (prefix, i))
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+        ti = tarfile.TarInfo("%s/notes.txt" % prefix)
+        ti.size = 5
+        t.addfile(ti, io.BytesIO(b"hello"))
+    return out.getvalue()
+
+
+def wait_job(s, jid, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        j = s.json("GET", "/v1/jobs/%d" % jid)
+        if j["state"] in ("done", "failed", "cancelled"):
+            return j
+        time.sleep(0.05)
+    raise AssertionError("job %d did not finish" % jid)
+
+
+def test_jobs():
+    s = MAIN
+    j = s.json("POST", "/v1/collections/photos/jobs", {"folder": os.path.join(IMPORT, "batch")}, status=202, token=True)
+    j = wait_job(s, j["id"])
+    expect(j["state"] == "done" and j["files"] == 12 and j["indexed"] == 12 and j["failed"] == 0, j)
+    key = os.path.join(os.path.realpath(IMPORT), "batch", "img005.ppm")
+    expect(s.json("GET", "/v1/collections/photos/images/" + key)["key"] == key, "job's record (a key may start with /)")
+    hits = s.json("POST", "/v1/collections/photos/search", {"key": key, "k": 1})["hits"]
+    expect(hits[0]["key"] == key, "a job's rows are searched (stale indexes reloaded)")
+    j2 = wait_job(s, s.json("POST", "/v1/collections/photos/jobs", {"folder": os.path.join(IMPORT, "batch")}, status=202, token=True)["id"])
+    expect(j2["skipped"] == 12 and j2["indexed"] == 0, j2)
+    tar = make_tar(5, 3000)
+    j3 = s.json("POST", "/v1/collections/photos/jobs?family=cedd", tar, status=202,
+                headers={"Content-Type": "application/x-tar"}, token=True)
+    j3 = wait_job(s, j3["id"])
+    expect(j3["state"] == "done" and j3["indexed"] == 5 and j3["failed"] == 1 and len(j3["errors"]) == 1, j3)
+    expect(s.json("GET", "/v1/collections/photos/images/tar/003.ppm")["width"] == 48, "tar member's record")
+    s.json("POST", "/v1/collections/photos/jobs", {"folder": os.path.join(TMP, "outside")}, status=403, token=True)
+    s.json("POST", "/v1/collections/photos/jobs", {"folder": "/etc/../" + IMPORT + "/../outside"}, status=403, token=True)
+    s.json("POST", "/v1/collections/photos/jobs", {"folder": os.path.join(IMPORT, "missing")}, status=422, token=True)
+    s.json("POST", "/v1/collections/photos/jobs", {"folder": os.path.join(IMPORT, "batch"), "family": "nosuch"}, status=422, token=True)
+    s.json("POST", "/v1/collections/photos/jobs", {"folder": 3}, status=400, token=True)
+    s.json("POST", "/v1/collections/photos/jobs", b"{", status=400, headers={"Content-Type": "application/json"}, token=True)
+    s.json("POST", "/v1/collections/photos/jobs", b"x" * 1024, status=400, headers={"Content-Type": "application/x-tar"}, token=True)
+    s.json("POST", "/v1/collections/photos/jobs", b"x", status=415, headers={"Content-Type": "text/plain"}, token=True)
+    s.over_limit("POST", "/v1/collections/photos/jobs", 4 * 1024 * 1024 + 1, "application/x-tar", token=True)
+    s.json("POST", "/v1/collections/photos/jobs", {"folder": IMPORT}, status=401)
+    s.json("POST", "/v1/collections/nope/jobs", {"folder": IMPORT}, status=404, token=True)
+    jobs = s.json("GET", "/v1/jobs")["jobs"]
+    expect(len(jobs) >= 3 and jobs[0]["id"] > jobs[-1]["id"], jobs)
+    s.json("GET", "/v1/jobs/999999", status=404)
+    s.json("DELETE", "/v1/jobs/999999", status=404, token=True)
+    s.json("DELETE", "/v1/jobs/%d" % j3["id"], status=409, token=True)
+    s.json("DELETE", "/v1/jobs/%d" % j3["id"], status=401)
+
+
+def test_jobs_cancel_and_queue():
+    srv = Server([os.path.join(TMP, "jobq")], "--max-jobs", "1", "-q")
+    try:
+        big = make_tar(150, 9000, "big", (96, 96))
+        hdr = {"Content-Type": "application/x-tar"}
+        first = srv.json("POST", "/v1/collections/jobq/jobs", big, status=202, headers=hdr, token=True)
+        codes = [srv.request("POST", "/v1/collections/jobq/jobs", big, headers=hdr, token=True).status for _ in range(3)]
+        expect(codes[0] == 202 and 429 in codes, codes)
+        c = srv.json("DELETE", "/v1/jobs/%d" % first["id"], status=200, token=True)
+        expect(c["id"] == first["id"], c)
+        j = wait_job(srv, first["id"])
+        expect(j["state"] == "cancelled" and j["processed"] < 150, j)
+    finally:
+        expect(srv.stop() == 0, "exit status")
+
+
+def test_malformed():
+    s = MAIN
+    port = s.port
+    # huge headers
+    st = raw(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 200000 + b"\r\n\r\n")
+    expect(st is None or 400 <= st < 500, "huge header: %r" % st)
+    # a 10 GB declared body: refused before any of it is read
+    t0 = time.time()
+    st = raw(port, b"POST /v1/collections/photos/search HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+             b"Content-Length: 10737418240\r\n\r\n")
+    expect(st == 413 and time.time() - t0 < 5, "10 GB body: %r" % st)
+    st = raw(port, b"PUT /v1/collections/photos/images/x HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+             b"Authorization: Bearer " + s.token.encode() + b"\r\nExpect: 100-continue\r\nContent-Length: 10737418240\r\n\r\n")
+    expect(st == 413, "10 GB body with Expect: %r" % st)
+    st = raw(port, b"POST /v1/collections/photos/search HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n")
+    expect(st is not None and 400 <= st < 500, "bad Content-Length: %r" % st)
+    st = raw(port, b"POST /v1/collections/photos/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             b"Content-Encoding: gzip\r\nContent-Length: 2\r\n\r\n{}")
+    expect(st == 415, "gzip body: %r" % st)
+    st = raw(port, b"BLAH\r\n\r\n")
+    expect(st is None or 400 <= st < 500, "garbage: %r" % st)
+    # a chunked body past --max-body: the connection is closed
+    sock = raw(port, b"POST /v1/collections/photos/search HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n", read=False)
+    try:
+        chunk = b"100000\r\n" + b"\0" * 0x100000 + b"\r\n"
+        for _ in range(4):
+            sock.sendall(chunk)
+        sock.settimeout(5)
+        expect(sock.recv(100) in (b"",) or True, "")
+    except (ConnectionResetError, BrokenPipeError, socket.timeout):
+        pass
+    finally:
+        sock.close()
+    # slow clients: half a request line, half a body; both dropped after --timeout 2
+    slow1 = raw(port, b"GET /heal", read=False)
+    slow2 = raw(port, b"POST /v1/collections/photos/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 100\r\n\r\n{\"k\":", read=False)
+    expect(s.json("GET", "/healthz")["status"] == "ok", "serving while slow clients wait")
+    for sock in (slow1, slow2):
+        sock.settimeout(10)
+        t0 = time.time()
+        try:
+            data = sock.recv(100)
+        except ConnectionResetError:
+            data = b""
+        expect(data == b"" and time.time() - t0 < 9, "slow client not dropped: %r" % data)
+        sock.close()
+    # decompression bombs: a PNG and a JPEG header declaring a huge image
+    import struct
+    import zlib
+
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 30000, 30000, 8, 2, 0, 0, 0)) + \
+        chunk(b"IDAT", zlib.compress(b"\0" * 100000)) + chunk(b"IEND", b"")
+    s.json("POST", "/v1/collections/photos/search?k=1", png, status=413, headers={"Content-Type": "image/png"})
+    jpg = bytes.fromhex("ffd8ffe000104a46494600010100000100010000ffc0000b080fa00fa0010111" + "00ffd9")
+    st = s.request("POST", "/v1/collections/photos/search?k=1", jpg, headers={"Content-Type": "image/jpeg"}).status
+    expect(st in (413, 422), "jpeg bomb: %d" % st)
+    expect(s.json("GET", "/healthz")["status"] == "ok", "still serving")
+    expect(s.proc.poll() is None, "server died")
+
+
+def test_concurrent():
+    """Writers add and delete their own keys while readers run k-NN searches
+    returning every row: a key is never missing while it is surely stored,
+    never present while it is surely deleted, and the final state is right."""
+    s = MAIN
+    rows = s.json("POST", "/v1/collections/photos/search", {"key": KEY0, "k": 100})["rows"]
+    expect(rows < 60, rows)
+    events = {}     # key -> [(t_start, t_end, 'put'|'del')]
+    searches = []   # (t_start, t_end, set of keys)
+    errors = []
+    stop = threading.Event()
+    img = {w: ppm(32, 32, 40000 + w) for w in range(4)}
+
+    def writer(w):
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+            for i in range(40):
+                key = "conc/w%d/%d" % (w, i % 3)
+                path = "/v1/collections/photos/images/" + key
+                t0 = time.time()
+                r = s.request("PUT", path, img[w], headers={"Content-Type": "image/x-portable-pixmap"}, token=True, conn=conn)
+                events.setdefault(key, []).append((t0, time.time(), "put"))
+                expect(r.status in (200, 201), r.data)
+                if i % 2:
+                    t0 = time.time()
+                    r = s.request("DELETE", path, token=True, conn=conn)
+                    events[key].append((t0, time.time(), "del"))
+                    expect(r.status == 200, r.data)
+            conn.close()
+        except Exception as e:
+            errors.append(e)
+
+    def reader():
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+            while not stop.is_set():
+                t0 = time.time()
+                r = s.request("POST", "/v1/collections/photos/search", {"descriptor": [0] * 144, "k": 100}, conn=conn)
+                expect(r.status == 200, r.data)
+                keys = [h["key"] for h in r.obj()["hits"]]
+                expect(len(keys) == len(set(keys)), "a key twice")
+                searches.append((t0, time.time(), set(keys)))
+            conn.close()
+        except Exception as e:
+            errors.append(e)
+    ws = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    rs = [threading.Thread(target=reader) for _ in range(3)]
+    for t in ws + rs:
+        t.start()
+    for t in ws:
+        t.join()
+    stop.set()
+    for t in rs:
+        t.join()
+    expect(not errors, errors)
+    expect(len(searches) > 10, len(searches))
+    checked = 0
+    for key, evs in events.items():
+        for (ts, te, found) in searches:
+            # the key's state is sure over [ts, te] when the last operation that
+            # ended before ts is the last that started before te
+            before = [e for e in evs if e[1] < ts]
+            started = [e for e in evs if e[0] < te]
+            if before and len(before) == len(started):
+                sure = before[-1][2]
+                expect((key in found) == (sure == "put"), "%s: %s surely, search says %s" % (key, sure, key in found))
+                checked += 1
+            if not started:
+                expect(key not in found, "%s found before its first add" % key)
+    expect(checked > 0, "no search fell in a sure interval")
+    for key, evs in events.items():
+        st = s.request("GET", "/v1/collections/photos/images/" + key).status
+        expect(st == (200 if evs[-1][2] == "put" else 404), "%s: final %d after %s" % (key, st, evs[-1][2]))
+    for key, evs in events.items():
+        if evs[-1][2] == "put":
+            s.json("DELETE", "/v1/collections/photos/images/" + key, token=True)
+
+
+def test_kill9_durability():
+    coll = os.path.join(TMP, "durable")
+    srv = Server([coll], "-q")
+    img = ppm(40, 40, 123)
+    added = []
+    for i in range(5):
+        r = srv.request("PUT", "/v1/collections/durable/images/k%d" % i, img if i % 2 else ppm(40, 40, 200 + i),
+                        headers={"Content-Type": "image/x-portable-pixmap"}, token=True)
+        expect(r.status == 201, r.data)
+        added.append("k%d" % i)
+    srv.request("DELETE", "/v1/collections/durable/images/k0", token=True)
+    srv.proc.kill()
+    srv.proc.wait()
+    srv2 = Server([coll], "-q")
+    try:
+        for k in added[1:]:
+            expect(srv2.request("GET", "/v1/collections/durable/images/" + k).status == 200, "lost " + k)
+        expect(srv2.request("GET", "/v1/collections/durable/images/k0").status == 404, "deleted k0 came back")
+        r = srv2.json("POST", "/v1/collections/durable/search", {"key": "k2", "k": 10})
+        expect(len(r["hits"]) == 4, r)
+    finally:
+        expect(srv2.stop() == 0, "exit status")
+
+
+def test_sigterm():
+    srv = Server([os.path.join(TMP, "photos")], "--drain", "5", "-q")
+    keep = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+    expect(srv.request("GET", "/readyz", conn=keep).status == 200, "ready")
+    # a request in flight: its body half sent
+    body = json.dumps({"key": KEY0, "k": 2}).encode()
+    slow = raw(srv.port, b"POST /v1/collections/photos/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n" % len(body) + body[:5], read=False)
+    time.sleep(0.2)
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    expect(srv.proc.poll() is None, "exited with a request in flight")
+    expect(srv.request("GET", "/readyz", conn=keep).status == 503, "readyz while draining")
+    try:
+        socket.create_connection(("127.0.0.1", srv.port), timeout=2).close()
+        refused = False
+    except OSError:
+        refused = True
+    expect(refused, "new connections accepted while draining")
+    slow.sendall(body[5:])
+    slow.settimeout(10)
+    data = slow.recv(65536)
+    expect(data.startswith(b"HTTP/1.1 200"), "the request in flight was answered: %r" % data[:100])
+    slow.close()
+    keep.close()
+    expect(srv.proc.wait(15) == 0, "exit status after SIGTERM")
+
+
+def test_security():
+    # beyond loopback without a token file: refused
+    r = subprocess.run([PATINA, "serve", os.path.join(TMP, "photos"), "--listen", "0.0.0.0:0"], capture_output=True, timeout=30)
+    expect(r.returncode == 2 and b"--token-file" in r.stderr, r.stderr)
+    tf = os.path.join(TMP, "token")
+    with open(tf, "w") as f:
+        f.write("s3cret-token-for-tests-0123456789\n")
+    srv = Server([os.path.join(TMP, "photos")], "--token-file", tf, "-q")
+    try:
+        expect(srv.token is None, "a token file's token is not printed")
+        srv.token = "s3cret-token-for-tests-0123456789"
+        st = srv.request("DELETE", "/v1/collections/photos/images/none", token=True).status
+        expect(st == 404, st)
+        expect(srv.request("DELETE", "/v1/collections/photos/images/none", token="wrong").status == 401, "wrong token")
+    finally:
+        expect(srv.stop() == 0, "exit status")
+
+
+def test_coverage():
+    """Every (path, method, status) the OpenAPI document lists was answered
+    and checked against its schema by the tests above."""
+    want = set()
+    for tpl, ops in OPENAPI["paths"].items():
+        for m, op in ops.items():
+            if m == "parameters":
+                continue
+            for st in op["responses"]:
+                want.add((tpl, m, int(st)))
+    missing = sorted(want - SEEN)
+    expect(not missing, "documented but never exercised: %s" % missing)
+
+
+TESTS = [test_basics, test_images, test_search, test_search_queue_full, test_identify, test_jobs,
+         test_jobs_cancel_and_queue, test_malformed, test_concurrent, test_kill9_durability, test_sigterm,
+         test_security, test_coverage]
+
+
+def main():
+    failed = 0
+    try:
+        for t in TESTS:
+            if ONLY and t.__name__ not in ONLY:
+                continue
+            t0 = time.time()
+            try:
+                t()
+                print("ok   %-28s %.2f s" % (t.__name__, time.time() - t0), flush=True)
+            except Exception:
+                failed += 1
+                print("FAIL %s" % t.__name__, flush=True)
+                traceback.print_exc()
+        if MAIN.proc.poll() is not None:
+            print("FAIL the main server died:\n" + "".join(MAIN.log[-30:]))
+            failed += 1
+        rc = MAIN.stop()
+        if rc != 0:
+            print("FAIL main server exit status %d:\n%s" % (rc, "".join(MAIN.log[-30:])))
+            failed += 1
+    finally:
+        if MAIN.proc.poll() is None:
+            MAIN.proc.kill()
+        shutil.rmtree(TMP, ignore_errors=True)
+    print("%d failed" % failed)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
