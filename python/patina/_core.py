@@ -358,7 +358,7 @@ def _decode_opts(lib, ctx, strict):
 
 def _warn(report, stacklevel=4):
     if report.warnings:
-        warnings.warn(_s(report.warning.value), errors.DecodeWarning, stacklevel=stacklevel)
+        warnings.warn(_s(report.warning), errors.DecodeWarning, stacklevel=stacklevel)
 
 
 def _prepare(item, ctx, strict, what="image", want_hash=False):
@@ -486,7 +486,7 @@ def _load_paths(paths, ctx, strict):
                 out.append(p)
             for i in range(done, done + taken.value):
                 if res[i].status != errors.OK:
-                    raise errors.make_error(res[i].status, f"image {i}: {_s(res[i].error.value)}",
+                    raise errors.make_error(res[i].status, f"image {i}: {_s(res[i].error)}",
                                             _s(lib.status_str(res[i].status)))
                 _warn(res[i].report, 5)
             done += taken.value
