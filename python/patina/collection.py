@@ -25,6 +25,7 @@ _SCORING = {"one2one": 0, "raw": 1, "mutual": 2}
 _MODELS = {"similarity": 0, "affine": 1, "homography": 2}
 _PRECISION = {"int8": 0, "fp16": 1}
 _BOUNDS = {"ptolemaic": 0, "metric": 1, "none": 2}
+_KNN_MAX = 1000000  # k of patina_index_knn (PATINA_E_LIMIT above) and of `patina identify -k`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -521,6 +522,9 @@ class Collection:
         if range is None:
             if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
                 raise _invalid(f"k must be an integer >= 1, got {k!r}")
+            if k > _KNN_MAX:   # the library's limit, checked before the (nq, k) hits are allocated here
+                raise errors.LimitError(f"search: k = {k} exceeds the limit of {_KNN_MAX}", errors.E_LIMIT,
+                                        "over a limit")
             k = int(k)
         else:
             range = float(range)
@@ -617,6 +621,9 @@ class Collection:
         lib.identify_opts_init(ctypes.byref(io))
         if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
             raise _invalid(f"k must be an integer >= 1, got {k!r}")
+        if k > _KNN_MAX:
+            raise errors.LimitError(f"identify: k = {k} exceeds the limit of {_KNN_MAX}", errors.E_LIMIT,
+                                    "over a limit")
         for name, table_, v in (("scoring", _SCORING, scoring), ("model", _MODELS, model),
                                 ("precision", _PRECISION, precision)):
             if v not in table_:
