@@ -71,7 +71,7 @@ function route() {
     $("nav-" + p).classList.toggle("active", p === page);
   }
   clearProblem();
-  if (page === "collections") loadCollections().catch(showProblem);
+  return page;
 }
 
 function fillSelect(sel, values, keep) {
@@ -394,7 +394,11 @@ function watchJob(job) {
 
 /* ---------------------------------------------------------------- start */
 
-window.addEventListener("hashchange", route);
+/* The collections are loaded once at start, and again on each visit of the
+ * collections page (counts change as jobs run). */
+window.addEventListener("hashchange", () => {
+  if (route() === "collections") loadCollections().catch(showProblem);
+});
 $("search-form").addEventListener("submit", search);
 $("identify-form").addEventListener("submit", identify);
 $("job-form").addEventListener("submit", submitJob);
