@@ -132,6 +132,36 @@ static void test_registry(void **state)
     assert_int_equal(patina_extractor_new(&ex, ""), PATINA_E_INVALID);
     patina_extractor_free(NULL);
 
+    {   /* the option tables, as bindings see them */
+        patina_option_info_t o;
+        size_t f, i, lbp = (size_t)-1;
+        for (f = 0; f < patina_family_count(); f++) {
+            if (!strcmp(patina_family_name(f), "lbp")) lbp = f;
+            for (i = 0; i < patina_family_option_count(f); i++) {
+                TU_OK(patina_family_option(&o, f, i));
+                assert_non_null(o.name);
+                assert_non_null(o.def);
+                assert_non_null(o.help);
+                assert_true((o.type == PATINA_OPTION_ENUM) == (o.choices != NULL));
+                if (o.type == PATINA_OPTION_INT || o.type == PATINA_OPTION_DOUBLE) assert_true(o.min <= o.max);
+            }
+            assert_int_equal(patina_family_option(&o, f, i), PATINA_E_INVALID);
+        }
+        assert_true(lbp != (size_t)-1);
+        TU_OK(patina_family_option(&o, lbp, 0));
+        assert_string_equal(o.name, "P");
+        assert_int_equal(o.type, PATINA_OPTION_INT);
+        assert_true(o.min == 1 && o.max == 32);
+        assert_string_equal(o.def, "8");
+        TU_OK(patina_family_option(&o, lbp, 2));
+        assert_string_equal(o.name, "method");
+        assert_int_equal(o.type, PATINA_OPTION_ENUM);
+        assert_string_equal(o.choices, "default|ror|uniform|nri_uniform|var");
+        assert_int_equal(patina_family_option_count(patina_family_count()), 0);
+        assert_int_equal(patina_family_option(&o, patina_family_count(), 0), PATINA_E_INVALID);
+        assert_non_null(strstr(patina_last_error(), "no family"));
+    }
+
     TU_OK(patina_device_parse(&d, "hybrid"));
     assert_int_equal(d, PATINA_DEVICE_HYBRID);
     assert_int_equal(patina_device_parse(&d, "tpu"), PATINA_E_INVALID);

@@ -54,6 +54,33 @@ PATINA_API size_t patina_family_count(void);
 PATINA_API const char *patina_family_name(size_t i);
 PATINA_API const char *patina_family_help(size_t i);
 
+/* The options of family `family` (< patina_family_count), as its table
+ * declares them once: what the CLI's help, the HTTP server and bindings
+ * list. Every string is static (never freed); `choices` is NULL except for
+ * ENUM options. */
+typedef enum patina_option_type {
+    PATINA_OPTION_INT = 0,  /* an integer in [min, max] */
+    PATINA_OPTION_DOUBLE,   /* a number in [min, max] */
+    PATINA_OPTION_BOOL,     /* 0 or 1 (also true/false/yes/no) */
+    PATINA_OPTION_ENUM,     /* one of `choices`, "a|b|c" */
+    PATINA_OPTION_STRING    /* text (may hold ','; a list or a path) */
+} patina_option_type;
+
+typedef struct patina_option_info {
+    const char *name;
+    patina_option_type type;
+    double min, max;        /* INT and DOUBLE: inclusive bounds; 0 otherwise */
+    const char *def;        /* the default, as text */
+    const char *choices;    /* ENUM: "a|b|c"; NULL otherwise */
+    const char *help;       /* one line ("" when none) */
+} patina_option_info_t;
+
+/* Options of a family: 0 for an out-of-range index. */
+PATINA_API size_t patina_family_option_count(size_t family);
+/* Option i (< patina_family_option_count(family)) into info (caller
+ * storage); PATINA_E_INVALID for an out-of-range family or option. */
+PATINA_API patina_status patina_family_option(patina_option_info_t *info, size_t family, size_t i);
+
 /* Parses "family[:key=value,...]". Unknown family or option, bad values and
  * out-of-bounds values fail with PATINA_E_INVALID and say which. */
 PATINA_API patina_status patina_extractor_new(patina_extractor_t **ex, const char *spec);

@@ -26,6 +26,38 @@ size_t patina_family_count(void) { return NFAMILIES; }
 const char *patina_family_name(size_t i) { return i < NFAMILIES ? families[i]->name : NULL; }
 const char *patina_family_help(size_t i) { return i < NFAMILIES ? families[i]->help : NULL; }
 
+size_t patina_family_option_count(size_t family) { return family < NFAMILIES ? families[family]->nopts : 0; }
+
+patina_status patina_family_option(patina_option_info_t *info, size_t family, size_t i)
+{
+    const patina_optdef_t *d;
+    if (!info) return patina__fail(PATINA_E_INVALID, "descriptor: patina_family_option: info is NULL");
+    memset(info, 0, sizeof *info);
+    if (family >= NFAMILIES)
+        return patina__fail(PATINA_E_INVALID, "descriptor: no family %zu (there are %zu)", family,
+                            (size_t)NFAMILIES);
+    if (i >= families[family]->nopts)
+        return patina__fail(PATINA_E_INVALID, "descriptor: family '%s' has no option %zu (it has %zu)",
+                            families[family]->name, i, families[family]->nopts);
+    d = &families[family]->opts[i];
+    info->name = d->name;
+    switch (d->type) {
+    case PATINA_OPT_INT: info->type = PATINA_OPTION_INT; break;
+    case PATINA_OPT_DOUBLE: info->type = PATINA_OPTION_DOUBLE; break;
+    case PATINA_OPT_BOOL: info->type = PATINA_OPTION_BOOL; break;
+    case PATINA_OPT_ENUM: info->type = PATINA_OPTION_ENUM; break;
+    case PATINA_OPT_STRING: info->type = PATINA_OPTION_STRING; break;
+    }
+    if (d->type == PATINA_OPT_INT || d->type == PATINA_OPT_DOUBLE) {
+        info->min = d->min;
+        info->max = d->max;
+    }
+    info->def = d->def;
+    info->choices = d->type == PATINA_OPT_ENUM ? d->choices : NULL;
+    info->help = d->help ? d->help : "";
+    return PATINA_OK;
+}
+
 const char *patina_device_name(patina_device d)
 {
     switch (d) {

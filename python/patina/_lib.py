@@ -1,0 +1,400 @@
+"""Finding and loading libpatina.so, and its C declarations for ctypes.
+
+This module is the only place that knows the C ABI: the structs mirror
+include/patina/*.h field by field, and every function used has its argument
+and result types declared (ctypes would otherwise pass pointers as ints).
+Nothing here is public; ``patina.load`` and ``patina.Library`` are.
+
+Where the library comes from, first match wins:
+  1. ``patina.load(path)`` (or a ``library=`` argument of ``Context``,
+     ``Collection``, ``extract`` ...): that file;
+  2. the ``PATINA_LIB`` environment variable: that file;
+  3. the package's own directory: ``libpatina.so*`` installed beside
+     ``__init__.py`` (copied there before ``pip install``);
+  4. the system loader: ``libpatina.so.0`` / ``libpatina.so`` on the usual
+     paths (``cmake --install``, LD_LIBRARY_PATH, ldconfig).
+The first library loaded this way becomes the default; an explicit
+``load(path)`` replaces the default for objects created afterwards.
+"""
+
+import ctypes
+import ctypes.util
+import glob
+import os
+import threading
+
+from . import errors
+
+c_size_t = ctypes.c_size_t
+c_char_p = ctypes.c_char_p
+c_void_p = ctypes.c_void_p
+c_int = ctypes.c_int
+c_uint32 = ctypes.c_uint32
+c_uint64 = ctypes.c_uint64
+c_int64 = ctypes.c_int64
+c_int32 = ctypes.c_int32
+c_double = ctypes.c_double
+c_float = ctypes.c_float
+P = ctypes.POINTER
+
+PATINA_WARNING_MAX = 512
+PATINA_ERROR_MAX = 1024
+PATINA_KEY_MAX = 65535
+
+OPEN_READONLY = 0
+OPEN_WRITE = 1
+OPEN_CREATE = 3
+
+ELEM_U8, ELEM_U16, ELEM_U32, ELEM_F32, ELEM_F64 = range(5)
+DEVICES = {"auto": 0, "cpu": 1, "gpu": 2, "hybrid": 3}
+
+
+# ------------------------------------------------------------------ structs
+class Image(ctypes.Structure):
+    """patina_image_t: (height, stride) u8, interleaved RGB."""
+    _fields_ = [("width", c_int), ("height", c_int), ("stride", c_size_t),
+                ("data", P(ctypes.c_uint8)), ("owned", c_int)]
+
+
+class Limits(ctypes.Structure):
+    _fields_ = [("max_pixels", c_uint64), ("max_file_bytes", c_uint64)]
+
+
+class DecodeOpts(ctypes.Structure):
+    _fields_ = [("limits", Limits), ("strict", c_int)]
+
+
+class DecodeReport(ctypes.Structure):
+    _fields_ = [("warnings", ctypes.c_uint), ("warning", ctypes.c_char * PATINA_WARNING_MAX)]
+
+
+class ContextOpts(ctypes.Structure):
+    _fields_ = [("threads", c_int), ("gpu_index", c_int), ("gpu_mem_budget", c_uint64),
+                ("limits", Limits), ("nvjpeg_library", c_char_p), ("nvjpeg_lanes", c_int)]
+
+
+class LoadOpts(ctypes.Structure):
+    _fields_ = [("strict", c_int), ("batch_memory", c_uint64)]
+
+
+class LoadResult(ctypes.Structure):
+    _fields_ = [("status", c_int), ("error", ctypes.c_char * PATINA_ERROR_MAX), ("report", DecodeReport)]
+
+
+class OptionInfo(ctypes.Structure):
+    _fields_ = [("name", c_char_p), ("type", c_int), ("min", c_double), ("max", c_double),
+                ("default", c_char_p), ("choices", c_char_p), ("help", c_char_p)]
+
+
+class Record(ctypes.Structure):
+    _fields_ = [("id", c_uint64), ("key", c_void_p), ("size", c_uint64), ("sha256", ctypes.c_uint8 * 32),
+                ("mtime", c_int64), ("added", c_int64), ("width", c_int32), ("height", c_int32)]
+
+
+class Insert(ctypes.Structure):
+    _fields_ = [("key", c_char_p), ("size", c_uint64), ("sha256", ctypes.c_uint8 * 32), ("mtime", c_int64),
+                ("width", c_int32), ("height", c_int32), ("desc", c_void_p)]
+
+
+class CollectionInfo(ctypes.Structure):
+    _fields_ = [("format", c_uint32), ("records", c_uint64), ("next_id", c_uint64), ("tables", c_size_t),
+                ("map_size", c_uint64), ("used", c_uint64), ("page_size", c_uint32), ("max_readers", c_uint32)]
+
+
+class Hit(ctypes.Structure):
+    _fields_ = [("id", c_uint64), ("distance", c_double)]
+
+
+class SearchStats(ctypes.Structure):
+    _fields_ = [("gpu_tensor", c_size_t), ("gpu_filter", c_size_t), ("gpu_exact", c_size_t), ("cpu", c_size_t),
+                ("chunks", c_size_t), ("pivot_dists", c_size_t), ("pruned", c_size_t), ("computed", c_size_t)]
+
+
+class SearchOpts(ctypes.Structure):
+    _fields_ = [("device", c_int), ("max_hits", c_size_t), ("stats", P(SearchStats))]
+
+
+class PivotSearchOpts(ctypes.Structure):
+    _fields_ = [("bound", c_int), ("max_hits", c_size_t), ("stats", P(SearchStats))]
+
+
+class RefsetSpec(ctypes.Structure):
+    _fields_ = [("table", c_char_p), ("shard", c_uint32), ("shards", c_uint32), ("snapshot", c_void_p)]
+
+
+class IdentifyOpts(ctypes.Structure):
+    _fields_ = [("k", c_size_t), ("ratio", c_double), ("scoring", c_int), ("verify", c_int),
+                ("verify_top", c_size_t), ("model", c_int), ("ransac_threshold", c_double),
+                ("iterations", c_int), ("shape_check", c_int), ("seed", c_uint64), ("threshold", c_double),
+                ("device", c_int), ("precision", c_int), ("gpu_arena_slots", c_size_t)]
+
+
+class IdentifyHit(ctypes.Structure):
+    _fields_ = [("id", c_uint64), ("score", c_double), ("matches", c_uint32), ("inliers", c_uint32),
+                ("verified", c_int)]
+
+
+class IdentifyResult(ctypes.Structure):
+    _fields_ = [("decision", c_int), ("nhits", c_size_t), ("query_features", c_uint32)]
+
+
+class RootsiftInfo(ctypes.Structure):
+    _fields_ = [("count", c_uint32), ("m", c_uint32), ("f16", c_int), ("qscale", c_float),
+                ("downscale", c_float), ("width", c_uint32), ("height", c_uint32),
+                ("orig_width", c_uint32), ("orig_height", c_uint32)]
+
+
+class SignatureInfo(ctypes.Structure):
+    _fields_ = [("count", c_uint32), ("k", c_uint32), ("alpha", c_double), ("form", c_int)]
+
+
+# Every function the binding calls: name -> (result type, argument types).
+# A result of c_int is a patina_status unless said otherwise.
+_PROTOS = {
+    # status.h, patina.h
+    "patina_status_str": (c_char_p, [c_int]),
+    "patina_last_error": (c_char_p, []),
+    "patina_clear_error": (None, []),
+    "patina_version": (c_char_p, []),
+    "patina_build_info": (c_char_p, []),
+    "patina_gpu_count": (c_int, []),
+    "patina_gpu_describe": (c_int, [c_int, c_char_p, c_size_t]),
+    "patina_cpu_count": (c_int, []),
+    # image.h
+    "patina_limits_init": (None, [P(Limits)]),
+    "patina_decode_opts_init": (None, [P(DecodeOpts)]),
+    "patina_image_decode_with": (c_int, [P(Image), P(DecodeReport), c_void_p, c_size_t, P(DecodeOpts), c_char_p]),
+    "patina_image_load_with": (c_int, [P(Image), P(DecodeReport), c_char_p, P(DecodeOpts)]),
+    "patina_image_release": (None, [P(Image)]),
+    "patina_file_read": (c_int, [P(c_void_p), P(c_size_t), c_char_p, P(Limits)]),
+    # context.h
+    "patina_context_opts_init": (None, [P(ContextOpts)]),
+    "patina_context_new": (c_int, [P(c_void_p), P(ContextOpts)]),
+    "patina_context_free": (None, [c_void_p]),
+    "patina_context_threads": (c_int, [c_void_p]),
+    "patina_context_limits": (P(Limits), [c_void_p]),
+    # descriptor.h
+    "patina_family_count": (c_size_t, []),
+    "patina_family_name": (c_char_p, [c_size_t]),
+    "patina_family_help": (c_char_p, [c_size_t]),
+    "patina_family_option_count": (c_size_t, [c_size_t]),
+    "patina_family_option": (c_int, [P(OptionInfo), c_size_t, c_size_t]),
+    "patina_extractor_new": (c_int, [P(c_void_p), c_char_p]),
+    "patina_extractor_free": (None, [c_void_p]),
+    "patina_extractor_spec": (c_char_p, [c_void_p]),
+    "patina_extractor_family": (c_char_p, [c_void_p]),
+    "patina_extractor_dim": (c_size_t, [c_void_p]),
+    "patina_extractor_elem": (c_int, [c_void_p]),  # patina_elem
+    "patina_extractor_bytes": (c_size_t, [c_void_p]),
+    "patina_extractor_distance_name": (c_char_p, [c_void_p]),
+    "patina_extractor_has_device": (c_int, [c_void_p, c_int]),  # 0/1
+    "patina_extractor_distance": (c_double, [c_void_p, c_void_p, c_void_p]),
+    "patina_context_resolve": (c_int, [c_void_p, c_void_p, c_int, P(c_int)]),
+    "patina_extract_batch": (c_int, [c_void_p, c_void_p, c_int, c_void_p, P(Image), c_size_t, P(c_int)]),
+    # pipeline.h
+    "patina_load_opts_init": (None, [P(LoadOpts)]),
+    "patina_load_files": (c_int, [c_void_p, P(Image), P(LoadResult), P(c_size_t), P(c_char_p), c_size_t,
+                                  P(LoadOpts)]),
+    # store.h
+    "patina_record_release": (None, [P(Record)]),
+    "patina_collection_open": (c_int, [P(c_void_p), c_char_p, c_int, c_uint64]),
+    "patina_collection_close": (None, [c_void_p]),
+    "patina_collection_count": (c_int, [c_void_p, P(c_uint64)]),
+    "patina_collection_info": (c_int, [c_void_p, P(CollectionInfo)]),
+    "patina_collection_table_info": (c_int, [c_void_p, c_char_p, P(c_size_t), P(c_size_t)]),
+    "patina_collection_get_by_key": (c_int, [c_void_p, c_char_p, P(Record)]),
+    "patina_collection_get": (c_int, [c_void_p, c_uint64, P(Record)]),
+    "patina_collection_put": (c_int, [c_void_p, c_char_p, c_size_t, P(Insert), c_size_t, P(c_uint64)]),
+    "patina_collection_get_descriptor": (c_int, [c_void_p, c_char_p, c_uint64, c_void_p, c_size_t]),
+    "patina_collection_remove": (c_int, [c_void_p, c_uint64]),
+    "patina_collection_next": (c_int, [c_void_p, P(c_uint64), P(Record)]),
+    "patina_collection_tables": (c_int, [c_void_p, P(P(c_void_p)), P(c_size_t)]),
+    "patina_snapshot_new": (c_int, [P(c_void_p), c_void_p]),
+    "patina_snapshot_free": (None, [c_void_p]),
+    "patina_snapshot_get": (c_int, [c_void_p, P(c_uint64), c_size_t, P(Record)]),
+    "patina_sha256": (None, [c_void_p, c_void_p, c_size_t]),
+    # search.h
+    "patina_index_load_snapshot": (c_int, [P(c_void_p), c_void_p, c_void_p]),
+    "patina_index_free": (None, [c_void_p]),
+    "patina_index_size": (c_size_t, [c_void_p]),
+    "patina_search_opts_init": (None, [P(SearchOpts)]),
+    "patina_index_knn": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_size_t, P(SearchOpts), P(Hit),
+                                 P(c_size_t)]),
+    "patina_index_range": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_double, P(SearchOpts),
+                                   P(P(Hit)), P(c_size_t)]),
+    # pivots.h
+    "patina_pivot_search_opts_init": (None, [P(PivotSearchOpts)]),
+    "patina_pivot_index_load": (c_int, [P(c_void_p), c_void_p, c_void_p, c_void_p, P(c_size_t)]),
+    "patina_pivot_index_load_snapshot": (c_int, [P(c_void_p), c_void_p, c_void_p, c_void_p, P(c_size_t)]),
+    "patina_pivot_index_save": (c_int, [c_void_p, c_void_p]),
+    "patina_pivot_index_free": (None, [c_void_p]),
+    "patina_pivot_index_knn": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_size_t, P(PivotSearchOpts),
+                                       P(Hit), P(c_size_t)]),
+    "patina_pivot_index_range": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_double, P(PivotSearchOpts),
+                                         P(P(Hit)), P(c_size_t)]),
+    # identify.h
+    "patina_refset_spec_init": (None, [P(RefsetSpec)]),
+    "patina_refset_load": (c_int, [P(c_void_p), c_void_p, P(RefsetSpec)]),
+    "patina_refset_free": (None, [c_void_p]),
+    "patina_refset_size": (c_size_t, [c_void_p]),
+    "patina_refset_table": (c_char_p, [c_void_p]),
+    "patina_identify_query_bytes": (c_size_t, [c_void_p]),
+    "patina_identify_extract": (c_int, [c_void_p, c_void_p, c_void_p, P(Image), c_size_t, P(c_int)]),
+    "patina_identify_opts_init": (None, [P(IdentifyOpts)]),
+    "patina_identify": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, P(IdentifyOpts), P(IdentifyHit),
+                                P(IdentifyResult)]),
+    # rootsift.h, signature.h
+    "patina_rootsift_info": (c_int, [P(RootsiftInfo), c_void_p, c_size_t]),
+    "patina_rootsift_feature": (c_int, [P(c_float), P(c_float), c_void_p, c_size_t, c_size_t]),
+    "patina_signature_info": (c_int, [P(SignatureInfo), c_void_p, c_size_t]),
+    "patina_signature_centroid": (c_int, [P(c_float), c_void_p, c_size_t, c_size_t]),
+}
+
+# libc's free for the arrays the library documents as malloc'd ("the caller
+# frees with free()"): the same allocator libpatina uses.
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+_libc.free.restype = None
+_libc.free.argtypes = [c_void_p]
+free = _libc.free
+
+
+class Library:
+    """One loaded libpatina.so: its functions with their C types declared.
+
+    ``Library(path)`` loads the file at ``path``; most programs never build
+    one themselves (``patina.load`` does, and everything else uses the
+    default). Attributes ``path`` and ``version`` say what was loaded."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        try:
+            self._dll = ctypes.CDLL(self.path)
+        except OSError as e:
+            raise errors.UnavailableError(f"patina: cannot load the library '{self.path}': {e}",
+                                          errors.E_UNAVAILABLE) from None
+        missing = []
+        for name, (res, args) in _PROTOS.items():
+            try:
+                fn = getattr(self._dll, name)
+            except AttributeError:
+                missing.append(name)
+                continue
+            fn.restype = res
+            fn.argtypes = args
+            setattr(self, name[len("patina_"):], fn)
+        if missing:
+            raise errors.UnavailableError(
+                f"patina: '{self.path}' lacks {len(missing)} function(s) this binding needs "
+                f"({', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''}): an older libpatina?",
+                errors.E_UNAVAILABLE)
+        self.version_string = self.version().decode()
+
+    def __repr__(self):
+        return f"<patina.Library {self.version_string} from {self.path!r}>"
+
+    # -------------------------------------------------------------- errors
+    def error(self, status, what=None):
+        """The exception for a failed call: the thread's last message (ctypes
+        runs the call on this thread, so it is this call's message)."""
+        msg = self.last_error()
+        msg = msg.decode("utf-8", "surrogateescape") if msg else ""
+        name = self.status_str(status)
+        name = name.decode() if name else str(status)
+        if not msg:
+            msg = f"{what}: {name}" if what else name
+        return errors.make_error(status, msg, name)
+
+    def check(self, status, what=None):
+        """Raises the exception of a status that is not PATINA_OK."""
+        if status != errors.OK:
+            raise self.error(status, what)
+
+
+_default = None
+_default_lock = threading.Lock()
+
+
+def _candidates():
+    env = os.environ.get("PATINA_LIB")
+    if env:
+        yield env, "PATINA_LIB"
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    local = sorted(glob.glob(os.path.join(here, "libpatina.so*")), key=len)
+    for p in local:
+        yield p, "the package directory"
+    for name in ("libpatina.so.0", "libpatina.so"):
+        yield name, "the system loader"
+    found = ctypes.util.find_library("patina")
+    if found:
+        yield found, "the system loader"
+
+
+def load(path=None):
+    """Loads libpatina.so and makes it the default library.
+
+    With ``path``, that file (a ``Library`` is also accepted and made the
+    default). Without: the ``PATINA_LIB`` environment variable, then the
+    package directory, then the system loader. Returns the ``Library``.
+    Raises ``UnavailableError`` (saying where it looked) when none loads."""
+    global _default
+    if isinstance(path, Library):
+        lib = path
+    elif path is not None:
+        lib = Library(path)
+    else:
+        tried = []
+        lib = None
+        for cand, where in _candidates():
+            try:
+                lib = Library(cand)
+                break
+            except errors.UnavailableError as e:
+                tried.append(f"{cand} ({where}): {e}")
+        if lib is None:
+            raise errors.UnavailableError(
+                "patina: libpatina.so not found; call patina.load(PATH), set PATINA_LIB=PATH, or install "
+                "the library (cmake --install) — tried:\n  " + "\n  ".join(tried), errors.E_UNAVAILABLE)
+    with _default_lock:
+        _default = lib
+    return lib
+
+
+def default():
+    """The default library, loaded on first use (see ``load``)."""
+    lib = _default
+    if lib is None:
+        with _default_lock:
+            lib = _default
+        if lib is None:
+            lib = load()
+    return lib
+
+
+def resolve(library):
+    """A Library from an argument: None (the default), a Library or a path."""
+    if library is None:
+        return default()
+    if isinstance(library, Library):
+        return library
+    return Library(library)
+
+
+def device_code(device):
+    """patina_device of a name ("auto", "cpu", "gpu", "hybrid")."""
+    if not isinstance(device, str) or device not in DEVICES:
+        raise errors.InvalidError(f"unknown device {device!r} (auto, cpu, gpu or hybrid)", errors.E_INVALID)
+    return DEVICES[device]
+
+
+def encode_path(p):
+    """bytes of a str / bytes / PathLike path (os.fsencode: surrogateescape)."""
+    b = os.fsencode(p)
+    if b"\0" in b:
+        raise errors.InvalidError(f"path {p!r} holds a NUL byte", errors.E_INVALID)
+    return b
+
+
+def decode_key(b):
+    """str of a key's bytes (os.fsdecode: bytes that are not UTF-8 become lone surrogates)."""
+    return os.fsdecode(b)

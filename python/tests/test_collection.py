@@ -1,0 +1,323 @@
+"""patina.Collection against the CLI on the same collections: search results
+(keys, ranks, distances to the bit), records, identification; and the
+binding's own add / remove / update round trips."""
+
+import csv
+import io
+import json
+import os
+import shutil
+import threading
+
+import numpy as np
+import pytest
+
+import patina
+from conftest import VARIANT, run, smooth_noise, write_png
+
+SPECS = ["cedd", "lbp:P=8,R=1", "lbp:P=8,R=1,norm=counts,distance=l1", "haralick", "glcm:levels=16",
+         "signature:k=16,samples=500"]
+
+
+def cli_search(cli, coll, queries, *args):
+    """`patina search --format csv`: {query: [(rank, key, distance text)]}."""
+    out = run(cli, "search", coll, *queries, "--format", "csv", *args).decode()
+    res = {q: [] for q in queries}
+    for row in csv.reader(io.StringIO(out)):
+        res[row[0]].append((int(row[1]), row[2], row[3]))
+    return res
+
+
+def assert_same(py_hits, cli_rows):
+    assert [h.key for h in py_hits] == [k for _, k, _ in cli_rows]
+    assert [rank for rank, _, _ in cli_rows] == list(range(1, len(cli_rows) + 1))
+    for h, (_, _, d) in zip(py_hits, cli_rows):
+        assert h.distance == float(d), (h, d)          # %.17g round-trips a double
+        assert f"{h.distance:.17g}" == d
+
+
+@pytest.fixture(scope="module")
+def variant(samples, tmp_path_factory):
+    """A near-duplicate of samples[0]: cropped, rescaled, re-compressed."""
+    if not os.access(VARIANT, os.X_OK):
+        pytest.skip(f"no patina-variant at {VARIANT}")
+    out = str(tmp_path_factory.mktemp("variant") / "variant.jpg")
+    run(VARIANT, samples[0], out, "--crop", "8", "--scale", "0.7", "--quality", "80")
+    return out
+
+
+@pytest.fixture(scope="module")
+def indexed(cli, samples, tmp_path_factory):
+    """The samples indexed by the CLI in every spec of SPECS."""
+    coll = str(tmp_path_factory.mktemp("cli") / "photos.patina")
+    for spec in SPECS:
+        run(cli, "index", coll, *samples, "-f", spec, "-q")
+    return coll
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_search_matches_cli(cli, indexed, samples, variant, spec):
+    queries = samples[:4] + [variant]
+    want = cli_search(cli, indexed, queries, "-f", spec, "-k", "6")
+    with patina.Collection(indexed, readonly=True, family=spec) as c:
+        got = c.search_batch(queries, k=6)
+        for q, hits in zip(queries, got):
+            assert len(hits) == 6
+            assert_same(hits, want[q])
+        # one at a time, and from descriptors, give the same
+        for q in queries[:2] + [variant]:
+            assert c.search(q, k=6) == got[queries.index(q)]
+            d = patina.extract(q, spec)
+            assert c.search(d, k=6) == got[queries.index(q)]
+        # an (n, dim) array of descriptors
+        mat = patina.extract_batch(queries, spec)
+        assert c.search_batch(mat, k=6) == got
+        # the query itself is its own nearest neighbour, at distance 0
+        assert got[0][0].key == samples[0] and got[0][0].distance == 0.0
+
+
+@pytest.mark.parametrize("spec", ["cedd", "lbp:P=8,R=1", "haralick"])
+def test_range_matches_cli(cli, indexed, samples, variant, spec):
+    with patina.Collection(indexed, readonly=True) as c:
+        knn = c.search(variant, k=len(samples), family=spec)
+        radius = knn[len(knn) // 2].distance   # half of the collection within it (ties included)
+        want = cli_search(cli, indexed, [variant], "-f", spec, "--range", f"{radius:.17g}")[variant]
+        got = c.search(variant, range=radius, family=spec)
+        assert_same(got, want)
+        assert len(got) >= len(knn) // 2 + 1 and all(h.distance <= radius for h in got)
+        assert got == knn[:len(got)]
+        capped = c.search(variant, range=radius, family=spec, max_hits=2)
+        assert capped == got[:2]
+        assert c.search(variant, range=0.0, family=spec) == [h for h in got if h.distance == 0.0]
+
+
+def test_k_larger_than_collection(indexed, samples):
+    with patina.Collection(indexed, readonly=True, family="cedd") as c:
+        hits = c.search(samples[3], k=1000)
+        assert len(hits) == len(samples) == len(c)
+        assert sorted(h.key for h in hits) == sorted(samples)
+        d = [h.distance for h in hits]
+        assert d == sorted(d)
+        assert len(c.search(samples[3], k=1)) == 1
+
+
+def test_signature_pivot_table_matches_cli(cli, samples, variant, tmp_path):
+    spec = "signature:k=16,samples=500"
+    coll = str(tmp_path / "pivots.patina")
+    run(cli, "index", coll, *samples, "-f", spec, "--pivots", "4", "-q")
+    queries = [samples[1], variant]
+    for bound in ("ptolemaic", "metric", "none"):
+        want = cli_search(cli, coll, queries, "-f", spec, "-k", "5", "--bound", bound)
+        with patina.Collection(coll, readonly=True) as c:
+            got = c.search_batch(queries, k=5, bound=bound)
+        for q, hits in zip(queries, got):
+            assert_same(hits, want[q])
+    # removing an image through the binding keeps the stored table current (as patina rm)
+    with patina.Collection(coll) as c:
+        c.remove(samples[2])
+        assert samples[2] not in [h.key for h in c.search(samples[2], k=len(samples))]
+    want = cli_search(cli, coll, queries, "-f", spec, "-k", "5")
+    with patina.Collection(coll, readonly=True) as c:
+        for q, hits in zip(queries, c.search_batch(queries, k=5)):
+            assert_same(hits, want[q])
+
+
+def ls_rows(cli, coll):
+    """`patina ls --format csv` without the ADDED column."""
+    return [row[:6] for row in csv.reader(io.StringIO(run(cli, "ls", coll, "--format", "csv").decode()))]
+
+
+def test_binding_writes_what_the_cli_writes(cli, indexed, samples, tmp_path):
+    """Paths added through the binding get the records `patina index` gives
+    them (size, SHA-256, dimensions) and the same descriptors."""
+    coll = str(tmp_path / "py.patina")
+    with patina.Collection(coll, create=True) as c:
+        ids = c.add_batch([(p, p) for p in samples], family="cedd")
+        assert ids == list(range(1, len(samples) + 1))
+        c.add_batch([(p, p) for p in samples], family="lbp:P=8,R=1")   # a second table, same records
+        assert len(c) == len(samples)
+    assert ls_rows(cli, coll) == ls_rows(cli, indexed)
+    with patina.Collection(coll, readonly=True) as a, patina.Collection(indexed, readonly=True) as b:
+        for p in samples:
+            for spec in ("cedd", "lbp:P=8,R=1"):
+                assert a.descriptor(p, spec).tobytes() == b.descriptor(p, spec).tobytes()
+            ra, rb = a[p], b[p]
+            assert (ra.size, ra.sha256, ra.width, ra.height, ra.mtime) == (rb.size, rb.sha256, rb.width, rb.height,
+                                                                          rb.mtime)
+    # and the CLI searches the binding's collection as its own
+    want = cli_search(cli, indexed, samples[:3], "-f", "lbp:P=8,R=1")
+    got = cli_search(cli, coll, samples[:3], "-f", "lbp:P=8,R=1")
+    assert got == want
+
+
+def test_add_remove_update_round_trips(cli, samples, tmp_path):
+    coll = str(tmp_path / "rt.patina")
+    a, b, c3 = smooth_noise(40, 50, seed=11), smooth_noise(40, 50, seed=12), smooth_noise(30, 30, seed=13)
+    with patina.Collection(coll, create=True, family="lbp:P=8,R=1") as c:
+        assert len(c) == 0 and c.keys() == [] and list(c) == [] and c.tables() == {}
+        ia = c.add("a", a)
+        ib = c.add("b", samples[0])
+        assert (ia, ib) == (1, 2) and len(c) == 2 and c.keys() == ["a", "b"] and "a" in c and "zz" not in c
+        np.testing.assert_array_equal(c.descriptor("a"), patina.extract(a, "lbp:P=8,R=1"))
+        ra = c["a"]
+        assert (ra.id, ra.key, ra.size, ra.width, ra.height, ra.mtime) == (1, "a", 0, 50, 40, 0)
+        assert c.get(1) == ra and c.get("nope") is None and c.get("nope", 7) == 7
+        assert c[2].key == "b" and c[2].size == os.path.getsize(samples[0])
+        assert c.search(a, k=1)[0] == patina.Hit("a", 0.0, 1)
+        # update: same id, new descriptor; the search follows
+        assert c.update("a", b) == 1
+        np.testing.assert_array_equal(c.descriptor("a"), patina.extract(b, "lbp:P=8,R=1"))
+        assert c.search(b, k=1)[0] == patina.Hit("a", 0.0, 1)
+        assert c["a"].sha256 != ra.sha256
+        # add over an existing key replaces it too (keeps the id)
+        assert c.add("a", c3) == 1 and len(c) == 2
+        # remove by key and by id
+        c.remove("a")
+        assert "a" not in c and len(c) == 1 and [h.key for h in c.search(c3, k=5)] == ["b"]
+        ic = c.add("c", c3)
+        assert ic == 3   # ids are never reused
+        del c[3]
+        assert c.keys() == ["b"]
+        info = c.info()
+        assert info["records"] == 1 and info["next_id"] == 4 and info["tables"] == 1
+        assert c.tables()["lbp:P=8,R=1,method=default,mapping=none,grid=1x1,norm=l1,distance=chi2,vbins=16"].rows == 1
+    # the CLI sees what the binding wrote, and the binding what the CLI removes
+    assert [r[1] for r in ls_rows(cli, coll)] == ["b"]
+    with patina.Collection(coll) as c:
+        c.add_batch({"x": samples[1], "y": samples[2]})
+    run(cli, "rm", coll, "x")
+    with patina.Collection(coll, readonly=True) as c:
+        assert c.keys() == ["b", "y"]
+        assert "x" not in [h.key for h in c.search(samples[1], k=10)]
+
+
+def test_descriptors_in_and_second_family(samples, tmp_path):
+    with patina.Collection(str(tmp_path / "d.patina"), create=True) as c:
+        d = np.arange(144, dtype=np.uint8) % 8
+        c.add("vec", d, family="cedd")
+        assert c["vec"].size == 0 and c["vec"].width == 0
+        np.testing.assert_array_equal(c.descriptor("vec", "cedd"), d)
+        assert c.search(d, k=1, family="cedd") == [patina.Hit("vec", 0.0, 1)]
+        # a stored image gets a second family's descriptor without losing the first
+        c.add("img", samples[0], family="cedd")
+        rec = c["img"]
+        lbp = patina.extract(samples[0], "lbp")
+        c.add("img", lbp, family="lbp")
+        assert c["img"] == rec                       # the record stays
+        np.testing.assert_array_equal(c.descriptor("img", "cedd"), patina.extract(samples[0], "cedd"))
+        np.testing.assert_array_equal(c.descriptor("img", "lbp"), lbp)
+        # two tables: calls must say which
+        with pytest.raises(patina.InvalidError, match="several tables"):
+            c.search(d)
+        with pytest.raises(patina.NotFoundError):
+            c.descriptor("vec", "lbp")
+
+
+def test_add_batch_is_one_transaction(samples, tmp_path):
+    with patina.Collection(str(tmp_path / "tx.patina"), create=True) as c:
+        c.add("keep", samples[0])
+        with pytest.raises(patina.NotFoundError):
+            c.add_batch([("n1", samples[1]), ("n2", str(tmp_path / "missing.jpg")), ("n3", samples[2])])
+        with pytest.raises(patina.InvalidError):
+            c.add_batch([("n1", samples[1]), ("n2", np.zeros((3, 3), np.float64))])
+        assert c.keys() == ["keep"]
+        with pytest.raises(patina.ArgumentTypeError):
+            c.add_batch(["not-a-pair"])
+        assert c.add_batch([]) == []
+        # a key repeated in a batch: the last wins, one id
+        ids = c.add_batch([("dup", samples[1]), ("dup", samples[2])])
+        assert ids[0] == ids[1] and c["dup"].size == os.path.getsize(samples[2])
+
+
+def test_search_sees_other_handles_writes(samples, tmp_path):
+    path = str(tmp_path / "live.patina")
+    with patina.Collection(path, create=True) as w, patina.Collection(path, readonly=True) as r:
+        w.add("one", samples[0])
+        assert [h.key for h in r.search(samples[0])] == ["one"]
+        w.add("two", samples[1])
+        assert sorted(h.key for h in r.search(samples[0])) == ["one", "two"]
+        w.remove("one")
+        assert [h.key for h in r.search(samples[0])] == ["two"]
+
+
+def test_threads_share_a_collection(indexed, samples):
+    with patina.Collection(indexed, readonly=True, family="lbp:P=8,R=1") as c:
+        want = c.search_batch(samples, k=4)
+        errs, got = [], [None] * 4
+
+        def work(t):
+            try:
+                got[t] = [c.search(q, k=4) for q in samples]
+            except Exception as e:  # pragma: no cover - reported below
+                errs.append(e)
+        ts = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert not errs and all(g == want for g in got)
+
+
+def test_odd_keys(cli, tmp_path, synthetic):
+    """Keys with commas, quotes, newlines and non-UTF-8 bytes survive (os.fsdecode)."""
+    d = tmp_path / "odd"
+    d.mkdir()
+    names = ["a,b.png", 'q"uote.png', "new\nline.png", "caf\u00e9.png"]
+    for n in names:
+        shutil.copy(synthetic["rgb_path"], d / n)
+    raw = os.fsdecode(b"\xff\xfe.png")
+    shutil.copy(synthetic["grey_path"], os.path.join(str(d), raw))
+    coll = str(tmp_path / "odd.patina")
+    paths = [str(d / n) for n in names] + [os.path.join(str(d), raw)]
+    run(cli, "index", coll, *paths, "-q")
+    with patina.Collection(coll, readonly=True) as c:
+        assert sorted(c.keys()) == sorted(paths)
+        for p in paths:
+            assert c[p].key == p
+        hits = c.search(paths[-1], k=1)
+        assert hits[0].key == paths[-1] and hits[0].distance == 0.0
+        assert os.fsencode(hits[0].key) == os.fsencode(str(d)) + b"/\xff\xfe.png"
+
+
+def test_context_manager_and_repr(tmp_path):
+    c = patina.Collection(str(tmp_path / "cm.patina"), create=True)
+    assert "0 images" in repr(c) and not c.closed
+    with c:
+        c.add("k", smooth_noise(10, 10))
+    assert c.closed and "closed" in repr(c)
+    with patina.Collection(str(tmp_path / "cm.patina")) as again:
+        assert len(again) == 1
+
+
+# ------------------------------------------------------------ identification
+@pytest.fixture(scope="module")
+def rootsift_coll(cli, samples, tmp_path_factory):
+    coll = str(tmp_path_factory.mktemp("id") / "refs.patina")
+    run(cli, "index", coll, *samples[:8], "-f", "rootsift:m=128,n=256", "-q")
+    return coll
+
+
+def test_identify_matches_cli(cli, rootsift_coll, samples, variant, tmp_path):
+    unknown = tmp_path / "unknown.png"
+    write_png(unknown, smooth_noise(120, 160, seed=99))
+    queries = [variant, samples[1], samples[10], str(unknown)]
+    out = run(cli, "identify", rootsift_coll, *queries, "--format", "json", "-q").decode().splitlines()
+    want = [json.loads(line) for line in out]
+    with patina.Collection(rootsift_coll, readonly=True) as c:
+        got = c.identify_batch(queries)
+        for w, g in zip(want, got):
+            assert g.decision == w["decision"] and g.features == w["features"]
+            assert [(h.key, h.score, h.matches, h.inliers, h.verified) for h in g.candidates] == \
+                [(h["key"], h["score"], h["matches"], h["inliers"], h["verified"]) for h in w["hits"]]
+        assert got[0].decision == "match" and got[0].match.key == samples[0]
+        assert got[1].match.key == samples[1]
+        assert got[3].decision == "unknown" and got[3].match is None
+        # one query, options passed through (as the CLI's flags)
+        one = c.identify(variant, k=3, verify=False, threshold=0)
+        w = json.loads(run(cli, "identify", rootsift_coll, variant, "--format", "json", "-q", "-k", "3",
+                           "--no-verify", "--threshold", "0"))
+        assert [(h.key, h.score, h.verified) for h in one.candidates] == \
+            [(h["key"], h["score"], h["verified"]) for h in w["hits"]]
+        # an array query is the same as its file
+        arr = c.identify(patina.decode(variant))
+        assert arr == got[0]

@@ -1,0 +1,304 @@
+"""Headless-browser tests of the web UI (web/): Debian's chromium and
+chromium-driver driven by python3-selenium.
+
+The page is served by `patina serve` when the CLI has that subcommand
+(PATINA_CLI, default build/patina). A build without it gets a stand-in
+instead: MockServe below, a few routes of the server's API (GET
+/v1/collections, POST .../search and .../identify, GET .../images/KEY with
+?content=1, problem+json errors) answered through the Python binding, so
+the UI's own behaviour is tested either way; the server-specific test is
+skipped with the reason. Without chromium, chromedriver or selenium every
+test is skipped, saying which is missing.
+
+    PATINA_LIB=build/libpatina.so python3 -m pytest tests/serve
+"""
+
+import email.parser
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "python"))
+os.environ.setdefault("PATINA_LIB", os.path.join(REPO, "build", "libpatina.so"))
+CLI = os.environ.get("PATINA_CLI", os.path.join(REPO, "build", "patina"))
+SAMPLES = os.environ.get("PATINA_SAMPLES_DIR", os.path.join(REPO, "samples"))
+WEB = os.path.join(REPO, "web")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+
+try:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+except ImportError:  # pragma: no cover
+    webdriver = None
+
+import patina  # noqa: E402
+
+PHOTOS = ["opencv/baboon.jpg", "opencv/fruits.jpg", "opencv/HappyFish.jpg", "opencv/pic1.png",
+          "opencv/left01.jpg", "opencv/blox.jpg", "kphotoalbum/bar55.jpg"]
+
+
+def has_serve():
+    if not os.access(CLI, os.X_OK):
+        return False
+    p = subprocess.run([CLI, "help", "serve"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return p.returncode == 0
+
+
+# ------------------------------------------------------------- the stand-in
+class MockServe(BaseHTTPRequestHandler):
+    """The routes the UI calls, over patina.Collection (see the module doc)."""
+    colls = {}   # name -> path
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, status, body, ctype="application/json"):
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def problem(self, status, detail):
+        self.reply(status, {"type": "about:blank", "title": {400: "Bad Request", 404: "Not Found",
+                                                             415: "Unsupported Media Type",
+                                                             422: "Unprocessable Content"}.get(status, "Error"),
+                            "status": status, "detail": detail}, "application/problem+json")
+
+    def do_GET(self):
+        url = urllib.parse.urlsplit(self.path)
+        parts = [urllib.parse.unquote(p) for p in url.path.split("/")[1:]]
+        if parts[:1] != ["v1"]:
+            name = url.path.lstrip("/") or "index.html"
+            path = os.path.join(WEB, os.path.basename(name))
+            if not os.path.isfile(path):
+                return self.problem(404, "no such file")
+            ctype = {"html": "text/html", "js": "text/javascript", "css": "text/css"}[path.rsplit(".", 1)[1]]
+            return self.reply(200, open(path, "rb").read(), ctype)
+        if parts[1:] == ["collections"]:
+            out = []
+            for name, path in self.colls.items():
+                with patina.Collection(path, readonly=True) as c:
+                    tables = [{"spec": t.spec, "rows": t.rows, "descriptor_bytes": t.descriptor_bytes,
+                               "use": "identify" if t.spec.startswith("rootsift") else "search"}
+                              for t in c.tables().values()]
+                    out.append({"name": name, "records": len(c), "tables": tables})
+            return self.reply(200, {"collections": out})
+        if len(parts) == 5 and parts[1] == "collections" and parts[3] == "images":
+            if parts[2] not in self.colls:
+                return self.problem(404, f"no collection '{parts[2]}' is served here")
+            with patina.Collection(self.colls[parts[2]], readonly=True) as c:
+                rec = c.get(parts[4])
+            if rec is None:
+                return self.problem(404, f"collection '{parts[2]}' has no image '{parts[4]}'")
+            if "content=1" in url.query:
+                return self.reply(200, open(rec.key, "rb").read(), "image/jpeg")
+            return self.reply(200, rec.__dict__)
+        return self.problem(404, f"no route {url.path}")
+
+    def do_POST(self):
+        url = urllib.parse.urlsplit(self.path)
+        parts = [urllib.parse.unquote(p) for p in url.path.split("/")[1:]]
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if len(parts) != 4 or parts[1] != "collections" or parts[3] not in ("search", "identify"):
+            return self.problem(404, f"no route {url.path}")
+        if parts[2] not in self.colls:
+            return self.problem(404, f"no collection '{parts[2]}' is served here")
+        msg = email.parser.BytesParser().parsebytes(
+            b"Content-Type: " + self.headers["Content-Type"].encode() + b"\r\n\r\n" + body)
+        fields = {p.get_param("name", header="content-disposition"): p.get_payload(decode=True)
+                  for p in msg.get_payload()} if msg.is_multipart() else {}
+        if "image" not in fields:
+            return self.problem(400, "no image: the multipart body has no part named 'image'")
+        try:
+            with patina.Collection(self.colls[parts[2]], readonly=True) as c:
+                if parts[3] == "search":
+                    fam = fields.get("family", b"").decode() or None
+                    k = int(fields.get("k", b"10"))
+                    hits = c.search(fields["image"], k=k, family=fam)
+                    spec = patina.Extractor(fam).spec if fam else next(iter(c.tables()))
+                    return self.reply(200, {"collection": parts[2], "family": spec, "k": k, "rows": len(c),
+                                            "hits": [{"rank": i + 1, "id": h.id, "key": h.key, "distance": h.distance}
+                                                     for i, h in enumerate(hits)]})
+                res = c.identify(fields["image"], k=int(fields.get("k", b"5")),
+                                 verify=fields.get("verify", b"1") == b"1")
+                return self.reply(200, {"collection": parts[2], "decision": res.decision, "features": res.features,
+                                        "hits": [{"rank": i + 1, "id": h.id, "key": h.key, "score": h.score,
+                                                  "matches": h.matches, "inliers": h.inliers,
+                                                  "verified": h.verified} for i, h in enumerate(res.candidates)]})
+        except patina.FormatError as e:
+            return self.problem(415, str(e))
+        except patina.Error as e:
+            return self.problem(422, str(e))
+
+
+# ------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="module")
+def photos():
+    paths = [os.path.join(SAMPLES, p) for p in PHOTOS]
+    if not all(os.path.isfile(p) for p in paths):
+        pytest.skip("sample photographs missing: run scripts/fetch-samples.sh")
+    return paths
+
+
+@pytest.fixture(scope="module")
+def collections(photos, tmp_path_factory):
+    d = tmp_path_factory.mktemp("serve")
+    photo_coll, refs = str(d / "photos"), str(d / "refs")
+    with patina.Collection(photo_coll, create=True, family="cedd") as c:
+        c.add_batch([(p, p) for p in photos])
+    with patina.Collection(refs, create=True, family="rootsift:m=128,n=256") as c:
+        c.add_batch([(p, p) for p in photos])
+    return {"photos": photo_coll, "refs": refs}
+
+
+def start_patina_serve(colls):
+    p = subprocess.Popen([CLI, "serve", *colls.values(), "--listen", "127.0.0.1:0", "--web", WEB, "-q"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    line = p.stderr.readline().decode()
+    m = re.search(r"(\d+\.\d+\.\d+\.\d+|\[[0-9a-f:]+\]|localhost):(\d+)", line)
+    if not m:
+        p.kill()
+        raise AssertionError(f"patina serve did not say where it listens: {line!r}")
+    return p, f"http://127.0.0.1:{m.group(2)}"
+
+
+@pytest.fixture(scope="module", params=["patina-serve", "stand-in"])
+def base_url(request, collections):
+    if request.param == "patina-serve":
+        if not has_serve():
+            pytest.skip(f"{CLI} has no 'serve' subcommand (the serve branch): the UI is tested against the stand-in")
+        proc, url = start_patina_serve(collections)
+        yield url
+        proc.terminate()
+        proc.wait(20)
+        return
+    MockServe.colls = collections
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), MockServe)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if webdriver is None:
+        pytest.skip("python3-selenium missing (apt-get install python3-selenium)")
+    if not CHROMIUM or not DRIVER:
+        pytest.skip("chromium or chromedriver missing (apt-get install chromium chromium-driver)")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1280,1000"):
+        opts.add_argument(a)
+    drv = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    drv.set_page_load_timeout(30)
+    yield drv
+    drv.quit()
+
+
+def upload(drv, input_id, path):
+    el = drv.find_element(By.ID, input_id)
+    drv.execute_script("arguments[0].hidden = false;", el)   # chromedriver types only into visible inputs
+    el.send_keys(path)
+
+
+def wait(drv, cond, timeout=60):
+    return WebDriverWait(drv, timeout).until(lambda d: cond(d))
+
+
+# --------------------------------------------------------------------- tests
+def test_search_shows_ranked_thumbnails(browser, base_url, photos, collections):
+    browser.get(base_url + "/#search")
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#search-collection option"))
+    browser.find_element(By.CSS_SELECTOR, "#search-collection option[value=photos]").click()
+    upload(browser, "search-file", photos[1])
+    k = browser.find_element(By.ID, "search-k")
+    k.clear()
+    k.send_keys("5")
+    browser.find_element(By.ID, "search-go").click()
+    hits = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#search-results li.hit"))
+    assert len(hits) == 5
+    assert hits[0].get_attribute("data-key") == photos[1]
+    assert "distance 0.00000" in hits[0].text
+    # the same ranking as the binding's
+    with patina.Collection(collections["photos"], readonly=True) as c:
+        want = [h.key for h in c.search(photos[1], k=5)]
+    assert [h.get_attribute("data-key") for h in hits] == want
+    assert "5 of 7 images" in browser.find_element(By.ID, "search-summary").text
+    # thumbnails come from the image route
+    wait(browser, lambda d: d.execute_script(
+        "return [...document.querySelectorAll('#search-results img')].every(i => i.complete && i.naturalWidth > 0)"))
+
+
+def test_search_error_is_shown(browser, base_url, tmp_path):
+    bad = tmp_path / "not-an-image.jpg"
+    bad.write_bytes(b"this is text, not a JPEG")
+    browser.get(base_url + "/#search")
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#search-collection option"))
+    upload(browser, "search-file", str(bad))
+    browser.find_element(By.ID, "search-go").click()
+    box = wait(browser, lambda d: d.find_element(By.ID, "error") if d.find_element(By.ID, "error").is_displayed()
+               else None)
+    assert re.search(r"4\d\d", box.text) and "format" in box.text.lower(), box.text
+
+
+def test_identification(browser, base_url, photos):
+    browser.get(base_url + "/#identify")
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#identify-collection option"))
+    browser.find_element(By.CSS_SELECTOR, "#identify-collection option[value=refs]").click()
+    upload(browser, "identify-file", photos[0])
+    browser.find_element(By.ID, "identify-go").click()
+    dec = wait(browser, lambda d: d.find_element(By.ID, "identify-decision")
+               if d.find_element(By.ID, "identify-decision").is_displayed() else None)
+    assert dec.text.startswith("Match: " + photos[0]), dec.text
+    rows = browser.find_elements(By.CSS_SELECTOR, "#identify-candidates tbody tr")
+    assert rows and rows[0].get_attribute("data-key") == photos[0]
+    wait(browser, lambda d: d.find_element(By.ID, "identify-figure").is_displayed())
+    # something was drawn on the canvas
+    assert browser.execute_script(
+        "const c = document.getElementById('identify-canvas');"
+        "const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+        "for (let i = 3; i < px.length; i += 4) if (px[i]) return true; return false;")
+
+
+def test_collections_page(browser, base_url):
+    browser.get(base_url + "/#collections")
+    # the rows' texts in one script call (a reload may replace the rows meanwhile)
+    rows = wait(browser, lambda d: d.execute_script(
+        "return [...document.querySelectorAll('#collections-table tbody tr')]"
+        ".map(r => [r.cells[0].textContent, r.textContent])"))
+    text = dict(rows)
+    assert set(text) == {"photos", "refs"}
+    assert "7" in text["photos"] and "cedd:compact=0" in text["photos"]
+
+
+def test_unknown_collection_problem(browser, base_url):
+    """A problem document from the API is shown with its status and detail."""
+    browser.get(base_url + "/#search")
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#search-collection option"))
+    browser.execute_script(
+        "const s = document.getElementById('search-collection');"
+        "const o = document.createElement('option'); o.value = o.textContent = 'no-such'; s.appendChild(o);"
+        "s.value = 'no-such';")
+    upload(browser, "search-file", os.path.join(SAMPLES, PHOTOS[0]))
+    browser.find_element(By.ID, "search-go").click()
+    box = wait(browser, lambda d: d.find_element(By.ID, "error") if d.find_element(By.ID, "error").is_displayed()
+               else None)
+    assert "404" in box.text and "no-such" in box.text

@@ -1,0 +1,407 @@
+/* Patina's web UI: search by photo, identification, collections and bulk
+ * jobs, over the JSON API of `patina serve` (docs/serve.md). Plain browser
+ * JavaScript, no dependencies. Every request goes through api(); every error
+ * (an RFC 9457 problem document, or the network) is shown by showProblem().
+ *
+ * Two things the UI uses when the server offers them, and does without
+ * otherwise:
+ *   - an image's pixels at GET /v1/collections/{c}/images/{key}?content=1
+ *     (thumbnails; without it a tile shows the key);
+ *   - keypoint pairs of a verified identification candidate, as
+ *     hits[i].pairs = [[qx, qy, rx, ry], ...] in the images' pixels (the
+ *     lines drawn between the two images; without them only the images). */
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const API = "/v1";
+let collections = [];
+
+/* ------------------------------------------------------------------ api */
+
+class Problem extends Error {
+  constructor(status, title, detail) {
+    super(detail || title);
+    this.status = status;
+    this.title = title;
+  }
+}
+
+async function api(path, options = {}) {
+  let resp;
+  try {
+    resp = await fetch(API + path, options);
+  } catch (e) {
+    throw new Problem(0, "Network error", `${options.method || "GET"} ${API + path}: ${e.message}`);
+  }
+  const type = resp.headers.get("Content-Type") || "";
+  let body = null;
+  if (type.includes("json")) {
+    try { body = await resp.json(); } catch (e) { body = null; }
+  }
+  if (!resp.ok) {
+    if (body && (body.detail || body.title))   // RFC 9457 problem details
+      throw new Problem(body.status || resp.status, body.title || resp.statusText, body.detail || "");
+    throw new Problem(resp.status, resp.statusText || "Error", `${options.method || "GET"} ${API + path}`);
+  }
+  return body;
+}
+
+function showProblem(err) {
+  const box = $("error");
+  box.textContent = "";
+  const strong = document.createElement("strong");
+  strong.textContent = err.status ? `${err.status} ${err.title || ""}` : (err.title || "Error");
+  box.appendChild(strong);
+  box.appendChild(document.createTextNode(err.message || ""));
+  box.hidden = false;
+}
+
+function clearProblem() { $("error").hidden = true; }
+
+const imagePath = (coll, key) =>
+  `/collections/${encodeURIComponent(coll)}/images/${encodeURIComponent(key)}`;
+const contentURL = (coll, key) => API + imagePath(coll, key) + "?content=1";
+
+/* ---------------------------------------------------------------- pages */
+
+function route() {
+  const page = (location.hash || "#search").slice(1);
+  for (const p of ["search", "identify", "collections"]) {
+    $("page-" + p).hidden = p !== page;
+    $("nav-" + p).classList.toggle("active", p === page);
+  }
+  clearProblem();
+  return page;
+}
+
+function fillSelect(sel, values, keep) {
+  const old = keep ? sel.value : null;
+  sel.textContent = "";
+  for (const v of values) {
+    const o = document.createElement("option");
+    o.value = o.textContent = v;
+    sel.appendChild(o);
+  }
+  if (old && values.includes(old)) sel.value = old;
+}
+
+async function loadCollections() {
+  const data = await api("/collections");
+  collections = data.collections || [];
+  const names = collections.map((c) => c.name);
+  for (const id of ["search-collection", "identify-collection", "job-collection"]) fillSelect($(id), names, true);
+  fillFamilies();
+  const tbody = $("collections-table").querySelector("tbody");
+  tbody.textContent = "";
+  for (const c of collections) {
+    const tr = document.createElement("tr");
+    const tables = (c.tables || []).map((t) => `${t.spec} (${t.rows})`).join("\n");
+    for (const v of [c.name, String(c.records), tables]) {
+      const td = document.createElement("td");
+      td.textContent = v;
+      td.style.whiteSpace = "pre-line";
+      tr.appendChild(td);
+    }
+    tbody.appendChild(tr);
+  }
+}
+
+function fillFamilies() {
+  const c = collections.find((x) => x.name === $("search-collection").value);
+  const specs = c ? (c.tables || []).filter((t) => t.use !== "identify").map((t) => t.spec) : [];
+  fillSelect($("search-family"), specs, true);
+}
+
+/* ------------------------------------------------------- photo choosers */
+
+function chooser(dropId, fileId, previewId) {
+  const drop = $(dropId), input = $(fileId), preview = $(previewId);
+  const state = { file: null };
+  const take = (file) => {
+    if (!file) return;
+    state.file = file;
+    if (preview.src) URL.revokeObjectURL(preview.src);
+    preview.src = URL.createObjectURL(file);
+    preview.hidden = false;
+  };
+  input.addEventListener("change", () => take(input.files[0]));
+  drop.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });
+  drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+  drop.addEventListener("drop", (e) => {
+    e.preventDefault();
+    drop.classList.remove("over");
+    take(e.dataTransfer.files[0]);
+  });
+  return state;
+}
+
+/* --------------------------------------------------------------- search */
+
+const searchPhoto = chooser("search-drop", "search-file", "search-preview");
+
+async function search(ev) {
+  ev.preventDefault();
+  clearProblem();
+  const coll = $("search-collection").value;
+  if (!searchPhoto.file) return showProblem(new Problem(0, "No photo", "drop or pick a photo first"));
+  const form = new FormData();
+  form.append("image", searchPhoto.file, searchPhoto.file.name);
+  form.append("k", $("search-k").value);
+  if ($("search-family").value) form.append("family", $("search-family").value);
+  $("search-go").disabled = true;
+  $("search-summary").textContent = "searching…";
+  try {
+    const res = await api(`/collections/${encodeURIComponent(coll)}/search`, { method: "POST", body: form });
+    showHits(coll, res);
+  } catch (e) {
+    $("search-summary").textContent = "";
+    $("search-results").textContent = "";
+    showProblem(e);
+  } finally {
+    $("search-go").disabled = false;
+  }
+}
+
+function showHits(coll, res) {
+  const hits = res.hits || [];
+  $("search-summary").textContent =
+    `${hits.length} of ${res.rows} images in ${coll}, by ${res.family}` + (res.truncated ? " (cut)" : "");
+  const ol = $("search-results");
+  ol.textContent = "";
+  for (const h of hits) {
+    const li = document.createElement("li");
+    li.className = "hit";
+    li.dataset.key = h.key;
+    const thumb = document.createElement("div");
+    thumb.className = "thumb";
+    const img = document.createElement("img");
+    img.alt = h.key;
+    img.loading = "lazy";
+    img.onerror = () => {
+      const none = document.createElement("span");
+      none.className = "none";
+      none.textContent = "no preview";
+      thumb.replaceChildren(none);
+    };
+    img.src = contentURL(coll, h.key);
+    thumb.appendChild(img);
+    const meta = document.createElement("div");
+    meta.className = "meta";
+    const key = document.createElement("div");
+    key.className = "key";
+    key.textContent = `${h.rank}. ${h.key}`;
+    const dist = document.createElement("div");
+    dist.className = "dist";
+    dist.textContent = h.distance === null ? "distance: NaN" : `distance ${Number(h.distance).toPrecision(6)}`;
+    meta.append(key, dist);
+    li.append(thumb, meta);
+    ol.appendChild(li);
+  }
+}
+
+/* ------------------------------------------------------------- identify */
+
+const identifyPhoto = chooser("identify-drop", "identify-file", "identify-preview");
+let lastIdentify = null;
+
+async function identify(ev) {
+  ev.preventDefault();
+  clearProblem();
+  const coll = $("identify-collection").value;
+  if (!identifyPhoto.file) return showProblem(new Problem(0, "No photo", "drop or pick a photo first"));
+  const form = new FormData();
+  form.append("image", identifyPhoto.file, identifyPhoto.file.name);
+  form.append("k", $("identify-k").value);
+  form.append("verify", $("identify-verify").checked ? "1" : "0");
+  $("identify-go").disabled = true;
+  try {
+    const res = await api(`/collections/${encodeURIComponent(coll)}/identify`, { method: "POST", body: form });
+    lastIdentify = { coll, res };
+    showIdentification(coll, res);
+  } catch (e) {
+    $("identify-decision").hidden = true;
+    $("identify-candidates").hidden = true;
+    $("identify-figure").hidden = true;
+    showProblem(e);
+  } finally {
+    $("identify-go").disabled = false;
+  }
+}
+
+function showIdentification(coll, res) {
+  const d = $("identify-decision");
+  const hits = res.hits || [];
+  d.className = "decision " + res.decision;
+  d.textContent = res.decision === "match"
+    ? `Match: ${hits[0].key} (${hits[0].inliers} inliers; ${res.features} query features)`
+    : `Unknown: no registered item reaches the threshold (${res.features} query features)`;
+  d.hidden = false;
+  const table = $("identify-candidates"), tbody = table.querySelector("tbody");
+  tbody.textContent = "";
+  hits.forEach((h, i) => {
+    const tr = document.createElement("tr");
+    tr.dataset.key = h.key;
+    for (const v of [h.rank, h.key, h.score, h.inliers, h.matches, h.verified ? "yes" : "no"]) {
+      const td = document.createElement("td");
+      td.textContent = String(v);
+      tr.appendChild(td);
+    }
+    tr.addEventListener("click", () => drawPair(coll, h, tr));
+    tbody.appendChild(tr);
+    if (i === 0) drawPair(coll, h, tr);
+  });
+  table.hidden = hits.length === 0;
+  if (!hits.length) $("identify-figure").hidden = true;
+}
+
+function loadImage(src) {
+  return new Promise((resolve) => {
+    const img = new Image();
+    img.onload = () => resolve(img);
+    img.onerror = () => resolve(null);
+    img.src = src;
+  });
+}
+
+/* The query (left) and a candidate (right) side by side, each scaled into
+ * its half; the verified keypoint pairs as lines between them. */
+async function drawPair(coll, hit, tr) {
+  for (const row of tr.parentNode.children) row.classList.toggle("selected", row === tr);
+  const canvas = $("identify-canvas"), ctx = canvas.getContext("2d");
+  const [q, r] = await Promise.all([loadImage($("identify-preview").src), loadImage(contentURL(coll, hit.key))]);
+  const W = canvas.width, H = canvas.height, half = W / 2, gap = 8;
+  ctx.clearRect(0, 0, W, H);
+  const place = (img, x0) => {
+    if (!img) return null;
+    const s = Math.min((half - gap) / img.naturalWidth, H / img.naturalHeight);
+    const w = img.naturalWidth * s, h = img.naturalHeight * s;
+    const x = x0 + (half - gap - w) / 2, y = (H - h) / 2;
+    ctx.drawImage(img, x, y, w, h);
+    return { x, y, s };
+  };
+  const pq = place(q, 0), pr = place(r, half + gap);
+  if (!pr) {
+    ctx.fillStyle = "#5f6b78";
+    ctx.font = "14px system-ui, sans-serif";
+    ctx.fillText(`no preview of ${hit.key}`, half + gap + 10, H / 2);
+  }
+  const pairs = Array.isArray(hit.pairs) ? hit.pairs : [];
+  if (pq && pr && pairs.length) {
+    ctx.lineWidth = 1;
+    pairs.forEach(([qx, qy, rx, ry], i) => {
+      ctx.strokeStyle = `hsl(${(i * 47) % 360}, 80%, 45%)`;
+      ctx.beginPath();
+      ctx.moveTo(pq.x + qx * pq.s, pq.y + qy * pq.s);
+      ctx.lineTo(pr.x + rx * pr.s, pr.y + ry * pr.s);
+      ctx.stroke();
+    });
+  }
+  $("identify-caption").textContent = pairs.length
+    ? `${pairs.length} verified keypoint pairs between the photo and ${hit.key}`
+    : `${hit.key}: ${hit.inliers} inliers (the server sent no keypoint pairs to draw)`;
+  $("identify-figure").hidden = false;
+}
+
+/* ----------------------------------------------------------------- jobs */
+
+/* A POSIX ustar archive of File objects: the body of a bulk job upload. */
+async function tarOf(files) {
+  const parts = [];
+  const enc = new TextEncoder();
+  const field = (buf, off, len, s) => buf.set(enc.encode(s).slice(0, len), off);
+  const octal = (n, len) => n.toString(8).padStart(len - 1, "0") + "\0";
+  const used = new Set();
+  for (const f of files) {
+    let name = f.name.replace(/[^\w.\-]/g, "_").slice(-90) || "image";
+    while (used.has(name)) name = "_" + name;
+    used.add(name);
+    const data = new Uint8Array(await f.arrayBuffer());
+    const h = new Uint8Array(512);
+    field(h, 0, 100, name);
+    field(h, 100, 8, "0000644\0");
+    field(h, 108, 8, "0000000\0");
+    field(h, 116, 8, "0000000\0");
+    field(h, 124, 12, octal(data.length, 12));
+    field(h, 136, 12, octal(Math.floor(Date.now() / 1000), 12));
+    field(h, 148, 8, "        ");
+    h[156] = "0".charCodeAt(0);
+    field(h, 257, 6, "ustar\0");
+    field(h, 263, 2, "00");
+    let sum = 0;
+    for (const b of h) sum += b;
+    field(h, 148, 8, sum.toString(8).padStart(6, "0") + "\0 ");
+    parts.push(h, data);
+    const pad = (512 - (data.length % 512)) % 512;
+    if (pad) parts.push(new Uint8Array(pad));
+  }
+  parts.push(new Uint8Array(1024));
+  return new Blob(parts, { type: "application/x-tar" });
+}
+
+async function submitJob(ev) {
+  ev.preventDefault();
+  clearProblem();
+  const files = [...$("job-files").files];
+  const coll = $("job-collection").value;
+  if (!files.length) return showProblem(new Problem(0, "No photos", "pick the photos to add"));
+  $("job-go").disabled = true;
+  try {
+    const body = await tarOf(files);
+    const fam = $("job-family").value.trim();
+    const q = fam ? `?family=${encodeURIComponent(fam)}` : "";
+    const headers = { "Content-Type": "application/x-tar" };
+    if ($("job-token").value) headers.Authorization = "Bearer " + $("job-token").value;
+    const job = await api(`/collections/${encodeURIComponent(coll)}/jobs${q}`, { method: "POST", headers, body });
+    watchJob(job);
+  } catch (e) {
+    showProblem(e);
+  } finally {
+    $("job-go").disabled = false;
+  }
+}
+
+function renderJob(li, job) {
+  const total = job.files || 0, done = job.processed || 0;
+  li.textContent = "";
+  const title = document.createElement("div");
+  title.className = "state-" + job.state;
+  title.textContent = `job ${job.id} → ${job.collection}: ${job.state}` +
+    ` — ${done}/${total} files, ${job.indexed} indexed, ${job.skipped} unchanged, ${job.failed} failed` +
+    (job.message ? ` (${job.message})` : "");
+  const bar = document.createElement("progress");
+  bar.max = Math.max(total, 1);
+  bar.value = job.state === "done" ? bar.max : done;
+  li.append(title, bar);
+}
+
+function watchJob(job) {
+  const li = document.createElement("li");
+  li.id = "job-" + job.id;
+  $("jobs").prepend(li);
+  renderJob(li, job);
+  const tick = async () => {
+    try {
+      const j = await api(`/jobs/${job.id}`);
+      renderJob(li, j);
+      if (j.state === "queued" || j.state === "running") setTimeout(tick, 500);
+      else loadCollections().catch(showProblem);
+    } catch (e) {
+      showProblem(e);
+    }
+  };
+  setTimeout(tick, 300);
+}
+
+/* ---------------------------------------------------------------- start */
+
+/* The collections are loaded once at start, and again on each visit of the
+ * collections page (counts change as jobs run). */
+window.addEventListener("hashchange", () => {
+  if (route() === "collections") loadCollections().catch(showProblem);
+});
+$("search-form").addEventListener("submit", search);
+$("identify-form").addEventListener("submit", identify);
+$("job-form").addEventListener("submit", submitJob);
+$("search-collection").addEventListener("change", fillFamilies);
+route();
+loadCollections().catch(showProblem);
