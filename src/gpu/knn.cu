@@ -510,6 +510,12 @@ static patina_status image_replay(patina_gpu_t *g, knn_state_t *st, knn_copy_t *
 /* Blanks removed rows of a tensor-core copy (device rows rm[0 .. n)): zero
  * bytes and a zero row's sums (t = 0: they pass no filter that a live row
  * could fail), and flags them for the final pass, which skips them. */
+/* Flags removed rows of a tier (its rows are blanked in pinned memory). */
+__global__ void k_tier_flag(uint8_t *__restrict__ dead, const uint32_t *__restrict__ rm, uint32_t n)
+{
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dead[rm[i]] = 1;
+}
+
 __global__ void k_tc_blank(uint8_t *__restrict__ rows, tc_aux_t *__restrict__ aux, uint8_t *__restrict__ dead,
                            const uint32_t *__restrict__ rm, uint32_t n, int dp)
 {
@@ -577,33 +583,50 @@ done:
 /* Brings the copy's removed rows up to the index's: the rows removed since
  * it last looked (the index's removal log), mapped to device rows, blanked
  * and flagged -- work in proportion to the changes. */
-static patina_status tc_sync_dead(patina_gpu_t *g, knn_copy_t *c, const pgpu_knn_index_t *idx)
+/* The rows removed since *dead_gen (the index's removal log), mapped to
+ * device rows (inv below nperm; appended rows keep their host row) and
+ * sent to d_rm a chunk at a time; each chunk then either blanked in the
+ * pinned rows of `tier` and flagged in dead, or (tier NULL) blanked in the
+ * device rows and flagged by k_tc_blank. */
+static patina_status sync_removed(patina_gpu_t *g, const pgpu_knn_index_t *idx, uint64_t *dead_gen,
+                                  const uint32_t *inv, size_t nperm, uint32_t *d_rm, knn_tier_t *tier, uint8_t *rows,
+                                  tc_aux_t *aux, uint8_t *dead, int dp)
 {
     cudaStream_t st = (cudaStream_t)pgpu_stream(g, 0);
     uint32_t buf[1024];
     cudaError_t e = cudaSuccess;
-    while (c->dead_gen < idx->dead_gen && e == cudaSuccess) {
-        size_t m = idx->dead_gen - c->dead_gen, i, done = 0;
+    while (*dead_gen < idx->dead_gen && e == cudaSuccess) {
+        size_t m = idx->dead_gen - *dead_gen, done = 0;
         if (m > TC_RM_CHUNK) m = TC_RM_CHUNK;
         while (done < m && e == cudaSuccess) { /* through a small host buffer */
             const size_t b = m - done < 1024 ? m - done : 1024;
-            for (i = 0; i < b; i++) {
-                const uint32_t h = idx->rm_log[c->dead_gen + done + i];
-                buf[i] = h < c->nperm ? c->inv[h] : h; /* appended rows keep their host row */
+            for (size_t i = 0; i < b; i++) {
+                const uint32_t h = idx->rm_log[*dead_gen + done + i];
+                buf[i] = h < nperm ? inv[h] : h;
+                if (tier) {
+                    memset(tier->rows + (size_t)buf[i] * (size_t)dp, 0, (size_t)dp);
+                    tier->aux[buf[i]] = make_float4(0.f, 0.f, 1.f, 1e30f);
+                }
             }
-            e = cudaMemcpy(c->d_rm + done, buf, b * sizeof *buf, cudaMemcpyHostToDevice);
+            e = cudaMemcpy(d_rm + done, buf, b * sizeof *buf, cudaMemcpyHostToDevice);
             done += b;
         }
         if (e == cudaSuccess) {
-            k_tc_blank<<<(unsigned)((m + 255) / 256), 256, 0, st>>>(c->descs, c->aux, c->dead, c->d_rm, (uint32_t)m,
-                                                                    c->dp);
+            const unsigned grid = (unsigned)((m + 255) / 256);
+            if (tier) k_tier_flag<<<grid, 256, 0, st>>>(dead, d_rm, (uint32_t)m);
+            else k_tc_blank<<<grid, 256, 0, st>>>(rows, aux, dead, d_rm, (uint32_t)m, dp);
             e = cudaGetLastError();
         }
         if (e == cudaSuccess) e = cudaStreamSynchronize(st);
-        c->dead_gen += m;
+        *dead_gen += m;
     }
     if (e != cudaSuccess) return pgpu_fail((int)e, "gpu search: removed rows", __FILE__, __LINE__);
     return PATINA_OK;
+}
+
+static patina_status tc_sync_dead(patina_gpu_t *g, knn_copy_t *c, const pgpu_knn_index_t *idx)
+{
+    return sync_removed(g, idx, &c->dead_gen, c->inv, c->nperm, c->d_rm, NULL, c->descs, c->aux, c->dead, c->dp);
 }
 
 /* A fixed pseudo-random permutation of 0 .. n-1 (xorshift, Fisher-Yates):
@@ -1926,10 +1949,6 @@ static patina_status chunk_merge(chunk_call_t *cl, size_t q)
 #define TIER_BUF_BYTES ((size_t)256 << 20) /* a chunk buffer's rows and sums at most */
 #define TIER_RANGE_BATCH 1024               /* range queries a pass at most (each pass reads the table) */
 
-__global__ void k_tier_flag(uint8_t *__restrict__ dead, const uint32_t *__restrict__ rm, uint32_t n)
-{
-    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dead[rm[i]] = 1;
-}
 
 /* Host rows [h0, h0 + m) into the tier's rows [d0, d0 + m) (map as for
  * tc_lay_rows): rows and sums into pinned memory, the final pass's values
@@ -1962,33 +1981,7 @@ static patina_status tier_put_rows(knn_tier_t *t, const pgpu_knn_index_t *idx, c
  * (zero bytes, a zero row's sums), flagged on the device. */
 static patina_status tier_sync_dead(patina_gpu_t *g, knn_tier_t *t, const pgpu_knn_index_t *idx)
 {
-    cudaStream_t st = (cudaStream_t)pgpu_stream(g, 0);
-    uint32_t buf[1024];
-    cudaError_t e = cudaSuccess;
-    while (t->dead_gen < idx->dead_gen && e == cudaSuccess) {
-        size_t m = idx->dead_gen - t->dead_gen, done = 0;
-        if (m > TC_RM_CHUNK) m = TC_RM_CHUNK;
-        while (done < m && e == cudaSuccess) {
-            const size_t b = m - done < 1024 ? m - done : 1024;
-            for (size_t i = 0; i < b; i++) {
-                const uint32_t h = idx->rm_log[t->dead_gen + done + i];
-                const uint32_t r = h < t->nperm ? t->inv[h] : h; /* appended rows keep their host row */
-                memset(t->rows + (size_t)r * t->dp, 0, (size_t)t->dp);
-                t->aux[r] = make_float4(0.f, 0.f, 1.f, 1e30f);
-                buf[i] = r;
-            }
-            e = cudaMemcpy(t->d_rm + done, buf, b * sizeof *buf, cudaMemcpyHostToDevice);
-            done += b;
-        }
-        if (e == cudaSuccess) {
-            k_tier_flag<<<(unsigned)((m + 255) / 256), 256, 0, st>>>(t->dead, t->d_rm, (uint32_t)m);
-            e = cudaGetLastError();
-        }
-        if (e == cudaSuccess) e = cudaStreamSynchronize(st);
-        t->dead_gen += m;
-    }
-    if (e != cudaSuccess) return pgpu_fail((int)e, "gpu search: removed rows", __FILE__, __LINE__);
-    return PATINA_OK;
+    return sync_removed(g, idx, &t->dead_gen, t->inv, t->nperm, t->d_rm, t, NULL, NULL, t->dead, t->dp);
 }
 
 /* The tier of idx: made now (room for a quarter more rows), or brought up
