@@ -507,15 +507,15 @@ static patina_status image_replay(patina_gpu_t *g, knn_state_t *st, knn_copy_t *
 
 #define TC_RM_CHUNK 8192 /* removed rows applied per launch */
 
-/* Blanks removed rows of a tensor-core copy (device rows rm[0 .. n)): zero
- * bytes and a zero row's sums (t = 0: they pass no filter that a live row
- * could fail), and flags them for the final pass, which skips them. */
 /* Flags removed rows of a tier (its rows are blanked in pinned memory). */
 __global__ void k_tier_flag(uint8_t *__restrict__ dead, const uint32_t *__restrict__ rm, uint32_t n)
 {
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dead[rm[i]] = 1;
 }
 
+/* Blanks removed rows of a tensor-core copy (device rows rm[0 .. n)): zero
+ * bytes and a zero row's sums (t = 0: they pass no filter that a live row
+ * could fail), and flags them for the final pass, which skips them. */
 __global__ void k_tc_blank(uint8_t *__restrict__ rows, tc_aux_t *__restrict__ aux, uint8_t *__restrict__ dead,
                            const uint32_t *__restrict__ rm, uint32_t n, int dp)
 {
