@@ -145,6 +145,62 @@ patina_status patina_gpu_range(patina_gpu_t *g, const pgpu_knn_index_t *idx, con
 /* Device copies of indexes that g holds now (for tests). */
 size_t patina_gpu__knn_cached(patina_gpu_t *g);
 
+/* ---- SQFD on signature records (src/gpu/sqfd.cu; docs/signature.md "GPU") ----
+ * The GPU filters, the CPU ranks: the kernels evaluate every (query, row)
+ * pair's SQFD^2 = (Sqq + Soo) - 2 Sqo with the cross term Sqo in float
+ * (fp64 accumulation) and a proven bound E on its distance from the
+ * reference's double; they return, per query, the rows that may belong to
+ * the answer (a superset of it, ties included). The caller computes those
+ * rows' distances with the reference (sig_sqfd_self) and ranks them, so
+ * the answer is the CPU's exactly. The GPU side reads no record header
+ * beyond the documented layout (features/signature.h). */
+
+/* A signature index as the GPU sees it; arrays borrowed for the call. The
+ * device copy (the live rows, sorted by centroid count) is kept by the
+ * context and remade when serial, gen or n changes. */
+typedef struct pgpu_sqfd_index {
+    uint64_t serial;          /* unique per index (never reused in a process) */
+    uint64_t gen;             /* changes whenever rows are removed */
+    size_t n, dim;            /* records, floats per record (8 + 8 K) */
+    const float *recs;        /* (n, dim) checked records */
+    const double *self;       /* (n) their self terms Soo (sig_self) */
+    const uint8_t *dead;      /* (n) 1 = removed (not searched), or NULL */
+} pgpu_sqfd_index_t;
+
+/* What a call did (added to): queries answered, pairs whose SQFD the
+ * kernels evaluated, candidates handed back, queries left to the caller. */
+typedef struct pgpu_sqfd_stats {
+    size_t queries, pairs, candidates, cpu;
+} pgpu_sqfd_stats_t;
+
+#define PGPU_SQFD_KNN_CAND 4096    /* k-NN candidates per query at most */
+#define PGPU_SQFD_RANGE_CAND 16384 /* range candidates per query at most */
+
+/* Candidates of nq queries (queries (nq, idx->dim) checked records, sqq
+ * (nq) their self terms) on g: k > 0, every row that may be among a query's
+ * k nearest (every row whose reference distance is at most the kth
+ * smallest); k = 0, every row whose reference distance may be <= radius.
+ * cand[q] malloc'd host row numbers (NULL when none; the caller frees),
+ * ncand[q]. cpu[q] = 1 (cand[q] NULL): the GPU leaves query q to the
+ * caller -- a query of another alpha or form than the rows, data outside
+ * the kernels' domain (docs/signature.md), or more candidates than
+ * PGPU_SQFD_*_CAND even with the whole table as pilot. stats may be NULL. */
+patina_status patina_gpu_sqfd(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
+                              const double *sqq, size_t nq, size_t k, double radius, uint32_t **cand,
+                              size_t *ncand, uint8_t *cpu, pgpu_sqfd_stats_t *stats);
+
+/* Tests and the lab: the kernels' SQFD^2 estimate s and its bound e for
+ * every (query, row) pair, (nq, n) each in host row order (removed rows
+ * get NaN). PATINA_E_UNAVAILABLE when the data is outside the domain. */
+patina_status patina_gpu__sqfd_pairs(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
+                                     const double *sqq, size_t nq, double *s, double *e);
+
+/* Benchmarks: the median over reps of the scan kernel alone (every pair of
+ * nq queries and the resident copy's rows evaluated, nothing kept), in ms
+ * of GPU time (CUDA events); the copy is made first, not timed. */
+patina_status patina_gpu__sqfd_scan_ms(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
+                                       const double *sqq, size_t nq, int reps, double *ms);
+
 /* ---- identification (src/gpu/identify.cu; docs/identify.md "GPU") ----
  * A reference set as the GPU side sees it, filled by src/identify (the GPU
  * side reads no record header): slot i's descriptor rows, count[i] of

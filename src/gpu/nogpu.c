@@ -249,3 +249,27 @@ void patina_gpu__identify_capacity(const patina_gpu_t *g, size_t m, int precisio
     (void)g, (void)m, (void)precision;
     *dev_slots = 0;
 }
+
+patina_status patina_gpu_sqfd(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
+                              const double *sqq, size_t nq, size_t k, double radius, uint32_t **cand,
+                              size_t *ncand, uint8_t *cpu, pgpu_sqfd_stats_t *stats)
+{
+    (void)g; (void)idx; (void)queries; (void)sqq; (void)nq; (void)k; (void)radius; (void)cand; (void)ncand;
+    (void)cpu; (void)stats;
+    return none();
+}
+
+patina_status patina_gpu__sqfd_pairs(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
+                                     const double *sqq, size_t nq, double *s, double *e)
+{
+    (void)g; (void)idx; (void)queries; (void)sqq; (void)nq; (void)s; (void)e;
+    return none();
+}
+
+patina_status patina_gpu__sqfd_scan_ms(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
+                                       const double *sqq, size_t nq, int reps, double *ms)
+{
+    (void)g; (void)idx; (void)queries; (void)sqq; (void)nq; (void)reps;
+    if (ms) *ms = 0.0;
+    return none();
+}

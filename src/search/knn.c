@@ -1114,21 +1114,24 @@ void patina_search_opts_init(patina_search_opts_t *o)
 }
 
 /* The device a search runs on. The GPU answers k-NN (k <= PGPU_KNN_KMAX)
- * and range search for every distance of the table (not the record
- * distances); AUTO takes it for indexes of GPU_MIN_ROWS rows or more. */
+ * and range search for every distance of the table and for sqfd (not
+ * rootsift_ratio); AUTO takes it for indexes of GPU_MIN_ROWS rows or more
+ * (sqfd: SQFD_GPU_MIN_ROWS, a distance costing thousands of exps). */
+#define SQFD_GPU_MIN_ROWS 256
 static patina_status search_device(patina_context_t *ctx, const patina_index_t *ix,
                                    const patina_search_opts_t *o, int range, size_t k, patina_device *dev)
 {
-    const int can = ix->dist->gpu && (range || k <= PGPU_KNN_KMAX);
+    const int has = ix->dist->gpu || ix->self != NULL, can = has && (range || k <= PGPU_KNN_KMAX);
+    const size_t min_rows = ix->self ? SQFD_GPU_MIN_ROWS : GPU_MIN_ROWS;
     switch (o->device) {
     case PATINA_DEVICE_CPU: *dev = PATINA_DEVICE_CPU; return PATINA_OK;
     case PATINA_DEVICE_AUTO:
-        *dev = can && ctx && ix->n >= GPU_MIN_ROWS && patina__context_gpu_usable(ctx) ? PATINA_DEVICE_GPU
-                                                                                    : PATINA_DEVICE_CPU;
+        *dev = can && ctx && ix->n >= min_rows && patina__context_gpu_usable(ctx) ? PATINA_DEVICE_GPU
+                                                                                : PATINA_DEVICE_CPU;
         return PATINA_OK;
     case PATINA_DEVICE_GPU:
         if (!ctx) return patina__fail(PATINA_E_INVALID, "search: a GPU search needs a context");
-        if (!ix->dist->gpu)
+        if (!has)
             return patina__fail(PATINA_E_UNAVAILABLE, "search: distance %s has no GPU implementation",
                                 ix->dist->name);
         if (!can)
@@ -1366,6 +1369,152 @@ static patina_status range_gpu(patina_context_t *ctx, const patina_index_t *ix, 
     return s;
 }
 
+/* ---- SQFD on the GPU: the GPU filters (src/gpu/sqfd.cu), the CPU ranks ----
+ * The GPU hands back, per query, rows that hold the whole answer (proven
+ * error bound on its float SQFDs); their distances are computed here with
+ * sig_sqfd_self (the definition's doubles) and ranked by (distance, id), so
+ * the answer is the CPU search's bit for bit. */
+
+typedef struct sq_rank {
+    const patina_index_t *ix;
+    const uint8_t *queries;
+    const double *qself;
+    uint32_t **cand;
+    size_t *ncand;
+    uint8_t *cpu;
+    size_t k;             /* k-NN (0: range) */
+    double radius;
+    size_t max_hits;
+    patina_hit_t *hits;   /* k-NN (nq, k) */
+    patina_hit_t **rhits; /* range */
+    size_t *counts;
+    atomic_int nomem;
+} sq_rank_t;
+
+static void sq_rank_task(void *arg, size_t q, int worker)
+{
+    sq_rank_t *j = arg;
+    const patina_index_t *ix = j->ix;
+    const float *qr = (const float *)(j->queries + q * ix->bytes);
+    const size_t nc = j->ncand[q];
+    patina_hit_t *h;
+    size_t i, m = 0;
+    (void)worker;
+    if (j->cpu[q]) return;
+    if (nc == 0) {
+        if (j->k) j->cpu[q] = 1; /* cannot happen (at least min(k, n) candidates): the CPU answers */
+        return;
+    }
+    if (!(h = malloc(nc * sizeof *h))) {
+        atomic_store(&j->nomem, 1);
+        return;
+    }
+    for (i = 0; i < nc; i++) {
+        const uint32_t r = j->cand[q][i];
+        const double d = sig_sqfd_self(qr, j->qself[q], (const float *)(ix->descs + (size_t)r * ix->bytes), ix->self[r]);
+        if (!j->k && !(d <= j->radius)) continue;
+        h[m].id = ix->ids[r];
+        h[m++].distance = d;
+    }
+    qsort(h, m, sizeof *h, patina__hit_qsort_cmp);
+    if (j->k) {
+        const size_t per = j->counts[q];
+        if (m < per) {
+            j->cpu[q] = 1;
+        } else {
+            memcpy(j->hits + q * j->k, h, per * sizeof *h);
+        }
+        free(h);
+        return;
+    }
+    if (j->max_hits && m > j->max_hits) m = j->max_hits;
+    j->counts[q] = m;
+    if (m == 0) {
+        free(h);
+        return;
+    }
+    j->rhits[q] = h;
+}
+
+/* k-NN (k > 0; hits padded by the caller) or range (k = 0) on the GPU.
+ * auto_dev: a GPU that cannot take the index (its copy beyond the memory
+ * budget) leaves the call to the CPU instead of failing it. */
+static patina_status sqfd_gpu(patina_context_t *ctx, const patina_index_t *ix, const uint8_t *queries, size_t nq,
+                              size_t k, double radius, size_t max_hits, patina_hit_t *hits, patina_hit_t **rhits,
+                              size_t *counts, patina_search_stats_t *stats, int auto_dev)
+{
+    pgpu_sqfd_index_t view;
+    pgpu_sqfd_stats_t gst;
+    sq_rank_t j;
+    patina_gpu_t *g;
+    patina_pool_t *pool = NULL;
+    double *qself = NULL;
+    uint32_t **cand = calloc(nq, sizeof *cand);
+    size_t *ncand = calloc(nq, sizeof *ncand), q;
+    uint8_t *cpu = malloc(nq);
+    patina_status s;
+    int own = 0;
+    if (!cand || !ncand || !cpu) {
+        free(cand);
+        free(ncand);
+        free(cpu);
+        return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", nq);
+    }
+    memset(&view, 0, sizeof view);
+    memset(&gst, 0, sizeof gst);
+    view.serial = ix->serial;
+    view.gen = ix->dead_gen;
+    view.n = ix->n;
+    view.dim = ix->dim;
+    view.recs = (const float *)ix->descs;
+    view.self = ix->self;
+    view.dead = ix->dead;
+    s = prepare_self(ix, queries, nq, &qself);
+    if (s == PATINA_OK && (s = patina__context_gpu_acquire(ctx, &g)) == PATINA_OK) {
+        s = patina_gpu_sqfd(g, &view, (const float *)queries, qself, nq, k, radius, cand, ncand, cpu, &gst);
+        patina__context_gpu_release(ctx);
+    }
+    if (s != PATINA_OK && auto_dev && (s == PATINA_E_LIMIT || s == PATINA_E_NOMEM || s == PATINA_E_UNAVAILABLE)) {
+        patina_clear_error(); /* AUTO: the CPU answers every query */
+        memset(cpu, 1, nq);
+        s = PATINA_OK;
+    }
+    if (s == PATINA_OK) {
+        memset(&j, 0, sizeof j);
+        j.ix = ix;
+        j.queries = queries;
+        j.qself = qself;
+        j.cand = cand;
+        j.ncand = ncand;
+        j.cpu = cpu;
+        j.k = k;
+        j.radius = radius;
+        j.max_hits = max_hits;
+        j.hits = hits;
+        j.rhits = rhits;
+        j.counts = counts;
+        if (nq > 1) s = patina__workers_begin(ctx, 0, &pool, &own);
+        if (s == PATINA_OK) {
+            patina_pool_run(pool, nq, sq_rank_task, &j);
+            if (pool) patina__workers_end(ctx, pool, own);
+            if (atomic_load(&j.nomem)) s = patina__fail(PATINA_E_NOMEM, "search: out of memory ranking candidates");
+        }
+    }
+    if (s == PATINA_OK)
+        s = cpu_rest(ctx, ix, queries, nq, cpu, k, k == 0, radius, max_hits, hits, rhits, counts);
+    if (s == PATINA_OK && stats) {
+        stats->cpu = 0;
+        for (q = 0; q < nq; q++) stats->cpu += cpu[q] != 0;
+        stats->gpu_filter = nq - stats->cpu;
+    }
+    for (q = 0; q < nq; q++) free(cand[q]);
+    free(cand);
+    free(ncand);
+    free(cpu);
+    free(qself);
+    return s;
+}
+
 static patina_status knn_impl(patina_context_t *ctx, const patina_index_t *idx, const void *queries,
                               size_t nq, size_t k, const patina_search_opts_t *opts_in, patina_hit_t *hits,
                               size_t *counts)
@@ -1388,6 +1537,9 @@ static patina_status knn_impl(patina_context_t *ctx, const patina_index_t *idx, 
     if (nq == 0) return PATINA_OK;
     knn_pad(idx, nq, k, hits, counts);
     if (idx->live == 0) return PATINA_OK;
+    if (dev == PATINA_DEVICE_GPU && idx->self)
+        return sqfd_gpu(ctx, idx, queries, nq, k, 0.0, 0, hits, NULL, counts, opts.stats,
+                        opts.device == PATINA_DEVICE_AUTO);
     if (dev == PATINA_DEVICE_GPU) return knn_gpu(ctx, idx, queries, nq, k, hits, counts, opts.stats);
     if (opts.stats) opts.stats->cpu = nq;
     per = counts[0];
@@ -1464,7 +1616,9 @@ static patina_status range_impl(patina_context_t *ctx, const patina_index_t *idx
     PATINA_TRY(check_nan(idx, queries, nq, "query"));
     if (idx->live == 0) return PATINA_OK;
     if (dev == PATINA_DEVICE_GPU) {
-        s = range_gpu(ctx, idx, queries, nq, radius, max_hits, hits, counts, opts.stats);
+        s = idx->self ? sqfd_gpu(ctx, idx, queries, nq, 0, radius, max_hits, NULL, hits, counts, opts.stats,
+                                 opts.device == PATINA_DEVICE_AUTO)
+                      : range_gpu(ctx, idx, queries, nq, radius, max_hits, hits, counts, opts.stats);
         if (s != PATINA_OK)
             for (q = 0; q < nq; q++) {
                 free(hits[q]);
