@@ -3,9 +3,12 @@
  * slack, the filtered k-NN and range search on the CPU, and the table's
  * persistence as a collection's auxiliary blob.
  *
- * Not here: the distance itself (sig_sqfd, src/search/sqfd.c, called with
- * the query first exactly as the scan calls it, so a computed distance is
- * the scan's double) and any GPU work.
+ * Not here: the distance itself (src/search/sqfd.c: with the self terms,
+ * sig_sqfd_self with the query first exactly as the scan calls it, so a
+ * computed distance is the scan's double) and any GPU work. Every row and
+ * pivot keeps its self term Soo (sig_self, computed once when it is added
+ * or loaded), a query computes its Sqq once: a distance is the cross block
+ * only, and every distance is sig_sqfd's double bit for bit.
  *
  * Rounding slack. Bounds are computed from computed distances d, each off
  * the exact d* by at most eps (below), and they must not exceed the
@@ -66,6 +69,8 @@ struct patina_pivot_index {
     uint64_t *ids;          /* (n) ascending */
     float *recs;            /* (n, dim) */
     double *tab;            /* (n, np) d(row, pivot) */
+    double *self;           /* (n) each row's self term (sig_self) */
+    double *pself;          /* (np) each pivot's */
     double wmax;            /* largest total weight among rows ever held and pivots */
     size_t cmax;            /* largest count likewise */
     pthread_rwlock_t lock;  /* searches and save read; put and remove write */
@@ -160,8 +165,10 @@ static int pool_threads(patina_pool_t *pool) { return pool ? patina_pool_size(po
 /* out[r * ld] = sqfd(rows[r], piv) for r < n, in parallel. */
 typedef struct col_job {
     const float *rows;
+    const double *rself;
     size_t dim, n, ld;
     const float *piv;
+    double pself;
     double *out;
 } col_job_t;
 
@@ -170,20 +177,43 @@ static void col_task(void *arg, size_t t, int worker)
     const col_job_t *j = arg;
     const size_t r0 = t * ROW_CHUNK, r1 = r0 + ROW_CHUNK < j->n ? r0 + ROW_CHUNK : j->n;
     (void)worker;
-    for (size_t r = r0; r < r1; r++) j->out[r * j->ld] = sig_sqfd(j->rows + r * j->dim, j->piv, j->dim);
+    for (size_t r = r0; r < r1; r++)
+        j->out[r * j->ld] = sig_sqfd_self(j->rows + r * j->dim, j->rself[r], j->piv, j->pself);
 }
 
-static void column(patina_pool_t *pool, const float *rows, size_t n, size_t dim, const float *piv, double *out,
-                   size_t ld)
+static void column(patina_pool_t *pool, const float *rows, const double *rself, size_t n, size_t dim,
+                   const float *piv, double pself, double *out, size_t ld)
 {
-    col_job_t j = {rows, dim, n, ld, piv, out};
+    col_job_t j = {rows, rself, dim, n, ld, piv, pself, out};
     patina_pool_run(pool, (n + ROW_CHUNK - 1) / ROW_CHUNK, col_task, &j);
+}
+
+/* out (n) = the self terms of n records, in parallel. */
+typedef struct self_job {
+    const float *rows;
+    size_t dim, n;
+    double *out;
+} self_job_t;
+
+static void self_task(void *arg, size_t t, int worker)
+{
+    const self_job_t *j = arg;
+    const size_t r0 = t * ROW_CHUNK / 4, r1 = r0 + ROW_CHUNK / 4 < j->n ? r0 + ROW_CHUNK / 4 : j->n;
+    (void)worker;
+    for (size_t r = r0; r < r1; r++) j->out[r] = sig_self(j->rows + r * j->dim);
+}
+
+static void self_terms(patina_pool_t *pool, const float *rows, size_t n, size_t dim, double *out)
+{
+    self_job_t j = {rows, dim, n, out};
+    patina_pool_run(pool, (n + ROW_CHUNK / 4 - 1) / (ROW_CHUNK / 4), self_task, &j);
 }
 
 /* Every row's distances to every pivot: tab (n, np). */
 typedef struct tab_job {
     const patina_pivot_index_t *pi;
     const float *rows;
+    const double *rself;
     size_t n;
     double *tab;
 } tab_job_t;
@@ -196,13 +226,14 @@ static void tab_task(void *arg, size_t t, int worker)
     (void)worker;
     for (size_t r = r0; r < r1; r++)
         for (size_t p = 0; p < pi->np; p++)
-            j->tab[r * pi->np + p] = sig_sqfd(j->rows + r * pi->dim, pi->precs + p * pi->dim, pi->dim);
+            j->tab[r * pi->np + p] =
+                sig_sqfd_self(j->rows + r * pi->dim, j->rself[r], pi->precs + p * pi->dim, pi->pself[p]);
 }
 
-static void table_rows(patina_pool_t *pool, const patina_pivot_index_t *pi, const float *rows, size_t n,
-                       double *tab)
+static void table_rows(patina_pool_t *pool, const patina_pivot_index_t *pi, const float *rows, const double *rself,
+                       size_t n, double *tab)
 {
-    tab_job_t j = {pi, rows, n, tab};
+    tab_job_t j = {pi, rows, rself, n, tab};
     patina_pool_run(pool, (n + 63) / 64, tab_task, &j);
 }
 
@@ -211,7 +242,7 @@ static void pivot_pairs(patina_pivot_index_t *pi)
     for (size_t i = 0; i < pi->np; i++) {
         pi->pp[i * pi->np + i] = 0.0;
         for (size_t j = i + 1; j < pi->np; j++) {
-            const double d = sig_sqfd(pi->precs + i * pi->dim, pi->precs + j * pi->dim, pi->dim);
+            const double d = sig_sqfd_self(pi->precs + i * pi->dim, pi->pself[i], pi->precs + j * pi->dim, pi->pself[j]);
             pi->pp[i * pi->np + j] = pi->pp[j * pi->np + i] = d;
         }
     }
@@ -243,7 +274,8 @@ static patina_pivot_index_t *alloc_index(const patina_extractor_t *ex, size_t np
     pi->pids = calloc(np ? np : 1, sizeof *pi->pids);
     pi->precs = calloc(np ? np * pi->dim : 1, sizeof *pi->precs);
     pi->pp = calloc(np ? np * np : 1, sizeof *pi->pp);
-    if (!pi->pids || !pi->precs || !pi->pp) {
+    pi->pself = calloc(np ? np : 1, sizeof *pi->pself);
+    if (!pi->pids || !pi->precs || !pi->pp || !pi->pself) {
         patina_pivot_index_free(pi);
         *s = nomem("pivots");
         return NULL;
@@ -255,7 +287,7 @@ static patina_pivot_index_t *alloc_index(const patina_extractor_t *ex, size_t np
 static patina_status reserve_rows(patina_pivot_index_t *pi, size_t n)
 {
     size_t cap;
-    void *a, *b, *c;
+    void *a, *b, *c, *d;
     if (n <= pi->cap) return PATINA_OK;
     cap = pi->cap ? pi->cap : 64;
     while (cap < n) cap *= 2;
@@ -265,6 +297,8 @@ static patina_status reserve_rows(patina_pivot_index_t *pi, size_t n)
     pi->recs = b;
     if (!(c = realloc(pi->tab, cap * (pi->np ? pi->np : 1) * sizeof *pi->tab))) return nomem("rows");
     pi->tab = c;
+    if (!(d = realloc(pi->self, cap * sizeof *pi->self))) return nomem("rows");
+    pi->self = d;
     pi->cap = cap;
     return PATINA_OK;
 }
@@ -365,8 +399,9 @@ static patina_status choose(patina_pivot_index_t *pi, patina_pool_t *pool, const
         for (size_t i = 0; i < np; i++) {
             pi->pids[i] = pi->ids[rows[i]];
             memcpy(pi->precs + i * pi->dim, pi->recs + rows[i] * pi->dim, pi->bytes);
+            pi->pself[i] = pi->self[rows[i]];
         }
-        table_rows(pool, pi, pi->recs, n, pi->tab);
+        table_rows(pool, pi, pi->recs, pi->self, n, pi->tab);
     } else {
         /* farthest-first: start from the row farthest from a random row,
          * then each time the row whose nearest chosen pivot is farthest
@@ -382,7 +417,7 @@ static patina_status choose(patina_pivot_index_t *pi, patina_pool_t *pool, const
         }
         {
             const size_t r0 = (size_t)(splitmix(&st) % (uint64_t)n);
-            column(pool, pi->recs, n, pi->dim, pi->recs + r0 * pi->dim, mind, 1);
+            column(pool, pi->recs, pi->self, n, pi->dim, pi->recs + r0 * pi->dim, pi->self[r0], mind, 1);
         }
         for (size_t p = 0; p < np; p++) {
             size_t best = n;
@@ -395,7 +430,8 @@ static patina_status choose(patina_pivot_index_t *pi, patina_pool_t *pool, const
             taken[best] = 1;
             pi->pids[p] = pi->ids[best];
             memcpy(pi->precs + p * pi->dim, pi->recs + best * pi->dim, pi->bytes);
-            column(pool, pi->recs, n, pi->dim, pi->precs + p * pi->dim, pi->tab + p, np);
+            pi->pself[p] = pi->self[best];
+            column(pool, pi->recs, pi->self, n, pi->dim, pi->precs + p * pi->dim, pi->pself[p], pi->tab + p, np);
             for (size_t r = 0; r < n; r++) {
                 const double d = pi->tab[r * np + p];
                 if (p == 0 || d < mind[r]) mind[r] = d;
@@ -440,6 +476,7 @@ patina_status patina_pivot_index_new(patina_pivot_index_t **out, patina_context_
         patina_pivot_index_free(pi);
         return s;
     }
+    self_terms(pool, pi->recs, pi->n, pi->dim, pi->self);
     s = choose(pi, pool, &o);
     patina__workers_end(ctx, pool, own);
     if (s != PATINA_OK) {
@@ -485,6 +522,8 @@ void patina_pivot_index_free(patina_pivot_index_t *pi)
     free(pi->ids);
     free(pi->recs);
     free(pi->tab);
+    free(pi->self);
+    free(pi->pself);
     if (pi->locked) pthread_rwlock_destroy(&pi->lock);
     free(pi);
 }
@@ -518,14 +557,14 @@ static size_t find_row(const patina_pivot_index_t *pi, uint64_t id)
  * the held rows and the batch (sorted by id) into new arrays, swapped in
  * at the end, so that a failure changes nothing. */
 static patina_status merge_rows(patina_pivot_index_t *pi, const uint64_t *ids, const float *recs,
-                                const double *rows, size_t n)
+                                const double *rows, const double *rself, size_t n)
 {
     const size_t np = pi->np;
     id_pos_t *ord = malloc(n * sizeof *ord);
     size_t added = 0, cap, i, a = 0, b = 0, w = 0;
     uint64_t *nids = NULL;
     float *nrecs = NULL;
-    double *ntab = NULL;
+    double *ntab = NULL, *nself = NULL;
     if (!ord) return nomem("put");
     for (i = 0; i < n; i++) {
         ord[i] = (id_pos_t){ids[i], i};
@@ -536,11 +575,13 @@ static patina_status merge_rows(patina_pivot_index_t *pi, const uint64_t *ids, c
     nids = malloc(cap * sizeof *nids);
     nrecs = malloc(cap * pi->bytes);
     ntab = malloc(cap * np * sizeof *ntab);
-    if (!nids || !nrecs || !ntab) {
+    nself = malloc(cap * sizeof *nself);
+    if (!nids || !nrecs || !ntab || !nself) {
         free(ord);
         free(nids);
         free(nrecs);
         free(ntab);
+        free(nself);
         return nomem("put");
     }
     while (a < pi->n || b < n) {
@@ -550,11 +591,13 @@ static patina_status merge_rows(patina_pivot_index_t *pi, const uint64_t *ids, c
             nids[w] = ord[b].id;
             memcpy(nrecs + w * pi->dim, recs + ord[b].pos * pi->dim, pi->bytes);
             memcpy(ntab + w * np, rows + ord[b].pos * np, np * sizeof *ntab);
+            nself[w] = rself[ord[b].pos];
             b++;
         } else {
             nids[w] = pi->ids[a];
             memcpy(nrecs + w * pi->dim, pi->recs + a * pi->dim, pi->bytes);
             memcpy(ntab + w * np, pi->tab + a * np, np * sizeof *ntab);
+            nself[w] = pi->self[a];
             a++;
         }
         w++;
@@ -563,9 +606,11 @@ static patina_status merge_rows(patina_pivot_index_t *pi, const uint64_t *ids, c
     free(pi->ids);
     free(pi->recs);
     free(pi->tab);
+    free(pi->self);
     pi->ids = nids;
     pi->recs = nrecs;
     pi->tab = ntab;
+    pi->self = nself;
     pi->n = w;
     pi->cap = cap;
     for (i = 0; i < n; i++) note_extent(pi, recs + i * pi->dim);
@@ -576,22 +621,31 @@ static patina_status pivot_put_unlocked(patina_pivot_index_t *pi, patina_context
                                      const void *records, size_t n)
 {
     const float *recs = records;
-    double *rows;
+    double *rows, *rself;
     patina_pool_t *pool;
     patina_status s;
     int own, have_form = 1;
     if (!pi || (n && (!ids || !records))) return patina__fail(PATINA_E_INVALID, "pivots: null argument");
     if (n == 0) return PATINA_OK;
     PATINA_TRY(check_batch(pi, ids, recs, n, &have_form));
-    if (!(rows = malloc(n * pi->np * sizeof *rows))) return nomem("put");
+    rows = malloc(n * pi->np * sizeof *rows);
+    rself = malloc(n * sizeof *rself);
+    if (!rows || !rself) {
+        free(rows);
+        free(rself);
+        return nomem("put");
+    }
     if ((s = patina__workers_begin(ctx, 0, &pool, &own)) != PATINA_OK) {
         free(rows);
+        free(rself);
         return s;
     }
-    table_rows(pool, pi, recs, n, rows);
+    self_terms(pool, recs, n, pi->dim, rself);
+    table_rows(pool, pi, recs, rself, n, rows);
     patina__workers_end(ctx, pool, own);
-    s = merge_rows(pi, ids, recs, rows, n);
+    s = merge_rows(pi, ids, recs, rows, rself, n);
     free(rows);
+    free(rself);
     return s;
 }
 
@@ -617,6 +671,7 @@ static patina_status pivot_remove_unlocked(patina_pivot_index_t *pi, const uint6
             pi->ids[w] = pi->ids[r];
             memcpy(pi->recs + w * pi->dim, pi->recs + r * pi->dim, pi->bytes);
             memcpy(pi->tab + w * pi->np, pi->tab + r * pi->np, pi->np * sizeof *pi->tab);
+            pi->self[w] = pi->self[r];
         }
         w++;
     }
@@ -631,6 +686,7 @@ static patina_status pivot_remove_unlocked(patina_pivot_index_t *pi, const uint6
 /* A query's view: its distances to the pivots, the slack, the pairs. */
 typedef struct qview {
     const float *q;
+    double sqq;    /* the query's self term */
     double *a;     /* (np) d(q, p_i) */
     double eps;
     int usable;    /* 0: some a_i is not finite (another alpha): no pruning */
@@ -742,8 +798,9 @@ static void view_init(const patina_pivot_index_t *pi, qview_t *v, const float *q
     v->q = q;
     v->a = a;
     v->usable = 1;
+    v->sqq = sig_self(q);
     for (size_t i = 0; i < pi->np; i++) {
-        a[i] = sig_sqfd(q, pi->precs + i * pi->dim, pi->dim);
+        a[i] = sig_sqfd_self(q, v->sqq, pi->precs + i * pi->dim, pi->pself[i]);
         if (!isfinite(a[i])) v->usable = 0;
     }
     *dists += pi->np;
@@ -800,7 +857,7 @@ static void kq_block(kq_t *kq, size_t blk)
             break;
         }
         if (kq->v.usable && kq->bound == PATINA_BOUND_PTOLEMAIC && ptolemy_excludes(pi, &kq->v, r, R)) continue;
-        d = sig_sqfd(kq->v.q, pi->recs + r * pi->dim, pi->dim);
+        d = sig_sqfd_self(kq->v.q, kq->v.sqq, pi->recs + r * pi->dim, pi->self[r]);
         comp++;
         pthread_mutex_lock(&kq->mu);
         heap_push(&kq->heap, d, pi->ids[r]);
@@ -975,7 +1032,7 @@ static void rq_task(void *arg, size_t t, int worker)
         if (rq->v.usable && (metric_lb(pi, &rq->v, r) > rq->R ||
                              (rq->bound == PATINA_BOUND_PTOLEMAIC && ptolemy_excludes(pi, &rq->v, r, rq->R))))
             continue;
-        d = sig_sqfd(rq->v.q, pi->recs + r * pi->dim, pi->dim);
+        d = sig_sqfd_self(rq->v.q, rq->v.sqq, pi->recs + r * pi->dim, pi->self[r]);
         comp++;
         if (!(d <= rq->radius)) continue;
         if (n == cap) {
@@ -1310,6 +1367,7 @@ static patina_status from_blob(patina_pivot_index_t **out, patina_context_t *ctx
             have_form = 1;
         }
         note_extent(pi, pi->precs + i * pi->dim);
+        pi->pself[i] = sig_self(pi->precs + i * pi->dim);
     }
     if (pi->form == SIG_FORM_MINUS) {
         patina_pivot_index_free(pi);
@@ -1361,22 +1419,29 @@ static patina_status from_blob(patina_pivot_index_t **out, patina_context_t *ctx
             }
     }
     dropped = (size_t)sn - same_id; /* stored rows of images no longer in the table */
-    if (ntodo) {
-        float *tmp = malloc(ntodo * pi->bytes);
-        double *trow = malloc(ntodo * pi->np * sizeof *trow);
-        if (!tmp || !trow || (s = patina__workers_begin(ctx, 0, &pool, &own)) != PATINA_OK) {
+    {   /* every row's self term, then the table rows to compute */
+        float *tmp = malloc((ntodo ? ntodo : 1) * pi->bytes);
+        double *trow = malloc((ntodo ? ntodo : 1) * pi->np * sizeof *trow);
+        double *tself = malloc((ntodo ? ntodo : 1) * sizeof *tself);
+        if (!tmp || !trow || !tself || (s = patina__workers_begin(ctx, 0, &pool, &own)) != PATINA_OK) {
             free(tmp);
             free(trow);
+            free(tself);
             free(todo);
             patina_pivot_index_free(pi);
             return s != PATINA_OK ? s : nomem("loading");
         }
-        for (i = 0; i < ntodo; i++) memcpy(tmp + i * pi->dim, pi->recs + todo[i] * pi->dim, pi->bytes);
-        table_rows(pool, pi, tmp, ntodo, trow);
+        self_terms(pool, pi->recs, n, pi->dim, pi->self);
+        for (i = 0; i < ntodo; i++) {
+            memcpy(tmp + i * pi->dim, pi->recs + todo[i] * pi->dim, pi->bytes);
+            tself[i] = pi->self[todo[i]];
+        }
+        if (ntodo) table_rows(pool, pi, tmp, tself, ntodo, trow);
         patina__workers_end(ctx, pool, own);
         for (i = 0; i < ntodo; i++) memcpy(pi->tab + todo[i] * pi->np, trow + i * pi->np, pi->np * sizeof *trow);
         free(tmp);
         free(trow);
+        free(tself);
     }
     free(todo);
     if (refreshed) *refreshed = ntodo + dropped;
