@@ -326,7 +326,7 @@ int main(int argc, char **argv)
     uint64_t *ids = NULL;
     float *recs = NULL, *qs;
     size_t dim, bytes, i;
-    double t, t_build, scan_knn_ms, scan_range_ms, radius = 0;
+    double t, t_build, scan_knn_ms, scan_range_ms, radius = 0, gpu_scan_knn_ms, gpu_scan_range_ms;
     patina_hit_t *scan_hits, *hits;
     size_t *scan_counts, *counts;
     patina_hit_t **scan_rh, **rh;
@@ -451,43 +451,75 @@ int main(int argc, char **argv)
                t_build, n, P, radius, K);
     else
         printf("# no pivot table (--pivots 0); range radius %.6g (mean %zu-th NN distance)\n\n", radius, K);
-    printf("| query | method | ms / query | rows pruned | SQFDs / query | speed-up |\n");
-    printf("|---|---|---|---|---|---|\n");
-    printf("| %zu-NN | scan | %.1f | 0%% | %zu | 1.0 |\n", K, scan_knn_ms, n);
-    for (int range = 0; range < 2; range++) {
-        if (range) printf("| range | scan | %.1f | 0%% | %zu | 1.0 |\n", scan_range_ms, n);
-        for (int b = 1; P && b >= 0; b--) {
-            patina_pivot_search_opts_t so;
-            patina_search_stats_t st;
-            double ms;
-            patina_pivot_search_opts_init(&so);
-            so.bound = (patina_pivot_bound)b;
-            so.stats = &st;
+    {   /* the GPU scan, end to end (the strategies' baseline on the GPU) */
+        gpu_scan_knn_ms = gpu_scan_range_ms = -1;
+        if (patina_gpu_count() > 0) {
+            patina_search_opts_t so;
+            patina_search_opts_init(&so);
+            so.device = PATINA_DEVICE_GPU;
+            if ((s = patina_index_knn(ctx, idx, qs, 1, K, &so, hits, counts)) != PATINA_OK) die("gpu scan", s);
             t = now();
-            s = range ? patina_pivot_index_range(ctx, pi, qs, Q, radius, &so, rh, rc)
-                      : patina_pivot_index_knn(ctx, pi, qs, Q, K, &so, hits, counts);
-            if (s != PATINA_OK) die("pivot search", s);
-            ms = 1e3 * (now() - t) / (double)Q;
-            for (i = 0; i < QS; i++) {
-                int ok = range ? same(rh[i], rc[i], scan_rh[i], scan_rc[i])
-                               : same(hits + i * K, counts[i], scan_hits + i * K, scan_counts[i]);
-                if (!ok) {
-                    fprintf(stderr, "bench_sqfd: query %zu differs from the scan (%s, %s)\n", i,
-                            range ? "range" : "k-NN", b ? "metric" : "ptolemaic");
-                    bad = 1;
-                }
+            if ((s = patina_index_knn(ctx, idx, qs, Q, K, &so, hits, counts)) != PATINA_OK) die("gpu scan", s);
+            gpu_scan_knn_ms = 1e3 * (now() - t) / (double)Q;
+            t = now();
+            if ((s = patina_index_range(ctx, idx, qs, Q, radius, &so, rh, rc)) != PATINA_OK) die("gpu scan", s);
+            gpu_scan_range_ms = 1e3 * (now() - t) / (double)Q;
+            for (i = 0; i < Q; i++) {
+                free(rh[i]);
+                rh[i] = NULL;
             }
-            if (range)
-                for (i = 0; i < Q; i++) {
-                    free(rh[i]);
-                    rh[i] = NULL;
-                }
-            printf("| %s | %s, %zu pivots | %.1f | %.1f%% | %.0f (+%zu to pivots) | %.1f |\n",
-                   range ? "range" : "k-NN", b ? "metric" : "ptolemaic", P, ms,
-                   100.0 * (double)st.pruned / ((double)n * (double)Q), (double)st.computed / (double)Q, P,
-                   (range ? scan_range_ms : scan_knn_ms) / ms);
-            fflush(stdout);
         }
+    }
+    printf("| query | method | ms / query | rows pruned | SQFDs / query | vs CPU scan | vs GPU scan |\n");
+    printf("|---|---|---|---|---|---|---|\n");
+    for (int range = 0; range < 2; range++) {
+        const double cpu_ms = range ? scan_range_ms : scan_knn_ms, gpu_ms = range ? gpu_scan_range_ms : gpu_scan_knn_ms;
+        const char *qn = range ? "range" : "k-NN";
+        printf("| %s | scan, CPU | %.2f | 0%% | %zu | 1.0 | %s |\n", qn, cpu_ms, n, gpu_ms > 0 ? "-" : "no GPU");
+        if (gpu_ms > 0) printf("| %s | scan, GPU (filter + CPU ranking) | %.2f | 0%% | %zu | %.1f | 1.0 |\n", qn, gpu_ms, n,
+                               cpu_ms / gpu_ms);
+        for (int stg = 0; stg < (gpu_ms > 0 ? 3 : 1); stg++)
+            for (int b = 1; P && b >= 0; b--) {
+                static const char *const sname[] = {"CPU filter", "CPU filter + GPU (paper's pipeline)",
+                                                    "GPU filter"};
+                patina_pivot_search_opts_t so;
+                patina_search_stats_t st;
+                double ms;
+                patina_pivot_search_opts_init(&so);
+                so.bound = (patina_pivot_bound)b;
+                so.strategy = (patina_pivot_strategy)stg;
+                so.stats = &st;
+                if (stg && (s = patina_pivot_index_knn(ctx, pi, qs, 1, K, &so, hits, counts)) != PATINA_OK)
+                    die("pivot search", s); /* the device copies */
+                t = now();
+                s = range ? patina_pivot_index_range(ctx, pi, qs, Q, radius, &so, rh, rc)
+                          : patina_pivot_index_knn(ctx, pi, qs, Q, K, &so, hits, counts);
+                if (s != PATINA_OK) die("pivot search", s);
+                ms = 1e3 * (now() - t) / (double)Q;
+                for (i = 0; i < QS; i++) {
+                    int ok = range ? same(rh[i], rc[i], scan_rh[i], scan_rc[i])
+                                   : same(hits + i * K, counts[i], scan_hits + i * K, scan_counts[i]);
+                    if (!ok) {
+                        fprintf(stderr, "bench_sqfd: query %zu differs from the scan (%s, %s, %s)\n", i, qn,
+                                b ? "metric" : "ptolemaic", sname[stg]);
+                        bad = 1;
+                    }
+                }
+                if (range)
+                    for (i = 0; i < Q; i++) {
+                        free(rh[i]);
+                        rh[i] = NULL;
+                    }
+                {
+                    char vg[32] = "-";
+                    if (gpu_ms > 0) snprintf(vg, sizeof vg, "%.2f", gpu_ms / ms);
+                    printf("| %s | %s, %s, %zu pivots | %.2f | %.1f%% | %.0f (+%zu to pivots) | %.1f | %s |\n", qn,
+                           sname[stg], b ? "metric" : "ptolemaic", P, ms,
+                           100.0 * (double)st.pruned / ((double)n * (double)Q), (double)st.computed / (double)Q, P,
+                           cpu_ms / ms, vg);
+                }
+                fflush(stdout);
+            }
     }
     printf("\n");
     bad |= gpu_table(ctx, ex, ids, recs, n, qs, Q, QS, K, radius, scan_hits, scan_counts, scan_rh, scan_rc,

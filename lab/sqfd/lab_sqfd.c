@@ -6,7 +6,7 @@
  *                         and in float against the C reference (sig_sqfd) on
  *                         every form and alpha 3, 0.2, 0.01, within the
  *                         rounding bounds of its sums; the library's entry
- *                         point (patina_gpu__sqfd_pairs) within its own
+ *                         point (patina_gpu_sqfd_pairs) within its own
  *                         proven bound of the reference, so lab and library
  *                         cannot drift.
  *   lab_sqfd [--n N] [--centroids C] [--block B] [--alpha A]
@@ -96,7 +96,7 @@ static int validate(void)
         v.dim = dim;
         v.recs = recs;
         v.self = self;
-        if (patina_gpu__sqfd_pairs(g, &v, qs, sqq, nq, ps, pe) != PATINA_OK) die("the library's pairs");
+        if (patina_gpu_sqfd_pairs(g, &v, qs, sqq, nq, ps, pe) != PATINA_OK) die("the library's pairs");
         for (size_t q = 0; q < nq; q++) {
             const float *qr = qs + q * dim;
             for (int dbl = 1; dbl >= 0; dbl--) {

@@ -165,6 +165,11 @@ typedef struct pgpu_sqfd_index {
     const float *recs;        /* (n, dim) checked records */
     const double *self;       /* (n) their self terms Soo (sig_self) */
     const uint8_t *dead;      /* (n) 1 = removed (not searched), or NULL */
+    /* a pivot table's (src/search/pivots.c; np = 0: none): the copy then
+     * carries the table for the GPU filter (patina_gpu_sqfd_filter) */
+    size_t np;
+    const double *tab;        /* (n, np) row-to-pivot distances */
+    const double *pp;         /* (np, np) pivot-to-pivot distances */
 } pgpu_sqfd_index_t;
 
 /* What a call did (added to): queries answered, pairs whose SQFD the
@@ -189,11 +194,40 @@ patina_status patina_gpu_sqfd(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, con
                               const double *sqq, size_t nq, size_t k, double radius, uint32_t **cand,
                               size_t *ncand, uint8_t *cpu, pgpu_sqfd_stats_t *stats);
 
-/* Tests and the lab: the kernels' SQFD^2 estimate s and its bound e for
- * every (query, row) pair, (nq, n) each in host row order (removed rows
- * get NaN). PATINA_E_UNAVAILABLE when the data is outside the domain. */
-patina_status patina_gpu__sqfd_pairs(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
+/* The kernels' SQFD^2 estimate s and its bound e for every (query, row)
+ * pair, (nq, n) each in host row order (removed rows get NaN): |s -
+ * S_ref| <= e. The pivot tables' query-to-pivot distances (pivots.c), the
+ * tests and the lab. PATINA_E_UNAVAILABLE when the data is outside the
+ * kernels' domain. */
+patina_status patina_gpu_sqfd_pairs(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
                                      const double *sqq, size_t nq, double *s, double *e);
+
+/* ---- pivot tables on the GPU (docs/signature.md "Filter strategies") ----
+ * Both take the pivot index as a pgpu_sqfd_index_t (np > 0 for the filter)
+ * and the query's pivot distances as intervals [alo, ahi] that hold the
+ * reference's doubles (from patina_gpu_sqfd_pairs), with eps the query's
+ * slack of pivots.c. */
+
+/* The paper's pipeline, the GPU side: keys lo <= max(S_ref, 0) <= hi for m
+ * rows (host row numbers, m <= PGPU_SQFD_BLOCK) of one query, computed on
+ * stream slot (0 or 1; at most one block pending per slot). _submit
+ * returns once the work is queued; _wait waits for it and copies the keys
+ * into lo, hi (m floats each, host). */
+#define PGPU_SQFD_BLOCK 8192
+patina_status patina_gpu_sqfd_block_submit(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, int slot,
+                                           const float *query, double sqq, const uint32_t *rows, size_t m);
+patina_status patina_gpu_sqfd_block_wait(patina_gpu_t *g, int slot, float *lo, float *hi);
+
+/* The GPU filter: the pivot bounds of pivots.c (metric; ptolemaic when
+ * ptolemaic != 0) evaluated on the GPU for every (query, row), survivors
+ * compacted and their SQFD filtered as patina_gpu_sqfd does (k-NN: a
+ * pilot of the rows of smallest metric bound gives the radius). alo, ahi
+ * (nq, np), eps (nq). Results as patina_gpu_sqfd; stats->pairs counts the
+ * rows whose SQFD was evaluated (pilot included). */
+patina_status patina_gpu_sqfd_filter(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
+                                     const double *sqq, size_t nq, const double *alo, const double *ahi,
+                                     const double *eps, int ptolemaic, size_t k, double radius, uint32_t **cand,
+                                     size_t *ncand, uint8_t *cpu, pgpu_sqfd_stats_t *stats);
 
 /* Benchmarks: the median over reps of the scan kernel alone (every pair of
  * nq queries and the resident copy's rows evaluated, nothing kept), in ms

@@ -84,7 +84,7 @@
 #define SQ_THREADS 128      /* rows per scan block (one per thread) */
 #define SQ_QT 4             /* queries per scan block */
 #define SQ_SEL_THREADS 1024 /* selection block (tc_radix_kth: a divisor of 2048) */
-#define SQ_CACHE 2          /* device copies kept */
+#define SQ_CACHE 4          /* device copies kept (rows of an index, a pivot table's pivots) */
 #define SQ_PILOT_MIN 8192   /* pilot rows at least */
 #define SQ_DENSE_BYTES ((size_t)512 << 20) /* pilot values per batch at most */
 #define SQ_KNN_BATCH 1024   /* queries per batch, k-NN */
@@ -94,7 +94,7 @@
 #define SQ_AMIN 0x1p-20
 #define SQ_AMAX 0x1p20
 
-enum { SQ_PILOT = 0, SQ_CAND = 1, SQ_PAIRS = 2 };
+enum { SQ_KEYS = 0, SQ_CAND = 1, SQ_PAIRS = 2 };
 
 /* Per query of a batch (device and pinned mirror). */
 typedef struct sq_qinfo {
@@ -124,7 +124,20 @@ typedef struct sq_copy {
     float *wo;               /* (nb * 32) */
     double *soo;             /* (nb * 32) */
     uint32_t *hrow;          /* (nb * 32) host row numbers */
+    uint32_t *hinv;          /* host memory, (src_n): host row -> device row (UINT32_MAX: removed) */
+    size_t np;               /* pivot table: pivots (0: none) */
+    double *tab;             /* (np, nb * 32) row-to-pivot distances, device order */
+    double *pp;              /* (np, np) */
 } sq_copy_t;
+
+/* One stream's block of the pipeline (patina_gpu_sqfd_block_*). */
+typedef struct sq_slot {
+    uint32_t *h_rows, *d_rows, *h_n, *d_n; /* (PGPU_SQFD_BLOCK) device rows; their count */
+    float *h_lo, *h_hi, *d_lo, *d_hi;      /* (PGPU_SQFD_BLOCK) keys */
+    float4 *h_q, *d_q;                     /* (SQ_KMAX, 2) the query */
+    sq_qinfo_t *h_qi, *d_qi;
+    size_t m;                              /* rows of the pending block (0: none) */
+} sq_slot_t;
 
 typedef struct sq_state {
     sq_copy_t copy[SQ_CACHE];
@@ -137,6 +150,7 @@ typedef struct sq_state {
     size_t cand_cap;         /* uint4 entries */
     uint4 *d_cand, *h_cand;
     uint32_t *d_cnt, *h_cnt; /* (q_cap) */
+    sq_slot_t slot[2];       /* the pipeline's blocks, one per stream */
 } sq_state_t;
 
 /* ------------------------------------------------------------- kernels */
@@ -160,51 +174,73 @@ __device__ __forceinline__ void sq_keys(double sqo, double sqq, double soo, doub
     *e = 2.0 * ec + 0x1p-30 * (fabs(sqq) + fabs(soo) + 2.0 * A + b.g * ww * ww) + 0x1p-58 * (1.0 + wq) * (1.0 + wo);
 }
 
-/* One row per thread against the block's SQ_QT queries. MODE SQ_PILOT:
- * nrows sampled rows (device row s * n / nrows), hi into dense[q * nrows +
- * s]. SQ_CAND: rows [0, nrows), a row with lo <= thr appended to the
- * query's list (hrow, lo, hi; counting past cap). SQ_PAIRS: s and e into
- * out_s / out_e[q * ld + hrow]. */
-template <int FORM, int MODE>
-__global__ void __launch_bounds__(SQ_THREADS)
-k_sq_scan(const float4 *__restrict__ rows, const uint16_t *__restrict__ cnt, const float *__restrict__ wo,
-          const double *__restrict__ soo, const uint32_t *__restrict__ hrow, int kc, uint32_t n, uint32_t nrows,
-          const float4 *__restrict__ qc, const sq_qinfo_t *__restrict__ qi, int nq, int kq4, sq_bound_t bd,
-          float *__restrict__ dense, uint32_t *__restrict__ ccnt, uint4 *__restrict__ cand, uint32_t cap,
-          double *__restrict__ out_s, double *__restrict__ out_e, size_t ld)
+/* A scan's arguments (one struct: the kernels' parameter list). */
+typedef struct sq_args {
+    const float4 *rows;      /* the copy (sq_copy_t) */
+    const uint16_t *cnt;
+    const float *wo;
+    const double *soo;
+    const uint32_t *hrow;
+    int kc;
+    uint32_t n;              /* live rows */
+    uint32_t nrows;          /* scan: rows (pilot: samples); gather: a query's list capacity */
+    const uint32_t *list;    /* gather: (nq, nrows) device rows */
+    const uint32_t *list_n;  /* gather: (nq) their counts */
+    const float4 *qc;        /* (nq, kq4, 2) */
+    const sq_qinfo_t *qi;    /* (nq) */
+    int nq, kq4;
+    sq_bound_t bd;
+    float *klo, *khi;        /* SQ_KEYS: (nq, nrows); klo may be NULL */
+    uint32_t *ccnt;          /* SQ_CAND: (nq) */
+    uint4 *cand;             /* SQ_CAND: (nq, cap) */
+    uint32_t cap;
+    double *out_s, *out_e;   /* SQ_PAIRS: (nq, ld) */
+    size_t ld;
+} sq_args_t;
+
+/* One row per thread against the block's queries (SQ_QT; gather: one,
+ * blockIdx.y, over its list). MODE SQ_KEYS: lo and hi into klo / khi[q *
+ * nrows + s] (scan: the pilot, device row s * n / nrows of a strided
+ * sample); SQ_CAND: a row with lo <= thr appended to the query's list
+ * (hrow, lo, hi; counting past cap); SQ_PAIRS: s and e into out_s / out_e[q
+ * * ld + hrow]. */
+template <int FORM, int MODE, int GATHER>
+__global__ void __launch_bounds__(SQ_THREADS) k_sq_scan(const sq_args_t a)
 {
     extern __shared__ float4 sq_smem[]; /* (SQ_QT, kq4, 2) */
-    const int q0 = blockIdx.y * SQ_QT;
-    const int nt = nq - q0 < SQ_QT ? nq - q0 : SQ_QT;
-    for (int i = threadIdx.x; i < nt * kq4 * 2; i += blockDim.x) sq_smem[i] = qc[(size_t)q0 * kq4 * 2 + i];
+    const int q0 = GATHER ? (int)blockIdx.y : (int)blockIdx.y * SQ_QT;
+    const int nt = GATHER ? 1 : (a.nq - q0 < SQ_QT ? a.nq - q0 : SQ_QT);
+    for (int i = threadIdx.x; i < nt * a.kq4 * 2; i += blockDim.x) sq_smem[i] = a.qc[(size_t)q0 * a.kq4 * 2 + i];
     __syncthreads();
     const uint32_t s = blockIdx.x * SQ_THREADS + threadIdx.x;
-    if (s >= nrows) return;
-    const uint32_t r = MODE == SQ_PILOT ? (uint32_t)(((uint64_t)s * n) / nrows) : s;
-    const float4 *rp = rows + (size_t)(r >> 5) * kc * 64 + (r & 31);
-    const int m = cnt[r];
+    if (s >= (GATHER ? min(a.list_n[q0], a.nrows) : a.nrows)) return;
+    const uint32_t r = GATHER ? a.list[(size_t)q0 * a.nrows + s]
+                              : MODE == SQ_KEYS ? (uint32_t)(((uint64_t)s * a.n) / a.nrows) : s;
+    const float4 *rp = a.rows + (size_t)(r >> 5) * a.kc * 64 + (r & 31);
+    const int m = a.cnt[r];
+    const float alpha = a.bd.alpha;
     int qn[SQ_QT];
     double sqo[SQ_QT];
 #pragma unroll
     for (int t = 0; t < SQ_QT; t++) {
-        qn[t] = t < nt ? qi[q0 + t].cnt4 : 0;
+        qn[t] = t < nt ? a.qi[q0 + t].cnt4 : 0;
         sqo[t] = 0.0;
     }
     for (int j = 0; j < m; j++) {
-        const float4 a = rp[(size_t)j * 64], b = rp[(size_t)j * 64 + 32];
+        const float4 o = rp[(size_t)j * 64], b = rp[(size_t)j * 64 + 32];
 #pragma unroll
         for (int t = 0; t < SQ_QT; t++) {
-            const float4 *qp = sq_smem + t * kq4 * 2;
+            const float4 *qp = sq_smem + t * a.kq4 * 2;
             double run = 0.0;
             for (int i = 0; i < qn[t]; i += 4) {
                 float acc = 0.0f;
 #pragma unroll
                 for (int v = 0; v < 4; v++) {
                     const float4 p = qp[2 * (i + v)], p2 = qp[2 * (i + v) + 1];
-                    float x = __fsub_rn(p.y, a.y), d2 = __fmul_rn(x, x);
-                    x = __fsub_rn(p.z, a.z);
+                    float x = __fsub_rn(p.y, o.y), d2 = __fmul_rn(x, x);
+                    x = __fsub_rn(p.z, o.z);
                     d2 = __fmaf_rn(x, x, d2);
-                    x = __fsub_rn(p.w, a.w);
+                    x = __fsub_rn(p.w, o.w);
                     d2 = __fmaf_rn(x, x, d2);
                     x = __fsub_rn(p2.x, b.x);
                     d2 = __fmaf_rn(x, x, d2);
@@ -214,36 +250,34 @@ k_sq_scan(const float4 *__restrict__ rows, const uint16_t *__restrict__ cnt, con
                     d2 = __fmaf_rn(x, x, d2);
                     x = __fsub_rn(p2.w, b.w);
                     d2 = __fmaf_rn(x, x, d2);
-                    acc = __fmaf_rn(p.x, sq_sim<FORM>(d2, bd.alpha), acc);
+                    acc = __fmaf_rn(p.x, sq_sim<FORM>(d2, alpha), acc);
                 }
                 run = __dadd_rn(run, (double)acc);
             }
-            sqo[t] = __fma_rn((double)a.x, run, sqo[t]);
+            sqo[t] = __fma_rn((double)o.x, run, sqo[t]);
         }
     }
-    const double so = soo[r], w = (double)wo[r];
+    const double so = a.soo[r], w = (double)a.wo[r];
 #pragma unroll
     for (int t = 0; t < SQ_QT; t++) {
         if (t >= nt) break;
-        const sq_qinfo_t q = qi[q0 + t];
+        const sq_qinfo_t q = a.qi[q0 + t];
         double sv, ev;
-        sq_keys(sqo[t], q.sqq, so, (double)q.w, w, bd, &sv, &ev);
+        sq_keys(sqo[t], q.sqq, so, (double)q.w, w, a.bd, &sv, &ev);
         if (MODE == SQ_PAIRS) {
-            out_s[(size_t)(q0 + t) * ld + hrow[r]] = sv;
-            out_e[(size_t)(q0 + t) * ld + hrow[r]] = ev;
+            a.out_s[(size_t)(q0 + t) * a.ld + a.hrow[r]] = sv;
+            a.out_e[(size_t)(q0 + t) * a.ld + a.hrow[r]] = ev;
             continue;
         }
         const double lo = __dsub_rd(sv, ev), hi = __dadd_ru(sv, ev);
-        const float hf = hi > 0.0 ? __double2float_ru(hi) : 0.0f;
-        if (MODE == SQ_PILOT) {
-            dense[(size_t)(q0 + t) * nrows + s] = hf;
-        } else {
-            const float lf = lo > 0.0 ? __double2float_rd(lo) : 0.0f;
-            if (lf <= q.thr) {
-                const uint32_t pos = atomicAdd(&ccnt[q0 + t], 1u);
-                if (pos < cap)
-                    cand[(size_t)(q0 + t) * cap + pos] = make_uint4(hrow[r], __float_as_uint(lf), __float_as_uint(hf), 0u);
-            }
+        const float hf = hi > 0.0 ? __double2float_ru(hi) : 0.0f, lf = lo > 0.0 ? __double2float_rd(lo) : 0.0f;
+        if (MODE == SQ_KEYS) {
+            a.khi[(size_t)(q0 + t) * a.nrows + s] = hf;
+            if (a.klo) a.klo[(size_t)(q0 + t) * a.nrows + s] = lf;
+        } else if (lf <= q.thr) {
+            const uint32_t pos = atomicAdd(&a.ccnt[q0 + t], 1u);
+            if (pos < a.cap) a.cand[(size_t)(q0 + t) * a.cap + pos] = make_uint4(a.hrow[r], __float_as_uint(lf),
+                                                                                  __float_as_uint(hf), 0u);
         }
     }
 }
@@ -265,12 +299,96 @@ k_sq_select(const float *__restrict__ dense, uint32_t S, uint32_t kth, sq_qinfo_
     }
 }
 
+/* Per query (one block each): out[q] = the kth smallest of its count
+ * non-negative floats v[q * ld ..] (count: min(cnt[q], cap), or nfix when
+ * cnt is NULL); +inf when there are fewer than kth. */
+__global__ void __launch_bounds__(SQ_SEL_THREADS)
+k_sq_kth(const float *__restrict__ v0, size_t ld, const uint32_t *__restrict__ cnt, uint32_t nfix, uint32_t cap,
+         uint32_t kth, float *__restrict__ out)
+{
+    __shared__ uint32_t sh[2048 + 34];
+    const float *v = v0 + (size_t)blockIdx.x * ld;
+    const uint32_t n = cnt ? min(cnt[blockIdx.x], cap) : nfix;
+    if (n < kth || kth == 0) {
+        if (threadIdx.x == 0) out[blockIdx.x] = INFINITY;
+        return;
+    }
+    const uint32_t b = tc_radix_kth([v](uint32_t i) { return ~__float_as_uint(v[i]); }, n, kth, sh);
+    if (threadIdx.x == 0) out[blockIdx.x] = __uint_as_float(~b);
+}
+
+#define PIV_REL 1e-10 /* pivots.c's REL: the bounds' own roundings */
+
+/* The pivot bounds of pivots.c with the query's pivot distances as
+ * intervals [alo, ahi] (q's (np) rows of alo, ahi): per (device row r,
+ * query blockIdx.y), metric = max_i max(alo_i - b_i, b_i - ahi_i) (1 - REL)
+ * - 2 eps. MODE 0: metric, rounded down, into dense[q * n + r]; MODE 1: r
+ * appended to the query's list when metric <= R[q] and (ptol) no Ptolemy
+ * bound excludes it; MODE 2: r appended when dense[q * n + r] <= lambda[q]
+ * (lists of cap entries, counting past cap). */
+template <int MODE>
+__global__ void __launch_bounds__(256)
+k_piv_lb(const double *__restrict__ tab, size_t ld, uint32_t n, int np, const double *__restrict__ alo,
+         const double *__restrict__ ahi, const double *__restrict__ eps, const double *__restrict__ R,
+         const double *__restrict__ pp, int ptol, float *__restrict__ dense, const float *__restrict__ lambda,
+         uint32_t *__restrict__ list, uint32_t *__restrict__ list_n, uint32_t cap)
+{
+    const uint32_t r = blockIdx.x * 256 + threadIdx.x;
+    const int q = blockIdx.y;
+    if (r >= n) return;
+    if (MODE == 2) {
+        if (dense[(size_t)q * n + r] <= lambda[q]) {
+            const uint32_t pos = atomicAdd(&list_n[q], 1u);
+            if (pos < cap) list[(size_t)q * cap + pos] = r;
+        }
+        return;
+    }
+    const double *lo = alo + (size_t)q * np, *hi = ahi + (size_t)q * np, e = eps[q];
+    double m = 0.0;
+    for (int i = 0; i < np; i++) {
+        const double b = tab[(size_t)i * ld + r], t = fmax(__dsub_rn(lo[i], b), __dsub_rn(b, hi[i]));
+        if (t > m) m = t;
+    }
+    const double lb = __dsub_rn(__dmul_rn(m, 1.0 - PIV_REL), 2.0 * e);
+    if (MODE == 0) {
+        dense[(size_t)q * n + r] = lb > 0.0 ? __double2float_rd(lb) : 0.0f;
+        return;
+    }
+    const double Rq = R[q];
+    if (lb > Rq) return;
+    if (ptol && !isinf(Rq))
+        for (int i = 0; i < np; i++) {
+            const double bi = tab[(size_t)i * ld + r];
+            for (int j = i + 1; j < np; j++) {
+                const double bj = tab[(size_t)j * ld + r];
+                const double x = __dsub_rn(__dmul_rn(lo[i], bj), __dmul_rn(hi[j], bi));
+                const double y = __dsub_rn(__dmul_rn(lo[j], bi), __dmul_rn(hi[i], bj));
+                const double num = fmax(x, y) - e * (hi[i] + hi[j] + bi + bj + 2.0 * e) -
+                                   PIV_REL * (hi[i] * bj + hi[j] * bi);
+                if (num > Rq * (pp[i * np + j] + e) * (1.0 + PIV_REL)) return;
+            }
+        }
+    const uint32_t pos = atomicAdd(&list_n[q], 1u);
+    if (pos < cap) list[(size_t)q * cap + pos] = r;
+}
+
 /* ---------------------------------------------------------- the state */
 
 static void copy_free(patina_gpu_t *g, sq_copy_t *c)
 {
-    pgpu_free_n(g, 5, &c->rows, &c->cnt, &c->wo, &c->soo, &c->hrow);
+    pgpu_free_n(g, 7, &c->rows, &c->cnt, &c->wo, &c->soo, &c->hrow, &c->tab, &c->pp);
+    free(c->hinv);
     memset(c, 0, sizeof *c);
+}
+
+static void slots_free(patina_gpu_t *g, sq_state_t *st)
+{
+    for (int i = 0; i < 2; i++) {
+        sq_slot_t *sl = &st->slot[i];
+        pgpu_free_n(g, 14, &sl->h_rows, &sl->d_rows, &sl->h_n, &sl->d_n, &sl->h_lo, &sl->h_hi, &sl->d_lo, &sl->d_hi,
+                    &sl->h_q, &sl->d_q, &sl->h_qi, &sl->d_qi, &sl->h_n, &sl->d_n);
+        sl->m = 0;
+    }
 }
 
 static void buffers_free(patina_gpu_t *g, sq_state_t *st)
@@ -283,9 +401,10 @@ static void buffers_free(patina_gpu_t *g, sq_state_t *st)
 static void sq_release(patina_gpu_t *g, void *state)
 {
     sq_state_t *st = (sq_state_t *)state;
-    (void)cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, 0));
+    for (int i = 0; i < PGPU_STREAMS; i++) (void)cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, i));
     for (int i = 0; i < SQ_CACHE; i++) copy_free(g, &st->copy[i]);
     buffers_free(g, st);
+    slots_free(g, st);
     (void)cudaGetLastError();
     free(st);
 }
@@ -405,7 +524,13 @@ static patina_status copy_make(patina_gpu_t *g, sq_copy_t *c, const pgpu_sqfd_in
     c->n = n;
     c->kc = (int)kc;
     c->ok = 1;
+    c->np = idx->np;
     nb = (n + 31) / 32;
+    if (!(c->hinv = (uint32_t *)malloc(idx->n * sizeof *c->hinv + 1))) {
+        s = patina__fail(PATINA_E_NOMEM, "gpu sqfd: out of memory for %zu rows", idx->n);
+        goto out;
+    }
+    for (i = 0; i < idx->n; i++) c->hinv[i] = UINT32_MAX;
     /* random order, then a stable counting sort by count */
     order = (uint32_t *)malloc(n * sizeof *order + 1);
     start = (size_t *)calloc(kc + 2, sizeof *start);
@@ -447,6 +572,7 @@ static patina_status copy_make(patina_gpu_t *g, sq_copy_t *c, const pgpu_sqfd_in
         hw[i] = weight_up(rec);
         hs[i] = idx->self[h];
         hh[i] = h;
+        c->hinv[h] = (uint32_t)i;
     }
     if ((s = sdev(g, (void **)&c->rows, nb * kc * 64 * sizeof *hr, "signature rows")) != PATINA_OK ||
         (s = sdev(g, (void **)&c->cnt, nb * 32 * sizeof *hc, "row counts")) != PATINA_OK ||
@@ -458,8 +584,26 @@ static patina_status copy_make(patina_gpu_t *g, sq_copy_t *c, const pgpu_sqfd_in
         cudaMemcpy(c->cnt, hc, nb * 32 * sizeof *hc, cudaMemcpyHostToDevice) != cudaSuccess ||
         cudaMemcpy(c->wo, hw, nb * 32 * sizeof *hw, cudaMemcpyHostToDevice) != cudaSuccess ||
         cudaMemcpy(c->soo, hs, nb * 32 * sizeof *hs, cudaMemcpyHostToDevice) != cudaSuccess ||
-        cudaMemcpy(c->hrow, hh, nb * 32 * sizeof *hh, cudaMemcpyHostToDevice) != cudaSuccess)
+        cudaMemcpy(c->hrow, hh, nb * 32 * sizeof *hh, cudaMemcpyHostToDevice) != cudaSuccess) {
         s = pgpu_fail((int)cudaGetLastError(), "gpu sqfd: uploading rows", __FILE__, __LINE__);
+        goto out;
+    }
+    if (c->np) { /* the pivot table, (np, nb * 32) in device order, and the pivots' distances */
+        const size_t ld = nb * 32, np = c->np;
+        double *t = (double *)calloc(np * ld + 1, sizeof *t);
+        if (!t) {
+            s = patina__fail(PATINA_E_NOMEM, "gpu sqfd: out of memory for the pivot table");
+            goto out;
+        }
+        for (i = 0; i < n; i++)
+            for (size_t p = 0; p < np; p++) t[p * ld + i] = idx->tab[(size_t)order[i] * np + p];
+        if ((s = sdev(g, (void **)&c->tab, np * ld * sizeof *t, "pivot table")) == PATINA_OK &&
+            (s = sdev(g, (void **)&c->pp, np * np * sizeof *c->pp, "pivot table")) == PATINA_OK &&
+            (cudaMemcpy(c->tab, t, np * ld * sizeof *t, cudaMemcpyHostToDevice) != cudaSuccess ||
+             cudaMemcpy(c->pp, idx->pp, np * np * sizeof *c->pp, cudaMemcpyHostToDevice) != cudaSuccess))
+            s = pgpu_fail((int)cudaGetLastError(), "gpu sqfd: uploading the pivot table", __FILE__, __LINE__);
+        free(t);
+    }
 out:
     free(live);
     free(order);
@@ -485,7 +629,7 @@ static patina_status copy_of(patina_gpu_t *g, sq_state_t *st, const pgpu_sqfd_in
     for (i = 0; i < SQ_CACHE; i++) {
         sq_copy_t *x = &st->copy[i];
         if (x->serial == idx->serial && x->serial) {
-            if (x->gen == idx->gen && x->src_n == idx->n) {
+            if (x->gen == idx->gen && x->src_n == idx->n && x->np == idx->np) {
                 x->used = ++st->clock;
                 *out = x;
                 return PATINA_OK;
@@ -501,7 +645,16 @@ static patina_status copy_of(patina_gpu_t *g, sq_state_t *st, const pgpu_sqfd_in
             if (st->copy[i].used < c->used) c = &st->copy[i];
         copy_free(g, c);
     }
-    PATINA_TRY(copy_make(g, c, idx));
+    {
+        patina_status s = copy_make(g, c, idx);
+        if (s == PATINA_E_LIMIT || s == PATINA_E_NOMEM) { /* short of memory: the other copies go first */
+            patina_clear_error();
+            for (i = 0; i < SQ_CACHE; i++)
+                if (&st->copy[i] != c) copy_free(g, &st->copy[i]);
+            s = copy_make(g, c, idx);
+        }
+        if (s != PATINA_OK) return s;
+    }
     c->used = ++st->clock;
     *out = c;
     return PATINA_OK;
@@ -577,25 +730,46 @@ static void pack_queries(sq_state_t *st, const float *queries, const double *sqq
 
 static size_t scan_smem(size_t kq4) { return SQ_QT * kq4 * 2 * sizeof(float4); }
 
-/* Launches the scan (mode, form) on stream s. */
-template <int MODE>
-static cudaError_t scan_launch(const patina_gpu_t *g, const sq_copy_t *c, const sq_state_t *st, uint32_t nrows,
-                               int m, int kq4, uint32_t cap, double *out_s, double *out_e, size_t ld, cudaStream_t s)
+/* The arguments of a scan of copy c with the state's query buffers. */
+static sq_args_t args_of(const sq_copy_t *c, const sq_state_t *st, uint32_t nrows, int m, int kq4)
 {
-    const dim3 grid((nrows + SQ_THREADS - 1) / SQ_THREADS, (unsigned)((m + SQ_QT - 1) / SQ_QT));
-    const size_t smem = scan_smem((size_t)kq4);
-    const sq_bound_t bd = bound_of(c->form, c->alpha);
+    sq_args_t a;
+    memset(&a, 0, sizeof a);
+    a.rows = c->rows;
+    a.cnt = c->cnt;
+    a.wo = c->wo;
+    a.soo = c->soo;
+    a.hrow = c->hrow;
+    a.kc = c->kc;
+    a.n = (uint32_t)c->n;
+    a.nrows = nrows;
+    a.qc = st->d_q;
+    a.qi = st->d_qi;
+    a.nq = m;
+    a.kq4 = kq4;
+    a.bd = bound_of(c->form, c->alpha);
+    a.ccnt = st->d_cnt;
+    a.cand = st->d_cand;
+    return a;
+}
+
+/* Launches the scan (MODE, GATHER, the copy's form) with a on stream s:
+ * grid.x over a.nrows rows, grid.y over the queries (gather: one each). */
+template <int MODE, int GATHER>
+static cudaError_t scan_launch(const patina_gpu_t *g, int form, const sq_args_t &a, cudaStream_t s)
+{
+    const dim3 grid((a.nrows + SQ_THREADS - 1) / SQ_THREADS,
+                    GATHER ? (unsigned)a.nq : (unsigned)((a.nq + SQ_QT - 1) / SQ_QT));
+    const size_t smem = scan_smem((size_t)a.kq4);
     cudaError_t e;
-    if (smem > (size_t)g->smem_optin) return cudaErrorInvalidValue;
-#define SQ_LAUNCH(F)                                                                                                  \
-    do {                                                                                                              \
-        e = cudaFuncSetAttribute(k_sq_scan<F, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);         \
-        if (e != cudaSuccess) return e;                                                                               \
-        k_sq_scan<F, MODE><<<grid, SQ_THREADS, smem, s>>>(c->rows, c->cnt, c->wo, c->soo, c->hrow, c->kc,             \
-                                                          (uint32_t)c->n, nrows, st->d_q, st->d_qi, m, kq4, bd,       \
-                                                          st->d_dense, st->d_cnt, st->d_cand, cap, out_s, out_e, ld); \
+    if (smem > (size_t)g->smem_optin || grid.y > 65535u || grid.x == 0) return grid.x ? cudaErrorInvalidValue : cudaSuccess;
+#define SQ_LAUNCH(F)                                                                                              \
+    do {                                                                                                          \
+        e = cudaFuncSetAttribute(k_sq_scan<F, MODE, GATHER>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem); \
+        if (e != cudaSuccess) return e;                                                                           \
+        k_sq_scan<F, MODE, GATHER><<<grid, SQ_THREADS, smem, s>>>(a);                                             \
     } while (0)
-    switch (c->form) {
+    switch (form) {
     case 0: SQ_LAUNCH(0); break;
     case 1: SQ_LAUNCH(1); break;
     default: SQ_LAUNCH(2); break;
@@ -628,6 +802,9 @@ static int cmp_float(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static patina_status take_candidates(sq_state_t *st, cudaStream_t s, size_t m, const uint32_t *which, size_t take,
+                                     uint32_t cap, uint32_t **cand, size_t *ncand, uint8_t *again);
+
 /* One batch of m queries (which[]): k-NN (take > 0, pilot of S rows) or
  * range (take = 0, thr). Each query's candidates go to cand[which[t]] /
  * ncand; a query whose list overflows gets again[t] = 1. */
@@ -638,15 +815,15 @@ static patina_status run_batch(patina_gpu_t *g, sq_state_t *st, const sq_copy_t 
     cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
     const uint32_t cap = take ? PGPU_SQFD_KNN_CAND : PGPU_SQFD_RANGE_CAND;
     const size_t kq4 = batch_kq4(queries, dim, which, m);
-    float *hi = NULL;
-    size_t mx = 0, t;
     cudaError_t e;
     PATINA_TRY(buffers(g, st, m, kq4, take ? m * S : 1, m * cap));
     pack_queries(st, queries, sqq, dim, which, m, kq4, thr);
     e = cudaMemcpyAsync(st->d_q, st->h_q, m * kq4 * 2 * sizeof *st->h_q, cudaMemcpyHostToDevice, s);
     if (e == cudaSuccess) e = cudaMemcpyAsync(st->d_qi, st->h_qi, m * sizeof *st->h_qi, cudaMemcpyHostToDevice, s);
     if (e == cudaSuccess && take) {
-        e = scan_launch<SQ_PILOT>(g, c, st, (uint32_t)S, (int)m, (int)kq4, cap, NULL, NULL, 0, s);
+        sq_args_t a = args_of(c, st, (uint32_t)S, (int)m, (int)kq4);
+        a.khi = st->d_dense;
+        e = scan_launch<SQ_KEYS, 0>(g, c->form, a, s);
         if (e == cudaSuccess) {
             k_sq_select<<<(unsigned)m, SQ_SEL_THREADS, 0, s>>>(st->d_dense, (uint32_t)S, (uint32_t)take, st->d_qi,
                                                                st->d_cnt);
@@ -656,9 +833,26 @@ static patina_status run_batch(patina_gpu_t *g, sq_state_t *st, const sq_copy_t 
     } else if (e == cudaSuccess) {
         e = cudaMemsetAsync(st->d_cnt, 0, m * sizeof *st->d_cnt, s);
     }
-    if (e == cudaSuccess) e = scan_launch<SQ_CAND>(g, c, st, (uint32_t)c->n, (int)m, (int)kq4, cap, NULL, NULL, 0, s);
+    if (e == cudaSuccess) {
+        sq_args_t a = args_of(c, st, (uint32_t)c->n, (int)m, (int)kq4);
+        a.cap = cap;
+        e = scan_launch<SQ_CAND, 0>(g, c->form, a, s);
+    }
     *pairs += m * c->n;
-    if (e == cudaSuccess) e = cudaMemcpyAsync(st->h_cnt, st->d_cnt, m * sizeof *st->h_cnt, cudaMemcpyDeviceToHost, s);
+    if (e != cudaSuccess) return pgpu_fail((int)e, "gpu sqfd: scan", __FILE__, __LINE__);
+    return take_candidates(st, s, m, which, take, cap, cand, ncand, again);
+}
+
+/* The candidates of the m queries of a batch (which[]) from the state's
+ * device lists (d_cnt, d_cand of cap entries each): downloaded, refined
+ * (k-NN, take > 0: U the take-th smallest hi, kept lo <= U (1 + 2^-30))
+ * into cand[which[t]] / ncand; again[t] = 1 for a list that overflowed. */
+static patina_status take_candidates(sq_state_t *st, cudaStream_t s, size_t m, const uint32_t *which, size_t take,
+                                     uint32_t cap, uint32_t **cand, size_t *ncand, uint8_t *again)
+{
+    float *hi = NULL;
+    size_t mx = 0, t;
+    cudaError_t e = cudaMemcpyAsync(st->h_cnt, st->d_cnt, m * sizeof *st->h_cnt, cudaMemcpyDeviceToHost, s);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s);
     for (t = 0; e == cudaSuccess && t < m; t++)
         if (st->h_cnt[t] <= cap && st->h_cnt[t] > mx) mx = st->h_cnt[t];
@@ -666,7 +860,7 @@ static patina_status run_batch(patina_gpu_t *g, sq_state_t *st, const sq_copy_t 
         e = cudaMemcpy2DAsync(st->h_cand, mx * sizeof *st->h_cand, st->d_cand, cap * sizeof *st->d_cand,
                               mx * sizeof *st->h_cand, m, cudaMemcpyDeviceToHost, s);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-    if (e != cudaSuccess) return pgpu_fail((int)e, "gpu sqfd: scan", __FILE__, __LINE__);
+    if (e != cudaSuccess) return pgpu_fail((int)e, "gpu sqfd: candidates", __FILE__, __LINE__);
     if (take && !(hi = (float *)malloc(PGPU_SQFD_KNN_CAND * sizeof *hi)))
         return patina__fail(PATINA_E_NOMEM, "gpu sqfd: out of memory");
     for (t = 0; t < m; t++) {
@@ -796,9 +990,310 @@ patina_status patina_gpu_sqfd(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, con
     return PATINA_OK;
 }
 
+/* ------------------------------------------------- pivot tables on the GPU */
+
+/* pivots.c's R for a radius r: (r + eps)(1 + REL). */
+static double prune_radius(double r, double eps) { return (r + eps) * (1.0 + PIV_REL); }
+
+patina_status patina_gpu_sqfd_filter(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
+                                     const double *sqq, size_t nq, const double *alo, const double *ahi,
+                                     const double *eps, int ptolemaic, size_t k, double radius, uint32_t **cand,
+                                     size_t *ncand, uint8_t *cpu, pgpu_sqfd_stats_t *stats)
+{
+    cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
+    const uint32_t cap = k ? PGPU_SQFD_KNN_CAND : PGPU_SQFD_RANGE_CAND;
+    sq_state_t *st;
+    sq_copy_t *c;
+    uint32_t *which = NULL, *d_list = NULL, *d_ln = NULL, *d_plist = NULL, *d_pn = NULL, *h_ln = NULL, *h_pn = NULL;
+    uint8_t *again = NULL;
+    double *d_alo = NULL, *d_ahi = NULL, *d_eps = NULL, *d_R = NULL, *h_R = NULL;
+    float *d_khi = NULL, *d_lam = NULL, *d_U = NULL, *h_U = NULL;
+    size_t q, nw = 0, qb, np, n, pcap = 0, pairs = 0;
+    patina_status ret = PATINA_OK;
+    cudaError_t e = cudaSuccess;
+    if (!g || !idx || (nq && (!queries || !sqq || !alo || !ahi || !eps || !cand || !ncand || !cpu)) ||
+        (!k && !(radius >= 0.0)))
+        return patina__fail(PATINA_E_INVALID, "gpu sqfd: bad argument");
+    for (q = 0; q < nq; q++) {
+        cand[q] = NULL;
+        ncand[q] = 0;
+        cpu[q] = 0;
+    }
+    if (nq == 0 || idx->n == 0) return PATINA_OK;
+    if (idx->np == 0 || !idx->tab || !idx->pp) return patina__fail(PATINA_E_INVALID, "gpu sqfd: no pivot table");
+    PGPU_CU(cudaSetDevice(g->device));
+    PATINA_TRY(sq_state(g, &st));
+    PATINA_TRY(copy_of(g, st, idx, &c));
+    if (!c->ok || c->n == 0) {
+        for (q = 0; q < nq; q++) cpu[q] = c->ok ? 0 : 1;
+        if (stats) stats->cpu += c->ok ? 0 : nq;
+        return PATINA_OK;
+    }
+    n = c->n;
+    np = c->np;
+    if (k) pcap = 4 * (k > 64 ? k : 64); /* the pilot: the rows of the max(k, 64) smallest bounds, ties to 4x */
+    /* per query: lower bounds (n floats), the survivors (n), the pilot's rows and keys, the candidates */
+    qb = ((size_t)768 << 20) / (8 * n + 8 * pcap + (size_t)cap * 16 + 64);
+    if (qb < 1) qb = 1;
+    if (qb > 256) qb = 256;
+    if (qb > nq) qb = nq;
+    which = (uint32_t *)malloc(nq * sizeof *which);
+    again = (uint8_t *)malloc(nq);
+    h_R = (double *)malloc(qb * sizeof *h_R);
+    h_U = (float *)malloc(qb * sizeof *h_U);
+    h_ln = (uint32_t *)malloc(qb * sizeof *h_ln);
+    h_pn = (uint32_t *)malloc(qb * sizeof *h_pn);
+    if (!which || !again || !h_R || !h_U || !h_ln || !h_pn) {
+        ret = patina__fail(PATINA_E_NOMEM, "gpu sqfd: out of memory for %zu queries", nq);
+        goto done;
+    }
+    for (q = 0; q < nq; q++) {
+        if (query_ok(c, queries + q * idx->dim, idx->dim)) which[nw++] = (uint32_t)q;
+        else cpu[q] = 1;
+    }
+    if ((ret = sdev(g, (void **)&d_alo, qb * np * sizeof *d_alo, "pivot distances")) != PATINA_OK ||
+        (ret = sdev(g, (void **)&d_ahi, qb * np * sizeof *d_ahi, "pivot distances")) != PATINA_OK ||
+        (ret = sdev(g, (void **)&d_eps, qb * sizeof *d_eps, "pivot distances")) != PATINA_OK ||
+        (ret = sdev(g, (void **)&d_R, qb * sizeof *d_R, "pivot radii")) != PATINA_OK ||
+        (ret = sdev(g, (void **)&d_list, qb * n * sizeof *d_list, "survivors")) != PATINA_OK ||
+        (ret = sdev(g, (void **)&d_ln, qb * sizeof *d_ln, "survivors")) != PATINA_OK)
+        goto done;
+    if (k && ((ret = sdev(g, (void **)&d_plist, qb * pcap * sizeof *d_plist, "pilot")) != PATINA_OK ||
+              (ret = sdev(g, (void **)&d_pn, qb * sizeof *d_pn, "pilot")) != PATINA_OK ||
+              (ret = sdev(g, (void **)&d_khi, qb * pcap * sizeof *d_khi, "pilot")) != PATINA_OK ||
+              (ret = sdev(g, (void **)&d_lam, qb * sizeof *d_lam, "pilot")) != PATINA_OK ||
+              (ret = sdev(g, (void **)&d_U, qb * sizeof *d_U, "pilot")) != PATINA_OK))
+        goto done;
+    for (size_t q0 = 0; q0 < nw && ret == PATINA_OK; q0 += qb) {
+        const size_t m = nw - q0 < qb ? nw - q0 : qb, take = k < n ? k : n;
+        const size_t kq4 = batch_kq4(queries, idx->dim, which + q0, m);
+        const dim3 grid((unsigned)((n + 255) / 256), (unsigned)m);
+        sq_args_t a;
+        size_t t;
+        if ((ret = buffers(g, st, m, kq4, k ? m * n : 1, m * cap)) != PATINA_OK) break;
+        pack_queries(st, queries, sqq, idx->dim, which + q0, m, kq4, 0.0f);
+        for (t = 0; t < m; t++) { /* the queries' intervals and slacks, in batch order (via h_R as staging) */
+            const uint32_t w = which[q0 + t];
+            if (e == cudaSuccess) e = cudaMemcpyAsync(d_alo + t * np, alo + (size_t)w * np, np * sizeof *alo,
+                                                      cudaMemcpyHostToDevice, s);
+            if (e == cudaSuccess) e = cudaMemcpyAsync(d_ahi + t * np, ahi + (size_t)w * np, np * sizeof *ahi,
+                                                      cudaMemcpyHostToDevice, s);
+            h_R[t] = eps[w];
+        }
+        if (e == cudaSuccess) e = cudaMemcpyAsync(d_eps, h_R, m * sizeof *h_R, cudaMemcpyHostToDevice, s);
+        if (e == cudaSuccess) e = cudaMemcpyAsync(st->d_q, st->h_q, m * kq4 * 2 * sizeof *st->h_q, cudaMemcpyHostToDevice, s);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(s); /* h_R is reused below */
+        if (e == cudaSuccess && k) {
+            /* the pilot: the rows of the pcap / 4 smallest metric bounds (at most pcap), their keys, U_p */
+            k_piv_lb<0><<<grid, 256, 0, s>>>(c->tab, ((n + 31) / 32) * 32, (uint32_t)n, (int)np, d_alo, d_ahi, d_eps,
+                                             NULL, c->pp, 0, st->d_dense, NULL, NULL, NULL, 0);
+            e = cudaGetLastError();
+            if (e == cudaSuccess) {
+                const uint32_t mp = (uint32_t)(pcap / 4 < n ? pcap / 4 : n);
+                k_sq_kth<<<(unsigned)m, SQ_SEL_THREADS, 0, s>>>(st->d_dense, n, NULL, (uint32_t)n, (uint32_t)n, mp,
+                                                                 d_lam);
+                e = cudaGetLastError();
+            }
+            if (e == cudaSuccess) e = cudaMemsetAsync(d_pn, 0, m * sizeof *d_pn, s);
+            if (e == cudaSuccess) {
+                k_piv_lb<2><<<grid, 256, 0, s>>>(c->tab, 0, (uint32_t)n, (int)np, NULL, NULL, NULL, NULL, NULL, 0,
+                                                 st->d_dense, d_lam, d_plist, d_pn, (uint32_t)pcap);
+                e = cudaGetLastError();
+            }
+            if (e == cudaSuccess) e = cudaMemcpyAsync(st->d_qi, st->h_qi, m * sizeof *st->h_qi, cudaMemcpyHostToDevice, s);
+            if (e == cudaSuccess) {
+                a = args_of(c, st, (uint32_t)pcap, (int)m, (int)kq4);
+                a.list = d_plist;
+                a.list_n = d_pn;
+                a.khi = d_khi;
+                e = scan_launch<SQ_KEYS, 1>(g, c->form, a, s);
+            }
+            if (e == cudaSuccess) {
+                k_sq_kth<<<(unsigned)m, SQ_SEL_THREADS, 0, s>>>(d_khi, pcap, d_pn, 0, (uint32_t)pcap, (uint32_t)take, d_U);
+                e = cudaGetLastError();
+            }
+            if (e == cudaSuccess) e = cudaMemcpyAsync(h_U, d_U, m * sizeof *h_U, cudaMemcpyDeviceToHost, s);
+            if (e == cudaSuccess) e = cudaMemcpyAsync(h_pn, d_pn, m * sizeof *h_pn, cudaMemcpyDeviceToHost, s);
+            if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+            for (t = 0; e == cudaSuccess && t < m; t++) {
+                const double U = (double)h_U[t], eq = eps[which[q0 + t]];
+                h_R[t] = isinf(U) ? INFINITY : prune_radius(sqrt(U) * (1.0 + 0x1p-40), eq);
+                st->h_qi[t].thr = isinf(U) ? INFINITY : f_up(U * (1.0 + 0x1p-22));
+                pairs += h_pn[t] < pcap ? h_pn[t] : pcap;
+            }
+        } else if (e == cudaSuccess) {
+            for (t = 0; t < m; t++) {
+                const double r2 = radius * radius * (1.0 + 0x1p-40);
+                h_R[t] = prune_radius(radius, eps[which[q0 + t]]);
+                st->h_qi[t].thr = r2 < 3.0e38 ? f_up(r2) : INFINITY;
+            }
+        }
+        /* the survivors of the bounds, then their SQFD's candidates */
+        if (e == cudaSuccess) e = cudaMemcpyAsync(d_R, h_R, m * sizeof *h_R, cudaMemcpyHostToDevice, s);
+        if (e == cudaSuccess) e = cudaMemcpyAsync(st->d_qi, st->h_qi, m * sizeof *st->h_qi, cudaMemcpyHostToDevice, s);
+        if (e == cudaSuccess) e = cudaMemsetAsync(d_ln, 0, m * sizeof *d_ln, s);
+        if (e == cudaSuccess) e = cudaMemsetAsync(st->d_cnt, 0, m * sizeof *st->d_cnt, s);
+        if (e == cudaSuccess) {
+            k_piv_lb<1><<<grid, 256, 0, s>>>(c->tab, ((n + 31) / 32) * 32, (uint32_t)n, (int)np, d_alo, d_ahi, d_eps, d_R,
+                                             c->pp, ptolemaic, NULL, NULL, d_list, d_ln, (uint32_t)n);
+            e = cudaGetLastError();
+        }
+        if (e == cudaSuccess) {
+            a = args_of(c, st, (uint32_t)n, (int)m, (int)kq4);
+            a.list = d_list;
+            a.list_n = d_ln;
+            a.cap = cap;
+            e = scan_launch<SQ_CAND, 1>(g, c->form, a, s);
+        }
+        if (e == cudaSuccess) e = cudaMemcpyAsync(h_ln, d_ln, m * sizeof *h_ln, cudaMemcpyDeviceToHost, s);
+        if (e != cudaSuccess) {
+            ret = pgpu_fail((int)e, "gpu sqfd: the GPU filter", __FILE__, __LINE__);
+            break;
+        }
+        if ((ret = take_candidates(st, s, m, which + q0, take, cap, cand, ncand, again + q0)) != PATINA_OK) break;
+        for (t = 0; t < m; t++) {
+            pairs += h_ln[t];
+            if (again[q0 + t]) cpu[which[q0 + t]] = 1; /* too many candidates: the caller's */
+        }
+    }
+done:
+    pgpu_free_n(g, 11, &d_alo, &d_ahi, &d_eps, &d_R, &d_list, &d_ln, &d_plist, &d_pn, &d_khi, &d_lam, &d_U);
+    free(which);
+    free(again);
+    free(h_R);
+    free(h_U);
+    free(h_ln);
+    free(h_pn);
+    if (ret != PATINA_OK) {
+        for (q = 0; q < nq; q++) {
+            free(cand[q]);
+            cand[q] = NULL;
+            ncand[q] = 0;
+        }
+        return ret;
+    }
+    if (stats) {
+        stats->pairs += pairs;
+        for (q = 0; q < nq; q++) {
+            stats->cpu += cpu[q];
+            stats->queries += !cpu[q];
+            stats->candidates += ncand[q];
+        }
+    }
+    return PATINA_OK;
+}
+
+static patina_status slot_buffers(patina_gpu_t *g, sq_slot_t *sl)
+{
+    const size_t B = PGPU_SQFD_BLOCK;
+    if (sl->h_rows) return PATINA_OK;
+#define PIN(p, n) PATINA_TRY(pgpu_pin_alloc(g, (void **)&sl->p, (n) * sizeof *sl->p, PGPU_FAM_SQFD, "pipeline block"))
+#define DEV(p, n) PATINA_TRY(sdev(g, (void **)&sl->p, (n) * sizeof *sl->p, "pipeline block"))
+    PIN(h_rows, B);
+    DEV(d_rows, B);
+    PIN(h_n, 1);
+    DEV(d_n, 1);
+    PIN(h_lo, B);
+    PIN(h_hi, B);
+    DEV(d_lo, B);
+    DEV(d_hi, B);
+    PIN(h_q, SQ_KMAX * 2);
+    DEV(d_q, SQ_KMAX * 2);
+    PIN(h_qi, 1);
+    DEV(d_qi, 1);
+#undef PIN
+#undef DEV
+    return PATINA_OK;
+}
+
+patina_status patina_gpu_sqfd_block_submit(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, int slot,
+                                           const float *query, double sqq, const uint32_t *rows, size_t m)
+{
+    sq_state_t *st;
+    sq_copy_t *c;
+    sq_slot_t *sl;
+    cudaStream_t s;
+    cudaError_t e;
+    sq_args_t a;
+    size_t kq4, cn, i;
+    patina_status ret;
+    if (!g || !idx || !query || (m && !rows) || slot < 0 || slot > 1 || m > PGPU_SQFD_BLOCK)
+        return patina__fail(PATINA_E_INVALID, "gpu sqfd: bad argument");
+    PGPU_CU(cudaSetDevice(g->device));
+    PATINA_TRY(sq_state(g, &st));
+    PATINA_TRY(copy_of(g, st, idx, &c));
+    if (!query_ok(c, query, idx->dim))
+        return patina__fail(PATINA_E_UNAVAILABLE, "gpu sqfd: the query or the rows are outside the kernels' domain");
+    sl = &st->slot[slot];
+    if (sl->m) return patina__fail(PATINA_E_INVALID, "gpu sqfd: block slot %d has a block pending", slot);
+    if ((ret = slot_buffers(g, sl)) != PATINA_OK) {
+        slots_free(g, st);
+        return ret;
+    }
+    for (i = 0; i < m; i++) {
+        if (rows[i] >= c->src_n || c->hinv[rows[i]] == UINT32_MAX)
+            return patina__fail(PATINA_E_INVALID, "gpu sqfd: row %u is not in the copy", rows[i]);
+        sl->h_rows[i] = c->hinv[rows[i]];
+    }
+    *sl->h_n = (uint32_t)m;
+    cn = (size_t)query[0];
+    kq4 = round4(cn);
+    memset(sl->h_q, 0, kq4 * 2 * sizeof *sl->h_q);
+    for (i = 0; i < cn; i++) {
+        const float *cr = query + 8 + 8 * i;
+        sl->h_q[2 * i] = make_float4(cr[0], cr[1], cr[2], cr[3]);
+        sl->h_q[2 * i + 1] = make_float4(cr[4], cr[5], cr[6], cr[7]);
+    }
+    sl->h_qi->sqq = sqq;
+    sl->h_qi->w = weight_up(query);
+    sl->h_qi->thr = 0.0f;
+    sl->h_qi->cnt4 = (int)kq4;
+    sl->h_qi->pad = 0;
+    s = (cudaStream_t)pgpu_stream(g, 1 + slot);
+    a = args_of(c, st, (uint32_t)PGPU_SQFD_BLOCK, 1, (int)kq4);
+    a.qc = sl->d_q;
+    a.qi = sl->d_qi;
+    a.list = sl->d_rows;
+    a.list_n = sl->d_n;
+    a.klo = sl->d_lo;
+    a.khi = sl->d_hi;
+    a.nrows = (uint32_t)(m ? m : 1);
+    e = cudaMemcpyAsync(sl->d_rows, sl->h_rows, m * sizeof *sl->h_rows, cudaMemcpyHostToDevice, s);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(sl->d_n, sl->h_n, sizeof *sl->h_n, cudaMemcpyHostToDevice, s);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(sl->d_q, sl->h_q, kq4 * 2 * sizeof *sl->h_q, cudaMemcpyHostToDevice, s);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(sl->d_qi, sl->h_qi, sizeof *sl->h_qi, cudaMemcpyHostToDevice, s);
+    if (e == cudaSuccess && m) e = scan_launch<SQ_KEYS, 1>(g, c->form, a, s);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(sl->h_lo, sl->d_lo, m * sizeof *sl->h_lo, cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(sl->h_hi, sl->d_hi, m * sizeof *sl->h_hi, cudaMemcpyDeviceToHost, s);
+    if (e != cudaSuccess) {
+        (void)cudaStreamSynchronize(s);
+        return pgpu_fail((int)e, "gpu sqfd: pipeline block", __FILE__, __LINE__);
+    }
+    sl->m = m ? m : SIZE_MAX; /* pending (an empty block too) */
+    return PATINA_OK;
+}
+
+patina_status patina_gpu_sqfd_block_wait(patina_gpu_t *g, int slot, float *lo, float *hi)
+{
+    sq_state_t *st;
+    sq_slot_t *sl;
+    size_t m;
+    if (!g || slot < 0 || slot > 1) return patina__fail(PATINA_E_INVALID, "gpu sqfd: bad argument");
+    st = (sq_state_t *)pgpu_state(g, PGPU_FAM_SQFD);
+    if (!st || !st->slot[slot].m) return patina__fail(PATINA_E_INVALID, "gpu sqfd: no block pending on slot %d", slot);
+    sl = &st->slot[slot];
+    m = sl->m == SIZE_MAX ? 0 : sl->m;
+    sl->m = 0;
+    PGPU_CU(cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, 1 + slot)));
+    if (m && (!lo || !hi)) return patina__fail(PATINA_E_INVALID, "gpu sqfd: null keys");
+    memcpy(lo, sl->h_lo, m * sizeof *lo);
+    memcpy(hi, sl->h_hi, m * sizeof *hi);
+    return PATINA_OK;
+}
+
 /* ------------------------------------------------------------ hooks */
 
-patina_status patina_gpu__sqfd_pairs(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
+patina_status patina_gpu_sqfd_pairs(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
                                      const double *sqq, size_t nq, double *out_s, double *out_e)
 {
     cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
@@ -836,7 +1331,13 @@ patina_status patina_gpu__sqfd_pairs(patina_gpu_t *g, const pgpu_sqfd_index_t *i
     if (e == cudaSuccess) e = cudaMemsetAsync(ds, 0xff, nq * idx->n * sizeof *ds, s); /* NaN: removed rows */
     if (e == cudaSuccess) e = cudaMemsetAsync(de, 0xff, nq * idx->n * sizeof *de, s);
     if (e == cudaSuccess && nq > (size_t)65535 * SQ_QT) e = cudaErrorInvalidValue; /* grid.y */
-    if (e == cudaSuccess) e = scan_launch<SQ_PAIRS>(g, c, st, (uint32_t)c->n, (int)nq, (int)kq4, 0, ds, de, idx->n, s);
+    if (e == cudaSuccess) {
+        sq_args_t a = args_of(c, st, (uint32_t)c->n, (int)nq, (int)kq4);
+        a.out_s = ds;
+        a.out_e = de;
+        a.ld = idx->n;
+        e = scan_launch<SQ_PAIRS, 0>(g, c->form, a, s);
+    }
     if (e == cudaSuccess) e = cudaMemcpyAsync(out_s, ds, nq * idx->n * sizeof *ds, cudaMemcpyDeviceToHost, s);
     if (e == cudaSuccess) e = cudaMemcpyAsync(out_e, de, nq * idx->n * sizeof *de, cudaMemcpyDeviceToHost, s);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s);
@@ -852,6 +1353,7 @@ patina_status patina_gpu__sqfd_scan_ms(patina_gpu_t *g, const pgpu_sqfd_index_t 
 {
     cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
     cudaEvent_t e0 = NULL, e1 = NULL;
+    sq_args_t a;
     sq_state_t *st;
     sq_copy_t *c;
     uint32_t *which;
@@ -881,11 +1383,15 @@ patina_status patina_gpu__sqfd_scan_ms(patina_gpu_t *g, const pgpu_sqfd_index_t 
     if (e == cudaSuccess) e = cudaMemcpyAsync(st->d_qi, st->h_qi, nq * sizeof *st->h_qi, cudaMemcpyHostToDevice, s);
     if (e == cudaSuccess) e = cudaEventCreate(&e0);
     if (e == cudaSuccess) e = cudaEventCreate(&e1);
-    if (e == cudaSuccess) e = scan_launch<SQ_CAND>(g, c, st, (uint32_t)c->n, (int)nq, (int)kq4, 1, NULL, NULL, 0, s);
+    if (e == cudaSuccess) {
+        a = args_of(c, st, (uint32_t)c->n, (int)nq, (int)kq4);
+        a.cap = 1;
+        e = scan_launch<SQ_CAND, 0>(g, c->form, a, s);
+    }
     for (int r = 0; e == cudaSuccess && r < reps; r++) {
         float t = 0.f;
         e = cudaEventRecord(e0, s);
-        if (e == cudaSuccess) e = scan_launch<SQ_CAND>(g, c, st, (uint32_t)c->n, (int)nq, (int)kq4, 1, NULL, NULL, 0, s);
+        if (e == cudaSuccess) e = scan_launch<SQ_CAND, 0>(g, c->form, a, s);
         if (e == cudaSuccess) e = cudaEventRecord(e1, s);
         if (e == cudaSuccess) e = cudaEventSynchronize(e1);
         if (e == cudaSuccess) e = cudaEventElapsedTime(&t, e0, e1);

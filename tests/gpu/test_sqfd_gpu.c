@@ -15,7 +15,12 @@
  *     alphas, features outside the domain (|x| > 2^40), massive exact ties
  *     (candidate lists overflow: the whole-table pilot, then the CPU) --
  *     the answers stay the CPU's;
- *   - live updates (put, replace, remove) between GPU searches.
+ *   - live updates (put, replace, remove) between GPU searches;
+ *   - the pivot tables' GPU strategies (the paper's pipeline: query-to-pivot
+ *     distances on the GPU, the CPU's bounds, blocks of rows to the GPU; and
+ *     the GPU filter: the bounds on the GPU) against the CPU scan, bit for
+ *     bit: metric, ptolemaic and no bound, k-NN and range, alpha 3, 0.2,
+ *     0.01 and the heuristic form, with puts and removals between.
  * Skipped (77) without a GPU. PATINA_TEST_QUICK=1 (compute-sanitizer): a
  * smaller set; 2 (racecheck): tiny. */
 #include <math.h>
@@ -172,7 +177,7 @@ static void check_bound(const char *spec, const float *recs, size_t n, const flo
     v.recs = recs;
     v.self = self;
     TU_OK(patina_gpu_open(&g, 0, 0));
-    TU_OK(patina_gpu__sqfd_pairs(g, &v, queries, sqq, nq, s, e));
+    TU_OK(patina_gpu_sqfd_pairs(g, &v, queries, sqq, nq, s, e));
     patina_gpu_close(g);
     for (size_t q = 0; q < nq; q++)
         for (size_t r = 0; r < n; r++) {
@@ -446,11 +451,125 @@ static void test_live(void **state)
     patina_extractor_free(ex);
 }
 
+/* ------------------------------------------------------- pivot strategies */
+
+static size_t compare_pivots(const patina_index_t *idx, const patina_pivot_index_t *pi, const float *qs, size_t nq,
+                             size_t k, double radius, const char *what)
+{
+    static const patina_pivot_strategy strat[] = {PATINA_PIVOT_CPU, PATINA_PIVOT_PIPELINE, PATINA_PIVOT_GPU};
+    static const patina_pivot_bound bounds[] = {PATINA_BOUND_PTOLEMAIC, PATINA_BOUND_METRIC, PATINA_BOUND_NONE};
+    static const char *const sn[] = {"cpu", "pipeline", "gpu filter"}, *const bn[] = {"ptolemaic", "metric", "none"};
+    patina_hit_t *a = malloc(nq * k * sizeof *a), *b = malloc(nq * k * sizeof *b), **ra = calloc(nq, sizeof *ra),
+                 **rb = calloc(nq, sizeof *rb);
+    size_t *ca = malloc(nq * sizeof *ca), *cb = malloc(nq * sizeof *cb), *rca = calloc(nq, sizeof *rca),
+           *rcb = calloc(nq, sizeof *rcb), bad = 0;
+    patina_search_opts_t cpu;
+    patina_search_opts_init(&cpu);
+    cpu.device = PATINA_DEVICE_CPU;
+    TU_OK(patina_index_knn(CTX, idx, qs, nq, k, &cpu, a, ca));
+    TU_OK(patina_index_range(CTX, idx, qs, nq, radius, &cpu, ra, rca));
+    for (int si = 0; si < 3; si++)
+        for (int bi = 0; bi < 3; bi++) {
+            patina_pivot_search_opts_t o;
+            patina_search_stats_t st;
+            patina_pivot_search_opts_init(&o);
+            o.strategy = strat[si];
+            o.bound = bounds[bi];
+            o.stats = &st;
+            TU_OK(patina_pivot_index_knn(CTX, pi, qs, nq, k, &o, b, cb));
+            for (size_t q = 0; q < nq; q++) {
+                int same = ca[q] == cb[q] && !memcmp(a + q * k, b + q * k, ca[q] * sizeof *a);
+                if (!same && bad++ < 5)
+                    printf("  %s %s %s k %zu query %zu: first cpu id %llu %.17g, %s id %llu %.17g\n", what, sn[si],
+                           bn[bi], k, q, (unsigned long long)a[q * k].id, a[q * k].distance, sn[si],
+                           (unsigned long long)b[q * k].id, b[q * k].distance);
+            }
+            if (bi == 0)
+                print_message("%s %s k-NN k %zu: %.1f%% pruned, %zu queries on the GPU\n", what, sn[si], k,
+                              100.0 * (double)st.pruned / ((double)nq * (double)patina_pivot_index_size(pi)), st.gpu_filter);
+            if (si > 0 && bi < 2 && st.gpu_filter != nq) {
+                printf("  %s %s: the GPU answered %zu of %zu queries\n", what, sn[si], st.gpu_filter, nq);
+                bad++;
+            }
+            TU_OK(patina_pivot_index_range(CTX, pi, qs, nq, radius, &o, rb, rcb));
+            for (size_t q = 0; q < nq; q++) {
+                int same = rca[q] == rcb[q] && (!rca[q] || !memcmp(ra[q], rb[q], rca[q] * sizeof **ra));
+                if (!same && bad++ < 5)
+                    printf("  %s %s %s range %.6g query %zu: cpu %zu hits, %s %zu\n", what, sn[si], bn[bi], radius, q,
+                           rca[q], sn[si], rcb[q]);
+                free(rb[q]);
+                rb[q] = NULL;
+            }
+        }
+    for (size_t q = 0; q < nq; q++) free(ra[q]);
+    free(a);
+    free(b);
+    free(ra);
+    free(rb);
+    free(ca);
+    free(cb);
+    free(rca);
+    free(rcb);
+    return bad;
+}
+
+static void test_pivots(void **state)
+{
+    static const char *const specs[] = {"signature:k=24,alpha=0.2", "signature:k=24,alpha=3",
+                                        "signature:k=24,alpha=0.01", "signature:k=24,form=heuristic,alpha=1"};
+    const size_t n = QUICK ? 2500 : 12000, nq = QUICK > 1 ? 2 : 6, nspec = QUICK ? 2 : 4;
+    tu_rng_t r;
+    size_t bad = 0;
+    (void)state;
+    tu_rng_seed(&r, 1807);
+    for (size_t si = 0; si < nspec; si++) {
+        patina_extractor_t *ex = ex_new(specs[si]);
+        const size_t dim = patina_extractor_dim(ex);
+        float *recs = make_records(ex, n, 3, &r), *qs = make_records(ex, nq, 0, &r), *more = make_records(ex, 300, 0, &r);
+        uint64_t *ids = make_ids(n, &r), mids[300];
+        patina_index_t *idx;
+        patina_pivot_index_t *pi;
+        patina_pivot_opts_t po;
+        patina_hit_t h13[13];
+        size_t c13, removed;
+        patina_search_opts_t cpu;
+        patina_pivot_opts_init(&po);
+        po.pivots = QUICK ? 8 : 16;
+        patina_search_opts_init(&cpu);
+        cpu.device = PATINA_DEVICE_CPU;
+        memcpy(qs, recs + 5 * dim, dim * sizeof *qs); /* a query equal to a row */
+        TU_OK(patina_index_new(&idx, ex, ids, recs, n));
+        TU_OK(patina_pivot_index_new(&pi, CTX, ex, ids, recs, n, &po));
+        TU_OK(patina_index_knn(CTX, idx, qs + dim, 1, 13, &cpu, h13, &c13));
+        bad += compare_pivots(idx, pi, qs, nq, 10, h13[12].distance, specs[si]);
+        if (!QUICK) {
+            bad += compare_pivots(idx, pi, qs, nq, 1, h13[4].distance, specs[si]);
+            bad += compare_pivots(idx, pi, qs, nq, 100, 0.0, specs[si]);
+        }
+        /* changes: the GPU copies follow (a new serial) */
+        for (size_t i = 0; i < 300; i++) mids[i] = i < 50 ? ids[i] : 5000000 + i;
+        TU_OK(patina_index_put(idx, mids, more, 300));
+        TU_OK(patina_pivot_index_put(pi, CTX, mids, more, 300));
+        TU_OK(patina_index_remove(idx, ids + 100, 200, &removed));
+        TU_OK(patina_pivot_index_remove(pi, ids + 100, 200, &removed));
+        bad += compare_pivots(idx, pi, qs, nq, 10, h13[12].distance, specs[si]);
+        patina_pivot_index_free(pi);
+        patina_index_free(idx);
+        free(recs);
+        free(qs);
+        free(more);
+        free(ids);
+        patina_extractor_free(ex);
+    }
+    assert_int_equal(bad, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bound), cmocka_unit_test(test_knn),    cmocka_unit_test(test_ties),
         cmocka_unit_test(test_range), cmocka_unit_test(test_domain), cmocka_unit_test(test_live),
+        cmocka_unit_test(test_pivots),
     };
     int rc;
     const char *quick = getenv("PATINA_TEST_QUICK");
