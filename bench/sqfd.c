@@ -32,9 +32,10 @@
  *     imports) -- the full (n+m)^2 form per pair;
  *   - the GPU production scan kernel alone (patina_gpu__sqfd_scan_ms: every
  *     pair's float estimate and bound) for 1, 64 and 1024 queries, with the
- *     fraction of the FP32 issue limit (SMs x 128 lanes x clock, at 24 FP32
- *     instructions per centroid pair, counted from the kernel's source: 7
- *     differences, 7 multiply-adds, expf's ~8, the weight's FMA);
+ *     fraction of the FP32 issue limit (SMs x 128 lanes x clock, at 26 FP32
+ *     instructions per centroid pair, counted in the kernel's PTX: 7
+ *     differences, 7 multiplies and FMAs, the alpha product, expf's 10, the
+ *     weight's FMA);
  *   - the GPU end to end: patina_index_knn / _range with device GPU on the Q
  *     queries (filter on the GPU, the candidates ranked on the CPU), checked
  *     against the CPU scan (ids and distance bits; exit 1 on a difference);
@@ -221,9 +222,9 @@ static int gpu_table(patina_context_t *ctx, const patina_extractor_t *ex, const 
         for (size_t i = 0; i < 3; i++) {
             char name[96];
             double lim;
-            if ((s = patina_gpu__sqfd_scan_ms(g, &v, q1024, sqq, nqs[i], 5, &ms)) != PATINA_OK) die("gpu scan", s);
+            if ((s = patina_gpu__sqfd_scan_ms(g, &v, q1024, sqq, nqs[i], 0, 5, &ms)) != PATINA_OK) die("gpu scan", s);
             ms /= (double)nqs[i];
-            lim = (double)n / (ms * 1e-3) * pairs * 24.0 / ((double)g->sm_count * 128.0 * (double)g->clock_khz * 1e3);
+            lim = (double)n / (ms * 1e-3) * pairs * 26.0 / ((double)g->sm_count * 128.0 * (double)g->clock_khz * 1e3);
             snprintf(name, sizeof name, "GPU production scan kernel (%s)", i == 0 ? desc : "same");
             row(name, nqs[i], ms, n, i == 0 ? peer_torch[0] : i == 1 ? peer_torch[1] / 64.0 : -1, lim);
         }
@@ -304,7 +305,7 @@ static int gpu_table(patina_context_t *ctx, const patina_extractor_t *ex, const 
     if (peer_torch[0] <= 0) printf("| PyTorch | - | unavailable | | | |\n");
     printf("\nThe paper (GTX 580, ALOI 72k, its plots): GPU float 5.6x and double 3.4x faster than a 48-core server "
            "on the scan; 10-NN with the ptolemaic index on the GPU 2.98x the 48 cores. (ms and SQFD/s: our machine; "
-           "'of FP32 limit' counts 24 FP32 instructions per centroid pair.)\n");
+           "'of FP32 limit' counts 26 FP32 instructions per centroid pair.)\n");
     (void)ms1;
     return bad;
 }

@@ -206,12 +206,12 @@ int main(int argc, char **argv)
     v.dim = dim;
     v.recs = recs;
     v.self = self;
-    {
+    for (int rt = 1; rt <= 2; rt++) { /* the production kernel's variants: rows per thread */
         static const size_t nqs[] = {1, 4, 64, 1024};
         for (size_t i = 0; i < 4; i++) {
-            if (patina_gpu__sqfd_scan_ms(g, &v, qs, sqq, nqs[i], 5, &ms) != PATINA_OK) die("scan");
-            printf("| production scan (self terms, fp32 + bound) | %zu | %.3f | %.3g |\n", nqs[i], ms,
-                   (double)n * (double)nqs[i] / (ms * 1e-3));
+            if (patina_gpu__sqfd_scan_ms(g, &v, qs, sqq, nqs[i], rt, 5, &ms) != PATINA_OK) die("scan");
+            printf("| scan kernel (self terms, fp32 + bound), %d row%s per thread | %zu | %.3f | %.3g |\n", rt,
+                   rt > 1 ? "s" : "", nqs[i], ms, (double)n * (double)nqs[i] / (ms * 1e-3));
         }
     }
     patina_gpu_close(g);

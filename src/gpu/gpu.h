@@ -229,11 +229,13 @@ patina_status patina_gpu_sqfd_filter(patina_gpu_t *g, const pgpu_sqfd_index_t *i
                                      const double *eps, int ptolemaic, size_t k, double radius, uint32_t **cand,
                                      size_t *ncand, uint8_t *cpu, pgpu_sqfd_stats_t *stats);
 
-/* Benchmarks: the median over reps of the scan kernel alone (every pair of
- * nq queries and the resident copy's rows evaluated, nothing kept), in ms
- * of GPU time (CUDA events); the copy is made first, not timed. */
+/* Benchmarks and the lab: the median over reps of the scan kernel alone
+ * (every pair of nq queries and the resident copy's rows evaluated, nothing
+ * kept), in ms of GPU time (CUDA events); the copy is made first, not
+ * timed. rows_per_thread: 1 or 2 (the kernel's variants), 0 the
+ * production one. */
 patina_status patina_gpu__sqfd_scan_ms(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
-                                       const double *sqq, size_t nq, int reps, double *ms);
+                                       const double *sqq, size_t nq, int rows_per_thread, int reps, double *ms);
 
 /* ---- identification (src/gpu/identify.cu; docs/identify.md "GPU") ----
  * A reference set as the GPU side sees it, filled by src/identify (the GPU

@@ -267,9 +267,9 @@ patina_status patina_gpu_sqfd_pairs(patina_gpu_t *g, const pgpu_sqfd_index_t *id
 }
 
 patina_status patina_gpu__sqfd_scan_ms(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
-                                       const double *sqq, size_t nq, int reps, double *ms)
+                                       const double *sqq, size_t nq, int rows_per_thread, int reps, double *ms)
 {
-    (void)g; (void)idx; (void)queries; (void)sqq; (void)nq; (void)reps;
+    (void)g; (void)idx; (void)queries; (void)sqq; (void)nq; (void)rows_per_thread; (void)reps;
     if (ms) *ms = 0.0;
     return none();
 }

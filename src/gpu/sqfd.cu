@@ -67,7 +67,8 @@
  * block and centroid j two float4 per row, (w, x, y, L) then (a, b,
  * contrast, entropy), the 32 rows' values adjacent (a warp's loads are
  * coalesced); per row its count, Wo, Soo and host row number. The scan
- * kernel: one row per thread, SQ_QT queries per block in shared memory
+ * kernel: two rows per thread (one for the gather and pilot forms), SQ_QT
+ * queries per block in shared memory
  * (their centroids padded to a multiple of 4 with zero weights, which add
  * exactly nothing), each row centroid loaded once and used for every
  * query centroid of the block's queries. */
@@ -198,86 +199,119 @@ typedef struct sq_args {
     size_t ld;
 } sq_args_t;
 
-/* One row per thread against the block's queries (SQ_QT; gather: one,
- * blockIdx.y, over its list). MODE SQ_KEYS: lo and hi into klo / khi[q *
- * nrows + s] (scan: the pilot, device row s * n / nrows of a strided
- * sample); SQ_CAND: a row with lo <= thr appended to the query's list
- * (hrow, lo, hi; counting past cap); SQ_PAIRS: s and e into out_s / out_e[q
- * * ld + hrow]. */
-template <int FORM, int MODE, int GATHER>
+/* RT rows per thread (1 or 2: a query centroid read from shared memory
+ * then serves both rows; gather and pilot scans take 1) against the
+ * block's queries (SQ_QT; gather: one, blockIdx.y, over its list). MODE
+ * SQ_KEYS: lo and hi into klo / khi[q * nrows + s] (scan: the pilot, device
+ * row s * n / nrows of a strided sample); SQ_CAND: a row with lo <= thr
+ * appended to the query's list (hrow, lo, hi; counting past cap); SQ_PAIRS:
+ * s and e into out_s / out_e[q * ld + hrow]. Two rows of one thread may
+ * have different counts: the shorter one's slots past its count hold
+ * weight 0 and features 0 in the layout, and add exactly nothing. */
+template <int FORM, int MODE, int GATHER, int RT>
 __global__ void __launch_bounds__(SQ_THREADS) k_sq_scan(const sq_args_t a)
 {
     extern __shared__ float4 sq_smem[]; /* (SQ_QT, kq4, 2) */
+    static_assert(RT == 1 || (RT == 2 && !GATHER && MODE != SQ_KEYS), "two rows per thread: plain scans only");
     const int q0 = GATHER ? (int)blockIdx.y : (int)blockIdx.y * SQ_QT;
     const int nt = GATHER ? 1 : (a.nq - q0 < SQ_QT ? a.nq - q0 : SQ_QT);
     for (int i = threadIdx.x; i < nt * a.kq4 * 2; i += blockDim.x) sq_smem[i] = a.qc[(size_t)q0 * a.kq4 * 2 + i];
     __syncthreads();
     const uint32_t s = blockIdx.x * SQ_THREADS + threadIdx.x;
-    if (s >= (GATHER ? min(a.list_n[q0], a.nrows) : a.nrows)) return;
-    const uint32_t r = GATHER ? a.list[(size_t)q0 * a.nrows + s]
-                              : MODE == SQ_KEYS ? (uint32_t)(((uint64_t)s * a.n) / a.nrows) : s;
-    const float4 *rp = a.rows + (size_t)(r >> 5) * a.kc * 64 + (r & 31);
-    const int m = a.cnt[r];
+    if (RT * s >= (GATHER ? min(a.list_n[q0], a.nrows) : a.nrows)) return;
+    uint32_t r[RT];
+    bool has[RT];
+    const float4 *rp[RT];
+    int m = 0;
+#pragma unroll
+    for (int u = 0; u < RT; u++) {
+        has[u] = u == 0 || RT * s + u < a.nrows;
+        r[u] = GATHER ? a.list[(size_t)q0 * a.nrows + s]
+                      : MODE == SQ_KEYS ? (uint32_t)(((uint64_t)s * a.n) / a.nrows) : (has[u] ? RT * s + u : RT * s);
+        rp[u] = a.rows + (size_t)(r[u] >> 5) * a.kc * 64 + (r[u] & 31);
+        const int mu = a.cnt[r[u]];
+        if (mu > m) m = mu;
+    }
     const float alpha = a.bd.alpha;
     int qn[SQ_QT];
-    double sqo[SQ_QT];
+    double sqo[RT][SQ_QT];
 #pragma unroll
     for (int t = 0; t < SQ_QT; t++) {
         qn[t] = t < nt ? a.qi[q0 + t].cnt4 : 0;
-        sqo[t] = 0.0;
+#pragma unroll
+        for (int u = 0; u < RT; u++) sqo[u][t] = 0.0;
     }
     for (int j = 0; j < m; j++) {
-        const float4 o = rp[(size_t)j * 64], b = rp[(size_t)j * 64 + 32];
+        float4 o[RT], b[RT];
+#pragma unroll
+        for (int u = 0; u < RT; u++) {
+            o[u] = rp[u][(size_t)j * 64];
+            b[u] = rp[u][(size_t)j * 64 + 32];
+        }
 #pragma unroll
         for (int t = 0; t < SQ_QT; t++) {
             const float4 *qp = sq_smem + t * a.kq4 * 2;
-            double run = 0.0;
+            double run[RT];
+#pragma unroll
+            for (int u = 0; u < RT; u++) run[u] = 0.0;
             for (int i = 0; i < qn[t]; i += 4) {
-                float acc = 0.0f;
+                float acc[RT];
+#pragma unroll
+                for (int u = 0; u < RT; u++) acc[u] = 0.0f;
 #pragma unroll
                 for (int v = 0; v < 4; v++) {
                     const float4 p = qp[2 * (i + v)], p2 = qp[2 * (i + v) + 1];
-                    float x = __fsub_rn(p.y, o.y), d2 = __fmul_rn(x, x);
-                    x = __fsub_rn(p.z, o.z);
-                    d2 = __fmaf_rn(x, x, d2);
-                    x = __fsub_rn(p.w, o.w);
-                    d2 = __fmaf_rn(x, x, d2);
-                    x = __fsub_rn(p2.x, b.x);
-                    d2 = __fmaf_rn(x, x, d2);
-                    x = __fsub_rn(p2.y, b.y);
-                    d2 = __fmaf_rn(x, x, d2);
-                    x = __fsub_rn(p2.z, b.z);
-                    d2 = __fmaf_rn(x, x, d2);
-                    x = __fsub_rn(p2.w, b.w);
-                    d2 = __fmaf_rn(x, x, d2);
-                    acc = __fmaf_rn(p.x, sq_sim<FORM>(d2, alpha), acc);
+#pragma unroll
+                    for (int u = 0; u < RT; u++) {
+                        float x = __fsub_rn(p.y, o[u].y), d2 = __fmul_rn(x, x);
+                        x = __fsub_rn(p.z, o[u].z);
+                        d2 = __fmaf_rn(x, x, d2);
+                        x = __fsub_rn(p.w, o[u].w);
+                        d2 = __fmaf_rn(x, x, d2);
+                        x = __fsub_rn(p2.x, b[u].x);
+                        d2 = __fmaf_rn(x, x, d2);
+                        x = __fsub_rn(p2.y, b[u].y);
+                        d2 = __fmaf_rn(x, x, d2);
+                        x = __fsub_rn(p2.z, b[u].z);
+                        d2 = __fmaf_rn(x, x, d2);
+                        x = __fsub_rn(p2.w, b[u].w);
+                        d2 = __fmaf_rn(x, x, d2);
+                        acc[u] = __fmaf_rn(p.x, sq_sim<FORM>(d2, alpha), acc[u]);
+                    }
                 }
-                run = __dadd_rn(run, (double)acc);
+#pragma unroll
+                for (int u = 0; u < RT; u++) run[u] = __dadd_rn(run[u], (double)acc[u]);
             }
-            sqo[t] = __fma_rn((double)o.x, run, sqo[t]);
+#pragma unroll
+            for (int u = 0; u < RT; u++) sqo[u][t] = __fma_rn((double)o[u].x, run[u], sqo[u][t]);
         }
     }
-    const double so = a.soo[r], w = (double)a.wo[r];
 #pragma unroll
-    for (int t = 0; t < SQ_QT; t++) {
-        if (t >= nt) break;
-        const sq_qinfo_t q = a.qi[q0 + t];
-        double sv, ev;
-        sq_keys(sqo[t], q.sqq, so, (double)q.w, w, a.bd, &sv, &ev);
-        if (MODE == SQ_PAIRS) {
-            a.out_s[(size_t)(q0 + t) * a.ld + a.hrow[r]] = sv;
-            a.out_e[(size_t)(q0 + t) * a.ld + a.hrow[r]] = ev;
-            continue;
-        }
-        const double lo = __dsub_rd(sv, ev), hi = __dadd_ru(sv, ev);
-        const float hf = hi > 0.0 ? __double2float_ru(hi) : 0.0f, lf = lo > 0.0 ? __double2float_rd(lo) : 0.0f;
-        if (MODE == SQ_KEYS) {
-            a.khi[(size_t)(q0 + t) * a.nrows + s] = hf;
-            if (a.klo) a.klo[(size_t)(q0 + t) * a.nrows + s] = lf;
-        } else if (lf <= q.thr) {
-            const uint32_t pos = atomicAdd(&a.ccnt[q0 + t], 1u);
-            if (pos < a.cap) a.cand[(size_t)(q0 + t) * a.cap + pos] = make_uint4(a.hrow[r], __float_as_uint(lf),
-                                                                                  __float_as_uint(hf), 0u);
+    for (int u = 0; u < RT; u++) {
+        if (!has[u]) break;
+        const double so = a.soo[r[u]], w = (double)a.wo[r[u]];
+#pragma unroll
+        for (int t = 0; t < SQ_QT; t++) {
+            if (t >= nt) break;
+            const sq_qinfo_t q = a.qi[q0 + t];
+            double sv, ev;
+            sq_keys(sqo[u][t], q.sqq, so, (double)q.w, w, a.bd, &sv, &ev);
+            if (MODE == SQ_PAIRS) {
+                a.out_s[(size_t)(q0 + t) * a.ld + a.hrow[r[u]]] = sv;
+                a.out_e[(size_t)(q0 + t) * a.ld + a.hrow[r[u]]] = ev;
+                continue;
+            }
+            const double lo = __dsub_rd(sv, ev), hi = __dadd_ru(sv, ev);
+            const float hf = hi > 0.0 ? __double2float_ru(hi) : 0.0f, lf = lo > 0.0 ? __double2float_rd(lo) : 0.0f;
+            if (MODE == SQ_KEYS) {
+                a.khi[(size_t)(q0 + t) * a.nrows + s] = hf;
+                if (a.klo) a.klo[(size_t)(q0 + t) * a.nrows + s] = lf;
+            } else if (lf <= q.thr) {
+                const uint32_t pos = atomicAdd(&a.ccnt[q0 + t], 1u);
+                if (pos < a.cap)
+                    a.cand[(size_t)(q0 + t) * a.cap + pos] =
+                        make_uint4(a.hrow[r[u]], __float_as_uint(lf), __float_as_uint(hf), 0u);
+            }
         }
     }
 }
@@ -754,20 +788,24 @@ static sq_args_t args_of(const sq_copy_t *c, const sq_state_t *st, uint32_t nrow
 }
 
 /* Launches the scan (MODE, GATHER, the copy's form) with a on stream s:
- * grid.x over a.nrows rows, grid.y over the queries (gather: one each). */
-template <int MODE, int GATHER>
+ * grid.x over a.nrows rows (2 per thread for plain scans: SQ_RT), grid.y
+ * over the queries (gather: one each). */
+#define SQ_RT 2 /* rows per thread of the plain scans (lab_sqfd times 1 against 2) */
+template <int MODE, int GATHER, int RT = (GATHER || MODE == SQ_KEYS) ? 1 : SQ_RT>
 static cudaError_t scan_launch(const patina_gpu_t *g, int form, const sq_args_t &a, cudaStream_t s)
 {
-    const dim3 grid((a.nrows + SQ_THREADS - 1) / SQ_THREADS,
-                    GATHER ? (unsigned)a.nq : (unsigned)((a.nq + SQ_QT - 1) / SQ_QT));
+    const unsigned per = SQ_THREADS * RT;
+    const dim3 grid((a.nrows + per - 1) / per, GATHER ? (unsigned)a.nq : (unsigned)((a.nq + SQ_QT - 1) / SQ_QT));
     const size_t smem = scan_smem((size_t)a.kq4);
     cudaError_t e;
-    if (smem > (size_t)g->smem_optin || grid.y > 65535u || grid.x == 0) return grid.x ? cudaErrorInvalidValue : cudaSuccess;
+    if (grid.x == 0) return cudaSuccess;
+    if (smem > (size_t)g->smem_optin || grid.y > 65535u) return cudaErrorInvalidValue;
 #define SQ_LAUNCH(F)                                                                                              \
     do {                                                                                                          \
-        e = cudaFuncSetAttribute(k_sq_scan<F, MODE, GATHER>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem); \
+        e = cudaFuncSetAttribute(k_sq_scan<F, MODE, GATHER, RT>, cudaFuncAttributeMaxDynamicSharedMemorySize,     \
+                                 (int)smem);                                                                      \
         if (e != cudaSuccess) return e;                                                                           \
-        k_sq_scan<F, MODE, GATHER><<<grid, SQ_THREADS, smem, s>>>(a);                                             \
+        k_sq_scan<F, MODE, GATHER, RT><<<grid, SQ_THREADS, smem, s>>>(a);                                         \
     } while (0)
     switch (form) {
     case 0: SQ_LAUNCH(0); break;
@@ -1349,7 +1387,7 @@ done:
 }
 
 patina_status patina_gpu__sqfd_scan_ms(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
-                                       const double *sqq, size_t nq, int reps, double *ms)
+                                       const double *sqq, size_t nq, int rows_per_thread, int reps, double *ms)
 {
     cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
     cudaEvent_t e0 = NULL, e1 = NULL;
@@ -1386,12 +1424,15 @@ patina_status patina_gpu__sqfd_scan_ms(patina_gpu_t *g, const pgpu_sqfd_index_t 
     if (e == cudaSuccess) {
         a = args_of(c, st, (uint32_t)c->n, (int)nq, (int)kq4);
         a.cap = 1;
-        e = scan_launch<SQ_CAND, 0>(g, c->form, a, s);
+        e = rows_per_thread == 1 ? scan_launch<SQ_CAND, 0, 1>(g, c->form, a, s)
+                                 : scan_launch<SQ_CAND, 0, 2>(g, c->form, a, s);
     }
     for (int r = 0; e == cudaSuccess && r < reps; r++) {
         float t = 0.f;
         e = cudaEventRecord(e0, s);
-        if (e == cudaSuccess) e = scan_launch<SQ_CAND, 0>(g, c->form, a, s);
+        if (e == cudaSuccess)
+            e = rows_per_thread == 1 ? scan_launch<SQ_CAND, 0, 1>(g, c->form, a, s)
+                                     : scan_launch<SQ_CAND, 0, 2>(g, c->form, a, s);
         if (e == cudaSuccess) e = cudaEventRecord(e1, s);
         if (e == cudaSuccess) e = cudaEventSynchronize(e1);
         if (e == cudaSuccess) e = cudaEventElapsedTime(&t, e0, e1);
