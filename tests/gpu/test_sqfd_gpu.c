@@ -250,8 +250,8 @@ static void test_knn(void **state)
                                         "signature:k=24,form=minus"};
     static const size_t ns[] = {0, 1, 5, 300, 9000, 20000};
     static const size_t ks[] = {1, 10, 100, 1024};
-    const size_t nspec = QUICK ? 2 : sizeof specs / sizeof *specs, nn = QUICK ? (QUICK > 1 ? 4 : 5) : 6,
-                 nk = QUICK ? 2 : 4, nq = QUICK > 1 ? 3 : 17;
+    const size_t nspec = QUICK ? 2 : sizeof specs / sizeof *specs, nn = QUICK ? 4 : 6, nk = QUICK ? 2 : 4,
+                 nq = QUICK ? 3 : 17;
     tu_rng_t r;
     size_t bad = 0;
     (void)state;
