@@ -1,10 +1,12 @@
-/* bench_sqfd: SQFD k-NN and range search on the CPU, the sequential scan
+/* bench_sqfd: SQFD k-NN and range search: on the CPU the sequential scan
  * (patina_index_knn / _range) against pivot-table filtering
- * (patina_pivot_index_knn / _range with metric and ptolemaic bounds).
+ * (patina_pivot_index_knn / _range with metric and ptolemaic bounds); with
+ * a GPU, the scan's table (below).
  *
- *   bench_sqfd [--n N] [--centroids C] [--clusters G] [--noise S] [--alpha A]
- *              [--pivots P] [--select farthest|random] [--queries Q]
- *              [--scan-queries QS] [--k K] [--threads T] [--collection DIR]
+ *   bench_sqfd [--n N | --synthetic N] [--centroids C] [--clusters G] [--noise S]
+ *              [--alpha A] [--pivots P (0: none)] [--select farthest|random]
+ *              [--queries Q] [--scan-queries QS] [--k K] [--threads T]
+ *              [--collection DIR] [--no-peers]
  *
  * Synthetic collection (default): N signatures (default 100000) of about C
  * centroids (default 40; a record holds C, a tenth of the rows dropped at
@@ -21,14 +23,42 @@
  * QS queries (default 4) of the same batch, for its time; every filtered
  * result is checked against the scan on those queries (ids and distance
  * bits): exit 1 on a difference. The range radius is the mean distance of
- * the scan's K-th hit (default K 10). */
+ * the scan's K-th hit (default K 10).
+ *
+ * The scan table (one per run): SQFDs per second and ms per query of
+ *   - our CPU scan (self terms) on 1 thread (a sub-index of at most 20000
+ *     rows) and on all threads (the whole index, QS queries);
+ *   - OpenCV's SQFD (CPU, 1 thread; bench/sqfd_peers.py, when cv2.xfeatures2d
+ *     imports) -- the full (n+m)^2 form per pair;
+ *   - the GPU production scan kernel alone (patina_gpu__sqfd_scan_ms: every
+ *     pair's float estimate and bound) for 1, 64 and 1024 queries, with the
+ *     fraction of the FP32 issue limit (SMs x 128 lanes x clock, at 26 FP32
+ *     instructions per centroid pair, counted in the kernel's PTX: 7
+ *     differences, 7 multiplies and FMAs, the alpha product, expf's 10, the
+ *     weight's FMA);
+ *   - the GPU end to end: patina_index_knn / _range with device GPU on the Q
+ *     queries (filter on the GPU, the candidates ranked on the CPU), checked
+ *     against the CPU scan (ids and distance bits; exit 1 on a difference);
+ *   - the paper's block-wise kernel (lab/sqfd, float and double, blocks of
+ *     8000 signatures per launch), one query;
+ *   - PyTorch on the same GPU in the same run (bench/sqfd_peers.py; 1 and 64
+ *     queries).
+ * The paper's own figures are times on a GTX 580 in plots, not in its text:
+ * its text gives ratios (GPU float 5.6x, double 3.4x the 48-core server on
+ * the scan; 2.98x on 10-NN with the ptolemaic index), printed as notes. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "features/signature.h"
+#include "gpu/context.h"
+#include "gpu/gpu.h"
 #include "patina/patina.h"
+#if PATINA_BENCH_LAB
+#include "blockwise.h"
+#endif
 
 static double now(void)
 {
@@ -80,11 +110,211 @@ static int same(const patina_hit_t *a, size_t na, const patina_hit_t *b, size_t 
     return 1;
 }
 
+/* ---------------------------------------------------------- the scan table */
+
+static double peer_torch[2] = {-1, -1}, peer_opencv = -1; /* ms: torch 1 and 64 queries; opencv per SQFD */
+
+static void run_peers(size_t n, size_t C, double alpha, size_t K)
+{
+    const char *py = getenv("PATINA_PYTHON");
+    char cmd[1024], line[512];
+    FILE *p;
+    snprintf(cmd, sizeof cmd, "%s bench/sqfd_peers.py --n %zu --centroids %zu --alpha %g --queries 1,64 --k %zu 2>&1",
+             py && *py ? py : "python3", n, C, alpha, K);
+    if (!(p = popen(cmd, "r"))) return;
+    while (fgets(line, sizeof line, p)) {
+        size_t q;
+        double ms;
+        if (sscanf(line, "torch %zu %lf", &q, &ms) == 2) peer_torch[q == 1 ? 0 : 1] = ms;
+        else if (sscanf(line, "opencv_per_sqfd_ms %lf", &ms) == 1) peer_opencv = ms;
+        else fprintf(stderr, "  peer: %s", line);
+    }
+    pclose(p);
+}
+
+static void row(const char *method, size_t nq, double ms_per_query, size_t n, double torch_ms, double limit)
+{
+    char vs[32] = "-", lim[32] = "-";
+    if (torch_ms > 0 && ms_per_query > 0) snprintf(vs, sizeof vs, "%.2fx", torch_ms / ms_per_query);
+    if (limit > 0) snprintf(lim, sizeof lim, "%.2f", limit);
+    printf("| %s | %zu | %.3f | %.3g | %s | %s |\n", method, nq, ms_per_query, (double)n / (ms_per_query * 1e-3), vs,
+           lim);
+}
+
+/* The scan table (the file's header comment); returns 1 when a GPU answer
+ * differs from the CPU scan's. */
+static int gpu_table(patina_context_t *ctx, const patina_extractor_t *ex, const uint64_t *ids, const float *recs,
+                     size_t n, const float *qs, size_t Q, size_t QS, size_t K, double radius,
+                     const patina_hit_t *scan_hits, const size_t *scan_counts, patina_hit_t *const *scan_rh,
+                     const size_t *scan_rc, double scan_ms, int no_peers, size_t C, double alpha)
+{
+    const size_t dim = patina_extractor_dim(ex), bytes = patina_extractor_bytes(ex);
+    double t, ms1 = 0, pairs = 0;
+    int bad = 0;
+    patina_status s;
+    if (!no_peers) run_peers(n, C, alpha, K);
+    for (size_t i = 0; i < n; i++) pairs += (double)recs[i * dim];
+    pairs /= (double)n; /* mean row count */
+    {
+        double qm = 0;
+        for (size_t q = 0; q < Q; q++) qm += (double)(((size_t)qs[q * dim] + 3) & ~(size_t)3);
+        pairs *= qm / (double)Q; /* centroid pairs per SQFD, as the kernel runs them */
+    }
+    printf("| method (%zu signatures, %.0f centroid pairs per SQFD) | queries | ms / query | SQFD/s | vs PyTorch | "
+           "of FP32 limit |\n|---|---|---|---|---|---|\n", n, pairs);
+    {   /* our CPU scan on 1 thread: a sub-index of at most 20000 rows */
+        const size_t m = n < 20000 ? n : 20000;
+        patina_context_t *one;
+        patina_context_opts_t o;
+        patina_index_t *sub;
+        patina_search_opts_t so;
+        patina_hit_t *h = malloc(K * sizeof *h);
+        size_t c;
+        patina_context_opts_init(&o);
+        o.threads = 1;
+        patina_search_opts_init(&so);
+        so.device = PATINA_DEVICE_CPU;
+        if ((s = patina_context_new(&one, &o)) != PATINA_OK || (s = patina_index_new(&sub, ex, ids, recs, m)) != PATINA_OK)
+            die("cpu 1 thread", s);
+        t = now();
+        if ((s = patina_index_knn(one, sub, qs, 1, K, &so, h, &c)) != PATINA_OK) die("cpu 1 thread", s);
+        ms1 = 1e3 * (now() - t) * (double)n / (double)m;
+        {
+            char name[96];
+            snprintf(name, sizeof name, "CPU scan, 1 thread (self terms; timed on %zu rows)", m);
+            row(name, 1, ms1, n, -1, -1);
+        }
+        patina_index_free(sub);
+        patina_context_free(one);
+        free(h);
+    }
+    {
+        char name[96];
+        snprintf(name, sizeof name, "CPU scan, %d threads (self terms)", patina_context_threads(ctx));
+        row(name, QS, scan_ms, n, -1, -1);
+    }
+    if (peer_opencv > 0) row("OpenCV PCTSignaturesSQFD, 1 thread (full form)", 1, peer_opencv * (double)n, n, -1, -1);
+    else printf("| OpenCV PCTSignaturesSQFD | - | unavailable (no cv2.xfeatures2d) | | | |\n");
+    if (patina_gpu_count() == 0) {
+        printf("| GPU | - | no usable GPU: GPU rows skipped | | | |\n");
+        return 0;
+    }
+    {
+        patina_gpu_t *g = NULL;
+        pgpu_sqfd_index_t v;
+        double *self = malloc(n * sizeof *self), *sqq = malloc(1024 * sizeof *sqq), ms;
+        float *q1024 = malloc(1024 * bytes);
+        char desc[256] = "";
+        static const size_t nqs[] = {1, 64, 1024};
+        if ((s = patina_gpu_open(&g, 0, 0)) != PATINA_OK) die("gpu", s);
+        (void)patina_gpu_describe(0, desc, sizeof desc);
+        for (size_t i = 0; i < n; i++) self[i] = sig_self(recs + i * dim);
+        for (size_t q = 0; q < 1024; q++) { /* the Q queries, repeated */
+            memcpy(q1024 + q * dim, qs + (q % Q) * dim, bytes);
+            sqq[q] = sig_self(q1024 + q * dim);
+        }
+        memset(&v, 0, sizeof v);
+        v.serial = 0xbe0000ull;
+        v.n = n;
+        v.dim = dim;
+        v.recs = recs;
+        v.self = self;
+        for (size_t i = 0; i < 3; i++) {
+            char name[96];
+            double lim;
+            if ((s = patina_gpu__sqfd_scan_ms(g, &v, q1024, sqq, nqs[i], 0, 5, &ms)) != PATINA_OK) die("gpu scan", s);
+            ms /= (double)nqs[i];
+            lim = (double)n / (ms * 1e-3) * pairs * 26.0 / ((double)g->sm_count * 128.0 * (double)g->clock_khz * 1e3);
+            snprintf(name, sizeof name, "GPU production scan kernel (%s)", i == 0 ? desc : "same");
+            row(name, nqs[i], ms, n, i == 0 ? peer_torch[0] : i == 1 ? peer_torch[1] / 64.0 : -1, lim);
+        }
+        patina_gpu_close(g);
+        free(self);
+        free(sqq);
+        free(q1024);
+    }
+    {   /* end to end through the search engine, checked against the CPU scan */
+        patina_index_t *idx;
+        patina_search_opts_t so;
+        patina_search_stats_t st;
+        patina_hit_t *h = malloc(Q * K * sizeof *h), **rh = calloc(Q, sizeof *rh);
+        size_t *c = malloc(Q * sizeof *c), *rc = calloc(Q, sizeof *rc);
+        double ms;
+        if ((s = patina_index_new(&idx, ex, ids, recs, n)) != PATINA_OK) die("index", s);
+        patina_search_opts_init(&so);
+        so.device = PATINA_DEVICE_GPU;
+        so.stats = &st;
+        if ((s = patina_index_knn(ctx, idx, qs, 1, K, &so, h, c)) != PATINA_OK) die("gpu knn", s); /* the copy */
+        t = now();
+        if ((s = patina_index_knn(ctx, idx, qs, Q, K, &so, h, c)) != PATINA_OK) die("gpu knn", s);
+        ms = 1e3 * (now() - t) / (double)Q;
+        for (size_t q = 0; q < QS; q++)
+            if (c[q] != scan_counts[q] ||
+                memcmp(h + q * K, scan_hits + q * K, scan_counts[q] * sizeof *h) != 0) {
+                fprintf(stderr, "bench_sqfd: GPU %zu-NN of query %zu differs from the CPU scan\n", K, q);
+                bad = 1;
+            }
+        {
+            char name[128];
+            snprintf(name, sizeof name, "GPU %zu-NN end to end (filter + CPU ranking; %zu of %zu queries on the GPU)", K,
+                     st.gpu_filter, Q);
+            row(name, Q, ms, n, -1, -1);
+        }
+        t = now();
+        if ((s = patina_index_range(ctx, idx, qs, Q, radius, &so, rh, rc)) != PATINA_OK) die("gpu range", s);
+        ms = 1e3 * (now() - t) / (double)Q;
+        for (size_t q = 0; q < Q; q++) {
+            if (q < QS && (rc[q] != scan_rc[q] || (rc[q] && memcmp(rh[q], scan_rh[q], rc[q] * sizeof **rh) != 0))) {
+                fprintf(stderr, "bench_sqfd: GPU range of query %zu differs from the CPU scan\n", q);
+                bad = 1;
+            }
+            free(rh[q]);
+        }
+        {
+            char name[128];
+            snprintf(name, sizeof name, "GPU range %.4g end to end (filter + CPU ranking)", radius);
+            row(name, Q, ms, n, -1, -1);
+        }
+        patina_index_free(idx);
+        free(h);
+        free(rh);
+        free(c);
+        free(rc);
+    }
+#if PATINA_BENCH_LAB
+    {   /* the paper's block-wise kernel */
+        char err[256];
+        lab_bw_t *l = lab_bw_new(recs, n, dim, 8000, err, sizeof err);
+        if (!l) {
+            printf("| block-wise (paper) | - | %s | | | |\n", err);
+        } else {
+            for (int dbl = 0; dbl < 2; dbl++) {
+                const double ms = lab_bw_time(l, qs, dbl, 3);
+                row(dbl ? "block-wise kernel (paper, lab), double, blocks of 8000"
+                        : "block-wise kernel (paper, lab), float, blocks of 8000",
+                    1, ms, n, peer_torch[0], -1);
+            }
+            lab_bw_free(l);
+        }
+    }
+#else
+    printf("| block-wise (paper) | - | not built (the lab needs CUDA) | | | |\n");
+#endif
+    if (peer_torch[0] > 0) row("PyTorch (cdist, exp, einsum, topk; fp32)", 1, peer_torch[0], n, peer_torch[0], -1);
+    if (peer_torch[1] > 0) row("PyTorch (cdist, exp, einsum, topk; fp32)", 64, peer_torch[1] / 64.0, n, peer_torch[1] / 64.0, -1);
+    if (peer_torch[0] <= 0) printf("| PyTorch | - | unavailable | | | |\n");
+    printf("\nThe paper (GTX 580, ALOI 72k, its plots): GPU float 5.6x and double 3.4x faster than a 48-core server "
+           "on the scan; 10-NN with the ptolemaic index on the GPU 2.98x the 48 cores. (ms and SQFD/s: our machine; "
+           "'of FP32 limit' counts 26 FP32 instructions per centroid pair.)\n");
+    (void)ms1;
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
     size_t n = 100000, C = 40, G = 1000, P = 32, Q = 32, QS = 4, K = 10;
     double noise = 0.1, alpha = 0.2;
-    int threads = 0, sel = PATINA_PIVOTS_FARTHEST;
+    int threads = 0, sel = PATINA_PIVOTS_FARTHEST, no_peers = 0;
     const char *coll_dir = NULL;
     char spec[256];
     patina_extractor_t *ex = NULL;
@@ -97,7 +327,7 @@ int main(int argc, char **argv)
     uint64_t *ids = NULL;
     float *recs = NULL, *qs;
     size_t dim, bytes, i;
-    double t, t_build, scan_knn_ms, scan_range_ms, radius = 0;
+    double t, t_build, scan_knn_ms, scan_range_ms, radius = 0, gpu_scan_knn_ms, gpu_scan_range_ms;
     patina_hit_t *scan_hits, *hits;
     size_t *scan_counts, *counts;
     patina_hit_t **scan_rh, **rh;
@@ -106,11 +336,15 @@ int main(int argc, char **argv)
 
     for (i = 1; i < (size_t)argc; i++) {
         const char *a = argv[i], *v = i + 1 < (size_t)argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--no-peers")) {
+            no_peers = 1;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "bench_sqfd: %s needs a value\n", a);
             return 2;
         }
-        if (!strcmp(a, "--n")) n = strtoull(v, NULL, 10);
+        if (!strcmp(a, "--n") || !strcmp(a, "--synthetic")) n = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--centroids")) C = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--clusters")) G = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--noise")) noise = atof(v);
@@ -189,7 +423,7 @@ int main(int argc, char **argv)
     po.pivots = P;
     po.select = (patina_pivot_select)sel;
     t = now();
-    if ((s = patina_pivot_index_new(&pi, ctx, ex, ids, recs, n, &po)) != PATINA_OK) die("pivots", s);
+    if (P && (s = patina_pivot_index_new(&pi, ctx, ex, ids, recs, n, &po)) != PATINA_OK) die("pivots", s);
     t_build = now() - t;
 
     scan_hits = malloc(Q * K * sizeof *scan_hits);
@@ -213,46 +447,84 @@ int main(int argc, char **argv)
         if ((s = patina_index_range(ctx, idx, qs, QS, radius, &so, scan_rh, scan_rc)) != PATINA_OK) die("scan", s);
         scan_range_ms = 1e3 * (now() - t) / (double)QS;
     }
-    printf("# pivot table: %.2f s to build (%zu x %zu SQFDs), range radius %.6g (mean %zu-th NN distance)\n\n",
-           t_build, n, P, radius, K);
-    printf("| query | method | ms / query | rows pruned | SQFDs / query | speed-up |\n");
-    printf("|---|---|---|---|---|---|\n");
-    printf("| %zu-NN | scan | %.1f | 0%% | %zu | 1.0 |\n", K, scan_knn_ms, n);
-    for (int range = 0; range < 2; range++) {
-        if (range) printf("| range | scan | %.1f | 0%% | %zu | 1.0 |\n", scan_range_ms, n);
-        for (int b = 1; b >= 0; b--) {
-            patina_pivot_search_opts_t so;
-            patina_search_stats_t st;
-            double ms;
-            patina_pivot_search_opts_init(&so);
-            so.bound = (patina_pivot_bound)b;
-            so.stats = &st;
+    if (P)
+        printf("# pivot table: %.2f s to build (%zu x %zu SQFDs), range radius %.6g (mean %zu-th NN distance)\n\n",
+               t_build, n, P, radius, K);
+    else
+        printf("# no pivot table (--pivots 0); range radius %.6g (mean %zu-th NN distance)\n\n", radius, K);
+    {   /* the GPU scan, end to end (the strategies' baseline on the GPU) */
+        gpu_scan_knn_ms = gpu_scan_range_ms = -1;
+        if (patina_gpu_count() > 0) {
+            patina_search_opts_t so;
+            patina_search_opts_init(&so);
+            so.device = PATINA_DEVICE_GPU;
+            if ((s = patina_index_knn(ctx, idx, qs, 1, K, &so, hits, counts)) != PATINA_OK) die("gpu scan", s);
             t = now();
-            s = range ? patina_pivot_index_range(ctx, pi, qs, Q, radius, &so, rh, rc)
-                      : patina_pivot_index_knn(ctx, pi, qs, Q, K, &so, hits, counts);
-            if (s != PATINA_OK) die("pivot search", s);
-            ms = 1e3 * (now() - t) / (double)Q;
-            for (i = 0; i < QS; i++) {
-                int ok = range ? same(rh[i], rc[i], scan_rh[i], scan_rc[i])
-                               : same(hits + i * K, counts[i], scan_hits + i * K, scan_counts[i]);
-                if (!ok) {
-                    fprintf(stderr, "bench_sqfd: query %zu differs from the scan (%s, %s)\n", i,
-                            range ? "range" : "k-NN", b ? "metric" : "ptolemaic");
-                    bad = 1;
-                }
+            if ((s = patina_index_knn(ctx, idx, qs, Q, K, &so, hits, counts)) != PATINA_OK) die("gpu scan", s);
+            gpu_scan_knn_ms = 1e3 * (now() - t) / (double)Q;
+            t = now();
+            if ((s = patina_index_range(ctx, idx, qs, Q, radius, &so, rh, rc)) != PATINA_OK) die("gpu scan", s);
+            gpu_scan_range_ms = 1e3 * (now() - t) / (double)Q;
+            for (i = 0; i < Q; i++) {
+                free(rh[i]);
+                rh[i] = NULL;
             }
-            if (range)
-                for (i = 0; i < Q; i++) {
-                    free(rh[i]);
-                    rh[i] = NULL;
-                }
-            printf("| %s | %s, %zu pivots | %.1f | %.1f%% | %.0f (+%zu to pivots) | %.1f |\n",
-                   range ? "range" : "k-NN", b ? "metric" : "ptolemaic", P, ms,
-                   100.0 * (double)st.pruned / ((double)n * (double)Q), (double)st.computed / (double)Q, P,
-                   (range ? scan_range_ms : scan_knn_ms) / ms);
-            fflush(stdout);
         }
     }
+    printf("| query | method | ms / query | rows pruned | SQFDs / query | vs CPU scan | vs GPU scan |\n");
+    printf("|---|---|---|---|---|---|---|\n");
+    for (int range = 0; range < 2; range++) {
+        const double cpu_ms = range ? scan_range_ms : scan_knn_ms, gpu_ms = range ? gpu_scan_range_ms : gpu_scan_knn_ms;
+        const char *qn = range ? "range" : "k-NN";
+        printf("| %s | scan, CPU | %.2f | 0%% | %zu | 1.0 | %s |\n", qn, cpu_ms, n, gpu_ms > 0 ? "-" : "no GPU");
+        if (gpu_ms > 0) printf("| %s | scan, GPU (filter + CPU ranking) | %.2f | 0%% | %zu | %.1f | 1.0 |\n", qn, gpu_ms, n,
+                               cpu_ms / gpu_ms);
+        for (int stg = 0; stg < (gpu_ms > 0 ? 3 : 1); stg++)
+            for (int b = 1; P && b >= 0; b--) {
+                static const char *const sname[] = {"CPU filter", "CPU filter + GPU (paper's pipeline)",
+                                                    "GPU filter"};
+                patina_pivot_search_opts_t so;
+                patina_search_stats_t st;
+                double ms;
+                patina_pivot_search_opts_init(&so);
+                so.bound = (patina_pivot_bound)b;
+                so.strategy = (patina_pivot_strategy)stg;
+                so.stats = &st;
+                if (stg && (s = patina_pivot_index_knn(ctx, pi, qs, 1, K, &so, hits, counts)) != PATINA_OK)
+                    die("pivot search", s); /* the device copies */
+                t = now();
+                s = range ? patina_pivot_index_range(ctx, pi, qs, Q, radius, &so, rh, rc)
+                          : patina_pivot_index_knn(ctx, pi, qs, Q, K, &so, hits, counts);
+                if (s != PATINA_OK) die("pivot search", s);
+                ms = 1e3 * (now() - t) / (double)Q;
+                for (i = 0; i < QS; i++) {
+                    int ok = range ? same(rh[i], rc[i], scan_rh[i], scan_rc[i])
+                                   : same(hits + i * K, counts[i], scan_hits + i * K, scan_counts[i]);
+                    if (!ok) {
+                        fprintf(stderr, "bench_sqfd: query %zu differs from the scan (%s, %s, %s)\n", i, qn,
+                                b ? "metric" : "ptolemaic", sname[stg]);
+                        bad = 1;
+                    }
+                }
+                if (range)
+                    for (i = 0; i < Q; i++) {
+                        free(rh[i]);
+                        rh[i] = NULL;
+                    }
+                {
+                    char vg[32] = "-";
+                    if (gpu_ms > 0) snprintf(vg, sizeof vg, "%.2f", gpu_ms / ms);
+                    printf("| %s | %s, %s, %zu pivots | %.2f | %.1f%% | %.0f (+%zu to pivots) | %.1f | %s |\n", qn,
+                           sname[stg], b ? "metric" : "ptolemaic", P, ms,
+                           100.0 * (double)st.pruned / ((double)n * (double)Q), (double)st.computed / (double)Q, P,
+                           cpu_ms / ms, vg);
+                }
+                fflush(stdout);
+            }
+    }
+    printf("\n");
+    bad |= gpu_table(ctx, ex, ids, recs, n, qs, Q, QS, K, radius, scan_hits, scan_counts, scan_rh, scan_rc,
+                     scan_knn_ms, no_peers, C, alpha);
     for (i = 0; i < QS; i++) free(scan_rh[i]);
     free(scan_rh);
     free(rh);

@@ -35,6 +35,12 @@
 #                                          capacity, one query end to end
 #                                lab_identify  the lab's timing of the
 #                                          paper's cuBLAS path
+#                                bench_sqfd  SQFD: the 1M synthetic scan table
+#                                          (CPU, GPU kernel and end to end, the
+#                                          paper's block-wise kernel, PyTorch,
+#                                          OpenCV), 100k with 32 pivots at
+#                                          alpha 0.2, the samples/ collection
+#                                lab_sqfd  the lab's block-wise timing
 #                                e2e       bench_pipeline: every family end to
 #                                          end on 1024^2 JPEGs cut from samples/
 #                              BENCH_ARGS adds arguments to every benchmark.
@@ -287,6 +293,28 @@ step_lab_identify() {
     "$BUILD/lab/identify/lab_identify" 65536 > "$OUT/lab_identify.log" 2>&1 || rc=1
     cat "$OUT/lab_identify.log"
 }
+# SQFD (docs/signature.md "GPU"): the synthetic 1M collection (40 centroids,
+# alpha 0.2) with the peers; 100k with 32 pivots (the CPU filters' pruning
+# beside the GPU scan); the sample photographs as a collection when carried.
+step_bench_sqfd() {
+    BENCH_TIMEOUT=${BENCH_TIMEOUT:-400} bench_one bench_sqfd "" --synthetic 1000000 --pivots 0 --queries 64 \
+        --scan-queries 2 --alpha 0.2
+    BENCH_TIMEOUT=${BENCH_TIMEOUT:-300} bench_one bench_sqfd _pivots --synthetic 100000 --pivots 32 --queries 64 \
+        --scan-queries 4 --alpha 0.2 --no-peers
+    if [ -d "$ROOT/samples" ] && [ -x "$BUILD/patina" ]; then
+        rm -rf "$OUT/sqfd-samples.patina"
+        "$BUILD/patina" index "$OUT/sqfd-samples.patina" "$ROOT/samples" -f signature > "$OUT/sqfd-index.log" 2>&1 &&
+            BENCH_TIMEOUT=${BENCH_TIMEOUT:-200} bench_one bench_sqfd _samples --collection "$OUT/sqfd-samples.patina" \
+                --queries 16 --scan-queries 16 --pivots 8 --no-peers
+        rm -rf "$OUT/sqfd-samples.patina"
+    fi
+}
+step_lab_sqfd() {
+    [ -x "$BUILD/lab/sqfd/lab_sqfd" ] || { echo "no lab_sqfd"; return; }
+    echo "== lab_sqfd (the paper's block-wise kernel beside the production scan, 100k x 40 centroids)"
+    "$BUILD/lab/sqfd/lab_sqfd" > "$OUT/lab_sqfd.log" 2>&1 || rc=1
+    cat "$OUT/lab_sqfd.log"
+}
 step_bench() {
     step_bench_cedd
     step_bench_lbp
@@ -324,7 +352,7 @@ run_steps() {
         sanitize) step_sanitize ;;
         bench) step_bench ;;
         bench_cedd | bench_lbp | bench_glcm | bench_knn | bench_knn_families | bench_rootsift | bench_identify_match | bench_identify_gpu | \
-            lab_identify) "step_$s" ;;
+            lab_identify | bench_sqfd | lab_sqfd) "step_$s" ;;
         e2e) step_e2e ;;
         asan) step_asan ;;
         *) echo "unknown step $s" >&2; rc=2 ;;

@@ -343,6 +343,25 @@ static void test_bad_input(void **state)
         assert_int_equal(patina_pivot_index_range(NULL, pi, recs, 1, NAN, NULL, rh, c), PATINA_E_INVALID);
         free(bad);
     }
+    /* strategies: an unknown one; the GPU ones without a context (or, in
+     * a build or on a machine without a GPU, with one) are unavailable */
+    {
+        patina_pivot_search_opts_t so;
+        patina_pivot_search_opts_init(&so);
+        assert_int_equal(so.strategy, PATINA_PIVOT_CPU);
+        so.strategy = (patina_pivot_strategy)7;
+        assert_int_equal(patina_pivot_index_knn(NULL, pi, recs, 1, 4, &so, h, c), PATINA_E_INVALID);
+        assert_non_null(strstr(patina_last_error(), "strategy"));
+        so.strategy = PATINA_PIVOT_PIPELINE;
+        assert_int_equal(patina_pivot_index_knn(NULL, pi, recs, 1, 4, &so, h, c), PATINA_E_UNAVAILABLE);
+        if (patina_gpu_count() == 0) {
+            patina_context_t *ctx;
+            TU_OK(patina_context_new(&ctx, NULL));
+            so.strategy = PATINA_PIVOT_GPU;
+            assert_int_equal(patina_pivot_index_knn(ctx, pi, recs, 1, 4, &so, h, c), PATINA_E_UNAVAILABLE);
+            patina_context_free(ctx);
+        }
+    }
     /* an index emptied by removal answers with nothing */
     {
         size_t removed = 0;

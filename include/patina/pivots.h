@@ -68,10 +68,24 @@ typedef struct patina_pivot_opts {
 
 PATINA_API void patina_pivot_opts_init(patina_pivot_opts_t *opts);
 
+/* Where the filter and the distances run (docs/signature.md "Filter
+ * strategies"); every strategy gives the same answer. The GPU ones need a
+ * context with a usable GPU (else PATINA_E_UNAVAILABLE); queries the GPU
+ * cannot take (another alpha, outside its domain) run on the CPU. */
+typedef enum patina_pivot_strategy {
+    PATINA_PIVOT_CPU = 0,      /* bounds and distances on the CPU's workers (default) */
+    PATINA_PIVOT_PIPELINE = 1, /* the paper's: query-to-pivot distances on the GPU; the CPU's bounds
+                                * send the surviving rows to the GPU in blocks (8000 for range; 64
+                                * with at most 2 pending for k-NN, the radius refined as they return) */
+    PATINA_PIVOT_GPU = 2       /* the bounds evaluated on the GPU as well (a pilot of the rows of
+                                * smallest bound gives the k-NN radius), survivors' SQFD there */
+} patina_pivot_strategy;
+
 typedef struct patina_pivot_search_opts {
     patina_pivot_bound bound;      /* default PTOLEMAIC */
     size_t max_hits;               /* range: at most this many, the nearest (0 = all) */
-    patina_search_stats_t *stats;  /* when set, filled: .cpu, .pivot_dists, .pruned, .computed */
+    patina_search_stats_t *stats;  /* when set, filled: .cpu, .gpu_filter, .pivot_dists, .pruned, .computed */
+    patina_pivot_strategy strategy; /* default PATINA_PIVOT_CPU */
 } patina_pivot_search_opts_t;
 
 PATINA_API void patina_pivot_search_opts_init(patina_pivot_search_opts_t *opts);
@@ -135,7 +149,8 @@ PATINA_API patina_status patina_pivot_index_remove(patina_pivot_index_t *pi, con
                                                    size_t *removed);
 
 /* k-NN and range search as patina_index_knn / patina_index_range (the same
- * arguments, results and padding; CPU only), filtered by the pivot table. */
+ * arguments, results and padding), filtered by the pivot table; where the
+ * work runs: opts->strategy. */
 PATINA_API patina_status patina_pivot_index_knn(patina_context_t *ctx, const patina_pivot_index_t *pi,
                                                 const void *queries, size_t nq, size_t k,
                                                 const patina_pivot_search_opts_t *opts, patina_hit_t *hits,

@@ -335,10 +335,20 @@ static int run_search(const cli_args_t *a)
                     patina_pivot_search_opts_init(&po);
                     po.bound = (patina_pivot_bound)cli_get(a, "bound")->i;
                     po.stats = &st;
-                    if (nd && use_range) s = patina_pivot_index_range(ctx, pidx, desc, nd, range, &po, rh, cnt);
-                    else if (nd) s = patina_pivot_index_knn(ctx, pidx, desc, nd, (size_t)k, &po, hits, cnt);
+                    /* the GPU filter on the GPU (device gpu, or auto with a GPU and 256 rows or more) */
+                    if (so.device == PATINA_DEVICE_GPU ||
+                        (so.device == PATINA_DEVICE_AUTO && patina_gpu_count() > 0 && patina_pivot_index_size(pidx) >= 256))
+                        po.strategy = PATINA_PIVOT_GPU;
+                    for (int tries = 0; tries < 2; tries++) {
+                        if (nd && use_range) s = patina_pivot_index_range(ctx, pidx, desc, nd, range, &po, rh, cnt);
+                        else if (nd) s = patina_pivot_index_knn(ctx, pidx, desc, nd, (size_t)k, &po, hits, cnt);
+                        if (s != PATINA_E_UNAVAILABLE || so.device != PATINA_DEVICE_AUTO || po.strategy == PATINA_PIVOT_CPU)
+                            break;
+                        po.strategy = PATINA_PIVOT_CPU; /* auto: the CPU after all */
+                    }
                     if (nd && s == PATINA_OK) {
-                        total.cpu += st.cpu;
+                        total.gpu_filter += st.gpu_filter;
+                        total.cpu += st.cpu + st.gpu_filter; /* the queries */
                         total.pivot_dists += st.pivot_dists;
                         total.pruned += st.pruned;
                         total.computed += st.computed;
@@ -378,10 +388,10 @@ static int run_search(const cli_args_t *a)
     if (cli_get(a, "stats")->i && (idx || pidx))
         fprintf(stderr,
                 "search: %zu queries over %zu rows: %zu distances computed, %zu rows pruned, "
-                "%zu query-to-pivot distances (%s)\n",
+                "%zu query-to-pivot distances (%s)%s\n",
                 total.cpu, pidx ? patina_pivot_index_size(pidx) : patina_index_size(idx), total.computed,
-                total.pruned, total.pivot_dists,
-                pidx ? "pivot table" : "no pivot table: every distance");
+                total.pruned, total.pivot_dists, pidx ? "pivot table" : "no pivot table: every distance",
+                pidx && total.gpu_filter ? "; filtered on the GPU" : "");
 out:
     if (fflush(stdout) != 0) rc = EXIT_ERROR;
     for (qi = 0; qi < nq; qi++) free(qs[qi]);

@@ -85,6 +85,23 @@ double sig_sqfd(const float *q, const float *o, size_t n);
  * o (no, 8) rows as above, alpha and form given. No checks. */
 double sig_sqfd_rows(const float *q, size_t nq, const float *o, size_t no, double alpha, int form);
 
+/* Self terms (the search keeps one per row; docs/signature.md "Self
+ * terms"). For valid records (sig_record_check):
+ *   sig_self(x)           Sxx = sum_i sum_j wx_i wx_j f(x_i, x_j) by x's own
+ *                         alpha and form: the definition's self block, the
+ *                         same double as inside sig_sqfd
+ *   sig_cross(q, o)       Sqo by q's alpha and form, the definition's cross
+ *                         block (i over q's rows, j over o's)
+ *   sig_sqfd_self(q, sqq, o, soo)  with sqq = sig_self(q), soo = sig_self(o):
+ *                         sig_sqfd(q, o, n) bit for bit (the same three
+ *                         doubles, (Sqq + Soo) - 2 Sqo, clamped), NaN when the
+ *                         alpha or form differ. No record checks.
+ * sig_self_rows: Sxx of rows (nx, 8), alpha and form given. */
+double sig_self(const float *rec);
+double sig_cross(const float *q, const float *o);
+double sig_sqfd_self(const float *q, double sqq, const float *o, double soo);
+double sig_self_rows(const float *x, size_t nx, double alpha, int form);
+
 /* The sampling plan of p, the same for every image: pts (samples, 2)
  * floats in [0, 1) (x then y; pixel (int)(x * width), (int)(y * height)),
  * seeds (p->seeds) distinct indexes into pts, the initial centroids in

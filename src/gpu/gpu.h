@@ -148,6 +148,98 @@ patina_status patina_gpu_range(patina_gpu_t *g, const pgpu_knn_index_t *idx, con
 /* Device copies of indexes that g holds now (for tests). */
 size_t patina_gpu__knn_cached(patina_gpu_t *g);
 
+/* ---- SQFD on signature records (src/gpu/sqfd.cu; docs/signature.md "GPU") ----
+ * The GPU filters, the CPU ranks: the kernels evaluate every (query, row)
+ * pair's SQFD^2 = (Sqq + Soo) - 2 Sqo with the cross term Sqo in float
+ * (fp64 accumulation) and a proven bound E on its distance from the
+ * reference's double; they return, per query, the rows that may belong to
+ * the answer (a superset of it, ties included). The caller computes those
+ * rows' distances with the reference (sig_sqfd_self) and ranks them, so
+ * the answer is the CPU's exactly. The GPU side reads no record header
+ * beyond the documented layout (features/signature.h). */
+
+/* A signature index as the GPU sees it; arrays borrowed for the call. The
+ * device copy (the live rows, sorted by centroid count) is kept by the
+ * context and remade when serial, gen or n changes. */
+typedef struct pgpu_sqfd_index {
+    uint64_t serial;          /* unique per index (never reused in a process) */
+    uint64_t gen;             /* changes whenever rows are removed */
+    size_t n, dim;            /* records, floats per record (8 + 8 K) */
+    const float *recs;        /* (n, dim) checked records */
+    const double *self;       /* (n) their self terms Soo (sig_self) */
+    const uint8_t *dead;      /* (n) 1 = removed (not searched), or NULL */
+    /* a pivot table's (src/search/pivots.c; np = 0: none): the copy then
+     * carries the table for the GPU filter (patina_gpu_sqfd_filter) */
+    size_t np;
+    const double *tab;        /* (n, np) row-to-pivot distances */
+    const double *pp;         /* (np, np) pivot-to-pivot distances */
+} pgpu_sqfd_index_t;
+
+/* What a call did (added to): queries answered, pairs whose SQFD the
+ * kernels evaluated, candidates handed back, queries left to the caller. */
+typedef struct pgpu_sqfd_stats {
+    size_t queries, pairs, candidates, cpu;
+} pgpu_sqfd_stats_t;
+
+#define PGPU_SQFD_KNN_CAND 4096    /* k-NN candidates per query at most */
+#define PGPU_SQFD_RANGE_CAND 16384 /* range candidates per query at most */
+
+/* Candidates of nq queries (queries (nq, idx->dim) checked records, sqq
+ * (nq) their self terms) on g: k > 0, every row that may be among a query's
+ * k nearest (every row whose reference distance is at most the kth
+ * smallest); k = 0, every row whose reference distance may be <= radius.
+ * cand[q] malloc'd host row numbers (NULL when none; the caller frees),
+ * ncand[q]. cpu[q] = 1 (cand[q] NULL): the GPU leaves query q to the
+ * caller -- a query of another alpha or form than the rows, data outside
+ * the kernels' domain (docs/signature.md), or more candidates than
+ * PGPU_SQFD_*_CAND even with the whole table as pilot. stats may be NULL. */
+patina_status patina_gpu_sqfd(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
+                              const double *sqq, size_t nq, size_t k, double radius, uint32_t **cand,
+                              size_t *ncand, uint8_t *cpu, pgpu_sqfd_stats_t *stats);
+
+/* The kernels' SQFD^2 estimate s and its bound e for every (query, row)
+ * pair, (nq, n) each in host row order (removed rows get NaN): |s -
+ * S_ref| <= e. The pivot tables' query-to-pivot distances (pivots.c), the
+ * tests and the lab. PATINA_E_UNAVAILABLE when the data is outside the
+ * kernels' domain. */
+patina_status patina_gpu_sqfd_pairs(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
+                                     const double *sqq, size_t nq, double *s, double *e);
+
+/* ---- pivot tables on the GPU (docs/signature.md "Filter strategies") ----
+ * Both take the pivot index as a pgpu_sqfd_index_t (np > 0 for the filter)
+ * and the query's pivot distances as intervals [alo, ahi] that hold the
+ * reference's doubles (from patina_gpu_sqfd_pairs), with eps the query's
+ * slack of pivots.c. */
+
+/* The paper's pipeline, the GPU side: keys lo <= max(S_ref, 0) <= hi for m
+ * rows (host row numbers, m <= PGPU_SQFD_BLOCK) of one query, computed on
+ * stream slot (0 or 1; at most one block pending per slot). _submit
+ * returns once the work is queued; _wait waits for it and copies the keys
+ * into lo, hi (m floats each, host). */
+#define PGPU_SQFD_BLOCK 8192
+patina_status patina_gpu_sqfd_block_submit(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, int slot,
+                                           const float *query, double sqq, const uint32_t *rows, size_t m);
+patina_status patina_gpu_sqfd_block_wait(patina_gpu_t *g, int slot, float *lo, float *hi);
+
+/* The GPU filter: the pivot bounds of pivots.c (metric; ptolemaic when
+ * ptolemaic != 0) evaluated on the GPU for every (query, row), survivors
+ * compacted and their SQFD filtered as patina_gpu_sqfd does (k-NN: a
+ * pilot of the rows of smallest metric bound gives the radius). alo, ahi
+ * (nq, np), eps (nq). Results as patina_gpu_sqfd; stats->pairs counts the
+ * rows whose SQFD was evaluated (pilot included). */
+patina_status patina_gpu_sqfd_filter(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
+                                     const double *sqq, size_t nq, const double *alo, const double *ahi,
+                                     const double *eps, int ptolemaic, size_t k, double radius, uint32_t **cand,
+                                     size_t *ncand, uint8_t *cpu, pgpu_sqfd_stats_t *stats);
+
+/* Benchmarks and the lab: the median over reps of the scan kernel alone
+ * (every pair of nq queries and the resident copy's rows evaluated, nothing
+ * kept), in ms of GPU time (CUDA events); the copy is made first, not
+ * timed. rows_per_thread: 1 or 2 (the kernel's variants), 0 the
+ * production one. */
+patina_status patina_gpu__sqfd_scan_ms(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
+                                       const double *sqq, size_t nq, int rows_per_thread, int reps, double *ms);
+
 /* ---- identification (src/gpu/identify.cu; docs/identify.md "GPU") ----
  * A reference set as the GPU side sees it, filled by src/identify (the GPU
  * side reads no record header): slot i's descriptor rows, count[i] of

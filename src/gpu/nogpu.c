@@ -249,3 +249,50 @@ void patina_gpu__identify_capacity(const patina_gpu_t *g, size_t m, int precisio
     (void)g, (void)m, (void)precision;
     *dev_slots = 0;
 }
+
+patina_status patina_gpu_sqfd(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
+                              const double *sqq, size_t nq, size_t k, double radius, uint32_t **cand,
+                              size_t *ncand, uint8_t *cpu, pgpu_sqfd_stats_t *stats)
+{
+    (void)g; (void)idx; (void)queries; (void)sqq; (void)nq; (void)k; (void)radius; (void)cand; (void)ncand;
+    (void)cpu; (void)stats;
+    return none();
+}
+
+patina_status patina_gpu_sqfd_pairs(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
+                                     const double *sqq, size_t nq, double *s, double *e)
+{
+    (void)g; (void)idx; (void)queries; (void)sqq; (void)nq; (void)s; (void)e;
+    return none();
+}
+
+patina_status patina_gpu__sqfd_scan_ms(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
+                                       const double *sqq, size_t nq, int rows_per_thread, int reps, double *ms)
+{
+    (void)g; (void)idx; (void)queries; (void)sqq; (void)nq; (void)rows_per_thread; (void)reps;
+    if (ms) *ms = 0.0;
+    return none();
+}
+
+patina_status patina_gpu_sqfd_block_submit(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, int slot,
+                                           const float *query, double sqq, const uint32_t *rows, size_t m)
+{
+    (void)g; (void)idx; (void)slot; (void)query; (void)sqq; (void)rows; (void)m;
+    return none();
+}
+
+patina_status patina_gpu_sqfd_block_wait(patina_gpu_t *g, int slot, float *lo, float *hi)
+{
+    (void)g; (void)slot; (void)lo; (void)hi;
+    return none();
+}
+
+patina_status patina_gpu_sqfd_filter(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
+                                     const double *sqq, size_t nq, const double *alo, const double *ahi,
+                                     const double *eps, int ptolemaic, size_t k, double radius, uint32_t **cand,
+                                     size_t *ncand, uint8_t *cpu, pgpu_sqfd_stats_t *stats)
+{
+    (void)g; (void)idx; (void)queries; (void)sqq; (void)nq; (void)alo; (void)ahi; (void)eps; (void)ptolemaic;
+    (void)k; (void)radius; (void)cand; (void)ncand; (void)cpu; (void)stats;
+    return none();
+}

@@ -43,7 +43,18 @@
  * keeps its own sequential C1. With AVX2, an exact integer filter (the dot
  * products a.b of 16 rows at once, search/knn_avx2.c) first leaves out the
  * rows provably farther than the query's current k-th hit or radius; only
- * the others get their distance (tanimoto_tile_filtered has the bound). */
+ * the others get their distance (tanimoto_tile_filtered has the bound).
+ *
+ * SQFD self terms (signature records). SQFD^2 = (Sqq + Soo) - 2 Sqo: Soo
+ * depends on the row only and is kept per row (computed once when the row
+ * is added, on all CPUs for a whole index), Sqq is computed once per query
+ * and call, so a distance costs only the cross block Sqo -- a third of the
+ * similarity evaluations for signatures of equal length. sig_sqfd_self
+ * evaluates the definition's expression with the same three doubles, so
+ * every distance is sig_sqfd's bit for bit (tests/test_signature.c). On
+ * the GPU (src/gpu/sqfd.cu) the cross terms are filtered in float with a
+ * proven error bound and the candidates get these same doubles here
+ * (sqfd_gpu below). */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -54,6 +65,7 @@
 #include "core/context.h"
 #include "gpu/gpu.h"
 #include "patina/glcm.h"
+#include "features/signature.h"
 #include "search/distance.h"
 #include "search/knn.h"
 #include "search/knn_simd.h"
@@ -78,6 +90,8 @@ struct patina_index {
     double *c3;               /* (n) C3 = sum of p*p in element order */
     double (*ptab)[8];        /* (t_max + 1, 8): ptab[T][v] = v / T; row 0 zeros */
     size_t t_max;             /* 7 * dim */
+    /* sqfd: each row's self term Soo (sig_self); NULL for other distances */
+    double *self;             /* (cap) */
     /* standardised L2: per-element sigma of the live rows */
     double *sd;               /* (dim) or NULL */
     /* live updates (patina_index_put / _remove) */
@@ -139,6 +153,7 @@ void patina_index_free(patina_index_t *idx)
     free(idx->c3);
     free(idx->ptab);
     free(idx->sd);
+    free(idx->self);
     free(idx->dead);
     free(idx->rm_log);
     free(idx->map_id);
@@ -240,6 +255,36 @@ static patina_status build_fast_path(patina_index_t *ix)
     for (t = 1; t <= ix->t_max; t++)
         for (v = 0; v < 8; v++) ix->ptab[t][v] = (double)v / (double)t;
     for (r = 0; r < ix->n; r++) fast_row(ix, r);
+    return PATINA_OK;
+}
+
+/* sqfd: every row's self term, on all CPUs (a whole index costs what one
+ * query's scan does). */
+typedef struct self_job {
+    patina_index_t *ix;
+} self_job_t;
+
+#define SELF_CHUNK 256
+
+static void self_task(void *arg, size_t t, int worker)
+{
+    patina_index_t *ix = ((self_job_t *)arg)->ix;
+    const size_t r0 = t * SELF_CHUNK, r1 = r0 + SELF_CHUNK < ix->n ? r0 + SELF_CHUNK : ix->n;
+    (void)worker;
+    for (size_t r = r0; r < r1; r++) ix->self[r] = sig_self((const float *)(ix->descs + r * ix->bytes));
+}
+
+static patina_status build_self(patina_index_t *ix)
+{
+    patina_pool_t *pool = NULL;
+    self_job_t j = {ix};
+    int own = 0;
+    if (ix->dist_id != PDIST_SQFD) return PATINA_OK;
+    if (!(ix->self = malloc((ix->n ? ix->n : 1) * sizeof *ix->self)))
+        return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu self terms", ix->n);
+    if (ix->n >= 4 * SELF_CHUNK) PATINA_TRY(patina__workers_begin(NULL, 0, &pool, &own));
+    patina_pool_run(pool, (ix->n + SELF_CHUNK - 1) / SELF_CHUNK, self_task, &j);
+    if (pool) patina__workers_end(NULL, pool, own);
     return PATINA_OK;
 }
 
@@ -356,6 +401,7 @@ static patina_status index_build(patina_index_t **out, const patina_extractor_t 
             }
         }
     if ((s = build_fast_path(ix)) != PATINA_OK) goto fail;
+    if ((s = build_self(ix)) != PATINA_OK) goto fail;
     if ((s = compute_sd(ix)) != PATINA_OK) goto fail;
     *out = ix;
     return PATINA_OK;
@@ -548,6 +594,7 @@ static patina_status grow(patina_index_t *ix, size_t more)
         GROW(t1, sizeof *ix->t1);
         GROW(c3, sizeof *ix->c3);
     }
+    if (ix->self) GROW(self, sizeof *ix->self);
     if (ix->dead) {
         GROW(dead, 1);
         memset(ix->dead + ix->cap, 0, cap - ix->cap);
@@ -591,6 +638,7 @@ static patina_status maybe_compact(patina_index_t *ix)
                 ix->t1[w] = ix->t1[r];
                 ix->c3[w] = ix->c3[r];
             }
+            if (ix->self) ix->self[w] = ix->self[r];
         }
         w++;
     }
@@ -650,6 +698,7 @@ patina_status patina_index_put(patina_index_t *idx, const uint64_t *ids, const v
         idx->n++;
         idx->live++;
         if (idx->t1) fast_row(idx, r);
+        if (idx->self) idx->self[r] = sig_self((const float *)row);
         map_set(idx, ids[i], r);
     }
     if (s == PATINA_OK) s = after_change(idx, 1);
@@ -820,12 +869,20 @@ static void tanimoto_tile_filtered(const patina_index_t *ix, const tq_t *tq, con
  * over the tile, which stays in cache between them, and with AVX2 only the
  * rows that may lie within the query's threshold thr[q] get their distance
  * (the others +inf, see tanimoto_tile_filtered). */
-static void tile_distances(const patina_index_t *ix, const uint8_t *queries, const tq_t *tq, const double *thr,
-                           size_t nb, size_t r0, size_t cnt, void *pscratch, double *dist)
+static void tile_distances(const patina_index_t *ix, const uint8_t *queries, const tq_t *tq, const double *qself,
+                           const double *thr, size_t nb, size_t r0, size_t cnt, void *pscratch, double *dist)
 {
     const uint8_t *rows = ix->descs + r0 * ix->bytes;
     size_t q;
     int filtered = 0;
+    if (qself) { /* sqfd with self terms: the cross block only, sig_sqfd's doubles */
+        for (q = 0; q < nb; q++) {
+            const float *qr = (const float *)(queries + q * ix->bytes);
+            for (size_t j = 0; j < cnt; j++)
+                dist[q * TILE + j] = sig_sqfd_self(qr, qself[q], (const float *)(rows + j * ix->bytes), ix->self[r0 + j]);
+        }
+        return;
+    }
     if (!tq) {
         pdist_block(ix->dist_id, ix->elem, queries, nb, rows, ix->bytes, cnt, ix->dim, ix->sd, thr, pscratch, dist,
                     TILE);
@@ -860,6 +917,7 @@ typedef struct job {
     const patina_index_t *ix;
     const uint8_t *queries;   /* (nq, bytes) */
     const tq_t *tq;           /* (nq) or NULL */
+    const double *qself;      /* sqfd: (nq) the queries' self terms, or NULL */
     size_t nq, qb, nblocks, nchunks, chunk;
     int range;
     /* knn */
@@ -909,8 +967,8 @@ static void search_task(void *arg, size_t t, int worker)
             if ((!jb->range || jb->max_hits) && hp[i].n == hp[i].cap && hp[i].n && hp[i].h[0].distance < thr[i])
                 thr[i] = hp[i].h[0].distance;
         }
-        tile_distances(ix, jb->queries + q0 * ix->bytes, jb->tq ? jb->tq + q0 : NULL, thr, nb, r, cnt,
-                       dist + nb * TILE, dist);
+        tile_distances(ix, jb->queries + q0 * ix->bytes, jb->tq ? jb->tq + q0 : NULL, jb->qself ? jb->qself + q0 : NULL,
+                       thr, nb, r, cnt, dist + nb * TILE, dist);
         for (i = 0; i < nb; i++) {
             const double *dq = dist + i * TILE;
             hitvec_t *vec;
@@ -1024,6 +1082,18 @@ static int cpu_threads(patina_context_t *ctx)
     return ctx ? patina_context_threads(ctx) : patina_cpu_count();
 }
 
+/* sqfd: the queries' self terms Sqq (NULL for other distances). The
+ * queries were checked (check_nan runs the record check). */
+static patina_status prepare_self(const patina_index_t *ix, const uint8_t *queries, size_t nq, double **out)
+{
+    *out = NULL;
+    if (!ix->self || nq == 0) return PATINA_OK;
+    if (!(*out = malloc(nq * sizeof **out)))
+        return patina__fail(PATINA_E_NOMEM, "search: out of memory preparing %zu queries", nq);
+    for (size_t q = 0; q < nq; q++) (*out)[q] = sig_self((const float *)(queries + q * ix->bytes));
+    return PATINA_OK;
+}
+
 static patina_status prepare_queries(const patina_index_t *ix, const uint8_t *queries, size_t nq,
                                      tq_t **out)
 {
@@ -1044,21 +1114,24 @@ void patina_search_opts_init(patina_search_opts_t *o)
 }
 
 /* The device a search runs on. The GPU answers k-NN (k <= PGPU_KNN_KMAX)
- * and range search for every distance of the table (not the record
- * distances); AUTO takes it for indexes of GPU_MIN_ROWS rows or more. */
+ * and range search for every distance of the table and for sqfd (not
+ * rootsift_ratio); AUTO takes it for indexes of GPU_MIN_ROWS rows or more
+ * (sqfd: SQFD_GPU_MIN_ROWS, a distance costing thousands of exps). */
+#define SQFD_GPU_MIN_ROWS 256
 static patina_status search_device(patina_context_t *ctx, const patina_index_t *ix,
                                    const patina_search_opts_t *o, int range, size_t k, patina_device *dev)
 {
-    const int can = ix->dist->gpu && (range || k <= PGPU_KNN_KMAX);
+    const int has = ix->dist->gpu || ix->self != NULL, can = has && (range || k <= PGPU_KNN_KMAX);
+    const size_t min_rows = ix->self ? SQFD_GPU_MIN_ROWS : GPU_MIN_ROWS;
     switch (o->device) {
     case PATINA_DEVICE_CPU: *dev = PATINA_DEVICE_CPU; return PATINA_OK;
     case PATINA_DEVICE_AUTO:
-        *dev = can && ctx && ix->n >= GPU_MIN_ROWS && patina__context_gpu_usable(ctx) ? PATINA_DEVICE_GPU
-                                                                                    : PATINA_DEVICE_CPU;
+        *dev = can && ctx && ix->n >= min_rows && patina__context_gpu_usable(ctx) ? PATINA_DEVICE_GPU
+                                                                                : PATINA_DEVICE_CPU;
         return PATINA_OK;
     case PATINA_DEVICE_GPU:
         if (!ctx) return patina__fail(PATINA_E_INVALID, "search: a GPU search needs a context");
-        if (!ix->dist->gpu)
+        if (!has)
             return patina__fail(PATINA_E_UNAVAILABLE, "search: distance %s has no GPU implementation",
                                 ix->dist->name);
         if (!can)
@@ -1297,6 +1370,152 @@ static patina_status range_gpu(patina_context_t *ctx, const patina_index_t *ix, 
     return s;
 }
 
+/* ---- SQFD on the GPU: the GPU filters (src/gpu/sqfd.cu), the CPU ranks ----
+ * The GPU hands back, per query, rows that hold the whole answer (proven
+ * error bound on its float SQFDs); their distances are computed here with
+ * sig_sqfd_self (the definition's doubles) and ranked by (distance, id), so
+ * the answer is the CPU search's bit for bit. */
+
+typedef struct sq_rank {
+    const patina_index_t *ix;
+    const uint8_t *queries;
+    const double *qself;
+    uint32_t **cand;
+    size_t *ncand;
+    uint8_t *cpu;
+    size_t k;             /* k-NN (0: range) */
+    double radius;
+    size_t max_hits;
+    patina_hit_t *hits;   /* k-NN (nq, k) */
+    patina_hit_t **rhits; /* range */
+    size_t *counts;
+    atomic_int nomem;
+} sq_rank_t;
+
+static void sq_rank_task(void *arg, size_t q, int worker)
+{
+    sq_rank_t *j = arg;
+    const patina_index_t *ix = j->ix;
+    const float *qr = (const float *)(j->queries + q * ix->bytes);
+    const size_t nc = j->ncand[q];
+    patina_hit_t *h;
+    size_t i, m = 0;
+    (void)worker;
+    if (j->cpu[q]) return;
+    if (nc == 0) {
+        if (j->k) j->cpu[q] = 1; /* cannot happen (at least min(k, n) candidates): the CPU answers */
+        return;
+    }
+    if (!(h = malloc(nc * sizeof *h))) {
+        atomic_store(&j->nomem, 1);
+        return;
+    }
+    for (i = 0; i < nc; i++) {
+        const uint32_t r = j->cand[q][i];
+        const double d = sig_sqfd_self(qr, j->qself[q], (const float *)(ix->descs + (size_t)r * ix->bytes), ix->self[r]);
+        if (!j->k && !(d <= j->radius)) continue;
+        h[m].id = ix->ids[r];
+        h[m++].distance = d;
+    }
+    qsort(h, m, sizeof *h, patina__hit_qsort_cmp);
+    if (j->k) {
+        const size_t per = j->counts[q];
+        if (m < per) {
+            j->cpu[q] = 1;
+        } else {
+            memcpy(j->hits + q * j->k, h, per * sizeof *h);
+        }
+        free(h);
+        return;
+    }
+    if (j->max_hits && m > j->max_hits) m = j->max_hits;
+    j->counts[q] = m;
+    if (m == 0) {
+        free(h);
+        return;
+    }
+    j->rhits[q] = h;
+}
+
+/* k-NN (k > 0; hits padded by the caller) or range (k = 0) on the GPU.
+ * auto_dev: a GPU that cannot take the index (its copy beyond the memory
+ * budget) leaves the call to the CPU instead of failing it. */
+static patina_status sqfd_gpu(patina_context_t *ctx, const patina_index_t *ix, const uint8_t *queries, size_t nq,
+                              size_t k, double radius, size_t max_hits, patina_hit_t *hits, patina_hit_t **rhits,
+                              size_t *counts, patina_search_stats_t *stats, int auto_dev)
+{
+    pgpu_sqfd_index_t view;
+    pgpu_sqfd_stats_t gst;
+    sq_rank_t j;
+    patina_gpu_t *g;
+    patina_pool_t *pool = NULL;
+    double *qself = NULL;
+    uint32_t **cand = calloc(nq, sizeof *cand);
+    size_t *ncand = calloc(nq, sizeof *ncand), q;
+    uint8_t *cpu = malloc(nq);
+    patina_status s;
+    int own = 0;
+    if (!cand || !ncand || !cpu) {
+        free(cand);
+        free(ncand);
+        free(cpu);
+        return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", nq);
+    }
+    memset(&view, 0, sizeof view);
+    memset(&gst, 0, sizeof gst);
+    view.serial = ix->serial;
+    view.gen = ix->dead_gen;
+    view.n = ix->n;
+    view.dim = ix->dim;
+    view.recs = (const float *)ix->descs;
+    view.self = ix->self;
+    view.dead = ix->dead;
+    s = prepare_self(ix, queries, nq, &qself);
+    if (s == PATINA_OK && (s = patina__context_gpu_acquire(ctx, &g)) == PATINA_OK) {
+        s = patina_gpu_sqfd(g, &view, (const float *)queries, qself, nq, k, radius, cand, ncand, cpu, &gst);
+        patina__context_gpu_release(ctx);
+    }
+    if (s != PATINA_OK && auto_dev && (s == PATINA_E_LIMIT || s == PATINA_E_NOMEM || s == PATINA_E_UNAVAILABLE)) {
+        patina_clear_error(); /* AUTO: the CPU answers every query */
+        memset(cpu, 1, nq);
+        s = PATINA_OK;
+    }
+    if (s == PATINA_OK) {
+        memset(&j, 0, sizeof j);
+        j.ix = ix;
+        j.queries = queries;
+        j.qself = qself;
+        j.cand = cand;
+        j.ncand = ncand;
+        j.cpu = cpu;
+        j.k = k;
+        j.radius = radius;
+        j.max_hits = max_hits;
+        j.hits = hits;
+        j.rhits = rhits;
+        j.counts = counts;
+        if (nq > 1) s = patina__workers_begin(ctx, 0, &pool, &own);
+        if (s == PATINA_OK) {
+            patina_pool_run(pool, nq, sq_rank_task, &j);
+            if (pool) patina__workers_end(ctx, pool, own);
+            if (atomic_load(&j.nomem)) s = patina__fail(PATINA_E_NOMEM, "search: out of memory ranking candidates");
+        }
+    }
+    if (s == PATINA_OK)
+        s = cpu_rest(ctx, ix, queries, nq, cpu, k, k == 0, radius, max_hits, hits, rhits, counts);
+    if (s == PATINA_OK && stats) {
+        stats->cpu = 0;
+        for (q = 0; q < nq; q++) stats->cpu += cpu[q] != 0;
+        stats->gpu_filter = nq - stats->cpu;
+    }
+    for (q = 0; q < nq; q++) free(cand[q]);
+    free(cand);
+    free(ncand);
+    free(cpu);
+    free(qself);
+    return s;
+}
+
 static patina_status knn_impl(patina_context_t *ctx, const patina_index_t *idx, const void *queries,
                               size_t nq, size_t k, const patina_search_opts_t *opts_in, patina_hit_t *hits,
                               size_t *counts)
@@ -1305,6 +1524,7 @@ static patina_status knn_impl(patina_context_t *ctx, const patina_index_t *idx, 
     patina_device dev;
     job_t jb;
     tq_t *tq = NULL;
+    double *qself = NULL;
     patina_status s;
     size_t q, per, *pos = NULL;
     patina_hit_t **lists = NULL;
@@ -1318,6 +1538,9 @@ static patina_status knn_impl(patina_context_t *ctx, const patina_index_t *idx, 
     if (nq == 0) return PATINA_OK;
     knn_pad(idx, nq, k, hits, counts);
     if (idx->live == 0) return PATINA_OK;
+    if (dev == PATINA_DEVICE_GPU && idx->self)
+        return sqfd_gpu(ctx, idx, queries, nq, k, 0.0, 0, hits, NULL, counts, opts.stats,
+                        opts.device == PATINA_DEVICE_AUTO);
     if (dev == PATINA_DEVICE_GPU) return knn_gpu(ctx, idx, queries, nq, k, hits, counts, opts.stats);
     if (opts.stats) opts.stats->cpu = nq;
     per = counts[0];
@@ -1332,6 +1555,8 @@ static patina_status knn_impl(patina_context_t *ctx, const patina_index_t *idx, 
     jb.cap = k < jb.chunk ? k : jb.chunk;
     s = prepare_queries(idx, queries, nq, &tq);
     jb.tq = tq;
+    if (s == PATINA_OK) s = prepare_self(idx, queries, nq, &qself);
+    jb.qself = qself;
     if (s == PATINA_OK && !(jb.cnt = malloc(nq * jb.nchunks * sizeof *jb.cnt)))
         s = patina__fail(PATINA_E_NOMEM, "search: out of memory");
     if (s == PATINA_OK && jb.nchunks > 1) {
@@ -1357,6 +1582,7 @@ static patina_status knn_impl(patina_context_t *ctx, const patina_index_t *idx, 
     free(jb.scratch);
     free(jb.cnt);
     free(tq);
+    free(qself);
     return s;
 }
 
@@ -1368,6 +1594,7 @@ static patina_status range_impl(patina_context_t *ctx, const patina_index_t *idx
     patina_device dev;
     job_t jb;
     tq_t *tq = NULL;
+    double *qself = NULL;
     patina_status s;
     size_t q, t, nslots, max_hits, *pos = NULL, *lens = NULL;
     patina_hit_t **lists = NULL;
@@ -1390,7 +1617,9 @@ static patina_status range_impl(patina_context_t *ctx, const patina_index_t *idx
     PATINA_TRY(check_nan(idx, queries, nq, "query"));
     if (idx->live == 0) return PATINA_OK;
     if (dev == PATINA_DEVICE_GPU) {
-        s = range_gpu(ctx, idx, queries, nq, radius, max_hits, hits, counts, opts.stats);
+        s = idx->self ? sqfd_gpu(ctx, idx, queries, nq, 0, radius, max_hits, NULL, hits, counts, opts.stats,
+                                 opts.device == PATINA_DEVICE_AUTO)
+                      : range_gpu(ctx, idx, queries, nq, radius, max_hits, hits, counts, opts.stats);
         if (s != PATINA_OK)
             for (q = 0; q < nq; q++) {
                 free(hits[q]);
@@ -1412,6 +1641,8 @@ static patina_status range_impl(patina_context_t *ctx, const patina_index_t *idx
     nslots = nq * jb.nchunks;
     s = prepare_queries(idx, queries, nq, &tq);
     jb.tq = tq;
+    if (s == PATINA_OK) s = prepare_self(idx, queries, nq, &qself);
+    jb.qself = qself;
     if (s == PATINA_OK && (!(jb.vec = calloc(nslots, sizeof *jb.vec)) ||
                            !(lists = malloc(jb.nchunks * sizeof *lists)) ||
                            !(lens = malloc(jb.nchunks * sizeof *lens)) ||
@@ -1456,6 +1687,7 @@ static patina_status range_impl(patina_context_t *ctx, const patina_index_t *idx
     free(lens);
     free(lists);
     free(tq);
+    free(qself);
     return s;
 }
 

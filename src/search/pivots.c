@@ -3,9 +3,12 @@
  * slack, the filtered k-NN and range search on the CPU, and the table's
  * persistence as a collection's auxiliary blob.
  *
- * Not here: the distance itself (sig_sqfd, src/search/sqfd.c, called with
- * the query first exactly as the scan calls it, so a computed distance is
- * the scan's double) and any GPU work.
+ * Not here: the distance itself (src/search/sqfd.c: with the self terms,
+ * sig_sqfd_self with the query first exactly as the scan calls it, so a
+ * computed distance is the scan's double) and any GPU work. Every row and
+ * pivot keeps its self term Soo (sig_self, computed once when it is added
+ * or loaded), a query computes its Sqq once: a distance is the cross block
+ * only, and every distance is sig_sqfd's double bit for bit.
  *
  * Rounding slack. Bounds are computed from computed distances d, each off
  * the exact d* by at most eps (below), and they must not exceed the
@@ -41,7 +44,9 @@
 
 #include "core/context.h"
 #include "core/internal.h"
+#include "algo/hits.h"
 #include "features/signature.h"
+#include "gpu/gpu.h"
 #include "patina/pivots.h"
 #include "search/pivots.h"
 
@@ -51,6 +56,11 @@
 #define REL 1e-10
 #define U 0x1p-53
 #define MAGIC "PTNAPIV1"
+#define SERIAL_TAG (UINT64_C(1) << 62) /* the search index's serials (knn.c) count from 1 */
+
+static _Atomic uint64_t next_serial = 1;
+
+static uint64_t new_serial(void) { return SERIAL_TAG | atomic_fetch_add(&next_serial, 1); }
 #define FMT_VERSION 1u
 
 struct patina_pivot_index {
@@ -66,6 +76,10 @@ struct patina_pivot_index {
     uint64_t *ids;          /* (n) ascending */
     float *recs;            /* (n, dim) */
     double *tab;            /* (n, np) d(row, pivot) */
+    double *self;           /* (n) each row's self term (sig_self) */
+    double *pself;          /* (np) each pivot's */
+    uint64_t serial;        /* names the rows' GPU copy: new at every change (never reused) */
+    uint64_t pserial;       /* names the pivots' GPU copy */
     double wmax;            /* largest total weight among rows ever held and pivots */
     size_t cmax;            /* largest count likewise */
     pthread_rwlock_t lock;  /* searches and save read; put and remove write */
@@ -160,8 +174,10 @@ static int pool_threads(patina_pool_t *pool) { return pool ? patina_pool_size(po
 /* out[r * ld] = sqfd(rows[r], piv) for r < n, in parallel. */
 typedef struct col_job {
     const float *rows;
+    const double *rself;
     size_t dim, n, ld;
     const float *piv;
+    double pself;
     double *out;
 } col_job_t;
 
@@ -170,20 +186,43 @@ static void col_task(void *arg, size_t t, int worker)
     const col_job_t *j = arg;
     const size_t r0 = t * ROW_CHUNK, r1 = r0 + ROW_CHUNK < j->n ? r0 + ROW_CHUNK : j->n;
     (void)worker;
-    for (size_t r = r0; r < r1; r++) j->out[r * j->ld] = sig_sqfd(j->rows + r * j->dim, j->piv, j->dim);
+    for (size_t r = r0; r < r1; r++)
+        j->out[r * j->ld] = sig_sqfd_self(j->rows + r * j->dim, j->rself[r], j->piv, j->pself);
 }
 
-static void column(patina_pool_t *pool, const float *rows, size_t n, size_t dim, const float *piv, double *out,
-                   size_t ld)
+static void column(patina_pool_t *pool, const float *rows, const double *rself, size_t n, size_t dim,
+                   const float *piv, double pself, double *out, size_t ld)
 {
-    col_job_t j = {rows, dim, n, ld, piv, out};
+    col_job_t j = {rows, rself, dim, n, ld, piv, pself, out};
     patina_pool_run(pool, (n + ROW_CHUNK - 1) / ROW_CHUNK, col_task, &j);
+}
+
+/* out (n) = the self terms of n records, in parallel. */
+typedef struct self_job {
+    const float *rows;
+    size_t dim, n;
+    double *out;
+} self_job_t;
+
+static void self_task(void *arg, size_t t, int worker)
+{
+    const self_job_t *j = arg;
+    const size_t r0 = t * ROW_CHUNK / 4, r1 = r0 + ROW_CHUNK / 4 < j->n ? r0 + ROW_CHUNK / 4 : j->n;
+    (void)worker;
+    for (size_t r = r0; r < r1; r++) j->out[r] = sig_self(j->rows + r * j->dim);
+}
+
+static void self_terms(patina_pool_t *pool, const float *rows, size_t n, size_t dim, double *out)
+{
+    self_job_t j = {rows, dim, n, out};
+    patina_pool_run(pool, (n + ROW_CHUNK / 4 - 1) / (ROW_CHUNK / 4), self_task, &j);
 }
 
 /* Every row's distances to every pivot: tab (n, np). */
 typedef struct tab_job {
     const patina_pivot_index_t *pi;
     const float *rows;
+    const double *rself;
     size_t n;
     double *tab;
 } tab_job_t;
@@ -196,13 +235,14 @@ static void tab_task(void *arg, size_t t, int worker)
     (void)worker;
     for (size_t r = r0; r < r1; r++)
         for (size_t p = 0; p < pi->np; p++)
-            j->tab[r * pi->np + p] = sig_sqfd(j->rows + r * pi->dim, pi->precs + p * pi->dim, pi->dim);
+            j->tab[r * pi->np + p] =
+                sig_sqfd_self(j->rows + r * pi->dim, j->rself[r], pi->precs + p * pi->dim, pi->pself[p]);
 }
 
-static void table_rows(patina_pool_t *pool, const patina_pivot_index_t *pi, const float *rows, size_t n,
-                       double *tab)
+static void table_rows(patina_pool_t *pool, const patina_pivot_index_t *pi, const float *rows, const double *rself,
+                       size_t n, double *tab)
 {
-    tab_job_t j = {pi, rows, n, tab};
+    tab_job_t j = {pi, rows, rself, n, tab};
     patina_pool_run(pool, (n + 63) / 64, tab_task, &j);
 }
 
@@ -211,7 +251,7 @@ static void pivot_pairs(patina_pivot_index_t *pi)
     for (size_t i = 0; i < pi->np; i++) {
         pi->pp[i * pi->np + i] = 0.0;
         for (size_t j = i + 1; j < pi->np; j++) {
-            const double d = sig_sqfd(pi->precs + i * pi->dim, pi->precs + j * pi->dim, pi->dim);
+            const double d = sig_sqfd_self(pi->precs + i * pi->dim, pi->pself[i], pi->precs + j * pi->dim, pi->pself[j]);
             pi->pp[i * pi->np + j] = pi->pp[j * pi->np + i] = d;
         }
     }
@@ -232,6 +272,8 @@ static patina_pivot_index_t *alloc_index(const patina_extractor_t *ex, size_t np
         return NULL;
     }
     pi->locked = 1;
+    pi->serial = new_serial();
+    pi->pserial = new_serial();
     if ((*s = patina_extractor_new(&pi->ex, patina_extractor_spec(ex))) != PATINA_OK) {
         pthread_rwlock_destroy(&pi->lock);
         free(pi);
@@ -243,7 +285,8 @@ static patina_pivot_index_t *alloc_index(const patina_extractor_t *ex, size_t np
     pi->pids = calloc(np ? np : 1, sizeof *pi->pids);
     pi->precs = calloc(np ? np * pi->dim : 1, sizeof *pi->precs);
     pi->pp = calloc(np ? np * np : 1, sizeof *pi->pp);
-    if (!pi->pids || !pi->precs || !pi->pp) {
+    pi->pself = calloc(np ? np : 1, sizeof *pi->pself);
+    if (!pi->pids || !pi->precs || !pi->pp || !pi->pself) {
         patina_pivot_index_free(pi);
         *s = nomem("pivots");
         return NULL;
@@ -255,7 +298,7 @@ static patina_pivot_index_t *alloc_index(const patina_extractor_t *ex, size_t np
 static patina_status reserve_rows(patina_pivot_index_t *pi, size_t n)
 {
     size_t cap;
-    void *a, *b, *c;
+    void *a, *b, *c, *d;
     if (n <= pi->cap) return PATINA_OK;
     cap = pi->cap ? pi->cap : 64;
     while (cap < n) cap *= 2;
@@ -265,6 +308,8 @@ static patina_status reserve_rows(patina_pivot_index_t *pi, size_t n)
     pi->recs = b;
     if (!(c = realloc(pi->tab, cap * (pi->np ? pi->np : 1) * sizeof *pi->tab))) return nomem("rows");
     pi->tab = c;
+    if (!(d = realloc(pi->self, cap * sizeof *pi->self))) return nomem("rows");
+    pi->self = d;
     pi->cap = cap;
     return PATINA_OK;
 }
@@ -365,8 +410,9 @@ static patina_status choose(patina_pivot_index_t *pi, patina_pool_t *pool, const
         for (size_t i = 0; i < np; i++) {
             pi->pids[i] = pi->ids[rows[i]];
             memcpy(pi->precs + i * pi->dim, pi->recs + rows[i] * pi->dim, pi->bytes);
+            pi->pself[i] = pi->self[rows[i]];
         }
-        table_rows(pool, pi, pi->recs, n, pi->tab);
+        table_rows(pool, pi, pi->recs, pi->self, n, pi->tab);
     } else {
         /* farthest-first: start from the row farthest from a random row,
          * then each time the row whose nearest chosen pivot is farthest
@@ -382,7 +428,7 @@ static patina_status choose(patina_pivot_index_t *pi, patina_pool_t *pool, const
         }
         {
             const size_t r0 = (size_t)(splitmix(&st) % (uint64_t)n);
-            column(pool, pi->recs, n, pi->dim, pi->recs + r0 * pi->dim, mind, 1);
+            column(pool, pi->recs, pi->self, n, pi->dim, pi->recs + r0 * pi->dim, pi->self[r0], mind, 1);
         }
         for (size_t p = 0; p < np; p++) {
             size_t best = n;
@@ -395,7 +441,8 @@ static patina_status choose(patina_pivot_index_t *pi, patina_pool_t *pool, const
             taken[best] = 1;
             pi->pids[p] = pi->ids[best];
             memcpy(pi->precs + p * pi->dim, pi->recs + best * pi->dim, pi->bytes);
-            column(pool, pi->recs, n, pi->dim, pi->precs + p * pi->dim, pi->tab + p, np);
+            pi->pself[p] = pi->self[best];
+            column(pool, pi->recs, pi->self, n, pi->dim, pi->precs + p * pi->dim, pi->pself[p], pi->tab + p, np);
             for (size_t r = 0; r < n; r++) {
                 const double d = pi->tab[r * np + p];
                 if (p == 0 || d < mind[r]) mind[r] = d;
@@ -440,6 +487,7 @@ patina_status patina_pivot_index_new(patina_pivot_index_t **out, patina_context_
         patina_pivot_index_free(pi);
         return s;
     }
+    self_terms(pool, pi->recs, pi->n, pi->dim, pi->self);
     s = choose(pi, pool, &o);
     patina__workers_end(ctx, pool, own);
     if (s != PATINA_OK) {
@@ -485,6 +533,8 @@ void patina_pivot_index_free(patina_pivot_index_t *pi)
     free(pi->ids);
     free(pi->recs);
     free(pi->tab);
+    free(pi->self);
+    free(pi->pself);
     if (pi->locked) pthread_rwlock_destroy(&pi->lock);
     free(pi);
 }
@@ -518,14 +568,14 @@ static size_t find_row(const patina_pivot_index_t *pi, uint64_t id)
  * the held rows and the batch (sorted by id) into new arrays, swapped in
  * at the end, so that a failure changes nothing. */
 static patina_status merge_rows(patina_pivot_index_t *pi, const uint64_t *ids, const float *recs,
-                                const double *rows, size_t n)
+                                const double *rows, const double *rself, size_t n)
 {
     const size_t np = pi->np;
     id_pos_t *ord = malloc(n * sizeof *ord);
     size_t added = 0, cap, i, a = 0, b = 0, w = 0;
     uint64_t *nids = NULL;
     float *nrecs = NULL;
-    double *ntab = NULL;
+    double *ntab = NULL, *nself = NULL;
     if (!ord) return nomem("put");
     for (i = 0; i < n; i++) {
         ord[i] = (id_pos_t){ids[i], i};
@@ -536,11 +586,13 @@ static patina_status merge_rows(patina_pivot_index_t *pi, const uint64_t *ids, c
     nids = malloc(cap * sizeof *nids);
     nrecs = malloc(cap * pi->bytes);
     ntab = malloc(cap * np * sizeof *ntab);
-    if (!nids || !nrecs || !ntab) {
+    nself = malloc(cap * sizeof *nself);
+    if (!nids || !nrecs || !ntab || !nself) {
         free(ord);
         free(nids);
         free(nrecs);
         free(ntab);
+        free(nself);
         return nomem("put");
     }
     while (a < pi->n || b < n) {
@@ -550,11 +602,13 @@ static patina_status merge_rows(patina_pivot_index_t *pi, const uint64_t *ids, c
             nids[w] = ord[b].id;
             memcpy(nrecs + w * pi->dim, recs + ord[b].pos * pi->dim, pi->bytes);
             memcpy(ntab + w * np, rows + ord[b].pos * np, np * sizeof *ntab);
+            nself[w] = rself[ord[b].pos];
             b++;
         } else {
             nids[w] = pi->ids[a];
             memcpy(nrecs + w * pi->dim, pi->recs + a * pi->dim, pi->bytes);
             memcpy(ntab + w * np, pi->tab + a * np, np * sizeof *ntab);
+            nself[w] = pi->self[a];
             a++;
         }
         w++;
@@ -563,9 +617,11 @@ static patina_status merge_rows(patina_pivot_index_t *pi, const uint64_t *ids, c
     free(pi->ids);
     free(pi->recs);
     free(pi->tab);
+    free(pi->self);
     pi->ids = nids;
     pi->recs = nrecs;
     pi->tab = ntab;
+    pi->self = nself;
     pi->n = w;
     pi->cap = cap;
     for (i = 0; i < n; i++) note_extent(pi, recs + i * pi->dim);
@@ -576,22 +632,31 @@ static patina_status pivot_put_unlocked(patina_pivot_index_t *pi, patina_context
                                      const void *records, size_t n)
 {
     const float *recs = records;
-    double *rows;
+    double *rows, *rself;
     patina_pool_t *pool;
     patina_status s;
     int own, have_form = 1;
     if (!pi || (n && (!ids || !records))) return patina__fail(PATINA_E_INVALID, "pivots: null argument");
     if (n == 0) return PATINA_OK;
     PATINA_TRY(check_batch(pi, ids, recs, n, &have_form));
-    if (!(rows = malloc(n * pi->np * sizeof *rows))) return nomem("put");
+    rows = malloc(n * pi->np * sizeof *rows);
+    rself = malloc(n * sizeof *rself);
+    if (!rows || !rself) {
+        free(rows);
+        free(rself);
+        return nomem("put");
+    }
     if ((s = patina__workers_begin(ctx, 0, &pool, &own)) != PATINA_OK) {
         free(rows);
+        free(rself);
         return s;
     }
-    table_rows(pool, pi, recs, n, rows);
+    self_terms(pool, recs, n, pi->dim, rself);
+    table_rows(pool, pi, recs, rself, n, rows);
     patina__workers_end(ctx, pool, own);
-    s = merge_rows(pi, ids, recs, rows, n);
+    s = merge_rows(pi, ids, recs, rows, rself, n);
     free(rows);
+    free(rself);
     return s;
 }
 
@@ -617,6 +682,7 @@ static patina_status pivot_remove_unlocked(patina_pivot_index_t *pi, const uint6
             pi->ids[w] = pi->ids[r];
             memcpy(pi->recs + w * pi->dim, pi->recs + r * pi->dim, pi->bytes);
             memcpy(pi->tab + w * pi->np, pi->tab + r * pi->np, pi->np * sizeof *pi->tab);
+            pi->self[w] = pi->self[r];
         }
         w++;
     }
@@ -631,7 +697,9 @@ static patina_status pivot_remove_unlocked(patina_pivot_index_t *pi, const uint6
 /* A query's view: its distances to the pivots, the slack, the pairs. */
 typedef struct qview {
     const float *q;
+    double sqq;    /* the query's self term */
     double *a;     /* (np) d(q, p_i) */
+    const double *alo, *ahi; /* GPU strategies: (np) intervals holding d(q, p_i); else NULL */
     double eps;
     int usable;    /* 0: some a_i is not finite (another alpha): no pruning */
 } qview_t;
@@ -703,24 +771,47 @@ static double heap_radius(const heap_t *hp)
 /* R of the header comment for a radius r. */
 static double prune_radius(const qview_t *v, double r) { return (r + v->eps) * (1.0 + REL); }
 
-/* Metric lower bound of row r (slack included). */
+/* Metric lower bound of row r (slack included). With the query's pivot
+ * distances known as intervals [alo, ahi] that hold the computed doubles
+ * (the GPU strategies), |a - b| becomes max(alo - b, b - ahi): the same
+ * double when alo = ahi. */
 static double metric_lb(const patina_pivot_index_t *pi, const qview_t *v, size_t r)
 {
     const double *b = pi->tab + r * pi->np;
     double m = 0.0;
-    for (size_t i = 0; i < pi->np; i++) {
-        const double t = fabs(v->a[i] - b[i]);
-        if (t > m) m = t;
+    if (v->alo) {
+        for (size_t i = 0; i < pi->np; i++) {
+            const double t = fmax(v->alo[i] - b[i], b[i] - v->ahi[i]);
+            if (t > m) m = t;
+        }
+    } else {
+        for (size_t i = 0; i < pi->np; i++) {
+            const double t = fabs(v->a[i] - b[i]);
+            if (t > m) m = t;
+        }
     }
     return m * (1.0 - REL) - 2.0 * v->eps;
 }
 
-/* 1 when a ptolemaic bound of row r exceeds R (the row cannot be a hit). */
+/* 1 when a ptolemaic bound of row r exceeds R (the row cannot be a hit).
+ * Intervals: |a_i b_j - a_j b_i| over the box is at least max(alo_i b_j -
+ * ahi_j b_i, alo_j b_i - ahi_i b_j), and the slack takes ahi. */
 static int ptolemy_excludes(const patina_pivot_index_t *pi, const qview_t *v, size_t r, double R)
 {
     const double *b = pi->tab + r * pi->np, *a = v->a, e = v->eps;
     const size_t np = pi->np;
     if (isinf(R)) return 0;
+    if (v->alo) {
+        const double *lo = v->alo, *hi = v->ahi;
+        for (size_t i = 0; i < np; i++)
+            for (size_t j = i + 1; j < np; j++) {
+                const double x = lo[i] * b[j] - hi[j] * b[i], y = lo[j] * b[i] - hi[i] * b[j];
+                const double num = fmax(x, y) - e * (hi[i] + hi[j] + b[i] + b[j] + 2.0 * e) -
+                                   REL * (hi[i] * b[j] + hi[j] * b[i]);
+                if (num > R * (pi->pp[i * np + j] + e) * (1.0 + REL)) return 1;
+            }
+        return 0;
+    }
     for (size_t i = 0; i < np; i++)
         for (size_t j = i + 1; j < np; j++) {
             const double x = a[i] * b[j], y = a[j] * b[i];
@@ -741,9 +832,11 @@ static void view_init(const patina_pivot_index_t *pi, qview_t *v, const float *q
 {
     v->q = q;
     v->a = a;
+    v->alo = v->ahi = NULL;
     v->usable = 1;
+    v->sqq = sig_self(q);
     for (size_t i = 0; i < pi->np; i++) {
-        a[i] = sig_sqfd(q, pi->precs + i * pi->dim, pi->dim);
+        a[i] = sig_sqfd_self(q, v->sqq, pi->precs + i * pi->dim, pi->pself[i]);
         if (!isfinite(a[i])) v->usable = 0;
     }
     *dists += pi->np;
@@ -800,7 +893,7 @@ static void kq_block(kq_t *kq, size_t blk)
             break;
         }
         if (kq->v.usable && kq->bound == PATINA_BOUND_PTOLEMAIC && ptolemy_excludes(pi, &kq->v, r, R)) continue;
-        d = sig_sqfd(kq->v.q, pi->recs + r * pi->dim, pi->dim);
+        d = sig_sqfd_self(kq->v.q, kq->v.sqq, pi->recs + r * pi->dim, pi->self[r]);
         comp++;
         pthread_mutex_lock(&kq->mu);
         heap_push(&kq->heap, d, pi->ids[r]);
@@ -975,7 +1068,7 @@ static void rq_task(void *arg, size_t t, int worker)
         if (rq->v.usable && (metric_lb(pi, &rq->v, r) > rq->R ||
                              (rq->bound == PATINA_BOUND_PTOLEMAIC && ptolemy_excludes(pi, &rq->v, r, rq->R))))
             continue;
-        d = sig_sqfd(rq->v.q, pi->recs + r * pi->dim, pi->dim);
+        d = sig_sqfd_self(rq->v.q, rq->v.sqq, pi->recs + r * pi->dim, pi->self[r]);
         comp++;
         if (!(d <= rq->radius)) continue;
         if (n == cap) {
@@ -1042,8 +1135,7 @@ static patina_status range_one(const patina_pivot_index_t *pi, patina_pool_t *po
     return PATINA_OK;
 }
 
-/* ------------------------------------------------------ batch entry points */
-
+/* A batch of queries (the CPU strategy's tasks, the GPU strategies' loop). */
 typedef struct batch {
     const patina_pivot_index_t *pi;
     const float *queries;
@@ -1057,6 +1149,396 @@ typedef struct batch {
     size_t (*st)[3];      /* (nq) per query: pivot distances, pruned, computed */
     patina_status *sts;   /* (nq) */
 } batch_t;
+
+/* ------------------------------------------------------ GPU strategies
+ * (docs/signature.md "Filter strategies"). The GPU gives keys lo <= max(S,
+ * 0) <= hi of SQFD^2 with a proven bound (src/gpu/sqfd.cu); the query's
+ * pivot distances become intervals [alo, ahi] that hold the reference's
+ * doubles, the bounds take them (metric_lb, ptolemy_excludes), and the rows
+ * that may be hits get the reference's doubles here: the same hits and the
+ * same doubles as the CPU strategy and the scan. */
+
+#define PIPE_RANGE_BLOCK 8000 /* the paper's block for range queries */
+
+/* The GPU's view of the rows, with the table (both GPU strategies share
+ * one device copy). */
+static void gpu_rows_view(const patina_pivot_index_t *pi, pgpu_sqfd_index_t *v)
+{
+    memset(v, 0, sizeof *v);
+    v->serial = pi->serial;
+    v->n = pi->n;
+    v->dim = pi->dim;
+    v->recs = pi->recs;
+    v->self = pi->self;
+    v->np = pi->np;
+    v->tab = pi->tab;
+    v->pp = pi->pp;
+}
+
+/* Query-to-pivot distances on the GPU as intervals: the reference's d =
+ * fl(sqrt(max(S, 0))) with |S - s| <= e lies in [sqrt(s - e), sqrt(s + e)]
+ * widened by 2^-50 (the roundings of d and of these). *ok = 0 when the GPU
+ * cannot take a query (the CPU strategy answers the call). */
+static patina_status gpu_intervals(patina_gpu_t *g, const patina_pivot_index_t *pi, const float *queries,
+                                   const double *sqq, size_t nq, double *alo, double *ahi, int *ok)
+{
+    const size_t np = pi->np;
+    double *sv = malloc(nq * np * sizeof *sv), *ev = malloc(nq * np * sizeof *ev);
+    pgpu_sqfd_index_t pv;
+    patina_status s;
+    *ok = 1;
+    if (!sv || !ev) {
+        free(sv);
+        free(ev);
+        return nomem("pivot distances");
+    }
+    memset(&pv, 0, sizeof pv);
+    pv.serial = pi->pserial;
+    pv.n = np;
+    pv.dim = pi->dim;
+    pv.recs = pi->precs;
+    pv.self = pi->pself;
+    s = patina_gpu_sqfd_pairs(g, &pv, queries, sqq, nq, sv, ev);
+    if (s == PATINA_E_UNAVAILABLE) {
+        patina_clear_error();
+        *ok = 0;
+        s = PATINA_OK;
+    } else if (s == PATINA_OK) {
+        for (size_t i = 0; i < nq * np; i++) {
+            const double lo = sv[i] - ev[i], hi = sv[i] + ev[i];
+            alo[i] = lo > 0.0 ? sqrt(lo) * (1.0 - 0x1p-50) : 0.0;
+            ahi[i] = hi > 0.0 ? sqrt(hi) * (1.0 + 0x1p-50) : 0.0;
+        }
+    }
+    free(sv);
+    free(ev);
+    return s;
+}
+
+/* The reference distances of query q to rows cand (n of them), ranked:
+ * k-NN (k > 0): the first min(k, rows) into hits (the caller's count); range:
+ * those <= radius, at most max_hits, into *rh (malloc'd, NULL when none). */
+static patina_status rank_exact(const patina_pivot_index_t *pi, const qview_t *v, const uint32_t *cand, size_t nc,
+                                size_t k, double radius, size_t max_hits, patina_hit_t *hits, size_t *count,
+                                patina_hit_t **rh)
+{
+    patina_hit_t *h = malloc((nc ? nc : 1) * sizeof *h);
+    size_t m = 0;
+    if (!h) return nomem("candidates");
+    for (size_t i = 0; i < nc; i++) {
+        const double d = sig_sqfd_self(v->q, v->sqq, pi->recs + (size_t)cand[i] * pi->dim, pi->self[cand[i]]);
+        if (!k && !(d <= radius)) continue;
+        h[m].id = pi->ids[cand[i]];
+        h[m++].distance = d;
+    }
+    qsort(h, m, sizeof *h, hit_cmp);
+    if (k) {
+        const size_t take = k < pi->n ? k : pi->n;
+        if (m < take) { /* cannot happen (the k rows of smallest upper key are candidates) */
+            free(h);
+            return patina__fail(PATINA_E_INTERNAL, "pivots: the GPU gave %zu candidates for %zu hits", m, take);
+        }
+        memcpy(hits, h, take * sizeof *h);
+        *count = take;
+        free(h);
+        return PATINA_OK;
+    }
+    if (max_hits && m > max_hits) m = max_hits;
+    *count = m;
+    if (m) *rh = h;
+    else free(h);
+    return PATINA_OK;
+}
+
+/* One query's pipeline state: the rows sent, their keys, the blocks in flight. */
+typedef struct pipe {
+    patina_gpu_t *g;
+    const pgpu_sqfd_index_t *gv;
+    const patina_pivot_index_t *pi;
+    qview_t *v;
+    size_t take;             /* k-NN: min(k, n); range: 0 */
+    uint32_t *rows;          /* (n) rows sent, in order */
+    float *lo, *hi;          /* (n) their keys */
+    size_t sent, done;       /* rows sent; rows whose keys came back */
+    size_t blk[2];           /* rows of the block in flight on each slot (0: none) */
+    size_t start[2];         /* its first entry in rows */
+    int next;                /* the slot of the oldest block in flight */
+    float *heap;             /* k-NN: (take) max-heap of the smallest hi */
+    size_t nheap;
+    double R;                /* the pruning radius (k-NN: from the heap) */
+} pipe_t;
+
+static void heap_add(pipe_t *p, float x)
+{
+    size_t i;
+    if (p->nheap < p->take) {
+        i = p->nheap++;
+        while (i > 0 && p->heap[(i - 1) / 2] < x) {
+            p->heap[i] = p->heap[(i - 1) / 2];
+            i = (i - 1) / 2;
+        }
+        p->heap[i] = x;
+        return;
+    }
+    if (!(x < p->heap[0])) return;
+    i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1, m = i;
+        float mv = x;
+        if (l < p->nheap && p->heap[l] > mv) m = l, mv = p->heap[l];
+        if (l + 1 < p->nheap && p->heap[l + 1] > mv) m = l + 1;
+        if (m == i) break;
+        p->heap[i] = p->heap[m];
+        i = m;
+    }
+    p->heap[i] = x;
+}
+
+/* Waits for the oldest block and takes its keys (k-NN: the radius shrinks). */
+static patina_status pipe_wait(pipe_t *p)
+{
+    const int sl = p->next;
+    const size_t m = p->blk[sl], s0 = p->start[sl];
+    if (!m) return PATINA_OK;
+    PATINA_TRY(patina_gpu_sqfd_block_wait(p->g, sl, p->lo + s0, p->hi + s0));
+    p->blk[sl] = 0;
+    p->next = 1 - sl;
+    p->done += m;
+    if (p->take) {
+        for (size_t i = s0; i < s0 + m; i++) heap_add(p, p->hi[i]);
+        if (p->nheap == p->take) /* every hit's d <= sqrt(U) rounded up: pivots.c's R of that radius */
+            p->R = prune_radius(p->v, sqrt((double)p->heap[0]) * (1.0 + 0x1p-40));
+    }
+    return PATINA_OK;
+}
+
+/* Sends rows [s0, p->sent) as a block: waits first when both slots are busy. */
+static patina_status pipe_send(pipe_t *p, size_t s0)
+{
+    int sl;
+    if (p->sent == s0) return PATINA_OK;
+    if (p->blk[0] && p->blk[1]) PATINA_TRY(pipe_wait(p));
+    sl = !p->blk[p->next] ? p->next : 1 - p->next;
+    if (!p->blk[0] && !p->blk[1]) p->next = sl;
+    PATINA_TRY(patina_gpu_sqfd_block_submit(p->g, p->gv, sl, p->v->q, p->v->sqq, p->rows + s0, p->sent - s0));
+    p->blk[sl] = p->sent - s0;
+    p->start[sl] = s0;
+    return PATINA_OK;
+}
+
+/* The rows of ord [i0, i1) (metric-bound order for k-NN) through the
+ * bounds and to the GPU in blocks of bs; k-NN stops at the first bound over
+ * R (every later one is larger). */
+static patina_status pipe_rows(pipe_t *p, const lbent_t *ord, size_t i0, size_t i1, size_t bs, patina_pivot_bound bound)
+{
+    size_t s0 = p->sent;
+    for (size_t i = i0; i < i1; i++) {
+        const size_t r = ord ? ord[i].row : i;
+        if (p->v->usable) {
+            const double lb = ord ? ord[i].lb : metric_lb(p->pi, p->v, r);
+            if (lb > p->R) {
+                if (p->take) break;
+                continue;
+            }
+            if (bound == PATINA_BOUND_PTOLEMAIC && ptolemy_excludes(p->pi, p->v, r, p->R)) continue;
+        }
+        p->rows[p->sent++] = (uint32_t)r;
+        if (p->sent - s0 == bs) {
+            PATINA_TRY(pipe_send(p, s0));
+            s0 = p->sent;
+        }
+    }
+    return pipe_send(p, s0);
+}
+
+/* One query through the paper's pipeline: hits as knn_one / range_one. */
+static patina_status pipe_one(patina_gpu_t *g, const pgpu_sqfd_index_t *gv, const patina_pivot_index_t *pi, qview_t *v,
+                              size_t k, double radius, patina_pivot_bound bound, size_t max_hits, patina_hit_t *hits,
+                              size_t *count, patina_hit_t **rh, size_t st[3])
+{
+    const size_t n = pi->n;
+    pipe_t p;
+    lbent_t *ord = NULL;
+    uint32_t *cand = NULL;
+    size_t nc = 0;
+    patina_status s = PATINA_OK;
+    memset(&p, 0, sizeof p);
+    p.g = g;
+    p.gv = gv;
+    p.pi = pi;
+    p.v = v;
+    p.take = k ? (k < n ? k : n) : 0;
+    p.R = k ? INFINITY : prune_radius(v, radius);
+    p.rows = malloc(n * sizeof *p.rows);
+    p.lo = malloc(n * sizeof *p.lo);
+    p.hi = malloc(n * sizeof *p.hi);
+    p.heap = malloc((p.take ? p.take : 1) * sizeof *p.heap);
+    if (k && v->usable) ord = malloc(n * sizeof *ord);
+    if (!p.rows || !p.lo || !p.hi || !p.heap || (k && v->usable && !ord)) {
+        s = nomem("pipeline");
+        goto done;
+    }
+    if (k && v->usable) {
+        /* rows in metric-bound order, as knn_one: the m smallest first, then
+         * those within the radius that leaves, sorted; blocks of BLOCK with
+         * at most 2 in flight, the radius refined as blocks return */
+        const size_t m = p.take > BLOCK ? p.take : BLOCK;
+        for (size_t r = 0; r < n; r++) ord[r] = (lbent_t){metric_lb(pi, v, r), r};
+        if (m >= n) {
+            qsort(ord, n, sizeof *ord, lb_cmp);
+            s = pipe_rows(&p, ord, 0, n, BLOCK, bound);
+        } else {
+            size_t w = m;
+            select_front(ord, n, m);
+            qsort(ord, m, sizeof *ord, lb_cmp);
+            s = pipe_rows(&p, ord, 0, m, BLOCK, bound);
+            while (s == PATINA_OK && (p.blk[0] || p.blk[1])) s = pipe_wait(&p);
+            for (size_t i = m; s == PATINA_OK && i < n; i++)
+                if (!(ord[i].lb > p.R)) ord[w++] = ord[i];
+            qsort(ord + m, w - m, sizeof *ord, lb_cmp);
+            if (s == PATINA_OK) s = pipe_rows(&p, ord, m, w, BLOCK, bound);
+        }
+    } else {
+        s = pipe_rows(&p, NULL, 0, n, k ? BLOCK : PIPE_RANGE_BLOCK, bound);
+    }
+    while (s == PATINA_OK && (p.blk[0] || p.blk[1])) s = pipe_wait(&p);
+    if (s != PATINA_OK) goto done;
+    {   /* the rows that may be hits: k-NN lo <= U (1 + 2^-30), U the k-th smallest hi; range lo <= r^2 */
+        const double keep = k ? (double)p.heap[0] * (1.0 + 0x1p-30) : radius * radius * (1.0 + 0x1p-40);
+        if (!(cand = malloc((p.sent ? p.sent : 1) * sizeof *cand))) {
+            s = nomem("candidates");
+            goto done;
+        }
+        for (size_t i = 0; i < p.sent; i++)
+            if ((double)p.lo[i] <= keep) cand[nc++] = p.rows[i];
+    }
+    s = rank_exact(pi, v, cand, nc, k, radius, max_hits, hits, count, rh);
+    st[1] += n - p.sent;
+    st[2] += p.sent;
+done:
+    if (s != PATINA_OK) /* nothing may stay in flight */
+        for (int i = 0; i < 2; i++)
+            if (p.blk[i]) (void)patina_gpu_sqfd_block_wait(g, i, p.lo, p.hi);
+    free(p.rows);
+    free(p.lo);
+    free(p.hi);
+    free(p.heap);
+    free(ord);
+    free(cand);
+    return s;
+}
+
+/* A batch through a GPU strategy (the GPU's turn held for its GPU part).
+ * Queries the GPU cannot take run on the CPU (knn_one / range_one). */
+static patina_status gpu_batch(patina_context_t *ctx, batch_t *b, size_t nq, patina_pivot_strategy strategy,
+                               patina_search_stats_t *stats)
+{
+    const patina_pivot_index_t *pi = b->pi;
+    const size_t np = pi->np, dim = pi->dim;
+    pgpu_sqfd_index_t gv;
+    patina_gpu_t *g;
+    double *sqq = malloc(nq * sizeof *sqq), *alo = malloc(nq * np * sizeof *alo), *ahi = malloc(nq * np * sizeof *ahi);
+    double *eps = malloc(nq * sizeof *eps), *a = malloc(np * sizeof *a);
+    uint32_t **cand = calloc(nq, sizeof *cand);
+    size_t *ncand = calloc(nq, sizeof *ncand), st[3] = {0, 0, 0}, gpu_q = 0;
+    uint8_t *cpu = calloc(nq, 1);
+    patina_status s = PATINA_OK;
+    int ok = 1;
+    if (!sqq || !alo || !ahi || !eps || !a || !cand || !ncand || !cpu) {
+        s = nomem("queries");
+        goto done;
+    }
+    gpu_rows_view(pi, &gv);
+    for (size_t q = 0; q < nq; q++) {
+        const float *qr = b->queries + q * dim;
+        sqq[q] = sig_self(qr);
+        eps[q] = slack(pi, (size_t)qr[0], rec_weight(qr));
+    }
+    if (!ctx) {
+        s = patina__fail(PATINA_E_UNAVAILABLE, "search: the GPU strategies need a context with a GPU");
+        goto done;
+    }
+    if ((s = patina__context_gpu_acquire(ctx, &g)) != PATINA_OK) goto done;
+    s = gpu_intervals(g, pi, b->queries, sqq, nq, alo, ahi, &ok);
+    if (s == PATINA_OK && ok) {
+        st[0] += nq * np;
+        if (strategy == PATINA_PIVOT_GPU || b->bound == PATINA_BOUND_NONE) {
+            pgpu_sqfd_stats_t gst;
+            memset(&gst, 0, sizeof gst);
+            s = b->bound == PATINA_BOUND_NONE
+                    ? patina_gpu_sqfd(g, &gv, b->queries, sqq, nq, b->lists ? 0 : b->k, b->radius, cand, ncand, cpu, &gst)
+                    : patina_gpu_sqfd_filter(g, &gv, b->queries, sqq, nq, alo, ahi, eps,
+                                             b->bound == PATINA_BOUND_PTOLEMAIC, b->lists ? 0 : b->k, b->radius, cand,
+                                             ncand, cpu, &gst);
+            st[2] += gst.pairs < gst.queries * pi->n ? gst.pairs : gst.queries * pi->n;
+            st[1] += gst.queries * pi->n - (gst.pairs < gst.queries * pi->n ? gst.pairs : gst.queries * pi->n);
+        } else { /* the pipeline, query by query */
+            for (size_t q = 0; s == PATINA_OK && q < nq; q++) {
+                qview_t v;
+                memset(&v, 0, sizeof v);
+                v.q = b->queries + q * dim;
+                v.sqq = sqq[q];
+                v.a = a;
+                v.alo = alo + q * np;
+                v.ahi = ahi + q * np;
+                v.eps = eps[q];
+                v.usable = b->bound != PATINA_BOUND_NONE;
+                s = pipe_one(g, &gv, pi, &v, b->lists ? 0 : b->k, b->radius, b->bound, b->max_hits,
+                             b->lists ? NULL : b->hits + q * b->k, &b->counts[q], b->lists ? &b->lists[q] : NULL, st);
+                if (s == PATINA_E_UNAVAILABLE) { /* a query outside the kernels' domain: the CPU's */
+                    patina_clear_error();
+                    cpu[q] = 2;
+                    s = PATINA_OK;
+                }
+            }
+        }
+    }
+    patina__context_gpu_release(ctx);
+    if (s == PATINA_OK && !ok) memset(cpu, 2, nq); /* every query the CPU's */
+    /* the filter's candidates ranked; the CPU's queries on this thread */
+    for (size_t q = 0; s == PATINA_OK && q < nq; q++) {
+        const float *qr = b->queries + q * dim;
+        if (cpu[q]) {
+            size_t one[3] = {0, 0, 0};
+            s = b->lists ? range_one(pi, NULL, qr, b->radius, b->bound, b->max_hits, &b->lists[q], &b->counts[q], one)
+                         : knn_one(pi, NULL, qr, b->k, b->bound, b->hits + q * b->k, &b->counts[q], one);
+            st[0] += cpu[q] == 2 ? one[0] : 0;
+            st[1] += one[1];
+            st[2] += one[2];
+            continue;
+        }
+        gpu_q++;
+        if (strategy == PATINA_PIVOT_GPU || b->bound == PATINA_BOUND_NONE) {
+            qview_t v;
+            memset(&v, 0, sizeof v);
+            v.q = qr;
+            v.sqq = sqq[q];
+            s = rank_exact(pi, &v, cand[q], ncand[q], b->lists ? 0 : b->k, b->radius, b->max_hits,
+                           b->lists ? NULL : b->hits + q * b->k, &b->counts[q], b->lists ? &b->lists[q] : NULL);
+        }
+    }
+    if (s == PATINA_OK && stats) {
+        stats->cpu = nq - gpu_q;
+        stats->gpu_filter = gpu_q;
+        stats->pivot_dists = st[0];
+        stats->pruned = st[1];
+        stats->computed = st[2];
+    }
+done:
+    for (size_t q = 0; cand && q < nq; q++) free(cand[q]);
+    free(cand);
+    free(ncand);
+    free(cpu);
+    free(sqq);
+    free(alo);
+    free(ahi);
+    free(eps);
+    free(a);
+    return s;
+}
+
+/* ------------------------------------------------------ batch entry points */
+
 
 static void batch_task(void *arg, size_t q, int worker)
 {
@@ -1125,6 +1607,8 @@ static patina_status search_args(const patina_pivot_index_t *pi, const void *que
     if (!pi || (nq && !queries)) return patina__fail(PATINA_E_INVALID, "search: null argument");
     if (o->bound != PATINA_BOUND_PTOLEMAIC && o->bound != PATINA_BOUND_METRIC && o->bound != PATINA_BOUND_NONE)
         return patina__fail(PATINA_E_INVALID, "search: unknown pivot bound %d", (int)o->bound);
+    if (o->strategy != PATINA_PIVOT_CPU && o->strategy != PATINA_PIVOT_PIPELINE && o->strategy != PATINA_PIVOT_GPU)
+        return patina__fail(PATINA_E_INVALID, "search: unknown pivot strategy %d", (int)o->strategy);
     for (size_t q = 0; q < nq; q++) PATINA_TRY(check_query(pi, (const float *)queries + q * pi->dim, q));
     return PATINA_OK;
 }
@@ -1154,7 +1638,7 @@ static patina_status pivot_knn_unlocked(patina_context_t *ctx, const patina_pivo
     b.bound = o.bound;
     b.hits = hits;
     b.counts = counts;
-    s = run_batch(ctx, &b, nq, o.stats);
+    s = o.strategy == PATINA_PIVOT_CPU ? run_batch(ctx, &b, nq, o.stats) : gpu_batch(ctx, &b, nq, o.strategy, o.stats);
     if (s != PATINA_OK) {
         for (size_t i = 0; i < nq * k; i++) hits[i] = (patina_hit_t){0, INFINITY};
         for (size_t q = 0; q < nq; q++) counts[q] = 0;
@@ -1191,7 +1675,7 @@ static patina_status pivot_range_unlocked(patina_context_t *ctx, const patina_pi
     b.max_hits = o.max_hits;
     b.lists = hits;
     b.counts = counts;
-    s = run_batch(ctx, &b, nq, o.stats);
+    s = o.strategy == PATINA_PIVOT_CPU ? run_batch(ctx, &b, nq, o.stats) : gpu_batch(ctx, &b, nq, o.strategy, o.stats);
     if (s != PATINA_OK)
         for (size_t q = 0; q < nq; q++) {
             free(hits[q]);
@@ -1310,6 +1794,7 @@ static patina_status from_blob(patina_pivot_index_t **out, patina_context_t *ctx
             have_form = 1;
         }
         note_extent(pi, pi->precs + i * pi->dim);
+        pi->pself[i] = sig_self(pi->precs + i * pi->dim);
     }
     if (pi->form == SIG_FORM_MINUS) {
         patina_pivot_index_free(pi);
@@ -1361,22 +1846,29 @@ static patina_status from_blob(patina_pivot_index_t **out, patina_context_t *ctx
             }
     }
     dropped = (size_t)sn - same_id; /* stored rows of images no longer in the table */
-    if (ntodo) {
-        float *tmp = malloc(ntodo * pi->bytes);
-        double *trow = malloc(ntodo * pi->np * sizeof *trow);
-        if (!tmp || !trow || (s = patina__workers_begin(ctx, 0, &pool, &own)) != PATINA_OK) {
+    {   /* every row's self term, then the table rows to compute */
+        float *tmp = malloc((ntodo ? ntodo : 1) * pi->bytes);
+        double *trow = malloc((ntodo ? ntodo : 1) * pi->np * sizeof *trow);
+        double *tself = malloc((ntodo ? ntodo : 1) * sizeof *tself);
+        if (!tmp || !trow || !tself || (s = patina__workers_begin(ctx, 0, &pool, &own)) != PATINA_OK) {
             free(tmp);
             free(trow);
+            free(tself);
             free(todo);
             patina_pivot_index_free(pi);
             return s != PATINA_OK ? s : nomem("loading");
         }
-        for (i = 0; i < ntodo; i++) memcpy(tmp + i * pi->dim, pi->recs + todo[i] * pi->dim, pi->bytes);
-        table_rows(pool, pi, tmp, ntodo, trow);
+        self_terms(pool, pi->recs, n, pi->dim, pi->self);
+        for (i = 0; i < ntodo; i++) {
+            memcpy(tmp + i * pi->dim, pi->recs + todo[i] * pi->dim, pi->bytes);
+            tself[i] = pi->self[todo[i]];
+        }
+        if (ntodo) table_rows(pool, pi, tmp, tself, ntodo, trow);
         patina__workers_end(ctx, pool, own);
         for (i = 0; i < ntodo; i++) memcpy(pi->tab + todo[i] * pi->np, trow + i * pi->np, pi->np * sizeof *trow);
         free(tmp);
         free(trow);
+        free(tself);
     }
     free(todo);
     if (refreshed) *refreshed = ntodo + dropped;
@@ -1482,6 +1974,7 @@ patina_status patina_pivot_index_put(patina_pivot_index_t *pi, patina_context_t 
     if (!pi) return patina__fail(PATINA_E_INVALID, "pivots: null argument");
     wr(pi);
     s = pivot_put_unlocked(pi, ctx, ids, records, n);
+    pi->serial = new_serial();
     un(pi);
     return s;
 }
@@ -1493,6 +1986,7 @@ patina_status patina_pivot_index_remove(patina_pivot_index_t *pi, const uint64_t
     if (!pi) return patina__fail(PATINA_E_INVALID, "pivots: null argument");
     wr(pi);
     s = pivot_remove_unlocked(pi, ids, n, removed);
+    pi->serial = new_serial();
     un(pi);
     return s;
 }

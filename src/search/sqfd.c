@@ -7,7 +7,14 @@
  * with f(r, s) = exp(-alpha d^2), 1 / (alpha + d) or -d, d = ||r - s||_2 of
  * the 7 features (each difference of the stored floats taken in double).
  * The two Sqo blocks of the concatenated form are equal (f is symmetric),
- * so the cross term is summed once and doubled. */
+ * so the cross term is summed once and doubled.
+ *
+ * Self terms. Sqq and Soo depend on one signature each: the search keeps
+ * each row's Soo (sig_self, computed once when the row is added) and
+ * computes a query's Sqq once per call, so a distance costs only the cross
+ * block. sig_sqfd_self evaluates the same expression, (Sqq + Soo) - 2 Sqo,
+ * with the same three doubles (each block is the same loop in the same
+ * order), so it returns sig_sqfd's double bit for bit. */
 #include <math.h>
 
 #include "core/internal.h"
@@ -41,11 +48,34 @@ static double block(const float *x, size_t nx, const float *y, size_t ny, double
     return s;
 }
 
+/* (Sqq + Soo) - 2 Sqo, clamped: the last step of the definition. */
+static double finish(double sqq, double soo, double sqo)
+{
+    const double s = sqq + soo - 2.0 * sqo;
+    return s > 0.0 ? sqrt(s) : 0.0;
+}
+
 double sig_sqfd_rows(const float *q, size_t nq, const float *o, size_t no, double alpha, int form)
 {
-    const double s = block(q, nq, q, nq, alpha, form) + block(o, no, o, no, alpha, form) -
-                     2.0 * block(q, nq, o, no, alpha, form);
-    return s > 0.0 ? sqrt(s) : 0.0;
+    return finish(block(q, nq, q, nq, alpha, form), block(o, no, o, no, alpha, form), block(q, nq, o, no, alpha, form));
+}
+
+double sig_self_rows(const float *x, size_t nx, double alpha, int form) { return block(x, nx, x, nx, alpha, form); }
+
+double sig_self(const float *rec)
+{
+    return sig_self_rows(rec + SIG_HEADER, (size_t)rec[0], (double)rec[2], (int)rec[3]);
+}
+
+double sig_cross(const float *q, const float *o)
+{
+    return block(q + SIG_HEADER, (size_t)q[0], o + SIG_HEADER, (size_t)o[0], (double)q[2], (int)q[3]);
+}
+
+double sig_sqfd_self(const float *q, double sqq, const float *o, double soo)
+{
+    if (q[2] != o[2] || q[3] != o[3]) return NAN;
+    return finish(sqq, soo, sig_cross(q, o));
 }
 
 double sig_sqfd(const float *q, const float *o, size_t n)
