@@ -1428,6 +1428,61 @@ done:
     return s;
 }
 
+/* The queries the GPU filter left (cpu[q] = 1: with weak bounds -- a large
+ * alpha -- the survivors' candidates overflow their list) through the GPU
+ * scan instead, whose retry takes the whole table as its pilot; what it
+ * cannot take stays the CPU's. */
+static patina_status gpu_rescan(patina_gpu_t *g, const pgpu_sqfd_index_t *gv, const batch_t *b, size_t nq,
+                                const double *sqq, uint32_t **cand, size_t *ncand, uint8_t *cpu, size_t st[3])
+{
+    const size_t dim = b->pi->dim;
+    size_t nw = 0, j = 0;
+    float *wq;
+    double *ws;
+    uint32_t **wc, *w;
+    size_t *wn;
+    uint8_t *wcpu;
+    pgpu_sqfd_stats_t gst;
+    patina_status s;
+    for (size_t q = 0; q < nq; q++) nw += cpu[q] == 1;
+    if (nw == 0) return PATINA_OK;
+    wq = malloc(nw * dim * sizeof *wq);
+    ws = malloc(nw * sizeof *ws);
+    wc = calloc(nw, sizeof *wc);
+    w = malloc(nw * sizeof *w);
+    wn = calloc(nw, sizeof *wn);
+    wcpu = calloc(nw, 1);
+    memset(&gst, 0, sizeof gst);
+    if (!wq || !ws || !wc || !w || !wn || !wcpu) {
+        s = nomem("queries");
+        goto done;
+    }
+    for (size_t q = 0; q < nq; q++)
+        if (cpu[q] == 1) {
+            memcpy(wq + j * dim, b->queries + q * dim, dim * sizeof *wq);
+            ws[j] = sqq[q];
+            w[j++] = (uint32_t)q;
+        }
+    s = patina_gpu_sqfd(g, gv, wq, ws, nw, b->lists ? 0 : b->k, b->radius, wc, wn, wcpu, &gst);
+    for (j = 0; s == PATINA_OK && j < nw; j++)
+        if (!wcpu[j]) {
+            cand[w[j]] = wc[j];
+            ncand[w[j]] = wn[j];
+            cpu[w[j]] = 0;
+            wc[j] = NULL;
+        }
+    if (s == PATINA_OK) st[2] += gst.pairs; /* the scan computes every row */
+done:
+    for (j = 0; wc && j < nw; j++) free(wc[j]);
+    free(wq);
+    free(ws);
+    free(wc);
+    free(w);
+    free(wn);
+    free(wcpu);
+    return s;
+}
+
 /* A batch through a GPU strategy (the GPU's turn held for its GPU part).
  * Queries the GPU cannot take run on the CPU (knn_one / range_one). */
 static patina_status gpu_batch(patina_context_t *ctx, batch_t *b, size_t nq, patina_pivot_strategy strategy,
@@ -1472,6 +1527,7 @@ static patina_status gpu_batch(patina_context_t *ctx, batch_t *b, size_t nq, pat
                                              ncand, cpu, &gst);
             st[2] += gst.pairs < gst.queries * pi->n ? gst.pairs : gst.queries * pi->n;
             st[1] += gst.queries * pi->n - (gst.pairs < gst.queries * pi->n ? gst.pairs : gst.queries * pi->n);
+            if (s == PATINA_OK && b->bound != PATINA_BOUND_NONE) s = gpu_rescan(g, &gv, b, nq, sqq, cand, ncand, cpu, st);
         } else { /* the pipeline, query by query */
             for (size_t q = 0; s == PATINA_OK && q < nq; q++) {
                 qview_t v;

@@ -231,7 +231,7 @@ static void test_bound(void **state)
         for (size_t i = 0; i < m; i++)
             tu_random_image(&imgs[i], 40 + (int)tu_rng_below(&r, 80), 30 + (int)tu_rng_below(&r, 80), (int)(i % 4), &r);
         TU_OK(patina_extract_batch(CTX, ex, PATINA_DEVICE_CPU, recs, imgs, m, st));
-        check_bound("extracted, alpha 0.2", recs, m, recs, m, &worst);
+        check_bound("signature:k=48,samples=600,seeds=150,alpha=0.2", recs, m, recs, m, &worst);
         print_message("%-42s worst |S' - S| / E = %.3g\n", "extracted signatures, alpha 0.2", worst);
         for (size_t i = 0; i < m; i++) patina_image_release(&imgs[i]);
         free(imgs);
