@@ -557,9 +557,14 @@ static patina_status plan_ready(patina_gpu_t *g, sig_state *S, const patina_gpu_
     PATINA_TRY(grow(g, (void **)&S->d_pts, &S->cap_pts, (size_t)c->samples * 2 * sizeof(float), "sampling points"));
     PATINA_TRY(grow(g, (void **)&S->d_seeds, &S->cap_seeds, (size_t)c->seeds * sizeof(int), "initial centroids"));
     if (!S->d_lin) DEV(S->d_lin, 256 * sizeof(double), "sRGB table");
-    PGPU_CU(cudaMemcpy(S->d_pts, c->pts, (size_t)c->samples * 2 * sizeof(float), cudaMemcpyHostToDevice));
-    PGPU_CU(cudaMemcpy(S->d_seeds, c->seed_idx, (size_t)c->seeds * sizeof(int), cudaMemcpyHostToDevice));
-    PGPU_CU(cudaMemcpy(S->d_lin, c->lin, 256 * sizeof(double), cudaMemcpyHostToDevice));
+    /* on slot 0's stream and waited for: the context's streams do not
+     * synchronise with the legacy default stream, and a pageable copy may
+     * return before its DMA is done */
+    const cudaStream_t st = S->slot[0].stream;
+    PGPU_CU(cudaMemcpyAsync(S->d_pts, c->pts, (size_t)c->samples * 2 * sizeof(float), cudaMemcpyHostToDevice, st));
+    PGPU_CU(cudaMemcpyAsync(S->d_seeds, c->seed_idx, (size_t)c->seeds * sizeof(int), cudaMemcpyHostToDevice, st));
+    PGPU_CU(cudaMemcpyAsync(S->d_lin, c->lin, 256 * sizeof(double), cudaMemcpyHostToDevice, st));
+    PGPU_CU(cudaStreamSynchronize(st));
     if (S->log_radius != c->radius) {
         logx *v = NULL;
         int n = 0;
@@ -579,8 +584,9 @@ static patina_status plan_ready(patina_gpu_t *g, sig_state *S, const patina_gpu_
         if (s == PATINA_OK)
             s = pgpu_dev_alloc(g, (void **)&S->d_log_vals, ((size_t)n + 1) * 4, PGPU_FAM_SIGNATURE, "logf exceptions");
         if (s == PATINA_OK && n) {
-            cudaError_t e = cudaMemcpy(S->d_log_keys, k, (size_t)n * 4, cudaMemcpyHostToDevice);
-            if (e == cudaSuccess) e = cudaMemcpy(S->d_log_vals, f, (size_t)n * 4, cudaMemcpyHostToDevice);
+            cudaError_t e = cudaMemcpyAsync(S->d_log_keys, k, (size_t)n * 4, cudaMemcpyHostToDevice, st);
+            if (e == cudaSuccess) e = cudaMemcpyAsync(S->d_log_vals, f, (size_t)n * 4, cudaMemcpyHostToDevice, st);
+            if (e == cudaSuccess) e = cudaStreamSynchronize(st);
             if (e != cudaSuccess) s = pgpu_fail((int)e, "cudaMemcpy(logf exceptions)", __FILE__, __LINE__);
         }
         free(v);
