@@ -28,6 +28,9 @@
 #                                bench_rootsift  rootsift extraction on the
 #                                          CPU cores there (VLFeat; 1 thread
 #                                          and all), a step of its own
+#                                bench_signature  signature extraction:
+#                                          CPU 1 thread, all threads, GPU,
+#                                          records compared (a step of its own)
 #                                bench_identify_match  CPU matching of one
 #                                          query against 4096 references
 #                                bench_identify_gpu  the fused GPU matcher
@@ -280,6 +283,11 @@ step_bench_glcm() { bench_one bench_glcm ""; }
 # CPU only (VLFeat): extraction throughput on this machine's cores.
 step_bench_rootsift() { bench_one bench_rootsift ""; }
 # CPU identification matching (one query against references), 1 thread and all.
+step_bench_signature() {
+    bench_one bench_signature ""
+    bench_one bench_signature _grid --spec signature:sampling=grid,samples=4000,seeds=800,k=128 --sizes 512,2048
+}
+
 step_bench_identify_match() { bench_one bench_identify_match "" 4096; }
 # Identification on the GPU: the fused kernel beside the lab's cuBLAS path
 # and PyTorch (one table), then the capacity row and one query end to end.
@@ -351,7 +359,7 @@ run_steps() {
         tests) step_tests ;;
         sanitize) step_sanitize ;;
         bench) step_bench ;;
-        bench_cedd | bench_lbp | bench_glcm | bench_knn | bench_knn_families | bench_rootsift | bench_identify_match | bench_identify_gpu | \
+        bench_cedd | bench_lbp | bench_glcm | bench_knn | bench_knn_families | bench_rootsift | bench_signature | bench_identify_match | bench_identify_gpu | \
             lab_identify | bench_sqfd | lab_sqfd) "step_$s" ;;
         e2e) step_e2e ;;
         asan) step_asan ;;

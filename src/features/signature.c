@@ -1,8 +1,9 @@
 /* The `signature` family: feature signatures after Kruliš, Lokoč and Skopal's
  * PCT signatures (the design OpenCV contrib's xfeatures2d::PCTSignatures
  * implements), one fixed-size record per image (features/signature.h,
- * docs/signature.md). CPU only; the batch path (src/features/extract.c)
- * spreads images over the pool.
+ * docs/signature.md). The C reference; the batch path (src/features/extract.c)
+ * spreads images over the pool. The GPU path (src/gpu/signature.cu, entry
+ * sig_gpu below) gives the same bytes.
  *
  * Per image:
  *   1. a sampling plan fixed by the options (sig_plan): `samples` points in
@@ -203,6 +204,20 @@ static inline int grey_at(const patina_image_t *img, int x, int y, int bits)
     return (int)(((s + 16384u) >> 15) >> (16 - bits));
 }
 
+/* The sRGB transfer function of an 8-bit channel value, in double (the
+ * GPU path takes these 256 values from sig_srgb_linear, so that both sides
+ * use the host C library's pow). */
+static double srgb_linear(int c)
+{
+    const double v = c / 255.0;
+    return v <= 0.04045 ? v / 12.92 : pow((v + 0.055) / 1.055, 2.4);
+}
+
+void sig_srgb_linear(double lin[256])
+{
+    for (int c = 0; c < 256; c++) lin[c] = srgb_linear(c);
+}
+
 /* CIE L*a*b* of an 8-bit sRGB pixel (D65), in double: the sRGB transfer
  * function, OpenCV's RGB -> XYZ matrix and white point, and its f(t). */
 static void lab_of(double lab[3], const uint8_t *rgb)
@@ -212,10 +227,7 @@ static void lab_of(double lab[3], const uint8_t *rgb)
                                    {0.019334, 0.119193, 0.950227}};
     static const double white[3] = {0.950456, 1.0, 1.088754};
     double lin[3], f[3];
-    for (int c = 0; c < 3; c++) {
-        double v = rgb[c] / 255.0;
-        lin[c] = v <= 0.04045 ? v / 12.92 : pow((v + 0.055) / 1.055, 2.4);
-    }
+    for (int c = 0; c < 3; c++) lin[c] = srgb_linear(rgb[c]);
     for (int r = 0; r < 3; r++) {
         double t = (M[r][0] * lin[0] + M[r][1] * lin[1] + M[r][2] * lin[2]) / white[r];
         f[r] = t > 0.008856 ? cbrt(t) : 7.787 * t + 16.0 / 116.0;
@@ -406,18 +418,24 @@ static void heaviest_first(int *order, const float *cl, int n)
     }
 }
 
-patina_status sig_samples(const sig_params_t *p, const float *pts, float *samp, const patina_image_t *img)
+patina_status sig_image_check(const patina_image_t *img)
 {
     const size_t npix = (size_t)(img && img->width > 0 ? img->width : 0) *
                         (size_t)(img && img->height > 0 ? img->height : 0);
-    const size_t side = 2 * (size_t)p->radius + 2;
-    uint8_t *win;
-    uint32_t *co;
     if (!img || (npix && (!img->data || img->stride < 3 * (size_t)img->width)))
         return patina__fail(PATINA_E_INVALID, "signature: bad image");
     if (npix == 0)
         return patina__fail(PATINA_E_INVALID, "signature: empty image (%dx%d): no signature", img->width,
                             img->height);
+    return PATINA_OK;
+}
+
+patina_status sig_samples(const sig_params_t *p, const float *pts, float *samp, const patina_image_t *img)
+{
+    const size_t side = 2 * (size_t)p->radius + 2;
+    uint8_t *win;
+    uint32_t *co;
+    PATINA_TRY(sig_image_check(img));
     win = malloc(side * side);
     co = calloc((size_t)1 << (2 * p->bits), sizeof *co);
     if (!win || !co) {
@@ -519,6 +537,85 @@ static patina_status sig_cpu(const void *params, void *out, const patina_image_t
     return s;
 }
 
+/* The GPU path (src/gpu/signature.cu): images the CPU would refuse get the
+ * CPU's status and message here, the rest go to the GPU in one call;
+ * images it leaves (PATINA_E_LIMIT: larger than a batch, or a plan beyond
+ * the memory budget) are computed on the CPU, with the same bytes. When
+ * the call itself fails, its images keep that status and zeros. */
+static patina_status sig_gpu(patina_gpu_t *g, const void *params, void *out, const patina_image_t *imgs, size_t n,
+                             patina_status *st)
+{
+    const sig_params_t *p = params;
+    const size_t dim = sig_dim((size_t)p->k);
+    float *pts = NULL, *o = out;
+    int *seeds = NULL;
+    double lin[256];
+    patina_gpu_sig_conf_t c;
+    patina_image_t *sub = NULL;
+    size_t *map = NULL, m = 0;
+    patina_status *mine = NULL, s = PATINA_OK;
+    if (n == 0) return PATINA_OK;
+    memset(out, 0, n * dim * sizeof(float));
+    pts = malloc((size_t)p->samples * 2 * sizeof *pts);
+    seeds = malloc((size_t)p->seeds * sizeof *seeds);
+    sub = malloc(n * sizeof *sub);
+    map = malloc(n * sizeof *map);
+    mine = malloc(n * sizeof *mine);
+    if (!pts || !seeds || !sub || !map || !mine) {
+        s = patina__fail(PATINA_E_NOMEM, "signature: out of memory for a GPU batch of %zu images", n);
+        goto done;
+    }
+    if ((s = sig_plan(p, pts, seeds)) != PATINA_OK) goto done;
+    sig_srgb_linear(lin);
+    for (size_t i = 0; i < n; i++) {
+        patina_status si = sig_image_check(&imgs[i]);
+        if (st) st[i] = si;
+        if (si == PATINA_OK) {
+            sub[m] = imgs[i];
+            map[m++] = i;
+        }
+    }
+    memset(&c, 0, sizeof c);
+    c.samples = p->samples;
+    c.seeds = p->seeds;
+    c.k = p->k;
+    c.iters = p->iters;
+    c.minsize = p->minsize;
+    c.bits = p->bits;
+    c.radius = p->radius;
+    c.weights = p->weights;
+    c.form = p->form;
+    c.join = (float)p->join;
+    c.drop = (float)p->drop;
+    c.alpha = (float)p->alpha;
+    c.pts = pts;
+    c.seed_idx = seeds;
+    c.lin = lin;
+    s = m ? patina_gpu_signature(g, &c, o, sub, m, mine) : PATINA_OK;
+    /* the GPU wrote image j's record at row j: move it to the caller's row
+     * (map[j] >= j, so from the last one down nothing is overwritten early) */
+    for (size_t j = m; j-- > 0;) {
+        float *dst = o + map[j] * dim;
+        if (map[j] != j) {
+            memcpy(dst, o + j * dim, dim * sizeof(float));
+            memset(o + j * dim, 0, dim * sizeof(float));
+        }
+        if (s == PATINA_OK && mine[j] == PATINA_E_LIMIT) mine[j] = sig_extract_with(p, pts, seeds, dst, &imgs[map[j]]);
+        if (s != PATINA_OK) mine[j] = s;
+        if (mine[j] != PATINA_OK) memset(dst, 0, dim * sizeof(float));
+        if (st) st[map[j]] = mine[j];
+    }
+done:
+    if (s != PATINA_OK && st && !mine)
+        for (size_t i = 0; i < n; i++) st[i] = s;
+    free(pts);
+    free(seeds);
+    free(sub);
+    free(map);
+    free(mine);
+    return s;
+}
+
 const patina_family_t patina_family_signature = {
     .name = "signature",
     .help = "feature signatures (PCT): k-means centroids of sampled 7-D features (x, y, L*a*b*, contrast, "
@@ -530,7 +627,7 @@ const patina_family_t patina_family_signature = {
     .check = sig_check,
     .distance = PDIST_SQFD,
     .cpu = sig_cpu,
-    .gpu = NULL,
+    .gpu = PATINA_HAVE_CUDA ? sig_gpu : NULL,
     .hybrid = NULL,
 };
 

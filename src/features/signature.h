@@ -118,6 +118,14 @@ patina_status sig_samples(const sig_params_t *p, const float *pts, float *samp, 
  * the weights, the header. */
 patina_status sig_cluster(const sig_params_t *p, const float *samp, const int *seeds, float *out);
 
+/* The CPU's checks of an image: PATINA_E_INVALID ("signature: bad image",
+ * "signature: empty image (WxH): no signature") or PATINA_OK. */
+patina_status sig_image_check(const patina_image_t *img);
+
+/* The sRGB transfer function of the 256 channel values, in double, as the
+ * CPU computes it (the GPU path uploads these). */
+void sig_srgb_linear(double lin[256]);
+
 /* Extraction with a given plan (the family's CPU function calls it with
  * sig_plan's): out is sig_dim(p->k) floats. */
 patina_status sig_extract_with(const sig_params_t *p, const float *pts, const int *seeds, float *out,

@@ -133,7 +133,8 @@ typedef struct pgpu_alloc {
     const char *tag;
 } pgpu_alloc_t;
 
-static const char *const fam_names[PGPU_NFAM] = {"context", "cedd", "lbp", "glcm", "search", "identify", "sqfd"};
+static const char *const fam_names[PGPU_NFAM] = {"context", "cedd", "lbp", "glcm", "search", "identify", "sqfd",
+                                                     "signature"};
 
 /* Releases the states of every family but `keep` (oldest first does not
  * matter: states are independent). */

@@ -41,6 +41,7 @@ typedef enum pgpu_fam {
     PGPU_FAM_SEARCH,
     PGPU_FAM_IDENTIFY,
     PGPU_FAM_SQFD,
+    PGPU_FAM_SIGNATURE,
     PGPU_NFAM
 } pgpu_fam;
 

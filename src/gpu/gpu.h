@@ -402,6 +402,29 @@ patina_status patina_gpu__lbp_grey(patina_gpu_t *g, const patina_gpu_lbp_conf_t 
  * releases it). */
 patina_status patina_gpu__lbp_set_caps(patina_gpu_t *g, size_t rgb_bytes, size_t images, int narrow);
 
+/* ---- feature signatures (src/gpu/signature.cu; docs/signature.md "GPU extraction") ----
+ * The configuration of the signature family's GPU path, filled by the
+ * features side (src/features/signature.c: sig_gpu) from its options and
+ * its sampling plan; the arrays are borrowed for the call. */
+typedef struct patina_gpu_sig_conf {
+    int samples, seeds, k, iters, minsize, bits, radius, weights, form;
+    float join, drop, alpha;    /* the options as the CPU uses them (floats) */
+    const float *pts;           /* (samples, 2): sig_plan's points */
+    const int *seed_idx;        /* (seeds): sig_plan's initial centroids */
+    const double *lin;          /* (256): the CPU's sRGB -> linear values (sig_srgb_linear) */
+} patina_gpu_sig_conf_t;
+
+/* Signatures of n images (RGB, any stride, host memory) into out (n,
+ * 8 + 8 k) floats, the same bytes as the C reference (sig_extract_with).
+ * Images must be valid and non-empty (the caller checks them as the CPU
+ * does); st[i] (not NULL): PATINA_OK, or PATINA_E_LIMIT for an image the
+ * GPU path cannot take (larger than a batch, or a plan whose per-image
+ * scratch exceeds the memory budget) - its record is zeros and the caller
+ * computes it on the CPU. The return value is an error only when the call
+ * itself failed (then every image not done has that status). */
+patina_status patina_gpu_signature(patina_gpu_t *g, const patina_gpu_sig_conf_t *c, float *out,
+                                   const patina_image_t *imgs, size_t n, patina_status *st);
+
 /* ---- GLCM (src/gpu/glcm.cu; docs/glcm.md) ----
  * Co-occurrence counts identical to the C reference (patina_glcm_counts),
  * graycoprops properties and Haralick features of whole batches, on g's

@@ -88,6 +88,13 @@ patina_status patina_gpu__set_caps(patina_gpu_t *g, size_t pixel_bytes, size_t b
     return none();
 }
 
+patina_status patina_gpu_signature(patina_gpu_t *g, const patina_gpu_sig_conf_t *c, float *out,
+                                   const patina_image_t *imgs, size_t n, patina_status *st)
+{
+    (void)g; (void)c; (void)out; (void)imgs; (void)n; (void)st;
+    return none();
+}
+
 patina_status patina_gpu_lbp(patina_gpu_t *g, const patina_gpu_lbp_conf_t *c, uint32_t *counts,
                              const patina_image_t *imgs, size_t n, patina_status *st)
 {
