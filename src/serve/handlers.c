@@ -73,6 +73,11 @@ static int queue(req_t *r, unsigned status, struct MHD_Response *resp)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
     }
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    {   /* answered: --request-timeout no longer applies to this request */
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        sconn_t *c = ci ? ci->socket_context : NULL;
+        if (c) atomic_store(&c->receiving, 0);
+    }
     ok = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     r->answered = 1;
@@ -526,10 +531,14 @@ static int h_image_content(req_t *r, scoll_t *sc, const patina_record_t *rec)
         if (fd >= 0) close(fd);
         return reply_problem(r, 404, "image '%s': the file changed since it was indexed", rec->key);
     }
-    if (rec->size > r->srv->cfg->max_body || !(data = malloc(rec->size ? rec->size : 1))) {
+    if (rec->size > r->srv->cfg->max_body) {
         close(fd);
-        return reply_problem(r, 503, "image '%s': %llu bytes is more than this server sends (--max-body)", rec->key,
-                             (unsigned long long)rec->size);
+        return reply_problem(r, 404, "image '%s': its %llu bytes are more than this server sends (--max-body)",
+                             rec->key, (unsigned long long)rec->size);
+    }
+    if (!(data = malloc(rec->size ? rec->size : 1))) {
+        close(fd);
+        return reply_problem(r, 503, "out of memory");
     }
     while (done < rec->size && (got = read(fd, data + done, rec->size - done)) > 0) done += (size_t)got;
     close(fd);
