@@ -849,6 +849,7 @@ static void test_end_to_end(void **state)
     char *dir, *out = NULL, *err = NULL;
     const char *coll, *var, *other;
     patina_image_t img, v;
+    uint32_t ref_w, ref_h;
     (void)state;
     if (!have_samples()) {
         fprintf(stderr, "test_identify: end-to-end skipped (no samples; scripts/fetch-samples.sh)\n");
@@ -878,6 +879,8 @@ static void test_end_to_end(void **state)
     TU_OK(load(&img, sample(refs_rel[0])));
     make_variant(&v, &img, 0.7, 1);
     write_ppm(var, &v);
+    ref_w = img.width;
+    ref_h = img.height;
     patina_image_release(&img);
     { /* library */
         patina_collection_t *c = NULL;
@@ -907,6 +910,34 @@ static void test_end_to_end(void **state)
         assert_true(hits[0].verified);
         assert_int_equal(res[0].decision, PATINA_DECISION_MATCH);
         assert_int_equal(res[1].decision, PATINA_DECISION_UNKNOWN);
+        { /* the verified pairs: as many as the inliers, inside both images */
+            size_t h, n = 0, j, cap;
+            float *pairs;
+            for (h = 0; h < res[0].nhits; h++) {
+                if (!hits[h].verified) continue;
+                TU_OK(patina_identify_pairs(rs, qrec, hits[h].id, &o, NULL, 0, &n));
+                assert_int_equal(n, hits[h].inliers);
+            }
+            cap = hits[0].inliers;
+            pairs = malloc((cap + 1) * 4 * sizeof *pairs);
+            TU_OK(patina_identify_pairs(rs, qrec, hits[0].id, &o, pairs, cap + 1, &n));
+            assert_int_equal(n, cap);
+            for (j = 0; j < n; j++) {
+                const float *p = pairs + 4 * j;
+                assert_true(p[0] >= 0 && p[0] <= (float)v.width && p[1] >= 0 && p[1] <= (float)v.height);
+                assert_true(p[2] >= 0 && p[2] <= (float)ref_w && p[3] >= 0 && p[3] <= (float)ref_h);
+            }
+            /* a short buffer gets the first pairs and the full count */
+            {
+                float two[8];
+                TU_OK(patina_identify_pairs(rs, qrec, hits[0].id, &o, two, 2, &n));
+                assert_int_equal(n, cap);
+                assert_memory_equal(two, pairs, sizeof two);
+            }
+            free(pairs);
+            assert_int_equal(patina_identify_pairs(rs, qrec, 999999, &o, NULL, 0, &n), PATINA_E_NOTFOUND);
+            assert_int_equal(patina_identify_pairs(rs, NULL, hits[0].id, &o, NULL, 0, &n), PATINA_E_INVALID);
+        }
         free(qrec);
         patina_image_release(&qs[1]);
         patina_refset_free(rs);

@@ -3,13 +3,16 @@
  * JavaScript, no dependencies. Every request goes through api(); every error
  * (an RFC 9457 problem document, or the network) is shown by showProblem().
  *
- * Two things the UI uses when the server offers them, and does without
+ * Two things the UI uses when the server has them, and does without
  * otherwise:
- *   - an image's pixels at GET /v1/collections/{c}/images/{key}?content=1
- *     (thumbnails; without it a tile shows the key);
+ *   - an image's bytes at GET /v1/collections/{c}/images/{key}?content=1
+ *     (thumbnails; the server has them only for keys that are files under
+ *     its --content-dir or --import-dir: otherwise a 404 and the tile shows
+ *     the key);
  *   - keypoint pairs of a verified identification candidate, as
  *     hits[i].pairs = [[qx, qy, rx, ry], ...] in the images' pixels (the
- *     lines drawn between the two images; without them only the images). */
+ *     lines drawn between the two images; the canvas's data-pairs says how
+ *     many were drawn). */
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -50,9 +53,10 @@ function showProblem(err) {
   const box = $("error");
   box.textContent = "";
   const strong = document.createElement("strong");
-  strong.textContent = err.status ? `${err.status} ${err.title || ""}` : (err.title || "Error");
+  strong.textContent = err.status ? `${err.status} ${err.title || ""}`.trim() : (err.title || "Error");
   box.appendChild(strong);
-  box.appendChild(document.createTextNode(err.message || ""));
+  const detail = err.message && err.message !== err.title ? err.message : "";
+  if (detail) box.appendChild(document.createTextNode(": " + detail));
   box.hidden = false;
 }
 
@@ -271,6 +275,7 @@ async function drawPair(coll, hit, tr) {
   const [q, r] = await Promise.all([loadImage($("identify-preview").src), loadImage(contentURL(coll, hit.key))]);
   const W = canvas.width, H = canvas.height, half = W / 2, gap = 8;
   ctx.clearRect(0, 0, W, H);
+  canvas.dataset.pairs = "0";
   const place = (img, x0) => {
     if (!img) return null;
     const s = Math.min((half - gap) / img.naturalWidth, H / img.naturalHeight);
@@ -286,6 +291,7 @@ async function drawPair(coll, hit, tr) {
     ctx.fillText(`no preview of ${hit.key}`, half + gap + 10, H / 2);
   }
   const pairs = Array.isArray(hit.pairs) ? hit.pairs : [];
+  let drawn = 0;
   if (pq && pr && pairs.length) {
     ctx.lineWidth = 1;
     pairs.forEach(([qx, qy, rx, ry], i) => {
@@ -294,11 +300,16 @@ async function drawPair(coll, hit, tr) {
       ctx.moveTo(pq.x + qx * pq.s, pq.y + qy * pq.s);
       ctx.lineTo(pr.x + rx * pr.s, pr.y + ry * pr.s);
       ctx.stroke();
+      drawn++;
     });
   }
-  $("identify-caption").textContent = pairs.length
-    ? `${pairs.length} verified keypoint pairs between the photo and ${hit.key}`
-    : `${hit.key}: ${hit.inliers} inliers (the server sent no keypoint pairs to draw)`;
+  canvas.dataset.pairs = String(drawn);
+  $("identify-caption").textContent = drawn
+    ? `${drawn} verified keypoint pairs between the photo and ${hit.key}` +
+      (drawn < hit.inliers ? ` (of ${hit.inliers} inliers)` : "")
+    : pairs.length
+      ? `${hit.key}: ${pairs.length} keypoint pairs, not drawn (no preview of one of the images)`
+      : `${hit.key}: ${hit.inliers} inliers (no keypoint pairs to draw: not verified)`;
   $("identify-figure").hidden = false;
 }
 

@@ -3,13 +3,24 @@
 # against a 10k-image collection (CEDD of 32x32 noise images), searching by
 # stored key and by descriptor (k = 10). Prints per scenario requests/s,
 # p50/p99 latency, errors (non-2xx and socket errors) and the server's RSS
-# sampled during the run.
-#   bench/serve/run.sh [BUILD_DIR] [SECONDS] [CONNECTIONS] [WRK_THREADS] [IMAGES]
-# defaults: build 30 64 2 10000. Needs wrk (Debian package `wrk`).
+# sampled during the run (every 5 s, or every SECONDS/20 in longer runs).
+#   bench/serve/run.sh [--gpu] [BUILD_DIR] [SECONDS] [CONNECTIONS] [WRK_THREADS] [IMAGES]
+# defaults: build 30 64 2 10000; SECONDS is per scenario. --gpu serves with
+# --device gpu (searches batched on the GPU, 1000 us window) for a GPU build
+# (scripts/device.sh build stages one). Needs wrk (Debian package `wrk`);
+# WRK=path picks another, e.g. the copy scripts/stage-wrk.sh stages for the
+# GPU machine (which has no wrk): WRK=.carry/wrk/wrk. SERVE_ARGS adds
+# options to `patina serve`.
 set -euo pipefail
+gpu=0; pos=()
+for a in "$@"; do case $a in --gpu) gpu=1 ;; *) pos+=("$a") ;; esac; done
+set -- "${pos[@]+"${pos[@]}"}"
 build=${1:-build}; dur=${2:-30}; conns=${3:-64}; wthreads=${4:-2}; nimg=${5:-10000}
 patina=$(realpath "$build/patina")
-command -v wrk >/dev/null || { echo "bench/serve: needs wrk (apt-get install wrk)" >&2; exit 1; }
+WRK=${WRK:-wrk}
+command -v "$WRK" >/dev/null || { echo "bench/serve: needs wrk (apt-get install wrk, or WRK=.carry/wrk/wrk from scripts/stage-wrk.sh)" >&2; exit 1; }
+device=cpu; [ $gpu = 1 ] && device=gpu
+every=$(( dur / 20 > 5 ? dur / 20 : 5 ))
 work=$(mktemp -d); trap 'kill $srv 2>/dev/null || true; rm -rf "$work"' EXIT
 python3 - "$work/imgs" "$nimg" <<'PY'
 import os, random, sys
@@ -24,7 +35,8 @@ PY
 t0=$(date +%s.%N)
 "$patina" index "$work/bench" "$work/imgs" -q
 echo "indexed $nimg images in $(echo "$(date +%s.%N) - $t0" | bc) s"
-"$patina" serve "$work/bench" --listen 127.0.0.1:0 -q ${SERVE_ARGS:-} 2>"$work/log" & srv=$!
+"$patina" serve "$work/bench" --listen 127.0.0.1:0 --device $device --max-per-ip $((conns + 16)) \
+    --max-connections $((conns + 64)) -q ${SERVE_ARGS:-} 2>"$work/log" & srv=$!
 for _ in $(seq 100); do grep -q "batching window" "$work/log" 2>/dev/null && break; sleep 0.1; done
 port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$work/log" | sed 's/.*://')
 grep "batching window" "$work/log"
@@ -46,11 +58,12 @@ with open(sys.argv[1], "w") as f:
     f.write('}\nrequest = function() return wrk.format(nil, nil, nil, b[math.random(1, #b)]) end\n')
 PY
 rss() { awk '/VmRSS/ {printf "%d", $2 / 1024}' /proc/$srv/status; }
-printf "\n%-12s %10s %10s %10s %8s  %s\n" scenario "req/s" "p50 ms" "p99 ms" errors "RSS MiB (every 5 s)"
+echo "$(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg); $dur s per scenario, $conns connections, $wthreads wrk threads"
+printf "\n%-12s %10s %10s %10s %8s  %s\n" scenario "req/s" "p50 ms" "p99 ms" errors "RSS MiB (every $every s)"
 for sc in key desc; do
   samples="$(rss)"
-  ( while sleep 5; do printf " %s" "$(rss)"; done ) >"$work/rss.$sc" & sampler=$!
-  wrk -t"$wthreads" -c"$conns" -d"${dur}s" --latency -s "$work/$sc.lua" "http://127.0.0.1:$port/v1/collections/bench/search" >"$work/wrk.$sc"
+  ( while sleep $every; do printf " %s" "$(rss)"; done ) >"$work/rss.$sc" & sampler=$!
+  "$WRK" -t"$wthreads" -c"$conns" -d"${dur}s" --latency -s "$work/$sc.lua" "http://127.0.0.1:$port/v1/collections/bench/search" >"$work/wrk.$sc"
   kill $sampler; wait $sampler 2>/dev/null || true
   rps=$(awk '/Requests\/sec/ {print $2}' "$work/wrk.$sc")
   p50=$(awk '$1 == "50%" {print $2}' "$work/wrk.$sc"); p99=$(awk '$1 == "99%" {print $2}' "$work/wrk.$sc")
@@ -58,5 +71,6 @@ for sc in key desc; do
   non2xx=$(awk '/Non-2xx/ {print $NF}' "$work/wrk.$sc"); sock=$(awk '/Socket errors/ {gsub(",", ""); print $4 + $6 + $8 + $10}' "$work/wrk.$sc")
   printf "%-12s %10s %10.2f %10.2f %8s  %s%s\n" "$sc" "$rps" "$(ms "$p50")" "$(ms "$p99")" "$(( ${non2xx:-0} + ${sock:-0} ))" "$samples" "$(cat "$work/rss.$sc")"
 done
-curl -s "http://127.0.0.1:$port/metrics" | grep -E '^patina_search_(batches|batched_queries)_total' || true
+curl -s "http://127.0.0.1:$port/metrics" | grep -E '^patina_search_(batches|batched_queries)_total|^patina_gpu_memory' || true
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 kill -TERM $srv; wait $srv

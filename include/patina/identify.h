@@ -211,6 +211,23 @@ PATINA_API patina_status patina_identify(patina_context_t *ctx, patina_refset_t 
                                          size_t nq, const patina_identify_opts_t *opts,
                                          patina_identify_hit_t *hits, patina_identify_result_t *results);
 
+/* The verified keypoint pairs of one candidate, for drawing: repeats the
+ * matching and RANSAC verification of patina_identify for query record
+ * `query` (patina_identify_query_bytes, as passed to patina_identify) and
+ * reference `id` with the same options (the same seed, hence the same
+ * inliers: for a verified hit, *n equals its `inliers`), whether or not
+ * patina_identify verified that candidate. pairs: (cap, 4) floats, caller
+ * memory, each inlier as (query x, query y, reference x, reference y) in
+ * the pixels of the images the records were extracted from, in query
+ * feature order; *n receives the number of inliers, which may exceed cap
+ * (only the first cap are written; cap 0 just counts). Runs on the CPU in
+ * the calling thread. PATINA_E_NOTFOUND when rs does not hold id;
+ * PATINA_E_INVALID for null pointers or bad options; PATINA_E_CORRUPT for
+ * a malformed query record. */
+PATINA_API patina_status patina_identify_pairs(patina_refset_t *rs, const void *query, uint64_t id,
+                                               const patina_identify_opts_t *opts, float *pairs, size_t cap,
+                                               size_t *n);
+
 #ifdef __cplusplus
 }
 #endif

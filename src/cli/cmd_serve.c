@@ -24,6 +24,10 @@ static const cli_opt_t opts[] = {
     {.name = "import-dir", .type = CLI_TEXT, .arg = "DIR",
      .help = "bulk index jobs may name server-side folders under DIR (without it, only tar "
              "uploads)"},
+    {.name = "content-dir", .type = CLI_TEXT, .arg = "DIR",
+     .help = "GET .../images/KEY?content=1 serves a stored image whose key is a file under DIR "
+             "(or under --import-dir) while its size and SHA-256 are the record's (the web UI's "
+             "thumbnails); the store itself keeps no pixels"},
     {.name = "http-threads", .type = CLI_INT, .arg = "N", .min = 1, .max = 1024, .def = "8",
      .help = "threads serving connections"},
     CLI_OPT_JOBS,
@@ -42,6 +46,12 @@ static const cli_opt_t opts[] = {
      .help = "a connection idle this long is closed (slow clients)"},
     {.name = "max-connections", .type = CLI_INT, .arg = "N", .min = 1, .max = 100000, .def = "512",
      .help = "open connections at once; more are refused"},
+    {.name = "max-per-ip", .type = CLI_INT, .arg = "N", .min = 1, .max = 100000, .def = "64",
+     .help = "open connections from one client address at once; more are refused at accept"},
+    {.name = "request-timeout", .type = CLI_INT, .arg = "SECONDS", .min = 1, .max = 86400, .def = "60",
+     .help = "a request must arrive whole (request line, headers, body) within this many seconds "
+             "of its connection being ready for it; a slower one gets its connection closed "
+             "(a client trickling bytes under --timeout is cut off)"},
     {.name = "max-jobs", .type = CLI_INT, .arg = "N", .min = 1, .max = 100000, .def = "16",
      .help = "bulk index jobs waiting to run; more get 429"},
     {.name = "max-queue", .type = CLI_INT, .arg = "N", .min = 1, .max = 10000000, .def = "4096",
@@ -99,6 +109,9 @@ static int run_serve(const cli_args_t *a)
     c.token_file = cli_get(a, "token-file")->set ? cli_get(a, "token-file")->text : NULL;
     c.web_dir = cli_get(a, "web")->set ? cli_get(a, "web")->text : NULL;
     c.import_dir = cli_get(a, "import-dir")->set ? cli_get(a, "import-dir")->text : NULL;
+    c.content_dir = cli_get(a, "content-dir")->set ? cli_get(a, "content-dir")->text : NULL;
+    c.request_timeout_s = (unsigned)cli_get(a, "request-timeout")->i;
+    c.max_per_ip = (unsigned)cli_get(a, "max-per-ip")->i;
     c.http_threads = (int)cli_get(a, "http-threads")->i;
     c.workers = cli_get(a, "jobs")->set ? (int)cli_get(a, "jobs")->i : 0;
     c.job_threads = cli_get(a, "job-threads")->set ? (int)cli_get(a, "job-threads")->i : 0;

@@ -653,21 +653,17 @@ static void match_task(void *arg, size_t t, int worker)
     }
 }
 
-static void verify_task(void *arg, size_t t, int worker)
+/* Matches prepared query qr against reference r (image id) and verifies
+ * the correspondences with RANSAC: sc->mt holds the nm correspondences,
+ * sc->inl their inlier mask; returns the inlier count. The seed depends on
+ * the id only, so patina_identify_pairs repeats exactly what
+ * patina_identify computed. */
+static size_t verify_pair(scratch_t *sc, const unsigned char *qr, const unsigned char *r, uint64_t id,
+                          const patina_identify_opts_t *o, size_t *nm_out)
 {
-    job_t *jb = arg;
-    size_t q = t / jb->nverify, c = t % jb->nverify, nm, i;
-    const unsigned char *qr = jb->queries + q * jb->qbytes, *r;
-    scratch_t *sc = &jb->sc[worker];
-    cand_t *cd;
+    size_t nm, i;
     double thr, side;
-    uint64_t id;
-    if (c >= jb->ncands[q]) return;
-    cd = &jb->cands[q * jb->ncap + c];
-    r = jb->rs->recs + (size_t)cd->ref * jb->rs->stride;
-    id = jb->rs->ids[cd->ref];
-    prepare_query(sc, qr);
-    nm = match_pair(sc, qr, r, jb->o);
+    nm = match_pair(sc, qr, r, o);
     for (i = 0; i < nm; i++) {
         float gq[4], gr[4];
         rs_geom_get(qr, (size_t)sc->mt[i].q, gq);
@@ -681,14 +677,28 @@ static void verify_task(void *arg, size_t t, int worker)
         sc->rsh[2 * i] = log(gr[2] > 0 ? gr[2] : 1e-9);
         sc->rsh[2 * i + 1] = gr[3];
     }
+    *nm_out = nm;
     /* The inlier distance scales with the reference image (its original
      * pixels, where keypoints are): ransac_threshold x its longer side. */
     side = (double)(rs_size(r, 2) > rs_size(r, 3) ? rs_size(r, 2) : rs_size(r, 3));
     if (side <= 0) side = 1024;
-    thr = jb->o->ransac_threshold * side;
-    cd->inliers = (uint32_t)idf_ransac(NULL, sc->inl, sc->qp, sc->rp, jb->o->shape_check ? sc->qsh : NULL,
-                                       jb->o->shape_check ? sc->rsh : NULL, nm, jb->o->model, thr, jb->o->iterations,
-                                       jb->o->seed ^ (id * 0x9E3779B97F4A7C15ull));
+    thr = o->ransac_threshold * side;
+    return idf_ransac(NULL, sc->inl, sc->qp, sc->rp, o->shape_check ? sc->qsh : NULL, o->shape_check ? sc->rsh : NULL,
+                      nm, o->model, thr, o->iterations, o->seed ^ (id * 0x9E3779B97F4A7C15ull));
+}
+
+static void verify_task(void *arg, size_t t, int worker)
+{
+    job_t *jb = arg;
+    size_t q = t / jb->nverify, c = t % jb->nverify, nm;
+    const unsigned char *qr = jb->queries + q * jb->qbytes, *r;
+    scratch_t *sc = &jb->sc[worker];
+    cand_t *cd;
+    if (c >= jb->ncands[q]) return;
+    cd = &jb->cands[q * jb->ncap + c];
+    r = jb->rs->recs + (size_t)cd->ref * jb->rs->stride;
+    prepare_query(sc, qr);
+    cd->inliers = (uint32_t)verify_pair(sc, qr, r, jb->rs->ids[cd->ref], jb->o, &nm);
     cd->verified = 1;
 }
 
@@ -944,5 +954,50 @@ out:
     free(jb.ntcands);
     free(jb.cands);
     free(jb.ncands);
+    return s;
+}
+
+patina_status patina_identify_pairs(patina_refset_t *rs, const void *query, uint64_t id,
+                                    const patina_identify_opts_t *opts, float *pairs, size_t cap, size_t *n)
+{
+    patina_identify_opts_t o;
+    scratch_t sc;
+    size_t slot, nm, i, k = 0;
+    int found;
+    patina_status s = PATINA_OK;
+    if (!rs || !query || !n || (cap && !pairs)) return patina__fail(PATINA_E_INVALID, "identify pairs: null argument");
+    *n = 0;
+    if (opts) o = *opts;
+    else patina_identify_opts_init(&o);
+    PATINA_TRY(check_opts(&o));
+    PATINA_TRY(rs_record_check(query, patina_identify_query_bytes(rs), "identify pairs: query"));
+    pthread_rwlock_rdlock(&rs->lock);
+    slot = find_slot(rs, id, &found);
+    if (!found || rs->dead[slot]) {
+        s = patina__fail(PATINA_E_NOTFOUND, "identify pairs: the reference set holds no id %llu",
+                         (unsigned long long)id);
+        goto out;
+    }
+    if (!scratch_new(&sc, (size_t)params_of(rs)->n, (size_t)params_of(rs)->m)) {
+        scratch_free(&sc);
+        s = patina__fail(PATINA_E_NOMEM, "identify pairs: out of memory for scratch");
+        goto out;
+    }
+    prepare_query(&sc, query);
+    verify_pair(&sc, query, rs->recs + slot * rs->stride, id, &o, &nm);
+    for (i = 0; i < nm; i++) {
+        if (!sc.inl[i]) continue;
+        if (k < cap) {
+            pairs[4 * k] = (float)sc.qp[2 * i];
+            pairs[4 * k + 1] = (float)sc.qp[2 * i + 1];
+            pairs[4 * k + 2] = (float)sc.rp[2 * i];
+            pairs[4 * k + 3] = (float)sc.rp[2 * i + 1];
+        }
+        k++;
+    }
+    *n = k;
+    scratch_free(&sc);
+out:
+    pthread_rwlock_unlock(&rs->lock);
     return s;
 }

@@ -651,7 +651,8 @@ patina_status colls_remove(scoll_t *sc, const char *key, uint64_t *idp)
 /* ---------------------------------------------------------------- identify */
 
 patina_status colls_identify(scoll_t *sc, const void *data, size_t size, const patina_identify_opts_t *opts,
-                             patina_identify_result_t *res, patina_identify_hit_t *hits, char **keys)
+                             patina_identify_result_t *res, patina_identify_hit_t *hits, char **keys, float **pairs,
+                             size_t *npairs)
 {
     server_t *srv = sc->srv;
     patina_image_t img;
@@ -694,6 +695,20 @@ patina_status colls_identify(scoll_t *sc, const void *data, size_t size, const p
             rec.key = NULL;
         }
         patina_record_release(&rec);
+    }
+    /* the verified candidates' inlier pairs, for drawing */
+    for (i = 0; s == PATINA_OK && i < res->nhits; i++) {
+        size_t n = 0;
+        pairs[i] = NULL;
+        npairs[i] = 0;
+        if (!hits[i].verified || !hits[i].inliers) continue;
+        if (!(pairs[i] = malloc((size_t)hits[i].inliers * 4 * sizeof **pairs))) {
+            s = serve_fail(PATINA_E_NOMEM, "out of memory");
+            break;
+        }
+        if ((s = patina_identify_pairs(sc->refset, qrec, hits[i].id, opts, pairs[i], hits[i].inliers, &n)) != PATINA_OK)
+            serve_lib(s, "keypoint pairs");
+        npairs[i] = n < hits[i].inliers ? n : hits[i].inliers;
     }
     patina_snapshot_free(snap);
     pthread_rwlock_unlock(&sc->lock);

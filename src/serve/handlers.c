@@ -73,6 +73,11 @@ static int queue(req_t *r, unsigned status, struct MHD_Response *resp)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
     }
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    {   /* answered: --request-timeout no longer applies to this request */
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        sconn_t *c = ci ? ci->socket_context : NULL;
+        if (c) atomic_store(&c->receiving, 0);
+    }
     ok = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     r->answered = 1;
@@ -485,13 +490,97 @@ static int h_collections(req_t *r)
     return reply_json(r, 200, o);
 }
 
+/* 1 when the resolved path `real` is dir or under it (dir a realpath). */
+static int path_under(const char *real, const char *dir)
+{
+    size_t n = strlen(dir);
+    if (!n) return 0;
+    if (!strcmp(dir, "/")) return 1;
+    return !strncmp(real, dir, n) && (real[n] == '/' || real[n] == '\0');
+}
+
+/* GET .../images/KEY?content=1: the image's original bytes. The store keeps
+ * no pixels, only the key, size and SHA-256; a key that is an absolute
+ * path (what `patina index` and folder jobs store) is served from that
+ * file when its resolved path is under --content-dir or --import-dir and
+ * its size and SHA-256 are still the record's. Otherwise 404 saying why
+ * (uploaded images: their bytes were never kept). */
+static int h_image_content(req_t *r, scoll_t *sc, const patina_record_t *rec)
+{
+    const server_t *srv = r->srv;
+    char real[PATH_MAX];
+    uint8_t sum[32], *data = NULL;
+    struct stat st;
+    ssize_t got;
+    size_t done = 0;
+    int fd;
+    const char *ctype;
+    struct MHD_Response *resp;
+    if (rec->key[0] != '/')
+        return reply_problem(r, 404, "image '%s' of '%s' has no stored content: the server keeps descriptors, not "
+                                     "pixels, and this key is not a file path",
+                             rec->key, sc->name);
+    if (!realpath(rec->key, real))
+        return reply_problem(r, 404, "image '%s': its file is gone (%s)", rec->key, strerror(errno));
+    if (!path_under(real, srv->content_dir) && !path_under(real, srv->import_dir))
+        return reply_problem(r, 404, "image '%s': its file is not under --content-dir or --import-dir, so it is "
+                                     "not served",
+                             rec->key);
+    fd = open(real, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != rec->size) {
+        if (fd >= 0) close(fd);
+        return reply_problem(r, 404, "image '%s': the file changed since it was indexed", rec->key);
+    }
+    if (rec->size > r->srv->cfg->max_body) {
+        close(fd);
+        return reply_problem(r, 404, "image '%s': its %llu bytes are more than this server sends (--max-body)",
+                             rec->key, (unsigned long long)rec->size);
+    }
+    if (!(data = malloc(rec->size ? rec->size : 1))) {
+        close(fd);
+        return reply_problem(r, 503, "out of memory");
+    }
+    while (done < rec->size && (got = read(fd, data + done, rec->size - done)) > 0) done += (size_t)got;
+    close(fd);
+    patina_sha256(sum, data, done);
+    if (done != rec->size || memcmp(sum, rec->sha256, 32)) {
+        free(data);
+        return reply_problem(r, 404, "image '%s': the file changed since it was indexed", rec->key);
+    }
+    switch (patina_format_sniff(data, done)) {
+    case PATINA_FORMAT_JPEG: ctype = "image/jpeg"; break;
+    case PATINA_FORMAT_PNG: ctype = "image/png"; break;
+    case PATINA_FORMAT_PNM: ctype = "image/x-portable-anymap"; break;
+    default: ctype = "application/octet-stream"; break;
+    }
+    resp = MHD_create_response_from_buffer(done, data, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(data);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    return queue(r, 200, resp);
+}
+
 static int h_get_image(req_t *r, scoll_t *sc)
 {
     patina_record_t rec;
     patina_status s = patina_collection_get_by_key(sc->c, r->rest, &rec);
+    const char *content = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "content");
     json_t *o;
     if (s == PATINA_E_NOTFOUND) return reply_problem(r, 404, "collection '%s' has no image '%s'", sc->name, r->rest);
     if (s != PATINA_OK) return reply_status(r, serve_lib(s, "lookup"));
+    if (content && strcmp(content, "0")) {
+        int rc;
+        if (strcmp(content, "1")) {
+            patina_record_release(&rec);
+            return reply_problem(r, 400, "'content' must be 0 or 1, not '%.40s'", content);
+        }
+        rc = h_image_content(r, sc, &rec);
+        patina_record_release(&rec);
+        return rc;
+    }
     o = record_json(sc, &rec);
     patina_record_release(&rec);
     return reply_json(r, 200, o);
@@ -750,12 +839,17 @@ static int h_identify(req_t *r, scoll_t *sc)
     patina_identify_result_t res;
     patina_identify_hit_t *hits = NULL;
     char **keys = NULL;
+    float **pairs = NULL;
+    size_t *npairs = NULL;
+    uint64_t maxpairs = 200;
     patina_status s;
     json_t *o, *a;
     size_t i;
     if (params_read(&p, r, BODY_IMAGE | BODY_MULTIPART) != 0) return MHD_YES;
     patina_identify_opts_init(&io);
-    if (param_u64(&p, "k", &k, NULL) || param_u64(&p, "verify", &verify, NULL)) goto done;
+    if (param_u64(&p, "k", &k, NULL) || param_u64(&p, "verify", &verify, NULL) ||
+        param_u64(&p, "pairs", &maxpairs, NULL))
+        goto done;
     if (param_num(&p, "threshold", &num, &given)) goto done;
     if (given) io.threshold = num;
     if (param_num(&p, "ratio", &num, &given)) goto done;
@@ -783,12 +877,14 @@ static int h_identify(req_t *r, scoll_t *sc)
     io.device = r->srv->device;
     hits = calloc(io.k, sizeof *hits);
     keys = calloc(io.k, sizeof *keys);
-    if (!hits || !keys) {
+    pairs = calloc(io.k, sizeof *pairs);
+    npairs = calloc(io.k, sizeof *npairs);
+    if (!hits || !keys || !pairs || !npairs) {
         reply_problem(r, 503, "out of memory");
         goto done;
     }
     memset(&res, 0, sizeof res);
-    s = colls_identify(sc, p.data, p.size, &io, &res, hits, keys);
+    s = colls_identify(sc, p.data, p.size, &io, &res, hits, keys, pairs, npairs);
     if (s != PATINA_OK) {
         reply_problem(r, s == PATINA_E_NOTFOUND ? 422 : status_http(s), "%s", serve_msg);
         goto done;
@@ -807,13 +903,26 @@ static int h_identify(req_t *r, scoll_t *sc)
         json_object_set_new(h, "matches", json_integer(hits[i].matches));
         json_object_set_new(h, "inliers", json_integer(hits[i].inliers));
         json_object_set_new(h, "verified", json_boolean(hits[i].verified));
+        if (hits[i].verified) {
+            /* at most `pairs` of them, evenly spread over the inliers */
+            json_t *pa = json_array();
+            size_t j, shown = npairs[i] < maxpairs ? npairs[i] : (size_t)maxpairs;
+            for (j = 0; j < shown; j++) {
+                const float *q = pairs[i] + 4 * (j * npairs[i] / shown);
+                json_array_append_new(pa, json_pack("[ffff]", (double)q[0], (double)q[1], (double)q[2], (double)q[3]));
+            }
+            json_object_set_new(h, "pairs", pa);
+        }
         json_array_append_new(a, h);
     }
     json_object_set_new(o, "hits", a);
     reply_json(r, 200, o);
 done:
     for (i = 0; keys && i < io.k; i++) free(keys[i]);
+    for (i = 0; pairs && i < io.k; i++) free(pairs[i]);
     free(keys);
+    free(pairs);
+    free(npairs);
     free(hits);
     params_release(&p);
     return MHD_YES;

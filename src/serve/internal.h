@@ -161,9 +161,13 @@ patina_status colls_remove(scoll_t *sc, const char *key, uint64_t *id);
 /* Marks the indexes of sc stale (a bulk job committed rows). */
 void colls_mark_stale(scoll_t *sc);
 /* Identifies one uploaded photograph; res/hits sized by opts->k; keys
- * (nhits, malloc'd strings) looked up under the lock. */
+ * (nhits, malloc'd strings) looked up under the lock; pairs[i] (malloc'd,
+ * (npairs[i], 4) floats: query x, y, reference x, y) the verified inlier
+ * pairs of hit i (NULL and 0 when it was not verified). The caller frees
+ * keys[i] and pairs[i]. */
 patina_status colls_identify(scoll_t *sc, const void *data, size_t size, const patina_identify_opts_t *opts,
-                             patina_identify_result_t *res, patina_identify_hit_t *hits, char **keys);
+                             patina_identify_result_t *res, patina_identify_hit_t *hits, char **keys, float **pairs,
+                             size_t *npairs);
 
 /* Searches waiting in batchers (the queue depth metric). */
 extern atomic_long colls_queue_depth;
@@ -208,9 +212,27 @@ struct server {
     size_t nfree_ctx, cap_ctx;
     char web_dir[PATH_MAX];
     char import_dir[PATH_MAX];  /* realpath; "" when folder jobs are off */
+    char content_dir[PATH_MAX]; /* realpath; images whose key is a file under it (or import_dir)
+                                 * are served by ?content=1; "" when not given */
     jobs_t *jobs;
     double started;
+    /* open connections, for the request time limit (server.c) */
+    pthread_mutex_t conns_mu;
+    struct sconn *conns;
+    pthread_t reaper;
+    int reaper_started;
+    atomic_int reaper_stop;
 };
+
+/* An open connection (libmicrohttpd's socket context): the reaper closes
+ * one that has been receiving a request for longer than --request-timeout. */
+typedef struct sconn {
+    int fd;
+    atomic_int receiving;       /* a request (line, headers, body) is arriving */
+    _Atomic double ready;       /* when the connection became ready for that request */
+    int cut;
+    struct sconn *prev, *next;  /* under server.conns_mu */
+} sconn_t;
 
 /* The calling thread's message for the status a src/serve/ function
  * returned (the library's own is copied in by serve_lib). */
@@ -242,6 +264,7 @@ typedef struct req {
     uint8_t *body;
     size_t len, cap, limit;
     int answered;               /* a response is queued (before or after the body) */
+    int over;                   /* a chunked body passed the limit: the rest is dropped, then 413 */
     int status;
     double t0;
 } req_t;

@@ -21,6 +21,9 @@ typedef struct serve_config {
     const char *token_file;     /* bearer token for writes; NULL: a random one, printed */
     const char *web_dir;        /* static files served at /; NULL: the built-in default */
     const char *import_dir;     /* folder jobs must name a folder under it; NULL: folder jobs off */
+    const char *content_dir;    /* stored images whose key is a file under it are served (?content=1) */
+    unsigned request_timeout_s; /* a request must arrive whole (headers and body) within this */
+    unsigned max_per_ip;        /* open connections per client address at most */
     int http_threads;           /* libmicrohttpd's thread pool */
     int workers;                /* CPU threads of the search context (0: all CPUs) */
     int job_threads;            /* CPU threads of the bulk index jobs (0: all CPUs) */

@@ -160,6 +160,74 @@ static int token_ok(const server_t *srv, const char *auth)
     return d == 0;
 }
 
+/* ------------------------------------------------- request time limit */
+
+static sconn_t *sconn_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* The connection's request is in (or answered): the time limit stops. */
+static void request_arrived(struct MHD_Connection *conn)
+{
+    sconn_t *c = sconn_of(conn);
+    if (c) atomic_store(&c->receiving, 0);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    server_t *srv = cls;
+    sconn_t *c = *socket_context;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!ci || !(c = calloc(1, sizeof *c))) return; /* not watched: only --timeout applies */
+        c->fd = ci->connect_fd;
+        atomic_store(&c->ready, serve_now());
+        atomic_store(&c->receiving, 1);
+        pthread_mutex_lock(&srv->conns_mu);
+        c->next = srv->conns;
+        if (srv->conns) srv->conns->prev = c;
+        srv->conns = c;
+        pthread_mutex_unlock(&srv->conns_mu);
+        *socket_context = c;
+    } else if (c) {
+        /* libmicrohttpd closes the socket after this call returns: the
+         * reaper, holding the mutex, never shuts down a reused descriptor */
+        pthread_mutex_lock(&srv->conns_mu);
+        if (c->prev) c->prev->next = c->next;
+        else srv->conns = c->next;
+        if (c->next) c->next->prev = c->prev;
+        pthread_mutex_unlock(&srv->conns_mu);
+        free(c);
+        *socket_context = NULL;
+    }
+}
+
+/* Every 100 ms: shuts down the sockets of connections whose request has
+ * been arriving for longer than --request-timeout (libmicrohttpd then sees
+ * the connection end and closes it in its own thread). */
+static void *reaper_main(void *arg)
+{
+    server_t *srv = arg;
+    while (!atomic_load(&srv->reaper_stop)) {
+        double now = serve_now(), limit = (double)srv->cfg->request_timeout_s;
+        sconn_t *c;
+        pthread_mutex_lock(&srv->conns_mu);
+        for (c = srv->conns; c; c = c->next)
+            if (!c->cut && atomic_load(&c->receiving) && now - atomic_load(&c->ready) > limit) {
+                c->cut = 1;
+                shutdown(c->fd, SHUT_RDWR);
+                serve_log("a request took longer than %u s to arrive (--request-timeout): connection closed",
+                          srv->cfg->request_timeout_s);
+            }
+        pthread_mutex_unlock(&srv->conns_mu);
+        usleep(100000);
+    }
+    return NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_size, void **con_cls)
 {
@@ -223,14 +291,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (*upload_size) {
-        if (!r->answered) {
+        if (!r->answered && !r->over) {
             if (*upload_size > r->limit - r->len) {
                 /* a chunked body past the limit (a declared one is refused up
-                 * front): a response cannot be queued while the body is still
-                 * arriving, so the connection is closed */
-                serve_log("%s %s: chunked body over %llu bytes; connection closed", method, url,
-                          (unsigned long long)r->limit);
-                return MHD_NO;
+                 * front): libmicrohttpd takes a response only once the body
+                 * is in, so the rest is read and dropped and the 413 follows
+                 * it; --request-timeout bounds how long that may take */
+                r->over = 1;
+                free(r->body);
+                r->body = NULL;
+                r->len = r->cap = 0;
+                *upload_size = 0;
+                return MHD_YES;
             }
             if (r->len + *upload_size + 1 > r->cap) {
                 size_t cap = r->cap ? r->cap : 65536;
@@ -246,7 +318,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_size = 0;
         return MHD_YES;
     }
+    request_arrived(conn);
     if (r->answered) return MHD_YES;
+    if (r->over)
+        return reply_problem(r, 413, "the chunked body exceeds this server's limit of %llu bytes (%s)",
+                             (unsigned long long)r->limit, r->route == ROUTE_COLL_JOBS ? "--max-tar" : "--max-body");
     if (r->body) r->body[r->len] = '\0';
     handle(r);
     if (!r->answered) reply_problem(r, 500, "the endpoint gave no answer");
@@ -258,8 +334,14 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     server_t *srv = cls;
     req_t *r = *con_cls;
     double dt;
-    (void)conn;
     if (!r) return;
+    {
+        sconn_t *c = sconn_of(conn);
+        if (c) { /* a kept-alive connection is ready for its next request */
+            atomic_store(&c->ready, serve_now());
+            atomic_store(&c->receiving, 1);
+        }
+    }
     dt = serve_now() - r->t0;
     metrics_observe(r->metric, r->answered ? (unsigned)r->status : 0, dt);
     if (!srv->cfg->quiet)
@@ -425,6 +507,7 @@ int serve_run(const serve_config_t *cfg)
     srv.cfg = cfg;
     srv.started = serve_now();
     pthread_mutex_init(&srv.ctx_mu, NULL);
+    pthread_mutex_init(&srv.conns_mu, NULL);
     patina_limits_init(&srv.limits);
     srv.limits.max_pixels = cfg->max_pixels;
     srv.limits.max_file_bytes = cfg->max_body > cfg->max_tar ? cfg->max_body : cfg->max_tar;
@@ -435,6 +518,10 @@ int serve_run(const serve_config_t *cfg)
     if (cfg->token_file ? read_token(&srv, cfg->token_file) : make_token(&srv)) return 2;
     if (cfg->import_dir && !realpath(cfg->import_dir, srv.import_dir)) {
         fprintf(stderr, "patina serve: --import-dir %s: %s\n", cfg->import_dir, strerror(errno));
+        return 2;
+    }
+    if (cfg->content_dir && !realpath(cfg->content_dir, srv.content_dir)) {
+        fprintf(stderr, "patina serve: --content-dir %s: %s\n", cfg->content_dir, strerror(errno));
         return 2;
     }
     pick_web_dir(&srv);
@@ -475,6 +562,8 @@ int serve_run(const serve_config_t *cfg)
                          MHD_OPTION_LISTEN_SOCKET, fd,
                          MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads,
                          MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections,
+                         MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_per_ip,
+                         MHD_OPTION_NOTIFY_CONNECTION, on_connection, &srv,
                          MHD_OPTION_CONNECTION_TIMEOUT, cfg->timeout_s,
                          MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536,
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, &srv,
@@ -484,6 +573,8 @@ int serve_run(const serve_config_t *cfg)
         rc = 3;
         goto out;
     }
+    if (pthread_create(&srv.reaper, NULL, reaper_main, &srv) == 0) srv.reaper_started = 1;
+    else serve_log("no request-time watcher thread: only --timeout applies");
     fprintf(stderr, "patina serve: listening on %s\n", where);
     for (i = 0; i < srv.ncolls; i++)
         fprintf(stderr, "patina serve: collection '%s' (%s) at %s/v1/collections/%s\n", srv.colls[i].name,
@@ -504,6 +595,10 @@ int serve_run(const serve_config_t *cfg)
     for (t = serve_now(); atomic_load(&srv.inflight) > 0 && serve_now() - t < cfg->drain_s;) usleep(10000);
     if (atomic_load(&srv.inflight) > 0) serve_log("%ld requests still in flight are cut off", atomic_load(&srv.inflight));
 out:
+    if (srv.reaper_started) {
+        atomic_store(&srv.reaper_stop, 1);
+        pthread_join(srv.reaper, NULL);
+    }
     if (d) MHD_stop_daemon(d);
     else if (fd >= 0 && rc) close(fd);
     jobs_stop(&srv);
@@ -512,6 +607,7 @@ out:
     free(srv.free_ctx);
     patina_context_free(srv.ctx);
     pthread_mutex_destroy(&srv.ctx_mu);
+    pthread_mutex_destroy(&srv.conns_mu);
     if (!rc) serve_log("stopped");
     return rc;
 }
