@@ -1352,9 +1352,29 @@ static patina_status pipe_rows(pipe_t *p, const lbent_t *ord, size_t i0, size_t 
 }
 
 /* One query through the paper's pipeline: hits as knn_one / range_one. */
-static patina_status pipe_one(patina_gpu_t *g, const pgpu_sqfd_index_t *gv, const patina_pivot_index_t *pi, qview_t *v,
-                              size_t k, double radius, patina_pivot_bound bound, size_t max_hits, patina_hit_t *hits,
-                              size_t *count, patina_hit_t **rh, size_t st[3])
+/* The rows a range query's bounds keep (keep[r] = 1), rows spread over
+ * the workers: the pipeline's CPU filter. */
+typedef struct keep_job {
+    const patina_pivot_index_t *pi;
+    const qview_t *v;
+    double R;
+    int ptolemaic;
+    uint8_t *keep;
+} keep_job_t;
+
+static void keep_task(void *arg, size_t t, int worker)
+{
+    const keep_job_t *j = arg;
+    const size_t r0 = t * ROW_CHUNK, r1 = r0 + ROW_CHUNK < j->pi->n ? r0 + ROW_CHUNK : j->pi->n;
+    (void)worker;
+    for (size_t r = r0; r < r1; r++)
+        j->keep[r] = !(metric_lb(j->pi, j->v, r) > j->R) && !(j->ptolemaic && ptolemy_excludes(j->pi, j->v, r, j->R));
+}
+
+static patina_status pipe_one(patina_gpu_t *g, patina_pool_t *pool, const pgpu_sqfd_index_t *gv,
+                              const patina_pivot_index_t *pi, qview_t *v, size_t k, double radius,
+                              patina_pivot_bound bound, size_t max_hits, patina_hit_t *hits, size_t *count,
+                              patina_hit_t **rh, size_t st[3])
 {
     const size_t n = pi->n;
     pipe_t p;
@@ -1383,7 +1403,8 @@ static patina_status pipe_one(patina_gpu_t *g, const pgpu_sqfd_index_t *gv, cons
          * those within the radius that leaves, sorted; blocks of BLOCK with
          * at most 2 in flight, the radius refined as blocks return */
         const size_t m = p.take > BLOCK ? p.take : BLOCK;
-        for (size_t r = 0; r < n; r++) ord[r] = (lbent_t){metric_lb(pi, v, r), r};
+        lb_job_t j = {pi, v, ord};
+        patina_pool_run(pool, (n + ROW_CHUNK - 1) / ROW_CHUNK, lb_task, &j);
         if (m >= n) {
             qsort(ord, n, sizeof *ord, lb_cmp);
             s = pipe_rows(&p, ord, 0, n, BLOCK, bound);
@@ -1398,6 +1419,25 @@ static patina_status pipe_one(patina_gpu_t *g, const pgpu_sqfd_index_t *gv, cons
             qsort(ord + m, w - m, sizeof *ord, lb_cmp);
             if (s == PATINA_OK) s = pipe_rows(&p, ord, m, w, BLOCK, bound);
         }
+    } else if (!k && v->usable) {
+        /* range: the bounds on the workers, the survivors sent in blocks of PIPE_RANGE_BLOCK */
+        keep_job_t j = {pi, v, p.R, bound == PATINA_BOUND_PTOLEMAIC, malloc(n + 1)};
+        size_t s0 = 0;
+        if (!j.keep) {
+            s = nomem("pipeline");
+            goto done;
+        }
+        patina_pool_run(pool, (n + ROW_CHUNK - 1) / ROW_CHUNK, keep_task, &j);
+        for (size_t r = 0; s == PATINA_OK && r < n; r++)
+            if (j.keep[r]) {
+                p.rows[p.sent++] = (uint32_t)r;
+                if (p.sent - s0 == PIPE_RANGE_BLOCK) {
+                    s = pipe_send(&p, s0);
+                    s0 = p.sent;
+                }
+            }
+        if (s == PATINA_OK) s = pipe_send(&p, s0);
+        free(j.keep);
     } else {
         s = pipe_rows(&p, NULL, 0, n, k ? BLOCK : PIPE_RANGE_BLOCK, bound);
     }
@@ -1497,8 +1537,9 @@ static patina_status gpu_batch(patina_context_t *ctx, batch_t *b, size_t nq, pat
     uint32_t **cand = calloc(nq, sizeof *cand);
     size_t *ncand = calloc(nq, sizeof *ncand), st[3] = {0, 0, 0}, gpu_q = 0;
     uint8_t *cpu = calloc(nq, 1);
+    patina_pool_t *pool = NULL;
     patina_status s = PATINA_OK;
-    int ok = 1;
+    int ok = 1, own = 0;
     if (!sqq || !alo || !ahi || !eps || !a || !cand || !ncand || !cpu) {
         s = nomem("queries");
         goto done;
@@ -1513,7 +1554,12 @@ static patina_status gpu_batch(patina_context_t *ctx, batch_t *b, size_t nq, pat
         s = patina__fail(PATINA_E_UNAVAILABLE, "search: the GPU strategies need a context with a GPU");
         goto done;
     }
-    if ((s = patina__context_gpu_acquire(ctx, &g)) != PATINA_OK) goto done;
+    /* the workers (the pipeline's CPU filter), then the GPU: the order every nesting takes */
+    if (strategy == PATINA_PIVOT_PIPELINE && (s = patina__workers_begin(ctx, 0, &pool, &own)) != PATINA_OK) goto done;
+    if ((s = patina__context_gpu_acquire(ctx, &g)) != PATINA_OK) {
+        if (strategy == PATINA_PIVOT_PIPELINE) patina__workers_end(ctx, pool, own);
+        goto done;
+    }
     s = gpu_intervals(g, pi, b->queries, sqq, nq, alo, ahi, &ok);
     if (s == PATINA_OK && ok) {
         st[0] += nq * np;
@@ -1539,7 +1585,7 @@ static patina_status gpu_batch(patina_context_t *ctx, batch_t *b, size_t nq, pat
                 v.ahi = ahi + q * np;
                 v.eps = eps[q];
                 v.usable = b->bound != PATINA_BOUND_NONE;
-                s = pipe_one(g, &gv, pi, &v, b->lists ? 0 : b->k, b->radius, b->bound, b->max_hits,
+                s = pipe_one(g, pool, &gv, pi, &v, b->lists ? 0 : b->k, b->radius, b->bound, b->max_hits,
                              b->lists ? NULL : b->hits + q * b->k, &b->counts[q], b->lists ? &b->lists[q] : NULL, st);
                 if (s == PATINA_E_UNAVAILABLE) { /* a query outside the kernels' domain: the CPU's */
                     patina_clear_error();
@@ -1550,6 +1596,7 @@ static patina_status gpu_batch(patina_context_t *ctx, batch_t *b, size_t nq, pat
         }
     }
     patina__context_gpu_release(ctx);
+    if (strategy == PATINA_PIVOT_PIPELINE) patina__workers_end(ctx, pool, own);
     if (s == PATINA_OK && !ok) memset(cpu, 2, nq); /* every query the CPU's */
     /* the filter's candidates ranked; the CPU's queries on this thread */
     for (size_t q = 0; s == PATINA_OK && q < nq; q++) {
