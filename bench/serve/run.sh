@@ -34,7 +34,7 @@ for i in range(n):
 PY
 t0=$(date +%s.%N)
 "$patina" index "$work/bench" "$work/imgs" -q
-echo "indexed $nimg images in $(echo "$(date +%s.%N) - $t0" | bc) s"
+echo "indexed $nimg images in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}') s"
 "$patina" serve "$work/bench" --listen 127.0.0.1:0 --device $device --max-per-ip $((conns + 16)) \
     --max-connections $((conns + 64)) -q ${SERVE_ARGS:-} 2>"$work/log" & srv=$!
 for _ in $(seq 100); do grep -q "batching window" "$work/log" 2>/dev/null && break; sleep 0.1; done
@@ -67,7 +67,7 @@ for sc in key desc; do
   kill $sampler; wait $sampler 2>/dev/null || true
   rps=$(awk '/Requests\/sec/ {print $2}' "$work/wrk.$sc")
   p50=$(awk '$1 == "50%" {print $2}' "$work/wrk.$sc"); p99=$(awk '$1 == "99%" {print $2}' "$work/wrk.$sc")
-  ms() { case $1 in *us) echo "${1%us} / 1000" | bc -l;; *ms) echo "${1%ms}";; *s) echo "${1%s} * 1000" | bc -l;; esac; }
+  ms() { case $1 in *us) awk -v v="${1%us}" 'BEGIN {print v / 1000}';; *ms) echo "${1%ms}";; *s) awk -v v="${1%s}" 'BEGIN {print v * 1000}';; esac; }
   non2xx=$(awk '/Non-2xx/ {print $NF}' "$work/wrk.$sc"); sock=$(awk '/Socket errors/ {gsub(",", ""); print $4 + $6 + $8 + $10}' "$work/wrk.$sc")
   printf "%-12s %10s %10.2f %10.2f %8s  %s%s\n" "$sc" "$rps" "$(ms "$p50")" "$(ms "$p99")" "$(( ${non2xx:-0} + ${sock:-0} ))" "$samples" "$(cat "$work/rss.$sc")"
 done
