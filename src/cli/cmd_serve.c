@@ -28,8 +28,9 @@ static const cli_opt_t opts[] = {
      .help = "GET .../images/KEY?content=1 serves a stored image whose key is a file under DIR "
              "(or under --import-dir) while its size and SHA-256 are the record's (the web UI's "
              "thumbnails); the store itself keeps no pixels"},
-    {.name = "http-threads", .type = CLI_INT, .arg = "N", .min = 1, .max = 1024, .def = "8",
-     .help = "threads serving connections"},
+    {.name = "http-threads", .type = CLI_INT, .arg = "N", .min = 1, .max = 1024, .flags = CLI_AUTO, .def = "auto",
+     .help = "threads serving connections; a search holds its thread until its batch answers, so "
+             "they bound a batch (auto: 64 on the GPU, one per CPU and at least 8 on the CPU)"},
     CLI_OPT_JOBS,
     {.name = "job-threads", .type = CLI_INT, .arg = "N", .min = 1, .max = 1024,
      .help = "CPU threads of bulk index jobs; all CPUs when not given"},
@@ -112,7 +113,7 @@ static int run_serve(const cli_args_t *a)
     c.content_dir = cli_get(a, "content-dir")->set ? cli_get(a, "content-dir")->text : NULL;
     c.request_timeout_s = (unsigned)cli_get(a, "request-timeout")->i;
     c.max_per_ip = (unsigned)cli_get(a, "max-per-ip")->i;
-    c.http_threads = (int)cli_get(a, "http-threads")->i;
+    c.http_threads = cli_get(a, "http-threads")->is_auto ? 0 : (int)cli_get(a, "http-threads")->i;
     c.workers = cli_get(a, "jobs")->set ? (int)cli_get(a, "jobs")->i : 0;
     c.job_threads = cli_get(a, "job-threads")->set ? (int)cli_get(a, "job-threads")->i : 0;
     c.max_body = cli_get(a, "max-body")->bytes;

@@ -164,13 +164,17 @@ static void *batcher_main(void *arg)
         size_t n = 0;
         while (!b->n && !b->stop) pthread_cond_wait(&b->more, &b->mu);
         if (b->stop && !b->n) break;
-        if (srv->window_us > 0 && b->n < srv->cfg->batch_max && !b->stop) {
+        /* the window ends early once the batch is full: batch_max, or every connection thread
+         * waiting in it (no other search can arrive then) */
+        const size_t full = srv->cfg->batch_max < (size_t)srv->http_threads ? srv->cfg->batch_max
+                                                                             : (size_t)srv->http_threads;
+        if (srv->window_us > 0 && b->n < full && !b->stop) {
             struct timespec dl;
             clock_gettime(CLOCK_REALTIME, &dl);
             dl.tv_nsec += srv->window_us * 1000L;
             dl.tv_sec += dl.tv_nsec / 1000000000L;
             dl.tv_nsec %= 1000000000L;
-            while (b->n < srv->cfg->batch_max && !b->stop)
+            while (b->n < full && !b->stop)
                 if (pthread_cond_timedwait(&b->more, &b->mu, &dl) == ETIMEDOUT) break;
         }
         items = last = b->head;

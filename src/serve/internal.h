@@ -202,6 +202,7 @@ struct server {
     patina_context_t *ctx;      /* searches and identification (its workers, its GPU) */
     patina_device device;       /* of searches and identification */
     long window_us;             /* the batching window */
+    int http_threads;            /* the connection threads (resolved from --http-threads) */
     patina_limits_t limits;     /* of uploaded images */
     char token[512];
     atomic_int draining;

@@ -24,7 +24,7 @@ typedef struct serve_config {
     const char *content_dir;    /* stored images whose key is a file under it are served (?content=1) */
     unsigned request_timeout_s; /* a request must arrive whole (headers and body) within this */
     unsigned max_per_ip;        /* open connections per client address at most */
-    int http_threads;           /* libmicrohttpd's thread pool */
+    int http_threads;           /* libmicrohttpd's thread pool (0: auto) */
     int workers;                /* CPU threads of the search context (0: all CPUs) */
     int job_threads;            /* CPU threads of the bulk index jobs (0: all CPUs) */
     uint64_t max_body;          /* bytes of a request body (uploads, JSON) */

@@ -553,6 +553,11 @@ int serve_run(const serve_config_t *cfg)
     }
     patina_extractor_free(probe);
     srv.window_us = cfg->batch_window_us >= 0 ? cfg->batch_window_us : got == PATINA_DEVICE_GPU ? 1000 : 0;
+    /* auto: on the GPU enough connection threads to fill batches (each waits for its batch), on
+     * the CPU one per CPU (at least 8) */
+    srv.http_threads = cfg->http_threads > 0 ? cfg->http_threads
+                       : got == PATINA_DEVICE_GPU ? 64
+                       : patina_cpu_count() > 8 ? patina_cpu_count() : 8;
     if (colls_open(&srv) != 0 || jobs_start(&srv) != 0) {
         rc = 3;
         goto out;
@@ -560,7 +565,7 @@ int serve_run(const serve_config_t *cfg)
     d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG,
                          0, NULL, NULL, on_request, &srv,
                          MHD_OPTION_LISTEN_SOCKET, fd,
-                         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads,
+                         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)srv.http_threads,
                          MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections,
                          MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_per_ip,
                          MHD_OPTION_NOTIFY_CONNECTION, on_connection, &srv,
@@ -580,8 +585,8 @@ int serve_run(const serve_config_t *cfg)
         fprintf(stderr, "patina serve: collection '%s' (%s) at %s/v1/collections/%s\n", srv.colls[i].name,
                 srv.colls[i].path, where, srv.colls[i].name);
     if (!cfg->token_file) fprintf(stderr, "patina serve: write token (Authorization: Bearer ...): %s\n", srv.token);
-    fprintf(stderr, "patina serve: searches on %s, batching window %ld us; web UI from %s\n",
-            patina_device_name(got), srv.window_us, srv.web_dir);
+    fprintf(stderr, "patina serve: searches on %s, batching window %ld us, %d connection threads; web UI from %s\n",
+            patina_device_name(got), srv.window_us, srv.http_threads, srv.web_dir);
     fflush(stderr);
 
     while (sigwait(&set, &sig) != 0) {
