@@ -6,7 +6,7 @@
  *   bench_sqfd [--n N | --synthetic N] [--centroids C] [--clusters G] [--noise S]
  *              [--alpha A] [--pivots P (0: none)] [--select farthest|random]
  *              [--queries Q] [--scan-queries QS] [--k K] [--threads T]
- *              [--collection DIR] [--no-peers]
+ *              [--collection DIR [--spec S]] [--no-peers]
  *
  * Synthetic collection (default): N signatures (default 100000) of about C
  * centroids (default 40; a record holds C, a tenth of the rows dropped at
@@ -15,7 +15,13 @@
  * a scene with every feature moved by uniform noise of width S (default
  * 0.1) and every weight scaled by 0.8..1.2. Queries are new signatures
  * made the same way. --collection DIR searches a collection's signature
- * table instead (its rows as the collection, Q of its rows as queries).
+ * table instead (its rows as the collection, Q of its rows as queries: row
+ * (i * 7919) mod n for query i): the table --spec S names, or the
+ * collection's only signature table; its records give alpha and the
+ * centroid count (--alpha and --centroids are ignored). With --pivots P the
+ * collection's stored pivot table is used when it has P pivots (patina
+ * index --pivots P; loaded and brought up to date, the load timed), else
+ * one is built.
  *
  * Reported per method: ms per query (a batch of Q queries, the context's
  * T threads, default all), the fraction of rows pruned (no SQFD), the
@@ -315,8 +321,10 @@ int main(int argc, char **argv)
     size_t n = 100000, C = 40, G = 1000, P = 32, Q = 32, QS = 4, K = 10;
     double noise = 0.1, alpha = 0.2;
     int threads = 0, sel = PATINA_PIVOTS_FARTHEST, no_peers = 0;
-    const char *coll_dir = NULL;
-    char spec[256];
+    const char *coll_dir = NULL, *coll_spec = NULL;
+    char spec[1024];
+    int pivots_loaded = 0;
+    size_t refreshed = 0;
     patina_extractor_t *ex = NULL;
     patina_context_t *ctx = NULL;
     patina_context_opts_t co;
@@ -356,6 +364,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--k")) K = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--threads")) threads = atoi(v);
         else if (!strcmp(a, "--collection")) coll_dir = v;
+        else if (!strcmp(a, "--spec")) coll_spec = v;
         else {
             fprintf(stderr, "bench_sqfd: unknown option %s\n", a);
             return 2;
@@ -371,16 +380,51 @@ int main(int argc, char **argv)
         patina_collection_t *c = NULL;
         uint8_t *descs = NULL;
         size_t got = 0, b = 0;
-        snprintf(spec, sizeof spec, "signature");
-        if ((s = patina_extractor_new(&ex, spec)) != PATINA_OK) die("extractor", s);
         if ((s = patina_collection_open(&c, coll_dir, PATINA_OPEN_READONLY, 0)) != PATINA_OK) die("open", s);
+        if (coll_spec) {
+            snprintf(spec, sizeof spec, "%s", coll_spec);
+        } else { /* the collection's only signature table */
+            char **specs = NULL;
+            size_t ns = 0, found = 0;
+            if ((s = patina_collection_tables(c, &specs, &ns)) != PATINA_OK) die("tables", s);
+            for (i = 0; i < ns; i++) {
+                if (!strncmp(specs[i], "signature", 9) && (specs[i][9] == 0 || specs[i][9] == ':')) {
+                    if (!found++) snprintf(spec, sizeof spec, "%s", specs[i]);
+                }
+                free(specs[i]);
+            }
+            free(specs);
+            if (found != 1) {
+                fprintf(stderr, "bench_sqfd: %s has %zu signature tables: name one with --spec\n", coll_dir, found);
+                return 2;
+            }
+        }
+        if ((s = patina_extractor_new(&ex, spec)) != PATINA_OK) die("extractor", s);
         if ((s = patina_collection_load(c, patina_extractor_spec(ex), &ids, &descs, &got, &b)) != PATINA_OK)
             die("load", s);
-        patina_collection_close(c);
+        if (got == 0) {
+            fprintf(stderr, "bench_sqfd: %s: table %s is empty\n", coll_dir, patina_extractor_spec(ex));
+            return 2;
+        }
         n = got;
         recs = (float *)descs;
         dim = patina_extractor_dim(ex);
         bytes = patina_extractor_bytes(ex);
+        C = (size_t)recs[1]; /* the record header: K, alpha (docs/signature.md) */
+        alpha = (double)recs[2];
+        if (P && P <= n) { /* the stored pivot table, when it has P pivots */
+            t = now();
+            s = patina_pivot_index_load(&pi, ctx, ex, c, &refreshed);
+            t_build = now() - t;
+            if (s == PATINA_OK && patina_pivot_index_pivots(pi) == P) {
+                pivots_loaded = 1;
+            } else {
+                if (s != PATINA_OK && s != PATINA_E_NOTFOUND) die("pivot load", s);
+                patina_pivot_index_free(pi);
+                pi = NULL;
+            }
+        }
+        patina_collection_close(c);
         if (Q > n) Q = n;
         if (QS > Q) QS = Q;
         qs = malloc(Q * bytes);
@@ -416,15 +460,23 @@ int main(int argc, char **argv)
            patina_context_threads(ctx));
     if (!coll_dir)
         printf("# synthetic: %zu centroids, %zu scenes, noise %g, spec %s\n", C, G, noise, spec);
+    else
+        printf("# collection table %s (k %zu, alpha %g)\n", patina_extractor_spec(ex), C, alpha);
     fflush(stdout);
 
     if ((s = patina_index_new(&idx, ex, ids, recs, n)) != PATINA_OK) die("index", s);
     patina_pivot_opts_init(&po);
     po.pivots = P;
     po.select = (patina_pivot_select)sel;
-    t = now();
-    if (P && (s = patina_pivot_index_new(&pi, ctx, ex, ids, recs, n, &po)) != PATINA_OK) die("pivots", s);
-    t_build = now() - t;
+    if (P && P > n) {
+        fprintf(stderr, "bench_sqfd: %zu pivots asked for, %zu rows\n", P, n);
+        return 2;
+    }
+    if (!pivots_loaded) {
+        t = now();
+        if (P && (s = patina_pivot_index_new(&pi, ctx, ex, ids, recs, n, &po)) != PATINA_OK) die("pivots", s);
+        t_build = now() - t;
+    }
 
     scan_hits = malloc(Q * K * sizeof *scan_hits);
     hits = malloc(Q * K * sizeof *hits);
@@ -447,7 +499,10 @@ int main(int argc, char **argv)
         if ((s = patina_index_range(ctx, idx, qs, QS, radius, &so, scan_rh, scan_rc)) != PATINA_OK) die("scan", s);
         scan_range_ms = 1e3 * (now() - t) / (double)QS;
     }
-    if (P)
+    if (pivots_loaded)
+        printf("# pivot table: the collection's (%zu pivots), %.2f s to load (%zu rows refreshed), range radius %.6g "
+               "(mean %zu-th NN distance)\n\n", P, t_build, refreshed, radius, K);
+    else if (P)
         printf("# pivot table: %.2f s to build (%zu x %zu SQFDs), range radius %.6g (mean %zu-th NN distance)\n\n",
                t_build, n, P, radius, K);
     else

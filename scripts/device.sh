@@ -43,6 +43,14 @@
 #                                          paper's block-wise kernel, PyTorch,
 #                                          OpenCV), 100k with 32 pivots at
 #                                          alpha 0.2, the samples/ collection
+#                                bench_sqfd_real  SQFD on a real collection
+#                                          of 72k images (scripts/sqfd-real.sh
+#                                          remote: the carried .carry/sqfd-real
+#                                          originals and their variants,
+#                                          indexed on the GPU, 32 pivots,
+#                                          bench_sqfd --collection); needs
+#                                          `scripts/sqfd-real.sh prepare` here
+#                                          and .carry/sqfd-real in the carry
 #                                lab_sqfd  the lab's block-wise timing
 #                                e2e       bench_pipeline: every family end to
 #                                          end on 1024^2 JPEGs cut from samples/
@@ -90,11 +98,11 @@ configure() { # configure DIR [extra cmake args...]
         -DPATINA_WERROR=ON -DPATINA_CUDA_LINEINFO=OFF -DPATINA_TEST_SHARED=ON "$@"
 }
 
-# The targets a GPU run needs: the shared library, the GPU tests, the
-# benchmarks and the lab.
+# The targets a GPU run needs: the shared library, the CLI, patina-variant
+# (bench_sqfd_real's copies), the GPU tests, the benchmarks and the lab.
 gpu_targets() { # gpu_targets BUILD_DIR
     cmake --build "$1" --target help | sed -n 's/^\.\.\. \([a-z_0-9]*\).*/\1/p' |
-        grep -E '^(patina|patina_cli|test_.*_gpu|bench_.*|lab_.*)$' | tr '\n' ' '
+        grep -E '^(patina|patina_cli|patina_variant|test_.*_gpu|bench_.*|lab_.*)$' | tr '\n' ' '
 }
 
 build() {
@@ -322,6 +330,20 @@ step_bench_sqfd_1m() {
     BENCH_TIMEOUT=${BENCH_TIMEOUT:-500} bench_one bench_sqfd _1m --synthetic 1000000 --pivots 32 --queries 64 \
         --scan-queries 2 --alpha 0.2 --no-peers
 }
+# SQFD on a real collection of ALOI's size: the carried originals
+# (scripts/sqfd-real.sh prepare) and their variants up to 72,000 images,
+# indexed with signature:k=40,alpha=0.2 on the GPU with 32 pivots, then
+# bench_sqfd --collection; the log is $OUT/bench_sqfd_real.log. About 3-5
+# minutes on 16 cores (SQFD_REAL_TARGET: another image count).
+step_bench_sqfd_real() {
+    [ -d "$ROOT/.carry/sqfd-real" ] || {
+        echo "no .carry/sqfd-real carried (scripts/sqfd-real.sh prepare, here): bench_sqfd_real skipped"
+        return
+    }
+    echo "== bench_sqfd_real (scripts/sqfd-real.sh remote)"
+    BUILD=$BUILD OUT=$OUT TARGET=${SQFD_REAL_TARGET:-72000} timeout "${BENCH_TIMEOUT:-560}" \
+        bash "$ROOT/scripts/sqfd-real.sh" remote || rc=1
+}
 step_lab_sqfd() {
     [ -x "$BUILD/lab/sqfd/lab_sqfd" ] || { echo "no lab_sqfd"; return; }
     echo "== lab_sqfd (the paper's block-wise kernel beside the production scan, 100k x 40 centroids)"
@@ -365,7 +387,7 @@ run_steps() {
         sanitize) step_sanitize ;;
         bench) step_bench ;;
         bench_cedd | bench_lbp | bench_glcm | bench_knn | bench_knn_families | bench_rootsift | bench_signature | bench_identify_match | bench_identify_gpu | \
-            lab_identify | bench_sqfd | bench_sqfd_1m | lab_sqfd) "step_$s" ;;
+            lab_identify | bench_sqfd | bench_sqfd_1m | bench_sqfd_real | lab_sqfd) "step_$s" ;;
         e2e) step_e2e ;;
         asan) step_asan ;;
         *) echo "unknown step $s" >&2; rc=2 ;;
