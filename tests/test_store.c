@@ -578,6 +578,69 @@ static void test_second_table_same_content(void **state)
     free(dir);
 }
 
+/* Several tables in one transaction (patina_collection_put_tables): both
+ * tables' descriptors with one record each; a batch whose second table
+ * fails (a wrong descriptor size for an existing table) writes nothing,
+ * not even the first table's rows; replacing with new content keeps only
+ * the tables given; bad arguments. */
+static void test_put_tables(void **state)
+{
+    char *dir = tu_tempdir("tables"), *coll = path_in(dir, "c");
+    static const char *const keys[3] = {"a.jpg", "b.jpg", "c.jpg"};
+    patina_collection_t *c;
+    patina_insert_t it[3];
+    patina_table_descs_t td[2];
+    uint8_t da[3][DA], db[3][DB], got[DA], want[DA], bad[3][DB + 1];
+    uint64_t ids[3], n;
+    size_t ln, lbytes;
+    (void)state;
+    TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_CREATE, 0));
+    for (int i = 0; i < 3; i++) {
+        fill_insert(&it[i], keys[i], da[i], DA, 1);
+        key_desc(db[i], DB, keys[i], 7);
+        it[i].desc = NULL; /* ignored */
+    }
+    td[0] = (patina_table_descs_t){SPEC_A, DA, da};
+    td[1] = (patina_table_descs_t){SPEC_B, DB, db};
+    TU_OK(patina_collection_put_tables(c, td, 2, it, 2, ids));
+    assert_int_equal(ids[0], 1);
+    assert_int_equal(ids[1], 2);
+    for (int i = 0; i < 2; i++) {
+        TU_OK(patina_collection_get_descriptor(c, SPEC_A, ids[i], got, DA));
+        assert_memory_equal(got, da[i], DA);
+        TU_OK(patina_collection_get_descriptor(c, SPEC_B, ids[i], got, DB));
+        assert_memory_equal(got, db[i], DB);
+    }
+    /* the second table fails: the third image is written to neither */
+    td[1] = (patina_table_descs_t){SPEC_B, DB + 1, bad};
+    memset(bad, 0, sizeof bad);
+    expect_error(patina_collection_put_tables(c, td, 2, it + 2, 1, ids), PATINA_E_INVALID, "holds");
+    TU_OK(patina_collection_count(c, &n));
+    assert_int_equal(n, 2);
+    TU_OK(patina_collection_table_info(c, SPEC_A, &ln, &lbytes));
+    assert_int_equal(ln, 2);
+    /* new content for a.jpg with table A only: its B descriptor goes */
+    fill_insert(&it[0], keys[0], da[0], DA, 3);
+    key_desc(want, DA, keys[0], 3);
+    td[0] = (patina_table_descs_t){SPEC_A, DA, da};
+    TU_OK(patina_collection_put_tables(c, td, 1, it, 1, ids));
+    assert_int_equal(ids[0], 1);
+    TU_OK(patina_collection_get_descriptor(c, SPEC_A, 1, got, DA));
+    assert_memory_equal(got, want, DA);
+    expect_error(patina_collection_get_descriptor(c, SPEC_B, 1, got, DB), PATINA_E_NOTFOUND, NULL);
+    /* bad arguments */
+    td[1] = (patina_table_descs_t){SPEC_A, DA, da};
+    expect_error(patina_collection_put_tables(c, td, 2, it, 1, ids), PATINA_E_INVALID, "twice");
+    expect_error(patina_collection_put_tables(c, td, 0, it, 1, ids), PATINA_E_INVALID, "no tables");
+    td[1] = (patina_table_descs_t){SPEC_B, DB, NULL};
+    expect_error(patina_collection_put_tables(c, td, 2, it, 1, ids), PATINA_E_INVALID, "no descriptors");
+    TU_OK(patina_collection_put_tables(c, td, 2, it, 0, ids)); /* n = 0: nothing */
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(coll);
+    free(dir);
+}
+
 static void test_long_keys(void **state)
 {
     char *dir = tu_tempdir("keys"), *coll = path_in(dir, "c");
@@ -2314,6 +2377,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_put_get_replace_remove),
         cmocka_unit_test(test_second_table_same_content),
+        cmocka_unit_test(test_put_tables),
         cmocka_unit_test(test_long_keys),
         cmocka_unit_test(test_map_full),
         cmocka_unit_test(test_two_writer_processes),

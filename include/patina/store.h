@@ -168,6 +168,23 @@ typedef struct patina_insert {
 PATINA_API patina_status patina_collection_put(patina_collection_t *c, const char *spec, size_t desc_bytes,
                                                const patina_insert_t *items, size_t n, uint64_t *ids);
 
+/* One table's descriptors for patina_collection_put_tables: n of desc_bytes
+ * each, in the items' order (borrowed). */
+typedef struct patina_table_descs {
+    const char *spec;
+    size_t desc_bytes;
+    const void *descs;
+} patina_table_descs_t;
+
+/* patina_collection_put for several tables at once: the n images and each
+ * table's descriptors in ONE transaction (items[i].desc is ignored), so an
+ * image is stored with all its tables or not at all. ntables >= 1, specs
+ * distinct; otherwise as patina_collection_put (ids, replacement, sizes,
+ * PATINA_E_FULL). */
+PATINA_API patina_status patina_collection_put_tables(patina_collection_t *c, const patina_table_descs_t *tables,
+                                                      size_t ntables, const patina_insert_t *items, size_t n,
+                                                      uint64_t *ids);
+
 /* Copies image id's descriptor of table `spec` (bytes must be the table's
  * size). PATINA_E_NOTFOUND when the table or the descriptor is absent. */
 PATINA_API patina_status patina_collection_get_descriptor(patina_collection_t *c, const char *spec,

@@ -577,14 +577,22 @@ patina_status colls_add(scoll_t *sc, const char *key, const void *data, size_t s
         s = serve_fail(PATINA_E_BUSY, "key '%s' exists already (PUT .../images/KEY replaces it)", key);
         goto out;
     }
-    /* one transaction per table: the first makes (or replaces) the record */
-    for (i = 0; i < ntables; i++) {
-        ins.desc = desc[i];
-        s = patina_collection_put(sc->c, patina_extractor_spec(ex[i]), patina_extractor_bytes(ex[i]), &ins, 1, &id);
-        if (s != PATINA_OK) {
-            serve_lib(s, "store");
-            break;
+    /* every table in one transaction: the record with all its descriptors, or nothing */
+    {
+        patina_table_descs_t *td = calloc(ntables, sizeof *td);
+        if (!td) {
+            s = serve_fail(PATINA_E_NOMEM, "out of memory");
+        } else {
+            for (i = 0; i < ntables; i++) {
+                td[i].spec = patina_extractor_spec(ex[i]);
+                td[i].desc_bytes = patina_extractor_bytes(ex[i]);
+                td[i].descs = desc[i];
+            }
+            s = patina_collection_put_tables(sc->c, td, ntables, &ins, 1, &id);
+            if (s != PATINA_OK) serve_lib(s, "store");
+            free(td);
         }
+        i = s == PATINA_OK ? ntables : 0;
     }
     if (i > 0) { /* committed: the loaded indexes and the reference set follow */
         sindex_t *si;

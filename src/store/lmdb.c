@@ -2219,6 +2219,65 @@ patina_status patina_collection_put(patina_collection_t *c, const char *spec, si
     return s;
 }
 
+patina_status patina_collection_put_tables(patina_collection_t *c, const patina_table_descs_t *tables,
+                                           size_t ntables, const patina_insert_t *items, size_t n, uint64_t *ids)
+{
+    MDB_txn *txn;
+    patina_insert_t *view = NULL;
+    patina_status s = PATINA_OK;
+    size_t t, i, len, bytes = 0;
+    int rc, full = 0, nospace;
+    if (!c) return patina__fail(PATINA_E_INVALID, "store: null collection");
+    PATINA_TRY(check_writable(c, "add records"));
+    c = shared_of(c);
+    if (ntables == 0 || !tables) return patina__fail(PATINA_E_INVALID, "store: no tables");
+    if (n && !items) return patina__fail(PATINA_E_INVALID, "store: null items");
+    for (t = 0; t < ntables; t++) {
+        PATINA_TRY(check_spec(tables[t].spec));
+        if (tables[t].desc_bytes == 0 || tables[t].desc_bytes > DESC_MAX)
+            return patina__fail(PATINA_E_INVALID, "store: descriptor size %zu not in 1..%u", tables[t].desc_bytes,
+                                DESC_MAX);
+        if (n && !tables[t].descs)
+            return patina__fail(PATINA_E_INVALID, "store: table '%.200s' has no descriptors", tables[t].spec);
+        for (i = 0; i < t; i++)
+            if (!strcmp(tables[i].spec, tables[t].spec))
+                return patina__fail(PATINA_E_INVALID, "store: table '%.200s' given twice", tables[t].spec);
+    }
+    for (i = 0; i < n; i++) {
+        if (!items[i].key || !*items[i].key)
+            return patina__fail(PATINA_E_INVALID, "store: item %zu has an empty key", i);
+        if ((len = strlen(items[i].key)) > PATINA_KEY_MAX)
+            return patina__fail(PATINA_E_LIMIT, "store: item %zu has a key of %zu bytes (max %d)", i, len,
+                                PATINA_KEY_MAX);
+    }
+    if (n == 0) return PATINA_OK;
+    if (!(view = malloc(n * sizeof *view))) return patina__fail(PATINA_E_NOMEM, "store: out of memory");
+    memcpy(view, items, n * sizeof *view);
+    for (t = 0; t < ntables; t++) bytes += batch_bytes(items, n, tables[t].desc_bytes);
+    if ((s = locked_begin(c, 1, &txn, "writing a batch")) != PATINA_OK) {
+        free(view);
+        return s;
+    }
+    nospace = reserve_space(c, bytes);
+    /* table by table in the one transaction: the first makes (or replaces) the records, the
+     * others find them with the same content and add their descriptors */
+    for (t = 0; t < ntables && s == PATINA_OK; t++) {
+        for (i = 0; i < n; i++) view[i].desc = (const uint8_t *)tables[t].descs + i * tables[t].desc_bytes;
+        s = put_batch(c, txn, tables[t].spec, tables[t].desc_bytes, view, n, t == 0 ? ids : NULL, &full);
+    }
+    if (s != PATINA_OK) {
+        mdb_txn_abort(txn);
+        if ((full = full_code(c, full, nospace)) != 0) s = write_full(c, full, "batch");
+    } else if ((rc = mdb_txn_commit(txn)) != 0) {
+        s = (full = full_code(c, rc, nospace)) != 0 ? write_full(c, full, "batch")
+                                                    : mdb_fail(c, rc, "committing a batch");
+    }
+    desc_settle(c, s == PATINA_OK);
+    locked_end(c);
+    free(view);
+    return s;
+}
+
 patina_status patina_collection_remove(patina_collection_t *c, uint64_t id)
 {
     MDB_txn *txn;
