@@ -2177,13 +2177,31 @@ out:
     return s;
 }
 
+/* Ends a batch's write transaction (locked_begin's): aborted after a
+ * failure s, else committed; a full map or disk becomes PATINA_E_FULL; the
+ * tables opened in it are published or dropped. Returns the outcome. */
+static patina_status batch_end(patina_collection_t *c, MDB_txn *txn, patina_status s, int full, int nospace)
+{
+    int rc;
+    if (s != PATINA_OK) {
+        mdb_txn_abort(txn);
+        if ((full = full_code(c, full, nospace)) != 0) s = write_full(c, full, "batch");
+    } else if ((rc = mdb_txn_commit(txn)) != 0) {
+        s = (full = full_code(c, rc, nospace)) != 0 ? write_full(c, full, "batch")
+                                                    : mdb_fail(c, rc, "committing a batch");
+    }
+    desc_settle(c, s == PATINA_OK);
+    locked_end(c);
+    return s;
+}
+
 patina_status patina_collection_put(patina_collection_t *c, const char *spec, size_t desc_bytes,
                                     const patina_insert_t *items, size_t n, uint64_t *ids)
 {
     MDB_txn *txn;
     patina_status s;
     size_t i, len;
-    int rc, full = 0, nospace;
+    int full = 0, nospace;
     if (!c) return patina__fail(PATINA_E_INVALID, "store: null collection");
     PATINA_TRY(check_writable(c, "add records"));
     c = shared_of(c);
@@ -2207,15 +2225,7 @@ patina_status patina_collection_put(patina_collection_t *c, const char *spec, si
     PATINA_TRY(locked_begin(c, 1, &txn, "writing a batch"));
     nospace = reserve_space(c, batch_bytes(items, n, desc_bytes));
     s = put_batch(c, txn, spec, desc_bytes, items, n, ids, &full);
-    if (s != PATINA_OK) {
-        mdb_txn_abort(txn);
-        if ((full = full_code(c, full, nospace)) != 0) s = write_full(c, full, "batch");
-    } else if ((rc = mdb_txn_commit(txn)) != 0) {
-        s = (full = full_code(c, rc, nospace)) != 0 ? write_full(c, full, "batch")
-                                                    : mdb_fail(c, rc, "committing a batch");
-    }
-    desc_settle(c, s == PATINA_OK);
-    locked_end(c);
+    s = batch_end(c, txn, s, full, nospace);
     return s;
 }
 
@@ -2226,7 +2236,7 @@ patina_status patina_collection_put_tables(patina_collection_t *c, const patina_
     patina_insert_t *view = NULL;
     patina_status s = PATINA_OK;
     size_t t, i, len, bytes = 0;
-    int rc, full = 0, nospace;
+    int full = 0, nospace;
     if (!c) return patina__fail(PATINA_E_INVALID, "store: null collection");
     PATINA_TRY(check_writable(c, "add records"));
     c = shared_of(c);
@@ -2265,15 +2275,7 @@ patina_status patina_collection_put_tables(patina_collection_t *c, const patina_
         for (i = 0; i < n; i++) view[i].desc = (const uint8_t *)tables[t].descs + i * tables[t].desc_bytes;
         s = put_batch(c, txn, tables[t].spec, tables[t].desc_bytes, view, n, t == 0 ? ids : NULL, &full);
     }
-    if (s != PATINA_OK) {
-        mdb_txn_abort(txn);
-        if ((full = full_code(c, full, nospace)) != 0) s = write_full(c, full, "batch");
-    } else if ((rc = mdb_txn_commit(txn)) != 0) {
-        s = (full = full_code(c, rc, nospace)) != 0 ? write_full(c, full, "batch")
-                                                    : mdb_fail(c, rc, "committing a batch");
-    }
-    desc_settle(c, s == PATINA_OK);
-    locked_end(c);
+    s = batch_end(c, txn, s, full, nospace);
     free(view);
     return s;
 }
