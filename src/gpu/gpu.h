@@ -179,6 +179,7 @@ typedef struct pgpu_sqfd_index {
  * kernels evaluated, candidates handed back, queries left to the caller. */
 typedef struct pgpu_sqfd_stats {
     size_t queries, pairs, candidates, cpu;
+    size_t chunks, host_bytes; /* a copy over the device budget: chunks streamed, bytes uploaded */
 } pgpu_sqfd_stats_t;
 
 #define PGPU_SQFD_KNN_CAND 4096    /* k-NN candidates per query at most */

@@ -129,6 +129,18 @@ typedef struct sq_copy {
     size_t np;               /* pivot table: pivots (0: none) */
     double *tab;             /* (np, nb * 32) row-to-pivot distances, device order */
     double *pp;              /* (np, np) */
+    /* streamed (a copy over the device budget, no pivot table; the arrays above NULL): the
+     * layout in pinned host memory (h_*, nb blocks), two device buffers of B blocks each (b_*)
+     * filled by the copy stream under the scans, and a strided sample of ps rows resident
+     * (p_*: the k-NN pilot) */
+    int streamed;
+    size_t nb, B, ps;
+    float4 *h_rows, *b_rows[2], *p_rows;
+    uint16_t *h_cnt, *b_cnt[2], *p_cnt;
+    float *h_wo, *b_wo[2], *p_wo;
+    double *h_soo, *b_soo[2], *p_soo;
+    uint32_t *h_hrow, *b_hrow[2], *p_hrow;
+    void *ev[4];             /* cudaEvent_t: uploaded[2], released[2] */
 } sq_copy_t;
 
 /* One stream's block of the pipeline (patina_gpu_sqfd_block_*). */
@@ -152,6 +164,7 @@ typedef struct sq_state {
     uint4 *d_cand, *h_cand;
     uint32_t *d_cnt, *h_cnt; /* (q_cap) */
     sq_slot_t slot[2];       /* the pipeline's blocks, one per stream */
+    size_t chunks, hbytes;   /* streamed copies: chunks and bytes uploaded by the current call */
 } sq_state_t;
 
 /* ------------------------------------------------------------- kernels */
@@ -410,7 +423,16 @@ k_piv_lb(const double *__restrict__ tab, size_t ld, uint32_t n, int np, const do
 
 static void copy_free(patina_gpu_t *g, sq_copy_t *c)
 {
+    if (c->streamed) {
+        (void)cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, 0));
+        (void)cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, 1));
+    }
     pgpu_free_n(g, 7, &c->rows, &c->cnt, &c->wo, &c->soo, &c->hrow, &c->tab, &c->pp);
+    pgpu_free_n(g, 10, &c->h_rows, &c->h_cnt, &c->h_wo, &c->h_soo, &c->h_hrow, &c->p_rows, &c->p_cnt, &c->p_wo,
+                &c->p_soo, &c->p_hrow);
+    for (int b = 0; b < 2; b++) pgpu_free_n(g, 5, &c->b_rows[b], &c->b_cnt[b], &c->b_wo[b], &c->b_soo[b], &c->b_hrow[b]);
+    for (int i = 0; i < 4; i++)
+        if (c->ev[i]) (void)cudaEventDestroy((cudaEvent_t)c->ev[i]);
     free(c->hinv);
     memset(c, 0, sizeof *c);
 }
@@ -521,6 +543,104 @@ static patina_status sdev(patina_gpu_t *g, void **p, size_t bytes, const char *t
     return pgpu_dev_alloc(g, p, bytes ? bytes : 1, PGPU_FAM_SQFD, tag);
 }
 
+/* A copy over the device budget made a streamed one (sq_copy_t): the host
+ * layout (nb blocks, kc slots) copied into pinned memory, two chunk
+ * buffers of B blocks (B halved while they do not fit), the pilot sample
+ * (device rows s n / ps, s < ps) laid out and uploaded, the events. */
+#define SQ_CHUNK_BYTES ((size_t)256 << 20) /* a chunk buffer at most */
+#define SQ_STREAM_PILOT 65536              /* pilot sample rows */
+static patina_status stream_setup(patina_gpu_t *g, sq_copy_t *c, size_t nb, const float4 *hr, const uint16_t *hc,
+                                  const float *hw, const double *hs, const uint32_t *hh)
+{
+    const size_t kc = (size_t)c->kc, n = c->n, per = kc * 64 * sizeof(float4) + 32 * (2 + 4 + 8 + 4);
+    size_t B = (g->budget / 4 < SQ_CHUNK_BYTES ? g->budget / 4 : SQ_CHUNK_BYTES) / per;
+    /* the pilot: SQ_STREAM_PILOT rows at most, and no larger than a chunk */
+    const size_t pmax = B * 32 < SQ_STREAM_PILOT ? (B ? B * 32 : 32) : SQ_STREAM_PILOT;
+    const size_t ps = n < pmax ? n : pmax, pnb = (ps + 31) / 32;
+    float4 *pr = NULL;
+    uint16_t *pc = NULL;
+    float *pw = NULL;
+    double *psoo = NULL;
+    uint32_t *ph = NULL;
+    patina_status s = PATINA_OK;
+    c->streamed = 1;
+    c->nb = nb;
+    c->ps = ps;
+#define PIN(p, m) if (s == PATINA_OK) s = pgpu_pin_alloc(g, (void **)&c->p, (m) * sizeof *c->p, PGPU_FAM_SQFD, "streamed rows")
+    PIN(h_rows, nb * kc * 64);
+    PIN(h_cnt, nb * 32);
+    PIN(h_wo, nb * 32);
+    PIN(h_soo, nb * 32);
+    PIN(h_hrow, nb * 32);
+#undef PIN
+    if (s != PATINA_OK) return s;
+    memcpy(c->h_rows, hr, nb * kc * 64 * sizeof *hr);
+    memcpy(c->h_cnt, hc, nb * 32 * sizeof *hc);
+    memcpy(c->h_wo, hw, nb * 32 * sizeof *hw);
+    memcpy(c->h_soo, hs, nb * 32 * sizeof *hs);
+    memcpy(c->h_hrow, hh, nb * 32 * sizeof *hh);
+    /* the pilot: a strided sample of the device rows (random within a count), laid out alike */
+    pr = (float4 *)calloc(pnb * kc * 64 + 1, sizeof *pr);
+    pc = (uint16_t *)calloc(pnb * 32 + 1, sizeof *pc);
+    pw = (float *)calloc(pnb * 32 + 1, sizeof *pw);
+    psoo = (double *)calloc(pnb * 32 + 1, sizeof *psoo);
+    ph = (uint32_t *)calloc(pnb * 32 + 1, sizeof *ph);
+    if (!pr || !pc || !pw || !psoo || !ph) s = patina__fail(PATINA_E_NOMEM, "gpu sqfd: out of memory for a pilot");
+    for (size_t i = 0; s == PATINA_OK && i < ps; i++) {
+        const size_t r = i * n / ps, b = r >> 5, lane = r & 31, pb = i >> 5, pl = i & 31;
+        for (size_t j = 0; j < kc; j++)
+            for (size_t h = 0; h < 2; h++) pr[((pb * kc + j) * 2 + h) * 32 + pl] = hr[((b * kc + j) * 2 + h) * 32 + lane];
+        pc[i] = hc[r];
+        pw[i] = hw[r];
+        psoo[i] = hs[r];
+        ph[i] = hh[r];
+    }
+    if (s == PATINA_OK &&
+        ((s = sdev(g, (void **)&c->p_rows, pnb * kc * 64 * sizeof *pr, "pilot rows")) != PATINA_OK ||
+         (s = sdev(g, (void **)&c->p_cnt, pnb * 32 * sizeof *pc, "pilot rows")) != PATINA_OK ||
+         (s = sdev(g, (void **)&c->p_wo, pnb * 32 * sizeof *pw, "pilot rows")) != PATINA_OK ||
+         (s = sdev(g, (void **)&c->p_soo, pnb * 32 * sizeof *psoo, "pilot rows")) != PATINA_OK ||
+         (s = sdev(g, (void **)&c->p_hrow, pnb * 32 * sizeof *ph, "pilot rows")) != PATINA_OK))
+        ;
+    if (s == PATINA_OK && (cudaMemcpy(c->p_rows, pr, pnb * kc * 64 * sizeof *pr, cudaMemcpyHostToDevice) != cudaSuccess ||
+                           cudaMemcpy(c->p_cnt, pc, pnb * 32 * sizeof *pc, cudaMemcpyHostToDevice) != cudaSuccess ||
+                           cudaMemcpy(c->p_wo, pw, pnb * 32 * sizeof *pw, cudaMemcpyHostToDevice) != cudaSuccess ||
+                           cudaMemcpy(c->p_soo, psoo, pnb * 32 * sizeof *psoo, cudaMemcpyHostToDevice) != cudaSuccess ||
+                           cudaMemcpy(c->p_hrow, ph, pnb * 32 * sizeof *ph, cudaMemcpyHostToDevice) != cudaSuccess))
+        s = pgpu_fail((int)cudaGetLastError(), "gpu sqfd: uploading a pilot", __FILE__, __LINE__);
+    free(pr);
+    free(pc);
+    free(pw);
+    free(psoo);
+    free(ph);
+    if (B < 1) B = 1;
+    if (B > nb) B = nb;
+    for (;;) { /* the chunk buffers */
+        if (s != PATINA_OK) return s;
+        for (int b = 0; b < 2 && s == PATINA_OK; b++)
+            if ((s = sdev(g, (void **)&c->b_rows[b], B * kc * 64 * sizeof(float4), "streamed chunk")) != PATINA_OK ||
+                (s = sdev(g, (void **)&c->b_cnt[b], B * 32 * sizeof(uint16_t), "streamed chunk")) != PATINA_OK ||
+                (s = sdev(g, (void **)&c->b_wo[b], B * 32 * sizeof(float), "streamed chunk")) != PATINA_OK ||
+                (s = sdev(g, (void **)&c->b_soo[b], B * 32 * sizeof(double), "streamed chunk")) != PATINA_OK ||
+                (s = sdev(g, (void **)&c->b_hrow[b], B * 32 * sizeof(uint32_t), "streamed chunk")) != PATINA_OK)
+                ;
+        if (s == PATINA_OK) break;
+        for (int b = 0; b < 2; b++) pgpu_free_n(g, 5, &c->b_rows[b], &c->b_cnt[b], &c->b_wo[b], &c->b_soo[b], &c->b_hrow[b]);
+        if ((s != PATINA_E_LIMIT && s != PATINA_E_NOMEM) || B == 1) return s;
+        patina_clear_error();
+        s = PATINA_OK;
+        B /= 2;
+    }
+    c->B = B;
+    for (int i = 0; i < 4; i++) {
+        cudaEvent_t ev;
+        if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess)
+            return pgpu_fail((int)cudaGetLastError(), "gpu sqfd: events", __FILE__, __LINE__);
+        c->ev[i] = ev;
+    }
+    return PATINA_OK;
+}
+
 /* The device copy of idx's live rows (c->ok = 0, no arrays, when a row is
  * outside the domain or the rows mix alphas or forms). */
 static patina_status copy_make(patina_gpu_t *g, sq_copy_t *c, const pgpu_sqfd_index_t *idx)
@@ -612,8 +732,14 @@ static patina_status copy_make(patina_gpu_t *g, sq_copy_t *c, const pgpu_sqfd_in
         (s = sdev(g, (void **)&c->cnt, nb * 32 * sizeof *hc, "row counts")) != PATINA_OK ||
         (s = sdev(g, (void **)&c->wo, nb * 32 * sizeof *hw, "row weights")) != PATINA_OK ||
         (s = sdev(g, (void **)&c->soo, nb * 32 * sizeof *hs, "self terms")) != PATINA_OK ||
-        (s = sdev(g, (void **)&c->hrow, nb * 32 * sizeof *hh, "row numbers")) != PATINA_OK)
+        (s = sdev(g, (void **)&c->hrow, nb * 32 * sizeof *hh, "row numbers")) != PATINA_OK) {
+        if ((s == PATINA_E_LIMIT || s == PATINA_E_NOMEM) && !idx->np) { /* over the budget: streamed */
+            patina_clear_error();
+            pgpu_free_n(g, 5, &c->rows, &c->cnt, &c->wo, &c->soo, &c->hrow);
+            s = stream_setup(g, c, nb, hr, hc, hw, hs, hh);
+        }
         goto out;
+    }
     if (cudaMemcpy(c->rows, hr, nb * kc * 64 * sizeof *hr, cudaMemcpyHostToDevice) != cudaSuccess ||
         cudaMemcpy(c->cnt, hc, nb * 32 * sizeof *hc, cudaMemcpyHostToDevice) != cudaSuccess ||
         cudaMemcpy(c->wo, hw, nb * 32 * sizeof *hw, cudaMemcpyHostToDevice) != cudaSuccess ||
@@ -846,6 +972,77 @@ static patina_status take_candidates(sq_state_t *st, cudaStream_t s, size_t m, c
 /* One batch of m queries (which[]): k-NN (take > 0, pilot of S rows) or
  * range (take = 0, thr). Each query's candidates go to cand[which[t]] /
  * ncand; a query whose list overflows gets again[t] = 1. */
+/* A streamed copy's pilot sample (pilot != 0) or its chunk j in buffer b,
+ * as a copy the kernels read. */
+static void stream_view(const sq_copy_t *c, int pilot, size_t j, int b, sq_copy_t *v)
+{
+    memset(v, 0, sizeof *v);
+    v->ok = 1;
+    v->kc = c->kc;
+    v->alpha = c->alpha;
+    v->form = c->form;
+    if (pilot) {
+        v->rows = c->p_rows;
+        v->cnt = c->p_cnt;
+        v->wo = c->p_wo;
+        v->soo = c->p_soo;
+        v->hrow = c->p_hrow;
+        v->n = c->ps;
+    } else {
+        const size_t r0 = j * c->B * 32;
+        v->rows = c->b_rows[b];
+        v->cnt = c->b_cnt[b];
+        v->wo = c->b_wo[b];
+        v->soo = c->b_soo[b];
+        v->hrow = c->b_hrow[b];
+        v->n = c->n - r0 < c->B * 32 ? c->n - r0 : c->B * 32;
+    }
+}
+
+/* The candidate scan of a streamed copy: chunk j + 1 uploaded on the copy
+ * stream while chunk j is scanned on cs (a buffer is refilled once the
+ * scan of the chunk before has left it); the candidates of every chunk
+ * append to the queries' lists (host row numbers: no remapping). */
+static cudaError_t stream_scan(patina_gpu_t *g, sq_state_t *st, const sq_copy_t *c, size_t m, size_t kq4,
+                               uint32_t cap, cudaStream_t cs)
+{
+    cudaStream_t us = (cudaStream_t)pgpu_stream(g, 1);
+    cudaEvent_t *up = (cudaEvent_t *)c->ev, *rel = up + 2;
+    const size_t kc = (size_t)c->kc, nch = (c->nb + c->B - 1) / c->B;
+    cudaError_t e = cudaSuccess;
+    for (size_t j = 0; j < nch && e == cudaSuccess; j++) {
+        const int b = (int)(j & 1);
+        const size_t b0 = j * c->B, blocks = c->nb - b0 < c->B ? c->nb - b0 : c->B;
+        sq_copy_t v;
+        stream_view(c, 0, j, b, &v);
+        if (j >= 2) e = cudaStreamWaitEvent(us, rel[b], 0);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(c->b_rows[b], c->h_rows + b0 * kc * 64, blocks * kc * 64 * sizeof(float4),
+                                cudaMemcpyHostToDevice, us);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(c->b_cnt[b], c->h_cnt + b0 * 32, blocks * 32 * sizeof(uint16_t), cudaMemcpyHostToDevice, us);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(c->b_wo[b], c->h_wo + b0 * 32, blocks * 32 * sizeof(float), cudaMemcpyHostToDevice, us);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(c->b_soo[b], c->h_soo + b0 * 32, blocks * 32 * sizeof(double), cudaMemcpyHostToDevice, us);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(c->b_hrow[b], c->h_hrow + b0 * 32, blocks * 32 * sizeof(uint32_t), cudaMemcpyHostToDevice,
+                                us);
+        if (e == cudaSuccess) e = cudaEventRecord(up[b], us);
+        if (e == cudaSuccess) e = cudaStreamWaitEvent(cs, up[b], 0);
+        if (e == cudaSuccess) {
+            sq_args_t a = args_of(&v, st, (uint32_t)v.n, (int)m, (int)kq4);
+            a.cap = cap;
+            e = scan_launch<SQ_CAND, 0>(g, c->form, a, cs);
+        }
+        if (e == cudaSuccess) e = cudaEventRecord(rel[b], cs);
+        st->chunks++;
+        st->hbytes += blocks * (kc * 64 * sizeof(float4) + 32 * (sizeof(uint16_t) + sizeof(float) + sizeof(double) +
+                                                               sizeof(uint32_t)));
+    }
+    return e;
+}
+
 static patina_status run_batch(patina_gpu_t *g, sq_state_t *st, const sq_copy_t *c, const float *queries,
                                const double *sqq, size_t dim, const uint32_t *which, size_t m, size_t take, size_t S,
                                float thr, uint32_t **cand, size_t *ncand, uint8_t *again, size_t *pairs)
@@ -859,7 +1056,9 @@ static patina_status run_batch(patina_gpu_t *g, sq_state_t *st, const sq_copy_t 
     e = cudaMemcpyAsync(st->d_q, st->h_q, m * kq4 * 2 * sizeof *st->h_q, cudaMemcpyHostToDevice, s);
     if (e == cudaSuccess) e = cudaMemcpyAsync(st->d_qi, st->h_qi, m * sizeof *st->h_qi, cudaMemcpyHostToDevice, s);
     if (e == cudaSuccess && take) {
-        sq_args_t a = args_of(c, st, (uint32_t)S, (int)m, (int)kq4);
+        sq_copy_t pv;
+        if (c->streamed) stream_view(c, 1, 0, 0, &pv); /* the pilot: the resident sample */
+        sq_args_t a = args_of(c->streamed ? &pv : c, st, (uint32_t)S, (int)m, (int)kq4);
         a.khi = st->d_dense;
         e = scan_launch<SQ_KEYS, 0>(g, c->form, a, s);
         if (e == cudaSuccess) {
@@ -871,7 +1070,9 @@ static patina_status run_batch(patina_gpu_t *g, sq_state_t *st, const sq_copy_t 
     } else if (e == cudaSuccess) {
         e = cudaMemsetAsync(st->d_cnt, 0, m * sizeof *st->d_cnt, s);
     }
-    if (e == cudaSuccess) {
+    if (e == cudaSuccess && c->streamed) {
+        e = stream_scan(g, st, c, m, kq4, cap, s);
+    } else if (e == cudaSuccess) {
         sq_args_t a = args_of(c, st, (uint32_t)c->n, (int)m, (int)kq4);
         a.cap = cap;
         e = scan_launch<SQ_CAND, 0>(g, c->form, a, s);
@@ -940,6 +1141,30 @@ static int query_ok(const sq_copy_t *c, const float *rec, size_t dim)
            scan_smem(round4((size_t)rec[0])) <= 48 * 1024 * 4;
 }
 
+/* The end of a candidates call (patina_gpu_sqfd, _filter): after a failure s
+ * no candidates are left (freed); else the stats get the call's counts. */
+static patina_status call_end(patina_status s, size_t nq, size_t pairs, uint32_t **cand, size_t *ncand,
+                              const uint8_t *cpu, pgpu_sqfd_stats_t *stats)
+{
+    if (s != PATINA_OK) {
+        for (size_t q = 0; q < nq; q++) {
+            free(cand[q]);
+            cand[q] = NULL;
+            ncand[q] = 0;
+        }
+        return s;
+    }
+    if (stats) {
+        stats->pairs += pairs;
+        for (size_t q = 0; q < nq; q++) {
+            stats->cpu += cpu[q];
+            stats->queries += !cpu[q];
+            stats->candidates += ncand[q];
+        }
+    }
+    return PATINA_OK;
+}
+
 patina_status patina_gpu_sqfd(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
                               const double *sqq, size_t nq, size_t k, double radius, uint32_t **cand,
                               size_t *ncand, uint8_t *cpu, pgpu_sqfd_stats_t *stats)
@@ -961,6 +1186,7 @@ patina_status patina_gpu_sqfd(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, con
     PGPU_CU(cudaSetDevice(g->device));
     PATINA_TRY(sq_state(g, &st));
     PATINA_TRY(copy_of(g, st, idx, &c));
+    st->chunks = st->hbytes = 0;
     if (!c->ok || c->n == 0) {
         for (q = 0; q < nq; q++) cpu[q] = c->ok ? 0 : 1;
         if (stats) stats->cpu += c->ok ? 0 : nq;
@@ -980,7 +1206,8 @@ patina_status patina_gpu_sqfd(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, con
     if (k) {
         const size_t take = k < c->n ? k : c->n;
         for (int pass = 0; pass < 2 && nw && s == PATINA_OK; pass++) {
-            const size_t S = pass ? c->n : pilot_rows(c->n, take);
+            /* a streamed copy's pilot is its resident sample (no retry with the whole table) */
+            const size_t S = pass ? c->n : c->streamed && pilot_rows(c->n, take) > c->ps ? c->ps : pilot_rows(c->n, take);
             size_t qb = SQ_DENSE_BYTES / (S * sizeof(float)), nr = 0;
             if (qb < 1) qb = 1;
             if (qb > SQ_KNN_BATCH) qb = SQ_KNN_BATCH;
@@ -992,7 +1219,7 @@ patina_status patina_gpu_sqfd(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, con
             /* the overflowing queries again with the whole table as pilot, then the caller's */
             for (size_t t = 0; s == PATINA_OK && t < nw; t++)
                 if (again[t]) {
-                    if (pass == 0 && S < c->n) which[nr++] = which[t];
+                    if (pass == 0 && S < c->n && !c->streamed) which[nr++] = which[t];
                     else cpu[which[t]] = 1;
                 }
             nw = nr;
@@ -1009,23 +1236,11 @@ patina_status patina_gpu_sqfd(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, con
     }
     free(which);
     free(again);
-    if (s != PATINA_OK) {
-        for (q = 0; q < nq; q++) {
-            free(cand[q]);
-            cand[q] = NULL;
-            ncand[q] = 0;
-        }
-        return s;
+    if (stats && s == PATINA_OK) {
+        stats->chunks += st->chunks;
+        stats->host_bytes += st->hbytes;
     }
-    if (stats) {
-        stats->pairs += pairs;
-        for (q = 0; q < nq; q++) {
-            stats->cpu += cpu[q];
-            stats->queries += !cpu[q];
-            stats->candidates += ncand[q];
-        }
-    }
-    return PATINA_OK;
+    return call_end(s, nq, pairs, cand, ncand, cpu, stats);
 }
 
 /* ------------------------------------------------- pivot tables on the GPU */
@@ -1062,6 +1277,9 @@ patina_status patina_gpu_sqfd_filter(patina_gpu_t *g, const pgpu_sqfd_index_t *i
     PGPU_CU(cudaSetDevice(g->device));
     PATINA_TRY(sq_state(g, &st));
     PATINA_TRY(copy_of(g, st, idx, &c));
+    if (c->streamed)
+        return patina__fail(PATINA_E_LIMIT, "gpu sqfd: %zu rows are over the device budget (streamed: the scan only)", c->n);
+    st->chunks = st->hbytes = 0;
     if (!c->ok || c->n == 0) {
         for (q = 0; q < nq; q++) cpu[q] = c->ok ? 0 : 1;
         if (stats) stats->cpu += c->ok ? 0 : nq;
@@ -1202,23 +1420,7 @@ done:
     free(h_U);
     free(h_ln);
     free(h_pn);
-    if (ret != PATINA_OK) {
-        for (q = 0; q < nq; q++) {
-            free(cand[q]);
-            cand[q] = NULL;
-            ncand[q] = 0;
-        }
-        return ret;
-    }
-    if (stats) {
-        stats->pairs += pairs;
-        for (q = 0; q < nq; q++) {
-            stats->cpu += cpu[q];
-            stats->queries += !cpu[q];
-            stats->candidates += ncand[q];
-        }
-    }
-    return PATINA_OK;
+    return call_end(ret, nq, pairs, cand, ncand, cpu, stats);
 }
 
 static patina_status slot_buffers(patina_gpu_t *g, sq_slot_t *sl)
@@ -1260,6 +1462,8 @@ patina_status patina_gpu_sqfd_block_submit(patina_gpu_t *g, const pgpu_sqfd_inde
     PGPU_CU(cudaSetDevice(g->device));
     PATINA_TRY(sq_state(g, &st));
     PATINA_TRY(copy_of(g, st, idx, &c));
+    if (c->streamed)
+        return patina__fail(PATINA_E_LIMIT, "gpu sqfd: %zu rows are over the device budget (streamed: the scan only)", c->n);
     if (!query_ok(c, query, idx->dim))
         return patina__fail(PATINA_E_UNAVAILABLE, "gpu sqfd: the query or the rows are outside the kernels' domain");
     sl = &st->slot[slot];
@@ -1348,6 +1552,8 @@ patina_status patina_gpu_sqfd_pairs(patina_gpu_t *g, const pgpu_sqfd_index_t *id
     PGPU_CU(cudaSetDevice(g->device));
     PATINA_TRY(sq_state(g, &st));
     PATINA_TRY(copy_of(g, st, idx, &c));
+    if (c->streamed)
+        return patina__fail(PATINA_E_LIMIT, "gpu sqfd: %zu rows are over the device budget (streamed: the scan only)", c->n);
     if (!(which = (uint32_t *)malloc(nq * sizeof *which)))
         return patina__fail(PATINA_E_NOMEM, "gpu sqfd: out of memory");
     for (size_t q = 0; q < nq; q++) {
@@ -1405,6 +1611,8 @@ patina_status patina_gpu__sqfd_scan_ms(patina_gpu_t *g, const pgpu_sqfd_index_t 
     PGPU_CU(cudaSetDevice(g->device));
     PATINA_TRY(sq_state(g, &st));
     PATINA_TRY(copy_of(g, st, idx, &c));
+    if (c->streamed)
+        return patina__fail(PATINA_E_LIMIT, "gpu sqfd: %zu rows are over the device budget (streamed: the scan only)", c->n);
     if (!c->ok) return patina__fail(PATINA_E_UNAVAILABLE, "gpu sqfd: rows outside the kernels' domain");
     which = (uint32_t *)malloc(nq * sizeof *which);
     times = (double *)malloc((size_t)reps * sizeof *times);

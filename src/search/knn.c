@@ -1507,6 +1507,8 @@ static patina_status sqfd_gpu(patina_context_t *ctx, const patina_index_t *ix, c
         stats->cpu = 0;
         for (q = 0; q < nq; q++) stats->cpu += cpu[q] != 0;
         stats->gpu_filter = nq - stats->cpu;
+        stats->chunks = gst.chunks;
+        stats->host_bytes = gst.host_bytes;
     }
     for (q = 0; q < nq; q++) free(cand[q]);
     free(cand);

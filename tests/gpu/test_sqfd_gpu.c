@@ -451,6 +451,60 @@ static void test_live(void **state)
     patina_extractor_free(ex);
 }
 
+/* An index over the context's device budget: its layout kept in pinned
+ * host memory and streamed chunk by chunk under the scans (copy stream and
+ * compute stream; a resident strided sample is the k-NN pilot). k-NN (k 1,
+ * 10, 100) and range equal the CPU's, through two chunks or more. */
+static void test_streamed(void **state)
+{
+    patina_extractor_t *ex = ex_new("signature:k=24,alpha=0.2");
+    const size_t n = QUICK ? 16000 : 32000, dim = patina_extractor_dim(ex), nq = 6;
+    patina_context_t *ctx, *keep = CTX;
+    patina_context_opts_t co;
+    patina_search_opts_t o;
+    patina_hit_t h[10];
+    size_t c1, bad = 0;
+    tu_rng_t r;
+    float *recs, *qs;
+    uint64_t *ids;
+    patina_index_t *idx;
+    (void)state;
+    tu_rng_seed(&r, 2718);
+    recs = make_records(ex, n, 2, &r);
+    qs = make_records(ex, nq, 0, &r);
+    memcpy(qs + dim, recs + 7 * dim, dim * sizeof *qs); /* a query equal to a row */
+    ids = make_ids(n, &r);
+    TU_OK(patina_index_new(&idx, ex, ids, recs, n));
+    /* the resident copy: ~790 bytes a row (24 centroid slots); the budget a third of it and the
+     * call buffers */
+    patina_context_opts_init(&co);
+    co.gpu_mem_budget = n * 256 + (6u << 20);
+    TU_OK(patina_context_new(&ctx, &co));
+    CTX = ctx; /* compare_knn / compare_range search CTX */
+    for (size_t k = 1; k <= 100; k *= 10) {
+        bad += compare_knn(idx, qs, nq, k);
+        if (LAST.chunks < 2 || LAST.host_bytes == 0 || LAST.gpu_filter != nq) {
+            printf("  streamed k %zu: %zu chunks, %zu bytes, %zu of %zu queries on the GPU\n", k, LAST.chunks,
+                   LAST.host_bytes, LAST.gpu_filter, nq);
+            bad++;
+        }
+    }
+    patina_search_opts_init(&o);
+    o.device = PATINA_DEVICE_CPU;
+    TU_OK(patina_index_knn(keep, idx, qs, 1, 10, &o, h, &c1));
+    bad += compare_range(idx, qs, nq, h[9].distance, 0, NULL);
+    if (LAST.chunks < 2) bad++;
+    CTX = keep;
+    printf("  streamed: %zu differing\n", bad);
+    assert_int_equal(bad, 0);
+    patina_context_free(ctx);
+    patina_index_free(idx);
+    free(recs);
+    free(qs);
+    free(ids);
+    patina_extractor_free(ex);
+}
+
 /* ------------------------------------------------------- pivot strategies */
 
 static size_t compare_pivots(const patina_index_t *idx, const patina_pivot_index_t *pi, const float *qs, size_t nq,
@@ -568,7 +622,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bound), cmocka_unit_test(test_knn),    cmocka_unit_test(test_ties),
-        cmocka_unit_test(test_range), cmocka_unit_test(test_domain), cmocka_unit_test(test_live),
+        cmocka_unit_test(test_range), cmocka_unit_test(test_domain), cmocka_unit_test(test_live), cmocka_unit_test(test_streamed),
         cmocka_unit_test(test_pivots),
     };
     int rc;
