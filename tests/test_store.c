@@ -578,7 +578,8 @@ static void test_second_table_same_content(void **state)
     free(dir);
 }
 
-/* Several tables in one transaction (patina_collection_put_tables): both
+/* Several tables in one transaction (patina_collection_put_tables), and the
+ * version (patina_collection_version) it moves: both
  * tables' descriptors with one record each; a batch whose second table
  * fails (a wrong descriptor size for an existing table) writes nothing,
  * not even the first table's rows; replacing with new content keeps only
@@ -591,7 +592,7 @@ static void test_put_tables(void **state)
     patina_insert_t it[3];
     patina_table_descs_t td[2];
     uint8_t da[3][DA], db[3][DB], got[DA], want[DA], bad[3][DB + 1];
-    uint64_t ids[3], n;
+    uint64_t ids[3], n, v0, v1;
     size_t ln, lbytes;
     (void)state;
     TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_CREATE, 0));
@@ -602,7 +603,10 @@ static void test_put_tables(void **state)
     }
     td[0] = (patina_table_descs_t){SPEC_A, DA, da};
     td[1] = (patina_table_descs_t){SPEC_B, DB, db};
+    TU_OK(patina_collection_version(c, &v0));
     TU_OK(patina_collection_put_tables(c, td, 2, it, 2, ids));
+    TU_OK(patina_collection_version(c, &v1));
+    assert_true(v1 > v0); /* a committed write moves the version */
     assert_int_equal(ids[0], 1);
     assert_int_equal(ids[1], 2);
     for (int i = 0; i < 2; i++) {
@@ -615,6 +619,8 @@ static void test_put_tables(void **state)
     td[1] = (patina_table_descs_t){SPEC_B, DB + 1, bad};
     memset(bad, 0, sizeof bad);
     expect_error(patina_collection_put_tables(c, td, 2, it + 2, 1, ids), PATINA_E_INVALID, "holds");
+    TU_OK(patina_collection_version(c, &v0));
+    assert_true(v0 == v1); /* an aborted one does not */
     TU_OK(patina_collection_count(c, &n));
     assert_int_equal(n, 2);
     TU_OK(patina_collection_table_info(c, SPEC_A, &ln, &lbytes));

@@ -135,6 +135,12 @@ typedef struct patina_collection_info {
 /* A snapshot of the collection's counters and sizes. */
 PATINA_API patina_status patina_collection_info(patina_collection_t *c, patina_collection_info_t *info);
 
+/* The collection's version: a number that changes with every committed
+ * write, by any process or handle (LMDB's last transaction id). A reader
+ * that keeps data derived from the collection compares it with the version
+ * it loaded at to see whether it is out of date. Cheap (no transaction). */
+PATINA_API patina_status patina_collection_version(patina_collection_t *c, uint64_t *version);
+
 /* Rows and descriptor size of table `spec`; PATINA_E_NOTFOUND when absent. */
 PATINA_API patina_status patina_collection_table_info(patina_collection_t *c, const char *spec, size_t *n,
                                                       size_t *desc_bytes);

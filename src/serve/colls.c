@@ -55,10 +55,30 @@ static char *xstrdup(const char *s)
 
 /* With sc->lock held for writing: drops every loaded index and the
  * reference set when a job made them stale. */
+/* Marks sc's indexes stale when the collection's version moved past the
+ * one they reflect: a write not made through this server (`patina index`
+ * or `patina rm` in another process). */
+static void note_external(scoll_t *sc)
+{
+    uint64_t v;
+    if (patina_collection_version(sc->c, &v) == PATINA_OK && v != atomic_load(&sc->seen)) atomic_store(&sc->stale, 1);
+}
+
+/* After a write of this server (write lock held; its indexes already
+ * follow it): the version they reflect now. */
+static void note_own_write(scoll_t *sc)
+{
+    uint64_t v;
+    if (patina_collection_version(sc->c, &v) == PATINA_OK) atomic_store(&sc->seen, v);
+}
+
 static void drop_stale(scoll_t *sc)
 {
     sindex_t *si;
+    uint64_t v;
     if (!atomic_exchange(&sc->stale, 0)) return;
+    /* what gets loaded next reflects this version or a later one */
+    if (patina_collection_version(sc->c, &v) == PATINA_OK) atomic_store(&sc->seen, v);
     for (si = sc->indexes; si; si = si->next) {
         patina_index_free(si->idx);
         si->idx = NULL;
@@ -71,6 +91,7 @@ static void drop_stale(scoll_t *sc)
  * unlocked with the failure. */
 static patina_status read_loaded(scoll_t *sc, sindex_t *si)
 {
+    note_external(sc);
     for (;;) {
         patina_status s;
         pthread_rwlock_rdlock(&sc->lock);
@@ -560,6 +581,7 @@ patina_status colls_add(scoll_t *sc, const char *key, const void *data, size_t s
     ins.height = img.height;
 
     pthread_rwlock_wrlock(&sc->lock);
+    note_external(sc);
     drop_stale(sc);
     memset(&old, 0, sizeof old);
     s = patina_collection_get_by_key(sc->c, key, &old);
@@ -614,6 +636,7 @@ patina_status colls_add(scoll_t *sc, const char *key, const void *data, size_t s
         }
         *created = !exists;
         *idp = id;
+        note_own_write(sc);
     }
     pthread_rwlock_unlock(&sc->lock);
 out:
@@ -636,6 +659,7 @@ patina_status colls_remove(scoll_t *sc, const char *key, uint64_t *idp)
     patina_status s;
     sindex_t *si;
     pthread_rwlock_wrlock(&sc->lock);
+    note_external(sc);
     drop_stale(sc);
     s = patina_collection_get_by_key(sc->c, key, &rec);
     if (s == PATINA_E_NOTFOUND) {
@@ -653,6 +677,7 @@ patina_status colls_remove(scoll_t *sc, const char *key, uint64_t *idp)
         for (si = sc->indexes; si; si = si->next)
             if (si->idx) patina_index_remove(si->idx, idp, 1, NULL);
         if (sc->refset) patina_refset_remove(sc->refset, *idp);
+        note_own_write(sc);
     } else {
         serve_lib(s, "remove");
     }
@@ -676,6 +701,7 @@ patina_status colls_identify(scoll_t *sc, const void *data, size_t size, const p
 
     memset(&img, 0, sizeof img);
     if ((s = decode_upload(srv, &img, data, size, "query")) != PATINA_OK) return s;
+    note_external(sc);
     for (;;) {
         pthread_rwlock_rdlock(&sc->lock);
         if (sc->refset && !atomic_load(&sc->stale)) break;

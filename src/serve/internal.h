@@ -110,7 +110,9 @@ typedef struct scoll {
     pthread_rwlock_t lock;      /* searches read; writes and (re)loads write */
     sindex_t *indexes;          /* under lock */
     patina_refset_t *refset;    /* identification; NULL until loaded */
-    atomic_int stale;           /* a bulk job committed rows: reload indexes before searching */
+    atomic_int stale;           /* the indexes are out of date (a bulk job, another process's write):
+                                 * reload them before searching */
+    _Atomic uint64_t seen;      /* the collection's version the loaded indexes reflect */
     server_t *srv;
 } scoll_t;
 

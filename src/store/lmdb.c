@@ -1495,6 +1495,17 @@ patina_status patina_collection_count(patina_collection_t *c, uint64_t *n)
     return PATINA_OK;
 }
 
+patina_status patina_collection_version(patina_collection_t *c, uint64_t *version)
+{
+    MDB_envinfo ei;
+    int rc;
+    if (!c || !version) return patina__fail(PATINA_E_INVALID, "store: null argument");
+    c = shared_of(c);
+    if ((rc = mdb_env_info(c->env, &ei)) != 0) return mdb_fail(c, rc, "reading the version");
+    *version = (uint64_t)ei.me_last_txnid;
+    return PATINA_OK;
+}
+
 patina_status patina_collection_info(patina_collection_t *c, patina_collection_info_t *info)
 {
     MDB_txn *txn;

@@ -769,6 +769,37 @@ def test_kill9_durability():
         expect(srv2.stop() == 0, "exit status")
 
 
+def test_external_writes():
+    """Another process (the CLI) indexes into and removes from a served
+    collection: the next search sees the change (the collection's version
+    moved past the one the server's indexes reflect), as do the server's
+    own writes after it."""
+    coll = os.path.join(TMP, "shared")
+    first = write_images(os.path.join(TMP, "shared-imgs"), 6, 7000)
+    index(coll, first)
+    srv = Server([coll], "-q")
+    try:
+        r = srv.json("POST", "/v1/collections/shared/search", {"key": first[0], "k": 50})
+        expect(len(r["hits"]) == 6, r)  # the indexes are loaded now
+        more = write_images(os.path.join(TMP, "shared-more"), 3, 7100)
+        index(coll, more)  # another process
+        r = srv.json("POST", "/v1/collections/shared/search", {"key": more[1], "k": 50})
+        expect(len(r["hits"]) == 9 and r["hits"][0]["key"] == more[1] and r["hits"][0]["distance"] == 0, r)
+        subprocess.run([PATINA, "rm", coll, first[2]], check=True, capture_output=True)
+        r = srv.json("POST", "/v1/collections/shared/search", {"key": first[0], "k": 50})
+        expect(len(r["hits"]) == 8 and first[2] not in [h["key"] for h in r["hits"]], r)
+        # the server's own write after an outside one: both visible
+        subprocess.run([PATINA, "rm", coll, first[3]], check=True, capture_output=True)
+        q = srv.request("PUT", "/v1/collections/shared/images/own", ppm(40, 40, 7200),
+                        headers={"Content-Type": "image/x-portable-pixmap"}, token=True)
+        expect(q.status == 201, q.data)
+        r = srv.json("POST", "/v1/collections/shared/search", {"key": "own", "k": 50})
+        keys = [h["key"] for h in r["hits"]]
+        expect(len(keys) == 8 and keys[0] == "own" and first[3] not in keys, r)
+    finally:
+        expect(srv.stop() == 0, "exit status")
+
+
 def test_sigterm():
     srv = Server([os.path.join(TMP, "photos")], "--drain", "5", "-q")
     keep = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
@@ -885,7 +916,7 @@ def test_coverage():
 
 TESTS = [test_basics, test_images, test_search, test_search_queue_full, test_identify, test_jobs,
          test_jobs_cancel_and_queue, test_malformed, test_image_content, test_connection_limits, test_concurrent,
-         test_kill9_durability, test_sigterm, test_security, test_coverage]
+         test_kill9_durability, test_external_writes, test_sigterm, test_security, test_coverage]
 
 
 def main():
