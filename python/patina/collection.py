@@ -256,10 +256,10 @@ class Collection:
     def __iter__(self):
         return iter(self.keys())
 
-    def _lookup(self, key):
-        """The record of key, or None."""
+    def _fetch(self, get, arg):
+        """The record the library's get(collection, arg, record) returns, or None when absent."""
         r = _lib.Record()
-        s = self._lib.collection_get_by_key(self._handle(), _key_bytes(key), ctypes.byref(r))
+        s = get(self._handle(), arg, ctypes.byref(r))
         if s == errors.E_NOTFOUND:
             self._lib.clear_error()
             return None
@@ -269,17 +269,13 @@ class Collection:
         finally:
             self._lib.record_release(ctypes.byref(r))
 
+    def _lookup(self, key):
+        """The record of key, or None."""
+        return self._fetch(self._lib.collection_get_by_key, _key_bytes(key))
+
     def _lookup_id(self, id_):
-        r = _lib.Record()
-        s = self._lib.collection_get(self._handle(), int(id_), ctypes.byref(r))
-        if s == errors.E_NOTFOUND:
-            self._lib.clear_error()
-            return None
-        self._lib.check(s, "collection")
-        try:
-            return _record(r)
-        finally:
-            self._lib.record_release(ctypes.byref(r))
+        """The record of an id, or None."""
+        return self._fetch(self._lib.collection_get, int(id_))
 
     def get(self, key, default=None) -> Optional[Record]:
         """The record of key (a str) or of an id (an int); default when absent."""
