@@ -89,8 +89,22 @@ function fillSelect(sel, values, keep) {
   if (old && values.includes(old)) sel.value = old;
 }
 
+/* Loads in flight: while any is, the collections table is aria-busy (the
+ * selects and the table are replaced when one ends). */
+let loadsPending = 0;
+
 async function loadCollections() {
-  const data = await api("/collections");
+  loadsPending++;
+  $("collections-table").setAttribute("aria-busy", "true");
+  try {
+    fillCollections(await api("/collections"));
+  } finally {
+    loadsPending--;
+    $("collections-table").setAttribute("aria-busy", String(loadsPending > 0));
+  }
+}
+
+function fillCollections(data) {
   collections = data.collections || [];
   const names = collections.map((c) => c.name);
   for (const id of ["search-collection", "identify-collection", "job-collection"]) fillSelect($(id), names, true);

@@ -245,10 +245,24 @@ def wait(drv, cond, timeout=60):
     return WebDriverWait(drv, timeout).until(lambda d: cond(d))
 
 
+_loads = iter(range(1, 1 << 30))
+
+
+def open_page(drv, base_url, page):
+    """A fresh load of the UI on `page` (a new query string each time: going
+    from one #page to another in the same document would only fire
+    hashchange, and a collections reload started by an earlier test could
+    then replace the selects under this one), once its collections are in."""
+    drv.get(f"{base_url}/?load={next(_loads)}#{page}")
+    wait(drv, lambda d: d.execute_script(
+        "const t = document.getElementById('collections-table');"
+        "return t.getAttribute('aria-busy') === 'false' &&"
+        " document.querySelectorAll('#search-collection option').length > 0"))
+
+
 # --------------------------------------------------------------------- tests
 def test_search_shows_ranked_thumbnails(browser, base_url, photos, collections):
-    browser.get(base_url + "/#search")
-    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#search-collection option"))
+    open_page(browser, base_url, "search")
     browser.find_element(By.CSS_SELECTOR, "#search-collection option[value=photos]").click()
     upload(browser, "search-file", photos[1])
     k = browser.find_element(By.ID, "search-k")
@@ -273,8 +287,7 @@ def test_search_shows_ranked_thumbnails(browser, base_url, photos, collections):
 def test_search_error_is_shown(browser, base_url, tmp_path):
     bad = tmp_path / "not-an-image.jpg"
     bad.write_bytes(b"this is text, not a JPEG")
-    browser.get(base_url + "/#search")
-    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#search-collection option"))
+    open_page(browser, base_url, "search")
     upload(browser, "search-file", str(bad))
     browser.find_element(By.ID, "search-go").click()
     box = wait(browser, lambda d: d.find_element(By.ID, "error") if d.find_element(By.ID, "error").is_displayed()
@@ -284,8 +297,7 @@ def test_search_error_is_shown(browser, base_url, tmp_path):
 
 
 def test_identification(browser, base_url, photos):
-    browser.get(base_url + "/#identify")
-    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#identify-collection option"))
+    open_page(browser, base_url, "identify")
     browser.find_element(By.CSS_SELECTOR, "#identify-collection option[value=refs]").click()
     upload(browser, "identify-file", photos[0])
     browser.find_element(By.ID, "identify-go").click()
@@ -311,7 +323,7 @@ def test_identification(browser, base_url, photos):
 
 
 def test_collections_page(browser, base_url):
-    browser.get(base_url + "/#collections")
+    open_page(browser, base_url, "collections")
     # the rows' texts in one script call (a reload may replace the rows meanwhile)
     rows = wait(browser, lambda d: d.execute_script(
         "return [...document.querySelectorAll('#collections-table tbody tr')]"
@@ -323,8 +335,7 @@ def test_collections_page(browser, base_url):
 
 def test_unknown_collection_problem(browser, base_url):
     """A problem document from the API is shown with its status and detail."""
-    browser.get(base_url + "/#search")
-    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#search-collection option"))
+    open_page(browser, base_url, "search")
     browser.execute_script(
         "const s = document.getElementById('search-collection');"
         "const o = document.createElement('option'); o.value = o.textContent = 'no-such'; s.appendChild(o);"
@@ -341,7 +352,7 @@ def test_bulk_job_progress(browser, base_url, photos):
     progress bar runs to the end and the counts are shown."""
     if not base_url.token:
         pytest.skip("the stand-in has no bulk-job routes")
-    browser.get(base_url + "/#collections")
+    open_page(browser, base_url, "collections")
     wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#job-collection option[value=jobs]"))
     browser.find_element(By.CSS_SELECTOR, "#job-collection option[value=jobs]").click()
     browser.find_element(By.ID, "job-token").send_keys(base_url.token)
