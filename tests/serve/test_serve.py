@@ -810,9 +810,13 @@ def test_sigterm():
                b"Content-Length: %d\r\n\r\n" % len(body) + body[:5], read=False)
     time.sleep(0.2)
     srv.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
+    # /readyz turns 503 once the signal is handled (polled: a loaded machine
+    # may take a while), and the process stays while the request is in flight
+    deadline = time.time() + 20
+    while (st := srv.request("GET", "/readyz", conn=keep).status) != 503 and time.time() < deadline:
+        time.sleep(0.05)
+    expect(st == 503, "readyz while draining")
     expect(srv.proc.poll() is None, "exited with a request in flight")
-    expect(srv.request("GET", "/readyz", conn=keep).status == 503, "readyz while draining")
     try:
         socket.create_connection(("127.0.0.1", srv.port), timeout=2).close()
         refused = False
@@ -868,15 +872,21 @@ def test_connection_limits():
     """--max-per-ip: more connections from one address are closed at once."""
     srv = Server([os.path.join(TMP, "photos")], "--max-per-ip", "2", "-q")
     try:
-        a = socket.create_connection(("127.0.0.1", srv.port))
-        b = socket.create_connection(("127.0.0.1", srv.port))
-        time.sleep(0.3)
+        # two kept-alive connections, each answered once (so both are
+        # surely counted by the server, however loaded the machine)
+        a = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+        b = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+        for c in (a, b):
+            expect(srv.request("GET", "/healthz", conn=c).status == 200, "the first two connections")
         st = raw(srv.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         expect(st is None, "a third connection was served: %r" % st)
         a.close()
-        time.sleep(0.3)
-        expect(raw(srv.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") == 200,
-               "not served after one closed")
+        # served again once the server has seen one close (polled)
+        deadline = time.time() + 20
+        while (st := raw(srv.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) != 200 \
+                and time.time() < deadline:
+            time.sleep(0.1)
+        expect(st == 200, "not served after one closed")
         b.close()
     finally:
         expect(srv.stop() == 0, "exit status")
