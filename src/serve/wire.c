@@ -18,23 +18,35 @@ static const uint8_t *find(const uint8_t *h, size_t hn, const char *needle, size
 int wire_header_param(const char *value, const char *param, char *out, size_t size)
 {
     size_t pl = strlen(param);
-    const char *p = value ? strchr(value, ';') : NULL;
-    while (p) {
+    const char *p = value ? strchr(value, ';') : NULL; /* past the media type */
+    /* each "; name=value": the value a token or a quoted-string (RFC 9110
+     * 5.6.6), walked whole so that a ';' or "boundary=" inside another
+     * parameter's quotes is not taken for a parameter */
+    while (p && *p == ';') {
+        const char *name = p + 1 + strspn(p + 1, " \t");
+        size_t nl = strcspn(name, "=; \t"), n = 0;
+        int match = nl == pl && !strncasecmp(name, param, pl), bad = 0;
+        p = name + nl;
+        if (*p != '=') {
+            p = strchr(p, ';');
+            continue;
+        }
         p++;
-        while (*p == ' ' || *p == '\t') p++;
-        if (!strncasecmp(p, param, pl) && p[pl] == '=') {
-            const char *v = p + pl + 1, *e;
-            size_t n;
-            if (*v == '"') {
-                v++;
-                e = strchr(v, '"');
-                if (!e) return -1;
-            } else {
-                e = v + strcspn(v, "; \t");
+        if (*p == '"') {
+            for (p++; *p && *p != '"'; p++, n++) {
+                if (*p == '\\' && p[1]) p++; /* a quoted-pair */
+                if (match && n + 1 < size) out[n] = *p;
             }
-            n = (size_t)(e - v);
-            if (n == 0 || n >= size) return -1;
-            memcpy(out, v, n);
+            if (*p != '"') return -1; /* unterminated */
+            p++;
+        } else {
+            for (; *p && *p != ';' && *p != ' ' && *p != '\t'; p++, n++) {
+                if (*p == '"') bad = 1; /* a quote cannot be in a token */
+                if (match && n + 1 < size) out[n] = *p;
+            }
+        }
+        if (match) {
+            if (bad || n == 0 || n >= size) return -1;
             out[n] = '\0';
             return 0;
         }
@@ -237,17 +249,21 @@ void wire_tar_free(wire_tar_member_t *m, size_t n)
     free(m);
 }
 
-/* pax "len path=value\n" records: the path, or NULL. */
+/* pax "len path=value\n" records: the path, or NULL. `len` counts the whole
+ * record, its digits, space and newline included; a record shorter than its
+ * own length field or not ending in a newline ends the walk. */
 static char *pax_path(const uint8_t *p, size_t n)
 {
     size_t off = 0;
     while (off < n) {
-        size_t len = 0, i = off;
-        while (i < n && p[i] >= '0' && p[i] <= '9' && len < n) len = len * 10 + (size_t)(p[i++] - '0');
+        size_t len = 0, i = off, end;
+        while (i < n && p[i] >= '0' && p[i] <= '9' && len <= n) len = len * 10 + (size_t)(p[i++] - '0');
         if (i >= n || p[i] != ' ' || len == 0 || len > n - off) return NULL;
         i++;
-        if (off + len - i > 5 && !memcmp(p + i, "path=", 5)) return dupn((const char *)p + i + 5, off + len - i - 6);
-        off += len;
+        end = off + len; /* "key=value\n" is [i, end) */
+        if (end <= i || p[end - 1] != '\n') return NULL;
+        if (end - i >= 6 && !memcmp(p + i, "path=", 5)) return dupn((const char *)p + i + 5, end - i - 6);
+        off = end;
     }
     return NULL;
 }

@@ -72,6 +72,19 @@ static void test_header_param(void **state)
     assert_int_equal(wire_header_param("multipart/form-data", "boundary", out, sizeof out), -1);
     assert_int_equal(wire_header_param("multipart/form-data; boundary=\"unterminated", "boundary", out, sizeof out), -1);
     assert_int_equal(wire_header_param("multipart/form-data; boundary=", "boundary", out, sizeof out), -1);
+    /* a ';' and "boundary=" inside another parameter's quotes are its value */
+    assert_int_equal(wire_header_param("multipart/form-data; x=\"a;boundary=evil\"; boundary=good", "boundary", out,
+                                       sizeof out), 0);
+    assert_string_equal(out, "good");
+    /* names match whole: "xboundary" is another parameter */
+    assert_int_equal(wire_header_param("multipart/form-data; xboundary=a", "boundary", out, sizeof out), -1);
+    /* a quoted-pair; a quote inside a bare value is malformed (found by fuzz_wire) */
+    assert_int_equal(wire_header_param("multipart/form-data; boundary=\"a\\\"b\"", "boundary", out, sizeof out), 0);
+    assert_string_equal(out, "a\"b");
+    assert_int_equal(wire_header_param("multipart/form-data; boundary=++\"abc", "boundary", out, sizeof out), -1);
+    /* a value that does not fit */
+    assert_int_equal(wire_header_param("multipart/form-data; boundary=0123456789012345678901234567890123456789"
+                                       "012345678901234567890123456789", "boundary", out, sizeof out), -1);
 }
 
 /* A ustar header for a regular file `name` of `size` bytes, type `type`. */
@@ -82,7 +95,7 @@ static void tar_header(uint8_t h[512], const char *name, size_t size, char type)
     memset(h, 0, 512);
     snprintf((char *)h, 100, "%s", name);
     snprintf((char *)h + 100, 8, "%07o", 0644);
-    snprintf((char *)h + 124, 12, "%011zo", size);
+    snprintf((char *)h + 124, 12, "%011lo", (unsigned long)(size & 077777777777ul));
     h[156] = (uint8_t)type;
     memcpy(h + 257, "ustar", 6);
     memcpy(h + 263, "00", 2);
@@ -120,6 +133,25 @@ static void test_tar(void **state)
         memcpy(copy, tar, cut);
         if (wire_tar_parse(&m, &n, copy, cut, 100, err, sizeof err) == 0) wire_tar_free(m, n);
         free(copy);
+    }
+    /* pax path= records: a good one names the next file; a record shorter
+     * than its own length field, or without its newline, is ignored (the
+     * shorter one once made a size_t wrap: found by fuzz_wire) */
+    {
+        static const char *recs[] = {"22 path=from/pax.jpeg\n", "1 path=from/pax.jpeg\n", "22 path=from/pax.jpeg!"};
+        static const char *want[] = {"from/pax.jpeg", "short", "short"};
+        size_t r;
+        for (r = 0; r < 3; r++) {
+            uint8_t t[512 * 4];
+            memset(t, 0, sizeof t);
+            tar_header(t, "pax", strlen(recs[r]), 'x');
+            memcpy(t + 512, recs[r], strlen(recs[r]));
+            tar_header(t + 1024, "short", 3, '0');
+            assert_int_equal(wire_tar_parse(&m, &n, t, sizeof t, 100, err, sizeof err), 0);
+            assert_int_equal(n, 1);
+            assert_string_equal(m[0].name, want[r]);
+            wire_tar_free(m, n);
+        }
     }
     tar[512 + 148] ^= 1; /* bad checksum */
     assert_int_equal(wire_tar_parse(&m, &n, tar, sizeof tar, 100, err, sizeof err), -1);
