@@ -10,7 +10,8 @@
 # (scripts/device.sh build stages one). Needs wrk (Debian package `wrk`);
 # WRK=path picks another, e.g. the copy scripts/stage-wrk.sh stages for the
 # GPU machine (which has no wrk): WRK=.carry/wrk/wrk. SERVE_ARGS adds
-# options to `patina serve`.
+# options to `patina serve`. SCENARIOS picks scenarios (default "key desc"),
+# e.g. one per call where a machine limits a command's time.
 set -euo pipefail
 gpu=0; pos=()
 for a in "$@"; do case $a in --gpu) gpu=1 ;; *) pos+=("$a") ;; esac; done
@@ -60,7 +61,7 @@ PY
 rss() { awk '/VmRSS/ {printf "%d", $2 / 1024}' /proc/$srv/status; }
 echo "$(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg); $dur s per scenario, $conns connections, $wthreads wrk threads"
 printf "\n%-12s %10s %10s %10s %8s  %s\n" scenario "req/s" "p50 ms" "p99 ms" errors "RSS MiB (every $every s)"
-for sc in key desc; do
+for sc in ${SCENARIOS:-key desc}; do
   samples="$(rss)"
   ( while sleep $every; do printf " %s" "$(rss)"; done ) >"$work/rss.$sc" & sampler=$!
   "$WRK" -t"$wthreads" -c"$conns" -d"${dur}s" --latency -s "$work/$sc.lua" "http://127.0.0.1:$port/v1/collections/bench/search" >"$work/wrk.$sc"
