@@ -28,6 +28,11 @@ static const cli_opt_t opts[] = {
      .help = "GET .../images/KEY?content=1 serves a stored image whose key is a file under DIR "
              "(or under --import-dir) while its size and SHA-256 are the record's (the web UI's "
              "thumbnails); the store itself keeps no pixels"},
+    {.name = "jobs-file", .type = CLI_TEXT, .arg = "FILE",
+     .help = "keep the bulk index jobs in FILE (rewritten atomically at each change): a restart "
+             "shows the jobs it had, resumes its unfinished folder jobs (files already indexed "
+             "are skipped) and ends its unfinished tar jobs as failed (archives are not kept); "
+             "without it jobs live in memory"},
     {.name = "http-threads", .type = CLI_INT, .arg = "N", .min = 1, .max = 1024, .flags = CLI_AUTO, .def = "auto",
      .help = "threads serving connections; a search holds its thread until its batch answers, so "
              "they bound a batch (auto: 64 on the GPU, one per CPU and at least 8 on the CPU)"},
@@ -111,6 +116,7 @@ static int run_serve(const cli_args_t *a)
     c.web_dir = cli_get(a, "web")->set ? cli_get(a, "web")->text : NULL;
     c.import_dir = cli_get(a, "import-dir")->set ? cli_get(a, "import-dir")->text : NULL;
     c.content_dir = cli_get(a, "content-dir")->set ? cli_get(a, "content-dir")->text : NULL;
+    c.jobs_file = cli_get(a, "jobs-file")->set ? cli_get(a, "jobs-file")->text : NULL;
     c.request_timeout_s = (unsigned)cli_get(a, "request-timeout")->i;
     c.max_per_ip = (unsigned)cli_get(a, "max-per-ip")->i;
     c.http_threads = cli_get(a, "http-threads")->is_auto ? 0 : (int)cli_get(a, "http-threads")->i;

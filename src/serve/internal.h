@@ -178,9 +178,14 @@ extern atomic_ulong colls_batches, colls_batched_queries;
 /* ------------------------------------------------------------------- jobs.c */
 
 typedef struct jobs jobs_t;
+/* Starts the job thread; with --jobs-file, first reads the jobs kept there
+ * (-1 with the reason on stderr when the file is not a jobs file: it is
+ * never overwritten then). */
 int jobs_start(server_t *srv);
 /* Stops the job thread: the running job stops after its current batch
- * (committed), queued jobs are cancelled. */
+ * (committed); queued jobs are cancelled, or with --jobs-file kept queued
+ * (and the running one queued again if it is a folder job) for the next
+ * start. */
 void jobs_stop(server_t *srv);
 /* Queues a folder job (path under the import dir, checked by the caller)
  * or a tar job (tar: the archive, taken over: freed by the job). 0 with

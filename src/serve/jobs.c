@@ -8,13 +8,28 @@
  * for cancellation between chunks; after each chunk the collection's search
  * indexes are marked stale (reloaded by the next search). A tar job adds its
  * regular files one by one through the same path as an upload (colls_add),
- * keyed by their names in the archive. Jobs live in memory: a restart
- * forgets them, never what they committed. */
+ * keyed by their names in the archive.
+ *
+ * Jobs live in memory, and with --jobs-file also in that file: the whole
+ * list as JSON (each job as GET /v1/jobs/{id} shows it, and the next id),
+ * rewritten atomically (a temporary file, fsync, rename, fsync of the
+ * folder) at every submission, start, end and cancellation, and at most once
+ * a second as a job advances. A start reads it back: finished jobs are
+ * shown as they were, ids go on from the last; an unfinished folder job is
+ * queued again from its start (its files already indexed are skipped as
+ * unchanged, so the counts come out whole) with "resumed" counting the
+ * restarts; an unfinished tar job ends as failed (its archive was only in
+ * memory; what it committed is kept). SIGTERM with --jobs-file leaves queued
+ * jobs queued and queues the running folder job again. */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "serve/internal.h"
 
@@ -23,6 +38,8 @@
 #define JOBS_KEPT 1000   /* finished jobs remembered */
 
 enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_FAILED, JOB_CANCELLED };
+enum { CANCEL_USER = 1, CANCEL_STOP = 2 }; /* job_t.cancel: DELETE, or the server stopping */
+#define JOBS_FILE_VERSION 1
 /* Seconds since the epoch (job times are shown to people). */
 static double wall(void)
 {
@@ -35,7 +52,9 @@ static const char *const state_names[] = {"queued", "running", "done", "failed",
 
 typedef struct job {
     uint64_t id;
-    scoll_t *sc;
+    scoll_t *sc;                  /* NULL: a finished job of a collection not served now */
+    char *coll;                   /* the collection's name */
+    unsigned resumed;             /* times queued again by a restart (--jobs-file) */
     char *folder;                 /* folder job: the real path */
     uint8_t *tar;                 /* tar job: the archive (owned) and its members */
     size_t tar_size;
@@ -62,7 +81,246 @@ struct jobs {
     uint64_t next_id;
     int stop;
     pthread_t thread;
+    pthread_mutex_t save_mu;      /* orders the writes of --jobs-file (taken before mu) */
+    double last_save;
+    int save_failed;              /* the last write failed (logged once) */
 };
+
+static json_t *job_json(const job_t *j);
+
+/* ------------------------------------------------------------ jobs file */
+
+/* Writes data to path atomically: a temporary file beside it, fsync,
+ * rename, fsync of the folder. 0 or -1 with errno. */
+static int write_atomic(const char *path, const char *data, size_t size)
+{
+    char tmp[PATH_MAX + 8], dir[PATH_MAX];
+    int fd, e;
+    size_t off = 0;
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    while (off < size) {
+        ssize_t w = write(fd, data + off, size - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) goto fail;
+        off += (size_t)w;
+    }
+    if (fsync(fd) != 0) goto fail;
+    if (close(fd) != 0) {
+        fd = -1;
+        goto fail;
+    }
+    fd = -1;
+    if (rename(tmp, path) != 0) goto fail;
+    snprintf(dir, sizeof dir, "%s", path);
+    if ((fd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    return 0;
+fail:
+    e = errno;
+    if (fd >= 0) close(fd);
+    unlink(tmp);
+    errno = e;
+    return -1;
+}
+
+/* Writes the jobs file (with --jobs-file): always when `force`, else when
+ * the last write is a second old. Called without js->mu held. */
+static void jobs_save(struct jobs *js, int force)
+{
+    const char *path = js->srv->cfg->jobs_file;
+    json_t *doc, *arr;
+    char *text;
+    job_t *j;
+    double now = wall();
+    if (!path) return;
+    pthread_mutex_lock(&js->save_mu);
+    pthread_mutex_lock(&js->mu);
+    if (!force && now - js->last_save < 1.0) {
+        pthread_mutex_unlock(&js->mu);
+        pthread_mutex_unlock(&js->save_mu);
+        return;
+    }
+    js->last_save = now;
+    arr = json_array();
+    for (j = js->all; j; j = j->next) json_array_append_new(arr, job_json(j));
+    doc = json_pack("{s:i, s:I, s:o}", "patina_jobs", JOBS_FILE_VERSION, "next_id", (json_int_t)js->next_id,
+                    "jobs", arr);
+    pthread_mutex_unlock(&js->mu);
+    text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    if (!text) errno = ENOMEM;
+    if (!text || write_atomic(path, text, strlen(text)) != 0) {
+        if (!js->save_failed) serve_log("--jobs-file %s: cannot write it: %s (jobs go on; retried at the next change)",
+                                        path, strerror(errno));
+        js->save_failed = 1;
+    } else if (js->save_failed) {
+        serve_log("--jobs-file %s: written again", path);
+        js->save_failed = 0;
+    }
+    free(text);
+    pthread_mutex_unlock(&js->save_mu);
+}
+
+/* 1 when the real path `real` is `dir` or under it. */
+static int under_dir(const char *real, const char *dir)
+{
+    size_t n = strlen(dir);
+    return n && !strncmp(real, dir, n) && (real[n] == '/' || real[n] == '\0' || !strcmp(dir, "/"));
+}
+
+static int state_index(const char *name)
+{
+    int i;
+    for (i = 0; name && i < 5; i++)
+        if (!strcmp(name, state_names[i])) return i;
+    return -1;
+}
+
+static uint64_t get_count(const json_t *o, const char *key, int *ok)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v) || json_integer_value(v) < 0) {
+        *ok = 0;
+        return 0;
+    }
+    return (uint64_t)json_integer_value(v);
+}
+
+static double get_time(const json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? json_number_value(v) : 0;
+}
+
+static void job_free(job_t *j);
+
+/* A job of the jobs file, as it was (NULL: malformed, why in `why`). An
+ * unfinished one is queued again (a folder job whose collection is served
+ * and whose folder is still under --import-dir) or ended as failed. */
+static job_t *job_restore(struct jobs *js, const json_t *o, char *why, size_t whysize)
+{
+    server_t *srv = js->srv;
+    const char *coll = json_string_value(json_object_get(o, "collection"));
+    const char *kind = json_string_value(json_object_get(o, "kind"));
+    const char *folder = json_string_value(json_object_get(o, "folder"));
+    const char *msg = json_string_value(json_object_get(o, "message"));
+    json_t *errors = json_object_get(o, "errors"), *fams = json_object_get(o, "families");
+    int ok = 1, state = state_index(json_string_value(json_object_get(o, "state")));
+    job_t *j;
+    size_t i;
+    if (!coll || !kind || (strcmp(kind, "folder") && strcmp(kind, "tar")) || (!strcmp(kind, "folder") && !folder) ||
+        state < 0 || !json_is_array(errors) || (fams && !json_is_array(fams))) {
+        snprintf(why, whysize, "a job without its collection, kind, folder, state or errors");
+        return NULL;
+    }
+    if (!(j = calloc(1, sizeof *j))) {
+        snprintf(why, whysize, "out of memory");
+        return NULL;
+    }
+    j->id = get_count(o, "id", &ok);
+    j->coll = strdup(coll);
+    j->sc = colls_find(srv, coll);
+    j->folder = !strcmp(kind, "folder") ? strdup(folder) : NULL;
+    j->state = state;
+    j->files = get_count(o, "files", &ok);
+    j->processed = get_count(o, "processed", &ok);
+    j->indexed = get_count(o, "indexed", &ok);
+    j->skipped = get_count(o, "skipped", &ok);
+    j->failed = get_count(o, "failed", &ok);
+    j->nerrors = get_count(o, "error_count", &ok);
+    j->resumed = json_object_get(o, "resumed") ? (unsigned)get_count(o, "resumed", &ok) : 0;
+    j->errors = json_array();
+    for (i = 0; i < json_array_size(errors) && i < JOB_ERRORS; i++) {
+        const char *e = json_string_value(json_array_get(errors, i));
+        if (e) json_array_append_new(j->errors, json_string(e));
+    }
+    if (msg) snprintf(j->message, sizeof j->message, "%s", msg);
+    j->created = get_time(o, "created");
+    j->started = get_time(o, "started");
+    j->finished = get_time(o, "finished");
+    j->nfam = json_array_size(fams);
+    j->families = j->nfam ? calloc(j->nfam, sizeof *j->families) : NULL;
+    for (i = 0; i < j->nfam && j->families; i++) {
+        const char *f = json_string_value(json_array_get(fams, i));
+        if (!f || !(j->families[i] = strdup(f))) ok = 0;
+    }
+    if (!ok || !j->id || !j->coll || (folder && !j->folder) || (j->nfam && !j->families)) {
+        snprintf(why, whysize, "job %llu: a count, id or family that is not what this server writes",
+                 (unsigned long long)j->id);
+        job_free(j);
+        return NULL;
+    }
+    if (state == JOB_QUEUED || state == JOB_RUNNING) {
+        char real[PATH_MAX];
+        if (j->folder && j->sc && srv->import_dir[0] && realpath(j->folder, real) &&
+            under_dir(real, srv->import_dir)) {
+            j->state = JOB_QUEUED;
+            j->files = j->processed = j->indexed = j->skipped = j->failed = j->nerrors = 0;
+            json_array_clear(j->errors);
+            j->started = 0;
+            j->resumed++;
+        } else {
+            j->state = JOB_FAILED;
+            j->finished = wall();
+            snprintf(j->message, sizeof j->message, "%s",
+                     !j->folder ? "interrupted: the server stopped before the job ended, and a tar job's archive "
+                                  "is not kept (what it committed is kept)"
+                     : !j->sc  ? "interrupted: the server stopped before the job ended, and its collection is "
+                                 "not served now (what it committed is kept)"
+                               : "interrupted: the server stopped before the job ended, and its folder is gone "
+                                 "or no longer under --import-dir (what it committed is kept)");
+        }
+    }
+    return j;
+}
+
+/* Reads --jobs-file (a missing file: no jobs yet). -1 when it cannot be
+ * read or is not a jobs file of this version (said on stderr). */
+static int jobs_load(struct jobs *js)
+{
+    const char *path = js->srv->cfg->jobs_file;
+    json_error_t e;
+    json_t *doc, *arr;
+    char why[512];
+    size_t i, resumed = 0, n;
+    if (!path) return 0;
+    if (access(path, F_OK) != 0 && errno == ENOENT) return 0;
+    doc = json_load_file(path, 0, &e);
+    arr = json_object_get(doc, "jobs");
+    if (!doc || json_integer_value(json_object_get(doc, "patina_jobs")) != JOBS_FILE_VERSION ||
+        !json_is_array(arr) || !json_is_integer(json_object_get(doc, "next_id"))) {
+        fprintf(stderr, "patina serve: --jobs-file %s: %s%s; it is left as it is (move it away or name another file)\n",
+                path, doc ? "not a jobs file of this version of patina serve" : "cannot read it: ",
+                doc ? "" : e.text);
+        json_decref(doc);
+        return -1;
+    }
+    js->next_id = (uint64_t)json_integer_value(json_object_get(doc, "next_id"));
+    n = json_array_size(arr);
+    for (i = n; i-- > 0;) { /* newest first in the file; each pushed at the head */
+        job_t *j = job_restore(js, json_array_get(arr, i), why, sizeof why);
+        if (!j) {
+            fprintf(stderr, "patina serve: --jobs-file %s: %s; it is left as it is\n", path, why);
+            json_decref(doc);
+            return -1;
+        }
+        if (j->id >= js->next_id) js->next_id = j->id + 1;
+        if (j->state == JOB_QUEUED) js->queued++, resumed++;
+        else js->kept++;
+        j->next = js->all;
+        js->all = j;
+    }
+    json_decref(doc);
+    serve_log("--jobs-file %s: %zu jobs, %zu queued again", path, n, resumed);
+    return 0;
+}
 
 static void job_error(struct jobs *js, job_t *j, const char *msg)
 {
@@ -115,6 +373,16 @@ static int job_tables(job_t *j, char ***out, size_t *n)
         *n = 1;
     }
     return 0;
+}
+
+/* The state of a job whose loop ended: done, cancelled, or with
+ * --jobs-file a folder job the server's stop interrupted: queued again. */
+static int end_state(struct jobs *js, job_t *j, uint64_t total)
+{
+    int c = atomic_load(&j->cancel);
+    if (!c || j->processed >= total) return JOB_DONE;
+    if (c == CANCEL_STOP && js->srv->cfg->jobs_file && j->folder) return JOB_QUEUED;
+    return JOB_CANCELLED;
 }
 
 static void run_folder(struct jobs *js, job_t *j)
@@ -173,8 +441,9 @@ static void run_folder(struct jobs *js, job_t *j)
         pthread_mutex_lock(&js->mu);
         j->processed = off + n;
         pthread_mutex_unlock(&js->mu);
+        jobs_save(js, 0);
     }
-    set_state(js, j, atomic_load(&j->cancel) && j->processed < nfiles ? JOB_CANCELLED : JOB_DONE, NULL);
+    set_state(js, j, end_state(js, j, nfiles), NULL);
 out:
     for (off = 0; off < nfiles; off++) free(files[off]);
     free(files);
@@ -216,14 +485,18 @@ static void run_tar(struct jobs *js, job_t *j)
         else j->failed++;
         j->processed = i + 1;
         pthread_mutex_unlock(&js->mu);
+        jobs_save(js, 0);
     }
-    set_state(js, j, atomic_load(&j->cancel) && j->processed < j->nmembers ? JOB_CANCELLED : JOB_DONE, NULL);
+    set_state(js, j, end_state(js, j, j->nmembers),
+              atomic_load(&j->cancel) == CANCEL_STOP && j->processed < j->nmembers
+                  ? "the server stopped before the job ended (what it committed is kept)" : NULL);
 }
 
 static void job_free(job_t *j)
 {
     size_t i;
     free(j->folder);
+    free(j->coll);
     free(j->tar);
     wire_tar_free(j->members, j->nmembers);
     for (i = 0; i < j->nfam; i++) free(j->families[i]);
@@ -246,9 +519,18 @@ static void *jobs_main(void *arg)
         oldest->state = JOB_RUNNING;
         oldest->started = wall();
         pthread_mutex_unlock(&js->mu);
+        jobs_save(js, 1);
         if (oldest->folder) run_folder(js, oldest);
         else run_tar(js, oldest);
         pthread_mutex_lock(&js->mu);
+        if (oldest->state == JOB_QUEUED) { /* the server stops; the next start resumes it */
+            oldest->started = 0;
+            js->queued++;
+            serve_log("job %llu: stopped after %llu of %llu files; queued for the next start",
+                      (unsigned long long)oldest->id, (unsigned long long)oldest->processed,
+                      (unsigned long long)oldest->files);
+            continue;
+        }
         oldest->finished = wall();
         /* the archive is no longer needed */
         free(oldest->tar);
@@ -271,6 +553,9 @@ static void *jobs_main(void *arg)
                 js->kept--;
             }
         }
+        pthread_mutex_unlock(&js->mu);
+        jobs_save(js, 1);
+        pthread_mutex_lock(&js->mu);
     }
     pthread_mutex_unlock(&js->mu);
     return NULL;
@@ -283,12 +568,23 @@ int jobs_start(server_t *srv)
     js->srv = srv;
     js->next_id = 1;
     pthread_mutex_init(&js->mu, NULL);
+    pthread_mutex_init(&js->save_mu, NULL);
     pthread_cond_init(&js->cv, NULL);
-    if (pthread_create(&js->thread, NULL, jobs_main, js) != 0) {
+    srv->jobs = js;
+    if (jobs_load(js) != 0 || pthread_create(&js->thread, NULL, jobs_main, js) != 0) {
+        job_t *j;
+        while ((j = js->all)) {
+            js->all = j->next;
+            job_free(j);
+        }
+        pthread_mutex_destroy(&js->mu);
+        pthread_mutex_destroy(&js->save_mu);
+        pthread_cond_destroy(&js->cv);
         free(js);
+        srv->jobs = NULL;
         return -1;
     }
-    srv->jobs = js;
+    jobs_save(js, 1); /* the file as this server sees it (resumed and interrupted jobs) */
     return 0;
 }
 
@@ -300,17 +596,22 @@ void jobs_stop(server_t *srv)
     pthread_mutex_lock(&js->mu);
     js->stop = 1;
     for (j = js->all; j; j = j->next) {
-        atomic_store(&j->cancel, 1);
-        if (j->state == JOB_QUEUED) j->state = JOB_CANCELLED;
+        if (j->state == JOB_RUNNING) atomic_store(&j->cancel, CANCEL_STOP);
+        if (j->state == JOB_QUEUED && !srv->cfg->jobs_file) {
+            j->state = JOB_CANCELLED;
+            j->finished = wall();
+        }
     }
     pthread_cond_signal(&js->cv);
     pthread_mutex_unlock(&js->mu);
     pthread_join(js->thread, NULL);
+    jobs_save(js, 1);
     while ((j = js->all)) {
         js->all = j->next;
         job_free(j);
     }
     pthread_mutex_destroy(&js->mu);
+    pthread_mutex_destroy(&js->save_mu);
     pthread_cond_destroy(&js->cv);
     free(js);
     srv->jobs = NULL;
@@ -331,6 +632,7 @@ int jobs_submit(server_t *srv, scoll_t *sc, const char *folder, uint8_t *tar, si
     j = calloc(1, sizeof *j);
     if (!j) return -2;
     j->sc = sc;
+    j->coll = strdup(sc->name);
     j->folder = folder ? strdup(folder) : NULL;
     j->tar = tar;
     j->tar_size = tar_size;
@@ -349,6 +651,7 @@ int jobs_submit(server_t *srv, scoll_t *sc, const char *folder, uint8_t *tar, si
     pthread_cond_signal(&js->cv);
     pthread_mutex_unlock(&js->mu);
     *id = j->id;
+    jobs_save(js, 1);
     return 0;
 }
 
@@ -356,7 +659,7 @@ static json_t *job_json(const job_t *j)
 {
     json_t *o = json_object();
     json_object_set_new(o, "id", json_integer((json_int_t)j->id));
-    json_object_set_new(o, "collection", json_string(j->sc->name));
+    json_object_set_new(o, "collection", json_string(j->coll));
     json_object_set_new(o, "kind", json_string(j->folder ? "folder" : "tar"));
     if (j->folder) json_object_set_new(o, "folder", wire_json_str(j->folder));
     json_object_set_new(o, "state", json_string(state_names[j->state]));
@@ -371,6 +674,13 @@ static json_t *job_json(const job_t *j)
     json_object_set_new(o, "created", json_real(j->created));
     json_object_set_new(o, "started", j->started > 0 ? json_real(j->started) : json_null());
     json_object_set_new(o, "finished", j->finished > 0 ? json_real(j->finished) : json_null());
+    {
+        json_t *fams = json_array();
+        size_t i;
+        for (i = 0; i < j->nfam; i++) json_array_append_new(fams, json_string(j->families[i]));
+        json_object_set_new(o, "families", fams);
+    }
+    json_object_set_new(o, "resumed", json_integer((json_int_t)j->resumed));
     return o;
 }
 
@@ -419,6 +729,7 @@ int jobs_cancel(server_t *srv, uint64_t id)
         rc = 0;
     }
     pthread_mutex_unlock(&js->mu);
+    if (rc == 0) jobs_save(js, 1);
     return rc;
 }
 

@@ -574,6 +574,113 @@ def test_jobs_cancel_and_queue():
         expect(srv.stop() == 0, "exit status")
 
 
+def test_jobs_file():
+    """--jobs-file: jobs outlive the server. SIGTERM while a folder job runs
+    queues it again and the next start finishes it (files indexed before are
+    skipped); finished jobs come back as they were and ids go on; a kill -9
+    right after a job ends loses nothing; unfinished tar jobs and jobs of a
+    collection not served end as failed; a file that is not a jobs file stops
+    the start and is left as it is."""
+    jf = os.path.join(TMP, "jobs.json")
+    coll = os.path.join(TMP, "persist")
+    many = os.path.join(IMPORT, "many")
+    nmany = 1500  # rootsift of 96x96 noise on one thread: a few ms a file, chunks of 256
+    os.makedirs(many, exist_ok=True)
+    rnd = random.Random(5)
+    for i in range(nmany):
+        with open(os.path.join(many, "n%04d.ppm" % i), "wb") as f:
+            f.write(b"P6\n96 96\n255\n" + rnd.randbytes(96 * 96 * 3))
+    args = ("--jobs-file", jf, "--import-dir", IMPORT, "--job-threads", "1", "-q")
+    path = "/v1/collections/persist/jobs"
+
+    srv = Server([coll], *args)
+    small = srv.json("POST", path, {"folder": os.path.join(IMPORT, "batch")}, status=202, token=True)
+    small = wait_job(srv, small["id"])
+    expect(small["state"] == "done" and small["indexed"] == 12 and small["resumed"] == 0 and small["families"] == [],
+           small)
+    big = srv.json("POST", path, {"folder": many, "family": "rootsift:m=128,n=256"}, status=202, token=True)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        st = srv.json("GET", "/v1/jobs/%d" % big["id"])
+        if st["processed"] >= 256 or st["state"] != "running" and st["state"] != "queued":
+            break
+        time.sleep(0.02)
+    expect(st["state"] == "running" and st["processed"] < nmany,
+           "the folder job was not running after its first chunk (too fast a machine? raise nmany): %r" % st)
+    expect(srv.stop() == 0, "exit status after SIGTERM")
+    with open(jf) as f:
+        doc = json.load(f)
+    kept = {j["id"]: j for j in doc["jobs"]}
+    expect(kept[big["id"]]["state"] == "queued" and 256 <= kept[big["id"]]["processed"] < nmany, kept[big["id"]])
+    expect(kept[small["id"]]["state"] == "done" and doc["next_id"] == big["id"] + 1, doc)
+
+    srv = Server([coll], *args)
+    try:
+        j = wait_job(srv, big["id"], 120)
+        expect(j["state"] == "done" and j["resumed"] == 1 and j["files"] == nmany and j["failed"] == 0 and
+               j["skipped"] >= 256 and j["indexed"] + j["skipped"] == nmany and
+               j["families"] == ["rootsift:m=128,n=256"], j)
+        again = srv.json("GET", "/v1/jobs/%d" % small["id"])
+        expect(all(again[k] == small[k] for k in ("state", "files", "indexed", "folder", "created", "finished")),
+               (again, small))
+        info = srv.json("GET", "/v1/collections/persist")
+        expect(info["records"] == 12 + nmany, info)
+        # a kill -9 right after a job ends: the restart shows it done (as
+        # written, or resumed and redone with every file skipped)
+        k9 = srv.json("POST", path, {"folder": os.path.join(IMPORT, "batch")}, status=202, token=True)
+        expect(k9["id"] == big["id"] + 1, "ids go on after a restart: %r" % k9)
+        k9 = wait_job(srv, k9["id"])
+    finally:
+        srv.proc.kill()
+        srv.proc.wait()
+    srv = Server([coll], *args)
+    try:
+        j = wait_job(srv, k9["id"])
+        # counts are per (file, table): cedd skipped, rootsift indexed
+        expect(k9["state"] == "done" and k9["skipped"] == 12 and k9["indexed"] == 12, k9)
+        if j["resumed"] == 0:
+            expect(all(j[k] == k9[k] for k in ("state", "files", "indexed", "skipped", "failed")), (j, k9))
+        else:
+            expect(j["state"] == "done" and j["indexed"] == 0 and j["skipped"] == 24, j)
+    finally:
+        expect(srv.stop() == 0, "exit status")
+
+    # unfinished jobs that cannot go on, as a kill -9 would leave them
+    with open(jf) as f:
+        doc = json.load(f)
+    base = dict(doc["jobs"][0])
+    n = doc["next_id"]
+    tar_job = dict(base, id=n, kind="tar", state="running", processed=3)
+    tar_job.pop("folder", None)
+    gone = dict(base, id=n + 1, collection="elsewhere", kind="folder", folder=many, state="queued")
+    doc["jobs"][:0] = [gone, tar_job]
+    doc["next_id"] = n + 2
+    with open(jf, "w") as f:
+        json.dump(doc, f)
+    srv = Server([coll], *args)
+    try:
+        t = srv.json("GET", "/v1/jobs/%d" % n)
+        expect(t["state"] == "failed" and "archive is not kept" in t["message"] and t["finished"], t)
+        g = srv.json("GET", "/v1/jobs/%d" % (n + 1))
+        expect(g["state"] == "failed" and "not served" in g["message"] and g["collection"] == "elsewhere", g)
+        nxt = srv.json("POST", path, {"folder": os.path.join(IMPORT, "batch")}, status=202, token=True)
+        expect(nxt["id"] == n + 2, nxt)
+        wait_job(srv, nxt["id"])
+    finally:
+        expect(srv.stop() == 0, "exit status")
+
+    # not a jobs file: no start, the file untouched
+    for bad in (b"{not json", b'{"patina_jobs": 99, "next_id": 1, "jobs": []}',
+                b'{"patina_jobs": 1, "next_id": 1, "jobs": [{"id": 1}]}'):
+        with open(jf, "wb") as f:
+            f.write(bad)
+        p = subprocess.run([PATINA, "serve", coll, "--listen", "127.0.0.1:0", *args], capture_output=True, timeout=60)
+        expect(p.returncode == 3 and b"--jobs-file" in p.stderr, (p.returncode, p.stderr))
+        with open(jf, "rb") as f:
+            expect(f.read() == bad, "the jobs file was changed")
+    shutil.rmtree(many)
+
+
 def test_malformed():
     s = MAIN
     port = s.port
@@ -925,7 +1032,7 @@ def test_coverage():
 
 
 TESTS = [test_basics, test_images, test_search, test_search_queue_full, test_identify, test_jobs,
-         test_jobs_cancel_and_queue, test_malformed, test_image_content, test_connection_limits, test_concurrent,
+         test_jobs_cancel_and_queue, test_jobs_file, test_malformed, test_image_content, test_connection_limits, test_concurrent,
          test_kill9_durability, test_external_writes, test_sigterm, test_security, test_coverage]
 
 
