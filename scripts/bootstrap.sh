@@ -8,7 +8,7 @@ set -euo pipefail
 
 PKGS=(build-essential cmake pkg-config git ca-certificates
       libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev liblmdb-dev lmdb-utils libcmocka-dev libvlfeat-dev
-      libmicrohttpd-dev libjansson-dev
+      libmicrohttpd-dev libjansson-dev openssl   # openssl: test_serve's TLS certificate
       python3-numpy python3-skimage python3-venv python3-pytest python3-setuptools
       chromium chromium-driver python3-selenium)   # the last three: the web UI's browser tests
 # bench/serve/run.sh also needs wrk (PATINA_BOOTSTRAP_EXTRA=wrk, or the script installs it)

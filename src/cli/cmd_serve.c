@@ -28,6 +28,11 @@ static const cli_opt_t opts[] = {
      .help = "GET .../images/KEY?content=1 serves a stored image whose key is a file under DIR "
              "(or under --import-dir) while its size and SHA-256 are the record's (the web UI's "
              "thumbnails); the store itself keeps no pixels"},
+    {.name = "tls-cert", .type = CLI_TEXT, .arg = "FILE",
+     .help = "serve HTTPS (TLS 1.2 and 1.3) with this PEM certificate, or chain, and --tls-key"},
+    {.name = "tls-key", .type = CLI_TEXT, .arg = "FILE",
+     .help = "the certificate's private key, PEM, not encrypted (keep the file readable by the "
+             "server's user only)"},
     {.name = "jobs-file", .type = CLI_TEXT, .arg = "FILE",
      .help = "keep the bulk index jobs in FILE (rewritten atomically at each change): a restart "
              "shows the jobs it had, resumes its unfinished folder jobs (files already indexed "
@@ -117,6 +122,8 @@ static int run_serve(const cli_args_t *a)
     c.import_dir = cli_get(a, "import-dir")->set ? cli_get(a, "import-dir")->text : NULL;
     c.content_dir = cli_get(a, "content-dir")->set ? cli_get(a, "content-dir")->text : NULL;
     c.jobs_file = cli_get(a, "jobs-file")->set ? cli_get(a, "jobs-file")->text : NULL;
+    c.tls_cert = cli_get(a, "tls-cert")->set ? cli_get(a, "tls-cert")->text : NULL;
+    c.tls_key = cli_get(a, "tls-key")->set ? cli_get(a, "tls-key")->text : NULL;
     c.request_timeout_s = (unsigned)cli_get(a, "request-timeout")->i;
     c.max_per_ip = (unsigned)cli_get(a, "max-per-ip")->i;
     c.http_threads = cli_get(a, "http-threads")->is_auto ? 0 : (int)cli_get(a, "http-threads")->i;

@@ -22,6 +22,8 @@ typedef struct serve_config {
     const char *web_dir;        /* static files served at /; NULL: the built-in default */
     const char *import_dir;     /* folder jobs must name a folder under it; NULL: folder jobs off */
     const char *content_dir;    /* stored images whose key is a file under it are served (?content=1) */
+    const char *tls_cert;       /* PEM certificate (chain) and its unencrypted PEM key: HTTPS */
+    const char *tls_key;        /* (both or neither; NULL: plain HTTP) */
     const char *jobs_file;      /* bulk jobs kept here across restarts (unfinished folder jobs
                                  * resume); NULL: jobs live in memory only */
     unsigned request_timeout_s; /* a request must arrive whole (headers and body) within this */

@@ -394,10 +394,11 @@ static int is_loopback(const struct sockaddr *sa)
     return 0;
 }
 
-/* Binds and listens; fills where ("http://host:port"). -1 (message printed)
- * or the socket. */
+/* Binds and listens; fills where ("http://host:port", or https with
+ * TLS). -1 (message printed) or the socket. */
 static int open_listener(const serve_config_t *cfg, char *where, size_t wsize, int *loopback)
 {
+    const char *scheme = cfg->tls_cert ? "https" : "http";
     char host[256], port[16], addr[INET6_ADDRSTRLEN];
     struct addrinfo hints, *ai = NULL, *p;
     int fd = -1, rc, one = 1;
@@ -438,14 +439,50 @@ static int open_listener(const serve_config_t *cfg, char *where, size_t wsize, i
         *loopback = is_loopback((struct sockaddr *)&ss);
         if (ss.ss_family == AF_INET6) {
             inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, addr, sizeof addr);
-            snprintf(where, wsize, "http://[%s]:%u", addr, ntohs(((struct sockaddr_in6 *)&ss)->sin6_port));
+            snprintf(where, wsize, "%s://[%s]:%u", scheme, addr, ntohs(((struct sockaddr_in6 *)&ss)->sin6_port));
         } else {
             inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, addr, sizeof addr);
-            snprintf(where, wsize, "http://%s:%u", addr, ntohs(((struct sockaddr_in *)&ss)->sin_port));
+            snprintf(where, wsize, "%s://%s:%u", scheme, addr, ntohs(((struct sockaddr_in *)&ss)->sin_port));
         }
     }
     freeaddrinfo(ai);
     return fd;
+}
+
+/* A PEM file (--tls-cert, --tls-key) read whole into a malloc'd string;
+ * NULL with a message on stderr. */
+static char *read_pem(const char *option, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long size;
+    if (!f || fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fprintf(stderr, "patina serve: %s %s: %s\n", option, path, strerror(errno));
+        if (f) fclose(f);
+        return NULL;
+    }
+    if (size == 0 || size > (1 << 20) || !(buf = malloc((size_t)size + 1)) ||
+        fread(buf, 1, (size_t)size, f) != (size_t)size) {
+        fprintf(stderr, "patina serve: %s %s: %s\n", option, path,
+                size == 0 ? "empty" : size > (1 << 20) ? "over 1 MiB: not a PEM file" : "cannot read it");
+        free(buf);
+        fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    buf[size] = '\0';
+    if (!strstr(buf, "-----BEGIN ")) {
+        fprintf(stderr, "patina serve: %s %s: not a PEM file (no -----BEGIN line)\n", option, path);
+        free(buf);
+        return NULL;
+    }
+    if (strstr(buf, "ENCRYPTED")) {
+        fprintf(stderr, "patina serve: %s %s: an encrypted key; give it unencrypted (openssl pkey -in KEY -out KEY2)\n",
+                option, path);
+        free(buf);
+        return NULL;
+    }
+    return buf;
 }
 
 static int read_token(server_t *srv, const char *path)
@@ -498,7 +535,9 @@ int serve_run(const serve_config_t *cfg)
     patina_device got = PATINA_DEVICE_CPU;
     struct MHD_Daemon *d = NULL;
     sigset_t set;
-    char where[512];
+    char where[512], *cert = NULL, *key = NULL;
+    struct MHD_OptionItem tls[4];
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     int fd, loopback = 1, sig = 0, rc = 0;
     double t;
     size_t i;
@@ -525,6 +564,29 @@ int serve_run(const serve_config_t *cfg)
         return 2;
     }
     pick_web_dir(&srv);
+    /* HTTPS: the certificate and key held for the daemon's life; TLS 1.2 and 1.3 only */
+    memset(tls, 0, sizeof tls);
+    tls[0].option = MHD_OPTION_END;
+    if (!cfg->tls_cert != !cfg->tls_key) {
+        fprintf(stderr, "patina serve: HTTPS needs both --tls-cert and --tls-key\n");
+        return 2;
+    }
+    if (cfg->tls_cert) {
+        if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+            fprintf(stderr, "patina serve: --tls-cert: this libmicrohttpd was built without TLS\n");
+            return 2;
+        }
+        if (!(cert = read_pem("--tls-cert", cfg->tls_cert)) || !(key = read_pem("--tls-key", cfg->tls_key))) {
+            free(cert);
+            return 2;
+        }
+        flags |= MHD_USE_TLS;
+        tls[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, cert};
+        tls[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, key};
+        tls[2] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0,
+                                         (void *)"NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"};
+        tls[3].option = MHD_OPTION_END;
+    }
 
     /* SIGTERM and SIGINT go to sigwait below; no thread dies of SIGPIPE */
     sigemptyset(&set);
@@ -534,7 +596,11 @@ int serve_run(const serve_config_t *cfg)
     signal(SIGPIPE, SIG_IGN);
 
     fd = open_listener(cfg, where, sizeof where, &loopback);
-    if (fd < 0) return fd == -2 ? 2 : 3;
+    if (fd < 0) {
+        free(cert);
+        free(key);
+        return fd == -2 ? 2 : 3;
+    }
     patina_context_opts_init(&copts);
     copts.threads = cfg->workers;
     copts.gpu_index = cfg->gpu;
@@ -562,8 +628,8 @@ int serve_run(const serve_config_t *cfg)
         rc = 3;
         goto out;
     }
-    d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG,
-                         0, NULL, NULL, on_request, &srv,
+    d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, &srv,
+                         MHD_OPTION_ARRAY, tls,
                          MHD_OPTION_LISTEN_SOCKET, fd,
                          MHD_OPTION_THREAD_POOL_SIZE, (unsigned)srv.http_threads,
                          MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections,
@@ -574,13 +640,17 @@ int serve_run(const serve_config_t *cfg)
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, &srv,
                          MHD_OPTION_END);
     if (!d) {
-        fprintf(stderr, "patina serve: cannot start the HTTP server on %s\n", where);
+        fprintf(stderr, "patina serve: cannot start the HTTP server on %s%s\n", where,
+                cert ? " (is --tls-cert a PEM certificate and --tls-key its private key?)" : "");
         rc = 3;
         goto out;
     }
     if (pthread_create(&srv.reaper, NULL, reaper_main, &srv) == 0) srv.reaper_started = 1;
     else serve_log("no request-time watcher thread: only --timeout applies");
     fprintf(stderr, "patina serve: listening on %s\n", where);
+    if (!loopback && !cert)
+        fprintf(stderr, "patina serve: plain HTTP beyond loopback: the token and the images cross the network "
+                        "in clear (--tls-cert and --tls-key, or a TLS proxy in front)\n");
     for (i = 0; i < srv.ncolls; i++)
         fprintf(stderr, "patina serve: collection '%s' (%s) at %s/v1/collections/%s\n", srv.colls[i].name,
                 srv.colls[i].path, where, srv.colls[i].name);
@@ -611,6 +681,8 @@ out:
     while (srv.nfree_ctx) patina_context_free(srv.free_ctx[--srv.nfree_ctx]);
     free(srv.free_ctx);
     patina_context_free(srv.ctx);
+    free(cert);
+    free(key);
     pthread_mutex_destroy(&srv.ctx_mu);
     pthread_mutex_destroy(&srv.conns_mu);
     if (!rc) serve_log("stopped");

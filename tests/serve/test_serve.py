@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 import traceback
+import warnings
 
 PATINA = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "build/patina"
 ONLY = sys.argv[2:]
@@ -155,10 +156,11 @@ def template_of(path):
 
 
 class Server:
-    def __init__(self, colls, *extra, env=None):
+    def __init__(self, colls, *extra, env=None, tls=None):
         self.colls = colls
         self.args = [PATINA, "serve", *colls, "--listen", "127.0.0.1:0", *extra]
         self.log = []
+        self.tls = tls  # an ssl.SSLContext trusting the server's certificate: HTTPS
         self.start()
 
     def start(self):
@@ -170,7 +172,7 @@ class Server:
             if not line:
                 raise RuntimeError("patina serve exited: %s" % "".join(self.log))
             self.log.append(line)
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+            m = re.search(r"listening on https?://127\.0\.0\.1:(\d+)", line)
             if m:
                 self.port = int(m.group(1))
             m = re.search(r"Bearer \.\.\.\): (\S+)", line)
@@ -196,7 +198,8 @@ class Server:
         if isinstance(body, (dict, list)):
             body = json.dumps(body).encode()
             h.setdefault("Content-Type", "application/json")
-        c = conn or http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        c = conn or (http.client.HTTPSConnection("127.0.0.1", self.port, timeout=60, context=self.tls) if self.tls
+                     else http.client.HTTPConnection("127.0.0.1", self.port, timeout=60))
         c.request(method, path, body=body, headers=h)
         r = c.getresponse()
         data = r.read()
@@ -999,6 +1002,93 @@ def test_connection_limits():
         expect(srv.stop() == 0, "exit status")
 
 
+def test_tls():
+    """--tls-cert/--tls-key: HTTPS with TLS 1.2 or 1.3 only; plain HTTP and a
+    silent client on the port get nothing; bad certificate setups stop the
+    start with the reason."""
+    import ssl
+    d = os.path.join(TMP, "tls")
+    os.makedirs(d, exist_ok=True)
+
+    def pair(name):
+        key, cert = os.path.join(d, name + ".key"), os.path.join(d, name + ".pem")
+        p = subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                            "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=localhost",
+                            "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"], capture_output=True)
+        expect(p.returncode == 0, "openssl (scripts/bootstrap.sh installs it): %r" % p.stderr[-300:])
+        return cert, key
+    try:
+        cert, key = pair("server")
+    except FileNotFoundError:
+        raise AssertionError("no openssl to make a test certificate (scripts/bootstrap.sh installs it)")
+    ctx = ssl.create_default_context(cafile=cert)
+    coll = os.path.join(TMP, "tlscoll")
+    srv = Server([coll], "--tls-cert", cert, "--tls-key", key, "--timeout", "2", "-q", tls=ctx)
+    try:
+        expect(any("listening on https://" in line for line in srv.log), srv.log)
+        expect(srv.json("GET", "/healthz")["status"] == "ok", "healthz over TLS")
+        r = srv.request("PUT", "/v1/collections/tlscoll/images/a", ppm(40, 40, 3),
+                        headers={"Content-Type": "image/x-portable-pixmap"}, token=True)
+        expect(r.status == 201, r.data)
+        srv.json("PUT", "/v1/collections/tlscoll/images/b", ppm(40, 40, 4), status=401,
+                 headers={"Content-Type": "image/x-portable-pixmap"})
+        hits = srv.json("POST", "/v1/collections/tlscoll/search", {"key": "a", "k": 1})["hits"]
+        expect(hits[0]["key"] == "a", hits)
+        # the negotiated protocol; a TLS 1.1 client is refused by the server
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as raw_sock:
+            with ctx.wrap_socket(raw_sock, server_hostname="127.0.0.1") as t:
+                expect(t.version() in ("TLSv1.2", "TLSv1.3"), t.version())
+        old = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        old.load_verify_locations(cert)
+        old.set_ciphers("DEFAULT:@SECLEVEL=0")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            old.minimum_version = ssl.TLSVersion.TLSv1
+            old.maximum_version = ssl.TLSVersion.TLSv1_1
+        try:
+            with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as raw_sock:
+                with old.wrap_socket(raw_sock, server_hostname="127.0.0.1"):
+                    refused = False
+        except (ssl.SSLError, ConnectionResetError):
+            refused = True
+        expect(refused, "a TLS 1.1 handshake was accepted")
+        # plain HTTP on the TLS port: no HTTP answer
+        expect(raw(srv.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n") is None, "plain HTTP answered")
+        # a client that connects and says nothing is dropped after --timeout
+        # (a TLS alert record, then the close)
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        t0 = time.time()
+        data = b""
+        try:
+            while True:
+                chunk = s.recv(100)
+                if not chunk:
+                    break
+                data += chunk
+        except ConnectionResetError:
+            pass
+        expect((data == b"" or data.startswith(b"\x15\x03")) and len(data) < 16 and time.time() - t0 < 9,
+               "silent client kept: %r after %.1f s" % (data, time.time() - t0))
+        s.close()
+        expect(srv.json("GET", "/healthz")["status"] == "ok", "serving after the bad clients")
+    finally:
+        expect(srv.stop() == 0, "exit status")
+    # setups that must stop the start, with the reason
+    other_cert, other_key = pair("other")
+    enc = os.path.join(d, "enc.key")
+    subprocess.run(["openssl", "pkey", "-in", key, "-out", enc, "-aes256", "-passout", "pass:x"], check=True)
+    notpem = os.path.join(d, "not.pem")
+    with open(notpem, "w") as f:
+        f.write("hello")
+    for extra, code, words in ((["--tls-cert", cert], 2, "both"),
+                               (["--tls-cert", cert, "--tls-key", notpem], 2, "not a PEM"),
+                               (["--tls-cert", cert, "--tls-key", enc], 2, "encrypted"),
+                               (["--tls-cert", cert, "--tls-key", os.path.join(d, "missing")], 2, "missing"),
+                               (["--tls-cert", cert, "--tls-key", other_key], 3, "--tls-key its private key")):
+        p = subprocess.run([PATINA, "serve", coll, "--listen", "127.0.0.1:0", *extra], capture_output=True, timeout=60)
+        expect(p.returncode == code and words.encode() in p.stderr, (extra, p.returncode, p.stderr[-400:]))
+
+
 def test_security():
     # beyond loopback without a token file: refused
     r = subprocess.run([PATINA, "serve", os.path.join(TMP, "photos"), "--listen", "0.0.0.0:0"], capture_output=True, timeout=30)
@@ -1033,7 +1123,7 @@ def test_coverage():
 
 TESTS = [test_basics, test_images, test_search, test_search_queue_full, test_identify, test_jobs,
          test_jobs_cancel_and_queue, test_jobs_file, test_malformed, test_image_content, test_connection_limits, test_concurrent,
-         test_kill9_durability, test_external_writes, test_sigterm, test_security, test_coverage]
+         test_kill9_durability, test_external_writes, test_sigterm, test_tls, test_security, test_coverage]
 
 
 def main():
