@@ -561,6 +561,22 @@ static void *jobs_main(void *arg)
     return NULL;
 }
 
+/* Frees the jobs and their lock (the job thread is not running). */
+static void jobs_free(server_t *srv)
+{
+    struct jobs *js = srv->jobs;
+    job_t *j;
+    while ((j = js->all)) {
+        js->all = j->next;
+        job_free(j);
+    }
+    pthread_mutex_destroy(&js->mu);
+    pthread_mutex_destroy(&js->save_mu);
+    pthread_cond_destroy(&js->cv);
+    free(js);
+    srv->jobs = NULL;
+}
+
 int jobs_start(server_t *srv)
 {
     struct jobs *js = calloc(1, sizeof *js);
@@ -572,16 +588,7 @@ int jobs_start(server_t *srv)
     pthread_cond_init(&js->cv, NULL);
     srv->jobs = js;
     if (jobs_load(js) != 0 || pthread_create(&js->thread, NULL, jobs_main, js) != 0) {
-        job_t *j;
-        while ((j = js->all)) {
-            js->all = j->next;
-            job_free(j);
-        }
-        pthread_mutex_destroy(&js->mu);
-        pthread_mutex_destroy(&js->save_mu);
-        pthread_cond_destroy(&js->cv);
-        free(js);
-        srv->jobs = NULL;
+        jobs_free(srv);
         return -1;
     }
     jobs_save(js, 1); /* the file as this server sees it (resumed and interrupted jobs) */
@@ -606,15 +613,7 @@ void jobs_stop(server_t *srv)
     pthread_mutex_unlock(&js->mu);
     pthread_join(js->thread, NULL);
     jobs_save(js, 1);
-    while ((j = js->all)) {
-        js->all = j->next;
-        job_free(j);
-    }
-    pthread_mutex_destroy(&js->mu);
-    pthread_mutex_destroy(&js->save_mu);
-    pthread_cond_destroy(&js->cv);
-    free(js);
-    srv->jobs = NULL;
+    jobs_free(srv);
 }
 
 int jobs_submit(server_t *srv, scoll_t *sc, const char *folder, uint8_t *tar, size_t tar_size,
