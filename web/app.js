@@ -399,16 +399,20 @@ function renderJob(li, job) {
   li.append(title, bar);
 }
 
+const unfinished = (job) => job.state === "queued" || job.state === "running";
+
+/* Shows a job at the top of the list and follows it while it runs. */
 function watchJob(job) {
   const li = document.createElement("li");
   li.id = "job-" + job.id;
   $("jobs").prepend(li);
   renderJob(li, job);
+  if (!unfinished(job)) return;
   const tick = async () => {
     try {
       const j = await api(`/jobs/${job.id}`);
       renderJob(li, j);
-      if (j.state === "queued" || j.state === "running") setTimeout(tick, 500);
+      if (unfinished(j)) setTimeout(tick, 500);
       else loadCollections().catch(showProblem);
     } catch (e) {
       showProblem(e);
@@ -417,12 +421,30 @@ function watchJob(job) {
   setTimeout(tick, 300);
 }
 
+/* The server's latest jobs (GET /v1/jobs, newest first: other clients' too,
+ * and those a restart kept with --jobs-file) not shown yet. A server
+ * without job routes (404) shows none. */
+async function loadJobs() {
+  let data;
+  try {
+    data = await api("/jobs");
+  } catch (e) {
+    if (e.status === 404) return;
+    throw e;
+  }
+  for (const job of (data.jobs || []).slice(0, 20).reverse())
+    if (!$("job-" + job.id)) watchJob(job);
+}
+
 /* ---------------------------------------------------------------- start */
 
 /* The collections are loaded once at start, and again on each visit of the
  * collections page (counts change as jobs run). */
 window.addEventListener("hashchange", () => {
-  if (route() === "collections") loadCollections().catch(showProblem);
+  if (route() === "collections") {
+    loadCollections().catch(showProblem);
+    loadJobs().catch(showProblem);
+  }
 });
 $("search-form").addEventListener("submit", search);
 $("identify-form").addEventListener("submit", identify);
@@ -430,3 +452,4 @@ $("job-form").addEventListener("submit", submitJob);
 $("search-collection").addEventListener("change", fillFamilies);
 route();
 loadCollections().catch(showProblem);
+loadJobs().catch(showProblem);

@@ -367,6 +367,12 @@ def test_bulk_job_progress(browser, base_url, photos):
     wait(browser, lambda d: d.execute_script(
         "return [...document.querySelectorAll('#collections-table tbody tr')]"
         ".some(r => r.cells[0].textContent === 'jobs' && r.cells[1].textContent === '4')"))
+    # a fresh load lists the server's jobs (GET /v1/jobs), this one done
+    jid = li.find_element(By.XPATH, "..").get_attribute("id")
+    open_page(browser, base_url, "collections")
+    listed = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f"#jobs li#{jid} .state-done"))
+    assert "4/4 files, 4 indexed" in listed[0].text, listed[0].text
+    assert not browser.find_element(By.ID, "error").is_displayed()
     # a wrong token: the 401 is shown
     tok = browser.find_element(By.ID, "job-token")
     tok.clear()
