@@ -84,6 +84,7 @@ struct jobs {
     pthread_mutex_t save_mu;      /* orders the writes of --jobs-file (taken before mu) */
     double last_save;
     int save_failed;              /* the last write failed (logged once) */
+    int started;                  /* the first write (at start) succeeded */
 };
 
 static json_t *job_json(const job_t *j);
@@ -131,21 +132,23 @@ fail:
 }
 
 /* Writes the jobs file (with --jobs-file): always when `force`, else when
- * the last write is a second old. Called without js->mu held. */
-static void jobs_save(struct jobs *js, int force)
+ * the last write is a second old. Called without js->mu held. -1 when the
+ * write failed (errno; logged once until a write succeeds again). */
+static int jobs_save(struct jobs *js, int force)
 {
     const char *path = js->srv->cfg->jobs_file;
     json_t *doc, *arr;
     char *text;
     job_t *j;
     double now = wall();
-    if (!path) return;
+    int rc = 0;
+    if (!path) return 0;
     pthread_mutex_lock(&js->save_mu);
     pthread_mutex_lock(&js->mu);
     if (!force && now - js->last_save < 1.0) {
         pthread_mutex_unlock(&js->mu);
         pthread_mutex_unlock(&js->save_mu);
-        return;
+        return 0;
     }
     js->last_save = now;
     arr = json_array();
@@ -157,15 +160,19 @@ static void jobs_save(struct jobs *js, int force)
     json_decref(doc);
     if (!text) errno = ENOMEM;
     if (!text || write_atomic(path, text, strlen(text)) != 0) {
-        if (!js->save_failed) serve_log("--jobs-file %s: cannot write it: %s (jobs go on; retried at the next change)",
+        int e = errno;
+        rc = -1;
+        if (js->started && !js->save_failed) serve_log("--jobs-file %s: cannot write it: %s (jobs go on; retried at the next change)",
                                         path, strerror(errno));
         js->save_failed = 1;
+        errno = e;
     } else if (js->save_failed) {
         serve_log("--jobs-file %s: written again", path);
         js->save_failed = 0;
     }
     free(text);
     pthread_mutex_unlock(&js->save_mu);
+    return rc;
 }
 
 /* 1 when the real path `real` is `dir` or under it. */
@@ -587,11 +594,22 @@ int jobs_start(server_t *srv)
     pthread_mutex_init(&js->save_mu, NULL);
     pthread_cond_init(&js->cv, NULL);
     srv->jobs = js;
-    if (jobs_load(js) != 0 || pthread_create(&js->thread, NULL, jobs_main, js) != 0) {
+    /* the file as this server sees it (resumed and interrupted jobs); a
+     * file that cannot be written stops the start */
+    if (jobs_load(js) != 0) {
         jobs_free(srv);
         return -1;
     }
-    jobs_save(js, 1); /* the file as this server sees it (resumed and interrupted jobs) */
+    if (jobs_save(js, 1) != 0) {
+        fprintf(stderr, "patina serve: --jobs-file %s: cannot write it: %s\n", srv->cfg->jobs_file, strerror(errno));
+        jobs_free(srv);
+        return -1;
+    }
+    js->started = 1;
+    if (pthread_create(&js->thread, NULL, jobs_main, js) != 0) {
+        jobs_free(srv);
+        return -1;
+    }
     return 0;
 }
 

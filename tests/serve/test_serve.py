@@ -681,6 +681,11 @@ def test_jobs_file():
         expect(p.returncode == 3 and b"--jobs-file" in p.stderr, (p.returncode, p.stderr))
         with open(jf, "rb") as f:
             expect(f.read() == bad, "the jobs file was changed")
+    # a file that cannot be written (its folder is missing): no start
+    nowhere = os.path.join(TMP, "no-such-dir", "jobs.json")
+    p = subprocess.run([PATINA, "serve", coll, "--listen", "127.0.0.1:0", "--jobs-file", nowhere], capture_output=True,
+                       timeout=60)
+    expect(p.returncode == 3 and b"cannot write" in p.stderr, (p.returncode, p.stderr))
     shutil.rmtree(many)
 
 
