@@ -468,8 +468,9 @@ patina_status colls_search(scoll_t *sc, sindex_t *si, squery_t *q)
     item.q = q;
     pthread_mutex_lock(&b->mu);
     if (b->n >= sc->srv->cfg->max_queue) {
+        size_t waiting = b->n; /* read under the lock (the batcher changes it) */
         pthread_mutex_unlock(&b->mu);
-        return serve_fail(PATINA_E_BUSY, "%zu searches are waiting already (--max-queue); retry later", b->n);
+        return serve_fail(PATINA_E_BUSY, "%zu searches are waiting already (--max-queue); retry later", waiting);
     }
     if (b->tail) b->tail->next = &item;
     else b->head = &item;

@@ -833,6 +833,11 @@ def test_concurrent():
         t.start()
     for t in ws:
         t.join()
+    # (the readers go on until they have made a few searches: a slow build,
+    # a sanitizer's, may have the writers done first)
+    deadline = time.time() + 60
+    while len(searches) <= 10 and not errors and time.time() < deadline:
+        time.sleep(0.05)
     stop.set()
     for t in rs:
         t.join()
