@@ -937,11 +937,15 @@ def test_sigterm():
         time.sleep(0.05)
     expect(st == 503, "readyz while draining")
     expect(srv.proc.poll() is None, "exited with a request in flight")
-    try:
-        socket.create_connection(("127.0.0.1", srv.port), timeout=2).close()
-        refused = False
-    except OSError:
-        refused = True
+    # the listening socket is closed right after draining starts (polled: the
+    # 503 above can come first)
+    refused = False
+    while not refused and time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", srv.port), timeout=2).close()
+            time.sleep(0.05)
+        except OSError:
+            refused = True
     expect(refused, "new connections accepted while draining")
     slow.sendall(body[5:])
     slow.settimeout(10)
