@@ -226,7 +226,7 @@ static int gpu_table(patina_context_t *ctx, const patina_extractor_t *ex, const 
         v.recs = recs;
         v.self = self;
         for (size_t i = 0; i < 3; i++) {
-            char name[96];
+            char name[320]; /* the label and desc (up to 255 characters) */
             double lim;
             if ((s = patina_gpu__sqfd_scan_ms(g, &v, q1024, sqq, nqs[i], 0, 5, &ms)) != PATINA_OK) die("gpu scan", s);
             ms /= (double)nqs[i];
