@@ -42,6 +42,14 @@ PATINA_API const char *patina_last_error(void);
 /* Clears the calling thread's last error message. */
 PATINA_API void patina_clear_error(void);
 
+/* Frees memory the library handed over as malloc'd (file buffers, strings,
+ * arrays of keys or specs: the calls that say "the caller frees with
+ * free()"). Plain free() is the same in a C program; a binding, or a
+ * program whose free() may not be the library's (another C runtime, a
+ * sanitizer's allocator in the library only), should call this. NULL is
+ * a no-op. */
+PATINA_API void patina_free(void *p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -387,7 +387,7 @@ def _prepare(item, ctx, strict, what="image", want_hash=False):
                     p.mtime = 0
             _decode_into(p, lib, ctx, strict, data, size.value, cpath)
         finally:
-            _lib.free(data)
+            lib.free(data)
         return p
     if isinstance(item, (bytes, bytearray, memoryview)):
         buf = bytes(item) if not isinstance(item, bytes) else item

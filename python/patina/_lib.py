@@ -1,7 +1,9 @@
 """Finding and loading libpatina.so, and its C declarations for ctypes.
 
 This module is the only place that knows the C ABI: the structs mirror
-include/patina/*.h field by field, and every function used has its argument
+include/patina/*.h field by field (each names its C type in ``_c_type_``;
+python/tests/test_abi.py compares sizes and offsets with the C compiler's,
+printed by tests/abi_layout.c), and every function used has its argument
 and result types declared (ctypes would otherwise pass pointers as ints).
 Nothing here is public; ``patina.load`` and ``patina.Library`` are.
 
@@ -52,77 +54,96 @@ DEVICES = {"auto": 0, "cpu": 1, "gpu": 2, "hybrid": 3}
 # ------------------------------------------------------------------ structs
 class Image(ctypes.Structure):
     """patina_image_t: (height, stride) u8, interleaved RGB."""
+    _c_type_ = "patina_image_t"
     _fields_ = [("width", c_int), ("height", c_int), ("stride", c_size_t),
                 ("data", P(ctypes.c_uint8)), ("owned", c_int)]
 
 
 class Limits(ctypes.Structure):
+    _c_type_ = "patina_limits_t"
     _fields_ = [("max_pixels", c_uint64), ("max_file_bytes", c_uint64)]
 
 
 class DecodeOpts(ctypes.Structure):
+    _c_type_ = "patina_decode_opts_t"
     _fields_ = [("limits", Limits), ("strict", c_int)]
 
 
 class DecodeReport(ctypes.Structure):
+    _c_type_ = "patina_decode_report_t"
     _fields_ = [("warnings", ctypes.c_uint), ("warning", ctypes.c_char * PATINA_WARNING_MAX)]
 
 
 class ContextOpts(ctypes.Structure):
+    _c_type_ = "patina_context_opts_t"
     _fields_ = [("threads", c_int), ("gpu_index", c_int), ("gpu_mem_budget", c_uint64),
                 ("limits", Limits), ("nvjpeg_library", c_char_p), ("nvjpeg_lanes", c_int)]
 
 
 class LoadOpts(ctypes.Structure):
+    _c_type_ = "patina_load_opts_t"
     _fields_ = [("strict", c_int), ("batch_memory", c_uint64)]
 
 
 class LoadResult(ctypes.Structure):
+    _c_type_ = "patina_load_result_t"
     _fields_ = [("status", c_int), ("error", ctypes.c_char * PATINA_ERROR_MAX), ("report", DecodeReport)]
 
 
 class OptionInfo(ctypes.Structure):
+    _c_type_ = "patina_option_info_t"
+    _c_names_ = {"default": "def"}  # a Python keyword in C
     _fields_ = [("name", c_char_p), ("type", c_int), ("min", c_double), ("max", c_double),
                 ("default", c_char_p), ("choices", c_char_p), ("help", c_char_p)]
 
 
 class Record(ctypes.Structure):
+    _c_type_ = "patina_record_t"
     _fields_ = [("id", c_uint64), ("key", c_void_p), ("size", c_uint64), ("sha256", ctypes.c_uint8 * 32),
                 ("mtime", c_int64), ("added", c_int64), ("width", c_int32), ("height", c_int32)]
 
 
 class Insert(ctypes.Structure):
+    _c_type_ = "patina_insert_t"
     _fields_ = [("key", c_char_p), ("size", c_uint64), ("sha256", ctypes.c_uint8 * 32), ("mtime", c_int64),
                 ("width", c_int32), ("height", c_int32), ("desc", c_void_p)]
 
 
 class CollectionInfo(ctypes.Structure):
+    _c_type_ = "patina_collection_info_t"
     _fields_ = [("format", c_uint32), ("records", c_uint64), ("next_id", c_uint64), ("tables", c_size_t),
                 ("map_size", c_uint64), ("used", c_uint64), ("page_size", c_uint32), ("max_readers", c_uint32)]
 
 
 class Hit(ctypes.Structure):
+    _c_type_ = "patina_hit_t"
     _fields_ = [("id", c_uint64), ("distance", c_double)]
 
 
 class SearchStats(ctypes.Structure):
+    _c_type_ = "patina_search_stats_t"
     _fields_ = [("gpu_tensor", c_size_t), ("gpu_filter", c_size_t), ("gpu_exact", c_size_t), ("cpu", c_size_t),
-                ("chunks", c_size_t), ("pivot_dists", c_size_t), ("pruned", c_size_t), ("computed", c_size_t)]
+                ("chunks", c_size_t), ("host_bytes", c_size_t), ("pivot_dists", c_size_t), ("pruned", c_size_t),
+                ("computed", c_size_t)]
 
 
 class SearchOpts(ctypes.Structure):
+    _c_type_ = "patina_search_opts_t"
     _fields_ = [("device", c_int), ("max_hits", c_size_t), ("stats", P(SearchStats))]
 
 
 class PivotSearchOpts(ctypes.Structure):
-    _fields_ = [("bound", c_int), ("max_hits", c_size_t), ("stats", P(SearchStats))]
+    _c_type_ = "patina_pivot_search_opts_t"
+    _fields_ = [("bound", c_int), ("max_hits", c_size_t), ("stats", P(SearchStats)), ("strategy", c_int)]
 
 
 class RefsetSpec(ctypes.Structure):
+    _c_type_ = "patina_refset_spec_t"
     _fields_ = [("table", c_char_p), ("shard", c_uint32), ("shards", c_uint32), ("snapshot", c_void_p)]
 
 
 class IdentifyOpts(ctypes.Structure):
+    _c_type_ = "patina_identify_opts_t"
     _fields_ = [("k", c_size_t), ("ratio", c_double), ("scoring", c_int), ("verify", c_int),
                 ("verify_top", c_size_t), ("model", c_int), ("ransac_threshold", c_double),
                 ("iterations", c_int), ("shape_check", c_int), ("seed", c_uint64), ("threshold", c_double),
@@ -130,21 +151,25 @@ class IdentifyOpts(ctypes.Structure):
 
 
 class IdentifyHit(ctypes.Structure):
+    _c_type_ = "patina_identify_hit_t"
     _fields_ = [("id", c_uint64), ("score", c_double), ("matches", c_uint32), ("inliers", c_uint32),
                 ("verified", c_int)]
 
 
 class IdentifyResult(ctypes.Structure):
+    _c_type_ = "patina_identify_result_t"
     _fields_ = [("decision", c_int), ("nhits", c_size_t), ("query_features", c_uint32)]
 
 
 class RootsiftInfo(ctypes.Structure):
+    _c_type_ = "patina_rootsift_info_t"
     _fields_ = [("count", c_uint32), ("m", c_uint32), ("f16", c_int), ("qscale", c_float),
                 ("downscale", c_float), ("width", c_uint32), ("height", c_uint32),
                 ("orig_width", c_uint32), ("orig_height", c_uint32)]
 
 
 class SignatureInfo(ctypes.Structure):
+    _c_type_ = "patina_signature_info_t"
     _fields_ = [("count", c_uint32), ("k", c_uint32), ("alpha", c_double), ("form", c_int)]
 
 
@@ -155,6 +180,10 @@ _PROTOS = {
     "patina_status_str": (c_char_p, [c_int]),
     "patina_last_error": (c_char_p, []),
     "patina_clear_error": (None, []),
+    # what the library hands over as malloc'd is freed by the library itself
+    # (libc's free() may not be its allocator: a sanitizer build, another C
+    # runtime): Library.free
+    "patina_free": (None, [c_void_p]),
     "patina_version": (c_char_p, []),
     "patina_build_info": (c_char_p, []),
     "patina_gpu_count": (c_int, []),
@@ -250,12 +279,6 @@ _PROTOS = {
     "patina_signature_centroid": (c_int, [P(c_float), c_void_p, c_size_t, c_size_t]),
 }
 
-# libc's free for the arrays the library documents as malloc'd ("the caller
-# frees with free()"): the same allocator libpatina uses.
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-_libc.free.restype = None
-_libc.free.argtypes = [c_void_p]
-free = _libc.free
 
 
 class Library:

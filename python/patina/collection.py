@@ -222,8 +222,8 @@ class Collection:
                 specs.append(_s(ctypes.string_at(arr[i])))
         finally:
             for i in range(n.value):
-                _lib.free(arr[i])
-            _lib.free(arr)
+                lib.free(arr[i])
+            lib.free(arr)
         out = {}
         for spec in specs:
             rows, nb = ctypes.c_size_t(), ctypes.c_size_t()
@@ -582,7 +582,7 @@ class Collection:
                     finally:
                         for i in builtins_range(nq):
                             if rh[i]:
-                                _lib.free(ctypes.cast(rh[i], ctypes.c_void_p))
+                                lib.free(ctypes.cast(rh[i], ctypes.c_void_p))
                 return results
             finally:
                 lib.index_free(idx)

@@ -1,6 +1,7 @@
-/* Status names and the thread-local last-error message. */
+/* Status names, the thread-local last-error message, and patina_free. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/internal.h"
@@ -34,6 +35,8 @@ const char *patina_status_str(patina_status s)
 const char *patina_last_error(void) { return last_msg; }
 
 void patina_clear_error(void) { last_msg[0] = '\0'; }
+
+void patina_free(void *p) { free(p); }
 
 patina_status patina__fail(patina_status s, const char *fmt, ...)
 {

@@ -229,7 +229,10 @@ def browser():
     opts.binary_location = CHROMIUM
     for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1280,1000"):
         opts.add_argument(a)
-    drv = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    # the browser without the ASan runtime that a sanitizer build preloads
+    # into python3 (tests/run_python_tests.sh)
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    drv = webdriver.Chrome(service=Service(DRIVER, env=env), options=opts)
     drv.set_page_load_timeout(30)
     yield drv
     drv.quit()

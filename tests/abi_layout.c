@@ -1,0 +1,87 @@
+/* Prints the layout of the public structs the Python binding mirrors with
+ * ctypes (python/patina/_lib.py): for each, its size and the offset of each
+ * member, as JSON. python/tests/test_abi.py compares them with the ctypes
+ * classes, so a member added to a header (a new option, a new statistic)
+ * without its ctypes twin fails a test instead of making the library write
+ * past a Python-owned buffer. A struct or member added here must be
+ * mirrored there (and the reverse). */
+#include <stddef.h>
+#include <stdio.h>
+
+#include "patina/patina.h"
+
+static int g_structs, g_members;
+
+static void begin(const char *name, size_t size)
+{
+    printf("%s\n  \"%s\": {\"size\": %zu, \"fields\": {", g_structs++ ? "," : "{", name, size);
+    g_members = 0;
+}
+
+static void member(const char *name, size_t offset)
+{
+    printf("%s\"%s\": %zu", g_members++ ? ", " : "", name, offset);
+}
+
+static void end(void) { printf("}}"); }
+
+#define S(T) begin(#T, sizeof(T))
+#define M(T, m) member(#m, offsetof(T, m))
+
+int main(void)
+{
+    S(patina_image_t), M(patina_image_t, width), M(patina_image_t, height), M(patina_image_t, stride),
+        M(patina_image_t, data), M(patina_image_t, owned), end();
+    S(patina_limits_t), M(patina_limits_t, max_pixels), M(patina_limits_t, max_file_bytes), end();
+    S(patina_decode_opts_t), M(patina_decode_opts_t, limits), M(patina_decode_opts_t, strict), end();
+    S(patina_decode_report_t), M(patina_decode_report_t, warnings), M(patina_decode_report_t, warning), end();
+    S(patina_context_opts_t), M(patina_context_opts_t, threads), M(patina_context_opts_t, gpu_index),
+        M(patina_context_opts_t, gpu_mem_budget), M(patina_context_opts_t, limits),
+        M(patina_context_opts_t, nvjpeg_library), M(patina_context_opts_t, nvjpeg_lanes), end();
+    S(patina_load_opts_t), M(patina_load_opts_t, strict), M(patina_load_opts_t, batch_memory), end();
+    S(patina_load_result_t), M(patina_load_result_t, status), M(patina_load_result_t, error),
+        M(patina_load_result_t, report), end();
+    S(patina_option_info_t), M(patina_option_info_t, name), M(patina_option_info_t, type),
+        M(patina_option_info_t, min), M(patina_option_info_t, max), M(patina_option_info_t, def),
+        M(patina_option_info_t, choices), M(patina_option_info_t, help), end();
+    S(patina_record_t), M(patina_record_t, id), M(patina_record_t, key), M(patina_record_t, size),
+        M(patina_record_t, sha256), M(patina_record_t, mtime), M(patina_record_t, added), M(patina_record_t, width),
+        M(patina_record_t, height), end();
+    S(patina_insert_t), M(patina_insert_t, key), M(patina_insert_t, size), M(patina_insert_t, sha256),
+        M(patina_insert_t, mtime), M(patina_insert_t, width), M(patina_insert_t, height), M(patina_insert_t, desc),
+        end();
+    S(patina_collection_info_t), M(patina_collection_info_t, format), M(patina_collection_info_t, records),
+        M(patina_collection_info_t, next_id), M(patina_collection_info_t, tables),
+        M(patina_collection_info_t, map_size), M(patina_collection_info_t, used),
+        M(patina_collection_info_t, page_size), M(patina_collection_info_t, max_readers), end();
+    S(patina_hit_t), M(patina_hit_t, id), M(patina_hit_t, distance), end();
+    S(patina_search_stats_t), M(patina_search_stats_t, gpu_tensor), M(patina_search_stats_t, gpu_filter),
+        M(patina_search_stats_t, gpu_exact), M(patina_search_stats_t, cpu), M(patina_search_stats_t, chunks),
+        M(patina_search_stats_t, host_bytes), M(patina_search_stats_t, pivot_dists),
+        M(patina_search_stats_t, pruned), M(patina_search_stats_t, computed), end();
+    S(patina_search_opts_t), M(patina_search_opts_t, device), M(patina_search_opts_t, max_hits),
+        M(patina_search_opts_t, stats), end();
+    S(patina_pivot_search_opts_t), M(patina_pivot_search_opts_t, bound), M(patina_pivot_search_opts_t, max_hits),
+        M(patina_pivot_search_opts_t, stats), M(patina_pivot_search_opts_t, strategy), end();
+    S(patina_refset_spec_t), M(patina_refset_spec_t, table), M(patina_refset_spec_t, shard),
+        M(patina_refset_spec_t, shards), M(patina_refset_spec_t, snapshot), end();
+    S(patina_identify_opts_t), M(patina_identify_opts_t, k), M(patina_identify_opts_t, ratio),
+        M(patina_identify_opts_t, scoring), M(patina_identify_opts_t, verify), M(patina_identify_opts_t, verify_top),
+        M(patina_identify_opts_t, model), M(patina_identify_opts_t, ransac_threshold),
+        M(patina_identify_opts_t, iterations), M(patina_identify_opts_t, shape_check), M(patina_identify_opts_t, seed),
+        M(patina_identify_opts_t, threshold), M(patina_identify_opts_t, device), M(patina_identify_opts_t, precision),
+        M(patina_identify_opts_t, gpu_arena_slots), end();
+    S(patina_identify_hit_t), M(patina_identify_hit_t, id), M(patina_identify_hit_t, score),
+        M(patina_identify_hit_t, matches), M(patina_identify_hit_t, inliers), M(patina_identify_hit_t, verified),
+        end();
+    S(patina_identify_result_t), M(patina_identify_result_t, decision), M(patina_identify_result_t, nhits),
+        M(patina_identify_result_t, query_features), end();
+    S(patina_rootsift_info_t), M(patina_rootsift_info_t, count), M(patina_rootsift_info_t, m),
+        M(patina_rootsift_info_t, f16), M(patina_rootsift_info_t, qscale), M(patina_rootsift_info_t, downscale),
+        M(patina_rootsift_info_t, width), M(patina_rootsift_info_t, height), M(patina_rootsift_info_t, orig_width),
+        M(patina_rootsift_info_t, orig_height), end();
+    S(patina_signature_info_t), M(patina_signature_info_t, count), M(patina_signature_info_t, k),
+        M(patina_signature_info_t, alpha), M(patina_signature_info_t, form), end();
+    printf("\n}\n");
+    return 0;
+}
