@@ -1,4 +1,6 @@
-"""The ctypes structs of the binding (python/patina/_lib.py) against the C
+"""The binding's view of the C ABI (python/patina/_lib.py) against the C
+side: its function prototypes against the declarations in include/patina
+(parameter count and kinds), and its ctypes structs against the C
 compiler's layout of the structs they mirror: tests/abi_layout.c prints each
 struct's size and member offsets (CTest passes its path in
 PATINA_ABI_LAYOUT; by hand it is build/tests/abi_layout). A member added to
@@ -9,6 +11,7 @@ were such cases, found by running this suite under AddressSanitizer)."""
 import ctypes
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -52,3 +55,93 @@ def test_layout(layout, cls):
     for name, off in py.items():
         assert off == c["fields"][name], f"{cls.__name__}.{name}: offset {off} in Python, {c['fields'][name]} in C"
     assert ctypes.sizeof(cls) == c["size"], f"{cls.__name__}: {ctypes.sizeof(cls)} bytes in Python, {c['size']} in C"
+
+
+# ------------------------------------------------------------ prototypes
+# Every function of _lib._PROTOS against its declaration in
+# include/patina/*.h: the same number of parameters, and each parameter and
+# the result of the same kind -- a pointer where C has one, else a scalar of
+# the C type's size (an int where C has size_t would pass half of it).
+
+SCALARS = {"int": 4, "unsigned": 4, "unsigned int": 4, "size_t": 8, "uint64_t": 8, "int64_t": 8, "uint32_t": 4,
+           "int32_t": 4, "uint16_t": 2, "uint8_t": 1, "double": 8, "float": 4, "char": 1, "_Bool": 1, "bool": 1}
+
+
+def _headers():
+    text = ""
+    inc = os.path.join(REPO, "include", "patina")
+    for name in sorted(os.listdir(inc)):
+        if name.endswith(".h"):
+            with open(os.path.join(inc, name)) as f:
+                text += f.read() + "\n"
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    text = re.sub(r"//[^\n]*", " ", text)
+    enums = set(re.findall(r"typedef\s+enum\s*\w*\s*\{[^}]*\}\s*(\w+)\s*;", text))
+    fnptrs = set(re.findall(r"typedef\s+[^;]*\(\s*\*\s*(\w+)\s*\)", text))
+    decls = {}
+    for m in re.finditer(r"PATINA_API\s+([^;(]*?)\b(patina_\w+)\s*\(", text):
+        depth, i = 1, m.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        params, depth, cur = [], 0, ""
+        for ch in text[m.end():i - 1]:
+            if ch == "," and depth == 0:
+                params.append(cur)
+                cur = ""
+                continue
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            cur += ch
+        params.append(cur)
+        params = [" ".join(p.split()) for p in params]
+        if params == ["void"] or params == [""]:
+            params = []
+        decls[m.group(2)] = (" ".join(m.group(1).split()), params)
+    return decls, enums, fnptrs
+
+
+def _kind(c, enums, fnptrs):
+    """'ptr', or the byte size of a scalar C type (a parameter name, const
+    and the like dropped), or None for void."""
+    if "*" in c or "[" in c or "(" in c:
+        return "ptr"
+    words = [w for w in c.replace("const", " ").replace("volatile", " ").split()]
+    if words == ["void"]:
+        return None
+    if any(w in fnptrs for w in words):
+        return "ptr"
+    if any(w in enums for w in words):
+        return 4
+    for n in (2, 1):
+        t = " ".join(words[:n])
+        if t in SCALARS:
+            return SCALARS[t]
+    raise AssertionError(f"unknown C type in '{c}'")
+
+
+def _ctype_kind(t):
+    if t is None:
+        return None
+    if t in (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_wchar_p) or issubclass(t, (ctypes._Pointer, ctypes._CFuncPtr)):
+        return "ptr"
+    return ctypes.sizeof(t)
+
+
+def test_prototypes():
+    decls, enums, fnptrs = _headers()
+    assert len(decls) > 100, len(decls)
+    bad = []
+    for name, (res, args) in _lib._PROTOS.items():
+        if name not in decls:
+            bad.append(f"{name}: not declared in include/patina")
+            continue
+        cres, cparams = decls[name]
+        if len(args) != len(cparams):
+            bad.append(f"{name}: {len(args)} argument types, C has {len(cparams)} parameters")
+            continue
+        if _ctype_kind(res) != _kind(cres, enums, fnptrs):
+            bad.append(f"{name}: result {res} for C '{cres}'")
+        for i, (a, c) in enumerate(zip(args, cparams)):
+            if _ctype_kind(a) != _kind(c, enums, fnptrs):
+                bad.append(f"{name}: argument {i + 1} {a} for C '{c}'")
+    assert not bad, "\n".join(bad)
