@@ -7,6 +7,7 @@ import io
 import json
 import os
 import shutil
+import subprocess
 import threading
 
 import numpy as np
@@ -120,6 +121,19 @@ def test_signature_pivot_table_matches_cli(cli, samples, variant, tmp_path):
     with patina.Collection(coll, readonly=True) as c:
         for q, hits in zip(queries, c.search_batch(queries, k=5)):
             assert_same(hits, want[q])
+        # device "gpu" takes the GPU filter, as the CLI's --device gpu: the
+        # same hits with a GPU, UnavailableError (the CLI fails) without one
+        if patina.gpu_count() > 0:
+            for q, hits in zip(queries, c.search_batch(queries, k=5, device="gpu")):
+                assert_same(hits, want[q])
+            for q, hits in zip(queries, c.search_batch(queries, range=1e9, device="gpu")):
+                assert [h.key for h in hits][:5] == [key for _, key, _ in want[q]]
+        else:
+            with pytest.raises(patina.UnavailableError):
+                c.search(queries[0], k=5, device="gpu")
+            p = subprocess.run([cli, "search", coll, queries[0], "-f", spec, "-k", "5", "--device", "gpu"],
+                               capture_output=True)
+            assert p.returncode != 0 and p.stderr, p
 
 
 def ls_rows(cli, coll):
