@@ -107,6 +107,7 @@ static int write_atomic(const char *path, const char *data, size_t size)
     while (off < size) {
         ssize_t w = write(fd, data + off, size - off);
         if (w < 0 && errno == EINTR) continue;
+        if (w == 0) errno = EIO;
         if (w <= 0) goto fail;
         off += (size_t)w;
     }
