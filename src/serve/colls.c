@@ -22,6 +22,7 @@
 
 atomic_long colls_queue_depth;
 atomic_ulong colls_batches, colls_batched_queries;
+atomic_ulong colls_pivot_pruned, colls_pivot_computed;
 
 typedef struct bitem {
     squery_t *q;
@@ -82,10 +83,14 @@ static void drop_stale(scoll_t *sc)
     for (si = sc->indexes; si; si = si->next) {
         patina_index_free(si->idx);
         si->idx = NULL;
+        patina_pivot_index_free(si->pidx);
+        si->pidx = NULL;
     }
     patina_refset_free(sc->refset);
     sc->refset = NULL;
 }
+
+static void load_pivots(scoll_t *sc, sindex_t *si);
 
 /* Returns with sc->lock held for reading and si->idx loaded (PATINA_OK), or
  * unlocked with the failure. */
@@ -99,9 +104,77 @@ static patina_status read_loaded(scoll_t *sc, sindex_t *si)
         pthread_rwlock_unlock(&sc->lock);
         pthread_rwlock_wrlock(&sc->lock);
         drop_stale(sc);
-        s = si->idx ? PATINA_OK : patina_index_load(&si->idx, si->ex, sc->c);
+        if (!si->idx) {
+            s = patina_index_load(&si->idx, si->ex, sc->c);
+            if (s == PATINA_OK) load_pivots(sc, si);
+        } else {
+            s = PATINA_OK;
+        }
         pthread_rwlock_unlock(&sc->lock);
         if (s != PATINA_OK) return serve_lib(s, "loading the search index");
+    }
+}
+
+/* A signature table's stored pivot table (patina index --pivots N), loaded
+ * with its index (write lock held): searches of the table are then
+ * filtered by it (the same hits as the scan, fewer distances). Rows added
+ * or removed since it was stored are brought up to date by the load; the
+ * server's own writes keep it current after that. None stored: the scan. A
+ * table that cannot be loaded (damaged) is logged and the scan serves. */
+static void load_pivots(scoll_t *sc, sindex_t *si)
+{
+    patina_status s;
+    if (strcmp(patina_extractor_family(si->ex), "signature") != 0) return;
+    s = patina_pivot_index_load(&si->pidx, sc->srv->ctx, si->ex, sc->c, NULL);
+    if (s == PATINA_E_NOTFOUND) {
+        patina_clear_error();
+    } else if (s != PATINA_OK) {
+        serve_log("collection '%s', table '%s': its pivot table is not used (%s); searches scan", sc->name, si->spec,
+                  *patina_last_error() ? patina_last_error() : patina_status_str(s));
+        si->pidx = NULL;
+    }
+}
+
+/* k-NN or range search of one table (read lock held): through its pivot
+ * table when it has one -- the GPU filter on a GPU server from 256 rows
+ * (the CPU's when the GPU cannot take it), else the CPU filter --
+ * otherwise the index. */
+static patina_status table_search(server_t *srv, sindex_t *si, const void *descs, size_t nq, size_t k, double radius,
+                                  int range, size_t max_hits, patina_hit_t *hits, patina_hit_t **rhits, size_t *counts)
+{
+    patina_status s;
+    if (si->pidx) {
+        patina_pivot_search_opts_t po;
+        patina_search_stats_t st;
+        patina_pivot_search_opts_init(&po);
+        memset(&st, 0, sizeof st);
+        po.max_hits = max_hits;
+        po.stats = &st;
+        /* as patina search: the GPU filter from 256 rows (below, the CPU's is as quick) */
+        if (srv->device == PATINA_DEVICE_GPU && patina_pivot_index_size(si->pidx) >= 256) po.strategy = PATINA_PIVOT_GPU;
+        for (;;) {
+            s = range ? patina_pivot_index_range(srv->ctx, si->pidx, descs, nq, radius, &po, rhits, counts)
+                      : patina_pivot_index_knn(srv->ctx, si->pidx, descs, nq, k, &po, hits, counts);
+            if (s != PATINA_E_UNAVAILABLE || po.strategy == PATINA_PIVOT_CPU) break;
+            patina_clear_error();
+            po.strategy = PATINA_PIVOT_CPU;
+        }
+        if (s == PATINA_OK) {
+            atomic_fetch_add(&colls_pivot_pruned, st.pruned);
+            atomic_fetch_add(&colls_pivot_computed, st.computed);
+        }
+        return s;
+    } else {
+        patina_search_opts_t so;
+        patina_search_opts_init(&so);
+        so.max_hits = max_hits;
+        if (range) {
+            so.device = srv->device == PATINA_DEVICE_GPU ? PATINA_DEVICE_AUTO : srv->device;
+            return patina_index_range(srv->ctx, si->idx, descs, nq, radius, &so, rhits, counts);
+        }
+        so.device = srv->device;
+        if (srv->device == PATINA_DEVICE_GPU && patina_index_size(si->idx) == 0) so.device = PATINA_DEVICE_CPU;
+        return patina_index_knn(srv->ctx, si->idx, descs, nq, k, &so, hits, counts);
     }
 }
 
@@ -114,7 +187,6 @@ static void run_batch(batcher_t *b, bitem_t *items, size_t n)
     uint8_t *descs = malloc(n * bytes);
     patina_hit_t *hits = NULL;
     size_t *counts = malloc(n * sizeof *counts);
-    patina_search_opts_t so;
     patina_snapshot_t *snap = NULL;
     patina_status s = PATINA_OK;
     bitem_t *it;
@@ -126,10 +198,7 @@ static void run_batch(batcher_t *b, bitem_t *items, size_t n)
     if (!descs || !counts || !hits) s = serve_fail(PATINA_E_NOMEM, "out of memory for a batch of %zu searches", n);
     if (s == PATINA_OK) s = read_loaded(b->sc, b->si);
     if (s == PATINA_OK) {
-        patina_search_opts_init(&so);
-        so.device = srv->device;
-        if (srv->device == PATINA_DEVICE_GPU && patina_index_size(b->si->idx) == 0) so.device = PATINA_DEVICE_CPU;
-        s = patina_index_knn(srv->ctx, b->si->idx, descs, n, kmax, &so, hits, counts);
+        s = table_search(srv, b->si, descs, n, kmax, 0, 0, 0, hits, NULL, counts);
         if (s != PATINA_OK) serve_lib(s, "search");
         if (s == PATINA_OK && (s = patina_snapshot_new(&snap, b->sc->c)) != PATINA_OK) serve_lib(s, "snapshot");
         for (it = items, i = 0; s == PATINA_OK && it; it = it->next, i++) {
@@ -301,6 +370,7 @@ void colls_close(server_t *srv)
             sindex_t *next = si->next;
             batcher_free(si->batcher);
             patina_index_free(si->idx);
+            patina_pivot_index_free(si->pidx);
             patina_extractor_free(si->ex);
             free(si->spec);
             free(si);
@@ -420,16 +490,12 @@ void squery_release(squery_t *q)
 static patina_status range_search(scoll_t *sc, sindex_t *si, squery_t *q)
 {
     server_t *srv = sc->srv;
-    patina_search_opts_t so;
     patina_hit_t *hits = NULL;
     size_t count = 0, j, cap = srv->cfg->max_range_hits;
     patina_snapshot_t *snap = NULL;
     patina_status s = read_loaded(sc, si);
     if (s != PATINA_OK) return s;
-    patina_search_opts_init(&so);
-    so.device = srv->device == PATINA_DEVICE_GPU ? PATINA_DEVICE_AUTO : srv->device;
-    so.max_hits = cap + 1;
-    s = patina_index_range(srv->ctx, si->idx, q->desc, 1, q->radius, &so, &hits, &count);
+    s = table_search(srv, si, q->desc, 1, 0, q->radius, 1, cap + 1, NULL, &hits, &count);
     if (s != PATINA_OK) serve_lib(s, "range search");
     if (s == PATINA_OK && (s = patina_snapshot_new(&snap, sc->c)) != PATINA_OK) serve_lib(s, "snapshot");
     if (s == PATINA_OK) {
@@ -625,8 +691,16 @@ patina_status colls_add(scoll_t *sc, const char *key, const void *data, size_t s
             if (!si->idx) continue;
             for (t = 0; t < written && strcmp(patina_extractor_spec(ex[t]), si->spec); t++) {
             }
-            if (t < written) patina_index_put(si->idx, &id, desc[t], 1);
-            else if (changed && exists) patina_index_remove(si->idx, &id, 1, NULL);
+            if (t < written) {
+                patina_index_put(si->idx, &id, desc[t], 1);
+                if (si->pidx && patina_pivot_index_put(si->pidx, srv->ctx, &id, desc[t], 1) != PATINA_OK) {
+                    patina_pivot_index_free(si->pidx); /* the scan serves until the next load */
+                    si->pidx = NULL;
+                }
+            } else if (changed && exists) {
+                patina_index_remove(si->idx, &id, 1, NULL);
+                if (si->pidx) patina_pivot_index_remove(si->pidx, &id, 1, NULL);
+            }
         }
         if (sc->refset) {
             size_t t;
@@ -675,8 +749,10 @@ patina_status colls_remove(scoll_t *sc, const char *key, uint64_t *idp)
     patina_record_release(&rec);
     s = patina_collection_remove(sc->c, *idp);
     if (s == PATINA_OK) {
-        for (si = sc->indexes; si; si = si->next)
+        for (si = sc->indexes; si; si = si->next) {
             if (si->idx) patina_index_remove(si->idx, idp, 1, NULL);
+            if (si->pidx) patina_pivot_index_remove(si->pidx, idp, 1, NULL);
+        }
         if (sc->refset) patina_refset_remove(sc->refset, *idp);
         note_own_write(sc);
     } else {

@@ -99,6 +99,8 @@ typedef struct sindex {
     char *spec;                 /* canonical spec, the table's name */
     patina_extractor_t *ex;
     patina_index_t *idx;        /* NULL until first searched, or after a job wrote (stale) */
+    patina_pivot_index_t *pidx; /* a signature table's stored pivot table, loaded with idx
+                                 * (NULL: none stored, or not a signature table) */
     batcher_t *batcher;
     struct sindex *next;
 } sindex_t;
@@ -174,6 +176,7 @@ patina_status colls_identify(scoll_t *sc, const void *data, size_t size, const p
 /* Searches waiting in batchers (the queue depth metric). */
 extern atomic_long colls_queue_depth;
 extern atomic_ulong colls_batches, colls_batched_queries;
+extern atomic_ulong colls_pivot_pruned, colls_pivot_computed; /* rows a pivot table skipped / compared */
 
 /* ------------------------------------------------------------------- jobs.c */
 

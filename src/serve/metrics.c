@@ -124,6 +124,10 @@ char *metrics_text(server_t *srv, size_t *len)
     put(&b, "# HELP patina_search_batched_queries_total Searches answered by batched calls.\n"
             "# TYPE patina_search_batched_queries_total counter\npatina_search_batched_queries_total %lu\n",
         atomic_load(&colls_batched_queries));
+    put(&b, "# HELP patina_search_pivot_rows_total Rows of signature searches through a pivot table: skipped by "
+            "its bounds (pruned) or compared (computed).\n# TYPE patina_search_pivot_rows_total counter\n"
+            "patina_search_pivot_rows_total{outcome=\"pruned\"} %lu\npatina_search_pivot_rows_total{outcome=\"computed\"} %lu\n",
+        atomic_load(&colls_pivot_pruned), atomic_load(&colls_pivot_computed));
     jobs_counts(srv, jc);
     put(&b, "# HELP patina_jobs Bulk index jobs by state (finished ones as remembered).\n# TYPE patina_jobs gauge\n");
     for (i = 0; i < 5; i++) put(&b, "patina_jobs{state=\"%s\"} %lu\n", jstate[i], jc[i]);

@@ -452,6 +452,51 @@ def test_search():
     s.over_limit("POST", "/v1/collections/photos/search", 3 * 1024 * 1024, "image/x-portable-pixmap")
 
 
+def test_signature_pivots():
+    """A signature table with a stored pivot table (patina index --pivots)
+    is searched through it: the same hits, bit for bit, as a collection of
+    the same images without one (the scan); the pivot metrics move; the
+    server's adds and deletes keep it current."""
+    spec = "signature:k=16,samples=500"
+    piv, scan = os.path.join(TMP, "sigpiv"), os.path.join(TMP, "sigscan")
+    subprocess.run([PATINA, "index", piv, *IMG, "-f", spec, "--pivots", "4", "-q"], check=True)
+    subprocess.run([PATINA, "index", scan, *IMG, "-f", spec, "-q"], check=True)
+    srv = Server([piv, scan], "-q")
+
+    def same(query, **extra):
+        a = srv.json("POST", "/v1/collections/sigpiv/search", dict(query, **extra))
+        b = srv.json("POST", "/v1/collections/sigscan/search", dict(query, **extra))
+        expect([(h["key"], h["distance"]) for h in a["hits"]] == [(h["key"], h["distance"]) for h in b["hits"]],
+               (query, extra, a, b))
+        return a
+
+    def pivot_rows():
+        m = srv.request("GET", "/metrics").data.decode()
+        return {o: int(v) for o, v in re.findall(r'patina_search_pivot_rows_total\{outcome="(\w+)"\} (\d+)', m)}
+    try:
+        for key in IMG[:6]:
+            r = same({"key": key}, k=5)
+            expect(r["hits"][0]["key"] == key and r["hits"][0]["distance"] == 0 and r["rows"] == len(IMG), r)
+            same({"key": key}, range=r["hits"][2]["distance"])
+        rows = pivot_rows()
+        expect(rows.get("computed", 0) > 0 and rows.get("pruned", 0) > 0, rows)
+        # writes through the server: the pivot table follows (the new image is its own nearest)
+        img = ppm(64, 48, 777)
+        hdr = {"Content-Type": "image/x-portable-pixmap"}
+        for c in ("sigpiv", "sigscan"):
+            expect(srv.request("PUT", "/v1/collections/%s/images/new" % c, img, headers=hdr, token=True).status == 201,
+                   "put")
+        r = same({"key": "new"}, k=3)
+        expect(r["hits"][0]["key"] == "new" and r["rows"] == len(IMG) + 1, r)
+        for c in ("sigpiv", "sigscan"):
+            srv.json("DELETE", "/v1/collections/%s/images/%s" % (c, IMG[1]), token=True)
+        r = same({"key": IMG[0]}, k=len(IMG) + 5)
+        expect(IMG[1] not in [h["key"] for h in r["hits"]] and r["rows"] == len(IMG), r)
+        expect(pivot_rows()["computed"] > rows["computed"], "the pivot table served after the writes")
+    finally:
+        expect(srv.stop() == 0, "exit status")
+
+
 def test_search_queue_full():
     """--max-queue 1 and a 300 ms batching window: a second search while
     the first waits in the batch gets 429."""
@@ -1146,7 +1191,7 @@ def test_coverage():
     expect(not missing, "documented but never exercised: %s" % missing)
 
 
-TESTS = [test_basics, test_images, test_search, test_search_queue_full, test_identify, test_jobs,
+TESTS = [test_basics, test_images, test_search, test_signature_pivots, test_search_queue_full, test_identify, test_jobs,
          test_jobs_cancel_and_queue, test_jobs_file, test_malformed, test_image_content, test_connection_limits, test_concurrent,
          test_kill9_durability, test_external_writes, test_sigterm, test_tls, test_security, test_coverage]
 
