@@ -230,6 +230,16 @@ static void check_collection(patina_context_t *ctx, const patina_extractor_t *ex
                 compare_knn(h1 + q * k, c1[q], h2 + q * k, c2[q], what);
                 for (size_t i = c1[q]; i < k; i++) assert_true(h1[q * k + i].id == 0 && isinf(h1[q * k + i].distance));
             }
+            /* PATINA_PIVOT_AUTO: the same hits (without a GPU, or under 256
+             * rows, the CPU's filter answers: every query on the CPU) */
+            so.strategy = PATINA_PIVOT_AUTO;
+            TU_OK(patina_pivot_index_knn(ctx, pi, qs, nq, k, &so, h1, c1));
+            if (patina_gpu_count() == 0 || n < PATINA_PIVOT_AUTO_GPU_ROWS) assert_int_equal(st.cpu, nq);
+            for (size_t q = 0; q < nq; q++) {
+                snprintf(what, sizeof what, "auto n %zu P %zu bound %d k %zu query %zu", n, P, b, k, q);
+                compare_knn(h1 + q * k, c1[q], h2 + q * k, c2[q], what);
+            }
+            so.strategy = PATINA_PIVOT_CPU;
             free(h1);
             free(h2);
         }
@@ -240,7 +250,9 @@ static void check_collection(patina_context_t *ctx, const patina_extractor_t *ex
             double radius = ri == 0 ? 0.0 : ri == 4 ? 1e9 : sig_sqfd(qs, recs + tu_rng_below(rng, (uint32_t)n) * dim, dim);
             so.max_hits = ri == 3 ? 3 : 0;
             io.max_hits = so.max_hits;
+            so.strategy = ri % 2 ? PATINA_PIVOT_AUTO : PATINA_PIVOT_CPU; /* the same hits either way */
             TU_OK(patina_pivot_index_range(ctx, pi, qs, nq, radius, &so, r1, c1));
+            so.strategy = PATINA_PIVOT_CPU;
             TU_OK(patina_index_range(ctx, idx, qs, nq, radius, &io, r2, c2));
             *pruned_total += st.pruned;
             for (size_t q = 0; q < nq; q++) {

@@ -77,9 +77,18 @@ typedef enum patina_pivot_strategy {
     PATINA_PIVOT_PIPELINE = 1, /* the paper's: query-to-pivot distances on the GPU; the CPU's bounds
                                 * send the surviving rows to the GPU in blocks (8000 for range; 64
                                 * with at most 2 pending for k-NN, the radius refined as they return) */
-    PATINA_PIVOT_GPU = 2       /* the bounds evaluated on the GPU as well (a pilot of the rows of
+    PATINA_PIVOT_GPU = 2,      /* the bounds evaluated on the GPU as well (a pilot of the rows of
                                 * smallest bound gives the k-NN radius), survivors' SQFD there */
+    PATINA_PIVOT_AUTO = 3      /* PATINA_PIVOT_GPU for tables of PATINA_PIVOT_AUTO_GPU_ROWS rows or
+                                * more, the CPU's for smaller ones, and the CPU's too when the GPU
+                                * cannot take the call (no context or GPU: never
+                                * PATINA_E_UNAVAILABLE) -- what `patina search --device auto` and
+                                * `patina serve` on a GPU use */
 } patina_pivot_strategy;
+
+/* Below this many rows PATINA_PIVOT_AUTO stays on the CPU (its filter is as
+ * quick there as the GPU's launches). */
+#define PATINA_PIVOT_AUTO_GPU_ROWS 256
 
 typedef struct patina_pivot_search_opts {
     patina_pivot_bound bound;      /* default PTOLEMAIC */

@@ -257,7 +257,6 @@ _PROTOS = {
     "patina_pivot_index_load_snapshot": (c_int, [P(c_void_p), c_void_p, c_void_p, c_void_p, P(c_size_t)]),
     "patina_pivot_index_save": (c_int, [c_void_p, c_void_p]),
     "patina_pivot_index_free": (None, [c_void_p]),
-    "patina_pivot_index_size": (c_size_t, [c_void_p]),
     "patina_pivot_index_knn": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_size_t, P(PivotSearchOpts),
                                        P(Hit), P(c_size_t)]),
     "patina_pivot_index_range": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_double, P(PivotSearchOpts),

@@ -25,7 +25,8 @@ _SCORING = {"one2one": 0, "raw": 1, "mutual": 2}
 _MODELS = {"similarity": 0, "affine": 1, "homography": 2}
 _PRECISION = {"int8": 0, "fp16": 1}
 _BOUNDS = {"ptolemaic": 0, "metric": 1, "none": 2}
-_PIVOT_CPU, _PIVOT_GPU = 0, 2  # patina_pivot_strategy: the CPU filter, the GPU filter
+# patina_pivot_strategy by device: the CPU filter, the GPU's, the library's choice
+_PIVOT_STRATEGY = {"cpu": 0, "gpu": 2, "auto": 3}
 _KNN_MAX = 1000000  # k of patina_index_knn (PATINA_E_LIMIT above) and of `patina identify -k`
 
 
@@ -554,17 +555,7 @@ class Collection:
                     lib.pivot_search_opts_init(ctypes.byref(po))
                     po.bound = _BOUNDS[bound]
                     po.max_hits = int(max_hits)
-                    if dev == _lib.DEVICES["gpu"] or (dev == _lib.DEVICES["auto"] and lib.gpu_count() > 0 and
-                                                      lib.pivot_index_size(pidx) >= 256):
-                        po.strategy = _PIVOT_GPU
-
-                    def pivot_call(fn, *args):
-                        s = fn(*args)
-                        if s == errors.E_UNAVAILABLE and dev == _lib.DEVICES["auto"] and po.strategy != _PIVOT_CPU:
-                            lib.clear_error()   # auto: the CPU after all (as the CLI)
-                            po.strategy = _PIVOT_CPU
-                            s = fn(*args)
-                        return s
+                    po.strategy = _PIVOT_STRATEGY["auto" if device == "hybrid" else device]
                 else:
                     so = _lib.SearchOpts()
                     lib.search_opts_init(ctypes.byref(so))
@@ -574,8 +565,8 @@ class Collection:
                 if range is None:
                     hits = (_lib.Hit * (nq * k))()
                     if pidx:
-                        s = pivot_call(lib.pivot_index_knn, self._ctx.handle, pidx, q.ctypes.data, nq, k,
-                                       ctypes.byref(po), hits, counts)
+                        s = lib.pivot_index_knn(self._ctx.handle, pidx, q.ctypes.data, nq, k, ctypes.byref(po), hits,
+                                                counts)
                     else:
                         s = lib.index_knn(self._ctx.handle, idx, q.ctypes.data, nq, k, ctypes.byref(so), hits, counts)
                     lib.check(s, "search")
@@ -585,8 +576,8 @@ class Collection:
                 else:
                     rh = (ctypes.POINTER(_lib.Hit) * nq)()
                     if pidx:
-                        s = pivot_call(lib.pivot_index_range, self._ctx.handle, pidx, q.ctypes.data, nq, range,
-                                       ctypes.byref(po), rh, counts)
+                        s = lib.pivot_index_range(self._ctx.handle, pidx, q.ctypes.data, nq, range, ctypes.byref(po),
+                                                  rh, counts)
                     else:
                         s = lib.index_range(self._ctx.handle, idx, q.ctypes.data, nq, range, ctypes.byref(so), rh,
                                             counts)

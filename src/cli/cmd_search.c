@@ -335,17 +335,12 @@ static int run_search(const cli_args_t *a)
                     patina_pivot_search_opts_init(&po);
                     po.bound = (patina_pivot_bound)cli_get(a, "bound")->i;
                     po.stats = &st;
-                    /* the GPU filter on the GPU (device gpu, or auto with a GPU and 256 rows or more) */
-                    if (so.device == PATINA_DEVICE_GPU ||
-                        (so.device == PATINA_DEVICE_AUTO && patina_gpu_count() > 0 && patina_pivot_index_size(pidx) >= 256))
-                        po.strategy = PATINA_PIVOT_GPU;
-                    for (int tries = 0; tries < 2; tries++) {
-                        if (nd && use_range) s = patina_pivot_index_range(ctx, pidx, desc, nd, range, &po, rh, cnt);
-                        else if (nd) s = patina_pivot_index_knn(ctx, pidx, desc, nd, (size_t)k, &po, hits, cnt);
-                        if (s != PATINA_E_UNAVAILABLE || so.device != PATINA_DEVICE_AUTO || po.strategy == PATINA_PIVOT_CPU)
-                            break;
-                        po.strategy = PATINA_PIVOT_CPU; /* auto: the CPU after all */
-                    }
+                    /* the GPU filter: device gpu; auto: where the library finds it worth it */
+                    po.strategy = so.device == PATINA_DEVICE_GPU    ? PATINA_PIVOT_GPU
+                                  : so.device == PATINA_DEVICE_AUTO ? PATINA_PIVOT_AUTO
+                                                                    : PATINA_PIVOT_CPU;
+                    if (nd && use_range) s = patina_pivot_index_range(ctx, pidx, desc, nd, range, &po, rh, cnt);
+                    else if (nd) s = patina_pivot_index_knn(ctx, pidx, desc, nd, (size_t)k, &po, hits, cnt);
                     if (nd && s == PATINA_OK) {
                         total.gpu_filter += st.gpu_filter;
                         total.cpu += st.cpu + st.gpu_filter; /* the queries */

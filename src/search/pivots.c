@@ -1710,10 +1710,46 @@ static patina_status search_args(const patina_pivot_index_t *pi, const void *que
     if (!pi || (nq && !queries)) return patina__fail(PATINA_E_INVALID, "search: null argument");
     if (o->bound != PATINA_BOUND_PTOLEMAIC && o->bound != PATINA_BOUND_METRIC && o->bound != PATINA_BOUND_NONE)
         return patina__fail(PATINA_E_INVALID, "search: unknown pivot bound %d", (int)o->bound);
-    if (o->strategy != PATINA_PIVOT_CPU && o->strategy != PATINA_PIVOT_PIPELINE && o->strategy != PATINA_PIVOT_GPU)
+    if (o->strategy != PATINA_PIVOT_CPU && o->strategy != PATINA_PIVOT_PIPELINE && o->strategy != PATINA_PIVOT_GPU &&
+        o->strategy != PATINA_PIVOT_AUTO)
         return patina__fail(PATINA_E_INVALID, "search: unknown pivot strategy %d", (int)o->strategy);
     for (size_t q = 0; q < nq; q++) PATINA_TRY(check_query(pi, (const float *)queries + q * pi->dim, q));
     return PATINA_OK;
+}
+
+/* Empties a batch's results: k-NN hits padded, range lists freed. */
+static void batch_reset(batch_t *b, size_t nq)
+{
+    for (size_t q = 0; q < nq; q++) {
+        if (b->lists) {
+            free(b->lists[q]);
+            b->lists[q] = NULL;
+        } else {
+            for (size_t i = 0; i < b->k; i++) b->hits[q * b->k + i] = (patina_hit_t){0, INFINITY};
+        }
+        b->counts[q] = 0;
+    }
+}
+
+/* Runs a batch through the strategy of o (PATINA_PIVOT_AUTO resolved
+ * here); on failure the results are empty. */
+static patina_status run_strategy(patina_context_t *ctx, batch_t *b, size_t nq, const patina_pivot_search_opts_t *o)
+{
+    patina_status s;
+    if (o->strategy == PATINA_PIVOT_CPU ||
+        (o->strategy == PATINA_PIVOT_AUTO && (!ctx || b->pi->n < PATINA_PIVOT_AUTO_GPU_ROWS))) {
+        s = run_batch(ctx, b, nq, o->stats);
+    } else {
+        s = gpu_batch(ctx, b, nq, o->strategy == PATINA_PIVOT_AUTO ? PATINA_PIVOT_GPU : o->strategy, o->stats);
+        if (s == PATINA_E_UNAVAILABLE && o->strategy == PATINA_PIVOT_AUTO) { /* no GPU for it: the CPU's */
+            patina_clear_error();
+            batch_reset(b, nq);
+            if (o->stats) memset(o->stats, 0, sizeof *o->stats);
+            s = run_batch(ctx, b, nq, o->stats);
+        }
+    }
+    if (s != PATINA_OK) batch_reset(b, nq);
+    return s;
 }
 
 static patina_status pivot_knn_unlocked(patina_context_t *ctx, const patina_pivot_index_t *pi, const void *queries,
@@ -1722,7 +1758,6 @@ static patina_status pivot_knn_unlocked(patina_context_t *ctx, const patina_pivo
 {
     patina_pivot_search_opts_t o;
     batch_t b;
-    patina_status s;
     if (k == 0) return patina__fail(PATINA_E_INVALID, "search: k = 0");
     if (k > K_MAX) return patina__fail(PATINA_E_LIMIT, "search: k = %zu is over the limit %d", k, K_MAX);
     if (nq && (!hits || !counts)) return patina__fail(PATINA_E_INVALID, "search: null argument");
@@ -1741,12 +1776,7 @@ static patina_status pivot_knn_unlocked(patina_context_t *ctx, const patina_pivo
     b.bound = o.bound;
     b.hits = hits;
     b.counts = counts;
-    s = o.strategy == PATINA_PIVOT_CPU ? run_batch(ctx, &b, nq, o.stats) : gpu_batch(ctx, &b, nq, o.strategy, o.stats);
-    if (s != PATINA_OK) {
-        for (size_t i = 0; i < nq * k; i++) hits[i] = (patina_hit_t){0, INFINITY};
-        for (size_t q = 0; q < nq; q++) counts[q] = 0;
-    }
-    return s;
+    return run_strategy(ctx, &b, nq, &o);
 }
 
 static patina_status pivot_range_unlocked(patina_context_t *ctx, const patina_pivot_index_t *pi,
@@ -1756,7 +1786,6 @@ static patina_status pivot_range_unlocked(patina_context_t *ctx, const patina_pi
 {
     patina_pivot_search_opts_t o;
     batch_t b;
-    patina_status s;
     if (nq && (!hits || !counts)) return patina__fail(PATINA_E_INVALID, "search: null argument");
     for (size_t q = 0; q < nq; q++) {
         hits[q] = NULL;
@@ -1778,14 +1807,7 @@ static patina_status pivot_range_unlocked(patina_context_t *ctx, const patina_pi
     b.max_hits = o.max_hits;
     b.lists = hits;
     b.counts = counts;
-    s = o.strategy == PATINA_PIVOT_CPU ? run_batch(ctx, &b, nq, o.stats) : gpu_batch(ctx, &b, nq, o.strategy, o.stats);
-    if (s != PATINA_OK)
-        for (size_t q = 0; q < nq; q++) {
-            free(hits[q]);
-            hits[q] = NULL;
-            counts[q] = 0;
-        }
-    return s;
+    return run_strategy(ctx, &b, nq, &o);
 }
 
 /* ------------------------------------------------------------ persistence */

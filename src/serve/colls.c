@@ -136,9 +136,9 @@ static void load_pivots(scoll_t *sc, sindex_t *si)
 }
 
 /* k-NN or range search of one table (read lock held): through its pivot
- * table when it has one -- the GPU filter on a GPU server from 256 rows
- * (the CPU's when the GPU cannot take it), else the CPU filter --
- * otherwise the index. */
+ * table when it has one (PATINA_PIVOT_AUTO on a GPU server: the GPU filter
+ * from 256 rows, the CPU's when the GPU cannot take it; else the CPU
+ * filter), otherwise the index. */
 static patina_status table_search(server_t *srv, sindex_t *si, const void *descs, size_t nq, size_t k, double radius,
                                   int range, size_t max_hits, patina_hit_t *hits, patina_hit_t **rhits, size_t *counts)
 {
@@ -150,15 +150,9 @@ static patina_status table_search(server_t *srv, sindex_t *si, const void *descs
         memset(&st, 0, sizeof st);
         po.max_hits = max_hits;
         po.stats = &st;
-        /* as patina search: the GPU filter from 256 rows (below, the CPU's is as quick) */
-        if (srv->device == PATINA_DEVICE_GPU && patina_pivot_index_size(si->pidx) >= 256) po.strategy = PATINA_PIVOT_GPU;
-        for (;;) {
-            s = range ? patina_pivot_index_range(srv->ctx, si->pidx, descs, nq, radius, &po, rhits, counts)
-                      : patina_pivot_index_knn(srv->ctx, si->pidx, descs, nq, k, &po, hits, counts);
-            if (s != PATINA_E_UNAVAILABLE || po.strategy == PATINA_PIVOT_CPU) break;
-            patina_clear_error();
-            po.strategy = PATINA_PIVOT_CPU;
-        }
+        po.strategy = srv->device == PATINA_DEVICE_GPU ? PATINA_PIVOT_AUTO : PATINA_PIVOT_CPU;
+        s = range ? patina_pivot_index_range(srv->ctx, si->pidx, descs, nq, radius, &po, rhits, counts)
+                  : patina_pivot_index_knn(srv->ctx, si->pidx, descs, nq, k, &po, hits, counts);
         if (s == PATINA_OK) {
             atomic_fetch_add(&colls_pivot_pruned, st.pruned);
             atomic_fetch_add(&colls_pivot_computed, st.computed);
