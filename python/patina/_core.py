@@ -62,7 +62,24 @@ def gpu_count(library=None) -> int:
 
 
 # ------------------------------------------------------------------ context
-class Context:
+class _Closing:
+    """`with` support and a close() when collected, for the classes that own
+    a handle and define close()."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+
+class Context(_Closing):
     """Worker threads, the GPU (opened on first use) and image limits.
 
     Every extraction, search and identification runs on a context; calls
@@ -121,18 +138,6 @@ class Context:
         h, self._h = getattr(self, "_h", None), None
         if h:
             self._lib.context_free(h)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown
-            pass
 
     def __repr__(self):
         state = f"{self.threads} threads" if self._h else "closed"

@@ -18,8 +18,8 @@ import numpy as np
 
 from . import _lib
 from . import errors
-from ._core import (Extractor, _context, _describe, _extract_prepared, _extractor, _invalid, _prepare, _s,
-                    _type_error)
+from ._core import (Extractor, _Closing, _context, _describe, _extract_prepared, _extractor, _invalid, _prepare,
+                    _s, _type_error)
 
 _SCORING = {"one2one": 0, "raw": 1, "mutual": 2}
 _MODELS = {"similarity": 0, "affine": 1, "homography": 2}
@@ -133,7 +133,7 @@ class _Snapshot:
         self.close()
 
 
-class Collection:
+class Collection(_Closing):
     """An open collection.
 
     path: the collection's directory. create: make it when missing (an
@@ -182,18 +182,6 @@ class Collection:
     @property
     def closed(self) -> bool:
         return not self._h
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self):
         if not self._h:
