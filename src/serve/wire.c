@@ -104,8 +104,9 @@ int wire_multipart_parse(wire_part_t **parts, size_t *nparts, const uint8_t *bod
 {
     char delim[256];
     size_t dl, n = 0, cap = 0;
-    wire_part_t *v = NULL;
+    wire_part_t *v = NULL, part; /* part: the one being read (its strings freed on failure) */
     const uint8_t *p, *end = body + size;
+    memset(&part, 0, sizeof part);
     *parts = NULL;
     *nparts = 0;
     if (!boundary || !*boundary || strlen(boundary) > 200) {
@@ -130,7 +131,6 @@ int wire_multipart_parse(wire_part_t **parts, size_t *nparts, const uint8_t *bod
         const uint8_t *hdr_end, *next, *line;
         char d2[260];
         size_t l2;
-        wire_part_t part;
         /* after a delimiter: "--" ends the body, else CRLF starts a part */
         if (end - p >= 2 && p[0] == '-' && p[1] == '-') break;
         while (p < end && (*p == ' ' || *p == '\t')) p++;
@@ -146,7 +146,6 @@ int wire_multipart_parse(wire_part_t **parts, size_t *nparts, const uint8_t *bod
             snprintf(err, errsize, "multipart part without the blank line after its headers (truncated body?)");
             goto fail;
         }
-        memset(&part, 0, sizeof part);
         for (line = p; line < hdr_end;) {
             const uint8_t *le = find(line, (size_t)(hdr_end + 2 - line), "\r\n", 2);
             size_t ll;
@@ -170,45 +169,38 @@ int wire_multipart_parse(wire_part_t **parts, size_t *nparts, const uint8_t *bod
         l2 = (size_t)snprintf(d2, sizeof d2, "\r\n%s", delim);
         next = p <= end ? find(p, (size_t)(end - p), d2, l2) : NULL;
         if (!next) {
-            free(part.name);
-            free(part.filename);
-            free(part.content_type);
             snprintf(err, errsize, "multipart body truncated: no closing boundary");
             goto fail;
         }
         part.data = p;
         part.size = (size_t)(next - p);
         if (!part.name) {
-            free(part.filename);
-            free(part.content_type);
             snprintf(err, errsize, "multipart part %zu has no Content-Disposition name", n + 1);
             goto fail;
         }
         if (n == max_parts) {
-            free(part.name);
-            free(part.filename);
-            free(part.content_type);
             snprintf(err, errsize, "more than %zu multipart parts", max_parts);
             goto fail;
         }
         if (n == cap) {
             wire_part_t *t = realloc(v, (cap = cap ? 2 * cap : 4) * sizeof *v);
             if (!t) {
-                free(part.name);
-                free(part.filename);
-                free(part.content_type);
                 snprintf(err, errsize, "out of memory");
                 goto fail;
             }
             v = t;
         }
         v[n++] = part;
+        memset(&part, 0, sizeof part); /* v owns its strings now */
         p = next + l2;
     }
     *parts = v;
     *nparts = n;
     return 0;
 fail:
+    free(part.name);
+    free(part.filename);
+    free(part.content_type);
     wire_parts_free(v, n);
     return -1;
 }
