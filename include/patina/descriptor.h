@@ -75,6 +75,24 @@ typedef struct patina_option_info {
     const char *help;       /* one line ("" when none) */
 } patina_option_info_t;
 
+/* What a family can do: front ends ask these instead of comparing names. */
+enum {
+    PATINA_CAP_SEARCH = 1u << 0,   /* records searched by a distance (k-NN, range: patina_table_search) */
+    PATINA_CAP_IDENTIFY = 1u << 1, /* local features: identification (patina_table_identify) */
+    PATINA_CAP_PIVOTS = 1u << 2,   /* searches can be filtered by a pivot table (include/patina/pivots.h) */
+    PATINA_CAP_GPU = 1u << 3,      /* extraction on the GPU is compiled in (PATINA_DEVICE_GPU) */
+    PATINA_CAP_HYBRID = 1u << 4,   /* hybrid CPU/GPU extraction is compiled in */
+    PATINA_CAP_CODEMAP = 1u << 5,  /* per-pixel code maps (patina_extract_codemap) */
+    PATINA_CAP_JSON = 1u << 6,     /* a JSON description beyond the vector (patina_extractor_json) */
+    PATINA_CAP_KEYPOINTS = 1u << 7, /* records of keypoints: read with patina_rootsift_info/_feature */
+    PATINA_CAP_CENTROIDS = 1u << 8  /* records of weighted centroids: patina_signature_info/_centroid */
+};
+
+/* The capabilities (PATINA_CAP_*) of family i (0 for an out-of-range index)
+ * and of an extractor's family with its options. */
+PATINA_API unsigned patina_family_caps(size_t i);
+PATINA_API unsigned patina_extractor_caps(const patina_extractor_t *ex);
+
 /* Options of a family: 0 for an out-of-range index. */
 PATINA_API size_t patina_family_option_count(size_t family);
 /* Option i (< patina_family_option_count(family)) into info (caller

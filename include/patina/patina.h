@@ -16,6 +16,7 @@
 #include "patina/pivots.h"
 #include "patina/identify.h"
 #include "patina/pipeline.h"
+#include "patina/table.h"
 
 #ifdef __cplusplus
 extern "C" {

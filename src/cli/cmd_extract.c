@@ -270,8 +270,8 @@ static int run_extract(const cli_args_t *a)
     }
     if (bin) bin_header(ex, bytes);
     dim = patina_extractor_dim(ex);
-    rootsift = !strcmp(patina_extractor_family(ex), "rootsift");
-    signature = !strcmp(patina_extractor_family(ex), "signature");
+    rootsift = (patina_extractor_caps(ex) & PATINA_CAP_KEYPOINTS) != 0;
+    signature = (patina_extractor_caps(ex) & PATINA_CAP_CENTROIDS) != 0;
     descs = malloc(WINDOW * (bytes ? bytes : 1));
     res = malloc(WINDOW * sizeof *res);
     if (!descs || !res) {

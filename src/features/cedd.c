@@ -225,6 +225,7 @@ static patina_status cedd_hybrid(patina_gpu_t *g, patina_pool_t *pool, const voi
 
 const patina_family_t patina_family_cedd = {
     .name = "cedd",
+    .uses = PATINA_CAP_SEARCH,
     .help = "CEDD colour and edge directivity descriptor, 144 bins of 0..7, exactly as LIRE",
     .opts = cedd_opts,
     .nopts = sizeof cedd_opts / sizeof cedd_opts[0],

@@ -15,6 +15,10 @@
 typedef struct patina_family {
     const char *name;
     const char *help;
+    /* What the family's records are for: PATINA_CAP_SEARCH, _IDENTIFY,
+     * _PIVOTS (include/patina/descriptor.h); the extraction capabilities
+     * (_GPU, _HYBRID, _CODEMAP, _JSON) follow from the functions below. */
+    unsigned uses;
     const patina_optdef_t *opts;
     size_t nopts;
     patina_elem elem;

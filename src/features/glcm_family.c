@@ -669,6 +669,7 @@ static patina_status haralick_gpu(patina_gpu_t *g, const void *params, void *out
 
 const patina_family_t patina_family_glcm = {
     .name = "glcm",
+    .uses = PATINA_CAP_SEARCH,
     .help = "grey-level co-occurrence matrices: scikit-image's graycoprops properties per offset "
             "(JSON: counts, properties, Haralick features)",
     .opts = glcm_opts,
@@ -685,6 +686,7 @@ const patina_family_t patina_family_glcm = {
 
 const patina_family_t patina_family_haralick = {
     .name = "haralick",
+    .uses = PATINA_CAP_SEARCH,
     .help = "Haralick's 14 texture features of the GLCM: mean and range over angles per "
             "distance (form=offsets: per offset)",
     .opts = haralick_opts,

@@ -235,6 +235,7 @@ static pdist_t distance_for(const void *params)
     }                                                                                           \
     const patina_family_t patina_family_##NAME = {                                              \
         .name = #NAME,                                                                          \
+        .uses = PATINA_CAP_SEARCH,                                                              \
         .help = HELP,                                                                           \
         .opts = OPTS,                                                                           \
         .nopts = sizeof OPTS / sizeof OPTS[0],                                                  \

@@ -161,6 +161,20 @@ const char *patina_extractor_distance_name(const patina_extractor_t *ex)
     return pdist_get(distance_id(ex))->name;
 }
 
+static unsigned family_caps(const patina_family_t *f)
+{
+    unsigned caps = f->uses;
+    if (PATINA_HAVE_CUDA && f->gpu) caps |= PATINA_CAP_GPU;
+    if (PATINA_HAVE_CUDA && f->hybrid) caps |= PATINA_CAP_HYBRID;
+    if (f->codemap) caps |= PATINA_CAP_CODEMAP;
+    if (f->json) caps |= PATINA_CAP_JSON;
+    return caps;
+}
+
+unsigned patina_family_caps(size_t i) { return i < NFAMILIES ? family_caps(families[i]) : 0; }
+
+unsigned patina_extractor_caps(const patina_extractor_t *ex) { return ex ? family_caps(ex->family) : 0; }
+
 int patina_extractor_has_device(const patina_extractor_t *ex, patina_device d)
 {
     switch (d) {

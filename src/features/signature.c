@@ -618,6 +618,7 @@ done:
 
 const patina_family_t patina_family_signature = {
     .name = "signature",
+    .uses = PATINA_CAP_SEARCH | PATINA_CAP_PIVOTS | PATINA_CAP_CENTROIDS,
     .help = "feature signatures (PCT): k-means centroids of sampled 7-D features (x, y, L*a*b*, contrast, "
             "entropy) with weights, compared by SQFD (one fixed-size record per image; docs/signature.md)",
     .opts = sig_opts,

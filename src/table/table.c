@@ -1,0 +1,1125 @@
+/* Live tables (include/patina/table.h): one searchable table of a collection
+ * or of a partition, with its derived structures -- the search index, the
+ * pivot table, the identification reference set -- kept in step with writes
+ * made through it and reloaded when the collection's version says another
+ * writer changed it. The engines (search/, identify/) know nothing of
+ * collections' versions or of each other; this file is the one place that
+ * decides what a write must update and which device a call runs on.
+ *
+ * Not here: the engines themselves, the store, extraction. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "patina/table.h"
+
+/* ----------------------------------------------------------- keys by id
+ * A detached table has no collection to look keys up in: it keeps them. An
+ * open-addressing map id -> malloc'd key, ids >= 1 (0 marks an empty slot,
+ * UINT64_MAX a deleted one). */
+
+#define KM_TOMB UINT64_MAX
+
+typedef struct keymap {
+    uint64_t *ids;
+    char **keys;
+    size_t cap, used, live; /* used counts live and deleted slots */
+} keymap_t;
+
+static size_t km_hash(uint64_t id, size_t cap)
+{
+    id ^= id >> 33;
+    id *= 0xff51afd7ed558ccdULL;
+    id ^= id >> 33;
+    return (size_t)id & (cap - 1);
+}
+
+static size_t km_find(const keymap_t *m, uint64_t id)
+{
+    size_t i;
+    if (!m->cap) return SIZE_MAX;
+    for (i = km_hash(id, m->cap);; i = (i + 1) & (m->cap - 1)) {
+        if (m->ids[i] == id) return i;
+        if (m->ids[i] == 0) return SIZE_MAX;
+    }
+}
+
+static void km_free(keymap_t *m)
+{
+    size_t i;
+    for (i = 0; i < m->cap; i++) free(m->keys[i]);
+    free(m->ids);
+    free(m->keys);
+    memset(m, 0, sizeof *m);
+}
+
+static patina_status km_grow(keymap_t *m)
+{
+    keymap_t n;
+    size_t i;
+    memset(&n, 0, sizeof n);
+    n.cap = m->cap ? (m->live * 4 > m->cap ? m->cap * 2 : m->cap) : 64;
+    n.ids = calloc(n.cap, sizeof *n.ids);
+    n.keys = calloc(n.cap, sizeof *n.keys);
+    if (!n.ids || !n.keys) {
+        free(n.ids);
+        free(n.keys);
+        return patina__fail(PATINA_E_NOMEM, "table: out of memory for keys");
+    }
+    for (i = 0; i < m->cap; i++) {
+        size_t j;
+        if (m->ids[i] == 0 || m->ids[i] == KM_TOMB) continue;
+        for (j = km_hash(m->ids[i], n.cap); n.ids[j]; j = (j + 1) & (n.cap - 1)) {
+        }
+        n.ids[j] = m->ids[i];
+        n.keys[j] = m->keys[i];
+        n.live++;
+    }
+    n.used = n.live;
+    free(m->ids);
+    free(m->keys);
+    *m = n;
+    return PATINA_OK;
+}
+
+/* Sets id's key (a copy). */
+static patina_status km_put(keymap_t *m, uint64_t id, const char *key)
+{
+    size_t i = km_find(m, id);
+    char *copy = strdup(key);
+    if (!copy) return patina__fail(PATINA_E_NOMEM, "table: out of memory for keys");
+    if (i != SIZE_MAX) {
+        free(m->keys[i]);
+        m->keys[i] = copy;
+        return PATINA_OK;
+    }
+    if ((m->used + 1) * 2 > m->cap) {
+        patina_status s = km_grow(m);
+        if (s != PATINA_OK) {
+            free(copy);
+            return s;
+        }
+    }
+    for (i = km_hash(id, m->cap); m->ids[i] && m->ids[i] != KM_TOMB; i = (i + 1) & (m->cap - 1)) {
+    }
+    if (m->ids[i] == 0) m->used++;
+    m->ids[i] = id;
+    m->keys[i] = copy;
+    m->live++;
+    return PATINA_OK;
+}
+
+static void km_del(keymap_t *m, uint64_t id)
+{
+    size_t i = km_find(m, id);
+    if (i == SIZE_MAX) return;
+    free(m->keys[i]);
+    m->keys[i] = NULL;
+    m->ids[i] = KM_TOMB;
+    m->live--;
+}
+
+/* ------------------------------------------------------------ the object */
+
+struct patina_table {
+    patina_context_t *ctx;       /* borrowed; NULL: a pool per call, no GPU */
+    patina_collection_t *c;      /* borrowed; NULL for a detached table */
+    patina_extractor_t *ex;
+    unsigned caps;
+    patina_table_opts_t opts;
+    patina_refset_t *shape;      /* IDENTIFY: an empty set of the spec, for query sizes and extraction */
+    pthread_rwlock_t lock;       /* calls read; loads and writes write */
+    /* under lock */
+    int loaded;
+    patina_index_t *idx;         /* SEARCH */
+    patina_pivot_index_t *pidx;  /* PIVOTS with a stored table (and opts.pivots) */
+    int pivots_dirty;            /* pidx differs from the stored table */
+    patina_refset_t *rs;         /* IDENTIFY */
+    patina_status rs_status;     /* why rs is missing (an f16 table: UNAVAILABLE), with rs_msg */
+    char rs_msg[256];
+    keymap_t keys;               /* detached tables */
+    _Atomic uint64_t version;    /* the collection version (or stream sequence) the rows reflect */
+    atomic_int stale;            /* reload before the next call */
+};
+
+uint32_t patina_key_partition(const char *key, uint32_t partitions)
+{
+    uint8_t h[32];
+    uint64_t v = 0;
+    int i;
+    if (!key || partitions <= 1) return 0;
+    patina_sha256(h, key, strlen(key));
+    for (i = 0; i < 8; i++) v = v << 8 | h[i];
+    return (uint32_t)(v % partitions);
+}
+
+static int in_partition(const patina_table_t *t, const char *key)
+{
+    return t->opts.partitions <= 1 || patina_key_partition(key, t->opts.partitions) == t->opts.partition;
+}
+
+void patina_table_opts_init(patina_table_opts_t *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->partition = 0;
+    opts->partitions = 1;
+    opts->pivots = 1;
+}
+
+void patina_table_query_init(patina_table_query_t *q)
+{
+    memset(q, 0, sizeof *q);
+    q->kind = PATINA_QUERY_KNN;
+    q->k = 10;
+    q->device = PATINA_DEVICE_AUTO;
+    q->bound = PATINA_BOUND_PTOLEMAIC;
+}
+
+static void unload(patina_table_t *t)
+{
+    patina_index_free(t->idx);
+    t->idx = NULL;
+    patina_pivot_index_free(t->pidx);
+    t->pidx = NULL;
+    t->pivots_dirty = 0;
+    patina_refset_free(t->rs);
+    t->rs = NULL;
+    t->rs_status = PATINA_OK;
+    t->loaded = 0;
+}
+
+void patina_table_free(patina_table_t *t)
+{
+    if (!t) return;
+    unload(t);
+    km_free(&t->keys);
+    patina_refset_free(t->shape);
+    patina_extractor_free(t->ex);
+    pthread_rwlock_destroy(&t->lock);
+    free(t);
+}
+
+static patina_status table_alloc(patina_table_t **out, patina_context_t *ctx, patina_collection_t *c,
+                                 const char *spec, const patina_table_opts_t *opts)
+{
+    patina_table_t *t;
+    patina_status s;
+    *out = NULL;
+    if (!(t = calloc(1, sizeof *t))) return patina__fail(PATINA_E_NOMEM, "table: out of memory");
+    if (patina__rwlock_init(&t->lock) != 0) {
+        free(t);
+        return patina__fail(PATINA_E_NOMEM, "table: cannot create its lock");
+    }
+    t->ctx = ctx;
+    t->c = c;
+    if (opts) t->opts = *opts;
+    else patina_table_opts_init(&t->opts);
+    if (t->opts.partitions == 0) t->opts.partitions = 1;
+    if (t->opts.partition >= t->opts.partitions) {
+        patina_table_free(t);
+        return patina__fail(PATINA_E_INVALID, "table: partition %u of %u (partitions are 0 .. %u)",
+                            t->opts.partition, t->opts.partitions, t->opts.partitions - 1);
+    }
+    if ((s = patina_extractor_new(&t->ex, spec)) != PATINA_OK) {
+        patina_table_free(t);
+        return s;
+    }
+    t->caps = patina_extractor_caps(t->ex);
+    if ((t->caps & PATINA_CAP_IDENTIFY) &&
+        (s = patina_refset_new(&t->shape, patina_extractor_spec(t->ex))) != PATINA_OK) {
+        patina_table_free(t);
+        return s;
+    }
+    *out = t;
+    return PATINA_OK;
+}
+
+/* "a, b, c" (or "none yet") into buf. */
+static void list_tables(char **specs, size_t n, char *buf, size_t size)
+{
+    size_t k, len = 0;
+    buf[0] = '\0';
+    for (k = 0; k < n && len < size; k++)
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", k ? ", " : "", specs[k]);
+    if (!n) snprintf(buf, size, "none yet");
+}
+
+static int has_caps(const char *spec, unsigned need)
+{
+    patina_extractor_t *ex = NULL;
+    int ok;
+    if (!need) return 1;
+    if (patina_extractor_new(&ex, spec) != PATINA_OK) return 0;
+    ok = (patina_extractor_caps(ex) & need) == need;
+    patina_extractor_free(ex);
+    return ok;
+}
+
+static const char *use_name(unsigned need)
+{
+    return (need & PATINA_CAP_IDENTIFY) ? "identification" : (need & PATINA_CAP_SEARCH) ? "search" : "this use";
+}
+
+/* The collection's table that spec names, canonical, into out. */
+static patina_status resolve_spec(patina_collection_t *c, const char *spec, const patina_table_opts_t *o, char *out,
+                                  size_t size)
+{
+    char **specs = NULL, list[2048];
+    size_t n = 0, k, found = 0, pick = 0;
+    patina_extractor_t *ex = NULL;
+    patina_status s = patina_collection_tables(c, &specs, &n);
+    unsigned need = o ? o->need : 0;
+    if (s != PATINA_OK) return s;
+    list_tables(specs, n, list, sizeof list);
+    if (!spec || !*spec) {
+        for (k = 0; k < n; k++)
+            if (has_caps(specs[k], need)) {
+                if (!found++) pick = k;
+            }
+        if (found == 1) snprintf(out, size, "%s", specs[pick]);
+        else if (!found)
+            s = patina__fail(PATINA_E_NOTFOUND, "table: the collection has no table for %s yet (its tables: %s)",
+                             use_name(need), list);
+        else
+            s = patina__fail(PATINA_E_INVALID, "table: the collection has %zu tables for %s (%s): name one", found,
+                             use_name(need), list);
+        goto out;
+    }
+    if ((s = patina_extractor_new(&ex, spec)) != PATINA_OK) goto out;
+    for (k = 0; k < n && strcmp(specs[k], patina_extractor_spec(ex)); k++) {
+    }
+    if (k < n) {
+        snprintf(out, size, "%s", specs[k]);
+        goto check;
+    }
+    if (!strchr(spec, ':')) { /* a bare family name: its only table */
+        size_t fl = strlen(spec);
+        for (k = 0; k < n; k++)
+            if (!strncmp(specs[k], spec, fl) && (specs[k][fl] == '\0' || specs[k][fl] == ':')) {
+                if (!found++) pick = k;
+            }
+        if (found == 1) {
+            snprintf(out, size, "%s", specs[pick]);
+            goto check;
+        }
+        if (found > 1) {
+            s = patina__fail(PATINA_E_INVALID, "table: the collection has %zu '%s' tables (its tables: %s): give the options",
+                             found, spec, list);
+            goto out;
+        }
+    }
+    if (o && o->create) {
+        snprintf(out, size, "%s", patina_extractor_spec(ex));
+        goto check;
+    }
+    s = patina__fail(PATINA_E_NOTFOUND, "table: the collection has no table '%s' (its tables: %s)",
+                     patina_extractor_spec(ex), list);
+    goto out;
+check:
+    if (!has_caps(out, need))
+        s = patina__fail(PATINA_E_INVALID, "table: '%s' is not for %s%s", out, use_name(need),
+                         has_caps(out, PATINA_CAP_IDENTIFY) ? " (it is for identification)" : "");
+out:
+    patina_extractor_free(ex);
+    for (k = 0; k < n; k++) free(specs[k]);
+    free(specs);
+    return s;
+}
+
+patina_status patina_table_open(patina_table_t **t, patina_context_t *ctx, patina_collection_t *c, const char *spec,
+                                const patina_table_opts_t *opts)
+{
+    char canon[1024];
+    patina_status s;
+    if (!t) return patina__fail(PATINA_E_INVALID, "table: null table pointer");
+    *t = NULL;
+    if (!c) return patina__fail(PATINA_E_INVALID, "table: null collection");
+    PATINA_TRY(resolve_spec(c, spec, opts, canon, sizeof canon));
+    if ((s = table_alloc(t, ctx, c, canon, opts)) != PATINA_OK) return s;
+    atomic_store(&(*t)->stale, 1); /* nothing loaded yet */
+    return PATINA_OK;
+}
+
+patina_status patina_table_new(patina_table_t **t, patina_context_t *ctx, const char *spec,
+                               const patina_table_opts_t *opts)
+{
+    patina_table_t *n;
+    patina_status s;
+    if (!t) return patina__fail(PATINA_E_INVALID, "table: null table pointer");
+    *t = NULL;
+    PATINA_TRY(table_alloc(&n, ctx, NULL, spec, opts));
+    s = PATINA_OK;
+    if (n->caps & PATINA_CAP_SEARCH) s = patina_index_new(&n->idx, n->ex, NULL, NULL, 0);
+    if (s == PATINA_OK && (n->caps & PATINA_CAP_IDENTIFY)) s = patina_refset_new(&n->rs, patina_extractor_spec(n->ex));
+    if (s != PATINA_OK) {
+        patina_table_free(n);
+        return s;
+    }
+    n->loaded = 1;
+    *t = n;
+    return PATINA_OK;
+}
+
+const char *patina_table_spec(const patina_table_t *t) { return t ? patina_extractor_spec(t->ex) : NULL; }
+const patina_extractor_t *patina_table_extractor(const patina_table_t *t) { return t ? t->ex : NULL; }
+unsigned patina_table_caps(const patina_table_t *t) { return t ? t->caps : 0; }
+uint64_t patina_table_version(patina_table_t *t) { return t ? atomic_load(&t->version) : 0; }
+
+/* --------------------------------------------------------------- loading */
+
+/* Drops the rows outside the table's partition from what was loaded (write
+ * lock held). The keys come from the snapshot the rows were loaded from. */
+static patina_status keep_partition(patina_table_t *t, patina_snapshot_t *snap)
+{
+    uint64_t *ids = NULL, *drop = NULL;
+    uint8_t *descs = NULL;
+    size_t n = 0, bytes = 0, ndrop = 0, i;
+    patina_record_t *recs = NULL;
+    patina_status s = patina_snapshot_load(snap, patina_extractor_spec(t->ex), &ids, &descs, &n, &bytes);
+    free(descs);
+    if (s == PATINA_E_NOTFOUND) {
+        patina_clear_error();
+        return PATINA_OK;
+    }
+    if (s != PATINA_OK) return s;
+    if (n && (!(recs = calloc(n, sizeof *recs)) || !(drop = malloc(n * sizeof *drop)))) {
+        s = patina__fail(PATINA_E_NOMEM, "table: out of memory for %zu keys", n);
+        goto out;
+    }
+    if (n && (s = patina_snapshot_get(snap, ids, n, recs)) != PATINA_OK && s != PATINA_E_NOTFOUND) goto out;
+    s = PATINA_OK;
+    for (i = 0; i < n; i++)
+        if (!recs[i].key || !in_partition(t, recs[i].key)) drop[ndrop++] = ids[i];
+    if (ndrop && t->idx) s = patina_index_remove(t->idx, drop, ndrop, NULL);
+    if (s == PATINA_OK && ndrop && t->pidx) s = patina_pivot_index_remove(t->pidx, drop, ndrop, NULL);
+    for (i = 0; s == PATINA_OK && t->rs && i < ndrop; i++) {
+        s = patina_refset_remove(t->rs, drop[i]);
+        if (s == PATINA_E_NOTFOUND) s = PATINA_OK;
+    }
+out:
+    for (i = 0; recs && i < n; i++) patina_record_release(&recs[i]);
+    free(recs);
+    free(drop);
+    free(ids);
+    return s;
+}
+
+/* (Re)loads every structure from one snapshot (write lock held). */
+static patina_status load(patina_table_t *t)
+{
+    patina_snapshot_t *snap = NULL;
+    uint64_t v = 0;
+    size_t refreshed = 0;
+    patina_status s;
+    unload(t);
+    /* the version first: the snapshot is as new or newer, so a write between the two only makes the
+     * next call reload once more */
+    PATINA_TRY(patina_collection_version(t->c, &v));
+    PATINA_TRY(patina_snapshot_new(&snap, t->c));
+    s = PATINA_OK;
+    if (t->caps & PATINA_CAP_SEARCH) s = patina_index_load_snapshot(&t->idx, t->ex, snap);
+    if (s == PATINA_OK && (t->caps & PATINA_CAP_PIVOTS) && t->opts.pivots) {
+        s = patina_pivot_index_load_snapshot(&t->pidx, t->ctx, t->ex, snap, &refreshed);
+        if (s == PATINA_E_NOTFOUND) {
+            patina_clear_error();
+            s = PATINA_OK;
+        } else if (s != PATINA_OK) {
+            patina__prefix_error("the stored pivot table of '%s' (rebuild it with patina index -f %s --pivots N, "
+                                 "or open the table without pivots)",
+                                 patina_extractor_spec(t->ex), patina_extractor_spec(t->ex));
+        }
+        t->pivots_dirty = refreshed > 0;
+    }
+    if (s == PATINA_OK && (t->caps & PATINA_CAP_IDENTIFY)) {
+        patina_refset_spec_t rspec;
+        size_t rows, bytes;
+        patina_refset_spec_init(&rspec);
+        rspec.table = patina_extractor_spec(t->ex);
+        rspec.snapshot = snap;
+        if (patina_collection_table_info(t->c, rspec.table, &rows, &bytes) == PATINA_E_NOTFOUND) {
+            patina_clear_error();
+            s = patina_refset_new(&t->rs, rspec.table); /* opened with create: empty until written */
+        } else {
+            s = patina_refset_load(&t->rs, t->c, &rspec);
+        }
+        if (s == PATINA_E_UNAVAILABLE) { /* f16 records: the table opens, identify says why not */
+            t->rs_status = s;
+            snprintf(t->rs_msg, sizeof t->rs_msg, "%s", patina_last_error());
+            patina_clear_error();
+            s = PATINA_OK;
+        }
+    }
+    if (s == PATINA_OK && t->opts.partitions > 1) s = keep_partition(t, snap);
+    patina_snapshot_free(snap);
+    if (s != PATINA_OK) {
+        unload(t);
+        return s;
+    }
+    t->loaded = 1;
+    atomic_store(&t->version, v);
+    return PATINA_OK;
+}
+
+/* Marks the table stale when the collection moved past the version its rows
+ * reflect (another process, the pipeline, another handle). */
+static void note_version(patina_table_t *t)
+{
+    uint64_t v;
+    if (!t->c) return;
+    if (patina_collection_version(t->c, &v) == PATINA_OK && v != atomic_load(&t->version)) atomic_store(&t->stale, 1);
+}
+
+/* Returns with t->lock held for reading and the rows current (PATINA_OK),
+ * or unlocked with the failure. */
+static patina_status enter(patina_table_t *t, int *reloaded)
+{
+    if (reloaded) *reloaded = 0;
+    note_version(t);
+    for (;;) {
+        patina_status s = PATINA_OK;
+        pthread_rwlock_rdlock(&t->lock);
+        if (t->loaded && !atomic_load(&t->stale)) return PATINA_OK;
+        pthread_rwlock_unlock(&t->lock);
+        pthread_rwlock_wrlock(&t->lock);
+        if (!t->loaded || atomic_load(&t->stale)) {
+            atomic_store(&t->stale, 0);
+            s = load(t);
+            if (s != PATINA_OK) atomic_store(&t->stale, 1);
+            else if (reloaded) *reloaded = 1;
+        }
+        pthread_rwlock_unlock(&t->lock);
+        if (s != PATINA_OK) return s;
+    }
+}
+
+patina_status patina_table_refresh(patina_table_t *t, int *reloaded)
+{
+    if (!t) return patina__fail(PATINA_E_INVALID, "table: null table");
+    PATINA_TRY(enter(t, reloaded));
+    pthread_rwlock_unlock(&t->lock);
+    return PATINA_OK;
+}
+
+static size_t rows_of(const patina_table_t *t)
+{
+    if (t->idx) return patina_index_size(t->idx);
+    if (t->rs) return patina_refset_size(t->rs);
+    return 0;
+}
+
+size_t patina_table_size(patina_table_t *t)
+{
+    size_t n;
+    if (!t || enter(t, NULL) != PATINA_OK) return 0;
+    n = rows_of(t);
+    pthread_rwlock_unlock(&t->lock);
+    return n;
+}
+
+int patina_table_has_pivots(patina_table_t *t)
+{
+    int has;
+    if (!t || enter(t, NULL) != PATINA_OK) return 0;
+    has = t->pidx != NULL;
+    pthread_rwlock_unlock(&t->lock);
+    return has;
+}
+
+/* ------------------------------------------------------------------- keys */
+
+/* keys[i] for ids[i] (malloc'd; NULL for a record gone), read lock held. */
+static patina_status lookup_keys(patina_table_t *t, const uint64_t *ids, size_t n, char **keys)
+{
+    patina_snapshot_t *snap = NULL;
+    patina_record_t *recs;
+    patina_status s;
+    size_t i;
+    if (!n) return PATINA_OK;
+    if (!t->c) {
+        for (i = 0; i < n; i++) {
+            size_t j = km_find(&t->keys, ids[i]);
+            keys[i] = NULL;
+            if (j != SIZE_MAX && !(keys[i] = strdup(t->keys.keys[j]))) {
+                while (i) free(keys[--i]);
+                return patina__fail(PATINA_E_NOMEM, "table: out of memory for keys");
+            }
+        }
+        return PATINA_OK;
+    }
+    if (!(recs = calloc(n, sizeof *recs))) return patina__fail(PATINA_E_NOMEM, "table: out of memory for keys");
+    s = patina_snapshot_new(&snap, t->c);
+    if (s == PATINA_OK) {
+        s = patina_snapshot_get(snap, ids, n, recs);
+        if (s == PATINA_E_NOTFOUND) { /* removed by another writer since the rows were loaded */
+            patina_clear_error();
+            s = PATINA_OK;
+        }
+    }
+    for (i = 0; i < n; i++) {
+        keys[i] = s == PATINA_OK ? recs[i].key : NULL; /* taken over */
+        if (s == PATINA_OK) recs[i].key = NULL;
+        patina_record_release(&recs[i]);
+    }
+    patina_snapshot_free(snap);
+    free(recs);
+    return s;
+}
+
+/* ----------------------------------------------------------------- search */
+
+void patina_table_results_release(patina_table_results_t *res)
+{
+    size_t i;
+    if (!res) return;
+    if (res->keys && res->offsets)
+        for (i = 0; i < res->offsets[res->nq]; i++) free(res->keys[i]);
+    free(res->keys);
+    free(res->hits);
+    free(res->offsets);
+    memset(res, 0, sizeof *res);
+}
+
+/* The device policy of include/patina/table.h, for pivot tables. */
+static patina_pivot_strategy pivot_strategy(patina_device d)
+{
+    return d == PATINA_DEVICE_CPU ? PATINA_PIVOT_CPU : d == PATINA_DEVICE_GPU ? PATINA_PIVOT_GPU : PATINA_PIVOT_AUTO;
+}
+
+static patina_status check_query(const patina_table_t *t, const patina_table_query_t *q)
+{
+    if (!(t->caps & PATINA_CAP_SEARCH))
+        return patina__fail(PATINA_E_INVALID, "search: '%s' is not searched by a distance%s", patina_extractor_spec(t->ex),
+                            (t->caps & PATINA_CAP_IDENTIFY) ? " (it is for identification)" : "");
+    if (q->device != PATINA_DEVICE_AUTO && q->device != PATINA_DEVICE_CPU && q->device != PATINA_DEVICE_GPU)
+        return patina__fail(PATINA_E_INVALID, "search: device '%s' is not a search device (auto, cpu or gpu)",
+                            patina_device_name(q->device) ? patina_device_name(q->device) : "?");
+    if (q->kind == PATINA_QUERY_KNN) {
+        if (q->k == 0) return patina__fail(PATINA_E_INVALID, "search: k must be at least 1");
+    } else if (q->kind == PATINA_QUERY_RANGE) {
+        if (!(q->radius >= 0)) return patina__fail(PATINA_E_INVALID, "search: the radius must be a number >= 0");
+    } else {
+        return patina__fail(PATINA_E_INVALID, "search: unknown query kind %d", (int)q->kind);
+    }
+    if (q->bound != PATINA_BOUND_PTOLEMAIC && q->bound != PATINA_BOUND_METRIC && q->bound != PATINA_BOUND_NONE)
+        return patina__fail(PATINA_E_INVALID, "search: unknown pivot bound %d", (int)q->bound);
+    return PATINA_OK;
+}
+
+/* k-NN into res (read lock held, rows > 0). */
+static patina_status run_knn(patina_table_t *t, const void *queries, size_t nq, const patina_table_query_t *q,
+                             size_t rows, patina_table_results_t *res)
+{
+    size_t k = q->k < rows ? q->k : rows, *counts, i, j, at = 0;
+    patina_hit_t *hits;
+    patina_status s;
+    if (k > SIZE_MAX / sizeof *hits / nq) return patina__fail(PATINA_E_NOMEM, "search: %zu x %zu hits", nq, k);
+    hits = malloc(nq * k * sizeof *hits);
+    counts = malloc(nq * sizeof *counts);
+    if (!hits || !counts) {
+        free(hits);
+        free(counts);
+        return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu x %zu hits", nq, k);
+    }
+    if (t->pidx) {
+        patina_pivot_search_opts_t po;
+        patina_pivot_search_opts_init(&po);
+        po.bound = q->bound;
+        po.stats = q->stats;
+        po.strategy = pivot_strategy(q->device);
+        s = patina_pivot_index_knn(t->ctx, t->pidx, queries, nq, k, &po, hits, counts);
+    } else {
+        patina_search_opts_t so;
+        patina_search_opts_init(&so);
+        so.device = q->device;
+        so.stats = q->stats;
+        s = patina_index_knn(t->ctx, t->idx, queries, nq, k, &so, hits, counts);
+    }
+    if (s == PATINA_OK) {
+        /* compact (nq, k) rows into one run: the counts are min(k, rows), all equal, but say so in code */
+        for (i = 0; i < nq; i++) {
+            res->offsets[i] = at;
+            for (j = 0; j < counts[i]; j++) hits[at++] = hits[i * k + j];
+        }
+        res->offsets[nq] = at;
+        res->hits = hits;
+        hits = NULL;
+    }
+    free(hits);
+    free(counts);
+    return s;
+}
+
+/* Range into res (read lock held, rows > 0). */
+static patina_status run_range(patina_table_t *t, const void *queries, size_t nq, const patina_table_query_t *q,
+                               patina_table_results_t *res)
+{
+    patina_hit_t **per = calloc(nq, sizeof *per), *all = NULL;
+    size_t *counts = calloc(nq, sizeof *counts), total = 0, i;
+    patina_status s;
+    if (!per || !counts) {
+        free(per);
+        free(counts);
+        return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", nq);
+    }
+    if (t->pidx) {
+        patina_pivot_search_opts_t po;
+        patina_pivot_search_opts_init(&po);
+        po.bound = q->bound;
+        po.max_hits = q->max_hits;
+        po.stats = q->stats;
+        po.strategy = pivot_strategy(q->device);
+        s = patina_pivot_index_range(t->ctx, t->pidx, queries, nq, q->radius, &po, per, counts);
+    } else {
+        patina_search_opts_t so;
+        patina_search_opts_init(&so);
+        so.device = q->device;
+        so.max_hits = q->max_hits;
+        so.stats = q->stats;
+        s = patina_index_range(t->ctx, t->idx, queries, nq, q->radius, &so, per, counts);
+    }
+    for (i = 0; s == PATINA_OK && i < nq; i++) total += counts[i];
+    if (s == PATINA_OK && !(all = malloc((total ? total : 1) * sizeof *all)))
+        s = patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu hits", total);
+    total = 0;
+    for (i = 0; i < nq; i++) {
+        if (s == PATINA_OK) {
+            res->offsets[i] = total;
+            if (counts[i]) memcpy(all + total, per[i], counts[i] * sizeof *all);
+            total += counts[i];
+        }
+        free(per[i]);
+    }
+    if (s == PATINA_OK) {
+        res->offsets[nq] = total;
+        res->hits = all;
+    }
+    free(per);
+    free(counts);
+    return s;
+}
+
+patina_status patina_table_search(patina_table_t *t, const void *queries, size_t nq, const patina_table_query_t *q,
+                                  patina_table_results_t *res)
+{
+    patina_table_query_t def;
+    size_t rows;
+    patina_status s;
+    if (!res) return patina__fail(PATINA_E_INVALID, "search: null results");
+    memset(res, 0, sizeof *res);
+    if (!t || (nq && !queries)) return patina__fail(PATINA_E_INVALID, "search: null table or queries");
+    if (!q) {
+        patina_table_query_init(&def);
+        q = &def;
+    }
+    PATINA_TRY(check_query(t, q));
+    if (q->stats) memset(q->stats, 0, sizeof *q->stats);
+    if (!(res->offsets = calloc(nq + 1, sizeof *res->offsets)))
+        return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", nq);
+    res->nq = nq;
+    if ((s = enter(t, NULL)) != PATINA_OK) {
+        patina_table_results_release(res);
+        return s;
+    }
+    rows = rows_of(t);
+    res->rows = rows;
+    res->version = atomic_load(&t->version);
+    if (nq && rows) s = q->kind == PATINA_QUERY_KNN ? run_knn(t, queries, nq, q, rows, res)
+                                                    : run_range(t, queries, nq, q, res);
+    if (s == PATINA_OK && q->keys) {
+        size_t total = res->offsets[nq], i;
+        uint64_t *ids = malloc((total ? total : 1) * sizeof *ids);
+        res->keys = calloc(total ? total : 1, sizeof *res->keys);
+        if (!ids || !res->keys) s = patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu keys", total);
+        for (i = 0; s == PATINA_OK && i < total; i++) ids[i] = res->hits[i].id;
+        if (s == PATINA_OK) s = lookup_keys(t, ids, total, res->keys);
+        free(ids);
+    }
+    pthread_rwlock_unlock(&t->lock);
+    if (s != PATINA_OK) patina_table_results_release(res);
+    return s;
+}
+
+/* --------------------------------------------------------- identification */
+
+static patina_status check_identify(const patina_table_t *t)
+{
+    if (!(t->caps & PATINA_CAP_IDENTIFY))
+        return patina__fail(PATINA_E_INVALID, "identify: '%s' is not a local-feature table (index with -f rootsift)",
+                            patina_extractor_spec(t->ex));
+    return PATINA_OK;
+}
+
+size_t patina_table_query_bytes(patina_table_t *t)
+{
+    return t && t->shape ? patina_identify_query_bytes(t->shape) : 0;
+}
+
+patina_status patina_table_identify_extract(patina_table_t *t, patina_context_t *ctx, void *out,
+                                            const patina_image_t *images, size_t nq, patina_status *st)
+{
+    if (!t) return patina__fail(PATINA_E_INVALID, "identify: null table");
+    PATINA_TRY(check_identify(t));
+    return patina_identify_extract(ctx ? ctx : t->ctx, t->shape, out, images, nq, st);
+}
+
+/* With the read lock: the reference set or why there is none. */
+static patina_status refs_ready(const patina_table_t *t)
+{
+    if (t->rs) return PATINA_OK;
+    return patina__fail(t->rs_status != PATINA_OK ? t->rs_status : PATINA_E_UNAVAILABLE, "%s",
+                        t->rs_msg[0] ? t->rs_msg : "identify: no references loaded");
+}
+
+patina_status patina_table_identify(patina_table_t *t, const void *queries, size_t nq,
+                                    const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
+                                    patina_identify_result_t *results, char **keys)
+{
+    patina_identify_opts_t def;
+    patina_status s;
+    size_t q, i;
+    if (!t) return patina__fail(PATINA_E_INVALID, "identify: null table");
+    PATINA_TRY(check_identify(t));
+    if (!opts) {
+        patina_identify_opts_init(&def);
+        opts = &def;
+    }
+    if (keys)
+        for (i = 0; i < nq * opts->k; i++) keys[i] = NULL;
+    PATINA_TRY(enter(t, NULL));
+    s = refs_ready(t);
+    if (s == PATINA_OK) s = patina_identify(t->ctx, t->rs, queries, nq, opts, hits, results);
+    for (q = 0; s == PATINA_OK && keys && q < nq; q++) {
+        uint64_t *ids = malloc((results[q].nhits ? results[q].nhits : 1) * sizeof *ids);
+        if (!ids) {
+            s = patina__fail(PATINA_E_NOMEM, "identify: out of memory");
+            break;
+        }
+        for (i = 0; i < results[q].nhits; i++) ids[i] = hits[q * opts->k + i].id;
+        s = lookup_keys(t, ids, results[q].nhits, keys + q * opts->k);
+        free(ids);
+    }
+    pthread_rwlock_unlock(&t->lock);
+    if (s != PATINA_OK && keys)
+        for (i = 0; i < nq * opts->k; i++) {
+            free(keys[i]);
+            keys[i] = NULL;
+        }
+    return s;
+}
+
+patina_status patina_table_identify_pairs(patina_table_t *t, const void *query, uint64_t id,
+                                          const patina_identify_opts_t *opts, float *pairs, size_t cap, size_t *n)
+{
+    patina_status s;
+    if (!t) return patina__fail(PATINA_E_INVALID, "identify: null table");
+    PATINA_TRY(check_identify(t));
+    PATINA_TRY(enter(t, NULL));
+    s = refs_ready(t);
+    if (s == PATINA_OK) s = patina_identify_pairs(t->rs, query, id, opts, pairs, cap, n);
+    pthread_rwlock_unlock(&t->lock);
+    return s;
+}
+
+/* ------------------------------------------------------------------ writes */
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (patina_table_t *const *)a, y = (uintptr_t) * (patina_table_t *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The tables sorted by address (the order their locks are taken in, so two
+ * writers over overlapping sets cannot deadlock); NULL when out of memory. */
+static patina_table_t **lock_order(patina_table_t *const *tables, size_t nt)
+{
+    patina_table_t **o = malloc(nt * sizeof *o);
+    if (!o) return NULL;
+    memcpy(o, tables, nt * sizeof *o);
+    qsort(o, nt, sizeof *o, cmp_ptr);
+    return o;
+}
+
+static patina_status check_write_set(patina_table_t *const *tables, size_t nt, const char *what)
+{
+    size_t i, j;
+    if (!tables || !nt) return patina__fail(PATINA_E_INVALID, "%s: no table", what);
+    for (i = 0; i < nt; i++) {
+        if (!tables[i]) return patina__fail(PATINA_E_INVALID, "%s: table %zu is NULL", what, i);
+        if (!tables[i]->c)
+            return patina__fail(PATINA_E_INVALID, "%s: '%s' is detached (feed it with patina_table_apply)", what,
+                                patina_table_spec(tables[i]));
+        if (tables[i]->c != tables[0]->c)
+            return patina__fail(PATINA_E_INVALID, "%s: the tables are open on different collection handles", what);
+        for (j = 0; j < i; j++)
+            if (tables[j] == tables[i] || !strcmp(patina_table_spec(tables[j]), patina_table_spec(tables[i])))
+                return patina__fail(PATINA_E_INVALID, "%s: table '%s' is given twice", what, patina_table_spec(tables[i]));
+    }
+    return PATINA_OK;
+}
+
+/* Whether t's rows follow a commit that moved the version from v0 to v1
+ * (write lock held): only when they reflected v0 and the commit was the
+ * only one in between; otherwise the next call reloads. */
+static int follows(patina_table_t *t, uint64_t v0, uint64_t v1)
+{
+    return t->loaded && !atomic_load(&t->stale) && atomic_load(&t->version) == v0 && v1 == v0 + 1;
+}
+
+/* Puts rows into t's structures (write lock held); a failure leaves the
+ * table to be reloaded. */
+static void apply_put(patina_table_t *t, const uint64_t *ids, const void *descs, size_t n)
+{
+    size_t bytes = patina_extractor_bytes(t->ex), i;
+    patina_status s = PATINA_OK;
+    if (!n) return;
+    if (t->idx) s = patina_index_put(t->idx, ids, descs, n);
+    if (s == PATINA_OK && t->pidx) {
+        s = patina_pivot_index_put(t->pidx, t->ctx, ids, descs, n);
+        t->pivots_dirty = 1;
+    }
+    for (i = 0; s == PATINA_OK && t->rs && i < n; i++)
+        s = patina_refset_put(t->rs, ids[i], (const uint8_t *)descs + i * bytes, bytes);
+    if (s != PATINA_OK) {
+        patina_clear_error();
+        atomic_store(&t->stale, 1);
+    }
+}
+
+static void apply_remove(patina_table_t *t, const uint64_t *ids, size_t n)
+{
+    size_t i;
+    patina_status s = PATINA_OK;
+    if (!n) return;
+    if (t->idx) s = patina_index_remove(t->idx, ids, n, NULL);
+    if (s == PATINA_OK && t->pidx) {
+        s = patina_pivot_index_remove(t->pidx, ids, n, NULL);
+        t->pivots_dirty = 1;
+    }
+    for (i = 0; s == PATINA_OK && t->rs && i < n; i++)
+        if (patina_refset_remove(t->rs, ids[i]) == PATINA_E_NOTFOUND) patina_clear_error();
+    if (s != PATINA_OK) {
+        patina_clear_error();
+        atomic_store(&t->stale, 1);
+    }
+}
+
+patina_status patina_tables_put(patina_table_t *const *tables, size_t nt, const patina_insert_t *items, size_t n,
+                                const void *const *descs, uint64_t *ids)
+{
+    patina_table_t **order = NULL;
+    patina_table_descs_t *td = NULL;
+    uint64_t *got = NULL, *sel_ids = NULL, v0 = 0, v1 = 0;
+    uint8_t *changed = NULL, *sel = NULL;
+    size_t ntd = 0, i, j, without = 0, maxbytes = 0;
+    patina_status s;
+    patina_collection_t *c;
+    PATINA_TRY(check_write_set(tables, nt, "put"));
+    if (!descs) return patina__fail(PATINA_E_INVALID, "put: null descriptors");
+    if (n && !items) return patina__fail(PATINA_E_INVALID, "put: null items");
+    for (i = 0; i < nt; i++) {
+        size_t b = patina_extractor_bytes(tables[i]->ex);
+        if (descs[i]) ntd++;
+        else without++;
+        if (descs[i] && b > maxbytes) maxbytes = b;
+    }
+    if (!ntd) return patina__fail(PATINA_E_INVALID, "put: no table gets descriptors");
+    if (!n) return PATINA_OK;
+    c = tables[0]->c;
+    td = calloc(ntd, sizeof *td);
+    got = malloc(n * sizeof *got);
+    changed = calloc(n, 1);
+    sel = n <= SIZE_MAX / maxbytes ? malloc(n * maxbytes) : NULL;
+    sel_ids = malloc(n * sizeof *sel_ids);
+    order = lock_order(tables, nt);
+    if (!td || !got || !changed || !sel || !sel_ids || !order) {
+        s = patina__fail(PATINA_E_NOMEM, "put: out of memory");
+        goto out;
+    }
+    for (i = 0, j = 0; i < nt; i++)
+        if (descs[i]) {
+            td[j].spec = patina_table_spec(tables[i]);
+            td[j].desc_bytes = patina_extractor_bytes(tables[i]->ex);
+            td[j].descs = descs[i];
+            j++;
+        }
+    for (i = 0; i < nt; i++) pthread_rwlock_wrlock(&order[i]->lock);
+    /* tables without descriptors lose the rows whose content changed (the store drops them) */
+    for (i = 0; without && i < n; i++) {
+        patina_record_t old;
+        memset(&old, 0, sizeof old);
+        s = patina_collection_get_by_key(c, items[i].key, &old);
+        if (s == PATINA_OK) changed[i] = memcmp(old.sha256, items[i].sha256, 32) != 0;
+        else if (s == PATINA_E_NOTFOUND) patina_clear_error();
+        else goto unlock;
+        patina_record_release(&old);
+    }
+    s = patina_collection_version(c, &v0);
+    if (s == PATINA_OK) s = patina_collection_put_tables(c, td, ntd, items, n, got);
+    if (s != PATINA_OK) goto unlock;
+    if (patina_collection_version(c, &v1) != PATINA_OK) {
+        patina_clear_error();
+        v1 = v0; /* unknown: every table reloads */
+    }
+    for (i = 0; i < nt; i++) {
+        patina_table_t *t = tables[i];
+        size_t bytes = patina_extractor_bytes(t->ex), m = 0, r;
+        if (!follows(t, v0, v1)) {
+            atomic_store(&t->stale, 1);
+            continue;
+        }
+        for (r = 0; r < n; r++) {
+            if (!in_partition(t, items[r].key)) continue;
+            if (descs[i]) {
+                memcpy(sel + m * bytes, (const uint8_t *)descs[i] + r * bytes, bytes);
+                sel_ids[m++] = got[r];
+            } else if (changed[r]) {
+                sel_ids[m++] = got[r];
+            }
+        }
+        if (descs[i]) apply_put(t, sel_ids, sel, m);
+        else apply_remove(t, sel_ids, m);
+        atomic_store(&t->version, v1);
+    }
+    if (ids) memcpy(ids, got, n * sizeof *ids);
+unlock:
+    for (i = nt; i-- > 0;) pthread_rwlock_unlock(&order[i]->lock);
+out:
+    free(order);
+    free(td);
+    free(got);
+    free(changed);
+    free(sel);
+    free(sel_ids);
+    return s;
+}
+
+patina_status patina_tables_remove(patina_table_t *const *tables, size_t nt, const uint64_t *ids, size_t n,
+                                   size_t *removed)
+{
+    patina_table_t **order;
+    patina_status s = PATINA_OK, first_missing = PATINA_OK;
+    char missing[256] = "";
+    size_t i, j, done = 0;
+    if (removed) *removed = 0;
+    PATINA_TRY(check_write_set(tables, nt, "remove"));
+    if (n && !ids) return patina__fail(PATINA_E_INVALID, "remove: null ids");
+    if (!(order = lock_order(tables, nt))) return patina__fail(PATINA_E_NOMEM, "remove: out of memory");
+    for (i = 0; i < nt; i++) pthread_rwlock_wrlock(&order[i]->lock);
+    for (j = 0; j < n; j++) {
+        uint64_t v0 = 0, v1 = 0;
+        s = patina_collection_version(tables[0]->c, &v0);
+        if (s == PATINA_OK) s = patina_collection_remove(tables[0]->c, ids[j]);
+        if (s == PATINA_E_NOTFOUND) {
+            if (first_missing == PATINA_OK) snprintf(missing, sizeof missing, "%s", patina_last_error());
+            first_missing = s;
+            s = PATINA_OK;
+            continue;
+        }
+        if (s != PATINA_OK) break;
+        done++;
+        if (patina_collection_version(tables[0]->c, &v1) != PATINA_OK) {
+            patina_clear_error();
+            v1 = v0;
+        }
+        for (i = 0; i < nt; i++) {
+            if (!follows(tables[i], v0, v1)) {
+                atomic_store(&tables[i]->stale, 1);
+                continue;
+            }
+            apply_remove(tables[i], &ids[j], 1);
+            atomic_store(&tables[i]->version, v1);
+        }
+    }
+    for (i = nt; i-- > 0;) pthread_rwlock_unlock(&order[i]->lock);
+    free(order);
+    if (removed) *removed = done;
+    if (s == PATINA_OK && first_missing != PATINA_OK) return patina__fail(first_missing, "%s", missing);
+    return s;
+}
+
+patina_status patina_table_save(patina_table_t *t)
+{
+    patina_status s = PATINA_OK;
+    if (!t) return patina__fail(PATINA_E_INVALID, "table: null table");
+    if (!t->c || !(t->caps & PATINA_CAP_PIVOTS) || !t->opts.pivots) return PATINA_OK;
+    if (t->opts.partitions > 1) return PATINA_OK; /* the stored table covers every partition: not ours to write */
+    PATINA_TRY(enter(t, NULL));
+    pthread_rwlock_unlock(&t->lock);
+    pthread_rwlock_wrlock(&t->lock);
+    if (t->pidx && t->pivots_dirty && (s = patina_pivot_index_save(t->pidx, t->c)) == PATINA_OK) t->pivots_dirty = 0;
+    pthread_rwlock_unlock(&t->lock);
+    return s;
+}
+
+patina_status patina_table_build_pivots(patina_table_t *t, const patina_pivot_opts_t *opts)
+{
+    patina_pivot_index_t *pi = NULL;
+    patina_status s;
+    if (!t) return patina__fail(PATINA_E_INVALID, "table: null table");
+    if (!(t->caps & PATINA_CAP_PIVOTS))
+        return patina__fail(PATINA_E_INVALID, "pivots: pivot tables are for signature (SQFD) tables, not '%s'",
+                            patina_extractor_spec(t->ex));
+    if (!t->c || t->opts.partitions > 1)
+        return patina__fail(PATINA_E_INVALID, "pivots: a pivot table is built over a whole collection's table");
+    pthread_rwlock_wrlock(&t->lock);
+    if (opts && opts->pivots == 0) {
+        s = patina_pivot_index_drop(t->c, t->ex);
+    } else {
+        s = patina_pivot_index_build(&pi, t->ctx, t->ex, t->c, opts);
+        if (s == PATINA_OK) s = patina_pivot_index_save(pi, t->c);
+        patina_pivot_index_free(pi);
+    }
+    atomic_store(&t->stale, 1); /* the next call loads the rows with the new pivot table */
+    pthread_rwlock_unlock(&t->lock);
+    return s;
+}
+
+/* ----------------------------------------------------- change streams */
+
+patina_status patina_table_apply(patina_table_t *t, const patina_change_t *changes, size_t n, uint64_t seq,
+                                 size_t *applied)
+{
+    size_t bytes, i, done = 0;
+    patina_status s = PATINA_OK;
+    if (applied) *applied = 0;
+    if (!t) return patina__fail(PATINA_E_INVALID, "apply: null table");
+    if (t->c)
+        return patina__fail(PATINA_E_INVALID, "apply: '%s' is open on a collection (write with patina_tables_put)",
+                            patina_table_spec(t));
+    if (n && !changes) return patina__fail(PATINA_E_INVALID, "apply: null changes");
+    bytes = patina_extractor_bytes(t->ex);
+    for (i = 0; i < n; i++) {
+        const patina_change_t *ch = &changes[i];
+        if (ch->id == 0) return patina__fail(PATINA_E_INVALID, "apply: change %zu has id 0", i);
+        if (ch->op == PATINA_CHANGE_PUT) {
+            if (!ch->key || !*ch->key) return patina__fail(PATINA_E_INVALID, "apply: change %zu (put) has no key", i);
+            if (!ch->desc) return patina__fail(PATINA_E_INVALID, "apply: change %zu (put) has no descriptor", i);
+        } else if (ch->op != PATINA_CHANGE_REMOVE) {
+            return patina__fail(PATINA_E_INVALID, "apply: change %zu has unknown op %d", i, (int)ch->op);
+        }
+    }
+    pthread_rwlock_wrlock(&t->lock);
+    for (i = 0; s == PATINA_OK && i < n; i++) {
+        const patina_change_t *ch = &changes[i];
+        if (ch->op == PATINA_CHANGE_PUT) {
+            if (!in_partition(t, ch->key)) continue;
+            if (t->idx) s = patina_index_put(t->idx, &ch->id, ch->desc, 1);
+            if (s == PATINA_OK && t->rs) s = patina_refset_put(t->rs, ch->id, ch->desc, bytes);
+            if (s == PATINA_OK) s = km_put(&t->keys, ch->id, ch->key);
+        } else {
+            if (ch->key && !in_partition(t, ch->key)) continue;
+            if (t->idx) s = patina_index_remove(t->idx, &ch->id, 1, NULL);
+            if (s == PATINA_OK && t->rs && patina_refset_remove(t->rs, ch->id) == PATINA_E_NOTFOUND)
+                patina_clear_error();
+            km_del(&t->keys, ch->id);
+        }
+        if (s == PATINA_OK) done++;
+        else patina__prefix_error("apply: change %zu (id %llu)", i, (unsigned long long)ch->id);
+    }
+    if (s == PATINA_OK) atomic_store(&t->version, seq);
+    pthread_rwlock_unlock(&t->lock);
+    if (applied) *applied = done;
+    return s;
+}

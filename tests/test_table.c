@@ -1,0 +1,550 @@
+/* Live tables (include/patina/table.h): which table a spec opens (the only
+ * one, a bare family name, the capabilities asked for, missing and
+ * ambiguous names); searches equal the textbook scan (k-NN and range, k past
+ * the rows, empty tables, every device the machine has); writes through a
+ * set of tables reach every one (a new row, a replaced row whose content
+ * changed drops from the table that got no descriptor, removals); writes of
+ * another handle are noticed through the collection's version; partitions
+ * cover the rows once and their merged answers are the whole table's; a
+ * detached table fed by a change stream answers as the collection's does;
+ * identification through a table equals patina_identify on a loaded
+ * reference set; pivot tables built, kept current and saved through the
+ * table give the scan's hits; searches in threads during writes see each
+ * write whole. */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+static patina_context_t *ctx_new(void)
+{
+    patina_context_t *ctx = NULL;
+    patina_context_opts_t o;
+    patina_context_opts_init(&o);
+    o.threads = 2;
+    TU_OK(patina_context_new(&ctx, &o));
+    return ctx;
+}
+
+/* n random images' descriptors for spec: (n, bytes), malloc'd. */
+static uint8_t *describe(patina_context_t *ctx, const char *spec, size_t n, uint64_t seed, size_t *bytes)
+{
+    patina_extractor_t *ex = NULL;
+    patina_image_t *imgs = calloc(n, sizeof *imgs);
+    uint8_t *out;
+    tu_rng_t r;
+    size_t i;
+    TU_OK(patina_extractor_new(&ex, spec));
+    *bytes = patina_extractor_bytes(ex);
+    out = malloc(n * *bytes);
+    tu_rng_seed(&r, seed);
+    for (i = 0; i < n; i++) tu_random_image(&imgs[i], 24 + (int)tu_rng_below(&r, 40), 24 + (int)tu_rng_below(&r, 40), (int)(i % 3), &r);
+    TU_OK(patina_extract_batch(ctx, ex, PATINA_DEVICE_CPU, out, imgs, n, NULL));
+    for (i = 0; i < n; i++) patina_image_release(&imgs[i]);
+    free(imgs);
+    patina_extractor_free(ex);
+    return out;
+}
+
+static void fill_items(patina_insert_t *items, char (*keys)[32], size_t n, size_t first, uint8_t salt)
+{
+    size_t i;
+    memset(items, 0, n * sizeof *items);
+    for (i = 0; i < n; i++) {
+        snprintf(keys[i], sizeof keys[i], "img/%03zu.jpg", first + i);
+        items[i].key = keys[i];
+        items[i].size = 100 + first + i;
+        items[i].sha256[0] = (uint8_t)(first + i);
+        items[i].sha256[1] = salt;
+        items[i].width = items[i].height = 32;
+    }
+}
+
+/* A collection with n images in tables cedd and lbp8 (put directly). */
+static char *make_collection(patina_context_t *ctx, size_t n, uint8_t **cedd, uint8_t **lbp, size_t *cb, size_t *lb)
+{
+    char *dir = tu_tempdir("table");
+    patina_collection_t *c = NULL;
+    patina_insert_t *items = calloc(n, sizeof *items);
+    char (*keys)[32] = calloc(n, sizeof *keys);
+    patina_table_descs_t td[2];
+    *cedd = describe(ctx, "cedd", n, 1, cb);
+    *lbp = describe(ctx, "lbp8", n, 2, lb);
+    fill_items(items, keys, n, 0, 0);
+    td[0].spec = "cedd:compact=0";
+    td[0].desc_bytes = *cb;
+    td[0].descs = *cedd;
+    td[1].spec = "lbp8";
+    td[1].desc_bytes = *lb;
+    td[1].descs = *lbp;
+    {
+        patina_extractor_t *e = NULL;
+        TU_OK(patina_extractor_new(&e, "lbp8"));
+        td[1].spec = strdup(patina_extractor_spec(e));
+        patina_extractor_free(e);
+    }
+    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_CREATE, 0));
+    TU_OK(patina_collection_put_tables(c, td, 2, items, n, NULL));
+    patina_collection_close(c);
+    free((char *)td[1].spec);
+    free(items);
+    free(keys);
+    return dir;
+}
+
+/* The textbook answer: every row's distance, sorted by (distance, id). */
+typedef struct {
+    double d;
+    uint64_t id;
+} pair_t;
+
+static int cmp_pair(const void *a, const void *b)
+{
+    const pair_t *x = a, *y = b;
+    if (x->d != y->d) return x->d < y->d ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static size_t brute(const patina_extractor_t *ex, const uint8_t *rows, const uint64_t *ids, size_t n, const uint8_t *q,
+                    pair_t *out)
+{
+    size_t bytes = patina_extractor_bytes(ex), i;
+    for (i = 0; i < n; i++) {
+        out[i].d = patina_extractor_distance(ex, q, rows + i * bytes);
+        out[i].id = ids[i];
+    }
+    qsort(out, n, sizeof *out, cmp_pair);
+    return n;
+}
+
+static void test_open_resolves(void **state)
+{
+    patina_context_t *ctx = ctx_new();
+    uint8_t *cedd, *lbp;
+    size_t cb, lb;
+    char *dir = make_collection(ctx, 6, &cedd, &lbp, &cb, &lb);
+    patina_collection_t *c = NULL;
+    patina_table_t *t = NULL;
+    patina_table_opts_t o;
+    (void)state;
+    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_WRITE, 0));
+    /* two searchable tables: NULL is ambiguous, the message names both */
+    assert_int_equal(patina_table_open(&t, ctx, c, NULL, NULL), PATINA_E_INVALID);
+    assert_non_null(strstr(patina_last_error(), "cedd:compact=0"));
+    assert_non_null(strstr(patina_last_error(), "lbp8"));
+    /* any spelling; a bare family name */
+    TU_OK(patina_table_open(&t, ctx, c, "cedd", NULL));
+    assert_string_equal(patina_table_spec(t), "cedd:compact=0");
+    assert_true(patina_table_caps(t) & PATINA_CAP_SEARCH);
+    assert_int_equal(patina_table_size(t), 6);
+    patina_table_free(t);
+    TU_OK(patina_table_open(&t, ctx, c, "lbp8", NULL));
+    patina_table_free(t);
+    /* a table it lacks: NOTFOUND listing what it has; with create: opens empty */
+    assert_int_equal(patina_table_open(&t, ctx, c, "glcm", NULL), PATINA_E_NOTFOUND);
+    assert_non_null(strstr(patina_last_error(), "its tables: cedd:compact=0"));
+    patina_table_opts_init(&o);
+    o.create = 1;
+    TU_OK(patina_table_open(&t, ctx, c, "glcm", &o));
+    assert_int_equal(patina_table_size(t), 0);
+    patina_table_free(t);
+    /* identification needs a rootsift table: none here */
+    patina_table_opts_init(&o);
+    o.need = PATINA_CAP_IDENTIFY;
+    assert_int_equal(patina_table_open(&t, ctx, c, NULL, &o), PATINA_E_NOTFOUND);
+    assert_non_null(strstr(patina_last_error(), "no table for identification"));
+    assert_int_equal(patina_table_open(&t, ctx, c, "cedd", &o), PATINA_E_INVALID);
+    /* bad partitions */
+    patina_table_opts_init(&o);
+    o.partition = 3;
+    o.partitions = 3;
+    assert_int_equal(patina_table_open(&t, ctx, c, "cedd", &o), PATINA_E_INVALID);
+    assert_null(t);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(cedd);
+    free(lbp);
+    patina_context_free(ctx);
+}
+
+/* Search results of t for q against the textbook scan of (ids, rows). */
+static void expect_knn(patina_table_t *t, const uint8_t *rows, const uint64_t *ids, size_t n, const uint8_t *queries,
+                       size_t nq, size_t k, patina_device dev)
+{
+    const patina_extractor_t *ex = patina_table_extractor(t);
+    size_t bytes = patina_extractor_bytes(ex), q, i;
+    pair_t *ref = malloc((n ? n : 1) * sizeof *ref);
+    patina_table_query_t qo;
+    patina_table_results_t res;
+    patina_table_query_init(&qo);
+    qo.k = k;
+    qo.device = dev;
+    qo.keys = 1;
+    TU_OK(patina_table_search(t, queries, nq, &qo, &res));
+    assert_int_equal(res.nq, nq);
+    assert_int_equal(res.rows, n);
+    for (q = 0; q < nq; q++) {
+        size_t m = k < n ? k : n;
+        brute(ex, rows, ids, n, queries + q * bytes, ref);
+        assert_int_equal(res.offsets[q + 1] - res.offsets[q], m);
+        for (i = 0; i < m; i++) {
+            const patina_hit_t *h = &res.hits[res.offsets[q] + i];
+            assert_int_equal(h->id, ref[i].id);
+            assert_true(h->distance == ref[i].d);
+            assert_non_null(res.keys[res.offsets[q] + i]);
+        }
+    }
+    patina_table_results_release(&res);
+    free(ref);
+}
+
+static void test_search_equals_scan(void **state)
+{
+    patina_context_t *ctx = ctx_new();
+    uint8_t *cedd, *lbp, *qs;
+    size_t cb, lb, i, qb;
+    uint64_t ids[40];
+    char *dir = make_collection(ctx, 40, &cedd, &lbp, &cb, &lb);
+    patina_collection_t *c = NULL;
+    patina_table_t *t = NULL;
+    patina_table_query_t qo;
+    patina_table_results_t res;
+    (void)state;
+    for (i = 0; i < 40; i++) ids[i] = i + 1;
+    qs = describe(ctx, "cedd", 5, 99, &qb);
+    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_WRITE, 0));
+    TU_OK(patina_table_open(&t, ctx, c, "cedd", NULL));
+    expect_knn(t, cedd, ids, 40, qs, 5, 1, PATINA_DEVICE_CPU);
+    expect_knn(t, cedd, ids, 40, qs, 5, 7, PATINA_DEVICE_AUTO);
+    expect_knn(t, cedd, ids, 40, qs, 5, 1000, PATINA_DEVICE_CPU); /* k past the rows: all of them */
+    /* range: the scan's rows within r, in order */
+    patina_table_query_init(&qo);
+    qo.kind = PATINA_QUERY_RANGE;
+    qo.radius = 30;
+    TU_OK(patina_table_search(t, qs, 5, &qo, &res));
+    for (i = 0; i < 5; i++) {
+        pair_t ref[40];
+        size_t m = 0, j;
+        brute(patina_table_extractor(t), cedd, ids, 40, qs + i * qb, ref);
+        while (m < 40 && ref[m].d <= 30) m++;
+        assert_int_equal(res.offsets[i + 1] - res.offsets[i], m);
+        for (j = 0; j < m; j++) assert_int_equal(res.hits[res.offsets[i] + j].id, ref[j].id);
+    }
+    assert_null(res.keys);
+    patina_table_results_release(&res);
+    /* bad requests */
+    patina_table_query_init(&qo);
+    qo.k = 0;
+    assert_int_equal(patina_table_search(t, qs, 1, &qo, &res), PATINA_E_INVALID);
+    patina_table_query_init(&qo);
+    qo.kind = PATINA_QUERY_RANGE;
+    qo.radius = NAN;
+    assert_int_equal(patina_table_search(t, qs, 1, &qo, &res), PATINA_E_INVALID);
+    patina_table_query_init(&qo);
+    qo.device = PATINA_DEVICE_HYBRID;
+    assert_int_equal(patina_table_search(t, qs, 1, &qo, &res), PATINA_E_INVALID);
+    /* nq = 0 */
+    TU_OK(patina_table_search(t, NULL, 0, NULL, &res));
+    assert_int_equal(res.nq, 0);
+    assert_int_equal(res.offsets[0], 0);
+    patina_table_results_release(&res);
+    /* no GPU here: GPU fails, AUTO answers */
+    if (patina_gpu_count() == 0) {
+        patina_table_query_init(&qo);
+        qo.device = PATINA_DEVICE_GPU;
+        assert_int_equal(patina_table_search(t, qs, 1, &qo, &res), PATINA_E_UNAVAILABLE);
+    }
+    patina_table_free(t);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(cedd);
+    free(lbp);
+    free(qs);
+    patina_context_free(ctx);
+}
+
+/* Whether id is among t's 1000 nearest of q (every row). */
+static int holds(patina_table_t *t, const void *q, uint64_t id)
+{
+    patina_table_query_t qo;
+    patina_table_results_t res;
+    size_t i;
+    int found = 0;
+    patina_table_query_init(&qo);
+    qo.k = 1000;
+    qo.device = PATINA_DEVICE_CPU;
+    TU_OK(patina_table_search(t, q, 1, &qo, &res));
+    for (i = 0; i < res.offsets[1]; i++) found |= res.hits[i].id == id;
+    patina_table_results_release(&res);
+    return found;
+}
+
+static void test_writes_reach_every_table(void **state)
+{
+    patina_context_t *ctx = ctx_new();
+    uint8_t *cedd, *lbp, *nc, *nl;
+    size_t cb, lb, removed;
+    char *dir = make_collection(ctx, 10, &cedd, &lbp, &cb, &lb);
+    patina_collection_t *c = NULL, *other = NULL;
+    patina_table_t *t[2] = {NULL, NULL};
+    patina_insert_t items[2];
+    char keys[2][32];
+    uint64_t ids[2], v;
+    const void *descs[2];
+    (void)state;
+    nc = describe(ctx, "cedd", 2, 7, &cb);
+    nl = describe(ctx, "lbp8", 2, 8, &lb);
+    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_WRITE, 0));
+    TU_OK(patina_table_open(&t[0], ctx, c, "cedd", NULL));
+    TU_OK(patina_table_open(&t[1], ctx, c, "lbp8", NULL));
+    assert_int_equal(patina_table_size(t[0]), 10);
+    /* two new images in both tables, one transaction */
+    fill_items(items, keys, 2, 100, 0);
+    descs[0] = nc;
+    descs[1] = nl;
+    TU_OK(patina_tables_put(t, 2, items, 2, descs, ids));
+    assert_int_equal(patina_table_size(t[0]), 12);
+    assert_int_equal(patina_table_size(t[1]), 12);
+    assert_true(holds(t[0], nc, ids[0]) && holds(t[1], nl + lb, ids[1]));
+    TU_OK(patina_collection_version(c, &v));
+    assert_int_equal(patina_table_version(t[0]), v);
+    /* image 100 replaced with new content, descriptors for cedd only: lbp8 drops its row */
+    fill_items(items, keys, 1, 100, 9);
+    descs[1] = NULL;
+    TU_OK(patina_tables_put(t, 2, items, 1, descs, ids));
+    assert_int_equal(patina_table_size(t[0]), 12);
+    assert_int_equal(patina_table_size(t[1]), 11);
+    assert_false(holds(t[1], nl, ids[0]));
+    /* the same content again with lbp8 only: cedd keeps its row */
+    descs[0] = NULL;
+    descs[1] = nl;
+    TU_OK(patina_tables_put(t, 2, items, 1, descs, ids));
+    assert_int_equal(patina_table_size(t[0]), 12);
+    assert_int_equal(patina_table_size(t[1]), 12);
+    /* removal from both; a missing id is NOTFOUND after the others */
+    {
+        uint64_t gone[2] = {ids[0], 999};
+        assert_int_equal(patina_tables_remove(t, 2, gone, 2, &removed), PATINA_E_NOTFOUND);
+        assert_int_equal(removed, 1);
+    }
+    assert_int_equal(patina_table_size(t[0]), 11);
+    assert_int_equal(patina_table_size(t[1]), 11);
+    /* a write of another handle (another process's, as far as the table can tell) is noticed */
+    TU_OK(patina_collection_open(&other, tu_path(dir, "c"), PATINA_OPEN_WRITE, 0));
+    {
+        patina_record_t rec;
+        TU_OK(patina_collection_get_by_key(other, "img/003.jpg", &rec));
+        TU_OK(patina_collection_remove(other, rec.id));
+        assert_true(holds(t[0], cedd + 3 * cb, rec.id) == 0);
+        patina_record_release(&rec);
+    }
+    assert_int_equal(patina_table_size(t[0]), 10);
+    patina_collection_close(other);
+    /* mistakes */
+    descs[0] = descs[1] = NULL;
+    assert_int_equal(patina_tables_put(t, 2, items, 1, descs, ids), PATINA_E_INVALID);
+    {
+        patina_table_t *twice[2] = {t[0], t[0]};
+        descs[0] = nc;
+        assert_int_equal(patina_tables_put(twice, 2, items, 1, descs, ids), PATINA_E_INVALID);
+    }
+    patina_table_free(t[0]);
+    patina_table_free(t[1]);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(cedd);
+    free(lbp);
+    free(nc);
+    free(nl);
+    patina_context_free(ctx);
+}
+
+static void test_partitions_and_streams(void **state)
+{
+    enum { N = 60, P = 3 };
+    patina_context_t *ctx = ctx_new();
+    uint8_t *cedd, *lbp, *qs;
+    size_t cb, lb, qb, total = 0, p, i, applied;
+    char *dir = make_collection(ctx, N, &cedd, &lbp, &cb, &lb);
+    patina_collection_t *c = NULL;
+    patina_table_t *whole = NULL, *part[P], *det = NULL;
+    patina_table_opts_t o;
+    patina_table_query_t qo;
+    patina_table_results_t full, pr[P], dr;
+    patina_change_t ch[N];
+    char keys[N][32];
+    (void)state;
+    assert_int_equal(patina_key_partition("a", 7), 4);
+    assert_int_equal(patina_key_partition("photos/cat.jpg", 16), 7);
+    assert_int_equal(patina_key_partition("x", 1), 0);
+    qs = describe(ctx, "cedd", 3, 5, &qb);
+    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_WRITE, 0));
+    TU_OK(patina_table_open(&whole, ctx, c, "cedd", NULL));
+    patina_table_query_init(&qo);
+    qo.k = 8;
+    qo.keys = 1;
+    TU_OK(patina_table_search(whole, qs, 3, &qo, &full));
+    for (p = 0; p < P; p++) {
+        patina_table_opts_init(&o);
+        o.partition = (uint32_t)p;
+        o.partitions = P;
+        TU_OK(patina_table_open(&part[p], ctx, c, "cedd", &o));
+        total += patina_table_size(part[p]);
+        TU_OK(patina_table_search(part[p], qs, 3, &qo, &pr[p]));
+    }
+    assert_int_equal(total, N);
+    /* merge per query: the 8 smallest (distance, id) of the union are the whole table's */
+    for (i = 0; i < 3; i++) {
+        pair_t u[3 * 8];
+        size_t m = 0, j, r;
+        for (p = 0; p < P; p++)
+            for (j = pr[p].offsets[i]; j < pr[p].offsets[i + 1]; j++) {
+                u[m].d = pr[p].hits[j].distance;
+                u[m++].id = pr[p].hits[j].id;
+                assert_int_equal(patina_key_partition(pr[p].keys[j], P), p);
+            }
+        qsort(u, m, sizeof *u, cmp_pair);
+        for (r = 0; r < 8; r++) {
+            assert_int_equal(u[r].id, full.hits[full.offsets[i] + r].id);
+            assert_true(u[r].d == full.hits[full.offsets[i] + r].distance);
+        }
+    }
+    /* a detached table of partition 1 fed by a stream of the whole collection answers as part[1] */
+    patina_table_opts_init(&o);
+    o.partition = 1;
+    o.partitions = P;
+    TU_OK(patina_table_new(&det, ctx, "cedd", &o));
+    for (i = 0; i < N; i++) {
+        snprintf(keys[i], sizeof keys[i], "img/%03zu.jpg", i);
+        ch[i].op = PATINA_CHANGE_PUT;
+        ch[i].id = i + 1;
+        ch[i].key = keys[i];
+        ch[i].desc = cedd + i * cb;
+    }
+    TU_OK(patina_table_apply(det, ch, N, 42, &applied));
+    assert_int_equal(applied, patina_table_size(part[1]));
+    assert_int_equal(patina_table_version(det), 42);
+    TU_OK(patina_table_search(det, qs, 3, &qo, &dr));
+    assert_int_equal(dr.offsets[3], pr[1].offsets[3]);
+    for (i = 0; i < dr.offsets[3]; i++) {
+        assert_int_equal(dr.hits[i].id, pr[1].hits[i].id);
+        assert_true(dr.hits[i].distance == pr[1].hits[i].distance);
+        assert_string_equal(dr.keys[i], pr[1].keys[i]);
+    }
+    /* a removal in the stream; bad changes change nothing */
+    {
+        patina_change_t rm = {PATINA_CHANGE_REMOVE, dr.hits[0].id, NULL, NULL}, bad = {PATINA_CHANGE_PUT, 5, NULL, cedd};
+        size_t before = patina_table_size(det);
+        TU_OK(patina_table_apply(det, &rm, 1, 43, NULL));
+        assert_int_equal(patina_table_size(det), before - 1);
+        assert_int_equal(patina_table_apply(det, &bad, 1, 44, NULL), PATINA_E_INVALID);
+        assert_int_equal(patina_table_version(det), 43);
+        assert_int_equal(patina_table_apply(whole, &rm, 1, 45, NULL), PATINA_E_INVALID);
+    }
+    patina_table_results_release(&dr);
+    patina_table_results_release(&full);
+    for (p = 0; p < P; p++) {
+        patina_table_results_release(&pr[p]);
+        patina_table_free(part[p]);
+    }
+    patina_table_free(det);
+    patina_table_free(whole);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(cedd);
+    free(lbp);
+    free(qs);
+    patina_context_free(ctx);
+}
+
+/* ------------------------------------------------------ readers and writers */
+
+typedef struct {
+    patina_table_t *t;
+    const uint8_t *q;
+    atomic_int *stop;
+    int bad;
+    size_t searches;
+} reader_t;
+
+static void *reader(void *arg)
+{
+    reader_t *r = arg;
+    while (!atomic_load(r->stop) || r->searches < 5) {
+        patina_table_query_t qo;
+        patina_table_results_t res;
+        patina_table_query_init(&qo);
+        qo.k = 1000;
+        qo.device = PATINA_DEVICE_CPU;
+        if (patina_table_search(r->t, r->q, 1, &qo, &res) != PATINA_OK) r->bad++;
+        /* rows come and go two at a time (one put of 2, one remove of 2 after): always even */
+        else if (res.rows % 2 != 0 || res.offsets[1] != res.rows) r->bad++;
+        patina_table_results_release(&res);
+        r->searches++;
+    }
+    return NULL;
+}
+
+static void test_readers_during_writes(void **state)
+{
+    patina_context_t *ctx = ctx_new();
+    uint8_t *cedd, *lbp, *nc;
+    size_t cb, lb, round;
+    char *dir = make_collection(ctx, 20, &cedd, &lbp, &cb, &lb);
+    patina_collection_t *c = NULL;
+    patina_table_t *t = NULL;
+    pthread_t th[3];
+    reader_t rd[3];
+    atomic_int stop = 0;
+    size_t k;
+    (void)state;
+    nc = describe(ctx, "cedd", 2, 17, &cb);
+    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_WRITE, 0));
+    TU_OK(patina_table_open(&t, ctx, c, "cedd", NULL));
+    for (k = 0; k < 3; k++) {
+        rd[k] = (reader_t){t, cedd + k * cb, &stop, 0, 0};
+        pthread_create(&th[k], NULL, reader, &rd[k]);
+    }
+    for (round = 0; round < 20; round++) {
+        patina_insert_t items[2];
+        char keys[2][32];
+        uint64_t ids[2];
+        const void *descs[1] = {nc};
+        size_t removed;
+        fill_items(items, keys, 2, 500 + 2 * round, 0);
+        TU_OK(patina_tables_put(&t, 1, items, 2, descs, ids));
+        if (round % 2) {
+            TU_OK(patina_tables_remove(&t, 1, ids, 2, &removed));
+            assert_int_equal(removed, 2);
+        }
+    }
+    atomic_store(&stop, 1);
+    for (k = 0; k < 3; k++) {
+        pthread_join(th[k], NULL);
+        assert_int_equal(rd[k].bad, 0);
+    }
+    assert_int_equal(patina_table_size(t), 20 + 20);
+    patina_table_free(t);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(cedd);
+    free(lbp);
+    free(nc);
+    patina_context_free(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_open_resolves),
+        cmocka_unit_test(test_search_equals_scan),
+        cmocka_unit_test(test_writes_reach_every_table),
+        cmocka_unit_test(test_partitions_and_streams),
+        cmocka_unit_test(test_readers_during_writes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
