@@ -520,6 +520,20 @@ static void test_search_missing_table(void **state)
     assert_int_equal(RUN(&out, NULL, "search", coll, tp("img/p0.jpg"), "-f", "lbp8", "-k", "1", "--format", "csv"), 0);
     assert_int_equal(count_lines(out), 1);
     free(out);
+    /* without -f: two searchable tables are a usage error naming them */
+    assert_int_equal(RUN(&out, &err, "search", coll, tp("img/p0.jpg")), 2);
+    expect_in(err, "2 tables for search");
+    expect_in(err, "lbp8");
+    free(out);
+    free(err);
+    /* a family name alone picks its only table; without -f a collection of one table uses it */
+    assert_int_equal(RUN(&out, NULL, "search", coll, tp("img/p0.jpg"), "-f", "cedd", "-k", "1", "--format", "csv"), 0);
+    assert_int_equal(count_lines(out), 1);
+    free(out);
+    assert_int_equal(RUN(NULL, NULL, "index", "-q", "-f", "lbp8", tp("one.patina"), tp("img")), 0);
+    assert_int_equal(RUN(&out, NULL, "search", tp("one.patina"), tp("img/p0.jpg"), "-k", "2", "--format", "csv"), 0);
+    assert_int_equal(count_lines(out), 2);
+    free(out);
 }
 
 /* A missing GLCM mask file is named in the error, on every path. */

@@ -116,8 +116,8 @@ PATINA_API const patina_extractor_t *patina_table_extractor(const patina_table_t
 PATINA_API unsigned patina_table_caps(const patina_table_t *t);
 PATINA_API size_t patina_table_size(patina_table_t *t);
 PATINA_API uint64_t patina_table_version(patina_table_t *t);
-/* 1 when searches of the table go through a pivot table. */
-PATINA_API int patina_table_has_pivots(patina_table_t *t);
+/* The pivots of the pivot table searches go through (0: none; they scan). */
+PATINA_API size_t patina_table_pivots(patina_table_t *t);
 
 /* Catches up with the collection now: reloads when its version moved (every
  * call does this itself; this is for warming up or for timing).
@@ -220,8 +220,12 @@ PATINA_API patina_status patina_tables_remove(patina_table_t *const *tables, siz
                                               size_t n, size_t *removed);
 
 /* Writes the table's derived data that the collection keeps (its pivot
- * table, brought up to date) when it changed since it was loaded or saved. */
-PATINA_API patina_status patina_table_save(patina_table_t *t);
+ * table, brought up to date) when it changed since it was stored: rows of
+ * images written since (by anyone) computed, rows of removed images
+ * dropped. *changed (may be NULL) receives how many rows changed (0:
+ * nothing was written). A partition's table writes nothing (the stored
+ * table covers every partition). */
+PATINA_API patina_status patina_table_save(patina_table_t *t, size_t *changed);
 
 /* Builds a pivot table over the table's rows (PATINA_CAP_PIVOTS families;
  * opts NULL: defaults), stores it with the collection and filters the

@@ -101,46 +101,43 @@ static double now_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The pivot table (include/patina/pivots.h) after indexing: --pivots N
- * builds one (0 deletes it); without --pivots a stored one gets the rows of
- * the images added and loses those of images removed. */
+/* The pivot table (include/patina/pivots.h) after indexing, through the
+ * live table: --pivots N builds one (0 deletes it); without --pivots a
+ * stored one gets the rows of the images added and loses those of images
+ * removed. */
 static int update_pivots(const cli_args_t *a, patina_context_t *ctx, patina_collection_t *coll,
                          const patina_extractor_t *ex, int quiet)
 {
     const cli_value_t *pv = cli_get(a, "pivots");
-    patina_pivot_index_t *pi = NULL;
+    patina_table_t *t = NULL;
     patina_status s;
-    size_t refreshed = 0;
+    size_t changed = 0;
     double t0 = now_seconds();
-    if (pv->given && pv->i == 0) {
-        if ((s = patina_pivot_index_drop(coll, ex)) != PATINA_OK) {
-            cli_status_error("index", s);
-            return -1;
-        }
+    if (!pv->given && !(patina_extractor_caps(ex) & PATINA_CAP_PIVOTS)) return 0;
+    s = patina_table_open(&t, ctx, coll, patina_extractor_spec(ex), NULL);
+    if (s == PATINA_E_NOTFOUND && !pv->given) { /* nothing indexed into it */
+        patina_clear_error();
         return 0;
     }
-    if (pv->given) {
+    if (s == PATINA_OK && pv->given) {
         patina_pivot_opts_t po;
         patina_pivot_opts_init(&po);
         po.pivots = (size_t)pv->i;
         po.select = cli_get(a, "pivot-select")->i == 1 ? PATINA_PIVOTS_RANDOM : PATINA_PIVOTS_FARTHEST;
-        s = patina_pivot_index_build(&pi, ctx, ex, coll, &po);
-    } else {
-        if (strcmp(patina_extractor_family(ex), "signature") != 0) return 0;
-        s = patina_pivot_index_load(&pi, ctx, ex, coll, &refreshed);
-        if (s == PATINA_E_NOTFOUND) return 0;
+        s = patina_table_build_pivots(t, &po);
+        if (s == PATINA_OK) changed = po.pivots ? patina_table_size(t) : 0;
+    } else if (s == PATINA_OK) {
+        s = patina_table_save(t, &changed);
     }
-    if (s == PATINA_OK && (pv->given || refreshed)) s = patina_pivot_index_save(pi, coll);
     if (s != PATINA_OK) {
         cli_status_error("index", s);
-        patina_pivot_index_free(pi);
+        patina_table_free(t);
         return -1;
     }
-    if (!quiet && (pv->given || refreshed))
-        fprintf(stderr, "pivot table: %zu pivots, %zu rows (%zu rows updated); %.2f s\n",
-                patina_pivot_index_pivots(pi), patina_pivot_index_size(pi), pv->given ? patina_pivot_index_size(pi) : refreshed,
-                now_seconds() - t0);
-    patina_pivot_index_free(pi);
+    if (!quiet && changed)
+        fprintf(stderr, "pivot table: %zu pivots, %zu rows (%zu rows updated); %.2f s\n", patina_table_pivots(t),
+                patina_table_size(t), changed, now_seconds() - t0);
+    patina_table_free(t);
     return 0;
 }
 
@@ -175,8 +172,7 @@ static int run_index(const cli_args_t *a)
         cli_status_error("index", s);
         return EXIT_USAGE;
     }
-    if (cli_get(a, "pivots")->given && cli_get(a, "pivots")->i > 0 &&
-        strcmp(patina_extractor_family(ex), "signature") != 0) {
+    if (cli_get(a, "pivots")->given && cli_get(a, "pivots")->i > 0 && !(patina_extractor_caps(ex) & PATINA_CAP_PIVOTS)) {
         cli_error("index", "--pivots: pivot tables are for -f signature (SQFD), not '%s'", patina_extractor_spec(ex));
         rc = EXIT_USAGE;
         goto out;

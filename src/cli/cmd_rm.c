@@ -29,32 +29,29 @@ const cli_command_t cli_cmd_rm = {
     .run = run_rm,
 };
 
-/* Stored pivot tables (include/patina/pivots.h) drop the rows of the
- * removed images: each signature table's, loaded and saved again. */
-static int update_pivots(patina_collection_t *coll)
+/* Every table of the collection as a live table (opened, not loaded: a
+ * removal through them commits and leaves them to load when asked), so
+ * that what is derived from them follows the removals. */
+static int open_tables(patina_collection_t *coll, patina_table_t ***tables, size_t *nt)
 {
     char **specs = NULL;
     size_t n = 0, k;
     int rc = 0;
     patina_status s = patina_collection_tables(coll, &specs, &n);
+    *tables = NULL;
+    *nt = 0;
     if (s != PATINA_OK) {
         cli_status_error("rm", s);
         return -1;
     }
+    if (n && !(*tables = calloc(n, sizeof **tables))) rc = -1;
     for (k = 0; k < n; k++) {
-        patina_extractor_t *ex = NULL;
-        patina_pivot_index_t *pi = NULL;
-        size_t refreshed = 0;
-        if (rc == 0 && !strncmp(specs[k], "signature", 9) && patina_extractor_new(&ex, specs[k]) == PATINA_OK) {
-            s = patina_pivot_index_load(&pi, NULL, ex, coll, &refreshed);
-            if (s == PATINA_OK && refreshed) s = patina_pivot_index_save(pi, coll);
-            if (s != PATINA_OK && s != PATINA_E_NOTFOUND) {
-                cli_status_error("rm", s);
-                rc = -1;
-            }
+        if (rc == 0 && (s = patina_table_open(&(*tables)[*nt], NULL, coll, specs[k], NULL)) != PATINA_OK) {
+            cli_status_error("rm", s);
+            rc = -1;
+        } else if (rc == 0) {
+            (*nt)++;
         }
-        patina_pivot_index_free(pi);
-        patina_extractor_free(ex);
         free(specs[k]);
     }
     free(specs);
@@ -65,6 +62,8 @@ static int run_rm(const cli_args_t *a)
 {
     int by_id = (int)cli_get(a, "id")->i, rc = EXIT_OK;
     patina_collection_t *coll;
+    patina_table_t **tables = NULL;
+    size_t nt = 0;
     uint64_t *ids = NULL;
     size_t i, n = a->noperands - 1;
     patina_status s;
@@ -87,6 +86,11 @@ static int run_rm(const cli_args_t *a)
         free(ids);
         return EXIT_ERROR;
     }
+    if (open_tables(coll, &tables, &nt) != 0) {
+        patina_collection_close(coll);
+        free(ids);
+        return EXIT_ERROR;
+    }
     for (i = 0; i < n; i++) {
         uint64_t id;
         if (by_id) {
@@ -103,14 +107,22 @@ static int run_rm(const cli_args_t *a)
             id = rec.id;
             patina_record_release(&rec);
         }
-        s = patina_collection_remove(coll, id);
+        s = nt ? patina_tables_remove(tables, nt, &id, 1, NULL) : patina_collection_remove(coll, id);
         if (s != PATINA_OK) {
             cli_status_error("rm", s);
             rc = s == PATINA_E_NOTFOUND ? EXIT_PARTIAL : EXIT_ERROR;
             if (rc == EXIT_ERROR) break;
         }
     }
-    if (rc != EXIT_ERROR && update_pivots(coll) != 0) rc = EXIT_ERROR;
+    /* stored pivot tables drop the rows of the removed images */
+    for (i = 0; i < nt; i++) {
+        if (rc != EXIT_ERROR && (s = patina_table_save(tables[i], NULL)) != PATINA_OK) {
+            cli_status_error("rm", s);
+            rc = EXIT_ERROR;
+        }
+        patina_table_free(tables[i]);
+    }
+    free(tables);
     patina_collection_close(coll);
     free(ids);
     return rc;

@@ -8,9 +8,10 @@
 static int run_search(const cli_args_t *a);
 
 static const cli_opt_t opts[] = {
-    {.name = "family", .letter = 'f', .type = CLI_TEXT, .arg = "SPEC", .def = "cedd",
-     .help = "descriptor table to search: a family and its options, as indexed "
-             "('patina info COLLECTION' lists the collection's tables)"},
+    {.name = "family", .letter = 'f', .type = CLI_TEXT, .arg = "SPEC",
+     .help = "descriptor table to search: a family and its options, as indexed, or a family name "
+             "alone when the collection has one table of it (default: the collection's only "
+             "searchable table; 'patina info COLLECTION' lists its tables)"},
     {.name = "k", .letter = 'k', .type = CLI_INT, .arg = "K", .min = 1, .max = 1000000, .def = "10",
      .conflicts = "range", .help = "the K nearest"},
     {.name = "range", .type = CLI_NUMBER, .arg = "R", .min = 0, .max = HUGE_VAL, .conflicts = "k",
@@ -56,16 +57,16 @@ const cli_command_t cli_cmd_search = {
              "the message lists the collection's tables): the command line asks for\n"
              "something this collection cannot answer, nothing is wrong with the collection.\n"
              "A query that cannot be read is reported and the others answered (exit 1).\n"
-             "With -f signature and a pivot table in the collection (patina index --pivots N)\n"
-             "the search runs on the CPU through the table: the same hits, fewer SQFDs.\n"
+             "With a pivot table in the collection (patina index -f signature --pivots N)\n"
+             "the search runs through it: the same hits, fewer SQFDs.\n"
              "Queries are decoded, described and searched in batches of 256 (one search\n"
              "call per batch); results are printed in the order the queries were given.\n",
     .run = run_search,
 };
 
-/* Keys come from the snapshot the index was loaded from: every hit has one. */
-static void print_hits(FILE *f, int fmt, patina_snapshot_t *snap, const char *query,
-                       const patina_hit_t *hits, size_t n)
+/* One query's hits with the keys the table looked up (a record removed by
+ * another process meanwhile has none: "?"). */
+static void print_hits(FILE *f, int fmt, const char *query, const patina_hit_t *hits, char *const *keys, size_t n)
 {
     size_t r;
     if (fmt == 2) {
@@ -77,10 +78,7 @@ static void print_hits(FILE *f, int fmt, patina_snapshot_t *snap, const char *qu
         if (n) fprintf(f, "  %4s  %-22s  %s\n", "rank", "distance", "key");
     }
     for (r = 0; r < n; r++) {
-        patina_record_t rec;
-        const char *key = "?";
-        int have = patina_snapshot_get(snap, &hits[r].id, 1, &rec) == PATINA_OK;
-        if (have) key = rec.key;
+        const char *key = keys[r] ? keys[r] : "?";
         if (fmt == 1) {
             cli_csv_field(f, query);
             fprintf(f, ",%zu,", r + 1);
@@ -94,42 +92,8 @@ static void print_hits(FILE *f, int fmt, patina_snapshot_t *snap, const char *qu
         } else {
             fprintf(f, "  %4zu  %-22.17g  %s\n", r + 1, hits[r].distance, key);
         }
-        if (have) patina_record_release(&rec);
     }
     if (fmt == 2) fputs("]}\n", f);
-}
-
-/* Fails with a message listing the collection's tables when it has none
- * named `spec`: asking for it is a usage error, not "0 hits". */
-static int check_table(patina_collection_t *coll, const char *path, const patina_extractor_t *ex)
-{
-    char **specs = NULL;
-    size_t n = 0, rows, bytes, k, len = 0;
-    char list[2048];
-    patina_status s = patina_collection_table_info(coll, patina_extractor_spec(ex), &rows, &bytes);
-    if (s == PATINA_OK) return EXIT_OK;
-    if (s != PATINA_E_NOTFOUND) {
-        cli_status_error("search", s);
-        return EXIT_ERROR;
-    }
-    if ((s = patina_collection_tables(coll, &specs, &n)) != PATINA_OK) {
-        cli_status_error("search", s);
-        return EXIT_ERROR;
-    }
-    list[0] = '\0';
-    for (k = 0; k < n; k++) {
-        if (len < sizeof list)
-            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", k ? ", " : "", specs[k]);
-        free(specs[k]);
-    }
-    free(specs);
-    if (n)
-        cli_error("search", "collection '%s' has no table '%s' (-f %s); its tables: %s", path,
-                  patina_extractor_spec(ex), patina_extractor_family(ex), list);
-    else
-        cli_error("search", "collection '%s' has no descriptor tables yet (index images into it first)",
-                  path);
-    return EXIT_USAGE;
 }
 
 #define SEARCH_BATCH 256 /* queries per extraction and search call */
@@ -197,24 +161,21 @@ fail:
 
 static int run_search(const cli_args_t *a)
 {
-    const char *family = cli_get(a, "family")->text;
+    const cli_value_t *fam = cli_get(a, "family");
     const char *format = cli_get(a, "format")->text;
     patina_device device;
     patina_decode_opts_t dopts;
-    patina_extractor_t *ex = NULL;
+    const patina_extractor_t *ex;
     patina_context_t *ctx = NULL;
     patina_collection_t *coll = NULL;
-    patina_snapshot_t *snap = NULL;
-    patina_index_t *idx = NULL;
-    patina_pivot_index_t *pidx = NULL;
-    patina_search_stats_t total;
+    patina_table_t *table = NULL;
+    patina_table_opts_t topts;
+    patina_table_query_t query;
+    patina_search_stats_t total, st;
     uint8_t *desc = NULL;
-    patina_hit_t *hits = NULL;
-    long k = (long)cli_get(a, "k")->i;
-    double range = cli_get(a, "range")->num;
-    int use_range = cli_get(a, "range")->given, fmt, rc = EXIT_OK;
+    int fmt, rc = EXIT_OK, pivots;
     char **qs = NULL;
-    size_t nq = 0, qi;
+    size_t nq = 0, qi, rows = 0;
     patina_status s;
 
     fmt = !strcmp(format, "table") ? 0 : !strcmp(format, "csv") ? 1 : 2;
@@ -223,9 +184,13 @@ static int run_search(const cli_args_t *a)
         return EXIT_USAGE;
     }
     if (cli_get(a, "gpu")->given) device = PATINA_DEVICE_GPU;
-    if ((s = patina_extractor_new(&ex, family)) != PATINA_OK) {
-        cli_status_error("search", s);
-        return EXIT_USAGE;
+    if (fam->given) {
+        patina_extractor_t *check = NULL;
+        if ((s = patina_extractor_new(&check, fam->text)) != PATINA_OK) {
+            cli_status_error("search", s);
+            return EXIT_USAGE;
+        }
+        patina_extractor_free(check);
     }
     if (query_list(a, &qs, &nq) != 0) {
         rc = EXIT_USAGE;
@@ -243,55 +208,59 @@ static int run_search(const cli_args_t *a)
         rc = EXIT_ERROR;
         goto out;
     }
-    if ((rc = check_table(coll, a->operands[0], ex)) != EXIT_OK) goto out;
-    memset(&total, 0, sizeof total);
-    if ((s = patina_snapshot_new(&snap, coll)) != PATINA_OK) {
+    /* the table: -f names it (a bare family name: the collection's only table of that family),
+     * else the collection's only searchable table; one it lacks is a usage error listing its tables */
+    patina_table_opts_init(&topts);
+    topts.need = PATINA_CAP_SEARCH;
+    if ((s = patina_table_open(&table, ctx, coll, fam->given ? fam->text : NULL, &topts)) != PATINA_OK) {
+        cli_error("search", "collection '%s': %s", a->operands[0], patina_last_error());
+        rc = s == PATINA_E_NOTFOUND || s == PATINA_E_INVALID ? EXIT_USAGE : EXIT_ERROR;
+        goto out;
+    }
+    ex = patina_table_extractor(table);
+    if ((s = patina_table_refresh(table, NULL)) != PATINA_OK) {
         cli_status_error("search", s);
         rc = EXIT_ERROR;
         goto out;
     }
-    /* a pivot table, where the collection has one for this table */
-    if (!strcmp(patina_extractor_family(ex), "signature")) {
-        s = patina_pivot_index_load_snapshot(&pidx, ctx, ex, snap, NULL);
-        if (s != PATINA_OK && s != PATINA_E_NOTFOUND) {
-            cli_status_error("search", s);
-            rc = EXIT_ERROR;
-            goto out;
-        }
-    }
-    if (!pidx && cli_get(a, "bound")->given && cli_get(a, "bound")->i != 2) {
+    pivots = patina_table_pivots(table) > 0;
+    if (!pivots && cli_get(a, "bound")->given && cli_get(a, "bound")->i != 2) {
         cli_error("search", "--bound %s: collection '%s' has no pivot table for '%s' (patina index ... -f %s --pivots N)",
                   cli_get(a, "bound")->text, a->operands[0], patina_extractor_spec(ex), patina_extractor_family(ex));
         rc = EXIT_USAGE;
         goto out;
     }
-    if (!pidx && (s = patina_index_load_snapshot(&idx, ex, snap)) != PATINA_OK) {
-        cli_status_error("search", s);
-        rc = EXIT_ERROR;
-        goto out;
+    patina_table_query_init(&query);
+    if (cli_get(a, "range")->given) {
+        query.kind = PATINA_QUERY_RANGE;
+        query.radius = cli_get(a, "range")->num;
+    } else {
+        query.k = (size_t)cli_get(a, "k")->i;
     }
+    /* HYBRID describes queries; the search itself runs where AUTO says */
+    query.device = device == PATINA_DEVICE_HYBRID ? PATINA_DEVICE_AUTO : device;
+    query.bound = (patina_pivot_bound)cli_get(a, "bound")->i;
+    query.keys = 1;
+    query.stats = &st;
+    memset(&total, 0, sizeof total);
     {
         const size_t bytes = patina_extractor_bytes(ex);
         patina_image_t *imgs = calloc(SEARCH_BATCH, sizeof *imgs);
         patina_status *sts = calloc(SEARCH_BATCH, sizeof *sts);
-        size_t *pos = calloc(SEARCH_BATCH, sizeof *pos), *cnt = calloc(SEARCH_BATCH, sizeof *cnt);
-        uint8_t *ok = calloc(SEARCH_BATCH, 1);
-        patina_hit_t **rh = calloc(SEARCH_BATCH, sizeof *rh);
-        size_t q0;
+        size_t *pos = calloc(SEARCH_BATCH, sizeof *pos);
+        size_t q0, searched = 0;
         desc = malloc(SEARCH_BATCH * bytes);
-        hits = use_range ? NULL : malloc(SEARCH_BATCH * (size_t)k * sizeof *hits);
-        if (!imgs || !sts || !pos || !cnt || !ok || !rh || !desc || (!use_range && !hits)) {
+        if (!imgs || !sts || !pos || !desc) {
             cli_error("search", "out of memory");
             rc = EXIT_ERROR;
         }
         for (q0 = 0; rc != EXIT_ERROR && q0 < nq; q0 += SEARCH_BATCH) {
             const size_t m = nq - q0 < SEARCH_BATCH ? nq - q0 : SEARCH_BATCH;
-            size_t i, nimg = 0;
-            patina_search_opts_t so;
+            size_t i, nimg = 0, nd = 0;
+            patina_table_results_t res;
             /* decode; the readable ones are described in one call */
             for (i = 0; i < m; i++) {
                 patina_decode_report_t report;
-                ok[i] = 0;
                 s = patina_image_load_with(&imgs[nimg], &report, qs[q0 + i], &dopts);
                 if (s != PATINA_OK) {
                     cli_status_error("search", s);
@@ -308,8 +277,6 @@ static int run_search(const cli_args_t *a)
                     cli_extract_error(msg, sizeof msg, ctx, ex, &imgs[i], qs[q0 + pos[i]], sts[i]);
                     cli_error("search", "%s", msg);
                     rc = EXIT_PARTIAL;
-                } else if (s == PATINA_OK) {
-                    ok[pos[i]] = 1;
                 }
                 patina_image_release(&imgs[i]);
             }
@@ -319,85 +286,46 @@ static int run_search(const cli_args_t *a)
                 break;
             }
             /* the described queries, packed in order: one search call */
-            {
-                size_t nd = 0;
-                for (i = 0; i < nimg; i++)
-                    if (sts[i] == PATINA_OK) {
-                        if (nd != i) memmove(desc + nd * bytes, desc + i * bytes, bytes);
-                        pos[nd++] = pos[i];
-                    }
-                patina_search_opts_init(&so);
-                so.device = device == PATINA_DEVICE_HYBRID ? PATINA_DEVICE_AUTO : device;
-                s = PATINA_OK;
-                if (pidx) {
-                    patina_pivot_search_opts_t po;
-                    patina_search_stats_t st;
-                    patina_pivot_search_opts_init(&po);
-                    po.bound = (patina_pivot_bound)cli_get(a, "bound")->i;
-                    po.stats = &st;
-                    /* the GPU filter: device gpu; auto: where the library finds it worth it */
-                    po.strategy = so.device == PATINA_DEVICE_GPU    ? PATINA_PIVOT_GPU
-                                  : so.device == PATINA_DEVICE_AUTO ? PATINA_PIVOT_AUTO
-                                                                    : PATINA_PIVOT_CPU;
-                    if (nd && use_range) s = patina_pivot_index_range(ctx, pidx, desc, nd, range, &po, rh, cnt);
-                    else if (nd) s = patina_pivot_index_knn(ctx, pidx, desc, nd, (size_t)k, &po, hits, cnt);
-                    if (nd && s == PATINA_OK) {
-                        total.gpu_filter += st.gpu_filter;
-                        total.cpu += st.cpu + st.gpu_filter; /* the queries */
-                        total.pivot_dists += st.pivot_dists;
-                        total.pruned += st.pruned;
-                        total.computed += st.computed;
-                    }
-                } else {
-                    patina_search_stats_t st;
-                    so.stats = &st;
-                    if (nd && use_range) s = patina_index_range(ctx, idx, desc, nd, range, &so, rh, cnt);
-                    else if (nd) s = patina_index_knn(ctx, idx, desc, nd, (size_t)k, &so, hits, cnt);
-                    if (nd && s == PATINA_OK) {
-                        total.cpu += nd;
-                        total.computed += nd * patina_index_size(idx);
-                    }
+            for (i = 0; i < nimg; i++)
+                if (sts[i] == PATINA_OK) {
+                    if (nd != i) memmove(desc + nd * bytes, desc + i * bytes, bytes);
+                    pos[nd++] = pos[i];
                 }
-                if (s != PATINA_OK) {
-                    cli_status_error("search", s);
-                    rc = EXIT_ERROR;
-                    break;
-                }
-                for (i = 0; i < nd; i++) {
-                    print_hits(stdout, fmt, snap, qs[q0 + pos[i]], use_range ? rh[i] : hits + i * (size_t)k,
-                               cnt[i]);
-                    if (use_range) {
-                        free(rh[i]);
-                        rh[i] = NULL;
-                    }
-                }
+            if (!nd) continue;
+            if ((s = patina_table_search(table, desc, nd, &query, &res)) != PATINA_OK) {
+                cli_status_error("search", s);
+                rc = EXIT_ERROR;
+                break;
             }
+            rows = res.rows;
+            searched += nd;
+            total.gpu_filter += st.gpu_filter;
+            total.pivot_dists += st.pivot_dists;
+            total.pruned += st.pruned;
+            total.computed += pivots ? st.computed : nd * res.rows;
+            for (i = 0; i < nd; i++)
+                print_hits(stdout, fmt, qs[q0 + pos[i]], res.hits + res.offsets[i], res.keys + res.offsets[i],
+                           res.offsets[i + 1] - res.offsets[i]);
+            patina_table_results_release(&res);
         }
         free(imgs);
         free(sts);
         free(pos);
-        free(cnt);
-        free(ok);
-        free(rh);
+        if (cli_get(a, "stats")->i)
+            fprintf(stderr,
+                    "search: %zu queries over %zu rows: %zu distances computed, %zu rows pruned, "
+                    "%zu query-to-pivot distances (%s)%s\n",
+                    searched, rows, total.computed, total.pruned, total.pivot_dists,
+                    pivots ? "pivot table" : "no pivot table: every distance",
+                    pivots && total.gpu_filter ? "; filtered on the GPU" : "");
     }
-    if (cli_get(a, "stats")->i && (idx || pidx))
-        fprintf(stderr,
-                "search: %zu queries over %zu rows: %zu distances computed, %zu rows pruned, "
-                "%zu query-to-pivot distances (%s)%s\n",
-                total.cpu, pidx ? patina_pivot_index_size(pidx) : patina_index_size(idx), total.computed,
-                total.pruned, total.pivot_dists, pidx ? "pivot table" : "no pivot table: every distance",
-                pidx && total.gpu_filter ? "; filtered on the GPU" : "");
 out:
     if (fflush(stdout) != 0) rc = EXIT_ERROR;
     for (qi = 0; qi < nq; qi++) free(qs[qi]);
     free(qs);
     free(desc);
-    free(hits);
-    patina_index_free(idx);
-    patina_pivot_index_free(pidx);
-    patina_snapshot_free(snap);
+    patina_table_free(table);
     patina_collection_close(coll);
     patina_context_free(ctx);
-    patina_extractor_free(ex);
     return rc;
 }

@@ -135,7 +135,7 @@ struct patina_table {
     int loaded;
     patina_index_t *idx;         /* SEARCH */
     patina_pivot_index_t *pidx;  /* PIVOTS with a stored table (and opts.pivots) */
-    int pivots_dirty;            /* pidx differs from the stored table */
+    size_t pivots_dirty;         /* rows in which pidx differs from the stored table */
     patina_refset_t *rs;         /* IDENTIFY */
     patina_status rs_status;     /* why rs is missing (an f16 table: UNAVAILABLE), with rs_msg */
     char rs_msg[256];
@@ -430,7 +430,7 @@ static patina_status load(patina_table_t *t)
                                  "or open the table without pivots)",
                                  patina_extractor_spec(t->ex), patina_extractor_spec(t->ex));
         }
-        t->pivots_dirty = refreshed > 0;
+        t->pivots_dirty = refreshed;
     }
     if (s == PATINA_OK && (t->caps & PATINA_CAP_IDENTIFY)) {
         patina_refset_spec_t rspec;
@@ -518,13 +518,13 @@ size_t patina_table_size(patina_table_t *t)
     return n;
 }
 
-int patina_table_has_pivots(patina_table_t *t)
+size_t patina_table_pivots(patina_table_t *t)
 {
-    int has;
+    size_t p;
     if (!t || enter(t, NULL) != PATINA_OK) return 0;
-    has = t->pidx != NULL;
+    p = t->pidx ? patina_pivot_index_pivots(t->pidx) : 0;
     pthread_rwlock_unlock(&t->lock);
-    return has;
+    return p;
 }
 
 /* ------------------------------------------------------------------- keys */
@@ -877,7 +877,7 @@ static void apply_put(patina_table_t *t, const uint64_t *ids, const void *descs,
     if (t->idx) s = patina_index_put(t->idx, ids, descs, n);
     if (s == PATINA_OK && t->pidx) {
         s = patina_pivot_index_put(t->pidx, t->ctx, ids, descs, n);
-        t->pivots_dirty = 1;
+        t->pivots_dirty += n;
     }
     for (i = 0; s == PATINA_OK && t->rs && i < n; i++)
         s = patina_refset_put(t->rs, ids[i], (const uint8_t *)descs + i * bytes, bytes);
@@ -894,8 +894,9 @@ static void apply_remove(patina_table_t *t, const uint64_t *ids, size_t n)
     if (!n) return;
     if (t->idx) s = patina_index_remove(t->idx, ids, n, NULL);
     if (s == PATINA_OK && t->pidx) {
-        s = patina_pivot_index_remove(t->pidx, ids, n, NULL);
-        t->pivots_dirty = 1;
+        size_t dropped = 0;
+        s = patina_pivot_index_remove(t->pidx, ids, n, &dropped);
+        t->pivots_dirty += dropped;
     }
     for (i = 0; s == PATINA_OK && t->rs && i < n; i++)
         if (patina_refset_remove(t->rs, ids[i]) == PATINA_E_NOTFOUND) patina_clear_error();
@@ -1039,16 +1040,20 @@ patina_status patina_tables_remove(patina_table_t *const *tables, size_t nt, con
     return s;
 }
 
-patina_status patina_table_save(patina_table_t *t)
+patina_status patina_table_save(patina_table_t *t, size_t *changed)
 {
     patina_status s = PATINA_OK;
+    if (changed) *changed = 0;
     if (!t) return patina__fail(PATINA_E_INVALID, "table: null table");
     if (!t->c || !(t->caps & PATINA_CAP_PIVOTS) || !t->opts.pivots) return PATINA_OK;
     if (t->opts.partitions > 1) return PATINA_OK; /* the stored table covers every partition: not ours to write */
     PATINA_TRY(enter(t, NULL));
     pthread_rwlock_unlock(&t->lock);
     pthread_rwlock_wrlock(&t->lock);
-    if (t->pidx && t->pivots_dirty && (s = patina_pivot_index_save(t->pidx, t->c)) == PATINA_OK) t->pivots_dirty = 0;
+    if (t->pidx && t->pivots_dirty && (s = patina_pivot_index_save(t->pidx, t->c)) == PATINA_OK) {
+        if (changed) *changed = t->pivots_dirty;
+        t->pivots_dirty = 0;
+    }
     pthread_rwlock_unlock(&t->lock);
     return s;
 }
