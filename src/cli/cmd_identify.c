@@ -82,11 +82,11 @@ const cli_command_t cli_cmd_identify = {
 
 typedef struct out_ctx {
     int fmt; /* 0 table, 1 csv, 2 json */
-    patina_snapshot_t *snap;
 } out_ctx_t;
 
+/* One query's answer; keys[r] as the table looked it up (NULL: removed meanwhile, "?"). */
 static void print_query(const out_ctx_t *oc, const char *query, const patina_identify_hit_t *hits,
-                        const patina_identify_result_t *res)
+                        char *const *keys, const patina_identify_result_t *res)
 {
     FILE *f = stdout;
     const char *dec = res->decision == PATINA_DECISION_MATCH ? "match" : "unknown";
@@ -106,10 +106,7 @@ static void print_query(const out_ctx_t *oc, const char *query, const patina_ide
         if (res->nhits) fprintf(f, "  %4s  %7s  %7s  %7s  %s\n", "rank", "score", "inliers", "matches", "key");
     }
     for (r = 0; r < res->nhits; r++) {
-        patina_record_t rec;
-        const char *key = "?";
-        int have = patina_snapshot_get(oc->snap, &hits[r].id, 1, &rec) == PATINA_OK;
-        if (have) key = rec.key;
+        const char *key = keys[r] ? keys[r] : "?";
         if (oc->fmt == 1) {
             cli_csv_field(f, query);
             fprintf(f, ",%zu,", r + 1);
@@ -124,7 +121,6 @@ static void print_query(const out_ctx_t *oc, const char *query, const patina_ide
             fprintf(f, "  %4zu  %7.17g  %7u  %7u  %s\n", r + 1, hits[r].score, (unsigned)hits[r].inliers,
                     (unsigned)hits[r].matches, key);
         }
-        if (have) patina_record_release(&rec);
     }
     if (oc->fmt == 2) fputs("]}\n", f);
 }
@@ -144,9 +140,9 @@ static int run_identify(const cli_args_t *a)
     patina_device device;
     patina_context_t *ctx = NULL;
     patina_collection_t *coll = NULL;
-    patina_snapshot_t *snap = NULL;
-    patina_refset_t *rs = NULL;
-    patina_refset_spec_t spec;
+    patina_table_t *table = NULL;
+    patina_table_opts_t topts;
+    char **keys = NULL;
     patina_load_opts_t lopts;
     char **files = NULL;
     size_t nfiles = 0, skipped = 0, done = 0, qbytes, i;
@@ -183,21 +179,22 @@ static int run_identify(const cli_args_t *a)
     io.device = device;
     progress = !cli_get(a, "quiet")->i && isatty(2);
     if (cli_context(&ctx, a) != 0) return EXIT_ERROR;
-    if ((s = patina_collection_open(&coll, a->operands[0], PATINA_OPEN_READONLY, 0)) != PATINA_OK ||
-        (s = patina_snapshot_new(&snap, coll)) != PATINA_OK) {
+    if ((s = patina_collection_open(&coll, a->operands[0], PATINA_OPEN_READONLY, 0)) != PATINA_OK) {
         cli_status_error("identify", s);
         rc = EXIT_ERROR;
         goto out;
     }
-    patina_refset_spec_init(&spec);
-    spec.table = cli_get(a, "table")->set ? cli_get(a, "table")->text : NULL;
-    spec.snapshot = snap;
-    if ((s = patina_refset_load(&rs, coll, &spec)) != PATINA_OK) {
+    /* the identification table: --table, else the collection's only one; a collection without one
+     * (or with several and no --table) is a usage error, as `search -f` is */
+    patina_table_opts_init(&topts);
+    topts.need = PATINA_CAP_IDENTIFY;
+    s = patina_table_open(&table, ctx, coll, cli_get(a, "table")->set ? cli_get(a, "table")->text : NULL, &topts);
+    if (s == PATINA_OK) s = patina_table_refresh(table, NULL);
+    if (s != PATINA_OK) {
         cli_error("identify", "collection '%s': %s", a->operands[0], patina_last_error());
-        rc = EXIT_ERROR;
+        rc = s == PATINA_E_NOTFOUND || s == PATINA_E_INVALID ? EXIT_USAGE : EXIT_ERROR;
         goto out;
     }
-    oc.snap = snap;
     if ((s = patina_expand_paths(&files, &nfiles, (const char *const *)a->operands + 1, a->noperands - 1,
                                  &skipped, on_skip, NULL)) != PATINA_OK) {
         cli_status_error("identify", s);
@@ -205,7 +202,7 @@ static int run_identify(const cli_args_t *a)
         goto out;
     }
     if (skipped) rc = EXIT_PARTIAL;
-    qbytes = patina_identify_query_bytes(rs);
+    qbytes = patina_table_query_bytes(table);
     images = calloc(nfiles + 1, sizeof *images);
     lres = calloc(nfiles + 1, sizeof *lres);
     qrec = malloc((nfiles + 1) * qbytes);
@@ -213,7 +210,8 @@ static int run_identify(const cli_args_t *a)
     hits = calloc((nfiles + 1) * io.k, sizeof *hits);
     res = calloc(nfiles + 1, sizeof *res);
     slot = calloc(nfiles + 1, sizeof *slot);
-    if (!images || !lres || !qrec || !st || !hits || !res || !slot) {
+    keys = calloc((nfiles + 1) * io.k, sizeof *keys);
+    if (!images || !lres || !qrec || !st || !hits || !res || !slot || !keys) {
         cli_error("identify", "out of memory for %zu queries", nfiles);
         rc = EXIT_ERROR;
         goto out;
@@ -240,9 +238,9 @@ static int run_identify(const cli_args_t *a)
             images[nq] = images[i];
             slot[nq++] = i;
         }
-        s = patina_identify_extract(ctx, rs, qrec, images, nq, st);
+        s = patina_table_identify_extract(table, NULL, qrec, images, nq, st);
         for (i = 0; i < nq; i++) patina_image_release(&images[i]);
-        if (s == PATINA_OK) s = patina_identify(ctx, rs, qrec, nq, &io, hits, res);
+        if (s == PATINA_OK) s = patina_table_identify(table, qrec, nq, &io, hits, res, keys);
         if (s != PATINA_OK) {
             cli_status_error("identify", s);
             rc = EXIT_ERROR;
@@ -256,12 +254,16 @@ static int run_identify(const cli_args_t *a)
                           patina_status_str(st[i]));
                 rc = EXIT_PARTIAL;
             }
-            print_query(&oc, q, hits + i * io.k, &res[i]);
+            print_query(&oc, q, hits + i * io.k, keys + i * io.k, &res[i]);
+        }
+        for (i = 0; i < nq * io.k; i++) {
+            free(keys[i]);
+            keys[i] = NULL;
         }
         fflush(stdout);
         done += taken;
         if (progress) fprintf(stderr, "identify: %zu/%zu queries against %zu references", done, nfiles,
-                              patina_refset_size(rs));
+                              patina_table_size(table));
     }
     if (progress) fputs("\r\033[K", stderr);
 out:
@@ -275,8 +277,8 @@ out:
     free(hits);
     free(res);
     free(slot);
-    patina_refset_free(rs);
-    patina_snapshot_free(snap);
+    free(keys);
+    patina_table_free(table);
     patina_collection_close(coll);
     patina_context_free(ctx);
     return rc;

@@ -71,7 +71,11 @@ static int run_info(const cli_args_t *a)
             patina_identify_capacity_t cap;
             patina_collection_table_info(coll, specs[k], &rows, &bytes);
             printf("  table %s: %zu descriptors of %zu bytes\n", specs[k], rows, bytes);
-            if (!strncmp(specs[k], "rootsift", 8) && patina_identify_capacity(ctx, specs[k], &cap) == PATINA_OK) {
+            patina_extractor_t *tex = NULL;
+            unsigned caps = 0;
+            if (patina_extractor_new(&tex, specs[k]) == PATINA_OK) caps = patina_extractor_caps(tex);
+            patina_extractor_free(tex);
+            if ((caps & PATINA_CAP_IDENTIFY) && patina_identify_capacity(ctx, specs[k], &cap) == PATINA_OK) {
                 printf("    identification: up to %zu features per reference; %zu bytes per reference in host "
                        "memory, %zu on the GPU\n",
                        cap.features, cap.record_bytes, cap.gpu_bytes);

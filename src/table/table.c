@@ -280,8 +280,9 @@ static patina_status resolve_spec(patina_collection_t *c, const char *spec, cons
             }
         if (found == 1) snprintf(out, size, "%s", specs[pick]);
         else if (!found)
-            s = patina__fail(PATINA_E_NOTFOUND, "table: the collection has no table for %s yet (its tables: %s)",
-                             use_name(need), list);
+            s = patina__fail(PATINA_E_NOTFOUND, "table: the collection has no table for %s yet (its tables: %s)%s",
+                             use_name(need), list,
+                             (need & PATINA_CAP_IDENTIFY) ? "; index references with -f rootsift" : "");
         else
             s = patina__fail(PATINA_E_INVALID, "table: the collection has %zu tables for %s (%s): name one", found,
                              use_name(need), list);
