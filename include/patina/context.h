@@ -31,8 +31,8 @@ typedef struct patina_context_opts {
      * turn. */
     const char *nvjpeg_library;
     /* Host threads feeding the JPEG engines, per decoder: 1..16; 0 = 2
-     * (H100, 10,000 VGA JPEGs end to end: 1 lane 13.2k files/s, 2 lanes
-     * 16.7k, 4 lanes 14.4k, 8 lanes 12.4k). */
+     * (each a decoding state, a parser and a stream; measured rates per
+     * lane count: docs/images.md, "JPEG on the GPU"). */
     int nvjpeg_lanes;
 } patina_context_opts_t;
 

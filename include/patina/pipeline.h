@@ -94,9 +94,9 @@ typedef struct patina_index_opts {
     void *user;
     patina_jpeg_decoder jpeg_decoder; /* default PATINA_JPEG_LIBJPEG */
     /* With nvJPEG: the fraction of each batch's JPEGs it decodes while the
-     * CPU workers decode the rest. 0 = all it supports (the fastest on an
-     * H100: CPU decoders slow down the threads that feed the JPEG engines);
-     * negative = adapt the share to the rates measured per batch. */
+     * CPU workers decode the rest. 0 = all it supports (the default);
+     * negative = adapt the share to the rates measured per batch. Which is
+     * faster where: docs/images.md, "JPEG on the GPU". */
     double nvjpeg_share;
 } patina_index_opts_t;
 

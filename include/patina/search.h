@@ -103,9 +103,10 @@ typedef struct patina_search_stats {
 
 typedef struct patina_search_opts {
     /* AUTO (the default): the context's GPU when it has a usable one, the
-     * index has at least 4096 rows and the GPU serves the call (every
-     * distance; k-NN: k <= 1024), else the CPU. GPU: the GPU or PATINA_E_UNAVAILABLE. CPU: the CPU.
-     * HYBRID is not a search device. */
+     * index has at least 4096 rows (256 for sqfd) and the GPU serves the
+     * call (every distance but rootsift_ratio; k-NN: k <= 1024), else the
+     * CPU. GPU: the GPU or PATINA_E_UNAVAILABLE. CPU: the CPU. HYBRID is
+     * not a search device. */
     patina_device device;
     /* Range search: at most this many hits per query, the nearest
      * (0 = unlimited). */
@@ -133,9 +134,10 @@ PATINA_API patina_status patina_index_knn(patina_context_t *ctx, const patina_in
  * when there are none; the caller frees each), counts[q] its length; with
  * opts->max_hits > 0, the nearest max_hits of them. hits and counts are
  * caller arrays of nq. A NaN or negative radius fails (PATINA_E_INVALID);
- * on failure every hits[q] is NULL. On the GPU (AUTO: indexes of 4096 rows
- * or more) for Tanimoto on 0..7 descriptors (CEDD); other distances run on
- * the CPU (device GPU: PATINA_E_UNAVAILABLE). */
+ * on failure every hits[q] is NULL. Devices as for patina_index_knn
+ * (opts->device): the GPU answers range search for every distance but
+ * rootsift_ratio, which runs on the CPU (device GPU: PATINA_E_UNAVAILABLE);
+ * the same hits on either. */
 PATINA_API patina_status patina_index_range(patina_context_t *ctx, const patina_index_t *idx,
                                             const void *queries, size_t nq, double radius,
                                             const patina_search_opts_t *opts, patina_hit_t **hits,

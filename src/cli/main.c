@@ -13,7 +13,8 @@ static void usage(FILE *f)
     for (i = 0; i < cli_ncommands; i++)
         fprintf(f, "  %-8s %s\n", cli_commands[i]->name, cli_commands[i]->summary);
     fprintf(f,
-            "\n'patina <command> --help' (or 'patina help <command>') describes each command.\n\n"
+            "\n'patina <command> --help' (or 'patina help <command>') describes each command;\n"
+            "docs/cli.md is the reference of them all.\n\n"
             "exit status:\n"
             "  0  success (decoder warnings alone, reported on stderr, do not change it)\n"
             "  1  the command ran but some inputs failed or some paths were skipped\n"
