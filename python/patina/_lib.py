@@ -94,7 +94,7 @@ class OptionInfo(ctypes.Structure):
     _c_type_ = "patina_option_info_t"
     _c_names_ = {"default": "def"}  # a Python keyword in C
     _fields_ = [("name", c_char_p), ("type", c_int), ("min", c_double), ("max", c_double),
-                ("default", c_char_p), ("choices", c_char_p), ("help", c_char_p)]
+                ("default", c_char_p), ("choices", c_char_p), ("help", c_char_p), ("min_open", c_int)]
 
 
 class Record(ctypes.Structure):
@@ -129,7 +129,7 @@ class SearchStats(ctypes.Structure):
 
 class SearchOpts(ctypes.Structure):
     _c_type_ = "patina_search_opts_t"
-    _fields_ = [("device", c_int), ("max_hits", c_size_t), ("stats", P(SearchStats))]
+    _fields_ = [("device", c_int), ("max_hits", c_size_t), ("stats", P(SearchStats)), ("ratio", c_double)]
 
 
 class PivotSearchOpts(ctypes.Structure):
