@@ -49,6 +49,8 @@ OPEN_CREATE = 3
 
 ELEM_U8, ELEM_U16, ELEM_U32, ELEM_F32, ELEM_F64 = range(5)
 DEVICES = {"auto": 0, "cpu": 1, "gpu": 2, "hybrid": 3}
+# patina_option_set (include/patina/options.h)
+OPTION_SETS = {"search": 0, "identify": 1, "index": 2}
 
 
 # ------------------------------------------------------------------ structs
@@ -208,6 +210,12 @@ _PROTOS = {
     "patina_family_help": (c_char_p, [c_size_t]),
     "patina_family_option_count": (c_size_t, [c_size_t]),
     "patina_family_option": (c_int, [P(OptionInfo), c_size_t, c_size_t]),
+    # options.h
+    "patina_option_set_name": (c_char_p, [c_int]),
+    "patina_options_count": (c_size_t, [c_int]),
+    "patina_options_get": (c_int, [P(OptionInfo), c_int, c_size_t]),
+    "patina_options_find": (c_int, [P(OptionInfo), c_int, c_char_p]),
+    "patina_options_check": (c_int, [c_int, c_char_p, c_double]),
     "patina_extractor_new": (c_int, [P(c_void_p), c_char_p]),
     "patina_extractor_free": (None, [c_void_p]),
     "patina_extractor_spec": (c_char_p, [c_void_p]),
