@@ -43,7 +43,8 @@ int main(void)
         M(patina_load_result_t, report), end();
     S(patina_option_info_t), M(patina_option_info_t, name), M(patina_option_info_t, type),
         M(patina_option_info_t, min), M(patina_option_info_t, max), M(patina_option_info_t, def),
-        M(patina_option_info_t, choices), M(patina_option_info_t, help), end();
+        M(patina_option_info_t, choices), M(patina_option_info_t, help),
+        M(patina_option_info_t, min_open), end();
     S(patina_record_t), M(patina_record_t, id), M(patina_record_t, key), M(patina_record_t, size),
         M(patina_record_t, sha256), M(patina_record_t, mtime), M(patina_record_t, added), M(patina_record_t, width),
         M(patina_record_t, height), end();
@@ -60,7 +61,7 @@ int main(void)
         M(patina_search_stats_t, host_bytes), M(patina_search_stats_t, pivot_dists),
         M(patina_search_stats_t, pruned), M(patina_search_stats_t, computed), end();
     S(patina_search_opts_t), M(patina_search_opts_t, device), M(patina_search_opts_t, max_hits),
-        M(patina_search_opts_t, stats), end();
+        M(patina_search_opts_t, stats), M(patina_search_opts_t, ratio), end();
     S(patina_pivot_search_opts_t), M(patina_pivot_search_opts_t, bound), M(patina_pivot_search_opts_t, max_hits),
         M(patina_pivot_search_opts_t, stats), M(patina_pivot_search_opts_t, strategy), end();
     S(patina_refset_spec_t), M(patina_refset_spec_t, table), M(patina_refset_spec_t, shard),

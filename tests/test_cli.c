@@ -1034,11 +1034,109 @@ static void test_parser_random(void **state)
     }
 }
 
+/* The CLI's option of library option `name` (a '_' written '-'; the
+ * index's jpeg_decoder is --decoder), or NULL. */
+static const cli_opt_t *cli_twin(const cli_command_t *cmd, const char *name)
+{
+    char want[64];
+    size_t i;
+    snprintf(want, sizeof want, "%s", !strcmp(name, "jpeg_decoder") ? "decoder" : name);
+    for (i = 0; want[i]; i++)
+        if (want[i] == '_') want[i] = '-';
+    for (i = 0; i < cmd->nopts; i++)
+        if (!strcmp(cmd->opts[i].name, want)) return &cmd->opts[i];
+    return NULL;
+}
+
+/* The options of `patina search`, `identify` and `index` that the library
+ * declares (include/patina/options.h) have the library's type, bounds,
+ * choices and default, and --help shows them. */
+static void test_library_options(void **state)
+{
+    static const struct {
+        const cli_command_t *cmd;
+        patina_option_set set;
+        size_t want; /* options the command exposes under the library's name */
+    } pairs[] = {{&cli_cmd_search, PATINA_OPTIONS_SEARCH, 3},
+                 {&cli_cmd_identify, PATINA_OPTIONS_IDENTIFY, 11},
+                 {&cli_cmd_index, PATINA_OPTIONS_INDEX, 5}};
+    (void)state;
+    for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {
+        const cli_command_t *cmd = pairs[p].cmd;
+        size_t found = 0;
+        cli_args_t a;
+        char err[512];
+        char *argv[] = {(char *)cmd->name, "C", "Q", NULL};
+        assert_int_equal(cli_parse(&a, cmd, 3, argv, err, sizeof err), CLI_PARSE_OK);
+        for (size_t i = 0; i < patina_options_count(pairs[p].set); i++) {
+            patina_option_info_t o;
+            const cli_opt_t *c;
+            const cli_value_t *v;
+            assert_int_equal(patina_options_get(&o, pairs[p].set, i), PATINA_OK);
+            if (!(c = cli_twin(cmd, o.name))) continue;
+            found++;
+            v = cli_get(&a, c->name);
+            print_message("%s --%s: %s\n", cmd->name, c->name, o.def ? o.def : "(no default)");
+            switch (o.type) {
+            case PATINA_OPTION_INT:
+            case PATINA_OPTION_DOUBLE:
+                assert_true(o.type == PATINA_OPTION_INT ? c->type == CLI_INT || c->type == CLI_BYTES
+                                                        : c->type == CLI_NUMBER);
+                assert_true(c->min == o.min);
+                /* the command line reads integers exactly up to 2^53 */
+                assert_true(c->max == (c->type == CLI_INT && o.max > 9007199254740992.0 ? 9007199254740992.0 : o.max));
+                assert_int_equal(!!(c->flags & CLI_OPEN_MIN), o.min_open);
+                if (!o.def) {
+                    assert_null(c->def);
+                    break;
+                }
+                assert_non_null(v);
+                assert_true((c->type == CLI_NUMBER ? v->num : c->type == CLI_BYTES ? (double)v->bytes : (double)v->i) ==
+                            strtod(o.def, NULL));
+                break;
+            case PATINA_OPTION_ENUM: {
+                /* the library's words in its order (the CLI casts the index), maybe more after them */
+                size_t l = strlen(o.choices);
+                assert_int_equal(c->type, CLI_CHOICE);
+                assert_true(!strncmp(c->choices, o.choices, l) && (c->choices[l] == '|' || !c->choices[l]));
+                assert_string_equal(c->def, o.def);
+                break;
+            }
+            case PATINA_OPTION_BOOL:
+                assert_int_equal(c->type, CLI_FLAG); /* a flag that sets what is off by default */
+                assert_string_equal(o.def, "0");
+                break;
+            default: fail_msg("%s: option type %d", o.name, (int)o.type);
+            }
+        }
+        cli_args_release(&a);
+        assert_int_equal(found, pairs[p].want);
+    }
+    /* the server's --max-k goes up to the library's limit */
+    for (size_t i = 0; i < cli_cmd_serve.nopts; i++)
+        if (!strcmp(cli_cmd_serve.opts[i].name, "max-k")) assert_true(cli_cmd_serve.opts[i].max == PATINA_K_MAX);
+    { /* and --help says so */
+        char *text = NULL, want[128];
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        cli_help(f, &cli_cmd_search);
+        cli_help(f, &cli_cmd_identify);
+        fclose(f);
+        snprintf(want, sizeof want, "1..%d; default %d", PATINA_K_MAX, PATINA_SEARCH_K_DEFAULT);
+        assert_non_null(strstr(text, want));
+        snprintf(want, sizeof want, "1..%d; default %d", PATINA_K_MAX, PATINA_IDENTIFY_K_DEFAULT);
+        assert_non_null(strstr(text, want));
+        assert_non_null(strstr(text, "> 0 and <= 1; default 0.8"));
+        free(text);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parser),
         cmocka_unit_test(test_parser_random),
+        cmocka_unit_test(test_library_options),
         cmocka_unit_test(test_usage_errors),
         cmocka_unit_test(test_rm_ids),
         cmocka_unit_test(test_output_quoting),

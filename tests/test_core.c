@@ -1,5 +1,6 @@
 /* Core services: status and messages, option tables, thread pool, the
  * family registry, device resolution without a GPU. */
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,6 +206,123 @@ static void test_device_resolution(void **state)
 }
 
 /* Every public options struct's _init fills the documented defaults. */
+/* The default of option `name` of `set` as a number (enums: the index of
+ * the word in choices). */
+static double table_default(patina_option_set set, const char *name)
+{
+    patina_option_info_t o;
+    assert_int_equal(patina_options_find(&o, set, name), PATINA_OK);
+    assert_non_null(o.def);
+    if (o.type == PATINA_OPTION_ENUM) {
+        const char *p = o.choices;
+        size_t l = strlen(o.def);
+        for (int i = 0; p; i++) {
+            if (!strncmp(p, o.def, l) && (p[l] == '|' || !p[l])) return i;
+            p = strchr(p, '|');
+            if (p) p++;
+        }
+        fail_msg("%s: default '%s' is not one of %s", name, o.def, o.choices);
+    }
+    return strtod(o.def, NULL);
+}
+
+/* The option tables of include/patina/options.h: every entry well formed
+ * (a default within its bounds or among its choices), the _init functions
+ * fill exactly the tables' defaults, the constants are the tables' bounds,
+ * and patina_options_check says what is wrong and where. */
+static void test_option_tables(void **state)
+{
+    static const patina_option_set sets[] = {PATINA_OPTIONS_SEARCH, PATINA_OPTIONS_IDENTIFY, PATINA_OPTIONS_INDEX};
+    patina_option_info_t o;
+    patina_identify_opts_t ido;
+    patina_search_opts_t so;
+    patina_index_opts_t io;
+    (void)state;
+    for (size_t s = 0; s < 3; s++) {
+        size_t n = patina_options_count(sets[s]);
+        assert_true(n > 0);
+        assert_non_null(patina_option_set_name(sets[s]));
+        for (size_t i = 0; i < n; i++) {
+            assert_int_equal(patina_options_get(&o, sets[s], i), PATINA_OK);
+            assert_non_null(o.name);
+            assert_non_null(o.help);
+            for (size_t j = 0; j < i; j++) {
+                patina_option_info_t p;
+                assert_int_equal(patina_options_get(&p, sets[s], j), PATINA_OK);
+                assert_string_not_equal(p.name, o.name);
+            }
+            if (o.def && (o.type == PATINA_OPTION_INT || o.type == PATINA_OPTION_DOUBLE))
+                assert_int_equal(patina_options_check(sets[s], o.name, strtod(o.def, NULL)), PATINA_OK);
+            if (o.type == PATINA_OPTION_ENUM) assert_non_null(o.choices), (void)table_default(sets[s], o.name);
+            else assert_null(o.choices);
+        }
+        assert_int_equal(patina_options_get(&o, sets[s], n), PATINA_E_INVALID);
+        assert_int_equal(patina_options_find(&o, sets[s], "no_such_option"), PATINA_E_NOTFOUND);
+    }
+    assert_int_equal(patina_options_count((patina_option_set)3), 0);
+    assert_null(patina_option_set_name((patina_option_set)3));
+
+    /* _init = the table */
+    patina_identify_opts_init(&ido);
+    assert_true(ido.k == table_default(PATINA_OPTIONS_IDENTIFY, "k"));
+    assert_true(ido.ratio == table_default(PATINA_OPTIONS_IDENTIFY, "ratio"));
+    assert_true(ido.scoring == table_default(PATINA_OPTIONS_IDENTIFY, "scoring"));
+    assert_true(ido.verify == table_default(PATINA_OPTIONS_IDENTIFY, "verify"));
+    assert_true(ido.verify_top == table_default(PATINA_OPTIONS_IDENTIFY, "verify_top"));
+    assert_true(ido.model == table_default(PATINA_OPTIONS_IDENTIFY, "model"));
+    assert_true(ido.ransac_threshold == table_default(PATINA_OPTIONS_IDENTIFY, "ransac_threshold"));
+    assert_true(ido.iterations == table_default(PATINA_OPTIONS_IDENTIFY, "iterations"));
+    assert_true(ido.shape_check == table_default(PATINA_OPTIONS_IDENTIFY, "shape_check"));
+    assert_true(ido.seed == table_default(PATINA_OPTIONS_IDENTIFY, "seed"));
+    assert_true(ido.threshold == table_default(PATINA_OPTIONS_IDENTIFY, "threshold"));
+    assert_true(ido.device == table_default(PATINA_OPTIONS_IDENTIFY, "device"));
+    assert_true(ido.precision == table_default(PATINA_OPTIONS_IDENTIFY, "precision"));
+    assert_true(ido.gpu_arena_slots == table_default(PATINA_OPTIONS_IDENTIFY, "gpu_arena_slots"));
+    assert_int_equal(patina_options_count(PATINA_OPTIONS_IDENTIFY), 14);
+    patina_search_opts_init(&so);
+    assert_true(so.max_hits == table_default(PATINA_OPTIONS_SEARCH, "max_hits"));
+    assert_true(so.device == table_default(PATINA_OPTIONS_SEARCH, "device"));
+    assert_true(so.ratio == table_default(PATINA_OPTIONS_SEARCH, "ratio"));
+    patina_index_opts_init(&io);
+    assert_true(io.device == table_default(PATINA_OPTIONS_INDEX, "device"));
+    assert_true(io.batch == table_default(PATINA_OPTIONS_INDEX, "batch"));
+    assert_true(io.batch_memory == table_default(PATINA_OPTIONS_INDEX, "batch_memory"));
+    assert_true(io.batch_memory == PATINA_DEFAULT_BATCH_MEMORY);
+    assert_true(io.strict == table_default(PATINA_OPTIONS_INDEX, "strict"));
+    assert_true(io.jpeg_decoder == table_default(PATINA_OPTIONS_INDEX, "jpeg_decoder"));
+
+    /* the constants are the tables' */
+    assert_int_equal(patina_options_find(&o, PATINA_OPTIONS_SEARCH, "k"), PATINA_OK);
+    assert_true(o.min == 1 && o.max == PATINA_K_MAX && !strcmp(o.def, "10"));
+    assert_true(table_default(PATINA_OPTIONS_SEARCH, "k") == PATINA_SEARCH_K_DEFAULT);
+    assert_int_equal(patina_options_find(&o, PATINA_OPTIONS_IDENTIFY, "k"), PATINA_OK);
+    assert_true(o.min == 1 && o.max == PATINA_K_MAX && o.def && atoi(o.def) == PATINA_IDENTIFY_K_DEFAULT);
+    assert_int_equal(patina_options_find(&o, PATINA_OPTIONS_IDENTIFY, "ratio"), PATINA_OK);
+    assert_true(o.min == PATINA_RATIO_MIN && o.min_open && o.max == PATINA_RATIO_MAX && !strcmp(o.def, "0.8"));
+    assert_true(PATINA_RATIO_DEFAULT == 0.8);
+    assert_int_equal(patina_options_find(&o, PATINA_OPTIONS_SEARCH, "range"), PATINA_OK);
+    assert_null(o.def);
+    assert_true(o.min == 0 && !o.min_open && isinf(o.max));
+
+    /* one check, naming the option and its bounds */
+    assert_int_equal(patina_options_check(PATINA_OPTIONS_SEARCH, "k", PATINA_K_MAX), PATINA_OK);
+    assert_int_equal(patina_options_check(PATINA_OPTIONS_SEARCH, "k", PATINA_K_MAX + 1.0), PATINA_E_LIMIT);
+    assert_string_equal(patina_last_error(), "search: k = 1000001 is over the limit of 1000000");
+    assert_int_equal(patina_options_check(PATINA_OPTIONS_SEARCH, "k", 0), PATINA_E_INVALID);
+    assert_string_equal(patina_last_error(), "search: k = 0 is outside [1, 1000000] (an integer)");
+    assert_int_equal(patina_options_check(PATINA_OPTIONS_SEARCH, "k", 2.5), PATINA_E_INVALID);
+    assert_int_equal(patina_options_check(PATINA_OPTIONS_IDENTIFY, "ratio", 0), PATINA_E_INVALID);
+    assert_string_equal(patina_last_error(), "identify: ratio = 0 is outside (0, 1]");
+    assert_int_equal(patina_options_check(PATINA_OPTIONS_IDENTIFY, "ratio", NAN), PATINA_E_INVALID);
+    assert_int_equal(patina_options_check(PATINA_OPTIONS_IDENTIFY, "ratio", 1), PATINA_OK);
+    assert_int_equal(patina_options_check(PATINA_OPTIONS_IDENTIFY, "ratio", 1.0000001), PATINA_E_INVALID);
+    assert_int_equal(patina_options_check(PATINA_OPTIONS_SEARCH, "range", -1), PATINA_E_INVALID);
+    assert_int_equal(patina_options_check(PATINA_OPTIONS_SEARCH, "range", INFINITY), PATINA_OK);
+    assert_int_equal(patina_options_check(PATINA_OPTIONS_IDENTIFY, "scoring", 0), PATINA_E_INVALID);
+    assert_int_equal(patina_options_check(PATINA_OPTIONS_IDENTIFY, "nope", 0), PATINA_E_INVALID);
+    assert_int_equal(patina_options_check(PATINA_OPTIONS_INDEX, "batch", PATINA_BATCH_MAX + 1.0), PATINA_E_LIMIT);
+}
+
 static void test_opts_init(void **state)
 {
     patina_limits_t lim;
@@ -238,6 +356,8 @@ static void test_opts_init(void **state)
     assert_null(io.progress);
     assert_null(io.on_error);
     assert_int_equal(io.jpeg_decoder, PATINA_JPEG_LIBJPEG);
+    assert_int_equal(io.batch, PATINA_BATCH_DEFAULT);
+    assert_true(io.batch_memory == PATINA_DEFAULT_BATCH_MEMORY);
     memset(&lo, 0xa5, sizeof lo);
     patina_load_opts_init(&lo);
     assert_true(lo.batch_memory == PATINA_DEFAULT_BATCH_MEMORY);
@@ -245,6 +365,7 @@ static void test_opts_init(void **state)
     patina_search_opts_init(&so);
     assert_int_equal(so.device, PATINA_DEVICE_AUTO);
     assert_int_equal(so.max_hits, 0);
+    assert_true(so.ratio == PATINA_RATIO_DEFAULT);
     memset(&ido, 0xa5, sizeof ido);
     patina_identify_opts_init(&ido);
     assert_int_equal(ido.k, 5);
@@ -284,6 +405,7 @@ int main(void)
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_device_resolution),
         cmocka_unit_test(test_opts_init),
+        cmocka_unit_test(test_option_tables),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -527,6 +527,72 @@ static void test_partition_f16(void **state)
     patina_extractor_free(ex16);
 }
 
+/* The rootsift_ratio search distance follows the search's ratio
+ * (patina_search_opts_t.ratio): each hit's distance is 1 / (1 + the
+ * one-to-one score at that ratio), the default is PATINA_RATIO_DEFAULT, and
+ * a ratio outside (0, 1] is refused naming the option. */
+static void test_search_ratio(void **state)
+{
+    enum { NREF = 12, M = 24 };
+    static const double ratios[] = {PATINA_RATIO_DEFAULT, 0.3, 0.95};
+    patina_extractor_t *ex = NULL;
+    tu_rng_t r;
+    uint8_t rows[NREF * M * 128], qrows[M * 128];
+    unsigned char *recs[NREF], *query;
+    patina_index_t *idx = NULL;
+    uint64_t ids[NREF];
+    patina_search_opts_t so;
+    patina_hit_t hits[NREF];
+    double dist[3][NREF + 1];
+    size_t i, cnt, bytes, t;
+    (void)state;
+    TU_OK(patina_extractor_new(&ex, "rootsift:m=24,n=24"));
+    bytes = patina_extractor_bytes(ex);
+    tu_rng_seed(&r, 41);
+    for (i = 0; i < (size_t)NREF * M; i++) random_row(rows + i * 128, &r);
+    TU_OK(patina_index_new(&idx, ex, NULL, NULL, 0));
+    for (i = 0; i < NREF; i++) {
+        recs[i] = make_record(M, M, rows + i * M * 128, NULL, 640, 480);
+        ids[i] = i + 1;
+        TU_OK(patina_index_put(idx, &ids[i], recs[i], 1));
+    }
+    /* half of the query's features near reference 3's (some far enough for the ratio to matter) */
+    for (i = 0; i < M; i++) {
+        if (i < M / 2) perturb(qrows + i * 128, rows + (3 * M + i) * 128, 4 + 3 * (int)i, &r);
+        else random_row(qrows + i * 128, &r);
+    }
+    query = make_record(M, M, qrows, NULL, 640, 480);
+    for (t = 0; t < 3; t++) {
+        patina_search_opts_init(&so);
+        assert_true(so.ratio == PATINA_RATIO_DEFAULT);
+        if (t) so.ratio = ratios[t];
+        so.device = PATINA_DEVICE_CPU;
+        TU_OK(patina_index_knn(NULL, idx, query, 1, NREF, &so, hits, &cnt));
+        assert_int_equal(cnt, NREF);
+        for (i = 0; i < cnt; i++) {
+            long s = idf_ratio_count(query, bytes, recs[hits[i].id - 1], bytes, ratios[t], PATINA_SCORE_ONE2ONE);
+            assert_true(hits[i].distance == 1.0 / (1.0 + (double)s));
+            dist[t][hits[i].id] = hits[i].distance;
+        }
+        print_message("ratio %g: reference 4 at distance %g\n", ratios[t], dist[t][4]);
+    }
+    /* the ratio changes the answer here: a looser one matches more features (a chance match passes 0.95) */
+    assert_true(dist[1][4] >= dist[0][4]);
+    assert_true(dist[2][4] < dist[0][4]);
+    /* patina_extractor_distance: the default ratio */
+    assert_true(patina_extractor_distance(ex, query, recs[3]) == dist[0][4]);
+    patina_search_opts_init(&so);
+    so.ratio = 0;
+    assert_int_equal(patina_index_knn(NULL, idx, query, 1, NREF, &so, hits, &cnt), PATINA_E_INVALID);
+    assert_string_equal(patina_last_error(), "search: ratio = 0 is outside (0, 1]");
+    so.ratio = 1.5;
+    assert_int_equal(patina_index_knn(NULL, idx, query, 1, NREF, &so, hits, &cnt), PATINA_E_INVALID);
+    free(query);
+    for (i = 0; i < NREF; i++) free(recs[i]);
+    patina_index_free(idx);
+    patina_extractor_free(ex);
+}
+
 /* Bad input: k = 0, huge k, zero-feature query, corrupt query and
  * reference records, GPU device, a collection without rootsift. */
 static void test_bad_input(void **state)
@@ -597,6 +663,15 @@ static void test_bad_input(void **state)
     o.device = PATINA_DEVICE_CPU;
     o.ratio = 0;
     assert_int_equal(patina_identify(NULL, rs, q1, 1, &o, hits, res), PATINA_E_INVALID);
+    assert_string_equal(patina_last_error(), "identify: ratio = 0 is outside (0, 1]"); /* the table's bounds */
+    o.ratio = PATINA_RATIO_DEFAULT;
+    o.k = PATINA_K_MAX + 1; /* the library's limit, before anything is written */
+    assert_int_equal(patina_identify(NULL, rs, q1, 1, &o, hits, res), PATINA_E_LIMIT);
+    assert_string_equal(patina_last_error(), "identify: k = 1000001 is over the limit of 1000000");
+    o.k = 5;
+    o.iterations = PATINA_ITERATIONS_MAX + 1;
+    assert_int_equal(patina_identify(NULL, rs, q1, 1, &o, hits, res), PATINA_E_INVALID);
+    assert_non_null(strstr(patina_last_error(), "identify: iterations = 1000001 is outside [1, 1000000]"));
     patina_refset_free(rs);
     /* a corrupt reference record: the load names its id */
     rs_put_u32(recs[1] + 0, 99);
@@ -1030,7 +1105,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matchers_random), cmocka_unit_test(test_ties_and_tiny),
-        cmocka_unit_test(test_scoring_decoy),   cmocka_unit_test(test_refset_updates),   cmocka_unit_test(test_partition_f16),   cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_scoring_decoy),   cmocka_unit_test(test_refset_updates),   cmocka_unit_test(test_partition_f16),   cmocka_unit_test(test_search_ratio),
+        cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_ransac),          cmocka_unit_test(test_matchers_real),
         cmocka_unit_test(test_end_to_end),
     };

@@ -69,10 +69,11 @@ typedef enum patina_option_type {
 typedef struct patina_option_info {
     const char *name;
     patina_option_type type;
-    double min, max;        /* INT and DOUBLE: inclusive bounds; 0 otherwise */
+    double min, max;        /* INT and DOUBLE: bounds (inclusive, but see min_open); 0 otherwise */
     const char *def;        /* the default, as text */
     const char *choices;    /* ENUM: "a|b|c"; NULL otherwise */
     const char *help;       /* one line ("" when none) */
+    int min_open;           /* 1: min itself is excluded (a value must be > min); 0: included */
 } patina_option_info_t;
 
 /* What a family can do: front ends ask these instead of comparing names. */
@@ -114,7 +115,9 @@ PATINA_API const char *patina_extractor_distance_name(const patina_extractor_t *
 /* Whether the family has a GPU / hybrid implementation compiled in. */
 PATINA_API int patina_extractor_has_device(const patina_extractor_t *ex, patina_device d);
 
-/* The family's distance between two descriptors of this extractor. */
+/* The family's distance between two descriptors of this extractor
+ * (rootsift_ratio at Lowe's ratio PATINA_RATIO_DEFAULT; a search takes its
+ * patina_search_opts_t.ratio). */
 PATINA_API double patina_extractor_distance(const patina_extractor_t *ex, const void *a, const void *b);
 
 /* Whether the family describes an image in JSON beyond its descriptor vector

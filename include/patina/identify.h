@@ -24,6 +24,7 @@
 #include "patina/context.h"
 #include "patina/descriptor.h"
 #include "patina/image.h"
+#include "patina/options.h"
 #include "patina/status.h"
 #include "patina/store.h"
 
@@ -176,6 +177,11 @@ typedef struct patina_identify_opts {
                                * host memory) */
 } patina_identify_opts_t;
 
+/* Fills opts with the defaults above (the table of include/patina/options.h,
+ * set PATINA_OPTIONS_IDENTIFY: every bound and default is declared there).
+ * patina_identify and patina_identify_pairs check opts against that table:
+ * PATINA_E_INVALID naming the option, PATINA_E_LIMIT for k or verify_top
+ * over PATINA_K_MAX. */
 PATINA_API void patina_identify_opts_init(patina_identify_opts_t *opts);
 
 /* One candidate of a query. */

@@ -8,6 +8,7 @@
 #include "patina/context.h"
 #include "patina/cedd.h"
 #include "patina/descriptor.h"
+#include "patina/options.h"
 #include "patina/glcm.h"
 #include "patina/rootsift.h"
 #include "patina/signature.h"

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "patina/descriptor.h"
+#include "patina/options.h"
 #include "patina/status.h"
 #include "patina/store.h"
 
@@ -73,7 +74,8 @@ typedef void (*patina_file_report_fn)(void *user, const char *path, patina_statu
 typedef struct patina_index_opts {
     patina_device device;    /* default AUTO */
     int jobs;                /* decode workers; 0 = context threads */
-    size_t batch;            /* images per extraction batch and transaction; 0 = 256 */
+    size_t batch;            /* images per extraction batch and transaction, <= PATINA_BATCH_MAX;
+                              * 0 = PATINA_BATCH_DEFAULT */
     /* Bytes of images the pipeline holds at once: encoded file bytes plus
      * decoded pixels (3 bytes each) of every batch in flight (two with the
      * GPU, which extracts one while the CPU decodes the next). A batch is cut
@@ -101,7 +103,8 @@ typedef struct patina_index_opts {
 } patina_index_opts_t;
 
 /* Fills opts with the defaults (every field above at its documented default,
- * callbacks NULL). */
+ * callbacks NULL): the table of include/patina/options.h, set
+ * PATINA_OPTIONS_INDEX. patina_index_files checks opts against it. */
 PATINA_API void patina_index_opts_init(patina_index_opts_t *opts);
 
 /* Expands paths (files and directories) into a list of files; *files is

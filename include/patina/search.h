@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include "patina/context.h"
 #include "patina/descriptor.h"
+#include "patina/options.h"
 #include "patina/status.h"
 #include "patina/store.h"
 
@@ -114,16 +115,22 @@ typedef struct patina_search_opts {
     /* When set, filled by the call: which engine answered how many queries
      * (docs/search.md "Devices"). */
     patina_search_stats_t *stats;
+    /* The rootsift_ratio distance (rootsift tables): Lowe's ratio of its
+     * matcher, in (0, 1] (PATINA_RATIO_DEFAULT, as identification's); other
+     * distances ignore it. */
+    double ratio;
 } patina_search_opts_t;
 
-/* Fills opts with the defaults above. */
+/* Fills opts with the defaults above (the table of include/patina/options.h,
+ * set PATINA_OPTIONS_SEARCH). The search calls check opts against that
+ * table's bounds (PATINA_E_INVALID naming the option). */
 PATINA_API void patina_search_opts_init(patina_search_opts_t *opts);
 
 /* k nearest for each of nq queries (nq, bytes): hits is (nq, k) in caller
  * memory; counts[q] = min(k, n); slots past counts[q] are padded with
  * {id 0, distance +inf}. ctx gives the workers and the GPU; ctx NULL runs
  * on the CPU with all CPUs (a pool started per call). opts NULL = defaults.
- * k = 0 fails with PATINA_E_INVALID, k > 1e6 with PATINA_E_LIMIT. nq = 0
+ * k = 0 fails with PATINA_E_INVALID, k > PATINA_K_MAX with PATINA_E_LIMIT. nq = 0
  * does nothing. */
 PATINA_API patina_status patina_index_knn(patina_context_t *ctx, const patina_index_t *idx,
                                           const void *queries, size_t nq, size_t k,

@@ -133,7 +133,7 @@ typedef enum patina_query_kind {
 
 typedef struct patina_table_query {
     patina_query_kind kind;       /* KNN (default) */
-    size_t k;                     /* KNN: >= 1 (default 10) */
+    size_t k;                     /* KNN: 1 .. PATINA_K_MAX (default 10) */
     double radius;                /* RANGE: >= 0, not NaN (default 0) */
     size_t max_hits;              /* RANGE: at most this many per query, the nearest (0 = all) */
     patina_device device;         /* AUTO (default), CPU or GPU: the policy above */
@@ -164,7 +164,7 @@ PATINA_API void patina_table_results_release(patina_table_results_t *res);
  * extractor) with the family's distance. res is caller storage, filled
  * (zeroed on failure). PATINA_E_INVALID for a family that is not searched
  * by a distance (rootsift: identify), k = 0, a
- * negative or NaN radius, HYBRID, or a malformed query (a record distance
+ * negative or NaN radius (PATINA_E_LIMIT: k over PATINA_K_MAX), HYBRID, or a malformed query (a record distance
  * names it); PATINA_E_UNAVAILABLE as the device policy says. nq = 0 gives
  * an empty result. */
 PATINA_API patina_status patina_table_search(patina_table_t *t, const void *queries, size_t nq,

@@ -15,7 +15,7 @@ Errors raise patina.Error subclasses carrying the library's status and message.
 
 from ._lib import Library, load
 from ._core import (Context, Extractor, Family, Option, RootsiftFeatures, Signature, build_info, decode,
-                    extract, extract_batch, families, gpu_count, rootsift_features, signature_centroids, version)
+                    extract, extract_batch, families, gpu_count, options, rootsift_features, signature_centroids, version)
 from .collection import Candidate, Collection, Hit, Identification, Record, Table
 from .errors import (ArgumentTypeError, BusyError, CorruptError, DecodeWarning, Error, FormatError, FullError,
                      GPUError, InternalError, InvalidError, KeyNotFoundError, LimitError, NoMemoryError,
@@ -25,7 +25,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Library", "load", "version", "build_info", "gpu_count",
-    "Context", "Extractor", "Family", "Option", "families",
+    "Context", "Extractor", "Family", "Option", "families", "options",
     "decode", "extract", "extract_batch",
     "RootsiftFeatures", "Signature", "rootsift_features", "signature_centroids",
     "Collection", "Record", "Table", "Hit", "Candidate", "Identification",

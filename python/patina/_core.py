@@ -167,14 +167,16 @@ def _context(context, library=None) -> Context:
 # ----------------------------------------------------------------- families
 @dataclasses.dataclass(frozen=True)
 class Option:
-    """One option of a family, as its table declares it."""
+    """One option of a family, or of search, identify or index (options()),
+    as the library's table declares it."""
     name: str
     type: str                 # "int", "double", "bool", "enum" or "string"
-    default: str              # as text, the way a spec spells it
+    default: Optional[str]    # as text, the way a spec spells it (None: no default)
     help: str
-    min: Optional[float] = None   # int and double: inclusive bounds
+    min: Optional[float] = None   # int and double: bounds (inclusive; min excluded when min_open)
     max: Optional[float] = None
     choices: Optional[Tuple[str, ...]] = None  # enum
+    min_open: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +192,30 @@ class Family:
     options: Tuple[Option, ...]
 
 
+def _option(o):
+    t = _OPTION_TYPES[o.type] if 0 <= o.type < len(_OPTION_TYPES) else str(o.type)
+    num = t in ("int", "double")
+    return Option(name=_s(o.name), type=t, default=_s(o.default) if o.default is not None else None,
+                  help=_s(o.help), min=o.min if num else None, max=o.max if num else None,
+                  choices=tuple(_s(o.choices).split("|")) if o.choices else None, min_open=bool(o.min_open))
+
+
+def options(kind, library=None):
+    """The options of "search", "identify" or "index" as the library declares
+    them once (include/patina/options.h): names, types, bounds, defaults,
+    help. The keyword defaults of Collection.search and identify_batch are
+    these (tests/test_options.py)."""
+    lib = _lib.resolve(library)
+    if kind not in _lib.OPTION_SETS:
+        raise _invalid(f"options: kind must be one of {', '.join(_lib.OPTION_SETS)}, got {kind!r}")
+    out = []
+    for i in range(lib.options_count(_lib.OPTION_SETS[kind])):
+        o = _lib.OptionInfo()
+        lib.check(lib.options_get(ctypes.byref(o), _lib.OPTION_SETS[kind], i))
+        out.append(_option(o))
+    return tuple(out)
+
+
 def families(library=None):
     """The registered descriptor families, in the library's order."""
     lib = _lib.resolve(library)
@@ -199,11 +225,7 @@ def families(library=None):
         for i in range(lib.family_option_count(f)):
             o = _lib.OptionInfo()
             lib.check(lib.family_option(ctypes.byref(o), f, i))
-            t = _OPTION_TYPES[o.type] if 0 <= o.type < len(_OPTION_TYPES) else str(o.type)
-            num = t in ("int", "double")
-            opts.append(Option(name=_s(o.name), type=t, default=_s(o.default), help=_s(o.help),
-                               min=o.min if num else None, max=o.max if num else None,
-                               choices=tuple(_s(o.choices).split("|")) if o.choices else None))
+            opts.append(_option(o))
         ex = Extractor(_s(lib.family_name(f)), library=lib)
         out.append(Family(name=ex.family, help=_s(lib.family_help(f)), default_spec=ex.spec, dim=ex.dim,
                           dtype=ex.dtype, distance=ex.distance_name, devices=ex.devices, options=tuple(opts)))

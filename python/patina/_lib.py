@@ -49,6 +49,8 @@ OPEN_CREATE = 3
 
 ELEM_U8, ELEM_U16, ELEM_U32, ELEM_F32, ELEM_F64 = range(5)
 DEVICES = {"auto": 0, "cpu": 1, "gpu": 2, "hybrid": 3}
+# patina_option_set (include/patina/options.h)
+OPTION_SETS = {"search": 0, "identify": 1, "index": 2}
 
 
 # ------------------------------------------------------------------ structs
@@ -94,7 +96,7 @@ class OptionInfo(ctypes.Structure):
     _c_type_ = "patina_option_info_t"
     _c_names_ = {"default": "def"}  # a Python keyword in C
     _fields_ = [("name", c_char_p), ("type", c_int), ("min", c_double), ("max", c_double),
-                ("default", c_char_p), ("choices", c_char_p), ("help", c_char_p)]
+                ("default", c_char_p), ("choices", c_char_p), ("help", c_char_p), ("min_open", c_int)]
 
 
 class Record(ctypes.Structure):
@@ -129,7 +131,7 @@ class SearchStats(ctypes.Structure):
 
 class SearchOpts(ctypes.Structure):
     _c_type_ = "patina_search_opts_t"
-    _fields_ = [("device", c_int), ("max_hits", c_size_t), ("stats", P(SearchStats))]
+    _fields_ = [("device", c_int), ("max_hits", c_size_t), ("stats", P(SearchStats)), ("ratio", c_double)]
 
 
 class PivotSearchOpts(ctypes.Structure):
@@ -208,6 +210,12 @@ _PROTOS = {
     "patina_family_help": (c_char_p, [c_size_t]),
     "patina_family_option_count": (c_size_t, [c_size_t]),
     "patina_family_option": (c_int, [P(OptionInfo), c_size_t, c_size_t]),
+    # options.h
+    "patina_option_set_name": (c_char_p, [c_int]),
+    "patina_options_count": (c_size_t, [c_int]),
+    "patina_options_get": (c_int, [P(OptionInfo), c_int, c_size_t]),
+    "patina_options_find": (c_int, [P(OptionInfo), c_int, c_char_p]),
+    "patina_options_check": (c_int, [c_int, c_char_p, c_double]),
     "patina_extractor_new": (c_int, [P(c_void_p), c_char_p]),
     "patina_extractor_free": (None, [c_void_p]),
     "patina_extractor_spec": (c_char_p, [c_void_p]),

@@ -27,7 +27,6 @@ _PRECISION = {"int8": 0, "fp16": 1}
 _BOUNDS = {"ptolemaic": 0, "metric": 1, "none": 2}
 # patina_pivot_strategy by device: the CPU filter, the GPU's, the library's choice
 _PIVOT_STRATEGY = {"cpu": 0, "gpu": 2, "auto": 3}
-_KNN_MAX = 1000000  # k of patina_index_knn (PATINA_E_LIMIT above) and of `patina identify -k`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -510,11 +509,10 @@ class Collection(_Closing):
         if bound not in _BOUNDS:
             raise _invalid(f"bound must be one of {', '.join(_BOUNDS)}, got {bound!r}")
         if range is None:
-            if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
-                raise _invalid(f"k must be an integer >= 1, got {k!r}")
-            if k > _KNN_MAX:   # the library's limit, checked before the (nq, k) hits are allocated here
-                raise errors.LimitError(f"search: k = {k} exceeds the limit of {_KNN_MAX}", errors.E_LIMIT,
-                                        "over a limit")
+            if not isinstance(k, (int, np.integer)) or isinstance(k, bool):
+                raise _invalid(f"k must be an integer, got {k!r}")
+            # the library's bounds (1 .. PATINA_K_MAX), checked before the (nq, k) hits are allocated here
+            lib.check(lib.options_check(_lib.OPTION_SETS["search"], b"k", float(k)))
             k = int(k)
         else:
             range = float(range)
@@ -610,11 +608,9 @@ class Collection(_Closing):
             raise _type_error("identify_batch takes a sequence of images; use identify() for one")
         io = _lib.IdentifyOpts()
         lib.identify_opts_init(ctypes.byref(io))
-        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
-            raise _invalid(f"k must be an integer >= 1, got {k!r}")
-        if k > _KNN_MAX:
-            raise errors.LimitError(f"identify: k = {k} exceeds the limit of {_KNN_MAX}", errors.E_LIMIT,
-                                    "over a limit")
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool):
+            raise _invalid(f"k must be an integer, got {k!r}")
+        lib.check(lib.options_check(_lib.OPTION_SETS["identify"], b"k", float(k)))  # PATINA_K_MAX
         for name, table_, v in (("scoring", _SCORING, scoring), ("model", _MODELS, model),
                                 ("precision", _PRECISION, precision)):
             if v not in table_:

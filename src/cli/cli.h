@@ -54,7 +54,7 @@ int cli_parse_argv(const cli_command_t **cmd, cli_args_t *a, int argc, char *con
              "'Corrupt JPEG data: N extraneous bytes') as errors: the file fails"}
 #define CLI_OPT_BATCH_MEMORY(what)                                                                \
     {.name = "batch-memory", .type = CLI_BYTES, .arg = "BYTES", .min = 1,                         \
-     .max = 1125899906842624.0, .def = "1G", .help = what}
+     .max = PATINA_BATCH_MEMORY_MAX, .def = "1G", .help = what} /* 1G: PATINA_DEFAULT_BATCH_MEMORY (test_cli) */
 
 /* "patina <cmd>: <message>" on stderr. */
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -11,9 +11,12 @@
 static int run_identify(const cli_args_t *a);
 
 static const cli_opt_t opts[] = {
-    {.name = "k", .letter = 'k', .type = CLI_INT, .arg = "K", .min = 1, .max = 1000000, .def = "5",
+    /* bounds and defaults: the library's table (include/patina/options.h; test_cli checks them) */
+    {.name = "k", .letter = 'k', .type = CLI_INT, .arg = "K", .min = 1, .max = PATINA_K_MAX,
+     .def = PATINA_STRINGIFY(PATINA_IDENTIFY_K_DEFAULT),
      .help = "candidates per query (more than the references: all of them)"},
-    {.name = "ratio", .type = CLI_NUMBER, .arg = "R", .min = 0, .max = 1, .flags = CLI_OPEN_MIN, .def = "0.8",
+    {.name = "ratio", .type = CLI_NUMBER, .arg = "R", .min = PATINA_RATIO_MIN, .max = PATINA_RATIO_MAX,
+     .flags = CLI_OPEN_MIN, .def = PATINA_STRINGIFY(PATINA_RATIO_DEFAULT),
      .help = "Lowe's ratio test: a query feature matches when its nearest reference feature is "
              "closer than R times the second nearest"},
     {.name = "scoring", .type = CLI_CHOICE, .choices = "one2one|raw|mutual", .def = "one2one",
@@ -21,20 +24,25 @@ static const cli_opt_t opts[] = {
              "ratio test (raw, the paper's), or one2one of mutual nearest neighbours"},
     {.name = "no-verify", .type = CLI_FLAG,
      .help = "no RANSAC verification: rank and decide on the scoring rule's matches"},
-    {.name = "verify-top", .type = CLI_INT, .arg = "N", .min = 0, .max = 1000000, .def = "10",
+    {.name = "verify-top", .type = CLI_INT, .arg = "N", .min = 0, .max = PATINA_K_MAX,
+     .def = PATINA_STRINGIFY(PATINA_VERIFY_TOP_DEFAULT),
      .help = "verify the N best candidates (by matches) with RANSAC"},
     {.name = "model", .type = CLI_CHOICE, .choices = "similarity|affine|homography", .def = "similarity",
      .help = "RANSAC model from query to reference keypoints"},
     {.name = "ransac-threshold", .type = CLI_NUMBER, .arg = "F", .min = 0, .max = 1, .flags = CLI_OPEN_MIN,
-     .def = "0.01", .help = "inlier distance as a fraction of the reference image's longer side"},
+     .def = PATINA_STRINGIFY(PATINA_RANSAC_THRESHOLD_DEFAULT),
+     .help = "inlier distance as a fraction of the reference image's longer side"},
     {.name = "no-shape-check", .type = CLI_FLAG,
      .help = "RANSAC inliers need not agree with the model in keypoint scale (x1.5) and orientation "
              "(30 degrees)"},
-    {.name = "iterations", .type = CLI_INT, .arg = "N", .min = 1, .max = 1000000, .def = "1000",
+    {.name = "iterations", .type = CLI_INT, .arg = "N", .min = 1, .max = PATINA_ITERATIONS_MAX,
+     .def = PATINA_STRINGIFY(PATINA_ITERATIONS_DEFAULT),
      .help = "RANSAC iteration cap (adaptive stopping at 99.9% confidence)"},
+    /* the library takes any uint64_t; the command line reads integers exactly up to 2^53 */
     {.name = "seed", .type = CLI_INT, .arg = "S", .min = 0, .max = 9007199254740992.0, .def = "0",
      .help = "RANSAC seed (results are deterministic for a seed)"},
-    {.name = "threshold", .type = CLI_NUMBER, .arg = "T", .min = 0, .max = 1e9, .def = "13",
+    {.name = "threshold", .type = CLI_NUMBER, .arg = "T", .min = 0, .max = PATINA_THRESHOLD_MAX,
+     .def = PATINA_STRINGIFY(PATINA_THRESHOLD_DEFAULT),
      .help = "accept rank 1 when its score (inliers; matches with --no-verify) is >= T; 0 accepts "
              "every query with a candidate (13: FAR <= 1% on the identification benchmark)"},
     {.name = "table", .type = CLI_TEXT, .arg = "SPEC",

@@ -12,7 +12,9 @@ static const cli_opt_t opts[] = {
     CLI_OPT_FAMILY,
     CLI_OPT_DEVICE("where descriptors are computed; auto: the GPU when one is usable"),
     CLI_OPT_JOBS,
-    {.name = "batch", .type = CLI_INT, .arg = "N", .min = 1, .max = 65536, .def = "256",
+    /* bounds and defaults: the library's table (include/patina/options.h; test_cli checks them) */
+    {.name = "batch", .type = CLI_INT, .arg = "N", .min = 1, .max = PATINA_BATCH_MAX,
+     .def = PATINA_STRINGIFY(PATINA_BATCH_DEFAULT),
      .help = "images per batch and per transaction"},
     CLI_OPT_MAX_PIXELS,
     CLI_OPT_BATCH_MEMORY("encoded + decoded image bytes the pipeline holds at once "

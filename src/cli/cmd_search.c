@@ -12,7 +12,9 @@ static const cli_opt_t opts[] = {
      .help = "descriptor table to search: a family and its options, as indexed, or a family name "
              "alone when the collection has one table of it (default: the collection's only "
              "searchable table; 'patina info COLLECTION' lists its tables)"},
-    {.name = "k", .letter = 'k', .type = CLI_INT, .arg = "K", .min = 1, .max = 1000000, .def = "10",
+    /* bounds and defaults: the library's table (include/patina/options.h; test_cli checks them) */
+    {.name = "k", .letter = 'k', .type = CLI_INT, .arg = "K", .min = 1, .max = PATINA_K_MAX,
+     .def = PATINA_STRINGIFY(PATINA_SEARCH_K_DEFAULT),
      .conflicts = "range", .help = "the K nearest"},
     {.name = "range", .type = CLI_NUMBER, .arg = "R", .min = 0, .max = HUGE_VAL, .conflicts = "k",
      .help = "every image with distance <= R instead of the K nearest"},

@@ -49,7 +49,7 @@ static const cli_opt_t opts[] = {
     {.name = "max-tar", .type = CLI_BYTES, .arg = "BYTES", .min = 1024, .max = 1099511627776.0, .def = "1G",
      .help = "largest tar upload of a bulk index job (held in memory while it runs)"},
     CLI_OPT_MAX_PIXELS,
-    {.name = "max-k", .type = CLI_INT, .arg = "K", .min = 1, .max = 1000000, .def = "1000",
+    {.name = "max-k", .type = CLI_INT, .arg = "K", .min = 1, .max = PATINA_K_MAX, .def = "1000",
      .help = "largest k of a search or an identification"},
     {.name = "max-range-hits", .type = CLI_INT, .arg = "N", .min = 1, .max = 10000000, .def = "10000",
      .help = "a range search returns at most the N nearest hits (and says it was cut)"},

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "patina/context.h"
+#include "patina/options.h"
 #include "patina/status.h"
 
 #ifdef __cplusplus
@@ -83,6 +84,16 @@ patina_status patina_opts_parse(void *params, const patina_optdef_t *defs, size_
 /* Writes "key=value,..." for every option in table order. */
 void patina_opts_format(char *buf, size_t size, const void *params, const patina_optdef_t *defs,
                         size_t ndefs);
+
+/* The option tables of include/patina/options.h (src/core/optsets.c). */
+/* Fills the struct of `set` (patina_search_opts_t, patina_identify_opts_t,
+ * patina_index_opts_t) with the table's defaults; the caller zeroes it
+ * first (fields the table does not hold stay 0). */
+void patina__options_init(patina_option_set set, void *opts);
+/* Checks every field of that struct the table holds against its bounds
+ * and choices (patina_options_check's statuses and messages); fields whose
+ * 0 stands for the default accept 0. */
+patina_status patina__options_validate(patina_option_set set, const void *opts);
 
 /* A reader-writer lock that prefers writers where the C library can
  * (src/core/rwlock.c); pthread_rwlock_init's result. */

@@ -262,7 +262,7 @@ typedef struct pgpu_idf_refs {
 
 typedef struct pgpu_idf_opts {
     int precision;            /* PGPU_IDF_INT8 or PGPU_IDF_FP16: the same exact integers either way */
-    double ratio;             /* Lowe's ratio (0.8) */
+    double ratio;             /* Lowe's ratio (patina_identify_opts_t.ratio) */
     int scoring;              /* patina_identify_scoring: 0 one2one, 1 raw, 2 mutual */
     size_t ncap;              /* candidates per query, 1..1024 (10) */
     size_t arena_cap;         /* device slots at most (0: as many as the budget allows); tests

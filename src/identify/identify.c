@@ -491,19 +491,7 @@ void patina_identify_opts_init(patina_identify_opts_t *o)
 {
     if (!o) return;
     memset(o, 0, sizeof *o);
-    o->k = 5;
-    o->ratio = 0.8;
-    o->scoring = PATINA_SCORE_ONE2ONE;
-    o->verify = 1;
-    o->verify_top = 10;
-    o->model = PATINA_MODEL_SIMILARITY;
-    o->ransac_threshold = 0.01;
-    o->iterations = 1000;
-    o->seed = 0;
-    o->threshold = 13;
-    o->device = PATINA_DEVICE_AUTO;
-    o->precision = PATINA_PRECISION_INT8;
-    o->shape_check = 1;
+    patina__options_init(PATINA_OPTIONS_IDENTIFY, o);
 }
 
 /* Per-worker scratch for one (query, reference) pair. */
@@ -713,28 +701,8 @@ static int cmp_verified(const void *a, const void *b)
 
 static patina_status check_opts(const patina_identify_opts_t *o)
 {
-    if (o->k == 0) return patina__fail(PATINA_E_INVALID, "identify: k = 0 (ask for at least one candidate)");
-    if (!(o->ratio > 0 && o->ratio <= 1))
-        return patina__fail(PATINA_E_INVALID, "identify: ratio %g is outside (0, 1]", o->ratio);
-    if ((unsigned)o->scoring > PATINA_SCORE_MUTUAL)
-        return patina__fail(PATINA_E_INVALID, "identify: unknown scoring %d", (int)o->scoring);
-    if ((unsigned)o->model > PATINA_MODEL_HOMOGRAPHY)
-        return patina__fail(PATINA_E_INVALID, "identify: unknown model %d", (int)o->model);
-    if (!(o->ransac_threshold > 0 && o->ransac_threshold <= 1))
-        return patina__fail(PATINA_E_INVALID, "identify: ransac threshold %g is outside (0, 1]",
-                            o->ransac_threshold);
-    if (o->iterations < 1 || o->iterations > 1000000)
-        return patina__fail(PATINA_E_INVALID, "identify: %d RANSAC iterations is outside [1, 1000000]",
-                            o->iterations);
-    if (!(o->threshold >= 0) || o->threshold > 1e9)
-        return patina__fail(PATINA_E_INVALID, "identify: acceptance threshold %g is outside [0, 1e9]",
-                            o->threshold);
-    if ((unsigned)o->precision > PATINA_PRECISION_FP16)
-        return patina__fail(PATINA_E_INVALID, "identify: unknown precision %d", (int)o->precision);
-    if (o->device != PATINA_DEVICE_CPU && o->device != PATINA_DEVICE_AUTO && o->device != PATINA_DEVICE_GPU)
-        return patina__fail(PATINA_E_INVALID, "identify: device %s is not an identification device",
-                            patina_device_name(o->device));
-    return PATINA_OK;
+    /* bounds and choices: the table of include/patina/options.h */
+    return patina__options_validate(PATINA_OPTIONS_IDENTIFY, o);
 }
 
 static patina_status identify_locked(patina_context_t *ctx, const patina_refset_t *rs, const void *queries,

@@ -94,7 +94,8 @@ void idf_dequantise(float *v, const void *rec);
  * abytes and bbytes (u8 or f16), under `scoring` at `ratio`: the fast
  * matcher when both are u8, else the float definition on dequantised rows
  * (equal results). -1 when a record is malformed or memory runs out. The
- * `rootsift_ratio` search distance is 1 / (1 + this) with ONE2ONE, 0.8. */
+ * `rootsift_ratio` search distance is 1 / (1 + this) with ONE2ONE at the
+ * search's ratio (patina_search_opts_t.ratio). */
 long idf_ratio_count(const void *a, size_t abytes, const void *b, size_t bbytes, double ratio,
                      patina_identify_scoring scoring);
 

@@ -598,10 +598,7 @@ void patina_index_opts_init(patina_index_opts_t *opts)
 {
     if (!opts) return;
     memset(opts, 0, sizeof *opts);
-    opts->device = PATINA_DEVICE_AUTO;
-    opts->batch = 256;
-    opts->batch_memory = PATINA_DEFAULT_BATCH_MEMORY;
-    opts->jpeg_decoder = PATINA_JPEG_LIBJPEG;
+    patina__options_init(PATINA_OPTIONS_INDEX, opts);
 }
 
 /* The message of image `img` that patina_extract_batch reported failed with
@@ -647,9 +644,13 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
 
     if (opts_in) opts = *opts_in;
     else patina_index_opts_init(&opts);
-    if (!opts.batch) opts.batch = 256;
-    if (!opts.batch_memory) opts.batch_memory = PATINA_DEFAULT_BATCH_MEMORY;
-    if (opts.batch > 65536) return patina__fail(PATINA_E_LIMIT, "index: batch %zu is larger than 65536", opts.batch);
+    PATINA_TRY(patina__options_validate(PATINA_OPTIONS_INDEX, &opts));
+    if (!opts.batch || !opts.batch_memory) { /* 0 stands for the default */
+        patina_index_opts_t def;
+        patina_index_opts_init(&def);
+        if (!opts.batch) opts.batch = def.batch;
+        if (!opts.batch_memory) opts.batch_memory = def.batch_memory;
+    }
     window = opts.batch;
     memset(stats, 0, sizeof *stats);
     stats->files = n;

@@ -9,6 +9,7 @@
 #include "features/rootsift.h"
 #include "features/signature.h"
 #include "identify/identify.h"
+#include "patina/options.h"
 #include "search/distance.h"
 #include "search/distance_simd.h"
 
@@ -95,13 +96,13 @@ DISPATCH(d_intersection)
 DISPATCH(d_hellinger)
 DISPATCH(d_cosine)
 
-/* A record distance: a and b are rootsift records of n bytes each. */
-static double d_rootsift_ratio(patina_elem e, const void *a, const void *b, size_t n, const double *sd)
+/* A record distance: a and b are rootsift records of n bytes each; ratio
+ * points to Lowe's ratio (NULL: the default). */
+static double d_rootsift_ratio(patina_elem e, const void *a, const void *b, size_t n, const double *ratio)
 {
     long s;
     (void)e;
-    (void)sd;
-    s = idf_ratio_count(a, n, b, n, 0.8, PATINA_SCORE_ONE2ONE);
+    s = idf_ratio_count(a, n, b, n, ratio ? *ratio : PATINA_RATIO_DEFAULT, PATINA_SCORE_ONE2ONE);
     return s < 0 ? NAN : 1.0 / (1.0 + (double)s);
 }
 
@@ -127,7 +128,7 @@ static const pdist_def_t table[PDIST_COUNT] = {
     [PDIST_INTERSECTION] = {"intersection", d_intersection, 1, 0},
     [PDIST_HELLINGER] = {"hellinger", d_hellinger, 1, 0},
     [PDIST_COSINE] = {"cosine", d_cosine, 1, 0},
-    [PDIST_ROOTSIFT_RATIO] = {"rootsift_ratio", d_rootsift_ratio, 0, 1},
+    [PDIST_ROOTSIFT_RATIO] = {"rootsift_ratio", d_rootsift_ratio, 0, 1, 1},
     [PDIST_SQFD] = {"sqfd", d_sqfd, 0, 1},
 };
 

@@ -21,7 +21,9 @@
  * Record distances (.record = 1) read a family's whole record rather than a
  * vector of elements (n is the record's bytes):
  *   rootsift_ratio  1 / (1 + s), s = identification's one-to-one score of
- *                 a (query) against b (reference) at Lowe's ratio 0.8: the
+ *                 a (query) against b (reference) at Lowe's ratio r (the
+ *                 search's patina_search_opts_t.ratio, PATINA_RATIO_DEFAULT
+ *                 0.8 by default, passed as the definition's parameter): the
  *                 number of distinct features of b that are the nearest
  *                 neighbour of some feature of a passing the ratio test
  *                 (idf_ratio_count, identify/identify.h: the same matcher and
@@ -54,10 +56,14 @@ extern "C" {
 
 typedef struct pdist_def {
     const char *name;
-    /* The definition above for one pair; sd (n) only for std_l2 (NULL: 1). */
+    /* The definition above for one pair. sd is the distance's parameter:
+     * std_l2's sd (n; NULL: 1), rootsift_ratio's Lowe ratio (one double, a
+     * search option: patina_search_opts_t.ratio; NULL: PATINA_RATIO_DEFAULT);
+     * the other distances ignore it. */
     double (*pair)(patina_elem e, const void *a, const void *b, size_t n, const double *sd);
     int gpu;    /* the GPU search computes it (src/gpu/knn.cu) */
     int record; /* compares whole records of a family's layout, not element-wise vectors */
+    int ratio;  /* its parameter is Lowe's ratio (patina_search_opts_t.ratio), not an index's sd */
 } pdist_def_t;
 
 /* The entry of a distance (NULL out of range). */

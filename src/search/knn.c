@@ -70,7 +70,6 @@
 #include "search/knn.h"
 #include "search/knn_simd.h"
 
-#define K_MAX 1000000
 #define TILE 256          /* rows whose distances are computed before selection */
 #define QB_MAX 32         /* queries per block (a task's queries share each group of rows) */
 #define QB_BYTES (256u << 10) /* a block's queries as doubles at most */
@@ -869,8 +868,9 @@ static void tanimoto_tile_filtered(const patina_index_t *ix, const tq_t *tq, con
  * over the tile, which stays in cache between them, and with AVX2 only the
  * rows that may lie within the query's threshold thr[q] get their distance
  * (the others +inf, see tanimoto_tile_filtered). */
-static void tile_distances(const patina_index_t *ix, const uint8_t *queries, const tq_t *tq, const double *qself,
-                           const double *thr, size_t nb, size_t r0, size_t cnt, void *pscratch, double *dist)
+static void tile_distances(const patina_index_t *ix, const double *param, const uint8_t *queries, const tq_t *tq,
+                           const double *qself, const double *thr, size_t nb, size_t r0, size_t cnt, void *pscratch,
+                           double *dist)
 {
     const uint8_t *rows = ix->descs + r0 * ix->bytes;
     size_t q;
@@ -884,7 +884,7 @@ static void tile_distances(const patina_index_t *ix, const uint8_t *queries, con
         return;
     }
     if (!tq) {
-        pdist_block(ix->dist_id, ix->elem, queries, nb, rows, ix->bytes, cnt, ix->dim, ix->sd, thr, pscratch, dist,
+        pdist_block(ix->dist_id, ix->elem, queries, nb, rows, ix->bytes, cnt, ix->dim, param, thr, pscratch, dist,
                     TILE);
         return;
     }
@@ -898,7 +898,7 @@ static void tile_distances(const patina_index_t *ix, const uint8_t *queries, con
         if (tq[q].fast) {
             if (!filtered) tanimoto_rows(ix, &tq[q], r0, cnt, dist + q * TILE);
         } else
-            pdist_block(ix->dist_id, ix->elem, queries + q * ix->bytes, 1, rows, ix->bytes, cnt, ix->dim, ix->sd,
+            pdist_block(ix->dist_id, ix->elem, queries + q * ix->bytes, 1, rows, ix->bytes, cnt, ix->dim, param,
                         thr + q, pscratch, dist + q * TILE, TILE);
     }
 }
@@ -918,6 +918,7 @@ typedef struct job {
     const uint8_t *queries;   /* (nq, bytes) */
     const tq_t *tq;           /* (nq) or NULL */
     const double *qself;      /* sqfd: (nq) the queries' self terms, or NULL */
+    const double *param;      /* the distance's parameter (search/distance.h): std_l2's sd, rootsift_ratio's ratio */
     size_t nq, qb, nblocks, nchunks, chunk;
     int range;
     /* knn */
@@ -967,7 +968,7 @@ static void search_task(void *arg, size_t t, int worker)
             if ((!jb->range || jb->max_hits) && hp[i].n == hp[i].cap && hp[i].n && hp[i].h[0].distance < thr[i])
                 thr[i] = hp[i].h[0].distance;
         }
-        tile_distances(ix, jb->queries + q0 * ix->bytes, jb->tq ? jb->tq + q0 : NULL, jb->qself ? jb->qself + q0 : NULL,
+        tile_distances(ix, jb->param, jb->queries + q0 * ix->bytes, jb->tq ? jb->tq + q0 : NULL, jb->qself ? jb->qself + q0 : NULL,
                        thr, nb, r, cnt, dist + nb * TILE, dist);
         for (i = 0; i < nb; i++) {
             const double *dq = dist + i * TILE;
@@ -1110,7 +1111,7 @@ void patina_search_opts_init(patina_search_opts_t *o)
 {
     if (!o) return;
     memset(o, 0, sizeof *o);
-    o->device = PATINA_DEVICE_AUTO;
+    patina__options_init(PATINA_OPTIONS_SEARCH, o);
 }
 
 /* The device a search runs on. The GPU answers k-NN (k <= PGPU_KNN_KMAX)
@@ -1150,8 +1151,7 @@ static patina_status knn_args(const patina_index_t *idx, const void *queries, si
                               const patina_hit_t *hits, const size_t *counts)
 {
     if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
-    if (k == 0) return patina__fail(PATINA_E_INVALID, "search: k = 0");
-    if (k > K_MAX) return patina__fail(PATINA_E_LIMIT, "search: k = %zu is over the limit of %d", k, K_MAX);
+    PATINA_TRY(patina_options_check(PATINA_OPTIONS_SEARCH, "k", (double)k));
     if (nq == 0) return PATINA_OK;
     if (!queries || !hits || !counts) return patina__fail(PATINA_E_INVALID, "search: null queries, hits or counts");
     if (nq > SIZE_MAX / sizeof *hits / k) return patina__fail(PATINA_E_LIMIT, "search: %zu queries x k = %zu is too many", nq, k);
@@ -1535,6 +1535,7 @@ static patina_status knn_impl(patina_context_t *ctx, const patina_index_t *idx, 
     PATINA_TRY(knn_args(idx, queries, nq, k, hits, counts));
     patina_search_opts_init(&opts);
     if (opts_in) opts = *opts_in;
+    PATINA_TRY(patina__options_validate(PATINA_OPTIONS_SEARCH, &opts));
     PATINA_TRY(search_device(ctx, idx, &opts, 0, k, &dev));
     if (opts.stats) memset(opts.stats, 0, sizeof *opts.stats);
     if (nq == 0) return PATINA_OK;
@@ -1550,6 +1551,7 @@ static patina_status knn_impl(patina_context_t *ctx, const patina_index_t *idx, 
     memset(&jb, 0, sizeof jb);
     plan(idx, nq, cpu_threads(ctx), &nthreads, &jb.qb, &jb.nblocks, &jb.nchunks, &jb.chunk);
     jb.ix = idx;
+    jb.param = idx->dist->ratio ? &opts.ratio : idx->sd;
     jb.queries = queries;
     jb.nq = nq;
     jb.k = k;
@@ -1603,10 +1605,10 @@ static patina_status range_impl(patina_context_t *ctx, const patina_index_t *idx
     int nthreads;
 
     if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
-    if (isnan(radius)) return patina__fail(PATINA_E_INVALID, "search: radius is NaN");
-    if (radius < 0.0) return patina__fail(PATINA_E_INVALID, "search: radius %g is negative", radius);
+    PATINA_TRY(patina_options_check(PATINA_OPTIONS_SEARCH, "range", radius));
     patina_search_opts_init(&opts);
     if (opts_in) opts = *opts_in;
+    PATINA_TRY(patina__options_validate(PATINA_OPTIONS_SEARCH, &opts));
     PATINA_TRY(search_device(ctx, idx, &opts, 1, 0, &dev));
     if (opts.stats) memset(opts.stats, 0, sizeof *opts.stats);
     max_hits = opts.max_hits;
@@ -1635,6 +1637,7 @@ static patina_status range_impl(patina_context_t *ctx, const patina_index_t *idx
     memset(&jb, 0, sizeof jb);
     plan(idx, nq, cpu_threads(ctx), &nthreads, &jb.qb, &jb.nblocks, &jb.nchunks, &jb.chunk);
     jb.ix = idx;
+    jb.param = idx->dist->ratio ? &opts.ratio : idx->sd;
     jb.queries = queries;
     jb.nq = nq;
     jb.range = 1;

@@ -52,7 +52,6 @@
 
 #define BLOCK 64          /* k-NN: candidates per block (the paper's) */
 #define ROW_CHUNK 1024    /* rows per task when rows are spread over threads */
-#define K_MAX 1000000
 #define REL 1e-10
 #define U 0x1p-53
 #define MAGIC "PTNAPIV1"
@@ -1758,8 +1757,7 @@ static patina_status pivot_knn_unlocked(patina_context_t *ctx, const patina_pivo
 {
     patina_pivot_search_opts_t o;
     batch_t b;
-    if (k == 0) return patina__fail(PATINA_E_INVALID, "search: k = 0");
-    if (k > K_MAX) return patina__fail(PATINA_E_LIMIT, "search: k = %zu is over the limit %d", k, K_MAX);
+    PATINA_TRY(patina_options_check(PATINA_OPTIONS_SEARCH, "k", (double)k));
     if (nq && (!hits || !counts)) return patina__fail(PATINA_E_INVALID, "search: null argument");
     PATINA_TRY(search_args(pi, queries, nq, opts, &o));
     if (nq == 0) return PATINA_OK;
@@ -1791,8 +1789,7 @@ static patina_status pivot_range_unlocked(patina_context_t *ctx, const patina_pi
         hits[q] = NULL;
         counts[q] = 0;
     }
-    if (isnan(radius) || radius < 0)
-        return patina__fail(PATINA_E_INVALID, "search: radius %g is not >= 0", radius);
+    PATINA_TRY(patina_options_check(PATINA_OPTIONS_SEARCH, "range", radius));
     PATINA_TRY(search_args(pi, queries, nq, opts, &o));
     if (nq == 0) return PATINA_OK;
     if (pi->n == 0) {

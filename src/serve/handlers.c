@@ -694,7 +694,7 @@ static int h_search(req_t *r, scoll_t *sc)
     params_t p;
     char fbuf[512], kbuf[4096];
     const char *family = NULL, *key = NULL;
-    uint64_t k = 10, id = 0;
+    uint64_t k = PATINA_SEARCH_K_DEFAULT, id = 0;
     double radius = 0;
     int kgiven = 0, rgiven = 0, idgiven = 0, sources;
     json_t *desc_json = NULL, *o, *hits;
@@ -721,15 +721,16 @@ static int h_search(req_t *r, scoll_t *sc)
         reply_problem(r, 400, "give 'k' or 'range', not both");
         goto done;
     }
-    if (!rgiven && k == 0) {
-        reply_problem(r, 400, "'k' must be at least 1");
+    /* the library's bounds (include/patina/options.h), then this server's --max-k */
+    if (!rgiven && (s = patina_options_check(PATINA_OPTIONS_SEARCH, "k", (double)k)) != PATINA_OK) {
+        reply_problem(r, s == PATINA_E_LIMIT ? 422 : 400, "%s", patina_last_error());
         goto done;
     }
     if (!rgiven && k > r->srv->cfg->max_k) {
         reply_problem(r, 422, "k %llu exceeds this server's limit of %zu (--max-k)", (unsigned long long)k, r->srv->cfg->max_k);
         goto done;
     }
-    if (rgiven && (radius < 0 || !isfinite(radius))) {
+    if (rgiven && (!isfinite(radius) || patina_options_check(PATINA_OPTIONS_SEARCH, "range", radius) != PATINA_OK)) {
         reply_problem(r, 400, "'range' must be a finite number >= 0");
         goto done;
     }
@@ -833,7 +834,7 @@ static int h_identify(req_t *r, scoll_t *sc)
 {
     params_t p;
     patina_identify_opts_t io;
-    uint64_t k = 5, verify = 1;
+    uint64_t k, verify;
     double num;
     int given;
     patina_identify_result_t res;
@@ -846,26 +847,35 @@ static int h_identify(req_t *r, scoll_t *sc)
     json_t *o, *a;
     size_t i;
     if (params_read(&p, r, BODY_IMAGE | BODY_MULTIPART) != 0) return MHD_YES;
-    patina_identify_opts_init(&io);
+    patina_identify_opts_init(&io); /* the library's defaults */
+    k = io.k;
+    verify = (uint64_t)io.verify;
     if (param_u64(&p, "k", &k, NULL) || param_u64(&p, "verify", &verify, NULL) ||
         param_u64(&p, "pairs", &maxpairs, NULL))
         goto done;
+    /* the library's bounds (include/patina/options.h) and messages */
     if (param_num(&p, "threshold", &num, &given)) goto done;
+    if (given && patina_options_check(PATINA_OPTIONS_IDENTIFY, "threshold", num) != PATINA_OK) {
+        reply_problem(r, 400, "%s", patina_last_error());
+        goto done;
+    }
     if (given) io.threshold = num;
     if (param_num(&p, "ratio", &num, &given)) goto done;
-    if (given) {
-        if (!(num > 0 && num <= 1)) {
-            reply_problem(r, 400, "'ratio' must be in (0, 1]");
-            goto done;
-        }
-        io.ratio = num;
+    if (given && patina_options_check(PATINA_OPTIONS_IDENTIFY, "ratio", num) != PATINA_OK) {
+        reply_problem(r, 400, "%s", patina_last_error());
+        goto done;
     }
+    if (given) io.ratio = num;
     if (!p.data || !p.size) {
         reply_problem(r, 400, "no query image (the body, or the multipart part 'image')");
         goto done;
     }
-    if (k == 0 || verify > 1) {
-        reply_problem(r, 400, "'k' must be at least 1 and 'verify' 0 or 1");
+    if (verify > 1) {
+        reply_problem(r, 400, "'verify' must be 0 or 1");
+        goto done;
+    }
+    if ((s = patina_options_check(PATINA_OPTIONS_IDENTIFY, "k", (double)k)) != PATINA_OK) {
+        reply_problem(r, s == PATINA_E_LIMIT ? 422 : 400, "%s", patina_last_error());
         goto done;
     }
     if (k > r->srv->cfg->max_k) {

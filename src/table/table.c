@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "patina/options.h"
 #include "patina/table.h"
 
 /* ----------------------------------------------------------- keys by id
@@ -596,10 +597,11 @@ static patina_status check_query(const patina_table_t *t, const patina_table_que
     if (q->device != PATINA_DEVICE_AUTO && q->device != PATINA_DEVICE_CPU && q->device != PATINA_DEVICE_GPU)
         return patina__fail(PATINA_E_INVALID, "search: device '%s' is not a search device (auto, cpu or gpu)",
                             patina_device_name(q->device) ? patina_device_name(q->device) : "?");
+    /* the bounds of the library's option table (include/patina/options.h), before k is cut to the rows */
     if (q->kind == PATINA_QUERY_KNN) {
-        if (q->k == 0) return patina__fail(PATINA_E_INVALID, "search: k must be at least 1");
+        PATINA_TRY(patina_options_check(PATINA_OPTIONS_SEARCH, "k", (double)q->k));
     } else if (q->kind == PATINA_QUERY_RANGE) {
-        if (!(q->radius >= 0)) return patina__fail(PATINA_E_INVALID, "search: the radius must be a number >= 0");
+        PATINA_TRY(patina_options_check(PATINA_OPTIONS_SEARCH, "range", q->radius));
     } else {
         return patina__fail(PATINA_E_INVALID, "search: unknown query kind %d", (int)q->kind);
     }

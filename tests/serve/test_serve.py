@@ -446,6 +446,9 @@ def test_search():
     s.json("POST", "/v1/collections/photos/search", {"key": KEY0, "family": "lbp"}, status=422)
     s.json("POST", "/v1/collections/photos/search", {"key": KEY0, "family": "nosuch"}, status=422)
     s.json("POST", "/v1/collections/photos/search", {"key": KEY0, "k": 101}, status=422)
+    # the library's limit and message (include/patina/options.h), before this server's --max-k
+    p = s.json("POST", "/v1/collections/photos/search", {"key": KEY0, "k": 1000001}, status=422)
+    expect(p["detail"] == "search: k = 1000001 is over the limit of 1000000", p)
     s.json("POST", "/v1/collections/photos/search", b"k=3", status=415, headers={"Content-Type": "text/plain"})
     s.json("POST", "/v1/collections/photos/search?k=3", b"P6\n90000 90000\n255\n", status=413,
            headers={"Content-Type": "image/x-portable-pixmap"})
@@ -542,6 +545,13 @@ def test_identify():
     s.json("POST", "/v1/collections/photos/identify", q, status=422, headers={"Content-Type": "image/x-portable-pixmap"})
     s.json("POST", "/v1/collections/refs.patina/identify", b"", status=400, headers={"Content-Type": "image/x-portable-pixmap"})
     s.json("POST", "/v1/collections/refs.patina/identify?k=x", q, status=400, headers={"Content-Type": "image/x-portable-pixmap"})
+    # the library's bounds and messages (include/patina/options.h)
+    p = s.json("POST", "/v1/collections/refs.patina/identify?k=1000001", q, status=422,
+               headers={"Content-Type": "image/x-portable-pixmap"})
+    expect(p["detail"] == "identify: k = 1000001 is over the limit of 1000000", p)
+    p = s.json("POST", "/v1/collections/refs.patina/identify?ratio=1.5", q, status=400,
+               headers={"Content-Type": "image/x-portable-pixmap"})
+    expect(p["detail"] == "identify: ratio = 1.5 is outside (0, 1]", p)
     s.json("POST", "/v1/collections/refs.patina/identify", b"x", status=415, headers={"Content-Type": "text/plain"})
     s.json("POST", "/v1/collections/refs.patina/identify", q[:80], status=422, headers={"Content-Type": "image/x-portable-pixmap"})
 
