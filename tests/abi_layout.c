@@ -4,7 +4,8 @@
  * classes, so a member added to a header (a new option, a new statistic)
  * without its ctypes twin fails a test instead of making the library write
  * past a Python-owned buffer. A struct or member added here must be
- * mirrored there (and the reverse). */
+ * mirrored there (and the reverse). Under "#constants", the values of the
+ * enum and macro constants the binding spells out (_lib.C_CONSTANTS). */
 #include <stddef.h>
 #include <stdio.h>
 
@@ -27,6 +28,7 @@ static void end(void) { printf("}}"); }
 
 #define S(T) begin(#T, sizeof(T))
 #define M(T, m) member(#m, offsetof(T, m))
+#define C(name) member(#name, (size_t)(name))
 
 int main(void)
 {
@@ -60,12 +62,6 @@ int main(void)
         M(patina_search_stats_t, gpu_exact), M(patina_search_stats_t, cpu), M(patina_search_stats_t, chunks),
         M(patina_search_stats_t, host_bytes), M(patina_search_stats_t, pivot_dists),
         M(patina_search_stats_t, pruned), M(patina_search_stats_t, computed), end();
-    S(patina_search_opts_t), M(patina_search_opts_t, device), M(patina_search_opts_t, max_hits),
-        M(patina_search_opts_t, stats), M(patina_search_opts_t, ratio), end();
-    S(patina_pivot_search_opts_t), M(patina_pivot_search_opts_t, bound), M(patina_pivot_search_opts_t, max_hits),
-        M(patina_pivot_search_opts_t, stats), M(patina_pivot_search_opts_t, strategy), end();
-    S(patina_refset_spec_t), M(patina_refset_spec_t, table), M(patina_refset_spec_t, shard),
-        M(patina_refset_spec_t, shards), M(patina_refset_spec_t, snapshot), end();
     S(patina_identify_opts_t), M(patina_identify_opts_t, k), M(patina_identify_opts_t, ratio),
         M(patina_identify_opts_t, scoring), M(patina_identify_opts_t, verify), M(patina_identify_opts_t, verify_top),
         M(patina_identify_opts_t, model), M(patina_identify_opts_t, ransac_threshold),
@@ -83,6 +79,30 @@ int main(void)
         M(patina_rootsift_info_t, orig_height), end();
     S(patina_signature_info_t), M(patina_signature_info_t, count), M(patina_signature_info_t, k),
         M(patina_signature_info_t, alpha), M(patina_signature_info_t, form), end();
-    printf("\n}\n");
+    S(patina_pivot_opts_t), M(patina_pivot_opts_t, pivots), M(patina_pivot_opts_t, select),
+        M(patina_pivot_opts_t, seed), end();
+    S(patina_table_opts_t), M(patina_table_opts_t, partition), M(patina_table_opts_t, partitions),
+        M(patina_table_opts_t, pivots), M(patina_table_opts_t, need), M(patina_table_opts_t, create), end();
+    S(patina_table_query_t), M(patina_table_query_t, kind), M(patina_table_query_t, k),
+        M(patina_table_query_t, radius), M(patina_table_query_t, max_hits), M(patina_table_query_t, device),
+        M(patina_table_query_t, bound), M(patina_table_query_t, keys), M(patina_table_query_t, stats), end();
+    S(patina_table_results_t), M(patina_table_results_t, nq), M(patina_table_results_t, offsets),
+        M(patina_table_results_t, hits), M(patina_table_results_t, keys), M(patina_table_results_t, rows),
+        M(patina_table_results_t, version), end();
+    S(patina_change_t), M(patina_change_t, op), M(patina_change_t, id), M(patina_change_t, key),
+        M(patina_change_t, desc), end();
+
+    /* the integer constants the binding spells out (_lib.C_CONSTANTS) */
+    printf(",\n  \"#constants\": {");
+    g_members = 0;
+    C(PATINA_OPEN_READONLY), C(PATINA_OPEN_WRITE), C(PATINA_OPEN_CREATE);
+    C(PATINA_ELEM_U8), C(PATINA_ELEM_U16), C(PATINA_ELEM_U32), C(PATINA_ELEM_F32), C(PATINA_ELEM_F64);
+    C(PATINA_DEVICE_AUTO), C(PATINA_DEVICE_CPU), C(PATINA_DEVICE_GPU), C(PATINA_DEVICE_HYBRID);
+    C(PATINA_CAP_SEARCH), C(PATINA_CAP_IDENTIFY), C(PATINA_CAP_PIVOTS), C(PATINA_CAP_GPU), C(PATINA_CAP_HYBRID);
+    C(PATINA_CAP_CODEMAP), C(PATINA_CAP_JSON), C(PATINA_CAP_KEYPOINTS), C(PATINA_CAP_CENTROIDS);
+    C(PATINA_QUERY_KNN), C(PATINA_QUERY_RANGE), C(PATINA_CHANGE_PUT), C(PATINA_CHANGE_REMOVE);
+    C(PATINA_BOUND_PTOLEMAIC), C(PATINA_BOUND_METRIC), C(PATINA_BOUND_NONE);
+    C(PATINA_WARNING_MAX), C(PATINA_ERROR_MAX), C(PATINA_KEY_MAX);
+    printf("}\n}\n");
     return 0;
 }

@@ -13,7 +13,8 @@ variable, the package directory, then the system loader (see docs/python.md).
 Errors raise patina.Error subclasses carrying the library's status and message.
 """
 
-from ._lib import Library, load
+from ._lib import (CAP_CENTROIDS, CAP_CODEMAP, CAP_GPU, CAP_HYBRID, CAP_IDENTIFY, CAP_JSON, CAP_KEYPOINTS, CAP_PIVOTS,
+                   CAP_SEARCH, Library, load)
 from ._core import (Context, Extractor, Family, Option, RootsiftFeatures, Signature, build_info, decode,
                     extract, extract_batch, families, gpu_count, options, rootsift_features, signature_centroids, version)
 from .collection import Candidate, Collection, Hit, Identification, Record, Table
@@ -26,6 +27,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Library", "load", "version", "build_info", "gpu_count",
     "Context", "Extractor", "Family", "Option", "families", "options",
+    "CAP_SEARCH", "CAP_IDENTIFY", "CAP_PIVOTS", "CAP_GPU", "CAP_HYBRID", "CAP_CODEMAP", "CAP_JSON", "CAP_KEYPOINTS",
+    "CAP_CENTROIDS",
     "decode", "extract", "extract_batch",
     "RootsiftFeatures", "Signature", "rootsift_features", "signature_centroids",
     "Collection", "Record", "Table", "Hit", "Candidate", "Identification",

@@ -190,6 +190,7 @@ class Family:
     distance: str             # the search distance with the default options
     devices: Tuple[str, ...]  # where it can be extracted in this build
     options: Tuple[Option, ...]
+    caps: int = 0             # PATINA_CAP_* bits (patina.CAP_SEARCH, CAP_IDENTIFY, ...)
 
 
 def _option(o):
@@ -228,12 +229,16 @@ def families(library=None):
             opts.append(_option(o))
         ex = Extractor(_s(lib.family_name(f)), library=lib)
         out.append(Family(name=ex.family, help=_s(lib.family_help(f)), default_spec=ex.spec, dim=ex.dim,
-                          dtype=ex.dtype, distance=ex.distance_name, devices=ex.devices, options=tuple(opts)))
+                          dtype=ex.dtype, distance=ex.distance_name, devices=ex.devices, options=tuple(opts),
+                          caps=int(lib.family_caps(f))))
     return out
 
 
 class Extractor:
     """A family and its parsed options, from one string: "lbp:P=8,R=1".
+
+    ``caps``: what the family can do, PATINA_CAP_* bits (patina.CAP_SEARCH,
+    CAP_IDENTIFY, CAP_PIVOTS, ...) from the library's family table.
 
     Unknown families, unknown options and values out of bounds raise
     ``InvalidError`` with the library's message. Immutable."""
@@ -259,6 +264,7 @@ class Extractor:
         self.distance_name = _s(lib.extractor_distance_name(h))
         self.devices = tuple(d for d in ("cpu", "gpu", "hybrid")
                              if lib.extractor_has_device(h, _lib.DEVICES[d]))
+        self.caps = int(lib.extractor_caps(h))
 
     @property
     def library(self):

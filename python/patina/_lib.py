@@ -52,6 +52,38 @@ DEVICES = {"auto": 0, "cpu": 1, "gpu": 2, "hybrid": 3}
 # patina_option_set (include/patina/options.h)
 OPTION_SETS = {"search": 0, "identify": 1, "index": 2}
 
+# patina_family_caps / patina_extractor_caps (descriptor.h): what a family can do
+CAP_SEARCH = 1 << 0      # searched by a distance (k-NN, range)
+CAP_IDENTIFY = 1 << 1    # local features: identification
+CAP_PIVOTS = 1 << 2      # searches can be filtered by a stored pivot table
+CAP_GPU = 1 << 3         # GPU extraction compiled in
+CAP_HYBRID = 1 << 4      # hybrid CPU/GPU extraction compiled in
+CAP_CODEMAP = 1 << 5     # per-pixel code maps
+CAP_JSON = 1 << 6        # a JSON description beyond the vector
+CAP_KEYPOINTS = 1 << 7   # records of keypoints (rootsift_features)
+CAP_CENTROIDS = 1 << 8   # records of weighted centroids (signature_centroids)
+QUERY_KNN, QUERY_RANGE = 0, 1          # patina_query_kind
+CHANGE_PUT, CHANGE_REMOVE = 0, 1       # patina_change_op
+BOUNDS = {"ptolemaic": 0, "metric": 1, "none": 2}   # patina_pivot_bound
+
+# The integer constants above by their C names: python/tests/test_abi.py
+# compares them with the values tests/abi_layout.c prints.
+C_CONSTANTS = {
+    "PATINA_OPEN_READONLY": OPEN_READONLY, "PATINA_OPEN_WRITE": OPEN_WRITE, "PATINA_OPEN_CREATE": OPEN_CREATE,
+    "PATINA_ELEM_U8": ELEM_U8, "PATINA_ELEM_U16": ELEM_U16, "PATINA_ELEM_U32": ELEM_U32,
+    "PATINA_ELEM_F32": ELEM_F32, "PATINA_ELEM_F64": ELEM_F64,
+    "PATINA_DEVICE_AUTO": DEVICES["auto"], "PATINA_DEVICE_CPU": DEVICES["cpu"], "PATINA_DEVICE_GPU": DEVICES["gpu"],
+    "PATINA_DEVICE_HYBRID": DEVICES["hybrid"],
+    "PATINA_CAP_SEARCH": CAP_SEARCH, "PATINA_CAP_IDENTIFY": CAP_IDENTIFY, "PATINA_CAP_PIVOTS": CAP_PIVOTS,
+    "PATINA_CAP_GPU": CAP_GPU, "PATINA_CAP_HYBRID": CAP_HYBRID, "PATINA_CAP_CODEMAP": CAP_CODEMAP,
+    "PATINA_CAP_JSON": CAP_JSON, "PATINA_CAP_KEYPOINTS": CAP_KEYPOINTS, "PATINA_CAP_CENTROIDS": CAP_CENTROIDS,
+    "PATINA_QUERY_KNN": QUERY_KNN, "PATINA_QUERY_RANGE": QUERY_RANGE,
+    "PATINA_CHANGE_PUT": CHANGE_PUT, "PATINA_CHANGE_REMOVE": CHANGE_REMOVE,
+    "PATINA_BOUND_PTOLEMAIC": BOUNDS["ptolemaic"], "PATINA_BOUND_METRIC": BOUNDS["metric"],
+    "PATINA_BOUND_NONE": BOUNDS["none"],
+    "PATINA_WARNING_MAX": PATINA_WARNING_MAX, "PATINA_ERROR_MAX": PATINA_ERROR_MAX, "PATINA_KEY_MAX": PATINA_KEY_MAX,
+}
+
 
 # ------------------------------------------------------------------ structs
 class Image(ctypes.Structure):
@@ -129,21 +161,6 @@ class SearchStats(ctypes.Structure):
                 ("computed", c_size_t)]
 
 
-class SearchOpts(ctypes.Structure):
-    _c_type_ = "patina_search_opts_t"
-    _fields_ = [("device", c_int), ("max_hits", c_size_t), ("stats", P(SearchStats)), ("ratio", c_double)]
-
-
-class PivotSearchOpts(ctypes.Structure):
-    _c_type_ = "patina_pivot_search_opts_t"
-    _fields_ = [("bound", c_int), ("max_hits", c_size_t), ("stats", P(SearchStats)), ("strategy", c_int)]
-
-
-class RefsetSpec(ctypes.Structure):
-    _c_type_ = "patina_refset_spec_t"
-    _fields_ = [("table", c_char_p), ("shard", c_uint32), ("shards", c_uint32), ("snapshot", c_void_p)]
-
-
 class IdentifyOpts(ctypes.Structure):
     _c_type_ = "patina_identify_opts_t"
     _fields_ = [("k", c_size_t), ("ratio", c_double), ("scoring", c_int), ("verify", c_int),
@@ -173,6 +190,36 @@ class RootsiftInfo(ctypes.Structure):
 class SignatureInfo(ctypes.Structure):
     _c_type_ = "patina_signature_info_t"
     _fields_ = [("count", c_uint32), ("k", c_uint32), ("alpha", c_double), ("form", c_int)]
+
+
+class PivotOpts(ctypes.Structure):
+    _c_type_ = "patina_pivot_opts_t"
+    _fields_ = [("pivots", c_size_t), ("select", c_int), ("seed", c_uint64)]
+
+
+# table.h: live tables
+class TableOpts(ctypes.Structure):
+    _c_type_ = "patina_table_opts_t"
+    _fields_ = [("partition", c_uint32), ("partitions", c_uint32), ("pivots", c_int), ("need", ctypes.c_uint),
+                ("create", c_int)]
+
+
+class TableQuery(ctypes.Structure):
+    _c_type_ = "patina_table_query_t"
+    _fields_ = [("kind", c_int), ("k", c_size_t), ("radius", c_double), ("max_hits", c_size_t),
+                ("device", c_int), ("bound", c_int), ("keys", c_int), ("stats", P(SearchStats))]
+
+
+class TableResults(ctypes.Structure):
+    """patina_table_results_t: query i's hits are hits[offsets[i] .. offsets[i+1])."""
+    _c_type_ = "patina_table_results_t"
+    _fields_ = [("nq", c_size_t), ("offsets", P(c_size_t)), ("hits", P(Hit)), ("keys", P(c_char_p)),
+                ("rows", c_size_t), ("version", c_uint64)]
+
+
+class Change(ctypes.Structure):
+    _c_type_ = "patina_change_t"
+    _fields_ = [("op", c_int), ("id", c_uint64), ("key", c_char_p), ("desc", c_void_p)]
 
 
 # Every function the binding calls: name -> (result type, argument types).
@@ -246,40 +293,43 @@ _PROTOS = {
     "patina_collection_remove": (c_int, [c_void_p, c_uint64]),
     "patina_collection_next": (c_int, [c_void_p, P(c_uint64), P(Record)]),
     "patina_collection_tables": (c_int, [c_void_p, P(P(c_void_p)), P(c_size_t)]),
-    "patina_snapshot_new": (c_int, [P(c_void_p), c_void_p]),
-    "patina_snapshot_free": (None, [c_void_p]),
-    "patina_snapshot_get": (c_int, [c_void_p, P(c_uint64), c_size_t, P(Record)]),
     "patina_sha256": (None, [c_void_p, c_void_p, c_size_t]),
-    # search.h
-    "patina_index_load_snapshot": (c_int, [P(c_void_p), c_void_p, c_void_p]),
-    "patina_index_free": (None, [c_void_p]),
-    "patina_index_size": (c_size_t, [c_void_p]),
-    "patina_search_opts_init": (None, [P(SearchOpts)]),
-    "patina_index_knn": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_size_t, P(SearchOpts), P(Hit),
-                                 P(c_size_t)]),
-    "patina_index_range": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_double, P(SearchOpts),
-                                   P(P(Hit)), P(c_size_t)]),
-    # pivots.h
-    "patina_pivot_search_opts_init": (None, [P(PivotSearchOpts)]),
-    "patina_pivot_index_load": (c_int, [P(c_void_p), c_void_p, c_void_p, c_void_p, P(c_size_t)]),
-    "patina_pivot_index_load_snapshot": (c_int, [P(c_void_p), c_void_p, c_void_p, c_void_p, P(c_size_t)]),
-    "patina_pivot_index_save": (c_int, [c_void_p, c_void_p]),
-    "patina_pivot_index_free": (None, [c_void_p]),
-    "patina_pivot_index_knn": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_size_t, P(PivotSearchOpts),
-                                       P(Hit), P(c_size_t)]),
-    "patina_pivot_index_range": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_double, P(PivotSearchOpts),
-                                         P(P(Hit)), P(c_size_t)]),
-    # identify.h
-    "patina_refset_spec_init": (None, [P(RefsetSpec)]),
-    "patina_refset_load": (c_int, [P(c_void_p), c_void_p, P(RefsetSpec)]),
-    "patina_refset_free": (None, [c_void_p]),
-    "patina_refset_size": (c_size_t, [c_void_p]),
-    "patina_refset_table": (c_char_p, [c_void_p]),
-    "patina_identify_query_bytes": (c_size_t, [c_void_p]),
-    "patina_identify_extract": (c_int, [c_void_p, c_void_p, c_void_p, P(Image), c_size_t, P(c_int)]),
+    "patina_collection_version": (c_int, [c_void_p, P(c_uint64)]),
+    # descriptor.h: capabilities
+    "patina_family_caps": (ctypes.c_uint, [c_size_t]),
+    "patina_extractor_caps": (ctypes.c_uint, [c_void_p]),
+    # identify.h (options of patina_table_identify)
     "patina_identify_opts_init": (None, [P(IdentifyOpts)]),
-    "patina_identify": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, P(IdentifyOpts), P(IdentifyHit),
-                                P(IdentifyResult)]),
+    # table.h: live tables (handles are c_void_p: patina_table_t *)
+    "patina_key_partition": (c_uint32, [c_char_p, c_uint32]),
+    "patina_table_opts_init": (None, [P(TableOpts)]),
+    "patina_table_open": (c_int, [P(c_void_p), c_void_p, c_void_p, c_char_p, P(TableOpts)]),
+    "patina_table_new": (c_int, [P(c_void_p), c_void_p, c_char_p, P(TableOpts)]),
+    "patina_table_free": (None, [c_void_p]),
+    "patina_table_spec": (c_char_p, [c_void_p]),
+    "patina_table_extractor": (c_void_p, [c_void_p]),  # borrowed from the table
+    "patina_table_caps": (ctypes.c_uint, [c_void_p]),
+    "patina_table_size": (c_size_t, [c_void_p]),
+    "patina_table_version": (c_uint64, [c_void_p]),
+    "patina_table_has_pivots": (c_int, [c_void_p]),  # 0/1
+    "patina_table_refresh": (c_int, [c_void_p, P(c_int)]),
+    "patina_table_query_init": (None, [P(TableQuery)]),
+    "patina_table_results_release": (None, [P(TableResults)]),
+    "patina_table_search": (c_int, [c_void_p, c_void_p, c_size_t, P(TableQuery), P(TableResults)]),
+    "patina_table_query_bytes": (c_size_t, [c_void_p]),
+    "patina_table_identify_extract": (c_int, [c_void_p, c_void_p, c_void_p, P(Image), c_size_t, P(c_int)]),
+    # keys: (nq * k) char *, malloc'd by the library (freed with patina_free): c_void_p, not c_char_p,
+    # so that ctypes keeps the pointers
+    "patina_table_identify": (c_int, [c_void_p, c_void_p, c_size_t, P(IdentifyOpts), P(IdentifyHit),
+                                      P(IdentifyResult), P(c_void_p)]),
+    "patina_table_identify_pairs": (c_int, [c_void_p, c_void_p, c_uint64, P(IdentifyOpts), P(c_float), c_size_t,
+                                            P(c_size_t)]),
+    "patina_tables_put": (c_int, [P(c_void_p), c_size_t, P(Insert), c_size_t, P(c_void_p), P(c_uint64)]),
+    "patina_tables_remove": (c_int, [P(c_void_p), c_size_t, P(c_uint64), c_size_t, P(c_size_t)]),
+    "patina_table_save": (c_int, [c_void_p]),
+    "patina_pivot_opts_init": (None, [P(PivotOpts)]),
+    "patina_table_build_pivots": (c_int, [c_void_p, P(PivotOpts)]),
+    "patina_table_apply": (c_int, [c_void_p, P(Change), c_size_t, c_uint64, P(c_size_t)]),
     # rootsift.h, signature.h
     "patina_rootsift_info": (c_int, [P(RootsiftInfo), c_void_p, c_size_t]),
     "patina_rootsift_feature": (c_int, [P(c_float), P(c_float), c_void_p, c_size_t, c_size_t]),

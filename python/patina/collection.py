@@ -2,31 +2,35 @@
 
 A ``Collection`` is an open LMDB collection (a directory, the same one the
 CLI reads and writes). Writes are transactions of the library: ``add``,
-``update`` and ``add_batch`` commit whole or not at all. Every search and
-identification reads one snapshot of what is committed when it starts
-(records added by this handle, by other handles or by other processes
-included) and reports keys from that snapshot, as ``patina search`` does.
+``update`` and ``add_batch`` commit whole or not at all. Searches and
+identifications go through the library's live tables (include/patina/table.h):
+a handle opens each table it searches or identifies against once and keeps
+it open, with its index, stored pivot table or reference set loaded, until
+``close()``. Writes through the handle update those tables in place; writes
+by other handles or processes are noticed by the table's next call (the
+collection's version) and it reloads first. Which table a call uses when
+none is named, and which device runs it, are the library's rules.
 """
 
 import ctypes
 import dataclasses
 import hashlib
 import os
+import threading
 from typing import List, NamedTuple, Optional
 
 import numpy as np
 
 from . import _lib
 from . import errors
-from ._core import (Extractor, _Closing, _context, _describe, _extract_prepared, _extractor, _invalid, _prepare,
-                    _s, _type_error)
+from ._core import (_Closing, _context, _describe, _extract_prepared, _extractor, _invalid, _prepare, _s,
+                    _type_error)
 
 _SCORING = {"one2one": 0, "raw": 1, "mutual": 2}
 _MODELS = {"similarity": 0, "affine": 1, "homography": 2}
 _PRECISION = {"int8": 0, "fp16": 1}
-_BOUNDS = {"ptolemaic": 0, "metric": 1, "none": 2}
-# patina_pivot_strategy by device: the CPU filter, the GPU's, the library's choice
-_PIVOT_STRATEGY = {"cpu": 0, "gpu": 2, "auto": 3}
+# The family of a write into a collection that has no table yet: the CLI's `-f` default.
+_FIRST_FAMILY = "cedd"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,14 +56,14 @@ class Table:
 
 class Hit(NamedTuple):
     """One search result: ordered by distance, ties by id."""
-    key: str
+    key: str          # None only when another writer removed the image between the search and its key's lookup
     distance: float
     id: int
 
 
 class Candidate(NamedTuple):
     """One identification candidate, best first."""
-    key: str
+    key: str          # None as for Hit
     score: float      # inliers when verified, else the scoring rule's matches
     matches: int
     inliers: int      # 0 when not verified
@@ -96,40 +100,27 @@ def _key_bytes(key):
     return b
 
 
-class _Snapshot:
-    """One read transaction: loads and record lookups see one state."""
+class _Table:
+    """One live table (patina_table_t) of a collection handle: its handle,
+    canonical spec, extractor (queries and writes are described with it) and
+    capabilities (PATINA_CAP_*)."""
 
-    def __init__(self, coll):
-        self.lib = coll._lib
-        self.h = ctypes.c_void_p()
-        self.lib.check(self.lib.snapshot_new(ctypes.byref(self.h), coll._handle()), "snapshot")
+    __slots__ = ("h", "spec", "ex", "caps")
 
-    def keys(self, ids):
-        """Keys of ids (every id a load of this snapshot returned has one)."""
-        n = len(ids)
-        if n == 0:
-            return []
-        cids = (ctypes.c_uint64 * n)(*ids)
-        recs = (_lib.Record * n)()
-        s = self.lib.snapshot_get(self.h, cids, n, recs)
-        if s not in (errors.OK, errors.E_NOTFOUND):
-            raise self.lib.error(s, "snapshot")
-        try:
-            return [_lib.decode_key(ctypes.string_at(r.key)) if r.key else "?" for r in recs]
-        finally:
-            for i in range(n):
-                self.lib.record_release(ctypes.byref(recs[i]))
+    def __init__(self, lib, h):
+        self.h = h
+        self.spec = _s(lib.table_spec(h))
+        self.ex = _extractor(self.spec, lib)
+        self.caps = int(lib.table_caps(h))
 
-    def close(self):
-        h, self.h = self.h, None
-        if h:
-            self.lib.snapshot_free(h)
 
-    def __enter__(self):
-        return self
+def _families_with(lib, cap):
+    """Names of the registered families with capability cap."""
+    return [_s(lib.family_name(f)) for f in range(lib.family_count()) if lib.family_caps(f) & cap]
 
-    def __exit__(self, *exc):
-        self.close()
+
+def _c_array(ctype, values):
+    return (ctype * len(values))(*values)
 
 
 class Collection(_Closing):
@@ -138,14 +129,20 @@ class Collection(_Closing):
     path: the collection's directory. create: make it when missing (an
     empty directory is filled; a non-empty one that is not a collection is
     refused). readonly: open for reading only (writes raise InvalidError).
-    family: the default descriptor spec of add/search ("lbp:P=8,R=1"); None
-    means the collection's only table, or "cedd" (the CLI's default) when it
-    has none yet; a collection with several tables needs family= here or in
-    each call. map_size: bytes the collection may grow to (0: the library's
-    default). context: the Context to compute on (None: the default).
+    family: the default table of add, search and descriptor ("lbp:P=8,R=1",
+    or a bare family name for the collection's only table of that family);
+    None lets the library choose: the collection's only table for the use
+    (search: a table searched by a distance; writes and descriptor(): any),
+    and for a write into a collection without tables "cedd" (the CLI's
+    default). identify's default is the library's choice among the tables
+    for identification. map_size: bytes the collection may
+    grow to (0: the library's default). context: the Context to compute on
+    (None: the default).
 
-    Use as a context manager, or call close(). One handle may be shared by
-    threads (reads run in parallel, writes are serialised by the library)."""
+    Tables searched, identified against or written to stay open (loaded at
+    their first search) until close(). Use as a context manager, or call
+    close(). One handle may be shared by threads (searches run in parallel;
+    a write waits for the calls in flight on the tables it updates)."""
 
     def __init__(self, path, create=False, family=None, *, readonly=False, map_size=0, context=None,
                  library=None):
@@ -153,11 +150,16 @@ class Collection(_Closing):
         self._lib = ctx.library
         self._ctx = ctx
         self._h = None
+        self._tables = {}   # canonical spec -> _Table, freed by close()
+        self._tables_lock = threading.Lock()
         if create and readonly:
             raise _invalid("Collection: create=True and readonly=True exclude each other")
         if not isinstance(map_size, int) or map_size < 0:
             raise _invalid(f"Collection: map_size must be an integer >= 0, got {map_size!r}")
-        self._family = _extractor(family, self._lib) if family is not None else None
+        if family is not None:   # checked here, given to the library as spelled (a bare family name keeps its meaning)
+            ex = _extractor(family, self._lib)
+            family = family if isinstance(family, str) else ex.spec
+        self._family = family
         self.path = os.fspath(path)
         self.readonly = bool(readonly)
         flags = _lib.OPEN_CREATE if create else (_lib.OPEN_READONLY if readonly else _lib.OPEN_WRITE)
@@ -173,7 +175,13 @@ class Collection(_Closing):
         return self._h
 
     def close(self):
-        """Closes the collection. Idempotent."""
+        """Frees the open tables and closes the collection. Idempotent."""
+        lock = getattr(self, "_tables_lock", None)
+        if lock is not None:
+            with lock:
+                tables, self._tables = self._tables, {}
+            for t in tables.values():
+                self._lib.table_free(t.h)
         h, self._h = getattr(self, "_h", None), None
         if h:
             self._lib.collection_close(h)
@@ -201,22 +209,10 @@ class Collection(_Closing):
 
     def tables(self) -> dict:
         """The descriptor tables: {spec: Table}."""
-        lib = self._lib
-        arr = ctypes.POINTER(ctypes.c_void_p)()
-        n = ctypes.c_size_t()
-        lib.check(lib.collection_tables(self._handle(), ctypes.byref(arr), ctypes.byref(n)), "collection")
-        specs = []
-        try:
-            for i in range(n.value):
-                specs.append(_s(ctypes.string_at(arr[i])))
-        finally:
-            for i in range(n.value):
-                lib.free(arr[i])
-            lib.free(arr)
         out = {}
-        for spec in specs:
+        for spec in self._specs():
             rows, nb = ctypes.c_size_t(), ctypes.c_size_t()
-            s = lib.collection_table_info(self._handle(), spec.encode(), ctypes.byref(rows), ctypes.byref(nb))
+            s = self._lib.collection_table_info(self._handle(), spec.encode(), ctypes.byref(rows), ctypes.byref(nb))
             if s == errors.OK:
                 out[spec] = Table(spec, int(rows.value), int(nb.value))
         return out
@@ -286,31 +282,99 @@ class Collection(_Closing):
 
     def descriptor(self, key, family=None) -> np.ndarray:
         """The stored descriptor of key (or id) in the family's table."""
-        ex = self._resolve(family)
-        rec = self[key]
-        out = np.empty(ex.dim, dtype=ex.dtype)
-        s = self._lib.collection_get_descriptor(self._handle(), ex.spec.encode(), rec.id, out.ctypes.data,
-                                                ex.nbytes)
-        if s == errors.E_NOTFOUND:
-            raise errors.NotFoundError(f"collection '{self.path}': {key!r} has no descriptor in table "
-                                       f"'{ex.spec}' ({self._lib.last_error().decode(errors='replace')})",
-                                       errors.E_NOTFOUND, "not found")
-        self._lib.check(s, "collection")
-        return out
+        t = self._table(family)
+        try:
+            ex = t.ex
+            rec = self[key]
+            out = np.empty(ex.dim, dtype=ex.dtype)
+            s = self._lib.collection_get_descriptor(self._handle(), ex.spec.encode(), rec.id, out.ctypes.data,
+                                                    ex.nbytes)
+            if s == errors.E_NOTFOUND:
+                raise errors.NotFoundError(f"collection '{self.path}': {key!r} has no descriptor in table "
+                                           f"'{ex.spec}' ({self._lib.last_error().decode(errors='replace')})",
+                                           errors.E_NOTFOUND, "not found")
+            self._lib.check(s, "collection")
+            return out
+        finally:
+            self._drop(t)
 
-    def _resolve(self, family) -> Extractor:
-        """The extractor of a call: family=, the handle's family, the only table, or cedd."""
-        if family is not None:
-            return _extractor(family, self._lib)
-        if self._family is not None:
-            return self._family
-        specs = list(self.tables())
-        if len(specs) == 1:
-            return _extractor(specs[0], self._lib)
-        if not specs:
-            return _extractor("cedd", self._lib)
-        raise _invalid(f"collection '{self.path}' has several tables ({', '.join(specs)}): say which with "
-                       "family=")
+    # ---------------------------------------------------------------- tables
+    def _table(self, family, need=0, create=False, keep=False, handle_family=True) -> _Table:
+        """The live table a call names: family=, else the handle's family
+        (with handle_family), else the library's choice among the tables
+        with capabilities need.
+        A table this handle keeps is returned as is; another is opened
+        (patina_table_open: the library resolves the spec) and kept until
+        close() with keep, else the caller hands it to _drop."""
+        lib = self._lib
+        spec = family if family is not None or not handle_family else self._family
+        if spec is not None:
+            canonical = _extractor(spec, lib).spec
+            if not isinstance(spec, str):   # an Extractor
+                spec = canonical
+            # a kept table is one of the collection's, so the library would pick it for its canonical spec
+            with self._tables_lock:
+                t = self._tables.get(canonical)
+            if t is not None:
+                return t
+        opts = _lib.TableOpts()
+        lib.table_opts_init(ctypes.byref(opts))
+        opts.need = need
+        opts.create = 1 if create else 0
+        h = ctypes.c_void_p()
+        s = lib.table_open(ctypes.byref(h), self._ctx.handle, self._handle(),
+                           spec.encode("utf-8", "surrogateescape") if spec is not None else None, ctypes.byref(opts))
+        if s != errors.OK:
+            msg = f"collection '{self.path}': {_s(lib.last_error())}"
+            if s == errors.E_NOTFOUND and spec is None and need:
+                msg += f" (families for it: {', '.join(_families_with(lib, need))})"
+            raise errors.make_error(s, msg, _s(lib.status_str(s)))
+        try:
+            t = _Table(lib, h)
+        except BaseException:
+            lib.table_free(h)
+            raise
+        return self._keep(t) if keep else self._known(t)
+
+    def _known(self, t) -> _Table:
+        """The table this handle keeps for t's spec (t freed), else t."""
+        with self._tables_lock:
+            kept = self._tables.get(t.spec)
+        if kept is not None and kept is not t:
+            self._lib.table_free(t.h)
+            return kept
+        return t
+
+    def _keep(self, t) -> _Table:
+        """Keeps t open until close() (or the table already kept for its spec, t freed)."""
+        with self._tables_lock:
+            kept = self._tables.setdefault(t.spec, t)
+        if kept is not t:
+            self._lib.table_free(t.h)
+        return kept
+
+    def _drop(self, t):
+        """Frees t unless this handle keeps it."""
+        with self._tables_lock:
+            kept = self._tables.get(t.spec) is t
+        if not kept:
+            self._lib.table_free(t.h)
+
+    def _specs(self):
+        """The collection's table specs."""
+        lib = self._lib
+        arr = ctypes.POINTER(ctypes.c_void_p)()
+        n = ctypes.c_size_t()
+        lib.check(lib.collection_tables(self._handle(), ctypes.byref(arr), ctypes.byref(n)), "collection")
+        specs = []
+        try:
+            for i in range(n.value):
+                specs.append(_s(ctypes.string_at(arr[i])))
+        finally:
+            for i in range(n.value):
+                lib.free(arr[i])
+            lib.free(arr)
+        return specs
 
     # --------------------------------------------------------------- writing
     def _items(self, ex, pairs, strict, device, must_exist=False):
@@ -347,27 +411,66 @@ class Collection(_Closing):
                 p.release()
         return keys, descs, meta
 
-    def _put(self, ex, keys, descs, meta):
+    def _write_table(self, family) -> _Table:
+        """The table a write goes to (opened with create: a new spec makes a new table)."""
+        try:
+            return self._table(family, create=True)
+        except errors.NotFoundError:
+            if family is not None or self._family is not None or self._specs():
+                raise
+            self._lib.clear_error()
+            return self._table(_FIRST_FAMILY, create=True)
+
+    def _write_set(self, first=None, pivots=False):
+        """The tables a write goes through: first, every table this handle
+        keeps, and with pivots every table of the collection that a stored
+        pivot table can filter (so that the stored one follows)."""
+        out = [first] if first is not None else []
+        if pivots:
+            for spec in self._specs():
+                if _extractor(spec, self._lib).caps & _lib.CAP_PIVOTS:
+                    self._table(spec, keep=True)
+        with self._tables_lock:
+            kept = list(self._tables.values())
+        return out + [t for t in kept if first is None or t.spec != first.spec]
+
+    def _save(self, tables):
+        """Stored pivot tables brought up to date with the writes (patina_table_save)."""
+        for t in tables:
+            if t.caps & _lib.CAP_PIVOTS:
+                self._lib.check(self._lib.table_save(t.h), "pivots")
+
+    def _put(self, t, keys, descs, meta):
+        """patina_tables_put of n images into t, through every table this handle keeps."""
         n = len(keys)
         if n == 0:
+            self._drop(t)
             return []
-        mat = np.ascontiguousarray(np.stack(descs)) if n > 1 else np.ascontiguousarray(descs[0][None, :])
-        items = (_lib.Insert * n)()
-        for i in range(n):
-            size, sha, mtime, w, h = meta[i]
-            it = items[i]
-            it.key = keys[i]
-            it.size = size
-            ctypes.memmove(it.sha256, sha, 32)
-            it.mtime = mtime
-            it.width = w
-            it.height = h
-            it.desc = mat.ctypes.data + i * ex.nbytes
-        ids = (ctypes.c_uint64 * n)()
-        self._lib.check(self._lib.collection_put(self._handle(), ex.spec.encode(), ex.nbytes, items, n, ids),
-                        "collection")
-        if ex.family == "signature":
-            self._refresh_pivots([ex.spec])
+        ok = False
+        try:
+            mat = np.ascontiguousarray(np.stack(descs)) if n > 1 else np.ascontiguousarray(descs[0][None, :])
+            items = (_lib.Insert * n)()
+            for i in range(n):
+                size, sha, mtime, w, h = meta[i]
+                it = items[i]
+                it.key = keys[i]
+                it.size = size
+                ctypes.memmove(it.sha256, sha, 32)
+                it.mtime = mtime
+                it.width = w
+                it.height = h
+            tables = self._write_set(t)
+            handles = _c_array(ctypes.c_void_p, [x.h for x in tables])
+            per_table = (ctypes.c_void_p * len(tables))()   # NULL: a table written no descriptor
+            per_table[0] = mat.ctypes.data
+            ids = (ctypes.c_uint64 * n)()
+            self._lib.check(self._lib.tables_put(handles, len(tables), items, n, per_table, ids), "collection")
+            ok = True
+        finally:
+            if not ok:
+                self._drop(t)
+        tables[0] = self._keep(t)
+        self._save(tables)
         return [int(x) for x in ids]
 
     def add(self, key, item, family=None, *, strict=False, device="auto") -> int:
@@ -390,19 +493,27 @@ class Collection(_Closing):
         transaction, extracting the images as one batch; returns their ids.
         Any failure raises and stores nothing. A key repeated in the batch:
         the last one wins."""
-        ex = self._resolve(family)
         pairs = list(items.items()) if isinstance(items, dict) else list(items)
         for p in pairs:
             if not isinstance(p, tuple) or len(p) != 2:
                 raise _type_error("add_batch takes (key, image or descriptor) pairs or a dict")
-        keys, descs, meta = self._items(ex, pairs, strict, device)
-        return self._put(ex, keys, descs, meta)
+        t = self._write_table(family)
+        try:
+            keys, descs, meta = self._items(t.ex, pairs, strict, device)
+        except BaseException:
+            self._drop(t)
+            raise
+        return self._put(t, keys, descs, meta)
 
     def update(self, key, item, family=None, *, strict=False, device="auto") -> int:
         """add() for a key the collection holds: KeyNotFoundError otherwise."""
-        ex = self._resolve(family)
-        keys, descs, meta = self._items(ex, [(key, item)], strict, device, must_exist=True)
-        return self._put(ex, keys, descs, meta)[0]
+        t = self._write_table(family)
+        try:
+            keys, descs, meta = self._items(t.ex, [(key, item)], strict, device, must_exist=True)
+        except BaseException:
+            self._drop(t)
+            raise
+        return self._put(t, keys, descs, meta)[0]
 
     def remove(self, key) -> None:
         """Removes the image of key (a str) or id (an int) and its descriptors
@@ -411,33 +522,31 @@ class Collection(_Closing):
         rec = self.get(key)
         if rec is None:
             raise self._missing(key)
-        s = self._lib.collection_remove(self._handle(), rec.id)
-        if s == errors.E_NOTFOUND:   # removed by someone else meanwhile
-            raise self._missing(key)
-        self._lib.check(s, "collection")
-        self._refresh_pivots([t for t in self.tables() if t.startswith("signature")])
+        lib = self._lib
+        tables = self._write_set(pivots=True)
+        extra = None
+        if not tables:   # nothing open: any table of the collection carries the remove
+            specs = self._specs()
+            if specs:
+                extra = self._table(specs[0])
+                tables = [extra]
+        try:
+            if tables:
+                handles = _c_array(ctypes.c_void_p, [x.h for x in tables])
+                s = lib.tables_remove(handles, len(tables), ctypes.byref(ctypes.c_uint64(rec.id)), 1, None)
+            else:
+                s = lib.collection_remove(self._handle(), rec.id)
+            if s == errors.E_NOTFOUND:   # removed by someone else meanwhile
+                lib.clear_error()
+                raise self._missing(key)
+            lib.check(s, "collection")
+            self._save(tables)
+        finally:
+            if extra is not None:
+                self._drop(extra)
 
     def __delitem__(self, key):
         self.remove(key)
-
-    def _refresh_pivots(self, specs):
-        """Stored pivot tables follow the records (as `patina rm` and `patina index` do)."""
-        lib = self._lib
-        for spec in specs:
-            ex = _extractor(spec, lib)
-            pi = ctypes.c_void_p()
-            refreshed = ctypes.c_size_t()
-            s = lib.pivot_index_load(ctypes.byref(pi), self._ctx.handle, ex.handle, self._handle(),
-                                     ctypes.byref(refreshed))
-            try:
-                if s == errors.E_NOTFOUND:
-                    lib.clear_error()
-                    continue
-                lib.check(s, "pivots")
-                if refreshed.value:
-                    lib.check(lib.pivot_index_save(pi, self._handle()), "pivots")
-            finally:
-                lib.pivot_index_free(pi)
 
     # --------------------------------------------------------------- search
     def _queries(self, ex, queries, strict, device):
@@ -467,16 +576,6 @@ class Collection(_Closing):
                 p.release()
         return out
 
-    def _check_table(self, ex):
-        rows, nb = ctypes.c_size_t(), ctypes.c_size_t()
-        s = self._lib.collection_table_info(self._handle(), ex.spec.encode(), ctypes.byref(rows), ctypes.byref(nb))
-        if s == errors.E_NOTFOUND:
-            specs = list(self.tables())
-            have = f"its tables: {', '.join(specs)}" if specs else "it has no descriptor tables yet"
-            raise errors.NotFoundError(f"collection '{self.path}' has no table '{ex.spec}' ({have})",
-                                       errors.E_NOTFOUND, "not found")
-        self._lib.check(s, "collection")
-
     def search(self, query, k=10, *, range=None, family=None, device="auto", max_hits=0, bound="ptolemaic",
                strict=False) -> List[Hit]:
         """The k nearest images to query (an image or a descriptor), or with
@@ -484,107 +583,59 @@ class Collection(_Closing):
         when max_hits > 0). Returns Hits (key, distance, id) ordered by
         distance, ties by id: the same as `patina search`.
 
-        family: the table to search (see Collection). device: "auto", "cpu"
-        or "gpu" (where the query is described and the search runs; the same
-        results). bound: for signature tables with a pivot table, the lower
-        bounds used ("ptolemaic", "metric", "none"; the same results). A
-        signature table with a pivot table is filtered as `patina search`
-        does: on the GPU with device "gpu" (UnavailableError without one),
-        and with "auto" when there is a GPU and 256 rows or more (else, or
-        when the GPU cannot take it, on the CPU)."""
+        family: the table to search (None: see Collection). device: "auto",
+        "cpu" or "gpu", where the query is described and the search runs,
+        by the library's device policy (include/patina/table.h): the same
+        results on every device; "gpu" without a usable GPU raises
+        UnavailableError. bound: for tables with a stored pivot table, the
+        lower bounds used ("ptolemaic", "metric", "none"; the same results)."""
         return self.search_batch([query], k, range=range, family=family, device=device, max_hits=max_hits,
                                  bound=bound, strict=strict)[0]
 
     def search_batch(self, queries, k=10, *, range=None, family=None, device="auto", max_hits=0,
                      bound="ptolemaic", strict=False) -> List[List[Hit]]:
-        """search() for many queries in one call (one snapshot, one index
-        load, one extraction batch, one search call): a list of hit lists in
-        the order of queries. queries: a sequence of images and descriptors,
-        or an (n, dim) array of descriptors."""
+        """search() for many queries in one call (one extraction batch, one
+        patina_table_search): a list of hit lists in the order of queries.
+        queries: a sequence of images and descriptors, or an (n, dim) array
+        of descriptors. A hit's key is None only when another writer removed
+        its image between the search and the key's lookup."""
         lib = self._lib
-        ex = self._resolve(family)
-        dev = _lib.device_code(device)
-        if dev == _lib.DEVICES["hybrid"]:
-            dev = _lib.DEVICES["auto"]   # as the CLI: hybrid is an extraction device only
-        if bound not in _BOUNDS:
-            raise _invalid(f"bound must be one of {', '.join(_BOUNDS)}, got {bound!r}")
+        q = _lib.TableQuery()
+        lib.table_query_init(ctypes.byref(q))
+        q.device = _lib.device_code(device)
+        if bound not in _lib.BOUNDS:
+            raise _invalid(f"bound must be one of {', '.join(_lib.BOUNDS)}, got {bound!r}")
+        q.bound = _lib.BOUNDS[bound]
         if range is None:
             if not isinstance(k, (int, np.integer)) or isinstance(k, bool):
                 raise _invalid(f"k must be an integer, got {k!r}")
-            # the library's bounds (1 .. PATINA_K_MAX), checked before the (nq, k) hits are allocated here
+            # the library's bounds (1 .. PATINA_K_MAX)
             lib.check(lib.options_check(_lib.OPTION_SETS["search"], b"k", float(k)))
-            k = int(k)
+            q.kind, q.k = _lib.QUERY_KNN, int(k)
         else:
-            range = float(range)
-        if not isinstance(max_hits, (int, np.integer)) or max_hits < 0:
+            q.kind, q.radius = _lib.QUERY_RANGE, float(range)
+        if not isinstance(max_hits, (int, np.integer)) or isinstance(max_hits, bool) or not 0 <= max_hits < 1 << 63:
             raise _invalid(f"max_hits must be an integer >= 0, got {max_hits!r}")
-        self._check_table(ex)
-        q = self._queries(ex, queries, strict, "cpu" if device == "hybrid" else device)
-        nq = q.shape[0]
-        if nq == 0:
-            return []
-        with _Snapshot(self) as snap:
-            pidx = ctypes.c_void_p()
-            idx = ctypes.c_void_p()
-            try:
-                if ex.family == "signature":
-                    s = lib.pivot_index_load_snapshot(ctypes.byref(pidx), self._ctx.handle, ex.handle, snap.h, None)
-                    if s == errors.E_NOTFOUND:
-                        lib.clear_error()
-                    else:
-                        lib.check(s, "pivots")
-                if not pidx:
-                    lib.check(lib.index_load_snapshot(ctypes.byref(idx), ex.handle, snap.h), "search")
-                counts = (ctypes.c_size_t * nq)()
-                if pidx:
-                    po = _lib.PivotSearchOpts()
-                    lib.pivot_search_opts_init(ctypes.byref(po))
-                    po.bound = _BOUNDS[bound]
-                    po.max_hits = int(max_hits)
-                    po.strategy = _PIVOT_STRATEGY["auto" if device == "hybrid" else device]
-                else:
-                    so = _lib.SearchOpts()
-                    lib.search_opts_init(ctypes.byref(so))
-                    so.device = dev
-                    so.max_hits = int(max_hits)
-                results = []
-                if range is None:
-                    hits = (_lib.Hit * (nq * k))()
-                    if pidx:
-                        s = lib.pivot_index_knn(self._ctx.handle, pidx, q.ctypes.data, nq, k, ctypes.byref(po), hits,
-                                                counts)
-                    else:
-                        s = lib.index_knn(self._ctx.handle, idx, q.ctypes.data, nq, k, ctypes.byref(so), hits, counts)
-                    lib.check(s, "search")
-                    for i in builtins_range(nq):
-                        row = [hits[i * k + r] for r in builtins_range(counts[i])]
-                        results.append(self._hits(snap, row))
-                else:
-                    rh = (ctypes.POINTER(_lib.Hit) * nq)()
-                    if pidx:
-                        s = lib.pivot_index_range(self._ctx.handle, pidx, q.ctypes.data, nq, range, ctypes.byref(po),
-                                                  rh, counts)
-                    else:
-                        s = lib.index_range(self._ctx.handle, idx, q.ctypes.data, nq, range, ctypes.byref(so), rh,
-                                            counts)
-                    try:
-                        lib.check(s, "search")
-                        for i in builtins_range(nq):
-                            row = [rh[i][r] for r in builtins_range(counts[i])]
-                            results.append(self._hits(snap, row))
-                    finally:
-                        for i in builtins_range(nq):
-                            if rh[i]:
-                                lib.free(ctypes.cast(rh[i], ctypes.c_void_p))
-                return results
-            finally:
-                lib.index_free(idx)
-                lib.pivot_index_free(pidx)
-
-    @staticmethod
-    def _hits(snap, row):
-        keys = snap.keys([h.id for h in row])
-        return [Hit(key, float(h.distance), int(h.id)) for key, h in zip(keys, row)]
+        q.max_hits = int(max_hits)
+        q.keys = 1
+        t = self._table(family, need=_lib.CAP_SEARCH, keep=True)
+        mat = self._queries(t.ex, queries, strict, device)
+        nq = mat.shape[0]
+        res = _lib.TableResults()
+        lib.check(lib.table_search(t.h, mat.ctypes.data if nq else None, nq, ctypes.byref(q), ctypes.byref(res)),
+                  "search")
+        try:
+            out = []
+            for i in builtins_range(nq):
+                row = []
+                for j in builtins_range(res.offsets[i], res.offsets[i + 1]):
+                    key = res.keys[j]
+                    h = res.hits[j]
+                    row.append(Hit(_lib.decode_key(key) if key is not None else None, float(h.distance), int(h.id)))
+                out.append(row)
+            return out
+        finally:
+            lib.table_results_release(ctypes.byref(res))
 
     # ------------------------------------------------------------- identify
     def identify(self, photo, k=5, **opts) -> Identification:
@@ -602,7 +653,9 @@ class Collection(_Closing):
         verification of the verify_top best, re-ranking by inliers, and an
         open-set decision (rank 1's score >= threshold: "match"). The options
         and their defaults are those of `patina identify` (docs/identify.md).
-        table: the rootsift table when the collection has several."""
+        table: the table to identify against (None: the collection's only
+        table for identification, the library's choice). device: "auto",
+        "cpu" or "gpu", by the library's device policy."""
         lib = self._lib
         if isinstance(photos, (str, bytes, os.PathLike)) or (isinstance(photos, np.ndarray) and photos.ndim != 4):
             raise _type_error("identify_batch takes a sequence of images; use identify() for one")
@@ -615,9 +668,6 @@ class Collection(_Closing):
                                 ("precision", _PRECISION, precision)):
             if v not in table_:
                 raise _invalid(f"{name} must be one of {', '.join(table_)}, got {v!r}")
-        dev = _lib.device_code(device)
-        if dev == _lib.DEVICES["hybrid"]:
-            raise _invalid("device 'hybrid' is not an identification device (cpu, gpu, auto)")
         io.k = int(k)
         io.ratio = float(ratio)
         io.scoring = _SCORING[scoring]
@@ -629,53 +679,48 @@ class Collection(_Closing):
         io.shape_check = 1 if shape_check else 0
         io.seed = int(seed)
         io.threshold = float(threshold)
-        io.device = dev
+        io.device = _lib.device_code(device)
         io.precision = _PRECISION[precision]
         photos = list(photos)
         if not photos:
             return []
-        with _Snapshot(self) as snap:
-            spec = _lib.RefsetSpec()
-            lib.refset_spec_init(ctypes.byref(spec))
-            if table is not None:
-                spec.table = _extractor(table, lib).spec.encode()
-            spec.snapshot = snap.h
-            rs = ctypes.c_void_p()
-            s = lib.refset_load(ctypes.byref(rs), self._handle(), ctypes.byref(spec))
-            if s != errors.OK:
-                raise errors.make_error(s, f"collection '{self.path}': {_s(lib.last_error())}",
-                                        _s(lib.status_str(s)))
-            prepared = []
-            try:
-                for i, ph in enumerate(photos):
-                    prepared.append(_prepare(ph, self._ctx, strict, f"photo {i} {_describe(ph)}"))
-                nq = len(prepared)
-                qbytes = int(lib.identify_query_bytes(rs))
-                qrec = np.empty(nq * qbytes, dtype=np.uint8)
-                imgs = (_lib.Image * nq)(*[p.img for p in prepared])
-                st = (ctypes.c_int * nq)()
-                lib.check(lib.identify_extract(self._ctx.handle, rs, qrec.ctypes.data, imgs, nq, st), "identify")
-                for i in builtins_range(nq):
-                    if st[i] != errors.OK:
-                        raise errors.make_error(st[i], f"photo {i} ({prepared[i].name}): rootsift extraction "
-                                                f"failed ({_s(lib.status_str(st[i]))})", _s(lib.status_str(st[i])))
-                hits = (_lib.IdentifyHit * (nq * io.k))()
-                res = (_lib.IdentifyResult * nq)()
-                lib.check(lib.identify(self._ctx.handle, rs, qrec.ctypes.data, nq, ctypes.byref(io), hits, res),
-                          "identify")
-                out = []
-                for i in builtins_range(nq):
-                    row = [hits[i * io.k + r] for r in builtins_range(res[i].nhits)]
-                    keys = snap.keys([h.id for h in row])
-                    cands = [Candidate(key, float(h.score), int(h.matches), int(h.inliers), bool(h.verified),
-                                       int(h.id)) for key, h in zip(keys, row)]
-                    out.append(Identification("match" if res[i].decision == 1 else "unknown",
-                                              int(res[i].query_features), cands))
-                return out
-            finally:
-                for p in prepared:
-                    p.release()
-                lib.refset_free(rs)
+        t = self._table(table, need=_lib.CAP_IDENTIFY, keep=True, handle_family=False)
+        prepared = []
+        keys = None
+        try:
+            for i, ph in enumerate(photos):
+                prepared.append(_prepare(ph, self._ctx, strict, f"photo {i} {_describe(ph)}"))
+            nq = len(prepared)
+            qbytes = int(lib.table_query_bytes(t.h))
+            qrec = np.empty(nq * qbytes, dtype=np.uint8)
+            imgs = (_lib.Image * nq)(*[p.img for p in prepared])
+            st = (ctypes.c_int * nq)()
+            lib.check(lib.table_identify_extract(t.h, self._ctx.handle, qrec.ctypes.data, imgs, nq, st), "identify")
+            for i in builtins_range(nq):
+                if st[i] != errors.OK:
+                    raise errors.make_error(st[i], f"photo {i} ({prepared[i].name}): {t.ex.family} extraction "
+                                            f"failed ({_s(lib.status_str(st[i]))})", _s(lib.status_str(st[i])))
+            hits = (_lib.IdentifyHit * (nq * io.k))()
+            res = (_lib.IdentifyResult * nq)()
+            keys = (ctypes.c_void_p * (nq * io.k))()   # malloc'd by the library: patina_free
+            lib.check(lib.table_identify(t.h, qrec.ctypes.data, nq, ctypes.byref(io), hits, res, keys), "identify")
+            out = []
+            for i in builtins_range(nq):
+                cands = []
+                for r in builtins_range(res[i].nhits):
+                    h, key = hits[i * io.k + r], keys[i * io.k + r]
+                    cands.append(Candidate(_lib.decode_key(ctypes.string_at(key)) if key else None, float(h.score),
+                                           int(h.matches), int(h.inliers), bool(h.verified), int(h.id)))
+                out.append(Identification("match" if res[i].decision == 1 else "unknown",
+                                          int(res[i].query_features), cands))
+            return out
+        finally:
+            for p in prepared:
+                p.release()
+            if keys is not None:
+                for key in keys:
+                    if key:
+                        lib.free(key)
 
 
 def _is_id(key):

@@ -23,10 +23,26 @@ LAYOUT = os.environ.get("PATINA_ABI_LAYOUT", os.path.join(REPO, "build", "tests"
 
 
 @pytest.fixture(scope="module")
-def layout():
+def printed():
     if not os.access(LAYOUT, os.X_OK):
         pytest.fail(f"{LAYOUT} is missing: build the tests (CTest sets PATINA_ABI_LAYOUT)")
     return json.loads(subprocess.run([LAYOUT], check=True, capture_output=True).stdout)
+
+
+@pytest.fixture(scope="module")
+def layout(printed):
+    """{C struct name: {"size", "fields"}}."""
+    return {name: v for name, v in printed.items() if not name.startswith("#")}
+
+
+def test_constants(printed):
+    """The enum and macro values the binding spells out (devices, element
+    types, capabilities, query kinds, ...) are the headers' values."""
+    c = printed["#constants"]
+    assert set(c) == set(_lib.C_CONSTANTS), (sorted(set(c) - set(_lib.C_CONSTANTS)),
+                                             sorted(set(_lib.C_CONSTANTS) - set(c)))
+    bad = {name: (v, c[name]) for name, v in _lib.C_CONSTANTS.items() if v != c[name]}
+    assert not bad, f"python value, C value: {bad}"
 
 
 def mirrored():
@@ -119,6 +135,36 @@ def _kind(c, enums, fnptrs):
     raise AssertionError(f"unknown C type in '{c}'")
 
 
+def _pointer_parts(c):
+    """(stars, base type words) of a C pointer type, the parameter name dropped."""
+    c = re.sub(r"\[[^]]*\]", "*", c)
+    stars = c.count("*")
+    words = [w for w in re.split(r"[\s*]+", c) if w and w not in ("const", "volatile", "restrict")]
+    if len(words) > 1 and words[-1] not in SCALARS and words[-1] != "char" and not words[-1].endswith("_t"):
+        words = words[:-1]  # the parameter's name
+    return stars, words
+
+
+def _pointee_ok(t, c, enums):
+    """Whether ctypes POINTER(T) t points at what the C pointer type c does:
+    the same struct (its _c_type_), a scalar of the same size, or a pointer
+    where C has a pointer to a pointer. c_void_p and c_char_p (opaque and
+    untyped pointers) are checked as pointers only."""
+    if t in (ctypes.c_void_p, ctypes.c_char_p) or not issubclass(t, ctypes._Pointer):
+        return True
+    target = t._type_
+    stars, words = _pointer_parts(c)
+    if isinstance(target, type) and issubclass(target, ctypes.Structure):
+        return stars == 1 and words == [target._c_type_]
+    if _ctype_kind(target) == "ptr":
+        return stars >= 2
+    if stars != 1:
+        return False
+    base = " ".join(words)
+    size = 4 if any(w in enums for w in words) else SCALARS.get(base)
+    return size == ctypes.sizeof(target)
+
+
 def _ctype_kind(t):
     if t is None:
         return None
@@ -139,9 +185,33 @@ def test_prototypes():
         if len(args) != len(cparams):
             bad.append(f"{name}: {len(args)} argument types, C has {len(cparams)} parameters")
             continue
-        if _ctype_kind(res) != _kind(cres, enums, fnptrs):
+        if _ctype_kind(res) != _kind(cres, enums, fnptrs) or (res is not None and not _pointee_ok(res, cres, enums)):
             bad.append(f"{name}: result {res} for C '{cres}'")
         for i, (a, c) in enumerate(zip(args, cparams)):
-            if _ctype_kind(a) != _kind(c, enums, fnptrs):
+            if _ctype_kind(a) != _kind(c, enums, fnptrs) or not _pointee_ok(a, c, enums):
                 bad.append(f"{name}: argument {i + 1} {a} for C '{c}'")
     assert not bad, "\n".join(bad)
+
+
+def test_table_api_is_mirrored():
+    """Every function of include/patina/table.h, and the capability queries,
+    has its prototype in the binding's mirror (test_prototypes checks it)."""
+    with open(os.path.join(REPO, "include", "patina", "table.h")) as f:
+        declared = set(re.findall(r"PATINA_API\s+[^;(]*?\b(patina_\w+)\s*\(", re.sub(r"/\*.*?\*/", " ", f.read(),
+                                                                                   flags=re.S)))
+    assert len(declared) > 20, declared
+    missing = sorted((declared | {"patina_family_caps", "patina_extractor_caps"}) - set(_lib._PROTOS))
+    assert not missing, missing
+
+
+def test_prototype_check_catches_a_wrong_pointee():
+    """The check above is not vacuous: a query pointer where C takes the
+    results, or a 32-bit count array where C has size_t, are caught."""
+    decls, enums, _ = _headers()
+    _, params = decls["patina_table_search"]
+    assert _pointee_ok(ctypes.POINTER(_lib.TableResults), params[4], enums)
+    assert not _pointee_ok(ctypes.POINTER(_lib.TableQuery), params[4], enums)
+    _, params = decls["patina_tables_remove"]
+    assert _pointee_ok(ctypes.POINTER(ctypes.c_size_t), params[4], enums)
+    assert not _pointee_ok(ctypes.POINTER(ctypes.c_uint32), params[4], enums)
+    assert _pointee_ok(ctypes.POINTER(ctypes.c_void_p), decls["patina_tables_put"][1][0], enums)

@@ -3,6 +3,7 @@
 binding's own add / remove / update round trips."""
 
 import csv
+import ctypes
 import io
 import json
 import os
@@ -220,8 +221,8 @@ def test_descriptors_in_and_second_family(samples, tmp_path):
         assert c["img"] == rec                       # the record stays
         np.testing.assert_array_equal(c.descriptor("img", "cedd"), patina.extract(samples[0], "cedd"))
         np.testing.assert_array_equal(c.descriptor("img", "lbp"), lbp)
-        # two tables: calls must say which
-        with pytest.raises(patina.InvalidError, match="several tables"):
+        # two tables: calls must say which (the library's rule; its message lists them)
+        with pytest.raises(patina.InvalidError, match="2 tables for search"):
             c.search(d)
         with pytest.raises(patina.NotFoundError):
             c.descriptor("vec", "lbp")
@@ -252,6 +253,51 @@ def test_search_sees_other_handles_writes(samples, tmp_path):
         assert sorted(h.key for h in r.search(samples[0])) == ["one", "two"]
         w.remove("one")
         assert [h.key for h in r.search(samples[0])] == ["two"]
+
+
+def reloads(c, t):
+    """Whether table t of handle c had to reload to be current (patina_table_refresh)."""
+    r = ctypes.c_int(-1)
+    c._lib.check(c._lib.table_refresh(t.h, ctypes.byref(r)))
+    return r.value
+
+
+def collection_version(c):
+    v = ctypes.c_uint64()
+    c._lib.check(c._lib.collection_version(c._handle(), ctypes.byref(v)))
+    return v.value
+
+
+def test_tables_stay_open(samples, tmp_path):
+    """A handle keeps the tables it searches open, loaded once: searches
+    reuse them, a write through the handle updates them in place (no
+    reload), and a write by another handle is seen by the next search (the
+    collection's version)."""
+    path = str(tmp_path / "open.patina")
+    with patina.Collection(path, create=True) as c:
+        c.add_batch([("a", samples[0]), ("b", samples[1])])
+        assert [h.key for h in c.search(samples[0], k=1)] == ["a"]
+        (spec, t), = c._tables.items()
+        assert reloads(c, t) == 0                      # the search loaded it
+        assert c.search(samples[1], k=1)[0].key == "b"
+        assert c._tables == {spec: t} and reloads(c, t) == 0
+        v = c._lib.table_version(t.h)
+        c.add("c", samples[2])
+        assert reloads(c, t) == 0                      # followed the write in place
+        assert c._lib.table_version(t.h) == collection_version(c) > v
+        assert c.search(samples[2], k=1)[0] == patina.Hit("c", 0.0, 3)
+        c.update("c", samples[3])
+        c.remove("a")
+        assert reloads(c, t) == 0
+        hits = c.search(samples[3], k=5)
+        assert hits[0] == patina.Hit("c", 0.0, 3) and sorted(h.key for h in hits) == ["b", "c"]
+        # another handle's write: the next search reloads, the table object stays
+        with patina.Collection(path) as w:
+            w.add("d", samples[4])
+        assert c.search(samples[4], k=1)[0] == patina.Hit("d", 0.0, 4)
+        assert c._tables == {spec: t} and reloads(c, t) == 0
+        assert sorted(h.key for h in c.search(samples[0], k=10)) == ["b", "c", "d"]
+    assert c._tables == {}                             # close() freed them
 
 
 def test_threads_share_a_collection(indexed, samples):
@@ -335,3 +381,9 @@ def test_identify_matches_cli(cli, rootsift_coll, samples, variant, tmp_path):
         # an array query is the same as its file
         arr = c.identify(patina.decode(variant))
         assert arr == got[0]
+        # the reference set stays loaded between calls
+        (t,) = [t for t in c._tables.values() if t.caps & patina.CAP_IDENTIFY]
+        assert reloads(c, t) == 0 and c.identify(variant) == got[0] and reloads(c, t) == 0
+        # devices are the library's: hybrid is not one for identification
+        with pytest.raises(patina.InvalidError, match="not an identification device"):
+            c.identify(variant, device="hybrid")

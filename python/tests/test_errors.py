@@ -162,11 +162,13 @@ def test_collections(tmp_path):
     expect(patina.InvalidError, errors.E_INVALID, c.search, img, k=0)
     expect(patina.InvalidError, errors.E_INVALID, c.search, img, k=-3)
     expect(patina.InvalidError, errors.E_INVALID, c.search, img, k=2.5)
-    expect(patina.LimitError, errors.E_LIMIT, c.search, img, k=10 ** 12)
+    expect(patina.LimitError, errors.E_LIMIT, c.search, img, k=2 ** 64)   # not a size_t
     expect(patina.LimitError, errors.E_LIMIT, c.identify, img, k=10 ** 12)
     expect(patina.InvalidError, errors.E_INVALID, c.search, img, range=-1.0)
     expect(patina.InvalidError, errors.E_INVALID, c.search, img, range=float("nan"))
     expect(patina.InvalidError, errors.E_INVALID, c.search, img, device="hybridish")
+    expect(patina.InvalidError, errors.E_INVALID, c.search, np.zeros(144, np.uint8), device="hybrid",
+           match="not a search device")   # the library's rule (an extraction device only)
     expect(patina.InvalidError, errors.E_INVALID, c.search, img, bound="tight")
     # descriptors of the wrong dtype or length
     expect(patina.InvalidError, errors.E_INVALID, c.add, "d", np.zeros(144, np.float32), match="uint8")
@@ -184,9 +186,9 @@ def test_collections(tmp_path):
         c["absent"]
     # identification needs a rootsift table
     e = expect(patina.NotFoundError, errors.E_NOTFOUND, c.identify, img)
-    assert "rootsift" in e.message
+    assert "for identification" in e.message and "rootsift" in e.message   # the families that have it
     expect(patina.InvalidError, errors.E_INVALID, c.identify, img, scoring="best")
-    expect(patina.InvalidError, errors.E_INVALID, c.identify, img, device="hybrid")
+    expect(patina.InvalidError, errors.E_INVALID, c.identify, img, table="cedd")   # not a local-feature table
     # a read-only handle refuses writes
     c.close()
     r = patina.Collection(str(tmp_path / "c"), readonly=True)
