@@ -311,7 +311,7 @@ _PROTOS = {
     "patina_table_caps": (ctypes.c_uint, [c_void_p]),
     "patina_table_size": (c_size_t, [c_void_p]),
     "patina_table_version": (c_uint64, [c_void_p]),
-    "patina_table_has_pivots": (c_int, [c_void_p]),  # 0/1
+    "patina_table_pivots": (c_size_t, [c_void_p]),
     "patina_table_refresh": (c_int, [c_void_p, P(c_int)]),
     "patina_table_query_init": (None, [P(TableQuery)]),
     "patina_table_results_release": (None, [P(TableResults)]),
@@ -326,7 +326,7 @@ _PROTOS = {
                                             P(c_size_t)]),
     "patina_tables_put": (c_int, [P(c_void_p), c_size_t, P(Insert), c_size_t, P(c_void_p), P(c_uint64)]),
     "patina_tables_remove": (c_int, [P(c_void_p), c_size_t, P(c_uint64), c_size_t, P(c_size_t)]),
-    "patina_table_save": (c_int, [c_void_p]),
+    "patina_table_save": (c_int, [c_void_p, P(c_size_t)]),
     "patina_pivot_opts_init": (None, [P(PivotOpts)]),
     "patina_table_build_pivots": (c_int, [c_void_p, P(PivotOpts)]),
     "patina_table_apply": (c_int, [c_void_p, P(Change), c_size_t, c_uint64, P(c_size_t)]),

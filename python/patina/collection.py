@@ -438,7 +438,7 @@ class Collection(_Closing):
         """Stored pivot tables brought up to date with the writes (patina_table_save)."""
         for t in tables:
             if t.caps & _lib.CAP_PIVOTS:
-                self._lib.check(self._lib.table_save(t.h), "pivots")
+                self._lib.check(self._lib.table_save(t.h, None), "pivots")
 
     def _put(self, t, keys, descs, meta):
         """patina_tables_put of n images into t, through every table this handle keeps."""
