@@ -95,24 +95,20 @@ patina_status colls_table(scoll_t *sc, const char *spec, unsigned need, int crea
     return PATINA_OK;
 }
 
-/* The open tables of sc, for a write (malloc'd; NULL with *n 0 when none). */
-static patina_table_t **open_tables(scoll_t *sc, stable_t ***sts, size_t *n)
+/* The open tables of sc as they are now, for a write: *n of them (malloc'd;
+ * NULL when none, or out of memory: a write made without them is seen by
+ * their next call all the same, by the collection's version). */
+static patina_table_t **open_tables(scoll_t *sc, size_t *n)
 {
     patina_table_t **t = NULL;
     stable_t *st;
     size_t i = 0;
     pthread_mutex_lock(&sc->mu);
-    for (st = sc->tables, *n = 0; st; st = st->next) (*n)++;
-    if (*n && (t = malloc(*n * sizeof *t)) && (*sts = malloc(*n * sizeof **sts)))
-        for (st = sc->tables; st; st = st->next, i++) {
-            t[i] = atomic_load(&st->t);
-            (*sts)[i] = st;
-        }
+    for (st = sc->tables; st; st = st->next) i++;
+    if (i && (t = malloc(i * sizeof *t)))
+        for (st = sc->tables, i = 0; st; st = st->next) t[i++] = atomic_load(&st->t);
+    *n = t ? i : 0;
     pthread_mutex_unlock(&sc->mu);
-    if (*n && !i) {
-        free(t);
-        t = NULL;
-    }
     return t;
 }
 
@@ -472,7 +468,7 @@ patina_status colls_add(scoll_t *sc, const char *key, const void *data, size_t s
 {
     server_t *srv = sc->srv;
     patina_image_t img;
-    stable_t **wst = NULL, **sts = NULL;
+    stable_t **wst = NULL;
     patina_table_t **all = NULL;
     const void **descs = NULL;
     uint8_t **mine = NULL;
@@ -520,14 +516,14 @@ patina_status colls_add(scoll_t *sc, const char *key, const void *data, size_t s
     /* the server's writes one at a time: the key's existence holds until the commit */
     pthread_mutex_lock(&sc->write_mu);
     /* every open table takes part: those not written drop the row when its content changed */
-    all = open_tables(sc, &sts, &nall);
+    all = open_tables(sc, &nall);
     if (!all || !(descs = calloc(nall, sizeof *descs))) {
         s = serve_fail(PATINA_E_NOMEM, "out of memory");
         goto unlock;
     }
     for (i = 0; i < nall; i++)
         for (j = 0; j < nw; j++)
-            if (sts[i] == wst[j]) descs[i] = mine[j];
+            if (!strcmp(patina_table_spec(all[i]), patina_table_spec(atomic_load(&wst[j]->t)))) descs[i] = mine[j];
     memset(&old, 0, sizeof old);
     s = patina_collection_get_by_key(sc->c, key, &old);
     if (s == PATINA_OK) {
@@ -557,7 +553,6 @@ out:
     free(mine);
     free(wst);
     free(all);
-    free(sts);
     free(descs);
     return s;
 }
@@ -566,23 +561,17 @@ patina_status colls_remove(scoll_t *sc, const char *key, uint64_t *idp)
 {
     patina_record_t rec;
     patina_table_t **all;
-    stable_t **sts = NULL;
-    size_t nall = 0;
+    size_t nall;
     patina_status s;
     pthread_mutex_lock(&sc->write_mu);
     s = patina_collection_get_by_key(sc->c, key, &rec);
     if (s == PATINA_OK) {
         *idp = rec.id;
         patina_record_release(&rec);
-        all = open_tables(sc, &sts, &nall);
-        if (nall && !all) {
-            s = serve_fail(PATINA_E_NOMEM, "out of memory");
-        } else {
-            s = nall ? patina_tables_remove(all, nall, idp, 1, NULL) : patina_collection_remove(sc->c, *idp);
-            if (s != PATINA_OK) serve_lib(s, "remove");
-        }
+        all = open_tables(sc, &nall);
+        s = all ? patina_tables_remove(all, nall, idp, 1, NULL) : patina_collection_remove(sc->c, *idp);
+        if (s != PATINA_OK) serve_lib(s, "remove");
         free(all);
-        free(sts);
     } else if (s == PATINA_E_NOTFOUND) {
         serve_fail(s, "collection '%s' has no image '%s'", sc->name, key);
     } else {
