@@ -444,7 +444,9 @@ static json_t *tables_json(scoll_t *sc)
         if (patina_extractor_new(&ex, specs[i]) == PATINA_OK) {
             json_object_set_new(t, "family", json_string(patina_extractor_family(ex)));
             json_object_set_new(t, "distance", json_string(patina_extractor_distance_name(ex)));
-            json_object_set_new(t, "use", json_string(strcmp(patina_extractor_family(ex), "rootsift") ? "search" : "identify"));
+            unsigned caps = patina_extractor_caps(ex);
+            if (caps & (PATINA_CAP_SEARCH | PATINA_CAP_IDENTIFY))
+                json_object_set_new(t, "use", json_string(caps & PATINA_CAP_SEARCH ? "search" : "identify"));
         }
         patina_extractor_free(ex);
         json_array_append_new(a, t);
@@ -698,7 +700,8 @@ static int h_search(req_t *r, scoll_t *sc)
     double radius = 0;
     int kgiven = 0, rgiven = 0, idgiven = 0, sources;
     json_t *desc_json = NULL, *o, *hits;
-    sindex_t *si;
+    stable_t *st;
+    const patina_extractor_t *ex;
     uint8_t *desc = NULL;
     squery_t q;
     patina_status s;
@@ -734,11 +737,12 @@ static int h_search(req_t *r, scoll_t *sc)
         reply_problem(r, 400, "'range' must be a finite number >= 0");
         goto done;
     }
-    if ((s = colls_table(sc, family, &si)) != PATINA_OK) {
+    if ((s = colls_table(sc, family, PATINA_CAP_SEARCH, 0, &st)) != PATINA_OK) {
         reply_problem(r, s == PATINA_E_NOTFOUND ? 422 : status_http(s), "%s", serve_msg);
         goto done;
     }
-    desc = malloc(patina_extractor_bytes(si->ex));
+    ex = patina_table_extractor(atomic_load(&st->t));
+    desc = malloc(patina_extractor_bytes(ex));
     if (!desc) {
         reply_problem(r, 503, "out of memory");
         goto done;
@@ -758,15 +762,15 @@ static int h_search(req_t *r, scoll_t *sc)
         }
         id = rec.id;
         patina_record_release(&rec);
-        s = patina_collection_get_descriptor(sc->c, si->spec, id, desc, patina_extractor_bytes(si->ex));
+        s = patina_collection_get_descriptor(sc->c, patina_extractor_spec(ex), id, desc, patina_extractor_bytes(ex));
         if (s != PATINA_OK) {
             reply_problem(r, s == PATINA_E_NOTFOUND ? 422 : 500, "image %llu has no descriptor in table '%s'",
-                          (unsigned long long)id, si->spec);
+                          (unsigned long long)id, patina_extractor_spec(ex));
             goto done;
         }
     } else if (desc_json) {
         source = "descriptor";
-        if (read_descriptor(r, si->ex, desc_json, desc) != 0) goto done;
+        if (read_descriptor(r, ex, desc_json, desc) != 0) goto done;
     } else {
         patina_image_t img;
         patina_decode_opts_t dopts;
@@ -784,11 +788,11 @@ static int h_search(req_t *r, scoll_t *sc)
             goto done;
         }
         ctx = server_ctx_take(r->srv);
-        s = patina_extract_batch(ctx, si->ex, PATINA_DEVICE_CPU, desc, &img, 1, &one);
+        s = patina_extract_batch(ctx, ex, PATINA_DEVICE_CPU, desc, &img, 1, &one);
         server_ctx_give(r->srv, ctx);
         patina_image_release(&img);
         if (s != PATINA_OK || one != PATINA_OK) {
-            reply_problem(r, 422, "%s could not describe the query image (%s)", si->spec,
+            reply_problem(r, 422, "%s could not describe the query image (%s)", patina_extractor_spec(ex),
                           patina_status_str(s != PATINA_OK ? s : one));
             goto done;
         }
@@ -797,14 +801,14 @@ static int h_search(req_t *r, scoll_t *sc)
     q.k = rgiven ? 0 : (size_t)k;
     q.range = rgiven;
     q.radius = radius;
-    if ((s = colls_search(sc, si, &q)) != PATINA_OK) {
+    if ((s = colls_search(sc, st, &q)) != PATINA_OK) {
         reply_problem(r, s == PATINA_E_BUSY ? 429 : status_http(s), "%s", serve_msg);
         goto done;
     }
     o = json_object();
     hits = json_array();
     json_object_set_new(o, "collection", json_string(sc->name));
-    json_object_set_new(o, "family", json_string(si->spec));
+    json_object_set_new(o, "family", json_string(patina_extractor_spec(ex)));
     json_object_set_new(o, "query", json_string(source));
     if (rgiven) {
         json_object_set_new(o, "range", json_real(radius));

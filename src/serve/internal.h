@@ -3,8 +3,8 @@
  *   server.c    serve_run: settings, the listening socket, libmicrohttpd, the
  *               request life cycle (limits, auth, draining), routing, static files
  *   handlers.c  the endpoints: JSON in, JSON out, errors as problem documents
- *   colls.c     the served collections: search indexes and reference sets kept
- *               in step with writes, the search batcher
+ *   colls.c     the served collections: their live tables (opened on first use),
+ *               the search batcher, the server's writes
  *   jobs.c      bulk index jobs (a server-side folder or a tar upload), one at a time
  *   wire.c      pure parsers and writers: multipart bodies, tar archives, keys as
  *               JSON strings, problem documents (no I/O: unit-testable, fuzzable)
@@ -12,9 +12,10 @@
  *
  * Threads. libmicrohttpd's pool runs the handlers; a handler blocks while its
  * search waits in a batch. One batcher thread per searched table; one job
- * thread. A collection's rwlock orders its writes (write lock: commit, then the
- * in-memory indexes) against its searches (read lock: search, then the keys of
- * the hits), so a search sees every write wholly or not at all. */
+ * thread. The live tables order writes against searches (a search sees every
+ * write wholly or not at all, its hits' keys included); the server's own
+ * writes also take turns on the collection's write_mu, so that "the key
+ * exists" holds until the commit. */
 #ifndef PATINA_SERVE_INTERNAL_H
 #define PATINA_SERVE_INTERNAL_H
 
@@ -94,27 +95,23 @@ typedef struct metric_route {
 typedef struct server server_t;
 typedef struct batcher batcher_t;
 
-/* One descriptor table of a served collection, loaded for searching. */
-typedef struct sindex {
-    char *spec;                 /* canonical spec, the table's name */
-    patina_extractor_t *ex;
-    patina_index_t *idx;        /* NULL until first searched, or after a job wrote (stale) */
-    patina_pivot_index_t *pidx; /* a signature table's stored pivot table, loaded with idx
-                                 * (NULL: none stored, or not a signature table) */
-    batcher_t *batcher;
-    struct sindex *next;
-} sindex_t;
+/* One table of a served collection: its live table and its search batcher. */
+typedef struct stable {
+    _Atomic(patina_table_t *) t; /* replaced (once) by one without pivots when its stored pivot
+                                  * table turns out damaged; the old one is kept in retired */
+    patina_table_t *retired;
+    int pivots;                  /* t filters through the stored pivot table (under scoll.mu) */
+    batcher_t *batcher;          /* started at the first search */
+    struct stable *next;
+} stable_t;
 
 typedef struct scoll {
     char *name;                 /* the URL name: the directory's last component */
     char *path;
     patina_collection_t *c;
-    pthread_rwlock_t lock;      /* searches read; writes and (re)loads write */
-    sindex_t *indexes;          /* under lock */
-    patina_refset_t *refset;    /* identification; NULL until loaded */
-    atomic_int stale;           /* the indexes are out of date (a bulk job, another process's write):
-                                 * reload them before searching */
-    _Atomic uint64_t seen;      /* the collection's version the loaded indexes reflect */
+    pthread_mutex_t mu;         /* the list of tables */
+    stable_t *tables;           /* the tables requests have used, each once; never shrinks */
+    pthread_mutex_t write_mu;   /* the server's writes, one at a time (a key's existence, then the commit) */
     server_t *srv;
 } scoll_t;
 
@@ -143,29 +140,31 @@ int colls_open(server_t *srv);
 void colls_close(server_t *srv);
 scoll_t *colls_find(server_t *srv, const char *name);
 
-/* The table `spec` (any spelling; canonicalised) of sc, loading its index:
- * PATINA_E_NOTFOUND (message lists the tables) when the collection has no
- * such table. spec NULL: the collection's first table that is not rootsift. */
-patina_status colls_table(scoll_t *sc, const char *spec, sindex_t **si);
+/* The table `spec` of sc (any spelling, or a bare family name; NULL: the
+ * collection's only table with the capabilities `need`, PATINA_CAP_*), opened
+ * on first use (create: a table the collection lacks opens empty, for a
+ * write) with its batcher when need has PATINA_CAP_SEARCH. The library's
+ * status and message when there is no such table (NOTFOUND), several
+ * (INVALID), or it is not for that use (INVALID). */
+patina_status colls_table(scoll_t *sc, const char *spec, unsigned need, int create, stable_t **st);
 /* Runs one search through the table's batcher (k-NN) or directly (range);
  * q's results are filled. 429-worthy: PATINA_E_BUSY when the queue is full. */
-patina_status colls_search(scoll_t *sc, sindex_t *si, squery_t *q);
+patina_status colls_search(scoll_t *sc, stable_t *st, squery_t *q);
 void squery_release(squery_t *q);
 
 /* Adds (or replaces) one image under key: decodes `data` with the server's
  * limits, describes it for every table named (specs, n; none: the
- * collection's tables, or "cedd" when it has none), commits, updates the
- * loaded indexes and reference set. *created says whether the key is new;
- * if_absent: fail with PATINA_E_BUSY when the key exists. *id receives the
- * id. The message says what failed (decoding names the key). */
+ * collection's tables, or "cedd" when it has none) and commits through
+ * every open table of sc (patina_tables_put). *created says whether the key
+ * is new; if_absent: fail with PATINA_E_BUSY when the key exists. *id
+ * receives the id. The message says what failed (decoding names the key). */
 patina_status colls_add(scoll_t *sc, const char *key, const void *data, size_t size, const char *const *specs,
                         size_t nspecs, int if_absent, int *created, uint64_t *id);
 /* Removes key's record; PATINA_E_NOTFOUND when absent. */
 patina_status colls_remove(scoll_t *sc, const char *key, uint64_t *id);
-/* Marks the indexes of sc stale (a bulk job committed rows). */
-void colls_mark_stale(scoll_t *sc);
-/* Identifies one uploaded photograph; res/hits sized by opts->k; keys
- * (nhits, malloc'd strings) looked up under the lock; pairs[i] (malloc'd,
+/* Identifies one uploaded photograph against the collection's identification
+ * table; res/hits sized by opts->k; keys (nhits, malloc'd strings; NULL for
+ * a reference removed meanwhile); pairs[i] (malloc'd,
  * (npairs[i], 4) floats: query x, y, reference x, y) the verified inlier
  * pairs of hit i (NULL and 0 when it was not verified). The caller frees
  * keys[i] and pairs[i]. */
@@ -210,7 +209,7 @@ struct server {
     scoll_t *colls;
     size_t ncolls;
     patina_context_t *ctx;      /* searches and identification (its workers, its GPU) */
-    patina_device device;       /* of searches and identification */
+    patina_device device;       /* the tables' device policy: AUTO with a usable GPU, else CPU */
     long window_us;             /* the batching window */
     int http_threads;            /* the connection threads (resolved from --http-threads) */
     patina_limits_t limits;     /* of uploaded images */

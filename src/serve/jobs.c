@@ -5,8 +5,8 @@
  * A folder job walks the folder (patina_expand_paths) and indexes it in
  * chunks of JOB_CHUNK files per table (patina_index_files, one transaction
  * per batch, files already stored with the same content skipped), checking
- * for cancellation between chunks; after each chunk the collection's search
- * indexes are marked stale (reloaded by the next search). A tar job adds its
+ * for cancellation between chunks; the served tables see the rows at their
+ * next call (the collection's version moved). A tar job adds its
  * regular files one by one through the same path as an upload (colls_add),
  * keyed by their names in the archive.
  *
@@ -432,7 +432,6 @@ static void run_folder(struct jobs *js, job_t *j)
             io.user = &fc;
             s = patina_index_files(ctx, j->sc->c, ex, (const char *const *)files + off, n, &io, &st);
             patina_extractor_free(ex);
-            colls_mark_stale(j->sc);
             pthread_mutex_lock(&js->mu);
             j->indexed += st.indexed;
             j->skipped += st.skipped;

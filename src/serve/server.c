@@ -531,7 +531,6 @@ int serve_run(const serve_config_t *cfg)
 {
     server_t srv;
     patina_context_opts_t copts;
-    patina_extractor_t *probe = NULL;
     patina_device got = PATINA_DEVICE_CPU;
     struct MHD_Daemon *d = NULL;
     sigset_t set;
@@ -610,14 +609,20 @@ int serve_run(const serve_config_t *cfg)
         close(fd);
         return 3;
     }
-    if (patina_extractor_new(&probe, "cedd") == PATINA_OK &&
-        patina_context_resolve(srv.ctx, probe, srv.device, &got) != PATINA_OK) {
-        fprintf(stderr, "patina serve: --device %s: %s\n", cfg->device, patina_last_error());
-        patina_extractor_free(probe);
-        rc = 3;
-        goto out;
+    if (srv.device != PATINA_DEVICE_CPU) { /* a usable GPU: the context opens it */
+        char plan[512];
+        if (patina_context_gpu_memory(srv.ctx, plan, sizeof plan) == PATINA_OK) {
+            got = PATINA_DEVICE_GPU;
+        } else if (srv.device == PATINA_DEVICE_GPU) {
+            fprintf(stderr, "patina serve: --device %s: %s\n", cfg->device, patina_last_error());
+            rc = 3;
+            goto out;
+        } else {
+            patina_clear_error();
+        }
     }
-    patina_extractor_free(probe);
+    /* the tables' device policy: AUTO (each call where the library finds it worth it) with a GPU */
+    srv.device = got == PATINA_DEVICE_GPU ? PATINA_DEVICE_AUTO : PATINA_DEVICE_CPU;
     srv.window_us = cfg->batch_window_us >= 0 ? cfg->batch_window_us : got == PATINA_DEVICE_GPU ? 1000 : 0;
     /* auto: on the GPU enough connection threads to fill batches (each waits for its batch), on
      * the CPU one per CPU (at least 8) */

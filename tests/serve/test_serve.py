@@ -500,6 +500,76 @@ def test_signature_pivots():
         expect(srv.stop() == 0, "exit status")
 
 
+def test_damaged_pivots():
+    """A stored pivot table that cannot be read (its header zeroed in the
+    collection's file) is logged and the table is searched without it: the
+    scan's hits."""
+    spec = "signature:k=16,samples=500"
+    coll, scan = os.path.join(TMP, "sigdamaged"), os.path.join(TMP, "sigdamscan")
+    subprocess.run([PATINA, "index", coll, *IMG[:8], "-f", spec, "--pivots", "2", "-q"], check=True)
+    subprocess.run([PATINA, "index", scan, *IMG[:8], "-f", spec, "-q"], check=True)
+    data = os.path.join(coll, "data.mdb")
+    with open(data, "r+b") as f:
+        b = f.read()
+        at = b.find(b"PTNAPIV1")
+        expect(at >= 0 and b.find(b"PTNAPIV1", at + 1) < 0, "one pivot table header in %s" % data)
+        f.seek(at)
+        f.write(b"\0" * 8)
+    srv = Server([coll, scan], "-q")
+    try:
+        for key in IMG[:3]:
+            a = srv.json("POST", "/v1/collections/sigdamaged/search", {"key": key, "k": 4})
+            b = srv.json("POST", "/v1/collections/sigdamscan/search", {"key": key, "k": 4})
+            expect(a["hits"][0]["key"] == key and a["rows"] == 8, a)
+            expect([(h["key"], h["distance"]) for h in a["hits"]] == [(h["key"], h["distance"]) for h in b["hits"]],
+                   (a, b))
+        time.sleep(0.2)
+        expect(sum("its pivot table is not used" in line for line in srv.log) == 1, srv.log[-5:])
+    finally:
+        expect(srv.stop() == 0, "exit status")
+
+
+def test_tables_follow_writes():
+    """A collection with two searchable tables: a search must name one (the
+    detail lists both); a PUT that replaces an image's content for one table
+    drops the image from the other table's answers at once (its old
+    descriptor describes content that is gone), and a write to the
+    identification table is identified at once."""
+    coll = os.path.join(TMP, "twofam")
+    index(coll, IMG[:10])
+    index(coll, IMG[:10], "lbp")
+    refs = os.path.join(TMP, "refs2")
+    index(refs, REF[:3], "rootsift")
+    srv = Server([coll, refs], "-q")
+    hdr = {"Content-Type": "image/x-portable-pixmap"}
+    try:
+        p = srv.json("POST", "/v1/collections/twofam/search", {"key": IMG[0], "k": 3}, status=422)
+        expect("cedd" in p["detail"] and "lbp" in p["detail"], p)
+        lbp = srv.json("POST", "/v1/collections/twofam/search", {"key": IMG[4], "k": 20, "family": "lbp"})
+        expect(lbp["hits"][0]["key"] == IMG[4] and lbp["rows"] == 10, lbp)  # the lbp table is loaded now
+        new = ppm(64, 48, 4242)
+        r = srv.request("PUT", "/v1/collections/twofam/images/" + IMG[4] + "?family=cedd", new, headers=hdr, token=True)
+        expect(r.status == 200, r.data)
+        rec = srv.json("GET", "/v1/collections/twofam/images/" + IMG[4])
+        expect([t.split(":")[0] for t in rec["tables"]] == ["cedd"], rec)
+        lbp = srv.json("POST", "/v1/collections/twofam/search", {"key": IMG[5], "k": 20, "family": "lbp"})
+        expect(IMG[4] not in [h["key"] for h in lbp["hits"]] and lbp["rows"] == 9, lbp)
+        cedd = srv.json("POST", "/v1/collections/twofam/search", {"key": IMG[4], "k": 20, "family": "cedd"})
+        expect(cedd["hits"][0]["key"] == IMG[4] and cedd["hits"][0]["distance"] == 0 and cedd["rows"] == 10, cedd)
+        # identification: a new reference is found at once, and gone at once after DELETE
+        q = ppm(160, 120, 5999)
+        srv.json("POST", "/v1/collections/refs2/identify?k=1&verify=0", q, headers=hdr)  # loaded
+        r = srv.request("PUT", "/v1/collections/refs2/images/newref", q, headers=hdr, token=True)
+        expect(r.status == 201, r.data)
+        got = srv.json("POST", "/v1/collections/refs2/identify?k=1", q, headers=hdr)
+        expect(got["hits"][0]["key"] == "newref" and got["decision"] == "match", got)
+        srv.json("DELETE", "/v1/collections/refs2/images/newref", token=True)
+        got = srv.json("POST", "/v1/collections/refs2/identify?k=3", q, headers=hdr)
+        expect("newref" not in [h["key"] for h in got["hits"]], got)
+    finally:
+        expect(srv.stop() == 0, "exit status")
+
+
 def test_search_queue_full():
     """--max-queue 1 and a 300 ms batching window: a second search while
     the first waits in the batch gets 429."""
@@ -1196,7 +1266,8 @@ def test_coverage():
     expect(not missing, "documented but never exercised: %s" % missing)
 
 
-TESTS = [test_basics, test_images, test_search, test_signature_pivots, test_search_queue_full, test_identify, test_jobs,
+TESTS = [test_basics, test_images, test_search, test_signature_pivots, test_damaged_pivots, test_tables_follow_writes,
+         test_search_queue_full, test_identify, test_jobs,
          test_jobs_cancel_and_queue, test_jobs_file, test_malformed, test_image_content, test_connection_limits, test_concurrent,
          test_kill9_durability, test_external_writes, test_sigterm, test_tls, test_security, test_coverage]
 
