@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -537,6 +539,64 @@ static void test_readers_during_writes(void **state)
     patina_context_free(ctx);
 }
 
+/* Two processes write to one collection through tables of their own at
+ * once (LMDB serialises the commits); afterwards each process's table, the
+ * reader's included, holds exactly the collection's rows: a table that saw
+ * a commit of the other process between its own reloads instead of
+ * guessing. */
+static void test_two_processes(void **state)
+{
+    patina_context_t *ctx = ctx_new();
+    uint8_t *cedd, *lbp, *nc;
+    size_t cb, lb;
+    char *dir = make_collection(ctx, 4, &cedd, &lbp, &cb, &lb);
+    patina_collection_t *c = NULL;
+    patina_table_t *t = NULL;
+    pid_t pid;
+    int st = 0, w;
+    uint64_t n = 0;
+    (void)state;
+    nc = describe(ctx, "cedd", 1, 23, &cb);
+    pid = fork();
+    assert_true(pid >= 0);
+    for (w = 0; w < 2; w++) {
+        if ((w == 0) != (pid == 0)) continue; /* w 0: the child, w 1: the parent */
+        /* the child opens its own context and handles: nothing opened before fork() is used in it */
+        patina_context_t *wctx = pid == 0 ? ctx_new() : ctx;
+        TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_WRITE, 0));
+        TU_OK(patina_table_open(&t, wctx, c, "cedd", NULL));
+        {
+            size_t round;
+            for (round = 0; round < 30; round++) {
+                patina_insert_t item;
+                char key[32];
+                const void *descs[1] = {nc};
+                fill_items(&item, (char(*)[32])key, 1, 1000 * (size_t)(w + 1) + round, 0);
+                if (patina_tables_put(&t, 1, &item, 1, descs, NULL) != PATINA_OK) _exit(3);
+                if (round % 3 == 0 && patina_table_size(t) < 4 + round) _exit(4);
+            }
+        }
+        if (pid == 0) {
+            patina_table_free(t);
+            patina_collection_close(c);
+            patina_context_free(wctx);
+            _exit(0);
+        }
+    }
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    TU_OK(patina_collection_count(c, &n));
+    assert_int_equal(n, 4 + 60);
+    assert_int_equal(patina_table_size(t), 4 + 60);
+    patina_table_free(t);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(cedd);
+    free(lbp);
+    free(nc);
+    patina_context_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -545,6 +605,7 @@ int main(void)
         cmocka_unit_test(test_writes_reach_every_table),
         cmocka_unit_test(test_partitions_and_streams),
         cmocka_unit_test(test_readers_during_writes),
+        cmocka_unit_test(test_two_processes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
