@@ -1,16 +1,17 @@
 /* Live tables (include/patina/table.h): which table a spec opens (the only
  * one, a bare family name, the capabilities asked for, missing and
  * ambiguous names); searches equal the textbook scan (k-NN and range, k past
- * the rows, empty tables, every device the machine has); writes through a
+ * the rows, empty tables, bad requests, GPU without a GPU); writes through a
  * set of tables reach every one (a new row, a replaced row whose content
  * changed drops from the table that got no descriptor, removals); writes of
  * another handle are noticed through the collection's version; partitions
  * cover the rows once and their merged answers are the whole table's; a
  * detached table fed by a change stream answers as the collection's does;
- * identification through a table equals patina_identify on a loaded
- * reference set; pivot tables built, kept current and saved through the
- * table give the scan's hits; searches in threads during writes see each
- * write whole. */
+ * searches in threads during writes see each write whole; two processes
+ * writing through tables of their own end with the collection's rows;
+ * identification through a table equals patina_identify on the loaded
+ * reference set, and follows removals; pivot tables built, kept current and
+ * saved through a table give the scan's hits. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -597,6 +598,196 @@ static void test_two_processes(void **state)
     patina_context_free(ctx);
 }
 
+/* A collection of n images in one table `spec` (descriptors from random
+ * images of kind `kind`, size w x w); *descs (n, *bytes) malloc'd. */
+static char *one_table(patina_context_t *ctx, const char *spec, size_t n, int w, int kind, uint8_t **descs,
+                       size_t *bytes)
+{
+    char *dir = tu_tempdir("table1");
+    patina_collection_t *c = NULL;
+    patina_extractor_t *ex = NULL;
+    patina_image_t *imgs = calloc(n, sizeof *imgs);
+    patina_insert_t *items = calloc(n, sizeof *items);
+    char (*keys)[32] = calloc(n, sizeof *keys);
+    patina_table_descs_t td;
+    tu_rng_t r;
+    size_t i;
+    TU_OK(patina_extractor_new(&ex, spec));
+    *bytes = patina_extractor_bytes(ex);
+    *descs = malloc(n * *bytes);
+    tu_rng_seed(&r, 31);
+    for (i = 0; i < n; i++) tu_random_image(&imgs[i], w, w, kind, &r);
+    TU_OK(patina_extract_batch(ctx, ex, PATINA_DEVICE_CPU, *descs, imgs, n, NULL));
+    fill_items(items, keys, n, 0, 0);
+    td.spec = patina_extractor_spec(ex);
+    td.desc_bytes = *bytes;
+    td.descs = *descs;
+    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_CREATE, 0));
+    TU_OK(patina_collection_put_tables(c, &td, 1, items, n, NULL));
+    patina_collection_close(c);
+    for (i = 0; i < n; i++) patina_image_release(&imgs[i]);
+    free(imgs);
+    free(items);
+    free(keys);
+    patina_extractor_free(ex);
+    return dir;
+}
+
+/* Identification through a table is patina_identify on the collection's
+ * reference set, hit for hit, with the keys; a reference put through the
+ * table is found by the next call, and gone after its removal. */
+static void test_identify_through_table(void **state)
+{
+    enum { N = 6 };
+    patina_context_t *ctx = ctx_new();
+    uint8_t *refs;
+    size_t bytes, qb, i;
+    char *dir = one_table(ctx, "rootsift:m=64,n=128", N, 96, 1, &refs, &bytes);
+    patina_collection_t *c = NULL;
+    patina_table_t *t = NULL;
+    patina_refset_t *rs = NULL;
+    patina_table_opts_t o;
+    patina_identify_opts_t io;
+    patina_identify_hit_t h1[N * 3], h2[N * 3];
+    patina_identify_result_t r1[N], r2[N];
+    char *keys[N * 3];
+    patina_image_t imgs[N];
+    uint8_t *q;
+    tu_rng_t r;
+    (void)state;
+    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_WRITE, 0));
+    patina_table_opts_init(&o);
+    o.need = PATINA_CAP_IDENTIFY;
+    TU_OK(patina_table_open(&t, ctx, c, NULL, &o)); /* the only identification table */
+    assert_true(patina_table_caps(t) & PATINA_CAP_IDENTIFY);
+    assert_int_equal(patina_table_size(t), N);
+    /* the same images as queries, at the query budget */
+    tu_rng_seed(&r, 31);
+    for (i = 0; i < N; i++) tu_random_image(&imgs[i], 96, 96, 1, &r);
+    qb = patina_table_query_bytes(t);
+    q = malloc(N * qb);
+    TU_OK(patina_table_identify_extract(t, NULL, q, imgs, N, NULL));
+    patina_identify_opts_init(&io);
+    io.k = 3;
+    io.device = PATINA_DEVICE_CPU;
+    TU_OK(patina_table_identify(t, q, N, &io, h1, r1, keys));
+    TU_OK(patina_refset_load(&rs, c, NULL));
+    TU_OK(patina_identify(ctx, rs, q, N, &io, h2, r2));
+    for (i = 0; i < N; i++) {
+        size_t j;
+        assert_int_equal(r1[i].nhits, r2[i].nhits);
+        assert_int_equal(r1[i].decision, r2[i].decision);
+        for (j = 0; j < r1[i].nhits; j++) {
+            assert_int_equal(h1[i * 3 + j].id, h2[i * 3 + j].id);
+            assert_true(h1[i * 3 + j].score == h2[i * 3 + j].score);
+            assert_non_null(keys[i * 3 + j]);
+            patina_free(keys[i * 3 + j]);
+        }
+        assert_true(r1[i].nhits >= 1);
+        assert_int_equal(h1[i * 3].id, i + 1); /* each image finds itself first */
+    }
+    /* search is not what this table is for */
+    assert_int_equal(patina_table_search(t, q, 1, NULL, &(patina_table_results_t){0}), PATINA_E_INVALID);
+    /* a reference removed through the table is no candidate any more */
+    {
+        uint64_t gone = 1;
+        TU_OK(patina_tables_remove(&t, 1, &gone, 1, NULL));
+        TU_OK(patina_table_identify(t, q, 1, &io, h1, r1, NULL));
+        for (i = 0; i < r1[0].nhits; i++) assert_int_not_equal(h1[i].id, 1);
+        assert_int_equal(patina_table_size(t), N - 1);
+    }
+    for (i = 0; i < N; i++) patina_image_release(&imgs[i]);
+    patina_refset_free(rs);
+    patina_table_free(t);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(refs);
+    free(q);
+    patina_context_free(ctx);
+}
+
+/* Pivot tables through a table: built and stored; searches through them
+ * equal the scan (a table opened with pivots = 0) bit for bit; rows put
+ * through the table join the pivot table, save stores them, and a table
+ * opened afterwards loads it without recomputing. */
+static void test_pivots_through_table(void **state)
+{
+    enum { N = 40 };
+    patina_context_t *ctx = ctx_new();
+    uint8_t *sig, *extra = NULL;
+    size_t bytes, changed = 0, i;
+    char *dir = one_table(ctx, "signature:k=8", N, 48, 1, &sig, &bytes);
+    patina_collection_t *c = NULL;
+    patina_table_t *t = NULL, *scan = NULL, *again = NULL;
+    patina_table_opts_t o;
+    patina_pivot_opts_t po;
+    patina_table_query_t qo;
+    patina_table_results_t a, b;
+    (void)state;
+    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_WRITE, 0));
+    TU_OK(patina_table_open(&t, ctx, c, "signature", NULL));
+    patina_table_opts_init(&o);
+    o.pivots = 0;
+    TU_OK(patina_table_open(&scan, ctx, c, "signature", &o));
+    assert_int_equal(patina_table_pivots(t), 0);
+    patina_pivot_opts_init(&po);
+    po.pivots = 4;
+    TU_OK(patina_table_build_pivots(t, &po));
+    assert_int_equal(patina_table_pivots(t), 4);
+    assert_int_equal(patina_table_pivots(scan), 0);
+    patina_table_query_init(&qo);
+    qo.k = 7;
+    qo.device = PATINA_DEVICE_CPU;
+    for (i = 0; i < 2; i++) {
+        size_t j;
+        patina_search_stats_t st;
+        qo.stats = &st;
+        TU_OK(patina_table_search(t, sig, 5, &qo, &a));
+        assert_true(st.pivot_dists > 0);
+        qo.stats = NULL;
+        TU_OK(patina_table_search(scan, sig, 5, &qo, &b));
+        assert_int_equal(a.offsets[5], b.offsets[5]);
+        for (j = 0; j < a.offsets[5]; j++) {
+            assert_int_equal(a.hits[j].id, b.hits[j].id);
+            assert_true(a.hits[j].distance == b.hits[j].distance);
+        }
+        patina_table_results_release(&a);
+        patina_table_results_release(&b);
+        if (i == 0) { /* three rows through both tables at once; the pivot table gets them */
+            patina_table_t *both[2] = {t, scan};
+            patina_insert_t items[3];
+            char keys[3][32];
+            const void *descs[2];
+            size_t eb;
+            extra = describe(ctx, "signature:k=8", 3, 77, &eb);
+            descs[0] = descs[1] = extra;
+            fill_items(items, keys, 3, 200, 0);
+            /* the same table twice is refused: two handles of one spec */
+            assert_int_equal(patina_tables_put(both, 2, items, 3, descs, NULL), PATINA_E_INVALID);
+            TU_OK(patina_tables_put(&t, 1, items, 3, descs, NULL));
+            assert_int_equal(patina_table_size(t), N + 3);
+            assert_int_equal(patina_table_size(scan), N + 3); /* noticed through the version */
+        }
+    }
+    TU_OK(patina_table_save(t, &changed));
+    assert_int_equal(changed, 3);
+    TU_OK(patina_table_save(t, &changed));
+    assert_int_equal(changed, 0);
+    TU_OK(patina_table_open(&again, ctx, c, "signature", NULL));
+    assert_int_equal(patina_table_pivots(again), 4);
+    TU_OK(patina_table_save(again, &changed));
+    assert_int_equal(changed, 0); /* stored with the rows: nothing to recompute */
+    /* lbp tables have no pivot tables */
+    patina_table_free(again);
+    patina_table_free(scan);
+    patina_table_free(t);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(sig);
+    free(extra);
+    patina_context_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -606,6 +797,8 @@ int main(void)
         cmocka_unit_test(test_partitions_and_streams),
         cmocka_unit_test(test_readers_during_writes),
         cmocka_unit_test(test_two_processes),
+        cmocka_unit_test(test_identify_through_table),
+        cmocka_unit_test(test_pivots_through_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
