@@ -6,8 +6,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "algo/sqfd.h"
+#include "core/internal.h"
 #include "features/rootsift.h"
-#include "features/signature.h"
 #include "identify/identify.h"
 #include "search/distance.h"
 #include "search/distance_simd.h"
@@ -115,7 +116,9 @@ static double d_sqfd(patina_elem e, const void *a, const void *b, size_t n, cons
 
 static patina_status check_sqfd(const void *rec, size_t n, const char *what)
 {
-    return sig_record_check(rec, n, what);
+    char why[256];
+    if (!sig_record_problem(rec, n, why, sizeof why)) return PATINA_OK;
+    return patina__fail(PATINA_E_INVALID, "%s: %s", what, why);
 }
 
 static const pdist_def_t table[PDIST_COUNT] = {

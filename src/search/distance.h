@@ -30,10 +30,10 @@
  *                 a malformed record. Identification (RANSAC, the open-set
  *                 decision) is patina_identify's job.
  *   sqfd          the Signature Quadratic Form Distance of two signature
- *                 records (features/signature.h, n their floats): sqrt of
+ *                 records (algo/sqfd.h, n their floats): sqrt of
  *                 Sqq + Soo - 2 Sqo, Sxy = sum_i sum_j wx_i wy_j f(x_i, y_j)
  *                 in double, f = exp(-alpha d^2), 1 / (alpha + d) or -d by
- *                 the query record's alpha and form (src/search/sqfd.c); 0
+ *                 the query record's alpha and form (src/algo/sqfd.c); 0
  *                 when rounding makes the sum negative; NaN for a malformed
  *                 record or records of different alpha or form.
  * Every implementation (the CPU's fast paths, the GPU's kernels) returns the
@@ -66,7 +66,7 @@ const pdist_def_t *pdist_get(pdist_t d);
 /* A record distance's check of one record of n elements (a query, a row
  * added or indexed): PATINA_OK, or an error whose message, prefixed by
  * what, says what is wrong. pdist_check gives it, or NULL for distances
- * that need none (sqfd has one: features/signature.h). */
+ * that need none (sqfd has one: algo/sqfd.h). */
 typedef patina_status (*pdist_check_fn)(const void *rec, size_t n, const char *what);
 pdist_check_fn pdist_check(pdist_t d);
 

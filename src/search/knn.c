@@ -62,10 +62,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo/sqfd.h"
 #include "core/context.h"
 #include "gpu/gpu.h"
 #include "patina/glcm.h"
-#include "features/signature.h"
 #include "search/distance.h"
 #include "search/knn.h"
 #include "search/knn_simd.h"

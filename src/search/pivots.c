@@ -3,7 +3,7 @@
  * slack, the filtered k-NN and range search on the CPU, and the table's
  * persistence as a collection's auxiliary blob.
  *
- * Not here: the distance itself (src/search/sqfd.c: with the self terms,
+ * Not here: the distance itself (src/algo/sqfd.c: with the self terms,
  * sig_sqfd_self with the query first exactly as the scan calls it, so a
  * computed distance is the scan's double) and any GPU work. Every row and
  * pivot keeps its self term Soo (sig_self, computed once when it is added
@@ -42,12 +42,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo/hits.h"
+#include "algo/sqfd.h"
 #include "core/context.h"
 #include "core/internal.h"
-#include "algo/hits.h"
-#include "features/signature.h"
 #include "gpu/gpu.h"
 #include "patina/pivots.h"
+#include "search/distance.h"
 #include "search/pivots.h"
 
 #define BLOCK 64          /* k-NN: candidates per block (the paper's) */
@@ -144,6 +145,13 @@ static uint64_t splitmix(uint64_t *s)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
+}
+
+/* A signature record's check (the distance table's for sqfd): PATINA_OK
+ * or PATINA_E_INVALID with a message naming what. */
+static patina_status sqfd_record_check(const float *rec, size_t n, const char *what)
+{
+    return pdist_check(PDIST_SQFD)(rec, n, what);
 }
 
 static patina_status nomem(const char *what)
@@ -341,7 +349,7 @@ static patina_status check_batch(patina_pivot_index_t *pi, const uint64_t *ids, 
     for (size_t i = 0; i < n; i++) {
         const float *r = recs + i * pi->dim;
         snprintf(what, sizeof what, "pivots: row %zu (id %llu)", i, (unsigned long long)ids[i]);
-        PATINA_TRY(sig_record_check(r, pi->dim, what));
+        PATINA_TRY(sqfd_record_check(r, pi->dim, what));
         if (!*have_form) {
             pi->alpha = (double)r[2];
             pi->form = (int)r[3];
@@ -825,7 +833,7 @@ static patina_status check_query(const patina_pivot_index_t *pi, const float *q,
 {
     char what[48];
     snprintf(what, sizeof what, "search: query %zu", i);
-    return sig_record_check(q, pi->dim, what);
+    return sqfd_record_check(q, pi->dim, what);
 }
 
 static void view_init(const patina_pivot_index_t *pi, qview_t *v, const float *q, double *a, size_t *dists)
