@@ -8,8 +8,6 @@
 
 #include "algo/sqfd.h"
 #include "core/internal.h"
-#include "features/rootsift.h"
-#include "identify/identify.h"
 #include "search/distance.h"
 #include "search/distance_simd.h"
 
@@ -96,14 +94,13 @@ DISPATCH(d_intersection)
 DISPATCH(d_hellinger)
 DISPATCH(d_cosine)
 
-/* A record distance: a and b are rootsift records of n bytes each. */
+/* A record distance: a and b are rootsift records of n bytes each (the
+ * matcher is identification's: patina__rootsift_ratio_pair). */
 static double d_rootsift_ratio(patina_elem e, const void *a, const void *b, size_t n, const double *sd)
 {
-    long s;
     (void)e;
     (void)sd;
-    s = idf_ratio_count(a, n, b, n, 0.8, PATINA_SCORE_ONE2ONE);
-    return s < 0 ? NAN : 1.0 / (1.0 + (double)s);
+    return patina__rootsift_ratio_pair(a, b, n);
 }
 
 /* A record distance: a and b are signature records of n floats each. */
