@@ -1,7 +1,7 @@
 /* The signature record's layout and the Signature Quadratic Form Distance on
  * it: the arithmetic that the signature family (src/features/signature.c,
  * which writes records and checks them with a message) and the search
- * (src/search/distance.c, knn.c, pivots*.c, which compare them) share. One
+ * (src/search/distance.c, knn*.c, pivots*.c, which compare them) share. One
  * definition (src/algo/sqfd.c), plain double loops in row order, the ground
  * truth that the fast paths and the GPU kernels (src/gpu/sqfd.cu) reproduce.
  * Not here: extraction (sampling, k-means: features/signature.h), the
