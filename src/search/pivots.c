@@ -460,7 +460,8 @@ patina_status patina_pivot_index_new(patina_pivot_index_t **out, patina_context_
                             o.pivots, n);
     if (!(pi = patina__pivot_alloc_index(ex, o.pivots, &s))) return s;
     if ((s = patina__pivot_check_batch(pi, ids, records, n, &have_form)) != PATINA_OK ||
-        (s = set_rows(pi, ids, records, n)) != PATINA_OK || (s = patina__workers_begin(ctx, 0, &pool, &own)) != PATINA_OK) {
+        (s = set_rows(pi, ids, records, n)) != PATINA_OK ||
+        (s = patina__workers_begin(ctx, 0, &pool, &own)) != PATINA_OK) {
         patina_pivot_index_free(pi);
         return s;
     }

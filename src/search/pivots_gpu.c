@@ -475,9 +475,10 @@ patina_status patina__pivot_gpu_batch(patina_context_t *ctx, batch_t *b, size_t 
         const float *qr = b->queries + q * dim;
         if (cpu[q]) {
             size_t one[3] = {0, 0, 0};
-            s = b->lists ? patina__pivot_range_one(pi, NULL, qr, b->radius, b->bound, b->max_hits, &b->lists[q],
-                                                   &b->counts[q], one)
-                         : patina__pivot_knn_one(pi, NULL, qr, b->k, b->bound, b->hits + q * b->k, &b->counts[q], one);
+            s = b->lists ? patina__pivot_range_one(pi, NULL, qr, b->radius, b->bound, b->max_hits,
+                                                   &b->lists[q], &b->counts[q], one)
+                         : patina__pivot_knn_one(pi, NULL, qr, b->k, b->bound, b->hits + q * b->k,
+                                                 &b->counts[q], one);
             st[0] += cpu[q] == 2 ? one[0] : 0;
             st[1] += one[1];
             st[2] += one[2];

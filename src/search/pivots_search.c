@@ -154,7 +154,8 @@ static void kq_block(kq_t *kq, size_t blk)
             atomic_store(&kq->stop, 1); /* every later row's bound is larger */
             break;
         }
-        if (kq->v.usable && kq->bound == PATINA_BOUND_PTOLEMAIC && patina__pivot_ptolemy_excludes(pi, &kq->v, r, R))
+        if (kq->v.usable && kq->bound == PATINA_BOUND_PTOLEMAIC &&
+            patina__pivot_ptolemy_excludes(pi, &kq->v, r, R))
             continue;
         d = sig_sqfd_self(kq->v.q, kq->v.sqq, pi->recs + r * pi->dim, pi->self[r]);
         comp++;
@@ -492,8 +493,8 @@ static patina_status run_strategy(patina_context_t *ctx, batch_t *b, size_t nq, 
         (o->strategy == PATINA_PIVOT_AUTO && (!ctx || b->pi->n < PATINA_PIVOT_AUTO_GPU_ROWS))) {
         s = run_batch(ctx, b, nq, o->stats);
     } else {
-        s = patina__pivot_gpu_batch(ctx, b, nq, o->strategy == PATINA_PIVOT_AUTO ? PATINA_PIVOT_GPU : o->strategy,
-                                    o->stats);
+        s = patina__pivot_gpu_batch(
+            ctx, b, nq, o->strategy == PATINA_PIVOT_AUTO ? PATINA_PIVOT_GPU : o->strategy, o->stats);
         if (s == PATINA_E_UNAVAILABLE && o->strategy == PATINA_PIVOT_AUTO) { /* no GPU for it: the CPU's */
             patina_clear_error();
             batch_reset(b, nq);

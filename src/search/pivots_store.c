@@ -134,7 +134,8 @@ static patina_status from_blob(patina_pivot_index_t **out, patina_context_t *ctx
         return bad_blob(name, "pivots of the minus form");
     }
     if ((s = patina__pivot_check_batch(pi, ids, (const float *)descs, n, &have_form)) != PATINA_OK ||
-        (s = patina__pivot_reserve_rows(pi, n)) != PATINA_OK || !(todo = malloc((n ? n : 1) * sizeof *todo))) {
+        (s = patina__pivot_reserve_rows(pi, n)) != PATINA_OK ||
+        !(todo = malloc((n ? n : 1) * sizeof *todo))) {
         patina_pivot_index_free(pi);
         if (s != PATINA_OK) {
             if (s == PATINA_E_INVALID) patina__prefix_error("pivots: the collection's table");
