@@ -25,7 +25,7 @@
  *             reference's bilinear interpolation
  *   k_circ8   circular LBP with P = 8, R = 1: the same arithmetic
  *             reorganised per column
- *   k_grey    RGB to grey by the project's rule (core/grey.c)
+ *   k_grey    RGB to grey by the project's rule (algo/grey.h)
  *   k_busy    keeps the GPU busy (timings of launches queued back to back) */
 #ifndef PATINA_GPU_LBP_KERNELS_CUH
 #define PATINA_GPU_LBP_KERNELS_CUH
