@@ -1,4 +1,4 @@
-/* Exact k-NN and range search (src/search/knn.c) against a brute-force
+/* Exact k-NN and range search (src/search/knn.c, knn_search.c) against a brute-force
  * reference: every distance from patina_cedd_tanimoto, sorted by
  * (distance, id). Checks the CEDD fast path bit for bit on random, sparse
  * and degenerate descriptors, k = 1, the largest k, k > n (padding), the

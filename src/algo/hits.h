@@ -1,5 +1,5 @@
 /* The result order of every search and the bounded hit heap, shared by the
- * CPU search (src/search/knn.c) and the GPU search's host merge
+ * CPU search (src/search/knn_search.c) and the GPU search's host merge
  * (src/gpu/knn.cu). */
 #ifndef PATINA_ALGO_HITS_H
 #define PATINA_ALGO_HITS_H

@@ -11,13 +11,50 @@
 #ifndef PATINA_CORE_CONTEXT_H
 #define PATINA_CORE_CONTEXT_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "core/internal.h"
-#include "gpu/gpu.h"
 #include "patina/context.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- Devices: what the core calls of the GPU side. Declared here (the
+ * core never includes src/gpu/), implemented by src/gpu: its .cu files and
+ * nvjpeg.c with CUDA, nogpu.c (no device, "unavailable") without. The rest
+ * of the GPU interface, for the modules above the core, is gpu/gpu.h. */
+
+/* A device context: the device, its streams, pinned staging buffers and a
+ * scratch arena sized from a memory budget; one thread at a time. */
+typedef struct patina_gpu patina_gpu_t;
+/* A JPEG decoder on a device (nvJPEG loaded at run time; gpu/gpu.h). */
+typedef struct patina_jpeg_gpu patina_jpeg_gpu_t;
+
+/* Usable CUDA devices (0 when the driver or a device is missing). */
+int patina_gpu__count(void);
+patina_status patina_gpu__describe(int i, char *buf, size_t size);
+
+/* Opens device `index`. budget: bytes of device memory the context's
+ * families may hold together (0 = a quarter of free memory); they allocate
+ * on first use (gpu/context.h). PATINA_E_UNAVAILABLE without a usable GPU. */
+patina_status patina_gpu_open(patina_gpu_t **g, int index, uint64_t budget);
+void patina_gpu_close(patina_gpu_t *g); /* accepts NULL */
+
+/* A decoder on g's device: the JPEG engines where the device has them,
+ * else nvJPEG's GPU Huffman backend, fed by `lanes` host threads (1..16),
+ * with the library (a path or file name; NULL: the usual names). One
+ * calling thread at a time. */
+patina_status patina_gpu_jpeg_open(patina_jpeg_gpu_t **d, patina_gpu_t *g, const char *library,
+                                   int lanes);
+void patina_gpu_jpeg_close(patina_jpeg_gpu_t *d); /* accepts NULL */
+
+/* The device context's memory in words: budget, bytes held, and each
+ * allocation with its owner and purpose. */
+void patina_gpu__plan(const patina_gpu_t *g, char *buf, size_t size);
+
+/* ---- Turns */
 
 /* The options the context was made with (defaults filled in). */
 const patina_context_opts_t *patina__context_opts(const patina_context_t *ctx);

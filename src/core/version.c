@@ -1,7 +1,7 @@
 /* Version, build features and GPU enumeration for `patina info`. */
 #include <stdio.h>
 
-#include "gpu/gpu.h"
+#include "core/context.h"
 #include "patina/patina.h"
 
 #define STR2(x) #x

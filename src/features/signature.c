@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo/sqfd.h"
 #include "core/internal.h"
 #include "features/family.h"
 #include "features/signature.h"
@@ -87,58 +88,11 @@ static patina_status sig_check(const void *params)
 
 /* ------------------------------------------------------------------ records */
 
-int sig_record_valid(const float *rec, size_t n)
-{
-    float cnt, K;
-    if (!rec || n < sig_dim(1)) return 0;
-    cnt = rec[0];
-    K = rec[1];
-    if (!(K >= 1.0f && K <= (float)SIG_K_MAX && K == floorf(K)) || sig_dim((size_t)K) != n) return 0;
-    if (rec[4] != (float)SIG_VERSION || !(cnt >= 1.0f && cnt <= K && cnt == floorf(cnt))) return 0;
-    if (!(rec[2] > 0.0f) || !isfinite(rec[2]) || !(rec[3] == 0.0f || rec[3] == 1.0f || rec[3] == 2.0f)) return 0;
-    for (size_t i = 0; i < (size_t)cnt; i++) {
-        const float *r = rec + SIG_HEADER + SIG_COLS * i;
-        if (!(r[0] >= 0.0f) || !isfinite(r[0])) return 0;
-        for (int d = 1; d < SIG_COLS; d++)
-            if (!isfinite(r[d])) return 0;
-    }
-    return 1;
-}
-
 patina_status sig_record_check(const float *rec, size_t n, const char *what)
 {
-    float cnt, K;
-    size_t i;
-    if (!rec || n < sig_dim(1))
-        return patina__fail(PATINA_E_INVALID, "%s: signature record of %zu elements (at least %zu)", what, n,
-                            sig_dim(1));
-    cnt = rec[0];
-    K = rec[1];
-    if (!(K >= 1.0f && K <= (float)SIG_K_MAX && K == floorf(K)) || sig_dim((size_t)K) != n)
-        return patina__fail(PATINA_E_INVALID, "%s: signature record says K = %g in %zu elements", what,
-                            (double)K, n);
-    if (rec[4] != (float)SIG_VERSION)
-        return patina__fail(PATINA_E_INVALID, "%s: signature record version %g (this library reads %d)", what,
-                            (double)rec[4], SIG_VERSION);
-    if (cnt == 0.0f) return patina__fail(PATINA_E_INVALID, "%s: empty signature (no centroids)", what);
-    if (!(cnt >= 1.0f && cnt <= K && cnt == floorf(cnt)))
-        return patina__fail(PATINA_E_INVALID, "%s: signature count %g is not in [1, K = %g]", what,
-                            (double)cnt, (double)K);
-    if (!(rec[2] > 0.0f) || !isfinite(rec[2]))
-        return patina__fail(PATINA_E_INVALID, "%s: signature alpha %g is not > 0", what, (double)rec[2]);
-    if (!(rec[3] == 0.0f || rec[3] == 1.0f || rec[3] == 2.0f))
-        return patina__fail(PATINA_E_INVALID, "%s: signature form %g is not 0, 1 or 2", what, (double)rec[3]);
-    for (i = 0; i < (size_t)cnt; i++) {
-        const float *r = rec + SIG_HEADER + SIG_COLS * i;
-        if (!(r[0] >= 0.0f) || !isfinite(r[0]))
-            return patina__fail(PATINA_E_INVALID, "%s: centroid %zu has weight %g (want a finite number >= 0)",
-                                what, i, (double)r[0]);
-        for (int d = 1; d < SIG_COLS; d++)
-            if (!isfinite(r[d]))
-                return patina__fail(PATINA_E_INVALID, "%s: centroid %zu has a non-finite feature %d", what, i,
-                                    d - 1);
-    }
-    return PATINA_OK;
+    char why[256];
+    if (!sig_record_problem(rec, n, why, sizeof why)) return PATINA_OK;
+    return patina__fail(PATINA_E_INVALID, "%s: %s", what, why);
 }
 
 /* ------------------------------------------------------------ sampling plan */

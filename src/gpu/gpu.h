@@ -1,6 +1,9 @@
 /* The library's C view of the CUDA side. Implemented by the .cu files in src/gpu when
  * nvcc is found, and by src/gpu/nogpu.c (every call: "unavailable")
- * otherwise. CUDA errors become statuses here, at the boundary.
+ * otherwise. CUDA errors become statuses here, at the boundary. The device
+ * calls the core itself makes (enumerate, open and close a device and its
+ * JPEG decoders, describe its memory) are declared in core/context.h, which
+ * this header includes; src/gpu implements them too.
  *
  * A patina_gpu_t is a device context: the device, its streams, pinned
  * staging buffers and a scratch arena sized from a memory budget. One
@@ -10,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "core/context.h"
 #include "core/internal.h"
 #include "patina/glcm.h"
 #include "patina/cedd.h"
@@ -20,18 +24,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef struct patina_gpu patina_gpu_t;
-
-/* Usable CUDA devices (0 when the driver or a device is missing). */
-int patina_gpu__count(void);
-patina_status patina_gpu__describe(int i, char *buf, size_t size);
-
-/* Opens device `index`. budget: bytes of device memory the context's
- * families may hold together (0 = a quarter of free memory); they allocate
- * on first use (context.h). PATINA_E_UNAVAILABLE without a usable GPU. */
-patina_status patina_gpu_open(patina_gpu_t **g, int index, uint64_t budget);
-void patina_gpu_close(patina_gpu_t *g); /* accepts NULL */
 
 /* Pinned (page-locked) host memory, for callers that want the fastest
  * host-to-device path. NULL on failure or without a GPU. */
@@ -63,19 +55,12 @@ patina_status patina_gpu_cedd_hybrid(patina_gpu_t *g, patina_pool_t *pool, pgpu_
 
 /* ---- JPEG decoding on the GPU (src/gpu/nvjpeg.c: nvJPEG loaded at run time) ----
  * Close to, not identical with, libjpeg-turbo's pixels: opt-in. */
-typedef struct patina_jpeg_gpu patina_jpeg_gpu_t;
-
 /* 1 when libnvjpeg (`library`: a path or file name; NULL: the usual names)
  * can be loaded; why (may be NULL) gets its path or the reason it cannot. */
 int patina_gpu_jpeg_available(const char *library, char *why, size_t size);
 
-/* A decoder on g's device: the JPEG engines where the device has them,
- * else nvJPEG's GPU Huffman backend, fed by `lanes` host threads (1..16),
- * with the library as above. One calling thread at a time. */
-patina_status patina_gpu_jpeg_open(patina_jpeg_gpu_t **d, patina_gpu_t *g, const char *library,
-                                   int lanes);
+/* patina_gpu_jpeg_open and _close: core/context.h. */
 int patina_gpu_jpeg_lanes(const patina_jpeg_gpu_t *d);
-void patina_gpu_jpeg_close(patina_jpeg_gpu_t *d); /* accepts NULL */
 const char *patina_gpu_jpeg_backend(const patina_jpeg_gpu_t *d); /* "hardware", "gpu-hybrid" */
 
 /* Decodes n JPEG streams into RGB images in device memory owned by d
@@ -314,10 +299,6 @@ patina_status patina_gpu__upload(patina_gpu_t *g, void *dst, const void *src, si
  * device to device (bytes read + bytes written). */
 patina_status patina_gpu__bandwidth(patina_gpu_t *g, int kind, size_t bytes, int reps,
                                     double *gbps);
-
-/* The context's memory in words: budget, bytes held, and each allocation
- * with its owner and purpose. */
-void patina_gpu__plan(const patina_gpu_t *g, char *buf, size_t size);
 
 /* Profiling: on != 0 times the kernels of every batch with CUDA events from
  * now on: ms[0] block sums, ms[1] block contributions, ms[2] accumulation and

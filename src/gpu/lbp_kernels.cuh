@@ -25,7 +25,7 @@
  *             reference's bilinear interpolation
  *   k_circ8   circular LBP with P = 8, R = 1: the same arithmetic
  *             reorganised per column
- *   k_grey    RGB to grey by the project's rule (core/grey.c)
+ *   k_grey    RGB to grey by the project's rule (algo/grey.h)
  *   k_busy    keeps the GPU busy (timings of launches queued back to back) */
 #ifndef PATINA_GPU_LBP_KERNELS_CUH
 #define PATINA_GPU_LBP_KERNELS_CUH
@@ -36,6 +36,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "algo/grey.h"
 #include "algo/lbp_core.h"
 #include "gpu/gpu.h"
 
@@ -1231,7 +1232,7 @@ static __global__ void __launch_bounds__(C8_BX) k_circ8(circ_args a)
 
 /* n images (blockIdx.z) of w x h from RGB (rows rgb_pitch bytes apart,
  * rgb_img bytes per image) to grey (rows `pitch` bytes apart, grey_img bytes
- * per image) by the project's rule (core/grey.c: patina_image_to_grey). */
+ * per image) by the project's rule (algo/grey.h, as patina_image_to_grey). */
 static __global__ void k_grey(const uint8_t *__restrict__ rgb, size_t rgb_pitch, size_t rgb_img,
                               uint8_t *__restrict__ grey, int pitch, size_t grey_img, int w, int h)
 {
@@ -1240,8 +1241,7 @@ static __global__ void k_grey(const uint8_t *__restrict__ rgb, size_t rgb_pitch,
     grey += (size_t)blockIdx.z * grey_img;
     for (int y = blockIdx.y; x < w && y < h; y += gridDim.y) {
         const uint8_t *p = rgb + (size_t)y * rgb_pitch + 3 * (size_t)x;
-        grey[(size_t)y * (size_t)pitch + (size_t)x] =
-            (uint8_t)((4899u * p[0] + 9617u * p[1] + 1868u * p[2] + 8192u) >> 14);
+        grey[(size_t)y * (size_t)pitch + (size_t)x] = grey_bt601(p[0], p[1], p[2]);
     }
 }
 

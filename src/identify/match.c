@@ -5,12 +5,14 @@
  * each loaded reference row; its inner loop is a plain int16 x int16 ->
  * int32 reduction that compilers vectorise (pmaddwd on x86), and its
  * integers times 2^-18 are the definition's floats exactly. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/clones.h"
 #include "features/rootsift.h"
 #include "identify/identify.h"
+#include "search/distance.h"
 
 /* Keeps the top 2 of one query row; strict '>' keeps the lower index on a
  * tie for best, and a tie with the best becomes the second (s2 = s1). */
@@ -226,6 +228,14 @@ out:
     free(fbuf);
     free(mt);
     return n == (size_t)-1 ? -1 : (long)n;
+}
+
+/* The distance table's rootsift_ratio (search/distance.h): the one-to-one
+ * score at Lowe's ratio 0.8 as a distance. */
+double patina__rootsift_ratio_pair(const void *a, const void *b, size_t n, double ratio)
+{
+    const long s = idf_ratio_count(a, n, b, n, ratio, PATINA_SCORE_ONE2ONE);
+    return s < 0 ? NAN : 1.0 / (1.0 + (double)s);
 }
 
 void idf_dequantise(float *v, const void *rec)

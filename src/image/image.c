@@ -3,14 +3,14 @@
  * the file name), asks that format's loader for the header (probe), checks
  * the pixel limit, allocates, then has the loader decode (the loaders never
  * see an image over the limit). Loaders report decoder warnings through
- * patina_image__warning, which keeps them in the caller's report. File input is read
- * into memory first and takes the same path as memory input.
- * The per-format loaders are jpeg.c, png.c and pnm.c (see loaders.h); the
- * pixel semantics of each are in docs/images.md. */
+ * patina_image__warning (warning.c), which keeps them in the caller's report.
+ * File input is read into memory first and takes the same path as memory
+ * input. Not here: the formats; image.c reaches the per-format loaders
+ * (jpeg.c, png.c, pnm.c) only through their table (loaders.c, loaders.h);
+ * the pixel semantics of each are in docs/images.md. */
 #define _POSIX_C_SOURCE 200809L /* XSI strerror_r, O_CLOEXEC */
 
 #include <errno.h>
-#include <stdarg.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -67,35 +67,19 @@ void patina_image_release(patina_image_t *img)
 
 const char *patina_format_name(patina_format f)
 {
-    switch (f) {
-    case PATINA_FORMAT_JPEG: return "jpeg";
-    case PATINA_FORMAT_PNG: return "png";
-    case PATINA_FORMAT_PNM: return "pnm";
-    case PATINA_FORMAT_UNKNOWN: break;
-    }
-    return "unknown";
+    const patina_image_loader_t *l = patina_image__loader(f);
+    return l ? l->name : "unknown";
 }
 
-static int is_pnm_space(uint8_t c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
-
-/* A prefix of a format's magic is enough (at least 2 bytes), so that a file
- * cut short inside its signature is reported as truncated by its loader
- * rather than as an unknown format. */
+/* The first loader whose magic matches (loaders.h: a prefix of at least
+ * 2 bytes is enough, so that a file cut short inside its signature is
+ * reported as truncated by its loader rather than as an unknown format). */
 patina_format patina_format_sniff(const void *data, size_t size)
 {
-    static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
     const uint8_t *p = data;
     if (!p || size < 2) return PATINA_FORMAT_UNKNOWN;
-    /* JPEG: SOI (FF D8) followed by the first marker's FF. */
-    if (p[0] == 0xFF && p[1] == 0xD8 && (size < 3 || p[2] == 0xFF)) return PATINA_FORMAT_JPEG;
-    if (memcmp(p, png_sig, size < 8 ? size : 8) == 0) return PATINA_FORMAT_PNG;
-    /* Netpbm family P1..P7 (P5/P6 are decoded; the others are named and
-     * rejected by pnm.c), then whitespace or a comment. */
-    if (p[0] == 'P' && p[1] >= '1' && p[1] <= '7' && (size < 3 || is_pnm_space(p[2]) || p[2] == '#'))
-        return PATINA_FORMAT_PNM;
+    for (const patina_image_loader_t *const *l = patina_image__loaders; *l; l++)
+        if ((*l)->sniff(p, size)) return (*l)->format;
     return PATINA_FORMAT_UNKNOWN;
 }
 
@@ -107,19 +91,17 @@ static const char *label(const char *name) { return name ? name : "<memory>"; }
 static patina_status probe_src(patina_image_info_t *info, patina_format *fmt,
                                const patina_image_src_t *src)
 {
+    const patina_image_loader_t *loader;
     patina_status s;
     memset(info, 0, sizeof *info);
     if (src->size == 0)
         return patina__fail(PATINA_E_CORRUPT, "%s: empty file in '%s'", src->what, src->name);
     *fmt = patina_format_sniff(src->data, src->size);
-    switch (*fmt) {
-    case PATINA_FORMAT_JPEG: s = patina_image__jpeg_probe(info, src); break;
-    case PATINA_FORMAT_PNG: s = patina_image__png_probe(info, src); break;
-    case PATINA_FORMAT_PNM: s = patina_image__pnm_probe(info, src); break;
-    default:
+    loader = patina_image__loader(*fmt);
+    if (!loader)
         return patina__fail(PATINA_E_FORMAT, "%s: unknown image format in '%s' (not JPEG, PNG or PNM)",
                             src->what, src->name);
-    }
+    s = loader->probe(info, src);
     if (s != PATINA_OK) {
         memset(info, 0, sizeof *info);
         return s;
@@ -186,22 +168,6 @@ void patina_decode_opts_init(patina_decode_opts_t *opts)
     patina_limits_init(&opts->limits);
 }
 
-patina_status patina_image__warning(const patina_image_src_t *src, const char *fmt, ...)
-{
-    patina_decode_report_t *r = src->report;
-    char msg[PATINA_WARNING_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (r) {
-        if (r->warnings == 0) snprintf(r->warning, sizeof r->warning, "%s", msg);
-        r->warnings++;
-    }
-    if (src->strict) return patina__fail(PATINA_E_CORRUPT, "%s; strict decoding rejects it", msg);
-    return PATINA_OK;
-}
-
 patina_status patina_image_decode_with(patina_image_t *img, patina_decode_report_t *report,
                                        const void *data, size_t size,
                                        const patina_decode_opts_t *opts, const char *name)
@@ -210,6 +176,7 @@ patina_status patina_image_decode_with(patina_image_t *img, patina_decode_report
     patina_image_info_t info;
     patina_decode_report_t own;
     patina_format fmt = PATINA_FORMAT_UNKNOWN;
+    const patina_image_loader_t *loader;
     size_t bytes;
     patina_status s;
 
@@ -241,12 +208,9 @@ patina_status patina_image_decode_with(patina_image_t *img, patina_decode_report
     img->stride = (size_t)info.width * 3;
     img->owned = 1;
 
-    switch (fmt) {
-    case PATINA_FORMAT_JPEG: s = patina_image__jpeg_decode(img, &src); break;
-    case PATINA_FORMAT_PNG: s = patina_image__png_decode(img, &src); break;
-    case PATINA_FORMAT_PNM: s = patina_image__pnm_decode(img, &src); break;
-    default: s = patina__fail(PATINA_E_INTERNAL, "decode: no loader for format %d", (int)fmt);
-    }
+    loader = patina_image__loader(fmt);
+    s = loader ? loader->decode(img, &src)
+               : patina__fail(PATINA_E_INTERNAL, "decode: no loader for format %d", (int)fmt);
     if (s != PATINA_OK) patina_image_release(img);
     return s;
 }

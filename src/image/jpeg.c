@@ -127,7 +127,7 @@ static patina_status truncated(const patina_image_src_t *src)
     return patina__fail(PATINA_E_CORRUPT, "%s: truncated JPEG data in '%s'", src->what, src->name);
 }
 
-patina_status patina_image__jpeg_probe(patina_image_info_t *info, const patina_image_src_t *src)
+static patina_status jpeg_probe(patina_image_info_t *info, const patina_image_src_t *src)
 {
     jpeg_walk_t w;
     walk_result wr = jpeg_walk(&w, src->data, src->size, 1);
@@ -174,7 +174,7 @@ patina_status patina_image__jpeg_probe(patina_image_info_t *info, const patina_i
     return PATINA_OK;
 }
 
-patina_status patina_image__jpeg_decode(patina_image_t *img, const patina_image_src_t *src)
+static patina_status jpeg_decode(patina_image_t *img, const patina_image_src_t *src)
 {
     tjhandle h;
     int r, code;
@@ -204,3 +204,11 @@ patina_status patina_image__jpeg_decode(patina_image_t *img, const patina_image_
     return patina__fail(PATINA_E_CORRUPT, "%s: corrupt JPEG data in '%s' (libjpeg: %s)", src->what,
                         src->name, msg);
 }
+
+/* SOI (FF D8) followed by the first marker's FF. */
+static int jpeg_sniff(const uint8_t *p, size_t size)
+{
+    return p[0] == 0xFF && p[1] == 0xD8 && (size < 3 || p[2] == 0xFF);
+}
+
+const patina_image_loader_t patina_image__loader_jpeg = {PATINA_FORMAT_JPEG, "jpeg", jpeg_sniff, jpeg_probe, jpeg_decode};

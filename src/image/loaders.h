@@ -1,8 +1,13 @@
 /* Image loaders: the internal interface between image.c (sniffing, limits,
  * allocation, file reading) and the per-format loaders (jpeg.c, png.c,
- * pnm.c). Not installed; not part of the public API.
+ * pnm.c), which register in a table (loaders.c) as the descriptor families
+ * do; image.c reads only the table. Not installed; not part of the public
+ * API.
  *
- * Every loader has two entry points:
+ * Every loader has three entry points:
+ *   sniff  - says whether the first bytes are this format's magic (a prefix
+ *            of at least 2 bytes is enough, so that a file cut short inside
+ *            its signature is reported as truncated by its loader);
  *   probe  - reads the header only, fills patina_image_info_t, never decodes;
  *   decode - decodes into an image that image.c has already allocated with the
  *            width and height the probe reported (stride >= 3*width).
@@ -38,14 +43,24 @@ patina_status patina_image__warning(const patina_image_src_t *src, const char *f
 #endif
     ;
 
-patina_status patina_image__jpeg_probe(patina_image_info_t *info, const patina_image_src_t *src);
-patina_status patina_image__jpeg_decode(patina_image_t *img, const patina_image_src_t *src);
+/* One format's loader (defined in its file, listed in loaders.c). */
+typedef struct patina_image_loader {
+    patina_format format;
+    const char *name; /* patina_format_name's answer: "jpeg", "png", "pnm" */
+    /* p (size) u8, size >= 2: non-zero when p starts with (a prefix of) the magic. */
+    int (*sniff)(const uint8_t *p, size_t size);
+    patina_status (*probe)(patina_image_info_t *info, const patina_image_src_t *src);
+    patina_status (*decode)(patina_image_t *img, const patina_image_src_t *src);
+} patina_image_loader_t;
 
-patina_status patina_image__png_probe(patina_image_info_t *info, const patina_image_src_t *src);
-patina_status patina_image__png_decode(patina_image_t *img, const patina_image_src_t *src);
+extern const patina_image_loader_t patina_image__loader_jpeg; /* jpeg.c */
+extern const patina_image_loader_t patina_image__loader_png;  /* png.c */
+extern const patina_image_loader_t patina_image__loader_pnm;  /* pnm.c */
 
-patina_status patina_image__pnm_probe(patina_image_info_t *info, const patina_image_src_t *src);
-patina_status patina_image__pnm_decode(patina_image_t *img, const patina_image_src_t *src);
+/* The loaders in sniffing order, NULL-terminated (loaders.c). */
+extern const patina_image_loader_t *const patina_image__loaders[];
+/* The loader of format f, or NULL. */
+const patina_image_loader_t *patina_image__loader(patina_format f);
 
 /* Round-to-nearest 16 -> 8 bit, (v*255 + 32767) / 65535 = round(v/257);
  * what Java ImageIO gives for 16-bit RGB(A) PNGs (cedd.md §1). */

@@ -143,7 +143,7 @@ static uint32_t crc32_small(const uint8_t *p, size_t n)
 
 /* ----------------------------------------------------------------- probe */
 
-patina_status patina_image__png_probe(patina_image_info_t *info, const patina_image_src_t *src)
+static patina_status png_probe(patina_image_info_t *info, const patina_image_src_t *src)
 {
     const uint8_t *p = src->data;
     uint32_t w, h;
@@ -499,7 +499,7 @@ static patina_status check_chunk_lengths(const patina_image_src_t *src)
     return PATINA_OK;
 }
 
-patina_status patina_image__png_decode(patina_image_t *img, const patina_image_src_t *src)
+static patina_status png_decode(patina_image_t *img, const patina_image_src_t *src)
 {
     png_ctx_t *c;
     patina_status s;
@@ -525,3 +525,12 @@ patina_status patina_image__png_decode(patina_image_t *img, const patina_image_s
     free(c);
     return s;
 }
+
+/* The 8-byte PNG signature (or its prefix). */
+static int png_sniff(const uint8_t *p, size_t size)
+{
+    static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    return memcmp(p, sig, size < 8 ? size : 8) == 0;
+}
+
+const patina_image_loader_t patina_image__loader_png = {PATINA_FORMAT_PNG, "png", png_sniff, png_probe, png_decode};

@@ -100,7 +100,7 @@ static patina_status parse_header(pnm_header_t *hd, const patina_image_src_t *sr
     return PATINA_OK;
 }
 
-patina_status patina_image__pnm_probe(patina_image_info_t *info, const patina_image_src_t *src)
+static patina_status pnm_probe(patina_image_info_t *info, const patina_image_src_t *src)
 {
     pnm_header_t hd;
     PATINA_TRY(parse_header(&hd, src));
@@ -111,7 +111,7 @@ patina_status patina_image__pnm_probe(patina_image_info_t *info, const patina_im
     return PATINA_OK;
 }
 
-patina_status patina_image__pnm_decode(patina_image_t *img, const patina_image_src_t *src)
+static patina_status pnm_decode(patina_image_t *img, const patina_image_src_t *src)
 {
     pnm_header_t hd;
     const uint8_t *s;
@@ -153,3 +153,12 @@ patina_status patina_image__pnm_decode(patina_image_t *img, const patina_image_s
     }
     return PATINA_OK;
 }
+
+/* Netpbm family P1..P7 (P5/P6 are decoded; the others are named and
+ * rejected by the probe), then whitespace or a comment. */
+static int pnm_sniff(const uint8_t *p, size_t size)
+{
+    return p[0] == 'P' && p[1] >= '1' && p[1] <= '7' && (size < 3 || is_space(p[2]) || p[2] == '#');
+}
+
+const patina_image_loader_t patina_image__loader_pnm = {PATINA_FORMAT_PNM, "pnm", pnm_sniff, pnm_probe, pnm_decode};

@@ -6,9 +6,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "features/rootsift.h"
-#include "features/signature.h"
-#include "identify/identify.h"
+#include "algo/sqfd.h"
+#include "core/internal.h"
 #include "patina/options.h"
 #include "search/distance.h"
 #include "search/distance_simd.h"
@@ -97,13 +96,12 @@ DISPATCH(d_hellinger)
 DISPATCH(d_cosine)
 
 /* A record distance: a and b are rootsift records of n bytes each; ratio
- * points to Lowe's ratio (NULL: the default). */
+ * points to Lowe's ratio (NULL: the default). The matcher is
+ * identification's: patina__rootsift_ratio_pair. */
 static double d_rootsift_ratio(patina_elem e, const void *a, const void *b, size_t n, const double *ratio)
 {
-    long s;
     (void)e;
-    s = idf_ratio_count(a, n, b, n, ratio ? *ratio : PATINA_RATIO_DEFAULT, PATINA_SCORE_ONE2ONE);
-    return s < 0 ? NAN : 1.0 / (1.0 + (double)s);
+    return patina__rootsift_ratio_pair(a, b, n, ratio ? *ratio : PATINA_RATIO_DEFAULT);
 }
 
 /* A record distance: a and b are signature records of n floats each. */
@@ -116,7 +114,9 @@ static double d_sqfd(patina_elem e, const void *a, const void *b, size_t n, cons
 
 static patina_status check_sqfd(const void *rec, size_t n, const char *what)
 {
-    return sig_record_check(rec, n, what);
+    char why[256];
+    if (!sig_record_problem(rec, n, why, sizeof why)) return PATINA_OK;
+    return patina__fail(PATINA_E_INVALID, "%s: %s", what, why);
 }
 
 static const pdist_def_t table[PDIST_COUNT] = {

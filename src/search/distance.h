@@ -26,16 +26,16 @@
  *                 0.8 by default, passed as the definition's parameter): the
  *                 number of distinct features of b that are the nearest
  *                 neighbour of some feature of a passing the ratio test
- *                 (idf_ratio_count, identify/identify.h: the same matcher and
+ *                 (idf_ratio_count, src/identify/match.c: the same matcher and
  *                 scoring as `patina identify` before verification): 1 when
  *                 nothing matches, towards 0 as more of b is matched; NaN for
  *                 a malformed record. Identification (RANSAC, the open-set
  *                 decision) is patina_identify's job.
  *   sqfd          the Signature Quadratic Form Distance of two signature
- *                 records (features/signature.h, n their floats): sqrt of
+ *                 records (algo/sqfd.h, n their floats): sqrt of
  *                 Sqq + Soo - 2 Sqo, Sxy = sum_i sum_j wx_i wy_j f(x_i, y_j)
  *                 in double, f = exp(-alpha d^2), 1 / (alpha + d) or -d by
- *                 the query record's alpha and form (src/search/sqfd.c); 0
+ *                 the query record's alpha and form (src/algo/sqfd.c); 0
  *                 when rounding makes the sum negative; NaN for a malformed
  *                 record or records of different alpha or form.
  * Every implementation (the CPU's fast paths, the GPU's kernels) returns the
@@ -72,9 +72,15 @@ const pdist_def_t *pdist_get(pdist_t d);
 /* A record distance's check of one record of n elements (a query, a row
  * added or indexed): PATINA_OK, or an error whose message, prefixed by
  * what, says what is wrong. pdist_check gives it, or NULL for distances
- * that need none (sqfd has one: features/signature.h). */
+ * that need none (sqfd has one: algo/sqfd.h). */
 typedef patina_status (*pdist_check_fn)(const void *rec, size_t n, const char *what);
 pdist_check_fn pdist_check(pdist_t d);
+
+/* The rootsift_ratio definition of one pair of rootsift records of n bytes
+ * (above): 1 / (1 + s), NaN for a malformed record. Defined beside the
+ * matcher it runs (src/identify/match.c), which the search does not
+ * include; the table above is its only caller. */
+double patina__rootsift_ratio_pair(const void *a, const void *b, size_t n, double ratio);
 
 /* The id of a name, or -1. */
 int pdist_find(const char *name);

@@ -30,7 +30,7 @@
  * 1 / sigma and computes the definition (with its divisions) only for the
  * queries for which some row of the group may lie within the threshold;
  * the bound is at bound(). Not this file: the CEDD fast path and its
- * filter (search/knn.c, search/knn_avx2.c), the GPU. */
+ * filter (search/knn_search.c, search/knn_avx2.c), the GPU. */
 #include "search/distance_simd.h"
 
 #if PDIST_HAVE_AVX2

@@ -1,4 +1,4 @@
-/* Internal view of the search (src/search/knn.c), for its tests. */
+/* Internal view of the search (src/search/knn.c, knn_search.c), for its tests. */
 #ifndef PATINA_SEARCH_KNN_H
 #define PATINA_SEARCH_KNN_H
 

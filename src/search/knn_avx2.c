@@ -3,7 +3,7 @@
  * pairs, one 16-bit lane per row: 7 * 7 * 256 < 2^15, no overflow), then a
  * test in double on exact integers. It only decides which rows need their
  * distance; every distance the search returns is still the definition's
- * (knn.c's fast path), so no result depends on this file. */
+ * (knn_search.c's fast path), so no result depends on this file. */
 #include "search/knn_simd.h"
 
 #if PDIST_HAVE_AVX2

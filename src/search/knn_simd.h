@@ -1,5 +1,5 @@
 /* The AVX2 filter of the CPU's Tanimoto fast path (src/search/knn_avx2.c),
- * used by search/knn.c where pdist_simd() says the AVX2 kernels run. */
+ * used by search/knn_search.c where pdist_simd() says the AVX2 kernels run. */
 #ifndef PATINA_SEARCH_KNN_SIMD_H
 #define PATINA_SEARCH_KNN_SIMD_H
 
@@ -23,7 +23,7 @@ void ptan_avx2_layout(const uint8_t *rows, size_t m, size_t dim, uint16_t *L, do
  * s1[j] and the query's T2, S2, row j is left out when
  *   D T1 T2 < tc (S2 T1^2 + S1 T2^2 - D T1 T2)
  * (every term an exact integer in double); a NaN tc leaves nothing out.
- * knn.c derives tc from the threshold and proves the bound. */
+ * knn_search.c derives tc from the threshold and proves the bound. */
 unsigned ptan_avx2_filter(const uint16_t *L, const uint16_t *pe, const uint16_t *pv, size_t np,
                           const double t1[PTAN_GROUP], const double s1[PTAN_GROUP], double t2, double s2, double tc);
 #endif

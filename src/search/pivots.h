@@ -1,4 +1,5 @@
-/* Internal view of the pivot tables (src/search/pivots.c), for their tests. */
+/* Internal view of the pivot tables (src/search/pivots*.c; the hooks are in
+ * pivots_search.c), for their tests. */
 #ifndef PATINA_SEARCH_PIVOTS_H
 #define PATINA_SEARCH_PIVOTS_H
 

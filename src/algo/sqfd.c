@@ -1,6 +1,7 @@
-/* The SQFD definition of the distance table (search/distance.h) on
- * signature records (features/signature.h): plain double loops in row
- * order, the ground truth that later fast paths and GPU kernels reproduce.
+/* The signature record's check and the SQFD definition (algo/sqfd.h): plain
+ * double loops in row order, the ground truth that later fast paths and GPU
+ * kernels reproduce. Not here: the record's extraction (features/), the
+ * search over rows (search/).
  *
  *   SQFD(q, o)^2 = (w_q | -w_o) A (w_q | -w_o)^T = Sqq + Soo - 2 Sqo,
  *   Sxy = sum_i sum_j wx_i wy_j f(x_i, y_j)   (i over x's rows, then j)
@@ -16,9 +17,54 @@
  * with the same three doubles (each block is the same loop in the same
  * order), so it returns sig_sqfd's double bit for bit. */
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 
-#include "core/internal.h"
-#include "features/signature.h"
+#include "algo/sqfd.h"
+
+/* Writes the reason into msg (when there is one) and says "invalid". */
+static int problem(char *msg, size_t cap, const char *fmt, ...)
+{
+    if (msg && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, cap, fmt, ap);
+        va_end(ap);
+    }
+    return 1;
+}
+
+int sig_record_problem(const float *rec, size_t n, char *msg, size_t cap)
+{
+    float cnt, K;
+    size_t i;
+    if (!rec || n < sig_dim(1))
+        return problem(msg, cap, "signature record of %zu elements (at least %zu)", n, sig_dim(1));
+    cnt = rec[0];
+    K = rec[1];
+    if (!(K >= 1.0f && K <= (float)SIG_K_MAX && K == floorf(K)) || sig_dim((size_t)K) != n)
+        return problem(msg, cap, "signature record says K = %g in %zu elements", (double)K, n);
+    if (rec[4] != (float)SIG_VERSION)
+        return problem(msg, cap, "signature record version %g (this library reads %d)", (double)rec[4],
+                       SIG_VERSION);
+    if (cnt == 0.0f) return problem(msg, cap, "empty signature (no centroids)");
+    if (!(cnt >= 1.0f && cnt <= K && cnt == floorf(cnt)))
+        return problem(msg, cap, "signature count %g is not in [1, K = %g]", (double)cnt, (double)K);
+    if (!(rec[2] > 0.0f) || !isfinite(rec[2]))
+        return problem(msg, cap, "signature alpha %g is not > 0", (double)rec[2]);
+    if (!(rec[3] == 0.0f || rec[3] == 1.0f || rec[3] == 2.0f))
+        return problem(msg, cap, "signature form %g is not 0, 1 or 2", (double)rec[3]);
+    for (i = 0; i < (size_t)cnt; i++) {
+        const float *r = rec + SIG_HEADER + SIG_COLS * i;
+        if (!(r[0] >= 0.0f) || !isfinite(r[0]))
+            return problem(msg, cap, "centroid %zu has weight %g (want a finite number >= 0)", i, (double)r[0]);
+        for (int d = 1; d < SIG_COLS; d++)
+            if (!isfinite(r[d])) return problem(msg, cap, "centroid %zu has a non-finite feature %d", i, d - 1);
+    }
+    return 0;
+}
+
+int sig_record_valid(const float *rec, size_t n) { return !sig_record_problem(rec, n, NULL, 0); }
 
 static double sim(const float *r, const float *s, double alpha, int form)
 {

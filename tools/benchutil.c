@@ -1,4 +1,4 @@
-/* Helpers shared by the benchmarks and the kernel lab (bench/benchutil.h). */
+/* Helpers shared by the benchmarks and the kernel lab (tools/benchutil.h). */
 #define _GNU_SOURCE
 #include "benchutil.h"
 

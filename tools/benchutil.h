@@ -3,7 +3,9 @@
  * GLCM benchmark's generated images (bench/glcm_peers.py makes the same),
  * LBP configurations and medians. Program code, not the library: these print
  * to stderr and exit on errors. Built as the static library patina_benchutil
- * (CMakeLists.txt), which the bench_* and lab_* programs link. */
+ * (CMakeLists.txt), which the bench_* and lab_* programs link; it is in
+ * tools/ because the benchmarks link the lab's baselines, and the lab must
+ * not link back into bench/. */
 #ifndef PATINA_BENCHUTIL_H
 #define PATINA_BENCHUTIL_H
 
