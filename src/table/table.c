@@ -219,9 +219,9 @@ static patina_status table_alloc(patina_table_t **out, patina_context_t *ctx, pa
     else patina_table_opts_init(&t->opts);
     if (t->opts.partitions == 0) t->opts.partitions = 1;
     if (t->opts.partition >= t->opts.partitions) {
+        const uint32_t p = t->opts.partition, np = t->opts.partitions;
         patina_table_free(t);
-        return patina__fail(PATINA_E_INVALID, "table: partition %u of %u (partitions are 0 .. %u)",
-                            t->opts.partition, t->opts.partitions, t->opts.partitions - 1);
+        return patina__fail(PATINA_E_INVALID, "table: partition %u of %u (partitions are 0 .. %u)", p, np, np - 1);
     }
     if ((s = patina_extractor_new(&t->ex, spec)) != PATINA_OK) {
         patina_table_free(t);
