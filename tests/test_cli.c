@@ -311,6 +311,19 @@ static void test_usage_errors(void **state)
         assert_true(strlen(err) > 0); /* and it says why */
         free(err);
     }
+    /* a misspelt command or option gets the names it may have meant (the parser's cases: test_parser) */
+    {
+        char *err = NULL;
+        assert_int_equal(RUN(NULL, &err, "serach", tp("usage.patina"), "q.jpg"), 2);
+        expect_in(err, "patina: unknown command 'serach'; did you mean search?");
+        free(err);
+        assert_int_equal(RUN(NULL, &err, "help", "indx"), 2);
+        expect_in(err, "patina: unknown command 'indx'; did you mean index?");
+        free(err);
+        assert_int_equal(RUN(NULL, &err, "search", tp("usage.patina"), "q.jpg", "--formt", "csv"), 2);
+        expect_in(err, "patina search: unknown option '--formt'; did you mean --format?");
+        free(err);
+    }
     /* Nothing was done: no collection was created. */
     {
         struct stat st;
@@ -951,6 +964,19 @@ static void test_parser(void **state)
             {{"search"}, "missing operand: usage: patina search [options] COLLECTION [IMAGE...]"},
             {{"ls", "C", "D"}, "unexpected operand 'D': usage: patina ls [options] COLLECTION"},
             {{"extract", "--family=", "x"}, "--family wants a non-empty value, got ''"},
+            /* misspelt names: a unique prefix, or the nearest names within 2 edits */
+            {{"search", "C", "Q", "--fromat", "csv"}, "unknown option '--fromat'; did you mean --format?"},
+            {{"search", "C", "Q", "--FORMAT=csv"}, "unknown option '--FORMAT'; did you mean --format?"},
+            {{"index", "C", "P", "--qiuet"}, "unknown option '--qiuet'; did you mean --quiet?"},
+            {{"index", "C", "P", "--fam=lbp"}, "unknown option '--fam'; did you mean --family?"},
+            {{"index", "C", "P", "--pivot", "8"}, "unknown option '--pivot'; did you mean --pivots or --pivot-select?"},
+            {{"index", "C", "P", "--batch-memroy", "1G"}, "unknown option '--batch-memroy'; did you mean --batch-memory?"},
+            {{"search", "C", "Q", "--hepl"}, "unknown option '--hepl'; did you mean --help?"},
+            {{"search", "C", "Q", "--j"}, "unknown option '--j'; did you mean --jobs?"},
+            {{"serach", "C", "Q"}, "unknown command 'serach'; did you mean search?"},
+            {{"idx", "C", "P"}, "unknown command 'idx'; did you mean index?"},
+            {{"i", "C"}, "unknown command 'i'; did you mean index, identify or info?"},
+            {{"lss", "C"}, "unknown command 'lss'; did you mean ls?"},
         };
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             const char *argv[10] = {"patina"};
@@ -959,6 +985,33 @@ static void test_parser(void **state)
             if (strcmp(err, cases[i].msg)) fail_msg("message '%s', wanted '%s'", err, cases[i].msg);
             cli_args_release(&a);
         }
+    }
+    /* the distance behind the suggestions: optimal string alignment (a swap of neighbours is one
+     * edit, a swapped pair is not edited again: "ca" -> "abc" is 3, where Damerau-Levenshtein says 2) */
+    assert_int_equal(cli_edit_distance("", 0, "abc"), 3);
+    assert_int_equal(cli_edit_distance("abc", 3, "abc"), 0);
+    assert_int_equal(cli_edit_distance("ABC", 3, "abc"), 0);
+    assert_int_equal(cli_edit_distance("ab", 2, "ba"), 1);
+    assert_int_equal(cli_edit_distance("kitten", 6, "sitting"), 3);
+    assert_int_equal(cli_edit_distance("ca", 2, "abc"), 3);
+    assert_int_equal(cli_edit_distance("formatxyz", 6, "format"), 0); /* only len bytes are read */
+    {
+        char long_word[100], hint[200];
+        memset(long_word, 'a', sizeof long_word);
+        assert_int_equal(cli_edit_distance(long_word, sizeof long_word, "a"), 65);
+        /* far from every name, one letter, empty: nothing suggested */
+        assert_int_equal(cli_suggest(hint, sizeof hint, long_word, sizeof long_word,
+                                     (const char *const[]){"jobs", "k"}, 2, "--"), 0);
+        assert_string_equal(hint, "");
+        assert_int_equal(cli_suggest(hint, sizeof hint, "x", 1, (const char *const[]){"jobs", "k"}, 2, "--"), 0);
+        assert_int_equal(cli_suggest(hint, sizeof hint, "", 0, (const char *const[]){"jobs", "k"}, 2, "--"), 0);
+        /* four names with the prefix: the nearest by distance instead, at most three */
+        assert_int_equal(cli_suggest(hint, sizeof hint, "ab", 2, (const char *const[]){"abc", "abd", "abe", "abf"},
+                                     4, "--"), 3);
+        assert_string_equal(hint, "; did you mean --abc, --abd or --abe?");
+        /* a short buffer is cut, never overrun */
+        assert_int_equal(cli_suggest(hint, 8, "fromat", 6, (const char *const[]){"format"}, 1, "--"), 1);
+        assert_int_equal(strlen(hint), 7);
     }
     /* cli_parse_u64: strict decimal */
     assert_int_equal(cli_parse_u64("18446744073709551615", 1, UINT64_MAX, &u), 0);

@@ -24,6 +24,16 @@ const cli_command_t *cli_command_find(const char *name)
     return NULL;
 }
 
+void cli_command_unknown(char *buf, size_t size, const char *name)
+{
+    const char *names[sizeof cli_commands / sizeof cli_commands[0]];
+    char hint[200];
+    size_t i;
+    for (i = 0; i < cli_ncommands; i++) names[i] = cli_commands[i]->name;
+    cli_suggest(hint, sizeof hint, name, strlen(name), names, cli_ncommands, "");
+    if (size) snprintf(buf, size, "unknown command '%.200s'%s", name, hint);
+}
+
 int cli_parse_argv(const cli_command_t **cmd, cli_args_t *a, int argc, char *const *argv, char *err,
                    size_t errsize)
 {
@@ -35,7 +45,7 @@ int cli_parse_argv(const cli_command_t **cmd, cli_args_t *a, int argc, char *con
     }
     *cmd = cli_command_find(argv[1]);
     if (!*cmd) {
-        if (errsize) snprintf(err, errsize, "unknown command '%.200s'", argv[1]);
+        cli_command_unknown(err, errsize, argv[1]);
         return CLI_PARSE_ERROR;
     }
     return cli_parse(a, *cmd, argc - 1, argv + 1, err, errsize);

@@ -25,6 +25,9 @@ extern const size_t cli_ncommands;
 /* The subcommand called `name`, or NULL. */
 const cli_command_t *cli_command_find(const char *name);
 
+/* "unknown command 'NAME'" and the commands it may have meant (cli_suggest). */
+void cli_command_unknown(char *buf, size_t size, const char *name);
+
 /* A whole command line, argv[0] the program: finds the subcommand named by
  * argv[1] and parses the rest against its table (cli_parse). Pure, like
  * cli_parse; *cmd is NULL when argv[1] names no subcommand (an error). `a`
