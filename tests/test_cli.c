@@ -549,6 +549,63 @@ static void test_search_missing_table(void **state)
     free(out);
 }
 
+/* search takes folders of queries, walked as index and identify walk them,
+ * on the command line and in --batch FILE; files stay as given (a query
+ * given twice is answered twice). */
+static void test_search_folders(void **state)
+{
+    const char *coll = tp("folders.patina");
+    char *out = NULL, *err = NULL;
+    csv_rec_t *recs;
+    size_t nrec;
+    FILE *f;
+    (void)state;
+    mkdir(tp("qdir"), 0755);
+    mkdir(tp("qdir/sub"), 0755);
+    copy_file(tp("img/p2.jpg"), tp("qdir/b.jpg"));
+    copy_file(tp("img/p1.jpg"), tp("qdir/a.jpg"));
+    copy_file(tp("img/p3.jpg"), tp("qdir/sub/c.jpg"));
+    copy_file(tp("img/p0.jpg"), tp("qdir/.hidden.jpg"));
+    mkdir(tp("qempty"), 0755);
+    assert_int_equal(RUN(NULL, NULL, "index", "-q", coll, tp("img")), 0);
+    assert_int_equal(RUN(&out, &err, "search", coll, tp("img/p0.jpg"), tp("qdir"), tp("img/p0.jpg"), "-k", "1",
+                         "--format", "csv"), 0);
+    nrec = csv_parse(out, &recs);
+    assert_int_equal(nrec, 5);
+    /* in order: the file, the folder's files in byte order (hidden ones left out), the file again */
+    assert_string_equal(recs[0].f[0], tp("img/p0.jpg"));
+    assert_string_equal(recs[1].f[0], tp("qdir/a.jpg"));
+    assert_string_equal(recs[2].f[0], tp("qdir/b.jpg"));
+    assert_string_equal(recs[3].f[0], tp("qdir/sub/c.jpg"));
+    assert_string_equal(recs[4].f[0], tp("img/p0.jpg"));
+    /* each copy finds its original at distance 0 */
+    assert_string_equal(recs[1].f[2], tp("img/p1.jpg"));
+    assert_string_equal(recs[2].f[2], tp("img/p2.jpg"));
+    assert_string_equal(recs[3].f[2], tp("img/p3.jpg"));
+    for (size_t i = 0; i < nrec; i++) assert_string_equal(recs[i].f[3], "0");
+    csv_free(recs, nrec);
+    free(out);
+    free(err);
+    /* a folder in --batch FILE is walked too */
+    f = fopen(tp("queries.txt"), "w");
+    assert_non_null(f);
+    fprintf(f, "%s\n\n%s\n", tp("qdir/sub"), tp("img/p1.jpg"));
+    fclose(f);
+    assert_int_equal(RUN(&out, NULL, "search", coll, "--batch", tp("queries.txt"), "-k", "1", "--format", "csv"), 0);
+    nrec = csv_parse(out, &recs);
+    assert_int_equal(nrec, 2);
+    assert_string_equal(recs[0].f[0], tp("qdir/sub/c.jpg"));
+    assert_string_equal(recs[1].f[0], tp("img/p1.jpg"));
+    csv_free(recs, nrec);
+    free(out);
+    /* folders without images: said, exit 1 */
+    assert_int_equal(RUN(&out, &err, "search", coll, tp("qempty"), "--format", "csv"), 1);
+    expect_in(err, "no query images in the folders given");
+    assert_string_equal(out, "");
+    free(out);
+    free(err);
+}
+
 /* A missing GLCM mask file is named in the error, on every path. */
 static void test_glcm_missing_mask(void **state)
 {
@@ -961,7 +1018,7 @@ static void test_parser(void **state)
             {{"search", "C", "Q", "--range", "-0.5"}, "--range wants a number >= 0, got '-0.5'"},
             {{"index", "C", "P", "--nvjpeg-share", "0"}, "--nvjpeg-share wants a number > 0 and <= 1 or auto, got '0'"},
             {{"index", "C"}, "missing operand: usage: patina index [options] COLLECTION PATH..."},
-            {{"search"}, "missing operand: usage: patina search [options] COLLECTION [IMAGE...]"},
+            {{"search"}, "missing operand: usage: patina search [options] COLLECTION [QUERY...]"},
             {{"ls", "C", "D"}, "unexpected operand 'D': usage: patina ls [options] COLLECTION"},
             {{"extract", "--family=", "x"}, "--family wants a non-empty value, got ''"},
             /* misspelt names: a unique prefix, or the nearest names within 2 edits */
@@ -1194,6 +1251,7 @@ int main(void)
         cmocka_unit_test(test_rm_ids),
         cmocka_unit_test(test_output_quoting),
         cmocka_unit_test(test_search_missing_table),
+        cmocka_unit_test(test_search_folders),
         cmocka_unit_test(test_glcm_missing_mask),
         cmocka_unit_test(test_symlink_loops),
         cmocka_unit_test(test_unreadable_folder),
