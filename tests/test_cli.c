@@ -606,6 +606,46 @@ static void test_search_folders(void **state)
     free(err);
 }
 
+/* info COLLECTION prints the collection first (the families only with
+ * --all, after it); families name their element types as C and numpy do;
+ * the nvJPEG line says what a user can do, not a C field. */
+static void test_info(void **state)
+{
+    const char *coll = tp("info.patina");
+    char *out = NULL, *p;
+    size_t ndefault = 0;
+    (void)state;
+    assert_int_equal(RUN(NULL, NULL, "index", "-q", coll, tp("img")), 0);
+    assert_int_equal(RUN(&out, NULL, "info", coll), 0);
+    if (strncmp(out, "collection ", 11)) fail_msg("info COLLECTION does not start with the collection:\n%s", out);
+    expect_in(out, ": 4 images, 1 table\n  table cedd:compact=0: 4 descriptors of 144 bytes\n");
+    if (strstr(out, "families:")) fail_msg("info COLLECTION prints the families:\n%s", out);
+    free(out);
+    assert_int_equal(RUN(&out, NULL, "info", "--all", coll), 0);
+    assert_true(!strncmp(out, "collection ", 11));
+    p = strstr(out, "\nfamilies:\n");
+    assert_non_null(p);
+    assert_true(p > strstr(out, "table cedd:compact=0"));
+    free(out);
+    assert_int_equal(RUN(&out, NULL, "info"), 0);
+    assert_true(!strncmp(out, "patina ", 7));
+    for (p = out; (p = strstr(p, "default: ")); p++) {
+        const char *x = strstr(p, " x "), *nl = strchr(p, '\n');
+        char type[8] = "";
+        ndefault++;
+        assert_true(x && x < nl);
+        if (sscanf(x, " x %7[a-z0-9],", type) != 1 ||
+            (strcmp(type, "u8") && strcmp(type, "u16") && strcmp(type, "u32") && strcmp(type, "f32") &&
+             strcmp(type, "f64")))
+            fail_msg("element type '%s' is not a C/numpy name: %.*s", type, (int)(nl - p), p);
+    }
+    assert_true(ndefault >= 9);
+    expect_in(out, "\nnvJPEG: ");
+    expect_in(out, "index --decoder nvjpeg");
+    if (strstr(out, "nvjpeg_library") || strstr(out, " x value")) fail_msg("info:\n%s", out);
+    free(out);
+}
+
 /* A missing GLCM mask file is named in the error, on every path. */
 static void test_glcm_missing_mask(void **state)
 {
@@ -923,7 +963,7 @@ static void test_devices(void **state)
     expect_in(err, "nvjpeg decoder needs --device gpu");
     free(err);
     assert_int_equal(RUN(&out, NULL, "info"), 0);
-    expect_in(out, "nvjpeg: ");
+    expect_in(out, "nvJPEG: ");
     free(out);
     assert_int_equal(RUN(NULL, NULL, "search", tp("none.patina"), tp("img/p0.jpg")), 3);
 }
@@ -1252,6 +1292,7 @@ int main(void)
         cmocka_unit_test(test_output_quoting),
         cmocka_unit_test(test_search_missing_table),
         cmocka_unit_test(test_search_folders),
+        cmocka_unit_test(test_info),
         cmocka_unit_test(test_glcm_missing_mask),
         cmocka_unit_test(test_symlink_loops),
         cmocka_unit_test(test_unreadable_folder),

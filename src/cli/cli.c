@@ -181,6 +181,18 @@ void cli_json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
+const char *cli_elem_name(patina_elem e)
+{
+    switch (e) {
+    case PATINA_ELEM_U8: return "u8";
+    case PATINA_ELEM_U16: return "u16";
+    case PATINA_ELEM_U32: return "u32";
+    case PATINA_ELEM_F32: return "f32";
+    case PATINA_ELEM_F64: return "f64";
+    }
+    return "?";
+}
+
 void cli_print_elem(FILE *f, patina_elem e, const void *desc, size_t i)
 {
     switch (e) {

@@ -88,6 +88,9 @@ void cli_csv_field(FILE *f, const char *s);
  * convention, so no path is lost (os.fsencode(value) gives the bytes back). */
 void cli_json_string(FILE *f, const char *s);
 
+/* The element type as C and numpy name it: "u8", "u16", "u32", "f32", "f64". */
+const char *cli_elem_name(patina_elem e);
+
 /* Writes one descriptor element as text (integers plain, floats %.9g / %.17g). */
 void cli_print_elem(FILE *f, patina_elem e, const void *desc, size_t i);
 
