@@ -646,6 +646,73 @@ static void test_info(void **state)
     free(out);
 }
 
+/* What the table formats and the summaries print: distances with 6
+ * significant digits in the table (csv and json keep every digit), ls with
+ * a header, counts with the singular for 1, a re-run's summary without a
+ * rate when nothing was extracted. */
+static void test_table_output(void **state)
+{
+    const char *coll = tp("tables-out.patina");
+    char *out = NULL, *err = NULL, *csv = NULL, *line, *nl;
+    csv_rec_t *recs;
+    size_t nrec, r;
+    (void)state;
+    assert_int_equal(RUN(NULL, &err, "index", coll, tp("img")), 0);
+    expect_in(err, "indexed 4, skipped 0 (unchanged), failed 0 of 4 files, 0 with decoder warnings; 0 paths skipped");
+    expect_in(err, " images/s, cedd:compact=0");
+    free(err);
+    /* a re-run: nothing extracted, no rate (it said "0.0 images/s") */
+    assert_int_equal(RUN(NULL, &err, "index", coll, tp("img")), 0);
+    expect_in(err, "indexed 0, skipped 4 (unchanged), failed 0 of 4 files");
+    expect_in(err, " s (cedd:compact=0, device ");
+    if (strstr(err, "images/s")) fail_msg("a re-run's summary with a rate: %s", err);
+    free(err);
+    /* one of each */
+    assert_int_equal(RUN(NULL, &err, "index", coll, tp("img/p0.jpg"), tp("no-such.jpg")), 1);
+    expect_in(err, "indexed 0, skipped 1 (unchanged), failed 0 of 1 file, 0 with decoder warnings; 1 path skipped;");
+    free(err);
+    assert_int_equal(RUN(NULL, &err, "search", coll, tp("img/p0.jpg"), "--stats", "-k", "1"), 0);
+    expect_in(err, "search: 1 query over 4 rows: 4 distances computed, 0 rows pruned");
+    free(err);
+    /* search: the table's distances are the csv's, to 6 significant digits; the csv's are exact (%.17g) */
+    assert_int_equal(RUN(&csv, NULL, "search", coll, tp("img/p0.jpg"), "-k", "4", "--format", "csv"), 0);
+    assert_int_equal(RUN(&out, NULL, "search", coll, tp("img/p0.jpg"), "-k", "4"), 0);
+    nrec = csv_parse(csv, &recs);
+    assert_int_equal(nrec, 4);
+    line = out;
+    nl = strchr(line, '\n');
+    assert_non_null(nl);
+    line = nl + 1; /* "query ...: 4 hits" */
+    nl = strchr(line, '\n');
+    assert_non_null(nl);
+    *nl = '\0';
+    assert_string_equal(line, "  rank      distance  key");
+    for (r = 0, line = nl + 1; r < nrec; r++, line = nl + 1) {
+        char want[256], round[64];
+        double d = strtod(recs[r].f[3], NULL);
+        nl = strchr(line, '\n');
+        assert_non_null(nl);
+        *nl = '\0';
+        snprintf(round, sizeof round, "%.17g", d);
+        assert_string_equal(round, recs[r].f[3]);
+        snprintf(want, sizeof want, "  %4zu  %12.6g  %s", r + 1, d, recs[r].f[2]);
+        assert_string_equal(line, want);
+    }
+    csv_free(recs, nrec);
+    free(csv);
+    free(out);
+    /* ls: a header line, then one line per image */
+    assert_int_equal(RUN(&out, NULL, "ls", coll), 0);
+    assert_int_equal(count_lines(out), 5);
+    if (strncmp(out, "    id  key ", 12) || !strstr(out, "bytes   width x height sha256        added (UTC)\n"))
+        fail_msg("ls header:\n%s", out);
+    expect_in(out, "\n     1  ");
+    free(out);
+    assert_int_equal(RUN(&out, NULL, "ls", coll, "--format", "csv"), 0);
+    assert_int_equal(count_lines(out), 4); /* csv: no header */
+    free(out);
+}
+
 /* A missing GLCM mask file is named in the error, on every path. */
 static void test_glcm_missing_mask(void **state)
 {
@@ -706,7 +773,7 @@ static void test_symlink_loops(void **state)
     expect_in(err, "broken symbolic link");
     expect_in(err, "sub/broken.jpg");
     expect_in(err, "indexed 0, skipped 2 (unchanged)");
-    expect_in(err, "1 paths skipped");
+    expect_in(err, "1 path skipped");
     free(err);
 }
 
@@ -741,7 +808,7 @@ static void test_unreadable_folder(void **state)
     expect_in(err, "m_locked");
     expect_in(err, "zz.jpg");
     expect_in(err, "indexed 2, skipped 0 (unchanged), failed 1 of 3 files");
-    expect_in(err, "1 paths skipped");
+    expect_in(err, "1 path skipped");
     free(out);
     free(err);
     assert_int_equal(RUN(&out, NULL, "ls", coll, "--format", "csv"), 0);
@@ -945,7 +1012,7 @@ static void test_index_bad_files(void **state)
     expect_in(err, "truncated JPEG data");
     expect_in(err, "cut.jpg");
     expect_in(err, "missing.jpg");
-    expect_in(err, "indexed 3, skipped 0 (unchanged), failed 3 of 6 files, 0 with decoder warnings; 1 paths skipped");
+    expect_in(err, "indexed 3, skipped 0 (unchanged), failed 3 of 6 files, 0 with decoder warnings; 1 path skipped");
     free(err);
     assert_int_equal(RUN(&out, NULL, "ls", coll, "--format", "csv"), 0);
     assert_int_equal(count_lines(out), 3);
@@ -1293,6 +1360,7 @@ int main(void)
         cmocka_unit_test(test_search_missing_table),
         cmocka_unit_test(test_search_folders),
         cmocka_unit_test(test_info),
+        cmocka_unit_test(test_table_output),
         cmocka_unit_test(test_glcm_missing_mask),
         cmocka_unit_test(test_symlink_loops),
         cmocka_unit_test(test_unreadable_folder),

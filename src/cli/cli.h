@@ -59,6 +59,9 @@ int cli_parse_argv(const cli_command_t **cmd, cli_args_t *a, int argc, char *con
     {.name = "batch-memory", .type = CLI_BYTES, .arg = "BYTES", .min = 1,                         \
      .max = PATINA_BATCH_MEMORY_MAX, .def = "1G", .help = what} /* 1G: PATINA_DEFAULT_BATCH_MEMORY (test_cli) */
 
+/* "s" unless n is 1: "%zu path%s", n, cli_plural(n). */
+static inline const char *cli_plural(unsigned long long n) { return n == 1 ? "" : "s"; }
+
 /* "patina <cmd>: <message>" on stderr. */
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prints the library's last error for a failed status. */

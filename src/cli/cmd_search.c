@@ -51,7 +51,8 @@ const cli_command_t cli_cmd_search = {
     .opts = opts,
     .nopts = sizeof opts / sizeof opts[0],
     .notes = "output:\n"
-             "  table  per query a header line and one line per hit (default)\n"
+             "  table  per query a header line and one line per hit (default); distances\n"
+             "         with 6 significant digits (%.6g)\n"
              "  csv    QUERY,RANK,KEY,DISTANCE per hit, no header; RANK from 1, DISTANCE\n"
              "         with %.17g. QUERY or KEY holding a comma, a double quote, CR or LF is\n"
              "         quoted as RFC 4180 says (quotes doubled); lines end with LF.\n"
@@ -81,7 +82,7 @@ static void print_hits(FILE *f, int fmt, const char *query, const patina_hit_t *
         fputs(",\"hits\":[", f);
     } else if (fmt == 0) {
         fprintf(f, "query %s: %zu hit%s\n", query, n, n == 1 ? "" : "s");
-        if (n) fprintf(f, "  %4s  %-22s  %s\n", "rank", "distance", "key");
+        if (n) fprintf(f, "  %4s  %12s  %s\n", "rank", "distance", "key");
     }
     for (r = 0; r < n; r++) {
         const char *key = keys[r] ? keys[r] : "?";
@@ -96,7 +97,9 @@ static void print_hits(FILE *f, int fmt, const char *query, const patina_hit_t *
             cli_json_string(f, key);
             fprintf(f, ",\"distance\":%.17g}", hits[r].distance);
         } else {
-            fprintf(f, "  %4zu  %-22.17g  %s\n", r + 1, hits[r].distance, key);
+            /* 6 significant digits whatever the family's scale (CEDD 0..100, chi2 0..2, SQFD
+             * near 0.1); csv and json give every digit */
+            fprintf(f, "  %4zu  %12.6g  %s\n", r + 1, hits[r].distance, key);
         }
     }
     if (fmt == 2) fputs("]}\n", f);
@@ -370,9 +373,11 @@ static int run_search(const cli_args_t *a)
         free(pos);
         if (cli_get(a, "stats")->i)
             fprintf(stderr,
-                    "search: %zu queries over %zu rows: %zu distances computed, %zu rows pruned, "
-                    "%zu query-to-pivot distances (%s)%s\n",
-                    searched, rows, total.computed, total.pruned, total.pivot_dists,
+                    "search: %zu quer%s over %zu row%s: %zu distance%s computed, %zu row%s pruned, "
+                    "%zu query-to-pivot distance%s (%s)%s\n",
+                    searched, searched == 1 ? "y" : "ies", rows, cli_plural(rows), total.computed,
+                    cli_plural(total.computed), total.pruned, cli_plural(total.pruned), total.pivot_dists,
+                    cli_plural(total.pivot_dists),
                     pivots ? "pivot table" : "no pivot table: every distance",
                     pivots && total.gpu_filter ? "; filtered on the GPU" : "");
     }
