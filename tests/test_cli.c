@@ -311,6 +311,19 @@ static void test_usage_errors(void **state)
         assert_true(strlen(err) > 0); /* and it says why */
         free(err);
     }
+    /* a misspelt command or option gets the names it may have meant (the parser's cases: test_parser) */
+    {
+        char *err = NULL;
+        assert_int_equal(RUN(NULL, &err, "serach", tp("usage.patina"), "q.jpg"), 2);
+        expect_in(err, "patina: unknown command 'serach'; did you mean search?");
+        free(err);
+        assert_int_equal(RUN(NULL, &err, "help", "indx"), 2);
+        expect_in(err, "patina: unknown command 'indx'; did you mean index?");
+        free(err);
+        assert_int_equal(RUN(NULL, &err, "search", tp("usage.patina"), "q.jpg", "--formt", "csv"), 2);
+        expect_in(err, "patina search: unknown option '--formt'; did you mean --format?");
+        free(err);
+    }
     /* Nothing was done: no collection was created. */
     {
         struct stat st;
@@ -536,6 +549,170 @@ static void test_search_missing_table(void **state)
     free(out);
 }
 
+/* search takes folders of queries, walked as index and identify walk them,
+ * on the command line and in --batch FILE; files stay as given (a query
+ * given twice is answered twice). */
+static void test_search_folders(void **state)
+{
+    const char *coll = tp("folders.patina");
+    char *out = NULL, *err = NULL;
+    csv_rec_t *recs;
+    size_t nrec;
+    FILE *f;
+    (void)state;
+    mkdir(tp("qdir"), 0755);
+    mkdir(tp("qdir/sub"), 0755);
+    copy_file(tp("img/p2.jpg"), tp("qdir/b.jpg"));
+    copy_file(tp("img/p1.jpg"), tp("qdir/a.jpg"));
+    copy_file(tp("img/p3.jpg"), tp("qdir/sub/c.jpg"));
+    copy_file(tp("img/p0.jpg"), tp("qdir/.hidden.jpg"));
+    mkdir(tp("qempty"), 0755);
+    assert_int_equal(RUN(NULL, NULL, "index", "-q", coll, tp("img")), 0);
+    assert_int_equal(RUN(&out, &err, "search", coll, tp("img/p0.jpg"), tp("qdir"), tp("img/p0.jpg"), "-k", "1",
+                         "--format", "csv"), 0);
+    nrec = csv_parse(out, &recs);
+    assert_int_equal(nrec, 5);
+    /* in order: the file, the folder's files in byte order (hidden ones left out), the file again */
+    assert_string_equal(recs[0].f[0], tp("img/p0.jpg"));
+    assert_string_equal(recs[1].f[0], tp("qdir/a.jpg"));
+    assert_string_equal(recs[2].f[0], tp("qdir/b.jpg"));
+    assert_string_equal(recs[3].f[0], tp("qdir/sub/c.jpg"));
+    assert_string_equal(recs[4].f[0], tp("img/p0.jpg"));
+    /* each copy finds its original at distance 0 */
+    assert_string_equal(recs[1].f[2], tp("img/p1.jpg"));
+    assert_string_equal(recs[2].f[2], tp("img/p2.jpg"));
+    assert_string_equal(recs[3].f[2], tp("img/p3.jpg"));
+    for (size_t i = 0; i < nrec; i++) assert_string_equal(recs[i].f[3], "0");
+    csv_free(recs, nrec);
+    free(out);
+    free(err);
+    /* a folder in --batch FILE is walked too */
+    f = fopen(tp("queries.txt"), "w");
+    assert_non_null(f);
+    fprintf(f, "%s\n\n%s\n", tp("qdir/sub"), tp("img/p1.jpg"));
+    fclose(f);
+    assert_int_equal(RUN(&out, NULL, "search", coll, "--batch", tp("queries.txt"), "-k", "1", "--format", "csv"), 0);
+    nrec = csv_parse(out, &recs);
+    assert_int_equal(nrec, 2);
+    assert_string_equal(recs[0].f[0], tp("qdir/sub/c.jpg"));
+    assert_string_equal(recs[1].f[0], tp("img/p1.jpg"));
+    csv_free(recs, nrec);
+    free(out);
+    /* folders without images: said, exit 1 */
+    assert_int_equal(RUN(&out, &err, "search", coll, tp("qempty"), "--format", "csv"), 1);
+    expect_in(err, "no query images in the folders given");
+    assert_string_equal(out, "");
+    free(out);
+    free(err);
+}
+
+/* info COLLECTION prints the collection first (the families only with
+ * --all, after it); families name their element types as C and numpy do;
+ * the nvJPEG line says what a user can do, not a C field. */
+static void test_info(void **state)
+{
+    const char *coll = tp("info.patina");
+    char *out = NULL, *p;
+    size_t ndefault = 0;
+    (void)state;
+    assert_int_equal(RUN(NULL, NULL, "index", "-q", coll, tp("img")), 0);
+    assert_int_equal(RUN(&out, NULL, "info", coll), 0);
+    if (strncmp(out, "collection ", 11)) fail_msg("info COLLECTION does not start with the collection:\n%s", out);
+    expect_in(out, ": 4 images, 1 table\n  table cedd:compact=0: 4 descriptors of 144 bytes\n");
+    if (strstr(out, "families:")) fail_msg("info COLLECTION prints the families:\n%s", out);
+    free(out);
+    assert_int_equal(RUN(&out, NULL, "info", "--all", coll), 0);
+    assert_true(!strncmp(out, "collection ", 11));
+    p = strstr(out, "\nfamilies:\n");
+    assert_non_null(p);
+    assert_true(p > strstr(out, "table cedd:compact=0"));
+    free(out);
+    assert_int_equal(RUN(&out, NULL, "info"), 0);
+    assert_true(!strncmp(out, "patina ", 7));
+    for (p = out; (p = strstr(p, "default: ")); p++) {
+        const char *x = strstr(p, " x "), *nl = strchr(p, '\n');
+        char type[8] = "";
+        ndefault++;
+        assert_true(x && x < nl);
+        if (sscanf(x, " x %7[a-z0-9],", type) != 1 ||
+            (strcmp(type, "u8") && strcmp(type, "u16") && strcmp(type, "u32") && strcmp(type, "f32") &&
+             strcmp(type, "f64")))
+            fail_msg("element type '%s' is not a C/numpy name: %.*s", type, (int)(nl - p), p);
+    }
+    assert_true(ndefault >= 9);
+    expect_in(out, "\nnvJPEG: ");
+    expect_in(out, "index --decoder nvjpeg");
+    if (strstr(out, "nvjpeg_library") || strstr(out, " x value")) fail_msg("info:\n%s", out);
+    free(out);
+}
+
+/* What the table formats and the summaries print: distances with 6
+ * significant digits in the table (csv and json keep every digit), ls with
+ * a header, counts with the singular for 1, a re-run's summary without a
+ * rate when nothing was extracted. */
+static void test_table_output(void **state)
+{
+    const char *coll = tp("tables-out.patina");
+    char *out = NULL, *err = NULL, *csv = NULL, *line, *nl;
+    csv_rec_t *recs;
+    size_t nrec, r;
+    (void)state;
+    assert_int_equal(RUN(NULL, &err, "index", coll, tp("img")), 0);
+    expect_in(err, "indexed 4, skipped 0 (unchanged), failed 0 of 4 files, 0 with decoder warnings; 0 paths skipped");
+    expect_in(err, " images/s, cedd:compact=0");
+    free(err);
+    /* a re-run: nothing extracted, no rate (it said "0.0 images/s") */
+    assert_int_equal(RUN(NULL, &err, "index", coll, tp("img")), 0);
+    expect_in(err, "indexed 0, skipped 4 (unchanged), failed 0 of 4 files");
+    expect_in(err, " s (cedd:compact=0, device ");
+    if (strstr(err, "images/s")) fail_msg("a re-run's summary with a rate: %s", err);
+    free(err);
+    /* one of each */
+    assert_int_equal(RUN(NULL, &err, "index", coll, tp("img/p0.jpg"), tp("no-such.jpg")), 1);
+    expect_in(err, "indexed 0, skipped 1 (unchanged), failed 0 of 1 file, 0 with decoder warnings; 1 path skipped;");
+    free(err);
+    assert_int_equal(RUN(NULL, &err, "search", coll, tp("img/p0.jpg"), "--stats", "-k", "1"), 0);
+    expect_in(err, "search: 1 query over 4 rows: 4 distances computed, 0 rows pruned");
+    free(err);
+    /* search: the table's distances are the csv's, to 6 significant digits; the csv's are exact (%.17g) */
+    assert_int_equal(RUN(&csv, NULL, "search", coll, tp("img/p0.jpg"), "-k", "4", "--format", "csv"), 0);
+    assert_int_equal(RUN(&out, NULL, "search", coll, tp("img/p0.jpg"), "-k", "4"), 0);
+    nrec = csv_parse(csv, &recs);
+    assert_int_equal(nrec, 4);
+    line = out;
+    nl = strchr(line, '\n');
+    assert_non_null(nl);
+    line = nl + 1; /* "query ...: 4 hits" */
+    nl = strchr(line, '\n');
+    assert_non_null(nl);
+    *nl = '\0';
+    assert_string_equal(line, "  rank      distance  key");
+    for (r = 0, line = nl + 1; r < nrec; r++, line = nl + 1) {
+        char want[256], round[64];
+        double d = strtod(recs[r].f[3], NULL);
+        nl = strchr(line, '\n');
+        assert_non_null(nl);
+        *nl = '\0';
+        snprintf(round, sizeof round, "%.17g", d);
+        assert_string_equal(round, recs[r].f[3]);
+        snprintf(want, sizeof want, "  %4zu  %12.6g  %s", r + 1, d, recs[r].f[2]);
+        assert_string_equal(line, want);
+    }
+    csv_free(recs, nrec);
+    free(csv);
+    free(out);
+    /* ls: a header line, then one line per image */
+    assert_int_equal(RUN(&out, NULL, "ls", coll), 0);
+    assert_int_equal(count_lines(out), 5);
+    if (strncmp(out, "    id  key ", 12) || !strstr(out, "bytes   width x height sha256        added (UTC)\n"))
+        fail_msg("ls header:\n%s", out);
+    expect_in(out, "\n     1  ");
+    free(out);
+    assert_int_equal(RUN(&out, NULL, "ls", coll, "--format", "csv"), 0);
+    assert_int_equal(count_lines(out), 4); /* csv: no header */
+    free(out);
+}
+
 /* A missing GLCM mask file is named in the error, on every path. */
 static void test_glcm_missing_mask(void **state)
 {
@@ -596,7 +773,7 @@ static void test_symlink_loops(void **state)
     expect_in(err, "broken symbolic link");
     expect_in(err, "sub/broken.jpg");
     expect_in(err, "indexed 0, skipped 2 (unchanged)");
-    expect_in(err, "1 paths skipped");
+    expect_in(err, "1 path skipped");
     free(err);
 }
 
@@ -631,7 +808,7 @@ static void test_unreadable_folder(void **state)
     expect_in(err, "m_locked");
     expect_in(err, "zz.jpg");
     expect_in(err, "indexed 2, skipped 0 (unchanged), failed 1 of 3 files");
-    expect_in(err, "1 paths skipped");
+    expect_in(err, "1 path skipped");
     free(out);
     free(err);
     assert_int_equal(RUN(&out, NULL, "ls", coll, "--format", "csv"), 0);
@@ -835,7 +1012,7 @@ static void test_index_bad_files(void **state)
     expect_in(err, "truncated JPEG data");
     expect_in(err, "cut.jpg");
     expect_in(err, "missing.jpg");
-    expect_in(err, "indexed 3, skipped 0 (unchanged), failed 3 of 6 files, 0 with decoder warnings; 1 paths skipped");
+    expect_in(err, "indexed 3, skipped 0 (unchanged), failed 3 of 6 files, 0 with decoder warnings; 1 path skipped");
     free(err);
     assert_int_equal(RUN(&out, NULL, "ls", coll, "--format", "csv"), 0);
     assert_int_equal(count_lines(out), 3);
@@ -853,7 +1030,7 @@ static void test_devices(void **state)
     expect_in(err, "nvjpeg decoder needs --device gpu");
     free(err);
     assert_int_equal(RUN(&out, NULL, "info"), 0);
-    expect_in(out, "nvjpeg: ");
+    expect_in(out, "nvJPEG: ");
     free(out);
     assert_int_equal(RUN(NULL, NULL, "search", tp("none.patina"), tp("img/p0.jpg")), 3);
 }
@@ -948,9 +1125,22 @@ static void test_parser(void **state)
             {{"search", "C", "Q", "--range", "-0.5"}, "--range wants a number >= 0, got '-0.5'"},
             {{"index", "C", "P", "--nvjpeg-share", "0"}, "--nvjpeg-share wants a number > 0 and <= 1 or auto, got '0'"},
             {{"index", "C"}, "missing operand: usage: patina index [options] COLLECTION PATH..."},
-            {{"search"}, "missing operand: usage: patina search [options] COLLECTION [IMAGE...]"},
+            {{"search"}, "missing operand: usage: patina search [options] COLLECTION [QUERY...]"},
             {{"ls", "C", "D"}, "unexpected operand 'D': usage: patina ls [options] COLLECTION"},
             {{"extract", "--family=", "x"}, "--family wants a non-empty value, got ''"},
+            /* misspelt names: a unique prefix, or the nearest names within 2 edits */
+            {{"search", "C", "Q", "--fromat", "csv"}, "unknown option '--fromat'; did you mean --format?"},
+            {{"search", "C", "Q", "--FORMAT=csv"}, "unknown option '--FORMAT'; did you mean --format?"},
+            {{"index", "C", "P", "--qiuet"}, "unknown option '--qiuet'; did you mean --quiet?"},
+            {{"index", "C", "P", "--fam=lbp"}, "unknown option '--fam'; did you mean --family?"},
+            {{"index", "C", "P", "--pivot", "8"}, "unknown option '--pivot'; did you mean --pivots or --pivot-select?"},
+            {{"index", "C", "P", "--batch-memroy", "1G"}, "unknown option '--batch-memroy'; did you mean --batch-memory?"},
+            {{"search", "C", "Q", "--hepl"}, "unknown option '--hepl'; did you mean --help?"},
+            {{"search", "C", "Q", "--j"}, "unknown option '--j'; did you mean --jobs?"},
+            {{"serach", "C", "Q"}, "unknown command 'serach'; did you mean search?"},
+            {{"idx", "C", "P"}, "unknown command 'idx'; did you mean index?"},
+            {{"i", "C"}, "unknown command 'i'; did you mean index, identify or info?"},
+            {{"lss", "C"}, "unknown command 'lss'; did you mean ls?"},
         };
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             const char *argv[10] = {"patina"};
@@ -959,6 +1149,33 @@ static void test_parser(void **state)
             if (strcmp(err, cases[i].msg)) fail_msg("message '%s', wanted '%s'", err, cases[i].msg);
             cli_args_release(&a);
         }
+    }
+    /* the distance behind the suggestions: optimal string alignment (a swap of neighbours is one
+     * edit, a swapped pair is not edited again: "ca" -> "abc" is 3, where Damerau-Levenshtein says 2) */
+    assert_int_equal(cli_edit_distance("", 0, "abc"), 3);
+    assert_int_equal(cli_edit_distance("abc", 3, "abc"), 0);
+    assert_int_equal(cli_edit_distance("ABC", 3, "abc"), 0);
+    assert_int_equal(cli_edit_distance("ab", 2, "ba"), 1);
+    assert_int_equal(cli_edit_distance("kitten", 6, "sitting"), 3);
+    assert_int_equal(cli_edit_distance("ca", 2, "abc"), 3);
+    assert_int_equal(cli_edit_distance("formatxyz", 6, "format"), 0); /* only len bytes are read */
+    {
+        char long_word[100], hint[200];
+        memset(long_word, 'a', sizeof long_word);
+        assert_int_equal(cli_edit_distance(long_word, sizeof long_word, "a"), 65);
+        /* far from every name, one letter, empty: nothing suggested */
+        assert_int_equal(cli_suggest(hint, sizeof hint, long_word, sizeof long_word,
+                                     (const char *const[]){"jobs", "k"}, 2, "--"), 0);
+        assert_string_equal(hint, "");
+        assert_int_equal(cli_suggest(hint, sizeof hint, "x", 1, (const char *const[]){"jobs", "k"}, 2, "--"), 0);
+        assert_int_equal(cli_suggest(hint, sizeof hint, "", 0, (const char *const[]){"jobs", "k"}, 2, "--"), 0);
+        /* four names with the prefix: the nearest by distance instead, at most three */
+        assert_int_equal(cli_suggest(hint, sizeof hint, "ab", 2, (const char *const[]){"abc", "abd", "abe", "abf"},
+                                     4, "--"), 3);
+        assert_string_equal(hint, "; did you mean --abc, --abd or --abe?");
+        /* a short buffer is cut, never overrun */
+        assert_int_equal(cli_suggest(hint, 8, "fromat", 6, (const char *const[]){"format"}, 1, "--"), 1);
+        assert_int_equal(strlen(hint), 7);
     }
     /* cli_parse_u64: strict decimal */
     assert_int_equal(cli_parse_u64("18446744073709551615", 1, UINT64_MAX, &u), 0);
@@ -1141,6 +1358,9 @@ int main(void)
         cmocka_unit_test(test_rm_ids),
         cmocka_unit_test(test_output_quoting),
         cmocka_unit_test(test_search_missing_table),
+        cmocka_unit_test(test_search_folders),
+        cmocka_unit_test(test_info),
+        cmocka_unit_test(test_table_output),
         cmocka_unit_test(test_glcm_missing_mask),
         cmocka_unit_test(test_symlink_loops),
         cmocka_unit_test(test_unreadable_folder),

@@ -143,6 +143,67 @@ static void choice_list(char *buf, size_t size, const char *choices)
     buf[o < size ? o : size - 1] = '\0';
 }
 
+/* ------------------------------------------------------------ suggestions */
+
+static int lower(int c) { return c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c; }
+
+int cli_edit_distance(const char *a, size_t alen, const char *b)
+{
+    enum { MAXW = 64 };
+    unsigned char d[MAXW + 1][MAXW + 1]; /* d[i][j]: distance between a[0..i) and b[0..j) */
+    size_t blen = strlen(b), i, j;
+    if (alen > MAXW || blen > MAXW) return MAXW + 1;
+    for (i = 0; i <= alen; i++) d[i][0] = (unsigned char)i;
+    for (j = 0; j <= blen; j++) d[0][j] = (unsigned char)j;
+    for (i = 1; i <= alen; i++)
+        for (j = 1; j <= blen; j++) {
+            int cost = lower((unsigned char)a[i - 1]) != lower((unsigned char)b[j - 1]);
+            int v = d[i - 1][j - 1] + cost;
+            if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && lower((unsigned char)a[i - 1]) == lower((unsigned char)b[j - 2]) &&
+                lower((unsigned char)a[i - 2]) == lower((unsigned char)b[j - 1]) && d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1; /* two adjacent characters swapped */
+            d[i][j] = (unsigned char)v;
+        }
+    return d[alen][blen];
+}
+
+/* word[0..len) is a proper prefix of name (letters compared without case) */
+static int is_prefix(const char *word, size_t len, const char *name)
+{
+    size_t i;
+    if (strlen(name) <= len) return 0;
+    for (i = 0; i < len; i++)
+        if (lower((unsigned char)word[i]) != lower((unsigned char)name[i])) return 0;
+    return 1;
+}
+
+size_t cli_suggest(char *buf, size_t size, const char *word, size_t len, const char *const *names, size_t n,
+                   const char *dashes)
+{
+    const char *pick[3];
+    size_t np = 0, nprefix = 0, i, o = 0;
+    int best = 3;
+    if (size) buf[0] = '\0';
+    if (!len) return 0;
+    for (i = 0; i < n; i++)
+        if (is_prefix(word, len, names[i]) && nprefix++ < 3) pick[np++] = names[i];
+    if (nprefix == 0 || nprefix > 3) {
+        np = 0;
+        for (i = 0; i < n; i++) {
+            int d = cli_edit_distance(word, len, names[i]);
+            if (d > 2 || 2 * (size_t)d > strlen(names[i])) continue;
+            if (d < best) best = d, np = 0;
+            if (d == best && np < 3) pick[np++] = names[i];
+        }
+    }
+    for (i = 0; i < np && o < size; i++)
+        o += (size_t)snprintf(buf + o, size - o, "%s%s%s%s", i == 0 ? "; did you mean " : i + 1 == np ? " or " : ", ",
+                              dashes, pick[i], i + 1 == np ? "?" : "");
+    return np;
+}
+
 /* Bytes as the shortest exact suffix form: 1G, 512M, 1000. */
 static void bytes_text(char *buf, size_t size, double x)
 {
@@ -309,7 +370,14 @@ int cli_parse(cli_args_t *a, const cli_command_t *cmd, int argc, char *const *ar
             }
             idx = find_long(cmd, name, len);
             snprintf(shown, sizeof shown, "--%.*s", (int)(len < 200 ? len : 200), name);
-            if (idx < 0) return fail(err, errsize, "unknown option '%s'", shown);
+            if (idx < 0) {
+                const char *names[CLI_MAX_OPTS + 1];
+                char hint[200];
+                for (i = 0; i < cmd->nopts; i++) names[i] = cmd->opts[i].name;
+                names[i] = "help";
+                cli_suggest(hint, sizeof hint, name, len, names, cmd->nopts + 1, "--");
+                return fail(err, errsize, "unknown option '%s'%s", shown, hint);
+            }
             if (cmd->opts[idx].type == CLI_FLAG) {
                 if (eq) return fail(err, errsize, "%s takes no value", shown);
                 a->v[idx].i = 1;

@@ -9,8 +9,10 @@
  * or fails with one message in the caller's buffer. Syntax:
  *   --name VALUE, --name=VALUE, -x VALUE, -xVALUE, clustered flags (-qh),
  *   options and operands in any order, "--" ends the options, "-" is an
- *   operand. Long names must be given in full (no abbreviations). An option
- *   given twice keeps the last value. -h/--help is accepted by every command.
+ *   operand. Long names must be given in full (no abbreviations; an unknown
+ *   one's message suggests the names it may have meant, cli_suggest). An
+ *   option given twice keeps the last value. -h/--help is accepted by every
+ *   command.
  * Numbers are strict: decimal only, no spaces, no overflow, no clamping. */
 #ifndef PATINA_CLI_ARGS_H
 #define PATINA_CLI_ARGS_H
@@ -102,6 +104,22 @@ const cli_value_t *cli_get(const cli_args_t *a, const char *name);
 /* Strict unsigned decimal: digits only (no sign, no spaces), in [min, max].
  * Returns 0 or -1 (then *out is unchanged). */
 int cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+
+/* Optimal string alignment distance between a[0..alen) and b (insertions,
+ * deletions, substitutions and transpositions of adjacent characters, each
+ * 1; ASCII letters compared without case). Words longer than 64 bytes: a
+ * distance of at least the length difference, capped at 65. */
+int cli_edit_distance(const char *a, size_t alen, const char *b);
+
+/* What a misspelt word (word[0..len)) may have meant among names[0..n): the
+ * names it is a prefix of, when there are 1 to 3 of them; else the names at
+ * the smallest optimal string alignment distance when that distance is at
+ * most 2 and at most half the name's length (so "-k" is never suggested for
+ * a random letter), 3 of them at most. Writes "; did you mean --a?" or
+ * "; did you mean --a or --b?" (each name after `dashes`) into buf, or ""
+ * when nothing is close. Returns the number of names suggested. */
+size_t cli_suggest(char *buf, size_t size, const char *word, size_t len, const char *const *names, size_t n,
+                   const char *dashes);
 
 /* Writes the command's --help: usage line, about, every option with its
  * value, bounds or choices and default, notes, exit status. */

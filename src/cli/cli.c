@@ -24,6 +24,16 @@ const cli_command_t *cli_command_find(const char *name)
     return NULL;
 }
 
+void cli_command_unknown(char *buf, size_t size, const char *name)
+{
+    const char *names[sizeof cli_commands / sizeof cli_commands[0]];
+    char hint[200];
+    size_t i;
+    for (i = 0; i < cli_ncommands; i++) names[i] = cli_commands[i]->name;
+    cli_suggest(hint, sizeof hint, name, strlen(name), names, cli_ncommands, "");
+    if (size) snprintf(buf, size, "unknown command '%.200s'%s", name, hint);
+}
+
 int cli_parse_argv(const cli_command_t **cmd, cli_args_t *a, int argc, char *const *argv, char *err,
                    size_t errsize)
 {
@@ -35,7 +45,7 @@ int cli_parse_argv(const cli_command_t **cmd, cli_args_t *a, int argc, char *con
     }
     *cmd = cli_command_find(argv[1]);
     if (!*cmd) {
-        if (errsize) snprintf(err, errsize, "unknown command '%.200s'", argv[1]);
+        cli_command_unknown(err, errsize, argv[1]);
         return CLI_PARSE_ERROR;
     }
     return cli_parse(a, *cmd, argc - 1, argv + 1, err, errsize);
@@ -169,6 +179,18 @@ void cli_json_string(FILE *f, const char *s)
         }
     }
     fputc('"', f);
+}
+
+const char *cli_elem_name(patina_elem e)
+{
+    switch (e) {
+    case PATINA_ELEM_U8: return "u8";
+    case PATINA_ELEM_U16: return "u16";
+    case PATINA_ELEM_U32: return "u32";
+    case PATINA_ELEM_F32: return "f32";
+    case PATINA_ELEM_F64: return "f64";
+    }
+    return "?";
 }
 
 void cli_print_elem(FILE *f, patina_elem e, const void *desc, size_t i)

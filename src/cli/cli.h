@@ -25,6 +25,9 @@ extern const size_t cli_ncommands;
 /* The subcommand called `name`, or NULL. */
 const cli_command_t *cli_command_find(const char *name);
 
+/* "unknown command 'NAME'" and the commands it may have meant (cli_suggest). */
+void cli_command_unknown(char *buf, size_t size, const char *name);
+
 /* A whole command line, argv[0] the program: finds the subcommand named by
  * argv[1] and parses the rest against its table (cli_parse). Pure, like
  * cli_parse; *cmd is NULL when argv[1] names no subcommand (an error). `a`
@@ -56,6 +59,9 @@ int cli_parse_argv(const cli_command_t **cmd, cli_args_t *a, int argc, char *con
     {.name = "batch-memory", .type = CLI_BYTES, .arg = "BYTES", .min = 1,                         \
      .max = PATINA_BATCH_MEMORY_MAX, .def = "1G", .help = what} /* 1G: PATINA_DEFAULT_BATCH_MEMORY (test_cli) */
 
+/* "s" unless n is 1: "%zu path%s", n, cli_plural(n). */
+static inline const char *cli_plural(unsigned long long n) { return n == 1 ? "" : "s"; }
+
 /* "patina <cmd>: <message>" on stderr. */
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prints the library's last error for a failed status. */
@@ -84,6 +90,9 @@ void cli_csv_field(FILE *f, const char *s);
  * surrogate \uDC80..\uDCFF of that byte: Python's "surrogateescape"
  * convention, so no path is lost (os.fsencode(value) gives the bytes back). */
 void cli_json_string(FILE *f, const char *s);
+
+/* The element type as C and numpy name it: "u8", "u16", "u32", "f32", "f64". */
+const char *cli_elem_name(patina_elem e);
 
 /* Writes one descriptor element as text (integers plain, floats %.9g / %.17g). */
 void cli_print_elem(FILE *f, patina_elem e, const void *desc, size_t i);

@@ -74,6 +74,7 @@ const cli_command_t cli_cmd_identify = {
     .nopts = sizeof opts / sizeof opts[0],
     .notes = "output:\n"
              "  table  per query a header line (decision, features), a line per candidate\n"
+             "         (scores with 6 significant digits)\n"
              "  csv    header query,rank,key,score,inliers,decision; then per query one\n"
              "         row per candidate, rank 1..k in ranking order. score: verified\n"
              "         inliers, or the scoring rule's matches when not verified; inliers:\n"
@@ -109,8 +110,8 @@ static void print_query(const out_ctx_t *oc, const char *query, const patina_ide
         cli_json_string(f, query);
         fprintf(f, ",\"decision\":\"%s\",\"features\":%u,\"hits\":[", dec, (unsigned)res->query_features);
     } else if (oc->fmt == 0) {
-        fprintf(f, "query %s: %s (%u features, %zu candidate%s)\n", query, dec, (unsigned)res->query_features,
-                res->nhits, res->nhits == 1 ? "" : "s");
+        fprintf(f, "query %s: %s (%u feature%s, %zu candidate%s)\n", query, dec, (unsigned)res->query_features,
+                cli_plural(res->query_features), res->nhits, cli_plural(res->nhits));
         if (res->nhits) fprintf(f, "  %4s  %7s  %7s  %7s  %s\n", "rank", "score", "inliers", "matches", "key");
     }
     for (r = 0; r < res->nhits; r++) {
@@ -126,7 +127,7 @@ static void print_query(const out_ctx_t *oc, const char *query, const patina_ide
             fprintf(f, ",\"score\":%.17g,\"matches\":%u,\"inliers\":%u,\"verified\":%s}", hits[r].score,
                     (unsigned)hits[r].matches, (unsigned)hits[r].inliers, hits[r].verified ? "true" : "false");
         } else {
-            fprintf(f, "  %4zu  %7.17g  %7u  %7u  %s\n", r + 1, hits[r].score, (unsigned)hits[r].inliers,
+            fprintf(f, "  %4zu  %7.6g  %7u  %7u  %s\n", r + 1, hits[r].score, (unsigned)hits[r].inliers,
                     (unsigned)hits[r].matches, key);
         }
     }

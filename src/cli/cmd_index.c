@@ -137,8 +137,9 @@ static int update_pivots(const cli_args_t *a, patina_context_t *ctx, patina_coll
         return -1;
     }
     if (!quiet && changed)
-        fprintf(stderr, "pivot table: %zu pivots, %zu rows (%zu rows updated); %.2f s\n", patina_table_pivots(t),
-                patina_table_size(t), changed, now_seconds() - t0);
+        fprintf(stderr, "pivot table: %zu pivot%s, %zu row%s (%zu updated); %.2f s\n", patina_table_pivots(t),
+                cli_plural(patina_table_pivots(t)), patina_table_size(t), cli_plural(patina_table_size(t)), changed,
+                now_seconds() - t0);
     patina_table_free(t);
     return 0;
 }
@@ -210,17 +211,20 @@ static int run_index(const cli_args_t *a)
         goto out;
     }
     if (!run.quiet && stats.gpu_decoded)
-        fprintf(stderr, "decoded %llu JPEGs with nvJPEG, the others on the CPU\n",
-                (unsigned long long)stats.gpu_decoded);
-    if (!run.quiet)
+        fprintf(stderr, "decoded %llu JPEG%s with nvJPEG, the others on the CPU\n",
+                (unsigned long long)stats.gpu_decoded, cli_plural(stats.gpu_decoded));
+    if (!run.quiet) {
+        char rate[64] = ""; /* only when something was extracted: a re-run of unchanged files has no rate */
+        if (stats.indexed && stats.seconds > 0)
+            snprintf(rate, sizeof rate, "%.1f images/s, ", (double)stats.indexed / stats.seconds);
         fprintf(stderr,
-                "indexed %llu, skipped %llu (unchanged), failed %llu of %llu files, %llu with decoder "
-                "warnings; %zu paths skipped; %.2f s (%.1f images/s, %s, device %s)\n",
+                "indexed %llu, skipped %llu (unchanged), failed %llu of %llu file%s, %llu with decoder "
+                "warnings; %zu path%s skipped; %.2f s (%s%s, device %s)\n",
                 (unsigned long long)stats.indexed, (unsigned long long)stats.skipped,
-                (unsigned long long)stats.failed, (unsigned long long)stats.files,
-                (unsigned long long)stats.warned, skipped, stats.seconds,
-                stats.seconds > 0 ? (double)stats.indexed / stats.seconds : 0.0,
+                (unsigned long long)stats.failed, (unsigned long long)stats.files, cli_plural(stats.files),
+                (unsigned long long)stats.warned, skipped, cli_plural(skipped), stats.seconds, rate,
                 patina_extractor_spec(ex), patina_device_name(stats.device));
+    }
     if (stats.failed || skipped) rc = EXIT_PARTIAL;
     if (update_pivots(a, ctx, coll, ex, run.quiet) != 0) rc = EXIT_ERROR;
 out:

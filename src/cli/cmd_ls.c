@@ -22,7 +22,8 @@ const cli_command_t cli_cmd_ls = {
     .opts = opts,
     .nopts = sizeof opts / sizeof opts[0],
     .notes = "output:\n"
-             "  table  aligned columns (keys as stored)\n"
+             "  table  a header line (id, key, bytes, width x height, the SHA-256's first\n"
+             "         12 hex digits, added), then aligned columns (keys as stored)\n"
              "  csv    ID,KEY,SIZE,WIDTH,HEIGHT,SHA256,ADDED per image, no header; a KEY\n"
              "         holding a comma, a double quote, CR or LF is quoted as RFC 4180\n"
              "         says (quotes doubled); lines end with LF.\n"
@@ -37,7 +38,7 @@ static int run_ls(const cli_args_t *a)
     int fmt = (int)cli_get(a, "format")->i; /* 0 table, 1 csv, 2 json */
     patina_collection_t *coll;
     patina_record_t rec;
-    uint64_t cursor = 0;
+    uint64_t cursor = 0, rows = 0;
     patina_status s;
     if ((s = patina_collection_open(&coll, a->operands[0], PATINA_OPEN_READONLY, 0)) != PATINA_OK) {
         cli_status_error("ls", s);
@@ -61,8 +62,11 @@ static int run_ls(const cli_args_t *a)
             printf(",\"size\":%llu,\"width\":%d,\"height\":%d,\"sha256\":\"%s\",\"added\":\"%s\"}\n",
                    (unsigned long long)rec.size, rec.width, rec.height, sha, when);
         } else {
-            printf("%6llu  %-50s %10llu  %5dx%-5d %.12s  %s\n", (unsigned long long)rec.id,
-                   rec.key, (unsigned long long)rec.size, rec.width, rec.height, sha, when);
+            if (rows++ == 0)
+                printf("%6s  %-50s %10s  %6s x %-6s %-12s  %s\n", "id", "key", "bytes", "width", "height", "sha256",
+                       "added (UTC)");
+            printf("%6llu  %-50s %10llu  %6d x %-6d %.12s  %s\n", (unsigned long long)rec.id, rec.key,
+                   (unsigned long long)rec.size, rec.width, rec.height, sha, when);
         }
         patina_record_release(&rec);
     }

@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
 
@@ -21,8 +22,8 @@ static const cli_opt_t opts[] = {
     {.name = "format", .type = CLI_CHOICE, .choices = "table|csv|json", .def = "table",
      .help = "output format (see below)"},
     {.name = "batch", .type = CLI_TEXT, .arg = "FILE",
-     .help = "more query images: one path per line of FILE ('-': standard input), after "
-             "those on the command line"},
+     .help = "more queries (images or folders): one path per line of FILE ('-': standard "
+             "input), after those on the command line"},
     {.name = "bound", .type = CLI_CHOICE, .arg = "B", .choices = "ptolemaic|metric|none", .def = "ptolemaic",
      .help = "-f signature with a pivot table (patina index --pivots): the lower bounds that skip "
              "distances (same results; none computes every distance)"},
@@ -40,15 +41,18 @@ static const cli_opt_t opts[] = {
 const cli_command_t cli_cmd_search = {
     .name = "search",
     .summary = "find the nearest images in a collection",
-    .operands = "COLLECTION [IMAGE...]",
+    .operands = "COLLECTION [QUERY...]",
     .min_operands = 1,
     .max_operands = -1,
     .about = "Ranks the collection's images by the family's distance to each query image\n"
-             "(CEDD: LIRE's Tanimoto, 0 = identical .. 100). Ties are ordered by id.\n",
+             "(CEDD: LIRE's Tanimoto, 0 = identical .. 100). Ties are ordered by id. A\n"
+             "QUERY is an image file or a folder, walked as `index` walks one (its files in\n"
+             "byte order of their names, recursively, hidden entries skipped).\n",
     .opts = opts,
     .nopts = sizeof opts / sizeof opts[0],
     .notes = "output:\n"
-             "  table  per query a header line and one line per hit (default)\n"
+             "  table  per query a header line and one line per hit (default); distances\n"
+             "         with 6 significant digits (%.6g)\n"
              "  csv    QUERY,RANK,KEY,DISTANCE per hit, no header; RANK from 1, DISTANCE\n"
              "         with %.17g. QUERY or KEY holding a comma, a double quote, CR or LF is\n"
              "         quoted as RFC 4180 says (quotes doubled); lines end with LF.\n"
@@ -58,7 +62,8 @@ const cli_command_t cli_cmd_search = {
              "A -f whose table the collection does not have is a usage error (exit status 2;\n"
              "the message lists the collection's tables): the command line asks for\n"
              "something this collection cannot answer, nothing is wrong with the collection.\n"
-             "A query that cannot be read is reported and the others answered (exit 1).\n"
+             "A query that cannot be read is reported and the others answered (exit 1); so\n"
+             "is a folder that cannot be read.\n"
              "With a pivot table in the collection (patina index -f signature --pivots N)\n"
              "the search runs through it: the same hits, fewer SQFDs.\n"
              "Queries are decoded, described and searched in batches of 256 (one search\n"
@@ -77,7 +82,7 @@ static void print_hits(FILE *f, int fmt, const char *query, const patina_hit_t *
         fputs(",\"hits\":[", f);
     } else if (fmt == 0) {
         fprintf(f, "query %s: %zu hit%s\n", query, n, n == 1 ? "" : "s");
-        if (n) fprintf(f, "  %4s  %-22s  %s\n", "rank", "distance", "key");
+        if (n) fprintf(f, "  %4s  %12s  %s\n", "rank", "distance", "key");
     }
     for (r = 0; r < n; r++) {
         const char *key = keys[r] ? keys[r] : "?";
@@ -92,7 +97,9 @@ static void print_hits(FILE *f, int fmt, const char *query, const patina_hit_t *
             cli_json_string(f, key);
             fprintf(f, ",\"distance\":%.17g}", hits[r].distance);
         } else {
-            fprintf(f, "  %4zu  %-22.17g  %s\n", r + 1, hits[r].distance, key);
+            /* 6 significant digits whatever the family's scale (CEDD 0..100, chi2 0..2, SQFD
+             * near 0.1); csv and json give every digit */
+            fprintf(f, "  %4zu  %12.6g  %s\n", r + 1, hits[r].distance, key);
         }
     }
     if (fmt == 2) fputs("]}\n", f);
@@ -100,65 +107,118 @@ static void print_hits(FILE *f, int fmt, const char *query, const patina_hit_t *
 
 #define SEARCH_BATCH 256 /* queries per extraction and search call */
 
+static void on_skip(void *user, const char *path, patina_status s, const char *msg)
+{
+    (void)user;
+    (void)path;
+    (void)s;
+    cli_error("search", "%s", msg);
+}
+
+/* Appends path to *v (*m used of *cap), taking it; frees it on failure. */
+static int push(char ***v, size_t *m, size_t *cap, char *path)
+{
+    if (!path) return -1;
+    if (*m == *cap) {
+        size_t c = *cap ? 2 * *cap : 64;
+        char **t = realloc(*v, c * sizeof *t);
+        if (!t) {
+            free(path);
+            return -1;
+        }
+        *v = t;
+        *cap = c;
+    }
+    (*v)[(*m)++] = path;
+    return 0;
+}
+
 /* The query paths: the operands after the collection, then the lines of
- * --batch FILE (empty lines skipped; '-' reads standard input). */
+ * --batch FILE (empty lines skipped; '-' reads standard input); each folder
+ * among them replaced by the files patina_expand_paths walks in it (the
+ * walk of `index` and `identify`), each other path kept as given (a query
+ * given twice is answered twice; one that cannot be read is reported when
+ * it is loaded). Returns EXIT_OK, EXIT_PARTIAL (the walk skipped a path,
+ * reported; or the folders held no files), EXIT_USAGE (no query given) or
+ * EXIT_ERROR; *out holds the paths unless EXIT_USAGE or EXIT_ERROR. */
 static int query_list(const cli_args_t *a, char ***out, size_t *n)
 {
     const cli_value_t *bv = cli_get(a, "batch");
-    char **v = NULL, line[4096];
-    size_t cap = 0, m = 0;
+    char **raw = NULL, **v = NULL, line[4096];
+    size_t rcap = 0, nraw = 0, cap = 0, m = 0, skipped = 0, i;
     FILE *f = NULL;
-    size_t q;
+    int rc = EXIT_ERROR;
     *out = NULL;
     *n = 0;
-    for (q = 1; q < a->noperands; q++) {
-        if (m == cap) {
-            char **t = realloc(v, (cap = cap ? 2 * cap : 64) * sizeof *v);
-            if (!t) goto nomem;
-            v = t;
-        }
-        if (!(v[m] = strdup(a->operands[q]))) goto nomem;
-        m++;
-    }
+    for (i = 1; i < a->noperands; i++)
+        if (push(&raw, &nraw, &rcap, strdup(a->operands[i])) != 0) goto nomem;
     if (bv->given) {
         f = strcmp(bv->text, "-") ? fopen(bv->text, "r") : stdin;
         if (!f) {
             cli_error("search", "cannot read --batch %s", bv->text);
+            rc = EXIT_USAGE;
             goto fail;
         }
         while (fgets(line, sizeof line, f)) {
             size_t len = strlen(line);
             while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
             if (!len) continue;
-            if (m == cap) {
-                char **t = realloc(v, (cap = cap ? 2 * cap : 64) * sizeof *v);
-                if (!t) goto nomem;
-                v = t;
-            }
-            if (!(v[m] = strdup(line))) goto nomem;
-            m++;
+            if (push(&raw, &nraw, &rcap, strdup(line)) != 0) goto nomem;
         }
         if (ferror(f)) {
             cli_error("search", "error reading --batch %s", bv->text);
+            rc = EXIT_USAGE;
             goto fail;
         }
         if (f != stdin) fclose(f);
         f = NULL;
     }
-    if (m == 0) {
-        cli_error("search", "no query images (give IMAGE operands or --batch FILE)");
+    if (nraw == 0) {
+        cli_error("search", "no query images (give QUERY operands or --batch FILE)");
+        rc = EXIT_USAGE;
         goto fail;
     }
+    for (i = 0; i < nraw; i++) {
+        struct stat st;
+        char **files = NULL;
+        size_t nf = 0, k;
+        patina_status s;
+        if (stat(raw[i], &st) != 0 || !S_ISDIR(st.st_mode)) {
+            char *p = raw[i];
+            raw[i] = NULL;
+            if (push(&v, &m, &cap, p) != 0) goto nomem;
+            continue;
+        }
+        s = patina_expand_paths(&files, &nf, (const char *const *)&raw[i], 1, &skipped, on_skip, NULL);
+        if (s != PATINA_OK) {
+            cli_status_error("search", s);
+            goto fail;
+        }
+        for (k = 0; k < nf; k++)
+            if (push(&v, &m, &cap, files[k]) != 0) {
+                while (++k < nf) free(files[k]);
+                free(files);
+                goto nomem;
+            }
+        free(files);
+    }
+    if (m == 0) cli_error("search", "no query images in the folders given");
+    rc = m == 0 || skipped ? EXIT_PARTIAL : EXIT_OK;
+    for (i = 0; i < nraw; i++) free(raw[i]);
+    free(raw);
     *out = v;
     *n = m;
-    return 0;
+    return rc;
 nomem:
     cli_error("search", "out of memory");
+    rc = EXIT_ERROR;
 fail:
     if (f && f != stdin) fclose(f);
+    for (i = 0; i < nraw; i++) free(raw[i]);
+    free(raw);
     while (m) free(v[--m]);
     free(v);
-    return -1;
+    return rc;
 }
 
 static int run_search(const cli_args_t *a)
@@ -194,10 +254,8 @@ static int run_search(const cli_args_t *a)
         }
         patina_extractor_free(check);
     }
-    if (query_list(a, &qs, &nq) != 0) {
-        rc = EXIT_USAGE;
-        goto out;
-    }
+    rc = query_list(a, &qs, &nq);
+    if (rc == EXIT_USAGE || rc == EXIT_ERROR) goto out;
     if (cli_context(&ctx, a) != 0) {
         rc = EXIT_ERROR;
         goto out;
@@ -315,9 +373,11 @@ static int run_search(const cli_args_t *a)
         free(pos);
         if (cli_get(a, "stats")->i)
             fprintf(stderr,
-                    "search: %zu queries over %zu rows: %zu distances computed, %zu rows pruned, "
-                    "%zu query-to-pivot distances (%s)%s\n",
-                    searched, rows, total.computed, total.pruned, total.pivot_dists,
+                    "search: %zu quer%s over %zu row%s: %zu distance%s computed, %zu row%s pruned, "
+                    "%zu query-to-pivot distance%s (%s)%s\n",
+                    searched, searched == 1 ? "y" : "ies", rows, cli_plural(rows), total.computed,
+                    cli_plural(total.computed), total.pruned, cli_plural(total.pruned), total.pivot_dists,
+                    cli_plural(total.pivot_dists),
                     pivots ? "pivot table" : "no pivot table: every distance",
                     pivots && total.gpu_filter ? "; filtered on the GPU" : "");
     }

@@ -39,7 +39,8 @@ int main(int argc, char **argv)
         if (argc > 2 && !strcmp(argv[1], "help")) {
             cmd = cli_command_find(argv[2]);
             if (!cmd) {
-                fprintf(stderr, "patina: unknown command '%s'\n\n", argv[2]);
+                cli_command_unknown(err, sizeof err, argv[2]);
+                fprintf(stderr, "patina: %s\n\n", err);
                 usage(stderr);
                 return EXIT_USAGE;
             }
