@@ -757,7 +757,7 @@ static void test_cli(void **state)
         free(o2);
     }
     assert_int_equal(rc, 0);
-    assert_non_null(strstr(err, "pivot table: 4 pivots, 16 rows (4 rows updated)"));
+    assert_non_null(strstr(err, "pivot table: 4 pivots, 16 rows (4 updated)"));
     free(err);
     {
         char *a = run_ok((const char *const[]){"search", coll, q, "-f", CSPEC, "-k", "16", "--format", "csv", NULL});

@@ -62,9 +62,19 @@ void patina_refset_spec_init(patina_refset_spec_t *spec)
     spec->shards = 1;
 }
 
+/* Whether spec names a family of keypoint records (the capability the
+ * matcher reads: PATINA_CAP_KEYPOINTS), without a message when it does not. */
 static int is_rootsift(const char *spec)
 {
-    return !strncmp(spec, "rootsift", 8) && (spec[8] == '\0' || spec[8] == ':');
+    patina_extractor_t *ex = NULL;
+    int yes;
+    if (patina_extractor_new(&ex, spec) != PATINA_OK) {
+        patina_clear_error();
+        return 0;
+    }
+    yes = (patina_extractor_caps(ex) & PATINA_CAP_KEYPOINTS) != 0;
+    patina_extractor_free(ex);
+    return yes;
 }
 
 /* The collection's only rootsift table into *out (malloc'd). */

@@ -132,8 +132,7 @@ patina_status patina__pivot_nomem(const char *what)
 patina_status patina__pivot_check_extractor(const patina_extractor_t *ex)
 {
     if (!ex) return patina__fail(PATINA_E_INVALID, "pivots: null extractor");
-    if (strcmp(patina_extractor_family(ex), "signature") != 0 ||
-        strcmp(patina_extractor_distance_name(ex), "sqfd") != 0)
+    if (!(patina_extractor_caps(ex) & PATINA_CAP_PIVOTS) || strcmp(patina_extractor_distance_name(ex), "sqfd") != 0)
         return patina__fail(PATINA_E_INVALID, "pivots: pivot tables are for SQFD on signatures, not '%s'",
                             patina_extractor_spec(ex));
     if (strstr(patina_extractor_spec(ex), "form=minus"))
