@@ -4,11 +4,12 @@
  * (an RFC 9457 problem document, or the network) is shown by showProblem().
  *
  * Two things the UI uses when the server has them, and does without
- * otherwise:
- *   - an image's bytes at GET /v1/collections/{c}/images/{key}?content=1
- *     (thumbnails; the server has them only for keys that are files under
- *     its --content-dir or --import-dir: otherwise a 404 and the tile shows
- *     the key);
+ *   otherwise:
+ *   - an image's thumbnail at GET /v1/collections/{c}/images/{key}?thumbnail=N
+ *     (a JPEG made by the server) and its original at ?content=1 (a tile
+ *     links to it; the identification figure draws it); the server has them
+ *     only for keys that are files under its --content-dir or --import-dir:
+ *     otherwise a 404 and the tile says "no preview";
  *   - keypoint pairs of a verified identification candidate, as
  *     hits[i].pairs = [[qx, qy, rx, ry], ...] in the images' pixels (the
  *     lines drawn between the two images; the canvas's data-pairs says how
@@ -65,6 +66,19 @@ function clearProblem() { $("error").hidden = true; }
 const imagePath = (coll, key) =>
   `/collections/${encodeURIComponent(coll)}/images/${encodeURIComponent(key)}`;
 const contentURL = (coll, key) => API + imagePath(coll, key) + "?content=1";
+/* 256 px on the longer side: sharp in a 130-px tile on a screen of 2 pixels per CSS pixel */
+const thumbURL = (coll, key) => API + imagePath(coll, key) + "?thumbnail=256";
+
+/* What each page can use: a collection is offered on the Search page when
+ * it has a searchable table, on the Identify page when it has an
+ * identification table (each table's `use`, from GET /v1/collections). */
+const tablesFor = (c, use) => (c.tables || []).filter((t) => t.use === use);
+const PAGES = {
+  search: { select: "search-collection", note: "search-note", go: "search-go", use: "search",
+            what: "a searchable table", other: "identification only: the Identify page" },
+  identify: { select: "identify-collection", note: "identify-note", go: "identify-go", use: "identify",
+              what: "an identification table (rootsift)", other: "search only: the Search page" },
+};
 
 /* ---------------------------------------------------------------- pages */
 
@@ -104,10 +118,35 @@ async function loadCollections() {
   }
 }
 
+/* Why a collection is not offered on a page, in a few words. */
+function notOffered(c, page) {
+  if (!(c.tables || []).length) return `${c.name}: no tables yet (add images on the Collections page)`;
+  const name = (t) => t.family || t.spec;   // the family's name: the full spec is long
+  const other = (c.tables || []).filter((t) => t.use && t.use !== page.use);
+  return other.length ? `${c.name}: ${other.map(name).join(", ")} (${page.other})`
+                      : `${c.name}: ${(c.tables || []).map(name).join(", ")} (neither searchable nor for identification)`;
+}
+
+/* The page's collection menu (only the collections it can use) and a note
+ * naming the others; with none usable the note says so and the button is off. */
+function fillPage(page) {
+  const usable = collections.filter((c) => tablesFor(c, page.use).length);
+  fillSelect($(page.select), usable.map((c) => c.name), true);
+  const others = collections.filter((c) => !usable.includes(c)).map((c) => notOffered(c, page));
+  const note = $(page.note);
+  note.textContent = !usable.length
+    ? `No collection served here has ${page.what}. ` + (others.length ? others.join("; ") + "." : "")
+    : others.length ? "Not offered here: " + others.join("; ") + "." : "";
+  note.hidden = !note.textContent;
+  note.classList.toggle("none", !usable.length);
+  $(page.go).disabled = !usable.length;
+}
+
 function fillCollections(data) {
   collections = data.collections || [];
-  const names = collections.map((c) => c.name);
-  for (const id of ["search-collection", "identify-collection", "job-collection"]) fillSelect($(id), names, true);
+  fillPage(PAGES.search);
+  fillPage(PAGES.identify);
+  fillSelect($("job-collection"), collections.map((c) => c.name), true);
   fillFamilies();
   const tbody = $("collections-table").querySelector("tbody");
   tbody.textContent = "";
@@ -126,8 +165,7 @@ function fillCollections(data) {
 
 function fillFamilies() {
   const c = collections.find((x) => x.name === $("search-collection").value);
-  const specs = c ? (c.tables || []).filter((t) => t.use !== "identify").map((t) => t.spec) : [];
-  fillSelect($("search-family"), specs, true);
+  fillSelect($("search-family"), c ? tablesFor(c, "search").map((t) => t.spec) : [], true);
 }
 
 /* ------------------------------------------------------- photo choosers */
@@ -176,8 +214,24 @@ async function search(ev) {
     $("search-results").textContent = "";
     showProblem(e);
   } finally {
-    $("search-go").disabled = false;
+    $("search-go").disabled = !$("search-collection").value;
   }
+}
+
+/* A key on one line however long: the folder part shrinks first (an
+ * ellipsis), then the file name; the whole key is the title. */
+function keyLine(prefix, k) {
+  const line = document.createElement("div"), dir = document.createElement("span"),
+        name = document.createElement("span");
+  line.className = "key";
+  line.title = k;
+  const cut = k.lastIndexOf("/") + 1;
+  dir.className = "dir";
+  dir.textContent = prefix + k.slice(0, cut);
+  name.className = "name";
+  name.textContent = k.slice(cut);
+  line.append(dir, name);
+  return line;
 }
 
 function showHits(coll, res) {
@@ -190,28 +244,33 @@ function showHits(coll, res) {
     const li = document.createElement("li");
     li.className = "hit";
     li.dataset.key = h.key;
-    const thumb = document.createElement("div");
+    /* the server's thumbnail, a link to the original (a new tab) */
+    const thumb = document.createElement("a");
     thumb.className = "thumb";
+    thumb.href = contentURL(coll, h.key);
+    thumb.target = "_blank";
+    thumb.rel = "noopener";
+    thumb.title = `${h.key} (the original, in a new tab)`;
     const img = document.createElement("img");
     img.alt = h.key;
     img.loading = "lazy";
-    img.onerror = () => {
-      const none = document.createElement("span");
+    img.onerror = () => {   // no file for this key: no preview and no link
+      const box = document.createElement("div"), none = document.createElement("span");
+      box.className = "thumb";
       none.className = "none";
       none.textContent = "no preview";
-      thumb.replaceChildren(none);
+      box.appendChild(none);
+      thumb.replaceWith(box);
     };
-    img.src = contentURL(coll, h.key);
+    img.src = thumbURL(coll, h.key);
     thumb.appendChild(img);
     const meta = document.createElement("div");
     meta.className = "meta";
-    const key = document.createElement("div");
-    key.className = "key";
-    key.textContent = `${h.rank}. ${h.key}`;
+    meta.appendChild(keyLine(`${h.rank}. `, h.key));
     const dist = document.createElement("div");
     dist.className = "dist";
     dist.textContent = h.distance === null ? "distance: NaN" : `distance ${Number(h.distance).toPrecision(6)}`;
-    meta.append(key, dist);
+    meta.append(dist);
     li.append(thumb, meta);
     ol.appendChild(li);
   }
@@ -242,7 +301,7 @@ async function identify(ev) {
     $("identify-figure").hidden = true;
     showProblem(e);
   } finally {
-    $("identify-go").disabled = false;
+    $("identify-go").disabled = !$("identify-collection").value;
   }
 }
 
@@ -250,9 +309,12 @@ function showIdentification(coll, res) {
   const d = $("identify-decision");
   const hits = res.hits || [];
   d.className = "decision " + res.decision;
+  const unit = (h) => (h.verified ? "inliers" : "matches");
+  const best = hits.length ? `the best, ${hits[0].key}, scored ${hits[0].score} ${unit(hits[0])}` : "no candidate";
+  const against = typeof res.threshold === "number" ? `the threshold of ${res.threshold}` : "the threshold";
   d.textContent = res.decision === "match"
-    ? `Match: ${hits[0].key} (${hits[0].inliers} inliers; ${res.features} query features)`
-    : `Unknown: no registered item reaches the threshold (${res.features} query features)`;
+    ? `Match: ${hits[0].key} (${hits[0].score} ${unit(hits[0])} >= ${against}; ${res.features} query features)`
+    : `Unknown: no registered item reaches ${against} (${best}; ${res.features} query features)`;
   d.hidden = false;
   const table = $("identify-candidates"), tbody = table.querySelector("tbody");
   tbody.textContent = "";

@@ -26,8 +26,11 @@ static const cli_opt_t opts[] = {
              "uploads)"},
     {.name = "content-dir", .type = CLI_TEXT, .arg = "DIR",
      .help = "GET .../images/KEY?content=1 serves a stored image whose key is a file under DIR "
-             "(or under --import-dir) while its size and SHA-256 are the record's (the web UI's "
-             "thumbnails); the store itself keeps no pixels"},
+             "(or under --import-dir) while its size and SHA-256 are the record's, and "
+             "?thumbnail=N a JPEG of it downscaled to N pixels on its longer side (the web UI's "
+             "tiles); the store itself keeps no pixels"},
+    {.name = "thumbnail-cache", .type = CLI_BYTES, .arg = "BYTES", .min = 0, .max = 1099511627776.0, .def = "64M",
+     .help = "encoded thumbnails kept in memory (least recently used dropped first; 0: none kept)"},
     {.name = "tls-cert", .type = CLI_TEXT, .arg = "FILE",
      .help = "serve HTTPS (TLS 1.2 and 1.3) with this PEM certificate, or chain, and --tls-key"},
     {.name = "tls-key", .type = CLI_TEXT, .arg = "FILE",
@@ -132,6 +135,7 @@ static int run_serve(const cli_args_t *a)
     c.max_body = cli_get(a, "max-body")->bytes;
     c.max_tar = cli_get(a, "max-tar")->bytes;
     c.max_pixels = (uint64_t)cli_get(a, "max-pixels")->i;
+    c.thumbnail_cache = cli_get(a, "thumbnail-cache")->bytes;
     c.max_k = (size_t)cli_get(a, "max-k")->i;
     c.max_range_hits = (size_t)cli_get(a, "max-range-hits")->i;
     c.timeout_s = (unsigned)cli_get(a, "timeout")->i;

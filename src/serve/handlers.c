@@ -501,61 +501,90 @@ static int path_under(const char *real, const char *dir)
     return !strncmp(real, dir, n) && (real[n] == '/' || real[n] == '\0');
 }
 
-/* GET .../images/KEY?content=1: the image's original bytes. The store keeps
- * no pixels, only the key, size and SHA-256; a key that is an absolute
- * path (what `patina index` and folder jobs store) is served from that
- * file when its resolved path is under --content-dir or --import-dir and
- * its size and SHA-256 are still the record's. Otherwise 404 saying why
- * (uploaded images: their bytes were never kept). */
-static int h_image_content(req_t *r, scoll_t *sc, const patina_record_t *rec)
+/* The file of an image, for ?content=1 and ?thumbnail=N (one rule for
+ * both). The store keeps no pixels, only the key, size and SHA-256; a key
+ * that is an absolute path (what `patina index` and folder jobs store) is
+ * served from that file when its resolved path is under --content-dir or
+ * --import-dir and it still has the record's size and (when read) SHA-256.
+ * data NULL: those checks without reading the file; else the file's bytes
+ * (at most max_bytes) into *data (malloc'd, rec->size bytes). 0, or the
+ * HTTP status (404, 503) with why saying what failed (uploaded images: their
+ * bytes were never kept). */
+static unsigned content_file(const server_t *srv, const scoll_t *sc, const patina_record_t *rec, uint64_t max_bytes,
+                             uint8_t **data, char *why, size_t whysize)
 {
-    const server_t *srv = r->srv;
     char real[PATH_MAX];
-    uint8_t sum[32], *data = NULL;
+    uint8_t sum[32], *buf;
     struct stat st;
     ssize_t got;
     size_t done = 0;
     int fd;
-    const char *ctype;
-    struct MHD_Response *resp;
-    if (rec->key[0] != '/')
-        return reply_problem(r, 404, "image '%s' of '%s' has no stored content: the server keeps descriptors, not "
-                                     "pixels, and this key is not a file path",
-                             rec->key, sc->name);
-    if (!realpath(rec->key, real))
-        return reply_problem(r, 404, "image '%s': its file is gone (%s)", rec->key, strerror(errno));
-    if (!path_under(real, srv->content_dir) && !path_under(real, srv->import_dir))
-        return reply_problem(r, 404, "image '%s': its file is not under --content-dir or --import-dir, so it is "
-                                     "not served",
-                             rec->key);
+    if (data) *data = NULL;
+    if (rec->key[0] != '/') {
+        snprintf(why, whysize, "image '%s' of '%s' has no stored content: the server keeps descriptors, not "
+                               "pixels, and this key is not a file path",
+                 rec->key, sc->name);
+        return 404;
+    }
+    if (!realpath(rec->key, real)) {
+        snprintf(why, whysize, "image '%s': its file is gone (%s)", rec->key, strerror(errno));
+        return 404;
+    }
+    if (!path_under(real, srv->content_dir) && !path_under(real, srv->import_dir)) {
+        snprintf(why, whysize, "image '%s': its file is not under --content-dir or --import-dir, so it is not served",
+                 rec->key);
+        return 404;
+    }
     fd = open(real, O_RDONLY | O_CLOEXEC);
     if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != rec->size) {
         if (fd >= 0) close(fd);
-        return reply_problem(r, 404, "image '%s': the file changed since it was indexed", rec->key);
+        snprintf(why, whysize, "image '%s': the file changed since it was indexed", rec->key);
+        return 404;
     }
-    if (rec->size > r->srv->cfg->max_body) {
+    if (!data) {
         close(fd);
-        return reply_problem(r, 404, "image '%s': its %llu bytes are more than this server sends (--max-body)",
-                             rec->key, (unsigned long long)rec->size);
+        return 0;
     }
-    if (!(data = malloc(rec->size ? rec->size : 1))) {
+    if (rec->size > max_bytes) {
         close(fd);
-        return reply_problem(r, 503, "out of memory");
+        snprintf(why, whysize, "image '%s': its %llu bytes are more than this server reads or sends (%s)", rec->key,
+                 (unsigned long long)rec->size, max_bytes == srv->cfg->max_body ? "--max-body" : "--max-body, --max-tar");
+        return 404;
     }
-    while (done < rec->size && (got = read(fd, data + done, rec->size - done)) > 0) done += (size_t)got;
+    if (!(buf = malloc(rec->size ? rec->size : 1))) {
+        close(fd);
+        snprintf(why, whysize, "out of memory");
+        return 503;
+    }
+    while (done < rec->size && (got = read(fd, buf + done, rec->size - done)) > 0) done += (size_t)got;
     close(fd);
-    patina_sha256(sum, data, done);
+    patina_sha256(sum, buf, done);
     if (done != rec->size || memcmp(sum, rec->sha256, 32)) {
-        free(data);
-        return reply_problem(r, 404, "image '%s': the file changed since it was indexed", rec->key);
+        free(buf);
+        snprintf(why, whysize, "image '%s': the file changed since it was indexed", rec->key);
+        return 404;
     }
-    switch (patina_format_sniff(data, done)) {
+    *data = buf;
+    return 0;
+}
+
+/* GET .../images/KEY?content=1: the image's original bytes (content_file's
+ * rule; at most --max-body of them). */
+static int h_image_content(req_t *r, scoll_t *sc, const patina_record_t *rec)
+{
+    char why[PATINA_KEY_MAX + 512];
+    uint8_t *data;
+    unsigned st = content_file(r->srv, sc, rec, r->srv->cfg->max_body, &data, why, sizeof why);
+    const char *ctype;
+    struct MHD_Response *resp;
+    if (st) return reply_problem(r, st, "%s", why);
+    switch (patina_format_sniff(data, rec->size)) {
     case PATINA_FORMAT_JPEG: ctype = "image/jpeg"; break;
     case PATINA_FORMAT_PNG: ctype = "image/png"; break;
     case PATINA_FORMAT_PNM: ctype = "image/x-portable-anymap"; break;
     default: ctype = "application/octet-stream"; break;
     }
-    resp = MHD_create_response_from_buffer(done, data, MHD_RESPMEM_MUST_FREE);
+    resp = MHD_create_response_from_buffer(rec->size, data, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(data);
         return MHD_NO;
@@ -565,14 +594,112 @@ static int h_image_content(req_t *r, scoll_t *sc, const patina_record_t *rec)
     return queue(r, 200, resp);
 }
 
+/* 1 when an If-None-Match value names etag (a quoted tag, weak or strong:
+ * the weak comparison of RFC 9110 8.8.3.2) or is "*". */
+static int etag_matches(const char *inm, const char *etag)
+{
+    size_t n = strlen(etag);
+    const char *p = inm;
+    if (!inm) return 0;
+    while (*p) {
+        while (*p == ' ' || *p == '\t' || *p == ',') p++;
+        if (*p == '*') return 1;
+        if (!strncmp(p, "W/", 2)) p += 2;
+        if (!strncmp(p, etag, n) && (p[n] == '\0' || p[n] == ',' || p[n] == ' ' || p[n] == '\t')) return 1;
+        while (*p && *p != ',') p++;
+    }
+    return 0;
+}
+
+/* A thumbnail answer: JPEG bytes (taken over) or none (304), with its tag. */
+static int reply_thumb(req_t *r, unsigned status, uint8_t *jpeg, size_t size, const char *etag)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(jpeg ? size : 0, jpeg,
+                                                               jpeg ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (!resp) {
+        free(jpeg);
+        return MHD_NO;
+    }
+    if (jpeg) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "image/jpeg");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, etag);
+    /* revalidated at each use (a 304 costs a lookup and a stat): a key's image can be replaced */
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    return queue(r, status, resp);
+}
+
+/* GET .../images/KEY?thumbnail=N: the image's file (content_file's rule)
+ * decoded with the server's limits, area-averaged down to N pixels on its
+ * longer side (never enlarged), as a JPEG; ETag "SHA256-N" of the record,
+ * 304 for a matching If-None-Match; encoded thumbnails are kept in the
+ * server's cache by (SHA-256, N). */
+static int h_image_thumbnail(req_t *r, scoll_t *sc, const patina_record_t *rec, const char *arg)
+{
+    server_t *srv = r->srv;
+    char why[PATINA_KEY_MAX + 1024], etag[80], *end;
+    uint8_t *data = NULL, *small = NULL, *jpeg = NULL;
+    size_t jsize = 0;
+    unsigned long n = THUMB_DEFAULT;
+    unsigned st;
+    int tw, th, i;
+    patina_image_t img;
+    patina_status s;
+    if (*arg) {
+        if (*arg < '0' || *arg > '9') return reply_problem(r, 400, "'thumbnail' must be a number of pixels, not '%.40s'", arg);
+        errno = 0;
+        n = strtoul(arg, &end, 10);
+        if (*end) return reply_problem(r, 400, "'thumbnail' must be a number of pixels, not '%.40s'", arg);
+        if (errno || n < THUMB_MIN || n > THUMB_MAX)
+            return reply_problem(r, 422, "thumbnail=%.40s: a thumbnail is %d to %d pixels on its longer side", arg,
+                                 THUMB_MIN, THUMB_MAX);
+    }
+    if ((st = content_file(srv, sc, rec, 0, NULL, why, sizeof why))) return reply_problem(r, st, "%s", why);
+    etag[0] = '"';
+    for (i = 0; i < 32; i++) snprintf(etag + 1 + 2 * i, 3, "%02x", rec->sha256[i]);
+    snprintf(etag + 65, sizeof etag - 65, "-%lu\"", n);
+    if (etag_matches(MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH), etag))
+        return reply_thumb(r, 304, NULL, 0, etag);
+    if (thumb_cache_get(srv->thumbs, rec->sha256, (int)n, &jpeg, &jsize)) return reply_thumb(r, 200, jpeg, jsize, etag);
+    if ((st = content_file(srv, sc, rec, srv->limits.max_file_bytes, &data, why, sizeof why)))
+        return reply_problem(r, st, "%s", why);
+    s = patina_image_decode(&img, data, rec->size, &srv->limits, rec->key);
+    free(data);
+    if (s != PATINA_OK)
+        return reply_problem(r, s == PATINA_E_NOMEM ? 503 : 422, "thumbnail of '%s': %s", rec->key, patina_last_error());
+    thumb_size(img.width, img.height, (int)n, &tw, &th);
+    if (!(small = malloc(3 * (size_t)tw * (size_t)th)) ||
+        thumb_downscale(small, tw, th, img.data, img.width, img.height, img.stride) != 0) {
+        free(small);
+        patina_image_release(&img);
+        return reply_problem(r, 503, "out of memory for the thumbnail of '%s'", rec->key);
+    }
+    patina_image_release(&img);
+    if (thumb_jpeg(&jpeg, &jsize, small, tw, th, THUMB_QUALITY, why, sizeof why) != 0) {
+        free(small);
+        return reply_problem(r, 500, "thumbnail of '%s': %s", rec->key, why);
+    }
+    free(small);
+    thumb_cache_put(srv->thumbs, rec->sha256, (int)n, jpeg, jsize);
+    return reply_thumb(r, 200, jpeg, jsize, etag);
+}
+
 static int h_get_image(req_t *r, scoll_t *sc)
 {
     patina_record_t rec;
     patina_status s = patina_collection_get_by_key(sc->c, r->rest, &rec);
     const char *content = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "content");
+    const char *thumb = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "thumbnail");
     json_t *o;
     if (s == PATINA_E_NOTFOUND) return reply_problem(r, 404, "collection '%s' has no image '%s'", sc->name, r->rest);
     if (s != PATINA_OK) return reply_status(r, serve_lib(s, "lookup"));
+    if (!thumb && MHD_lookup_connection_value_n(r->conn, MHD_GET_ARGUMENT_KIND, "thumbnail", 9, NULL, NULL) == MHD_YES)
+        thumb = ""; /* ?thumbnail without a value: the default size */
+    if (thumb) {
+        int rc;
+        if (content && strcmp(content, "0")) rc = reply_problem(r, 400, "give content=1 or thumbnail=N, not both");
+        else rc = h_image_thumbnail(r, sc, &rec, thumb);
+        patina_record_release(&rec);
+        return rc;
+    }
     if (content && strcmp(content, "0")) {
         int rc;
         if (strcmp(content, "1")) {
@@ -908,6 +1035,8 @@ static int h_identify(req_t *r, scoll_t *sc)
     json_object_set_new(o, "collection", json_string(sc->name));
     json_object_set_new(o, "decision", json_string(res.decision == PATINA_DECISION_MATCH ? "match" : "unknown"));
     json_object_set_new(o, "features", json_integer(res.query_features));
+    /* what rank 1's score was judged against (match: score >= threshold) */
+    json_object_set_new(o, "threshold", json_real(io.threshold));
     for (i = 0; i < res.nhits; i++) {
         json_t *h = json_object();
         json_object_set_new(h, "rank", json_integer((json_int_t)i + 1));

@@ -9,6 +9,8 @@
  *   wire.c      pure parsers and writers: multipart bodies, tar archives, keys as
  *               JSON strings, problem documents (no I/O: unit-testable, fuzzable)
  *   metrics.c   counters and histograms, written in Prometheus' text format
+ *   thumb.c     thumbnails: the size rule, an exact area downscale, JPEG
+ *               encoding, a cache bounded by bytes (no I/O: unit-testable)
  *
  * Threads. libmicrohttpd's pool runs the handlers; a handler blocks while its
  * search waits in a batch. One batcher thread per searched table; one job
@@ -78,6 +80,43 @@ json_t *wire_json_str(const char *s);
 int wire_utf8_valid(const char *s, size_t len);
 /* Decodes %XX escapes of a URL path in place; -1 for a bad escape or %00. */
 int wire_percent_decode(char *s);
+
+/* ------------------------------------------------------------------ thumb.c */
+
+/* Thumbnails: sizes N of ?thumbnail=N, the default when N is not given. */
+enum { THUMB_MIN = 32, THUMB_MAX = 1024, THUMB_DEFAULT = 256, THUMB_QUALITY = 85 };
+
+/* The thumbnail's size for a w x h image and a longest side n: the image's
+ * own when its longer side is <= n (never enlarged), else the longer side n
+ * and the other in proportion (rounded, at least 1). */
+void thumb_size(int w, int h, int n, int *tw, int *th);
+/* The area (box) average of src ((sh, sstride) u8, RGB, rows sstride bytes
+ * apart, sw x sh pixels) into dst ((dh, 3 * dw) u8, caller memory): each
+ * dst pixel is the mean of the source area it covers, partly covered
+ * pixels weighted by the part covered, rounded half up (exact: integer
+ * weights). dw <= sw and dh <= sh. 0, or -1 for bad sizes or no memory. */
+int thumb_downscale(uint8_t *dst, int dw, int dh, const uint8_t *src, int sw, int sh, size_t sstride);
+/* rgb ((h, 3 * w) u8) as a baseline JPEG (4:2:0, quality 1..100) into
+ * *out (malloc'd, *size bytes; free()). 0, or -1 with err. */
+int thumb_jpeg(uint8_t **out, size_t *size, const uint8_t *rgb, int w, int h, int quality, char *err,
+               size_t errsize);
+
+/* Encoded thumbnails by (content SHA-256, N), at most max_bytes of them
+ * (0: nothing is kept); the least recently used go first. Thread-safe. */
+typedef struct thumb_cache thumb_cache_t;
+typedef struct thumb_stats {
+    size_t max_bytes, bytes, entries;
+    unsigned long hits, misses, evictions;
+} thumb_stats_t;
+thumb_cache_t *thumb_cache_new(size_t max_bytes);
+void thumb_cache_free(thumb_cache_t *c);   /* NULL is fine */
+/* 1 with a malloc'd copy in *data (free()), or 0: a miss. Counts either. */
+int thumb_cache_get(thumb_cache_t *c, const uint8_t sha[32], int n, uint8_t **data, size_t *size);
+/* Keeps a copy (replacing one of the same key), dropping the least
+ * recently used entries to stay within max_bytes; one larger than
+ * max_bytes is not kept. */
+void thumb_cache_put(thumb_cache_t *c, const uint8_t sha[32], int n, const uint8_t *data, size_t size);
+void thumb_cache_stats(thumb_cache_t *c, thumb_stats_t *st);
 
 /* --------------------------------------------------------------- metrics.c */
 
@@ -223,7 +262,8 @@ struct server {
     char web_dir[PATH_MAX];
     char import_dir[PATH_MAX];  /* realpath; "" when folder jobs are off */
     char content_dir[PATH_MAX]; /* realpath; images whose key is a file under it (or import_dir)
-                                 * are served by ?content=1; "" when not given */
+                                 * are served by ?content=1 and ?thumbnail=N; "" when not given */
+    thumb_cache_t *thumbs;      /* encoded thumbnails (--thumbnail-cache bytes) */
     jobs_t *jobs;
     double started;
     /* open connections, for the request time limit (server.c) */

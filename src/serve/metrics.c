@@ -128,6 +128,22 @@ char *metrics_text(server_t *srv, size_t *len)
             "its bounds (pruned) or compared (computed).\n# TYPE patina_search_pivot_rows_total counter\n"
             "patina_search_pivot_rows_total{outcome=\"pruned\"} %lu\npatina_search_pivot_rows_total{outcome=\"computed\"} %lu\n",
         atomic_load(&colls_pivot_pruned), atomic_load(&colls_pivot_computed));
+    {
+        thumb_stats_t ts;
+        thumb_cache_stats(srv->thumbs, &ts);
+        put(&b, "# HELP patina_thumbnail_cache_requests_total Thumbnails asked of the cache: found (hit) or made (miss).\n"
+                "# TYPE patina_thumbnail_cache_requests_total counter\n"
+                "patina_thumbnail_cache_requests_total{outcome=\"hit\"} %lu\n"
+                "patina_thumbnail_cache_requests_total{outcome=\"miss\"} %lu\n",
+            ts.hits, ts.misses);
+        put(&b, "# HELP patina_thumbnail_cache_evictions_total Thumbnails dropped to stay within --thumbnail-cache.\n"
+                "# TYPE patina_thumbnail_cache_evictions_total counter\npatina_thumbnail_cache_evictions_total %lu\n",
+            ts.evictions);
+        put(&b, "# HELP patina_thumbnail_cache_bytes Encoded thumbnails held, and the limit (--thumbnail-cache).\n"
+                "# TYPE patina_thumbnail_cache_bytes gauge\npatina_thumbnail_cache_bytes{kind=\"held\"} %zu\n"
+                "patina_thumbnail_cache_bytes{kind=\"limit\"} %zu\n",
+            ts.bytes, ts.max_bytes);
+    }
     jobs_counts(srv, jc);
     put(&b, "# HELP patina_jobs Bulk index jobs by state (finished ones as remembered).\n# TYPE patina_jobs gauge\n");
     for (i = 0; i < 5; i++) put(&b, "patina_jobs{state=\"%s\"} %lu\n", jstate[i], jc[i]);

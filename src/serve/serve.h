@@ -21,7 +21,8 @@ typedef struct serve_config {
     const char *token_file;     /* bearer token for writes; NULL: a random one, printed */
     const char *web_dir;        /* static files served at /; NULL: the built-in default */
     const char *import_dir;     /* folder jobs must name a folder under it; NULL: folder jobs off */
-    const char *content_dir;    /* stored images whose key is a file under it are served (?content=1) */
+    const char *content_dir;    /* stored images whose key is a file under it are served (?content=1,
+                                 * ?thumbnail=N) */
     const char *tls_cert;       /* PEM certificate (chain) and its unencrypted PEM key: HTTPS */
     const char *tls_key;        /* (both or neither; NULL: plain HTTP) */
     const char *jobs_file;      /* bulk jobs kept here across restarts (unfinished folder jobs
@@ -33,7 +34,8 @@ typedef struct serve_config {
     int job_threads;            /* CPU threads of the bulk index jobs (0: all CPUs) */
     uint64_t max_body;          /* bytes of a request body (uploads, JSON) */
     uint64_t max_tar;           /* bytes of a tar upload (bulk job) */
-    uint64_t max_pixels;        /* pixels an uploaded image may declare */
+    uint64_t max_pixels;        /* pixels an uploaded image (or a thumbnail's file) may declare */
+    uint64_t thumbnail_cache;   /* bytes of encoded thumbnails kept in memory (0: none) */
     size_t max_k;               /* k of a k-NN search or identification */
     size_t max_range_hits;      /* hits a range search returns at most */
     unsigned timeout_s;         /* a connection idle this long is closed (slow clients) */

@@ -629,6 +629,11 @@ int serve_run(const serve_config_t *cfg)
     srv.http_threads = cfg->http_threads > 0 ? cfg->http_threads
                        : got == PATINA_DEVICE_GPU ? 64
                        : patina_cpu_count() > 8 ? patina_cpu_count() : 8;
+    if (!(srv.thumbs = thumb_cache_new((size_t)cfg->thumbnail_cache))) {
+        fprintf(stderr, "patina serve: out of memory for the thumbnail cache\n");
+        rc = 3;
+        goto out;
+    }
     if (colls_open(&srv) != 0 || jobs_start(&srv) != 0) {
         rc = 3;
         goto out;
@@ -686,6 +691,7 @@ out:
     while (srv.nfree_ctx) patina_context_free(srv.free_ctx[--srv.nfree_ctx]);
     free(srv.free_ctx);
     patina_context_free(srv.ctx);
+    thumb_cache_free(srv.thumbs);
     free(cert);
     free(key);
     pthread_mutex_destroy(&srv.ctx_mu);

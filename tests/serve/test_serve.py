@@ -258,6 +258,11 @@ def check_doc(method, path, res):
             return
         raise AssertionError("%s %s answered %d, which the OpenAPI document does not list: %s"
                              % (method, path, res.status, res.data[:300]))
+    if "content" not in resp:  # documented without a body (304)
+        if res.data:
+            raise AssertionError("%s %s %d: a body where none is documented: %r" % (method, path, res.status, res.data[:100]))
+        SEEN.add((tpl, m, res.status))
+        return
     ctype = res.headers.get("content-type", "")
     base = ctype.split(";")[0].strip()
     media = resp["content"].get(base)
@@ -597,6 +602,11 @@ def test_identify():
     r = s.json("POST", "/v1/collections/refs.patina/identify?k=3", q, headers={"Content-Type": "image/x-portable-pixmap"})
     expect(r["hits"] and r["hits"][0]["key"] == REF[2] and r["features"] > 0, r)
     expect(r["decision"] == "match", r)
+    # the threshold the decision was judged against: the library's default, or the one asked for
+    expect(r["threshold"] == 13, r)
+    r4 = s.json("POST", "/v1/collections/refs.patina/identify?k=1&threshold=100000", q,
+                headers={"Content-Type": "image/x-portable-pixmap"})
+    expect(r4["threshold"] == 100000 and r4["decision"] == "unknown" and r4["hits"][0]["score"] < 100000, r4)
     # verified candidates carry their inlier pairs (at most 200), inside both images
     for h in r["hits"]:
         expect(h["verified"] and len(h["pairs"]) == min(h["inliers"], 200), h)
@@ -1123,6 +1133,97 @@ def test_image_content():
     s.json("DELETE", "/v1/collections/photos/images/uploaded/c.ppm", token=True)
 
 
+def jpeg_size(data):
+    """(width, height) from a JPEG's SOF marker."""
+    expect(data[:2] == b"\xff\xd8", "not a JPEG: %r" % data[:20])
+    i = 2
+    while i + 9 < len(data):
+        if data[i] != 0xFF:
+            raise AssertionError("JPEG markers out of step at %d" % i)
+        m = data[i + 1]
+        n = int.from_bytes(data[i + 2:i + 4], "big")
+        if 0xC0 <= m <= 0xCF and m not in (0xC4, 0xC8, 0xCC):
+            return int.from_bytes(data[i + 7:i + 9], "big"), int.from_bytes(data[i + 5:i + 7], "big")
+        i += 2 + n
+    raise AssertionError("no SOF marker")
+
+
+def thumb_counts(s):
+    m = s.request("GET", "/metrics").data.decode()
+    return tuple(int(re.search(r'patina_thumbnail_cache_requests_total\{outcome="%s"\} (\d+)' % o, m).group(1))
+                 for o in ("hit", "miss"))
+
+
+def test_thumbnail():
+    """?thumbnail=N: the file of ?content=1 downscaled to N pixels on its
+    longer side, as a JPEG with an ETag (304 when it matches), cached."""
+    s = MAIN
+    big = os.path.join(TMP, "imgs", "big.ppm")
+    with open(big, "wb") as f:
+        f.write(ppm(300, 200, 31))
+    huge = os.path.join(TMP, "imgs", "huge.ppm")  # over the server's --max-pixels (1000000)
+    with open(huge, "wb") as f:
+        f.write(b"P6\n1200 1000\n255\n" + bytes(3 * 1200 * 1000))
+    index(os.path.join(TMP, "photos"), [big, huge])
+    url = "/v1/collections/photos/images/" + big
+    try:
+        hit0, miss0 = thumb_counts(s)
+        r = s.request("GET", url + "?thumbnail=100")
+        expect(r.status == 200 and r.headers["content-type"] == "image/jpeg", (r.status, r.headers, r.data[:200]))
+        expect(jpeg_size(r.data) == (100, 67), jpeg_size(r.data))
+        sha = s.json("GET", url)["sha256"]
+        etag = r.headers["etag"]
+        expect(etag == '"%s-100"' % sha and "no-cache" in r.headers["cache-control"], r.headers)
+        expect(thumb_counts(s) == (hit0, miss0 + 1), "a first thumbnail is a miss: %r" % (thumb_counts(s),))
+        r2 = s.request("GET", url + "?thumbnail=100")
+        expect(r2.status == 200 and r2.data == r.data, "the cached thumbnail differs")
+        expect(thumb_counts(s) == (hit0 + 1, miss0 + 1), "a second one is a hit: %r" % (thumb_counts(s),))
+        # revalidation: 304 without a body for its tag (weak or in a list too), 200 for another
+        for inm in (etag, "W/" + etag, '"other", ' + etag, "*"):
+            r3 = s.request("GET", url + "?thumbnail=100", headers={"If-None-Match": inm})
+            expect(r3.status == 304 and r3.data == b"" and r3.headers["etag"] == etag, (inm, r3.status, r3.headers))
+        r3 = s.request("GET", url + "?thumbnail=64", headers={"If-None-Match": etag})
+        expect(r3.status == 200 and jpeg_size(r3.data) == (64, 43), r3.status)
+        # the default size (256); an image smaller than N is never enlarged
+        r4 = s.request("GET", url + "?thumbnail")
+        expect(r4.status == 200 and jpeg_size(r4.data) == (256, 171) and r4.headers["etag"].endswith('-256"'),
+               r4.headers)
+        r4 = s.request("GET", "/v1/collections/photos/images/" + KEY0 + "?thumbnail=1024")
+        expect(r4.status == 200 and jpeg_size(r4.data) == (64, 48), r4.status)
+        # bad N
+        for bad, st in (("x", 400), ("-5", 400), ("12px", 400), ("5", 422), ("31", 422), ("1025", 422),
+                        ("99999999999999999999", 422)):
+            p = s.json("GET", url + "?thumbnail=" + bad, status=st)
+            expect("thumbnail" in p["detail"], p)
+        p = s.json("GET", url + "?thumbnail=64&content=1", status=400)
+        expect("not both" in p["detail"], p)
+        # no file: the rule and the words of ?content=1
+        p = s.json("GET", "/v1/collections/refs.patina/images/" + REF[0] + "?thumbnail=64", status=404)
+        expect("--content-dir" in p["detail"], p)
+        s.json("PUT", "/v1/collections/photos/images/uploaded/t.ppm", ppm(20, 20, 5), status=201, token=True,
+               headers={"Content-Type": "image/x-portable-pixmap"})
+        p = s.json("GET", "/v1/collections/photos/images/uploaded/t.ppm?thumbnail=64", status=404)
+        expect("not a file path" in p["detail"], p)
+        # the same content under a key without a file is not served from the cache
+        s.json("PUT", "/v1/collections/photos/images/uploaded/same.ppm", open(big, "rb").read(), status=201,
+               token=True, headers={"Content-Type": "image/x-portable-pixmap"})
+        s.json("GET", "/v1/collections/photos/images/uploaded/same.ppm?thumbnail=100", status=404)
+        s.json("GET", "/v1/collections/photos/images/nope.ppm?thumbnail=64", status=404)
+        # a file over the server's pixel limit does not decode here
+        p = s.json("GET", "/v1/collections/photos/images/" + huge + "?thumbnail=64", status=422)
+        expect("exceeds the limit" in p["detail"], p)
+        # a changed file: 404 (and a cached thumbnail of the old content is not served for it)
+        with open(big, "wb") as f:
+            f.write(ppm(300, 201, 31))
+        p = s.json("GET", url + "?thumbnail=100", status=404)
+        expect("changed" in p["detail"], p)
+    finally:
+        for k in (big, huge, "uploaded/t.ppm", "uploaded/same.ppm"):
+            s.request("DELETE", "/v1/collections/photos/images/" + k, token=True)
+        for f in (big, huge):
+            os.remove(f)
+
+
 def test_connection_limits():
     """--max-per-ip: more connections from one address are closed at once."""
     srv = Server([os.path.join(TMP, "photos")], "--max-per-ip", "2", "-q")
@@ -1268,7 +1369,7 @@ def test_coverage():
 
 TESTS = [test_basics, test_images, test_search, test_signature_pivots, test_damaged_pivots, test_tables_follow_writes,
          test_search_queue_full, test_identify, test_jobs,
-         test_jobs_cancel_and_queue, test_jobs_file, test_malformed, test_image_content, test_connection_limits, test_concurrent,
+         test_jobs_cancel_and_queue, test_jobs_file, test_malformed, test_image_content, test_thumbnail, test_connection_limits, test_concurrent,
          test_kill9_durability, test_external_writes, test_sigterm, test_tls, test_security, test_coverage]
 
 

@@ -5,7 +5,8 @@ The page is served by `patina serve` when the CLI has that subcommand
 (PATINA_CLI, default build/patina). A build without it gets a stand-in
 instead: MockServe below, a few routes of the server's API (GET
 /v1/collections, POST .../search and .../identify, GET .../images/KEY with
-?content=1, problem+json errors) answered through the Python binding, so
+?content=1 or ?thumbnail=N (the stand-in sends the original for both),
+problem+json errors) answered through the Python binding, so
 the UI's own behaviour is tested either way; the server-specific test is
 skipped with the reason. Without chromium, chromedriver or selenium every
 test is skipped, saying which is missing.
@@ -24,6 +25,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -49,6 +51,9 @@ import patina  # noqa: E402
 
 PHOTOS = ["opencv/baboon.jpg", "opencv/fruits.jpg", "opencv/HappyFish.jpg", "opencv/pic1.png",
           "opencv/left01.jpg", "opencv/blox.jpg", "kphotoalbum/bar55.jpg"]
+UNREGISTERED = "opencv/building.jpg"  # a photograph of none of the registered items
+# keys that are no file: a long path and a long name without a break
+LONG_KEYS = ["album/" + "a-very-long-folder-name-" * 12 + "/IMG_" + "9" * 120 + ".jpg", "x" * 400]
 
 
 def has_serve():
@@ -96,6 +101,7 @@ class MockServe(BaseHTTPRequestHandler):
             for name, path in self.colls.items():
                 with patina.Collection(path, readonly=True) as c:
                     tables = [{"spec": t.spec, "rows": t.rows, "descriptor_bytes": t.descriptor_bytes,
+                               "family": t.spec.split(":")[0],
                                "use": "identify" if t.spec.startswith("rootsift") else "search"}
                               for t in c.tables().values()]
                     out.append({"name": name, "records": len(c), "tables": tables})
@@ -107,7 +113,9 @@ class MockServe(BaseHTTPRequestHandler):
                 rec = c.get(parts[4])
             if rec is None:
                 return self.problem(404, f"collection '{parts[2]}' has no image '{parts[4]}'")
-            if "content=1" in url.query:
+            if "content=1" in url.query or "thumbnail" in url.query:
+                if not os.path.isfile(rec.key):
+                    return self.problem(404, f"image '{rec.key}': this key is not a file path")
                 return self.reply(200, open(rec.key, "rb").read(), "image/jpeg")
             return self.reply(200, rec.__dict__)
         return self.problem(404, f"no route {url.path}")
@@ -139,6 +147,7 @@ class MockServe(BaseHTTPRequestHandler):
                 res = c.identify(fields["image"], k=int(fields.get("k", b"5")),
                                  verify=fields.get("verify", b"1") == b"1")
                 return self.reply(200, {"collection": parts[2], "decision": res.decision, "features": res.features,
+                                        "threshold": 13.0,  # the binding's default, as the server's
                                         "hits": [{"rank": i + 1, "id": h.id, "key": h.key, "score": h.score,
                                                   "matches": h.matches, "inliers": h.inliers,
                                                   "verified": h.verified} for i, h in enumerate(res.candidates)]})
@@ -166,13 +175,17 @@ def collections(photos, tmp_path_factory):
         c.add_batch([(p, p) for p in photos])
     with patina.Collection(refs, create=True, family="rootsift:m=128,n=256") as c:
         c.add_batch([(p, p) for p in photos])
-    return {"photos": photo_coll, "refs": refs}
+    wide = str(d / "wide")
+    with patina.Collection(wide, create=True, family="cedd") as c:
+        c.add_batch([(photos[2], photos[2])] + [(k, photos[i]) for i, k in enumerate(LONG_KEYS)])
+    return {"photos": photo_coll, "refs": refs, "wide": wide}
 
 
-def start_patina_serve(colls, jobs_coll):
-    """patina serve over the collections and an empty one for bulk jobs,
-    thumbnails from the sample folder; (process, URL, write token)."""
-    p = subprocess.Popen([CLI, "serve", *colls.values(), jobs_coll, "--listen", "127.0.0.1:0", "--web", WEB,
+def start_patina_serve(colls, jobs_coll=None):
+    """patina serve over the collections and (jobs_coll) an empty one for
+    bulk jobs, thumbnails from the sample folder; (process, URL, write token)."""
+    extra = [jobs_coll] if jobs_coll else []
+    p = subprocess.Popen([CLI, "serve", *colls.values(), *extra, "--listen", "127.0.0.1:0", "--web", WEB,
                           "--content-dir", SAMPLES, "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = token = None
     for _ in range(20):
@@ -255,12 +268,16 @@ def open_page(drv, base_url, page):
     """A fresh load of the UI on `page` (a new query string each time: going
     from one #page to another in the same document would only fire
     hashchange, and a collections reload started by an earlier test could
-    then replace the selects under this one), once its collections are in."""
+    then replace the selects under this one), once its collections are in
+    (the collections table lists every one; the pages' menus only some)."""
     drv.get(f"{base_url}/?load={next(_loads)}#{page}")
     wait(drv, lambda d: d.execute_script(
         "const t = document.getElementById('collections-table');"
-        "return t.getAttribute('aria-busy') === 'false' &&"
-        " document.querySelectorAll('#search-collection option').length > 0"))
+        "return t.getAttribute('aria-busy') === 'false' && t.querySelectorAll('tbody tr').length > 0"))
+
+
+def options(drv, select_id):
+    return drv.execute_script(f"return [...document.querySelectorAll('#{select_id} option')].map(o => o.value)")
 
 
 # --------------------------------------------------------------------- tests
@@ -281,10 +298,26 @@ def test_search_shows_ranked_thumbnails(browser, base_url, photos, collections):
         want = [h.key for h in c.search(photos[1], k=5)]
     assert [h.get_attribute("data-key") for h in hits] == want
     assert "5 of 7 images" in browser.find_element(By.ID, "search-summary").text
-    # thumbnails come from the image route (?content=1): all five load
+    # thumbnails come from the image route (?thumbnail=256): all five load,
+    # made by the server (at most 256 pixels on the longer side; the
+    # stand-in sends the originals)
     wait(browser, lambda d: d.execute_script(
         "const im = [...document.querySelectorAll('#search-results img')];"
         "return im.length === 5 && im.every(i => i.complete && i.naturalWidth > 0)"))
+    imgs = browser.execute_script(
+        "return [...document.querySelectorAll('#search-results img')].map(i => [i.src, i.naturalWidth, i.naturalHeight])")
+    assert all(src.endswith("?thumbnail=256") for src, _, _ in imgs), imgs
+    if base_url.token:
+        assert all(max(w, h) <= 256 for _, w, h in imgs), imgs
+        assert max(max(w, h) for _, w, h in imgs) == 256, imgs  # the photographs are larger: cut to 256
+    # a tile opens the original in a new tab
+    links = browser.execute_script(
+        "return [...document.querySelectorAll('#search-results li.hit a.thumb')]"
+        ".map(a => [a.closest('li').dataset.key, a.href, a.target])")
+    assert len(links) == 5 and all(t == "_blank" and href.endswith("?content=1") for _, href, t in links), links
+    key, href, _ = links[0]
+    with urllib.request.urlopen(href) as resp:
+        assert resp.read() == open(key, "rb").read()
 
 
 def test_search_error_is_shown(browser, base_url, tmp_path):
@@ -307,6 +340,7 @@ def test_identification(browser, base_url, photos):
     dec = wait(browser, lambda d: d.find_element(By.ID, "identify-decision")
                if d.find_element(By.ID, "identify-decision").is_displayed() else None)
     assert dec.text.startswith("Match: " + photos[0]), dec.text
+    assert "threshold of 13" in dec.text, dec.text
     rows = browser.find_elements(By.CSS_SELECTOR, "#identify-candidates tbody tr")
     assert rows and rows[0].get_attribute("data-key") == photos[0]
     wait(browser, lambda d: d.find_element(By.ID, "identify-figure").is_displayed())
@@ -332,7 +366,7 @@ def test_collections_page(browser, base_url):
         "return [...document.querySelectorAll('#collections-table tbody tr')]"
         ".map(r => [r.cells[0].textContent, r.textContent])"))
     text = dict(rows)
-    assert set(text) - {"jobs"} == {"photos", "refs"}
+    assert set(text) - {"jobs"} == {"photos", "refs", "wide"}
     assert "7" in text["photos"] and "cedd:compact=0" in text["photos"]
 
 
@@ -348,6 +382,84 @@ def test_unknown_collection_problem(browser, base_url):
     box = wait(browser, lambda d: d.find_element(By.ID, "error") if d.find_element(By.ID, "error").is_displayed()
                else None)
     assert "404" in box.text and "no-such" in box.text
+
+
+def test_unknown_shows_threshold(browser, base_url):
+    """An `unknown` answer says what it was judged against: the threshold
+    the API answered and the best candidate's score."""
+    open_page(browser, base_url, "identify")
+    upload(browser, "identify-file", os.path.join(SAMPLES, UNREGISTERED))
+    browser.find_element(By.ID, "identify-go").click()
+    dec = wait(browser, lambda d: d.find_element(By.ID, "identify-decision")
+               if d.find_element(By.ID, "identify-decision").is_displayed() else None)
+    assert re.match(r"Unknown: no registered item reaches the threshold of 13 \(the best, .+, scored \d+ inliers; "
+                    r"\d+ query features\)$", dec.text), dec.text
+
+
+def test_pages_offer_usable_collections(browser, base_url):
+    """The Identify page offers only collections with an identification
+    table, the Search page only those with a searchable one (and only their
+    searchable tables); a note names the others and why."""
+    open_page(browser, base_url, "identify")
+    assert options(browser, "identify-collection") == ["refs"]
+    note = browser.find_element(By.ID, "identify-note").text
+    assert "Not offered here: photos: cedd (search only: the Search page)" in note, note
+    open_page(browser, base_url, "search")
+    offered = options(browser, "search-collection")
+    assert offered[:2] == ["photos", "wide"] and "refs" not in offered, offered
+    assert options(browser, "search-family") == ["cedd:compact=0"]
+    note = browser.find_element(By.ID, "search-note").text
+    assert "refs: rootsift (identification only: the Identify page)" in note, note
+    assert browser.find_element(By.ID, "search-go").is_enabled()
+
+
+def test_no_searchable_collection(browser, collections):
+    """A server whose only collection is for identification: the Search page
+    says so (no menu of nothing, no misleading 'add images'), its button is
+    off, and the Identify page offers the collection."""
+    if not has_serve():
+        pytest.skip(f"{CLI} has no 'serve' subcommand")
+    proc, url, _ = start_patina_serve({"refs": collections["refs"]})
+    try:
+        open_page(browser, url, "search")
+        assert options(browser, "search-collection") == []
+        note = browser.find_element(By.ID, "search-note")
+        assert note.is_displayed() and note.text == (
+            "No collection served here has a searchable table. "
+            "refs: rootsift (identification only: the Identify page)."), note.text
+        assert not browser.find_element(By.ID, "search-go").is_enabled()
+        open_page(browser, url, "identify")
+        assert options(browser, "identify-collection") == ["refs"]
+        assert not browser.find_element(By.ID, "identify-note").is_displayed()
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def test_long_keys_keep_the_grid(browser, base_url, photos):
+    """Keys of hundreds of characters stay on one line of their tile (cut
+    with an ellipsis, the whole key in the title): every tile has the same
+    size and the grid no horizontal overflow."""
+    open_page(browser, base_url, "search")
+    browser.find_element(By.CSS_SELECTOR, "#search-collection option[value=wide]").click()
+    upload(browser, "search-file", photos[2])
+    browser.find_element(By.ID, "search-go").click()
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#search-results li.hit")) == 3)
+    tiles = browser.execute_script(
+        "const ol = document.getElementById('search-results');"
+        "return {overflow: ol.scrollWidth - ol.clientWidth, tiles: [...ol.querySelectorAll('li.hit')].map(li => {"
+        " const r = li.getBoundingClientRect(), k = li.querySelector('.key');"
+        " return [li.dataset.key, k.title, Math.round(r.width), Math.round(r.height), k.getBoundingClientRect().height,"
+        "         parseFloat(getComputedStyle(k).lineHeight) || 20]; })}")
+    assert tiles["overflow"] <= 0, tiles
+    rows = tiles["tiles"]
+    assert sorted(r[0] for r in rows) == sorted([photos[2]] + LONG_KEYS), rows
+    assert all(key == title for key, title, *_ in rows), rows
+    assert len({w for _, _, w, *_ in rows}) == 1 and len({h for _, _, _, h, *_ in rows}) == 1, rows
+    assert all(kh < 1.5 * lh for *_, kh, lh in rows), rows  # one line each
+    # the keys without a file say so in their tile, the photograph has its thumbnail
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#search-results .thumb .none")) == 2)
+    assert browser.find_element(By.CSS_SELECTOR, f"#search-results li.hit[data-key='{photos[2]}'] a.thumb img")
 
 
 def test_bulk_job_progress(browser, base_url, photos):
