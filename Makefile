@@ -32,12 +32,15 @@ all: build
 bootstrap:
 	@scripts/bootstrap.sh test
 
+# The same build/ for both: the tests and benchmarks are configured only for
+# `make test` (cmocka is not among run's packages); switching them on or off
+# recompiles nothing else.
 build: bootstrap
-	@JOBS=$(JOBS) scripts/build.sh $(BUILD) all $(CONFIGURE)
+	@JOBS=$(JOBS) scripts/build.sh $(BUILD) all -DPATINA_TESTS=ON -DPATINA_BENCH=ON $(CONFIGURE)
 
 build-run:
 	@scripts/bootstrap.sh run
-	@JOBS=$(JOBS) scripts/build.sh $(BUILD) "$(RUN_TARGETS)" $(CONFIGURE)
+	@JOBS=$(JOBS) scripts/build.sh $(BUILD) "$(RUN_TARGETS)" -DPATINA_TESTS=OFF -DPATINA_BENCH=OFF $(CONFIGURE)
 
 samples:
 	@scripts/fetch-samples.sh

@@ -21,7 +21,7 @@ fail() {  # fail WHAT
   echo "build: $1 failed; the errors:" >&2
   local pat='error:|warning:|CMake Error|FAILED:|\*\*\*|undefined reference'
   if grep -q -E "$pat" "$log"; then
-    grep -E -A3 "$pat" "$log" | head -n 60 >&2
+    grep -E -B2 -A3 "$pat" "$log" | head -n 60 >&2
   else
     tail -n 40 "$log" >&2
   fi
