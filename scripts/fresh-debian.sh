@@ -11,7 +11,7 @@
 #
 #   scripts/fresh-debian.sh [--keep] [--dir DIR]
 #     --dir DIR  where to build the root (must not exist; default: a new
-#                folder under /var/tmp); about 2.5 GB when done
+#                folder under /var/tmp); about 3.2 GB when done
 #     --keep     keep the root afterwards (`chroot DIR/root bash` to look);
 #                by default it is deleted, also when a step fails
 #
@@ -25,7 +25,8 @@
 # ca-certificates) and apt's Acquire proxy and date-check settings are
 # copied in: the network as this machine reaches it, nothing else.
 # The logs of debootstrap and of apt-get are under DIR; the commands' own
-# output is shown. Takes about 20 minutes on a 2-core machine.
+# output is shown. About 11 minutes on a 2-core machine: debootstrap 2,
+# make run 1 (with its packages and downloads), make test 8.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 keep=0
