@@ -72,7 +72,7 @@ cleanup() {
   done
   if [ $keep = 1 ]; then
     say "kept the root: $root (chroot $root bash); logs in $dir"
-  elif grep -q " $dir[/ ]" /proc/self/mounts; then
+  elif grep -q " ${dir}[/ ]" /proc/self/mounts; then
     say "something is still mounted under $dir; not deleting it" >&2
   else
     rm -rf "$dir"
@@ -148,7 +148,8 @@ t=$(date +%s)
 in_root 'cd /root/patina && make run'
 say "make run passed in $(( $(date +%s) - t )) s"
 
-# What make run must not have done.
+# What make run must not have done (checked inside the root).
+# shellcheck disable=SC2016
 in_root '
   if dpkg-query -W -f="\${Status}" chromium 2>/dev/null | grep -q "install ok"; then
     echo "make run installed chromium (the UI tests need it, the demo does not)" >&2; exit 1; fi
@@ -161,5 +162,6 @@ say "make test"
 t=$(date +%s)
 in_root 'cd /root/patina && make test'
 say "make test passed in $(( $(date +%s) - t )) s"
+# shellcheck disable=SC2016
 in_root 'cd /root/patina &&
   [ -z "$(git status --porcelain)" ] || { echo "make test changed the checkout:" >&2; git status --short >&2; exit 1; }'
