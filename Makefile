@@ -1,6 +1,9 @@
 # The two set-up commands (see README):
-#   make run   bootstrap, build, fetch sample photos, index them, search a variant
-#   make test  bootstrap, build, the OpenCV peer's venv, run the whole test suite with CTest
+#   make run   the Debian packages of the build, the library and the CLI,
+#              sample photos, index them, search a variant
+#   make test  the packages of the tests, everything built, the OpenCV peer's
+#              venv, the whole test suite with CTest, then a summary
+#   make install   cmake --install into PREFIX (default /usr/local)
 # Sanitizers and fuzzing (CPU-only builds of their own):
 #   make asan   the suite under AddressSanitizer + UBSan   (build-asan)
 #   make ubsan  the suite under UBSan alone                (build-ubsan)
@@ -10,25 +13,39 @@
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 WERROR ?= OFF
+# The CUDA kernels (nvcc, sm_90): built where nvidia-smi sees a GPU. Without
+# one the build is CPU-only (the GPU tests skip); CUDA=AUTO builds the
+# kernels wherever nvcc is, CUDA=ON insists on them.
+CUDA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo AUTO || echo OFF)
 CMAKE_FLAGS ?=
+PREFIX ?= /usr/local
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?=
+# What `make run` needs: the library, the CLI and the demo's variant maker.
+RUN_TARGETS = patina patina_cli patina_variant
+CONFIGURE = -DCMAKE_BUILD_TYPE=Release -DPATINA_WERROR=$(WERROR) -DPATINA_CUDA=$(CUDA) $(CMAKE_FLAGS)
 
-.PHONY: all bootstrap build samples peers run test asan ubsan tsan fuzz clean
+.PHONY: all bootstrap build build-run samples peers run test install asan ubsan tsan fuzz clean
 all: build
 
 bootstrap:
-	@scripts/bootstrap.sh
+	@scripts/bootstrap.sh test
 
+# The same build/ for both: the tests and benchmarks are configured only for
+# `make test` (cmocka is not among run's packages); switching them on or off
+# recompiles nothing else.
 build: bootstrap
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPATINA_WERROR=$(WERROR) $(CMAKE_FLAGS)
-	cmake --build $(BUILD) -j$(JOBS)
+	@JOBS=$(JOBS) scripts/build.sh $(BUILD) all -DPATINA_TESTS=ON -DPATINA_BENCH=ON $(CONFIGURE)
 
-samples: bootstrap
+build-run:
+	@scripts/bootstrap.sh run
+	@JOBS=$(JOBS) scripts/build.sh $(BUILD) "$(RUN_TARGETS)" -DPATINA_TESTS=OFF -DPATINA_BENCH=OFF $(CONFIGURE)
+
+samples:
 	@scripts/fetch-samples.sh
 
-run: build samples
+run: build-run samples
 	@scripts/demo.sh $(BUILD)
 
 # The OpenCV contrib peer of the signature family: a venv (.venv-peers) from
@@ -36,8 +53,19 @@ run: build samples
 peers:
 	-@tests/peers/setup-opencv.sh
 
+# CTest's report, then scripts/test-summary.py's: the counts and each
+# skipped test's reason (from CTest's JUnit file); the exit status is CTest's.
 test: build samples peers
-	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+	@rc=0; (cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --output-junit Testing/junit.xml) || rc=$$?; \
+	  python3 scripts/test-summary.py $(BUILD)/Testing/junit.xml; exit $$rc
+
+# The library, its headers, pkg-config file, the CLI and the web UI into
+# PREFIX; as root, ldconfig then lets the loader (and the Python binding)
+# find libpatina.so.0 there.
+install:
+	@[ -f $(BUILD)/cmake_install.cmake ] || { echo "make install: nothing built in $(BUILD) (make run builds what is installed)" >&2; exit 1; }
+	cmake --install $(BUILD) --prefix $(PREFIX)
+	@if [ "$$(id -u)" -eq 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
 
 # The suite under AddressSanitizer + UBSan (CPU-only build).
 asan:

@@ -100,9 +100,11 @@ configure() { # configure DIR [extra cmake args...]
 
 # The targets a GPU run needs: the shared library, the CLI, patina-variant
 # (bench_sqfd_real's copies), the GPU tests, the benchmarks and the lab.
+# From the list the configure step writes (CMakeLists.txt), the same for
+# the Makefile and the Ninja generators.
 gpu_targets() { # gpu_targets BUILD_DIR
-    cmake --build "$1" --target help | sed -n 's/^\.\.\. \([a-z_0-9]*\).*/\1/p' |
-        grep -E '^(patina|patina_cli|patina_variant|test_.*_gpu|bench_.*|lab_.*)$' | tr '\n' ' '
+    [ -s "$1/patina-targets.txt" ] || { echo "device.sh: $1/patina-targets.txt missing (configure first)" >&2; exit 1; }
+    grep -E '^(patina|patina_cli|patina_variant|test_.*_gpu|bench_.*|lab_.*)$' "$1/patina-targets.txt" | tr '\n' ' '
 }
 
 build() {

@@ -556,7 +556,7 @@ static void reference(patina_gpu_t *g, uint32_t *ref, const patina_gpu_grey_t *i
 {
     const size_t per = noff * (size_t)L * (size_t)L;
     uint32_t *lib = (uint32_t *)malloc(per * 4 + 4);
-    char w2[200];
+    char w2[200 + sizeof ": the library's entry point"]; /* what: a caller's char[200] */
     ok(patina_glcm_counts_ref(ref, im->q, im->w, im->h, im->stride, im->mask, im->mstride, L, off, noff, sym),
        what);
     memset(lib, 0xab, per * 4);

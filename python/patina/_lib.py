@@ -14,7 +14,10 @@ Where the library comes from, first match wins:
   3. the package's own directory: ``libpatina.so*`` installed beside
      ``__init__.py`` (copied there before ``pip install``);
   4. the system loader: ``libpatina.so.0`` / ``libpatina.so`` on the usual
-     paths (``cmake --install``, LD_LIBRARY_PATH, ldconfig).
+     paths (LD_LIBRARY_PATH, ldconfig's cache: ``make install`` as root);
+  5. the ``libdir`` of an installed ``patina.pc`` (``pkg-config --variable=libdir
+     patina``): ``cmake --install`` to /usr/local, or to another prefix named
+     in PKG_CONFIG_PATH, without ldconfig.
 The first library loaded this way becomes the default; an explicit
 ``load(path)`` replaces the default for objects created afterwards.
 """
@@ -23,6 +26,7 @@ import ctypes
 import ctypes.util
 import glob
 import os
+import subprocess
 import threading
 
 from . import errors
@@ -409,6 +413,21 @@ def _candidates():
     found = ctypes.util.find_library("patina")
     if found:
         yield found, "the system loader"
+    libdir = _pkg_config_libdir()
+    if libdir:
+        for name in ("libpatina.so.0", "libpatina.so"):
+            yield os.path.join(libdir, name), "pkg-config's libdir of patina"
+
+
+def _pkg_config_libdir():
+    """The libdir that an installed patina.pc names, or None."""
+    try:
+        p = subprocess.run(["pkg-config", "--variable=libdir", "patina"], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    libdir = p.stdout.decode(errors="replace").strip()
+    return libdir if p.returncode == 0 and libdir else None
 
 
 def load(path=None):
@@ -416,7 +435,8 @@ def load(path=None):
 
     With ``path``, that file (a ``Library`` is also accepted and made the
     default). Without: the ``PATINA_LIB`` environment variable, then the
-    package directory, then the system loader. Returns the ``Library``.
+    package directory, then the system loader, then the libdir of an
+    installed patina.pc (pkg-config). Returns the ``Library``.
     Raises ``UnavailableError`` (saying where it looked) when none loads."""
     global _default
     if isinstance(path, Library):
@@ -435,7 +455,7 @@ def load(path=None):
         if lib is None:
             raise errors.UnavailableError(
                 "patina: libpatina.so not found; call patina.load(PATH), set PATINA_LIB=PATH, or install "
-                "the library (cmake --install) — tried:\n  " + "\n  ".join(tried), errors.E_UNAVAILABLE)
+                "the library (make install) — tried:\n  " + "\n  ".join(tried), errors.E_UNAVAILABLE)
     with _default_lock:
         _default = lib
     return lib
