@@ -1,0 +1,247 @@
+/* Live tables on the GPU (include/patina/table.h's device policy): a
+ * table's answers with device GPU and AUTO equal device CPU's, hit for hit
+ * and bit for bit, for
+ *   - a CEDD table of 6,000 rows fed by a change stream (k-NN at k 1, 10
+ *     and 1024; range with and without max_hits), then after puts and
+ *     removals through the stream; k 1025 on the GPU is UNAVAILABLE (the
+ *     engine's limit), never the CPU's answer in disguise;
+ *   - a signature table with a stored pivot table (the GPU filter against
+ *     the CPU filter, k-NN and range);
+ *   - a rootsift table (identify, GPU tensor cores against the CPU).
+ * Skipped (77) without a GPU. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "patina/patina.h"
+#include "testutil.h"
+
+static patina_context_t *ctx_new(void)
+{
+    patina_context_t *ctx = NULL;
+    TU_OK(patina_context_new(&ctx, NULL));
+    return ctx;
+}
+
+static void same_results(const patina_table_results_t *a, const patina_table_results_t *b)
+{
+    size_t i;
+    assert_int_equal(a->nq, b->nq);
+    for (i = 0; i <= a->nq; i++) assert_int_equal(a->offsets[i], b->offsets[i]);
+    for (i = 0; i < a->offsets[a->nq]; i++) {
+        assert_int_equal(a->hits[i].id, b->hits[i].id);
+        assert_memory_equal(&a->hits[i].distance, &b->hits[i].distance, sizeof(double));
+    }
+}
+
+/* The query on every device; GPU and AUTO must equal CPU. */
+static void check_devices(patina_table_t *t, const void *qs, size_t nq, patina_table_query_t q)
+{
+    patina_table_results_t cpu, gpu, aut;
+    q.device = PATINA_DEVICE_CPU;
+    TU_OK(patina_table_search(t, qs, nq, &q, &cpu));
+    q.device = PATINA_DEVICE_GPU;
+    TU_OK(patina_table_search(t, qs, nq, &q, &gpu));
+    q.device = PATINA_DEVICE_AUTO;
+    TU_OK(patina_table_search(t, qs, nq, &q, &aut));
+    same_results(&cpu, &gpu);
+    same_results(&cpu, &aut);
+    patina_table_results_release(&cpu);
+    patina_table_results_release(&gpu);
+    patina_table_results_release(&aut);
+}
+
+static void random_cedd(uint8_t *d, tu_rng_t *r)
+{
+    int i;
+    for (i = 0; i < PATINA_CEDD_DIM; i++) {
+        uint32_t u = tu_rng_below(r, 100);
+        d[i] = (uint8_t)(u < 70 ? 0 : 1 + tu_rng_below(r, 7));
+    }
+}
+
+static void test_cedd_stream(void **state)
+{
+    enum { N = 6000, NQ = 16 };
+    patina_context_t *ctx = ctx_new();
+    patina_table_t *t = NULL;
+    uint8_t *rows = malloc((size_t)N * PATINA_CEDD_DIM), qs[NQ * PATINA_CEDD_DIM];
+    patina_change_t *ch = calloc(N, sizeof *ch);
+    char (*keys)[24] = calloc(N, sizeof *keys);
+    patina_table_query_t q;
+    patina_table_results_t res;
+    tu_rng_t r;
+    size_t i;
+    (void)state;
+    tu_rng_seed(&r, 5);
+    for (i = 0; i < N; i++) {
+        random_cedd(rows + i * PATINA_CEDD_DIM, &r);
+        if (i % 50 == 7) memcpy(rows + i * PATINA_CEDD_DIM, rows, PATINA_CEDD_DIM); /* ties, ordered by id */
+        snprintf(keys[i], sizeof keys[i], "k%zu", i);
+        ch[i] = (patina_change_t){PATINA_CHANGE_PUT, 3 * i + 1, keys[i], rows + i * PATINA_CEDD_DIM};
+    }
+    for (i = 0; i < NQ; i++) random_cedd(qs + i * PATINA_CEDD_DIM, &r);
+    memcpy(qs, rows, PATINA_CEDD_DIM);
+    TU_OK(patina_table_new(&t, ctx, "cedd", NULL));
+    TU_OK(patina_table_apply(t, ch, N, 1, NULL));
+    patina_table_query_init(&q);
+    q.k = 1;
+    check_devices(t, qs, NQ, q);
+    q.k = 10;
+    check_devices(t, qs, NQ, q);
+    q.k = 1024;
+    check_devices(t, qs, NQ, q);
+    q.kind = PATINA_QUERY_RANGE;
+    q.radius = 25;
+    check_devices(t, qs, NQ, q);
+    q.max_hits = 5;
+    check_devices(t, qs, NQ, q);
+    /* live: replace and remove rows through the stream, then again */
+    for (i = 0; i < 200; i++) {
+        ch[i].op = i % 2 ? PATINA_CHANGE_REMOVE : PATINA_CHANGE_PUT;
+        ch[i].desc = rows + (i + 100) * PATINA_CEDD_DIM;
+    }
+    TU_OK(patina_table_apply(t, ch, 200, 2, NULL));
+    assert_int_equal(patina_table_size(t), N - 100);
+    patina_table_query_init(&q);
+    q.k = 10;
+    check_devices(t, qs, NQ, q);
+    /* past the GPU engine's k: GPU says so, AUTO answers on the CPU */
+    q.k = 1025;
+    q.device = PATINA_DEVICE_GPU;
+    assert_int_equal(patina_table_search(t, qs, 1, &q, &res), PATINA_E_UNAVAILABLE);
+    q.device = PATINA_DEVICE_AUTO;
+    TU_OK(patina_table_search(t, qs, 1, &q, &res));
+    assert_int_equal(res.offsets[1], 1025);
+    patina_table_results_release(&res);
+    patina_table_free(t);
+    free(rows);
+    free(ch);
+    free(keys);
+    patina_context_free(ctx);
+}
+
+/* A collection with one table of n images described by spec (random images). */
+static char *one_table(patina_context_t *ctx, const char *spec, size_t n, int w, uint8_t **descs)
+{
+    char *dir = tu_tempdir("tablegpu");
+    patina_collection_t *c = NULL;
+    patina_extractor_t *ex = NULL;
+    patina_image_t *imgs = calloc(n, sizeof *imgs);
+    patina_insert_t *items = calloc(n, sizeof *items);
+    char (*keys)[24] = calloc(n, sizeof *keys);
+    patina_table_descs_t td;
+    tu_rng_t r;
+    size_t i, bytes;
+    TU_OK(patina_extractor_new(&ex, spec));
+    bytes = patina_extractor_bytes(ex);
+    *descs = malloc(n * bytes);
+    tu_rng_seed(&r, 9);
+    for (i = 0; i < n; i++) tu_random_image(&imgs[i], w, w, 1, &r);
+    TU_OK(patina_extract_batch(ctx, ex, PATINA_DEVICE_CPU, *descs, imgs, n, NULL));
+    for (i = 0; i < n; i++) {
+        snprintf(keys[i], sizeof keys[i], "i%zu", i);
+        items[i].key = keys[i];
+        items[i].sha256[0] = (uint8_t)i;
+        items[i].sha256[1] = (uint8_t)(i >> 8);
+        items[i].width = items[i].height = w;
+        patina_image_release(&imgs[i]);
+    }
+    td.spec = patina_extractor_spec(ex);
+    td.desc_bytes = bytes;
+    td.descs = *descs;
+    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_CREATE, 0));
+    TU_OK(patina_collection_put_tables(c, &td, 1, items, n, NULL));
+    patina_collection_close(c);
+    free(imgs);
+    free(items);
+    free(keys);
+    patina_extractor_free(ex);
+    return dir;
+}
+
+static void test_signature_pivots(void **state)
+{
+    patina_context_t *ctx = ctx_new();
+    uint8_t *sig;
+    char *dir = one_table(ctx, "signature:k=8", 400, 40, &sig);
+    patina_collection_t *c = NULL;
+    patina_table_t *t = NULL;
+    patina_pivot_opts_t po;
+    patina_table_query_t q;
+    (void)state;
+    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_WRITE, 0));
+    TU_OK(patina_table_open(&t, ctx, c, "signature", NULL));
+    patina_pivot_opts_init(&po);
+    po.pivots = 16;
+    TU_OK(patina_table_build_pivots(t, &po));
+    assert_int_equal(patina_table_pivots(t), 16);
+    patina_table_query_init(&q);
+    q.k = 10;
+    check_devices(t, sig, 12, q);
+    q.kind = PATINA_QUERY_RANGE;
+    q.radius = 0.3;
+    check_devices(t, sig, 12, q);
+    patina_table_free(t);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(dir);
+    free(sig);
+    patina_context_free(ctx);
+}
+
+static void test_identify(void **state)
+{
+    enum { N = 24 };
+    patina_context_t *ctx = ctx_new();
+    uint8_t *refs, *q;
+    char *dir = one_table(ctx, "rootsift:m=64,n=128", N, 96, &refs);
+    patina_collection_t *c = NULL;
+    patina_table_t *t = NULL;
+    patina_identify_opts_t io;
+    patina_identify_hit_t hc[N * 5], hg[N * 5];
+    patina_identify_result_t rc[N], rg[N];
+    patina_image_t imgs[N];
+    tu_rng_t r;
+    size_t i, j;
+    (void)state;
+    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_READONLY, 0));
+    TU_OK(patina_table_open(&t, ctx, c, "rootsift", NULL));
+    tu_rng_seed(&r, 9);
+    for (i = 0; i < N; i++) tu_random_image(&imgs[i], 96, 96, 1, &r);
+    q = malloc(N * patina_table_query_bytes(t));
+    TU_OK(patina_table_identify_extract(t, NULL, q, imgs, N, NULL));
+    patina_identify_opts_init(&io);
+    io.device = PATINA_DEVICE_CPU;
+    TU_OK(patina_table_identify(t, q, N, &io, hc, rc, NULL));
+    io.device = PATINA_DEVICE_GPU;
+    TU_OK(patina_table_identify(t, q, N, &io, hg, rg, NULL));
+    for (i = 0; i < N; i++) {
+        assert_int_equal(rc[i].nhits, rg[i].nhits);
+        assert_int_equal(rc[i].decision, rg[i].decision);
+        for (j = 0; j < rc[i].nhits; j++) {
+            assert_int_equal(hc[i * 5 + j].id, hg[i * 5 + j].id);
+            assert_int_equal(hc[i * 5 + j].matches, hg[i * 5 + j].matches);
+            assert_int_equal(hc[i * 5 + j].inliers, hg[i * 5 + j].inliers);
+        }
+        patina_image_release(&imgs[i]);
+    }
+    patina_table_free(t);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(dir);
+    free(refs);
+    free(q);
+    patina_context_free(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cedd_stream),
+        cmocka_unit_test(test_signature_pivots),
+        cmocka_unit_test(test_identify),
+    };
+    tu_require_gpu();
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
