@@ -222,8 +222,9 @@ struct server {
     size_t nfree_ctx, cap_ctx;
     char web_dir[PATH_MAX];
     char import_dir[PATH_MAX];  /* realpath; "" when folder jobs are off */
-    char content_dir[PATH_MAX]; /* realpath; images whose key is a file under it (or import_dir)
-                                 * are served by ?content=1; "" when not given */
+    char (*content_dirs)[PATH_MAX]; /* (ncontent_dirs) realpaths; images whose key is a file under
+                                     * one of them (or import_dir) are served by ?content=1 */
+    size_t ncontent_dirs;
     jobs_t *jobs;
     double started;
     /* open connections, for the request time limit (server.c) */
@@ -270,6 +271,7 @@ typedef struct req {
     const char *coll;           /* the route's collection name (in path), or NULL */
     const char *rest;           /* the route's key or job id (in path), or NULL */
     int write;                  /* the route and method need the token */
+    const char *www_auth;       /* a 401's WWW-Authenticate (static text); NULL: the plain challenge */
     metric_route_t *metric;
     uint8_t *body;
     size_t len, cap, limit;

@@ -172,7 +172,7 @@ def collections(photos, tmp_path_factory):
 def start_patina_serve(colls, jobs_coll):
     """patina serve over the collections and an empty one for bulk jobs,
     thumbnails from the sample folder; (process, URL, write token)."""
-    p = subprocess.Popen([CLI, "serve", *colls.values(), jobs_coll, "--listen", "127.0.0.1:0", "--web", WEB,
+    p = subprocess.Popen([CLI, "serve", *colls.values(), jobs_coll, "--create", "--listen", "127.0.0.1:0", "--web", WEB,
                           "--content-dir", SAMPLES, "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = token = None
     for _ in range(20):
