@@ -1076,6 +1076,13 @@ static void test_parser(void **state)
     assert_string_equal(cli_get(&a, "family")->text, "lbp");
     assert_string_equal(a.operands[0], "-");
     cli_args_release(&a);
+    /* a repeatable option keeps every value, in order (serve --content-dir) */
+    assert_int_equal(PARSE(&a, err, "serve", "--content-dir", "d1", "C", "--content-dir=d2"), CLI_PARSE_OK);
+    assert_int_equal(cli_get(&a, "content-dir")->count, 2);
+    assert_string_equal(cli_get(&a, "content-dir")->all[0], "d1");
+    assert_string_equal(cli_get(&a, "content-dir")->all[1], "d2");
+    assert_int_equal(cli_get(&a, "import-dir")->count, 0); /* not repeatable: no list */
+    cli_args_release(&a);
     /* byte counts */
     {
         static const struct { const char *text; uint64_t v; } ok[] = {

@@ -297,6 +297,18 @@ static void opt_name(char *buf, size_t size, const cli_opt_t *o);
 
 /* ------------------------------------------------------------------ parse */
 
+/* A CLI_REPEAT option's value just parsed into a->v[idx].text joins its
+ * list. Each occurrence takes at least one argv word, so argc entries hold
+ * them all: the array is allocated once, at the first. */
+static int keep_repeat(cli_args_t *a, int idx, int argc, char *err, size_t errsize)
+{
+    cli_value_t *v = &a->v[idx];
+    if (!(a->cmd->opts[idx].flags & CLI_REPEAT)) return CLI_PARSE_OK;
+    if (!v->all && !(v->all = malloc(sizeof *v->all * (size_t)argc))) return fail(err, errsize, "out of memory");
+    v->all[v->count++] = v->text;
+    return CLI_PARSE_OK;
+}
+
 static int find_long(const cli_command_t *cmd, const char *name, size_t len)
 {
     size_t i;
@@ -389,6 +401,7 @@ int cli_parse(cli_args_t *a, const cli_command_t *cmd, int argc, char *const *ar
                 }
                 if (parse_value(&a->v[idx], &cmd->opts[idx], shown, val, err, errsize) != CLI_PARSE_OK)
                     return CLI_PARSE_ERROR;
+                if (keep_repeat(a, idx, argc, err, errsize) != CLI_PARSE_OK) return CLI_PARSE_ERROR;
             }
             a->v[idx].given = a->v[idx].set = 1;
             continue;
@@ -417,6 +430,7 @@ int cli_parse(cli_args_t *a, const cli_command_t *cmd, int argc, char *const *ar
                 if (parse_value(&a->v[idx], &cmd->opts[idx], shown, argv[++k], err, errsize) != CLI_PARSE_OK)
                     return CLI_PARSE_ERROR;
             }
+            if (keep_repeat(a, idx, argc, err, errsize) != CLI_PARSE_OK) return CLI_PARSE_ERROR;
             break; /* the rest of the word was the value */
         }
     }
@@ -444,7 +458,13 @@ int cli_parse(cli_args_t *a, const cli_command_t *cmd, int argc, char *const *ar
 
 void cli_args_release(cli_args_t *a)
 {
+    size_t i;
     if (!a) return;
+    for (i = 0; i < CLI_MAX_OPTS; i++) {
+        free(a->v[i].all);
+        a->v[i].all = NULL;
+        a->v[i].count = 0;
+    }
     free(a->operands);
     a->operands = NULL;
     a->noperands = 0;
@@ -522,6 +542,7 @@ static void meta_text(char *buf, size_t size, const cli_command_t *cmd, const cl
     default: break;
     }
     if (n < size && (o->flags & CLI_AUTO)) n += (size_t)snprintf(buf + n, size - n, ", or auto");
+    if (n < size && (o->flags & CLI_REPEAT)) n += (size_t)snprintf(buf + n, size - n, "%srepeatable", n ? "; " : "");
     if (n < size && o->def) n += (size_t)snprintf(buf + n, size - n, "%sdefault %s", n ? "; " : "", o->def);
     if (n < size && o->conflicts) {
         int k = find_long(cmd, o->conflicts, strlen(o->conflicts));

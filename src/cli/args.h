@@ -11,8 +11,8 @@
  *   options and operands in any order, "--" ends the options, "-" is an
  *   operand. Long names must be given in full (no abbreviations; an unknown
  *   one's message suggests the names it may have meant, cli_suggest). An
- *   option given twice keeps the last value. -h/--help is accepted by every
- *   command.
+ *   option given twice keeps the last value, except a CLI_REPEAT option,
+ *   which keeps each in order. -h/--help is accepted by every command.
  * Numbers are strict: decimal only, no spaces, no overflow, no clamping. */
 #ifndef PATINA_CLI_ARGS_H
 #define PATINA_CLI_ARGS_H
@@ -33,7 +33,8 @@ typedef enum cli_type {
 
 enum {
     CLI_OPEN_MIN = 1, /* NUMBER: the value must be > min */
-    CLI_AUTO = 2      /* INT, NUMBER, BYTES: the word "auto" is also accepted */
+    CLI_AUTO = 2,     /* INT, NUMBER, BYTES: the word "auto" is also accepted */
+    CLI_REPEAT = 4    /* TEXT: may be given several times; every value is kept (cli_value_t.all) */
 };
 
 typedef struct cli_opt {
@@ -45,7 +46,7 @@ typedef struct cli_opt {
     const char *choices;  /* CHOICE: "a|b|c" */
     const char *def;      /* default as the user would write it (parsed like a given value and
                              shown in the help); NULL: none, or described in `help` */
-    int flags;            /* CLI_OPEN_MIN, CLI_AUTO */
+    int flags;            /* CLI_OPEN_MIN, CLI_AUTO, CLI_REPEAT */
     const char *conflicts;/* long name of an option this one cannot be combined with, or NULL */
     const char *help;     /* words, wrapped by cli_help at 79 columns; "\n" forces a break */
 } cli_opt_t;
@@ -58,7 +59,11 @@ typedef struct cli_value {
     long long i;          /* FLAG: 1 when given; INT; CHOICE: index of the word */
     uint64_t bytes;       /* BYTES */
     double num;           /* NUMBER */
-    const char *text;     /* TEXT and CHOICE: the word (borrowed from argv or the table) */
+    const char *text;     /* TEXT and CHOICE: the word (borrowed from argv or the table); CLI_REPEAT:
+                             the last one given */
+    size_t count;         /* CLI_REPEAT: how many times given (0: not given, `all` is NULL) */
+    const char **all;     /* CLI_REPEAT: (count) the values in command-line order, borrowed from
+                             argv; the array is freed by cli_args_release */
 } cli_value_t;
 
 typedef struct cli_args cli_args_t;

@@ -24,13 +24,17 @@ static const cli_opt_t opts[] = {
     {.name = "import-dir", .type = CLI_TEXT, .arg = "DIR",
      .help = "bulk index jobs may name server-side folders under DIR (without it, only tar "
              "uploads)"},
-    {.name = "content-dir", .type = CLI_TEXT, .arg = "DIR",
+    {.name = "content-dir", .type = CLI_TEXT, .arg = "DIR", .flags = CLI_REPEAT,
      .help = "GET .../images/KEY?content=1 serves a stored image whose key is a file under DIR "
              "(or under --import-dir) while its size and SHA-256 are the record's, and "
              "?thumbnail=N a JPEG of it downscaled to N pixels on its longer side (the web UI's "
-             "tiles); the store itself keeps no pixels"},
+             "tiles); the store itself keeps no pixels. Give it once per folder: a file "
+             "under any of them is served"},
     {.name = "thumbnail-cache", .type = CLI_BYTES, .arg = "BYTES", .min = 0, .max = 1099511627776.0, .def = "64M",
      .help = "encoded thumbnails kept in memory (least recently used dropped first; 0: none kept)"},
+    {.name = "create", .type = CLI_FLAG,
+     .help = "a COLLECTION path that holds no collection gets a new, empty one (without it, "
+             "such a path is an error: a misspelt path does not start an empty server)"},
     {.name = "tls-cert", .type = CLI_TEXT, .arg = "FILE",
      .help = "serve HTTPS (TLS 1.2 and 1.3) with this PEM certificate, or chain, and --tls-key"},
     {.name = "tls-key", .type = CLI_TEXT, .arg = "FILE",
@@ -123,7 +127,9 @@ static int run_serve(const cli_args_t *a)
     c.token_file = cli_get(a, "token-file")->set ? cli_get(a, "token-file")->text : NULL;
     c.web_dir = cli_get(a, "web")->set ? cli_get(a, "web")->text : NULL;
     c.import_dir = cli_get(a, "import-dir")->set ? cli_get(a, "import-dir")->text : NULL;
-    c.content_dir = cli_get(a, "content-dir")->set ? cli_get(a, "content-dir")->text : NULL;
+    c.content_dirs = cli_get(a, "content-dir")->all;
+    c.ncontent_dirs = cli_get(a, "content-dir")->count;
+    c.create = (int)cli_get(a, "create")->i;
     c.jobs_file = cli_get(a, "jobs-file")->set ? cli_get(a, "jobs-file")->text : NULL;
     c.tls_cert = cli_get(a, "tls-cert")->set ? cli_get(a, "tls-cert")->text : NULL;
     c.tls_key = cli_get(a, "tls-key")->set ? cli_get(a, "tls-key")->text : NULL;

@@ -13,10 +13,12 @@
  * wakes the waiting handlers. Range searches run in the handler's thread
  * (their radii differ). */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "serve/internal.h"
@@ -292,6 +294,22 @@ static char *xstrdup(const char *s)
     return d;
 }
 
+/* 1 when `path` does not exist or is an empty directory: what --create
+ * would make a collection of. */
+static int holds_nothing(const char *path)
+{
+    struct stat st;
+    DIR *d;
+    struct dirent *e;
+    int empty = 1;
+    if (stat(path, &st) != 0) return errno == ENOENT;
+    if (!S_ISDIR(st.st_mode) || !(d = opendir(path))) return 0;
+    while (empty && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) empty = 0;
+    closedir(d);
+    return empty;
+}
+
 int colls_open(server_t *srv)
 {
     size_t i, j;
@@ -321,7 +339,14 @@ int colls_open(server_t *srv)
                         sc->name, srv->colls[j].path, sc->path);
                 return -1;
             }
-        if ((s = patina_collection_open(&sc->c, path, PATINA_OPEN_CREATE, 0)) != PATINA_OK) {
+        s = patina_collection_open(&sc->c, path, srv->cfg->create ? PATINA_OPEN_CREATE : PATINA_OPEN_WRITE, 0);
+        if (s != PATINA_OK && !srv->cfg->create && holds_nothing(path)) {
+            fprintf(stderr, "patina serve: '%s' holds no collection (%s): give --create to start an empty one "
+                            "there, or make one with 'patina index %s FILE...'\n",
+                    path, *patina_last_error() ? patina_last_error() : patina_status_str(s), path);
+            return -1;
+        }
+        if (s != PATINA_OK) {
             fprintf(stderr, "patina serve: %s\n", *patina_last_error() ? patina_last_error() : patina_status_str(s));
             return -1;
         }

@@ -6,7 +6,8 @@
  *
  * Status codes: 400 a malformed request (bad JSON, a wrong type, a missing
  * or contradictory parameter, a broken multipart body or tar archive);
- * 401 a write without the token; 404 no such collection, image, job or
+ * 401 a write without the token or with a wrong one (told apart by
+ * WWW-Authenticate, RFC 6750); 404 no such collection, image, job or
  * route; 405 a method the route lacks; 409 an add of a key that exists, the
  * cancel of a finished job; 413 a body or an image over the limits; 415 a
  * body of a type the endpoint does not take (not JPEG, PNG or PNM for an
@@ -58,7 +59,9 @@ static int queue(req_t *r, unsigned status, struct MHD_Response *resp)
     int ok;
     if (!resp) return MHD_NO;
     if (atomic_load(&r->srv->draining)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-    if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"patina\"");
+    if (status == 401)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                r->www_auth ? r->www_auth : "Bearer realm=\"patina\"");
     if (status == 429 || status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     if (status == 405) {
         const char *allow = "GET";
@@ -501,6 +504,15 @@ static int path_under(const char *real, const char *dir)
     return !strncmp(real, dir, n) && (real[n] == '/' || real[n] == '\0');
 }
 
+/* 1 when the resolved path `real` is under one of the --content-dir folders. */
+static int content_dir_holds(const server_t *srv, const char *real)
+{
+    size_t i;
+    for (i = 0; i < srv->ncontent_dirs; i++)
+        if (path_under(real, srv->content_dirs[i])) return 1;
+    return 0;
+}
+
 /* The file of an image, for ?content=1 and ?thumbnail=N (one rule for
  * both). The store keeps no pixels, only the key, size and SHA-256; a key
  * that is an absolute path (what `patina index` and folder jobs store) is
@@ -530,7 +542,7 @@ static unsigned content_file(const server_t *srv, const scoll_t *sc, const patin
         snprintf(why, whysize, "image '%s': its file is gone (%s)", rec->key, strerror(errno));
         return 404;
     }
-    if (!path_under(real, srv->content_dir) && !path_under(real, srv->import_dir)) {
+    if (!content_dir_holds(srv, real) && !path_under(real, srv->import_dir)) {
         snprintf(why, whysize, "image '%s': its file is not under --content-dir or --import-dir, so it is not served",
                  rec->key);
         return 404;

@@ -261,8 +261,10 @@ struct server {
     size_t nfree_ctx, cap_ctx;
     char web_dir[PATH_MAX];
     char import_dir[PATH_MAX];  /* realpath; "" when folder jobs are off */
-    char content_dir[PATH_MAX]; /* realpath; images whose key is a file under it (or import_dir)
-                                 * are served by ?content=1 and ?thumbnail=N; "" when not given */
+    char (*content_dirs)[PATH_MAX]; /* (ncontent_dirs) realpaths; images whose key is a file under
+                                     * one of them (or import_dir) are served by ?content=1 and
+                                     * ?thumbnail=N */
+    size_t ncontent_dirs;
     thumb_cache_t *thumbs;      /* encoded thumbnails (--thumbnail-cache bytes) */
     jobs_t *jobs;
     double started;
@@ -310,6 +312,7 @@ typedef struct req {
     const char *coll;           /* the route's collection name (in path), or NULL */
     const char *rest;           /* the route's key or job id (in path), or NULL */
     int write;                  /* the route and method need the token */
+    const char *www_auth;       /* a 401's WWW-Authenticate (static text); NULL: the plain challenge */
     metric_route_t *metric;
     uint8_t *body;
     size_t len, cap, limit;

@@ -21,8 +21,11 @@ typedef struct serve_config {
     const char *token_file;     /* bearer token for writes; NULL: a random one, printed */
     const char *web_dir;        /* static files served at /; NULL: the built-in default */
     const char *import_dir;     /* folder jobs must name a folder under it; NULL: folder jobs off */
-    const char *content_dir;    /* stored images whose key is a file under it are served (?content=1,
-                                 * ?thumbnail=N) */
+    const char *const *content_dirs; /* (ncontent_dirs) stored images whose key is a file under one of
+                                      * them are served (?content=1, ?thumbnail=N); borrowed */
+    size_t ncontent_dirs;
+    int create;                 /* a collection path that holds none gets an empty collection;
+                                 * 0: such a path fails the start (exit 3) */
     const char *tls_cert;       /* PEM certificate (chain) and its unencrypted PEM key: HTTPS */
     const char *tls_key;        /* (both or neither; NULL: plain HTTP) */
     const char *jobs_file;      /* bulk jobs kept here across restarts (unfinished folder jobs

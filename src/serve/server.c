@@ -147,17 +147,26 @@ static void route(req_t *r)
                (r->route == ROUTE_COLL_JOBS && !strcmp(m, "POST")) || (r->route == ROUTE_JOB && !strcmp(m, "DELETE"));
 }
 
-/* Constant-time comparison of the presented token. */
-static int token_ok(const server_t *srv, const char *auth)
+/* The Authorization header against the server's token: TOKEN_OK, TOKEN_MISSING
+ * (no header, another scheme than Bearer, or an empty token: RFC 6750 §3.1
+ * treats these as no authentication) or TOKEN_WRONG. Both sides are hashed
+ * (SHA-256) and the digests compared without an early exit, so the time
+ * taken says nothing about the token, its length included. */
+enum { TOKEN_OK, TOKEN_MISSING, TOKEN_WRONG };
+
+static int token_check(const server_t *srv, const char *auth)
 {
-    size_t n = strlen(srv->token), i;
+    uint8_t want[32], got[32];
     unsigned char d = 0;
-    if (!auth || strncasecmp(auth, "Bearer ", 7)) return 0;
-    auth += 7;
+    size_t i;
+    if (!auth || strncasecmp(auth, "Bearer", 6) || (auth[6] != ' ' && auth[6] != '\0')) return TOKEN_MISSING;
+    auth += 6;
     while (*auth == ' ') auth++;
-    if (strlen(auth) != n) return 0;
-    for (i = 0; i < n; i++) d |= (unsigned char)(auth[i] ^ srv->token[i]);
-    return d == 0;
+    if (!*auth) return TOKEN_MISSING;
+    patina_sha256(want, srv->token, strlen(srv->token));
+    patina_sha256(got, auth, strlen(auth));
+    for (i = 0; i < sizeof want; i++) d |= (unsigned char)(want[i] ^ got[i]);
+    return d == 0 ? TOKEN_OK : TOKEN_WRONG;
 }
 
 /* ------------------------------------------------- request time limit */
@@ -253,11 +262,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             reply_problem(r, 503, "the server is shutting down");
             return MHD_YES;
         }
-        if (r->write && !token_ok(srv, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"))) {
-            reply_problem(r, 401, "%s needs 'Authorization: Bearer TOKEN' (the token patina serve printed at start, "
-                                  "or the one in its --token-file)",
-                          method);
-            return MHD_YES;
+        if (r->write) {
+            int t = token_check(srv, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"));
+            if (t == TOKEN_MISSING) {
+                reply_problem(r, 401, "%s needs a token: send 'Authorization: Bearer TOKEN' (the token patina "
+                                      "serve printed at start, or the one in its --token-file)",
+                              method);
+                return MHD_YES;
+            }
+            if (t == TOKEN_WRONG) {
+                r->www_auth = "Bearer realm=\"patina\", error=\"invalid_token\", "
+                              "error_description=\"the bearer token is not valid\"";
+                reply_problem(r, 401, "the bearer token is not valid: %s needs the token patina serve printed at "
+                                      "start, or the one in its --token-file",
+                              method);
+                return MHD_YES;
+            }
         }
         cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (cl) {
@@ -527,6 +547,28 @@ static void pick_web_dir(server_t *srv)
     else snprintf(srv->web_dir, sizeof srv->web_dir, "%s", PATINA_WEB_DIR_SOURCE);
 }
 
+/* The --content-dir folders, each resolved (realpath) once: 0, or -1 after
+ * saying which one is missing. */
+static int content_dirs(server_t *srv)
+{
+    const serve_config_t *cfg = srv->cfg;
+    size_t i;
+    if (!cfg->ncontent_dirs) return 0;
+    if (!(srv->content_dirs = calloc(cfg->ncontent_dirs, sizeof *srv->content_dirs))) {
+        fprintf(stderr, "patina serve: out of memory\n");
+        return -1;
+    }
+    for (i = 0; i < cfg->ncontent_dirs; i++)
+        if (!realpath(cfg->content_dirs[i], srv->content_dirs[i])) {
+            fprintf(stderr, "patina serve: --content-dir %s: %s\n", cfg->content_dirs[i], strerror(errno));
+            free(srv->content_dirs);
+            srv->content_dirs = NULL;
+            return -1;
+        }
+    srv->ncontent_dirs = cfg->ncontent_dirs;
+    return 0;
+}
+
 int serve_run(const serve_config_t *cfg)
 {
     server_t srv;
@@ -558,10 +600,6 @@ int serve_run(const serve_config_t *cfg)
         fprintf(stderr, "patina serve: --import-dir %s: %s\n", cfg->import_dir, strerror(errno));
         return 2;
     }
-    if (cfg->content_dir && !realpath(cfg->content_dir, srv.content_dir)) {
-        fprintf(stderr, "patina serve: --content-dir %s: %s\n", cfg->content_dir, strerror(errno));
-        return 2;
-    }
     pick_web_dir(&srv);
     /* HTTPS: the certificate and key held for the daemon's life; TLS 1.2 and 1.3 only */
     memset(tls, 0, sizeof tls);
@@ -587,6 +625,12 @@ int serve_run(const serve_config_t *cfg)
         tls[3].option = MHD_OPTION_END;
     }
 
+    if (content_dirs(&srv) != 0) {
+        free(cert);
+        free(key);
+        return 2;
+    }
+
     /* SIGTERM and SIGINT go to sigwait below; no thread dies of SIGPIPE */
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
@@ -598,6 +642,7 @@ int serve_run(const serve_config_t *cfg)
     if (fd < 0) {
         free(cert);
         free(key);
+        free(srv.content_dirs);
         return fd == -2 ? 2 : 3;
     }
     patina_context_opts_init(&copts);
@@ -606,6 +651,7 @@ int serve_run(const serve_config_t *cfg)
     copts.limits = srv.limits;
     if (patina_context_new(&srv.ctx, &copts) != PATINA_OK) {
         fprintf(stderr, "patina serve: %s\n", patina_last_error());
+        free(srv.content_dirs);
         close(fd);
         return 3;
     }
@@ -694,6 +740,7 @@ out:
     thumb_cache_free(srv.thumbs);
     free(cert);
     free(key);
+    free(srv.content_dirs);
     pthread_mutex_destroy(&srv.ctx_mu);
     pthread_mutex_destroy(&srv.conns_mu);
     if (!rc) serve_log("stopped");

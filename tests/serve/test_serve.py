@@ -335,7 +335,7 @@ os.makedirs(os.path.join(TMP, "outside"), exist_ok=True)
 MAIN = Server([os.path.join(TMP, "photos"), os.path.join(TMP, "refs.patina"), os.path.join(TMP, "empty")],
               "--max-body", "2M", "--max-tar", "4M", "--max-pixels", "1000000", "--max-k", "100",
               "--max-range-hits", "5", "--timeout", "2", "--request-timeout", "3", "--import-dir", IMPORT,
-              "--content-dir", os.path.join(TMP, "imgs"), "-q")
+              "--content-dir", os.path.join(TMP, "imgs"), "--create", "-q")  # --create: "empty"
 load_openapi(MAIN.json("GET", "/openapi.json"))
 MAIN.json("GET", "/openapi.json")  # checked, now that the document is known
 KEY0 = IMG[0]  # keys are the paths as indexed
@@ -697,7 +697,7 @@ def test_jobs():
 
 
 def test_jobs_cancel_and_queue():
-    srv = Server([os.path.join(TMP, "jobq")], "--max-jobs", "1", "-q")
+    srv = Server([os.path.join(TMP, "jobq")], "--max-jobs", "1", "--create", "-q")
     try:
         big = make_tar(150, 9000, "big", (96, 96))
         hdr = {"Content-Type": "application/x-tar"}
@@ -728,7 +728,7 @@ def test_jobs_file():
     for i in range(nmany):
         with open(os.path.join(many, "n%04d.ppm" % i), "wb") as f:
             f.write(b"P6\n96 96\n255\n" + rnd.randbytes(96 * 96 * 3))
-    args = ("--jobs-file", jf, "--import-dir", IMPORT, "--job-threads", "1", "-q")
+    args = ("--jobs-file", jf, "--import-dir", IMPORT, "--job-threads", "1", "--create", "-q")
     path = "/v1/collections/persist/jobs"
 
     srv = Server([coll], *args)
@@ -997,7 +997,7 @@ def test_concurrent():
 
 def test_kill9_durability():
     coll = os.path.join(TMP, "durable")
-    srv = Server([coll], "-q")
+    srv = Server([coll], "--create", "-q")
     img = ppm(40, 40, 123)
     added = []
     for i in range(5):
@@ -1269,7 +1269,7 @@ def test_tls():
         raise AssertionError("no openssl to make a test certificate (scripts/bootstrap.sh installs it)")
     ctx = ssl.create_default_context(cafile=cert)
     coll = os.path.join(TMP, "tlscoll")
-    srv = Server([coll], "--tls-cert", cert, "--tls-key", key, "--timeout", "2", "-q", tls=ctx)
+    srv = Server([coll], "--tls-cert", cert, "--tls-key", key, "--timeout", "2", "--create", "-q", tls=ctx)
     try:
         expect(any("listening on https://" in line for line in srv.log), srv.log)
         expect(srv.json("GET", "/healthz")["status"] == "ok", "healthz over TLS")
@@ -1353,6 +1353,96 @@ def test_security():
         expect(srv.stop() == 0, "exit status")
 
 
+def test_create():
+    """A path that holds no collection (missing, or an empty folder) stops
+    the start with exit 3 and a message naming it and --create; nothing is
+    made there. With --create it gets an empty collection."""
+    for name, make in (("never-made", False), ("empty-folder", True)):
+        path = os.path.join(TMP, name)
+        if make:
+            os.makedirs(path)
+        p = subprocess.run([PATINA, "serve", path, "--listen", "127.0.0.1:0"], capture_output=True, timeout=60)
+        expect(p.returncode == 3 and path.encode() in p.stderr and b"--create" in p.stderr
+               and b"holds no collection" in p.stderr, (name, p.returncode, p.stderr[-400:]))
+        expect(os.path.isdir(path) == make and (not make or not os.listdir(path)), "%s: something was made" % name)
+        srv = Server([path], "--create", "-q")
+        try:
+            expect(srv.json("GET", "/v1/collections/" + name)["records"] == 0, name)
+            expect(os.path.exists(os.path.join(path, "data.mdb")), "no data.mdb")
+        finally:
+            expect(srv.stop() == 0, "exit status")
+        # made once, it opens without --create
+        srv = Server([path], "-q")
+        expect(srv.stop() == 0, "exit status")
+    # a folder with other things in it: the store's reason, --create or not
+    junk = os.path.join(TMP, "outside")
+    with open(os.path.join(junk, "notes.txt"), "w") as f:
+        f.write("not a collection")
+    for extra in ([], ["--create"]):
+        p = subprocess.run([PATINA, "serve", junk, "--listen", "127.0.0.1:0", *extra], capture_output=True, timeout=60)
+        expect(p.returncode == 3 and (b"not a patina collection" in p.stderr or b"holds no collection" in p.stderr),
+               (extra, p.returncode, p.stderr[-400:]))
+        expect(os.listdir(junk) == ["notes.txt"], os.listdir(junk))
+    os.remove(os.path.join(junk, "notes.txt"))
+
+
+def test_content_dirs():
+    """--content-dir given several times: a key's file under any of them is
+    served; one under none is not; a missing one stops the start (2)."""
+    srv = Server([os.path.join(TMP, "photos"), os.path.join(TMP, "refs.patina")],
+                 "--content-dir", os.path.join(TMP, "imgs"), "--content-dir", os.path.join(TMP, "refs"), "-q")
+    try:
+        for coll, key in (("photos", KEY0), ("refs.patina", REF[0])):
+            with open(key, "rb") as f:
+                want = f.read()
+            r = srv.request("GET", "/v1/collections/%s/images/%s?content=1" % (coll, key))
+            expect(r.status == 200 and r.data == want, (coll, r.status, r.data[:200]))
+        out = os.path.join(TMP, "outside", "o.ppm")
+        with open(out, "wb") as f:
+            f.write(ppm(20, 20, 91))
+        index(os.path.join(TMP, "photos"), [out])
+        p = srv.json("GET", "/v1/collections/photos/images/" + out + "?content=1", status=404)
+        expect("--content-dir" in p["detail"], p)
+        srv.json("DELETE", "/v1/collections/photos/images/" + out, token=True)
+        os.remove(out)
+    finally:
+        expect(srv.stop() == 0, "exit status")
+    missing = os.path.join(TMP, "no-such-content")
+    p = subprocess.run([PATINA, "serve", os.path.join(TMP, "photos"), "--listen", "127.0.0.1:0", "--content-dir",
+                        os.path.join(TMP, "imgs"), "--content-dir", missing], capture_output=True, timeout=60)
+    expect(p.returncode == 2 and missing.encode() in p.stderr, (p.returncode, p.stderr[-400:]))
+
+
+def test_unauthorized():
+    """RFC 6750: a write without a token (no Authorization, another scheme,
+    an empty Bearer) gets 401 with the plain challenge and a detail saying a
+    token is needed; a wrong token gets 401 with error="invalid_token" and a
+    detail saying it is not valid. Neither answer repeats the token sent."""
+    s = MAIN
+    path = "/v1/collections/photos/images/none"
+    for headers in ({}, {"Authorization": "Basic dXNlcjpwYXNz"}, {"Authorization": "Bearer"},
+                    {"Authorization": "Bearer   "}):
+        r = s.request("DELETE", path, headers=headers)
+        expect(r.status == 401 and r.headers.get("www-authenticate") == 'Bearer realm="patina"',
+               (headers, r.status, r.headers))
+        d = r.obj()["detail"]
+        expect("needs a token" in d and "not valid" not in d, (headers, d))
+    wrong = ["wrong-token-%d" % random.randrange(1 << 30),
+             s.token[:-1] + ("0" if s.token[-1] != "0" else "1"),  # same length, last character off
+             s.token + "x", s.token[:-1]]
+    for tok in wrong:
+        r = s.request("DELETE", path, token=tok)
+        wa = r.headers.get("www-authenticate", "")
+        expect(r.status == 401 and 'error="invalid_token"' in wa and wa.startswith("Bearer "), (tok, r.status, wa))
+        d = r.obj()["detail"]
+        expect("not valid" in d and "needs a token" not in d, (tok, d))
+        expect(tok.encode() not in r.data and tok not in wa and s.token not in wa and s.token.encode() not in r.data,
+               "the answer repeats a token")
+    # the scheme is case-insensitive (RFC 9110 §11.1); the right token passes
+    r = s.request("DELETE", path, headers={"Authorization": "bearer " + s.token})
+    expect(r.status == 404, r.status)
+
+
 def test_coverage():
     """Every (path, method, status) the OpenAPI document lists was answered
     and checked against its schema by the tests above."""
@@ -1370,7 +1460,8 @@ def test_coverage():
 TESTS = [test_basics, test_images, test_search, test_signature_pivots, test_damaged_pivots, test_tables_follow_writes,
          test_search_queue_full, test_identify, test_jobs,
          test_jobs_cancel_and_queue, test_jobs_file, test_malformed, test_image_content, test_thumbnail, test_connection_limits, test_concurrent,
-         test_kill9_durability, test_external_writes, test_sigterm, test_tls, test_security, test_coverage]
+         test_kill9_durability, test_external_writes, test_sigterm, test_tls, test_security, test_create,
+         test_content_dirs, test_unauthorized, test_coverage]
 
 
 def main():

@@ -184,7 +184,7 @@ def collections(photos, tmp_path_factory):
 def start_patina_serve(colls, jobs_coll=None):
     """patina serve over the collections and (jobs_coll) an empty one for
     bulk jobs, thumbnails from the sample folder; (process, URL, write token)."""
-    extra = [jobs_coll] if jobs_coll else []
+    extra = [jobs_coll, "--create"] if jobs_coll else []
     p = subprocess.Popen([CLI, "serve", *colls.values(), *extra, "--listen", "127.0.0.1:0", "--web", WEB,
                           "--content-dir", SAMPLES, "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = token = None
