@@ -78,7 +78,7 @@ PATINA_API patina_format patina_format_sniff(const void *data, size_t size);
 /* Reads dimensions and type from the header only, without decoding pixels
  * or allocating for them. `name` only labels error messages (may be NULL).
  * channels: palette PNGs count as 3. Fails like decode for empty, truncated
- * headers, zero width/height and unsupported variants (CMYK JPEG, ASCII PNM);
+ * headers, zero width/height and unsupported variants (12-bit JPEG, ASCII PNM);
  * limits are not checked here. */
 PATINA_API patina_status patina_image_probe(patina_image_info_t *info, const void *data, size_t size,
                                             const char *name);

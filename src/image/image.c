@@ -99,6 +99,27 @@ patina_format patina_format_sniff(const void *data, size_t size)
     return PATINA_FORMAT_UNKNOWN;
 }
 
+/* The formats the loaders read, for messages (docs/images.md has the details). */
+#define PATINA__FORMATS_READ "JPEG, PNG and binary PNM (P5, P6)"
+
+/* The name of a common image format Patina does not read, from its magic
+ * bytes, or NULL: only to make the "unknown format" message say what the file is. */
+static const char *other_format(const uint8_t *p, size_t n)
+{
+    if (n >= 6 && (!memcmp(p, "GIF87a", 6) || !memcmp(p, "GIF89a", 6))) return "GIF";
+    if (n >= 12 && !memcmp(p, "RIFF", 4) && !memcmp(p + 8, "WEBP", 4)) return "WebP";
+    if (n >= 4 && (!memcmp(p, "II*\0", 4) || !memcmp(p, "MM\0*", 4))) return "TIFF";
+    if (n >= 12 && !memcmp(p + 4, "ftyp", 4)) {
+        if (!memcmp(p + 8, "avif", 4) || !memcmp(p + 8, "avis", 4)) return "AVIF";
+        if (!memcmp(p + 8, "heic", 4) || !memcmp(p + 8, "heix", 4) || !memcmp(p + 8, "mif1", 4)) return "HEIF/HEIC";
+    }
+    if (n >= 14 && p[0] == 'B' && p[1] == 'M') return "BMP";
+    if (n >= 12 && !memcmp(p, "\0\0\0\x0cjP  \r\n\x87\n", 12)) return "JPEG 2000";
+    if (n >= 2 && p[0] == 0xFF && p[1] == 0x0A) return "JPEG XL";
+    if (n >= 12 && !memcmp(p, "\0\0\0\x0cJXL \r\n\x87\n", 12)) return "JPEG XL";
+    return NULL;
+}
+
 /* -------------------------------------------------------- probe + decode */
 
 static const char *label(const char *name) { return name ? name : "<memory>"; }
@@ -116,9 +137,11 @@ static patina_status probe_src(patina_image_info_t *info, patina_format *fmt,
     case PATINA_FORMAT_JPEG: s = patina_image__jpeg_probe(info, src); break;
     case PATINA_FORMAT_PNG: s = patina_image__png_probe(info, src); break;
     case PATINA_FORMAT_PNM: s = patina_image__pnm_probe(info, src); break;
-    default:
-        return patina__fail(PATINA_E_FORMAT, "%s: unknown image format in '%s' (not JPEG, PNG or PNM)",
-                            src->what, src->name);
+    default: {
+        const char *other = other_format(src->data, src->size);
+        return patina__fail(PATINA_E_FORMAT, "%s: unknown image format in '%s'%s%s%s (Patina reads " PATINA__FORMATS_READ ")",
+                            src->what, src->name, other ? ": " : "", other ? other : "", other ? " is not read" : "");
+    }
     }
     if (s != PATINA_OK) {
         memset(info, 0, sizeof *info);

@@ -426,7 +426,8 @@ static void *gpu_decode_main(void *v)
     return NULL;
 }
 
-/* A read JPEG nvJPEG may take: grey or YCbCr (CMYK stays on the CPU). */
+/* A read JPEG nvJPEG may take: grey or YCbCr (CMYK and YCCK, 4 channels,
+ * stay on the CPU, whose CMYK-to-RGB conversion nvJPEG does not apply). */
 static int gpu_candidate(const slot_t *s)
 {
     return s->state == SLOT_READ && s->info.format == PATINA_FORMAT_JPEG &&

@@ -2,8 +2,8 @@
  * TurboJPEG decoding) through patina_image_probe and patina_image_decode.
  * Seeds: small JPEGs written with libjpeg at build time, one per kind the
  * loader treats differently (grey, RGB at several subsamplings, odd sizes,
- * 1x1, progressive, restart markers, arithmetic coding, extra markers, CMYK,
- * a truncated file). */
+ * 1x1, progressive, restart markers, arithmetic coding, extra markers, CMYK
+ * and YCCK (Adobe marker), a truncated file). */
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +33,7 @@ typedef struct jpeg_kind {
     int optimize;          /* optimised Huffman tables */
     int markers;           /* COM, APP1 and APP2 segments */
     int valid;             /* the loader must decode it */
+    int ycck;              /* 4 components stored as YCCK (else CMYK) */
 } jpeg_kind_t;
 
 typedef struct jerr {
@@ -77,6 +78,7 @@ static unsigned char *encode(const jpeg_kind_t *k, unsigned long *size)
     ci.input_components = k->components;
     ci.in_color_space = k->components == 1 ? JCS_GRAYSCALE : k->components == 4 ? JCS_CMYK : JCS_RGB;
     jpeg_set_defaults(&ci);
+    if (k->ycck) jpeg_set_colorspace(&ci, JCS_YCCK);
     jpeg_set_quality(&ci, k->quality, TRUE);
     if (k->components == 3) {
         ci.comp_info[0].h_samp_factor = k->hs;
@@ -120,7 +122,8 @@ void fuzz_write_seeds(fuzz_seeds_t *w)
         {"rgb-prog-arith.jpg", 16, 16, 3,   2, 2, 75, 1,   2,  1,    0,  0,   1},
         {"rgb-markers.jpg",    16,  8, 3,   2, 2, 95, 0,   0,  0,    1,  1,   1},
         {"rgb-q100-2x2.jpg",    2,  2, 3,   1, 1,100, 0,   0,  0,    0,  0,   1},
-        {"cmyk-8x8.jpg",        8,  8, 4,   1, 1, 75, 0,   0,  0,    0,  0,   0},
+        {"cmyk-8x8.jpg",        8,  8, 4,   1, 1, 75, 0,   0,  0,    0,  0,   1},
+        {"ycck-16x8.jpg",      16,  8, 4,   1, 1, 75, 0,   0,  0,    0,  0,   1, 1},
     };
     static const char *const tokens[] = {
         "\xFF\xD8", "\xFF\xD9", "\xFF\xDA", "\xFF\xC0", "\xFF\xC1", "\xFF\xC2", "\xFF\xC3",
