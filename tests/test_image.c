@@ -1017,6 +1017,141 @@ static void test_jpeg_cmyk_exact(void **state)
     }
 }
 
+/* ------------------------------------------------------ EXIF orientation */
+
+static void tiff_put16(uint8_t *p, unsigned v, int be)
+{
+    p[be ? 0 : 1] = (uint8_t)(v >> 8), p[be ? 1 : 0] = (uint8_t)v;
+}
+
+static void tiff_put32(uint8_t *p, uint32_t v, int be)
+{
+    int i;
+    for (i = 0; i < 4; i++) p[be ? 3 - i : i] = (uint8_t)(v >> (8 * i));
+}
+
+/* An APP1 EXIF segment (marker included) whose IFD0 holds Make ("abc") and
+ * Orientation o (a SHORT), in big- or little-endian TIFF; returns its size. */
+static size_t exif_segment(uint8_t *seg, unsigned o, int be)
+{
+    uint8_t *t = seg + 10; /* the TIFF header */
+    memset(seg, 0, 56);
+    seg[0] = 0xFF, seg[1] = 0xE1;
+    seg[2] = 0, seg[3] = 46; /* 2 + 6 + 38 */
+    memcpy(seg + 4, "Exif\0\0", 6);
+    memcpy(t, be ? "MM" : "II", 2);
+    tiff_put16(t + 2, 42, be);
+    tiff_put32(t + 4, 8, be);
+    tiff_put16(t + 8, 2, be);                                          /* two entries */
+    tiff_put16(t + 10, 0x010F, be), tiff_put16(t + 12, 2, be), tiff_put32(t + 14, 4, be), memcpy(t + 18, "abc", 4);
+    tiff_put16(t + 22, 0x0112, be), tiff_put16(t + 24, 3, be), tiff_put32(t + 26, 1, be), tiff_put16(t + 30, o, be);
+    tiff_put32(t + 34, 0, be);                                         /* no next IFD */
+    return 48;
+}
+
+/* jpg with seg inserted right after SOI (malloc'd). */
+static uint8_t *splice(size_t *out_size, const uint8_t *jpg, size_t size, const uint8_t *seg, size_t seg_size)
+{
+    uint8_t *out = malloc(size + seg_size);
+    memcpy(out, jpg, 2);
+    memcpy(out + 2, seg, seg_size);
+    memcpy(out + 2 + seg_size, jpg + 2, size - 2);
+    *out_size = size + seg_size;
+    return out;
+}
+
+/* Orientation applied on request, for all 8 values in both byte orders:
+ * checked against the EXIF definition (which side of the scene the stored
+ * row 0 and column 0 show) on an asymmetric image; without the request the
+ * pixels are byte-identical to the file as stored. Malformed EXIF data is
+ * ignored (read as stored), never read outside the file. */
+static void test_jpeg_exif_orientation(void **state)
+{
+    /* where stored row 0 / column 0 are in the scene (EXIF 2.3, Orientation) */
+    enum { TOP, BOTTOM, LEFT, RIGHT };
+    static const int row0[9] = {0, TOP, TOP, BOTTOM, BOTTOM, LEFT, RIGHT, RIGHT, LEFT};
+    static const int col0[9] = {0, LEFT, RIGHT, RIGHT, LEFT, TOP, TOP, BOTTOM, BOTTOM};
+    int w = 24, h = 16, x, y, be;
+    unsigned o;
+    uint8_t grey[24 * 16], seg[64];
+    unsigned long jsize;
+    unsigned char *jpg;
+    patina_image_t stored, img;
+    patina_decode_opts_t opts;
+    (void)state;
+    /* 3x2 blocks of 8x8, each one grey level: lossless at quality 100, and
+     * no two blocks alike, so every turn and mirror is told apart */
+    for (y = 0; y < h; y++)
+        for (x = 0; x < w; x++) grey[y * w + x] = (uint8_t)(20 + 40 * ((y / 8) * 3 + x / 8));
+    jpg = make_jpeg(&jsize, grey, w, h, TJPF_GRAY, TJSAMP_GRAY, 100);
+    TU_OK(patina_image_decode(&stored, jpg, jsize, NULL, "plain.jpg"));
+    for (y = 0; y < h; y++)
+        for (x = 0; x < w; x++) assert_int_equal(stored.data[(size_t)y * stored.stride + 3 * (size_t)x], grey[y * w + x]);
+    for (be = 0; be < 2; be++)
+        for (o = 1; o <= 8; o++) {
+            size_t n, seg_size = exif_segment(seg, o, be);
+            uint8_t *file = splice(&n, jpg, jsize, seg, seg_size);
+            int ow = o >= 5 ? h : w, oh = o >= 5 ? w : h;
+            /* default: as stored */
+            patina_decode_opts_init(&opts);
+            assert_int_equal(opts.apply_orientation, 0);
+            TU_OK(patina_image_decode_with(&img, NULL, file, n, &opts, "exif.jpg"));
+            assert_int_equal(img.width, w);
+            assert_memory_equal(img.data, stored.data, (size_t)w * 3 * h);
+            patina_image_release(&img);
+            /* on request: upright */
+            opts.apply_orientation = 1;
+            TU_OK(patina_image_decode_with(&img, NULL, file, n, &opts, "exif.jpg"));
+            if (img.width != ow || img.height != oh)
+                fail_msg("orientation %u (%s): %dx%d, want %dx%d", o, be ? "MM" : "II", img.width, img.height, ow, oh);
+            for (y = 0; y < h; y++)
+                for (x = 0; x < w; x++) {
+                    int dx, dy;
+                    if (row0[o] == TOP || row0[o] == BOTTOM) {
+                        dy = row0[o] == TOP ? y : h - 1 - y;
+                        dx = col0[o] == LEFT ? x : w - 1 - x;
+                    } else {
+                        dx = row0[o] == LEFT ? y : h - 1 - y;
+                        dy = col0[o] == TOP ? x : w - 1 - x;
+                    }
+                    if (memcmp(img.data + (size_t)dy * img.stride + 3 * (size_t)dx,
+                               stored.data + (size_t)y * stored.stride + 3 * (size_t)x, 3))
+                        fail_msg("orientation %u (%s): stored (%d,%d) is not at (%d,%d)", o, be ? "MM" : "II", x, y,
+                                 dx, dy);
+                }
+            patina_image_release(&img);
+            free(file);
+        }
+    /* malformed EXIF: ignored, pixels as stored */
+    patina_decode_opts_init(&opts);
+    opts.apply_orientation = 1;
+    for (int k = 0; k < 9; k++) {
+        size_t n, seg_size = exif_segment(seg, 6, 1);
+        uint8_t *t = seg + 10, *file;
+        switch (k) {
+        case 0: tiff_put16(t + 30, 9, 1); break;            /* orientation out of range */
+        case 1: tiff_put16(t + 30, 0, 1); break;            /* 0 */
+        case 2: tiff_put16(t + 24, 4, 1); break;            /* a LONG, not a SHORT */
+        case 3: tiff_put32(t + 4, 0xFFFFFFF0u, 1); break;   /* IFD0 past the segment */
+        case 4: tiff_put32(t + 4, 37, 1); break;            /* IFD0 count at the last 2 bytes, entries beyond */
+        case 5: /* 65535 entries in a 38-byte TIFF, none of them Orientation: the walk stops at the end */
+            tiff_put16(t + 8, 0xFFFF, 1), tiff_put16(t + 22, 0x0113, 1);
+            break;
+        case 6: memcpy(t, "MI", 2); break;             /* no byte order */
+        case 7: memcpy(seg + 4, "Exif\0X", 6); break;  /* not EXIF */
+        default: seg[3] = 20; seg_size = 22; break;    /* the segment cut before the Orientation entry */
+        }
+        file = splice(&n, jpg, jsize, seg, seg_size);
+        TU_OK(patina_image_decode_with(&img, NULL, file, n, &opts, "bad-exif.jpg"));
+        if (img.width != w || memcmp(img.data, stored.data, (size_t)w * 3 * h))
+            fail_msg("malformed EXIF case %d was not ignored", k);
+        patina_image_release(&img);
+        free(file);
+    }
+    patina_image_release(&stored);
+    tjFree(jpg);
+}
+
 /* ---------------------------------------------------------- PNM tests */
 
 static void test_pnm_8bit(void **state)
@@ -1810,6 +1945,7 @@ int main(void)
         cmocka_unit_test(test_jpeg_grey),
         cmocka_unit_test(test_jpeg_cmyk),
         cmocka_unit_test(test_jpeg_cmyk_exact),
+        cmocka_unit_test(test_jpeg_exif_orientation),
         cmocka_unit_test(test_pnm_8bit),
         cmocka_unit_test(test_pnm_16bit),
         cmocka_unit_test(test_pnm_rejects),

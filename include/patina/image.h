@@ -101,9 +101,15 @@ PATINA_API patina_status patina_image_decode(patina_image_t *img, const void *da
 typedef struct patina_decode_opts {
     patina_limits_t limits; /* 0 fields = defaults */
     int strict;             /* 1: a decoder warning fails the decode with PATINA_E_CORRUPT */
+    /* 1: a JPEG is turned as its EXIF Orientation tag (IFD0, 0x0112) says,
+     * so that it comes out upright (orientations 5-8 swap width and height;
+     * probe still reports the stored size). 0 (the default): pixels as
+     * stored, which is what LIRE sees, so descriptors stay identical to its.
+     * PNG and PNM are never turned. */
+    int apply_orientation;
 } patina_decode_opts_t;
 
-/* Fills opts with the defaults: default limits, not strict. */
+/* Fills opts with the defaults: default limits, not strict, no orientation. */
 PATINA_API void patina_decode_opts_init(patina_decode_opts_t *opts);
 
 #define PATINA_WARNING_MAX 512

@@ -225,6 +225,42 @@ patina_status patina_image__warning(const patina_image_src_t *src, const char *f
     return PATINA_OK;
 }
 
+/* Turns a decoded image as EXIF orientation o (1..8) says, so that it shows
+ * upright: 2 mirror, 3 rotate 180, 4 flip, 5 transpose, 6 rotate 90
+ * clockwise, 7 transverse, 8 rotate 90 counter-clockwise. Output pixel (x, y)
+ * of the w' x h' result is stored pixel (sx, sy) of the w x h original. */
+static patina_status orient(patina_image_t *img, int o, const char *name)
+{
+    int w = img->width, h = img->height, ow = o >= 5 ? h : w, oh = o >= 5 ? w : h, x, y;
+    uint8_t *out;
+    if (o <= 1 || o > 8) return PATINA_OK;
+    out = malloc((size_t)w * 3 * (size_t)h); /* (oh, 3*ow) u8 */
+    if (!out)
+        return patina__fail(PATINA_E_NOMEM, "decode: cannot allocate %dx%d pixels to orient '%s'", ow, oh, name);
+    for (y = 0; y < oh; y++)
+        for (x = 0; x < ow; x++) {
+            int sx, sy;
+            switch (o) {
+            case 2: sx = w - 1 - x, sy = y; break;
+            case 3: sx = w - 1 - x, sy = h - 1 - y; break;
+            case 4: sx = x, sy = h - 1 - y; break;
+            case 5: sx = y, sy = x; break;
+            case 6: sx = y, sy = h - 1 - x; break;
+            case 7: sx = w - 1 - y, sy = h - 1 - x; break;
+            default: sx = w - 1 - y, sy = x; break; /* 8 */
+            }
+            memcpy(out + ((size_t)y * (size_t)ow + (size_t)x) * 3, img->data + (size_t)sy * img->stride + 3 * (size_t)sx,
+                   3);
+        }
+    if (img->owned) free(img->data);
+    img->data = out;
+    img->width = ow;
+    img->height = oh;
+    img->stride = (size_t)ow * 3;
+    img->owned = 1;
+    return PATINA_OK;
+}
+
 patina_status patina_image_decode_with(patina_image_t *img, patina_decode_report_t *report,
                                        const void *data, size_t size,
                                        const patina_decode_opts_t *opts, const char *name)
@@ -270,6 +306,8 @@ patina_status patina_image_decode_with(patina_image_t *img, patina_decode_report
     case PATINA_FORMAT_PNM: s = patina_image__pnm_decode(img, &src); break;
     default: s = patina__fail(PATINA_E_INTERNAL, "decode: no loader for format %d", (int)fmt);
     }
+    if (s == PATINA_OK && opts && opts->apply_orientation && fmt == PATINA_FORMAT_JPEG)
+        s = orient(img, patina_image__jpeg_orientation(data, size), src.name);
     if (s != PATINA_OK) patina_image_release(img);
     return s;
 }

@@ -122,6 +122,65 @@ static walk_result jpeg_walk(jpeg_walk_t *w, const uint8_t *p, size_t n, int hea
     }
 }
 
+/* ------------------------------------------------------ EXIF orientation */
+
+static unsigned tiff16(const uint8_t *p, int be) { return be ? (unsigned)p[0] << 8 | p[1] : (unsigned)p[1] << 8 | p[0]; }
+
+static uint32_t tiff32(const uint8_t *p, int be)
+{
+    return be ? (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]
+              : (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0];
+}
+
+/* The Orientation tag (0x0112) of IFD0 in one APP1 segment's data t[0..n)
+ * (after the length field), or 0 when the segment has none. Every offset is
+ * checked against n before it is read: the bytes are the file's. */
+static int exif_orientation(const uint8_t *t, size_t n)
+{
+    uint32_t ifd;
+    unsigned count, i;
+    int be;
+    if (n < 6 + 8 || memcmp(t, "Exif\0\0", 6)) return 0;
+    t += 6, n -= 6; /* the TIFF header and everything its offsets count from */
+    if (!memcmp(t, "MM", 2)) be = 1;
+    else if (!memcmp(t, "II", 2)) be = 0;
+    else return 0;
+    if (tiff16(t + 2, be) != 42) return 0;
+    ifd = tiff32(t + 4, be);
+    if (ifd < 8 || ifd > n - 2) return 0;
+    count = tiff16(t + ifd, be);
+    for (i = 0; i < count; i++) {
+        size_t e = (size_t)ifd + 2 + (size_t)i * 12; /* entry: tag, type, count (4), value (4) */
+        if (e > n || n - e < 12) return 0;
+        if (tiff16(t + e, be) != 0x0112) continue;
+        /* SHORT (3), one value, held in the first two bytes of the value field */
+        if (tiff16(t + e + 2, be) != 3 || tiff32(t + e + 4, be) != 1) return 0;
+        return (int)tiff16(t + e + 8, be);
+    }
+    return 0;
+}
+
+int patina_image__jpeg_orientation(const uint8_t *p, size_t n)
+{
+    size_t pos = 2;
+    if (n < 4 || p[0] != 0xFF || p[1] != 0xD8) return 1;
+    for (;;) {
+        unsigned m, len;
+        int o;
+        if (pos >= n || p[pos] != 0xFF) return 1; /* no garbage skipping: the header as written */
+        while (pos < n && p[pos] == 0xFF) pos++;
+        if (pos >= n) return 1;
+        m = p[pos++];
+        if (m == 0xDA || m == 0xD9) return 1; /* the image data: no EXIF before it */
+        if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) continue;
+        if (n - pos < 2) return 1;
+        len = be16(p + pos);
+        if (len < 2 || len > n - pos) return 1;
+        if (m == 0xE1 && (o = exif_orientation(p + pos + 2, len - 2)) != 0) return o >= 1 && o <= 8 ? o : 1;
+        pos += len;
+    }
+}
+
 /* ------------------------------------------------------------- TurboJPEG */
 
 static patina_status tj_new(tjhandle *h, const patina_image_src_t *src)

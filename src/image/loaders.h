@@ -41,6 +41,12 @@ patina_status patina_image__warning(const patina_image_src_t *src, const char *f
 patina_status patina_image__jpeg_probe(patina_image_info_t *info, const patina_image_src_t *src);
 patina_status patina_image__jpeg_decode(patina_image_t *img, const patina_image_src_t *src);
 
+/* The EXIF Orientation (1..8) of a JPEG: the tag 0x0112 of IFD0 in the first
+ * APP1 "Exif" segment that has it, before the first SOS; 1 (as stored) when
+ * there is none, it is out of range, or the data is not a JPEG. Reads only
+ * inside p[0..n), whatever the bytes. */
+int patina_image__jpeg_orientation(const uint8_t *p, size_t n);
+
 patina_status patina_image__png_probe(patina_image_info_t *info, const patina_image_src_t *src);
 patina_status patina_image__png_decode(patina_image_t *img, const patina_image_src_t *src);
 

@@ -3,7 +3,7 @@
  * Seeds: small JPEGs written with libjpeg at build time, one per kind the
  * loader treats differently (grey, RGB at several subsamplings, odd sizes,
  * 1x1, progressive, restart markers, arithmetic coding, extra markers, CMYK
- * and YCCK (Adobe marker), a truncated file). */
+ * and YCCK (Adobe marker), EXIF orientation 6, a truncated file). */
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +15,22 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    patina_decode_opts_t o;
+    patina_image_t img;
+    patina_image_info_t info;
     fuzz_image_input(data, size);
+    /* EXIF orientation on request (its APP1 parser reads the file's bytes):
+     * the image is turned, never resized */
+    patina_decode_opts_init(&o);
+    o.limits.max_pixels = FUZZ_MAX_PIXELS;
+    o.apply_orientation = 1;
+    if (patina_image_decode_with(&img, NULL, data, size, &o, "fuzz-input") == PATINA_OK) {
+        FUZZ_CHECK(patina_image_probe(&info, data, size, NULL) == PATINA_OK, "probe failed after a decode");
+        FUZZ_CHECK((img.width == info.width && img.height == info.height) ||
+                       (img.width == info.height && img.height == info.width),
+                   "oriented %dx%d from %dx%d", img.width, img.height, info.width, info.height);
+        patina_image_release(&img);
+    }
     return 0;
 }
 
@@ -52,7 +67,8 @@ static void on_message(j_common_ptr cinfo) { (void)cinfo; }
  * arithmetic coding compiled in). */
 static unsigned char *encode(const jpeg_kind_t *k, unsigned long *size)
 {
-    static const char exif[] = "Exif\0\0MM\0*\0\0\0\10\0\0";
+    /* IFD0 with one entry: Orientation (0x0112, SHORT, 1) = 6 */
+    static const char exif[] = "Exif\0\0MM\0*\0\0\0\10\0\1\1\22\0\3\0\0\0\1\0\6\0\0\0\0\0\0";
     static const char icc[] = "ICC_PROFILE\0\1\1not a profile";
     struct jpeg_compress_struct ci;
     jerr_t err;
