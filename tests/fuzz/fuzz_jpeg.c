@@ -124,22 +124,22 @@ static unsigned char *encode(const jpeg_kind_t *k, unsigned long *size)
 void fuzz_write_seeds(fuzz_seeds_t *w)
 {
     static const jpeg_kind_t kinds[] = {
-        /* name                 w   h  comp hs vs  q  prog rst arith opt mark valid */
-        {"rgb-1x1.jpg",         1,  1, 3,   2, 2, 90, 0,   0,  0,    0,  0,   1},
-        {"grey-16x16.jpg",     16, 16, 1,   1, 1, 75, 0,   0,  0,    0,  0,   1},
-        {"rgb420-24x16.jpg",   24, 16, 3,   2, 2, 75, 0,   0,  0,    0,  0,   1},
-        {"rgb444-17x13.jpg",   17, 13, 3,   1, 1, 85, 0,   0,  0,    0,  0,   1},
-        {"rgb422-restart.jpg", 24, 24, 3,   2, 1, 60, 0,   1,  0,    0,  0,   1},
-        {"rgb411-33x9.jpg",    33,  9, 3,   4, 1, 50, 0,   0,  0,    1,  0,   1},
-        {"rgb440-9x33.jpg",     9, 33, 3,   1, 2, 50, 0,   0,  0,    0,  0,   1},
-        {"rgb-progressive.jpg",32, 24, 3,   2, 2, 80, 1,   0,  0,    0,  0,   1},
-        {"grey-progressive.jpg",20,20, 1,   1, 1, 80, 1,   0,  0,    0,  0,   1},
-        {"rgb-arith.jpg",      16, 16, 3,   2, 2, 75, 0,   0,  1,    0,  0,   1},
-        {"rgb-prog-arith.jpg", 16, 16, 3,   2, 2, 75, 1,   2,  1,    0,  0,   1},
-        {"rgb-markers.jpg",    16,  8, 3,   2, 2, 95, 0,   0,  0,    1,  1,   1},
-        {"rgb-q100-2x2.jpg",    2,  2, 3,   1, 1,100, 0,   0,  0,    0,  0,   1},
-        {"cmyk-8x8.jpg",        8,  8, 4,   1, 1, 75, 0,   0,  0,    0,  0,   1},
-        {"ycck-16x8.jpg",      16,  8, 4,   1, 1, 75, 0,   0,  0,    0,  0,   1, 1},
+        /* name                 w   h  comp hs vs  q  prog rst arith opt mark valid ycck */
+        {"rgb-1x1.jpg",         1,  1, 3,   2, 2, 90, 0,   0,  0,    0,  0,   1,    0},
+        {"grey-16x16.jpg",     16, 16, 1,   1, 1, 75, 0,   0,  0,    0,  0,   1,    0},
+        {"rgb420-24x16.jpg",   24, 16, 3,   2, 2, 75, 0,   0,  0,    0,  0,   1,    0},
+        {"rgb444-17x13.jpg",   17, 13, 3,   1, 1, 85, 0,   0,  0,    0,  0,   1,    0},
+        {"rgb422-restart.jpg", 24, 24, 3,   2, 1, 60, 0,   1,  0,    0,  0,   1,    0},
+        {"rgb411-33x9.jpg",    33,  9, 3,   4, 1, 50, 0,   0,  0,    1,  0,   1,    0},
+        {"rgb440-9x33.jpg",     9, 33, 3,   1, 2, 50, 0,   0,  0,    0,  0,   1,    0},
+        {"rgb-progressive.jpg",32, 24, 3,   2, 2, 80, 1,   0,  0,    0,  0,   1,    0},
+        {"grey-progressive.jpg",20,20, 1,   1, 1, 80, 1,   0,  0,    0,  0,   1,    0},
+        {"rgb-arith.jpg",      16, 16, 3,   2, 2, 75, 0,   0,  1,    0,  0,   1,    0},
+        {"rgb-prog-arith.jpg", 16, 16, 3,   2, 2, 75, 1,   2,  1,    0,  0,   1,    0},
+        {"rgb-markers.jpg",    16,  8, 3,   2, 2, 95, 0,   0,  0,    1,  1,   1,    0},
+        {"rgb-q100-2x2.jpg",    2,  2, 3,   1, 1,100, 0,   0,  0,    0,  0,   1,    0},
+        {"cmyk-8x8.jpg",        8,  8, 4,   1, 1, 75, 0,   0,  0,    0,  0,   1,    0},
+        {"ycck-16x8.jpg",      16,  8, 4,   1, 1, 75, 0,   0,  0,    0,  0,   1,    1},
     };
     static const char *const tokens[] = {
         "\xFF\xD8", "\xFF\xD9", "\xFF\xDA", "\xFF\xC0", "\xFF\xC1", "\xFF\xC2", "\xFF\xC3",
