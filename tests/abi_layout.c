@@ -35,12 +35,14 @@ int main(void)
     S(patina_image_t), M(patina_image_t, width), M(patina_image_t, height), M(patina_image_t, stride),
         M(patina_image_t, data), M(patina_image_t, owned), end();
     S(patina_limits_t), M(patina_limits_t, max_pixels), M(patina_limits_t, max_file_bytes), end();
-    S(patina_decode_opts_t), M(patina_decode_opts_t, limits), M(patina_decode_opts_t, strict), end();
+    S(patina_decode_opts_t), M(patina_decode_opts_t, limits), M(patina_decode_opts_t, strict),
+        M(patina_decode_opts_t, apply_orientation), end();
     S(patina_decode_report_t), M(patina_decode_report_t, warnings), M(patina_decode_report_t, warning), end();
     S(patina_context_opts_t), M(patina_context_opts_t, threads), M(patina_context_opts_t, gpu_index),
         M(patina_context_opts_t, gpu_mem_budget), M(patina_context_opts_t, limits),
         M(patina_context_opts_t, nvjpeg_library), M(patina_context_opts_t, nvjpeg_lanes), end();
-    S(patina_load_opts_t), M(patina_load_opts_t, strict), M(patina_load_opts_t, batch_memory), end();
+    S(patina_load_opts_t), M(patina_load_opts_t, strict), M(patina_load_opts_t, batch_memory),
+        M(patina_load_opts_t, apply_orientation), end();
     S(patina_load_result_t), M(patina_load_result_t, status), M(patina_load_result_t, error),
         M(patina_load_result_t, report), end();
     S(patina_option_info_t), M(patina_option_info_t, name), M(patina_option_info_t, type),

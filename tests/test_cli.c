@@ -1259,12 +1259,13 @@ static void test_parser_random(void **state)
 }
 
 /* The CLI's option of library option `name` (a '_' written '-'; the
- * index's jpeg_decoder is --decoder), or NULL. */
+ * index's jpeg_decoder is --decoder, apply_orientation --exif-orientation), or NULL. */
 static const cli_opt_t *cli_twin(const cli_command_t *cmd, const char *name)
 {
     char want[64];
     size_t i;
-    snprintf(want, sizeof want, "%s", !strcmp(name, "jpeg_decoder") ? "decoder" : name);
+    snprintf(want, sizeof want, "%s",
+             !strcmp(name, "jpeg_decoder") ? "decoder" : !strcmp(name, "apply_orientation") ? "exif-orientation" : name);
     for (i = 0; want[i]; i++)
         if (want[i] == '_') want[i] = '-';
     for (i = 0; i < cmd->nopts; i++)
@@ -1283,7 +1284,7 @@ static void test_library_options(void **state)
         size_t want; /* options the command exposes under the library's name */
     } pairs[] = {{&cli_cmd_search, PATINA_OPTIONS_SEARCH, 3},
                  {&cli_cmd_identify, PATINA_OPTIONS_IDENTIFY, 11},
-                 {&cli_cmd_index, PATINA_OPTIONS_INDEX, 5}};
+                 {&cli_cmd_index, PATINA_OPTIONS_INDEX, 6}};
     (void)state;
     for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {
         const cli_command_t *cmd = pairs[p].cmd;

@@ -290,6 +290,8 @@ static void test_option_tables(void **state)
     assert_true(io.batch_memory == PATINA_DEFAULT_BATCH_MEMORY);
     assert_true(io.strict == table_default(PATINA_OPTIONS_INDEX, "strict"));
     assert_true(io.jpeg_decoder == table_default(PATINA_OPTIONS_INDEX, "jpeg_decoder"));
+    assert_true(io.apply_orientation == table_default(PATINA_OPTIONS_INDEX, "apply_orientation"));
+    assert_int_equal(io.apply_orientation, 0); /* pixels as stored: LIRE's */
 
     /* the constants are the tables' */
     assert_int_equal(patina_options_find(&o, PATINA_OPTIONS_SEARCH, "k"), PATINA_OK);

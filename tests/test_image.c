@@ -16,6 +16,7 @@
 
 #include <png.h>
 #include <turbojpeg.h>
+#include <jpeglib.h>
 
 #include "testutil.h"
 
@@ -832,22 +833,323 @@ static void test_jpeg_grey(void **state)
     free(grey);
 }
 
-static void test_jpeg_cmyk_rejected(void **state)
+/* A 4-component JPEG of the stored values `pix` ((h, 4w) u8) through libjpeg:
+ * space JCS_CMYK or JCS_YCCK; `adobe`: with the Adobe APP14 marker
+ * jpeg_set_colorspace writes for these spaces (a YCCK file needs it: its
+ * transform flag is what tells a decoder the components are YCCK). 4:4:4. */
+static unsigned char *make_jpeg4(unsigned long *size, const uint8_t *pix, int w, int h, J_COLOR_SPACE space,
+                                 int quality, int adobe)
 {
-    int w = 16, h = 16;
-    uint8_t *cmyk = malloc((size_t)w * h * 4);
-    unsigned long size;
-    unsigned char *jpg;
-    patina_image_t img;
-    patina_image_info_t info;
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr err;
+    unsigned char *buf = NULL;
+    int i;
+    c.err = jpeg_std_error(&err);
+    jpeg_create_compress(&c);
+    jpeg_mem_dest(&c, &buf, size);
+    c.image_width = (JDIMENSION)w;
+    c.image_height = (JDIMENSION)h;
+    c.input_components = 4;
+    c.in_color_space = JCS_CMYK;
+    jpeg_set_defaults(&c);
+    jpeg_set_colorspace(&c, space);
+    for (i = 0; i < c.num_components; i++) c.comp_info[i].h_samp_factor = c.comp_info[i].v_samp_factor = 1;
+    c.write_Adobe_marker = adobe ? TRUE : FALSE;
+    jpeg_set_quality(&c, quality, TRUE);
+    jpeg_start_compress(&c, TRUE);
+    while (c.next_scanline < c.image_height) {
+        JSAMPROW row = (JSAMPROW)(pix + (size_t)c.next_scanline * 4 * (size_t)w);
+        jpeg_write_scanlines(&c, &row, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    return buf;
+}
+
+/* libjpeg's own decode of a 4-component JPEG to CMYK ((h, 4w) u8, malloc'd),
+ * with the reference settings (ISLOW, fancy upsampling); *adobe: whether it
+ * saw the Adobe marker. */
+static uint8_t *libjpeg_cmyk(const unsigned char *jpg, unsigned long size, int w, int h, int *adobe)
+{
+    struct jpeg_decompress_struct d;
+    struct jpeg_error_mgr err;
+    uint8_t *out = malloc((size_t)w * 4 * (size_t)h);
+    d.err = jpeg_std_error(&err);
+    jpeg_create_decompress(&d);
+    jpeg_mem_src(&d, jpg, size);
+    assert_int_equal(jpeg_read_header(&d, TRUE), JPEG_HEADER_OK);
+    d.out_color_space = JCS_CMYK;
+    d.dct_method = JDCT_ISLOW;
+    jpeg_start_decompress(&d);
+    assert_int_equal(d.output_width, w);
+    assert_int_equal(d.output_components, 4);
+    while (d.output_scanline < d.output_height) {
+        JSAMPROW row = out + (size_t)d.output_scanline * 4 * (size_t)w;
+        jpeg_read_scanlines(&d, &row, 1);
+    }
+    *adobe = d.saw_Adobe_marker;
+    jpeg_finish_decompress(&d);
+    jpeg_destroy_decompress(&d);
+    return out;
+}
+
+/* The documented conversion (docs/images.md): with an Adobe marker the
+ * stored values are inverted ink, R = round(C*K/255); without, ink amounts,
+ * R = round((255-C)(255-K)/255). Written with doubles here, the library's
+ * integers must match it exactly. */
+static void cmyk_formula(uint8_t rgb[3], const uint8_t *cmyk, int adobe)
+{
+    int i;
+    for (i = 0; i < 3; i++) {
+        double a = adobe ? cmyk[i] : 255 - cmyk[i], k = adobe ? cmyk[3] : 255 - cmyk[3];
+        rgb[i] = (uint8_t)floor(a * k / 255.0 + 0.5);
+    }
+}
+
+static const struct {
+    J_COLOR_SPACE space;
+    int adobe;
+    const char *name;
+} cmyk_kinds[] = {{JCS_CMYK, 1, "CMYK (Adobe)"}, {JCS_YCCK, 1, "YCCK (Adobe)"}, {JCS_CMYK, 0, "CMYK (no Adobe marker)"}};
+
+/* CMYK and YCCK JPEGs decode to RGB: exactly the documented formula applied
+ * to libjpeg's own CMYK output, and within the JPEG's loss of the formula
+ * applied to the source values; probe says 4 channels; file and memory
+ * paths agree. */
+static void test_jpeg_cmyk(void **state)
+{
+    int w = 40, h = 24, x, y;
+    size_t kk;
+    uint8_t *src = malloc((size_t)w * 4 * h);
+    char path[512];
     (void)state;
-    memset(cmyk, 90, (size_t)w * h * 4);
-    jpg = make_jpeg(&size, cmyk, w, h, TJPF_CMYK, TJSAMP_444, 90);
-    expect_error(patina_image_decode(&img, jpg, size, NULL, "cmyk.jpg"), PATINA_E_FORMAT, "cmyk.jpg", "JPEG is not supported");
-    assert_null(img.data);
-    expect_error(patina_image_probe(&info, jpg, size, "cmyk.jpg"), PATINA_E_FORMAT, "cmyk.jpg", NULL);
+    /* smooth ramps per component (JPEG's loss on them is small and bounded) */
+    for (y = 0; y < h; y++)
+        for (x = 0; x < w; x++) {
+            uint8_t *p = src + ((size_t)y * w + x) * 4;
+            p[0] = (uint8_t)(20 + 5 * x);
+            p[1] = (uint8_t)(230 - 8 * y);
+            p[2] = (uint8_t)(60 + 2 * x + 3 * y);
+            p[3] = (uint8_t)(255 - 3 * x - 2 * y);
+        }
+    for (kk = 0; kk < sizeof cmyk_kinds / sizeof cmyk_kinds[0]; kk++) {
+        unsigned long size;
+        unsigned char *jpg = make_jpeg4(&size, src, w, h, cmyk_kinds[kk].space, 95, cmyk_kinds[kk].adobe);
+        patina_image_t img;
+        patina_image_info_t info;
+        int adobe, loss = 0, worst = 0;
+        uint8_t *ref = libjpeg_cmyk(jpg, size, w, h, &adobe);
+        assert_int_equal(adobe, cmyk_kinds[kk].adobe);
+        TU_OK(patina_image_probe(&info, jpg, size, "cmyk.jpg"));
+        assert_int_equal(info.channels, 4);
+        tu_write_file(tpath(path, sizeof path, "cmyk.jpg"), jpg, size);
+        load_both(&img, path, PATINA_FORMAT_JPEG);
+        for (y = 0; y < h; y++)
+            for (x = 0; x < w; x++) {
+                const uint8_t *got = img.data + (size_t)y * img.stride + 3 * (size_t)x;
+                const uint8_t *r = ref + ((size_t)y * w + x) * 4, *s0 = src + ((size_t)y * w + x) * 4;
+                uint8_t want[3], ideal[3];
+                int c;
+                cmyk_formula(want, r, adobe);
+                cmyk_formula(ideal, s0, adobe);
+                for (c = 0; c < 4; c++) loss = abs(r[c] - s0[c]) > loss ? abs(r[c] - s0[c]) : loss;
+                for (c = 0; c < 3; c++) {
+                    if (got[c] != want[c])
+                        fail_msg("%s: (%d,%d) channel %d: %d, libjpeg's CMYK and the formula give %d",
+                                 cmyk_kinds[kk].name, x, y, c, got[c], want[c]);
+                    worst = abs(got[c] - ideal[c]) > worst ? abs(got[c] - ideal[c]) : worst;
+                }
+            }
+        /* JPEG's loss on these ramps at quality 95 is a few levels per
+         * component; an RGB value moves by at most the loss of its two
+         * factors plus the rounding: |dR| <= dC + dK + 1. */
+        if (loss > 6) fail_msg("%s: JPEG loss %d levels, more than this test expects", cmyk_kinds[kk].name, loss);
+        if (worst > 2 * loss + 1)
+            fail_msg("%s: RGB %d levels from the formula on the source, over 2*%d+1", cmyk_kinds[kk].name, worst, loss);
+        patina_image_release(&img);
+        free(ref);
+        free(jpg);
+    }
+    free(src);
+}
+
+/* One colour, 8x8, quality 100: the JPEG is lossless for it (a lone DC
+ * coefficient, unit quantisers; for YCCK a grey C = M = Y, whose YCC
+ * round trip is exact), so the RGB is exactly the formula's. */
+static void test_jpeg_cmyk_exact(void **state)
+{
+    static const uint8_t colour[][4] = {{30, 140, 220, 60}, {200, 200, 200, 100}, {30, 140, 220, 60}};
+    size_t kk;
+    (void)state;
+    for (kk = 0; kk < sizeof cmyk_kinds / sizeof cmyk_kinds[0]; kk++) {
+        uint8_t src[8 * 8 * 4], want[3];
+        unsigned long size;
+        unsigned char *jpg;
+        patina_image_t img;
+        int i, adobe = cmyk_kinds[kk].adobe;
+        for (i = 0; i < 64; i++) memcpy(src + 4 * i, colour[kk], 4);
+        jpg = make_jpeg4(&size, src, 8, 8, cmyk_kinds[kk].space, 100, adobe);
+        TU_OK(patina_image_decode(&img, jpg, size, NULL, "one-colour.jpg"));
+        cmyk_formula(want, colour[kk], adobe);
+        for (i = 0; i < 64; i++)
+            if (memcmp(img.data + (size_t)(i / 8) * img.stride + 3 * (size_t)(i % 8), want, 3))
+                fail_msg("%s: pixel %d is %d,%d,%d, want %d,%d,%d", cmyk_kinds[kk].name, i,
+                         img.data[(size_t)(i / 8) * img.stride + 3 * (size_t)(i % 8)],
+                         img.data[(size_t)(i / 8) * img.stride + 3 * (size_t)(i % 8) + 1],
+                         img.data[(size_t)(i / 8) * img.stride + 3 * (size_t)(i % 8) + 2], want[0], want[1], want[2]);
+        patina_image_release(&img);
+        free(jpg);
+    }
+    /* TurboJPEG's own CMYK encoder writes YCCK with an Adobe marker: the same */
+    {
+        uint8_t src[8 * 8 * 4], want[3];
+        unsigned long size;
+        unsigned char *jpg;
+        patina_image_t img;
+        int i;
+        for (i = 0; i < 64; i++) memcpy(src + 4 * i, colour[1], 4);
+        jpg = make_jpeg(&size, src, 8, 8, TJPF_CMYK, TJSAMP_444, 100);
+        TU_OK(patina_image_decode(&img, jpg, size, NULL, "tj-ycck.jpg"));
+        cmyk_formula(want, colour[1], 1);
+        assert_memory_equal(img.data, want, 3);
+        patina_image_release(&img);
+        tjFree(jpg);
+    }
+}
+
+/* ------------------------------------------------------ EXIF orientation */
+
+static void tiff_put16(uint8_t *p, unsigned v, int be)
+{
+    p[be ? 0 : 1] = (uint8_t)(v >> 8), p[be ? 1 : 0] = (uint8_t)v;
+}
+
+static void tiff_put32(uint8_t *p, uint32_t v, int be)
+{
+    int i;
+    for (i = 0; i < 4; i++) p[be ? 3 - i : i] = (uint8_t)(v >> (8 * i));
+}
+
+/* An APP1 EXIF segment (marker included) whose IFD0 holds Make ("abc") and
+ * Orientation o (a SHORT), in big- or little-endian TIFF; returns its size. */
+static size_t exif_segment(uint8_t *seg, unsigned o, int be)
+{
+    uint8_t *t = seg + 10; /* the TIFF header */
+    memset(seg, 0, 56);
+    seg[0] = 0xFF, seg[1] = 0xE1;
+    seg[2] = 0, seg[3] = 46; /* 2 + 6 + 38 */
+    memcpy(seg + 4, "Exif\0\0", 6);
+    memcpy(t, be ? "MM" : "II", 2);
+    tiff_put16(t + 2, 42, be);
+    tiff_put32(t + 4, 8, be);
+    tiff_put16(t + 8, 2, be);                                          /* two entries */
+    tiff_put16(t + 10, 0x010F, be), tiff_put16(t + 12, 2, be), tiff_put32(t + 14, 4, be), memcpy(t + 18, "abc", 4);
+    tiff_put16(t + 22, 0x0112, be), tiff_put16(t + 24, 3, be), tiff_put32(t + 26, 1, be), tiff_put16(t + 30, o, be);
+    tiff_put32(t + 34, 0, be);                                         /* no next IFD */
+    return 48;
+}
+
+/* jpg with seg inserted right after SOI (malloc'd). */
+static uint8_t *splice(size_t *out_size, const uint8_t *jpg, size_t size, const uint8_t *seg, size_t seg_size)
+{
+    uint8_t *out = malloc(size + seg_size);
+    memcpy(out, jpg, 2);
+    memcpy(out + 2, seg, seg_size);
+    memcpy(out + 2 + seg_size, jpg + 2, size - 2);
+    *out_size = size + seg_size;
+    return out;
+}
+
+/* Orientation applied on request, for all 8 values in both byte orders:
+ * checked against the EXIF definition (which side of the scene the stored
+ * row 0 and column 0 show) on an asymmetric image; without the request the
+ * pixels are byte-identical to the file as stored. Malformed EXIF data is
+ * ignored (read as stored), never read outside the file. */
+static void test_jpeg_exif_orientation(void **state)
+{
+    /* where stored row 0 / column 0 are in the scene (EXIF 2.3, Orientation) */
+    enum { TOP, BOTTOM, LEFT, RIGHT };
+    static const int row0[9] = {0, TOP, TOP, BOTTOM, BOTTOM, LEFT, RIGHT, RIGHT, LEFT};
+    static const int col0[9] = {0, LEFT, RIGHT, RIGHT, LEFT, TOP, TOP, BOTTOM, BOTTOM};
+    int w = 24, h = 16, x, y, be;
+    unsigned o;
+    uint8_t grey[24 * 16], seg[64];
+    unsigned long jsize;
+    unsigned char *jpg;
+    patina_image_t stored, img;
+    patina_decode_opts_t opts;
+    (void)state;
+    /* 3x2 blocks of 8x8, each one grey level: lossless at quality 100, and
+     * no two blocks alike, so every turn and mirror is told apart */
+    for (y = 0; y < h; y++)
+        for (x = 0; x < w; x++) grey[y * w + x] = (uint8_t)(20 + 40 * ((y / 8) * 3 + x / 8));
+    jpg = make_jpeg(&jsize, grey, w, h, TJPF_GRAY, TJSAMP_GRAY, 100);
+    TU_OK(patina_image_decode(&stored, jpg, jsize, NULL, "plain.jpg"));
+    for (y = 0; y < h; y++)
+        for (x = 0; x < w; x++) assert_int_equal(stored.data[(size_t)y * stored.stride + 3 * (size_t)x], grey[y * w + x]);
+    for (be = 0; be < 2; be++)
+        for (o = 1; o <= 8; o++) {
+            size_t n, seg_size = exif_segment(seg, o, be);
+            uint8_t *file = splice(&n, jpg, jsize, seg, seg_size);
+            int ow = o >= 5 ? h : w, oh = o >= 5 ? w : h;
+            /* default: as stored */
+            patina_decode_opts_init(&opts);
+            assert_int_equal(opts.apply_orientation, 0);
+            TU_OK(patina_image_decode_with(&img, NULL, file, n, &opts, "exif.jpg"));
+            assert_int_equal(img.width, w);
+            assert_memory_equal(img.data, stored.data, (size_t)w * 3 * h);
+            patina_image_release(&img);
+            /* on request: upright */
+            opts.apply_orientation = 1;
+            TU_OK(patina_image_decode_with(&img, NULL, file, n, &opts, "exif.jpg"));
+            if (img.width != ow || img.height != oh)
+                fail_msg("orientation %u (%s): %dx%d, want %dx%d", o, be ? "MM" : "II", img.width, img.height, ow, oh);
+            for (y = 0; y < h; y++)
+                for (x = 0; x < w; x++) {
+                    int dx, dy;
+                    if (row0[o] == TOP || row0[o] == BOTTOM) {
+                        dy = row0[o] == TOP ? y : h - 1 - y;
+                        dx = col0[o] == LEFT ? x : w - 1 - x;
+                    } else {
+                        dx = row0[o] == LEFT ? y : h - 1 - y;
+                        dy = col0[o] == TOP ? x : w - 1 - x;
+                    }
+                    if (memcmp(img.data + (size_t)dy * img.stride + 3 * (size_t)dx,
+                               stored.data + (size_t)y * stored.stride + 3 * (size_t)x, 3))
+                        fail_msg("orientation %u (%s): stored (%d,%d) is not at (%d,%d)", o, be ? "MM" : "II", x, y,
+                                 dx, dy);
+                }
+            patina_image_release(&img);
+            free(file);
+        }
+    /* malformed EXIF: ignored, pixels as stored */
+    patina_decode_opts_init(&opts);
+    opts.apply_orientation = 1;
+    for (int k = 0; k < 9; k++) {
+        size_t n, seg_size = exif_segment(seg, 6, 1);
+        uint8_t *t = seg + 10, *file;
+        switch (k) {
+        case 0: tiff_put16(t + 30, 9, 1); break;            /* orientation out of range */
+        case 1: tiff_put16(t + 30, 0, 1); break;            /* 0 */
+        case 2: tiff_put16(t + 24, 4, 1); break;            /* a LONG, not a SHORT */
+        case 3: tiff_put32(t + 4, 0xFFFFFFF0u, 1); break;   /* IFD0 past the segment */
+        case 4: tiff_put32(t + 4, 37, 1); break;            /* IFD0 count at the last 2 bytes, entries beyond */
+        case 5: /* 65535 entries in a 38-byte TIFF, none of them Orientation: the walk stops at the end */
+            tiff_put16(t + 8, 0xFFFF, 1), tiff_put16(t + 22, 0x0113, 1);
+            break;
+        case 6: memcpy(t, "MI", 2); break;             /* no byte order */
+        case 7: memcpy(seg + 4, "Exif\0X", 6); break;  /* not EXIF */
+        default: seg[3] = 20; seg_size = 22; break;    /* the segment cut before the Orientation entry */
+        }
+        file = splice(&n, jpg, jsize, seg, seg_size);
+        TU_OK(patina_image_decode_with(&img, NULL, file, n, &opts, "bad-exif.jpg"));
+        if (img.width != w || memcmp(img.data, stored.data, (size_t)w * 3 * h))
+            fail_msg("malformed EXIF case %d was not ignored", k);
+        patina_image_release(&img);
+        free(file);
+    }
+    patina_image_release(&stored);
     tjFree(jpg);
-    free(cmyk);
 }
 
 /* ---------------------------------------------------------- PNM tests */
@@ -1189,12 +1491,17 @@ static void test_corrupt(void **state)
     assert_int_equal(patina_image_load(&img, path, NULL), PATINA_E_FORMAT);
     {
         char want[600];
-        snprintf(want, sizeof want, "decode: unknown image format in '%s' (not JPEG, PNG or PNM)", path);
+        snprintf(want, sizeof want,
+                 "decode: unknown image format in '%s' (Patina reads JPEG, PNG and binary PNM (P5, P6))", path);
         assert_string_equal(patina_last_error(), want);
     }
     assert_null(img.data);
     expect_error(patina_image_decode(&img, "GIF89a....", 10, NULL, "anim.gif"), PATINA_E_FORMAT,
-                 "anim.gif", "unknown image format");
+                 "anim.gif", "unknown image format in 'anim.gif': GIF is not read (Patina reads JPEG, PNG");
+    expect_error(patina_image_decode(&img, "RIFF\x10\0\0\0WEBPVP8 ", 16, NULL, "w.webp"), PATINA_E_FORMAT,
+                 "w.webp", ": WebP is not read");
+    expect_error(patina_image_decode(&img, "\0\0\0\x1c" "ftypheic\0\0\0\0", 16, NULL, "p.heic"), PATINA_E_FORMAT,
+                 "p.heic", ": HEIF/HEIC is not read");
     expect_error(patina_image_probe(&info, "GIF89a....", 10, "anim.gif"), PATINA_E_FORMAT, "anim.gif",
                  "probe: unknown image format");
 }
@@ -1636,7 +1943,9 @@ int main(void)
         cmocka_unit_test(test_png_rgb_trns),
         cmocka_unit_test(test_jpeg_roundtrip),
         cmocka_unit_test(test_jpeg_grey),
-        cmocka_unit_test(test_jpeg_cmyk_rejected),
+        cmocka_unit_test(test_jpeg_cmyk),
+        cmocka_unit_test(test_jpeg_cmyk_exact),
+        cmocka_unit_test(test_jpeg_exif_orientation),
         cmocka_unit_test(test_pnm_8bit),
         cmocka_unit_test(test_pnm_16bit),
         cmocka_unit_test(test_pnm_rejects),

@@ -455,6 +455,41 @@ static void test_load_files(void **state)
     free(res);
 }
 
+/* patina_load_opts_t.apply_orientation reaches the decoder: a JPEG whose
+ * EXIF says "rotate 90 clockwise" (6) loads turned only on request. */
+static void test_load_orientation(void **state)
+{
+    /* APP1: "Exif\0\0", big-endian TIFF, IFD0 with Orientation (0x0112, SHORT, 1) = 6 */
+    static const unsigned char app1[] = {0xFF, 0xE1, 0, 34, 'E', 'x', 'i', 'f', 0, 0, 'M', 'M', 0, 42, 0, 0, 0, 8,
+                                         0, 1, 0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 6, 0, 0, 0, 0, 0, 0};
+    unsigned long size;
+    unsigned char *j = make_jpeg(&size, 30, 20, 7), *b = malloc(size + sizeof app1);
+    const char *path = tp("exif6.jpg");
+    patina_image_t img;
+    patina_load_result_t res;
+    patina_load_opts_t o;
+    size_t taken;
+    int turn;
+    (void)state;
+    memcpy(b, j, 2);
+    memcpy(b + 2, app1, sizeof app1);
+    memcpy(b + 2 + sizeof app1, j + 2, size - 2);
+    assert_int_equal(tu_write_file(path, b, size + sizeof app1), 0);
+    for (turn = 0; turn < 2; turn++) {
+        patina_load_opts_init(&o);
+        assert_int_equal(o.apply_orientation, 0);
+        o.apply_orientation = turn;
+        TU_OK(patina_load_files(ctx, &img, &res, &taken, &path, 1, &o));
+        assert_int_equal(taken, 1);
+        TU_OK(res.status);
+        assert_int_equal(img.width, turn ? 20 : 30);
+        assert_int_equal(img.height, turn ? 30 : 20);
+        patina_image_release(&img);
+    }
+    free(b);
+    tjFree(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -462,6 +497,7 @@ int main(void)
         cmocka_unit_test(test_walk_problems),
         cmocka_unit_test(test_index_files),
         cmocka_unit_test(test_load_files),
+        cmocka_unit_test(test_load_orientation),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

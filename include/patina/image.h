@@ -78,7 +78,7 @@ PATINA_API patina_format patina_format_sniff(const void *data, size_t size);
 /* Reads dimensions and type from the header only, without decoding pixels
  * or allocating for them. `name` only labels error messages (may be NULL).
  * channels: palette PNGs count as 3. Fails like decode for empty, truncated
- * headers, zero width/height and unsupported variants (CMYK JPEG, ASCII PNM);
+ * headers, zero width/height and unsupported variants (12-bit JPEG, ASCII PNM);
  * limits are not checked here. */
 PATINA_API patina_status patina_image_probe(patina_image_info_t *info, const void *data, size_t size,
                                             const char *name);
@@ -101,9 +101,15 @@ PATINA_API patina_status patina_image_decode(patina_image_t *img, const void *da
 typedef struct patina_decode_opts {
     patina_limits_t limits; /* 0 fields = defaults */
     int strict;             /* 1: a decoder warning fails the decode with PATINA_E_CORRUPT */
+    /* 1: a JPEG is turned as its EXIF Orientation tag (IFD0, 0x0112) says,
+     * so that it comes out upright (orientations 5-8 swap width and height;
+     * probe still reports the stored size). 0 (the default): pixels as
+     * stored, which is what LIRE sees, so descriptors stay identical to its.
+     * PNG and PNM are never turned. */
+    int apply_orientation;
 } patina_decode_opts_t;
 
-/* Fills opts with the defaults: default limits, not strict. */
+/* Fills opts with the defaults: default limits, not strict, no orientation. */
 PATINA_API void patina_decode_opts_init(patina_decode_opts_t *opts);
 
 #define PATINA_WARNING_MAX 512

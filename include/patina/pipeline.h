@@ -100,6 +100,10 @@ typedef struct patina_index_opts {
      * negative = adapt the share to the rates measured per batch. Which is
      * faster where: docs/images.md, "JPEG on the GPU". */
     double nvjpeg_share;
+    /* 1: JPEGs are turned upright by their EXIF Orientation tag before
+     * extraction (patina_decode_opts_t.apply_orientation; those not stored
+     * upright are decoded on the CPU). Default 0: pixels as stored (LIRE's). */
+    int apply_orientation;
 } patina_index_opts_t;
 
 /* Fills opts with the defaults (every field above at its documented default,
@@ -143,9 +147,11 @@ typedef struct patina_load_opts {
     int strict;              /* decoder warnings fail the file (PATINA_E_CORRUPT) */
     uint64_t batch_memory;   /* bytes of encoded plus decoded images one call may hold;
                                 0 = PATINA_DEFAULT_BATCH_MEMORY */
+    int apply_orientation;   /* JPEGs turned by their EXIF orientation (patina_decode_opts_t) */
 } patina_load_opts_t;
 
-/* Fills opts with the defaults: not strict, the default batch memory. */
+/* Fills opts with the defaults: not strict, the default batch memory, pixels
+ * as stored. */
 PATINA_API void patina_load_opts_init(patina_load_opts_t *opts);
 
 #define PATINA_ERROR_MAX 1024

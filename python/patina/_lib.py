@@ -104,7 +104,7 @@ class Limits(ctypes.Structure):
 
 class DecodeOpts(ctypes.Structure):
     _c_type_ = "patina_decode_opts_t"
-    _fields_ = [("limits", Limits), ("strict", c_int)]
+    _fields_ = [("limits", Limits), ("strict", c_int), ("apply_orientation", c_int)]
 
 
 class DecodeReport(ctypes.Structure):
@@ -120,7 +120,7 @@ class ContextOpts(ctypes.Structure):
 
 class LoadOpts(ctypes.Structure):
     _c_type_ = "patina_load_opts_t"
-    _fields_ = [("strict", c_int), ("batch_memory", c_uint64)]
+    _fields_ = [("strict", c_int), ("batch_memory", c_uint64), ("apply_orientation", c_int)]
 
 
 class LoadResult(ctypes.Structure):

@@ -55,6 +55,10 @@ int cli_parse_argv(const cli_command_t **cmd, cli_args_t *a, int argc, char *con
     {.name = "strict", .type = CLI_FLAG,                                                          \
      .help = "treat decoder warnings (damaged but decodable data, e.g. libjpeg's "               \
              "'Corrupt JPEG data: N extraneous bytes') as errors: the file fails"}
+#define CLI_OPT_EXIF_ORIENTATION                                                                  \
+    {.name = "exif-orientation", .type = CLI_FLAG,                                                \
+     .help = "turn each JPEG upright as its EXIF Orientation tag says before describing it "     \
+             "(default: pixels as stored, as LIRE sees them, so descriptors match its)"}
 #define CLI_OPT_BATCH_MEMORY(what)                                                                \
     {.name = "batch-memory", .type = CLI_BYTES, .arg = "BYTES", .min = 1,                         \
      .max = PATINA_BATCH_MEMORY_MAX, .def = "1G", .help = what} /* 1G: PATINA_DEFAULT_BATCH_MEMORY (test_cli) */

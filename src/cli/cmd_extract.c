@@ -23,6 +23,7 @@ static const cli_opt_t opts[] = {
     CLI_OPT_JOBS,
     CLI_OPT_MAX_PIXELS,
     CLI_OPT_STRICT,
+    CLI_OPT_EXIF_ORIENTATION,
     CLI_OPT_BATCH_MEMORY("encoded + decoded image bytes held at once while decoding "
                          "in parallel (a single larger image is still read alone)"),
 };
@@ -237,6 +238,7 @@ static int run_extract(const cli_args_t *a)
     }
     patina_load_opts_init(&lopts);
     lopts.strict = (int)cli_get(a, "strict")->i;
+    lopts.apply_orientation = (int)cli_get(a, "exif-orientation")->i;
     lopts.batch_memory = cli_get(a, "batch-memory")->bytes;
     if ((s = patina_extractor_new(&ex, family)) != PATINA_OK) {
         cli_status_error("extract", s);

@@ -56,6 +56,7 @@ static const cli_opt_t opts[] = {
     CLI_OPT_JOBS,
     CLI_OPT_MAX_PIXELS,
     CLI_OPT_STRICT,
+    CLI_OPT_EXIF_ORIENTATION,
     {.name = "quiet", .letter = 'q', .type = CLI_FLAG, .help = "no progress line"},
 };
 
@@ -227,6 +228,7 @@ static int run_identify(const cli_args_t *a)
     }
     patina_load_opts_init(&lopts);
     lopts.strict = (int)cli_get(a, "strict")->i;
+    lopts.apply_orientation = (int)cli_get(a, "exif-orientation")->i;
     if (oc.fmt == 1) fputs("query,rank,key,score,inliers,decision\n", stdout);
     while (done < nfiles) {
         size_t taken = 0, nq = 0;

@@ -21,6 +21,7 @@ static const cli_opt_t opts[] = {
                          "(all batches in flight; a batch is cut where the next image "
                          "would pass its share, a single larger image is a batch alone)"),
     CLI_OPT_STRICT,
+    CLI_OPT_EXIF_ORIENTATION,
     {.name = "decoder", .type = CLI_CHOICE, .arg = "D", .choices = "libjpeg|nvjpeg", .def = "libjpeg",
      .help = "JPEG decoder: libjpeg (the reference's pixels, descriptors identical "
              "to LIRE's) or nvjpeg (GPU, needs --device gpu and libnvjpeg at run "
@@ -168,6 +169,7 @@ static int run_index(const cli_args_t *a)
     iopts.batch = (size_t)cli_get(a, "batch")->i;
     iopts.batch_memory = cli_get(a, "batch-memory")->bytes;
     iopts.strict = (int)cli_get(a, "strict")->i;
+    iopts.apply_orientation = (int)cli_get(a, "exif-orientation")->i;
     /* nvjpeg_share: 0 = all nvJPEG supports (the same as 1), negative = adapt */
     iopts.nvjpeg_share = share->is_auto ? -1.0 : share->num;
     run.quiet = (int)cli_get(a, "quiet")->i;

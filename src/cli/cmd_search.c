@@ -36,6 +36,7 @@ static const cli_opt_t opts[] = {
     CLI_OPT_JOBS,
     CLI_OPT_MAX_PIXELS,
     CLI_OPT_STRICT,
+    CLI_OPT_EXIF_ORIENTATION,
 };
 
 const cli_command_t cli_cmd_search = {
@@ -263,6 +264,7 @@ static int run_search(const cli_args_t *a)
     patina_decode_opts_init(&dopts);
     dopts.limits = *patina_context_limits(ctx);
     dopts.strict = (int)cli_get(a, "strict")->i;
+    dopts.apply_orientation = (int)cli_get(a, "exif-orientation")->i;
     if ((s = patina_collection_open(&coll, a->operands[0], PATINA_OPEN_READONLY, 0)) != PATINA_OK) {
         cli_status_error("search", s);
         rc = EXIT_ERROR;

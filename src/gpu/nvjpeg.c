@@ -14,7 +14,10 @@
  * The pixels are not libjpeg-turbo's: nvJPEG's IDCT, chroma upsampling and
  * colour conversion round differently (docs/images.md measures by how
  * much), so descriptors from this decoder are close to, not identical with,
- * the reference's. It is opt-in for that reason. */
+ * the reference's. It is opt-in for that reason. CMYK and YCCK JPEGs are
+ * never given to it: the pipeline (gpu_candidate in src/pipeline/index.c)
+ * keeps every JPEG whose probe counts 4 channels on the CPU decoder, whose
+ * CMYK-to-RGB rule (src/image/jpeg.c) nvJPEG does not apply. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>

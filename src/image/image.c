@@ -83,6 +83,27 @@ patina_format patina_format_sniff(const void *data, size_t size)
     return PATINA_FORMAT_UNKNOWN;
 }
 
+/* The formats the loaders read, for messages (docs/images.md has the details). */
+#define PATINA__FORMATS_READ "JPEG, PNG and binary PNM (P5, P6)"
+
+/* The name of a common image format Patina does not read, from its magic
+ * bytes, or NULL: only to make the "unknown format" message say what the file is. */
+static const char *other_format(const uint8_t *p, size_t n)
+{
+    if (n >= 6 && (!memcmp(p, "GIF87a", 6) || !memcmp(p, "GIF89a", 6))) return "GIF";
+    if (n >= 12 && !memcmp(p, "RIFF", 4) && !memcmp(p + 8, "WEBP", 4)) return "WebP";
+    if (n >= 4 && (!memcmp(p, "II*\0", 4) || !memcmp(p, "MM\0*", 4))) return "TIFF";
+    if (n >= 12 && !memcmp(p + 4, "ftyp", 4)) {
+        if (!memcmp(p + 8, "avif", 4) || !memcmp(p + 8, "avis", 4)) return "AVIF";
+        if (!memcmp(p + 8, "heic", 4) || !memcmp(p + 8, "heix", 4) || !memcmp(p + 8, "mif1", 4)) return "HEIF/HEIC";
+    }
+    if (n >= 14 && p[0] == 'B' && p[1] == 'M') return "BMP";
+    if (n >= 12 && !memcmp(p, "\0\0\0\x0cjP  \r\n\x87\n", 12)) return "JPEG 2000";
+    if (n >= 2 && p[0] == 0xFF && p[1] == 0x0A) return "JPEG XL";
+    if (n >= 12 && !memcmp(p, "\0\0\0\x0cJXL \r\n\x87\n", 12)) return "JPEG XL";
+    return NULL;
+}
+
 /* -------------------------------------------------------- probe + decode */
 
 static const char *label(const char *name) { return name ? name : "<memory>"; }
@@ -98,9 +119,11 @@ static patina_status probe_src(patina_image_info_t *info, patina_format *fmt,
         return patina__fail(PATINA_E_CORRUPT, "%s: empty file in '%s'", src->what, src->name);
     *fmt = patina_format_sniff(src->data, src->size);
     loader = patina_image__loader(*fmt);
-    if (!loader)
-        return patina__fail(PATINA_E_FORMAT, "%s: unknown image format in '%s' (not JPEG, PNG or PNM)",
-                            src->what, src->name);
+    if (!loader) {
+        const char *other = other_format(src->data, src->size);
+        return patina__fail(PATINA_E_FORMAT, "%s: unknown image format in '%s'%s%s%s (Patina reads " PATINA__FORMATS_READ ")",
+                            src->what, src->name, other ? ": " : "", other ? other : "", other ? " is not read" : "");
+    }
     s = loader->probe(info, src);
     if (s != PATINA_OK) {
         memset(info, 0, sizeof *info);
@@ -168,6 +191,42 @@ void patina_decode_opts_init(patina_decode_opts_t *opts)
     patina_limits_init(&opts->limits);
 }
 
+/* Turns a decoded image as EXIF orientation o (1..8) says, so that it shows
+ * upright: 2 mirror, 3 rotate 180, 4 flip, 5 transpose, 6 rotate 90
+ * clockwise, 7 transverse, 8 rotate 90 counter-clockwise. Output pixel (x, y)
+ * of the w' x h' result is stored pixel (sx, sy) of the w x h original. */
+static patina_status orient(patina_image_t *img, int o, const char *name)
+{
+    int w = img->width, h = img->height, ow = o >= 5 ? h : w, oh = o >= 5 ? w : h, x, y;
+    uint8_t *out;
+    if (o <= 1 || o > 8) return PATINA_OK;
+    out = malloc((size_t)w * 3 * (size_t)h); /* (oh, 3*ow) u8 */
+    if (!out)
+        return patina__fail(PATINA_E_NOMEM, "decode: cannot allocate %dx%d pixels to orient '%s'", ow, oh, name);
+    for (y = 0; y < oh; y++)
+        for (x = 0; x < ow; x++) {
+            int sx, sy;
+            switch (o) {
+            case 2: sx = w - 1 - x, sy = y; break;
+            case 3: sx = w - 1 - x, sy = h - 1 - y; break;
+            case 4: sx = x, sy = h - 1 - y; break;
+            case 5: sx = y, sy = x; break;
+            case 6: sx = y, sy = h - 1 - x; break;
+            case 7: sx = w - 1 - y, sy = h - 1 - x; break;
+            default: sx = w - 1 - y, sy = x; break; /* 8 */
+            }
+            memcpy(out + ((size_t)y * (size_t)ow + (size_t)x) * 3, img->data + (size_t)sy * img->stride + 3 * (size_t)sx,
+                   3);
+        }
+    if (img->owned) free(img->data);
+    img->data = out;
+    img->width = ow;
+    img->height = oh;
+    img->stride = (size_t)ow * 3;
+    img->owned = 1;
+    return PATINA_OK;
+}
+
 patina_status patina_image_decode_with(patina_image_t *img, patina_decode_report_t *report,
                                        const void *data, size_t size,
                                        const patina_decode_opts_t *opts, const char *name)
@@ -211,6 +270,8 @@ patina_status patina_image_decode_with(patina_image_t *img, patina_decode_report
     loader = patina_image__loader(fmt);
     s = loader ? loader->decode(img, &src)
                : patina__fail(PATINA_E_INTERNAL, "decode: no loader for format %d", (int)fmt);
+    if (s == PATINA_OK && opts && opts->apply_orientation && fmt == PATINA_FORMAT_JPEG)
+        s = orient(img, patina_image__jpeg_orientation(data, size), src.name);
     if (s != PATINA_OK) patina_image_release(img);
     return s;
 }

@@ -57,6 +57,12 @@ extern const patina_image_loader_t patina_image__loader_jpeg; /* jpeg.c */
 extern const patina_image_loader_t patina_image__loader_png;  /* png.c */
 extern const patina_image_loader_t patina_image__loader_pnm;  /* pnm.c */
 
+/* The EXIF Orientation (1..8) of a JPEG: the tag 0x0112 of IFD0 in the first
+ * APP1 "Exif" segment that has it, before the first SOS; 1 (as stored) when
+ * there is none, it is out of range, or the data is not a JPEG. Reads only
+ * inside p[0..n), whatever the bytes. */
+int patina_image__jpeg_orientation(const uint8_t *p, size_t n);
+
 /* The loaders in sniffing order, NULL-terminated (loaders.c). */
 extern const patina_image_loader_t *const patina_image__loaders[];
 /* The loader of format f, or NULL. */

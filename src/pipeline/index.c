@@ -25,6 +25,7 @@
 #include "core/context.h"
 #include "features/family.h"
 #include "gpu/gpu.h"
+#include "image/loaders.h"
 #include "patina/pipeline.h"
 
 int patina_jpeg_gpu_available(const patina_context_t *ctx, char *why, size_t size)
@@ -426,11 +427,15 @@ static void *gpu_decode_main(void *v)
     return NULL;
 }
 
-/* A read JPEG nvJPEG may take: grey or YCbCr (CMYK stays on the CPU). */
-static int gpu_candidate(const slot_t *s)
+/* A read JPEG nvJPEG may take: grey or YCbCr (CMYK and YCCK, 4 channels,
+ * stay on the CPU, whose CMYK-to-RGB conversion nvJPEG does not apply), and
+ * with apply_orientation only one stored upright (the CPU decoder turns the
+ * others; nvJPEG does not). */
+static int gpu_candidate(const producer_t *p, const slot_t *s)
 {
     return s->state == SLOT_READ && s->info.format == PATINA_FORMAT_JPEG &&
-           (s->info.channels == 1 || s->info.channels == 3);
+           (s->info.channels == 1 || s->info.channels == 3) &&
+           !(p->dopts.apply_orientation && patina_image__jpeg_orientation(s->data, s->size) != 1);
 }
 
 /* Stage 3 with nvJPEG: the first share of the window's JPEGs go to the GPU
@@ -446,7 +451,7 @@ static void decode_split(producer_t *p, window_t *w, job_t *job)
     double t0, tcpu;
     for (i = 0; i < w->take; i++) {
         slot_t *s = &w->slots[i];
-        if (gpu_candidate(s))
+        if (gpu_candidate(p, s))
             ncand++;
     }
     k = (size_t)(p->share * (double)ncand + 0.5);
@@ -465,7 +470,7 @@ static void decode_split(producer_t *p, window_t *w, job_t *job)
     g.d = w->jdec;
     for (i = 0; i < w->take && g.n < k; i++) {
         slot_t *s = &w->slots[i];
-        if (gpu_candidate(s)) {
+        if (gpu_candidate(p, s)) {
             s->gpu = 1;
             g.slots[g.n] = s;
             g.data[g.n] = s->data;
@@ -666,6 +671,7 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     prod.ex = ex;
     prod.dopts.limits = *patina_context_limits(ctx);
     prod.dopts.strict = opts.strict != 0;
+    prod.dopts.apply_orientation = opts.apply_orientation != 0;
     prod.files = files;
     prod.n = n;
     prod.capacity = window;
@@ -835,6 +841,7 @@ patina_status patina_load_files(patina_context_t *ctx, patina_image_t *images,
     if (!o.batch_memory) o.batch_memory = PATINA_DEFAULT_BATCH_MEMORY;
     dopts.limits = *patina_context_limits(ctx);
     dopts.strict = o.strict != 0;
+    dopts.apply_orientation = o.apply_orientation != 0;
     take = cut_by_file_size(paths, n, o.batch_memory);
     slots = calloc(take, sizeof *slots);
     if (!slots) return patina__fail(PATINA_E_NOMEM, "load: out of memory for %zu files", take);

@@ -2,8 +2,8 @@
  * TurboJPEG decoding) through patina_image_probe and patina_image_decode.
  * Seeds: small JPEGs written with libjpeg at build time, one per kind the
  * loader treats differently (grey, RGB at several subsamplings, odd sizes,
- * 1x1, progressive, restart markers, arithmetic coding, extra markers, CMYK,
- * a truncated file). */
+ * 1x1, progressive, restart markers, arithmetic coding, extra markers, CMYK
+ * and YCCK (Adobe marker), EXIF orientation 6, a truncated file). */
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +15,22 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    patina_decode_opts_t o;
+    patina_image_t img;
+    patina_image_info_t info;
     fuzz_image_input(data, size);
+    /* EXIF orientation on request (its APP1 parser reads the file's bytes):
+     * the image is turned, never resized */
+    patina_decode_opts_init(&o);
+    o.limits.max_pixels = FUZZ_MAX_PIXELS;
+    o.apply_orientation = 1;
+    if (patina_image_decode_with(&img, NULL, data, size, &o, "fuzz-input") == PATINA_OK) {
+        FUZZ_CHECK(patina_image_probe(&info, data, size, NULL) == PATINA_OK, "probe failed after a decode");
+        FUZZ_CHECK((img.width == info.width && img.height == info.height) ||
+                       (img.width == info.height && img.height == info.width),
+                   "oriented %dx%d from %dx%d", img.width, img.height, info.width, info.height);
+        patina_image_release(&img);
+    }
     return 0;
 }
 
@@ -33,6 +48,7 @@ typedef struct jpeg_kind {
     int optimize;          /* optimised Huffman tables */
     int markers;           /* COM, APP1 and APP2 segments */
     int valid;             /* the loader must decode it */
+    int ycck;              /* 4 components stored as YCCK (else CMYK) */
 } jpeg_kind_t;
 
 typedef struct jerr {
@@ -51,7 +67,8 @@ static void on_message(j_common_ptr cinfo) { (void)cinfo; }
  * arithmetic coding compiled in). */
 static unsigned char *encode(const jpeg_kind_t *k, unsigned long *size)
 {
-    static const char exif[] = "Exif\0\0MM\0*\0\0\0\10\0\0";
+    /* IFD0 with one entry: Orientation (0x0112, SHORT, 1) = 6 */
+    static const char exif[] = "Exif\0\0MM\0*\0\0\0\10\0\1\1\22\0\3\0\0\0\1\0\6\0\0\0\0\0\0";
     static const char icc[] = "ICC_PROFILE\0\1\1not a profile";
     struct jpeg_compress_struct ci;
     jerr_t err;
@@ -77,6 +94,7 @@ static unsigned char *encode(const jpeg_kind_t *k, unsigned long *size)
     ci.input_components = k->components;
     ci.in_color_space = k->components == 1 ? JCS_GRAYSCALE : k->components == 4 ? JCS_CMYK : JCS_RGB;
     jpeg_set_defaults(&ci);
+    if (k->ycck) jpeg_set_colorspace(&ci, JCS_YCCK);
     jpeg_set_quality(&ci, k->quality, TRUE);
     if (k->components == 3) {
         ci.comp_info[0].h_samp_factor = k->hs;
@@ -106,21 +124,22 @@ static unsigned char *encode(const jpeg_kind_t *k, unsigned long *size)
 void fuzz_write_seeds(fuzz_seeds_t *w)
 {
     static const jpeg_kind_t kinds[] = {
-        /* name                 w   h  comp hs vs  q  prog rst arith opt mark valid */
-        {"rgb-1x1.jpg",         1,  1, 3,   2, 2, 90, 0,   0,  0,    0,  0,   1},
-        {"grey-16x16.jpg",     16, 16, 1,   1, 1, 75, 0,   0,  0,    0,  0,   1},
-        {"rgb420-24x16.jpg",   24, 16, 3,   2, 2, 75, 0,   0,  0,    0,  0,   1},
-        {"rgb444-17x13.jpg",   17, 13, 3,   1, 1, 85, 0,   0,  0,    0,  0,   1},
-        {"rgb422-restart.jpg", 24, 24, 3,   2, 1, 60, 0,   1,  0,    0,  0,   1},
-        {"rgb411-33x9.jpg",    33,  9, 3,   4, 1, 50, 0,   0,  0,    1,  0,   1},
-        {"rgb440-9x33.jpg",     9, 33, 3,   1, 2, 50, 0,   0,  0,    0,  0,   1},
-        {"rgb-progressive.jpg",32, 24, 3,   2, 2, 80, 1,   0,  0,    0,  0,   1},
-        {"grey-progressive.jpg",20,20, 1,   1, 1, 80, 1,   0,  0,    0,  0,   1},
-        {"rgb-arith.jpg",      16, 16, 3,   2, 2, 75, 0,   0,  1,    0,  0,   1},
-        {"rgb-prog-arith.jpg", 16, 16, 3,   2, 2, 75, 1,   2,  1,    0,  0,   1},
-        {"rgb-markers.jpg",    16,  8, 3,   2, 2, 95, 0,   0,  0,    1,  1,   1},
-        {"rgb-q100-2x2.jpg",    2,  2, 3,   1, 1,100, 0,   0,  0,    0,  0,   1},
-        {"cmyk-8x8.jpg",        8,  8, 4,   1, 1, 75, 0,   0,  0,    0,  0,   0},
+        /* name                 w   h  comp hs vs  q  prog rst arith opt mark valid ycck */
+        {"rgb-1x1.jpg",         1,  1, 3,   2, 2, 90, 0,   0,  0,    0,  0,   1,    0},
+        {"grey-16x16.jpg",     16, 16, 1,   1, 1, 75, 0,   0,  0,    0,  0,   1,    0},
+        {"rgb420-24x16.jpg",   24, 16, 3,   2, 2, 75, 0,   0,  0,    0,  0,   1,    0},
+        {"rgb444-17x13.jpg",   17, 13, 3,   1, 1, 85, 0,   0,  0,    0,  0,   1,    0},
+        {"rgb422-restart.jpg", 24, 24, 3,   2, 1, 60, 0,   1,  0,    0,  0,   1,    0},
+        {"rgb411-33x9.jpg",    33,  9, 3,   4, 1, 50, 0,   0,  0,    1,  0,   1,    0},
+        {"rgb440-9x33.jpg",     9, 33, 3,   1, 2, 50, 0,   0,  0,    0,  0,   1,    0},
+        {"rgb-progressive.jpg",32, 24, 3,   2, 2, 80, 1,   0,  0,    0,  0,   1,    0},
+        {"grey-progressive.jpg",20,20, 1,   1, 1, 80, 1,   0,  0,    0,  0,   1,    0},
+        {"rgb-arith.jpg",      16, 16, 3,   2, 2, 75, 0,   0,  1,    0,  0,   1,    0},
+        {"rgb-prog-arith.jpg", 16, 16, 3,   2, 2, 75, 1,   2,  1,    0,  0,   1,    0},
+        {"rgb-markers.jpg",    16,  8, 3,   2, 2, 95, 0,   0,  0,    1,  1,   1,    0},
+        {"rgb-q100-2x2.jpg",    2,  2, 3,   1, 1,100, 0,   0,  0,    0,  0,   1,    0},
+        {"cmyk-8x8.jpg",        8,  8, 4,   1, 1, 75, 0,   0,  0,    0,  0,   1,    0},
+        {"ycck-16x8.jpg",      16,  8, 4,   1, 1, 75, 0,   0,  0,    0,  0,   1,    1},
     };
     static const char *const tokens[] = {
         "\xFF\xD8", "\xFF\xD9", "\xFF\xDA", "\xFF\xC0", "\xFF\xC1", "\xFF\xC2", "\xFF\xC3",
