@@ -78,7 +78,8 @@ typedef struct patina_option_info {
 
 /* What a family can do: front ends ask these instead of comparing names. */
 enum {
-    PATINA_CAP_SEARCH = 1u << 0,   /* records searched by a distance (k-NN, range: patina_table_search) */
+    PATINA_CAP_SEARCH = 1u << 0,   /* records searched by a distance (k-NN, range: patina_table_search);
+                                    * rootsift too (rootsift_ratio), though its use is identification */
     PATINA_CAP_IDENTIFY = 1u << 1, /* local features: identification (patina_table_identify) */
     PATINA_CAP_PIVOTS = 1u << 2,   /* searches can be filtered by a pivot table (include/patina/pivots.h) */
     PATINA_CAP_GPU = 1u << 3,      /* extraction on the GPU is compiled in (PATINA_DEVICE_GPU) */

@@ -37,6 +37,12 @@
  * and that row, merging the partitions' answers by (distance, id) gives
  * the unpartitioned answer.
  *
+ * Keys. A table opened on a collection holds one read snapshot of it: the
+ * state its rows reflect, where the hits' keys are looked up (so a record
+ * another process removes meanwhile still names its hit). It is renewed at
+ * each load and at each write the table follows; LMDB keeps that state's
+ * pages (and one reader slot) until then.
+ *
  * Threads. Any number of threads may search and identify at once; a write
  * or a reload waits for the calls in flight and is seen wholly by the calls
  * that start after it (a writer-preferring read-write lock). */
@@ -85,9 +91,11 @@ PATINA_API void patina_table_opts_init(patina_table_opts_t *opts);
 
 /* Opens the table `spec` of collection c (any spelling of a family and its
  * options; canonicalised). spec NULL: the collection's only table with the
- * capabilities opts->need -- PATINA_E_NOTFOUND when it has none ("has no
- * searchable table yet"), PATINA_E_INVALID when it has several (the
- * message lists them). A family name alone ("lbp") names the collection's
+ * capabilities opts->need (an identification table, PATINA_CAP_IDENTIFY,
+ * only when need asks for identification: its records can be searched by
+ * rootsift_ratio, but only when named) -- PATINA_E_NOTFOUND when it has
+ * none ("has no table for search yet"), PATINA_E_INVALID when it has
+ * several (the message lists them). A family name alone ("lbp") names the collection's
  * only table of that family when no table has exactly that spec. A table
  * the collection does not have is PATINA_E_NOTFOUND (unless opts->create),
  * the message listing the tables it has; a table without the capabilities
@@ -150,9 +158,10 @@ typedef struct patina_table_results {
     size_t nq;
     size_t *offsets;     /* (nq + 1) */
     patina_hit_t *hits;  /* (offsets[nq]) */
-    char **keys;         /* (offsets[nq]) with query.keys, else NULL; a key is NULL only
-                          * when the record vanished between the search and the lookup
-                          * (a write of another process) */
+    char **keys;         /* (offsets[nq]) with query.keys, else NULL. A hit whose record
+                          * another process removed between the table's state and the
+                          * lookup makes the table reload and search again (3 times at
+                          * most); a key is NULL only when that kept happening */
     size_t rows;         /* rows the queries were searched against */
     uint64_t version;    /* the version the answer reflects (patina_table_version) */
 } patina_table_results_t;

@@ -532,7 +532,7 @@ static patina_status rootsift_cpu(const void *params, void *out, const patina_im
 
 const patina_family_t patina_family_rootsift = {
     .name = "rootsift",
-    .uses = PATINA_CAP_IDENTIFY | PATINA_CAP_KEYPOINTS,
+    .uses = PATINA_CAP_IDENTIFY | PATINA_CAP_SEARCH | PATINA_CAP_KEYPOINTS,
     .help = "local features: VLFeat SIFT, the m strongest by |DoG peak|, RootSIFT, quantised with "
             "keypoint geometry (one fixed-size record per image; docs/rootsift.md)",
     .opts = rootsift_opts,

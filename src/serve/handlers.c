@@ -449,7 +449,7 @@ static json_t *tables_json(scoll_t *sc)
             json_object_set_new(t, "distance", json_string(patina_extractor_distance_name(ex)));
             unsigned caps = patina_extractor_caps(ex);
             if (caps & (PATINA_CAP_SEARCH | PATINA_CAP_IDENTIFY))
-                json_object_set_new(t, "use", json_string(caps & PATINA_CAP_SEARCH ? "search" : "identify"));
+                json_object_set_new(t, "use", json_string(caps & PATINA_CAP_IDENTIFY ? "identify" : "search"));
         }
         patina_extractor_free(ex);
         json_array_append_new(a, t);

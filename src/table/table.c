@@ -141,6 +141,8 @@ struct patina_table {
     patina_status rs_status;     /* why rs is missing (an f16 table: UNAVAILABLE), with rs_msg */
     char rs_msg[256];
     keymap_t keys;               /* detached tables */
+    patina_snapshot_t *snap;     /* collection tables: the state the rows reflect, where the hits' keys are
+                                  * looked up (renewed at each load and at each write the rows follow) */
     _Atomic uint64_t version;    /* the collection version (or stream sequence) the rows reflect */
     atomic_int stale;            /* reload before the next call */
 };
@@ -188,6 +190,8 @@ static void unload(patina_table_t *t)
     patina_refset_free(t->rs);
     t->rs = NULL;
     t->rs_status = PATINA_OK;
+    patina_snapshot_free(t->snap);
+    t->snap = NULL;
     t->loaded = 0;
 }
 
@@ -275,8 +279,10 @@ static patina_status resolve_spec(patina_collection_t *c, const char *spec, cons
     if (s != PATINA_OK) return s;
     list_tables(specs, n, list, sizeof list);
     if (!spec || !*spec) {
+        /* identification tables are searched only when named: their use is identify */
         for (k = 0; k < n; k++)
-            if (has_caps(specs[k], need)) {
+            if (has_caps(specs[k], need) &&
+                ((need & PATINA_CAP_IDENTIFY) || !has_caps(specs[k], PATINA_CAP_IDENTIFY))) {
                 if (!found++) pick = k;
             }
         if (found == 1) snprintf(out, size, "%s", specs[pick]);
@@ -454,11 +460,12 @@ static patina_status load(patina_table_t *t)
         }
     }
     if (s == PATINA_OK && t->opts.partitions > 1) s = keep_partition(t, snap);
-    patina_snapshot_free(snap);
     if (s != PATINA_OK) {
+        patina_snapshot_free(snap);
         unload(t);
         return s;
     }
+    t->snap = snap; /* kept: the hits' keys are read in the state of the rows */
     t->loaded = 1;
     atomic_store(&t->version, v);
     return PATINA_OK;
@@ -551,9 +558,9 @@ static patina_status lookup_keys(patina_table_t *t, const uint64_t *ids, size_t 
         return PATINA_OK;
     }
     if (!(recs = calloc(n, sizeof *recs))) return patina__fail(PATINA_E_NOMEM, "table: out of memory for keys");
-    s = patina_snapshot_new(&snap, t->c);
+    s = t->snap ? PATINA_OK : patina_snapshot_new(&snap, t->c);
     if (s == PATINA_OK) {
-        s = patina_snapshot_get(snap, ids, n, recs);
+        s = patina_snapshot_get(t->snap ? t->snap : snap, ids, n, recs);
         if (s == PATINA_E_NOTFOUND) { /* removed by another writer since the rows were loaded */
             patina_clear_error();
             s = PATINA_OK;
@@ -703,31 +710,34 @@ static patina_status run_range(patina_table_t *t, const void *queries, size_t nq
     return s;
 }
 
-patina_status patina_table_search(patina_table_t *t, const void *queries, size_t nq, const patina_table_query_t *q,
-                                  patina_table_results_t *res)
+/* Keys looked up in a newer state than the rows (another process removed a
+ * record between the table's load and the lookup) are retried this often
+ * with the table reloaded, so that every hit has its key. */
+#define KEY_RETRIES 3
+
+/* How many of the n keys are NULL. */
+static size_t missing_keys(char *const *keys, size_t n)
 {
-    patina_table_query_t def;
+    size_t i, m = 0;
+    for (i = 0; keys && i < n; i++) m += keys[i] == NULL;
+    return m;
+}
+
+/* One search with the rows as they are (res zeroed on entry; released by the caller on failure). */
+static patina_status search_once(patina_table_t *t, const void *queries, size_t nq, const patina_table_query_t *q,
+                                 patina_table_results_t *res)
+{
     size_t rows;
     patina_status s;
-    if (!res) return patina__fail(PATINA_E_INVALID, "search: null results");
-    memset(res, 0, sizeof *res);
-    if (!t || (nq && !queries)) return patina__fail(PATINA_E_INVALID, "search: null table or queries");
-    if (!q) {
-        patina_table_query_init(&def);
-        q = &def;
-    }
-    PATINA_TRY(check_query(t, q));
     if (q->stats) memset(q->stats, 0, sizeof *q->stats);
     if (!(res->offsets = calloc(nq + 1, sizeof *res->offsets)))
         return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", nq);
     res->nq = nq;
-    if ((s = enter(t, NULL)) != PATINA_OK) {
-        patina_table_results_release(res);
-        return s;
-    }
+    PATINA_TRY(enter(t, NULL));
     rows = rows_of(t);
     res->rows = rows;
     res->version = atomic_load(&t->version);
+    s = PATINA_OK;
     if (nq && rows) s = q->kind == PATINA_QUERY_KNN ? run_knn(t, queries, nq, q, rows, res)
                                                     : run_range(t, queries, nq, q, res);
     if (s == PATINA_OK && q->keys) {
@@ -740,6 +750,30 @@ patina_status patina_table_search(patina_table_t *t, const void *queries, size_t
         free(ids);
     }
     pthread_rwlock_unlock(&t->lock);
+    return s;
+}
+
+patina_status patina_table_search(patina_table_t *t, const void *queries, size_t nq, const patina_table_query_t *q,
+                                  patina_table_results_t *res)
+{
+    patina_table_query_t def;
+    patina_status s;
+    int attempt;
+    if (!res) return patina__fail(PATINA_E_INVALID, "search: null results");
+    memset(res, 0, sizeof *res);
+    if (!t || (nq && !queries)) return patina__fail(PATINA_E_INVALID, "search: null table or queries");
+    if (!q) {
+        patina_table_query_init(&def);
+        q = &def;
+    }
+    PATINA_TRY(check_query(t, q));
+    for (attempt = 0;; attempt++) {
+        s = search_once(t, queries, nq, q, res);
+        if (s != PATINA_OK || !t->c || attempt == KEY_RETRIES || !missing_keys(res->keys, res->offsets[nq])) break;
+        /* a record went between the rows' state and the lookup: the collection moved; answer from its new state */
+        patina_table_results_release(res);
+        atomic_store(&t->stale, 1);
+    }
     if (s != PATINA_OK) patina_table_results_release(res);
     return s;
 }
@@ -781,29 +815,41 @@ patina_status patina_table_identify(patina_table_t *t, const void *queries, size
 {
     patina_identify_opts_t def;
     patina_status s;
-    size_t q, i;
+    size_t q, i, missing;
+    int attempt;
     if (!t) return patina__fail(PATINA_E_INVALID, "identify: null table");
     PATINA_TRY(check_identify(t));
     if (!opts) {
         patina_identify_opts_init(&def);
         opts = &def;
     }
-    if (keys)
-        for (i = 0; i < nq * opts->k; i++) keys[i] = NULL;
-    PATINA_TRY(enter(t, NULL));
-    s = refs_ready(t);
-    if (s == PATINA_OK) s = patina_identify(t->ctx, t->rs, queries, nq, opts, hits, results);
-    for (q = 0; s == PATINA_OK && keys && q < nq; q++) {
-        uint64_t *ids = malloc((results[q].nhits ? results[q].nhits : 1) * sizeof *ids);
-        if (!ids) {
-            s = patina__fail(PATINA_E_NOMEM, "identify: out of memory");
-            break;
+    for (attempt = 0;; attempt++) {
+        if (keys)
+            for (i = 0; i < nq * opts->k; i++) keys[i] = NULL;
+        PATINA_TRY(enter(t, NULL));
+        s = refs_ready(t);
+        if (s == PATINA_OK) s = patina_identify(t->ctx, t->rs, queries, nq, opts, hits, results);
+        for (q = 0; s == PATINA_OK && keys && q < nq; q++) {
+            uint64_t *ids = malloc((results[q].nhits ? results[q].nhits : 1) * sizeof *ids);
+            if (!ids) {
+                s = patina__fail(PATINA_E_NOMEM, "identify: out of memory");
+                break;
+            }
+            for (i = 0; i < results[q].nhits; i++) ids[i] = hits[q * opts->k + i].id;
+            s = lookup_keys(t, ids, results[q].nhits, keys + q * opts->k);
+            free(ids);
         }
-        for (i = 0; i < results[q].nhits; i++) ids[i] = hits[q * opts->k + i].id;
-        s = lookup_keys(t, ids, results[q].nhits, keys + q * opts->k);
-        free(ids);
+        pthread_rwlock_unlock(&t->lock);
+        for (q = 0, missing = 0; s == PATINA_OK && keys && q < nq; q++)
+            missing += missing_keys(keys + q * opts->k, results[q].nhits);
+        if (s == PATINA_OK && missing && t->c && attempt < KEY_RETRIES) {
+            /* a reference went between the set's state and the lookup: answer from the new state */
+            for (i = 0; i < nq * opts->k; i++) free(keys[i]);
+            atomic_store(&t->stale, 1);
+            continue;
+        }
+        break;
     }
-    pthread_rwlock_unlock(&t->lock);
     if (s != PATINA_OK && keys)
         for (i = 0; i < nq * opts->k; i++) {
             free(keys[i]);
@@ -868,6 +914,19 @@ static patina_status check_write_set(patina_table_t *const *tables, size_t nt, c
 static int follows(patina_table_t *t, uint64_t v0, uint64_t v1)
 {
     return t->loaded && !atomic_load(&t->stale) && atomic_load(&t->version) == v0 && v1 == v0 + 1;
+}
+
+/* After a write the rows followed (write lock held): the state they reflect
+ * now, for the hits' keys; without it the table reloads at its next call. */
+static void renew_snapshot(patina_table_t *t)
+{
+    patina_snapshot_free(t->snap);
+    t->snap = NULL;
+    if (patina_snapshot_new(&t->snap, t->c) != PATINA_OK) {
+        patina_clear_error();
+        t->snap = NULL;
+        atomic_store(&t->stale, 1);
+    }
 }
 
 /* Puts rows into t's structures (write lock held); a failure leaves the
@@ -985,6 +1044,7 @@ patina_status patina_tables_put(patina_table_t *const *tables, size_t nt, const 
         if (descs[i]) apply_put(t, sel_ids, sel, m);
         else apply_remove(t, sel_ids, m);
         atomic_store(&t->version, v1);
+        renew_snapshot(t);
     }
     if (ids) memcpy(ids, got, n * sizeof *ids);
 unlock:
@@ -1034,6 +1094,7 @@ patina_status patina_tables_remove(patina_table_t *const *tables, size_t nt, con
             }
             apply_remove(tables[i], &ids[j], 1);
             atomic_store(&tables[i]->version, v1);
+            renew_snapshot(tables[i]);
         }
     }
     for (i = nt; i-- > 0;) pthread_rwlock_unlock(&order[i]->lock);
