@@ -91,8 +91,12 @@
 
 #include "core/internal.h"
 #include "patina/store.h"
+#include "store/store_internal.h"
 
-#define PATINA_FORMAT 1u
+#define PATINA_FORMAT 2u      /* what new collections are and old ones become on a write */
+#define PATINA_FORMAT_MIN 1u  /* format 1: no "sha" database, maybe no root */
+#define SHA_FLAGS (MDB_DUPSORT | MDB_DUPFIXED) /* the "sha" database: many ids per hash */
+#define ROOT_DEFAULT ".."     /* a new collection's root: the directory that holds it */
 #define MAGIC "patina-collection"
 #define DEFAULT_MAP_SIZE (64ull << 30)
 #define MIN_DEFAULT_MAP (1ull << 30) /* the default is halved down to this if refused */
@@ -132,6 +136,12 @@ struct patina_collection {
     unsigned refs;              /* opens of it not yet closed (0: unregistered) */
     patina_collection_t *next;  /* in the registry */
     MDB_dbi meta, records, keys, tables;
+    char *absdir;               /* the directory, absolute (realpath when opened) */
+    atomic_uint format;         /* format of the collection (1 until its first write here) */
+    MDB_dbi sha;                /* "sha": SHA-256 -> ids, usable once has_sha is set */
+    atomic_int has_sha;
+    MDB_dbi sha_new;            /* opened by the write transaction in progress (sha_pending) */
+    int sha_pending;
     pthread_mutex_t mu;         /* writes and every mdb_dbi_open */
     pthread_rwlock_t maplock;   /* shared per transaction; exclusive to resize */
     pthread_mutex_t cache_mu;   /* the handle cache below */
@@ -567,21 +577,26 @@ static patina_status open_core(patina_collection_t *c, MDB_txn *txn, unsigned fl
         return patina__fail(PATINA_E_FORMAT, "store: '%s' is not a patina collection", c->dir);
     if (rc) return mdb_fail(c, rc, "opening the collection");
     PATINA_TRY(read_meta(c, txn, "format", 4, &format));
-    if (format != PATINA_FORMAT)
+    if (format < PATINA_FORMAT_MIN || format > PATINA_FORMAT)
         return patina__fail(PATINA_E_FORMAT,
                             "store: '%s' is a patina collection of format %u; this build reads "
-                            "format %u",
-                            c->dir, (unsigned)format, PATINA_FORMAT);
+                            "formats %u to %u",
+                            c->dir, (unsigned)format, PATINA_FORMAT_MIN, PATINA_FORMAT);
     if ((rc = mdb_dbi_open(txn, "records", flags, &c->records)) ||
         (rc = mdb_dbi_open(txn, "keys", flags, &c->keys)) ||
-        (rc = mdb_dbi_open(txn, "tables", flags, &c->tables)))
+        (rc = mdb_dbi_open(txn, "tables", flags, &c->tables)) ||
+        (format >= 2 && (rc = mdb_dbi_open(txn, "sha", flags | SHA_FLAGS, &c->sha))))
         return rc == MDB_NOTFOUND ? corrupt(c, "a core database is missing")
                                   : mdb_fail(c, rc, "opening the collection");
+    atomic_store(&c->format, (unsigned)format);
+    atomic_store(&c->has_sha, format >= 2);
     return PATINA_OK;
 }
 
-/* Creates the core databases and meta in an empty environment (write txn). */
-static patina_status init_collection(patina_collection_t *c, MDB_txn *txn)
+/* Creates the core databases and meta in an empty environment (write txn):
+ * a collection of this format with the default root, or with `legacy` one
+ * of format 1 without a root (what builds before roots made; for tests). */
+static patina_status init_collection(patina_collection_t *c, MDB_txn *txn, int legacy)
 {
     MDB_dbi main;
     MDB_stat st;
@@ -597,8 +612,12 @@ static patina_status init_collection(patina_collection_t *c, MDB_txn *txn)
     rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &c->meta);
     if (!rc) rc = mdb_put(txn, c->meta, &k, &v, 0);
     if (rc) return mdb_fail(c, rc, "creating the collection");
-    PATINA_TRY(write_meta(c, txn, "format", 4, PATINA_FORMAT));
+    PATINA_TRY(write_meta(c, txn, "format", 4, legacy ? 1 : PATINA_FORMAT));
     PATINA_TRY(write_meta(c, txn, "next_id", 8, 1));
+    if (!legacy) {
+        MDB_val rk = {4, "root"}, rv = {strlen(ROOT_DEFAULT), ROOT_DEFAULT};
+        if ((rc = mdb_put(txn, c->meta, &rk, &rv, 0)) != 0) return mdb_fail(c, rc, "creating the collection");
+    }
     return open_core(c, txn, MDB_CREATE, &absent);
 }
 
@@ -1013,6 +1032,7 @@ static patina_collection_t *collection_alloc(const char *dir, int readonly)
         return NULL;
     }
     c->readonly = readonly;
+    c->absdir = realpath(dir, NULL); /* NULL while the directory is being created */
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->cache_mu, NULL);
     pthread_rwlock_init(&c->maplock, NULL);
@@ -1170,13 +1190,13 @@ static char *parent_of(const char *dir)
     return p;
 }
 
-static patina_status init_collection(patina_collection_t *c, MDB_txn *txn);
+static patina_status init_collection(patina_collection_t *c, MDB_txn *txn, int legacy);
 
 /* Builds an empty collection in directory tmp and closes it (messages name
  * the target `dir`). Disk blocks for both files are reserved first, so that
  * a full disk shows as ENOSPC before LMDB writes anything. */
 static patina_status build_collection(const char *tmp, const char *dir, uint64_t map_size,
-                                      int default_map)
+                                      int default_map, int legacy)
 {
     patina_collection_t *c = NULL;
     char *lock = path_join(tmp, "lock.mdb"), *data = path_join(tmp, "data.mdb");
@@ -1205,7 +1225,7 @@ static patina_status build_collection(const char *tmp, const char *dir, uint64_t
     }
     if ((s = env_open(c, tmp, MDB_NOTLS, map_size, default_map)) != PATINA_OK) goto out;
     if ((s = private_begin(c, 1, &txn, "creating the collection")) != PATINA_OK) goto out;
-    if ((s = init_collection(c, txn)) != PATINA_OK) {
+    if ((s = init_collection(c, txn, legacy)) != PATINA_OK) {
         mdb_txn_abort(txn);
         goto out;
     }
@@ -1239,13 +1259,13 @@ static int put_in_place(const char *from, const char *to)
 /* Creates the collection `dir` atomically (state: DIR_MISSING or DIR_EMPTY).
  * PATINA_OK also when another process created it meanwhile. */
 static patina_status create_collection(const char *dir, int state, uint64_t map_size,
-                                       int default_map)
+                                       int default_map, int legacy)
 {
     char *tmp = NULL, *from = NULL, *to = NULL, *parent;
     patina_status s;
     int rc;
     PATINA_TRY(make_temp_dir(dir, state, &tmp));
-    s = build_collection(tmp, dir, map_size, default_map);
+    s = build_collection(tmp, dir, map_size, default_map, legacy);
     if (s == PATINA_OK && state == DIR_MISSING) {
         /* rename() onto a missing name, or an empty directory, is atomic;
          * another creator's collection there makes it fail. */
@@ -1301,6 +1321,7 @@ static void collection_destroy(patina_collection_t *c)
     pthread_mutex_destroy(&c->cache_mu);
     pthread_rwlock_destroy(&c->maplock);
     free(c->dir);
+    free(c->absdir);
     free(c);
 }
 
@@ -1389,7 +1410,7 @@ static patina_status open_new(patina_collection_t **out, const char *dir, int fl
      * another process has done it since our read. */
     if ((s = private_begin(c, 1, &txn, "creating the collection")) != PATINA_OK) goto fail;
     s = open_core(c, txn, 0, &absent);
-    if (s == PATINA_OK && absent) s = init_collection(c, txn);
+    if (s == PATINA_OK && absent) s = init_collection(c, txn, 0);
     if (s != PATINA_OK) {
         mdb_txn_abort(txn);
         goto fail;
@@ -1435,7 +1456,7 @@ patina_status patina_collection_open(patina_collection_t **out, const char *dir,
                                 "store: cannot create collection '%s': it keeps "
                                 "changing (other processes create and remove it)",
                                 dir);
-        PATINA_TRY(create_collection(dir, state, map_size, default_map));
+        PATINA_TRY(create_collection(dir, state, map_size, default_map, 0));
     }
     /* Once per process: a collection open already is shared. */
     pthread_mutex_lock(&registry_mu);
@@ -1530,7 +1551,7 @@ patina_status patina_collection_info(patina_collection_t *c, patina_collection_i
     }
     txn_abort(c, txn);
     if (s != PATINA_OK) return s;
-    info->format = PATINA_FORMAT;
+    info->format = atomic_load(&c->format);
     info->records = rs.ms_entries;
     info->next_id = next;
     info->tables = ts.ms_entries;
@@ -2096,13 +2117,98 @@ static patina_status write_full(patina_collection_t *c, int rc, const char *what
                         nospace_words(rc), c->dir, what);
 }
 
+/* ------------------------------------------------------ the content index */
+
+/* "sha" maps a SHA-256 (32 bytes) to the ids of the records with that
+ * content (u64 BE, sorted duplicates: the first is the lowest id). Format 1
+ * collections lack it; the first write here builds it. */
+
+/* The "sha" database for write transaction txn (mu held): the published
+ * handle; in a collection of format 1, the one another process's write
+ * made since this handle opened, or one made here: created, filled from
+ * the records and the format set to 2, all in txn. sha_settle publishes
+ * it once txn has committed. */
+static patina_status sha_ready(patina_collection_t *c, MDB_txn *txn, MDB_dbi *dbi)
+{
+    MDB_cursor *cur;
+    MDB_val k, v;
+    int rc;
+    if (atomic_load(&c->has_sha)) {
+        *dbi = c->sha;
+        return PATINA_OK;
+    }
+    if (c->sha_pending) {
+        *dbi = c->sha_new;
+        return PATINA_OK;
+    }
+    rc = mdb_dbi_open(txn, "sha", SHA_FLAGS, dbi);
+    if (rc == MDB_NOTFOUND) {
+        if ((rc = mdb_dbi_open(txn, "sha", MDB_CREATE | SHA_FLAGS, dbi)) != 0 ||
+            (rc = mdb_cursor_open(txn, c->records, &cur)) != 0)
+            return mdb_fail(c, rc, "building the content index");
+        for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+            uint8_t hash[32], id[8];
+            MDB_val hk = {32, hash}, hv = {8, id};
+            if (k.mv_size != 8 || v.mv_size < REC_HEADER) {
+                mdb_cursor_close(cur);
+                return corrupt(c, "bad record header");
+            }
+            memcpy(hash, (const uint8_t *)v.mv_data + 40, 32);
+            memcpy(id, k.mv_data, 8);
+            if ((rc = mdb_put(txn, *dbi, &hk, &hv, MDB_NODUPDATA)) != 0 && rc != MDB_KEYEXIST) break;
+        }
+        mdb_cursor_close(cur);
+        if (rc != MDB_NOTFOUND) return mdb_fail(c, rc, "building the content index");
+        PATINA_TRY(write_meta(c, txn, "format", 4, PATINA_FORMAT));
+    } else if (rc) {
+        return mdb_fail(c, rc, "opening the content index");
+    }
+    c->sha_new = *dbi;
+    c->sha_pending = 1;
+    return PATINA_OK;
+}
+
+/* After a write transaction (mu held): a content index it made or opened
+ * is published when it committed, dropped (LMDB closed it) when not. */
+static void sha_settle(patina_collection_t *c, int committed)
+{
+    if (!c->sha_pending) return;
+    c->sha_pending = 0;
+    if (!committed) return;
+    c->sha = c->sha_new;
+    atomic_store(&c->format, PATINA_FORMAT);
+    atomic_store(&c->has_sha, 1);
+}
+
+/* Adds (hash, id) to the content index: 0 or an LMDB error. */
+static int sha_add(MDB_txn *txn, MDB_dbi dbi, const uint8_t hash[32], uint64_t id)
+{
+    uint8_t ib[8];
+    MDB_val k = {32, (void *)hash}, v = {8, ib};
+    int rc;
+    put_be64(ib, id);
+    rc = mdb_put(txn, dbi, &k, &v, MDB_NODUPDATA);
+    return rc == MDB_KEYEXIST ? 0 : rc;
+}
+
+/* Removes (hash, id) from the content index (absent: nothing to do). */
+static int sha_del(MDB_txn *txn, MDB_dbi dbi, const uint8_t hash[32], uint64_t id)
+{
+    uint8_t ib[8];
+    MDB_val k = {32, (void *)hash}, v = {8, ib};
+    int rc;
+    put_be64(ib, id);
+    rc = mdb_del(txn, dbi, &k, &v);
+    return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
 /* The body of put (write txn, mu held). *full receives the LMDB code of a
  * failed LMDB call (full_code tells whether it means a full map or disk). */
 static patina_status put_batch(patina_collection_t *c, MDB_txn *txn, const char *spec,
                                size_t desc_bytes, const patina_insert_t *items, size_t n,
                                uint64_t *ids, int *full)
 {
-    MDB_dbi dbi;
+    MDB_dbi dbi, shadb;
     MDB_stat st;
     uint8_t kb[8], tb[8];
     uint8_t *rec = NULL;
@@ -2129,6 +2235,7 @@ static patina_status put_batch(patina_collection_t *c, MDB_txn *txn, const char 
     }
     PATINA_TRY(desc_open_in(c, txn, spec, 1, &dbi, &found));
     PATINA_TRY(read_meta(c, txn, "next_id", 8, &next_id));
+    PATINA_TRY(sha_ready(c, txn, &shadb));
 
     for (i = 0; i < n; i++) {
         const patina_insert_t *it = &items[i];
@@ -2144,15 +2251,22 @@ static patina_status put_batch(patina_collection_t *c, MDB_txn *txn, const char 
              * second family can be added to images already stored. */
             patina_record_t old;
             if ((s = get_record(c, txn, id, &old)) != PATINA_OK) goto out;
-            if (memcmp(old.sha256, it->sha256, 32) != 0 &&
-                (s = delete_descriptors(c, txn, id)) != PATINA_OK) {
-                patina_record_release(&old);
-                goto out;
+            if (memcmp(old.sha256, it->sha256, 32) != 0) {
+                if ((s = delete_descriptors(c, txn, id)) != PATINA_OK) {
+                    patina_record_release(&old);
+                    goto out;
+                }
+                if ((rc = sha_del(txn, shadb, old.sha256, id)) != 0 ||
+                    (rc = sha_add(txn, shadb, it->sha256, id)) != 0) {
+                    patina_record_release(&old);
+                    goto lmdb_error;
+                }
             }
             patina_record_release(&old);
             flags = 0;
         } else {
             id = next_id++;
+            if ((rc = sha_add(txn, shadb, it->sha256, id)) != 0) goto lmdb_error;
         }
         if (REC_HEADER + keylen > reccap) {
             uint8_t *r = realloc(rec, REC_HEADER + keylen);
@@ -2202,6 +2316,7 @@ static patina_status batch_end(patina_collection_t *c, MDB_txn *txn, patina_stat
                                                     : mdb_fail(c, rc, "committing a batch");
     }
     desc_settle(c, s == PATINA_OK);
+    sha_settle(c, s == PATINA_OK);
     locked_end(c);
     return s;
 }
@@ -2316,11 +2431,14 @@ patina_status patina_collection_remove(patina_collection_t *c, uint64_t id)
         uint64_t kid = 0;
         int found;
         size_t len = strlen(rec.key);
+        MDB_dbi shadb;
         s = len ? lookup_key(c, txn, rec.key, len, &kid, &found) : corrupt(c, "empty key");
         if (s == PATINA_OK && found && kid == id) {
             make_keyform(&kf, rec.key, len);
             rc = mdb_del(txn, c->keys, &kf.val, NULL);
         }
+        if (s == PATINA_OK && !rc && (s = sha_ready(c, txn, &shadb)) == PATINA_OK)
+            rc = sha_del(txn, shadb, rec.sha256, id);
         patina_record_release(&rec);
     }
     put_be64(kb, id);
@@ -2334,6 +2452,7 @@ patina_status patina_collection_remove(patina_collection_t *c, uint64_t id)
         s = full ? write_full(c, full, "removal") : mdb_fail(c, rc, "committing a removal");
     }
     desc_settle(c, s == PATINA_OK);
+    sha_settle(c, s == PATINA_OK);
     locked_end(c);
     return s;
 }
@@ -2464,4 +2583,354 @@ patina_status patina_snapshot_get_aux(patina_snapshot_t *snap, const char *name,
     s = aux_get_in(snap->c, snap->txn, name, &k, data, bytes);
     pthread_mutex_unlock(&snap->mu);
     return s;
+}
+
+/* ------------------------------------------------- content lookups */
+
+/* The lowest id with content `hash` in txn (*found 0 when none): through
+ * the content index, or in a collection without one by a scan of the records. */
+static patina_status sha_lookup(patina_collection_t *c, MDB_txn *txn, int indexed, const uint8_t hash[32],
+                                uint64_t *id, int *found)
+{
+    MDB_val k = {32, (void *)hash}, v;
+    MDB_cursor *cur;
+    int rc;
+    *found = 0;
+    if (indexed) {
+        rc = mdb_get(txn, c->sha, &k, &v); /* the first duplicate: the lowest id */
+        if (rc == MDB_NOTFOUND) return PATINA_OK;
+        if (rc) return mdb_fail(c, rc, "looking content up");
+        if (v.mv_size != 8) return corrupt(c, "bad content index entry");
+        *id = get_be64(v.mv_data);
+        *found = 1;
+        return PATINA_OK;
+    }
+    if ((rc = mdb_cursor_open(txn, c->records, &cur)) != 0) return mdb_fail(c, rc, "looking content up");
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+        if (k.mv_size == 8 && v.mv_size >= REC_HEADER && !memcmp((const uint8_t *)v.mv_data + 40, hash, 32)) {
+            *id = get_be64(k.mv_data);
+            *found = 1;
+            break;
+        }
+    mdb_cursor_close(cur);
+    return rc == 0 || rc == MDB_NOTFOUND ? PATINA_OK : mdb_fail(c, rc, "looking content up");
+}
+
+/* Makes the content index usable by readers of this handle when the
+ * collection has one (another process's write may have made it since this
+ * handle opened), or, on a writable handle, builds it. Leaves has_sha 0 only
+ * for a read-only handle of a collection without one. */
+static patina_status sha_publish(patina_collection_t *c, int writable)
+{
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    patina_status s;
+    int rc;
+    if (atomic_load(&c->has_sha)) return PATINA_OK;
+    if (writable) {
+        int nospace;
+        PATINA_TRY(locked_begin(c, 1, &txn, "building the content index"));
+        nospace = reserve_space(c, WRITE_OVERHEAD);
+        s = sha_ready(c, txn, &dbi);
+        if (s != PATINA_OK) {
+            mdb_txn_abort(txn);
+        } else if ((rc = mdb_txn_commit(txn)) != 0) {
+            int full = full_code(c, rc, nospace);
+            s = full ? write_full(c, full, "content index") : mdb_fail(c, rc, "committing the content index");
+        }
+        sha_settle(c, s == PATINA_OK);
+        locked_end(c);
+        return s;
+    }
+    /* A handle opened in a committed read transaction is process-wide. */
+    PATINA_TRY(locked_begin(c, 0, &txn, "opening the content index"));
+    rc = atomic_load(&c->has_sha) ? 0 : mdb_dbi_open(txn, "sha", SHA_FLAGS, &dbi);
+    if (rc == 0 && !atomic_load(&c->has_sha)) {
+        if ((rc = mdb_txn_commit(txn)) == 0) {
+            c->sha = dbi;
+            atomic_store(&c->format, PATINA_FORMAT);
+            atomic_store(&c->has_sha, 1);
+        }
+    } else {
+        mdb_txn_abort(txn);
+    }
+    locked_end(c);
+    return rc == 0 || rc == MDB_NOTFOUND ? PATINA_OK : mdb_fail(c, rc, "opening the content index");
+}
+
+patina_status patina_collection_get_by_sha256(patina_collection_t *c, const uint8_t sha256[32],
+                                              patina_record_t *rec)
+{
+    MDB_txn *txn;
+    patina_status s;
+    uint64_t id = 0;
+    int found = 0, writable;
+    if (!c || !sha256 || !rec) return patina__fail(PATINA_E_INVALID, "store: null argument");
+    writable = !c->readonly;
+    c = shared_of(c);
+    memset(rec, 0, sizeof *rec);
+    PATINA_TRY(sha_publish(c, writable));
+    PATINA_TRY(txn_begin(c, 0, &txn, "looking content up"));
+    s = sha_lookup(c, txn, atomic_load(&c->has_sha), sha256, &id, &found);
+    if (s == PATINA_OK && !found) {
+        char hex[65];
+        for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", sha256[i]);
+        s = patina__fail(PATINA_E_NOTFOUND, "store: no record with SHA-256 %s in '%s'", hex, c->dir);
+    } else if (s == PATINA_OK) {
+        s = get_record(c, txn, id, rec);
+        if (s == PATINA_E_NOTFOUND) s = corrupt(c, "content index entry without a record");
+    }
+    txn_abort(c, txn);
+    return s;
+}
+
+/* ------------------------------------------------------- roots and keys */
+
+#define ROOT_MAX 4096 /* bytes of a recorded root (a relative path) */
+
+/* The root recorded in the collection, relative to its directory: *rel
+ * malloc'd, NULL when the collection has none (made before roots). */
+static patina_status root_read(patina_collection_t *c, char **rel)
+{
+    MDB_txn *txn;
+    MDB_val k = {4, "root"}, v;
+    patina_status s = PATINA_OK;
+    int rc;
+    *rel = NULL;
+    PATINA_TRY(txn_begin(c, 0, &txn, "reading the root"));
+    rc = mdb_get(txn, c->meta, &k, &v);
+    if (rc == 0 && (v.mv_size == 0 || v.mv_size > ROOT_MAX || memchr(v.mv_data, 0, v.mv_size)))
+        s = corrupt(c, "bad root entry");
+    else if (rc == 0 && !(*rel = strndup(v.mv_data, v.mv_size)))
+        s = patina__fail(PATINA_E_NOMEM, "store: out of memory");
+    else if (rc && rc != MDB_NOTFOUND)
+        s = mdb_fail(c, rc, "reading the root");
+    txn_abort(c, txn);
+    return s;
+}
+
+/* `path` (absolute) with "." and ".." components and repeated slashes
+ * removed, lexically (malloc'd; NULL when out of memory). */
+static char *normalise(const char *path)
+{
+    size_t len = strlen(path), o = 0, i = 0;
+    char *out = malloc(len + 2);
+    if (!out) return NULL;
+    while (i < len) {
+        size_t j = i, n;
+        while (j < len && path[j] != '/') j++;
+        n = j - i;
+        if (n == 0 || (n == 1 && path[i] == '.')) {
+            /* nothing */
+        } else if (n == 2 && path[i] == '.' && path[i + 1] == '.') {
+            while (o > 0 && out[o - 1] != '/') o--;
+            if (o > 0) o--; /* the slash before the dropped component */
+        } else {
+            out[o++] = '/';
+            memcpy(out + o, path + i, n);
+            o += n;
+        }
+        i = j + 1;
+    }
+    if (o == 0) out[o++] = '/';
+    out[o] = '\0';
+    return out;
+}
+
+/* The absolute root: the collection's directory joined to rel, resolved
+ * (realpath) when it exists, else normalised lexically. */
+static patina_status root_abs(patina_collection_t *c, const char *rel, char **abs)
+{
+    char *joined, *r;
+    if (!c->absdir) return patina__fail(PATINA_E_IO, "store: cannot resolve the directory of '%s'", c->dir);
+    if (rel[0] == '/') joined = strdup(rel);
+    else if (asprintf(&joined, "%s/%s", c->absdir, rel) < 0) joined = NULL;
+    if (!joined) return patina__fail(PATINA_E_NOMEM, "store: out of memory");
+    r = realpath(joined, NULL);
+    if (!r) r = normalise(joined);
+    free(joined);
+    if (!r) return patina__fail(PATINA_E_NOMEM, "store: out of memory");
+    *abs = r;
+    return PATINA_OK;
+}
+
+/* The path of absolute, normalised `to` relative to directory `from` (the
+ * same), e.g. "..", "../photos", "." (malloc'd; NULL when out of memory). */
+static char *relative_to(const char *from, const char *to)
+{
+    size_t i = 0, common = 0, up = 0, len;
+    const char *rest;
+    char *out, *o;
+    /* the longest common prefix that ends at a component boundary */
+    while (from[i] && from[i] == to[i]) {
+        i++;
+        if ((from[i] == '/' || !from[i]) && (to[i] == '/' || !to[i])) common = i;
+    }
+    if (!strcmp(from, "/")) common = 0;
+    for (i = common; from[i]; i++)
+        if (from[i] == '/' && from[i + 1]) up++;
+    rest = to + common;
+    while (*rest == '/') rest++;
+    len = 3 * up + strlen(rest) + 2;
+    if (!(out = malloc(len))) return NULL;
+    o = out;
+    for (i = 0; i < up; i++) o += sprintf(o, i + 1 < up || *rest ? "../" : "..");
+    o += sprintf(o, "%s", rest);
+    if (o == out) strcpy(out, ".");
+    return out;
+}
+
+patina_status patina_collection_root(patina_collection_t *c, char **dir)
+{
+    char *rel;
+    patina_status s;
+    if (!c || !dir) return patina__fail(PATINA_E_INVALID, "store: null argument");
+    *dir = NULL;
+    c = shared_of(c);
+    PATINA_TRY(root_read(c, &rel));
+    if (!rel)
+        return patina__fail(PATINA_E_NOTFOUND,
+                            "store: '%s' has no root (it was made before collections recorded one: its "
+                            "keys are paths as they were given)",
+                            c->dir);
+    s = root_abs(c, rel, dir);
+    free(rel);
+    return s;
+}
+
+patina_status patina_collection_set_root(patina_collection_t *c, const char *dir)
+{
+    char *real = NULL, *rel = NULL, *old = NULL, *oldabs = NULL;
+    MDB_txn *txn;
+    MDB_val k = {4, "root"}, v;
+    struct stat st;
+    uint64_t next = 0;
+    patina_status s;
+    int rc;
+    if (!c || !dir || !*dir) return patina__fail(PATINA_E_INVALID, "store: null or empty root");
+    PATINA_TRY(check_writable(c, "set the root"));
+    c = shared_of(c);
+    if (!(real = realpath(dir, NULL)))
+        return patina__fail(errno == ENOENT ? PATINA_E_NOTFOUND : PATINA_E_IO, "store: root '%s': %s", dir,
+                            strerror(errno));
+    if (stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        free(real);
+        return patina__fail(PATINA_E_INVALID, "store: root '%s' is not a directory", dir);
+    }
+    if (!c->absdir || !(rel = relative_to(c->absdir, real))) {
+        free(real);
+        return c->absdir ? patina__fail(PATINA_E_NOMEM, "store: out of memory")
+                         : patina__fail(PATINA_E_IO, "store: cannot resolve the directory of '%s'", c->dir);
+    }
+    if (strlen(rel) > ROOT_MAX) {
+        s = patina__fail(PATINA_E_LIMIT, "store: root '%s' is %zu bytes away from the collection (max %d)", dir,
+                         strlen(rel), ROOT_MAX);
+        goto out;
+    }
+    if ((s = locked_begin(c, 1, &txn, "setting the root")) != PATINA_OK) goto out;
+    rc = mdb_get(txn, c->meta, &k, &v);
+    if (rc == 0 && !(old = strndup(v.mv_data, v.mv_size))) s = patina__fail(PATINA_E_NOMEM, "store: out of memory");
+    else if (rc && rc != MDB_NOTFOUND) s = mdb_fail(c, rc, "reading the root");
+    if (s == PATINA_OK) s = read_meta(c, txn, "next_id", 8, &next);
+    if (s == PATINA_OK && old && (s = root_abs(c, old, &oldabs)) == PATINA_OK && !strcmp(oldabs, real)) {
+        mdb_txn_abort(txn); /* the same root: nothing to write */
+        locked_end(c);
+        goto out;
+    }
+    if (s == PATINA_OK && next != 1)
+        s = old ? patina__fail(PATINA_E_INVALID,
+                               "store: the root of '%s' is '%s'; it was fixed when the collection was made "
+                               "(its keys are relative to it) and cannot change to '%s'",
+                               c->dir, oldabs, real)
+                : patina__fail(PATINA_E_INVALID,
+                               "store: '%s' was made before collections recorded a root: its keys are paths "
+                               "as they were given, and it keeps them (a root cannot be added to it)",
+                               c->dir);
+    v.mv_size = strlen(rel);
+    v.mv_data = rel;
+    if (s == PATINA_OK && (rc = mdb_put(txn, c->meta, &k, &v, 0)) != 0) s = mdb_fail(c, rc, "setting the root");
+    if (s != PATINA_OK) mdb_txn_abort(txn);
+    else if ((rc = mdb_txn_commit(txn)) != 0) s = mdb_fail(c, rc, "committing the root");
+    locked_end(c);
+out:
+    free(real);
+    free(rel);
+    free(old);
+    free(oldabs);
+    return s;
+}
+
+/* 1 when absolute `real` lies under directory `root` (both resolved). */
+static int under_root(const char *real, const char *root)
+{
+    size_t n = strlen(root);
+    if (!strcmp(root, "/")) return real[0] == '/';
+    return !strncmp(real, root, n) && (real[n] == '/' || real[n] == '\0');
+}
+
+patina_status patina_collection_key(patina_collection_t *c, const char *path, char **key)
+{
+    char *rel = NULL, *root = NULL, *real = NULL;
+    patina_status s;
+    if (!c || !path || !key) return patina__fail(PATINA_E_INVALID, "store: null argument");
+    *key = NULL;
+    if (!*path) return patina__fail(PATINA_E_INVALID, "store: empty path");
+    c = shared_of(c);
+    PATINA_TRY(root_read(c, &rel));
+    if (!rel) { /* made before roots: the path as given */
+        if (!(*key = strdup(path))) return patina__fail(PATINA_E_NOMEM, "store: out of memory");
+        return PATINA_OK;
+    }
+    s = root_abs(c, rel, &root);
+    free(rel);
+    if (s != PATINA_OK) return s;
+    if (!(real = realpath(path, NULL))) {
+        int err = errno;
+        free(root);
+        return patina__fail(err == ENOENT ? PATINA_E_NOTFOUND : err == ENOMEM ? PATINA_E_NOMEM : PATINA_E_IO,
+                            "store: cannot resolve '%s': %s", path, strerror(err));
+    }
+    if (!strcmp(real, root)) {
+        s = patina__fail(PATINA_E_INVALID, "store: '%s' is the root of '%s', not a file", path, c->dir);
+    } else if (under_root(real, root)) {
+        size_t skip = strcmp(root, "/") ? strlen(root) + 1 : 1;
+        if (!(*key = strdup(real + skip))) s = patina__fail(PATINA_E_NOMEM, "store: out of memory");
+    } else {
+        *key = real;
+        real = NULL;
+    }
+    free(real);
+    free(root);
+    return s;
+}
+
+patina_status patina_collection_key_path(patina_collection_t *c, const char *key, char **path)
+{
+    char *rel = NULL, *root = NULL;
+    patina_status s = PATINA_OK;
+    if (!c || !key || !path) return patina__fail(PATINA_E_INVALID, "store: null argument");
+    *path = NULL;
+    if (!*key) return patina__fail(PATINA_E_INVALID, "store: empty key");
+    c = shared_of(c);
+    PATINA_TRY(root_read(c, &rel));
+    if (!rel || key[0] == '/') {
+        *path = strdup(key);
+    } else {
+        s = root_abs(c, rel, &root);
+        if (s == PATINA_OK && asprintf(path, "%s%s%s", root, strcmp(root, "/") ? "/" : "", key) < 0) *path = NULL;
+    }
+    free(rel);
+    free(root);
+    if (s == PATINA_OK && !*path) s = patina__fail(PATINA_E_NOMEM, "store: out of memory");
+    return s;
+}
+
+/* ------------------------------------------------------------- test hooks */
+
+patina_status patina__collection_create_v1(const char *dir)
+{
+    int state = DIR_MISSING;
+    PATINA_TRY(check_dir(dir, PATINA_OPEN_CREATE, &state));
+    if (state == DIR_HAS_DATA) return patina__fail(PATINA_E_INVALID, "store: '%s' holds a collection already", dir);
+    return create_collection(dir, state, DEFAULT_MAP_SIZE, 1, 1);
 }
