@@ -225,6 +225,12 @@ static int parse_value(cli_value_t *v, const cli_opt_t *o, const char *shown, co
     case CLI_TEXT:
         ok = *text != '\0';
         if (ok) v->text = text;
+        if (ok && (o->flags & CLI_REPEAT)) { /* every value, in order */
+            const char **l = realloc(v->list, (v->nlist + 1) * sizeof *l);
+            if (!l) return fail(err, errsize, "out of memory");
+            l[v->nlist++] = text;
+            v->list = l;
+        }
         break;
     }
     if (ok) return CLI_PARSE_OK;
@@ -377,6 +383,11 @@ int cli_parse(cli_args_t *a, const cli_command_t *cmd, int argc, char *const *ar
 void cli_args_release(cli_args_t *a)
 {
     if (!a) return;
+    for (size_t i = 0; i < CLI_MAX_OPTS; i++) {
+        free(a->v[i].list);
+        a->v[i].list = NULL;
+        a->v[i].nlist = 0;
+    }
     free(a->operands);
     a->operands = NULL;
     a->noperands = 0;

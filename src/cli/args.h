@@ -31,7 +31,8 @@ typedef enum cli_type {
 
 enum {
     CLI_OPEN_MIN = 1, /* NUMBER: the value must be > min */
-    CLI_AUTO = 2      /* INT, NUMBER, BYTES: the word "auto" is also accepted */
+    CLI_AUTO = 2,     /* INT, NUMBER, BYTES: the word "auto" is also accepted */
+    CLI_REPEAT = 4    /* TEXT: may be given several times; every value is kept (list) */
 };
 
 typedef struct cli_opt {
@@ -56,7 +57,10 @@ typedef struct cli_value {
     long long i;          /* FLAG: 1 when given; INT; CHOICE: index of the word */
     uint64_t bytes;       /* BYTES */
     double num;           /* NUMBER */
-    const char *text;     /* TEXT and CHOICE: the word (borrowed from argv or the table) */
+    const char *text;     /* TEXT and CHOICE: the word (borrowed from argv or the table); the last */
+    const char **list;    /* CLI_REPEAT: every value given, in order (malloc'd array, strings
+                             borrowed; freed by cli_args_release) */
+    size_t nlist;
 } cli_value_t;
 
 typedef struct cli_args cli_args_t;
