@@ -502,11 +502,12 @@ static int path_under(const char *real, const char *dir)
 }
 
 /* GET .../images/KEY?content=1: the image's original bytes. The store keeps
- * no pixels, only the key, size and SHA-256; a key that is an absolute
- * path (what `patina index` and folder jobs store) is served from that
- * file when its resolved path is under --content-dir or --import-dir and
+ * no pixels, only the key, size and SHA-256; the file a key names
+ * (patina_collection_key_path: relative keys, what `patina index` and
+ * folder jobs store under the collection's root, are joined to the root) is
+ * served when its resolved path is under --content-dir or --import-dir and
  * its size and SHA-256 are still the record's. Otherwise 404 saying why
- * (uploaded images: their bytes were never kept). */
+ * (uploaded images: their keys name no file, their bytes were never kept). */
 static int h_image_content(req_t *r, scoll_t *sc, const patina_record_t *rec)
 {
     const server_t *srv = r->srv;
@@ -518,12 +519,18 @@ static int h_image_content(req_t *r, scoll_t *sc, const patina_record_t *rec)
     int fd;
     const char *ctype;
     struct MHD_Response *resp;
-    if (rec->key[0] != '/')
-        return reply_problem(r, 404, "image '%s' of '%s' has no stored content: the server keeps descriptors, not "
-                                     "pixels, and this key is not a file path",
-                             rec->key, sc->name);
-    if (!realpath(rec->key, real))
-        return reply_problem(r, 404, "image '%s': its file is gone (%s)", rec->key, strerror(errno));
+    char *file = NULL;
+    int found, err;
+    if (patina_collection_key_path(sc->c, rec->key, &file) != PATINA_OK)
+        return reply_problem(r, 503, "image '%s': %s", rec->key, patina_last_error());
+    found = realpath(file, real) != NULL;
+    err = errno;
+    free(file);
+    if (!found)
+        return reply_problem(r, 404, "image '%s' of '%s': no file with its key's path (%s): its file is gone, or "
+                                     "its key is not a file path (uploaded images keep no content: the server "
+                                     "keeps descriptors, not pixels)",
+                             rec->key, sc->name, strerror(err));
     if (!path_under(real, srv->content_dir) && !path_under(real, srv->import_dir))
         return reply_problem(r, 404, "image '%s': its file is not under --content-dir or --import-dir, so it is "
                                      "not served",
