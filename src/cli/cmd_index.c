@@ -91,7 +91,7 @@ const cli_command_t cli_cmd_index = {
 };
 
 typedef struct run {
-    int tty, quiet, verbose;
+    int tty, quiet, verbose, skip_dups;
 } run_t;
 
 static void on_report(void *user, const char *path, patina_status s, const char *msg)
@@ -119,7 +119,7 @@ static void fmt_time(char *buf, size_t n, double s)
 static void on_progress(void *user, const patina_index_stats_t *s)
 {
     run_t *r = user;
-    uint64_t done = s->indexed + s->skipped + s->failed;
+    uint64_t done = s->indexed + s->skipped + s->failed + (r->skip_dups ? s->duplicates : 0);
     double rate = s->seconds > 0 ? (double)done / s->seconds : 0;
     char eta[32];
     int width = 30, fill;
@@ -212,6 +212,7 @@ static int run_index(const cli_args_t *a)
     iopts.nvjpeg_share = share->is_auto ? -1.0 : share->num;
     run.quiet = (int)cli_get(a, "quiet")->i;
     run.verbose = (int)cli_get(a, "verbose")->i;
+    run.skip_dups = iopts.skip_duplicates;
     if ((s = patina_extractor_new(&ex, family)) != PATINA_OK) {
         cli_status_error("index", s);
         return EXIT_USAGE;
