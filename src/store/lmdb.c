@@ -2,22 +2,31 @@
  * back end. This file is the on-disk format and the locking; it knows
  * nothing of images or descriptor families (a descriptor is opaque bytes).
  *
- * On-disk format 1. One LMDB environment in the collection directory
+ * On-disk format 2. One LMDB environment in the collection directory
  * (data.mdb + lock.mdb) with these named databases:
  *
  *   "meta"        "magic"   -> "patina-collection"
  *                 "format"  -> u32 LE (PATINA_FORMAT)
  *                 "next_id" -> u64 LE, the id the next new record gets
+ *                 "root"    -> the root, a path relative to the collection's
+ *                              directory (absent: made before roots; file
+ *                              keys are then the paths as given)
  *   "records"     id (u64 BE) -> packed record (layout at pack_record)
  *   "keys"        key form -> id (u64 BE). The key form is the key's bytes
  *                 when it has at most KEY_INLINE_MAX bytes, else 0x00 +
  *                 SHA-256(key) (33 bytes; a C string never starts with NUL,
  *                 so the two forms cannot collide). The full key is in the
  *                 record and is compared on lookup.
+ *   "sha"         SHA-256 (32 bytes) -> ids (u64 BE, sorted duplicates):
+ *                 the content index, kept in step by every put and remove
  *   "tables"      spec -> u64 LE descriptor size in bytes
  *   "desc:<spec>" id (u64 BE) -> descriptor bytes, one database per table
  *   "meta" also holds "aux:<name>" -> bytes, the auxiliary blobs
  *                 (patina_collection_put_aux), opaque to the store
+ *
+ * Format 1 (before "sha" and "root") is read as it is; the first write
+ * transaction on it builds "sha" from the records and sets the format to 2
+ * (sha_ready).
  *
  * Big-endian ids make cursor order id order, so iteration and loading are
  * sequential scans and new ids are appended (MDB_APPEND) to the B-trees.
