@@ -21,7 +21,7 @@
 
 #include "testutil.h"
 
-static char *tmp;
+static char *tmp, *realtmp; /* realtmp: tmp with links resolved */
 static patina_context_t *ctx;
 static patina_extractor_t *ex;
 
@@ -111,6 +111,11 @@ static int setup(void **state)
         exit(77);
     }
     tmp = tu_tempdir("pipeline");
+    realtmp = tmp ? realpath(tmp, NULL) : NULL;
+    if (realtmp && strcmp(realtmp, tmp)) { /* keys are real paths: work in the real folder */
+        free(tmp);
+        tmp = strdup(realtmp);
+    }
     copts.threads = 3;
     if (!tmp || patina_context_new(&ctx, &copts) != PATINA_OK || patina_extractor_new(&ex, "cedd") != PATINA_OK)
         return -1;
@@ -125,6 +130,7 @@ static int teardown(void **state)
     if (system(cmd) != 0) { /* best effort */ }
     tu_remove_tree(tmp);
     free(tmp);
+    free(realtmp);
     patina_extractor_free(ex);
     patina_context_free(ctx);
     return 0;
@@ -264,8 +270,13 @@ static void expect_descriptors(patina_collection_t *c, char keys[][4096], size_t
     TU_OK(patina_extract_batch(ctx, ex, PATINA_DEVICE_CPU, want, imgs, n, st));
     for (i = 0; i < n; i++) {
         patina_record_t rec;
+        char *key;
         TU_OK(st[i]);
-        TU_OK(patina_collection_get_by_key(c, keys[i], &rec));
+        /* stored under the file's key: its path relative to the root, tmp */
+        TU_OK(patina_collection_key(c, keys[i], &key));
+        assert_string_equal(key, keys[i] + strlen(realtmp) + 1);
+        TU_OK(patina_collection_get_by_key(c, key, &rec));
+        patina_free(key);
         assert_int_equal(rec.width, imgs[i].width);
         assert_int_equal(rec.height, imgs[i].height);
         TU_OK(patina_collection_get_descriptor(c, patina_extractor_spec(ex), rec.id, got, bytes));
@@ -371,6 +382,214 @@ static void test_index_files(void **state)
     assert_int_equal(s.failed, 2);
     patina_collection_close(c);
     free_files(files, n);
+}
+
+
+/* ------------------------------------------------------- keys, duplicates */
+
+static void copy_file(const char *from, const char *to)
+{
+    FILE *f = fopen(from, "rb");
+    char buf[1 << 16];
+    size_t got;
+    FILE *g = fopen(to, "wb");
+    assert_non_null(f);
+    assert_non_null(g);
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) assert_int_equal(fwrite(buf, 1, got, g), got);
+    fclose(f);
+    fclose(g);
+}
+
+typedef struct dups {
+    size_t n;
+    char msg[8][1024];
+} dups_t;
+
+static void on_dup(void *user, const char *path, patina_status s, const char *msg)
+{
+    dups_t *d = user;
+    (void)path;
+    assert_int_equal(s, PATINA_OK);
+    if (d->n < 8) snprintf(d->msg[d->n], sizeof d->msg[0], "%s", msg);
+    d->n++;
+}
+
+/* The same file through several spellings is one record (keys relative to
+ * the collection's root); a new key with stored content is a duplicate:
+ * reported naming both keys, indexed as well, or not with skip_duplicates;
+ * equal files met in one run are duplicates too. */
+static void test_keys_and_duplicates(void **state)
+{
+    patina_collection_t *c;
+    patina_index_opts_t o;
+    patina_index_stats_t s;
+    dups_t d = {0};
+    char cwd[4096];
+    const char *one[1], *spell[4];
+    uint64_t count;
+    (void)state;
+    mkdir(tp("kd"), 0755);
+    mkdir(tp("kd/sub"), 0755);
+    write_jpeg(tp("kd/a.jpg"), 40, 30, 81);
+    write_jpeg(tp("kd/b.jpg"), 41, 31, 82);
+    copy_file(tp("kd/a.jpg"), tp("kd/sub/a-copy.jpg"));
+    assert_int_equal(symlink("kd", tp("kd-link")), 0);
+    patina_index_opts_init(&o);
+    assert_int_equal(o.skip_duplicates, 0);
+    o.device = PATINA_DEVICE_CPU;
+    o.on_duplicate = on_dup;
+    o.user = &d;
+    TU_OK(patina_collection_open(&c, tp("kd.patina"), PATINA_OPEN_CREATE, 0));
+    {
+        char **files;
+        size_t n;
+        one[0] = tp("kd");
+        TU_OK(patina_walk(&files, &n, one, 1, NULL, NULL));
+        assert_int_equal(n, 3);
+        TU_OK(patina_index_files(ctx, c, ex, (const char *const *)files, n, &o, &s));
+        free_files(files, n);
+    }
+    assert_int_equal(s.indexed, 3);
+    assert_int_equal(s.duplicates, 1); /* sub/a-copy.jpg: a.jpg's content, met earlier in the run */
+    assert_int_equal(d.n, 1);
+    assert_non_null(strstr(d.msg[0], "'kd/sub/a-copy.jpg' has the same content (SHA-256) as 'kd/a.jpg'"));
+    /* other spellings of the stored files: the same keys, skipped */
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    assert_int_equal(chdir(tp("kd/sub")), 0);
+    spell[0] = "../a.jpg";
+    spell[1] = tp("kd/./sub/../b.jpg");
+    spell[2] = tp("kd-link/a.jpg");
+    spell[3] = "./a-copy.jpg";
+    d.n = 0;
+    TU_OK(patina_index_files(ctx, c, ex, spell, 4, &o, &s));
+    assert_int_equal(chdir(cwd), 0);
+    assert_int_equal(s.indexed, 0);
+    assert_int_equal(s.skipped, 4);
+    assert_int_equal(s.duplicates, 0);
+    TU_OK(patina_collection_count(c, &count));
+    assert_int_equal(count, 3);
+    /* a new key with content stored under another one: reported; skip_duplicates leaves it out */
+    copy_file(tp("kd/b.jpg"), tp("kd/c.jpg"));
+    one[0] = tp("kd/c.jpg");
+    o.skip_duplicates = 1;
+    TU_OK(patina_index_files(ctx, c, ex, one, 1, &o, &s));
+    assert_int_equal(s.indexed, 0);
+    assert_int_equal(s.duplicates, 1);
+    assert_int_equal(d.n, 1);
+    assert_non_null(strstr(d.msg[0], "'kd/c.jpg' has the same content (SHA-256) as 'kd/b.jpg'; not indexed"));
+    TU_OK(patina_collection_count(c, &count));
+    assert_int_equal(count, 3);
+    o.skip_duplicates = 0;
+    TU_OK(patina_index_files(ctx, c, ex, one, 1, &o, &s));
+    assert_int_equal(s.indexed, 1);
+    assert_int_equal(s.duplicates, 1);
+    assert_non_null(strstr(d.msg[1], "indexed as well"));
+    TU_OK(patina_collection_count(c, &count));
+    assert_int_equal(count, 4);
+    patina_collection_close(c);
+}
+
+typedef struct seen {
+    size_t n;
+    char path[16][4096];
+} seen_t;
+
+static void on_seen(void *user, const char *path, patina_status s, const char *msg)
+{
+    seen_t *w = user;
+    (void)s;
+    assert_non_null(strstr(msg, path));
+    if (w->n < 16) snprintf(w->path[w->n], sizeof w->path[0], "%s", path);
+    w->n++;
+}
+
+/* A folder walk takes the files a loader recognises (by their bytes, not
+ * their names) and counts the others; include and exclude patterns (base
+ * name or path below the folder, case-insensitive, excludes win; an
+ * excluded folder is not entered); a file named is always taken. */
+static void test_walk_filters(void **state)
+{
+    patina_walk_opts_t o;
+    patina_walk_stats_t st;
+    seen_t w = {0};
+    char **files;
+    size_t n;
+    const char *paths[2];
+    const char *inc[1], *exc[2];
+    (void)state;
+    mkdir(tp("wf"), 0755);
+    mkdir(tp("wf/raw"), 0755);
+    mkdir(tp("wf/sub"), 0755);
+    write_jpeg(tp("wf/a.jpg"), 20, 20, 91);
+    write_jpeg(tp("wf/B.JPG"), 20, 20, 92);
+    write_jpeg(tp("wf/named-oddly.dat"), 20, 20, 93); /* a JPEG by its bytes */
+    write_jpeg(tp("wf/raw/r.jpg"), 20, 20, 94);
+    write_jpeg(tp("wf/sub/s.jpg"), 20, 20, 95);
+    assert_int_equal(tu_write_file(tp("wf/a.xmp"), "<x:xmpmeta/>\n", 13), 0);
+    assert_int_equal(tu_write_file(tp("wf/a.thm"), "thumb", 5), 0);
+    assert_int_equal(tu_write_file(tp("wf/empty.jpg"), "", 0), 0);
+    paths[0] = tp("wf");
+    patina_walk_opts_init(&o);
+    o.on_other = on_seen;
+    o.user = &w;
+    TU_OK(patina_walk(&files, &n, paths, 1, &o, &st));
+    assert_int_equal(n, 5);
+    assert_string_equal(files[0], tp("wf/B.JPG"));
+    assert_string_equal(files[1], tp("wf/a.jpg"));
+    assert_string_equal(files[2], tp("wf/named-oddly.dat"));
+    assert_string_equal(files[3], tp("wf/raw/r.jpg"));
+    assert_string_equal(files[4], tp("wf/sub/s.jpg"));
+    assert_int_equal(st.others, 3);
+    assert_int_equal(st.skipped, 0);
+    assert_int_equal(w.n, 3);
+    assert_string_equal(w.path[0], tp("wf/a.thm"));
+    free_files(files, n);
+    /* the default walk of patina_expand_paths is the same */
+    TU_OK(patina_expand_paths(&files, &n, paths, 1, NULL, NULL, NULL));
+    assert_int_equal(n, 5);
+    free_files(files, n);
+    /* patterns: --exclude raw (a folder) --exclude '*.jpg' (B.JPG too) */
+    exc[0] = "raw";
+    exc[1] = "*.jpg";
+    o.exclude = exc;
+    o.nexclude = 2;
+    w.n = 0;
+    TU_OK(patina_walk(&files, &n, paths, 1, &o, &st));
+    assert_int_equal(n, 1);
+    assert_string_equal(files[0], tp("wf/named-oddly.dat"));
+    assert_int_equal(st.others, 3 + 3); /* the non-images, B.JPG, a.jpg, sub/s.jpg; raw/ not entered */
+    free_files(files, n);
+    /* an include on the path below the folder; excludes still win */
+    inc[0] = "sub/*";
+    o.include = inc;
+    o.ninclude = 1;
+    o.nexclude = 0;
+    TU_OK(patina_walk(&files, &n, paths, 1, &o, &st));
+    assert_int_equal(n, 1);
+    assert_string_equal(files[0], tp("wf/sub/s.jpg"));
+    free_files(files, n);
+    o.nexclude = 2;
+    TU_OK(patina_walk(&files, &n, paths, 1, &o, &st));
+    assert_int_equal(n, 0);
+    free(files);
+    /* a file named is always taken; all_files takes every file of a walk */
+    o.ninclude = o.nexclude = 0;
+    paths[1] = tp("wf/a.xmp");
+    paths[0] = tp("wf/sub");
+    TU_OK(patina_walk(&files, &n, paths, 2, &o, &st));
+    assert_int_equal(n, 2);
+    assert_string_equal(files[1], tp("wf/a.xmp"));
+    free_files(files, n);
+    paths[0] = tp("wf");
+    o.all_files = 1;
+    TU_OK(patina_walk(&files, &n, paths, 1, &o, &st));
+    assert_int_equal(n, 8);
+    assert_int_equal(st.others, 0);
+    free_files(files, n);
+    /* an empty pattern is refused */
+    exc[0] = "";
+    o.nexclude = 1;
+    assert_int_equal(patina_walk(&files, &n, paths, 1, &o, &st), PATINA_E_INVALID);
 }
 
 /* --------------------------------------------------------------- load_files */
@@ -496,6 +715,8 @@ int main(void)
         cmocka_unit_test(test_walk_links),
         cmocka_unit_test(test_walk_problems),
         cmocka_unit_test(test_index_files),
+        cmocka_unit_test(test_keys_and_duplicates),
+        cmocka_unit_test(test_walk_filters),
         cmocka_unit_test(test_load_files),
         cmocka_unit_test(test_load_orientation),
     };

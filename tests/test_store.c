@@ -13,6 +13,7 @@
  * (and a pipe), and the parent checks. */
 #define _GNU_SOURCE
 #include "store/sha256_internal.h"
+#include "store/store_internal.h"
 #include "testutil.h"
 
 #include <errno.h>
@@ -505,7 +506,7 @@ static void test_put_get_replace_remove(void **state)
         patina_record_release(&r);
     }
     TU_OK(patina_collection_info(c, &info));
-    assert_int_equal(info.format, 1);
+    assert_int_equal(info.format, 2);
     assert_int_equal(info.records, 10);
     assert_int_equal(info.next_id, 13);
     assert_int_equal(info.tables, 2);
@@ -2118,6 +2119,240 @@ static int put_until_full(void *arg, int msgfd)
     return (int)s;
 }
 
+/* ------------------------------------------------------ roots and keys */
+
+#define tp_in(dir, ...) tu_path(dir, __VA_ARGS__)
+
+static void write_small(const char *path, const char *text)
+{
+    assert_int_equal(tu_write_file(path, text, strlen(text)), 0);
+}
+
+static char *key_of(patina_collection_t *c, const char *path)
+{
+    char *k = NULL;
+    TU_OK(patina_collection_key(c, path, &k));
+    return k;
+}
+
+/* A new collection's root is the folder that holds it; a file's key is its
+ * real path relative to the root whatever the spelling (./, .., a symbolic
+ * link, absolute), the absolute real path outside the root; key_path turns
+ * keys back into files, also after the collection and its folder moved. */
+static void test_roots_and_keys(void **state)
+{
+    char *dir = tu_tempdir("roots"), *real = realpath(dir, NULL), *coll = path_in(dir, "c.patina");
+    char *moved = path_in(dir, "moved"), cwd[4096], *k, *p, *other = tu_tempdir("outside");
+    char *oreal = realpath(other, NULL), want[8192];
+    patina_collection_t *c;
+    (void)state;
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_CREATE, 0));
+    TU_OK(patina_collection_root(c, &p));
+    assert_string_equal(p, real);
+    patina_free(p);
+    mkdir(tp_in(dir, "photos"), 0755);
+    mkdir(tp_in(dir, "photos/sub"), 0755);
+    write_small(tp_in(dir, "photos/sub/a.jpg"), "a");
+    assert_int_equal(symlink("photos/sub", tp_in(dir, "link")), 0);
+    write_small(tp_in(other, "o.jpg"), "o");
+    /* every spelling: one key */
+    k = key_of(c, tp_in(dir, "photos/sub/a.jpg"));
+    assert_string_equal(k, "photos/sub/a.jpg");
+    patina_free(k);
+    k = key_of(c, tp_in(dir, "photos/./sub/../sub/a.jpg"));
+    assert_string_equal(k, "photos/sub/a.jpg");
+    patina_free(k);
+    k = key_of(c, tp_in(dir, "link/a.jpg"));
+    assert_string_equal(k, "photos/sub/a.jpg");
+    patina_free(k);
+    assert_int_equal(chdir(tp_in(dir, "photos")), 0);
+    k = key_of(c, "./sub/a.jpg"); /* relative to the working directory, keyed from the root */
+    assert_string_equal(k, "photos/sub/a.jpg");
+    patina_free(k);
+    assert_int_equal(chdir(cwd), 0);
+    /* outside the root: the absolute real path */
+    k = key_of(c, tp_in(other, "o.jpg"));
+    snprintf(want, sizeof want, "%s/o.jpg", oreal);
+    assert_string_equal(k, want);
+    patina_free(k);
+    /* errors name the path */
+    expect_error(patina_collection_key(c, tp_in(dir, "photos/none.jpg"), &k), PATINA_E_NOTFOUND, "none.jpg");
+    assert_null(k);
+    expect_error(patina_collection_key(c, real, &k), PATINA_E_INVALID, "root");
+    /* key_path: relative keys under the root, absolute ones as they are */
+    TU_OK(patina_collection_key_path(c, "photos/sub/a.jpg", &p));
+    snprintf(want, sizeof want, "%s/photos/sub/a.jpg", real);
+    assert_string_equal(p, want);
+    patina_free(p);
+    TU_OK(patina_collection_key_path(c, "/x/y.jpg", &p));
+    assert_string_equal(p, "/x/y.jpg");
+    patina_free(p);
+    /* the root is fixed once the collection holds a record */
+    TU_OK(patina_collection_set_root(c, dir)); /* the same: nothing to do */
+    TU_OK(put_range(c, "k", 0, 1, 1, NULL));
+    expect_error(patina_collection_set_root(c, other), PATINA_E_INVALID, "cannot change");
+    expect_error(patina_collection_set_root(c, tp_in(dir, "nowhere")), PATINA_E_NOTFOUND, "nowhere");
+    TU_OK(patina_collection_set_root(c, real));
+    patina_collection_close(c);
+    /* the collection and its folder move together: the same keys name the moved files */
+    mkdir(moved, 0755);
+    assert_int_equal(rename(coll, tp_in(moved, "c.patina")), 0);
+    assert_int_equal(rename(tp_in(dir, "photos"), tp_in(moved, "photos")), 0);
+    TU_OK(patina_collection_open(&c, tp_in(moved, "c.patina"), PATINA_OPEN_READONLY, 0));
+    TU_OK(patina_collection_key_path(c, "photos/sub/a.jpg", &p));
+    {
+        char *mreal = realpath(moved, NULL);
+        snprintf(want, sizeof want, "%s/photos/sub/a.jpg", mreal);
+        free(mreal);
+    }
+    assert_string_equal(p, want);
+    assert_int_equal(access(p, R_OK), 0);
+    patina_free(p);
+    k = key_of(c, tp_in(moved, "photos/sub/a.jpg"));
+    assert_string_equal(k, "photos/sub/a.jpg");
+    patina_free(k);
+    patina_collection_close(c);
+    /* another root set before the first record: keys relative to it */
+    TU_OK(patina_collection_open(&c, tp_in(dir, "d.patina"), PATINA_OPEN_CREATE, 0));
+    TU_OK(patina_collection_set_root(c, tp_in(moved, "photos")));
+    TU_OK(patina_collection_set_root(c, other)); /* still empty: may change */
+    TU_OK(patina_collection_root(c, &p));
+    assert_string_equal(p, oreal);
+    patina_free(p);
+    k = key_of(c, tp_in(other, "o.jpg"));
+    assert_string_equal(k, "o.jpg");
+    patina_free(k);
+    patina_collection_close(c);
+    free(real);
+    free(oreal);
+    free(coll);
+    free(moved);
+    tu_remove_tree(dir);
+    tu_remove_tree(other);
+    free(dir);
+    free(other);
+}
+
+/* A collection made before roots and the content index (format 1) keeps
+ * its keys as given; its first write builds the content index and makes it
+ * format 2; content lookups work before (a scan) and after. */
+static void test_format1_collection(void **state)
+{
+    char *dir = tu_tempdir("v1"), *coll = path_in(dir, "old"), *k, *p;
+    patina_collection_t *c;
+    patina_collection_info_t info;
+    patina_record_t r;
+    uint8_t d[DA], sha[32];
+    patina_insert_t it;
+    (void)state;
+    TU_OK(patina__collection_create_v1(coll));
+    TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_READONLY, 0));
+    TU_OK(patina_collection_info(c, &info));
+    assert_int_equal(info.format, 1);
+    expect_error(patina_collection_root(c, &p), PATINA_E_NOTFOUND, "before");
+    TU_OK(patina_collection_key(c, "./a/../b.jpg", &k)); /* the path as given, even a missing one */
+    assert_string_equal(k, "./a/../b.jpg");
+    patina_free(k);
+    TU_OK(patina_collection_key_path(c, "rel/x.jpg", &p));
+    assert_string_equal(p, "rel/x.jpg");
+    patina_free(p);
+    patina_collection_close(c);
+    TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_WRITE, 0));
+    fill_insert(&it, "./mate/a.jpg", d, DA, 3);
+    memcpy(sha, it.sha256, 32);
+    TU_OK(patina_collection_put(c, SPEC_A, DA, &it, 1, NULL));
+    TU_OK(patina_collection_info(c, &info));
+    assert_int_equal(info.format, 2);
+    TU_OK(patina_collection_get_by_key(c, "./mate/a.jpg", &r));
+    patina_record_release(&r);
+    TU_OK(patina_collection_get_by_sha256(c, sha, &r));
+    assert_string_equal(r.key, "./mate/a.jpg");
+    patina_record_release(&r);
+    expect_error(patina_collection_set_root(c, dir), PATINA_E_INVALID, "made before");
+    expect_error(patina_collection_root(c, &p), PATINA_E_NOTFOUND, "before");
+    patina_collection_close(c);
+    /* a read-only handle opened on a format 1 collection finds the content index that another
+     * process's first write made (and the records it wrote) */
+    TU_OK(patina__collection_create_v1(tp_in(dir, "old2")));
+    TU_OK(patina_collection_open(&c, tp_in(dir, "old2"), PATINA_OPEN_READONLY, 0));
+    {
+        patina_insert_t two[2];
+        uint8_t d2[2][DA];
+        pid_t pid;
+        int status;
+        fill_insert(&two[0], "x", d2[0], DA, 5);
+        fill_insert(&two[1], "y", d2[1], DA, 5);
+        memcpy(sha, two[1].sha256, 32);
+        expect_error(patina_collection_get_by_sha256(c, sha, &r), PATINA_E_NOTFOUND, "SHA-256"); /* a scan */
+        pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            patina_collection_t *w;
+            int ok = patina_collection_open(&w, tp_in(dir, "old2"), PATINA_OPEN_WRITE, 0) == PATINA_OK &&
+                     patina_collection_put(w, SPEC_A, DA, two, 2, NULL) == PATINA_OK;
+            child_exit(ok ? 0 : 1);
+        }
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        TU_OK(patina_collection_get_by_sha256(c, sha, &r));
+        assert_string_equal(r.key, "y");
+        patina_record_release(&r);
+        TU_OK(patina_collection_info(c, &info));
+        assert_int_equal(info.format, 2);
+    }
+    patina_collection_close(c);
+    free(coll);
+    tu_remove_tree(dir);
+    free(dir);
+}
+
+/* The content index follows puts, replacements and removals: the lowest id
+ * with a content, none once its records are gone. */
+static void test_content_index(void **state)
+{
+    char *dir = tu_tempdir("shaidx"), *coll = path_in(dir, "c");
+    patina_collection_t *c, *ro;
+    patina_record_t r;
+    patina_insert_t it[3];
+    uint8_t d[3][DA], sha[32], sha2[32];
+    uint64_t ids[3];
+    (void)state;
+    TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_CREATE, 0));
+    fill_insert(&it[0], "a", d[0], DA, 1);
+    fill_insert(&it[1], "b", d[1], DA, 1);
+    fill_insert(&it[2], "c", d[2], DA, 1);
+    memcpy(it[1].sha256, it[0].sha256, 32); /* a and b: the same content */
+    memcpy(sha, it[0].sha256, 32);
+    memcpy(sha2, it[2].sha256, 32);
+    expect_error(patina_collection_get_by_sha256(c, sha, &r), PATINA_E_NOTFOUND, "SHA-256");
+    TU_OK(patina_collection_put(c, SPEC_A, DA, it, 3, ids));
+    TU_OK(patina_collection_get_by_sha256(c, sha, &r));
+    assert_string_equal(r.key, "a");
+    patina_record_release(&r);
+    TU_OK(patina_collection_remove(c, ids[0]));
+    TU_OK(patina_collection_get_by_sha256(c, sha, &r));
+    assert_string_equal(r.key, "b");
+    patina_record_release(&r);
+    /* b changes content: its old one is gone from the index, the new one found */
+    memcpy(it[1].sha256, sha2, 32);
+    it[1].sha256[5] ^= 1;
+    TU_OK(patina_collection_put(c, SPEC_A, DA, &it[1], 1, NULL));
+    expect_error(patina_collection_get_by_sha256(c, sha, &r), PATINA_E_NOTFOUND, "SHA-256");
+    TU_OK(patina_collection_get_by_sha256(c, it[1].sha256, &r));
+    assert_string_equal(r.key, "b");
+    patina_record_release(&r);
+    TU_OK(patina_collection_open(&ro, coll, PATINA_OPEN_READONLY, 0));
+    TU_OK(patina_collection_get_by_sha256(ro, sha2, &r));
+    assert_string_equal(r.key, "c");
+    patina_record_release(&r);
+    patina_collection_close(ro);
+    patina_collection_close(c);
+    free(coll);
+    tu_remove_tree(dir);
+    free(dir);
+}
+
 /* No space at all: opening never dies of SIGBUS (LMDB's lock file is a
  * shared writable map: a page of it the disk cannot back is SIGBUS); it
  * fails with PATINA_E_FULL, or reads when the lock file has its blocks. */
@@ -2411,6 +2646,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_short_file_with_free_tail),
         cmocka_unit_test(test_unwritable_files),
         cmocka_unit_test(test_two_handles_one_process),
+        cmocka_unit_test(test_roots_and_keys),
+        cmocka_unit_test(test_format1_collection),
+        cmocka_unit_test(test_content_index),
     };
     if (argc > 1 && !strcmp(argv[1], "disk")) {
         enter_mount_namespace();

@@ -3,9 +3,15 @@
  * files for other front ends (patina_load_files).
  *
  * Paths may be files or directories (recursed, sorted, hidden entries
- * skipped; see patina_expand_paths). A file whose key (the path as
- * given/walked) is already stored with the same SHA-256 is skipped, so an
- * interrupted run resumes. A file that fails (unreadable, corrupt,
+ * skipped, files no image loader recognises left out; see patina_walk).
+ * Each file is stored under its key (patina_collection_key: relative to
+ * the collection's root, whatever the spelling of its path). A file whose
+ * key is stored already with the same SHA-256 (and a descriptor in the
+ * table) is skipped, so an interrupted run resumes. A file under a new key
+ * whose content (SHA-256) is stored under another key, or met earlier in
+ * the run, is a duplicate: reported through on_duplicate, counted, and
+ * indexed as well (two files may be equal) unless skip_duplicates is set.
+ * A file that fails (unreadable, corrupt,
  * unsupported, over limit) is reported through on_error and counted; the
  * others still succeed. A file decoded with a decoder warning (damaged but
  * decodable data, see image.h) is reported through on_warning and counted;
@@ -27,7 +33,9 @@ extern "C" {
 typedef struct patina_index_stats {
     uint64_t files;      /* files found */
     uint64_t indexed;    /* newly stored (or replaced) */
-    uint64_t skipped;    /* already stored with the same content */
+    uint64_t skipped;    /* already stored under their key with the same content */
+    uint64_t duplicates; /* new keys whose content is stored under another key (or met earlier in
+                            the run): also counted as indexed, or, with skip_duplicates, only here */
     uint64_t failed;     /* could not be read, decoded or stored */
     uint64_t warned;     /* decoded with a decoder warning (also counted as indexed or, when
                             strict, as failed) */
@@ -84,6 +92,7 @@ typedef struct patina_index_opts {
      * 0 = PATINA_DEFAULT_BATCH_MEMORY. */
     uint64_t batch_memory;
     int strict;              /* decoder warnings fail the file (PATINA_E_CORRUPT) */
+    int skip_duplicates;     /* a duplicate (see above) is reported and not indexed */
     /* Called from the calling thread after each batch (may be NULL). */
     void (*progress)(void *user, const patina_index_stats_t *s);
     /* Called once per failed file, from the calling thread (may be NULL);
@@ -93,6 +102,9 @@ typedef struct patina_index_opts {
      * the file fails and on_error says why), from the calling thread (may be
      * NULL); the message names the file. */
     patina_file_report_fn on_warning;
+    /* Called once per duplicate, from the calling thread (may be NULL); the
+     * message names both keys. */
+    patina_file_report_fn on_duplicate;
     void *user;
     patina_jpeg_decoder jpeg_decoder; /* default PATINA_JPEG_LIBJPEG */
     /* With nvJPEG: the fraction of each batch's JPEGs it decodes while the
@@ -111,8 +123,45 @@ typedef struct patina_index_opts {
  * PATINA_OPTIONS_INDEX. patina_index_files checks opts against it. */
 PATINA_API void patina_index_opts_init(patina_index_opts_t *opts);
 
+/* What a folder walk takes (patina_walk). Files named in the paths are
+ * always taken; a file a walk reaches in a folder is taken when
+ *  - no exclude pattern matches it, and
+ *  - an include pattern matches it, when there are include patterns, and
+ *  - an image loader recognises its first 16 bytes (JPEG, PNG, Netpbm:
+ *    patina_format_sniff; the name does not matter), unless all_files.
+ * Patterns are fnmatch(3) globs, matched case-insensitively against the
+ * path below the walked folder ("2024/img.jpg") and against the base name
+ * ("img.jpg"); '*' also matches '/'. A folder matching an exclude pattern
+ * is not entered. Pattern lists are borrowed. */
+typedef struct patina_walk_opts {
+    const char *const *include;
+    size_t ninclude;
+    const char *const *exclude;
+    size_t nexclude;
+    int all_files;                     /* take every regular file (no sniffing) */
+    patina_file_report_fn on_error;    /* paths that cannot be used (may be NULL) */
+    patina_file_report_fn on_other;    /* files the walk leaves out, with why (may be NULL) */
+    void *user;
+} patina_walk_opts_t;
+
+typedef struct patina_walk_stats {
+    size_t skipped;  /* paths that could not be used (each reported through on_error) */
+    size_t others;   /* files a folder walk left out (not images, or by the patterns) */
+} patina_walk_stats_t;
+
+/* Fills opts with the defaults: no patterns, images only, no callbacks. */
+PATINA_API void patina_walk_opts_init(patina_walk_opts_t *opts);
+
+/* patina_expand_paths with options (opts NULL: the defaults); stats (may
+ * be NULL) receives the counts. */
+PATINA_API patina_status patina_walk(char ***files, size_t *n, const char *const *paths, size_t npaths,
+                                     const patina_walk_opts_t *opts, patina_walk_stats_t *stats);
+
 /* Expands paths (files and directories) into a list of files; *files is
- * malloc'd with malloc'd strings (free each, then the array).
+ * malloc'd with malloc'd strings (free each, then the array). This is
+ * patina_walk with the default options: folder walks take the files an
+ * image loader recognises and leave the others out silently (not counted
+ * in *skipped).
  *
  * Directories are walked depth first, entries of each in byte order of
  * their names; hidden entries (names starting with '.') are skipped;

@@ -1,16 +1,30 @@
 /* Collections: image records and descriptor tables in an LMDB environment.
  *
  * A collection is a directory holding data.mdb and lock.mdb. It holds image
- * records (id, key = path as indexed, file size, SHA-256 of the content,
- * file mtime, time added, width, height) and, per descriptor spec (e.g.
- * "cedd:compact=0"), a table of descriptors keyed by image id.
+ * records (id, key, file size, SHA-256 of the content, file mtime, time
+ * added, width, height), an index of the records by content (SHA-256) and,
+ * per descriptor spec (e.g. "cedd:compact=0"), a table of descriptors keyed
+ * by image id.
+ *
+ * Roots and keys. A collection records a root directory, kept relative to
+ * the collection's own directory ("..", the directory that holds the
+ * collection, unless set otherwise before its first record). The key of a
+ * file (patina_collection_key, what patina_index_files stores) is its real
+ * path (symbolic links resolved, no "." or "..") relative to the root when
+ * it lies under the root, else that real path, absolute: every spelling of
+ * one file gives one key, keys do not depend on the working directory,
+ * and a collection moved together with the files under its root keeps
+ * finding them (patina_collection_key_path). Collections made before roots
+ * have none: their keys are the paths as they were given, and stay so.
+ * Keys of records put directly (patina_collection_put, the server's
+ * uploads) are whatever the caller chose; the store does not interpret them.
  *
  * Guarantees.
  *  - Every write (patina_collection_put, _remove) is one transaction: it is
  *    committed whole or not at all. A crash of the process or the machine,
  *    a full disk or a full map loses nothing that was committed; an
- *    interrupted index run resumes by skipping keys whose content hash is
- *    already stored.
+ *    interrupted index run resumes by skipping keys stored with the same
+ *    content hash.
  *  - A full disk (ENOSPC, EDQUOT) fails the write with PATINA_E_FULL and a
  *    message saying "no space left on device"; the collection stays as it
  *    was and takes writes again once there is room.
@@ -104,7 +118,9 @@ PATINA_API void patina_record_release(patina_record_t *rec); /* frees key, zeroe
  * Without PATINA_OPEN_CREATE the directory must hold a collection:
  * PATINA_E_NOTFOUND for a missing directory, PATINA_E_FORMAT ("not a patina
  * collection") for any other directory or an LMDB file of another program,
- * and PATINA_E_FORMAT for a collection of another format version;
+ * and PATINA_E_FORMAT for a collection of a format this build does not
+ * read (it reads formats 1 and 2; a format 1 collection becomes format 2
+ * on its first write, docs/store.md);
  * PATINA_E_CORRUPT for a damaged data.mdb (see Guarantees); PATINA_E_IO
  * when data.mdb cannot be opened (for writing, without READONLY) or
  * lock.mdb cannot be opened for writing (readers need it too; on a
@@ -117,6 +133,32 @@ PATINA_API void patina_record_release(patina_record_t *rec); /* frees key, zeroe
 PATINA_API patina_status patina_collection_open(patina_collection_t **c, const char *dir, int flags,
                                                 uint64_t map_size);
 PATINA_API void patina_collection_close(patina_collection_t *c); /* accepts NULL */
+
+/* The collection's root as an absolute path (resolved where it exists):
+ * *dir malloc'd, free it with patina_free. PATINA_E_NOTFOUND for a
+ * collection made before roots (its keys are paths as given). */
+PATINA_API patina_status patina_collection_root(patina_collection_t *c, char **dir);
+
+/* Records `dir` (an existing directory; relative paths are taken from the
+ * working directory) as the root, stored relative to the collection's
+ * directory. Allowed only while the collection has never held a record
+ * (its next id is 1), or when dir is the recorded root already (then it
+ * does nothing): otherwise PATINA_E_INVALID with a message saying which
+ * root it has (or that it was made before roots). PATINA_E_NOTFOUND when
+ * dir does not exist. */
+PATINA_API patina_status patina_collection_set_root(patina_collection_t *c, const char *dir);
+
+/* The canonical key of the file at `path` (see "Roots and keys" above):
+ * *key malloc'd, free it with patina_free. The file must exist
+ * (PATINA_E_NOTFOUND / PATINA_E_IO, naming it, otherwise). A collection
+ * without a root gives the path as given. */
+PATINA_API patina_status patina_collection_key(patina_collection_t *c, const char *path, char **key);
+
+/* The file a key names: a relative key joined to the root, an absolute key
+ * as it is; a collection without a root gives the key as it is. *path
+ * malloc'd, free it with patina_free. Says nothing of whether the file
+ * exists or still has the record's content. */
+PATINA_API patina_status patina_collection_key_path(patina_collection_t *c, const char *key, char **path);
 
 /* Number of image records. */
 PATINA_API patina_status patina_collection_count(patina_collection_t *c, uint64_t *n);
@@ -150,6 +192,13 @@ PATINA_API patina_status patina_collection_table_info(patina_collection_t *c, co
 PATINA_API patina_status patina_collection_get_by_key(patina_collection_t *c, const char *key,
                                                       patina_record_t *rec);
 PATINA_API patina_status patina_collection_get(patina_collection_t *c, uint64_t id, patina_record_t *rec);
+
+/* The record with content `sha256` (the lowest id when several have it):
+ * PATINA_E_NOTFOUND when none. Through the content index; in a format 1
+ * collection a writable handle builds the index first (one write), a
+ * read-only one scans the records. rec as patina_collection_get. */
+PATINA_API patina_status patina_collection_get_by_sha256(patina_collection_t *c, const uint8_t sha256[32],
+                                                         patina_record_t *rec);
 
 /* One image to add, with its descriptor for table `spec`. */
 typedef struct patina_insert {

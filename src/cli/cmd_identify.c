@@ -57,6 +57,10 @@ static const cli_opt_t opts[] = {
     CLI_OPT_MAX_PIXELS,
     CLI_OPT_STRICT,
     CLI_OPT_EXIF_ORIENTATION,
+    {.name = "include", .type = CLI_TEXT, .arg = "GLOB", .flags = CLI_REPEAT,
+     .help = "folder walks take only files matching GLOB (repeatable; as for `index`)"},
+    {.name = "exclude", .type = CLI_TEXT, .arg = "GLOB", .flags = CLI_REPEAT,
+     .help = "folder walks leave out files and folders matching GLOB (repeatable)"},
     {.name = "quiet", .letter = 'q', .type = CLI_FLAG, .help = "no progress line"},
 };
 
@@ -156,6 +160,8 @@ static int run_identify(const cli_args_t *a)
     patina_load_opts_t lopts;
     char **files = NULL;
     size_t nfiles = 0, skipped = 0, done = 0, qbytes, i;
+    patina_walk_opts_t wopts;
+    patina_walk_stats_t wstats;
     patina_image_t *images = NULL;
     patina_load_result_t *lres = NULL;
     unsigned char *qrec = NULL;
@@ -205,8 +211,15 @@ static int run_identify(const cli_args_t *a)
         rc = s == PATINA_E_NOTFOUND || s == PATINA_E_INVALID ? EXIT_USAGE : EXIT_ERROR;
         goto out;
     }
-    if ((s = patina_expand_paths(&files, &nfiles, (const char *const *)a->operands + 1, a->noperands - 1,
-                                 &skipped, on_skip, NULL)) != PATINA_OK) {
+    patina_walk_opts_init(&wopts);
+    wopts.include = cli_get(a, "include")->all;
+    wopts.ninclude = cli_get(a, "include")->count;
+    wopts.exclude = cli_get(a, "exclude")->all;
+    wopts.nexclude = cli_get(a, "exclude")->count;
+    wopts.on_error = on_skip;
+    s = patina_walk(&files, &nfiles, (const char *const *)a->operands + 1, a->noperands - 1, &wopts, &wstats);
+    skipped = wstats.skipped;
+    if (s != PATINA_OK) {
         cli_status_error("identify", s);
         rc = EXIT_ERROR;
         goto out;

@@ -1,6 +1,7 @@
 /* patina index: add files and folders to a collection, with a progress bar. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,6 +38,17 @@ static const cli_opt_t opts[] = {
              "table is brought up to date with the images added"},
     {.name = "pivot-select", .type = CLI_CHOICE, .arg = "S", .choices = "farthest|random", .def = "farthest",
      .help = "how --pivots chooses pivots among the images: farthest-first or at random"},
+    {.name = "root", .type = CLI_TEXT, .arg = "DIR",
+     .help = "a new collection's root: keys are paths relative to it (default: the folder that "
+             "holds the collection); fixed once the collection holds an image"},
+    {.name = "include", .type = CLI_TEXT, .arg = "GLOB", .flags = CLI_REPEAT,
+     .help = "folder walks take only files matching GLOB (repeatable; see below)"},
+    {.name = "exclude", .type = CLI_TEXT, .arg = "GLOB", .flags = CLI_REPEAT,
+     .help = "folder walks leave out files and folders matching GLOB (repeatable; wins over --include)"},
+    {.name = "skip-duplicates", .type = CLI_FLAG,
+     .help = "do not index a file whose content (SHA-256) is stored under another key (it is "
+             "reported either way)"},
+    {.name = "verbose", .letter = 'v', .type = CLI_FLAG, .help = "name each file a folder walk leaves out"},
     {.name = "quiet", .letter = 'q', .type = CLI_FLAG, .help = "no progress bar and no summary"},
 };
 
@@ -49,21 +61,38 @@ const cli_command_t cli_cmd_index = {
     .about = "Adds images to COLLECTION (an LMDB directory, created if missing). Folders\n"
              "are walked recursively, entries in byte order of their names, hidden ones\n"
              "skipped; symbolic links are followed, and each folder and each file (by\n"
-             "device and inode) is taken once, under the first path the walk reaches. A\n"
-             "file already indexed under the same path with the same content (SHA-256)\n"
-             "is skipped, so an interrupted run resumes where it stopped.\n",
+             "device and inode) is taken once. A folder walk takes the files an image\n"
+             "loader recognises by their first bytes (JPEG, PNG, Netpbm) and counts the\n"
+             "others as \"other files skipped\" (-v names them); a file named on the\n"
+             "command line is always tried.\n"
+             "\n"
+             "Keys: a file's key is its real path (links resolved) relative to the\n"
+             "collection's root (--root; by default the folder that holds the collection),\n"
+             "or its absolute real path when it lies outside the root. So every spelling of\n"
+             "a path gives one record, and a collection moved together with its images\n"
+             "keeps working. Collections made before roots keep the paths as given.\n"
+             "\n"
+             "A file whose key is stored already with the same content (SHA-256) is\n"
+             "skipped, so an interrupted run resumes where it stopped. A file under a new\n"
+             "key whose content is stored under another key is reported as a duplicate\n"
+             "(both keys named) and indexed as well, unless --skip-duplicates.\n",
     .opts = opts,
     .nopts = sizeof opts / sizeof opts[0],
     .notes = "Each file that fails (unreadable, not an image, corrupt, over --max-pixels) and\n"
              "each path skipped (missing, a folder that cannot be read, a broken link) is\n"
              "reported on stderr; the others are indexed and the exit status is 1. A file\n"
              "decoded with a decoder warning is reported and indexed (exit status 0), or\n"
-             "fails with --strict. The summary counts all of these.\n",
+             "fails with --strict. The summary counts all of these. Files left out by a\n"
+             "folder walk and duplicates do not change the exit status.\n"
+             "\n"
+             "--include/--exclude: fnmatch(3) globs, case-insensitive, matched against the\n"
+             "path below the walked folder and against the file's name ('*' also matches\n"
+             "'/'): --exclude '*.thm' --exclude '@eaDir' --include '2024/*'.\n",
     .run = run_index,
 };
 
 typedef struct run {
-    int tty, quiet;
+    int tty, quiet, verbose, skip_dups;
 } run_t;
 
 static void on_report(void *user, const char *path, patina_status s, const char *msg)
@@ -72,6 +101,13 @@ static void on_report(void *user, const char *path, patina_status s, const char 
     if (r->tty && !r->quiet) fputs("\r\033[K", stderr);
     fprintf(stderr, "patina index: %s\n", msg && *msg ? msg : patina_status_str(s));
     (void)path;
+}
+
+/* A file a folder walk left out: named with -v only. */
+static void on_other(void *user, const char *path, patina_status s, const char *msg)
+{
+    run_t *r = user;
+    if (r->verbose) on_report(user, path, s, msg);
 }
 
 static void fmt_time(char *buf, size_t n, double s)
@@ -84,7 +120,7 @@ static void fmt_time(char *buf, size_t n, double s)
 static void on_progress(void *user, const patina_index_stats_t *s)
 {
     run_t *r = user;
-    uint64_t done = s->indexed + s->skipped + s->failed;
+    uint64_t done = s->indexed + s->skipped + s->failed + (r->skip_dups ? s->duplicates : 0);
     double rate = s->seconds > 0 ? (double)done / s->seconds : 0;
     char eta[32];
     int width = 30, fill;
@@ -155,6 +191,10 @@ static int run_index(const cli_args_t *a)
     patina_collection_t *coll = NULL;
     patina_index_stats_t stats;
     run_t run = {0};
+    const cli_value_t *root = cli_get(a, "root");
+    patina_walk_opts_t wopts;
+    patina_walk_stats_t wstats = {0};
+    char dups[128] = "", others[160] = "";
     char **files = NULL;
     size_t nfiles = 0, skipped = 0, i;
     int rc = EXIT_OK;
@@ -170,9 +210,12 @@ static int run_index(const cli_args_t *a)
     iopts.batch_memory = cli_get(a, "batch-memory")->bytes;
     iopts.strict = (int)cli_get(a, "strict")->i;
     iopts.apply_orientation = (int)cli_get(a, "exif-orientation")->i;
+    iopts.skip_duplicates = (int)cli_get(a, "skip-duplicates")->i;
     /* nvjpeg_share: 0 = all nvJPEG supports (the same as 1), negative = adapt */
     iopts.nvjpeg_share = share->is_auto ? -1.0 : share->num;
     run.quiet = (int)cli_get(a, "quiet")->i;
+    run.verbose = (int)cli_get(a, "verbose")->i;
+    run.skip_dups = iopts.skip_duplicates;
     if ((s = patina_extractor_new(&ex, family)) != PATINA_OK) {
         cli_status_error("index", s);
         return EXIT_USAGE;
@@ -186,7 +229,16 @@ static int run_index(const cli_args_t *a)
     iopts.progress = on_progress;
     iopts.on_error = on_report;
     iopts.on_warning = on_report;
+    iopts.on_duplicate = on_report;
     iopts.user = &run;
+    if (root->given) { /* checked before the collection is made, so a wrong --root leaves nothing */
+        struct stat st;
+        if (stat(root->text, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            cli_error("index", "--root '%s' is not a directory", root->text);
+            rc = EXIT_USAGE;
+            goto out;
+        }
+    }
     if (cli_context(&ctx, a) != 0) {
         rc = EXIT_ERROR;
         goto out;
@@ -196,7 +248,21 @@ static int run_index(const cli_args_t *a)
         rc = EXIT_ERROR;
         goto out;
     }
-    s = patina_expand_paths(&files, &nfiles, a->operands + 1, a->noperands - 1, &skipped, on_report, &run);
+    if (root->given && (s = patina_collection_set_root(coll, root->text)) != PATINA_OK) {
+        cli_status_error("index", s);
+        rc = s == PATINA_E_INVALID ? EXIT_USAGE : EXIT_ERROR;
+        goto out;
+    }
+    patina_walk_opts_init(&wopts);
+    wopts.include = cli_get(a, "include")->all;
+    wopts.ninclude = cli_get(a, "include")->count;
+    wopts.exclude = cli_get(a, "exclude")->all;
+    wopts.nexclude = cli_get(a, "exclude")->count;
+    wopts.on_error = on_report;
+    wopts.on_other = on_other;
+    wopts.user = &run;
+    s = patina_walk(&files, &nfiles, a->operands + 1, a->noperands - 1, &wopts, &wstats);
+    skipped = wstats.skipped;
     if (s != PATINA_OK) {
         cli_status_error("index", s);
         rc = EXIT_ERROR;
@@ -215,16 +281,22 @@ static int run_index(const cli_args_t *a)
     if (!run.quiet && stats.gpu_decoded)
         fprintf(stderr, "decoded %llu JPEG%s with nvJPEG, the others on the CPU\n",
                 (unsigned long long)stats.gpu_decoded, cli_plural(stats.gpu_decoded));
+    if (stats.duplicates)
+        snprintf(dups, sizeof dups, "; %llu duplicate%s (%s)", (unsigned long long)stats.duplicates,
+                 cli_plural(stats.duplicates), iopts.skip_duplicates ? "not indexed" : "indexed as well");
+    if (wstats.others)
+        snprintf(others, sizeof others, "; %zu other file%s skipped (not images, or by --include/--exclude%s)",
+                 wstats.others, cli_plural(wstats.others), run.verbose ? "" : "; -v names them");
     if (!run.quiet) {
         char rate[64] = ""; /* only when something was extracted: a re-run of unchanged files has no rate */
         if (stats.indexed && stats.seconds > 0)
             snprintf(rate, sizeof rate, "%.1f images/s, ", (double)stats.indexed / stats.seconds);
         fprintf(stderr,
                 "indexed %llu, skipped %llu (unchanged), failed %llu of %llu file%s, %llu with decoder "
-                "warnings; %zu path%s skipped; %.2f s (%s%s, device %s)\n",
+                "warnings; %zu path%s skipped%s%s; %.2f s (%s%s, device %s)\n",
                 (unsigned long long)stats.indexed, (unsigned long long)stats.skipped,
                 (unsigned long long)stats.failed, (unsigned long long)stats.files, cli_plural(stats.files),
-                (unsigned long long)stats.warned, skipped, cli_plural(skipped), stats.seconds, rate,
+                (unsigned long long)stats.warned, skipped, cli_plural(skipped), dups, others, stats.seconds, rate,
                 patina_extractor_spec(ex), patina_device_name(stats.device));
     }
     if (stats.failed || skipped) rc = EXIT_PARTIAL;

@@ -18,8 +18,10 @@ const cli_command_t cli_cmd_rm = {
     .operands = "COLLECTION KEY... | --id COLLECTION ID...",
     .min_operands = 2,
     .max_operands = -1,
-    .about = "Removes images and all their descriptors. A key is the path as it was indexed\n"
-             "(see 'patina ls'). Stored pivot tables (-f signature) drop the images' rows.\n",
+    .about = "Removes images and all their descriptors. A KEY is an image's key (see\n"
+             "'patina ls'), or the path of an indexed file in any spelling (its key is\n"
+             "found as `index` makes it). Stored pivot tables (-f signature) drop the\n"
+             "images' rows.\n",
     .opts = opts,
     .nopts = sizeof opts / sizeof opts[0],
     .notes = "With --id every ID is checked before anything is removed: one that is not a\n"
@@ -97,7 +99,22 @@ static int run_rm(const cli_args_t *a)
             id = ids[i];
         } else {
             patina_record_t rec;
+            char *key = NULL;
             s = patina_collection_get_by_key(coll, a->operands[1 + i], &rec);
+            if (s == PATINA_E_NOTFOUND) {
+                /* not a key: a path of an indexed file, in any spelling (its key is canonical) */
+                char msg[1024];
+                snprintf(msg, sizeof msg, "%s", patina_last_error());
+                if (patina_collection_key(coll, a->operands[1 + i], &key) == PATINA_OK &&
+                    strcmp(key, a->operands[1 + i]) != 0 && patina_collection_get_by_key(coll, key, &rec) == PATINA_OK)
+                    s = PATINA_OK;
+                patina_free(key);
+                if (s != PATINA_OK) {
+                    cli_error("rm", "%s", msg); /* what the operand's own lookup said */
+                    rc = EXIT_PARTIAL;
+                    continue;
+                }
+            }
             if (s != PATINA_OK) {
                 cli_status_error("rm", s);
                 rc = s == PATINA_E_NOTFOUND ? EXIT_PARTIAL : EXIT_ERROR;

@@ -122,6 +122,9 @@ static const entry_t index_opts[] = {
     {OPT_BOOL("strict", "0", "decoder warnings fail the file"), FLD_INT, X_OFF(strict), 0, 0},
     {OPT_BOOL("apply_orientation", "0", "JPEGs turned upright by their EXIF orientation (0: as stored, LIRE's pixels)"),
      FLD_INT, X_OFF(apply_orientation), 0, 0},
+    {OPT_BOOL("skip_duplicates", "0", "a new key whose content is stored under another key is reported and not "
+              "indexed"),
+     FLD_INT, X_OFF(skip_duplicates), 0, 0},
     {OPT_ENUM("jpeg_decoder", "libjpeg|nvjpeg", "libjpeg", "JPEG decoder: libjpeg (the reference's pixels) or nvjpeg"),
      FLD_ENUM, X_OFF(jpeg_decoder), 0, 0},
 };

@@ -14,6 +14,8 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <fnmatch.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,7 @@
 #include <sys/stat.h>
 #include <pthread.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/context.h"
 #include "features/family.h"
@@ -129,9 +132,9 @@ static int idset_add(idset_t *s, dev_t dev, ino_t ino)
 typedef struct walk {
     strvec_t out;        /* files found, in walk order */
     idset_t dirs, files; /* visited directories, listed files */
-    size_t skipped;
-    patina_file_report_fn on_error;
-    void *user;
+    size_t skipped, others;
+    const patina_walk_opts_t *o;
+    size_t base;         /* bytes of the walked operand's prefix ("dir/") in entries' paths */
 } walk_t;
 
 #define WALK_MAX_DEPTH 256
@@ -149,7 +152,52 @@ static void walk_skip(walk_t *w, const char *path, patina_status s, const char *
     va_end(ap);
     patina__fail(s, "%s", msg);
     w->skipped++;
-    if (w->on_error) w->on_error(w->user, path, s, msg);
+    if (w->o->on_error) w->o->on_error(w->o->user, path, s, msg);
+}
+
+/* 1 when `rel` (the path below the walked folder) or its base name matches
+ * one of the n patterns (fnmatch, case-insensitive, '*' also matches '/'). */
+static int matches(const char *const *pat, size_t n, const char *rel)
+{
+    const char *base = strrchr(rel, '/');
+    size_t i;
+    base = base ? base + 1 : rel;
+    for (i = 0; i < n; i++)
+        if (fnmatch(pat[i], rel, FNM_CASEFOLD) == 0 || fnmatch(pat[i], base, FNM_CASEFOLD) == 0) return 1;
+    return 0;
+}
+
+/* 1 when a loader recognises the file's first bytes, or it cannot be read
+ * (the indexing then says why). */
+static int looks_like_image(const char *path)
+{
+    unsigned char head[16];
+    ssize_t got;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return 1;
+    got = read(fd, head, sizeof head);
+    close(fd);
+    if (got < 0) return 1;
+    return patina_format_sniff(head, (size_t)got) != PATINA_FORMAT_UNKNOWN;
+}
+
+/* Whether the folder walk takes file p (its inode not yet looked at): the
+ * patterns, then the loaders. A file left out is counted and reported. */
+static int walk_takes(walk_t *w, const char *p)
+{
+    const patina_walk_opts_t *o = w->o;
+    const char *rel = strlen(p) > w->base ? p + w->base : p, *why = NULL;
+    char msg[1024];
+    if (o->nexclude && matches(o->exclude, o->nexclude, rel)) why = "it matches an exclude pattern";
+    else if (o->ninclude && !matches(o->include, o->ninclude, rel)) why = "it matches no include pattern";
+    else if (!o->all_files && !looks_like_image(p)) why = "no image loader recognises its first bytes";
+    if (!why) return 1;
+    w->others++;
+    if (o->on_other) {
+        snprintf(msg, sizeof msg, "index: '%s' left out: %s", p, why);
+        o->on_other(o->user, p, PATINA_OK, msg);
+    }
+    return 0;
 }
 
 static patina_status nomem(void) { return patina__fail(PATINA_E_NOMEM, "index: out of memory listing files"); }
@@ -224,12 +272,15 @@ static patina_status walk_dir(walk_t *w, const char *dir, int depth)
                 walk_skip(w, p, PATINA_E_IO, "index: cannot examine '%s': %s; skipped", p, strerror(err));
             free(p);
         } else if (S_ISDIR(st.st_mode)) {
-            int r = idset_add(&w->dirs, st.st_dev, st.st_ino);
+            const char *rel = strlen(p) > w->base ? p + w->base : p;
+            int r = w->o->nexclude && matches(w->o->exclude, w->o->nexclude, rel) ? 0 /* pruned */
+                                                                                  : idset_add(&w->dirs, st.st_dev, st.st_ino);
             if (r < 0) s = nomem();
             else if (r > 0) s = walk_dir(w, p, depth + 1); /* else visited: a link back, or twice */
             free(p);
         } else if (S_ISREG(st.st_mode)) {
-            s = walk_file(w, p, &st);
+            if (walk_takes(w, p)) s = walk_file(w, p, &st);
+            else free(p);
         } else {
             free(p); /* sockets, FIFOs, devices */
         }
@@ -239,20 +290,49 @@ static patina_status walk_dir(walk_t *w, const char *dir, int depth)
     return s;
 }
 
+void patina_walk_opts_init(patina_walk_opts_t *opts)
+{
+    if (opts) memset(opts, 0, sizeof *opts);
+}
+
 patina_status patina_expand_paths(char ***files, size_t *n, const char *const *paths,
                                   size_t npaths, size_t *skipped, patina_file_report_fn on_error,
                                   void *user)
 {
+    patina_walk_opts_t o;
+    patina_walk_stats_t st;
+    patina_status s;
+    patina_walk_opts_init(&o);
+    o.on_error = on_error;
+    o.user = user;
+    s = patina_walk(files, n, paths, npaths, &o, &st);
+    if (skipped) *skipped = s == PATINA_OK ? st.skipped : 0;
+    return s;
+}
+
+patina_status patina_walk(char ***files, size_t *n, const char *const *paths, size_t npaths,
+                          const patina_walk_opts_t *opts, patina_walk_stats_t *stats)
+{
     walk_t w;
     size_t i;
     patina_status s = PATINA_OK;
+    patina_walk_opts_t def;
     if (!files || !n || (npaths && !paths)) return patina__fail(PATINA_E_INVALID, "index: NULL argument");
     *files = NULL;
     *n = 0;
-    if (skipped) *skipped = 0;
+    if (stats) memset(stats, 0, sizeof *stats);
+    if (!opts) {
+        patina_walk_opts_init(&def);
+        opts = &def;
+    }
+    if ((opts->ninclude && !opts->include) || (opts->nexclude && !opts->exclude))
+        return patina__fail(PATINA_E_INVALID, "index: NULL pattern list");
+    for (i = 0; i < opts->ninclude + opts->nexclude; i++) {
+        const char *pat = i < opts->ninclude ? opts->include[i] : opts->exclude[i - opts->ninclude];
+        if (!pat || !*pat) return patina__fail(PATINA_E_INVALID, "index: empty file pattern");
+    }
     memset(&w, 0, sizeof w);
-    w.on_error = on_error;
-    w.user = user;
+    w.o = opts;
     for (i = 0; i < npaths && s == PATINA_OK; i++) {
         struct stat st;
         if (stat(paths[i], &st) != 0) {
@@ -261,9 +341,12 @@ patina_status patina_expand_paths(char ***files, size_t *n, const char *const *p
                       "index: cannot access '%s': %s", paths[i], strerror(err));
         } else if (S_ISDIR(st.st_mode)) {
             int r = idset_add(&w.dirs, st.st_dev, st.st_ino);
+            size_t len = strlen(paths[i]);
+            /* entries are "<operand>/<name>" ("<operand><name>" after a trailing slash) */
+            w.base = len + (len && paths[i][len - 1] == '/' ? 0 : 1);
             if (r < 0) s = nomem();
             else if (r > 0) s = walk_dir(&w, paths[i], 0);
-        } else {
+        } else { /* a file named: always tried */
             char *p = strdup(paths[i]);
             if (!p) s = nomem();
             else if (S_ISREG(st.st_mode)) s = walk_file(&w, p, &st);
@@ -279,7 +362,10 @@ patina_status patina_expand_paths(char ***files, size_t *n, const char *const *p
         strvec_free(&w.out);
         return s;
     }
-    if (skipped) *skipped = w.skipped;
+    if (stats) {
+        stats->skipped = w.skipped;
+        stats->others = w.others;
+    }
     *files = w.out.v;
     *n = w.out.n;
     return PATINA_OK;
@@ -287,10 +373,14 @@ patina_status patina_expand_paths(char ***files, size_t *n, const char *const *p
 
 /* ------------------------------------------------------------------ indexing */
 
-typedef enum { SLOT_EMPTY, SLOT_READ, SLOT_SKIP, SLOT_FAILED, SLOT_DECODED } slot_state;
+/* SLOT_DUP: a duplicate left out (skip_duplicates). */
+typedef enum { SLOT_EMPTY, SLOT_READ, SLOT_SKIP, SLOT_DUP, SLOT_FAILED, SLOT_DECODED } slot_state;
 
 typedef struct slot {
     const char *path;          /* borrowed from files[] */
+    char *key;                 /* its key in the collection (malloc'd; indexing only) */
+    int have_key;              /* a record with this key exists */
+    char *dup_of;              /* a duplicate: the other key with this content (malloc'd) */
     slot_state state;
     void *data;                /* encoded bytes (malloc'd) until decoded */
     size_t size;
@@ -377,8 +467,55 @@ static void decode_one(void *arg, size_t i, int worker)
 static void slot_clear(slot_t *s)
 {
     free(s->data);
+    free(s->key);
+    free(s->dup_of);
     patina_image_release(&s->img);
     memset(s, 0, sizeof *s);
+}
+
+/* Contents met in a run: SHA-256 -> index of the first file with it in
+ * files[]. Open addressing, linear probing, at most half full. */
+typedef struct shaent {
+    uint8_t sha[32];
+    size_t file;
+    int used;
+} shaent_t;
+
+typedef struct shaset {
+    shaent_t *v;   /* (cap) slots, cap a power of two */
+    size_t n, cap;
+} shaset_t;
+
+static size_t shaset_slot(const shaset_t *s, const uint8_t sha[32])
+{
+    uint64_t h;
+    size_t i;
+    memcpy(&h, sha, 8); /* a SHA-256 is uniform already */
+    for (i = (size_t)h & (s->cap - 1); s->v[i].used && memcmp(s->v[i].sha, sha, 32); i = (i + 1) & (s->cap - 1)) {}
+    return i;
+}
+
+/* The first file with content sha; adds `file` as it when there is none
+ * (then returns `file`). (size_t)-1 when out of memory. */
+static size_t shaset_first(shaset_t *s, const uint8_t sha[32], size_t file)
+{
+    size_t i, k;
+    if (2 * (s->n + 1) > s->cap) {
+        shaset_t g = {calloc(s->cap ? 2 * s->cap : 1024, sizeof(shaent_t)), 0, s->cap ? 2 * s->cap : 1024};
+        if (!g.v) return (size_t)-1;
+        for (k = 0; k < s->cap; k++)
+            if (s->v[k].used) g.v[shaset_slot(&g, s->v[k].sha)] = s->v[k];
+        g.n = s->n;
+        free(s->v);
+        *s = g;
+    }
+    i = shaset_slot(s, sha);
+    if (s->v[i].used) return s->v[i].file;
+    memcpy(s->v[i].sha, sha, 32);
+    s->v[i].file = file;
+    s->v[i].used = 1;
+    s->n++;
+    return file;
 }
 
 /* One window of files: stages 1-3 fill it (produce), stages 4-5 drain it
@@ -402,6 +539,8 @@ typedef struct producer {
     double share;             /* nvJPEG's share of the JPEGs (adapted unless fixed) */
     int share_fixed;
     double t_read, t_decode;  /* stage times, collected into the stats by the consumer */
+    int skip_dups;
+    shaset_t seen;            /* contents met in this run: SHA-256 -> first file */
 } producer_t;
 
 /* ---- nvJPEG next to the CPU workers ---- */
@@ -551,6 +690,38 @@ static size_t cut_by_memory(slot_t *slots, size_t take, uint64_t budget)
     return i;
 }
 
+/* After stage 1 (the window cut): marks the files of new keys whose
+ * content is stored under another key, or was met earlier in this run
+ * (windows are produced in file order, so the run's set also covers files
+ * whose batch is not committed yet); with skip_dups they are left out. */
+static void find_duplicates(producer_t *p, window_t *w)
+{
+    size_t i;
+    for (i = 0; i < w->take; i++) {
+        slot_t *s = &w->slots[i];
+        size_t file = w->first + i, prev;
+        patina_record_t rec;
+        if (s->state != SLOT_READ && s->state != SLOT_SKIP) continue;
+        prev = shaset_first(&p->seen, s->sha, file);
+        if (s->have_key || s->state != SLOT_READ) continue;
+        if (prev != file && prev != (size_t)-1) {
+            if (patina_collection_key(p->c, p->files[prev], &s->dup_of) != PATINA_OK) s->dup_of = strdup(p->files[prev]);
+        } else if (patina_collection_get_by_sha256(p->c, s->sha, &rec) == PATINA_OK) {
+            if (strcmp(rec.key, s->key)) {
+                s->dup_of = rec.key;
+                rec.key = NULL;
+            }
+            patina_record_release(&rec);
+        }
+        if (s->dup_of && p->skip_dups) {
+            s->state = SLOT_DUP;
+            free(s->data);
+            s->data = NULL;
+        }
+    }
+    patina_clear_error();
+}
+
 /* Stages 1-3 for the files from `first`: read + hash + probe, skip what is
  * stored, cut at the memory budget, decode. Sets w->take (>= 1 when first < n). */
 static void produce(producer_t *p, window_t *w, size_t first)
@@ -564,10 +735,16 @@ static void produce(producer_t *p, window_t *w, size_t first)
     for (i = 0; i < take; i++) {
         patina_record_t rec;
         slot_t *s = &w->slots[i];
+        patina_status r;
         s->path = p->files[first + i];
+        if ((r = patina_collection_key(p->c, s->path, &s->key)) != PATINA_OK) {
+            slot_fail(s, r);
+            continue;
+        }
         /* "Already indexed" = same key, and a descriptor in this table
          * (a second family over stored images is not skipped). */
-        if (patina_collection_get_by_key(p->c, s->path, &rec) == PATINA_OK) {
+        if (patina_collection_get_by_key(p->c, s->key, &rec) == PATINA_OK) {
+            s->have_key = 1;
             if (patina_collection_get_descriptor(p->c, patina_extractor_spec(p->ex), rec.id,
                                                  p->probe, p->desc_bytes) == PATINA_OK) {
                 s->have_old = 1;
@@ -579,6 +756,7 @@ static void produce(producer_t *p, window_t *w, size_t first)
     patina_clear_error();
     patina_pool_run(p->pool, take, read_one, &job);
     w->take = cut_by_memory(w->slots, take, p->budget);
+    find_duplicates(p, w);
     t1 = patina_now();
     p->t_read += t1 - t0;
     if (w->jdec) decode_split(p, w, &job);
@@ -679,6 +857,7 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     /* With overlap two windows are in flight: each gets half the memory. */
     prod.budget = overlap ? opts.batch_memory / 2 : opts.batch_memory;
     prod.probe = malloc(desc_bytes ? desc_bytes : 1);
+    prod.skip_dups = opts.skip_duplicates != 0;
     prod.share_fixed = opts.nvjpeg_share >= 0;
     prod.share = opts.nvjpeg_share > 0 ? (opts.nvjpeg_share < 1 ? opts.nvjpeg_share : 1)
                  : opts.nvjpeg_share == 0 ? 1.0 : 0.7;
@@ -751,7 +930,7 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
                     extract_error(s->error, sizeof s->error, ctx, ex, &s->img, s->path, st[i]);
                     continue;
                 }
-                items[ni].key = s->path;
+                items[ni].key = s->key;
                 items[ni].size = s->size;
                 memcpy(items[ni].sha256, s->sha, 32);
                 items[ni].mtime = s->mtime;
@@ -769,6 +948,13 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
             for (i = 0; i < w->take; i++) {
                 slot_t *s = &w->slots[i];
                 stats->warned += s->report.warnings > 0;
+                if (s->dup_of) {
+                    char msg[PATINA_ERROR_MAX];
+                    stats->duplicates++;
+                    snprintf(msg, sizeof msg, "index: '%s' has the same content (SHA-256) as '%s'; %s", s->key,
+                             s->dup_of, s->state == SLOT_DUP ? "not indexed (skip duplicates)" : "indexed as well");
+                    if (opts.on_duplicate) opts.on_duplicate(opts.user, s->path, PATINA_OK, msg);
+                }
                 if (s->state == SLOT_FAILED) {
                     stats->failed++;
                     if (opts.on_error) opts.on_error(opts.user, s->path, s->status, s->error);
@@ -805,6 +991,7 @@ done:
     }
     stats->seconds = patina_now() - t0;
     free(prod.probe);
+    free(prod.seen.v);
     free(imgs);
     free(st);
     free(items);

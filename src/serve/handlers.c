@@ -514,9 +514,10 @@ static int content_dir_holds(const server_t *srv, const char *real)
 }
 
 /* The file of an image, for ?content=1 and ?thumbnail=N (one rule for
- * both). The store keeps no pixels, only the key, size and SHA-256; a key
- * that is an absolute path (what `patina index` and folder jobs store) is
- * served from that file when its resolved path is under --content-dir or
+ * both). The store keeps no pixels, only the key, size and SHA-256; the
+ * file a key names (patina_collection_key_path: relative keys, what `patina
+ * index` and folder jobs store under the collection's root, are joined to
+ * the root) is served when its resolved path is under a --content-dir or
  * --import-dir and it still has the record's size and (when read) SHA-256.
  * data NULL: those checks without reading the file; else the file's bytes
  * (at most max_bytes) into *data (malloc'd, rec->size bytes). 0, or the
@@ -532,18 +533,26 @@ static unsigned content_file(const server_t *srv, const scoll_t *sc, const patin
     size_t done = 0;
     int fd;
     if (data) *data = NULL;
-    if (rec->key[0] != '/') {
-        snprintf(why, whysize, "image '%s' of '%s' has no stored content: the server keeps descriptors, not "
-                               "pixels, and this key is not a file path",
-                 rec->key, sc->name);
-        return 404;
-    }
-    if (!realpath(rec->key, real)) {
-        snprintf(why, whysize, "image '%s': its file is gone (%s)", rec->key, strerror(errno));
-        return 404;
+    {
+        char *file = NULL;
+        int found, err;
+        if (patina_collection_key_path(sc->c, rec->key, &file) != PATINA_OK) {
+            snprintf(why, whysize, "image '%s': %s", rec->key, patina_last_error());
+            return 503;
+        }
+        found = realpath(file, real) != NULL;
+        err = errno;
+        free(file);
+        if (!found) {
+            snprintf(why, whysize,
+                     "image '%s' of '%s': no file with its key's path (%s): its file is gone, or its key is not a "
+                     "file path (uploaded images keep no content: the server keeps descriptors, not pixels)",
+                     rec->key, sc->name, strerror(err));
+            return 404;
+        }
     }
     if (!content_dir_holds(srv, real) && !path_under(real, srv->import_dir)) {
-        snprintf(why, whysize, "image '%s': its file is not under --content-dir or --import-dir, so it is not served",
+        snprintf(why, whysize, "image '%s': its file is not under a --content-dir or --import-dir, so it is not served",
                  rec->key);
         return 404;
     }

@@ -33,7 +33,12 @@ import warnings
 
 PATINA = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "build/patina"
 ONLY = sys.argv[2:]
-TMP = tempfile.mkdtemp(prefix="patina-serve-test-")
+TMP = os.path.realpath(tempfile.mkdtemp(prefix="patina-serve-test-"))
+# The tests run in TMP, where the collections are: the key of an image that
+# `patina index` stores is its path relative to the collection's root (the
+# folder that holds the collection), so the relative paths written here are
+# the keys too.
+os.chdir(TMP)
 
 # ------------------------------------------------------------------ images
 
@@ -68,7 +73,7 @@ def write_images(folder, n, seed0, w=64, h=48):
         p = os.path.join(folder, "img%03d.ppm" % i)
         with open(p, "wb") as f:
             f.write(ppm(w, h, seed0 + i))
-        paths.append(p)
+        paths.append(os.path.relpath(p, TMP) if p.startswith(TMP + os.sep) else p)
     return paths
 
 
@@ -338,7 +343,7 @@ MAIN = Server([os.path.join(TMP, "photos"), os.path.join(TMP, "refs.patina"), os
               "--content-dir", os.path.join(TMP, "imgs"), "--create", "-q")  # --create: "empty"
 load_openapi(MAIN.json("GET", "/openapi.json"))
 MAIN.json("GET", "/openapi.json")  # checked, now that the document is known
-KEY0 = IMG[0]  # keys are the paths as indexed
+KEY0 = IMG[0]  # "imgs/img000.ppm": the key is the path relative to the root, TMP
 
 # ------------------------------------------------------------------- tests
 
@@ -665,8 +670,8 @@ def test_jobs():
     j = s.json("POST", "/v1/collections/photos/jobs", {"folder": os.path.join(IMPORT, "batch")}, status=202, token=True)
     j = wait_job(s, j["id"])
     expect(j["state"] == "done" and j["files"] == 12 and j["indexed"] == 12 and j["failed"] == 0, j)
-    key = os.path.join(os.path.realpath(IMPORT), "batch", "img005.ppm")
-    expect(s.json("GET", "/v1/collections/photos/images/" + key)["key"] == key, "job's record (a key may start with /)")
+    key = "import/batch/img005.ppm"  # relative to the collection's root, TMP
+    expect(s.json("GET", "/v1/collections/photos/images/" + key)["key"] == key, "job's record")
     hits = s.json("POST", "/v1/collections/photos/search", {"key": key, "k": 1})["hits"]
     expect(hits[0]["key"] == key, "a job's rows are searched (stale indexes reloaded)")
     j2 = wait_job(s, s.json("POST", "/v1/collections/photos/jobs", {"folder": os.path.join(IMPORT, "batch")}, status=202, token=True)["id"])
@@ -1117,7 +1122,7 @@ def test_image_content():
     p = s.json("GET", "/v1/collections/photos/images/uploaded/c.ppm?content=1", status=404)
     expect("not a file path" in p["detail"], p)
     # a file changed since it was indexed
-    path = os.path.join(TMP, "imgs", "changed.ppm")
+    path = os.path.join("imgs", "changed.ppm")
     with open(path, "wb") as f:
         f.write(ppm(30, 30, 78))
     index(os.path.join(TMP, "photos"), [path])
@@ -1165,7 +1170,9 @@ def test_thumbnail():
     with open(huge, "wb") as f:
         f.write(b"P6\n1200 1000\n255\n" + bytes(3 * 1200 * 1000))
     index(os.path.join(TMP, "photos"), [big, huge])
-    url = "/v1/collections/photos/images/" + big
+    # keys: the files' paths relative to the collection's root (TMP, the folder that holds it)
+    bigk, hugek = os.path.relpath(big, TMP), os.path.relpath(huge, TMP)
+    url = "/v1/collections/photos/images/" + bigk
     try:
         hit0, miss0 = thumb_counts(s)
         r = s.request("GET", url + "?thumbnail=100")
@@ -1210,7 +1217,7 @@ def test_thumbnail():
         s.json("GET", "/v1/collections/photos/images/uploaded/same.ppm?thumbnail=100", status=404)
         s.json("GET", "/v1/collections/photos/images/nope.ppm?thumbnail=64", status=404)
         # a file over the server's pixel limit does not decode here
-        p = s.json("GET", "/v1/collections/photos/images/" + huge + "?thumbnail=64", status=422)
+        p = s.json("GET", "/v1/collections/photos/images/" + hugek + "?thumbnail=64", status=422)
         expect("exceeds the limit" in p["detail"], p)
         # a changed file: 404 (and a cached thumbnail of the old content is not served for it)
         with open(big, "wb") as f:
@@ -1218,10 +1225,38 @@ def test_thumbnail():
         p = s.json("GET", url + "?thumbnail=100", status=404)
         expect("changed" in p["detail"], p)
     finally:
-        for k in (big, huge, "uploaded/t.ppm", "uploaded/same.ppm"):
+        for k in (bigk, hugek, "uploaded/t.ppm", "uploaded/same.ppm"):
             s.request("DELETE", "/v1/collections/photos/images/" + k, token=True)
         for f in (big, huge):
             os.remove(f)
+
+
+def test_moved_collection():
+    """A collection moved together with its images (keys relative to its
+    root): ?content=1 serves the files from their new place (under
+    --content-dir), search finds the same keys, and the CLI indexing the
+    moved folder finds every image stored already."""
+    base = os.path.join(TMP, "trip")
+    pics = write_images(os.path.join(base, "pics"), 4, 8800)
+    coll = os.path.join(base, "trip.patina")
+    subprocess.run([PATINA, "index", coll, os.path.join(base, "pics"), "-q"], check=True, cwd="/")
+    moved = os.path.join(TMP, "trip-moved")
+    os.rename(base, moved)
+    srv = Server([os.path.join(moved, "trip.patina")], "--content-dir", os.path.join(moved, "pics"), "-q")
+    try:
+        key = "pics/img002.ppm"
+        with open(os.path.join(moved, key), "rb") as f:
+            want = f.read()
+        r = srv.request("GET", "/v1/collections/trip.patina/images/" + key + "?content=1")
+        expect(r.status == 200 and r.data == want, (r.status, r.data[:200]))
+        hits = srv.json("POST", "/v1/collections/trip.patina/search", {"key": key, "k": 2})["hits"]
+        expect(hits[0]["key"] == key and hits[0]["distance"] == 0, hits)
+    finally:
+        expect(srv.stop() == 0, "exit status")
+    out = subprocess.run([PATINA, "index", os.path.join(moved, "trip.patina"), os.path.join(moved, "pics")],
+                         check=True, capture_output=True, text=True)
+    expect("indexed 0, skipped 4 (unchanged)" in out.stderr, out.stderr)
+    expect(len(pics) == 4, pics)
 
 
 def test_connection_limits():
@@ -1401,9 +1436,10 @@ def test_content_dirs():
         with open(out, "wb") as f:
             f.write(ppm(20, 20, 91))
         index(os.path.join(TMP, "photos"), [out])
-        p = srv.json("GET", "/v1/collections/photos/images/" + out + "?content=1", status=404)
+        outk = os.path.relpath(out, TMP)  # the key: relative to the collection's root
+        p = srv.json("GET", "/v1/collections/photos/images/" + outk + "?content=1", status=404)
         expect("--content-dir" in p["detail"], p)
-        srv.json("DELETE", "/v1/collections/photos/images/" + out, token=True)
+        srv.json("DELETE", "/v1/collections/photos/images/" + outk, token=True)
         os.remove(out)
     finally:
         expect(srv.stop() == 0, "exit status")
@@ -1459,9 +1495,9 @@ def test_coverage():
 
 TESTS = [test_basics, test_images, test_search, test_signature_pivots, test_damaged_pivots, test_tables_follow_writes,
          test_search_queue_full, test_identify, test_jobs,
-         test_jobs_cancel_and_queue, test_jobs_file, test_malformed, test_image_content, test_thumbnail, test_connection_limits, test_concurrent,
-         test_kill9_durability, test_external_writes, test_sigterm, test_tls, test_security, test_create,
-         test_content_dirs, test_unauthorized, test_coverage]
+         test_jobs_cancel_and_queue, test_jobs_file, test_malformed, test_image_content, test_thumbnail,
+         test_moved_collection, test_connection_limits, test_concurrent, test_kill9_durability, test_external_writes,
+         test_sigterm, test_tls, test_security, test_create, test_content_dirs, test_unauthorized, test_coverage]
 
 
 def main():
