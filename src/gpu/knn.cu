@@ -911,9 +911,9 @@ static patina_status tc_knn_pass(patina_gpu_t *g, knn_state_t *st, const knn_cop
     return s;
 }
 
-patina_status knn_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
-                           const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
-                           uint8_t *cpu, size_t *paths)
+static patina_status knn_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
+                                  const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
+                                  uint8_t *cpu, size_t *paths)
 {
     knn_state_t *st;
     knn_copy_t *c;
@@ -952,9 +952,9 @@ patina_status knn_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, const u
     return s;
 }
 
-patina_status range_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
-                             const double *qv, size_t nq, double radius, size_t max_hits, patina_hit_t **hits,
-                             size_t *counts, uint8_t *cpu, size_t *paths)
+static patina_status range_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
+                                    const double *qv, size_t nq, double radius, size_t max_hits, patina_hit_t **hits,
+                                    size_t *counts, uint8_t *cpu, size_t *paths)
 {
     knn_state_t *st;
     knn_copy_t *c;
@@ -987,6 +987,14 @@ patina_status range_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, const
         }
     }
     return PATINA_OK;
+}
+
+patina_status search_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
+                              const double *qv, size_t nq, const pgpu_req_t *rq, patina_hit_t *hits,
+                              patina_hit_t **lists, size_t *counts, uint8_t *cpu, size_t *paths)
+{
+    if (rq->k) return knn_resident(g, idx, queries, qv, nq, rq->k, hits, counts, cpu, paths);
+    return range_resident(g, idx, queries, qv, nq, rq->radius, rq->max_hits, lists, counts, cpu, paths);
 }
 
 /* ---- the pinned host tier: one pass over its chunks (knn_stream.cu) ---- */

@@ -335,13 +335,11 @@ void make_perm(uint32_t *perm, size_t n);
 /* The tensor-core engine's per-call buffers (grown, never shrunk). */
 patina_status tc_buffers(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *c, size_t qb, size_t dense,
                          size_t per);
-/* k-NN and range search on the index's device copy (made if needed). */
-patina_status knn_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
-                           const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
-                           uint8_t *cpu, size_t *paths);
-patina_status range_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
-                             const double *qv, size_t nq, double radius, size_t max_hits, patina_hit_t **hits,
-                             size_t *counts, uint8_t *cpu, size_t *paths);
+/* The request rq on the index's device copy (made if needed): k-NN into
+ * hits (nq, k), range into lists (patina_gpu_knn's contract). */
+patina_status search_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
+                              const double *qv, size_t nq, const pgpu_req_t *rq, patina_hit_t *hits,
+                              patina_hit_t **lists, size_t *counts, uint8_t *cpu, size_t *paths);
 /* One pass of m queries over a whole tier, its chunks streamed through
  * the two chunk buffers. */
 patina_status tier_pass(patina_gpu_t *g, knn_state_t *st, knn_tier_t *t, const uint8_t *q, size_t qbytes,

@@ -74,9 +74,7 @@ static void free_lists(patina_hit_t **hits, size_t nq)
  * hits[q] malloc'd, at most max_hits); a chunk's answers in ch / chl, cc,
  * ccpu (per-call scratch). */
 typedef struct chunk_call {
-    size_t k;
-    double radius;
-    size_t max_hits;
+    pgpu_req_t rq;
     patina_hit_t *hits, **lists;
     size_t *counts;
     patina_hit_t *ch, **chl, *mg;
@@ -88,9 +86,10 @@ typedef struct chunk_call {
 static patina_status chunk_merge(chunk_call_t *cl, size_t q)
 {
     if (!cl->lists) { /* the k best of the two sorted lists */
-        patina_hit_t *dst = cl->hits + q * cl->k, *src = cl->ch + q * cl->k;
+        const size_t k = cl->rq.k;
+        patina_hit_t *dst = cl->hits + q * k, *src = cl->ch + q * k;
         size_t i = 0, j = 0, m = 0;
-        while (m < cl->k && (i < cl->counts[q] || j < cl->cc[q]))
+        while (m < k && (i < cl->counts[q] || j < cl->cc[q]))
             cl->mg[m++] = j >= cl->cc[q] || (i < cl->counts[q] && !hit_before(&src[j], &dst[i])) ? dst[i++] : src[j++];
         memcpy(dst, cl->mg, m * sizeof *cl->mg);
         cl->counts[q] = m;
@@ -102,7 +101,7 @@ static patina_status chunk_merge(chunk_call_t *cl, size_t q)
         if (!u) return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory for hits");
         memcpy(u + cl->counts[q], cl->chl[q], cl->cc[q] * sizeof *u);
         qsort(u, m, sizeof *u, by_hit);
-        if (cl->max_hits && m > cl->max_hits) m = cl->max_hits;
+        if (cl->rq.max_hits && m > cl->rq.max_hits) m = cl->rq.max_hits;
         cl->lists[q] = u;
         cl->counts[q] = m;
     }
@@ -295,13 +294,15 @@ void tier_view(const knn_tier_t *t, size_t j, int b, knn_copy_t *v)
     v->ptab = t->ptab;
 }
 
-/* k-NN (lists NULL: hits (nq, k)) or range (lists: hits[q] malloc'd, at
- * most max_hits) of nq queries through the tier of idx. */
+/* The request rq (k-NN: hits (nq, k); range: lists[q] malloc'd, at most
+ * max_hits) of nq queries through the tier of idx. */
 static patina_status search_tier(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries, size_t nq,
-                                 size_t k, double radius, size_t max_hits, patina_hit_t *hits, patina_hit_t **lists,
-                                 size_t *counts, uint8_t *cpu, size_t *paths)
+                                 const pgpu_req_t *rq, patina_hit_t *hits, patina_hit_t **lists, size_t *counts,
+                                 uint8_t *cpu, size_t *paths)
 {
-    const int range = lists != NULL;
+    const int range = rq->k == 0;
+    const size_t k = rq->k, max_hits = rq->max_hits;
+    const double radius = rq->radius;
     const size_t take = range ? 0 : k < idx->live ? k : idx->live, bytes = idx->bytes;
     const size_t call_bytes = g->budget / 8, pilot_bytes = call_bytes < TC_PILOT_BYTES ? call_bytes : TC_PILOT_BYTES;
     knn_state_t *st;
@@ -483,9 +484,7 @@ static patina_status search_chunked(patina_gpu_t *g, const pgpu_knn_index_t *idx
                 image_free(g, im);
                 st->rec = im;
             }
-            s = cl->lists ? range_resident(g, &v, queries, qv, nq, cl->radius, cl->max_hits, cl->chl, cl->cc, cl->ccpu,
-                                           a == 0 ? p : NULL)
-                          : knn_resident(g, &v, queries, qv, nq, cl->k, cl->ch, cl->cc, cl->ccpu, a == 0 ? p : NULL);
+            s = search_resident(g, &v, queries, qv, nq, &cl->rq, cl->ch, cl->chl, cl->cc, cl->ccpu, a == 0 ? p : NULL);
             st->rec = NULL;
             st->replay = NULL;
             if (im && !im->valid) image_free(g, im); /* a failed or partial recording */
@@ -523,86 +522,58 @@ static patina_status search_chunked(patina_gpu_t *g, const pgpu_knn_index_t *idx
 }
 
 patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
-                             const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
-                             uint8_t *cpu, size_t *paths)
+                             const double *qv, size_t nq, const pgpu_req_t *rq, patina_hit_t *hits,
+                             patina_hit_t **lists, size_t *counts, uint8_t *cpu, size_t *paths)
 {
+    const int range = rq && rq->k == 0;
+    const size_t k = range ? 0 : rq ? rq->k : 0, max_hits = range ? rq->max_hits : 0;
+    const double radius = range ? rq->radius : 0.0;
+    const pgpu_req_t r = {k, radius, max_hits}; /* k-NN: no radius */
     patina_status s;
-    if (!g || !idx || !hits || !counts || !cpu || k == 0 || (idx->t1 ? !queries : !qv))
+    if (!g || !idx || !rq || (range ? !lists : !hits) || !counts || !cpu || (idx->t1 ? !queries : !qv) ||
+        (range && isnan(radius)))
         return patina__fail(PATINA_E_INVALID, "gpu search: bad argument");
     if (k > TC_KMAX)
         return patina__fail(PATINA_E_UNAVAILABLE, "gpu search: k = %zu is over the GPU's %d", k, TC_KMAX);
     if (tiered(g, idx)) { /* streamed before: streamed again */
-        s = search_tier(g, idx, queries, nq, k, 0.0, 0, hits, NULL, counts, cpu, paths);
+        s = search_tier(g, idx, queries, nq, &r, range ? NULL : hits, range ? lists : NULL, counts, cpu, paths);
         if (!too_big(s)) return s;
         patina_clear_error();
         tier_drop(g);
     }
-    s = knn_resident(g, idx, queries, qv, nq, k, hits, counts, cpu, paths);
+    s = search_resident(g, idx, queries, qv, nq, &r, hits, lists, counts, cpu, paths);
     if (!too_big(s) || idx->n < 2 * CHUNK_MIN) return s;
     patina_clear_error();
+    if (range) free_lists(lists, nq);
     drop_copy(g, idx->serial);
     if (idx->t1) {
-        s = search_tier(g, idx, queries, nq, k, 0.0, 0, hits, NULL, counts, cpu, paths);
+        s = search_tier(g, idx, queries, nq, &r, range ? NULL : hits, range ? lists : NULL, counts, cpu, paths);
         if (!too_big(s)) return s;
         patina_clear_error();
         tier_drop(g);
     }
     {
         chunk_call_t cl;
+        int ok;
         memset(&cl, 0, sizeof cl);
-        cl.k = k;
-        cl.hits = hits;
+        cl.rq = r;
         cl.counts = counts;
-        cl.ch = (patina_hit_t *)malloc(nq * k * sizeof *cl.ch + 1);
-        cl.mg = (patina_hit_t *)malloc(k * sizeof *cl.mg);
         cl.cc = (size_t *)malloc(nq * sizeof *cl.cc + 1);
         cl.ccpu = (uint8_t *)malloc(nq + 1);
-        s = cl.ch && cl.mg && cl.cc && cl.ccpu ? search_chunked(g, idx, queries, qv, nq, &cl, cpu, paths)
-                                               : patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
+        if (range) {
+            cl.lists = lists;
+            cl.chl = (patina_hit_t **)calloc(nq + 1, sizeof *cl.chl);
+            ok = cl.chl != NULL;
+        } else {
+            cl.hits = hits;
+            cl.ch = (patina_hit_t *)malloc(nq * k * sizeof *cl.ch + 1);
+            cl.mg = (patina_hit_t *)malloc(k * sizeof *cl.mg);
+            ok = cl.ch && cl.mg;
+        }
+        s = ok && cl.cc && cl.ccpu ? search_chunked(g, idx, queries, qv, nq, &cl, cpu, paths)
+                                   : patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
         free(cl.ch);
         free(cl.mg);
-        free(cl.cc);
-        free(cl.ccpu);
-    }
-    return s;
-}
-
-patina_status patina_gpu_range(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
-                               const double *qv, size_t nq, double radius, size_t max_hits, patina_hit_t **hits,
-                               size_t *counts, uint8_t *cpu, size_t *paths)
-{
-    patina_status s;
-    if (!g || !idx || !hits || !counts || !cpu || (idx->t1 ? !queries : !qv) || isnan(radius))
-        return patina__fail(PATINA_E_INVALID, "gpu search: bad argument");
-    if (tiered(g, idx)) {
-        s = search_tier(g, idx, queries, nq, 0, radius, max_hits, NULL, hits, counts, cpu, paths);
-        if (!too_big(s)) return s;
-        patina_clear_error();
-        tier_drop(g);
-    }
-    s = range_resident(g, idx, queries, qv, nq, radius, max_hits, hits, counts, cpu, paths);
-    if (!too_big(s) || idx->n < 2 * CHUNK_MIN) return s;
-    patina_clear_error();
-    free_lists(hits, nq);
-    drop_copy(g, idx->serial);
-    if (idx->t1) {
-        s = search_tier(g, idx, queries, nq, 0, radius, max_hits, NULL, hits, counts, cpu, paths);
-        if (!too_big(s)) return s;
-        patina_clear_error();
-        tier_drop(g);
-    }
-    {
-        chunk_call_t cl;
-        memset(&cl, 0, sizeof cl);
-        cl.radius = radius;
-        cl.max_hits = max_hits;
-        cl.lists = hits;
-        cl.counts = counts;
-        cl.chl = (patina_hit_t **)calloc(nq + 1, sizeof *cl.chl);
-        cl.cc = (size_t *)malloc(nq * sizeof *cl.cc + 1);
-        cl.ccpu = (uint8_t *)malloc(nq + 1);
-        s = cl.chl && cl.cc && cl.ccpu ? search_chunked(g, idx, queries, qv, nq, &cl, cpu, paths)
-                                       : patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
         free(cl.chl);
         free(cl.cc);
         free(cl.ccpu);

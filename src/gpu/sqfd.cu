@@ -676,16 +676,18 @@ static patina_status call_end(patina_status s, size_t nq, size_t pairs, uint32_t
 }
 
 patina_status patina_gpu_sqfd(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
-                              const double *sqq, size_t nq, size_t k, double radius, uint32_t **cand,
+                              const double *sqq, size_t nq, const pgpu_req_t *rq, uint32_t **cand,
                               size_t *ncand, uint8_t *cpu, pgpu_sqfd_stats_t *stats)
 {
+    const size_t k = rq ? rq->k : 0;
+    const double radius = rq ? rq->radius : 0.0;
     sq_state_t *st;
     sq_copy_t *c;
     uint32_t *which = NULL;
     uint8_t *again = NULL;
     size_t q, nw = 0, pairs = 0;
     patina_status s = PATINA_OK;
-    if (!g || !idx || (nq && (!queries || !sqq || !cand || !ncand || !cpu)) || (!k && !(radius >= 0.0)))
+    if (!g || !idx || !rq || (nq && (!queries || !sqq || !cand || !ncand || !cpu)) || (!k && !(radius >= 0.0)))
         return patina__fail(PATINA_E_INVALID, "gpu sqfd: bad argument");
     for (q = 0; q < nq; q++) {
         cand[q] = NULL;
@@ -760,10 +762,12 @@ static double prune_radius(double r, double eps) { return (r + eps) * (1.0 + PIV
 
 patina_status patina_gpu_sqfd_filter(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
                                      const double *sqq, size_t nq, const double *alo, const double *ahi,
-                                     const double *eps, int ptolemaic, size_t k, double radius, uint32_t **cand,
+                                     const double *eps, int ptolemaic, const pgpu_req_t *rq, uint32_t **cand,
                                      size_t *ncand, uint8_t *cpu, pgpu_sqfd_stats_t *stats)
 {
     cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
+    const size_t k = rq ? rq->k : 0;
+    const double radius = rq ? rq->radius : 0.0;
     const uint32_t cap = k ? PGPU_SQFD_KNN_CAND : PGPU_SQFD_RANGE_CAND;
     sq_state_t *st;
     sq_copy_t *c;
@@ -774,7 +778,7 @@ patina_status patina_gpu_sqfd_filter(patina_gpu_t *g, const pgpu_sqfd_index_t *i
     size_t q, nw = 0, qb, np, n, pcap = 0, pairs = 0;
     patina_status ret = PATINA_OK;
     cudaError_t e = cudaSuccess;
-    if (!g || !idx || (nq && (!queries || !sqq || !alo || !ahi || !eps || !cand || !ncand || !cpu)) ||
+    if (!g || !idx || !rq || (nq && (!queries || !sqq || !alo || !ahi || !eps || !cand || !ncand || !cpu)) ||
         (!k && !(radius >= 0.0)))
         return patina__fail(PATINA_E_INVALID, "gpu sqfd: bad argument");
     for (q = 0; q < nq; q++) {
