@@ -313,7 +313,7 @@ patina_status tc_buffers(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *c, 
     if (qb * per < st->tq_out) per = (st->tq_out + qb - 1) / qb;
     tc_buffers_free(g, st);
     tc_layout(&io, qb, 256, per);
-#define DEV(p, n, tag) PATINA_TRY(sdev(g, st, c, (void **)&st->p, (n) * sizeof *st->p, tag))
+#define DEV(p, n, tag) PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_SEARCH, c, (void **)&st->p, (n) * sizeof *st->p, tag))
 #define PIN(p, n, tag) PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->p, (n) * sizeof *st->p, PGPU_FAM_SEARCH, tag))
     DEV(d_in, io.in_bytes, "queries");
     PIN(h_in, io.in_bytes, "queries");
@@ -439,7 +439,7 @@ static patina_status def_buffers(patina_gpu_t *g, knn_state_t *st, const knn_cop
     if (take < st->def_take) take = st->def_take;
     if (dim < st->def_dim) dim = st->def_dim;
     buffers_free(g, st);
-#define DEV(p, n, tag) PATINA_TRY(sdev(g, st, c, (void **)&st->p, (n) * sizeof *st->p, tag))
+#define DEV(p, n, tag) PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_SEARCH, c, (void **)&st->p, (n) * sizeof *st->p, tag))
 #define PIN(p, n, tag) PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->p, (n) * sizeof *st->p, PGPU_FAM_SEARCH, tag))
     DEV(d_qv, qb * dim, "queries");
     DEV(d_dense, qb * S, "pilot");
@@ -1050,8 +1050,8 @@ patina_status tier_pass(patina_gpu_t *g, knn_state_t *st, knn_tier_t *t, const u
                         const uint32_t *which, size_t q0, size_t k, patina_hit_t *hits, patina_hit_t **lists,
                         size_t *counts, uint8_t *fl, patina_hit_t *tmp, size_t chunks[2])
 {
-    cudaStream_t cs = (cudaStream_t)pgpu_stream(g, 0), us = (cudaStream_t)pgpu_stream(g, 1);
-    cudaEvent_t *up = (cudaEvent_t *)t->ev, *rel = up + 2, *res = up + 4;
+    cudaStream_t cs = (cudaStream_t)pgpu_stream(g, 0), us = (cudaStream_t)tcache_copy_stream(g);
+    cudaEvent_t *res = (cudaEvent_t *)t->ev_res;
     const int kstride = range ? TC_CAND : (int)take, dp = t->dp;
     const size_t nch = (t->n + t->R - 1) / t->R;
     patina_status s = PATINA_OK;
@@ -1065,14 +1065,13 @@ patina_status tier_pass(patina_gpu_t *g, knn_state_t *st, knn_tier_t *t, const u
             knn_copy_t v;
             tier_view(t, j, b, &v);
             /* upload chunk j into buffer b, once chunk j - 2 has left it */
-            if (j >= 2) e = cudaStreamWaitEvent(us, rel[b], 0);
+            e = (cudaError_t)tcache_chunk_begin(g, &t->stream, j);
             if (e == cudaSuccess)
                 e = cudaMemcpyAsync(v.descs, t->rows + j * t->R * (size_t)dp, v.n * (size_t)dp,
                                     cudaMemcpyHostToDevice, us);
             if (e == cudaSuccess)
                 e = cudaMemcpyAsync(v.aux, t->aux + j * t->R, v.n * sizeof(tc_aux_t), cudaMemcpyHostToDevice, us);
-            if (e == cudaSuccess) e = cudaEventRecord(up[b], us);
-            if (e == cudaSuccess) e = cudaStreamWaitEvent(cs, up[b], 0);
+            if (e == cudaSuccess) e = (cudaError_t)tcache_chunk_ready(g, &t->stream, j, cs);
             /* the pilot (chunk 0, k-NN): thresholds for every query, qp at a time */
             for (size_t p0 = 0; j == 0 && !range && p0 < m && e == cudaSuccess; p0 += qp) {
                 const size_t pm = m - p0 < qp ? m - p0 : qp;
@@ -1099,7 +1098,7 @@ patina_status tier_pass(patina_gpu_t *g, knn_state_t *st, knn_tier_t *t, const u
                 else e = range ? tc_final<256, 1>(&v, st, &io, (int)m, 0, 0, kstride, radius, cs)
                                : tc_final<256, 0>(&v, st, &io, (int)m, (int)take, 1, kstride, 0.0, cs);
             }
-            if (e == cudaSuccess) e = cudaEventRecord(rel[b], cs);
+            if (e == cudaSuccess) e = (cudaError_t)tcache_chunk_done(&t->stream, j, cs);
             if (e == cudaSuccess)
                 e = cudaMemcpyAsync(t->h_res[b], st->d_out, io.out_bytes, cudaMemcpyDeviceToHost, cs);
             if (e == cudaSuccess) e = cudaEventRecord(res[b], cs);

@@ -9,6 +9,7 @@
 
 void copy_free(patina_gpu_t *g, knn_copy_t *c)
 {
+    tcache_remove(g, c);
     pgpu_free_n(g, 13, &c->descs, &c->ids, &c->aux, &c->t1, &c->c3, &c->ptab, &c->sd, &c->dead, &c->d_rm, &c->fx,
                 &c->fxa, &c->ix, &c->ixi);
     free(c->perm);
@@ -42,8 +43,9 @@ void tier_free(patina_gpu_t *g, knn_tier_t *t)
     (void)cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, 1));
     tier_buffers_free(g, t);
     pgpu_free_n(g, 8, &t->rows, &t->aux, &t->t1, &t->c3, &t->ids, &t->dead, &t->ptab, &t->d_rm);
-    for (int i = 0; i < 6; i++)
-        if (t->ev[i]) (void)cudaEventDestroy((cudaEvent_t)t->ev[i]);
+    tcache_stream_free(&t->stream);
+    for (int i = 0; i < 2; i++)
+        if (t->ev_res[i]) (void)cudaEventDestroy((cudaEvent_t)t->ev_res[i]);
     free(t->perm);
     free(t->inv);
     memset(t, 0, sizeof *t);
@@ -89,39 +91,13 @@ patina_status knn_state(patina_gpu_t *g, knn_state_t **out)
     return PATINA_OK;
 }
 
-/* The least recently used copy other than `keep` (NULL: none). */
-static knn_copy_t *lru(knn_state_t *st, const knn_copy_t *keep)
-{
-    knn_copy_t *best = NULL;
-    for (int i = 0; i < KNN_CACHE; i++) {
-        knn_copy_t *c = &st->copy[i];
-        if (c->serial && c != keep && (!best || c->used < best->used)) best = c;
-    }
-    return best;
-}
-
-/* Device memory for the search: when the budget is short, drops the least
- * recently used copies (never `keep`) and tries again. */
-patina_status sdev(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *keep, void **p, size_t bytes,
-                   const char *tag)
-{
-    for (;;) {
-        patina_status s = pgpu_dev_alloc(g, p, bytes, PGPU_FAM_SEARCH, tag);
-        knn_copy_t *victim;
-        if (s != PATINA_E_LIMIT && s != PATINA_E_NOMEM) return s;
-        if (!(victim = lru(st, keep))) return s;
-        copy_free(g, victim);
-        patina_clear_error();
-    }
-}
-
 /* Device memory for a copy's field *dst, filled from src; recorded in
  * st->rec (a pinned copy of src, uploaded from there) when set. */
 static patina_status put(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, void **dst, const void *src,
                          size_t bytes, const char *tag)
 {
     copy_image_t *im = st->rec;
-    PATINA_TRY(sdev(g, st, c, dst, bytes, tag));
+    PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_SEARCH, c, dst, bytes, tag));
     if (im && bytes && !im->failed) {
         void *h = NULL;
         if (im->nput < IMAGE_PUTS && pgpu_pin_alloc(g, &h, bytes, PGPU_FAM_SEARCH, "chunk image") == PATINA_OK) {
@@ -150,7 +126,7 @@ static patina_status image_replay(patina_gpu_t *g, knn_state_t *st, knn_copy_t *
     c->ixdp = im->ixdp;
     for (int i = 0; i < im->nput; i++) {
         void **dst = (void **)((uint8_t *)c + im->put[i].field);
-        PATINA_TRY(sdev(g, st, c, dst, im->put[i].bytes, im->put[i].tag));
+        PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_SEARCH, c, dst, im->put[i].bytes, im->put[i].tag));
         PGPU_CU(cudaMemcpy(*dst, im->put[i].host, im->put[i].bytes, cudaMemcpyHostToDevice));
         st->replayed += im->put[i].bytes;
     }
@@ -280,27 +256,6 @@ static patina_status tc_sync_dead(patina_gpu_t *g, knn_copy_t *c, const pgpu_knn
     return sync_removed(g, idx, &c->dead_gen, c->inv, c->nperm, c->d_rm, NULL, c->descs, c->aux, c->dead, c->dp);
 }
 
-/* A fixed pseudo-random permutation of 0 .. n-1 (xorshift, Fisher-Yates):
- * device copies store their rows in it, so that the first rows are a
- * uniform sample for the pilot. */
-void make_perm(uint32_t *perm, size_t n)
-{
-    uint64_t x = 0x243f6a8885a308d3ull ^ n;
-    size_t i;
-    for (i = 0; i < n; i++) perm[i] = (uint32_t)i;
-    for (i = n; i > 1; i--) {
-        size_t j;
-        uint32_t t;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        j = (size_t)(x % i);
-        t = perm[i - 1];
-        perm[i - 1] = perm[j];
-        perm[j] = t;
-    }
-}
-
 /* ---- the float filter's values (knn_fx.cuh) ---- */
 
 /* The float filter's copy of a definition-path copy whose rows (elem
@@ -392,18 +347,18 @@ static patina_status tc_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, 
     c->perm = (uint32_t *)malloc(n * sizeof *c->perm + 1);
     c->inv = (uint32_t *)malloc(n * sizeof *c->inv + 1);
     if (!c->perm || !c->inv) return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory laying out %zu rows", n);
-    make_perm(c->perm, n);
+    tcache_perm(c->perm, n, KNN_PERM_SEED);
     for (i = 0; i < n; i++) c->inv[c->perm[i]] = (uint32_t)i;
     c->cap = cap;
     c->nperm = n;
     c->dead_gen = 0;
-    s = sdev(g, st, c, (void **)&c->descs, (cap + TC_R) * dp, "descriptors");
-    if (s == PATINA_OK) s = sdev(g, st, c, (void **)&c->aux, (cap + TC_R) * sizeof *c->aux, "row sums");
-    if (s == PATINA_OK) s = sdev(g, st, c, (void **)&c->t1, cap * sizeof *c->t1, "row sums");
-    if (s == PATINA_OK) s = sdev(g, st, c, (void **)&c->c3, cap * sizeof *c->c3, "row squares");
-    if (s == PATINA_OK) s = sdev(g, st, c, (void **)&c->ids, cap * sizeof *c->ids, "ids");
-    if (s == PATINA_OK) s = sdev(g, st, c, (void **)&c->dead, cap, "removed rows");
-    if (s == PATINA_OK) s = sdev(g, st, c, (void **)&c->d_rm, TC_RM_CHUNK * sizeof *c->d_rm, "removed rows");
+    s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, c, (void **)&c->descs, (cap + TC_R) * dp, "descriptors");
+    if (s == PATINA_OK) s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, c, (void **)&c->aux, (cap + TC_R) * sizeof *c->aux, "row sums");
+    if (s == PATINA_OK) s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, c, (void **)&c->t1, cap * sizeof *c->t1, "row sums");
+    if (s == PATINA_OK) s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, c, (void **)&c->c3, cap * sizeof *c->c3, "row squares");
+    if (s == PATINA_OK) s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, c, (void **)&c->ids, cap * sizeof *c->ids, "ids");
+    if (s == PATINA_OK) s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, c, (void **)&c->dead, cap, "removed rows");
+    if (s == PATINA_OK) s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, c, (void **)&c->d_rm, TC_RM_CHUNK * sizeof *c->d_rm, "removed rows");
     if (s == PATINA_OK &&
         (cudaMemset(c->descs, 0, (cap + TC_R) * dp) != cudaSuccess ||
          cudaMemset(c->aux, 0, (cap + TC_R) * sizeof *c->aux) != cudaSuccess || cudaMemset(c->dead, 0, cap) != cudaSuccess))
@@ -435,33 +390,33 @@ static patina_status tc_follow(patina_gpu_t *g, knn_copy_t *c, const pgpu_knn_in
     return tc_sync_dead(g, c, idx);
 }
 
+/* A copy dropped by the table cache (another table needed the memory). */
+static void copy_drop(patina_gpu_t *g, void *obj) { copy_free(g, (knn_copy_t *)obj); }
+
 /* The device copy of idx, made now if g has none. */
 patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_index_t *idx, knn_copy_t **out)
 {
-    knn_copy_t *c = NULL;
+    knn_copy_t *c = (knn_copy_t *)tcache_find(g, PGPU_FAM_SEARCH, idx->serial);
     patina_status s;
     int i;
     *out = NULL;
-    for (i = 0; i < KNN_CACHE; i++)
-        if (st->copy[i].serial == idx->serial) {
-            int remake = 0;
-            c = &st->copy[i];
-            c->used = ++st->clock;
-            if (c->tc) {
-                if ((s = tc_follow(g, c, idx, &remake)) != PATINA_OK) {
-                    copy_free(g, c);
-                    return s;
-                }
-            } else {
-                remake = c->src_n != idx->n || c->dead_gen != idx->dead_gen;
+    if (c) {
+        int remake = 0;
+        tcache_touch(g, c);
+        if (c->tc) {
+            if ((s = tc_follow(g, c, idx, &remake)) != PATINA_OK) {
+                copy_free(g, c);
+                return s;
             }
-            if (!remake) {
-                *out = c;
-                return PATINA_OK;
-            }
-            copy_free(g, c); /* remade below */
-            break;
+        } else {
+            remake = c->src_n != idx->n || c->dead_gen != idx->dead_gen;
         }
+        if (!remake) {
+            *out = c;
+            return PATINA_OK;
+        }
+        copy_free(g, c); /* remade below */
+    }
     { /* a copy that cannot fit the budget is refused before its layout (seconds for 10M rows) */
         const double need = idx->t1 ? (double)(idx->n + idx->n / 4 + 1024 + TC_R) *
                                           (double)((idx->dim == 144 ? 144 : 256) + sizeof(tc_aux_t) + 21)
@@ -474,11 +429,11 @@ patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_index_t *
     for (i = 0; i < KNN_CACHE && !c; i++)
         if (!st->copy[i].serial) c = &st->copy[i];
     if (!c) {
-        c = lru(st, NULL);
+        c = (knn_copy_t *)tcache_lru(g, PGPU_FAM_SEARCH, NULL);
         copy_free(g, c);
     }
+    PATINA_TRY(tcache_add(g, PGPU_FAM_SEARCH, idx->t1 ? TCACHE_KNN_TC : TCACHE_KNN_DEF, idx->serial, c, copy_drop));
     c->serial = idx->serial;
-    c->used = ++st->clock;
     c->n = idx->n;
     c->dim = idx->dim;
     c->bytes = idx->bytes;
@@ -508,7 +463,7 @@ patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_index_t *
             copy_free(g, c);
             return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
         }
-        make_perm(perm, idx->n);
+        tcache_perm(perm, idx->n, KNN_PERM_SEED);
         {
             const size_t es = idx->bytes / idx->dim, live = idx->live; /* element-major: (dim, live) */
             for (r = 0; r < idx->n; r++)
@@ -548,8 +503,5 @@ patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_index_t *
 
 size_t patina_gpu__knn_cached(patina_gpu_t *g)
 {
-    knn_state_t *st = (knn_state_t *)pgpu_state(g, PGPU_FAM_SEARCH);
-    size_t n = 0;
-    for (int i = 0; st && i < KNN_CACHE; i++) n += st->copy[i].serial != 0;
-    return n;
+    return tcache_count(g, PGPU_FAM_SEARCH);
 }

@@ -19,13 +19,14 @@
 #include "gpu/context.h"
 #include "gpu/gpu.h"
 #include "gpu/knn_layout.cuh"
+#include "gpu/tcache.h"
 
 #define KNN_CACHE 8 /* device copies kept at most */
+#define KNN_PERM_SEED 0x243f6a8885a308d3ull /* the copies' row order (tcache_perm) */
 
 /* One index on the device. */
 typedef struct knn_copy {
     uint64_t serial;
-    uint64_t used;           /* the state's clock at its last search (LRU) */
     size_t n, dim, bytes;
     int tc;                  /* the tensor-core Tanimoto layout (below) */
     int dp;                  /* tc: bytes per device row (144 or 256) */
@@ -74,7 +75,8 @@ typedef struct knn_tier {
     tc_aux_t *b_aux[2];       /* device (R + TC_R) */
     uint8_t *h_res[2];        /* pinned: a chunk's results (res_bytes each) */
     size_t res_bytes;
-    void *ev[6];              /* cudaEvent_t: uploaded[2], released[2], results[2] */
+    tcache_stream_t stream;   /* the chunk buffers' order */
+    void *ev_res[2];          /* cudaEvent_t: a chunk's results downloaded */
 } knn_tier_t;
 
 /* The uploads of a definition-path copy (a chunk of an index searched in
@@ -109,7 +111,6 @@ typedef struct knn_state {
     copy_image_t *rec;           /* put() records into it (NULL: no) */
     const copy_image_t *replay;  /* copy_of uploads it instead of laying out (NULL: no) */
     size_t replayed;             /* bytes uploaded from images (added to, by image_replay) */
-    uint64_t clock;
     /* per-call buffers of the definition path, for def_q queries, def_s
      * pilot rows, def_take answers and def_dim elements (grown as needed) */
     size_t def_q, def_s, def_take, def_dim;
@@ -312,10 +313,6 @@ void image_free(patina_gpu_t *g, copy_image_t *im);
 void images_free(patina_gpu_t *g, chunk_images_t *ci);
 /* g's search state, made on first use */
 patina_status knn_state(patina_gpu_t *g, knn_state_t **out);
-/* Device memory for the search: when the budget is short, drops the least
- * recently used copies (never `keep`) and tries again. */
-patina_status sdev(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *keep, void **p, size_t bytes,
-                   const char *tag);
 /* The device copy of idx, made now if g has none. */
 patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_index_t *idx, knn_copy_t **out);
 /* Host rows [h0, h0 + m) laid out as tensor-core device rows (map: host
@@ -327,8 +324,6 @@ void tc_lay_rows(const pgpu_knn_index_t *idx, const uint32_t *map, size_t h0, si
 patina_status sync_removed(patina_gpu_t *g, const pgpu_knn_index_t *idx, uint64_t *dead_gen,
                            const uint32_t *inv, size_t nperm, uint32_t *d_rm, knn_tier_t *tier, uint8_t *rows,
                            tc_aux_t *aux, uint8_t *dead, int dp);
-/* The fixed pseudo-random permutation of 0 .. n-1 copies store rows in. */
-void make_perm(uint32_t *perm, size_t n);
 
 /* ---- knn.cu: the engines ---- */
 

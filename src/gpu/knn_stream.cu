@@ -24,9 +24,8 @@ static uint64_t chunk_serial(void)
 /* Drops g's copy of the index with this serial (a chunk's, after use). */
 static void drop_copy(patina_gpu_t *g, uint64_t serial)
 {
-    knn_state_t *st = (knn_state_t *)pgpu_state(g, PGPU_FAM_SEARCH);
-    for (int i = 0; st && i < KNN_CACHE; i++)
-        if (st->copy[i].serial == serial) copy_free(g, &st->copy[i]);
+    knn_copy_t *c = (knn_copy_t *)tcache_find(g, PGPU_FAM_SEARCH, serial);
+    if (c) copy_free(g, c);
 }
 
 /* The sub-index of rows [a, b): rm (b - a) its removal log (local rows). */
@@ -188,7 +187,7 @@ static patina_status tier_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_in
         t->inv = (uint32_t *)malloc(n * sizeof *t->inv + 1);
         if (!t->perm || !t->inv) s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory for a tier of %zu rows", n);
 #define TDEV(p, m, tag) \
-    if (s == PATINA_OK) s = sdev(g, st, NULL, (void **)&t->p, (m) * sizeof *t->p, tag)
+    if (s == PATINA_OK) s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, NULL, (void **)&t->p, (m) * sizeof *t->p, tag)
 #define TPIN(p, m, tag) \
     if (s == PATINA_OK) s = pgpu_pin_alloc(g, (void **)&t->p, (m) * sizeof *t->p, PGPU_FAM_SEARCH, tag)
         TDEV(t1, cap, "tier row sums");
@@ -201,18 +200,19 @@ static patina_status tier_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_in
         TPIN(aux, cap, "tier row sums");
 #undef TDEV
 #undef TPIN
-        for (int i = 0; s == PATINA_OK && i < 6; i++) {
+        if (s == PATINA_OK) s = tcache_stream_init(&t->stream);
+        for (int i = 0; s == PATINA_OK && i < 2; i++) {
             cudaEvent_t ev;
             if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess)
                 s = pgpu_fail((int)cudaGetLastError(), "gpu search: events", __FILE__, __LINE__);
-            else t->ev[i] = ev;
+            else t->ev_res[i] = ev;
         }
         if (s == PATINA_OK && (cudaMemset(t->dead, 0, cap) != cudaSuccess ||
                                cudaMemcpy(t->ptab, idx->ptab, idx->ptab_rows * 8 * sizeof(double),
                                           cudaMemcpyHostToDevice) != cudaSuccess))
             s = pgpu_fail((int)cudaGetLastError(), "gpu search: a tier", __FILE__, __LINE__);
         if (s == PATINA_OK) {
-            make_perm(t->perm, n);
+            tcache_perm(t->perm, n, KNN_PERM_SEED);
             for (size_t i = 0; i < n; i++) t->inv[t->perm[i]] = (uint32_t)i;
             s = tier_put_rows(t, idx, t->perm, 0, n, 0);
         }
@@ -248,10 +248,10 @@ static patina_status tier_buffers(patina_gpu_t *g, knn_state_t *st, knn_tier_t *
         pgpu_free_n(g, 4, &t->b_rows[0], &t->b_rows[1], &t->b_aux[0], &t->b_aux[1]);
         t->R = 0;
         for (;;) {
-            s = sdev(g, st, NULL, (void **)&t->b_rows[0], (want + TC_R) * (size_t)t->dp, "tier chunk");
-            if (s == PATINA_OK) s = sdev(g, st, NULL, (void **)&t->b_rows[1], (want + TC_R) * (size_t)t->dp, "tier chunk");
-            if (s == PATINA_OK) s = sdev(g, st, NULL, (void **)&t->b_aux[0], (want + TC_R) * sizeof(tc_aux_t), "tier chunk");
-            if (s == PATINA_OK) s = sdev(g, st, NULL, (void **)&t->b_aux[1], (want + TC_R) * sizeof(tc_aux_t), "tier chunk");
+            s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, NULL, (void **)&t->b_rows[0], (want + TC_R) * (size_t)t->dp, "tier chunk");
+            if (s == PATINA_OK) s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, NULL, (void **)&t->b_rows[1], (want + TC_R) * (size_t)t->dp, "tier chunk");
+            if (s == PATINA_OK) s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, NULL, (void **)&t->b_aux[0], (want + TC_R) * sizeof(tc_aux_t), "tier chunk");
+            if (s == PATINA_OK) s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, NULL, (void **)&t->b_aux[1], (want + TC_R) * sizeof(tc_aux_t), "tier chunk");
             if (s == PATINA_OK) break;
             pgpu_free_n(g, 4, &t->b_rows[0], &t->b_rows[1], &t->b_aux[0], &t->b_aux[1]);
             if (!too_big(s) || want / 2 < CHUNK_MIN) return s;
