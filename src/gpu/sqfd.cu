@@ -516,8 +516,7 @@ static void stream_view(const sq_copy_t *c, int pilot, size_t j, int b, sq_copy_
 static cudaError_t stream_scan(patina_gpu_t *g, sq_state_t *st, const sq_copy_t *c, size_t m, size_t kq4,
                                uint32_t cap, cudaStream_t cs)
 {
-    cudaStream_t us = (cudaStream_t)pgpu_stream(g, 1);
-    cudaEvent_t *up = (cudaEvent_t *)c->ev, *rel = up + 2;
+    cudaStream_t us = (cudaStream_t)tcache_copy_stream(g);
     const size_t kc = (size_t)c->kc, nch = (c->nb + c->B - 1) / c->B;
     cudaError_t e = cudaSuccess;
     for (size_t j = 0; j < nch && e == cudaSuccess; j++) {
@@ -525,7 +524,7 @@ static cudaError_t stream_scan(patina_gpu_t *g, sq_state_t *st, const sq_copy_t 
         const size_t b0 = j * c->B, blocks = c->nb - b0 < c->B ? c->nb - b0 : c->B;
         sq_copy_t v;
         stream_view(c, 0, j, b, &v);
-        if (j >= 2) e = cudaStreamWaitEvent(us, rel[b], 0);
+        e = (cudaError_t)tcache_chunk_begin(g, &c->stream, j);
         if (e == cudaSuccess)
             e = cudaMemcpyAsync(c->b_rows[b], c->h_rows + b0 * kc * 64, blocks * kc * 64 * sizeof(float4),
                                 cudaMemcpyHostToDevice, us);
@@ -538,14 +537,13 @@ static cudaError_t stream_scan(patina_gpu_t *g, sq_state_t *st, const sq_copy_t 
         if (e == cudaSuccess)
             e = cudaMemcpyAsync(c->b_hrow[b], c->h_hrow + b0 * 32, blocks * 32 * sizeof(uint32_t), cudaMemcpyHostToDevice,
                                 us);
-        if (e == cudaSuccess) e = cudaEventRecord(up[b], us);
-        if (e == cudaSuccess) e = cudaStreamWaitEvent(cs, up[b], 0);
+        if (e == cudaSuccess) e = (cudaError_t)tcache_chunk_ready(g, &c->stream, j, cs);
         if (e == cudaSuccess) {
             sq_args_t a = args_of(&v, st, (uint32_t)v.n, (int)m, (int)kq4);
             a.cap = cap;
             e = scan_launch<SQ_CAND, 0>(g, c->form, a, cs);
         }
-        if (e == cudaSuccess) e = cudaEventRecord(rel[b], cs);
+        if (e == cudaSuccess) e = (cudaError_t)tcache_chunk_done(&c->stream, j, cs);
         st->chunks++;
         st->hbytes += blocks * (kc * 64 * sizeof(float4) + 32 * (sizeof(uint16_t) + sizeof(float) + sizeof(double) +
                                                                sizeof(uint32_t)));

@@ -10,6 +10,7 @@
 
 void copy_free(patina_gpu_t *g, sq_copy_t *c)
 {
+    tcache_remove(g, c);
     if (c->streamed) {
         (void)cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, 0));
         (void)cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, 1));
@@ -18,8 +19,7 @@ void copy_free(patina_gpu_t *g, sq_copy_t *c)
     pgpu_free_n(g, 10, &c->h_rows, &c->h_cnt, &c->h_wo, &c->h_soo, &c->h_hrow, &c->p_rows, &c->p_cnt, &c->p_wo,
                 &c->p_soo, &c->p_hrow);
     for (int b = 0; b < 2; b++) pgpu_free_n(g, 5, &c->b_rows[b], &c->b_cnt[b], &c->b_wo[b], &c->b_soo[b], &c->b_hrow[b]);
-    for (int i = 0; i < 4; i++)
-        if (c->ev[i]) (void)cudaEventDestroy((cudaEvent_t)c->ev[i]);
+    tcache_stream_free(&c->stream);
     free(c->hinv);
     memset(c, 0, sizeof *c);
 }
@@ -61,24 +61,6 @@ patina_status sq_state(patina_gpu_t *g, sq_state_t **out)
     pgpu_set_state(g, PGPU_FAM_SQFD, st, sq_release);
     *out = st;
     return PATINA_OK;
-}
-
-/* A fixed pseudo-random permutation (xorshift, Fisher-Yates). */
-static void make_perm(uint32_t *perm, size_t n)
-{
-    uint64_t x = 0x9e3779b97f4a7c15ull ^ n;
-    for (size_t i = 0; i < n; i++) perm[i] = (uint32_t)i;
-    for (size_t i = n; i > 1; i--) {
-        size_t j;
-        uint32_t t;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        j = (size_t)(x % i);
-        t = perm[i - 1];
-        perm[i - 1] = perm[j];
-        perm[j] = t;
-    }
 }
 
 patina_status sdev(patina_gpu_t *g, void **p, size_t bytes, const char *tag)
@@ -175,14 +157,11 @@ static patina_status stream_setup(patina_gpu_t *g, sq_copy_t *c, size_t nb, cons
         B /= 2;
     }
     c->B = B;
-    for (int i = 0; i < 4; i++) {
-        cudaEvent_t ev;
-        if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess)
-            return pgpu_fail((int)cudaGetLastError(), "gpu sqfd: events", __FILE__, __LINE__);
-        c->ev[i] = ev;
-    }
-    return PATINA_OK;
+    return tcache_stream_init(&c->stream);
 }
+
+/* A copy dropped by the table cache (another table needed the memory). */
+static void copy_drop(patina_gpu_t *g, void *obj) { copy_free(g, (sq_copy_t *)obj); }
 
 /* The device copy of idx's live rows (c->ok = 0, no arrays, when a row is
  * outside the domain or the rows mix alphas or forms). */
@@ -198,6 +177,7 @@ static patina_status copy_make(patina_gpu_t *g, sq_copy_t *c, const pgpu_sqfd_in
     double *hs = NULL;
     uint32_t *hh = NULL;
     patina_status s = PATINA_OK;
+    PATINA_TRY(tcache_add(g, PGPU_FAM_SQFD, TCACHE_SQFD, idx->serial, c, copy_drop));
     c->serial = idx->serial;
     c->gen = idx->gen;
     c->src_n = idx->n;
@@ -240,7 +220,7 @@ static patina_status copy_make(patina_gpu_t *g, sq_copy_t *c, const pgpu_sqfd_in
         s = patina__fail(PATINA_E_NOMEM, "gpu sqfd: out of memory laying out %zu rows", n);
         goto out;
     }
-    make_perm(order, n);
+    tcache_perm(order, n, SQ_PERM_SEED);
     for (i = 0; i < n; i++) start[(size_t)idx->recs[(size_t)live[order[i]] * dim] + 1]++;
     for (i = 1; i <= kc + 1; i++) start[i] += start[i - 1];
     {
@@ -326,39 +306,34 @@ out:
 /* The copy of idx, made now if g holds none (or an outdated one). */
 patina_status copy_of(patina_gpu_t *g, sq_state_t *st, const pgpu_sqfd_index_t *idx, sq_copy_t **out)
 {
-    sq_copy_t *c = NULL;
+    sq_copy_t *c = idx->serial ? (sq_copy_t *)tcache_find(g, PGPU_FAM_SQFD, idx->serial) : NULL;
     int i;
     *out = NULL;
-    for (i = 0; i < SQ_CACHE; i++) {
-        sq_copy_t *x = &st->copy[i];
-        if (x->serial == idx->serial && x->serial) {
-            if (x->gen == idx->gen && x->src_n == idx->n && x->np == idx->np) {
-                x->used = ++st->clock;
-                *out = x;
-                return PATINA_OK;
-            }
-            copy_free(g, x);
+    if (c) {
+        if (c->gen == idx->gen && c->src_n == idx->n && c->np == idx->np) {
+            tcache_touch(g, c);
+            *out = c;
+            return PATINA_OK;
         }
+        copy_free(g, c);
+        c = NULL;
     }
     for (i = 0; i < SQ_CACHE && !c; i++)
         if (!st->copy[i].serial) c = &st->copy[i];
     if (!c) {
-        c = &st->copy[0];
-        for (i = 1; i < SQ_CACHE; i++)
-            if (st->copy[i].used < c->used) c = &st->copy[i];
+        c = (sq_copy_t *)tcache_lru(g, PGPU_FAM_SQFD, NULL);
         copy_free(g, c);
     }
     {
         patina_status s = copy_make(g, c, idx);
         if (s == PATINA_E_LIMIT || s == PATINA_E_NOMEM) { /* short of memory: the other copies go first */
             patina_clear_error();
-            for (i = 0; i < SQ_CACHE; i++)
-                if (&st->copy[i] != c) copy_free(g, &st->copy[i]);
+            for (sq_copy_t *v; (v = (sq_copy_t *)tcache_lru(g, PGPU_FAM_SQFD, c)) != NULL;) copy_free(g, v);
             s = copy_make(g, c, idx);
         }
         if (s != PATINA_OK) return s;
     }
-    c->used = ++st->clock;
+    tcache_touch(g, c);
     *out = c;
     return PATINA_OK;
 }

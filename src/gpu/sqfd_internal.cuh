@@ -15,6 +15,7 @@
 
 #include "gpu/context.h"
 #include "gpu/gpu.h"
+#include "gpu/tcache.h"
 
 #define SQ_THREADS 128      /* rows per scan block (one per thread) */
 #define SQ_QT 4             /* queries per scan block */
@@ -28,6 +29,7 @@
 #define SQ_DOMAIN 0x1p40    /* features and weights at most */
 #define SQ_AMIN 0x1p-20
 #define SQ_AMAX 0x1p20
+#define SQ_PERM_SEED 0x9e3779b97f4a7c15ull /* the copies' order within a count (tcache_perm) */
 
 enum { SQ_KEYS = 0, SQ_CAND = 1, SQ_PAIRS = 2 };
 
@@ -47,7 +49,7 @@ typedef struct sq_bound {
 } sq_bound_t;
 
 typedef struct sq_copy {
-    uint64_t serial, gen, used;
+    uint64_t serial, gen;
     size_t src_n;            /* the index's n when made */
     size_t n;                /* live rows */
     int kc;                  /* centroid slots per row (the largest count) */
@@ -74,7 +76,7 @@ typedef struct sq_copy {
     float *h_wo, *b_wo[2], *p_wo;
     double *h_soo, *b_soo[2], *p_soo;
     uint32_t *h_hrow, *b_hrow[2], *p_hrow;
-    void *ev[4];             /* cudaEvent_t: uploaded[2], released[2] */
+    tcache_stream_t stream;  /* the chunk buffers' order */
 } sq_copy_t;
 
 /* One stream's block of the pipeline (patina_gpu_sqfd_block_*). */
@@ -88,7 +90,6 @@ typedef struct sq_slot {
 
 typedef struct sq_state {
     sq_copy_t copy[SQ_CACHE];
-    uint64_t clock;
     size_t q_cap, q_elems;   /* queries; float4 per batch */
     float4 *d_q, *h_q;       /* (q_cap, kq4, 2) */
     sq_qinfo_t *d_qi, *h_qi; /* (q_cap) */
