@@ -591,7 +591,7 @@ static void qfilt_prepare(qfilt_t *f, const knn_copy_t *c, const pgpu_knn_index_
             if (!ix_vector(idx->dist, [v](size_t i) { return v[i]; }, dim, idx->sd, c->ixdp, f->iq + j * 2 * c->ixdp,
                            &f->iqi[j]))
                 break;
-            f->ithr[j] = range ? f_up(key) : 0.f;
+            f->ithr[j] = range ? pgpu_f_up(key) : 0.f;
         }
         if (j == m) {
             f->kind = 2;
@@ -604,7 +604,7 @@ static void qfilt_prepare(qfilt_t *f, const knn_copy_t *c, const pgpu_knn_index_
             float mq, nq;
             if (!fx_vector(idx->dist, [v](size_t i) { return v[i]; }, dim, idx->sd, f->qf + j * dim, 1, &mq, &nq))
                 break;
-            f->qi[j] = make_float4(mq, nq, range ? f_up((double)f_up(key) + (double)mq) : 0.f, 0.f);
+            f->qi[j] = make_float4(mq, nq, range ? pgpu_f_up((double)pgpu_f_up(key) + (double)mq) : 0.f, 0.f);
         }
         if (j == m) f->kind = 1;
     }

@@ -17,6 +17,7 @@
 #include "algo/distance_ids.h"
 #include "algo/hits.h"
 #include "gpu/context.h"
+#include "gpu/fround.h"
 #include "gpu/gpu.h"
 #include "gpu/knn_layout.cuh"
 #include "gpu/tcache.h"
@@ -198,14 +199,6 @@ static inline double host_elem(int elem, const uint8_t *row, size_t i)
     }
 }
 
-/* x rounded to a float upwards */
-static inline float f_up(double x)
-{
-    float f = (float)x;
-    if ((double)f < x) f = nextafterf(f, INFINITY);
-    return f;
-}
-
 static inline int fx_has(int dist) { return dist != PDIST_TANIMOTO && dist >= 0 && dist < PDIST_ROOTSIFT_RATIO; }
 
 /* The filter's values of one row or query of dim elements (element i of
@@ -237,9 +230,9 @@ static inline int fx_vector(int dist, Get get, size_t dim, const double *sd, flo
         }
     }
     switch (dist) {
-    case PDIST_INTERSECTION: *nrm = (float)nn; *m = f_up(c + tiny); break;
-    case PDIST_HELLINGER: case PDIST_COSINE: *nrm = (float)sqrt(nn); *m = f_up(c + tiny); break;
-    default: *nrm = (float)nn; *m = f_up(c * nn + tiny); break;
+    case PDIST_INTERSECTION: *nrm = (float)nn; *m = pgpu_f_up(c + tiny); break;
+    case PDIST_HELLINGER: case PDIST_COSINE: *nrm = (float)sqrt(nn); *m = pgpu_f_up(c + tiny); break;
+    default: *nrm = (float)nn; *m = pgpu_f_up(c * nn + tiny); break;
     }
     return 1;
 }
@@ -290,13 +283,13 @@ static inline int ix_vector(int dist, Get get, size_t dim, const double *sd, int
         q2n += b * b;
     }
     info->x = s;
-    info->y = f_up((double)s * (sqrt(q1n) + sqrt(q2n) / 254.0) * (1.0 + 0x1p-40));
-    info->z = f_up(sqrt(e2) * (1.0 + 0x1p-40));
+    info->y = pgpu_f_up((double)s * (sqrt(q1n) + sqrt(q2n) / 254.0) * (1.0 + 0x1p-40));
+    info->z = pgpu_f_up(sqrt(e2) * (1.0 + 0x1p-40));
     if (dist == PDIST_L2 || dist == PDIST_STD_L2) {
         info->w = (float)n2;
     } else { /* 1 / |x| rounded up; 0 for a zero vector */
         const double nn = dist == PDIST_HELLINGER ? sqrt(sum) : sqrt(n2);
-        info->w = nn > 0.0 ? f_up(1.0 / nn * (1.0 + 0x1p-50)) : 0.0f;
+        info->w = nn > 0.0 ? pgpu_f_up(1.0 / nn * (1.0 + 0x1p-50)) : 0.0f;
         if (nn > 0.0 && !(info->w > 0.0f && isfinite(info->w))) return 0;
     }
     return 1;

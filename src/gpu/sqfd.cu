@@ -736,7 +736,7 @@ patina_status patina_gpu_sqfd(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, con
         }
     } else {
         const double r2 = radius * radius * (1.0 + 0x1p-40);
-        const float thr = r2 < 3.0e38 ? f_up(r2) : INFINITY;
+        const float thr = r2 < 3.0e38 ? pgpu_f_up(r2) : INFINITY;
         for (size_t q0 = 0; q0 < nw && s == PATINA_OK; q0 += SQ_RANGE_BATCH) {
             const size_t m = nw - q0 < SQ_RANGE_BATCH ? nw - q0 : SQ_RANGE_BATCH;
             s = run_batch(g, st, c, queries, sqq, idx->dim, which + q0, m, 0, 0, thr, cand, ncand, again + q0, &pairs);
@@ -886,14 +886,14 @@ patina_status patina_gpu_sqfd_filter(patina_gpu_t *g, const pgpu_sqfd_index_t *i
             for (t = 0; e == cudaSuccess && t < m; t++) {
                 const double U = (double)h_U[t], eq = eps[which[q0 + t]];
                 h_R[t] = isinf(U) ? INFINITY : prune_radius(sqrt(U) * (1.0 + 0x1p-40), eq);
-                st->h_qi[t].thr = isinf(U) ? INFINITY : f_up(U * (1.0 + 0x1p-22));
+                st->h_qi[t].thr = isinf(U) ? INFINITY : pgpu_f_up(U * (1.0 + 0x1p-22));
                 pairs += h_pn[t] < pcap ? h_pn[t] : pcap;
             }
         } else if (e == cudaSuccess) {
             for (t = 0; t < m; t++) {
                 const double r2 = radius * radius * (1.0 + 0x1p-40);
                 h_R[t] = prune_radius(radius, eps[which[q0 + t]]);
-                st->h_qi[t].thr = r2 < 3.0e38 ? f_up(r2) : INFINITY;
+                st->h_qi[t].thr = r2 < 3.0e38 ? pgpu_f_up(r2) : INFINITY;
             }
         }
         /* the survivors of the bounds, then their SQFD's candidates */

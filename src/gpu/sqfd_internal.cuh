@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "gpu/context.h"
+#include "gpu/fround.h"
 #include "gpu/gpu.h"
 #include "gpu/tcache.h"
 
@@ -104,14 +105,6 @@ typedef struct sq_state {
 
 /* ---- the domain and the bound on the host ---- */
 
-/* x rounded up to a float (x >= 0, below float's range) */
-static inline float f_up(double x)
-{
-    float f = (float)x;
-    if ((double)f < x) f = nextafterf(f, INFINITY);
-    return f;
-}
-
 /* 1 when a record's header and centroids are in the kernels' domain. */
 static inline int rec_in_domain(const float *rec, size_t dim)
 {
@@ -133,7 +126,7 @@ static inline double rec_weight(const float *rec)
     return w;
 }
 
-static inline float weight_up(const float *rec) { return f_up(rec_weight(rec) * (1.0 + 0x1p-40)); }
+static inline float weight_up(const float *rec) { return pgpu_f_up(rec_weight(rec) * (1.0 + 0x1p-40)); }
 
 static inline sq_bound_t bound_of(int form, float alpha)
 {
