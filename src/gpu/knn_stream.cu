@@ -237,27 +237,19 @@ static patina_status tier_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_in
 
 /* The chunk buffers (rows for R rows; halved while they do not fit, down
  * to CHUNK_MIN) and the pinned result buffers for res bytes each. */
-static patina_status tier_buffers(patina_gpu_t *g, knn_state_t *st, knn_tier_t *t, size_t res)
+static patina_status tier_buffers(patina_gpu_t *g, knn_tier_t *t, size_t res)
 {
     const size_t row = (size_t)t->dp + sizeof(tc_aux_t);
     size_t want = TIER_BUF_BYTES / row;
-    patina_status s;
     if (want > t->n) want = (t->n + TC_R - 1) / TC_R * TC_R;
     if (want < CHUNK_MIN) want = CHUNK_MIN;
     if (!t->R) { /* kept for the tier's life (an earlier call may have settled on less) */
+        const size_t per[2] = {(size_t)t->dp, sizeof(tc_aux_t)};
+        void **const bufs[4] = {(void **)&t->b_rows[0], (void **)&t->b_aux[0], (void **)&t->b_rows[1],
+                                (void **)&t->b_aux[1]};
         pgpu_free_n(g, 4, &t->b_rows[0], &t->b_rows[1], &t->b_aux[0], &t->b_aux[1]);
         t->R = 0;
-        for (;;) {
-            s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, NULL, (void **)&t->b_rows[0], (want + TC_R) * (size_t)t->dp, "tier chunk");
-            if (s == PATINA_OK) s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, NULL, (void **)&t->b_rows[1], (want + TC_R) * (size_t)t->dp, "tier chunk");
-            if (s == PATINA_OK) s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, NULL, (void **)&t->b_aux[0], (want + TC_R) * sizeof(tc_aux_t), "tier chunk");
-            if (s == PATINA_OK) s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, NULL, (void **)&t->b_aux[1], (want + TC_R) * sizeof(tc_aux_t), "tier chunk");
-            if (s == PATINA_OK) break;
-            pgpu_free_n(g, 4, &t->b_rows[0], &t->b_rows[1], &t->b_aux[0], &t->b_aux[1]);
-            if (!too_big(s) || want / 2 < CHUNK_MIN) return s;
-            patina_clear_error();
-            want /= 2;
-        }
+        PATINA_TRY(tcache_chunk_buffers(g, PGPU_FAM_SEARCH, 1, 2, per, TC_R, bufs, &want, CHUNK_MIN, "tier chunk"));
         t->R = want;
         /* the padding after a chunk's rows: read by whole stages, never used */
         for (int b = 0; b < 2; b++)
@@ -346,7 +338,7 @@ static patina_status search_tier(patina_gpu_t *g, const pgpu_knn_index_t *idx, c
         s = tc_buffers(g, st, NULL, qb, qp * S, range ? TC_CAND : take);
     }
     PATINA_TRY(s);
-    PATINA_TRY(tier_buffers(g, st, t, io.out_bytes));
+    PATINA_TRY(tier_buffers(g, t, io.out_bytes));
     if (S > t->R) S = t->R;
     if (S > t->n) S = t->n;
     fl = (uint8_t *)calloc(nq + 1, 1);

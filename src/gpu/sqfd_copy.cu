@@ -140,21 +140,15 @@ static patina_status stream_setup(patina_gpu_t *g, sq_copy_t *c, size_t nb, cons
     free(ph);
     if (B < 1) B = 1;
     if (B > nb) B = nb;
-    for (;;) { /* the chunk buffers */
-        if (s != PATINA_OK) return s;
-        for (int b = 0; b < 2 && s == PATINA_OK; b++)
-            if ((s = sdev(g, (void **)&c->b_rows[b], B * kc * 64 * sizeof(float4), "streamed chunk")) != PATINA_OK ||
-                (s = sdev(g, (void **)&c->b_cnt[b], B * 32 * sizeof(uint16_t), "streamed chunk")) != PATINA_OK ||
-                (s = sdev(g, (void **)&c->b_wo[b], B * 32 * sizeof(float), "streamed chunk")) != PATINA_OK ||
-                (s = sdev(g, (void **)&c->b_soo[b], B * 32 * sizeof(double), "streamed chunk")) != PATINA_OK ||
-                (s = sdev(g, (void **)&c->b_hrow[b], B * 32 * sizeof(uint32_t), "streamed chunk")) != PATINA_OK)
-                ;
-        if (s == PATINA_OK) break;
-        for (int b = 0; b < 2; b++) pgpu_free_n(g, 5, &c->b_rows[b], &c->b_cnt[b], &c->b_wo[b], &c->b_soo[b], &c->b_hrow[b]);
-        if ((s != PATINA_E_LIMIT && s != PATINA_E_NOMEM) || B == 1) return s;
-        patina_clear_error();
-        s = PATINA_OK;
-        B /= 2;
+    if (s != PATINA_OK) return s;
+    { /* the chunk buffers */
+        const size_t fper[5] = {kc * 64 * sizeof(float4), 32 * sizeof(uint16_t), 32 * sizeof(float),
+                                32 * sizeof(double), 32 * sizeof(uint32_t)};
+        void **const bufs[10] = {(void **)&c->b_rows[0], (void **)&c->b_cnt[0], (void **)&c->b_wo[0],
+                                 (void **)&c->b_soo[0],  (void **)&c->b_hrow[0], (void **)&c->b_rows[1],
+                                 (void **)&c->b_cnt[1],  (void **)&c->b_wo[1],  (void **)&c->b_soo[1],
+                                 (void **)&c->b_hrow[1]};
+        PATINA_TRY(tcache_chunk_buffers(g, PGPU_FAM_SQFD, 0, 5, fper, 0, bufs, &B, 1, "streamed chunk"));
     }
     c->B = B;
     return tcache_stream_init(&c->stream);

@@ -139,6 +139,27 @@ void tcache_perm(uint32_t *perm, size_t n, uint64_t seed)
     }
 }
 
+patina_status tcache_chunk_buffers(patina_gpu_t *g, pgpu_fam fam, int evict, int nf, const size_t *per, size_t pad,
+                                   void **const *bufs, size_t *units, size_t min_units, const char *tag)
+{
+    size_t want = *units;
+    for (;;) {
+        patina_status s = PATINA_OK;
+        for (int i = 0; i < 2 * nf && s == PATINA_OK; i++) {
+            const size_t bytes = (want + pad) * per[i % nf];
+            s = evict ? tcache_dev_alloc(g, fam, NULL, bufs[i], bytes, tag) : pgpu_dev_alloc(g, bufs[i], bytes, fam, tag);
+        }
+        if (s == PATINA_OK) {
+            *units = want;
+            return PATINA_OK;
+        }
+        for (int i = 0; i < 2 * nf; i++) pgpu_free_n(g, 1, bufs[i]);
+        if ((s != PATINA_E_LIMIT && s != PATINA_E_NOMEM) || want / 2 < min_units) return s;
+        patina_clear_error();
+        want /= 2;
+    }
+}
+
 patina_status tcache_stream_init(tcache_stream_t *s)
 {
     for (int i = 0; i < 4; i++) {

@@ -78,6 +78,16 @@ patina_status tcache_dev_alloc(patina_gpu_t *g, pgpu_fam fam, const void *keep, 
  * uniform sample. */
 void tcache_perm(uint32_t *perm, size_t n, uint64_t seed);
 
+/* The two chunk buffers of a streamed table, for `*units` units (rows or
+ * blocks of rows) each: nf fields, field f of per[f] bytes a unit and pad
+ * units more, into *bufs[b * nf + f] (buffer b, field f). While they do
+ * not fit the budget (or the device), *units is halved, down to
+ * min_units; evict != 0 first drops the least recently used tables
+ * (tcache_dev_alloc), else the family's allocation alone decides. On
+ * failure nothing stays allocated. */
+patina_status tcache_chunk_buffers(patina_gpu_t *g, pgpu_fam fam, int evict, int nf, const size_t *per, size_t pad,
+                                   void **const *bufs, size_t *units, size_t min_units, const char *tag);
+
 /* Double-buffered streaming of a table's chunks through two device
  * buffers: chunk j goes to buffer j & 1 on the copy stream once chunk j -
  * 2 has left it, and the compute stream starts on it once it is there. */
