@@ -338,11 +338,11 @@ static patina_status buffers(patina_gpu_t *g, sq_state_t *st, size_t qb, size_t 
     if (st->q_cap < qb || st->q_elems < qe) {
         pgpu_free_n(g, 6, &st->d_q, &st->h_q, &st->d_qi, &st->h_qi, &st->d_cnt, &st->h_cnt);
         st->q_cap = st->q_elems = 0;
-        PATINA_TRY(sdev(g, (void **)&st->d_q, qe * sizeof *st->d_q, "queries"));
+        PATINA_TRY(sq_alloc(g, (void **)&st->d_q, qe * sizeof *st->d_q, "queries"));
         PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->h_q, qe * sizeof *st->h_q, PGPU_FAM_SQFD, "queries"));
-        PATINA_TRY(sdev(g, (void **)&st->d_qi, qb * sizeof *st->d_qi, "queries"));
+        PATINA_TRY(sq_alloc(g, (void **)&st->d_qi, qb * sizeof *st->d_qi, "queries"));
         PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->h_qi, qb * sizeof *st->h_qi, PGPU_FAM_SQFD, "queries"));
-        PATINA_TRY(sdev(g, (void **)&st->d_cnt, qb * sizeof *st->d_cnt, "candidates"));
+        PATINA_TRY(sq_alloc(g, (void **)&st->d_cnt, qb * sizeof *st->d_cnt, "candidates"));
         PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->h_cnt, qb * sizeof *st->h_cnt, PGPU_FAM_SQFD, "candidates"));
         st->q_cap = qb;
         st->q_elems = qe;
@@ -350,13 +350,13 @@ static patina_status buffers(patina_gpu_t *g, sq_state_t *st, size_t qb, size_t 
     if (st->dense_cap < dense) {
         pgpu_free_n(g, 1, &st->d_dense);
         st->dense_cap = 0;
-        PATINA_TRY(sdev(g, (void **)&st->d_dense, dense * sizeof *st->d_dense, "pilot"));
+        PATINA_TRY(sq_alloc(g, (void **)&st->d_dense, dense * sizeof *st->d_dense, "pilot"));
         st->dense_cap = dense;
     }
     if (st->cand_cap < cand) {
         pgpu_free_n(g, 2, &st->d_cand, &st->h_cand);
         st->cand_cap = 0;
-        PATINA_TRY(sdev(g, (void **)&st->d_cand, cand * sizeof *st->d_cand, "candidates"));
+        PATINA_TRY(sq_alloc(g, (void **)&st->d_cand, cand * sizeof *st->d_cand, "candidates"));
         PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->h_cand, cand * sizeof *st->h_cand, PGPU_FAM_SQFD, "candidates"));
         st->cand_cap = cand;
     }
@@ -819,18 +819,18 @@ patina_status patina_gpu_sqfd_filter(patina_gpu_t *g, const pgpu_sqfd_index_t *i
         if (query_ok(c, queries + q * idx->dim, idx->dim)) which[nw++] = (uint32_t)q;
         else cpu[q] = 1;
     }
-    if ((ret = sdev(g, (void **)&d_alo, qb * np * sizeof *d_alo, "pivot distances")) != PATINA_OK ||
-        (ret = sdev(g, (void **)&d_ahi, qb * np * sizeof *d_ahi, "pivot distances")) != PATINA_OK ||
-        (ret = sdev(g, (void **)&d_eps, qb * sizeof *d_eps, "pivot distances")) != PATINA_OK ||
-        (ret = sdev(g, (void **)&d_R, qb * sizeof *d_R, "pivot radii")) != PATINA_OK ||
-        (ret = sdev(g, (void **)&d_list, qb * n * sizeof *d_list, "survivors")) != PATINA_OK ||
-        (ret = sdev(g, (void **)&d_ln, qb * sizeof *d_ln, "survivors")) != PATINA_OK)
+    if ((ret = sq_alloc(g, (void **)&d_alo, qb * np * sizeof *d_alo, "pivot distances")) != PATINA_OK ||
+        (ret = sq_alloc(g, (void **)&d_ahi, qb * np * sizeof *d_ahi, "pivot distances")) != PATINA_OK ||
+        (ret = sq_alloc(g, (void **)&d_eps, qb * sizeof *d_eps, "pivot distances")) != PATINA_OK ||
+        (ret = sq_alloc(g, (void **)&d_R, qb * sizeof *d_R, "pivot radii")) != PATINA_OK ||
+        (ret = sq_alloc(g, (void **)&d_list, qb * n * sizeof *d_list, "survivors")) != PATINA_OK ||
+        (ret = sq_alloc(g, (void **)&d_ln, qb * sizeof *d_ln, "survivors")) != PATINA_OK)
         goto done;
-    if (k && ((ret = sdev(g, (void **)&d_plist, qb * pcap * sizeof *d_plist, "pilot")) != PATINA_OK ||
-              (ret = sdev(g, (void **)&d_pn, qb * sizeof *d_pn, "pilot")) != PATINA_OK ||
-              (ret = sdev(g, (void **)&d_khi, qb * pcap * sizeof *d_khi, "pilot")) != PATINA_OK ||
-              (ret = sdev(g, (void **)&d_lam, qb * sizeof *d_lam, "pilot")) != PATINA_OK ||
-              (ret = sdev(g, (void **)&d_U, qb * sizeof *d_U, "pilot")) != PATINA_OK))
+    if (k && ((ret = sq_alloc(g, (void **)&d_plist, qb * pcap * sizeof *d_plist, "pilot")) != PATINA_OK ||
+              (ret = sq_alloc(g, (void **)&d_pn, qb * sizeof *d_pn, "pilot")) != PATINA_OK ||
+              (ret = sq_alloc(g, (void **)&d_khi, qb * pcap * sizeof *d_khi, "pilot")) != PATINA_OK ||
+              (ret = sq_alloc(g, (void **)&d_lam, qb * sizeof *d_lam, "pilot")) != PATINA_OK ||
+              (ret = sq_alloc(g, (void **)&d_U, qb * sizeof *d_U, "pilot")) != PATINA_OK))
         goto done;
     for (size_t q0 = 0; q0 < nw && ret == PATINA_OK; q0 += qb) {
         const size_t m = nw - q0 < qb ? nw - q0 : qb, take = k < n ? k : n;
@@ -940,7 +940,7 @@ static patina_status slot_buffers(patina_gpu_t *g, sq_slot_t *sl)
     const size_t B = PGPU_SQFD_BLOCK;
     if (sl->h_rows) return PATINA_OK;
 #define PIN(p, n) PATINA_TRY(pgpu_pin_alloc(g, (void **)&sl->p, (n) * sizeof *sl->p, PGPU_FAM_SQFD, "pipeline block"))
-#define DEV(p, n) PATINA_TRY(sdev(g, (void **)&sl->p, (n) * sizeof *sl->p, "pipeline block"))
+#define DEV(p, n) PATINA_TRY(sq_alloc(g, (void **)&sl->p, (n) * sizeof *sl->p, "pipeline block"))
     PIN(h_rows, B);
     DEV(d_rows, B);
     PIN(h_n, 1);
@@ -1078,8 +1078,8 @@ patina_status patina_gpu_sqfd_pairs(patina_gpu_t *g, const pgpu_sqfd_index_t *id
     }
     kq4 = batch_kq4(queries, idx->dim, which, nq);
     if ((ret = buffers(g, st, nq, kq4, 1, 1)) != PATINA_OK ||
-        (ret = sdev(g, (void **)&ds, nq * idx->n * sizeof *ds, "pairs")) != PATINA_OK ||
-        (ret = sdev(g, (void **)&de, nq * idx->n * sizeof *de, "pairs")) != PATINA_OK)
+        (ret = sq_alloc(g, (void **)&ds, nq * idx->n * sizeof *ds, "pairs")) != PATINA_OK ||
+        (ret = sq_alloc(g, (void **)&de, nq * idx->n * sizeof *de, "pairs")) != PATINA_OK)
         goto done;
     pack_queries(st, queries, sqq, idx->dim, which, nq, kq4, 0.0f);
     e = cudaMemcpyAsync(st->d_q, st->h_q, nq * kq4 * 2 * sizeof *st->h_q, cudaMemcpyHostToDevice, s);

@@ -63,7 +63,7 @@ patina_status sq_state(patina_gpu_t *g, sq_state_t **out)
     return PATINA_OK;
 }
 
-patina_status sdev(patina_gpu_t *g, void **p, size_t bytes, const char *tag)
+patina_status sq_alloc(patina_gpu_t *g, void **p, size_t bytes, const char *tag)
 {
     return pgpu_dev_alloc(g, p, bytes ? bytes : 1, PGPU_FAM_SQFD, tag);
 }
@@ -121,11 +121,11 @@ static patina_status stream_setup(patina_gpu_t *g, sq_copy_t *c, size_t nb, cons
         ph[i] = hh[r];
     }
     if (s == PATINA_OK &&
-        ((s = sdev(g, (void **)&c->p_rows, pnb * kc * 64 * sizeof *pr, "pilot rows")) != PATINA_OK ||
-         (s = sdev(g, (void **)&c->p_cnt, pnb * 32 * sizeof *pc, "pilot rows")) != PATINA_OK ||
-         (s = sdev(g, (void **)&c->p_wo, pnb * 32 * sizeof *pw, "pilot rows")) != PATINA_OK ||
-         (s = sdev(g, (void **)&c->p_soo, pnb * 32 * sizeof *psoo, "pilot rows")) != PATINA_OK ||
-         (s = sdev(g, (void **)&c->p_hrow, pnb * 32 * sizeof *ph, "pilot rows")) != PATINA_OK))
+        ((s = sq_alloc(g, (void **)&c->p_rows, pnb * kc * 64 * sizeof *pr, "pilot rows")) != PATINA_OK ||
+         (s = sq_alloc(g, (void **)&c->p_cnt, pnb * 32 * sizeof *pc, "pilot rows")) != PATINA_OK ||
+         (s = sq_alloc(g, (void **)&c->p_wo, pnb * 32 * sizeof *pw, "pilot rows")) != PATINA_OK ||
+         (s = sq_alloc(g, (void **)&c->p_soo, pnb * 32 * sizeof *psoo, "pilot rows")) != PATINA_OK ||
+         (s = sq_alloc(g, (void **)&c->p_hrow, pnb * 32 * sizeof *ph, "pilot rows")) != PATINA_OK))
         ;
     if (s == PATINA_OK && (cudaMemcpy(c->p_rows, pr, pnb * kc * 64 * sizeof *pr, cudaMemcpyHostToDevice) != cudaSuccess ||
                            cudaMemcpy(c->p_cnt, pc, pnb * 32 * sizeof *pc, cudaMemcpyHostToDevice) != cudaSuccess ||
@@ -245,11 +245,11 @@ static patina_status copy_make(patina_gpu_t *g, sq_copy_t *c, const pgpu_sqfd_in
         hh[i] = h;
         c->hinv[h] = (uint32_t)i;
     }
-    if ((s = sdev(g, (void **)&c->rows, nb * kc * 64 * sizeof *hr, "signature rows")) != PATINA_OK ||
-        (s = sdev(g, (void **)&c->cnt, nb * 32 * sizeof *hc, "row counts")) != PATINA_OK ||
-        (s = sdev(g, (void **)&c->wo, nb * 32 * sizeof *hw, "row weights")) != PATINA_OK ||
-        (s = sdev(g, (void **)&c->soo, nb * 32 * sizeof *hs, "self terms")) != PATINA_OK ||
-        (s = sdev(g, (void **)&c->hrow, nb * 32 * sizeof *hh, "row numbers")) != PATINA_OK) {
+    if ((s = sq_alloc(g, (void **)&c->rows, nb * kc * 64 * sizeof *hr, "signature rows")) != PATINA_OK ||
+        (s = sq_alloc(g, (void **)&c->cnt, nb * 32 * sizeof *hc, "row counts")) != PATINA_OK ||
+        (s = sq_alloc(g, (void **)&c->wo, nb * 32 * sizeof *hw, "row weights")) != PATINA_OK ||
+        (s = sq_alloc(g, (void **)&c->soo, nb * 32 * sizeof *hs, "self terms")) != PATINA_OK ||
+        (s = sq_alloc(g, (void **)&c->hrow, nb * 32 * sizeof *hh, "row numbers")) != PATINA_OK) {
         if ((s == PATINA_E_LIMIT || s == PATINA_E_NOMEM) && !idx->np) { /* over the budget: streamed */
             patina_clear_error();
             pgpu_free_n(g, 5, &c->rows, &c->cnt, &c->wo, &c->soo, &c->hrow);
@@ -274,8 +274,8 @@ static patina_status copy_make(patina_gpu_t *g, sq_copy_t *c, const pgpu_sqfd_in
         }
         for (i = 0; i < n; i++)
             for (size_t p = 0; p < np; p++) t[p * ld + i] = idx->tab[(size_t)order[i] * np + p];
-        if ((s = sdev(g, (void **)&c->tab, np * ld * sizeof *t, "pivot table")) == PATINA_OK &&
-            (s = sdev(g, (void **)&c->pp, np * np * sizeof *c->pp, "pivot table")) == PATINA_OK &&
+        if ((s = sq_alloc(g, (void **)&c->tab, np * ld * sizeof *t, "pivot table")) == PATINA_OK &&
+            (s = sq_alloc(g, (void **)&c->pp, np * np * sizeof *c->pp, "pivot table")) == PATINA_OK &&
             (cudaMemcpy(c->tab, t, np * ld * sizeof *t, cudaMemcpyHostToDevice) != cudaSuccess ||
              cudaMemcpy(c->pp, idx->pp, np * np * sizeof *c->pp, cudaMemcpyHostToDevice) != cudaSuccess))
             s = pgpu_fail((int)cudaGetLastError(), "gpu sqfd: uploading the pivot table", __FILE__, __LINE__);

@@ -149,7 +149,7 @@ void buffers_free(patina_gpu_t *g, sq_state_t *st);
 /* g's SQFD state, made on first use */
 patina_status sq_state(patina_gpu_t *g, sq_state_t **out);
 /* Device memory of the SQFD family (at least one byte). */
-patina_status sdev(patina_gpu_t *g, void **p, size_t bytes, const char *tag);
+patina_status sq_alloc(patina_gpu_t *g, void **p, size_t bytes, const char *tag);
 /* The copy of idx, made now if g holds none (or an outdated one). */
 patina_status copy_of(patina_gpu_t *g, sq_state_t *st, const pgpu_sqfd_index_t *idx, sq_copy_t **out);
 
