@@ -1065,13 +1065,12 @@ patina_status tier_pass(patina_gpu_t *g, knn_state_t *st, knn_tier_t *t, const u
             knn_copy_t v;
             tier_view(t, j, b, &v);
             /* upload chunk j into buffer b, once chunk j - 2 has left it */
-            e = (cudaError_t)tcache_chunk_begin(g, &t->stream, j);
-            if (e == cudaSuccess)
-                e = cudaMemcpyAsync(v.descs, t->rows + j * t->R * (size_t)dp, v.n * (size_t)dp,
-                                    cudaMemcpyHostToDevice, us);
-            if (e == cudaSuccess)
-                e = cudaMemcpyAsync(v.aux, t->aux + j * t->R, v.n * sizeof(tc_aux_t), cudaMemcpyHostToDevice, us);
-            if (e == cudaSuccess) e = (cudaError_t)tcache_chunk_ready(g, &t->stream, j, cs);
+            {
+                void *const dst[2] = {v.descs, v.aux};
+                const void *const src[2] = {t->rows + j * t->R * (size_t)dp, t->aux + j * t->R};
+                const size_t bytes[2] = {v.n * (size_t)dp, v.n * sizeof(tc_aux_t)};
+                e = (cudaError_t)tcache_chunk_send(g, &t->stream, j, cs, 2, dst, src, bytes);
+            }
             /* the pilot (chunk 0, k-NN): thresholds for every query, qp at a time */
             for (size_t p0 = 0; j == 0 && !range && p0 < m && e == cudaSuccess; p0 += qp) {
                 const size_t pm = m - p0 < qp ? m - p0 : qp;

@@ -516,7 +516,6 @@ static void stream_view(const sq_copy_t *c, int pilot, size_t j, int b, sq_copy_
 static cudaError_t stream_scan(patina_gpu_t *g, sq_state_t *st, const sq_copy_t *c, size_t m, size_t kq4,
                                uint32_t cap, cudaStream_t cs)
 {
-    cudaStream_t us = (cudaStream_t)tcache_copy_stream(g);
     const size_t kc = (size_t)c->kc, nch = (c->nb + c->B - 1) / c->B;
     cudaError_t e = cudaSuccess;
     for (size_t j = 0; j < nch && e == cudaSuccess; j++) {
@@ -524,20 +523,15 @@ static cudaError_t stream_scan(patina_gpu_t *g, sq_state_t *st, const sq_copy_t 
         const size_t b0 = j * c->B, blocks = c->nb - b0 < c->B ? c->nb - b0 : c->B;
         sq_copy_t v;
         stream_view(c, 0, j, b, &v);
-        e = (cudaError_t)tcache_chunk_begin(g, &c->stream, j);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(c->b_rows[b], c->h_rows + b0 * kc * 64, blocks * kc * 64 * sizeof(float4),
-                                cudaMemcpyHostToDevice, us);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(c->b_cnt[b], c->h_cnt + b0 * 32, blocks * 32 * sizeof(uint16_t), cudaMemcpyHostToDevice, us);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(c->b_wo[b], c->h_wo + b0 * 32, blocks * 32 * sizeof(float), cudaMemcpyHostToDevice, us);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(c->b_soo[b], c->h_soo + b0 * 32, blocks * 32 * sizeof(double), cudaMemcpyHostToDevice, us);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(c->b_hrow[b], c->h_hrow + b0 * 32, blocks * 32 * sizeof(uint32_t), cudaMemcpyHostToDevice,
-                                us);
-        if (e == cudaSuccess) e = (cudaError_t)tcache_chunk_ready(g, &c->stream, j, cs);
+        {
+            void *const dst[5] = {c->b_rows[b], c->b_cnt[b], c->b_wo[b], c->b_soo[b], c->b_hrow[b]};
+            const void *const src[5] = {c->h_rows + b0 * kc * 64, c->h_cnt + b0 * 32, c->h_wo + b0 * 32,
+                                        c->h_soo + b0 * 32, c->h_hrow + b0 * 32};
+            const size_t bytes[5] = {blocks * kc * 64 * sizeof(float4), blocks * 32 * sizeof(uint16_t),
+                                     blocks * 32 * sizeof(float), blocks * 32 * sizeof(double),
+                                     blocks * 32 * sizeof(uint32_t)};
+            e = (cudaError_t)tcache_chunk_send(g, &c->stream, j, cs, 5, dst, src, bytes);
+        }
         if (e == cudaSuccess) {
             sq_args_t a = args_of(&v, st, (uint32_t)v.n, (int)m, (int)kq4);
             a.cap = cap;

@@ -181,15 +181,15 @@ void tcache_stream_free(tcache_stream_t *s)
 
 void *tcache_copy_stream(patina_gpu_t *g) { return pgpu_stream(g, 1); }
 
-int tcache_chunk_begin(patina_gpu_t *g, const tcache_stream_t *s, size_t j)
+int tcache_chunk_send(patina_gpu_t *g, const tcache_stream_t *s, size_t j, void *cs, int nf, void *const *dst,
+                      const void *const *src, const size_t *bytes)
 {
-    if (j < 2) return (int)cudaSuccess;
-    return (int)cudaStreamWaitEvent((cudaStream_t)tcache_copy_stream(g), (cudaEvent_t)s->ev[2 + (j & 1)], 0);
-}
-
-int tcache_chunk_ready(patina_gpu_t *g, const tcache_stream_t *s, size_t j, void *cs)
-{
-    cudaError_t e = cudaEventRecord((cudaEvent_t)s->ev[j & 1], (cudaStream_t)tcache_copy_stream(g));
+    cudaStream_t us = (cudaStream_t)tcache_copy_stream(g);
+    cudaError_t e = cudaSuccess;
+    if (j >= 2) e = cudaStreamWaitEvent(us, (cudaEvent_t)s->ev[2 + (j & 1)], 0); /* chunk j - 2 left the buffer */
+    for (int f = 0; f < nf && e == cudaSuccess; f++)
+        e = cudaMemcpyAsync(dst[f], src[f], bytes[f], cudaMemcpyHostToDevice, us);
+    if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)s->ev[j & 1], us);
     if (e == cudaSuccess) e = cudaStreamWaitEvent((cudaStream_t)cs, (cudaEvent_t)s->ev[j & 1], 0);
     return (int)e;
 }

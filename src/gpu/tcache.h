@@ -99,11 +99,12 @@ patina_status tcache_stream_init(tcache_stream_t *s);
 void tcache_stream_free(tcache_stream_t *s);
 /* The copy stream (a cudaStream_t) of a context. */
 void *tcache_copy_stream(patina_gpu_t *g);
-/* Before chunk j's uploads (on the copy stream): waits until buffer j & 1
- * is free. Returns a cudaError_t. */
-int tcache_chunk_begin(patina_gpu_t *g, const tcache_stream_t *s, size_t j);
-/* After chunk j's uploads: the compute stream cs waits for them. */
-int tcache_chunk_ready(patina_gpu_t *g, const tcache_stream_t *s, size_t j, void *cs);
+/* Chunk j sent to its buffer (j & 1): on the copy stream, once chunk j - 2
+ * has left that buffer, nf host-to-device copies (src[f] pinned, bytes[f]
+ * each, into dst[f]); the compute stream cs waits for them. Returns a
+ * cudaError_t. */
+int tcache_chunk_send(patina_gpu_t *g, const tcache_stream_t *s, size_t j, void *cs, int nf, void *const *dst,
+                      const void *const *src, const size_t *bytes);
 /* After the last work on chunk j queued on cs: its buffer may be refilled. */
 int tcache_chunk_done(const tcache_stream_t *s, size_t j, void *cs);
 
