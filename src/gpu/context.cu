@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "gpu/context.h"
+#include "gpu/tcache.h"
 
 #define MiB (1024.0 * 1024.0)
 
@@ -285,6 +286,7 @@ void patina_gpu_close(patina_gpu_t *g)
     (void)cudaSetDevice(g->device);
     (void)pgpu_sync(g);
     for (i = PGPU_NFAM - 1; i >= 0; i--) pgpu_drop_state(g, (pgpu_fam)i);
+    tcache_close(g); /* empty now: the states dropped their entries */
     while (g->allocs) pgpu_free(g, g->allocs->p); /* whatever a family left */
     for (i = 0; i < PGPU_STREAMS; i++)
         if (g->stream[i]) cudaStreamDestroy((cudaStream_t)g->stream[i]);

@@ -49,7 +49,8 @@ typedef enum pgpu_fam {
  * (pgpu_free) and the state itself. */
 typedef void (*pgpu_release_fn)(patina_gpu_t *g, void *state);
 
-struct pgpu_alloc; /* one tagged allocation (context.cu) */
+struct pgpu_alloc;  /* one tagged allocation (context.cu) */
+struct pgpu_tcache; /* the table cache's registry (gpu/tcache.h) */
 
 struct patina_gpu {
     int device;
@@ -70,6 +71,7 @@ struct patina_gpu {
         pgpu_release_fn release;
     } fam[PGPU_NFAM];
     patina_pool_t *pool;       /* host threads for staging copies */
+    struct pgpu_tcache *tcache;/* the tables the engines hold on the device (gpu/tcache.h) */
 };
 
 /* patina_status from a CUDA error code: "gpu: <what>: <message> (<name>)". */

@@ -102,13 +102,24 @@ typedef struct pgpu_knn_index {
     const uint32_t *rm_log;
 } pgpu_knn_index_t;
 
-/* k nearest (k >= 1) of nq queries on g: queries (nq, bytes) their rows
- * (the index's fast path), else qv (nq, dim), the queries' elements as
- * doubles (the definition kernels). hits (nq, k), counts[q] = min(k,
- * n); the caller pads. The same order and doubles as the CPU. cpu (nq):
- * set to 1 for a query the GPU left to the CPU (its hits and count
- * untouched), else 0. Fast path: k <= PGPU_KNN_KMAX (else
- * PATINA_E_UNAVAILABLE). The index's device copy is made on first use and
+/* One search request of every engine (k-NN, SQFD): the k nearest (k >=
+ * 1) or, with k = 0, every row within radius -- the nearest max_hits of
+ * them when max_hits > 0 (k-NN engine; the SQFD filter's caller cuts its
+ * ranked answer itself). */
+typedef struct pgpu_req {
+    size_t k;
+    double radius;
+    size_t max_hits;
+} pgpu_req_t;
+
+/* The search of nq queries on g: queries (nq, bytes) their rows (the
+ * index's fast path), else qv (nq, dim), the queries' elements as doubles
+ * (the definition kernels). The same order and doubles as the CPU.
+ * k-NN (rq->k >= 1): hits (nq, k), counts[q] = min(k, n); the caller pads;
+ * fast path: k <= PGPU_KNN_KMAX (else PATINA_E_UNAVAILABLE). Range
+ * (rq->k = 0): lists[q] malloc'd (NULL when none), counts[q]. cpu (nq):
+ * set to 1 for a query the GPU left to the CPU (its hits, list and count
+ * untouched), else 0. The index's device copy is made on first use and
  * kept in g; an index whose copy does not fit the device budget is
  * streamed: a Tanimoto fast-path index from its layout in pinned host
  * memory (made on first use and kept in g like a copy), every other index
@@ -119,16 +130,8 @@ typedef struct pgpu_knn_index {
  * uploaded from pinned host memory. */
 #define PGPU_KNN_KMAX 1024
 patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
-                             const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
-                             uint8_t *cpu, size_t *paths);
-
-/* Every row within radius of each query, queries / qv as for
- * patina_gpu_knn: hits[q] malloc'd (NULL when none), counts[q]; with
- * max_hits > 0 the nearest max_hits. cpu[q] = 1: left to the CPU (hits[q]
- * NULL, counts[q] untouched). paths as for patina_gpu_knn. */
-patina_status patina_gpu_range(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
-                               const double *qv, size_t nq, double radius, size_t max_hits, patina_hit_t **hits,
-                               size_t *counts, uint8_t *cpu, size_t *paths);
+                             const double *qv, size_t nq, const pgpu_req_t *rq, patina_hit_t *hits,
+                             patina_hit_t **lists, size_t *counts, uint8_t *cpu, size_t *paths);
 
 /* Device copies of indexes that g holds now (for tests). */
 size_t patina_gpu__knn_cached(patina_gpu_t *g);
@@ -171,16 +174,17 @@ typedef struct pgpu_sqfd_stats {
 #define PGPU_SQFD_RANGE_CAND 16384 /* range candidates per query at most */
 
 /* Candidates of nq queries (queries (nq, idx->dim) checked records, sqq
- * (nq) their self terms) on g: k > 0, every row that may be among a query's
- * k nearest (every row whose reference distance is at most the kth
- * smallest); k = 0, every row whose reference distance may be <= radius.
+ * (nq) their self terms) on g for the request rq (max_hits not used): k >
+ * 0, every row that may be among a query's k nearest (every row whose
+ * reference distance is at most the kth smallest); k = 0, every row whose
+ * reference distance may be <= radius.
  * cand[q] malloc'd host row numbers (NULL when none; the caller frees),
  * ncand[q]. cpu[q] = 1 (cand[q] NULL): the GPU leaves query q to the
  * caller -- a query of another alpha or form than the rows, data outside
  * the kernels' domain (docs/signature.md), or more candidates than
  * PGPU_SQFD_*_CAND even with the whole table as pilot. stats may be NULL. */
 patina_status patina_gpu_sqfd(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
-                              const double *sqq, size_t nq, size_t k, double radius, uint32_t **cand,
+                              const double *sqq, size_t nq, const pgpu_req_t *rq, uint32_t **cand,
                               size_t *ncand, uint8_t *cpu, pgpu_sqfd_stats_t *stats);
 
 /* The kernels' SQFD^2 estimate s and its bound e for every (query, row)
@@ -215,7 +219,7 @@ patina_status patina_gpu_sqfd_block_wait(patina_gpu_t *g, int slot, float *lo, f
  * rows whose SQFD was evaluated (pilot included). */
 patina_status patina_gpu_sqfd_filter(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
                                      const double *sqq, size_t nq, const double *alo, const double *ahi,
-                                     const double *eps, int ptolemaic, size_t k, double radius, uint32_t **cand,
+                                     const double *eps, int ptolemaic, const pgpu_req_t *rq, uint32_t **cand,
                                      size_t *ncand, uint8_t *cpu, pgpu_sqfd_stats_t *stats);
 
 /* Benchmarks and the lab: the median over reps of the scan kernel alone

@@ -32,6 +32,7 @@
 #include "gpu/context.h"
 #include "gpu/gpu.h"
 #include "gpu/idf_kernels.cuh"
+#include "gpu/tcache.h"
 
 #define IDF_STREAMS 3            /* streamed chunks in flight */
 #define IDF_CHUNK_BYTES (64ull << 20) /* host-tier slots per streamed chunk: about this many bytes */
@@ -86,6 +87,7 @@ __global__ void k_u8_to_f16(__half *dst, const unsigned char *src, size_t n)
 
 static void state_free_arena(patina_gpu_t *g, idf_state_t *st)
 {
+    tcache_remove(g, st);
     pgpu_free_n(g, 3, &st->d_arena, &st->h_tier, &st->d_count);
     for (int i = 0; i < IDF_STREAMS; i++) pgpu_free_n(g, 1, &st->d_stage[i]);
     pgpu_free_n(g, 2, &st->d_up, &st->h_up);
@@ -93,6 +95,14 @@ static void state_free_arena(patina_gpu_t *g, idf_state_t *st)
     st->h_count = NULL;
     st->serial = st->epoch = st->clock = 0;
     st->nslots = st->dev_cap = st->host_cap = st->cnt_cap = 0;
+}
+
+/* The mirror dropped by the table cache (another table needed the
+ * memory): rebuilt by the next call. */
+static void arena_drop(patina_gpu_t *g, void *obj)
+{
+    (void)pgpu_sync(g);
+    state_free_arena(g, (idf_state_t *)obj);
 }
 
 static void state_free_calls(patina_gpu_t *g, idf_state_t *st)
@@ -265,6 +275,7 @@ static patina_status rebuild(patina_gpu_t *g, idf_state_t *st, const pgpu_idf_re
     st->serial = refs->serial;
     st->epoch = refs->epoch;
     st->clock = refs->clock;
+    if ((s = tcache_add(g, PGPU_FAM_IDENTIFY, TCACHE_IDENTIFY, refs->serial, st, arena_drop)) != PATINA_OK) goto fail;
     return PATINA_OK;
 fail:
     state_free_arena(g, st);
@@ -418,6 +429,7 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
     PATINA_TRY(idf_state(g, &st));
     PGPU_CU(cudaSetDevice(g->device));
     PATINA_TRY(sync_mirror(g, st, refs, prec, o->arena_cap));
+    tcache_touch(g, st);
     if (nq == 0 || refs->nslots == 0) return PATINA_OK;
 
     const size_t ndev = st->nslots < st->dev_cap ? st->nslots : st->dev_cap;

@@ -62,17 +62,8 @@
 #include <stdint.h>
 
 #include "algo/distance_ids.h"
+#include "gpu/knn_layout.cuh"
 #include "gpu/knn_tc.cuh"
-
-#define FX_ROWS 256 /* rows per block, one per thread */
-#define FX_QB 32    /* queries per block */
-#define FX_DC 64    /* elements per shared-memory chunk */
-
-/* Per query: mq, Nq, the scan's threshold U + mq (rounded up), unused. */
-typedef float4 fx_qinfo_t;
-
-/* Per row: mr, Nr. */
-typedef float2 fx_aux_t;
 
 template <int D>
 __device__ __forceinline__ float fx_acc(float a, float q, float x)

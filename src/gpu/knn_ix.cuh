@@ -44,15 +44,9 @@
 
 #include "algo/distance_ids.h"
 #include "gpu/knn_fx.cuh"
+#include "gpu/knn_layout.cuh"
 #include "gpu/knn_tc.cuh"
 #include "gpu/ptx.cuh"
-
-#define IX_MAXDIM 256 /* elements at most (the query fragments fit the registers; sums < 2^24) */
-#define IX_R 64       /* rows per shared-memory stage */
-
-/* Per row and per query: s, A, E, and N (l2, std_l2) or W (cosine,
- * hellinger) (above). */
-typedef float4 ix_info_t;
 
 #define IX_U (0x1p-24f * (1.0f + 0x1p-10f))
 

@@ -48,25 +48,9 @@
 
 #include <stdint.h>
 
+#include "gpu/knn_layout.cuh"
 #include "gpu/ptx.cuh"
 #include "gpu/radix.cuh"
-
-#define TC_WARPS 8          /* warps per scan block */
-#define TC_R 128            /* rows per shared-memory stage */
-#define TC_STAGES 3
-#define TC_CAND 4096        /* candidates per query */
-#define TC_KMAX PGPU_KNN_KMAX /* k on the GPU */
-#define TC_FINAL_THREADS 512
-#define TC_SEL_THREADS 1024
-
-/* Per query: T2, T2^2, S2 (exact integers as floats) and the filter's
- * threshold theta' (scan) -- written by k_tc_select or the host (range). */
-typedef float4 tc_qinfo_t;
-
-/* Per row: T1, T1^2, S1 as floats (exact integers) and S1 / T1; a zero row
- * holds (0, 0, 1, 1e30) so that its t is 0 / T2^2 = 0 (its distance is
- * 100) and it passes the filter only when every row does. */
-typedef float4 tc_aux_t;
 
 /* ---------------------------------------------------------------- scan */
 

@@ -219,20 +219,11 @@ patina_status patina_gpu_jpeg_decode(patina_jpeg_gpu_t *d, patina_image_t *out,
 }
 
 patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
-                             const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
-                             uint8_t *cpu, size_t *paths)
+                             const double *qv, size_t nq, const pgpu_req_t *rq, patina_hit_t *hits,
+                             patina_hit_t **lists, size_t *counts, uint8_t *cpu, size_t *paths)
 {
-    (void)g; (void)idx; (void)queries; (void)qv; (void)nq; (void)k; (void)hits; (void)counts;
+    (void)g; (void)idx; (void)queries; (void)qv; (void)nq; (void)rq; (void)hits; (void)lists; (void)counts;
     (void)cpu; (void)paths;
-    return none();
-}
-
-patina_status patina_gpu_range(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
-                               const double *qv, size_t nq, double radius, size_t max_hits, patina_hit_t **hits,
-                               size_t *counts, uint8_t *cpu, size_t *paths)
-{
-    (void)g; (void)idx; (void)queries; (void)qv; (void)nq; (void)radius; (void)max_hits; (void)hits;
-    (void)counts; (void)cpu; (void)paths;
     return none();
 }
 
@@ -258,10 +249,10 @@ void patina_gpu__identify_capacity(const patina_gpu_t *g, size_t m, int precisio
 }
 
 patina_status patina_gpu_sqfd(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
-                              const double *sqq, size_t nq, size_t k, double radius, uint32_t **cand,
+                              const double *sqq, size_t nq, const pgpu_req_t *rq, uint32_t **cand,
                               size_t *ncand, uint8_t *cpu, pgpu_sqfd_stats_t *stats)
 {
-    (void)g; (void)idx; (void)queries; (void)sqq; (void)nq; (void)k; (void)radius; (void)cand; (void)ncand;
+    (void)g; (void)idx; (void)queries; (void)sqq; (void)nq; (void)rq; (void)cand; (void)ncand;
     (void)cpu; (void)stats;
     return none();
 }
@@ -296,10 +287,10 @@ patina_status patina_gpu_sqfd_block_wait(patina_gpu_t *g, int slot, float *lo, f
 
 patina_status patina_gpu_sqfd_filter(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
                                      const double *sqq, size_t nq, const double *alo, const double *ahi,
-                                     const double *eps, int ptolemaic, size_t k, double radius, uint32_t **cand,
+                                     const double *eps, int ptolemaic, const pgpu_req_t *rq, uint32_t **cand,
                                      size_t *ncand, uint8_t *cpu, pgpu_sqfd_stats_t *stats)
 {
     (void)g; (void)idx; (void)queries; (void)sqq; (void)nq; (void)alo; (void)ahi; (void)eps; (void)ptolemaic;
-    (void)k; (void)radius; (void)cand; (void)ncand; (void)cpu; (void)stats;
+    (void)rq; (void)cand; (void)ncand; (void)cpu; (void)stats;
     return none();
 }

@@ -71,101 +71,12 @@
  * queries per block in shared memory
  * (their centroids padded to a multiple of 4 with zero weights, which add
  * exactly nothing), each row centroid loaded once and used for every
- * query centroid of the block's queries. */
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include <cuda_runtime.h>
-
-#include "gpu/context.h"
-#include "gpu/gpu.h"
+ * query centroid of the block's queries.
+ *
+ * This file: the kernels, the calls and the entry points; the device
+ * copies are sqfd_copy.cu's (what crosses them: sqfd_internal.cuh). */
+#include "gpu/sqfd_internal.cuh"
 #include "gpu/radix.cuh"
-
-#define SQ_THREADS 128      /* rows per scan block (one per thread) */
-#define SQ_QT 4             /* queries per scan block */
-#define SQ_SEL_THREADS 1024 /* selection block (tc_radix_kth: a divisor of 2048) */
-#define SQ_CACHE 4          /* device copies kept (rows of an index, a pivot table's pivots) */
-#define SQ_PILOT_MIN 8192   /* pilot rows at least */
-#define SQ_DENSE_BYTES ((size_t)512 << 20) /* pilot values per batch at most */
-#define SQ_KNN_BATCH 1024   /* queries per batch, k-NN */
-#define SQ_RANGE_BATCH 256  /* queries per batch, range */
-#define SQ_KMAX 1024        /* centroids per record at most (SIG_K_MAX) */
-#define SQ_DOMAIN 0x1p40    /* features and weights at most */
-#define SQ_AMIN 0x1p-20
-#define SQ_AMAX 0x1p20
-
-enum { SQ_KEYS = 0, SQ_CAND = 1, SQ_PAIRS = 2 };
-
-/* Per query of a batch (device and pinned mirror). */
-typedef struct sq_qinfo {
-    double sqq;  /* Sqq, the reference's double */
-    float w;     /* total weight, rounded up */
-    float thr;   /* candidates: lo <= thr */
-    int cnt4;    /* centroids, rounded up to 4 (padding has weight 0) */
-    int pad;
-} sq_qinfo_t;
-
-/* The bound's constants for one form (the header comment). */
-typedef struct sq_bound {
-    float alpha;
-    double crel, beta, g;
-} sq_bound_t;
-
-typedef struct sq_copy {
-    uint64_t serial, gen, used;
-    size_t src_n;            /* the index's n when made */
-    size_t n;                /* live rows */
-    int kc;                  /* centroid slots per row (the largest count) */
-    int ok;                  /* in the kernels' domain (else no arrays) */
-    float alpha;
-    int form;
-    float4 *rows;            /* (nb, kc, 2, 32) */
-    uint16_t *cnt;           /* (nb * 32) counts, 0 past n */
-    float *wo;               /* (nb * 32) */
-    double *soo;             /* (nb * 32) */
-    uint32_t *hrow;          /* (nb * 32) host row numbers */
-    uint32_t *hinv;          /* host memory, (src_n): host row -> device row (UINT32_MAX: removed) */
-    size_t np;               /* pivot table: pivots (0: none) */
-    double *tab;             /* (np, nb * 32) row-to-pivot distances, device order */
-    double *pp;              /* (np, np) */
-    /* streamed (a copy over the device budget, no pivot table; the arrays above NULL): the
-     * layout in pinned host memory (h_*, nb blocks), two device buffers of B blocks each (b_*)
-     * filled by the copy stream under the scans, and a strided sample of ps rows resident
-     * (p_*: the k-NN pilot) */
-    int streamed;
-    size_t nb, B, ps;
-    float4 *h_rows, *b_rows[2], *p_rows;
-    uint16_t *h_cnt, *b_cnt[2], *p_cnt;
-    float *h_wo, *b_wo[2], *p_wo;
-    double *h_soo, *b_soo[2], *p_soo;
-    uint32_t *h_hrow, *b_hrow[2], *p_hrow;
-    void *ev[4];             /* cudaEvent_t: uploaded[2], released[2] */
-} sq_copy_t;
-
-/* One stream's block of the pipeline (patina_gpu_sqfd_block_*). */
-typedef struct sq_slot {
-    uint32_t *h_rows, *d_rows, *h_n, *d_n; /* (PGPU_SQFD_BLOCK) device rows; their count */
-    float *h_lo, *h_hi, *d_lo, *d_hi;      /* (PGPU_SQFD_BLOCK) keys */
-    float4 *h_q, *d_q;                     /* (SQ_KMAX, 2) the query */
-    sq_qinfo_t *h_qi, *d_qi;
-    size_t m;                              /* rows of the pending block (0: none) */
-} sq_slot_t;
-
-typedef struct sq_state {
-    sq_copy_t copy[SQ_CACHE];
-    uint64_t clock;
-    size_t q_cap, q_elems;   /* queries; float4 per batch */
-    float4 *d_q, *h_q;       /* (q_cap, kq4, 2) */
-    sq_qinfo_t *d_qi, *h_qi; /* (q_cap) */
-    size_t dense_cap;        /* floats */
-    float *d_dense;
-    size_t cand_cap;         /* uint4 entries */
-    uint4 *d_cand, *h_cand;
-    uint32_t *d_cnt, *h_cnt; /* (q_cap) */
-    sq_slot_t slot[2];       /* the pipeline's blocks, one per stream */
-    size_t chunks, hbytes;   /* streamed copies: chunks and bytes uploaded by the current call */
-} sq_state_t;
 
 /* ------------------------------------------------------------- kernels */
 
@@ -419,407 +330,6 @@ k_piv_lb(const double *__restrict__ tab, size_t ld, uint32_t n, int np, const do
     if (pos < cap) list[(size_t)q * cap + pos] = r;
 }
 
-/* ---------------------------------------------------------- the state */
-
-static void copy_free(patina_gpu_t *g, sq_copy_t *c)
-{
-    if (c->streamed) {
-        (void)cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, 0));
-        (void)cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, 1));
-    }
-    pgpu_free_n(g, 7, &c->rows, &c->cnt, &c->wo, &c->soo, &c->hrow, &c->tab, &c->pp);
-    pgpu_free_n(g, 10, &c->h_rows, &c->h_cnt, &c->h_wo, &c->h_soo, &c->h_hrow, &c->p_rows, &c->p_cnt, &c->p_wo,
-                &c->p_soo, &c->p_hrow);
-    for (int b = 0; b < 2; b++) pgpu_free_n(g, 5, &c->b_rows[b], &c->b_cnt[b], &c->b_wo[b], &c->b_soo[b], &c->b_hrow[b]);
-    for (int i = 0; i < 4; i++)
-        if (c->ev[i]) (void)cudaEventDestroy((cudaEvent_t)c->ev[i]);
-    free(c->hinv);
-    memset(c, 0, sizeof *c);
-}
-
-static void slots_free(patina_gpu_t *g, sq_state_t *st)
-{
-    for (int i = 0; i < 2; i++) {
-        sq_slot_t *sl = &st->slot[i];
-        pgpu_free_n(g, 14, &sl->h_rows, &sl->d_rows, &sl->h_n, &sl->d_n, &sl->h_lo, &sl->h_hi, &sl->d_lo, &sl->d_hi,
-                    &sl->h_q, &sl->d_q, &sl->h_qi, &sl->d_qi, &sl->h_n, &sl->d_n);
-        sl->m = 0;
-    }
-}
-
-static void buffers_free(patina_gpu_t *g, sq_state_t *st)
-{
-    pgpu_free_n(g, 9, &st->d_q, &st->h_q, &st->d_qi, &st->h_qi, &st->d_dense, &st->d_cand, &st->h_cand, &st->d_cnt,
-                &st->h_cnt);
-    st->q_cap = st->q_elems = st->dense_cap = st->cand_cap = 0;
-}
-
-static void sq_release(patina_gpu_t *g, void *state)
-{
-    sq_state_t *st = (sq_state_t *)state;
-    for (int i = 0; i < PGPU_STREAMS; i++) (void)cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, i));
-    for (int i = 0; i < SQ_CACHE; i++) copy_free(g, &st->copy[i]);
-    buffers_free(g, st);
-    slots_free(g, st);
-    (void)cudaGetLastError();
-    free(st);
-}
-
-static patina_status sq_state(patina_gpu_t *g, sq_state_t **out)
-{
-    sq_state_t *st = (sq_state_t *)pgpu_state(g, PGPU_FAM_SQFD);
-    *out = st;
-    if (st) return PATINA_OK;
-    if (!(st = (sq_state_t *)calloc(1, sizeof *st))) return patina__fail(PATINA_E_NOMEM, "gpu sqfd: out of memory");
-    pgpu_set_state(g, PGPU_FAM_SQFD, st, sq_release);
-    *out = st;
-    return PATINA_OK;
-}
-
-/* x rounded up to a float (x >= 0, below float's range) */
-static float f_up(double x)
-{
-    float f = (float)x;
-    if ((double)f < x) f = nextafterf(f, INFINITY);
-    return f;
-}
-
-/* 1 when a record's header and centroids are in the kernels' domain. */
-static int rec_in_domain(const float *rec, size_t dim)
-{
-    const size_t c = (size_t)rec[0];
-    if (c < 1 || c > SQ_KMAX || 8 + 8 * c > dim) return 0;
-    if (!(rec[2] >= (float)SQ_AMIN && rec[2] <= (float)SQ_AMAX) || rec[3] < 0.0f || rec[3] > 2.0f) return 0;
-    for (size_t i = 0; i < 8 * c; i++) {
-        const float v = rec[8 + i];
-        if (!(fabsf(v) <= (float)SQ_DOMAIN)) return 0;
-        if (i % 8 == 0 && v < 0.0f) return 0;
-    }
-    return 1;
-}
-
-static double rec_weight(const float *rec)
-{
-    double w = 0.0;
-    for (size_t i = 0; i < (size_t)rec[0]; i++) w += (double)rec[8 + 8 * i];
-    return w;
-}
-
-static float weight_up(const float *rec) { return f_up(rec_weight(rec) * (1.0 + 0x1p-40)); }
-
-static sq_bound_t bound_of(int form, float alpha)
-{
-    const double u = 0x1p-24, g4 = 4.0 * u / (1.0 - 4.0 * u);
-    const double rho = form == 0 ? 8.0 * u : form == 1 ? 9.0 * u : 6.0 * u, beta = form == 0 ? 4.0 * u : 0.0;
-    const double c1 = rho + g4 * (1.0 + rho) + 0x1p-40;
-    sq_bound_t b;
-    b.alpha = alpha;
-    b.crel = c1 / (1.0 - c1) * (1.0 + 0x1p-20);
-    b.beta = beta * (1.0 + g4) / (1.0 - c1) * (1.0 + 0x1p-20);
-    b.g = form == 0 ? 1.0 : 0.0;
-    return b;
-}
-
-/* A fixed pseudo-random permutation (xorshift, Fisher-Yates). */
-static void make_perm(uint32_t *perm, size_t n)
-{
-    uint64_t x = 0x9e3779b97f4a7c15ull ^ n;
-    for (size_t i = 0; i < n; i++) perm[i] = (uint32_t)i;
-    for (size_t i = n; i > 1; i--) {
-        size_t j;
-        uint32_t t;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        j = (size_t)(x % i);
-        t = perm[i - 1];
-        perm[i - 1] = perm[j];
-        perm[j] = t;
-    }
-}
-
-static patina_status sdev(patina_gpu_t *g, void **p, size_t bytes, const char *tag)
-{
-    return pgpu_dev_alloc(g, p, bytes ? bytes : 1, PGPU_FAM_SQFD, tag);
-}
-
-/* A copy over the device budget made a streamed one (sq_copy_t): the host
- * layout (nb blocks, kc slots) copied into pinned memory, two chunk
- * buffers of B blocks (B halved while they do not fit), the pilot sample
- * (device rows s n / ps, s < ps) laid out and uploaded, the events. */
-#define SQ_CHUNK_BYTES ((size_t)256 << 20) /* a chunk buffer at most */
-#define SQ_STREAM_PILOT 65536              /* pilot sample rows */
-static patina_status stream_setup(patina_gpu_t *g, sq_copy_t *c, size_t nb, const float4 *hr, const uint16_t *hc,
-                                  const float *hw, const double *hs, const uint32_t *hh)
-{
-    const size_t kc = (size_t)c->kc, n = c->n, per = kc * 64 * sizeof(float4) + 32 * (2 + 4 + 8 + 4);
-    size_t B = (g->budget / 4 < SQ_CHUNK_BYTES ? g->budget / 4 : SQ_CHUNK_BYTES) / per;
-    /* the pilot: SQ_STREAM_PILOT rows at most, and no larger than a chunk */
-    const size_t pmax = B * 32 < SQ_STREAM_PILOT ? (B ? B * 32 : 32) : SQ_STREAM_PILOT;
-    const size_t ps = n < pmax ? n : pmax, pnb = (ps + 31) / 32;
-    float4 *pr = NULL;
-    uint16_t *pc = NULL;
-    float *pw = NULL;
-    double *psoo = NULL;
-    uint32_t *ph = NULL;
-    patina_status s = PATINA_OK;
-    c->streamed = 1;
-    c->nb = nb;
-    c->ps = ps;
-#define PIN(p, m) if (s == PATINA_OK) s = pgpu_pin_alloc(g, (void **)&c->p, (m) * sizeof *c->p, PGPU_FAM_SQFD, "streamed rows")
-    PIN(h_rows, nb * kc * 64);
-    PIN(h_cnt, nb * 32);
-    PIN(h_wo, nb * 32);
-    PIN(h_soo, nb * 32);
-    PIN(h_hrow, nb * 32);
-#undef PIN
-    if (s != PATINA_OK) return s;
-    memcpy(c->h_rows, hr, nb * kc * 64 * sizeof *hr);
-    memcpy(c->h_cnt, hc, nb * 32 * sizeof *hc);
-    memcpy(c->h_wo, hw, nb * 32 * sizeof *hw);
-    memcpy(c->h_soo, hs, nb * 32 * sizeof *hs);
-    memcpy(c->h_hrow, hh, nb * 32 * sizeof *hh);
-    /* the pilot: a strided sample of the device rows (random within a count), laid out alike */
-    pr = (float4 *)calloc(pnb * kc * 64 + 1, sizeof *pr);
-    pc = (uint16_t *)calloc(pnb * 32 + 1, sizeof *pc);
-    pw = (float *)calloc(pnb * 32 + 1, sizeof *pw);
-    psoo = (double *)calloc(pnb * 32 + 1, sizeof *psoo);
-    ph = (uint32_t *)calloc(pnb * 32 + 1, sizeof *ph);
-    if (!pr || !pc || !pw || !psoo || !ph) s = patina__fail(PATINA_E_NOMEM, "gpu sqfd: out of memory for a pilot");
-    for (size_t i = 0; s == PATINA_OK && i < ps; i++) {
-        const size_t r = i * n / ps, b = r >> 5, lane = r & 31, pb = i >> 5, pl = i & 31;
-        for (size_t j = 0; j < kc; j++)
-            for (size_t h = 0; h < 2; h++) pr[((pb * kc + j) * 2 + h) * 32 + pl] = hr[((b * kc + j) * 2 + h) * 32 + lane];
-        pc[i] = hc[r];
-        pw[i] = hw[r];
-        psoo[i] = hs[r];
-        ph[i] = hh[r];
-    }
-    if (s == PATINA_OK &&
-        ((s = sdev(g, (void **)&c->p_rows, pnb * kc * 64 * sizeof *pr, "pilot rows")) != PATINA_OK ||
-         (s = sdev(g, (void **)&c->p_cnt, pnb * 32 * sizeof *pc, "pilot rows")) != PATINA_OK ||
-         (s = sdev(g, (void **)&c->p_wo, pnb * 32 * sizeof *pw, "pilot rows")) != PATINA_OK ||
-         (s = sdev(g, (void **)&c->p_soo, pnb * 32 * sizeof *psoo, "pilot rows")) != PATINA_OK ||
-         (s = sdev(g, (void **)&c->p_hrow, pnb * 32 * sizeof *ph, "pilot rows")) != PATINA_OK))
-        ;
-    if (s == PATINA_OK && (cudaMemcpy(c->p_rows, pr, pnb * kc * 64 * sizeof *pr, cudaMemcpyHostToDevice) != cudaSuccess ||
-                           cudaMemcpy(c->p_cnt, pc, pnb * 32 * sizeof *pc, cudaMemcpyHostToDevice) != cudaSuccess ||
-                           cudaMemcpy(c->p_wo, pw, pnb * 32 * sizeof *pw, cudaMemcpyHostToDevice) != cudaSuccess ||
-                           cudaMemcpy(c->p_soo, psoo, pnb * 32 * sizeof *psoo, cudaMemcpyHostToDevice) != cudaSuccess ||
-                           cudaMemcpy(c->p_hrow, ph, pnb * 32 * sizeof *ph, cudaMemcpyHostToDevice) != cudaSuccess))
-        s = pgpu_fail((int)cudaGetLastError(), "gpu sqfd: uploading a pilot", __FILE__, __LINE__);
-    free(pr);
-    free(pc);
-    free(pw);
-    free(psoo);
-    free(ph);
-    if (B < 1) B = 1;
-    if (B > nb) B = nb;
-    for (;;) { /* the chunk buffers */
-        if (s != PATINA_OK) return s;
-        for (int b = 0; b < 2 && s == PATINA_OK; b++)
-            if ((s = sdev(g, (void **)&c->b_rows[b], B * kc * 64 * sizeof(float4), "streamed chunk")) != PATINA_OK ||
-                (s = sdev(g, (void **)&c->b_cnt[b], B * 32 * sizeof(uint16_t), "streamed chunk")) != PATINA_OK ||
-                (s = sdev(g, (void **)&c->b_wo[b], B * 32 * sizeof(float), "streamed chunk")) != PATINA_OK ||
-                (s = sdev(g, (void **)&c->b_soo[b], B * 32 * sizeof(double), "streamed chunk")) != PATINA_OK ||
-                (s = sdev(g, (void **)&c->b_hrow[b], B * 32 * sizeof(uint32_t), "streamed chunk")) != PATINA_OK)
-                ;
-        if (s == PATINA_OK) break;
-        for (int b = 0; b < 2; b++) pgpu_free_n(g, 5, &c->b_rows[b], &c->b_cnt[b], &c->b_wo[b], &c->b_soo[b], &c->b_hrow[b]);
-        if ((s != PATINA_E_LIMIT && s != PATINA_E_NOMEM) || B == 1) return s;
-        patina_clear_error();
-        s = PATINA_OK;
-        B /= 2;
-    }
-    c->B = B;
-    for (int i = 0; i < 4; i++) {
-        cudaEvent_t ev;
-        if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess)
-            return pgpu_fail((int)cudaGetLastError(), "gpu sqfd: events", __FILE__, __LINE__);
-        c->ev[i] = ev;
-    }
-    return PATINA_OK;
-}
-
-/* The device copy of idx's live rows (c->ok = 0, no arrays, when a row is
- * outside the domain or the rows mix alphas or forms). */
-static patina_status copy_make(patina_gpu_t *g, sq_copy_t *c, const pgpu_sqfd_index_t *idx)
-{
-    const size_t dim = idx->dim;
-    size_t n = 0, i, nb, kc = 1;
-    uint32_t *live = NULL, *order = NULL;
-    size_t *start = NULL;
-    float4 *hr = NULL;
-    uint16_t *hc = NULL;
-    float *hw = NULL;
-    double *hs = NULL;
-    uint32_t *hh = NULL;
-    patina_status s = PATINA_OK;
-    c->serial = idx->serial;
-    c->gen = idx->gen;
-    c->src_n = idx->n;
-    c->ok = 0;
-    if (dim < 16 || (dim - 8) % 8 != 0) return PATINA_OK;
-    if (!(live = (uint32_t *)malloc(idx->n * sizeof *live + 1)))
-        return patina__fail(PATINA_E_NOMEM, "gpu sqfd: out of memory for %zu rows", idx->n);
-    for (i = 0; i < idx->n; i++) {
-        const float *rec = idx->recs + i * dim;
-        if (idx->dead && idx->dead[i]) continue;
-        if (!rec_in_domain(rec, dim)) goto out; /* not ok */
-        if (n == 0) {
-            c->alpha = rec[2];
-            c->form = (int)rec[3];
-        } else if (rec[2] != c->alpha || (int)rec[3] != c->form) {
-            goto out;
-        }
-        if ((size_t)rec[0] > kc) kc = (size_t)rec[0];
-        live[n++] = (uint32_t)i;
-    }
-    c->n = n;
-    c->kc = (int)kc;
-    c->ok = 1;
-    c->np = idx->np;
-    nb = (n + 31) / 32;
-    if (!(c->hinv = (uint32_t *)malloc(idx->n * sizeof *c->hinv + 1))) {
-        s = patina__fail(PATINA_E_NOMEM, "gpu sqfd: out of memory for %zu rows", idx->n);
-        goto out;
-    }
-    for (i = 0; i < idx->n; i++) c->hinv[i] = UINT32_MAX;
-    /* random order, then a stable counting sort by count */
-    order = (uint32_t *)malloc(n * sizeof *order + 1);
-    start = (size_t *)calloc(kc + 2, sizeof *start);
-    hr = (float4 *)calloc(nb * kc * 64 + 1, sizeof *hr);
-    hc = (uint16_t *)calloc(nb * 32 + 1, sizeof *hc);
-    hw = (float *)calloc(nb * 32 + 1, sizeof *hw);
-    hs = (double *)calloc(nb * 32 + 1, sizeof *hs);
-    hh = (uint32_t *)calloc(nb * 32 + 1, sizeof *hh);
-    if (!order || !start || !hr || !hc || !hw || !hs || !hh) {
-        s = patina__fail(PATINA_E_NOMEM, "gpu sqfd: out of memory laying out %zu rows", n);
-        goto out;
-    }
-    make_perm(order, n);
-    for (i = 0; i < n; i++) start[(size_t)idx->recs[(size_t)live[order[i]] * dim] + 1]++;
-    for (i = 1; i <= kc + 1; i++) start[i] += start[i - 1];
-    {
-        uint32_t *sorted = (uint32_t *)malloc(n * sizeof *sorted + 1);
-        if (!sorted) {
-            s = patina__fail(PATINA_E_NOMEM, "gpu sqfd: out of memory laying out %zu rows", n);
-            goto out;
-        }
-        for (i = 0; i < n; i++) {
-            const uint32_t h = live[order[i]];
-            sorted[start[(size_t)idx->recs[(size_t)h * dim]]++] = h;
-        }
-        free(order);
-        order = sorted;
-    }
-    for (i = 0; i < n; i++) { /* device row i holds host row order[i] */
-        const uint32_t h = order[i];
-        const float *rec = idx->recs + (size_t)h * dim;
-        const size_t cnt = (size_t)rec[0], b = i >> 5, lane = i & 31;
-        for (size_t j = 0; j < cnt; j++) {
-            const float *cr = rec + 8 + 8 * j;
-            hr[((b * kc + j) * 2) * 32 + lane] = make_float4(cr[0], cr[1], cr[2], cr[3]);
-            hr[((b * kc + j) * 2 + 1) * 32 + lane] = make_float4(cr[4], cr[5], cr[6], cr[7]);
-        }
-        hc[i] = (uint16_t)cnt;
-        hw[i] = weight_up(rec);
-        hs[i] = idx->self[h];
-        hh[i] = h;
-        c->hinv[h] = (uint32_t)i;
-    }
-    if ((s = sdev(g, (void **)&c->rows, nb * kc * 64 * sizeof *hr, "signature rows")) != PATINA_OK ||
-        (s = sdev(g, (void **)&c->cnt, nb * 32 * sizeof *hc, "row counts")) != PATINA_OK ||
-        (s = sdev(g, (void **)&c->wo, nb * 32 * sizeof *hw, "row weights")) != PATINA_OK ||
-        (s = sdev(g, (void **)&c->soo, nb * 32 * sizeof *hs, "self terms")) != PATINA_OK ||
-        (s = sdev(g, (void **)&c->hrow, nb * 32 * sizeof *hh, "row numbers")) != PATINA_OK) {
-        if ((s == PATINA_E_LIMIT || s == PATINA_E_NOMEM) && !idx->np) { /* over the budget: streamed */
-            patina_clear_error();
-            pgpu_free_n(g, 5, &c->rows, &c->cnt, &c->wo, &c->soo, &c->hrow);
-            s = stream_setup(g, c, nb, hr, hc, hw, hs, hh);
-        }
-        goto out;
-    }
-    if (cudaMemcpy(c->rows, hr, nb * kc * 64 * sizeof *hr, cudaMemcpyHostToDevice) != cudaSuccess ||
-        cudaMemcpy(c->cnt, hc, nb * 32 * sizeof *hc, cudaMemcpyHostToDevice) != cudaSuccess ||
-        cudaMemcpy(c->wo, hw, nb * 32 * sizeof *hw, cudaMemcpyHostToDevice) != cudaSuccess ||
-        cudaMemcpy(c->soo, hs, nb * 32 * sizeof *hs, cudaMemcpyHostToDevice) != cudaSuccess ||
-        cudaMemcpy(c->hrow, hh, nb * 32 * sizeof *hh, cudaMemcpyHostToDevice) != cudaSuccess) {
-        s = pgpu_fail((int)cudaGetLastError(), "gpu sqfd: uploading rows", __FILE__, __LINE__);
-        goto out;
-    }
-    if (c->np) { /* the pivot table, (np, nb * 32) in device order, and the pivots' distances */
-        const size_t ld = nb * 32, np = c->np;
-        double *t = (double *)calloc(np * ld + 1, sizeof *t);
-        if (!t) {
-            s = patina__fail(PATINA_E_NOMEM, "gpu sqfd: out of memory for the pivot table");
-            goto out;
-        }
-        for (i = 0; i < n; i++)
-            for (size_t p = 0; p < np; p++) t[p * ld + i] = idx->tab[(size_t)order[i] * np + p];
-        if ((s = sdev(g, (void **)&c->tab, np * ld * sizeof *t, "pivot table")) == PATINA_OK &&
-            (s = sdev(g, (void **)&c->pp, np * np * sizeof *c->pp, "pivot table")) == PATINA_OK &&
-            (cudaMemcpy(c->tab, t, np * ld * sizeof *t, cudaMemcpyHostToDevice) != cudaSuccess ||
-             cudaMemcpy(c->pp, idx->pp, np * np * sizeof *c->pp, cudaMemcpyHostToDevice) != cudaSuccess))
-            s = pgpu_fail((int)cudaGetLastError(), "gpu sqfd: uploading the pivot table", __FILE__, __LINE__);
-        free(t);
-    }
-out:
-    free(live);
-    free(order);
-    free(start);
-    free(hr);
-    free(hc);
-    free(hw);
-    free(hs);
-    free(hh);
-    if (s != PATINA_OK) {
-        copy_free(g, c);
-        return s;
-    }
-    return PATINA_OK;
-}
-
-/* The copy of idx, made now if g holds none (or an outdated one). */
-static patina_status copy_of(patina_gpu_t *g, sq_state_t *st, const pgpu_sqfd_index_t *idx, sq_copy_t **out)
-{
-    sq_copy_t *c = NULL;
-    int i;
-    *out = NULL;
-    for (i = 0; i < SQ_CACHE; i++) {
-        sq_copy_t *x = &st->copy[i];
-        if (x->serial == idx->serial && x->serial) {
-            if (x->gen == idx->gen && x->src_n == idx->n && x->np == idx->np) {
-                x->used = ++st->clock;
-                *out = x;
-                return PATINA_OK;
-            }
-            copy_free(g, x);
-        }
-    }
-    for (i = 0; i < SQ_CACHE && !c; i++)
-        if (!st->copy[i].serial) c = &st->copy[i];
-    if (!c) {
-        c = &st->copy[0];
-        for (i = 1; i < SQ_CACHE; i++)
-            if (st->copy[i].used < c->used) c = &st->copy[i];
-        copy_free(g, c);
-    }
-    {
-        patina_status s = copy_make(g, c, idx);
-        if (s == PATINA_E_LIMIT || s == PATINA_E_NOMEM) { /* short of memory: the other copies go first */
-            patina_clear_error();
-            for (i = 0; i < SQ_CACHE; i++)
-                if (&st->copy[i] != c) copy_free(g, &st->copy[i]);
-            s = copy_make(g, c, idx);
-        }
-        if (s != PATINA_OK) return s;
-    }
-    c->used = ++st->clock;
-    *out = c;
-    return PATINA_OK;
-}
-
 /* The per-call buffers: qb queries of kq4 centroids, dense pilot floats,
  * cand candidate entries (grown, never shrunk). */
 static patina_status buffers(patina_gpu_t *g, sq_state_t *st, size_t qb, size_t kq4, size_t dense, size_t cand)
@@ -828,11 +338,11 @@ static patina_status buffers(patina_gpu_t *g, sq_state_t *st, size_t qb, size_t 
     if (st->q_cap < qb || st->q_elems < qe) {
         pgpu_free_n(g, 6, &st->d_q, &st->h_q, &st->d_qi, &st->h_qi, &st->d_cnt, &st->h_cnt);
         st->q_cap = st->q_elems = 0;
-        PATINA_TRY(sdev(g, (void **)&st->d_q, qe * sizeof *st->d_q, "queries"));
+        PATINA_TRY(sq_alloc(g, (void **)&st->d_q, qe * sizeof *st->d_q, "queries"));
         PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->h_q, qe * sizeof *st->h_q, PGPU_FAM_SQFD, "queries"));
-        PATINA_TRY(sdev(g, (void **)&st->d_qi, qb * sizeof *st->d_qi, "queries"));
+        PATINA_TRY(sq_alloc(g, (void **)&st->d_qi, qb * sizeof *st->d_qi, "queries"));
         PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->h_qi, qb * sizeof *st->h_qi, PGPU_FAM_SQFD, "queries"));
-        PATINA_TRY(sdev(g, (void **)&st->d_cnt, qb * sizeof *st->d_cnt, "candidates"));
+        PATINA_TRY(sq_alloc(g, (void **)&st->d_cnt, qb * sizeof *st->d_cnt, "candidates"));
         PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->h_cnt, qb * sizeof *st->h_cnt, PGPU_FAM_SQFD, "candidates"));
         st->q_cap = qb;
         st->q_elems = qe;
@@ -840,13 +350,13 @@ static patina_status buffers(patina_gpu_t *g, sq_state_t *st, size_t qb, size_t 
     if (st->dense_cap < dense) {
         pgpu_free_n(g, 1, &st->d_dense);
         st->dense_cap = 0;
-        PATINA_TRY(sdev(g, (void **)&st->d_dense, dense * sizeof *st->d_dense, "pilot"));
+        PATINA_TRY(sq_alloc(g, (void **)&st->d_dense, dense * sizeof *st->d_dense, "pilot"));
         st->dense_cap = dense;
     }
     if (st->cand_cap < cand) {
         pgpu_free_n(g, 2, &st->d_cand, &st->h_cand);
         st->cand_cap = 0;
-        PATINA_TRY(sdev(g, (void **)&st->d_cand, cand * sizeof *st->d_cand, "candidates"));
+        PATINA_TRY(sq_alloc(g, (void **)&st->d_cand, cand * sizeof *st->d_cand, "candidates"));
         PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->h_cand, cand * sizeof *st->h_cand, PGPU_FAM_SQFD, "candidates"));
         st->cand_cap = cand;
     }
@@ -1006,8 +516,6 @@ static void stream_view(const sq_copy_t *c, int pilot, size_t j, int b, sq_copy_
 static cudaError_t stream_scan(patina_gpu_t *g, sq_state_t *st, const sq_copy_t *c, size_t m, size_t kq4,
                                uint32_t cap, cudaStream_t cs)
 {
-    cudaStream_t us = (cudaStream_t)pgpu_stream(g, 1);
-    cudaEvent_t *up = (cudaEvent_t *)c->ev, *rel = up + 2;
     const size_t kc = (size_t)c->kc, nch = (c->nb + c->B - 1) / c->B;
     cudaError_t e = cudaSuccess;
     for (size_t j = 0; j < nch && e == cudaSuccess; j++) {
@@ -1015,27 +523,21 @@ static cudaError_t stream_scan(patina_gpu_t *g, sq_state_t *st, const sq_copy_t 
         const size_t b0 = j * c->B, blocks = c->nb - b0 < c->B ? c->nb - b0 : c->B;
         sq_copy_t v;
         stream_view(c, 0, j, b, &v);
-        if (j >= 2) e = cudaStreamWaitEvent(us, rel[b], 0);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(c->b_rows[b], c->h_rows + b0 * kc * 64, blocks * kc * 64 * sizeof(float4),
-                                cudaMemcpyHostToDevice, us);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(c->b_cnt[b], c->h_cnt + b0 * 32, blocks * 32 * sizeof(uint16_t), cudaMemcpyHostToDevice, us);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(c->b_wo[b], c->h_wo + b0 * 32, blocks * 32 * sizeof(float), cudaMemcpyHostToDevice, us);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(c->b_soo[b], c->h_soo + b0 * 32, blocks * 32 * sizeof(double), cudaMemcpyHostToDevice, us);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(c->b_hrow[b], c->h_hrow + b0 * 32, blocks * 32 * sizeof(uint32_t), cudaMemcpyHostToDevice,
-                                us);
-        if (e == cudaSuccess) e = cudaEventRecord(up[b], us);
-        if (e == cudaSuccess) e = cudaStreamWaitEvent(cs, up[b], 0);
+        {
+            void *const dst[5] = {c->b_rows[b], c->b_cnt[b], c->b_wo[b], c->b_soo[b], c->b_hrow[b]};
+            const void *const src[5] = {c->h_rows + b0 * kc * 64, c->h_cnt + b0 * 32, c->h_wo + b0 * 32,
+                                        c->h_soo + b0 * 32, c->h_hrow + b0 * 32};
+            const size_t bytes[5] = {blocks * kc * 64 * sizeof(float4), blocks * 32 * sizeof(uint16_t),
+                                     blocks * 32 * sizeof(float), blocks * 32 * sizeof(double),
+                                     blocks * 32 * sizeof(uint32_t)};
+            e = (cudaError_t)tcache_chunk_send(g, &c->stream, j, cs, 5, dst, src, bytes);
+        }
         if (e == cudaSuccess) {
             sq_args_t a = args_of(&v, st, (uint32_t)v.n, (int)m, (int)kq4);
             a.cap = cap;
             e = scan_launch<SQ_CAND, 0>(g, c->form, a, cs);
         }
-        if (e == cudaSuccess) e = cudaEventRecord(rel[b], cs);
+        if (e == cudaSuccess) e = (cudaError_t)tcache_chunk_done(&c->stream, j, cs);
         st->chunks++;
         st->hbytes += blocks * (kc * 64 * sizeof(float4) + 32 * (sizeof(uint16_t) + sizeof(float) + sizeof(double) +
                                                                sizeof(uint32_t)));
@@ -1166,16 +668,18 @@ static patina_status call_end(patina_status s, size_t nq, size_t pairs, uint32_t
 }
 
 patina_status patina_gpu_sqfd(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
-                              const double *sqq, size_t nq, size_t k, double radius, uint32_t **cand,
+                              const double *sqq, size_t nq, const pgpu_req_t *rq, uint32_t **cand,
                               size_t *ncand, uint8_t *cpu, pgpu_sqfd_stats_t *stats)
 {
+    const size_t k = rq ? rq->k : 0;
+    const double radius = rq ? rq->radius : 0.0;
     sq_state_t *st;
     sq_copy_t *c;
     uint32_t *which = NULL;
     uint8_t *again = NULL;
     size_t q, nw = 0, pairs = 0;
     patina_status s = PATINA_OK;
-    if (!g || !idx || (nq && (!queries || !sqq || !cand || !ncand || !cpu)) || (!k && !(radius >= 0.0)))
+    if (!g || !idx || !rq || (nq && (!queries || !sqq || !cand || !ncand || !cpu)) || (!k && !(radius >= 0.0)))
         return patina__fail(PATINA_E_INVALID, "gpu sqfd: bad argument");
     for (q = 0; q < nq; q++) {
         cand[q] = NULL;
@@ -1226,7 +730,7 @@ patina_status patina_gpu_sqfd(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, con
         }
     } else {
         const double r2 = radius * radius * (1.0 + 0x1p-40);
-        const float thr = r2 < 3.0e38 ? f_up(r2) : INFINITY;
+        const float thr = r2 < 3.0e38 ? pgpu_f_up(r2) : INFINITY;
         for (size_t q0 = 0; q0 < nw && s == PATINA_OK; q0 += SQ_RANGE_BATCH) {
             const size_t m = nw - q0 < SQ_RANGE_BATCH ? nw - q0 : SQ_RANGE_BATCH;
             s = run_batch(g, st, c, queries, sqq, idx->dim, which + q0, m, 0, 0, thr, cand, ncand, again + q0, &pairs);
@@ -1250,10 +754,12 @@ static double prune_radius(double r, double eps) { return (r + eps) * (1.0 + PIV
 
 patina_status patina_gpu_sqfd_filter(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
                                      const double *sqq, size_t nq, const double *alo, const double *ahi,
-                                     const double *eps, int ptolemaic, size_t k, double radius, uint32_t **cand,
+                                     const double *eps, int ptolemaic, const pgpu_req_t *rq, uint32_t **cand,
                                      size_t *ncand, uint8_t *cpu, pgpu_sqfd_stats_t *stats)
 {
     cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
+    const size_t k = rq ? rq->k : 0;
+    const double radius = rq ? rq->radius : 0.0;
     const uint32_t cap = k ? PGPU_SQFD_KNN_CAND : PGPU_SQFD_RANGE_CAND;
     sq_state_t *st;
     sq_copy_t *c;
@@ -1264,7 +770,7 @@ patina_status patina_gpu_sqfd_filter(patina_gpu_t *g, const pgpu_sqfd_index_t *i
     size_t q, nw = 0, qb, np, n, pcap = 0, pairs = 0;
     patina_status ret = PATINA_OK;
     cudaError_t e = cudaSuccess;
-    if (!g || !idx || (nq && (!queries || !sqq || !alo || !ahi || !eps || !cand || !ncand || !cpu)) ||
+    if (!g || !idx || !rq || (nq && (!queries || !sqq || !alo || !ahi || !eps || !cand || !ncand || !cpu)) ||
         (!k && !(radius >= 0.0)))
         return patina__fail(PATINA_E_INVALID, "gpu sqfd: bad argument");
     for (q = 0; q < nq; q++) {
@@ -1307,18 +813,18 @@ patina_status patina_gpu_sqfd_filter(patina_gpu_t *g, const pgpu_sqfd_index_t *i
         if (query_ok(c, queries + q * idx->dim, idx->dim)) which[nw++] = (uint32_t)q;
         else cpu[q] = 1;
     }
-    if ((ret = sdev(g, (void **)&d_alo, qb * np * sizeof *d_alo, "pivot distances")) != PATINA_OK ||
-        (ret = sdev(g, (void **)&d_ahi, qb * np * sizeof *d_ahi, "pivot distances")) != PATINA_OK ||
-        (ret = sdev(g, (void **)&d_eps, qb * sizeof *d_eps, "pivot distances")) != PATINA_OK ||
-        (ret = sdev(g, (void **)&d_R, qb * sizeof *d_R, "pivot radii")) != PATINA_OK ||
-        (ret = sdev(g, (void **)&d_list, qb * n * sizeof *d_list, "survivors")) != PATINA_OK ||
-        (ret = sdev(g, (void **)&d_ln, qb * sizeof *d_ln, "survivors")) != PATINA_OK)
+    if ((ret = sq_alloc(g, (void **)&d_alo, qb * np * sizeof *d_alo, "pivot distances")) != PATINA_OK ||
+        (ret = sq_alloc(g, (void **)&d_ahi, qb * np * sizeof *d_ahi, "pivot distances")) != PATINA_OK ||
+        (ret = sq_alloc(g, (void **)&d_eps, qb * sizeof *d_eps, "pivot distances")) != PATINA_OK ||
+        (ret = sq_alloc(g, (void **)&d_R, qb * sizeof *d_R, "pivot radii")) != PATINA_OK ||
+        (ret = sq_alloc(g, (void **)&d_list, qb * n * sizeof *d_list, "survivors")) != PATINA_OK ||
+        (ret = sq_alloc(g, (void **)&d_ln, qb * sizeof *d_ln, "survivors")) != PATINA_OK)
         goto done;
-    if (k && ((ret = sdev(g, (void **)&d_plist, qb * pcap * sizeof *d_plist, "pilot")) != PATINA_OK ||
-              (ret = sdev(g, (void **)&d_pn, qb * sizeof *d_pn, "pilot")) != PATINA_OK ||
-              (ret = sdev(g, (void **)&d_khi, qb * pcap * sizeof *d_khi, "pilot")) != PATINA_OK ||
-              (ret = sdev(g, (void **)&d_lam, qb * sizeof *d_lam, "pilot")) != PATINA_OK ||
-              (ret = sdev(g, (void **)&d_U, qb * sizeof *d_U, "pilot")) != PATINA_OK))
+    if (k && ((ret = sq_alloc(g, (void **)&d_plist, qb * pcap * sizeof *d_plist, "pilot")) != PATINA_OK ||
+              (ret = sq_alloc(g, (void **)&d_pn, qb * sizeof *d_pn, "pilot")) != PATINA_OK ||
+              (ret = sq_alloc(g, (void **)&d_khi, qb * pcap * sizeof *d_khi, "pilot")) != PATINA_OK ||
+              (ret = sq_alloc(g, (void **)&d_lam, qb * sizeof *d_lam, "pilot")) != PATINA_OK ||
+              (ret = sq_alloc(g, (void **)&d_U, qb * sizeof *d_U, "pilot")) != PATINA_OK))
         goto done;
     for (size_t q0 = 0; q0 < nw && ret == PATINA_OK; q0 += qb) {
         const size_t m = nw - q0 < qb ? nw - q0 : qb, take = k < n ? k : n;
@@ -1374,14 +880,14 @@ patina_status patina_gpu_sqfd_filter(patina_gpu_t *g, const pgpu_sqfd_index_t *i
             for (t = 0; e == cudaSuccess && t < m; t++) {
                 const double U = (double)h_U[t], eq = eps[which[q0 + t]];
                 h_R[t] = isinf(U) ? INFINITY : prune_radius(sqrt(U) * (1.0 + 0x1p-40), eq);
-                st->h_qi[t].thr = isinf(U) ? INFINITY : f_up(U * (1.0 + 0x1p-22));
+                st->h_qi[t].thr = isinf(U) ? INFINITY : pgpu_f_up(U * (1.0 + 0x1p-22));
                 pairs += h_pn[t] < pcap ? h_pn[t] : pcap;
             }
         } else if (e == cudaSuccess) {
             for (t = 0; t < m; t++) {
                 const double r2 = radius * radius * (1.0 + 0x1p-40);
                 h_R[t] = prune_radius(radius, eps[which[q0 + t]]);
-                st->h_qi[t].thr = r2 < 3.0e38 ? f_up(r2) : INFINITY;
+                st->h_qi[t].thr = r2 < 3.0e38 ? pgpu_f_up(r2) : INFINITY;
             }
         }
         /* the survivors of the bounds, then their SQFD's candidates */
@@ -1428,7 +934,7 @@ static patina_status slot_buffers(patina_gpu_t *g, sq_slot_t *sl)
     const size_t B = PGPU_SQFD_BLOCK;
     if (sl->h_rows) return PATINA_OK;
 #define PIN(p, n) PATINA_TRY(pgpu_pin_alloc(g, (void **)&sl->p, (n) * sizeof *sl->p, PGPU_FAM_SQFD, "pipeline block"))
-#define DEV(p, n) PATINA_TRY(sdev(g, (void **)&sl->p, (n) * sizeof *sl->p, "pipeline block"))
+#define DEV(p, n) PATINA_TRY(sq_alloc(g, (void **)&sl->p, (n) * sizeof *sl->p, "pipeline block"))
     PIN(h_rows, B);
     DEV(d_rows, B);
     PIN(h_n, 1);
@@ -1566,8 +1072,8 @@ patina_status patina_gpu_sqfd_pairs(patina_gpu_t *g, const pgpu_sqfd_index_t *id
     }
     kq4 = batch_kq4(queries, idx->dim, which, nq);
     if ((ret = buffers(g, st, nq, kq4, 1, 1)) != PATINA_OK ||
-        (ret = sdev(g, (void **)&ds, nq * idx->n * sizeof *ds, "pairs")) != PATINA_OK ||
-        (ret = sdev(g, (void **)&de, nq * idx->n * sizeof *de, "pairs")) != PATINA_OK)
+        (ret = sq_alloc(g, (void **)&ds, nq * idx->n * sizeof *ds, "pairs")) != PATINA_OK ||
+        (ret = sq_alloc(g, (void **)&de, nq * idx->n * sizeof *de, "pairs")) != PATINA_OK)
         goto done;
     pack_queries(st, queries, sqq, idx->dim, which, nq, kq4, 0.0f);
     e = cudaMemcpyAsync(st->d_q, st->h_q, nq * kq4 * 2 * sizeof *st->h_q, cudaMemcpyHostToDevice, s);

@@ -530,12 +530,12 @@ static patina_status search_device(patina_context_t *ctx, const patina_index_t *
                         patina_device_name(o->device) ? patina_device_name(o->device) : "(unknown)");
 }
 
-/* The checks of patina_index_knn (nq = 0 is valid and does nothing). */
+/* The checks of patina_index_knn past k's (nq = 0 is valid and does
+ * nothing). */
 static patina_status knn_args(const patina_index_t *idx, const void *queries, size_t nq, size_t k,
                               const patina_hit_t *hits, const size_t *counts)
 {
     if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
-    PATINA_TRY(patina_options_check(PATINA_OPTIONS_SEARCH, "k", (double)k));
     if (nq == 0) return PATINA_OK;
     if (!queries || !hits || !counts) return patina__fail(PATINA_E_INVALID, "search: null queries, hits or counts");
     if (nq > SIZE_MAX / sizeof *hits / k) return patina__fail(PATINA_E_LIMIT, "search: %zu queries x k = %zu is too many", nq, k);
@@ -555,19 +555,18 @@ static void knn_pad(const patina_index_t *idx, size_t nq, size_t k, patina_hit_t
     }
 }
 
-static patina_status knn_impl(patina_context_t *ctx, const patina_index_t *idx, const void *queries,
-                              size_t nq, size_t k, const patina_search_opts_t *opts_in, patina_hit_t *hits,
-                              size_t *counts);
-static patina_status range_impl(patina_context_t *ctx, const patina_index_t *idx, const void *queries,
-                                size_t nq, double radius, const patina_search_opts_t *opts_in,
-                                patina_hit_t **hits, size_t *counts);
+static patina_status search_impl(patina_context_t *ctx, const patina_index_t *idx, const void *queries, size_t nq,
+                                 const pgpu_req_t *rq, const patina_search_opts_t *opts_in, patina_hit_t *hits,
+                                 patina_hit_t **lists, size_t *counts);
 
 /* The queries flagged in cpu[] (n of nq) answered on the CPU: gathered,
- * searched, scattered back (k-NN: hits/counts rows; range: hits[q] lists). */
+ * searched, scattered back (k-NN: hits/counts rows; range: rhits[q] lists). */
 static patina_status cpu_rest(patina_context_t *ctx, const patina_index_t *ix, const uint8_t *queries, size_t nq,
-                              const uint8_t *cpu, size_t k, int range, double radius, size_t max_hits,
-                              patina_hit_t *hits, patina_hit_t **rhits, size_t *counts)
+                              const uint8_t *cpu, const pgpu_req_t *rq, patina_hit_t *hits, patina_hit_t **rhits,
+                              size_t *counts)
 {
+    const size_t k = rq->k, max_hits = rq->max_hits;
+    const int range = k == 0;
     patina_search_opts_t o;
     size_t n = 0, q, j = 0;
     uint8_t *sub;
@@ -589,7 +588,7 @@ static patina_status cpu_rest(patina_context_t *ctx, const patina_index_t *ix, c
     }
     for (q = 0; q < nq; q++)
         if (cpu[q]) memcpy(sub + j++ * ix->bytes, queries + q * ix->bytes, ix->bytes);
-    s = range ? range_impl(ctx, ix, sub, n, radius, &o, srh, sc) : knn_impl(ctx, ix, sub, n, k, &o, sh, sc);
+    s = search_impl(ctx, ix, sub, n, rq, &o, sh, srh, sc);
     for (q = 0, j = 0; s == PATINA_OK && q < nq; q++) {
         if (!cpu[q]) continue;
         if (range) {
@@ -662,10 +661,13 @@ static patina_status queries_as_doubles(const patina_index_t *ix, const uint8_t 
 
 /* The GPU search under the context's GPU turn: the device copy of the index
  * is made or found, used and kept in the context while the turn is held, so
- * no other thread can drop it meanwhile. The queries the GPU leaves to the
- * CPU are answered after the turn. */
-static patina_status knn_gpu(patina_context_t *ctx, const patina_index_t *ix, const uint8_t *queries,
-                             size_t nq, size_t k, patina_hit_t *hits, size_t *counts, patina_search_stats_t *stats)
+ * no other thread can drop it meanwhile. The fast path when every query
+ * takes it, else the definition path; the queries the GPU leaves to the
+ * CPU are answered after the turn. k-NN (rq->k >= 1) into hits, range
+ * into lists. */
+static patina_status gpu_search(patina_context_t *ctx, const patina_index_t *ix, const uint8_t *queries, size_t nq,
+                                const pgpu_req_t *rq, patina_hit_t *hits, patina_hit_t **lists, size_t *counts,
+                                patina_search_stats_t *stats)
 {
     size_t paths[5] = {0, 0, 0, 0, 0};
     pgpu_knn_index_t view;
@@ -697,56 +699,10 @@ static patina_status knn_gpu(patina_context_t *ctx, const patina_index_t *ix, co
     }
     s = patina__context_gpu_acquire(ctx, &g);
     if (s == PATINA_OK) {
-        s = patina_gpu_knn(g, &view, queries, qv, nq, k, hits, counts, cpu, paths);
+        s = patina_gpu_knn(g, &view, queries, qv, nq, rq, hits, lists, counts, cpu, paths);
         patina__context_gpu_release(ctx);
     }
-    if (s == PATINA_OK) s = cpu_rest(ctx, ix, queries, nq, cpu, k, 0, 0.0, 0, hits, NULL, counts);
-    if (s == PATINA_OK) note_stats(stats, paths, cpu, nq);
-    free(cpu);
-    free(tq);
-    free(qv);
-    return s;
-}
-
-/* Range search on the GPU: the fast path when every query takes it, else
- * the definition path (as knn_gpu); the queries the GPU leaves go to the
- * CPU. */
-static patina_status range_gpu(patina_context_t *ctx, const patina_index_t *ix, const uint8_t *queries,
-                               size_t nq, double radius, size_t max_hits, patina_hit_t **hits, size_t *counts,
-                               patina_search_stats_t *stats)
-{
-    size_t paths[5] = {0, 0, 0, 0, 0};
-    pgpu_knn_index_t view;
-    patina_gpu_t *g;
-    tq_t *tq = NULL;
-    double *qv = NULL;
-    uint8_t *cpu = NULL;
-    patina_status s;
-    size_t q;
-    gpu_view(ix, &view);
-    PATINA_TRY(prepare_queries(ix, queries, nq, &tq));
-    for (q = 0; tq && q < nq; q++)
-        if (!tq[q].fast) break;
-    if (tq && q == nq) {
-        view_fast(ix, &view);
-    } else {
-        if (ix->dist_id == PDIST_TANIMOTO && ix->t1) view.serial = ix->serial | (UINT64_C(1) << 63);
-        if ((s = queries_as_doubles(ix, queries, nq, &qv)) != PATINA_OK) {
-            free(tq);
-            return s;
-        }
-    }
-    if (!(cpu = malloc(nq))) {
-        free(tq);
-        free(qv);
-        return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", nq);
-    }
-    s = patina__context_gpu_acquire(ctx, &g);
-    if (s == PATINA_OK) {
-        s = patina_gpu_range(g, &view, queries, qv, nq, radius, max_hits, hits, counts, cpu, paths);
-        patina__context_gpu_release(ctx);
-    }
-    if (s == PATINA_OK) s = cpu_rest(ctx, ix, queries, nq, cpu, 0, 1, radius, max_hits, NULL, hits, counts);
+    if (s == PATINA_OK) s = cpu_rest(ctx, ix, queries, nq, cpu, rq, hits, lists, counts);
     if (s == PATINA_OK) note_stats(stats, paths, cpu, nq);
     free(cpu);
     free(tq);
@@ -821,12 +777,13 @@ static void sq_rank_task(void *arg, size_t q, int worker)
     j->rhits[q] = h;
 }
 
-/* k-NN (k > 0; hits padded by the caller) or range (k = 0) on the GPU.
- * auto_dev: a GPU that cannot take the index (its copy beyond the memory
- * budget) leaves the call to the CPU instead of failing it. */
+/* k-NN (rq->k > 0; hits padded by the caller) or range (rq->k = 0, into
+ * rhits) on the GPU. auto_dev: a GPU that cannot take the index (its copy
+ * beyond the memory budget) leaves the call to the CPU instead of failing
+ * it. */
 static patina_status sqfd_gpu(patina_context_t *ctx, const patina_index_t *ix, const uint8_t *queries, size_t nq,
-                              size_t k, double radius, size_t max_hits, patina_hit_t *hits, patina_hit_t **rhits,
-                              size_t *counts, patina_search_stats_t *stats, int auto_dev)
+                              const pgpu_req_t *rq, patina_hit_t *hits, patina_hit_t **rhits, size_t *counts,
+                              patina_search_stats_t *stats, int auto_dev)
 {
     pgpu_sqfd_index_t view;
     pgpu_sqfd_stats_t gst;
@@ -856,7 +813,7 @@ static patina_status sqfd_gpu(patina_context_t *ctx, const patina_index_t *ix, c
     view.dead = ix->dead;
     s = prepare_self(ix, queries, nq, &qself);
     if (s == PATINA_OK && (s = patina__context_gpu_acquire(ctx, &g)) == PATINA_OK) {
-        s = patina_gpu_sqfd(g, &view, (const float *)queries, qself, nq, k, radius, cand, ncand, cpu, &gst);
+        s = patina_gpu_sqfd(g, &view, (const float *)queries, qself, nq, rq, cand, ncand, cpu, &gst);
         patina__context_gpu_release(ctx);
     }
     if (s != PATINA_OK && auto_dev && (s == PATINA_E_LIMIT || s == PATINA_E_NOMEM || s == PATINA_E_UNAVAILABLE)) {
@@ -872,9 +829,9 @@ static patina_status sqfd_gpu(patina_context_t *ctx, const patina_index_t *ix, c
         j.cand = cand;
         j.ncand = ncand;
         j.cpu = cpu;
-        j.k = k;
-        j.radius = radius;
-        j.max_hits = max_hits;
+        j.k = rq->k;
+        j.radius = rq->radius;
+        j.max_hits = rq->max_hits;
         j.hits = hits;
         j.rhits = rhits;
         j.counts = counts;
@@ -886,7 +843,7 @@ static patina_status sqfd_gpu(patina_context_t *ctx, const patina_index_t *ix, c
         }
     }
     if (s == PATINA_OK)
-        s = cpu_rest(ctx, ix, queries, nq, cpu, k, k == 0, radius, max_hits, hits, rhits, counts);
+        s = cpu_rest(ctx, ix, queries, nq, cpu, rq, hits, rhits, counts);
     if (s == PATINA_OK && stats) {
         stats->cpu = 0;
         for (q = 0; q < nq; q++) stats->cpu += cpu[q] != 0;
@@ -902,35 +859,18 @@ static patina_status sqfd_gpu(patina_context_t *ctx, const patina_index_t *ix, c
     return s;
 }
 
-static patina_status knn_impl(patina_context_t *ctx, const patina_index_t *idx, const void *queries,
-                              size_t nq, size_t k, const patina_search_opts_t *opts_in, patina_hit_t *hits,
-                              size_t *counts)
+/* k-NN on the CPU (hits padded, the index not empty). */
+static patina_status cpu_knn(patina_context_t *ctx, const patina_index_t *idx, const void *queries, size_t nq,
+                             size_t k, const patina_search_opts_t *o, patina_hit_t *hits, size_t *counts)
 {
-    patina_search_opts_t opts;
-    patina_device dev;
+    const patina_search_opts_t opts = *o;
     job_t jb;
     tq_t *tq = NULL;
     double *qself = NULL;
     patina_status s;
-    size_t q, per, *pos = NULL;
+    size_t q, per = counts[0], *pos = NULL;
     patina_hit_t **lists = NULL;
     int nthreads;
-
-    PATINA_TRY(knn_args(idx, queries, nq, k, hits, counts));
-    patina_search_opts_init(&opts);
-    if (opts_in) opts = *opts_in;
-    PATINA_TRY(patina__options_validate(PATINA_OPTIONS_SEARCH, &opts));
-    PATINA_TRY(search_device(ctx, idx, &opts, 0, k, &dev));
-    if (opts.stats) memset(opts.stats, 0, sizeof *opts.stats);
-    if (nq == 0) return PATINA_OK;
-    knn_pad(idx, nq, k, hits, counts);
-    if (idx->live == 0) return PATINA_OK;
-    if (dev == PATINA_DEVICE_GPU && idx->self)
-        return sqfd_gpu(ctx, idx, queries, nq, k, 0.0, 0, hits, NULL, counts, opts.stats,
-                        opts.device == PATINA_DEVICE_AUTO);
-    if (dev == PATINA_DEVICE_GPU) return knn_gpu(ctx, idx, queries, nq, k, hits, counts, opts.stats);
-    if (opts.stats) opts.stats->cpu = nq;
-    per = counts[0];
 
     memset(&jb, 0, sizeof jb);
     plan(idx, nq, cpu_threads(ctx), &nthreads, &jb.qb, &jb.nblocks, &jb.nchunks, &jb.chunk);
@@ -974,49 +914,19 @@ static patina_status knn_impl(patina_context_t *ctx, const patina_index_t *idx, 
     return s;
 }
 
-static patina_status range_impl(patina_context_t *ctx, const patina_index_t *idx, const void *queries,
-                                size_t nq, double radius, const patina_search_opts_t *opts_in,
-                                patina_hit_t **hits, size_t *counts)
+/* Range search on the CPU (hits[] cleared, the index not empty). */
+static patina_status cpu_range(patina_context_t *ctx, const patina_index_t *idx, const void *queries, size_t nq,
+                               double radius, const patina_search_opts_t *o, patina_hit_t **hits, size_t *counts)
 {
-    patina_search_opts_t opts;
-    patina_device dev;
+    const patina_search_opts_t opts = *o;
+    const size_t max_hits = opts.max_hits;
     job_t jb;
     tq_t *tq = NULL;
     double *qself = NULL;
     patina_status s;
-    size_t q, t, nslots, max_hits, *pos = NULL, *lens = NULL;
+    size_t q, t, nslots, *pos = NULL, *lens = NULL;
     patina_hit_t **lists = NULL;
     int nthreads;
-
-    if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
-    PATINA_TRY(patina_options_check(PATINA_OPTIONS_SEARCH, "range", radius));
-    patina_search_opts_init(&opts);
-    if (opts_in) opts = *opts_in;
-    PATINA_TRY(patina__options_validate(PATINA_OPTIONS_SEARCH, &opts));
-    PATINA_TRY(search_device(ctx, idx, &opts, 1, 0, &dev));
-    if (opts.stats) memset(opts.stats, 0, sizeof *opts.stats);
-    max_hits = opts.max_hits;
-    if (nq == 0) return PATINA_OK;
-    if (!queries || !hits || !counts) return patina__fail(PATINA_E_INVALID, "search: null queries, hits or counts");
-    for (q = 0; q < nq; q++) {
-        hits[q] = NULL;
-        counts[q] = 0;
-    }
-    PATINA_TRY(patina__index_check_nan(idx, queries, nq, "query"));
-    if (idx->live == 0) return PATINA_OK;
-    if (dev == PATINA_DEVICE_GPU) {
-        s = idx->self ? sqfd_gpu(ctx, idx, queries, nq, 0, radius, max_hits, NULL, hits, counts, opts.stats,
-                                 opts.device == PATINA_DEVICE_AUTO)
-                      : range_gpu(ctx, idx, queries, nq, radius, max_hits, hits, counts, opts.stats);
-        if (s != PATINA_OK)
-            for (q = 0; q < nq; q++) {
-                free(hits[q]);
-                hits[q] = NULL;
-                counts[q] = 0;
-            }
-        return s;
-    }
-    if (opts.stats) opts.stats->cpu = nq;
 
     memset(&jb, 0, sizeof jb);
     plan(idx, nq, cpu_threads(ctx), &nthreads, &jb.qb, &jb.nblocks, &jb.nchunks, &jb.chunk);
@@ -1080,16 +990,73 @@ static patina_status range_impl(patina_context_t *ctx, const patina_index_t *idx
     return s;
 }
 
+/* One search: k-NN (rq->k >= 1, checked by the caller; into hits, padded)
+ * or range (rq->k = 0; into lists, max_hits from the options). */
+static patina_status search_impl(patina_context_t *ctx, const patina_index_t *idx, const void *queries, size_t nq,
+                                 const pgpu_req_t *rq, const patina_search_opts_t *opts_in, patina_hit_t *hits,
+                                 patina_hit_t **lists, size_t *counts)
+{
+    const int range = rq->k == 0;
+    patina_search_opts_t opts;
+    patina_device dev = PATINA_DEVICE_CPU;
+    pgpu_req_t req = *rq;
+    patina_status s;
+    size_t q;
+
+    if (!range) {
+        PATINA_TRY(knn_args(idx, queries, nq, rq->k, hits, counts));
+    } else {
+        if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
+        PATINA_TRY(patina_options_check(PATINA_OPTIONS_SEARCH, "range", rq->radius));
+    }
+    patina_search_opts_init(&opts);
+    if (opts_in) opts = *opts_in;
+    PATINA_TRY(patina__options_validate(PATINA_OPTIONS_SEARCH, &opts));
+    PATINA_TRY(search_device(ctx, idx, &opts, range, rq->k, &dev));
+    if (opts.stats) memset(opts.stats, 0, sizeof *opts.stats);
+    if (nq == 0) return PATINA_OK;
+    if (!range) {
+        knn_pad(idx, nq, rq->k, hits, counts);
+    } else {
+        req.max_hits = opts.max_hits;
+        if (!queries || !lists || !counts)
+            return patina__fail(PATINA_E_INVALID, "search: null queries, hits or counts");
+        for (q = 0; q < nq; q++) {
+            lists[q] = NULL;
+            counts[q] = 0;
+        }
+        PATINA_TRY(patina__index_check_nan(idx, queries, nq, "query"));
+    }
+    if (idx->live == 0) return PATINA_OK;
+    if (dev == PATINA_DEVICE_GPU) {
+        s = idx->self ? sqfd_gpu(ctx, idx, queries, nq, &req, hits, lists, counts, opts.stats,
+                                 opts.device == PATINA_DEVICE_AUTO)
+                      : gpu_search(ctx, idx, queries, nq, &req, hits, lists, counts, opts.stats);
+        if (s != PATINA_OK && range)
+            for (q = 0; q < nq; q++) {
+                free(lists[q]);
+                lists[q] = NULL;
+                counts[q] = 0;
+            }
+        return s;
+    }
+    if (opts.stats) opts.stats->cpu = nq;
+    return range ? cpu_range(ctx, idx, queries, nq, req.radius, &opts, lists, counts)
+                 : cpu_knn(ctx, idx, queries, nq, req.k, &opts, hits, counts);
+}
+
 /* The public calls hold the index's read lock for the whole search (GPU
  * and CPU parts): a put or remove waits for them, and they for it. */
 patina_status patina_index_knn(patina_context_t *ctx, const patina_index_t *idx, const void *queries,
                                size_t nq, size_t k, const patina_search_opts_t *opts, patina_hit_t *hits,
                                size_t *counts)
 {
+    const pgpu_req_t rq = {k, 0.0, 0};
     patina_status s;
     if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
+    PATINA_TRY(patina_options_check(PATINA_OPTIONS_SEARCH, "k", (double)k));
     patina__index_rd_lock(idx);
-    s = knn_impl(ctx, idx, queries, nq, k, opts, hits, counts);
+    s = search_impl(ctx, idx, queries, nq, &rq, opts, hits, NULL, counts);
     patina__index_rd_unlock(idx);
     return s;
 }
@@ -1098,10 +1065,11 @@ patina_status patina_index_range(patina_context_t *ctx, const patina_index_t *id
                                  size_t nq, double radius, const patina_search_opts_t *opts,
                                  patina_hit_t **hits, size_t *counts)
 {
+    const pgpu_req_t rq = {0, radius, 0};
     patina_status s;
     if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
     patina__index_rd_lock(idx);
-    s = range_impl(ctx, idx, queries, nq, radius, opts, hits, counts);
+    s = search_impl(ctx, idx, queries, nq, &rq, opts, NULL, hits, counts);
     patina__index_rd_unlock(idx);
     return s;
 }

@@ -344,10 +344,21 @@ done:
  * alpha -- the survivors' candidates overflow their list) through the GPU
  * scan instead, whose retry takes the whole table as its pilot; what it
  * cannot take stays the CPU's. */
+/* A batch's search as the GPU's request: k-NN (no lists) or range. */
+static pgpu_req_t batch_req(const batch_t *b)
+{
+    pgpu_req_t rq;
+    rq.k = b->lists ? 0 : b->k;
+    rq.radius = b->radius;
+    rq.max_hits = b->max_hits;
+    return rq;
+}
+
 static patina_status gpu_rescan(patina_gpu_t *g, const pgpu_sqfd_index_t *gv, const batch_t *b, size_t nq,
                                 const double *sqq, uint32_t **cand, size_t *ncand, uint8_t *cpu, size_t st[3])
 {
     const size_t dim = b->pi->dim;
+    const pgpu_req_t rq = batch_req(b);
     size_t nw = 0, j = 0;
     float *wq;
     double *ws;
@@ -375,7 +386,7 @@ static patina_status gpu_rescan(patina_gpu_t *g, const pgpu_sqfd_index_t *gv, co
             ws[j] = sqq[q];
             w[j++] = (uint32_t)q;
         }
-    s = patina_gpu_sqfd(g, gv, wq, ws, nw, b->lists ? 0 : b->k, b->radius, wc, wn, wcpu, &gst);
+    s = patina_gpu_sqfd(g, gv, wq, ws, nw, &rq, wc, wn, wcpu, &gst);
     for (j = 0; s == PATINA_OK && j < nw; j++)
         if (!wcpu[j]) {
             cand[w[j]] = wc[j];
@@ -436,13 +447,13 @@ patina_status patina__pivot_gpu_batch(patina_context_t *ctx, batch_t *b, size_t 
     if (s == PATINA_OK && ok) {
         st[0] += nq * np;
         if (strategy == PATINA_PIVOT_GPU || b->bound == PATINA_BOUND_NONE) {
+            const pgpu_req_t rq = batch_req(b);
             pgpu_sqfd_stats_t gst;
             memset(&gst, 0, sizeof gst);
             s = b->bound == PATINA_BOUND_NONE
-                    ? patina_gpu_sqfd(g, &gv, b->queries, sqq, nq, b->lists ? 0 : b->k, b->radius, cand, ncand, cpu, &gst)
+                    ? patina_gpu_sqfd(g, &gv, b->queries, sqq, nq, &rq, cand, ncand, cpu, &gst)
                     : patina_gpu_sqfd_filter(g, &gv, b->queries, sqq, nq, alo, ahi, eps,
-                                             b->bound == PATINA_BOUND_PTOLEMAIC, b->lists ? 0 : b->k, b->radius, cand,
-                                             ncand, cpu, &gst);
+                                             b->bound == PATINA_BOUND_PTOLEMAIC, &rq, cand, ncand, cpu, &gst);
             st[2] += gst.pairs < gst.queries * pi->n ? gst.pairs : gst.queries * pi->n;
             st[1] += gst.queries * pi->n - (gst.pairs < gst.queries * pi->n ? gst.pairs : gst.queries * pi->n);
             if (s == PATINA_OK && b->bound != PATINA_BOUND_NONE) s = gpu_rescan(g, &gv, b, nq, sqq, cand, ncand, cpu, st);

@@ -506,17 +506,31 @@ static patina_status run_strategy(patina_context_t *ctx, batch_t *b, size_t nq, 
     return s;
 }
 
-static patina_status pivot_knn_unlocked(patina_context_t *ctx, const patina_pivot_index_t *pi, const void *queries,
-                                     size_t nq, size_t k, const patina_pivot_search_opts_t *opts,
-                                     patina_hit_t *hits, size_t *counts)
+/* One search: k-NN (range 0: hits (nq, k), padded) or range (lists[q]
+ * malloc'd, at most the options' max_hits), each checking its arguments
+ * in its own order. */
+static patina_status pivot_search_unlocked(patina_context_t *ctx, const patina_pivot_index_t *pi,
+                                           const void *queries, size_t nq, int range, size_t k, double radius,
+                                           const patina_pivot_search_opts_t *opts, patina_hit_t *hits,
+                                           patina_hit_t **lists, size_t *counts)
 {
     patina_pivot_search_opts_t o;
     batch_t b;
-    PATINA_TRY(patina_options_check(PATINA_OPTIONS_SEARCH, "k", (double)k));
-    if (nq && (!hits || !counts)) return patina__fail(PATINA_E_INVALID, "search: null argument");
+    if (!range) {
+        PATINA_TRY(patina_options_check(PATINA_OPTIONS_SEARCH, "k", (double)k));
+        if (nq && (!hits || !counts)) return patina__fail(PATINA_E_INVALID, "search: null argument");
+    } else {
+        if (nq && (!lists || !counts)) return patina__fail(PATINA_E_INVALID, "search: null argument");
+        for (size_t q = 0; q < nq; q++) {
+            lists[q] = NULL;
+            counts[q] = 0;
+        }
+        PATINA_TRY(patina_options_check(PATINA_OPTIONS_SEARCH, "range", radius));
+    }
     PATINA_TRY(search_args(pi, queries, nq, opts, &o));
     if (nq == 0) return PATINA_OK;
-    for (size_t i = 0; i < nq * k; i++) hits[i] = (patina_hit_t){0, INFINITY};
+    if (!range)
+        for (size_t i = 0; i < nq * k; i++) hits[i] = (patina_hit_t){0, INFINITY};
     for (size_t q = 0; q < nq; q++) counts[q] = 0;
     if (pi->n == 0) {
         if (o.stats) o.stats->cpu = nq;
@@ -525,40 +539,16 @@ static patina_status pivot_knn_unlocked(patina_context_t *ctx, const patina_pivo
     memset(&b, 0, sizeof b);
     b.pi = pi;
     b.queries = queries;
-    b.k = k;
     b.bound = o.bound;
-    b.hits = hits;
     b.counts = counts;
-    return run_strategy(ctx, &b, nq, &o);
-}
-
-static patina_status pivot_range_unlocked(patina_context_t *ctx, const patina_pivot_index_t *pi,
-                                       const void *queries, size_t nq, double radius,
-                                       const patina_pivot_search_opts_t *opts, patina_hit_t **hits,
-                                       size_t *counts)
-{
-    patina_pivot_search_opts_t o;
-    batch_t b;
-    if (nq && (!hits || !counts)) return patina__fail(PATINA_E_INVALID, "search: null argument");
-    for (size_t q = 0; q < nq; q++) {
-        hits[q] = NULL;
-        counts[q] = 0;
+    if (!range) {
+        b.k = k;
+        b.hits = hits;
+    } else {
+        b.radius = radius;
+        b.max_hits = o.max_hits;
+        b.lists = lists;
     }
-    PATINA_TRY(patina_options_check(PATINA_OPTIONS_SEARCH, "range", radius));
-    PATINA_TRY(search_args(pi, queries, nq, opts, &o));
-    if (nq == 0) return PATINA_OK;
-    if (pi->n == 0) {
-        if (o.stats) o.stats->cpu = nq;
-        return PATINA_OK;
-    }
-    memset(&b, 0, sizeof b);
-    b.pi = pi;
-    b.queries = queries;
-    b.radius = radius;
-    b.bound = o.bound;
-    b.max_hits = o.max_hits;
-    b.lists = hits;
-    b.counts = counts;
     return run_strategy(ctx, &b, nq, &o);
 }
 
@@ -597,9 +587,9 @@ patina_status patina_pivot_index_knn(patina_context_t *ctx, const patina_pivot_i
                                      patina_hit_t *hits, size_t *counts)
 {
     patina_status s;
-    if (!pi) return pivot_knn_unlocked(ctx, pi, queries, nq, k, opts, hits, counts); /* its own error */
+    if (!pi) return pivot_search_unlocked(ctx, pi, queries, nq, 0, k, 0.0, opts, hits, NULL, counts); /* its own error */
     patina__pivot_rd(pi);
-    s = pivot_knn_unlocked(ctx, pi, queries, nq, k, opts, hits, counts);
+    s = pivot_search_unlocked(ctx, pi, queries, nq, 0, k, 0.0, opts, hits, NULL, counts);
     patina__pivot_un(pi);
     return s;
 }
@@ -610,9 +600,9 @@ patina_status patina_pivot_index_range(patina_context_t *ctx, const patina_pivot
                                        size_t *counts)
 {
     patina_status s;
-    if (!pi) return pivot_range_unlocked(ctx, pi, queries, nq, radius, opts, hits, counts);
+    if (!pi) return pivot_search_unlocked(ctx, pi, queries, nq, 1, 0, radius, opts, NULL, hits, counts);
     patina__pivot_rd(pi);
-    s = pivot_range_unlocked(ctx, pi, queries, nq, radius, opts, hits, counts);
+    s = pivot_search_unlocked(ctx, pi, queries, nq, 1, 0, radius, opts, NULL, hits, counts);
     patina__pivot_un(pi);
     return s;
 }

@@ -1,0 +1,51 @@
+/* The k-NN engines' constants and per-row / per-query layouts
+ * (gpu/knn_tc.cuh: the tensor-core Tanimoto engine; knn_fx.cuh: the float
+ * filter; knn_ix.cuh: the tensor-core filter), apart from their kernels so
+ * that the files holding device copies (knn_internal.cuh) can use them
+ * without compiling the kernels again. */
+#ifndef PATINA_GPU_KNN_LAYOUT_CUH
+#define PATINA_GPU_KNN_LAYOUT_CUH
+
+#include <cuda_runtime.h>
+
+/* ---- the tensor-core engine (knn_tc.cuh) ---- */
+
+#define TC_WARPS 8          /* warps per scan block */
+#define TC_R 128            /* rows per shared-memory stage */
+#define TC_STAGES 3
+#define TC_CAND 4096        /* candidates per query */
+#define TC_KMAX PGPU_KNN_KMAX /* k on the GPU */
+#define TC_FINAL_THREADS 512
+#define TC_SEL_THREADS 1024
+
+/* Per query: T2, T2^2, S2 (exact integers as floats) and the filter's
+ * threshold theta' (scan) -- written by k_tc_select or the host (range). */
+typedef float4 tc_qinfo_t;
+
+/* Per row: T1, T1^2, S1 as floats (exact integers) and S1 / T1; a zero row
+ * holds (0, 0, 1, 1e30) so that its t is 0 / T2^2 = 0 (its distance is
+ * 100) and it passes the filter only when every row does. */
+typedef float4 tc_aux_t;
+
+/* ---- the float filter (knn_fx.cuh) ---- */
+
+#define FX_ROWS 256 /* rows per block, one per thread */
+#define FX_QB 32    /* queries per block */
+#define FX_DC 64    /* elements per shared-memory chunk */
+
+/* Per query: mq, Nq, the scan's threshold U + mq (rounded up), unused. */
+typedef float4 fx_qinfo_t;
+
+/* Per row: mr, Nr. */
+typedef float2 fx_aux_t;
+
+/* ---- the tensor-core filter (knn_ix.cuh) ---- */
+
+#define IX_MAXDIM 256 /* elements at most (the query fragments fit the registers; sums < 2^24) */
+#define IX_R 64       /* rows per shared-memory stage */
+
+/* Per row and per query: s, A, E, and N (l2, std_l2) or W (cosine,
+ * hellinger) (knn_ix.cuh). */
+typedef float4 ix_info_t;
+
+#endif
