@@ -11,7 +11,7 @@ cd "$here"
 mkdir -p demo
 echo "== $("$P" --version)"
 echo "== indexing samples/ into demo/photos.patina (an LMDB collection)"
-"$P" index demo/photos.patina samples
+"$P" index demo/photos.patina samples --root .   # keys: samples/... (relative to the repository)
 src=$(find samples/mate -type f -name '*.jpg' | sort | sed -n 3p)
 [ -n "$src" ] || src=$(find samples -type f | sort | head -n 1)
 "$BUILD"/patina-variant "$src" demo/query.jpg --crop 8 --scale 0.6 --quality 70
