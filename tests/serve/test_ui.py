@@ -320,6 +320,48 @@ def test_search_shows_ranked_thumbnails(browser, base_url, photos, collections):
         assert resp.read() == open(key, "rb").read()
 
 
+def test_demo_collection_shows_thumbnails(browser, photos):
+    """The README's first hour: `make run`'s demo (scripts/demo.sh: the
+    sample photographs indexed into demo/photos.patina, a cropped,
+    rescaled, recompressed variant of one as the query), then `patina serve
+    demo/photos.patina --content-dir samples`: a search with the demo's
+    query on the Search page ranks the source first, and its tile shows the
+    server's thumbnail."""
+    if not has_serve():
+        pytest.skip(f"{CLI} has no 'serve' subcommand")
+    build = os.path.dirname(CLI)
+    if not os.access(os.path.join(build, "patina-variant"), os.X_OK):
+        pytest.skip(f"no {build}/patina-variant (the demo's query maker; make run or make test build it)")
+    if os.path.realpath(SAMPLES) != os.path.realpath(os.path.join(REPO, "samples")):
+        pytest.skip("the demo indexes the repository's samples/ (PATINA_SAMPLES_DIR points elsewhere)")
+    demo = subprocess.run([os.path.join(REPO, "scripts", "demo.sh"), build], capture_output=True, text=True,
+                          timeout=600)
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    src = re.search(r"query: demo/query\.jpg = (\S+) ", demo.stdout).group(1)
+    proc, url, _ = start_patina_serve({"photos.patina": os.path.join(REPO, "demo", "photos.patina")})
+    try:
+        open_page(browser, url, "search")
+        browser.find_element(By.CSS_SELECTOR, "#search-collection option[value='photos.patina']").click()
+        upload(browser, "search-file", os.path.join(REPO, "demo", "query.jpg"))
+        k = browser.find_element(By.ID, "search-k")
+        k.clear()
+        k.send_keys("3")
+        browser.find_element(By.ID, "search-go").click()
+        hits = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#search-results li.hit"))
+        assert hits[0].get_attribute("data-key") == src, [h.get_attribute("data-key") for h in hits]
+        wait(browser, lambda d: d.execute_script(
+            "const i = document.querySelector('#search-results li.hit img');"
+            "return i && i.complete && i.naturalWidth > 0"))
+        src_url, w, h = browser.execute_script(
+            "const i = document.querySelector('#search-results li.hit img');"
+            "return [i.src, i.naturalWidth, i.naturalHeight]")
+        assert src_url.endswith("?thumbnail=256") and max(w, h) == 256, (src_url, w, h)
+        assert "no preview" not in hits[0].text
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
 def test_search_error_is_shown(browser, base_url, tmp_path):
     bad = tmp_path / "not-an-image.jpg"
     bad.write_bytes(b"this is text, not a JPEG")
