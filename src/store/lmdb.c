@@ -1,6 +1,9 @@
 /* Collection store on LMDB (include/patina/store.h): the embedded default
- * back end. This file is the on-disk format and the locking; it knows
- * nothing of images or descriptor families (a descriptor is opaque bytes).
+ * back end. This file is the on-disk format, the handle and the locking,
+ * reads, writes, snapshots, roots and keys; lmdb_check.c checks data.mdb
+ * before LMDB maps it and lmdb_create.c creates a collection atomically
+ * (the three share store/lmdb_internal.h). It knows nothing of images or
+ * descriptor families (a descriptor is opaque bytes).
  *
  * On-disk format 2. One LMDB environment in the collection directory
  * (data.mdb + lock.mdb) with these named databases:
@@ -60,34 +63,33 @@
  * lock.mdb shared and writable (the reader table). Three things keep a
  * damaged or full disk from ending the process with SIGBUS, which a mapped
  * page that the file cannot back raises:
- *  - data.mdb is checked before LMDB maps it (check_data_file): both meta
+ *  - data.mdb is checked before LMDB maps it (lmdb_check.c): both meta
  *    pages, and every page up to the last one the newest meta page uses
  *    must be in the file. LMDB 0.9 can itself leave the file a few pages
  *    short (pages a transaction allocated and freed again are never
  *    written); such pages are free, so a short file is accepted when every
  *    missing page is on LMDB's free list.
- *  - lock.mdb gets its disk blocks before LMDB maps it (prepare_lock).
+ *  - lock.mdb gets its disk blocks before LMDB maps it
+ *    (patina__store_prepare_lock).
  *  - A write transaction reserves blocks for what it may add to data.mdb
  *    first (reserve_space), so that a full disk shows as ENOSPC; LMDB
  *    itself reports a short write in the middle of a commit as EIO.
  * A failed commit never writes the meta page, so the last committed state
  * stays intact.
  *
- * Creation is atomic: the new environment is built and committed in a
- * temporary directory beside the target (or inside an existing empty one)
- * and then renamed (or its data.mdb linked) into place; a creator that
- * loses the race to another one opens the winner's collection. A directory
- * therefore either holds a whole collection or none.
+ * Creation is atomic (lmdb_create.c): the new environment is built and
+ * committed in a temporary directory beside the target (or inside an
+ * existing empty one) and then renamed (or its data.mdb linked) into place;
+ * a creator that loses the race to another one opens the winner's
+ * collection. A directory therefore either holds a whole collection or none.
  *
  * Durability: default LMDB syncs (no MDB_NOSYNC / MDB_NOMETASYNC), so a
  * committed batch survives a crash of the process or the machine. */
 #define _GNU_SOURCE /* fallocate, FALLOC_FL_KEEP_SIZE */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <lmdb.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,63 +102,7 @@
 
 #include "core/internal.h"
 #include "patina/store.h"
-#include "store/store_internal.h"
-
-#define PATINA_FORMAT 2u      /* what new collections are and old ones become on a write */
-#define PATINA_FORMAT_MIN 1u  /* format 1: no "sha" database, maybe no root */
-#define SHA_FLAGS (MDB_DUPSORT | MDB_DUPFIXED) /* the "sha" database: many ids per hash */
-#define ROOT_DEFAULT ".."     /* a new collection's root: the directory that holds it */
-#define MAGIC "patina-collection"
-#define DEFAULT_MAP_SIZE (64ull << 30)
-#define MIN_DEFAULT_MAP (1ull << 30) /* the default is halved down to this if refused */
-#define MAX_READERS 1024
-#define KEY_INLINE_MAX 480      /* LMDB's default key limit is 511 */
-#define SPEC_MAX 400            /* "desc:" + spec is a key of the main DB */
-#define DESC_MAX (64u << 20)
-#define REC_VERSION 1
-#define REC_HEADER 72
-/* Disk blocks given to lock.mdb before LMDB maps it: LMDB 0.9 keeps one
- * 64-byte slot per reader after a header of less than a page. */
-#define LOCK_RESERVE ((off_t)MAX_READERS * 64 + 4096)
-#define CREATE_RESERVE (64 << 10) /* blocks for a new data.mdb (it needs some 6 pages) */
-#define TMP_TAG ".patina-tmp-"      /* names of directories being created */
-
-typedef struct desc_handle {
-    char *spec;
-    MDB_dbi dbi;
-} desc_handle_t;
-
-/* A collection handle. The first open of a collection in a process makes
- * the shared handle: the environment, its locks and caches. LMDB must not
- * open one environment twice in a process (its locks belong to the
- * process: a second mdb_env_open would reset the reader table and the
- * mutexes under the first), so a later open of the same data.mdb (device
- * and inode) in the same process shares it: it gets the shared handle
- * itself, or an alias (`shared` set) when it asks for READONLY on a
- * writable one. `refs` counts the opens not yet closed. */
-struct patina_collection {
-    patina_collection_t *shared; /* an alias: the handle it stands for */
-    int readonly;
-    MDB_env *env;
-    char *dir;
-    dev_t dev;                  /* of data.mdb, with ino: the registry's key */
-    ino_t ino;
-    pid_t pid;                  /* the process that opened it */
-    unsigned refs;              /* opens of it not yet closed (0: unregistered) */
-    patina_collection_t *next;  /* in the registry */
-    MDB_dbi meta, records, keys, tables;
-    char *absdir;               /* the directory, absolute (realpath when opened) */
-    atomic_uint format;         /* format of the collection (1 until its first write here) */
-    MDB_dbi sha;                /* "sha": SHA-256 -> ids, usable once has_sha is set */
-    atomic_int has_sha;
-    MDB_dbi sha_new;            /* opened by the write transaction in progress (sha_pending) */
-    int sha_pending;
-    pthread_mutex_t mu;         /* writes and every mdb_dbi_open */
-    pthread_rwlock_t maplock;   /* shared per transaction; exclusive to resize */
-    pthread_mutex_t cache_mu;   /* the handle cache below */
-    desc_handle_t *desc;        /* opened descriptor tables: [0, npub) usable by */
-    size_t npub, ndesc, capdesc;/* anyone; [npub, ndesc) by the open write txn */
-};
+#include "store/lmdb_internal.h"
 
 static patina_collection_t *shared_of(patina_collection_t *c)
 {
@@ -196,7 +142,7 @@ static uint64_t get_le(const uint8_t *p, int bytes)
 /* ---------------------------------------------------------------- errors */
 
 /* One LMDB return code as a status, with "store: <what> in '<dir>': ...". */
-static patina_status mdb_fail(const patina_collection_t *c, int rc, const char *what)
+patina_status patina__store_mdb_fail(const patina_collection_t *c, int rc, const char *what)
 {
     const char *dir = c ? c->dir : "?";
     switch (rc) {
@@ -281,7 +227,7 @@ static patina_status adopt_map(patina_collection_t *c, const char *what)
                             what, c->dir);
     rc = mdb_env_set_mapsize(c->env, 0);
     pthread_rwlock_unlock(&c->maplock);
-    return rc ? mdb_fail(c, rc, "adopting the grown map size") : PATINA_OK;
+    return rc ? patina__store_mdb_fail(c, rc, "adopting the grown map size") : PATINA_OK;
 }
 
 /* Begins a read or write transaction holding maplock shared (txn_abort
@@ -294,7 +240,7 @@ static patina_status txn_begin(patina_collection_t *c, int write, MDB_txn **txn,
         rc = mdb_txn_begin(c->env, NULL, write ? 0 : MDB_RDONLY, txn);
         if (rc == 0) return PATINA_OK;
         pthread_rwlock_unlock(&c->maplock);
-        if (rc != MDB_MAP_RESIZED || tries == 3) return mdb_fail(c, rc, what);
+        if (rc != MDB_MAP_RESIZED || tries == 3) return patina__store_mdb_fail(c, rc, what);
         PATINA_TRY(adopt_map(c, what));
     }
 }
@@ -315,7 +261,7 @@ static patina_status locked_begin(patina_collection_t *c, int write, MDB_txn **t
         if (rc == 0) return PATINA_OK;
         pthread_mutex_unlock(&c->mu);
         pthread_rwlock_unlock(&c->maplock);
-        if (rc != MDB_MAP_RESIZED || tries == 3) return mdb_fail(c, rc, what);
+        if (rc != MDB_MAP_RESIZED || tries == 3) return patina__store_mdb_fail(c, rc, what);
         PATINA_TRY(adopt_map(c, what));
     }
 }
@@ -323,16 +269,16 @@ static patina_status locked_begin(patina_collection_t *c, int write, MDB_txn **t
 /* txn_begin for a handle that no other thread can reach yet (being opened
  * or created, not registered): no maplock (the registry's mutex may be
  * held); end with mdb_txn_commit or mdb_txn_abort. */
-static patina_status private_begin(patina_collection_t *c, int write, MDB_txn **txn,
-                                   const char *what)
+patina_status patina__store_private_begin(patina_collection_t *c, int write, MDB_txn **txn,
+                                          const char *what)
 {
     int rc, tries;
     for (tries = 0;; tries++) {
         rc = mdb_txn_begin(c->env, NULL, write ? 0 : MDB_RDONLY, txn);
         if (rc == 0) return PATINA_OK;
-        if (rc != MDB_MAP_RESIZED || tries == 3) return mdb_fail(c, rc, what);
+        if (rc != MDB_MAP_RESIZED || tries == 3) return patina__store_mdb_fail(c, rc, what);
         if ((rc = mdb_env_set_mapsize(c->env, 0)) != 0)
-            return mdb_fail(c, rc, "adopting the grown map size");
+            return patina__store_mdb_fail(c, rc, "adopting the grown map size");
     }
 }
 
@@ -423,7 +369,7 @@ static patina_status desc_open_in(patina_collection_t *c, MDB_txn *txn, const ch
         *found = 0;
         return PATINA_OK;
     }
-    if (rc) return mdb_fail(c, rc, "opening a descriptor table");
+    if (rc) return patina__store_mdb_fail(c, rc, "opening a descriptor table");
     return desc_add(c, spec, *dbi, 0);
 }
 
@@ -448,10 +394,11 @@ static patina_status desc_open(patina_collection_t *c, const char *spec, MDB_dbi
             mdb_txn_abort(txn);
         } else if (rc) {
             mdb_txn_abort(txn);
-            s = mdb_fail(c, rc, "opening a descriptor table");
+            s = patina__store_mdb_fail(c, rc, "opening a descriptor table");
         } else {
             rc = mdb_txn_commit(txn); /* makes the handle process-wide */
-            s = rc ? mdb_fail(c, rc, "opening a descriptor table") : desc_add(c, spec, *dbi, 1);
+            s = rc ? patina__store_mdb_fail(c, rc, "opening a descriptor table")
+                   : desc_add(c, spec, *dbi, 1);
         }
     }
     locked_end(c);
@@ -548,7 +495,7 @@ static patina_status read_meta(patina_collection_t *c, MDB_txn *txn, const char 
     if (rc == MDB_NOTFOUND || (rc == 0 && v.mv_size != (size_t)bytes))
         return patina__fail(PATINA_E_FORMAT, "store: '%s' is not a patina collection (meta '%s')",
                             c->dir, name);
-    if (rc) return mdb_fail(c, rc, "reading meta");
+    if (rc) return patina__store_mdb_fail(c, rc, "reading meta");
     *out = get_le(v.mv_data, bytes);
     return PATINA_OK;
 }
@@ -561,7 +508,7 @@ static patina_status write_meta(patina_collection_t *c, MDB_txn *txn, const char
     int rc;
     put_le(buf, value, bytes);
     rc = mdb_put(txn, c->meta, &k, &v, 0);
-    return rc ? mdb_fail(c, rc, "writing meta") : PATINA_OK;
+    return rc ? patina__store_mdb_fail(c, rc, "writing meta") : PATINA_OK;
 }
 
 /* Opens the four core databases in txn; checks magic and format.
@@ -579,12 +526,12 @@ static patina_status open_core(patina_collection_t *c, MDB_txn *txn, unsigned fl
     }
     if (rc == MDB_INCOMPATIBLE)
         return patina__fail(PATINA_E_FORMAT, "store: '%s' is not a patina collection", c->dir);
-    if (rc) return mdb_fail(c, rc, "opening the collection");
+    if (rc) return patina__store_mdb_fail(c, rc, "opening the collection");
     rc = mdb_get(txn, c->meta, &k, &v);
     if (rc == MDB_NOTFOUND || (rc == 0 && (v.mv_size != strlen(MAGIC) ||
                                           memcmp(v.mv_data, MAGIC, v.mv_size) != 0)))
         return patina__fail(PATINA_E_FORMAT, "store: '%s' is not a patina collection", c->dir);
-    if (rc) return mdb_fail(c, rc, "opening the collection");
+    if (rc) return patina__store_mdb_fail(c, rc, "opening the collection");
     PATINA_TRY(read_meta(c, txn, "format", 4, &format));
     if (format < PATINA_FORMAT_MIN || format > PATINA_FORMAT)
         return patina__fail(PATINA_E_FORMAT,
@@ -596,7 +543,7 @@ static patina_status open_core(patina_collection_t *c, MDB_txn *txn, unsigned fl
         (rc = mdb_dbi_open(txn, "tables", flags, &c->tables)) ||
         (format >= 2 && (rc = mdb_dbi_open(txn, "sha", flags | SHA_FLAGS, &c->sha))))
         return rc == MDB_NOTFOUND ? corrupt(c, "a core database is missing")
-                                  : mdb_fail(c, rc, "opening the collection");
+                                  : patina__store_mdb_fail(c, rc, "opening the collection");
     atomic_store(&c->format, (unsigned)format);
     atomic_store(&c->has_sha, format >= 2);
     return PATINA_OK;
@@ -605,7 +552,7 @@ static patina_status open_core(patina_collection_t *c, MDB_txn *txn, unsigned fl
 /* Creates the core databases and meta in an empty environment (write txn):
  * a collection of this format with the default root, or with `legacy` one
  * of format 1 without a root (what builds before roots made; for tests). */
-static patina_status init_collection(patina_collection_t *c, MDB_txn *txn, int legacy)
+patina_status patina__store_init_collection(patina_collection_t *c, MDB_txn *txn, int legacy)
 {
     MDB_dbi main;
     MDB_stat st;
@@ -613,335 +560,27 @@ static patina_status init_collection(patina_collection_t *c, MDB_txn *txn, int l
     int absent, rc;
     rc = mdb_dbi_open(txn, NULL, 0, &main);
     if (!rc) rc = mdb_stat(txn, main, &st);
-    if (rc) return mdb_fail(c, rc, "creating the collection");
+    if (rc) return patina__store_mdb_fail(c, rc, "creating the collection");
     if (st.ms_entries != 0)
         return patina__fail(PATINA_E_FORMAT,
                             "store: '%s' holds an LMDB database that is not a patina collection",
                             c->dir);
     rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &c->meta);
     if (!rc) rc = mdb_put(txn, c->meta, &k, &v, 0);
-    if (rc) return mdb_fail(c, rc, "creating the collection");
+    if (rc) return patina__store_mdb_fail(c, rc, "creating the collection");
     PATINA_TRY(write_meta(c, txn, "format", 4, legacy ? 1 : PATINA_FORMAT));
     PATINA_TRY(write_meta(c, txn, "next_id", 8, 1));
     if (!legacy) {
         MDB_val rk = {4, "root"}, rv = {strlen(ROOT_DEFAULT), ROOT_DEFAULT};
-        if ((rc = mdb_put(txn, c->meta, &rk, &rv, 0)) != 0) return mdb_fail(c, rc, "creating the collection");
+        if ((rc = mdb_put(txn, c->meta, &rk, &rv, 0)) != 0)
+            return patina__store_mdb_fail(c, rc, "creating the collection");
     }
     return open_core(c, txn, MDB_CREATE, &absent);
 }
 
-/* ------------------------------------------------------ the data file */
-
-/* The parts of LMDB 0.9's file format (data version 1) that the checks
- * below read. pgno_t and txnid_t are size_t. A page starts with a header
- * {pgno_t pgno; u16 pad; u16 flags; u16 lower, upper (or u32 overflow page
- * count)} followed by u16 offsets of its nodes. Pages 0 and 1 are meta
- * pages: after the header, {u32 magic; u32 version; void *address; size_t
- * mapsize; MDB_db free, main; pgno_t last_pg; txnid_t txnid}, where MDB_db
- * is {u32 pad (the page size, in the free DB's); u16 flags, depth;
- * pgno_t branch, leaf, overflow; size_t entries; pgno_t root}. A node is
- * {u16 lo, hi, flags, ksize; key; data}: in a branch page lo | hi << 16 |
- * flags << 32 is the child's page number, in a leaf page lo | hi << 16 is
- * the data size and F_BIGDATA puts the data on overflow pages (the node
- * holds their first page number). The free list is a B-tree of txnid ->
- * IDL: {pgno_t count; pgno_t pages[count]}. */
-#define LMDB_MAGIC 0xBEEFC0DEu
-#define LMDB_DATA_VERSION 1u
-#define LP_BRANCH 0x01
-#define LP_LEAF 0x02
-#define LP_OVERFLOW 0x04
-#define LP_META 0x08
-#define LN_BIGDATA 0x01
-#define LMDB_NO_PAGE ((uint64_t)(size_t)-1) /* P_INVALID: an empty tree */
-#define LMDB_MAX_DEPTH 32                    /* LMDB's cursor stack */
-#define PG_SZ ((size_t)sizeof(size_t))
-#define PAGE_HDR (PG_SZ + 8)
-#define DB_SZ (8 + 5 * PG_SZ)
-#define META_OFF_DBS (PAGE_HDR + 8 + 2 * PG_SZ)
-#define META_END (META_OFF_DBS + 2 * DB_SZ + 2 * PG_SZ)
-
-typedef struct lmdb_meta {
-    uint32_t magic, version, psize;
-    unsigned flags;
-    uint64_t free_root, main_root, last_pg, txnid;
-} lmdb_meta_t;
-
-/* LMDB writes its structures in host byte order. */
-static uint64_t rd16(const uint8_t *p)
-{
-    uint16_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static uint64_t rd32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static uint64_t get_pg(const uint8_t *p)
-{
-    size_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static void parse_meta(lmdb_meta_t *m, const uint8_t *p)
-{
-    m->flags = (unsigned)rd16(p + PG_SZ + 2);
-    m->magic = (uint32_t)rd32(p + PAGE_HDR);
-    m->version = (uint32_t)rd32(p + PAGE_HDR + 4);
-    m->psize = (uint32_t)rd32(p + META_OFF_DBS);
-    m->free_root = get_pg(p + META_OFF_DBS + 8 + 4 * PG_SZ);
-    m->main_root = get_pg(p + META_OFF_DBS + DB_SZ + 8 + 4 * PG_SZ);
-    m->last_pg = get_pg(p + META_OFF_DBS + 2 * DB_SZ);
-    m->txnid = get_pg(p + META_OFF_DBS + 2 * DB_SZ + PG_SZ);
-}
-
-static patina_status damaged(const char *path, const char *fmt, ...) PATINA_PRINTF(2, 3);
-static patina_status damaged(const char *path, const char *fmt, ...)
-{
-    char what[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    return patina__fail(PATINA_E_CORRUPT, "store: '%s' is corrupt: %s", path, what);
-}
-
-static patina_status not_regular(const char *path)
-{
-    return patina__fail(PATINA_E_CORRUPT, "store: '%s' is not a regular file", path);
-}
-
-/* Reads meta page `which` at `off`; checks what LMDB needs of it. */
-static patina_status read_meta_page(int fd, const char *path, off_t off, int which, lmdb_meta_t *m)
-{
-    uint8_t buf[META_END];
-    ssize_t got = pread(fd, buf, META_END, off);
-    if (got < 0)
-        return patina__fail(PATINA_E_IO, "store: cannot read '%s': %s", path, strerror(errno));
-    if ((size_t)got < META_END) {
-        struct stat st;
-        long long size = fstat(fd, &st) == 0 ? (long long)st.st_size : -1;
-        if (size == 0)
-            return damaged(path, "the file is empty (a creation that was interrupted, or a "
-                                 "truncated file)");
-        return damaged(path, "the file is truncated (%lld bytes) inside meta page %d", size, which);
-    }
-    parse_meta(m, buf);
-    if (!(m->flags & LP_META) || m->magic != LMDB_MAGIC)
-        return damaged(path, "meta page %d is not an LMDB meta page", which);
-    if (m->version != LMDB_DATA_VERSION)
-        return patina__fail(PATINA_E_FORMAT,
-                            "store: '%s' is an LMDB file of data version %u; this build reads "
-                            "version %u",
-                            path, m->version, LMDB_DATA_VERSION);
-    if (m->psize < 512 || m->psize > 65536 || (m->psize & (m->psize - 1)))
-        return damaged(path, "meta page %d gives a page size of %u", which, m->psize);
-    return PATINA_OK;
-}
-
-/* The walk of the free list for check_free_tail. */
-typedef struct tail_walk {
-    int fd;
-    const char *path;
-    uint32_t psize;
-    uint64_t size;      /* bytes in the file */
-    uint64_t have;      /* pages wholly in the file */
-    uint64_t last;      /* last page in use */
-    uint8_t *free_bits; /* bit i: page have + i is free */
-} tail_walk_t;
-
-/* Marks the pages of an IDL ({count; pages[count]}, `bytes` long) that
- * are missing from the file. */
-static void mark_free(tail_walk_t *w, const uint8_t *idl, size_t bytes)
-{
-    uint64_t n, i, pg;
-    if (bytes < PG_SZ) return;
-    n = get_pg(idl);
-    if (n > bytes / PG_SZ - 1) n = bytes / PG_SZ - 1;
-    for (i = 0; i < n; i++) {
-        pg = get_pg(idl + (i + 1) * PG_SZ);
-        if (pg >= w->have && pg <= w->last)
-            w->free_bits[(pg - w->have) >> 3] |= (uint8_t)(1u << ((pg - w->have) & 7));
-    }
-}
-
-/* Marks the free pages of one free-list leaf node (data of dsize bytes at
- * node + 8 + ksize, or on overflow pages). */
-static patina_status free_node(tail_walk_t *w, const uint8_t *node, size_t room, uint64_t pgno)
-{
-    size_t ksize = (size_t)rd16(node + 6), dsize = (size_t)(rd16(node) | rd16(node + 2) << 16);
-    uint8_t hdr[PAGE_HDR], *data;
-    uint64_t ov, npages;
-    patina_status s = PATINA_OK;
-    if (!(rd16(node + 4) & LN_BIGDATA)) {
-        if (8 + ksize + dsize > room)
-            return damaged(w->path, "a node of free-list page %llu is out of bounds",
-                           (unsigned long long)pgno);
-        mark_free(w, node + 8 + ksize, dsize);
-        return PATINA_OK;
-    }
-    if (8 + ksize + PG_SZ > room)
-        return damaged(w->path, "a node of free-list page %llu is out of bounds",
-                       (unsigned long long)pgno);
-    ov = get_pg(node + 8 + ksize);
-    if (ov < 2 || ov >= w->have ||
-        pread(w->fd, hdr, PAGE_HDR, (off_t)(ov * w->psize)) != (ssize_t)PAGE_HDR)
-        return damaged(w->path,
-                       "the file is truncated (%llu bytes): overflow page %llu of its free "
-                       "list is past its end",
-                       (unsigned long long)w->size, (unsigned long long)ov);
-    npages = rd32(hdr + PG_SZ + 4);
-    if (!(rd16(hdr + PG_SZ + 2) & LP_OVERFLOW) || npages == 0 ||
-        dsize > npages * w->psize - PAGE_HDR)
-        return damaged(w->path, "page %llu of its free list is not an overflow page",
-                       (unsigned long long)ov);
-    if (ov + npages > w->have)
-        return damaged(w->path,
-                       "the file is truncated (%llu bytes): overflow pages from %llu of its "
-                       "free list are past its end",
-                       (unsigned long long)w->size, (unsigned long long)ov);
-    if (!(data = malloc(dsize ? dsize : 1)))
-        return patina__fail(PATINA_E_NOMEM, "store: out of memory");
-    if (pread(w->fd, data, dsize, (off_t)(ov * w->psize + PAGE_HDR)) != (ssize_t)dsize)
-        s = patina__fail(PATINA_E_IO, "store: cannot read '%s': %s", w->path, strerror(errno));
-    else
-        mark_free(w, data, dsize);
-    free(data);
-    return s;
-}
-
-/* Walks the free-list B-tree below page pgno (read with pread, every
- * offset checked: the file is not trusted yet). */
-static patina_status walk_free(tail_walk_t *w, uint64_t pgno, int depth)
-{
-    uint8_t *page;
-    patina_status s = PATINA_OK;
-    size_t nkeys, i, lower, psize = w->psize;
-    unsigned flags;
-    if (depth > LMDB_MAX_DEPTH)
-        return damaged(w->path, "its free list is deeper than %d", LMDB_MAX_DEPTH);
-    if (pgno < 2 || pgno > w->last)
-        return damaged(w->path, "its free list points at page %llu", (unsigned long long)pgno);
-    if (pgno >= w->have)
-        return damaged(w->path, "the file is truncated (%llu bytes): page %llu of its free list "
-                                "is past its end",
-                       (unsigned long long)w->size, (unsigned long long)pgno);
-    if (!(page = malloc(psize))) return patina__fail(PATINA_E_NOMEM, "store: out of memory");
-    if (pread(w->fd, page, psize, (off_t)(pgno * psize)) != (ssize_t)psize) {
-        s = patina__fail(PATINA_E_IO, "store: cannot read '%s': %s", w->path, strerror(errno));
-        goto out;
-    }
-    flags = (unsigned)rd16(page + PG_SZ + 2);
-    lower = (size_t)rd16(page + PG_SZ + 4);
-    if (get_pg(page) != pgno || lower < PAGE_HDR || lower > psize ||
-        !(flags & (LP_BRANCH | LP_LEAF))) {
-        s = damaged(w->path, "page %llu of its free list is not a tree page",
-                    (unsigned long long)pgno);
-        goto out;
-    }
-    nkeys = (lower - PAGE_HDR) / 2;
-    for (i = 0; i < nkeys && s == PATINA_OK; i++) {
-        size_t at = (size_t)rd16(page + PAGE_HDR + 2 * i);
-        const uint8_t *node = page + at;
-        if (at < lower || at + 8 > psize) {
-            s = damaged(w->path, "a node of free-list page %llu is out of bounds",
-                        (unsigned long long)pgno);
-        } else if (flags & LP_BRANCH) {
-            uint64_t child = rd16(node) | rd16(node + 2) << 16;
-            if (PG_SZ > 4) child |= rd16(node + 4) << 32;
-            s = walk_free(w, child, depth + 1);
-        } else {
-            s = free_node(w, node, psize - at, pgno);
-        }
-    }
-out:
-    free(page);
-    return s;
-}
-
-/* The file (size bytes) ends before the last page in use: fine when every
- * page missing from it is on the free list. */
-static patina_status check_free_tail(int fd, const char *path, const lmdb_meta_t *m, uint64_t size)
-{
-    uint64_t have = size / m->psize;
-    tail_walk_t w = {fd, path, m->psize, size, have, m->last_pg, NULL};
-    uint64_t missing = m->last_pg + 1 - have, i;
-    patina_status s;
-    /* An LMDB transaction leaves a few unwritten pages at most; a bigger gap
-     * is a truncated file (and would make a big bitmap). */
-    if (missing > (1u << 20) || m->free_root == LMDB_NO_PAGE) goto truncated;
-    if (!(w.free_bits = calloc((size_t)(missing + 7) / 8, 1)))
-        return patina__fail(PATINA_E_NOMEM, "store: out of memory");
-    s = walk_free(&w, m->free_root, 0);
-    for (i = 0; s == PATINA_OK && i < missing; i++)
-        if (!(w.free_bits[i >> 3] & (1u << (i & 7)))) break;
-    free(w.free_bits);
-    if (s != PATINA_OK) return s;
-    if (i == missing) return PATINA_OK;
-truncated:
-    return damaged(path, "the file is truncated (%llu bytes; pages of %u bytes up to page %llu "
-                         "are in use)",
-                   (unsigned long long)size, m->psize, (unsigned long long)m->last_pg);
-}
-
-/* Checks data.mdb before LMDB maps it (see "Files" at the top). */
-static patina_status check_data_fd(int fd, const char *path)
-{
-    lmdb_meta_t m0, m1;
-    const lmdb_meta_t *m;
-    struct stat st;
-    uint64_t have;
-    if (fstat(fd, &st) != 0)
-        return patina__fail(PATINA_E_IO, "store: cannot stat '%s': %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode)) return not_regular(path);
-    PATINA_TRY(read_meta_page(fd, path, 0, 0, &m0));
-    PATINA_TRY(read_meta_page(fd, path, (off_t)m0.psize, 1, &m1));
-    if (m1.psize != m0.psize) return damaged(path, "its meta pages give different page sizes");
-    m = m1.txnid > m0.txnid ? &m1 : &m0; /* LMDB uses the newer one */
-    if (m->last_pg < 1 || m->last_pg > ((uint64_t)1 << 48) / m->psize)
-        return damaged(path, "its meta page gives %llu as the last page",
-                       (unsigned long long)m->last_pg);
-    if ((m->free_root != LMDB_NO_PAGE && (m->free_root < 2 || m->free_root > m->last_pg)) ||
-        (m->main_root != LMDB_NO_PAGE && (m->main_root < 2 || m->main_root > m->last_pg)))
-        return damaged(path, "its meta page points past its last page");
-    /* The size after the meta pages: a writer writes the pages of a commit
-     * before its meta page, and LMDB never shrinks the file. */
-    if (fstat(fd, &st) != 0)
-        return patina__fail(PATINA_E_IO, "store: cannot stat '%s': %s", path, strerror(errno));
-    have = (uint64_t)st.st_size / m->psize;
-    if (have > m->last_pg) return PATINA_OK;
-    return check_free_tail(fd, path, m, (uint64_t)st.st_size);
-}
-
-static patina_status check_data_file(const char *path, int writable)
-{
-    patina_status s;
-    int fd, tries;
-    fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == EISDIR) return not_regular(path);
-        return patina__fail(PATINA_E_IO, "store: cannot open '%s' for %s: %s", path,
-                            writable ? "writing" : "reading", strerror(errno));
-    }
-    /* A meta page read while another process commits can be torn: a failed
-     * check is repeated before it counts. */
-    for (tries = 0;; tries++) {
-        s = check_data_fd(fd, path);
-        if (s != PATINA_E_CORRUPT || tries == 2) break;
-        usleep(2000);
-    }
-    close(fd);
-    return s;
-}
-
 /* ------------------------------------------------------- disk space */
 
-static int is_nospace(int err)
+int patina__store_is_nospace(int err)
 {
 #ifdef EDQUOT
     if (err == EDQUOT) return 1;
@@ -949,7 +588,7 @@ static int is_nospace(int err)
     return err == ENOSPC;
 }
 
-static const char *nospace_words(int err)
+const char *patina__store_nospace_words(int err)
 {
 #ifdef EDQUOT
     if (err == EDQUOT) return "no space left on device (disk quota exceeded)";
@@ -963,7 +602,7 @@ static const char *nospace_words(int err)
  * are kept, FALLOC_FL_KEEP_SIZE): LMDB takes the reader count from it, and
  * another process may have it mapped. Where the file system has no
  * fallocate, LMDB goes on as it would without this. */
-static patina_status prepare_lock(const char *coll, const char *path, int readonly)
+patina_status patina__store_prepare_lock(const char *coll, const char *path, int readonly)
 {
     struct stat st;
     off_t len;
@@ -971,10 +610,10 @@ static patina_status prepare_lock(const char *coll, const char *path, int readon
     if (fd < 0) {
         err = errno;
         if (err == EROFS && readonly) return PATINA_OK; /* LMDB reads without a lock file there */
-        if (err == EISDIR) return not_regular(path);
-        if (is_nospace(err))
+        if (err == EISDIR) return patina__store_not_regular(path);
+        if (patina__store_is_nospace(err))
             return patina__fail(PATINA_E_FULL, "store: cannot open '%s': %s for its lock file '%s'",
-                                coll, nospace_words(err), path);
+                                coll, patina__store_nospace_words(err), path);
         return patina__fail(PATINA_E_IO,
                             "store: cannot open the lock file '%s' for writing: %s (readers "
                             "register there too)",
@@ -982,36 +621,36 @@ static patina_status prepare_lock(const char *coll, const char *path, int readon
     }
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return not_regular(path);
+        return patina__store_not_regular(path);
     }
     len = st.st_size > LOCK_RESERVE ? st.st_size : LOCK_RESERVE;
     err = fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, len) == 0 ? 0 : errno;
     close(fd);
-    if (is_nospace(err))
+    if (patina__store_is_nospace(err))
         return patina__fail(PATINA_E_FULL, "store: cannot open '%s': %s for its lock file '%s'",
-                            coll, nospace_words(err), path);
+                            coll, patina__store_nospace_words(err), path);
     return PATINA_OK;
 }
 
-/* ------------------------------------------------------- open and create */
+/* ------------------------------------------------------- the environment */
 
 /* The environment of c at `path` (c->dir names it in messages). The default
  * map of 64 GiB of address space can be refused (ulimit -v, valgrind,
  * 32-bit): it is halved down to MIN_DEFAULT_MAP before failing; an explicit
  * map_size is never changed. */
-static patina_status env_open(patina_collection_t *c, const char *path, unsigned envflags,
-                              uint64_t map_size, int default_map)
+patina_status patina__store_env_open(patina_collection_t *c, const char *path, unsigned envflags,
+                                     uint64_t map_size, int default_map)
 {
     int rc, dead;
     for (;;) {
         if ((rc = mdb_env_create(&c->env)) != 0) {
             c->env = NULL;
-            return mdb_fail(c, rc, "creating the environment");
+            return patina__store_mdb_fail(c, rc, "creating the environment");
         }
         if ((rc = mdb_env_set_maxdbs(c->env, PATINA_TABLES_MAX + 8)) ||
             (rc = mdb_env_set_maxreaders(c->env, MAX_READERS)) ||
             (rc = mdb_env_set_mapsize(c->env, (size_t)map_size)))
-            return mdb_fail(c, rc, "configuring the environment");
+            return patina__store_mdb_fail(c, rc, "configuring the environment");
         rc = mdb_env_open(c->env, path, envflags, 0664);
         if ((rc == ENOMEM || rc == EINVAL) && default_map && map_size / 2 >= MIN_DEFAULT_MAP) {
             mdb_env_close(c->env);
@@ -1027,12 +666,12 @@ static patina_status env_open(patina_collection_t *c, const char *path, unsigned
         return patina__fail(PATINA_E_NOMEM,
                             "store: cannot map %llu bytes for '%s' (%s); use a smaller map size",
                             (unsigned long long)map_size, c->dir, mdb_strerror(rc));
-    if (rc) return mdb_fail(c, rc, "opening");
+    if (rc) return patina__store_mdb_fail(c, rc, "opening");
     mdb_reader_check(c->env, &dead); /* frees slots of crashed readers */
     return PATINA_OK;
 }
 
-static patina_collection_t *collection_alloc(const char *dir, int readonly)
+patina_collection_t *patina__store_collection_alloc(const char *dir, int readonly)
 {
     patina_collection_t *c = calloc(1, sizeof *c);
     if (!c) return NULL;
@@ -1046,274 +685,6 @@ static patina_collection_t *collection_alloc(const char *dir, int readonly)
     pthread_mutex_init(&c->cache_mu, NULL);
     pthread_rwlock_init(&c->maplock, NULL);
     return c;
-}
-
-/* Looks through dir: 2 if it holds data.mdb (another process may have
- * just put it there), 1 if it has no entries other than LMDB's lock file
- * and directories of collections being created there, 0 if it has. */
-static int dir_is_empty(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    int empty = 1;
-    if (!d) return 0;
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, "data.mdb")) {
-            empty = 2;
-            break;
-        }
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, "lock.mdb") &&
-            strncmp(e->d_name, TMP_TAG, strlen(TMP_TAG)))
-            empty = 0;
-    }
-    closedir(d);
-    return empty;
-}
-
-enum { DIR_HAS_DATA, DIR_MISSING, DIR_EMPTY };
-
-static char *path_join(const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = malloc(a + b + 2);
-    if (!p) return NULL;
-    memcpy(p, dir, a);
-    p[a] = '/';
-    memcpy(p + a + 1, name, b + 1);
-    return p;
-}
-
-static patina_status check_dir(const char *dir, int flags, int *state)
-{
-    struct stat st;
-    char *data;
-    int has_data;
-    if (stat(dir, &st) != 0) {
-        if (errno != ENOENT)
-            return patina__fail(PATINA_E_IO, "store: cannot access '%s': %s", dir, strerror(errno));
-        if (flags != PATINA_OPEN_CREATE)
-            return patina__fail(PATINA_E_NOTFOUND, "store: no collection at '%s' (no such directory)",
-                                dir);
-        *state = DIR_MISSING;
-        return PATINA_OK;
-    }
-    if (!S_ISDIR(st.st_mode))
-        return patina__fail(PATINA_E_FORMAT, "store: '%s' is not a patina collection (not a directory)",
-                            dir);
-    if (!(data = path_join(dir, "data.mdb")))
-        return patina__fail(PATINA_E_NOMEM, "store: out of memory");
-    has_data = lstat(data, &st) == 0;
-    free(data);
-    *state = DIR_HAS_DATA;
-    if (has_data) return PATINA_OK;
-    if (flags != PATINA_OPEN_CREATE)
-        return patina__fail(PATINA_E_FORMAT, "store: '%s' is not a patina collection (no data.mdb)",
-                            dir);
-    switch (dir_is_empty(dir)) {
-    case 2: return PATINA_OK; /* created meanwhile */
-    case 1: *state = DIR_EMPTY; return PATINA_OK;
-    default:
-        return patina__fail(PATINA_E_INVALID,
-                            "store: '%s' is not empty and holds no collection; refusing to create "
-                            "one there",
-                            dir);
-    }
-}
-
-static patina_status create_fail(const char *dir, const char *what, int err)
-{
-    if (is_nospace(err))
-        return patina__fail(PATINA_E_FULL, "store: cannot create collection '%s': %s", dir,
-                            nospace_words(err));
-    return patina__fail(PATINA_E_IO, "store: cannot create collection '%s': %s: %s", dir, what,
-                        strerror(err));
-}
-
-/* A new directory for building a collection: beside `dir` (".NAME" + TMP_TAG
- * + unique) when dir is missing, inside it (TMP_TAG + unique) when it is an
- * existing empty directory. */
-static patina_status make_temp_dir(const char *dir, int state, char **tmp)
-{
-    static atomic_uint counter;
-    size_t len = strlen(dir), cut;
-    char *path;
-    int tries;
-    while (len > 1 && dir[len - 1] == '/') len--;
-    cut = len;
-    while (cut > 0 && dir[cut - 1] != '/') cut--; /* dir[cut..len) is the last name */
-    if (!(path = malloc(len + strlen(TMP_TAG) + 64)))
-        return patina__fail(PATINA_E_NOMEM, "store: out of memory");
-    for (tries = 0; tries < 100; tries++) {
-        unsigned n = atomic_fetch_add(&counter, 1);
-        if (state == DIR_MISSING)
-            sprintf(path, "%.*s.%.*s%s%ld-%u", (int)cut, dir, (int)(len - cut), dir + cut, TMP_TAG,
-                    (long)getpid(), n);
-        else
-            sprintf(path, "%.*s/%s%ld-%u", (int)len, dir, TMP_TAG, (long)getpid(), n);
-        if (mkdir(path, 0777) == 0) {
-            *tmp = path;
-            return PATINA_OK;
-        }
-        if (errno != EEXIST) break;
-    }
-    free(path);
-    return create_fail(
-        dir, state == DIR_MISSING ? "making a directory beside it" : "making a directory in it",
-        errno);
-}
-
-/* Removes what build_collection may have put in tmp, and tmp. */
-static void remove_temp_dir(const char *tmp)
-{
-    static const char *const names[] = {"data.mdb", "lock.mdb"};
-    size_t i;
-    for (i = 0; i < 2; i++) {
-        char *p = path_join(tmp, names[i]);
-        if (p) unlink(p);
-        free(p);
-    }
-    rmdir(tmp);
-}
-
-static void sync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        if (fsync(fd) != 0) { /* best effort: the rename itself is atomic */ }
-        close(fd);
-    }
-}
-
-/* Parent directory of dir (malloc'd), for syncing it after a rename. */
-static char *parent_of(const char *dir)
-{
-    size_t len = strlen(dir);
-    char *p;
-    while (len > 1 && dir[len - 1] == '/') len--;
-    while (len > 0 && dir[len - 1] != '/') len--;
-    while (len > 1 && dir[len - 1] == '/') len--;
-    if (len == 0) return strdup(".");
-    if (!(p = malloc(len + 1))) return NULL;
-    memcpy(p, dir, len);
-    p[len] = '\0';
-    return p;
-}
-
-static patina_status init_collection(patina_collection_t *c, MDB_txn *txn, int legacy);
-
-/* Builds an empty collection in directory tmp and closes it (messages name
- * the target `dir`). Disk blocks for both files are reserved first, so that
- * a full disk shows as ENOSPC before LMDB writes anything. */
-static patina_status build_collection(const char *tmp, const char *dir, uint64_t map_size,
-                                      int default_map, int legacy)
-{
-    patina_collection_t *c = NULL;
-    char *lock = path_join(tmp, "lock.mdb"), *data = path_join(tmp, "data.mdb");
-    MDB_txn *txn;
-    patina_status s;
-    int fd, rc;
-    if (!lock || !data) {
-        s = patina__fail(PATINA_E_NOMEM, "store: out of memory");
-        goto out;
-    }
-    if ((s = prepare_lock(dir, lock, 0)) != PATINA_OK) goto out;
-    /* An empty data.mdb: LMDB starts a new environment in it. */
-    if ((fd = open(data, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0664)) < 0) {
-        s = create_fail(dir, "making data.mdb", errno);
-        goto out;
-    }
-    rc = fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, CREATE_RESERVE) == 0 ? 0 : errno;
-    close(fd);
-    if (is_nospace(rc)) {
-        s = create_fail(dir, "reserving space", rc);
-        goto out;
-    }
-    if (!(c = collection_alloc(dir, 0))) {
-        s = patina__fail(PATINA_E_NOMEM, "store: out of memory");
-        goto out;
-    }
-    if ((s = env_open(c, tmp, MDB_NOTLS, map_size, default_map)) != PATINA_OK) goto out;
-    if ((s = private_begin(c, 1, &txn, "creating the collection")) != PATINA_OK) goto out;
-    if ((s = init_collection(c, txn, legacy)) != PATINA_OK) {
-        mdb_txn_abort(txn);
-        goto out;
-    }
-    if ((rc = mdb_txn_commit(txn)) != 0) s = mdb_fail(c, rc, "creating the collection");
-out:
-    if (s != PATINA_OK && (s == PATINA_E_IO || s == PATINA_E_STORE)) {
-        /* LMDB reports a short write as EIO: say so when the disk is full. */
-        struct statvfs v;
-        if (statvfs(tmp, &v) == 0 && (uint64_t)v.f_bavail * v.f_frsize < CREATE_RESERVE)
-            s = create_fail(dir, "writing", ENOSPC);
-    }
-    patina_collection_close(c);
-    free(lock);
-    free(data);
-    if (s == PATINA_OK) sync_dir(tmp);
-    return s;
-}
-
-/* Puts file `from` at `to` unless something is there (0, or an errno:
- * EEXIST when something is): a hard link, or where the file system has
- * none, a rename that does not replace. */
-static int put_in_place(const char *from, const char *to)
-{
-    int err;
-    if (link(from, to) == 0) return 0;
-    err = errno;
-    if (err != EPERM && err != EOPNOTSUPP) return err;
-    return renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0 ? 0 : errno;
-}
-
-/* Creates the collection `dir` atomically (state: DIR_MISSING or DIR_EMPTY).
- * PATINA_OK also when another process created it meanwhile. */
-static patina_status create_collection(const char *dir, int state, uint64_t map_size,
-                                       int default_map, int legacy)
-{
-    char *tmp = NULL, *from = NULL, *to = NULL, *parent;
-    patina_status s;
-    int rc;
-    PATINA_TRY(make_temp_dir(dir, state, &tmp));
-    s = build_collection(tmp, dir, map_size, default_map, legacy);
-    if (s == PATINA_OK && state == DIR_MISSING) {
-        /* rename() onto a missing name, or an empty directory, is atomic;
-         * another creator's collection there makes it fail. */
-        if (rename(tmp, dir) == 0) {
-            if ((parent = parent_of(dir)) != NULL) sync_dir(parent);
-            free(parent);
-            free(tmp);
-            return PATINA_OK;
-        }
-        if (errno != EEXIST && errno != ENOTEMPTY)
-            s = create_fail(dir, "moving it into place", errno);
-    } else if (s == PATINA_OK) {
-        /* The directory stays (it may be a mount point, or in use): link the
-         * new files into it, data.mdb last: it is the file that makes a
-         * collection. The lock file first, with its blocks, so that opening
-         * the new collection needs no space; one there already (left by an
-         * interrupted creation, or another creator's) gets its blocks. */
-        from = path_join(tmp, "lock.mdb");
-        to = path_join(dir, "lock.mdb");
-        if (!from || !to) s = patina__fail(PATINA_E_NOMEM, "store: out of memory");
-        else if ((rc = put_in_place(from, to)) != 0)
-            s = rc == EEXIST ? prepare_lock(dir, to, 0)
-                             : create_fail(dir, "linking lock.mdb into it", rc);
-        free(from);
-        free(to);
-        from = path_join(tmp, "data.mdb");
-        to = path_join(dir, "data.mdb");
-        if (s == PATINA_OK && (!from || !to))
-            s = patina__fail(PATINA_E_NOMEM, "store: out of memory");
-        if (s == PATINA_OK) {
-            if ((rc = put_in_place(from, to)) == 0) sync_dir(dir);
-            else if (rc != EEXIST) s = create_fail(dir, "linking data.mdb into it", rc);
-        }
-    }
-    remove_temp_dir(tmp);
-    free(tmp);
-    free(from);
-    free(to);
-    return s;
 }
 
 /* Collections open in this process (see struct patina_collection). */
@@ -1340,7 +711,7 @@ static patina_status registry_find(const char *dir, int flags, patina_collection
 {
     patina_collection_t *e;
     struct stat st;
-    char *data = path_join(dir, "data.mdb");
+    char *data = patina__store_path_join(dir, "data.mdb");
     int have;
     *out = NULL;
     if (!data) return patina__fail(PATINA_E_NOMEM, "store: out of memory");
@@ -1379,23 +750,25 @@ static patina_status open_new(patina_collection_t **out, const char *dir, int fl
     char *data = NULL, *lock = NULL;
     int rc, absent;
 
-    if (!(data = path_join(dir, "data.mdb")) || !(lock = path_join(dir, "lock.mdb"))) {
+    if (!(data = patina__store_path_join(dir, "data.mdb")) ||
+        !(lock = patina__store_path_join(dir, "lock.mdb"))) {
         free(data);
         return patina__fail(PATINA_E_NOMEM, "store: out of memory");
     }
-    s = check_data_file(data, flags != PATINA_OPEN_READONLY);
-    if (s == PATINA_OK) s = prepare_lock(dir, lock, flags == PATINA_OPEN_READONLY);
+    s = patina__store_check_data_file(data, flags != PATINA_OPEN_READONLY);
+    if (s == PATINA_OK) s = patina__store_prepare_lock(dir, lock, flags == PATINA_OPEN_READONLY);
     free(data);
     free(lock);
     if (s != PATINA_OK) return s;
 
-    if (!(c = collection_alloc(dir, flags == PATINA_OPEN_READONLY)))
+    if (!(c = patina__store_collection_alloc(dir, flags == PATINA_OPEN_READONLY)))
         return patina__fail(PATINA_E_NOMEM, "store: out of memory");
-    s = env_open(c, dir, MDB_NOTLS | (c->readonly ? MDB_RDONLY : 0), map_size, default_map);
+    s = patina__store_env_open(c, dir, MDB_NOTLS | (c->readonly ? MDB_RDONLY : 0), map_size,
+                               default_map);
     if (s != PATINA_OK) goto fail;
 
     /* A read transaction first, so that opening never waits for a writer. */
-    if ((s = private_begin(c, 0, &txn, "opening")) != PATINA_OK) goto fail;
+    if ((s = patina__store_private_begin(c, 0, &txn, "opening")) != PATINA_OK) goto fail;
     s = open_core(c, txn, 0, &absent);
     if (s != PATINA_OK) {
         mdb_txn_abort(txn);
@@ -1403,7 +776,7 @@ static patina_status open_new(patina_collection_t **out, const char *dir, int fl
     }
     if (!absent) {
         if ((rc = mdb_txn_commit(txn)) != 0) { /* commit keeps the handles */
-            s = mdb_fail(c, rc, "opening");
+            s = patina__store_mdb_fail(c, rc, "opening");
             goto fail;
         }
         *out = c;
@@ -1417,15 +790,16 @@ static patina_status open_new(patina_collection_t **out, const char *dir, int fl
     /* An empty LMDB environment (left by a creation in place before
      * creation was atomic): initialise it in one transaction, unless
      * another process has done it since our read. */
-    if ((s = private_begin(c, 1, &txn, "creating the collection")) != PATINA_OK) goto fail;
+    if ((s = patina__store_private_begin(c, 1, &txn, "creating the collection")) != PATINA_OK)
+        goto fail;
     s = open_core(c, txn, 0, &absent);
-    if (s == PATINA_OK && absent) s = init_collection(c, txn, 0);
+    if (s == PATINA_OK && absent) s = patina__store_init_collection(c, txn, 0);
     if (s != PATINA_OK) {
         mdb_txn_abort(txn);
         goto fail;
     }
     if ((rc = mdb_txn_commit(txn)) != 0) {
-        s = mdb_fail(c, rc, "creating the collection");
+        s = patina__store_mdb_fail(c, rc, "creating the collection");
         goto fail;
     }
     *out = c;
@@ -1458,14 +832,14 @@ patina_status patina_collection_open(patina_collection_t **out, const char *dir,
     /* A missing or empty directory gets a whole collection first; a creator
      * that lost the race to another one finds the winner's next time. */
     for (tries = 0;; tries++) {
-        PATINA_TRY(check_dir(dir, flags, &state));
+        PATINA_TRY(patina__store_check_dir(dir, flags, &state));
         if (state == DIR_HAS_DATA) break;
         if (tries == 8)
             return patina__fail(PATINA_E_BUSY,
                                 "store: cannot create collection '%s': it keeps "
                                 "changing (other processes create and remove it)",
                                 dir);
-        PATINA_TRY(create_collection(dir, state, map_size, default_map, 0));
+        PATINA_TRY(patina__store_create_collection(dir, state, map_size, default_map, 0));
     }
     /* Once per process: a collection open already is shared. */
     pthread_mutex_lock(&registry_mu);
@@ -1520,7 +894,7 @@ patina_status patina_collection_count(patina_collection_t *c, uint64_t *n)
     PATINA_TRY(txn_begin(c, 0, &txn, "counting"));
     rc = mdb_stat(txn, c->records, &st);
     txn_abort(c, txn);
-    if (rc) return mdb_fail(c, rc, "counting");
+    if (rc) return patina__store_mdb_fail(c, rc, "counting");
     *n = st.ms_entries;
     return PATINA_OK;
 }
@@ -1531,7 +905,8 @@ patina_status patina_collection_version(patina_collection_t *c, uint64_t *versio
     int rc;
     if (!c || !version) return patina__fail(PATINA_E_INVALID, "store: null argument");
     c = shared_of(c);
-    if ((rc = mdb_env_info(c->env, &ei)) != 0) return mdb_fail(c, rc, "reading the version");
+    if ((rc = mdb_env_info(c->env, &ei)) != 0)
+        return patina__store_mdb_fail(c, rc, "reading the version");
     *version = (uint64_t)ei.me_last_txnid;
     return PATINA_OK;
 }
@@ -1556,7 +931,7 @@ patina_status patina_collection_info(patina_collection_t *c, patina_collection_i
         if (!rc) rc = mdb_env_info(c->env, &ei);
         if (!rc) rc = mdb_env_stat(c->env, &es);
         if (!rc) rc = mdb_env_get_maxreaders(c->env, &maxr);
-        if (rc) s = mdb_fail(c, rc, "reading info");
+        if (rc) s = patina__store_mdb_fail(c, rc, "reading info");
     }
     txn_abort(c, txn);
     if (s != PATINA_OK) return s;
@@ -1582,7 +957,7 @@ static patina_status get_record(patina_collection_t *c, MDB_txn *txn, uint64_t i
     if (rc == MDB_NOTFOUND)
         return patina__fail(PATINA_E_NOTFOUND, "store: no record with id %llu in '%s'",
                             (unsigned long long)id, c->dir);
-    if (rc) return mdb_fail(c, rc, "reading a record");
+    if (rc) return patina__store_mdb_fail(c, rc, "reading a record");
     return unpack_record(c, rec, id, &v);
 }
 
@@ -1597,7 +972,7 @@ static patina_status lookup_key(patina_collection_t *c, MDB_txn *txn, const char
     rc = mdb_get(txn, c->keys, &kf.val, &v);
     *found = rc == 0;
     if (rc == MDB_NOTFOUND) return PATINA_OK;
-    if (rc) return mdb_fail(c, rc, "looking a key up");
+    if (rc) return patina__store_mdb_fail(c, rc, "looking a key up");
     if (v.mv_size != 8) return corrupt(c, "bad key entry");
     *id = get_be64(v.mv_data);
     return PATINA_OK;
@@ -1660,11 +1035,11 @@ patina_status patina_collection_next(patina_collection_t *c, uint64_t *cursor,
     rc = mdb_cursor_open(txn, c->records, &cur);
     if (rc) {
         txn_abort(c, txn);
-        return mdb_fail(c, rc, "iterating");
+        return patina__store_mdb_fail(c, rc, "iterating");
     }
     rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
     if (rc == MDB_NOTFOUND) s = PATINA_DONE;
-    else if (rc) s = mdb_fail(c, rc, "iterating");
+    else if (rc) s = patina__store_mdb_fail(c, rc, "iterating");
     else if (k.mv_size != 8) s = corrupt(c, "bad record id");
     else s = unpack_record(c, rec, get_be64(k.mv_data), &v);
     mdb_cursor_close(cur);
@@ -1691,7 +1066,7 @@ patina_status patina_collection_tables(patina_collection_t *c, char ***specs, si
     rc = mdb_stat(txn, c->tables, &st);
     if (!rc) rc = mdb_cursor_open(txn, c->tables, &cur);
     if (rc) {
-        s = mdb_fail(c, rc, "listing tables");
+        s = patina__store_mdb_fail(c, rc, "listing tables");
         goto out;
     }
     cap = st.ms_entries;
@@ -1708,7 +1083,7 @@ patina_status patina_collection_tables(patina_collection_t *c, char ***specs, si
         memcpy(list[cnt], k.mv_data, k.mv_size);
         list[cnt++][k.mv_size] = '\0';
     }
-    if (rc && rc != MDB_NOTFOUND) s = mdb_fail(c, rc, "listing tables");
+    if (rc && rc != MDB_NOTFOUND) s = patina__store_mdb_fail(c, rc, "listing tables");
 out:
     if (cur) mdb_cursor_close(cur);
     txn_abort(c, txn);
@@ -1730,7 +1105,7 @@ static patina_status table_bytes(patina_collection_t *c, MDB_txn *txn, const cha
     int rc = mdb_get(txn, c->tables, &k, &v);
     *found = rc == 0;
     if (rc == MDB_NOTFOUND) return PATINA_OK;
-    if (rc) return mdb_fail(c, rc, "reading the table list");
+    if (rc) return patina__store_mdb_fail(c, rc, "reading the table list");
     if (v.mv_size != 8) return corrupt(c, "bad table entry");
     *bytes = (size_t)get_le(v.mv_data, 8);
     if (*bytes == 0 || *bytes > DESC_MAX) return corrupt(c, "bad descriptor size in table entry");
@@ -1760,7 +1135,8 @@ patina_status patina_collection_table_info(patina_collection_t *c, const char *s
     PATINA_TRY(txn_begin(c, 0, &txn, "reading a table"));
     s = table_bytes(c, txn, spec, &bytes, &found);
     if (s == PATINA_OK && !found) s = corrupt(c, "descriptor table without a table entry");
-    if (s == PATINA_OK && (rc = mdb_stat(txn, dbi, &st)) != 0) s = mdb_fail(c, rc, "reading a table");
+    if (s == PATINA_OK && (rc = mdb_stat(txn, dbi, &st)) != 0)
+        s = patina__store_mdb_fail(c, rc, "reading a table");
     txn_abort(c, txn);
     if (s != PATINA_OK) return s;
     *n = st.ms_entries;
@@ -1781,7 +1157,7 @@ static patina_status load_in(patina_collection_t *c, MDB_txn *txn, MDB_dbi dbi, 
     patina_status s = PATINA_OK;
     int rc;
     if ((rc = mdb_stat(txn, dbi, &st)) != 0 || (rc = mdb_cursor_open(txn, dbi, &cur)) != 0)
-        return mdb_fail(c, rc, "loading a table");
+        return patina__store_mdb_fail(c, rc, "loading a table");
     n = st.ms_entries;
     if (n) {
         if (n > SIZE_MAX / bytes || !(ids = malloc(n * sizeof *ids)) ||
@@ -1801,7 +1177,7 @@ static patina_status load_in(patina_collection_t *c, MDB_txn *txn, MDB_dbi dbi, 
         ids[i] = get_be64(k.mv_data);
         memcpy(descs + i * bytes, v.mv_data, bytes);
     }
-    if (rc && rc != MDB_NOTFOUND) s = mdb_fail(c, rc, "loading a table");
+    if (rc && rc != MDB_NOTFOUND) s = patina__store_mdb_fail(c, rc, "loading a table");
     else if (i != n) s = corrupt(c, "table shorter than its count");
 out:
     mdb_cursor_close(cur);
@@ -1879,7 +1255,7 @@ static patina_status snapshot_ready(patina_collection_t *c, MDB_txn *txn, size_t
     int rc;
     *ready = 1;
     if ((rc = mdb_cursor_open(txn, c->tables, &cur)) != 0)
-        return mdb_fail(c, rc, "taking a snapshot");
+        return patina__store_mdb_fail(c, rc, "taking a snapshot");
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0 && *ready;
          rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         if (k.mv_size == 0 || k.mv_size > SPEC_MAX) {
@@ -1891,7 +1267,8 @@ static patina_status snapshot_ready(patina_collection_t *c, MDB_txn *txn, size_t
         *ready = desc_find_before(c, spec, npub, &dbi);
     }
     mdb_cursor_close(cur);
-    if (s == PATINA_OK && rc && rc != MDB_NOTFOUND) s = mdb_fail(c, rc, "taking a snapshot");
+    if (s == PATINA_OK && rc && rc != MDB_NOTFOUND)
+        s = patina__store_mdb_fail(c, rc, "taking a snapshot");
     return s;
 }
 
@@ -2026,7 +1403,8 @@ static patina_status delete_descriptors(patina_collection_t *c, MDB_txn *txn, ui
     patina_status s = PATINA_OK;
     int rc;
     put_be64(kb, id);
-    if ((rc = mdb_cursor_open(txn, c->tables, &cur)) != 0) return mdb_fail(c, rc, "removing");
+    if ((rc = mdb_cursor_open(txn, c->tables, &cur)) != 0)
+        return patina__store_mdb_fail(c, rc, "removing");
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
          rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         MDB_dbi dbi;
@@ -2044,13 +1422,13 @@ static patina_status delete_descriptors(patina_collection_t *c, MDB_txn *txn, ui
         }
         rc = mdb_del(txn, dbi, &idk, NULL);
         if (rc && rc != MDB_NOTFOUND) {
-            s = mdb_fail(c, rc, "removing a descriptor");
+            s = patina__store_mdb_fail(c, rc, "removing a descriptor");
             break;
         }
         rc = 0;
     }
     mdb_cursor_close(cur);
-    if (s == PATINA_OK && rc && rc != MDB_NOTFOUND) s = mdb_fail(c, rc, "removing");
+    if (s == PATINA_OK && rc && rc != MDB_NOTFOUND) s = patina__store_mdb_fail(c, rc, "removing");
     return s;
 }
 
@@ -2073,7 +1451,7 @@ static int reserve_space(patina_collection_t *c, uint64_t bytes)
     used = (off_t)(ei.me_last_pgno + 1) * es.ms_psize;
     from = st.st_size < used ? st.st_size : used;
     err = fallocate(fd, FALLOC_FL_KEEP_SIZE, from, used - from + (off_t)bytes) == 0 ? 0 : errno;
-    return is_nospace(err) ? err : 0;
+    return patina__store_is_nospace(err) ? err : 0;
 }
 
 /* Disk bytes a write may take beyond its data: copies of the B-tree paths
@@ -2102,7 +1480,7 @@ static int full_code(patina_collection_t *c, int rc, int nospace)
 {
     struct statvfs v;
     int fd;
-    if (rc == MDB_MAP_FULL || is_nospace(rc)) return rc;
+    if (rc == MDB_MAP_FULL || patina__store_is_nospace(rc)) return rc;
     if (rc != EIO) return 0;
     if (nospace) return nospace;
     if (mdb_env_get_fd(c->env, &fd) == 0 && fstatvfs(fd, &v) == 0 &&
@@ -2123,7 +1501,7 @@ static patina_status write_full(patina_collection_t *c, int rc, const char *what
                             (unsigned long long)ei.me_mapsize, c->dir, what);
     }
     return patina__fail(PATINA_E_FULL, "store: %s writing '%s'; nothing from this %s was written",
-                        nospace_words(rc), c->dir, what);
+                        patina__store_nospace_words(rc), c->dir, what);
 }
 
 /* ------------------------------------------------------ the content index */
@@ -2154,7 +1532,7 @@ static patina_status sha_ready(patina_collection_t *c, MDB_txn *txn, MDB_dbi *db
     if (rc == MDB_NOTFOUND) {
         if ((rc = mdb_dbi_open(txn, "sha", MDB_CREATE | SHA_FLAGS, dbi)) != 0 ||
             (rc = mdb_cursor_open(txn, c->records, &cur)) != 0)
-            return mdb_fail(c, rc, "building the content index");
+            return patina__store_mdb_fail(c, rc, "building the content index");
         for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
             uint8_t hash[32], id[8];
             MDB_val hk = {32, hash}, hv = {8, id};
@@ -2167,10 +1545,10 @@ static patina_status sha_ready(patina_collection_t *c, MDB_txn *txn, MDB_dbi *db
             if ((rc = mdb_put(txn, *dbi, &hk, &hv, MDB_NODUPDATA)) != 0 && rc != MDB_KEYEXIST) break;
         }
         mdb_cursor_close(cur);
-        if (rc != MDB_NOTFOUND) return mdb_fail(c, rc, "building the content index");
+        if (rc != MDB_NOTFOUND) return patina__store_mdb_fail(c, rc, "building the content index");
         PATINA_TRY(write_meta(c, txn, "format", 4, PATINA_FORMAT));
     } else if (rc) {
-        return mdb_fail(c, rc, "opening the content index");
+        return patina__store_mdb_fail(c, rc, "opening the content index");
     }
     c->sha_new = *dbi;
     c->sha_pending = 1;
@@ -2305,7 +1683,7 @@ static patina_status put_batch(patina_collection_t *c, MDB_txn *txn, const char 
 lmdb_error:
     *full = rc;
     s = rc == MDB_KEYEXIST ? corrupt(c, "an id at or above next_id exists")
-                           : mdb_fail(c, rc, "writing a batch");
+                           : patina__store_mdb_fail(c, rc, "writing a batch");
 out:
     free(rec);
     return s;
@@ -2321,8 +1699,9 @@ static patina_status batch_end(patina_collection_t *c, MDB_txn *txn, patina_stat
         mdb_txn_abort(txn);
         if ((full = full_code(c, full, nospace)) != 0) s = write_full(c, full, "batch");
     } else if ((rc = mdb_txn_commit(txn)) != 0) {
-        s = (full = full_code(c, rc, nospace)) != 0 ? write_full(c, full, "batch")
-                                                    : mdb_fail(c, rc, "committing a batch");
+        s = (full = full_code(c, rc, nospace)) != 0
+                ? write_full(c, full, "batch")
+                : patina__store_mdb_fail(c, rc, "committing a batch");
     }
     desc_settle(c, s == PATINA_OK);
     sha_settle(c, s == PATINA_OK);
@@ -2452,13 +1831,14 @@ patina_status patina_collection_remove(patina_collection_t *c, uint64_t id)
     }
     put_be64(kb, id);
     if (s == PATINA_OK && !rc) rc = mdb_del(txn, c->records, &k, NULL);
-    if (s == PATINA_OK && rc) s = mdb_fail(c, rc, "removing a record");
+    if (s == PATINA_OK && rc) s = patina__store_mdb_fail(c, rc, "removing a record");
     if (s == PATINA_OK) s = delete_descriptors(c, txn, id);
     if (s != PATINA_OK) {
         mdb_txn_abort(txn);
     } else if ((rc = mdb_txn_commit(txn)) != 0) {
         int full = full_code(c, rc, nospace);
-        s = full ? write_full(c, full, "removal") : mdb_fail(c, rc, "committing a removal");
+        s = full ? write_full(c, full, "removal")
+                 : patina__store_mdb_fail(c, rc, "committing a removal");
     }
     desc_settle(c, s == PATINA_OK);
     sha_settle(c, s == PATINA_OK);
@@ -2487,7 +1867,7 @@ patina_status patina_collection_get_descriptor(patina_collection_t *c, const cha
         s = patina__fail(PATINA_E_NOTFOUND, "store: image %llu has no '%s' descriptor in '%s'",
                          (unsigned long long)id, spec, c->dir);
     else if (rc)
-        s = mdb_fail(c, rc, "reading a descriptor");
+        s = patina__store_mdb_fail(c, rc, "reading a descriptor");
     else if (v.mv_size != bytes)
         s = patina__fail(PATINA_E_INVALID, "store: '%s' descriptors are %zu bytes, not %zu", spec,
                          (size_t)v.mv_size, bytes);
@@ -2534,11 +1914,13 @@ patina_status patina_collection_put_aux(patina_collection_t *c, const char *name
     if (rc == MDB_NOTFOUND && !bytes) rc = 0;
     if (rc) {
         int full = full_code(c, rc, nospace);
-        s = full ? write_full(c, full, "auxiliary write") : mdb_fail(c, rc, "writing auxiliary data");
+        s = full ? write_full(c, full, "auxiliary write")
+                 : patina__store_mdb_fail(c, rc, "writing auxiliary data");
         mdb_txn_abort(txn);
     } else if ((rc = mdb_txn_commit(txn)) != 0) {
         int full = full_code(c, rc, nospace);
-        s = full ? write_full(c, full, "auxiliary write") : mdb_fail(c, rc, "committing auxiliary data");
+        s = full ? write_full(c, full, "auxiliary write")
+                 : patina__store_mdb_fail(c, rc, "committing auxiliary data");
     }
     locked_end(c);
     return s;
@@ -2551,7 +1933,7 @@ static patina_status aux_get_in(patina_collection_t *c, MDB_txn *txn, const char
     int rc = mdb_get(txn, c->meta, (MDB_val *)k, &v);
     if (rc == MDB_NOTFOUND)
         return patina__fail(PATINA_E_NOTFOUND, "store: no auxiliary blob '%s' in '%s'", name, c->dir);
-    if (rc) return mdb_fail(c, rc, "reading auxiliary data");
+    if (rc) return patina__store_mdb_fail(c, rc, "reading auxiliary data");
     if (v.mv_size) {
         if (!(*data = malloc(v.mv_size)))
             return patina__fail(PATINA_E_NOMEM, "store: out of memory reading '%s' (%zu bytes)", name,
@@ -2608,13 +1990,14 @@ static patina_status sha_lookup(patina_collection_t *c, MDB_txn *txn, int indexe
     if (indexed) {
         rc = mdb_get(txn, c->sha, &k, &v); /* the first duplicate: the lowest id */
         if (rc == MDB_NOTFOUND) return PATINA_OK;
-        if (rc) return mdb_fail(c, rc, "looking content up");
+        if (rc) return patina__store_mdb_fail(c, rc, "looking content up");
         if (v.mv_size != 8) return corrupt(c, "bad content index entry");
         *id = get_be64(v.mv_data);
         *found = 1;
         return PATINA_OK;
     }
-    if ((rc = mdb_cursor_open(txn, c->records, &cur)) != 0) return mdb_fail(c, rc, "looking content up");
+    if ((rc = mdb_cursor_open(txn, c->records, &cur)) != 0)
+        return patina__store_mdb_fail(c, rc, "looking content up");
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
         if (k.mv_size == 8 && v.mv_size >= REC_HEADER && !memcmp((const uint8_t *)v.mv_data + 40, hash, 32)) {
             *id = get_be64(k.mv_data);
@@ -2622,7 +2005,8 @@ static patina_status sha_lookup(patina_collection_t *c, MDB_txn *txn, int indexe
             break;
         }
     mdb_cursor_close(cur);
-    return rc == 0 || rc == MDB_NOTFOUND ? PATINA_OK : mdb_fail(c, rc, "looking content up");
+    return rc == 0 || rc == MDB_NOTFOUND ? PATINA_OK
+                                         : patina__store_mdb_fail(c, rc, "looking content up");
 }
 
 /* Makes the content index usable by readers of this handle when the
@@ -2645,7 +2029,8 @@ static patina_status sha_publish(patina_collection_t *c, int writable)
             mdb_txn_abort(txn);
         } else if ((rc = mdb_txn_commit(txn)) != 0) {
             int full = full_code(c, rc, nospace);
-            s = full ? write_full(c, full, "content index") : mdb_fail(c, rc, "committing the content index");
+            s = full ? write_full(c, full, "content index")
+                     : patina__store_mdb_fail(c, rc, "committing the content index");
         }
         sha_settle(c, s == PATINA_OK);
         locked_end(c);
@@ -2664,7 +2049,9 @@ static patina_status sha_publish(patina_collection_t *c, int writable)
         mdb_txn_abort(txn);
     }
     locked_end(c);
-    return rc == 0 || rc == MDB_NOTFOUND ? PATINA_OK : mdb_fail(c, rc, "opening the content index");
+    return rc == 0 || rc == MDB_NOTFOUND
+               ? PATINA_OK
+               : patina__store_mdb_fail(c, rc, "opening the content index");
 }
 
 patina_status patina_collection_get_by_sha256(patina_collection_t *c, const uint8_t sha256[32],
@@ -2713,7 +2100,7 @@ static patina_status root_read(patina_collection_t *c, char **rel)
     else if (rc == 0 && !(*rel = strndup(v.mv_data, v.mv_size)))
         s = patina__fail(PATINA_E_NOMEM, "store: out of memory");
     else if (rc && rc != MDB_NOTFOUND)
-        s = mdb_fail(c, rc, "reading the root");
+        s = patina__store_mdb_fail(c, rc, "reading the root");
     txn_abort(c, txn);
     return s;
 }
@@ -2839,7 +2226,7 @@ patina_status patina_collection_set_root(patina_collection_t *c, const char *dir
     if ((s = locked_begin(c, 1, &txn, "setting the root")) != PATINA_OK) goto out;
     rc = mdb_get(txn, c->meta, &k, &v);
     if (rc == 0 && !(old = strndup(v.mv_data, v.mv_size))) s = patina__fail(PATINA_E_NOMEM, "store: out of memory");
-    else if (rc && rc != MDB_NOTFOUND) s = mdb_fail(c, rc, "reading the root");
+    else if (rc && rc != MDB_NOTFOUND) s = patina__store_mdb_fail(c, rc, "reading the root");
     if (s == PATINA_OK) s = read_meta(c, txn, "next_id", 8, &next);
     if (s == PATINA_OK && old && (s = root_abs(c, old, &oldabs)) == PATINA_OK && !strcmp(oldabs, real)) {
         mdb_txn_abort(txn); /* the same root: nothing to write */
@@ -2857,9 +2244,11 @@ patina_status patina_collection_set_root(patina_collection_t *c, const char *dir
                                c->dir);
     v.mv_size = strlen(rel);
     v.mv_data = rel;
-    if (s == PATINA_OK && (rc = mdb_put(txn, c->meta, &k, &v, 0)) != 0) s = mdb_fail(c, rc, "setting the root");
+    if (s == PATINA_OK && (rc = mdb_put(txn, c->meta, &k, &v, 0)) != 0)
+        s = patina__store_mdb_fail(c, rc, "setting the root");
     if (s != PATINA_OK) mdb_txn_abort(txn);
-    else if ((rc = mdb_txn_commit(txn)) != 0) s = mdb_fail(c, rc, "committing the root");
+    else if ((rc = mdb_txn_commit(txn)) != 0)
+        s = patina__store_mdb_fail(c, rc, "committing the root");
     locked_end(c);
 out:
     free(real);
@@ -2932,14 +2321,4 @@ patina_status patina_collection_key_path(patina_collection_t *c, const char *key
     free(root);
     if (s == PATINA_OK && !*path) s = patina__fail(PATINA_E_NOMEM, "store: out of memory");
     return s;
-}
-
-/* ------------------------------------------------------------- test hooks */
-
-patina_status patina__collection_create_v1(const char *dir)
-{
-    int state = DIR_MISSING;
-    PATINA_TRY(check_dir(dir, PATINA_OPEN_CREATE, &state));
-    if (state == DIR_HAS_DATA) return patina__fail(PATINA_E_INVALID, "store: '%s' holds a collection already", dir);
-    return create_collection(dir, state, DEFAULT_MAP_SIZE, 1, 1);
 }

@@ -1,4 +1,5 @@
-/* Internal hooks of the collection store (src/store/lmdb.c), for its tests. */
+/* Internal hooks of the collection store (src/store/lmdb.c and
+ * lmdb_create.c), for its tests. */
 #ifndef PATINA_STORE_INTERNAL_H
 #define PATINA_STORE_INTERNAL_H
 
