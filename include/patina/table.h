@@ -37,12 +37,6 @@
  * and that row, merging the partitions' answers by (distance, id) gives
  * the unpartitioned answer.
  *
- * Keys. A table opened on a collection holds one read snapshot of it: the
- * state its rows reflect, where the hits' keys are looked up (so a record
- * another process removes meanwhile still names its hit). It is renewed at
- * each load and at each write the table follows; LMDB keeps that state's
- * pages (and one reader slot) until then.
- *
  * Threads. Any number of threads may search and identify at once; a write
  * or a reload waits for the calls in flight and is seen wholly by the calls
  * that start after it (a writer-preferring read-write lock). */
@@ -161,7 +155,8 @@ typedef struct patina_table_results {
     char **keys;         /* (offsets[nq]) with query.keys, else NULL. A hit whose record
                           * another process removed between the table's state and the
                           * lookup makes the table reload and search again (3 times at
-                          * most); a key is NULL only when that kept happening */
+                          * most); if that keeps happening such hits are left out, so
+                          * every hit listed has its key */
     size_t rows;         /* rows the queries were searched against */
     uint64_t version;    /* the version the answer reflects (patina_table_version) */
 } patina_table_results_t;

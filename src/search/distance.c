@@ -120,16 +120,17 @@ static patina_status check_sqfd(const void *rec, size_t n, const char *what)
 }
 
 static const pdist_def_t table[PDIST_COUNT] = {
-    [PDIST_TANIMOTO] = {"tanimoto", d_tanimoto, 1, 0},
-    [PDIST_L1] = {"l1", d_l1, 1, 0},
-    [PDIST_L2] = {"l2", d_l2, 1, 0},
-    [PDIST_STD_L2] = {"std_l2", d_std_l2, 1, 0},
-    [PDIST_CHI2] = {"chi2", d_chi2, 1, 0},
-    [PDIST_INTERSECTION] = {"intersection", d_intersection, 1, 0},
-    [PDIST_HELLINGER] = {"hellinger", d_hellinger, 1, 0},
-    [PDIST_COSINE] = {"cosine", d_cosine, 1, 0},
+    /* name, pair, gpu, record, ratio */
+    [PDIST_TANIMOTO] = {"tanimoto", d_tanimoto, 1, 0, 0},
+    [PDIST_L1] = {"l1", d_l1, 1, 0, 0},
+    [PDIST_L2] = {"l2", d_l2, 1, 0, 0},
+    [PDIST_STD_L2] = {"std_l2", d_std_l2, 1, 0, 0},
+    [PDIST_CHI2] = {"chi2", d_chi2, 1, 0, 0},
+    [PDIST_INTERSECTION] = {"intersection", d_intersection, 1, 0, 0},
+    [PDIST_HELLINGER] = {"hellinger", d_hellinger, 1, 0, 0},
+    [PDIST_COSINE] = {"cosine", d_cosine, 1, 0, 0},
     [PDIST_ROOTSIFT_RATIO] = {"rootsift_ratio", d_rootsift_ratio, 0, 1, 1},
-    [PDIST_SQFD] = {"sqfd", d_sqfd, 0, 1},
+    [PDIST_SQFD] = {"sqfd", d_sqfd, 0, 1, 0},
 };
 
 const pdist_def_t *pdist_get(pdist_t d) { return (unsigned)d < PDIST_COUNT ? &table[d] : NULL; }

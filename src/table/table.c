@@ -141,8 +141,6 @@ struct patina_table {
     patina_status rs_status;     /* why rs is missing (an f16 table: UNAVAILABLE), with rs_msg */
     char rs_msg[256];
     keymap_t keys;               /* detached tables */
-    patina_snapshot_t *snap;     /* collection tables: the state the rows reflect, where the hits' keys are
-                                  * looked up (renewed at each load and at each write the rows follow) */
     _Atomic uint64_t version;    /* the collection version (or stream sequence) the rows reflect */
     atomic_int stale;            /* reload before the next call */
 };
@@ -190,8 +188,6 @@ static void unload(patina_table_t *t)
     patina_refset_free(t->rs);
     t->rs = NULL;
     t->rs_status = PATINA_OK;
-    patina_snapshot_free(t->snap);
-    t->snap = NULL;
     t->loaded = 0;
 }
 
@@ -460,12 +456,11 @@ static patina_status load(patina_table_t *t)
         }
     }
     if (s == PATINA_OK && t->opts.partitions > 1) s = keep_partition(t, snap);
+    patina_snapshot_free(snap);
     if (s != PATINA_OK) {
-        patina_snapshot_free(snap);
         unload(t);
         return s;
     }
-    t->snap = snap; /* kept: the hits' keys are read in the state of the rows */
     t->loaded = 1;
     atomic_store(&t->version, v);
     return PATINA_OK;
@@ -558,9 +553,9 @@ static patina_status lookup_keys(patina_table_t *t, const uint64_t *ids, size_t 
         return PATINA_OK;
     }
     if (!(recs = calloc(n, sizeof *recs))) return patina__fail(PATINA_E_NOMEM, "table: out of memory for keys");
-    s = t->snap ? PATINA_OK : patina_snapshot_new(&snap, t->c);
+    s = patina_snapshot_new(&snap, t->c);
     if (s == PATINA_OK) {
-        s = patina_snapshot_get(t->snap ? t->snap : snap, ids, n, recs);
+        s = patina_snapshot_get(snap, ids, n, recs);
         if (s == PATINA_E_NOTFOUND) { /* removed by another writer since the rows were loaded */
             patina_clear_error();
             s = PATINA_OK;
@@ -774,6 +769,20 @@ patina_status patina_table_search(patina_table_t *t, const void *queries, size_t
         patina_table_results_release(res);
         atomic_store(&t->stale, 1);
     }
+    if (s == PATINA_OK && res->keys && missing_keys(res->keys, res->offsets[nq])) {
+        /* still moving: the hits whose records are gone are left out */
+        size_t i, j, at = 0;
+        for (i = 0; i < nq; i++) {
+            const size_t b = res->offsets[i], e = res->offsets[i + 1];
+            res->offsets[i] = at;
+            for (j = b; j < e; j++)
+                if (res->keys[j]) {
+                    res->hits[at] = res->hits[j];
+                    res->keys[at++] = res->keys[j];
+                }
+        }
+        res->offsets[nq] = at;
+    }
     if (s != PATINA_OK) patina_table_results_release(res);
     return s;
 }
@@ -850,6 +859,21 @@ patina_status patina_table_identify(patina_table_t *t, const void *queries, size
         }
         break;
     }
+    for (q = 0; s == PATINA_OK && missing && q < nq; q++) { /* still moving: gone references are left out */
+        size_t j, at = 0;
+        patina_identify_hit_t *h = hits + q * opts->k;
+        char **kq = keys + q * opts->k;
+        for (j = 0; j < results[q].nhits; j++)
+            if (kq[j]) {
+                h[at] = h[j];
+                kq[at++] = kq[j];
+            }
+        for (j = at; j < results[q].nhits; j++) {
+            memset(&h[j], 0, sizeof h[j]);
+            kq[j] = NULL;
+        }
+        results[q].nhits = at;
+    }
     if (s != PATINA_OK && keys)
         for (i = 0; i < nq * opts->k; i++) {
             free(keys[i]);
@@ -914,19 +938,6 @@ static patina_status check_write_set(patina_table_t *const *tables, size_t nt, c
 static int follows(patina_table_t *t, uint64_t v0, uint64_t v1)
 {
     return t->loaded && !atomic_load(&t->stale) && atomic_load(&t->version) == v0 && v1 == v0 + 1;
-}
-
-/* After a write the rows followed (write lock held): the state they reflect
- * now, for the hits' keys; without it the table reloads at its next call. */
-static void renew_snapshot(patina_table_t *t)
-{
-    patina_snapshot_free(t->snap);
-    t->snap = NULL;
-    if (patina_snapshot_new(&t->snap, t->c) != PATINA_OK) {
-        patina_clear_error();
-        t->snap = NULL;
-        atomic_store(&t->stale, 1);
-    }
 }
 
 /* Puts rows into t's structures (write lock held); a failure leaves the
@@ -1044,7 +1055,6 @@ patina_status patina_tables_put(patina_table_t *const *tables, size_t nt, const 
         if (descs[i]) apply_put(t, sel_ids, sel, m);
         else apply_remove(t, sel_ids, m);
         atomic_store(&t->version, v1);
-        renew_snapshot(t);
     }
     if (ids) memcpy(ids, got, n * sizeof *ids);
 unlock:
@@ -1094,7 +1104,6 @@ patina_status patina_tables_remove(patina_table_t *const *tables, size_t nt, con
             }
             apply_remove(tables[i], &ids[j], 1);
             atomic_store(&tables[i]->version, v1);
-            renew_snapshot(tables[i]);
         }
     }
     for (i = nt; i-- > 0;) pthread_rwlock_unlock(&order[i]->lock);
