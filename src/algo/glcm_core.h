@@ -1,6 +1,6 @@
 /* The last step of every GLCM property and Haralick feature, shared verbatim
  * by the C reference (src/features/glcm.c) and the CUDA kernels
- * (src/gpu/glcm.cu): one source, so CPU and GPU cannot drift.
+ * (src/gpu/glcm_features.cu): one source, so CPU and GPU cannot drift.
  *
  * Both sides first reduce a count matrix P (L x L) to the integer moments
  * and the few floating-point sums below, in the orders stated here; this

@@ -1,5 +1,9 @@
-/* GLCM on the GPU: the production counting path, the features of whole
- * batches of matrices, and the GLCM state of a device context.
+/* GLCM on the GPU: the production counting path, the GLCM state of a
+ * device context, the checks of a request, the counting entry points and
+ * the timing of the lab and the benchmark (pgpu_glcm_time). Not here: the
+ * counting kernels (glcm_kernels.cuh), the properties and Haralick
+ * features of whole batches of matrices and their entry points
+ * (glcm_features.cu); what crosses the two files is in glcm_internal.cuh.
  *
  * Counting (the kernels: src/gpu/glcm_kernels.cuh):
  *   - Images are staged into slots of device memory (layout in
@@ -22,11 +26,6 @@
  *     power of two while <= 32, so the fast kernels take it) and dropped
  *     afterwards (k_drop_level): the L x L block holds exactly the pairs
  *     whose two pixels are inside, the C reference's rule.
- * Features: one block per matrix reduces it to the integer moments and the
- * sums of logarithms of src/algo/glcm_core.h, in the C reference's order,
- * and calls the same glcm_finish; Haralick's 14th feature runs the C
- * reference's eigenvalue solver (glcm_core.h), one thread per matrix for
- * L <= 64 (k_mcc), on the context's host threads above.
  *
  * Memory: every buffer belongs to the context's GLCM state (tagged
  * allocations within its budget), released with the context. Batches are
@@ -44,20 +43,17 @@
 #include "algo/glcm_core.h"
 #include "gpu/context.h"
 #include "gpu/glcm.h"
+#include "gpu/glcm_internal.cuh"
 #include "gpu/glcm_kernels.cuh"
 #include "gpu/gpu.h"
 #include "patina/glcm.h"
 
-#define NSLOT PGPU_STREAMS            /* slots, one per context stream */
 #define SLOT_MAX ((size_t)32 << 20)   /* image bytes per slot */
 #define SLOT_MIN ((size_t)1 << 20)
 #define TASKS_INIT 1024               /* task table entries per slot to start with */
 #define TASK_MIN ((size_t)1 << 14)    /* smallest task sized from a launch (pixels): a flush per block costs */
 #define STAGE_ITEM ((size_t)256 << 10) /* bytes of rows per host staging item */
 #define K_THREADS 640                 /* the shared-memory counting kernels' blocks */
-#define FTHREADS 256                  /* k_features */
-#define MCC_GPU_MAX_LEVELS 64         /* Haralick's 14th feature on the GPU up to this many levels */
-#define MCC_WORK_MAX ((size_t)64 << 20) /* bytes of k_mcc scratch */
 
 #define CK(call) PGPU_CU(call)
 #define CKL() CK(cudaGetLastError())
@@ -81,126 +77,6 @@ static __global__ void k_symmetrise(uint32_t *P, long long nmat, int L)
             M[cell] *= 2;
         }
     }
-}
-
-/* One block per matrix: the moments of glcm_core.h in the C reference's
- * order, then glcm_finish. props (nmat, 10), har (nmat, 14); har[13] (mcc)
- * is left 0 here: k_mcc (levels <= MCC_GPU_MAX_LEVELS) or the host fills
- * it. */
-static __global__ void __launch_bounds__(FTHREADS)
-k_features(const uint32_t *__restrict__ counts, int L, double *props, double *har)
-{
-    __shared__ unsigned long long rows[PATINA_GLCM_MAX_LEVELS], cols[PATINA_GLCM_MAX_LEVELS];
-    __shared__ unsigned long long diff[PATINA_GLCM_MAX_LEVELS];
-    __shared__ unsigned long long sum[2 * PATINA_GLCM_MAX_LEVELS - 1];
-    __shared__ unsigned long long part_sij[FTHREADS];
-    __shared__ unsigned __int128 part_q[FTHREADS];
-    __shared__ double part_en[PATINA_GLCM_MAX_LEVELS], part_eb[PATINA_GLCM_MAX_LEVELS],
-        part_mi[PATINA_GLCM_MAX_LEVELS];
-    __shared__ glcm_moments_t m;
-    const int LL = L * L, tid = threadIdx.x;
-    const uint32_t *P = counts + (size_t)blockIdx.x * LL;
-    unsigned long long sij = 0;
-    unsigned __int128 q = 0;
-    for (int i = tid; i < 2 * PATINA_GLCM_MAX_LEVELS - 1; i += blockDim.x) {
-        sum[i] = 0;
-        if (i < PATINA_GLCM_MAX_LEVELS) rows[i] = cols[i] = diff[i] = 0;
-    }
-    __syncthreads();
-    for (int cell = tid; cell < LL; cell += blockDim.x) {
-        const unsigned long long c = P[cell];
-        if (!c) continue;
-        const int i = cell / L, j = cell - i * L;
-        atomicAdd(&rows[i], c);
-        atomicAdd(&cols[j], c);
-        atomicAdd(&diff[i > j ? i - j : j - i], c);
-        atomicAdd(&sum[i + j], c);
-        sij += c * (unsigned long long)i * (unsigned long long)j;
-        q += (unsigned __int128)c * c;
-    }
-    part_sij[tid] = sij;
-    part_q[tid] = q;
-    __syncthreads();
-    if (tid == 0) {
-        memset(&m, 0, sizeof m);
-        for (int k = 0; k < (int)blockDim.x; k++) {
-            m.Sij += part_sij[k];
-            m.Q += part_q[k];
-        }
-        for (int i = 0; i < L; i++) {
-            const unsigned long long ui = (unsigned long long)i;
-            m.T += rows[i];
-            m.Si += ui * rows[i];
-            m.Sj += ui * cols[i];
-            m.Sii += ui * ui * rows[i];
-            m.Sjj += ui * ui * cols[i];
-        }
-        for (int k = 0; k < L; k++) {
-            m.d1 += (unsigned long long)k * diff[k];
-            m.d2 += (unsigned long long)k * (unsigned long long)k * diff[k];
-            m.hom += (double)diff[k] / (1.0 + (double)k * (double)k);
-        }
-        for (int k = 0; k < 2 * L - 1; k++) {
-            m.s1 += (unsigned long long)k * sum[k];
-            m.s2 += (unsigned long long)k * (unsigned long long)k * sum[k];
-        }
-    }
-    __syncthreads();
-    if (m.T != 0) {
-        const double T = (double)m.T;
-        for (int i = tid; i < L; i += blockDim.x) { /* per-row partials, j in order */
-            const uint32_t *row = P + (size_t)i * L;
-            double en = 0, eb = 0, mi = 0;
-            for (int j = 0; j < L; j++) {
-                if (row[j] == 0) continue;
-                const double c = (double)row[j], p = c / T;
-                en -= p * log(p);
-                eb -= glcm_plogp2(p);
-                mi += glcm_mi_term(row[j], m.T, rows[i], cols[j]);
-            }
-            part_en[i] = en;
-            part_eb[i] = eb;
-            part_mi[i] = mi;
-        }
-        __syncthreads();
-        if (tid == 0) {
-            for (int i = 0; i < L; i++) {
-                m.ent_nat += part_en[i];
-                m.hxy += part_eb[i];
-                m.mi += part_mi[i];
-            }
-            for (int k = 0; k < L; k++) {
-                m.hx -= glcm_plogp2((double)rows[k] / T);
-                m.hy -= glcm_plogp2((double)cols[k] / T);
-                m.hd -= glcm_plogp2((double)diff[k] / T);
-            }
-            for (int k = 0; k < 2 * L - 1; k++) m.hs -= glcm_plogp2((double)sum[k] / T);
-        }
-    }
-    if (tid == 0)
-        glcm_finish(&m, 0.0, props ? props + (size_t)blockIdx.x * GLCM_NPROPS : NULL, 1,
-                    har ? har + (size_t)blockIdx.x * GLCM_NHAR : NULL);
-}
-
-/* har[m][13] = MCC of matrices m0 .. m0 + n - 1 (one thread each); work:
- * wstride doubles per thread. The same operations in the same order as the
- * C reference (no contraction, IEEE division and sqrt, glcm_hyp for
- * hypot), so the values are the host's bit for bit. */
-static __global__ void k_mcc(const uint32_t *__restrict__ counts, int L, long long n, double *har, double *work,
-                      size_t wstride)
-{
-    const long long m = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (m >= n) return;
-    const uint32_t *P = counts + m * (long long)L * L;
-    uint64_t rows[MCC_GPU_MAX_LEVELS], cols[MCC_GPU_MAX_LEVELS], T = 0;
-    for (int i = 0; i < L; i++) rows[i] = cols[i] = 0;
-    for (int i = 0; i < L; i++)
-        for (int j = 0; j < L; j++) {
-            rows[i] += P[i * L + j];
-            cols[j] += P[i * L + j];
-        }
-    for (int i = 0; i < L; i++) T += rows[i];
-    har[m * GLCM_NHAR + 13] = glcm_mcc_core(P, L, rows, cols, T, work + (size_t)m * wstride);
 }
 
 /* The L x L blocks of nmat L1 x L1 matrices (L1 > L): a mask's sentinel
@@ -310,54 +186,7 @@ static patina_status choose_production(const pgpu_glcm_chooser *self, glcm_plan 
 
 /* ------------------------------------------------------------- state */
 
-/* One slot: device memory for a batch of images (or a tile), its pinned
- * staging and task table, on one of the context's streams. */
-struct glcm_slot {
-    cudaStream_t s;
-    cudaEvent_t done;          /* after the slot's last kernel */
-    uint8_t *d_buf, *h_stage;  /* GLCM_GUARD + cap bytes each */
-    size_t cap;
-    glcm_task *d_tasks, *h_tasks;
-    size_t task_cap;
-    int used;                  /* done is recorded and may be pending */
-};
-
-/* A tile in a slot: rows [lo, hi) of image img at byte `off` of the slot;
- * direct: copied from the caller's pinned memory, not staged. */
-struct glcm_piece {
-    size_t img;
-    int lo, hi;
-    size_t off;
-    int direct;
-};
-
-/* Rows [r0, r1) of image img for one host thread to stage at dst. */
-struct glcm_item {
-    size_t img;
-    int r0, r1;
-    uint8_t *dst;
-    size_t pitch;
-    patina_status st;
-};
-
-/* The GLCM state of a device context (pgpu_state(g, PGPU_FAM_GLCM)). */
-struct glcm_state {
-    glcm_slot sl[NSLOT];
-    cudaEvent_t zeroed;        /* a run's counts are zero */
-    size_t slot_plan;          /* image bytes per slot, from the budget */
-    uint32_t *d_counts;        /* a chunk's counts (elements) */
-    size_t counts_cap;
-    uint32_t *d_sub;           /* the same without a mask's sentinel level */
-    size_t sub_cap;
-    double *d_feat;            /* (matrices, 10 + 14) */
-    size_t feat_cap;
-    double *d_work;            /* k_mcc's scratch (doubles) */
-    size_t work_cap;
-    glcm_piece *pieces;        /* host: the pieces of the slot being filled */
-    size_t pieces_cap;
-    glcm_item *items;          /* host: a slot's staging work */
-    size_t items_cap;
-};
+/* Its structs (slots, pieces, staging items, the state): glcm_internal.cuh. */
 
 static void slot_close(patina_gpu_t *g, glcm_slot *s)
 {
@@ -398,7 +227,7 @@ static patina_status set_attributes(patina_gpu_t *g)
 }
 
 /* g's GLCM state, made on first use. */
-static patina_status state_get(patina_gpu_t *g, glcm_state **out)
+patina_status glcm_state_get(patina_gpu_t *g, glcm_state **out)
 {
     glcm_state *c = (glcm_state *)pgpu_state(g, PGPU_FAM_GLCM);
     patina_status s = PATINA_OK;
@@ -431,7 +260,7 @@ static patina_status state_get(patina_gpu_t *g, glcm_state **out)
 
 /* Device buffer *p of at least `need` elements of `elem` bytes (the old
  * contents are not kept). */
-static patina_status grow_dev(patina_gpu_t *g, void **p, size_t *cap, size_t need, size_t elem, const char *tag)
+patina_status glcm_grow_dev(patina_gpu_t *g, void **p, size_t *cap, size_t need, size_t elem, const char *tag)
 {
     if (*cap >= need && *p) return PATINA_OK;
     pgpu_free(g, *p);
@@ -490,7 +319,7 @@ static patina_status slot_reserve(patina_gpu_t *g, glcm_slot *s, size_t bytes, s
 }
 
 /* Waits for every slot (on failure: drains, keeping the first error). */
-static patina_status sync_all(glcm_state *c)
+patina_status glcm_sync_all(glcm_state *c)
 {
     patina_status s = PATINA_OK;
     for (int j = 0; j < NSLOT; j++) {
@@ -503,14 +332,7 @@ static patina_status sync_all(glcm_state *c)
 
 /* ------------------------------------------------------------ sources */
 
-/* The images of a request: quantised host images (patina_gpu_grey_t) or a
- * caller's rows callback (pgpu_glcm_src_t). */
-struct glcm_source {
-    size_t n;
-    const patina_gpu_grey_t *grey; /* or */
-    const pgpu_glcm_src_t *src;
-    int masked;
-};
+/* The source of a request (glcm_source): glcm_internal.cuh. */
 
 static int src_w(const glcm_source *s, size_t i) { return s->grey ? s->grey[i].w : s->src->w[i]; }
 static int src_h(const glcm_source *s, size_t i) { return s->grey ? s->grey[i].h : s->src->h[i]; }
@@ -887,7 +709,7 @@ static patina_status run_counts(patina_gpu_t *g, glcm_state *c, const pgpu_glcm_
 /* Images per chunk so that a chunk's matrices (counts at up to Lmax
  * levels, the L-level copy of a masked request, features) take at most a
  * quarter of the budget; at least one. */
-static size_t chunk_images(const patina_gpu_t *g, size_t noff, int L, int Lmax, int feats)
+size_t glcm_chunk_images(const patina_gpu_t *g, size_t noff, int L, int Lmax, int feats)
 {
     const size_t per = noff * ((size_t)Lmax * Lmax * 4 + (Lmax != L ? (size_t)L * L * 4 : 0) +
                                (feats ? (GLCM_NPROPS + GLCM_NHAR) * sizeof(double) : 0));
@@ -896,7 +718,7 @@ static size_t chunk_images(const patina_gpu_t *g, size_t noff, int L, int Lmax, 
 }
 
 /* The most levels a request may be counted with (a mask's sentinel). */
-static int levels_max(int L, int masked)
+int glcm_levels_max(int L, int masked)
 {
     int Lc = L + (masked ? 1 : 0);
     if (masked && Lc <= 32)
@@ -906,22 +728,22 @@ static int levels_max(int L, int masked)
 
 /* Counts of images [i0, i1) at `levels` levels on the device: *d_res
  * ((i1 - i0), noff, levels, levels), queued on slot 0 (see run_counts). */
-static patina_status count_chunk(patina_gpu_t *g, glcm_state *c, const pgpu_glcm_knobs_t *k,
-                                 const glcm_source *src, size_t i0, size_t i1, int levels,
-                                 const patina_glcm_offset_t *off, size_t noff, int symmetric, uint32_t **d_res,
-                                 patina_status *st)
+patina_status glcm_count_chunk(patina_gpu_t *g, glcm_state *c, const pgpu_glcm_knobs_t *k,
+                               const glcm_source *src, size_t i0, size_t i1, int levels,
+                               const patina_glcm_offset_t *off, size_t noff, int symmetric, uint32_t **d_res,
+                               patina_status *st)
 {
     const size_t nmat = (i1 - i0) * noff;
     glcm_run run;
     *d_res = NULL;
     PATINA_TRY(plan_run(g, c, k, src, i0, i1, levels, off, noff, 0, &run));
-    PATINA_TRY(grow_dev(g, (void **)&c->d_counts, &c->counts_cap, nmat * (size_t)run.Lc * run.Lc, sizeof(uint32_t),
-                        "counts"));
+    PATINA_TRY(glcm_grow_dev(g, (void **)&c->d_counts, &c->counts_cap, nmat * (size_t)run.Lc * run.Lc,
+                             sizeof(uint32_t), "counts"));
     PATINA_TRY(run_counts(g, c, k, src, i0, i1, &run, off, noff, symmetric, c->d_counts, st));
     *d_res = c->d_counts;
     if (run.Lc != levels) { /* the sentinel level out */
-        PATINA_TRY(grow_dev(g, (void **)&c->d_sub, &c->sub_cap, nmat * (size_t)levels * levels, sizeof(uint32_t),
-                            "counts without the mask level"));
+        PATINA_TRY(glcm_grow_dev(g, (void **)&c->d_sub, &c->sub_cap, nmat * (size_t)levels * levels,
+                                 sizeof(uint32_t), "counts without the mask level"));
         k_drop_level<<<256, 256, 0, c->sl[0].s>>>(c->d_counts, c->d_sub, (long long)nmat, levels, run.Lc);
         CKL();
         *d_res = c->d_sub;
@@ -929,101 +751,10 @@ static patina_status count_chunk(patina_gpu_t *g, glcm_state *c, const pgpu_glcm
     return PATINA_OK;
 }
 
-/* ------------------------------------------------------------ features */
-
-typedef struct mcc_job {
-    const uint32_t *counts; /* (nmat, L, L) host */
-    int L;
-    double *har;            /* (nmat, 14) */
-} mcc_job_t;
-
-/* Haralick's 14th feature of host matrix m: the C reference's solver. */
-static void mcc_task(void *arg, size_t m, int worker)
-{
-    const mcc_job_t *j = (const mcc_job_t *)arg;
-    const size_t L = (size_t)j->L;
-    const uint32_t *P = j->counts + m * L * L;
-    uint64_t rows[PATINA_GLCM_MAX_LEVELS] = {0}, cols[PATINA_GLCM_MAX_LEVELS] = {0}, T = 0;
-    double *work = (double *)malloc((2 * L * L + 3 * L) * sizeof(double));
-    (void)worker;
-    if (!work) { /* no guess: NaN, as the C reference */
-        j->har[m * GLCM_NHAR + 13] = (double)NAN;
-        return;
-    }
-    for (size_t i = 0; i < L; i++)
-        for (size_t k = 0; k < L; k++) {
-            rows[i] += P[i * L + k];
-            cols[k] += P[i * L + k];
-        }
-    for (size_t i = 0; i < L; i++) T += rows[i];
-    j->har[m * GLCM_NHAR + 13] = glcm_mcc_core(P, j->L, rows, cols, T, work);
-    free(work);
-}
-
-/* Features of nmat device matrices (levels x levels) into host props
- * (nmat, 10) and har (nmat, 14), either may be NULL; queued on slot 0
- * behind what is there, synchronised on return. */
-static patina_status features_dev(patina_gpu_t *g, glcm_state *c, double *props, double *har,
-                                  const uint32_t *d_counts, size_t nmat, int levels)
-{
-    const size_t LL = (size_t)levels * (size_t)levels;
-    const cudaStream_t st = c->sl[0].s;
-    double *dp, *dh;
-    if (nmat == 0 || (!props && !har)) return PATINA_OK;
-    PATINA_TRY(grow_dev(g, (void **)&c->d_feat, &c->feat_cap, nmat * (GLCM_NPROPS + GLCM_NHAR), sizeof(double),
-                        "features"));
-    dp = c->d_feat;
-    dh = c->d_feat + nmat * GLCM_NPROPS;
-    for (size_t m0 = 0; m0 < nmat; m0 += 65535) { /* grid.x chunks */
-        const size_t cnt = nmat - m0 < 65535 ? nmat - m0 : 65535;
-        k_features<<<(unsigned)cnt, FTHREADS, 0, st>>>(d_counts + m0 * LL, levels, dp + m0 * GLCM_NPROPS,
-                                                        dh + m0 * GLCM_NHAR);
-        CKL();
-    }
-    if (har && levels <= MCC_GPU_MAX_LEVELS) { /* scratch of at most MCC_WORK_MAX per launch */
-        const size_t wstride = 2 * LL + 3 * (size_t)levels;
-        size_t chunk = MCC_WORK_MAX / (wstride * sizeof(double));
-        if (chunk > nmat) chunk = nmat;
-        PATINA_TRY(grow_dev(g, (void **)&c->d_work, &c->work_cap, chunk * wstride, sizeof(double), "mcc scratch"));
-        for (size_t m0 = 0; m0 < nmat; m0 += chunk) {
-            const size_t cnt = nmat - m0 < chunk ? nmat - m0 : chunk;
-            k_mcc<<<(unsigned)((cnt + 63) / 64), 64, 0, st>>>(d_counts + m0 * LL, levels, (long long)cnt,
-                                                              dh + m0 * GLCM_NHAR, c->d_work, wstride);
-            CKL();
-        }
-    }
-    if (props)
-        CK(cudaMemcpyAsync(props, dp, nmat * GLCM_NPROPS * sizeof(double), cudaMemcpyDeviceToHost, st));
-    if (har) CK(cudaMemcpyAsync(har, dh, nmat * GLCM_NHAR * sizeof(double), cudaMemcpyDeviceToHost, st));
-    if (har && levels > MCC_GPU_MAX_LEVELS) { /* O(L^3) per matrix: the host's threads */
-        mcc_job_t j;
-        uint32_t *hc = (uint32_t *)malloc(nmat * LL * sizeof *hc);
-        if (!hc) return patina__fail(PATINA_E_NOMEM, "gpu: glcm: out of host memory for %zu matrices", nmat);
-        j.counts = hc;
-        j.L = levels;
-        j.har = har;
-        {
-            cudaError_t e = cudaMemcpyAsync(hc, d_counts, nmat * LL * sizeof *hc, cudaMemcpyDeviceToHost, st);
-            if (e == cudaSuccess) e = cudaStreamSynchronize(st);
-            if (e != cudaSuccess) {
-                free(hc);
-                return pgpu_fail((int)e, "copy counts back", __FILE__, __LINE__);
-            }
-        }
-        if (g->pool)
-            patina_pool_run(g->pool, nmat, mcc_task, &j);
-        else
-            for (size_t m = 0; m < nmat; m++) mcc_task(&j, m, 0);
-        free(hc);
-    }
-    CK(cudaStreamSynchronize(st));
-    return PATINA_OK;
-}
-
 /* ------------------------------------------------------------ checks */
 
-static patina_status check_request(const patina_gpu_t *g, int levels, const patina_glcm_offset_t *off,
-                                   size_t noff)
+patina_status glcm_check_request(const patina_gpu_t *g, int levels, const patina_glcm_offset_t *off,
+                                 size_t noff)
 {
     if (!g) return patina__fail(PATINA_E_INVALID, "gpu: glcm: no device context");
     if (levels < 2 || levels > PATINA_GLCM_MAX_LEVELS)
@@ -1034,7 +765,7 @@ static patina_status check_request(const patina_gpu_t *g, int levels, const pati
     return PATINA_OK;
 }
 
-static patina_status check_size(size_t i, int w, int h, int symmetric)
+patina_status glcm_check_size(size_t i, int w, int h, int symmetric)
 {
     if (w < 0 || h < 0) return patina__fail(PATINA_E_INVALID, "gpu: glcm: image %zu: bad size %dx%d", i, w, h);
     if (!glcm_size_fits(w, h, symmetric))
@@ -1049,7 +780,7 @@ static patina_status check_grey(const patina_gpu_grey_t *imgs, size_t n, int lev
     *masked = 0;
     for (size_t i = 0; i < n; i++) {
         const patina_gpu_grey_t *im = &imgs[i];
-        PATINA_TRY(check_size(i, im->w, im->h, symmetric));
+        PATINA_TRY(glcm_check_size(i, im->w, im->h, symmetric));
         if (im->w == 0 || im->h == 0) continue;
         if (!im->q || im->stride < (size_t)im->w)
             return patina__fail(PATINA_E_INVALID, "gpu: glcm: image %zu: null pixels or stride %zu < width %d", i,
@@ -1074,7 +805,7 @@ static patina_status grey_request(patina_gpu_t *g, const patina_gpu_grey_t *imgs
     int masked;
     PATINA_TRY(check_grey(imgs, n, levels, symmetric, &masked));
     CK(cudaSetDevice(g->device));
-    PATINA_TRY(state_get(g, c));
+    PATINA_TRY(glcm_state_get(g, c));
     memset(src, 0, sizeof *src);
     src->n = n;
     src->grey = imgs;
@@ -1091,24 +822,24 @@ extern "C" patina_status pgpu_glcm_counts(patina_gpu_t *g, const pgpu_glcm_knobs
     glcm_source src;
     patina_status s = PATINA_OK;
     size_t chunk;
-    PATINA_TRY(check_request(g, levels, off, noff));
+    PATINA_TRY(glcm_check_request(g, levels, off, noff));
     if (n == 0 || noff == 0) return PATINA_OK;
     if (!counts || !imgs) return patina__fail(PATINA_E_INVALID, "gpu: glcm: null counts or images");
     PATINA_TRY(grey_request(g, imgs, n, levels, symmetric, &c, &src));
-    chunk = chunk_images(g, noff, levels, levels_max(levels, src.masked), 0);
+    chunk = glcm_chunk_images(g, noff, levels, glcm_levels_max(levels, src.masked), 0);
     for (size_t i0 = 0; s == PATINA_OK && i0 < n; i0 += chunk) {
         const size_t i1 = n - i0 < chunk ? n : i0 + chunk;
         uint32_t *d = NULL;
-        s = count_chunk(g, c, k, &src, i0, i1, levels, off, noff, symmetric, &d, NULL);
+        s = glcm_count_chunk(g, c, k, &src, i0, i1, levels, off, noff, symmetric, &d, NULL);
         if (s == PATINA_OK) {
             cudaError_t e = cudaMemcpyAsync(counts + i0 * per, d, (i1 - i0) * per * sizeof(uint32_t),
                                             cudaMemcpyDeviceToHost, c->sl[0].s);
             if (e != cudaSuccess) s = pgpu_fail((int)e, "copy counts back", __FILE__, __LINE__);
         }
         if (s == PATINA_OK)
-            s = sync_all(c);
+            s = glcm_sync_all(c);
         else
-            (void)sync_all(c);
+            (void)glcm_sync_all(c);
     }
     return s;
 }
@@ -1118,84 +849,6 @@ extern "C" patina_status patina_gpu_glcm_counts(patina_gpu_t *g, uint32_t *count
                                                 int symmetric)
 {
     return pgpu_glcm_counts(g, NULL, counts, imgs, n, levels, off, noff, symmetric);
-}
-
-extern "C" patina_status pgpu_glcm_features(patina_gpu_t *g, const pgpu_glcm_knobs_t *k, double *props,
-                                            double *har, const pgpu_glcm_src_t *sp, int levels,
-                                            const patina_glcm_offset_t *off, size_t noff, int symmetric,
-                                            patina_status *st)
-{
-    glcm_state *c;
-    glcm_source src;
-    patina_status s = PATINA_OK;
-    size_t chunk, n;
-    PATINA_TRY(check_request(g, levels, off, noff));
-    if (!sp) return patina__fail(PATINA_E_INVALID, "gpu: glcm: null image source");
-    n = sp->n;
-    if (st)
-        for (size_t i = 0; i < n; i++) st[i] = PATINA_OK;
-    if (n == 0 || noff == 0) return PATINA_OK;
-    if (!sp->w || !sp->h || !sp->rows) return patina__fail(PATINA_E_INVALID, "gpu: glcm: incomplete image source");
-    for (size_t i = 0; i < n; i++) PATINA_TRY(check_size(i, sp->w[i], sp->h[i], symmetric));
-    if (sp->masked && levels > 255)
-        return patina__fail(PATINA_E_INVALID, "gpu: glcm: a mask needs levels <= 255 (a spare level) on the GPU");
-    CK(cudaSetDevice(g->device));
-    PATINA_TRY(state_get(g, &c));
-    memset(&src, 0, sizeof src);
-    src.n = n;
-    src.src = sp;
-    src.masked = sp->masked;
-    chunk = chunk_images(g, noff, levels, levels_max(levels, sp->masked), 1);
-    for (size_t i0 = 0; s == PATINA_OK && i0 < n; i0 += chunk) {
-        const size_t i1 = n - i0 < chunk ? n : i0 + chunk;
-        uint32_t *d = NULL;
-        s = count_chunk(g, c, k, &src, i0, i1, levels, off, noff, symmetric, &d, st);
-        if (s == PATINA_OK)
-            s = features_dev(g, c, props ? props + i0 * noff * GLCM_NPROPS : NULL,
-                             har ? har + i0 * noff * GLCM_NHAR : NULL, d, (i1 - i0) * noff, levels);
-        if (s == PATINA_OK)
-            s = sync_all(c);
-        else
-            (void)sync_all(c);
-    }
-    return s;
-}
-
-extern "C" patina_status patina_gpu_glcm_features(patina_gpu_t *g, double *props, double *har,
-                                                  const pgpu_glcm_src_t *src, int levels,
-                                                  const patina_glcm_offset_t *off, size_t noff, int symmetric,
-                                                  patina_status *st)
-{
-    return pgpu_glcm_features(g, NULL, props, har, src, levels, off, noff, symmetric, st);
-}
-
-extern "C" patina_status patina_gpu_glcm_features_of(patina_gpu_t *g, double *props, double *har,
-                                                     const uint32_t *counts, size_t nmat, int levels)
-{
-    const size_t LL = (size_t)levels * (size_t)levels;
-    glcm_state *c;
-    patina_status s = PATINA_OK;
-    size_t chunk;
-    PATINA_TRY(check_request(g, levels, NULL, 0));
-    if (nmat == 0) return PATINA_OK;
-    if (!counts) return patina__fail(PATINA_E_INVALID, "gpu: glcm: null counts");
-    CK(cudaSetDevice(g->device));
-    PATINA_TRY(state_get(g, &c));
-    chunk = chunk_images(g, 1, levels, levels, 1);
-    for (size_t m0 = 0; s == PATINA_OK && m0 < nmat; m0 += chunk) {
-        const size_t cnt = nmat - m0 < chunk ? nmat - m0 : chunk;
-        s = grow_dev(g, (void **)&c->d_counts, &c->counts_cap, cnt * LL, sizeof(uint32_t), "counts");
-        if (s == PATINA_OK) { /* on slot 0's stream, ahead of the kernels that read it */
-            cudaError_t e = cudaMemcpyAsync(c->d_counts, counts + m0 * LL, cnt * LL * sizeof(uint32_t),
-                                            cudaMemcpyHostToDevice, c->sl[0].s);
-            if (e != cudaSuccess) s = pgpu_fail((int)e, "upload counts", __FILE__, __LINE__);
-        }
-        if (s == PATINA_OK)
-            s = features_dev(g, c, props ? props + m0 * GLCM_NPROPS : NULL, har ? har + m0 * GLCM_NHAR : NULL,
-                             c->d_counts, cnt, levels);
-        if (s != PATINA_OK) (void)sync_all(c);
-    }
-    return s;
 }
 
 /* ------------------------------------------------------------ timing */
@@ -1214,7 +867,7 @@ extern "C" patina_status pgpu_glcm_time(patina_gpu_t *g, const pgpu_glcm_knobs_t
     size_t ntasks = 0, need_tasks = 0, used = 0, nmat = n * noff;
     uint32_t *d_res;
     patina_status s = PATINA_OK;
-    PATINA_TRY(check_request(g, levels, off, noff));
+    PATINA_TRY(glcm_check_request(g, levels, off, noff));
     if (!t || !counts || !imgs || n == 0 || noff == 0)
         return patina__fail(PATINA_E_INVALID, "gpu: glcm: timing needs images, offsets and outputs");
     PATINA_TRY(grey_request(g, imgs, n, levels, symmetric, &c, &src));
@@ -1226,8 +879,8 @@ extern "C" patina_status pgpu_glcm_time(patina_gpu_t *g, const pgpu_glcm_knobs_t
         }
     sl = &c->sl[0];
     PATINA_TRY(slot_reserve(g, sl, run.cap, need_tasks ? need_tasks : 1));
-    PATINA_TRY(grow_dev(g, (void **)&c->d_counts, &c->counts_cap, nmat * (size_t)run.Lc * run.Lc, sizeof(uint32_t),
-                        "counts"));
+    PATINA_TRY(glcm_grow_dev(g, (void **)&c->d_counts, &c->counts_cap, nmat * (size_t)run.Lc * run.Lc,
+                             sizeof(uint32_t), "counts"));
     /* the images into the slot, whole (untimed), and their tasks */
     PATINA_TRY(grow_host((void **)&c->pieces, &c->pieces_cap, n, sizeof *c->pieces));
     for (size_t i = 0; i < n; i++) {
@@ -1305,8 +958,8 @@ extern "C" patina_status pgpu_glcm_time(patina_gpu_t *g, const pgpu_glcm_knobs_t
     if (symmetric) T_TRY(symmetrise(g, sl->s, c->d_counts, nmat, run.Lc));
     d_res = c->d_counts;
     if (run.Lc != levels) {
-        T_TRY(grow_dev(g, (void **)&c->d_sub, &c->sub_cap, nmat * (size_t)levels * levels, sizeof(uint32_t),
-                       "counts without the mask level"));
+        T_TRY(glcm_grow_dev(g, (void **)&c->d_sub, &c->sub_cap, nmat * (size_t)levels * levels,
+                            sizeof(uint32_t), "counts without the mask level"));
         k_drop_level<<<256, 256, 0, sl->s>>>(c->d_counts, c->d_sub, (long long)nmat, levels, run.Lc);
         T_CK(cudaGetLastError());
         d_res = c->d_sub;
@@ -1322,7 +975,7 @@ extern "C" patina_status pgpu_glcm_time(patina_gpu_t *g, const pgpu_glcm_knobs_t
 out:
 #undef T_CK
 #undef T_TRY
-    if (s != PATINA_OK) (void)sync_all(c);
+    if (s != PATINA_OK) (void)glcm_sync_all(c);
     if (e0) (void)cudaEventDestroy(e0);
     if (e1) (void)cudaEventDestroy(e1);
     free(ts);

@@ -411,7 +411,7 @@ typedef struct patina_gpu_sig_conf {
 patina_status patina_gpu_signature(patina_gpu_t *g, const patina_gpu_sig_conf_t *c, float *out,
                                    const patina_image_t *imgs, size_t n, patina_status *st);
 
-/* ---- GLCM (src/gpu/glcm.cu; docs/glcm.md) ----
+/* ---- GLCM (src/gpu/glcm.cu, glcm_features.cu; docs/glcm.md) ----
  * Co-occurrence counts identical to the C reference (patina_glcm_counts),
  * graycoprops properties and Haralick features of whole batches, on g's
  * device (g non-NULL). Images are packed many per launch; an image larger
