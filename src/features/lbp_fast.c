@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/clones.h"
+#include "algo/clones.h"
 #include "features/lbp.h"
 
 

@@ -65,91 +65,13 @@ static const patina_optdef_t rootsift_opts[] = {
      offsetof(rootsift_params_t, quant)},
 };
 
-/* ----------------------------------------------------------------- binary16 */
-
-uint16_t rs_f32_to_f16(float f)
-{
-    uint32_t u, sign, mant;
-    int exp;
-    memcpy(&u, &f, sizeof u);
-    sign = (u >> 16) & 0x8000u;
-    exp = (int)((u >> 23) & 0xff);
-    mant = u & 0x7fffffu;
-    if (exp == 0xff) return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0)); /* inf, NaN */
-    exp = exp - 127 + 15;
-    if (exp >= 31) return (uint16_t)(sign | 0x7c00u); /* overflow */
-    if (exp <= 0) {                                   /* subnormal or zero */
-        uint32_t m, shift, half, rest, q;
-        if (exp < -10) return (uint16_t)sign;
-        m = mant | 0x800000u;
-        shift = (uint32_t)(14 - exp);
-        q = m >> shift;
-        rest = m & ((1u << shift) - 1);
-        half = 1u << (shift - 1);
-        if (rest > half || (rest == half && (q & 1))) q++;
-        return (uint16_t)(sign | q);
-    }
-    {
-        uint32_t q = ((uint32_t)exp << 10) | (mant >> 13), rest = mant & 0x1fffu;
-        if (rest > 0x1000u || (rest == 0x1000u && (q & 1))) q++; /* may carry into inf: correct */
-        return (uint16_t)(sign | q);
-    }
-}
-
-float rs_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, u;
-    float f;
-    if (exp == 0x1f)
-        u = sign | 0x7f800000u | (mant << 13);
-    else if (exp)
-        u = sign | ((exp - 15 + 127) << 23) | (mant << 13);
-    else if (!mant)
-        u = sign;
-    else { /* subnormal: mant * 2^-24 exactly */
-        f = ldexpf((float)mant, -24);
-        return sign ? -f : f;
-    }
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 /* ------------------------------------------------------------------- records */
-
-void rs_row_get(const void *rec, size_t i, float v[RS_DIM])
-{
-    const unsigned char *r = rs_row(rec, i);
-    const float s = rs_qscale(rec);
-    for (int k = 0; k < RS_DIM; k++)
-        v[k] = rs_quant(rec) == RS_QUANT_F16
-                   ? rs_f16_to_f32((uint16_t)(r[2 * k] | r[2 * k + 1] << 8)) / s
-                   : (float)r[k] / s;
-}
 
 patina_status rs_record_check(const void *rec, size_t bytes, const char *what)
 {
-    uint32_t m, q;
-    float s;
-    if (!rec || bytes < RS_HEADER)
-        return patina__fail(PATINA_E_CORRUPT, "%s: rootsift record of %zu bytes (header is %d)", what, bytes,
-                            RS_HEADER);
-    if (rs_version(rec) != RS_VERSION)
-        return patina__fail(PATINA_E_CORRUPT, "%s: rootsift record version %u (this library reads %u)", what,
-                            (unsigned)rs_version(rec), RS_VERSION);
-    m = rs_m(rec);
-    q = rs_quant(rec);
-    s = rs_qscale(rec);
-    if (q != RS_QUANT_U8 && q != RS_QUANT_F16)
-        return patina__fail(PATINA_E_CORRUPT, "%s: rootsift record quant %u is unknown", what, (unsigned)q);
-    if (m > RS_N_MAX || rs_record_bytes(m, q) != bytes)
-        return patina__fail(PATINA_E_CORRUPT, "%s: rootsift record of %zu bytes declares m = %u", what, bytes,
-                            (unsigned)m);
-    if (rs_count(rec) > m)
-        return patina__fail(PATINA_E_CORRUPT, "%s: rootsift record count %u > m = %u", what,
-                            (unsigned)rs_count(rec), (unsigned)m);
-    if (!(s > 0.0f) || !isfinite(s))
-        return patina__fail(PATINA_E_CORRUPT, "%s: rootsift record scale %g", what, (double)s);
-    return PATINA_OK;
+    char why[160];
+    if (!rs_record_problem(rec, bytes, why, sizeof why)) return PATINA_OK;
+    return patina__fail(PATINA_E_CORRUPT, "%s: %s", what, why);
 }
 
 /* --------------------------------------------------------------- downscale */

@@ -2,7 +2,7 @@
  * pinned host memory second, the paper's hybrid cache) and the fused 2-NN
  * matching of queries against it (idf_kernels.cuh), returning each query's
  * best candidates (score, slot) -- the same candidates as the CPU matcher
- * (src/identify/match.c), exactly.
+ * (src/algo/rootsift_match.c), exactly.
  *
  * The cache. A context's identify state mirrors ONE reference set: its
  * slots' descriptor rows (u8, or the same values as binary16 for the fp16

@@ -6,8 +6,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "algo/rootsift_match.h"
 #include "algo/sqfd.h"
 #include "core/internal.h"
+#include "patina/identify.h"
 #include "patina/options.h"
 #include "search/distance.h"
 #include "search/distance_simd.h"
@@ -96,12 +98,15 @@ DISPATCH(d_hellinger)
 DISPATCH(d_cosine)
 
 /* A record distance: a and b are rootsift records of n bytes each; ratio
- * points to Lowe's ratio (NULL: the default). The matcher is
- * identification's: patina__rootsift_ratio_pair. */
+ * points to Lowe's ratio (NULL: the default). The matcher and the scoring
+ * are identification's (algo/rootsift_match.h): the one-to-one score as a
+ * distance. */
 static double d_rootsift_ratio(patina_elem e, const void *a, const void *b, size_t n, const double *ratio)
 {
+    long s;
     (void)e;
-    return patina__rootsift_ratio_pair(a, b, n, ratio ? *ratio : PATINA_RATIO_DEFAULT);
+    s = idf_ratio_count(a, n, b, n, ratio ? *ratio : PATINA_RATIO_DEFAULT, PATINA_SCORE_ONE2ONE);
+    return s < 0 ? NAN : 1.0 / (1.0 + (double)s);
 }
 
 /* A record distance: a and b are signature records of n floats each. */

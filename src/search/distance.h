@@ -26,7 +26,7 @@
  *                 0.8 by default, passed as the definition's parameter): the
  *                 number of distinct features of b that are the nearest
  *                 neighbour of some feature of a passing the ratio test
- *                 (idf_ratio_count, src/identify/match.c: the same matcher and
+ *                 (idf_ratio_count, src/algo/rootsift_match.c: the same matcher and
  *                 scoring as `patina identify` before verification): 1 when
  *                 nothing matches, towards 0 as more of b is matched; NaN for
  *                 a malformed record. Identification (RANSAC, the open-set
@@ -75,12 +75,6 @@ const pdist_def_t *pdist_get(pdist_t d);
  * that need none (sqfd has one: algo/sqfd.h). */
 typedef patina_status (*pdist_check_fn)(const void *rec, size_t n, const char *what);
 pdist_check_fn pdist_check(pdist_t d);
-
-/* The rootsift_ratio definition of one pair of rootsift records of n bytes
- * (above): 1 / (1 + s), NaN for a malformed record. Defined beside the
- * matcher it runs (src/identify/match.c), which the search does not
- * include; the table above is its only caller. */
-double patina__rootsift_ratio_pair(const void *a, const void *b, size_t n, double ratio);
 
 /* The id of a name, or -1. */
 int pdist_find(const char *name);

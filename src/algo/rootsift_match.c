@@ -1,18 +1,117 @@
-/* 2-NN matching of RootSIFT rows, the ratio test and the scoring rules
- * (src/identify/identify.h). Two matchers, one answer: idf_match_ref, one
- * float dot product per pair (the definition), and idf_match_fast for u8
- * rows, which widens the query to int16 once and lets four query rows share
- * each loaded reference row; its inner loop is a plain int16 x int16 ->
- * int32 reduction that compilers vectorise (pmaddwd on x86), and its
- * integers times 2^-18 are the definition's floats exactly. */
+/* The rootsift record's conversions and check, and the 2-NN matching of
+ * RootSIFT rows, the ratio test and the scoring rules (algo/rootsift_match.h).
+ * Two matchers, one answer: idf_match_ref, one float dot product per pair
+ * (the definition), and idf_match_fast for u8 rows, which widens the query
+ * to int16 once and lets four query rows share each loaded reference row;
+ * its inner loop is a plain int16 x int16 -> int32 reduction that compilers
+ * vectorise (pmaddwd on x86), and its integers times 2^-18 are the
+ * definition's floats exactly. */
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/clones.h"
-#include "features/rootsift.h"
-#include "identify/identify.h"
-#include "search/distance.h"
+#include "algo/clones.h"
+#include "algo/rootsift_match.h"
+#include "patina/identify.h"
+
+/* ----------------------------------------------------------------- binary16 */
+
+uint16_t rs_f32_to_f16(float f)
+{
+    uint32_t u, sign, mant;
+    int exp;
+    memcpy(&u, &f, sizeof u);
+    sign = (u >> 16) & 0x8000u;
+    exp = (int)((u >> 23) & 0xff);
+    mant = u & 0x7fffffu;
+    if (exp == 0xff) return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0)); /* inf, NaN */
+    exp = exp - 127 + 15;
+    if (exp >= 31) return (uint16_t)(sign | 0x7c00u); /* overflow */
+    if (exp <= 0) {                                   /* subnormal or zero */
+        uint32_t m, shift, half, rest, q;
+        if (exp < -10) return (uint16_t)sign;
+        m = mant | 0x800000u;
+        shift = (uint32_t)(14 - exp);
+        q = m >> shift;
+        rest = m & ((1u << shift) - 1);
+        half = 1u << (shift - 1);
+        if (rest > half || (rest == half && (q & 1))) q++;
+        return (uint16_t)(sign | q);
+    }
+    {
+        uint32_t q = ((uint32_t)exp << 10) | (mant >> 13), rest = mant & 0x1fffu;
+        if (rest > 0x1000u || (rest == 0x1000u && (q & 1))) q++; /* may carry into inf: correct */
+        return (uint16_t)(sign | q);
+    }
+}
+
+float rs_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, u;
+    float f;
+    if (exp == 0x1f)
+        u = sign | 0x7f800000u | (mant << 13);
+    else if (exp)
+        u = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+    else if (!mant)
+        u = sign;
+    else { /* subnormal: mant * 2^-24 exactly */
+        f = ldexpf((float)mant, -24);
+        return sign ? -f : f;
+    }
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* ------------------------------------------------------------------- records */
+
+void rs_row_get(const void *rec, size_t i, float v[RS_DIM])
+{
+    const unsigned char *r = rs_row(rec, i);
+    const float s = rs_qscale(rec);
+    for (int k = 0; k < RS_DIM; k++)
+        v[k] = rs_quant(rec) == RS_QUANT_F16
+                   ? rs_f16_to_f32((uint16_t)(r[2 * k] | r[2 * k + 1] << 8)) / s
+                   : (float)r[k] / s;
+}
+
+/* Writes the reason into msg (when there is one) and says "malformed". */
+static int problem(char *msg, size_t cap, const char *fmt, ...)
+{
+    if (msg && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, cap, fmt, ap);
+        va_end(ap);
+    }
+    return 1;
+}
+
+int rs_record_problem(const void *rec, size_t bytes, char *msg, size_t cap)
+{
+    uint32_t m, q;
+    float s;
+    if (!rec || bytes < RS_HEADER)
+        return problem(msg, cap, "rootsift record of %zu bytes (header is %d)", bytes, RS_HEADER);
+    if (rs_version(rec) != RS_VERSION)
+        return problem(msg, cap, "rootsift record version %u (this library reads %u)", (unsigned)rs_version(rec),
+                       RS_VERSION);
+    m = rs_m(rec);
+    q = rs_quant(rec);
+    s = rs_qscale(rec);
+    if (q != RS_QUANT_U8 && q != RS_QUANT_F16)
+        return problem(msg, cap, "rootsift record quant %u is unknown", (unsigned)q);
+    if (m > RS_N_MAX || rs_record_bytes(m, q) != bytes)
+        return problem(msg, cap, "rootsift record of %zu bytes declares m = %u", bytes, (unsigned)m);
+    if (rs_count(rec) > m)
+        return problem(msg, cap, "rootsift record count %u > m = %u", (unsigned)rs_count(rec), (unsigned)m);
+    if (!(s > 0.0f) || !isfinite(s)) return problem(msg, cap, "rootsift record scale %g", (double)s);
+    return 0;
+}
+
+/* ----------------------------------------------------------------- matching */
 
 /* Keeps the top 2 of one query row; strict '>' keeps the lower index on a
  * tie for best, and a tie with the best becomes the second (s2 = s1). */
@@ -146,7 +245,7 @@ int idf_ratio_pass(float s1, float s2, double ratio)
 }
 
 size_t idf_score(idf_match_t *out, int32_t *claim, const idf_nn_t *nn, size_t nq, size_t nr, double ratio,
-                 patina_identify_scoring scoring)
+                 int scoring)
 {
     size_t j, i, n = 0;
     if (scoring == PATINA_SCORE_RAW) {
@@ -176,17 +275,14 @@ int idf_exact_u8(const void *rec)
     return rs_quant(rec) == RS_QUANT_U8 && rs_qscale(rec) == 512.0f;
 }
 
-long idf_ratio_count(const void *a, size_t abytes, const void *b, size_t bbytes, double ratio,
-                     patina_identify_scoring scoring)
+long idf_ratio_count(const void *a, size_t abytes, const void *b, size_t bbytes, double ratio, int scoring)
 {
     size_t na, nb, n;
     idf_nn_t nn;
     idf_match_t *mt;
     int32_t *ibuf;
     float *fbuf;
-    if (!a || !b || rs_record_check(a, abytes, "rootsift_ratio") != PATINA_OK ||
-        rs_record_check(b, bbytes, "rootsift_ratio") != PATINA_OK)
-        return -1;
+    if (!a || !b || rs_record_problem(a, abytes, NULL, 0) || rs_record_problem(b, bbytes, NULL, 0)) return -1;
     na = rs_count(a);
     nb = rs_count(b);
     if (na == 0 || nb == 0) return 0;
@@ -228,14 +324,6 @@ out:
     free(fbuf);
     free(mt);
     return n == (size_t)-1 ? -1 : (long)n;
-}
-
-/* The distance table's rootsift_ratio (search/distance.h): the one-to-one
- * score at Lowe's ratio 0.8 as a distance. */
-double patina__rootsift_ratio_pair(const void *a, const void *b, size_t n, double ratio)
-{
-    const long s = idf_ratio_count(a, n, b, n, ratio, PATINA_SCORE_ONE2ONE);
-    return s < 0 ? NAN : 1.0 / (1.0 + (double)s);
 }
 
 void idf_dequantise(float *v, const void *rec)

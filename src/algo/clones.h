@@ -7,8 +7,8 @@
  * depend on the machine. Use it on static functions only: GCC exports the
  * ifunc of an extern target_clones function whatever -fvisibility says
  * (check_exports fails). */
-#ifndef PATINA_CORE_CLONES_H
-#define PATINA_CORE_CLONES_H
+#ifndef PATINA_ALGO_CLONES_H
+#define PATINA_ALGO_CLONES_H
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
 #if defined(__has_attribute)
