@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo/problem.h"
 #include "algo/clones.h"
 #include "algo/rootsift_match.h"
 #include "patina/identify.h"
@@ -77,37 +78,25 @@ void rs_row_get(const void *rec, size_t i, float v[RS_DIM])
                    : (float)r[k] / s;
 }
 
-/* Writes the reason into msg (when there is one) and says "malformed". */
-static int problem(char *msg, size_t cap, const char *fmt, ...)
-{
-    if (msg && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, cap, fmt, ap);
-        va_end(ap);
-    }
-    return 1;
-}
-
 int rs_record_problem(const void *rec, size_t bytes, char *msg, size_t cap)
 {
     uint32_t m, q;
     float s;
     if (!rec || bytes < RS_HEADER)
-        return problem(msg, cap, "rootsift record of %zu bytes (header is %d)", bytes, RS_HEADER);
+        return algo_problem(msg, cap, "rootsift record of %zu bytes (header is %d)", bytes, RS_HEADER);
     if (rs_version(rec) != RS_VERSION)
-        return problem(msg, cap, "rootsift record version %u (this library reads %u)", (unsigned)rs_version(rec),
+        return algo_problem(msg, cap, "rootsift record version %u (this library reads %u)", (unsigned)rs_version(rec),
                        RS_VERSION);
     m = rs_m(rec);
     q = rs_quant(rec);
     s = rs_qscale(rec);
     if (q != RS_QUANT_U8 && q != RS_QUANT_F16)
-        return problem(msg, cap, "rootsift record quant %u is unknown", (unsigned)q);
+        return algo_problem(msg, cap, "rootsift record quant %u is unknown", (unsigned)q);
     if (m > RS_N_MAX || rs_record_bytes(m, q) != bytes)
-        return problem(msg, cap, "rootsift record of %zu bytes declares m = %u", bytes, (unsigned)m);
+        return algo_problem(msg, cap, "rootsift record of %zu bytes declares m = %u", bytes, (unsigned)m);
     if (rs_count(rec) > m)
-        return problem(msg, cap, "rootsift record count %u > m = %u", (unsigned)rs_count(rec), (unsigned)m);
-    if (!(s > 0.0f) || !isfinite(s)) return problem(msg, cap, "rootsift record scale %g", (double)s);
+        return algo_problem(msg, cap, "rootsift record count %u > m = %u", (unsigned)rs_count(rec), (unsigned)m);
+    if (!(s > 0.0f) || !isfinite(s)) return algo_problem(msg, cap, "rootsift record scale %g", (double)s);
     return 0;
 }
 

@@ -20,46 +20,35 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "algo/problem.h"
 #include "algo/sqfd.h"
-
-/* Writes the reason into msg (when there is one) and says "invalid". */
-static int problem(char *msg, size_t cap, const char *fmt, ...)
-{
-    if (msg && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, cap, fmt, ap);
-        va_end(ap);
-    }
-    return 1;
-}
 
 int sig_record_problem(const float *rec, size_t n, char *msg, size_t cap)
 {
     float cnt, K;
     size_t i;
     if (!rec || n < sig_dim(1))
-        return problem(msg, cap, "signature record of %zu elements (at least %zu)", n, sig_dim(1));
+        return algo_problem(msg, cap, "signature record of %zu elements (at least %zu)", n, sig_dim(1));
     cnt = rec[0];
     K = rec[1];
     if (!(K >= 1.0f && K <= (float)SIG_K_MAX && K == floorf(K)) || sig_dim((size_t)K) != n)
-        return problem(msg, cap, "signature record says K = %g in %zu elements", (double)K, n);
+        return algo_problem(msg, cap, "signature record says K = %g in %zu elements", (double)K, n);
     if (rec[4] != (float)SIG_VERSION)
-        return problem(msg, cap, "signature record version %g (this library reads %d)", (double)rec[4],
+        return algo_problem(msg, cap, "signature record version %g (this library reads %d)", (double)rec[4],
                        SIG_VERSION);
-    if (cnt == 0.0f) return problem(msg, cap, "empty signature (no centroids)");
+    if (cnt == 0.0f) return algo_problem(msg, cap, "empty signature (no centroids)");
     if (!(cnt >= 1.0f && cnt <= K && cnt == floorf(cnt)))
-        return problem(msg, cap, "signature count %g is not in [1, K = %g]", (double)cnt, (double)K);
+        return algo_problem(msg, cap, "signature count %g is not in [1, K = %g]", (double)cnt, (double)K);
     if (!(rec[2] > 0.0f) || !isfinite(rec[2]))
-        return problem(msg, cap, "signature alpha %g is not > 0", (double)rec[2]);
+        return algo_problem(msg, cap, "signature alpha %g is not > 0", (double)rec[2]);
     if (!(rec[3] == 0.0f || rec[3] == 1.0f || rec[3] == 2.0f))
-        return problem(msg, cap, "signature form %g is not 0, 1 or 2", (double)rec[3]);
+        return algo_problem(msg, cap, "signature form %g is not 0, 1 or 2", (double)rec[3]);
     for (i = 0; i < (size_t)cnt; i++) {
         const float *r = rec + SIG_HEADER + SIG_COLS * i;
         if (!(r[0] >= 0.0f) || !isfinite(r[0]))
-            return problem(msg, cap, "centroid %zu has weight %g (want a finite number >= 0)", i, (double)r[0]);
+            return algo_problem(msg, cap, "centroid %zu has weight %g (want a finite number >= 0)", i, (double)r[0]);
         for (int d = 1; d < SIG_COLS; d++)
-            if (!isfinite(r[d])) return problem(msg, cap, "centroid %zu has a non-finite feature %d", i, d - 1);
+            if (!isfinite(r[d])) return algo_problem(msg, cap, "centroid %zu has a non-finite feature %d", i, d - 1);
     }
     return 0;
 }
