@@ -1067,7 +1067,7 @@ patina_status tier_pass(patina_gpu_t *g, knn_state_t *st, knn_tier_t *t, const u
             /* upload chunk j into buffer b, once chunk j - 2 has left it */
             {
                 void *const dst[2] = {v.descs, v.aux};
-                const void *const src[2] = {t->rows + j * t->R * (size_t)dp, t->aux + j * t->R};
+                const void *const src[2] = {tcache_host_at(&t->host, 0, j * t->R), tcache_host_at(&t->host, 1, j * t->R)};
                 const size_t bytes[2] = {v.n * (size_t)dp, v.n * sizeof(tc_aux_t)};
                 e = (cudaError_t)tcache_chunk_send(g, &t->stream, j, cs, 2, dst, src, bytes);
             }

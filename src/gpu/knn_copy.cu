@@ -42,7 +42,8 @@ void tier_free(patina_gpu_t *g, knn_tier_t *t)
     (void)cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, 0));
     (void)cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, 1));
     tier_buffers_free(g, t);
-    pgpu_free_n(g, 8, &t->rows, &t->aux, &t->t1, &t->c3, &t->ids, &t->dead, &t->ptab, &t->d_rm);
+    tcache_host_free(g, &t->host);
+    pgpu_free_n(g, 6, &t->t1, &t->c3, &t->ids, &t->dead, &t->ptab, &t->d_rm);
     tcache_stream_free(&t->stream);
     for (int i = 0; i < 2; i++)
         if (t->ev_res[i]) (void)cudaEventDestroy((cudaEvent_t)t->ev_res[i]);
@@ -231,8 +232,8 @@ patina_status sync_removed(patina_gpu_t *g, const pgpu_knn_index_t *idx, uint64_
                 const uint32_t h = idx->rm_log[*dead_gen + done + i];
                 buf[i] = h < nperm ? inv[h] : h;
                 if (tier) {
-                    memset(tier->rows + (size_t)buf[i] * (size_t)dp, 0, (size_t)dp);
-                    tier->aux[buf[i]] = make_float4(0.f, 0.f, 1.f, 1e30f);
+                    memset(tcache_host_at(&tier->host, 0, buf[i]), 0, (size_t)dp);
+                    *(tc_aux_t *)tcache_host_at(&tier->host, 1, buf[i]) = make_float4(0.f, 0.f, 1.f, 1e30f);
                 }
             }
             e = cudaMemcpy(d_rm + done, buf, b * sizeof *buf, cudaMemcpyHostToDevice);

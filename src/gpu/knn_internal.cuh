@@ -59,12 +59,11 @@ typedef struct knn_copy {
  * the final pass reads resident on the device, two chunk buffers. */
 typedef struct knn_tier {
     uint64_t serial;          /* the index's (0: none) */
-    size_t dim, n, cap, nperm, src_n;
+    size_t dim, n, nperm, src_n;
     int dp;
     uint64_t dead_gen;
     uint32_t *perm, *inv;     /* device row -> host row, host row -> device row (< nperm) */
-    uint8_t *rows;            /* pinned (cap, dp) */
-    tc_aux_t *aux;            /* pinned (cap) */
+    tcache_host_t host;       /* pinned, cap = host.cap rows: field 0 the rows (dp), 1 their sums (tc_aux_t) */
     uint32_t *t1;             /* device (cap) */
     double *c3;               /* device (cap) */
     uint64_t *ids;            /* device (cap) */

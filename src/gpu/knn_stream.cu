@@ -148,7 +148,8 @@ static patina_status tier_put_rows(knn_tier_t *t, const pgpu_knn_index_t *idx, c
     if (!t1 || !c3 || !ids) s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory laying out %zu rows", m);
     for (size_t i = 0; s == PATINA_OK && i < m; i += piece) {
         const size_t b = m - i < piece ? m - i : piece, d = d0 + i;
-        tc_lay_rows(idx, map ? map + i : NULL, h0 + i, b, dp, t->rows + d * dp, t->aux + d, t1, c3, ids);
+        tc_lay_rows(idx, map ? map + i : NULL, h0 + i, b, dp, (uint8_t *)tcache_host_at(&t->host, 0, d),
+                    (tc_aux_t *)tcache_host_at(&t->host, 1, d), t1, c3, ids);
         if (cudaMemcpy(t->t1 + d, t1, b * sizeof *t1, cudaMemcpyHostToDevice) != cudaSuccess ||
             cudaMemcpy(t->c3 + d, c3, b * sizeof *c3, cudaMemcpyHostToDevice) != cudaSuccess ||
             cudaMemcpy(t->ids + d, ids, b * sizeof *ids, cudaMemcpyHostToDevice) != cudaSuccess)
@@ -175,31 +176,30 @@ static patina_status tier_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_in
     knn_tier_t *t = &st->tier;
     patina_status s = PATINA_OK;
     *out = NULL;
-    if (t->serial == idx->serial && idx->n > t->src_n && t->n + (idx->n - t->src_n) > t->cap) tier_free(g, t);
+    if (t->serial == idx->serial && idx->n > t->src_n && t->n + (idx->n - t->src_n) > t->host.cap) tier_free(g, t);
     if (t->serial != idx->serial) {
         const size_t n = idx->n, cap = n + n / 4 + 1024;
         tier_free(g, t);
         t->serial = idx->serial;
         t->dim = idx->dim;
         t->dp = idx->dim == 144 ? 144 : 256;
-        t->cap = cap;
         t->perm = (uint32_t *)malloc(n * sizeof *t->perm + 1);
         t->inv = (uint32_t *)malloc(n * sizeof *t->inv + 1);
         if (!t->perm || !t->inv) s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory for a tier of %zu rows", n);
 #define TDEV(p, m, tag) \
     if (s == PATINA_OK) s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, NULL, (void **)&t->p, (m) * sizeof *t->p, tag)
-#define TPIN(p, m, tag) \
-    if (s == PATINA_OK) s = pgpu_pin_alloc(g, (void **)&t->p, (m) * sizeof *t->p, PGPU_FAM_SEARCH, tag)
         TDEV(t1, cap, "tier row sums");
         TDEV(c3, cap, "tier row squares");
         TDEV(ids, cap, "tier ids");
         TDEV(dead, cap, "tier removed rows");
         TDEV(d_rm, TC_RM_CHUNK, "tier removed rows");
         TDEV(ptab, idx->ptab_rows * 8, "value table");
-        TPIN(rows, cap * (size_t)t->dp, "tier rows");
-        TPIN(aux, cap, "tier row sums");
+        if (s == PATINA_OK) {
+            const size_t per[2] = {(size_t)t->dp, sizeof(tc_aux_t)};
+            const char *const tags[2] = {"tier rows", "tier row sums"};
+            s = tcache_host_reserve(g, &t->host, PGPU_FAM_SEARCH, 2, per, cap, tags);
+        }
 #undef TDEV
-#undef TPIN
         if (s == PATINA_OK) s = tcache_stream_init(&t->stream);
         for (int i = 0; s == PATINA_OK && i < 2; i++) {
             cudaEvent_t ev;
@@ -214,12 +214,14 @@ static patina_status tier_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_in
         if (s == PATINA_OK) {
             tcache_perm(t->perm, n, KNN_PERM_SEED);
             for (size_t i = 0; i < n; i++) t->inv[t->perm[i]] = (uint32_t)i;
+            (void)tcache_host_append(&t->host, n, NULL); /* fits: cap > n */
             s = tier_put_rows(t, idx, t->perm, 0, n, 0);
         }
         t->n = t->nperm = t->src_n = n;
     } else if (idx->n > t->src_n) {
         const size_t m = idx->n - t->src_n;
-        s = tier_put_rows(t, idx, NULL, t->src_n, m, t->n);
+        const size_t d0 = tcache_host_append(&t->host, m, NULL); /* t->n: the room was checked above */
+        s = tier_put_rows(t, idx, NULL, t->src_n, m, d0);
         if (s == PATINA_OK &&
             cudaMemset(t->dead + t->n, 0, m) != cudaSuccess)
             s = pgpu_fail((int)cudaGetLastError(), "gpu search: a tier", __FILE__, __LINE__);

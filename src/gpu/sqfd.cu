@@ -525,8 +525,9 @@ static cudaError_t stream_scan(patina_gpu_t *g, sq_state_t *st, const sq_copy_t 
         stream_view(c, 0, j, b, &v);
         {
             void *const dst[5] = {c->b_rows[b], c->b_cnt[b], c->b_wo[b], c->b_soo[b], c->b_hrow[b]};
-            const void *const src[5] = {c->h_rows + b0 * kc * 64, c->h_cnt + b0 * 32, c->h_wo + b0 * 32,
-                                        c->h_soo + b0 * 32, c->h_hrow + b0 * 32};
+            const void *const src[5] = {tcache_host_at(&c->host, 0, b0), tcache_host_at(&c->host, 1, b0),
+                                        tcache_host_at(&c->host, 2, b0), tcache_host_at(&c->host, 3, b0),
+                                        tcache_host_at(&c->host, 4, b0)};
             const size_t bytes[5] = {blocks * kc * 64 * sizeof(float4), blocks * 32 * sizeof(uint16_t),
                                      blocks * 32 * sizeof(float), blocks * 32 * sizeof(double),
                                      blocks * 32 * sizeof(uint32_t)};

@@ -16,8 +16,8 @@ void copy_free(patina_gpu_t *g, sq_copy_t *c)
         (void)cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, 1));
     }
     pgpu_free_n(g, 7, &c->rows, &c->cnt, &c->wo, &c->soo, &c->hrow, &c->tab, &c->pp);
-    pgpu_free_n(g, 10, &c->h_rows, &c->h_cnt, &c->h_wo, &c->h_soo, &c->h_hrow, &c->p_rows, &c->p_cnt, &c->p_wo,
-                &c->p_soo, &c->p_hrow);
+    tcache_host_free(g, &c->host);
+    pgpu_free_n(g, 5, &c->p_rows, &c->p_cnt, &c->p_wo, &c->p_soo, &c->p_hrow);
     for (int b = 0; b < 2; b++) pgpu_free_n(g, 5, &c->b_rows[b], &c->b_cnt[b], &c->b_wo[b], &c->b_soo[b], &c->b_hrow[b]);
     tcache_stream_free(&c->stream);
     free(c->hinv);
@@ -91,19 +91,15 @@ static patina_status stream_setup(patina_gpu_t *g, sq_copy_t *c, size_t nb, cons
     c->streamed = 1;
     c->nb = nb;
     c->ps = ps;
-#define PIN(p, m) if (s == PATINA_OK) s = pgpu_pin_alloc(g, (void **)&c->p, (m) * sizeof *c->p, PGPU_FAM_SQFD, "streamed rows")
-    PIN(h_rows, nb * kc * 64);
-    PIN(h_cnt, nb * 32);
-    PIN(h_wo, nb * 32);
-    PIN(h_soo, nb * 32);
-    PIN(h_hrow, nb * 32);
-#undef PIN
-    if (s != PATINA_OK) return s;
-    memcpy(c->h_rows, hr, nb * kc * 64 * sizeof *hr);
-    memcpy(c->h_cnt, hc, nb * 32 * sizeof *hc);
-    memcpy(c->h_wo, hw, nb * 32 * sizeof *hw);
-    memcpy(c->h_soo, hs, nb * 32 * sizeof *hs);
-    memcpy(c->h_hrow, hh, nb * 32 * sizeof *hh);
+    {
+        const size_t fper[5] = {kc * 64 * sizeof *hr, 32 * sizeof *hc, 32 * sizeof *hw, 32 * sizeof *hs,
+                                32 * sizeof *hh};
+        const char *const tags[5] = {"streamed rows", "streamed rows", "streamed rows", "streamed rows",
+                                     "streamed rows"};
+        const void *const src[5] = {hr, hc, hw, hs, hh};
+        PATINA_TRY(tcache_host_reserve(g, &c->host, PGPU_FAM_SQFD, 5, fper, nb, tags));
+        (void)tcache_host_append(&c->host, nb, src);
+    }
     /* the pilot: a strided sample of the device rows (random within a count), laid out alike */
     pr = (float4 *)calloc(pnb * kc * 64 + 1, sizeof *pr);
     pc = (uint16_t *)calloc(pnb * 32 + 1, sizeof *pc);

@@ -67,16 +67,18 @@ typedef struct sq_copy {
     double *tab;             /* (np, nb * 32) row-to-pivot distances, device order */
     double *pp;              /* (np, np) */
     /* streamed (a copy over the device budget, no pivot table; the arrays above NULL): the
-     * layout in pinned host memory (h_*, nb blocks), two device buffers of B blocks each (b_*)
+     * layout in pinned host memory (host: nb blocks, fields rows, cnt, wo, soo, hrow laid
+     * out as the arrays above), two device buffers of B blocks each (b_*)
      * filled by the copy stream under the scans, and a strided sample of ps rows resident
      * (p_*: the k-NN pilot) */
     int streamed;
     size_t nb, B, ps;
-    float4 *h_rows, *b_rows[2], *p_rows;
-    uint16_t *h_cnt, *b_cnt[2], *p_cnt;
-    float *h_wo, *b_wo[2], *p_wo;
-    double *h_soo, *b_soo[2], *p_soo;
-    uint32_t *h_hrow, *b_hrow[2], *p_hrow;
+    tcache_host_t host;
+    float4 *b_rows[2], *p_rows;
+    uint16_t *b_cnt[2], *p_cnt;
+    float *b_wo[2], *p_wo;
+    double *b_soo[2], *p_soo;
+    uint32_t *b_hrow[2], *p_hrow;
     tcache_stream_t stream;  /* the chunk buffers' order */
 } sq_copy_t;
 

@@ -198,3 +198,43 @@ int tcache_chunk_done(const tcache_stream_t *s, size_t j, void *cs)
 {
     return (int)cudaEventRecord((cudaEvent_t)s->ev[2 + (j & 1)], (cudaStream_t)cs);
 }
+
+/* ---- the pinned host tier ---- */
+
+void tcache_host_free(patina_gpu_t *g, tcache_host_t *h)
+{
+    for (int f = 0; f < h->nf; f++) pgpu_free(g, h->p[f]);
+    memset(h, 0, sizeof *h);
+}
+
+patina_status tcache_host_reserve(patina_gpu_t *g, tcache_host_t *h, pgpu_fam fam, int nf, const size_t *per,
+                                  size_t cap, const char *const *tag)
+{
+    tcache_host_free(g, h);
+    if (nf < 1 || nf > TCACHE_HOST_FIELDS)
+        return patina__fail(PATINA_E_INTERNAL, "gpu: a host tier of %d fields (at most %d)", nf, TCACHE_HOST_FIELDS);
+    h->nf = nf;
+    for (int f = 0; f < nf; f++) {
+        patina_status s;
+        h->per[f] = per[f];
+        if ((s = pgpu_pin_alloc(g, &h->p[f], cap * per[f], fam, tag[f])) != PATINA_OK) {
+            tcache_host_free(g, h);
+            return s;
+        }
+    }
+    h->cap = cap;
+    return PATINA_OK;
+}
+
+size_t tcache_host_append(tcache_host_t *h, size_t m, const void *const *src)
+{
+    const size_t u = h->n;
+    if (m > h->cap - h->n) return (size_t)-1;
+    if (src)
+        for (int f = 0; f < h->nf; f++)
+            if (m) memcpy((unsigned char *)h->p[f] + u * h->per[f], src[f], m * h->per[f]);
+    h->n += m;
+    return u;
+}
+
+void *tcache_host_at(const tcache_host_t *h, int f, size_t u) { return (unsigned char *)h->p[f] + u * h->per[f]; }

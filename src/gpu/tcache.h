@@ -19,7 +19,10 @@
  * copy stream (context stream 1) uploading chunk j + 1 while the compute
  * stream scans chunk j (tcache_stream_t: the events that order them).
  * Rows are laid out in a fixed pseudo-random order (tcache_perm) so that a
- * copy's first rows are a uniform sample for the engines' pilots.
+ * copy's first rows are a uniform sample for the engines' pilots. The
+ * pinned host tier is the cache's (tcache_host_t): the engines say what its
+ * fields hold and fill them, but allocate and free no tier storage of
+ * their own (their staging buffers, e.g. k-NN's chunk results, stay theirs).
  *
  * Updates. A copy follows its table incrementally where the engine's
  * layout allows it: rows appended, removed rows applied from the table's
@@ -87,6 +90,35 @@ void tcache_perm(uint32_t *perm, size_t n, uint64_t seed);
  * failure nothing stays allocated. */
 patina_status tcache_chunk_buffers(patina_gpu_t *g, pgpu_fam fam, int evict, int nf, const size_t *per, size_t pad,
                                    void **const *bufs, size_t *units, size_t min_units, const char *tag);
+
+/* The pinned host tier of a streamed table: page-locked storage of up to
+ * cap units (rows or blocks of rows) in nf fields, field f of per[f] bytes
+ * a unit (the engine's layout: what goes in each field is its own), units
+ * [0, n) in use; appends fill the room up to cap. Its bytes are the
+ * family's pinned memory (pgpu_pin_alloc: counted and described with the
+ * context's). */
+#define TCACHE_HOST_FIELDS 6
+typedef struct tcache_host {
+    int nf;
+    size_t per[TCACHE_HOST_FIELDS]; /* bytes a unit of field f */
+    void *p[TCACHE_HOST_FIELDS];    /* pinned (cap, per[f]) */
+    size_t n, cap;                  /* units in use; allocated */
+} tcache_host_t;
+
+/* Storage for cap units of nf fields (per[f] bytes a unit, tag[f] naming
+ * field f in messages), empty (n = 0); what h held before is freed. On
+ * failure h holds nothing. */
+patina_status tcache_host_reserve(patina_gpu_t *g, tcache_host_t *h, pgpu_fam fam, int nf, const size_t *per,
+                                  size_t cap, const char *const *tag);
+/* Appends m units: src[f] (m * per[f] bytes) copied into field f, or
+ * (src NULL) left for the engine to write in place (tcache_host_at).
+ * Returns the first unit appended, or (size_t)-1 when they do not fit
+ * (h unchanged). */
+size_t tcache_host_append(tcache_host_t *h, size_t m, const void *const *src);
+/* Unit u of field f. */
+void *tcache_host_at(const tcache_host_t *h, int f, size_t u);
+/* Frees the storage; h is empty after. */
+void tcache_host_free(patina_gpu_t *g, tcache_host_t *h);
 
 /* Double-buffered streaming of a table's chunks through two device
  * buffers: chunk j goes to buffer j & 1 on the copy stream once chunk j -
