@@ -3,14 +3,8 @@
  * on first use. The tables keep their indexes, pivot tables and reference
  * sets in step with the writes made through them and catch up with the
  * others (bulk jobs, other processes) by the collection's version; this file
- * holds what is HTTP's: the search batcher, the limits, the metrics.
- *
- * Batching. k-NN searches of one table queue in its batcher; its thread
- * takes the queue (after waiting up to the batching window for more, at
- * most batch_max searches) and makes ONE patina_table_search with the
- * largest k asked (hits are ordered by distance then id, so each search's
- * answer is a prefix of that call's), the keys filled by the table, then
- * wakes the waiting handlers. Range searches run in the handler's thread
+ * holds what is HTTP's: the limits, the metrics, the server's writes; the
+ * search batcher is batch.c. Range searches run in the handler's thread
  * (their radii differ). */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -26,24 +20,6 @@
 atomic_long colls_queue_depth;
 atomic_ulong colls_batches, colls_batched_queries;
 atomic_ulong colls_pivot_pruned, colls_pivot_computed;
-
-typedef struct bitem {
-    squery_t *q;
-    int done;
-    struct bitem *next;
-} bitem_t;
-
-struct batcher {
-    scoll_t *sc;
-    stable_t *st;
-    pthread_mutex_t mu;
-    pthread_cond_t more;   /* the batcher waits for searches */
-    pthread_cond_t done;   /* handlers wait for their answers */
-    bitem_t *head, *tail;
-    size_t n;
-    int stop;
-    pthread_t thread;
-};
 
 /* ----------------------------------------------------------------- tables */
 
@@ -65,8 +41,6 @@ static patina_status open_table(scoll_t *sc, const char *spec, unsigned need, in
     return patina_table_open(t, sc->srv->ctx, sc->c, spec, &o);
 }
 
-static void batcher_free(batcher_t *b);
-static batcher_t *batcher_new(scoll_t *sc, stable_t *st);
 
 patina_status colls_table(scoll_t *sc, const char *spec, unsigned need, int create, stable_t **out)
 {
@@ -141,7 +115,7 @@ static int drop_pivots(scoll_t *sc, stable_t *st, patina_table_t *t, const char 
 
 /* A search of st's table, with the server's device policy and the pivot
  * metrics; res as patina_table_search fills it. */
-static patina_status table_search(scoll_t *sc, stable_t *st, const void *queries, size_t nq, patina_table_query_t *q,
+patina_status colls_table_search(scoll_t *sc, stable_t *st, const void *queries, size_t nq, patina_table_query_t *q,
                                   patina_table_results_t *res)
 {
     patina_search_stats_t stats;
@@ -165,7 +139,7 @@ static patina_status table_search(scoll_t *sc, stable_t *st, const void *queries
 
 /* Query i's first `max` hits of res into q, their keys taken over; a hit
  * whose record vanished (another process removed it) is left out. */
-static patina_status take_hits(squery_t *q, patina_table_results_t *res, size_t i, size_t max)
+patina_status colls_take_hits(squery_t *q, patina_table_results_t *res, size_t i, size_t max)
 {
     size_t j, m = res->offsets[i + 1] - res->offsets[i];
     if (m > max) m = max;
@@ -181,105 +155,6 @@ static patina_status take_hits(squery_t *q, patina_table_results_t *res, size_t 
         q->nhits++;
     }
     return PATINA_OK;
-}
-
-/* ---------------------------------------------------------------- batcher */
-
-static void run_batch(batcher_t *b, bitem_t *items, size_t n)
-{
-    size_t bytes = patina_extractor_bytes(patina_table_extractor(atomic_load(&b->st->t))), i;
-    uint8_t *descs = malloc(n * bytes);
-    patina_table_query_t tq;
-    patina_table_results_t res;
-    patina_status s = PATINA_OK;
-    bitem_t *it;
-    memset(&res, 0, sizeof res);
-    patina_table_query_init(&tq);
-    tq.k = 0;
-    for (it = items, i = 0; it; it = it->next, i++) {
-        if (it->q->k > tq.k) tq.k = it->q->k;
-        if (descs) memcpy(descs + i * bytes, it->q->desc, bytes);
-    }
-    if (!descs) s = serve_fail(PATINA_E_NOMEM, "out of memory for a batch of %zu searches", n);
-    if (s == PATINA_OK) s = table_search(b->sc, b->st, descs, n, &tq, &res);
-    for (it = items, i = 0; it; it = it->next, i++) {
-        it->q->status = s == PATINA_OK ? take_hits(it->q, &res, i, it->q->k) : s;
-        if (it->q->status != PATINA_OK) snprintf(it->q->error, sizeof it->q->error, "%s", serve_msg);
-    }
-    patina_table_results_release(&res);
-    atomic_fetch_add(&colls_batches, 1);
-    atomic_fetch_add(&colls_batched_queries, n);
-    free(descs);
-}
-
-static void *batcher_main(void *arg)
-{
-    batcher_t *b = arg;
-    server_t *srv = b->sc->srv;
-    pthread_mutex_lock(&b->mu);
-    for (;;) {
-        bitem_t *items, *last;
-        size_t n = 0;
-        while (!b->n && !b->stop) pthread_cond_wait(&b->more, &b->mu);
-        if (b->stop && !b->n) break;
-        /* the window ends early once the batch is full: batch_max, or every connection thread
-         * waiting in it (no other search can arrive then) */
-        const size_t full = srv->cfg->batch_max < (size_t)srv->http_threads ? srv->cfg->batch_max
-                                                                             : (size_t)srv->http_threads;
-        if (srv->window_us > 0 && b->n < full && !b->stop) {
-            struct timespec dl;
-            clock_gettime(CLOCK_REALTIME, &dl);
-            dl.tv_nsec += srv->window_us * 1000L;
-            dl.tv_sec += dl.tv_nsec / 1000000000L;
-            dl.tv_nsec %= 1000000000L;
-            while (b->n < full && !b->stop)
-                if (pthread_cond_timedwait(&b->more, &b->mu, &dl) == ETIMEDOUT) break;
-        }
-        items = last = b->head;
-        for (n = 1; n < srv->cfg->batch_max && last->next; n++) last = last->next;
-        b->head = last->next;
-        if (!b->head) b->tail = NULL;
-        last->next = NULL;
-        b->n -= n;
-        atomic_fetch_sub(&colls_queue_depth, (long)n);
-        pthread_mutex_unlock(&b->mu);
-        run_batch(b, items, n);
-        pthread_mutex_lock(&b->mu);
-        for (; items; items = items->next) items->done = 1;
-        pthread_cond_broadcast(&b->done);
-    }
-    pthread_mutex_unlock(&b->mu);
-    return NULL;
-}
-
-static batcher_t *batcher_new(scoll_t *sc, stable_t *st)
-{
-    batcher_t *b = calloc(1, sizeof *b);
-    if (!b) return NULL;
-    b->sc = sc;
-    b->st = st;
-    pthread_mutex_init(&b->mu, NULL);
-    pthread_cond_init(&b->more, NULL);
-    pthread_cond_init(&b->done, NULL);
-    if (pthread_create(&b->thread, NULL, batcher_main, b) != 0) {
-        free(b);
-        return NULL;
-    }
-    return b;
-}
-
-static void batcher_free(batcher_t *b)
-{
-    if (!b) return;
-    pthread_mutex_lock(&b->mu);
-    b->stop = 1;
-    pthread_cond_signal(&b->more);
-    pthread_mutex_unlock(&b->mu);
-    pthread_join(b->thread, NULL);
-    pthread_mutex_destroy(&b->mu);
-    pthread_cond_destroy(&b->more);
-    pthread_cond_destroy(&b->done);
-    free(b);
 }
 
 /* -------------------------------------------------------- open and close */
@@ -409,36 +284,16 @@ static patina_status range_search(scoll_t *sc, stable_t *st, squery_t *q)
     tq.kind = PATINA_QUERY_RANGE;
     tq.radius = q->radius;
     tq.max_hits = cap + 1;
-    if ((s = table_search(sc, st, q->desc, 1, &tq, &res)) != PATINA_OK) return s;
+    if ((s = colls_table_search(sc, st, q->desc, 1, &tq, &res)) != PATINA_OK) return s;
     q->truncated = res.offsets[1] > cap;
-    s = take_hits(q, &res, 0, cap);
+    s = colls_take_hits(q, &res, 0, cap);
     patina_table_results_release(&res);
     return s;
 }
 
 patina_status colls_search(scoll_t *sc, stable_t *st, squery_t *q)
 {
-    batcher_t *b = st->batcher;
-    bitem_t item;
-    if (q->range) return range_search(sc, st, q);
-    memset(&item, 0, sizeof item);
-    item.q = q;
-    pthread_mutex_lock(&b->mu);
-    if (b->n >= sc->srv->cfg->max_queue) {
-        size_t waiting = b->n; /* read under the lock (the batcher changes it) */
-        pthread_mutex_unlock(&b->mu);
-        return serve_fail(PATINA_E_BUSY, "%zu searches are waiting already (--max-queue); retry later", waiting);
-    }
-    if (b->tail) b->tail->next = &item;
-    else b->head = &item;
-    b->tail = &item;
-    b->n++;
-    atomic_fetch_add(&colls_queue_depth, 1);
-    pthread_cond_signal(&b->more);
-    while (!item.done) pthread_cond_wait(&b->done, &b->mu);
-    pthread_mutex_unlock(&b->mu);
-    if (q->status != PATINA_OK) serve_fail(q->status, "%s", q->error);
-    return q->status;
+    return q->range ? range_search(sc, st, q) : batch_submit(st->batcher, q);
 }
 
 /* ------------------------------------------------------------------ writes */

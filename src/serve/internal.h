@@ -4,7 +4,8 @@
  *               request life cycle (limits, auth, draining), routing, static files
  *   handlers.c  the endpoints: JSON in, JSON out, errors as problem documents
  *   colls.c     the served collections: their live tables (opened on first use),
- *               the search batcher, the server's writes
+ *               the server's writes
+ *   batch.c     the search batcher: k-NN searches of a table in one call
  *   jobs.c      bulk index jobs (a server-side folder or a tar upload), one at a time
  *   wire.c      pure parsers and writers: multipart bodies, tar archives, keys as
  *               JSON strings, problem documents (no I/O: unit-testable, fuzzable)
@@ -210,6 +211,22 @@ patina_status colls_remove(scoll_t *sc, const char *key, uint64_t *id);
 patina_status colls_identify(scoll_t *sc, const void *data, size_t size, const patina_identify_opts_t *opts,
                              patina_identify_result_t *res, patina_identify_hit_t *hits, char **keys, float **pairs,
                              size_t *npairs);
+
+/* A search of st's table with the server's device policy and the pivot
+ * metrics (res as patina_table_search fills it); query i's first `max`
+ * hits of res into q, their keys taken over (colls.c, for batch.c). */
+patina_status colls_table_search(scoll_t *sc, stable_t *st, const void *queries, size_t nq, patina_table_query_t *q,
+                                 patina_table_results_t *res);
+patina_status colls_take_hits(squery_t *q, patina_table_results_t *res, size_t i, size_t max);
+
+/* ----------------------------------------------------------------- batch.c */
+
+/* A table's batcher and its thread; freed (the thread joined) by batcher_free. */
+batcher_t *batcher_new(scoll_t *sc, stable_t *st);
+void batcher_free(batcher_t *b);
+/* Queues a k-NN search and waits for its answer; PATINA_E_BUSY when
+ * --max-queue searches wait already. */
+patina_status batch_submit(batcher_t *b, squery_t *q);
 
 /* Searches waiting in batchers (the queue depth metric). */
 extern atomic_long colls_queue_depth;
