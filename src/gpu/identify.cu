@@ -53,10 +53,10 @@ typedef struct idf_state {
     size_t slot_bytes;       /* mpad * 128 * (1 or 2) */
     size_t nslots;           /* slots mirrored */
     size_t dev_cap;          /* slots the device arena holds */
-    size_t host_cap;         /* slots the pinned host tier holds */
     size_t cnt_cap;          /* entries of d_count */
     unsigned char *d_arena;  /* (dev_cap, mpad, 128) */
-    unsigned char *h_tier;   /* pinned (host_cap, mpad, 128): slots dev_cap.. */
+    tcache_host_t host;      /* the pinned host tier (the table cache's): one field, a unit one slot
+                              * (slot_bytes); unit u is slot dev_cap + u; cap slots, n mirrored */
     uint16_t *d_count;       /* (cnt_cap) per slot */
     uint16_t *h_count;       /* host copy of the mirrored counts */
     /* staging */
@@ -88,13 +88,14 @@ __global__ void k_u8_to_f16(__half *dst, const unsigned char *src, size_t n)
 static void state_free_arena(patina_gpu_t *g, idf_state_t *st)
 {
     tcache_remove(g, st);
-    pgpu_free_n(g, 3, &st->d_arena, &st->h_tier, &st->d_count);
+    pgpu_free_n(g, 2, &st->d_arena, &st->d_count);
+    tcache_host_free(g, &st->host);
     for (int i = 0; i < IDF_STREAMS; i++) pgpu_free_n(g, 1, &st->d_stage[i]);
     pgpu_free_n(g, 2, &st->d_up, &st->h_up);
     free(st->h_count);
     st->h_count = NULL;
     st->serial = st->epoch = st->clock = 0;
-    st->nslots = st->dev_cap = st->host_cap = st->cnt_cap = 0;
+    st->nslots = st->dev_cap = st->cnt_cap = 0;
 }
 
 /* The mirror dropped by the table cache (another table needed the
@@ -174,8 +175,8 @@ static patina_status upload_slots(patina_gpu_t *g, idf_state_t *st, const pgpu_i
                 run = st->dev_cap - slot;
                 dst = st->d_arena + slot * st->slot_bytes;
             } else {
-                run = st->dev_cap + st->host_cap - slot;
-                dst = st->h_tier + (slot - st->dev_cap) * st->slot_bytes;
+                run = st->dev_cap + st->host.cap - slot;
+                dst = (unsigned char *)tcache_host_at(&st->host, 0, slot - st->dev_cap);
             }
             if (run > take - done) run = take - done;
             const unsigned char *src = st->h_up + done * rowb8;
@@ -242,9 +243,11 @@ static patina_status rebuild(patina_gpu_t *g, idf_state_t *st, const pgpu_idf_re
     if (devc && (s = pgpu_dev_alloc(g, (void **)&st->d_arena, devc * st->slot_bytes, PGPU_FAM_IDENTIFY,
                                     "reference arena")) != PATINA_OK)
         goto fail;
-    if (hostc && (s = pgpu_pin_alloc(g, (void **)&st->h_tier, hostc * st->slot_bytes, PGPU_FAM_IDENTIFY,
-                                     "reference host tier")) != PATINA_OK)
-        goto fail;
+    if (hostc) {
+        const char *const tag[1] = {"reference host tier"};
+        if ((s = tcache_host_reserve(g, &st->host, PGPU_FAM_IDENTIFY, 1, &st->slot_bytes, hostc, tag)) != PATINA_OK)
+            goto fail;
+    }
     if (hostc)
         for (int i = 0; i < IDF_STREAMS; i++)
             if ((s = pgpu_dev_alloc(g, (void **)&st->d_stage[i], st->chunk_slots * st->slot_bytes,
@@ -266,8 +269,8 @@ static patina_status rebuild(patina_gpu_t *g, idf_state_t *st, const pgpu_idf_re
         goto fail;
     }
     st->dev_cap = devc;
-    st->host_cap = hostc;
     if ((s = upload_slots(g, st, refs, 0, refs->nslots)) != PATINA_OK) goto fail;
+    (void)tcache_host_append(&st->host, refs->nslots > devc ? refs->nslots - devc : 0, NULL); /* fits: hostc */
     memcpy(st->h_count, refs->count, refs->nslots * sizeof(uint16_t));
     PGPU_CU_GOTO(cudaMemcpy(st->d_count, st->h_count, st->cnt_cap * sizeof(uint16_t), cudaMemcpyHostToDevice), s,
                  fail);
@@ -310,6 +313,9 @@ static patina_status sync_mirror(patina_gpu_t *g, idf_state_t *st, const pgpu_id
                            cudaMemcpyHostToDevice));
         i = hi;
     }
+    /* slots added past the arena: the host tier's units in use (cnt_cap bounds them) */
+    if (refs->nslots > st->dev_cap + st->host.n)
+        (void)tcache_host_append(&st->host, refs->nslots - st->dev_cap - st->host.n, NULL);
     st->nslots = refs->nslots;
     st->clock = refs->clock;
     return PATINA_OK;
@@ -509,7 +515,7 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
             for (c0 = 0; c0 < nhost; c0 += st->stream_slots, k = (k + 1) % IDF_STREAMS) {
                 const size_t cn = nhost - c0 < st->stream_slots ? nhost - c0 : st->stream_slots;
                 cudaStream_t sk = (cudaStream_t)pgpu_stream(g, k);
-                PGPU_CU_GOTO(cudaMemcpyAsync(st->d_stage[k], st->h_tier + c0 * st->slot_bytes, cn * st->slot_bytes,
+                PGPU_CU_GOTO(cudaMemcpyAsync(st->d_stage[k], tcache_host_at(&st->host, 0, c0), cn * st->slot_bytes,
                                              cudaMemcpyHostToDevice, sk),
                              s, out);
                 L.refs = st->d_stage[k];
