@@ -193,6 +193,14 @@ const char *cli_elem_name(patina_elem e)
     return "?";
 }
 
+void cli_walk_filters(const cli_args_t *a, patina_walk_opts_t *w)
+{
+    w->include = cli_get(a, "include")->all;
+    w->ninclude = cli_get(a, "include")->count;
+    w->exclude = cli_get(a, "exclude")->all;
+    w->nexclude = cli_get(a, "exclude")->count;
+}
+
 void cli_print_elem(FILE *f, patina_elem e, const void *desc, size_t i)
 {
     switch (e) {

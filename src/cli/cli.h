@@ -55,6 +55,13 @@ int cli_parse_argv(const cli_command_t **cmd, cli_args_t *a, int argc, char *con
     {.name = "strict", .type = CLI_FLAG,                                                          \
      .help = "treat decoder warnings (damaged but decodable data, e.g. libjpeg's "               \
              "'Corrupt JPEG data: N extraneous bytes') as errors: the file fails"}
+/* The folder walk's filters (patina_walk_opts_t; index and identify):
+ * the two options, and cli_walk_filters fills the walk's options from them. */
+#define CLI_OPT_WALK_FILTERS                                                                      \
+    {.name = "include", .type = CLI_TEXT, .arg = "GLOB", .flags = CLI_REPEAT,                    \
+     .help = "folder walks take only files matching GLOB (fnmatch, case-insensitive)"},             \
+    {.name = "exclude", .type = CLI_TEXT, .arg = "GLOB", .flags = CLI_REPEAT,                    \
+     .help = "folder walks leave out files and folders matching GLOB (wins over --include)"}
 #define CLI_OPT_EXIF_ORIENTATION                                                                  \
     {.name = "exif-orientation", .type = CLI_FLAG,                                                \
      .help = "turn each JPEG upright as its EXIF Orientation tag says before describing it "     \
@@ -97,6 +104,8 @@ void cli_json_string(FILE *f, const char *s);
 
 /* The element type as C and numpy name it: "u8", "u16", "u32", "f32", "f64". */
 const char *cli_elem_name(patina_elem e);
+/* The walk's include/exclude globs from CLI_OPT_WALK_FILTERS (borrowed from a). */
+void cli_walk_filters(const cli_args_t *a, patina_walk_opts_t *w);
 
 /* Writes one descriptor element as text (integers plain, floats %.9g / %.17g). */
 void cli_print_elem(FILE *f, patina_elem e, const void *desc, size_t i);

@@ -57,10 +57,7 @@ static const cli_opt_t opts[] = {
     CLI_OPT_MAX_PIXELS,
     CLI_OPT_STRICT,
     CLI_OPT_EXIF_ORIENTATION,
-    {.name = "include", .type = CLI_TEXT, .arg = "GLOB", .flags = CLI_REPEAT,
-     .help = "folder walks take only files matching GLOB (repeatable; as for `index`)"},
-    {.name = "exclude", .type = CLI_TEXT, .arg = "GLOB", .flags = CLI_REPEAT,
-     .help = "folder walks leave out files and folders matching GLOB (repeatable)"},
+    CLI_OPT_WALK_FILTERS,
     {.name = "quiet", .letter = 'q', .type = CLI_FLAG, .help = "no progress line"},
 };
 
@@ -212,10 +209,7 @@ static int run_identify(const cli_args_t *a)
         goto out;
     }
     patina_walk_opts_init(&wopts);
-    wopts.include = cli_get(a, "include")->all;
-    wopts.ninclude = cli_get(a, "include")->count;
-    wopts.exclude = cli_get(a, "exclude")->all;
-    wopts.nexclude = cli_get(a, "exclude")->count;
+    cli_walk_filters(a, &wopts);
     wopts.on_error = on_skip;
     s = patina_walk(&files, &nfiles, (const char *const *)a->operands + 1, a->noperands - 1, &wopts, &wstats);
     skipped = wstats.skipped;

@@ -41,10 +41,7 @@ static const cli_opt_t opts[] = {
     {.name = "root", .type = CLI_TEXT, .arg = "DIR",
      .help = "a new collection's root: keys are paths relative to it (default: the folder that "
              "holds the collection); fixed once the collection holds an image"},
-    {.name = "include", .type = CLI_TEXT, .arg = "GLOB", .flags = CLI_REPEAT,
-     .help = "folder walks take only files matching GLOB (repeatable; see below)"},
-    {.name = "exclude", .type = CLI_TEXT, .arg = "GLOB", .flags = CLI_REPEAT,
-     .help = "folder walks leave out files and folders matching GLOB (repeatable; wins over --include)"},
+    CLI_OPT_WALK_FILTERS,
     {.name = "skip-duplicates", .type = CLI_FLAG,
      .help = "do not index a file whose content (SHA-256) is stored under another key (it is "
              "reported either way)"},
@@ -254,10 +251,7 @@ static int run_index(const cli_args_t *a)
         goto out;
     }
     patina_walk_opts_init(&wopts);
-    wopts.include = cli_get(a, "include")->all;
-    wopts.ninclude = cli_get(a, "include")->count;
-    wopts.exclude = cli_get(a, "exclude")->all;
-    wopts.nexclude = cli_get(a, "exclude")->count;
+    cli_walk_filters(a, &wopts);
     wopts.on_error = on_report;
     wopts.on_other = on_other;
     wopts.user = &run;
