@@ -621,41 +621,6 @@ static void test_two_processes(void **state)
     patina_context_free(ctx);
 }
 
-/* A collection of n images in one table `spec` (descriptors from random
- * images of kind `kind`, size w x w); *descs (n, *bytes) malloc'd. */
-static char *one_table(patina_context_t *ctx, const char *spec, size_t n, int w, int kind, uint8_t **descs,
-                       size_t *bytes)
-{
-    char *dir = tu_tempdir("table1");
-    patina_collection_t *c = NULL;
-    patina_extractor_t *ex = NULL;
-    patina_image_t *imgs = calloc(n, sizeof *imgs);
-    patina_insert_t *items = calloc(n, sizeof *items);
-    char (*keys)[32] = calloc(n, sizeof *keys);
-    patina_table_descs_t td;
-    tu_rng_t r;
-    size_t i;
-    TU_OK(patina_extractor_new(&ex, spec));
-    *bytes = patina_extractor_bytes(ex);
-    *descs = malloc(n * *bytes);
-    tu_rng_seed(&r, 31);
-    for (i = 0; i < n; i++) tu_random_image(&imgs[i], w, w, kind, &r);
-    TU_OK(patina_extract_batch(ctx, ex, PATINA_DEVICE_CPU, *descs, imgs, n, NULL));
-    fill_items(items, keys, n, 0, 0);
-    td.spec = patina_extractor_spec(ex);
-    td.desc_bytes = *bytes;
-    td.descs = *descs;
-    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_CREATE, 0));
-    TU_OK(patina_collection_put_tables(c, &td, 1, items, n, NULL));
-    patina_collection_close(c);
-    for (i = 0; i < n; i++) patina_image_release(&imgs[i]);
-    free(imgs);
-    free(items);
-    free(keys);
-    patina_extractor_free(ex);
-    return dir;
-}
-
 /* Identification through a table is patina_identify on the collection's
  * reference set, hit for hit, with the keys; a reference put through the
  * table is found by the next call, and gone after its removal. */
@@ -665,7 +630,7 @@ static void test_identify_through_table(void **state)
     patina_context_t *ctx = ctx_new();
     uint8_t *refs;
     size_t bytes, qb, i;
-    char *dir = one_table(ctx, "rootsift:m=64,n=128", N, 96, 1, &refs, &bytes);
+    char *dir = tu_table_collection(ctx, "rootsift:m=64,n=128", N, 96, 1, 31, &refs, &bytes);
     patina_collection_t *c = NULL;
     patina_table_t *t = NULL;
     patina_refset_t *rs = NULL;
@@ -746,7 +711,7 @@ static void test_pivots_through_table(void **state)
     patina_context_t *ctx = ctx_new();
     uint8_t *sig, *extra = NULL;
     size_t bytes, changed = 0, i;
-    char *dir = one_table(ctx, "signature:k=8", N, 48, 1, &sig, &bytes);
+    char *dir = tu_table_collection(ctx, "signature:k=8", N, 48, 1, 31, &sig, &bytes);
     patina_collection_t *c = NULL;
     patina_table_t *t = NULL, *scan = NULL, *again = NULL;
     patina_table_opts_t o;

@@ -76,6 +76,47 @@ int tu_write_file(const char *path, const void *data, size_t size)
     return fclose(f) == 0 ? 0 : -1;
 }
 
+char *tu_table_collection(patina_context_t *ctx, const char *spec, size_t n, int w, int kind, uint64_t seed,
+                          uint8_t **descs, size_t *bytes)
+{
+    char *dir = tu_tempdir("table");
+    patina_collection_t *c = NULL;
+    patina_extractor_t *ex = NULL;
+    patina_image_t *imgs = calloc(n, sizeof *imgs);
+    patina_insert_t *items = calloc(n, sizeof *items);
+    char (*keys)[32] = calloc(n, sizeof *keys);
+    patina_table_descs_t td;
+    tu_rng_t r;
+    size_t i, b;
+    TU_OK(patina_extractor_new(&ex, spec));
+    b = patina_extractor_bytes(ex);
+    if (bytes) *bytes = b;
+    *descs = malloc(n * b);
+    tu_rng_seed(&r, seed);
+    for (i = 0; i < n; i++) tu_random_image(&imgs[i], w, w, kind, &r);
+    TU_OK(patina_extract_batch(ctx, ex, PATINA_DEVICE_CPU, *descs, imgs, n, NULL));
+    for (i = 0; i < n; i++) {
+        snprintf(keys[i], sizeof keys[i], "img/%03zu.jpg", i);
+        items[i].key = keys[i];
+        items[i].size = 100 + i;
+        items[i].sha256[0] = (uint8_t)i;
+        items[i].sha256[1] = (uint8_t)(i >> 8);
+        items[i].width = items[i].height = w;
+        patina_image_release(&imgs[i]);
+    }
+    td.spec = patina_extractor_spec(ex);
+    td.desc_bytes = b;
+    td.descs = *descs;
+    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_CREATE, 0));
+    TU_OK(patina_collection_put_tables(c, &td, 1, items, n, NULL));
+    patina_collection_close(c);
+    free(imgs);
+    free(items);
+    free(keys);
+    patina_extractor_free(ex);
+    return dir;
+}
+
 char *tu_tempdir(const char *tag)
 {
     const char *base = getenv("TMPDIR");

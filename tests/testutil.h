@@ -34,6 +34,13 @@ const char *tu_path(const char *dir, const char *fmt, ...) __attribute__((format
 int tu_write_file(const char *path, const void *data, size_t size);
 /* A fresh empty directory under $TMPDIR (malloc'd path). */
 char *tu_tempdir(const char *tag);
+/* A collection `c` in a new temporary directory (returned, malloc'd) with
+ * one table `spec` of n images: tu_random_image(w x w, kind) from a
+ * generator seeded with seed (re-seed to make the same images as queries),
+ * described on the CPU; keys "img/000.jpg", ..., ids 1..n. *descs (n,
+ * *bytes) malloc'd; bytes may be NULL. */
+char *tu_table_collection(patina_context_t *ctx, const char *spec, size_t n, int w, int kind, uint64_t seed,
+                          uint8_t **descs, size_t *bytes);
 /* rm -rf */
 void tu_remove_tree(const char *path);
 /* The Python of a peer test: $PATINA_PYTHON when set, else the first of

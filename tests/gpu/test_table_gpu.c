@@ -121,50 +121,11 @@ static void test_cedd_stream(void **state)
     patina_context_free(ctx);
 }
 
-/* A collection with one table of n images described by spec (random images). */
-static char *one_table(patina_context_t *ctx, const char *spec, size_t n, int w, uint8_t **descs)
-{
-    char *dir = tu_tempdir("tablegpu");
-    patina_collection_t *c = NULL;
-    patina_extractor_t *ex = NULL;
-    patina_image_t *imgs = calloc(n, sizeof *imgs);
-    patina_insert_t *items = calloc(n, sizeof *items);
-    char (*keys)[24] = calloc(n, sizeof *keys);
-    patina_table_descs_t td;
-    tu_rng_t r;
-    size_t i, bytes;
-    TU_OK(patina_extractor_new(&ex, spec));
-    bytes = patina_extractor_bytes(ex);
-    *descs = malloc(n * bytes);
-    tu_rng_seed(&r, 9);
-    for (i = 0; i < n; i++) tu_random_image(&imgs[i], w, w, 1, &r);
-    TU_OK(patina_extract_batch(ctx, ex, PATINA_DEVICE_CPU, *descs, imgs, n, NULL));
-    for (i = 0; i < n; i++) {
-        snprintf(keys[i], sizeof keys[i], "i%zu", i);
-        items[i].key = keys[i];
-        items[i].sha256[0] = (uint8_t)i;
-        items[i].sha256[1] = (uint8_t)(i >> 8);
-        items[i].width = items[i].height = w;
-        patina_image_release(&imgs[i]);
-    }
-    td.spec = patina_extractor_spec(ex);
-    td.desc_bytes = bytes;
-    td.descs = *descs;
-    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_CREATE, 0));
-    TU_OK(patina_collection_put_tables(c, &td, 1, items, n, NULL));
-    patina_collection_close(c);
-    free(imgs);
-    free(items);
-    free(keys);
-    patina_extractor_free(ex);
-    return dir;
-}
-
 static void test_signature_pivots(void **state)
 {
     patina_context_t *ctx = ctx_new();
     uint8_t *sig;
-    char *dir = one_table(ctx, "signature:k=8", 400, 40, &sig);
+    char *dir = tu_table_collection(ctx, "signature:k=8", 400, 40, 1, 9, &sig, NULL);
     patina_collection_t *c = NULL;
     patina_table_t *t = NULL;
     patina_pivot_opts_t po;
@@ -195,7 +156,7 @@ static void test_identify(void **state)
     enum { N = 24 };
     patina_context_t *ctx = ctx_new();
     uint8_t *refs, *q;
-    char *dir = one_table(ctx, "rootsift:m=64,n=128", N, 96, &refs);
+    char *dir = tu_table_collection(ctx, "rootsift:m=64,n=128", N, 96, 1, 9, &refs, NULL);
     patina_collection_t *c = NULL;
     patina_table_t *t = NULL;
     patina_identify_opts_t io;
