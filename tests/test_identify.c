@@ -402,6 +402,57 @@ static void test_scoring_decoy(void **state)
     patina_extractor_free(ex);
 }
 
+/* The merge's rules on hand-made parts: the union's best verify_top by
+ * (matches, id) keep their inliers, a candidate its part verified but that
+ * is not among them is unverified again, ties by id, the decision from the
+ * merged rank 1, and parts that could not be exact are refused. */
+static void test_merge_rules(void **state)
+{
+    patina_identify_opts_t o;
+    patina_identify_hit_t a[3] = {{4, 20, 30, 20, 1}, {9, 9, 25, 9, 1}, {2, 20, 3, 0, 0}};
+    patina_identify_hit_t b[3] = {{7, 2, 28, 2, 1}, {5, 40, 25, 40, 1}, {0, 0, 0, 0, 0}};
+    patina_identify_result_t ra = {PATINA_DECISION_MATCH, 3, 50}, rb = {PATINA_DECISION_MATCH, 2, 50};
+    const patina_identify_hit_t *ph[2] = {a, b};
+    const patina_identify_result_t *pr[2] = {&ra, &rb};
+    patina_identify_hit_t h[3];
+    patina_identify_result_t r;
+    (void)state;
+    patina_identify_opts_init(&o);
+    o.k = 2;
+    o.verify_top = 3;
+    o.threshold = 13;
+    assert_int_equal(patina_identify_part_k(&o), 3);
+    /* by matches: 4 (30), 7 (28), 5 (25), 9 (25), 2 (3); the best 3 are verified: 4, 7, 5 */
+    TU_OK(patina_identify_merge(ph, pr, 2, 1, &o, h, &r));
+    assert_int_equal(r.nhits, 2);
+    assert_int_equal(r.query_features, 50);
+    assert_int_equal(h[0].id, 5);
+    assert_int_equal(h[0].inliers, 40);
+    assert_int_equal(h[1].id, 4);
+    assert_int_equal(r.decision, PATINA_DECISION_MATCH);
+    /* verify_top 1: only id 4 (30 matches) stays verified; 5 and 9 fall back to matches */
+    o.verify_top = 1;
+    o.k = 3;
+    TU_OK(patina_identify_merge(ph, pr, 2, 1, &o, h, &r));
+    assert_int_equal(h[0].id, 4);
+    assert_true(h[0].verified && h[0].score == 20);
+    assert_int_equal(h[1].id, 7);
+    assert_true(!h[1].verified && h[1].inliers == 0 && h[1].score == 28);
+    assert_int_equal(h[2].id, 5); /* 25 matches, tie with 9: the smaller id */
+    assert_true(!h[2].verified);
+    /* a candidate of the best verify_top its part left unverified: the parts were asked wrongly */
+    o.verify_top = 3;
+    o.k = 2;
+    a[0].verified = 0;
+    assert_int_equal(patina_identify_merge(ph, pr, 2, 1, &o, h, &r), PATINA_E_INVALID);
+    a[0].verified = 1;
+    /* no part: no candidate, unknown */
+    TU_OK(patina_identify_merge(NULL, NULL, 0, 1, &o, h, &r));
+    assert_int_equal(r.nhits, 0);
+    assert_int_equal(r.decision, PATINA_DECISION_UNKNOWN);
+    assert_int_equal(patina_identify_merge(ph, pr, 2, 1, &o, NULL, &r), PATINA_E_INVALID);
+}
+
 /* An f16 copy of u8 record rec (m rows): the same rows, as binary16 of
  * u8 / 512, at scale 1. malloc'd. */
 static unsigned char *to_f16(const unsigned char *rec)
@@ -1013,6 +1064,64 @@ static void test_end_to_end(void **state)
             assert_int_equal(patina_identify_pairs(rs, qrec, 999999, &o, NULL, 0, &n), PATINA_E_NOTFOUND);
             assert_int_equal(patina_identify_pairs(rs, NULL, hits[0].id, &o, NULL, 0, &n), PATINA_E_INVALID);
         }
+        /* parts: the references split 3 ways by id, each asked for part_k,
+         * merged: the one-set answer exactly, for several option settings */
+        {
+            static const size_t ks[][3] = {{5, 10, 1}, {2, 3, 1}, {5, 2, 1}, {1, 1, 1}, {4, 0, 0}};
+            size_t oi, p, q;
+            for (oi = 0; oi < sizeof ks / sizeof ks[0]; oi++) {
+                patina_refset_t *part[3] = {NULL, NULL, NULL};
+                patina_identify_hit_t *ph[3], want[2 * 5], got[2 * 5];
+                patina_identify_result_t pr[3][2], wr[2], gr[2];
+                const patina_identify_hit_t *cph[3];
+                const patina_identify_result_t *cpr[3];
+                size_t pk;
+                patina_identify_opts_init(&o);
+                o.k = ks[oi][0];
+                o.verify_top = ks[oi][1];
+                o.verify = (int)ks[oi][2];
+                pk = patina_identify_part_k(&o);
+                assert_int_equal(pk, o.verify && o.verify_top > o.k ? o.verify_top : o.k);
+                TU_OK(patina_identify(NULL, rs, qrec, 2, &o, want, wr));
+                for (p = 0; p < 3; p++) {
+                    patina_refset_spec_t sp;
+                    patina_identify_opts_t po = o;
+                    patina_refset_spec_init(&sp);
+                    sp.shard = (uint32_t)p;
+                    sp.shards = 3;
+                    TU_OK(patina_refset_load(&part[p], c, &sp));
+                    po.k = pk;
+                    ph[p] = calloc(2 * pk, sizeof *ph[p]);
+                    TU_OK(patina_identify(NULL, part[p], qrec, 2, &po, ph[p], pr[p]));
+                    cph[p] = ph[p];
+                    cpr[p] = pr[p];
+                }
+                TU_OK(patina_identify_merge(cph, cpr, 3, 2, &o, got, gr));
+                for (q = 0; q < 2; q++) {
+                    size_t h;
+                    assert_true(same_result(&gr[q], &wr[q]));
+                    for (h = 0; h < wr[q].nhits; h++) {
+                        const patina_identify_hit_t *a = &got[q * o.k + h], *b = &want[q * o.k + h];
+                        assert_int_equal(a->id, b->id);
+                        assert_true(a->score == b->score);
+                        assert_int_equal(a->matches, b->matches);
+                        assert_int_equal(a->inliers, b->inliers);
+                        assert_int_equal(a->verified, b->verified);
+                    }
+                }
+                /* parts asked with a smaller k than part_k: refused, not a wrong answer */
+                {
+                    patina_identify_result_t bad = pr[0][0];
+                    bad.nhits = pk + 1;
+                    cpr[0] = &bad;
+                    assert_int_equal(patina_identify_merge(cph, cpr, 1, 1, &o, got, gr), PATINA_E_INVALID);
+                }
+                for (p = 0; p < 3; p++) {
+                    patina_refset_free(part[p]);
+                    free(ph[p]);
+                }
+            }
+        }
         free(qrec);
         patina_image_release(&qs[1]);
         patina_refset_free(rs);
@@ -1108,7 +1217,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matchers_random), cmocka_unit_test(test_ties_and_tiny),
         cmocka_unit_test(test_scoring_decoy),   cmocka_unit_test(test_refset_updates),   cmocka_unit_test(test_partition_f16),   cmocka_unit_test(test_search_ratio),
-        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_merge_rules),
         cmocka_unit_test(test_ransac),          cmocka_unit_test(test_matchers_real),
         cmocka_unit_test(test_end_to_end),
     };

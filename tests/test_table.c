@@ -403,21 +403,58 @@ static void test_partitions_and_streams(void **state)
         TU_OK(patina_table_search(part[p], qs, 3, &qo, &pr[p]));
     }
     assert_int_equal(total, N);
-    /* merge per query: the 8 smallest (distance, id) of the union are the whole table's */
+    /* the parts merged: the whole table's answer exactly (ids, distances, keys) */
     for (i = 0; i < 3; i++) {
-        pair_t u[3 * 8];
-        size_t m = 0, j, r;
+        size_t j;
         for (p = 0; p < P; p++)
-            for (j = pr[p].offsets[i]; j < pr[p].offsets[i + 1]; j++) {
-                u[m].d = pr[p].hits[j].distance;
-                u[m++].id = pr[p].hits[j].id;
+            for (j = pr[p].offsets[i]; j < pr[p].offsets[i + 1]; j++)
                 assert_int_equal(patina_key_partition(pr[p].keys[j], P), p);
-            }
-        qsort(u, m, sizeof *u, cmp_pair);
-        for (r = 0; r < 8; r++) {
-            assert_int_equal(u[r].id, full.hits[full.offsets[i] + r].id);
-            assert_true(u[r].d == full.hits[full.offsets[i] + r].distance);
+    }
+    {
+        patina_table_results_t m, wr, rp[P];
+        patina_table_query_t rq;
+        size_t j;
+        TU_OK(patina_table_results_merge(pr, P, &qo, &m));
+        assert_int_equal(m.nq, 3);
+        assert_int_equal(m.rows, N);
+        assert_int_equal(m.offsets[3], full.offsets[3]);
+        for (j = 0; j < full.offsets[3]; j++) {
+            assert_int_equal(m.hits[j].id, full.hits[j].id);
+            assert_true(m.hits[j].distance == full.hits[j].distance);
+            assert_string_equal(m.keys[j], full.keys[j]);
         }
+        patina_table_results_release(&m);
+        /* range, all hits and the nearest 5: the union's */
+        patina_table_query_init(&rq);
+        rq.kind = PATINA_QUERY_RANGE;
+        rq.radius = full.hits[full.offsets[1] - 1].distance; /* query 0's 8th distance */
+        for (j = 0; j < 2; j++) {
+            size_t h;
+            rq.max_hits = j ? 5 : 0;
+            TU_OK(patina_table_search(whole, qs, 3, &rq, &wr));
+            for (p = 0; p < P; p++) TU_OK(patina_table_search(part[p], qs, 3, &rq, &rp[p]));
+            TU_OK(patina_table_results_merge(rp, P, &rq, &m));
+            assert_true(wr.offsets[1] >= (j ? 5 : 8));
+            assert_int_equal(m.offsets[3], wr.offsets[3]);
+            for (h = 0; h <= 3; h++) assert_int_equal(m.offsets[h], wr.offsets[h]);
+            for (h = 0; h < wr.offsets[3]; h++) {
+                assert_int_equal(m.hits[h].id, wr.hits[h].id);
+                assert_true(m.hits[h].distance == wr.hits[h].distance);
+            }
+            assert_null(m.keys); /* the parts had none */
+            patina_table_results_release(&m);
+            patina_table_results_release(&wr);
+            for (p = 0; p < P; p++) patina_table_results_release(&rp[p]);
+        }
+        /* parts of different queries, a bad kind: refused */
+        pr[1].nq = 2;
+        assert_int_equal(patina_table_results_merge(pr, P, &qo, &m), PATINA_E_INVALID);
+        pr[1].nq = 3;
+        rq.kind = (patina_query_kind)7;
+        assert_int_equal(patina_table_results_merge(pr, P, &rq, &m), PATINA_E_INVALID);
+        TU_OK(patina_table_results_merge(NULL, 0, &qo, &m));
+        assert_int_equal(m.nq, 0);
+        patina_table_results_release(&m);
     }
     /* a detached table of partition 1 fed by a stream of the whole collection answers as part[1] */
     patina_table_opts_init(&o);

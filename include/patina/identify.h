@@ -217,6 +217,21 @@ PATINA_API patina_status patina_identify(patina_context_t *ctx, patina_refset_t 
                                          size_t nq, const patina_identify_opts_t *opts,
                                          patina_identify_hit_t *hits, patina_identify_result_t *results);
 
+/* Identification over disjoint parts of the references (GPU slices,
+ * partitions, a cluster's shards): ask every part with the same options
+ * but k = patina_identify_part_k(opts) (max(k, verify_top) when verifying),
+ * then patina_identify_merge gives exactly the answer of one call over the
+ * union (opts->k hits, the same order, scores, inliers and decision).
+ * part_hits[p] is (nq, patina_identify_part_k(opts)), part_results[p] is
+ * (nq); hits (nq, opts->k) and results (nq) are caller memory. A part that
+ * lists more candidates than part_k, or leaves one of the union's best
+ * verify_top unverified (asked with other options), is PATINA_E_INVALID. */
+PATINA_API size_t patina_identify_part_k(const patina_identify_opts_t *opts);
+PATINA_API patina_status patina_identify_merge(const patina_identify_hit_t *const *part_hits,
+                                               const patina_identify_result_t *const *part_results, size_t np,
+                                               size_t nq, const patina_identify_opts_t *opts,
+                                               patina_identify_hit_t *hits, patina_identify_result_t *results);
+
 /* The verified keypoint pairs of one candidate, for drawing: repeats the
  * matching and RANSAC verification of patina_identify for query record
  * `query` (patina_identify_query_bytes, as passed to patina_identify) and

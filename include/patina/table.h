@@ -174,6 +174,19 @@ PATINA_API void patina_table_results_release(patina_table_results_t *res);
 PATINA_API patina_status patina_table_search(patina_table_t *t, const void *queries, size_t nq,
                                              const patina_table_query_t *q, patina_table_results_t *res);
 
+/* Merges np answers to the same queries, each over a DISJOINT part of the
+ * rows (GPU slices, partitions, a cluster's shards) and each searched with
+ * the same q, into the answer over all the rows: k-NN the k nearest, range
+ * every hit (the nearest q->max_hits when set), ordered by distance, ties by
+ * id -- exactly what one search over the union gives. Keys are carried when
+ * every part has them; rows are summed; version is the smallest. out is
+ * filled (release with patina_table_results_release; zeroed on failure).
+ * Parts built by a caller hold malloc'd offsets, hits and keys. Parts that
+ * answer different numbers of queries, or whose offsets decrease, are
+ * PATINA_E_INVALID; np = 0 gives an empty answer to no query. */
+PATINA_API patina_status patina_table_results_merge(const patina_table_results_t *parts, size_t np,
+                                                    const patina_table_query_t *q, patina_table_results_t *out);
+
 /* ---------------------------------------------------------- identification */
 
 /* Bytes of one query record for identify (the spec at its query budget n). */

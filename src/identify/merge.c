@@ -1,0 +1,108 @@
+/* Exact merge of identification answers over disjoint parts of the
+ * references (include/patina/identify.h). A candidate's matches depend only
+ * on the query and that reference, and RANSAC's seed only on the options
+ * and the reference's id, so: asked for patina_identify_part_k candidates,
+ * each part returns its best max(k, verify_top) by (matches, id), verified
+ * where they are among its best verify_top. The union's best verify_top by
+ * (matches, id) are each among their part's best verify_top -- verified
+ * there, with the inliers one call over the union would find -- and the
+ * union's best k are among the parts' best k. Candidates a part verified
+ * that are not among the union's best verify_top are unverified again, as
+ * one call would have left them. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "patina/identify.h"
+
+size_t patina_identify_part_k(const patina_identify_opts_t *opts)
+{
+    patina_identify_opts_t o;
+    if (opts) o = *opts;
+    else patina_identify_opts_init(&o);
+    return o.verify && o.verify_top > o.k ? o.verify_top : o.k;
+}
+
+static int cmp_matches(const patina_identify_hit_t *x, const patina_identify_hit_t *y)
+{
+    if (x->matches != y->matches) return x->matches > y->matches ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int cmp_by_matches(const void *a, const void *b)
+{
+    return cmp_matches(a, b);
+}
+
+/* one call's final order: verified first, by inliers, then matches, then id */
+static int cmp_by_verified(const void *a, const void *b)
+{
+    const patina_identify_hit_t *x = a, *y = b;
+    if (x->verified != y->verified) return x->verified ? -1 : 1;
+    if (x->verified && x->inliers != y->inliers) return x->inliers > y->inliers ? -1 : 1;
+    return cmp_matches(x, y);
+}
+
+patina_status patina_identify_merge(const patina_identify_hit_t *const *part_hits,
+                                    const patina_identify_result_t *const *part_results, size_t np, size_t nq,
+                                    const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
+                                    patina_identify_result_t *results)
+{
+    patina_identify_opts_t o;
+    size_t pk, p, q, i, nverify;
+    patina_identify_hit_t *buf;
+    if (opts) o = *opts;
+    else patina_identify_opts_init(&o);
+    if (nq == 0) return PATINA_OK;
+    if (!hits || !results || (np && (!part_hits || !part_results)))
+        return patina__fail(PATINA_E_INVALID, "identify merge: null argument");
+    if (o.k == 0) return patina__fail(PATINA_E_INVALID, "identify merge: k = 0");
+    if (o.k > PATINA_K_MAX || o.verify_top > PATINA_K_MAX)
+        return patina__fail(PATINA_E_LIMIT, "identify merge: k or verify_top over %d", PATINA_K_MAX);
+    pk = patina_identify_part_k(&o);
+    nverify = o.verify ? o.verify_top : 0;
+    for (p = 0; p < np; p++) {
+        if (!part_hits[p] || !part_results[p]) return patina__fail(PATINA_E_INVALID, "identify merge: part %zu is null", p);
+        for (q = 0; q < nq; q++)
+            if (part_results[p][q].nhits > pk)
+                return patina__fail(PATINA_E_INVALID,
+                                    "identify merge: part %zu has %zu candidates for query %zu, more than %zu", p,
+                                    part_results[p][q].nhits, q, pk);
+    }
+    if (np > SIZE_MAX / pk / sizeof *buf) return patina__fail(PATINA_E_LIMIT, "identify merge: %zu parts is too many", np);
+    buf = malloc((np && pk ? np * pk : 1) * sizeof *buf);
+    if (!buf) return patina__fail(PATINA_E_NOMEM, "identify merge: out of memory for %zu candidates", np * pk);
+    memset(hits, 0, nq * o.k * sizeof *hits);
+    for (q = 0; q < nq; q++) {
+        size_t n = 0, nh;
+        results[q].decision = PATINA_DECISION_UNKNOWN;
+        results[q].nhits = 0;
+        results[q].query_features = np ? part_results[0][q].query_features : 0;
+        for (p = 0; p < np; p++)
+            for (i = 0; i < part_results[p][q].nhits; i++) buf[n++] = part_hits[p][q * pk + i];
+        qsort(buf, n, sizeof *buf, cmp_by_matches);
+        for (i = 0; i < n; i++) {
+            if (i < nverify) {
+                if (!buf[i].verified) {
+                    free(buf);
+                    return patina__fail(PATINA_E_INVALID,
+                                        "identify merge: candidate %llu of query %zu was not verified by its part "
+                                        "(parts must be asked with the same options and k = patina_identify_part_k)",
+                                        (unsigned long long)buf[i].id, q);
+                }
+            } else {
+                buf[i].verified = 0;
+                buf[i].inliers = 0;
+            }
+            buf[i].score = buf[i].verified ? (double)buf[i].inliers : (double)buf[i].matches;
+        }
+        if (n > (pk > nverify ? pk : nverify)) n = pk > nverify ? pk : nverify;
+        qsort(buf, n, sizeof *buf, cmp_by_verified);
+        nh = n < o.k ? n : o.k;
+        memcpy(hits + q * o.k, buf, nh * sizeof *buf);
+        results[q].nhits = nh;
+        if (nh && hits[q * o.k].score >= o.threshold) results[q].decision = PATINA_DECISION_MATCH;
+    }
+    free(buf);
+    return PATINA_OK;
+}
