@@ -306,6 +306,25 @@ patina_status clu_front_identify(clu_front_t *f, const char *spec, const void *q
  * confirm it applied it (each that cannot withdraws its readiness). */
 patina_status clu_front_confirm(clu_front_t *f, uint32_t p, uint64_t rev);
 
+/* ---------------------------------------------------------------- session */
+
+/* What a front end holds: a connection, the collection's configuration and
+ * a front (clu_front_*) over them. */
+typedef struct clu_session clu_session_t;
+
+patina_status clu_session_open(clu_session_t **s, const char *urls, const char *coll, const clu_front_opts_t *o);
+void clu_session_close(clu_session_t *s); /* accepts NULL */
+clu_conn_t *clu_session_conn(clu_session_t *s);
+clu_front_t *clu_session_front(clu_session_t *s);
+const clu_config_t *clu_session_config(clu_session_t *s);
+/* A detached, empty table of the collection's table `spec` for describing
+ * queries (the rows are the shards'): spec NULL picks the only table with
+ * the capabilities need (identification tables only when need asks for
+ * them), a family name alone its only table of that family, as
+ * patina_table_open does. PATINA_E_NOTFOUND / PATINA_E_INVALID as it. */
+patina_status clu_session_table(clu_session_t *s, patina_context_t *ctx, const char *spec, unsigned need,
+                                patina_table_t **t);
+
 /* ------------------------------------------------------------------ shard */
 
 typedef struct clu_shard_opts {

@@ -99,7 +99,7 @@ static patina_status bucket_create(clu_conn_t *c, const char *bucket, int replic
     kc.Bucket = bucket;
     kc.History = 1;
     kc.Replicas = replicas;
-    kc.TTL = ttl_ms;
+    kc.TTL = ttl_ms * 1000000; /* nanoseconds */
     kc.StorageType = js_FileStorage;
     ns = js_CreateKeyValue(&kv, c->js, &kc);
     if (ns != NATS_OK) return clu_nats_fail(ns, "cluster: creating bucket %s", bucket);
