@@ -29,15 +29,24 @@ src=${1:-$here/src}
 [ -d "$src" ] || { echo "check-layers: no directory '$src'" >&2; exit 2; }
 
 # Rank of each layer (cli and serve share the top).
-LAYERS='algo:0 core:1 image:2 features:3 store:4 search:5 identify:6 table:7 pipeline:8 cli:9 serve:9 gpu:side'
+LAYERS='algo:0 core:1 image:2 features:3 store:4 search:5 identify:6 table:7 pipeline:8 cli:9 serve:9 cluster:10 gpu:side'
 
 # "file include" pairs allowed against the rules, with the reason.
 ALLOW='
 cli/cmd_serve.c serve/serve.h
+cli/cmd_cluster.c cluster/cmd.h
+cli/cmd_index.c cluster/cmd.h
+cli/cmd_search.c cluster/cluster.h
+cli/cmd_identify.c cluster/cluster.h
+serve/colls.c cluster/cluster.h
 features/registry.c search/distance.h
 '
 # - cli/cmd_serve.c runs `patina serve`: the server is part of the program
 #   (src/serve, not libpatina), and the CLI starts it through serve/serve.h.
+# - cli/cmd_cluster.c, cmd_index.c, cmd_search.c, cmd_identify.c and
+#   serve/colls.c run the cluster's commands and --cluster: the cluster
+#   (src/cluster, over libnats) is part of the program, not of libpatina;
+#   it sits above cli and serve (its command entry points use cli's parser).
 # - features/registry.c answers a family's distance name and its pair
 #   distance through the distance table (pdist_get); the family table is
 #   being reworked (capability flags, issue 26 part 1), which is where that

@@ -18,7 +18,7 @@ enum {
 
 /* The subcommands, each defined with its option table in its cmd_*.c. */
 extern const cli_command_t cli_cmd_extract, cli_cmd_index, cli_cmd_search, cli_cmd_identify, cli_cmd_ls, cli_cmd_rm,
-    cli_cmd_info, cli_cmd_serve;
+    cli_cmd_info, cli_cmd_serve, cli_cmd_cluster, cli_cmd_shard;
 extern const cli_command_t *const cli_commands[];
 extern const size_t cli_ncommands;
 
@@ -62,6 +62,11 @@ int cli_parse_argv(const cli_command_t **cmd, cli_args_t *a, int argc, char *con
      .help = "folder walks take only files matching GLOB (fnmatch, case-insensitive)"},             \
     {.name = "exclude", .type = CLI_TEXT, .arg = "GLOB", .flags = CLI_REPEAT,                    \
      .help = "folder walks leave out files and folders matching GLOB (wins over --include)"}
+/* --cluster of index, search, identify and serve: the collection is a cluster's (src/cluster). */
+#define CLI_OPT_CLUSTER_URL                                                                       \
+    {.name = "cluster", .type = CLI_TEXT, .arg = "URL[,URL...]",                                  \
+     .help = "COLLECTION is a cluster collection on these NATS servers (nats://HOST:PORT, "       \
+             "comma-separated): patina cluster create makes one"}
 #define CLI_OPT_EXIF_ORIENTATION                                                                  \
     {.name = "exif-orientation", .type = CLI_FLAG,                                                \
      .help = "turn each JPEG upright as its EXIF Orientation tag says before describing it "     \

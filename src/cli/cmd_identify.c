@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#if PATINA_HAVE_CLUSTER
+#include "cluster/cluster.h"
+#endif
 
 static int run_identify(const cli_args_t *a);
 
@@ -59,6 +62,11 @@ static const cli_opt_t opts[] = {
     CLI_OPT_EXIF_ORIENTATION,
     CLI_OPT_WALK_FILTERS,
     {.name = "quiet", .letter = 'q', .type = CLI_FLAG, .help = "no progress line"},
+    CLI_OPT_CLUSTER_URL,
+    {.name = "deadline", .type = CLI_INT, .arg = "MS", .min = 1, .max = 600000, .def = "5000",
+     .help = "--cluster: how long a shard may take before its partitions are asked of another copy"},
+    {.name = "no-partial", .type = CLI_FLAG,
+     .help = "--cluster: fail (exit 3) rather than answer from the partitions that have a live copy"},
 };
 
 const cli_command_t cli_cmd_identify = {
@@ -97,10 +105,12 @@ typedef struct out_ctx {
 
 /* One query's answer; keys[r] as the table looked it up (NULL: removed meanwhile, "?"). */
 static void print_query(const out_ctx_t *oc, const char *query, const patina_identify_hit_t *hits,
-                        char *const *keys, const patina_identify_result_t *res)
+                        char *const *keys, const patina_identify_result_t *res, int incomplete)
 {
     FILE *f = stdout;
-    const char *dec = res->decision == PATINA_DECISION_MATCH ? "match" : "unknown";
+    /* a cluster's answer from some partitions only is never "unknown" (nor a match that a missing
+     * partition could change): "incomplete" */
+    const char *dec = incomplete ? "incomplete" : res->decision == PATINA_DECISION_MATCH ? "match" : "unknown";
     size_t r;
     if (oc->fmt == 1 && res->nhits == 0) {
         cli_csv_field(f, query);
@@ -167,7 +177,10 @@ static int run_identify(const cli_args_t *a)
     patina_identify_result_t *res = NULL;
     size_t *slot = NULL;
     out_ctx_t oc;
-    int rc = EXIT_OK, progress;
+    int rc = EXIT_OK, progress, *incomplete = NULL;
+#if PATINA_HAVE_CLUSTER
+    clu_session_t *cs = NULL;
+#endif
     patina_status s;
 
     oc.fmt = !strcmp(format, "table") ? 0 : !strcmp(format, "csv") ? 1 : 2;
@@ -192,7 +205,25 @@ static int run_identify(const cli_args_t *a)
     io.device = device;
     progress = !cli_get(a, "quiet")->i && isatty(2);
     if (cli_context(&ctx, a) != 0) return EXIT_ERROR;
-    if ((s = patina_collection_open(&coll, a->operands[0], PATINA_OPEN_READONLY, 0)) != PATINA_OK) {
+    if (cli_get(a, "cluster")->given) {
+#if PATINA_HAVE_CLUSTER
+        clu_front_opts_t fo;
+        clu_front_opts_init(&fo);
+        fo.deadline_ms = (int)cli_get(a, "deadline")->i;
+        fo.allow_partial = !cli_get(a, "no-partial")->i;
+        if ((s = clu_session_open(&cs, cli_get(a, "cluster")->text, a->operands[0], &fo)) != PATINA_OK ||
+            (s = clu_session_table(cs, ctx, cli_get(a, "table")->set ? cli_get(a, "table")->text : NULL,
+                                   PATINA_CAP_IDENTIFY, &table)) != PATINA_OK) {
+            cli_error("identify", "%s", clu_last_error());
+            rc = s == PATINA_E_NOTFOUND || s == PATINA_E_INVALID ? EXIT_USAGE : EXIT_ERROR;
+            goto out;
+        }
+#else
+        cli_error("identify", "--cluster: this build has no cluster support (libnats-dev was not found)");
+        rc = EXIT_ERROR;
+        goto out;
+#endif
+    } else if ((s = patina_collection_open(&coll, a->operands[0], PATINA_OPEN_READONLY, 0)) != PATINA_OK) {
         cli_status_error("identify", s);
         rc = EXIT_ERROR;
         goto out;
@@ -201,7 +232,8 @@ static int run_identify(const cli_args_t *a)
      * (or with several and no --table) is a usage error, as `search -f` is */
     patina_table_opts_init(&topts);
     topts.need = PATINA_CAP_IDENTIFY;
-    s = patina_table_open(&table, ctx, coll, cli_get(a, "table")->set ? cli_get(a, "table")->text : NULL, &topts);
+    s = table ? PATINA_OK
+              : patina_table_open(&table, ctx, coll, cli_get(a, "table")->set ? cli_get(a, "table")->text : NULL, &topts);
     if (s == PATINA_OK) s = patina_table_refresh(table, NULL);
     if (s != PATINA_OK) {
         cli_error("identify", "collection '%s': %s", a->operands[0], patina_last_error());
@@ -228,7 +260,8 @@ static int run_identify(const cli_args_t *a)
     res = calloc(nfiles + 1, sizeof *res);
     slot = calloc(nfiles + 1, sizeof *slot);
     keys = calloc((nfiles + 1) * io.k, sizeof *keys);
-    if (!images || !lres || !qrec || !st || !hits || !res || !slot || !keys) {
+    incomplete = calloc(nfiles + 1, sizeof *incomplete);
+    if (!incomplete || !images || !lres || !qrec || !st || !hits || !res || !slot || !keys) {
         cli_error("identify", "out of memory for %zu queries", nfiles);
         rc = EXIT_ERROR;
         goto out;
@@ -258,6 +291,23 @@ static int run_identify(const cli_args_t *a)
         }
         s = patina_table_identify_extract(table, NULL, qrec, images, nq, st);
         for (i = 0; i < nq; i++) patina_image_release(&images[i]);
+#if PATINA_HAVE_CLUSTER
+        if (cs && s == PATINA_OK) {
+            clu_coverage_t cov;
+            s = clu_front_identify(clu_session_front(cs), patina_table_spec(table), qrec, nq, qbytes, &io, hits, res,
+                                   keys, incomplete, &cov);
+            if (s != PATINA_OK) {
+                cli_error("identify", "%s", clu_last_error());
+                rc = EXIT_ERROR;
+                goto out;
+            }
+            if (cov.partial) {
+                cli_error("identify", "partial answer: %u of %u partitions, %llu references", cov.partitions,
+                          cov.partitions_total, (unsigned long long)cov.references);
+                rc = EXIT_PARTIAL;
+            }
+        } else
+#endif
         if (s == PATINA_OK) s = patina_table_identify(table, qrec, nq, &io, hits, res, keys);
         if (s != PATINA_OK) {
             cli_status_error("identify", s);
@@ -272,7 +322,7 @@ static int run_identify(const cli_args_t *a)
                           patina_status_str(st[i]));
                 rc = EXIT_PARTIAL;
             }
-            print_query(&oc, q, hits + i * io.k, keys + i * io.k, &res[i]);
+            print_query(&oc, q, hits + i * io.k, keys + i * io.k, &res[i], incomplete[i]);
         }
         for (i = 0; i < nq * io.k; i++) {
             free(keys[i]);
@@ -296,8 +346,12 @@ out:
     free(res);
     free(slot);
     free(keys);
+    free(incomplete);
     patina_table_free(table);
     patina_collection_close(coll);
+#if PATINA_HAVE_CLUSTER
+    clu_session_close(cs);
+#endif
     patina_context_free(ctx);
     return rc;
 }

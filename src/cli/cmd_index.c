@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#if PATINA_HAVE_CLUSTER
+#include "cluster/cmd.h"
+#endif
 
 static int run_index(const cli_args_t *a);
 
@@ -47,6 +50,7 @@ static const cli_opt_t opts[] = {
              "reported either way)"},
     {.name = "verbose", .letter = 'v', .type = CLI_FLAG, .help = "name each file a folder walk leaves out"},
     {.name = "quiet", .letter = 'q', .type = CLI_FLAG, .help = "no progress bar and no summary"},
+    CLI_OPT_CLUSTER_URL,
 };
 
 const cli_command_t cli_cmd_index = {
@@ -196,6 +200,15 @@ static int run_index(const cli_args_t *a)
     size_t nfiles = 0, skipped = 0, i;
     int rc = EXIT_OK;
     patina_status s;
+
+    if (cli_get(a, "cluster")->given) { /* a cluster collection: written through its buckets */
+#if PATINA_HAVE_CLUSTER
+        return clu_cli_index(a);
+#else
+        cli_error("index", "--cluster: this build has no cluster support (libnats-dev was not found)");
+        return EXIT_ERROR;
+#endif
+    }
 
     patina_index_opts_init(&iopts);
     if (patina_device_parse(&iopts.device, cli_get(a, "device")->text) != PATINA_OK ||

@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#if PATINA_HAVE_CLUSTER
+#include "cluster/cluster.h"
+#endif
 
 static int run_search(const cli_args_t *a);
 
@@ -37,6 +40,11 @@ static const cli_opt_t opts[] = {
     CLI_OPT_MAX_PIXELS,
     CLI_OPT_STRICT,
     CLI_OPT_EXIF_ORIENTATION,
+    CLI_OPT_CLUSTER_URL,
+    {.name = "deadline", .type = CLI_INT, .arg = "MS", .min = 1, .max = 600000, .def = "5000",
+     .help = "--cluster: how long a shard may take before its partitions are asked of another copy"},
+    {.name = "no-partial", .type = CLI_FLAG,
+     .help = "--cluster: fail (exit 3) rather than answer from the partitions that have a live copy"},
 };
 
 const cli_command_t cli_cmd_search = {
@@ -74,15 +82,30 @@ const cli_command_t cli_cmd_search = {
 
 /* One query's hits with the keys the table looked up (a record removed by
  * another process meanwhile has none: "?"). */
-static void print_hits(FILE *f, int fmt, const char *query, const patina_hit_t *hits, char *const *keys, size_t n)
+/* cov: a cluster's answer (partial when some partition had no live copy), else NULL. */
+typedef struct search_cov {
+    unsigned partitions, partitions_total;
+    unsigned long long references;
+    int partial;
+} search_cov_t;
+
+static void print_hits(FILE *f, int fmt, const char *query, const patina_hit_t *hits, char *const *keys, size_t n,
+                       const search_cov_t *cov)
 {
     size_t r;
     if (fmt == 2) {
         fputs("{\"query\":", f);
         cli_json_string(f, query);
+        if (cov)
+            fprintf(f, ",\"partial\":%s,\"coverage\":{\"partitions\":%u,\"partitions_total\":%u,\"references\":%llu}",
+                    cov->partial ? "true" : "false", cov->partitions, cov->partitions_total, cov->references);
         fputs(",\"hits\":[", f);
     } else if (fmt == 0) {
-        fprintf(f, "query %s: %zu hit%s\n", query, n, n == 1 ? "" : "s");
+        fprintf(f, "query %s: %zu hit%s", query, n, n == 1 ? "" : "s");
+        if (cov && cov->partial)
+            fprintf(f, " (partial: %u of %u partitions, %llu references)", cov->partitions, cov->partitions_total,
+                    cov->references);
+        fputc('\n', f);
         if (n) fprintf(f, "  %4s  %12s  %s\n", "rank", "distance", "key");
     }
     for (r = 0; r < n; r++) {
@@ -240,6 +263,12 @@ static int run_search(const cli_args_t *a)
     char **qs = NULL;
     size_t nq = 0, qi, rows = 0;
     patina_status s;
+    search_cov_t scov = {0, 0, 0, 0};
+#if PATINA_HAVE_CLUSTER
+    clu_session_t *cs = NULL;
+#else
+    void *cs = NULL;
+#endif
 
     fmt = !strcmp(format, "table") ? 0 : !strcmp(format, "csv") ? 1 : 2;
     if (patina_device_parse(&device, cli_get(a, "device")->text) != PATINA_OK) {
@@ -265,16 +294,34 @@ static int run_search(const cli_args_t *a)
     dopts.limits = *patina_context_limits(ctx);
     dopts.strict = (int)cli_get(a, "strict")->i;
     dopts.apply_orientation = (int)cli_get(a, "exif-orientation")->i;
-    if ((s = patina_collection_open(&coll, a->operands[0], PATINA_OPEN_READONLY, 0)) != PATINA_OK) {
+    patina_table_opts_init(&topts);
+    topts.need = PATINA_CAP_SEARCH;
+    if (cli_get(a, "cluster")->given) {
+        /* a cluster collection: the table only describes the queries; the shards search */
+#if PATINA_HAVE_CLUSTER
+        clu_front_opts_t fo;
+        clu_front_opts_init(&fo);
+        fo.deadline_ms = (int)cli_get(a, "deadline")->i;
+        fo.allow_partial = !cli_get(a, "no-partial")->i;
+        if ((s = clu_session_open(&cs, cli_get(a, "cluster")->text, a->operands[0], &fo)) != PATINA_OK ||
+            (s = clu_session_table(cs, ctx, fam->given ? fam->text : NULL, PATINA_CAP_SEARCH, &table)) != PATINA_OK) {
+            cli_error("search", "%s", clu_last_error());
+            rc = s == PATINA_E_NOTFOUND || s == PATINA_E_INVALID ? EXIT_USAGE : EXIT_ERROR;
+            goto out;
+        }
+#else
+        cli_error("search", "--cluster: this build has no cluster support (libnats-dev was not found)");
+        rc = EXIT_ERROR;
+        goto out;
+#endif
+    } else if ((s = patina_collection_open(&coll, a->operands[0], PATINA_OPEN_READONLY, 0)) != PATINA_OK) {
         cli_status_error("search", s);
         rc = EXIT_ERROR;
         goto out;
     }
     /* the table: -f names it (a bare family name: the collection's only table of that family),
      * else the collection's only searchable table; one it lacks is a usage error listing its tables */
-    patina_table_opts_init(&topts);
-    topts.need = PATINA_CAP_SEARCH;
-    if ((s = patina_table_open(&table, ctx, coll, fam->given ? fam->text : NULL, &topts)) != PATINA_OK) {
+    if (!table && (s = patina_table_open(&table, ctx, coll, fam->given ? fam->text : NULL, &topts)) != PATINA_OK) {
         cli_error("search", "collection '%s': %s", a->operands[0], patina_last_error());
         rc = s == PATINA_E_NOTFOUND || s == PATINA_E_INVALID ? EXIT_USAGE : EXIT_ERROR;
         goto out;
@@ -354,6 +401,28 @@ static int run_search(const cli_args_t *a)
                     pos[nd++] = pos[i];
                 }
             if (!nd) continue;
+#if PATINA_HAVE_CLUSTER
+            if (cs) {
+                clu_coverage_t cov;
+                s = clu_front_search(clu_session_front(cs), patina_table_spec(table), desc, nd, bytes, &query, &res,
+                                     &cov);
+                if (s != PATINA_OK) {
+                    cli_error("search", "%s", clu_last_error());
+                    rc = EXIT_ERROR;
+                    break;
+                }
+                scov.partitions = cov.partitions;
+                scov.partitions_total = cov.partitions_total;
+                scov.references = (unsigned long long)cov.references;
+                scov.partial = cov.partial;
+                if (cov.partial) rc = EXIT_PARTIAL;
+                if (cli_get(a, "stats")->i)
+                    fprintf(stderr, "search: fan-out %.3f ms, %u of %u partitions, %llu references\n", cov.fanout_ms,
+                            cov.partitions, cov.partitions_total, scov.references);
+                memset(&st, 0, sizeof st);
+                st.computed = nd * res.rows;
+            } else
+#endif
             if ((s = patina_table_search(table, desc, nd, &query, &res)) != PATINA_OK) {
                 cli_status_error("search", s);
                 rc = EXIT_ERROR;
@@ -367,7 +436,7 @@ static int run_search(const cli_args_t *a)
             total.computed += pivots ? st.computed : nd * res.rows;
             for (i = 0; i < nd; i++)
                 print_hits(stdout, fmt, qs[q0 + pos[i]], res.hits + res.offsets[i], res.keys + res.offsets[i],
-                           res.offsets[i + 1] - res.offsets[i]);
+                           res.offsets[i + 1] - res.offsets[i], cs ? &scov : NULL);
             patina_table_results_release(&res);
         }
         free(imgs);
@@ -390,6 +459,9 @@ out:
     free(desc);
     patina_table_free(table);
     patina_collection_close(coll);
+#if PATINA_HAVE_CLUSTER
+    clu_session_close(cs);
+#endif
     patina_context_free(ctx);
     return rc;
 }

@@ -1,0 +1,108 @@
+/* patina cluster and patina shard: a collection partitioned over shard
+ * processes on NATS JetStream (src/cluster; docs/cluster.md). Built when
+ * libnats is found (PATINA_CLUSTER); otherwise these commands say so. */
+#include "cli/cli.h"
+#if PATINA_HAVE_CLUSTER
+#include "cluster/cmd.h"
+#endif
+
+#define CLI_OPT_CLUSTER(req)                                                                      \
+    {.name = "cluster", .type = CLI_TEXT, .arg = "URL[,URL...]",                                  \
+     .help = "the NATS servers (nats://HOST:PORT, comma-separated)" req}
+
+static int run_cluster(const cli_args_t *a);
+static int run_shard(const cli_args_t *a);
+
+static const cli_opt_t cluster_opts[] = {
+    CLI_OPT_CLUSTER(" (required)"),
+    {.name = "partitions", .type = CLI_INT, .arg = "P", .min = 1, .max = 4096, .def = "64",
+     .help = "create: partitions of the collection, fixed at creation"},
+    {.name = "replicas", .type = CLI_INT, .arg = "R", .min = 1, .max = 5,
+     .help = "create: JetStream replicas of every bucket (default: 3 when the NATS cluster has 3 "
+             "servers or more, else 1)"},
+    {.name = "family", .letter = 'f', .type = CLI_TEXT, .arg = "SPEC", .flags = CLI_REPEAT,
+     .help = "create: a descriptor table of the collection (repeat for several; default cedd)"},
+    {.name = "json", .type = CLI_FLAG, .help = "status: one JSON object"},
+};
+
+const cli_command_t cli_cmd_cluster = {
+    .name = "cluster",
+    .summary = "create a cluster collection or show its shards and partitions",
+    .operands = "create|status COLLECTION",
+    .min_operands = 2,
+    .max_operands = 2,
+    .about = "create: makes the JetStream buckets of COLLECTION ([A-Za-z0-9_-]+): its\n"
+             "configuration, one KV bucket per partition (the store of record) and the\n"
+             "members bucket. Creating it again with the same configuration does nothing.\n"
+             "status: the live shards, the partitions with their copies (ready or not, lag),\n"
+             "bytes and GPU memory.\n",
+    .opts = cluster_opts,
+    .nopts = sizeof cluster_opts / sizeof cluster_opts[0],
+    .notes = "docs/cluster.md describes the cluster and its protocol.\n",
+    .run = run_cluster,
+};
+
+static const cli_opt_t shard_opts[] = {
+    CLI_OPT_CLUSTER(" (required)"),
+    {.name = "name", .type = CLI_TEXT, .arg = "NAME",
+     .help = "the shard's name in the cluster, [A-Za-z0-9_-]+ (default: HOST-PID)"},
+    {.name = "capacity", .type = CLI_NUMBER, .arg = "W", .min = 0, .max = 1e6, .def = "1", .flags = CLI_OPEN_MIN,
+     .help = "weight in the assignment: partitions in proportion to it"},
+    {.name = "copies", .type = CLI_INT, .arg = "R", .min = 1, .max = 5, .def = "2",
+     .help = "copies of each partition across the shards (one active, the others standby)"},
+    {.name = "device", .type = CLI_CHOICE, .arg = "D", .choices = "auto|cpu|gpu", .def = "auto",
+     .help = "where searches and identification run (the same answers)"},
+    {.name = "gpus", .type = CLI_TEXT, .arg = "all|LIST", .help = "GPUs of this process (one process over several GPUs)"},
+    {.name = "metrics-port", .type = CLI_INT, .arg = "N", .min = 1, .max = 65535,
+     .help = "serve Prometheus metrics on http://0.0.0.0:N/metrics"},
+    CLI_OPT_JOBS,
+};
+
+const cli_command_t cli_cmd_shard = {
+    .name = "shard",
+    .summary = "hold and answer partitions of a cluster collection",
+    .operands = "COLLECTION",
+    .min_operands = 1,
+    .max_operands = 1,
+    .about = "Joins the cluster as a shard of COLLECTION: takes the partitions weighted\n"
+             "rendezvous hashing gives it (--copies of each across the shards), loads them\n"
+             "from their buckets, follows their changes, and answers the queries of front\n"
+             "ends (patina serve/search/identify --cluster) for the partitions it holds\n"
+             "ready. Runs until SIGTERM or SIGINT: it then leaves the membership first, so\n"
+             "that front ends use the other copies, and finishes the queries in flight.\n",
+    .opts = shard_opts,
+    .nopts = sizeof shard_opts / sizeof shard_opts[0],
+    .notes = NULL,
+    .run = run_shard,
+};
+
+static int need_cluster(const cli_args_t *a, const char *cmd)
+{
+    if (!cli_get(a, "cluster")->given) {
+        cli_error(cmd, "--cluster URL is required");
+        return -1;
+    }
+    return 0;
+}
+
+static int run_cluster(const cli_args_t *a)
+{
+    if (need_cluster(a, "cluster")) return EXIT_USAGE;
+#if PATINA_HAVE_CLUSTER
+    return clu_cli_cluster(a);
+#else
+    cli_error("cluster", "this build has no cluster support (libnats-dev was not found when it was configured)");
+    return EXIT_ERROR;
+#endif
+}
+
+static int run_shard(const cli_args_t *a)
+{
+    if (need_cluster(a, "shard")) return EXIT_USAGE;
+#if PATINA_HAVE_CLUSTER
+    return clu_cli_shard(a);
+#else
+    cli_error("shard", "this build has no cluster support (libnats-dev was not found when it was configured)");
+    return EXIT_ERROR;
+#endif
+}

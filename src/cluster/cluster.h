@@ -1,0 +1,346 @@
+/* The cluster: partitioned collections on NATS JetStream, shard processes and
+ * the front end that scatters queries to them and merges the answers.
+ *
+ * Part of the `patina` program, not of libpatina (libpatina never links
+ * libnats). Errors follow the library's idiom: every function returns a
+ * patina_status and sets a thread-local message saying what and where
+ * (clu_last_error; a failed library call's message is carried into it).
+ *
+ * Data layout (docs/cluster.md, "Protocol"): per collection COLL the KV
+ * buckets patina_COLL_meta (config, ids), patina_COLL_pNNNN (one per
+ * partition: key = hex SHA-256 of the image key, value = a record,
+ * clu_record_*), patina_COLL_members (shards' heartbeats, with a TTL);
+ * queries by request/reply on patina.COLL.shard.NAME (clu_msg_*).
+ *
+ * Modules: conn.c (connection, status mapping), codec.c (records and
+ * messages: pure, every length checked), rendezvous.c (assignment: pure),
+ * meta.c (config, ids, buckets, writes), merge.c (exact merges of partial
+ * answers), shard.c (the shard process), front.c (scatter / gather),
+ * cmd.c (the CLI's entry points). */
+#ifndef PATINA_CLUSTER_H
+#define PATINA_CLUSTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "patina/patina.h"
+
+/* ------------------------------------------------------------- messages */
+
+/* The last failure's message on this thread ("" when none). */
+const char *clu_last_error(void);
+/* Sets the message (printf) and returns s. */
+patina_status clu_fail(patina_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sets the message to "<prefix>: <the library's last error>" and returns s. */
+patina_status clu_fail_lib(patina_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Returns the status of expr when it is not PATINA_OK. */
+#define PATINA_TRY_CLU(expr)                                                                   \
+    do {                                                                                       \
+        patina_status try_s_ = (expr);                                                         \
+        if (try_s_ != PATINA_OK) return try_s_;                                                \
+    } while (0)
+
+/* ---------------------------------------------------------------- limits */
+
+#define CLU_NAME_MAX 64          /* collection and shard names: [A-Za-z0-9_-]{1,64} */
+#define CLU_PARTITIONS_MAX 4096  /* partitions of a collection */
+#define CLU_REPLICAS_MAX 5       /* JetStream replicas of a bucket */
+#define CLU_TABLES_MAX 16        /* descriptor tables of a cluster collection */
+#define CLU_SPEC_MAX 400         /* bytes of a table spec */
+#define CLU_MSG_MAX (64u << 20)  /* bytes of a request or reply */
+#define CLU_QUERIES_MAX 65536    /* queries in one request */
+
+/* 1 when name is [A-Za-z0-9_-]{1,CLU_NAME_MAX}. */
+int clu_name_ok(const char *name);
+
+/* ----------------------------------------------------------------- codec */
+
+/* A growing output buffer; oom is set (and further writes ignored) when an
+ * allocation fails or CLU_MSG_MAX would be passed. */
+typedef struct clu_buf {
+    uint8_t *p;
+    size_t n, cap;
+    int oom;
+} clu_buf_t;
+
+void clu_buf_release(clu_buf_t *b);
+void clu_put_u8(clu_buf_t *b, uint8_t v);
+void clu_put_u16(clu_buf_t *b, uint16_t v);
+void clu_put_u32(clu_buf_t *b, uint32_t v);
+void clu_put_u64(clu_buf_t *b, uint64_t v);
+void clu_put_f64(clu_buf_t *b, double v);
+void clu_put_raw(clu_buf_t *b, const void *p, size_t n);
+/* u32 length (with the NUL), the bytes, a NUL. NULL writes "". */
+void clu_put_str(clu_buf_t *b, const char *s);
+/* u32 length, the bytes. */
+void clu_put_blob(clu_buf_t *b, const void *p, size_t n);
+
+/* A reader over borrowed bytes: every get checks the length left; the
+ * first failure sets bad (what it was reading) and later gets return 0. */
+typedef struct clu_rd {
+    const uint8_t *p;
+    size_t n, off;
+    const char *bad;
+} clu_rd_t;
+
+void clu_rd_init(clu_rd_t *r, const void *p, size_t n);
+uint8_t clu_get_u8(clu_rd_t *r, const char *what);
+uint16_t clu_get_u16(clu_rd_t *r, const char *what);
+uint32_t clu_get_u32(clu_rd_t *r, const char *what);
+uint64_t clu_get_u64(clu_rd_t *r, const char *what);
+double clu_get_f64(clu_rd_t *r, const char *what);
+const void *clu_get_raw(clu_rd_t *r, size_t n, const char *what);
+/* A string written by clu_put_str: borrowed, NUL-terminated, no inner NUL,
+ * at most max bytes (NULL on failure). */
+const char *clu_get_str(clu_rd_t *r, size_t max, const char *what);
+/* A blob: borrowed, *n its length (at most max). */
+const void *clu_get_blob(clu_rd_t *r, size_t *n, size_t max, const char *what);
+
+/* A record: one image of a partition bucket. Layout (little-endian):
+ *   "PTR1", u32 version (1), u64 id, str key, u64 size, 32 bytes sha256,
+ *   i64 mtime, i32 width, i32 height, u32 ntables,
+ *   ntables x (str spec, blob descriptor)
+ * and nothing after. Decoded records borrow the buffer's bytes. */
+#define CLU_RECORD_VERSION 1u
+typedef struct clu_rtable {
+    const char *spec;
+    const void *desc;
+    size_t bytes;
+} clu_rtable_t;
+typedef struct clu_record {
+    uint64_t id;
+    const char *key;
+    uint64_t size;
+    uint8_t sha256[32];
+    int64_t mtime;
+    int32_t width, height;
+    size_t ntables;
+    clu_rtable_t tables[CLU_TABLES_MAX];
+} clu_record_t;
+
+patina_status clu_record_encode(clu_buf_t *out, const clu_record_t *rec);
+/* PATINA_E_CORRUPT (a short, long or malformed record) or PATINA_E_FORMAT
+ * (another magic or version), naming what; never reads past n. */
+patina_status clu_record_decode(clu_record_t *rec, const void *data, size_t n);
+/* The table of rec with spec (NULL when it has none). */
+const clu_rtable_t *clu_record_table(const clu_record_t *rec, const char *spec);
+
+/* Messages: an 8-byte header {magic "PQ1\0" request | "PR1\0" reply, u16
+ * version, u16 kind}, then the kind's fields. */
+#define CLU_MSG_VERSION 1u
+typedef enum clu_kind {
+    CLU_KIND_SEARCH = 1,   /* k-NN or range over named partitions */
+    CLU_KIND_IDENTIFY = 2, /* identification over named partitions */
+    CLU_KIND_CONFIRM = 3   /* has partition p applied revision r? */
+} clu_kind;
+
+typedef struct clu_request {
+    clu_kind kind;
+    const char *spec;            /* SEARCH, IDENTIFY: the table (canonical spec) */
+    patina_table_query_t query;  /* SEARCH: kind, k, radius, max_hits, device */
+    patina_identify_opts_t iopts;/* IDENTIFY (k is the per-part k) */
+    size_t nparts;
+    uint32_t *parts;             /* (nparts) malloc'd by the decoder */
+    size_t nq, qbytes;
+    const void *queries;         /* (nq, qbytes), borrowed */
+    uint32_t partition;          /* CONFIRM */
+    uint64_t revision;           /* CONFIRM */
+    uint32_t timeout_ms;         /* CONFIRM */
+} clu_request_t;
+
+void clu_request_release(clu_request_t *q);
+patina_status clu_request_encode(clu_buf_t *out, const clu_request_t *q);
+patina_status clu_request_decode(clu_request_t *q, const void *data, size_t n);
+
+/* A reply: status and message, the partitions answered, then the kind's
+ * answer. Decoded replies own everything (malloc). */
+typedef struct clu_reply {
+    clu_kind kind;
+    patina_status status;
+    char message[512];
+    size_t nparts;
+    uint32_t *parts;
+    /* SEARCH */
+    patina_table_results_t res;  /* keys filled */
+    /* IDENTIFY: (nq, k) hits and keys, (nq) results */
+    size_t nq, k;
+    patina_identify_hit_t *hits;
+    patina_identify_result_t *results;
+    char **keys;
+} clu_reply_t;
+
+void clu_reply_release(clu_reply_t *r);
+patina_status clu_reply_encode(clu_buf_t *out, const clu_reply_t *r);
+patina_status clu_reply_decode(clu_reply_t *r, const void *data, size_t n);
+
+/* ------------------------------------------------------------ rendezvous */
+
+typedef struct clu_member_w {
+    const char *name;
+    double weight; /* > 0 */
+} clu_member_w_t;
+
+/* Weighted rendezvous hashing: the score of member m for partition p is
+ * -w / ln(U), U in (0, 1) from the SHA-256 of "name/p"; out receives the
+ * indices of the min(r, n) highest scores, best first (ties by name). Pure. */
+size_t clu_rendezvous(const clu_member_w_t *m, size_t n, uint32_t p, size_t r, size_t *out);
+
+/* ----------------------------------------------------------- merge */
+
+/* The exact merges of answers over disjoint row sets (the library's
+ * patina_table_results_merge / patina_identify_merge contract). */
+patina_status clu_results_merge(const patina_table_results_t *parts, size_t np, const patina_table_query_t *q,
+                                patina_table_results_t *out);
+size_t clu_identify_part_k(const patina_identify_opts_t *opts);
+/* part_keys[p] (nq, part k) may be NULL; keys (nq, k) receives copies. */
+patina_status clu_identify_merge(const patina_identify_hit_t *const *part_hits,
+                                 const patina_identify_result_t *const *part_results, char *const *const *part_keys,
+                                 size_t np, size_t nq, const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
+                                 patina_identify_result_t *results, char **keys);
+
+/* ------------------------------------------------------------ connection */
+
+typedef struct clu_conn clu_conn_t;
+
+/* Connects to a comma-separated list of nats:// URLs (reconnecting for
+ * ever) and opens a JetStream context. */
+patina_status clu_connect(clu_conn_t **c, const char *urls);
+void clu_disconnect(clu_conn_t *c); /* accepts NULL */
+
+/* ------------------------------------------------------------ collection */
+
+typedef struct clu_config {
+    char name[CLU_NAME_MAX + 1];
+    uint32_t partitions;
+    int replicas;
+    size_t ntables;
+    char tables[CLU_TABLES_MAX][CLU_SPEC_MAX + 1]; /* canonical specs */
+} clu_config_t;
+
+/* Creates the buckets of collection cfg->name (partitions, replicas, tables
+ * set; specs canonicalised in place). PATINA_E_INVALID when it exists with
+ * another configuration; the same configuration again is PATINA_OK. */
+patina_status clu_collection_create(clu_conn_t *c, clu_config_t *cfg);
+/* Reads the configuration; PATINA_E_NOTFOUND for a collection never created. */
+patina_status clu_collection_config(clu_conn_t *c, const char *name, clu_config_t *cfg);
+
+/* The bucket name of partition p / the meta / the members bucket. */
+void clu_bucket_partition(char *buf, size_t size, const char *coll, uint32_t p);
+void clu_bucket_meta(char *buf, size_t size, const char *coll);
+void clu_bucket_members(char *buf, size_t size, const char *coll);
+/* The KV key of an image key: lowercase hex SHA-256 (65 bytes with NUL). */
+void clu_kv_key(char out[65], const char *key);
+
+/* A writer of one collection: ids allocated in blocks from the meta
+ * bucket's counter (CAS), records put into the partitions' buckets, each
+ * write confirmed by the partition's ready copies (clu_front). */
+typedef struct clu_writer clu_writer_t;
+typedef struct clu_front clu_front_t;
+
+/* front may be NULL: writes are then acknowledged at the bucket's quorum
+ * only (no ready copy asked). */
+patina_status clu_writer_new(clu_writer_t **w, clu_conn_t *c, const clu_config_t *cfg, clu_front_t *front);
+void clu_writer_free(clu_writer_t *w);
+
+/* Puts image `item` with the descriptors of the tables specs[0 .. nt)
+ * (descs[t]: each table's bytes). An existing key keeps its id; with the
+ * same content its other tables stay, with other content they go. *id
+ * (may be NULL) receives the id. */
+patina_status clu_writer_put(clu_writer_t *w, const patina_insert_t *item, const char *const *specs,
+                             const void *const *descs, const size_t *bytes, size_t nt, uint64_t *id);
+/* Deletes the image of key (PATINA_E_NOTFOUND when absent). */
+patina_status clu_writer_delete(clu_writer_t *w, const char *key);
+
+/* --------------------------------------------------------------- members */
+
+typedef struct clu_member {
+    char name[CLU_NAME_MAX + 1];
+    double capacity;
+    int copies;
+    char device[16];
+    char subject[256];
+    int64_t started;
+    uint64_t bytes, gpu_mem;
+    uint8_t *ready;    /* (partitions) 1 = ready */
+    uint8_t *hosted;   /* (partitions) 1 = loaded or loading */
+    uint64_t *lag;     /* (partitions) revisions behind */
+} clu_member_t;
+
+/* Reads every live member of collection cfg (those whose entry has not
+ * expired). *m malloc'd, release with clu_members_free. */
+patina_status clu_members_read(clu_conn_t *c, const clu_config_t *cfg, clu_member_t **m, size_t *n);
+void clu_members_free(clu_member_t *m, size_t n);
+
+/* ------------------------------------------------------------------ front */
+
+typedef struct clu_front_opts {
+    int deadline_ms;     /* per round (default 5000): then the other copy is asked */
+    int allow_partial;   /* 1 (default): partial answers; 0: PATINA_E_UNAVAILABLE */
+} clu_front_opts_t;
+
+void clu_front_opts_init(clu_front_opts_t *o);
+patina_status clu_front_new(clu_front_t **f, clu_conn_t *c, const clu_config_t *cfg, const clu_front_opts_t *o);
+void clu_front_free(clu_front_t *f);
+
+/* What an answer covered. */
+typedef struct clu_coverage {
+    uint32_t partitions, partitions_total;
+    uint64_t references;  /* rows of the table searched in the partitions answered */
+    int partial;
+    double fanout_ms;     /* the scatter/gather's wall time */
+} clu_coverage_t;
+
+/* k-NN / range of nq descriptors of table spec over every partition;
+ * res as patina_table_search (keys filled). */
+patina_status clu_front_search(clu_front_t *f, const char *spec, const void *queries, size_t nq, size_t qbytes,
+                               const patina_table_query_t *q, patina_table_results_t *res, clu_coverage_t *cov);
+/* Identification: hits (nq, opts->k), results (nq), keys (nq, opts->k,
+ * malloc'd, may be NULL). On partial coverage a query's decision is never
+ * UNKNOWN: clu_front_identify sets *incomplete (nq, may be NULL) to 1 for it. */
+patina_status clu_front_identify(clu_front_t *f, const char *spec, const void *queries, size_t nq,
+                                 size_t qbytes, const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
+                                 patina_identify_result_t *results, char **keys, int *incomplete,
+                                 clu_coverage_t *cov);
+/* After a write of revision rev to partition p: asks every ready copy to
+ * confirm it applied it (each that cannot withdraws its readiness). */
+patina_status clu_front_confirm(clu_front_t *f, uint32_t p, uint64_t rev);
+
+/* ---------------------------------------------------------------- session */
+
+/* What a front end holds: a connection, the collection's configuration and
+ * a front (clu_front_*) over them. */
+typedef struct clu_session clu_session_t;
+
+patina_status clu_session_open(clu_session_t **s, const char *urls, const char *coll, const clu_front_opts_t *o);
+void clu_session_close(clu_session_t *s); /* accepts NULL */
+clu_conn_t *clu_session_conn(clu_session_t *s);
+clu_front_t *clu_session_front(clu_session_t *s);
+const clu_config_t *clu_session_config(clu_session_t *s);
+/* A detached, empty table of the collection's table `spec` for describing
+ * queries (the rows are the shards'): spec NULL picks the only table with
+ * the capabilities need (identification tables only when need asks for
+ * them), a family name alone its only table of that family, as
+ * patina_table_open does. PATINA_E_NOTFOUND / PATINA_E_INVALID as it. */
+patina_status clu_session_table(clu_session_t *s, patina_context_t *ctx, const char *spec, unsigned need,
+                                patina_table_t **t);
+
+/* ------------------------------------------------------------------ shard */
+
+typedef struct clu_shard_opts {
+    const char *name;      /* NULL: host-pid */
+    double capacity;       /* weight (1) */
+    int copies;            /* R (2) */
+    patina_device device;  /* where searches run (AUTO) */
+    int metrics_port;      /* 0: none */
+    int threads;           /* CPU workers (0: all) */
+} clu_shard_opts_t;
+
+void clu_shard_opts_init(clu_shard_opts_t *o);
+/* Runs a shard of collection coll until *stop becomes non-zero (a signal
+ * handler sets it): joins, loads and follows its partitions, answers
+ * queries; on stop withdraws from membership first. Messages go to log. */
+patina_status clu_shard_run(const char *urls, const char *coll, const clu_shard_opts_t *o,
+                            volatile int *stop);
+
+#endif

@@ -1,0 +1,107 @@
+/* The connection to NATS: a URL list, reconnecting for ever, a JetStream
+ * context; and the mapping of every NATS status to a patina_status with a
+ * message naming the subject or bucket. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster/conn.h"
+
+patina_status clu_nats_status(natsStatus ns)
+{
+    switch (ns) {
+    case NATS_OK: return PATINA_OK;
+    case NATS_NOT_FOUND: return PATINA_E_NOTFOUND;
+    case NATS_TIMEOUT:
+    case NATS_NO_RESPONDERS:
+    case NATS_NO_SERVER:
+    case NATS_CONNECTION_CLOSED:
+    case NATS_CONNECTION_DISCONNECTED:
+    case NATS_STALE_CONNECTION:
+    case NATS_NOT_YET_CONNECTED:
+    case NATS_IO_ERROR: return PATINA_E_UNAVAILABLE;
+    case NATS_NO_MEMORY: return PATINA_E_NOMEM;
+    case NATS_INVALID_ARG:
+    case NATS_INVALID_SUBJECT: return PATINA_E_INVALID;
+    case NATS_MAX_PAYLOAD: return PATINA_E_LIMIT;
+    default: return PATINA_E_STORE;
+    }
+}
+
+patina_status clu_nats_fail(natsStatus ns, const char *fmt, ...)
+{
+    char what[512];
+    const char *detail;
+    natsStatus last = NATS_OK;
+    patina_status s = clu_nats_status(ns);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    detail = nats_GetLastError(&last);
+    /* a conflict of kvStore_Update / _Create (wrong last sequence) is JetStream's 10071 */
+    if (detail && strstr(detail, "wrong last sequence")) s = PATINA_E_BUSY;
+    if (detail && *detail && strcmp(detail, natsStatus_GetText(ns)))
+        return clu_fail(s, "%s: %s (%s)", what, natsStatus_GetText(ns), detail);
+    return clu_fail(s, "%s: %s", what, natsStatus_GetText(ns));
+}
+
+patina_status clu_connect(clu_conn_t **out, const char *urls)
+{
+    natsOptions *o = NULL;
+    clu_conn_t *c;
+    const char *servers[32];
+    char *copy, *save = NULL, *tok;
+    int n = 0;
+    natsStatus ns;
+    *out = NULL;
+    if (!urls || !*urls) return clu_fail(PATINA_E_INVALID, "cluster: no NATS URL given (--cluster nats://HOST:PORT)");
+    if (!(copy = strdup(urls)) || !(c = calloc(1, sizeof *c))) {
+        free(copy);
+        return clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
+    }
+    for (tok = strtok_r(copy, ",", &save); tok && n < 32; tok = strtok_r(NULL, ",", &save))
+        if (*tok) servers[n++] = tok;
+    if (!n) {
+        free(copy);
+        free(c);
+        return clu_fail(PATINA_E_INVALID, "cluster: no NATS URL in '%s'", urls);
+    }
+    ns = natsOptions_Create(&o);
+    if (ns == NATS_OK) ns = natsOptions_SetServers(o, servers, n);
+    if (ns == NATS_OK) ns = natsOptions_SetMaxReconnect(o, -1);
+    if (ns == NATS_OK) ns = natsOptions_SetReconnectWait(o, 250);
+    if (ns == NATS_OK) ns = natsOptions_SetTimeout(o, 2000);
+    if (ns == NATS_OK) ns = natsOptions_SetMaxPendingMsgs(o, 1 << 20);
+    if (ns == NATS_OK) ns = natsConnection_Connect(&c->nc, o);
+    if (ns == NATS_OK) ns = natsConnection_JetStream(&c->js, c->nc, NULL);
+    natsOptions_Destroy(o);
+    if (ns != NATS_OK) {
+        patina_status s = clu_nats_fail(ns, "cluster: connecting to %s", urls);
+        free(copy);
+        clu_disconnect(c);
+        return s;
+    }
+    free(copy);
+    *out = c;
+    return PATINA_OK;
+}
+
+void clu_disconnect(clu_conn_t *c)
+{
+    if (!c) return;
+    if (c->js) jsCtx_Destroy(c->js);
+    if (c->nc) {
+        natsConnection_FlushTimeout(c->nc, 1000);
+        natsConnection_Destroy(c->nc);
+    }
+    free(c);
+}
+
+patina_status clu_kv_open(kvStore **kv, clu_conn_t *c, const char *bucket)
+{
+    natsStatus ns = js_KeyValue(kv, c->js, bucket);
+    if (ns != NATS_OK) return clu_nats_fail(ns, "cluster: bucket %s", bucket);
+    return PATINA_OK;
+}

@@ -1,0 +1,813 @@
+/* `patina shard`: one process holding copies of some partitions of a
+ * cluster collection.
+ *
+ * It joins the members bucket (an entry refreshed every second, expiring a
+ * few seconds after the process stops refreshing it), computes from the
+ * live members which partitions weighted rendezvous gives it (the best
+ * `copies` of each), and for each one it holds: a detached live table per
+ * table of the collection (patina_table_new), loaded from the partition's
+ * bucket and kept in step with it by a KV watch (one thread per partition).
+ * A partition is *ready* once the watch has delivered the bucket's state as
+ * of its start; only ready partitions are answered. A partition it no
+ * longer gets is dropped once every member that gets it is ready for it.
+ *
+ * Requests (request/reply on patina.COLL.shard.NAME, one thread each):
+ * SEARCH and IDENTIFY name partitions; the reply has the merged answer of
+ * those it holds ready and lists them. CONFIRM waits until a partition has
+ * applied a revision; a partition that cannot within the timeout loses its
+ * readiness until it has caught up again.
+ *
+ * SIGTERM (the caller's stop flag): the member entry is deleted first, so
+ * front ends stop choosing this shard, then requests in flight finish. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "cluster/conn.h"
+
+#define HEARTBEAT_MS 1000
+#define DROP_GRACE_S 30 /* a partition no longer given is dropped after this at the latest */
+
+void clu_shard_opts_init(clu_shard_opts_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->capacity = 1;
+    o->copies = 2;
+    o->device = PATINA_DEVICE_AUTO;
+}
+
+/* kv key (hex) -> image id and the tables holding its row, per partition. */
+typedef struct kentry {
+    char kk[65];
+    uint64_t id;
+    uint32_t tables; /* bit t: tables[t] holds the row */
+    struct kentry *next;
+} kentry_t;
+
+typedef struct part {
+    uint32_t p;
+    int hosted;                 /* a loader thread runs */
+    volatile int ready;         /* caught up and answering */
+    volatile int stop;
+    int loaded;                 /* the initial state was delivered once */
+    patina_table_t *tables[CLU_TABLES_MAX];
+    uint64_t applied;           /* the last revision applied */
+    uint64_t bytes;             /* record bytes held */
+    size_t rows;
+    time_t unassigned_since;    /* 0 while assigned */
+    kentry_t *map[256];
+    pthread_t th;
+    char error[256];
+} part_t;
+
+typedef struct shard {
+    clu_conn_t *c;
+    clu_config_t cfg;
+    clu_shard_opts_t o;
+    char name[CLU_NAME_MAX + 1], subject[256], device[16];
+    patina_context_t *ctx;
+    part_t *parts;              /* (partitions) */
+    pthread_rwlock_t lock;      /* readers: requests; writer: hosting or dropping a partition */
+    pthread_mutex_t mu;         /* applied revisions, for CONFIRM */
+    pthread_cond_t cv;
+    kvStore *members;
+    int64_t started;
+    /* metrics */
+    unsigned long long requests[4], errors;
+    double request_seconds;
+    volatile int inflight;
+} shard_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void logf_(shard_t *sh, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(shard_t *sh, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "patina shard %s: ", sh->name);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+/* ------------------------------------------------------------- key map */
+
+static unsigned kslot(const char *kk)
+{
+    unsigned v = 0;
+    int i;
+    for (i = 0; i < 2; i++) v = v * 16 + (unsigned)(kk[i] <= '9' ? kk[i] - '0' : kk[i] - 'a' + 10);
+    return v & 255;
+}
+
+static kentry_t *kfind(part_t *pt, const char *kk)
+{
+    kentry_t *e;
+    for (e = pt->map[kslot(kk)]; e; e = e->next)
+        if (!strcmp(e->kk, kk)) return e;
+    return NULL;
+}
+
+static void kfree_all(part_t *pt)
+{
+    int i;
+    for (i = 0; i < 256; i++)
+        while (pt->map[i]) {
+            kentry_t *e = pt->map[i];
+            pt->map[i] = e->next;
+            free(e);
+        }
+}
+
+/* ------------------------------------------------------------ loading */
+
+/* Applies one entry of the partition's bucket to its tables. */
+static patina_status apply_entry(shard_t *sh, part_t *pt, kvEntry *e)
+{
+    const char *kk = kvEntry_Key(e);
+    const uint64_t rev = kvEntry_Revision(e);
+    kvOperation op = kvEntry_Operation(e);
+    kentry_t *ke = (kk && strlen(kk) == 64) ? kfind(pt, kk) : NULL;
+    size_t t;
+    patina_status s = PATINA_OK;
+    if (!kk || strlen(kk) != 64) return PATINA_OK; /* not an image key: ignored */
+    if (op == kvOp_Put) {
+        clu_record_t rec;
+        uint32_t had = ke ? ke->tables : 0, now = 0;
+        if ((s = clu_record_decode(&rec, kvEntry_Value(e), (size_t)kvEntry_ValueLen(e))) != PATINA_OK) {
+            logf_(sh, "partition %u, key %s, revision %llu: %s (skipped)", pt->p, kk, (unsigned long long)rev,
+                  clu_last_error());
+            return PATINA_OK;
+        }
+        if (!ke) {
+            if (!(ke = calloc(1, sizeof *ke))) return clu_fail(PATINA_E_NOMEM, "shard: out of memory");
+            memcpy(ke->kk, kk, 65);
+            ke->next = pt->map[kslot(kk)];
+            pt->map[kslot(kk)] = ke;
+        } else if (ke->id != rec.id) {
+            /* the same key under another id (deleted and added again): the old rows go */
+            for (t = 0; t < sh->cfg.ntables; t++)
+                if (had & (1u << t)) {
+                    patina_change_t ch = {PATINA_CHANGE_REMOVE, ke->id, NULL, NULL};
+                    patina_table_apply(pt->tables[t], &ch, 1, rev, NULL);
+                }
+            had = 0;
+        }
+        ke->id = rec.id;
+        for (t = 0; t < sh->cfg.ntables; t++) {
+            const clu_rtable_t *rt = clu_record_table(&rec, sh->cfg.tables[t]);
+            patina_change_t ch;
+            if (rt && rt->bytes != patina_extractor_bytes(patina_table_extractor(pt->tables[t]))) {
+                logf_(sh, "partition %u, key '%s': table %s has %zu bytes (skipped)", pt->p, rec.key,
+                      sh->cfg.tables[t], rt->bytes);
+                rt = NULL;
+            }
+            if (rt) {
+                ch = (patina_change_t){PATINA_CHANGE_PUT, rec.id, rec.key, rt->desc};
+                if ((s = patina_table_apply(pt->tables[t], &ch, 1, rev, NULL)) != PATINA_OK) {
+                    logf_(sh, "partition %u, key '%s', table %s: %s (skipped)", pt->p, rec.key, sh->cfg.tables[t],
+                          patina_last_error());
+                    s = PATINA_OK;
+                    continue;
+                }
+                now |= 1u << t;
+            } else if (had & (1u << t)) {
+                ch = (patina_change_t){PATINA_CHANGE_REMOVE, rec.id, NULL, NULL};
+                patina_table_apply(pt->tables[t], &ch, 1, rev, NULL);
+            }
+        }
+        if (!had) pt->rows++;
+        ke->tables = now;
+        pt->bytes += (uint64_t)kvEntry_ValueLen(e);
+    } else if (ke) { /* delete or purge */
+        for (t = 0; t < sh->cfg.ntables; t++)
+            if (ke->tables & (1u << t)) {
+                patina_change_t ch = {PATINA_CHANGE_REMOVE, ke->id, NULL, NULL};
+                patina_table_apply(pt->tables[t], &ch, 1, rev, NULL);
+            }
+        ke->tables = 0;
+        ke->id = 0;
+        if (pt->rows) pt->rows--;
+    }
+    pthread_mutex_lock(&sh->mu);
+    pt->applied = rev;
+    pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+    return s;
+}
+
+typedef struct loader_arg {
+    shard_t *sh;
+    part_t *pt;
+} loader_arg_t;
+
+/* One partition: watch its bucket from the start (the last value of every
+ * key, then every change); ready at the end of the initial values. */
+static void *loader(void *arg)
+{
+    loader_arg_t *la = arg;
+    shard_t *sh = la->sh;
+    part_t *pt = la->pt;
+    char bucket[128];
+    kvStore *kv = NULL;
+    kvWatcher *w = NULL;
+    natsStatus ns;
+    free(la);
+    clu_bucket_partition(bucket, sizeof bucket, sh->cfg.name, pt->p);
+    while (!pt->stop) {
+        if (!kv && clu_kv_open(&kv, sh->c, bucket) != PATINA_OK) {
+            snprintf(pt->error, sizeof pt->error, "%s", clu_last_error());
+            usleep(500000);
+            continue;
+        }
+        if (!w && (ns = kvStore_WatchAll(&w, kv, NULL)) != NATS_OK) {
+            clu_nats_fail(ns, "shard: watching bucket %s", bucket);
+            snprintf(pt->error, sizeof pt->error, "%s", clu_last_error());
+            w = NULL;
+            usleep(500000);
+            continue;
+        }
+        {
+            kvEntry *e = NULL;
+            ns = kvWatcher_Next(&e, w, 250);
+            if (ns == NATS_TIMEOUT) continue;
+            if (ns != NATS_OK) {
+                clu_nats_fail(ns, "shard: watch of bucket %s", bucket);
+                snprintf(pt->error, sizeof pt->error, "%s", clu_last_error());
+                usleep(100000);
+                continue;
+            }
+            if (!e) { /* the initial values are in */
+                pt->loaded = 1;
+                pt->ready = 1;
+                logf_(sh, "partition %u ready (%zu images, revision %llu)", pt->p, pt->rows,
+                      (unsigned long long)pt->applied);
+                continue;
+            }
+            {
+                const uint64_t pending = kvEntry_Delta(e);
+                apply_entry(sh, pt, e);
+                kvEntry_Destroy(e);
+                /* a copy that lost its readiness (a CONFIRM timed out) is ready again once caught up */
+                if (pt->loaded && !pt->ready && pending == 0) pt->ready = 1;
+            }
+        }
+    }
+    if (w) {
+        kvWatcher_Stop(w);
+        kvWatcher_Destroy(w);
+    }
+    if (kv) kvStore_Destroy(kv);
+    return NULL;
+}
+
+/* Starts hosting partition p (lock held for writing). */
+static patina_status host(shard_t *sh, uint32_t p)
+{
+    part_t *pt = &sh->parts[p];
+    patina_table_opts_t to;
+    loader_arg_t *la;
+    size_t t;
+    memset(pt, 0, sizeof *pt);
+    pt->p = p;
+    patina_table_opts_init(&to);
+    to.partition = p;
+    to.partitions = sh->cfg.partitions;
+    for (t = 0; t < sh->cfg.ntables; t++)
+        if (patina_table_new(&pt->tables[t], sh->ctx, sh->cfg.tables[t], &to) != PATINA_OK) {
+            patina_status s = clu_fail_lib(PATINA_E_INVALID, "shard: table %s of partition %u", sh->cfg.tables[t], p);
+            while (t) patina_table_free(pt->tables[--t]);
+            return s;
+        }
+    if (!(la = malloc(sizeof *la))) return clu_fail(PATINA_E_NOMEM, "shard: out of memory");
+    la->sh = sh;
+    la->pt = pt;
+    if (pthread_create(&pt->th, NULL, loader, la) != 0) {
+        free(la);
+        for (t = 0; t < sh->cfg.ntables; t++) patina_table_free(pt->tables[t]);
+        return clu_fail(PATINA_E_NOMEM, "shard: cannot start a thread for partition %u", p);
+    }
+    pt->hosted = 1;
+    return PATINA_OK;
+}
+
+/* Stops hosting p: the loader first (without the lock), then the tables
+ * under the write lock. */
+static void drop(shard_t *sh, uint32_t p)
+{
+    part_t *pt = &sh->parts[p];
+    size_t t;
+    pt->ready = 0;
+    pt->stop = 1;
+    pthread_join(pt->th, NULL);
+    pthread_rwlock_wrlock(&sh->lock);
+    for (t = 0; t < sh->cfg.ntables; t++) patina_table_free(pt->tables[t]);
+    kfree_all(pt);
+    memset(pt, 0, sizeof *pt);
+    pthread_rwlock_unlock(&sh->lock);
+}
+
+/* --------------------------------------------------------------- requests */
+
+static int table_index(const shard_t *sh, const char *spec)
+{
+    size_t t;
+    for (t = 0; spec && t < sh->cfg.ntables; t++)
+        if (!strcmp(sh->cfg.tables[t], spec)) return (int)t;
+    return -1;
+}
+
+/* Answers one request into reply (read lock held). */
+static void answer(shard_t *sh, const clu_request_t *q, clu_reply_t *r)
+{
+    size_t i, np = 0;
+    int t;
+    patina_status s = PATINA_OK;
+    r->kind = q->kind;
+    if (!(r->parts = calloc(q->nparts ? q->nparts : 1, sizeof *r->parts))) {
+        r->status = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
+        return;
+    }
+    if (q->kind == CLU_KIND_CONFIRM) {
+        part_t *pt = q->partition < sh->cfg.partitions ? &sh->parts[q->partition] : NULL;
+        struct timespec until;
+        int ok;
+        if (!pt || !pt->hosted) {
+            r->status = clu_fail(PATINA_E_NOTFOUND, "shard %s does not hold partition %u", sh->name, q->partition);
+            return;
+        }
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += q->timeout_ms / 1000;
+        until.tv_nsec += (long)(q->timeout_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&sh->mu);
+        while (pt->applied < q->revision && pthread_cond_timedwait(&sh->cv, &sh->mu, &until) == 0) {}
+        ok = pt->applied >= q->revision;
+        pthread_mutex_unlock(&sh->mu);
+        if (!ok) {
+            pt->ready = 0; /* withdrawn until caught up */
+            r->status = clu_fail(PATINA_E_UNAVAILABLE, "shard %s: partition %u did not apply revision %llu in %u ms "
+                                 "(withdrawn)", sh->name, q->partition, (unsigned long long)q->revision, q->timeout_ms);
+            return;
+        }
+        r->parts[0] = q->partition;
+        r->nparts = 1;
+        return;
+    }
+    if ((t = table_index(sh, q->spec)) < 0) {
+        r->status = clu_fail(PATINA_E_NOTFOUND, "shard %s: collection %s has no table '%s'", sh->name, sh->cfg.name,
+                             q->spec ? q->spec : "");
+        return;
+    }
+    for (i = 0; i < q->nparts; i++) {
+        uint32_t p = q->parts[i];
+        if (p < sh->cfg.partitions && sh->parts[p].hosted && sh->parts[p].ready) r->parts[np++] = p;
+    }
+    r->nparts = np;
+    if (q->kind == CLU_KIND_SEARCH) {
+        patina_table_results_t *res = calloc(np ? np : 1, sizeof *res);
+        patina_table_query_t qq = q->query;
+        qq.keys = 1;
+        qq.stats = NULL;
+        if (!res) s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
+        for (i = 0; s == PATINA_OK && i < np; i++) {
+            patina_table_t *tb = sh->parts[r->parts[i]].tables[t];
+            if (q->qbytes != patina_extractor_bytes(patina_table_extractor(tb))) {
+                s = clu_fail(PATINA_E_INVALID, "shard: queries of %zu bytes for table %s of %zu", q->qbytes, q->spec,
+                             patina_extractor_bytes(patina_table_extractor(tb)));
+                break;
+            }
+            if ((s = patina_table_search(tb, q->queries, q->nq, &qq, &res[i])) != PATINA_OK)
+                s = clu_fail_lib(s, "shard %s: partition %u", sh->name, r->parts[i]);
+        }
+        if (s == PATINA_OK && np) s = clu_results_merge(res, np, &qq, &r->res);
+        if (s == PATINA_OK && !np) { /* no partition: an empty answer */
+            r->res.nq = q->nq;
+            if (!(r->res.offsets = calloc(q->nq + 1, sizeof *r->res.offsets)))
+                s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
+        }
+        for (i = 0; res && i < np; i++) patina_table_results_release(&res[i]);
+        free(res);
+    } else {
+        patina_identify_opts_t o = q->iopts;
+        const size_t pk = clu_identify_part_k(&q->iopts);
+        patina_identify_hit_t **ph = calloc(np ? np : 1, sizeof *ph);
+        patina_identify_result_t **pr = calloc(np ? np : 1, sizeof *pr);
+        char ***pkeys = calloc(np ? np : 1, sizeof *pkeys);
+        o.k = pk;
+        if (pk == 0 || pk > PATINA_K_MAX || q->nq * pk > (1u << 24))
+            s = clu_fail(PATINA_E_LIMIT, "shard: identify k %zu x %zu queries", pk, q->nq);
+        if (!ph || !pr || !pkeys) s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
+        for (i = 0; s == PATINA_OK && i < np; i++) {
+            patina_table_t *tb = sh->parts[r->parts[i]].tables[t];
+            if (q->qbytes != patina_table_query_bytes(tb)) {
+                s = clu_fail(PATINA_E_INVALID, "shard: identify queries of %zu bytes for table %s of %zu", q->qbytes,
+                             q->spec, patina_table_query_bytes(tb));
+                break;
+            }
+            ph[i] = calloc(q->nq * pk + 1, sizeof **ph);
+            pr[i] = calloc(q->nq + 1, sizeof **pr);
+            pkeys[i] = calloc(q->nq * pk + 1, sizeof **pkeys);
+            if (!ph[i] || !pr[i] || !pkeys[i]) s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
+            else if ((s = patina_table_identify(tb, q->queries, q->nq, &o, ph[i], pr[i], pkeys[i])) != PATINA_OK)
+                s = clu_fail_lib(s, "shard %s: partition %u", sh->name, r->parts[i]);
+        }
+        if (s == PATINA_OK) {
+            r->nq = q->nq;
+            r->k = pk;
+            r->hits = calloc(q->nq * pk + 1, sizeof *r->hits);
+            r->results = calloc(q->nq + 1, sizeof *r->results);
+            r->keys = calloc(q->nq * pk + 1, sizeof *r->keys);
+            if (!r->hits || !r->results || !r->keys) s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
+            else
+                s = clu_identify_merge((const patina_identify_hit_t *const *)ph,
+                                       (const patina_identify_result_t *const *)pr, (char *const *const *)pkeys, np,
+                                       q->nq, &o, r->hits, r->results, r->keys);
+        }
+        for (i = 0; i < np; i++) {
+            size_t j;
+            if (pkeys && pkeys[i])
+                for (j = 0; j < q->nq * pk; j++) patina_free(pkeys[i][j]);
+            if (pkeys) free(pkeys[i]);
+            if (ph) free(ph[i]);
+            if (pr) free(pr[i]);
+        }
+        free(ph);
+        free(pr);
+        free(pkeys);
+    }
+    if (s != PATINA_OK) {
+        r->status = s;
+        r->nparts = 0;
+    }
+}
+
+typedef struct req {
+    shard_t *sh;
+    natsConnection *nc;
+    natsMsg *msg;
+} req_t;
+
+static void *serve_request(void *arg)
+{
+    req_t *rq = arg;
+    shard_t *sh = rq->sh;
+    clu_request_t q;
+    clu_reply_t r;
+    clu_buf_t out = {0};
+    const double t0 = now_s();
+    patina_status s;
+    memset(&r, 0, sizeof r);
+    s = clu_request_decode(&q, natsMsg_GetData(rq->msg), (size_t)natsMsg_GetDataLength(rq->msg));
+    if (s != PATINA_OK) {
+        r.kind = CLU_KIND_SEARCH;
+        r.status = s;
+    } else {
+        pthread_rwlock_rdlock(&sh->lock);
+        answer(sh, &q, &r);
+        pthread_rwlock_unlock(&sh->lock);
+    }
+    if (r.status != PATINA_OK) {
+        snprintf(r.message, sizeof r.message, "%s", clu_last_error());
+        __atomic_add_fetch(&sh->errors, 1, __ATOMIC_RELAXED);
+    }
+    if (clu_reply_encode(&out, &r) != PATINA_OK) { /* too large: say so instead */
+        clu_reply_t e;
+        memset(&e, 0, sizeof e);
+        e.kind = r.kind;
+        e.status = PATINA_E_LIMIT;
+        snprintf(e.message, sizeof e.message, "%s", clu_last_error());
+        clu_buf_release(&out);
+        clu_reply_encode(&out, &e);
+    }
+    if (natsMsg_GetReply(rq->msg) && !out.oom)
+        natsConnection_Publish(rq->nc, natsMsg_GetReply(rq->msg), out.p, (int)out.n);
+    clu_buf_release(&out);
+    if (s == PATINA_OK) {
+        __atomic_add_fetch(&sh->requests[q.kind], 1, __ATOMIC_RELAXED);
+        clu_request_release(&q);
+    }
+    clu_reply_release(&r);
+    natsMsg_Destroy(rq->msg);
+    free(rq);
+    {
+        double dt = now_s() - t0;
+        pthread_mutex_lock(&sh->mu);
+        sh->request_seconds += dt;
+        pthread_mutex_unlock(&sh->mu);
+    }
+    __atomic_sub_fetch(&sh->inflight, 1, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+static void on_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure)
+{
+    shard_t *sh = closure;
+    req_t *rq = malloc(sizeof *rq);
+    pthread_t th;
+    pthread_attr_t at;
+    (void)sub;
+    if (!rq) {
+        natsMsg_Destroy(msg);
+        return;
+    }
+    rq->sh = sh;
+    rq->nc = nc;
+    rq->msg = msg;
+    __atomic_add_fetch(&sh->inflight, 1, __ATOMIC_RELAXED);
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &at, serve_request, rq) != 0) {
+        __atomic_sub_fetch(&sh->inflight, 1, __ATOMIC_RELAXED);
+        natsMsg_Destroy(msg);
+        free(rq);
+    }
+    pthread_attr_destroy(&at);
+}
+
+/* ------------------------------------------------------------- membership */
+
+static char *member_json(shard_t *sh)
+{
+    json_t *o = json_object(), *ready = json_array(), *hosted = json_array(), *lag = json_object();
+    uint64_t bytes = 0;
+    uint32_t p;
+    char *s;
+    for (p = 0; p < sh->cfg.partitions; p++) {
+        part_t *pt = &sh->parts[p];
+        if (!pt->hosted) continue;
+        json_array_append_new(hosted, json_integer(p));
+        if (pt->ready) json_array_append_new(ready, json_integer(p));
+        bytes += pt->bytes;
+    }
+    json_object_set_new(o, "name", json_string(sh->name));
+    json_object_set_new(o, "capacity", json_real(sh->o.capacity));
+    json_object_set_new(o, "copies", json_integer(sh->o.copies));
+    json_object_set_new(o, "device", json_string(sh->device));
+    json_object_set_new(o, "devices", json_string(sh->device));
+    json_object_set_new(o, "ready", ready);
+    json_object_set_new(o, "hosted", hosted);
+    json_object_set_new(o, "lag", lag);
+    json_object_set_new(o, "bytes", json_integer((json_int_t)bytes));
+    json_object_set_new(o, "gpu_mem", json_integer(0));
+    json_object_set_new(o, "inbox", json_string(sh->subject));
+    json_object_set_new(o, "started", json_integer(sh->started));
+    s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+static void heartbeat(shard_t *sh)
+{
+    char *js = member_json(sh);
+    natsStatus ns;
+    if (!js) return;
+    ns = kvStore_Put(NULL, sh->members, sh->name, js, (int)strlen(js));
+    if (ns != NATS_OK) {
+        clu_nats_fail(ns, "membership entry %s", sh->name);
+        logf_(sh, "%s", clu_last_error());
+    }
+    free(js);
+}
+
+/* The assignment from the live members (this shard counted even before its
+ * entry is visible): hosts what it is given, drops what it is no longer
+ * given once every member given it is ready (or after DROP_GRACE_S). */
+static void reassign(shard_t *sh)
+{
+    clu_member_t *m = NULL;
+    clu_member_w_t *w;
+    size_t n = 0, i, self = SIZE_MAX, out[CLU_REPLICAS_MAX * 4], nout;
+    uint32_t p;
+    if (clu_members_read(sh->c, &sh->cfg, &m, &n) != PATINA_OK) {
+        logf_(sh, "%s", clu_last_error());
+        return;
+    }
+    if (!(w = calloc(n + 1, sizeof *w))) {
+        clu_members_free(m, n);
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        w[i] = (clu_member_w_t){m[i].name, m[i].capacity};
+        if (!strcmp(m[i].name, sh->name)) self = i;
+    }
+    if (self == SIZE_MAX) {
+        w[n] = (clu_member_w_t){sh->name, sh->o.capacity};
+        self = n;
+    }
+    for (p = 0; p < sh->cfg.partitions; p++) {
+        int mine = 0, others_ready = 1;
+        nout = clu_rendezvous(w, self == n ? n + 1 : n, p, (size_t)sh->o.copies, out);
+        for (i = 0; i < nout; i++) {
+            if (out[i] == self) mine = 1;
+            else if (out[i] >= n || !m[out[i]].ready[p]) others_ready = 0;
+        }
+        if (mine && !sh->parts[p].hosted) {
+            patina_status s;
+            pthread_rwlock_wrlock(&sh->lock);
+            s = host(sh, p);
+            pthread_rwlock_unlock(&sh->lock);
+            if (s != PATINA_OK) logf_(sh, "%s", clu_last_error());
+        } else if (mine) {
+            sh->parts[p].unassigned_since = 0;
+        } else if (sh->parts[p].hosted) {
+            if (!sh->parts[p].unassigned_since) sh->parts[p].unassigned_since = time(NULL);
+            if (others_ready || time(NULL) - sh->parts[p].unassigned_since > DROP_GRACE_S) {
+                logf_(sh, "partition %u handed over", p);
+                drop(sh, p);
+            }
+        }
+    }
+    free(w);
+    clu_members_free(m, n);
+}
+
+/* ---------------------------------------------------------------- metrics */
+
+static void *metrics_thread(void *arg)
+{
+    shard_t *sh = arg;
+    struct sockaddr_in a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    if (fd < 0) return NULL;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)sh->o.metrics_port);
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 16) != 0) {
+        logf_(sh, "metrics: cannot listen on port %d: %s", sh->o.metrics_port, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    for (;;) {
+        char req[1024], *body = NULL;
+        size_t blen = 0;
+        FILE *f;
+        int cfd = accept(fd, NULL, NULL);
+        uint32_t p, hosted = 0, ready = 0;
+        uint64_t rows = 0, bytes = 0;
+        if (cfd < 0) continue;
+        if (read(cfd, req, sizeof req) <= 0) {
+            close(cfd);
+            continue;
+        }
+        for (p = 0; p < sh->cfg.partitions; p++)
+            if (sh->parts[p].hosted) {
+                hosted++;
+                ready += sh->parts[p].ready != 0;
+                rows += sh->parts[p].rows;
+                bytes += sh->parts[p].bytes;
+            }
+        f = open_memstream(&body, &blen);
+        if (!f) {
+            close(cfd);
+            continue;
+        }
+        fprintf(f, "# HELP patina_shard_partitions Partitions this shard hosts (loaded or loading).\n"
+                   "# TYPE patina_shard_partitions gauge\npatina_shard_partitions{collection=\"%s\",shard=\"%s\"} %u\n",
+                sh->cfg.name, sh->name, hosted);
+        fprintf(f, "# HELP patina_shard_partitions_ready Partitions this shard answers (caught up).\n"
+                   "# TYPE patina_shard_partitions_ready gauge\npatina_shard_partitions_ready{collection=\"%s\",shard=\"%s\"} %u\n",
+                sh->cfg.name, sh->name, ready);
+        fprintf(f, "# HELP patina_shard_images Images held.\n# TYPE patina_shard_images gauge\n"
+                   "patina_shard_images{collection=\"%s\",shard=\"%s\"} %llu\n",
+                sh->cfg.name, sh->name, (unsigned long long)rows);
+        fprintf(f, "# HELP patina_shard_bytes Record bytes held.\n# TYPE patina_shard_bytes gauge\n"
+                   "patina_shard_bytes{collection=\"%s\",shard=\"%s\"} %llu\n",
+                sh->cfg.name, sh->name, (unsigned long long)bytes);
+        fprintf(f, "# HELP patina_shard_requests_total Requests answered, by kind.\n# TYPE patina_shard_requests_total counter\n");
+        fprintf(f, "patina_shard_requests_total{collection=\"%s\",shard=\"%s\",kind=\"search\"} %llu\n", sh->cfg.name,
+                sh->name, sh->requests[CLU_KIND_SEARCH]);
+        fprintf(f, "patina_shard_requests_total{collection=\"%s\",shard=\"%s\",kind=\"identify\"} %llu\n", sh->cfg.name,
+                sh->name, sh->requests[CLU_KIND_IDENTIFY]);
+        fprintf(f, "patina_shard_requests_total{collection=\"%s\",shard=\"%s\",kind=\"confirm\"} %llu\n", sh->cfg.name,
+                sh->name, sh->requests[CLU_KIND_CONFIRM]);
+        fprintf(f, "# HELP patina_shard_request_errors_total Requests answered with an error.\n"
+                   "# TYPE patina_shard_request_errors_total counter\n"
+                   "patina_shard_request_errors_total{collection=\"%s\",shard=\"%s\"} %llu\n",
+                sh->cfg.name, sh->name, sh->errors);
+        fprintf(f, "# HELP patina_shard_request_seconds_total Seconds spent answering requests.\n"
+                   "# TYPE patina_shard_request_seconds_total counter\n"
+                   "patina_shard_request_seconds_total{collection=\"%s\",shard=\"%s\"} %.6f\n",
+                sh->cfg.name, sh->name, sh->request_seconds);
+        fclose(f);
+        {
+            char head[256];
+            int hn = snprintf(head, sizeof head,
+                              "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %zu\r\n"
+                              "Connection: close\r\n\r\n",
+                              blen);
+            if (write(cfd, head, (size_t)hn) == hn && write(cfd, body, blen) == (ssize_t)blen) {}
+        }
+        free(body);
+        close(cfd);
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------- run */
+
+patina_status clu_shard_run(const char *urls, const char *coll, const clu_shard_opts_t *o, volatile int *stop)
+{
+    shard_t *sh = calloc(1, sizeof *sh);
+    natsSubscription *sub = NULL;
+    patina_context_opts_t co;
+    char bucket[128];
+    natsStatus ns;
+    patina_status s;
+    uint32_t p;
+    int i;
+    if (!sh) return clu_fail(PATINA_E_NOMEM, "shard: out of memory");
+    sh->o = *o;
+    if (o->name) snprintf(sh->name, sizeof sh->name, "%s", o->name);
+    else {
+        char host[64] = "shard";
+        gethostname(host, sizeof host);
+        host[sizeof host - 1] = '\0';
+        for (i = 0; host[i]; i++)
+            if (!((host[i] >= 'a' && host[i] <= 'z') || (host[i] >= 'A' && host[i] <= 'Z') ||
+                  (host[i] >= '0' && host[i] <= '9') || host[i] == '-'))
+                host[i] = '-';
+        snprintf(sh->name, sizeof sh->name, "%.40s-%d", host, (int)getpid());
+    }
+    if (!clu_name_ok(sh->name)) {
+        free(sh);
+        return clu_fail(PATINA_E_INVALID, "shard: name '%s' is not [A-Za-z0-9_-]{1,%d}", o->name, CLU_NAME_MAX);
+    }
+    snprintf(sh->device, sizeof sh->device, "%s", patina_device_name(o->device));
+    pthread_rwlock_init(&sh->lock, NULL);
+    pthread_mutex_init(&sh->mu, NULL);
+    pthread_cond_init(&sh->cv, NULL);
+    sh->started = (int64_t)time(NULL);
+    patina_context_opts_init(&co);
+    co.threads = o->threads;
+    if ((s = patina_context_new(&sh->ctx, &co)) != PATINA_OK) {
+        s = clu_fail_lib(s, "shard: context");
+        goto out;
+    }
+    if ((s = clu_connect(&sh->c, urls)) != PATINA_OK) goto out;
+    if ((s = clu_collection_config(sh->c, coll, &sh->cfg)) != PATINA_OK) goto out;
+    if (!(sh->parts = calloc(sh->cfg.partitions, sizeof *sh->parts))) {
+        s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
+        goto out;
+    }
+    clu_bucket_members(bucket, sizeof bucket, coll);
+    if ((s = clu_kv_open(&sh->members, sh->c, bucket)) != PATINA_OK) goto out;
+    snprintf(sh->subject, sizeof sh->subject, "patina.%s.shard.%s", coll, sh->name);
+    ns = natsConnection_Subscribe(&sub, sh->c->nc, sh->subject, on_msg, sh);
+    if (ns != NATS_OK) {
+        s = clu_nats_fail(ns, "shard: subscribing to %s", sh->subject);
+        goto out;
+    }
+    natsSubscription_SetPendingLimits(sub, -1, -1);
+    if (o->metrics_port > 0) {
+        pthread_t mt;
+        if (pthread_create(&mt, NULL, metrics_thread, sh) == 0) pthread_detach(mt);
+    }
+    logf_(sh, "collection %s: %u partitions, %zu tables, copies %d, capacity %g; answering on %s", coll,
+          sh->cfg.partitions, sh->cfg.ntables, o->copies, o->capacity, sh->subject);
+    while (!*stop) {
+        heartbeat(sh);
+        reassign(sh);
+        heartbeat(sh);
+        for (i = 0; i < HEARTBEAT_MS / 50 && !*stop; i++) usleep(50000);
+    }
+    /* clean hand-over: out of the members first, then the requests in flight */
+    logf_(sh, "stopping: withdrawing from membership");
+    kvStore_Delete(sh->members, sh->name);
+    natsConnection_FlushTimeout(sh->c->nc, 1000);
+    for (i = 0; i < 50 && sh->inflight; i++) usleep(20000);
+    natsSubscription_Unsubscribe(sub);
+    for (i = 0; i < 100 && sh->inflight; i++) usleep(20000);
+    s = PATINA_OK;
+out:
+    if (sub) natsSubscription_Destroy(sub);
+    for (p = 0; sh->parts && p < sh->cfg.partitions; p++)
+        if (sh->parts[p].hosted) drop(sh, p);
+    free(sh->parts);
+    if (sh->members) kvStore_Destroy(sh->members);
+    clu_disconnect(sh->c);
+    patina_context_free(sh->ctx);
+    /* the mutexes stay: a detached request thread may still be finishing */
+    free(sh);
+    return s;
+}

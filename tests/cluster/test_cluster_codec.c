@@ -1,0 +1,278 @@
+/* The cluster's pure parts: the record and message codecs (round trips;
+ * every truncation, a wrong magic or version, and random corruption give
+ * an error, never a crash: run it under the sanitizers) and weighted
+ * rendezvous hashing (copies on distinct members, balance by weight,
+ * minimal movement when a member joins or leaves). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cluster/cluster.h"
+
+static clu_buf_t sample_record(void)
+{
+    clu_record_t r;
+    clu_buf_t b = {0};
+    static const uint8_t d1[8] = {1, 2, 3, 4, 5, 6, 7, 8}, d2[3] = {9, 9, 9};
+    memset(&r, 0, sizeof r);
+    r.id = 42;
+    r.key = "photos/a.jpg";
+    r.size = 1234;
+    memset(r.sha256, 0xab, 32);
+    r.mtime = 1700000000;
+    r.width = 640;
+    r.height = 480;
+    r.ntables = 2;
+    r.tables[0] = (clu_rtable_t){"cedd:compact=0", d1, sizeof d1};
+    r.tables[1] = (clu_rtable_t){"lbp", d2, sizeof d2};
+    assert_int_equal(clu_record_encode(&b, &r), PATINA_OK);
+    return b;
+}
+
+static void record_round_trip(void **state)
+{
+    clu_buf_t b = sample_record();
+    clu_record_t r;
+    (void)state;
+    assert_int_equal(clu_record_decode(&r, b.p, b.n), PATINA_OK);
+    assert_int_equal(r.id, 42);
+    assert_string_equal(r.key, "photos/a.jpg");
+    assert_int_equal(r.size, 1234);
+    assert_int_equal(r.width, 640);
+    assert_int_equal(r.ntables, 2);
+    assert_string_equal(r.tables[1].spec, "lbp");
+    assert_int_equal(r.tables[0].bytes, 8);
+    assert_int_equal(((const uint8_t *)r.tables[0].desc)[7], 8);
+    assert_non_null(clu_record_table(&r, "lbp"));
+    assert_null(clu_record_table(&r, "glcm"));
+    clu_buf_release(&b);
+}
+
+static void record_malformed(void **state)
+{
+    clu_buf_t b = sample_record();
+    clu_record_t r;
+    uint8_t *copy = malloc(b.n + 1);
+    size_t n, i;
+    uint32_t seed = 1;
+    (void)state;
+    /* every truncation (each prefix in a buffer of its own size, so ASan sees an over-read) */
+    for (n = 0; n < b.n; n++) {
+        uint8_t *p = malloc(n ? n : 1);
+        memcpy(p, b.p, n);
+        assert_int_not_equal(clu_record_decode(&r, p, n), PATINA_OK);
+        free(p);
+    }
+    /* a byte more */
+    memcpy(copy, b.p, b.n);
+    copy[b.n] = 0;
+    assert_int_equal(clu_record_decode(&r, copy, b.n + 1), PATINA_E_CORRUPT);
+    /* wrong magic, wrong version */
+    memcpy(copy, b.p, b.n);
+    copy[0] = 'X';
+    assert_int_equal(clu_record_decode(&r, copy, b.n), PATINA_E_FORMAT);
+    memcpy(copy, b.p, b.n);
+    copy[4] = 2;
+    assert_int_equal(clu_record_decode(&r, copy, b.n), PATINA_E_FORMAT);
+    assert_non_null(strstr(clu_last_error(), "version 2"));
+    /* a key length past the end, a string without its NUL */
+    memcpy(copy, b.p, b.n);
+    copy[16] = 0xff;
+    copy[17] = 0xff;
+    assert_int_equal(clu_record_decode(&r, copy, b.n), PATINA_E_CORRUPT);
+    /* random corruption: any verdict, no crash; a success has a key */
+    for (i = 0; i < 20000; i++) {
+        size_t k;
+        memcpy(copy, b.p, b.n);
+        for (k = 0; k < 3; k++) {
+            seed = seed * 1103515245u + 12345u;
+            copy[(seed >> 8) % b.n] = (uint8_t)(seed >> 24);
+        }
+        if (clu_record_decode(&r, copy, b.n) == PATINA_OK) assert_non_null(r.key);
+    }
+    assert_int_not_equal(clu_record_decode(&r, NULL, 0), PATINA_OK);
+    free(copy);
+    clu_buf_release(&b);
+}
+
+static void request_round_trip_and_malformed(void **state)
+{
+    clu_request_t q, d;
+    clu_buf_t b = {0};
+    uint32_t parts[3] = {1, 5, 7};
+    float qs[2][4] = {{1, 2, 3, 4}, {5, 6, 7, 8}};
+    size_t n;
+    (void)state;
+    memset(&q, 0, sizeof q);
+    q.kind = CLU_KIND_SEARCH;
+    q.spec = "cedd";
+    patina_table_query_init(&q.query);
+    q.query.k = 7;
+    q.parts = parts;
+    q.nparts = 3;
+    q.nq = 2;
+    q.qbytes = sizeof qs[0];
+    q.queries = qs;
+    assert_int_equal(clu_request_encode(&b, &q), PATINA_OK);
+    assert_int_equal(clu_request_decode(&d, b.p, b.n), PATINA_OK);
+    assert_int_equal(d.kind, CLU_KIND_SEARCH);
+    assert_string_equal(d.spec, "cedd");
+    assert_int_equal(d.query.k, 7);
+    assert_int_equal(d.nparts, 3);
+    assert_int_equal(d.parts[2], 7);
+    assert_int_equal(d.nq, 2);
+    assert_memory_equal(d.queries, qs, sizeof qs);
+    clu_request_release(&d);
+    for (n = 0; n < b.n; n++) {
+        uint8_t *p = malloc(n ? n : 1);
+        memcpy(p, b.p, n);
+        assert_int_not_equal(clu_request_decode(&d, p, n), PATINA_OK);
+        free(p);
+    }
+    b.p[4] = 9; /* version */
+    assert_int_equal(clu_request_decode(&d, b.p, b.n), PATINA_E_FORMAT);
+    b.p[4] = 1;
+    b.p[6] = 77; /* kind */
+    assert_int_equal(clu_request_decode(&d, b.p, b.n), PATINA_E_FORMAT);
+    clu_buf_release(&b);
+}
+
+static void reply_round_trip_and_malformed(void **state)
+{
+    clu_reply_t r, d;
+    clu_buf_t b = {0};
+    size_t off[3] = {0, 2, 3}, n;
+    patina_hit_t hits[3] = {{1, 0.5}, {9, 0.75}, {4, 2.0}};
+    char *keys[3] = {"a", "b", "c"};
+    uint32_t parts[2] = {0, 3};
+    uint32_t seed = 7;
+    (void)state;
+    memset(&r, 0, sizeof r);
+    r.kind = CLU_KIND_SEARCH;
+    r.parts = parts;
+    r.nparts = 2;
+    r.res.nq = 2;
+    r.res.offsets = off;
+    r.res.hits = hits;
+    r.res.keys = keys;
+    r.res.rows = 99;
+    assert_int_equal(clu_reply_encode(&b, &r), PATINA_OK);
+    assert_int_equal(clu_reply_decode(&d, b.p, b.n), PATINA_OK);
+    assert_int_equal(d.res.nq, 2);
+    assert_int_equal(d.res.offsets[2], 3);
+    assert_int_equal(d.res.hits[1].id, 9);
+    assert_string_equal(d.res.keys[2], "c");
+    assert_int_equal(d.res.rows, 99);
+    assert_int_equal(d.nparts, 2);
+    clu_reply_release(&d);
+    for (n = 0; n < b.n; n++) {
+        uint8_t *p = malloc(n ? n : 1);
+        memcpy(p, b.p, n);
+        assert_int_not_equal(clu_reply_decode(&d, p, n), PATINA_OK);
+        free(p);
+    }
+    for (n = 0; n < 20000; n++) {
+        uint8_t *p = malloc(b.n);
+        memcpy(p, b.p, b.n);
+        seed = seed * 1103515245u + 12345u;
+        p[(seed >> 8) % b.n] = (uint8_t)(seed >> 24);
+        if (clu_reply_decode(&d, p, b.n) == PATINA_OK) clu_reply_release(&d);
+        free(p);
+    }
+    clu_buf_release(&b);
+}
+
+/* ------------------------------------------------------------ rendezvous */
+
+static void rendezvous_copies_balance(void **state)
+{
+    clu_member_w_t m[4] = {{"a", 1}, {"b", 1}, {"c", 1}, {"d", 2}};
+    size_t count[4] = {0}, out[3], p, i;
+    (void)state;
+    for (p = 0; p < 5000; p++) {
+        size_t n = clu_rendezvous(m, 4, (uint32_t)p, 2, out);
+        assert_int_equal(n, 2);
+        assert_int_not_equal(out[0], out[1]);
+        count[out[0]]++;
+    }
+    /* active copies in proportion to the weights 1:1:1:2 (1000 and 2000 expected) */
+    for (i = 0; i < 3; i++) assert_true(count[i] > 850 && count[i] < 1150);
+    assert_true(count[3] > 1800 && count[3] < 2200);
+    /* fewer members than copies: all of them */
+    assert_int_equal(clu_rendezvous(m, 1, 3, 2, out), 1);
+    assert_int_equal(clu_rendezvous(m, 0, 3, 2, out), 0);
+}
+
+static void rendezvous_minimal_movement(void **state)
+{
+    clu_member_w_t m[4] = {{"s0", 1}, {"s1", 1}, {"s2", 1}, {"s3", 1}};
+    size_t before[64][2], after[2], p, moved = 0;
+    (void)state;
+    for (p = 0; p < 64; p++) clu_rendezvous(m, 3, (uint32_t)p, 2, before[p]);
+    /* s3 joins: a copy moves only to s3 */
+    for (p = 0; p < 64; p++) {
+        size_t j, k;
+        clu_rendezvous(m, 4, (uint32_t)p, 2, after);
+        for (j = 0; j < 2; j++) {
+            int kept = 0;
+            for (k = 0; k < 2; k++) kept |= after[j] == before[p][k];
+            if (!kept) {
+                assert_int_equal(after[j], 3);
+                moved++;
+            }
+        }
+    }
+    assert_true(moved > 20 && moved < 70); /* about 2 * 64 / 4 = 32 */
+    /* s1 leaves (of the first three): the partitions it did not hold keep their copies */
+    {
+        clu_member_w_t l[2] = {{"s0", 1}, {"s2", 1}};
+        for (p = 0; p < 64; p++) {
+            if (before[p][0] == 1 || before[p][1] == 1) continue;
+            clu_rendezvous(l, 2, (uint32_t)p, 2, after);
+            assert_true((strcmp(l[after[0]].name, m[before[p][0]].name) == 0 &&
+                         strcmp(l[after[1]].name, m[before[p][1]].name) == 0));
+        }
+    }
+}
+
+static void merge_knn_exact(void **state)
+{
+    size_t o1[2] = {0, 3}, o2[2] = {0, 2};
+    patina_hit_t h1[3] = {{1, 0.1}, {5, 0.3}, {7, 0.9}}, h2[2] = {{2, 0.3}, {4, 0.5}};
+    patina_table_results_t parts[2], out;
+    patina_table_query_t q;
+    (void)state;
+    memset(parts, 0, sizeof parts);
+    parts[0].nq = parts[1].nq = 1;
+    parts[0].offsets = o1;
+    parts[0].hits = h1;
+    parts[1].offsets = o2;
+    parts[1].hits = h2;
+    patina_table_query_init(&q);
+    q.k = 3;
+    assert_int_equal(clu_results_merge(parts, 2, &q, &out), PATINA_OK);
+    assert_int_equal(out.offsets[1], 3);
+    assert_int_equal(out.hits[0].id, 1);
+    assert_int_equal(out.hits[1].id, 2); /* tie at 0.3: by id */
+    assert_int_equal(out.hits[2].id, 5);
+    patina_table_results_release(&out);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(record_round_trip),
+        cmocka_unit_test(record_malformed),
+        cmocka_unit_test(request_round_trip_and_malformed),
+        cmocka_unit_test(reply_round_trip_and_malformed),
+        cmocka_unit_test(rendezvous_copies_balance),
+        cmocka_unit_test(rendezvous_minimal_movement),
+        cmocka_unit_test(merge_knn_exact),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
