@@ -258,7 +258,13 @@ static int run_search(const cli_args_t *a)
     }
     rc = query_list(a, &qs, &nq);
     if (rc == EXIT_USAGE || rc == EXIT_ERROR) goto out;
-    if ((rc = cli_context(&ctx, a)) != 0) goto out;
+    {
+        const int crc = cli_context(&ctx, a); /* rc keeps query_list's EXIT_PARTIAL */
+        if (crc != 0) {
+            rc = crc;
+            goto out;
+        }
+    }
     patina_decode_opts_init(&dopts);
     dopts.limits = *patina_context_limits(ctx);
     dopts.strict = (int)cli_get(a, "strict")->i;
