@@ -93,6 +93,10 @@ class Proc:
             return "(no log)"
 
 
+def _text(what):
+    return what() if callable(what) else what
+
+
 class Procs:
     """The background processes of one test; all killed (-9) at its end."""
 
@@ -106,17 +110,18 @@ class Procs:
         return p
 
     def wait_for(self, pred, what, timeout=60.0, watch=()):
-        """Poll pred() until true; fail naming what, with the logs of the processes in watch, when
-        it is not within timeout or one of them exits."""
+        """Poll pred() until true; fail naming what (a string, or a function giving one: the
+        last reason), with the logs of the processes in watch, when it is not within timeout or
+        one of them exits."""
         deadline = time.monotonic() + timeout
         while True:
             if pred():
                 return
             for p in watch:
                 if not p.alive():
-                    pytest.fail(f"{p.name} exited ({p.proc.returncode}) while waiting for {what}:\n{p.tail()}")
+                    pytest.fail(f"{p.name} exited ({p.proc.returncode}) while waiting for {_text(what)}:\n{p.tail()}")
             if time.monotonic() > deadline:
-                pytest.fail(f"not within {timeout} s: {what}\n" +
+                pytest.fail(f"not within {timeout} s: {_text(what)}\n" +
                             "\n".join(f"--- {p.name}\n{p.tail()}" for p in watch))
             time.sleep(0.1)
 
