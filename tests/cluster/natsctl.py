@@ -132,11 +132,24 @@ class Cluster:
         for s in self.servers:
             self._write_conf(s)
         if start:
-            try:
-                self.start(timeout=timeout)
-            except BaseException:
-                self.stop()
-                raise
+            for attempt in range(3):
+                try:
+                    self.start(timeout=timeout)
+                    break
+                except NatsError:
+                    # a port taken between free_port() and the server's bind (another test's
+                    # server): new ports for all, then again
+                    if attempt == 2 or not self._lost_a_port():
+                        self.stop()
+                        raise
+                    self._kill_all()
+                    for s in self.servers:
+                        s.port, s.cluster_port, s.http_port = free_port(), free_port(), free_port()
+                    for s in self.servers:
+                        self._write_conf(s)
+                except BaseException:
+                    self.stop()
+                    raise
 
     # ---------------------------------------------------------------- config and processes
     def _write_conf(self, s):
@@ -221,8 +234,7 @@ class Cluster:
         self.wait_healthy([s], timeout=timeout)
         return s
 
-    def stop(self):
-        """Kill every server and remove the folder. Safe to call twice."""
+    def _kill_all(self):
         for s in getattr(self, "servers", []):
             if s.proc is not None and s.proc.poll() is None:
                 s.proc.kill()
@@ -230,6 +242,21 @@ class Cluster:
                     s.proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     pass
+
+    def _lost_a_port(self):
+        """Whether a server's log says it could not listen (its port was taken)."""
+        for s in self.servers:
+            try:
+                with open(s.log, errors="replace") as f:
+                    if "address already in use" in f.read():
+                        return True
+            except OSError:
+                pass
+        return False
+
+    def stop(self):
+        """Kill every server and remove the folder. Safe to call twice."""
+        self._kill_all()
         base = getattr(self, "base", None)
         if base and os.path.isdir(base):
             shutil.rmtree(base, ignore_errors=True)
