@@ -6,8 +6,10 @@
 # root with chroot: `make run`, then `make test`. Fails when either fails,
 # so that an install step the project's own files lack cannot hide behind
 # the packages a development machine happens to have. Between the two it
-# checks what `make run` must not do: install the browser of the UI tests,
-# leave the download cache open to others, write into the checkout.
+# checks what `make run` must not do: install the browser of the UI tests or
+# the NATS server of the cluster's tests, leave the download cache open to
+# others, write into the checkout; after `make test`, that the checkout is
+# unchanged and the NATS server is installed (.venv-nats, scripts/bootstrap.sh).
 #
 #   scripts/fresh-debian.sh [--keep] [--dir DIR]
 #     --dir DIR  where to build the root (must not exist; default: a new
@@ -153,6 +155,7 @@ say "make run passed in $(( $(date +%s) - t )) s"
 in_root '
   if dpkg-query -W -f="\${Status}" chromium 2>/dev/null | grep -q "install ok"; then
     echo "make run installed chromium (the UI tests need it, the demo does not)" >&2; exit 1; fi
+  [ ! -e /root/patina/.venv-nats ] || { echo "make run installed the NATS server (the tests need it, the demo does not)" >&2; exit 1; }
   m=$(stat -c %a /root/.cache/patina/debs)
   [ "$m" = 700 ] || { echo "the sample download folder has mode $m, not 700" >&2; exit 1; }
   cd /root/patina
@@ -164,4 +167,6 @@ in_root 'cd /root/patina && make test'
 say "make test passed in $(( $(date +%s) - t )) s"
 # shellcheck disable=SC2016
 in_root 'cd /root/patina &&
-  [ -z "$(git status --porcelain)" ] || { echo "make test changed the checkout:" >&2; git status --short >&2; exit 1; }'
+  [ -z "$(git status --porcelain)" ] || { echo "make test changed the checkout:" >&2; git status --short >&2; exit 1; }
+  v=$(.venv-nats/bin/nats-server --version) && [ "$v" = "nats-server: v2.15.1" ] ||
+    { echo "make test did not install nats-server 2.15.1 into .venv-nats" >&2; exit 1; }'
