@@ -233,23 +233,23 @@ static void test_range(void **state)
     (void)state;
     for (int i = 0; i < 64; i++) q[i] = 1, coef[i] = 0;
     coef[0] = 1000; /* flat block: (1000 * 4 + 16) >> 5 = 125 -> 253 */
-    assert_int_equal(jx_idct(coef, q, out, 8), 1);
+    assert_int_equal(jx_idct(coef, 1, q, out, 8), 1);
     for (int i = 0; i < 64; i++) assert_int_equal(out[i], 253);
     coef[0] = -1024; /* -128 -> 0 */
-    assert_int_equal(jx_idct(coef, q, out, 8), 1);
+    assert_int_equal(jx_idct(coef, 1, q, out, 8), 1);
     for (int i = 0; i < 64; i++) assert_int_equal(out[i], 0);
     coef[0] = 3000; /* DC only, 3000 * 4 = 12000 <= JX_SAFE; output 375: clamped to 255 */
-    assert_int_equal(jx_idct(coef, q, out, 8), 1);
+    assert_int_equal(jx_idct(coef, 1, q, out, 8), 1);
     assert_int_equal(out[0], 255);
     coef[0] = 3001; /* pass-1 output 12004 > JX_SAFE */
-    assert_int_equal(jx_idct(coef, q, out, 8), 0);
+    assert_int_equal(jx_idct(coef, 1, q, out, 8), 0);
     coef[0] = 0;
     coef[9] = 12001; /* a dequantised AC coefficient over JX_SAFE */
-    assert_int_equal(jx_idct(coef, q, out, 8), 0);
+    assert_int_equal(jx_idct(coef, 1, q, out, 8), 0);
     coef[9] = 0;
     q[0] = 255;
     coef[0] = 47; /* 11985 <= JX_SAFE, but its DC term 47 * 255 * 4 > JX_SAFE after pass 1 */
-    assert_int_equal(jx_idct(coef, q, out, 8), 0);
+    assert_int_equal(jx_idct(coef, 1, q, out, 8), 0);
     /* the range table: v + 128 inside [-128, 127], clamped out to +-511 */
     assert_int_equal(jx_range(-128), 0);
     assert_int_equal(jx_range(127), 255);

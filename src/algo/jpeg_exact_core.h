@@ -137,11 +137,11 @@ JX_FN uint8_t jx_range(int32_t v)
     return (uint8_t)(j < 128 ? j + 128 : j < 512 ? 255 : j < 896 ? 0 : j - 896);
 }
 
-/* Dequantises and inverse-transforms one block: coef (64) s16 in natural
- * order, q (64) its quantisation table; writes 8 rows of 8 samples at
- * out + r * pitch. Returns 1, or 0 when the block leaves the exact range
- * (out is then unspecified). */
-JX_FN int jx_idct(const int16_t *coef, const uint16_t *q, uint8_t *out, int pitch)
+/* Dequantises and inverse-transforms one block: coefficient k (natural
+ * order) at coef[k * cs], q (64) its quantisation table; writes 8 rows of 8
+ * samples at out + r * pitch. Returns 1, or 0 when the block leaves the exact
+ * range (out is then unspecified). */
+JX_FN int jx_idct(const int16_t *coef, int cs, const uint16_t *q, uint8_t *out, int pitch)
 {
     int32_t ws[64], z[8], o[8];
     int c, r, k;
@@ -149,7 +149,7 @@ JX_FN int jx_idct(const int16_t *coef, const uint16_t *q, uint8_t *out, int pitc
     for (c = 0; c < 8; c++) {
         int ac = 0;
         for (k = 0; k < 8; k++) {
-            int32_t v = (int32_t)coef[k * 8 + c] * (int32_t)q[k * 8 + c];
+            int32_t v = (int32_t)coef[(k * 8 + c) * cs] * (int32_t)q[k * 8 + c];
             if (v > JX_SAFE || v < -JX_SAFE) return 0;
             z[k] = v;
             ac |= k > 0 && v != 0;

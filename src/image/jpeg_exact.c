@@ -255,7 +255,7 @@ int patina__jpegx_pixels(const jx_image_t *im, const int16_t *coef, uint8_t *rgb
         for (int by = 0; by < k->bh && ok == 1; by++)
             for (int bx = 0; bx < k->bw; bx++) {
                 const int16_t *b = coef + (k->first + (uint64_t)by * (uint64_t)k->bw + (uint64_t)bx) * 64;
-                if (!jx_idct(b, k->q, plane[c] + (long)by * 8 * pitch[c] + bx * 8, (int)pitch[c])) {
+                if (!jx_idct(b, 1, k->q, plane[c] + (long)by * 8 * pitch[c] + bx * 8, (int)pitch[c])) {
                     ok = 0;
                     break;
                 }
