@@ -180,6 +180,36 @@ struct patina_jpegx_gpu {
 
 static size_t jxg_pitch(int w) { return ((size_t)w * 3 + 127) & ~(size_t)127; }
 
+/* The decoder's memory comes straight from CUDA, not from the context's
+ * tagged allocator: the indexing pipeline decodes the next window on its
+ * producer thread while the main thread extracts on the same context, and
+ * the allocator is not thread-safe. Its size is bounded all the same: the
+ * staging from the budget, the arena by the caller's batch. */
+static patina_status jxg_dev(void **p, size_t bytes, const char *tag)
+{
+    if (cudaMalloc(p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *p = NULL;
+        return patina__fail(PATINA_E_NOMEM, "jpegx: cannot allocate %.1f MiB of device memory for %s",
+                            (double)bytes / JXG_MIB, tag);
+    }
+    return PATINA_OK;
+}
+
+static patina_status jxg_pin(void **p, size_t bytes, const char *tag)
+{
+    if (cudaHostAlloc(p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *p = NULL;
+        return patina__fail(PATINA_E_NOMEM, "jpegx: cannot allocate %.1f MiB of pinned memory for %s",
+                            (double)bytes / JXG_MIB, tag);
+    }
+    return PATINA_OK;
+}
+
+#define JXG_FREE_DEV(p) (cudaFree(p), (p) = NULL)
+#define JXG_FREE_PIN(p) (cudaFreeHost(p), (p) = NULL)
+
 patina_status patina_gpu_jpegx_open(patina_jpegx_gpu_t **out, patina_gpu_t *g)
 {
     patina_jpegx_gpu_t *d;
@@ -208,8 +238,12 @@ patina_status patina_gpu_jpegx_open(patina_jpegx_gpu_t **out, patina_gpu_t *g)
 static void jxg_free_desc(patina_jpegx_gpu_t *d)
 {
     for (int b = 0; b < 2; b++) {
-        pgpu_free_n(d->g, 6, &d->h_img[b], &d->d_img[b], &d->h_plane[b], &d->d_plane[b], &d->h_flags[b],
-                    &d->d_flags[b]);
+        JXG_FREE_PIN(d->h_img[b]);
+        JXG_FREE_DEV(d->d_img[b]);
+        JXG_FREE_PIN(d->h_plane[b]);
+        JXG_FREE_DEV(d->d_plane[b]);
+        JXG_FREE_PIN(d->h_flags[b]);
+        JXG_FREE_DEV(d->d_flags[b]);
         free(d->round_items[b]);
         d->round_items[b] = NULL;
     }
@@ -223,10 +257,12 @@ void patina_gpu_jpegx_close(patina_jpegx_gpu_t *d)
     if (d->stream) cudaStreamSynchronize(d->stream);
     jxg_free_desc(d);
     for (int b = 0; b < 2; b++) {
-        pgpu_free_n(d->g, 2, &d->h_coef[b], &d->d_coef[b]);
+        JXG_FREE_PIN(d->h_coef[b]);
+        JXG_FREE_DEV(d->d_coef[b]);
         if (d->done[b]) cudaEventDestroy(d->done[b]);
     }
-    pgpu_free_n(d->g, 2, &d->d_pbuf, &d->arena);
+    JXG_FREE_DEV(d->d_pbuf);
+    JXG_FREE_DEV(d->arena);
     if (d->stream) cudaStreamDestroy(d->stream);
     free(d->items);
     free(d);
@@ -235,33 +271,23 @@ void patina_gpu_jpegx_close(patina_jpegx_gpu_t *d)
 /* The staging buffers, the plane buffer and descriptors for `n` images per round. */
 static patina_status jxg_reserve(patina_jpegx_gpu_t *d, size_t n)
 {
-    patina_gpu_t *g = d->g;
     if (!d->d_pbuf) {
         for (int b = 0; b < 2; b++) {
-            PATINA_TRY(pgpu_pin_alloc(g, (void **)&d->h_coef[b], d->stage_bytes, PGPU_FAM_CONTEXT,
-                                      "jpegx coefficient staging"));
-            PATINA_TRY(pgpu_dev_alloc(g, (void **)&d->d_coef[b], d->stage_bytes, PGPU_FAM_CONTEXT,
-                                      "jpegx coefficients"));
+            PATINA_TRY(jxg_pin((void **)&d->h_coef[b], d->stage_bytes, "jpegx coefficient staging"));
+            PATINA_TRY(jxg_dev((void **)&d->d_coef[b], d->stage_bytes, "jpegx coefficients"));
         }
-        PATINA_TRY(pgpu_dev_alloc(g, (void **)&d->d_pbuf, d->stage_bytes / 2 + 64, PGPU_FAM_CONTEXT,
-                                  "jpegx component planes"));
+        PATINA_TRY(jxg_dev((void **)&d->d_pbuf, d->stage_bytes / 2 + 64, "jpegx component planes"));
     }
     if (n > d->desc_cap) {
         size_t cap = n < 64 ? 64 : n;
         jxg_free_desc(d);
         for (int b = 0; b < 2; b++) {
-            PATINA_TRY(pgpu_pin_alloc(g, (void **)&d->h_img[b], cap * sizeof(jxg_img_t), PGPU_FAM_CONTEXT,
-                                      "jpegx image table"));
-            PATINA_TRY(pgpu_dev_alloc(g, (void **)&d->d_img[b], cap * sizeof(jxg_img_t), PGPU_FAM_CONTEXT,
-                                      "jpegx image table"));
-            PATINA_TRY(pgpu_pin_alloc(g, (void **)&d->h_plane[b], 4 * cap * sizeof(jxg_plane_t), PGPU_FAM_CONTEXT,
-                                      "jpegx plane table"));
-            PATINA_TRY(pgpu_dev_alloc(g, (void **)&d->d_plane[b], 4 * cap * sizeof(jxg_plane_t), PGPU_FAM_CONTEXT,
-                                      "jpegx plane table"));
-            PATINA_TRY(pgpu_pin_alloc(g, (void **)&d->h_flags[b], cap * sizeof(unsigned), PGPU_FAM_CONTEXT,
-                                      "jpegx flags"));
-            PATINA_TRY(pgpu_dev_alloc(g, (void **)&d->d_flags[b], cap * sizeof(unsigned), PGPU_FAM_CONTEXT,
-                                      "jpegx flags"));
+            PATINA_TRY(jxg_pin((void **)&d->h_img[b], cap * sizeof(jxg_img_t), "jpegx image table"));
+            PATINA_TRY(jxg_dev((void **)&d->d_img[b], cap * sizeof(jxg_img_t), "jpegx image table"));
+            PATINA_TRY(jxg_pin((void **)&d->h_plane[b], 4 * cap * sizeof(jxg_plane_t), "jpegx plane table"));
+            PATINA_TRY(jxg_dev((void **)&d->d_plane[b], 4 * cap * sizeof(jxg_plane_t), "jpegx plane table"));
+            PATINA_TRY(jxg_pin((void **)&d->h_flags[b], cap * sizeof(unsigned), "jpegx flags"));
+            PATINA_TRY(jxg_dev((void **)&d->d_flags[b], cap * sizeof(unsigned), "jpegx flags"));
             d->round_items[b] = (int *)malloc(cap * sizeof(int));
             if (!d->round_items[b]) return patina__fail(PATINA_E_NOMEM, "jpegx: out of memory");
         }
@@ -460,10 +486,9 @@ static patina_status jxg_run(patina_jpegx_gpu_t *d, patina_pool_t *pool, patina_
     }
     if (bytes > d->arena_bytes) {
         size_t want = bytes + bytes / 4;
-        pgpu_free(d->g, d->arena);
-        d->arena = NULL;
+        JXG_FREE_DEV(d->arena);
         d->arena_bytes = 0;
-        PATINA_TRY(pgpu_dev_alloc(d->g, (void **)&d->arena, want, PGPU_FAM_CONTEXT, "jpegx decoded images"));
+        PATINA_TRY(jxg_dev((void **)&d->arena, want, "jpegx decoded images"));
         d->arena_bytes = want;
     }
     for (i = 0; i < n; i++) {
