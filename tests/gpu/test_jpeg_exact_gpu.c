@@ -292,6 +292,110 @@ static void test_random_blocks(void **state)
     assert_true(flagged > 0 && flagged < N);
 }
 
+/* The pipeline: a folder of JPEGs in several modes (one progressive, one
+ * CMYK, one truncated, one with extraneous bytes) and a PNG, indexed with
+ * CEDD on the GPU by the CPU decoder and by exact-gpu (explicit and auto):
+ * the same images indexed, the same failures, identical descriptors. */
+static void test_pipeline(void **state)
+{
+    char *dir = tu_tempdir("jpegx"), path[4096], col[3][4096];
+    const char *paths[1];
+    char **files = NULL;
+    size_t nfiles = 0, missing = 0, i, gpu_decoded[3] = {0, 0, 0};
+    patina_context_t *ctx;
+    patina_extractor_t *ex;
+    patina_collection_t *c[3];
+    static const patina_jpeg_decoder dec[3] = {PATINA_JPEG_LIBJPEG, PATINA_JPEG_EXACT_GPU, PATINA_JPEG_AUTO};
+    (void)state;
+    for (i = 0; i < 40; i++) {
+        unsigned long len;
+        int mode = (int)(i % 5), w = 150 + (int)i * 13, h = 100 + (int)i * 7;
+        unsigned char *j;
+        if (i == 9) mode = 11; /* CMYK */
+        j = jxc_make(&len, &jxc_modes[mode], i == 7 ? JXC_PROG : i == 8 ? JXC_RST : JXC_BASE, 85, w, h,
+                     1 + (int)(i % 3), 900 + i);
+        snprintf(path, sizeof path, "%s/img_%03zu.jpg", dir, i);
+        if (i == 11) len /= 3; /* truncated */
+        if (i == 12) {         /* extraneous bytes: a warning, decoded on the CPU */
+            unsigned char *b = malloc(len + 3);
+            size_t at = 4 + ((size_t)j[4] << 8 | j[5]);
+            memcpy(b, j, at);
+            memcpy(b + at, "\x01\x02\x03", 3);
+            memcpy(b + at + 3, j + at, len - at);
+            assert_int_equal(tu_write_file(path, b, len + 3), 0);
+            free(b);
+        } else {
+            assert_int_equal(tu_write_file(path, j, len), 0);
+        }
+        free(j);
+    }
+    {
+        static const unsigned char png[] = {0x89, 'P', 'N', 'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0};
+        snprintf(path, sizeof path, "%s/broken.png", dir);
+        assert_int_equal(tu_write_file(path, png, sizeof png), 0);
+    }
+    paths[0] = dir;
+    TU_OK(patina_expand_paths(&files, &nfiles, paths, 1, &missing, NULL, NULL));
+    assert_int_equal(nfiles, 41);
+    TU_OK(patina_context_new(&ctx, NULL));
+    TU_OK(patina_extractor_new(&ex, "cedd"));
+    for (int k = 0; k < 3; k++) {
+        patina_index_opts_t o;
+        patina_index_stats_t st;
+        patina_index_opts_init(&o);
+        o.device = PATINA_DEVICE_GPU;
+        o.jpeg_decoder = dec[k];
+        o.batch = 8;
+        snprintf(col[k], sizeof col[k], "%s/col%d", dir, k);
+        TU_OK(patina_collection_open(&c[k], col[k], PATINA_OPEN_CREATE, 0));
+        TU_OK(patina_index_files(ctx, c[k], ex, (const char *const *)files, nfiles, &o, &st));
+        printf("  pipeline (decoder %d): indexed %llu, failed %llu, warned %llu, GPU decoded %llu\n", (int)dec[k],
+               (unsigned long long)st.indexed, (unsigned long long)st.failed, (unsigned long long)st.warned,
+               (unsigned long long)st.gpu_decoded);
+        assert_int_equal(st.indexed, 39); /* 40 JPEGs - the truncated one */
+        assert_int_equal(st.failed, 2);   /* truncated JPEG, broken PNG */
+        assert_int_equal(st.warned, 1);   /* extraneous bytes */
+        gpu_decoded[k] = st.gpu_decoded;
+    }
+    assert_int_equal(gpu_decoded[0], 0);
+    assert_int_equal(gpu_decoded[1], 38); /* all but the truncated and the warned one */
+    assert_int_equal(gpu_decoded[2], 38);
+    {
+        size_t bytes = patina_extractor_bytes(ex), same = 0;
+        uint8_t *a = malloc(bytes), *b = malloc(bytes);
+        for (i = 0; i < nfiles; i++) {
+            char *key;
+            patina_record_t r0, r1;
+            TU_OK(patina_collection_key(c[0], files[i], &key));
+            if (patina_collection_get_by_key(c[0], key, &r0) != PATINA_OK) {
+                free(key);
+                continue;
+            }
+            for (int k = 1; k < 3; k++) {
+                TU_OK(patina_collection_get_by_key(c[k], key, &r1));
+                TU_OK(patina_collection_get_descriptor(c[0], patina_extractor_spec(ex), r0.id, a, bytes));
+                TU_OK(patina_collection_get_descriptor(c[k], patina_extractor_spec(ex), r1.id, b, bytes));
+                if (memcmp(a, b, bytes)) printf("  descriptor of %s differs (decoder %d)\n", key, (int)dec[k]);
+                else same++;
+                patina_record_release(&r1);
+            }
+            patina_record_release(&r0);
+            free(key);
+        }
+        printf("  pipeline: %zu of %d descriptors identical to the CPU decoder's\n", same, 2 * 39);
+        assert_int_equal(same, 2 * 39);
+        free(a);
+        free(b);
+    }
+    for (int k = 0; k < 3; k++) patina_collection_close(c[k]);
+    for (i = 0; i < nfiles; i++) free(files[i]);
+    free(files);
+    patina_extractor_free(ex);
+    patina_context_free(ctx);
+    tu_remove_tree(dir);
+    free(dir);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -322,6 +426,7 @@ int main(void)
         cmocka_unit_test(test_generated),
         cmocka_unit_test(test_samples),
         cmocka_unit_test(test_rounds),
+        cmocka_unit_test(test_pipeline),
     };
     tu_require_gpu();
     return cmocka_run_group_tests(tests, setup, teardown);
