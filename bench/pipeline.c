@@ -18,8 +18,13 @@
  *              than the wall time);
  *   extract    patina_extract_batch on batches of decoded images already in
  *              host memory (no read, no decode, no store): images/s;
- *   decode     libjpeg-turbo decoding alone on all CPU threads: images/s.
- * --nvjpeg adds a row with the GPU JPEG decoder (cedd only). The kernel-only
+ *   decode     libjpeg-turbo decoding alone on all CPU threads: images/s;
+ *              with a GPU also the exact GPU decoder alone (entropy decoding
+ *              on all threads + the device stage, images left on the device,
+ *              batches of --batch) and its entropy decoding alone.
+ * On the GPU device each family also gets a gpu+exact row (decoder
+ * exact-gpu: the CPU path's pixels; "unavailable" for families that cannot
+ * read device images). --nvjpeg adds a row with nvJPEG (cedd only). The kernel-only
  * rates (images resident on the GPU) are in bench_cedd, bench_lbp and
  * bench_glcm. */
 #define _GNU_SOURCE
@@ -30,6 +35,8 @@
 #include <unistd.h>
 
 #include "core/internal.h"
+#include "gpu/gpu.h"
+#include "image/jpeg_exact.h"
 #include "patina/patina.h"
 
 static void die(const char *what)
@@ -136,6 +143,84 @@ static double extract_rate(patina_context_t *ctx, const patina_extractor_t *ex, 
     return (double)done / t;
 }
 
+/* The exact GPU decoder alone on the files (read into memory first): rates
+ * of its entropy decoding alone (all threads, coefficients to host memory)
+ * and of the whole decoder (entropy + device stage, batches of `batch`).
+ * 0 when there is no GPU. */
+typedef struct entropy_job {
+    void **data;
+    size_t *size;
+    size_t ok;
+} entropy_job_t;
+
+static void entropy_one(void *arg, size_t i, int worker)
+{
+    entropy_job_t *j = arg;
+    patina_jpegx_reader_t *r;
+    jx_image_t im;
+    int16_t *coef;
+    (void)worker;
+    if (patina__jpegx_open(&r, &im, j->data[i], j->size[i], "bench") != PATINA_OK) return;
+    coef = malloc((size_t)im.nblocks * 64 * sizeof *coef);
+    if (coef && patina__jpegx_read(r, &im, coef) == PATINA_OK) __atomic_add_fetch(&j->ok, 1, __ATOMIC_RELAXED);
+    free(coef);
+    patina__jpegx_close(r);
+}
+
+static void exact_rates(char **files, size_t n, int threads, size_t batch, double *entropy, double *whole)
+{
+    patina_gpu_t *g = NULL;
+    patina_jpegx_gpu_t *d = NULL;
+    patina_pool_t *pool = NULL;
+    entropy_job_t ej;
+    patina_image_t *out = calloc(batch, sizeof *out);
+    patina_status *st = calloc(batch, sizeof *st);
+    size_t taken = 0;
+    double t0;
+    *entropy = *whole = 0;
+    ej.data = calloc(n, sizeof *ej.data);
+    ej.size = calloc(n, sizeof *ej.size);
+    ej.ok = 0;
+    if (!out || !st || !ej.data || !ej.size) die("memory");
+    for (size_t i = 0; i < n; i++)
+        if (patina_file_read(&ej.data[i], &ej.size[i], files[i], NULL) != PATINA_OK) die("read");
+    if (patina_pool_new(&pool, threads) != PATINA_OK) die("pool");
+    t0 = patina_now();
+    patina_pool_run(pool, n, entropy_one, &ej);
+    *entropy = (double)ej.ok / (patina_now() - t0);
+    if (patina_gpu_count() > 0 && patina_gpu_open(&g, 0, 0) == PATINA_OK && patina_gpu_jpegx_open(&d, g) == PATINA_OK) {
+        for (int pass = 0; pass < 2; pass++) { /* the first pass allocates */
+            taken = 0;
+            t0 = patina_now();
+            for (size_t i = 0; i < n; i += batch) {
+                size_t m = n - i < batch ? n - i : batch;
+                for (size_t k = 0; k < m; k++) {
+                    patina_image_info_t info;
+                    if (patina_image_probe(&info, ej.data[i + k], ej.size[i + k], files[i + k]) != PATINA_OK) die("probe");
+                    out[k].width = info.width;
+                    out[k].height = info.height;
+                }
+                if (patina_gpu_jpegx_decode(d, pool, out, (const void *const *)ej.data + i, ej.size + i, m, st) !=
+                    PATINA_OK)
+                    die("jpegx");
+                for (size_t k = 0; k < m; k++) taken += st[k] == PATINA_OK;
+            }
+            *whole = (double)taken / (patina_now() - t0);
+        }
+    } else {
+        patina_clear_error();
+    }
+    if (taken < n && *whole > 0) fprintf(stderr, "bench_pipeline: exact GPU decoder took %zu of %zu\n", taken, n);
+    patina_gpu_jpegx_close(d);
+    patina_gpu_close(g);
+    patina_pool_free(pool);
+    for (size_t i = 0; i < n; i++) free(ej.data[i]);
+    free(ej.data);
+    free(ej.size);
+    free(out);
+    free(st);
+}
+
 static void rm_rf(const char *path)
 {
     char cmd[4200];
@@ -160,7 +245,7 @@ int main(int argc, char **argv)
     patina_context_t *ctx;
     patina_image_t *imgs;
     decode_job_t dj;
-    double t0, decode_rate;
+    double t0, decode_rate, entropy_rate, exact_rate;
     if (!tmp || !*tmp) tmp = "/tmp";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
@@ -210,20 +295,31 @@ int main(int argc, char **argv)
         patina_pool_free(pool);
     }
     for (size_t i = preload; i < nfiles; i++) patina_image_release(&imgs[i]);
+    exact_rates(files, nfiles, patina_context_threads(ctx), batch, &entropy_rate, &exact_rate);
     {
         char gpu[256] = "none";
         if (patina_gpu_count() > 0) patina_gpu_describe(0, gpu, sizeof gpu);
         printf("bench_pipeline: %zu JPEGs of %dx%d under %s; %d CPU threads; GPU: %s\n", nfiles, size, size, dir,
                patina_context_threads(ctx), gpu);
-        printf("decode alone (libjpeg-turbo, all threads): %.0f images/s\n\n", decode_rate);
+        printf("decode alone (libjpeg-turbo, all threads): %.0f images/s\n", decode_rate);
+        printf("entropy decoding alone (libjpeg-turbo jpeg_read_coefficients, all threads): %.0f images/s\n",
+               entropy_rate);
+        if (exact_rate > 0)
+            printf("exact GPU decode alone (entropy on all threads + device stage, batches of %zu, images left on "
+                   "the device): %.0f images/s\n\n", batch, exact_rate);
+        else
+            printf("exact GPU decode alone: no GPU\n\n");
     }
     printf("| family | device | e2e s | e2e img/s | extract-only img/s | e2e / extract | read s | decode s "
            "| extract s | store s | decode share |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int f = 0; f < nf; f++)
-        for (int d = 0; d < nd + (nvjpeg && !strcmp(fams[f], "cedd")); d++) {
-            const int use_nvjpeg = d == nd;
-            const char *dname = use_nvjpeg ? "gpu" : devs[d];
+        for (int d = 0; d < 2 * nd + (nvjpeg && !strcmp(fams[f], "cedd")); d++) {
+            /* rows 0 .. nd-1: the devices with the CPU decoder; nd .. 2nd-1:
+             * the same devices with exact-gpu (GPU only); then nvJPEG */
+            const int use_nvjpeg = d == 2 * nd, use_exact = d >= nd && d < 2 * nd;
+            const char *dname = use_nvjpeg ? "gpu" : devs[use_exact ? d - nd : d];
+            const char *row = use_nvjpeg ? "gpu+nvjpeg" : use_exact ? "gpu+exact" : dname;
             patina_extractor_t *ex;
             patina_device dev, got;
             patina_index_opts_t o;
@@ -233,12 +329,16 @@ int main(int argc, char **argv)
             double ext = 0, busy;
             if (patina_extractor_new(&ex, fams[f]) != PATINA_OK) die(fams[f]);
             if (patina_device_parse(&dev, dname) != PATINA_OK) die(dname);
-            if (patina_context_resolve(ctx, ex, dev, &got) != PATINA_OK) {
-                printf("| %s | %s | unavailable: %s |\n", fams[f], dname, patina_last_error());
+            if (use_exact && strcmp(dname, "gpu")) {
                 patina_extractor_free(ex);
                 continue;
             }
-            if (!use_nvjpeg) ext = extract_rate(ctx, ex, dev, imgs, preload, batch);
+            if (patina_context_resolve(ctx, ex, dev, &got) != PATINA_OK) {
+                printf("| %s | %s | unavailable: %s |\n", fams[f], row, patina_last_error());
+                patina_extractor_free(ex);
+                continue;
+            }
+            if (!use_nvjpeg && !use_exact) ext = extract_rate(ctx, ex, dev, imgs, preload, batch);
             if (use_nvjpeg && patina_jpeg_gpu_prepare(ctx) != PATINA_OK) {
                 printf("| %s | gpu+nvjpeg | unavailable: %s |\n", fams[f], patina_last_error());
                 patina_extractor_free(ex);
@@ -251,13 +351,19 @@ int main(int argc, char **argv)
             o.device = dev;
             o.batch = batch;
             o.on_error = on_error;
-            o.jpeg_decoder = use_nvjpeg ? PATINA_JPEG_NVJPEG : PATINA_JPEG_LIBJPEG;
-            if (patina_index_files(ctx, c, ex, (const char *const *)files, nfiles, &o, &st) != PATINA_OK)
-                die("index");
+            o.jpeg_decoder = use_nvjpeg ? PATINA_JPEG_NVJPEG : use_exact ? PATINA_JPEG_EXACT_GPU : PATINA_JPEG_LIBJPEG;
+            if (patina_index_files(ctx, c, ex, (const char *const *)files, nfiles, &o, &st) != PATINA_OK) {
+                if (!use_exact) die("index");
+                printf("| %s | %s | unavailable: %s |\n", fams[f], row, patina_last_error());
+                patina_collection_close(c);
+                rm_rf(coll);
+                patina_extractor_free(ex);
+                continue;
+            }
             patina_collection_close(c);
             rm_rf(coll);
             busy = st.t_read + st.t_decode + st.t_extract + st.t_store;
-            printf("| %s | %s | %.2f | %.1f | ", fams[f], use_nvjpeg ? "gpu+nvjpeg" : dname, st.seconds,
+            printf("| %s | %s | %.2f | %.1f | ", fams[f], row, st.seconds,
                    (double)st.indexed / st.seconds);
             if (ext > 0) printf("%.1f | %.2f | ", ext, ((double)st.indexed / st.seconds) / ext);
             else printf("- | - | ");

@@ -1202,7 +1202,7 @@ static void test_parser(void **state)
     assert_true(cli_get(&a, "family")->set && !cli_get(&a, "family")->given);
     assert_true(cli_get(&a, "batch-memory")->bytes == 1ull << 30);
     assert_int_equal(cli_get(&a, "max-pixels")->i, 100000000);
-    assert_string_equal(cli_get(&a, "decoder")->text, "libjpeg");
+    assert_string_equal(cli_get(&a, "decoder")->text, "auto");
     assert_int_equal(a.noperands, 4);
     assert_string_equal(a.operands[0], "C");
     assert_string_equal(a.operands[1], "P1");
@@ -1265,7 +1265,7 @@ static void test_parser(void **state)
             {{"index", "C", "P", "--jobs=x"}, "--jobs wants an integer from 1 to 1024, got 'x'"},
             {{"index", "C", "P", "--batch"}, "--batch needs a value"},
             {{"index", "C", "P", "--quiet=1"}, "--quiet takes no value"},
-            {{"index", "C", "P", "--decoder", "x"}, "--decoder wants libjpeg or nvjpeg, got 'x'"},
+            {{"index", "C", "P", "--decoder", "x"}, "--decoder wants libjpeg, nvjpeg, exact-gpu or auto, got 'x'"},
             {{"ls", "C", "--format", "x"}, "--format wants table, csv or json, got 'x'"},
             {{"search", "C", "Q", "--range", "1", "-k", "2"}, "-k and --range cannot be combined"},
             {{"search", "C", "Q", "--range", "-0.5"}, "--range wants a number >= 0, got '-0.5'"},

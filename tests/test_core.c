@@ -357,7 +357,7 @@ static void test_opts_init(void **state)
     assert_int_equal(io.device, PATINA_DEVICE_AUTO);
     assert_null(io.progress);
     assert_null(io.on_error);
-    assert_int_equal(io.jpeg_decoder, PATINA_JPEG_LIBJPEG);
+    assert_int_equal(io.jpeg_decoder, PATINA_JPEG_AUTO);
     assert_int_equal(io.batch, PATINA_BATCH_DEFAULT);
     assert_true(io.batch_memory == PATINA_DEFAULT_BATCH_MEMORY);
     memset(&lo, 0xa5, sizeof lo);

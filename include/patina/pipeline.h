@@ -50,15 +50,22 @@ typedef struct patina_index_stats {
     double t_read, t_decode, t_extract, t_store, t_wait;
 } patina_index_stats_t;
 
-/* Who decodes JPEG files. libjpeg-turbo gives the reference's pixels (LIRE's
- * descriptors to the bit); nvJPEG decodes on the GPU (the JPEG engines where
+/* Who decodes JPEG files. libjpeg-turbo on the CPU workers gives the
+ * reference's pixels (LIRE's descriptors to the bit). exact-gpu gives the
+ * same pixels, byte for byte: libjpeg-turbo entropy-decodes on the CPU
+ * workers, the GPU does the rest (IDCT, upsampling, colour) and the images
+ * stay in device memory. nvJPEG decodes on the GPU (the JPEG engines where
  * the device has them) straight into device memory, close to but not
- * identical with those pixels (docs/images.md), and needs --device gpu and
- * a family whose GPU path reads device memory (cedd). Files nvJPEG does not
- * take (progressive, CMYK, not JPEG, damaged) are decoded on the CPU. */
+ * identical with those pixels (docs/images.md). The GPU decoders need
+ * --device gpu and a family whose GPU path reads device memory (cedd); files
+ * they do not take (damaged, with decoder warnings, not JPEG; for nvJPEG also
+ * progressive and CMYK) are decoded by libjpeg-turbo. auto (the default) is
+ * exact-gpu where it can run (a GPU run of such a family), else libjpeg. */
 typedef enum patina_jpeg_decoder {
     PATINA_JPEG_LIBJPEG = 0,
-    PATINA_JPEG_NVJPEG = 1
+    PATINA_JPEG_NVJPEG = 1,
+    PATINA_JPEG_EXACT_GPU = 2,
+    PATINA_JPEG_AUTO = 3
 } patina_jpeg_decoder;
 
 /* 1 when nvJPEG can be loaded at run time with the context's nvjpeg_library
@@ -71,7 +78,7 @@ PATINA_API int patina_jpeg_gpu_available(const patina_context_t *ctx, char *why,
  * fraction of a second; they stay open until patina_context_free). */
 PATINA_API patina_status patina_jpeg_gpu_prepare(patina_context_t *ctx);
 
-/* Parses "libjpeg" or "nvjpeg". */
+/* Parses "libjpeg", "nvjpeg", "exact-gpu" or "auto". */
 PATINA_API patina_status patina_jpeg_decoder_parse(patina_jpeg_decoder *d, const char *name);
 
 /* Default of patina_index_opts_t.batch_memory and patina_load_opts_t.batch_memory. */
@@ -106,7 +113,7 @@ typedef struct patina_index_opts {
      * message names both keys. */
     patina_file_report_fn on_duplicate;
     void *user;
-    patina_jpeg_decoder jpeg_decoder; /* default PATINA_JPEG_LIBJPEG */
+    patina_jpeg_decoder jpeg_decoder; /* default PATINA_JPEG_AUTO (zeroed options: LIBJPEG) */
     /* With nvJPEG: the fraction of each batch's JPEGs it decodes while the
      * CPU workers decode the rest. 0 = all it supports (the default);
      * negative = adapt the share to the rates measured per batch. Which is

@@ -26,11 +26,13 @@ static const cli_opt_t opts[] = {
                          "would pass its share, a single larger image is a batch alone)"),
     CLI_OPT_STRICT,
     CLI_OPT_EXIF_ORIENTATION,
-    {.name = "decoder", .type = CLI_CHOICE, .arg = "D", .choices = "libjpeg|nvjpeg", .def = "libjpeg",
-     .help = "JPEG decoder: libjpeg (the reference's pixels, descriptors identical "
-             "to LIRE's) or nvjpeg (GPU, needs --device gpu and libnvjpeg at run "
-             "time; pixels differ slightly, see docs/images.md; reports no decoder "
-             "warnings for the files it decodes)"},
+    {.name = "decoder", .type = CLI_CHOICE, .arg = "D", .choices = "libjpeg|nvjpeg|exact-gpu|auto", .def = "auto",
+     .help = "JPEG decoder: libjpeg (CPU, the reference's pixels, descriptors identical "
+             "to LIRE's), exact-gpu (the same pixels byte for byte: entropy decoding on "
+             "the CPU, the rest on the GPU; needs --device gpu), nvjpeg (GPU, needs "
+             "--device gpu and libnvjpeg at run time; pixels differ slightly, see "
+             "docs/images.md; reports no decoder warnings for the files it decodes) or "
+             "auto (exact-gpu on a GPU run of a family that reads GPU images, else libjpeg)"},
     {.name = "nvjpeg-share", .type = CLI_NUMBER, .arg = "F", .min = 0, .max = 1, .def = "1",
      .flags = CLI_OPEN_MIN | CLI_AUTO,
      .help = "fraction of the JPEGs nvJPEG decodes while the CPU decodes the rest; "

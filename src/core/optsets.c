@@ -125,7 +125,9 @@ static const entry_t index_opts[] = {
     {OPT_BOOL("skip_duplicates", "0", "a new key whose content is stored under another key is reported and not "
               "indexed"),
      FLD_INT, X_OFF(skip_duplicates), 0, 0},
-    {OPT_ENUM("jpeg_decoder", "libjpeg|nvjpeg", "libjpeg", "JPEG decoder: libjpeg (the reference's pixels) or nvjpeg"),
+    {OPT_ENUM("jpeg_decoder", "libjpeg|nvjpeg|exact-gpu|auto", "auto",
+              "JPEG decoder: libjpeg (CPU), exact-gpu (the same pixels, IDCT and colour on the GPU), nvjpeg "
+              "(close pixels), auto (exact-gpu on a GPU run of a family that reads device images, else libjpeg)"),
      FLD_ENUM, X_OFF(jpeg_decoder), 0, 0},
 };
 

@@ -73,6 +73,43 @@ patina_status patina_gpu_jpeg_decode(patina_jpeg_gpu_t *d, patina_image_t *out,
                                      const void *const *data, const size_t *size, size_t n,
                                      patina_status *st);
 
+/* ---- exact JPEG decoding on the GPU (src/gpu/jpeg_exact.cu) ----
+ * Pixels byte-identical to the CPU path's (libjpeg-turbo as src/image/jpeg.c
+ * configures it): entropy decoding by libjpeg-turbo on the CPU threads of a
+ * pool (src/image/jpeg_exact.h), the integer arithmetic after it
+ * (src/algo/jpeg_exact_core.h) on the device, many images per launch. */
+typedef struct patina_jpegx_gpu patina_jpegx_gpu_t;
+
+/* A decoder on g's device; its memory is allocated on first use: pinned
+ * staging and device buffers for the coefficients of one round of images
+ * (a size derived from g's budget, 64..256 MiB), the component planes, and
+ * an arena for the RGB images of the last call. One thread at a time. */
+patina_status patina_gpu_jpegx_open(patina_jpegx_gpu_t **d, patina_gpu_t *g);
+void patina_gpu_jpegx_close(patina_jpegx_gpu_t *d); /* accepts NULL */
+
+/* Decodes n JPEG streams into RGB images in device memory owned by d
+ * (out[i].owned = 0, stride 3w rounded up to 128 bytes), valid until the next
+ * call on d. On entry out[i].width and .height are the sizes the caller's
+ * probe found (they size the arena; a stream of another size is not taken).
+ * Entropy decoding runs on pool's workers (NULL: the calling thread) into
+ * pinned staging, in rounds bounded by its size; the device works on one
+ * round while the workers decode the next. st[i] = PATINA_OK for the images
+ * decoded; the others (not taken: see jpeg_exact.h, or larger than a round)
+ * get PATINA_E_FORMAT and are left to the CPU decoder, which gives the CPU
+ * path's result. The return value is an error only when the decoder itself
+ * failed (device memory, a CUDA error); then every st[i] is PATINA_E_FORMAT. */
+patina_status patina_gpu_jpegx_decode(patina_jpegx_gpu_t *d, patina_pool_t *pool, patina_image_t *out,
+                                      const void *const *data, const size_t *size, size_t n,
+                                      patina_status *st);
+
+/* The same device stage on images already entropy-decoded (tests and the
+ * benchmark's kernel timing): n images im[i] with coefficients coef[i]
+ * ((im[i].nblocks, 64) s16 host memory) into device RGB as above;
+ * st[i] = PATINA_E_FORMAT for a block outside the exact range. */
+struct jx_image;
+patina_status patina_gpu_jpegx_pixels(patina_jpegx_gpu_t *d, patina_image_t *out, const struct jx_image *im,
+                                      const int16_t *const *coef, size_t n, patina_status *st);
+
 /* ---- exact k-NN on the GPU (src/gpu/knn.cu; src/search/knn.c prepares) ---- */
 
 #define PGPU_KNN_MAXDIM 256 /* Tanimoto fast path: most elements */

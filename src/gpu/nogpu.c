@@ -218,6 +218,30 @@ patina_status patina_gpu_jpeg_decode(patina_jpeg_gpu_t *d, patina_image_t *out,
     return none();
 }
 
+patina_status patina_gpu_jpegx_open(patina_jpegx_gpu_t **d, patina_gpu_t *g)
+{
+    (void)g;
+    *d = NULL;
+    return none();
+}
+
+void patina_gpu_jpegx_close(patina_jpegx_gpu_t *d) { (void)d; }
+
+patina_status patina_gpu_jpegx_decode(patina_jpegx_gpu_t *d, patina_pool_t *pool, patina_image_t *out,
+                                      const void *const *data, const size_t *size, size_t n,
+                                      patina_status *st)
+{
+    (void)d; (void)pool; (void)out; (void)data; (void)size; (void)n; (void)st;
+    return none();
+}
+
+patina_status patina_gpu_jpegx_pixels(patina_jpegx_gpu_t *d, patina_image_t *out, const struct jx_image *im,
+                                      const int16_t *const *coef, size_t n, patina_status *st)
+{
+    (void)d; (void)out; (void)im; (void)coef; (void)n; (void)st;
+    return none();
+}
+
 patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
                              const double *qv, size_t nq, const pgpu_req_t *rq, patina_hit_t *hits,
                              patina_hit_t **lists, size_t *counts, uint8_t *cpu, size_t *paths)

@@ -3,8 +3,11 @@
  *   1. (parallel) read + SHA-256 + header probe + pixel limit,
  *   2. (main)     skip files stored with the same hash; cut the window where
  *                 encoded + decoded bytes pass the memory budget,
- *   3. (parallel) decode; with the nvJPEG decoder a share of the JPEGs is
- *                 decoded on the GPU while the CPU workers decode the rest,
+ *   3. (parallel) decode; with the exact GPU decoder the workers
+ *                 entropy-decode the JPEGs and the GPU finishes them (the
+ *                 others, and those it does not take, are decoded on the
+ *                 CPU next); with nvJPEG a share of the JPEGs is decoded on
+ *                 the GPU while the CPU workers decode the rest,
  *   4. extract the batch on the chosen device,
  *   5. (main)     store the batch in one transaction, then report the
  *                 window's failures and decoder warnings in file order.
@@ -46,7 +49,9 @@ patina_status patina_jpeg_decoder_parse(patina_jpeg_decoder *d, const char *name
 {
     if (name && !strcmp(name, "libjpeg")) *d = PATINA_JPEG_LIBJPEG;
     else if (name && !strcmp(name, "nvjpeg")) *d = PATINA_JPEG_NVJPEG;
-    else return patina__fail(PATINA_E_INVALID, "unknown JPEG decoder '%s' (libjpeg or nvjpeg)",
+    else if (name && !strcmp(name, "exact-gpu")) *d = PATINA_JPEG_EXACT_GPU;
+    else if (name && !strcmp(name, "auto")) *d = PATINA_JPEG_AUTO;
+    else return patina__fail(PATINA_E_INVALID, "unknown JPEG decoder '%s' (libjpeg, nvjpeg, exact-gpu or auto)",
                              name ? name : "(null)");
     return PATINA_OK;
 }
@@ -388,7 +393,7 @@ typedef struct slot {
     int64_t mtime;
     patina_image_info_t info;
     patina_image_t img;
-    int gpu;                   /* decoded (or being decoded) by nvJPEG */
+    int gpu;                   /* decoded (or being decoded) on the GPU (exact or nvJPEG) */
     int have_old;              /* a record with this key exists */
     uint8_t old_sha[32];
     patina_status status;
@@ -525,6 +530,7 @@ typedef struct window {
     slot_t *slots;            /* (capacity) */
     size_t first, take;       /* files[first .. first+take) */
     patina_jpeg_gpu_t *jdec;  /* nvJPEG decoder whose memory holds this window's images */
+    patina_jpegx_gpu_t *xdec; /* or the exact GPU decoder */
 } window_t;
 
 typedef struct producer {
@@ -655,6 +661,63 @@ static void decode_split(producer_t *p, window_t *w, job_t *job)
     free(g.st);
 }
 
+/* Stage 3 with the exact GPU decoder: every read JPEG (CMYK and YCCK too; not
+ * those to be turned upright, which the CPU decoder turns) goes to it: the
+ * workers entropy-decode, the GPU finishes, the images stay in the decoder's
+ * device memory. What it does not take (warnings, damage, odd sampling) and
+ * the other formats are then decoded on the CPU, which gives the CPU path's
+ * pixels, warnings and errors. */
+static void decode_exact(producer_t *p, window_t *w, job_t *job)
+{
+    size_t i, k = 0, n = 0;
+    slot_t **slots;
+    const void **data;
+    size_t *size;
+    patina_image_t *out;
+    patina_status *st;
+    for (i = 0; i < w->take; i++) {
+        slot_t *s = &w->slots[i];
+        n += s->state == SLOT_READ && s->info.format == PATINA_FORMAT_JPEG;
+    }
+    slots = malloc((n ? n : 1) * sizeof *slots);
+    data = malloc((n ? n : 1) * sizeof *data);
+    size = malloc((n ? n : 1) * sizeof *size);
+    out = calloc(n ? n : 1, sizeof *out);
+    st = malloc((n ? n : 1) * sizeof *st);
+    if (n && slots && data && size && out && st) {
+        for (i = 0; i < w->take; i++) {
+            slot_t *s = &w->slots[i];
+            if (s->state != SLOT_READ || s->info.format != PATINA_FORMAT_JPEG) continue;
+            if (p->dopts.apply_orientation && patina_image__jpeg_orientation(s->data, s->size) != 1) continue;
+            slots[k] = s;
+            data[k] = s->data;
+            size[k] = s->size;
+            out[k].width = s->info.width;
+            out[k].height = s->info.height;
+            k++;
+        }
+        if (k && patina_gpu_jpegx_decode(w->xdec, p->pool, out, data, size, k, st) != PATINA_OK) {
+            patina_clear_error(); /* the decoder failed as a whole: the CPU decodes them all */
+            k = 0;
+        }
+        for (i = 0; i < k; i++) {
+            slot_t *s = slots[i];
+            if (st[i] != PATINA_OK) continue;
+            s->img = out[i];
+            s->gpu = 1;
+            s->state = SLOT_DECODED;
+            free(s->data);
+            s->data = NULL;
+        }
+    }
+    free(slots);
+    free(data);
+    free(size);
+    free(out);
+    free(st);
+    patina_pool_run(p->pool, w->take, decode_one, job);
+}
+
 /* The first files of paths[0 .. n) whose sizes on disk fit in `budget`
  * bytes, at least one: bounds what stage 1 reads. */
 static size_t cut_by_file_size(const char *const *paths, size_t n, uint64_t budget)
@@ -760,6 +823,7 @@ static void produce(producer_t *p, window_t *w, size_t first)
     t1 = patina_now();
     p->t_read += t1 - t0;
     if (w->jdec) decode_split(p, w, &job);
+    else if (w->xdec) decode_exact(p, w, &job);
     else patina_pool_run(p->pool, w->take, decode_one, &job);
     p->t_decode += patina_now() - t1;
 }
@@ -823,6 +887,8 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     patina_device dev;
     producer_t prod;
     patina_jpeg_gpu_t *jdec[2] = {NULL, NULL};
+    patina_jpegx_gpu_t *xdec[2] = {NULL, NULL};
+    patina_jpeg_decoder decoder;
     int cur = 0, overlap;
 
     if (opts_in) opts = *opts_in;
@@ -861,11 +927,17 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     prod.share_fixed = opts.nvjpeg_share >= 0;
     prod.share = opts.nvjpeg_share > 0 ? (opts.nvjpeg_share < 1 ? opts.nvjpeg_share : 1)
                  : opts.nvjpeg_share == 0 ? 1.0 : 0.7;
-    if (opts.jpeg_decoder == PATINA_JPEG_NVJPEG) {
+    /* auto: the exact GPU decoder where the images can stay on the device */
+    decoder = opts.jpeg_decoder;
+    if (decoder == PATINA_JPEG_AUTO)
+        decoder = dev == PATINA_DEVICE_GPU && patina__extractor_reads_device(ex) ? PATINA_JPEG_EXACT_GPU
+                                                                                 : PATINA_JPEG_LIBJPEG;
+    if (decoder == PATINA_JPEG_NVJPEG || decoder == PATINA_JPEG_EXACT_GPU) {
+        const char *dname = decoder == PATINA_JPEG_NVJPEG ? "nvjpeg" : "exact-gpu";
         if (dev != PATINA_DEVICE_GPU) {
-            result = patina__fail(PATINA_E_INVALID, "index: the nvjpeg decoder needs --device gpu "
+            result = patina__fail(PATINA_E_INVALID, "index: the %s decoder needs --device gpu "
                                   "(it leaves the images in GPU memory); this run uses %s",
-                                  patina_device_name(dev));
+                                  dname, patina_device_name(dev));
             goto done;
         }
         if (!patina__extractor_reads_device(ex)) {
@@ -873,7 +945,14 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
                                   "images yet; use the libjpeg decoder", patina_extractor_family(ex));
             goto done;
         }
-        if ((result = patina__context_jpeg(ctx, jdec)) != PATINA_OK) goto done;
+    }
+    if (decoder == PATINA_JPEG_NVJPEG && (result = patina__context_jpeg(ctx, jdec)) != PATINA_OK) goto done;
+    if (decoder == PATINA_JPEG_EXACT_GPU) {
+        patina_gpu_t *g;
+        if ((result = patina__context_gpu_acquire(ctx, &g)) != PATINA_OK) goto done;
+        for (int k = 0; k < 2 && result == PATINA_OK; k++) result = patina_gpu_jpegx_open(&xdec[k], g);
+        patina__context_gpu_release(ctx);
+        if (result != PATINA_OK) goto done;
     }
 
     win[0].slots = calloc(window, sizeof *win[0].slots);
@@ -890,6 +969,8 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     }
     win[0].jdec = jdec[0];
     win[1].jdec = jdec[1];
+    win[0].xdec = xdec[0];
+    win[1].xdec = xdec[1];
 
     if (n) produce(&prod, &win[0], 0);
     while (win[cur].take > 0 && result == PATINA_OK) {
@@ -927,7 +1008,11 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
                 if (st[i] != PATINA_OK) {
                     s->state = SLOT_FAILED;
                     s->status = st[i];
-                    extract_error(s->error, sizeof s->error, ctx, ex, &s->img, s->path, st[i]);
+                    if (s->gpu) /* a device image: the CPU cannot read it to say more */
+                        snprintf(s->error, sizeof s->error, "extract: %s failed for '%s' (%s)",
+                                 patina_extractor_family(ex), s->path, patina_status_str(st[i]));
+                    else
+                        extract_error(s->error, sizeof s->error, ctx, ex, &s->img, s->path, st[i]);
                     continue;
                 }
                 items[ni].key = s->key;
@@ -989,6 +1074,8 @@ done:
         for (i = 0; i < window; i++) slot_clear(&win[k].slots[i]);
         free(win[k].slots);
     }
+    patina_gpu_jpegx_close(xdec[0]);
+    patina_gpu_jpegx_close(xdec[1]);
     stats->seconds = patina_now() - t0;
     free(prod.probe);
     free(prod.seen.v);

@@ -1,5 +1,8 @@
 /* Fuzz target: the JPEG loader (src/image/jpeg.c: the marker walk and
- * TurboJPEG decoding) through patina_image_probe and patina_image_decode.
+ * TurboJPEG decoding) through patina_image_probe and patina_image_decode,
+ * and the exact decoder's host side (src/image/jpeg_exact.c: what the GPU
+ * decoder runs before its device stage), whose pixels must equal the
+ * loader's whenever it takes a file.
  * Seeds: small JPEGs written with libjpeg at build time, one per kind the
  * loader treats differently (grey, RGB at several subsamplings, odd sizes,
  * 1x1, progressive, restart markers, arithmetic coding, extra markers, CMYK
@@ -12,6 +15,7 @@
 #include <jpeglib.h>
 
 #include "fuzz.h"
+#include "image/jpeg_exact.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -30,6 +34,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                        (img.width == info.height && img.height == info.width),
                    "oriented %dx%d from %dx%d", img.width, img.height, info.width, info.height);
         patina_image_release(&img);
+    }
+    if (patina_image_probe(&info, data, size, NULL) == PATINA_OK &&
+        (uint64_t)info.width * (uint64_t)info.height <= FUZZ_MAX_PIXELS) {
+        patina_image_t ref, got;
+        if (patina__jpegx_decode(&got, data, size, "fuzz-input") == PATINA_OK) {
+            FUZZ_CHECK(patina_image_decode(&ref, data, size, NULL, "fuzz-input") == PATINA_OK,
+                       "the exact decoder took a file the CPU path refuses");
+            for (int y = 0; y < ref.height; y++)
+                FUZZ_CHECK(!memcmp(ref.data + (size_t)y * ref.stride, got.data + (size_t)y * got.stride,
+                                   3 * (size_t)ref.width),
+                           "exact decoder row %d differs from the CPU path", y);
+            patina_image_release(&ref);
+            patina_image_release(&got);
+        }
     }
     return 0;
 }

@@ -1,0 +1,549 @@
+/* Exact JPEG decoding on the GPU (gpu.h: patina_gpu_jpegx_*): pixels
+ * byte-identical to the CPU path's. libjpeg-turbo entropy-decodes each file
+ * on the caller's CPU workers (src/image/jpeg_exact.c) straight into pinned
+ * staging; the device computes what follows with the shared formulas of
+ * src/algo/jpeg_exact_core.h (the C reference is patina__jpegx_pixels), many
+ * images per launch:
+ *
+ *   jx_idct_kernel    one thread per 8x8 block of every image of a round:
+ *                     dequantise + islow IDCT into the component planes; a
+ *                     block outside the exact range flags its image
+ *   jx_colour_kernel  one thread per output pixel: upsampling of each
+ *                     component (fancy triangle filters) + colour conversion
+ *                     into the image's RGB in the decoder's arena
+ *
+ * Rounds. The coefficients of one round fill a pinned staging buffer of
+ * stage_bytes (from the context's budget); two buffers alternate, so the
+ * workers entropy-decode round r + 1 while the device works on round r. The
+ * decoded RGB stays on the device (the arena, sized to the call's images) for
+ * the families that read device images; only coefficients cross PCIe.
+ * Flagged images (crafted coefficients) and files not taken go back to the
+ * caller as PATINA_E_FORMAT: it decodes them with libjpeg-turbo. */
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/jpeg_exact_core.h"
+#include "gpu/context.h"
+#include "gpu/gpu.h"
+#include "image/jpeg_exact.h"
+
+#define JXG_MIB (1024.0 * 1024.0)
+#define JXG_BLOCKS_PER_CTA 64
+#define JXG_COLOUR_THREADS 256
+
+/* One component plane of a round, as the kernels see it. */
+typedef struct jxg_plane {
+    unsigned long long first; /* its first block in the round's coefficient buffer */
+    unsigned long long off;   /* its first byte in the plane buffer */
+    int bw, bh, pitch, img;   /* blocks per row, block rows, bytes per row (8 bw), image of the round */
+    int dw, dh, up, rh, rv, pad;
+    uint16_t q[64];
+} jxg_plane_t;
+
+/* One image of a round. */
+typedef struct jxg_img {
+    unsigned long long first_px; /* its first pixel in the round's pixel range */
+    uint8_t *out;                /* device RGB, `stride` bytes per row */
+    unsigned long long stride;
+    int width, height, cs, adobe, ncomp, plane0; /* planes plane0 .. plane0 + ncomp - 1 */
+} jxg_img_t;
+
+/* ------------------------------------------------------------- kernels */
+
+/* The last plane (image) whose first block (pixel) is <= v: planes and
+ * images are sorted by it. */
+static __device__ __forceinline__ int jxg_find_plane(const jxg_plane_t *a, int n, unsigned long long v)
+{
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (a[mid].first <= v) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+static __device__ __forceinline__ int jxg_find_img(const jxg_img_t *a, int n, unsigned long long v)
+{
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (a[mid].first_px <= v) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* coef: (nblocks, 64) s16 of the round; planes: (nplanes) sorted by first. */
+__global__ void __launch_bounds__(JXG_BLOCKS_PER_CTA)
+jx_idct_kernel(const int16_t *__restrict__ coef, unsigned long long nblocks, const jxg_plane_t *__restrict__ planes,
+               int nplanes, uint8_t *__restrict__ pbuf, unsigned *__restrict__ flags)
+{
+    /* the CTA's 64 blocks, coefficient k of block t at s[k * 64 + t]
+     * (threads read consecutive entries: no bank conflicts) */
+    __shared__ int16_t s[64 * JXG_BLOCKS_PER_CTA];
+    const unsigned long long b0 = (unsigned long long)blockIdx.x * JXG_BLOCKS_PER_CTA;
+    const int t = threadIdx.x;
+    const int nb = nblocks - b0 < JXG_BLOCKS_PER_CTA ? (int)(nblocks - b0) : JXG_BLOCKS_PER_CTA;
+    const int4 *src = (const int4 *)(coef + b0 * 64); /* 8 coefficients per int4 */
+    for (int i = t; i < nb * 8; i += JXG_BLOCKS_PER_CTA) {
+        int4 v = src[i];
+        int blk = i >> 3, k0 = (i & 7) * 8;
+        const int16_t *e = (const int16_t *)&v;
+#pragma unroll
+        for (int j = 0; j < 8; j++) s[(k0 + j) * JXG_BLOCKS_PER_CTA + blk] = e[j];
+    }
+    __syncthreads();
+    if (t >= nb) return;
+    {
+        const unsigned long long gb = b0 + (unsigned long long)t;
+        const jxg_plane_t *p = planes + jxg_find_plane(planes, nplanes, gb);
+        const unsigned long long local = gb - p->first; /* wraps when gb < p->first */
+        if (gb < p->first || local >= (unsigned long long)p->bw * (unsigned long long)p->bh)
+            return; /* a hole: bytes reserved by a file refused afterwards */
+        const int bx = (int)(local % (unsigned long long)p->bw), by = (int)(local / (unsigned long long)p->bw);
+        uint8_t px[64];
+        uint8_t *dst = pbuf + p->off + (unsigned long long)by * 8 * (unsigned long long)p->pitch + (unsigned)bx * 8;
+        if (!jx_idct(s + t, JXG_BLOCKS_PER_CTA, p->q, px, 8)) {
+            atomicOr(&flags[p->img], 1u);
+            return;
+        }
+#pragma unroll
+        for (int r = 0; r < 8; r++) {
+            uint2 w;
+            w.x = (unsigned)px[r * 8] | (unsigned)px[r * 8 + 1] << 8 | (unsigned)px[r * 8 + 2] << 16 |
+                  (unsigned)px[r * 8 + 3] << 24;
+            w.y = (unsigned)px[r * 8 + 4] | (unsigned)px[r * 8 + 5] << 8 | (unsigned)px[r * 8 + 6] << 16 |
+                  (unsigned)px[r * 8 + 7] << 24;
+            *(uint2 *)(dst + (unsigned long long)r * (unsigned long long)p->pitch) = w;
+        }
+    }
+}
+
+/* One thread per output pixel of the round (grid-stride). */
+__global__ void __launch_bounds__(JXG_COLOUR_THREADS)
+jx_colour_kernel(const jxg_img_t *__restrict__ imgs, int nimgs, const jxg_plane_t *__restrict__ planes,
+                 const uint8_t *__restrict__ pbuf, const unsigned *__restrict__ flags, unsigned long long npx)
+{
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < npx;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        const int m = jxg_find_img(imgs, nimgs, i);
+        const jxg_img_t *im = imgs + m;
+        const unsigned long long local = i - im->first_px;
+        const int x = (int)(local % (unsigned long long)im->width), y = (int)(local / (unsigned long long)im->width);
+        int smp[4] = {0, 0, 0, 0};
+        uint8_t rgb[3];
+        uint8_t *o;
+        if (flags[m]) continue;
+        for (int c = 0; c < im->ncomp; c++) {
+            const jxg_plane_t *p = planes + im->plane0 + c;
+            smp[c] = jx_upsample(pbuf + p->off, p->pitch, p->dw, p->dh, p->up, p->rh, p->rv, x, y);
+        }
+        jx_pixel(im->cs, im->adobe, smp, rgb);
+        o = im->out + (unsigned long long)y * im->stride + 3u * (unsigned)x;
+        o[0] = rgb[0];
+        o[1] = rgb[1];
+        o[2] = rgb[2];
+    }
+}
+
+/* ------------------------------------------------------------- decoder */
+
+enum { JXG_PENDING = 0, JXG_STAGED, JXG_DONE, JXG_REFUSED };
+
+typedef struct jxg_item {
+    jx_image_t im;
+    int state;
+    int buf;               /* JXG_STAGED: the staging buffer */
+    size_t off;            /* JXG_STAGED: first coefficient (s16 units) in it */
+} jxg_item_t;
+
+struct patina_jpegx_gpu {
+    patina_gpu_t *g;
+    cudaStream_t stream;
+    size_t stage_bytes;            /* coefficient bytes of one round */
+    int16_t *h_coef[2], *d_coef[2];/* (stage_bytes) pinned, device */
+    uint8_t *d_pbuf;               /* (stage_bytes / 2) component planes of one round */
+    size_t desc_cap;               /* images per round the descriptor buffers hold */
+    jxg_img_t *h_img[2], *d_img[2];
+    jxg_plane_t *h_plane[2], *d_plane[2];
+    unsigned *h_flags[2], *d_flags[2];
+    int *round_items[2];           /* item index of each image of the round (host) */
+    cudaEvent_t done[2];
+    int inflight[2];               /* images of the round launched on buffer b, not yet collected */
+    uint8_t *arena;                /* the RGB images of the last call */
+    size_t arena_bytes;
+    jxg_item_t *items;
+    size_t items_cap;
+};
+
+static size_t jxg_pitch(int w) { return ((size_t)w * 3 + 127) & ~(size_t)127; }
+
+/* The decoder's memory comes straight from CUDA, not from the context's
+ * tagged allocator: the indexing pipeline decodes the next window on its
+ * producer thread while the main thread extracts on the same context, and
+ * the allocator is not thread-safe. Its size is bounded all the same: the
+ * staging from the budget, the arena by the caller's batch. */
+static patina_status jxg_dev(void **p, size_t bytes, const char *tag)
+{
+    if (cudaMalloc(p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *p = NULL;
+        return patina__fail(PATINA_E_NOMEM, "jpegx: cannot allocate %.1f MiB of device memory for %s",
+                            (double)bytes / JXG_MIB, tag);
+    }
+    return PATINA_OK;
+}
+
+static patina_status jxg_pin(void **p, size_t bytes, const char *tag)
+{
+    if (cudaHostAlloc(p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *p = NULL;
+        return patina__fail(PATINA_E_NOMEM, "jpegx: cannot allocate %.1f MiB of pinned memory for %s",
+                            (double)bytes / JXG_MIB, tag);
+    }
+    return PATINA_OK;
+}
+
+#define JXG_FREE_DEV(p) (cudaFree(p), (p) = NULL)
+#define JXG_FREE_PIN(p) (cudaFreeHost(p), (p) = NULL)
+
+patina_status patina_gpu_jpegx_open(patina_jpegx_gpu_t **out, patina_gpu_t *g)
+{
+    patina_jpegx_gpu_t *d;
+    *out = NULL;
+    if (!g) return patina__fail(PATINA_E_UNAVAILABLE, "jpegx: no GPU context");
+    PGPU_CU(cudaSetDevice(g->device));
+    d = (patina_jpegx_gpu_t *)calloc(1, sizeof *d);
+    if (!d) return patina__fail(PATINA_E_NOMEM, "jpegx: out of memory");
+    d->g = g;
+    if (cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&d->done[0], cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&d->done[1], cudaEventDisableTiming) != cudaSuccess) {
+        (void)cudaGetLastError();
+        patina_gpu_jpegx_close(d);
+        return patina__fail(PATINA_E_GPU, "jpegx: cannot create a CUDA stream or event");
+    }
+    /* a round's coefficients: a 16th of the budget, 64..256 MiB (a 12 MP
+     * 4:2:0 photograph has 36 MB of them) */
+    d->stage_bytes = (size_t)(g->budget / 16);
+    if (d->stage_bytes < ((size_t)64 << 20)) d->stage_bytes = (size_t)64 << 20;
+    if (d->stage_bytes > ((size_t)256 << 20)) d->stage_bytes = (size_t)256 << 20;
+    *out = d;
+    return PATINA_OK;
+}
+
+static void jxg_free_desc(patina_jpegx_gpu_t *d)
+{
+    for (int b = 0; b < 2; b++) {
+        JXG_FREE_PIN(d->h_img[b]);
+        JXG_FREE_DEV(d->d_img[b]);
+        JXG_FREE_PIN(d->h_plane[b]);
+        JXG_FREE_DEV(d->d_plane[b]);
+        JXG_FREE_PIN(d->h_flags[b]);
+        JXG_FREE_DEV(d->d_flags[b]);
+        free(d->round_items[b]);
+        d->round_items[b] = NULL;
+    }
+    d->desc_cap = 0;
+}
+
+void patina_gpu_jpegx_close(patina_jpegx_gpu_t *d)
+{
+    if (!d) return;
+    cudaSetDevice(d->g->device);
+    if (d->stream) cudaStreamSynchronize(d->stream);
+    jxg_free_desc(d);
+    for (int b = 0; b < 2; b++) {
+        JXG_FREE_PIN(d->h_coef[b]);
+        JXG_FREE_DEV(d->d_coef[b]);
+        if (d->done[b]) cudaEventDestroy(d->done[b]);
+    }
+    JXG_FREE_DEV(d->d_pbuf);
+    JXG_FREE_DEV(d->arena);
+    if (d->stream) cudaStreamDestroy(d->stream);
+    free(d->items);
+    free(d);
+}
+
+/* The staging buffers, the plane buffer and descriptors for `n` images per round. */
+static patina_status jxg_reserve(patina_jpegx_gpu_t *d, size_t n)
+{
+    if (!d->d_pbuf) {
+        for (int b = 0; b < 2; b++) {
+            PATINA_TRY(jxg_pin((void **)&d->h_coef[b], d->stage_bytes, "jpegx coefficient staging"));
+            PATINA_TRY(jxg_dev((void **)&d->d_coef[b], d->stage_bytes, "jpegx coefficients"));
+        }
+        PATINA_TRY(jxg_dev((void **)&d->d_pbuf, d->stage_bytes / 2 + 64, "jpegx component planes"));
+    }
+    if (n > d->desc_cap) {
+        size_t cap = n < 64 ? 64 : n;
+        jxg_free_desc(d);
+        for (int b = 0; b < 2; b++) {
+            PATINA_TRY(jxg_pin((void **)&d->h_img[b], cap * sizeof(jxg_img_t), "jpegx image table"));
+            PATINA_TRY(jxg_dev((void **)&d->d_img[b], cap * sizeof(jxg_img_t), "jpegx image table"));
+            PATINA_TRY(jxg_pin((void **)&d->h_plane[b], 4 * cap * sizeof(jxg_plane_t), "jpegx plane table"));
+            PATINA_TRY(jxg_dev((void **)&d->d_plane[b], 4 * cap * sizeof(jxg_plane_t), "jpegx plane table"));
+            PATINA_TRY(jxg_pin((void **)&d->h_flags[b], cap * sizeof(unsigned), "jpegx flags"));
+            PATINA_TRY(jxg_dev((void **)&d->d_flags[b], cap * sizeof(unsigned), "jpegx flags"));
+            d->round_items[b] = (int *)malloc(cap * sizeof(int));
+            if (!d->round_items[b]) return patina__fail(PATINA_E_NOMEM, "jpegx: out of memory");
+        }
+        d->desc_cap = cap;
+    }
+    if (n > d->items_cap) {
+        jxg_item_t *it = (jxg_item_t *)realloc(d->items, n * sizeof *it);
+        if (!it) return patina__fail(PATINA_E_NOMEM, "jpegx: out of memory");
+        d->items = it;
+        d->items_cap = n;
+    }
+    return PATINA_OK;
+}
+
+/* Phase A of a round: the workers stage pending images into buffer `buf`. */
+typedef struct jxg_stage_job {
+    patina_jpegx_gpu_t *d;
+    int buf;
+    size_t used;                  /* bytes of the buffer reserved (atomic) */
+    const void *const *data;      /* JPEG streams (decode), or NULL */
+    const size_t *size;
+    const patina_image_t *want;   /* the sizes the caller expects */
+    const jx_image_t *im;         /* already decoded images (pixels), or NULL */
+    const int16_t *const *coef;
+} jxg_stage_job_t;
+
+/* Reserves `bytes` of the job's buffer: the offset, or (size_t)-1 when full. */
+static size_t jxg_take(jxg_stage_job_t *j, size_t bytes)
+{
+    size_t used = __atomic_load_n(&j->used, __ATOMIC_RELAXED);
+    for (;;) {
+        if (bytes > j->d->stage_bytes - used) return (size_t)-1;
+        if (__atomic_compare_exchange_n(&j->used, &used, used + bytes, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            return used;
+    }
+}
+
+static void jxg_stage_one(void *arg, size_t i, int worker)
+{
+    jxg_stage_job_t *j = (jxg_stage_job_t *)arg;
+    jxg_item_t *it = &j->d->items[i];
+    patina_jpegx_reader_t *r = NULL;
+    size_t bytes, off;
+    (void)worker;
+    if (it->state != JXG_PENDING) return;
+    if (j->im) {
+        it->im = j->im[i];
+    } else if (patina__jpegx_open(&r, &it->im, j->data[i], j->size[i], "<jpegx>") != PATINA_OK) {
+        it->state = JXG_REFUSED;
+        return;
+    }
+    bytes = (size_t)it->im.nblocks * 64 * sizeof(int16_t);
+    if (bytes == 0 || bytes > j->d->stage_bytes || it->im.width != j->want[i].width ||
+        it->im.height != j->want[i].height) {
+        it->state = JXG_REFUSED;
+        patina__jpegx_close(r);
+        return;
+    }
+    off = jxg_take(j, bytes);
+    if (off == (size_t)-1) { /* the next round */
+        patina__jpegx_close(r);
+        return;
+    }
+    it->off = off / sizeof(int16_t);
+    it->buf = j->buf;
+    if (j->im) {
+        memcpy(j->d->h_coef[j->buf] + it->off, j->coef[i], bytes);
+    } else if (patina__jpegx_read(r, &it->im, j->d->h_coef[j->buf] + it->off) != PATINA_OK) {
+        it->state = JXG_REFUSED; /* its reserved bytes stay unused this round */
+        patina__jpegx_close(r);
+        return;
+    }
+    patina__jpegx_close(r);
+    it->state = JXG_STAGED;
+}
+
+/* Phase B: the staged images of buffer b to the device and through the two
+ * kernels, asynchronously on d->stream. */
+static patina_status jxg_launch(patina_jpegx_gpu_t *d, int b, size_t n, const patina_image_t *out)
+{
+    jxg_img_t *hi = d->h_img[b];
+    jxg_plane_t *hp = d->h_plane[b];
+    size_t ni = 0, np = 0, coef_end = 0;
+    unsigned long long px = 0, pbytes = 0;
+    int blocks;
+    for (size_t i = 0; i < n; i++) {
+        jxg_item_t *it = &d->items[i];
+        const jx_image_t *im = &it->im;
+        if (it->state != JXG_STAGED || it->buf != b) continue;
+        hi[ni].first_px = px;
+        hi[ni].out = out[i].data;
+        hi[ni].stride = out[i].stride;
+        hi[ni].width = im->width;
+        hi[ni].height = im->height;
+        hi[ni].cs = im->cs;
+        hi[ni].adobe = im->adobe;
+        hi[ni].ncomp = im->ncomp;
+        hi[ni].plane0 = (int)np;
+        for (int c = 0; c < im->ncomp; c++) {
+            const jx_comp_t *k = &im->comp[c];
+            jxg_plane_t *p = &hp[np++];
+            p->first = it->off / 64 + k->first;
+            p->off = pbytes;
+            p->bw = k->bw;
+            p->bh = k->bh;
+            p->pitch = k->bw * 8;
+            p->img = (int)ni;
+            p->dw = k->dw;
+            p->dh = k->dh;
+            p->up = k->up;
+            p->rh = k->rh;
+            p->rv = k->rv;
+            p->pad = 0;
+            memcpy(p->q, k->q, sizeof p->q);
+            pbytes += (unsigned long long)k->bw * (unsigned long long)k->bh * 64;
+        }
+        if (it->off + (size_t)im->nblocks * 64 > coef_end) coef_end = it->off + (size_t)im->nblocks * 64;
+        d->round_items[b][ni] = (int)i;
+        px += (unsigned long long)im->width * (unsigned long long)im->height;
+        ni++;
+    }
+    d->inflight[b] = (int)ni;
+    if (ni == 0) return PATINA_OK;
+    /* Planes in the order of their first blocks (the IDCT kernel searches
+     * them): images were staged at increasing offsets only per worker, so sort. */
+    for (size_t a = 1; a < np; a++) { /* insertion sort on a nearly sorted table */
+        jxg_plane_t t = hp[a];
+        size_t c = a;
+        while (c > 0 && hp[c - 1].first > t.first) {
+            hp[c] = hp[c - 1];
+            c--;
+        }
+        hp[c] = t;
+    }
+    /* the image table refers to planes by index: re-point plane0 after the sort */
+    for (size_t a = 0; a < np; a++) {
+        jxg_plane_t *p = &hp[a];
+        if (a == 0 || hp[a - 1].img != p->img) hi[p->img].plane0 = (int)a;
+    }
+    /* The coefficient buffer may have holes (bytes reserved by a file
+     * refused afterwards): the IDCT kernel covers [0, coef_end) and skips
+     * the blocks of no plane. */
+    memset(d->h_flags[b], 0, ni * sizeof(unsigned));
+    cudaStream_t s = d->stream;
+    PGPU_CU(cudaMemcpyAsync(d->d_coef[b], d->h_coef[b], coef_end * sizeof(int16_t), cudaMemcpyHostToDevice, s));
+    PGPU_CU(cudaMemcpyAsync(d->d_img[b], hi, ni * sizeof(jxg_img_t), cudaMemcpyHostToDevice, s));
+    PGPU_CU(cudaMemcpyAsync(d->d_plane[b], hp, np * sizeof(jxg_plane_t), cudaMemcpyHostToDevice, s));
+    PGPU_CU(cudaMemsetAsync(d->d_flags[b], 0, ni * sizeof(unsigned), s));
+    blocks = (int)((coef_end / 64 + JXG_BLOCKS_PER_CTA - 1) / JXG_BLOCKS_PER_CTA);
+    jx_idct_kernel<<<blocks, JXG_BLOCKS_PER_CTA, 0, s>>>(d->d_coef[b], coef_end / 64, d->d_plane[b], (int)np,
+                                                          d->d_pbuf, d->d_flags[b]);
+    PGPU_CU(cudaGetLastError());
+    {
+        unsigned long long want = (px + JXG_COLOUR_THREADS - 1) / JXG_COLOUR_THREADS;
+        unsigned cap = (unsigned)d->g->sm_count * 16u;
+        unsigned grid = want < cap ? (unsigned)want : cap;
+        jx_colour_kernel<<<grid ? grid : 1, JXG_COLOUR_THREADS, 0, s>>>(d->d_img[b], (int)ni, d->d_plane[b], d->d_pbuf,
+                                                                       d->d_flags[b], px);
+        PGPU_CU(cudaGetLastError());
+    }
+    PGPU_CU(cudaMemcpyAsync(d->h_flags[b], d->d_flags[b], ni * sizeof(unsigned), cudaMemcpyDeviceToHost, s));
+    PGPU_CU(cudaEventRecord(d->done[b], s));
+    return PATINA_OK;
+}
+
+/* Waits for buffer b's round and gives its images their status. */
+static patina_status jxg_collect(patina_jpegx_gpu_t *d, int b, patina_status *st)
+{
+    if (!d->inflight[b]) return PATINA_OK;
+    PGPU_CU(cudaEventSynchronize(d->done[b]));
+    for (int k = 0; k < d->inflight[b]; k++) {
+        int i = d->round_items[b][k];
+        d->items[i].state = d->h_flags[b][k] ? JXG_REFUSED : JXG_DONE;
+        st[i] = d->h_flags[b][k] ? PATINA_E_FORMAT : PATINA_OK;
+    }
+    d->inflight[b] = 0;
+    return PATINA_OK;
+}
+
+/* Both entry points: stage (decode or copy), launch, collect, in rounds. */
+static patina_status jxg_run(patina_jpegx_gpu_t *d, patina_pool_t *pool, patina_image_t *out,
+                             const void *const *data, const size_t *size, const jx_image_t *im,
+                             const int16_t *const *coef, size_t n, patina_status *st)
+{
+    patina_status s = PATINA_OK;
+    size_t i, bytes = 0, pending = n, off = 0;
+    int b = 0;
+    for (i = 0; i < n; i++) st[i] = PATINA_E_FORMAT;
+    if (n == 0) return PATINA_OK;
+    PGPU_CU(cudaSetDevice(d->g->device));
+    PATINA_TRY(jxg_reserve(d, n));
+    for (i = 0; i < n; i++) {
+        int w = im ? im[i].width : out[i].width, h = im ? im[i].height : out[i].height;
+        if (w <= 0 || h <= 0) return patina__fail(PATINA_E_INVALID, "jpegx: image %zu has no size", i);
+        bytes += jxg_pitch(w) * (size_t)h;
+    }
+    if (bytes > d->arena_bytes) {
+        size_t want = bytes + bytes / 4;
+        JXG_FREE_DEV(d->arena);
+        d->arena_bytes = 0;
+        PATINA_TRY(jxg_dev((void **)&d->arena, want, "jpegx decoded images"));
+        d->arena_bytes = want;
+    }
+    for (i = 0; i < n; i++) {
+        int w = im ? im[i].width : out[i].width, h = im ? im[i].height : out[i].height;
+        memset(&d->items[i], 0, sizeof d->items[i]);
+        out[i].width = w;
+        out[i].height = h;
+        out[i].stride = jxg_pitch(w);
+        out[i].data = d->arena + off;
+        out[i].owned = 0;
+        off += out[i].stride * (size_t)h;
+    }
+    d->inflight[0] = d->inflight[1] = 0;
+    while (pending > 0 && s == PATINA_OK) {
+        jxg_stage_job_t job;
+        memset(&job, 0, sizeof job);
+        job.d = d;
+        job.buf = b;
+        job.data = data;
+        job.size = size;
+        job.want = out;
+        job.im = im;
+        job.coef = coef;
+        /* buffer b is free: its last round was collected before the previous launch */
+        patina_pool_run(pool, n, jxg_stage_one, &job);
+        s = jxg_collect(d, 1 - b, st); /* round r - 1 finished while the workers staged round r */
+        if (s == PATINA_OK) s = jxg_launch(d, b, n, out);
+        pending = 0;
+        for (i = 0; i < n; i++) pending += d->items[i].state == JXG_PENDING;
+        b = 1 - b;
+    }
+    if (s == PATINA_OK) s = jxg_collect(d, 1 - b, st);
+    if (s != PATINA_OK) {
+        (void)cudaStreamSynchronize(d->stream);
+        (void)cudaGetLastError();
+        d->inflight[0] = d->inflight[1] = 0;
+        for (i = 0; i < n; i++) st[i] = PATINA_E_FORMAT;
+        return s;
+    }
+    for (i = 0; i < n; i++)
+        if (st[i] != PATINA_OK) memset(&out[i], 0, sizeof out[i]);
+    return PATINA_OK;
+}
+
+patina_status patina_gpu_jpegx_decode(patina_jpegx_gpu_t *d, patina_pool_t *pool, patina_image_t *out,
+                                      const void *const *data, const size_t *size, size_t n,
+                                      patina_status *st)
+{
+    if (!d || (n && (!out || !data || !size || !st))) return patina__fail(PATINA_E_INVALID, "jpegx: NULL argument");
+    return jxg_run(d, pool, out, data, size, NULL, NULL, n, st);
+}
+
+patina_status patina_gpu_jpegx_pixels(patina_jpegx_gpu_t *d, patina_image_t *out, const struct jx_image *im,
+                                      const int16_t *const *coef, size_t n, patina_status *st)
+{
+    if (!d || (n && (!out || !im || !coef || !st))) return patina__fail(PATINA_E_INVALID, "jpegx: NULL argument");
+    return jxg_run(d, NULL, out, NULL, NULL, im, coef, n, st);
+}
