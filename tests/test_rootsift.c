@@ -130,6 +130,7 @@ static vfeat_t *vlfeat_all(size_t *n, const patina_image_t *img, double peak, do
                 v->sigma = k[i].sigma;
                 v->angle = (float)ang[a];
                 v->peak = peak_cramer(f, &k[i]);
+                memset(v->d, 0, sizeof v->d); /* as the library: VLFeat may leave it unwritten */
                 vl_sift_calc_keypoint_descriptor(f, v->d, &k[i], ang[a]);
             }
         }
