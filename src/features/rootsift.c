@@ -451,7 +451,7 @@ static int rs_gauss_taps(float *taps, double sigma)
 
 /* The GPU configuration for budget rows: VLFeat's sigmas and filters and
  * fast_expn's table, computed here with the host's libm as VLFeat does. */
-static patina_status rs_gpu_conf(patina_gpu_rootsift_conf_t *c, const rootsift_params_t *p, size_t budget)
+patina_status rs_gpu_conf(patina_gpu_rootsift_conf_t *c, const rootsift_params_t *p, size_t budget)
 {
     const int S = p->levels, omin = p->first_octave, s_min = -1, s_max = S + 1;
     const double sigmak = pow(2.0, 1.0 / S), sigma0 = 1.6 * sigmak, sigman = 0.5;

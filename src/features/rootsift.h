@@ -48,7 +48,12 @@ patina_status rs_extract(const rootsift_params_t *p, size_t budget, void *rec, c
  * is an error only when the call failed (then its images have that
  * status and zeros). */
 struct patina_gpu;
+struct patina_gpu_rootsift_conf;
 patina_status rs_extract_gpu(struct patina_gpu *g, const rootsift_params_t *p, size_t budget, void *out,
                              const patina_image_t *imgs, size_t n, patina_status *st);
+
+/* The GPU path's configuration for budget rows (VLFeat's sigmas, filters
+ * and fast_expn table from the host's libm); tests use it too. */
+patina_status rs_gpu_conf(struct patina_gpu_rootsift_conf *c, const rootsift_params_t *p, size_t budget);
 
 #endif
