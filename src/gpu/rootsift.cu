@@ -160,7 +160,7 @@ __device__ static inline double fast_expn(const double *tab, double x)
  * order, as area_downscale). */
 __global__ void k_down_rows(uint8_t *arena, const rs_item *items)
 {
-    const rs_item it = items[blockIdx.z];
+    const rs_item &it = items[blockIdx.z];
     const int i = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
     if (i >= it.w || y >= it.H) return;
     const uint8_t *row = arena + it.off_rgb + (size_t)y * it.rgb_pitch;
@@ -183,7 +183,7 @@ __global__ void k_down_rows(uint8_t *arena, const rs_item *items)
 
 __global__ void k_down_cols(uint8_t *arena, const rs_item *items)
 {
-    const rs_item it = items[blockIdx.z];
+    const rs_item &it = items[blockIdx.z];
     const int x = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;
     if (x >= it.w || j >= it.h || (it.w == it.W && it.h == it.H)) return;
     const float *tmp = (const float *)(arena + it.off_tmp);
@@ -204,7 +204,7 @@ __global__ void k_down_cols(uint8_t *arena, const rs_item *items)
  * result; a + b in float, halved). */
 __global__ void k_first(uint8_t *arena, const rs_item *items, int omin)
 {
-    const rs_item it = items[blockIdx.z];
+    const rs_item &it = items[blockIdx.z];
     const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
     if (x >= it.w0 || y >= it.h0) return;
     const float *im = (const float *)(arena + it.off_img);
@@ -245,7 +245,7 @@ __global__ void k_first(uint8_t *arena, const rs_item *items, int omin)
 __global__ void k_conv_v(uint8_t *arena, const rs_item *items, int oct, int omin, size_t src_off_planes,
                          int src_is_temp, int dst_is_temp, size_t dst_off_planes, const float *filt, int W)
 {
-    const rs_item it = items[blockIdx.z];
+    const rs_item &it = items[blockIdx.z];
     if (oct >= it.O) return;
     const int w = oct_dim(it.w, omin + oct), h = oct_dim(it.h, omin + oct);
     const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
@@ -266,7 +266,7 @@ __global__ void k_conv_v(uint8_t *arena, const rs_item *items, int oct, int omin
 __global__ void k_conv_h(uint8_t *arena, const rs_item *items, int oct, int omin, int src_is_temp,
                          size_t src_off_planes, int dst_is_temp, size_t dst_off_planes, const float *filt, int W)
 {
-    const rs_item it = items[blockIdx.z];
+    const rs_item &it = items[blockIdx.z];
     if (oct >= it.O) return;
     const int w = oct_dim(it.w, omin + oct), h = oct_dim(it.h, omin + oct);
     const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
@@ -289,7 +289,7 @@ __global__ void k_conv_h(uint8_t *arena, const rs_item *items, int oct, int omin
  * s_best - S = s_min). Planes 0 and S differ: no overlap. */
 __global__ void k_next_base(uint8_t *arena, const rs_item *items, int oct, int omin, int S)
 {
-    const rs_item it = items[blockIdx.z];
+    const rs_item &it = items[blockIdx.z];
     if (oct >= it.O) return;
     const int w = oct_dim(it.w, omin + oct), h = oct_dim(it.h, omin + oct);
     const int pw = oct_dim(it.w, omin + oct - 1);
@@ -305,7 +305,7 @@ __global__ void k_next_base(uint8_t *arena, const rs_item *items, int oct, int o
  * vl_fast_sqrt_f, angle by vl_fast_atan2_f + 2 pi, mod 2 pi). */
 __global__ void k_dog_grad(uint8_t *arena, const rs_item *items, int oct, int omin, int S)
 {
-    const rs_item it = items[blockIdx.z];
+    const rs_item &it = items[blockIdx.z];
     if (oct >= it.O) return;
     const int w = oct_dim(it.w, omin + oct), h = oct_dim(it.h, omin + oct);
     const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
@@ -336,7 +336,7 @@ __global__ void k_dog_grad(uint8_t *arena, const rs_item *items, int oct, int om
  * -0.8 tp). Appended in any order; their key is their raster position. */
 __global__ void k_detect(uint8_t *arena, const rs_item *items, rs_ctr *ctr, int oct, int omin, int S, double tp)
 {
-    const rs_item it = items[blockIdx.z];
+    const rs_item &it = items[blockIdx.z];
     if (oct >= it.O) return;
     const int w = oct_dim(it.w, omin + oct), h = oct_dim(it.h, omin + oct);
     const int x = blockIdx.x * blockDim.x + threadIdx.x + 1, y = blockIdx.y * blockDim.y + threadIdx.y + 1;
@@ -369,7 +369,7 @@ __global__ void k_detect(uint8_t *arena, const rs_item *items, rs_ctr *ctr, int 
 __global__ void k_refine(uint8_t *arena, const rs_item *items, rs_ctr *ctr, int oct, int omin, rs_kconf C,
                          const double *expn)
 {
-    const rs_item it = items[blockIdx.y];
+    const rs_item &it = items[blockIdx.y];
     if (oct >= it.O) return;
     const unsigned ci = blockIdx.x * blockDim.x + threadIdx.x;
     const unsigned nc = ctr[blockIdx.y].cand < it.cand_cap ? ctr[blockIdx.y].cand : it.cand_cap;
@@ -549,7 +549,7 @@ __device__ static inline bool rs_better(const rs_sortkey &a, const rs_sortkey &b
  * (the kept features: keypoint index << 2 | orientation); the header. */
 __global__ void k_select(uint8_t *arena, const rs_item *items, rs_ctr *ctr, rs_kconf C)
 {
-    const rs_item it = items[blockIdx.x];
+    const rs_item &it = items[blockIdx.x];
     rs_ctr *c = &ctr[blockIdx.x];
     const unsigned n = c->kp < it.kp_cap ? c->kp : it.kp_cap;
     rs_sortkey *sk = (rs_sortkey *)(arena + it.off_sort);
@@ -599,7 +599,7 @@ __global__ void k_select(uint8_t *arena, const rs_item *items, rs_ctr *ctr, rs_k
 __global__ void k_desc(uint8_t *arena, const rs_item *items, const rs_ctr *ctr, int omin, rs_kconf C,
                        const double *expn)
 {
-    const rs_item it = items[blockIdx.y];
+    const rs_item &it = items[blockIdx.y];
     const unsigned fi = blockIdx.x * blockDim.x + threadIdx.x;
     if (fi >= ctr[blockIdx.y].feat) return;
     const unsigned f = ((const unsigned *)(arena + it.off_feat))[fi];
