@@ -10,7 +10,15 @@
  *               the fraction above 255.5/512 (clipped by the u8 scale 512)
  *               and above 127.5/512 (what a signed-8-bit store would clip).
  *
- * Usage: bench_rootsift [--spec SPEC] [--dir DIR] [--max N]
+ *   gpu         (a CUDA build on a GPU machine; --gpu-only skips the sections
+ *               above) 1024x1024 and 2048x1536 photographs (the sample photos
+ *               resized, nearest neighbour) at m = 384 and n = 768: images/s of
+ *               the GPU path batched (every image in one call), one-image
+ *               latency (median of single calls), VLFeat on 1 and all cores
+ *               beside, records identical to the CPU's, and the fraction of GPU
+ *               time in each stage.
+ *
+ * Usage: bench_rootsift [--spec SPEC] [--dir DIR] [--max N] [--gpu-only] [--gpu-n N]
  *   SPEC  a rootsift spec (default "rootsift"); quant is forced per section
  *   DIR   photographs (default $PATINA_SAMPLES or ./samples)
  * Never fails on timings. */
@@ -21,6 +29,9 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "features/family.h"
+#include "features/rootsift.h"
+#include "gpu/gpu.h"
 #include "patina/patina.h"
 
 static char **g_files;
@@ -72,10 +83,105 @@ static double run(const char *spec, int threads, const patina_image_t *imgs, siz
     return t0;
 }
 
+
+/* ------------------------------------------------------------------ GPU */
+
+/* img resized to tw x th (nearest neighbour), owned. */
+static void resized(patina_image_t *o, const patina_image_t *img, int tw, int th)
+{
+    memset(o, 0, sizeof *o);
+    o->width = tw;
+    o->height = th;
+    o->stride = 3 * (size_t)tw;
+    o->data = malloc(o->stride * (size_t)th);
+    o->owned = 1;
+    for (int y = 0; y < th; y++) {
+        const int sy = (int)((long)y * img->height / th);
+        for (int x = 0; x < tw; x++) {
+            const int sx = (int)((long)x * img->width / tw);
+            memcpy((unsigned char *)o->data + (size_t)y * o->stride + 3 * (size_t)x,
+                   img->data + (size_t)sy * img->stride + 3 * (size_t)sx, 3);
+        }
+    }
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void bench_gpu(const patina_image_t *src, size_t nsrc, size_t ngpu)
+{
+    static const int sizes[2][2] = {{1024, 1024}, {2048, 1536}};
+    static const char *const stage[PGPU_RS_STAGES] = {"upload+grey/downscale", "smoothing", "DoG+gradients",
+                                                      "detect+refine+orient", "selection", "descriptors",
+                                                      "download"};
+    patina_gpu_t *g;
+    patina_status s;
+    if (patina_gpu_count() == 0 || (s = patina_gpu_open(&g, 0, 0)) != PATINA_OK) {
+        printf("gpu         no usable GPU: GPU section skipped\n");
+        return;
+    }
+    printf("gpu         device 0; %zu images per batch, resized from the samples\n", ngpu);
+    printf("%-10s %-6s %12s %12s %12s %12s %10s %8s  %s\n", "size", "budget", "gpu img/s", "latency ms",
+           "cpu1 img/s", "cpuN img/s", "gpu/cpuN", "same", "GPU time by stage");
+    for (int si = 0; si < 2; si++) {
+        patina_image_t *im = calloc(ngpu, sizeof *im);
+        for (size_t i = 0; i < ngpu; i++) resized(&im[i], &src[i % nsrc], sizes[si][0], sizes[si][1]);
+        for (int q = 0; q < 2; q++) {
+            const char *spec = q ? "rootsift:m=768" : "rootsift:m=384";
+            rootsift_params_t p;
+            patina_extractor_t *ex;
+            size_t bytes, same = 0;
+            unsigned char *rg, *rc, *rc1;
+            patina_status *st = calloc(ngpu, sizeof *st);
+            double t, lat[11], ms[PGPU_RS_STAGES], tot = 0, t1, tn;
+            if ((s = patina_extractor_new(&ex, spec)) != PATINA_OK) die(spec, s);
+            memcpy(&p, ex->params, sizeof p);
+            bytes = patina_extractor_bytes(ex);
+            patina_extractor_free(ex);
+            rg = malloc(ngpu * bytes);
+            if ((s = rs_extract_gpu(g, &p, (size_t)p.m, rg, im, ngpu < 4 ? ngpu : 4, st)) != PATINA_OK)
+                die("gpu warm-up", s);
+            patina_gpu__rootsift_times(g, ms, NULL);
+            t = patina_now();
+            if ((s = rs_extract_gpu(g, &p, (size_t)p.m, rg, im, ngpu, st)) != PATINA_OK) die("gpu", s);
+            t = patina_now() - t;
+            patina_gpu__rootsift_times(g, ms, NULL);
+            for (int k = 0; k < 11; k++) {
+                double t0 = patina_now();
+                if ((s = rs_extract_gpu(g, &p, (size_t)p.m, rg, &im[k % ngpu], 1, st)) != PATINA_OK) die("gpu", s);
+                lat[k] = patina_now() - t0;
+            }
+            qsort(lat, 11, sizeof *lat, cmp_dbl);
+            if ((s = rs_extract_gpu(g, &p, (size_t)p.m, rg, im, ngpu, st)) != PATINA_OK) die("gpu", s);
+            t1 = run(spec, 1, im, ngpu < 8 ? ngpu : 8, &rc1, &bytes);
+            t1 /= (double)(ngpu < 8 ? ngpu : 8);
+            tn = run(spec, 0, im, ngpu, &rc, &bytes);
+            for (size_t i = 0; i < ngpu; i++) same += !memcmp(rg + i * bytes, rc + i * bytes, bytes);
+            for (int k = 0; k < PGPU_RS_STAGES; k++) tot += ms[k];
+            printf("%4dx%-5d %-6s %12.1f %12.2f %12.2f %12.2f %9.1fx %4zu/%-4zu ", sizes[si][0], sizes[si][1],
+                   q ? "n=768" : "m=384", ngpu / t, lat[5] * 1e3, 1.0 / t1, ngpu / tn, (ngpu / t) / (ngpu / tn), same,
+                   ngpu);
+            for (int k = 0; k < PGPU_RS_STAGES; k++) printf(" %s %.1f%%", stage[k], tot > 0 ? 100.0 * ms[k] / tot : 0.0);
+            printf("\n");
+            free(rg);
+            free(rc);
+            free(rc1);
+            free(st);
+        }
+        for (size_t i = 0; i < ngpu; i++) patina_image_release(&im[i]);
+        free(im);
+    }
+    patina_gpu_close(g);
+}
+
 int main(int argc, char **argv)
 {
     const char *spec = "rootsift", *dir = getenv("PATINA_SAMPLES");
-    size_t maxn = 1000, n = 0, bytes;
+    size_t maxn = 1000, n = 0, bytes, ngpu = 64;
+    int gpu_only = 0;
     patina_image_t *imgs;
     unsigned char *out;
     char spec_u8[600], spec_f16[600];
@@ -88,8 +194,12 @@ int main(int argc, char **argv)
             dir = argv[++i];
         else if (!strcmp(argv[i], "--max") && i + 1 < argc)
             maxn = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--gpu-only"))
+            gpu_only = 1;
+        else if (!strcmp(argv[i], "--gpu-n") && i + 1 < argc)
+            ngpu = (size_t)atol(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_rootsift [--spec SPEC] [--dir DIR] [--max N]\n");
+            fprintf(stderr, "usage: bench_rootsift [--spec SPEC] [--dir DIR] [--max N] [--gpu-only] [--gpu-n N]\n");
             return 2;
         }
     }
@@ -108,6 +218,8 @@ int main(int argc, char **argv)
     snprintf(spec_u8, sizeof spec_u8, "%s%squant=u8", spec, strchr(spec, ':') ? "," : ":");
     snprintf(spec_f16, sizeof spec_f16, "%s%squant=f16", spec, strchr(spec, ':') ? "," : ":");
     printf("bench_rootsift: %zu images (%.1f megapixels) under %s; %d CPUs\n", n, mp, dir, patina_cpu_count());
+    if (n > 0 && ngpu > 0) bench_gpu(imgs, n, ngpu);
+    if (gpu_only) goto done;
 
     {
         double t1 = run(spec_u8, 1, imgs, n, &out, &bytes), tall;
@@ -156,6 +268,7 @@ int main(int argc, char **argv)
                comps ? (double)clip7 / comps : 0.0);
         free(out);
     }
+done:
     for (size_t i = 0; i < n; i++) patina_image_release(&imgs[i]);
     for (size_t i = 0; i < g_nfiles; i++) free(g_files[i]);
     free(g_files);

@@ -297,6 +297,10 @@ static patina_status run_sift(keep_t *keep, const rootsift_params_t *p, const fl
                 ft.y = keys[i].y;
                 ft.sigma = keys[i].sigma;
                 ft.angle = (float)angles[a];
+                /* VLFeat leaves the descriptor unwritten for a keypoint
+                 * whose rounded y is the last row: zeros, not the previous
+                 * feature's values */
+                memset(ft.d, 0, sizeof ft.d);
                 vl_sift_calc_keypoint_descriptor(f, ft.d, &keys[i], angles[a]);
                 heap_push(keep, &ft);
             }
@@ -351,6 +355,42 @@ static void write_record(unsigned char *rec, size_t budget, const rootsift_param
     }
 }
 
+/* The detection size of a W x H image (the maxside downscale) and the
+ * geometry's scales. */
+static void rs_detect_size(const rootsift_params_t *p, int W, int H, int *w, int *h, double *sx, double *sy,
+                           float *down)
+{
+    *w = W;
+    *h = H;
+    *sx = *sy = 1.0;
+    *down = 1.0f;
+    if (p->maxside > 0 && (W > p->maxside || H > p->maxside)) {
+        const double L = W > H ? W : H, fct = L / p->maxside;
+        *w = (int)lround(W / fct);
+        *h = (int)lround(H / fct);
+        if (*w < 1) *w = 1;
+        if (*h < 1) *h = 1;
+        *sx = (double)W / *w;
+        *sy = (double)H / *h;
+        *down = (float)fct;
+    }
+}
+
+/* The octaves VLFeat processes for a w x h detection image: 0 when the
+ * first octave is under 4 pixels on a side (count 0), -1 when it is too
+ * large for VLFeat's int indexing (PATINA_E_LIMIT). */
+static int rs_octaves(const rootsift_params_t *p, int w, int h)
+{
+    const int omin = p->first_octave, mind = w < h ? w : h;
+    const long ow = omin < 0 ? (long)w << -omin : (long)w >> omin, oh = omin < 0 ? (long)h << -omin : (long)h >> omin;
+    int most;
+    if (ow < 4 || oh < 4) return 0;
+    if ((double)ow * (double)oh * 2.0 * (p->levels + 3) >= 2147483647.0) return -1;
+    most = (int)floor(log2((double)mind)) - omin - 3; /* vl_sift_new's "all" */
+    if (most < 1) most = 1;
+    return p->octaves < 0 || p->octaves > most ? most : p->octaves;
+}
+
 patina_status rs_extract(const rootsift_params_t *p, size_t budget, void *rec, const patina_image_t *img)
 {
     const int W = img ? img->width : 0, H = img ? img->height : 0;
@@ -366,16 +406,7 @@ patina_status rs_extract(const rootsift_params_t *p, size_t budget, void *rec, c
     if (W < 0 || H < 0 || (W > 0 && H > 0 && (!img->data || img->stride < 3 * (size_t)W)))
         return patina__fail(PATINA_E_INVALID, "rootsift: bad image");
     if (W == 0 || H == 0) goto write; /* nothing to detect in: count 0 */
-    if (p->maxside > 0 && (W > p->maxside || H > p->maxside)) {
-        const double L = W > H ? W : H, fct = L / p->maxside;
-        w = (int)lround(W / fct);
-        h = (int)lround(H / fct);
-        if (w < 1) w = 1;
-        if (h < 1) h = 1;
-        sx = (double)W / w;
-        sy = (double)H / h;
-        down = (float)fct;
-    }
+    rs_detect_size(p, W, H, &w, &h, &sx, &sy, &down);
     grey = malloc((size_t)W * (size_t)H);
     im = malloc((size_t)w * (size_t)h * sizeof *im);
     keep.f = malloc(budget * sizeof *keep.f);
@@ -398,6 +429,133 @@ done:
     free(im);
     free(keep.f);
     return s;
+}
+
+/* --------------------------------------------------------------------- GPU */
+
+/* _vl_sift_smooth's filter for sigma: W = max(ceil(4 sigma), 1), taps
+ * exp(-d^2 / 2) of d = (j - W) / sigma in float, over their float sum. */
+static int rs_gauss_taps(float *taps, double sigma)
+{
+    const int W = (int)fmax(ceil(4.0 * sigma), 1.0);
+    float acc = 0;
+    if (2 * W + 1 > PGPU_RS_MAXTAPS) return -1;
+    for (int j = 0; j < 2 * W + 1; j++) {
+        float d = (float)(j - W) / (float)sigma;
+        taps[j] = (float)exp(-0.5 * (d * d));
+        acc += taps[j];
+    }
+    for (int j = 0; j < 2 * W + 1; j++) taps[j] /= acc;
+    return W;
+}
+
+/* The GPU configuration for budget rows: VLFeat's sigmas and filters and
+ * fast_expn's table, computed here with the host's libm as VLFeat does. */
+patina_status rs_gpu_conf(patina_gpu_rootsift_conf_t *c, const rootsift_params_t *p, size_t budget)
+{
+    const int S = p->levels, omin = p->first_octave, s_min = -1, s_max = S + 1;
+    const double sigmak = pow(2.0, 1.0 / S), sigma0 = 1.6 * sigmak, sigman = 0.5;
+    const double dsigma0 = sigma0 * sqrt(1.0 - 1.0 / (sigmak * sigmak));
+    memset(c, 0, sizeof *c);
+    c->levels = S;
+    c->first_octave = omin;
+    c->peak = p->peak;
+    c->edge = p->edge;
+    c->sigma0 = sigma0;
+    c->budget = (int)budget;
+    c->quant = p->quant;
+    c->qscale = p->quant == RS_QUANT_F16 ? RS_F16_SCALE : RS_U8_SCALE;
+    c->rec_bytes = rs_record_bytes(budget, (uint32_t)p->quant);
+    {
+        const double sa = sigma0 * pow(sigmak, s_min), sb = sigman * pow(2.0, -omin);
+        c->w0 = sa > sb ? rs_gauss_taps(c->filt0, sqrt(sa * sa - sb * sb)) : 0;
+    }
+    for (int s = s_min + 1; s <= s_max; s++) c->fw[s - s_min - 1] = rs_gauss_taps(c->filt[s - s_min - 1], dsigma0 * pow(sigmak, s));
+    for (int k = 0; k < 257; k++) c->expn[k] = exp(-(double)k * (25.0 / 256));
+    if (c->w0 < 0) return patina__fail(PATINA_E_LIMIT, "rootsift: gpu: first filter too wide");
+    for (int l = 0; l < S + 2; l++)
+        if (c->fw[l] < 0) return patina__fail(PATINA_E_LIMIT, "rootsift: gpu: levels=%d needs filters too wide", S);
+    return PATINA_OK;
+}
+
+patina_status rs_extract_gpu(patina_gpu_t *g, const rootsift_params_t *p, size_t budget, void *out,
+                             const patina_image_t *imgs, size_t n, patina_status *st)
+{
+    const size_t bytes = rs_record_bytes(budget, (uint32_t)p->quant);
+    unsigned char *o = out, *scratch = NULL;
+    patina_gpu_rootsift_conf_t *c = NULL;
+    patina_gpu_rootsift_item_t *it = NULL;
+    size_t *map = NULL, m = 0;
+    patina_status *mine = NULL, s = PATINA_OK;
+    if (n == 0) return PATINA_OK;
+    if (!p || !out || budget < 1 || budget > RS_N_MAX)
+        return patina__fail(PATINA_E_INVALID, "rootsift: bad arguments (budget %zu)", budget);
+    c = malloc(sizeof *c);
+    it = malloc(n * sizeof *it);
+    map = malloc(n * sizeof *map);
+    mine = malloc(n * sizeof *mine);
+    if (!c || !it || !map || !mine) {
+        s = patina__fail(PATINA_E_NOMEM, "rootsift: out of memory for a GPU batch of %zu images", n);
+        goto done;
+    }
+    if ((s = rs_gpu_conf(c, p, budget)) != PATINA_OK) goto done;
+    /* the images the GPU takes; the others (bad, empty, too small, too
+     * large for VLFeat) get the CPU path's record and status here */
+    for (size_t i = 0; i < n; i++) {
+        const patina_image_t *img = &imgs[i];
+        int w, h, oc = 0;
+        double sx, sy;
+        float down;
+        if (img->width > 0 && img->height > 0 && img->data && img->stride >= 3 * (size_t)img->width) {
+            rs_detect_size(p, img->width, img->height, &w, &h, &sx, &sy, &down);
+            oc = rs_octaves(p, w, h);
+        }
+        if (oc > PGPU_RS_MAXOCT) oc = 0;
+        if (oc <= 0) {
+            patina_status si = rs_extract(p, budget, o + i * bytes, img);
+            if (st) st[i] = si;
+            continue;
+        }
+        it[m].img = img;
+        it[m].w = w;
+        it[m].h = h;
+        it[m].octaves = oc;
+        it[m].sx = sx;
+        it[m].sy = sy;
+        it[m].down = down;
+        map[m++] = i;
+    }
+    if (m == 0) goto done;
+    scratch = malloc(m * bytes);
+    if (!scratch) {
+        s = patina__fail(PATINA_E_NOMEM, "rootsift: out of memory for %zu GPU records", m);
+        goto done;
+    }
+    s = patina_gpu_rootsift(g, c, scratch, it, m, mine);
+    for (size_t j = 0; j < m; j++) {
+        unsigned char *dst = o + map[j] * bytes;
+        patina_status sj = s != PATINA_OK ? s : mine[j];
+        if (sj == PATINA_OK) memcpy(dst, scratch + j * bytes, bytes);
+        else if (sj == PATINA_E_LIMIT && s == PATINA_OK) sj = rs_extract(p, budget, dst, &imgs[map[j]]); /* the CPU's */
+        else memset(dst, 0, bytes);
+        if (st) st[map[j]] = sj;
+    }
+done:
+    if (s != PATINA_OK && st && !mine)
+        for (size_t i = 0; i < n; i++) st[i] = s;
+    free(c);
+    free(it);
+    free(map);
+    free(mine);
+    free(scratch);
+    return s;
+}
+
+static patina_status rootsift_gpu(patina_gpu_t *g, const void *params, void *out, const patina_image_t *imgs, size_t n,
+                                  patina_status *st)
+{
+    const rootsift_params_t *p = params;
+    return rs_extract_gpu(g, p, (size_t)p->m, out, imgs, n, st);
 }
 
 /* ----------------------------------------------------------------- matching */
@@ -464,6 +622,6 @@ const patina_family_t patina_family_rootsift = {
     .check = NULL,
     .distance = PDIST_ROOTSIFT_RATIO,
     .cpu = rootsift_cpu,
-    .gpu = NULL,
+    .gpu = PATINA_HAVE_CUDA ? rootsift_gpu : NULL,
     .hybrid = NULL,
 };

@@ -41,4 +41,19 @@ patina_status rs_record_check(const void *rec, size_t bytes, const char *what);
  * image gives count 0 and PATINA_OK. Thread-safe (no shared state). */
 patina_status rs_extract(const rootsift_params_t *p, size_t budget, void *rec, const patina_image_t *img);
 
+/* The same records of n images on the GPU g (src/gpu/rootsift.cu): out (n,
+ * rs_record_bytes(budget, p->quant)). Images the GPU leaves (bad, empty,
+ * too small, over the budget or its buffers) are extracted here on the CPU
+ * with rs_extract's status. st (may be NULL) per image; the return value
+ * is an error only when the call failed (then its images have that
+ * status and zeros). */
+struct patina_gpu;
+struct patina_gpu_rootsift_conf;
+patina_status rs_extract_gpu(struct patina_gpu *g, const rootsift_params_t *p, size_t budget, void *out,
+                             const patina_image_t *imgs, size_t n, patina_status *st);
+
+/* The GPU path's configuration for budget rows (VLFeat's sigmas, filters
+ * and fast_expn table from the host's libm); tests use it too. */
+patina_status rs_gpu_conf(struct patina_gpu_rootsift_conf *c, const rootsift_params_t *p, size_t budget);
+
 #endif

@@ -135,7 +135,7 @@ typedef struct pgpu_alloc {
 } pgpu_alloc_t;
 
 static const char *const fam_names[PGPU_NFAM] = {"context", "cedd", "lbp", "glcm", "search", "identify", "sqfd",
-                                                     "signature"};
+                                                     "signature", "rootsift"};
 
 /* Releases the states of every family but `keep` (oldest first does not
  * matter: states are independent). */

@@ -42,6 +42,7 @@ typedef enum pgpu_fam {
     PGPU_FAM_IDENTIFY,
     PGPU_FAM_SQFD,
     PGPU_FAM_SIGNATURE,
+    PGPU_FAM_ROOTSIFT,
     PGPU_NFAM
 } pgpu_fam;
 

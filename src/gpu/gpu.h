@@ -515,6 +515,69 @@ patina_status patina_gpu_glcm_features(patina_gpu_t *g, double *props, double *h
                                        const patina_glcm_offset_t *off, size_t noff, int symmetric,
                                        patina_status *st);
 
+
+/* ---- rootsift extraction (src/gpu/rootsift.cu; docs/rootsift.md "GPU") ----
+ * VLFeat's SIFT as the CPU path runs it (features/rootsift.c), on the GPU:
+ * the configuration in plain numbers and tables, filled by the features
+ * side (rootsift_gpu_conf) from its options with the host's libm (the
+ * Gaussian taps, fast_expn's table), so that the GPU reads no libm value it
+ * would compute differently. */
+#define PGPU_RS_MAXLEV 8                   /* levels per octave at most */
+#define PGPU_RS_MAXTAPS 129                /* 2 W + 1 at most per filter */
+#define PGPU_RS_MAXOCT 32
+typedef struct patina_gpu_rootsift_conf {
+    int levels;               /* S */
+    int first_octave;         /* o_min, -1..3 */
+    double peak, edge;        /* VLFeat's thresholds */
+    double sigma0;            /* 1.6 sigmak */
+    int budget;               /* rows of a record (m or n) */
+    int quant;                /* 0 u8, 1 f16 */
+    float qscale;             /* 512 or 1 */
+    size_t rec_bytes;         /* bytes of one record */
+    /* Gaussian filters (_vl_sift_smooth's taps, float): filt0 for the first
+     * level of the first octave (w0 = 0: none, sa <= sb), filt[s - s_min - 1]
+     * for level s = s_min + 1 .. s_max from level s - 1; width W, 2 W + 1 taps */
+    int w0;
+    float filt0[PGPU_RS_MAXTAPS];
+    int fw[PGPU_RS_MAXLEV + 2];
+    float filt[PGPU_RS_MAXLEV + 2][PGPU_RS_MAXTAPS];
+    double expn[257];         /* fast_expn's table: exp(-k 25 / 256) */
+} patina_gpu_rootsift_conf_t;
+
+/* One image as the GPU path takes it: RGB host memory (any stride), the
+ * detection size (w, h: the area downscale of docs/rootsift.md when it
+ * differs from the original), the octaves VLFeat processes (>= 1; images
+ * with none are the caller's), the geometry's scales. */
+typedef struct patina_gpu_rootsift_item {
+    const patina_image_t *img;
+    int w, h, octaves;
+    double sx, sy;            /* original / detected pixel size, per axis */
+    float down;               /* the record's downscale */
+} patina_gpu_rootsift_item_t;
+
+/* Records of n images into out (n, c->rec_bytes), the CPU path's bytes.
+ * st[i] (not NULL): PATINA_OK, or PATINA_E_LIMIT (record zeros) for an
+ * image the GPU leaves to the caller: larger than the memory budget allows,
+ * or more extrema or keypoints than its buffers hold. The return value is
+ * an error only when the call itself failed. */
+patina_status patina_gpu_rootsift(patina_gpu_t *g, const patina_gpu_rootsift_conf_t *c, uint8_t *out,
+                                  const patina_gpu_rootsift_item_t *items, size_t n, patina_status *st);
+
+/* Internal (tests, bench_rootsift): stage times of the calls since the
+ * previous query, in ms of GPU time (events around each stage of each
+ * batch): [0] upload and grey/downscale, [1] scale space (smoothing), [2]
+ * DoG, gradients, [3] detection, refinement, orientations, [4] selection,
+ * [5] descriptors and records, [6] download. Resets them. */
+#define PGPU_RS_STAGES 7
+void patina_gpu__rootsift_times(patina_gpu_t *g, double ms[PGPU_RS_STAGES], size_t *batches);
+
+/* Internal (tests): runs the GPU scale space of one image (w, h floats,
+ * host memory; first octave, S + 3 levels, the DoG) and returns octave k's
+ * levels (S + 3, h_k, w_k) and DoG (S + 2, h_k, w_k) in host memory (either
+ * may be NULL), for the test's per-stage comparison with VLFeat. */
+patina_status patina_gpu__rootsift_octave(patina_gpu_t *g, const patina_gpu_rootsift_conf_t *c, const float *im,
+                                          int w, int h, int octaves, int k, float *levels, float *dog);
+
 #ifdef __cplusplus
 }
 #endif

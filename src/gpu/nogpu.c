@@ -318,3 +318,24 @@ patina_status patina_gpu_sqfd_filter(patina_gpu_t *g, const pgpu_sqfd_index_t *i
     (void)rq; (void)cand; (void)ncand; (void)cpu; (void)stats;
     return none();
 }
+
+patina_status patina_gpu_rootsift(patina_gpu_t *g, const patina_gpu_rootsift_conf_t *c, uint8_t *out,
+                                  const patina_gpu_rootsift_item_t *items, size_t n, patina_status *st)
+{
+    (void)g; (void)c; (void)out; (void)items; (void)n; (void)st;
+    return none();
+}
+
+void patina_gpu__rootsift_times(patina_gpu_t *g, double ms[PGPU_RS_STAGES], size_t *batches)
+{
+    (void)g;
+    for (int k = 0; k < PGPU_RS_STAGES; k++) ms[k] = 0.0;
+    if (batches) *batches = 0;
+}
+
+patina_status patina_gpu__rootsift_octave(patina_gpu_t *g, const patina_gpu_rootsift_conf_t *c, const float *im,
+                                          int w, int h, int octaves, int k, float *levels, float *dog)
+{
+    (void)g; (void)c; (void)im; (void)w; (void)h; (void)octaves; (void)k; (void)levels; (void)dog;
+    return none();
+}
