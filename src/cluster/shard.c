@@ -398,7 +398,8 @@ static void answer(shard_t *sh, const clu_request_t *q, clu_reply_t *r)
             if ((s = patina_table_search(tb, q->queries, q->nq, &qq, &res[i])) != PATINA_OK)
                 s = clu_fail_lib(s, "shard %s: partition %u", sh->name, r->parts[i]);
         }
-        if (s == PATINA_OK && np) s = clu_results_merge(res, np, &qq, &r->res);
+        if (s == PATINA_OK && np && (s = patina_table_results_merge(res, np, &qq, &r->res)) != PATINA_OK)
+            s = clu_fail_lib(s, "shard %s: merge", sh->name);
         if (s == PATINA_OK && !np) { /* no partition: an empty answer */
             r->res.nq = q->nq;
             if (!(r->res.offsets = calloc(q->nq + 1, sizeof *r->res.offsets)))
@@ -408,7 +409,7 @@ static void answer(shard_t *sh, const clu_request_t *q, clu_reply_t *r)
         free(res);
     } else {
         patina_identify_opts_t o = q->iopts;
-        const size_t pk = clu_identify_part_k(&q->iopts);
+        const size_t pk = patina_identify_part_k(&q->iopts);
         patina_identify_hit_t **ph = calloc(np ? np : 1, sizeof *ph);
         patina_identify_result_t **pr = calloc(np ? np : 1, sizeof *pr);
         char ***pkeys = calloc(np ? np : 1, sizeof *pkeys);
@@ -437,10 +438,14 @@ static void answer(shard_t *sh, const clu_request_t *q, clu_reply_t *r)
             r->results = calloc(q->nq + 1, sizeof *r->results);
             r->keys = calloc(q->nq * pk + 1, sizeof *r->keys);
             if (!r->hits || !r->results || !r->keys) s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
+            else if ((s = patina_identify_merge((const patina_identify_hit_t *const *)ph,
+                                                (const patina_identify_result_t *const *)pr, np, q->nq, &o, r->hits,
+                                                r->results)) != PATINA_OK)
+                s = clu_fail_lib(s, "shard %s: merge", sh->name);
             else
-                s = clu_identify_merge((const patina_identify_hit_t *const *)ph,
-                                       (const patina_identify_result_t *const *)pr, (char *const *const *)pkeys, np,
-                                       q->nq, &o, r->hits, r->results, r->keys);
+                s = clu_identify_keys((const patina_identify_hit_t *const *)ph,
+                                      (const patina_identify_result_t *const *)pr, (char *const *const *)pkeys, np,
+                                      q->nq, pk, r->hits, r->results, pk, r->keys);
         }
         for (i = 0; i < np; i++) {
             size_t j;
