@@ -234,7 +234,8 @@ void clu_kv_key(char out[65], const char *key);
 
 /* A writer of one collection: ids allocated in blocks from the meta
  * bucket's counter (CAS), records put into the partitions' buckets, each
- * write confirmed by the partition's ready copies (clu_front). */
+ * write confirmed by the partition's copies (clu_front_confirm) before the
+ * call returns. Thread-safe: the threads of a server share one. */
 typedef struct clu_writer clu_writer_t;
 typedef struct clu_front clu_front_t;
 
@@ -249,6 +250,14 @@ void clu_writer_free(clu_writer_t *w);
  * (may be NULL) receives the id. */
 patina_status clu_writer_put(clu_writer_t *w, const patina_insert_t *item, const char *const *specs,
                              const void *const *descs, const size_t *bytes, size_t nt, uint64_t *id);
+/* clu_writer_put, and: if_absent: PATINA_E_BUSY when the key exists (nothing
+ * written); *created (may be NULL): 1 when the key was new. */
+patina_status clu_writer_put_ex(clu_writer_t *w, const patina_insert_t *item, const char *const *specs,
+                                const void *const *descs, const size_t *bytes, size_t nt, int if_absent,
+                                int *created, uint64_t *id);
+/* The record of key as stored (*data malloc'd, *n bytes: clu_record_decode
+ * reads it; *rev (may be NULL) its revision). PATINA_E_NOTFOUND when absent. */
+patina_status clu_writer_get(clu_writer_t *w, const char *key, void **data, size_t *n, uint64_t *rev);
 /* Deletes the image of key (PATINA_E_NOTFOUND when absent). */
 patina_status clu_writer_delete(clu_writer_t *w, const char *key);
 
