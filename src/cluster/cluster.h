@@ -188,6 +188,11 @@ size_t clu_rendezvous(const clu_member_w_t *m, size_t n, uint32_t p, size_t r, s
 
 /* ----------------------------------------------------------- merge */
 
+/* Shallow copies of answers about to be merged: a part without hits and
+ * without keys gets an empty keys array (static: never released), so that
+ * patina_table_results_merge carries the others' keys. */
+void clu_results_keys_empty(patina_table_results_t *parts, size_t np);
+
 /* Partial answers are merged by the library (patina_table_results_merge,
  * patina_identify_part_k, patina_identify_merge); this fills the keys of a
  * merged identification (hits (nq, k), results (nq)) from its parts'

@@ -605,6 +605,7 @@ patina_status clu_front_search(clu_front_t *f, const char *spec, const void *que
         if (g.calls[i].accepted && g.calls[i].reply.res.nq == nq) parts[np++] = g.calls[i].reply.res;
     if (np) {
         patina_table_query_t qq = *q;
+        clu_results_keys_empty(parts, np);
         if ((s = patina_table_results_merge(parts, np, &qq, res)) != PATINA_OK)
             s = clu_fail_lib(s, "cluster: merging %zu answers", np);
     } else {

@@ -1,4 +1,11 @@
-/* The keys of a merged identification. The library's patina_identify_merge
+/* The keys of merged answers.
+ *
+ * patina_table_results_merge carries keys only when every part has them, and
+ * a part without hits may come without a keys array: such a part gets an
+ * empty one (clu_results_keys_empty), so that it does not drop the keys of
+ * the others.
+ *
+ * The keys of a merged identification. The library's patina_identify_merge
  * merges parts' hits exactly but carries no keys (patina_table_results_merge
  * does carry them); a cluster's parts come with the key of every candidate,
  * and a merged hit is one of its parts' candidates, so its key is found by
@@ -30,4 +37,12 @@ patina_status clu_identify_keys(const patina_identify_hit_t *const *part_hits,
             }
         }
     return PATINA_OK;
+}
+
+void clu_results_keys_empty(patina_table_results_t *parts, size_t np)
+{
+    static char *none[1];
+    size_t p;
+    for (p = 0; p < np; p++)
+        if (!parts[p].keys && (!parts[p].offsets || parts[p].offsets[parts[p].nq] == 0)) parts[p].keys = none;
 }

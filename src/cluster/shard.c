@@ -448,8 +448,17 @@ static void answer(shard_t *sh, const clu_request_t *q, clu_reply_t *r)
             if ((s = patina_table_search(tb, q->queries, q->nq, &qq, &res[i])) != PATINA_OK)
                 s = clu_fail_lib(s, "shard %s: partition %u", sh->name, r->parts[i]);
         }
-        if (s == PATINA_OK && np && (s = patina_table_results_merge(res, np, &qq, &r->res)) != PATINA_OK)
-            s = clu_fail_lib(s, "shard %s: merge", sh->name);
+        if (s == PATINA_OK && np) {
+            patina_table_results_t *view = malloc(np * sizeof *view); /* shallow copies: keys filled */
+            if (!view) s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
+            else {
+                memcpy(view, res, np * sizeof *view);
+                clu_results_keys_empty(view, np);
+                if ((s = patina_table_results_merge(view, np, &qq, &r->res)) != PATINA_OK)
+                    s = clu_fail_lib(s, "shard %s: merge", sh->name);
+                free(view);
+            }
+        }
         if (s == PATINA_OK && !np) { /* no partition: an empty answer */
             r->res.nq = q->nq;
             if (!(r->res.offsets = calloc(q->nq + 1, sizeof *r->res.offsets)))
