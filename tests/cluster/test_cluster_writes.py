@@ -6,7 +6,7 @@ copies of each of P = 8 partitions, `patina serve photos --cluster URL` and the 
   `patina index --cluster` + `patina search --cluster`); a delete leaves no phantom; a replace gives the
   new descriptor;
 - concurrent writers (add, delete) and searchers (k-NN with k above the rows: every live image) for
-  about 20 s: a search that starts after an add's acknowledgement (and ends before its delete begins)
+  about 20 s while a fourth shard joins (its copies load and turn ready during the writes) and leaves: a search that starts after an add's acknowledgement (and ends before its delete begins)
   sees it, a search that starts after a delete's acknowledgement does not;
 - a shard stopped with SIGSTOP costs a query one hedge delay, not deadlines: with --deadline 8000 and
   --hedge 300 the fan-out of a query takes well under the deadline and its answer is whole and equal
@@ -147,7 +147,7 @@ def check_add_delete_replace(c, front, files):
     assert "patina_cluster_fanout_seconds_bucket" in text and "patina_cluster_requests_total" in text, text
 
 
-def check_concurrent(front, files, seconds=20.0):
+def check_concurrent(c, front, files, seconds=20.0):
     imgs = [open(os.path.join(SRC, f), "rb").read() for f in files]
     lock = threading.Lock()
     added = {}    # key -> acknowledgement time of its add
@@ -212,8 +212,16 @@ def check_concurrent(front, files, seconds=20.0):
                 if t < t0 and key in got:
                     errors.append(f"phantom: {key} deleted at {t:.3f}, search {t0:.3f}-{t1:.3f}")
 
+    def churn():
+        # copies turn ready while writes go on: s4 joins (takes partitions, loads, turns ready), then
+        # leaves cleanly (its partitions' other copies answer)
+        time.sleep(seconds * 0.2)
+        c.shard(COLL, "s4", 2)
+        time.sleep(seconds * 0.45)
+        c.kill("s4", signal.SIGTERM)
+
     threads = [threading.Thread(target=writer, args=(w,)) for w in range(2)] + \
-              [threading.Thread(target=searcher, args=(s,)) for s in range(2)]
+              [threading.Thread(target=searcher, args=(s,)) for s in range(2)] + [threading.Thread(target=churn)]
     for t in threads:
         t.start()
     for t in threads:
@@ -263,7 +271,7 @@ def test_cluster_writes():
         front = Front(c)
         try:
             check_add_delete_replace(c, front, files)
-            na, nd = check_concurrent(front, files)
+            na, nd = check_concurrent(c, front, files)
         finally:
             front.close()
         fan = check_hedge(c, files)
