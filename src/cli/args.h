@@ -68,7 +68,7 @@ typedef struct cli_value {
 
 typedef struct cli_args cli_args_t;
 
-#define CLI_MAX_OPTS 32
+#define CLI_MAX_OPTS 48
 
 typedef struct cli_command {
     const char *name;      /* "index" */

@@ -44,6 +44,9 @@ static const cli_opt_t opts[] = {
     CLI_OPT_CLUSTER_URL,
     {.name = "deadline", .type = CLI_INT, .arg = "MS", .min = 1, .max = 600000, .def = "5000",
      .help = "--cluster: how long a shard may take before its partitions are asked of another copy"},
+    {.name = "hedge", .type = CLI_INT, .arg = "MS", .min = 0, .max = 600000, .flags = CLI_AUTO, .def = "auto",
+     .help = "--cluster: a shard that has not answered after MS has its partitions also asked of their next "
+             "ready copy, the first answer winning (auto: a fifth of --deadline)"},
     {.name = "no-partial", .type = CLI_FLAG,
      .help = "--cluster: fail (exit 3) rather than answer from the partitions that have a live copy"},
 };
@@ -307,6 +310,7 @@ static int run_search(const cli_args_t *a)
         clu_front_opts_init(&fo);
         fo.deadline_ms = (int)cli_get(a, "deadline")->i;
         fo.allow_partial = !cli_get(a, "no-partial")->i;
+        fo.hedge_ms = cli_get(a, "hedge")->is_auto ? -1 : (int)cli_get(a, "hedge")->i;
         if ((s = clu_session_open(&cs, cli_get(a, "cluster")->text, a->operands[0], &fo)) != PATINA_OK ||
             (s = clu_session_table(cs, ctx, fam->given ? fam->text : NULL, PATINA_CAP_SEARCH, &table)) != PATINA_OK) {
             cli_error("search", "%s", clu_last_error());

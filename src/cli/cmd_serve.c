@@ -85,6 +85,14 @@ static const cli_opt_t opts[] = {
     {.name = "drain", .type = CLI_INT, .arg = "SECONDS", .min = 0, .max = 3600, .def = "10",
      .help = "on SIGTERM, how long requests in flight may still take"},
     {.name = "quiet", .letter = 'q', .type = CLI_FLAG, .help = "no log line per request"},
+    {.name = "cluster", .type = CLI_TEXT, .arg = "URL[,URL...]",
+     .help = "the COLLECTIONs are cluster collections (by name) on these NATS servers: this server is a "
+             "stateless front end over their shards (docs/cluster.md)"},
+    {.name = "deadline", .type = CLI_INT, .arg = "MS", .min = 1, .max = 600000, .def = "5000",
+     .help = "--cluster: a shard's request fails after MS and its partitions are asked of another copy"},
+    {.name = "hedge", .type = CLI_INT, .arg = "MS", .min = 0, .max = 600000, .flags = CLI_AUTO, .def = "auto",
+     .help = "--cluster: a shard that has not answered after MS has its partitions also asked of their "
+             "next ready copy, the first answer winning (auto: a fifth of --deadline)"},
 };
 
 const cli_command_t cli_cmd_serve = {
@@ -154,5 +162,8 @@ static int run_serve(const cli_args_t *a)
     c.batch_max = (size_t)cli_get(a, "batch-max")->i;
     c.drain_s = (unsigned)cli_get(a, "drain")->i;
     c.quiet = (int)cli_get(a, "quiet")->i;
+    c.cluster = cli_get(a, "cluster")->set ? cli_get(a, "cluster")->text : NULL;
+    c.cluster_deadline_ms = (int)cli_get(a, "deadline")->i;
+    c.cluster_hedge_ms = cli_get(a, "hedge")->is_auto ? -1 : (int)cli_get(a, "hedge")->i;
     return serve_run(&c);
 }

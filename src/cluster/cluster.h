@@ -14,8 +14,8 @@
  *
  * Modules: conn.c (connection, status mapping), codec.c (records and
  * messages: pure, every length checked), rendezvous.c (assignment: pure),
- * meta.c (config, ids, buckets, writes), merge.c (exact merges of partial
- * answers), shard.c (the shard process), front.c (scatter / gather),
+ * meta.c (config, ids, buckets, writes), merge.c (the keys of merged
+ * identifications), shard.c (the shard process), front.c (scatter / gather),
  * cmd.c (the CLI's entry points). */
 #ifndef PATINA_CLUSTER_H
 #define PATINA_CLUSTER_H
@@ -188,16 +188,21 @@ size_t clu_rendezvous(const clu_member_w_t *m, size_t n, uint32_t p, size_t r, s
 
 /* ----------------------------------------------------------- merge */
 
-/* The exact merges of answers over disjoint row sets (the library's
- * patina_table_results_merge / patina_identify_merge contract). */
-patina_status clu_results_merge(const patina_table_results_t *parts, size_t np, const patina_table_query_t *q,
-                                patina_table_results_t *out);
-size_t clu_identify_part_k(const patina_identify_opts_t *opts);
-/* part_keys[p] (nq, part k) may be NULL; keys (nq, k) receives copies. */
-patina_status clu_identify_merge(const patina_identify_hit_t *const *part_hits,
-                                 const patina_identify_result_t *const *part_results, char *const *const *part_keys,
-                                 size_t np, size_t nq, const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
-                                 patina_identify_result_t *results, char **keys);
+/* Shallow copies of answers about to be merged: a part without hits and
+ * without keys gets an empty keys array (static: never released), so that
+ * patina_table_results_merge carries the others' keys. */
+void clu_results_keys_empty(patina_table_results_t *parts, size_t np);
+
+/* Partial answers are merged by the library (patina_table_results_merge,
+ * patina_identify_part_k, patina_identify_merge); this fills the keys of a
+ * merged identification (hits (nq, k), results (nq)) from its parts'
+ * (part_hits[p] and part_keys[p] (nq, part_k), part_keys[p] may be NULL):
+ * keys (nq, k) receives malloc'd copies, NULL past nhits or when no part
+ * names the hit. */
+patina_status clu_identify_keys(const patina_identify_hit_t *const *part_hits,
+                                const patina_identify_result_t *const *part_results, char *const *const *part_keys,
+                                size_t np, size_t nq, size_t part_k, const patina_identify_hit_t *hits,
+                                const patina_identify_result_t *results, size_t k, char **keys);
 
 /* ------------------------------------------------------------ connection */
 
@@ -234,7 +239,8 @@ void clu_kv_key(char out[65], const char *key);
 
 /* A writer of one collection: ids allocated in blocks from the meta
  * bucket's counter (CAS), records put into the partitions' buckets, each
- * write confirmed by the partition's ready copies (clu_front). */
+ * write confirmed by the partition's copies (clu_front_confirm) before the
+ * call returns. Thread-safe: the threads of a server share one. */
 typedef struct clu_writer clu_writer_t;
 typedef struct clu_front clu_front_t;
 
@@ -249,6 +255,14 @@ void clu_writer_free(clu_writer_t *w);
  * (may be NULL) receives the id. */
 patina_status clu_writer_put(clu_writer_t *w, const patina_insert_t *item, const char *const *specs,
                              const void *const *descs, const size_t *bytes, size_t nt, uint64_t *id);
+/* clu_writer_put, and: if_absent: PATINA_E_BUSY when the key exists (nothing
+ * written); *created (may be NULL): 1 when the key was new. */
+patina_status clu_writer_put_ex(clu_writer_t *w, const patina_insert_t *item, const char *const *specs,
+                                const void *const *descs, const size_t *bytes, size_t nt, int if_absent,
+                                int *created, uint64_t *id);
+/* The record of key as stored (*data malloc'd, *n bytes: clu_record_decode
+ * reads it; *rev (may be NULL) its revision). PATINA_E_NOTFOUND when absent. */
+patina_status clu_writer_get(clu_writer_t *w, const char *key, void **data, size_t *n, uint64_t *rev);
 /* Deletes the image of key (PATINA_E_NOTFOUND when absent). */
 patina_status clu_writer_delete(clu_writer_t *w, const char *key);
 
@@ -275,7 +289,9 @@ void clu_members_free(clu_member_t *m, size_t n);
 /* ------------------------------------------------------------------ front */
 
 typedef struct clu_front_opts {
-    int deadline_ms;     /* per round (default 5000): then the other copy is asked */
+    int deadline_ms;     /* a shard's request fails after this (default 5000); its partitions go to their next copy */
+    int hedge_ms;        /* a request not answered after this is hedged: its partitions are also sent to their
+                          * next ready copy, the first answer wins (< 0, the default: deadline_ms / 5) */
     int allow_partial;   /* 1 (default): partial answers; 0: PATINA_E_UNAVAILABLE */
 } clu_front_opts_t;
 
@@ -302,9 +318,23 @@ patina_status clu_front_identify(clu_front_t *f, const char *spec, const void *q
                                  size_t qbytes, const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
                                  patina_identify_result_t *results, char **keys, int *incomplete,
                                  clu_coverage_t *cov);
-/* After a write of revision rev to partition p: asks every ready copy to
- * confirm it applied it (each that cannot withdraws its readiness). */
+/* After a write of revision rev to partition p: asks every copy that hosts
+ * p to confirm it (a ready copy answers once it applied it, or withdraws
+ * its readiness; a copy still loading notes rev and turns ready only once
+ * it applied it), then reads the members again and asks any copy not asked
+ * yet, until none is new or deadline_ms has passed. */
 patina_status clu_front_confirm(clu_front_t *f, uint32_t p, uint64_t rev);
+
+/* Counters of a front since clu_front_new. */
+typedef struct clu_front_stats {
+    unsigned long long scatters;  /* queries batches scattered */
+    unsigned long long calls;     /* requests sent to shards (hedges and retries included) */
+    unsigned long long hedges;    /* requests hedged (their partitions sent to another copy while outstanding) */
+    unsigned long long retries;   /* partitions asked again after a failed request */
+    unsigned long long failures;  /* requests failed (gone, error, deadline) */
+    unsigned long long partial;   /* answers with partitions missing */
+} clu_front_stats_t;
+void clu_front_stats(clu_front_t *f, clu_front_stats_t *st);
 
 /* ---------------------------------------------------------------- session */
 

@@ -1,12 +1,30 @@
-/* The front end's scatter / gather: one request per shard that is chosen
- * for some partition, in parallel, each with a deadline; partitions not
- * answered in a round (a dead shard answers at once with "no responders",
- * a slow one at the deadline) are asked of their next ready copy in the
- * next round; the answers are merged exactly (merge.c). Stateless but for a
- * short cache of the members and the count of requests outstanding per
- * shard (a partition goes to its least loaded ready copy, rendezvous order
- * breaking ties, so the active copy is preferred). */
+/* The front end's scatter / gather and write confirmations.
+ *
+ * A scatter sends one request per shard chosen for some partition (each
+ * partition to its least loaded ready copy, rendezvous order breaking ties,
+ * so the active copy is preferred) and gathers the replies on this front's
+ * own inbox subscription (one for the front's life: replies come to
+ * INBOX.<scatter>.<call>), so that a request is never waited for by a
+ * thread of its own and a slow one can be left behind:
+ *   - a call not answered after the hedge delay is hedged: its partitions
+ *     not answered yet are sent to their next ready copy while it stays
+ *     outstanding; the first complete answer per partition wins;
+ *   - a call that fails (no responders: the shard is gone; an error reply;
+ *     the deadline) has its partitions asked of their next copy at once
+ *     unless another call already asks them;
+ *   - a reply is accepted only when none of the partitions it lists was
+ *     answered already (a reply is one merged answer over its partitions,
+ *     and the merge needs disjoint parts); the partitions a reply does not
+ *     list (its shard is not ready for them) are asked elsewhere.
+ * The scatter ends when every partition is answered or no call is
+ * outstanding and no copy is left to ask; the accepted replies are merged
+ * with the library's exact merges.
+ *
+ * Stateless but for a short cache of the members, the requests outstanding
+ * per shard and counters (clu_front_stats). */
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -15,6 +33,20 @@
 
 #define MEMBERS_CACHE_S 0.25
 #define LOAD_MAX 256
+
+typedef struct event {
+    size_t call;
+    natsMsg *msg;
+    struct event *next;
+} event_t;
+
+/* One scatter in progress: the subscription's callback queues its replies. */
+typedef struct scat {
+    uint64_t sid;
+    pthread_cond_t cv;
+    event_t *head, *tail;
+    struct scat *next;
+} scat_t;
 
 struct clu_front {
     clu_conn_t *c;
@@ -28,6 +60,11 @@ struct clu_front {
         char name[CLU_NAME_MAX + 1];
         int outstanding;
     } load[LOAD_MAX];
+    natsSubscription *sub;
+    char inbox[128];
+    uint64_t next_sid;
+    scat_t *active;
+    atomic_ullong n_scatters, n_calls, n_hedges, n_retries, n_failures, n_partial;
 };
 
 static double now_s(void)
@@ -40,19 +77,82 @@ static double now_s(void)
 void clu_front_opts_init(clu_front_opts_t *o)
 {
     o->deadline_ms = 5000;
+    o->hedge_ms = -1;
     o->allow_partial = 1;
+}
+
+static int hedge_ms(const clu_front_t *f)
+{
+    if (f->o.hedge_ms >= 0) return f->o.hedge_ms < f->o.deadline_ms ? f->o.hedge_ms : f->o.deadline_ms;
+    return f->o.deadline_ms / 5;
+}
+
+/* The inbox's callback: a reply goes to the queue of its scatter (dropped
+ * when that scatter has ended). */
+static void on_reply(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure)
+{
+    clu_front_t *f = closure;
+    const char *subj = natsMsg_GetSubject(msg), *tail;
+    size_t n = strlen(f->inbox);
+    unsigned long long sid, call;
+    scat_t *sc;
+    (void)nc;
+    (void)sub;
+    if (!subj || strncmp(subj, f->inbox, n) || subj[n] != '.') {
+        natsMsg_Destroy(msg);
+        return;
+    }
+    tail = subj + n + 1;
+    if (sscanf(tail, "%llu.%llu", &sid, &call) != 2) {
+        natsMsg_Destroy(msg);
+        return;
+    }
+    pthread_mutex_lock(&f->mu);
+    for (sc = f->active; sc && sc->sid != sid; sc = sc->next) {}
+    if (sc) {
+        event_t *e = malloc(sizeof *e);
+        if (e) {
+            e->call = (size_t)call;
+            e->msg = msg;
+            e->next = NULL;
+            if (sc->tail) sc->tail->next = e;
+            else sc->head = e;
+            sc->tail = e;
+            msg = NULL;
+            pthread_cond_signal(&sc->cv);
+        }
+    }
+    pthread_mutex_unlock(&f->mu);
+    if (msg) natsMsg_Destroy(msg);
 }
 
 patina_status clu_front_new(clu_front_t **out, clu_conn_t *c, const clu_config_t *cfg, const clu_front_opts_t *o)
 {
     clu_front_t *f = calloc(1, sizeof *f);
+    natsInbox *ib = NULL;
+    natsStatus ns;
+    char subj[160];
     *out = NULL;
     if (!f) return clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
     f->c = c;
     f->cfg = *cfg;
     if (o) f->o = *o;
     else clu_front_opts_init(&f->o);
+    if (f->o.deadline_ms <= 0) f->o.deadline_ms = 5000;
     pthread_mutex_init(&f->mu, NULL);
+    ns = natsInbox_Create(&ib);
+    if (ns == NATS_OK) {
+        snprintf(f->inbox, sizeof f->inbox, "%s", (const char *)ib);
+        natsInbox_Destroy(ib);
+        snprintf(subj, sizeof subj, "%s.>", f->inbox);
+        ns = natsConnection_Subscribe(&f->sub, c->nc, subj, on_reply, f);
+    }
+    if (ns == NATS_OK) ns = natsSubscription_SetPendingLimits(f->sub, -1, -1);
+    if (ns != NATS_OK) {
+        patina_status s = clu_nats_fail(ns, "cluster: the front end's reply inbox");
+        clu_front_free(f);
+        return s;
+    }
     *out = f;
     return PATINA_OK;
 }
@@ -60,11 +160,26 @@ patina_status clu_front_new(clu_front_t **out, clu_conn_t *c, const clu_config_t
 void clu_front_free(clu_front_t *f)
 {
     if (!f) return;
+    if (f->sub) {
+        natsSubscription_Unsubscribe(f->sub);
+        natsSubscription_Destroy(f->sub);
+    }
     clu_members_free(f->m, f->nm);
     pthread_mutex_destroy(&f->mu);
     free(f);
 }
 
+void clu_front_stats(clu_front_t *f, clu_front_stats_t *st)
+{
+    st->scatters = atomic_load(&f->n_scatters);
+    st->calls = atomic_load(&f->n_calls);
+    st->hedges = atomic_load(&f->n_hedges);
+    st->retries = atomic_load(&f->n_retries);
+    st->failures = atomic_load(&f->n_failures);
+    st->partial = atomic_load(&f->n_partial);
+}
+
+/* f->mu held. */
 static int *load_of(clu_front_t *f, const char *name)
 {
     size_t i;
@@ -76,9 +191,17 @@ static int *load_of(clu_front_t *f, const char *name)
     return &f->load[i].outstanding;
 }
 
+static void load_add(clu_front_t *f, const char *name, int d)
+{
+    pthread_mutex_lock(&f->mu);
+    *load_of(f, name) += d;
+    pthread_mutex_unlock(&f->mu);
+}
+
 /* A snapshot of the members (copied out of the cache, caller frees). */
 static patina_status members(clu_front_t *f, clu_member_t **out, size_t *n, int fresh)
 {
+    const uint32_t P = f->cfg.partitions;
     size_t i;
     pthread_mutex_lock(&f->mu);
     if (fresh || !f->m || now_s() - f->read_at > MEMBERS_CACHE_S) {
@@ -99,58 +222,37 @@ static patina_status members(clu_front_t *f, clu_member_t **out, size_t *n, int 
     for (i = 0; *out && i < f->nm; i++) {
         clu_member_t *d = &(*out)[i];
         *d = f->m[i];
-        d->ready = malloc(f->cfg.partitions);
-        d->hosted = NULL;
+        d->ready = malloc(P);
+        d->hosted = malloc(P);
         d->lag = NULL;
-        if (d->ready) memcpy(d->ready, f->m[i].ready, f->cfg.partitions);
+        if (d->ready) memcpy(d->ready, f->m[i].ready, P);
+        if (d->hosted) memcpy(d->hosted, f->m[i].hosted, P);
+        if (!d->ready || !d->hosted) {
+            clu_members_free(*out, i + 1);
+            *out = NULL;
+        }
     }
     pthread_mutex_unlock(&f->mu);
     return *out ? PATINA_OK : clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
 }
 
-/* One shard's request of a round. */
+/* ---------------------------------------------------------------- scatter */
+
+enum { CALL_OUT = 0, CALL_DONE, CALL_FAILED };
+
 typedef struct call {
-    clu_front_t *f;
-    const clu_member_t *m;
-    clu_buf_t req;
-    int timeout_ms;
+    size_t member;
+    uint32_t *parts;
+    size_t nparts;
+    double sent;
+    int state, hedged, accepted;
     clu_reply_t reply;
-    patina_status s;
-    char error[512];
-    pthread_t th;
 } call_t;
 
-static void *call_run(void *arg)
-{
-    call_t *c = arg;
-    natsMsg *msg = NULL;
-    natsStatus ns;
-    int *load;
-    pthread_mutex_lock(&c->f->mu);
-    load = load_of(c->f, c->m->name);
-    ++*load;
-    pthread_mutex_unlock(&c->f->mu);
-    ns = natsConnection_Request(&msg, c->f->c->nc, c->m->subject, c->req.p, (int)c->req.n, c->timeout_ms);
-    pthread_mutex_lock(&c->f->mu);
-    --*load_of(c->f, c->m->name);
-    pthread_mutex_unlock(&c->f->mu);
-    if (ns != NATS_OK) {
-        c->s = clu_nats_fail(ns, "cluster: shard %s (%s)", c->m->name, c->m->subject);
-    } else {
-        c->s = clu_reply_decode(&c->reply, natsMsg_GetData(msg), (size_t)natsMsg_GetDataLength(msg));
-        if (c->s != PATINA_OK) clu_fail(c->s, "cluster: shard %s: %s", c->m->name, clu_last_error());
-        else if (c->reply.status != PATINA_OK)
-            c->s = clu_fail(c->reply.status, "cluster: shard %s: %s", c->m->name, c->reply.message);
-        natsMsg_Destroy(msg);
-    }
-    if (c->s != PATINA_OK) snprintf(c->error, sizeof c->error, "%s", clu_last_error());
-    return NULL;
-}
-
-/* The gathered answers of a scatter: replies[0 .. n) that succeeded. */
+/* The gathered answers: the accepted replies among calls[0 .. n). */
 typedef struct gather {
     call_t *calls;
-    size_t n;
+    size_t n, cap;
     uint8_t *answered; /* (partitions) */
     uint32_t nanswered;
     char error[512];   /* the last failure, for the message */
@@ -159,154 +261,316 @@ typedef struct gather {
 static void gather_release(gather_t *g)
 {
     size_t i;
-    for (i = 0; i < g->n; i++) clu_reply_release(&g->calls[i].reply);
+    for (i = 0; i < g->n; i++) {
+        clu_reply_release(&g->calls[i].reply);
+        free(g->calls[i].parts);
+    }
     free(g->calls);
     free(g->answered);
     memset(g, 0, sizeof *g);
 }
 
-/* Scatters request q (its partitions filled per shard) over the ready
- * copies, rounds until every partition is answered or no copy is left. */
+typedef struct scatter_state {
+    clu_front_t *f;
+    clu_request_t *q;
+    gather_t *g;
+    clu_member_t *m;
+    size_t nm;
+    uint8_t *tried;     /* (nm, P): member i was asked for p */
+    uint32_t *inflight; /* (P): outstanding calls that ask p */
+    size_t *choice;     /* (P) scratch */
+    uint32_t *parts;    /* (P) scratch */
+    scat_t sc;
+    size_t outstanding;
+} scatter_state_t;
+
+static void call_failed(scatter_state_t *st, call_t *c, const char *why)
+{
+    size_t j;
+    if (c->state == CALL_OUT) {
+        load_add(st->f, st->m[c->member].name, -1);
+        for (j = 0; j < c->nparts; j++) st->inflight[c->parts[j]]--;
+        st->outstanding--;
+    }
+    c->state = CALL_FAILED;
+    atomic_fetch_add(&st->f->n_failures, 1);
+    snprintf(st->g->error, sizeof st->g->error, "shard %s: %s", st->m[c->member].name, why);
+}
+
+/* Asks the partitions want[0 .. nw) (each to its best ready copy not asked
+ * yet), one call per member chosen. Returns the number of calls sent. */
+static size_t launch(scatter_state_t *st, const uint32_t *want, size_t nw)
+{
+    clu_front_t *f = st->f;
+    const uint32_t P = f->cfg.partitions;
+    size_t i, w, sent = 0;
+    for (w = 0; w < nw; w++) {
+        const uint32_t p = want[w];
+        clu_member_w_t mw[64];
+        size_t idx[64], order[64], nc = 0, no, j, best = SIZE_MAX;
+        int bestload = 0;
+        st->choice[p] = SIZE_MAX;
+        if (st->g->answered[p]) continue;
+        for (i = 0; i < st->nm && nc < 64; i++)
+            if (st->m[i].ready[p] && !st->tried[i * P + p]) {
+                mw[nc] = (clu_member_w_t){st->m[i].name, st->m[i].capacity};
+                idx[nc++] = i;
+            }
+        no = clu_rendezvous(mw, nc, p, nc, order);
+        pthread_mutex_lock(&f->mu);
+        for (j = 0; j < no; j++) {
+            int l = *load_of(f, st->m[idx[order[j]]].name);
+            if (best == SIZE_MAX || l < bestload) {
+                best = idx[order[j]];
+                bestload = l;
+            }
+        }
+        pthread_mutex_unlock(&f->mu);
+        st->choice[p] = best;
+    }
+    for (i = 0; i < st->nm; i++) {
+        size_t np = 0;
+        call_t *c;
+        clu_buf_t req = {0};
+        char subj[200];
+        natsStatus ns;
+        for (w = 0; w < nw; w++)
+            if (!st->g->answered[want[w]] && st->choice[want[w]] == i) {
+                st->choice[want[w]] = SIZE_MAX; /* a partition listed twice is asked once */
+                st->parts[np++] = want[w];
+            }
+        if (!np) continue;
+        if (st->g->n == st->g->cap) {
+            size_t cap = st->g->cap ? 2 * st->g->cap : 16;
+            call_t *more = realloc(st->g->calls, cap * sizeof *more);
+            if (!more) break;
+            st->g->calls = more;
+            st->g->cap = cap;
+        }
+        c = &st->g->calls[st->g->n];
+        memset(c, 0, sizeof *c);
+        c->member = i;
+        if (!(c->parts = malloc(np * sizeof *c->parts))) break;
+        memcpy(c->parts, st->parts, np * sizeof *c->parts);
+        c->nparts = np;
+        st->g->n++;
+        for (w = 0; w < np; w++) {
+            st->tried[i * P + c->parts[w]] = 1;
+            st->inflight[c->parts[w]]++;
+        }
+        st->q->parts = c->parts;
+        st->q->nparts = np;
+        c->state = CALL_OUT;
+        c->sent = now_s();
+        st->outstanding++;
+        load_add(f, st->m[i].name, 1);
+        atomic_fetch_add(&f->n_calls, 1);
+        if (clu_request_encode(&req, st->q) != PATINA_OK) {
+            call_failed(st, c, clu_last_error());
+        } else {
+            snprintf(subj, sizeof subj, "%s.%llu.%zu", f->inbox, (unsigned long long)st->sc.sid, st->g->n - 1);
+            ns = natsConnection_PublishRequest(f->c->nc, st->m[i].subject, subj, req.p, (int)req.n);
+            if (ns != NATS_OK) {
+                clu_nats_fail(ns, "publishing to %s", st->m[i].subject);
+                call_failed(st, c, clu_last_error());
+            } else {
+                sent++;
+            }
+        }
+        clu_buf_release(&req);
+        st->q->parts = NULL;
+        st->q->nparts = 0;
+    }
+    return sent;
+}
+
+/* The partitions of call c that are neither answered nor asked by another
+ * outstanding call, asked again (after a failure: a retry). */
+static void reask(scatter_state_t *st, const call_t *c)
+{
+    uint32_t want[CLU_PARTITIONS_MAX];
+    size_t j, n = 0;
+    for (j = 0; j < c->nparts; j++)
+        if (!st->g->answered[c->parts[j]] && st->inflight[c->parts[j]] == 0) want[n++] = c->parts[j];
+    if (n && launch(st, want, n)) atomic_fetch_add(&st->f->n_retries, 1);
+}
+
+/* One reply for call index ci. */
+static void on_event(scatter_state_t *st, size_t ci, natsMsg *msg)
+{
+    call_t *c;
+    size_t j;
+    int disjoint = 1;
+    if (ci >= st->g->n || (c = &st->g->calls[ci])->state != CALL_OUT) return; /* left behind */
+    if (natsMsg_IsNoResponders(msg)) {
+        call_failed(st, c, "no responders (gone)");
+        reask(st, c);
+        return;
+    }
+    if (clu_reply_decode(&c->reply, natsMsg_GetData(msg), (size_t)natsMsg_GetDataLength(msg)) != PATINA_OK) {
+        call_failed(st, c, clu_last_error());
+        reask(st, c);
+        return;
+    }
+    if (c->reply.status != PATINA_OK) {
+        char why[600];
+        snprintf(why, sizeof why, "%s", c->reply.message);
+        clu_reply_release(&c->reply);
+        call_failed(st, c, why);
+        reask(st, c);
+        return;
+    }
+    load_add(st->f, st->m[c->member].name, -1);
+    for (j = 0; j < c->nparts; j++) st->inflight[c->parts[j]]--;
+    st->outstanding--;
+    c->state = CALL_DONE;
+    /* a reply may list only partitions it was asked, each once, none answered yet */
+    for (j = 0; j < c->reply.nparts && disjoint; j++) {
+        uint32_t p = c->reply.parts[j];
+        size_t k;
+        int asked = 0;
+        for (k = 0; k < c->nparts && !asked; k++) asked = c->parts[k] == p;
+        for (k = 0; k < j && asked; k++) asked = c->reply.parts[k] != p;
+        disjoint = asked && !st->g->answered[p];
+    }
+    if (disjoint && c->reply.nparts) {
+        c->accepted = 1;
+        for (j = 0; j < c->reply.nparts; j++) {
+            st->g->answered[c->reply.parts[j]] = 1;
+            st->g->nanswered++;
+        }
+    } else {
+        clu_reply_release(&c->reply);
+    }
+    reask(st, c); /* what it did not answer */
+}
+
+/* Scatters request q over the ready copies (see the top of the file). */
 static patina_status scatter(clu_front_t *f, clu_request_t *q, gather_t *g, double *ms)
 {
     const uint32_t P = f->cfg.partitions;
-    clu_member_t *m = NULL;
-    size_t nm = 0, i, round;
-    uint8_t *tried = NULL; /* (nm, P): member i was asked for p, or failed */
-    uint32_t *parts = NULL;
-    const double t0 = now_s();
-    patina_status s;
+    const double t0 = now_s(), hedge = hedge_ms(f) * 1e-3, deadline = f->o.deadline_ms * 1e-3;
+    scatter_state_t st;
+    pthread_condattr_t ca;
+    patina_status s = PATINA_OK;
+    size_t i;
+    uint32_t p;
     memset(g, 0, sizeof *g);
-    PATINA_TRY_CLU(members(f, &m, &nm, 0));
+    memset(&st, 0, sizeof st);
+    st.f = f;
+    st.q = q;
+    st.g = g;
+    atomic_fetch_add(&f->n_scatters, 1);
+    PATINA_TRY_CLU(members(f, &st.m, &st.nm, 0));
     g->answered = calloc(P, 1);
-    tried = calloc(nm * P + 1, 1);
-    parts = malloc(P * sizeof *parts);
-    if (!g->answered || !tried || !parts) {
+    st.tried = calloc(st.nm * P + 1, 1);
+    st.inflight = calloc(P, sizeof *st.inflight);
+    st.choice = malloc(P * sizeof *st.choice);
+    st.parts = malloc(P * sizeof *st.parts);
+    if (!g->answered || !st.tried || !st.inflight || !st.choice || !st.parts) {
         s = clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
         goto out;
     }
-    for (round = 0; round < CLU_REPLICAS_MAX + 1; round++) {
-        size_t *choice = calloc(P, sizeof *choice), ncalls = 0, first = g->n;
-        uint32_t p;
-        if (!choice) {
-            s = clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
-            goto out;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&st.sc.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_lock(&f->mu);
+    st.sc.sid = ++f->next_sid;
+    st.sc.next = f->active;
+    f->active = &st.sc;
+    pthread_mutex_unlock(&f->mu);
+
+    for (p = 0; p < P; p++) st.parts[p] = p;
+    {
+        uint32_t *all = malloc(P * sizeof *all);
+        if (all) {
+            memcpy(all, st.parts, P * sizeof *all);
+            launch(&st, all, P);
+            free(all);
         }
-        /* each partition not answered yet: its best ready copy not tried */
-        for (p = 0; p < P; p++) {
-            clu_member_w_t w[64];
-            size_t idx[64], order[64], nc = 0, no, j, best = SIZE_MAX;
-            int bestload = 0;
-            choice[p] = SIZE_MAX;
-            if (g->answered[p]) continue;
-            for (i = 0; i < nm && nc < 64; i++)
-                if (m[i].ready && m[i].ready[p] && !tried[i * P + p]) {
-                    w[nc] = (clu_member_w_t){m[i].name, m[i].capacity};
-                    idx[nc++] = i;
-                }
-            no = clu_rendezvous(w, nc, p, nc < 20 ? nc : 20, order);
-            pthread_mutex_lock(&f->mu);
-            for (j = 0; j < no; j++) {
-                int l = *load_of(f, m[idx[order[j]]].name);
-                if (best == SIZE_MAX || l < bestload) {
-                    best = idx[order[j]];
-                    bestload = l;
-                }
-            }
-            pthread_mutex_unlock(&f->mu);
-            choice[p] = best;
-        }
-        /* one call per member chosen for some partition */
-        {
-            call_t *more = realloc(g->calls, (g->n + nm + 1) * sizeof *more);
-            if (!more) {
-                free(choice);
-                s = clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
-                goto out;
-            }
-            g->calls = more;
-        }
-        for (i = 0; i < nm; i++) {
-            size_t np = 0;
-            call_t *c;
-            for (p = 0; p < P; p++)
-                if (choice[p] == i) {
-                    parts[np++] = p;
-                    tried[i * P + p] = 1;
-                }
-            if (!np) continue;
-            c = &g->calls[g->n + ncalls];
-            memset(c, 0, sizeof *c);
-            c->f = f;
-            c->m = &m[i];
-            c->timeout_ms = f->o.deadline_ms;
-            q->parts = parts;
-            q->nparts = np;
-            if ((s = clu_request_encode(&c->req, q)) != PATINA_OK) {
-                clu_buf_release(&c->req);
-                free(choice);
-                q->parts = NULL;
-                goto out;
-            }
-            if (pthread_create(&c->th, NULL, call_run, c) != 0) {
-                clu_buf_release(&c->req);
-                free(choice);
-                q->parts = NULL;
-                s = clu_fail(PATINA_E_NOMEM, "cluster: cannot start a thread");
-                goto out;
-            }
-            ncalls++;
-        }
-        q->parts = NULL;
-        free(choice);
-        if (!ncalls) break;
-        g->n += ncalls;
-        for (i = first; i < g->n; i++) {
-            call_t *c = &g->calls[i];
-            size_t j;
-            pthread_join(c->th, NULL);
-            clu_buf_release(&c->req);
-            if (c->s != PATINA_OK) {
-                snprintf(g->error, sizeof g->error, "%s", c->error);
-                clu_reply_release(&c->reply);
-                continue;
-            }
-            for (j = 0; j < c->reply.nparts; j++) {
-                uint32_t pp = c->reply.parts[j];
-                /* a partition answered twice (not asked twice in one round): keep the first */
-                if (pp < P && !g->answered[pp]) {
-                    g->answered[pp] = 1;
-                    g->nanswered++;
-                } else {
-                    c->reply.parts[j] = UINT32_MAX;
-                }
-            }
-        }
-        if (g->nanswered == P) break;
     }
-    s = PATINA_OK;
+    while (g->nanswered < P && st.outstanding) {
+        double wake = 1e300, now;
+        event_t *ev = NULL;
+        for (i = 0; i < g->n; i++) {
+            const call_t *c = &g->calls[i];
+            if (c->state != CALL_OUT) continue;
+            if (!c->hedged && c->sent + hedge < wake) wake = c->sent + hedge;
+            if (c->sent + deadline < wake) wake = c->sent + deadline;
+        }
+        pthread_mutex_lock(&f->mu);
+        if (!st.sc.head && wake > now_s()) {
+            struct timespec ts;
+            ts.tv_sec = (time_t)wake;
+            ts.tv_nsec = (long)((wake - (double)ts.tv_sec) * 1e9);
+            if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
+            pthread_cond_timedwait(&st.sc.cv, &f->mu, &ts);
+        }
+        ev = st.sc.head;
+        st.sc.head = st.sc.tail = NULL;
+        pthread_mutex_unlock(&f->mu);
+        while (ev) {
+            event_t *next = ev->next;
+            on_event(&st, ev->call, ev->msg);
+            natsMsg_Destroy(ev->msg);
+            free(ev);
+            ev = next;
+        }
+        now = now_s();
+        for (i = 0; i < g->n && g->nanswered < P; i++) {
+            call_t *c = &g->calls[i];
+            if (c->state != CALL_OUT) continue;
+            if (now >= c->sent + deadline) {
+                call_failed(&st, c, "no answer within the deadline");
+                reask(&st, c);
+            } else if (!c->hedged && now >= c->sent + hedge) {
+                /* hedged: its partitions not answered go to their next copy while it stays outstanding */
+                uint32_t want[CLU_PARTITIONS_MAX];
+                size_t j, n = 0;
+                c->hedged = 1;
+                for (j = 0; j < c->nparts; j++)
+                    if (!g->answered[c->parts[j]]) want[n++] = c->parts[j];
+                if (n && launch(&st, want, n)) atomic_fetch_add(&f->n_hedges, 1);
+            }
+        }
+    }
 out:
-    /* the members are referenced by the calls only until they are joined */
-    for (i = 0; i < g->n; i++) g->calls[i].m = NULL;
-    clu_members_free(m, nm);
-    free(tried);
-    free(parts);
+    pthread_mutex_lock(&f->mu);
+    {
+        scat_t **pp;
+        for (pp = &f->active; *pp && *pp != &st.sc; pp = &(*pp)->next) {}
+        if (*pp) *pp = st.sc.next;
+    }
+    while (st.sc.head) {
+        event_t *e = st.sc.head;
+        st.sc.head = e->next;
+        natsMsg_Destroy(e->msg);
+        free(e);
+    }
+    pthread_mutex_unlock(&f->mu);
+    if (st.sc.sid) pthread_cond_destroy(&st.sc.cv);
+    for (i = 0; i < g->n; i++) /* calls left behind */
+        if (g->calls[i].state == CALL_OUT) {
+            load_add(f, st.m[g->calls[i].member].name, -1);
+            g->calls[i].state = CALL_FAILED;
+        }
+    clu_members_free(st.m, st.nm);
+    free(st.tried);
+    free(st.inflight);
+    free(st.choice);
+    free(st.parts);
     *ms = (now_s() - t0) * 1e3;
     if (s != PATINA_OK) gather_release(g);
     return s;
 }
-
-/* A reply answered partitions twice: a partition marked UINT32_MAX above is
- * a duplicate; a reply answers its partitions as one merged list, so a
- * reply with a duplicate cannot be split: duplicates arise only when a
- * later round re-asks a partition whose first answer came late, and a
- * later round asks only partitions unanswered, so they do not occur. */
 
 static patina_status coverage_check(clu_front_t *f, const gather_t *g, clu_coverage_t *cov)
 {
     cov->partitions = g->nanswered;
     cov->partitions_total = f->cfg.partitions;
     cov->partial = g->nanswered < f->cfg.partitions;
+    if (cov->partial) atomic_fetch_add(&f->n_partial, 1);
     if (cov->partial && !f->o.allow_partial)
         return clu_fail(PATINA_E_UNAVAILABLE, "cluster: collection %s: %u of %u partitions answered%s%s",
                         f->cfg.name, g->nanswered, f->cfg.partitions, g->error[0] ? "; last failure: " : "",
@@ -338,11 +602,12 @@ patina_status clu_front_search(clu_front_t *f, const char *spec, const void *que
         goto out;
     }
     for (i = 0; i < g.n; i++)
-        if (g.calls[i].s == PATINA_OK && g.calls[i].reply.nparts && g.calls[i].reply.res.nq == nq)
-            parts[np++] = g.calls[i].reply.res;
+        if (g.calls[i].accepted && g.calls[i].reply.res.nq == nq) parts[np++] = g.calls[i].reply.res;
     if (np) {
         patina_table_query_t qq = *q;
-        s = clu_results_merge(parts, np, &qq, res);
+        clu_results_keys_empty(parts, np);
+        if ((s = patina_table_results_merge(parts, np, &qq, res)) != PATINA_OK)
+            s = clu_fail_lib(s, "cluster: merging %zu answers", np);
     } else {
         res->nq = nq;
         s = (res->offsets = calloc(nq + 1, sizeof *res->offsets)) ? PATINA_OK
@@ -365,7 +630,7 @@ patina_status clu_front_identify(clu_front_t *f, const char *spec, const void *q
     const patina_identify_hit_t **ph = NULL;
     const patina_identify_result_t **pr = NULL;
     char *const **pk = NULL;
-    const size_t k = clu_identify_part_k(opts);
+    const size_t k = patina_identify_part_k(opts);
     size_t i, np = 0, q;
     patina_status s;
     memset(cov, 0, sizeof *cov);
@@ -373,6 +638,7 @@ patina_status clu_front_identify(clu_front_t *f, const char *spec, const void *q
     rq.kind = CLU_KIND_IDENTIFY;
     rq.spec = spec;
     rq.iopts = *opts;
+    rq.iopts.k = k;
     rq.nq = nq;
     rq.qbytes = qbytes;
     rq.queries = queries;
@@ -387,15 +653,24 @@ patina_status clu_front_identify(clu_front_t *f, const char *spec, const void *q
     }
     for (i = 0; i < g.n; i++) {
         const clu_reply_t *r = &g.calls[i].reply;
-        if (g.calls[i].s != PATINA_OK || !r->nparts || r->nq != nq || r->k != k) continue;
+        if (!g.calls[i].accepted || r->nq != nq || r->k != k) continue;
         ph[np] = r->hits;
         pr[np] = r->results;
         pk[np] = r->keys;
         np++;
     }
-    s = clu_identify_merge(ph, pr, pk, np, nq, opts, hits, results, keys);
-    if (s == PATINA_OK && np == 0) /* no part: the query's features are not known here */
-        for (q = 0; q < nq; q++) results[q].query_features = 0;
+    if (np == 0) { /* no part: no candidate, and the query's features are not known here */
+        memset(hits, 0, nq * opts->k * sizeof *hits);
+        for (q = 0; q < nq; q++) {
+            memset(&results[q], 0, sizeof results[q]);
+            results[q].decision = PATINA_DECISION_UNKNOWN;
+        }
+        if (keys) memset(keys, 0, nq * opts->k * sizeof *keys);
+    } else if ((s = patina_identify_merge(ph, pr, np, nq, opts, hits, results)) != PATINA_OK) {
+        s = clu_fail_lib(s, "cluster: merging %zu answers", np);
+    } else if (keys) {
+        s = clu_identify_keys(ph, pr, pk, np, nq, k, hits, results, opts->k, keys);
+    }
     for (q = 0; incomplete && q < nq; q++) incomplete[q] = cov->partial;
 out:
     free(ph);
@@ -405,42 +680,88 @@ out:
     return s;
 }
 
+/* ----------------------------------------------------------- confirmation */
+
+/* One CONFIRM request, waited for by a thread of its own. */
+typedef struct confirm_call {
+    clu_front_t *f;
+    char name[CLU_NAME_MAX + 1], subject[256];
+    clu_buf_t req;
+    int timeout_ms;
+    pthread_t th;
+} confirm_call_t;
+
+static void *confirm_run(void *arg)
+{
+    confirm_call_t *c = arg;
+    natsMsg *msg = NULL;
+    load_add(c->f, c->name, 1);
+    /* the outcome does not matter here: a copy that could not apply the
+     * write in time withdrew its readiness, and one that is gone is gone */
+    if (natsConnection_Request(&msg, c->f->c->nc, c->subject, c->req.p, (int)c->req.n, c->timeout_ms) == NATS_OK)
+        natsMsg_Destroy(msg);
+    load_add(c->f, c->name, -1);
+    return NULL;
+}
+
 patina_status clu_front_confirm(clu_front_t *f, uint32_t p, uint64_t rev)
 {
-    clu_member_t *m = NULL;
-    size_t nm = 0, i, n = 0;
-    call_t *calls;
+    const double end = now_s() + f->o.deadline_ms * 1e-3;
+    char (*done)[CLU_NAME_MAX + 1] = NULL;
+    size_t ndone = 0, capdone = 0;
     clu_request_t rq;
     patina_status s = PATINA_OK;
-    PATINA_TRY_CLU(members(f, &m, &nm, 1));
-    if (!(calls = calloc(nm + 1, sizeof *calls))) {
-        clu_members_free(m, nm);
-        return clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
-    }
     memset(&rq, 0, sizeof rq);
     rq.kind = CLU_KIND_CONFIRM;
     rq.partition = p;
     rq.revision = rev;
-    rq.timeout_ms = (uint32_t)f->o.deadline_ms;
-    for (i = 0; i < nm; i++) {
-        call_t *c = &calls[n];
-        if (!m[i].ready || !m[i].ready[p]) continue;
-        c->f = f;
-        c->m = &m[i];
-        c->timeout_ms = f->o.deadline_ms + 1000;
-        if (clu_request_encode(&c->req, &rq) != PATINA_OK || pthread_create(&c->th, NULL, call_run, c) != 0) {
-            clu_buf_release(&c->req);
-            continue;
+    /* every copy that hosts p (ready: it applies the write before it answers; loading: it notes
+     * the revision and turns ready only once it applied it), then the members again, until no
+     * copy is new (one that turned up meanwhile is asked too), within the deadline */
+    for (;;) {
+        clu_member_t *m = NULL;
+        size_t nm = 0, i, j, n = 0;
+        confirm_call_t *calls;
+        int left = (int)((end - now_s()) * 1e3);
+        if (left <= 0) break;
+        if ((s = members(f, &m, &nm, 1)) != PATINA_OK) break;
+        if (!(calls = calloc(nm + 1, sizeof *calls))) {
+            clu_members_free(m, nm);
+            s = clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
+            break;
         }
-        n++;
+        rq.timeout_ms = (uint32_t)left;
+        for (i = 0; i < nm; i++) {
+            confirm_call_t *c = &calls[n];
+            if (!m[i].hosted[p] && !m[i].ready[p]) continue;
+            for (j = 0; j < ndone && strcmp(done[j], m[i].name); j++) {}
+            if (j < ndone) continue;
+            if (ndone == capdone) {
+                size_t cap = capdone ? 2 * capdone : 8;
+                void *more = realloc(done, cap * sizeof *done);
+                if (!more) break;
+                done = more;
+                capdone = cap;
+            }
+            snprintf(done[ndone++], sizeof done[0], "%s", m[i].name);
+            c->f = f;
+            snprintf(c->name, sizeof c->name, "%s", m[i].name);
+            snprintf(c->subject, sizeof c->subject, "%s", m[i].subject);
+            c->timeout_ms = left + 500;
+            if (clu_request_encode(&c->req, &rq) != PATINA_OK || pthread_create(&c->th, NULL, confirm_run, c) != 0) {
+                clu_buf_release(&c->req);
+                continue;
+            }
+            n++;
+        }
+        for (i = 0; i < n; i++) {
+            pthread_join(calls[i].th, NULL);
+            clu_buf_release(&calls[i].req);
+        }
+        free(calls);
+        clu_members_free(m, nm);
+        if (!n) break; /* stable: no copy that was not asked */
     }
-    /* a copy that could not confirm withdrew its readiness (or is gone): the write stands */
-    for (i = 0; i < n; i++) {
-        pthread_join(calls[i].th, NULL);
-        clu_buf_release(&calls[i].req);
-        clu_reply_release(&calls[i].reply);
-    }
-    free(calls);
-    clu_members_free(m, nm);
+    free(done);
     return s;
 }

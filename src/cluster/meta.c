@@ -4,6 +4,7 @@
  * ids in blocks by compare-and-set, each image one record in its
  * partition's bucket, acknowledged by the bucket's quorum (JetStream) and
  * then by every ready copy of the partition (clu_front_confirm). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,6 +214,7 @@ struct clu_writer {
     kvStore *meta;
     kvStore **parts; /* (partitions) opened on first use */
     uint64_t next, end; /* ids [next, end) are this writer's */
+    pthread_mutex_t mu; /* the ids and the buckets opened: a writer is shared by threads */
 };
 
 patina_status clu_writer_new(clu_writer_t **out, clu_conn_t *c, const clu_config_t *cfg, clu_front_t *front)
@@ -228,6 +230,7 @@ patina_status clu_writer_new(clu_writer_t **out, clu_conn_t *c, const clu_config
     w->c = c;
     w->cfg = *cfg;
     w->front = front;
+    pthread_mutex_init(&w->mu, NULL);
     clu_bucket_meta(bucket, sizeof bucket, cfg->name);
     if ((s = clu_kv_open(&w->meta, c, bucket)) != PATINA_OK) {
         clu_writer_free(w);
@@ -245,12 +248,13 @@ void clu_writer_free(clu_writer_t *w)
         if (w->parts[p]) kvStore_Destroy(w->parts[p]);
     free(w->parts);
     if (w->meta) kvStore_Destroy(w->meta);
+    pthread_mutex_destroy(&w->mu);
     free(w);
 }
 
 /* One id from this writer's block; a new block by compare-and-set on the
  * counter when it is used up. */
-static patina_status alloc_id(clu_writer_t *w, uint64_t *id)
+static patina_status alloc_id_locked(clu_writer_t *w, uint64_t *id)
 {
     int tries;
     if (w->next < w->end) {
@@ -286,19 +290,38 @@ static patina_status alloc_id(clu_writer_t *w, uint64_t *id)
     return clu_fail(PATINA_E_BUSY, "cluster: collection %s: id counter contended %d times", w->cfg.name, WRITE_TRIES * 4);
 }
 
+static patina_status alloc_id(clu_writer_t *w, uint64_t *id)
+{
+    patina_status s;
+    pthread_mutex_lock(&w->mu);
+    s = alloc_id_locked(w, id);
+    pthread_mutex_unlock(&w->mu);
+    return s;
+}
+
 static patina_status part_kv(clu_writer_t *w, uint32_t p, kvStore **kv)
 {
+    patina_status s = PATINA_OK;
+    pthread_mutex_lock(&w->mu);
     if (!w->parts[p]) {
         char bucket[128];
         clu_bucket_partition(bucket, sizeof bucket, w->cfg.name, p);
-        PATINA_TRY_CLU(clu_kv_open(&w->parts[p], w->c, bucket));
+        s = clu_kv_open(&w->parts[p], w->c, bucket);
     }
     *kv = w->parts[p];
-    return PATINA_OK;
+    pthread_mutex_unlock(&w->mu);
+    return s;
 }
 
 patina_status clu_writer_put(clu_writer_t *w, const patina_insert_t *item, const char *const *specs,
                              const void *const *descs, const size_t *bytes, size_t nt, uint64_t *id_out)
+{
+    return clu_writer_put_ex(w, item, specs, descs, bytes, nt, 0, NULL, id_out);
+}
+
+patina_status clu_writer_put_ex(clu_writer_t *w, const patina_insert_t *item, const char *const *specs,
+                                const void *const *descs, const size_t *bytes, size_t nt, int if_absent,
+                                int *created, uint64_t *id_out)
 {
     const uint32_t p = patina_key_partition(item->key, w->cfg.partitions);
     char kk[65], bucket[128];
@@ -330,6 +353,11 @@ patina_status clu_writer_put(clu_writer_t *w, const patina_insert_t *item, const
             }
             rev = kvEntry_Revision(e);
             have = 1;
+            if (if_absent) {
+                kvEntry_Destroy(e);
+                return clu_fail(PATINA_E_BUSY, "cluster: collection %s has an image '%s' already", w->cfg.name,
+                                item->key);
+            }
         } else if (ns != NATS_NOT_FOUND) {
             return clu_nats_fail(ns, "cluster: bucket %s, key %s", bucket, kk);
         }
@@ -364,10 +392,36 @@ patina_status clu_writer_put(clu_writer_t *w, const patina_insert_t *item, const
         if (s == PATINA_E_BUSY) continue; /* another writer came first: read again */
         if (s != PATINA_OK) return s;
         if (id_out) *id_out = rec.id;
+        if (created) *created = !have;
         return w->front ? clu_front_confirm(w->front, p, newrev) : PATINA_OK;
     }
     return clu_fail(PATINA_E_BUSY, "cluster: bucket %s, key %s ('%s'): contended %d times", bucket, kk, item->key,
                     WRITE_TRIES);
+}
+
+patina_status clu_writer_get(clu_writer_t *w, const char *key, void **data, size_t *n, uint64_t *rev)
+{
+    const uint32_t p = patina_key_partition(key, w->cfg.partitions);
+    char kk[65];
+    kvStore *kv;
+    kvEntry *e = NULL;
+    natsStatus ns;
+    *data = NULL;
+    *n = 0;
+    clu_kv_key(kk, key);
+    PATINA_TRY_CLU(part_kv(w, p, &kv));
+    ns = kvStore_Get(&e, kv, kk);
+    if (ns == NATS_NOT_FOUND) return clu_fail(PATINA_E_NOTFOUND, "cluster: collection %s has no image '%s'", w->cfg.name, key);
+    if (ns != NATS_OK) return clu_nats_fail(ns, "cluster: partition %u, key %s", p, kk);
+    *n = (size_t)kvEntry_ValueLen(e);
+    if (rev) *rev = kvEntry_Revision(e);
+    if (!(*data = malloc(*n ? *n : 1))) {
+        kvEntry_Destroy(e);
+        return clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
+    }
+    memcpy(*data, kvEntry_Value(e), *n);
+    kvEntry_Destroy(e);
+    return PATINA_OK;
 }
 
 patina_status clu_writer_delete(clu_writer_t *w, const char *key)

@@ -56,9 +56,11 @@ typedef struct kentry {
 typedef struct part {
     uint32_t p;
     int hosted;                 /* a loader thread runs */
-    volatile int ready;         /* caught up and answering */
+    volatile int ready;         /* caught up and answering (set under shard.mu) */
     volatile int stop;
-    int loaded;                 /* the initial state was delivered once */
+    volatile int loaded;        /* the initial state was delivered once */
+    volatile int announced;     /* a heartbeat listing it as hosted was acknowledged */
+    uint64_t must_apply;        /* revisions writers asked it to confirm (under shard.mu): ready needs them */
     patina_table_t *tables[CLU_TABLES_MAX];
     uint64_t applied;           /* the last revision applied */
     uint64_t bytes;             /* record bytes held */
@@ -145,7 +147,13 @@ static patina_status apply_entry(shard_t *sh, part_t *pt, kvEntry *e)
     kentry_t *ke = (kk && strlen(kk) == 64) ? kfind(pt, kk) : NULL;
     size_t t;
     patina_status s = PATINA_OK;
-    if (!kk || strlen(kk) != 64) return PATINA_OK; /* not an image key: ignored */
+    if (!kk || strlen(kk) != 64) { /* not an image key: ignored, but its revision is passed */
+        pthread_mutex_lock(&sh->mu);
+        pt->applied = rev;
+        pthread_cond_broadcast(&sh->cv);
+        pthread_mutex_unlock(&sh->mu);
+        return PATINA_OK;
+    }
     if (op == kvOp_Put) {
         clu_record_t rec;
         uint32_t had = ke ? ke->tables : 0, now = 0;
@@ -211,6 +219,38 @@ static patina_status apply_entry(shard_t *sh, part_t *pt, kvEntry *e)
     return s;
 }
 
+/* The readiness rule: a copy turns ready once (1) the initial values were
+ * delivered, (2) a heartbeat listing it as hosted was acknowledged, so that
+ * a writer that commits after this point finds it among the copies to
+ * confirm with, and (3) it applied the bucket's last revision read now,
+ * after (1) and (2), and every revision a writer asked it to confirm. A
+ * copy behind is checked again after it applied what was pending, each time
+ * against a fresh last revision, until there is no gap. */
+static void try_ready(shard_t *sh, part_t *pt, const char *bucket)
+{
+    char stream[160];
+    jsStreamInfo *si = NULL;
+    jsErrCode ec = 0;
+    natsStatus ns;
+    uint64_t last;
+    int now = 0;
+    if (pt->ready || !pt->loaded || !pt->announced) return;
+    snprintf(stream, sizeof stream, "KV_%s", bucket);
+    ns = js_GetStreamInfo(&si, sh->c->js, stream, NULL, &ec);
+    if (ns != NATS_OK) {
+        clu_nats_fail(ns, "shard: the last revision of bucket %s", bucket);
+        snprintf(pt->error, sizeof pt->error, "%s", clu_last_error());
+        return;
+    }
+    last = si->State.LastSeq;
+    jsStreamInfo_Destroy(si);
+    pthread_mutex_lock(&sh->mu);
+    if (pt->applied >= last && pt->applied >= pt->must_apply) pt->ready = now = 1;
+    pthread_mutex_unlock(&sh->mu);
+    if (now)
+        logf_(sh, "partition %u ready (%zu images, revision %llu)", pt->p, pt->rows, (unsigned long long)pt->applied);
+}
+
 typedef struct loader_arg {
     shard_t *sh;
     part_t *pt;
@@ -245,7 +285,10 @@ static void *loader(void *arg)
         {
             kvEntry *e = NULL;
             ns = kvWatcher_Next(&e, w, 250);
-            if (ns == NATS_TIMEOUT) continue;
+            if (ns == NATS_TIMEOUT) {
+                try_ready(sh, pt, bucket);
+                continue;
+            }
             if (ns != NATS_OK) {
                 clu_nats_fail(ns, "shard: watch of bucket %s", bucket);
                 snprintf(pt->error, sizeof pt->error, "%s", clu_last_error());
@@ -254,17 +297,15 @@ static void *loader(void *arg)
             }
             if (!e) { /* the initial values are in */
                 pt->loaded = 1;
-                pt->ready = 1;
-                logf_(sh, "partition %u ready (%zu images, revision %llu)", pt->p, pt->rows,
-                      (unsigned long long)pt->applied);
+                try_ready(sh, pt, bucket);
                 continue;
             }
             {
                 const uint64_t pending = kvEntry_Delta(e);
                 apply_entry(sh, pt, e);
                 kvEntry_Destroy(e);
-                /* a copy that lost its readiness (a CONFIRM timed out) is ready again once caught up */
-                if (pt->loaded && !pt->ready && pending == 0) pt->ready = 1;
+                /* a copy not ready (loading, or a CONFIRM timed out) checks again once caught up */
+                if (pending == 0) try_ready(sh, pt, bucket);
             }
         }
     }
@@ -359,11 +400,20 @@ static void answer(shard_t *sh, const clu_request_t *q, clu_reply_t *r)
             until.tv_nsec -= 1000000000L;
         }
         pthread_mutex_lock(&sh->mu);
+        if (!pt->ready) { /* loading: it turns ready only once it applied the revision */
+            if (pt->must_apply < q->revision) pt->must_apply = q->revision;
+            pthread_mutex_unlock(&sh->mu);
+            r->nparts = 0;
+            return;
+        }
         while (pt->applied < q->revision && pthread_cond_timedwait(&sh->cv, &sh->mu, &until) == 0) {}
         ok = pt->applied >= q->revision;
+        if (!ok) { /* withdrawn until caught up */
+            pt->ready = 0;
+            if (pt->must_apply < q->revision) pt->must_apply = q->revision;
+        }
         pthread_mutex_unlock(&sh->mu);
         if (!ok) {
-            pt->ready = 0; /* withdrawn until caught up */
             r->status = clu_fail(PATINA_E_UNAVAILABLE, "shard %s: partition %u did not apply revision %llu in %u ms "
                                  "(withdrawn)", sh->name, q->partition, (unsigned long long)q->revision, q->timeout_ms);
             return;
@@ -398,7 +448,17 @@ static void answer(shard_t *sh, const clu_request_t *q, clu_reply_t *r)
             if ((s = patina_table_search(tb, q->queries, q->nq, &qq, &res[i])) != PATINA_OK)
                 s = clu_fail_lib(s, "shard %s: partition %u", sh->name, r->parts[i]);
         }
-        if (s == PATINA_OK && np) s = clu_results_merge(res, np, &qq, &r->res);
+        if (s == PATINA_OK && np) {
+            patina_table_results_t *view = malloc(np * sizeof *view); /* shallow copies: keys filled */
+            if (!view) s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
+            else {
+                memcpy(view, res, np * sizeof *view);
+                clu_results_keys_empty(view, np);
+                if ((s = patina_table_results_merge(view, np, &qq, &r->res)) != PATINA_OK)
+                    s = clu_fail_lib(s, "shard %s: merge", sh->name);
+                free(view);
+            }
+        }
         if (s == PATINA_OK && !np) { /* no partition: an empty answer */
             r->res.nq = q->nq;
             if (!(r->res.offsets = calloc(q->nq + 1, sizeof *r->res.offsets)))
@@ -408,7 +468,7 @@ static void answer(shard_t *sh, const clu_request_t *q, clu_reply_t *r)
         free(res);
     } else {
         patina_identify_opts_t o = q->iopts;
-        const size_t pk = clu_identify_part_k(&q->iopts);
+        const size_t pk = patina_identify_part_k(&q->iopts);
         patina_identify_hit_t **ph = calloc(np ? np : 1, sizeof *ph);
         patina_identify_result_t **pr = calloc(np ? np : 1, sizeof *pr);
         char ***pkeys = calloc(np ? np : 1, sizeof *pkeys);
@@ -437,10 +497,14 @@ static void answer(shard_t *sh, const clu_request_t *q, clu_reply_t *r)
             r->results = calloc(q->nq + 1, sizeof *r->results);
             r->keys = calloc(q->nq * pk + 1, sizeof *r->keys);
             if (!r->hits || !r->results || !r->keys) s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
+            else if ((s = patina_identify_merge((const patina_identify_hit_t *const *)ph,
+                                                (const patina_identify_result_t *const *)pr, np, q->nq, &o, r->hits,
+                                                r->results)) != PATINA_OK)
+                s = clu_fail_lib(s, "shard %s: merge", sh->name);
             else
-                s = clu_identify_merge((const patina_identify_hit_t *const *)ph,
-                                       (const patina_identify_result_t *const *)pr, (char *const *const *)pkeys, np,
-                                       q->nq, &o, r->hits, r->results, r->keys);
+                s = clu_identify_keys((const patina_identify_hit_t *const *)ph,
+                                      (const patina_identify_result_t *const *)pr, (char *const *const *)pkeys, np,
+                                      q->nq, pk, r->hits, r->results, pk, r->keys);
         }
         for (i = 0; i < np; i++) {
             size_t j;
@@ -545,7 +609,8 @@ static void on_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void
 
 /* ------------------------------------------------------------- membership */
 
-static char *member_json(shard_t *sh)
+/* inc (partitions): set for each partition listed as hosted. */
+static char *member_json(shard_t *sh, uint8_t *inc)
 {
     json_t *o = json_object(), *ready = json_array(), *hosted = json_array(), *lag = json_object();
     uint64_t bytes = 0;
@@ -554,6 +619,7 @@ static char *member_json(shard_t *sh)
     for (p = 0; p < sh->cfg.partitions; p++) {
         part_t *pt = &sh->parts[p];
         if (!pt->hosted) continue;
+        inc[p] = 1;
         json_array_append_new(hosted, json_integer(p));
         if (pt->ready) json_array_append_new(ready, json_integer(p));
         bytes += pt->bytes;
@@ -577,15 +643,24 @@ static char *member_json(shard_t *sh)
 
 static void heartbeat(shard_t *sh)
 {
-    char *js = member_json(sh);
+    uint8_t *inc = calloc(sh->cfg.partitions, 1);
+    char *js = inc ? member_json(sh, inc) : NULL;
     natsStatus ns;
-    if (!js) return;
+    uint32_t p;
+    if (!js) {
+        free(inc);
+        return;
+    }
     ns = kvStore_Put(NULL, sh->members, sh->name, js, (int)strlen(js));
     if (ns != NATS_OK) {
         clu_nats_fail(ns, "membership entry %s", sh->name);
         logf_(sh, "%s", clu_last_error());
+    } else { /* acknowledged: writers from now on see these partitions hosted here */
+        for (p = 0; p < sh->cfg.partitions; p++)
+            if (inc[p] && sh->parts[p].hosted) sh->parts[p].announced = 1;
     }
     free(js);
+    free(inc);
 }
 
 /* The assignment from the live members (this shard counted even before its

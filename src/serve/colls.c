@@ -214,6 +214,10 @@ int colls_open(server_t *srv)
                         sc->name, srv->colls[j].path, sc->path);
                 return -1;
             }
+        if (srv->cfg->cluster) { /* a cluster collection, by its name */
+            if (scluster_open(sc) != 0) return -1;
+            continue;
+        }
         s = patina_collection_open(&sc->c, path, srv->cfg->create ? PATINA_OPEN_CREATE : PATINA_OPEN_WRITE, 0);
         if (s != PATINA_OK && !srv->cfg->create && holds_nothing(path)) {
             fprintf(stderr, "patina serve: '%s' holds no collection (%s): give --create to start an empty one "
@@ -243,7 +247,8 @@ void colls_close(server_t *srv)
             free(st);
             st = next;
         }
-        patina_collection_close(sc->c);
+        if (sc->cl) scluster_close(sc);
+        if (sc->c) patina_collection_close(sc->c);
         pthread_mutex_destroy(&sc->mu);
         pthread_mutex_destroy(&sc->write_mu);
         free(sc->name);

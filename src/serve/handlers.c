@@ -115,20 +115,37 @@ static int reply_json_type(req_t *r, unsigned status, json_t *obj, const char *c
 
 int reply_json(req_t *r, unsigned status, json_t *obj) { return reply_json_type(r, status, obj, "application/json"); }
 
-int reply_problem(req_t *r, unsigned status, const char *fmt, ...)
+static int reply_problem_v(req_t *r, unsigned status, json_t *extra, const char *fmt, va_list ap)
 {
     char detail[2048];
-    va_list ap;
-    json_t *o = json_object();
-    va_start(ap, fmt);
+    json_t *o = extra ? extra : json_object();
     vsnprintf(detail, sizeof detail, fmt, ap);
-    va_end(ap);
     json_object_set_new(o, "type", json_string("about:blank"));
     json_object_set_new(o, "title", json_string(reason(status)));
     json_object_set_new(o, "status", json_integer(status));
     json_object_set_new(o, "detail", wire_json_str(detail));
     if (r->path) json_object_set_new(o, "instance", wire_json_str(r->path));
     return reply_json_type(r, status, o, "application/problem+json");
+}
+
+int reply_problem(req_t *r, unsigned status, const char *fmt, ...)
+{
+    va_list ap;
+    int rc;
+    va_start(ap, fmt);
+    rc = reply_problem_v(r, status, NULL, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int reply_problem_with(req_t *r, unsigned status, json_t *extra, const char *fmt, ...)
+{
+    va_list ap;
+    int rc;
+    va_start(ap, fmt);
+    rc = reply_problem_v(r, status, extra, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 unsigned status_http(patina_status s)
@@ -148,23 +165,11 @@ unsigned status_http(patina_status s)
 }
 
 /* The problem for a failed colls/jobs call: serve_msg is the detail. */
-static int reply_status(req_t *r, patina_status s) { return reply_problem(r, status_http(s), "%s", serve_msg); }
+int reply_status(req_t *r, patina_status s) { return reply_problem(r, status_http(s), "%s", serve_msg); }
 
 /* ------------------------------------------------------------- parameters */
 
-/* A request's parameters: a JSON object body, multipart fields, the query
- * string (in that order of precedence for the same name). */
-typedef struct params {
-    req_t *r;
-    json_t *json;
-    wire_part_t *parts;
-    size_t nparts;
-    const wire_part_t *image;   /* the uploaded image: the part "image", or the raw body */
-    const uint8_t *data;        /* its bytes */
-    size_t size;
-} params_t;
-
-static void params_release(params_t *p)
+void params_release(params_t *p)
 {
     json_decref(p->json);
     wire_parts_free(p->parts, p->nparts);
@@ -188,11 +193,9 @@ static int is_image_type(const char *ct)
     return !strncasecmp(ct, "image/", 6) || ctype_is(ct, "application/octet-stream");
 }
 
-enum { BODY_JSON = 1, BODY_IMAGE = 2, BODY_MULTIPART = 4 };
-
 /* Reads the body as one of the kinds accepted; answers (and returns -1) on
  * a wrong type or a malformed body. */
-static int params_read(params_t *p, req_t *r, int accept)
+int params_read(params_t *p, req_t *r, int accept)
 {
     const char *ct = ctype_of(r);
     memset(p, 0, sizeof *p);
@@ -244,7 +247,7 @@ static int params_read(params_t *p, req_t *r, int accept)
 
 /* A text parameter: a multipart field (copied into buf) or the query
  * string; NULL when absent. JSON parameters are read with json_object_get. */
-static const char *param_text(params_t *p, const char *name, char *buf, size_t size)
+const char *param_text(params_t *p, const char *name, char *buf, size_t size)
 {
     size_t i;
     for (i = 0; i < p->nparts; i++)
@@ -258,7 +261,7 @@ static const char *param_text(params_t *p, const char *name, char *buf, size_t s
 }
 
 /* Numeric parameters: *out unchanged and 0 when absent; -1 after answering 400. */
-static int param_u64(params_t *p, const char *name, uint64_t *out, int *given)
+int param_u64(params_t *p, const char *name, uint64_t *out, int *given)
 {
     char buf[64];
     json_t *j = p->json ? json_object_get(p->json, name) : NULL;
@@ -289,7 +292,7 @@ static int param_u64(params_t *p, const char *name, uint64_t *out, int *given)
     return 0;
 }
 
-static int param_num(params_t *p, const char *name, double *out, int *given)
+int param_num(params_t *p, const char *name, double *out, int *given)
 {
     char buf[64];
     json_t *j = p->json ? json_object_get(p->json, name) : NULL;
@@ -321,7 +324,7 @@ static int param_num(params_t *p, const char *name, double *out, int *given)
 }
 
 /* A string parameter of a JSON body or the text ones; -1 after answering 400. */
-static int param_str(params_t *p, const char *name, char *buf, size_t size, const char **out)
+int param_str(params_t *p, const char *name, char *buf, size_t size, const char **out)
 {
     json_t *j = p->json ? json_object_get(p->json, name) : NULL;
     *out = NULL;
@@ -352,7 +355,7 @@ static enum MHD_Result collect_family(void *cls, enum MHD_ValueKind kind, const 
     return MHD_YES;
 }
 
-static json_t *param_families(params_t *p)
+json_t *param_families(params_t *p)
 {
     json_t *a = json_array(), *j = p->json ? json_object_get(p->json, "family") : NULL;
     fam_collect_t fc = {a};
@@ -490,7 +493,9 @@ static int h_collections(req_t *r)
 {
     json_t *a = json_array(), *o = json_object();
     size_t i;
-    for (i = 0; i < r->srv->ncolls; i++) json_array_append_new(a, collection_json(&r->srv->colls[i], 0));
+    for (i = 0; i < r->srv->ncolls; i++)
+        json_array_append_new(a, r->srv->colls[i].cl ? scluster_info(&r->srv->colls[i], 0)
+                                                     : collection_json(&r->srv->colls[i], 0));
     json_object_set_new(o, "collections", a);
     return reply_json(r, 200, o);
 }
@@ -804,7 +809,7 @@ static int h_delete_image(req_t *r, scoll_t *sc)
 }
 
 /* A JSON descriptor into the table's bytes; -1 after answering. */
-static int read_descriptor(req_t *r, const patina_extractor_t *ex, json_t *arr, uint8_t *out)
+int read_descriptor(req_t *r, const patina_extractor_t *ex, json_t *arr, uint8_t *out)
 {
     size_t dim = patina_extractor_dim(ex), i;
     patina_elem e = patina_extractor_elem(ex);
@@ -1233,6 +1238,7 @@ int handle(req_t *r)
         del = !strcmp(m, "DELETE");
     scoll_t *sc = NULL;
     if (r->coll && r->route != ROUTE_OTHER && !(sc = need_coll(r))) return MHD_YES;
+    if (sc && sc->cl) return scluster_handle(r, sc); /* a cluster collection: its own endpoints */
     switch (r->route) {
     case ROUTE_HEALTHZ:
         if (!get) break;

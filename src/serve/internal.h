@@ -153,6 +153,7 @@ typedef struct scoll {
     stable_t *tables;           /* the tables requests have used, each once; never shrinks */
     pthread_mutex_t write_mu;   /* the server's writes, one at a time (a key's existence, then the commit) */
     server_t *srv;
+    struct scluster *cl;        /* serve --cluster: the cluster collection's session (c is NULL) */
 } scoll_t;
 
 /* A search's answer: hits with their keys (copied under the collection's lock). */
@@ -359,9 +360,54 @@ enum {
 };
 extern metric_route_t serve_metrics[ROUTE_COUNT];
 
-/* Queues a JSON answer (steals obj) / a problem document (RFC 9457). */
+/* Queues a JSON answer (steals obj) / a problem document (RFC 9457; _with:
+ * the members of extra added, extra stolen). */
 int reply_json(req_t *r, unsigned status, json_t *obj);
 int reply_problem(req_t *r, unsigned status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int reply_problem_with(req_t *r, unsigned status, json_t *extra, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The problem for a failed colls/jobs call: serve_msg is the detail. */
+int reply_status(req_t *r, patina_status s);
+
+/* A request's parameters (handlers.c): a JSON object body, multipart
+ * fields, the query string (in that order of precedence for the same name). */
+typedef struct params {
+    req_t *r;
+    json_t *json;
+    wire_part_t *parts;
+    size_t nparts;
+    const wire_part_t *image;   /* the uploaded image: the part "image", or the raw body */
+    const uint8_t *data;        /* its bytes */
+    size_t size;
+} params_t;
+
+enum { BODY_JSON = 1, BODY_IMAGE = 2, BODY_MULTIPART = 4 };
+
+/* Reads the body as one of the kinds accepted; answers (and returns -1) on
+ * a wrong type or a malformed body. */
+int params_read(params_t *p, req_t *r, int accept);
+void params_release(params_t *p);
+/* A text parameter: a multipart field (copied into buf) or the query string; NULL when absent. */
+const char *param_text(params_t *p, const char *name, char *buf, size_t size);
+/* Numeric and string parameters (JSON body first): 0, or -1 after answering 400. */
+int param_u64(params_t *p, const char *name, uint64_t *out, int *given);
+int param_num(params_t *p, const char *name, double *out, int *given);
+int param_str(params_t *p, const char *name, char *buf, size_t size, const char **out);
+/* Every "family" parameter into a new JSON array; NULL after answering 400. */
+json_t *param_families(params_t *p);
+/* A JSON descriptor into the table's bytes; -1 after answering. */
+int read_descriptor(req_t *r, const patina_extractor_t *ex, json_t *arr, uint8_t *out);
+
+/* ---------------------------------------------------------------- cluster.c */
+
+/* A cluster collection served by this front end (serve --cluster): opened
+ * by colls_open, its requests answered by scluster_handle. */
+int scluster_open(scoll_t *sc);
+void scluster_close(scoll_t *sc);
+int scluster_handle(req_t *r, scoll_t *sc);
+json_t *scluster_info(scoll_t *sc, int full);
+/* The front ends' metrics (fan-out latency, partial answers, hedges), malloc'd text or NULL. */
+char *scluster_metrics(server_t *srv);
 int reply_buf(req_t *r, unsigned status, const char *ctype, const void *data, size_t size);
 /* The problem status for a library status. */
 unsigned status_http(patina_status s);

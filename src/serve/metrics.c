@@ -150,7 +150,7 @@ char *metrics_text(server_t *srv, size_t *len)
     put(&b, "# HELP patina_collection_records Image records per collection.\n# TYPE patina_collection_records gauge\n");
     for (r = 0; r < srv->ncolls; r++) {
         uint64_t n = 0;
-        if (patina_collection_count(srv->colls[r].c, &n) != PATINA_OK) continue;
+        if (!srv->colls[r].c || patina_collection_count(srv->colls[r].c, &n) != PATINA_OK) continue;
         put(&b, "patina_collection_records{collection=\"");
         put_label(&b, srv->colls[r].name);
         put(&b, "\"} %llu\n", (unsigned long long)n);
@@ -159,7 +159,7 @@ char *metrics_text(server_t *srv, size_t *len)
     for (r = 0; r < srv->ncolls; r++) {
         char **specs = NULL;
         size_t n = 0, t, rows, bytes;
-        if (patina_collection_tables(srv->colls[r].c, &specs, &n) != PATINA_OK) continue;
+        if (!srv->colls[r].c || patina_collection_tables(srv->colls[r].c, &specs, &n) != PATINA_OK) continue;
         for (t = 0; t < n; t++) {
             if (patina_collection_table_info(srv->colls[r].c, specs[t], &rows, &bytes) == PATINA_OK) {
                 put(&b, "patina_collection_table_rows{collection=\"");
@@ -197,6 +197,11 @@ char *metrics_text(server_t *srv, size_t *len)
                         "patina_gpu_memory_bytes{kind=\"pinned\"} %.0f\n",
                     budget * 1048576.0, dev * 1048576.0, pinned * 1048576.0);
         }
+    }
+    {
+        char *ct = scluster_metrics(srv);
+        if (ct) put(&b, "%s", ct);
+        free(ct);
     }
     if ((f = fopen("/proc/self/statm", "r"))) {
         if (fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = 0;

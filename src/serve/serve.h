@@ -50,6 +50,10 @@ typedef struct serve_config {
     size_t batch_max;           /* searches per batch at most */
     unsigned drain_s;           /* on SIGTERM, how long requests in flight may take */
     int quiet;                  /* no per-request log lines */
+    const char *cluster;        /* NATS URLs: the collections are cluster collections (names), served
+                                 * through the front end (src/cluster); NULL: collection directories */
+    int cluster_deadline_ms;    /* a shard's request fails after this; its partitions go to another copy */
+    int cluster_hedge_ms;       /* a shard's request is hedged after this (< 0: deadline / 5) */
 } serve_config_t;
 
 /* Runs the server; returns the process's exit status (0 after a graceful

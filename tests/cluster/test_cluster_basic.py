@@ -100,13 +100,17 @@ class Cluster:
     def status(self, coll):
         return json.loads(run("cluster", "status", coll, "--cluster", self.url, "--json").stdout)
 
-    def wait_ready(self, coll, shards, each_all=False, timeout=120):
+    def wait_ready(self, coll, shards, each_all=False, copies=None, timeout=120):
+        """Every partition ready somewhere; each_all: every shard ready for every partition; copies: the
+        hand-over done (every partition held by exactly that many shards, all ready)."""
         end = time.time() + timeout
         while time.time() < end:
             st = self.status(coll)
             live = {m["name"]: m for m in st["members"]}
             if all(n in live for n in shards) and st["covered"] == P and \
-                    (not each_all or all(len(live[n]["ready"]) == P for n in shards)):
+                    (not each_all or all(len(live[n]["ready"]) == P for n in shards)) and \
+                    (copies is None or all(len(pc["copies"]) == copies and all(x["ready"] for x in pc["copies"])
+                                           for pc in st["partition_copies"])):
                 return st
             time.sleep(0.3)
         raise AssertionError(f"shards {shards} not ready: {self.status(coll)}")
@@ -170,7 +174,7 @@ def test_cluster_basic():
         # 1 copy: kill -9 one shard, the answer is partial with the survivor's partitions
         c.shard("photos", "t1", 1)
         c.shard("photos", "t2", 1)
-        st = c.wait_ready("photos", ["t1", "t2"])
+        st = c.wait_ready("photos", ["t1", "t2"], copies=1)
         t2 = {m["name"]: m for m in st["members"]}["t2"]
         kept = set(t2["ready"])
         assert 0 < len(kept) < P, st

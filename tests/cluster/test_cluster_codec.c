@@ -240,27 +240,36 @@ static void rendezvous_minimal_movement(void **state)
     }
 }
 
-static void merge_knn_exact(void **state)
+/* The keys of a merged identification come from the part that listed each hit. */
+static void identify_keys_by_id(void **state)
 {
-    size_t o1[2] = {0, 3}, o2[2] = {0, 2};
-    patina_hit_t h1[3] = {{1, 0.1}, {5, 0.3}, {7, 0.9}}, h2[2] = {{2, 0.3}, {4, 0.5}};
-    patina_table_results_t parts[2], out;
-    patina_table_query_t q;
+    /* 2 parts, 2 queries, part k 2; the merged answer (k 3) holds ids from both */
+    patina_identify_hit_t h0[4] = {{.id = 4}, {.id = 9}, {.id = 1}, {.id = 0}};
+    patina_identify_hit_t h1[4] = {{.id = 7}, {.id = 0}, {.id = 3}, {.id = 5}};
+    patina_identify_result_t r0[2] = {{.nhits = 2}, {.nhits = 1}}, r1[2] = {{.nhits = 1}, {.nhits = 2}};
+    char *k0[4] = {"four", "nine", "one", NULL}, *k1[4] = {"seven", NULL, "three", "five"};
+    const patina_identify_hit_t *ph[2] = {h0, h1};
+    const patina_identify_result_t *pr[2] = {r0, r1};
+    char *const *pk[2] = {k0, k1};
+    patina_identify_hit_t hits[6] = {{.id = 7}, {.id = 4}, {.id = 9}, {.id = 3}, {.id = 5}, {.id = 1}};
+    patina_identify_result_t res[2] = {{.nhits = 3}, {.nhits = 2}};
+    char *keys[6];
+    size_t i;
     (void)state;
-    memset(parts, 0, sizeof parts);
-    parts[0].nq = parts[1].nq = 1;
-    parts[0].offsets = o1;
-    parts[0].hits = h1;
-    parts[1].offsets = o2;
-    parts[1].hits = h2;
-    patina_table_query_init(&q);
-    q.k = 3;
-    assert_int_equal(clu_results_merge(parts, 2, &q, &out), PATINA_OK);
-    assert_int_equal(out.offsets[1], 3);
-    assert_int_equal(out.hits[0].id, 1);
-    assert_int_equal(out.hits[1].id, 2); /* tie at 0.3: by id */
-    assert_int_equal(out.hits[2].id, 5);
-    patina_table_results_release(&out);
+    assert_int_equal(clu_identify_keys(ph, pr, pk, 2, 2, 2, hits, res, 3, keys), PATINA_OK);
+    assert_string_equal(keys[0], "seven");
+    assert_string_equal(keys[1], "four");
+    assert_string_equal(keys[2], "nine");
+    assert_string_equal(keys[3], "three");
+    assert_string_equal(keys[4], "five");
+    assert_null(keys[5]); /* past nhits */
+    for (i = 0; i < 6; i++) free(keys[i]);
+    /* a part without keys: its hits have none */
+    pk[1] = NULL;
+    assert_int_equal(clu_identify_keys(ph, pr, pk, 2, 2, 2, hits, res, 3, keys), PATINA_OK);
+    assert_null(keys[0]);
+    assert_string_equal(keys[1], "four");
+    for (i = 0; i < 6; i++) free(keys[i]);
 }
 
 int main(void)
@@ -272,7 +281,7 @@ int main(void)
         cmocka_unit_test(reply_round_trip_and_malformed),
         cmocka_unit_test(rendezvous_copies_balance),
         cmocka_unit_test(rendezvous_minimal_movement),
-        cmocka_unit_test(merge_knn_exact),
+        cmocka_unit_test(identify_keys_by_id),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
