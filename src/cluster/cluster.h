@@ -186,6 +186,15 @@ typedef struct clu_member_w {
  * indices of the min(r, n) highest scores, best first (ties by name). Pure. */
 size_t clu_rendezvous(const clu_member_w_t *m, size_t n, uint32_t p, size_t r, size_t *out);
 
+/* The assignment the shards follow: copy k (0 = the active one) of every
+ * partition 0 .. P-1 in out[p * r + k] (a member index; SIZE_MAX when there
+ * are fewer members than r), rendezvous scores with bounded load -- each
+ * member holds its weight's share of each rank, rounded by largest
+ * remainder: with equal weights floor or ceil of P / n copies of each rank
+ * and of P r / n in all; copies of a partition on distinct members. Pure
+ * and deterministic in the members (any order). PATINA_E_NOMEM only. */
+patina_status clu_assign(const clu_member_w_t *m, size_t n, uint32_t P, size_t r, size_t *out);
+
 /* ----------------------------------------------------------- merge */
 
 /* Shallow copies of answers about to be merged: a part without hits and

@@ -670,7 +670,7 @@ static void reassign(shard_t *sh)
 {
     clu_member_t *m = NULL;
     clu_member_w_t *w;
-    size_t n = 0, i, self = SIZE_MAX, out[CLU_REPLICAS_MAX * 4], nout;
+    size_t n = 0, i, self = SIZE_MAX, out[CLU_REPLICAS_MAX * 4], nout, *plan = NULL;
     uint32_t p;
     if (clu_members_read(sh->c, &sh->cfg, &m, &n) != PATINA_OK) {
         logf_(sh, "%s", clu_last_error());
@@ -688,9 +688,21 @@ static void reassign(shard_t *sh)
         w[n] = (clu_member_w_t){sh->name, sh->o.capacity};
         self = n;
     }
+    {
+        const size_t nm = self == n ? n + 1 : n, r = (size_t)sh->o.copies;
+        if (!(plan = malloc((size_t)sh->cfg.partitions * r * sizeof *plan)) ||
+            clu_assign(w, nm, sh->cfg.partitions, r, plan) != PATINA_OK) {
+            logf_(sh, "assignment: out of memory");
+            free(plan);
+            free(w);
+            clu_members_free(m, n);
+            return;
+        }
+    }
     for (p = 0; p < sh->cfg.partitions; p++) {
         int mine = 0, others_ready = 1;
-        nout = clu_rendezvous(w, self == n ? n + 1 : n, p, (size_t)sh->o.copies, out);
+        const size_t r = (size_t)sh->o.copies;
+        for (nout = 0; nout < r && plan[(size_t)p * r + nout] != SIZE_MAX; nout++) out[nout] = plan[(size_t)p * r + nout];
         for (i = 0; i < nout; i++) {
             if (out[i] == self) mine = 1;
             else if (out[i] >= n || !m[out[i]].ready[p]) others_ready = 0;
@@ -711,6 +723,7 @@ static void reassign(shard_t *sh)
             }
         }
     }
+    free(plan);
     free(w);
     clu_members_free(m, n);
 }

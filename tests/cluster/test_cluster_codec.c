@@ -240,6 +240,82 @@ static void rendezvous_minimal_movement(void **state)
     }
 }
 
+/* The bounded-load assignment: every partition has min(r, n) copies on
+ * distinct members; with equal weights each member holds floor or ceil of
+ * P / n copies of each rank and of P r / n in all; the answer does not
+ * depend on the members' order; a member joining moves partitions mostly to
+ * itself; weights set the shares. */
+static void assign_balanced(void **state)
+{
+    static const char *names[8] = {"s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"};
+    clu_member_w_t m[8], rev[8];
+    size_t out[64 * 3], out2[64 * 3], n, r, p, k, i;
+    uint32_t P;
+    (void)state;
+    for (P = 8; P <= 64; P *= 8)
+        for (n = 1; n <= 8; n++)
+            for (r = 1; r <= 3; r++) {
+                size_t total[8] = {0}, per[3][8] = {{0}}, copies = r < n ? r : n;
+                for (i = 0; i < n; i++) {
+                    m[i] = (clu_member_w_t){names[i], 1};
+                    rev[n - 1 - i] = m[i];
+                }
+                assert_int_equal(clu_assign(m, n, P, r, out), PATINA_OK);
+                assert_int_equal(clu_assign(rev, n, P, r, out2), PATINA_OK);
+                for (p = 0; p < P; p++)
+                    for (k = 0; k < r; k++) {
+                        size_t a = out[p * r + k], b = out2[p * r + k], j;
+                        if (k >= copies) {
+                            assert_int_equal(a, SIZE_MAX);
+                            continue;
+                        }
+                        assert_true(a < n);
+                        assert_string_equal(m[a].name, rev[b].name); /* order of members: no effect */
+                        for (j = 0; j < k; j++) assert_int_not_equal(out[p * r + j], a);
+                        total[a]++;
+                        per[k][a]++;
+                    }
+                for (i = 0; i < n; i++) {
+                    assert_true(total[i] >= (size_t)P * copies / n && total[i] <= ((size_t)P * copies + n - 1) / n);
+                    for (k = 0; k < copies; k++)
+                        assert_true(per[k][i] >= (size_t)P / n && per[k][i] <= ((size_t)P + n - 1) / n);
+                }
+            }
+    /* s3 joins s0..s2 (64 partitions, 2 copies): the copies that move mostly go to s3 */
+    {
+        size_t moved = 0, to_new = 0, j, kk;
+        for (i = 0; i < 4; i++) m[i] = (clu_member_w_t){names[i], 1};
+        assert_int_equal(clu_assign(m, 3, 64, 2, out), PATINA_OK);
+        assert_int_equal(clu_assign(m, 4, 64, 2, out2), PATINA_OK);
+        for (p = 0; p < 64; p++)
+            for (j = 0; j < 2; j++) {
+                int kept = 0;
+                for (kk = 0; kk < 2; kk++) kept |= out2[p * 2 + j] == out[p * 2 + kk];
+                if (!kept) {
+                    moved++;
+                    to_new += out2[p * 2 + j] == 3;
+                }
+            }
+        print_message("join 3 -> 4: %zu copies moved, %zu of them to the new member (ideal 32)\n", moved, to_new);
+        assert_int_equal(to_new, 32);
+        assert_true(moved <= 48);
+    }
+    /* weights 1:1:1:2 over 100 partitions: 20, 20, 20, 40 active copies */
+    {
+        size_t cnt[4] = {0};
+        static const double w[4] = {1, 1, 1, 2};
+        for (i = 0; i < 4; i++) m[i] = (clu_member_w_t){names[i], w[i]};
+        {
+            size_t *o = malloc(100 * sizeof *o);
+            assert_int_equal(clu_assign(m, 4, 100, 1, o), PATINA_OK);
+            for (p = 0; p < 100; p++) cnt[o[p]]++;
+            free(o);
+        }
+        assert_int_equal(cnt[0], 20);
+        assert_int_equal(cnt[3], 40);
+    }
+}
+
 /* The keys of a merged identification come from the part that listed each hit. */
 static void identify_keys_by_id(void **state)
 {
@@ -281,6 +357,7 @@ int main(void)
         cmocka_unit_test(reply_round_trip_and_malformed),
         cmocka_unit_test(rendezvous_copies_balance),
         cmocka_unit_test(rendezvous_minimal_movement),
+        cmocka_unit_test(assign_balanced),
         cmocka_unit_test(identify_keys_by_id),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
