@@ -55,6 +55,10 @@ static const cli_opt_t shard_opts[] = {
     {.name = "gpus", .type = CLI_TEXT, .arg = "all|LIST", .help = "GPUs of this process (one process over several GPUs)"},
     {.name = "metrics-port", .type = CLI_INT, .arg = "N", .min = 1, .max = 65535,
      .help = "serve Prometheus metrics on http://0.0.0.0:N/metrics"},
+    {.name = "workers", .type = CLI_INT, .arg = "N", .min = 1, .max = 256, .def = "8",
+     .help = "requests answered at once (the others wait in a bounded queue)"},
+    {.name = "load-parallel", .type = CLI_INT, .arg = "N", .min = 1, .max = 256, .def = "4",
+     .help = "partitions whose initial load from the buckets runs at once"},
     CLI_OPT_JOBS,
 };
 

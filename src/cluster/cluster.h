@@ -334,6 +334,8 @@ typedef struct clu_shard_opts {
     patina_device device;  /* where searches run (AUTO) */
     int metrics_port;      /* 0: none */
     int threads;           /* CPU workers (0: all) */
+    int workers;           /* requests answered at once (0: 8); more wait in a bounded queue */
+    int load_parallel;     /* partitions whose initial load runs at once (0: 4) */
 } clu_shard_opts_t;
 
 void clu_shard_opts_init(clu_shard_opts_t *o);
