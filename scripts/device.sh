@@ -36,6 +36,8 @@
 #                                bench_identify_gpu  the fused GPU matcher
 #                                          beside cuBLAS (lab) and PyTorch,
 #                                          capacity, one query end to end
+#                                bench_multigpu  every GPU of the host in
+#                                          one process against one GPU
 #                                lab_identify  the lab's timing of the
 #                                          paper's cuBLAS path
 #                                bench_sqfd  SQFD: the 1M synthetic scan table
@@ -299,6 +301,9 @@ step_bench_signature() {
 }
 
 step_bench_identify_match() { bench_one bench_identify_match "" 4096; }
+# One process on every GPU against one GPU: identify, CEDD k-NN, SQFD (on a
+# one-GPU machine the two slices of "0,0", and the table says so).
+step_bench_multigpu() { BENCH_TIMEOUT=${BENCH_TIMEOUT:-500} bench_one bench_multigpu ""; }
 # Identification on the GPU: the fused kernel beside the lab's cuBLAS path
 # and PyTorch (one table), then the capacity row and one query end to end.
 step_bench_identify_gpu() {
@@ -388,7 +393,7 @@ run_steps() {
         tests) step_tests ;;
         sanitize) step_sanitize ;;
         bench) step_bench ;;
-        bench_cedd | bench_lbp | bench_glcm | bench_knn | bench_knn_families | bench_rootsift | bench_signature | bench_identify_match | bench_identify_gpu | \
+        bench_cedd | bench_lbp | bench_glcm | bench_knn | bench_knn_families | bench_rootsift | bench_signature | bench_identify_match | bench_identify_gpu | bench_multigpu | \
             lab_identify | bench_sqfd | bench_sqfd_1m | bench_sqfd_real | lab_sqfd) "step_$s" ;;
         e2e) step_e2e ;;
         asan) step_asan ;;

@@ -40,7 +40,8 @@ int main(void)
     S(patina_decode_report_t), M(patina_decode_report_t, warnings), M(patina_decode_report_t, warning), end();
     S(patina_context_opts_t), M(patina_context_opts_t, threads), M(patina_context_opts_t, gpu_index),
         M(patina_context_opts_t, gpu_mem_budget), M(patina_context_opts_t, limits),
-        M(patina_context_opts_t, nvjpeg_library), M(patina_context_opts_t, nvjpeg_lanes), end();
+        M(patina_context_opts_t, nvjpeg_library), M(patina_context_opts_t, nvjpeg_lanes),
+        M(patina_context_opts_t, gpus), end();
     S(patina_load_opts_t), M(patina_load_opts_t, strict), M(patina_load_opts_t, batch_memory),
         M(patina_load_opts_t, apply_orientation), end();
     S(patina_load_result_t), M(patina_load_result_t, status), M(patina_load_result_t, error),

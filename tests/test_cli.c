@@ -506,6 +506,19 @@ static void test_output_quoting(void **state)
         expect_in(out, want);
     }
     free(out);
+    /* --gpus: a malformed list is a usage error; "0,0" (two slices of one device) answers as one device */
+    {
+        char *one = NULL, *two = NULL, *msg = NULL;
+        assert_int_equal(RUN(NULL, &msg, "search", coll, paths[0], "--gpus", "0,,1"), 2);
+        expect_in(msg, "gpus '0,,1'");
+        free(msg);
+        assert_int_equal(RUN(&one, NULL, "search", coll, paths[0], paths[1], "-k", "3", "--format", "csv"), 0);
+        assert_int_equal(RUN(&two, NULL, "search", coll, paths[0], paths[1], "-k", "3", "--format", "csv", "--gpus",
+                             "0,0"), 0);
+        assert_string_equal(one, two);
+        free(one);
+        free(two);
+    }
     /* --gpu: the GPU or an error (exit 3), never the CPU quietly; not with --device */
     assert_int_equal(RUN(NULL, NULL, "search", coll, paths[0], "--gpu", "--device", "cpu"), 2);
     if (patina_gpu_count() == 0) {

@@ -11,7 +11,10 @@
  * writing through tables of their own end with the collection's rows;
  * identification through a table equals patina_identify on the loaded
  * reference set, and follows removals; pivot tables built, kept current and
- * saved through a table give the scan's hits. */
+ * saved through a table give the scan's hits; a context's device list is
+ * checked, and tables split over 2 and 3 slices ("0,0", "0,0,0": the CPU
+ * answers) give one device's k-NN, range, SQFD and identification answers
+ * bit for bit, before and after writes. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -821,6 +824,364 @@ static void test_pivots_through_table(void **state)
     patina_context_free(ctx);
 }
 
+/* ------------------------------------------------ slices (several devices) */
+
+/* A context over the device list gpus (2 CPU threads). */
+static patina_context_t *ctx_gpus(const char *gpus)
+{
+    patina_context_t *ctx = NULL;
+    patina_context_opts_t o;
+    patina_context_opts_init(&o);
+    o.threads = 2;
+    o.gpus = gpus;
+    TU_OK(patina_context_new(&ctx, &o));
+    return ctx;
+}
+
+/* The device lists a context takes and refuses. */
+static void test_context_devices(void **state)
+{
+    static const char *const bad[] = {"x", ",", "0,", ",0", "0,,1", "-1", "1024", "0 1", "0;1", "a,b", "al", "ALL", "1.5"};
+    char many[4 * PATINA_GPUS_MAX + 8];
+    patina_context_t *ctx = NULL;
+    patina_context_opts_t o;
+    int dev[8], ngpu = patina_gpu_count();
+    size_t i, len = 0;
+    (void)state;
+    patina_context_opts_init(&o);
+    assert_null(o.gpus);
+    for (i = 0; i < sizeof bad / sizeof *bad; i++) {
+        o.gpus = bad[i];
+        assert_int_equal(patina_context_new(&ctx, &o), PATINA_E_INVALID);
+        assert_null(ctx);
+        assert_non_null(strstr(patina_last_error(), "gpus"));
+    }
+    for (i = 0; i <= PATINA_GPUS_MAX; i++) len += (size_t)snprintf(many + len, sizeof many - len, "%s0", i ? "," : "");
+    o.gpus = many; /* one entry too many */
+    assert_int_equal(patina_context_new(&ctx, &o), PATINA_E_INVALID);
+    /* no list, an empty one, a list of one: one device, no slices */
+    o.gpus = "";
+    o.gpu_index = 0;
+    TU_OK(patina_context_new(&ctx, &o));
+    assert_int_equal(patina_context_devices(ctx, dev, 8), 1);
+    assert_int_equal(dev[0], 0);
+    patina_context_free(ctx);
+    o.gpus = "0";
+    o.gpu_index = 3;
+    TU_OK(patina_context_new(&ctx, &o));
+    assert_int_equal(patina_context_devices(ctx, dev, 8), 1);
+    assert_int_equal(dev[0], 0); /* the list wins */
+    patina_context_free(ctx);
+    o.gpu_index = 0;
+    /* repeats: slices on one device */
+    o.gpus = "0,0,0";
+    TU_OK(patina_context_new(&ctx, &o));
+    assert_int_equal(patina_context_devices(ctx, NULL, 0), 3);
+    assert_int_equal(patina_context_devices(ctx, dev, 2), 3);
+    assert_int_equal(dev[0], 0);
+    assert_int_equal(dev[1], 0);
+    patina_context_free(ctx);
+    /* all: every usable device, or one slice without any */
+    o.gpus = "all";
+    TU_OK(patina_context_new(&ctx, &o));
+    assert_int_equal(patina_context_devices(ctx, NULL, 0), ngpu > 0 ? (size_t)ngpu : 1);
+    patina_context_free(ctx);
+    /* a device the machine lacks: refused where it has GPUs; kept (and the CPU answers) where it has none */
+    snprintf(many, sizeof many, "0,%d", ngpu > 0 ? ngpu : 5);
+    o.gpus = many;
+    if (ngpu > 0) {
+        assert_int_equal(patina_context_new(&ctx, &o), PATINA_E_UNAVAILABLE);
+        assert_non_null(strstr(patina_last_error(), "no CUDA device"));
+    } else {
+        char buf[256];
+        TU_OK(patina_context_new(&ctx, &o));
+        assert_int_equal(patina_context_devices(ctx, dev, 8), 2);
+        assert_int_equal(dev[1], 5);
+        assert_int_equal(patina_context_gpu_memory(ctx, buf, sizeof buf), PATINA_E_UNAVAILABLE);
+        patina_context_free(ctx);
+    }
+}
+
+/* Two answers are the same, bit for bit (and their keys, when both have them). */
+static void same_results(const patina_table_results_t *a, const patina_table_results_t *b)
+{
+    size_t i;
+    assert_int_equal(a->nq, b->nq);
+    assert_int_equal(a->rows, b->rows);
+    for (i = 0; i <= a->nq; i++) assert_int_equal(a->offsets[i], b->offsets[i]);
+    for (i = 0; i < a->offsets[a->nq]; i++) {
+        assert_int_equal(a->hits[i].id, b->hits[i].id);
+        assert_memory_equal(&a->hits[i].distance, &b->hits[i].distance, sizeof(double));
+        if (a->keys && b->keys) assert_string_equal(a->keys[i], b->keys[i]);
+    }
+    assert_true(!a->keys == !b->keys);
+}
+
+/* Every table of ts (the first on one device) answers k-NN (k = 1, 7, past
+ * the rows), range (all, the nearest 3) the same. */
+static void same_searches(patina_table_t **ts, size_t nt, const void *queries, size_t nq, double radius)
+{
+    static const size_t ks[] = {1, 7, 1000};
+    patina_table_query_t qo;
+    patina_table_results_t ref, got;
+    size_t i, j;
+    for (i = 0; i < 5; i++) {
+        patina_table_query_init(&qo);
+        qo.device = PATINA_DEVICE_CPU;
+        qo.keys = i % 2;
+        if (i < 3) {
+            qo.k = ks[i];
+        } else {
+            qo.kind = PATINA_QUERY_RANGE;
+            qo.radius = radius;
+            qo.max_hits = i == 4 ? 3 : 0;
+        }
+        TU_OK(patina_table_search(ts[0], queries, nq, &qo, &ref));
+        assert_true(ref.offsets[nq] > 0);
+        for (j = 1; j < nt; j++) {
+            patina_search_stats_t st;
+            qo.stats = &st;
+            TU_OK(patina_table_search(ts[j], queries, nq, &qo, &got));
+            assert_int_equal(patina_table_size(ts[j]), ref.rows);
+            assert_true(st.cpu > 0);
+            same_results(&ref, &got);
+            patina_table_results_release(&got);
+            qo.stats = NULL;
+        }
+        patina_table_results_release(&ref);
+    }
+}
+
+/* k-NN and range over a table split into 2 and 3 slices (device lists
+ * "0,0" and "0,0,0"; the CPU answers, no GPU opened) equal one device's,
+ * bit for bit, before and after puts and removes through the split table
+ * (each row to its slice) and through a detached table's change stream. */
+static void test_slices_search(void **state)
+{
+    enum { N = 50 };
+    patina_context_t *ctx[3] = {ctx_new(), ctx_gpus("0,0"), ctx_gpus("0,0,0")};
+    uint8_t *cedd, *lbp, *qs, *extra;
+    size_t cb, lb, qb, eb, i;
+    char *dir = make_collection(ctx[0], N, &cedd, &lbp, &cb, &lb);
+    patina_collection_t *c = NULL;
+    patina_table_t *t[3] = {NULL, NULL, NULL}, *d[3] = {NULL, NULL, NULL};
+    patina_insert_t items[6];
+    char keys[6][32];
+    uint64_t ids[6], gone[3] = {2, 9, 31};
+    const void *descs[1];
+    size_t removed = 0;
+    (void)state;
+    qs = describe(ctx[0], "cedd", 4, 99, &qb);
+    extra = describe(ctx[0], "cedd", 6, 123, &eb);
+    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_WRITE, 0));
+    for (i = 0; i < 3; i++) TU_OK(patina_table_open(&t[i], ctx[i], c, "cedd", NULL));
+    same_searches(t, 3, qs, 4, 30);
+    /* writes through a split table: puts (new rows and a replaced one), removes */
+    fill_items(items, keys, 6, N - 1, 7); /* img/049 exists: replaced, its id kept */
+    descs[0] = extra;
+    TU_OK(patina_tables_put(&t[2], 1, items, 6, descs, ids));
+    assert_int_equal(ids[0], N);
+    TU_OK(patina_tables_remove(&t[2], 1, gone, 3, &removed));
+    assert_int_equal(removed, 3);
+    assert_int_equal(patina_table_size(t[2]), N + 5 - 3);
+    /* the split table followed the writes (no reload): t[0] and t[1] reload, all agree */
+    same_searches(t, 3, qs, 4, 30);
+    TU_OK(patina_tables_remove(&t[1], 1, gone, 0, NULL));
+    same_searches(t, 3, extra, 6, 30); /* the new rows find themselves */
+    /* detached tables fed the same stream */
+    for (i = 0; i < 3; i++) TU_OK(patina_table_new(&d[i], ctx[i], "cedd", NULL));
+    {
+        patina_change_t ch[N + 2];
+        size_t applied = 0;
+        for (i = 0; i < N; i++) {
+            ch[i].op = PATINA_CHANGE_PUT;
+            ch[i].id = i + 1;
+            ch[i].key = keys[i % 6];
+            ch[i].desc = cedd + i * cb;
+        }
+        ch[N].op = PATINA_CHANGE_REMOVE;
+        ch[N].id = 4;
+        ch[N].key = NULL;
+        ch[N].desc = NULL;
+        ch[N + 1] = ch[0]; /* a replacement */
+        ch[N + 1].desc = extra;
+        for (i = 0; i < 3; i++) {
+            TU_OK(patina_table_apply(d[i], ch, N + 2, 9, &applied));
+            assert_int_equal(applied, N + 2);
+            assert_int_equal(patina_table_size(d[i]), N - 1);
+        }
+        same_searches(d, 3, qs, 4, 30);
+    }
+    for (i = 0; i < 3; i++) {
+        patina_table_free(d[i]);
+        patina_table_free(t[i]);
+    }
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(dir);
+    free(cedd);
+    free(lbp);
+    free(qs);
+    free(extra);
+    for (i = 0; i < 3; i++) patina_context_free(ctx[i]);
+}
+
+/* SQFD (signature) through split tables, with the stored pivot table (each
+ * slice filters its rows through it) and without: the one-device answers;
+ * rows put through a split table reach its slices' pivot tables, and save
+ * stores the whole table's. */
+static void test_slices_sqfd(void **state)
+{
+    enum { N = 40 };
+    patina_context_t *ctx[3] = {ctx_new(), ctx_gpus("0,0"), ctx_gpus("0,0,0")};
+    uint8_t *sig, *extra;
+    size_t bytes, eb, changed = 0, i;
+    char *dir = tu_table_collection(ctx[0], "signature:k=8", N, 48, 1, 31, &sig, &bytes);
+    patina_collection_t *c = NULL;
+    patina_table_t *t[3] = {NULL, NULL, NULL}, *scan[3] = {NULL, NULL, NULL}, *again = NULL;
+    patina_table_opts_t o;
+    patina_pivot_opts_t po;
+    patina_insert_t items[3];
+    char keys[3][32];
+    const void *descs[1];
+    (void)state;
+    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_WRITE, 0));
+    patina_table_opts_init(&o);
+    o.pivots = 0;
+    for (i = 0; i < 3; i++) {
+        TU_OK(patina_table_open(&t[i], ctx[i], c, "signature", NULL));
+        TU_OK(patina_table_open(&scan[i], ctx[i], c, "signature", &o));
+    }
+    patina_pivot_opts_init(&po);
+    po.pivots = 4;
+    TU_OK(patina_table_build_pivots(t[1], &po));
+    for (i = 0; i < 3; i++) assert_int_equal(patina_table_pivots(t[i]), 4);
+    same_searches(t, 3, sig, 5, 0.5);
+    same_searches(scan, 3, sig, 5, 0.5);
+    same_searches((patina_table_t *[]){t[0], scan[2]}, 2, sig + 7 * bytes, 3, 0.5);
+    extra = describe(ctx[0], "signature:k=8", 3, 77, &eb);
+    descs[0] = extra;
+    fill_items(items, keys, 3, 200, 0);
+    TU_OK(patina_tables_put(&t[2], 1, items, 3, descs, NULL));
+    assert_int_equal(patina_table_size(t[2]), N + 3);
+    same_searches(t, 3, extra, 3, 0.5);
+    same_searches(scan, 3, extra, 3, 0.5);
+    TU_OK(patina_table_save(t[2], &changed));
+    assert_int_equal(changed, 3);
+    TU_OK(patina_table_save(t[2], &changed));
+    assert_int_equal(changed, 0);
+    TU_OK(patina_table_open(&again, ctx[0], c, "signature", NULL));
+    assert_int_equal(patina_table_pivots(again), 4);
+    TU_OK(patina_table_save(again, &changed));
+    assert_int_equal(changed, 0); /* stored with every row: nothing to recompute */
+    patina_table_free(again);
+    for (i = 0; i < 3; i++) {
+        patina_table_free(t[i]);
+        patina_table_free(scan[i]);
+    }
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(dir);
+    free(sig);
+    free(extra);
+    for (i = 0; i < 3; i++) patina_context_free(ctx[i]);
+}
+
+/* Two identification answers are the same: hits (ids, scores, matches,
+ * inliers, verified), counts, decisions. */
+static void same_identify(const patina_identify_hit_t *ha, const patina_identify_result_t *ra,
+                          const patina_identify_hit_t *hb, const patina_identify_result_t *rb, size_t nq, size_t k)
+{
+    size_t q, j;
+    for (q = 0; q < nq; q++) {
+        assert_int_equal(ra[q].nhits, rb[q].nhits);
+        assert_int_equal(ra[q].decision, rb[q].decision);
+        assert_int_equal(ra[q].query_features, rb[q].query_features);
+        for (j = 0; j < ra[q].nhits; j++) {
+            const patina_identify_hit_t *a = &ha[q * k + j], *b = &hb[q * k + j];
+            assert_int_equal(a->id, b->id);
+            assert_memory_equal(&a->score, &b->score, sizeof(double));
+            assert_int_equal(a->matches, b->matches);
+            assert_int_equal(a->inliers, b->inliers);
+            assert_int_equal(a->verified, b->verified);
+        }
+    }
+}
+
+/* Identification through split tables (2 and 3 slices) equals one
+ * device's: candidates, scores, inliers, decisions, keys -- with every
+ * candidate verified, with fewer verified than asked for (the merge
+ * unverifies the parts' others), and after a put and a remove through a
+ * split table. */
+static void test_slices_identify(void **state)
+{
+    enum { N = 12, K = 4 };
+    patina_context_t *ctx[3] = {ctx_new(), ctx_gpus("0,0"), ctx_gpus("0,0,0")};
+    uint8_t *refs, *q;
+    size_t bytes, qb, i, v, j, nh;
+    char *dir = tu_table_collection(ctx[0], "rootsift:m=64,n=128", N, 96, 1, 31, &refs, &bytes);
+    patina_collection_t *c = NULL;
+    patina_table_t *t[3] = {NULL, NULL, NULL};
+    patina_table_opts_t o;
+    patina_identify_opts_t io;
+    patina_identify_hit_t h[3][N * K];
+    patina_identify_result_t r[3][N];
+    char *keys[3][N * K];
+    patina_image_t imgs[N];
+    tu_rng_t rng;
+    (void)state;
+    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_WRITE, 0));
+    patina_table_opts_init(&o);
+    o.need = PATINA_CAP_IDENTIFY;
+    for (i = 0; i < 3; i++) TU_OK(patina_table_open(&t[i], ctx[i], c, NULL, &o));
+    tu_rng_seed(&rng, 31);
+    for (i = 0; i < N; i++) tu_random_image(&imgs[i], 96, 96, 1, &rng);
+    qb = patina_table_query_bytes(t[0]);
+    q = malloc(N * qb);
+    TU_OK(patina_table_identify_extract(t[0], NULL, q, imgs, N, NULL));
+    for (v = 0; v < 6; v++) {
+        patina_identify_opts_init(&io);
+        io.k = v % 3 == 2 ? 1 : K;
+        io.verify_top = v % 3 == 0 ? 10 : 2; /* 10: every candidate verified; 2 (k 4 or 1): some not */
+        io.device = PATINA_DEVICE_CPU;
+        io.threshold = 3;
+        if (v == 3) { /* a put (a copy of reference 5 under a new key) and a remove through a split table */
+            patina_insert_t item;
+            char key[32];
+            const void *descs[1] = {refs + 4 * bytes};
+            uint64_t gone = 2;
+            fill_items(&item, (char(*)[32])key, 1, 500, 0);
+            TU_OK(patina_tables_put(&t[2], 1, &item, 1, descs, NULL));
+            TU_OK(patina_tables_remove(&t[2], 1, &gone, 1, NULL));
+        }
+        for (i = 0; i < 3; i++) {
+            TU_OK(patina_table_identify(t[i], q, N, &io, h[i], r[i], keys[i]));
+            assert_int_equal(patina_table_size(t[i]), N); /* one put and one remove at v = 3 */
+        }
+        for (i = 1; i < 3; i++) {
+            same_identify(h[0], r[0], h[i], r[i], N, io.k);
+            for (j = 0; j < N * io.k; j++) {
+                if (j % io.k < r[0][j / io.k].nhits) assert_string_equal(keys[0][j], keys[i][j]);
+                else assert_null(keys[i][j]);
+            }
+        }
+        for (i = 0; i < 3; i++)
+            for (j = 0; j < N * io.k; j++) patina_free(keys[i][j]);
+        for (j = 0, nh = 0; j < N; j++) nh += r[0][j].nhits;
+        if (io.k > 1) assert_true(nh > N); /* candidates beyond each image itself: the merge has work */
+        if (v >= 3) /* reference 5 and its copy tie on matches: the copy (the larger id) comes second */
+            assert_int_equal(h[0][4 * io.k].id, 5);
+    }
+    for (i = 0; i < N; i++) patina_image_release(&imgs[i]);
+    for (i = 0; i < 3; i++) patina_table_free(t[i]);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(dir);
+    free(refs);
+    free(q);
+    for (i = 0; i < 3; i++) patina_context_free(ctx[i]);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -832,6 +1193,10 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_two_processes),
         cmocka_unit_test(test_identify_through_table),
         cmocka_unit_test(test_pivots_through_table),
+        cmocka_unit_test(test_context_devices),
+        cmocka_unit_test(test_slices_search),
+        cmocka_unit_test(test_slices_sqfd),
+        cmocka_unit_test(test_slices_identify),
     };
     if (argc == 4 && !strcmp(argv[1], "writer")) return writer(argv[2], atoi(argv[3]));
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -88,12 +88,17 @@ class Context(_Closing):
     calls that use its workers take turns (the C calls release the GIL).
 
     threads: CPU workers (0 = all online CPUs). gpu_index: CUDA device
-    ordinal. gpu_mem_budget: bytes of GPU memory the context may hold (0 =
-    a quarter of what is free). max_pixels, max_file_bytes: image limits (0
-    = the library's defaults: 10^8 pixels, 1 GiB)."""
+    ordinal. gpus: the devices instead -- "all", a list such as "0,1" or
+    [0, 1] (repeats allowed: "0,0" is two slices on device 0); a
+    collection's rows are then split across them and every search or
+    identification runs on all at once, with the answers of one device
+    (docs/gpu.md). gpu_mem_budget: bytes of GPU memory the context may hold
+    on each device (0 = a quarter of what is free). max_pixels,
+    max_file_bytes: image limits (0 = the library's defaults: 10^8 pixels,
+    1 GiB)."""
 
     def __init__(self, threads=0, gpu_index=0, gpu_mem_budget=0, max_pixels=0, max_file_bytes=0,
-                 library=None):
+                 library=None, gpus=None):
         lib = _lib.resolve(library)
         opts = _lib.ContextOpts()
         lib.context_opts_init(ctypes.byref(opts))
@@ -108,6 +113,17 @@ class Context(_Closing):
         opts.gpu_mem_budget = int(gpu_mem_budget)
         opts.limits.max_pixels = int(max_pixels)
         opts.limits.max_file_bytes = int(max_file_bytes)
+        if gpus is not None and not isinstance(gpus, str):
+            try:
+                items = list(gpus)
+            except TypeError:
+                raise _invalid(f"Context: gpus must be \"all\", a string such as \"0,1\" or a list of "
+                               f"device numbers, got {gpus!r}") from None
+            if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in items):
+                raise _invalid(f"Context: gpus must list device numbers, got {gpus!r}")
+            gpus = ",".join(str(int(i)) for i in items)
+        gpus_b = gpus.encode() if gpus is not None else None  # kept alive through the call (copied there)
+        opts.gpus = gpus_b
         h = ctypes.c_void_p()
         lib.check(lib.context_new(ctypes.byref(h), ctypes.byref(opts)), "context")
         self._lib = lib
@@ -126,6 +142,15 @@ class Context(_Closing):
     @property
     def threads(self) -> int:
         return int(self._lib.context_threads(self.handle))
+
+    @property
+    def devices(self):
+        """The device ordinals of the context's slices (one entry without a
+        list of several devices)."""
+        n = int(self._lib.context_devices(self.handle, None, 0))
+        out = (ctypes.c_int * n)()
+        self._lib.context_devices(self.handle, out, n)
+        return [int(v) for v in out]
 
     @property
     def limits(self):

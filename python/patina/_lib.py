@@ -115,7 +115,7 @@ class DecodeReport(ctypes.Structure):
 class ContextOpts(ctypes.Structure):
     _c_type_ = "patina_context_opts_t"
     _fields_ = [("threads", c_int), ("gpu_index", c_int), ("gpu_mem_budget", c_uint64),
-                ("limits", Limits), ("nvjpeg_library", c_char_p), ("nvjpeg_lanes", c_int)]
+                ("limits", Limits), ("nvjpeg_library", c_char_p), ("nvjpeg_lanes", c_int), ("gpus", c_char_p)]
 
 
 class LoadOpts(ctypes.Structure):
@@ -255,6 +255,7 @@ _PROTOS = {
     "patina_context_free": (None, [c_void_p]),
     "patina_context_threads": (c_int, [c_void_p]),
     "patina_context_limits": (P(Limits), [c_void_p]),
+    "patina_context_devices": (c_size_t, [c_void_p, P(c_int), c_size_t]),
     # descriptor.h
     "patina_family_count": (c_size_t, []),
     "patina_family_name": (c_char_p, [c_size_t]),
@@ -320,6 +321,7 @@ _PROTOS = {
     "patina_table_query_init": (None, [P(TableQuery)]),
     "patina_table_results_release": (None, [P(TableResults)]),
     "patina_table_search": (c_int, [c_void_p, c_void_p, c_size_t, P(TableQuery), P(TableResults)]),
+    "patina_table_results_merge": (c_int, [P(TableResults), c_size_t, P(TableQuery), P(TableResults)]),
     "patina_table_query_bytes": (c_size_t, [c_void_p]),
     "patina_table_identify_extract": (c_int, [c_void_p, c_void_p, c_void_p, P(Image), c_size_t, P(c_int)]),
     # keys: (nq * k) char *, malloc'd by the library (freed with patina_free): c_void_p, not c_char_p,

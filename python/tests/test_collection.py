@@ -389,3 +389,34 @@ def test_identify_matches_cli(cli, rootsift_coll, samples, variant, tmp_path):
         # devices are the library's: hybrid is not one for identification
         with pytest.raises(patina.InvalidError, match=r"device = 3 is not one of auto\|cpu\|gpu"):
             c.identify(variant, device="hybrid")
+
+
+def test_context_over_device_slices(cli, indexed, rootsift_coll, samples, variant):
+    """A context over several device slices ("0,0": two slices on device 0;
+    without a GPU the CPU answers each) gives one device's answers, bit for
+    bit, and the CLI's --gpus the same; bad lists are refused."""
+    for bad in ("x", "0,", "-1", [0, "a"], [True], 3):
+        with pytest.raises(patina.InvalidError, match="gpus"):
+            patina.Context(gpus=bad)
+    with patina.Context(threads=2) as one, patina.Context(threads=2, gpus="0,0") as two, \
+            patina.Context(threads=2, gpus=[0, 0, 0]) as three:
+        assert one.devices == [0] and two.devices == [0, 0] and three.devices == [0, 0, 0]
+        queries = samples[:3] + [variant]
+        for spec in ("cedd", "signature:k=16,samples=500"):
+            got = []
+            for ctx in (one, two, three):
+                with patina.Collection(indexed, readonly=True, family=spec, context=ctx) as c:
+                    knn = c.search_batch(queries, k=5)
+                    radius = knn[3][2].distance  # the variant's third nearest
+                    got.append((knn, c.search(variant, range=radius), c.search(variant, range=radius, max_hits=2)))
+            assert got[0] == got[1] == got[2]
+            want = cli_search(cli, indexed, queries, "-f", spec, "-k", "5", "--gpus", "0,0")
+            for q, hits in zip(queries, got[1][0]):
+                assert_same(hits, want[q])
+        ids = []
+        for ctx in (one, two, three):
+            with patina.Collection(rootsift_coll, readonly=True, context=ctx) as c:
+                ids.append([(g.decision, [(h.key, h.score, h.matches, h.inliers, h.verified) for h in g.candidates])
+                            for g in c.identify_batch([variant, samples[1], samples[4]], k=3, verify_top=2)])
+        assert ids[0] == ids[1] == ids[2]
+        assert ids[0][0][0] == "match"

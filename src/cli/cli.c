@@ -84,10 +84,11 @@ int cli_context(patina_context_t **ctx, const cli_args_t *a)
     memset(&copts, 0, sizeof copts);
     if ((v = opt_if(a, "jobs"))) copts.threads = (int)v->i;
     if ((v = opt_if(a, "max-pixels"))) copts.limits.max_pixels = (uint64_t)v->i;
+    if ((v = opt_if(a, "gpus"))) copts.gpus = v->text;
     s = patina_context_new(ctx, &copts);
     if (s != PATINA_OK) {
         cli_status_error(a->cmd->name, s);
-        return -1;
+        return s == PATINA_E_INVALID ? EXIT_USAGE : EXIT_ERROR; /* a malformed --gpus list: usage */
     }
     return 0;
 }

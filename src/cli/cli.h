@@ -46,6 +46,11 @@ int cli_parse_argv(const cli_command_t **cmd, cli_args_t *a, int argc, char *con
 #define CLI_OPT_JOBS                                                                              \
     {.name = "jobs", .letter = 'j', .type = CLI_INT, .arg = "N", .min = 1, .max = 1024,           \
      .help = "CPU threads for decoding and extraction; all CPUs when not given"}
+#define CLI_OPT_GPUS                                                                              \
+    {.name = "gpus", .type = CLI_TEXT, .arg = "all|LIST",                                         \
+     .help = "the GPUs to use: all, or device numbers such as 0,1 (a table's rows are split "      \
+             "across them and every search or identification runs on all at once; 0,0 puts two "  \
+             "slices on device 0); default: device 0"}
 #define CLI_OPT_MAX_PIXELS                                                                        \
     {.name = "max-pixels", .type = CLI_INT, .arg = "N", .min = 1, .max = 1e18,                         \
      .def = "100000000",                                                                          \
@@ -83,8 +88,9 @@ void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(prin
 /* Prints the library's last error for a failed status. */
 void cli_status_error(const char *cmd, patina_status s);
 
-/* A context from --jobs and --max-pixels (0 / defaults when the command has
- * no such option). Prints the error and returns non-zero on failure. */
+/* A context from --jobs, --max-pixels and --gpus (0 / defaults when the
+ * command has no such option). Prints the error and returns non-zero on
+ * failure: EXIT_USAGE for a bad value, else EXIT_ERROR. */
 int cli_context(patina_context_t **ctx, const cli_args_t *a);
 
 /* The reason image `img` failed in patina_extract_batch with status st (the

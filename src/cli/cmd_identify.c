@@ -57,6 +57,7 @@ static const cli_opt_t opts[] = {
     {.name = "precision", .type = CLI_CHOICE, .choices = "int8|fp16", .def = "int8",
      .help = "GPU tensor cores: int8 (u8 rows as stored) or fp16 (an fp16 copy); exact either way"},
     CLI_OPT_JOBS,
+    CLI_OPT_GPUS,
     CLI_OPT_MAX_PIXELS,
     CLI_OPT_STRICT,
     CLI_OPT_EXIF_ORIENTATION,
@@ -204,7 +205,7 @@ static int run_identify(const cli_args_t *a)
     }
     io.device = device;
     progress = !cli_get(a, "quiet")->i && isatty(2);
-    if (cli_context(&ctx, a) != 0) return EXIT_ERROR;
+    if ((rc = cli_context(&ctx, a)) != 0) return rc;
     if (cli_get(a, "cluster")->given) {
 #if PATINA_HAVE_CLUSTER
         clu_front_opts_t fo;

@@ -37,6 +37,7 @@ static const cli_opt_t opts[] = {
     {.name = "gpu", .type = CLI_FLAG, .conflicts = "device",
      .help = "the same as --device gpu: fail rather than search on the CPU"},
     CLI_OPT_JOBS,
+    CLI_OPT_GPUS,
     CLI_OPT_MAX_PIXELS,
     CLI_OPT_STRICT,
     CLI_OPT_EXIF_ORIENTATION,
@@ -286,9 +287,12 @@ static int run_search(const cli_args_t *a)
     }
     rc = query_list(a, &qs, &nq);
     if (rc == EXIT_USAGE || rc == EXIT_ERROR) goto out;
-    if (cli_context(&ctx, a) != 0) {
-        rc = EXIT_ERROR;
-        goto out;
+    {
+        const int crc = cli_context(&ctx, a); /* rc keeps query_list's EXIT_PARTIAL */
+        if (crc != 0) {
+            rc = crc;
+            goto out;
+        }
     }
     patina_decode_opts_init(&dopts);
     dopts.limits = *patina_context_limits(ctx);

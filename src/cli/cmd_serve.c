@@ -15,6 +15,7 @@ static const cli_opt_t opts[] = {
     {.name = "device", .type = CLI_CHOICE, .arg = "D", .choices = "auto|cpu|gpu", .def = "auto",
      .help = "where searches and identification run (auto: the GPU when one is usable)"},
     {.name = "gpu", .type = CLI_INT, .arg = "N", .min = 0, .max = 64, .def = "0", .help = "CUDA device ordinal"},
+    CLI_OPT_GPUS,
     {.name = "token-file", .type = CLI_TEXT, .arg = "FILE",
      .help = "file whose first line is the bearer token that writes need; without it a random "
              "token is made and printed on stderr at start"},
@@ -124,6 +125,7 @@ static int run_serve(const cli_args_t *a)
     c.listen = cli_get(a, "listen")->text;
     c.device = cli_get(a, "device")->text;
     c.gpu = (int)cli_get(a, "gpu")->i;
+    c.gpus = cli_get(a, "gpus")->set ? cli_get(a, "gpus")->text : NULL;
     c.token_file = cli_get(a, "token-file")->set ? cli_get(a, "token-file")->text : NULL;
     c.web_dir = cli_get(a, "web")->set ? cli_get(a, "web")->text : NULL;
     c.import_dir = cli_get(a, "import-dir")->set ? cli_get(a, "import-dir")->text : NULL;

@@ -1,6 +1,7 @@
 /* The execution context (include/patina/context.h, core/context.h): worker
- * threads, the lazily opened GPU, limits, nvJPEG settings, and the turns
- * that let threads share one context. */
+ * threads, the lazily opened GPU, limits, nvJPEG settings, the turns that
+ * let threads share one context, and the slices of a context over several
+ * devices (each an ordinary context of one device, owned by this one). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,9 @@ struct patina_context {
     patina_status gpu_status;
     char gpu_error[512];
     patina_jpeg_gpu_t *jpeg[2];  /* nvJPEG decoders of the indexing pipeline, opened on first use */
+    size_t nslices;              /* listed devices (1: this context's own gpu_index, no slices) */
+    patina_context_t **slice;    /* (nslices) when nslices > 1: one context per listed device */
+    int devices[PATINA_GPUS_MAX]; /* (nslices) their device ordinals */
 };
 
 void patina_context_opts_init(patina_context_opts_t *o)
@@ -41,11 +45,80 @@ static int recursive_mutex(pthread_mutex_t *m)
     return r ? -1 : 0;
 }
 
+#define GPU_ORDINAL_MAX 1023
+
+/* The device list of opts->gpus into dev (*n entries, >= 1): its own
+ * gpu_index without a list, every usable device for "all" (one slice,
+ * gpu_index, when there is none). PATINA_E_INVALID for a malformed list,
+ * PATINA_E_UNAVAILABLE for a device the machine lacks (when it has any). */
+static patina_status parse_gpus(const char *gpus, int gpu_index, int *dev, size_t *n)
+{
+    const char *p = gpus;
+    int usable;
+    size_t i;
+    *n = 0;
+    if (!gpus || !*gpus) {
+        dev[(*n)++] = gpu_index;
+        return PATINA_OK;
+    }
+    if (!strcmp(gpus, "all")) {
+        usable = patina_gpu__count();
+        if (usable <= 0) dev[(*n)++] = gpu_index;
+        for (i = 0; usable > 0 && i < (size_t)usable && i < PATINA_GPUS_MAX; i++) dev[(*n)++] = (int)i;
+        return PATINA_OK;
+    }
+    for (;;) {
+        const char *start = p;
+        int v = 0;
+        while (*p >= '0' && *p <= '9' && v <= GPU_ORDINAL_MAX) v = v * 10 + (*p++ - '0');
+        if (p == start || (*p != ',' && *p != '\0'))
+            return patina__fail(PATINA_E_INVALID,
+                                "context: gpus '%s': expected \"all\" or device numbers separated by commas "
+                                "(\"0,1\"; \"0,0\" = two slices on device 0)",
+                                gpus);
+        if (v > GPU_ORDINAL_MAX)
+            return patina__fail(PATINA_E_INVALID, "context: gpus '%s': device numbers are 0..%d", gpus,
+                                GPU_ORDINAL_MAX);
+        if (*n == PATINA_GPUS_MAX)
+            return patina__fail(PATINA_E_INVALID, "context: gpus '%s': more than %d devices", gpus, PATINA_GPUS_MAX);
+        dev[(*n)++] = v;
+        if (!*p++) break;
+    }
+    /* a device the machine lacks is an error now, when the machine has GPUs at all: otherwise its slice
+     * would quietly answer on the CPU */
+    usable = patina_gpu__count();
+    for (i = 0; usable > 0 && i < *n; i++)
+        if (dev[i] >= usable)
+            return patina__fail(PATINA_E_UNAVAILABLE, "context: gpus '%s': no CUDA device %d (%d usable: 0..%d)",
+                                gpus, dev[i], usable, usable - 1);
+    return PATINA_OK;
+}
+
+/* The slices of c over its n > 1 devices: contexts of one device each, the
+ * threads shared out. */
+static patina_status new_slices(patina_context_t *c, size_t n)
+{
+    int share = patina_pool_size(c->pool) / (int)n;
+    size_t i;
+    if (!(c->slice = calloc(n, sizeof *c->slice))) return patina__fail(PATINA_E_NOMEM, "context: out of memory");
+    c->nslices = n;
+    for (i = 0; i < n; i++) {
+        patina_context_opts_t o = c->opts;
+        o.gpus = NULL;
+        o.gpu_index = c->devices[i];
+        o.threads = share > 0 ? share : 1;
+        PATINA_TRY(patina_context_new(&c->slice[i], &o));
+    }
+    return PATINA_OK;
+}
+
 patina_status patina_context_new(patina_context_t **ctx, const patina_context_opts_t *opts)
 {
     patina_context_t *c;
     patina_context_opts_t o;
     patina_status s;
+    int devices[PATINA_GPUS_MAX];
+    size_t ndev = 0;
     if (!ctx) return patina__fail(PATINA_E_INVALID, "context: null output pointer");
     *ctx = NULL;
     patina_context_opts_init(&o);
@@ -59,9 +132,15 @@ patina_status patina_context_new(patina_context_t **ctx, const patina_context_op
     if (o.limits.max_pixels == 0) o.limits.max_pixels = PATINA_DEFAULT_MAX_PIXELS;
     if (o.limits.max_file_bytes == 0) o.limits.max_file_bytes = PATINA_DEFAULT_MAX_FILE_BYTES;
     if (o.nvjpeg_lanes == 0) o.nvjpeg_lanes = 2;
+    PATINA_TRY(parse_gpus(o.gpus, o.gpu_index, devices, &ndev));
+    if (ndev == 1) o.gpu_index = devices[0];
+    o.gpus = NULL; /* the list lives on as devices (patina_context_devices) */
     c = calloc(1, sizeof *c);
     if (!c) return patina__fail(PATINA_E_NOMEM, "context: out of memory");
     c->opts = o;
+    c->nslices = 1;
+    memcpy(c->devices, devices, ndev * sizeof *devices);
+
     if (o.nvjpeg_library) {
         if (strlen(o.nvjpeg_library) >= sizeof c->nvjpeg_library) {
             free(c);
@@ -87,15 +166,22 @@ patina_status patina_context_new(patina_context_t **ctx, const patina_context_op
         free(c);
         return s;
     }
+    if (ndev > 1 && (s = new_slices(c, ndev)) != PATINA_OK) {
+        patina_context_free(c);
+        return s;
+    }
     *ctx = c;
     return PATINA_OK;
 }
 
 void patina_context_free(patina_context_t *ctx)
 {
+    size_t i;
     if (!ctx) return;
-    patina_gpu_jpeg_close(ctx->jpeg[0]);
+    patina_gpu_jpeg_close(ctx->jpeg[0]); /* before the device they run on (slice 0's, when sliced) */
     patina_gpu_jpeg_close(ctx->jpeg[1]);
+    for (i = 0; ctx->slice && i < ctx->nslices; i++) patina_context_free(ctx->slice[i]);
+    free(ctx->slice);
     patina_gpu_close(ctx->gpu);
     patina_pool_free(ctx->pool);
     pthread_mutex_destroy(&ctx->gpu_mu);
@@ -104,6 +190,22 @@ void patina_context_free(patina_context_t *ctx)
 }
 
 const patina_context_opts_t *patina__context_opts(const patina_context_t *ctx) { return &ctx->opts; }
+
+size_t patina__context_slices(const patina_context_t *ctx) { return ctx && ctx->slice ? ctx->nslices : 1; }
+
+patina_context_t *patina__context_slice(patina_context_t *ctx, size_t i)
+{
+    return ctx && ctx->slice && i < ctx->nslices ? ctx->slice[i] : ctx;
+}
+
+size_t patina_context_devices(const patina_context_t *ctx, int *devices, size_t cap)
+{
+    size_t n, i;
+    if (!ctx) return 0;
+    n = ctx->slice ? ctx->nslices : 1;
+    for (i = 0; devices && i < n && i < cap; i++) devices[i] = ctx->slice ? ctx->devices[i] : ctx->opts.gpu_index;
+    return n;
+}
 
 int patina_context_threads(const patina_context_t *ctx) { return patina_pool_size(ctx->pool); }
 const patina_limits_t *patina_context_limits(const patina_context_t *ctx) { return &ctx->opts.limits; }
@@ -154,6 +256,7 @@ patina_status patina__context_gpu_acquire(patina_context_t *ctx, patina_gpu_t **
 {
     patina_status s;
     *g = NULL;
+    if (ctx->slice) return patina__context_gpu_acquire(ctx->slice[0], g); /* the first listed device */
     pthread_mutex_lock(&ctx->gpu_mu);
     s = open_gpu(ctx);
     if (s != PATINA_OK) {
@@ -164,7 +267,11 @@ patina_status patina__context_gpu_acquire(patina_context_t *ctx, patina_gpu_t **
     return PATINA_OK;
 }
 
-void patina__context_gpu_release(patina_context_t *ctx) { pthread_mutex_unlock(&ctx->gpu_mu); }
+void patina__context_gpu_release(patina_context_t *ctx)
+{
+    if (ctx->slice) patina__context_gpu_release(ctx->slice[0]);
+    else pthread_mutex_unlock(&ctx->gpu_mu);
+}
 
 int patina__context_gpu_usable(patina_context_t *ctx)
 {
@@ -197,10 +304,26 @@ patina_status patina__context_jpeg(patina_context_t *ctx, patina_jpeg_gpu_t *out
 patina_status patina_context_gpu_memory(patina_context_t *ctx, char *buf, size_t size)
 {
     patina_gpu_t *g;
+    size_t i, used = 0;
     if (!ctx || (!buf && size)) return patina__fail(PATINA_E_INVALID, "context: null argument");
     if (size) buf[0] = '\0';
-    PATINA_TRY(patina__context_gpu_acquire(ctx, &g));
-    patina_gpu__plan(g, buf, size);
-    patina__context_gpu_release(ctx);
+    if (!ctx->slice) {
+        PATINA_TRY(patina__context_gpu_acquire(ctx, &g));
+        patina_gpu__plan(g, buf, size);
+        patina__context_gpu_release(ctx);
+        return PATINA_OK;
+    }
+    /* one line per listed device: "device D (slice i of G): <its plan>" */
+    for (i = 0; i < ctx->nslices; i++) {
+        int k;
+        PATINA_TRY(patina__context_gpu_acquire(ctx->slice[i], &g));
+        k = used < size ? snprintf(buf + used, size - used, "%sdevice %d (slice %zu of %zu): ", i ? "\n" : "",
+                                   ctx->devices[i], i, ctx->nslices)
+                        : 0;
+        if (k > 0) used += (size_t)k < size - used ? (size_t)k : size - used - 1;
+        if (used + 1 < size) patina_gpu__plan(g, buf + used, size - used);
+        used += used < size ? strlen(buf + used) : 0;
+        patina__context_gpu_release(ctx->slice[i]);
+    }
     return PATINA_OK;
 }

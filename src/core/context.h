@@ -54,6 +54,19 @@ void patina_gpu_jpeg_close(patina_jpeg_gpu_t *d); /* accepts NULL */
  * allocation with its owner and purpose. */
 void patina_gpu__plan(const patina_gpu_t *g, char *buf, size_t size);
 
+/* ---- Slices: a context over a list of G > 1 devices (include/patina/context.h)
+ * holds G slice contexts, one per listed device, each with its own device
+ * state, budget, GPU turn and worker pool (the context's threads shared
+ * out, at least one each). A slice is an ordinary context to the engines:
+ * a table calls them with the slice's context and the slice's rows. The
+ * context's own GPU calls (extraction, the pipeline) go to slice 0's
+ * device; its own workers stay its own. */
+
+/* G (1 for NULL or a context of one device). */
+size_t patina__context_slices(const patina_context_t *ctx);
+/* Slice i (< G) of ctx; ctx itself when G is 1 (NULL stays NULL). */
+patina_context_t *patina__context_slice(patina_context_t *ctx, size_t i);
+
 /* ---- Turns */
 
 /* The options the context was made with (defaults filled in). */

@@ -173,16 +173,25 @@ char *metrics_text(server_t *srv, size_t *len)
         free(specs);
     }
     {
-        char gm[4096];
+        char gm[16384];
         int have = srv->device != PATINA_DEVICE_CPU && patina_context_gpu_memory(srv->ctx, gm, sizeof gm) == PATINA_OK;
         put(&b, "# HELP patina_gpu_available Whether searches may use a GPU.\n# TYPE patina_gpu_available gauge\n"
                 "patina_gpu_available %d\n", have);
         if (have) {
-            /* the context's plan reads "NAME: budget B MiB; D MiB device (peak P), H MiB pinned; ..." */
-            const char *p = strstr(gm, ": budget ");
-            double budget, dev, pinned;
-            if (p && sscanf(p, ": budget %lf MiB; %lf MiB device (peak %*f), %lf MiB pinned", &budget, &dev, &pinned) == 3)
-                put(&b, "# HELP patina_gpu_memory_bytes The search context's GPU memory: its budget, device and pinned bytes held.\n"
+            /* the context's plan reads "NAME: budget B MiB; D MiB device (peak P), H MiB pinned; ...", a
+             * line per device when it has several (--gpus): summed */
+            const char *p;
+            double budget = 0, dev = 0, pinned = 0, b1, d1, p1;
+            int found = 0;
+            for (p = strstr(gm, ": budget "); p; p = strstr(p + 1, ": budget "))
+                if (sscanf(p, ": budget %lf MiB; %lf MiB device (peak %*f), %lf MiB pinned", &b1, &d1, &p1) == 3) {
+                    budget += b1;
+                    dev += d1;
+                    pinned += p1;
+                    found = 1;
+                }
+            if (found)
+                put(&b, "# HELP patina_gpu_memory_bytes The search context's GPU memory (every device's summed): its budget, device and pinned bytes held.\n"
                         "# TYPE patina_gpu_memory_bytes gauge\n"
                         "patina_gpu_memory_bytes{kind=\"budget\"} %.0f\npatina_gpu_memory_bytes{kind=\"device\"} %.0f\n"
                         "patina_gpu_memory_bytes{kind=\"pinned\"} %.0f\n",

@@ -18,6 +18,7 @@ typedef struct serve_config {
     const char *listen;         /* "HOST:PORT" or "[V6]:PORT"; port 0 = any free port */
     const char *device;         /* "auto", "cpu" or "gpu": where searches and identification run */
     int gpu;                    /* CUDA device ordinal */
+    const char *gpus;           /* the devices ("all", "0,1"; patina_context_opts_t.gpus); NULL: gpu */
     const char *token_file;     /* bearer token for writes; NULL: a random one, printed */
     const char *web_dir;        /* static files served at /; NULL: the built-in default */
     const char *import_dir;     /* folder jobs must name a folder under it; NULL: folder jobs off */

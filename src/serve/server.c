@@ -580,6 +580,7 @@ int serve_run(const serve_config_t *cfg)
     struct MHD_OptionItem tls[4];
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     int fd, loopback = 1, sig = 0, rc = 0;
+    patina_status s;
     double t;
     size_t i;
 
@@ -648,12 +649,14 @@ int serve_run(const serve_config_t *cfg)
     patina_context_opts_init(&copts);
     copts.threads = cfg->workers;
     copts.gpu_index = cfg->gpu;
+    copts.gpus = cfg->gpus;
     copts.limits = srv.limits;
-    if (patina_context_new(&srv.ctx, &copts) != PATINA_OK) {
-        fprintf(stderr, "patina serve: %s\n", patina_last_error());
+    if ((s = patina_context_new(&srv.ctx, &copts)) != PATINA_OK) {
+        fprintf(stderr, "patina serve: %s%s\n", s == PATINA_E_INVALID && cfg->gpus ? "--gpus: " : "",
+                patina_last_error());
         free(srv.content_dirs);
         close(fd);
-        return 3;
+        return s == PATINA_E_INVALID ? 2 : 3;
     }
     if (srv.device != PATINA_DEVICE_CPU) { /* a usable GPU: the context opens it */
         char plan[512];

@@ -5,6 +5,7 @@
  * part's k nearest, and every range hit of the union is a range hit of its
  * part. Ordering by (distance, id) makes the answer independent of how the
  * rows were split. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +20,9 @@ typedef struct slot {
 static int cmp_slot(const void *a, const void *b)
 {
     const slot_t *x = a, *y = b;
-    if (x->hit.distance != y->hit.distance) return x->hit.distance < y->hit.distance ? -1 : 1;
+    const int xn = isnan(x->hit.distance), yn = isnan(y->hit.distance);
+    if (xn != yn) return xn ? 1 : -1; /* NaN last, as the engines sort it */
+    if (!xn && x->hit.distance != y->hit.distance) return x->hit.distance < y->hit.distance ? -1 : 1;
     return x->hit.id < y->hit.id ? -1 : x->hit.id > y->hit.id;
 }
 

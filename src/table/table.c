@@ -6,15 +6,27 @@
  * collections' versions or of each other; this file is the one place that
  * decides what a write must update and which device a call runs on.
  *
- * Not here: the engines themselves, the store, extraction. */
+ * Slices. On a context over G > 1 devices (include/patina/context.h) the
+ * rows are split by id % G into G slices, each with its own structures
+ * used with its own slice context (its device): loads and writes go to the
+ * slice of each id; every search and identify call runs the G slices at
+ * once, one host thread each (slice 0 in the calling thread), and merges
+ * their answers exactly (patina_table_results_merge, patina_identify_merge).
+ * With one device there is one slice and no thread or merge.
+ *
+ * Not here: the engines themselves, the store, extraction, the merges
+ * (merge.c, src/identify/merge.c). */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/context.h"
 #include "core/internal.h"
 #include "patina/options.h"
 #include "patina/table.h"
+#include "search/distance.h"
 
 /* ----------------------------------------------------------- keys by id
  * A detached table has no collection to look keys up in: it keeps them. An
@@ -124,6 +136,14 @@ static void km_del(keymap_t *m, uint64_t id)
 
 /* ------------------------------------------------------------ the object */
 
+/* The rows whose id % slices is its number, and what is derived from them. */
+typedef struct slice {
+    patina_context_t *ctx;       /* its device's context (the context's slice; borrowed; NULL: none) */
+    patina_index_t *idx;         /* SEARCH */
+    patina_pivot_index_t *pidx;  /* PIVOTS with a stored table (and opts.pivots) */
+    patina_refset_t *rs;         /* IDENTIFY */
+} slice_t;
+
 struct patina_table {
     patina_context_t *ctx;       /* borrowed; NULL: a pool per call, no GPU */
     patina_collection_t *c;      /* borrowed; NULL for a detached table */
@@ -132,13 +152,12 @@ struct patina_table {
     patina_table_opts_t opts;
     patina_refset_t *shape;      /* IDENTIFY: an empty set of the spec, for query sizes and extraction */
     pthread_rwlock_t lock;       /* calls read; loads and writes write */
+    size_t ns;                   /* slices (1 .. PATINA_GPUS_MAX): the context's devices */
+    slice_t sl[PATINA_GPUS_MAX]; /* (ns); their structures under lock */
     /* under lock */
     int loaded;
-    patina_index_t *idx;         /* SEARCH */
-    patina_pivot_index_t *pidx;  /* PIVOTS with a stored table (and opts.pivots) */
-    size_t pivots_dirty;         /* rows in which pidx differs from the stored table */
-    patina_refset_t *rs;         /* IDENTIFY */
-    patina_status rs_status;     /* why rs is missing (an f16 table: UNAVAILABLE), with rs_msg */
+    size_t pivots_dirty;         /* rows in which the pivot tables differ from the stored table */
+    patina_status rs_status;     /* why the slices' rs are missing (an f16 table: UNAVAILABLE), with rs_msg */
     char rs_msg[256];
     keymap_t keys;               /* detached tables */
     _Atomic uint64_t version;    /* the collection version (or stream sequence) the rows reflect */
@@ -180,15 +199,29 @@ void patina_table_query_init(patina_table_query_t *q)
 
 static void unload(patina_table_t *t)
 {
-    patina_index_free(t->idx);
-    t->idx = NULL;
-    patina_pivot_index_free(t->pidx);
-    t->pidx = NULL;
+    size_t i;
+    for (i = 0; i < t->ns; i++) {
+        patina_index_free(t->sl[i].idx);
+        t->sl[i].idx = NULL;
+        patina_pivot_index_free(t->sl[i].pidx);
+        t->sl[i].pidx = NULL;
+        patina_refset_free(t->sl[i].rs);
+        t->sl[i].rs = NULL;
+    }
     t->pivots_dirty = 0;
-    patina_refset_free(t->rs);
-    t->rs = NULL;
     t->rs_status = PATINA_OK;
     t->loaded = 0;
+}
+
+/* The slice of row id. */
+static slice_t *slice_of(patina_table_t *t, uint64_t id) { return &t->sl[id % t->ns]; }
+
+/* Whether a row's distance to a query depends on that row alone: then the
+ * rows may be split and the answers merged. std_l2 divides by the standard
+ * deviations of all the index's rows (search/distance.h): one slice. */
+static int rows_independent(const patina_extractor_t *ex)
+{
+    return pdist_find(patina_extractor_distance_name(ex)) != PDIST_STD_L2;
 }
 
 void patina_table_free(patina_table_t *t)
@@ -228,6 +261,9 @@ static patina_status table_alloc(patina_table_t **out, patina_context_t *ctx, pa
         return s;
     }
     t->caps = patina_extractor_caps(t->ex);
+    t->ns = rows_independent(t->ex) ? patina__context_slices(ctx) : 1;
+    if (t->ns > PATINA_GPUS_MAX) t->ns = PATINA_GPUS_MAX;
+    for (size_t i = 0; i < t->ns; i++) t->sl[i].ctx = t->ns > 1 ? patina__context_slice(ctx, i) : ctx;
     if ((t->caps & PATINA_CAP_IDENTIFY) &&
         (s = patina_refset_new(&t->shape, patina_extractor_spec(t->ex))) != PATINA_OK) {
         patina_table_free(t);
@@ -355,8 +391,11 @@ patina_status patina_table_new(patina_table_t **t, patina_context_t *ctx, const 
     *t = NULL;
     PATINA_TRY(table_alloc(&n, ctx, NULL, spec, opts));
     s = PATINA_OK;
-    if (n->caps & PATINA_CAP_SEARCH) s = patina_index_new(&n->idx, n->ex, NULL, NULL, 0);
-    if (s == PATINA_OK && (n->caps & PATINA_CAP_IDENTIFY)) s = patina_refset_new(&n->rs, patina_extractor_spec(n->ex));
+    for (size_t i = 0; s == PATINA_OK && i < n->ns; i++) {
+        if (n->caps & PATINA_CAP_SEARCH) s = patina_index_new(&n->sl[i].idx, n->ex, NULL, NULL, 0);
+        if (s == PATINA_OK && (n->caps & PATINA_CAP_IDENTIFY))
+            s = patina_refset_new(&n->sl[i].rs, patina_extractor_spec(n->ex));
+    }
     if (s != PATINA_OK) {
         patina_table_free(n);
         return s;
@@ -373,59 +412,101 @@ uint64_t patina_table_version(patina_table_t *t) { return t ? atomic_load(&t->ve
 
 /* --------------------------------------------------------------- loading */
 
-/* Drops the rows outside the table's partition from what was loaded (write
- * lock held). The keys come from the snapshot the rows were loaded from. */
-static patina_status keep_partition(patina_table_t *t, patina_snapshot_t *snap)
+/* Drops from each slice the rows it must not hold (write lock held): rows
+ * outside the table's partition (their keys from the snapshot the rows were
+ * loaded from) and, from the pivot tables (each loaded whole), the other
+ * slices' rows. ids (n): the table's rows in that snapshot. */
+static patina_status keep_rows(patina_table_t *t, patina_snapshot_t *snap, const uint64_t *ids, size_t n)
 {
-    uint64_t *ids = NULL, *drop = NULL;
-    uint8_t *descs = NULL;
-    size_t n = 0, bytes = 0, ndrop = 0, i;
+    uint64_t *drop = NULL;
+    uint8_t *outside = NULL; /* (n) 1: outside the partition */
+    size_t i, k;
     patina_record_t *recs = NULL;
-    patina_status s = patina_snapshot_load(snap, patina_extractor_spec(t->ex), &ids, &descs, &n, &bytes);
-    free(descs);
-    if (s == PATINA_E_NOTFOUND) {
-        patina_clear_error();
-        return PATINA_OK;
-    }
-    if (s != PATINA_OK) return s;
-    if (n && (!(recs = calloc(n, sizeof *recs)) || !(drop = malloc(n * sizeof *drop)))) {
+    patina_status s = PATINA_OK;
+    if (!n) return PATINA_OK;
+    if (!(drop = malloc(n * sizeof *drop)) || !(outside = calloc(n, 1)) ||
+        (t->opts.partitions > 1 && !(recs = calloc(n, sizeof *recs)))) {
         s = patina__fail(PATINA_E_NOMEM, "table: out of memory for %zu keys", n);
         goto out;
     }
-    if (n && (s = patina_snapshot_get(snap, ids, n, recs)) != PATINA_OK && s != PATINA_E_NOTFOUND) goto out;
-    s = PATINA_OK;
-    for (i = 0; i < n; i++)
-        if (!recs[i].key || !in_partition(t, recs[i].key)) drop[ndrop++] = ids[i];
-    if (ndrop && t->idx) s = patina_index_remove(t->idx, drop, ndrop, NULL);
-    if (s == PATINA_OK && ndrop && t->pidx) s = patina_pivot_index_remove(t->pidx, drop, ndrop, NULL);
-    for (i = 0; s == PATINA_OK && t->rs && i < ndrop; i++) {
-        s = patina_refset_remove(t->rs, drop[i]);
-        if (s == PATINA_E_NOTFOUND) s = PATINA_OK;
+    if (recs) {
+        if ((s = patina_snapshot_get(snap, ids, n, recs)) != PATINA_OK && s != PATINA_E_NOTFOUND) goto out;
+        if (s == PATINA_E_NOTFOUND) patina_clear_error();
+        s = PATINA_OK;
+        for (i = 0; i < n; i++) outside[i] = !recs[i].key || !in_partition(t, recs[i].key);
+    }
+    for (k = 0; s == PATINA_OK && k < t->ns; k++) {
+        slice_t *sl = &t->sl[k];
+        size_t nd = 0;
+        for (i = 0; i < n; i++)
+            if (outside[i] && ids[i] % t->ns == k) drop[nd++] = ids[i];
+        if (nd && sl->idx) s = patina_index_remove(sl->idx, drop, nd, NULL);
+        for (i = 0; s == PATINA_OK && sl->rs && i < nd; i++) {
+            s = patina_refset_remove(sl->rs, drop[i]);
+            if (s == PATINA_E_NOTFOUND) s = PATINA_OK;
+        }
+        if (s != PATINA_OK || !sl->pidx) continue;
+        for (i = 0; t->ns > 1 && i < n; i++)
+            if (!outside[i] && ids[i] % t->ns != k) drop[nd++] = ids[i];
+        if (nd) s = patina_pivot_index_remove(sl->pidx, drop, nd, NULL);
     }
 out:
     for (i = 0; recs && i < n; i++) patina_record_release(&recs[i]);
     free(recs);
+    free(outside);
     free(drop);
-    free(ids);
     return s;
 }
 
-/* (Re)loads every structure from one snapshot (write lock held). */
-static patina_status load(patina_table_t *t)
+/* Slice k's search index from the table's rows ids, descs (n, bytes, ids
+ * ascending: the store's order), for tables of several slices. */
+static patina_status slice_index(patina_table_t *t, size_t k, const uint64_t *ids, const uint8_t *descs, size_t n,
+                                 size_t bytes, patina_index_t **idx)
 {
-    patina_snapshot_t *snap = NULL;
-    uint64_t v = 0;
-    size_t refreshed = 0;
+    uint64_t *sid = NULL;
+    uint8_t *sdesc = NULL;
+    size_t m = 0, i;
     patina_status s;
-    unload(t);
-    /* the version first: the snapshot is as new or newer, so a write between the two only makes the
-     * next call reload once more */
-    PATINA_TRY(patina_collection_version(t->c, &v));
-    PATINA_TRY(patina_snapshot_new(&snap, t->c));
-    s = PATINA_OK;
-    if (t->caps & PATINA_CAP_SEARCH) s = patina_index_load_snapshot(&t->idx, t->ex, snap);
+    char why[512];
+    if (n && bytes != patina_extractor_bytes(t->ex))
+        return patina__fail(PATINA_E_CORRUPT, "search: table '%s' holds %zu-byte descriptors; %s has %zu",
+                            patina_extractor_spec(t->ex), bytes, patina_extractor_family(t->ex),
+                            patina_extractor_bytes(t->ex));
+    for (i = 0; i < n; i++) m += ids[i] % t->ns == k;
+    if (m && (!(sid = malloc(m * sizeof *sid)) || !(sdesc = malloc(m * bytes)))) {
+        free(sid);
+        return patina__fail(PATINA_E_NOMEM, "table: out of memory for %zu rows", m);
+    }
+    for (i = 0, m = 0; i < n; i++)
+        if (ids[i] % t->ns == k) {
+            sid[m] = ids[i];
+            memcpy(sdesc + m * bytes, descs + i * bytes, bytes);
+            m++;
+        }
+    s = patina_index_new(idx, t->ex, sid, sdesc, m);
+    free(sid);
+    free(sdesc);
+    if (s == PATINA_E_INVALID) { /* a stored row the distance refuses: the table is damaged */
+        snprintf(why, sizeof why, "%s", patina_last_error());
+        s = patina__fail(PATINA_E_CORRUPT, "%s of the stored table", why);
+    }
+    return s;
+}
+
+/* Slice k's structures from snapshot snap (write lock held). ids, descs,
+ * n, bytes: the table's rows, loaded when there are several slices. */
+static patina_status load_slice(patina_table_t *t, size_t k, patina_snapshot_t *snap, const uint64_t *ids,
+                                const uint8_t *descs, size_t n, size_t bytes)
+{
+    slice_t *sl = &t->sl[k];
+    size_t refreshed = 0;
+    patina_status s = PATINA_OK;
+    if (t->caps & PATINA_CAP_SEARCH)
+        s = t->ns == 1 ? patina_index_load_snapshot(&sl->idx, t->ex, snap)
+                       : slice_index(t, k, ids, descs, n, bytes, &sl->idx);
     if (s == PATINA_OK && (t->caps & PATINA_CAP_PIVOTS) && t->opts.pivots) {
-        s = patina_pivot_index_load_snapshot(&t->pidx, t->ctx, t->ex, snap, &refreshed);
+        /* the stored table is the whole table's: each slice loads it and keeps its rows (keep_rows) */
+        s = patina_pivot_index_load_snapshot(&sl->pidx, sl->ctx, t->ex, snap, &refreshed);
         if (s == PATINA_E_NOTFOUND) {
             patina_clear_error();
             s = PATINA_OK;
@@ -434,19 +515,21 @@ static patina_status load(patina_table_t *t)
                                  "or open the table without pivots)",
                                  patina_extractor_spec(t->ex), patina_extractor_spec(t->ex));
         }
-        t->pivots_dirty = refreshed;
+        t->pivots_dirty = refreshed; /* the whole table's: the same in every slice */
     }
     if (s == PATINA_OK && (t->caps & PATINA_CAP_IDENTIFY)) {
         patina_refset_spec_t rspec;
-        size_t rows, bytes;
+        size_t rows, rbytes;
         patina_refset_spec_init(&rspec);
         rspec.table = patina_extractor_spec(t->ex);
         rspec.snapshot = snap;
-        if (patina_collection_table_info(t->c, rspec.table, &rows, &bytes) == PATINA_E_NOTFOUND) {
+        rspec.shard = (uint32_t)k;
+        rspec.shards = (uint32_t)t->ns;
+        if (patina_collection_table_info(t->c, rspec.table, &rows, &rbytes) == PATINA_E_NOTFOUND) {
             patina_clear_error();
-            s = patina_refset_new(&t->rs, rspec.table); /* opened with create: empty until written */
+            s = patina_refset_new(&sl->rs, rspec.table); /* opened with create: empty until written */
         } else {
-            s = patina_refset_load(&t->rs, t->c, &rspec);
+            s = patina_refset_load(&sl->rs, t->c, &rspec);
         }
         if (s == PATINA_E_UNAVAILABLE) { /* f16 records: the table opens, identify says why not */
             t->rs_status = s;
@@ -455,7 +538,40 @@ static patina_status load(patina_table_t *t)
             s = PATINA_OK;
         }
     }
-    if (s == PATINA_OK && t->opts.partitions > 1) s = keep_partition(t, snap);
+    return s;
+}
+
+/* (Re)loads every structure from one snapshot (write lock held). */
+static patina_status load(patina_table_t *t)
+{
+    patina_snapshot_t *snap = NULL;
+    uint64_t v = 0, *ids = NULL;
+    uint8_t *descs = NULL;
+    size_t n = 0, bytes = 0, k;
+    int rows_needed = t->opts.partitions > 1 || (t->ns > 1 && (t->caps & PATINA_CAP_SEARCH));
+    patina_status s;
+    unload(t);
+    /* the version first: the snapshot is as new or newer, so a write between the two only makes the
+     * next call reload once more */
+    PATINA_TRY(patina_collection_version(t->c, &v));
+    PATINA_TRY(patina_snapshot_new(&snap, t->c));
+    s = PATINA_OK;
+    if (rows_needed) { /* the ids (partitions, slices) and the descriptors (slices' indexes), read once */
+        s = patina_snapshot_load(snap, patina_extractor_spec(t->ex), &ids, &descs, &n, &bytes);
+        if (s == PATINA_E_NOTFOUND) {
+            patina_clear_error();
+            s = PATINA_OK;
+            n = 0;
+        }
+        if (t->ns == 1) {
+            free(descs);
+            descs = NULL;
+        }
+    }
+    for (k = 0; s == PATINA_OK && k < t->ns; k++) s = load_slice(t, k, snap, ids, descs, n, bytes);
+    free(descs);
+    if (s == PATINA_OK && rows_needed) s = keep_rows(t, snap, ids, n);
+    free(ids);
     patina_snapshot_free(snap);
     if (s != PATINA_OK) {
         unload(t);
@@ -506,11 +622,18 @@ patina_status patina_table_refresh(patina_table_t *t, int *reloaded)
     return PATINA_OK;
 }
 
+static size_t slice_rows(const slice_t *sl)
+{
+    if (sl->idx) return patina_index_size(sl->idx);
+    if (sl->rs) return patina_refset_size(sl->rs);
+    return 0;
+}
+
 static size_t rows_of(const patina_table_t *t)
 {
-    if (t->idx) return patina_index_size(t->idx);
-    if (t->rs) return patina_refset_size(t->rs);
-    return 0;
+    size_t n = 0, k;
+    for (k = 0; k < t->ns; k++) n += slice_rows(&t->sl[k]);
+    return n;
 }
 
 size_t patina_table_size(patina_table_t *t)
@@ -526,7 +649,7 @@ size_t patina_table_pivots(patina_table_t *t)
 {
     size_t p;
     if (!t || enter(t, NULL) != PATINA_OK) return 0;
-    p = t->pidx ? patina_pivot_index_pivots(t->pidx) : 0;
+    p = t->sl[0].pidx ? patina_pivot_index_pivots(t->sl[0].pidx) : 0; /* every slice has the same pivots */
     pthread_rwlock_unlock(&t->lock);
     return p;
 }
@@ -612,8 +735,8 @@ static patina_status check_query(const patina_table_t *t, const patina_table_que
     return PATINA_OK;
 }
 
-/* k-NN into res (read lock held, rows > 0). */
-static patina_status run_knn(patina_table_t *t, const void *queries, size_t nq, const patina_table_query_t *q,
+/* k-NN over slice sl into res (read lock held, rows > 0: the slice's). */
+static patina_status run_knn(const slice_t *sl, const void *queries, size_t nq, const patina_table_query_t *q,
                              size_t rows, patina_table_results_t *res)
 {
     size_t k = q->k < rows ? q->k : rows, *counts, i, j, at = 0;
@@ -627,19 +750,19 @@ static patina_status run_knn(patina_table_t *t, const void *queries, size_t nq, 
         free(counts);
         return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu x %zu hits", nq, k);
     }
-    if (t->pidx) {
+    if (sl->pidx) {
         patina_pivot_search_opts_t po;
         patina_pivot_search_opts_init(&po);
         po.bound = q->bound;
         po.stats = q->stats;
         po.strategy = pivot_strategy(q->device);
-        s = patina_pivot_index_knn(t->ctx, t->pidx, queries, nq, k, &po, hits, counts);
+        s = patina_pivot_index_knn(sl->ctx, sl->pidx, queries, nq, k, &po, hits, counts);
     } else {
         patina_search_opts_t so;
         patina_search_opts_init(&so);
         so.device = q->device;
         so.stats = q->stats;
-        s = patina_index_knn(t->ctx, t->idx, queries, nq, k, &so, hits, counts);
+        s = patina_index_knn(sl->ctx, sl->idx, queries, nq, k, &so, hits, counts);
     }
     if (s == PATINA_OK) {
         /* compact (nq, k) rows into one run: the counts are min(k, rows), all equal, but say so in code */
@@ -656,8 +779,8 @@ static patina_status run_knn(patina_table_t *t, const void *queries, size_t nq, 
     return s;
 }
 
-/* Range into res (read lock held, rows > 0). */
-static patina_status run_range(patina_table_t *t, const void *queries, size_t nq, const patina_table_query_t *q,
+/* Range over slice sl into res (read lock held, rows > 0: the slice's). */
+static patina_status run_range(const slice_t *sl, const void *queries, size_t nq, const patina_table_query_t *q,
                                patina_table_results_t *res)
 {
     patina_hit_t **per = calloc(nq, sizeof *per), *all = NULL;
@@ -668,21 +791,21 @@ static patina_status run_range(patina_table_t *t, const void *queries, size_t nq
         free(counts);
         return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", nq);
     }
-    if (t->pidx) {
+    if (sl->pidx) {
         patina_pivot_search_opts_t po;
         patina_pivot_search_opts_init(&po);
         po.bound = q->bound;
         po.max_hits = q->max_hits;
         po.stats = q->stats;
         po.strategy = pivot_strategy(q->device);
-        s = patina_pivot_index_range(t->ctx, t->pidx, queries, nq, q->radius, &po, per, counts);
+        s = patina_pivot_index_range(sl->ctx, sl->pidx, queries, nq, q->radius, &po, per, counts);
     } else {
         patina_search_opts_t so;
         patina_search_opts_init(&so);
         so.device = q->device;
         so.max_hits = q->max_hits;
         so.stats = q->stats;
-        s = patina_index_range(t->ctx, t->idx, queries, nq, q->radius, &so, per, counts);
+        s = patina_index_range(sl->ctx, sl->idx, queries, nq, q->radius, &so, per, counts);
     }
     for (i = 0; s == PATINA_OK && i < nq; i++) total += counts[i];
     if (s == PATINA_OK && !(all = malloc((total ? total : 1) * sizeof *all)))
@@ -718,6 +841,137 @@ static size_t missing_keys(char *const *keys, size_t n)
     return m;
 }
 
+/* ---------------------------------------------------- running the slices */
+
+/* One slice's part of a call (run_slices). */
+typedef struct slice_task {
+    patina_status (*fn)(struct slice_task *k);
+    patina_table_t *t;
+    size_t slice;
+    const void *arg; /* the call's, shared and read-only */
+    void *out;       /* this slice's */
+    patina_status s;
+    char msg[512];   /* its failure's message (messages are per thread) */
+} slice_task_t;
+
+static void *slice_main(void *p)
+{
+    slice_task_t *k = p;
+    k->s = k->fn(k);
+    if (k->s != PATINA_OK) snprintf(k->msg, sizeof k->msg, "%s", patina_last_error());
+    return NULL;
+}
+
+/* Runs tasks[0 .. n) at once, 1 .. n-1 on threads of their own (in this
+ * one, afterwards, when a thread cannot be made) and 0 in the calling
+ * thread; the first failure by slice is the call's. */
+static patina_status run_slices(slice_task_t *tasks, size_t n)
+{
+    pthread_t th[PATINA_GPUS_MAX];
+    int started[PATINA_GPUS_MAX];
+    size_t i;
+    for (i = 1; i < n; i++) started[i] = pthread_create(&th[i], NULL, slice_main, &tasks[i]) == 0;
+    slice_main(&tasks[0]);
+    for (i = 1; i < n; i++) {
+        if (started[i]) pthread_join(th[i], NULL);
+        else slice_main(&tasks[i]);
+    }
+    for (i = 0; i < n; i++)
+        if (tasks[i].s != PATINA_OK) return patina__fail(tasks[i].s, "%s", tasks[i].msg);
+    return PATINA_OK;
+}
+
+/* Tasks of fn over every slice of t, each with the call's arg and its own
+ * out (outs: ns items of size bytes); NULL when out of memory. */
+static slice_task_t *slice_tasks(patina_table_t *t, patina_status (*fn)(slice_task_t *), const void *arg, void *outs,
+                                 size_t size)
+{
+    slice_task_t *tasks = calloc(t->ns, sizeof *tasks);
+    size_t k;
+    for (k = 0; tasks && k < t->ns; k++) {
+        tasks[k].fn = fn;
+        tasks[k].t = t;
+        tasks[k].slice = k;
+        tasks[k].arg = arg;
+        tasks[k].out = (uint8_t *)outs + k * size;
+    }
+    return tasks;
+}
+
+/* A search over the slices. */
+typedef struct search_arg {
+    const void *queries;
+    size_t nq;
+    const patina_table_query_t *q;
+} search_arg_t;
+
+typedef struct search_part {
+    patina_table_results_t res;
+    patina_search_stats_t stats;
+} search_part_t;
+
+static patina_status search_task(slice_task_t *k)
+{
+    const search_arg_t *a = k->arg;
+    search_part_t *p = k->out;
+    const slice_t *sl = &k->t->sl[k->slice];
+    patina_table_query_t q = *a->q;
+    size_t rows = slice_rows(sl);
+    q.stats = a->q->stats ? &p->stats : NULL;
+    if (!(p->res.offsets = calloc(a->nq + 1, sizeof *p->res.offsets)))
+        return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", a->nq);
+    p->res.nq = a->nq;
+    p->res.rows = rows;
+    if (!a->nq || !rows) return PATINA_OK;
+    return q.kind == PATINA_QUERY_KNN ? run_knn(sl, a->queries, a->nq, &q, rows, &p->res)
+                                      : run_range(sl, a->queries, a->nq, &q, &p->res);
+}
+
+static void stats_add(patina_search_stats_t *a, const patina_search_stats_t *b)
+{
+    a->gpu_tensor += b->gpu_tensor;
+    a->gpu_filter += b->gpu_filter;
+    a->gpu_exact += b->gpu_exact;
+    a->cpu += b->cpu;
+    a->chunks += b->chunks;
+    a->host_bytes += b->host_bytes;
+    a->pivot_dists += b->pivot_dists;
+    a->pruned += b->pruned;
+    a->computed += b->computed;
+}
+
+/* Every slice searched at once, the answers merged into res (read lock
+ * held; res->offsets allocated, no hits yet). */
+static patina_status search_slices(patina_table_t *t, const void *queries, size_t nq, const patina_table_query_t *q,
+                                   patina_table_results_t *res)
+{
+    const search_arg_t a = {queries, nq, q};
+    search_part_t *parts = calloc(t->ns, sizeof *parts);
+    patina_table_results_t *pr = calloc(t->ns, sizeof *pr), merged;
+    slice_task_t *tasks = parts ? slice_tasks(t, search_task, &a, parts, sizeof *parts) : NULL;
+    patina_status s;
+    size_t k;
+    if (!parts || !pr || !tasks) {
+        free(parts);
+        free(pr);
+        free(tasks);
+        return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu slices", t->ns);
+    }
+    s = run_slices(tasks, t->ns);
+    for (k = 0; k < t->ns; k++) pr[k] = parts[k].res;
+    if (s == PATINA_OK && (s = patina_table_results_merge(pr, t->ns, q, &merged)) == PATINA_OK) {
+        free(res->offsets);
+        res->offsets = merged.offsets;
+        res->hits = merged.hits;
+    }
+    for (k = 0; q->stats && k < t->ns; k++) stats_add(q->stats, &parts[k].stats);
+    for (k = 0; k < t->ns; k++) patina_table_results_release(&parts[k].res);
+    free(tasks);
+    free(pr);
+    free(parts);
+    return s;
+}
+
 /* One search with the rows as they are (res zeroed on entry; released by the caller on failure). */
 static patina_status search_once(patina_table_t *t, const void *queries, size_t nq, const patina_table_query_t *q,
                                  patina_table_results_t *res)
@@ -733,8 +987,9 @@ static patina_status search_once(patina_table_t *t, const void *queries, size_t 
     res->rows = rows;
     res->version = atomic_load(&t->version);
     s = PATINA_OK;
-    if (nq && rows) s = q->kind == PATINA_QUERY_KNN ? run_knn(t, queries, nq, q, rows, res)
-                                                    : run_range(t, queries, nq, q, res);
+    if (nq && rows && t->ns > 1) s = search_slices(t, queries, nq, q, res);
+    else if (nq && rows) s = q->kind == PATINA_QUERY_KNN ? run_knn(&t->sl[0], queries, nq, q, rows, res)
+                                                         : run_range(&t->sl[0], queries, nq, q, res);
     if (s == PATINA_OK && q->keys) {
         size_t total = res->offsets[nq], i;
         uint64_t *ids = malloc((total ? total : 1) * sizeof *ids);
@@ -810,10 +1065,77 @@ patina_status patina_table_identify_extract(patina_table_t *t, patina_context_t 
     return patina_identify_extract(ctx ? ctx : t->ctx, t->shape, out, images, nq, st);
 }
 
-/* With the read lock: the reference set or why there is none. */
+/* An identification over the slices: each asked for patina_identify_part_k
+ * candidates, merged (patina_identify_merge). */
+typedef struct identify_arg {
+    const void *queries;
+    size_t nq;
+    patina_identify_opts_t o; /* the call's, k = the part's */
+} identify_arg_t;
+
+typedef struct identify_part {
+    patina_identify_hit_t *hits;        /* (nq, part k) */
+    patina_identify_result_t *results;  /* (nq) */
+} identify_part_t;
+
+static patina_status identify_task(slice_task_t *k)
+{
+    const identify_arg_t *a = k->arg;
+    identify_part_t *p = k->out;
+    const slice_t *sl = &k->t->sl[k->slice];
+    return patina_identify(sl->ctx, sl->rs, a->queries, a->nq, &a->o, p->hits, p->results);
+}
+
+/* Every slice identified at once, merged into hits and results (read lock held). */
+static patina_status identify_slices(patina_table_t *t, const void *queries, size_t nq,
+                                     const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
+                                     patina_identify_result_t *results)
+{
+    identify_arg_t a;
+    identify_part_t *parts;
+    const patina_identify_hit_t **ph;
+    const patina_identify_result_t **pr;
+    slice_task_t *tasks;
+    patina_status s = PATINA_OK;
+    size_t pk, k;
+    PATINA_TRY(patina__options_validate(PATINA_OPTIONS_IDENTIFY, opts));
+    if (nq == 0) return PATINA_OK;
+    if (!queries || !hits || !results) return patina__fail(PATINA_E_INVALID, "identify: null argument");
+    pk = patina_identify_part_k(opts);
+    if (pk > SIZE_MAX / nq / sizeof *hits)
+        return patina__fail(PATINA_E_LIMIT, "identify: k = %zu is too large for %zu queries", pk, nq);
+    a.queries = queries;
+    a.nq = nq;
+    a.o = *opts;
+    a.o.k = pk;
+    parts = calloc(t->ns, sizeof *parts);
+    ph = calloc(t->ns, sizeof *ph);
+    pr = calloc(t->ns, sizeof *pr);
+    tasks = parts ? slice_tasks(t, identify_task, &a, parts, sizeof *parts) : NULL;
+    for (k = 0; parts && k < t->ns; k++) {
+        ph[k] = parts[k].hits = malloc(nq * pk * sizeof *parts[k].hits);
+        pr[k] = parts[k].results = malloc(nq * sizeof *parts[k].results);
+        if (!parts[k].hits || !parts[k].results) s = PATINA_E_NOMEM;
+    }
+    if (!parts || !ph || !pr || !tasks || s != PATINA_OK)
+        s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu slices x %zu queries", t->ns, nq);
+    if (s == PATINA_OK) s = run_slices(tasks, t->ns);
+    if (s == PATINA_OK) s = patina_identify_merge(ph, pr, t->ns, nq, opts, hits, results);
+    for (k = 0; parts && k < t->ns; k++) {
+        free(parts[k].hits);
+        free(parts[k].results);
+    }
+    free(tasks);
+    free(pr);
+    free(ph);
+    free(parts);
+    return s;
+}
+
+/* With the read lock: the reference sets or why there are none (every slice has one, or none has). */
 static patina_status refs_ready(const patina_table_t *t)
 {
-    if (t->rs) return PATINA_OK;
+    if (t->sl[0].rs) return PATINA_OK;
     return patina__fail(t->rs_status != PATINA_OK ? t->rs_status : PATINA_E_UNAVAILABLE, "%s",
                         t->rs_msg[0] ? t->rs_msg : "identify: no references loaded");
 }
@@ -837,7 +1159,9 @@ patina_status patina_table_identify(patina_table_t *t, const void *queries, size
             for (i = 0; i < nq * opts->k; i++) keys[i] = NULL;
         PATINA_TRY(enter(t, NULL));
         s = refs_ready(t);
-        if (s == PATINA_OK) s = patina_identify(t->ctx, t->rs, queries, nq, opts, hits, results);
+        if (s == PATINA_OK)
+            s = t->ns > 1 ? identify_slices(t, queries, nq, opts, hits, results)
+                          : patina_identify(t->sl[0].ctx, t->sl[0].rs, queries, nq, opts, hits, results);
         for (q = 0; s == PATINA_OK && keys && q < nq; q++) {
             uint64_t *ids = malloc((results[q].nhits ? results[q].nhits : 1) * sizeof *ids);
             if (!ids) {
@@ -890,7 +1214,7 @@ patina_status patina_table_identify_pairs(patina_table_t *t, const void *query, 
     PATINA_TRY(check_identify(t));
     PATINA_TRY(enter(t, NULL));
     s = refs_ready(t);
-    if (s == PATINA_OK) s = patina_identify_pairs(t->rs, query, id, opts, pairs, cap, n);
+    if (s == PATINA_OK) s = patina_identify_pairs(slice_of(t, id)->rs, query, id, opts, pairs, cap, n);
     pthread_rwlock_unlock(&t->lock);
     return s;
 }
@@ -940,44 +1264,75 @@ static int follows(patina_table_t *t, uint64_t v0, uint64_t v1)
     return t->loaded && !atomic_load(&t->stale) && atomic_load(&t->version) == v0 && v1 == v0 + 1;
 }
 
-/* Puts rows into t's structures (write lock held); a failure leaves the
- * table to be reloaded. */
-static void apply_put(patina_table_t *t, const uint64_t *ids, const void *descs, size_t n)
+/* Puts rows into slice sl's structures (write lock held). */
+static patina_status slice_put(patina_table_t *t, slice_t *sl, const uint64_t *ids, const void *descs, size_t n)
 {
     size_t bytes = patina_extractor_bytes(t->ex), i;
     patina_status s = PATINA_OK;
-    if (!n) return;
-    if (t->idx) s = patina_index_put(t->idx, ids, descs, n);
-    if (s == PATINA_OK && t->pidx) {
-        s = patina_pivot_index_put(t->pidx, t->ctx, ids, descs, n);
+    if (!n) return PATINA_OK;
+    if (sl->idx) s = patina_index_put(sl->idx, ids, descs, n);
+    if (s == PATINA_OK && sl->pidx) {
+        s = patina_pivot_index_put(sl->pidx, sl->ctx, ids, descs, n);
         t->pivots_dirty += n;
     }
-    for (i = 0; s == PATINA_OK && t->rs && i < n; i++)
-        s = patina_refset_put(t->rs, ids[i], (const uint8_t *)descs + i * bytes, bytes);
+    for (i = 0; s == PATINA_OK && sl->rs && i < n; i++)
+        s = patina_refset_put(sl->rs, ids[i], (const uint8_t *)descs + i * bytes, bytes);
+    return s;
+}
+
+static patina_status slice_remove(patina_table_t *t, slice_t *sl, const uint64_t *ids, size_t n)
+{
+    size_t i;
+    patina_status s = PATINA_OK;
+    if (!n) return PATINA_OK;
+    if (sl->idx) s = patina_index_remove(sl->idx, ids, n, NULL);
+    if (s == PATINA_OK && sl->pidx) {
+        size_t dropped = 0;
+        s = patina_pivot_index_remove(sl->pidx, ids, n, &dropped);
+        t->pivots_dirty += dropped;
+    }
+    for (i = 0; s == PATINA_OK && sl->rs && i < n; i++)
+        if (patina_refset_remove(sl->rs, ids[i]) == PATINA_E_NOTFOUND) patina_clear_error();
+    return s;
+}
+
+/* Puts rows into t's structures, each into its slice (write lock held); a
+ * failure leaves the table to be reloaded. descs NULL: removes them. */
+static void apply_rows(patina_table_t *t, const uint64_t *ids, const void *descs, size_t n)
+{
+    size_t bytes = patina_extractor_bytes(t->ex), i, k, m;
+    uint64_t *sid = NULL;
+    uint8_t *sdesc = NULL;
+    patina_status s = PATINA_OK;
+    if (!n) return;
+    if (t->ns == 1) {
+        s = descs ? slice_put(t, &t->sl[0], ids, descs, n) : slice_remove(t, &t->sl[0], ids, n);
+    } else if (!(sid = malloc(n * sizeof *sid)) || (descs && !(sdesc = malloc(n * bytes)))) {
+        s = PATINA_E_NOMEM;
+    } else {
+        for (k = 0; s == PATINA_OK && k < t->ns; k++) {
+            for (i = 0, m = 0; i < n; i++)
+                if (ids[i] % t->ns == k) {
+                    if (descs) memcpy(sdesc + m * bytes, (const uint8_t *)descs + i * bytes, bytes);
+                    sid[m++] = ids[i];
+                }
+            s = descs ? slice_put(t, &t->sl[k], sid, sdesc, m) : slice_remove(t, &t->sl[k], sid, m);
+        }
+    }
+    free(sid);
+    free(sdesc);
     if (s != PATINA_OK) {
         patina_clear_error();
         atomic_store(&t->stale, 1);
     }
 }
 
-static void apply_remove(patina_table_t *t, const uint64_t *ids, size_t n)
+static void apply_put(patina_table_t *t, const uint64_t *ids, const void *descs, size_t n)
 {
-    size_t i;
-    patina_status s = PATINA_OK;
-    if (!n) return;
-    if (t->idx) s = patina_index_remove(t->idx, ids, n, NULL);
-    if (s == PATINA_OK && t->pidx) {
-        size_t dropped = 0;
-        s = patina_pivot_index_remove(t->pidx, ids, n, &dropped);
-        t->pivots_dirty += dropped;
-    }
-    for (i = 0; s == PATINA_OK && t->rs && i < n; i++)
-        if (patina_refset_remove(t->rs, ids[i]) == PATINA_E_NOTFOUND) patina_clear_error();
-    if (s != PATINA_OK) {
-        patina_clear_error();
-        atomic_store(&t->stale, 1);
-    }
+    apply_rows(t, ids, descs, n);
 }
+
+static void apply_remove(patina_table_t *t, const uint64_t *ids, size_t n) { apply_rows(t, ids, NULL, n); }
 
 patina_status patina_tables_put(patina_table_t *const *tables, size_t nt, const patina_insert_t *items, size_t n,
                                 const void *const *descs, uint64_t *ids)
@@ -1123,7 +1478,19 @@ patina_status patina_table_save(patina_table_t *t, size_t *changed)
     PATINA_TRY(enter(t, NULL));
     pthread_rwlock_unlock(&t->lock);
     pthread_rwlock_wrlock(&t->lock);
-    if (t->pidx && t->pivots_dirty && (s = patina_pivot_index_save(t->pidx, t->c)) == PATINA_OK) {
+    if (t->ns > 1 && t->sl[0].pidx && t->pivots_dirty) {
+        /* the slices hold parts of the table: the whole one is the stored table brought up to date (the
+         * rows of images written since computed, those of removed ones dropped), as a load makes it */
+        patina_pivot_index_t *whole = NULL;
+        size_t refreshed = 0;
+        s = patina_pivot_index_load(&whole, t->ctx, t->ex, t->c, &refreshed);
+        if (s == PATINA_OK && refreshed) s = patina_pivot_index_save(whole, t->c);
+        if (s == PATINA_OK) {
+            if (changed) *changed = refreshed;
+            t->pivots_dirty = 0;
+        }
+        patina_pivot_index_free(whole);
+    } else if (t->sl[0].pidx && t->pivots_dirty && (s = patina_pivot_index_save(t->sl[0].pidx, t->c)) == PATINA_OK) {
         if (changed) *changed = t->pivots_dirty;
         t->pivots_dirty = 0;
     }
@@ -1181,15 +1548,16 @@ patina_status patina_table_apply(patina_table_t *t, const patina_change_t *chang
     pthread_rwlock_wrlock(&t->lock);
     for (i = 0; s == PATINA_OK && i < n; i++) {
         const patina_change_t *ch = &changes[i];
+        slice_t *sl = slice_of(t, ch->id);
         if (ch->op == PATINA_CHANGE_PUT) {
             if (!in_partition(t, ch->key)) continue;
-            if (t->idx) s = patina_index_put(t->idx, &ch->id, ch->desc, 1);
-            if (s == PATINA_OK && t->rs) s = patina_refset_put(t->rs, ch->id, ch->desc, bytes);
+            if (sl->idx) s = patina_index_put(sl->idx, &ch->id, ch->desc, 1);
+            if (s == PATINA_OK && sl->rs) s = patina_refset_put(sl->rs, ch->id, ch->desc, bytes);
             if (s == PATINA_OK) s = km_put(&t->keys, ch->id, ch->key);
         } else {
             if (ch->key && !in_partition(t, ch->key)) continue;
-            if (t->idx) s = patina_index_remove(t->idx, &ch->id, 1, NULL);
-            if (s == PATINA_OK && t->rs && patina_refset_remove(t->rs, ch->id) == PATINA_E_NOTFOUND)
+            if (sl->idx) s = patina_index_remove(sl->idx, &ch->id, 1, NULL);
+            if (s == PATINA_OK && sl->rs && patina_refset_remove(sl->rs, ch->id) == PATINA_E_NOTFOUND)
                 patina_clear_error();
             km_del(&t->keys, ch->id);
         }
