@@ -329,9 +329,14 @@ patina_status clu_session_table(clu_session_t *s, patina_context_t *ctx, const c
 
 typedef struct clu_shard_opts {
     const char *name;      /* NULL: host-pid */
-    double capacity;       /* weight (1) */
+    double capacity;       /* weight; 0 (the default): references the GPU memory holds (its
+                            * budget over the tables' GPU bytes per reference, rootsift tables
+                            * by patina_identify_capacity), 1 without a GPU */
     int copies;            /* R (2) */
     patina_device device;  /* where searches run (AUTO) */
+    const char *gpus;      /* the context's device list (patina_context_opts_t.gpus; NULL: one) */
+    uint64_t gpu_mem;      /* each device's memory budget (0: the library's default); past it
+                            * the tables' caches stream from pinned host memory */
     int metrics_port;      /* 0: none */
     int threads;           /* CPU workers (0: all) */
     int workers;           /* requests answered at once (0: 8); more wait in a bounded queue */

@@ -182,12 +182,10 @@ int clu_cli_shard(const cli_args_t *a)
     struct sigaction sa;
     patina_status s;
     clu_shard_opts_init(&o);
-    if (cli_get(a, "gpus")->given) {
-        cli_error("shard", "--gpus: one process over several GPUs is not in this build yet; run one shard per GPU");
-        return EXIT_USAGE;
-    }
+    if (cli_get(a, "gpus")->given) o.gpus = cli_get(a, "gpus")->text;
+    if (cli_get(a, "gpu-mem")->given) o.gpu_mem = cli_get(a, "gpu-mem")->bytes;
     if (cli_get(a, "name")->given) o.name = cli_get(a, "name")->text;
-    o.capacity = cli_get(a, "capacity")->num;
+    if (cli_get(a, "capacity")->given) o.capacity = cli_get(a, "capacity")->num;
     o.copies = (int)cli_get(a, "copies")->i;
     if (patina_device_parse(&o.device, cli_get(a, "device")->text) != PATINA_OK) return EXIT_USAGE;
     o.metrics_port = cli_get(a, "metrics-port")->given ? (int)cli_get(a, "metrics-port")->i : 0;

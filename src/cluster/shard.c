@@ -20,6 +20,7 @@
  * SIGTERM (the caller's stop flag): the member entry is deleted first, so
  * front ends stop choosing this shard, then requests in flight finish. */
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -43,7 +44,7 @@
 void clu_shard_opts_init(clu_shard_opts_t *o)
 {
     memset(o, 0, sizeof *o);
-    o->capacity = 1;
+    o->capacity = 0;
     o->copies = 2;
     o->device = PATINA_DEVICE_AUTO;
 }
@@ -96,6 +97,8 @@ typedef struct shard {
     pthread_t *workers;
     int nworkers;
     volatile uint64_t gpu_mem;  /* device bytes the context holds (sampled) */
+    int devices[PATINA_GPUS_MAX];
+    size_t ndevices;
     pthread_t sampler;
     int sampling;
     volatile int sampler_stop;
@@ -712,6 +715,43 @@ static uint64_t gpu_mem_now(shard_t *sh)
     return (uint64_t)(total * 1048576.0);
 }
 
+/* The weight of a shard given no --capacity: the references its GPU
+ * memory holds. A reference costs, per device, its GPU bytes in every
+ * table: rootsift tables as patina_identify_capacity counts them (their
+ * references per device, times the devices), the others their descriptor
+ * bytes against the sum of the devices' budgets. 1 without a GPU. */
+static double default_capacity(shard_t *sh)
+{
+    char buf[8192];
+    const char *p;
+    double budget = 0, refs = -1, row_bytes = 0;
+    const size_t ndev = patina_context_devices(sh->ctx, NULL, 0);
+    size_t t;
+    if (sh->o.device == PATINA_DEVICE_CPU || patina_context_gpu_memory(sh->ctx, buf, sizeof buf) != PATINA_OK) {
+        patina_clear_error();
+        return 1;
+    }
+    for (p = buf; (p = strstr(p, ": budget ")) != NULL; p++) {
+        double b;
+        if (sscanf(p, ": budget %lf MiB", &b) == 1) budget += b * 1048576.0;
+    }
+    for (t = 0; t < sh->cfg.ntables; t++) {
+        patina_identify_capacity_t cap;
+        if (patina_identify_capacity(sh->ctx, sh->cfg.tables[t], &cap) == PATINA_OK) {
+            const double r = (double)cap.gpu_refs * (double)(ndev ? ndev : 1);
+            if (refs < 0 || r < refs) refs = r;
+        } else { /* not an identification table: its rows */
+            patina_extractor_t *ex = NULL;
+            patina_clear_error();
+            if (patina_extractor_new(&ex, sh->cfg.tables[t]) == PATINA_OK)
+                row_bytes += (double)patina_extractor_bytes(ex);
+            patina_extractor_free(ex);
+        }
+    }
+    if (row_bytes > 0 && budget > 0 && (refs < 0 || budget / row_bytes < refs)) refs = budget / row_bytes;
+    return refs >= 1 ? floor(refs) : 1;
+}
+
 /* Samples gpu_mem every 2 s (apart from the heartbeat, which must not wait
  * for a long GPU call). */
 static void *gpu_sampler(void *arg)
@@ -747,7 +787,13 @@ static char *member_json(shard_t *sh)
     json_object_set_new(o, "capacity", json_real(sh->o.capacity));
     json_object_set_new(o, "copies", json_integer(sh->o.copies));
     json_object_set_new(o, "device", json_string(sh->device));
-    json_object_set_new(o, "devices", json_string(sh->device));
+    {
+        json_t *dv = json_array();
+        size_t d;
+        for (d = 0; sh->o.device != PATINA_DEVICE_CPU && d < sh->ndevices && d < PATINA_GPUS_MAX; d++)
+            json_array_append_new(dv, json_integer(sh->devices[d]));
+        json_object_set_new(o, "devices", dv);
+    }
     json_object_set_new(o, "ready", ready);
     json_object_set_new(o, "hosted", hosted);
     json_object_set_new(o, "lag", lag);
@@ -948,12 +994,16 @@ patina_status clu_shard_run(const char *urls, const char *coll, const clu_shard_
     sh->started = (int64_t)time(NULL);
     patina_context_opts_init(&co);
     co.threads = o->threads;
+    co.gpus = o->gpus;
+    co.gpu_mem_budget = o->gpu_mem;
     if ((s = patina_context_new(&sh->ctx, &co)) != PATINA_OK) {
         s = clu_fail_lib(s, "shard: context");
         goto out;
     }
+    sh->ndevices = patina_context_devices(sh->ctx, sh->devices, sizeof sh->devices / sizeof sh->devices[0]);
     if ((s = clu_connect(&sh->c, urls)) != PATINA_OK) goto out;
     if ((s = clu_collection_config(sh->c, coll, &sh->cfg)) != PATINA_OK) goto out;
+    if (!(sh->o.capacity > 0)) sh->o.capacity = default_capacity(sh);
     if (!(sh->parts = calloc(sh->cfg.partitions, sizeof *sh->parts))) {
         s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
         goto out;
@@ -983,8 +1033,9 @@ patina_status clu_shard_run(const char *urls, const char *coll, const clu_shard_
         pthread_t mt;
         if (pthread_create(&mt, NULL, metrics_thread, sh) == 0) pthread_detach(mt);
     }
-    logf_(sh, "collection %s: %u partitions, %zu tables, copies %d, capacity %g; answering on %s", coll,
-          sh->cfg.partitions, sh->cfg.ntables, o->copies, o->capacity, sh->subject);
+    logf_(sh, "collection %s: %u partitions, %zu tables, copies %d, capacity %g, device %s (%zu slice%s); answering on %s",
+          coll, sh->cfg.partitions, sh->cfg.ntables, o->copies, sh->o.capacity, sh->device, sh->ndevices,
+          sh->ndevices == 1 ? "" : "s", sh->subject);
     while (!*stop) {
         heartbeat(sh);
         reassign(sh);
