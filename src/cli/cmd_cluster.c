@@ -63,6 +63,9 @@ static const cli_opt_t shard_opts[] = {
      .help = "serve Prometheus metrics on http://0.0.0.0:N/metrics"},
     {.name = "workers", .type = CLI_INT, .arg = "N", .min = 1, .max = 256, .def = "8",
      .help = "requests answered at once (the others wait in a bounded queue)"},
+    {.name = "synthetic", .type = CLI_TEXT, .arg = "N[:SEED]",
+     .help = "benchmarks only: fill the partitions with N synthetic references in all (deterministic: a "
+             "partition's rows depend on SEED and the partition alone) instead of loading their buckets"},
     {.name = "load-parallel", .type = CLI_INT, .arg = "N", .min = 1, .max = 256, .def = "4",
      .help = "partitions whose initial load from the buckets runs at once"},
     CLI_OPT_JOBS,

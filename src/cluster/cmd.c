@@ -192,6 +192,19 @@ int clu_cli_shard(const cli_args_t *a)
     o.threads = cli_get(a, "jobs")->given ? (int)cli_get(a, "jobs")->i : 0;
     o.workers = (int)cli_get(a, "workers")->i;
     o.load_parallel = (int)cli_get(a, "load-parallel")->i;
+    if (cli_get(a, "synthetic")->given) {
+        const char *v = cli_get(a, "synthetic")->text;
+        unsigned long long n = 0, seed = 1;
+        char *end = NULL;
+        n = strtoull(v, &end, 10);
+        if (end && *end == ':') seed = strtoull(end + 1, &end, 10);
+        if (!end || *end || n == 0 || n > (1ull << 40)) {
+            cli_error("shard", "--synthetic '%s': N[:SEED] with 1 <= N <= 2^40", v);
+            return EXIT_USAGE;
+        }
+        o.synthetic = n;
+        o.synthetic_seed = seed;
+    }
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);

@@ -293,6 +293,42 @@ static void refresh_last(shard_t *sh, part_t *pt, const char *bucket)
     }
 }
 
+/* The benchmark source: partition pt filled with its synthetic references
+ * (clu_synth_*), in batches of LOAD_BATCH; then ready, and nothing follows. */
+static patina_status load_synthetic(shard_t *sh, part_t *pt)
+{
+    const uint64_t n = clu_synth_count(sh->o.synthetic, pt->p, sh->cfg.partitions);
+    unsigned char *pool[CLU_TABLES_MAX] = {0};
+    patina_change_t *ch = malloc(LOAD_BATCH * sizeof *ch);
+    char (*keys)[48] = malloc(LOAD_BATCH * sizeof *keys);
+    patina_status s = ch && keys ? PATINA_OK : clu_fail(PATINA_E_NOMEM, "shard: out of memory");
+    size_t t, desc_bytes = 0;
+    uint64_t j0;
+    for (t = 0; s == PATINA_OK && t < sh->cfg.ntables; t++) {
+        s = clu_synth_pool(&pool[t], pt->tables[t], sh->o.synthetic_seed, pt->p, t);
+        desc_bytes += patina_extractor_bytes(patina_table_extractor(pt->tables[t]));
+    }
+    for (j0 = 0; s == PATINA_OK && j0 < n && !pt->stop; j0 += LOAD_BATCH) {
+        const size_t nb = (size_t)(n - j0 < LOAD_BATCH ? n - j0 : LOAD_BATCH);
+        size_t i;
+        for (i = 0; i < nb; i++) clu_synth_key(keys[i], sizeof keys[i], sh->o.synthetic_seed, pt->p, j0 + i);
+        for (t = 0; s == PATINA_OK && t < sh->cfg.ntables; t++) {
+            const size_t bytes = patina_extractor_bytes(patina_table_extractor(pt->tables[t]));
+            for (i = 0; i < nb; i++)
+                ch[i] = (patina_change_t){PATINA_CHANGE_PUT, 1 + pt->p + (j0 + i) * sh->cfg.partitions, keys[i],
+                                          pool[t] + ((j0 + i) % CLU_SYNTH_POOL) * bytes};
+            if ((s = patina_table_apply(pt->tables[t], ch, nb, 0, NULL)) != PATINA_OK)
+                s = clu_fail_lib(s, "shard: synthetic references of partition %u, table %s", pt->p, sh->cfg.tables[t]);
+        }
+        pt->rows += nb;
+        pt->bytes += nb * desc_bytes;
+    }
+    for (t = 0; t < CLU_TABLES_MAX; t++) free(pool[t]);
+    free(ch);
+    free(keys);
+    return s;
+}
+
 typedef struct loader_arg {
     shard_t *sh;
     part_t *pt;
@@ -325,6 +361,20 @@ static void *loader(void *arg)
     while (!pt->stop && !slot) {
         if (sem_trywait(&sh->load_slots) == 0) slot = 1;
         else usleep(20000);
+    }
+    if (sh->o.synthetic) {
+        if (!pt->stop && load_synthetic(sh, pt) != PATINA_OK) {
+            snprintf(pt->error, sizeof pt->error, "%s", clu_last_error());
+            logf_(sh, "%s", pt->error);
+        } else if (!pt->stop) {
+            pt->loaded = 1;
+            pt->ready = 1;
+            logf_(sh, "partition %u ready (%zu synthetic references)", pt->p, pt->rows);
+        }
+        if (slot) sem_post(&sh->load_slots);
+        batch_release(&b);
+        while (!pt->stop) usleep(100000);
+        return NULL;
     }
     while (!pt->stop) {
         if (!kv && clu_kv_open(&kv, sh->c, bucket) != PATINA_OK) {
@@ -404,8 +454,9 @@ static patina_status host(shard_t *sh, uint32_t p)
     memset(pt, 0, sizeof *pt);
     pt->p = p;
     patina_table_opts_init(&to);
-    to.partition = p;
-    to.partitions = sh->cfg.partitions;
+    /* synthetic keys are not hashed to their partition: no filter then */
+    to.partition = sh->o.synthetic ? 0 : p;
+    to.partitions = sh->o.synthetic ? 1 : sh->cfg.partitions;
     for (t = 0; t < sh->cfg.ntables; t++)
         if (patina_table_new(&pt->tables[t], sh->ctx, sh->cfg.tables[t], &to) != PATINA_OK) {
             patina_status s = clu_fail_lib(PATINA_E_INVALID, "shard: table %s of partition %u", sh->cfg.tables[t], p);
