@@ -1,7 +1,7 @@
 /* bench_cluster: the measuring side of bench/cluster/run.sh (which starts
  * NATS, the shards and this program, and prints the table).
  *
- *   bench_cluster inproc --refs N --partitions P [--seed S] [--gpus LIST] [--device D] --query IMG
+ *   bench_cluster inproc --refs N --partitions P [--seed S] [--gpus LIST] [--budget GiB] --query IMG
  *                        [--reps R] [--batch B]
  *       the in-process engine: one detached rootsift table on a context of
  *       the device list holding the same synthetic references a cluster of
@@ -102,7 +102,7 @@ static void measure(const char *mode, ident_fn f, void *u, const void *q, size_t
         lat[r] = now() - t0;
         fan[r] = cov.fanout_ms;
         partial |= cov.partial;
-        if (cov.references) refs = cov.references;
+        if (cov.references && !cov.partial) refs = cov.references;
     }
     if (batch > 1) {
         double *bl = calloc((size_t)reps + 1, sizeof *bl);
@@ -159,6 +159,7 @@ static int run_inproc(int argc, char **argv)
     void *q;
     patina_context_opts_init(&co);
     co.gpus = arg(argc, argv, "--gpus", NULL);
+    co.gpu_mem_budget = (uint64_t)(atof(arg(argc, argv, "--budget", "0")) * 1073741824.0); /* GiB per device */
     if (patina_context_new(&ctx, &co) != PATINA_OK) die("context");
     patina_table_opts_init(&to);
     if (patina_table_new(&t, ctx, spec, &to) != PATINA_OK) die("table");
@@ -233,7 +234,9 @@ static int run_front(int argc, char **argv)
     f.spec = patina_table_spec(t);
     f.qbytes = patina_table_query_bytes(t);
     q = query_of(t, arg(argc, argv, "--query", "samples/mate/Aqua.jpg"), batch);
-    measure("front", front_ident, &f, q, batch, atoi(arg(argc, argv, "--reps", "20")), 0);
+    /* the references: the coverage's when the front end counts them, else --refs */
+    measure("front", front_ident, &f, q, batch, atoi(arg(argc, argv, "--reps", "20")),
+            strtoull(arg(argc, argv, "--refs", "0"), NULL, 10));
     free(q);
     patina_table_free(t);
     clu_session_close(f.s);
