@@ -54,6 +54,11 @@
 #                                          `scripts/sqfd-real.sh prepare` here
 #                                          and .carry/sqfd-real in the carry
 #                                lab_sqfd  the lab's block-wise timing
+#                                bench_cluster  bench/cluster/run.sh: the
+#                                          in-process engine, the cluster path
+#                                          (staged nats-server, GPU shards,
+#                                          front end), CPU shards, recovery,
+#                                          write-to-visible: one table
 #                                e2e       bench_pipeline: every family end to
 #                                          end on 1024^2 JPEGs cut from samples/
 #                              BENCH_ARGS adds arguments to every benchmark.
@@ -133,6 +138,14 @@ build() {
             [ -e "$STAGE/lib/$name" ] || cp -L "$path" "$STAGE/lib/$name"
         done
     done
+    # the cluster benchmark's server: the GPU machine has no NATS (libnats.so
+    # comes with the binaries above, by ldd); about 18 MB
+    nats=$ROOT/.venv-nats/bin/nats-server
+    [ -x "$nats" ] || nats=$(command -v nats-server || true)
+    if [ -n "$nats" ]; then
+        mkdir -p "$STAGE/bin"
+        cp -L "$nats" "$STAGE/bin/nats-server"
+    fi
     echo "libraries staged: $(ls "$STAGE/lib" | tr '\n' ' ')"
     tree_kb=$(cd "$ROOT" && git ls-files -co --exclude-standard -z | du -ck --files0-from=- 2>/dev/null | tail -1 | cut -f1)
     stage_kb=$(du -sk "$ROOT/.carry" | cut -f1)
@@ -364,6 +377,17 @@ step_bench() {
     step_bench_knn
 }
 
+# The cluster benchmark (bench/cluster/run.sh): NATS (the staged server) +
+# GPU shards + the front end's code against the in-process engine; its
+# table in bench_cluster.log. REFS, CPU_REFS, REPS ... as run.sh reads them.
+step_bench_cluster() {
+    [ -x "$BUILD/bench/bench_cluster" ] || { echo "no bench_cluster (built without libnats)"; return; }
+    echo "== bench/cluster/run.sh"
+    (cd "$ROOT" && NATS_SERVER="$STAGE/bin/nats-server" OUT="$OUT/cluster" timeout "${BENCH_TIMEOUT:-580}" \
+        sh bench/cluster/run.sh "$BUILD") > "$OUT/bench_cluster.log" 2>&1 || rc=1
+    cat "$OUT/bench_cluster.log"
+}
+
 step_e2e() {
     [ -d "$ROOT/samples" ] || { echo "no samples/ carried: e2e skipped"; return; }
     echo "== bench_pipeline --nvjpeg --devices cpu,gpu,hybrid (1024^2 JPEGs cut from samples/)"
@@ -394,7 +418,7 @@ run_steps() {
         sanitize) step_sanitize ;;
         bench) step_bench ;;
         bench_cedd | bench_lbp | bench_glcm | bench_knn | bench_knn_families | bench_rootsift | bench_signature | bench_identify_match | bench_identify_gpu | bench_multigpu | \
-            lab_identify | bench_sqfd | bench_sqfd_1m | bench_sqfd_real | lab_sqfd) "step_$s" ;;
+            lab_identify | bench_sqfd | bench_sqfd_1m | bench_sqfd_real | lab_sqfd | bench_cluster) "step_$s" ;;
         e2e) step_e2e ;;
         asan) step_asan ;;
         *) echo "unknown step $s" >&2; rc=2 ;;

@@ -46,15 +46,28 @@ static const cli_opt_t shard_opts[] = {
     CLI_OPT_CLUSTER(" (required)"),
     {.name = "name", .type = CLI_TEXT, .arg = "NAME",
      .help = "the shard's name in the cluster, [A-Za-z0-9_-]+ (default: HOST-PID)"},
-    {.name = "capacity", .type = CLI_NUMBER, .arg = "W", .min = 0, .max = 1e6, .def = "1", .flags = CLI_OPEN_MIN,
-     .help = "weight in the assignment: partitions in proportion to it"},
+    {.name = "capacity", .type = CLI_NUMBER, .arg = "W", .min = 0, .max = 1e12, .flags = CLI_OPEN_MIN,
+     .help = "weight in the assignment: partitions in proportion to it (default: the references its GPU "
+             "memory holds; 1 on the CPU)"},
     {.name = "copies", .type = CLI_INT, .arg = "R", .min = 1, .max = 5, .def = "2",
      .help = "copies of each partition across the shards (one active, the others standby)"},
     {.name = "device", .type = CLI_CHOICE, .arg = "D", .choices = "auto|cpu|gpu", .def = "auto",
      .help = "where searches and identification run (the same answers)"},
-    {.name = "gpus", .type = CLI_TEXT, .arg = "all|LIST", .help = "GPUs of this process (one process over several GPUs)"},
+    {.name = "gpus", .type = CLI_TEXT, .arg = "all|LIST",
+     .help = "GPUs of this process: all, or device ordinals (0,1; 0,0 = two slices on one GPU); its tables "
+             "split their rows over them"},
+    {.name = "gpu-mem", .type = CLI_BYTES, .arg = "BYTES", .min = 1 << 20, .max = 1e15,
+     .help = "GPU memory budget of each device (default: a quarter of its free memory); partitions past it "
+             "are streamed from pinned host memory"},
     {.name = "metrics-port", .type = CLI_INT, .arg = "N", .min = 1, .max = 65535,
      .help = "serve Prometheus metrics on http://0.0.0.0:N/metrics"},
+    {.name = "workers", .type = CLI_INT, .arg = "N", .min = 1, .max = 256, .def = "8",
+     .help = "requests answered at once (the others wait in a bounded queue)"},
+    {.name = "synthetic", .type = CLI_TEXT, .arg = "N[:SEED]",
+     .help = "benchmarks only: fill the partitions with N synthetic references in all (deterministic: a "
+             "partition's rows depend on SEED and the partition alone) instead of loading their buckets"},
+    {.name = "load-parallel", .type = CLI_INT, .arg = "N", .min = 1, .max = 256, .def = "4",
+     .help = "partitions whose initial load from the buckets runs at once"},
     CLI_OPT_JOBS,
 };
 

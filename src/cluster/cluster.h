@@ -368,14 +368,34 @@ patina_status clu_session_table(clu_session_t *s, patina_context_t *ctx, const c
 
 typedef struct clu_shard_opts {
     const char *name;      /* NULL: host-pid */
-    double capacity;       /* weight (1) */
+    double capacity;       /* weight; 0 (the default): references the GPU memory holds (its
+                            * budget over the tables' GPU bytes per reference, rootsift tables
+                            * by patina_identify_capacity), 1 without a GPU */
     int copies;            /* R (2) */
     patina_device device;  /* where searches run (AUTO) */
+    const char *gpus;      /* the context's device list (patina_context_opts_t.gpus; NULL: one) */
+    uint64_t gpu_mem;      /* each device's memory budget (0: the library's default); past it
+                            * the tables' caches stream from pinned host memory */
     int metrics_port;      /* 0: none */
     int threads;           /* CPU workers (0: all) */
+    int workers;           /* requests answered at once (0: 8); more wait in a bounded queue */
+    int load_parallel;     /* partitions whose initial load runs at once (0: 4) */
+    uint64_t synthetic;    /* > 0: benchmarks: partitions filled with this many synthetic
+                            * references in all (clu_synth_*) instead of their buckets */
+    uint64_t synthetic_seed;
 } clu_shard_opts_t;
 
 void clu_shard_opts_init(clu_shard_opts_t *o);
+
+/* Synthetic references (benchmarks; synth.c): partition p of `partitions`
+ * holds clu_synth_count(n, p, partitions) references, reference j with id
+ * 1 + p + j * partitions, key clu_synth_key and descriptor
+ * pool[j % CLU_SYNTH_POOL] of clu_synth_pool (malloc'd, (CLU_SYNTH_POOL,
+ * the table's bytes)): a pure function of (seed, p, table index). */
+#define CLU_SYNTH_POOL 256
+uint64_t clu_synth_count(uint64_t n, uint32_t p, uint32_t partitions);
+void clu_synth_key(char *buf, size_t size, uint64_t seed, uint32_t p, uint64_t j);
+patina_status clu_synth_pool(unsigned char **pool, const patina_table_t *t, uint64_t seed, uint32_t p, size_t table);
 /* Runs a shard of collection coll until *stop becomes non-zero (a signal
  * handler sets it): joins, loads and follows its partitions, answers
  * queries; on stop withdraws from membership first. Messages go to log. */

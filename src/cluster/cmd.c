@@ -69,10 +69,14 @@ static int cluster_status(const cli_args_t *a, clu_conn_t *c, const char *coll)
         char *text;
         for (i = 0; i < cfg.ntables; i++) json_array_append_new(t, json_string(cfg.tables[i]));
         for (i = 0; i < n; i++) {
-            json_t *mo = json_object(), *r = json_array(), *h = json_array();
+            json_t *mo = json_object(), *r = json_array(), *h = json_array(), *lg = json_object();
             for (p = 0; p < cfg.partitions; p++) {
+                char pn[16];
                 if (m[i].ready[p]) json_array_append_new(r, json_integer(p));
-                if (m[i].hosted[p]) json_array_append_new(h, json_integer(p));
+                if (!m[i].hosted[p]) continue;
+                json_array_append_new(h, json_integer(p));
+                snprintf(pn, sizeof pn, "%u", p);
+                json_object_set_new(lg, pn, json_integer((json_int_t)m[i].lag[p]));
             }
             json_object_set_new(mo, "name", json_string(m[i].name));
             json_object_set_new(mo, "device", json_string(m[i].device));
@@ -80,6 +84,7 @@ static int cluster_status(const cli_args_t *a, clu_conn_t *c, const char *coll)
             json_object_set_new(mo, "copies", json_integer(m[i].copies));
             json_object_set_new(mo, "hosted", h);
             json_object_set_new(mo, "ready", r);
+            json_object_set_new(mo, "lag", lg);
             json_object_set_new(mo, "bytes", json_integer((json_int_t)m[i].bytes));
             json_object_set_new(mo, "gpu_mem", json_integer((json_int_t)m[i].gpu_mem));
             json_object_set_new(mo, "started", json_integer(m[i].started));
@@ -177,16 +182,29 @@ int clu_cli_shard(const cli_args_t *a)
     struct sigaction sa;
     patina_status s;
     clu_shard_opts_init(&o);
-    if (cli_get(a, "gpus")->given) {
-        cli_error("shard", "--gpus: one process over several GPUs is not in this build yet; run one shard per GPU");
-        return EXIT_USAGE;
-    }
+    if (cli_get(a, "gpus")->given) o.gpus = cli_get(a, "gpus")->text;
+    if (cli_get(a, "gpu-mem")->given) o.gpu_mem = cli_get(a, "gpu-mem")->bytes;
     if (cli_get(a, "name")->given) o.name = cli_get(a, "name")->text;
-    o.capacity = cli_get(a, "capacity")->num;
+    if (cli_get(a, "capacity")->given) o.capacity = cli_get(a, "capacity")->num;
     o.copies = (int)cli_get(a, "copies")->i;
     if (patina_device_parse(&o.device, cli_get(a, "device")->text) != PATINA_OK) return EXIT_USAGE;
     o.metrics_port = cli_get(a, "metrics-port")->given ? (int)cli_get(a, "metrics-port")->i : 0;
     o.threads = cli_get(a, "jobs")->given ? (int)cli_get(a, "jobs")->i : 0;
+    o.workers = (int)cli_get(a, "workers")->i;
+    o.load_parallel = (int)cli_get(a, "load-parallel")->i;
+    if (cli_get(a, "synthetic")->given) {
+        const char *v = cli_get(a, "synthetic")->text;
+        unsigned long long n = 0, seed = 1;
+        char *end = NULL;
+        n = strtoull(v, &end, 10);
+        if (end && *end == ':') seed = strtoull(end + 1, &end, 10);
+        if (!end || *end || n == 0 || n > (1ull << 40)) {
+            cli_error("shard", "--synthetic '%s': N[:SEED] with 1 <= N <= 2^40", v);
+            return EXIT_USAGE;
+        }
+        o.synthetic = n;
+        o.synthetic_seed = seed;
+    }
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);

@@ -20,8 +20,10 @@
  * SIGTERM (the caller's stop flag): the member entry is deleted first, so
  * front ends stop choosing this shard, then requests in flight finish. */
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,11 +38,13 @@
 
 #define HEARTBEAT_MS 1000
 #define DROP_GRACE_S 30 /* a partition no longer given is dropped after this at the latest */
+#define LOAD_BATCH 4096 /* bucket entries applied to the tables in one step */
+#define QUEUE_MAX 4096  /* requests waiting for a worker; past it they are refused (busy) */
 
 void clu_shard_opts_init(clu_shard_opts_t *o)
 {
     memset(o, 0, sizeof *o);
-    o->capacity = 1;
+    o->capacity = 0;
     o->copies = 2;
     o->device = PATINA_DEVICE_AUTO;
 }
@@ -50,6 +54,7 @@ typedef struct kentry {
     char kk[65];
     uint64_t id;
     uint32_t tables; /* bit t: tables[t] holds the row */
+    uint64_t vbytes; /* the record's bytes */
     struct kentry *next;
 } kentry_t;
 
@@ -63,6 +68,7 @@ typedef struct part {
     uint64_t must_apply;        /* revisions writers asked it to confirm (under shard.mu): ready needs them */
     patina_table_t *tables[CLU_TABLES_MAX];
     uint64_t applied;           /* the last revision applied */
+    volatile uint64_t last;     /* the bucket's last revision, as last read (lag = last - applied) */
     uint64_t bytes;             /* record bytes held */
     size_t rows;
     time_t unassigned_since;    /* 0 while assigned */
@@ -83,6 +89,21 @@ typedef struct shard {
     pthread_cond_t cv;
     kvStore *members;
     int64_t started;
+    sem_t load_slots;           /* initial loads running at once */
+    /* requests: a queue (at most QUEUE_MAX) served by a fixed pool of workers */
+    pthread_mutex_t qmu;
+    pthread_cond_t qcv;
+    struct req *qhead, *qtail;
+    size_t qlen;
+    int qstop;
+    pthread_t *workers;
+    int nworkers;
+    volatile uint64_t gpu_mem;  /* device bytes the context holds (sampled) */
+    int devices[PATINA_GPUS_MAX];
+    size_t ndevices;
+    pthread_t sampler;
+    int sampling;
+    volatile int sampler_stop;
     /* metrics */
     unsigned long long requests[4], errors;
     double request_seconds;
@@ -138,26 +159,55 @@ static void kfree_all(part_t *pt)
 
 /* ------------------------------------------------------------ loading */
 
-/* Applies one entry of the partition's bucket to its tables. */
-static patina_status apply_entry(shard_t *sh, part_t *pt, kvEntry *e)
+/* The changes of a batch of bucket entries, per table, applied with one
+ * patina_table_apply each (a replace under another id is a REMOVE and a
+ * PUT: at most 2 changes per entry and table). */
+typedef struct batch {
+    kvEntry *e[LOAD_BATCH];
+    size_t n;
+    patina_change_t *ch[CLU_TABLES_MAX]; /* (2 LOAD_BATCH) each */
+    size_t nch[CLU_TABLES_MAX];
+} batch_t;
+
+static patina_status batch_init(batch_t *b, size_t ntables)
+{
+    size_t t;
+    memset(b, 0, sizeof *b);
+    for (t = 0; t < ntables; t++)
+        if (!(b->ch[t] = malloc(2 * LOAD_BATCH * sizeof *b->ch[t]))) return clu_fail(PATINA_E_NOMEM, "shard: out of memory");
+    return PATINA_OK;
+}
+
+static void batch_release(batch_t *b)
+{
+    size_t t;
+    for (t = 0; t < b->n; t++) kvEntry_Destroy(b->e[t]);
+    for (t = 0; t < CLU_TABLES_MAX; t++) free(b->ch[t]);
+    memset(b, 0, sizeof *b);
+}
+
+static void push(batch_t *b, size_t t, patina_change_op op, uint64_t id, const char *key, const void *desc)
+{
+    b->ch[t][b->nch[t]++] = (patina_change_t){op, id, key, desc};
+}
+
+/* Turns entry e of the batch into changes of the tables and updates the key
+ * map (the entry's value stays alive until the batch is applied: the
+ * changes borrow its key and descriptors). */
+static patina_status batch_entry(shard_t *sh, part_t *pt, batch_t *b, kvEntry *e)
 {
     const char *kk = kvEntry_Key(e);
     const uint64_t rev = kvEntry_Revision(e);
     kvOperation op = kvEntry_Operation(e);
-    kentry_t *ke = (kk && strlen(kk) == 64) ? kfind(pt, kk) : NULL;
+    kentry_t *ke;
     size_t t;
-    patina_status s = PATINA_OK;
-    if (!kk || strlen(kk) != 64) { /* not an image key: ignored, but its revision is passed */
-        pthread_mutex_lock(&sh->mu);
-        pt->applied = rev;
-        pthread_cond_broadcast(&sh->cv);
-        pthread_mutex_unlock(&sh->mu);
-        return PATINA_OK;
-    }
+    if (!kk || strlen(kk) != 64) return PATINA_OK; /* not an image key: ignored */
+    ke = kfind(pt, kk);
     if (op == kvOp_Put) {
         clu_record_t rec;
         uint32_t had = ke ? ke->tables : 0, now = 0;
-        if ((s = clu_record_decode(&rec, kvEntry_Value(e), (size_t)kvEntry_ValueLen(e))) != PATINA_OK) {
+        const uint64_t vbytes = (uint64_t)kvEntry_ValueLen(e);
+        if (clu_record_decode(&rec, kvEntry_Value(e), (size_t)kvEntry_ValueLen(e)) != PATINA_OK) {
             logf_(sh, "partition %u, key %s, revision %llu: %s (skipped)", pt->p, kk, (unsigned long long)rev,
                   clu_last_error());
             return PATINA_OK;
@@ -167,55 +217,117 @@ static patina_status apply_entry(shard_t *sh, part_t *pt, kvEntry *e)
             memcpy(ke->kk, kk, 65);
             ke->next = pt->map[kslot(kk)];
             pt->map[kslot(kk)] = ke;
-        } else if (ke->id != rec.id) {
+        } else if (ke->id && ke->id != rec.id) {
             /* the same key under another id (deleted and added again): the old rows go */
             for (t = 0; t < sh->cfg.ntables; t++)
-                if (had & (1u << t)) {
-                    patina_change_t ch = {PATINA_CHANGE_REMOVE, ke->id, NULL, NULL};
-                    patina_table_apply(pt->tables[t], &ch, 1, rev, NULL);
-                }
+                if (had & (1u << t)) push(b, t, PATINA_CHANGE_REMOVE, ke->id, NULL, NULL);
             had = 0;
         }
-        ke->id = rec.id;
         for (t = 0; t < sh->cfg.ntables; t++) {
             const clu_rtable_t *rt = clu_record_table(&rec, sh->cfg.tables[t]);
-            patina_change_t ch;
             if (rt && rt->bytes != patina_extractor_bytes(patina_table_extractor(pt->tables[t]))) {
                 logf_(sh, "partition %u, key '%s': table %s has %zu bytes (skipped)", pt->p, rec.key,
                       sh->cfg.tables[t], rt->bytes);
                 rt = NULL;
             }
             if (rt) {
-                ch = (patina_change_t){PATINA_CHANGE_PUT, rec.id, rec.key, rt->desc};
-                if ((s = patina_table_apply(pt->tables[t], &ch, 1, rev, NULL)) != PATINA_OK) {
-                    logf_(sh, "partition %u, key '%s', table %s: %s (skipped)", pt->p, rec.key, sh->cfg.tables[t],
-                          patina_last_error());
-                    s = PATINA_OK;
-                    continue;
-                }
+                push(b, t, PATINA_CHANGE_PUT, rec.id, rec.key, rt->desc);
                 now |= 1u << t;
             } else if (had & (1u << t)) {
-                ch = (patina_change_t){PATINA_CHANGE_REMOVE, rec.id, NULL, NULL};
-                patina_table_apply(pt->tables[t], &ch, 1, rev, NULL);
+                push(b, t, PATINA_CHANGE_REMOVE, rec.id, NULL, NULL);
             }
         }
-        if (!had) pt->rows++;
+        if (!ke->id) pt->rows++;
+        pt->bytes += vbytes - (ke->id ? ke->vbytes : 0);
+        ke->vbytes = vbytes;
+        ke->id = rec.id;
         ke->tables = now;
-        pt->bytes += (uint64_t)kvEntry_ValueLen(e);
-    } else if (ke) { /* delete or purge */
+    } else if (ke && ke->id) { /* delete or purge */
         for (t = 0; t < sh->cfg.ntables; t++)
-            if (ke->tables & (1u << t)) {
-                patina_change_t ch = {PATINA_CHANGE_REMOVE, ke->id, NULL, NULL};
-                patina_table_apply(pt->tables[t], &ch, 1, rev, NULL);
-            }
+            if (ke->tables & (1u << t)) push(b, t, PATINA_CHANGE_REMOVE, ke->id, NULL, NULL);
+        if (pt->rows) pt->rows--;
+        pt->bytes -= ke->vbytes <= pt->bytes ? ke->vbytes : pt->bytes;
         ke->tables = 0;
         ke->id = 0;
-        if (pt->rows) pt->rows--;
+        ke->vbytes = 0;
     }
+    return PATINA_OK;
+}
+
+/* Applies the batch's changes (one patina_table_apply per table; when an
+ * engine refuses one, the batch again one change at a time, the refused
+ * ones logged and skipped: PUT replaces and REMOVE of an absent row does
+ * nothing, so applying a change twice is harmless), then destroys its
+ * entries and records the last revision as applied. */
+static void batch_apply(shard_t *sh, part_t *pt, batch_t *b)
+{
+    size_t t, i;
+    uint64_t rev;
+    if (!b->n) return;
+    rev = kvEntry_Revision(b->e[b->n - 1]);
+    for (t = 0; t < sh->cfg.ntables; t++) {
+        if (!b->nch[t]) continue;
+        if (patina_table_apply(pt->tables[t], b->ch[t], b->nch[t], rev, NULL) == PATINA_OK) continue;
+        for (i = 0; i < b->nch[t]; i++)
+            if (patina_table_apply(pt->tables[t], &b->ch[t][i], 1, rev, NULL) != PATINA_OK)
+                logf_(sh, "partition %u, table %s, key '%s': %s (skipped)", pt->p, sh->cfg.tables[t],
+                      b->ch[t][i].key ? b->ch[t][i].key : "", patina_last_error());
+    }
+    for (i = 0; i < b->n; i++) kvEntry_Destroy(b->e[i]);
+    b->n = 0;
+    for (t = 0; t < CLU_TABLES_MAX; t++) b->nch[t] = 0;
     pthread_mutex_lock(&sh->mu);
-    pt->applied = rev;
+    if (rev > pt->applied) pt->applied = rev;
     pthread_cond_broadcast(&sh->cv);
     pthread_mutex_unlock(&sh->mu);
+}
+
+/* The bucket's last revision (its stream's last sequence), for the lag. */
+static void refresh_last(shard_t *sh, part_t *pt, const char *bucket)
+{
+    char stream[160];
+    jsStreamInfo *si = NULL;
+    jsErrCode ec = 0;
+    snprintf(stream, sizeof stream, "KV_%s", bucket);
+    if (js_GetStreamInfo(&si, sh->c->js, stream, NULL, &ec) == NATS_OK && si) {
+        pt->last = si->State.LastSeq;
+        jsStreamInfo_Destroy(si);
+    }
+}
+
+/* The benchmark source: partition pt filled with its synthetic references
+ * (clu_synth_*), in batches of LOAD_BATCH; then ready, and nothing follows. */
+static patina_status load_synthetic(shard_t *sh, part_t *pt)
+{
+    const uint64_t n = clu_synth_count(sh->o.synthetic, pt->p, sh->cfg.partitions);
+    unsigned char *pool[CLU_TABLES_MAX] = {0};
+    patina_change_t *ch = malloc(LOAD_BATCH * sizeof *ch);
+    char (*keys)[48] = malloc(LOAD_BATCH * sizeof *keys);
+    patina_status s = ch && keys ? PATINA_OK : clu_fail(PATINA_E_NOMEM, "shard: out of memory");
+    size_t t, desc_bytes = 0;
+    uint64_t j0;
+    for (t = 0; s == PATINA_OK && t < sh->cfg.ntables; t++) {
+        s = clu_synth_pool(&pool[t], pt->tables[t], sh->o.synthetic_seed, pt->p, t);
+        desc_bytes += patina_extractor_bytes(patina_table_extractor(pt->tables[t]));
+    }
+    for (j0 = 0; s == PATINA_OK && j0 < n && !pt->stop; j0 += LOAD_BATCH) {
+        const size_t nb = (size_t)(n - j0 < LOAD_BATCH ? n - j0 : LOAD_BATCH);
+        size_t i;
+        for (i = 0; i < nb; i++) clu_synth_key(keys[i], sizeof keys[i], sh->o.synthetic_seed, pt->p, j0 + i);
+        for (t = 0; s == PATINA_OK && t < sh->cfg.ntables; t++) {
+            const size_t bytes = patina_extractor_bytes(patina_table_extractor(pt->tables[t]));
+            for (i = 0; i < nb; i++)
+                ch[i] = (patina_change_t){PATINA_CHANGE_PUT, 1 + pt->p + (j0 + i) * sh->cfg.partitions, keys[i],
+                                          pool[t] + ((j0 + i) % CLU_SYNTH_POOL) * bytes};
+            if ((s = patina_table_apply(pt->tables[t], ch, nb, 0, NULL)) != PATINA_OK)
+                s = clu_fail_lib(s, "shard: synthetic references of partition %u, table %s", pt->p, sh->cfg.tables[t]);
+        }
+        pt->rows += nb;
+        pt->bytes += nb * desc_bytes;
+    }
+    for (t = 0; t < CLU_TABLES_MAX; t++) free(pool[t]);
+    free(ch);
+    free(keys);
     return s;
 }
 
@@ -244,6 +356,7 @@ static void try_ready(shard_t *sh, part_t *pt, const char *bucket)
     }
     last = si->State.LastSeq;
     jsStreamInfo_Destroy(si);
+    pt->last = last;
     pthread_mutex_lock(&sh->mu);
     if (pt->applied >= last && pt->applied >= pt->must_apply) pt->ready = now = 1;
     pthread_mutex_unlock(&sh->mu);
@@ -257,7 +370,10 @@ typedef struct loader_arg {
 } loader_arg_t;
 
 /* One partition: watch its bucket from the start (the last value of every
- * key, then every change); ready at the end of the initial values. */
+ * key, then every change); ready at the end of the initial values. Entries
+ * are applied in batches: whatever the watch has pending, up to LOAD_BATCH
+ * at a time. The initial load waits for one of sh->load_slots (at most
+ * that many partitions load at once; following changes needs no slot). */
 static void *loader(void *arg)
 {
     loader_arg_t *la = arg;
@@ -267,8 +383,34 @@ static void *loader(void *arg)
     kvStore *kv = NULL;
     kvWatcher *w = NULL;
     natsStatus ns;
+    batch_t b;
+    int slot = 0;
+    double last_info = 0;
     free(la);
     clu_bucket_partition(bucket, sizeof bucket, sh->cfg.name, pt->p);
+    if (batch_init(&b, sh->cfg.ntables) != PATINA_OK) {
+        snprintf(pt->error, sizeof pt->error, "%s", clu_last_error());
+        batch_release(&b);
+        return NULL;
+    }
+    while (!pt->stop && !slot) {
+        if (sem_trywait(&sh->load_slots) == 0) slot = 1;
+        else usleep(20000);
+    }
+    if (sh->o.synthetic) {
+        if (!pt->stop && load_synthetic(sh, pt) != PATINA_OK) {
+            snprintf(pt->error, sizeof pt->error, "%s", clu_last_error());
+            logf_(sh, "%s", pt->error);
+        } else if (!pt->stop) {
+            pt->loaded = 1;
+            pt->ready = 1;
+            logf_(sh, "partition %u ready (%zu synthetic references)", pt->p, pt->rows);
+        }
+        if (slot) sem_post(&sh->load_slots);
+        batch_release(&b);
+        while (!pt->stop) usleep(100000);
+        return NULL;
+    }
     while (!pt->stop) {
         if (!kv && clu_kv_open(&kv, sh->c, bucket) != PATINA_OK) {
             snprintf(pt->error, sizeof pt->error, "%s", clu_last_error());
@@ -282,8 +424,14 @@ static void *loader(void *arg)
             usleep(500000);
             continue;
         }
+        if (now_s() - last_info >= 1.0) {
+            refresh_last(sh, pt, bucket);
+            last_info = now_s();
+        }
         {
             kvEntry *e = NULL;
+            int end_of_initial = 0;
+            uint64_t pending = 0;
             ns = kvWatcher_Next(&e, w, 250);
             if (ns == NATS_TIMEOUT) {
                 try_ready(sh, pt, bucket);
@@ -295,20 +443,34 @@ static void *loader(void *arg)
                 usleep(100000);
                 continue;
             }
-            if (!e) { /* the initial values are in */
-                pt->loaded = 1;
-                try_ready(sh, pt, bucket);
-                continue;
+            /* the batch: this entry and whatever is pending behind it */
+            while (e) {
+                pending = kvEntry_Delta(e);
+                b.e[b.n++] = e;
+                if (batch_entry(sh, pt, &b, e) != PATINA_OK) snprintf(pt->error, sizeof pt->error, "%s", clu_last_error());
+                e = NULL;
+                if (b.n == LOAD_BATCH || (pending == 0 && pt->loaded)) break;
+                if (kvWatcher_Next(&e, w, pending ? 1000 : 50) != NATS_OK) e = NULL;
+                else if (!e) end_of_initial = 1;
             }
-            {
-                const uint64_t pending = kvEntry_Delta(e);
-                apply_entry(sh, pt, e);
-                kvEntry_Destroy(e);
+            if (!e && !b.n) end_of_initial = 1; /* the marker came first */
+            batch_apply(sh, pt, &b);
+            if (end_of_initial && !pt->loaded) { /* the initial values are in */
+                pt->loaded = 1;
+                if (slot) {
+                    sem_post(&sh->load_slots);
+                    slot = 0;
+                }
+                last_info = now_s();
+                try_ready(sh, pt, bucket);
+            } else if (pending == 0) {
                 /* a copy not ready (loading, or a CONFIRM timed out) checks again once caught up */
-                if (pending == 0) try_ready(sh, pt, bucket);
+                try_ready(sh, pt, bucket);
             }
         }
     }
+    if (slot) sem_post(&sh->load_slots);
+    batch_release(&b);
     if (w) {
         kvWatcher_Stop(w);
         kvWatcher_Destroy(w);
@@ -327,8 +489,9 @@ static patina_status host(shard_t *sh, uint32_t p)
     memset(pt, 0, sizeof *pt);
     pt->p = p;
     patina_table_opts_init(&to);
-    to.partition = p;
-    to.partitions = sh->cfg.partitions;
+    /* synthetic keys are not hashed to their partition: no filter then */
+    to.partition = sh->o.synthetic ? 0 : p;
+    to.partitions = sh->o.synthetic ? 1 : sh->cfg.partitions;
     for (t = 0; t < sh->cfg.ntables; t++)
         if (patina_table_new(&pt->tables[t], sh->ctx, sh->cfg.tables[t], &to) != PATINA_OK) {
             patina_status s = clu_fail_lib(PATINA_E_INVALID, "shard: table %s of partition %u", sh->cfg.tables[t], p);
@@ -525,18 +688,36 @@ static void answer(shard_t *sh, const clu_request_t *q, clu_reply_t *r)
 }
 
 typedef struct req {
-    shard_t *sh;
     natsConnection *nc;
     natsMsg *msg;
+    struct req *next;
 } req_t;
 
-static void *serve_request(void *arg)
+/* Publishes a reply to msg (when it asks for one). */
+static void reply(shard_t *sh, natsConnection *nc, natsMsg *msg, clu_reply_t *r)
 {
-    req_t *rq = arg;
-    shard_t *sh = rq->sh;
+    clu_buf_t out = {0};
+    if (r->status != PATINA_OK) {
+        snprintf(r->message, sizeof r->message, "%s", clu_last_error());
+        __atomic_add_fetch(&sh->errors, 1, __ATOMIC_RELAXED);
+    }
+    if (clu_reply_encode(&out, r) != PATINA_OK) { /* too large: say so instead */
+        clu_reply_t e;
+        memset(&e, 0, sizeof e);
+        e.kind = r->kind;
+        e.status = PATINA_E_LIMIT;
+        snprintf(e.message, sizeof e.message, "%s", clu_last_error());
+        clu_buf_release(&out);
+        clu_reply_encode(&out, &e);
+    }
+    if (natsMsg_GetReply(msg) && !out.oom) natsConnection_Publish(nc, natsMsg_GetReply(msg), out.p, (int)out.n);
+    clu_buf_release(&out);
+}
+
+static void serve_request(shard_t *sh, req_t *rq)
+{
     clu_request_t q;
     clu_reply_t r;
-    clu_buf_t out = {0};
     const double t0 = now_s();
     patina_status s;
     memset(&r, 0, sizeof r);
@@ -549,62 +730,148 @@ static void *serve_request(void *arg)
         answer(sh, &q, &r);
         pthread_rwlock_unlock(&sh->lock);
     }
-    if (r.status != PATINA_OK) {
-        snprintf(r.message, sizeof r.message, "%s", clu_last_error());
-        __atomic_add_fetch(&sh->errors, 1, __ATOMIC_RELAXED);
-    }
-    if (clu_reply_encode(&out, &r) != PATINA_OK) { /* too large: say so instead */
-        clu_reply_t e;
-        memset(&e, 0, sizeof e);
-        e.kind = r.kind;
-        e.status = PATINA_E_LIMIT;
-        snprintf(e.message, sizeof e.message, "%s", clu_last_error());
-        clu_buf_release(&out);
-        clu_reply_encode(&out, &e);
-    }
-    if (natsMsg_GetReply(rq->msg) && !out.oom)
-        natsConnection_Publish(rq->nc, natsMsg_GetReply(rq->msg), out.p, (int)out.n);
-    clu_buf_release(&out);
+    reply(sh, rq->nc, rq->msg, &r);
     if (s == PATINA_OK) {
         __atomic_add_fetch(&sh->requests[q.kind], 1, __ATOMIC_RELAXED);
         clu_request_release(&q);
     }
     clu_reply_release(&r);
-    natsMsg_Destroy(rq->msg);
-    free(rq);
     {
         double dt = now_s() - t0;
         pthread_mutex_lock(&sh->mu);
         sh->request_seconds += dt;
         pthread_mutex_unlock(&sh->mu);
     }
-    __atomic_sub_fetch(&sh->inflight, 1, __ATOMIC_RELAXED);
-    return NULL;
 }
 
+/* A worker of the pool: takes requests off the queue until it stops. */
+static void *worker(void *arg)
+{
+    shard_t *sh = arg;
+    for (;;) {
+        req_t *rq;
+        pthread_mutex_lock(&sh->qmu);
+        while (!sh->qhead && !sh->qstop) pthread_cond_wait(&sh->qcv, &sh->qmu);
+        if (!sh->qhead) { /* stopping and nothing left */
+            pthread_mutex_unlock(&sh->qmu);
+            return NULL;
+        }
+        rq = sh->qhead;
+        sh->qhead = rq->next;
+        if (!sh->qhead) sh->qtail = NULL;
+        sh->qlen--;
+        pthread_mutex_unlock(&sh->qmu);
+        serve_request(sh, rq);
+        natsMsg_Destroy(rq->msg);
+        free(rq);
+        __atomic_sub_fetch(&sh->inflight, 1, __ATOMIC_RELAXED);
+    }
+}
+
+/* NATS's delivery thread: queues the request for the pool (a full queue
+ * is answered at once: busy). */
 static void on_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure)
 {
     shard_t *sh = closure;
     req_t *rq = malloc(sizeof *rq);
-    pthread_t th;
-    pthread_attr_t at;
+    int full;
     (void)sub;
     if (!rq) {
         natsMsg_Destroy(msg);
         return;
     }
-    rq->sh = sh;
     rq->nc = nc;
     rq->msg = msg;
-    __atomic_add_fetch(&sh->inflight, 1, __ATOMIC_RELAXED);
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&th, &at, serve_request, rq) != 0) {
-        __atomic_sub_fetch(&sh->inflight, 1, __ATOMIC_RELAXED);
+    rq->next = NULL;
+    pthread_mutex_lock(&sh->qmu);
+    full = sh->qlen >= QUEUE_MAX || sh->qstop;
+    if (!full) {
+        if (sh->qtail) sh->qtail->next = rq;
+        else sh->qhead = rq;
+        sh->qtail = rq;
+        sh->qlen++;
+        __atomic_add_fetch(&sh->inflight, 1, __ATOMIC_RELAXED);
+        pthread_cond_signal(&sh->qcv);
+    }
+    pthread_mutex_unlock(&sh->qmu);
+    if (full) {
+        clu_reply_t r;
+        memset(&r, 0, sizeof r);
+        r.kind = CLU_KIND_SEARCH;
+        r.status = clu_fail(PATINA_E_BUSY, "shard %s: %d requests waiting (busy)", sh->name, QUEUE_MAX);
+        reply(sh, nc, msg, &r);
         natsMsg_Destroy(msg);
         free(rq);
     }
-    pthread_attr_destroy(&at);
+}
+
+/* Device bytes the context holds: the sum of the "D MiB device" figures of
+ * patina_context_gpu_memory's text ("NAME: budget B MiB; D MiB device (peak
+ * P), H MiB pinned; ..."), one such part per device. */
+static uint64_t gpu_mem_now(shard_t *sh)
+{
+    char buf[8192];
+    const char *p;
+    double total = 0;
+    if (sh->o.device == PATINA_DEVICE_CPU || patina_context_gpu_memory(sh->ctx, buf, sizeof buf) != PATINA_OK) {
+        patina_clear_error();
+        return 0;
+    }
+    for (p = buf; (p = strstr(p, ": budget ")) != NULL; p++) {
+        double budget, dev;
+        if (sscanf(p, ": budget %lf MiB; %lf MiB device", &budget, &dev) == 2) total += dev;
+    }
+    return (uint64_t)(total * 1048576.0);
+}
+
+/* The weight of a shard given no --capacity: the references its GPU
+ * memory holds. A reference costs, per device, its GPU bytes in every
+ * table: rootsift tables as patina_identify_capacity counts them (their
+ * references per device, times the devices), the others their descriptor
+ * bytes against the sum of the devices' budgets. 1 without a GPU. */
+static double default_capacity(shard_t *sh)
+{
+    char buf[8192];
+    const char *p;
+    double budget = 0, refs = -1, row_bytes = 0;
+    const size_t ndev = patina_context_devices(sh->ctx, NULL, 0);
+    size_t t;
+    if (sh->o.device == PATINA_DEVICE_CPU || patina_context_gpu_memory(sh->ctx, buf, sizeof buf) != PATINA_OK) {
+        patina_clear_error();
+        return 1;
+    }
+    for (p = buf; (p = strstr(p, ": budget ")) != NULL; p++) {
+        double b;
+        if (sscanf(p, ": budget %lf MiB", &b) == 1) budget += b * 1048576.0;
+    }
+    for (t = 0; t < sh->cfg.ntables; t++) {
+        patina_identify_capacity_t cap;
+        if (patina_identify_capacity(sh->ctx, sh->cfg.tables[t], &cap) == PATINA_OK) {
+            const double r = (double)cap.gpu_refs * (double)(ndev ? ndev : 1);
+            if (refs < 0 || r < refs) refs = r;
+        } else { /* not an identification table: its rows */
+            patina_extractor_t *ex = NULL;
+            patina_clear_error();
+            if (patina_extractor_new(&ex, sh->cfg.tables[t]) == PATINA_OK)
+                row_bytes += (double)patina_extractor_bytes(ex);
+            patina_extractor_free(ex);
+        }
+    }
+    if (row_bytes > 0 && budget > 0 && (refs < 0 || budget / row_bytes < refs)) refs = budget / row_bytes;
+    return refs >= 1 ? floor(refs) : 1;
+}
+
+/* Samples gpu_mem every 2 s (apart from the heartbeat, which must not wait
+ * for a long GPU call). */
+static void *gpu_sampler(void *arg)
+{
+    shard_t *sh = arg;
+    int i;
+    while (!sh->sampler_stop) {
+        sh->gpu_mem = gpu_mem_now(sh);
+        for (i = 0; i < 40 && !sh->sampler_stop; i++) usleep(50000);
+    }
+    return NULL;
 }
 
 /* ------------------------------------------------------------- membership */
@@ -618,22 +885,31 @@ static char *member_json(shard_t *sh, uint8_t *inc)
     char *s;
     for (p = 0; p < sh->cfg.partitions; p++) {
         part_t *pt = &sh->parts[p];
+        char ps[16];
         if (!pt->hosted) continue;
         inc[p] = 1;
         json_array_append_new(hosted, json_integer(p));
         if (pt->ready) json_array_append_new(ready, json_integer(p));
         bytes += pt->bytes;
+        snprintf(ps, sizeof ps, "%u", p);
+        json_object_set_new(lag, ps, json_integer((json_int_t)(pt->last > pt->applied ? pt->last - pt->applied : 0)));
     }
     json_object_set_new(o, "name", json_string(sh->name));
     json_object_set_new(o, "capacity", json_real(sh->o.capacity));
     json_object_set_new(o, "copies", json_integer(sh->o.copies));
     json_object_set_new(o, "device", json_string(sh->device));
-    json_object_set_new(o, "devices", json_string(sh->device));
+    {
+        json_t *dv = json_array();
+        size_t d;
+        for (d = 0; sh->o.device != PATINA_DEVICE_CPU && d < sh->ndevices && d < PATINA_GPUS_MAX; d++)
+            json_array_append_new(dv, json_integer(sh->devices[d]));
+        json_object_set_new(o, "devices", dv);
+    }
     json_object_set_new(o, "ready", ready);
     json_object_set_new(o, "hosted", hosted);
     json_object_set_new(o, "lag", lag);
     json_object_set_new(o, "bytes", json_integer((json_int_t)bytes));
-    json_object_set_new(o, "gpu_mem", json_integer(0));
+    json_object_set_new(o, "gpu_mem", json_integer((json_int_t)sh->gpu_mem));
     json_object_set_new(o, "inbox", json_string(sh->subject));
     json_object_set_new(o, "started", json_integer(sh->started));
     s = json_dumps(o, JSON_COMPACT);
@@ -845,15 +1121,22 @@ patina_status clu_shard_run(const char *urls, const char *coll, const clu_shard_
     pthread_rwlock_init(&sh->lock, NULL);
     pthread_mutex_init(&sh->mu, NULL);
     pthread_cond_init(&sh->cv, NULL);
+    pthread_mutex_init(&sh->qmu, NULL);
+    pthread_cond_init(&sh->qcv, NULL);
+    sem_init(&sh->load_slots, 0, (unsigned)(o->load_parallel > 0 ? o->load_parallel : 4));
     sh->started = (int64_t)time(NULL);
     patina_context_opts_init(&co);
     co.threads = o->threads;
+    co.gpus = o->gpus;
+    co.gpu_mem_budget = o->gpu_mem;
     if ((s = patina_context_new(&sh->ctx, &co)) != PATINA_OK) {
         s = clu_fail_lib(s, "shard: context");
         goto out;
     }
+    sh->ndevices = patina_context_devices(sh->ctx, sh->devices, sizeof sh->devices / sizeof sh->devices[0]);
     if ((s = clu_connect(&sh->c, urls)) != PATINA_OK) goto out;
     if ((s = clu_collection_config(sh->c, coll, &sh->cfg)) != PATINA_OK) goto out;
+    if (!(sh->o.capacity > 0)) sh->o.capacity = default_capacity(sh);
     if (!(sh->parts = calloc(sh->cfg.partitions, sizeof *sh->parts))) {
         s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
         goto out;
@@ -867,12 +1150,25 @@ patina_status clu_shard_run(const char *urls, const char *coll, const clu_shard_
         goto out;
     }
     natsSubscription_SetPendingLimits(sub, -1, -1);
+    sh->nworkers = o->workers > 0 ? o->workers : 8;
+    if (!(sh->workers = calloc((size_t)sh->nworkers, sizeof *sh->workers))) {
+        s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
+        goto out;
+    }
+    for (i = 0; i < sh->nworkers; i++)
+        if (pthread_create(&sh->workers[i], NULL, worker, sh) != 0) {
+            s = clu_fail(PATINA_E_NOMEM, "shard: cannot start request worker %d", i);
+            sh->nworkers = i;
+            goto out;
+        }
+    if (o->device != PATINA_DEVICE_CPU) sh->sampling = pthread_create(&sh->sampler, NULL, gpu_sampler, sh) == 0;
     if (o->metrics_port > 0) {
         pthread_t mt;
         if (pthread_create(&mt, NULL, metrics_thread, sh) == 0) pthread_detach(mt);
     }
-    logf_(sh, "collection %s: %u partitions, %zu tables, copies %d, capacity %g; answering on %s", coll,
-          sh->cfg.partitions, sh->cfg.ntables, o->copies, o->capacity, sh->subject);
+    logf_(sh, "collection %s: %u partitions, %zu tables, copies %d, capacity %g, device %s (%zu slice%s); answering on %s",
+          coll, sh->cfg.partitions, sh->cfg.ntables, o->copies, sh->o.capacity, sh->device, sh->ndevices,
+          sh->ndevices == 1 ? "" : "s", sh->subject);
     while (!*stop) {
         heartbeat(sh);
         reassign(sh);
@@ -885,17 +1181,26 @@ patina_status clu_shard_run(const char *urls, const char *coll, const clu_shard_
     natsConnection_FlushTimeout(sh->c->nc, 1000);
     for (i = 0; i < 50 && sh->inflight; i++) usleep(20000);
     natsSubscription_Unsubscribe(sub);
-    for (i = 0; i < 100 && sh->inflight; i++) usleep(20000);
     s = PATINA_OK;
 out:
     if (sub) natsSubscription_Destroy(sub);
+    /* the workers finish what is queued, then stop */
+    pthread_mutex_lock(&sh->qmu);
+    sh->qstop = 1;
+    pthread_cond_broadcast(&sh->qcv);
+    pthread_mutex_unlock(&sh->qmu);
+    for (i = 0; i < sh->nworkers; i++) pthread_join(sh->workers[i], NULL);
+    free(sh->workers);
     for (p = 0; sh->parts && p < sh->cfg.partitions; p++)
         if (sh->parts[p].hosted) drop(sh, p);
     free(sh->parts);
     if (sh->members) kvStore_Destroy(sh->members);
     clu_disconnect(sh->c);
+    if (sh->sampling) {
+        sh->sampler_stop = 1;
+        pthread_join(sh->sampler, NULL);
+    }
     patina_context_free(sh->ctx);
-    /* the mutexes stay: a detached request thread may still be finishing */
     free(sh);
     return s;
 }

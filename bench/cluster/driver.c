@@ -1,0 +1,362 @@
+/* bench_cluster: the measuring side of bench/cluster/run.sh (which starts
+ * NATS, the shards and this program, and prints the table).
+ *
+ *   bench_cluster inproc --refs N --partitions P [--seed S] [--gpus LIST] [--budget GiB] --query IMG
+ *                        [--reps R] [--batch B]
+ *       the in-process engine: one detached rootsift table on a context of
+ *       the device list holding the same synthetic references a cluster of
+ *       `patina shard --synthetic N:S` holds (every partition's), one query
+ *       R times and a batch of B queries.
+ *   bench_cluster front --cluster URL --coll C --query IMG [--reps R] [--batch B] [--deadline MS]
+ *       the cluster path through the front end's code (clu_front_identify,
+ *       what patina serve/identify --cluster run): the same measurements.
+ *   bench_cluster cover --cluster URL --coll C --query IMG [--timeout S] [--deadline MS]
+ *       queries back to back until one is answered whole: seconds until then
+ *       and the slowest query meanwhile (run right after a kill -9).
+ *   bench_cluster write --cluster URL --coll C [--reps R]
+ *       write-to-visible: a new CEDD row put through the buckets (acknowledged
+ *       once the ready copies applied it), then searched until found.
+ * Each prints one JSON object on stdout. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cluster/cluster.h"
+#include "patina/patina.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void die(const char *what)
+{
+    const char *m = clu_last_error();
+    fprintf(stderr, "bench_cluster: %s: %s\n", what, m && *m ? m : patina_last_error());
+    exit(2);
+}
+
+static const char *arg(int argc, char **argv, const char *name, const char *def)
+{
+    int i;
+    for (i = 2; i + 1 < argc; i++)
+        if (!strcmp(argv[i], name)) return argv[i + 1];
+    return def;
+}
+
+static int cmp(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* p in [0, 1] of v (sorted in place). */
+static double pct(double *v, size_t n, double p)
+{
+    size_t i;
+    if (!n) return 0;
+    qsort(v, n, sizeof *v, cmp);
+    i = (size_t)ceil(p * (double)n) - (p > 0);
+    return v[i < n ? i : n - 1];
+}
+
+/* The query record of image path for table t. */
+static void *query_of(patina_table_t *t, const char *path, size_t batch)
+{
+    patina_image_t img;
+    const size_t qb = patina_table_query_bytes(t);
+    unsigned char *q = malloc(qb * batch);
+    size_t i;
+    if (!q || patina_image_load(&img, path, NULL) != PATINA_OK) die(path);
+    if (patina_table_identify_extract(t, NULL, q, &img, 1, NULL) != PATINA_OK) die("query extraction");
+    for (i = 1; i < batch; i++) memcpy(q + i * qb, q, qb);
+    patina_image_release(&img);
+    return q;
+}
+
+typedef patina_status (*ident_fn)(void *u, const void *q, size_t nq, patina_identify_hit_t *hits,
+                                  patina_identify_result_t *res, clu_coverage_t *cov);
+
+/* One query reps times, then a batch of `batch` queries reps times. */
+static void measure(const char *mode, ident_fn f, void *u, const void *q, size_t batch, int reps, uint64_t refs)
+{
+    patina_identify_opts_t o;
+    patina_identify_hit_t *hits;
+    patina_identify_result_t *res;
+    double *lat = calloc((size_t)reps + 1, sizeof *lat), *fan = calloc((size_t)reps + 1, sizeof *fan);
+    double bt = 0, p50, p99, f50;
+    clu_coverage_t cov;
+    int r, partial = 0;
+    patina_identify_opts_init(&o);
+    hits = calloc(batch * o.k + 1, sizeof *hits);
+    res = calloc(batch + 1, sizeof *res);
+    memset(&cov, 0, sizeof cov);
+    if (f(u, q, 1, hits, res, &cov) != PATINA_OK) die("warm-up query"); /* uploads */
+    for (r = 0; r < reps; r++) {
+        const double t0 = now();
+        if (f(u, q, 1, hits, res, &cov) != PATINA_OK) die("query");
+        lat[r] = now() - t0;
+        fan[r] = cov.fanout_ms;
+        partial |= cov.partial;
+        if (cov.references && !cov.partial) refs = cov.references;
+    }
+    if (batch > 1) {
+        double *bl = calloc((size_t)reps + 1, sizeof *bl);
+        for (r = 0; r < reps; r++) {
+            const double t0 = now();
+            if (f(u, q, batch, hits, res, &cov) != PATINA_OK) die("batch");
+            bl[r] = now() - t0;
+        }
+        bt = pct(bl, (size_t)reps, 0.5);
+        free(bl);
+    }
+    p50 = pct(lat, (size_t)reps, 0.5);
+    p99 = pct(lat, (size_t)reps, 0.99);
+    f50 = pct(fan, (size_t)reps, 0.5);
+    printf("{\"mode\":\"%s\",\"refs\":%llu,\"reps\":%d,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"refs_per_s\":%.0f,"
+           "\"batch\":%zu,\"batch_ms\":%.3f,\"batch_refs_per_s\":%.0f,\"fanout_ms\":%.3f,\"partial\":%d,"
+           "\"top\":\"%s\"}\n",
+           mode, (unsigned long long)refs, reps, 1e3 * p50, 1e3 * p99, (double)refs / p50, batch, 1e3 * bt,
+           bt > 0 ? (double)refs * (double)batch / bt : 0, f50, partial, res[0].decision == PATINA_DECISION_MATCH ? "match" : "no match");
+    free(lat);
+    free(fan);
+    free(hits);
+    free(res);
+}
+
+/* ----------------------------------------------------------------- inproc */
+
+static patina_status inproc_ident(void *u, const void *q, size_t nq, patina_identify_hit_t *hits,
+                                  patina_identify_result_t *res, clu_coverage_t *cov)
+{
+    patina_identify_opts_t o;
+    patina_identify_opts_init(&o);
+    o.device = PATINA_DEVICE_AUTO;
+    cov->fanout_ms = 0;
+    cov->partial = 0;
+    cov->references = 0;
+    return patina_table_identify((patina_table_t *)u, q, nq, &o, hits, res, NULL);
+}
+
+static int run_inproc(int argc, char **argv)
+{
+    const uint64_t n = strtoull(arg(argc, argv, "--refs", "100000"), NULL, 10),
+                   seed = strtoull(arg(argc, argv, "--seed", "1"), NULL, 10);
+    const uint32_t P = (uint32_t)atoi(arg(argc, argv, "--partitions", "64"));
+    const char *spec = arg(argc, argv, "--spec", "rootsift");
+    patina_context_opts_t co;
+    patina_context_t *ctx = NULL;
+    patina_table_t *t = NULL;
+    patina_table_opts_t to;
+    patina_change_t *ch = malloc(4096 * sizeof *ch);
+    char (*keys)[48] = malloc(4096 * sizeof *keys);
+    uint32_t p;
+    double t0 = now();
+    void *q;
+    patina_context_opts_init(&co);
+    co.gpus = arg(argc, argv, "--gpus", NULL);
+    co.gpu_mem_budget = (uint64_t)(atof(arg(argc, argv, "--budget", "0")) * 1073741824.0); /* GiB per device */
+    if (patina_context_new(&ctx, &co) != PATINA_OK) die("context");
+    patina_table_opts_init(&to);
+    if (patina_table_new(&t, ctx, spec, &to) != PATINA_OK) die("table");
+    for (p = 0; p < P; p++) {
+        unsigned char *pool = NULL;
+        const uint64_t np = clu_synth_count(n, p, P);
+        const size_t bytes = patina_extractor_bytes(patina_table_extractor(t));
+        uint64_t j0;
+        if (clu_synth_pool(&pool, t, seed, p, 0) != PATINA_OK) die("synthetic references");
+        for (j0 = 0; j0 < np; j0 += 4096) {
+            size_t i, nb = (size_t)(np - j0 < 4096 ? np - j0 : 4096);
+            for (i = 0; i < nb; i++) {
+                clu_synth_key(keys[i], sizeof keys[i], seed, p, j0 + i);
+                ch[i] = (patina_change_t){PATINA_CHANGE_PUT, 1 + p + (j0 + i) * P, keys[i],
+                                          pool + ((j0 + i) % CLU_SYNTH_POOL) * bytes};
+            }
+            if (patina_table_apply(t, ch, nb, 0, NULL) != PATINA_OK) die("apply");
+        }
+        free(pool);
+    }
+    fprintf(stderr, "bench_cluster: %llu references in %.1f s\n", (unsigned long long)n, now() - t0);
+    q = query_of(t, arg(argc, argv, "--query", "samples/mate/Aqua.jpg"), (size_t)atoi(arg(argc, argv, "--batch", "16")));
+    measure("inproc", inproc_ident, t, q, (size_t)atoi(arg(argc, argv, "--batch", "16")),
+            atoi(arg(argc, argv, "--reps", "20")), n);
+    free(q);
+    free(ch);
+    free(keys);
+    patina_table_free(t);
+    patina_context_free(ctx);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ front */
+
+typedef struct fu {
+    clu_session_t *s;
+    const char *spec;
+    size_t qbytes;
+} fu_t;
+
+static patina_status front_ident(void *u, const void *q, size_t nq, patina_identify_hit_t *hits,
+                                 patina_identify_result_t *res, clu_coverage_t *cov)
+{
+    fu_t *f = u;
+    patina_identify_opts_t o;
+    patina_identify_opts_init(&o);
+    return clu_front_identify(clu_session_front(f->s), f->spec, q, nq, f->qbytes, &o, hits, res, NULL, NULL, cov);
+}
+
+static clu_session_t *session(int argc, char **argv, patina_context_t *ctx, unsigned need, patina_table_t **t)
+{
+    clu_session_t *s = NULL;
+    clu_front_opts_t fo;
+    clu_front_opts_init(&fo);
+    fo.deadline_ms = atoi(arg(argc, argv, "--deadline", "5000"));
+    if (clu_session_open(&s, arg(argc, argv, "--cluster", "nats://127.0.0.1:4222"), arg(argc, argv, "--coll", "bench"),
+                         &fo) != PATINA_OK)
+        die("session");
+    if (clu_session_table(s, ctx, NULL, need, t) != PATINA_OK) die("table");
+    return s;
+}
+
+static int run_front(int argc, char **argv)
+{
+    patina_context_t *ctx = NULL;
+    patina_table_t *t = NULL;
+    fu_t f;
+    void *q;
+    const size_t batch = (size_t)atoi(arg(argc, argv, "--batch", "16"));
+    if (patina_context_new(&ctx, NULL) != PATINA_OK) die("context");
+    f.s = session(argc, argv, ctx, PATINA_CAP_IDENTIFY, &t);
+    f.spec = patina_table_spec(t);
+    f.qbytes = patina_table_query_bytes(t);
+    q = query_of(t, arg(argc, argv, "--query", "samples/mate/Aqua.jpg"), batch);
+    /* the references: the coverage's when the front end counts them, else --refs */
+    measure("front", front_ident, &f, q, batch, atoi(arg(argc, argv, "--reps", "20")),
+            strtoull(arg(argc, argv, "--refs", "0"), NULL, 10));
+    free(q);
+    patina_table_free(t);
+    clu_session_close(f.s);
+    patina_context_free(ctx);
+    return 0;
+}
+
+static int run_cover(int argc, char **argv)
+{
+    patina_context_t *ctx = NULL;
+    patina_table_t *t = NULL;
+    patina_identify_opts_t o;
+    patina_identify_hit_t hits[64];
+    patina_identify_result_t res;
+    clu_coverage_t cov;
+    fu_t f;
+    void *q;
+    const double t0 = now(), limit = atof(arg(argc, argv, "--timeout", "120"));
+    double worst = 0;
+    int n = 0, failed = 0, partial = 0;
+    if (patina_context_new(&ctx, NULL) != PATINA_OK) die("context");
+    f.s = session(argc, argv, ctx, PATINA_CAP_IDENTIFY, &t);
+    f.spec = patina_table_spec(t);
+    f.qbytes = patina_table_query_bytes(t);
+    q = query_of(t, arg(argc, argv, "--query", "samples/mate/Aqua.jpg"), 1);
+    patina_identify_opts_init(&o);
+    for (;;) {
+        const double a = now();
+        patina_status s = clu_front_identify(clu_session_front(f.s), f.spec, q, 1, f.qbytes, &o, hits, &res, NULL,
+                                             NULL, &cov);
+        const double dt = now() - a;
+        n++;
+        if (dt > worst) worst = dt;
+        if (s != PATINA_OK) failed++;
+        else if (cov.partial) partial++;
+        if (s == PATINA_OK && !cov.partial) break;
+        if (now() - t0 > limit) break;
+    }
+    printf("{\"mode\":\"cover\",\"seconds\":%.3f,\"queries\":%d,\"failed\":%d,\"partial\":%d,\"worst_ms\":%.1f,"
+           "\"whole\":%d}\n",
+           now() - t0, n, failed, partial, 1e3 * worst, now() - t0 <= limit);
+    free(q);
+    patina_table_free(t);
+    clu_session_close(f.s);
+    patina_context_free(ctx);
+    return 0;
+}
+
+static int run_write(int argc, char **argv)
+{
+    patina_context_t *ctx = NULL;
+    patina_table_t *t = NULL;
+    clu_session_t *s;
+    clu_writer_t *w = NULL;
+    const int reps = atoi(arg(argc, argv, "--reps", "20"));
+    double *ack = calloc((size_t)reps + 1, sizeof *ack), *vis = calloc((size_t)reps + 1, sizeof *vis);
+    unsigned char desc[4096];
+    size_t bytes, i;
+    int r;
+    uint64_t x = (uint64_t)time(NULL);
+    if (patina_context_new(&ctx, NULL) != PATINA_OK) die("context");
+    s = session(argc, argv, ctx, 0, &t);
+    bytes = patina_extractor_bytes(patina_table_extractor(t));
+    if (bytes > sizeof desc) die("descriptor too large");
+    if (clu_writer_new(&w, clu_session_conn(s), clu_session_config(s), clu_session_front(s)) != PATINA_OK) die("writer");
+    for (r = 0; r < reps; r++) {
+        char key[64];
+        patina_insert_t it;
+        const char *spec = patina_table_spec(t);
+        const void *d = desc;
+        patina_table_query_t qq;
+        patina_table_results_t res;
+        double t0;
+        int found = 0;
+        for (i = 0; i < bytes; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            desc[i] = (unsigned char)(x & 7);
+        }
+        snprintf(key, sizeof key, "bench-write-%llu-%d", (unsigned long long)x, r);
+        memset(&it, 0, sizeof it);
+        it.key = key;
+        it.size = 1;
+        patina_sha256(it.sha256, key, strlen(key));
+        t0 = now();
+        if (clu_writer_put(w, &it, &spec, &d, &bytes, 1, NULL) != PATINA_OK) die("put");
+        ack[r] = now() - t0;
+        patina_table_query_init(&qq);
+        qq.k = 1;
+        while (!found && now() - t0 < 30) {
+            clu_coverage_t cov;
+            memset(&res, 0, sizeof res);
+            if (clu_front_search(clu_session_front(s), spec, desc, 1, bytes, &qq, &res, &cov) == PATINA_OK)
+                found = res.offsets[1] > 0 && res.keys && res.keys[0] && !strcmp(res.keys[0], key);
+            patina_table_results_release(&res);
+        }
+        vis[r] = found ? now() - t0 : -1;
+    }
+    {
+        double a50 = pct(ack, (size_t)reps, 0.5), a99 = pct(ack, (size_t)reps, 0.99);
+        double v50 = pct(vis, (size_t)reps, 0.5), v99 = pct(vis, (size_t)reps, 0.99);
+        printf("{\"mode\":\"write\",\"reps\":%d,\"ack_p50_ms\":%.2f,\"ack_p99_ms\":%.2f,\"visible_p50_ms\":%.2f,"
+               "\"visible_p99_ms\":%.2f,\"all_visible\":%d}\n",
+               reps, 1e3 * a50, 1e3 * a99, 1e3 * v50, 1e3 * v99, vis[0] >= 0);
+    }
+    clu_writer_free(w);
+    patina_table_free(t);
+    clu_session_close(s);
+    patina_context_free(ctx);
+    free(ack);
+    free(vis);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *m = argc > 1 ? argv[1] : "";
+    if (!strcmp(m, "inproc")) return run_inproc(argc, argv);
+    if (!strcmp(m, "front")) return run_front(argc, argv);
+    if (!strcmp(m, "cover")) return run_cover(argc, argv);
+    if (!strcmp(m, "write")) return run_write(argc, argv);
+    fprintf(stderr, "usage: bench_cluster inproc|front|cover|write [options] (bench/cluster/driver.c)\n");
+    return 2;
+}

@@ -1,0 +1,165 @@
+#!/bin/sh
+# The cluster benchmark (issue 28, "Benchmarks"): one table, the paper's
+# numbers beside (bench/cluster/table.py prints it).
+#
+#   bench/cluster/run.sh [BUILD_DIR]        (default build/, or $BUILD)
+#
+# Starts a JetStream server (NATS from .venv-nats/bin/nats-server, the PATH,
+# or $NATS_SERVER) on a free loopback port, then measures with
+# BUILD_DIR/bench/bench_cluster:
+#   - the in-process engine on 1 GPU and on every GPU (--gpus all; on a
+#     machine of one GPU "0,0", two slices sharing it, and the table says so);
+#   - the cluster path: NATS + one GPU shard per GPU (two shards sharing the
+#     GPU on a machine of one) + the front end's code, copies 1 and 2;
+#   - CPU shards S = 1, 2, 4 (the scaling shape, at a smaller N);
+#   - time to recover full coverage after kill -9 of a shard (copies 2: the
+#     other copy; copies 1: the survivors take its partitions over);
+#   - write-to-visible latency (real buckets, 2 CPU shards, copies 2).
+# The query path runs on synthetic references (`patina shard --synthetic
+# N:SEED`, the same rows the in-process table gets): N rootsift references
+# of m = 384 do not fit JetStream on the benchmark machine (about 50 KB
+# each). Environment: REFS (GPU rows, default 2000000; lowered to what 60%
+# of the host memory holds), CPU_REFS (default 2000), P (partitions, 64),
+# REPS (20), BATCH (16), QUERY (a sample photograph), CPU_ONLY=1 (skip the
+# GPU rows). Logs and JSON lines go to $OUT (default ./bench-cluster-out).
+set -eu
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${1:-${BUILD:-$ROOT/build}}
+OUT=${OUT:-$ROOT/bench-cluster-out}
+PATINA=$BUILD/patina
+DRIVER=$BUILD/bench/bench_cluster
+P=${P:-64}
+REPS=${REPS:-20}
+BATCH=${BATCH:-16}
+SEED=7
+QUERY=${QUERY:-$(find "$ROOT/samples" -name '*.jpg' 2>/dev/null | sort | head -1)}
+mkdir -p "$OUT"
+RES=$OUT/results.jsonl
+: > "$RES"
+[ -x "$DRIVER" ] || { echo "run.sh: no $DRIVER (build the bench_cluster target; it needs libnats)" >&2; exit 1; }
+[ -n "$QUERY" ] || { echo "run.sh: no query photograph (scripts/fetch-samples.sh, or QUERY=)" >&2; exit 1; }
+NATS=${NATS_SERVER:-}
+[ -n "$NATS" ] || { [ -x "$ROOT/.venv-nats/bin/nats-server" ] && NATS=$ROOT/.venv-nats/bin/nats-server; } || true
+[ -n "$NATS" ] || NATS=$(command -v nats-server || true)
+[ -n "$NATS" ] || { echo "run.sh: no nats-server (.venv-nats/bin/nats-server, PATH or NATS_SERVER)" >&2; exit 1; }
+
+NGPU=0
+if [ "${CPU_ONLY:-0}" != 1 ] && command -v nvidia-smi >/dev/null 2>&1; then
+    NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+fi
+# 2 M references by default, fewer when the host cannot hold them (a record
+# is about 55 KB in host memory, held once in-process and once by the shards)
+MEM_KB=$(awk '/MemAvailable/ {print $2}' /proc/meminfo)
+FIT=$((MEM_KB / 55 * 6 / 10 / 2))
+REFS=${REFS:-2000000}
+[ "$REFS" -le "$FIT" ] || REFS=$FIT
+CPU_REFS=${CPU_REFS:-2000}
+
+PIDS=""
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+URL=nats://127.0.0.1:$PORT
+JS=$(mktemp -d)
+cleanup() {
+    for p in $PIDS; do kill -9 "$p" 2>/dev/null || true; done
+    [ -n "${NATS_PID:-}" ] && kill "$NATS_PID" 2>/dev/null || true
+    rm -rf "$JS"
+}
+trap cleanup EXIT INT TERM
+"$NATS" -js -sd "$JS" -a 127.0.0.1 -p "$PORT" > "$OUT/nats.log" 2>&1 &
+NATS_PID=$!
+sleep 1
+
+note() { echo "$*" >&2; }
+record() { # record LABEL JSON-LINE...
+    label=$1
+    shift
+    for j in "$@"; do [ -n "$j" ] && printf '{"label":"%s","data":%s}\n' "$label" "$j" >> "$RES"; done
+}
+# shard COLL NAME COPIES DEVICE [args...]: started in the background
+shard() {
+    coll=$1 name=$2 copies=$3 dev=$4
+    shift 4
+    "$PATINA" shard "$coll" --cluster "$URL" --name "$name" --copies "$copies" --device "$dev" "$@" \
+        > "$OUT/shard-$coll-$name.log" 2>&1 &
+    PIDS="$PIDS $!"
+    eval "PID_$name=$!"
+}
+stop_all() {
+    for p in $PIDS; do kill "$p" 2>/dev/null || true; done
+    for p in $PIDS; do wait "$p" 2>/dev/null || true; done
+    PIDS=""
+    sleep 6 # the members' entries expire (TTL 5 s)
+}
+# wait_cover COLL: until every partition has a ready copy
+wait_cover() {
+    i=0
+    while [ $i -lt 3600 ]; do
+        c=$("$PATINA" cluster status "$1" --cluster "$URL" --json 2>/dev/null |
+            python3 -c 'import json,sys; print(json.load(sys.stdin)["covered"])' 2>/dev/null || echo 0)
+        [ "$c" = "$P" ] && return 0
+        sleep 1
+        i=$((i + 1))
+    done
+    note "run.sh: $1 not covered"
+    return 1
+}
+front() { "$DRIVER" front --cluster "$URL" --coll "$1" --refs "$REFS" --query "$QUERY" --reps "$REPS" --batch "$BATCH" --deadline "${2:-5000}"; }
+
+if [ "$NGPU" -ge 1 ]; then
+    if [ "$NGPU" -ge 2 ]; then ALL=all; SHARDS_GPU=$(seq 0 $((NGPU - 1)) | tr '\n' ' '); SHARING=0
+    else ALL=0,0; SHARDS_GPU="0 0"; SHARING=1; fi
+    # GPU memory budgets (GiB): 80% of a device for one process; shards sharing a GPU split it
+    GIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%d", $1 * 0.8 / 1024}')
+    SHARD_GIB=$GIB
+    [ "$SHARING" = 0 ] || SHARD_GIB=$((GIB / 2))
+    note "== in-process, $REFS references: 1 GPU, then $ALL"
+    record "inproc 1 GPU" "$("$DRIVER" inproc --refs "$REFS" --partitions "$P" --seed "$SEED" --gpus 0 --budget "$GIB" --query "$QUERY" --reps "$REPS" --batch "$BATCH")"
+    record "inproc $ALL" "$("$DRIVER" inproc --refs "$REFS" --partitions "$P" --seed "$SEED" --gpus "$ALL" --budget "$SHARD_GIB" --query "$QUERY" --reps "$REPS" --batch "$BATCH")"
+    "$PATINA" cluster create gbench --cluster "$URL" --partitions "$P" -f rootsift > /dev/null
+    for copies in 1 2; do
+        note "== cluster: GPU shards on devices $SHARDS_GPU, copies $copies"
+        i=0
+        for g in $SHARDS_GPU; do
+            shard gbench "g$i" "$copies" gpu --gpus "$g" --gpu-mem "${SHARD_GIB}G" --synthetic "$REFS:$SEED" --load-parallel 8
+            i=$((i + 1))
+        done
+        wait_cover gbench
+        sleep 2
+        record "cluster GPU copies $copies sharing=$SHARING" "$(front gbench)"
+        # kill -9 of one shard: the seconds until an answer is whole again
+        kill -9 "$PID_g0"
+        record "recover GPU copies $copies" "$("$DRIVER" cover --cluster "$URL" --coll gbench --query "$QUERY" --timeout 600 --deadline 2000)"
+        stop_all
+    done
+fi
+
+"$PATINA" cluster create cbench --cluster "$URL" --partitions "$P" -f rootsift > /dev/null
+note "== in-process CPU, $CPU_REFS references"
+record "inproc CPU" "$("$DRIVER" inproc --refs "$CPU_REFS" --partitions "$P" --seed "$SEED" --gpus "" --query "$QUERY" --reps 5 --batch 4)"
+for S in 1 2 4; do
+    note "== cluster: $S CPU shards, copies 1, $CPU_REFS references"
+    i=0
+    while [ $i -lt "$S" ]; do
+        shard cbench "c$i" 1 cpu --synthetic "$CPU_REFS:$SEED" -j $(( $(nproc) / S > 0 ? $(nproc) / S : 1 ))
+        i=$((i + 1))
+    done
+    wait_cover cbench
+    sleep 2
+    record "cluster CPU S=$S" "$("$DRIVER" front --cluster "$URL" --coll cbench --refs "$CPU_REFS" --query "$QUERY" --reps 5 --batch 4 --deadline 60000)"
+    if [ "$S" = 2 ]; then
+        kill -9 "$PID_c0"
+        record "recover CPU copies 1" "$("$DRIVER" cover --cluster "$URL" --coll cbench --query "$QUERY" --timeout 300 --deadline 60000)"
+    fi
+    stop_all
+done
+
+note "== write-to-visible: real buckets, 2 CPU shards, copies 2"
+"$PATINA" cluster create wbench --cluster "$URL" --partitions "$P" -f cedd > /dev/null
+shard wbench w0 2 cpu -j 1
+shard wbench w1 2 cpu -j 1
+wait_cover wbench
+sleep 3
+record "write" "$("$DRIVER" write --cluster "$URL" --coll wbench --reps "$REPS")"
+stop_all
+
+python3 "$ROOT/bench/cluster/table.py" "$RES" "$NGPU" "$REFS" "$CPU_REFS" "$P" | tee "$OUT/table.md"
