@@ -16,7 +16,8 @@ set -euo pipefail
 
 RUN=(build-essential cmake pkg-config
      libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev liblmdb-dev libvlfeat-dev
-     libmicrohttpd-dev libjansson-dev)   # the last two: `patina serve`
+     libmicrohttpd-dev libjansson-dev     # `patina serve`
+     libavformat-dev libavcodec-dev libswscale-dev libavutil-dev)   # video files (FFmpeg)
 TEST=(libcmocka-dev openssl              # openssl: test_serve's TLS certificate
       python3-numpy python3-skimage python3-pytest
       python3-venv python3-setuptools python3-wheel ca-certificates  # pip install of the binding; the OpenCV peer's venv from PyPI
