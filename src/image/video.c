@@ -176,6 +176,8 @@ struct patina_video {
     int draining, done;
     uint64_t damaged;         /* packets the decoder rejected */
     char first_damage[512];   /* where and why the first one was */
+    patina_status demux_status;
+    char demux_error[1024];   /* the demuxer's error that ended the stream, once the decoder is drained */
 };
 
 struct patina__vframe {
@@ -542,23 +544,35 @@ static int candidate(patina_video_t *v, int64_t idx, int64_t t_ms)
 static patina_status frame_error(patina_video_t *v, patina_status s, const char *what, int r)
 {
     char e[128], d[300];
+    if (!v->nframes)
+        return patina__fail(s, "video: %s in '%s' before its first frame: %s%s", what, v->name, av_err(r, e, sizeof e),
+                            av_detail(d, sizeof d));
     return patina__fail(s, "video: %s in '%s' after frame %" PRId64 " (t=%.3f s): %s%s", what, v->name,
                         v->nframes - 1, (double)v->last_t_ms / 1000.0, av_err(r, e, sizeof e), av_detail(d, sizeof d));
 }
 
-/* The end of the stream: PATINA_DONE, or PATINA_E_CORRUPT when packets were
- * damaged or the container declares more frames than came. */
+/* The end of the stream (the decoder drained): PATINA_DONE, or
+ * PATINA_E_CORRUPT when the demuxer met damaged or missing data (a
+ * truncated file) or the decoder rejected packets. */
 static patina_status stream_end(patina_video_t *v)
 {
-    AVStream *st = v->fmt->streams[v->stream];
     v->done = 1;
+    if (v->demux_error[0]) return patina__fail(v->demux_status, "%s", v->demux_error);
     if (v->damaged)
         return patina__fail(PATINA_E_CORRUPT, "video: %" PRIu64 " damaged packet%s in '%s', left out (the first: %s)",
                             v->damaged, v->damaged == 1 ? "" : "s", v->name, v->first_damage);
-    if (st->nb_frames > 0 && v->nframes < st->nb_frames)
-        return patina__fail(PATINA_E_CORRUPT, "video: truncated '%s': %" PRId64 " of the %" PRId64
-                            " frames its container declares (the last at t=%.3f s)", v->name, v->nframes,
-                            (int64_t)st->nb_frames, (double)v->last_t_ms / 1000.0);
+    /* Demuxers that meet the end of a cut file as the end of the stream
+     * (Matroska, ...): the frames stop more than two frame periods (0.1 s
+     * at an unknown rate) before the duration the container declares. */
+    if (v->fmt->duration > 0 && v->nframes > 0) {
+        int64_t dur_ms = av_rescale_q(v->fmt->duration, AV_TIME_BASE_Q, (AVRational){1, 1000});
+        int64_t slack = v->rate.num > 0 && v->rate.den > 0 ? av_rescale_q(2, av_inv_q(v->rate), (AVRational){1, 1000})
+                                                           : 100;
+        if (v->last_t_ms + slack < dur_ms)
+            return patina__fail(PATINA_E_CORRUPT, "video: truncated '%s': its frames end at t=%.3f s (frame %" PRId64
+                                "), its container declares %.3f s", v->name, (double)v->last_t_ms / 1000.0,
+                                v->nframes - 1, (double)dur_ms / 1000.0);
+    }
     return PATINA_DONE;
 }
 
@@ -651,10 +665,13 @@ patina_status patina__video_next_raw(patina_video_t *v, patina__vframe_t **out, 
             avcodec_send_packet(v->dec, NULL);
             continue;
         }
-        if (r < 0) {
-            v->done = 1;
-            return frame_error(v, r == AVERROR(ENOMEM) ? PATINA_E_NOMEM : PATINA_E_CORRUPT,
-                               "damaged or truncated data", r);
+        if (r < 0) { /* the frames the decoder holds are good: drain it, then say why the stream ended */
+            v->demux_status = frame_error(v, r == AVERROR(ENOMEM) ? PATINA_E_NOMEM : PATINA_E_CORRUPT,
+                                          "damaged or truncated data", r);
+            snprintf(v->demux_error, sizeof v->demux_error, "%s", patina_last_error());
+            v->draining = 1;
+            avcodec_send_packet(v->dec, NULL);
+            continue;
         }
         if (v->pkt->stream_index != v->stream) {
             av_packet_unref(v->pkt);
