@@ -68,14 +68,32 @@ YUV_FN uint8_t patina_yuv_clamp(int32_t acc)
     return (uint8_t)(r > 255 ? 255 : r);
 }
 
+/* The formula in two halves, so that a loop computes each chroma sample's
+ * terms once for the pixels that share it: the chroma terms of (Cb', Cr')
+ * -> t[0..2] (R, G, B), then a pixel's Y' with them -> rgb[0..2]. The sums
+ * are the same, so the bytes are. */
+YUV_FN void patina_yuv_chroma(const patina_yuv_coefs_t *c, unsigned cb, unsigned cr, int32_t *t)
+{
+    int32_t u = (int32_t)cb - 128, v = (int32_t)cr - 128;
+    t[0] = c->rv * v;
+    t[1] = -c->gu * u - c->gv * v;
+    t[2] = c->bu * u;
+}
+
+YUV_FN void patina_yuv_pixel(const patina_yuv_coefs_t *c, unsigned y, const int32_t *t, uint8_t *rgb)
+{
+    int32_t yy = c->y * ((int32_t)y - c->yoff);
+    rgb[0] = patina_yuv_clamp(yy + t[0]);
+    rgb[1] = patina_yuv_clamp(yy + t[1]);
+    rgb[2] = patina_yuv_clamp(yy + t[2]);
+}
+
 /* One pixel: 8-bit Y', Cb', Cr' -> rgb[0..2]. */
 YUV_FN void patina_yuv_to_rgb(const patina_yuv_coefs_t *c, unsigned y, unsigned cb, unsigned cr, uint8_t *rgb)
 {
-    int32_t yy = c->y * ((int32_t)y - c->yoff);
-    int32_t u = (int32_t)cb - 128, v = (int32_t)cr - 128;
-    rgb[0] = patina_yuv_clamp(yy + c->rv * v);
-    rgb[1] = patina_yuv_clamp(yy - c->gu * u - c->gv * v);
-    rgb[2] = patina_yuv_clamp(yy + c->bu * u);
+    int32_t t[3];
+    patina_yuv_chroma(c, cb, cr, t);
+    patina_yuv_pixel(c, y, t, rgb);
 }
 
 #endif

@@ -403,18 +403,26 @@ static void yuv_rows(uint8_t *dst, size_t stride, const AVFrame *f, const patina
 {
     const AVPixFmtDescriptor *d = av_pix_fmt_desc_get(f->format);
     const AVComponentDescriptor *cy = &d->comp[0], *cu = &d->comp[1], *cv = &d->comp[2];
-    int x, y, w = f->width;
+    const patina_yuv_coefs_t c = *k;
+    const int w = f->width, sx = grey ? 0 : d->log2_chroma_w, per = 1 << sx, sy = cy->step;
+    int x, y;
     for (y = y0; y < y1; y++) {
         const uint8_t *py = f->data[cy->plane] + (ptrdiff_t)y * f->linesize[cy->plane] + cy->offset;
         uint8_t *o = dst + (size_t)y * stride;
+        const uint8_t *pu = NULL, *pv = NULL;
+        int32_t t[3] = {0, 0, 0};
         if (grey) {
-            for (x = 0; x < w; x++, o += 3) patina_yuv_to_rgb(k, py[x * cy->step], 128, 128, o);
+            patina_yuv_chroma(&c, 128, 128, t);
         } else {
-            int yc = y >> d->log2_chroma_h, sx = d->log2_chroma_w;
-            const uint8_t *pu = f->data[cu->plane] + (ptrdiff_t)yc * f->linesize[cu->plane] + cu->offset;
-            const uint8_t *pv = f->data[cv->plane] + (ptrdiff_t)yc * f->linesize[cv->plane] + cv->offset;
-            for (x = 0; x < w; x++, o += 3)
-                patina_yuv_to_rgb(k, py[x * cy->step], pu[(x >> sx) * cu->step], pv[(x >> sx) * cv->step], o);
+            int yc = y >> d->log2_chroma_h;
+            pu = f->data[cu->plane] + (ptrdiff_t)yc * f->linesize[cu->plane] + cu->offset;
+            pv = f->data[cv->plane] + (ptrdiff_t)yc * f->linesize[cv->plane] + cv->offset;
+        }
+        /* the pixels x .. x + per - 1 share chroma sample x >> sx */
+        for (x = 0; x < w; x += per) {
+            int e = x + per < w ? x + per : w, i;
+            if (!grey) patina_yuv_chroma(&c, pu[(x >> sx) * cu->step], pv[(x >> sx) * cv->step], t);
+            for (i = x; i < e; i++, o += 3) patina_yuv_pixel(&c, py[i * sy], t, o);
         }
     }
 }
