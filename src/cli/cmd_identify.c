@@ -126,11 +126,14 @@ static void print_query(const out_ctx_t *oc, const char *query, const patina_ide
         } else if (oc->fmt == 2) {
             fprintf(f, "%s{\"rank\":%zu,\"id\":%llu,\"key\":", r ? "," : "", r + 1, (unsigned long long)hits[r].id);
             cli_json_string(f, key);
+            cli_video_json(f, keys[r]);
             fprintf(f, ",\"score\":%.17g,\"matches\":%u,\"inliers\":%u,\"verified\":%s}", hits[r].score,
                     (unsigned)hits[r].matches, (unsigned)hits[r].inliers, hits[r].verified ? "true" : "false");
         } else {
-            fprintf(f, "  %4zu  %7.6g  %7u  %7u  %s\n", r + 1, hits[r].score, (unsigned)hits[r].inliers,
+            fprintf(f, "  %4zu  %7.6g  %7u  %7u  %s", r + 1, hits[r].score, (unsigned)hits[r].inliers,
                     (unsigned)hits[r].matches, key);
+            cli_video_note(f, keys[r]);
+            fputc('\n', f);
         }
     }
     if (oc->fmt == 2) fputs("]}\n", f);

@@ -356,7 +356,8 @@ static int run_index(const cli_args_t *a)
     if (!run.quiet) {
         char rate[64] = ""; /* only when something was extracted: a re-run of unchanged files has no rate */
         if (stats.indexed && stats.seconds > 0)
-            snprintf(rate, sizeof rate, "%.1f images/s, ", (double)stats.indexed / stats.seconds);
+            snprintf(rate, sizeof rate, "%.1f %s/s, ", (double)stats.indexed / stats.seconds,
+                     stats.frames ? "records" : "images");
         fprintf(stderr,
                 "indexed %llu, skipped %llu (unchanged), failed %llu of %llu file%s, %llu with decoder "
                 "warnings; %zu path%s skipped%s%s; %.2f s (%s%s, device %s)\n",

@@ -96,11 +96,14 @@ static void print_hits(FILE *f, int fmt, const char *query, const patina_hit_t *
             fprintf(f, "%s{\"rank\":%zu,\"id\":%llu,\"key\":", r ? "," : "", r + 1,
                     (unsigned long long)hits[r].id);
             cli_json_string(f, key);
+            cli_video_json(f, keys[r]);
             fprintf(f, ",\"distance\":%.17g}", hits[r].distance);
         } else {
             /* 6 significant digits whatever the family's scale (CEDD 0..100, chi2 0..2, SQFD
              * near 0.1); csv and json give every digit */
-            fprintf(f, "  %4zu  %12.6g  %s\n", r + 1, hits[r].distance, key);
+            fprintf(f, "  %4zu  %12.6g  %s", r + 1, hits[r].distance, key);
+            cli_video_note(f, keys[r]);
+            fputc('\n', f);
         }
     }
     if (fmt == 2) fputs("]}\n", f);
