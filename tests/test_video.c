@@ -592,6 +592,44 @@ static void test_reader_errors(void **state)
     free((void *)junk);
 }
 
+/* The command line: patina index takes the video with --every, and a
+ * search names the frame's time (table and JSON). */
+static void test_cli(void **state)
+{
+    const char *mkv = strdup(tu_path(tmp, "cli.mkv")), *jpg = strdup(tu_path(tmp, "q.jpg"));
+    const char *coll = strdup(tu_path(tmp, "cli.patina"));
+    char *out = NULL, *err = NULL;
+    (void)state;
+    write_video(mkv, "matroska");
+    tu_write_jpeg(jpg, W, H, 1, 90, 3);
+    {
+        const char *argv[] = {PATINA_CLI, "index", coll, mkv, "--every", "1.5s", "-q", NULL};
+        int rc = tu_exec(&out, &err, 0, 120, argv);
+        if (rc != 0) fail_msg("index: %d: %s", rc, err ? err : "");
+        free(out);
+        free(err);
+    }
+    {
+        const char *argv[] = {PATINA_CLI, "search", coll, jpg, "-k", "2", NULL};
+        assert_int_equal(tu_exec(&out, &err, 0, 120, argv), 0);
+        print_message("%s", out);
+        assert_non_null(strstr(out, "cli.mkv#t=0.000&f=0  (0:00:00.000)"));
+        assert_non_null(strstr(out, "cli.mkv#t=1.500&f=15  (0:00:01.500)"));
+        free(out);
+        free(err);
+    }
+    {
+        const char *argv[] = {PATINA_CLI, "search", coll, jpg, "-k", "2", "--format", "json", NULL};
+        assert_int_equal(tu_exec(&out, &err, 0, 120, argv), 0);
+        assert_non_null(strstr(out, "\"key\":\"cli.mkv#t=1.500&f=15\",\"video\":{\"file\":\"cli.mkv\",\"t\":1.500,\"frame\":15}"));
+        free(out);
+        free(err);
+    }
+    free((void *)mkv);
+    free((void *)jpg);
+    free((void *)coll);
+}
+
 static void test_sniff(void **state)
 {
     unsigned char ts[400] = {0};
@@ -643,6 +681,7 @@ int main(void)
         cmocka_unit_test(test_yuv_coefs),   cmocka_unit_test(test_yuv_definition), cmocka_unit_test(test_keys),
         cmocka_unit_test(test_sniff),       cmocka_unit_test(test_reader_errors),  cmocka_unit_test(test_index_modes),
         cmocka_unit_test(test_self_search), cmocka_unit_test(test_stdin),          cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
