@@ -85,7 +85,10 @@ const cli_command_t cli_cmd_identify = {
              "         QUERY,0,,0,0,unknown. Fields with a comma, a double quote, CR or LF\n"
              "         are quoted (RFC 4180).\n"
              "  json   one object per query: {\"query\",\"decision\",\"features\",\"hits\":\n"
-             "         [{\"rank\",\"id\",\"key\",\"score\",\"matches\",\"inliers\",\"verified\"}]}\n"
+             "         [{\"rank\",\"id\",\"key\",\"score\",\"matches\",\"inliers\",\"verified\"}]};\n"
+             "         a video frame's hit (key FILE#t=SECONDS&f=FRAME) also has\n"
+             "         \"video\":{\"file\",\"t\",\"frame\"} after its key, and its table row\n"
+             "         the time (H:MM:SS.mmm) after the key\n"
              "A query that cannot be read is reported and the others answered (exit 1). A\n"
              "collection without a rootsift table cannot be identified against (exit 3).\n",
     .run = run_identify,
