@@ -98,6 +98,15 @@ patina_status patina__video_next_raw(patina_video_t *v, patina__vframe_t **out, 
 
 size_t patina__vframe_bytes(const patina__vframe_t *f) { (void)f; return 0; }
 
+patina_status patina__vframe_rgb_into(const patina_image_t *img, const patina__vframe_t *f)
+{
+    (void)img, (void)f;
+    return unavailable("(none)");
+}
+
+int patina__vframe_width(const patina__vframe_t *f) { (void)f; return 0; }
+int patina__vframe_height(const patina__vframe_t *f) { (void)f; return 0; }
+
 patina_status patina__vframe_rgb(patina_image_t *img, const patina__vframe_t *f)
 {
     (void)f;
@@ -429,10 +438,18 @@ static void yuv_rows(uint8_t *dst, size_t stride, const AVFrame *f, const patina
 
 patina_status patina__vframe_rgb(patina_image_t *img, const patina__vframe_t *vf)
 {
-    const AVFrame *f = vf->f;
-    patina_status s = patina_image_init(img, f->width, f->height);
-    int y;
+    patina_status s = patina_image_init(img, vf->f->width, vf->f->height);
     if (s != PATINA_OK) return s;
+    return patina__vframe_rgb_into(img, vf);
+}
+
+patina_status patina__vframe_rgb_into(const patina_image_t *img, const patina__vframe_t *vf)
+{
+    const AVFrame *f = vf->f;
+    int y;
+    if (img->width != f->width || img->height != f->height || img->stride < 3 * (size_t)f->width)
+        return patina__fail(PATINA_E_INTERNAL, "video: a %dx%d image for a %dx%d frame", img->width, img->height,
+                            f->width, f->height);
     if (f->format == AV_PIX_FMT_RGB24) {
         for (y = 0; y < f->height; y++)
             memcpy(img->data + (size_t)y * img->stride, f->data[0] + (ptrdiff_t)y * f->linesize[0],
@@ -448,6 +465,9 @@ size_t patina__vframe_bytes(const patina__vframe_t *vf)
     int r = av_image_get_buffer_size(vf->f->format, vf->f->width, vf->f->height, 1);
     return r > 0 ? (size_t)r : 3 * (size_t)vf->f->width * (size_t)vf->f->height;
 }
+
+int patina__vframe_width(const patina__vframe_t *vf) { return vf->f->width; }
+int patina__vframe_height(const patina__vframe_t *vf) { return vf->f->height; }
 
 void patina__vframe_free(patina__vframe_t **vf)
 {

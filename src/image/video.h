@@ -27,6 +27,14 @@ size_t patina__vframe_bytes(const patina__vframe_t *f);
  * any thread, many frames at once. PATINA_E_NOMEM only. */
 patina_status patina__vframe_rgb(patina_image_t *img, const patina__vframe_t *f);
 
+/* patina__vframe_rgb into an image the caller has (f's width and height,
+ * stride >= 3 x width): a pipeline reuses its buffers frame after frame. */
+patina_status patina__vframe_rgb_into(const patina_image_t *img, const patina__vframe_t *f);
+
+/* The frame's size. */
+int patina__vframe_width(const patina__vframe_t *f);
+int patina__vframe_height(const patina__vframe_t *f);
+
 /* Frees f and sets *f to NULL (NULL and *f NULL accepted). */
 void patina__vframe_free(patina__vframe_t **f);
 

@@ -865,20 +865,33 @@ static void *vbatch_fill_main(void *arg)
 
 typedef struct vjob {
     vbatch_t *b;
-    patina_image_t *imgs;
+    patina_image_t *bufs;       /* (cap) owned RGB buffers, kept from batch to batch */
+    patina_image_t *imgs;       /* (cap) views of bufs */
     uint8_t (*sha)[32];
     patina_status *st;
 } vjob_t;
 
-/* Converts frame i to RGB and hashes its pixels (the record's content). */
+/* Converts frame i to RGB into buffer i (reused while frames keep their
+ * size: fresh multi-megabyte buffers cost a page fault per 4 KiB) and
+ * hashes its pixels (the record's content). imgs[i] borrows the buffer. */
 static void vconvert_one(void *arg, size_t i, int worker)
 {
     vjob_t *j = arg;
+    patina_image_t *buf = &j->bufs[i];
+    int w = patina__vframe_width(j->b->raw[i]), h = patina__vframe_height(j->b->raw[i]);
     (void)worker;
-    j->st[i] = patina__vframe_rgb(&j->imgs[i], j->b->raw[i]);
+    j->st[i] = PATINA_OK;
+    if (!buf->data || buf->width != w || buf->height != h) {
+        patina_image_release(buf);
+        j->st[i] = patina_image_init(buf, w, h);
+    }
+    if (j->st[i] == PATINA_OK) j->st[i] = patina__vframe_rgb_into(buf, j->b->raw[i]);
     patina__vframe_free(&j->b->raw[i]);
-    if (j->st[i] == PATINA_OK)
-        patina_sha256(j->sha[i], j->imgs[i].data, (size_t)j->imgs[i].height * j->imgs[i].stride);
+    memset(&j->imgs[i], 0, sizeof j->imgs[i]);
+    if (j->st[i] != PATINA_OK) return;
+    j->imgs[i] = *buf;
+    j->imgs[i].owned = 0;
+    patina_sha256(j->sha[i], buf->data, (size_t)buf->height * buf->stride);
 }
 
 static void vbatch_drop(vbatch_t *b)
@@ -900,7 +913,8 @@ typedef struct vrun {
     size_t desc_bytes;
     unsigned char *probe;       /* desc_bytes scratch */
     vbatch_t b[2];
-    patina_image_t *imgs;       /* (cap) */
+    patina_image_t *bufs;       /* (cap) RGB buffers (owned), reused */
+    patina_image_t *imgs;       /* (cap) views of bufs */
     uint8_t (*sha)[32];         /* (cap) */
     patina_status *st, *xst;    /* (cap) */
     char **keys;                /* (cap) */
@@ -917,6 +931,9 @@ static void vrun_free(vrun_t *r)
         free(r->b[k].raw);
         free(r->b[k].info);
     }
+    if (r->bufs)
+        for (size_t i = 0; i < r->cap; i++) patina_image_release(&r->bufs[i]);
+    free(r->bufs);
     free(r->imgs);
     free(r->sha);
     free(r->st);
@@ -937,6 +954,7 @@ static patina_status vrun_init(vrun_t *r, size_t cap)
         r->b[k].info = calloc(cap, sizeof *r->b[k].info);
         if (!r->b[k].raw || !r->b[k].info) return PATINA_E_NOMEM;
     }
+    r->bufs = calloc(cap, sizeof *r->bufs);
     r->imgs = calloc(cap, sizeof *r->imgs);
     r->sha = calloc(cap, sizeof *r->sha);
     r->st = calloc(cap, sizeof *r->st);
@@ -946,7 +964,7 @@ static patina_status vrun_init(vrun_t *r, size_t cap)
     r->descs = malloc(cap * db);
     r->map = calloc(cap, sizeof *r->map);
     r->probe = malloc(db);
-    if (!r->imgs || !r->sha || !r->st || !r->xst || !r->keys || !r->items || !r->descs || !r->map || !r->probe)
+    if (!r->bufs || !r->imgs || !r->sha || !r->st || !r->xst || !r->keys || !r->items || !r->descs || !r->map || !r->probe)
         return PATINA_E_NOMEM;
     return PATINA_OK;
 }
@@ -958,7 +976,7 @@ static patina_status vrun_init(vrun_t *r, size_t cap)
 static patina_status vbatch_store(vrun_t *r, vbatch_t *b, const char *fkey, const char *path, int64_t mtime,
                                   patina_index_stats_t *stats, patina_status *fst, char *ferr, size_t ferr_size)
 {
-    vjob_t job = {b, r->imgs, r->sha, r->st};
+    vjob_t job = {b, r->bufs, r->imgs, r->sha, r->st};
     size_t i, nb = 0, ni = 0;
     patina_status result = PATINA_OK;
     double t = patina_now();
