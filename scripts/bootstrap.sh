@@ -28,6 +28,7 @@ set -euo pipefail
 RUN=(build-essential cmake pkg-config
      libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev liblmdb-dev libvlfeat-dev
      libmicrohttpd-dev libjansson-dev    # `patina serve`
+     libavformat-dev libavcodec-dev libswscale-dev libavutil-dev   # video files (FFmpeg)
      libnats-dev)                        # the cluster's client (patina shard, serve --cluster)
 TEST=(libcmocka-dev openssl              # openssl: test_serve's TLS certificate
       python3-numpy python3-skimage python3-pytest

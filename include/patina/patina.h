@@ -18,6 +18,7 @@
 #include "patina/identify.h"
 #include "patina/pipeline.h"
 #include "patina/table.h"
+#include "patina/video.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -13,7 +13,10 @@
  * indexed as well (two files may be equal) unless skip_duplicates is set.
  * A file that fails (unreadable, corrupt,
  * unsupported, over limit) is reported through on_error and counted; the
- * others still succeed. A file decoded with a decoder warning (damaged but
+ * others still succeed. Video files (recognised by their first bytes) and
+ * "-" (standard input) are read frame by frame (include/patina/video.h):
+ * each kept frame is stored as a record of its own; a damaged or truncated
+ * video keeps its good frames and is reported through on_error. A file decoded with a decoder warning (damaged but
  * decodable data, see image.h) is reported through on_warning and counted;
  * with `strict` it fails instead. */
 #ifndef PATINA_PIPELINE_H
@@ -48,6 +51,11 @@ typedef struct patina_index_stats {
      * producer side, overlapping extract + store when the device is the GPU;
      * wait is the time the store side waited for the producer. */
     double t_read, t_decode, t_extract, t_store, t_wait;
+    /* Video files (docs/video.md): each kept frame is a record. `indexed` and
+     * `skipped` count frames too; these say how many of them were frames,
+     * and how many video files were read to their end without an error (a
+     * video that fails is counted in `failed`; its good frames stay). */
+    uint64_t frames, frames_skipped, videos;
 } patina_index_stats_t;
 
 /* Who decodes JPEG files. libjpeg-turbo on the CPU workers gives the
@@ -123,6 +131,15 @@ typedef struct patina_index_opts {
      * extraction (patina_decode_opts_t.apply_orientation; those not stored
      * upright are decoded on the CPU). Default 0: pixels as stored (LIRE's). */
     int apply_orientation;
+    /* Video files and "-" (standard input as a video stream; docs/video.md):
+     * which frames are indexed (patina_video_opts_t: every frame, one every
+     * N frames, one every S milliseconds; with shots > 0 only shot changes)
+     * and the key of the stream on standard input (NULL: "stdin"). Each
+     * kept frame is a record keyed "FILEKEY#t=SECONDS&f=FRAME". */
+    uint64_t video_every_frames;
+    uint64_t video_every_ms;
+    double video_shots;
+    const char *stdin_key;
 } patina_index_opts_t;
 
 /* Fills opts with the defaults (every field above at its documented default,

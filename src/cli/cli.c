@@ -212,3 +212,26 @@ void cli_print_elem(FILE *f, patina_elem e, const void *desc, size_t i)
     case PATINA_ELEM_F64: fprintf(f, "%.17g", ((const double *)desc)[i]); break;
     }
 }
+
+void cli_video_json(FILE *f, const char *key)
+{
+    int64_t t, frame;
+    size_t len;
+    char *file;
+    if (!key || !patina_video_key_parse(key, &t, &frame, &len) || !(file = strndup(key, len))) return;
+    fputs(",\"video\":{\"file\":", f);
+    cli_json_string(f, file);
+    fprintf(f, ",\"t\":%s%lld.%03lld,\"frame\":%lld}", t < 0 ? "-" : "", (long long)(t < 0 ? -t : t) / 1000,
+            (long long)(t < 0 ? -t : t) % 1000, (long long)frame);
+    free(file);
+}
+
+void cli_video_note(FILE *f, const char *key)
+{
+    int64_t t, frame;
+    long long a;
+    if (!key || !patina_video_key_parse(key, &t, &frame, NULL)) return;
+    a = (long long)(t < 0 ? -t : t);
+    fprintf(f, "  (%s%lld:%02lld:%02lld.%03lld)", t < 0 ? "-" : "", a / 3600000, a / 60000 % 60, a / 1000 % 60,
+            a % 1000);
+}

@@ -113,6 +113,13 @@ void cli_csv_field(FILE *f, const char *s);
  * convention, so no path is lost (os.fsencode(value) gives the bytes back). */
 void cli_json_string(FILE *f, const char *s);
 
+/* A hit on a video frame (a key "FILE#t=SECONDS&f=FRAME", patina_video_key):
+ * cli_video_json writes ,"video":{"file":FILE,"t":SECONDS,"frame":FRAME}
+ * after a JSON hit's key, cli_video_note "  (H:MM:SS.mmm)" after a table
+ * row's key; both write nothing for an image's key. */
+void cli_video_json(FILE *f, const char *key);
+void cli_video_note(FILE *f, const char *key);
+
 /* The element type as C and numpy name it: "u8", "u16", "u32", "f32", "f64". */
 const char *cli_elem_name(patina_elem e);
 /* The walk's include/exclude globs from CLI_OPT_WALK_FILTERS (borrowed from a). */

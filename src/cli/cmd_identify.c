@@ -97,7 +97,10 @@ const cli_command_t cli_cmd_identify = {
              "         QUERY,0,,0,0,unknown. Fields with a comma, a double quote, CR or LF\n"
              "         are quoted (RFC 4180).\n"
              "  json   one object per query: {\"query\",\"decision\",\"features\",\"hits\":\n"
-             "         [{\"rank\",\"id\",\"key\",\"score\",\"matches\",\"inliers\",\"verified\"}]}\n"
+             "         [{\"rank\",\"id\",\"key\",\"score\",\"matches\",\"inliers\",\"verified\"}]};\n"
+             "         a video frame's hit (key FILE#t=SECONDS&f=FRAME) also has\n"
+             "         \"video\":{\"file\",\"t\",\"frame\"} after its key, and its table row\n"
+             "         the time (H:MM:SS.mmm) after the key\n"
              "A query that cannot be read is reported and the others answered (exit 1). A\n"
              "collection without a rootsift table cannot be identified against (exit 3).\n",
     .run = run_identify,
@@ -140,11 +143,14 @@ static void print_query(const out_ctx_t *oc, const char *query, const patina_ide
         } else if (oc->fmt == 2) {
             fprintf(f, "%s{\"rank\":%zu,\"id\":%llu,\"key\":", r ? "," : "", r + 1, (unsigned long long)hits[r].id);
             cli_json_string(f, key);
+            cli_video_json(f, keys[r]);
             fprintf(f, ",\"score\":%.17g,\"matches\":%u,\"inliers\":%u,\"verified\":%s}", hits[r].score,
                     (unsigned)hits[r].matches, (unsigned)hits[r].inliers, hits[r].verified ? "true" : "false");
         } else {
-            fprintf(f, "  %4zu  %7.6g  %7u  %7u  %s\n", r + 1, hits[r].score, (unsigned)hits[r].inliers,
+            fprintf(f, "  %4zu  %7.6g  %7u  %7u  %s", r + 1, hits[r].score, (unsigned)hits[r].inliers,
                     (unsigned)hits[r].matches, key);
+            cli_video_note(f, keys[r]);
+            fputc('\n', f);
         }
     }
     if (oc->fmt == 2) fputs("]}\n", f);

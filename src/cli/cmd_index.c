@@ -1,4 +1,5 @@
 /* patina index: add files and folders to a collection, with a progress bar. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -50,6 +51,18 @@ static const cli_opt_t opts[] = {
     {.name = "skip-duplicates", .type = CLI_FLAG,
      .help = "do not index a file whose content (SHA-256) is stored under another key (it is "
              "reported either way)"},
+    {.name = "every", .type = CLI_TEXT, .arg = "N|Ss",
+     .help = "video: index one frame every N frames (--every 30), or the first frame at or after "
+             "every S seconds (--every 2s, --every 0.5s; millisecond precision); default: every frame"},
+    {.name = "shots", .type = CLI_FLAG,
+     .help = "video: of the frames --every gives, index only those whose colour histogram differs "
+             "from the last indexed frame's by at least --shot-threshold (shot changes; docs/video.md)"},
+    {.name = "shot-threshold", .type = CLI_NUMBER, .arg = "D", .min = 0, .max = 1, .def = "0.3",
+     .flags = CLI_OPEN_MIN,
+     .help = "--shots: the histogram distance (0..1, the share of sampled pixels whose colour bin "
+             "changed) that makes a frame a new shot"},
+    {.name = "stdin-key", .type = CLI_TEXT, .arg = "NAME", .def = "stdin",
+     .help = "the key of the video read from standard input (PATH '-'); its frames are NAME#t=..."},
     {.name = "verbose", .letter = 'v', .type = CLI_FLAG, .help = "name each file a folder walk leaves out"},
     {.name = "quiet", .letter = 'q', .type = CLI_FLAG, .help = "no progress bar and no summary"},
     CLI_OPT_CLUSTER_URL,
@@ -74,6 +87,12 @@ const cli_command_t cli_cmd_index = {
              "or its absolute real path when it lies outside the root. So every spelling of\n"
              "a path gives one record, and a collection moved together with its images\n"
              "keeps working. Collections made before roots keep the paths as given.\n"
+             "\n"
+             "Video files (MP4, MKV, WebM, AVI, MPEG-TS/PS, ...: recognised by their first\n"
+             "bytes) and '-' (a video stream on standard input) are decoded with FFmpeg;\n"
+             "each frame chosen by --every/--shots is a record keyed FILE#t=SECONDS&f=FRAME\n"
+             "(clip.mp4#t=12.345&f=370: its time from the start in seconds with three\n"
+             "decimals, its frame number from 0); docs/video.md.\n"
              "\n"
              "A file whose key is stored already with the same content (SHA-256) is\n"
              "skipped, so an interrupted run resumes where it stopped. A file under a new\n"
@@ -123,13 +142,21 @@ static void fmt_time(char *buf, size_t n, double s)
 static void on_progress(void *user, const patina_index_stats_t *s)
 {
     run_t *r = user;
-    uint64_t done = s->indexed + s->skipped + s->failed + (r->skip_dups ? s->duplicates : 0);
+    /* files done: images (records that are not video frames), videos read, failures */
+    uint64_t done = (s->indexed - s->frames) + (s->skipped - s->frames_skipped) + s->videos + s->failed +
+                    (r->skip_dups ? s->duplicates : 0);
     double rate = s->seconds > 0 ? (double)done / s->seconds : 0;
     char eta[32];
     int width = 30, fill;
     if (!r->tty || r->quiet) return;
     fill = s->files ? (int)((double)width * (double)done / (double)s->files) : width;
     fmt_time(eta, sizeof eta, rate > 0 ? (double)(s->files - done) / rate : 0);
+    if (s->frames || s->frames_skipped) { /* a video: frames as they come */
+        fprintf(stderr, "\r\033[K%llu/%llu files, %llu frames, %.1f frames/s", (unsigned long long)done,
+                (unsigned long long)s->files, (unsigned long long)(s->frames + s->frames_skipped),
+                s->seconds > 0 ? (double)(s->frames + s->frames_skipped) / s->seconds : 0);
+        return;
+    }
     fprintf(stderr, "\r\033[K[%.*s%*s] %llu/%llu %3.0f%% %.1f img/s ETA %s", fill,
             "##############################", width - fill, "", (unsigned long long)done,
             (unsigned long long)s->files, s->files ? 100.0 * (double)done / (double)s->files : 100.0,
@@ -184,6 +211,41 @@ static int update_pivots(const cli_args_t *a, patina_context_t *ctx, patina_coll
     return 0;
 }
 
+/* --every N (frames) or --every S s (seconds, up to three decimals). */
+static int parse_every(const cli_args_t *a, patina_index_opts_t *o)
+{
+    const cli_value_t *v = cli_get(a, "every");
+    const char *t = v->text;
+    char *end;
+    unsigned long long n, ms = 0;
+    int dec = 0;
+    if (!v->given) return 0;
+    if (!t || !(*t >= '0' && *t <= '9')) goto bad;
+    errno = 0;
+    n = strtoull(t, &end, 10);
+    if (errno || n > 1000000000ull) goto bad;
+    if (!*end) {
+        if (n == 0) goto bad;
+        o->video_every_frames = n;
+        return 0;
+    }
+    if (*end == '.') {
+        for (end++; *end >= '0' && *end <= '9'; end++) {
+            if (++dec > 3) goto bad;
+            ms = ms * 10 + (unsigned long long)(*end - '0');
+        }
+        if (!dec) goto bad;
+    }
+    for (; dec < 3; dec++) ms *= 10;
+    if (strcmp(end, "s") || n * 1000 + ms == 0) goto bad;
+    o->video_every_ms = n * 1000 + ms;
+    return 0;
+bad:
+    cli_error("index", "--every '%s': a number of frames (30) or of seconds (2s, 0.5s; at most "
+                       "three decimals), more than 0", t ? t : "");
+    return -1;
+}
+
 static int run_index(const cli_args_t *a)
 {
     const char *family = cli_get(a, "family")->text;
@@ -232,6 +294,12 @@ static int run_index(const cli_args_t *a)
         cli_status_error("index", s);
         return EXIT_USAGE;
     }
+    if (parse_every(a, &iopts) != 0) {
+        rc = EXIT_USAGE;
+        goto out;
+    }
+    if (cli_get(a, "shots")->i) iopts.video_shots = cli_get(a, "shot-threshold")->num;
+    iopts.stdin_key = cli_get(a, "stdin-key")->text;
     if (cli_get(a, "pivots")->given && cli_get(a, "pivots")->i > 0 && !(patina_extractor_caps(ex) & PATINA_CAP_PIVOTS)) {
         cli_error("index", "--pivots: pivot tables are for -f signature (SQFD), not '%s'", patina_extractor_spec(ex));
         rc = EXIT_USAGE;
@@ -296,10 +364,15 @@ static int run_index(const cli_args_t *a)
     if (wstats.others)
         snprintf(others, sizeof others, "; %zu other file%s skipped (not images, or by --include/--exclude%s)",
                  wstats.others, cli_plural(wstats.others), run.verbose ? "" : "; -v names them");
+    if (!run.quiet && (stats.frames || stats.frames_skipped || stats.videos))
+        fprintf(stderr, "video: %llu frame%s indexed, %llu unchanged, from %llu video%s read to the end\n",
+                (unsigned long long)stats.frames, cli_plural(stats.frames), (unsigned long long)stats.frames_skipped,
+                (unsigned long long)stats.videos, cli_plural(stats.videos));
     if (!run.quiet) {
         char rate[64] = ""; /* only when something was extracted: a re-run of unchanged files has no rate */
         if (stats.indexed && stats.seconds > 0)
-            snprintf(rate, sizeof rate, "%.1f images/s, ", (double)stats.indexed / stats.seconds);
+            snprintf(rate, sizeof rate, "%.1f %s/s, ", (double)stats.indexed / stats.seconds,
+                     stats.frames ? "records" : "images");
         fprintf(stderr,
                 "indexed %llu, skipped %llu (unchanged), failed %llu of %llu file%s, %llu with decoder "
                 "warnings; %zu path%s skipped%s%s; %.2f s (%s%s, device %s)\n",

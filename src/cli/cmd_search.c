@@ -65,12 +65,14 @@ const cli_command_t cli_cmd_search = {
     .nopts = sizeof opts / sizeof opts[0],
     .notes = "output:\n"
              "  table  per query a header line and one line per hit (default); distances\n"
-             "         with 6 significant digits (%.6g)\n"
+             "         with 6 significant digits (%.6g); a video frame's key is followed\n"
+             "         by its time, (H:MM:SS.mmm)\n"
              "  csv    QUERY,RANK,KEY,DISTANCE per hit, no header; RANK from 1, DISTANCE\n"
              "         with %.17g. QUERY or KEY holding a comma, a double quote, CR or LF is\n"
              "         quoted as RFC 4180 says (quotes doubled); lines end with LF.\n"
              "  json   one object per query: {\"query\",\"hits\":[{\"rank\",\"id\",\"key\",\n"
-             "         \"distance\"}]}; strings escape every control character, bytes that are\n"
+             "         \"distance\"}]}, a video frame's hit also \"video\":{\"file\",\"t\",\"frame\"}\n"
+             "         after its key; strings escape every control character, bytes that are\n"
              "         not UTF-8 become \\udc80..\\udcff (Python's surrogateescape).\n"
              "A -f whose table the collection does not have is a usage error (exit status 2;\n"
              "the message lists the collection's tables): the command line asks for\n"
@@ -123,11 +125,14 @@ static void print_hits(FILE *f, int fmt, const char *query, const patina_hit_t *
             fprintf(f, "%s{\"rank\":%zu,\"id\":%llu,\"key\":", r ? "," : "", r + 1,
                     (unsigned long long)hits[r].id);
             cli_json_string(f, key);
+            cli_video_json(f, keys[r]);
             fprintf(f, ",\"distance\":%.17g}", hits[r].distance);
         } else {
             /* 6 significant digits whatever the family's scale (CEDD 0..100, chi2 0..2, SQFD
              * near 0.1); csv and json give every digit */
-            fprintf(f, "  %4zu  %12.6g  %s\n", r + 1, hits[r].distance, key);
+            fprintf(f, "  %4zu  %12.6g  %s", r + 1, hits[r].distance, key);
+            cli_video_note(f, keys[r]);
+            fputc('\n', f);
         }
     }
     if (fmt == 2) fputs("]}\n", f);

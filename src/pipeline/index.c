@@ -32,6 +32,7 @@
 #include "features/family.h"
 #include "gpu/gpu.h"
 #include "image/loaders.h"
+#include "image/video.h"
 #include "patina/pipeline.h"
 
 int patina_jpeg_gpu_available(const patina_context_t *ctx, char *why, size_t size)
@@ -172,18 +173,20 @@ static int matches(const char *const *pat, size_t n, const char *rel)
     return 0;
 }
 
-/* 1 when a loader recognises the file's first bytes, or it cannot be read
- * (the indexing then says why). */
+/* 1 when an image loader recognises the file's first bytes, or, in a build
+ * that reads video, they are a video container's; or the file cannot be
+ * read (the indexing then says why). */
 static int looks_like_image(const char *path)
 {
-    unsigned char head[16];
+    unsigned char head[512];
     ssize_t got;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return 1;
     got = read(fd, head, sizeof head);
     close(fd);
     if (got < 0) return 1;
-    return patina_format_sniff(head, (size_t)got) != PATINA_FORMAT_UNKNOWN;
+    return patina_format_sniff(head, (size_t)got) != PATINA_FORMAT_UNKNOWN ||
+           (patina_video_available() && patina_video_sniff(head, (size_t)got));
 }
 
 /* Whether the folder walk takes file p (its inode not yet looked at): the
@@ -195,7 +198,9 @@ static int walk_takes(walk_t *w, const char *p)
     char msg[1024];
     if (o->nexclude && matches(o->exclude, o->nexclude, rel)) why = "it matches an exclude pattern";
     else if (o->ninclude && !matches(o->include, o->ninclude, rel)) why = "it matches no include pattern";
-    else if (!o->all_files && !looks_like_image(p)) why = "no image loader recognises its first bytes";
+    else if (!o->all_files && !looks_like_image(p))
+        why = patina_video_available() ? "no image loader recognises its first bytes, nor the video reader"
+                                       : "no image loader recognises its first bytes";
     if (!why) return 1;
     w->others++;
     if (o->on_other) {
@@ -340,7 +345,13 @@ patina_status patina_walk(char ***files, size_t *n, const char *const *paths, si
     w.o = opts;
     for (i = 0; i < npaths && s == PATINA_OK; i++) {
         struct stat st;
-        if (stat(paths[i], &st) != 0) {
+        if (!strcmp(paths[i], "-")) { /* standard input: a video stream for patina_index_files */
+            char *p = strdup("-");
+            if (!p || strvec_push(&w.out, p) != 0) {
+                free(p);
+                s = nomem();
+            }
+        } else if (stat(paths[i], &st) != 0) {
             int err = errno;
             walk_skip(&w, paths[i], err == ENOENT ? PATINA_E_NOTFOUND : PATINA_E_IO,
                       "index: cannot access '%s': %s", paths[i], strerror(err));
@@ -868,6 +879,370 @@ static void extract_error(char *buf, size_t size, patina_context_t *ctx, const p
     free(tmp);
 }
 
+/* ------------------------------------------------------------ video files */
+
+/* A video file's frames flow in batches of at most opts.batch frames and
+ * half of opts.batch_memory (decoded planes + RGB): one batch is filled by
+ * the reader on its own thread (libavcodec decodes on its threads) while
+ * the previous one is converted to RGB and hashed on the workers,
+ * extracted and stored; a stream of any length holds two batches. */
+
+typedef struct vbatch {
+    patina__vframe_t **raw;     /* (cap) decoded frames, freed once converted */
+    patina_video_frame_t *info; /* (cap) */
+    size_t n;
+    patina_status end;          /* PATINA_OK: more may follow; PATINA_DONE; or the error that ended the stream */
+    char msg[PATINA_ERROR_MAX]; /* the error's message (set on the filling thread) */
+} vbatch_t;
+
+typedef struct vfill {
+    patina_video_t *v;
+    vbatch_t *b;
+    size_t cap;
+    uint64_t budget;
+} vfill_t;
+
+static void vbatch_fill(vfill_t *f)
+{
+    vbatch_t *b = f->b;
+    uint64_t used = 0;
+    b->n = 0;
+    b->end = PATINA_OK;
+    b->msg[0] = '\0';
+    while (b->n < f->cap && used < f->budget) {
+        patina_status s = patina__video_next_raw(f->v, &b->raw[b->n], &b->info[b->n]);
+        if (s != PATINA_OK) {
+            b->end = s;
+            if (s != PATINA_DONE) snprintf(b->msg, sizeof b->msg, "%s", patina_last_error());
+            break;
+        }
+        used += patina__vframe_bytes(b->raw[b->n]) + 3 * (uint64_t)b->info[b->n].width * (uint64_t)b->info[b->n].height;
+        b->n++;
+    }
+}
+
+static void *vbatch_fill_main(void *arg)
+{
+    vbatch_fill(arg);
+    return NULL;
+}
+
+typedef struct vjob {
+    vbatch_t *b;
+    patina_image_t *bufs;       /* (cap) owned RGB buffers, kept from batch to batch */
+    patina_image_t *imgs;       /* (cap) views of bufs */
+    uint8_t (*sha)[32];
+    patina_status *st;
+} vjob_t;
+
+/* Converts frame i to RGB into buffer i (reused while frames keep their
+ * size: fresh multi-megabyte buffers cost a page fault per 4 KiB) and
+ * hashes its pixels (the record's content). imgs[i] borrows the buffer. */
+static void vconvert_one(void *arg, size_t i, int worker)
+{
+    vjob_t *j = arg;
+    patina_image_t *buf = &j->bufs[i];
+    int w = patina__vframe_width(j->b->raw[i]), h = patina__vframe_height(j->b->raw[i]);
+    (void)worker;
+    j->st[i] = PATINA_OK;
+    if (!buf->data || buf->width != w || buf->height != h) {
+        patina_image_release(buf);
+        j->st[i] = patina_image_init(buf, w, h);
+    }
+    if (j->st[i] == PATINA_OK) j->st[i] = patina__vframe_rgb_into(buf, j->b->raw[i]);
+    patina__vframe_free(&j->b->raw[i]);
+    memset(&j->imgs[i], 0, sizeof j->imgs[i]);
+    if (j->st[i] != PATINA_OK) return;
+    j->imgs[i] = *buf;
+    j->imgs[i].owned = 0;
+    patina_sha256(j->sha[i], buf->data, (size_t)buf->height * buf->stride);
+}
+
+static void vbatch_drop(vbatch_t *b)
+{
+    for (size_t i = 0; i < b->n; i++) patina__vframe_free(&b->raw[i]);
+    b->n = 0;
+}
+
+/* What index_video shares with the run. */
+typedef struct vrun {
+    patina_context_t *ctx;
+    patina_collection_t *c;
+    const patina_extractor_t *ex;
+    patina_device dev;
+    patina_pool_t *pool;
+    const patina_index_opts_t *o;
+    size_t cap;
+    uint64_t budget;            /* per batch */
+    size_t desc_bytes;
+    unsigned char *probe;       /* desc_bytes scratch */
+    vbatch_t b[2];
+    patina_image_t *bufs;       /* (cap) RGB buffers (owned), reused */
+    patina_image_t *imgs;       /* (cap) views of bufs */
+    uint8_t (*sha)[32];         /* (cap) */
+    patina_status *st, *xst;    /* (cap) */
+    char **keys;                /* (cap) */
+    patina_insert_t *items;     /* (cap) */
+    uint8_t *descs;             /* (cap, desc_bytes) */
+    size_t *map;                /* (cap) */
+    double t0;
+    double t_convert;           /* seconds converting frames (counted as decoding) */
+} vrun_t;
+
+static void vrun_free(vrun_t *r)
+{
+    for (int k = 0; k < 2; k++) {
+        free(r->b[k].raw);
+        free(r->b[k].info);
+    }
+    if (r->bufs)
+        for (size_t i = 0; i < r->cap; i++) patina_image_release(&r->bufs[i]);
+    free(r->bufs);
+    free(r->imgs);
+    free(r->sha);
+    free(r->st);
+    free(r->xst);
+    free(r->keys);
+    free(r->items);
+    free(r->descs);
+    free(r->map);
+    free(r->probe);
+}
+
+static patina_status vrun_init(vrun_t *r, size_t cap)
+{
+    size_t db = r->desc_bytes ? r->desc_bytes : 1;
+    r->cap = cap;
+    for (int k = 0; k < 2; k++) {
+        r->b[k].raw = calloc(cap, sizeof *r->b[k].raw);
+        r->b[k].info = calloc(cap, sizeof *r->b[k].info);
+        if (!r->b[k].raw || !r->b[k].info) return PATINA_E_NOMEM;
+    }
+    r->bufs = calloc(cap, sizeof *r->bufs);
+    r->imgs = calloc(cap, sizeof *r->imgs);
+    r->sha = calloc(cap, sizeof *r->sha);
+    r->st = calloc(cap, sizeof *r->st);
+    r->xst = calloc(cap, sizeof *r->xst);
+    r->keys = calloc(cap, sizeof *r->keys);
+    r->items = calloc(cap, sizeof *r->items);
+    r->descs = malloc(cap * db);
+    r->map = calloc(cap, sizeof *r->map);
+    r->probe = malloc(db);
+    if (!r->bufs || !r->imgs || !r->sha || !r->st || !r->xst || !r->keys || !r->items || !r->descs || !r->map || !r->probe)
+        return PATINA_E_NOMEM;
+    return PATINA_OK;
+}
+
+/* Stores batch b of the video whose key is `fkey`: converts, skips frames
+ * stored unchanged, extracts, puts in one transaction. A failed frame
+ * (out of memory, extraction) fails the file: *ferr (empty until then)
+ * gets the first message. Returns only errors that stop the run. */
+static patina_status vbatch_store(vrun_t *r, vbatch_t *b, const char *fkey, const char *path, int64_t mtime,
+                                  patina_index_stats_t *stats, patina_status *fst, char *ferr, size_t ferr_size)
+{
+    vjob_t job = {b, r->bufs, r->imgs, r->sha, r->st};
+    size_t i, nb = 0, ni = 0;
+    patina_status result = PATINA_OK;
+    double t = patina_now();
+    const size_t n = b->n;
+    patina_pool_run(r->pool, n, vconvert_one, &job);
+    b->n = 0; /* the frames are freed */
+    r->t_convert += patina_now() - t;
+    stats->t_decode += patina_now() - t;
+    for (i = 0; i < n; i++) {
+        char key[4096];
+        patina_record_t rec;
+        r->keys[i] = NULL;
+        if (r->st[i] != PATINA_OK) {
+            if (*fst == PATINA_OK) {
+                *fst = r->st[i];
+                snprintf(ferr, ferr_size, "video: frame %lld of '%s': %s", (long long)b->info[i].frame, path,
+                         patina_status_str(r->st[i]));
+            }
+            continue;
+        }
+        patina_status ks = patina_video_key(key, sizeof key, fkey, &b->info[i]);
+        if (ks == PATINA_OK && !(r->keys[i] = strdup(key)))
+            ks = patina__fail(PATINA_E_NOMEM, "index: out of memory for the key of a frame of '%s'", path);
+        if (ks != PATINA_OK) {
+            if (*fst == PATINA_OK) {
+                *fst = ks;
+                snprintf(ferr, ferr_size, "%s", patina_last_error());
+            }
+            patina_image_release(&r->imgs[i]);
+            continue;
+        }
+        /* stored already with these pixels (and a descriptor in this table): skipped */
+        if (patina_collection_get_by_key(r->c, key, &rec) == PATINA_OK) {
+            int same = !memcmp(rec.sha256, r->sha[i], 32) &&
+                       patina_collection_get_descriptor(r->c, patina_extractor_spec(r->ex), rec.id, r->probe,
+                                                        r->desc_bytes) == PATINA_OK;
+            patina_record_release(&rec);
+            if (same) {
+                stats->skipped++;
+                stats->frames_skipped++;
+                patina_image_release(&r->imgs[i]);
+                continue;
+            }
+        }
+        r->map[nb] = i;
+        r->imgs[nb] = r->imgs[i]; /* nb <= i: compacts the images to extract */
+        if (nb != i) memset(&r->imgs[i], 0, sizeof r->imgs[i]);
+        nb++;
+    }
+    patina_clear_error();
+    t = patina_now();
+    if (nb) result = patina_extract_batch(r->ctx, r->ex, r->dev, r->descs, r->imgs, nb, r->xst);
+    stats->t_extract += patina_now() - t;
+    t = patina_now();
+    for (i = 0; i < nb && result == PATINA_OK; i++) {
+        size_t f = r->map[i];
+        patina_image_t *img = &r->imgs[i];
+        if (r->xst[i] != PATINA_OK) {
+            if (*fst == PATINA_OK) {
+                *fst = r->xst[i];
+                extract_error(ferr, ferr_size, r->ctx, r->ex, img, r->keys[f], r->xst[i]);
+            }
+            continue;
+        }
+        r->items[ni].key = r->keys[f];
+        r->items[ni].size = (uint64_t)img->height * img->stride;
+        memcpy(r->items[ni].sha256, r->sha[f], 32);
+        r->items[ni].mtime = mtime;
+        r->items[ni].width = img->width;
+        r->items[ni].height = img->height;
+        r->items[ni].desc = r->descs + i * r->desc_bytes;
+        ni++;
+        stats->pixels += (uint64_t)img->width * (uint64_t)img->height;
+    }
+    if (result == PATINA_OK && ni)
+        result = patina_collection_put(r->c, patina_extractor_spec(r->ex), r->desc_bytes, r->items, ni, NULL);
+    if (result == PATINA_OK) {
+        stats->indexed += ni;
+        stats->frames += ni;
+    }
+    stats->t_store += patina_now() - t;
+    for (i = 0; i < nb; i++) patina_image_release(&r->imgs[i]);
+    for (i = 0; i < n; i++) {
+        free(r->keys[i]);
+        r->keys[i] = NULL;
+    }
+    stats->seconds = patina_now() - r->t0;
+    if (result == PATINA_OK && r->o->progress) r->o->progress(r->o->user, stats);
+    return result;
+}
+
+/* Indexes the frames of one video file (or "-", standard input). A file
+ * that cannot be opened, or ends in an error, is reported through on_error
+ * and counted as failed; the frames stored before stay. Returns only
+ * errors that stop the run (the store). */
+static patina_status index_video(vrun_t *r, const char *path, patina_index_stats_t *stats)
+{
+    const patina_index_opts_t *o = r->o;
+    patina_video_opts_t vo;
+    patina_video_t *v = NULL;
+    char *fkey = NULL;
+    char ferr[PATINA_ERROR_MAX] = "";
+    patina_status fst = PATINA_OK, result = PATINA_OK, s;
+    int64_t mtime = 0;
+    int cur = 0;
+    struct stat st;
+    patina_video_opts_init(&vo);
+    vo.every_frames = o->video_every_frames;
+    vo.every_ms = o->video_every_ms;
+    vo.shots = o->video_shots;
+    vo.limits = *patina_context_limits(r->ctx);
+    if (!strcmp(path, "-")) {
+        fkey = strdup(o->stdin_key ? o->stdin_key : "stdin");
+        s = fkey ? PATINA_OK : patina__fail(PATINA_E_NOMEM, "index: out of memory");
+    } else {
+        s = patina_collection_key(r->c, path, &fkey);
+        if (stat(path, &st) == 0) mtime = (int64_t)st.st_mtime;
+    }
+    if (s == PATINA_OK) s = patina_video_open(&v, path, &vo);
+    if (s != PATINA_OK) {
+        stats->failed++;
+        if (o->on_error) o->on_error(o->user, path, s, patina_last_error());
+        free(fkey);
+        return PATINA_OK;
+    }
+    {
+        vfill_t f = {v, &r->b[0], r->cap, r->budget};
+        vbatch_fill(&f);
+    }
+    for (;;) {
+        vbatch_t *b = &r->b[cur], *nx = &r->b[1 - cur];
+        vfill_t f = {v, nx, r->cap, r->budget};
+        pthread_t th;
+        int started = 0;
+        double t;
+        nx->n = 0;
+        if (b->end == PATINA_OK) {
+            started = pthread_create(&th, NULL, vbatch_fill_main, &f) == 0;
+            if (!started) vbatch_fill(&f); /* no thread: the next batch first, then this one's storing */
+        }
+        result = vbatch_store(r, b, fkey, path, mtime, stats, &fst, ferr, sizeof ferr);
+        if (started) {
+            t = patina_now();
+            pthread_join(th, NULL);
+            stats->t_wait += patina_now() - t;
+        }
+        if (b->end != PATINA_OK) break;  /* done, or an error: nothing was filled after it */
+        if (result != PATINA_OK) {
+            vbatch_drop(nx);
+            break;
+        }
+        cur = 1 - cur;
+    }
+    {
+        vbatch_t *b = &r->b[cur];
+        if (result == PATINA_OK && fst == PATINA_OK && b->end != PATINA_DONE) {
+            fst = b->end;
+            snprintf(ferr, sizeof ferr, "%s", b->msg);
+        }
+    }
+    if (result == PATINA_OK) {
+        if (fst != PATINA_OK) {
+            stats->failed++;
+            if (o->on_error) o->on_error(o->user, path, fst, ferr);
+        } else {
+            stats->videos++;
+        }
+    }
+    patina_video_free(v);
+    free(fkey);
+    return result;
+}
+
+/* What patina_index_files does with each file: a video ("-", or a file
+ * whose first bytes are a video container's and not an image's) or an
+ * image (everything else; the image path reports what it cannot read). */
+typedef struct classify {
+    const char *const *files;
+    uint8_t *video; /* (n) */
+} classify_t;
+
+static void classify_one(void *arg, size_t i, int worker)
+{
+    classify_t *c = arg;
+    unsigned char head[512];
+    ssize_t got;
+    int fd;
+    (void)worker;
+    c->video[i] = 0;
+    if (!strcmp(c->files[i], "-")) {
+        c->video[i] = 1;
+        return;
+    }
+    fd = open(c->files[i], O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return;
+    got = read(fd, head, sizeof head);
+    close(fd);
+    if (got > 0 && patina_format_sniff(head, (size_t)got) == PATINA_FORMAT_UNKNOWN &&
+        patina_video_sniff(head, (size_t)got))
+        c->video[i] = 1;
+}
+
 patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
                                  const patina_extractor_t *ex, const char *const *files,
                                  size_t n, const patina_index_opts_t *opts_in,
@@ -890,10 +1265,17 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     patina_jpegx_gpu_t *xdec[2] = {NULL, NULL};
     patina_jpeg_decoder decoder;
     int cur = 0, overlap;
+    uint8_t *video = NULL; /* (n) 1: a video file */
+    size_t pos, nvideo = 0;
+    vrun_t vr;
 
     if (opts_in) opts = *opts_in;
     else patina_index_opts_init(&opts);
     PATINA_TRY(patina__options_validate(PATINA_OPTIONS_INDEX, &opts));
+    if (opts.video_every_frames > 1 && opts.video_every_ms)
+        return patina__fail(PATINA_E_INVALID, "index: a video is sampled every N frames or every S seconds, not both");
+    if (!(opts.video_shots >= 0 && opts.video_shots <= 1))
+        return patina__fail(PATINA_E_INVALID, "index: the shot threshold %g is outside [0, 1]", opts.video_shots);
     if (!opts.batch || !opts.batch_memory) { /* 0 stands for the default */
         patina_index_opts_t def;
         patina_index_opts_init(&def);
@@ -910,6 +1292,7 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     overlap = dev == PATINA_DEVICE_GPU;
 
     memset(&prod, 0, sizeof prod);
+    memset(&vr, 0, sizeof vr);
     prod.pool = patina__context_workers_acquire(ctx); /* this run's turn; released at the end */
     prod.c = c;
     prod.ex = ex;
@@ -972,103 +1355,143 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     win[0].xdec = xdec[0];
     win[1].xdec = xdec[1];
 
-    if (n) produce(&prod, &win[0], 0);
-    while (win[cur].take > 0 && result == PATINA_OK) {
-        window_t *w = &win[cur];
-        size_t nb = 0, next = w->first + w->take;
-        pthread_t th;
-        double t_stage;
-        produce_arg_t pa = {&prod, &win[1 - cur], next};
-        int started = 0;
-
-        win[1 - cur].take = 0;
-        if (overlap && next < n) started = pthread_create(&th, NULL, produce_main, &pa) == 0;
-
-        for (i = 0; i < w->take; i++) {
-            slot_t *s = &w->slots[i];
-            if (s->state == SLOT_SKIP) stats->skipped++;
-            else if (s->state == SLOT_DECODED) {
-                stats->gpu_decoded += s->gpu;
-                map[nb] = i;
-                imgs[nb++] = s->img;
-                stats->bytes += s->size;
-                stats->pixels += (uint64_t)s->img.width * (uint64_t)s->img.height;
-            }
+    /* Which files are videos: their runs of images go through the windows
+     * below, each video through index_video, in file order. */
+    if (n && !(video = malloc(n))) {
+        result = patina__fail(PATINA_E_NOMEM, "index: out of memory for %zu files", n);
+        goto done;
+    }
+    if (n) {
+        classify_t cl = {files, video};
+        patina_pool_run(prod.pool, n, classify_one, &cl);
+        for (i = 0; i < n; i++) nvideo += video[i];
+    }
+    if (nvideo) {
+        vr.ctx = ctx;
+        vr.c = c;
+        vr.ex = ex;
+        vr.dev = dev;
+        vr.pool = prod.pool;
+        vr.o = &opts;
+        vr.desc_bytes = desc_bytes;
+        vr.budget = opts.batch_memory / 2; /* two batches in flight */
+        vr.t0 = t0;
+        if (vrun_init(&vr, window) != PATINA_OK) {
+            result = patina__fail(PATINA_E_NOMEM, "index: out of memory for a batch of %zu frames", window);
+            goto done;
         }
-        /* Stage 4: extract. */
-        t_stage = patina_now();
-        if (nb) result = patina_extract_batch(ctx, ex, dev, descs, imgs, nb, st);
-        stats->t_extract += patina_now() - t_stage;
-        t_stage = patina_now();
-        /* Stage 5: one transaction. */
-        if (result == PATINA_OK) {
-            size_t ni = 0;
-            for (i = 0; i < nb; i++) {
-                slot_t *s = &w->slots[map[i]];
-                if (st[i] != PATINA_OK) {
-                    s->state = SLOT_FAILED;
-                    s->status = st[i];
-                    if (s->gpu) /* a device image: the CPU cannot read it to say more */
+    }
+    for (pos = 0; pos < n && result == PATINA_OK;) {
+        size_t end = pos;
+        if (video[pos]) {
+            result = index_video(&vr, files[pos], stats);
+            pos++;
+            continue;
+        }
+        while (end < n && !video[end]) end++;
+        prod.n = end; /* this run of images */
+        cur = 0;
+        produce(&prod, &win[0], pos);
+        pos = end;
+        while (win[cur].take > 0 && result == PATINA_OK) {
+            window_t *w = &win[cur];
+            size_t nb = 0, next = w->first + w->take;
+            pthread_t th;
+            double t_stage;
+            produce_arg_t pa = {&prod, &win[1 - cur], next};
+            int started = 0;
+
+            win[1 - cur].take = 0;
+            if (overlap && next < prod.n) started = pthread_create(&th, NULL, produce_main, &pa) == 0;
+
+            for (i = 0; i < w->take; i++) {
+                slot_t *s = &w->slots[i];
+                if (s->state == SLOT_SKIP) stats->skipped++;
+                else if (s->state == SLOT_DECODED) {
+                    stats->gpu_decoded += s->gpu;
+                    map[nb] = i;
+                    imgs[nb++] = s->img;
+                    stats->bytes += s->size;
+                    stats->pixels += (uint64_t)s->img.width * (uint64_t)s->img.height;
+                }
+            }
+            /* Stage 4: extract. */
+            t_stage = patina_now();
+            if (nb) result = patina_extract_batch(ctx, ex, dev, descs, imgs, nb, st);
+            stats->t_extract += patina_now() - t_stage;
+            t_stage = patina_now();
+            /* Stage 5: one transaction. */
+            if (result == PATINA_OK) {
+                size_t ni = 0;
+                for (i = 0; i < nb; i++) {
+                    slot_t *s = &w->slots[map[i]];
+                    if (st[i] != PATINA_OK) {
+                        s->state = SLOT_FAILED;
+                        s->status = st[i];
+                        if (s->gpu) /* a device image: the CPU cannot read it to say more */
                         snprintf(s->error, sizeof s->error, "extract: %s failed for '%s' (%s)",
                                  patina_extractor_family(ex), s->path, patina_status_str(st[i]));
                     else
                         extract_error(s->error, sizeof s->error, ctx, ex, &s->img, s->path, st[i]);
-                    continue;
+                        continue;
+                    }
+                    items[ni].key = s->key;
+                    items[ni].size = s->size;
+                    memcpy(items[ni].sha256, s->sha, 32);
+                    items[ni].mtime = s->mtime;
+                    items[ni].width = s->img.width;
+                    items[ni].height = s->img.height;
+                    items[ni].desc = descs + i * desc_bytes;
+                    ni++;
                 }
-                items[ni].key = s->key;
-                items[ni].size = s->size;
-                memcpy(items[ni].sha256, s->sha, 32);
-                items[ni].mtime = s->mtime;
-                items[ni].width = s->img.width;
-                items[ni].height = s->img.height;
-                items[ni].desc = descs + i * desc_bytes;
-                ni++;
+                if (ni) result = patina_collection_put(c, patina_extractor_spec(ex), desc_bytes, items, ni, NULL);
+                if (result == PATINA_OK) stats->indexed += ni;
             }
-            if (ni) result = patina_collection_put(c, patina_extractor_spec(ex), desc_bytes, items, ni, NULL);
-            if (result == PATINA_OK) stats->indexed += ni;
-        }
-        stats->t_store += patina_now() - t_stage;
-        /* Reports in file order, from this thread. */
-        if (result == PATINA_OK)
-            for (i = 0; i < w->take; i++) {
-                slot_t *s = &w->slots[i];
-                stats->warned += s->report.warnings > 0;
-                if (s->dup_of) {
-                    char msg[PATINA_ERROR_MAX];
-                    stats->duplicates++;
-                    snprintf(msg, sizeof msg, "index: '%s' has the same content (SHA-256) as '%s'; %s", s->key,
-                             s->dup_of, s->state == SLOT_DUP ? "not indexed (skip duplicates)" : "indexed as well");
-                    if (opts.on_duplicate) opts.on_duplicate(opts.user, s->path, PATINA_OK, msg);
+            stats->t_store += patina_now() - t_stage;
+            /* Reports in file order, from this thread. */
+            if (result == PATINA_OK)
+                for (i = 0; i < w->take; i++) {
+                    slot_t *s = &w->slots[i];
+                    stats->warned += s->report.warnings > 0;
+                    if (s->dup_of) {
+                        char msg[PATINA_ERROR_MAX];
+                        stats->duplicates++;
+                        snprintf(msg, sizeof msg, "index: '%s' has the same content (SHA-256) as '%s'; %s", s->key,
+                                 s->dup_of, s->state == SLOT_DUP ? "not indexed (skip duplicates)" : "indexed as well");
+                        if (opts.on_duplicate) opts.on_duplicate(opts.user, s->path, PATINA_OK, msg);
+                    }
+                    if (s->state == SLOT_FAILED) {
+                        stats->failed++;
+                        if (opts.on_error) opts.on_error(opts.user, s->path, s->status, s->error);
+                    } else if (s->report.warnings && opts.on_warning) {
+                        opts.on_warning(opts.user, s->path, PATINA_OK, s->report.warning);
+                    }
                 }
-                if (s->state == SLOT_FAILED) {
-                    stats->failed++;
-                    if (opts.on_error) opts.on_error(opts.user, s->path, s->status, s->error);
-                } else if (s->report.warnings && opts.on_warning) {
-                    opts.on_warning(opts.user, s->path, PATINA_OK, s->report.warning);
-                }
+            for (i = 0; i < window; i++) slot_clear(&w->slots[i]);
+            w->take = 0;
+            if (started) {
+                patina_status keep = result;
+                char msg[1024];
+                snprintf(msg, sizeof msg, "%s", patina_last_error());
+                t_stage = patina_now();
+                pthread_join(th, NULL);     /* the producer only sets its own slots' messages */
+                stats->t_wait += patina_now() - t_stage;
+                if (keep != PATINA_OK) patina__fail(keep, "%s", msg);
+                cur = 1 - cur;
+            } else if (result == PATINA_OK && next < prod.n) {
+                produce(&prod, &win[cur], next);
             }
-        for (i = 0; i < window; i++) slot_clear(&w->slots[i]);
-        w->take = 0;
-        if (started) {
-            patina_status keep = result;
-            char msg[1024];
-            snprintf(msg, sizeof msg, "%s", patina_last_error());
-            t_stage = patina_now();
-            pthread_join(th, NULL);     /* the producer only sets its own slots' messages */
-            stats->t_wait += patina_now() - t_stage;
-            if (keep != PATINA_OK) patina__fail(keep, "%s", msg);
-            cur = 1 - cur;
-        } else if (result == PATINA_OK && next < n) {
-            produce(&prod, &win[cur], next);
+            stats->seconds = patina_now() - t0;
+            stats->t_read = prod.t_read;
+            stats->t_decode = prod.t_decode + vr.t_convert;
+            if (result == PATINA_OK && opts.progress) opts.progress(opts.user, stats);
         }
-        stats->seconds = patina_now() - t0;
-        stats->t_read = prod.t_read;
-        stats->t_decode = prod.t_decode;
-        if (result == PATINA_OK && opts.progress) opts.progress(opts.user, stats);
     }
 
 done:
     patina__context_workers_release(ctx);
+    free(video);
+    vrun_free(&vr);
     for (int k = 0; k < 2; k++) {
         if (!win[k].slots) continue;
         for (i = 0; i < window; i++) slot_clear(&win[k].slots[i]);

@@ -975,6 +975,7 @@ static int h_search(req_t *r, scoll_t *sc)
         json_object_set_new(h, "rank", json_integer((json_int_t)i + 1));
         json_object_set_new(h, "id", json_integer((json_int_t)q.hits[i].id));
         json_object_set_new(h, "key", wire_json_str(q.hits[i].key));
+        wire_video(h, q.hits[i].key);
         json_object_set_new(h, "distance", isfinite(q.hits[i].distance) ? json_real(q.hits[i].distance) : json_null());
         json_array_append_new(hits, h);
     }
@@ -1068,6 +1069,7 @@ static int h_identify(req_t *r, scoll_t *sc)
         json_object_set_new(h, "rank", json_integer((json_int_t)i + 1));
         json_object_set_new(h, "id", json_integer((json_int_t)hits[i].id));
         json_object_set_new(h, "key", keys[i] ? wire_json_str(keys[i]) : json_null());
+        wire_video(h, keys[i]);
         json_object_set_new(h, "score", json_real(hits[i].score));
         json_object_set_new(h, "matches", json_integer(hits[i].matches));
         json_object_set_new(h, "inliers", json_integer(hits[i].inliers));

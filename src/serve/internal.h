@@ -77,6 +77,10 @@ void wire_tar_free(wire_tar_member_t *m, size_t n);
 /* A key or other byte string as a JSON string: valid UTF-8 as it is, each
  * byte that is not part of valid UTF-8 as U+FFFD. New reference. */
 json_t *wire_json_str(const char *s);
+/* A hit on a video frame (its key "FILE#t=SECONDS&f=FRAME"): sets
+ * "video": {"file", "t" (seconds, a number), "frame"} in hit h; nothing for
+ * an image's key. */
+void wire_video(json_t *h, const char *key);
 /* 1 when s (len bytes) is valid UTF-8 without NUL. */
 int wire_utf8_valid(const char *s, size_t len);
 /* Decodes %XX escapes of a URL path in place; -1 for a bad escape or %00. */

@@ -442,3 +442,18 @@ int wire_percent_decode(char *s)
     *o = '\0';
     return 0;
 }
+
+void wire_video(json_t *h, const char *key)
+{
+    int64_t t, frame;
+    size_t len;
+    char *file;
+    json_t *v;
+    if (!key || !patina_video_key_parse(key, &t, &frame, &len) || !(file = strndup(key, len))) return;
+    v = json_object();
+    json_object_set_new(v, "file", wire_json_str(file));
+    json_object_set_new(v, "t", json_real((double)t / 1000.0));
+    json_object_set_new(v, "frame", json_integer((json_int_t)frame));
+    json_object_set_new(h, "video", v);
+    free(file);
+}

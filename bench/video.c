@@ -1,0 +1,269 @@
+/* bench_video: video frames indexed end to end (demux -> decode -> our
+ * Y'CbCr -> RGB -> extract -> store), frames/s and the multiple of real
+ * time, next to decoding alone and decoding + conversion alone.
+ *
+ *   bench_video [--file VIDEO] [--seconds S] [--size WxH] [--fps N]
+ *               [--family F] [--devices cpu,gpu] [--batch N] [--every N|Ss]
+ *
+ * Without --file it encodes S (default 10) seconds of synthetic WxH
+ * (default 1920x1080) video at N (default 30) frames/s with libx264
+ * (preset veryfast, B-frames, GOP 60) when Debian's libavcodec has it,
+ * else MPEG-4 part 2, into $TMPDIR (default /tmp): moving colour ramps and
+ * noise, a new scene every 3 seconds. Rows:
+ *   decode        libavcodec alone through the reader (frames kept as
+ *                 decoded, no conversion): frames/s;
+ *   decode+rgb    the reader's frames converted to RGB on its thread;
+ *   e2e DEVICE    patina_index_files of the file with family F (default
+ *                 cedd) into a new collection, every frame (or --every),
+ *                 the context's threads (all cores): frames/s, x real
+ *                 time, and the stage times the pipeline reports.
+ * The GPU row runs when a GPU is usable (extraction on the GPU; frames are
+ * decoded on the CPU: there is no GPU video decoding). */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+#include "image/video.h"
+#include "patina/patina.h"
+#include "patina/video.h"
+
+#if PATINA_HAVE_VIDEO
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/opt.h>
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench_video: %s: %s\n", what, patina_last_error());
+    exit(2);
+}
+
+static void fail(const char *what)
+{
+    fprintf(stderr, "bench_video: %s\n", what);
+    exit(2);
+}
+
+static uint32_t hash32(uint32_t x)
+{
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
+    return x ^ (x >> 16);
+}
+
+/* Frame f of the synthetic video, 4:2:0: a scene (every 3 s) is a pair of
+ * ramps moving at its own speed with a little noise. */
+static void draw(AVFrame *fr, int f, int fps)
+{
+    int scene = f / (3 * fps), w = fr->width, h = fr->height;
+    uint32_t s = hash32((uint32_t)scene + 1);
+    int dx = 1 + (int)(s % 7), dy = 1 + (int)(s / 7 % 5);
+    for (int y = 0; y < h; y++) {
+        uint8_t *row = fr->data[0] + (size_t)y * fr->linesize[0];
+        for (int x = 0; x < w; x++)
+            row[x] = (uint8_t)(16 + ((x + f * dx) * 3 / 4 + (y + f * dy) / 2 + (int)(hash32((uint32_t)(y * w + x + f)) & 7) +
+                                     (int)(s & 63)) % 219);
+    }
+    for (int y = 0; y < h / 2; y++)
+        for (int x = 0; x < w / 2; x++) {
+            fr->data[1][(size_t)y * fr->linesize[1] + x] = (uint8_t)(16 + (x + (int)(s >> 8 & 127) + f) % 224);
+            fr->data[2][(size_t)y * fr->linesize[2] + x] = (uint8_t)(16 + (y + (int)(s >> 16 & 127)) % 224);
+        }
+}
+
+static int send(AVFormatContext *oc, AVCodecContext *c, AVStream *st, AVFrame *fr)
+{
+    AVPacket *pkt = av_packet_alloc();
+    int r = avcodec_send_frame(c, fr);
+    while (r >= 0 && (r = avcodec_receive_packet(c, pkt)) >= 0) {
+        av_packet_rescale_ts(pkt, c->time_base, st->time_base);
+        pkt->stream_index = st->index;
+        if (av_interleaved_write_frame(oc, pkt) < 0) fail("cannot write a packet");
+    }
+    av_packet_free(&pkt);
+    return r == AVERROR(EAGAIN) || r == AVERROR_EOF ? 0 : r;
+}
+
+static const char *encode(const char *path, int w, int h, int fps, int seconds)
+{
+    AVFormatContext *oc = NULL;
+    const AVCodec *codec = avcodec_find_encoder_by_name("libx264");
+    AVCodecContext *c;
+    AVStream *st;
+    AVFrame *fr;
+    if (!codec) codec = avcodec_find_encoder(AV_CODEC_ID_MPEG4);
+    if (!codec) fail("no H.264 or MPEG-4 encoder in this libavcodec");
+    if (avformat_alloc_output_context2(&oc, NULL, "matroska", path) < 0) fail("no Matroska muxer");
+    st = avformat_new_stream(oc, NULL);
+    c = avcodec_alloc_context3(codec);
+    c->width = w;
+    c->height = h;
+    c->time_base = (AVRational){1, fps};
+    c->framerate = (AVRational){fps, 1};
+    c->pix_fmt = AV_PIX_FMT_YUV420P;
+    c->gop_size = 2 * fps;
+    c->max_b_frames = 2;
+    c->bit_rate = 8000000;
+    c->colorspace = AVCOL_SPC_BT709;
+    c->color_range = AVCOL_RANGE_MPEG;
+    if (!strcmp(codec->name, "libx264")) av_opt_set(c->priv_data, "preset", "veryfast", 0);
+    if (oc->oformat->flags & AVFMT_GLOBALHEADER) c->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+    if (avcodec_open2(c, codec, NULL) < 0) fail("cannot open the encoder");
+    avcodec_parameters_from_context(st->codecpar, c);
+    st->time_base = c->time_base;
+    if (avio_open(&oc->pb, path, AVIO_FLAG_WRITE) < 0 || avformat_write_header(oc, NULL) < 0)
+        fail("cannot write the video");
+    fr = av_frame_alloc();
+    fr->format = c->pix_fmt;
+    fr->width = w;
+    fr->height = h;
+    av_frame_get_buffer(fr, 0);
+    for (int f = 0; f < fps * seconds; f++) {
+        av_frame_make_writable(fr);
+        draw(fr, f, fps);
+        fr->pts = f;
+        if (send(oc, c, st, fr) < 0) fail("encoding failed");
+    }
+    send(oc, c, st, NULL);
+    av_write_trailer(oc);
+    avio_closep(&oc->pb);
+    av_frame_free(&fr);
+    avcodec_free_context(&c);
+    avformat_free_context(oc);
+    return codec->name;
+}
+
+/* Frames/s of the reader alone: decoding (convert 0) or decoding and the
+ * conversion to RGB (convert 1), on the calling thread; libavcodec's own
+ * threads decode. */
+static double read_rate(const char *path, int convert, int64_t *nframes)
+{
+    patina_video_t *v;
+    patina__vframe_t *f;
+    patina_video_frame_t info;
+    patina_status s;
+    int64_t n = 0;
+    double t0;
+    if (patina_video_open(&v, path, NULL) != PATINA_OK) die("open");
+    t0 = patina_now();
+    while ((s = patina__video_next_raw(v, &f, &info)) == PATINA_OK) {
+        if (convert) {
+            patina_image_t img;
+            if (patina__vframe_rgb(&img, f) != PATINA_OK) die("convert");
+            patina_image_release(&img);
+        }
+        patina__vframe_free(&f);
+        n++;
+    }
+    if (s != PATINA_DONE) die("read");
+    t0 = patina_now() - t0;
+    patina_video_free(v);
+    *nframes = n;
+    return (double)n / t0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *file = NULL, *family = "cedd", *devices = "cpu,gpu", *every = NULL, *codec = "(given)";
+    int seconds = 10, w = 1920, h = 1080, fps = 30;
+    size_t batch = 0;
+    char path[4096], coll[4096];
+    const char *tmpdir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    patina_context_t *ctx;
+    patina_extractor_t *ex;
+    int64_t n;
+    double r;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--file") && v) file = argv[++i];
+        else if (!strcmp(a, "--seconds") && v) seconds = atoi(argv[++i]);
+        else if (!strcmp(a, "--size") && v) { if (sscanf(argv[++i], "%dx%d", &w, &h) != 2) fail("--size WxH"); }
+        else if (!strcmp(a, "--fps") && v) fps = atoi(argv[++i]);
+        else if (!strcmp(a, "--family") && v) family = argv[++i];
+        else if (!strcmp(a, "--devices") && v) devices = argv[++i];
+        else if (!strcmp(a, "--batch") && v) batch = (size_t)atol(argv[++i]);
+        else if (!strcmp(a, "--every") && v) every = argv[++i];
+        else {
+            fprintf(stderr, "usage: bench_video [--file VIDEO] [--seconds S] [--size WxH] [--fps N] [--family F] "
+                            "[--devices cpu,gpu] [--batch N] [--every N|Ss]\n");
+            return 2;
+        }
+    }
+    if (!file) {
+        double t0 = patina_now();
+        snprintf(path, sizeof path, "%s/bench_video_%dx%d_%d.mkv", tmpdir, w, h, fps);
+        codec = encode(path, w, h, fps, seconds);
+        printf("encoded %d s of %dx%d at %d frames/s with %s into %s in %.1f s\n", seconds, w, h, fps, codec, path,
+               patina_now() - t0);
+        file = path;
+    }
+    if (patina_context_new(&ctx, NULL) != PATINA_OK) die("context");
+    if (patina_extractor_new(&ex, family) != PATINA_OK) die("family");
+    printf("bench_video: %s, family %s, %d threads\n\n", file, family, patina_context_threads(ctx));
+    printf("%-14s %10s %10s %8s  %s\n", "row", "frames", "frames/s", "x real", "stages (s)");
+    r = read_rate(file, 0, &n);
+    printf("%-14s %10lld %10.1f %8.2f\n", "decode", (long long)n, r, r / fps);
+    r = read_rate(file, 1, &n);
+    printf("%-14s %10lld %10.1f %8.2f\n", "decode+rgb", (long long)n, r, r / fps);
+    for (const char *d = devices; *d;) {
+        char name[16] = "";
+        size_t len = strcspn(d, ",");
+        patina_collection_t *c;
+        patina_index_opts_t o;
+        patina_index_stats_t st;
+        const char *paths[1] = {file};
+        char row[32];
+        snprintf(name, sizeof name, "%.*s", (int)(len < 15 ? len : 15), d);
+        d += len + (d[len] == ',');
+        patina_index_opts_init(&o);
+        if (patina_device_parse(&o.device, name) != PATINA_OK) die("device");
+        {
+            patina_device got;
+            if (patina_context_resolve(ctx, ex, o.device, &got) != PATINA_OK) {
+                printf("e2e %-10s (%s)\n", name, patina_last_error());
+                continue;
+            }
+        }
+        if (batch) o.batch = batch;
+        if (every) {
+            char *end;
+            double x = strtod(every, &end);
+            if (*end == 's') o.video_every_ms = (uint64_t)(x * 1000 + 0.5);
+            else o.video_every_frames = (uint64_t)x;
+        }
+        snprintf(coll, sizeof coll, "%s/bench_video_%d.patina", tmpdir, (int)getpid());
+        if (patina_collection_open(&c, coll, PATINA_OPEN_CREATE, 0) != PATINA_OK) die("collection");
+        if (patina_index_files(ctx, c, ex, paths, 1, &o, &st) != PATINA_OK) die("index");
+        if (st.failed) fail("the video failed to index");
+        patina_collection_close(c);
+        snprintf(row, sizeof row, "e2e %s", name);
+        printf("%-14s %10llu %10.1f %8.2f  convert %.2f, extract %.2f, store %.2f, wait %.2f; wall %.2f\n", row,
+               (unsigned long long)st.frames, (double)st.frames / st.seconds, (double)st.frames / st.seconds / fps,
+               st.t_decode, st.t_extract, st.t_store, st.t_wait, st.seconds);
+        {
+            char cmd[8300];
+            snprintf(cmd, sizeof cmd, "rm -rf '%s'", coll);
+            if (system(cmd) != 0) fprintf(stderr, "bench_video: could not remove %s\n", coll);
+        }
+    }
+    printf("\n(x real: frames/s over the video's %d frames/s; 'decode' and 'decode+rgb' run the reader on one thread "
+           "with libavcodec's threads; e2e: the whole pipeline on all cores)\n", fps);
+    patina_extractor_free(ex);
+    patina_context_free(ctx);
+    return 0;
+}
+
+#else
+
+int main(void)
+{
+    printf("bench_video: this build reads no video (PATINA_VIDEO found no FFmpeg libraries)\n");
+    return 0;
+}
+
+#endif
