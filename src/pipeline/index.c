@@ -1429,10 +1429,10 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
                         s->state = SLOT_FAILED;
                         s->status = st[i];
                         if (s->gpu) /* a device image: the CPU cannot read it to say more */
-                        snprintf(s->error, sizeof s->error, "extract: %s failed for '%s' (%s)",
-                                 patina_extractor_family(ex), s->path, patina_status_str(st[i]));
-                    else
-                        extract_error(s->error, sizeof s->error, ctx, ex, &s->img, s->path, st[i]);
+                            snprintf(s->error, sizeof s->error, "extract: %s failed for '%s' (%s)",
+                                     patina_extractor_family(ex), s->path, patina_status_str(st[i]));
+                        else
+                            extract_error(s->error, sizeof s->error, ctx, ex, &s->img, s->path, st[i]);
                         continue;
                     }
                     items[ni].key = s->key;
