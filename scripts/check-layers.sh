@@ -39,12 +39,13 @@ cli/cmd_index.c cluster/cmd.h
 cli/cmd_search.c cluster/cluster.h
 cli/cmd_identify.c cluster/cluster.h
 serve/colls.c cluster/cluster.h
+serve/cluster.c cluster/cluster.h
 features/registry.c search/distance.h
 '
 # - cli/cmd_serve.c runs `patina serve`: the server is part of the program
 #   (src/serve, not libpatina), and the CLI starts it through serve/serve.h.
 # - cli/cmd_cluster.c, cmd_index.c, cmd_search.c, cmd_identify.c and
-#   serve/colls.c run the cluster's commands and --cluster: the cluster
+#   serve/colls.c, serve/cluster.c run the cluster's commands and --cluster: the cluster
 #   (src/cluster, over libnats) is part of the program, not of libpatina;
 #   it sits above cli and serve (its command entry points use cli's parser).
 # - features/registry.c answers a family's distance name and its pair
