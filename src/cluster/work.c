@@ -331,6 +331,17 @@ static void *keeper(void *arg)
     return NULL;
 }
 
+/* Acks (0), naks to be tried again (1) or terminates (2) m, under the lock
+ * the keeper takes to send in-progress acks of the same messages. */
+static void settle(worker_t *wk, natsMsg *m, int how)
+{
+    pthread_mutex_lock(&wk->held.mu);
+    if (how == 0) natsMsg_Ack(m, NULL);
+    else if (how == 1) natsMsg_NakWithDelay(m, RETRY_DELAY_MS, NULL);
+    else natsMsg_Term(m, NULL);
+    pthread_mutex_unlock(&wk->held.mu);
+}
+
 static clu_ingest_t *ingest_for(worker_t *wk, const clu_work_item_t *it, char *err, size_t errsize)
 {
     clu_ingest_opts_t io;
@@ -378,10 +389,10 @@ static int report(worker_t *wk, natsMsg *m, const clu_work_item_t *it, patina_st
     if (ns != NATS_OK) {
         clu_nats_fail(ns, "publishing the result of %s/%llu", it->job, (unsigned long long)it->index);
         wlog(wk, "%s; the item will be tried again", clu_last_error());
-        natsMsg_NakWithDelay(m, RETRY_DELAY_MS, NULL);
+        settle(wk, m, 1);
         return -1;
     }
-    natsMsg_Ack(m, NULL);
+    settle(wk, m, 0);
     return 0;
 }
 
@@ -397,7 +408,7 @@ static void work_batch(worker_t *wk, natsMsg **msgs, int n)
     int *todo = calloc((size_t)n, sizeof *todo), *pick = calloc((size_t)n, sizeof *pick);
     int i, left = 0;
     if (!its || !items || !res || !paths || !delivered || !todo || !pick) {
-        for (i = 0; i < n; i++) natsMsg_NakWithDelay(msgs[i], RETRY_DELAY_MS, NULL);
+        for (i = 0; i < n; i++) settle(wk, msgs[i], 1);
         wlog(wk, "out of memory for %d items", n);
         goto out;
     }
@@ -410,7 +421,7 @@ static void work_batch(worker_t *wk, natsMsg **msgs, int n)
         if (clu_work_item_decode(&its[i], natsMsg_GetData(msgs[i]), (size_t)natsMsg_GetDataLength(msgs[i])) !=
             PATINA_OK) {
             wlog(wk, "dropped a message on %s: %s", natsMsg_GetSubject(msgs[i]), clu_last_error());
-            natsMsg_Term(msgs[i], NULL);
+            settle(wk, msgs[i], 2);
             continue;
         }
         todo[i] = 1;
@@ -451,7 +462,7 @@ static void work_batch(worker_t *wk, natsMsg **msgs, int n)
             const int j = pick[k];
             if (res[k].status != PATINA_OK && res[k].retry) {
                 wlog(wk, "%s; the item will be tried again", res[k].error);
-                natsMsg_NakWithDelay(msgs[j], RETRY_DELAY_MS, NULL);
+                settle(wk, msgs[j], 1);
                 wk->retried++;
                 continue;
             }
