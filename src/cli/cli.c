@@ -12,7 +12,7 @@ _Static_assert(PATINA_DEFAULT_BATCH_MEMORY == 1ull << 30, "CLI_OPT_BATCH_MEMORY 
 
 const cli_command_t *const cli_commands[] = {
     &cli_cmd_extract, &cli_cmd_index, &cli_cmd_search, &cli_cmd_identify, &cli_cmd_ls, &cli_cmd_rm, &cli_cmd_info,
-    &cli_cmd_serve, &cli_cmd_cluster, &cli_cmd_shard,
+    &cli_cmd_serve, &cli_cmd_cluster, &cli_cmd_shard, &cli_cmd_worker,
 };
 const size_t cli_ncommands = sizeof cli_commands / sizeof cli_commands[0];
 

@@ -18,7 +18,7 @@ enum {
 
 /* The subcommands, each defined with its option table in its cmd_*.c. */
 extern const cli_command_t cli_cmd_extract, cli_cmd_index, cli_cmd_search, cli_cmd_identify, cli_cmd_ls, cli_cmd_rm,
-    cli_cmd_info, cli_cmd_serve, cli_cmd_cluster, cli_cmd_shard;
+    cli_cmd_info, cli_cmd_serve, cli_cmd_cluster, cli_cmd_shard, cli_cmd_worker;
 extern const cli_command_t *const cli_commands[];
 extern const size_t cli_ncommands;
 

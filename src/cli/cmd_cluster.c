@@ -69,6 +69,13 @@ static const cli_opt_t shard_opts[] = {
     {.name = "load-parallel", .type = CLI_INT, .arg = "N", .min = 1, .max = 256, .def = "4",
      .help = "partitions whose initial load from the buckets runs at once"},
     CLI_OPT_JOBS,
+    {.name = "work", .type = CLI_FLAG, .conflicts = "no-work",
+     .help = "also take work items of bulk indexing (patina index --cluster --distribute): the default"},
+    {.name = "no-work", .type = CLI_FLAG, .conflicts = "work", .help = "take no work items"},
+    {.name = "root", .type = CLI_TEXT, .arg = "DIR",
+     .help = "work items name files by their path below this folder (default: the current one)"},
+    {.name = "work-batch", .type = CLI_INT, .arg = "N", .min = 1, .max = 256, .def = "8",
+     .help = "work items taken at a time"},
 };
 
 const cli_command_t cli_cmd_shard = {
@@ -82,11 +89,49 @@ const cli_command_t cli_cmd_shard = {
              "from their buckets, follows their changes, and answers the queries of front\n"
              "ends (patina serve/search/identify --cluster) for the partitions it holds\n"
              "ready. Runs until SIGTERM or SIGINT: it then leaves the membership first, so\n"
-             "that front ends use the other copies, and finishes the queries in flight.\n",
+             "that front ends use the other copies, and finishes the queries in flight.\n"
+             "Unless --no-work it is also a worker of bulk indexing (as patina worker).\n",
     .opts = shard_opts,
     .nopts = sizeof shard_opts / sizeof shard_opts[0],
     .notes = NULL,
     .run = run_shard,
+};
+
+static int run_worker(const cli_args_t *a);
+
+static const cli_opt_t worker_opts[] = {
+    CLI_OPT_CLUSTER(" (required)"),
+    {.name = "root", .type = CLI_TEXT, .arg = "DIR",
+     .help = "work items name files by their path below this folder (default: the current one)"},
+    {.name = "name", .type = CLI_TEXT, .arg = "NAME",
+     .help = "the worker's name in the results, [A-Za-z0-9_-]+ (default: HOST-PID)"},
+    CLI_OPT_DEVICE("where descriptors are computed; auto: the GPU when one is usable"),
+    {.name = "gpus", .type = CLI_TEXT, .arg = "all|LIST", .help = "GPUs of this process (all, or ordinals: 0,1)"},
+    CLI_OPT_JOBS,
+    CLI_OPT_MAX_PIXELS,
+    {.name = "work-batch", .type = CLI_INT, .arg = "N", .min = 1, .max = 256, .def = "8",
+     .help = "work items taken at a time (decoded and extracted as one batch)"},
+};
+
+const cli_command_t cli_cmd_worker = {
+    .name = "worker",
+    .summary = "extract and write the files of bulk indexing jobs of a cluster collection",
+    .operands = "COLLECTION",
+    .min_operands = 1,
+    .max_operands = 1,
+    .about = "Takes work items of COLLECTION's queue (put there by patina index --cluster\n"
+             "--distribute), a batch at a time: reads each file below --root (or takes its\n"
+             "bytes from the item), decodes it and extracts the collection's tables on\n"
+             "--device, writes the record through the partition buckets (acknowledged as\n"
+             "every cluster write), reports the file's result to the job and acks the item.\n"
+             "A file that fails (unreadable, corrupt) is reported with its error. An item\n"
+             "a worker takes and does not finish (it died, it stalled past the queue's\n"
+             "AckWait) goes to another worker. Runs until SIGTERM or SIGINT (the batch in\n"
+             "hand is finished first). patina shard does the same unless --no-work.\n",
+    .opts = worker_opts,
+    .nopts = sizeof worker_opts / sizeof worker_opts[0],
+    .notes = "docs/cluster.md, \"Bulk indexing\".\n",
+    .run = run_worker,
 };
 
 static int need_cluster(const cli_args_t *a, const char *cmd)
@@ -116,6 +161,17 @@ static int run_shard(const cli_args_t *a)
     return clu_cli_shard(a);
 #else
     cli_error("shard", "this build has no cluster support (libnats-dev was not found when it was configured)");
+    return EXIT_ERROR;
+#endif
+}
+
+static int run_worker(const cli_args_t *a)
+{
+    if (need_cluster(a, "worker")) return EXIT_USAGE;
+#if PATINA_HAVE_CLUSTER
+    return clu_cli_worker(a);
+#else
+    cli_error("worker", "this build has no cluster support (libnats-dev was not found when it was configured)");
     return EXIT_ERROR;
 #endif
 }

@@ -66,6 +66,17 @@ static const cli_opt_t opts[] = {
     {.name = "verbose", .letter = 'v', .type = CLI_FLAG, .help = "name each file a folder walk leaves out"},
     {.name = "quiet", .letter = 'q', .type = CLI_FLAG, .help = "no progress bar and no summary"},
     CLI_OPT_CLUSTER_URL,
+    {.name = "distribute", .type = CLI_FLAG,
+     .help = "--cluster: put the files on the collection's work queue instead of extracting here; the "
+             "workers (patina worker, patina shard) extract and write them; waits for every file's result "
+             "(docs/cluster.md, \"Bulk indexing\")"},
+    {.name = "send-bytes", .type = CLI_FLAG,
+     .help = "--distribute: send each file's bytes in its work item (files up to the NATS server's "
+             "max_payload less 16 KiB; larger ones go by path), for workers without the files; default: "
+             "the path below --root, read by each worker below its own --root (shared storage)"},
+    {.name = "ack-wait", .type = CLI_NUMBER, .arg = "S", .min = 1, .max = 86400,
+     .help = "--distribute: seconds after which an item a worker took and did not finish (it died or "
+             "stalled) goes to another worker (the queue's AckWait; default: as set, 30 when made)"},
 };
 
 const cli_command_t cli_cmd_index = {

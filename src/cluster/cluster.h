@@ -275,6 +275,145 @@ patina_status clu_writer_get(clu_writer_t *w, const char *key, void **data, size
 /* Deletes the image of key (PATINA_E_NOTFOUND when absent). */
 patina_status clu_writer_delete(clu_writer_t *w, const char *key);
 
+/* ---------------------------------------------------------------- ingest */
+
+/* Indexing into a cluster collection (ingest.c): items decoded, extracted
+ * with the collection's tables on a context's device, written through a
+ * writer. What `patina index --cluster` does locally and what the workers
+ * of bulk indexing do with the items they take. */
+#define CLU_INGEST_MAX 256 /* items in one clu_ingest_run */
+
+typedef struct clu_ingest_opts {
+    const char *family;      /* NULL or "": every table of the collection; a spec: that table; a family
+                              * name alone: the tables of that family (borrowed during clu_ingest_new) */
+    patina_device device;    /* where descriptors are computed (AUTO) */
+    int strict;              /* decoder warnings fail the file */
+    int apply_orientation;   /* JPEGs turned by their EXIF orientation */
+    uint64_t batch_memory;   /* patina_load_opts_t's (0: its default) */
+} clu_ingest_opts_t;
+
+typedef struct clu_ingest clu_ingest_t;
+
+/* One image to index: a file (path) or its bytes (data, size; path NULL). */
+typedef struct clu_ingest_item {
+    const char *name;   /* for messages (the path as given) */
+    const char *path;   /* the file to read; NULL: data */
+    const void *data;   /* (size) the file's content when path is NULL; borrowed */
+    size_t size;
+    const char *key;    /* the image key */
+    int64_t mtime;      /* data items: the file's modification time */
+} clu_ingest_item_t;
+
+typedef struct clu_ingest_result {
+    patina_status status;                /* PATINA_OK: written (id set) */
+    int retry;                           /* the failure is not the file's (the store or the device
+                                          * failed): another try may succeed */
+    char error[PATINA_ERROR_MAX];        /* when not OK: the message, naming the file */
+    char warning[PATINA_WARNING_MAX];    /* a decoder warning ("" when none); the file is written */
+    uint64_t id;
+} clu_ingest_result_t;
+
+void clu_ingest_opts_init(clu_ingest_opts_t *o);
+/* ctx and w are borrowed (w writes to cfg's collection); PATINA_E_INVALID
+ * when o->family names no table of the collection. */
+patina_status clu_ingest_new(clu_ingest_t **g, patina_context_t *ctx, clu_writer_t *w, const clu_config_t *cfg,
+                             const clu_ingest_opts_t *o);
+void clu_ingest_free(clu_ingest_t *g); /* accepts NULL */
+/* The tables written (borrowed canonical specs into specs[CLU_TABLES_MAX], may be NULL); their count. */
+size_t clu_ingest_tables(const clu_ingest_t *g, const char **specs);
+/* Indexes items[0 .. n) (n <= CLU_INGEST_MAX), one result each. Returns
+ * PATINA_OK when every item was tried (each result says how it fared), or
+ * the status of a failure that stopped the run (the device; the items not
+ * done then have retry set). Calls on one context must not overlap. */
+patina_status clu_ingest_run(clu_ingest_t *g, const clu_ingest_item_t *items, size_t n, clu_ingest_result_t *res);
+
+/* ------------------------------------------------------------------ work */
+
+/* Bulk indexing (work.c; docs/cluster.md, "Bulk indexing"): one message
+ * per file on the work-queue stream, pulled by the workers through one
+ * durable consumer; each file's result on patina.COLL.job.JOBID. */
+typedef struct clu_work_names {
+    char stream[128];        /* patina_COLL_work: WorkQueue retention */
+    char subject[128];       /* patina.COLL.work */
+    char consumer[128];      /* patina_COLL_workers: durable pull consumer */
+    char jobs[128];          /* patina_COLL_jobs: the results, kept a day */
+    char jobs_subjects[128]; /* patina.COLL.job.> */
+    char advisory[320];      /* JetStream's advisory of an item delivered MaxDeliver times */
+} clu_work_names_t;
+
+void clu_work_names(clu_work_names_t *n, const char *coll);
+void clu_work_job_subject(char *buf, size_t size, const char *coll, const char *job);
+
+/* Makes the work and jobs streams and the workers' consumer when missing
+ * (replicas as the collection's buckets). ack_wait_ms > 0 sets the
+ * consumer's AckWait (made with it, or updated); 0 keeps it (30 s when
+ * made). *ack_wait_out (may be NULL) receives the AckWait in force. */
+patina_status clu_work_setup(clu_conn_t *c, const clu_config_t *cfg, int64_t ack_wait_ms, int64_t *ack_wait_out);
+
+/* Messages: header {"PW1\0", u16 version, u16 kind}, then the kind's fields. */
+#define CLU_WORK_VERSION 1u
+#define CLU_WORK_ITEM 1u
+#define CLU_WORK_RESULT 2u
+
+/* A work item: str job, u64 index, str key, str path, u8 has_data, blob
+ * data, u64 mtime, str family, u8 strict, u8 orientation. Decoded items
+ * borrow the message's bytes. */
+typedef struct clu_work_item {
+    const char *job;         /* [A-Za-z0-9_-]{1,64} */
+    uint64_t index;          /* the file's number in the job */
+    const char *key;         /* the image key */
+    const char *path;        /* relative to a worker's --root (no "..", not absolute); "" with data */
+    int has_data;            /* 1: data holds the file's bytes (--send-bytes) */
+    const void *data;
+    size_t size;
+    int64_t mtime;           /* of the file, when has_data */
+    const char *family;      /* "" every table of the collection, else -f's value */
+    int strict, apply_orientation;
+} clu_work_item_t;
+
+/* A file's result: str job, u64 index, u32 status, str message, str
+ * warning, u64 id, u32 delivered (the item's deliveries, this one
+ * included), str worker. */
+typedef struct clu_work_result {
+    const char *job;
+    uint64_t index;
+    patina_status status;
+    const char *message, *warning;
+    uint64_t id;
+    uint32_t delivered;
+    const char *worker;
+} clu_work_result_t;
+
+/* 1 when p is a relative path that stays below the root (not empty, not
+ * absolute, no ".." component). */
+int clu_work_path_ok(const char *p);
+patina_status clu_work_item_encode(clu_buf_t *b, const clu_work_item_t *it);
+/* PATINA_E_CORRUPT / PATINA_E_FORMAT naming what; never reads past n. */
+patina_status clu_work_item_decode(clu_work_item_t *it, const void *data, size_t n);
+patina_status clu_work_result_encode(clu_buf_t *b, const clu_work_result_t *r);
+patina_status clu_work_result_decode(clu_work_result_t *r, const void *data, size_t n);
+
+typedef struct clu_worker_opts {
+    const char *name;        /* in the results (NULL: HOST-PID) */
+    const char *root;        /* path items are read below it (default ".") */
+    patina_device device;    /* where descriptors are computed (AUTO) */
+    const char *gpus;        /* the context's device list (NULL: one) */
+    int threads;             /* CPU workers (0: all) */
+    uint64_t max_pixels;     /* 0: the library's default */
+    int batch;               /* items taken at a time (8) */
+} clu_worker_opts_t;
+
+void clu_worker_opts_init(clu_worker_opts_t *o);
+/* Takes work items of collection coll until *stop becomes non-zero (the
+ * items of the batch in hand are finished first). Messages go to stderr. */
+patina_status clu_worker_run(const char *urls, const char *coll, const clu_worker_opts_t *o, volatile int *stop);
+
+/* clu_worker_run on a thread of its own (patina shard); stop finishes the
+ * batch in hand and joins it. */
+typedef struct clu_work clu_work_t;
+patina_status clu_work_start(clu_work_t **w, const char *urls, const char *coll, const clu_worker_opts_t *o);
+void clu_work_stop(clu_work_t *w); /* accepts NULL */
+
 /* --------------------------------------------------------------- members */
 
 typedef struct clu_member {
@@ -383,6 +522,8 @@ typedef struct clu_shard_opts {
     uint64_t synthetic;    /* > 0: benchmarks: partitions filled with this many synthetic
                             * references in all (clu_synth_*) instead of their buckets */
     uint64_t synthetic_seed;
+    int work;              /* 1: also a worker of bulk indexing (clu_work_start; its own context) */
+    clu_worker_opts_t work_opts; /* its options (name, device: the shard's) */
 } clu_shard_opts_t;
 
 void clu_shard_opts_init(clu_shard_opts_t *o);

@@ -8,6 +8,7 @@
 
 int clu_cli_cluster(const cli_args_t *a); /* patina cluster create|status COLL */
 int clu_cli_shard(const cli_args_t *a);   /* patina shard COLL */
-int clu_cli_index(const cli_args_t *a);   /* patina index COLL --cluster URL PATHS... */
+int clu_cli_index(const cli_args_t *a);   /* patina index COLL --cluster URL [--distribute] PATHS... */
+int clu_cli_worker(const cli_args_t *a);  /* patina worker COLL --cluster URL */
 
 #endif

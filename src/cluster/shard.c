@@ -1094,6 +1094,7 @@ patina_status clu_shard_run(const char *urls, const char *coll, const clu_shard_
 {
     shard_t *sh = calloc(1, sizeof *sh);
     natsSubscription *sub = NULL;
+    clu_work_t *work = NULL;
     patina_context_opts_t co;
     char bucket[128];
     natsStatus ns;
@@ -1169,12 +1170,19 @@ patina_status clu_shard_run(const char *urls, const char *coll, const clu_shard_
     logf_(sh, "collection %s: %u partitions, %zu tables, copies %d, capacity %g, device %s (%zu slice%s); answering on %s",
           coll, sh->cfg.partitions, sh->cfg.ntables, o->copies, sh->o.capacity, sh->device, sh->ndevices,
           sh->ndevices == 1 ? "" : "s", sh->subject);
+    if (o->work && !o->synthetic) { /* bulk indexing: a worker thread with its own context and connection */
+        clu_worker_opts_t wo = o->work_opts;
+        wo.name = sh->name;
+        wo.device = o->device;
+        if (clu_work_start(&work, urls, coll, &wo) != PATINA_OK) logf_(sh, "no work items taken: %s", clu_last_error());
+    }
     while (!*stop) {
         heartbeat(sh);
         reassign(sh);
         heartbeat(sh);
         for (i = 0; i < HEARTBEAT_MS / 50 && !*stop; i++) usleep(50000);
     }
+    clu_work_stop(work); /* the batch in hand is finished (its writes confirmed by the copies, this one too) */
     /* clean hand-over: out of the members first, then the requests in flight */
     logf_(sh, "stopping: withdrawing from membership");
     kvStore_Delete(sh->members, sh->name);

@@ -348,6 +348,94 @@ static void identify_keys_by_id(void **state)
     for (i = 0; i < 6; i++) free(keys[i]);
 }
 
+/* Work items and results of bulk indexing: round trips; every truncation,
+ * a byte more, another magic, version or kind, bad flags, and paths that
+ * leave the root are rejected. */
+static void work_messages(void **state)
+{
+    static const uint8_t bytes[5] = {0xff, 0xd8, 0xff, 0xe0, 7};
+    clu_work_item_t it = {.job = "0123abcd", .index = 77, .key = "good/a.jpg", .path = "good/a.jpg",
+                          .mtime = 1700000001, .family = "cedd", .strict = 1, .apply_orientation = 0};
+    clu_work_item_t got;
+    clu_work_result_t r = {.job = "0123abcd", .index = 77, .status = PATINA_E_CORRUPT, .message = "decode: bad",
+                           .warning = "", .id = 0, .delivered = 2, .worker = "w1"}, rgot;
+    clu_buf_t b = {0};
+    size_t n;
+    (void)state;
+    assert_int_equal(clu_work_item_encode(&b, &it), PATINA_OK);
+    assert_int_equal(clu_work_item_decode(&got, b.p, b.n), PATINA_OK);
+    assert_string_equal(got.job, "0123abcd");
+    assert_int_equal(got.index, 77);
+    assert_string_equal(got.key, "good/a.jpg");
+    assert_string_equal(got.path, "good/a.jpg");
+    assert_int_equal(got.has_data, 0);
+    assert_int_equal(got.mtime, 1700000001);
+    assert_string_equal(got.family, "cedd");
+    assert_int_equal(got.strict, 1);
+    for (n = 0; n < b.n; n++) assert_int_not_equal(clu_work_item_decode(&got, b.p, n), PATINA_OK);
+    {
+        uint8_t *more = malloc(b.n + 1);
+        memcpy(more, b.p, b.n);
+        more[b.n] = 0;
+        assert_int_equal(clu_work_item_decode(&got, more, b.n + 1), PATINA_E_CORRUPT);
+        more[1] = 'X'; /* magic */
+        assert_int_equal(clu_work_item_decode(&got, more, b.n), PATINA_E_FORMAT);
+        memcpy(more, b.p, b.n);
+        more[4] = 9; /* version */
+        assert_int_equal(clu_work_item_decode(&got, more, b.n), PATINA_E_FORMAT);
+        memcpy(more, b.p, b.n);
+        more[6] = CLU_WORK_RESULT; /* kind */
+        assert_int_equal(clu_work_item_decode(&got, more, b.n), PATINA_E_FORMAT);
+        memcpy(more, b.p, b.n);
+        more[b.n - 1] = 2; /* orientation flag */
+        assert_int_equal(clu_work_item_decode(&got, more, b.n), PATINA_E_CORRUPT);
+        free(more);
+    }
+    clu_buf_release(&b);
+    /* paths that leave the root, or none without data */
+    {
+        static const char *const badp[] = {"/etc/passwd", "../x.jpg", "a/../../x.jpg", "a/..", "..", ""};
+        size_t i;
+        for (i = 0; i < sizeof badp / sizeof badp[0]; i++) {
+            clu_buf_t bb = {0};
+            it.path = badp[i];
+            assert_int_equal(clu_work_item_encode(&bb, &it), PATINA_OK);
+            assert_int_equal(clu_work_item_decode(&got, bb.p, bb.n), PATINA_E_CORRUPT);
+            clu_buf_release(&bb);
+        }
+        assert_true(clu_work_path_ok("a/..b/c..d/x.jpg"));
+        assert_true(clu_work_path_ok("./a.jpg"));
+    }
+    /* bytes instead of a path */
+    it.path = "";
+    it.has_data = 1;
+    it.data = bytes;
+    it.size = sizeof bytes;
+    assert_int_equal(clu_work_item_encode(&b, &it), PATINA_OK);
+    assert_int_equal(clu_work_item_decode(&got, b.p, b.n), PATINA_OK);
+    assert_int_equal(got.has_data, 1);
+    assert_int_equal(got.size, sizeof bytes);
+    assert_memory_equal(got.data, bytes, sizeof bytes);
+    clu_buf_release(&b);
+    /* a job id that is not a name */
+    it.job = "a.b";
+    assert_int_equal(clu_work_item_encode(&b, &it), PATINA_OK);
+    assert_int_equal(clu_work_item_decode(&got, b.p, b.n), PATINA_E_CORRUPT);
+    clu_buf_release(&b);
+    /* results */
+    assert_int_equal(clu_work_result_encode(&b, &r), PATINA_OK);
+    assert_int_equal(clu_work_result_decode(&rgot, b.p, b.n), PATINA_OK);
+    assert_string_equal(rgot.job, "0123abcd");
+    assert_int_equal(rgot.index, 77);
+    assert_int_equal(rgot.status, PATINA_E_CORRUPT);
+    assert_string_equal(rgot.message, "decode: bad");
+    assert_int_equal(rgot.delivered, 2);
+    assert_string_equal(rgot.worker, "w1");
+    for (n = 0; n < b.n; n++) assert_int_not_equal(clu_work_result_decode(&rgot, b.p, n), PATINA_OK);
+    assert_int_not_equal(clu_work_item_decode(&got, b.p, b.n), PATINA_OK); /* a result is not an item */
+    clu_buf_release(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -359,6 +447,7 @@ int main(void)
         cmocka_unit_test(rendezvous_minimal_movement),
         cmocka_unit_test(assign_balanced),
         cmocka_unit_test(identify_keys_by_id),
+        cmocka_unit_test(work_messages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
