@@ -163,22 +163,28 @@ static int run_inproc(int argc, char **argv)
     if (patina_context_new(&ctx, &co) != PATINA_OK) die("context");
     patina_table_opts_init(&to);
     if (patina_table_new(&t, ctx, spec, &to) != PATINA_OK) die("table");
-    for (p = 0; p < P; p++) {
-        unsigned char *pool = NULL;
-        const uint64_t np = clu_synth_count(n, p, P);
+    /* in id order (id = 1 + p + j P): every put appends to the reference
+     * set; partition by partition would insert each id in the middle, moving
+     * every larger record (quadratic) */
+    {
+        unsigned char **pools = calloc(P, sizeof *pools);
         const size_t bytes = patina_extractor_bytes(patina_table_extractor(t));
-        uint64_t j0;
-        if (clu_synth_pool(&pool, t, seed, p, 0) != PATINA_OK) die("synthetic references");
-        for (j0 = 0; j0 < np; j0 += 4096) {
-            size_t i, nb = (size_t)(np - j0 < 4096 ? np - j0 : 4096);
+        uint64_t id0;
+        if (!pools) die("memory");
+        for (p = 0; p < P; p++)
+            if (clu_synth_pool(&pools[p], t, seed, p, 0) != PATINA_OK) die("synthetic references");
+        for (id0 = 0; id0 < n; id0 += 4096) {
+            size_t i, nb = (size_t)(n - id0 < 4096 ? n - id0 : 4096);
             for (i = 0; i < nb; i++) {
-                clu_synth_key(keys[i], sizeof keys[i], seed, p, j0 + i);
-                ch[i] = (patina_change_t){PATINA_CHANGE_PUT, 1 + p + (j0 + i) * P, keys[i],
-                                          pool + ((j0 + i) % CLU_SYNTH_POOL) * bytes};
+                const uint64_t id = id0 + i, j = id / P;
+                const uint32_t pp = (uint32_t)(id % P);
+                clu_synth_key(keys[i], sizeof keys[i], seed, pp, j);
+                ch[i] = (patina_change_t){PATINA_CHANGE_PUT, 1 + id, keys[i], pools[pp] + (j % CLU_SYNTH_POOL) * bytes};
             }
             if (patina_table_apply(t, ch, nb, 0, NULL) != PATINA_OK) die("apply");
         }
-        free(pool);
+        for (p = 0; p < P; p++) free(pools[p]);
+        free(pools);
     }
     fprintf(stderr, "bench_cluster: %llu references in %.1f s\n", (unsigned long long)n, now() - t0);
     q = query_of(t, arg(argc, argv, "--query", "samples/mate/Aqua.jpg"), (size_t)atoi(arg(argc, argv, "--batch", "16")));
