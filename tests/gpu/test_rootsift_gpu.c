@@ -73,6 +73,24 @@ static void agree_print(const agree_t *a, const char *what)
                   r * (double)a->geo_near, r * (double)a->desc_same, a->max_u8, a->max_f16, a->geo_same_rows);
 }
 
+/* Prints the first components where two rows differ (stored values; f16
+ * also as bits), so a run tells a rounding step from a different value. */
+static void show_components(const unsigned char *rc, const unsigned char *rg, int f16)
+{
+    for (int k = 0, shown = 0; k < 128 && shown < 4; k++) {
+        if (f16) {
+            const unsigned hc = (unsigned)(rc[2 * k] | rc[2 * k + 1] << 8), hg = (unsigned)(rg[2 * k] | rg[2 * k + 1] << 8);
+            if (hc == hg) continue;
+            print_message("      component %d: cpu %.9g (0x%04x) gpu %.9g (0x%04x)\n", k,
+                          (double)rs_f16_to_f32((uint16_t)hc), hc, (double)rs_f16_to_f32((uint16_t)hg), hg);
+        } else {
+            if (rc[k] == rg[k]) continue;
+            print_message("      component %d: cpu %u gpu %u\n", k, rc[k], rg[k]);
+        }
+        shown++;
+    }
+}
+
 /* Compares n records (cpu, gpu) of `bytes` each; adds to a; prints the
  * first differences of the first few images that differ. */
 static void compare(const unsigned char *cpu, const unsigned char *gpu, size_t n, size_t bytes, agree_t *a,
@@ -152,6 +170,7 @@ static void compare(const unsigned char *cpu, const unsigned char *gpu, size_t n
                                   (double)gc[0], (double)gc[1], (double)gc[2], (double)gc[3], (double)gg[0],
                                   (double)gg[1], (double)gg[2], (double)gg[3],
                                   memcmp(rs_row(c, r), rs_row(g, r), 128 * (f16 ? 2 : 1)) ? " descriptor differs" : "");
+                    show_components(rs_row(c, r), rs_row(g, r), f16);
                     k++;
                 }
             }
@@ -399,6 +418,39 @@ static void test_synthetic(void **state)
         memset(&a, 0, sizeof a);
         free(run_both(specs[s], 0, v, n, &a, specs[s], NULL));
         agree_print(&a, specs[s]);
+    }
+    /* the GPU's own f16 rows against its u8 rows of the same features: within
+     * the two roundings (1/1024 + 1/4096), or the f16 step is not the only
+     * difference */
+    {
+        rootsift_params_t p8, p16;
+        size_t b8, b16, rows = 0;
+        unsigned char *g8, *g16;
+        double mx = 0.0;
+        patina_status *st = malloc(n * sizeof *st);
+        params_of(&p8, "rootsift:m=100");
+        params_of(&p16, "rootsift:quant=f16,m=100");
+        b8 = rs_record_bytes(100, RS_QUANT_U8);
+        b16 = rs_record_bytes(100, RS_QUANT_F16);
+        g8 = malloc(n * b8);
+        g16 = malloc(n * b16);
+        TU_OK(rs_extract_gpu(G, &p8, 100, g8, v, n, st));
+        TU_OK(rs_extract_gpu(G, &p16, 100, g16, v, n, st));
+        for (size_t i = 0; i < n; i++)
+            for (size_t r = 0; r < rs_count(g8 + i * b8) && r < rs_count(g16 + i * b16); r++) {
+                float a[128], b[128];
+                rs_row_get(g8 + i * b8, r, a);
+                rs_row_get(g16 + i * b16, r, b);
+                rows++;
+                for (int k = 0; k < 128; k++)
+                    if (fabs((double)a[k] - b[k]) > mx) mx = fabs((double)a[k] - b[k]);
+            }
+        print_message("gpu f16 vs gpu u8 rows (m=100): %zu rows, max |f16 - u8/512| %.3g (bound %.3g)\n", rows, mx,
+                      1.0 / 1024 + 1.0 / 4096);
+        if (mx > 1.0 / 1024 + 1.0 / 4096) any_diff = 1;
+        free(g8);
+        free(g16);
+        free(st);
     }
     /* each case alone too (names say which) */
     for (size_t i = 0; i < n; i++) {
