@@ -27,10 +27,12 @@
 
 #include <vl/sift.h>
 
+#include "core/context.h"
 #include "features/family.h"
 #include "features/rootsift.h"
 #include "gpu/gpu.h"
 #include "patina/descriptor.h"
+#include "patina/identify.h"
 #include "testutil.h"
 
 static int quick;
@@ -590,6 +592,92 @@ static void test_family(void **state)
     patina_image_release(&im[2]);
 }
 
+/* identify's queries: patina_identify_extract with a context that has the
+ * GPU extracts them there; the records and the answers (CPU matching, so
+ * that only the extraction differs) equal those of CPU extraction (ctx
+ * NULL). References: half the photographs (or synthetic images), CPU
+ * records; queries: all of them. */
+static void test_identify_queries(void **state)
+{
+    patina_image_t *v;
+    const char **names;
+    size_t n = photos(&v, quick ? 8 : 24), nref, qb, same_q = 0;
+    patina_refset_t *rs;
+    patina_context_t *ctx;
+    patina_context_opts_t co;
+    patina_identify_opts_t o;
+    rootsift_params_t p;
+    unsigned char *rec, *qc, *qg;
+    patina_status *st;
+    patina_identify_hit_t *hc, *hg;
+    patina_identify_result_t *rc, *rg;
+    (void)state;
+    if (n < 2) {
+        release_all(v, n);
+        n = synthetic(&v, &names);
+    }
+    TU_OK(patina_refset_new(&rs, "rootsift"));
+    params_of(&p, "rootsift");
+    rec = malloc(rs_record_bytes((size_t)p.m, RS_QUANT_U8));
+    nref = (n + 1) / 2;
+    for (size_t i = 0; i < nref; i++) {
+        TU_OK(rs_extract(&p, (size_t)p.m, rec, &v[i]));
+        TU_OK(patina_refset_put(rs, 1000 + i, rec, rs_record_bytes((size_t)p.m, RS_QUANT_U8)));
+    }
+    qb = patina_identify_query_bytes(rs);
+    qc = malloc(n * qb);
+    qg = malloc(n * qb);
+    st = malloc(n * sizeof *st);
+    patina_context_opts_init(&co);
+    TU_OK(patina_context_new(&ctx, &co));
+    TU_OK(patina_identify_extract(NULL, rs, qc, v, n, st));
+    {
+        double ms[PGPU_RS_STAGES];
+        size_t before, after;
+        patina_gpu_t *g;
+        TU_OK(patina__context_gpu_acquire(ctx, &g));
+        patina_gpu__rootsift_times(g, ms, &before);
+        patina__context_gpu_release(ctx);
+        TU_OK(patina_identify_extract(ctx, rs, qg, v, n, st));
+        TU_OK(patina__context_gpu_acquire(ctx, &g));
+        patina_gpu__rootsift_times(g, ms, &after);
+        patina__context_gpu_release(ctx);
+        assert_true(after > 0); /* the queries went through the GPU */
+    }
+    for (size_t i = 0; i < n; i++) same_q += !memcmp(qc + i * qb, qg + i * qb, qb);
+    patina_identify_opts_init(&o);
+    o.k = 5;
+    o.device = PATINA_DEVICE_CPU;
+    hc = calloc(n * o.k, sizeof *hc);
+    hg = calloc(n * o.k, sizeof *hg);
+    rc = calloc(n, sizeof *rc);
+    rg = calloc(n, sizeof *rg);
+    TU_OK(patina_identify(ctx, rs, qc, n, &o, hc, rc));
+    TU_OK(patina_identify(ctx, rs, qg, n, &o, hg, rg));
+    {
+        size_t same_a = 0;
+        for (size_t i = 0; i < n; i++)
+            same_a += rc[i].decision == rg[i].decision && rc[i].nhits == rg[i].nhits &&
+                      rc[i].query_features == rg[i].query_features &&
+                      !memcmp(hc + i * o.k, hg + i * o.k, o.k * sizeof *hc);
+        print_message("identify queries: %zu images against %zu references: query records identical %zu, answers "
+                      "identical %zu (GPU vs CPU extraction)\n", n, nref, same_q, same_a);
+        if (same_q != n) any_diff = 1;
+        assert_int_equal(same_a, n);
+    }
+    free(hc);
+    free(hg);
+    free(rc);
+    free(rg);
+    free(qc);
+    free(qg);
+    free(st);
+    free(rec);
+    patina_context_free(ctx);
+    patina_refset_free(rs);
+    release_all(v, n);
+}
+
 /* Last: fails when any record or stage above differed (after printing). */
 static void test_identical(void **state)
 {
@@ -627,7 +715,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stages),      cmocka_unit_test(test_synthetic), cmocka_unit_test(test_photos),
-        cmocka_unit_test(test_determinism), cmocka_unit_test(test_family),    cmocka_unit_test(test_identical),
+        cmocka_unit_test(test_determinism), cmocka_unit_test(test_family),    cmocka_unit_test(test_identify_queries),
+        cmocka_unit_test(test_identical),
     };
     quick = getenv("PATINA_TEST_QUICK") ? atoi(getenv("PATINA_TEST_QUICK")) : 0;
     tu_require_gpu();
