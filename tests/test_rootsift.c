@@ -14,6 +14,7 @@
 
 #include <vl/sift.h>
 
+#include "algo/f16.h"
 #include "features/family.h"
 #include "features/rootsift.h"
 #include "identify/identify.h"
@@ -609,6 +610,36 @@ static void test_f16(void **state)
 #endif
 }
 
+/* algo/f16.h's conversion, the one the CPU records and the GPU kernel
+ * (gpu/rootsift.cu) both use: every float of [2^-26, 2) -- all RootSIFT
+ * components and the f16 subnormals below them -- at a stride of 3 bit
+ * patterns, against the compiler's _Float16 and rs_f32_to_f16. */
+static void test_f16_shared(void **state)
+{
+    size_t n = 0;
+    (void)state;
+    for (uint32_t u = (uint32_t)(127 - 26) << 23; u < (uint32_t)128 << 23; u += 3, n++) {
+        float f;
+        uint16_t got;
+        memcpy(&f, &u, 4);
+        got = f16_from_f32(f);
+        if (got != f16_from_f32_bits(u) || got != rs_f32_to_f16(f)) fail_msg("0x%08x: helpers disagree", u);
+#ifdef __FLT16_MAX__
+        {
+            _Float16 hv = (_Float16)f;
+            uint16_t want;
+            memcpy(&want, &hv, 2);
+            if (got != want) fail_msg("%.9g (0x%08x): 0x%04x, _Float16 0x%04x", (double)f, u, got, want);
+        }
+#endif
+    }
+    assert_true(n > 70000000);
+    assert_int_equal(f16_from_f32(0.0f), 0);
+    assert_int_equal(f16_from_f32(-0.0f), 0x8000);
+    assert_int_equal(f16_from_f32(65520.0f), 0x7c00); /* rounds up to inf */
+    assert_int_equal(f16_from_f32(65519.0f), 0x7bff);
+}
+
 /* ---------------------------------------------------------------- distance */
 
 static void test_ratio_distance(void **state)
@@ -779,7 +810,7 @@ static void test_cli(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_options),    cmocka_unit_test(test_f16),         cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_options),    cmocka_unit_test(test_f16),         cmocka_unit_test(test_f16_shared),         cmocka_unit_test(test_layout),
         cmocka_unit_test(test_unit_rows),  cmocka_unit_test(test_degenerate),  cmocka_unit_test(test_maxside_off),
         cmocka_unit_test(test_maxside),    cmocka_unit_test(test_determinism), cmocka_unit_test(test_ratio_distance),
         cmocka_unit_test(test_cli),        cmocka_unit_test(test_parity_vlfeat),

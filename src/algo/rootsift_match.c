@@ -14,39 +14,13 @@
 
 #include "algo/problem.h"
 #include "algo/clones.h"
+#include "algo/f16.h"
 #include "algo/rootsift_match.h"
 #include "patina/identify.h"
 
 /* ----------------------------------------------------------------- binary16 */
 
-uint16_t rs_f32_to_f16(float f)
-{
-    uint32_t u, sign, mant;
-    int exp;
-    memcpy(&u, &f, sizeof u);
-    sign = (u >> 16) & 0x8000u;
-    exp = (int)((u >> 23) & 0xff);
-    mant = u & 0x7fffffu;
-    if (exp == 0xff) return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0)); /* inf, NaN */
-    exp = exp - 127 + 15;
-    if (exp >= 31) return (uint16_t)(sign | 0x7c00u); /* overflow */
-    if (exp <= 0) {                                   /* subnormal or zero */
-        uint32_t m, shift, half, rest, q;
-        if (exp < -10) return (uint16_t)sign;
-        m = mant | 0x800000u;
-        shift = (uint32_t)(14 - exp);
-        q = m >> shift;
-        rest = m & ((1u << shift) - 1);
-        half = 1u << (shift - 1);
-        if (rest > half || (rest == half && (q & 1))) q++;
-        return (uint16_t)(sign | q);
-    }
-    {
-        uint32_t q = ((uint32_t)exp << 10) | (mant >> 13), rest = mant & 0x1fffu;
-        if (rest > 0x1000u || (rest == 0x1000u && (q & 1))) q++; /* may carry into inf: correct */
-        return (uint16_t)(sign | q);
-    }
-}
+uint16_t rs_f32_to_f16(float f) { return f16_from_f32(f); }
 
 float rs_f16_to_f32(uint16_t h)
 {

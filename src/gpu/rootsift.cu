@@ -35,13 +35,13 @@
  * gradients of every octave (the descriptors of the kept features need
  * them after the selection), the candidates of one octave, the keypoints,
  * the sort keys, the kept features and the record. */
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo/f16.h"
 #include "algo/grey.h"
 #include "gpu/context.h"
 
@@ -673,7 +673,7 @@ __global__ void k_desc(uint8_t *arena, const rs_item *items, const rs_ctr *ctr, 
     for (int i = 0; i < 128; i++) {
         const double r = l1 > 0.0 ? sqrt(descr[i] / l1) : 0.0;
         if (C.quant) {
-            const unsigned short hv = __half_as_ushort(__float2half_rn((float)r));
+            const uint16_t hv = f16_from_f32((float)r); /* the CPU's conversion (algo/f16.h) */
             row[2 * i] = (uint8_t)hv;
             row[2 * i + 1] = (uint8_t)(hv >> 8);
         } else {

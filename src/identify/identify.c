@@ -492,6 +492,31 @@ patina_status patina_identify_extract(patina_context_t *ctx, const patina_refset
     jb.bytes = patina_identify_query_bytes(rs);
     jb.images = images;
     jb.st = st;
+    /* On the context's GPU when it has a usable one (the same records:
+     * docs/rootsift.md "GPU"); the CPU when not, or when the GPU call fails. */
+    if (PATINA_HAVE_CUDA && ctx && patina__context_gpu_usable(ctx)) {
+        patina_status *sg = malloc(nq * sizeof *sg), s = PATINA_E_NOMEM;
+        patina_gpu_t *g;
+        if (sg && patina__context_gpu_acquire(ctx, &g) == PATINA_OK) {
+            s = rs_extract_gpu(g, jb.p, (size_t)jb.p->n, out, images, nq, sg);
+            patina__context_gpu_release(ctx);
+        }
+        if (s == PATINA_OK) {
+            for (size_t i = 0; i < nq; i++) {
+                if (sg[i] != PATINA_OK) { /* a valid record with no features, as extract_one */
+                    patina_image_t empty;
+                    unsigned char *rec = (unsigned char *)out + i * jb.bytes;
+                    memset(&empty, 0, sizeof empty);
+                    if (rs_extract(jb.p, (size_t)jb.p->n, rec, &empty) != PATINA_OK) memset(rec, 0, jb.bytes);
+                }
+                if (st) st[i] = sg[i];
+            }
+            free(sg);
+            return PATINA_OK;
+        }
+        free(sg);
+        patina_clear_error();
+    }
     return run_tasks(ctx, nq, extract_one, &jb);
 }
 

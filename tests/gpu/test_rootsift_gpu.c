@@ -27,10 +27,12 @@
 
 #include <vl/sift.h>
 
+#include "core/context.h"
 #include "features/family.h"
 #include "features/rootsift.h"
 #include "gpu/gpu.h"
 #include "patina/descriptor.h"
+#include "patina/identify.h"
 #include "testutil.h"
 
 static int quick;
@@ -71,6 +73,24 @@ static void agree_print(const agree_t *a, const char *what)
                   what, a->images, a->same_records, a->images ? 100.0 * (double)a->same_records / (double)a->images : 0.0,
                   a->rows_cpu, a->rows_gpu, a->count_diff, r * (double)a->kp_same, r * (double)a->ang_same,
                   r * (double)a->geo_near, r * (double)a->desc_same, a->max_u8, a->max_f16, a->geo_same_rows);
+}
+
+/* Prints the first components where two rows differ (stored values; f16
+ * also as bits), so a run tells a rounding step from a different value. */
+static void show_components(const unsigned char *rc, const unsigned char *rg, int f16)
+{
+    for (int k = 0, shown = 0; k < 128 && shown < 4; k++) {
+        if (f16) {
+            const unsigned hc = (unsigned)(rc[2 * k] | rc[2 * k + 1] << 8), hg = (unsigned)(rg[2 * k] | rg[2 * k + 1] << 8);
+            if (hc == hg) continue;
+            print_message("      component %d: cpu %.9g (0x%04x) gpu %.9g (0x%04x)\n", k,
+                          (double)rs_f16_to_f32((uint16_t)hc), hc, (double)rs_f16_to_f32((uint16_t)hg), hg);
+        } else {
+            if (rc[k] == rg[k]) continue;
+            print_message("      component %d: cpu %u gpu %u\n", k, rc[k], rg[k]);
+        }
+        shown++;
+    }
 }
 
 /* Compares n records (cpu, gpu) of `bytes` each; adds to a; prints the
@@ -152,6 +172,7 @@ static void compare(const unsigned char *cpu, const unsigned char *gpu, size_t n
                                   (double)gc[0], (double)gc[1], (double)gc[2], (double)gc[3], (double)gg[0],
                                   (double)gg[1], (double)gg[2], (double)gg[3],
                                   memcmp(rs_row(c, r), rs_row(g, r), 128 * (f16 ? 2 : 1)) ? " descriptor differs" : "");
+                    show_components(rs_row(c, r), rs_row(g, r), f16);
                     k++;
                 }
             }
@@ -400,6 +421,39 @@ static void test_synthetic(void **state)
         free(run_both(specs[s], 0, v, n, &a, specs[s], NULL));
         agree_print(&a, specs[s]);
     }
+    /* the GPU's own f16 rows against its u8 rows of the same features: within
+     * the two roundings (1/1024 + 1/4096), or the f16 step is not the only
+     * difference */
+    {
+        rootsift_params_t p8, p16;
+        size_t b8, b16, rows = 0;
+        unsigned char *g8, *g16;
+        double mx = 0.0;
+        patina_status *st = malloc(n * sizeof *st);
+        params_of(&p8, "rootsift:m=100");
+        params_of(&p16, "rootsift:quant=f16,m=100");
+        b8 = rs_record_bytes(100, RS_QUANT_U8);
+        b16 = rs_record_bytes(100, RS_QUANT_F16);
+        g8 = malloc(n * b8);
+        g16 = malloc(n * b16);
+        TU_OK(rs_extract_gpu(G, &p8, 100, g8, v, n, st));
+        TU_OK(rs_extract_gpu(G, &p16, 100, g16, v, n, st));
+        for (size_t i = 0; i < n; i++)
+            for (size_t r = 0; r < rs_count(g8 + i * b8) && r < rs_count(g16 + i * b16); r++) {
+                float a[128], b[128];
+                rs_row_get(g8 + i * b8, r, a);
+                rs_row_get(g16 + i * b16, r, b);
+                rows++;
+                for (int k = 0; k < 128; k++)
+                    if (fabs((double)a[k] - b[k]) > mx) mx = fabs((double)a[k] - b[k]);
+            }
+        print_message("gpu f16 vs gpu u8 rows (m=100): %zu rows, max |f16 - u8/512| %.3g (bound %.3g)\n", rows, mx,
+                      1.0 / 1024 + 1.0 / 4096);
+        if (mx > 1.0 / 1024 + 1.0 / 4096) any_diff = 1;
+        free(g8);
+        free(g16);
+        free(st);
+    }
     /* each case alone too (names say which) */
     for (size_t i = 0; i < n; i++) {
         agree_t a;
@@ -538,6 +592,92 @@ static void test_family(void **state)
     patina_image_release(&im[2]);
 }
 
+/* identify's queries: patina_identify_extract with a context that has the
+ * GPU extracts them there; the records and the answers (CPU matching, so
+ * that only the extraction differs) equal those of CPU extraction (ctx
+ * NULL). References: half the photographs (or synthetic images), CPU
+ * records; queries: all of them. */
+static void test_identify_queries(void **state)
+{
+    patina_image_t *v;
+    const char **names;
+    size_t n = photos(&v, quick ? 8 : 24), nref, qb, same_q = 0;
+    patina_refset_t *rs;
+    patina_context_t *ctx;
+    patina_context_opts_t co;
+    patina_identify_opts_t o;
+    rootsift_params_t p;
+    unsigned char *rec, *qc, *qg;
+    patina_status *st;
+    patina_identify_hit_t *hc, *hg;
+    patina_identify_result_t *rc, *rg;
+    (void)state;
+    if (n < 2) {
+        release_all(v, n);
+        n = synthetic(&v, &names);
+    }
+    TU_OK(patina_refset_new(&rs, "rootsift"));
+    params_of(&p, "rootsift");
+    rec = malloc(rs_record_bytes((size_t)p.m, RS_QUANT_U8));
+    nref = (n + 1) / 2;
+    for (size_t i = 0; i < nref; i++) {
+        TU_OK(rs_extract(&p, (size_t)p.m, rec, &v[i]));
+        TU_OK(patina_refset_put(rs, 1000 + i, rec, rs_record_bytes((size_t)p.m, RS_QUANT_U8)));
+    }
+    qb = patina_identify_query_bytes(rs);
+    qc = malloc(n * qb);
+    qg = malloc(n * qb);
+    st = malloc(n * sizeof *st);
+    patina_context_opts_init(&co);
+    TU_OK(patina_context_new(&ctx, &co));
+    TU_OK(patina_identify_extract(NULL, rs, qc, v, n, st));
+    {
+        double ms[PGPU_RS_STAGES];
+        size_t before, after;
+        patina_gpu_t *g;
+        TU_OK(patina__context_gpu_acquire(ctx, &g));
+        patina_gpu__rootsift_times(g, ms, &before);
+        patina__context_gpu_release(ctx);
+        TU_OK(patina_identify_extract(ctx, rs, qg, v, n, st));
+        TU_OK(patina__context_gpu_acquire(ctx, &g));
+        patina_gpu__rootsift_times(g, ms, &after);
+        patina__context_gpu_release(ctx);
+        assert_true(after > 0); /* the queries went through the GPU */
+    }
+    for (size_t i = 0; i < n; i++) same_q += !memcmp(qc + i * qb, qg + i * qb, qb);
+    patina_identify_opts_init(&o);
+    o.k = 5;
+    o.device = PATINA_DEVICE_CPU;
+    hc = calloc(n * o.k, sizeof *hc);
+    hg = calloc(n * o.k, sizeof *hg);
+    rc = calloc(n, sizeof *rc);
+    rg = calloc(n, sizeof *rg);
+    TU_OK(patina_identify(ctx, rs, qc, n, &o, hc, rc));
+    TU_OK(patina_identify(ctx, rs, qg, n, &o, hg, rg));
+    {
+        size_t same_a = 0;
+        for (size_t i = 0; i < n; i++)
+            same_a += rc[i].decision == rg[i].decision && rc[i].nhits == rg[i].nhits &&
+                      rc[i].query_features == rg[i].query_features &&
+                      !memcmp(hc + i * o.k, hg + i * o.k, o.k * sizeof *hc);
+        print_message("identify queries: %zu images against %zu references: query records identical %zu, answers "
+                      "identical %zu (GPU vs CPU extraction)\n", n, nref, same_q, same_a);
+        if (same_q != n) any_diff = 1;
+        assert_int_equal(same_a, n);
+    }
+    free(hc);
+    free(hg);
+    free(rc);
+    free(rg);
+    free(qc);
+    free(qg);
+    free(st);
+    free(rec);
+    patina_context_free(ctx);
+    patina_refset_free(rs);
+    release_all(v, n);
+}
+
 /* Last: fails when any record or stage above differed (after printing). */
 static void test_identical(void **state)
 {
@@ -575,7 +715,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stages),      cmocka_unit_test(test_synthetic), cmocka_unit_test(test_photos),
-        cmocka_unit_test(test_determinism), cmocka_unit_test(test_family),    cmocka_unit_test(test_identical),
+        cmocka_unit_test(test_determinism), cmocka_unit_test(test_family),    cmocka_unit_test(test_identify_queries),
+        cmocka_unit_test(test_identical),
     };
     quick = getenv("PATINA_TEST_QUICK") ? atoi(getenv("PATINA_TEST_QUICK")) : 0;
     tu_require_gpu();
