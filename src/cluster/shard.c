@@ -1143,7 +1143,7 @@ patina_status clu_shard_run(const char *urls, const char *coll, const clu_shard_
         goto out;
     }
     clu_bucket_members(bucket, sizeof bucket, coll);
-    if ((s = clu_kv_open(&sh->members, sh->c, bucket)) != PATINA_OK) goto out;
+    if ((s = clu_kv_open_wait(&sh->members, sh->c, bucket, CLU_START_WAIT_MS)) != PATINA_OK) goto out;
     snprintf(sh->subject, sizeof sh->subject, "patina.%s.shard.%s", coll, sh->name);
     ns = natsConnection_Subscribe(&sub, sh->c->nc, sh->subject, on_msg, sh);
     if (ns != NATS_OK) {
