@@ -38,6 +38,10 @@ import natsctl
 COLL = "faults"
 TOKEN = "cluster-test-token-0123456789"
 HTTP_TIMEOUT = 60
+# A process starting waits up to 60 s for JetStream to answer about each bucket it opens (the
+# CLI's CLU_START_WAIT_MS: after a restart of every server JetStream recovers its streams and
+# elects their leaders first); the waits on processes starting cover two such waits and more.
+START_WAIT = 150
 
 
 # ------------------------------------------------------------------ synthetic images
@@ -77,7 +81,7 @@ class Env:
         with open(self.token_file, "w") as f:
             f.write(TOKEN + "\n")
 
-    def run(self, *args, timeout=120):
+    def run(self, *args, timeout=START_WAIT):
         r = subprocess.run([self.cli, *args], capture_output=True, text=True, timeout=timeout)
         return r
 
@@ -125,7 +129,7 @@ class Env:
             out[m["name"]] = held if isinstance(held, list) else list(held)
         return out
 
-    def wait_ready(self, timeout=180):
+    def wait_ready(self, timeout=START_WAIT + 60):
         """Until every running shard is ready (its /ready: every partition assigned to it loaded
         and caught up), the status lists exactly them, the hand-over is over (every partition
         held by exactly min(copies, shards) of them, each copy ready: a shard keeps a partition
@@ -180,7 +184,7 @@ class Env:
             except OSError:
                 return False
 
-        self.procs.wait_for(up, "the front end's /readyz", 60, [self.fe])
+        self.procs.wait_for(up, "the front end's /readyz", START_WAIT, [self.fe])
         return self.fe
 
     def http(self, method, path, body=None, headers=None, token=False):
