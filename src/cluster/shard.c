@@ -1152,6 +1152,7 @@ patina_status clu_shard_run(const char *urls, const char *coll, const clu_shard_
     patina_status s;
     uint32_t p;
     int i;
+    double t_open;
     if (!sh) return clu_fail(PATINA_E_NOMEM, "shard: out of memory");
     sh->o = *o;
     if (o->name) snprintf(sh->name, sizeof sh->name, "%s", o->name);
@@ -1187,6 +1188,7 @@ patina_status clu_shard_run(const char *urls, const char *coll, const clu_shard_
     }
     sh->ndevices = patina_context_devices(sh->ctx, sh->devices, sizeof sh->devices / sizeof sh->devices[0]);
     if ((s = clu_connect(&sh->c, urls)) != PATINA_OK) goto out;
+    t_open = now_s();
     if ((s = clu_collection_config(sh->c, coll, &sh->cfg)) != PATINA_OK) goto out;
     if (!(sh->o.capacity > 0)) sh->o.capacity = default_capacity(sh);
     if (!(sh->parts = calloc(sh->cfg.partitions, sizeof *sh->parts)) ||
@@ -1196,6 +1198,8 @@ patina_status clu_shard_run(const char *urls, const char *coll, const clu_shard_
     }
     clu_bucket_members(bucket, sizeof bucket, coll);
     if ((s = clu_kv_open_wait(&sh->members, sh->c, bucket, CLU_START_WAIT_MS)) != PATINA_OK) goto out;
+    if (now_s() - t_open >= 1.0) /* JetStream was recovering (servers restarted) */
+        logf_(sh, "waited %.1f s for JetStream to answer about the collection's buckets", now_s() - t_open);
     snprintf(sh->subject, sizeof sh->subject, "patina.%s.shard.%s", coll, sh->name);
     ns = natsConnection_Subscribe(&sub, sh->c->nc, sh->subject, on_msg, sh);
     if (ns != NATS_OK) {
