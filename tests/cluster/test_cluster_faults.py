@@ -2,6 +2,7 @@
 
     kill the JetStream leader during writes   every acknowledged write is there afterwards
     scale 2 -> 3 -> 2 shards while querying   no query fails or changes; partitions balanced within one
+    a shard's /ready                          503 while an assigned partition cannot load, then 200
     concurrent add / delete / search          no phantom hit after a delete, no miss after an add
     restart everything (kill -9 all)          the same answers
     malformed messages on patina.COLL.>       the shards answer an error or ignore them; alive, same answers
