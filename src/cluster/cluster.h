@@ -217,6 +217,15 @@ patina_status clu_identify_keys(const patina_identify_hit_t *const *part_hits,
 
 typedef struct clu_conn clu_conn_t;
 
+/* How long a process waits at its start for JetStream to answer about the
+ * collection's buckets (clu_collection_config, the members and meta
+ * buckets a shard or a writer opens, `patina cluster status`): after the
+ * NATS servers restart, JetStream recovers its streams and elects their
+ * leaders, and until then its requests time out or find no responder.
+ * Such failures are retried with a backoff (100 ms doubling to 2 s) for at
+ * most this long; a bucket that does not exist fails at once. */
+#define CLU_START_WAIT_MS 60000
+
 /* Connects to a comma-separated list of nats:// URLs (reconnecting for
  * ever) and opens a JetStream context. */
 patina_status clu_connect(clu_conn_t **c, const char *urls);
@@ -236,7 +245,8 @@ typedef struct clu_config {
  * set; specs canonicalised in place). PATINA_E_INVALID when it exists with
  * another configuration; the same configuration again is PATINA_OK. */
 patina_status clu_collection_create(clu_conn_t *c, clu_config_t *cfg);
-/* Reads the configuration; PATINA_E_NOTFOUND for a collection never created. */
+/* Reads the configuration; PATINA_E_NOTFOUND for a collection never created.
+ * JetStream not answering is retried for CLU_START_WAIT_MS. */
 patina_status clu_collection_config(clu_conn_t *c, const char *name, clu_config_t *cfg);
 
 /* The bucket name of partition p / the meta / the members bucket. */

@@ -59,7 +59,12 @@ static int cluster_status(const cli_args_t *a, clu_conn_t *c, const char *coll)
     patina_status s;
     int json = (int)cli_get(a, "json")->i;
     if ((s = clu_collection_config(c, coll, &cfg)) != PATINA_OK) return fail("cluster", s);
-    if ((s = clu_members_read(c, &cfg, &m, &n)) != PATINA_OK) return fail("cluster", s);
+    {
+        clu_retry_t r;
+        clu_retry_init(&r, CLU_START_WAIT_MS);
+        while ((s = clu_members_read(c, &cfg, &m, &n)) != PATINA_OK && clu_retry(&r, s)) {}
+        if (s != PATINA_OK) return fail("cluster", s);
+    }
     for (p = 0; p < cfg.partitions; p++)
         for (i = 0; i < n; i++)
             if (m[i].ready[p]) {

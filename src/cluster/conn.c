@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cluster/conn.h"
 
@@ -104,4 +106,50 @@ patina_status clu_kv_open(kvStore **kv, clu_conn_t *c, const char *bucket)
     natsStatus ns = js_KeyValue(kv, c->js, bucket);
     if (ns != NATS_OK) return clu_nats_fail(ns, "cluster: bucket %s", bucket);
     return PATINA_OK;
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void clu_retry_init(clu_retry_t *r, int wait_ms)
+{
+    r->deadline = mono_s() + wait_ms / 1000.0;
+    r->delay_ms = 100;
+    r->tries = 0;
+    r->wait_ms = wait_ms;
+}
+
+int clu_retry(clu_retry_t *r, patina_status s)
+{
+    double left;
+    r->tries++;
+    if (s != PATINA_E_UNAVAILABLE && s != PATINA_E_STORE) return 0;
+    left = r->deadline - mono_s();
+    if (left <= 0) {
+        if (r->tries > 1) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", clu_last_error());
+            clu_fail(s, "%s (tried %d times in %d s)", msg, r->tries, r->wait_ms / 1000);
+        }
+        return 0;
+    }
+    {
+        const double ms = (double)r->delay_ms < left * 1000 ? (double)r->delay_ms : left * 1000;
+        usleep((useconds_t)(ms * 1000));
+    }
+    r->delay_ms = r->delay_ms * 2 < 2000 ? r->delay_ms * 2 : 2000;
+    return 1;
+}
+
+patina_status clu_kv_open_wait(kvStore **kv, clu_conn_t *c, const char *bucket, int wait_ms)
+{
+    clu_retry_t r;
+    patina_status s;
+    clu_retry_init(&r, wait_ms);
+    while ((s = clu_kv_open(kv, c, bucket)) != PATINA_OK && clu_retry(&r, s)) {}
+    return s;
 }

@@ -23,5 +23,26 @@ patina_status clu_nats_status(natsStatus ns);
 
 /* The KV bucket `bucket` (PATINA_E_NOTFOUND when it does not exist). */
 patina_status clu_kv_open(kvStore **kv, clu_conn_t *c, const char *bucket);
+/* clu_kv_open, its transient failures retried (clu_retry) for at most wait_ms. */
+patina_status clu_kv_open_wait(kvStore **kv, clu_conn_t *c, const char *bucket, int wait_ms);
+
+/* Bounded retries of a call that fails while JetStream is not answering yet
+ * (CLU_START_WAIT_MS):
+ *     clu_retry_t r;
+ *     clu_retry_init(&r, CLU_START_WAIT_MS);
+ *     while ((s = call()) != PATINA_OK && clu_retry(&r, s)) {}
+ * The delays are 100 ms doubling up to 2 s. */
+typedef struct clu_retry {
+    double deadline; /* CLOCK_MONOTONIC seconds */
+    int delay_ms, tries, wait_ms;
+} clu_retry_t;
+
+void clu_retry_init(clu_retry_t *r, int wait_ms);
+/* 1 after sleeping the next delay when s is transient (PATINA_E_UNAVAILABLE:
+ * a timeout, no responders, no server; PATINA_E_STORE: a JetStream API
+ * error such as "temporarily unavailable" or a stream without a leader)
+ * and the wait is not spent; else 0, the message (clu_last_error) then
+ * saying how long it was retried when it was. */
+int clu_retry(clu_retry_t *r, patina_status s);
 
 #endif

@@ -176,7 +176,7 @@ patina_status clu_collection_create(clu_conn_t *c, clu_config_t *cfg)
     return bucket_create(c, bucket, cfg->replicas, MEMBERS_TTL_MS);
 }
 
-patina_status clu_collection_config(clu_conn_t *c, const char *name, clu_config_t *cfg)
+static patina_status config_read(clu_conn_t *c, const char *name, clu_config_t *cfg)
 {
     char bucket[128];
     kvStore *kv = NULL;
@@ -202,6 +202,15 @@ patina_status clu_collection_config(clu_conn_t *c, const char *name, clu_config_
     s = config_parse(cfg, name, kvEntry_Value(e), (size_t)kvEntry_ValueLen(e));
     kvEntry_Destroy(e);
     kvStore_Destroy(kv);
+    return s;
+}
+
+patina_status clu_collection_config(clu_conn_t *c, const char *name, clu_config_t *cfg)
+{
+    clu_retry_t r;
+    patina_status s;
+    clu_retry_init(&r, CLU_START_WAIT_MS);
+    while ((s = config_read(c, name, cfg)) != PATINA_OK && clu_retry(&r, s)) {}
     return s;
 }
 
@@ -232,7 +241,7 @@ patina_status clu_writer_new(clu_writer_t **out, clu_conn_t *c, const clu_config
     w->front = front;
     pthread_mutex_init(&w->mu, NULL);
     clu_bucket_meta(bucket, sizeof bucket, cfg->name);
-    if ((s = clu_kv_open(&w->meta, c, bucket)) != PATINA_OK) {
+    if ((s = clu_kv_open_wait(&w->meta, c, bucket, CLU_START_WAIT_MS)) != PATINA_OK) {
         clu_writer_free(w);
         return s;
     }

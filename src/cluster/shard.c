@@ -84,6 +84,8 @@ typedef struct shard {
     char name[CLU_NAME_MAX + 1], subject[256], device[16];
     patina_context_t *ctx;
     part_t *parts;              /* (partitions) */
+    volatile uint8_t *assigned; /* (partitions) 1: the last assignment gives it to this shard */
+    volatile int listed;        /* the last assignment was computed with this shard's own entry read */
     pthread_rwlock_t lock;      /* readers: requests; writer: hosting or dropping a partition */
     pthread_mutex_t mu;         /* applied revisions, for CONFIRM */
     pthread_cond_t cv;
@@ -960,6 +962,7 @@ static void reassign(shard_t *sh)
         w[i] = (clu_member_w_t){m[i].name, m[i].capacity};
         if (!strcmp(m[i].name, sh->name)) self = i;
     }
+    sh->listed = self != SIZE_MAX;
     if (self == SIZE_MAX) {
         w[n] = (clu_member_w_t){sh->name, sh->o.capacity};
         self = n;
@@ -983,6 +986,7 @@ static void reassign(shard_t *sh)
             if (out[i] == self) mine = 1;
             else if (out[i] >= n || !m[out[i]].ready[p]) others_ready = 0;
         }
+        sh->assigned[p] = (uint8_t)mine;
         if (mine && !sh->parts[p].hosted) {
             patina_status s;
             pthread_rwlock_wrlock(&sh->lock);
@@ -1005,6 +1009,38 @@ static void reassign(shard_t *sh)
 }
 
 /* ---------------------------------------------------------------- metrics */
+
+/* GET /ready: 1 when the last assignment was computed with this shard's own
+ * entry among the members and every partition it gives this shard is
+ * hosted and ready; text says so or what is missing. */
+static int readiness(shard_t *sh, char *text, size_t size)
+{
+    uint32_t p, assigned = 0, ready = 0, first = UINT32_MAX;
+    if (!sh->listed) {
+        snprintf(text, size, "not ready: shard %s is not among the members yet\n", sh->name);
+        return 0;
+    }
+    for (p = 0; p < sh->cfg.partitions; p++) {
+        if (!sh->assigned[p]) continue;
+        assigned++;
+        if (sh->parts[p].hosted && sh->parts[p].ready) ready++;
+        else if (first == UINT32_MAX) first = p;
+    }
+    if (ready < assigned) {
+        snprintf(text, size, "not ready: %u of the %u partitions assigned to shard %s are ready (partition %u is not)\n",
+                 ready, assigned, sh->name, first);
+        return 0;
+    }
+    snprintf(text, size, "ready: the %u partitions assigned to shard %s\n", assigned, sh->name);
+    return 1;
+}
+
+/* 1 when the request is a GET of path (and nothing after it but a query). */
+static int is_get(const char *req, const char *path)
+{
+    const size_t n = strlen(path);
+    return !strncmp(req, "GET ", 4) && !strncmp(req + 4, path, n) && (req[4 + n] == ' ' || req[4 + n] == '?');
+}
 
 static void *metrics_thread(void *arg)
 {
@@ -1029,8 +1065,23 @@ static void *metrics_thread(void *arg)
         int cfd = accept(fd, NULL, NULL);
         uint32_t p, hosted = 0, ready = 0;
         uint64_t rows = 0, bytes = 0;
+        ssize_t got;
         if (cfd < 0) continue;
-        if (read(cfd, req, sizeof req) <= 0) {
+        got = read(cfd, req, sizeof req - 1);
+        if (got <= 0) {
+            close(cfd);
+            continue;
+        }
+        req[got] = '\0';
+        if (is_get(req, "/ready")) { /* readiness: 200 or 503 */
+            char text[256], head[256];
+            const int ok = readiness(sh, text, sizeof text);
+            const size_t tn = strlen(text);
+            int hn = snprintf(head, sizeof head,
+                              "HTTP/1.1 %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
+                              "Connection: close\r\n\r\n",
+                              ok ? "200 OK" : "503 Service Unavailable", tn);
+            if (write(cfd, head, (size_t)hn) == hn && write(cfd, text, tn) == (ssize_t)tn) {}
             close(cfd);
             continue;
         }
@@ -1101,6 +1152,7 @@ patina_status clu_shard_run(const char *urls, const char *coll, const clu_shard_
     patina_status s;
     uint32_t p;
     int i;
+    double t_open;
     if (!sh) return clu_fail(PATINA_E_NOMEM, "shard: out of memory");
     sh->o = *o;
     if (o->name) snprintf(sh->name, sizeof sh->name, "%s", o->name);
@@ -1136,14 +1188,18 @@ patina_status clu_shard_run(const char *urls, const char *coll, const clu_shard_
     }
     sh->ndevices = patina_context_devices(sh->ctx, sh->devices, sizeof sh->devices / sizeof sh->devices[0]);
     if ((s = clu_connect(&sh->c, urls)) != PATINA_OK) goto out;
+    t_open = now_s();
     if ((s = clu_collection_config(sh->c, coll, &sh->cfg)) != PATINA_OK) goto out;
     if (!(sh->o.capacity > 0)) sh->o.capacity = default_capacity(sh);
-    if (!(sh->parts = calloc(sh->cfg.partitions, sizeof *sh->parts))) {
+    if (!(sh->parts = calloc(sh->cfg.partitions, sizeof *sh->parts)) ||
+        !(sh->assigned = calloc(sh->cfg.partitions, 1))) {
         s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
         goto out;
     }
     clu_bucket_members(bucket, sizeof bucket, coll);
-    if ((s = clu_kv_open(&sh->members, sh->c, bucket)) != PATINA_OK) goto out;
+    if ((s = clu_kv_open_wait(&sh->members, sh->c, bucket, CLU_START_WAIT_MS)) != PATINA_OK) goto out;
+    if (now_s() - t_open >= 1.0) /* JetStream was recovering (servers restarted) */
+        logf_(sh, "waited %.1f s for JetStream to answer about the collection's buckets", now_s() - t_open);
     snprintf(sh->subject, sizeof sh->subject, "patina.%s.shard.%s", coll, sh->name);
     ns = natsConnection_Subscribe(&sub, sh->c->nc, sh->subject, on_msg, sh);
     if (ns != NATS_OK) {
@@ -1202,6 +1258,7 @@ out:
     for (p = 0; sh->parts && p < sh->cfg.partitions; p++)
         if (sh->parts[p].hosted) drop(sh, p);
     free(sh->parts);
+    free((void *)sh->assigned);
     if (sh->members) kvStore_Destroy(sh->members);
     clu_disconnect(sh->c);
     if (sh->sampling) {

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "cluster/cluster.h"
+#include "cluster/conn.h"
 
 static clu_buf_t sample_record(void)
 {
@@ -436,6 +437,30 @@ static void work_messages(void **state)
     clu_buf_release(&b);
 }
 
+/* Bounded retries (clu_retry): what is not transient fails at once; what is
+ * (JetStream not answering yet) is retried with growing delays until the
+ * wait is spent, and the message then says for how long. */
+static void retry_bounded(void **state)
+{
+    clu_retry_t r;
+    int n = 0;
+    (void)state;
+    clu_retry_init(&r, 1000);
+    assert_int_equal(clu_retry(&r, PATINA_E_NOTFOUND), 0);
+    assert_int_equal(clu_retry(&r, PATINA_E_INVALID), 0);
+    clu_retry_init(&r, 1000);
+    clu_fail(PATINA_E_UNAVAILABLE, "cluster: bucket b: Timeout");
+    while (clu_retry(&r, PATINA_E_UNAVAILABLE)) n++;
+    /* 100 + 200 + 400 ms, then the 300 ms left: at most 4 sleeps in 1 s (fewer when a sleep overran) */
+    assert_true(n >= 1 && n <= 4);
+    assert_non_null(strstr(clu_last_error(), "cluster: bucket b: Timeout (tried "));
+    assert_non_null(strstr(clu_last_error(), " times in 1 s)"));
+    clu_retry_init(&r, 0);
+    clu_fail(PATINA_E_STORE, "x");
+    assert_int_equal(clu_retry(&r, PATINA_E_STORE), 0); /* no wait: the first failure stands */
+    assert_string_equal(clu_last_error(), "x");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -448,6 +473,7 @@ int main(void)
         cmocka_unit_test(assign_balanced),
         cmocka_unit_test(identify_keys_by_id),
         cmocka_unit_test(work_messages),
+        cmocka_unit_test(retry_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,6 +2,7 @@
 
     kill the JetStream leader during writes   every acknowledged write is there afterwards
     scale 2 -> 3 -> 2 shards while querying   no query fails or changes; partitions balanced within one
+    a shard's /ready                          503 while an assigned partition cannot load, then 200
     concurrent add / delete / search          no phantom hit after a delete, no miss after an add
     restart everything (kill -9 all)          the same answers
     malformed messages on patina.COLL.>       the shards answer an error or ignore them; alive, same answers
@@ -38,6 +39,10 @@ import natsctl
 COLL = "faults"
 TOKEN = "cluster-test-token-0123456789"
 HTTP_TIMEOUT = 60
+# A process starting waits up to 60 s for JetStream to answer about each bucket it opens (the
+# CLI's CLU_START_WAIT_MS: after a restart of every server JetStream recovers its streams and
+# elects their leaders first); the waits on processes starting cover two such waits and more.
+START_WAIT = 150
 
 
 # ------------------------------------------------------------------ synthetic images
@@ -77,7 +82,7 @@ class Env:
         with open(self.token_file, "w") as f:
             f.write(TOKEN + "\n")
 
-    def run(self, *args, timeout=120):
+    def run(self, *args, timeout=START_WAIT):
         r = subprocess.run([self.cli, *args], capture_output=True, text=True, timeout=timeout)
         return r
 
@@ -125,9 +130,12 @@ class Env:
             out[m["name"]] = held if isinstance(held, list) else list(held)
         return out
 
-    def wait_ready(self, timeout=180):
-        """Until every running shard is ready, the status lists exactly them, and the front end
-        (when started) answers a search over every partition."""
+    def wait_ready(self, timeout=START_WAIT + 60):
+        """Until every running shard is ready (its /ready: every partition assigned to it loaded
+        and caught up), the status lists exactly them, the hand-over is over (every partition
+        held by exactly min(copies, shards) of them, each copy ready: a shard keeps a partition
+        it is no longer given until its new copies are ready, make-before-break), and the
+        front end (when started) answers a search over every partition."""
         watch = [p for p, _ in self.shards.values() if p.alive()] + ([self.fe] if self.fe else [])
         live = set(self.live_shards())
 
@@ -139,13 +147,20 @@ class Env:
                 why[0] = f"not ready: {unready}"
                 return False
             try:
-                listed = set(self.members())
+                st = self.status()
+                listed = set(self.members(st))
             except (AssertionError, ValueError, KeyError, subprocess.TimeoutExpired) as e:
                 why[0] = f"cluster status: {e}"
                 return False
             if listed != live:
                 why[0] = f"cluster status lists {sorted(listed)}"
                 return False
+            want = min(self.copies, len(live))
+            for pc in st.get("partition_copies", []):
+                cs = pc.get("copies", [])
+                if len(cs) != want or not all(c.get("ready") for c in cs):
+                    why[0] = f"partition {pc.get('partition')} has copies {cs}, not {want} ready ones (hand-over)"
+                    return False
             if self.fe is not None:
                 code, ans = self.search(image(0), k=1)
                 if code != 200 or ans.get("partial"):
@@ -170,7 +185,7 @@ class Env:
             except OSError:
                 return False
 
-        self.procs.wait_for(up, "the front end's /readyz", 60, [self.fe])
+        self.procs.wait_for(up, "the front end's /readyz", START_WAIT, [self.fe])
         return self.fe
 
     def http(self, method, path, body=None, headers=None, token=False):
@@ -321,6 +336,45 @@ def test_scale_2_3_2_while_querying(patina_cluster_cli, nats1, procs, tmp_path):
             r.join(timeout=120)
     assert done[0] > 0
     assert not bad, f"{len(bad)} of {done[0]} queries failed or changed while scaling; first: {bad[0]}"
+
+
+def test_ready_only_when_every_assigned_partition_is(patina_cluster_cli, nats1, procs, tmp_path, nats_py):
+    """GET /ready on a shard's metrics port: 503 while a partition assigned to it cannot load (its
+    bucket deleted), 200 once it is back (`cluster create` again makes the missing bucket)."""
+    env = Env(nats1, procs, patina_cluster_cli, tmp_path, partitions=4, copies=1)
+    env.create()
+    gone = 2
+
+    async def drop_bucket():
+        nc = await nats_py.connect(servers=[nats1.servers[0].url], connect_timeout=2)
+        await nc.jetstream(timeout=5).delete_key_value(f"patina_{COLL}_p{gone:04d}")
+        await nc.close()
+
+    asyncio.run(drop_bucket())
+    s1 = env.start_shard("s1")
+    _, port = env.shards["s1"]
+
+    def get_ready():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+        except (urllib.error.URLError, OSError) as e:
+            return None, str(e)
+
+    # the partitions that can load are ready (and listed), the one without its bucket is not
+    procs.wait_for(lambda: sorted(env.members().get("s1", [])) == [p for p in range(4) if p != gone],
+                   "s1 ready for every partition but the one without a bucket", 60, [s1])
+    for _ in range(10):
+        code, text = get_ready()
+        assert code == 503 and f"partition {gone} is not" in text, (code, text)
+        time.sleep(0.2)
+    env.create()  # the same configuration again: the missing bucket is made
+    procs.wait_for(lambda: get_ready()[0] == 200, lambda: f"s1's /ready is 200 ({get_ready()})", 60, [s1])
+    assert "ready: the 4 partitions" in get_ready()[1]
+    procs.wait_for(lambda: sorted(env.members().get("s1", [])) == [0, 1, 2, 3],
+                   "the status lists s1 ready for every partition (its next heartbeat)", 30, [s1])
 
 
 def test_concurrent_add_delete_search(patina_cluster_cli, nats1, procs, tmp_path):
