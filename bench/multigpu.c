@@ -9,11 +9,17 @@
  * GPU, on all G, their ratio, and that ratio against the ideal G (the
  * target: >= 0.95 x 2 on two GPUs). On a machine of one GPU "all" is the
  * one-GPU path; the two slices of "0,0" are measured instead, for the
- * split's overhead, and the table says so.
+ * split's overhead, and the table says so. A second table gives the times
+ * behind each rate: the call on 1 GPU and on all, and of the call on all
+ * the slowest and fastest slice's own part, the hand-off, the merge and the
+ * rest (patina_table_fanout), with the seconds each table took to fill.
+ * Each table is filled once per context and measured at both batch sizes.
  *
- *   bench_multigpu [--refs N] [--cedd N] [--sqfd N] [--reps R] [--budget GiB]
- * Defaults: 200000 references (rootsift, m = 384), 10000000 CEDD rows, 1000000
- * signatures (k=40, alpha 0.2), 5 reps. Exits 77 without a GPU. */
+ *   bench_multigpu [--refs N] [--cedd N] [--cedd-large N] [--sqfd N] [--reps R] [--budget GiB]
+ * Defaults: 200000 references (rootsift, m = 384), 10000000 CEDD rows (a
+ * pool of 65536 rows cycled), 40000000 CEDD rows for the large row (a pool
+ * of 2^20; 0 leaves it out; last, so a time limit costs only that row),
+ * 1000000 signatures (k=40, alpha 0.2), 5 reps. Exits 77 without a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,33 +118,103 @@ static void call(patina_table_t *t, const work_t *w, size_t nq, double *sum)
     }
 }
 
-/* Rows per second of batches of nq on ctx (median of REPS after a warm-up
- * that uploads the rows); *check: the answers' fold. */
-static double rate(patina_context_t *ctx, const work_t *w, size_t nq, double *check)
+/* One batch size's measures on one table: the call's median time, and the
+ * medians of the fan-out's parts (patina_table_fanout; zero on one GPU). */
+typedef struct measure {
+    double call, slice_max, slice_min, start, merge, fan;
+    double check; /* the answers' fold */
+} measure_t;
+
+static double median_of(double *v, int n) { return bench_median(v, n); }
+
+/* Batches of nq on t (median of REPS after a warm-up call that uploads the
+ * rows to the device). */
+static void measure(patina_table_t *t, const work_t *w, size_t nq, measure_t *m)
 {
-    patina_table_t *t = table(ctx, w);
-    double ts[64], sum;
+    double ts[64], smax[64], smin[64], st[64], mg[64], fan[64], sum;
     int r;
-    call(t, w, nq, check); /* the rows' device copies */
+    call(t, w, nq, &m->check); /* the rows' device copies */
     for (r = 0; r < REPS && r < 64; r++) {
+        patina_table_fanout_t fo;
         double t0 = now();
         call(t, w, nq, &sum);
         ts[r] = now() - t0;
+        if (patina_table_fanout(t, &fo) != PATINA_OK) die("fanout", PATINA_E_INVALID);
+        smax[r] = fo.slice_max;
+        smin[r] = fo.slice_min;
+        st[r] = fo.start_max;
+        mg[r] = fo.merge;
+        fan[r] = fo.total;
     }
-    patina_table_free(t);
-    return (double)w->n * (double)nq / bench_median(ts, r);
+    m->call = median_of(ts, r);
+    m->slice_max = median_of(smax, r);
+    m->slice_min = median_of(smin, r);
+    m->start = median_of(st, r);
+    m->merge = median_of(mg, r);
+    m->fan = median_of(fan, r);
 }
+
+/* w's table on ctx, measured at batches 1 and 16 (m[2]). */
+static void measure_on(patina_context_t *ctx, const work_t *w, measure_t m[2], double *build)
+{
+    static const size_t batches[2] = {1, 16};
+    double t0 = now();
+    patina_table_t *t = table(ctx, w);
+    *build = now() - t0;
+    for (int b = 0; b < 2; b++) measure(t, w, batches[b] < w->nq ? batches[b] : w->nq, &m[b]);
+    patina_table_free(t);
+}
+
+/* The workload's two lines of the rates table, and their lines of the
+ * time table (kept in times[] until the end). */
+static char times[16][256];
+static int ntimes;
 
 static void row(const work_t *w, patina_context_t *one, patina_context_t *many, size_t g)
 {
     static const size_t batches[2] = {1, 16};
+    measure_t m1[2], mg[2];
+    double b1, bg;
+    measure_on(one, w, m1, &b1);
+    measure_on(many, w, mg, &bg);
     for (int b = 0; b < 2; b++) {
-        size_t nq = batches[b] < w->nq ? batches[b] : w->nq;
-        double c1, cg, r1 = rate(one, w, nq, &c1), rg = rate(many, w, nq, &cg);
+        const size_t nq = batches[b] < w->nq ? batches[b] : w->nq;
+        const double r1 = (double)w->n * (double)nq / m1[b].call, rg = (double)w->n * (double)nq / mg[b].call;
         printf("| %-22s | %9zu | %5zu | %10.3f | %10.3f | %5.2f | %5.2f | %-4s |\n", w->name, w->n, nq, r1 / 1e6,
-               rg / 1e6, rg / r1, rg / r1 / (double)g, c1 == cg ? "yes" : "NO");
-        fflush(stdout);
+               rg / 1e6, rg / r1, rg / r1 / (double)g, m1[b].check == mg[b].check ? "yes" : "NO");
+        if (ntimes < 16)
+            snprintf(times[ntimes++], sizeof times[0],
+                     "| %-22s | %9zu | %5zu | %8.3f | %8.3f | %8.3f | %8.3f | %8.3f | %8.3f | %8.3f | %5.1f / %5.1f |",
+                     w->name, w->n, nq, m1[b].call * 1e3, mg[b].call * 1e3, mg[b].slice_max * 1e3,
+                     mg[b].slice_min * 1e3, mg[b].start * 1e3, mg[b].merge * 1e3,
+                     (mg[b].call - mg[b].fan) * 1e3, b1, bg);
     }
+    fflush(stdout);
+}
+
+/* CEDD k-NN (k = 10) over n rows cycling a pool of npool random rows. */
+static void cedd_row(const char *name, size_t n, size_t npool, bench_rng_t *rng, patina_context_t *one,
+                     patina_context_t *many, size_t g)
+{
+    work_t w;
+    size_t i;
+    memset(&w, 0, sizeof w);
+    w.name = name;
+    w.spec = "cedd";
+    w.n = n;
+    w.bytes = PATINA_CEDD_DIM;
+    w.npool = npool;
+    w.pool = malloc(w.npool * w.bytes);
+    if (!w.pool) die("cedd rows", PATINA_E_NOMEM);
+    for (i = 0; i < w.npool * w.bytes; i++)
+        w.pool[i] = (uint8_t)(bench_rng_below(rng, 100) < 70 ? 0 : 1 + bench_rng_below(rng, 7));
+    w.nq = 16;
+    w.qbytes = w.bytes;
+    w.queries = malloc(w.nq * w.bytes);
+    memcpy(w.queries, w.pool + 4096 * w.bytes, w.nq * w.bytes);
+    row(&w, one, many, g);
+    free(w.pool);
+    free(w.queries);
 }
 
 /* Smooth noise, an image of w x h for identification queries. */
@@ -154,7 +230,7 @@ static void noise_image(patina_image_t *img, int w, int h, bench_rng_t *r)
 
 int main(int argc, char **argv)
 {
-    size_t nrefs = 200000, ncedd = 10000000, nsqfd = 1000000, g, i;
+    size_t nrefs = 200000, ncedd = 10000000, ncedd_large = 40000000, nsqfd = 1000000, g, i;
     int gpus = patina_gpu_count();
     const char *list;
     bench_rng_t rng = {0x9e3779b97f4a7c15ull};
@@ -164,11 +240,13 @@ int main(int argc, char **argv)
     for (int a = 1; a < argc; a++) {
         if (a + 1 < argc && !strcmp(argv[a], "--refs")) nrefs = strtoull(argv[++a], NULL, 10);
         else if (a + 1 < argc && !strcmp(argv[a], "--cedd")) ncedd = strtoull(argv[++a], NULL, 10);
+        else if (a + 1 < argc && !strcmp(argv[a], "--cedd-large")) ncedd_large = strtoull(argv[++a], NULL, 10);
         else if (a + 1 < argc && !strcmp(argv[a], "--sqfd")) nsqfd = strtoull(argv[++a], NULL, 10);
         else if (a + 1 < argc && !strcmp(argv[a], "--reps")) REPS = atoi(argv[++a]);
         else if (a + 1 < argc && !strcmp(argv[a], "--budget")) BUDGET = (uint64_t)(atof(argv[++a]) * 1073741824.0);
         else {
-            fprintf(stderr, "usage: bench_multigpu [--refs N] [--cedd N] [--sqfd N] [--reps R] [--budget GiB]\n");
+            fprintf(stderr, "usage: bench_multigpu [--refs N] [--cedd N] [--cedd-large N] [--sqfd N] [--reps R] "
+                            "[--budget GiB]\n");
             return 2;
         }
     }
@@ -221,21 +299,7 @@ int main(int argc, char **argv)
     patina_extractor_free(ex);
 
     /* CEDD k-NN (k = 10) */
-    memset(&w, 0, sizeof w);
-    w.name = "CEDD k-NN k=10";
-    w.spec = "cedd";
-    w.n = ncedd;
-    w.bytes = PATINA_CEDD_DIM;
-    w.npool = 1 << 16;
-    w.pool = malloc(w.npool * w.bytes);
-    for (i = 0; i < w.npool * w.bytes; i++) w.pool[i] = (uint8_t)(bench_rng_below(&rng, 100) < 70 ? 0 : 1 + bench_rng_below(&rng, 7));
-    w.nq = 16;
-    w.qbytes = w.bytes;
-    w.queries = malloc(w.nq * w.bytes);
-    memcpy(w.queries, w.pool + 4096 * w.bytes, w.nq * w.bytes);
-    row(&w, one, many, g);
-    free(w.pool);
-    free(w.queries);
+    cedd_row("CEDD k-NN k=10", ncedd, (size_t)1 << 16, &rng, one, many, g);
 
     /* SQFD scan (k = 10) */
     memset(&w, 0, sizeof w);
@@ -267,7 +331,20 @@ int main(int argc, char **argv)
     free(w.queries);
     patina_extractor_free(ex);
 
+    /* CEDD k-NN over more rows, where a call's fixed costs weigh less (a pool of 2^20 rows: each
+     * query's exact duplicates stay a few dozen) */
+    if (ncedd_large) cedd_row("CEDD k-NN k=10 (large)", ncedd_large, (size_t)1 << 20, &rng, one, many, g);
+
     printf("\nratio: all / 1 GPU; /ideal: ratio / G (target >= 0.95); same: the answers' ids and scores agree\n");
+    printf("\ntimes in ms (medians): a call on 1 GPU and on all; of the call on all: the slowest and the fastest "
+           "slice's own part, the latest slice start after the fan-out began (hand-off), the merge, and the rest "
+           "(the call less the fan-out: lock, allocation, the table's own work); build: seconds to fill the table "
+           "(1 GPU / all)\n\n");
+    printf("| %-22s | %9s | %5s | %8s | %8s | %8s | %8s | %8s | %8s | %8s | %13s |\n", "workload", "rows", "batch",
+           "1 GPU", "all", "slowest", "fastest", "hand-off", "merge", "rest", "build s");
+    printf("|------------------------|-----------|-------|----------|----------|----------|----------|----------|"
+           "----------|----------|---------------|\n");
+    for (int k = 0; k < ntimes; k++) printf("%s\n", times[k]);
     patina_context_free(many);
     patina_context_free(one);
     return 0;

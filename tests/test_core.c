@@ -1,11 +1,16 @@
 /* Core services: status and messages, option tables, thread pool, the
  * family registry, device resolution without a GPU. */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/context.h"
 #include "core/internal.h"
 #include "testutil.h"
 
@@ -109,6 +114,80 @@ static void test_pool(void **state)
     patina_pool_free(NULL);
     assert_int_equal(patina_pool_new(&pool, 100000), PATINA_E_INVALID);
     free(hits);
+}
+
+/* ---- slice runners (patina__context_run_slices) */
+
+typedef struct run_rec {
+    long tid[4];          /* the thread that ran part i */
+    atomic_int ran[4];    /* times part i ran */
+} run_rec_t;
+
+static void record_part(void *arg, size_t i)
+{
+    run_rec_t *r = arg;
+    r->tid[i] = (long)syscall(SYS_gettid);
+    atomic_fetch_add(&r->ran[i], 1);
+}
+
+typedef struct run_caller {
+    patina_context_t *ctx;
+    run_rec_t rec[50];
+} run_caller_t;
+
+static void *call_parts(void *p)
+{
+    run_caller_t *c = p;
+    for (int k = 0; k < 50; k++) patina__context_run_slices(c->ctx, 3, record_part, &c->rec[k]);
+    return NULL;
+}
+
+/* Every part runs once, part 0 in the caller, parts >= 1 on threads the
+ * context keeps (the same thread call after call, not one made per call),
+ * and two callers at once both finish with every part run once. */
+static void test_slice_runners(void **state)
+{
+    patina_context_t *ctx = NULL;
+    patina_context_opts_t o;
+    run_rec_t a, b;
+    run_caller_t *c1 = calloc(1, sizeof *c1), *c2 = calloc(1, sizeof *c2);
+    pthread_t th;
+    const long me = (long)syscall(SYS_gettid);
+    (void)state;
+    patina_context_opts_init(&o);
+    o.gpus = "0,0,0";
+    o.threads = 3;
+    assert_int_equal(patina_context_new(&ctx, &o), PATINA_OK);
+    assert_int_equal(patina__context_slices(ctx), 3);
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    patina__context_run_slices(ctx, 3, record_part, &a);
+    usleep(20000); /* past the runners' spin: they sleep, and must wake */
+    patina__context_run_slices(ctx, 3, record_part, &b);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(atomic_load(&a.ran[i]), 1);
+        assert_int_equal(atomic_load(&b.ran[i]), 1);
+    }
+    assert_true(a.tid[0] == me && b.tid[0] == me);
+    assert_true(a.tid[1] != me && a.tid[2] != me && a.tid[1] != a.tid[2]);
+    assert_true(b.tid[1] == a.tid[1] && b.tid[2] == a.tid[2]); /* kept, not made per call */
+    /* two callers at once: a busy runner's part goes to a thread of its own */
+    c1->ctx = c2->ctx = ctx;
+    assert_int_equal(pthread_create(&th, NULL, call_parts, c1), 0);
+    call_parts(c2);
+    pthread_join(th, NULL);
+    for (int k = 0; k < 50; k++)
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(atomic_load(&c1->rec[k].ran[i]), 1);
+            assert_int_equal(atomic_load(&c2->rec[k].ran[i]), 1);
+        }
+    patina_context_free(ctx); /* stops and joins the runners */
+    /* without a context: threads per call, every part once */
+    memset(&a, 0, sizeof a);
+    patina__context_run_slices(NULL, 3, record_part, &a);
+    for (int i = 0; i < 3; i++) assert_int_equal(atomic_load(&a.ran[i]), 1);
+    free(c1);
+    free(c2);
 }
 
 static void test_registry(void **state)
@@ -404,6 +483,7 @@ int main(void)
         cmocka_unit_test(test_status_messages),
         cmocka_unit_test(test_options),
         cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_slice_runners),
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_device_resolution),
         cmocka_unit_test(test_opts_init),

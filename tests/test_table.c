@@ -944,6 +944,13 @@ static void same_searches(patina_table_t **ts, size_t nt, const void *queries, s
             TU_OK(patina_table_search(ts[j], queries, nq, &qo, &got));
             assert_int_equal(patina_table_size(ts[j]), ref.rows);
             assert_true(st.cpu > 0);
+            { /* the call's fan-out, as the table keeps it */
+                patina_table_fanout_t fo;
+                TU_OK(patina_table_fanout(ts[j], &fo));
+                assert_true(fo.slices >= 2); /* the tables after the first are split */
+                assert_true(fo.slice_min >= 0 && fo.slice_min <= fo.slice_max && fo.merge >= 0);
+                assert_true(fo.start_max >= 0 && fo.slice_max + fo.merge <= fo.total + 1e-9);
+            }
             same_results(&ref, &got);
             patina_table_results_release(&got);
             qo.stats = NULL;

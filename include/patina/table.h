@@ -187,6 +187,22 @@ PATINA_API patina_status patina_table_search(patina_table_t *t, const void *quer
 PATINA_API patina_status patina_table_results_merge(const patina_table_results_t *parts, size_t np,
                                                     const patina_table_query_t *q, patina_table_results_t *out);
 
+/* The fan-out of the table's last search or identification that ran over
+ * several slices (a context of several devices; docs/table.md "Several
+ * GPUs: slices"), in seconds: what a benchmark reports to show where a
+ * call's time goes. With concurrent calls it is one of them, whole. */
+typedef struct patina_table_fanout {
+    size_t slices;     /* the call's slices (0: no call over slices yet) */
+    double total;      /* from the fan-out's start to the merged answer */
+    double slice_max;  /* the slowest slice's own part, its start to its end */
+    double slice_min;  /* the fastest slice's */
+    double start_max;  /* the latest start of a slice's part after the fan-out's (the hand-off) */
+    double merge;      /* merging the slices' answers */
+} patina_table_fanout_t;
+
+/* Copies the table's last fan-out into *out (zeroed before the first). */
+PATINA_API patina_status patina_table_fanout(patina_table_t *t, patina_table_fanout_t *out);
+
 /* ---------------------------------------------------------- identification */
 
 /* Bytes of one query record for identify (the spec at its query budget n). */

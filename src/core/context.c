@@ -3,6 +3,7 @@
  * let threads share one context, and the slices of a context over several
  * devices (each an ordinary context of one device, owned by this one). */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,29 @@
 #include "core/context.h"
 
 #define NVJPEG_LANES_MAX 16
+
+/* A slice runner: a thread kept for a context's slice i >= 1, which runs
+ * that slice's part of the calls that fan out over the slices
+ * (patina__context_run_slices). A call claims it (busy), posts its work
+ * (seq) and waits for done_seq to match. Both sides spin a little before
+ * sleeping on the condition variable: calls follow each other within
+ * microseconds in a busy server, and a thread woken from a futex takes tens
+ * of microseconds, a large part of a call of a fraction of a millisecond. */
+#define RUNNER_SPIN_NS 200000 /* 0.2 ms */
+
+typedef struct slice_runner {
+    pthread_t th;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;        /* seq or done_seq moved, or stop */
+    atomic_int busy;          /* claimed by a call */
+    atomic_uint_fast64_t seq; /* work posted (bumped per call) */
+    atomic_uint_fast64_t done_seq;
+    atomic_int stop;
+    void (*fn)(void *arg, size_t i); /* the posted work: fn(arg, i) */
+    void *arg;
+    size_t i;
+} slice_runner_t;
 
 struct patina_context {
     patina_context_opts_t opts;
@@ -24,6 +48,7 @@ struct patina_context {
     patina_jpeg_gpu_t *jpeg[2];  /* nvJPEG decoders of the indexing pipeline, opened on first use */
     size_t nslices;              /* listed devices (1: this context's own gpu_index, no slices) */
     patina_context_t **slice;    /* (nslices) when nslices > 1: one context per listed device */
+    slice_runner_t *runner;      /* (nslices) when nslices > 1: [1 ..) the slices' runners */
     int devices[PATINA_GPUS_MAX]; /* (nslices) their device ordinals */
 };
 
@@ -94,6 +119,134 @@ static patina_status parse_gpus(const char *gpus, int gpu_index, int *dev, size_
     return PATINA_OK;
 }
 
+/* Spins until *a != v (returns 1) or RUNNER_SPIN_NS have passed (0). */
+static int spin_while(atomic_uint_fast64_t *a, uint64_t v)
+{
+    const double until = patina_now() + RUNNER_SPIN_NS * 1e-9;
+    for (unsigned n = 0;; n++) {
+        if (atomic_load_explicit(a, memory_order_acquire) != v) return 1;
+        if ((n & 255) == 255 && patina_now() > until) return 0;
+    }
+}
+
+static void *runner_main(void *p)
+{
+    slice_runner_t *r = p;
+    uint64_t seen = 0;
+    for (;;) {
+        if (!spin_while(&r->seq, seen)) {
+            pthread_mutex_lock(&r->mu);
+            while (atomic_load(&r->seq) == seen && !atomic_load(&r->stop)) pthread_cond_wait(&r->cv, &r->mu);
+            pthread_mutex_unlock(&r->mu);
+        }
+        if (atomic_load(&r->stop)) break;
+        seen = atomic_load(&r->seq);
+        r->fn(r->arg, r->i);
+        atomic_store_explicit(&r->done_seq, seen, memory_order_release);
+        pthread_mutex_lock(&r->mu); /* a caller may sleep on the condition */
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+    }
+    return NULL;
+}
+
+/* Starts the runners of slices 1 .. n-1 (one that cannot start is left
+ * out: its slice's part runs on a thread made per call). */
+static void start_runners(patina_context_t *c, size_t n)
+{
+    if (!(c->runner = calloc(n, sizeof *c->runner))) return; /* every call makes its threads */
+    for (size_t i = 1; i < n; i++) {
+        slice_runner_t *r = &c->runner[i];
+        if (pthread_mutex_init(&r->mu, NULL)) continue;
+        if (pthread_cond_init(&r->cv, NULL)) {
+            pthread_mutex_destroy(&r->mu);
+            continue;
+        }
+        r->started = pthread_create(&r->th, NULL, runner_main, r) == 0;
+        if (!r->started) {
+            pthread_cond_destroy(&r->cv);
+            pthread_mutex_destroy(&r->mu);
+        }
+    }
+}
+
+static void stop_runners(patina_context_t *c)
+{
+    for (size_t i = 1; c->runner && i < c->nslices; i++) {
+        slice_runner_t *r = &c->runner[i];
+        if (!r->started) continue;
+        pthread_mutex_lock(&r->mu);
+        atomic_store(&r->stop, 1);
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        pthread_join(r->th, NULL);
+        pthread_cond_destroy(&r->cv);
+        pthread_mutex_destroy(&r->mu);
+    }
+    free(c->runner);
+    c->runner = NULL;
+}
+
+/* A thread made for one call's part (a runner busy with another call's). */
+typedef struct one_off {
+    void (*fn)(void *arg, size_t i);
+    void *arg;
+    size_t i;
+} one_off_t;
+
+static void *one_off_main(void *p)
+{
+    one_off_t *o = p;
+    o->fn(o->arg, o->i);
+    return NULL;
+}
+
+void patina__context_run_slices(patina_context_t *ctx, size_t n, void (*fn)(void *arg, size_t i), void *arg)
+{
+    enum { ON_RUNNER = 1, ON_THREAD = 2 };
+    int how[PATINA_GPUS_MAX];
+    uint64_t posted[PATINA_GPUS_MAX];
+    pthread_t th[PATINA_GPUS_MAX];
+    one_off_t oo[PATINA_GPUS_MAX];
+    size_t i;
+    if (n > PATINA_GPUS_MAX) n = PATINA_GPUS_MAX;
+    for (i = 1; i < n; i++) {
+        slice_runner_t *r = ctx && ctx->runner && i < ctx->nslices ? &ctx->runner[i] : NULL;
+        int idle = 0;
+        how[i] = 0;
+        if (r && r->started && atomic_compare_exchange_strong(&r->busy, &idle, 1)) {
+            r->fn = fn;
+            r->arg = arg;
+            r->i = i;
+            posted[i] = atomic_load(&r->seq) + 1;
+            pthread_mutex_lock(&r->mu); /* the runner may sleep on the condition */
+            atomic_store_explicit(&r->seq, posted[i], memory_order_release);
+            pthread_cond_broadcast(&r->cv);
+            pthread_mutex_unlock(&r->mu);
+            how[i] = ON_RUNNER;
+            continue;
+        }
+        oo[i] = (one_off_t){fn, arg, i};
+        if (pthread_create(&th[i], NULL, one_off_main, &oo[i]) == 0) how[i] = ON_THREAD;
+    }
+    fn(arg, 0);
+    for (i = 1; i < n; i++) {
+        slice_runner_t *r = how[i] == ON_RUNNER ? &ctx->runner[i] : NULL;
+        if (r) {
+            if (!spin_while(&r->done_seq, posted[i] - 1)) {
+                pthread_mutex_lock(&r->mu);
+                while (atomic_load(&r->done_seq) != posted[i]) pthread_cond_wait(&r->cv, &r->mu);
+                pthread_mutex_unlock(&r->mu);
+            }
+            atomic_store(&r->busy, 0);
+        } else if (how[i] == ON_THREAD) {
+            pthread_join(th[i], NULL);
+        } else {
+            fn(arg, i); /* no thread could be made: here, afterwards */
+        }
+    }
+}
+
 /* The slices of c over its n > 1 devices: contexts of one device each, the
  * threads shared out. */
 static patina_status new_slices(patina_context_t *c, size_t n)
@@ -109,6 +262,7 @@ static patina_status new_slices(patina_context_t *c, size_t n)
         o.threads = share > 0 ? share : 1;
         PATINA_TRY(patina_context_new(&c->slice[i], &o));
     }
+    start_runners(c, n);
     return PATINA_OK;
 }
 
@@ -180,6 +334,7 @@ void patina_context_free(patina_context_t *ctx)
     if (!ctx) return;
     patina_gpu_jpeg_close(ctx->jpeg[0]); /* before the device they run on (slice 0's, when sliced) */
     patina_gpu_jpeg_close(ctx->jpeg[1]);
+    stop_runners(ctx);
     for (i = 0; ctx->slice && i < ctx->nslices; i++) patina_context_free(ctx->slice[i]);
     free(ctx->slice);
     patina_gpu_close(ctx->gpu);

@@ -66,6 +66,13 @@ void patina_gpu__plan(const patina_gpu_t *g, char *buf, size_t size);
 size_t patina__context_slices(const patina_context_t *ctx);
 /* Slice i (< G) of ctx; ctx itself when G is 1 (NULL stays NULL). */
 patina_context_t *patina__context_slice(patina_context_t *ctx, size_t i);
+/* Runs fn(arg, i) for i in [0, n) at once and returns when all are done:
+ * i = 0 in the calling thread, i >= 1 on slice i's runner, a thread the
+ * context keeps (spinning briefly between calls, then asleep). A runner
+ * busy with another call's part, or one that could not be started, is
+ * replaced by a thread made for this call (else the calling thread runs
+ * that part afterwards). ctx NULL or of one device: threads per call. */
+void patina__context_run_slices(patina_context_t *ctx, size_t n, void (*fn)(void *arg, size_t i), void *arg);
 
 /* ---- Turns */
 

@@ -723,6 +723,9 @@ typedef struct sq_rank {
     uint32_t **cand;
     size_t *ncand;
     uint8_t *cpu;
+    size_t nq;
+    const size_t *first;  /* (nq + 1): query q's candidates are [first[q], first[q + 1]) of dist */
+    double *dist;         /* (first[nq]) their reference distances */
     size_t k;             /* k-NN (0: range) */
     double radius;
     size_t max_hits;
@@ -732,12 +735,44 @@ typedef struct sq_rank {
     atomic_int nomem;
 } sq_rank_t;
 
+/* Candidates per task of the distances: a reference SQFD costs some 10-30
+ * us (thousands of exps), so a task is a few hundred; the candidates of
+ * one query are spread over the workers, so a single query (whose
+ * candidates may be hundreds when its rows have duplicates) does not rank
+ * on one thread while the others wait. */
+#define SQ_RANK_CHUNK 8
+
+/* The reference distances of candidates [t SQ_RANK_CHUNK, + SQ_RANK_CHUNK)
+ * (flat over the queries). */
+static void sq_dist_task(void *arg, size_t t, int worker)
+{
+    sq_rank_t *j = arg;
+    const patina_index_t *ix = j->ix;
+    const size_t total = j->first[j->nq], a = t * SQ_RANK_CHUNK, b = a + SQ_RANK_CHUNK < total ? a + SQ_RANK_CHUNK : total;
+    size_t lo = 0, hi = j->nq, i;
+    (void)worker;
+    while (hi - lo > 1) { /* the query holding candidate a: first[lo] <= a < first[lo + 1] */
+        const size_t mid = lo + (hi - lo) / 2;
+        if (j->first[mid] <= a) lo = mid;
+        else hi = mid;
+    }
+    for (i = a; i < b; i++) {
+        while (i >= j->first[lo + 1]) lo++;
+        {
+            const float *qr = (const float *)(j->queries + lo * ix->bytes);
+            const uint32_t r = j->cand[lo][i - j->first[lo]];
+            j->dist[i] = sig_sqfd_self(qr, j->qself[lo], (const float *)(ix->descs + (size_t)r * ix->bytes), ix->self[r]);
+        }
+    }
+}
+
+/* Query q's answer from its candidates' distances (sq_dist_task). */
 static void sq_rank_task(void *arg, size_t q, int worker)
 {
     sq_rank_t *j = arg;
     const patina_index_t *ix = j->ix;
-    const float *qr = (const float *)(j->queries + q * ix->bytes);
-    const size_t nc = j->ncand[q];
+    const size_t nc = j->first[q + 1] - j->first[q];
+    const double *dq = j->dist + j->first[q];
     patina_hit_t *h;
     size_t i, m = 0;
     (void)worker;
@@ -751,10 +786,9 @@ static void sq_rank_task(void *arg, size_t q, int worker)
         return;
     }
     for (i = 0; i < nc; i++) {
-        const uint32_t r = j->cand[q][i];
-        const double d = sig_sqfd_self(qr, j->qself[q], (const float *)(ix->descs + (size_t)r * ix->bytes), ix->self[r]);
+        const double d = dq[i];
         if (!j->k && !(d <= j->radius)) continue;
-        h[m].id = ix->ids[r];
+        h[m].id = ix->ids[j->cand[q][i]];
         h[m++].distance = d;
     }
     qsort(h, m, sizeof *h, patina__hit_qsort_cmp);
@@ -777,6 +811,39 @@ static void sq_rank_task(void *arg, size_t q, int worker)
     j->rhits[q] = h;
 }
 
+/* Ranks the candidates the GPU left (j filled but first and dist): their
+ * distances spread over the context's workers, then each query's sorted. */
+static patina_status sq_rank(patina_context_t *ctx, sq_rank_t *j)
+{
+    patina_pool_t *pool = NULL;
+    size_t *first = malloc((j->nq + 1) * sizeof *first), q, tasks;
+    int own = 0;
+    patina_status s = PATINA_OK;
+    if (!first) return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", j->nq);
+    first[0] = 0;
+    for (q = 0; q < j->nq; q++) first[q + 1] = first[q] + (j->cpu[q] ? 0 : j->ncand[q]);
+    j->first = first;
+    if (!(j->dist = malloc((first[j->nq] ? first[j->nq] : 1) * sizeof *j->dist))) {
+        const size_t total = first[j->nq];
+        free(first);
+        j->first = NULL;
+        return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu candidates", total);
+    }
+    tasks = (first[j->nq] + SQ_RANK_CHUNK - 1) / SQ_RANK_CHUNK;
+    if (tasks > 1 || j->nq > 1) s = patina__workers_begin(ctx, 0, &pool, &own);
+    if (s == PATINA_OK) {
+        patina_pool_run(pool, tasks, sq_dist_task, j);
+        patina_pool_run(pool, j->nq, sq_rank_task, j);
+        if (pool) patina__workers_end(ctx, pool, own);
+        if (atomic_load(&j->nomem)) s = patina__fail(PATINA_E_NOMEM, "search: out of memory ranking candidates");
+    }
+    free(j->dist);
+    free(first);
+    j->dist = NULL;
+    j->first = NULL;
+    return s;
+}
+
 /* k-NN (rq->k > 0; hits padded by the caller) or range (rq->k = 0, into
  * rhits) on the GPU. auto_dev: a GPU that cannot take the index (its copy
  * beyond the memory budget) leaves the call to the CPU instead of failing
@@ -789,13 +856,11 @@ static patina_status sqfd_gpu(patina_context_t *ctx, const patina_index_t *ix, c
     pgpu_sqfd_stats_t gst;
     sq_rank_t j;
     patina_gpu_t *g;
-    patina_pool_t *pool = NULL;
     double *qself = NULL;
     uint32_t **cand = calloc(nq, sizeof *cand);
     size_t *ncand = calloc(nq, sizeof *ncand), q;
     uint8_t *cpu = malloc(nq);
     patina_status s;
-    int own = 0;
     if (!cand || !ncand || !cpu) {
         free(cand);
         free(ncand);
@@ -835,12 +900,8 @@ static patina_status sqfd_gpu(patina_context_t *ctx, const patina_index_t *ix, c
         j.hits = hits;
         j.rhits = rhits;
         j.counts = counts;
-        if (nq > 1) s = patina__workers_begin(ctx, 0, &pool, &own);
-        if (s == PATINA_OK) {
-            patina_pool_run(pool, nq, sq_rank_task, &j);
-            if (pool) patina__workers_end(ctx, pool, own);
-            if (atomic_load(&j.nomem)) s = patina__fail(PATINA_E_NOMEM, "search: out of memory ranking candidates");
-        }
+        j.nq = nq;
+        s = sq_rank(ctx, &j);
     }
     if (s == PATINA_OK)
         s = cpu_rest(ctx, ix, queries, nq, cpu, rq, hits, rhits, counts);

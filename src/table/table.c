@@ -10,12 +10,14 @@
  * rows are split by id % G into G slices, each with its own structures
  * used with its own slice context (its device): loads and writes go to the
  * slice of each id; every search and identify call runs the G slices at
- * once, one host thread each (slice 0 in the calling thread), and merges
+ * once, one host thread each (slice 0 in the calling thread, the others on
+ * the context's slice runners), and merges
  * their answers exactly (patina_table_results_merge, patina_identify_merge).
  * With one device there is one slice and no thread or merge.
  *
  * Not here: the engines themselves, the store, extraction, the merges
  * (merge.c, src/identify/merge.c). */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -152,6 +154,8 @@ struct patina_table {
     patina_table_opts_t opts;
     patina_refset_t *shape;      /* IDENTIFY: an empty set of the spec, for query sizes and extraction */
     pthread_rwlock_t lock;       /* calls read; loads and writes write */
+    pthread_mutex_t fan_mu;      /* guards fan */
+    patina_table_fanout_t fan;   /* the last call over several slices (patina_table_fanout) */
     size_t ns;                   /* slices (1 .. PATINA_GPUS_MAX): the context's devices */
     slice_t sl[PATINA_GPUS_MAX]; /* (ns); their structures under lock */
     /* under lock */
@@ -232,6 +236,7 @@ void patina_table_free(patina_table_t *t)
     patina_refset_free(t->shape);
     patina_extractor_free(t->ex);
     pthread_rwlock_destroy(&t->lock);
+    pthread_mutex_destroy(&t->fan_mu);
     free(t);
 }
 
@@ -242,7 +247,12 @@ static patina_status table_alloc(patina_table_t **out, patina_context_t *ctx, pa
     patina_status s;
     *out = NULL;
     if (!(t = calloc(1, sizeof *t))) return patina__fail(PATINA_E_NOMEM, "table: out of memory");
+    if (pthread_mutex_init(&t->fan_mu, NULL) != 0) {
+        free(t);
+        return patina__fail(PATINA_E_NOMEM, "table: cannot create its lock");
+    }
     if (patina__rwlock_init(&t->lock) != 0) {
+        pthread_mutex_destroy(&t->fan_mu);
         free(t);
         return patina__fail(PATINA_E_NOMEM, "table: cannot create its lock");
     }
@@ -851,33 +861,60 @@ typedef struct slice_task {
     const void *arg; /* the call's, shared and read-only */
     void *out;       /* this slice's */
     patina_status s;
+    double t0, t1;   /* its start and end (patina_now) */
     char msg[512];   /* its failure's message (messages are per thread) */
 } slice_task_t;
 
-static void *slice_main(void *p)
+static void slice_main(void *p, size_t i)
 {
-    slice_task_t *k = p;
+    slice_task_t *k = (slice_task_t *)p + i;
+    k->t0 = patina_now();
     k->s = k->fn(k);
     if (k->s != PATINA_OK) snprintf(k->msg, sizeof k->msg, "%s", patina_last_error());
-    return NULL;
+    k->t1 = patina_now();
 }
 
-/* Runs tasks[0 .. n) at once, 1 .. n-1 on threads of their own (in this
- * one, afterwards, when a thread cannot be made) and 0 in the calling
- * thread; the first failure by slice is the call's. */
-static patina_status run_slices(slice_task_t *tasks, size_t n)
+/* Runs tasks[0 .. n) at once, 0 in the calling thread and the others on
+ * the context's slice runners (patina__context_run_slices); the first
+ * failure by slice is the call's. The times go to *fan (its merge and
+ * total are the caller's). */
+static patina_status run_slices(patina_table_t *t, slice_task_t *tasks, size_t n, patina_table_fanout_t *fan)
 {
-    pthread_t th[PATINA_GPUS_MAX];
-    int started[PATINA_GPUS_MAX];
+    const double t0 = patina_now();
     size_t i;
-    for (i = 1; i < n; i++) started[i] = pthread_create(&th[i], NULL, slice_main, &tasks[i]) == 0;
-    slice_main(&tasks[0]);
-    for (i = 1; i < n; i++) {
-        if (started[i]) pthread_join(th[i], NULL);
-        else slice_main(&tasks[i]);
+    patina__context_run_slices(t->ctx, n, slice_main, tasks);
+    memset(fan, 0, sizeof *fan);
+    fan->slices = n;
+    fan->slice_min = HUGE_VAL;
+    for (i = 0; i < n; i++) {
+        const double own = tasks[i].t1 - tasks[i].t0, start = tasks[i].t0 - t0;
+        if (own > fan->slice_max) fan->slice_max = own;
+        if (own < fan->slice_min) fan->slice_min = own;
+        if (start > fan->start_max) fan->start_max = start;
     }
     for (i = 0; i < n; i++)
         if (tasks[i].s != PATINA_OK) return patina__fail(tasks[i].s, "%s", tasks[i].msg);
+    return PATINA_OK;
+}
+
+/* Keeps fan, the fan-out of a call that began at t0 and merged from tm
+ * on, as the table's last (patina_table_fanout). */
+static void note_fanout(patina_table_t *t, patina_table_fanout_t *fan, double t0, double tm)
+{
+    const double end = patina_now();
+    fan->merge = end - tm;
+    fan->total = end - t0;
+    pthread_mutex_lock(&t->fan_mu);
+    t->fan = *fan;
+    pthread_mutex_unlock(&t->fan_mu);
+}
+
+patina_status patina_table_fanout(patina_table_t *t, patina_table_fanout_t *out)
+{
+    if (!t || !out) return patina__fail(PATINA_E_INVALID, "table: null argument");
+    pthread_mutex_lock(&t->fan_mu);
+    *out = t->fan;
+    pthread_mutex_unlock(&t->fan_mu);
     return PATINA_OK;
 }
 
@@ -945,7 +982,10 @@ static void stats_add(patina_search_stats_t *a, const patina_search_stats_t *b)
 static patina_status search_slices(patina_table_t *t, const void *queries, size_t nq, const patina_table_query_t *q,
                                    patina_table_results_t *res)
 {
+    const double t0 = patina_now();
     const search_arg_t a = {queries, nq, q};
+    patina_table_fanout_t fan;
+    double tm;
     search_part_t *parts = calloc(t->ns, sizeof *parts);
     patina_table_results_t *pr = calloc(t->ns, sizeof *pr), merged;
     slice_task_t *tasks = parts ? slice_tasks(t, search_task, &a, parts, sizeof *parts) : NULL;
@@ -957,12 +997,14 @@ static patina_status search_slices(patina_table_t *t, const void *queries, size_
         free(tasks);
         return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu slices", t->ns);
     }
-    s = run_slices(tasks, t->ns);
+    s = run_slices(t, tasks, t->ns, &fan);
+    tm = patina_now();
     for (k = 0; k < t->ns; k++) pr[k] = parts[k].res;
     if (s == PATINA_OK && (s = patina_table_results_merge(pr, t->ns, q, &merged)) == PATINA_OK) {
         free(res->offsets);
         res->offsets = merged.offsets;
         res->hits = merged.hits;
+        note_fanout(t, &fan, t0, tm);
     }
     for (k = 0; q->stats && k < t->ns; k++) stats_add(q->stats, &parts[k].stats);
     for (k = 0; k < t->ns; k++) patina_table_results_release(&parts[k].res);
@@ -1091,6 +1133,9 @@ static patina_status identify_slices(patina_table_t *t, const void *queries, siz
                                      const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
                                      patina_identify_result_t *results)
 {
+    const double t0 = patina_now();
+    patina_table_fanout_t fan;
+    double tm;
     identify_arg_t a;
     identify_part_t *parts;
     const patina_identify_hit_t **ph;
@@ -1119,8 +1164,10 @@ static patina_status identify_slices(patina_table_t *t, const void *queries, siz
     }
     if (!parts || !ph || !pr || !tasks || s != PATINA_OK)
         s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu slices x %zu queries", t->ns, nq);
-    if (s == PATINA_OK) s = run_slices(tasks, t->ns);
+    if (s == PATINA_OK) s = run_slices(t, tasks, t->ns, &fan);
+    tm = patina_now();
     if (s == PATINA_OK) s = patina_identify_merge(ph, pr, t->ns, nq, opts, hits, results);
+    if (s == PATINA_OK) note_fanout(t, &fan, t0, tm);
     for (k = 0; parts && k < t->ns; k++) {
         free(parts[k].hits);
         free(parts[k].results);
