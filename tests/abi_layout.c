@@ -92,6 +92,9 @@ int main(void)
     S(patina_table_results_t), M(patina_table_results_t, nq), M(patina_table_results_t, offsets),
         M(patina_table_results_t, hits), M(patina_table_results_t, keys), M(patina_table_results_t, rows),
         M(patina_table_results_t, version), end();
+    S(patina_table_fanout_t), M(patina_table_fanout_t, slices), M(patina_table_fanout_t, total),
+        M(patina_table_fanout_t, slice_max), M(patina_table_fanout_t, slice_min), M(patina_table_fanout_t, start_max),
+        M(patina_table_fanout_t, merge), end();
     S(patina_change_t), M(patina_change_t, op), M(patina_change_t, id), M(patina_change_t, key),
         M(patina_change_t, desc), end();
 

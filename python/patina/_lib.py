@@ -221,6 +221,13 @@ class TableResults(ctypes.Structure):
                 ("rows", c_size_t), ("version", c_uint64)]
 
 
+class TableFanout(ctypes.Structure):
+    """patina_table_fanout_t: where the last call over several slices spent its time (seconds)."""
+    _c_type_ = "patina_table_fanout_t"
+    _fields_ = [("slices", c_size_t), ("total", c_double), ("slice_max", c_double), ("slice_min", c_double),
+                ("start_max", c_double), ("merge", c_double)]
+
+
 class Change(ctypes.Structure):
     _c_type_ = "patina_change_t"
     _fields_ = [("op", c_int), ("id", c_uint64), ("key", c_char_p), ("desc", c_void_p)]
@@ -322,6 +329,7 @@ _PROTOS = {
     "patina_table_results_release": (None, [P(TableResults)]),
     "patina_table_search": (c_int, [c_void_p, c_void_p, c_size_t, P(TableQuery), P(TableResults)]),
     "patina_table_results_merge": (c_int, [P(TableResults), c_size_t, P(TableQuery), P(TableResults)]),
+    "patina_table_fanout": (c_int, [c_void_p, P(TableFanout)]),
     "patina_table_query_bytes": (c_size_t, [c_void_p]),
     "patina_table_identify_extract": (c_int, [c_void_p, c_void_p, c_void_p, P(Image), c_size_t, P(c_int)]),
     # keys: (nq * k) char *, malloc'd by the library (freed with patina_free): c_void_p, not c_char_p,
