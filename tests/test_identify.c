@@ -402,6 +402,123 @@ static void test_scoring_decoy(void **state)
     patina_extractor_free(ex);
 }
 
+/* Similarity of two u8 rows as the definition gives it (dot / 2^18). */
+static double row_sim(const uint8_t *a, const uint8_t *b)
+{
+    long d = 0;
+    for (int k = 0; k < 128; k++) d += (long)a[k] * b[k];
+    return (double)d / 262144.0;
+}
+
+/* d(q, a) / d(q, b) for unit rows. */
+static double dist_ratio(const uint8_t *q, const uint8_t *a, const uint8_t *b)
+{
+    return sqrt(fmax(0, 2 - 2 * row_sim(q, a)) / fmax(1e-12, 2 - 2 * row_sim(q, b)));
+}
+
+/* out = a + t (b - a), scaled to norm 512 and rounded (a u8 RootSIFT row). */
+static void mix_rows(uint8_t *out, const uint8_t *a, const uint8_t *b, double t)
+{
+    double v[128], n = 0;
+    for (int k = 0; k < 128; k++) {
+        v[k] = (1 - t) * a[k] + t * b[k];
+        n += v[k] * v[k];
+    }
+    for (int k = 0; k < 128; k++) {
+        double x = floor(512.0 * v[k] / sqrt(n) + 0.5);
+        out[k] = (uint8_t)(x > 255 ? 255 : x);
+    }
+}
+
+/* Guided matching: a reference whose features repeat elsewhere in it (a
+ * near-copy of the row far away), seen through a similarity. 10 query
+ * features are unique (they pass the ratio test), 10 have a copy a little
+ * farther than themselves (d/d_copy in (0.82, 0.88): they fail the ratio
+ * test at 0.8, pass guided matching at 0.9), 10 a copy nearer than
+ * themselves (by less than the ratio: no ratio test passes). Without guided matching 10 inliers; with
+ * it 20 (at 0.9; still 10 at 0.8); patina_identify_pairs returns them. */
+static void test_guided(void **state)
+{
+    enum { NU = 10, NB = 10, NC = 10, NQ = NU + NB + NC, NR = NU + 2 * (NB + NC) };
+    const double a = 0.9, th = 20 * M_PI / 180, tx = 40, ty = 30;
+    patina_extractor_t *ex = NULL;
+    tu_rng_t r;
+    uint8_t qrows[NQ * 128], rrows[NR * 128];
+    float qgeo[NQ * 4], rgeo[NR * 4], pairs[4 * NQ];
+    unsigned char *rec, *qrec;
+    char *dir;
+    patina_collection_t *c;
+    patina_refset_t *rs = NULL;
+    patina_identify_opts_t o;
+    patina_identify_hit_t hit;
+    patina_identify_result_t res;
+    size_t i, n;
+    (void)state;
+    TU_OK(patina_extractor_new(&ex, "rootsift:m=" "50" ",n=30"));
+    tu_rng_seed(&r, 21);
+    for (i = 0; i < NQ; i++) {
+        /* query keypoint on a 5 x 6 grid (no two predictions near each other), its reference image */
+        const double qx = 40 + 80.0 * (double)(i % 6), qy = 40 + 80.0 * (double)(i / 6);
+        uint8_t *orig = rrows + i * 128, *q = qrows + i * 128;
+        uint8_t other[128];
+        random_row(orig, &r);
+        random_row(other, &r);
+        mix_rows(q, orig, other, 0.15);
+        qgeo[4 * i] = (float)qx, qgeo[4 * i + 1] = (float)qy;
+        qgeo[4 * i + 2] = (float)(2 + (double)(i % 4)), qgeo[4 * i + 3] = (float)(0.3 * (double)(i % 7));
+        rgeo[4 * i] = (float)(a * (cos(th) * qx - sin(th) * qy) + tx);
+        rgeo[4 * i + 1] = (float)(a * (sin(th) * qx + cos(th) * qy) + ty);
+        rgeo[4 * i + 2] = (float)(a * qgeo[4 * i + 2]), rgeo[4 * i + 3] = (float)(qgeo[4 * i + 3] + th);
+        if (i >= NU) { /* a copy far away: farther (group B) or nearer (group C) than the original */
+            const size_t j = NU + NB + NC + (i - NU);
+            uint8_t *cp = rrows + j * 128;
+            double d = 0;
+            int t;
+            random_row(other, &r);
+            for (t = 0; t <= 200; t++) { /* the copy: the original (B) or the query (C) moved away */
+                mix_rows(cp, i < NU + NB ? orig : q, other, 0.005 * t);
+                d = dist_ratio(q, orig, cp);
+                if (i < NU + NB ? d > 0.82 && d < 0.88 : d > 1.05 && d < 1.2) break;
+            }
+            if (t > 200) fail_msg("feature %zu: no copy at the wanted distance (%g)", i, d);
+            rgeo[4 * j] = 600, rgeo[4 * j + 1] = (float)(10 + 20 * (double)(i - NU));
+            rgeo[4 * j + 2] = rgeo[4 * i + 2], rgeo[4 * j + 3] = rgeo[4 * i + 3];
+        }
+    }
+    rec = make_record(50, NR, rrows, rgeo, 640, 480);
+    qrec = make_record(30, NQ, qrows, qgeo, 640, 480);
+    c = make_collection(&dir, patina_extractor_spec(ex), &rec, 1, patina_extractor_bytes(ex));
+    TU_OK(patina_refset_load(&rs, c, NULL));
+    patina_identify_opts_init(&o);
+    o.k = 1;
+    o.guided = 0;
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, &hit, &res));
+    assert_int_equal(hit.matches, NU);
+    assert_int_equal(hit.inliers, NU);
+    o.guided = 1;
+    o.guided_ratio = 0.9;
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, &hit, &res));
+    assert_int_equal(hit.matches, NU); /* the candidates' score is the matching's */
+    assert_int_equal(hit.inliers, NU + NB);
+    TU_OK(patina_identify_pairs(rs, qrec, hit.id, &o, pairs, NQ, &n));
+    assert_int_equal(n, NU + NB);
+    for (i = 0; i < n; i++) { /* each pair is a true correspondence */
+        const double qx = pairs[4 * i], qy = pairs[4 * i + 1];
+        assert_true(fabs(a * (cos(th) * qx - sin(th) * qy) + tx - pairs[4 * i + 2]) < 0.01);
+        assert_true(fabs(a * (sin(th) * qx + cos(th) * qy) + ty - pairs[4 * i + 3]) < 0.01);
+    }
+    o.guided_ratio = 0.8;
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, &hit, &res));
+    assert_int_equal(hit.inliers, NU);
+    free(rec);
+    free(qrec);
+    patina_refset_free(rs);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(dir);
+    patina_extractor_free(ex);
+}
+
 /* The merge's rules on hand-made parts: the union's best verify_top by
  * (matches, id) keep their inliers, a candidate its part verified but that
  * is not among them is unverified again, ties by id, the decision from the
@@ -1217,7 +1334,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matchers_random), cmocka_unit_test(test_ties_and_tiny),
         cmocka_unit_test(test_scoring_decoy),   cmocka_unit_test(test_refset_updates),   cmocka_unit_test(test_partition_f16),   cmocka_unit_test(test_search_ratio),
-        cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_merge_rules),
+        cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_merge_rules), cmocka_unit_test(test_guided),
         cmocka_unit_test(test_ransac),          cmocka_unit_test(test_matchers_real),
         cmocka_unit_test(test_end_to_end),
     };
