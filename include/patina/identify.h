@@ -144,7 +144,10 @@ typedef enum patina_identify_model {
 
 typedef enum patina_identify_decision {
     PATINA_DECISION_UNKNOWN = 0, /* no candidate reaches the threshold, or no query features */
-    PATINA_DECISION_MATCH = 1    /* rank 1 is accepted */
+    PATINA_DECISION_MATCH = 1,   /* rank 1 is accepted */
+    PATINA_DECISION_AMBIGUOUS = 2 /* ranks 1 and 2 are both verified and reach the threshold: the query
+                                   * shows content of both (items that share photographed content);
+                                   * the two keys are hits 0 and 1 (k >= 2) */
 } patina_identify_decision;
 
 typedef enum patina_identify_precision {
@@ -187,6 +190,20 @@ typedef struct patina_identify_opts {
  * PATINA_E_INVALID naming the option, PATINA_E_LIMIT for k or verify_top
  * over PATINA_K_MAX. */
 PATINA_API void patina_identify_opts_init(patina_identify_opts_t *opts);
+
+/* "unknown", "match" or "ambiguous" (the CLI's and the server's words); NULL
+ * for another value. */
+PATINA_API const char *patina_identify_decision_name(patina_identify_decision d);
+
+/* The acceptance threshold for a target false-accept rate: the smallest
+ * rank-1 score (inliers) at which at most `far` of the impostor queries of
+ * the identification benchmark (bench/identify, clean impostors, the
+ * default options; docs/identify-bench.md) were accepted. far in
+ * [PATINA_FAR_MIN, 1]: 1 gives 0 (every query with a candidate is
+ * accepted); below PATINA_FAR_MIN the benchmark cannot tell (no impostor
+ * accepted is all it measures): PATINA_E_INVALID. The default threshold is
+ * the one for far = 0.01. */
+PATINA_API patina_status patina_identify_far_threshold(double far, double *threshold);
 
 /* One candidate of a query. */
 typedef struct patina_identify_hit {

@@ -305,6 +305,8 @@ _PROTOS = {
     "patina_extractor_caps": (ctypes.c_uint, [c_void_p]),
     # identify.h (options of patina_table_identify)
     "patina_identify_opts_init": (None, [P(IdentifyOpts)]),
+    "patina_identify_far_threshold": (c_int, [c_double, P(c_double)]),
+    "patina_identify_decision_name": (c_char_p, [c_int]),
     # table.h: live tables (handles are c_void_p: patina_table_t *)
     "patina_key_partition": (c_uint32, [c_char_p, c_uint32]),
     "patina_table_opts_init": (None, [P(TableOpts)]),

@@ -504,6 +504,47 @@ void patina_identify_opts_init(patina_identify_opts_t *o)
     patina__options_init(PATINA_OPTIONS_IDENTIFY, o);
 }
 
+const char *patina_identify_decision_name(patina_identify_decision d)
+{
+    switch (d) {
+    case PATINA_DECISION_UNKNOWN: return "unknown";
+    case PATINA_DECISION_MATCH: return "match";
+    case PATINA_DECISION_AMBIGUOUS: return "ambiguous";
+    }
+    return NULL;
+}
+
+/* The calibration of the acceptance threshold (docs/identify-bench.md,
+ * "Calibration"): per target false-accept rate, the smallest rank-1 inlier
+ * count at which at most that fraction of the benchmark's clean impostor
+ * queries was accepted, with the default options. Targets between two rows
+ * take the stricter row. */
+static const struct {
+    double far, threshold;
+} far_table[] = {
+    {0.05, 6}, {0.02, 7}, {0.01, PATINA_THRESHOLD_DEFAULT}, {0.005, 9}, {PATINA_FAR_MIN, 10},
+};
+
+patina_status patina_identify_far_threshold(double far, double *threshold)
+{
+    size_t i;
+    if (!threshold) return patina__fail(PATINA_E_INVALID, "identify: null threshold");
+    if (!(far >= PATINA_FAR_MIN && far <= 1))
+        return patina__fail(PATINA_E_INVALID,
+                            "identify: far = %g is outside [%g, 1] (the benchmark's impostors cannot tell a smaller "
+                            "rate; give the threshold itself)",
+                            far, PATINA_FAR_MIN);
+    if (far >= 1) {
+        *threshold = 0;
+        return PATINA_OK;
+    }
+    for (i = 0; i < sizeof far_table / sizeof far_table[0]; i++)
+        if (far_table[i].far <= far) break;
+    if (i == sizeof far_table / sizeof far_table[0]) i--;
+    *threshold = far_table[i].threshold;
+    return PATINA_OK;
+}
+
 /* Per-worker scratch for one (query, reference) pair. */
 typedef struct scratch {
     int16_t *qw;        /* (n, 128) widened query (u8 rows at scale 512) */
@@ -999,7 +1040,8 @@ static patina_status identify_locked(patina_context_t *ctx, const patina_refset_
             h->score = c[i].verified ? (double)c[i].inliers : (double)c[i].matches;
         }
         results[q].nhits = nh;
-        if (nh && hits[q * o.k].score >= o.threshold) results[q].decision = PATINA_DECISION_MATCH;
+        results[q].decision = idf_decide(nh ? hits[q * o.k].score : 0,
+                                         nc > 1 && c[1].verified ? (double)c[1].inliers : -1, nh, &o);
     }
 out:
     if (jb.sc)

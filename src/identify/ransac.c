@@ -377,3 +377,9 @@ size_t idf_guided(idf_match_t *out, int32_t *claim, const idf_model_t *m, const 
         if (claim[out[i].r] == (int32_t)i) out[k++] = out[i];
     return k;
 }
+
+patina_identify_decision idf_decide(double s1, double s2, size_t nh, const patina_identify_opts_t *o)
+{
+    if (nh == 0 || !(s1 >= o->threshold)) return PATINA_DECISION_UNKNOWN;
+    return s2 >= o->threshold ? PATINA_DECISION_AMBIGUOUS : PATINA_DECISION_MATCH;
+}
