@@ -380,6 +380,15 @@ def test_identify_matches_cli(cli, rootsift_coll, samples, variant, tmp_path):
                            "--no-verify", "--threshold", "0"))
         assert [(h.key, h.score, h.verified) for h in one.candidates] == \
             [(h["key"], h["score"], h["verified"]) for h in w["hits"]]
+        # far: the calibrated threshold, as the CLI's --far; guided matching off, as --no-guided
+        for far in ("1", "0.001"):
+            w = json.loads(run(cli, "identify", rootsift_coll, str(unknown), "--format", "json", "-q", "--far", far,
+                               "--no-guided"))
+            g = c.identify(str(unknown), far=float(far), guided=False)
+            assert g.decision == w["decision"] and (g.decision == "unknown") == (far != "1")
+            assert [(h.key, h.inliers) for h in g.candidates] == [(h["key"], h["inliers"]) for h in w["hits"]]
+        with pytest.raises(patina.InvalidError, match="far = 0.0001 is outside"):
+            c.identify(variant, far=0.0001)
         # an array query is the same as its file
         arr = c.identify(patina.decode(variant))
         assert arr == got[0]

@@ -199,8 +199,8 @@ static int run_identify(const cli_args_t *a)
     io.shape_check = !cli_get(a, "no-shape-check")->i;
     io.guided = !cli_get(a, "no-guided")->i;
     io.guided_ratio = cli_get(a, "guided-ratio")->num;
-    if (cli_get(a, "far")->set) {
-        if (cli_get(a, "threshold")->set) {
+    if (cli_get(a, "far")->given) {
+        if (cli_get(a, "threshold")->given) {
             cli_error("identify", "--far and --threshold both set the acceptance threshold: give one");
             return EXIT_USAGE;
         }
