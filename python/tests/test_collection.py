@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import patina
-from conftest import VARIANT, run, smooth_noise, write_png
+from conftest import VARIANT, run, run_full, smooth_noise, write_png
 
 SPECS = ["cedd", "lbp:P=8,R=1", "lbp:P=8,R=1,norm=counts,distance=l1", "haralick", "glcm:levels=16",
          "signature:k=16,samples=500"]
@@ -389,6 +389,8 @@ def test_identify_matches_cli(cli, rootsift_coll, samples, variant, tmp_path):
             assert [(h.key, h.inliers) for h in g.candidates] == [(h["key"], h["inliers"]) for h in w["hits"]]
         with pytest.raises(patina.InvalidError, match="far = 0.0001 is outside"):
             c.identify(variant, far=0.0001)
+        rc, _, err = run_full(cli, "identify", rootsift_coll, variant, "--far", "0.01", "--threshold", "5")
+        assert rc == 2 and b"--far and --threshold both set" in err
         # an array query is the same as its file
         arr = c.identify(patina.decode(variant))
         assert arr == got[0]
