@@ -383,7 +383,7 @@ static void test_opts_init(void **state)
     assert_int_equal(ido.shape_check, 1);
     assert_true(ido.seed == 0);
     assert_true(ido.threshold == 8);
-    assert_int_equal(ido.guided, 1);
+    assert_int_equal(ido.guided, 0);
     assert_true(ido.guided_ratio == 0.9);
     assert_int_equal(ido.device, PATINA_DEVICE_AUTO);
     assert_int_equal(ido.precision, PATINA_PRECISION_INT8);

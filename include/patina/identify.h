@@ -178,9 +178,11 @@ typedef struct patina_identify_opts {
     size_t gpu_arena_slots;   /* GPU: references kept on the device at most (0: as many as the
                                * context's GPU memory budget holds; the rest streams from pinned
                                * host memory) */
-    int guided;               /* 1 (default): after RANSAC, match again inside the neighbourhoods the
-                               * model predicts (looser ratio, one-to-one) and verify those
-                               * correspondences; kept when they give more inliers */
+    int guided;               /* 1: after RANSAC, match again inside the neighbourhoods the model
+                               * predicts (looser ratio, one-to-one) and verify those
+                               * correspondences; kept when they give more inliers (0: off, the
+                               * default: on the benchmark it lifts content-sharing impostors more
+                               * than weak genuine queries; docs/identify.md) */
     double guided_ratio;      /* the guided matches' ratio test, in (0, 1] (0.9) */
 } patina_identify_opts_t;
 

@@ -380,11 +380,11 @@ def test_identify_matches_cli(cli, rootsift_coll, samples, variant, tmp_path):
                            "--no-verify", "--threshold", "0"))
         assert [(h.key, h.score, h.verified) for h in one.candidates] == \
             [(h["key"], h["score"], h["verified"]) for h in w["hits"]]
-        # far: the calibrated threshold, as the CLI's --far; guided matching off, as --no-guided
+        # far: the calibrated threshold, as the CLI's --far; guided matching, as --guided
         for far in ("1", "0.001"):
             w = json.loads(run(cli, "identify", rootsift_coll, str(unknown), "--format", "json", "-q", "--far", far,
-                               "--no-guided"))
-            g = c.identify(str(unknown), far=float(far), guided=False)
+                               "--guided"))
+            g = c.identify(str(unknown), far=float(far), guided=True)
             assert g.decision == w["decision"] and (g.decision == "unknown") == (far != "1")
             assert [(h.key, h.inliers) for h in g.candidates] == [(h["key"], h["inliers"]) for h in w["hits"]]
         with pytest.raises(patina.InvalidError, match="far = 0.0001 is outside"):

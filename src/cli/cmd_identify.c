@@ -35,9 +35,10 @@ static const cli_opt_t opts[] = {
     {.name = "no-shape-check", .type = CLI_FLAG,
      .help = "RANSAC inliers need not agree with the model in keypoint scale (x1.5) and orientation "
              "(30 degrees)"},
-    {.name = "no-guided", .type = CLI_FLAG,
-     .help = "no guided matching after RANSAC (matching again inside the neighbourhoods the model "
-             "predicts, then RANSAC on those matches)"},
+    {.name = "guided", .type = CLI_FLAG,
+     .help = "guided matching after RANSAC: match again inside the neighbourhoods its model "
+             "predicts, then RANSAC on those matches (more inliers for genuine and content-sharing "
+             "queries alike)"},
     {.name = "guided-ratio", .type = CLI_NUMBER, .arg = "R", .min = PATINA_RATIO_MIN, .max = PATINA_RATIO_MAX,
      .flags = CLI_OPEN_MIN, .def = PATINA_STRINGIFY(PATINA_GUIDED_RATIO_DEFAULT),
      .help = "guided matching's ratio test: the nearest reference feature inside the predicted "
@@ -81,10 +82,11 @@ const cli_command_t cli_cmd_identify = {
     .about = "For each query image (files, or folders walked like `index`), extracts\n"
              "RootSIFT features with the collection's rootsift spec at its query budget n,\n"
              "matches them against every reference (2-NN and Lowe's ratio test), scores the\n"
-             "references, verifies the best with RANSAC (then matches again where its model\n"
-             "predicts, and verifies those), re-ranks them by inliers and accepts rank 1 when\n"
-             "its score reaches --threshold (or --far's); otherwise: unknown. When rank 2 is\n"
-             "verified and reaches it too, the query shows content of both: ambiguous.\n",
+             "references, verifies the best with RANSAC (with --guided, matches again where\n"
+             "its model predicts and verifies those), re-ranks them by inliers and accepts\n"
+             "rank 1 when its score reaches --threshold (or --far's); otherwise: unknown.\n"
+             "When rank 2 is verified and reaches it too, the query shows content of both:\n"
+             "ambiguous.\n",
     .opts = opts,
     .nopts = sizeof opts / sizeof opts[0],
     .notes = "output:\n"
@@ -197,7 +199,7 @@ static int run_identify(const cli_args_t *a)
     io.seed = (uint64_t)cli_get(a, "seed")->i;
     io.threshold = cli_get(a, "threshold")->num;
     io.shape_check = !cli_get(a, "no-shape-check")->i;
-    io.guided = !cli_get(a, "no-guided")->i;
+    io.guided = (int)cli_get(a, "guided")->i;
     io.guided_ratio = cli_get(a, "guided-ratio")->num;
     if (cli_get(a, "far")->given) {
         if (cli_get(a, "threshold")->given) {
