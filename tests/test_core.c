@@ -382,7 +382,7 @@ static void test_opts_init(void **state)
     assert_int_equal(ido.iterations, 1000);
     assert_int_equal(ido.shape_check, 1);
     assert_true(ido.seed == 0);
-    assert_true(ido.threshold == 8);
+    assert_true(ido.threshold == 13);
     assert_int_equal(ido.guided, 0);
     assert_true(ido.guided_ratio == 0.9);
     assert_int_equal(ido.device, PATINA_DEVICE_AUTO);

@@ -53,7 +53,7 @@ extern "C" {
 #define PATINA_VERIFY_TOP_DEFAULT 10
 #define PATINA_RANSAC_THRESHOLD_DEFAULT 0.01
 #define PATINA_ITERATIONS_DEFAULT 1000
-#define PATINA_THRESHOLD_DEFAULT 8
+#define PATINA_THRESHOLD_DEFAULT 13
 #define PATINA_GUIDED_RATIO_DEFAULT 0.9
 /* The smallest false-accept rate patina_identify_far_threshold takes (one
  * impostor query in the benchmark's 373 is 0.27%; none accepted is < 0.27%). */

@@ -647,7 +647,7 @@ class Collection(_Closing):
 
     def identify_batch(self, photos, k=5, *, ratio=0.8, scoring="one2one", verify=True, verify_top=10,
                        model="similarity", ransac_threshold=0.01, iterations=1000, shape_check=True, seed=0,
-                       threshold=8.0, table=None, device="auto", precision="int8", strict=False, guided=False,
+                       threshold=13.0, table=None, device="auto", precision="int8", strict=False, guided=False,
                        guided_ratio=0.9, far=None) -> List[Identification]:
         """Identifies many photos (images) against the collection's rootsift
         references in one call: RootSIFT 2-NN ratio test, scoring, RANSAC

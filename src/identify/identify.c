@@ -522,7 +522,7 @@ const char *patina_identify_decision_name(patina_identify_decision d)
 static const struct {
     double far, threshold;
 } far_table[] = {
-    {0.05, 6}, {0.02, 7}, {0.01, PATINA_THRESHOLD_DEFAULT}, {0.005, 9}, {PATINA_FAR_MIN, 10},
+    {0.05, 4}, {0.02, 10}, {0.01, PATINA_THRESHOLD_DEFAULT}, {0.005, 24}, {PATINA_FAR_MIN, 33},
 };
 
 patina_status patina_identify_far_threshold(double far, double *threshold)
