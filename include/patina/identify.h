@@ -5,10 +5,12 @@
  * the same spec at the query budget n. For each query and reference: the
  * 2-NN of every query feature among the reference's features, Lowe's ratio
  * test, a score (distinct reference features hit by default), then RANSAC
- * verification of the best candidates, a re-ranking by inliers and an
- * open-set decision: MATCH when the rank-1 verified score reaches the
- * acceptance threshold, else UNKNOWN. docs/identify.md has the details and
- * the defaults' reasons.
+ * verification of the best candidates (optionally guided matching), a
+ * re-ranking by inliers and an open-set decision: MATCH when the rank-1
+ * verified score reaches the acceptance threshold (calibrated as a
+ * false-accept rate: patina_identify_far_threshold; the default is FAR 1%
+ * on the identification benchmark), AMBIGUOUS when rank 2 reaches it too,
+ * else UNKNOWN. docs/identify.md has the details and the defaults' reasons.
  *
  * Batch-first and shardable: one call answers many queries against one
  * reference set; a reference set may hold a shard of a collection (ids
