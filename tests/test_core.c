@@ -357,7 +357,9 @@ static void test_option_tables(void **state)
     assert_true(ido.device == table_default(PATINA_OPTIONS_IDENTIFY, "device"));
     assert_true(ido.precision == table_default(PATINA_OPTIONS_IDENTIFY, "precision"));
     assert_true(ido.gpu_arena_slots == table_default(PATINA_OPTIONS_IDENTIFY, "gpu_arena_slots"));
-    assert_int_equal(patina_options_count(PATINA_OPTIONS_IDENTIFY), 14);
+    assert_true(ido.guided == table_default(PATINA_OPTIONS_IDENTIFY, "guided"));
+    assert_true(ido.guided_ratio == table_default(PATINA_OPTIONS_IDENTIFY, "guided_ratio"));
+    assert_int_equal(patina_options_count(PATINA_OPTIONS_IDENTIFY), 16);
     patina_search_opts_init(&so);
     assert_true(so.max_hits == table_default(PATINA_OPTIONS_SEARCH, "max_hits"));
     assert_true(so.device == table_default(PATINA_OPTIONS_SEARCH, "device"));
@@ -460,6 +462,8 @@ static void test_opts_init(void **state)
     assert_int_equal(ido.shape_check, 1);
     assert_true(ido.seed == 0);
     assert_true(ido.threshold == 13);
+    assert_int_equal(ido.guided, 0);
+    assert_true(ido.guided_ratio == 0.9);
     assert_int_equal(ido.device, PATINA_DEVICE_AUTO);
     assert_int_equal(ido.precision, PATINA_PRECISION_INT8);
     assert_int_equal(ido.gpu_arena_slots, 0);

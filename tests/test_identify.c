@@ -402,6 +402,223 @@ static void test_scoring_decoy(void **state)
     patina_extractor_free(ex);
 }
 
+/* Similarity of two u8 rows as the definition gives it (dot / 2^18). */
+static double row_sim(const uint8_t *a, const uint8_t *b)
+{
+    long d = 0;
+    for (int k = 0; k < 128; k++) d += (long)a[k] * b[k];
+    return (double)d / 262144.0;
+}
+
+/* d(q, a) / d(q, b) for unit rows. */
+static double dist_ratio(const uint8_t *q, const uint8_t *a, const uint8_t *b)
+{
+    return sqrt(fmax(0, 2 - 2 * row_sim(q, a)) / fmax(1e-12, 2 - 2 * row_sim(q, b)));
+}
+
+/* out = a + t (b - a), scaled to norm 512 and rounded (a u8 RootSIFT row). */
+static void mix_rows(uint8_t *out, const uint8_t *a, const uint8_t *b, double t)
+{
+    double v[128], n = 0;
+    for (int k = 0; k < 128; k++) {
+        v[k] = (1 - t) * a[k] + t * b[k];
+        n += v[k] * v[k];
+    }
+    for (int k = 0; k < 128; k++) {
+        double x = floor(512.0 * v[k] / sqrt(n) + 0.5);
+        out[k] = (uint8_t)(x > 255 ? 255 : x);
+    }
+}
+
+/* Guided matching: a reference whose features repeat elsewhere in it (a
+ * near-copy of the row far away), seen through a similarity. 10 query
+ * features are unique (they pass the ratio test), 10 have a copy a little
+ * farther than themselves (d/d_copy in (0.82, 0.88): they fail the ratio
+ * test at 0.8, pass guided matching at 0.9), 10 a copy nearer than
+ * themselves (by less than the ratio: no ratio test passes). Without guided matching 10 inliers; with
+ * it 20 (at 0.9; still 10 at 0.8); patina_identify_pairs returns them. */
+static void test_guided(void **state)
+{
+    enum { NU = 10, NB = 10, NC = 10, NQ = NU + NB + NC, NR = NU + 2 * (NB + NC) };
+    const double a = 0.9, th = 20 * M_PI / 180, tx = 40, ty = 30;
+    patina_extractor_t *ex = NULL;
+    tu_rng_t r;
+    uint8_t qrows[NQ * 128], rrows[NR * 128];
+    float qgeo[NQ * 4], rgeo[NR * 4], pairs[4 * NQ];
+    unsigned char *rec, *qrec;
+    char *dir;
+    patina_collection_t *c;
+    patina_refset_t *rs = NULL;
+    patina_identify_opts_t o;
+    patina_identify_hit_t hit;
+    patina_identify_result_t res;
+    size_t i, n;
+    (void)state;
+    TU_OK(patina_extractor_new(&ex, "rootsift:m=" "50" ",n=30"));
+    tu_rng_seed(&r, 21);
+    for (i = 0; i < NQ; i++) {
+        /* query keypoint on a 5 x 6 grid (no two predictions near each other), its reference image */
+        const double qx = 40 + 80.0 * (double)(i % 6), qy = 40 + 80.0 * (double)(i / 6);
+        uint8_t *orig = rrows + i * 128, *q = qrows + i * 128;
+        uint8_t other[128];
+        random_row(orig, &r);
+        random_row(other, &r);
+        mix_rows(q, orig, other, 0.15);
+        qgeo[4 * i] = (float)qx, qgeo[4 * i + 1] = (float)qy;
+        qgeo[4 * i + 2] = (float)(2 + (double)(i % 4)), qgeo[4 * i + 3] = (float)(0.3 * (double)(i % 7));
+        rgeo[4 * i] = (float)(a * (cos(th) * qx - sin(th) * qy) + tx);
+        rgeo[4 * i + 1] = (float)(a * (sin(th) * qx + cos(th) * qy) + ty);
+        rgeo[4 * i + 2] = (float)(a * qgeo[4 * i + 2]), rgeo[4 * i + 3] = (float)(qgeo[4 * i + 3] + th);
+        if (i >= NU) { /* a copy far away: farther (group B) or nearer (group C) than the original */
+            const size_t j = NU + NB + NC + (i - NU);
+            uint8_t *cp = rrows + j * 128;
+            double d = 0;
+            int t;
+            random_row(other, &r);
+            for (t = 0; t <= 200; t++) { /* the copy: the original (B) or the query (C) moved away */
+                mix_rows(cp, i < NU + NB ? orig : q, other, 0.005 * t);
+                d = dist_ratio(q, orig, cp);
+                if (i < NU + NB ? d > 0.82 && d < 0.88 : d > 1.05 && d < 1.2) break;
+            }
+            if (t > 200) fail_msg("feature %zu: no copy at the wanted distance (%g)", i, d);
+            rgeo[4 * j] = 600, rgeo[4 * j + 1] = (float)(10 + 20 * (double)(i - NU));
+            rgeo[4 * j + 2] = rgeo[4 * i + 2], rgeo[4 * j + 3] = rgeo[4 * i + 3];
+        }
+    }
+    rec = make_record(50, NR, rrows, rgeo, 640, 480);
+    qrec = make_record(30, NQ, qrows, qgeo, 640, 480);
+    c = make_collection(&dir, patina_extractor_spec(ex), &rec, 1, patina_extractor_bytes(ex));
+    TU_OK(patina_refset_load(&rs, c, NULL));
+    patina_identify_opts_init(&o);
+    o.k = 1;
+    o.guided = 0;
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, &hit, &res));
+    assert_int_equal(hit.matches, NU);
+    assert_int_equal(hit.inliers, NU);
+    o.guided = 1;
+    o.guided_ratio = 0.9;
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, &hit, &res));
+    assert_int_equal(hit.matches, NU); /* the candidates' score is the matching's */
+    assert_int_equal(hit.inliers, NU + NB);
+    TU_OK(patina_identify_pairs(rs, qrec, hit.id, &o, pairs, NQ, &n));
+    assert_int_equal(n, NU + NB);
+    for (i = 0; i < n; i++) { /* each pair is a true correspondence */
+        const double qx = pairs[4 * i], qy = pairs[4 * i + 1];
+        assert_true(fabs(a * (cos(th) * qx - sin(th) * qy) + tx - pairs[4 * i + 2]) < 0.01);
+        assert_true(fabs(a * (sin(th) * qx + cos(th) * qy) + ty - pairs[4 * i + 3]) < 0.01);
+    }
+    o.guided_ratio = 0.8;
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, &hit, &res));
+    assert_int_equal(hit.inliers, NU);
+    free(rec);
+    free(qrec);
+    patina_refset_free(rs);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(dir);
+    patina_extractor_free(ex);
+}
+
+/* The decision: a query showing two references (identical records, ids 1
+ * and 2, in one set or in two shards merged) is AMBIGUOUS, both keys
+ * listed; with one of them, MATCH; below the threshold, UNKNOWN. The
+ * threshold for a FAR target: the default for 0.01, 0 for 1, stricter for
+ * smaller rates, refused below the calibrated range. */
+static void test_decisions(void **state)
+{
+    enum { N = 24 };
+    patina_extractor_t *ex = NULL;
+    tu_rng_t r;
+    uint8_t rows[N * 128], qrows[N * 128];
+    float rgeo[N * 4], qgeo[N * 4];
+    unsigned char *recs[3], *qrec;
+    char *dir;
+    patina_collection_t *c;
+    patina_refset_t *rs = NULL, *part[2] = {NULL, NULL};
+    patina_refset_spec_t sp;
+    patina_identify_opts_t o;
+    patina_identify_hit_t hits[3], ph[2][10], mh[3];
+    patina_identify_result_t res, pr[2], mr;
+    const patina_identify_hit_t *phv[2] = {ph[0], ph[1]};
+    const patina_identify_result_t *prv[2] = {&pr[0], &pr[1]};
+    double t, prev = 0;
+    size_t i;
+    (void)state;
+    TU_OK(patina_extractor_new(&ex, "rootsift:m=24,n=24"));
+    tu_rng_seed(&r, 5);
+    for (i = 0; i < N; i++) {
+        random_row(rows + i * 128, &r);
+        perturb(qrows + i * 128, rows + i * 128, 1, &r);
+        qgeo[4 * i] = (float)(30 + 90 * (i % 6)), qgeo[4 * i + 1] = (float)(30 + 90 * (i / 6));
+        qgeo[4 * i + 2] = 3, qgeo[4 * i + 3] = 1;
+        rgeo[4 * i] = qgeo[4 * i] + 7, rgeo[4 * i + 1] = qgeo[4 * i + 1] - 5; /* a translation */
+        rgeo[4 * i + 2] = 3, rgeo[4 * i + 3] = 1;
+    }
+    recs[0] = make_record(24, N, rows, rgeo, 640, 480);
+    recs[1] = make_record(24, N, rows, rgeo, 640, 480);
+    random_row(rows, &r); /* a third, unrelated reference */
+    recs[2] = make_record(24, 1, rows, rgeo, 640, 480);
+    qrec = make_record(24, N, qrows, qgeo, 640, 480);
+    c = make_collection(&dir, patina_extractor_spec(ex), recs, 3, patina_extractor_bytes(ex));
+    TU_OK(patina_refset_load(&rs, c, NULL));
+    patina_identify_opts_init(&o);
+    o.k = 3;
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
+    assert_int_equal(res.decision, PATINA_DECISION_AMBIGUOUS);
+    assert_string_equal(patina_identify_decision_name(res.decision), "ambiguous");
+    assert_true(hits[0].id == 1 && hits[1].id == 2 && hits[0].inliers == N && hits[1].inliers == N);
+    o.k = 1; /* the rule looks at rank 2 whatever k */
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
+    assert_int_equal(res.decision, PATINA_DECISION_AMBIGUOUS);
+    /* two shards merged: the same */
+    o.k = 3;
+    patina_refset_spec_init(&sp);
+    sp.shards = 2;
+    for (i = 0; i < 2; i++) {
+        patina_identify_opts_t po = o;
+        sp.shard = (uint32_t)i;
+        TU_OK(patina_refset_load(&part[i], c, &sp));
+        po.k = patina_identify_part_k(&o);
+        TU_OK(patina_identify(NULL, part[i], qrec, 1, &po, ph[i], &pr[i]));
+    }
+    TU_OK(patina_identify_merge(phv, prv, 2, 1, &o, mh, &mr));
+    assert_int_equal(mr.decision, PATINA_DECISION_AMBIGUOUS);
+    assert_true(mh[0].id == 1 && mh[1].id == 2);
+    /* one copy (shard 1: ids 1 and 3): a match; a threshold above the inliers: unknown */
+    TU_OK(patina_identify(NULL, part[1], qrec, 1, &o, hits, &res));
+    assert_int_equal(res.decision, PATINA_DECISION_MATCH);
+    assert_string_equal(patina_identify_decision_name(res.decision), "match");
+    o.threshold = N + 1;
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
+    assert_int_equal(res.decision, PATINA_DECISION_UNKNOWN);
+    assert_string_equal(patina_identify_decision_name(res.decision), "unknown");
+    assert_null(patina_identify_decision_name((patina_identify_decision)7));
+    /* FAR targets */
+    TU_OK(patina_identify_far_threshold(0.01, &t));
+    assert_true(t == PATINA_THRESHOLD_DEFAULT);
+    patina_identify_opts_init(&o);
+    assert_true(o.threshold == t);
+    TU_OK(patina_identify_far_threshold(1, &t));
+    assert_true(t == 0);
+    for (double far = 1; far >= PATINA_FAR_MIN; far *= 0.9) {
+        TU_OK(patina_identify_far_threshold(far, &t));
+        assert_true(t >= prev);
+        prev = t;
+    }
+    assert_int_equal(patina_identify_far_threshold(PATINA_FAR_MIN / 2, &t), PATINA_E_INVALID);
+    assert_int_equal(patina_identify_far_threshold(1.5, &t), PATINA_E_INVALID);
+    assert_int_equal(patina_identify_far_threshold(NAN, &t), PATINA_E_INVALID);
+    for (i = 0; i < 3; i++) free(recs[i]);
+    free(qrec);
+    patina_refset_free(rs);
+    patina_refset_free(part[0]);
+    patina_refset_free(part[1]);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(dir);
+    patina_extractor_free(ex);
+}
+
 /* The merge's rules on hand-made parts: the union's best verify_top by
  * (matches, id) keep their inliers, a candidate its part verified but that
  * is not among them is unverified again, ties by id, the decision from the
@@ -429,7 +646,7 @@ static void test_merge_rules(void **state)
     assert_int_equal(h[0].id, 5);
     assert_int_equal(h[0].inliers, 40);
     assert_int_equal(h[1].id, 4);
-    assert_int_equal(r.decision, PATINA_DECISION_MATCH);
+    assert_int_equal(r.decision, PATINA_DECISION_AMBIGUOUS); /* 40 and 20 inliers, both >= 13 */
     /* verify_top 1: only id 4 (30 matches) stays verified; 5 and 9 fall back to matches */
     o.verify_top = 1;
     o.k = 3;
@@ -446,6 +663,22 @@ static void test_merge_rules(void **state)
     a[0].verified = 0;
     assert_int_equal(patina_identify_merge(ph, pr, 2, 1, &o, h, &r), PATINA_E_INVALID);
     a[0].verified = 1;
+    /* ranks 1 and 2 verified and both over the threshold: ambiguous, as one call decides */
+    o.verify_top = 3;
+    o.k = 2;
+    o.threshold = 20;
+    TU_OK(patina_identify_merge(ph, pr, 2, 1, &o, h, &r));
+    assert_true(h[0].id == 5 && h[1].id == 4 && h[1].score == 20);
+    assert_int_equal(r.decision, PATINA_DECISION_AMBIGUOUS);
+    o.threshold = 21;
+    TU_OK(patina_identify_merge(ph, pr, 2, 1, &o, h, &r));
+    assert_int_equal(r.decision, PATINA_DECISION_MATCH);
+    o.k = 1; /* rank 2 counts whatever k */
+    o.threshold = 20;
+    TU_OK(patina_identify_merge(ph, pr, 2, 1, &o, h, &r));
+    assert_int_equal(r.decision, PATINA_DECISION_AMBIGUOUS);
+    o.k = 2;
+    o.threshold = 13;
     /* no part: no candidate, unknown */
     TU_OK(patina_identify_merge(NULL, NULL, 0, 1, &o, h, &r));
     assert_int_equal(r.nhits, 0);
@@ -1217,7 +1450,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matchers_random), cmocka_unit_test(test_ties_and_tiny),
         cmocka_unit_test(test_scoring_decoy),   cmocka_unit_test(test_refset_updates),   cmocka_unit_test(test_partition_f16),   cmocka_unit_test(test_search_ratio),
-        cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_merge_rules),
+        cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_merge_rules), cmocka_unit_test(test_guided), cmocka_unit_test(test_decisions),
         cmocka_unit_test(test_ransac),          cmocka_unit_test(test_matchers_real),
         cmocka_unit_test(test_end_to_end),
     };

@@ -314,6 +314,10 @@ function showIdentification(coll, res) {
   const against = typeof res.threshold === "number" ? `the threshold of ${res.threshold}` : "the threshold";
   d.textContent = res.decision === "match"
     ? `Match: ${hits[0].key} (${hits[0].score} ${unit(hits[0])} >= ${against}; ${res.features} query features)`
+    : res.decision === "ambiguous"
+    ? `Ambiguous: the photo shows content of ${hits[0].key} (${hits[0].score} ${unit(hits[0])}) and of ` +
+      `${hits[1] ? hits[1].key : "the next candidate"} (${hits[1] ? hits[1].score + " " + unit(hits[1]) : "?"}), ` +
+      `both >= ${against}; ${res.features} query features`
     : `Unknown: no registered item reaches ${against} (${best}; ${res.features} query features)`;
   d.hidden = false;
   const table = $("identify-candidates"), tbody = table.querySelector("tbody");

@@ -2,7 +2,7 @@
 # Identification accuracy benchmark (issue 15), end to end: builds the sets (make_sets.py, fixed seed),
 # indexes the references with `patina index -f rootsift`, runs `patina identify` (threshold 0: raw
 # rank-1 scores) and the OpenCV peer (tests/peers/identify_opencv.py) on the same files, and scores
-# them side by side (score.py) into $SETS/results/report.md.
+# them side by side (score.py) into $SETS/results/report.md, with plots (far_frr.png, scores.png) beside it.
 #
 #   bench/identify/run.sh [PATINA]       PATINA: the binary (default build/patina)
 #
@@ -35,6 +35,18 @@ w = csv.writer(open("shares.csv", "w", newline=""), lineterminator="\n")
 w.writerow(["texture", "registered", "inliers"])
 w.writerows(sorted([os.path.basename(r["query"]), r["key"], r["inliers"]] for r in rows))'
 fi
+# Registered textures that share photographed content with another registered one (score.py's grouped
+# view), found the same way: each registered original identified against the registered originals,
+# its best two others (rank 1 is itself). Made once per SETS folder (delete siblings.csv to redo it).
+if [ ! -s siblings.csv ]; then
+  nice -n 10 "$PY" "$ROOT/tests/peers/identify_opencv.py" --refs refs --out siblings -j "$J" -k 3 refs
+  "$PY" -c 'import csv, os
+rows = [r for r in csv.DictReader(open("siblings/opencv_one2one_verify.csv")) if r["rank"] in ("1", "2", "3")]
+w = csv.writer(open("siblings.csv", "w", newline=""), lineterminator="\n")
+w.writerow(["texture", "registered", "inliers"])
+w.writerows(sorted([os.path.basename(r["query"]), os.path.basename(r["key"]), r["inliers"]] for r in rows
+                   if r["key"] and os.path.basename(r["query"]) != os.path.basename(r["key"])))'
+fi
 now() { date +%s.%N; }
 runs=() thr=() tim=()
 
@@ -66,4 +78,5 @@ if [ "${SKIP_PEER:-0}" != 1 ]; then
   tim+=(--timings "$RES/opencv_timings.csv")
 fi
 [ ${#runs[@]} -gt 0 ] || { echo "run.sh: nothing ran" >&2; exit 3; }
-"$PY" "$ROOT/bench/identify/score.py" --sets "$SETS" "${runs[@]}" "${thr[@]}" "${tim[@]}" --out "$RES/report.md"
+"$PY" "$ROOT/bench/identify/score.py" --sets "$SETS" "${runs[@]}" "${thr[@]}" "${tim[@]}" --plots "$RES" \
+  --out "$RES/report.md"

@@ -5,10 +5,12 @@
  * the same spec at the query budget n. For each query and reference: the
  * 2-NN of every query feature among the reference's features, Lowe's ratio
  * test, a score (distinct reference features hit by default), then RANSAC
- * verification of the best candidates, a re-ranking by inliers and an
- * open-set decision: MATCH when the rank-1 verified score reaches the
- * acceptance threshold, else UNKNOWN. docs/identify.md has the details and
- * the defaults' reasons.
+ * verification of the best candidates (optionally guided matching), a
+ * re-ranking by inliers and an open-set decision: MATCH when the rank-1
+ * verified score reaches the acceptance threshold (calibrated as a
+ * false-accept rate: patina_identify_far_threshold; the default is FAR 1%
+ * on the identification benchmark), AMBIGUOUS when rank 2 reaches it too,
+ * else UNKNOWN. docs/identify.md has the details and the defaults' reasons.
  *
  * Batch-first and shardable: one call answers many queries against one
  * reference set; a reference set may hold a shard of a collection (ids
@@ -144,7 +146,10 @@ typedef enum patina_identify_model {
 
 typedef enum patina_identify_decision {
     PATINA_DECISION_UNKNOWN = 0, /* no candidate reaches the threshold, or no query features */
-    PATINA_DECISION_MATCH = 1    /* rank 1 is accepted */
+    PATINA_DECISION_MATCH = 1,   /* rank 1 is accepted */
+    PATINA_DECISION_AMBIGUOUS = 2 /* ranks 1 and 2 are both verified and reach the threshold: the query
+                                   * shows content of both (items that share photographed content);
+                                   * the two keys are hits 0 and 1 (k >= 2) */
 } patina_identify_decision;
 
 typedef enum patina_identify_precision {
@@ -175,6 +180,12 @@ typedef struct patina_identify_opts {
     size_t gpu_arena_slots;   /* GPU: references kept on the device at most (0: as many as the
                                * context's GPU memory budget holds; the rest streams from pinned
                                * host memory) */
+    int guided;               /* 1: after RANSAC, match again inside the neighbourhoods the model
+                               * predicts (looser ratio, one-to-one) and verify those
+                               * correspondences; kept when they give more inliers (0: off, the
+                               * default: on the benchmark it lifts content-sharing impostors more
+                               * than weak genuine queries; docs/identify.md) */
+    double guided_ratio;      /* the guided matches' ratio test, in (0, 1] (0.9) */
 } patina_identify_opts_t;
 
 /* Fills opts with the defaults above (the table of include/patina/options.h,
@@ -183,6 +194,20 @@ typedef struct patina_identify_opts {
  * PATINA_E_INVALID naming the option, PATINA_E_LIMIT for k or verify_top
  * over PATINA_K_MAX. */
 PATINA_API void patina_identify_opts_init(patina_identify_opts_t *opts);
+
+/* "unknown", "match" or "ambiguous" (the CLI's and the server's words); NULL
+ * for another value. */
+PATINA_API const char *patina_identify_decision_name(patina_identify_decision d);
+
+/* The acceptance threshold for a target false-accept rate: the smallest
+ * rank-1 score (inliers) at which at most `far` of the impostor queries of
+ * the identification benchmark (bench/identify, clean impostors, the
+ * default options; docs/identify-bench.md) were accepted. far in
+ * [PATINA_FAR_MIN, 1]: 1 gives 0 (every query with a candidate is
+ * accepted); below PATINA_FAR_MIN the benchmark cannot tell (no impostor
+ * accepted is all it measures): PATINA_E_INVALID. The default threshold is
+ * the one for far = 0.01. */
+PATINA_API patina_status patina_identify_far_threshold(double far, double *threshold);
 
 /* One candidate of a query. */
 typedef struct patina_identify_hit {

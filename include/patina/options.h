@@ -54,6 +54,10 @@ extern "C" {
 #define PATINA_RANSAC_THRESHOLD_DEFAULT 0.01
 #define PATINA_ITERATIONS_DEFAULT 1000
 #define PATINA_THRESHOLD_DEFAULT 13
+#define PATINA_GUIDED_RATIO_DEFAULT 0.9
+/* The smallest false-accept rate patina_identify_far_threshold takes (one
+ * impostor query in the benchmark's 373 is 0.27%; none accepted is < 0.27%). */
+#define PATINA_FAR_MIN 0.001
 #define PATINA_BATCH_DEFAULT 256
 
 /* A macro's value as a string literal: PATINA_STRINGIFY(PATINA_RATIO_DEFAULT) is "0.8". */

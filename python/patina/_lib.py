@@ -170,7 +170,8 @@ class IdentifyOpts(ctypes.Structure):
     _fields_ = [("k", c_size_t), ("ratio", c_double), ("scoring", c_int), ("verify", c_int),
                 ("verify_top", c_size_t), ("model", c_int), ("ransac_threshold", c_double),
                 ("iterations", c_int), ("shape_check", c_int), ("seed", c_uint64), ("threshold", c_double),
-                ("device", c_int), ("precision", c_int), ("gpu_arena_slots", c_size_t)]
+                ("device", c_int), ("precision", c_int), ("gpu_arena_slots", c_size_t),
+                ("guided", c_int), ("guided_ratio", c_double)]
 
 
 class IdentifyHit(ctypes.Structure):
@@ -312,6 +313,8 @@ _PROTOS = {
     "patina_extractor_caps": (ctypes.c_uint, [c_void_p]),
     # identify.h (options of patina_table_identify)
     "patina_identify_opts_init": (None, [P(IdentifyOpts)]),
+    "patina_identify_far_threshold": (c_int, [c_double, P(c_double)]),
+    "patina_identify_decision_name": (c_char_p, [c_int]),
     # table.h: live tables (handles are c_void_p: patina_table_t *)
     "patina_key_partition": (c_uint32, [c_char_p, c_uint32]),
     "patina_table_opts_init": (None, [P(TableOpts)]),

@@ -74,7 +74,8 @@ class Candidate(NamedTuple):
 @dataclasses.dataclass(frozen=True)
 class Identification:
     """The answer for one query photograph."""
-    decision: str                 # "match" (rank 1 accepted) or "unknown"
+    decision: str                 # "match" (rank 1 accepted), "ambiguous" (ranks 1 and 2 both verified
+                                  # and accepted: the photo shows content of both) or "unknown"
     features: int                 # features of the query
     candidates: List[Candidate]   # best first, at most k
 
@@ -646,8 +647,8 @@ class Collection(_Closing):
 
     def identify_batch(self, photos, k=5, *, ratio=0.8, scoring="one2one", verify=True, verify_top=10,
                        model="similarity", ransac_threshold=0.01, iterations=1000, shape_check=True, seed=0,
-                       threshold=13.0, table=None, device="auto", precision="int8", strict=False
-                       ) -> List[Identification]:
+                       threshold=13.0, table=None, device="auto", precision="int8", strict=False, guided=False,
+                       guided_ratio=0.9, far=None) -> List[Identification]:
         """Identifies many photos (images) against the collection's rootsift
         references in one call: RootSIFT 2-NN ratio test, scoring, RANSAC
         verification of the verify_top best, re-ranking by inliers, and an
@@ -655,7 +656,12 @@ class Collection(_Closing):
         and their defaults are those of `patina identify` (docs/identify.md).
         table: the table to identify against (None: the collection's only
         table for identification, the library's choice). device: "auto",
-        "cpu" or "gpu", by the library's device policy."""
+        "cpu" or "gpu", by the library's device policy. guided: match again
+        inside the neighbourhoods RANSAC's model predicts (at guided_ratio) and
+        verify those. far: instead of threshold, the threshold calibrated for
+        that false-accept rate on the identification benchmark (the default
+        threshold is far=0.01's); "ambiguous" when rank 2 is verified and
+        reaches it too."""
         lib = self._lib
         if isinstance(photos, (str, bytes, os.PathLike)) or (isinstance(photos, np.ndarray) and photos.ndim != 4):
             raise _type_error("identify_batch takes a sequence of images; use identify() for one")
@@ -679,6 +685,12 @@ class Collection(_Closing):
         io.shape_check = 1 if shape_check else 0
         io.seed = int(seed)
         io.threshold = float(threshold)
+        io.guided = 1 if guided else 0
+        io.guided_ratio = float(guided_ratio)
+        if far is not None:
+            t = ctypes.c_double()
+            lib.check(lib.identify_far_threshold(float(far), ctypes.byref(t)), "identify")
+            io.threshold = t.value
         io.device = _lib.device_code(device)
         io.precision = _PRECISION[precision]
         photos = list(photos)
@@ -711,7 +723,7 @@ class Collection(_Closing):
                     h, key = hits[i * io.k + r], keys[i * io.k + r]
                     cands.append(Candidate(_lib.decode_key(ctypes.string_at(key)) if key else None, float(h.score),
                                            int(h.matches), int(h.inliers), bool(h.verified), int(h.id)))
-                out.append(Identification("match" if res[i].decision == 1 else "unknown",
+                out.append(Identification(_s(lib.identify_decision_name(res[i].decision)),
                                           int(res[i].query_features), cands))
             return out
         finally:

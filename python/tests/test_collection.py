@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import patina
-from conftest import VARIANT, run, smooth_noise, write_png
+from conftest import VARIANT, run, run_full, smooth_noise, write_png
 
 SPECS = ["cedd", "lbp:P=8,R=1", "lbp:P=8,R=1,norm=counts,distance=l1", "haralick", "glcm:levels=16",
          "signature:k=16,samples=500"]
@@ -380,6 +380,17 @@ def test_identify_matches_cli(cli, rootsift_coll, samples, variant, tmp_path):
                            "--no-verify", "--threshold", "0"))
         assert [(h.key, h.score, h.verified) for h in one.candidates] == \
             [(h["key"], h["score"], h["verified"]) for h in w["hits"]]
+        # far: the calibrated threshold, as the CLI's --far; guided matching, as --guided
+        for far in ("1", "0.001"):
+            w = json.loads(run(cli, "identify", rootsift_coll, str(unknown), "--format", "json", "-q", "--far", far,
+                               "--guided"))
+            g = c.identify(str(unknown), far=float(far), guided=True)
+            assert g.decision == w["decision"] and (g.decision == "unknown") == (far != "1")
+            assert [(h.key, h.inliers) for h in g.candidates] == [(h["key"], h["inliers"]) for h in w["hits"]]
+        with pytest.raises(patina.InvalidError, match="far = 0.0001 is outside"):
+            c.identify(variant, far=0.0001)
+        rc, _, err = run_full(cli, "identify", rootsift_coll, variant, "--far", "0.01", "--threshold", "5")
+        assert rc == 2 and b"--far and --threshold both set" in err
         # an array query is the same as its file
         arr = c.identify(patina.decode(variant))
         assert arr == got[0]

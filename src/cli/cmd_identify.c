@@ -38,6 +38,14 @@ static const cli_opt_t opts[] = {
     {.name = "no-shape-check", .type = CLI_FLAG,
      .help = "RANSAC inliers need not agree with the model in keypoint scale (x1.5) and orientation "
              "(30 degrees)"},
+    {.name = "guided", .type = CLI_FLAG,
+     .help = "guided matching after RANSAC: match again inside the neighbourhoods its model "
+             "predicts, then RANSAC on those matches (more inliers for genuine and content-sharing "
+             "queries alike)"},
+    {.name = "guided-ratio", .type = CLI_NUMBER, .arg = "R", .min = PATINA_RATIO_MIN, .max = PATINA_RATIO_MAX,
+     .flags = CLI_OPEN_MIN, .def = PATINA_STRINGIFY(PATINA_GUIDED_RATIO_DEFAULT),
+     .help = "guided matching's ratio test: the nearest reference feature inside the predicted "
+             "neighbourhood must be closer than R times the nearest one elsewhere"},
     {.name = "iterations", .type = CLI_INT, .arg = "N", .min = 1, .max = PATINA_ITERATIONS_MAX,
      .def = PATINA_STRINGIFY(PATINA_ITERATIONS_DEFAULT),
      .help = "RANSAC iteration cap (adaptive stopping at 99.9% confidence)"},
@@ -47,7 +55,11 @@ static const cli_opt_t opts[] = {
     {.name = "threshold", .type = CLI_NUMBER, .arg = "T", .min = 0, .max = PATINA_THRESHOLD_MAX,
      .def = PATINA_STRINGIFY(PATINA_THRESHOLD_DEFAULT),
      .help = "accept rank 1 when its score (inliers; matches with --no-verify) is >= T; 0 accepts "
-             "every query with a candidate (13: FAR <= 1% on the identification benchmark)"},
+             "every query with a candidate. The default is --far 0.01's: at most 1% of the "
+             "identification benchmark's impostor queries accepted"},
+    {.name = "far", .type = CLI_NUMBER, .arg = "F", .min = PATINA_FAR_MIN, .max = 1,
+     .help = "instead of --threshold: the threshold calibrated for a false-accept rate F on the "
+             "identification benchmark (0.05 ... " PATINA_STRINGIFY(PATINA_FAR_MIN) "; 1 accepts every query)"},
     {.name = "table", .type = CLI_TEXT, .arg = "SPEC",
      .help = "the rootsift table, when the collection has several ('patina info' lists them)"},
     {.name = "format", .type = CLI_CHOICE, .choices = "table|csv|json", .def = "table",
@@ -82,8 +94,11 @@ const cli_command_t cli_cmd_identify = {
     .about = "For each query image (files, or folders walked like `index`), extracts\n"
              "RootSIFT features with the collection's rootsift spec at its query budget n,\n"
              "matches them against every reference (2-NN and Lowe's ratio test), scores the\n"
-             "references, verifies the best with RANSAC, re-ranks them by inliers and\n"
-             "accepts rank 1 when its score reaches --threshold; otherwise: unknown.\n",
+             "references, verifies the best with RANSAC (with --guided, matches again where\n"
+             "its model predicts and verifies those), re-ranks them by inliers and accepts\n"
+             "rank 1 when its score reaches --threshold (or --far's); otherwise: unknown.\n"
+             "When rank 2 is verified and reaches it too, the query shows content of both:\n"
+             "ambiguous.\n",
     .opts = opts,
     .nopts = sizeof opts / sizeof opts[0],
     .notes = "output:\n"
@@ -92,9 +107,10 @@ const cli_command_t cli_cmd_identify = {
              "  csv    header query,rank,key,score,inliers,decision; then per query one\n"
              "         row per candidate, rank 1..k in ranking order. score: verified\n"
              "         inliers, or the scoring rule's matches when not verified; inliers:\n"
-             "         0 when not verified; decision: match or unknown on rank 1, - on\n"
-             "         the other rows. A query with no features or no candidate: one row\n"
-             "         QUERY,0,,0,0,unknown. Fields with a comma, a double quote, CR or LF\n"
+             "         0 when not verified; decision: match, ambiguous or unknown on rank\n"
+             "         1, - on the other rows. A query with no features or no\n"
+             "         candidate: one row QUERY,0,,0,0,unknown. Fields with a comma, a\n"
+             "         double quote, CR or LF\n"
              "         are quoted (RFC 4180).\n"
              "  json   one object per query: {\"query\",\"decision\",\"features\",\"hits\":\n"
              "         [{\"rank\",\"id\",\"key\",\"score\",\"matches\",\"inliers\",\"verified\"}]};\n"
@@ -117,7 +133,7 @@ static void print_query(const out_ctx_t *oc, const char *query, const patina_ide
     FILE *f = stdout;
     /* a cluster's answer from some partitions only is never "unknown" (nor a match that a missing
      * partition could change): "incomplete" */
-    const char *dec = incomplete ? "incomplete" : res->decision == PATINA_DECISION_MATCH ? "match" : "unknown";
+    const char *dec = incomplete ? "incomplete" : patina_identify_decision_name(res->decision);
     size_t r;
     if (oc->fmt == 1 && res->nhits == 0) {
         cli_csv_field(f, query);
@@ -206,6 +222,18 @@ static int run_identify(const cli_args_t *a)
     io.seed = (uint64_t)cli_get(a, "seed")->i;
     io.threshold = cli_get(a, "threshold")->num;
     io.shape_check = !cli_get(a, "no-shape-check")->i;
+    io.guided = (int)cli_get(a, "guided")->i;
+    io.guided_ratio = cli_get(a, "guided-ratio")->num;
+    if (cli_get(a, "far")->given) {
+        if (cli_get(a, "threshold")->given) {
+            cli_error("identify", "--far and --threshold both set the acceptance threshold: give one");
+            return EXIT_USAGE;
+        }
+        if (patina_identify_far_threshold(cli_get(a, "far")->num, &io.threshold) != PATINA_OK) {
+            cli_error("identify", "%s", patina_last_error());
+            return EXIT_USAGE;
+        }
+    }
     io.precision = (patina_identify_precision)cli_get(a, "precision")->i;
     if (patina_device_parse(&device, cli_get(a, "device")->text) != PATINA_OK || device == PATINA_DEVICE_HYBRID) {
         cli_error("identify", "--device %s is not an identification device (cpu, gpu, auto)",

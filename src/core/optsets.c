@@ -107,6 +107,14 @@ static const entry_t identify_opts[] = {
     {OPT_INT("gpu_arena_slots", 0, U64_MAX_D, "0",
              "GPU: references kept on the device at most (0: as many as the memory budget holds)"),
      FLD_SIZE, I_OFF(gpu_arena_slots), 0, 0},
+    {OPT_BOOL("guided", "0",
+              "after RANSAC, match again inside the neighbourhoods its model predicts (guided_ratio, one-to-one) "
+              "and verify those; kept when they give more inliers"),
+     FLD_INT, I_OFF(guided), 0, 0},
+    {OPT_DBL("guided_ratio", PATINA_RATIO_MIN, PATINA_RATIO_MAX, 1, STR(PATINA_GUIDED_RATIO_DEFAULT),
+             "the guided matches' ratio test: the nearest reference feature inside the predicted neighbourhood "
+             "must be closer than this times the nearest one elsewhere"),
+     FLD_DOUBLE, I_OFF(guided_ratio), 0, 0},
 };
 
 #define X_OFF(f) offsetof(patina_index_opts_t, f)

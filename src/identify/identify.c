@@ -529,6 +529,47 @@ void patina_identify_opts_init(patina_identify_opts_t *o)
     patina__options_init(PATINA_OPTIONS_IDENTIFY, o);
 }
 
+const char *patina_identify_decision_name(patina_identify_decision d)
+{
+    switch (d) {
+    case PATINA_DECISION_UNKNOWN: return "unknown";
+    case PATINA_DECISION_MATCH: return "match";
+    case PATINA_DECISION_AMBIGUOUS: return "ambiguous";
+    }
+    return NULL;
+}
+
+/* The calibration of the acceptance threshold (docs/identify-bench.md,
+ * "Calibration"): per target false-accept rate, the smallest rank-1 inlier
+ * count at which at most that fraction of the benchmark's clean impostor
+ * queries was accepted, with the default options. Targets between two rows
+ * take the stricter row. */
+static const struct {
+    double far, threshold;
+} far_table[] = {
+    {0.05, 4}, {0.02, 10}, {0.01, PATINA_THRESHOLD_DEFAULT}, {0.005, 24}, {PATINA_FAR_MIN, 33},
+};
+
+patina_status patina_identify_far_threshold(double far, double *threshold)
+{
+    size_t i;
+    if (!threshold) return patina__fail(PATINA_E_INVALID, "identify: null threshold");
+    if (!(far >= PATINA_FAR_MIN && far <= 1))
+        return patina__fail(PATINA_E_INVALID,
+                            "identify: far = %g is outside [%g, 1] (the benchmark's impostors cannot tell a smaller "
+                            "rate; give the threshold itself)",
+                            far, PATINA_FAR_MIN);
+    if (far >= 1) {
+        *threshold = 0;
+        return PATINA_OK;
+    }
+    for (i = 0; i < sizeof far_table / sizeof far_table[0]; i++)
+        if (far_table[i].far <= far) break;
+    if (i == sizeof far_table / sizeof far_table[0]) i--;
+    *threshold = far_table[i].threshold;
+    return PATINA_OK;
+}
+
 /* Per-worker scratch for one (query, reference) pair. */
 typedef struct scratch {
     int16_t *qw;        /* (n, 128) widened query (u8 rows at scale 512) */
@@ -540,6 +581,14 @@ typedef struct scratch {
     double *qp, *rp;    /* (n, 2) each */
     double *qsh, *rsh;  /* (n, 2) each: log scale, orientation */
     unsigned char *inl; /* (n) */
+    idf_nn_t nn;        /* the last match_pair's 2-NN (into ibuf, fbuf) */
+    /* guided matching: keypoints (x, y, log scale, angle) of the query (n, 4)
+     * and the reference (m, 4); its correspondences and their RANSAC arrays,
+     * swapped with the ones above when guided matching finds more inliers */
+    double *qg, *rg;
+    idf_match_t *gm;
+    double *qp2, *rp2, *qsh2, *rsh2;
+    unsigned char *inl2;
 } scratch_t;
 
 typedef struct cand {
@@ -578,6 +627,14 @@ static void scratch_free(scratch_t *sc)
     free(sc->qsh);
     free(sc->rsh);
     free(sc->inl);
+    free(sc->qg);
+    free(sc->rg);
+    free(sc->gm);
+    free(sc->qp2);
+    free(sc->rp2);
+    free(sc->qsh2);
+    free(sc->rsh2);
+    free(sc->inl2);
 }
 
 static int scratch_new(scratch_t *sc, size_t n, size_t m)
@@ -595,8 +652,17 @@ static int scratch_new(scratch_t *sc, size_t n, size_t m)
     sc->qsh = malloc((2 * n + 2) * sizeof *sc->qsh);
     sc->rsh = malloc((2 * n + 2) * sizeof *sc->rsh);
     sc->inl = malloc(n + 1);
+    sc->qg = malloc((4 * n + 4) * sizeof *sc->qg);
+    sc->rg = malloc((4 * m + 4) * sizeof *sc->rg);
+    sc->gm = malloc((n + 1) * sizeof *sc->gm);
+    sc->qp2 = malloc((2 * n + 2) * sizeof *sc->qp2);
+    sc->rp2 = malloc((2 * n + 2) * sizeof *sc->rp2);
+    sc->qsh2 = malloc((2 * n + 2) * sizeof *sc->qsh2);
+    sc->rsh2 = malloc((2 * n + 2) * sizeof *sc->rsh2);
+    sc->inl2 = malloc(n + 1);
     return sc->qw && sc->qf && sc->rf && sc->ibuf && sc->fbuf && sc->claim && sc->mt && sc->qp && sc->rp &&
-           sc->qsh && sc->rsh && sc->inl;
+           sc->qsh && sc->rsh && sc->inl && sc->qg && sc->rg && sc->gm && sc->qp2 && sc->rp2 && sc->qsh2 &&
+           sc->rsh2 && sc->inl2;
 }
 
 /* Prepares query record q in the worker's scratch: widened when it is u8 at
@@ -614,20 +680,20 @@ static size_t match_pair(scratch_t *sc, const unsigned char *q, const unsigned c
                          const patina_identify_opts_t *o)
 {
     size_t nr = rs_count(r), n = rs_count(q);
-    idf_nn_t nn;
+    idf_nn_t *nn = &sc->nn;
     if (n == 0 || nr == 0) return 0;
-    nn.best = sc->ibuf;
-    nn.qbest = sc->ibuf + n;
-    nn.s1 = sc->fbuf;
-    nn.s2 = sc->fbuf + n;
-    nn.qs = sc->fbuf + 2 * n;
+    nn->best = sc->ibuf;
+    nn->qbest = sc->ibuf + n;
+    nn->s1 = sc->fbuf;
+    nn->s2 = sc->fbuf + n;
+    nn->qs = sc->fbuf + 2 * n;
     if (idf_exact_u8(q) && idf_exact_u8(r)) {
-        idf_match_fast(&nn, sc->ibuf + n + nr, sc->qw, n, rs_row(r, 0), nr, IDF_INV_SCALE2);
+        idf_match_fast(nn, sc->ibuf + n + nr, sc->qw, n, rs_row(r, 0), nr, IDF_INV_SCALE2);
     } else {
         idf_dequantise(sc->rf, r);
-        idf_match_ref(&nn, sc->qf, n, sc->rf, nr);
+        idf_match_ref(nn, sc->qf, n, sc->rf, nr);
     }
-    return idf_score(sc->mt, sc->claim, &nn, n, nr, o->ratio, o->scoring);
+    return idf_score(sc->mt, sc->claim, nn, n, nr, o->ratio, o->scoring);
 }
 
 /* Candidates before verification: matches descending, then index (= id). */
@@ -676,38 +742,90 @@ static void match_task(void *arg, size_t t, int worker)
     }
 }
 
+/* Keypoint i of record rec as (x, y, log scale, angle) into g[4]. */
+static void keypoint(const unsigned char *rec, size_t i, double g[4])
+{
+    float f[4];
+    rs_geom_get(rec, i, f);
+    g[0] = f[0];
+    g[1] = f[1];
+    g[2] = log(f[2] > 0 ? f[2] : 1e-9);
+    g[3] = f[3];
+}
+
+/* The RANSAC arrays of correspondences mt[0, nm) into qp, rp, qsh, rsh. */
+static void fill_pairs(double *qp, double *rp, double *qsh, double *rsh, const idf_match_t *mt, size_t nm,
+                       const unsigned char *qr, const unsigned char *r)
+{
+    size_t i;
+    for (i = 0; i < nm; i++) {
+        double gq[4], gr[4];
+        keypoint(qr, (size_t)mt[i].q, gq);
+        keypoint(r, (size_t)mt[i].r, gr);
+        qp[2 * i] = gq[0];
+        qp[2 * i + 1] = gq[1];
+        rp[2 * i] = gr[0];
+        rp[2 * i + 1] = gr[1];
+        qsh[2 * i] = gq[2];
+        qsh[2 * i + 1] = gq[3];
+        rsh[2 * i] = gr[2];
+        rsh[2 * i + 1] = gr[3];
+    }
+}
+
+#define SWAP_PTR(a, b)                                                                                       \
+    do {                                                                                                     \
+        void *t_ = (a);                                                                                      \
+        (a) = (b);                                                                                           \
+        (b) = t_;                                                                                            \
+    } while (0)
+
 /* Matches prepared query qr against reference r (image id) and verifies
- * the correspondences with RANSAC: sc->mt holds the nm correspondences,
- * sc->inl their inlier mask; returns the inlier count. The seed depends on
- * the id only, so patina_identify_pairs repeats exactly what
- * patina_identify computed. */
+ * the correspondences with RANSAC: sc->qp, sc->rp hold the nm
+ * correspondences verified last, sc->inl their inlier mask; returns the
+ * inlier count. With guided matching (o->guided), the model found is used
+ * to match again inside the neighbourhoods it predicts (idf_guided, at
+ * o->guided_ratio) and RANSAC runs on those correspondences; their result
+ * replaces the first when it has more inliers. The seed depends on the id
+ * only, so patina_identify_pairs repeats exactly what patina_identify
+ * computed. */
 static size_t verify_pair(scratch_t *sc, const unsigned char *qr, const unsigned char *r, uint64_t id,
                           const patina_identify_opts_t *o, size_t *nm_out)
 {
-    size_t nm, i;
+    size_t nm, ng, i, c, cg;
     double thr, side;
+    const uint64_t seed = o->seed ^ (id * 0x9E3779B97F4A7C15ull);
+    idf_model_t model;
     nm = match_pair(sc, qr, r, o);
-    for (i = 0; i < nm; i++) {
-        float gq[4], gr[4];
-        rs_geom_get(qr, (size_t)sc->mt[i].q, gq);
-        rs_geom_get(r, (size_t)sc->mt[i].r, gr);
-        sc->qp[2 * i] = gq[0];
-        sc->qp[2 * i + 1] = gq[1];
-        sc->rp[2 * i] = gr[0];
-        sc->rp[2 * i + 1] = gr[1];
-        sc->qsh[2 * i] = log(gq[2] > 0 ? gq[2] : 1e-9);
-        sc->qsh[2 * i + 1] = gq[3];
-        sc->rsh[2 * i] = log(gr[2] > 0 ? gr[2] : 1e-9);
-        sc->rsh[2 * i + 1] = gr[3];
-    }
+    fill_pairs(sc->qp, sc->rp, sc->qsh, sc->rsh, sc->mt, nm, qr, r);
     *nm_out = nm;
     /* The inlier distance scales with the reference image (its original
      * pixels, where keypoints are): ransac_threshold x its longer side. */
     side = (double)(rs_size(r, 2) > rs_size(r, 3) ? rs_size(r, 2) : rs_size(r, 3));
     if (side <= 0) side = 1024;
     thr = o->ransac_threshold * side;
-    return idf_ransac(NULL, sc->inl, sc->qp, sc->rp, o->shape_check ? sc->qsh : NULL, o->shape_check ? sc->rsh : NULL,
-                      nm, o->model, thr, o->iterations, o->seed ^ (id * 0x9E3779B97F4A7C15ull));
+    c = idf_ransac(&model, sc->inl, sc->qp, sc->rp, o->shape_check ? sc->qsh : NULL, o->shape_check ? sc->rsh : NULL,
+                   nm, o->model, thr, o->iterations, seed);
+    if (!o->guided || c == 0) return c;
+    {
+        const size_t nq = rs_count(qr), nr = rs_count(r);
+        for (i = 0; i < nq; i++) keypoint(qr, i, sc->qg + 4 * i);
+        for (i = 0; i < nr; i++) keypoint(r, i, sc->rg + 4 * i);
+        idf_dequantise(sc->rf, r);
+        ng = idf_guided(sc->gm, sc->claim, &model, sc->qg, nq, sc->rg, nr, sc->qf, sc->rf, &sc->nn, thr,
+                        o->guided_ratio, o->shape_check);
+    }
+    fill_pairs(sc->qp2, sc->rp2, sc->qsh2, sc->rsh2, sc->gm, ng, qr, r);
+    cg = idf_ransac(NULL, sc->inl2, sc->qp2, sc->rp2, o->shape_check ? sc->qsh2 : NULL,
+                    o->shape_check ? sc->rsh2 : NULL, ng, o->model, thr, o->iterations, seed);
+    if (cg <= c) return c;
+    SWAP_PTR(sc->qp, sc->qp2);
+    SWAP_PTR(sc->rp, sc->rp2);
+    SWAP_PTR(sc->qsh, sc->qsh2);
+    SWAP_PTR(sc->rsh, sc->rsh2);
+    SWAP_PTR(sc->inl, sc->inl2);
+    *nm_out = ng;
+    return cg;
 }
 
 static void verify_task(void *arg, size_t t, int worker)
@@ -947,7 +1065,8 @@ static patina_status identify_locked(patina_context_t *ctx, const patina_refset_
             h->score = c[i].verified ? (double)c[i].inliers : (double)c[i].matches;
         }
         results[q].nhits = nh;
-        if (nh && hits[q * o.k].score >= o.threshold) results[q].decision = PATINA_DECISION_MATCH;
+        results[q].decision = idf_decide(nh ? hits[q * o.k].score : 0,
+                                         nc > 1 && c[1].verified ? (double)c[1].inliers : -1, nh, &o);
     }
 out:
     if (jb.sc)

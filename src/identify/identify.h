@@ -56,7 +56,32 @@ size_t idf_ransac(idf_model_t *model, unsigned char *inl, const double *qp, cons
 int idf_fit_minimal(idf_model_t *m, patina_identify_model kind, const double *qp, const double *rp,
                     const size_t *idx);
 
+/* Guided matching with a verified model m: for each query row i < nq, the
+ * reference rows j whose keypoint lies within thr of m(query keypoint i)
+ * (and, with shapes, agrees in scale and orientation as an inlier must)
+ * are compared with it (the definition's float similarity of the
+ * dequantised rows qf (nq, 128) and rf (nr, 128)); the most similar one
+ * (ties: the lower j) is kept when it passes the ratio test against the
+ * nearest reference row other than itself (nn: the 2-NN pass of this
+ * pair: s2 when it is best[i], else s1). One-to-one: of the query rows
+ * keeping one reference row, the most similar (ties: the lower query row).
+ * qg (nq, 4) and rg (nr, 4): x, y, log scale, angle of each keypoint.
+ * out: nq entries, by query row; claim: nr scratch. Returns the count. */
+size_t idf_guided(idf_match_t *out, int32_t *claim, const idf_model_t *m, const double *qg, size_t nq,
+                  const double *rg, size_t nr, const float *qf, const float *rf, const idf_nn_t *nn, double thr,
+                  double ratio, int shapes);
+
 /* Maps a query point through the model; 0 when it maps to infinity. */
 int idf_model_apply(const idf_model_t *m, double x, double y, double *ox, double *oy);
+
+/* ---------------------------------------------------------------- decision */
+
+/* The open-set decision of a query (patina_identify and
+ * patina_identify_merge: one rule): nh candidates listed, s1 rank 1's
+ * score, s2 rank 2's verified inliers (-1 when rank 2 is missing or not
+ * verified). UNKNOWN without a candidate or when s1 < o->threshold;
+ * AMBIGUOUS when rank 2 is verified and reaches the threshold too (the
+ * query shows verified content of both); MATCH otherwise. */
+patina_identify_decision idf_decide(double s1, double s2, size_t nh, const patina_identify_opts_t *o);
 
 #endif

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "patina/identify.h"
+#include "identify/identify.h"
 
 size_t patina_identify_part_k(const patina_identify_opts_t *opts)
 {
@@ -101,7 +101,7 @@ patina_status patina_identify_merge(const patina_identify_hit_t *const *part_hit
         nh = n < o.k ? n : o.k;
         memcpy(hits + q * o.k, buf, nh * sizeof *buf);
         results[q].nhits = nh;
-        if (nh && hits[q * o.k].score >= o.threshold) results[q].decision = PATINA_DECISION_MATCH;
+        results[q].decision = idf_decide(nh ? buf[0].score : 0, n > 1 && buf[1].verified ? buf[1].score : -1, nh, &o);
     }
     free(buf);
     return PATINA_OK;

@@ -332,3 +332,54 @@ size_t idf_ransac(idf_model_t *model, unsigned char *inl, const double *qp, cons
     if (model) *model = bm;
     return best;
 }
+
+size_t idf_guided(idf_match_t *out, int32_t *claim, const idf_model_t *m, const double *qg, size_t nq,
+                  const double *rg, size_t nr, const float *qf, const float *rf, const idf_nn_t *nn, double thr,
+                  double ratio, int shapes)
+{
+    const double thr2 = thr * thr, lt = log(IDF_SHAPE_SCALE), at = IDF_SHAPE_ANGLE * IDF_PI / 180.0;
+    double ls = 0, rot = 0;
+    size_t i, j, n = 0, k = 0;
+    if (shapes && m->kind != PATINA_MODEL_HOMOGRAPHY) local_shape(m, 0, 0, &ls, &rot);
+    for (j = 0; j < nr; j++) claim[j] = -1;
+    for (i = 0; i < nq; i++) {
+        double x, y, w = m->h[6] * qg[4 * i] + m->h[7] * qg[4 * i + 1] + m->h[8];
+        int32_t bj = -1;
+        float bs = -1, so;
+        if (!(w > 0) || !idf_model_apply(m, qg[4 * i], qg[4 * i + 1], &x, &y)) continue;
+        if (shapes && m->kind == PATINA_MODEL_HOMOGRAPHY) local_shape(m, qg[4 * i], qg[4 * i + 1], &ls, &rot);
+        for (j = 0; j < nr; j++) {
+            const double dx = x - rg[4 * j], dy = y - rg[4 * j + 1];
+            const float *a = qf + i * IDF_DIM, *b = rf + j * IDF_DIM;
+            float s = 0;
+            if (dx * dx + dy * dy > thr2) continue;
+            if (shapes && (fabs(rg[4 * j + 2] - qg[4 * i + 2] - ls) > lt ||
+                           angle_gap(rg[4 * j + 3] - qg[4 * i + 3] - rot) > at))
+                continue;
+            for (int c = 0; c < IDF_DIM; c++) s += a[c] * b[c]; /* the definition's sum, k order */
+            if (s > bs) {
+                bs = s;
+                bj = (int32_t)j;
+            }
+        }
+        if (bj < 0) continue;
+        /* the nearest reference row other than bj, from the 2-NN pass */
+        so = nn->best[i] == bj ? nn->s2[i] : nn->s1[i];
+        if (!idf_ratio_pass(bs, so, ratio)) continue;
+        out[n++] = (idf_match_t){(int32_t)i, bj, bs};
+    }
+    /* one-to-one: a reference row keeps its most similar query row (ties: the lower) */
+    for (i = 0; i < n; i++) {
+        const int32_t r = out[i].r;
+        if (claim[r] < 0 || out[i].s > out[claim[r]].s) claim[r] = (int32_t)i;
+    }
+    for (i = 0; i < n; i++)
+        if (claim[out[i].r] == (int32_t)i) out[k++] = out[i];
+    return k;
+}
+
+patina_identify_decision idf_decide(double s1, double s2, size_t nh, const patina_identify_opts_t *o)
+{
+    if (nh == 0 || !(s1 >= o->threshold)) return PATINA_DECISION_UNKNOWN;
+    return s2 >= o->threshold ? PATINA_DECISION_AMBIGUOUS : PATINA_DECISION_MATCH;
+}

@@ -1018,6 +1018,18 @@ static int h_identify(req_t *r, scoll_t *sc)
         goto done;
     }
     if (given) io.threshold = num;
+    { /* far: the threshold calibrated for that false-accept rate (not with threshold) */
+        int far_given;
+        if (param_num(&p, "far", &num, &far_given)) goto done;
+        if (far_given && given) {
+            reply_problem(r, 400, "'far' and 'threshold' both set the acceptance threshold: give one");
+            goto done;
+        }
+        if (far_given && patina_identify_far_threshold(num, &io.threshold) != PATINA_OK) {
+            reply_problem(r, 400, "%s", patina_last_error());
+            goto done;
+        }
+    }
     if (param_num(&p, "ratio", &num, &given)) goto done;
     if (given && patina_options_check(PATINA_OPTIONS_IDENTIFY, "ratio", num) != PATINA_OK) {
         reply_problem(r, 400, "%s", patina_last_error());
@@ -1060,7 +1072,7 @@ static int h_identify(req_t *r, scoll_t *sc)
     o = json_object();
     a = json_array();
     json_object_set_new(o, "collection", json_string(sc->name));
-    json_object_set_new(o, "decision", json_string(res.decision == PATINA_DECISION_MATCH ? "match" : "unknown"));
+    json_object_set_new(o, "decision", json_string(patina_identify_decision_name(res.decision)));
     json_object_set_new(o, "features", json_integer(res.query_features));
     /* what rank 1's score was judged against (match: score >= threshold) */
     json_object_set_new(o, "threshold", json_real(io.threshold));

@@ -612,6 +612,19 @@ def test_identify():
     r4 = s.json("POST", "/v1/collections/refs.patina/identify?k=1&threshold=100000", q,
                 headers={"Content-Type": "image/x-portable-pixmap"})
     expect(r4["threshold"] == 100000 and r4["decision"] == "unknown" and r4["hits"][0]["score"] < 100000, r4)
+    # far: the threshold calibrated for that false-accept rate (0.001: 33 inliers), not with threshold
+    r5 = s.json("POST", "/v1/collections/refs.patina/identify?k=3&far=0.001", q,
+                headers={"Content-Type": "image/x-portable-pixmap"})
+    expect(r5["threshold"] == 33 and r5["decision"] in ("match", "ambiguous", "unknown"), r5)
+    expect(r5["decision"] == ("unknown" if r5["hits"][0]["score"] < 33 else
+                              "ambiguous" if len(r5["hits"]) > 1 and r5["hits"][1]["verified"] and
+                              r5["hits"][1]["inliers"] >= 33 else "match"), r5)
+    p = s.json("POST", "/v1/collections/refs.patina/identify?far=0.01&threshold=5", q, status=400,
+               headers={"Content-Type": "image/x-portable-pixmap"})
+    expect("both set the acceptance threshold" in p["detail"], p)
+    p = s.json("POST", "/v1/collections/refs.patina/identify?far=0.0001", q, status=400,
+               headers={"Content-Type": "image/x-portable-pixmap"})
+    expect("far = 0.0001 is outside" in p["detail"], p)
     # verified candidates carry their inlier pairs (at most 200), inside both images
     for h in r["hits"]:
         expect(h["verified"] and len(h["pairs"]) == min(h["inliers"], 200), h)
