@@ -460,9 +460,8 @@ static int hc_identify(req_t *r, scoll_t *sc)
     o = json_object();
     a = json_array();
     json_object_set_new(o, "collection", json_string(sc->name));
-    json_object_set_new(o, "decision", json_string(incomplete                                 ? "incomplete"
-                                                   : res.decision == PATINA_DECISION_MATCH ? "match"
-                                                                                           : "unknown"));
+    json_object_set_new(o, "decision",
+                        json_string(incomplete ? "incomplete" : patina_identify_decision_name(res.decision)));
     json_object_set_new(o, "features", json_integer(res.query_features));
     json_object_set_new(o, "threshold", json_real(io.threshold));
     for (i = 0; i < res.nhits; i++) {
