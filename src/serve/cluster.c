@@ -367,9 +367,7 @@ static int hc_identify(req_t *r, scoll_t *sc)
     const double t0 = serve_now();
     params_t p;
     patina_identify_opts_t io;
-    uint64_t k, verify;
-    double num;
-    int given, allow = 1, incomplete = 0;
+    int allow = 1, incomplete = 0;
     char fbuf[512];
     const char *family = NULL;
     patina_identify_result_t res;
@@ -382,43 +380,9 @@ static int hc_identify(req_t *r, scoll_t *sc)
     json_t *o, *a;
     size_t i;
     if (params_read(&p, r, BODY_IMAGE | BODY_MULTIPART) != 0) return MHD_YES;
-    patina_identify_opts_init(&io);
-    k = io.k;
-    verify = (uint64_t)io.verify;
-    if (param_u64(&p, "k", &k, NULL) || param_u64(&p, "verify", &verify, NULL) || param_allow_partial(&p, &allow) ||
-        param_str(&p, "family", fbuf, sizeof fbuf, &family))
+    if (param_allow_partial(&p, &allow) || param_str(&p, "family", fbuf, sizeof fbuf, &family) ||
+        identify_params(r, &p, &io))
         goto done;
-    if (param_num(&p, "threshold", &num, &given)) goto done;
-    if (given && patina_options_check(PATINA_OPTIONS_IDENTIFY, "threshold", num) != PATINA_OK) {
-        reply_problem(r, 400, "%s", patina_last_error());
-        goto done;
-    }
-    if (given) io.threshold = num;
-    if (param_num(&p, "ratio", &num, &given)) goto done;
-    if (given && patina_options_check(PATINA_OPTIONS_IDENTIFY, "ratio", num) != PATINA_OK) {
-        reply_problem(r, 400, "%s", patina_last_error());
-        goto done;
-    }
-    if (given) io.ratio = num;
-    if (!p.data || !p.size) {
-        reply_problem(r, 400, "no query image (the body, or the multipart part 'image')");
-        goto done;
-    }
-    if (verify > 1) {
-        reply_problem(r, 400, "'verify' must be 0 or 1");
-        goto done;
-    }
-    if ((s = patina_options_check(PATINA_OPTIONS_IDENTIFY, "k", (double)k)) != PATINA_OK) {
-        reply_problem(r, s == PATINA_E_LIMIT ? 422 : 400, "%s", patina_last_error());
-        goto done;
-    }
-    if (k > r->srv->cfg->max_k) {
-        reply_problem(r, 422, "k %llu exceeds this server's limit of %zu (--max-k)", (unsigned long long)k,
-                      r->srv->cfg->max_k);
-        goto done;
-    }
-    io.k = (size_t)k;
-    io.verify = (int)verify;
     if ((s = clu_session_table(cl->s, r->srv->ctx, family, PATINA_CAP_IDENTIFY, &t)) != PATINA_OK) {
         reply_problem(r, 422, "%s", clu_last_error());
         goto done;

@@ -988,13 +988,69 @@ done:
     return MHD_YES;
 }
 
+/* The identification parameters of a request -- k, verify, threshold or
+ * far, ratio -- and its query image, checked against the library's bounds
+ * (include/patina/options.h) and the server's --max-k, into io (the
+ * library's defaults first): 0, or -1 after answering. The embedded and
+ * the cluster front ends read identify requests through it. */
+int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io)
+{
+    uint64_t k, verify;
+    double num;
+    int given, far_given;
+    patina_status s;
+    patina_identify_opts_init(io);
+    k = io->k;
+    verify = (uint64_t)io->verify;
+    if (param_u64(p, "k", &k, NULL) || param_u64(p, "verify", &verify, NULL)) return -1;
+    if (param_num(p, "threshold", &num, &given)) return -1;
+    if (given && patina_options_check(PATINA_OPTIONS_IDENTIFY, "threshold", num) != PATINA_OK) {
+        reply_problem(r, 400, "%s", patina_last_error());
+        return -1;
+    }
+    if (given) io->threshold = num;
+    /* far: the threshold calibrated for that false-accept rate (not with threshold) */
+    if (param_num(p, "far", &num, &far_given)) return -1;
+    if (far_given && given) {
+        reply_problem(r, 400, "'far' and 'threshold' both set the acceptance threshold: give one");
+        return -1;
+    }
+    if (far_given && patina_identify_far_threshold(num, &io->threshold) != PATINA_OK) {
+        reply_problem(r, 400, "%s", patina_last_error());
+        return -1;
+    }
+    if (param_num(p, "ratio", &num, &given)) return -1;
+    if (given && patina_options_check(PATINA_OPTIONS_IDENTIFY, "ratio", num) != PATINA_OK) {
+        reply_problem(r, 400, "%s", patina_last_error());
+        return -1;
+    }
+    if (given) io->ratio = num;
+    if (!p->data || !p->size) {
+        reply_problem(r, 400, "no query image (the body, or the multipart part 'image')");
+        return -1;
+    }
+    if (verify > 1) {
+        reply_problem(r, 400, "'verify' must be 0 or 1");
+        return -1;
+    }
+    if ((s = patina_options_check(PATINA_OPTIONS_IDENTIFY, "k", (double)k)) != PATINA_OK) {
+        reply_problem(r, s == PATINA_E_LIMIT ? 422 : 400, "%s", patina_last_error());
+        return -1;
+    }
+    if (k > r->srv->cfg->max_k) {
+        reply_problem(r, 422, "k %llu exceeds this server's limit of %zu (--max-k)", (unsigned long long)k,
+                      r->srv->cfg->max_k);
+        return -1;
+    }
+    io->k = (size_t)k;
+    io->verify = (int)verify;
+    return 0;
+}
+
 static int h_identify(req_t *r, scoll_t *sc)
 {
     params_t p;
     patina_identify_opts_t io;
-    uint64_t k, verify;
-    double num;
-    int given;
     patina_identify_result_t res;
     patina_identify_hit_t *hits = NULL;
     char **keys = NULL;
@@ -1005,55 +1061,7 @@ static int h_identify(req_t *r, scoll_t *sc)
     json_t *o, *a;
     size_t i;
     if (params_read(&p, r, BODY_IMAGE | BODY_MULTIPART) != 0) return MHD_YES;
-    patina_identify_opts_init(&io); /* the library's defaults */
-    k = io.k;
-    verify = (uint64_t)io.verify;
-    if (param_u64(&p, "k", &k, NULL) || param_u64(&p, "verify", &verify, NULL) ||
-        param_u64(&p, "pairs", &maxpairs, NULL))
-        goto done;
-    /* the library's bounds (include/patina/options.h) and messages */
-    if (param_num(&p, "threshold", &num, &given)) goto done;
-    if (given && patina_options_check(PATINA_OPTIONS_IDENTIFY, "threshold", num) != PATINA_OK) {
-        reply_problem(r, 400, "%s", patina_last_error());
-        goto done;
-    }
-    if (given) io.threshold = num;
-    { /* far: the threshold calibrated for that false-accept rate (not with threshold) */
-        int far_given;
-        if (param_num(&p, "far", &num, &far_given)) goto done;
-        if (far_given && given) {
-            reply_problem(r, 400, "'far' and 'threshold' both set the acceptance threshold: give one");
-            goto done;
-        }
-        if (far_given && patina_identify_far_threshold(num, &io.threshold) != PATINA_OK) {
-            reply_problem(r, 400, "%s", patina_last_error());
-            goto done;
-        }
-    }
-    if (param_num(&p, "ratio", &num, &given)) goto done;
-    if (given && patina_options_check(PATINA_OPTIONS_IDENTIFY, "ratio", num) != PATINA_OK) {
-        reply_problem(r, 400, "%s", patina_last_error());
-        goto done;
-    }
-    if (given) io.ratio = num;
-    if (!p.data || !p.size) {
-        reply_problem(r, 400, "no query image (the body, or the multipart part 'image')");
-        goto done;
-    }
-    if (verify > 1) {
-        reply_problem(r, 400, "'verify' must be 0 or 1");
-        goto done;
-    }
-    if ((s = patina_options_check(PATINA_OPTIONS_IDENTIFY, "k", (double)k)) != PATINA_OK) {
-        reply_problem(r, s == PATINA_E_LIMIT ? 422 : 400, "%s", patina_last_error());
-        goto done;
-    }
-    if (k > r->srv->cfg->max_k) {
-        reply_problem(r, 422, "k %llu exceeds this server's limit of %zu (--max-k)", (unsigned long long)k, r->srv->cfg->max_k);
-        goto done;
-    }
-    io.k = (size_t)k;
-    io.verify = (int)verify;
+    if (param_u64(&p, "pairs", &maxpairs, NULL) || identify_params(r, &p, &io)) goto done;
     io.device = r->srv->device;
     hits = calloc(io.k, sizeof *hits);
     keys = calloc(io.k, sizeof *keys);

@@ -397,6 +397,9 @@ const char *param_text(params_t *p, const char *name, char *buf, size_t size);
 int param_u64(params_t *p, const char *name, uint64_t *out, int *given);
 int param_num(params_t *p, const char *name, double *out, int *given);
 int param_str(params_t *p, const char *name, char *buf, size_t size, const char **out);
+/* An identify request's k, verify, threshold or far, ratio and image into io
+ * (defaults first), checked: 0, or -1 after answering (handlers.c). */
+int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io);
 /* Every "family" parameter into a new JSON array; NULL after answering 400. */
 json_t *param_families(params_t *p);
 /* A JSON descriptor into the table's bytes; -1 after answering. */
