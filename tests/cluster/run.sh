@@ -41,4 +41,7 @@ else
     echo "test_cluster: could not install $NATS_PY into $venv (offline?): the tests that need it skip"
 fi
 export PYTHONDONTWRITEBYTECODE=1
-exec "$py" -m pytest -p no:cacheprovider -ra -q "$src/tests/cluster" "$@"
+# only the harness and the fault scenarios: test_cluster_basic, _writes, _status and _ingest are CTest
+# tests of their own (run here too, they ran twice, side by side under ctest -j, for nothing)
+exec "$py" -m pytest -p no:cacheprovider -ra -q "$src/tests/cluster/test_natsctl.py" \
+    "$src/tests/cluster/test_cluster_faults.py" "$@"
