@@ -212,12 +212,12 @@ static int hc_search(req_t *r, scoll_t *sc)
     struct scluster *cl = sc->cl;
     const double t0 = serve_now();
     params_t p;
-    char fbuf[512], kbuf[4096];
-    const char *family = NULL, *key = NULL, *source = "image";
-    uint64_t k = PATINA_SEARCH_K_DEFAULT, id = 0;
-    double radius = 0;
-    int kgiven = 0, rgiven = 0, idgiven = 0, sources, allow = 1;
-    json_t *desc_json = NULL, *o, *hits;
+    search_params_t sp;
+    const char *family, *key, *source = "image";
+    uint64_t k;
+    double radius;
+    int rgiven, allow = 1;
+    json_t *desc_json, *o, *hits;
     patina_table_t *t = NULL;
     const patina_extractor_t *ex;
     uint8_t *desc = NULL;
@@ -229,38 +229,14 @@ static int hc_search(req_t *r, scoll_t *sc)
 
     memset(&res, 0, sizeof res);
     if (params_read(&p, r, BODY_JSON | BODY_IMAGE | BODY_MULTIPART) != 0) return MHD_YES;
-    if (param_str(&p, "family", fbuf, sizeof fbuf, &family) || param_u64(&p, "k", &k, &kgiven) ||
-        param_num(&p, "range", &radius, &rgiven) || param_str(&p, "key", kbuf, sizeof kbuf, &key) ||
-        param_u64(&p, "id", &id, &idgiven) || param_allow_partial(&p, &allow))
-        goto done;
-    if (p.json) desc_json = json_object_get(p.json, "descriptor");
-    sources = !!key + idgiven + !!desc_json + !!p.data;
-    if (sources != 1) {
-        reply_problem(r, 400, "give exactly one query: 'key', 'descriptor' (JSON) or an image (%d given)", sources);
-        goto done;
-    }
-    if (idgiven) {
+    if (param_allow_partial(&p, &allow) || search_params(r, &p, &sp)) goto done;
+    if (sp.idgiven) {
         reply_problem(r, 422, "a cluster collection is not searched by 'id' (its buckets are keyed by image key): "
                               "give 'key'");
         goto done;
     }
-    if (kgiven && rgiven) {
-        reply_problem(r, 400, "give 'k' or 'range', not both");
-        goto done;
-    }
-    if (!rgiven && (s = patina_options_check(PATINA_OPTIONS_SEARCH, "k", (double)k)) != PATINA_OK) {
-        reply_problem(r, s == PATINA_E_LIMIT ? 422 : 400, "%s", patina_last_error());
-        goto done;
-    }
-    if (!rgiven && k > r->srv->cfg->max_k) {
-        reply_problem(r, 422, "k %llu exceeds this server's limit of %zu (--max-k)", (unsigned long long)k,
-                      r->srv->cfg->max_k);
-        goto done;
-    }
-    if (rgiven && (!isfinite(radius) || patina_options_check(PATINA_OPTIONS_SEARCH, "range", radius) != PATINA_OK)) {
-        reply_problem(r, 400, "'range' must be a finite number >= 0");
-        goto done;
-    }
+    family = sp.family, key = sp.key, k = sp.k, radius = sp.radius;
+    rgiven = sp.rgiven, desc_json = sp.desc_json;
     if ((s = clu_session_table(cl->s, r->srv->ctx, family, PATINA_CAP_SEARCH, &t)) != PATINA_OK) {
         reply_problem(r, s == PATINA_E_NOTFOUND ? 422 : status_http(s), "%s", clu_last_error());
         goto done;

@@ -844,15 +844,53 @@ int read_descriptor(req_t *r, const patina_extractor_t *ex, json_t *arr, uint8_t
     return 0;
 }
 
+int search_params(req_t *r, params_t *p, search_params_t *sp)
+{
+    patina_status s;
+    int sources;
+    memset(sp, 0, sizeof *sp);
+    sp->k = PATINA_SEARCH_K_DEFAULT;
+    if (param_str(p, "family", sp->fbuf, sizeof sp->fbuf, &sp->family) || param_u64(p, "k", &sp->k, &sp->kgiven) ||
+        param_num(p, "range", &sp->radius, &sp->rgiven) || param_str(p, "key", sp->kbuf, sizeof sp->kbuf, &sp->key) ||
+        param_u64(p, "id", &sp->id, &sp->idgiven))
+        return -1;
+    if (p->json) sp->desc_json = json_object_get(p->json, "descriptor");
+    sources = !!sp->key + sp->idgiven + !!sp->desc_json + !!p->data;
+    if (sources != 1) {
+        reply_problem(r, 400, "give exactly one query: 'key', 'id', 'descriptor' (JSON) or an image (%d given)", sources);
+        return -1;
+    }
+    if (sp->kgiven && sp->rgiven) {
+        reply_problem(r, 400, "give 'k' or 'range', not both");
+        return -1;
+    }
+    /* the library's bounds (include/patina/options.h), then this server's --max-k */
+    if (!sp->rgiven && (s = patina_options_check(PATINA_OPTIONS_SEARCH, "k", (double)sp->k)) != PATINA_OK) {
+        reply_problem(r, s == PATINA_E_LIMIT ? 422 : 400, "%s", patina_last_error());
+        return -1;
+    }
+    if (!sp->rgiven && sp->k > r->srv->cfg->max_k) {
+        reply_problem(r, 422, "k %llu exceeds this server's limit of %zu (--max-k)", (unsigned long long)sp->k,
+                      r->srv->cfg->max_k);
+        return -1;
+    }
+    if (sp->rgiven &&
+        (!isfinite(sp->radius) || patina_options_check(PATINA_OPTIONS_SEARCH, "range", sp->radius) != PATINA_OK)) {
+        reply_problem(r, 400, "'range' must be a finite number >= 0");
+        return -1;
+    }
+    return 0;
+}
+
 static int h_search(req_t *r, scoll_t *sc)
 {
     params_t p;
-    char fbuf[512], kbuf[4096];
-    const char *family = NULL, *key = NULL;
-    uint64_t k = PATINA_SEARCH_K_DEFAULT, id = 0;
-    double radius = 0;
-    int kgiven = 0, rgiven = 0, idgiven = 0, sources;
-    json_t *desc_json = NULL, *o, *hits;
+    search_params_t sp;
+    const char *family, *key;
+    uint64_t k, id;
+    double radius;
+    int rgiven, idgiven;
+    json_t *desc_json, *o, *hits;
     stable_t *st;
     const patina_extractor_t *ex;
     uint8_t *desc = NULL;
@@ -863,33 +901,9 @@ static int h_search(req_t *r, scoll_t *sc)
 
     memset(&q, 0, sizeof q);
     if (params_read(&p, r, BODY_JSON | BODY_IMAGE | BODY_MULTIPART) != 0) return MHD_YES;
-    if (param_str(&p, "family", fbuf, sizeof fbuf, &family) || param_u64(&p, "k", &k, &kgiven) ||
-        param_num(&p, "range", &radius, &rgiven) || param_str(&p, "key", kbuf, sizeof kbuf, &key) ||
-        param_u64(&p, "id", &id, &idgiven))
-        goto done;
-    if (p.json) desc_json = json_object_get(p.json, "descriptor");
-    sources = !!key + idgiven + !!desc_json + !!p.data;
-    if (sources != 1) {
-        reply_problem(r, 400, "give exactly one query: 'key', 'id', 'descriptor' (JSON) or an image (%d given)", sources);
-        goto done;
-    }
-    if (kgiven && rgiven) {
-        reply_problem(r, 400, "give 'k' or 'range', not both");
-        goto done;
-    }
-    /* the library's bounds (include/patina/options.h), then this server's --max-k */
-    if (!rgiven && (s = patina_options_check(PATINA_OPTIONS_SEARCH, "k", (double)k)) != PATINA_OK) {
-        reply_problem(r, s == PATINA_E_LIMIT ? 422 : 400, "%s", patina_last_error());
-        goto done;
-    }
-    if (!rgiven && k > r->srv->cfg->max_k) {
-        reply_problem(r, 422, "k %llu exceeds this server's limit of %zu (--max-k)", (unsigned long long)k, r->srv->cfg->max_k);
-        goto done;
-    }
-    if (rgiven && (!isfinite(radius) || patina_options_check(PATINA_OPTIONS_SEARCH, "range", radius) != PATINA_OK)) {
-        reply_problem(r, 400, "'range' must be a finite number >= 0");
-        goto done;
-    }
+    if (search_params(r, &p, &sp)) goto done;
+    family = sp.family, key = sp.key, k = sp.k, id = sp.id, radius = sp.radius;
+    rgiven = sp.rgiven, idgiven = sp.idgiven, desc_json = sp.desc_json;
     if ((s = colls_table(sc, family, PATINA_CAP_SEARCH, 0, &st)) != PATINA_OK) {
         reply_problem(r, s == PATINA_E_NOTFOUND ? 422 : status_http(s), "%s", serve_msg);
         goto done;

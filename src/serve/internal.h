@@ -397,6 +397,20 @@ const char *param_text(params_t *p, const char *name, char *buf, size_t size);
 int param_u64(params_t *p, const char *name, uint64_t *out, int *given);
 int param_num(params_t *p, const char *name, double *out, int *given);
 int param_str(params_t *p, const char *name, char *buf, size_t size, const char **out);
+/* A search request's parameters (handlers.c search_params): the table
+ * (family), k or range, and exactly one query source -- key, id, a JSON
+ * descriptor or an image (the body) -- checked against the library's bounds
+ * and the server's --max-k. Strings point into the struct or the request. */
+typedef struct search_params {
+    char fbuf[512], kbuf[4096];
+    const char *family, *key; /* NULL when not given */
+    uint64_t k, id;
+    double radius;
+    int kgiven, rgiven, idgiven;
+    json_t *desc_json;        /* borrowed from the request's JSON body */
+} search_params_t;
+/* 0, or -1 after answering. */
+int search_params(req_t *r, params_t *p, search_params_t *sp);
 /* An identify request's k, verify, threshold or far, ratio and image into io
  * (defaults first), checked: 0, or -1 after answering (handlers.c). */
 int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io);
