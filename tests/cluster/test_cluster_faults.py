@@ -279,6 +279,12 @@ def test_kill_jetstream_leader_during_writes(patina_cluster_cli, nats3, procs, t
     assert not t.is_alive(), "the writer hung"
     nats3.restart(lead2)
     env.wait_ready()
+    # the front end reads the members on its own schedule: wait until it, too, sees every partition
+    # ready (the shards' status alone was read above) before asking for whole answers
+    def whole():
+        code, ans = env.search(image(0), k=1)
+        return code == 200 and isinstance(ans, dict) and ans.get("partial") is False
+    procs.wait_for(whole, "the front end's whole answer", 60)
     assert len(acked) >= n // 2, f"only {len(acked)} of {n} writes acknowledged; failures: {failed[:5]}"
     for key, _, _ in acked:
         i = int(key[1:])
