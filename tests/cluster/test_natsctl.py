@@ -97,8 +97,8 @@ def test_kv_r3_survives_killing_its_leader(nats3, nats_py):
         nc = await _connect(nats_py, nats3.urls)
         js = nc.jetstream(timeout=5)
         kv = await js.create_key_value(bucket="harness", replicas=3, history=1)
-        for i in range(50):
-            await kv.put(f"k{i}", f"v{i}".encode())
+        for i in range(50):  # a new R3 stream may still be electing its first leader
+            await _retry(lambda i=i: kv.put(f"k{i}", f"v{i}".encode()), f"put k{i}")
         lead = nats3.wait_stream_leader("KV_harness")
         nats3.kill(lead)
         new = nats3.wait_stream_leader("KV_harness", exclude=lead)
