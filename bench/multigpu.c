@@ -16,10 +16,14 @@
  * Each table is filled once per context and measured at both batch sizes.
  *
  *   bench_multigpu [--refs N] [--cedd N] [--cedd-large N] [--sqfd N] [--reps R] [--budget GiB]
- * Defaults: 200000 references (rootsift, m = 384), 10000000 CEDD rows (a
- * pool of 65536 rows cycled), 40000000 CEDD rows for the large row (a pool
- * of 2^20; 0 leaves it out; last, so a time limit costs only that row),
- * 1000000 signatures (k=40, alpha 0.2), 5 reps. Exits 77 without a GPU. */
+ * Defaults: 200000 references (rootsift, m = 384, a pool of 251 records
+ * cycled), 10000000 CEDD rows (a pool of 65521 rows cycled), 40000000 CEDD
+ * rows for the large row (a pool of 1048573; 0 leaves it out; last, so a
+ * time limit costs only that row), 1000000 signatures (k=40, alpha 0.2, a
+ * pool of 4093), 5 reps. Every pool size is prime: the copies of a pool row
+ * spread over the id % G slices as a real table's near-duplicates would (a
+ * pool of 2^k put every copy of a row, and so all of a query's exact
+ * duplicates, in one slice of two). Exits 77 without a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,7 +281,7 @@ int main(int argc, char **argv)
     w.n = nrefs;
     if (patina_extractor_new(&ex, w.spec) != PATINA_OK) die("extractor", PATINA_E_INVALID);
     w.bytes = patina_extractor_bytes(ex);
-    w.npool = 256;
+    w.npool = 251;
     w.pool = malloc(w.npool * w.bytes);
     for (i = 0; i < w.npool; i++) bench_rootsift_record(w.pool + i * w.bytes, 384, 384, &rng);
     {
@@ -299,7 +303,7 @@ int main(int argc, char **argv)
     patina_extractor_free(ex);
 
     /* CEDD k-NN (k = 10) */
-    cedd_row("CEDD k-NN k=10", ncedd, (size_t)1 << 16, &rng, one, many, g);
+    cedd_row("CEDD k-NN k=10", ncedd, 65521, &rng, one, many, g);
 
     /* SQFD scan (k = 10) */
     memset(&w, 0, sizeof w);
@@ -309,7 +313,7 @@ int main(int argc, char **argv)
     if (patina_extractor_new(&ex, w.spec) != PATINA_OK) die("extractor", PATINA_E_INVALID);
     w.spec = patina_extractor_spec(ex);
     w.bytes = patina_extractor_bytes(ex);
-    w.npool = 4096;
+    w.npool = 4093;
     w.pool = malloc(w.npool * w.bytes);
     for (i = 0; i < w.npool; i++) {
         float rows[40 * 8];
@@ -331,9 +335,9 @@ int main(int argc, char **argv)
     free(w.queries);
     patina_extractor_free(ex);
 
-    /* CEDD k-NN over more rows, where a call's fixed costs weigh less (a pool of 2^20 rows: each
+    /* CEDD k-NN over more rows, where a call's fixed costs weigh less (a pool of 1048573 rows: each
      * query's exact duplicates stay a few dozen) */
-    if (ncedd_large) cedd_row("CEDD k-NN k=10 (large)", ncedd_large, (size_t)1 << 20, &rng, one, many, g);
+    if (ncedd_large) cedd_row("CEDD k-NN k=10 (large)", ncedd_large, 1048573, &rng, one, many, g);
 
     printf("\nratio: all / 1 GPU; /ideal: ratio / G (target >= 0.95); same: the answers' ids and scores agree\n");
     printf("\ntimes in ms (medians): a call on 1 GPU and on all; of the call on all: the slowest and the fastest "
