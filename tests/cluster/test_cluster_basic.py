@@ -160,10 +160,11 @@ class Cluster:
             except OSError:
                 time.sleep(0.1)
 
-    def shard(self, coll, name, copies, extra=()):
+    def shard(self, coll, name, copies, extra=(), device_args=None):
+        """Starts shard name (device_args: its device arguments instead of shard_args')."""
         log = open(os.path.join(self.tmp, f"{name}.log"), "w")
         argv = [CLI, "shard", coll, "--cluster", self.url, "--name", name, "--copies", str(copies),
-                *shard_args(len(self.shards)), *extra]
+                *(shard_args(len(self.shards)) if device_args is None else device_args), *extra]
         say(f"start {name}: patina {' '.join(argv[1:])}")
         self.shards[name] = subprocess.Popen(argv, cwd=SRC, stdout=log, stderr=subprocess.STDOUT)
 
