@@ -102,6 +102,9 @@ for name, s in svcs.items():
     cmd = s.get("command") or []
     if cmd and cmd[0] == "shard":
         need("--name" in cmd and "--metrics-port" in cmd, f"compose: {name}: shard without --name or --metrics-port")
+        grace = int(str(s.get("stop_grace_period", "10s")).rstrip("s"))
+        need("--drain-timeout" in cmd and int(cmd[cmd.index("--drain-timeout") + 1]) + 20 <= grace,
+             f"compose: {name}: --drain-timeout at least 20 s under stop_grace_period ({grace} s)")
 need("sync_interval: always" in open("deploy/compose/nats.conf").read(), "compose/nats.conf: sync_interval: always")
 docs = {}
 for f in sorted(os.listdir("deploy/k8s")):
@@ -123,6 +126,9 @@ port = int(args[args.index("--metrics-port") + 1])
 need(shard["readinessProbe"]["httpGet"]["path"] == "/ready", "k8s: the shard's readiness is /ready")
 need(shard["resources"]["limits"].get("nvidia.com/gpu") == 1, "k8s: a shard asks for one GPU")
 need(any(p["containerPort"] == port for p in shard["ports"]), "k8s: the shard's metrics port is declared")
+grace = docs[("StatefulSet", "shard")]["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30)
+need("--drain-timeout" in args and int(args[args.index("--drain-timeout") + 1]) + 20 <= grace,
+     f"k8s: the shard's --drain-timeout at least 20 s under terminationGracePeriodSeconds ({grace})")
 fe = docs[("Deployment", "frontend")]["spec"]["template"]["spec"]["containers"][0]["args"]
 need(fe[:1] == ["serve"] and "--cluster" in fe, "k8s: front end args: serve COLL --cluster ...")
 pdbs = [d for (k, _), d in docs.items() if k == "PodDisruptionBudget"]

@@ -75,11 +75,12 @@ record() { # record LABEL JSON-LINE...
     shift
     for j in "$@"; do [ -n "$j" ] && printf '{"label":"%s","data":%s}\n' "$label" "$j" >> "$RES"; done
 }
-# shard COLL NAME COPIES DEVICE [args...]: started in the background
+# shard COLL NAME COPIES DEVICE [args...]: started in the background; --drain-timeout 0: stop_all
+# stops every shard at once, so none could take another's partitions (it would wait for nothing)
 shard() {
     coll=$1 name=$2 copies=$3 dev=$4
     shift 4
-    "$PATINA" shard "$coll" --cluster "$URL" --name "$name" --copies "$copies" --device "$dev" "$@" \
+    "$PATINA" shard "$coll" --cluster "$URL" --name "$name" --copies "$copies" --device "$dev" --drain-timeout 0 "$@" \
         > "$OUT/shard-$coll-$name.log" 2>&1 &
     PIDS="$PIDS $!"
     eval "PID_$name=$!"

@@ -68,6 +68,12 @@ static const cli_opt_t shard_opts[] = {
              "partition's rows depend on SEED and the partition alone) instead of loading their buckets"},
     {.name = "load-parallel", .type = CLI_INT, .arg = "N", .min = 1, .max = 256, .def = "4",
      .help = "partitions whose initial load from the buckets runs at once"},
+    {.name = "drain-timeout", .type = CLI_INT, .arg = "S", .min = 0, .max = 86400, .def = "60",
+     .help = "on SIGTERM: seconds at most to keep answering, announced as leaving, until every partition it "
+             "holds has a ready copy on another shard (0: leave at once)"},
+    {.name = "test-stall-reassign", .type = CLI_INT, .arg = "S", .min = 1, .max = 3600,
+     .help = "tests only: once its partitions are ready, stall the loop that reassigns partitions for S "
+             "seconds, once (the heartbeat goes on: the entry must not expire)"},
     CLI_OPT_JOBS,
     {.name = "work", .type = CLI_FLAG, .conflicts = "no-work",
      .help = "also take work items of bulk indexing (patina index --cluster --distribute): the default"},
@@ -88,8 +94,10 @@ const cli_command_t cli_cmd_shard = {
              "rendezvous hashing gives it (--copies of each across the shards), loads them\n"
              "from their buckets, follows their changes, and answers the queries of front\n"
              "ends (patina serve/search/identify --cluster) for the partitions it holds\n"
-             "ready. Runs until SIGTERM or SIGINT: it then leaves the membership first, so\n"
-             "that front ends use the other copies, and finishes the queries in flight.\n"
+             "ready. Runs until SIGTERM or SIGINT: it then hands over -- its member entry\n"
+             "says leaving, the other shards take its partitions, and it answers until each\n"
+             "has a ready copy elsewhere (at most --drain-timeout) -- then leaves the\n"
+             "membership and finishes the queries in flight.\n"
              "Unless --no-work it is also a worker of bulk indexing (as patina worker).\n",
     .opts = shard_opts,
     .nopts = sizeof shard_opts / sizeof shard_opts[0],

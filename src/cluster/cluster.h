@@ -434,6 +434,8 @@ typedef struct clu_member {
     char subject[256];
     int64_t started;
     uint64_t bytes, gpu_mem;
+    int leaving;       /* stopping: answers what it holds until other copies are ready; left out of
+                        * the assignment */
     uint8_t *ready;    /* (partitions) 1 = ready */
     uint8_t *hosted;   /* (partitions) 1 = loaded or loading */
     uint64_t *lag;     /* (partitions) revisions behind */
@@ -534,6 +536,11 @@ typedef struct clu_shard_opts {
     uint64_t synthetic_seed;
     int work;              /* 1: also a worker of bulk indexing (clu_work_start; its own context) */
     clu_worker_opts_t work_opts; /* its options (name, device: the shard's) */
+    int drain_timeout_s;   /* on stop: seconds at most to wait, announced as leaving, for every partition
+                            * it holds to have a ready copy on another shard (60; 0: leave at once) */
+    int test_stall_reassign_s; /* tests only: once every partition assigned to it is ready, the
+                            * reassignment loop stalls this long, once (0: never); the heartbeat,
+                            * on its own thread, goes on */
 } clu_shard_opts_t;
 
 void clu_shard_opts_init(clu_shard_opts_t *o);
@@ -549,7 +556,12 @@ void clu_synth_key(char *buf, size_t size, uint64_t seed, uint32_t p, uint64_t j
 patina_status clu_synth_pool(unsigned char **pool, const patina_table_t *t, uint64_t seed, uint32_t p, size_t table);
 /* Runs a shard of collection coll until *stop becomes non-zero (a signal
  * handler sets it): joins, loads and follows its partitions, answers
- * queries; on stop withdraws from membership first. Messages go to log. */
+ * queries. On stop it hands over: its member entry says "leaving" (the
+ * others' assignment leaves it out, so they take its partitions) while it
+ * keeps following and answering them, until every partition it holds has a
+ * ready copy on another member or drain_timeout_s has passed; then it
+ * withdraws from membership and finishes the requests in flight. Messages
+ * go to stderr. */
 patina_status clu_shard_run(const char *urls, const char *coll, const clu_shard_opts_t *o,
                             volatile int *stop);
 

@@ -95,6 +95,7 @@ static int cluster_status(const cli_args_t *a, clu_conn_t *c, const char *coll)
             json_object_set_new(mo, "bytes", json_integer((json_int_t)m[i].bytes));
             json_object_set_new(mo, "gpu_mem", json_integer((json_int_t)m[i].gpu_mem));
             json_object_set_new(mo, "started", json_integer(m[i].started));
+            json_object_set_new(mo, "leaving", json_boolean(m[i].leaving));
             json_array_append_new(ms, mo);
         }
         for (p = 0; p < cfg.partitions; p++) {
@@ -134,9 +135,9 @@ static int cluster_status(const cli_args_t *a, clu_conn_t *c, const char *coll)
                 h += m[i].hosted[p];
                 r += m[i].ready[p];
             }
-            printf("  %-24s device %-5s capacity %-4g partitions %u (%u ready)  %llu bytes  GPU memory %llu\n",
+            printf("  %-24s device %-5s capacity %-4g partitions %u (%u ready)  %llu bytes  GPU memory %llu%s\n",
                    m[i].name, m[i].device, m[i].capacity, h, r, (unsigned long long)m[i].bytes,
-                   (unsigned long long)m[i].gpu_mem);
+                   (unsigned long long)m[i].gpu_mem, m[i].leaving ? "  leaving (handing over)" : "");
         }
         printf("partitions (copies; * = ready, +N = lag):\n");
         for (p = 0; p < cfg.partitions; p++) {
@@ -208,6 +209,8 @@ int clu_cli_shard(const cli_args_t *a)
     o.threads = cli_get(a, "jobs")->given ? (int)cli_get(a, "jobs")->i : 0;
     o.workers = (int)cli_get(a, "workers")->i;
     o.load_parallel = (int)cli_get(a, "load-parallel")->i;
+    o.drain_timeout_s = (int)cli_get(a, "drain-timeout")->i;
+    if (cli_get(a, "test-stall-reassign")->given) o.test_stall_reassign_s = (int)cli_get(a, "test-stall-reassign")->i;
     if (cli_get(a, "synthetic")->given) {
         const char *v = cli_get(a, "synthetic")->text;
         unsigned long long n = 0, seed = 1;

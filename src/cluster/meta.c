@@ -505,6 +505,7 @@ static int member_parse(clu_member_t *m, const clu_config_t *cfg, const char *te
     m->started = (int64_t)json_integer_value(json_object_get(o, "started"));
     m->bytes = (uint64_t)json_integer_value(json_object_get(o, "bytes"));
     m->gpu_mem = (uint64_t)json_integer_value(json_object_get(o, "gpu_mem"));
+    m->leaving = json_is_true(json_object_get(o, "leaving"));
     a = json_object_get(o, "ready");
     for (i = 0; i < json_array_size(a); i++) {
         json_int_t p = json_integer_value(json_array_get(a, i));

@@ -1,10 +1,12 @@
 /* `patina shard`: one process holding copies of some partitions of a
  * cluster collection.
  *
- * It joins the members bucket (an entry refreshed every second, expiring a
- * few seconds after the process stops refreshing it), computes from the
- * live members which partitions weighted rendezvous gives it (the best
- * `copies` of each), and for each one it holds: a detached live table per
+ * It joins the members bucket (an entry refreshed every second by a thread
+ * of its own, expiring a few seconds after the process stops refreshing it:
+ * hosting or dropping partitions never delays it), computes from the live
+ * members which partitions weighted rendezvous gives it (the best `copies`
+ * of each; members leaving are left out), and for each one it holds: a
+ * detached live table per
  * table of the collection (patina_table_new), loaded from the partition's
  * bucket and kept in step with it by a KV watch (one thread per partition).
  * A partition is *ready* once the watch has delivered the bucket's state as
@@ -17,8 +19,13 @@
  * applied a revision; a partition that cannot within the timeout loses its
  * readiness until it has caught up again.
  *
- * SIGTERM (the caller's stop flag): the member entry is deleted first, so
- * front ends stop choosing this shard, then requests in flight finish. */
+ * SIGTERM (the caller's stop flag): a hand-over. The member entry says
+ * "leaving", so the others' assignment leaves this shard out and they load
+ * its partitions, while it keeps following and answering them; once every
+ * partition it holds has a ready copy on another member (or after
+ * --drain-timeout) it waits a moment for front ends to see those copies,
+ * deletes its entry, answers a moment more (fronts whose members cache is
+ * older) and finishes the requests in flight. */
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -37,6 +44,7 @@
 #include "cluster/conn.h"
 
 #define HEARTBEAT_MS 1000
+#define LINGER_MS 1000  /* answering on after the hand-over, before and after the entry goes (> front caches) */
 #define DROP_GRACE_S 30 /* a partition no longer given is dropped after this at the latest */
 #define LOAD_BATCH 4096 /* bucket entries applied to the tables in one step */
 #define QUEUE_MAX 4096  /* requests waiting for a worker; past it they are refused (busy) */
@@ -47,6 +55,7 @@ void clu_shard_opts_init(clu_shard_opts_t *o)
     o->capacity = 0;
     o->copies = 2;
     o->device = PATINA_DEVICE_AUTO;
+    o->drain_timeout_s = 60;
 }
 
 /* kv key (hex) -> image id and the tables holding its row, per partition. */
@@ -65,6 +74,7 @@ typedef struct part {
     volatile int stop;
     volatile int loaded;        /* the initial state was delivered once */
     volatile int announced;     /* a heartbeat listing it as hosted was acknowledged */
+    uint64_t gen;               /* which hosting this is (shard.gens when hosted; 0: not hosted) */
     uint64_t must_apply;        /* revisions writers asked it to confirm (under shard.mu): ready needs them */
     patina_table_t *tables[CLU_TABLES_MAX];
     uint64_t applied;           /* the last revision applied */
@@ -86,7 +96,14 @@ typedef struct shard {
     part_t *parts;              /* (partitions) */
     volatile uint8_t *assigned; /* (partitions) 1: the last assignment gives it to this shard */
     volatile int listed;        /* the last assignment was computed with this shard's own entry read */
-    pthread_rwlock_t lock;      /* readers: requests; writer: hosting or dropping a partition */
+    volatile int leaving;       /* stopping: the entry says so, the others take its partitions */
+    pthread_rwlock_t lock;      /* readers: requests, the heartbeat; writer: hosting or dropping a partition */
+    uint64_t gens;              /* hostings so far (under lock, written) */
+    /* the heartbeat: its own thread, so that the entry never expires while
+     * the reassignment loop is busy (loading, dropping, a stalled call) */
+    pthread_t hb;
+    int hb_started;
+    volatile int hb_stop, hb_kick; /* kick: beat now (a partition was hosted: announce it) */
     pthread_mutex_t mu;         /* applied revisions, for CONFIRM */
     pthread_cond_t cv;
     kvStore *members;
@@ -508,6 +525,7 @@ static patina_status host(shard_t *sh, uint32_t p)
         for (t = 0; t < sh->cfg.ntables; t++) patina_table_free(pt->tables[t]);
         return clu_fail(PATINA_E_NOMEM, "shard: cannot start a thread for partition %u", p);
     }
+    pt->gen = ++sh->gens;
     pt->hosted = 1;
     return PATINA_OK;
 }
@@ -878,8 +896,9 @@ static void *gpu_sampler(void *arg)
 
 /* ------------------------------------------------------------- membership */
 
-/* inc (partitions): set for each partition listed as hosted. */
-static char *member_json(shard_t *sh, uint8_t *inc)
+/* inc (partitions): the hosting (part_t.gen) of each partition listed as
+ * hosted, 0 for the others. The caller holds sh->lock (reading). */
+static char *member_json(shard_t *sh, uint64_t *inc)
 {
     json_t *o = json_object(), *ready = json_array(), *hosted = json_array(), *lag = json_object();
     uint64_t bytes = 0;
@@ -889,7 +908,7 @@ static char *member_json(shard_t *sh, uint8_t *inc)
         part_t *pt = &sh->parts[p];
         char ps[16];
         if (!pt->hosted) continue;
-        inc[p] = 1;
+        inc[p] = pt->gen;
         json_array_append_new(hosted, json_integer(p));
         if (pt->ready) json_array_append_new(ready, json_integer(p));
         bytes += pt->bytes;
@@ -914,17 +933,26 @@ static char *member_json(shard_t *sh, uint8_t *inc)
     json_object_set_new(o, "gpu_mem", json_integer((json_int_t)sh->gpu_mem));
     json_object_set_new(o, "inbox", json_string(sh->subject));
     json_object_set_new(o, "started", json_integer(sh->started));
+    if (sh->leaving) json_object_set_new(o, "leaving", json_true());
     s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return s;
 }
 
+/* One beat: the entry put (read lock held while it is written, not while
+ * it is sent); once acknowledged, the partitions it listed as hosted are
+ * announced -- those still in the same hosting (a partition dropped and
+ * hosted again meanwhile waits for the next beat). */
 static void heartbeat(shard_t *sh)
 {
-    uint8_t *inc = calloc(sh->cfg.partitions, 1);
-    char *js = inc ? member_json(sh, inc) : NULL;
+    uint64_t *inc = calloc(sh->cfg.partitions, sizeof *inc);
+    char *js;
     natsStatus ns;
     uint32_t p;
+    if (!inc) return;
+    pthread_rwlock_rdlock(&sh->lock);
+    js = member_json(sh, inc);
+    pthread_rwlock_unlock(&sh->lock);
     if (!js) {
         free(inc);
         return;
@@ -934,46 +962,72 @@ static void heartbeat(shard_t *sh)
         clu_nats_fail(ns, "membership entry %s", sh->name);
         logf_(sh, "%s", clu_last_error());
     } else { /* acknowledged: writers from now on see these partitions hosted here */
+        pthread_rwlock_rdlock(&sh->lock);
         for (p = 0; p < sh->cfg.partitions; p++)
-            if (inc[p] && sh->parts[p].hosted) sh->parts[p].announced = 1;
+            if (inc[p] && sh->parts[p].hosted && sh->parts[p].gen == inc[p]) sh->parts[p].announced = 1;
+        pthread_rwlock_unlock(&sh->lock);
     }
     free(js);
     free(inc);
 }
 
-/* The assignment from the live members (this shard counted even before its
- * entry is visible): hosts what it is given, drops what it is no longer
- * given once every member given it is ready (or after DROP_GRACE_S). */
+/* The heartbeat's thread: a beat every HEARTBEAT_MS, or at once when
+ * kicked (a partition hosted: its announcement gates its readiness). */
+static void *heartbeat_thread(void *arg)
+{
+    shard_t *sh = arg;
+    while (!sh->hb_stop) {
+        int i;
+        sh->hb_kick = 0;
+        heartbeat(sh);
+        for (i = 0; i < HEARTBEAT_MS / 50 && !sh->hb_stop && !sh->hb_kick; i++) usleep(50000);
+    }
+    return NULL;
+}
+
+/* The assignment from the live members that are not leaving (this shard
+ * counted even before its entry is visible): hosts what it is given, drops
+ * what it is no longer given once every member given it is ready (or after
+ * DROP_GRACE_S). */
 static void reassign(shard_t *sh)
 {
     clu_member_t *m = NULL;
     clu_member_w_t *w;
-    size_t n = 0, i, self = SIZE_MAX, out[CLU_REPLICAS_MAX * 4], nout, *plan = NULL;
+    size_t n = 0, nw = 0, i, self = SIZE_MAX, out[CLU_REPLICAS_MAX * 4], nout, *plan = NULL, *idx;
     uint32_t p;
+    int hosted = 0;
     if (clu_members_read(sh->c, &sh->cfg, &m, &n) != PATINA_OK) {
         logf_(sh, "%s", clu_last_error());
         return;
     }
-    if (!(w = calloc(n + 1, sizeof *w))) {
+    w = calloc(n + 1, sizeof *w);
+    idx = calloc(n + 1, sizeof *idx); /* w[j] is m[idx[j]]; SIZE_MAX: this shard, not read */
+    if (!w || !idx) {
+        free(w);
+        free(idx);
         clu_members_free(m, n);
         return;
     }
     for (i = 0; i < n; i++) {
-        w[i] = (clu_member_w_t){m[i].name, m[i].capacity};
-        if (!strcmp(m[i].name, sh->name)) self = i;
+        if (!strcmp(m[i].name, sh->name)) self = nw;
+        else if (m[i].leaving) continue; /* handing over: its partitions go to the others */
+        idx[nw] = i;
+        w[nw++] = (clu_member_w_t){m[i].name, m[i].capacity};
     }
     sh->listed = self != SIZE_MAX;
     if (self == SIZE_MAX) {
-        w[n] = (clu_member_w_t){sh->name, sh->o.capacity};
-        self = n;
+        idx[nw] = SIZE_MAX;
+        w[nw] = (clu_member_w_t){sh->name, sh->o.capacity};
+        self = nw++;
     }
     {
-        const size_t nm = self == n ? n + 1 : n, r = (size_t)sh->o.copies;
+        const size_t r = (size_t)sh->o.copies;
         if (!(plan = malloc((size_t)sh->cfg.partitions * r * sizeof *plan)) ||
-            clu_assign(w, nm, sh->cfg.partitions, r, plan) != PATINA_OK) {
+            clu_assign(w, nw, sh->cfg.partitions, r, plan) != PATINA_OK) {
             logf_(sh, "assignment: out of memory");
             free(plan);
             free(w);
+            free(idx);
             clu_members_free(m, n);
             return;
         }
@@ -984,7 +1038,7 @@ static void reassign(shard_t *sh)
         for (nout = 0; nout < r && plan[(size_t)p * r + nout] != SIZE_MAX; nout++) out[nout] = plan[(size_t)p * r + nout];
         for (i = 0; i < nout; i++) {
             if (out[i] == self) mine = 1;
-            else if (out[i] >= n || !m[out[i]].ready[p]) others_ready = 0;
+            else if (idx[out[i]] == SIZE_MAX || !m[idx[out[i]]].ready[p]) others_ready = 0;
         }
         sh->assigned[p] = (uint8_t)mine;
         if (mine && !sh->parts[p].hosted) {
@@ -993,6 +1047,7 @@ static void reassign(shard_t *sh)
             s = host(sh, p);
             pthread_rwlock_unlock(&sh->lock);
             if (s != PATINA_OK) logf_(sh, "%s", clu_last_error());
+            else hosted = 1;
         } else if (mine) {
             sh->parts[p].unassigned_since = 0;
         } else if (sh->parts[p].hosted) {
@@ -1003,9 +1058,67 @@ static void reassign(shard_t *sh)
             }
         }
     }
+    if (hosted) sh->hb_kick = 1; /* announce them now: their readiness waits for it */
     free(plan);
     free(w);
+    free(idx);
     clu_members_free(m, n);
+}
+
+/* Partitions this shard hosts that no other member, not leaving, holds
+ * ready: their number (UINT32_MAX when the members cannot be read), the
+ * first few in list. */
+static uint32_t uncovered(shard_t *sh, char *list, size_t size)
+{
+    clu_member_t *m = NULL;
+    size_t n = 0, i, used = 0;
+    uint32_t p, count = 0;
+    if (size) list[0] = '\0';
+    if (clu_members_read(sh->c, &sh->cfg, &m, &n) != PATINA_OK) return UINT32_MAX;
+    for (p = 0; p < sh->cfg.partitions; p++) {
+        int covered = 0;
+        if (!sh->parts[p].hosted) continue;
+        for (i = 0; i < n && !covered; i++)
+            covered = strcmp(m[i].name, sh->name) && !m[i].leaving && m[i].ready[p];
+        if (covered) continue;
+        if (count < 16 && used < size) {
+            int k = snprintf(list + used, size - used, "%s%u", count ? " " : "", p);
+            if (k > 0) used += (size_t)k;
+        }
+        count++;
+    }
+    clu_members_free(m, n);
+    return count;
+}
+
+/* The hand-over on stop: announced as leaving, it answers on until every
+ * partition it hosts has a ready copy elsewhere or drain_timeout_s passes. */
+static void drain(shard_t *sh)
+{
+    const double t0 = now_s();
+    char list[128];
+    uint32_t left = 0;
+    sh->leaving = 1;
+    sh->hb_kick = 1;
+    logf_(sh, "stopping: leaving; answering until every partition it holds has a ready copy on another shard "
+          "(at most %d s, --drain-timeout)", sh->o.drain_timeout_s);
+    for (;;) {
+        left = uncovered(sh, list, sizeof list);
+        if (left == 0) {
+            logf_(sh, "hand-over done in %.1f s: every partition it held has a ready copy elsewhere", now_s() - t0);
+            usleep(LINGER_MS * 1000); /* front ends' members caches see those copies */
+            return;
+        }
+        if (now_s() - t0 >= sh->o.drain_timeout_s) break;
+        usleep(200000);
+    }
+    if (left == UINT32_MAX)
+        logf_(sh, "hand-over: --drain-timeout (%d s) passed and the members cannot be read (%s): leaving",
+              sh->o.drain_timeout_s, clu_last_error());
+    else
+        logf_(sh, "hand-over: --drain-timeout (%d s) passed: %u partition%s left uncovered (no other shard holds "
+              "a ready copy: %s%s); leaving", sh->o.drain_timeout_s, left, left == 1 ? "" : "s", list,
+              left > 16 ? " ..." : "");
 }
 
 /* ---------------------------------------------------------------- metrics */
@@ -1016,6 +1129,10 @@ static void reassign(shard_t *sh)
 static int readiness(shard_t *sh, char *text, size_t size)
 {
     uint32_t p, assigned = 0, ready = 0, first = UINT32_MAX;
+    if (sh->leaving) {
+        snprintf(text, size, "not ready: shard %s is leaving (handing its partitions over)\n", sh->name);
+        return 0;
+    }
     if (!sh->listed) {
         snprintf(text, size, "not ready: shard %s is not among the members yet\n", sh->name);
         return 0;
@@ -1232,21 +1349,45 @@ patina_status clu_shard_run(const char *urls, const char *coll, const clu_shard_
         wo.device = o->device;
         if (clu_work_start(&work, urls, coll, &wo) != PATINA_OK) logf_(sh, "no work items taken: %s", clu_last_error());
     }
-    while (!*stop) {
-        heartbeat(sh);
-        reassign(sh);
-        heartbeat(sh);
-        for (i = 0; i < HEARTBEAT_MS / 50 && !*stop; i++) usleep(50000);
+    if (pthread_create(&sh->hb, NULL, heartbeat_thread, sh) != 0) {
+        s = clu_fail(PATINA_E_NOMEM, "shard: cannot start the heartbeat thread");
+        goto out;
+    }
+    sh->hb_started = 1;
+    {
+        int stalled = 0;
+        while (!*stop) {
+            char why[256];
+            reassign(sh);
+            if (sh->o.test_stall_reassign_s > 0 && !stalled && readiness(sh, why, sizeof why)) {
+                const double until = now_s() + sh->o.test_stall_reassign_s;
+                logf_(sh, "test: the reassignment loop stalls for %d s (--test-stall-reassign)",
+                      sh->o.test_stall_reassign_s);
+                while (now_s() < until && !*stop) usleep(50000);
+                logf_(sh, "test: the reassignment loop goes on");
+                stalled = 1;
+            }
+            for (i = 0; i < HEARTBEAT_MS / 50 && !*stop; i++) usleep(50000);
+        }
     }
     clu_work_stop(work); /* the batch in hand is finished (its writes confirmed by the copies, this one too) */
-    /* clean hand-over: out of the members first, then the requests in flight */
+    drain(sh);
+    /* out of the members, then a moment more for fronts whose cache still lists it, then the requests in flight */
+    sh->hb_stop = 1;
+    pthread_join(sh->hb, NULL);
+    sh->hb_started = 0;
     logf_(sh, "stopping: withdrawing from membership");
     kvStore_Delete(sh->members, sh->name);
     natsConnection_FlushTimeout(sh->c->nc, 1000);
+    usleep(LINGER_MS * 1000);
     for (i = 0; i < 50 && sh->inflight; i++) usleep(20000);
     natsSubscription_Unsubscribe(sub);
     s = PATINA_OK;
 out:
+    if (sh->hb_started) {
+        sh->hb_stop = 1;
+        pthread_join(sh->hb, NULL);
+    }
     if (sub) natsSubscription_Destroy(sub);
     /* the workers finish what is queued, then stop */
     pthread_mutex_lock(&sh->qmu);

@@ -10,10 +10,23 @@ with 2 copies the answer stays whole; with 1 copy it is partial with the
 exact coverage (the partitions the survivor holds, their references) and
 identification says "incomplete".
 
-Runs as a script (exit 77 = skipped: no nats-server, no samples) or under
-pytest. Environment: PATINA_CLI (the patina program), PATINA_SOURCE_DIR.
+Runs as a script (exit 77 = skipped: no nats-server, no samples, no GPU
+for --device gpu) or under pytest. Environment: PATINA_CLI (the patina
+program), PATINA_SOURCE_DIR, PATINA_BUILD_DIR (where a staged build keeps
+bin/nats-server.xz: scripts/device.sh), PATINA_NATS_SERVER.
+
+    test_cluster_basic.py                          # CPU shards (CTest test_cluster_basic)
+    test_cluster_basic.py --device gpu --gpus 0/0  # two GPU shards sharing GPU 0
+    test_cluster_basic.py --device gpu --gpus 0/1  # shard 1 on GPU 0, shard 2 on GPU 1
+    test_cluster_basic.py --device gpu --gpus 0,1/0,1  # each shard splits its rows over both GPUs
+
+--gpus gives the shards' --gpus in turn ("/" between shards, cycled); the
+CTest entries test_cluster_basic_gpu_* (label gpu) run these.
 """
+import argparse
+import atexit
 import hashlib
+import lzma
 import json
 import os
 import shutil
@@ -26,22 +39,78 @@ import time
 
 SRC = os.environ.get("PATINA_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 CLI = os.environ.get("PATINA_CLI", os.path.join(SRC, "build", "patina"))
+BUILD = os.environ.get("PATINA_BUILD_DIR", "")
 P = 8
 NIMAGES = 24
+# How the shards run (main() sets them from the command line): CPU by default.
+DEVICE = "cpu"
+GPUS = []  # the --gpus of the 1st, 2nd, ... shard started, cycled; [] = none given
 
 
 class Skip(Exception):
     pass
 
 
+def say(*a):
+    print(*a, flush=True)
+
+
+def shard_args(i):
+    """The device arguments of the i-th shard started."""
+    if DEVICE == "cpu":
+        return ["--device", "cpu", "-j", "1"]
+    return ["--device", DEVICE] + (["--gpus", GPUS[i % len(GPUS)]] if GPUS else [])
+
+
+_unpacked = []
+
+
 def nats_server():
-    venv = os.path.join(SRC, ".venv-nats", "bin", "nats-server")
-    if os.access(venv, os.X_OK):
-        return venv
+    """$PATINA_NATS_SERVER, .venv-nats/bin/nats-server, a staged build's bin/nats-server or its
+    bin/nats-server.xz (scripts/device.sh stages it so: the GPU machine has no NATS; unpacked here
+    into a temporary folder), or nats-server on PATH."""
+    cands = [os.environ.get("PATINA_NATS_SERVER", ""), os.path.join(SRC, ".venv-nats", "bin", "nats-server")]
+    if BUILD:
+        cands.append(os.path.join(BUILD, "bin", "nats-server"))
+    for c in cands:
+        if c and os.access(c, os.X_OK):
+            return c
+    xz = os.path.join(BUILD, "bin", "nats-server.xz") if BUILD else ""
+    if xz and os.path.isfile(xz):
+        if not _unpacked:
+            d = tempfile.mkdtemp(prefix="patina-nats-")
+            atexit.register(shutil.rmtree, d, True)
+            out = os.path.join(d, "nats-server")
+            with lzma.open(xz) as f, open(out, "wb") as g:
+                shutil.copyfileobj(f, g)
+            os.chmod(out, 0o755)
+            _unpacked.append(out)
+        return _unpacked[0]
     found = shutil.which("nats-server")
     if not found:
-        raise Skip("no nats-server (.venv-nats/bin/nats-server or on PATH: scripts/bootstrap.sh)")
+        raise Skip("no nats-server (.venv-nats/bin/nats-server, PATINA_NATS_SERVER, $PATINA_BUILD_DIR/bin/"
+                   "nats-server[.xz] or on PATH: scripts/bootstrap.sh nats)")
     return found
+
+
+def gpu_count():
+    """The GPUs the CLI sees (`patina info`: "gpus: N"; 0 in a build without CUDA)."""
+    r = subprocess.run([CLI, "info"], capture_output=True, text=True, timeout=120)
+    for line in r.stdout.splitlines():
+        if line.startswith("gpus:"):
+            return int(line.split()[1])
+    return 0
+
+
+def need_gpus():
+    """Skip unless the GPUs that --gpus names exist (at least one for --device gpu)."""
+    if DEVICE != "gpu":
+        return
+    want = 1 + max([int(x) for g in GPUS for x in g.split(",") if x.isdigit()] + [0])
+    have = gpu_count()
+    if have < want:
+        raise Skip(f"{want} GPU{'s' if want > 1 else ''} needed (--gpus {'/'.join(GPUS) or 'default'}), "
+                   f"`patina info` sees {have}")
 
 
 def free_port():
@@ -91,11 +160,17 @@ class Cluster:
             except OSError:
                 time.sleep(0.1)
 
-    def shard(self, coll, name, copies):
+    def shard(self, coll, name, copies, extra=(), device_args=None):
+        """Starts shard name (device_args: its device arguments instead of shard_args')."""
         log = open(os.path.join(self.tmp, f"{name}.log"), "w")
-        self.shards[name] = subprocess.Popen([CLI, "shard", coll, "--cluster", self.url, "--name", name, "--copies",
-                                              str(copies), "--device", "cpu", "-j", "1"], cwd=SRC, stdout=log,
-                                             stderr=subprocess.STDOUT)
+        argv = [CLI, "shard", coll, "--cluster", self.url, "--name", name, "--copies", str(copies),
+                *(shard_args(len(self.shards)) if device_args is None else device_args), *extra]
+        say(f"start {name}: patina {' '.join(argv[1:])}")
+        self.shards[name] = subprocess.Popen(argv, cwd=SRC, stdout=log, stderr=subprocess.STDOUT)
+
+    def log(self, name):
+        with open(os.path.join(self.tmp, f"{name}.log"), errors="replace") as f:
+            return f.read()
 
     def status(self, coll):
         return json.loads(run("cluster", "status", coll, "--cluster", self.url, "--json").stdout)
@@ -113,7 +188,8 @@ class Cluster:
                                            for pc in st["partition_copies"])):
                 return st
             time.sleep(0.3)
-        raise AssertionError(f"shards {shards} not ready: {self.status(coll)}")
+        raise AssertionError(f"shards {shards} not ready: {self.status(coll)}\n" +
+                             "\n".join(f"--- {n}\n{self.log(n)[-3000:]}" for n in shards))
 
     def kill(self, name, sig=signal.SIGKILL):
         self.shards[name].send_signal(sig)
@@ -135,6 +211,9 @@ def test_cluster_basic():
         raise Skip("no samples/ (scripts/fetch-samples.sh)")
     files = sorted(os.path.relpath(os.path.join(d, f), SRC) for d, _, fs in os.walk(samples) for f in fs)[:NIMAGES]
     queries = files[:3]
+    need_gpus()
+    say(f"shards on {DEVICE}" + (f", --gpus {' / '.join(GPUS)}" if GPUS else "") +
+        f"; {len(files)} images, P = {P}; the embedded collection on this process's default device")
     c = Cluster()
     try:
         emb = os.path.join(c.tmp, "emb.patina")
@@ -143,8 +222,9 @@ def test_cluster_basic():
         for fam in ("cedd", "signature", "rootsift"):
             run("index", emb, "--root", ".", "-q", "-j", "2", "-f", fam, *files)
             run("index", "photos", "--cluster", c.url, "--root", ".", "-q", "-j", "2", "-f", fam, *files)
-        c.shard("photos", "s1", 2)
-        c.shard("photos", "s2", 2)
+        # --drain-timeout 2: s2 stops last, when no shard is left to take its partitions
+        c.shard("photos", "s1", 2, ("--drain-timeout", "2"))
+        c.shard("photos", "s2", 2, ("--drain-timeout", "2"))
         c.wait_ready("photos", ["s1", "s2"], each_all=True)
 
         def both(*args):
@@ -158,8 +238,12 @@ def test_cluster_basic():
             e, k = both(*args)
             assert hits_of(e) == hits_of(k), (args, e, k)
             assert all(a["partial"] is False and a["coverage"]["partitions"] == P for a in k)
+            say(f"{' '.join(args[:5])}: cluster == embedded ({sum(len(a['hits']) for a in k)} hits of "
+                f"{len(queries)} queries: keys and distances)")
         e, k = both("identify", "-k", "5", *queries[:2])
         assert ident_of(e) == ident_of(k), (e, k)
+        say(f"identify -k 5: cluster == embedded (decisions {[a['decision'] for a in k]}; keys, scores, inliers, "
+            "matches)")
 
         # kill -9 with 2 copies: the other copy answers, whole
         c.kill("s1")
@@ -168,7 +252,8 @@ def test_cluster_basic():
                       "json", "--deadline", "2000").stdout)
         assert hits_of(e) == hits_of(k)
         assert all(a["partial"] is False for a in k)
-        c.kill("s2", signal.SIGTERM)  # a clean leave
+        say("kill -9 of s1 with copies 2: k-NN answers whole and equal to the embedded ones")
+        c.kill("s2", signal.SIGTERM)  # a clean leave (no other shard: it waits --drain-timeout)
         time.sleep(6)  # s1's entry expires (TTL 5 s)
 
         # 1 copy: kill -9 one shard, the answer is partial with the survivor's partitions
@@ -191,6 +276,8 @@ def test_cluster_basic():
         k = jsonl(run("identify", "photos", "--cluster", c.url, "-k", "5", *queries[:2], "--format", "json",
                       "--deadline", "2000", ok=(1,)).stdout)
         assert all(a["decision"] == "incomplete" for a in k), k
+        say(f"kill -9 of t1 with copies 1: partial answers over the {len(kept)} partitions t2 holds "
+            f"({refs} references), equal to the embedded answer restricted to them; identify: incomplete")
         r = run("search", "photos", "--cluster", c.url, "-f", "cedd", "-k", "5", queries[0], "--no-partial",
                 "--deadline", "2000", ok=(3,))
         assert "partitions answered" in r.stderr
@@ -199,6 +286,12 @@ def test_cluster_basic():
 
 
 if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description="the cluster against the embedded engine")
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="the shards' --device")
+    ap.add_argument("--gpus", default="", help="the shards' --gpus in turn, '/' between shards (0/1, 0/0, 0,1/0,1)")
+    args = ap.parse_args()
+    DEVICE = args.device
+    GPUS = [g for g in args.gpus.split("/") if g]
     try:
         test_cluster_basic()
     except Skip as e:
