@@ -13,7 +13,7 @@
  * count (0: empty or removed) and nothing else (ids, geometry and records
  * stay on the host: verification is the CPU's). Slots [0, dev_cap) live in
  * the mirror's device arena, slots past it in a pinned host tier, streamed
- * through STREAMS staging buffers of the mirror with copies of one chunk
+ * through STREAMS staging buffers of the device with copies of one chunk
  * overlapping the matching of the others. Slots keep their tier: the first
  * dev_cap stay on the device and additions past it go to the host tier (the
  * paper's FIFO would instead move the oldest slot to the host at every
@@ -28,9 +28,10 @@
  * the least recently used entries -- never the mirror being filled -- until
  * it fits; a set too large for the budget keeps its tail in the host tier.
  * What every call needs whatever set it matches -- the queries, the
- * candidate lists and the upload staging -- is the device's, shared by all
- * mirrors (calls on one context run one at a time), so that a mirror costs
- * its rows and counts and nothing per set beyond them. A mirror goes when
+ * candidate lists, the upload staging and the streamed chunks' buffers --
+ * is the device's, shared by all mirrors (calls on one context run one at
+ * a time), so that a mirror costs its rows and counts (and its pinned host
+ * tier) and nothing per set beyond them. A mirror goes when
  * the table cache drops it, when its set's owner says the set is gone
  * (patina_gpu_identify_forget) or when the context closes.
  *
@@ -77,7 +78,6 @@ typedef struct idf_mirror {
                               * (slot_bytes); unit u is slot dev_cap + u; cap slots, n mirrored */
     uint16_t *d_count;       /* (cnt_cap) per slot */
     uint16_t *h_count;       /* host copy of the mirrored counts */
-    unsigned char *d_stage[IDF_STREAMS]; /* streamed chunks (a host tier only) */
     size_t chunk_slots;      /* slots per upload batch (about IDF_CHUNK_BYTES) */
     size_t stream_slots;     /* slots per streamed chunk: chunk_slots, fewer for a small host tier */
     uint64_t dev_bytes;      /* device bytes it holds */
@@ -92,6 +92,8 @@ typedef struct idf_dev {
     unsigned char *h_up;     /* pinned u8 rows of one upload batch */
     unsigned char *d_up;     /* device u8 rows for the fp16 conversion */
     size_t up_cap, dup_cap;  /* their bytes */
+    unsigned char *d_stage[IDF_STREAMS]; /* the streamed chunks of the mirrors with a host tier */
+    size_t stage_cap;        /* bytes of each */
     /* per call */
     void *d_q;               /* (qcap, n, 128) u8 or f16 */
     unsigned char *d_q8;     /* (qcap, n, 128) u8 upload */
@@ -120,7 +122,6 @@ static void mirror_free(patina_gpu_t *g, idf_mirror_t *mi)
     tcache_remove(g, mi);
     pgpu_free_n(g, 2, &mi->d_arena, &mi->d_count);
     tcache_host_free(g, &mi->host);
-    for (int i = 0; i < IDF_STREAMS; i++) pgpu_free_n(g, 1, &mi->d_stage[i]);
     free(mi->h_count);
     for (pp = &mi->dev->mirrors; *pp; pp = &(*pp)->next)
         if (*pp == mi) {
@@ -151,6 +152,7 @@ static void idf_release(patina_gpu_t *g, void *state)
     while (dv->mirrors) mirror_free(g, dv->mirrors);
     dev_free_calls(g, dv);
     pgpu_free_n(g, 2, &dv->h_up, &dv->d_up);
+    for (int i = 0; i < IDF_STREAMS; i++) pgpu_free_n(g, 1, &dv->d_stage[i]);
     for (int i = 0; i < 4; i++)
         if (dv->ev[i]) cudaEventDestroy((cudaEvent_t)dv->ev[i]);
     (void)cudaGetLastError();
@@ -233,6 +235,20 @@ static patina_status staging(patina_gpu_t *g, idf_dev_t *dv, const idf_mirror_t 
         PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_IDENTIFY, keep, (void **)&dv->d_up, u8bytes, "upload conversion"));
         dv->dup_cap = u8bytes;
     }
+    return PATINA_OK;
+}
+
+/* The shared staging buffers of the streamed chunks: IDF_STREAMS of bytes
+ * each at least, grown when short. */
+static patina_status stream_buffers(patina_gpu_t *g, idf_dev_t *dv, const idf_mirror_t *keep, size_t bytes)
+{
+    if (bytes <= dv->stage_cap) return PATINA_OK;
+    PATINA_TRY(pgpu_sync(g)); /* no chunk in flight uses them */
+    for (int i = 0; i < IDF_STREAMS; i++) pgpu_free_n(g, 1, &dv->d_stage[i]);
+    dv->stage_cap = 0;
+    for (int i = 0; i < IDF_STREAMS; i++)
+        PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_IDENTIFY, keep, (void **)&dv->d_stage[i], bytes, "streamed chunk"));
+    dv->stage_cap = bytes;
     return PATINA_OK;
 }
 
@@ -357,11 +373,7 @@ static patina_status build(patina_gpu_t *g, idf_dev_t *dv, const pgpu_idf_refs_t
         if ((s = tcache_host_reserve(g, &st->host, PGPU_FAM_IDENTIFY, 1, &st->slot_bytes, hostc, tag)) != PATINA_OK)
             goto fail;
     }
-    if (hostc)
-        for (int i = 0; i < IDF_STREAMS; i++)
-            if ((s = mirror_alloc(g, st, (void **)&st->d_stage[i], st->chunk_slots * st->slot_bytes,
-                                  "streamed chunk")) != PATINA_OK)
-                goto fail;
+    if (hostc && (s = stream_buffers(g, dv, st, st->stream_slots * st->slot_bytes)) != PATINA_OK) goto fail;
     st->cnt_cap = devc + hostc;
     if ((s = mirror_alloc(g, st, (void **)&st->d_count, st->cnt_cap * sizeof(uint16_t) + 2, "counts")) != PATINA_OK)
         goto fail;
@@ -563,6 +575,7 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
     const size_t rpw = prec == IDF_PREC_FP16 ? 32 : 64;
     size_t qb = nq < IDF_QBATCH ? nq : IDF_QBATCH;
     for (int i = 0; i < 4; i++) ev[i] = (cudaEvent_t)dv->ev[i];
+    if (nhost) IDF_TRY(stream_buffers(g, dv, st, st->stream_slots * st->slot_bytes));
 
     for (size_t q0 = 0; q0 < nq; q0 += qb) {
         const size_t bq = nq - q0 < qb ? nq - q0 : qb;
@@ -635,10 +648,10 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
             for (c0 = 0; c0 < nhost; c0 += st->stream_slots, k = (k + 1) % IDF_STREAMS) {
                 const size_t cn = nhost - c0 < st->stream_slots ? nhost - c0 : st->stream_slots;
                 cudaStream_t sk = (cudaStream_t)pgpu_stream(g, k);
-                PGPU_CU_GOTO(cudaMemcpyAsync(st->d_stage[k], tcache_host_at(&st->host, 0, c0), cn * st->slot_bytes,
+                PGPU_CU_GOTO(cudaMemcpyAsync(dv->d_stage[k], tcache_host_at(&st->host, 0, c0), cn * st->slot_bytes,
                                              cudaMemcpyHostToDevice, sk),
                              s, out);
-                L.refs = st->d_stage[k];
+                L.refs = dv->d_stage[k];
                 L.count = st->d_count + ndev + c0;
                 L.slot0 = (uint32_t)(ndev + c0);
                 L.nref = (uint32_t)cn;
