@@ -14,7 +14,10 @@
  * saved through a table give the scan's hits; a context's device list is
  * checked, and tables split over 2 and 3 slices ("0,0", "0,0,0": the CPU
  * answers) give one device's k-NN, range, SQFD and identification answers
- * bit for bit, before and after writes. */
+ * bit for bit, before and after writes; identification over several
+ * tables at once (patina_table_identify_many: partitions of a collection,
+ * synthetic and photographed, on one device and on slices) equals one
+ * table of their union, and refuses tables of other specs or contexts. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -24,6 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "features/rootsift.h"
 #include "testutil.h"
 
 static patina_context_t *ctx_new(void)
@@ -1189,6 +1193,263 @@ static void test_slices_identify(void **state)
     for (i = 0; i < 3; i++) patina_context_free(ctx[i]);
 }
 
+/* ------------------------------------ identification over several tables */
+
+/* Identification over the P partition tables of c (on ctx) equals one
+ * table of the whole collection, for P = 1, 2, 5 and 40 (most of them
+ * empty) and several option settings: k above and below verify_top, no
+ * verification, a low threshold, k past the rows. Returns how many
+ * answers were ambiguous (over every setting). */
+static size_t many_equals_union(patina_context_t *ctx, patina_collection_t *c, const uint8_t *q, size_t nq,
+                                const char *what)
+{
+    static const uint32_t parts[] = {1, 2, 5, 40};
+    enum { KMAX = 40 };
+    patina_table_t *whole = NULL, *t[40];
+    patina_table_opts_t o;
+    patina_identify_opts_t io;
+    patina_identify_hit_t *h0 = calloc(nq * KMAX, sizeof *h0), *h1 = calloc(nq * KMAX, sizeof *h1);
+    patina_identify_result_t *r0 = calloc(nq, sizeof *r0), *r1 = calloc(nq, sizeof *r1);
+    char **k0 = calloc(nq * KMAX, sizeof *k0), **k1 = calloc(nq * KMAX, sizeof *k1);
+    size_t pi, v, i, j, ambiguous = 0, rows = 0, empty = 0, across = 0;
+    patina_table_opts_init(&o);
+    o.need = PATINA_CAP_IDENTIFY;
+    TU_OK(patina_table_open(&whole, ctx, c, NULL, &o));
+    for (pi = 0; pi < sizeof parts / sizeof parts[0]; pi++) {
+        const uint32_t P = parts[pi];
+        o.partitions = P;
+        for (i = 0, rows = 0; i < P; i++) {
+            o.partition = (uint32_t)i;
+            TU_OK(patina_table_open(&t[i], ctx, c, NULL, &o));
+            rows += patina_table_size(t[i]);
+            empty += patina_table_size(t[i]) == 0;
+        }
+        assert_int_equal(rows, patina_table_size(whole)); /* the partitions cover the rows once */
+        for (v = 0; v < 7; v++) {
+            patina_identify_opts_init(&io);
+            io.device = PATINA_DEVICE_CPU;
+            switch (v) {
+            case 0: io.k = 5; break;                                    /* the defaults otherwise */
+            case 1: io.k = 8; io.verify_top = 2; break;                 /* k > verify_top: some unverified */
+            case 2: io.k = 1; io.verify_top = 6; break;                 /* k < verify_top */
+            case 3: io.k = 4; io.verify = 0; break;                     /* matches only */
+            case 4: io.k = 3; io.verify_top = 4; io.threshold = 3; break; /* low threshold: ambiguous answers */
+            case 5: io.k = KMAX; io.verify_top = 3; break;              /* k past the rows: clamped to the union's */
+            default: io.k = 2; io.verify_top = 1; io.threshold = 0; break;
+            }
+            TU_OK(patina_table_identify(whole, q, nq, &io, h0, r0, k0));
+            TU_OK(patina_table_identify_many(t, P, q, nq, &io, h1, r1, k1));
+            for (i = 0; i < nq; i++) {
+                if (r0[i].nhits != r1[i].nhits || r0[i].decision != r1[i].decision)
+                    fail_msg("%s: %u tables, setting %zu, query %zu: one table %zu hits (%s), several %zu (%s)", what,
+                             P, v, i, r0[i].nhits, patina_identify_decision_name(r0[i].decision), r1[i].nhits,
+                             patina_identify_decision_name(r1[i].decision));
+                ambiguous += r0[i].decision == PATINA_DECISION_AMBIGUOUS;
+                for (j = 0; j < r0[i].nhits; j++) {
+                    const size_t at = i * io.k + j;
+                    if (h0[at].id != h1[at].id || h0[at].matches != h1[at].matches ||
+                        h0[at].inliers != h1[at].inliers || h0[at].verified != h1[at].verified ||
+                        memcmp(&h0[at].score, &h1[at].score, sizeof(double)))
+                        fail_msg("%s: %u tables, setting %zu, query %zu rank %zu: one table id %llu matches %u "
+                                 "inliers %u verified %d, several id %llu matches %u inliers %u verified %d",
+                                 what, P, v, i, j + 1, (unsigned long long)h0[at].id, h0[at].matches, h0[at].inliers,
+                                 h0[at].verified, (unsigned long long)h1[at].id, h1[at].matches, h1[at].inliers,
+                                 h1[at].verified);
+                    assert_non_null(k0[at]);
+                    assert_non_null(k1[at]);
+                    assert_string_equal(k0[at], k1[at]);
+                    if (P > 1 && j > 0 && patina_key_partition(k1[at], P) != patina_key_partition(k1[i * io.k], P))
+                        across++; /* an answer drawn from several tables */
+                }
+                for (j = r0[i].nhits; j < io.k; j++) assert_null(k1[i * io.k + j]);
+            }
+            for (i = 0; i < nq * io.k; i++) {
+                patina_free(k0[i]);
+                patina_free(k1[i]);
+            }
+        }
+        for (i = 0; i < P; i++) patina_table_free(t[i]);
+    }
+    assert_true(empty > 0);  /* tables with no row took part */
+    assert_true(across > 0); /* answers merged from several tables */
+    patina_table_free(whole);
+    free(h0);
+    free(h1);
+    free(r0);
+    free(r1);
+    free(k0);
+    free(k1);
+    return ambiguous;
+}
+
+/* patina_table_identify_many over synthetic references (and, with a copy of
+ * one reference under a second key, ambiguous answers) on one device and
+ * on two CPU slices ("0,0"); tables with no rows answer nothing; the
+ * tables must share spec and context. */
+static void test_identify_many(void **state)
+{
+    enum { N = 12 };
+    patina_context_t *ctx[2] = {ctx_new(), ctx_gpus("0,0")};
+    uint8_t *refs, *q;
+    size_t bytes, qb, i, ambiguous = 0;
+    char *dir = tu_table_collection(ctx[0], "rootsift:m=64,n=128", N, 96, 1, 31, &refs, &bytes);
+    patina_collection_t *c = NULL;
+    patina_table_t *t = NULL, *u = NULL, *other = NULL, *cedd = NULL, *two[2];
+    patina_table_opts_t o;
+    patina_identify_opts_t io;
+    patina_identify_hit_t h[N * 3];
+    patina_identify_result_t r[N];
+    patina_image_t imgs[N];
+    tu_rng_t rng;
+    (void)state;
+    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_WRITE, 0));
+    patina_table_opts_init(&o);
+    o.need = PATINA_CAP_IDENTIFY;
+    TU_OK(patina_table_open(&t, ctx[0], c, NULL, &o));
+    tu_rng_seed(&rng, 31);
+    for (i = 0; i < N; i++) tu_random_image(&imgs[i], 96, 96, 1, &rng);
+    qb = patina_table_query_bytes(t);
+    q = malloc(N * qb);
+    TU_OK(patina_table_identify_extract(t, NULL, q, imgs, N, NULL));
+    for (i = 0; i < 2; i++) many_equals_union(ctx[i], c, q, N, i ? "two slices" : "one device");
+    /* a copy of reference 5 under a second key: its query sees both, verified alike */
+    {
+        patina_insert_t item;
+        char key[32];
+        const void *descs[1] = {refs + 4 * bytes};
+        fill_items(&item, (char(*)[32])key, 1, 500, 0);
+        TU_OK(patina_tables_put(&t, 1, &item, 1, descs, NULL));
+    }
+    for (i = 0; i < 2; i++) ambiguous += many_equals_union(ctx[i], c, q, N, i ? "two slices, a copy" : "one device, a copy");
+    assert_true(ambiguous > 0);
+    /* only empty tables: no hit, unknown, the query's features counted */
+    o.partitions = 40;
+    for (i = 0, two[0] = two[1] = NULL; i < 40 && !two[1]; i++) {
+        patina_table_t *p = NULL;
+        o.partition = (uint32_t)i;
+        TU_OK(patina_table_open(&p, ctx[0], c, NULL, &o));
+        if (patina_table_size(p) == 0 && !two[0]) two[0] = p;
+        else if (patina_table_size(p) == 0) two[1] = p;
+        else patina_table_free(p);
+    }
+    assert_non_null(two[1]);
+    patina_identify_opts_init(&io);
+    io.k = 3;
+    io.device = PATINA_DEVICE_CPU;
+    TU_OK(patina_table_identify_many(two, 2, q, N, &io, h, r, NULL));
+    for (i = 0; i < N; i++) {
+        assert_int_equal(r[i].nhits, 0);
+        assert_int_equal(r[i].decision, PATINA_DECISION_UNKNOWN);
+        assert_int_equal(r[i].query_features, rs_count(q + i * qb));
+    }
+    /* what may not be mixed */
+    TU_OK(patina_table_new(&other, ctx[0], "rootsift:m=32,n=128", NULL));
+    two[1] = other;
+    assert_int_equal(patina_table_identify_many(two, 2, q, N, &io, h, r, NULL), PATINA_E_INVALID);
+    assert_non_null(strstr(patina_last_error(), "one spec per call"));
+    patina_table_free(other);
+    o.partitions = 1;
+    o.partition = 0;
+    TU_OK(patina_table_open(&u, ctx[1], c, NULL, &o)); /* another context */
+    two[1] = u;
+    assert_int_equal(patina_table_identify_many(two, 2, q, N, &io, h, r, NULL), PATINA_E_INVALID);
+    two[1] = two[0];
+    assert_int_equal(patina_table_identify_many(two, 2, q, N, &io, h, r, NULL), PATINA_E_INVALID);
+    assert_int_equal(patina_table_identify_many(two, 0, q, N, &io, h, r, NULL), PATINA_E_INVALID);
+    assert_int_equal(patina_table_identify_many(NULL, 1, q, N, &io, h, r, NULL), PATINA_E_INVALID);
+    o.need = 0;
+    TU_OK(patina_table_new(&cedd, ctx[0], "cedd", NULL));
+    two[1] = cedd;
+    assert_int_equal(patina_table_identify_many(two, 2, q, N, &io, h, r, NULL), PATINA_E_INVALID);
+    patina_table_free(cedd);
+    patina_table_free(u);
+    patina_table_free(two[0]);
+    for (i = 0; i < N; i++) patina_image_release(&imgs[i]);
+    patina_table_free(t);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(dir);
+    free(refs);
+    free(q);
+    for (i = 0; i < 2; i++) patina_context_free(ctx[i]);
+}
+
+/* The same on real photographs (the sample set: scripts/fetch-samples.sh):
+ * references the first photographs, queries their central crops halved and
+ * other photographs. */
+static void test_identify_many_photos(void **state)
+{
+    enum { NREF = 24, NQ = 10 };
+    const char *env = getenv("PATINA_SAMPLES");
+    const char *spec = "rootsift:m=128,n=256,maxside=320";
+    char **files = NULL;
+    size_t nf = tu_list_files(env && *env ? env : PATINA_SAMPLES_DIR, "jpg,jpeg,png", &files), i, bytes;
+    patina_context_t *ctx = ctx_new();
+    patina_extractor_t *ex = NULL;
+    patina_collection_t *c = NULL;
+    patina_table_t *t = NULL;
+    patina_table_opts_t o;
+    patina_image_t imgs[NREF + NQ];
+    patina_insert_t items[NREF];
+    char keys[NREF][32];
+    uint8_t *descs, *q;
+    char *dir;
+    (void)state;
+    if (nf < NREF + NQ) {
+        fprintf(stderr, "test_table: identification over several tables on photographs skipped (%zu sample "
+                        "photographs; scripts/fetch-samples.sh)\n", nf);
+        tu_free_list(files, nf);
+        patina_context_free(ctx);
+        return;
+    }
+    TU_OK(patina_extractor_new(&ex, spec));
+    bytes = patina_extractor_bytes(ex);
+    descs = malloc(NREF * bytes);
+    for (i = 0; i < NREF + NQ; i++) TU_OK(patina_image_load(&imgs[i], files[i * (nf / (NREF + NQ))], NULL));
+    TU_OK(patina_extract_batch(ctx, ex, PATINA_DEVICE_CPU, descs, imgs, NREF, NULL));
+    memset(items, 0, sizeof items);
+    for (i = 0; i < NREF; i++) {
+        snprintf(keys[i], sizeof keys[i], "photo/%02zu.jpg", i);
+        items[i].key = keys[i];
+        items[i].size = 1000 + i;
+        items[i].sha256[0] = (uint8_t)i;
+        items[i].width = imgs[i].width;
+        items[i].height = imgs[i].height;
+        items[i].desc = descs + i * bytes;
+    }
+    dir = tu_tempdir("table");
+    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_CREATE, 0));
+    TU_OK(patina_collection_put(c, patina_extractor_spec(ex), bytes, items, NREF, NULL));
+    /* queries: the first references' central crops at half size, then photographs not registered */
+    for (i = 0; i < NQ / 2; i++) {
+        patina_image_t *im = &imgs[i * 3], crop;
+        const int w = im->width * 3 / 4 / 2, h = im->height * 3 / 4 / 2;
+        TU_OK(patina_image_init(&crop, w, h));
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++)
+                memcpy(crop.data + (size_t)y * crop.stride + (size_t)x * 3,
+                       im->data + (size_t)(im->height / 8 + 2 * y) * im->stride + (size_t)(im->width / 8 + 2 * x) * 3, 3);
+        patina_image_release(&imgs[NREF + i]);
+        imgs[NREF + i] = crop;
+    }
+    patina_table_opts_init(&o);
+    o.need = PATINA_CAP_IDENTIFY;
+    TU_OK(patina_table_open(&t, ctx, c, NULL, &o));
+    q = malloc(NQ * patina_table_query_bytes(t));
+    TU_OK(patina_table_identify_extract(t, NULL, q, imgs + NREF, NQ, NULL));
+    many_equals_union(ctx, c, q, NQ, "photographs");
+    patina_table_free(t);
+    for (i = 0; i < NREF + NQ; i++) patina_image_release(&imgs[i]);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(dir);
+    free(descs);
+    free(q);
+    patina_extractor_free(ex);
+    tu_free_list(files, nf);
+    patina_context_free(ctx);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -1204,6 +1465,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_slices_search),
         cmocka_unit_test(test_slices_sqfd),
         cmocka_unit_test(test_slices_identify),
+        cmocka_unit_test(test_identify_many),
+        cmocka_unit_test(test_identify_many_photos),
     };
     if (argc == 4 && !strcmp(argv[1], "writer")) return writer(argv[2], atoi(argv[3]));
     return cmocka_run_group_tests(tests, NULL, NULL);

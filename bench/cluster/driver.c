@@ -2,11 +2,15 @@
  * NATS, the shards and this program, and prints the table).
  *
  *   bench_cluster inproc --refs N --partitions P [--seed S] [--gpus LIST] [--budget GiB] --query IMG
- *                        [--reps R] [--batch B]
+ *                        [--reps R] [--batch B] [--tables T]
  *       the in-process engine: one detached rootsift table on a context of
  *       the device list holding the same synthetic references a cluster of
  *       `patina shard --synthetic N:S` holds (every partition's), one query
- *       R times and a batch of B queries.
+ *       R times and a batch of B queries. --tables T (1 .. P): the rows in
+ *       T detached tables instead (partition p's in table p mod T; T = P: one
+ *       table per partition, as a shard holds them), identified together
+ *       by patina_table_identify_many (mode "inproc_tables"): the cost of
+ *       many small tables against one.
  *   bench_cluster front --cluster URL --coll C --query IMG [--reps R] [--batch B] [--deadline MS]
  *       the cluster path through the front end's code (clu_front_identify,
  *       what patina serve/identify --cluster run): the same measurements.
@@ -142,17 +146,36 @@ static patina_status inproc_ident(void *u, const void *q, size_t nq, patina_iden
     return patina_table_identify((patina_table_t *)u, q, nq, &o, hits, res, NULL);
 }
 
+typedef struct tables {
+    patina_table_t **t;
+    size_t n;
+} tables_t;
+
+static patina_status inproc_many(void *u, const void *q, size_t nq, patina_identify_hit_t *hits,
+                                 patina_identify_result_t *res, clu_coverage_t *cov)
+{
+    const tables_t *ts = u;
+    patina_identify_opts_t o;
+    patina_identify_opts_init(&o);
+    o.device = PATINA_DEVICE_AUTO;
+    cov->fanout_ms = 0;
+    cov->partial = 0;
+    cov->references = 0;
+    return patina_table_identify_many(ts->t, ts->n, q, nq, &o, hits, res, NULL);
+}
+
 static int run_inproc(int argc, char **argv)
 {
     const uint64_t n = strtoull(arg(argc, argv, "--refs", "100000"), NULL, 10),
                    seed = strtoull(arg(argc, argv, "--seed", "1"), NULL, 10);
     const uint32_t P = (uint32_t)atoi(arg(argc, argv, "--partitions", "64"));
     const char *spec = arg(argc, argv, "--spec", "rootsift");
+    const size_t T = (size_t)atoi(arg(argc, argv, "--tables", "1"));
     patina_context_opts_t co;
     patina_context_t *ctx = NULL;
-    patina_table_t *t = NULL;
+    patina_table_t *t = NULL, **ts = calloc(T ? T : 1, sizeof *ts);
     patina_table_opts_t to;
-    patina_change_t *ch = malloc(4096 * sizeof *ch);
+    patina_change_t *ch = malloc(4096 * sizeof *ch), *cht = malloc(4096 * sizeof *cht);
     char (*keys)[48] = malloc(4096 * sizeof *keys);
     uint32_t p;
     double t0 = now();
@@ -160,9 +183,12 @@ static int run_inproc(int argc, char **argv)
     patina_context_opts_init(&co);
     co.gpus = arg(argc, argv, "--gpus", NULL);
     co.gpu_mem_budget = (uint64_t)(atof(arg(argc, argv, "--budget", "0")) * 1073741824.0); /* GiB per device */
+    if (T < 1 || T > P || !ts || !ch || !cht || !keys) die("--tables must be 1 .. --partitions");
     if (patina_context_new(&ctx, &co) != PATINA_OK) die("context");
     patina_table_opts_init(&to);
-    if (patina_table_new(&t, ctx, spec, &to) != PATINA_OK) die("table");
+    for (size_t k = 0; k < T; k++)
+        if (patina_table_new(&ts[k], ctx, spec, &to) != PATINA_OK) die("table");
+    t = ts[0];
     /* in id order (id = 1 + p + j P): every put appends to the reference
      * set; partition by partition would insert each id in the middle, moving
      * every larger record (quadratic) */
@@ -181,19 +207,34 @@ static int run_inproc(int argc, char **argv)
                 clu_synth_key(keys[i], sizeof keys[i], seed, pp, j);
                 ch[i] = (patina_change_t){PATINA_CHANGE_PUT, 1 + id, keys[i], pools[pp] + (j % CLU_SYNTH_POOL) * bytes};
             }
-            if (patina_table_apply(t, ch, nb, 0, NULL) != PATINA_OK) die("apply");
+            for (size_t k = 0; k < T; k++) { /* each table's rows, still in id order */
+                size_t m = 0;
+                for (i = 0; i < nb; i++)
+                    if ((ch[i].id - 1) % P % T == k) cht[m++] = ch[i];
+                if (m && patina_table_apply(ts[k], cht, m, 0, NULL) != PATINA_OK) die("apply");
+            }
         }
         for (p = 0; p < P; p++) free(pools[p]);
         free(pools);
     }
     fprintf(stderr, "bench_cluster: %llu references in %.1f s\n", (unsigned long long)n, now() - t0);
     q = query_of(t, arg(argc, argv, "--query", "samples/mate/Aqua.jpg"), (size_t)atoi(arg(argc, argv, "--batch", "16")));
-    measure("inproc", inproc_ident, t, q, (size_t)atoi(arg(argc, argv, "--batch", "16")),
-            atoi(arg(argc, argv, "--reps", "20")), n);
+    if (T == 1) {
+        measure("inproc", inproc_ident, t, q, (size_t)atoi(arg(argc, argv, "--batch", "16")),
+                atoi(arg(argc, argv, "--reps", "20")), n);
+    } else {
+        tables_t u = {ts, T};
+        fprintf(stderr, "bench_cluster: %zu tables of about %llu references, identified together\n", T,
+                (unsigned long long)(n / T));
+        measure("inproc_tables", inproc_many, &u, q, (size_t)atoi(arg(argc, argv, "--batch", "16")),
+                atoi(arg(argc, argv, "--reps", "20")), n);
+    }
     free(q);
     free(ch);
+    free(cht);
     free(keys);
-    patina_table_free(t);
+    for (size_t k = 0; k < T; k++) patina_table_free(ts[k]);
+    free(ts);
     patina_context_free(ctx);
     return 0;
 }

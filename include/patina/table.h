@@ -223,6 +223,29 @@ PATINA_API patina_status patina_table_identify(patina_table_t *t, const void *qu
                                                const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
                                                patina_identify_result_t *results, char **keys);
 
+/* patina_table_identify over several tables at once, answering exactly as
+ * ONE table holding the union of their rows would: the same hits, scores,
+ * matches, inliers, verified flags, decisions and keys. The tables must
+ * share the spec and the context (PATINA_E_INVALID otherwise, as for a
+ * table listed twice or a family without PATINA_CAP_IDENTIFY) and hold
+ * disjoint ids (the partitions of one collection, a cluster shard's
+ * partitions: not checked). Each table is matched where it lives -- on the
+ * context's CPU workers or against its own GPU mirror, slice by slice on a
+ * context of several devices -- and the candidates of all are merged before
+ * RANSAC, which verifies only the union's best verify_top once (one table
+ * per call would verify verify_top per table). k, verify_top and the
+ * clamping of k to the rows count the union. A caller that merges such
+ * answers further (patina_identify_merge) asks each for k =
+ * patina_identify_part_k, as for one table. keys as patina_table_identify:
+ * each hit's key from the table that holds it. nt = 1 is
+ * patina_table_identify. The tables' read locks are taken in address order,
+ * so calls over overlapping sets of tables do not deadlock with each other
+ * or with writers. */
+PATINA_API patina_status patina_table_identify_many(patina_table_t *const *tables, size_t nt, const void *queries,
+                                                    size_t nq, const patina_identify_opts_t *opts,
+                                                    patina_identify_hit_t *hits, patina_identify_result_t *results,
+                                                    char **keys);
+
 /* patina_identify_pairs against the table's references. */
 PATINA_API patina_status patina_table_identify_pairs(patina_table_t *t, const void *query, uint64_t id,
                                                      const patina_identify_opts_t *opts, float *pairs, size_t cap,

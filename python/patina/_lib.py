@@ -339,6 +339,9 @@ _PROTOS = {
     # so that ctypes keeps the pointers
     "patina_table_identify": (c_int, [c_void_p, c_void_p, c_size_t, P(IdentifyOpts), P(IdentifyHit),
                                       P(IdentifyResult), P(c_void_p)]),
+    # tables: (nt) table handles; keys as patina_table_identify
+    "patina_table_identify_many": (c_int, [P(c_void_p), c_size_t, c_void_p, c_size_t, P(IdentifyOpts), P(IdentifyHit),
+                                           P(IdentifyResult), P(c_void_p)]),
     "patina_table_identify_pairs": (c_int, [c_void_p, c_void_p, c_uint64, P(IdentifyOpts), P(c_float), c_size_t,
                                             P(c_size_t)]),
     "patina_tables_put": (c_int, [P(c_void_p), c_size_t, P(Insert), c_size_t, P(c_void_p), P(c_uint64)]),

@@ -650,28 +650,21 @@ static void answer(shard_t *sh, const clu_request_t *q, clu_reply_t *r)
         for (i = 0; res && i < np; i++) patina_table_results_release(&res[i]);
         free(res);
     } else {
+        /* the requested ready partitions in ONE call: matched each against
+         * its own reference set (its GPU mirror), the union's best
+         * candidates verified once, the keys from their partitions */
         patina_identify_opts_t o = q->iopts;
         const size_t pk = patina_identify_part_k(&q->iopts);
-        patina_identify_hit_t **ph = calloc(np ? np : 1, sizeof *ph);
-        patina_identify_result_t **pr = calloc(np ? np : 1, sizeof *pr);
-        char ***pkeys = calloc(np ? np : 1, sizeof *pkeys);
+        patina_table_t **tbs = calloc(np ? np : 1, sizeof *tbs);
         o.k = pk;
         if (pk == 0 || pk > PATINA_K_MAX || q->nq * pk > (1u << 24))
             s = clu_fail(PATINA_E_LIMIT, "shard: identify k %zu x %zu queries", pk, q->nq);
-        if (!ph || !pr || !pkeys) s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
+        if (!tbs) s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
         for (i = 0; s == PATINA_OK && i < np; i++) {
-            patina_table_t *tb = sh->parts[r->parts[i]].tables[t];
-            if (q->qbytes != patina_table_query_bytes(tb)) {
+            tbs[i] = sh->parts[r->parts[i]].tables[t];
+            if (q->qbytes != patina_table_query_bytes(tbs[i]))
                 s = clu_fail(PATINA_E_INVALID, "shard: identify queries of %zu bytes for table %s of %zu", q->qbytes,
-                             q->spec, patina_table_query_bytes(tb));
-                break;
-            }
-            ph[i] = calloc(q->nq * pk + 1, sizeof **ph);
-            pr[i] = calloc(q->nq + 1, sizeof **pr);
-            pkeys[i] = calloc(q->nq * pk + 1, sizeof **pkeys);
-            if (!ph[i] || !pr[i] || !pkeys[i]) s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
-            else if ((s = patina_table_identify(tb, q->queries, q->nq, &o, ph[i], pr[i], pkeys[i])) != PATINA_OK)
-                s = clu_fail_lib(s, "shard %s: partition %u", sh->name, r->parts[i]);
+                             q->spec, patina_table_query_bytes(tbs[i]));
         }
         if (s == PATINA_OK) {
             r->nq = q->nq;
@@ -680,26 +673,13 @@ static void answer(shard_t *sh, const clu_request_t *q, clu_reply_t *r)
             r->results = calloc(q->nq + 1, sizeof *r->results);
             r->keys = calloc(q->nq * pk + 1, sizeof *r->keys);
             if (!r->hits || !r->results || !r->keys) s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
-            else if ((s = patina_identify_merge((const patina_identify_hit_t *const *)ph,
-                                                (const patina_identify_result_t *const *)pr, np, q->nq, &o, r->hits,
-                                                r->results)) != PATINA_OK)
-                s = clu_fail_lib(s, "shard %s: merge", sh->name);
-            else
-                s = clu_identify_keys((const patina_identify_hit_t *const *)ph,
-                                      (const patina_identify_result_t *const *)pr, (char *const *const *)pkeys, np,
-                                      q->nq, pk, r->hits, r->results, pk, r->keys);
+            else if (!np) /* no partition: an empty answer (the merge of none) */
+                s = patina_identify_merge(NULL, NULL, 0, q->nq, &o, r->hits, r->results);
+            else if ((s = patina_table_identify_many(tbs, np, q->queries, q->nq, &o, r->hits, r->results,
+                                                     r->keys)) != PATINA_OK)
+                s = clu_fail_lib(s, "shard %s: partitions %u.. (%zu)", sh->name, r->parts[0], np);
         }
-        for (i = 0; i < np; i++) {
-            size_t j;
-            if (pkeys && pkeys[i])
-                for (j = 0; j < q->nq * pk; j++) patina_free(pkeys[i][j]);
-            if (pkeys) free(pkeys[i]);
-            if (ph) free(ph[i]);
-            if (pr) free(pr[i]);
-        }
-        free(ph);
-        free(pr);
-        free(pkeys);
+        free(tbs);
     }
     if (s != PATINA_OK) {
         r->status = s;

@@ -309,9 +309,10 @@ typedef struct pgpu_idf_stats {
  * queries' rows at queries + q * qstride (n rows of 128 u8, the first
  * qcount[q] valid); keys (nq, ncap): (score << 32) | (0xffffffff - slot),
  * descending, 0 past a query's candidates (score 0 is never a candidate).
- * Score, ratio test and tie order are the CPU matcher's exactly. The
- * mirror of refs in g is brought up to date first (context.h state
- * PGPU_FAM_IDENTIFY). stats may be NULL. */
+ * Score, ratio test and tie order are the CPU matcher's exactly. g's
+ * mirror of refs -- one per set, found by its serial in g's table cache
+ * (gpu/tcache.h), made on the set's first call -- is brought up to date
+ * first. stats may be NULL. */
 patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, const uint8_t *queries,
                                   size_t qstride, const uint16_t *qcount, size_t nq, size_t n,
                                   const pgpu_idf_opts_t *o, uint64_t *keys, pgpu_idf_stats_t *stats);
@@ -325,6 +326,15 @@ static inline size_t pgpu_idf_slot_bytes(size_t m, int precision)
 
 /* Slots of m rows the device arena could hold within g's budget now. */
 void patina_gpu__identify_capacity(const patina_gpu_t *g, size_t m, int precision, size_t *dev_slots);
+
+/* Drops g's mirror of the reference set `serial` (nothing when g has
+ * none): its owner frees the set. */
+void patina_gpu_identify_forget(patina_gpu_t *g, uint64_t serial);
+
+/* Tests: the mirrors g holds now and how many mirrors it has built from
+ * scratch since its identification state was made (a set's first call, a
+ * renumbering, a mirror dropped for memory and made again). */
+void patina_gpu__identify_mirrors(patina_gpu_t *g, size_t *mirrors, uint64_t *builds);
 
 /* ---- internal: benchmarks and tests (double underscore = not public) ---- */
 

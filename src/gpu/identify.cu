@@ -4,21 +4,36 @@
  * best candidates (score, slot) -- the same candidates as the CPU matcher
  * (src/algo/rootsift_match.c), exactly.
  *
- * The cache. A context's identify state mirrors ONE reference set: its
- * slots' descriptor rows (u8, or the same values as binary16 for the fp16
- * kernel), m rows padded to a multiple of 8 per slot, each slot's count
- * (0: empty or removed) and nothing else (ids, geometry and records stay on
- * the host: verification is the CPU's). Slots [0, dev_cap) live in the
- * device arena, sized from the context's memory budget; slots past it in a
- * pinned host tier, streamed through STREAMS staging buffers with copies
- * of one chunk overlapping the matching of the others. Slots keep their
- * tier: the first dev_cap stay on the device and additions past it go to
- * the host tier (the paper's FIFO would instead move the oldest slot to the
- * host at every addition, a copy each time); a rebuild places them anew.
- * The set tells what changed through its serial (which set), epoch
- * (slots renumbered: rebuild) and per-slot stamps (a slot whose stamp is
- * newer than the mirror's clock is uploaded again, appended when new): an
- * add, a removal or an update is one slot's copy, visible to the next call.
+ * Mirrors. A context keeps one mirror per reference set it has matched,
+ * found by the set's serial in the table cache (gpu/tcache.h: entries of
+ * kind TCACHE_IDENTIFY), so that a caller alternating between sets (a
+ * shard's partitions, a table's slices) uploads each set once. A mirror
+ * holds its slots' descriptor rows (u8, or the same values as binary16 for
+ * the fp16 kernel), m rows padded to a multiple of 8 per slot, each slot's
+ * count (0: empty or removed) and nothing else (ids, geometry and records
+ * stay on the host: verification is the CPU's). Slots [0, dev_cap) live in
+ * the mirror's device arena, slots past it in a pinned host tier, streamed
+ * through STREAMS staging buffers of the device with copies of one chunk
+ * overlapping the matching of the others. Slots keep their tier: the first
+ * dev_cap stay on the device and additions past it go to the host tier (the
+ * paper's FIFO would instead move the oldest slot to the host at every
+ * addition, a copy each time); a rebuild places them anew. The set tells
+ * what changed through its serial (which set), epoch (slots renumbered:
+ * rebuild) and per-slot stamps (a slot whose stamp is newer than the
+ * mirror's clock is uploaded again, appended when new): an add, a removal or
+ * an update is one slot's copy, visible to the next call.
+ *
+ * Memory. A mirror's arena is planned as if the device's other mirrors were
+ * gone (they are caches) and allocated through the table cache, which drops
+ * the least recently used entries -- never the mirror being filled -- until
+ * it fits; a set too large for the budget keeps its tail in the host tier.
+ * What every call needs whatever set it matches -- the queries, the
+ * candidate lists, the upload staging and the streamed chunks' buffers --
+ * is the device's, shared by all mirrors (calls on one context run one at
+ * a time), so that a mirror costs its rows and counts (and its pinned host
+ * tier) and nothing per set beyond them. A mirror goes when
+ * the table cache drops it, when its set's owner says the set is gone
+ * (patina_gpu_identify_forget) or when the context closes.
  *
  * Calls run under the context's GPU turn (core/context.h). */
 #include <stdlib.h>
@@ -37,7 +52,7 @@
 #define IDF_STREAMS 3            /* streamed chunks in flight */
 #define IDF_CHUNK_BYTES (64ull << 20) /* host-tier slots per streamed chunk: about this many bytes */
 #define IDF_QBATCH 256           /* queries per launch at most */
-#define IDF_RESERVE (96ull << 20) /* budget kept for buffers besides the arena */
+#define IDF_RESERVE (96ull << 20) /* budget kept for buffers besides the arenas */
 
 /* In patina_gpu_identify: a failed step stores its status in s and leaves. */
 #define IDF_TRY(expr)                      \
@@ -45,8 +60,12 @@
         if ((s = (expr)) != PATINA_OK) goto out; \
     } while (0)
 
-typedef struct idf_state {
-    /* the mirrored set */
+struct idf_dev;
+
+/* One reference set's mirror (a table cache entry). */
+typedef struct idf_mirror {
+    struct idf_dev *dev;     /* the device state that lists it */
+    struct idf_mirror *next; /* the device's next mirror */
     uint64_t serial, epoch, clock;
     int prec;                /* IDF_PREC_* of the arena */
     size_t m, mpad;          /* rows per record, per slot (multiple of 8) */
@@ -59,12 +78,22 @@ typedef struct idf_state {
                               * (slot_bytes); unit u is slot dev_cap + u; cap slots, n mirrored */
     uint16_t *d_count;       /* (cnt_cap) per slot */
     uint16_t *h_count;       /* host copy of the mirrored counts */
-    /* staging */
-    unsigned char *d_stage[IDF_STREAMS]; /* streamed chunks */
     size_t chunk_slots;      /* slots per upload batch (about IDF_CHUNK_BYTES) */
     size_t stream_slots;     /* slots per streamed chunk: chunk_slots, fewer for a small host tier */
-    unsigned char *d_up;     /* u8 upload buffer for the fp16 conversion (chunk_slots slots) */
-    unsigned char *h_up;     /* pinned upload staging (chunk_slots slots of u8) */
+    uint64_t dev_bytes;      /* device bytes it holds */
+} idf_mirror_t;
+
+/* The context's identification state (PGPU_FAM_IDENTIFY): its mirrors and
+ * the buffers every call shares. */
+typedef struct idf_dev {
+    idf_mirror_t *mirrors;   /* every mirror of this device, newest first */
+    uint64_t builds;         /* mirrors built from scratch (patina_gpu__identify_mirrors) */
+    /* upload staging */
+    unsigned char *h_up;     /* pinned u8 rows of one upload batch */
+    unsigned char *d_up;     /* device u8 rows for the fp16 conversion */
+    size_t up_cap, dup_cap;  /* their bytes */
+    unsigned char *d_stage[IDF_STREAMS]; /* the streamed chunks of the mirrors with a host tier */
+    size_t stage_cap;        /* bytes of each */
     /* per call */
     void *d_q;               /* (qcap, n, 128) u8 or f16 */
     unsigned char *d_q8;     /* (qcap, n, 128) u8 upload */
@@ -72,7 +101,8 @@ typedef struct idf_state {
     size_t qcap, qn;         /* queries, rows per query the buffers hold */
     uint64_t *d_out, *h_out; /* lists: (1 + STREAMS, qcap, gx, K) */
     size_t out_cap;          /* entries */
-} idf_state_t;
+    void *ev[4];             /* cudaEvent_t: the call's timing points */
+} idf_dev_t;
 
 /* ------------------------------------------------------------ small kernels */
 
@@ -85,81 +115,165 @@ __global__ void k_u8_to_f16(__half *dst, const unsigned char *src, size_t n)
 
 /* ------------------------------------------------------------------ state */
 
-static void state_free_arena(patina_gpu_t *g, idf_state_t *st)
+/* Frees a mirror's memory and the mirror (unlisted, unregistered). */
+static void mirror_free(patina_gpu_t *g, idf_mirror_t *mi)
 {
-    tcache_remove(g, st);
-    pgpu_free_n(g, 2, &st->d_arena, &st->d_count);
-    tcache_host_free(g, &st->host);
-    for (int i = 0; i < IDF_STREAMS; i++) pgpu_free_n(g, 1, &st->d_stage[i]);
-    pgpu_free_n(g, 2, &st->d_up, &st->h_up);
-    free(st->h_count);
-    st->h_count = NULL;
-    st->serial = st->epoch = st->clock = 0;
-    st->nslots = st->dev_cap = st->cnt_cap = 0;
+    idf_mirror_t **pp;
+    tcache_remove(g, mi);
+    pgpu_free_n(g, 2, &mi->d_arena, &mi->d_count);
+    tcache_host_free(g, &mi->host);
+    free(mi->h_count);
+    for (pp = &mi->dev->mirrors; *pp; pp = &(*pp)->next)
+        if (*pp == mi) {
+            *pp = mi->next;
+            break;
+        }
+    free(mi);
 }
 
-/* The mirror dropped by the table cache (another table needed the
- * memory): rebuilt by the next call. */
-static void arena_drop(patina_gpu_t *g, void *obj)
+/* A mirror dropped by the table cache (another table needed the memory):
+ * built again by the next call on its set. */
+static void mirror_drop(patina_gpu_t *g, void *obj)
 {
     (void)pgpu_sync(g);
-    state_free_arena(g, (idf_state_t *)obj);
+    mirror_free(g, (idf_mirror_t *)obj);
 }
 
-static void state_free_calls(patina_gpu_t *g, idf_state_t *st)
+static void dev_free_calls(patina_gpu_t *g, idf_dev_t *dv)
 {
-    pgpu_free_n(g, 6, &st->d_q, &st->d_q8, &st->d_qcount, &st->h_qcount, &st->d_out, &st->h_out);
-    st->qcap = st->qn = st->out_cap = 0;
+    pgpu_free_n(g, 6, &dv->d_q, &dv->d_q8, &dv->d_qcount, &dv->h_qcount, &dv->d_out, &dv->h_out);
+    dv->qcap = dv->qn = dv->out_cap = 0;
 }
 
 static void idf_release(patina_gpu_t *g, void *state)
 {
-    idf_state_t *st = (idf_state_t *)state;
+    idf_dev_t *dv = (idf_dev_t *)state;
     (void)pgpu_sync(g);
-    state_free_arena(g, st);
-    state_free_calls(g, st);
+    while (dv->mirrors) mirror_free(g, dv->mirrors);
+    dev_free_calls(g, dv);
+    pgpu_free_n(g, 2, &dv->h_up, &dv->d_up);
+    for (int i = 0; i < IDF_STREAMS; i++) pgpu_free_n(g, 1, &dv->d_stage[i]);
+    for (int i = 0; i < 4; i++)
+        if (dv->ev[i]) cudaEventDestroy((cudaEvent_t)dv->ev[i]);
     (void)cudaGetLastError();
-    free(st);
+    free(dv);
 }
 
-static patina_status idf_state(patina_gpu_t *g, idf_state_t **out)
+static patina_status dev_state(patina_gpu_t *g, idf_dev_t **out)
 {
-    idf_state_t *st = (idf_state_t *)pgpu_state(g, PGPU_FAM_IDENTIFY);
-    *out = st;
-    if (st) return PATINA_OK;
-    st = (idf_state_t *)calloc(1, sizeof *st);
-    if (!st) return patina__fail(PATINA_E_NOMEM, "gpu identify: out of memory");
-    pgpu_set_state(g, PGPU_FAM_IDENTIFY, st, idf_release);
-    *out = st;
+    idf_dev_t *dv = (idf_dev_t *)pgpu_state(g, PGPU_FAM_IDENTIFY);
+    *out = dv;
+    if (dv) return PATINA_OK;
+    dv = (idf_dev_t *)calloc(1, sizeof *dv);
+    if (!dv) return patina__fail(PATINA_E_NOMEM, "gpu identify: out of memory");
+    for (int i = 0; i < 4; i++) {
+        cudaEvent_t ev;
+        if (cudaEventCreate(&ev) != cudaSuccess) {
+            patina_status s = pgpu_fail((int)cudaGetLastError(), "gpu identify: timing events", __FILE__, __LINE__);
+            idf_release(g, dv);
+            return s;
+        }
+        dv->ev[i] = ev;
+    }
+    pgpu_set_state(g, PGPU_FAM_IDENTIFY, dv, idf_release);
+    *out = dv;
     return PATINA_OK;
 }
 
 static size_t round8(size_t m) { return (m + 7) & ~(size_t)7; }
 
+/* Slots of sb bytes that fit free_b bytes of budget. */
+static size_t slots_in(uint64_t held, const patina_gpu_t *g, size_t sb)
+{
+    const uint64_t free_b = g->budget > held + IDF_RESERVE ? g->budget - held - IDF_RESERVE : 0;
+    return sb ? (size_t)(free_b / sb) : 0;
+}
+
 void patina_gpu__identify_capacity(const patina_gpu_t *g, size_t m, int prec, size_t *dev_slots)
 {
-    const size_t sb = pgpu_idf_slot_bytes(m, prec);
-    const uint64_t free_b = g->budget > g->dev_bytes + IDF_RESERVE ? g->budget - g->dev_bytes - IDF_RESERVE : 0;
-    *dev_slots = sb ? (size_t)(free_b / sb) : 0;
+    *dev_slots = slots_in(g->dev_bytes, g, pgpu_idf_slot_bytes(m, prec));
+}
+
+void patina_gpu_identify_forget(patina_gpu_t *g, uint64_t serial)
+{
+    idf_mirror_t *mi;
+    if (!g || !(mi = (idf_mirror_t *)tcache_find(g, PGPU_FAM_IDENTIFY, serial))) return;
+    mirror_drop(g, mi);
+    (void)cudaGetLastError();
+}
+
+void patina_gpu__identify_mirrors(patina_gpu_t *g, size_t *mirrors, uint64_t *builds)
+{
+    const idf_dev_t *dv = g ? (const idf_dev_t *)pgpu_state(g, PGPU_FAM_IDENTIFY) : NULL;
+    if (mirrors) *mirrors = g ? tcache_count(g, PGPU_FAM_IDENTIFY) : 0;
+    if (builds) *builds = dv ? dv->builds : 0;
+}
+
+/* Device memory for mirror mi (or the device's buffers, keep = the mirror
+ * in use): the table cache drops the least recently used entries other
+ * than keep while the budget is short. Counted in mi->dev_bytes. */
+static patina_status mirror_alloc(patina_gpu_t *g, idf_mirror_t *mi, void **p, size_t bytes, const char *tag)
+{
+    PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_IDENTIFY, mi, p, bytes, tag));
+    mi->dev_bytes += bytes;
+    return PATINA_OK;
+}
+
+/* The shared upload staging for u8bytes of rows (and their fp16
+ * conversion on the device when fp16), grown when short. */
+static patina_status staging(patina_gpu_t *g, idf_dev_t *dv, const idf_mirror_t *keep, size_t u8bytes, int fp16)
+{
+    if (u8bytes > dv->up_cap) {
+        pgpu_free_n(g, 1, &dv->h_up);
+        dv->up_cap = 0;
+        PATINA_TRY(pgpu_pin_alloc(g, (void **)&dv->h_up, u8bytes, PGPU_FAM_IDENTIFY, "upload staging"));
+        dv->up_cap = u8bytes;
+    }
+    if (fp16 && u8bytes > dv->dup_cap) {
+        pgpu_free_n(g, 1, &dv->d_up);
+        dv->dup_cap = 0;
+        PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_IDENTIFY, keep, (void **)&dv->d_up, u8bytes, "upload conversion"));
+        dv->dup_cap = u8bytes;
+    }
+    return PATINA_OK;
+}
+
+/* The shared staging buffers of the streamed chunks: IDF_STREAMS of bytes
+ * each at least, grown when short. */
+static patina_status stream_buffers(patina_gpu_t *g, idf_dev_t *dv, const idf_mirror_t *keep, size_t bytes)
+{
+    if (bytes <= dv->stage_cap) return PATINA_OK;
+    PATINA_TRY(pgpu_sync(g)); /* no chunk in flight uses them */
+    for (int i = 0; i < IDF_STREAMS; i++) pgpu_free_n(g, 1, &dv->d_stage[i]);
+    dv->stage_cap = 0;
+    for (int i = 0; i < IDF_STREAMS; i++)
+        PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_IDENTIFY, keep, (void **)&dv->d_stage[i], bytes, "streamed chunk"));
+    dv->stage_cap = bytes;
+    return PATINA_OK;
 }
 
 /* --------------------------------------------------------------- uploads */
 
 /* Copies slots [s0, s0 + ns) of the set (descriptor rows of its records)
  * into their places: the device arena or the host tier. The rows go
- * through pinned staging (h_up) so that each chunk is one large copy. */
-static patina_status upload_slots(patina_gpu_t *g, idf_state_t *st, const pgpu_idf_refs_t *refs, size_t s0,
+ * through the device's pinned staging (h_up) so that each chunk is one
+ * large copy. */
+static patina_status upload_slots(patina_gpu_t *g, idf_mirror_t *st, const pgpu_idf_refs_t *refs, size_t s0,
                                   size_t ns)
 {
+    idf_dev_t *dv = st->dev;
     cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
     const size_t rowb8 = st->mpad * IDF_D; /* u8 bytes per slot */
+    PGPU_CU(cudaStreamSynchronize(s)); /* the staging is free */
+    PATINA_TRY(staging(g, dv, st, (ns < st->chunk_slots ? ns : st->chunk_slots) * rowb8,
+                       st->prec == IDF_PREC_FP16));
     while (ns) {
         const size_t take = ns < st->chunk_slots ? ns : st->chunk_slots;
         /* gather the u8 rows (zero past count, zero padding rows) */
         PGPU_CU(cudaStreamSynchronize(s)); /* h_up is free again */
         for (size_t i = 0; i < take; i++) {
             const size_t slot = s0 + i;
-            unsigned char *dst = st->h_up + i * rowb8;
+            unsigned char *dst = dv->h_up + i * rowb8;
             const size_t cnt = refs->count[slot];
             memcpy(dst, refs->rows[slot], cnt * IDF_D);
             memset(dst + cnt * IDF_D, 0, rowb8 - cnt * IDF_D);
@@ -179,7 +293,7 @@ static patina_status upload_slots(patina_gpu_t *g, idf_state_t *st, const pgpu_i
                 dst = (unsigned char *)tcache_host_at(&st->host, 0, slot - st->dev_cap);
             }
             if (run > take - done) run = take - done;
-            const unsigned char *src = st->h_up + done * rowb8;
+            const unsigned char *src = dv->h_up + done * rowb8;
             if (st->prec == IDF_PREC_INT8) {
                 if (on_dev)
                     PGPU_CU(cudaMemcpyAsync(dst, src, run * rowb8, cudaMemcpyHostToDevice, s));
@@ -188,8 +302,8 @@ static patina_status upload_slots(patina_gpu_t *g, idf_state_t *st, const pgpu_i
             } else {
                 /* to binary16: on the device (arena), or on the host (tier) */
                 if (on_dev) {
-                    PGPU_CU(cudaMemcpyAsync(st->d_up, src, run * rowb8, cudaMemcpyHostToDevice, s));
-                    k_u8_to_f16<<<512, 256, 0, s>>>((__half *)dst, st->d_up, run * rowb8);
+                    PGPU_CU(cudaMemcpyAsync(dv->d_up, src, run * rowb8, cudaMemcpyHostToDevice, s));
+                    k_u8_to_f16<<<512, 256, 0, s>>>((__half *)dst, dv->d_up, run * rowb8);
                     PGPU_CU(cudaGetLastError());
                 } else {
                     __half *h = (__half *)dst;
@@ -205,13 +319,21 @@ static patina_status upload_slots(patina_gpu_t *g, idf_state_t *st, const pgpu_i
     return PATINA_OK;
 }
 
-/* Builds the mirror of refs from scratch. */
-static patina_status rebuild(patina_gpu_t *g, idf_state_t *st, const pgpu_idf_refs_t *refs, int prec,
-                             size_t arena_cap)
+/* Builds a mirror of refs from scratch into *out (listed and registered);
+ * nothing stays allocated on failure. */
+static patina_status build(patina_gpu_t *g, idf_dev_t *dv, const pgpu_idf_refs_t *refs, int prec, size_t arena_cap,
+                           idf_mirror_t **out)
 {
     size_t want, room, devc, hostc;
+    uint64_t others = 0;
     patina_status s;
-    state_free_arena(g, st);
+    idf_mirror_t *st = (idf_mirror_t *)calloc(1, sizeof *st);
+    *out = NULL;
+    if (!st) return patina__fail(PATINA_E_NOMEM, "gpu identify: out of memory");
+    st->dev = dv;
+    st->next = dv->mirrors;
+    dv->mirrors = st;
+    dv->builds++;
     st->prec = prec;
     st->m = refs->m;
     st->mpad = round8(refs->m);
@@ -220,9 +342,13 @@ static patina_status rebuild(patina_gpu_t *g, idf_state_t *st, const pgpu_idf_re
     if (st->chunk_slots < 1) st->chunk_slots = 1;
     /* Room for growth (a quarter more slots and a chunk) where the budget
      * has it; the host tier only when the set does not fit, with the
-     * staging chunks of the streaming taken out of the device's share. */
-    want = refs->nslots + refs->nslots / 4 + st->chunk_slots;
-    patina_gpu__identify_capacity(g, refs->m, prec, &room);
+     * staging chunks of the streaming taken out of the device's share. The
+     * budget counted is the device's as if its other mirrors were dropped
+     * (the table cache drops them, least recently used first, as the arena
+     * needs their room). */
+    for (const idf_mirror_t *o = dv->mirrors; o; o = o->next) others += o->dev_bytes;
+    room = slots_in(g->dev_bytes > others ? g->dev_bytes - others : 0, g, st->slot_bytes);
+    want = refs->nslots + refs->nslots / 4 + (refs->nslots + 64 < st->chunk_slots ? refs->nslots + 64 : st->chunk_slots);
     devc = arena_cap && room > arena_cap ? arena_cap : room;
     if (want <= devc) {
         devc = want;
@@ -240,29 +366,16 @@ static patina_status rebuild(patina_gpu_t *g, idf_state_t *st, const pgpu_idf_re
     st->stream_slots = (refs->nslots > devc ? refs->nslots - devc : 0) / 12;
     if (st->stream_slots < 8) st->stream_slots = 8;
     if (st->stream_slots > st->chunk_slots) st->stream_slots = st->chunk_slots;
-    if (devc && (s = pgpu_dev_alloc(g, (void **)&st->d_arena, devc * st->slot_bytes, PGPU_FAM_IDENTIFY,
-                                    "reference arena")) != PATINA_OK)
+    if (devc && (s = mirror_alloc(g, st, (void **)&st->d_arena, devc * st->slot_bytes, "reference arena")) != PATINA_OK)
         goto fail;
     if (hostc) {
         const char *const tag[1] = {"reference host tier"};
         if ((s = tcache_host_reserve(g, &st->host, PGPU_FAM_IDENTIFY, 1, &st->slot_bytes, hostc, tag)) != PATINA_OK)
             goto fail;
     }
-    if (hostc)
-        for (int i = 0; i < IDF_STREAMS; i++)
-            if ((s = pgpu_dev_alloc(g, (void **)&st->d_stage[i], st->chunk_slots * st->slot_bytes,
-                                    PGPU_FAM_IDENTIFY, "streamed chunk")) != PATINA_OK)
-                goto fail;
-    if ((s = pgpu_pin_alloc(g, (void **)&st->h_up, st->chunk_slots * st->mpad * IDF_D, PGPU_FAM_IDENTIFY,
-                            "upload staging")) != PATINA_OK)
-        goto fail;
-    if (prec == IDF_PREC_FP16 &&
-        (s = pgpu_dev_alloc(g, (void **)&st->d_up, st->chunk_slots * st->mpad * IDF_D, PGPU_FAM_IDENTIFY,
-                            "upload conversion")) != PATINA_OK)
-        goto fail;
+    if (hostc && (s = stream_buffers(g, dv, st, st->stream_slots * st->slot_bytes)) != PATINA_OK) goto fail;
     st->cnt_cap = devc + hostc;
-    if ((s = pgpu_dev_alloc(g, (void **)&st->d_count, st->cnt_cap * sizeof(uint16_t) + 2, PGPU_FAM_IDENTIFY,
-                            "counts")) != PATINA_OK)
+    if ((s = mirror_alloc(g, st, (void **)&st->d_count, st->cnt_cap * sizeof(uint16_t) + 2, "counts")) != PATINA_OK)
         goto fail;
     if (!(st->h_count = (uint16_t *)calloc(st->cnt_cap + 1, sizeof(uint16_t)))) {
         s = patina__fail(PATINA_E_NOMEM, "gpu identify: out of memory");
@@ -278,62 +391,81 @@ static patina_status rebuild(patina_gpu_t *g, idf_state_t *st, const pgpu_idf_re
     st->serial = refs->serial;
     st->epoch = refs->epoch;
     st->clock = refs->clock;
-    if ((s = tcache_add(g, PGPU_FAM_IDENTIFY, TCACHE_IDENTIFY, refs->serial, st, arena_drop)) != PATINA_OK) goto fail;
+    if ((s = tcache_add(g, PGPU_FAM_IDENTIFY, TCACHE_IDENTIFY, refs->serial, st, mirror_drop)) != PATINA_OK) goto fail;
+    *out = st;
     return PATINA_OK;
 fail:
-    state_free_arena(g, st);
+    mirror_free(g, st);
     return s;
 }
 
-/* Brings the mirror up to date with refs: a rebuild when it mirrors
- * another set, another layout or precision, or when the set outgrew it;
- * else the slots stamped since the mirror's clock. */
-static patina_status sync_mirror(patina_gpu_t *g, idf_state_t *st, const pgpu_idf_refs_t *refs, int prec,
-                                 size_t arena_cap)
+/* The mirror of refs on g, up to date: built when g has none, built anew
+ * when it has another layout or precision or the set outgrew it or
+ * renumbered its slots; else the slots stamped since the mirror's clock
+ * are uploaded again. */
+static patina_status mirror_of(patina_gpu_t *g, idf_dev_t *dv, const pgpu_idf_refs_t *refs, int prec,
+                               size_t arena_cap, idf_mirror_t **out)
 {
+    idf_mirror_t *st = (idf_mirror_t *)tcache_find(g, PGPU_FAM_IDENTIFY, refs->serial);
     size_t i, lo, hi;
-    if (st->serial != refs->serial || st->epoch != refs->epoch || st->prec != prec || st->m != refs->m ||
-        refs->nslots > st->cnt_cap || refs->nslots < st->nslots || !st->h_count ||
-        (arena_cap && st->dev_cap > arena_cap))
-        return rebuild(g, st, refs, prec, arena_cap);
-    if (st->clock == refs->clock && st->nslots == refs->nslots) return PATINA_OK;
-    /* changed slots: uploaded in runs of consecutive slots */
-    for (i = 0; i < refs->nslots;) {
-        if (i < st->nslots && refs->stamp[i] <= st->clock) {
-            i++;
-            continue;
-        }
-        lo = i;
-        hi = i + 1;
-        while (hi < refs->nslots && (hi >= st->nslots || refs->stamp[hi] > st->clock) && hi - lo < st->chunk_slots)
-            hi++;
-        PATINA_TRY(upload_slots(g, st, refs, lo, hi - lo));
-        memcpy(st->h_count + lo, refs->count + lo, (hi - lo) * sizeof(uint16_t));
-        PGPU_CU(cudaMemcpy(st->d_count + lo, st->h_count + lo, (hi - lo) * sizeof(uint16_t),
-                           cudaMemcpyHostToDevice));
-        i = hi;
+    *out = NULL;
+    if (st && (st->epoch != refs->epoch || st->prec != prec || st->m != refs->m || refs->nslots > st->cnt_cap ||
+               refs->nslots < st->nslots || (arena_cap && st->dev_cap > arena_cap))) {
+        mirror_free(g, st);
+        st = NULL;
     }
-    /* slots added past the arena: the host tier's units in use (cnt_cap bounds them) */
-    if (refs->nslots > st->dev_cap + st->host.n)
-        (void)tcache_host_append(&st->host, refs->nslots - st->dev_cap - st->host.n, NULL);
-    st->nslots = refs->nslots;
-    st->clock = refs->clock;
+    if (!st) return build(g, dv, refs, prec, arena_cap, out);
+    tcache_touch(g, st);
+    if (st->clock != refs->clock || st->nslots != refs->nslots) {
+        /* changed slots: uploaded in runs of consecutive slots */
+        for (i = 0; i < refs->nslots;) {
+            patina_status s;
+            if (i < st->nslots && refs->stamp[i] <= st->clock) {
+                i++;
+                continue;
+            }
+            lo = i;
+            hi = i + 1;
+            while (hi < refs->nslots && (hi >= st->nslots || refs->stamp[hi] > st->clock) &&
+                   hi - lo < st->chunk_slots)
+                hi++;
+            s = upload_slots(g, st, refs, lo, hi - lo);
+            if (s == PATINA_OK) {
+                memcpy(st->h_count + lo, refs->count + lo, (hi - lo) * sizeof(uint16_t));
+                if (cudaMemcpy(st->d_count + lo, st->h_count + lo, (hi - lo) * sizeof(uint16_t),
+                               cudaMemcpyHostToDevice) != cudaSuccess)
+                    s = pgpu_fail((int)cudaGetLastError(), "gpu identify: counts", __FILE__, __LINE__);
+            }
+            if (s != PATINA_OK) { /* half updated: gone, built anew next time */
+                mirror_free(g, st);
+                return s;
+            }
+            i = hi;
+        }
+        /* slots added past the arena: the host tier's units in use (cnt_cap bounds them) */
+        if (refs->nslots > st->dev_cap + st->host.n)
+            (void)tcache_host_append(&st->host, refs->nslots - st->dev_cap - st->host.n, NULL);
+        st->nslots = refs->nslots;
+        st->clock = refs->clock;
+    }
+    *out = st;
     return PATINA_OK;
 }
 
 /* ---------------------------------------------------------------- matching */
 
-static patina_status call_buffers(patina_gpu_t *g, idf_state_t *st, size_t nq, size_t n, size_t outn, int prec)
+static patina_status call_buffers(patina_gpu_t *g, idf_dev_t *st, const idf_mirror_t *keep, size_t nq, size_t n,
+                                  size_t outn, int prec)
 {
     if (nq > st->qcap || n > st->qn || (prec == IDF_PREC_FP16) != (st->d_q8 != NULL)) {
         pgpu_free_n(g, 4, &st->d_q, &st->d_q8, &st->d_qcount, &st->h_qcount);
         st->qcap = st->qn = 0;
-        PATINA_TRY(pgpu_dev_alloc(g, &st->d_q, nq * n * IDF_D * (prec == IDF_PREC_FP16 ? 2 : 1),
-                                  PGPU_FAM_IDENTIFY, "queries"));
+        PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_IDENTIFY, keep, &st->d_q,
+                                    nq * n * IDF_D * (prec == IDF_PREC_FP16 ? 2 : 1), "queries"));
         if (prec == IDF_PREC_FP16)
-            PATINA_TRY(pgpu_dev_alloc(g, (void **)&st->d_q8, nq * n * IDF_D, PGPU_FAM_IDENTIFY, "query upload"));
-        PATINA_TRY(pgpu_dev_alloc(g, (void **)&st->d_qcount, nq * sizeof(uint16_t), PGPU_FAM_IDENTIFY,
-                                  "query counts"));
+            PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_IDENTIFY, keep, (void **)&st->d_q8, nq * n * IDF_D, "query upload"));
+        PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_IDENTIFY, keep, (void **)&st->d_qcount, nq * sizeof(uint16_t),
+                                    "query counts"));
         PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->h_qcount, nq * sizeof(uint16_t), PGPU_FAM_IDENTIFY,
                                   "query counts"));
         st->qcap = nq;
@@ -342,8 +474,8 @@ static patina_status call_buffers(patina_gpu_t *g, idf_state_t *st, size_t nq, s
     if (outn > st->out_cap) {
         pgpu_free_n(g, 2, &st->d_out, &st->h_out);
         st->out_cap = 0;
-        PATINA_TRY(pgpu_dev_alloc(g, (void **)&st->d_out, outn * sizeof(uint64_t), PGPU_FAM_IDENTIFY,
-                                  "candidate lists"));
+        PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_IDENTIFY, keep, (void **)&st->d_out, outn * sizeof(uint64_t),
+                                    "candidate lists"));
         PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->h_out, outn * sizeof(uint64_t), PGPU_FAM_IDENTIFY,
                                   "candidate lists"));
         st->out_cap = outn;
@@ -414,9 +546,10 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
                                   size_t qstride, const uint16_t *qcount, size_t nq, size_t n,
                                   const pgpu_idf_opts_t *o, uint64_t *keys, pgpu_idf_stats_t *stats)
 {
-    idf_state_t *st;
+    idf_dev_t *dv;
+    idf_mirror_t *st;
     const int prec = o->precision;
-    cudaEvent_t ev[4] = {NULL, NULL, NULL, NULL};
+    cudaEvent_t ev[4];
     patina_status s = PATINA_OK;
     size_t K = o->ncap;
     if (stats) memset(stats, 0, sizeof *stats);
@@ -432,17 +565,17 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
     if (refs->nslots > 0xfffffff0u)
         return patina__fail(PATINA_E_LIMIT, "gpu identify: %zu slots (shard the set)", refs->nslots);
     for (size_t q = 0; q < nq * K; q++) keys[q] = 0;
-    PATINA_TRY(idf_state(g, &st));
     PGPU_CU(cudaSetDevice(g->device));
-    PATINA_TRY(sync_mirror(g, st, refs, prec, o->arena_cap));
-    tcache_touch(g, st);
+    PATINA_TRY(dev_state(g, &dv));
+    PATINA_TRY(mirror_of(g, dv, refs, prec, o->arena_cap, &st));
     if (nq == 0 || refs->nslots == 0) return PATINA_OK;
 
     const size_t ndev = st->nslots < st->dev_cap ? st->nslots : st->dev_cap;
     const size_t nhost = st->nslots - ndev;
     const size_t rpw = prec == IDF_PREC_FP16 ? 32 : 64;
     size_t qb = nq < IDF_QBATCH ? nq : IDF_QBATCH;
-    for (int i = 0; i < 4; i++) PGPU_CU_GOTO(cudaEventCreate(&ev[i]), s, out);
+    for (int i = 0; i < 4; i++) ev[i] = (cudaEvent_t)dv->ev[i];
+    if (nhost) IDF_TRY(stream_buffers(g, dv, st, st->stream_slots * st->slot_bytes));
 
     for (size_t q0 = 0; q0 < nq; q0 += qb) {
         const size_t bq = nq - q0 < qb ? nq - q0 : qb;
@@ -458,7 +591,7 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
         gxs = blocks_per_query(bq, (size_t)g->sm_count, (st->stream_slots + 7) / 8);
         nl = gx > gxs ? gx : gxs; /* list blocks per query and region */
         outn = (size_t)(1 + IDF_STREAMS) * bq * nl * K;
-        IDF_TRY(call_buffers(g, st, bq, n, outn, prec));
+        IDF_TRY(call_buffers(g, dv, st, bq, n, outn, prec));
         const size_t smem = idf_smem_bytes(prec, (int)st->mpad, (int)n, (int)K, o->scoring);
         if (smem > (size_t)g->smem_optin) {
             s = patina__fail(PATINA_E_LIMIT, "gpu identify: %zu bytes of shared memory per block (the device "
@@ -469,25 +602,25 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
         /* queries: their first count rows (the rest is never read) */
         {
             const size_t qbytes = n * IDF_D;
-            unsigned char *dq8 = prec == IDF_PREC_FP16 ? st->d_q8 : (unsigned char *)st->d_q;
-            for (size_t q = 0; q < bq; q++) st->h_qcount[q] = qcount[q0 + q];
+            unsigned char *dq8 = prec == IDF_PREC_FP16 ? dv->d_q8 : (unsigned char *)dv->d_q;
+            for (size_t q = 0; q < bq; q++) dv->h_qcount[q] = qcount[q0 + q];
             PGPU_CU_GOTO(cudaMemcpy2DAsync(dq8, qbytes, queries + (q0)*qstride, qstride, qbytes, bq,
                                            cudaMemcpyHostToDevice, s0),
                          s, out);
-            PGPU_CU_GOTO(cudaMemcpyAsync(st->d_qcount, st->h_qcount, bq * sizeof(uint16_t), cudaMemcpyHostToDevice,
+            PGPU_CU_GOTO(cudaMemcpyAsync(dv->d_qcount, dv->h_qcount, bq * sizeof(uint16_t), cudaMemcpyHostToDevice,
                                          s0),
                          s, out);
             if (prec == IDF_PREC_FP16) {
-                k_u8_to_f16<<<512, 256, 0, s0>>>((__half *)st->d_q, dq8, bq * qbytes);
+                k_u8_to_f16<<<512, 256, 0, s0>>>((__half *)dv->d_q, dq8, bq * qbytes);
                 PGPU_CU_GOTO(cudaGetLastError(), s, out);
             }
-            PGPU_CU_GOTO(cudaMemsetAsync(st->d_out, 0, outn * sizeof(uint64_t), s0), s, out);
+            PGPU_CU_GOTO(cudaMemsetAsync(dv->d_out, 0, outn * sizeof(uint64_t), s0), s, out);
         }
         idf_launch_t L;
         memset(&L, 0, sizeof L);
         L.m = (int)st->mpad;
-        L.queries = st->d_q;
-        L.qcount = st->d_qcount;
+        L.queries = dv->d_q;
+        L.qcount = dv->d_qcount;
         L.n = (int)n;
         L.npass = npass;
         L.K = (int)K;
@@ -501,7 +634,7 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
             L.count = st->d_count;
             L.slot0 = 0;
             L.nref = (uint32_t)ndev;
-            L.out = st->d_out;
+            L.out = dv->d_out;
             IDF_TRY(launch(L, prec, dim3((unsigned)gx, (unsigned)bq), warps, smem, s0, g->device));
         }
         PGPU_CU_GOTO(cudaEventRecord(ev[1], s0), s, out);
@@ -515,14 +648,14 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
             for (c0 = 0; c0 < nhost; c0 += st->stream_slots, k = (k + 1) % IDF_STREAMS) {
                 const size_t cn = nhost - c0 < st->stream_slots ? nhost - c0 : st->stream_slots;
                 cudaStream_t sk = (cudaStream_t)pgpu_stream(g, k);
-                PGPU_CU_GOTO(cudaMemcpyAsync(st->d_stage[k], tcache_host_at(&st->host, 0, c0), cn * st->slot_bytes,
+                PGPU_CU_GOTO(cudaMemcpyAsync(dv->d_stage[k], tcache_host_at(&st->host, 0, c0), cn * st->slot_bytes,
                                              cudaMemcpyHostToDevice, sk),
                              s, out);
-                L.refs = st->d_stage[k];
+                L.refs = dv->d_stage[k];
                 L.count = st->d_count + ndev + c0;
                 L.slot0 = (uint32_t)(ndev + c0);
                 L.nref = (uint32_t)cn;
-                L.out = st->d_out + (size_t)(1 + k) * bq * nl * K;
+                L.out = dv->d_out + (size_t)(1 + k) * bq * nl * K;
                 L.accumulate = 1;
                 if (!o->copy_only) IDF_TRY(launch(L, prec, dim3((unsigned)gxs, (unsigned)bq), warps, smem, sk, g->device));
                 if (stats) stats->h2d_bytes += (double)(cn * st->slot_bytes);
@@ -533,7 +666,7 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
             }
         }
         PGPU_CU_GOTO(cudaEventRecord(ev[2], s0), s, out);
-        PGPU_CU_GOTO(cudaMemcpyAsync(st->h_out, st->d_out, outn * sizeof(uint64_t), cudaMemcpyDeviceToHost, s0), s,
+        PGPU_CU_GOTO(cudaMemcpyAsync(dv->h_out, dv->d_out, outn * sizeof(uint64_t), cudaMemcpyDeviceToHost, s0), s,
                      out);
         PGPU_CU_GOTO(cudaStreamSynchronize(s0), s, out);
         if (stats) {
@@ -556,7 +689,7 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
                 size_t t = 0;
                 for (int r = 0; r <= IDF_STREAMS; r++) {
                     const size_t blocks = r == 0 ? (ndev ? gx : 0) : (nhost ? gxs : 0);
-                    const uint64_t *src = st->h_out + ((size_t)r * bq * nl + q * (r == 0 ? gx : gxs)) * K;
+                    const uint64_t *src = dv->h_out + ((size_t)r * bq * nl + q * (r == 0 ? gx : gxs)) * K;
                     for (size_t b = 0; b < blocks * K; b++)
                         if (src[b]) tmp[t++] = src[b];
                 }
@@ -567,8 +700,6 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
         }
     }
 out:
-    for (int i = 0; i < 4; i++)
-        if (ev[i]) cudaEventDestroy(ev[i]);
     if (stats) {
         stats->dev_slots = ndev;
         stats->host_slots = nhost;

@@ -272,6 +272,18 @@ void patina_gpu__identify_capacity(const patina_gpu_t *g, size_t m, int precisio
     *dev_slots = 0;
 }
 
+void patina_gpu_identify_forget(patina_gpu_t *g, uint64_t serial)
+{
+    (void)g, (void)serial;
+}
+
+void patina_gpu__identify_mirrors(patina_gpu_t *g, size_t *mirrors, uint64_t *builds)
+{
+    (void)g;
+    if (mirrors) *mirrors = 0;
+    if (builds) *builds = 0;
+}
+
 patina_status patina_gpu_sqfd(patina_gpu_t *g, const pgpu_sqfd_index_t *idx, const float *queries,
                               const double *sqq, size_t nq, const pgpu_req_t *rq, uint32_t **cand,
                               size_t *ncand, uint8_t *cpu, pgpu_sqfd_stats_t *stats)

@@ -17,6 +17,7 @@
  * calls share the set while put/remove wait for them. */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,7 @@ struct patina_refset {
     uint64_t clock;         /* bumped at every change */
     pthread_rwlock_t lock;
     patina_extractor_t *ex; /* the table's spec */
+    _Atomic(void *) gpu_ctx; /* the context whose GPU last mirrored the set (compared, never followed) */
 };
 
 static uint64_t next_serial(void)
@@ -592,14 +594,21 @@ typedef struct scratch {
 } scratch_t;
 
 typedef struct cand {
-    uint32_t ref;     /* index into the refset */
+    uint64_t id;      /* the reference's id (ties by id: one order over every set) */
+    uint32_t set;     /* its set (idf_many_t.sets) */
+    uint32_t ref;     /* its slot in that set */
     uint32_t matches;
     uint32_t inliers;
     int verified;
 } cand_t;
 
+/* One stage's work over the context's workers: matching one set (rs, set;
+ * the CPU's tasks = query x block of references) or verifying the merged
+ * candidates (sets; tasks = query x candidate). */
 typedef struct job {
-    const patina_refset_t *rs;
+    patina_refset_t *const *sets; /* every set of the call */
+    const patina_refset_t *rs;    /* matching: the set matched */
+    uint32_t set;                 /* its index */
     const unsigned char *queries;
     size_t qbytes, nq;
     size_t block, nblocks; /* references per matching task; tasks per query */
@@ -696,12 +705,12 @@ static size_t match_pair(scratch_t *sc, const unsigned char *q, const unsigned c
     return idf_score(sc->mt, sc->claim, nn, n, nr, o->ratio, o->scoring);
 }
 
-/* Candidates before verification: matches descending, then index (= id). */
+/* Candidates before verification: matches descending, then id. */
 static int cmp_matches(const void *a, const void *b)
 {
     const cand_t *x = a, *y = b;
     if (x->matches != y->matches) return x->matches > y->matches ? -1 : 1;
-    return x->ref < y->ref ? -1 : x->ref > y->ref;
+    return x->id < y->id ? -1 : x->id > y->id;
 }
 
 /* Inserts x into the sorted list c of *nc <= cap entries when it belongs to
@@ -738,7 +747,7 @@ static void match_task(void *arg, size_t t, int worker)
         size_t sco;
         if (jb->rs->dead[i]) continue;
         sco = match_pair(sc, qr, jb->rs->recs + i * jb->rs->stride, jb->o);
-        if (sco) top_insert(c, nc, jb->ncap, (cand_t){(uint32_t)i, (uint32_t)sco, 0, 0});
+        if (sco) top_insert(c, nc, jb->ncap, (cand_t){jb->rs->ids[i], jb->set, (uint32_t)i, (uint32_t)sco, 0, 0});
     }
 }
 
@@ -834,12 +843,14 @@ static void verify_task(void *arg, size_t t, int worker)
     size_t q = t / jb->nverify, c = t % jb->nverify, nm;
     const unsigned char *qr = jb->queries + q * jb->qbytes, *r;
     scratch_t *sc = &jb->sc[worker];
+    const patina_refset_t *rs;
     cand_t *cd;
     if (c >= jb->ncands[q]) return;
     cd = &jb->cands[q * jb->ncap + c];
-    r = jb->rs->recs + (size_t)cd->ref * jb->rs->stride;
+    rs = jb->sets[cd->set];
+    r = rs->recs + (size_t)cd->ref * rs->stride;
     prepare_query(sc, qr);
-    cd->inliers = (uint32_t)verify_pair(sc, qr, r, jb->rs->ids[cd->ref], jb->o, &nm);
+    cd->inliers = (uint32_t)verify_pair(sc, qr, r, cd->id, jb->o, &nm);
     cd->verified = 1;
 }
 
@@ -858,10 +869,6 @@ static patina_status check_opts(const patina_identify_opts_t *o)
     return patina__options_validate(PATINA_OPTIONS_IDENTIFY, o);
 }
 
-static patina_status identify_locked(patina_context_t *ctx, const patina_refset_t *rs, const void *queries,
-                                     size_t nq, const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
-                                     patina_identify_result_t *results);
-
 /* Why the GPU cannot match these queries against rs (NULL: it can, as far
  * as the data goes): the GPU kernels take u8 rows at scale 512. */
 static const char *gpu_refusal(const patina_refset_t *rs, const unsigned char *queries, size_t qbytes, size_t nq,
@@ -875,11 +882,12 @@ static const char *gpu_refusal(const patina_refset_t *rs, const unsigned char *q
     return NULL;
 }
 
-/* Step 1 on the GPU: each query's best ncap candidates by the scoring rule,
- * into jb->cands / jb->ncands (the CPU's candidates exactly). */
+/* Step 1 on the GPU: each query's best ncap candidates in jb->rs by the
+ * scoring rule, into jb->cands / jb->ncands (the CPU's candidates exactly),
+ * against the set's mirror on ctx's device. */
 static patina_status match_gpu(patina_context_t *ctx, job_t *jb, int precision)
 {
-    const patina_refset_t *rs = jb->rs;
+    patina_refset_t *rs = (patina_refset_t *)jb->rs;
     pgpu_idf_refs_t view;
     pgpu_idf_opts_t go;
     patina_gpu_t *g = NULL;
@@ -913,6 +921,8 @@ static patina_status match_gpu(patina_context_t *ctx, job_t *jb, int precision)
     go.arena_cap = jb->o->gpu_arena_slots;
     s = patina__context_gpu_acquire(ctx, &g);
     if (s == PATINA_OK) {
+        /* the device that mirrors the set, told once (patina__refset_gpu_forget) */
+        atomic_store(&rs->gpu_ctx, (void *)ctx);
         s = patina_gpu_identify(g, &view, jb->queries + RS_HEADER, jb->qbytes, qc, jb->nq,
                                 (size_t)params_of(rs)->n, &go, keys, NULL);
         patina__context_gpu_release(ctx);
@@ -922,7 +932,8 @@ static patina_status match_gpu(patina_context_t *ctx, job_t *jb, int precision)
             cand_t *c = jb->cands + q * jb->ncap;
             for (j = 0; j < jb->ncap && keys[q * jb->ncap + j]; j++) {
                 const uint64_t k = keys[q * jb->ncap + j];
-                c[j] = (cand_t){0xffffffffu - (uint32_t)k, (uint32_t)(k >> 32), 0, 0};
+                const uint32_t slot = 0xffffffffu - (uint32_t)k;
+                c[j] = (cand_t){rs->ids[slot], jb->set, slot, (uint32_t)(k >> 32), 0, 0};
             }
             jb->ncands[q] = j;
         }
@@ -932,81 +943,157 @@ static patina_status match_gpu(patina_context_t *ctx, job_t *jb, int precision)
     return s;
 }
 
-patina_status patina_identify(patina_context_t *ctx, patina_refset_t *rs, const void *queries, size_t nq,
-                              const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
-                              patina_identify_result_t *results)
+void patina__refset_gpu_forget(patina_context_t *ctx, patina_refset_t *rs)
 {
-    patina_status s;
-    if (!rs) return patina__fail(PATINA_E_INVALID, "identify: null argument");
-    pthread_rwlock_rdlock(&rs->lock);
-    s = identify_locked(ctx, rs, queries, nq, opts, hits, results);
-    pthread_rwlock_unlock(&rs->lock);
-    return s;
+    patina_gpu_t *g;
+    if (!ctx || !rs || atomic_load(&rs->gpu_ctx) != (void *)ctx) return;
+    if (patina__context_gpu_acquire(ctx, &g) != PATINA_OK) {
+        patina_clear_error();
+        return;
+    }
+    patina_gpu_identify_forget(g, rs->serial);
+    patina__context_gpu_release(ctx);
+    atomic_store(&rs->gpu_ctx, NULL);
 }
 
-static patina_status identify_locked(patina_context_t *ctx, const patina_refset_t *rs, const void *queries,
-                                     size_t nq, const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
-                                     patina_identify_result_t *results)
-{
+/* ------------------------------------------------ several sets at once */
+
+struct idf_many {
+    patina_refset_t **sets; /* (nsets), read-locked from begin to free */
+    patina_refset_t **locked; /* the sets in the order their locks were taken (address) */
+    size_t nsets, nlocked;
+    const unsigned char *queries;
+    size_t qbytes, nq;
     patina_identify_opts_t o;
+    size_t alive;   /* references of the union */
+    size_t kk;      /* hits per query at most: min(k, alive) */
+    size_t nverify; /* candidates verified per query: min(verify_top, alive), 0 without verify */
+    size_t ncap;    /* candidates kept per query and set: max(kk, nverify) */
+    cand_t *cands;  /* (nsets, nq, ncap): each set's best ncap */
+    size_t *ncands; /* (nsets, nq) */
+};
+
+static int cmp_set_addr(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (patina_refset_t *const *)a, y = (uintptr_t) * (patina_refset_t *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+void idf_many_free(idf_many_t *m)
+{
+    size_t i;
+    if (!m) return;
+    for (i = 0; i < m->nlocked; i++)
+        if (!i || m->locked[i] != m->locked[i - 1]) pthread_rwlock_unlock(&m->locked[i]->lock);
+    free(m->sets);
+    free(m->locked);
+    free(m->cands);
+    free(m->ncands);
+    free(m);
+}
+
+patina_status idf_many_begin(idf_many_t **out, patina_refset_t *const *sets, size_t nsets, const void *queries,
+                             size_t nq, const patina_identify_opts_t *opts)
+{
+    idf_many_t *m;
+    size_t i, q;
+    *out = NULL;
+    if (!sets || nsets == 0) return patina__fail(PATINA_E_INVALID, "identify: no reference set");
+    if (nq && !queries) return patina__fail(PATINA_E_INVALID, "identify: null argument");
+    if (nsets > UINT32_MAX) return patina__fail(PATINA_E_LIMIT, "identify: %zu reference sets in one call", nsets);
+    for (i = 0; i < nsets; i++) {
+        if (!sets[i]) return patina__fail(PATINA_E_INVALID, "identify: reference set %zu is null", i);
+        if (strcmp(patina_refset_table(sets[i]), patina_refset_table(sets[0])))
+            return patina__fail(PATINA_E_INVALID, "identify: reference set %zu holds '%s', set 0 '%s' (one spec per call)",
+                                i, patina_refset_table(sets[i]), patina_refset_table(sets[0]));
+    }
+    if (!(m = calloc(1, sizeof *m))) return patina__fail(PATINA_E_NOMEM, "identify: out of memory");
+    if (opts) m->o = *opts;
+    else patina_identify_opts_init(&m->o);
+    m->sets = malloc(nsets * sizeof *m->sets);
+    m->locked = malloc(nsets * sizeof *m->locked);
+    if (!m->sets || !m->locked) {
+        idf_many_free(m);
+        return patina__fail(PATINA_E_NOMEM, "identify: out of memory");
+    }
+    memcpy(m->sets, sets, nsets * sizeof *sets);
+    memcpy(m->locked, sets, nsets * sizeof *sets);
+    qsort(m->locked, nsets, sizeof *m->locked, cmp_set_addr); /* one lock order: no deadlock between callers */
+    for (i = 0; i < nsets; i++) {
+        if (!i || m->locked[i] != m->locked[i - 1]) pthread_rwlock_rdlock(&m->locked[i]->lock);
+        m->nlocked = i + 1;
+    }
+    m->nsets = nsets;
+    m->queries = queries;
+    m->nq = nq;
+    m->qbytes = patina_identify_query_bytes(sets[0]);
+    {
+        patina_status s = check_opts(&m->o);
+        for (q = 0; s == PATINA_OK && q < nq; q++) {
+            char what[48];
+            snprintf(what, sizeof what, "identify: query %zu", q);
+            s = rs_record_check(m->queries + q * m->qbytes, m->qbytes, what);
+        }
+        if (s == PATINA_OK && nq && m->o.k > SIZE_MAX / nq / sizeof(patina_identify_hit_t))
+            s = patina__fail(PATINA_E_LIMIT, "identify: k = %zu is too large for %zu queries", m->o.k, nq);
+        for (i = 0; s == PATINA_OK && i < nsets; i++) {
+            if (sets[i]->n > UINT32_MAX)
+                s = patina__fail(PATINA_E_LIMIT, "identify: %zu references is too many for one set (shard it)",
+                                 sets[i]->n);
+            m->alive += sets[i]->alive;
+        }
+        if (s != PATINA_OK) {
+            idf_many_free(m);
+            return s;
+        }
+    }
+    m->kk = m->o.k < m->alive ? m->o.k : m->alive; /* k beyond the references is clamped */
+    m->nverify = m->o.verify ? (m->o.verify_top < m->alive ? m->o.verify_top : m->alive) : 0;
+    m->ncap = m->kk > m->nverify ? m->kk : m->nverify;
+    if (nq && m->ncap) {
+        if (nq > SIZE_MAX / nsets / (m->ncap * sizeof *m->cands + sizeof *m->ncands)) {
+            idf_many_free(m);
+            return patina__fail(PATINA_E_LIMIT, "identify: %zu queries x k = %zu is too many for one call", nq, m->o.k);
+        }
+        m->cands = malloc(nsets * nq * m->ncap * sizeof *m->cands);
+        m->ncands = calloc(nsets * nq, sizeof *m->ncands);
+        if (!m->cands || !m->ncands) {
+            idf_many_free(m);
+            return patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu queries x %zu candidates", nq,
+                                m->ncap);
+        }
+    }
+    *out = m;
+    return PATINA_OK;
+}
+
+patina_status idf_many_match(idf_many_t *m, size_t set, patina_context_t *ctx)
+{
+    const patina_refset_t *rs;
     job_t jb;
-    size_t q, i, qbytes, kk, nworkers = 0, w, n, m;
+    size_t q, w, nworkers = 0;
     patina_status s = PATINA_OK;
     int use_gpu = 0;
-
-    if (!rs || (nq && (!queries || !hits || !results)))
-        return patina__fail(PATINA_E_INVALID, "identify: null argument");
-    if (opts) o = *opts;
-    else patina_identify_opts_init(&o);
-    PATINA_TRY(check_opts(&o));
-    if (nq == 0) return PATINA_OK;
-    qbytes = patina_identify_query_bytes(rs);
-    for (q = 0; q < nq; q++) {
-        char what[48];
-        const unsigned char *qr = (const unsigned char *)queries + q * qbytes;
-        snprintf(what, sizeof what, "identify: query %zu", q);
-        PATINA_TRY(rs_record_check(qr, qbytes, what));
-    }
-    if (o.k > SIZE_MAX / nq / sizeof *hits)
-        return patina__fail(PATINA_E_LIMIT, "identify: k = %zu is too large for %zu queries", o.k, nq);
-    kk = o.k < rs->alive ? o.k : rs->alive; /* k beyond the references is clamped */
-    memset(hits, 0, nq * o.k * sizeof *hits);
-    for (q = 0; q < nq; q++) {
-        results[q].decision = PATINA_DECISION_UNKNOWN;
-        results[q].nhits = 0;
-        results[q].query_features = rs_count((const unsigned char *)queries + q * qbytes);
-    }
-    if (rs->alive == 0) return PATINA_OK;
-    if (rs->n > UINT32_MAX)
-        return patina__fail(PATINA_E_LIMIT, "identify: %zu references is too many for one set (shard it)", rs->n);
-
+    if (!m || set >= m->nsets) return patina__fail(PATINA_E_INVALID, "identify: no reference set %zu", set);
+    rs = m->sets[set];
+    if (m->nq == 0 || m->ncap == 0 || rs->alive == 0) return PATINA_OK; /* no candidate from it */
     memset(&jb, 0, sizeof jb);
+    jb.sets = m->sets;
     jb.rs = rs;
-    jb.queries = queries;
-    jb.qbytes = qbytes;
-    jb.nq = nq;
-    jb.o = &o;
-    jb.nverify = o.verify ? (o.verify_top < rs->alive ? o.verify_top : rs->alive) : 0;
-    jb.ncap = kk > jb.nverify ? kk : jb.nverify;
-    n = (size_t)params_of(rs)->n;
-    m = (size_t)params_of(rs)->m;
-    nworkers = (size_t)worker_count(ctx);
-    /* Blocks of at least REF_BLOCK references, at most 4 per worker and
-     * query: enough tasks to balance one query over every worker, and the
-     * per-task candidate lists stay (queries x 4 workers x ncap). */
-    jb.block = (rs->n + 4 * nworkers - 1) / (4 * nworkers);
-    if (jb.block < REF_BLOCK) jb.block = REF_BLOCK;
-    jb.nblocks = (rs->n + jb.block - 1) / jb.block;
-    if (nq > SIZE_MAX / jb.nblocks / (jb.ncap * sizeof *jb.tcands + sizeof *jb.ntcands)) {
-        s = patina__fail(PATINA_E_LIMIT, "identify: %zu queries x k = %zu is too many for one call", nq, o.k);
-        return s;
-    }
+    jb.set = (uint32_t)set;
+    jb.queries = m->queries;
+    jb.qbytes = m->qbytes;
+    jb.nq = m->nq;
+    jb.o = &m->o;
+    jb.ncap = m->ncap;
+    jb.cands = m->cands + set * m->nq * m->ncap;
+    jb.ncands = m->ncands + set * m->nq;
     /* The matching device: the GPU when asked, or when usable (auto) and
      * the data is what its kernels take; the CPU otherwise. Both give the
      * same candidates. */
-    if (o.device != PATINA_DEVICE_CPU) {
-        const char *why = gpu_refusal(rs, queries, qbytes, nq, jb.ncap);
-        if (o.device == PATINA_DEVICE_GPU) {
+    if (m->o.device != PATINA_DEVICE_CPU) {
+        const char *why = gpu_refusal(rs, m->queries, m->qbytes, m->nq, m->ncap);
+        if (m->o.device == PATINA_DEVICE_GPU) {
             if (!ctx) return patina__fail(PATINA_E_INVALID, "identify: device gpu needs a context");
             if (why) return patina__fail(PATINA_E_UNAVAILABLE, "identify: no GPU matching: %s", why);
             use_gpu = 1;
@@ -1014,31 +1101,29 @@ static patina_status identify_locked(patina_context_t *ctx, const patina_refset_
             use_gpu = ctx && !why && patina__context_gpu_usable(ctx);
         }
     }
+    /* On the GPU: the best ncap of each query directly. */
+    if (use_gpu) return match_gpu(ctx, &jb, m->o.precision);
+    nworkers = (size_t)worker_count(ctx);
+    /* Blocks of at least REF_BLOCK references, at most 4 per worker and
+     * query: enough tasks to balance one query over every worker, and the
+     * per-task candidate lists stay (queries x 4 workers x ncap). */
+    jb.block = (rs->n + 4 * nworkers - 1) / (4 * nworkers);
+    if (jb.block < REF_BLOCK) jb.block = REF_BLOCK;
+    jb.nblocks = (rs->n + jb.block - 1) / jb.block;
+    if (m->nq > SIZE_MAX / jb.nblocks / (jb.ncap * sizeof *jb.tcands + sizeof *jb.ntcands))
+        return patina__fail(PATINA_E_LIMIT, "identify: %zu queries x k = %zu is too many for one call", m->nq, m->o.k);
     jb.sc = calloc(nworkers, sizeof *jb.sc);
-    if (!use_gpu) {
-        jb.tcands = malloc(nq * jb.nblocks * jb.ncap * sizeof *jb.tcands);
-        jb.ntcands = calloc(nq * jb.nblocks, sizeof *jb.ntcands);
-    }
-    jb.cands = malloc(nq * jb.ncap * sizeof *jb.cands);
-    jb.ncands = calloc(nq, sizeof *jb.ncands);
-    if (!jb.sc || (!use_gpu && (!jb.tcands || !jb.ntcands)) || !jb.cands || !jb.ncands) {
-        s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu queries x %zu candidates", nq, jb.ncap);
-        goto out;
-    }
-    for (w = 0; w < nworkers; w++)
-        if (!scratch_new(&jb.sc[w], n, m)) {
+    jb.tcands = malloc(m->nq * jb.nblocks * jb.ncap * sizeof *jb.tcands);
+    jb.ntcands = calloc(m->nq * jb.nblocks, sizeof *jb.ntcands);
+    if (!jb.sc || !jb.tcands || !jb.ntcands)
+        s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu queries x %zu candidates", m->nq, jb.ncap);
+    for (w = 0; s == PATINA_OK && w < nworkers; w++)
+        if (!scratch_new(&jb.sc[w], (size_t)params_of(rs)->n, (size_t)params_of(rs)->m))
             s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for worker scratch");
-            goto out;
-        }
-
-    /* 1-2 on the GPU: the best ncap of each query directly. */
-    if (use_gpu && (s = match_gpu(ctx, &jb, o.precision)) != PATINA_OK) goto out;
-
     /* 1. Every (query, reference) scored; each task keeps its best ncap. */
-    if (!use_gpu && (s = run_tasks(ctx, nq * jb.nblocks, match_task, &jb)) != PATINA_OK) goto out;
-
+    if (s == PATINA_OK) s = run_tasks(ctx, m->nq * jb.nblocks, match_task, &jb);
     /* 2. A query's candidates: the best ncap of its tasks' lists. */
-    for (q = 0; q < nq && !use_gpu; q++) {
+    for (q = 0; s == PATINA_OK && q < m->nq; q++) {
         cand_t *c = jb.cands + q * jb.ncap;
         size_t b, j, nc = 0;
         for (b = 0; b < jb.nblocks; b++) {
@@ -1047,35 +1132,114 @@ static patina_status identify_locked(patina_context_t *ctx, const patina_refset_
         }
         jb.ncands[q] = nc;
     }
-
-    /* 3. RANSAC on the top nverify of each query. */
-    if (jb.nverify && (s = run_tasks(ctx, nq * jb.nverify, verify_task, &jb)) != PATINA_OK) goto out;
-
-    /* 4. Re-rank, write hits, decide. */
-    for (q = 0; q < nq; q++) {
-        cand_t *c = jb.cands + q * jb.ncap;
-        size_t nc = jb.ncands[q], nh = nc < kk ? nc : kk;
-        qsort(c, nc, sizeof *c, cmp_verified);
-        for (i = 0; i < nh; i++) {
-            patina_identify_hit_t *h = &hits[q * o.k + i];
-            h->id = rs->ids[c[i].ref];
-            h->matches = c[i].matches;
-            h->inliers = c[i].inliers;
-            h->verified = c[i].verified;
-            h->score = c[i].verified ? (double)c[i].inliers : (double)c[i].matches;
-        }
-        results[q].nhits = nh;
-        results[q].decision = idf_decide(nh ? hits[q * o.k].score : 0,
-                                         nc > 1 && c[1].verified ? (double)c[1].inliers : -1, nh, &o);
-    }
-out:
     if (jb.sc)
         for (w = 0; w < nworkers; w++) scratch_free(&jb.sc[w]);
     free(jb.sc);
     free(jb.tcands);
     free(jb.ntcands);
-    free(jb.cands);
-    free(jb.ncands);
+    return s;
+}
+
+patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_identify_hit_t *hits,
+                              patina_identify_result_t *results, uint32_t *hit_set)
+{
+    job_t jb;
+    size_t q, i, w, nworkers;
+    const size_t k = m->o.k;
+    patina_status s = PATINA_OK;
+    if (m->nq && (!hits || !results)) return patina__fail(PATINA_E_INVALID, "identify: null argument");
+    if (m->nq == 0) return PATINA_OK;
+    memset(hits, 0, m->nq * k * sizeof *hits);
+    if (hit_set) memset(hit_set, 0, m->nq * k * sizeof *hit_set);
+    for (q = 0; q < m->nq; q++) {
+        results[q].decision = PATINA_DECISION_UNKNOWN;
+        results[q].nhits = 0;
+        results[q].query_features = rs_count(m->queries + q * m->qbytes);
+    }
+    if (m->alive == 0 || m->ncap == 0) return PATINA_OK;
+    memset(&jb, 0, sizeof jb);
+    jb.sets = m->sets;
+    jb.queries = m->queries;
+    jb.qbytes = m->qbytes;
+    jb.nq = m->nq;
+    jb.o = &m->o;
+    jb.ncap = m->ncap;
+    jb.nverify = m->nverify;
+    /* 2'. The union's candidates: the best ncap of the sets' lists (each set
+     * kept its best ncap, so the union's best ncap are among them). With
+     * one set they are its lists as they are. */
+    if (m->nsets == 1) {
+        jb.cands = m->cands;
+        jb.ncands = m->ncands;
+    } else {
+        jb.cands = malloc(m->nq * m->ncap * sizeof *jb.cands);
+        jb.ncands = calloc(m->nq, sizeof *jb.ncands);
+        if (!jb.cands || !jb.ncands) {
+            s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu queries x %zu candidates", m->nq,
+                             m->ncap);
+            goto out;
+        }
+        for (q = 0; q < m->nq; q++) {
+            cand_t *c = jb.cands + q * m->ncap;
+            size_t set, j, nc = 0;
+            for (set = 0; set < m->nsets; set++) {
+                const cand_t *src = m->cands + (set * m->nq + q) * m->ncap;
+                const size_t ns = m->ncands[set * m->nq + q];
+                for (j = 0; j < ns; j++) top_insert(c, &nc, m->ncap, src[j]);
+            }
+            jb.ncands[q] = nc;
+        }
+    }
+    /* 3. RANSAC on the top nverify of each query. */
+    if (jb.nverify) {
+        nworkers = (size_t)worker_count(ctx);
+        jb.sc = calloc(nworkers, sizeof *jb.sc);
+        if (!jb.sc) s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for worker scratch");
+        for (w = 0; s == PATINA_OK && w < nworkers; w++)
+            if (!scratch_new(&jb.sc[w], (size_t)params_of(m->sets[0])->n, (size_t)params_of(m->sets[0])->m))
+                s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for worker scratch");
+        if (s == PATINA_OK) s = run_tasks(ctx, m->nq * jb.nverify, verify_task, &jb);
+        for (w = 0; jb.sc && w < nworkers; w++) scratch_free(&jb.sc[w]);
+        free(jb.sc);
+        if (s != PATINA_OK) goto out;
+    }
+    /* 4. Re-rank, write hits, decide. */
+    for (q = 0; q < m->nq; q++) {
+        cand_t *c = jb.cands + q * m->ncap;
+        size_t nc = jb.ncands[q], nh = nc < m->kk ? nc : m->kk;
+        qsort(c, nc, sizeof *c, cmp_verified);
+        for (i = 0; i < nh; i++) {
+            patina_identify_hit_t *h = &hits[q * k + i];
+            h->id = c[i].id;
+            h->matches = c[i].matches;
+            h->inliers = c[i].inliers;
+            h->verified = c[i].verified;
+            h->score = c[i].verified ? (double)c[i].inliers : (double)c[i].matches;
+            if (hit_set) hit_set[q * k + i] = c[i].set;
+        }
+        results[q].nhits = nh;
+        results[q].decision = idf_decide(nh ? hits[q * k].score : 0,
+                                         nc > 1 && c[1].verified ? (double)c[1].inliers : -1, nh, &m->o);
+    }
+out:
+    if (jb.cands != m->cands) {
+        free(jb.cands);
+        free(jb.ncands);
+    }
+    return s;
+}
+
+patina_status patina_identify(patina_context_t *ctx, patina_refset_t *rs, const void *queries, size_t nq,
+                              const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
+                              patina_identify_result_t *results)
+{
+    idf_many_t *m = NULL;
+    patina_status s;
+    if (!rs || (nq && (!queries || !hits || !results))) return patina__fail(PATINA_E_INVALID, "identify: null argument");
+    PATINA_TRY(idf_many_begin(&m, &rs, 1, queries, nq, opts));
+    s = idf_many_match(m, 0, ctx);
+    if (s == PATINA_OK) s = idf_many_finish(m, ctx, hits, results, NULL);
+    idf_many_free(m);
     return s;
 }
 

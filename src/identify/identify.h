@@ -84,4 +84,40 @@ int idf_model_apply(const idf_model_t *m, double x, double y, double *ox, double
  * query shows verified content of both); MATCH otherwise. */
 patina_identify_decision idf_decide(double s1, double s2, size_t nh, const patina_identify_opts_t *o);
 
+/* ------------------------------------------------------ several sets at once */
+
+/* One identification over nsets DISJOINT reference sets of one spec (no id
+ * in two sets: the caller's contract), answering exactly as one set holding
+ * their union would -- the same hits, scores, inliers, decisions -- in
+ * three stages, so that a caller may match the sets where they live (a
+ * table's slices on their own devices, in threads of its own):
+ *   idf_many_begin   checks the options, the queries and the sets' spec,
+ *                    takes every set's read lock (in address order, held
+ *                    until idf_many_free) and plans from the union's size:
+ *                    hits min(k, references), verified min(verify_top,
+ *                    references), candidates kept per set the larger;
+ *   idf_many_match   set i's best candidates by (matches, id), on ctx (its
+ *                    workers or its GPU's mirror of the set, by the options'
+ *                    device policy); distinct sets may be matched at once
+ *                    from different threads;
+ *   idf_many_finish  merges the sets' lists, verifies the union's best
+ *                    verify_top once (RANSAC on ctx's workers), ranks and
+ *                    decides into hits (nq, k) and results (nq); hit_set
+ *                    (nq, k; may be NULL) receives each hit's set index.
+ * patina_identify is these stages over one set. */
+typedef struct idf_many idf_many_t;
+patina_status idf_many_begin(idf_many_t **m, patina_refset_t *const *sets, size_t nsets, const void *queries,
+                             size_t nq, const patina_identify_opts_t *opts);
+patina_status idf_many_match(idf_many_t *m, size_t set, patina_context_t *ctx);
+patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_identify_hit_t *hits,
+                              patina_identify_result_t *results, uint32_t *hit_set);
+void idf_many_free(idf_many_t *m); /* accepts NULL */
+
+/* Drops the mirror of rs that ctx's GPU holds (when rs was last matched
+ * there), for the owner of rs about to free it: a table calls it when it
+ * lets a set go, so that a dropped partition frees its device memory at
+ * once. Mirrors of sets freed without it stay until the table cache drops
+ * them for memory or the context closes. ctx must be alive (a table's). */
+void patina__refset_gpu_forget(patina_context_t *ctx, patina_refset_t *rs);
+
 #endif

@@ -26,6 +26,7 @@
 
 #include "core/context.h"
 #include "core/internal.h"
+#include "identify/identify.h"
 #include "patina/options.h"
 #include "patina/table.h"
 #include "search/distance.h"
@@ -209,6 +210,7 @@ static void unload(patina_table_t *t)
         t->sl[i].idx = NULL;
         patina_pivot_index_free(t->sl[i].pidx);
         t->sl[i].pidx = NULL;
+        patina__refset_gpu_forget(t->sl[i].ctx, t->sl[i].rs); /* its device memory goes with it */
         patina_refset_free(t->sl[i].rs);
         t->sl[i].rs = NULL;
     }
@@ -1107,77 +1109,7 @@ patina_status patina_table_identify_extract(patina_table_t *t, patina_context_t 
     return patina_identify_extract(ctx ? ctx : t->ctx, t->shape, out, images, nq, st);
 }
 
-/* An identification over the slices: each asked for patina_identify_part_k
- * candidates, merged (patina_identify_merge). */
-typedef struct identify_arg {
-    const void *queries;
-    size_t nq;
-    patina_identify_opts_t o; /* the call's, k = the part's */
-} identify_arg_t;
-
-typedef struct identify_part {
-    patina_identify_hit_t *hits;        /* (nq, part k) */
-    patina_identify_result_t *results;  /* (nq) */
-} identify_part_t;
-
-static patina_status identify_task(slice_task_t *k)
-{
-    const identify_arg_t *a = k->arg;
-    identify_part_t *p = k->out;
-    const slice_t *sl = &k->t->sl[k->slice];
-    return patina_identify(sl->ctx, sl->rs, a->queries, a->nq, &a->o, p->hits, p->results);
-}
-
-/* Every slice identified at once, merged into hits and results (read lock held). */
-static patina_status identify_slices(patina_table_t *t, const void *queries, size_t nq,
-                                     const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
-                                     patina_identify_result_t *results)
-{
-    const double t0 = patina_now();
-    patina_table_fanout_t fan;
-    double tm;
-    identify_arg_t a;
-    identify_part_t *parts;
-    const patina_identify_hit_t **ph;
-    const patina_identify_result_t **pr;
-    slice_task_t *tasks;
-    patina_status s = PATINA_OK;
-    size_t pk, k;
-    PATINA_TRY(patina__options_validate(PATINA_OPTIONS_IDENTIFY, opts));
-    if (nq == 0) return PATINA_OK;
-    if (!queries || !hits || !results) return patina__fail(PATINA_E_INVALID, "identify: null argument");
-    pk = patina_identify_part_k(opts);
-    if (pk > SIZE_MAX / nq / sizeof *hits)
-        return patina__fail(PATINA_E_LIMIT, "identify: k = %zu is too large for %zu queries", pk, nq);
-    a.queries = queries;
-    a.nq = nq;
-    a.o = *opts;
-    a.o.k = pk;
-    parts = calloc(t->ns, sizeof *parts);
-    ph = calloc(t->ns, sizeof *ph);
-    pr = calloc(t->ns, sizeof *pr);
-    tasks = parts ? slice_tasks(t, identify_task, &a, parts, sizeof *parts) : NULL;
-    for (k = 0; parts && k < t->ns; k++) {
-        ph[k] = parts[k].hits = malloc(nq * pk * sizeof *parts[k].hits);
-        pr[k] = parts[k].results = malloc(nq * sizeof *parts[k].results);
-        if (!parts[k].hits || !parts[k].results) s = PATINA_E_NOMEM;
-    }
-    if (!parts || !ph || !pr || !tasks || s != PATINA_OK)
-        s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu slices x %zu queries", t->ns, nq);
-    if (s == PATINA_OK) s = run_slices(t, tasks, t->ns, &fan);
-    tm = patina_now();
-    if (s == PATINA_OK) s = patina_identify_merge(ph, pr, t->ns, nq, opts, hits, results);
-    if (s == PATINA_OK) note_fanout(t, &fan, t0, tm);
-    for (k = 0; parts && k < t->ns; k++) {
-        free(parts[k].hits);
-        free(parts[k].results);
-    }
-    free(tasks);
-    free(pr);
-    free(ph);
-    free(parts);
-    return s;
-}
+static patina_table_t **lock_order(patina_table_t *const *tables, size_t nt);
 
 /* With the read lock: the reference sets or why there are none (every slice has one, or none has). */
 static patina_status refs_ready(const patina_table_t *t)
@@ -1187,49 +1119,155 @@ static patina_status refs_ready(const patina_table_t *t)
                         t->rs_msg[0] ? t->rs_msg : "identify: no references loaded");
 }
 
-patina_status patina_table_identify(patina_table_t *t, const void *queries, size_t nq,
-                                    const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
-                                    patina_identify_result_t *results, char **keys)
+/* Slice k's matching of an identification over several tables: set
+ * k * nt + i is table i's slice k (one call of idf_many_t). */
+typedef struct identify_arg {
+    idf_many_t *m;
+    size_t nt;
+} identify_arg_t;
+
+static patina_status identify_task(slice_task_t *k)
+{
+    const identify_arg_t *a = k->arg;
+    patina_status s = PATINA_OK;
+    for (size_t i = 0; i < a->nt && s == PATINA_OK; i++)
+        s = idf_many_match(a->m, k->slice * a->nt + i, k->t->sl[k->slice].ctx);
+    return s;
+}
+
+/* The checks of an identification over tables[0 .. nt). */
+static patina_status check_identify_set(patina_table_t *const *tables, size_t nt)
+{
+    size_t i, j;
+    if (!tables || nt == 0) return patina__fail(PATINA_E_INVALID, "identify: no table");
+    for (i = 0; i < nt; i++) {
+        if (!tables[i]) return patina__fail(PATINA_E_INVALID, "identify: table %zu is NULL", i);
+        PATINA_TRY(check_identify(tables[i]));
+        if (strcmp(patina_table_spec(tables[i]), patina_table_spec(tables[0])))
+            return patina__fail(PATINA_E_INVALID, "identify: table %zu is '%s', table 0 '%s' (one spec per call)", i,
+                                patina_table_spec(tables[i]), patina_table_spec(tables[0]));
+        if (tables[i]->ctx != tables[0]->ctx || tables[i]->ns != tables[0]->ns)
+            return patina__fail(PATINA_E_INVALID, "identify: table %zu has another context than table 0", i);
+        for (j = 0; j < i; j++)
+            if (tables[j] == tables[i])
+                return patina__fail(PATINA_E_INVALID, "identify: table %zu is table %zu again", i, j);
+    }
+    return PATINA_OK;
+}
+
+/* One attempt of patina_table_identify_many: every table entered (read
+ * lock, rows current), their sets matched -- slice by slice at once when
+ * the context has several devices -- and verified once, the keys looked up
+ * in the hit's own table; every lock released. *missing (nt): set for the
+ * tables some of whose hits had no key any more. */
+static patina_status identify_once(patina_table_t *const *tables, size_t nt, const void *queries, size_t nq,
+                                   const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
+                                   patina_identify_result_t *results, char **keys, uint8_t *missing)
+{
+    const size_t ns = tables[0]->ns, k = opts->k;
+    const double t0 = patina_now();
+    patina_table_t **order = lock_order(tables, nt);
+    patina_refset_t **sets = malloc(ns * nt * sizeof *sets);
+    uint32_t *hit_set = keys && nq ? malloc(nq * k * sizeof *hit_set) : NULL;
+    uint64_t *ids = keys && nq ? malloc(nq * k * sizeof *ids) : NULL;
+    size_t *at = keys && nq ? malloc(nq * k * sizeof *at) : NULL;
+    char **found = keys && nq ? malloc(nq * k * sizeof *found) : NULL;
+    idf_many_t *m = NULL;
+    patina_table_fanout_t fan;
+    size_t i, j, q, entered = 0;
+    double tm = 0;
+    patina_status s = PATINA_OK;
+    memset(&fan, 0, sizeof fan);
+    if (!order || !sets || (keys && nq && (!hit_set || !ids || !at || !found)))
+        s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu tables", nt);
+    for (i = 0; s == PATINA_OK && i < nt; i++) { /* in address order: callers over overlapping sets cannot deadlock */
+        if ((s = enter(order[i], NULL)) == PATINA_OK) entered++;
+    }
+    for (i = 0; s == PATINA_OK && i < nt; i++) s = refs_ready(tables[i]);
+    for (j = 0; s == PATINA_OK && j < ns; j++)
+        for (i = 0; i < nt; i++) sets[j * nt + i] = tables[i]->sl[j].rs;
+    if (s == PATINA_OK) s = idf_many_begin(&m, sets, ns * nt, queries, nq, opts);
+    if (s == PATINA_OK && ns == 1) {
+        for (i = 0; s == PATINA_OK && i < nt; i++) s = idf_many_match(m, i, tables[i]->sl[0].ctx);
+    } else if (s == PATINA_OK) {
+        identify_arg_t a = {m, nt};
+        slice_task_t *tasks = slice_tasks(tables[0], identify_task, &a, &a, 0);
+        if (!tasks) s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu slices", ns);
+        else s = run_slices(tables[0], tasks, ns, &fan);
+        free(tasks);
+        tm = patina_now();
+    }
+    if (s == PATINA_OK) s = idf_many_finish(m, tables[0]->ctx, hits, results, hit_set);
+    if (s == PATINA_OK && ns > 1)
+        for (i = 0; i < nt; i++) note_fanout(tables[i], &fan, t0, tm);
+    /* keys: each table's hits looked up in that table */
+    for (i = 0; s == PATINA_OK && keys && i < nt; i++) {
+        size_t n = 0;
+        for (q = 0; q < nq; q++)
+            for (j = 0; j < results[q].nhits; j++)
+                if (hit_set[q * k + j] % nt == i) {
+                    at[n] = q * k + j;
+                    ids[n++] = hits[q * k + j].id;
+                }
+        if ((s = lookup_keys(tables[i], ids, n, found)) != PATINA_OK) break;
+        for (j = 0; j < n; j++) {
+            keys[at[j]] = found[j];
+            if (!found[j]) missing[i] = 1;
+        }
+    }
+    idf_many_free(m); /* the sets' locks, before the tables' */
+    for (i = 0; i < entered; i++) pthread_rwlock_unlock(&order[i]->lock);
+    free(order);
+    free(sets);
+    free(hit_set);
+    free(ids);
+    free(at);
+    free(found);
+    return s;
+}
+
+patina_status patina_table_identify_many(patina_table_t *const *tables, size_t nt, const void *queries, size_t nq,
+                                         const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
+                                         patina_identify_result_t *results, char **keys)
 {
     patina_identify_opts_t def;
     patina_status s;
-    size_t q, i, missing;
+    size_t q, i, missing = 0;
+    uint8_t *gone;
     int attempt;
-    if (!t) return patina__fail(PATINA_E_INVALID, "identify: null table");
-    PATINA_TRY(check_identify(t));
+    PATINA_TRY(check_identify_set(tables, nt));
     if (!opts) {
         patina_identify_opts_init(&def);
         opts = &def;
     }
+    PATINA_TRY(patina__options_validate(PATINA_OPTIONS_IDENTIFY, opts));
+    if (nq && (!queries || !hits || !results)) return patina__fail(PATINA_E_INVALID, "identify: null argument");
+    if (nq && opts->k > SIZE_MAX / nq / sizeof *hits)
+        return patina__fail(PATINA_E_LIMIT, "identify: k = %zu is too large for %zu queries", opts->k, nq);
+    if (!(gone = calloc(nt, 1))) return patina__fail(PATINA_E_NOMEM, "identify: out of memory");
     for (attempt = 0;; attempt++) {
         if (keys)
             for (i = 0; i < nq * opts->k; i++) keys[i] = NULL;
-        PATINA_TRY(enter(t, NULL));
-        s = refs_ready(t);
-        if (s == PATINA_OK)
-            s = t->ns > 1 ? identify_slices(t, queries, nq, opts, hits, results)
-                          : patina_identify(t->sl[0].ctx, t->sl[0].rs, queries, nq, opts, hits, results);
-        for (q = 0; s == PATINA_OK && keys && q < nq; q++) {
-            uint64_t *ids = malloc((results[q].nhits ? results[q].nhits : 1) * sizeof *ids);
-            if (!ids) {
-                s = patina__fail(PATINA_E_NOMEM, "identify: out of memory");
-                break;
-            }
-            for (i = 0; i < results[q].nhits; i++) ids[i] = hits[q * opts->k + i].id;
-            s = lookup_keys(t, ids, results[q].nhits, keys + q * opts->k);
-            free(ids);
-        }
-        pthread_rwlock_unlock(&t->lock);
+        memset(gone, 0, nt);
+        s = identify_once(tables, nt, queries, nq, opts, hits, results, keys, gone);
         for (q = 0, missing = 0; s == PATINA_OK && keys && q < nq; q++)
             missing += missing_keys(keys + q * opts->k, results[q].nhits);
-        if (s == PATINA_OK && missing && t->c && attempt < KEY_RETRIES) {
-            /* a reference went between the set's state and the lookup: answer from the new state */
-            for (i = 0; i < nq * opts->k; i++) free(keys[i]);
-            atomic_store(&t->stale, 1);
-            continue;
+        if (s == PATINA_OK && missing && attempt < KEY_RETRIES) {
+            /* a reference went between a set's state and the lookup: answer from the new state */
+            int retry = 0;
+            for (i = 0; i < nt; i++)
+                if (gone[i] && tables[i]->c) {
+                    atomic_store(&tables[i]->stale, 1);
+                    retry = 1;
+                }
+            if (retry) {
+                for (i = 0; i < nq * opts->k; i++) free(keys[i]);
+                continue;
+            }
         }
         break;
     }
+    free(gone);
     for (q = 0; s == PATINA_OK && missing && q < nq; q++) { /* still moving: gone references are left out */
         size_t j, at = 0;
         patina_identify_hit_t *h = hits + q * opts->k;
@@ -1251,6 +1289,14 @@ patina_status patina_table_identify(patina_table_t *t, const void *queries, size
             keys[i] = NULL;
         }
     return s;
+}
+
+patina_status patina_table_identify(patina_table_t *t, const void *queries, size_t nq,
+                                    const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
+                                    patina_identify_result_t *results, char **keys)
+{
+    if (!t) return patina__fail(PATINA_E_INVALID, "identify: null table");
+    return patina_table_identify_many(&t, 1, queries, nq, opts, hits, results, keys);
 }
 
 patina_status patina_table_identify_pairs(patina_table_t *t, const void *query, uint64_t id,
