@@ -28,13 +28,16 @@
  * and rounded to float). Both differ from the host only when a double lands
  * within an ulp or two of a float rounding boundary.
  *
- * Memory (state PGPU_FAM_ROOTSIFT): one arena from the context's budget
- * holding a batch: per image its RGB, the area downscale's row pass, the
+ * Memory (state PGPU_FAM_ROOTSIFT): one arena from the context's budget,
+ * split between the pipeline's slots ("The pipeline" below), each holding
+ * a sub-batch: its images' grey levels (computed on the host, 1 byte per
+ * pixel), its records, and per image the area downscale's row pass, the
  * float image, the current octave's S + 3 levels, a temporary level and
  * S + 2 DoG levels (the first octave's size, reused by every octave), the
  * gradients of every octave (the descriptors of the kept features need
  * them after the selection), the candidates of one octave, the keypoints,
- * the sort keys, the kept features and the record. */
+ * the sort keys and the kept features. Pinned host staging per slot for
+ * the grey levels and the records. */
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -46,7 +49,6 @@
 #include "gpu/context.h"
 
 #define MiB ((size_t)1 << 20)
-#define RS_BATCH_MAX 1024
 #define NBO 8
 #define NBP 4
 #define RS_PI 3.141592653589793
@@ -73,9 +75,8 @@ struct rs_sortkey {
 };
 
 struct rs_item {
-    size_t off_rgb, off_tmp, off_img, off_lev, off_temp, off_dog, off_cand, off_kp, off_sort, off_feat, off_rec;
+    size_t off_grey, off_tmp, off_img, off_lev, off_temp, off_dog, off_cand, off_kp, off_sort, off_feat, off_rec;
     size_t off_grad[PGPU_RS_MAXOCT];
-    size_t rgb_pitch;          /* bytes per RGB row (3 W) */
     size_t plane;              /* floats of one level: w0 h0 */
     int W, H, w, h, O;
     int w0, h0;                /* first octave */
@@ -155,18 +156,18 @@ __device__ static inline double fast_expn(const double *tab, double x)
 
 /* ------------------------------------------------------------ input */
 
-/* The float image (w, h) of image z: the grey levels, area-averaged when
- * downscaled (rows pass here into tmp (H, w), doubles summed in input
- * order, as area_downscale). */
+/* The float image (w, h) of image z from its grey levels ((H, W) u8, the
+ * host's grey_bt601): the grey levels, or area-averaged when downscaled
+ * (rows pass here into tmp (H, w), doubles summed in input order, as
+ * area_downscale). */
 __global__ void k_down_rows(uint8_t *arena, const rs_item *items)
 {
     const rs_item &it = items[blockIdx.z];
     const int i = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
     if (i >= it.w || y >= it.H) return;
-    const uint8_t *row = arena + it.off_rgb + (size_t)y * it.rgb_pitch;
+    const uint8_t *row = arena + it.off_grey + (size_t)y * it.W;
     if (it.w == it.W && it.h == it.H) { /* not downscaled: the grey levels */
-        const uint8_t *p = row + 3 * (size_t)i;
-        ((float *)(arena + it.off_img))[(size_t)y * it.w + i] = (float)grey_bt601(p[0], p[1], p[2]);
+        ((float *)(arena + it.off_img))[(size_t)y * it.w + i] = (float)row[i];
         return;
     }
     const double sx = (double)it.W / it.w;
@@ -175,8 +176,7 @@ __global__ void k_down_rows(uint8_t *arena, const rs_item *items)
     double acc = 0.0;
     for (int k = k0; k < k1; k++) {
         const double lo = a > k ? a : k, hi = b < k + 1 ? b : k + 1;
-        const uint8_t *p = row + 3 * (size_t)k;
-        acc += (hi - lo) * grey_bt601(p[0], p[1], p[2]);
+        acc += (hi - lo) * row[k];
     }
     ((float *)(arena + it.off_tmp))[(size_t)y * it.w + i] = (float)(acc / sx);
 }
@@ -692,17 +692,61 @@ __global__ void k_desc(uint8_t *arena, const rs_item *items, const rs_ctr *ctr, 
 
 /* ------------------------------------------------------------ host side */
 
-#define RS_NEV 512
+/* The pipeline. A call is cut into sub-batches (at most RS_SUB_IMG images
+ * and RS_SUB_PX detection pixels, within one slot's half of the arena);
+ * RS_NSLOT slots, each with its stream (the context's streams 0 and 1), its
+ * half of the arena, pinned staging for its images' grey levels and its
+ * records, and its image table and counters, take the sub-batches in turn:
+ * while the device computes sub-batch j on one slot, the context's host
+ * threads convert sub-batch j + 1's RGB to grey levels (grey_bt601, the CPU
+ * path's bytes) straight into the other slot's pinned staging, which then
+ * travels as one copy of 1 byte per pixel, and the records of sub-batch
+ * j - 1 are copied out. An image larger than half the arena runs alone on
+ * the whole arena, the pipeline drained around it. Nothing is allocated in
+ * a call once the buffers have grown to the calls' sizes, and the
+ * configuration (filters, fast_expn's table) is uploaded only when it
+ * changes. */
+#define RS_NSLOT 2
+#define RS_SUB_IMG 64                        /* images per sub-batch at most */
+#define RS_SUB_PX ((size_t)16 << 20)         /* detection pixels per sub-batch, about */
+#define RS_NEV 128                           /* stage marks of one sub-batch */
+#define RS_BAND_BYTES ((size_t)256 << 10)    /* RGB bytes per host grey task, about */
+
+struct rs_band { /* one host task: rows [r0, r1) of an image to grey levels */
+    const patina_image_t *img;
+    uint8_t *dst; /* (H, W) u8 of the image in the staging */
+    int r0, r1;
+};
+
+struct rs_slot {
+    cudaStream_t st;
+    cudaEvent_t done;           /* after the sub-batch's last copy */
+    uint8_t *h_grey;            /* pinned: the sub-batch's grey images back to back */
+    size_t grey_cap;
+    uint8_t *h_rec;             /* pinned: its records back to back */
+    size_t rec_cap;
+    rs_item *d_items, *h_items; /* RS_SUB_IMG */
+    rs_ctr *d_ctr, *h_ctr;      /* RS_SUB_IMG */
+    cudaEvent_t ev[RS_NEV];     /* stage marks */
+    int ev_stage[RS_NEV], nev;
+    /* the sub-batch in flight: images i0 .. i0 + nb of the call */
+    size_t i0, nb;
+    int busy;
+};
 
 struct rs_state {
     uint8_t *d_arena;
     size_t arena_cap;
-    rs_item *d_items, *h_items;
-    rs_ctr *d_ctr, *h_ctr;
-    float *d_filt;  /* (PGPU_RS_MAXLEV + 3, PGPU_RS_MAXTAPS): filt0 then filt[] */
-    double *d_expn; /* 257 */
-    cudaEvent_t ev[RS_NEV];     /* stage marks of one batch */
-    int ev_stage[RS_NEV], nev;
+    float *d_filt, *h_filt; /* (PGPU_RS_MAXLEV + 3, PGPU_RS_MAXTAPS): filt0 then filt[] */
+    double *d_expn;         /* 257 */
+    cudaEvent_t conf_ev;    /* after the configuration's upload */
+    patina_gpu_rootsift_conf_t conf; /* the configuration on the device */
+    int conf_ok;
+    rs_slot sl[RS_NSLOT];
+    size_t *need; /* per image of the call: arena bytes */
+    size_t need_cap;
+    rs_band *band;
+    size_t band_cap;
     double ms[PGPU_RS_STAGES];
     size_t batches;
 };
@@ -711,12 +755,30 @@ static void rs_release(patina_gpu_t *g, void *state)
 {
     rs_state *S = (rs_state *)state;
     (void)cudaSetDevice(g->device);
-    (void)cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, 0));
-    pgpu_free_n(g, 7, &S->d_arena, &S->d_items, &S->h_items, &S->d_ctr, &S->h_ctr, &S->d_filt, &S->d_expn);
-    for (int k = 0; k < RS_NEV; k++)
-        if (S->ev[k]) cudaEventDestroy(S->ev[k]);
+    for (int j = 0; j < RS_NSLOT; j++) {
+        rs_slot *L = &S->sl[j];
+        if (L->st) (void)cudaStreamSynchronize(L->st);
+        pgpu_free_n(g, 6, &L->h_grey, &L->h_rec, &L->d_items, &L->h_items, &L->d_ctr, &L->h_ctr);
+        if (L->done) cudaEventDestroy(L->done);
+        for (int k = 0; k < RS_NEV; k++)
+            if (L->ev[k]) cudaEventDestroy(L->ev[k]);
+    }
+    pgpu_free_n(g, 4, &S->d_arena, &S->d_filt, &S->h_filt, &S->d_expn);
+    if (S->conf_ev) cudaEventDestroy(S->conf_ev);
     (void)cudaGetLastError();
+    free(S->need);
+    free(S->band);
     free(S);
+}
+
+static patina_status rs_event(cudaEvent_t *e, unsigned flags)
+{
+    if (cudaEventCreateWithFlags(e, flags) != cudaSuccess) {
+        *e = NULL;
+        (void)cudaGetLastError();
+        return patina__fail(PATINA_E_GPU, "gpu: rootsift: cannot create an event");
+    }
+    return PATINA_OK;
 }
 
 static patina_status rs_state_of(patina_gpu_t *g, rs_state **out)
@@ -728,21 +790,26 @@ static patina_status rs_state_of(patina_gpu_t *g, rs_state **out)
     S = (rs_state *)calloc(1, sizeof *S);
     if (!S) return patina__fail(PATINA_E_NOMEM, "gpu: rootsift: out of host memory");
     pgpu_set_state(g, PGPU_FAM_ROOTSIFT, S, rs_release);
-    for (int k = 0; k < RS_NEV && s == PATINA_OK; k++)
-        if (cudaEventCreate(&S->ev[k]) != cudaSuccess) {
-            S->ev[k] = NULL;
-            s = patina__fail(PATINA_E_GPU, "gpu: rootsift: cannot create an event");
-        }
-    if (s == PATINA_OK)
-        s = pgpu_dev_alloc(g, (void **)&S->d_items, RS_BATCH_MAX * sizeof(rs_item), PGPU_FAM_ROOTSIFT, "image table");
-    if (s == PATINA_OK)
-        s = pgpu_pin_alloc(g, (void **)&S->h_items, RS_BATCH_MAX * sizeof(rs_item), PGPU_FAM_ROOTSIFT, "image table");
-    if (s == PATINA_OK)
-        s = pgpu_dev_alloc(g, (void **)&S->d_ctr, RS_BATCH_MAX * sizeof(rs_ctr), PGPU_FAM_ROOTSIFT, "counters");
-    if (s == PATINA_OK)
-        s = pgpu_pin_alloc(g, (void **)&S->h_ctr, RS_BATCH_MAX * sizeof(rs_ctr), PGPU_FAM_ROOTSIFT, "counters");
+    s = rs_event(&S->conf_ev, cudaEventDisableTiming);
+    for (int j = 0; j < RS_NSLOT && s == PATINA_OK; j++) {
+        rs_slot *L = &S->sl[j];
+        L->st = (cudaStream_t)pgpu_stream(g, j);
+        s = rs_event(&L->done, cudaEventDisableTiming);
+        for (int k = 0; k < RS_NEV && s == PATINA_OK; k++) s = rs_event(&L->ev[k], cudaEventDefault);
+        if (s == PATINA_OK)
+            s = pgpu_dev_alloc(g, (void **)&L->d_items, RS_SUB_IMG * sizeof(rs_item), PGPU_FAM_ROOTSIFT, "image table");
+        if (s == PATINA_OK)
+            s = pgpu_pin_alloc(g, (void **)&L->h_items, RS_SUB_IMG * sizeof(rs_item), PGPU_FAM_ROOTSIFT, "image table");
+        if (s == PATINA_OK)
+            s = pgpu_dev_alloc(g, (void **)&L->d_ctr, RS_SUB_IMG * sizeof(rs_ctr), PGPU_FAM_ROOTSIFT, "counters");
+        if (s == PATINA_OK)
+            s = pgpu_pin_alloc(g, (void **)&L->h_ctr, RS_SUB_IMG * sizeof(rs_ctr), PGPU_FAM_ROOTSIFT, "counters");
+    }
     if (s == PATINA_OK)
         s = pgpu_dev_alloc(g, (void **)&S->d_filt, (PGPU_RS_MAXLEV + 3) * PGPU_RS_MAXTAPS * sizeof(float),
+                           PGPU_FAM_ROOTSIFT, "filters");
+    if (s == PATINA_OK)
+        s = pgpu_pin_alloc(g, (void **)&S->h_filt, (PGPU_RS_MAXLEV + 3) * PGPU_RS_MAXTAPS * sizeof(float),
                            PGPU_FAM_ROOTSIFT, "filters");
     if (s == PATINA_OK) s = pgpu_dev_alloc(g, (void **)&S->d_expn, 257 * sizeof(double), PGPU_FAM_ROOTSIFT, "exp table");
     if (s != PATINA_OK) {
@@ -755,16 +822,13 @@ static patina_status rs_state_of(patina_gpu_t *g, rs_state **out)
 
 static size_t al256(size_t v) { return (v + 255) & ~(size_t)255; }
 
-/* The layout of one image from offset `base`; returns its bytes. */
-static size_t rs_layout(rs_item *it, const patina_gpu_rootsift_conf_t *c, const patina_gpu_rootsift_item_t *in,
-                        size_t base)
+/* An image's sizes and scales (no offsets yet). */
+static void rs_item_init(rs_item *it, const patina_gpu_rootsift_conf_t *c, const patina_gpu_rootsift_item_t *in)
 {
-    const patina_image_t *img = in->img;
-    const int S = c->levels, omin = c->first_octave;
-    size_t off = base;
+    const int omin = c->first_octave;
     memset(it, 0, sizeof *it);
-    it->W = img->width;
-    it->H = img->height;
+    it->W = in->img->width;
+    it->H = in->img->height;
     it->w = in->w;
     it->h = in->h;
     it->O = in->octaves;
@@ -774,13 +838,20 @@ static size_t rs_layout(rs_item *it, const patina_gpu_rootsift_conf_t *c, const 
     it->w0 = oct_dim(it->w, omin);
     it->h0 = oct_dim(it->h, omin);
     it->plane = (size_t)it->w0 * (size_t)it->h0;
-    it->rgb_pitch = 3 * (size_t)it->W;
-#define TAKE(field, bytes)           \
-    do {                             \
-        it->field = off;             \
+}
+
+/* The image's own buffers from offset `base` (256-aligned), after its grey
+ * levels and record (laid out per sub-batch); returns their bytes (each
+ * buffer 256-aligned, so the bytes do not depend on base). */
+static size_t rs_layout_own(rs_item *it, const patina_gpu_rootsift_conf_t *c, size_t base)
+{
+    const int S = c->levels, omin = c->first_octave;
+    size_t off = base;
+#define TAKE(field, bytes)             \
+    do {                               \
+        it->field = off;               \
         off += al256((size_t)(bytes)); \
     } while (0)
-    TAKE(off_rgb, it->rgb_pitch * (size_t)it->H);
     TAKE(off_tmp, (it->w == it->W && it->h == it->H) ? 0 : (size_t)it->H * it->w * sizeof(float));
     TAKE(off_img, (size_t)it->w * it->h * sizeof(float));
     TAKE(off_lev, (size_t)(S + 3) * it->plane * sizeof(float));
@@ -802,8 +873,36 @@ static size_t rs_layout(rs_item *it, const patina_gpu_rootsift_conf_t *c, const 
         TAKE(off_sort, kc * sizeof(rs_sortkey));
     }
     TAKE(off_feat, (size_t)c->budget * sizeof(unsigned));
-    TAKE(off_rec, c->rec_bytes);
 #undef TAKE
+    return off - base;
+}
+
+/* Arena bytes one image adds to a sub-batch, at most (its grey levels, its
+ * record, its buffers, and the alignment of the two shared blocks). */
+static size_t rs_need(const patina_gpu_rootsift_conf_t *c, const patina_gpu_rootsift_item_t *in)
+{
+    rs_item it;
+    rs_item_init(&it, c, in);
+    return (size_t)it.W * (size_t)it.H + c->rec_bytes + rs_layout_own(&it, c, 0) + 512;
+}
+
+/* Lays out images in[0 .. nb) from offset base: their grey levels back to
+ * back ((H, W) u8 each, the staging's layout), their records back to back,
+ * then each image's buffers. Returns the bytes; *grey: the grey block's. */
+static size_t rs_layout_batch(rs_item *hit, const patina_gpu_rootsift_conf_t *c, const patina_gpu_rootsift_item_t *in,
+                              size_t nb, size_t base, size_t *grey)
+{
+    size_t off = base;
+    for (size_t b = 0; b < nb; b++) {
+        rs_item_init(&hit[b], c, &in[b]);
+        hit[b].off_grey = off;
+        off += (size_t)hit[b].W * (size_t)hit[b].H;
+    }
+    *grey = off - base;
+    off = al256(off);
+    for (size_t b = 0; b < nb; b++) hit[b].off_rec = off + b * c->rec_bytes;
+    off = al256(off + nb * c->rec_bytes);
+    for (size_t b = 0; b < nb; b++) off += rs_layout_own(&hit[b], c, off);
     return off - base;
 }
 
@@ -813,31 +912,33 @@ static size_t rs_layout(rs_item *it, const patina_gpu_rootsift_conf_t *c, const 
 static dim3 grid2(int w, int h, size_t nz) { return dim3((unsigned)((w + RS_BX - 1) / RS_BX), (unsigned)((h + RS_BY - 1) / RS_BY), (unsigned)nz); }
 
 
-/* Marks the start of a stage of the batch on st (the previous one ends). */
-static void rs_mark(rs_state *S, int stage, cudaStream_t st)
+/* Marks the start of a stage of the slot's sub-batch (the previous one ends). */
+static void rs_mark(rs_slot *L, int stage)
 {
-    if (S->nev >= RS_NEV) return;
-    cudaEventRecord(S->ev[S->nev], st);
-    S->ev_stage[S->nev++] = stage;
+    if (L->nev >= RS_NEV) return;
+    cudaEventRecord(L->ev[L->nev], L->st);
+    L->ev_stage[L->nev++] = stage;
 }
 
-/* After the batch's sync: the marks' intervals added to their stages. */
-static void rs_collect(rs_state *S)
+/* After the sub-batch's end: the marks' intervals added to their stages. */
+static void rs_collect(rs_state *S, rs_slot *L)
 {
-    for (int k = 0; k + 1 < S->nev; k++) {
+    for (int k = 0; k + 1 < L->nev; k++) {
         float ms = 0.0f;
-        if (cudaEventElapsedTime(&ms, S->ev[k], S->ev[k + 1]) == cudaSuccess && S->ev_stage[k] >= 0)
-            S->ms[S->ev_stage[k]] += ms;
+        if (cudaEventElapsedTime(&ms, L->ev[k], L->ev[k + 1]) == cudaSuccess && L->ev_stage[k] >= 0)
+            S->ms[L->ev_stage[k]] += ms;
     }
     (void)cudaGetLastError();
-    S->nev = 0;
+    L->nev = 0;
 }
 
-/* Levels, DoG and gradients of octave k of the batch's images. */
-static void rs_scale_space(rs_state *St, const patina_gpu_rootsift_conf_t *c, const rs_item *hit, size_t nb, int k,
-                           cudaStream_t st, int *mw_out, int *mh_out)
+/* Levels, DoG and gradients of octave k of the slot's images. */
+static void rs_scale_space(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t *c, size_t nb, int k,
+                           int *mw_out, int *mh_out)
 {
     const int S = c->levels, omin = c->first_octave;
+    const rs_item *hit = L->h_items;
+    const cudaStream_t st = L->st;
     int mw = 0, mh = 0;
     for (size_t i = 0; i < nb; i++)
         if (k < hit[i].O) {
@@ -849,9 +950,9 @@ static void rs_scale_space(rs_state *St, const patina_gpu_rootsift_conf_t *c, co
     if (mw == 0) return;
     const dim3 B(RS_BX, RS_BY), G = grid2(mw, mh, nb);
     uint8_t *A = St->d_arena;
-    rs_item *I = St->d_items;
+    rs_item *I = L->d_items;
     const float *F = St->d_filt; /* filt0, then filt[0 ..] */
-    rs_mark(St, 1, st);
+    rs_mark(L, 1);
     if (k == 0) {
         int w0 = 0, h0 = 0;
         for (size_t i = 0; i < nb; i++) {
@@ -872,24 +973,8 @@ static void rs_scale_space(rs_state *St, const patina_gpu_rootsift_conf_t *c, co
         k_conv_v<<<G, B, 0, st>>>(A, I, k, omin, (size_t)(l - 1), 0, 1, 0, f, W);
         k_conv_h<<<G, B, 0, st>>>(A, I, k, omin, 1, 0, 0, (size_t)l, f, W);
     }
-    rs_mark(St, 2, st);
+    rs_mark(L, 2);
     k_dog_grad<<<G, B, 0, st>>>(A, I, k, omin, S);
-}
-
-/* Detection, refinement and orientations of octave k. */
-static void rs_detect(rs_state *St, const patina_gpu_rootsift_conf_t *c, const rs_item *hit, size_t nb, int k,
-                      const rs_kconf *C, cudaStream_t st, int mw, int mh)
-{
-    unsigned cap = 0;
-    if (mw == 0) return;
-    for (size_t i = 0; i < nb; i++)
-        if (k < hit[i].O && hit[i].cand_cap > cap) cap = hit[i].cand_cap;
-    rs_mark(St, 3, st);
-    /* zero the candidate counters (the first field of each rs_ctr) */
-    k_detect<<<grid2(mw - 2 > 0 ? mw - 2 : 1, mh - 2 > 0 ? mh - 2 : 1, nb), dim3(RS_BX, RS_BY), 0, st>>>(
-        St->d_arena, St->d_items, St->d_ctr, k, c->first_octave, c->levels, c->peak);
-    k_refine<<<dim3((cap + 127) / 128, (unsigned)nb), 128, 0, st>>>(St->d_arena, St->d_items, St->d_ctr, k,
-                                                                    c->first_octave, *C, St->d_expn);
 }
 
 __global__ void k_reset_cand(rs_ctr *ctr, int n)
@@ -898,94 +983,194 @@ __global__ void k_reset_cand(rs_ctr *ctr, int n)
     if (i < n) ctr[i].cand = 0;
 }
 
-/* One batch: hit[0 .. nb) laid out in the arena, images in[]. */
-static patina_status rs_batch(patina_gpu_t *g, rs_state *St, const patina_gpu_rootsift_conf_t *c,
-                              const patina_gpu_rootsift_item_t *in, size_t nb, size_t bytes, uint8_t *const *outs,
-                              patina_status *sts)
+/* Detection, refinement and orientations of octave k. */
+static void rs_detect(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t *c, size_t nb, int k,
+                      const rs_kconf *C, int mw, int mh)
 {
-    cudaStream_t st = (cudaStream_t)pgpu_stream(g, 0);
-    rs_item *hit = St->h_items;
+    const rs_item *hit = L->h_items;
+    unsigned cap = 0;
+    if (mw == 0) return;
+    for (size_t i = 0; i < nb; i++)
+        if (k < hit[i].O && hit[i].cand_cap > cap) cap = hit[i].cand_cap;
+    rs_mark(L, 3);
+    k_reset_cand<<<(unsigned)((nb + 127) / 128), 128, 0, L->st>>>(L->d_ctr, (int)nb);
+    k_detect<<<grid2(mw - 2 > 0 ? mw - 2 : 1, mh - 2 > 0 ? mh - 2 : 1, nb), dim3(RS_BX, RS_BY), 0, L->st>>>(
+        St->d_arena, L->d_items, L->d_ctr, k, c->first_octave, c->levels, c->peak);
+    k_refine<<<dim3((cap + 127) / 128, (unsigned)nb), 128, 0, L->st>>>(St->d_arena, L->d_items, L->d_ctr, k,
+                                                                       c->first_octave, *C, St->d_expn);
+}
+
+static void rs_kconf_of(rs_kconf *C, const patina_gpu_rootsift_conf_t *c)
+{
+    memset(C, 0, sizeof *C);
+    C->S = c->levels;
+    C->omin = c->first_octave;
+    C->budget = c->budget;
+    C->quant = c->quant;
+    C->w0 = c->w0;
+    C->tp = c->peak;
+    C->te = c->edge;
+    C->sigma0 = c->sigma0;
+    C->qscale = c->qscale;
+    C->rec_bytes = c->rec_bytes;
+}
+
+/* Queues the slot's sub-batch (its image table laid out, its grey levels
+ * staged in h_grey, grey bytes of them) on the slot's stream, up to its
+ * records and counters in the slot's pinned buffers and the done event. */
+static patina_status rs_enqueue(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t *c, size_t grey)
+{
+    const cudaStream_t st = L->st;
+    const rs_item *hit = L->h_items;
+    const size_t nb = L->nb;
     rs_kconf C;
-    int Omax = 0;
-    memset(&C, 0, sizeof C);
-    C.S = c->levels;
-    C.omin = c->first_octave;
-    C.budget = c->budget;
-    C.quant = c->quant;
-    C.w0 = c->w0;
-    C.tp = c->peak;
-    C.te = c->edge;
-    C.sigma0 = c->sigma0;
-    C.qscale = c->qscale;
-    C.rec_bytes = c->rec_bytes;
-    St->nev = 0;
-    rs_mark(St, 0, st);
-    PGPU_CU(cudaMemcpyAsync(St->d_items, hit, nb * sizeof(rs_item), cudaMemcpyHostToDevice, st));
-    PGPU_CU(cudaMemsetAsync(St->d_ctr, 0, nb * sizeof(rs_ctr), st));
+    int Omax = 0, mw = 0, mh = 0, mH = 0;
+    rs_kconf_of(&C, c);
+    L->nev = 0;
+    rs_mark(L, 0);
+    PGPU_CU(cudaMemcpyAsync(L->d_items, hit, nb * sizeof(rs_item), cudaMemcpyHostToDevice, st));
+    PGPU_CU(cudaMemsetAsync(L->d_ctr, 0, nb * sizeof(rs_ctr), st));
+    PGPU_CU(cudaMemcpyAsync(St->d_arena + hit[0].off_grey, L->h_grey, grey, cudaMemcpyHostToDevice, st));
+    PGPU_CU(cudaMemsetAsync(St->d_arena + hit[0].off_rec, 0, nb * c->rec_bytes, st));
     for (size_t i = 0; i < nb; i++) {
-        const patina_image_t *img = in[i].img;
-        PGPU_CU(cudaMemcpy2DAsync(St->d_arena + hit[i].off_rgb, hit[i].rgb_pitch, img->data, img->stride,
-                                  hit[i].rgb_pitch, (size_t)img->height, cudaMemcpyHostToDevice, st));
-        PGPU_CU(cudaMemsetAsync(St->d_arena + hit[i].off_rec, 0, c->rec_bytes, st));
         Omax = hit[i].O > Omax ? hit[i].O : Omax;
+        mw = hit[i].w > mw ? hit[i].w : mw;
+        mh = hit[i].h > mh ? hit[i].h : mh;
+        mH = hit[i].H > mH ? hit[i].H : mH;
     }
-    {
-        int mw = 0, mh = 0, mW = 0, mH = 0;
-        for (size_t i = 0; i < nb; i++) {
-            mw = hit[i].w > mw ? hit[i].w : mw;
-            mh = hit[i].h > mh ? hit[i].h : mh;
-            mH = hit[i].H > mH ? hit[i].H : mH;
-            mW = hit[i].W > mW ? hit[i].W : mW;
-        }
-        (void)mW;
-        k_down_rows<<<grid2(mw, mH, nb), dim3(RS_BX, RS_BY), 0, st>>>(St->d_arena, St->d_items);
-        k_down_cols<<<grid2(mw, mh, nb), dim3(RS_BX, RS_BY), 0, st>>>(St->d_arena, St->d_items);
-    }
+    k_down_rows<<<grid2(mw, mH, nb), dim3(RS_BX, RS_BY), 0, st>>>(St->d_arena, L->d_items);
+    k_down_cols<<<grid2(mw, mh, nb), dim3(RS_BX, RS_BY), 0, st>>>(St->d_arena, L->d_items);
     for (int k = 0; k < Omax; k++) {
-        int mw, mh;
-        rs_scale_space(St, c, hit, nb, k, st, &mw, &mh);
-        k_reset_cand<<<(unsigned)((nb + 127) / 128), 128, 0, st>>>(St->d_ctr, (int)nb);
-        rs_detect(St, c, hit, nb, k, &C, st, mw, mh);
+        int kw, kh;
+        rs_scale_space(St, L, c, nb, k, &kw, &kh);
+        rs_detect(St, L, c, nb, k, &C, kw, kh);
     }
-    rs_mark(St, 4, st);
-    k_select<<<(unsigned)nb, 1024, 0, st>>>(St->d_arena, St->d_items, St->d_ctr, C);
-    rs_mark(St, 5, st);
-    k_desc<<<dim3((unsigned)((c->budget + 63) / 64), (unsigned)nb), 64, 0, st>>>(St->d_arena, St->d_items, St->d_ctr,
+    rs_mark(L, 4);
+    k_select<<<(unsigned)nb, 1024, 0, st>>>(St->d_arena, L->d_items, L->d_ctr, C);
+    rs_mark(L, 5);
+    k_desc<<<dim3((unsigned)((c->budget + 63) / 64), (unsigned)nb), 64, 0, st>>>(St->d_arena, L->d_items, L->d_ctr,
                                                                                c->first_octave, C, St->d_expn);
     PGPU_CU(cudaGetLastError());
-    rs_mark(St, 6, st);
-    PGPU_CU(cudaMemcpyAsync(St->h_ctr, St->d_ctr, nb * sizeof(rs_ctr), cudaMemcpyDeviceToHost, st));
-    for (size_t i = 0; i < nb; i++)
-        PGPU_CU(cudaMemcpyAsync(outs[i], St->d_arena + hit[i].off_rec, c->rec_bytes, cudaMemcpyDeviceToHost, st));
-    rs_mark(St, -1, st);
-    PGPU_CU(cudaStreamSynchronize(st));
-    rs_collect(St);
-    St->batches++;
-    for (size_t i = 0; i < nb; i++) {
-        sts[i] = PATINA_OK;
-        if (St->h_ctr[i].over) {
-            sts[i] = PATINA_E_LIMIT;
-            memset(outs[i], 0, c->rec_bytes);
-        }
-    }
-    (void)bytes;
+    rs_mark(L, 6);
+    PGPU_CU(cudaMemcpyAsync(L->h_ctr, L->d_ctr, nb * sizeof(rs_ctr), cudaMemcpyDeviceToHost, st));
+    PGPU_CU(cudaMemcpyAsync(L->h_rec, St->d_arena + hit[0].off_rec, nb * c->rec_bytes, cudaMemcpyDeviceToHost, st));
+    rs_mark(L, -1);
+    PGPU_CU(cudaEventRecord(L->done, st));
+    L->busy = 1;
     return PATINA_OK;
 }
 
-static patina_status rs_upload_conf(rs_state *St, const patina_gpu_rootsift_conf_t *c, cudaStream_t st)
+/* Waits for the slot's sub-batch and hands its records and statuses to the
+ * call's out and st. */
+static patina_status rs_finish(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t *c, uint8_t *out,
+                               patina_status *sts)
 {
-    float *h = (float *)calloc((PGPU_RS_MAXLEV + 3) * PGPU_RS_MAXTAPS, sizeof(float));
+    if (!L->busy) return PATINA_OK;
+    L->busy = 0;
+    PGPU_CU(cudaEventSynchronize(L->done));
+    rs_collect(St, L);
+    St->batches++;
+    for (size_t b = 0; b < L->nb; b++) {
+        uint8_t *o = out + (L->i0 + b) * c->rec_bytes;
+        if (L->h_ctr[b].over) {
+            sts[L->i0 + b] = PATINA_E_LIMIT;
+            memset(o, 0, c->rec_bytes);
+        } else {
+            sts[L->i0 + b] = PATINA_OK;
+            memcpy(o, L->h_rec + b * c->rec_bytes, c->rec_bytes);
+        }
+    }
+    return PATINA_OK;
+}
+
+/* Every slot finished (the first error kept; the others still waited for). */
+static patina_status rs_drain(rs_state *St, const patina_gpu_rootsift_conf_t *c, uint8_t *out, patina_status *sts)
+{
     patina_status s = PATINA_OK;
-    if (!h) return patina__fail(PATINA_E_NOMEM, "gpu: rootsift: out of host memory");
+    for (int j = 0; j < RS_NSLOT; j++) {
+        patina_status sj = rs_finish(St, &St->sl[j], c, out, sts);
+        if (s == PATINA_OK) s = sj;
+    }
+    return s;
+}
+
+/* Pinned buffer *p of at least `need` bytes (contents not kept). */
+static patina_status rs_grow_pinned(patina_gpu_t *g, uint8_t **p, size_t *cap, size_t need, const char *tag)
+{
+    if (*p && *cap >= need) return PATINA_OK;
+    pgpu_free(g, *p);
+    *p = NULL;
+    *cap = 0;
+    need += need / 4; /* room for the next sizes */
+    PATINA_TRY(pgpu_pin_alloc(g, (void **)p, need, PGPU_FAM_ROOTSIFT, tag));
+    *cap = need;
+    return PATINA_OK;
+}
+
+static void rs_grey_task(void *arg, size_t j, int worker)
+{
+    const rs_band *b = &((const rs_band *)arg)[j];
+    const patina_image_t *img = b->img;
+    (void)worker;
+    for (int y = b->r0; y < b->r1; y++) {
+        const uint8_t *p = img->data + (size_t)y * img->stride;
+        uint8_t *q = b->dst + (size_t)y * (size_t)img->width;
+        for (int x = 0; x < img->width; x++, p += 3) q[x] = grey_bt601(p[0], p[1], p[2]);
+    }
+}
+
+/* The grey levels of in[0 .. nb) into h_grey (rs_layout_batch's grey
+ * block), by the context's host threads in bands of rows. */
+static patina_status rs_stage(patina_gpu_t *g, rs_state *St, const patina_gpu_rootsift_item_t *in, size_t nb,
+                              uint8_t *h_grey)
+{
+    size_t nbands = 0, off = 0;
+    for (size_t b = 0; b < nb; b++) {
+        const patina_image_t *img = in[b].img;
+        const size_t rows = RS_BAND_BYTES / (3 * (size_t)img->width) > 0 ? RS_BAND_BYTES / (3 * (size_t)img->width) : 1;
+        const size_t need = nbands + ((size_t)img->height + rows - 1) / rows;
+        if (need > St->band_cap) {
+            rs_band *q = (rs_band *)realloc(St->band, 2 * need * sizeof *q);
+            if (!q) return patina__fail(PATINA_E_NOMEM, "gpu: rootsift: out of host memory");
+            St->band = q;
+            St->band_cap = 2 * need;
+        }
+        for (size_t r = 0; r < (size_t)img->height; r += rows) {
+            rs_band *bd = &St->band[nbands++];
+            bd->img = img;
+            bd->dst = h_grey + off;
+            bd->r0 = (int)r;
+            bd->r1 = (int)(r + rows < (size_t)img->height ? r + rows : (size_t)img->height);
+        }
+        off += (size_t)img->width * (size_t)img->height;
+    }
+    if (nbands > 1 && g->pool)
+        patina_pool_run(g->pool, nbands, rs_grey_task, St->band);
+    else
+        for (size_t j = 0; j < nbands; j++) rs_grey_task(St->band, j, 0);
+    return PATINA_OK;
+}
+
+/* The configuration on the device, uploaded when it differs from the last
+ * one (every slot idle). The slots' streams wait for it. */
+static patina_status rs_upload_conf(rs_state *St, const patina_gpu_rootsift_conf_t *c)
+{
+    const cudaStream_t st = St->sl[0].st;
+    float *h = St->h_filt;
+    if (St->conf_ok && !memcmp(&St->conf, c, sizeof *c)) return PATINA_OK;
+    St->conf_ok = 0;
+    PGPU_CU(cudaStreamSynchronize(st)); /* h_filt is free */
+    memset(h, 0, (PGPU_RS_MAXLEV + 3) * PGPU_RS_MAXTAPS * sizeof(float));
     memcpy(h, c->filt0, sizeof c->filt0);
     for (int l = 0; l < c->levels + 2; l++) memcpy(h + (size_t)(l + 1) * PGPU_RS_MAXTAPS, c->filt[l], sizeof c->filt[l]);
-    if (cudaMemcpyAsync(St->d_filt, h, (PGPU_RS_MAXLEV + 3) * PGPU_RS_MAXTAPS * sizeof(float), cudaMemcpyHostToDevice,
-                        st) != cudaSuccess ||
-        cudaMemcpyAsync(St->d_expn, c->expn, sizeof c->expn, cudaMemcpyHostToDevice, st) != cudaSuccess ||
-        cudaStreamSynchronize(st) != cudaSuccess)
-        s = pgpu_fail((int)cudaGetLastError(), "rootsift: uploading the filters", __FILE__, __LINE__);
-    free(h);
-    return s;
+    memcpy(&St->conf, c, sizeof *c);
+    PGPU_CU(cudaMemcpyAsync(St->d_filt, h, (PGPU_RS_MAXLEV + 3) * PGPU_RS_MAXTAPS * sizeof(float),
+                            cudaMemcpyHostToDevice, st));
+    PGPU_CU(cudaMemcpyAsync(St->d_expn, St->conf.expn, sizeof c->expn, cudaMemcpyHostToDevice, st));
+    PGPU_CU(cudaEventRecord(St->conf_ev, st));
+    for (int j = 1; j < RS_NSLOT; j++) PGPU_CU(cudaStreamWaitEvent(St->sl[j].st, St->conf_ev, 0));
+    St->conf_ok = 1;
+    return PATINA_OK;
 }
 
 static patina_status rs_check_conf(const patina_gpu_rootsift_conf_t *c)
@@ -999,37 +1184,93 @@ static patina_status rs_check_conf(const patina_gpu_rootsift_conf_t *c)
     return PATINA_OK;
 }
 
+/* The arena a call wants: two slots' worth of its largest sub-batch (cut by
+ * RS_SUB_IMG and RS_SUB_PX alone), no more than its images need together,
+ * within half the budget. */
+static size_t rs_arena_want(const rs_state *St, const patina_gpu_rootsift_item_t *items, size_t n, size_t half_budget)
+{
+    size_t total = 0, best = 0, cur = 0, px = 0, cnt = 0;
+    for (size_t i = 0; i < n; i++) {
+        const size_t p = (size_t)items[i].w * (size_t)items[i].h;
+        if (cnt == RS_SUB_IMG || (cnt && px + p > RS_SUB_PX)) {
+            best = cur > best ? cur : best;
+            cur = px = cnt = 0;
+        }
+        cur += St->need[i];
+        px += p;
+        cnt++;
+        total += St->need[i];
+    }
+    best = cur > best ? cur : best;
+    best *= RS_NSLOT;
+    if (total < best) best = total;
+    return best < half_budget ? best : half_budget;
+}
+
+/* The call's sub-batches through the slots (see "The pipeline"). */
+static patina_status rs_run(patina_gpu_t *g, rs_state *St, const patina_gpu_rootsift_conf_t *c, uint8_t *out,
+                            const patina_gpu_rootsift_item_t *items, size_t n, patina_status *sts)
+{
+    const size_t half = St->arena_cap / RS_NSLOT & ~(size_t)255;
+    int k = 0;
+    for (size_t i = 0; i < n;) {
+        rs_slot *L;
+        size_t nb = 0, bytes = 0, px = 0, base, limit, grey;
+        int wide;
+        if (St->need[i] > St->arena_cap) { /* never fits: the caller's */
+            sts[i] = PATINA_E_LIMIT;
+            memset(out + i * c->rec_bytes, 0, c->rec_bytes);
+            i++;
+            continue;
+        }
+        wide = St->need[i] > half;
+        if (wide) PATINA_TRY(rs_drain(St, c, out, sts));
+        L = &St->sl[k];
+        PATINA_TRY(rs_finish(St, L, c, out, sts));
+        base = wide ? 0 : (size_t)k * half;
+        limit = wide ? St->arena_cap : half;
+        while (i + nb < n && nb < RS_SUB_IMG) {
+            const size_t p = (size_t)items[i + nb].w * (size_t)items[i + nb].h;
+            if (St->need[i + nb] > half && !wide) break;
+            if (nb && (bytes + St->need[i + nb] > limit || px + p > RS_SUB_PX)) break;
+            bytes += St->need[i + nb];
+            px += p;
+            nb++;
+        }
+        rs_layout_batch(L->h_items, c, items + i, nb, base, &grey);
+        PATINA_TRY(rs_grow_pinned(g, &L->h_grey, &L->grey_cap, grey, "grey staging"));
+        PATINA_TRY(rs_grow_pinned(g, &L->h_rec, &L->rec_cap, nb * c->rec_bytes, "records"));
+        PATINA_TRY(rs_stage(g, St, items + i, nb, L->h_grey));
+        L->i0 = i;
+        L->nb = nb;
+        PATINA_TRY(rs_enqueue(St, L, c, grey));
+        if (wide) PATINA_TRY(rs_finish(St, L, c, out, sts));
+        i += nb;
+        k = (k + 1) % RS_NSLOT;
+    }
+    return rs_drain(St, c, out, sts);
+}
+
 extern "C" patina_status patina_gpu_rootsift(patina_gpu_t *g, const patina_gpu_rootsift_conf_t *c, uint8_t *out,
                                              const patina_gpu_rootsift_item_t *items, size_t n, patina_status *st)
 {
     rs_state *St;
-    size_t *need = NULL, cap;
-    uint8_t **outs = NULL;
+    size_t cap;
     patina_status s;
     if (!g || !out || !st || (n && !items)) return patina__fail(PATINA_E_INVALID, "gpu: rootsift: null argument");
     PATINA_TRY(rs_check_conf(c));
     if (n == 0) return PATINA_OK;
     PGPU_CU(cudaSetDevice(g->device));
     PATINA_TRY(rs_state_of(g, &St));
-    need = (size_t *)malloc(n * sizeof *need);
-    outs = (uint8_t **)malloc(RS_BATCH_MAX * sizeof *outs);
-    if (!need || !outs) {
-        free(need);
-        free(outs);
-        return patina__fail(PATINA_E_NOMEM, "gpu: rootsift: out of host memory");
+    if (St->need_cap < n) {
+        size_t *q = (size_t *)realloc(St->need, n * sizeof *q);
+        if (!q) return patina__fail(PATINA_E_NOMEM, "gpu: rootsift: out of host memory");
+        St->need = q;
+        St->need_cap = n;
     }
-    /* the arena: what the call needs, within half the budget */
-    {
-        rs_item tmp;
-        size_t total = 0;
-        for (size_t i = 0; i < n; i++) {
-            need[i] = rs_layout(&tmp, c, &items[i], 0);
-            total += need[i];
-        }
-        cap = (size_t)(g->budget / 2);
-        if (total < cap) cap = total;
-    }
-    s = rs_upload_conf(St, c, (cudaStream_t)pgpu_stream(g, 0));
+    for (size_t i = 0; i < n; i++) St->need[i] = rs_need(c, &items[i]);
+    cap = rs_arena_want(St, items, n, (size_t)(g->budget / 2));
+    s = rs_upload_conf(St, c);
     if (s == PATINA_OK && St->arena_cap < cap) {
         pgpu_free(g, St->d_arena);
         St->d_arena = NULL;
@@ -1037,30 +1278,15 @@ extern "C" patina_status patina_gpu_rootsift(patina_gpu_t *g, const patina_gpu_r
         s = pgpu_dev_alloc(g, (void **)&St->d_arena, cap, PGPU_FAM_ROOTSIFT, "arena");
         if (s == PATINA_OK) St->arena_cap = cap;
     }
-    for (size_t i0 = 0; s == PATINA_OK && i0 < n;) {
-        size_t nb = 0, used = 0, i = i0;
-        while (i < n && nb < RS_BATCH_MAX) {
-            if (need[i] > St->arena_cap) { /* never fits: the caller's */
-                if (nb == 0) {
-                    st[i] = PATINA_E_LIMIT;
-                    memset(out + i * c->rec_bytes, 0, c->rec_bytes);
-                    i0 = ++i;
-                    continue;
-                }
-                break;
-            }
-            if (used + need[i] > St->arena_cap) break;
-            used += rs_layout(&St->h_items[nb], c, &items[i], used);
-            outs[nb] = out + i * c->rec_bytes;
-            nb++;
-            i++;
+    if (s == PATINA_OK) s = rs_run(g, St, c, out, items, n, st);
+    if (s != PATINA_OK) { /* nothing left in flight */
+        for (int j = 0; j < RS_NSLOT; j++) {
+            (void)cudaStreamSynchronize(St->sl[j].st);
+            St->sl[j].busy = 0;
+            St->sl[j].nev = 0;
         }
-        if (nb == 0) continue;
-        s = rs_batch(g, St, c, items + i0, nb, used, outs, st + i0);
-        i0 = i;
+        (void)cudaGetLastError();
     }
-    free(need);
-    free(outs);
     return s;
 }
 
@@ -1083,10 +1309,11 @@ extern "C" patina_status patina_gpu__rootsift_octave(patina_gpu_t *g, const pati
                                                      float *dog)
 {
     rs_state *St;
+    rs_slot *L;
     patina_gpu_rootsift_item_t in;
     patina_image_t fake;
     rs_item *it;
-    size_t bytes;
+    size_t bytes, grey;
     cudaStream_t st;
     int mw, mh;
     if (!g || !im || w < 1 || h < 1 || k < 0 || k >= octaves || octaves > PGPU_RS_MAXOCT)
@@ -1094,7 +1321,8 @@ extern "C" patina_status patina_gpu__rootsift_octave(patina_gpu_t *g, const pati
     PATINA_TRY(rs_check_conf(c));
     PGPU_CU(cudaSetDevice(g->device));
     PATINA_TRY(rs_state_of(g, &St));
-    st = (cudaStream_t)pgpu_stream(g, 0);
+    L = &St->sl[0];
+    st = L->st;
     memset(&fake, 0, sizeof fake);
     fake.width = w;
     fake.height = h;
@@ -1106,8 +1334,8 @@ extern "C" patina_status patina_gpu__rootsift_octave(patina_gpu_t *g, const pati
     in.octaves = octaves;
     in.sx = in.sy = 1.0;
     in.down = 1.0f;
-    it = St->h_items;
-    bytes = rs_layout(it, c, &in, 0);
+    it = L->h_items;
+    bytes = rs_layout_batch(it, c, &in, 1, 0, &grey);
     if (St->arena_cap < bytes) {
         pgpu_free(g, St->d_arena);
         St->d_arena = NULL;
@@ -1115,11 +1343,11 @@ extern "C" patina_status patina_gpu__rootsift_octave(patina_gpu_t *g, const pati
         PATINA_TRY(pgpu_dev_alloc(g, (void **)&St->d_arena, bytes, PGPU_FAM_ROOTSIFT, "arena"));
         St->arena_cap = bytes;
     }
-    PATINA_TRY(rs_upload_conf(St, c, st));
-    PGPU_CU(cudaMemcpyAsync(St->d_items, it, sizeof *it, cudaMemcpyHostToDevice, st));
+    PATINA_TRY(rs_upload_conf(St, c));
+    PGPU_CU(cudaMemcpyAsync(L->d_items, it, sizeof *it, cudaMemcpyHostToDevice, st));
     PGPU_CU(cudaMemcpyAsync(St->d_arena + it->off_img, im, (size_t)w * h * sizeof(float), cudaMemcpyHostToDevice, st));
-    St->nev = 0;
-    for (int o = 0; o <= k; o++) rs_scale_space(St, c, it, 1, o, st, &mw, &mh);
+    L->nev = 0;
+    for (int o = 0; o <= k; o++) rs_scale_space(St, L, c, 1, o, &mw, &mh);
     {
         const int ow = oct_dim(w, c->first_octave + k), oh = oct_dim(h, c->first_octave + k);
         const size_t pl = (size_t)ow * oh;
@@ -1131,6 +1359,6 @@ extern "C" patina_status patina_gpu__rootsift_octave(patina_gpu_t *g, const pati
                                     pl * sizeof(float), cudaMemcpyDeviceToHost, st));
     }
     PGPU_CU(cudaStreamSynchronize(st));
-    St->nev = 0;
+    L->nev = 0;
     return PATINA_OK;
 }
