@@ -16,8 +16,10 @@
  *     host's exp/pow: the features side computes them (the conf);
  *   - vl_fast_atan2_f, vl_fast_resqrt_f (the 0x5f3759df guess, two Newton
  *     steps), vl_mod_2pi_f, vl_floor_f/_d are float/int code, reproduced;
- *   - every histogram (orientations: double; descriptors: float) is filled
- *     by one thread in VLFeat's pixel order: no atomics on values;
+ *   - every bin of every histogram (orientations: double; descriptors:
+ *     float) is summed by one thread in VLFeat's pixel order (the threads
+ *     of a warp compute the pixels' terms, each bin's owner adds them in
+ *     order): no atomics on values;
  *   - the keypoints survive the cap by a sort on (|peak| descending, VLFeat
  *     order ascending) where VLFeat order is (octave, the candidate's
  *     raster position (s, y, x), orientation): arrival order never matters.
@@ -593,15 +595,30 @@ __global__ void k_select(uint8_t *arena, const rs_item *items, rs_ctr *ctr, rs_k
 
 /* ------------------------------------------------------------ descriptors */
 
-/* One kept feature per thread: vl_sift_calc_keypoint_descriptor (float
- * histogram filled in VLFeat's pixel and bin order), RootSIFT in double,
- * the quantised row and the geometry. */
-__global__ void k_desc(uint8_t *arena, const rs_item *items, const rs_ctr *ctr, int omin, rs_kconf C,
-                       const double *expn)
+#define RS_DESC_WARPS 4 /* features per block of k_desc */
+
+/* One kept feature per warp: vl_sift_calc_keypoint_descriptor, RootSIFT
+ * in double, the quantised row and the geometry. The histogram is VLFeat's
+ * float sums in its pixel order: the warp takes the window's pixels 32 at a
+ * time in raster order, each lane computing one pixel's terms (the same
+ * expressions as VLFeat's loop body: win * mod, the three offsets and the
+ * bins), then lane l adds, pixel by pixel in raster order, the terms that
+ * fall in the bins it owns, 4 l .. 4 l + 3 (one spatial bin, four
+ * orientations). A pixel adds to 8 distinct bins, so every bin receives
+ * exactly VLFeat's terms in VLFeat's order; the weight of each term is
+ * formed as VLFeat forms it ((win * mod) * |.| * |.| * |.|, left to right).
+ * The norms and the RootSIFT sum run over the 128 bins in index order. */
+__global__ void __launch_bounds__(32 * RS_DESC_WARPS) k_desc(uint8_t *arena, const rs_item *items, const rs_ctr *ctr,
+                                                               int omin, rs_kconf C, const double *expn)
 {
+    __shared__ float sh_d[RS_DESC_WARPS][NBO * NBP * NBP];
+    __shared__ float sh_t[RS_DESC_WARPS][4][32]; /* per pixel of a round: win * mod, rbinx, rbiny, rbint */
+    __shared__ int sh_b[RS_DESC_WARPS][32];      /* binx + 2 | (biny + 2) << 8 | bint << 16; -1: no pixel */
     const rs_item &it = items[blockIdx.y];
-    const unsigned fi = blockIdx.x * blockDim.x + threadIdx.x;
-    if (fi >= ctr[blockIdx.y].feat) return;
+    const int wp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const unsigned fi = blockIdx.x * RS_DESC_WARPS + wp;
+    if (fi >= ctr[blockIdx.y].feat) return; /* the warp's feature: uniform in the warp */
+    float *descr = sh_d[wp];
     const unsigned f = ((const unsigned *)(arena + it.off_feat))[fi];
     const rs_kp k = ((const rs_kp *)(arena + it.off_kp))[f >> 2];
     const double angle0 = k.ang[f & 3];
@@ -614,54 +631,74 @@ __global__ void k_desc(uint8_t *arena, const rs_item *items, const rs_ctr *ctr, 
     sincos(angle0, &st0, &ct0);
     const double SBP = magnif * sigma + RS_EPS_D;
     const int W = (int)floor(sqrt(2.0) * SBP * (NBP + 1) / 2.0 + 0.5);
-    const int binto = 1, binyo = NBO * NBP, binxo = NBO;
-    float descr[NBO * NBP * NBP];
-    for (int i = 0; i < NBO * NBP * NBP; i++) descr[i] = 0;
+    for (int i = lane; i < NBO * NBP * NBP; i += 32) descr[i] = 0;
+    __syncwarp();
     const int s_min = -1, s_max = C.S + 1;
     /* VLFeat leaves the descriptor unwritten out of these bounds; the CPU
      * path zeroes it first: zeros */
     if (!(xi < 0 || xi >= w || yi < 0 || yi >= h - 1 || si < s_min + 1 || si > s_max - 2)) {
         const float *pt = (const float *)(arena + it.off_grad[oct]) +
                           2 * ((size_t)(si - s_min - 1) * (size_t)w * h + (size_t)yi * w + xi);
-        float *dpt = descr + (NBP / 2) * binyo + (NBP / 2) * binxo;
         const int ylo = -W > 1 - yi ? -W : 1 - yi, yhi = W < h - yi - 2 ? W : h - yi - 2;
         const int xlo = -W > 1 - xi ? -W : 1 - xi, xhi = W < w - xi - 2 ? W : w - xi - 2;
-        for (int dyi = ylo; dyi <= yhi; ++dyi)
-            for (int dxi = xlo; dxi <= xhi; ++dxi) {
+        const int nx = xhi - xlo + 1, ny = yhi - ylo + 1, npx = nx > 0 && ny > 0 ? nx * ny : 0;
+        /* the bins lane owns: spatial bin (ox, oy) (offsets from -NBP / 2), orientations ot0 .. ot0 + 3 */
+        const int oy = lane >> 3, ox = (lane >> 1) & 3, ot0 = (lane & 1) * 4;
+        float *mine = descr + 4 * lane;
+        for (int p0 = 0; p0 < npx; p0 += 32) {
+            const int p = p0 + lane;
+            int code = -1;
+            if (p < npx) {
+                const int dyi = ylo + p / nx, dxi = xlo + p % nx;
                 const float mod = pt[2 * (dxi + (ptrdiff_t)dyi * w)];
                 const float angle = pt[2 * (dxi + (ptrdiff_t)dyi * w) + 1];
                 const float theta = vmod2pi_f((float)(angle - angle0));
                 const float dx = (float)(xi + dxi - x), dy = (float)(yi + dyi - y);
-                const float nx = (float)((ct0 * dx + st0 * dy) / SBP);
-                const float ny = (float)((-st0 * dx + ct0 * dy) / SBP);
+                const float nxf = (float)((ct0 * dx + st0 * dy) / SBP);
+                const float nyf = (float)((-st0 * dx + ct0 * dy) / SBP);
                 const float nt = (float)(NBO * theta / (2 * RS_PI));
                 const float wsigma = 2; /* f->windowSize = NBP / 2 */
-                const float win = (float)fast_expn(expn, (nx * nx + ny * ny) / (2.0 * wsigma * wsigma));
-                const int binx = (int)vfloor_f((float)(nx - 0.5));
-                const int biny = (int)vfloor_f((float)(ny - 0.5));
+                const float win = (float)fast_expn(expn, (nxf * nxf + nyf * nyf) / (2.0 * wsigma * wsigma));
+                const int binx = (int)vfloor_f((float)(nxf - 0.5));
+                const int biny = (int)vfloor_f((float)(nyf - 0.5));
                 const int bint = (int)vfloor_f(nt);
-                const float rbinx = (float)(nx - (binx + 0.5));
-                const float rbiny = (float)(ny - (biny + 0.5));
-                const float rbint = nt - bint;
-                for (int dbinx = 0; dbinx < 2; ++dbinx)
-                    for (int dbiny = 0; dbiny < 2; ++dbiny)
-                        for (int dbint = 0; dbint < 2; ++dbint)
-                            if (binx + dbinx >= -(NBP / 2) && binx + dbinx < (NBP / 2) &&
-                                biny + dbiny >= -(NBP / 2) && biny + dbiny < (NBP / 2)) {
-                                const float weight = win * mod * fabsf(1 - dbinx - rbinx) *
-                                                     fabsf(1 - dbiny - rbiny) * fabsf(1 - dbint - rbint);
-                                dpt[((bint + dbint) % NBO) * binto + (biny + dbiny) * binyo +
-                                    (binx + dbinx) * binxo] += weight;
-                            }
+                sh_t[wp][0][lane] = win * mod;
+                sh_t[wp][1][lane] = (float)(nxf - (binx + 0.5));
+                sh_t[wp][2][lane] = (float)(nyf - (biny + 0.5));
+                sh_t[wp][3][lane] = nt - bint;
+                /* bins that can touch the descriptor: binx, biny in [-NBP/2 - 1, NBP/2 - 1], bint in [0, NBO] */
+                if (binx >= -(NBP / 2) - 1 && binx < NBP / 2 && biny >= -(NBP / 2) - 1 && biny < NBP / 2)
+                    code = (binx + NBP / 2 + 1) | (biny + NBP / 2 + 1) << 8 | bint << 16;
             }
+            sh_b[wp][lane] = code;
+            __syncwarp();
+            const int np = npx - p0 < 32 ? npx - p0 : 32;
+            for (int q = 0; q < np; q++) {
+                const int cq = sh_b[wp][q];
+                if (cq < 0) continue;
+                /* dbinx = ox - binx, dbiny = oy - biny (both stored + 1) */
+                const int dbinx = ox + 1 - (cq & 0xff), dbiny = oy + 1 - ((cq >> 8) & 0xff), bint = cq >> 16;
+                if (dbinx < 0 || dbinx > 1 || dbiny < 0 || dbiny > 1) continue;
+                const float wm = sh_t[wp][0][q], rbinx = sh_t[wp][1][q], rbiny = sh_t[wp][2][q], rbint = sh_t[wp][3][q];
+                for (int dbint = 0; dbint < 2; ++dbint) {
+                    const int ob = (bint + dbint) % NBO;
+                    if (ob - ot0 < 0 || ob - ot0 > 3) continue;
+                    const float weight = wm * fabsf(1 - dbinx - rbinx) * fabsf(1 - dbiny - rbiny) * fabsf(1 - dbint - rbint);
+                    mine[ob - ot0] += weight;
+                }
+            }
+            __syncwarp();
+        }
         for (int pass = 0; pass < 2; pass++) { /* normalise, clamp at 0.2, normalise */
             float norm = 0.0f;
             for (int i = 0; i < NBO * NBP * NBP; i++) norm += descr[i] * descr[i];
             norm = vsqrt_f(norm) + RS_EPS_F;
-            for (int i = 0; i < NBO * NBP * NBP; i++) descr[i] /= norm;
-            if (pass == 0)
-                for (int i = 0; i < NBO * NBP * NBP; i++)
-                    if (descr[i] > 0.2) descr[i] = 0.2;
+            __syncwarp();
+            for (int i = lane; i < NBO * NBP * NBP; i += 32) {
+                descr[i] /= norm;
+                if (pass == 0 && descr[i] > 0.2) descr[i] = 0.2;
+            }
+            __syncwarp();
         }
     }
     /* RootSIFT, quantisation, geometry */
@@ -670,7 +707,7 @@ __global__ void k_desc(uint8_t *arena, const rs_item *items, const rs_ctr *ctr, 
     uint8_t *row = rec + 64 + (size_t)fi * 128 * eb;
     double l1 = 0.0;
     for (int i = 0; i < 128; i++) l1 += descr[i];
-    for (int i = 0; i < 128; i++) {
+    for (int i = lane; i < 128; i += 32) {
         const double r = l1 > 0.0 ? sqrt(descr[i] / l1) : 0.0;
         if (C.quant) {
             const uint16_t hv = f16_from_f32((float)r); /* the CPU's conversion (algo/f16.h) */
@@ -681,12 +718,14 @@ __global__ void k_desc(uint8_t *arena, const rs_item *items, const rs_ctr *ctr, 
             row[i] = (uint8_t)(v > 255.0 ? 255.0 : v);
         }
     }
-    uint8_t *geo = rec + 64 + (size_t)C.budget * 128 * eb + 16 * (size_t)fi;
-    const float g4[4] = {(float)((k.x + 0.5) * it.sx - 0.5), (float)((k.y + 0.5) * it.sy - 0.5),
-                         (float)(k.sigma * (double)it.down), (float)angle0};
-    for (int q = 0; q < 4; q++) {
-        const uint32_t u = __float_as_uint(g4[q]);
-        for (int b = 0; b < 4; b++) geo[4 * q + b] = (uint8_t)(u >> (8 * b));
+    if (lane == 0) {
+        uint8_t *geo = rec + 64 + (size_t)C.budget * 128 * eb + 16 * (size_t)fi;
+        const float g4[4] = {(float)((k.x + 0.5) * it.sx - 0.5), (float)((k.y + 0.5) * it.sy - 0.5),
+                             (float)(k.sigma * (double)it.down), (float)angle0};
+        for (int q = 0; q < 4; q++) {
+            const uint32_t u = __float_as_uint(g4[q]);
+            for (int b = 0; b < 4; b++) geo[4 * q + b] = (uint8_t)(u >> (8 * b));
+        }
     }
 }
 
@@ -1048,8 +1087,8 @@ static patina_status rs_enqueue(rs_state *St, rs_slot *L, const patina_gpu_roots
     rs_mark(L, 4);
     k_select<<<(unsigned)nb, 1024, 0, st>>>(St->d_arena, L->d_items, L->d_ctr, C);
     rs_mark(L, 5);
-    k_desc<<<dim3((unsigned)((c->budget + 63) / 64), (unsigned)nb), 64, 0, st>>>(St->d_arena, L->d_items, L->d_ctr,
-                                                                               c->first_octave, C, St->d_expn);
+    k_desc<<<dim3((unsigned)((c->budget + RS_DESC_WARPS - 1) / RS_DESC_WARPS), (unsigned)nb), 32 * RS_DESC_WARPS, 0,
+             st>>>(St->d_arena, L->d_items, L->d_ctr, c->first_octave, C, St->d_expn);
     PGPU_CU(cudaGetLastError());
     rs_mark(L, 6);
     PGPU_CU(cudaMemcpyAsync(L->h_ctr, L->d_ctr, nb * sizeof(rs_ctr), cudaMemcpyDeviceToHost, st));
