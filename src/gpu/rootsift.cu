@@ -366,16 +366,12 @@ __global__ void k_detect(uint8_t *arena, const rs_item *items, rs_ctr *ctr, int 
     }
 }
 
-/* Refinement (vl_sift_detect), then orientations
- * (vl_sift_calc_keypoint_orientations) of one candidate per thread. */
-__global__ void k_refine(uint8_t *arena, const rs_item *items, rs_ctr *ctr, int oct, int omin, rs_kconf C,
-                         const double *expn)
+/* One candidate of k_refine, by the whole warp (uniform control flow up to
+ * the histogram's rounds). */
+__device__ static void rs_refine_one(uint8_t *arena, const rs_item &it, rs_ctr *ctr, int oct, int omin,
+                                     const rs_kconf &C, const double *expn, unsigned ci, int lane, double *sh_h,
+                                     double (*sh_c)[32], int *sh_b)
 {
-    const rs_item &it = items[blockIdx.y];
-    if (oct >= it.O) return;
-    const unsigned ci = blockIdx.x * blockDim.x + threadIdx.x;
-    const unsigned nc = ctr[blockIdx.y].cand < it.cand_cap ? ctr[blockIdx.y].cand : it.cand_cap;
-    if (ci >= nc) return;
     const int w = oct_dim(it.w, omin + oct), h = oct_dim(it.h, omin + oct);
     const int S = C.S, s_min = -1, s_max = S + 1;
     const unsigned key = ((const unsigned *)(arena + it.off_cand))[ci];
@@ -462,7 +458,7 @@ __global__ void k_refine(uint8_t *arena, const rs_item *items, rs_ctr *ctr, int 
                       sn >= s_min && sn <= s_max;
 #undef at
 #undef Aat
-    if (!good) return;
+    if (!good) return; /* uniform: every lane computed the same */
     const int o_cur = omin + oct;
     const double xper = ldexp(1.0, o_cur);
     rs_kp k;
@@ -488,48 +484,76 @@ __global__ void k_refine(uint8_t *arena, const rs_item *items, rs_ctr *ctr, int 
         if (!(xi < 0 || xi > w - 1 || yi < 0 || yi > h - 1 || si < s_min + 1 || si > s_max - 2)) {
             const float *gp = (const float *)(arena + it.off_grad[oct]) +
                               2 * ((size_t)(si - s_min - 1) * (size_t)w * h + (size_t)yi * w + xi);
-            for (int i = 0; i < nbins; i++) hist[i] = 0;
             const int ylo = -Wn > -yi ? -Wn : -yi, yhi = Wn < h - 1 - yi ? Wn : h - 1 - yi;
             const int xlo = -Wn > -xi ? -Wn : -xi, xhi = Wn < w - 1 - xi ? Wn : w - 1 - xi;
-            for (int ys = ylo; ys <= yhi; ++ys)
-                for (int xs = xlo; xs <= xhi; ++xs) {
+            const int nx = xhi - xlo + 1, ny = yhi - ylo + 1, npx = nx > 0 && ny > 0 ? nx * ny : 0;
+            double ha = 0, hb = 0; /* bins lane and lane + 32 */
+            for (int p0 = 0; p0 < npx; p0 += 32) {
+                const int p = p0 + lane;
+                int b0 = -1;
+                if (p < npx) {
+                    const int ys = ylo + p / nx, xs = xlo + p % nx;
                     const double ddx = (double)(xi + xs) - kx, ddy = (double)(yi + ys) - ky;
                     const double r2 = ddx * ddx + ddy * ddy;
-                    if (r2 >= Wn * Wn + 0.6) continue;
-                    const double wgt = fast_expn(expn, r2 / (2 * sigmaw * sigmaw));
-                    const double mod = gp[2 * (xs + (ptrdiff_t)ys * w)];
-                    const double ang = gp[2 * (xs + (ptrdiff_t)ys * w) + 1];
-                    const double fbin = nbins * ang / (2 * RS_PI);
-                    const int bin = (int)vfloor_d(fbin - 0.5);
-                    const double rbin = fbin - bin - 0.5;
-                    hist[(bin + nbins) % nbins] += (1 - rbin) * mod * wgt;
-                    hist[(bin + 1) % nbins] += (rbin)*mod * wgt;
+                    if (!(r2 >= Wn * Wn + 0.6)) {
+                        const double wgt = fast_expn(expn, r2 / (2 * sigmaw * sigmaw));
+                        const double mod = gp[2 * (xs + (ptrdiff_t)ys * w)];
+                        const double ang = gp[2 * (xs + (ptrdiff_t)ys * w) + 1];
+                        const double fbin = nbins * ang / (2 * RS_PI);
+                        const int bin = (int)vfloor_d(fbin - 0.5);
+                        const double rbin = fbin - bin - 0.5;
+                        b0 = (bin + nbins) % nbins;
+                        sh_c[0][lane] = (1 - rbin) * mod * wgt;
+                        sh_c[1][lane] = (rbin)*mod * wgt;
+                    }
                 }
-            for (int iter = 0; iter < 6; iter++) {
-                double prev = hist[nbins - 1];
-                const double first = hist[0];
-                int i;
-                for (i = 0; i < nbins - 1; i++) {
-                    const double newh = (prev + hist[i] + hist[(i + 1) % nbins]) / 3.0;
-                    prev = hist[i];
-                    hist[i] = newh;
+                sh_b[lane] = b0;
+                __syncwarp();
+                const int np = npx - p0 < 32 ? npx - p0 : 32;
+                for (int q = 0; q < np; q++) {
+                    const int bq = sh_b[q];
+                    if (bq < 0) continue;
+                    const int bq1 = (bq + 1) % nbins; /* (bin + 1) % nbins: bin + nbins = bq (mod nbins) */
+                    if (bq == lane) ha += sh_c[0][q];
+                    else if (bq == lane + 32) hb += sh_c[0][q];
+                    if (bq1 == lane) ha += sh_c[1][q];
+                    else if (bq1 == lane + 32) hb += sh_c[1][q];
                 }
-                hist[i] = (prev + hist[i] + first) / 3.0;
+                __syncwarp();
             }
-            maxh = 0;
-            for (int i = 0; i < nbins; ++i) maxh = maxh > hist[i] ? maxh : hist[i];
-            for (int i = 0; i < nbins && k.nang < 4; ++i) {
-                const double h0 = hist[i], hm = hist[(i - 1 + nbins) % nbins], hp = hist[(i + 1 + nbins) % nbins];
-                if (h0 > 0.8 * maxh && h0 > hm && h0 > hp) {
-                    const double di = -0.5 * (hp - hm) / (hp + hm - 2 * h0);
-                    k.ang[k.nang++] = 2 * RS_PI * (i + di + 0.5) / nbins;
+            sh_h[lane] = ha;
+            if (lane + 32 < nbins) sh_h[lane + 32] = hb;
+            __syncwarp();
+            if (lane == 0) {
+                for (int i = 0; i < nbins; i++) hist[i] = sh_h[i];
+                for (int iter = 0; iter < 6; iter++) {
+                    double prev = hist[nbins - 1];
+                    const double first = hist[0];
+                    int i;
+                    for (i = 0; i < nbins - 1; i++) {
+                        const double newh = (prev + hist[i] + hist[(i + 1) % nbins]) / 3.0;
+                        prev = hist[i];
+                        hist[i] = newh;
+                    }
+                    hist[i] = (prev + hist[i] + first) / 3.0;
+                }
+                maxh = 0;
+                for (int i = 0; i < nbins; ++i) maxh = maxh > hist[i] ? maxh : hist[i];
+                for (int i = 0; i < nbins && k.nang < 4; ++i) {
+                    const double h0 = hist[i], hm = hist[(i - 1 + nbins) % nbins], hp = hist[(i + 1 + nbins) % nbins];
+                    if (h0 > 0.8 * maxh && h0 > hm && h0 > hp) {
+                        const double di = -0.5 * (hp - hm) / (hp + hm - 2 * h0);
+                        k.ang[k.nang++] = 2 * RS_PI * (i + di + 0.5) / nbins;
+                    }
                 }
             }
+            __syncwarp(); /* sh_h is free for the warp's next candidate */
         }
     }
-    const unsigned slot = atomicAdd(&ctr[blockIdx.y].kp, 1u);
+    if (lane != 0) return;
+    const unsigned slot = atomicAdd(&ctr->kp, 1u);
     if (slot >= it.kp_cap) {
-        ctr[blockIdx.y].over = 1;
+        ctr->over = 1;
         return;
     }
     ((rs_kp *)(arena + it.off_kp))[slot] = k;
@@ -538,6 +562,35 @@ __global__ void k_refine(uint8_t *arena, const rs_item *items, rs_ctr *ctr, int 
     sk.seq = ((unsigned long long)oct << 58) | ((unsigned long long)key << RS_KP_IDX_BITS) | slot;
     ((rs_sortkey *)(arena + it.off_sort))[slot] = sk;
 }
+
+#define RS_REF_WARPS 4 /* candidates per block of k_refine at a time */
+#define RS_REF_BLOCKS 256 /* blocks per image of k_refine (a warp strides over the candidates) */
+
+/* Refinement (vl_sift_detect), then orientations
+ * (vl_sift_calc_keypoint_orientations) of one candidate per warp at a time.
+ * Every lane refines (the same arithmetic, the same result); the histogram
+ * is VLFeat's double sums in its pixel order: the warp takes the window's
+ * pixels 32 at a time in raster order, each lane computing one pixel's two
+ * terms ((1 - rbin) mod wgt and rbin mod wgt, VLFeat's expressions), then
+ * lane l adds, pixel by pixel in raster order, the terms that fall in bins
+ * l and l + 32. A pixel adds to two distinct bins, so every bin receives
+ * exactly VLFeat's terms in VLFeat's order. Lane 0 smooths, finds the peaks
+ * and appends the keypoint. */
+__global__ void __launch_bounds__(32 * RS_REF_WARPS) k_refine(uint8_t *arena, const rs_item *items, rs_ctr *ctr,
+                                                                int oct, int omin, rs_kconf C, const double *expn)
+{
+    enum { nbins = 36 };
+    __shared__ double sh_h[RS_REF_WARPS][nbins];
+    __shared__ double sh_c[RS_REF_WARPS][2][32]; /* per pixel of a round: its two terms */
+    __shared__ int sh_b[RS_REF_WARPS][32];       /* its first bin; -1: none */
+    const rs_item &it = items[blockIdx.y];
+    if (oct >= it.O) return;
+    const int wp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const unsigned nc = ctr[blockIdx.y].cand < it.cand_cap ? ctr[blockIdx.y].cand : it.cand_cap;
+    for (unsigned ci = blockIdx.x * RS_REF_WARPS + wp; ci < nc; ci += gridDim.x * RS_REF_WARPS)
+        rs_refine_one(arena, it, ctr + blockIdx.y, oct, omin, C, expn, ci, lane, sh_h[wp], sh_c[wp], sh_b[wp]);
+}
+
 
 /* ------------------------------------------------------------ selection */
 
@@ -1035,8 +1088,10 @@ static void rs_detect(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t
     k_reset_cand<<<(unsigned)((nb + 127) / 128), 128, 0, L->st>>>(L->d_ctr, (int)nb);
     k_detect<<<grid2(mw - 2 > 0 ? mw - 2 : 1, mh - 2 > 0 ? mh - 2 : 1, nb), dim3(RS_BX, RS_BY), 0, L->st>>>(
         St->d_arena, L->d_items, L->d_ctr, k, c->first_octave, c->levels, c->peak);
-    k_refine<<<dim3((cap + 127) / 128, (unsigned)nb), 128, 0, L->st>>>(St->d_arena, L->d_items, L->d_ctr, k,
-                                                                       c->first_octave, *C, St->d_expn);
+    const unsigned blocks = (cap + RS_REF_WARPS - 1) / RS_REF_WARPS < RS_REF_BLOCKS ? (cap + RS_REF_WARPS - 1) / RS_REF_WARPS
+                                                                                     : RS_REF_BLOCKS;
+    k_refine<<<dim3(blocks, (unsigned)nb), 32 * RS_REF_WARPS, 0, L->st>>>(St->d_arena, L->d_items, L->d_ctr, k,
+                                                                          c->first_octave, *C, St->d_expn);
 }
 
 static void rs_kconf_of(rs_kconf *C, const patina_gpu_rootsift_conf_t *c)
