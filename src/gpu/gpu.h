@@ -565,10 +565,12 @@ patina_status patina_gpu_rootsift(patina_gpu_t *g, const patina_gpu_rootsift_con
 
 /* Internal (tests, bench_rootsift): stage times of the calls since the
  * previous query, in ms of GPU time (events around each stage of each
- * batch): [0] upload and grey/downscale, [1] scale space (smoothing), [2]
- * DoG, gradients, [3] detection, refinement, orientations, [4] selection,
- * [5] descriptors and records, [6] download. Resets them. */
-#define PGPU_RS_STAGES 7
+ * sub-batch on its stream; the two streams overlap, so the sum may exceed
+ * the wall time): [0] upload (the grey levels, image table, zeroing), [1]
+ * float image and area downscale, [2] scale space (smoothing), [3] DoG,
+ * gradients, [4] detection, refinement, orientations, [5] selection, [6]
+ * descriptors and records, [7] download. Resets them. */
+#define PGPU_RS_STAGES 8
 void patina_gpu__rootsift_times(patina_gpu_t *g, double ms[PGPU_RS_STAGES], size_t *batches);
 
 /* Internal (tests): runs the GPU scale space of one image (w, h floats,

@@ -1044,7 +1044,7 @@ static void rs_scale_space(rs_state *St, rs_slot *L, const patina_gpu_rootsift_c
     uint8_t *A = St->d_arena;
     rs_item *I = L->d_items;
     const float *F = St->d_filt; /* filt0, then filt[0 ..] */
-    rs_mark(L, 1);
+    rs_mark(L, 2);
     if (k == 0) {
         int w0 = 0, h0 = 0;
         for (size_t i = 0; i < nb; i++) {
@@ -1065,7 +1065,7 @@ static void rs_scale_space(rs_state *St, rs_slot *L, const patina_gpu_rootsift_c
         k_conv_v<<<G, B, 0, st>>>(A, I, k, omin, (size_t)(l - 1), 0, 1, 0, f, W);
         k_conv_h<<<G, B, 0, st>>>(A, I, k, omin, 1, 0, 0, (size_t)l, f, W);
     }
-    rs_mark(L, 2);
+    rs_mark(L, 3);
     k_dog_grad<<<G, B, 0, st>>>(A, I, k, omin, S);
 }
 
@@ -1084,7 +1084,7 @@ static void rs_detect(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t
     if (mw == 0) return;
     for (size_t i = 0; i < nb; i++)
         if (k < hit[i].O && hit[i].cand_cap > cap) cap = hit[i].cand_cap;
-    rs_mark(L, 3);
+    rs_mark(L, 4);
     k_reset_cand<<<(unsigned)((nb + 127) / 128), 128, 0, L->st>>>(L->d_ctr, (int)nb);
     k_detect<<<grid2(mw - 2 > 0 ? mw - 2 : 1, mh - 2 > 0 ? mh - 2 : 1, nb), dim3(RS_BX, RS_BY), 0, L->st>>>(
         St->d_arena, L->d_items, L->d_ctr, k, c->first_octave, c->levels, c->peak);
@@ -1132,6 +1132,7 @@ static patina_status rs_enqueue(rs_state *St, rs_slot *L, const patina_gpu_roots
         mh = hit[i].h > mh ? hit[i].h : mh;
         mH = hit[i].H > mH ? hit[i].H : mH;
     }
+    rs_mark(L, 1);
     k_down_rows<<<grid2(mw, mH, nb), dim3(RS_BX, RS_BY), 0, st>>>(St->d_arena, L->d_items);
     k_down_cols<<<grid2(mw, mh, nb), dim3(RS_BX, RS_BY), 0, st>>>(St->d_arena, L->d_items);
     for (int k = 0; k < Omax; k++) {
@@ -1139,13 +1140,13 @@ static patina_status rs_enqueue(rs_state *St, rs_slot *L, const patina_gpu_roots
         rs_scale_space(St, L, c, nb, k, &kw, &kh);
         rs_detect(St, L, c, nb, k, &C, kw, kh);
     }
-    rs_mark(L, 4);
-    k_select<<<(unsigned)nb, 1024, 0, st>>>(St->d_arena, L->d_items, L->d_ctr, C);
     rs_mark(L, 5);
+    k_select<<<(unsigned)nb, 1024, 0, st>>>(St->d_arena, L->d_items, L->d_ctr, C);
+    rs_mark(L, 6);
     k_desc<<<dim3((unsigned)((c->budget + RS_DESC_WARPS - 1) / RS_DESC_WARPS), (unsigned)nb), 32 * RS_DESC_WARPS, 0,
              st>>>(St->d_arena, L->d_items, L->d_ctr, c->first_octave, C, St->d_expn);
     PGPU_CU(cudaGetLastError());
-    rs_mark(L, 6);
+    rs_mark(L, 7);
     PGPU_CU(cudaMemcpyAsync(L->h_ctr, L->d_ctr, nb * sizeof(rs_ctr), cudaMemcpyDeviceToHost, st));
     PGPU_CU(cudaMemcpyAsync(L->h_rec, St->d_arena + hit[0].off_rec, nb * c->rec_bytes, cudaMemcpyDeviceToHost, st));
     rs_mark(L, -1);
