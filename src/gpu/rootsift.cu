@@ -599,20 +599,34 @@ __device__ static inline bool rs_better(const rs_sortkey &a, const rs_sortkey &b
     return a.peak > b.peak || (a.peak == b.peak && a.seq < b.seq);
 }
 
-/* One block per image: the keypoints sorted by (|peak| descending, VLFeat
- * order), then their orientations taken in that order up to the budget
- * (the kept features: keypoint index << 2 | orientation); the header. */
-__global__ void k_select(uint8_t *arena, const rs_item *items, rs_ctr *ctr, rs_kconf C)
+/* One block of RS_SEL_THREADS per image: the keypoints sorted by (|peak|
+ * descending, VLFeat order), in shared memory when they fit (smem_cap
+ * entries of dynamic shared memory; else in place in the
+ * arena), then their orientations taken in that order up to the budget
+ * (the kept features: keypoint index << 2 | orientation); the header. The
+ * take is VLFeat's serial loop written as a scan: the orientation a of the
+ * i-th keypoint in order is feature sum_{j < i} nang_j + a, kept when that
+ * is under the budget. */
+#define RS_SEL_THREADS 1024
+__global__ void __launch_bounds__(RS_SEL_THREADS) k_select(uint8_t *arena, const rs_item *items, rs_ctr *ctr,
+                                                             rs_kconf C, unsigned smem_cap)
 {
+    extern __shared__ rs_sortkey sh_sk[];
+    __shared__ unsigned sh_wsum[RS_SEL_THREADS / 32];
     const rs_item &it = items[blockIdx.x];
     rs_ctr *c = &ctr[blockIdx.x];
     const unsigned n = c->kp < it.kp_cap ? c->kp : it.kp_cap;
-    rs_sortkey *sk = (rs_sortkey *)(arena + it.off_sort);
+    rs_sortkey *const gsk = (rs_sortkey *)(arena + it.off_sort);
     unsigned P = 1;
     while (P < n) P <<= 1;
-    for (unsigned i = n + threadIdx.x; i < P; i += blockDim.x) {
-        sk[i].peak = -1.0;
-        sk[i].seq = ~0ull;
+    rs_sortkey *const sk = P <= smem_cap ? sh_sk : gsk;
+    for (unsigned i = threadIdx.x; i < P; i += blockDim.x) {
+        if (i >= n) {
+            sk[i].peak = -1.0;
+            sk[i].seq = ~0ull;
+        } else if (sk != gsk) {
+            sk[i] = gsk[i];
+        }
     }
     __syncthreads();
     for (unsigned k = 2; k <= P; k <<= 1)
@@ -630,14 +644,40 @@ __global__ void k_select(uint8_t *arena, const rs_item *items, rs_ctr *ctr, rs_k
             }
             __syncthreads();
         }
-    if (threadIdx.x != 0) return;
     const rs_kp *kp = (const rs_kp *)(arena + it.off_kp);
     unsigned *feat = (unsigned *)(arena + it.off_feat);
-    unsigned m = 0;
-    for (unsigned i = 0; i < n && m < (unsigned)C.budget; i++) {
-        const unsigned idx = (unsigned)(sk[i].seq & ((1u << RS_KP_IDX_BITS) - 1));
-        for (int a = 0; a < kp[idx].nang && m < (unsigned)C.budget; a++) feat[m++] = idx << 2 | (unsigned)a;
+    const unsigned budget = (unsigned)C.budget, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    unsigned m = 0; /* features before this round (the same in every thread) */
+    for (unsigned base = 0; base < n && m < budget; base += blockDim.x) {
+        const unsigned i = base + threadIdx.x;
+        unsigned idx = 0, cnt = 0, v;
+        if (i < n) {
+            idx = (unsigned)(sk[i].seq & ((1u << RS_KP_IDX_BITS) - 1));
+            cnt = (unsigned)kp[idx].nang;
+        }
+        v = cnt; /* inclusive scan in the warp, then over the warps */
+        for (unsigned o = 1; o < 32; o <<= 1) {
+            const unsigned u = __shfl_up_sync(0xffffffffu, v, o);
+            if (lane >= o) v += u;
+        }
+        if (lane == 31) sh_wsum[wid] = v;
+        __syncthreads();
+        if (wid == 0) {
+            unsigned x = lane < blockDim.x / 32 ? sh_wsum[lane] : 0;
+            for (unsigned o = 1; o < 32; o <<= 1) {
+                const unsigned u = __shfl_up_sync(0xffffffffu, x, o);
+                if (lane >= o) x += u;
+            }
+            sh_wsum[lane] = x;
+        }
+        __syncthreads();
+        const unsigned first = m + (wid ? sh_wsum[wid - 1] : 0) + v - cnt;
+        for (unsigned a = 0; a < cnt && first + a < budget; a++) feat[first + a] = idx << 2 | a;
+        m += sh_wsum[blockDim.x / 32 - 1];
+        __syncthreads(); /* sh_wsum is read before the next round writes it */
     }
+    if (threadIdx.x != 0) return;
+    m = m < budget ? m : budget;
     c->feat = m;
     uint8_t *rec = arena + it.off_rec;
     const uint32_t hdr[10] = {m, 1u, (uint32_t)C.budget, (uint32_t)C.quant, __float_as_uint(C.qscale),
@@ -834,6 +874,7 @@ struct rs_state {
     cudaEvent_t conf_ev;    /* after the configuration's upload */
     patina_gpu_rootsift_conf_t conf; /* the configuration on the device */
     int conf_ok;
+    unsigned sel_cap; /* keypoints k_select sorts in shared memory at most (0: none) */
     rs_slot sl[RS_NSLOT];
     size_t *need; /* per image of the call: arena bytes */
     size_t need_cap;
@@ -883,6 +924,18 @@ static patina_status rs_state_of(patina_gpu_t *g, rs_state **out)
     if (!S) return patina__fail(PATINA_E_NOMEM, "gpu: rootsift: out of host memory");
     pgpu_set_state(g, PGPU_FAM_ROOTSIFT, S, rs_release);
     s = rs_event(&S->conf_ev, cudaEventDisableTiming);
+    { /* k_select's shared sort: up to 8192 keys (128 KiB), what the SM lets a block opt in to */
+        const size_t room = g->smem_optin > 1024 ? (size_t)g->smem_optin - 1024 : 0;
+        unsigned cap = 8192;
+        while (cap && cap * sizeof(rs_sortkey) > room) cap >>= 1;
+        if (cap && cap * sizeof(rs_sortkey) > 48 * 1024 &&
+            cudaFuncSetAttribute(k_select, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)(cap * sizeof(rs_sortkey))) != cudaSuccess) {
+            (void)cudaGetLastError();
+            cap = 48 * 1024 / sizeof(rs_sortkey);
+        }
+        S->sel_cap = cap;
+    }
     for (int j = 0; j < RS_NSLOT && s == PATINA_OK; j++) {
         rs_slot *L = &S->sl[j];
         L->st = (cudaStream_t)pgpu_stream(g, j);
@@ -1141,7 +1194,8 @@ static patina_status rs_enqueue(rs_state *St, rs_slot *L, const patina_gpu_roots
         rs_detect(St, L, c, nb, k, &C, kw, kh);
     }
     rs_mark(L, 5);
-    k_select<<<(unsigned)nb, 1024, 0, st>>>(St->d_arena, L->d_items, L->d_ctr, C);
+    k_select<<<(unsigned)nb, RS_SEL_THREADS, St->sel_cap * sizeof(rs_sortkey), st>>>(St->d_arena, L->d_items, L->d_ctr,
+                                                                                   C, St->sel_cap);
     rs_mark(L, 6);
     k_desc<<<dim3((unsigned)((c->budget + RS_DESC_WARPS - 1) / RS_DESC_WARPS), (unsigned)nb), 32 * RS_DESC_WARPS, 0,
              st>>>(St->d_arena, L->d_items, L->d_ctr, c->first_octave, C, St->d_expn);
