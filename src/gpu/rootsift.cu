@@ -286,6 +286,60 @@ __global__ void k_conv_h(uint8_t *arena, const rs_item *items, int oct, int omin
     dst[(size_t)y * w + x] = acc;
 }
 
+/* Both passes of one level at once (level dst_plane from level src_plane,
+ * distinct planes): a block's output tile of RS_CTX x RS_CTY pixels from
+ * the source's tile with W pixels of halo on each side, clamped indices, in
+ * shared memory; the column pass over the tile's rows and halo columns,
+ * then the row pass; no temporary level in global memory. The sums are
+ * k_conv_v's and k_conv_h's, term by term in the same order: a halo column
+ * of the tile is the clamped column clamp(x0 - W + cx), so the column
+ * pass's value there is exactly the temporary level's at that column, and
+ * the row pass reads clamp(x - W + k) as k_conv_h does. Dynamic shared
+ * memory: ((RS_CTY + 2 W) + RS_CTY) (RS_CTX + 2 W) floats. */
+#define RS_CTX 32
+#define RS_CTY 16
+#define RS_CBX 32 /* threads of a k_conv_vh block */
+#define RS_CBY 8
+__global__ void __launch_bounds__(RS_CBX * RS_CBY) k_conv_vh(uint8_t *arena, const rs_item *items, int oct, int omin,
+                                                             size_t src_plane, size_t dst_plane, const float *filt,
+                                                             int W)
+{
+    extern __shared__ float sh_conv[];
+    const rs_item &it = items[blockIdx.z];
+    if (oct >= it.O) return;
+    const int w = oct_dim(it.w, omin + oct), h = oct_dim(it.h, omin + oct);
+    const int x0 = blockIdx.x * RS_CTX, y0 = blockIdx.y * RS_CTY;
+    if (x0 >= w || y0 >= h) return; /* uniform in the block */
+    const int tw = RS_CTX + 2 * W, th = RS_CTY + 2 * W, nthr = RS_CBX * RS_CBY;
+    const int tid = threadIdx.y * RS_CBX + threadIdx.x;
+    float *tile = sh_conv, *vert = sh_conv + (size_t)th * tw; /* (th, tw), (RS_CTY, tw) */
+    const float *src = (const float *)(arena + it.off_lev) + src_plane * it.plane;
+    float *dst = (float *)(arena + it.off_lev) + dst_plane * it.plane;
+    const float *f = filt + 2 * W;
+    for (int e = tid; e < th * tw; e += nthr) {
+        const int r = e / tw, cx = e % tw;
+        int py = y0 - W + r, px = x0 - W + cx;
+        py = py < 0 ? 0 : py > h - 1 ? h - 1 : py;
+        px = px < 0 ? 0 : px > w - 1 ? w - 1 : px;
+        tile[e] = src[(size_t)py * w + px];
+    }
+    __syncthreads();
+    for (int e = tid; e < RS_CTY * tw; e += nthr) { /* column pass (k_conv_v) */
+        const int ry = e / tw, cx = e % tw;
+        float acc = 0.0f;
+        for (int k = 0; k <= 2 * W; k++) acc = __fadd_rn(acc, __fmul_rn(tile[(ry + k) * tw + cx], f[-k]));
+        vert[e] = acc;
+    }
+    __syncthreads();
+    for (int e = tid; e < RS_CTY * RS_CTX; e += nthr) { /* row pass (k_conv_h) */
+        const int ry = e / RS_CTX, tx = e % RS_CTX, x = x0 + tx, y = y0 + ry;
+        if (x >= w || y >= h) continue;
+        float acc = 0.0f;
+        for (int k = 0; k <= 2 * W; k++) acc = __fadd_rn(acc, __fmul_rn(vert[ry * tw + tx + k], f[-k]));
+        dst[(size_t)y * w + x] = acc;
+    }
+}
+
 /* Level s_min of octave oct (> 0): level s_min + S of octave oct - 1, every
  * other pixel (copy_and_downsample; no smoothing: sa == sb, VLFeat's
  * s_best - S = s_min). Planes 0 and S differ: no overlap. */
@@ -1115,8 +1169,14 @@ static void rs_scale_space(rs_state *St, rs_slot *L, const patina_gpu_rootsift_c
     for (int l = 1; l <= S + 2; l++) { /* level s = s_min + l from level s - 1 */
         const float *f = F + (size_t)l * PGPU_RS_MAXTAPS;
         const int W = c->fw[l - 1];
-        k_conv_v<<<G, B, 0, st>>>(A, I, k, omin, (size_t)(l - 1), 0, 1, 0, f, W);
-        k_conv_h<<<G, B, 0, st>>>(A, I, k, omin, 1, 0, 0, (size_t)l, f, W);
+        const size_t smem = (size_t)(2 * RS_CTY + 2 * W) * (size_t)(RS_CTX + 2 * W) * sizeof(float);
+        if (smem <= 48 * 1024) { /* both passes in one kernel (distinct planes) */
+            const dim3 Gt((unsigned)((mw + RS_CTX - 1) / RS_CTX), (unsigned)((mh + RS_CTY - 1) / RS_CTY), (unsigned)nb);
+            k_conv_vh<<<Gt, dim3(RS_CBX, RS_CBY), smem, st>>>(A, I, k, omin, (size_t)(l - 1), (size_t)l, f, W);
+        } else {
+            k_conv_v<<<G, B, 0, st>>>(A, I, k, omin, (size_t)(l - 1), 0, 1, 0, f, W);
+            k_conv_h<<<G, B, 0, st>>>(A, I, k, omin, 1, 0, 0, (size_t)l, f, W);
+        }
     }
     rs_mark(L, 3);
     k_dog_grad<<<G, B, 0, st>>>(A, I, k, omin, S);
