@@ -553,9 +553,12 @@ typedef struct patina_gpu_rootsift_item {
     int w, h, octaves;
     double sx, sy;            /* original / detected pixel size, per axis */
     float down;               /* the record's downscale */
+    uint8_t *out;             /* where its record goes (c->rec_bytes, borrowed); NULL: out + i rec_bytes */
 } patina_gpu_rootsift_item_t;
 
-/* Records of n images into out (n, c->rec_bytes), the CPU path's bytes.
+/* Records of n images, the CPU path's bytes, into items[i].out, or into
+ * out (n, c->rec_bytes) for items whose out is NULL (out may be NULL when
+ * every item has its own).
  * st[i] (not NULL): PATINA_OK, or PATINA_E_LIMIT (record zeros) for an
  * image the GPU leaves to the caller: larger than the memory budget allows,
  * or more extrema or keypoints than its buffers hold. The return value is

@@ -1269,10 +1269,16 @@ static patina_status rs_enqueue(rs_state *St, rs_slot *L, const patina_gpu_roots
     return PATINA_OK;
 }
 
+/* Where image i's record goes (patina_gpu_rootsift). */
+static uint8_t *rs_out(uint8_t *out, const patina_gpu_rootsift_item_t *items, size_t i, size_t rec_bytes)
+{
+    return items[i].out ? items[i].out : out + i * rec_bytes;
+}
+
 /* Waits for the slot's sub-batch and hands its records and statuses to the
- * call's out and st. */
+ * call's outputs and st. */
 static patina_status rs_finish(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t *c, uint8_t *out,
-                               patina_status *sts)
+                               const patina_gpu_rootsift_item_t *items, patina_status *sts)
 {
     if (!L->busy) return PATINA_OK;
     L->busy = 0;
@@ -1280,7 +1286,7 @@ static patina_status rs_finish(rs_state *St, rs_slot *L, const patina_gpu_rootsi
     rs_collect(St, L);
     St->batches++;
     for (size_t b = 0; b < L->nb; b++) {
-        uint8_t *o = out + (L->i0 + b) * c->rec_bytes;
+        uint8_t *o = rs_out(out, items, L->i0 + b, c->rec_bytes);
         if (L->h_ctr[b].over) {
             sts[L->i0 + b] = PATINA_E_LIMIT;
             memset(o, 0, c->rec_bytes);
@@ -1293,11 +1299,12 @@ static patina_status rs_finish(rs_state *St, rs_slot *L, const patina_gpu_rootsi
 }
 
 /* Every slot finished (the first error kept; the others still waited for). */
-static patina_status rs_drain(rs_state *St, const patina_gpu_rootsift_conf_t *c, uint8_t *out, patina_status *sts)
+static patina_status rs_drain(rs_state *St, const patina_gpu_rootsift_conf_t *c, uint8_t *out,
+                              const patina_gpu_rootsift_item_t *items, patina_status *sts)
 {
     patina_status s = PATINA_OK;
     for (int j = 0; j < RS_NSLOT; j++) {
-        patina_status sj = rs_finish(St, &St->sl[j], c, out, sts);
+        patina_status sj = rs_finish(St, &St->sl[j], c, out, items, sts);
         if (s == PATINA_OK) s = sj;
     }
     return s;
@@ -1428,14 +1435,14 @@ static patina_status rs_run(patina_gpu_t *g, rs_state *St, const patina_gpu_root
         int wide;
         if (St->need[i] > St->arena_cap) { /* never fits: the caller's */
             sts[i] = PATINA_E_LIMIT;
-            memset(out + i * c->rec_bytes, 0, c->rec_bytes);
+            memset(rs_out(out, items, i, c->rec_bytes), 0, c->rec_bytes);
             i++;
             continue;
         }
         wide = St->need[i] > half;
-        if (wide) PATINA_TRY(rs_drain(St, c, out, sts));
+        if (wide) PATINA_TRY(rs_drain(St, c, out, items, sts));
         L = &St->sl[k];
-        PATINA_TRY(rs_finish(St, L, c, out, sts));
+        PATINA_TRY(rs_finish(St, L, c, out, items, sts));
         base = wide ? 0 : (size_t)k * half;
         limit = wide ? St->arena_cap : half;
         while (i + nb < n && nb < RS_SUB_IMG) {
@@ -1453,11 +1460,11 @@ static patina_status rs_run(patina_gpu_t *g, rs_state *St, const patina_gpu_root
         L->i0 = i;
         L->nb = nb;
         PATINA_TRY(rs_enqueue(St, L, c, grey));
-        if (wide) PATINA_TRY(rs_finish(St, L, c, out, sts));
+        if (wide) PATINA_TRY(rs_finish(St, L, c, out, items, sts));
         i += nb;
         k = (k + 1) % RS_NSLOT;
     }
-    return rs_drain(St, c, out, sts);
+    return rs_drain(St, c, out, items, sts);
 }
 
 extern "C" patina_status patina_gpu_rootsift(patina_gpu_t *g, const patina_gpu_rootsift_conf_t *c, uint8_t *out,
@@ -1466,7 +1473,9 @@ extern "C" patina_status patina_gpu_rootsift(patina_gpu_t *g, const patina_gpu_r
     rs_state *St;
     size_t cap;
     patina_status s;
-    if (!g || !out || !st || (n && !items)) return patina__fail(PATINA_E_INVALID, "gpu: rootsift: null argument");
+    if (!g || !st || (n && !items)) return patina__fail(PATINA_E_INVALID, "gpu: rootsift: null argument");
+    for (size_t i = 0; !out && i < n; i++)
+        if (!items[i].out) return patina__fail(PATINA_E_INVALID, "gpu: rootsift: no output for image %zu", i);
     PATINA_TRY(rs_check_conf(c));
     if (n == 0) return PATINA_OK;
     PGPU_CU(cudaSetDevice(g->device));
