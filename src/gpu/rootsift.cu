@@ -561,17 +561,30 @@ __device__ static void rs_refine_one(uint8_t *arena, const rs_item &it, rs_ctr *
                         sh_c[1][lane] = (rbin)*mod * wgt;
                     }
                 }
-                sh_b[lane] = b0;
+                /* which of the round's pixels have first bin B: sh_b[B] (a
+                 * lane mask), written by the lowest lane of each group */
+                sh_b[lane] = 0;
+                if (lane + 32 < nbins) sh_b[lane + 32] = 0;
                 __syncwarp();
-                const int np = npx - p0 < 32 ? npx - p0 : 32;
-                for (int q = 0; q < np; q++) {
-                    const int bq = sh_b[q];
-                    if (bq < 0) continue;
-                    const int bq1 = (bq + 1) % nbins; /* (bin + 1) % nbins: bin + nbins = bq (mod nbins) */
-                    if (bq == lane) ha += sh_c[0][q];
-                    else if (bq == lane + 32) hb += sh_c[0][q];
-                    if (bq1 == lane) ha += sh_c[1][q];
-                    else if (bq1 == lane + 32) hb += sh_c[1][q];
+                {
+                    const unsigned grp = __match_any_sync(0xffffffffu, b0);
+                    if (b0 >= 0 && (grp & ((1u << lane) - 1u)) == 0) sh_b[b0] = (int)grp;
+                }
+                __syncwarp();
+                /* bin B takes c0 of the pixels whose first bin is B and c1
+                 * of those whose first bin is B - 1 (mod nbins): distinct
+                 * pixels, taken in pixel order */
+                for (int t = 0; t < 2; t++) {
+                    const int B = lane + 32 * t;
+                    if (B >= nbins) break;
+                    const unsigned m0 = (unsigned)sh_b[B], m1 = (unsigned)sh_b[(B + nbins - 1) % nbins];
+                    double acc = t ? hb : ha;
+                    for (unsigned u = m0 | m1; u; u &= u - 1) {
+                        const int q = __ffs((int)u) - 1;
+                        acc += (m0 >> q & 1u) ? sh_c[0][q] : sh_c[1][q];
+                    }
+                    if (t) hb = acc;
+                    else ha = acc;
                 }
                 __syncwarp();
             }
@@ -627,7 +640,8 @@ __device__ static void rs_refine_one(uint8_t *arena, const rs_item &it, rs_ctr *
  * pixels 32 at a time in raster order, each lane computing one pixel's two
  * terms ((1 - rbin) mod wgt and rbin mod wgt, VLFeat's expressions), then
  * lane l adds, pixel by pixel in raster order, the terms that fall in bins
- * l and l + 32. A pixel adds to two distinct bins, so every bin receives
+ * l and l + 32 (each bin's pixels found with __match_any_sync). A pixel
+ * adds to two distinct bins, so every bin receives
  * exactly VLFeat's terms in VLFeat's order. Lane 0 smooths, finds the peaks
  * and appends the keypoint. */
 __global__ void __launch_bounds__(32 * RS_REF_WARPS) k_refine(uint8_t *arena, const rs_item *items, rs_ctr *ctr,
@@ -636,7 +650,7 @@ __global__ void __launch_bounds__(32 * RS_REF_WARPS) k_refine(uint8_t *arena, co
     enum { nbins = 36 };
     __shared__ double sh_h[RS_REF_WARPS][nbins];
     __shared__ double sh_c[RS_REF_WARPS][2][32]; /* per pixel of a round: its two terms */
-    __shared__ int sh_b[RS_REF_WARPS][32];       /* its first bin; -1: none */
+    __shared__ int sh_b[RS_REF_WARPS][36];       /* per bin B: the round's pixels whose first bin is B */
     const rs_item &it = items[blockIdx.y];
     if (oct >= it.O) return;
     const int wp = threadIdx.x >> 5, lane = threadIdx.x & 31;
