@@ -572,7 +572,8 @@ patina_status patina_gpu_rootsift(patina_gpu_t *g, const patina_gpu_rootsift_con
  * the wall time): [0] upload (the grey levels, image table, zeroing), [1]
  * float image and area downscale, [2] scale space (smoothing), [3] DoG,
  * gradients, [4] detection, refinement, orientations, [5] selection, [6]
- * descriptors and records, [7] download. Resets them. */
+ * descriptors and records, [7] download. Calls of one image run as a
+ * CUDA graph and are not timed (they count in the batches). Resets them. */
 #define PGPU_RS_STAGES 8
 void patina_gpu__rootsift_times(patina_gpu_t *g, double ms[PGPU_RS_STAGES], size_t *batches);
 

@@ -929,9 +929,16 @@ struct rs_slot {
     rs_ctr *d_ctr, *h_ctr;      /* RS_SUB_IMG */
     cudaEvent_t ev[RS_NEV];     /* stage marks */
     int ev_stage[RS_NEV], nev;
+    int marks;                  /* rs_mark records (0 while a graph is captured) */
     /* the sub-batch in flight: images i0 .. i0 + nb of the call */
     size_t i0, nb;
     int busy;
+    /* the one-image call as a CUDA graph, replayed while its key holds */
+    cudaGraphExec_t gexec;
+    rs_item gkey;               /* the image's layout */
+    const void *gkey_ptr[3];    /* the arena, h_grey, h_rec */
+    unsigned gkey_conf;         /* the configuration's generation */
+    int gvalid;
 };
 
 struct rs_state {
@@ -942,6 +949,7 @@ struct rs_state {
     cudaEvent_t conf_ev;    /* after the configuration's upload */
     patina_gpu_rootsift_conf_t conf; /* the configuration on the device */
     int conf_ok;
+    unsigned conf_gen; /* uploads so far (a graph's key) */
     unsigned sel_cap; /* keypoints k_select sorts in shared memory at most (0: none) */
     rs_slot sl[RS_NSLOT];
     size_t *need; /* per image of the call: arena bytes */
@@ -961,6 +969,7 @@ static void rs_release(patina_gpu_t *g, void *state)
         if (L->st) (void)cudaStreamSynchronize(L->st);
         pgpu_free_n(g, 6, &L->h_grey, &L->h_rec, &L->d_items, &L->h_items, &L->d_ctr, &L->h_ctr);
         if (L->done) cudaEventDestroy(L->done);
+        if (L->gexec) cudaGraphExecDestroy(L->gexec);
         for (int k = 0; k < RS_NEV; k++)
             if (L->ev[k]) cudaEventDestroy(L->ev[k]);
     }
@@ -1007,6 +1016,7 @@ static patina_status rs_state_of(patina_gpu_t *g, rs_state **out)
     for (int j = 0; j < RS_NSLOT && s == PATINA_OK; j++) {
         rs_slot *L = &S->sl[j];
         L->st = (cudaStream_t)pgpu_stream(g, j);
+        L->marks = 1;
         s = rs_event(&L->done, cudaEventDisableTiming);
         for (int k = 0; k < RS_NEV && s == PATINA_OK; k++) s = rs_event(&L->ev[k], cudaEventDefault);
         if (s == PATINA_OK)
@@ -1128,7 +1138,7 @@ static dim3 grid2(int w, int h, size_t nz) { return dim3((unsigned)((w + RS_BX -
 /* Marks the start of a stage of the slot's sub-batch (the previous one ends). */
 static void rs_mark(rs_slot *L, int stage)
 {
-    if (L->nev >= RS_NEV) return;
+    if (!L->marks || L->nev >= RS_NEV) return;
     cudaEventRecord(L->ev[L->nev], L->st);
     L->ev_stage[L->nev++] = stage;
 }
@@ -1238,8 +1248,8 @@ static void rs_kconf_of(rs_kconf *C, const patina_gpu_rootsift_conf_t *c)
 
 /* Queues the slot's sub-batch (its image table laid out, its grey levels
  * staged in h_grey, grey bytes of them) on the slot's stream, up to its
- * records and counters in the slot's pinned buffers and the done event. */
-static patina_status rs_enqueue(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t *c, size_t grey)
+ * records and counters in the slot's pinned buffers. */
+static patina_status rs_enqueue_ops(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t *c, size_t grey)
 {
     const cudaStream_t st = L->st;
     const rs_item *hit = L->h_items;
@@ -1278,7 +1288,64 @@ static patina_status rs_enqueue(rs_state *St, rs_slot *L, const patina_gpu_roots
     PGPU_CU(cudaMemcpyAsync(L->h_ctr, L->d_ctr, nb * sizeof(rs_ctr), cudaMemcpyDeviceToHost, st));
     PGPU_CU(cudaMemcpyAsync(L->h_rec, St->d_arena + hit[0].off_rec, nb * c->rec_bytes, cudaMemcpyDeviceToHost, st));
     rs_mark(L, -1);
-    PGPU_CU(cudaEventRecord(L->done, st));
+    return PATINA_OK;
+}
+
+/* Whether the slot's graph is the one-image sub-batch now laid out. */
+static int rs_graph_fits(const rs_state *St, const rs_slot *L)
+{
+    return L->gvalid && L->nb == 1 && L->gkey_conf == St->conf_gen && L->gkey_ptr[0] == St->d_arena &&
+           L->gkey_ptr[1] == L->h_grey && L->gkey_ptr[2] == L->h_rec && !memcmp(&L->gkey, &L->h_items[0], sizeof L->gkey);
+}
+
+/* The one-image sub-batch captured as the slot's graph (no stage marks in
+ * it); 0 when capture or instantiation fails (the caller queues the
+ * operations directly). */
+static int rs_graph_make(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t *c, size_t grey)
+{
+    cudaGraph_t gr = NULL;
+    patina_status s;
+    cudaError_t e;
+    L->gvalid = 0;
+    if (L->gexec) {
+        (void)cudaGraphExecDestroy(L->gexec);
+        L->gexec = NULL;
+    }
+    if (cudaStreamBeginCapture(L->st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    L->marks = 0;
+    s = rs_enqueue_ops(St, L, c, grey);
+    L->marks = 1;
+    e = cudaStreamEndCapture(L->st, &gr);
+    if (s == PATINA_OK && e == cudaSuccess && gr && cudaGraphInstantiate(&L->gexec, gr, 0) == cudaSuccess) {
+        L->gvalid = 1;
+        L->gkey = L->h_items[0];
+        L->gkey_ptr[0] = St->d_arena;
+        L->gkey_ptr[1] = L->h_grey;
+        L->gkey_ptr[2] = L->h_rec;
+        L->gkey_conf = St->conf_gen;
+    } else {
+        L->gexec = NULL;
+    }
+    if (gr) (void)cudaGraphDestroy(gr);
+    (void)cudaGetLastError();
+    return L->gvalid;
+}
+
+/* Queues the slot's sub-batch and its done event. A call of one image (the
+ * query's latency case) runs as a CUDA graph: captured on its first call
+ * and replayed while the layout, the buffers and the configuration are the
+ * same, one launch instead of about a hundred; its stages are not timed. */
+static patina_status rs_enqueue(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t *c, size_t grey, int graph)
+{
+    L->nev = 0;
+    if (graph && L->nb == 1 && (rs_graph_fits(St, L) || rs_graph_make(St, L, c, grey)))
+        PGPU_CU(cudaGraphLaunch(L->gexec, L->st));
+    else
+        PATINA_TRY(rs_enqueue_ops(St, L, c, grey));
+    PGPU_CU(cudaEventRecord(L->done, L->st));
     L->busy = 1;
     return PATINA_OK;
 }
@@ -1394,6 +1461,7 @@ static patina_status rs_upload_conf(rs_state *St, const patina_gpu_rootsift_conf
     memcpy(h, c->filt0, sizeof c->filt0);
     for (int l = 0; l < c->levels + 2; l++) memcpy(h + (size_t)(l + 1) * PGPU_RS_MAXTAPS, c->filt[l], sizeof c->filt[l]);
     memcpy(&St->conf, c, sizeof *c);
+    St->conf_gen++;
     PGPU_CU(cudaMemcpyAsync(St->d_filt, h, (PGPU_RS_MAXLEV + 3) * PGPU_RS_MAXTAPS * sizeof(float),
                             cudaMemcpyHostToDevice, st));
     PGPU_CU(cudaMemcpyAsync(St->d_expn, St->conf.expn, sizeof c->expn, cudaMemcpyHostToDevice, st));
@@ -1473,7 +1541,7 @@ static patina_status rs_run(patina_gpu_t *g, rs_state *St, const patina_gpu_root
         PATINA_TRY(rs_stage(g, St, items + i, nb, L->h_grey));
         L->i0 = i;
         L->nb = nb;
-        PATINA_TRY(rs_enqueue(St, L, c, grey));
+        PATINA_TRY(rs_enqueue(St, L, c, grey, n == 1));
         if (wide) PATINA_TRY(rs_finish(St, L, c, out, items, sts));
         i += nb;
         k = (k + 1) % RS_NSLOT;
