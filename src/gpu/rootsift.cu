@@ -62,6 +62,7 @@
 
 struct rs_ctr {
     unsigned cand, kp, feat, over; /* candidates (this octave), keypoints, kept features, overflow flag */
+    unsigned kp0;                  /* the current octave's first keypoint slot */
 };
 
 struct rs_kp {
@@ -420,11 +421,10 @@ __global__ void k_detect(uint8_t *arena, const rs_item *items, rs_ctr *ctr, int 
     }
 }
 
-/* One candidate of k_refine, by the whole warp (uniform control flow up to
- * the histogram's rounds). */
+/* Refinement (vl_sift_detect) of one candidate: the keypoint appended
+ * (orientations later, k_orient). */
 __device__ static void rs_refine_one(uint8_t *arena, const rs_item &it, rs_ctr *ctr, int oct, int omin,
-                                     const rs_kconf &C, const double *expn, unsigned ci, int lane, double *sh_h,
-                                     double (*sh_c)[32], int *sh_b)
+                                     const rs_kconf &C, unsigned ci)
 {
     const int w = oct_dim(it.w, omin + oct), h = oct_dim(it.h, omin + oct);
     const int S = C.S, s_min = -1, s_max = S + 1;
@@ -512,7 +512,7 @@ __device__ static void rs_refine_one(uint8_t *arena, const rs_item &it, rs_ctr *
                       sn >= s_min && sn <= s_max;
 #undef at
 #undef Aat
-    if (!good) return; /* uniform: every lane computed the same */
+    if (!good) return;
     const int o_cur = omin + oct;
     const double xper = ldexp(1.0, o_cur);
     rs_kp k;
@@ -525,7 +525,33 @@ __device__ static void rs_refine_one(uint8_t *arena, const rs_item &it, rs_ctr *
     k.y = (float)(yn * xper);
     k.sigma = (float)(C.sigma0 * exp2(sn / S) * xper);
     k.nang = 0;
+    k.ang[0] = k.ang[1] = k.ang[2] = k.ang[3] = 0;
 
+    const unsigned slot = atomicAdd(&ctr->kp, 1u);
+    if (slot >= it.kp_cap) {
+        ctr->over = 1;
+        return;
+    }
+    ((rs_kp *)(arena + it.off_kp))[slot] = k;
+    rs_sortkey sk;
+    sk.peak = k.peak;
+    sk.seq = ((unsigned long long)oct << 58) | ((unsigned long long)key << RS_KP_IDX_BITS) | slot;
+    ((rs_sortkey *)(arena + it.off_sort))[slot] = sk;
+}
+
+/* Orientations (vl_sift_calc_keypoint_orientations) of keypoint `slot`
+ * (of octave oct), by the whole warp (uniform control flow up to the
+ * histogram's rounds); lane 0 stores them in the keypoint. */
+__device__ static void rs_orient_one(uint8_t *arena, const rs_item &it, int oct, int omin, const rs_kconf &C,
+                                     const double *expn, unsigned slot, int lane, double *sh_h, double (*sh_c)[32],
+                                     int *sh_b)
+{
+    rs_kp *const kps = (rs_kp *)(arena + it.off_kp);
+    rs_kp k = kps[slot];
+    const int w = oct_dim(it.w, omin + oct), h = oct_dim(it.h, omin + oct);
+    const int S = C.S, s_min = -1, s_max = S + 1;
+    const double xper = ldexp(1.0, k.o);
+    (void)S;
     /* orientations */
     {
         const double winf = 1.5;
@@ -534,7 +560,7 @@ __device__ static void rs_refine_one(uint8_t *arena, const rs_item &it, rs_ctr *
         const double sigmaw = winf * sigma;
         const int Wn = (int)fmax(floor(3.0 * sigmaw), 1.0);
         enum { nbins = 36 };
-        double hist[nbins], maxh;
+        double maxh;
         if (!(xi < 0 || xi > w - 1 || yi < 0 || yi > h - 1 || si < s_min + 1 || si > s_max - 2)) {
             const float *gp = (const float *)(arena + it.off_grad[oct]) +
                               2 * ((size_t)(si - s_min - 1) * (size_t)w * h + (size_t)yi * w + xi);
@@ -591,8 +617,8 @@ __device__ static void rs_refine_one(uint8_t *arena, const rs_item &it, rs_ctr *
             sh_h[lane] = ha;
             if (lane + 32 < nbins) sh_h[lane + 32] = hb;
             __syncwarp();
-            if (lane == 0) {
-                for (int i = 0; i < nbins; i++) hist[i] = sh_h[i];
+            if (lane == 0) { /* in shared memory: a register array of 36 doubles would cap the occupancy */
+                double *const hist = sh_h;
                 for (int iter = 0; iter < 6; iter++) {
                     double prev = hist[nbins - 1];
                     const double first = hist[0];
@@ -617,34 +643,35 @@ __device__ static void rs_refine_one(uint8_t *arena, const rs_item &it, rs_ctr *
             __syncwarp(); /* sh_h is free for the warp's next candidate */
         }
     }
-    if (lane != 0) return;
-    const unsigned slot = atomicAdd(&ctr->kp, 1u);
-    if (slot >= it.kp_cap) {
-        ctr->over = 1;
-        return;
+    if (lane == 0) {
+        kps[slot].nang = k.nang;
+        for (int a = 0; a < 4; a++) kps[slot].ang[a] = k.ang[a];
     }
-    ((rs_kp *)(arena + it.off_kp))[slot] = k;
-    rs_sortkey sk;
-    sk.peak = k.peak;
-    sk.seq = ((unsigned long long)oct << 58) | ((unsigned long long)key << RS_KP_IDX_BITS) | slot;
-    ((rs_sortkey *)(arena + it.off_sort))[slot] = sk;
 }
 
-#define RS_REF_WARPS 4 /* candidates per block of k_refine at a time */
-#define RS_REF_BLOCKS 256 /* blocks per image of k_refine (a warp strides over the candidates) */
+#define RS_REF_WARPS 4 /* keypoints per block of k_orient at a time */
+#define RS_REF_BLOCKS 256 /* blocks per image of k_refine and k_orient (grid-stride) */
 
-/* Refinement (vl_sift_detect), then orientations
- * (vl_sift_calc_keypoint_orientations) of one candidate per warp at a time.
- * Every lane refines (the same arithmetic, the same result); the histogram
- * is VLFeat's double sums in its pixel order: the warp takes the window's
- * pixels 32 at a time in raster order, each lane computing one pixel's two
- * terms ((1 - rbin) mod wgt and rbin mod wgt, VLFeat's expressions), then
- * lane l adds, pixel by pixel in raster order, the terms that fall in bins
- * l and l + 32 (each bin's pixels found with __match_any_sync). A pixel
- * adds to two distinct bins, so every bin receives
- * exactly VLFeat's terms in VLFeat's order. Lane 0 smooths, finds the peaks
- * and appends the keypoint. */
-__global__ void __launch_bounds__(32 * RS_REF_WARPS) k_refine(uint8_t *arena, const rs_item *items, rs_ctr *ctr,
+/* Refinement of the octave's candidates, one per thread. */
+__global__ void k_refine(uint8_t *arena, const rs_item *items, rs_ctr *ctr, int oct, int omin, rs_kconf C)
+{
+    const rs_item &it = items[blockIdx.y];
+    if (oct >= it.O) return;
+    const unsigned nc = ctr[blockIdx.y].cand < it.cand_cap ? ctr[blockIdx.y].cand : it.cand_cap;
+    for (unsigned ci = blockIdx.x * blockDim.x + threadIdx.x; ci < nc; ci += gridDim.x * blockDim.x)
+        rs_refine_one(arena, it, ctr + blockIdx.y, oct, omin, C, ci);
+}
+
+/* Orientations of the octave's keypoints (slots kp0 .. kp), one per warp
+ * at a time. The histogram is VLFeat's double sums in its pixel order: the
+ * warp takes the window's pixels 32 at a time in raster order, each lane
+ * computing one pixel's two terms ((1 - rbin) mod wgt and rbin mod wgt,
+ * VLFeat's expressions), then lane l adds, pixel by pixel in raster order,
+ * the terms that fall in bins l and l + 32 (each bin's pixels found with
+ * __match_any_sync). A pixel adds to two distinct bins, so every bin
+ * receives exactly VLFeat's terms in VLFeat's order. Lane 0 smooths and
+ * finds the peaks. */
+__global__ void __launch_bounds__(32 * RS_REF_WARPS) k_orient(uint8_t *arena, const rs_item *items, const rs_ctr *ctr,
                                                                 int oct, int omin, rs_kconf C, const double *expn)
 {
     enum { nbins = 36 };
@@ -654,11 +681,11 @@ __global__ void __launch_bounds__(32 * RS_REF_WARPS) k_refine(uint8_t *arena, co
     const rs_item &it = items[blockIdx.y];
     if (oct >= it.O) return;
     const int wp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const unsigned nc = ctr[blockIdx.y].cand < it.cand_cap ? ctr[blockIdx.y].cand : it.cand_cap;
-    for (unsigned ci = blockIdx.x * RS_REF_WARPS + wp; ci < nc; ci += gridDim.x * RS_REF_WARPS)
-        rs_refine_one(arena, it, ctr + blockIdx.y, oct, omin, C, expn, ci, lane, sh_h[wp], sh_c[wp], sh_b[wp]);
+    const rs_ctr &c = ctr[blockIdx.y];
+    const unsigned n = c.kp < it.kp_cap ? c.kp : it.kp_cap;
+    for (unsigned slot = c.kp0 + blockIdx.x * RS_REF_WARPS + wp; slot < n; slot += gridDim.x * RS_REF_WARPS)
+        rs_orient_one(arena, it, oct, omin, C, expn, slot, lane, sh_h[wp], sh_c[wp], sh_b[wp]);
 }
-
 
 /* ------------------------------------------------------------ selection */
 
@@ -1209,7 +1236,10 @@ static void rs_scale_space(rs_state *St, rs_slot *L, const patina_gpu_rootsift_c
 __global__ void k_reset_cand(rs_ctr *ctr, int n)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) ctr[i].cand = 0;
+    if (i < n) {
+        ctr[i].cand = 0;
+        ctr[i].kp0 = ctr[i].kp;
+    }
 }
 
 /* Detection, refinement and orientations of octave k. */
@@ -1225,10 +1255,10 @@ static void rs_detect(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t
     k_reset_cand<<<(unsigned)((nb + 127) / 128), 128, 0, L->st>>>(L->d_ctr, (int)nb);
     k_detect<<<grid2(mw - 2 > 0 ? mw - 2 : 1, mh - 2 > 0 ? mh - 2 : 1, nb), dim3(RS_BX, RS_BY), 0, L->st>>>(
         St->d_arena, L->d_items, L->d_ctr, k, c->first_octave, c->levels, c->peak);
-    const unsigned blocks = (cap + RS_REF_WARPS - 1) / RS_REF_WARPS < RS_REF_BLOCKS ? (cap + RS_REF_WARPS - 1) / RS_REF_WARPS
-                                                                                     : RS_REF_BLOCKS;
-    k_refine<<<dim3(blocks, (unsigned)nb), 32 * RS_REF_WARPS, 0, L->st>>>(St->d_arena, L->d_items, L->d_ctr, k,
-                                                                          c->first_octave, *C, St->d_expn);
+    const unsigned blocks = (cap + 127) / 128 < RS_REF_BLOCKS ? (cap + 127) / 128 : RS_REF_BLOCKS;
+    k_refine<<<dim3(blocks, (unsigned)nb), 128, 0, L->st>>>(St->d_arena, L->d_items, L->d_ctr, k, c->first_octave, *C);
+    k_orient<<<dim3(RS_REF_BLOCKS, (unsigned)nb), 32 * RS_REF_WARPS, 0, L->st>>>(St->d_arena, L->d_items, L->d_ctr, k,
+                                                                                c->first_octave, *C, St->d_expn);
 }
 
 static void rs_kconf_of(rs_kconf *C, const patina_gpu_rootsift_conf_t *c)
