@@ -960,12 +960,12 @@ struct rs_slot {
     /* the sub-batch in flight: images i0 .. i0 + nb of the call */
     size_t i0, nb;
     int busy;
-    /* the one-image call as a CUDA graph, replayed while its key holds */
+    /* the one-image call as a CUDA graph, replayed while its key holds (rs_enqueue) */
     cudaGraphExec_t gexec;
     rs_item gkey;               /* the image's layout */
     const void *gkey_ptr[3];    /* the arena, h_grey, h_rec */
     unsigned gkey_conf;         /* the configuration's generation */
-    int gvalid;
+    int gkeyed, gvalid;         /* a key is set; gexec is its graph */
 };
 
 struct rs_state {
@@ -1321,28 +1321,41 @@ static patina_status rs_enqueue_ops(rs_state *St, rs_slot *L, const patina_gpu_r
     return PATINA_OK;
 }
 
-/* Whether the slot's graph is the one-image sub-batch now laid out. */
-static int rs_graph_fits(const rs_state *St, const rs_slot *L)
+/* Whether the slot's key (the last one-image call's) is the one-image
+ * sub-batch now laid out. */
+static int rs_graph_key_same(const rs_state *St, const rs_slot *L)
 {
-    return L->gvalid && L->nb == 1 && L->gkey_conf == St->conf_gen && L->gkey_ptr[0] == St->d_arena &&
+    return L->gkeyed && L->nb == 1 && L->gkey_conf == St->conf_gen && L->gkey_ptr[0] == St->d_arena &&
            L->gkey_ptr[1] == L->h_grey && L->gkey_ptr[2] == L->h_rec && !memcmp(&L->gkey, &L->h_items[0], sizeof L->gkey);
+}
+
+/* The key of the one-image sub-batch now laid out, without a graph yet. */
+static void rs_graph_key_set(const rs_state *St, rs_slot *L)
+{
+    if (L->gexec) {
+        (void)cudaGraphExecDestroy(L->gexec);
+        L->gexec = NULL;
+    }
+    L->gvalid = 0;
+    L->gkeyed = 1;
+    L->gkey = L->h_items[0];
+    L->gkey_ptr[0] = St->d_arena;
+    L->gkey_ptr[1] = L->h_grey;
+    L->gkey_ptr[2] = L->h_rec;
+    L->gkey_conf = St->conf_gen;
 }
 
 /* The one-image sub-batch captured as the slot's graph (no stage marks in
  * it); 0 when capture or instantiation fails (the caller queues the
- * operations directly). */
+ * operations directly, and the key is dropped). */
 static int rs_graph_make(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t *c, size_t grey)
 {
     cudaGraph_t gr = NULL;
     patina_status s;
     cudaError_t e;
-    L->gvalid = 0;
-    if (L->gexec) {
-        (void)cudaGraphExecDestroy(L->gexec);
-        L->gexec = NULL;
-    }
     if (cudaStreamBeginCapture(L->st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
         (void)cudaGetLastError();
+        L->gkeyed = 0;
         return 0;
     }
     L->marks = 0;
@@ -1351,13 +1364,9 @@ static int rs_graph_make(rs_state *St, rs_slot *L, const patina_gpu_rootsift_con
     e = cudaStreamEndCapture(L->st, &gr);
     if (s == PATINA_OK && e == cudaSuccess && gr && cudaGraphInstantiate(&L->gexec, gr, 0) == cudaSuccess) {
         L->gvalid = 1;
-        L->gkey = L->h_items[0];
-        L->gkey_ptr[0] = St->d_arena;
-        L->gkey_ptr[1] = L->h_grey;
-        L->gkey_ptr[2] = L->h_rec;
-        L->gkey_conf = St->conf_gen;
     } else {
         L->gexec = NULL;
+        L->gkeyed = 0;
     }
     if (gr) (void)cudaGraphDestroy(gr);
     (void)cudaGetLastError();
@@ -1365,16 +1374,28 @@ static int rs_graph_make(rs_state *St, rs_slot *L, const patina_gpu_rootsift_con
 }
 
 /* Queues the slot's sub-batch and its done event. A call of one image (the
- * query's latency case) runs as a CUDA graph: captured on its first call
- * and replayed while the layout, the buffers and the configuration are the
- * same, one launch instead of about a hundred; its stages are not timed. */
+ * query's latency case) whose layout, buffers and configuration are those
+ * of the slot's previous one-image call runs as a CUDA graph, captured the
+ * second time and replayed from then on: one launch instead of about a
+ * hundred (its stages are not timed). A one-image call unlike the previous
+ * one is queued directly and becomes the key, so that images of ever
+ * changing sizes never pay for a capture. */
 static patina_status rs_enqueue(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t *c, size_t grey, int graph)
 {
     L->nev = 0;
-    if (graph && L->nb == 1 && (rs_graph_fits(St, L) || rs_graph_make(St, L, c, grey)))
-        PGPU_CU(cudaGraphLaunch(L->gexec, L->st));
-    else
-        PATINA_TRY(rs_enqueue_ops(St, L, c, grey));
+    if (graph && L->nb == 1) {
+        if (rs_graph_key_same(St, L)) {
+            if (L->gvalid || rs_graph_make(St, L, c, grey)) {
+                PGPU_CU(cudaGraphLaunch(L->gexec, L->st));
+                PGPU_CU(cudaEventRecord(L->done, L->st));
+                L->busy = 1;
+                return PATINA_OK;
+            }
+        } else {
+            rs_graph_key_set(St, L);
+        }
+    }
+    PATINA_TRY(rs_enqueue_ops(St, L, c, grey));
     PGPU_CU(cudaEventRecord(L->done, L->st));
     L->busy = 1;
     return PATINA_OK;
