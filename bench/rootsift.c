@@ -15,8 +15,13 @@
  *               resized, nearest neighbour) at m = 384 and n = 768: images/s of
  *               the GPU path batched (every image in one call), one-image
  *               latency (median of single calls), VLFeat on 1 and all cores
- *               beside, records identical to the CPU's, and the fraction of GPU
- *               time in each stage.
+ *               beside, records identical to the CPU's, the fraction of GPU
+ *               time in each stage (summed over the path's two streams, which
+ *               overlap), and the uploads against PCIe: the grey levels
+ *               (1 byte per pixel) in GB/s while the copies ran (upload stage
+ *               time) and over the whole batched call, each as a fraction of
+ *               the pinned host-to-device peak measured in the same run
+ *               (patina_gpu__bandwidth, 256 MiB copies).
  *
  * Usage: bench_rootsift [--spec SPEC] [--dir DIR] [--max N] [--gpu-only] [--gpu-n N]
  *   SPEC  a rootsift spec (default "rootsift"); quant is forced per section
@@ -114,16 +119,19 @@ static int cmp_dbl(const void *a, const void *b)
 static void bench_gpu(const patina_image_t *src, size_t nsrc, size_t ngpu)
 {
     static const int sizes[2][2] = {{1024, 1024}, {2048, 1536}};
-    static const char *const stage[PGPU_RS_STAGES] = {"upload+grey/downscale", "smoothing", "DoG+gradients",
+    static const char *const stage[PGPU_RS_STAGES] = {"upload", "downscale", "smoothing", "DoG+gradients",
                                                       "detect+refine+orient", "selection", "descriptors",
                                                       "download"};
     patina_gpu_t *g;
     patina_status s;
+    double h2d = 0.0;
     if (patina_gpu_count() == 0 || (s = patina_gpu_open(&g, 0, 0)) != PATINA_OK) {
         printf("gpu         no usable GPU: GPU section skipped\n");
         return;
     }
-    printf("gpu         device 0; %zu images per batch, resized from the samples\n", ngpu);
+    if (patina_gpu__bandwidth(g, 0, (size_t)256 << 20, 5, &h2d) != PATINA_OK) h2d = 0.0;
+    printf("gpu         device 0; %zu images per batch, resized from the samples; pinned H2D peak %.1f GB/s\n", ngpu,
+           h2d);
     printf("%-10s %-6s %12s %12s %12s %12s %10s %8s  %s\n", "size", "budget", "gpu img/s", "latency ms",
            "cpu1 img/s", "cpuN img/s", "gpu/cpuN", "same", "GPU time by stage");
     for (int si = 0; si < 2; si++) {
@@ -165,6 +173,12 @@ static void bench_gpu(const patina_image_t *src, size_t nsrc, size_t ngpu)
                    q ? "n=768" : "m=384", ngpu / t, lat[5] * 1e3, 1.0 / t1, ngpu / tn, (ngpu / t) / (ngpu / tn), same,
                    ngpu);
             for (int k = 0; k < PGPU_RS_STAGES; k++) printf(" %s %.1f%%", stage[k], tot > 0 ? 100.0 * ms[k] / tot : 0.0);
+            {
+                const double up = (double)ngpu * sizes[si][0] * sizes[si][1]; /* grey bytes uploaded */
+                const double copy = ms[0] > 0 ? up / (ms[0] * 1e-3) / 1e9 : 0.0, run = up / t / 1e9;
+                printf("; uploads %.1f GB/s while copying (%.0f%% of the H2D peak), %.1f GB/s over the call (%.0f%%)",
+                       copy, h2d > 0 ? 100.0 * copy / h2d : 0.0, run, h2d > 0 ? 100.0 * run / h2d : 0.0);
+            }
             printf("\n");
             free(rg);
             free(rc);

@@ -482,7 +482,7 @@ patina_status rs_extract_gpu(patina_gpu_t *g, const rootsift_params_t *p, size_t
                              const patina_image_t *imgs, size_t n, patina_status *st)
 {
     const size_t bytes = rs_record_bytes(budget, (uint32_t)p->quant);
-    unsigned char *o = out, *scratch = NULL;
+    unsigned char *o = out;
     patina_gpu_rootsift_conf_t *c = NULL;
     patina_gpu_rootsift_item_t *it = NULL;
     size_t *map = NULL, m = 0;
@@ -523,21 +523,16 @@ patina_status rs_extract_gpu(patina_gpu_t *g, const rootsift_params_t *p, size_t
         it[m].sx = sx;
         it[m].sy = sy;
         it[m].down = down;
+        it[m].out = o + i * bytes; /* the GPU writes the record in place */
         map[m++] = i;
     }
     if (m == 0) goto done;
-    scratch = malloc(m * bytes);
-    if (!scratch) {
-        s = patina__fail(PATINA_E_NOMEM, "rootsift: out of memory for %zu GPU records", m);
-        goto done;
-    }
-    s = patina_gpu_rootsift(g, c, scratch, it, m, mine);
+    s = patina_gpu_rootsift(g, c, NULL, it, m, mine);
     for (size_t j = 0; j < m; j++) {
         unsigned char *dst = o + map[j] * bytes;
         patina_status sj = s != PATINA_OK ? s : mine[j];
-        if (sj == PATINA_OK) memcpy(dst, scratch + j * bytes, bytes);
-        else if (sj == PATINA_E_LIMIT && s == PATINA_OK) sj = rs_extract(p, budget, dst, &imgs[map[j]]); /* the CPU's */
-        else memset(dst, 0, bytes);
+        if (sj == PATINA_E_LIMIT && s == PATINA_OK) sj = rs_extract(p, budget, dst, &imgs[map[j]]); /* the CPU's */
+        else if (sj != PATINA_OK) memset(dst, 0, bytes);
         if (st) st[map[j]] = sj;
     }
 done:
@@ -547,7 +542,6 @@ done:
     free(it);
     free(map);
     free(mine);
-    free(scratch);
     return s;
 }
 

@@ -563,9 +563,12 @@ typedef struct patina_gpu_rootsift_item {
     int w, h, octaves;
     double sx, sy;            /* original / detected pixel size, per axis */
     float down;               /* the record's downscale */
+    uint8_t *out;             /* where its record goes (c->rec_bytes, borrowed); NULL: out + i rec_bytes */
 } patina_gpu_rootsift_item_t;
 
-/* Records of n images into out (n, c->rec_bytes), the CPU path's bytes.
+/* Records of n images, the CPU path's bytes, into items[i].out, or into
+ * out (n, c->rec_bytes) for items whose out is NULL (out may be NULL when
+ * every item has its own).
  * st[i] (not NULL): PATINA_OK, or PATINA_E_LIMIT (record zeros) for an
  * image the GPU leaves to the caller: larger than the memory budget allows,
  * or more extrema or keypoints than its buffers hold. The return value is
@@ -575,10 +578,13 @@ patina_status patina_gpu_rootsift(patina_gpu_t *g, const patina_gpu_rootsift_con
 
 /* Internal (tests, bench_rootsift): stage times of the calls since the
  * previous query, in ms of GPU time (events around each stage of each
- * batch): [0] upload and grey/downscale, [1] scale space (smoothing), [2]
- * DoG, gradients, [3] detection, refinement, orientations, [4] selection,
- * [5] descriptors and records, [6] download. Resets them. */
-#define PGPU_RS_STAGES 7
+ * sub-batch on its stream; the two streams overlap, so the sum may exceed
+ * the wall time): [0] upload (the grey levels, image table, zeroing), [1]
+ * float image and area downscale, [2] scale space (smoothing), [3] DoG,
+ * gradients, [4] detection, refinement, orientations, [5] selection, [6]
+ * descriptors and records, [7] download. Calls of one image run as a
+ * CUDA graph and are not timed (they count in the batches). Resets them. */
+#define PGPU_RS_STAGES 8
 void patina_gpu__rootsift_times(patina_gpu_t *g, double ms[PGPU_RS_STAGES], size_t *batches);
 
 /* Internal (tests): runs the GPU scale space of one image (w, h floats,

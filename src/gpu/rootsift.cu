@@ -16,8 +16,10 @@
  *     host's exp/pow: the features side computes them (the conf);
  *   - vl_fast_atan2_f, vl_fast_resqrt_f (the 0x5f3759df guess, two Newton
  *     steps), vl_mod_2pi_f, vl_floor_f/_d are float/int code, reproduced;
- *   - every histogram (orientations: double; descriptors: float) is filled
- *     by one thread in VLFeat's pixel order: no atomics on values;
+ *   - every bin of every histogram (orientations: double; descriptors:
+ *     float) is summed by one thread in VLFeat's pixel order (the threads
+ *     of a warp compute the pixels' terms, each bin's owner adds them in
+ *     order): no atomics on values;
  *   - the keypoints survive the cap by a sort on (|peak| descending, VLFeat
  *     order ascending) where VLFeat order is (octave, the candidate's
  *     raster position (s, y, x), orientation): arrival order never matters.
@@ -28,13 +30,16 @@
  * and rounded to float). Both differ from the host only when a double lands
  * within an ulp or two of a float rounding boundary.
  *
- * Memory (state PGPU_FAM_ROOTSIFT): one arena from the context's budget
- * holding a batch: per image its RGB, the area downscale's row pass, the
+ * Memory (state PGPU_FAM_ROOTSIFT): one arena from the context's budget,
+ * split between the pipeline's slots ("The pipeline" below), each holding
+ * a sub-batch: its images' grey levels (computed on the host, 1 byte per
+ * pixel), its records, and per image the area downscale's row pass, the
  * float image, the current octave's S + 3 levels, a temporary level and
  * S + 2 DoG levels (the first octave's size, reused by every octave), the
  * gradients of every octave (the descriptors of the kept features need
  * them after the selection), the candidates of one octave, the keypoints,
- * the sort keys, the kept features and the record. */
+ * the sort keys and the kept features. Pinned host staging per slot for
+ * the grey levels and the records. */
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -46,7 +51,6 @@
 #include "gpu/context.h"
 
 #define MiB ((size_t)1 << 20)
-#define RS_BATCH_MAX 1024
 #define NBO 8
 #define NBP 4
 #define RS_PI 3.141592653589793
@@ -58,6 +62,7 @@
 
 struct rs_ctr {
     unsigned cand, kp, feat, over; /* candidates (this octave), keypoints, kept features, overflow flag */
+    unsigned kp0;                  /* the current octave's first keypoint slot */
 };
 
 struct rs_kp {
@@ -73,9 +78,8 @@ struct rs_sortkey {
 };
 
 struct rs_item {
-    size_t off_rgb, off_tmp, off_img, off_lev, off_temp, off_dog, off_cand, off_kp, off_sort, off_feat, off_rec;
+    size_t off_grey, off_tmp, off_img, off_lev, off_temp, off_dog, off_cand, off_kp, off_sort, off_feat, off_rec;
     size_t off_grad[PGPU_RS_MAXOCT];
-    size_t rgb_pitch;          /* bytes per RGB row (3 W) */
     size_t plane;              /* floats of one level: w0 h0 */
     int W, H, w, h, O;
     int w0, h0;                /* first octave */
@@ -155,18 +159,18 @@ __device__ static inline double fast_expn(const double *tab, double x)
 
 /* ------------------------------------------------------------ input */
 
-/* The float image (w, h) of image z: the grey levels, area-averaged when
- * downscaled (rows pass here into tmp (H, w), doubles summed in input
- * order, as area_downscale). */
+/* The float image (w, h) of image z from its grey levels ((H, W) u8, the
+ * host's grey_bt601): the grey levels, or area-averaged when downscaled
+ * (rows pass here into tmp (H, w), doubles summed in input order, as
+ * area_downscale). */
 __global__ void k_down_rows(uint8_t *arena, const rs_item *items)
 {
     const rs_item &it = items[blockIdx.z];
     const int i = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
     if (i >= it.w || y >= it.H) return;
-    const uint8_t *row = arena + it.off_rgb + (size_t)y * it.rgb_pitch;
+    const uint8_t *row = arena + it.off_grey + (size_t)y * it.W;
     if (it.w == it.W && it.h == it.H) { /* not downscaled: the grey levels */
-        const uint8_t *p = row + 3 * (size_t)i;
-        ((float *)(arena + it.off_img))[(size_t)y * it.w + i] = (float)grey_bt601(p[0], p[1], p[2]);
+        ((float *)(arena + it.off_img))[(size_t)y * it.w + i] = (float)row[i];
         return;
     }
     const double sx = (double)it.W / it.w;
@@ -175,8 +179,7 @@ __global__ void k_down_rows(uint8_t *arena, const rs_item *items)
     double acc = 0.0;
     for (int k = k0; k < k1; k++) {
         const double lo = a > k ? a : k, hi = b < k + 1 ? b : k + 1;
-        const uint8_t *p = row + 3 * (size_t)k;
-        acc += (hi - lo) * grey_bt601(p[0], p[1], p[2]);
+        acc += (hi - lo) * row[k];
     }
     ((float *)(arena + it.off_tmp))[(size_t)y * it.w + i] = (float)(acc / sx);
 }
@@ -284,6 +287,60 @@ __global__ void k_conv_h(uint8_t *arena, const rs_item *items, int oct, int omin
     dst[(size_t)y * w + x] = acc;
 }
 
+/* Both passes of one level at once (level dst_plane from level src_plane,
+ * distinct planes): a block's output tile of RS_CTX x RS_CTY pixels from
+ * the source's tile with W pixels of halo on each side, clamped indices, in
+ * shared memory; the column pass over the tile's rows and halo columns,
+ * then the row pass; no temporary level in global memory. The sums are
+ * k_conv_v's and k_conv_h's, term by term in the same order: a halo column
+ * of the tile is the clamped column clamp(x0 - W + cx), so the column
+ * pass's value there is exactly the temporary level's at that column, and
+ * the row pass reads clamp(x - W + k) as k_conv_h does. Dynamic shared
+ * memory: ((RS_CTY + 2 W) + RS_CTY) (RS_CTX + 2 W) floats. */
+#define RS_CTX 32
+#define RS_CTY 16
+#define RS_CBX 32 /* threads of a k_conv_vh block */
+#define RS_CBY 8
+__global__ void __launch_bounds__(RS_CBX * RS_CBY) k_conv_vh(uint8_t *arena, const rs_item *items, int oct, int omin,
+                                                             size_t src_plane, size_t dst_plane, const float *filt,
+                                                             int W)
+{
+    extern __shared__ float sh_conv[];
+    const rs_item &it = items[blockIdx.z];
+    if (oct >= it.O) return;
+    const int w = oct_dim(it.w, omin + oct), h = oct_dim(it.h, omin + oct);
+    const int x0 = blockIdx.x * RS_CTX, y0 = blockIdx.y * RS_CTY;
+    if (x0 >= w || y0 >= h) return; /* uniform in the block */
+    const int tw = RS_CTX + 2 * W, th = RS_CTY + 2 * W, nthr = RS_CBX * RS_CBY;
+    const int tid = threadIdx.y * RS_CBX + threadIdx.x;
+    float *tile = sh_conv, *vert = sh_conv + (size_t)th * tw; /* (th, tw), (RS_CTY, tw) */
+    const float *src = (const float *)(arena + it.off_lev) + src_plane * it.plane;
+    float *dst = (float *)(arena + it.off_lev) + dst_plane * it.plane;
+    const float *f = filt + 2 * W;
+    for (int e = tid; e < th * tw; e += nthr) {
+        const int r = e / tw, cx = e % tw;
+        int py = y0 - W + r, px = x0 - W + cx;
+        py = py < 0 ? 0 : py > h - 1 ? h - 1 : py;
+        px = px < 0 ? 0 : px > w - 1 ? w - 1 : px;
+        tile[e] = src[(size_t)py * w + px];
+    }
+    __syncthreads();
+    for (int e = tid; e < RS_CTY * tw; e += nthr) { /* column pass (k_conv_v) */
+        const int ry = e / tw, cx = e % tw;
+        float acc = 0.0f;
+        for (int k = 0; k <= 2 * W; k++) acc = __fadd_rn(acc, __fmul_rn(tile[(ry + k) * tw + cx], f[-k]));
+        vert[e] = acc;
+    }
+    __syncthreads();
+    for (int e = tid; e < RS_CTY * RS_CTX; e += nthr) { /* row pass (k_conv_h) */
+        const int ry = e / RS_CTX, tx = e % RS_CTX, x = x0 + tx, y = y0 + ry;
+        if (x >= w || y >= h) continue;
+        float acc = 0.0f;
+        for (int k = 0; k <= 2 * W; k++) acc = __fadd_rn(acc, __fmul_rn(vert[ry * tw + tx + k], f[-k]));
+        dst[(size_t)y * w + x] = acc;
+    }
+}
+
 /* Level s_min of octave oct (> 0): level s_min + S of octave oct - 1, every
  * other pixel (copy_and_downsample; no smoothing: sa == sb, VLFeat's
  * s_best - S = s_min). Planes 0 and S differ: no overlap. */
@@ -364,16 +421,11 @@ __global__ void k_detect(uint8_t *arena, const rs_item *items, rs_ctr *ctr, int 
     }
 }
 
-/* Refinement (vl_sift_detect), then orientations
- * (vl_sift_calc_keypoint_orientations) of one candidate per thread. */
-__global__ void k_refine(uint8_t *arena, const rs_item *items, rs_ctr *ctr, int oct, int omin, rs_kconf C,
-                         const double *expn)
+/* Refinement (vl_sift_detect) of one candidate: the keypoint appended
+ * (orientations later, k_orient). */
+__device__ static void rs_refine_one(uint8_t *arena, const rs_item &it, rs_ctr *ctr, int oct, int omin,
+                                     const rs_kconf &C, unsigned ci)
 {
-    const rs_item &it = items[blockIdx.y];
-    if (oct >= it.O) return;
-    const unsigned ci = blockIdx.x * blockDim.x + threadIdx.x;
-    const unsigned nc = ctr[blockIdx.y].cand < it.cand_cap ? ctr[blockIdx.y].cand : it.cand_cap;
-    if (ci >= nc) return;
     const int w = oct_dim(it.w, omin + oct), h = oct_dim(it.h, omin + oct);
     const int S = C.S, s_min = -1, s_max = S + 1;
     const unsigned key = ((const unsigned *)(arena + it.off_cand))[ci];
@@ -473,61 +525,11 @@ __global__ void k_refine(uint8_t *arena, const rs_item *items, rs_ctr *ctr, int 
     k.y = (float)(yn * xper);
     k.sigma = (float)(C.sigma0 * exp2(sn / S) * xper);
     k.nang = 0;
+    k.ang[0] = k.ang[1] = k.ang[2] = k.ang[3] = 0;
 
-    /* orientations */
-    {
-        const double winf = 1.5;
-        const double kx = k.x / xper, ky = k.y / xper, sigma = k.sigma / xper;
-        const int xi = (int)(kx + 0.5), yi = (int)(ky + 0.5), si = k.is;
-        const double sigmaw = winf * sigma;
-        const int Wn = (int)fmax(floor(3.0 * sigmaw), 1.0);
-        enum { nbins = 36 };
-        double hist[nbins], maxh;
-        if (!(xi < 0 || xi > w - 1 || yi < 0 || yi > h - 1 || si < s_min + 1 || si > s_max - 2)) {
-            const float *gp = (const float *)(arena + it.off_grad[oct]) +
-                              2 * ((size_t)(si - s_min - 1) * (size_t)w * h + (size_t)yi * w + xi);
-            for (int i = 0; i < nbins; i++) hist[i] = 0;
-            const int ylo = -Wn > -yi ? -Wn : -yi, yhi = Wn < h - 1 - yi ? Wn : h - 1 - yi;
-            const int xlo = -Wn > -xi ? -Wn : -xi, xhi = Wn < w - 1 - xi ? Wn : w - 1 - xi;
-            for (int ys = ylo; ys <= yhi; ++ys)
-                for (int xs = xlo; xs <= xhi; ++xs) {
-                    const double ddx = (double)(xi + xs) - kx, ddy = (double)(yi + ys) - ky;
-                    const double r2 = ddx * ddx + ddy * ddy;
-                    if (r2 >= Wn * Wn + 0.6) continue;
-                    const double wgt = fast_expn(expn, r2 / (2 * sigmaw * sigmaw));
-                    const double mod = gp[2 * (xs + (ptrdiff_t)ys * w)];
-                    const double ang = gp[2 * (xs + (ptrdiff_t)ys * w) + 1];
-                    const double fbin = nbins * ang / (2 * RS_PI);
-                    const int bin = (int)vfloor_d(fbin - 0.5);
-                    const double rbin = fbin - bin - 0.5;
-                    hist[(bin + nbins) % nbins] += (1 - rbin) * mod * wgt;
-                    hist[(bin + 1) % nbins] += (rbin)*mod * wgt;
-                }
-            for (int iter = 0; iter < 6; iter++) {
-                double prev = hist[nbins - 1];
-                const double first = hist[0];
-                int i;
-                for (i = 0; i < nbins - 1; i++) {
-                    const double newh = (prev + hist[i] + hist[(i + 1) % nbins]) / 3.0;
-                    prev = hist[i];
-                    hist[i] = newh;
-                }
-                hist[i] = (prev + hist[i] + first) / 3.0;
-            }
-            maxh = 0;
-            for (int i = 0; i < nbins; ++i) maxh = maxh > hist[i] ? maxh : hist[i];
-            for (int i = 0; i < nbins && k.nang < 4; ++i) {
-                const double h0 = hist[i], hm = hist[(i - 1 + nbins) % nbins], hp = hist[(i + 1 + nbins) % nbins];
-                if (h0 > 0.8 * maxh && h0 > hm && h0 > hp) {
-                    const double di = -0.5 * (hp - hm) / (hp + hm - 2 * h0);
-                    k.ang[k.nang++] = 2 * RS_PI * (i + di + 0.5) / nbins;
-                }
-            }
-        }
-    }
-    const unsigned slot = atomicAdd(&ctr[blockIdx.y].kp, 1u);
+    const unsigned slot = atomicAdd(&ctr->kp, 1u);
     if (slot >= it.kp_cap) {
-        ctr[blockIdx.y].over = 1;
+        ctr->over = 1;
         return;
     }
     ((rs_kp *)(arena + it.off_kp))[slot] = k;
@@ -537,6 +539,154 @@ __global__ void k_refine(uint8_t *arena, const rs_item *items, rs_ctr *ctr, int 
     ((rs_sortkey *)(arena + it.off_sort))[slot] = sk;
 }
 
+/* Orientations (vl_sift_calc_keypoint_orientations) of keypoint `slot`
+ * (of octave oct), by the whole warp (uniform control flow up to the
+ * histogram's rounds); lane 0 stores them in the keypoint. */
+__device__ static void rs_orient_one(uint8_t *arena, const rs_item &it, int oct, int omin, const rs_kconf &C,
+                                     const double *expn, unsigned slot, int lane, double *sh_h, double (*sh_c)[32],
+                                     int *sh_b)
+{
+    rs_kp *const kps = (rs_kp *)(arena + it.off_kp);
+    rs_kp k = kps[slot];
+    const int w = oct_dim(it.w, omin + oct), h = oct_dim(it.h, omin + oct);
+    const int S = C.S, s_min = -1, s_max = S + 1;
+    const double xper = ldexp(1.0, k.o);
+    (void)S;
+    /* orientations */
+    {
+        const double winf = 1.5;
+        const double kx = k.x / xper, ky = k.y / xper, sigma = k.sigma / xper;
+        const int xi = (int)(kx + 0.5), yi = (int)(ky + 0.5), si = k.is;
+        const double sigmaw = winf * sigma;
+        const int Wn = (int)fmax(floor(3.0 * sigmaw), 1.0);
+        enum { nbins = 36 };
+        double maxh;
+        if (!(xi < 0 || xi > w - 1 || yi < 0 || yi > h - 1 || si < s_min + 1 || si > s_max - 2)) {
+            const float *gp = (const float *)(arena + it.off_grad[oct]) +
+                              2 * ((size_t)(si - s_min - 1) * (size_t)w * h + (size_t)yi * w + xi);
+            const int ylo = -Wn > -yi ? -Wn : -yi, yhi = Wn < h - 1 - yi ? Wn : h - 1 - yi;
+            const int xlo = -Wn > -xi ? -Wn : -xi, xhi = Wn < w - 1 - xi ? Wn : w - 1 - xi;
+            const int nx = xhi - xlo + 1, ny = yhi - ylo + 1, npx = nx > 0 && ny > 0 ? nx * ny : 0;
+            double ha = 0, hb = 0; /* bins lane and lane + 32 */
+            for (int p0 = 0; p0 < npx; p0 += 32) {
+                const int p = p0 + lane;
+                int b0 = -1;
+                if (p < npx) {
+                    const int ys = ylo + p / nx, xs = xlo + p % nx;
+                    const double ddx = (double)(xi + xs) - kx, ddy = (double)(yi + ys) - ky;
+                    const double r2 = ddx * ddx + ddy * ddy;
+                    if (!(r2 >= Wn * Wn + 0.6)) {
+                        const double wgt = fast_expn(expn, r2 / (2 * sigmaw * sigmaw));
+                        const double mod = gp[2 * (xs + (ptrdiff_t)ys * w)];
+                        const double ang = gp[2 * (xs + (ptrdiff_t)ys * w) + 1];
+                        const double fbin = nbins * ang / (2 * RS_PI);
+                        const int bin = (int)vfloor_d(fbin - 0.5);
+                        const double rbin = fbin - bin - 0.5;
+                        b0 = (bin + nbins) % nbins;
+                        sh_c[0][lane] = (1 - rbin) * mod * wgt;
+                        sh_c[1][lane] = (rbin)*mod * wgt;
+                    }
+                }
+                /* which of the round's pixels have first bin B: sh_b[B] (a
+                 * lane mask), written by the lowest lane of each group */
+                sh_b[lane] = 0;
+                if (lane + 32 < nbins) sh_b[lane + 32] = 0;
+                __syncwarp();
+                {
+                    const unsigned grp = __match_any_sync(0xffffffffu, b0);
+                    if (b0 >= 0 && (grp & ((1u << lane) - 1u)) == 0) sh_b[b0] = (int)grp;
+                }
+                __syncwarp();
+                /* bin B takes c0 of the pixels whose first bin is B and c1
+                 * of those whose first bin is B - 1 (mod nbins): distinct
+                 * pixels, taken in pixel order */
+                for (int t = 0; t < 2; t++) {
+                    const int B = lane + 32 * t;
+                    if (B >= nbins) break;
+                    const unsigned m0 = (unsigned)sh_b[B], m1 = (unsigned)sh_b[(B + nbins - 1) % nbins];
+                    double acc = t ? hb : ha;
+                    for (unsigned u = m0 | m1; u; u &= u - 1) {
+                        const int q = __ffs((int)u) - 1;
+                        acc += (m0 >> q & 1u) ? sh_c[0][q] : sh_c[1][q];
+                    }
+                    if (t) hb = acc;
+                    else ha = acc;
+                }
+                __syncwarp();
+            }
+            sh_h[lane] = ha;
+            if (lane + 32 < nbins) sh_h[lane + 32] = hb;
+            __syncwarp();
+            if (lane == 0) { /* in shared memory: a register array of 36 doubles would cap the occupancy */
+                double *const hist = sh_h;
+                for (int iter = 0; iter < 6; iter++) {
+                    double prev = hist[nbins - 1];
+                    const double first = hist[0];
+                    int i;
+                    for (i = 0; i < nbins - 1; i++) {
+                        const double newh = (prev + hist[i] + hist[(i + 1) % nbins]) / 3.0;
+                        prev = hist[i];
+                        hist[i] = newh;
+                    }
+                    hist[i] = (prev + hist[i] + first) / 3.0;
+                }
+                maxh = 0;
+                for (int i = 0; i < nbins; ++i) maxh = maxh > hist[i] ? maxh : hist[i];
+                for (int i = 0; i < nbins && k.nang < 4; ++i) {
+                    const double h0 = hist[i], hm = hist[(i - 1 + nbins) % nbins], hp = hist[(i + 1 + nbins) % nbins];
+                    if (h0 > 0.8 * maxh && h0 > hm && h0 > hp) {
+                        const double di = -0.5 * (hp - hm) / (hp + hm - 2 * h0);
+                        k.ang[k.nang++] = 2 * RS_PI * (i + di + 0.5) / nbins;
+                    }
+                }
+            }
+            __syncwarp(); /* sh_h is free for the warp's next candidate */
+        }
+    }
+    if (lane == 0) {
+        kps[slot].nang = k.nang;
+        for (int a = 0; a < 4; a++) kps[slot].ang[a] = k.ang[a];
+    }
+}
+
+#define RS_REF_WARPS 4 /* keypoints per block of k_orient at a time */
+#define RS_REF_BLOCKS 256 /* blocks per image of k_refine and k_orient (grid-stride) */
+
+/* Refinement of the octave's candidates, one per thread. */
+__global__ void k_refine(uint8_t *arena, const rs_item *items, rs_ctr *ctr, int oct, int omin, rs_kconf C)
+{
+    const rs_item &it = items[blockIdx.y];
+    if (oct >= it.O) return;
+    const unsigned nc = ctr[blockIdx.y].cand < it.cand_cap ? ctr[blockIdx.y].cand : it.cand_cap;
+    for (unsigned ci = blockIdx.x * blockDim.x + threadIdx.x; ci < nc; ci += gridDim.x * blockDim.x)
+        rs_refine_one(arena, it, ctr + blockIdx.y, oct, omin, C, ci);
+}
+
+/* Orientations of the octave's keypoints (slots kp0 .. kp), one per warp
+ * at a time. The histogram is VLFeat's double sums in its pixel order: the
+ * warp takes the window's pixels 32 at a time in raster order, each lane
+ * computing one pixel's two terms ((1 - rbin) mod wgt and rbin mod wgt,
+ * VLFeat's expressions), then lane l adds, pixel by pixel in raster order,
+ * the terms that fall in bins l and l + 32 (each bin's pixels found with
+ * __match_any_sync). A pixel adds to two distinct bins, so every bin
+ * receives exactly VLFeat's terms in VLFeat's order. Lane 0 smooths and
+ * finds the peaks. */
+__global__ void __launch_bounds__(32 * RS_REF_WARPS) k_orient(uint8_t *arena, const rs_item *items, const rs_ctr *ctr,
+                                                                int oct, int omin, rs_kconf C, const double *expn)
+{
+    enum { nbins = 36 };
+    __shared__ double sh_h[RS_REF_WARPS][nbins];
+    __shared__ double sh_c[RS_REF_WARPS][2][32]; /* per pixel of a round: its two terms */
+    __shared__ int sh_b[RS_REF_WARPS][36];       /* per bin B: the round's pixels whose first bin is B */
+    const rs_item &it = items[blockIdx.y];
+    if (oct >= it.O) return;
+    const int wp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const rs_ctr &c = ctr[blockIdx.y];
+    const unsigned n = c.kp < it.kp_cap ? c.kp : it.kp_cap;
+    for (unsigned slot = c.kp0 + blockIdx.x * RS_REF_WARPS + wp; slot < n; slot += gridDim.x * RS_REF_WARPS)
+        rs_orient_one(arena, it, oct, omin, C, expn, slot, lane, sh_h[wp], sh_c[wp], sh_b[wp]);
+}
+
 /* ------------------------------------------------------------ selection */
 
 __device__ static inline bool rs_better(const rs_sortkey &a, const rs_sortkey &b)
@@ -544,20 +694,34 @@ __device__ static inline bool rs_better(const rs_sortkey &a, const rs_sortkey &b
     return a.peak > b.peak || (a.peak == b.peak && a.seq < b.seq);
 }
 
-/* One block per image: the keypoints sorted by (|peak| descending, VLFeat
- * order), then their orientations taken in that order up to the budget
- * (the kept features: keypoint index << 2 | orientation); the header. */
-__global__ void k_select(uint8_t *arena, const rs_item *items, rs_ctr *ctr, rs_kconf C)
+/* One block of RS_SEL_THREADS per image: the keypoints sorted by (|peak|
+ * descending, VLFeat order), in shared memory when they fit (smem_cap
+ * entries of dynamic shared memory; else in place in the
+ * arena), then their orientations taken in that order up to the budget
+ * (the kept features: keypoint index << 2 | orientation); the header. The
+ * take is VLFeat's serial loop written as a scan: the orientation a of the
+ * i-th keypoint in order is feature sum_{j < i} nang_j + a, kept when that
+ * is under the budget. */
+#define RS_SEL_THREADS 1024
+__global__ void __launch_bounds__(RS_SEL_THREADS) k_select(uint8_t *arena, const rs_item *items, rs_ctr *ctr,
+                                                             rs_kconf C, unsigned smem_cap)
 {
+    extern __shared__ rs_sortkey sh_sk[];
+    __shared__ unsigned sh_wsum[RS_SEL_THREADS / 32];
     const rs_item &it = items[blockIdx.x];
     rs_ctr *c = &ctr[blockIdx.x];
     const unsigned n = c->kp < it.kp_cap ? c->kp : it.kp_cap;
-    rs_sortkey *sk = (rs_sortkey *)(arena + it.off_sort);
+    rs_sortkey *const gsk = (rs_sortkey *)(arena + it.off_sort);
     unsigned P = 1;
     while (P < n) P <<= 1;
-    for (unsigned i = n + threadIdx.x; i < P; i += blockDim.x) {
-        sk[i].peak = -1.0;
-        sk[i].seq = ~0ull;
+    rs_sortkey *const sk = P <= smem_cap ? sh_sk : gsk;
+    for (unsigned i = threadIdx.x; i < P; i += blockDim.x) {
+        if (i >= n) {
+            sk[i].peak = -1.0;
+            sk[i].seq = ~0ull;
+        } else if (sk != gsk) {
+            sk[i] = gsk[i];
+        }
     }
     __syncthreads();
     for (unsigned k = 2; k <= P; k <<= 1)
@@ -575,14 +739,40 @@ __global__ void k_select(uint8_t *arena, const rs_item *items, rs_ctr *ctr, rs_k
             }
             __syncthreads();
         }
-    if (threadIdx.x != 0) return;
     const rs_kp *kp = (const rs_kp *)(arena + it.off_kp);
     unsigned *feat = (unsigned *)(arena + it.off_feat);
-    unsigned m = 0;
-    for (unsigned i = 0; i < n && m < (unsigned)C.budget; i++) {
-        const unsigned idx = (unsigned)(sk[i].seq & ((1u << RS_KP_IDX_BITS) - 1));
-        for (int a = 0; a < kp[idx].nang && m < (unsigned)C.budget; a++) feat[m++] = idx << 2 | (unsigned)a;
+    const unsigned budget = (unsigned)C.budget, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    unsigned m = 0; /* features before this round (the same in every thread) */
+    for (unsigned base = 0; base < n && m < budget; base += blockDim.x) {
+        const unsigned i = base + threadIdx.x;
+        unsigned idx = 0, cnt = 0, v;
+        if (i < n) {
+            idx = (unsigned)(sk[i].seq & ((1u << RS_KP_IDX_BITS) - 1));
+            cnt = (unsigned)kp[idx].nang;
+        }
+        v = cnt; /* inclusive scan in the warp, then over the warps */
+        for (unsigned o = 1; o < 32; o <<= 1) {
+            const unsigned u = __shfl_up_sync(0xffffffffu, v, o);
+            if (lane >= o) v += u;
+        }
+        if (lane == 31) sh_wsum[wid] = v;
+        __syncthreads();
+        if (wid == 0) {
+            unsigned x = lane < blockDim.x / 32 ? sh_wsum[lane] : 0;
+            for (unsigned o = 1; o < 32; o <<= 1) {
+                const unsigned u = __shfl_up_sync(0xffffffffu, x, o);
+                if (lane >= o) x += u;
+            }
+            sh_wsum[lane] = x;
+        }
+        __syncthreads();
+        const unsigned first = m + (wid ? sh_wsum[wid - 1] : 0) + v - cnt;
+        for (unsigned a = 0; a < cnt && first + a < budget; a++) feat[first + a] = idx << 2 | a;
+        m += sh_wsum[blockDim.x / 32 - 1];
+        __syncthreads(); /* sh_wsum is read before the next round writes it */
     }
+    if (threadIdx.x != 0) return;
+    m = m < budget ? m : budget;
     c->feat = m;
     uint8_t *rec = arena + it.off_rec;
     const uint32_t hdr[10] = {m, 1u, (uint32_t)C.budget, (uint32_t)C.quant, __float_as_uint(C.qscale),
@@ -593,15 +783,30 @@ __global__ void k_select(uint8_t *arena, const rs_item *items, rs_ctr *ctr, rs_k
 
 /* ------------------------------------------------------------ descriptors */
 
-/* One kept feature per thread: vl_sift_calc_keypoint_descriptor (float
- * histogram filled in VLFeat's pixel and bin order), RootSIFT in double,
- * the quantised row and the geometry. */
-__global__ void k_desc(uint8_t *arena, const rs_item *items, const rs_ctr *ctr, int omin, rs_kconf C,
-                       const double *expn)
+#define RS_DESC_WARPS 4 /* features per block of k_desc */
+
+/* One kept feature per warp: vl_sift_calc_keypoint_descriptor, RootSIFT
+ * in double, the quantised row and the geometry. The histogram is VLFeat's
+ * float sums in its pixel order: the warp takes the window's pixels 32 at a
+ * time in raster order, each lane computing one pixel's terms (the same
+ * expressions as VLFeat's loop body: win * mod, the three offsets and the
+ * bins), then lane l adds, pixel by pixel in raster order, the terms that
+ * fall in the bins it owns, 4 l .. 4 l + 3 (one spatial bin, four
+ * orientations). A pixel adds to 8 distinct bins, so every bin receives
+ * exactly VLFeat's terms in VLFeat's order; the weight of each term is
+ * formed as VLFeat forms it ((win * mod) * |.| * |.| * |.|, left to right).
+ * The norms and the RootSIFT sum run over the 128 bins in index order. */
+__global__ void __launch_bounds__(32 * RS_DESC_WARPS) k_desc(uint8_t *arena, const rs_item *items, const rs_ctr *ctr,
+                                                               int omin, rs_kconf C, const double *expn)
 {
+    __shared__ float sh_d[RS_DESC_WARPS][NBO * NBP * NBP];
+    __shared__ float sh_t[RS_DESC_WARPS][4][32]; /* per pixel of a round: win * mod, rbinx, rbiny, rbint */
+    __shared__ int sh_b[RS_DESC_WARPS][32];      /* binx + 2 | (biny + 2) << 8 | bint << 16; -1: no pixel */
     const rs_item &it = items[blockIdx.y];
-    const unsigned fi = blockIdx.x * blockDim.x + threadIdx.x;
-    if (fi >= ctr[blockIdx.y].feat) return;
+    const int wp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const unsigned fi = blockIdx.x * RS_DESC_WARPS + wp;
+    if (fi >= ctr[blockIdx.y].feat) return; /* the warp's feature: uniform in the warp */
+    float *descr = sh_d[wp];
     const unsigned f = ((const unsigned *)(arena + it.off_feat))[fi];
     const rs_kp k = ((const rs_kp *)(arena + it.off_kp))[f >> 2];
     const double angle0 = k.ang[f & 3];
@@ -614,54 +819,74 @@ __global__ void k_desc(uint8_t *arena, const rs_item *items, const rs_ctr *ctr, 
     sincos(angle0, &st0, &ct0);
     const double SBP = magnif * sigma + RS_EPS_D;
     const int W = (int)floor(sqrt(2.0) * SBP * (NBP + 1) / 2.0 + 0.5);
-    const int binto = 1, binyo = NBO * NBP, binxo = NBO;
-    float descr[NBO * NBP * NBP];
-    for (int i = 0; i < NBO * NBP * NBP; i++) descr[i] = 0;
+    for (int i = lane; i < NBO * NBP * NBP; i += 32) descr[i] = 0;
+    __syncwarp();
     const int s_min = -1, s_max = C.S + 1;
     /* VLFeat leaves the descriptor unwritten out of these bounds; the CPU
      * path zeroes it first: zeros */
     if (!(xi < 0 || xi >= w || yi < 0 || yi >= h - 1 || si < s_min + 1 || si > s_max - 2)) {
         const float *pt = (const float *)(arena + it.off_grad[oct]) +
                           2 * ((size_t)(si - s_min - 1) * (size_t)w * h + (size_t)yi * w + xi);
-        float *dpt = descr + (NBP / 2) * binyo + (NBP / 2) * binxo;
         const int ylo = -W > 1 - yi ? -W : 1 - yi, yhi = W < h - yi - 2 ? W : h - yi - 2;
         const int xlo = -W > 1 - xi ? -W : 1 - xi, xhi = W < w - xi - 2 ? W : w - xi - 2;
-        for (int dyi = ylo; dyi <= yhi; ++dyi)
-            for (int dxi = xlo; dxi <= xhi; ++dxi) {
+        const int nx = xhi - xlo + 1, ny = yhi - ylo + 1, npx = nx > 0 && ny > 0 ? nx * ny : 0;
+        /* the bins lane owns: spatial bin (ox, oy) (offsets from -NBP / 2), orientations ot0 .. ot0 + 3 */
+        const int oy = lane >> 3, ox = (lane >> 1) & 3, ot0 = (lane & 1) * 4;
+        float *mine = descr + 4 * lane;
+        for (int p0 = 0; p0 < npx; p0 += 32) {
+            const int p = p0 + lane;
+            int code = -1;
+            if (p < npx) {
+                const int dyi = ylo + p / nx, dxi = xlo + p % nx;
                 const float mod = pt[2 * (dxi + (ptrdiff_t)dyi * w)];
                 const float angle = pt[2 * (dxi + (ptrdiff_t)dyi * w) + 1];
                 const float theta = vmod2pi_f((float)(angle - angle0));
                 const float dx = (float)(xi + dxi - x), dy = (float)(yi + dyi - y);
-                const float nx = (float)((ct0 * dx + st0 * dy) / SBP);
-                const float ny = (float)((-st0 * dx + ct0 * dy) / SBP);
+                const float nxf = (float)((ct0 * dx + st0 * dy) / SBP);
+                const float nyf = (float)((-st0 * dx + ct0 * dy) / SBP);
                 const float nt = (float)(NBO * theta / (2 * RS_PI));
                 const float wsigma = 2; /* f->windowSize = NBP / 2 */
-                const float win = (float)fast_expn(expn, (nx * nx + ny * ny) / (2.0 * wsigma * wsigma));
-                const int binx = (int)vfloor_f((float)(nx - 0.5));
-                const int biny = (int)vfloor_f((float)(ny - 0.5));
+                const float win = (float)fast_expn(expn, (nxf * nxf + nyf * nyf) / (2.0 * wsigma * wsigma));
+                const int binx = (int)vfloor_f((float)(nxf - 0.5));
+                const int biny = (int)vfloor_f((float)(nyf - 0.5));
                 const int bint = (int)vfloor_f(nt);
-                const float rbinx = (float)(nx - (binx + 0.5));
-                const float rbiny = (float)(ny - (biny + 0.5));
-                const float rbint = nt - bint;
-                for (int dbinx = 0; dbinx < 2; ++dbinx)
-                    for (int dbiny = 0; dbiny < 2; ++dbiny)
-                        for (int dbint = 0; dbint < 2; ++dbint)
-                            if (binx + dbinx >= -(NBP / 2) && binx + dbinx < (NBP / 2) &&
-                                biny + dbiny >= -(NBP / 2) && biny + dbiny < (NBP / 2)) {
-                                const float weight = win * mod * fabsf(1 - dbinx - rbinx) *
-                                                     fabsf(1 - dbiny - rbiny) * fabsf(1 - dbint - rbint);
-                                dpt[((bint + dbint) % NBO) * binto + (biny + dbiny) * binyo +
-                                    (binx + dbinx) * binxo] += weight;
-                            }
+                sh_t[wp][0][lane] = win * mod;
+                sh_t[wp][1][lane] = (float)(nxf - (binx + 0.5));
+                sh_t[wp][2][lane] = (float)(nyf - (biny + 0.5));
+                sh_t[wp][3][lane] = nt - bint;
+                /* bins that can touch the descriptor: binx, biny in [-NBP/2 - 1, NBP/2 - 1], bint in [0, NBO] */
+                if (binx >= -(NBP / 2) - 1 && binx < NBP / 2 && biny >= -(NBP / 2) - 1 && biny < NBP / 2)
+                    code = (binx + NBP / 2 + 1) | (biny + NBP / 2 + 1) << 8 | bint << 16;
             }
+            sh_b[wp][lane] = code;
+            __syncwarp();
+            const int np = npx - p0 < 32 ? npx - p0 : 32;
+            for (int q = 0; q < np; q++) {
+                const int cq = sh_b[wp][q];
+                if (cq < 0) continue;
+                /* dbinx = ox - binx, dbiny = oy - biny (both stored + 1) */
+                const int dbinx = ox + 1 - (cq & 0xff), dbiny = oy + 1 - ((cq >> 8) & 0xff), bint = cq >> 16;
+                if (dbinx < 0 || dbinx > 1 || dbiny < 0 || dbiny > 1) continue;
+                const float wm = sh_t[wp][0][q], rbinx = sh_t[wp][1][q], rbiny = sh_t[wp][2][q], rbint = sh_t[wp][3][q];
+                for (int dbint = 0; dbint < 2; ++dbint) {
+                    const int ob = (bint + dbint) % NBO;
+                    if (ob - ot0 < 0 || ob - ot0 > 3) continue;
+                    const float weight = wm * fabsf(1 - dbinx - rbinx) * fabsf(1 - dbiny - rbiny) * fabsf(1 - dbint - rbint);
+                    mine[ob - ot0] += weight;
+                }
+            }
+            __syncwarp();
+        }
         for (int pass = 0; pass < 2; pass++) { /* normalise, clamp at 0.2, normalise */
             float norm = 0.0f;
             for (int i = 0; i < NBO * NBP * NBP; i++) norm += descr[i] * descr[i];
             norm = vsqrt_f(norm) + RS_EPS_F;
-            for (int i = 0; i < NBO * NBP * NBP; i++) descr[i] /= norm;
-            if (pass == 0)
-                for (int i = 0; i < NBO * NBP * NBP; i++)
-                    if (descr[i] > 0.2) descr[i] = 0.2;
+            __syncwarp();
+            for (int i = lane; i < NBO * NBP * NBP; i += 32) {
+                descr[i] /= norm;
+                if (pass == 0 && descr[i] > 0.2) descr[i] = 0.2;
+            }
+            __syncwarp();
         }
     }
     /* RootSIFT, quantisation, geometry */
@@ -670,7 +895,7 @@ __global__ void k_desc(uint8_t *arena, const rs_item *items, const rs_ctr *ctr, 
     uint8_t *row = rec + 64 + (size_t)fi * 128 * eb;
     double l1 = 0.0;
     for (int i = 0; i < 128; i++) l1 += descr[i];
-    for (int i = 0; i < 128; i++) {
+    for (int i = lane; i < 128; i += 32) {
         const double r = l1 > 0.0 ? sqrt(descr[i] / l1) : 0.0;
         if (C.quant) {
             const uint16_t hv = f16_from_f32((float)r); /* the CPU's conversion (algo/f16.h) */
@@ -681,28 +906,83 @@ __global__ void k_desc(uint8_t *arena, const rs_item *items, const rs_ctr *ctr, 
             row[i] = (uint8_t)(v > 255.0 ? 255.0 : v);
         }
     }
-    uint8_t *geo = rec + 64 + (size_t)C.budget * 128 * eb + 16 * (size_t)fi;
-    const float g4[4] = {(float)((k.x + 0.5) * it.sx - 0.5), (float)((k.y + 0.5) * it.sy - 0.5),
-                         (float)(k.sigma * (double)it.down), (float)angle0};
-    for (int q = 0; q < 4; q++) {
-        const uint32_t u = __float_as_uint(g4[q]);
-        for (int b = 0; b < 4; b++) geo[4 * q + b] = (uint8_t)(u >> (8 * b));
+    if (lane == 0) {
+        uint8_t *geo = rec + 64 + (size_t)C.budget * 128 * eb + 16 * (size_t)fi;
+        const float g4[4] = {(float)((k.x + 0.5) * it.sx - 0.5), (float)((k.y + 0.5) * it.sy - 0.5),
+                             (float)(k.sigma * (double)it.down), (float)angle0};
+        for (int q = 0; q < 4; q++) {
+            const uint32_t u = __float_as_uint(g4[q]);
+            for (int b = 0; b < 4; b++) geo[4 * q + b] = (uint8_t)(u >> (8 * b));
+        }
     }
 }
 
 /* ------------------------------------------------------------ host side */
 
-#define RS_NEV 512
+/* The pipeline. A call is cut into sub-batches (at most RS_SUB_IMG images
+ * and RS_SUB_PX detection pixels, within one slot's half of the arena);
+ * RS_NSLOT slots, each with its stream (the context's streams 0 and 1), its
+ * half of the arena, pinned staging for its images' grey levels and its
+ * records, and its image table and counters, take the sub-batches in turn:
+ * while the device computes sub-batch j on one slot, the context's host
+ * threads convert sub-batch j + 1's RGB to grey levels (grey_bt601, the CPU
+ * path's bytes) straight into the other slot's pinned staging, which then
+ * travels as one copy of 1 byte per pixel, and the records of sub-batch
+ * j - 1 are copied out. An image larger than half the arena runs alone on
+ * the whole arena, the pipeline drained around it. Nothing is allocated in
+ * a call once the buffers have grown to the calls' sizes, and the
+ * configuration (filters, fast_expn's table) is uploaded only when it
+ * changes. */
+#define RS_NSLOT 2
+#define RS_SUB_IMG 64                        /* images per sub-batch at most */
+#define RS_SUB_PX ((size_t)16 << 20)         /* detection pixels per sub-batch, about */
+#define RS_NEV 128                           /* stage marks of one sub-batch */
+#define RS_BAND_BYTES ((size_t)256 << 10)    /* RGB bytes per host grey task, about */
+
+struct rs_band { /* one host task: rows [r0, r1) of an image to grey levels */
+    const patina_image_t *img;
+    uint8_t *dst; /* (H, W) u8 of the image in the staging */
+    int r0, r1;
+};
+
+struct rs_slot {
+    cudaStream_t st;
+    cudaEvent_t done;           /* after the sub-batch's last copy */
+    uint8_t *h_grey;            /* pinned: the sub-batch's grey images back to back */
+    size_t grey_cap;
+    uint8_t *h_rec;             /* pinned: its records back to back */
+    size_t rec_cap;
+    rs_item *d_items, *h_items; /* RS_SUB_IMG */
+    rs_ctr *d_ctr, *h_ctr;      /* RS_SUB_IMG */
+    cudaEvent_t ev[RS_NEV];     /* stage marks */
+    int ev_stage[RS_NEV], nev;
+    int marks;                  /* rs_mark records (0 while a graph is captured) */
+    /* the sub-batch in flight: images i0 .. i0 + nb of the call */
+    size_t i0, nb;
+    int busy;
+    /* the one-image call as a CUDA graph, replayed while its key holds (rs_enqueue) */
+    cudaGraphExec_t gexec;
+    rs_item gkey;               /* the image's layout */
+    const void *gkey_ptr[3];    /* the arena, h_grey, h_rec */
+    unsigned gkey_conf;         /* the configuration's generation */
+    int gkeyed, gvalid;         /* a key is set; gexec is its graph */
+};
 
 struct rs_state {
     uint8_t *d_arena;
     size_t arena_cap;
-    rs_item *d_items, *h_items;
-    rs_ctr *d_ctr, *h_ctr;
-    float *d_filt;  /* (PGPU_RS_MAXLEV + 3, PGPU_RS_MAXTAPS): filt0 then filt[] */
-    double *d_expn; /* 257 */
-    cudaEvent_t ev[RS_NEV];     /* stage marks of one batch */
-    int ev_stage[RS_NEV], nev;
+    float *d_filt, *h_filt; /* (PGPU_RS_MAXLEV + 3, PGPU_RS_MAXTAPS): filt0 then filt[] */
+    double *d_expn;         /* 257 */
+    cudaEvent_t conf_ev;    /* after the configuration's upload */
+    patina_gpu_rootsift_conf_t conf; /* the configuration on the device */
+    int conf_ok;
+    unsigned conf_gen; /* uploads so far (a graph's key) */
+    unsigned sel_cap; /* keypoints k_select sorts in shared memory at most (0: none) */
+    rs_slot sl[RS_NSLOT];
+    size_t *need; /* per image of the call: arena bytes */
+    size_t need_cap;
+    rs_band *band;
+    size_t band_cap;
     double ms[PGPU_RS_STAGES];
     size_t batches;
 };
@@ -711,12 +991,31 @@ static void rs_release(patina_gpu_t *g, void *state)
 {
     rs_state *S = (rs_state *)state;
     (void)cudaSetDevice(g->device);
-    (void)cudaStreamSynchronize((cudaStream_t)pgpu_stream(g, 0));
-    pgpu_free_n(g, 7, &S->d_arena, &S->d_items, &S->h_items, &S->d_ctr, &S->h_ctr, &S->d_filt, &S->d_expn);
-    for (int k = 0; k < RS_NEV; k++)
-        if (S->ev[k]) cudaEventDestroy(S->ev[k]);
+    for (int j = 0; j < RS_NSLOT; j++) {
+        rs_slot *L = &S->sl[j];
+        if (L->st) (void)cudaStreamSynchronize(L->st);
+        pgpu_free_n(g, 6, &L->h_grey, &L->h_rec, &L->d_items, &L->h_items, &L->d_ctr, &L->h_ctr);
+        if (L->done) cudaEventDestroy(L->done);
+        if (L->gexec) cudaGraphExecDestroy(L->gexec);
+        for (int k = 0; k < RS_NEV; k++)
+            if (L->ev[k]) cudaEventDestroy(L->ev[k]);
+    }
+    pgpu_free_n(g, 4, &S->d_arena, &S->d_filt, &S->h_filt, &S->d_expn);
+    if (S->conf_ev) cudaEventDestroy(S->conf_ev);
     (void)cudaGetLastError();
+    free(S->need);
+    free(S->band);
     free(S);
+}
+
+static patina_status rs_event(cudaEvent_t *e, unsigned flags)
+{
+    if (cudaEventCreateWithFlags(e, flags) != cudaSuccess) {
+        *e = NULL;
+        (void)cudaGetLastError();
+        return patina__fail(PATINA_E_GPU, "gpu: rootsift: cannot create an event");
+    }
+    return PATINA_OK;
 }
 
 static patina_status rs_state_of(patina_gpu_t *g, rs_state **out)
@@ -728,21 +1027,39 @@ static patina_status rs_state_of(patina_gpu_t *g, rs_state **out)
     S = (rs_state *)calloc(1, sizeof *S);
     if (!S) return patina__fail(PATINA_E_NOMEM, "gpu: rootsift: out of host memory");
     pgpu_set_state(g, PGPU_FAM_ROOTSIFT, S, rs_release);
-    for (int k = 0; k < RS_NEV && s == PATINA_OK; k++)
-        if (cudaEventCreate(&S->ev[k]) != cudaSuccess) {
-            S->ev[k] = NULL;
-            s = patina__fail(PATINA_E_GPU, "gpu: rootsift: cannot create an event");
+    s = rs_event(&S->conf_ev, cudaEventDisableTiming);
+    { /* k_select's shared sort: up to 8192 keys (128 KiB), what the SM lets a block opt in to */
+        const size_t room = g->smem_optin > 1024 ? (size_t)g->smem_optin - 1024 : 0;
+        unsigned cap = 8192;
+        while (cap && cap * sizeof(rs_sortkey) > room) cap >>= 1;
+        if (cap && cap * sizeof(rs_sortkey) > 48 * 1024 &&
+            cudaFuncSetAttribute(k_select, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)(cap * sizeof(rs_sortkey))) != cudaSuccess) {
+            (void)cudaGetLastError();
+            cap = 48 * 1024 / sizeof(rs_sortkey);
         }
-    if (s == PATINA_OK)
-        s = pgpu_dev_alloc(g, (void **)&S->d_items, RS_BATCH_MAX * sizeof(rs_item), PGPU_FAM_ROOTSIFT, "image table");
-    if (s == PATINA_OK)
-        s = pgpu_pin_alloc(g, (void **)&S->h_items, RS_BATCH_MAX * sizeof(rs_item), PGPU_FAM_ROOTSIFT, "image table");
-    if (s == PATINA_OK)
-        s = pgpu_dev_alloc(g, (void **)&S->d_ctr, RS_BATCH_MAX * sizeof(rs_ctr), PGPU_FAM_ROOTSIFT, "counters");
-    if (s == PATINA_OK)
-        s = pgpu_pin_alloc(g, (void **)&S->h_ctr, RS_BATCH_MAX * sizeof(rs_ctr), PGPU_FAM_ROOTSIFT, "counters");
+        S->sel_cap = cap;
+    }
+    for (int j = 0; j < RS_NSLOT && s == PATINA_OK; j++) {
+        rs_slot *L = &S->sl[j];
+        L->st = (cudaStream_t)pgpu_stream(g, j);
+        L->marks = 1;
+        s = rs_event(&L->done, cudaEventDisableTiming);
+        for (int k = 0; k < RS_NEV && s == PATINA_OK; k++) s = rs_event(&L->ev[k], cudaEventDefault);
+        if (s == PATINA_OK)
+            s = pgpu_dev_alloc(g, (void **)&L->d_items, RS_SUB_IMG * sizeof(rs_item), PGPU_FAM_ROOTSIFT, "image table");
+        if (s == PATINA_OK)
+            s = pgpu_pin_alloc(g, (void **)&L->h_items, RS_SUB_IMG * sizeof(rs_item), PGPU_FAM_ROOTSIFT, "image table");
+        if (s == PATINA_OK)
+            s = pgpu_dev_alloc(g, (void **)&L->d_ctr, RS_SUB_IMG * sizeof(rs_ctr), PGPU_FAM_ROOTSIFT, "counters");
+        if (s == PATINA_OK)
+            s = pgpu_pin_alloc(g, (void **)&L->h_ctr, RS_SUB_IMG * sizeof(rs_ctr), PGPU_FAM_ROOTSIFT, "counters");
+    }
     if (s == PATINA_OK)
         s = pgpu_dev_alloc(g, (void **)&S->d_filt, (PGPU_RS_MAXLEV + 3) * PGPU_RS_MAXTAPS * sizeof(float),
+                           PGPU_FAM_ROOTSIFT, "filters");
+    if (s == PATINA_OK)
+        s = pgpu_pin_alloc(g, (void **)&S->h_filt, (PGPU_RS_MAXLEV + 3) * PGPU_RS_MAXTAPS * sizeof(float),
                            PGPU_FAM_ROOTSIFT, "filters");
     if (s == PATINA_OK) s = pgpu_dev_alloc(g, (void **)&S->d_expn, 257 * sizeof(double), PGPU_FAM_ROOTSIFT, "exp table");
     if (s != PATINA_OK) {
@@ -755,16 +1072,13 @@ static patina_status rs_state_of(patina_gpu_t *g, rs_state **out)
 
 static size_t al256(size_t v) { return (v + 255) & ~(size_t)255; }
 
-/* The layout of one image from offset `base`; returns its bytes. */
-static size_t rs_layout(rs_item *it, const patina_gpu_rootsift_conf_t *c, const patina_gpu_rootsift_item_t *in,
-                        size_t base)
+/* An image's sizes and scales (no offsets yet). */
+static void rs_item_init(rs_item *it, const patina_gpu_rootsift_conf_t *c, const patina_gpu_rootsift_item_t *in)
 {
-    const patina_image_t *img = in->img;
-    const int S = c->levels, omin = c->first_octave;
-    size_t off = base;
+    const int omin = c->first_octave;
     memset(it, 0, sizeof *it);
-    it->W = img->width;
-    it->H = img->height;
+    it->W = in->img->width;
+    it->H = in->img->height;
     it->w = in->w;
     it->h = in->h;
     it->O = in->octaves;
@@ -774,13 +1088,20 @@ static size_t rs_layout(rs_item *it, const patina_gpu_rootsift_conf_t *c, const 
     it->w0 = oct_dim(it->w, omin);
     it->h0 = oct_dim(it->h, omin);
     it->plane = (size_t)it->w0 * (size_t)it->h0;
-    it->rgb_pitch = 3 * (size_t)it->W;
-#define TAKE(field, bytes)           \
-    do {                             \
-        it->field = off;             \
+}
+
+/* The image's own buffers from offset `base` (256-aligned), after its grey
+ * levels and record (laid out per sub-batch); returns their bytes (each
+ * buffer 256-aligned, so the bytes do not depend on base). */
+static size_t rs_layout_own(rs_item *it, const patina_gpu_rootsift_conf_t *c, size_t base)
+{
+    const int S = c->levels, omin = c->first_octave;
+    size_t off = base;
+#define TAKE(field, bytes)             \
+    do {                               \
+        it->field = off;               \
         off += al256((size_t)(bytes)); \
     } while (0)
-    TAKE(off_rgb, it->rgb_pitch * (size_t)it->H);
     TAKE(off_tmp, (it->w == it->W && it->h == it->H) ? 0 : (size_t)it->H * it->w * sizeof(float));
     TAKE(off_img, (size_t)it->w * it->h * sizeof(float));
     TAKE(off_lev, (size_t)(S + 3) * it->plane * sizeof(float));
@@ -802,8 +1123,36 @@ static size_t rs_layout(rs_item *it, const patina_gpu_rootsift_conf_t *c, const 
         TAKE(off_sort, kc * sizeof(rs_sortkey));
     }
     TAKE(off_feat, (size_t)c->budget * sizeof(unsigned));
-    TAKE(off_rec, c->rec_bytes);
 #undef TAKE
+    return off - base;
+}
+
+/* Arena bytes one image adds to a sub-batch, at most (its grey levels, its
+ * record, its buffers, and the alignment of the two shared blocks). */
+static size_t rs_need(const patina_gpu_rootsift_conf_t *c, const patina_gpu_rootsift_item_t *in)
+{
+    rs_item it;
+    rs_item_init(&it, c, in);
+    return (size_t)it.W * (size_t)it.H + c->rec_bytes + rs_layout_own(&it, c, 0) + 512;
+}
+
+/* Lays out images in[0 .. nb) from offset base: their grey levels back to
+ * back ((H, W) u8 each, the staging's layout), their records back to back,
+ * then each image's buffers. Returns the bytes; *grey: the grey block's. */
+static size_t rs_layout_batch(rs_item *hit, const patina_gpu_rootsift_conf_t *c, const patina_gpu_rootsift_item_t *in,
+                              size_t nb, size_t base, size_t *grey)
+{
+    size_t off = base;
+    for (size_t b = 0; b < nb; b++) {
+        rs_item_init(&hit[b], c, &in[b]);
+        hit[b].off_grey = off;
+        off += (size_t)hit[b].W * (size_t)hit[b].H;
+    }
+    *grey = off - base;
+    off = al256(off);
+    for (size_t b = 0; b < nb; b++) hit[b].off_rec = off + b * c->rec_bytes;
+    off = al256(off + nb * c->rec_bytes);
+    for (size_t b = 0; b < nb; b++) off += rs_layout_own(&hit[b], c, off);
     return off - base;
 }
 
@@ -813,31 +1162,33 @@ static size_t rs_layout(rs_item *it, const patina_gpu_rootsift_conf_t *c, const 
 static dim3 grid2(int w, int h, size_t nz) { return dim3((unsigned)((w + RS_BX - 1) / RS_BX), (unsigned)((h + RS_BY - 1) / RS_BY), (unsigned)nz); }
 
 
-/* Marks the start of a stage of the batch on st (the previous one ends). */
-static void rs_mark(rs_state *S, int stage, cudaStream_t st)
+/* Marks the start of a stage of the slot's sub-batch (the previous one ends). */
+static void rs_mark(rs_slot *L, int stage)
 {
-    if (S->nev >= RS_NEV) return;
-    cudaEventRecord(S->ev[S->nev], st);
-    S->ev_stage[S->nev++] = stage;
+    if (!L->marks || L->nev >= RS_NEV) return;
+    cudaEventRecord(L->ev[L->nev], L->st);
+    L->ev_stage[L->nev++] = stage;
 }
 
-/* After the batch's sync: the marks' intervals added to their stages. */
-static void rs_collect(rs_state *S)
+/* After the sub-batch's end: the marks' intervals added to their stages. */
+static void rs_collect(rs_state *S, rs_slot *L)
 {
-    for (int k = 0; k + 1 < S->nev; k++) {
+    for (int k = 0; k + 1 < L->nev; k++) {
         float ms = 0.0f;
-        if (cudaEventElapsedTime(&ms, S->ev[k], S->ev[k + 1]) == cudaSuccess && S->ev_stage[k] >= 0)
-            S->ms[S->ev_stage[k]] += ms;
+        if (cudaEventElapsedTime(&ms, L->ev[k], L->ev[k + 1]) == cudaSuccess && L->ev_stage[k] >= 0)
+            S->ms[L->ev_stage[k]] += ms;
     }
     (void)cudaGetLastError();
-    S->nev = 0;
+    L->nev = 0;
 }
 
-/* Levels, DoG and gradients of octave k of the batch's images. */
-static void rs_scale_space(rs_state *St, const patina_gpu_rootsift_conf_t *c, const rs_item *hit, size_t nb, int k,
-                           cudaStream_t st, int *mw_out, int *mh_out)
+/* Levels, DoG and gradients of octave k of the slot's images. */
+static void rs_scale_space(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t *c, size_t nb, int k,
+                           int *mw_out, int *mh_out)
 {
     const int S = c->levels, omin = c->first_octave;
+    const rs_item *hit = L->h_items;
+    const cudaStream_t st = L->st;
     int mw = 0, mh = 0;
     for (size_t i = 0; i < nb; i++)
         if (k < hit[i].O) {
@@ -849,9 +1200,9 @@ static void rs_scale_space(rs_state *St, const patina_gpu_rootsift_conf_t *c, co
     if (mw == 0) return;
     const dim3 B(RS_BX, RS_BY), G = grid2(mw, mh, nb);
     uint8_t *A = St->d_arena;
-    rs_item *I = St->d_items;
+    rs_item *I = L->d_items;
     const float *F = St->d_filt; /* filt0, then filt[0 ..] */
-    rs_mark(St, 1, st);
+    rs_mark(L, 2);
     if (k == 0) {
         int w0 = 0, h0 = 0;
         for (size_t i = 0; i < nb; i++) {
@@ -869,123 +1220,306 @@ static void rs_scale_space(rs_state *St, const patina_gpu_rootsift_conf_t *c, co
     for (int l = 1; l <= S + 2; l++) { /* level s = s_min + l from level s - 1 */
         const float *f = F + (size_t)l * PGPU_RS_MAXTAPS;
         const int W = c->fw[l - 1];
-        k_conv_v<<<G, B, 0, st>>>(A, I, k, omin, (size_t)(l - 1), 0, 1, 0, f, W);
-        k_conv_h<<<G, B, 0, st>>>(A, I, k, omin, 1, 0, 0, (size_t)l, f, W);
+        const size_t smem = (size_t)(2 * RS_CTY + 2 * W) * (size_t)(RS_CTX + 2 * W) * sizeof(float);
+        if (smem <= 48 * 1024) { /* both passes in one kernel (distinct planes) */
+            const dim3 Gt((unsigned)((mw + RS_CTX - 1) / RS_CTX), (unsigned)((mh + RS_CTY - 1) / RS_CTY), (unsigned)nb);
+            k_conv_vh<<<Gt, dim3(RS_CBX, RS_CBY), smem, st>>>(A, I, k, omin, (size_t)(l - 1), (size_t)l, f, W);
+        } else {
+            k_conv_v<<<G, B, 0, st>>>(A, I, k, omin, (size_t)(l - 1), 0, 1, 0, f, W);
+            k_conv_h<<<G, B, 0, st>>>(A, I, k, omin, 1, 0, 0, (size_t)l, f, W);
+        }
     }
-    rs_mark(St, 2, st);
+    rs_mark(L, 3);
     k_dog_grad<<<G, B, 0, st>>>(A, I, k, omin, S);
-}
-
-/* Detection, refinement and orientations of octave k. */
-static void rs_detect(rs_state *St, const patina_gpu_rootsift_conf_t *c, const rs_item *hit, size_t nb, int k,
-                      const rs_kconf *C, cudaStream_t st, int mw, int mh)
-{
-    unsigned cap = 0;
-    if (mw == 0) return;
-    for (size_t i = 0; i < nb; i++)
-        if (k < hit[i].O && hit[i].cand_cap > cap) cap = hit[i].cand_cap;
-    rs_mark(St, 3, st);
-    /* zero the candidate counters (the first field of each rs_ctr) */
-    k_detect<<<grid2(mw - 2 > 0 ? mw - 2 : 1, mh - 2 > 0 ? mh - 2 : 1, nb), dim3(RS_BX, RS_BY), 0, st>>>(
-        St->d_arena, St->d_items, St->d_ctr, k, c->first_octave, c->levels, c->peak);
-    k_refine<<<dim3((cap + 127) / 128, (unsigned)nb), 128, 0, st>>>(St->d_arena, St->d_items, St->d_ctr, k,
-                                                                    c->first_octave, *C, St->d_expn);
 }
 
 __global__ void k_reset_cand(rs_ctr *ctr, int n)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) ctr[i].cand = 0;
+    if (i < n) {
+        ctr[i].cand = 0;
+        ctr[i].kp0 = ctr[i].kp;
+    }
 }
 
-/* One batch: hit[0 .. nb) laid out in the arena, images in[]. */
-static patina_status rs_batch(patina_gpu_t *g, rs_state *St, const patina_gpu_rootsift_conf_t *c,
-                              const patina_gpu_rootsift_item_t *in, size_t nb, size_t bytes, uint8_t *const *outs,
-                              patina_status *sts)
+/* Detection, refinement and orientations of octave k. */
+static void rs_detect(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t *c, size_t nb, int k,
+                      const rs_kconf *C, int mw, int mh)
 {
-    cudaStream_t st = (cudaStream_t)pgpu_stream(g, 0);
-    rs_item *hit = St->h_items;
-    rs_kconf C;
-    int Omax = 0;
-    memset(&C, 0, sizeof C);
-    C.S = c->levels;
-    C.omin = c->first_octave;
-    C.budget = c->budget;
-    C.quant = c->quant;
-    C.w0 = c->w0;
-    C.tp = c->peak;
-    C.te = c->edge;
-    C.sigma0 = c->sigma0;
-    C.qscale = c->qscale;
-    C.rec_bytes = c->rec_bytes;
-    St->nev = 0;
-    rs_mark(St, 0, st);
-    PGPU_CU(cudaMemcpyAsync(St->d_items, hit, nb * sizeof(rs_item), cudaMemcpyHostToDevice, st));
-    PGPU_CU(cudaMemsetAsync(St->d_ctr, 0, nb * sizeof(rs_ctr), st));
-    for (size_t i = 0; i < nb; i++) {
-        const patina_image_t *img = in[i].img;
-        PGPU_CU(cudaMemcpy2DAsync(St->d_arena + hit[i].off_rgb, hit[i].rgb_pitch, img->data, img->stride,
-                                  hit[i].rgb_pitch, (size_t)img->height, cudaMemcpyHostToDevice, st));
-        PGPU_CU(cudaMemsetAsync(St->d_arena + hit[i].off_rec, 0, c->rec_bytes, st));
-        Omax = hit[i].O > Omax ? hit[i].O : Omax;
-    }
-    {
-        int mw = 0, mh = 0, mW = 0, mH = 0;
-        for (size_t i = 0; i < nb; i++) {
-            mw = hit[i].w > mw ? hit[i].w : mw;
-            mh = hit[i].h > mh ? hit[i].h : mh;
-            mH = hit[i].H > mH ? hit[i].H : mH;
-            mW = hit[i].W > mW ? hit[i].W : mW;
-        }
-        (void)mW;
-        k_down_rows<<<grid2(mw, mH, nb), dim3(RS_BX, RS_BY), 0, st>>>(St->d_arena, St->d_items);
-        k_down_cols<<<grid2(mw, mh, nb), dim3(RS_BX, RS_BY), 0, st>>>(St->d_arena, St->d_items);
-    }
-    for (int k = 0; k < Omax; k++) {
-        int mw, mh;
-        rs_scale_space(St, c, hit, nb, k, st, &mw, &mh);
-        k_reset_cand<<<(unsigned)((nb + 127) / 128), 128, 0, st>>>(St->d_ctr, (int)nb);
-        rs_detect(St, c, hit, nb, k, &C, st, mw, mh);
-    }
-    rs_mark(St, 4, st);
-    k_select<<<(unsigned)nb, 1024, 0, st>>>(St->d_arena, St->d_items, St->d_ctr, C);
-    rs_mark(St, 5, st);
-    k_desc<<<dim3((unsigned)((c->budget + 63) / 64), (unsigned)nb), 64, 0, st>>>(St->d_arena, St->d_items, St->d_ctr,
-                                                                               c->first_octave, C, St->d_expn);
-    PGPU_CU(cudaGetLastError());
-    rs_mark(St, 6, st);
-    PGPU_CU(cudaMemcpyAsync(St->h_ctr, St->d_ctr, nb * sizeof(rs_ctr), cudaMemcpyDeviceToHost, st));
+    const rs_item *hit = L->h_items;
+    unsigned cap = 0;
+    if (mw == 0) return;
     for (size_t i = 0; i < nb; i++)
-        PGPU_CU(cudaMemcpyAsync(outs[i], St->d_arena + hit[i].off_rec, c->rec_bytes, cudaMemcpyDeviceToHost, st));
-    rs_mark(St, -1, st);
-    PGPU_CU(cudaStreamSynchronize(st));
-    rs_collect(St);
-    St->batches++;
+        if (k < hit[i].O && hit[i].cand_cap > cap) cap = hit[i].cand_cap;
+    rs_mark(L, 4);
+    k_reset_cand<<<(unsigned)((nb + 127) / 128), 128, 0, L->st>>>(L->d_ctr, (int)nb);
+    k_detect<<<grid2(mw - 2 > 0 ? mw - 2 : 1, mh - 2 > 0 ? mh - 2 : 1, nb), dim3(RS_BX, RS_BY), 0, L->st>>>(
+        St->d_arena, L->d_items, L->d_ctr, k, c->first_octave, c->levels, c->peak);
+    const unsigned blocks = (cap + 127) / 128 < RS_REF_BLOCKS ? (cap + 127) / 128 : RS_REF_BLOCKS;
+    k_refine<<<dim3(blocks, (unsigned)nb), 128, 0, L->st>>>(St->d_arena, L->d_items, L->d_ctr, k, c->first_octave, *C);
+    k_orient<<<dim3(RS_REF_BLOCKS, (unsigned)nb), 32 * RS_REF_WARPS, 0, L->st>>>(St->d_arena, L->d_items, L->d_ctr, k,
+                                                                                c->first_octave, *C, St->d_expn);
+}
+
+static void rs_kconf_of(rs_kconf *C, const patina_gpu_rootsift_conf_t *c)
+{
+    memset(C, 0, sizeof *C);
+    C->S = c->levels;
+    C->omin = c->first_octave;
+    C->budget = c->budget;
+    C->quant = c->quant;
+    C->w0 = c->w0;
+    C->tp = c->peak;
+    C->te = c->edge;
+    C->sigma0 = c->sigma0;
+    C->qscale = c->qscale;
+    C->rec_bytes = c->rec_bytes;
+}
+
+/* Queues the slot's sub-batch (its image table laid out, its grey levels
+ * staged in h_grey, grey bytes of them) on the slot's stream, up to its
+ * records and counters in the slot's pinned buffers. */
+static patina_status rs_enqueue_ops(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t *c, size_t grey)
+{
+    const cudaStream_t st = L->st;
+    const rs_item *hit = L->h_items;
+    const size_t nb = L->nb;
+    rs_kconf C;
+    int Omax = 0, mw = 0, mh = 0, mH = 0;
+    rs_kconf_of(&C, c);
+    L->nev = 0;
+    rs_mark(L, 0);
+    PGPU_CU(cudaMemcpyAsync(L->d_items, hit, nb * sizeof(rs_item), cudaMemcpyHostToDevice, st));
+    PGPU_CU(cudaMemsetAsync(L->d_ctr, 0, nb * sizeof(rs_ctr), st));
+    PGPU_CU(cudaMemcpyAsync(St->d_arena + hit[0].off_grey, L->h_grey, grey, cudaMemcpyHostToDevice, st));
+    PGPU_CU(cudaMemsetAsync(St->d_arena + hit[0].off_rec, 0, nb * c->rec_bytes, st));
     for (size_t i = 0; i < nb; i++) {
-        sts[i] = PATINA_OK;
-        if (St->h_ctr[i].over) {
-            sts[i] = PATINA_E_LIMIT;
-            memset(outs[i], 0, c->rec_bytes);
-        }
+        Omax = hit[i].O > Omax ? hit[i].O : Omax;
+        mw = hit[i].w > mw ? hit[i].w : mw;
+        mh = hit[i].h > mh ? hit[i].h : mh;
+        mH = hit[i].H > mH ? hit[i].H : mH;
     }
-    (void)bytes;
+    rs_mark(L, 1);
+    k_down_rows<<<grid2(mw, mH, nb), dim3(RS_BX, RS_BY), 0, st>>>(St->d_arena, L->d_items);
+    k_down_cols<<<grid2(mw, mh, nb), dim3(RS_BX, RS_BY), 0, st>>>(St->d_arena, L->d_items);
+    for (int k = 0; k < Omax; k++) {
+        int kw, kh;
+        rs_scale_space(St, L, c, nb, k, &kw, &kh);
+        rs_detect(St, L, c, nb, k, &C, kw, kh);
+    }
+    rs_mark(L, 5);
+    k_select<<<(unsigned)nb, RS_SEL_THREADS, St->sel_cap * sizeof(rs_sortkey), st>>>(St->d_arena, L->d_items, L->d_ctr,
+                                                                                   C, St->sel_cap);
+    rs_mark(L, 6);
+    k_desc<<<dim3((unsigned)((c->budget + RS_DESC_WARPS - 1) / RS_DESC_WARPS), (unsigned)nb), 32 * RS_DESC_WARPS, 0,
+             st>>>(St->d_arena, L->d_items, L->d_ctr, c->first_octave, C, St->d_expn);
+    PGPU_CU(cudaGetLastError());
+    rs_mark(L, 7);
+    PGPU_CU(cudaMemcpyAsync(L->h_ctr, L->d_ctr, nb * sizeof(rs_ctr), cudaMemcpyDeviceToHost, st));
+    PGPU_CU(cudaMemcpyAsync(L->h_rec, St->d_arena + hit[0].off_rec, nb * c->rec_bytes, cudaMemcpyDeviceToHost, st));
+    rs_mark(L, -1);
     return PATINA_OK;
 }
 
-static patina_status rs_upload_conf(rs_state *St, const patina_gpu_rootsift_conf_t *c, cudaStream_t st)
+/* Whether the slot's key (the last one-image call's) is the one-image
+ * sub-batch now laid out. */
+static int rs_graph_key_same(const rs_state *St, const rs_slot *L)
 {
-    float *h = (float *)calloc((PGPU_RS_MAXLEV + 3) * PGPU_RS_MAXTAPS, sizeof(float));
+    return L->gkeyed && L->nb == 1 && L->gkey_conf == St->conf_gen && L->gkey_ptr[0] == St->d_arena &&
+           L->gkey_ptr[1] == L->h_grey && L->gkey_ptr[2] == L->h_rec && !memcmp(&L->gkey, &L->h_items[0], sizeof L->gkey);
+}
+
+/* The key of the one-image sub-batch now laid out, without a graph yet. */
+static void rs_graph_key_set(const rs_state *St, rs_slot *L)
+{
+    if (L->gexec) {
+        (void)cudaGraphExecDestroy(L->gexec);
+        L->gexec = NULL;
+    }
+    L->gvalid = 0;
+    L->gkeyed = 1;
+    L->gkey = L->h_items[0];
+    L->gkey_ptr[0] = St->d_arena;
+    L->gkey_ptr[1] = L->h_grey;
+    L->gkey_ptr[2] = L->h_rec;
+    L->gkey_conf = St->conf_gen;
+}
+
+/* The one-image sub-batch captured as the slot's graph (no stage marks in
+ * it); 0 when capture or instantiation fails (the caller queues the
+ * operations directly, and the key is dropped). */
+static int rs_graph_make(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t *c, size_t grey)
+{
+    cudaGraph_t gr = NULL;
+    patina_status s;
+    cudaError_t e;
+    if (cudaStreamBeginCapture(L->st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        L->gkeyed = 0;
+        return 0;
+    }
+    L->marks = 0;
+    s = rs_enqueue_ops(St, L, c, grey);
+    L->marks = 1;
+    e = cudaStreamEndCapture(L->st, &gr);
+    if (s == PATINA_OK && e == cudaSuccess && gr && cudaGraphInstantiate(&L->gexec, gr, 0) == cudaSuccess) {
+        L->gvalid = 1;
+    } else {
+        L->gexec = NULL;
+        L->gkeyed = 0;
+    }
+    if (gr) (void)cudaGraphDestroy(gr);
+    (void)cudaGetLastError();
+    return L->gvalid;
+}
+
+/* Queues the slot's sub-batch and its done event. A call of one image (the
+ * query's latency case) whose layout, buffers and configuration are those
+ * of the slot's previous one-image call runs as a CUDA graph, captured the
+ * second time and replayed from then on: one launch instead of about a
+ * hundred (its stages are not timed). A one-image call unlike the previous
+ * one is queued directly and becomes the key, so that images of ever
+ * changing sizes never pay for a capture. */
+static patina_status rs_enqueue(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t *c, size_t grey, int graph)
+{
+    L->nev = 0;
+    if (graph && L->nb == 1) {
+        if (rs_graph_key_same(St, L)) {
+            if (L->gvalid || rs_graph_make(St, L, c, grey)) {
+                PGPU_CU(cudaGraphLaunch(L->gexec, L->st));
+                PGPU_CU(cudaEventRecord(L->done, L->st));
+                L->busy = 1;
+                return PATINA_OK;
+            }
+        } else {
+            rs_graph_key_set(St, L);
+        }
+    }
+    PATINA_TRY(rs_enqueue_ops(St, L, c, grey));
+    PGPU_CU(cudaEventRecord(L->done, L->st));
+    L->busy = 1;
+    return PATINA_OK;
+}
+
+/* Where image i's record goes (patina_gpu_rootsift). */
+static uint8_t *rs_out(uint8_t *out, const patina_gpu_rootsift_item_t *items, size_t i, size_t rec_bytes)
+{
+    return items[i].out ? items[i].out : out + i * rec_bytes;
+}
+
+/* Waits for the slot's sub-batch and hands its records and statuses to the
+ * call's outputs and st. */
+static patina_status rs_finish(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t *c, uint8_t *out,
+                               const patina_gpu_rootsift_item_t *items, patina_status *sts)
+{
+    if (!L->busy) return PATINA_OK;
+    L->busy = 0;
+    PGPU_CU(cudaEventSynchronize(L->done));
+    rs_collect(St, L);
+    St->batches++;
+    for (size_t b = 0; b < L->nb; b++) {
+        uint8_t *o = rs_out(out, items, L->i0 + b, c->rec_bytes);
+        if (L->h_ctr[b].over) {
+            sts[L->i0 + b] = PATINA_E_LIMIT;
+            memset(o, 0, c->rec_bytes);
+        } else {
+            sts[L->i0 + b] = PATINA_OK;
+            memcpy(o, L->h_rec + b * c->rec_bytes, c->rec_bytes);
+        }
+    }
+    return PATINA_OK;
+}
+
+/* Every slot finished (the first error kept; the others still waited for). */
+static patina_status rs_drain(rs_state *St, const patina_gpu_rootsift_conf_t *c, uint8_t *out,
+                              const patina_gpu_rootsift_item_t *items, patina_status *sts)
+{
     patina_status s = PATINA_OK;
-    if (!h) return patina__fail(PATINA_E_NOMEM, "gpu: rootsift: out of host memory");
+    for (int j = 0; j < RS_NSLOT; j++) {
+        patina_status sj = rs_finish(St, &St->sl[j], c, out, items, sts);
+        if (s == PATINA_OK) s = sj;
+    }
+    return s;
+}
+
+/* Pinned buffer *p of at least `need` bytes (contents not kept). */
+static patina_status rs_grow_pinned(patina_gpu_t *g, uint8_t **p, size_t *cap, size_t need, const char *tag)
+{
+    if (*p && *cap >= need) return PATINA_OK;
+    pgpu_free(g, *p);
+    *p = NULL;
+    *cap = 0;
+    need += need / 4; /* room for the next sizes */
+    PATINA_TRY(pgpu_pin_alloc(g, (void **)p, need, PGPU_FAM_ROOTSIFT, tag));
+    *cap = need;
+    return PATINA_OK;
+}
+
+static void rs_grey_task(void *arg, size_t j, int worker)
+{
+    const rs_band *b = &((const rs_band *)arg)[j];
+    const patina_image_t *img = b->img;
+    (void)worker;
+    for (int y = b->r0; y < b->r1; y++) {
+        const uint8_t *p = img->data + (size_t)y * img->stride;
+        uint8_t *q = b->dst + (size_t)y * (size_t)img->width;
+        for (int x = 0; x < img->width; x++, p += 3) q[x] = grey_bt601(p[0], p[1], p[2]);
+    }
+}
+
+/* The grey levels of in[0 .. nb) into h_grey (rs_layout_batch's grey
+ * block), by the context's host threads in bands of rows. */
+static patina_status rs_stage(patina_gpu_t *g, rs_state *St, const patina_gpu_rootsift_item_t *in, size_t nb,
+                              uint8_t *h_grey)
+{
+    size_t nbands = 0, off = 0;
+    for (size_t b = 0; b < nb; b++) {
+        const patina_image_t *img = in[b].img;
+        const size_t rows = RS_BAND_BYTES / (3 * (size_t)img->width) > 0 ? RS_BAND_BYTES / (3 * (size_t)img->width) : 1;
+        const size_t need = nbands + ((size_t)img->height + rows - 1) / rows;
+        if (need > St->band_cap) {
+            rs_band *q = (rs_band *)realloc(St->band, 2 * need * sizeof *q);
+            if (!q) return patina__fail(PATINA_E_NOMEM, "gpu: rootsift: out of host memory");
+            St->band = q;
+            St->band_cap = 2 * need;
+        }
+        for (size_t r = 0; r < (size_t)img->height; r += rows) {
+            rs_band *bd = &St->band[nbands++];
+            bd->img = img;
+            bd->dst = h_grey + off;
+            bd->r0 = (int)r;
+            bd->r1 = (int)(r + rows < (size_t)img->height ? r + rows : (size_t)img->height);
+        }
+        off += (size_t)img->width * (size_t)img->height;
+    }
+    if (nbands > 1 && g->pool)
+        patina_pool_run(g->pool, nbands, rs_grey_task, St->band);
+    else
+        for (size_t j = 0; j < nbands; j++) rs_grey_task(St->band, j, 0);
+    return PATINA_OK;
+}
+
+/* The configuration on the device, uploaded when it differs from the last
+ * one (every slot idle). The slots' streams wait for it. */
+static patina_status rs_upload_conf(rs_state *St, const patina_gpu_rootsift_conf_t *c)
+{
+    const cudaStream_t st = St->sl[0].st;
+    float *h = St->h_filt;
+    if (St->conf_ok && !memcmp(&St->conf, c, sizeof *c)) return PATINA_OK;
+    St->conf_ok = 0;
+    PGPU_CU(cudaStreamSynchronize(st)); /* h_filt is free */
+    memset(h, 0, (PGPU_RS_MAXLEV + 3) * PGPU_RS_MAXTAPS * sizeof(float));
     memcpy(h, c->filt0, sizeof c->filt0);
     for (int l = 0; l < c->levels + 2; l++) memcpy(h + (size_t)(l + 1) * PGPU_RS_MAXTAPS, c->filt[l], sizeof c->filt[l]);
-    if (cudaMemcpyAsync(St->d_filt, h, (PGPU_RS_MAXLEV + 3) * PGPU_RS_MAXTAPS * sizeof(float), cudaMemcpyHostToDevice,
-                        st) != cudaSuccess ||
-        cudaMemcpyAsync(St->d_expn, c->expn, sizeof c->expn, cudaMemcpyHostToDevice, st) != cudaSuccess ||
-        cudaStreamSynchronize(st) != cudaSuccess)
-        s = pgpu_fail((int)cudaGetLastError(), "rootsift: uploading the filters", __FILE__, __LINE__);
-    free(h);
-    return s;
+    memcpy(&St->conf, c, sizeof *c);
+    St->conf_gen++;
+    PGPU_CU(cudaMemcpyAsync(St->d_filt, h, (PGPU_RS_MAXLEV + 3) * PGPU_RS_MAXTAPS * sizeof(float),
+                            cudaMemcpyHostToDevice, st));
+    PGPU_CU(cudaMemcpyAsync(St->d_expn, St->conf.expn, sizeof c->expn, cudaMemcpyHostToDevice, st));
+    PGPU_CU(cudaEventRecord(St->conf_ev, st));
+    for (int j = 1; j < RS_NSLOT; j++) PGPU_CU(cudaStreamWaitEvent(St->sl[j].st, St->conf_ev, 0));
+    St->conf_ok = 1;
+    return PATINA_OK;
 }
 
 static patina_status rs_check_conf(const patina_gpu_rootsift_conf_t *c)
@@ -999,37 +1533,95 @@ static patina_status rs_check_conf(const patina_gpu_rootsift_conf_t *c)
     return PATINA_OK;
 }
 
+/* The arena a call wants: two slots' worth of its largest sub-batch (cut by
+ * RS_SUB_IMG and RS_SUB_PX alone), no more than its images need together,
+ * within half the budget. */
+static size_t rs_arena_want(const rs_state *St, const patina_gpu_rootsift_item_t *items, size_t n, size_t half_budget)
+{
+    size_t total = 0, best = 0, cur = 0, px = 0, cnt = 0;
+    for (size_t i = 0; i < n; i++) {
+        const size_t p = (size_t)items[i].w * (size_t)items[i].h;
+        if (cnt == RS_SUB_IMG || (cnt && px + p > RS_SUB_PX)) {
+            best = cur > best ? cur : best;
+            cur = px = cnt = 0;
+        }
+        cur += St->need[i];
+        px += p;
+        cnt++;
+        total += St->need[i];
+    }
+    best = cur > best ? cur : best;
+    best *= RS_NSLOT;
+    if (total < best) best = total;
+    return best < half_budget ? best : half_budget;
+}
+
+/* The call's sub-batches through the slots (see "The pipeline"). */
+static patina_status rs_run(patina_gpu_t *g, rs_state *St, const patina_gpu_rootsift_conf_t *c, uint8_t *out,
+                            const patina_gpu_rootsift_item_t *items, size_t n, patina_status *sts)
+{
+    const size_t half = St->arena_cap / RS_NSLOT & ~(size_t)255;
+    int k = 0;
+    for (size_t i = 0; i < n;) {
+        rs_slot *L;
+        size_t nb = 0, bytes = 0, px = 0, base, limit, grey;
+        int wide;
+        if (St->need[i] > St->arena_cap) { /* never fits: the caller's */
+            sts[i] = PATINA_E_LIMIT;
+            memset(rs_out(out, items, i, c->rec_bytes), 0, c->rec_bytes);
+            i++;
+            continue;
+        }
+        wide = St->need[i] > half;
+        if (wide) PATINA_TRY(rs_drain(St, c, out, items, sts));
+        L = &St->sl[k];
+        PATINA_TRY(rs_finish(St, L, c, out, items, sts));
+        base = wide ? 0 : (size_t)k * half;
+        limit = wide ? St->arena_cap : half;
+        while (i + nb < n && nb < RS_SUB_IMG) {
+            const size_t p = (size_t)items[i + nb].w * (size_t)items[i + nb].h;
+            if (St->need[i + nb] > half && !wide) break;
+            if (nb && (bytes + St->need[i + nb] > limit || px + p > RS_SUB_PX)) break;
+            bytes += St->need[i + nb];
+            px += p;
+            nb++;
+        }
+        rs_layout_batch(L->h_items, c, items + i, nb, base, &grey);
+        PATINA_TRY(rs_grow_pinned(g, &L->h_grey, &L->grey_cap, grey, "grey staging"));
+        PATINA_TRY(rs_grow_pinned(g, &L->h_rec, &L->rec_cap, nb * c->rec_bytes, "records"));
+        PATINA_TRY(rs_stage(g, St, items + i, nb, L->h_grey));
+        L->i0 = i;
+        L->nb = nb;
+        PATINA_TRY(rs_enqueue(St, L, c, grey, n == 1));
+        if (wide) PATINA_TRY(rs_finish(St, L, c, out, items, sts));
+        i += nb;
+        k = (k + 1) % RS_NSLOT;
+    }
+    return rs_drain(St, c, out, items, sts);
+}
+
 extern "C" patina_status patina_gpu_rootsift(patina_gpu_t *g, const patina_gpu_rootsift_conf_t *c, uint8_t *out,
                                              const patina_gpu_rootsift_item_t *items, size_t n, patina_status *st)
 {
     rs_state *St;
-    size_t *need = NULL, cap;
-    uint8_t **outs = NULL;
+    size_t cap;
     patina_status s;
-    if (!g || !out || !st || (n && !items)) return patina__fail(PATINA_E_INVALID, "gpu: rootsift: null argument");
+    if (!g || !st || (n && !items)) return patina__fail(PATINA_E_INVALID, "gpu: rootsift: null argument");
+    for (size_t i = 0; !out && i < n; i++)
+        if (!items[i].out) return patina__fail(PATINA_E_INVALID, "gpu: rootsift: no output for image %zu", i);
     PATINA_TRY(rs_check_conf(c));
     if (n == 0) return PATINA_OK;
     PGPU_CU(cudaSetDevice(g->device));
     PATINA_TRY(rs_state_of(g, &St));
-    need = (size_t *)malloc(n * sizeof *need);
-    outs = (uint8_t **)malloc(RS_BATCH_MAX * sizeof *outs);
-    if (!need || !outs) {
-        free(need);
-        free(outs);
-        return patina__fail(PATINA_E_NOMEM, "gpu: rootsift: out of host memory");
+    if (St->need_cap < n) {
+        size_t *q = (size_t *)realloc(St->need, n * sizeof *q);
+        if (!q) return patina__fail(PATINA_E_NOMEM, "gpu: rootsift: out of host memory");
+        St->need = q;
+        St->need_cap = n;
     }
-    /* the arena: what the call needs, within half the budget */
-    {
-        rs_item tmp;
-        size_t total = 0;
-        for (size_t i = 0; i < n; i++) {
-            need[i] = rs_layout(&tmp, c, &items[i], 0);
-            total += need[i];
-        }
-        cap = (size_t)(g->budget / 2);
-        if (total < cap) cap = total;
-    }
-    s = rs_upload_conf(St, c, (cudaStream_t)pgpu_stream(g, 0));
+    for (size_t i = 0; i < n; i++) St->need[i] = rs_need(c, &items[i]);
+    cap = rs_arena_want(St, items, n, (size_t)(g->budget / 2));
+    s = rs_upload_conf(St, c);
     if (s == PATINA_OK && St->arena_cap < cap) {
         pgpu_free(g, St->d_arena);
         St->d_arena = NULL;
@@ -1037,30 +1629,15 @@ extern "C" patina_status patina_gpu_rootsift(patina_gpu_t *g, const patina_gpu_r
         s = pgpu_dev_alloc(g, (void **)&St->d_arena, cap, PGPU_FAM_ROOTSIFT, "arena");
         if (s == PATINA_OK) St->arena_cap = cap;
     }
-    for (size_t i0 = 0; s == PATINA_OK && i0 < n;) {
-        size_t nb = 0, used = 0, i = i0;
-        while (i < n && nb < RS_BATCH_MAX) {
-            if (need[i] > St->arena_cap) { /* never fits: the caller's */
-                if (nb == 0) {
-                    st[i] = PATINA_E_LIMIT;
-                    memset(out + i * c->rec_bytes, 0, c->rec_bytes);
-                    i0 = ++i;
-                    continue;
-                }
-                break;
-            }
-            if (used + need[i] > St->arena_cap) break;
-            used += rs_layout(&St->h_items[nb], c, &items[i], used);
-            outs[nb] = out + i * c->rec_bytes;
-            nb++;
-            i++;
+    if (s == PATINA_OK) s = rs_run(g, St, c, out, items, n, st);
+    if (s != PATINA_OK) { /* nothing left in flight */
+        for (int j = 0; j < RS_NSLOT; j++) {
+            (void)cudaStreamSynchronize(St->sl[j].st);
+            St->sl[j].busy = 0;
+            St->sl[j].nev = 0;
         }
-        if (nb == 0) continue;
-        s = rs_batch(g, St, c, items + i0, nb, used, outs, st + i0);
-        i0 = i;
+        (void)cudaGetLastError();
     }
-    free(need);
-    free(outs);
     return s;
 }
 
@@ -1083,10 +1660,11 @@ extern "C" patina_status patina_gpu__rootsift_octave(patina_gpu_t *g, const pati
                                                      float *dog)
 {
     rs_state *St;
+    rs_slot *L;
     patina_gpu_rootsift_item_t in;
     patina_image_t fake;
     rs_item *it;
-    size_t bytes;
+    size_t bytes, grey;
     cudaStream_t st;
     int mw, mh;
     if (!g || !im || w < 1 || h < 1 || k < 0 || k >= octaves || octaves > PGPU_RS_MAXOCT)
@@ -1094,7 +1672,8 @@ extern "C" patina_status patina_gpu__rootsift_octave(patina_gpu_t *g, const pati
     PATINA_TRY(rs_check_conf(c));
     PGPU_CU(cudaSetDevice(g->device));
     PATINA_TRY(rs_state_of(g, &St));
-    st = (cudaStream_t)pgpu_stream(g, 0);
+    L = &St->sl[0];
+    st = L->st;
     memset(&fake, 0, sizeof fake);
     fake.width = w;
     fake.height = h;
@@ -1106,8 +1685,8 @@ extern "C" patina_status patina_gpu__rootsift_octave(patina_gpu_t *g, const pati
     in.octaves = octaves;
     in.sx = in.sy = 1.0;
     in.down = 1.0f;
-    it = St->h_items;
-    bytes = rs_layout(it, c, &in, 0);
+    it = L->h_items;
+    bytes = rs_layout_batch(it, c, &in, 1, 0, &grey);
     if (St->arena_cap < bytes) {
         pgpu_free(g, St->d_arena);
         St->d_arena = NULL;
@@ -1115,11 +1694,11 @@ extern "C" patina_status patina_gpu__rootsift_octave(patina_gpu_t *g, const pati
         PATINA_TRY(pgpu_dev_alloc(g, (void **)&St->d_arena, bytes, PGPU_FAM_ROOTSIFT, "arena"));
         St->arena_cap = bytes;
     }
-    PATINA_TRY(rs_upload_conf(St, c, st));
-    PGPU_CU(cudaMemcpyAsync(St->d_items, it, sizeof *it, cudaMemcpyHostToDevice, st));
+    PATINA_TRY(rs_upload_conf(St, c));
+    PGPU_CU(cudaMemcpyAsync(L->d_items, it, sizeof *it, cudaMemcpyHostToDevice, st));
     PGPU_CU(cudaMemcpyAsync(St->d_arena + it->off_img, im, (size_t)w * h * sizeof(float), cudaMemcpyHostToDevice, st));
-    St->nev = 0;
-    for (int o = 0; o <= k; o++) rs_scale_space(St, c, it, 1, o, st, &mw, &mh);
+    L->nev = 0;
+    for (int o = 0; o <= k; o++) rs_scale_space(St, L, c, 1, o, &mw, &mh);
     {
         const int ow = oct_dim(w, c->first_octave + k), oh = oct_dim(h, c->first_octave + k);
         const size_t pl = (size_t)ow * oh;
@@ -1131,6 +1710,6 @@ extern "C" patina_status patina_gpu__rootsift_octave(patina_gpu_t *g, const pati
                                     pl * sizeof(float), cudaMemcpyDeviceToHost, st));
     }
     PGPU_CU(cudaStreamSynchronize(st));
-    St->nev = 0;
+    L->nev = 0;
     return PATINA_OK;
 }

@@ -549,6 +549,60 @@ static void test_determinism(void **state)
     release_all(s, ns);
 }
 
+/* The same records whatever the memory budget, i.e. whatever the pipeline
+ * does with them: contexts of 256 MiB (an image of ~100 MB needs more than
+ * half the arena: alone on all of it, the pipeline drained around it, or
+ * the CPU's when over half the budget), 512 MiB and 1 GiB (sub-batches of
+ * one to a few images through both slots), against the default context's
+ * records in one call. */
+static void test_pipeline(void **state)
+{
+    static const uint64_t budgets[] = {(uint64_t)256 << 20, (uint64_t)512 << 20, (uint64_t)1 << 30};
+    patina_image_t *v, *s, *mix;
+    const char **names;
+    const size_t n = photos(&v, quick ? 6 : 24), ns = synthetic(&s, &names);
+    rootsift_params_t p;
+    size_t bytes, nm;
+    unsigned char *ref, *got;
+    patina_status *st;
+    (void)state;
+    if (n == 0) {
+        release_all(v, n);
+        release_all(s, ns);
+        return;
+    }
+    nm = n + ns;
+    params_of(&p, "rootsift");
+    bytes = rs_record_bytes((size_t)p.m, (uint32_t)p.quant);
+    ref = malloc(nm * bytes);
+    got = malloc(nm * bytes);
+    st = malloc(nm * sizeof *st);
+    mix = malloc(nm * sizeof *mix);
+    for (size_t i = 0; i < nm; i++) mix[i] = i % 2 && i / 2 < ns ? s[i / 2] : v[(i / 2) % n];
+    TU_OK(rs_extract_gpu(G, &p, (size_t)p.m, ref, mix, nm, st));
+    for (size_t b = 0; b < sizeof budgets / sizeof budgets[0]; b++) {
+        patina_gpu_t *g;
+        double ms[PGPU_RS_STAGES];
+        size_t batches = 0, bad = 0;
+        TU_OK(patina_gpu_open(&g, 0, budgets[b]));
+        TU_OK(rs_extract_gpu(g, &p, (size_t)p.m, got, mix, nm, st));
+        patina_gpu__rootsift_times(g, ms, &batches);
+        patina_gpu_close(g);
+        for (size_t i = 0; i < nm; i++) bad += memcmp(ref + i * bytes, got + i * bytes, bytes) != 0;
+        print_message("pipeline: budget %llu MiB, %zu images, %zu GPU sub-batches, %zu records differ\n",
+                      (unsigned long long)(budgets[b] >> 20), nm, batches, bad);
+        if (bad) any_diff = 1;
+        assert_int_equal(bad, 0);
+        if (b + 1 == sizeof budgets / sizeof budgets[0]) assert_true(batches > 1); /* the slots took turns */
+    }
+    free(ref);
+    free(got);
+    free(st);
+    free(mix);
+    release_all(v, n);
+    release_all(s, ns);
+}
+
 /* Through the family table and a context: --device gpu works, bad images
  * get the CPU's statuses. */
 static void test_family(void **state)
@@ -685,9 +739,10 @@ static void test_identical(void **state)
     double ms[PGPU_RS_STAGES];
     size_t batches;
     patina_gpu__rootsift_times(G, ms, &batches);
-    print_message("GPU stage time over the tests' %zu batches (ms): upload+grey %.1f, smoothing %.1f, DoG+gradients "
-                  "%.1f, detection+refinement+orientations %.1f, selection %.1f, descriptors %.1f, download %.1f\n",
-                  batches, ms[0], ms[1], ms[2], ms[3], ms[4], ms[5], ms[6]);
+    print_message("GPU stage time over the tests' %zu batches (ms): upload %.1f, downscale %.1f, smoothing %.1f, "
+                  "DoG+gradients %.1f, detection+refinement+orientations %.1f, selection %.1f, descriptors %.1f, "
+                  "download %.1f\n",
+                  batches, ms[0], ms[1], ms[2], ms[3], ms[4], ms[5], ms[6], ms[7]);
     if (any_diff) fail_msg("GPU records or stages differ from the CPU's (see the measures above)");
 }
 
@@ -715,7 +770,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stages),      cmocka_unit_test(test_synthetic), cmocka_unit_test(test_photos),
-        cmocka_unit_test(test_determinism), cmocka_unit_test(test_family),    cmocka_unit_test(test_identify_queries),
+        cmocka_unit_test(test_determinism), cmocka_unit_test(test_pipeline),  cmocka_unit_test(test_family),
+        cmocka_unit_test(test_identify_queries),
         cmocka_unit_test(test_identical),
     };
     quick = getenv("PATINA_TEST_QUICK") ? atoi(getenv("PATINA_TEST_QUICK")) : 0;
