@@ -242,6 +242,16 @@ link_paths() {
         echo "linked $bld -> $STAGE"
     fi
     BUILD=$bld
+    # the python3 the tests were configured with (this machine's, e.g. a
+    # pyenv shim): the GPU machine's python3 under that path when absent
+    py=$(command -v python3 || true)
+    for p in $(sed -n 's/^PATINA_PYTHON3[A-Z_]*:FILEPATH=//p' "$STAGE/CMakeCache.txt" | sort -u); do
+        if [ -n "$py" ] && [ ! -e "$p" ]; then
+            mkdir -p "$(dirname "$p")"
+            ln -s "$py" "$p"
+            echo "linked $p -> $py"
+        fi
+    done
 }
 
 step_tests() {
