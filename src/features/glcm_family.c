@@ -630,6 +630,38 @@ done:
     return s;
 }
 
+/* Images decoded on the GPU (device pixels): the levels are computed on the
+ * host (gpu_rows, the C reference's rule), so such images come to the host
+ * first. *views = NULL when every image is in host memory (use imgs), else
+ * (n) host views (patina_gpu_image_host) freed by free_views. */
+static void free_views(patina_image_t *views, size_t n);
+
+static patina_status host_views(patina_image_t **views, const patina_image_t *imgs, size_t n)
+{
+    size_t i, ndev = 0;
+    *views = NULL;
+    for (i = 0; i < n; i++) ndev += patina_gpu_image_on_device(&imgs[i]) != 0;
+    if (!ndev) return PATINA_OK;
+    if (!(*views = calloc(n, sizeof **views)))
+        return patina__fail(PATINA_E_NOMEM, "glcm: out of memory for %zu image views", n);
+    for (i = 0; i < n; i++) {
+        patina_status s = patina_gpu_image_host(&(*views)[i], &imgs[i]);
+        if (s != PATINA_OK) { /* out of memory, or a CUDA error: the call fails */
+            free_views(*views, i);
+            *views = NULL;
+            return s;
+        }
+    }
+    return PATINA_OK;
+}
+
+static void free_views(patina_image_t *views, size_t n)
+{
+    if (!views) return;
+    for (size_t i = 0; i < n; i++) patina_image_release(&views[i]);
+    free(views);
+}
+
 /* A mask at levels = 256 leaves no spare level for the GPU: the C reference
  * runs the batch. */
 static patina_status cpu_batch(patina_status (*one)(const void *, void *, const patina_image_t *),
@@ -649,10 +681,16 @@ static patina_status glcm_gpu(patina_gpu_t *g, const void *params, void *out,
 {
     const glcm_params_t *p = params;
     glcm_req_t r;
+    patina_image_t *views;
+    patina_status s;
     PATINA_TRY(params_req(&r, p, "glcm"));
+    PATINA_TRY(host_views(&views, imgs, n));
     if (strcmp(p->mask, "none") != 0 && r.levels > 255)
-        return cpu_batch(glcm_cpu, params, out, glcm_dim(params) * sizeof(double), imgs, n, st);
-    return gpu_batch(g, out, &r, 0, 0, p->mask, imgs, n, st);
+        s = cpu_batch(glcm_cpu, params, out, glcm_dim(params) * sizeof(double), views ? views : imgs, n, st);
+    else
+        s = gpu_batch(g, out, &r, 0, 0, p->mask, views ? views : imgs, n, st);
+    free_views(views, n);
+    return s;
 }
 
 static patina_status haralick_gpu(patina_gpu_t *g, const void *params, void *out,
@@ -660,11 +698,17 @@ static patina_status haralick_gpu(patina_gpu_t *g, const void *params, void *out
 {
     const glcm_params_t *p = params;
     glcm_req_t r;
+    patina_image_t *views;
+    patina_status s;
     PATINA_TRY(params_req(&r, p, "haralick"));
+    PATINA_TRY(host_views(&views, imgs, n));
     if (strcmp(p->mask, "none") != 0 && r.levels > 255)
-        return cpu_batch(haralick_cpu, params, out, haralick_dim(params) * sizeof(double), imgs, n,
-                         st);
-    return gpu_batch(g, out, &r, 1, p->form, p->mask, imgs, n, st);
+        s = cpu_batch(haralick_cpu, params, out, haralick_dim(params) * sizeof(double), views ? views : imgs, n,
+                      st);
+    else
+        s = gpu_batch(g, out, &r, 1, p->form, p->mask, views ? views : imgs, n, st);
+    free_views(views, n);
+    return s;
 }
 
 const patina_family_t patina_family_glcm = {
@@ -682,6 +726,7 @@ const patina_family_t patina_family_glcm = {
     .gpu = glcm_gpu,
     .hybrid = NULL,
     .json = glcm_json,
+    .gpu_reads_device = 1,
 };
 
 const patina_family_t patina_family_haralick = {
@@ -699,4 +744,5 @@ const patina_family_t patina_family_haralick = {
     .gpu = haralick_gpu,
     .hybrid = NULL,
     .json = NULL,
+    .gpu_reads_device = 1,
 };

@@ -110,6 +110,17 @@ struct jx_image;
 patina_status patina_gpu_jpegx_pixels(patina_jpegx_gpu_t *d, patina_image_t *out, const struct jx_image *im,
                                       const int16_t *const *coef, size_t n, patina_status *st);
 
+/* ---- device-resident images (the decoders above leave them there) ----
+ * Non-zero when img's pixels are in device memory (of any GPU): only a
+ * GPU path may read them. A host pointer, or a build without CUDA: 0. */
+int patina_gpu_image_on_device(const patina_image_t *img);
+
+/* A host view of img for a family's CPU fallback (an image its kernels
+ * leave, PATINA_E_LIMIT): *host = *img (borrowed, owned = 0) when the pixels
+ * are in host memory, else a host copy of them (owned; patina_image_release
+ * frees it). PATINA_E_NOMEM or a CUDA error (the message says which). */
+patina_status patina_gpu_image_host(patina_image_t *host, const patina_image_t *img);
+
 /* ---- exact k-NN on the GPU (src/gpu/knn.cu; src/search/knn.c prepares) ---- */
 
 #define PGPU_KNN_MAXDIM 256 /* Tanimoto fast path: most elements */
