@@ -924,8 +924,9 @@ static patina_status rs_batch(patina_gpu_t *g, rs_state *St, const patina_gpu_ro
     PGPU_CU(cudaMemsetAsync(St->d_ctr, 0, nb * sizeof(rs_ctr), st));
     for (size_t i = 0; i < nb; i++) {
         const patina_image_t *img = in[i].img;
+        /* host or device memory (an image decoded on the GPU): the copy engine reads either */
         PGPU_CU(cudaMemcpy2DAsync(St->d_arena + hit[i].off_rgb, hit[i].rgb_pitch, img->data, img->stride,
-                                  hit[i].rgb_pitch, (size_t)img->height, cudaMemcpyHostToDevice, st));
+                                  hit[i].rgb_pitch, (size_t)img->height, cudaMemcpyDefault, st));
         PGPU_CU(cudaMemsetAsync(St->d_arena + hit[i].off_rec, 0, c->rec_bytes, st));
         Omax = hit[i].O > Omax ? hit[i].O : Omax;
     }
