@@ -78,14 +78,7 @@ patina_status patina_gpu_jpeg_decode(patina_jpeg_gpu_t *d, patina_image_t *out,
  * configures it): entropy decoding by libjpeg-turbo on the CPU threads of a
  * pool (src/image/jpeg_exact.h), the integer arithmetic after it
  * (src/algo/jpeg_exact_core.h) on the device, many images per launch. */
-typedef struct patina_jpegx_gpu patina_jpegx_gpu_t;
-
-/* A decoder on g's device; its memory is allocated on first use: pinned
- * staging and device buffers for the coefficients of one round of images
- * (a size derived from g's budget, 64..256 MiB), the component planes, and
- * an arena for the RGB images of the last call. One thread at a time. */
-patina_status patina_gpu_jpegx_open(patina_jpegx_gpu_t **d, patina_gpu_t *g);
-void patina_gpu_jpegx_close(patina_jpegx_gpu_t *d); /* accepts NULL */
+/* patina_gpu_jpegx_open and _close: core/context.h. */
 
 /* Decodes n JPEG streams into RGB images in device memory owned by d
  * (out[i].owned = 0, stride 3w rounded up to 128 bytes), valid until the next
