@@ -266,6 +266,7 @@ typedef struct patina_extract_result {
                                         naming the input */
     patina_decode_report_t report;   /* decoder warnings (also when strict made them errors) */
     int width, height;               /* the decoded image's size (0 x 0 when it was not decoded) */
+    int gpu_decoded;                 /* 1: decoded on the GPU (its pixels never came to the host) */
 } patina_extract_result_t;
 
 /* Reads, decodes and describes a prefix of in[0 .. n) with the nex

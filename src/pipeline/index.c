@@ -1713,6 +1713,7 @@ patina_status patina_extract_files(patina_context_t *ctx, const patina_extractor
         if (sl->state == SLOT_DECODED) {
             r->width = sl->img.width;
             r->height = sl->img.height;
+            r->gpu_decoded = sl->gpu;
             map[nb] = i;
             imgs[nb++] = sl->img;
         } else {
