@@ -52,8 +52,8 @@ typedef struct patina_family {
     /* Non-zero when .gpu takes images in device memory of the context's GPU
      * (decoded there: the exact decoder, nvJPEG) beside host images. Only
      * an image its kernels leave to the C reference comes back to the host
-     * (patina_gpu_image_host), and glcm/haralick's, whose levels are made on
-     * the host. */
+     * (patina_gpu_image_host), and glcm/haralick's with a mask or
+     * quant=none, whose levels are made on the host. */
     int gpu_reads_device;
 } patina_family_t;
 

@@ -505,6 +505,13 @@ typedef struct pgpu_glcm_src {
     int masked;             /* rows() encodes a mask (levels <= 255) */
     pgpu_glcm_rows_fn rows;
     void *arg;
+    /* (n) or NULL: an image i with dev[i].data non-NULL is RGB in this GPU's
+     * memory (decoded there), made into levels on the device by the C
+     * reference's rules (grey by algo/grey.h, uniform quantisation to
+     * dev_levels: (grey * dev_levels) >> 8; no mask); rows() is not called
+     * for it. */
+    const patina_image_t *dev;
+    int dev_levels;
 } pgpu_glcm_src_t;
 
 /* The glcm and haralick families' primitive: the counts of src's images

@@ -14,7 +14,8 @@
  *   - the pipeline: CEDD of a folder indexed with decoder exact-gpu equals
  *     the CPU decoder's, with damaged, progressive and PNG files among them;
  *   - every GPU family (cedd, lbp, lbp8, tlbap, lanadp, glcm, haralick,
- *     rootsift, signature) through patina_extract_files on generated files
+ *     rootsift, signature; glcm with quant=none too) through
+ *     patina_extract_files on generated files
  *     (4:4:4, 4:2:2, 4:2:0, 4:4:0, 4:1:1, grey, CMYK; baseline, progressive,
  *     restart markers; odd sizes; 9x7 and 1x1 images, which rootsift
  *     leaves to its C reference; a truncated file, a PNG) and 8 sample
@@ -455,8 +456,10 @@ static size_t family_files(const char *dir, char ***files)
 
 static void test_families(void **state)
 {
+    /* glcm/haralick: levels made on the device; with quant=none on the host (the RGB comes back) */
     static const char *const fams[] = {"cedd",     "lbp",      "lbp8",     "tlbap",    "lanadp",
-                                       "glcm",     "haralick", "rootsift", "signature"};
+                                       "glcm",     "haralick", "glcm:levels=256,quant=none",
+                                       "rootsift", "signature"};
     /* runs: 0 the CPU device, 1 GPU + libjpeg, 2 GPU + exact-gpu, 3 GPU + auto */
     static const patina_device devs[4] = {PATINA_DEVICE_CPU, PATINA_DEVICE_GPU, PATINA_DEVICE_GPU, PATINA_DEVICE_GPU};
     static const patina_jpeg_decoder decs[4] = {PATINA_JPEG_LIBJPEG, PATINA_JPEG_LIBJPEG, PATINA_JPEG_EXACT_GPU,
