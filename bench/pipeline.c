@@ -57,7 +57,9 @@ static void on_error(void *user, const char *path, patina_status s, const char *
 }
 
 /* n JPEGs of w x h: crops of the sources, scaled down 2:1 where the
- * source is large enough, at positions that differ per file. */
+ * source is large enough, at positions that differ per file; sources
+ * smaller than w x h are scaled up (nearest sample) to fill it (samples/
+ * has no 12 MP photograph). */
 static int make_jpegs(const char *dir, int n, int w, int h, const char *src)
 {
     const char *const paths[1] = {src};
@@ -73,24 +75,30 @@ static int make_jpegs(const char *dir, int n, int w, int h, const char *src)
             unsigned char *jpeg = NULL;
             unsigned long bytes = 0;
             FILE *f;
-            int step, x, y;
+            int x, y, rw, rh;
+            double step;
             if (patina_image_load(&img, files[k], NULL) != PATINA_OK) {
                 patina_clear_error();
                 continue;
             }
-            step = img.width >= 2 * w && img.height >= 2 * h ? 2 : 1;
-            if (img.width < w * step || img.height < h * step) {
+            /* source pixels per output pixel: 2, 1, or < 1 (scaled up) */
+            step = img.width >= 2 * w && img.height >= 2 * h ? 2.0 : img.width >= w && img.height >= h ? 1.0
+                   : (double)img.width / w < (double)img.height / h ? (double)img.width / w : (double)img.height / h;
+            rw = (int)(w * step);
+            rh = (int)(h * step);
+            if (rw < 1 || rh < 1 || rw > img.width || rh > img.height) {
                 patina_image_release(&img);
                 continue;
             }
-            x = (int)(((unsigned)i * 7919u) % (unsigned)(img.width - w * step + 1));
-            y = (int)(((unsigned)i * 104729u) % (unsigned)(img.height - h * step + 1));
+            x = (int)(((unsigned)i * 7919u) % (unsigned)(img.width - rw + 1));
+            y = (int)(((unsigned)i * 104729u) % (unsigned)(img.height - rh + 1));
             i++;
             if (patina_image_init(&crop, w, h) != PATINA_OK) die("image");
             for (int r = 0; r < h; r++)
                 for (int c = 0; c < w; c++)
                     memcpy(crop.data + (size_t)r * crop.stride + 3 * (size_t)c,
-                           img.data + (size_t)(y + r * step) * img.stride + 3 * (size_t)(x + c * step), 3);
+                           img.data + (size_t)(y + (int)(r * step)) * img.stride + 3 * (size_t)(x + (int)(c * step)),
+                           3);
             if (tjCompress2(tj, crop.data, w, (int)crop.stride, h, TJPF_RGB, &jpeg, &bytes, TJSAMP_420, 90,
                             0) == 0) {
                 snprintf(out, sizeof out, "%s/img_%05d.jpg", dir, made);
