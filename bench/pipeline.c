@@ -2,15 +2,19 @@
  * -> store) for every family and device, next to the extraction alone, so
  * the gap between the kernels and the pipeline is visible, and with the
  * share of each stage (decode above all: it is what exact GPU decoding
- * would remove).
+ * removes). One table per run: one image size (scripts/device.sh step e2e
+ * runs it for VGA, 1024^2 and 12 MP).
  *
- *   bench_pipeline [--dir DIR] [--files N] [--size S] [--families F,F,...]
- *                  [--devices D,D,...] [--batch N] [--nvjpeg]
+ *   bench_pipeline [--dir DIR] [--files N] [--size S|WxH] [--families F,F,...]
+ *                  [--devices D,D,...] [--batch N] [--nvjpeg] [--peer SCRIPT]
  *
- * Without --dir it writes N (default 512) JPEGs of S x S (default 1024)
- * pixels, quality 90, 4:2:0, cropped and scaled from the photographs under
- * samples/ (scripts/fetch-samples.sh), into $TMPDIR (default /tmp). Per
- * family (default cedd, lbp8, glcm) and device (default cpu, gpu):
+ * Without --dir it writes N (default 512) JPEGs of S x S (default 1024) or
+ * W x H pixels, quality 90, 4:2:0, cropped and scaled from the photographs
+ * under samples/ (scripts/fetch-samples.sh), into $TMPDIR (default /tmp).
+ * --peer runs `python3 SCRIPT DIR THREADS` on the same files before the
+ * table (bench/decode_peers.py: PIL and OpenCV decoding on all cores, the
+ * users' usual decoders) and prints what it prints. Per family (default
+ * cedd, lbp8, glcm, rootsift, signature) and device (default cpu, gpu):
  *   e2e        patina_index_files into a new collection under $TMPDIR:
  *              files/s, and the stage times the pipeline reports (read and
  *              decode run on the producer side; with the GPU they overlap
@@ -24,9 +28,10 @@
  *              batches of --batch) and its entropy decoding alone.
  * On the GPU device each family also gets a gpu+exact row (decoder
  * exact-gpu: the CPU path's pixels; "unavailable" for families that cannot
- * read device images). --nvjpeg adds a row with nvJPEG (cedd only). The kernel-only
- * rates (images resident on the GPU) are in bench_cedd, bench_lbp and
- * bench_glcm. */
+ * read device images). --nvjpeg adds a gpu+nvjpeg row per family (not
+ * exact: its pixels differ). Video frames/s are bench_video's. The
+ * kernel-only rates (images resident on the GPU) are in bench_cedd,
+ * bench_lbp and bench_glcm. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,9 +56,11 @@ static void on_error(void *user, const char *path, patina_status s, const char *
     fprintf(stderr, "  %s: %s: %s\n", path, patina_status_str(s), msg);
 }
 
-/* n JPEGs of size x size: crops of the sources, scaled down 2:1 where the
- * source is large enough, at positions that differ per file. */
-static int make_jpegs(const char *dir, int n, int size, const char *src)
+/* n JPEGs of w x h: crops of the sources, scaled down 2:1 where the
+ * source is large enough, at positions that differ per file; sources
+ * smaller than w x h are scaled up (nearest sample) to fill it (samples/
+ * has no 12 MP photograph). */
+static int make_jpegs(const char *dir, int n, int w, int h, const char *src)
 {
     const char *const paths[1] = {src};
     char **files = NULL, out[4096];
@@ -68,25 +75,31 @@ static int make_jpegs(const char *dir, int n, int size, const char *src)
             unsigned char *jpeg = NULL;
             unsigned long bytes = 0;
             FILE *f;
-            int step, x, y;
+            int x, y, rw, rh;
+            double step;
             if (patina_image_load(&img, files[k], NULL) != PATINA_OK) {
                 patina_clear_error();
                 continue;
             }
-            step = img.width >= 2 * size && img.height >= 2 * size ? 2 : 1;
-            if (img.width < size * step || img.height < size * step) {
+            /* source pixels per output pixel: 2, 1, or < 1 (scaled up) */
+            step = img.width >= 2 * w && img.height >= 2 * h ? 2.0 : img.width >= w && img.height >= h ? 1.0
+                   : (double)img.width / w < (double)img.height / h ? (double)img.width / w : (double)img.height / h;
+            rw = (int)(w * step);
+            rh = (int)(h * step);
+            if (rw < 1 || rh < 1 || rw > img.width || rh > img.height) {
                 patina_image_release(&img);
                 continue;
             }
-            x = (int)(((unsigned)i * 7919u) % (unsigned)(img.width - size * step + 1));
-            y = (int)(((unsigned)i * 104729u) % (unsigned)(img.height - size * step + 1));
+            x = (int)(((unsigned)i * 7919u) % (unsigned)(img.width - rw + 1));
+            y = (int)(((unsigned)i * 104729u) % (unsigned)(img.height - rh + 1));
             i++;
-            if (patina_image_init(&crop, size, size) != PATINA_OK) die("image");
-            for (int r = 0; r < size; r++)
-                for (int c = 0; c < size; c++)
+            if (patina_image_init(&crop, w, h) != PATINA_OK) die("image");
+            for (int r = 0; r < h; r++)
+                for (int c = 0; c < w; c++)
                     memcpy(crop.data + (size_t)r * crop.stride + 3 * (size_t)c,
-                           img.data + (size_t)(y + r * step) * img.stride + 3 * (size_t)(x + c * step), 3);
-            if (tjCompress2(tj, crop.data, size, (int)crop.stride, size, TJPF_RGB, &jpeg, &bytes, TJSAMP_420, 90,
+                           img.data + (size_t)(y + (int)(r * step)) * img.stride + 3 * (size_t)(x + (int)(c * step)),
+                           3);
+            if (tjCompress2(tj, crop.data, w, (int)crop.stride, h, TJPF_RGB, &jpeg, &bytes, TJSAMP_420, 90,
                             0) == 0) {
                 snprintf(out, sizeof out, "%s/img_%05d.jpg", dir, made);
                 f = fopen(out, "wb");
@@ -238,9 +251,10 @@ static int split(char *s, char **out, int max)
 int main(int argc, char **argv)
 {
     const char *dir = NULL, *tmp = getenv("TMPDIR");
-    char fam_list[256] = "cedd,lbp8,glcm", dev_list[64] = "cpu,gpu", made_dir[4096] = "";
+    const char *peer = NULL;
+    char fam_list[256] = "cedd,lbp8,glcm,rootsift,signature", dev_list[64] = "cpu,gpu", made_dir[4096] = "";
     char *fams[16], *devs[8], **files = NULL;
-    int nfiles_want = 512, size = 1024, nf, nd, nvjpeg = 0;
+    int nfiles_want = 512, width = 1024, height = 1024, nf, nd, nvjpeg = 0;
     size_t batch = 64, nfiles = 0, missing = 0, preload;
     patina_context_t *ctx;
     patina_image_t *imgs;
@@ -250,18 +264,22 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "--files") && i + 1 < argc) nfiles_want = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--size") && i + 1 < argc) size = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--size") && i + 1 < argc) {
+            const char *v = argv[++i], *x = strchr(v, 'x');
+            width = atoi(v);
+            height = x ? atoi(x + 1) : width;
+        } else if (!strcmp(argv[i], "--peer") && i + 1 < argc) peer = argv[++i];
         else if (!strcmp(argv[i], "--families") && i + 1 < argc) snprintf(fam_list, sizeof fam_list, "%s", argv[++i]);
         else if (!strcmp(argv[i], "--devices") && i + 1 < argc) snprintf(dev_list, sizeof dev_list, "%s", argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = (size_t)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--nvjpeg")) nvjpeg = 1;
         else {
-            fprintf(stderr, "usage: bench_pipeline [--dir DIR] [--files N] [--size S] [--families F,...] "
-                            "[--devices D,...] [--batch N] [--nvjpeg]\n");
+            fprintf(stderr, "usage: bench_pipeline [--dir DIR] [--files N] [--size S|WxH] [--families F,...] "
+                            "[--devices D,...] [--batch N] [--nvjpeg] [--peer SCRIPT]\n");
             return 2;
         }
     }
-    if (nfiles_want < 1 || size < 16 || batch < 1) {
+    if (nfiles_want < 1 || width < 16 || height < 16 || batch < 1) {
         fprintf(stderr, "bench_pipeline: bad --files, --size or --batch\n");
         return 2;
     }
@@ -270,7 +288,7 @@ int main(int argc, char **argv)
     if (!dir) {
         snprintf(made_dir, sizeof made_dir, "%s/patina-pipeline-XXXXXX", tmp);
         if (!mkdtemp(made_dir)) die("mkdtemp");
-        if (make_jpegs(made_dir, nfiles_want, size, "samples") < 1) die("make-jpegs");
+        if (make_jpegs(made_dir, nfiles_want, width, height, "samples") < 1) die("make-jpegs");
         dir = made_dir;
     }
     {
@@ -299,8 +317,8 @@ int main(int argc, char **argv)
     {
         char gpu[256] = "none";
         if (patina_gpu_count() > 0) patina_gpu_describe(0, gpu, sizeof gpu);
-        printf("bench_pipeline: %zu JPEGs of %dx%d under %s; %d CPU threads; GPU: %s\n", nfiles, size, size, dir,
-               patina_context_threads(ctx), gpu);
+        printf("bench_pipeline: %zu JPEGs of %dx%d under %s; %d CPU threads; GPU: %s\n", nfiles, width, height,
+               dir, patina_context_threads(ctx), gpu);
         printf("decode alone (libjpeg-turbo, all threads): %.0f images/s\n", decode_rate);
         printf("entropy decoding alone (libjpeg-turbo jpeg_read_coefficients, all threads): %.0f images/s\n",
                entropy_rate);
@@ -309,12 +327,21 @@ int main(int argc, char **argv)
                    "the device): %.0f images/s\n\n", batch, exact_rate);
         else
             printf("exact GPU decode alone: no GPU\n\n");
+        if (peer) { /* the users' decoders on the same files */
+            char cmd[8400];
+            fflush(stdout);
+            snprintf(cmd, sizeof cmd, "python3 '%s' '%s' %d", peer, dir, patina_context_threads(ctx));
+            if (system(cmd) != 0) printf("peer decoders: %s did not run\n", peer);
+            printf("\n");
+        }
+        printf("video: frames/s are bench_video's (this build reads video: %s)\n\n",
+               patina_video_available() ? "yes" : "no, FFmpeg's libraries were not found at build time");
     }
     printf("| family | device | e2e s | e2e img/s | extract-only img/s | e2e / extract | read s | decode s "
            "| extract s | store s | decode share |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int f = 0; f < nf; f++)
-        for (int d = 0; d < 2 * nd + (nvjpeg && !strcmp(fams[f], "cedd")); d++) {
+        for (int d = 0; d < 2 * nd + nvjpeg; d++) {
             /* rows 0 .. nd-1: the devices with the CPU decoder; nd .. 2nd-1:
              * the same devices with exact-gpu (GPU only); then nvJPEG */
             const int use_nvjpeg = d == 2 * nd, use_exact = d >= nd && d < 2 * nd;

@@ -60,7 +60,9 @@
 #                                          front end), CPU shards, recovery,
 #                                          write-to-visible: one table
 #                                e2e       bench_pipeline: every family end to
-#                                          end on 1024^2 JPEGs cut from samples/
+#                                          end on JPEGs cut from samples/, one
+#                                          table per size (E2E_SIZES: vga 1024
+#                                          12mp), PIL/OpenCV decoding beside
 #                              BENCH_ARGS adds arguments to every benchmark.
 #                                asan      the GPU tests built with AddressSanitizer
 #                                          (host code; `build-asan` stages them)
@@ -407,10 +409,22 @@ step_bench_cluster() {
 
 step_e2e() {
     [ -d "$ROOT/samples" ] || { echo "no samples/ carried: e2e skipped"; return; }
-    echo "== bench_pipeline --nvjpeg --devices cpu,gpu,hybrid (1024^2 JPEGs cut from samples/)"
-    (cd "$ROOT" && timeout 400 "$BUILD/bench/bench_pipeline" --nvjpeg --devices cpu,gpu,hybrid \
-        --files "${E2E_FILES:-1024}") > "$OUT/e2e.log" 2>&1 || rc=1
-    cat "$OUT/e2e.log"
+    : > "$OUT/e2e.log"
+    # one table per image size (E2E_SIZES picks some: vga 1024 12mp), with
+    # PIL and OpenCV decoding the same files when python3 has them
+    for size in ${E2E_SIZES:-vga 1024 12mp}; do
+        case $size in
+            vga) dims=640x480 files=${E2E_FILES_VGA:-2048} t=300 ;;
+            1024) dims=1024x1024 files=${E2E_FILES:-1024} t=400 ;;
+            12mp) dims=4000x3000 files=${E2E_FILES_12MP:-128} t=400 ;;
+            *) echo "e2e: unknown size $size (vga, 1024, 12mp)"; rc=1; continue ;;
+        esac
+        echo "== bench_pipeline --size $dims --files $files --nvjpeg --devices cpu,gpu,hybrid (cut from samples/)" \
+            | tee -a "$OUT/e2e.log"
+        (cd "$ROOT" && timeout $t "$BUILD/bench/bench_pipeline" --nvjpeg --devices cpu,gpu,hybrid \
+            --size $dims --files "$files" --peer bench/decode_peers.py) > "$OUT/e2e-$size.log" 2>&1 || rc=1
+        cat "$OUT/e2e-$size.log" | tee -a "$OUT/e2e.log"
+    done
 }
 
 remote() {

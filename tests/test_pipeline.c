@@ -4,7 +4,10 @@
  * on synthetic images with a truncated, an unreadable and a damaged file
  * (counts, one report per problem naming the file, stored descriptors equal
  * to patina_extract_batch of the same images, resume, strict decoding,
- * batch memory), and patina_load_files.
+ * batch memory), patina_load_files, and patina_extract_files (files and
+ * bytes, several extractors, the decoder choice: auto on a CPU run or a
+ * CPU-only build is libjpeg-turbo with the same records; exact-gpu there is
+ * refused with the reason).
  *
  * Unreadable files need permission checks, which root bypasses: setup drops
  * the capabilities that do that (tu_drop_privileges); where it cannot, the
@@ -674,6 +677,182 @@ static void test_load_files(void **state)
     free(res);
 }
 
+/* patina_extract_files against patina_load_files + patina_extract_batch:
+ * the same records in input order, failures naming their input, bytes
+ * inputs like files, two extractors at once, the memory cut; the decoder
+ * choice on the CPU (auto: libjpeg-turbo; exact-gpu and nvjpeg refused). */
+static void test_extract_files(void **state)
+{
+    enum { N = 6 };
+    const char *paths[N];
+    patina_image_t imgs[N];
+    patina_load_result_t lres[N];
+    patina_extract_result_t *res = calloc(N, sizeof *res);
+    patina_input_t in[N];
+    patina_extractor_t *lbp;
+    const patina_extractor_t *exs[2];
+    patina_index_opts_t o;
+    const size_t b0 = patina_extractor_bytes(ex);
+    size_t taken, i, b1;
+    uint8_t *want0, *want1, *got0, *got1;
+    void *out[2];
+    patina_status st[N];
+    void *bytes[N];
+    size_t sizes[N];
+    (void)state;
+    TU_OK(patina_extractor_new(&lbp, "lbp8"));
+    b1 = patina_extractor_bytes(lbp);
+    exs[0] = ex;
+    exs[1] = lbp;
+    want0 = calloc(N, b0);
+    want1 = calloc(N, b1);
+    got0 = calloc(N, b0);
+    got1 = calloc(N, b1);
+    assert_true(res && want0 && want1 && got0 && got1);
+    mkdir(tp("xf"), 0755);
+    for (i = 0; i < 4; i++) write_jpeg(tp("xf/%zu.jpg", i), 41 + (int)i * 9, 23 + (int)i * 6, 70 + i);
+    write_warning_jpeg(tp("xf/w.jpg"), 75);
+    paths[0] = tp("xf/0.jpg");
+    paths[1] = tp("xf/w.jpg");
+    paths[2] = tp("xf/1.jpg");
+    paths[3] = tp("xf/missing.jpg");
+    paths[4] = tp("xf/2.jpg");
+    paths[5] = tp("xf/3.jpg");
+    /* the reference: load, then extract on the CPU */
+    TU_OK(patina_load_files(ctx, imgs, lres, &taken, paths, N, NULL));
+    assert_int_equal(taken, N);
+    for (i = 0; i < N; i++) {
+        if (lres[i].status != PATINA_OK) continue;
+        TU_OK(patina_extract_batch(ctx, ex, PATINA_DEVICE_CPU, want0 + i * b0, &imgs[i], 1, &st[i]));
+        TU_OK(st[i]);
+        TU_OK(patina_extract_batch(ctx, lbp, PATINA_DEVICE_CPU, want1 + i * b1, &imgs[i], 1, &st[i]));
+        TU_OK(st[i]);
+    }
+    /* files, defaults (device auto, decoder auto): on this build or CPU run, libjpeg-turbo */
+    memset(in, 0, sizeof in);
+    for (i = 0; i < N; i++) in[i].path = paths[i];
+    out[0] = got0;
+    out[1] = got1;
+    patina_index_opts_init(&o);
+    o.device = PATINA_DEVICE_CPU;
+    assert_int_equal(o.jpeg_decoder, PATINA_JPEG_AUTO);
+    TU_OK(patina_extract_files(ctx, exs, 2, out, res, &taken, in, N, &o));
+    assert_int_equal(taken, N);
+    for (i = 0; i < N; i++) {
+        assert_int_equal(res[i].gpu_decoded, 0);
+        if (i == 3) {
+            assert_int_equal(res[i].status, PATINA_E_NOTFOUND);
+            assert_non_null(strstr(res[i].error, paths[3]));
+            assert_int_equal(res[i].width, 0);
+            continue;
+        }
+        TU_OK(res[i].status);
+        assert_int_equal(res[i].width, imgs[i].width);
+        assert_int_equal(res[i].height, imgs[i].height);
+        assert_int_equal(res[i].report.warnings, i == 1);
+        assert_memory_equal(got0 + i * b0, want0 + i * b0, b0);
+        assert_memory_equal(got1 + i * b1, want1 + i * b1, b1);
+    }
+    /* bytes in memory: the same, named by their name */
+    for (i = 0; i < N; i++) {
+        memset(&in[i], 0, sizeof in[i]);
+        bytes[i] = i == 3 ? strdup("not an image") : tu_read_file(paths[i], &sizes[i]);
+        if (i == 3) sizes[i] = strlen("not an image");
+        in[i].data = bytes[i];
+        in[i].size = sizes[i];
+        in[i].name = i == 3 ? "junk-bytes" : NULL;
+    }
+    memset(got0, 0xAB, N * b0);
+    TU_OK(patina_extract_files(ctx, exs, 1, out, res, &taken, in, N, NULL));
+    assert_int_equal(taken, N);
+    for (i = 0; i < N; i++) {
+        if (i == 3) {
+            assert_int_equal(res[i].status, PATINA_E_FORMAT);
+            assert_non_null(strstr(res[i].error, "junk-bytes"));
+            assert_true(got0[i * b0] == 0 && !memcmp(got0 + i * b0, got0 + i * b0 + 1, b0 - 1)); /* zeros */
+            continue;
+        }
+        TU_OK(res[i].status);
+        assert_memory_equal(got0 + i * b0, want0 + i * b0, b0);
+    }
+    /* the memory cut: a 1-byte budget takes one input */
+    o.batch_memory = 1;
+    TU_OK(patina_extract_files(ctx, exs, 2, out, res, &taken, in, N, &o));
+    assert_int_equal(taken, 1);
+    assert_memory_equal(got0, want0, b0);
+    /* the GPU decoders need a GPU run: refused, saying why */
+    o.batch_memory = 0;
+    o.jpeg_decoder = PATINA_JPEG_EXACT_GPU;
+    assert_int_equal(patina_extract_files(ctx, exs, 2, out, res, &taken, in, N, &o), PATINA_E_INVALID);
+    assert_non_null(strstr(patina_last_error(), "exact-gpu decoder needs --device gpu"));
+    assert_int_equal(taken, 0);
+    o.jpeg_decoder = PATINA_JPEG_NVJPEG;
+    assert_int_equal(patina_extract_files(ctx, exs, 2, out, res, &taken, in, N, &o), PATINA_E_INVALID);
+    /* n = 0, bad arguments */
+    TU_OK(patina_extract_files(ctx, exs, 2, out, res, &taken, in, 0, NULL));
+    assert_int_equal(taken, 0);
+    assert_int_equal(patina_extract_files(NULL, exs, 2, out, res, &taken, in, 1, NULL), PATINA_E_INVALID);
+    assert_int_equal(patina_extract_files(ctx, exs, 0, out, res, &taken, in, 1, NULL), PATINA_E_INVALID);
+    for (i = 0; i < N; i++) {
+        patina_image_release(&imgs[i]);
+        free(bytes[i]);
+    }
+    patina_extractor_free(lbp);
+    free(want0);
+    free(want1);
+    free(got0);
+    free(got1);
+    free(res);
+}
+
+/* The pipeline's default decoder (auto) on a CPU run, and on a build
+ * without CUDA with device auto: libjpeg-turbo, the same records as the
+ * decoder named, nothing decoded on a GPU. */
+static void test_index_auto_decoder(void **state)
+{
+    static const patina_jpeg_decoder dec[2] = {PATINA_JPEG_LIBJPEG, PATINA_JPEG_AUTO};
+    patina_collection_t *c[2];
+    patina_index_stats_t st[2];
+    const char *files[4];
+    size_t i;
+    (void)state;
+    mkdir(tp("auto"), 0755);
+    for (i = 0; i < 4; i++) {
+        write_jpeg(tp("auto/%zu.jpg", i), 50 + 7 * (int)i, 31 + 5 * (int)i, 90 + i);
+        files[i] = tp("auto/%zu.jpg", i);
+    }
+    for (int k = 0; k < 2; k++) {
+        patina_index_opts_t o;
+        patina_index_opts_init(&o);
+        o.device = patina_gpu_count() > 0 ? PATINA_DEVICE_CPU : PATINA_DEVICE_AUTO;
+        o.jpeg_decoder = dec[k];
+        TU_OK(patina_collection_open(&c[k], tp("auto/col%d", k), PATINA_OPEN_CREATE, 0));
+        TU_OK(patina_index_files(ctx, c[k], ex, files, 4, &o, &st[k]));
+        assert_int_equal(st[k].indexed, 4);
+        assert_int_equal(st[k].gpu_decoded, 0);
+        assert_int_equal(st[k].device, PATINA_DEVICE_CPU);
+    }
+    for (i = 0; i < 4; i++) {
+        const size_t b = patina_extractor_bytes(ex);
+        uint8_t *d[2];
+        for (int k = 0; k < 2; k++) {
+            patina_record_t r;
+            char *key;
+            d[k] = malloc(b);
+            TU_OK(patina_collection_key(c[k], files[i], &key));
+            TU_OK(patina_collection_get_by_key(c[k], key, &r));
+            TU_OK(patina_collection_get_descriptor(c[k], patina_extractor_spec(ex), r.id, d[k], b));
+            patina_record_release(&r);
+            free(key);
+        }
+        assert_memory_equal(d[0], d[1], b);
+        free(d[0]);
+        free(d[1]);
+    }
+    patina_collection_close(c[0]);
+    patina_collection_close(c[1]);
+}
+
 /* patina_load_opts_t.apply_orientation reaches the decoder: a JPEG whose
  * EXIF says "rotate 90 clockwise" (6) loads turned only on request. */
 static void test_load_orientation(void **state)
@@ -719,6 +898,8 @@ int main(void)
         cmocka_unit_test(test_walk_filters),
         cmocka_unit_test(test_load_files),
         cmocka_unit_test(test_load_orientation),
+        cmocka_unit_test(test_extract_files),
+        cmocka_unit_test(test_index_auto_decoder),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

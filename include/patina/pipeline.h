@@ -249,6 +249,45 @@ PATINA_API patina_status patina_load_files(patina_context_t *ctx, patina_image_t
                                            const char *const *paths, size_t n,
                                            const patina_load_opts_t *opts);
 
+/* ------------------------------------------------------- describing inputs */
+
+/* One input of patina_extract_files: a file, or encoded bytes in memory. */
+typedef struct patina_input {
+    const char *path;   /* the file to read (it names the input in messages); NULL: the bytes below */
+    const void *data;   /* path NULL: the encoded image data[0 .. size), borrowed for the call */
+    size_t size;
+    const char *name;   /* bytes: their name in messages (NULL: "<memory>"); unused for a file */
+} patina_input_t;
+
+/* How one input fared in patina_extract_files. */
+typedef struct patina_extract_result {
+    patina_status status;            /* PATINA_OK: read, decoded and described by every extractor */
+    char error[PATINA_ERROR_MAX];    /* when not OK: the first failure (read, decode, an extractor),
+                                        naming the input */
+    patina_decode_report_t report;   /* decoder warnings (also when strict made them errors) */
+    int width, height;               /* the decoded image's size (0 x 0 when it was not decoded) */
+    int gpu_decoded;                 /* 1: decoded on the GPU (its pixels never came to the host) */
+} patina_extract_result_t;
+
+/* Reads, decodes and describes a prefix of in[0 .. n) with the nex
+ * extractors ex[], on the context's workers and device, decoding as
+ * patina_index_files does: opts (NULL: patina_index_opts_init's defaults)
+ * gives device, jpeg_decoder, nvjpeg_share, strict, batch_memory and
+ * apply_orientation; the rest is unused. With the default decoder (auto) on
+ * a GPU run whose extractors all take device images, JPEGs are decoded on
+ * the GPU, byte-identical to the CPU path, and never come to the host; what
+ * that decoder does not take, and every other format, is decoded on the CPU.
+ * Takes as many inputs as fit in batch_memory (at least one): *taken.
+ * descs[e] receives (*taken, patina_extractor_bytes(ex[e])) records in input
+ * order (zeros for a failed input); results[i] says how input i fared.
+ * Returns PATINA_OK when the call ran (results say which inputs failed), or
+ * the error that stopped it (the device, memory: nothing taken). Calls on
+ * one context take turns. */
+PATINA_API patina_status patina_extract_files(patina_context_t *ctx, const patina_extractor_t *const *ex,
+                                              size_t nex, void *const *descs, patina_extract_result_t *results,
+                                              size_t *taken, const patina_input_t *in, size_t n,
+                                              const patina_index_opts_t *opts);
+
 #ifdef __cplusplus
 }
 #endif

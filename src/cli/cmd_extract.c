@@ -1,6 +1,9 @@
 /* patina extract: descriptors of images, printed as CSV or JSON lines (or a
- * binary stream of the records as stored) in the order given. Files are read and decoded in parallel (patina_load_files on
- * the context's -j threads), a window at a time, then extracted as a batch. */
+ * binary stream of the records as stored) in the order given. Files are read,
+ * decoded and described a window at a time by patina_extract_files (the
+ * decoder choice of the indexing pipeline: on a GPU run JPEGs are decoded on
+ * the GPU and stay there); code maps and glcm's full JSON description need
+ * the pixels here, so for them patina_load_files decodes on the host. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,6 +29,11 @@ static const cli_opt_t opts[] = {
     CLI_OPT_EXIF_ORIENTATION,
     CLI_OPT_BATCH_MEMORY("encoded + decoded image bytes held at once while decoding "
                          "in parallel (a single larger image is still read alone)"),
+    {.name = "decoder", .type = CLI_CHOICE, .arg = "D", .choices = "libjpeg|nvjpeg|exact-gpu|auto", .def = "auto",
+     .help = "JPEG decoder, as for index: libjpeg (CPU), exact-gpu (the same pixels byte for byte, "
+             "decoded on the GPU and left there; needs --device gpu), nvjpeg (GPU, pixels differ "
+             "slightly) or auto (exact-gpu on a GPU run of a family that reads GPU images, else "
+             "libjpeg; --map and glcm/haralick's JSON description decode with libjpeg)"},
 };
 
 const cli_command_t cli_cmd_extract = {
@@ -213,33 +221,201 @@ static patina_status print_signature(const char *path, const patina_extractor_t 
     return PATINA_OK;
 }
 
+/* What prints a record: the output format and the family's layout. */
+typedef struct printer {
+    const patina_extractor_t *ex;
+    size_t bytes, dim;
+    int json, bin, rootsift, signature;
+} printer_t;
+
+/* Prints image `name`'s record d; EXIT_OK or EXIT_PARTIAL. */
+static int print_record(const printer_t *p, const char *name, const unsigned char *d)
+{
+    size_t k;
+    if (p->bin) {
+        bin_record(name, d, p->bytes);
+    } else if (p->rootsift || p->signature) {
+        patina_status s = p->rootsift ? print_rootsift(name, p->ex, d, p->bytes, p->json)
+                                      : print_signature(name, p->ex, d, p->bytes, p->json);
+        if (s != PATINA_OK) {
+            cli_error("extract", "'%s': %s", name, patina_last_error());
+            return EXIT_PARTIAL;
+        }
+    } else if (p->json) {
+        print_head(name, p->ex);
+        fputs(",\"descriptor\":[", stdout);
+        for (k = 0; k < p->dim; k++) {
+            if (k) fputc(',', stdout);
+            cli_print_elem(stdout, patina_extractor_elem(p->ex), d, k);
+        }
+        fputs("]}\n", stdout);
+    } else {
+        cli_csv_field(stdout, name);
+        for (k = 0; k < p->dim; k++) {
+            fputc(',', stdout);
+            cli_print_elem(stdout, patina_extractor_elem(p->ex), d, k);
+        }
+        fputc('\n', stdout);
+    }
+    return EXIT_OK;
+}
+
+/* The images never leave the library: read, decoded (on the GPU where the
+ * decoder choice says so) and described by patina_extract_files. */
+static int extract_direct(patina_context_t *ctx, const printer_t *p, const cli_args_t *a,
+                          const patina_index_opts_t *io, unsigned char *descs)
+{
+    patina_input_t in[WINDOW];
+    patina_extract_result_t *res = malloc(WINDOW * sizeof *res);
+    void *out[1] = {descs};
+    const patina_extractor_t *exs[1] = {p->ex};
+    int rc = EXIT_OK;
+    size_t f, i;
+    if (!res) {
+        cli_error("extract", "out of memory");
+        return EXIT_ERROR;
+    }
+    for (f = 0; f < a->noperands;) {
+        size_t want = a->noperands - f < WINDOW ? a->noperands - f : WINDOW, n = 0;
+        patina_status s;
+        memset(in, 0, sizeof in);
+        for (i = 0; i < want; i++) in[i].path = a->operands[f + i];
+        s = patina_extract_files(ctx, exs, 1, out, res, &n, in, want, io);
+        if (s != PATINA_OK) {
+            cli_status_error("extract", s);
+            free(res);
+            return EXIT_ERROR;
+        }
+        for (i = 0; i < n; i++) { /* messages and records in input order */
+            const char *name = a->operands[f + i];
+            if (res[i].report.warnings && res[i].status == PATINA_OK) cli_error("extract", "%s", res[i].report.warning);
+            if (res[i].status != PATINA_OK) {
+                cli_error("extract", "%s", res[i].error);
+                rc = EXIT_PARTIAL;
+                continue;
+            }
+            if (print_record(p, name, descs + i * p->bytes) != EXIT_OK) rc = EXIT_PARTIAL;
+        }
+        f += n;
+    }
+    free(res);
+    return rc;
+}
+
+/* Code maps and glcm's full JSON description read the pixels here: the
+ * images come to the host (patina_load_files, libjpeg-turbo). */
+static int extract_on_host(patina_context_t *ctx, const printer_t *p, const cli_args_t *a,
+                           const patina_index_opts_t *io, const char *mapdir, unsigned char *descs)
+{
+    patina_load_opts_t lopts;
+    patina_image_t imgs[WINDOW], batch[WINDOW];
+    patina_load_result_t *res = malloc(WINDOW * sizeof *res);
+    size_t where[WINDOW];   /* batch index -> window index */
+    patina_status st[WINDOW];
+    int rc = EXIT_OK;
+    size_t i, f;
+    patina_status s;
+    if (!res) {
+        cli_error("extract", "out of memory");
+        return EXIT_ERROR;
+    }
+    patina_load_opts_init(&lopts);
+    lopts.strict = io->strict;
+    lopts.apply_orientation = io->apply_orientation;
+    lopts.batch_memory = io->batch_memory;
+    for (f = 0; f < a->noperands;) {
+        const char *const *names = a->operands + f;
+        size_t want = a->noperands - f < WINDOW ? a->noperands - f : WINDOW, n = 0, nb = 0;
+        s = patina_load_files(ctx, imgs, res, &n, names, want, &lopts);
+        if (s != PATINA_OK) {
+            cli_status_error("extract", s);
+            free(res);
+            return EXIT_ERROR;
+        }
+        /* Messages in input order; the decoded images form the batch. */
+        for (i = 0; i < n; i++) {
+            if (res[i].report.warnings && res[i].status == PATINA_OK)
+                cli_error("extract", "%s", res[i].report.warning);
+            if (res[i].status != PATINA_OK) {
+                cli_error("extract", "%s", res[i].error);
+                rc = EXIT_PARTIAL;
+                continue;
+            }
+            if (mapdir && write_map(ctx, p->ex, mapdir, names[i], &imgs[i]) != PATINA_OK) {
+                cli_error("extract", "'%s': code map: %s", names[i], patina_last_error());
+                rc = EXIT_PARTIAL;
+            }
+            where[nb] = i;
+            batch[nb++] = imgs[i];
+        }
+        if (p->json && patina_extractor_has_json(p->ex)) {
+            /* Families with a full description (glcm: counts, properties,
+             * Haralick features) print it instead of the vector. */
+            for (i = 0; i < nb; i++) {
+                char *members = NULL;
+                const char *name = names[where[i]];
+                s = patina_extractor_json(p->ex, &batch[i], &members);
+                if (s != PATINA_OK) {
+                    cli_error("extract", "'%s': %s", name, patina_last_error());
+                    rc = EXIT_PARTIAL;
+                    continue;
+                }
+                print_head(name, p->ex);
+                fputc(',', stdout);
+                fputs(members, stdout);
+                fputs("}\n", stdout);
+                free(members);
+            }
+        } else if (nb) {
+            s = patina_extract_batch(ctx, p->ex, io->device, descs, batch, nb, st);
+            if (s != PATINA_OK) {
+                cli_status_error("extract", s);
+                for (i = 0; i < n; i++) patina_image_release(&imgs[i]);
+                free(res);
+                return EXIT_ERROR;
+            }
+            for (i = 0; i < nb; i++) {
+                const char *name = names[where[i]];
+                if (st[i] != PATINA_OK) {
+                    char msg[PATINA_ERROR_MAX];
+                    cli_extract_error(msg, sizeof msg, ctx, p->ex, &batch[i], name, st[i]);
+                    cli_error("extract", "%s", msg);
+                    rc = EXIT_PARTIAL;
+                    continue;
+                }
+                if (print_record(p, name, descs + i * p->bytes) != EXIT_OK) rc = EXIT_PARTIAL;
+            }
+        }
+        for (i = 0; i < n; i++) patina_image_release(&imgs[i]);
+        f += n;
+    }
+    free(res);
+    return rc;
+}
+
 static int run_extract(const cli_args_t *a)
 {
     const char *family = cli_get(a, "family")->text;
     const char *mapdir = cli_get(a, "map")->set ? cli_get(a, "map")->text : NULL;
-    int json = cli_get(a, "format")->i == 1, bin = cli_get(a, "format")->i == 2;
-    int rootsift, signature;
-    patina_device device;
-    patina_load_opts_t lopts;
+    int json = cli_get(a, "format")->i == 1, bin = cli_get(a, "format")->i == 2, on_host;
+    patina_index_opts_t io;
     patina_extractor_t *ex = NULL;
     patina_context_t *ctx = NULL;
-    patina_image_t imgs[WINDOW], batch[WINDOW];
-    patina_load_result_t *res = NULL;
-    size_t where[WINDOW];   /* batch index -> window index */
-    patina_status st[WINDOW];
     unsigned char *descs = NULL;
+    printer_t pr;
     int rc = EXIT_OK;
-    size_t bytes, dim, i, f;
+    size_t bytes;
     patina_status s;
 
-    if (patina_device_parse(&device, cli_get(a, "device")->text) != PATINA_OK) {
+    patina_index_opts_init(&io);
+    if (patina_device_parse(&io.device, cli_get(a, "device")->text) != PATINA_OK ||
+        patina_jpeg_decoder_parse(&io.jpeg_decoder, cli_get(a, "decoder")->text) != PATINA_OK) {
         cli_status_error("extract", PATINA_E_INVALID);
         return EXIT_USAGE;
     }
-    patina_load_opts_init(&lopts);
-    lopts.strict = (int)cli_get(a, "strict")->i;
-    lopts.apply_orientation = (int)cli_get(a, "exif-orientation")->i;
-    lopts.batch_memory = cli_get(a, "batch-memory")->bytes;
+    io.strict = (int)cli_get(a, "strict")->i;
+    io.apply_orientation = (int)cli_get(a, "exif-orientation")->i;
+    io.batch_memory = cli_get(a, "batch-memory")->bytes;
     if ((s = patina_extractor_new(&ex, family)) != PATINA_OK) {
         cli_status_error("extract", s);
         return EXIT_USAGE;
@@ -247,6 +423,13 @@ static int run_extract(const cli_args_t *a)
     if (mapdir && !patina_extractor_has_codemap(ex)) {
         cli_error("extract", "--map: family '%s' has no code maps (lbp, lbp8, tlbap and lanadp do)",
                   patina_extractor_family(ex));
+        patina_extractor_free(ex);
+        return EXIT_USAGE;
+    }
+    on_host = mapdir || (json && patina_extractor_has_json(ex));
+    if (on_host && io.jpeg_decoder != PATINA_JPEG_AUTO && io.jpeg_decoder != PATINA_JPEG_LIBJPEG) {
+        cli_error("extract", "--decoder %s: %s reads the decoded pixels on the host; use libjpeg or auto",
+                  cli_get(a, "decoder")->text, mapdir ? "--map" : "the JSON description of this family");
         patina_extractor_free(ex);
         return EXIT_USAGE;
     }
@@ -271,118 +454,27 @@ static int run_extract(const cli_args_t *a)
         goto out;
     }
     if (bin) bin_header(ex, bytes);
-    dim = patina_extractor_dim(ex);
-    rootsift = (patina_extractor_caps(ex) & PATINA_CAP_KEYPOINTS) != 0;
-    signature = (patina_extractor_caps(ex) & PATINA_CAP_CENTROIDS) != 0;
+    memset(&pr, 0, sizeof pr);
+    pr.ex = ex;
+    pr.bytes = bytes;
+    pr.dim = patina_extractor_dim(ex);
+    pr.json = json;
+    pr.bin = bin;
+    pr.rootsift = (patina_extractor_caps(ex) & PATINA_CAP_KEYPOINTS) != 0;
+    pr.signature = (patina_extractor_caps(ex) & PATINA_CAP_CENTROIDS) != 0;
     descs = malloc(WINDOW * (bytes ? bytes : 1));
-    res = malloc(WINDOW * sizeof *res);
-    if (!descs || !res) {
+    if (!descs) {
         cli_error("extract", "out of memory");
         rc = EXIT_ERROR;
         goto out;
     }
-    for (f = 0; f < a->noperands;) {
-        const char *const *names = a->operands + f;
-        size_t want = a->noperands - f < WINDOW ? a->noperands - f : WINDOW, n = 0, nb = 0;
-        s = patina_load_files(ctx, imgs, res, &n, names, want, &lopts);
-        if (s != PATINA_OK) {
-            cli_status_error("extract", s);
-            rc = EXIT_ERROR;
-            goto out;
-        }
-        /* Messages in input order; the decoded images form the batch. */
-        for (i = 0; i < n; i++) {
-            if (res[i].report.warnings && res[i].status == PATINA_OK)
-                cli_error("extract", "%s", res[i].report.warning);
-            if (res[i].status != PATINA_OK) {
-                cli_error("extract", "%s", res[i].error);
-                rc = EXIT_PARTIAL;
-                continue;
-            }
-            if (mapdir && write_map(ctx, ex, mapdir, names[i], &imgs[i]) != PATINA_OK) {
-                cli_error("extract", "'%s': code map: %s", names[i], patina_last_error());
-                rc = EXIT_PARTIAL;
-            }
-            where[nb] = i;
-            batch[nb++] = imgs[i];
-        }
-        if (json && patina_extractor_has_json(ex)) {
-            /* Families with a full description (glcm: counts, properties,
-             * Haralick features) print it instead of the vector. */
-            for (i = 0; i < nb; i++) {
-                char *members = NULL;
-                const char *name = names[where[i]];
-                s = patina_extractor_json(ex, &batch[i], &members);
-                if (s != PATINA_OK) {
-                    cli_error("extract", "'%s': %s", name, patina_last_error());
-                    rc = EXIT_PARTIAL;
-                    continue;
-                }
-                print_head(name, ex);
-                fputc(',', stdout);
-                fputs(members, stdout);
-                fputs("}\n", stdout);
-                free(members);
-            }
-        } else if (nb) {
-            s = patina_extract_batch(ctx, ex, device, descs, batch, nb, st);
-            if (s != PATINA_OK) {
-                cli_status_error("extract", s);
-                for (i = 0; i < n; i++) patina_image_release(&imgs[i]);
-                rc = EXIT_ERROR;
-                goto out;
-            }
-            for (i = 0; i < nb; i++) {
-                const unsigned char *d = descs + i * bytes;
-                const char *name = names[where[i]];
-                size_t k;
-                if (st[i] != PATINA_OK) {
-                    char msg[PATINA_ERROR_MAX];
-                    cli_extract_error(msg, sizeof msg, ctx, ex, &batch[i], name, st[i]);
-                    cli_error("extract", "%s", msg);
-                    rc = EXIT_PARTIAL;
-                    continue;
-                }
-                if (bin) {
-                    bin_record(name, d, bytes);
-                } else if (rootsift) {
-                    if (print_rootsift(name, ex, d, bytes, json) != PATINA_OK) {
-                        cli_error("extract", "'%s': %s", name, patina_last_error());
-                        rc = EXIT_PARTIAL;
-                    }
-                } else if (signature) {
-                    if (print_signature(name, ex, d, bytes, json) != PATINA_OK) {
-                        cli_error("extract", "'%s': %s", name, patina_last_error());
-                        rc = EXIT_PARTIAL;
-                    }
-                } else if (json) {
-                    print_head(name, ex);
-                    fputs(",\"descriptor\":[", stdout);
-                    for (k = 0; k < dim; k++) {
-                        if (k) fputc(',', stdout);
-                        cli_print_elem(stdout, patina_extractor_elem(ex), d, k);
-                    }
-                    fputs("]}\n", stdout);
-                } else {
-                    cli_csv_field(stdout, name);
-                    for (k = 0; k < dim; k++) {
-                        fputc(',', stdout);
-                        cli_print_elem(stdout, patina_extractor_elem(ex), d, k);
-                    }
-                    fputc('\n', stdout);
-                }
-            }
-        }
-        for (i = 0; i < n; i++) patina_image_release(&imgs[i]);
-        f += n;
-    }
+    rc = on_host ? extract_on_host(ctx, &pr, a, &io, mapdir, descs) : extract_direct(ctx, &pr, a, &io, descs);
 out:
     if (fflush(stdout) != 0) {
         cli_error("extract", "cannot write the output");
         rc = EXIT_ERROR;
     }
     free(descs);
-    free(res);
     patina_context_free(ctx);
     patina_extractor_free(ex);
     return rc;

@@ -299,7 +299,8 @@ typedef struct clu_ingest_opts {
     patina_device device;    /* where descriptors are computed (AUTO) */
     int strict;              /* decoder warnings fail the file */
     int apply_orientation;   /* JPEGs turned by their EXIF orientation */
-    uint64_t batch_memory;   /* patina_load_opts_t's (0: its default) */
+    uint64_t batch_memory;   /* patina_index_opts_t's (0: its default) */
+    patina_jpeg_decoder decoder; /* the indexing pipeline's choice (AUTO: the exact GPU decoder on a GPU run) */
 } clu_ingest_opts_t;
 
 typedef struct clu_ingest clu_ingest_t;

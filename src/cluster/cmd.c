@@ -615,6 +615,7 @@ static void ingest_opts(const cli_args_t *a, clu_ingest_opts_t *io, patina_devic
     io->strict = (int)cli_get(a, "strict")->i;
     io->apply_orientation = (int)cli_get(a, "exif-orientation")->i;
     io->batch_memory = cli_get(a, "batch-memory")->bytes;
+    if (cli_get(a, "decoder")->set) (void)patina_jpeg_decoder_parse(&io->decoder, cli_get(a, "decoder")->text);
 }
 
 int clu_cli_index(const cli_args_t *a)

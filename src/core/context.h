@@ -50,6 +50,15 @@ patina_status patina_gpu_jpeg_open(patina_jpeg_gpu_t **d, patina_gpu_t *g, const
                                    int lanes);
 void patina_gpu_jpeg_close(patina_jpeg_gpu_t *d); /* accepts NULL */
 
+/* The exact JPEG decoder on a device (gpu/gpu.h, src/gpu/jpeg_exact.cu): its
+ * memory is allocated on first use: pinned staging and device buffers for
+ * the coefficients of one round of images (a size derived from g's budget,
+ * 64..256 MiB), the component planes, and an arena for the RGB images of the
+ * last call. One thread at a time. */
+typedef struct patina_jpegx_gpu patina_jpegx_gpu_t;
+patina_status patina_gpu_jpegx_open(patina_jpegx_gpu_t **d, patina_gpu_t *g);
+void patina_gpu_jpegx_close(patina_jpegx_gpu_t *d); /* accepts NULL */
+
 /* The device context's memory in words: budget, bytes held, and each
  * allocation with its owner and purpose. */
 void patina_gpu__plan(const patina_gpu_t *g, char *buf, size_t size);
@@ -103,6 +112,13 @@ int patina__context_gpu_usable(patina_context_t *ctx);
  * opened once per context with its nvJPEG settings: creating them costs far
  * more than a batch. The caller holds the GPU turn. */
 patina_status patina__context_jpeg(patina_context_t *ctx, patina_jpeg_gpu_t *out[2]);
+
+/* The exact GPU JPEG decoder of patina_extract_files (gpu.h:
+ * patina_gpu_jpegx_*), opened once per context and kept (its staging is
+ * pinned memory, costly to create per call); its images are valid until its
+ * next call. The caller holds the workers' turn for as long as it uses the
+ * decoder or its images (one user at a time). */
+patina_status patina__context_jpegx(patina_context_t *ctx, patina_jpegx_gpu_t **out);
 
 #ifdef __cplusplus
 }

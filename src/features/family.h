@@ -49,8 +49,11 @@ typedef struct patina_family {
      * object members without braces ("\"glcm\":[...],\"props\":{...}") in
      * a malloc'd string the caller frees (NULL: the descriptor vector). */
     patina_status (*json)(const void *params, char **out, const patina_image_t *img);
-    /* Non-zero when .gpu reads images in device memory of the context's GPU
-     * in place (images decoded by nvJPEG). */
+    /* Non-zero when .gpu takes images in device memory of the context's GPU
+     * (decoded there: the exact decoder, nvJPEG) beside host images. Only
+     * an image its kernels leave to the C reference comes back to the host
+     * (patina_gpu_image_host), and glcm/haralick's with a mask or
+     * quant=none, whose levels are made on the host. */
     int gpu_reads_device;
 } patina_family_t;
 
@@ -61,8 +64,8 @@ struct patina_extractor {
     char spec[PATINA_PARAMS_MAX + 64];
 };
 
-/* Non-zero when the extractor's GPU path reads images in device memory
- * (images decoded by nvJPEG) in place. */
+/* Non-zero when the extractor's GPU path takes images in device memory
+ * (decoded on the GPU). */
 int patina__extractor_reads_device(const patina_extractor_t *ex);
 
 extern const patina_family_t patina_family_cedd;

@@ -560,6 +560,12 @@ static patina_status gpu_mask_for(const uint8_t **out, gpu_mask_t *masks, size_t
 }
 
 /* The glcm (haralick = 0) or haralick (form) vectors of n images. */
+/* Whether the GPU makes the levels of device images itself (gpu_batch). */
+static int levels_on_device(const glcm_req_t *r, const char *maskpath)
+{
+    return strcmp(maskpath, "none") == 0 && r->quant == PATINA_GLCM_QUANT_UNIFORM;
+}
+
 static patina_status gpu_batch(patina_gpu_t *g, double *out, const glcm_req_t *r, int haralick, int form,
                                const char *maskpath, const patina_image_t *imgs, size_t n,
                                patina_status *st)
@@ -594,8 +600,20 @@ static patina_status gpu_batch(patina_gpu_t *g, double *out, const glcm_req_t *r
     }
     {
         gpu_job_t job = {r, imgs, mask};
-        pgpu_glcm_src_t src = {n, w, h, masked, gpu_rows, &job};
+        pgpu_glcm_src_t src = {n, w, h, masked, gpu_rows, &job, NULL, r->levels};
+        patina_image_t *dev = NULL;
+        if (levels_on_device(r, maskpath)) /* images decoded on the GPU: their levels are made there */
+            for (size_t i = 0; i < n; i++)
+                if (pre[i] == PATINA_OK && w[i] > 0 && h[i] > 0 && patina_gpu_image_on_device(&imgs[i])) {
+                    if (!dev && !(dev = calloc(n, sizeof *dev))) {
+                        s = patina__fail(PATINA_E_NOMEM, "glcm: out of memory for a batch of %zu images", n);
+                        goto done;
+                    }
+                    dev[i] = imgs[i];
+                }
+        src.dev = dev;
         s = patina_gpu_glcm_features(g, props, har, &src, r->levels, r->off, noff, r->symmetric, rows_st);
+        free(dev);
     }
     if (s != PATINA_OK) goto done;
     for (size_t i = 0; i < n; i++) {
@@ -630,6 +648,42 @@ done:
     return s;
 }
 
+/* Images decoded on the GPU (device pixels). Without a mask and with uniform
+ * quantisation their levels are made on the device (pgpu_glcm_src_t.dev:
+ * the pixels stay there); a mask or quant=none is applied on the host
+ * (gpu_rows, the C reference's rules), so for those such images come to the
+ * host first. *views = NULL when no image has to come (use imgs), else (n)
+ * views: host copies of those, the other images borrowed; free_views frees
+ * them. */
+static void free_views(patina_image_t *views, size_t n);
+
+static patina_status host_views(patina_image_t **views, const patina_image_t *imgs, size_t n, int on_device)
+{
+    size_t i, ndev = 0;
+    *views = NULL;
+    if (!on_device)
+        for (i = 0; i < n; i++) ndev += patina_gpu_image_on_device(&imgs[i]) != 0;
+    if (!ndev) return PATINA_OK;
+    if (!(*views = calloc(n, sizeof **views)))
+        return patina__fail(PATINA_E_NOMEM, "glcm: out of memory for %zu image views", n);
+    for (i = 0; i < n; i++) {
+        patina_status s = patina_gpu_image_host(&(*views)[i], &imgs[i]);
+        if (s != PATINA_OK) { /* out of memory, or a CUDA error: the call fails */
+            free_views(*views, i);
+            *views = NULL;
+            return s;
+        }
+    }
+    return PATINA_OK;
+}
+
+static void free_views(patina_image_t *views, size_t n)
+{
+    if (!views) return;
+    for (size_t i = 0; i < n; i++) patina_image_release(&views[i]);
+    free(views);
+}
+
 /* A mask at levels = 256 leaves no spare level for the GPU: the C reference
  * runs the batch. */
 static patina_status cpu_batch(patina_status (*one)(const void *, void *, const patina_image_t *),
@@ -649,10 +703,16 @@ static patina_status glcm_gpu(patina_gpu_t *g, const void *params, void *out,
 {
     const glcm_params_t *p = params;
     glcm_req_t r;
+    patina_image_t *views;
+    patina_status s;
     PATINA_TRY(params_req(&r, p, "glcm"));
+    PATINA_TRY(host_views(&views, imgs, n, levels_on_device(&r, p->mask)));
     if (strcmp(p->mask, "none") != 0 && r.levels > 255)
-        return cpu_batch(glcm_cpu, params, out, glcm_dim(params) * sizeof(double), imgs, n, st);
-    return gpu_batch(g, out, &r, 0, 0, p->mask, imgs, n, st);
+        s = cpu_batch(glcm_cpu, params, out, glcm_dim(params) * sizeof(double), views ? views : imgs, n, st);
+    else
+        s = gpu_batch(g, out, &r, 0, 0, p->mask, views ? views : imgs, n, st);
+    free_views(views, n);
+    return s;
 }
 
 static patina_status haralick_gpu(patina_gpu_t *g, const void *params, void *out,
@@ -660,11 +720,17 @@ static patina_status haralick_gpu(patina_gpu_t *g, const void *params, void *out
 {
     const glcm_params_t *p = params;
     glcm_req_t r;
+    patina_image_t *views;
+    patina_status s;
     PATINA_TRY(params_req(&r, p, "haralick"));
+    PATINA_TRY(host_views(&views, imgs, n, levels_on_device(&r, p->mask)));
     if (strcmp(p->mask, "none") != 0 && r.levels > 255)
-        return cpu_batch(haralick_cpu, params, out, haralick_dim(params) * sizeof(double), imgs, n,
-                         st);
-    return gpu_batch(g, out, &r, 1, p->form, p->mask, imgs, n, st);
+        s = cpu_batch(haralick_cpu, params, out, haralick_dim(params) * sizeof(double), views ? views : imgs, n,
+                      st);
+    else
+        s = gpu_batch(g, out, &r, 1, p->form, p->mask, views ? views : imgs, n, st);
+    free_views(views, n);
+    return s;
 }
 
 const patina_family_t patina_family_glcm = {
@@ -682,6 +748,7 @@ const patina_family_t patina_family_glcm = {
     .gpu = glcm_gpu,
     .hybrid = NULL,
     .json = glcm_json,
+    .gpu_reads_device = 1,
 };
 
 const patina_family_t patina_family_haralick = {
@@ -699,4 +766,5 @@ const patina_family_t patina_family_haralick = {
     .gpu = haralick_gpu,
     .hybrid = NULL,
     .json = NULL,
+    .gpu_reads_device = 1,
 };

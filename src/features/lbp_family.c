@@ -181,8 +181,11 @@ static patina_status gpu_kind(int kind, patina_gpu_t *g, const void *params, voi
     s = patina_gpu_lbp(g, &gc, (uint32_t *)out, imgs, n, mine);
     for (i = 0; i < n; i++) {
         unsigned char *o = (unsigned char *)out + i * bytes;
-        if (s == PATINA_OK && mine[i] == PATINA_E_LIMIT) {
-            mine[i] = cpu_kind(kind, params, o, &imgs[i]);
+        if (s == PATINA_OK && mine[i] == PATINA_E_LIMIT) { /* the C reference, on a host view */
+            patina_image_t host;
+            mine[i] = patina_gpu_image_host(&host, &imgs[i]);
+            if (mine[i] == PATINA_OK) mine[i] = cpu_kind(kind, params, o, &host);
+            patina_image_release(&host);
             if (mine[i] != PATINA_OK) memset(o, 0, bytes);
         } else if (mine[i] == PATINA_OK && counts) {
             memcpy(counts, o, bytes);
@@ -249,6 +252,7 @@ static pdist_t distance_for(const void *params)
         .elem_for = elem_for,                                                                   \
         .distance_for = distance_for,                                                           \
         .codemap = fam_##NAME##_codemap,                                                              \
+        .gpu_reads_device = 1,                                                                  \
     };
 
 LBP_FAMILY(lbp, LBP_KIND_CIRCULAR, lbp_opts,

@@ -478,6 +478,18 @@ patina_status rs_gpu_conf(patina_gpu_rootsift_conf_t *c, const rootsift_params_t
     return PATINA_OK;
 }
 
+/* rs_extract on a host view of img (an image decoded on the GPU comes to
+ * the host for it). */
+static patina_status rs_extract_host(const rootsift_params_t *p, size_t budget, void *out, const patina_image_t *img)
+{
+    patina_image_t host;
+    patina_status s = patina_gpu_image_host(&host, img);
+    if (s == PATINA_OK) s = rs_extract(p, budget, out, &host);
+    else memset(out, 0, rs_record_bytes(budget, (uint32_t)p->quant));
+    patina_image_release(&host);
+    return s;
+}
+
 patina_status rs_extract_gpu(patina_gpu_t *g, const rootsift_params_t *p, size_t budget, void *out,
                              const patina_image_t *imgs, size_t n, patina_status *st)
 {
@@ -512,7 +524,7 @@ patina_status rs_extract_gpu(patina_gpu_t *g, const rootsift_params_t *p, size_t
         }
         if (oc > PGPU_RS_MAXOCT) oc = 0;
         if (oc <= 0) {
-            patina_status si = rs_extract(p, budget, o + i * bytes, img);
+            patina_status si = rs_extract_host(p, budget, o + i * bytes, img);
             if (st) st[i] = si;
             continue;
         }
@@ -531,7 +543,7 @@ patina_status rs_extract_gpu(patina_gpu_t *g, const rootsift_params_t *p, size_t
     for (size_t j = 0; j < m; j++) {
         unsigned char *dst = o + map[j] * bytes;
         patina_status sj = s != PATINA_OK ? s : mine[j];
-        if (sj == PATINA_E_LIMIT && s == PATINA_OK) sj = rs_extract(p, budget, dst, &imgs[map[j]]); /* the CPU's */
+        if (sj == PATINA_E_LIMIT && s == PATINA_OK) sj = rs_extract_host(p, budget, dst, &imgs[map[j]]); /* the CPU's */
         else if (sj != PATINA_OK) memset(dst, 0, bytes);
         if (st) st[map[j]] = sj;
     }
@@ -618,4 +630,5 @@ const patina_family_t patina_family_rootsift = {
     .cpu = rootsift_cpu,
     .gpu = PATINA_HAVE_CUDA ? rootsift_gpu : NULL,
     .hybrid = NULL,
+    .gpu_reads_device = 1,
 };

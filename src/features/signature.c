@@ -554,7 +554,12 @@ static patina_status sig_gpu(patina_gpu_t *g, const void *params, void *out, con
             memcpy(dst, o + j * dim, dim * sizeof(float));
             memset(o + j * dim, 0, dim * sizeof(float));
         }
-        if (s == PATINA_OK && mine[j] == PATINA_E_LIMIT) mine[j] = sig_extract_with(p, pts, seeds, dst, &imgs[map[j]]);
+        if (s == PATINA_OK && mine[j] == PATINA_E_LIMIT) { /* the C reference, on a host view */
+            patina_image_t host;
+            mine[j] = patina_gpu_image_host(&host, &imgs[map[j]]);
+            if (mine[j] == PATINA_OK) mine[j] = sig_extract_with(p, pts, seeds, dst, &host);
+            patina_image_release(&host);
+        }
         if (s != PATINA_OK) mine[j] = s;
         if (mine[j] != PATINA_OK) memset(dst, 0, dim * sizeof(float));
         if (st) st[map[j]] = mine[j];
@@ -584,6 +589,7 @@ const patina_family_t patina_family_signature = {
     .cpu = sig_cpu,
     .gpu = PATINA_HAVE_CUDA ? sig_gpu : NULL,
     .hybrid = NULL,
+    .gpu_reads_device = 1,
 };
 
 /* ------------------------------------------------------------- public view */

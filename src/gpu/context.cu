@@ -99,6 +99,44 @@ patina_status patina_gpu__upload(patina_gpu_t *g, void *dst, const void *src, si
     return PATINA_OK;
 }
 
+/* ------------------------------------------------------- device images */
+
+int patina_gpu_image_on_device(const patina_image_t *img)
+{
+    cudaPointerAttributes a;
+    if (!img || !img->data) return 0;
+    if (cudaPointerGetAttributes(&a, img->data) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+patina_status patina_gpu_image_host(patina_image_t *host, const patina_image_t *img)
+{
+    size_t rb;
+    *host = *img;
+    host->owned = 0;
+    if (!patina_gpu_image_on_device(img) || img->width <= 0 || img->height <= 0) return PATINA_OK;
+    rb = 3 * (size_t)img->width;
+    host->data = (uint8_t *)malloc(rb * (size_t)img->height);
+    host->stride = rb;
+    if (!host->data) {
+        memset(host, 0, sizeof *host);
+        return patina__fail(PATINA_E_NOMEM, "gpu: out of memory for a host copy of a %dx%d device image",
+                            img->width, img->height);
+    }
+    host->owned = 1;
+    if (cudaMemcpy2D(host->data, rb, img->data, img->stride, rb, (size_t)img->height, cudaMemcpyDefault) !=
+        cudaSuccess) {
+        cudaError_t e = cudaGetLastError();
+        free(host->data);
+        memset(host, 0, sizeof *host);
+        return pgpu_fail((int)e, "cudaMemcpy2D(device image to host)", __FILE__, __LINE__);
+    }
+    return PATINA_OK;
+}
+
 /* ------------------------------------------------------- coalesced copies */
 
 patina_status pgpu_copy_flush(pgpu_copy_run_t *r, void *stream)

@@ -41,6 +41,7 @@
 
 #include "core/internal.h"
 #include "algo/glcm_core.h"
+#include "algo/grey.h"
 #include "gpu/context.h"
 #include "gpu/glcm.h"
 #include "gpu/glcm_internal.cuh"
@@ -347,10 +348,28 @@ static int is_pinned(const void *p)
     return a.type == cudaMemoryTypeHost;
 }
 
-/* Image i is copied from the caller's memory without staging. */
+/* Image i is not staged by host threads: 1, its levels are copied from the
+ * caller's pinned memory; GLCM_DEV_RGB, they are made on the device from its
+ * RGB in device memory (k_levels); 0, staged. */
 static int src_direct(const glcm_source *s, size_t i)
 {
+    if (s->src && s->src->dev && s->src->dev[i].data) return GLCM_DEV_RGB;
     return s->grey && !s->grey[i].mask && is_pinned(s->grey[i].q);
+}
+
+/* Rows of a device RGB image (rows `stride` bytes apart, w pixels) to grey
+ * levels at dst (rows `pitch` apart): the C path's rules, grey_bt601 then
+ * uniform quantisation (grey * levels) >> 8 (patina_glcm_quantize). */
+__global__ void k_levels(const uint8_t *__restrict__ rgb, size_t stride, int w, int rows, uint8_t *__restrict__ dst,
+                         size_t pitch, int levels)
+{
+    const int x = blockIdx.x * blockDim.x + threadIdx.x;
+    if (x >= w) return;
+    for (int y = blockIdx.y; y < rows; y += gridDim.y) {
+        const uint8_t *p = rgb + (size_t)y * stride + 3 * (size_t)x;
+        const unsigned g = grey_bt601(p[0], p[1], p[2]);
+        dst[(size_t)y * pitch + x] = (uint8_t)((g * (unsigned)levels) >> 8);
+    }
 }
 
 /* Rows [r0, r1) of image i into dst (rows `pitch` apart), a mask encoded as
@@ -603,7 +622,17 @@ static patina_status slot_fill(patina_gpu_t *g, glcm_state *c, const glcm_source
                                cudaMemcpyHostToDevice, s->s));
         r_lo = r_hi = 0;
         if (!pc) break;
-        if (pc->direct) {
+        if (pc->direct == GLCM_DEV_RGB) {
+            const patina_image_t *im = &src->src->dev[pc->img];
+            const int rows = pc->hi - pc->lo;
+            const dim3 grid((unsigned)((im->width + 127) / 128), (unsigned)(rows < 65535 ? rows : 65535));
+            if (rows > 0) {
+                k_levels<<<grid, 128, 0, s->s>>>(im->data + (size_t)pc->lo * im->stride, im->stride, im->width, rows,
+                                                 s->d_buf + GLCM_GUARD + pc->off, glcm_pitch(im->width),
+                                                 src->src->dev_levels);
+                CK(cudaGetLastError());
+            }
+        } else if (pc->direct) {
             const patina_gpu_grey_t *im = &src->grey[pc->img];
             CK(cudaMemcpy2DAsync(s->d_buf + GLCM_GUARD + pc->off, glcm_pitch(im->w),
                                  im->q + (size_t)pc->lo * im->stride, im->stride, (size_t)im->w,

@@ -38,7 +38,9 @@ struct glcm_slot {
 };
 
 /* A tile in a slot: rows [lo, hi) of image img at byte `off` of the slot;
- * direct: copied from the caller's pinned memory, not staged. */
+ * direct: not staged: 1 copied from the caller's pinned grey levels,
+ * GLCM_DEV_RGB made into levels on the device from RGB in device memory. */
+#define GLCM_DEV_RGB 2
 struct glcm_piece {
     size_t img;
     int lo, hi;

@@ -78,14 +78,7 @@ patina_status patina_gpu_jpeg_decode(patina_jpeg_gpu_t *d, patina_image_t *out,
  * configures it): entropy decoding by libjpeg-turbo on the CPU threads of a
  * pool (src/image/jpeg_exact.h), the integer arithmetic after it
  * (src/algo/jpeg_exact_core.h) on the device, many images per launch. */
-typedef struct patina_jpegx_gpu patina_jpegx_gpu_t;
-
-/* A decoder on g's device; its memory is allocated on first use: pinned
- * staging and device buffers for the coefficients of one round of images
- * (a size derived from g's budget, 64..256 MiB), the component planes, and
- * an arena for the RGB images of the last call. One thread at a time. */
-patina_status patina_gpu_jpegx_open(patina_jpegx_gpu_t **d, patina_gpu_t *g);
-void patina_gpu_jpegx_close(patina_jpegx_gpu_t *d); /* accepts NULL */
+/* patina_gpu_jpegx_open and _close: core/context.h. */
 
 /* Decodes n JPEG streams into RGB images in device memory owned by d
  * (out[i].owned = 0, stride 3w rounded up to 128 bytes), valid until the next
@@ -109,6 +102,17 @@ patina_status patina_gpu_jpegx_decode(patina_jpegx_gpu_t *d, patina_pool_t *pool
 struct jx_image;
 patina_status patina_gpu_jpegx_pixels(patina_jpegx_gpu_t *d, patina_image_t *out, const struct jx_image *im,
                                       const int16_t *const *coef, size_t n, patina_status *st);
+
+/* ---- device-resident images (the decoders above leave them there) ----
+ * Non-zero when img's pixels are in device memory (of any GPU): only a
+ * GPU path may read them. A host pointer, or a build without CUDA: 0. */
+int patina_gpu_image_on_device(const patina_image_t *img);
+
+/* A host view of img for a family's CPU fallback (an image its kernels
+ * leave, PATINA_E_LIMIT): *host = *img (borrowed, owned = 0) when the pixels
+ * are in host memory, else a host copy of them (owned; patina_image_release
+ * frees it). PATINA_E_NOMEM or a CUDA error (the message says which). */
+patina_status patina_gpu_image_host(patina_image_t *host, const patina_image_t *img);
 
 /* ---- exact k-NN on the GPU (src/gpu/knn.cu; src/search/knn.c prepares) ---- */
 
@@ -511,6 +515,13 @@ typedef struct pgpu_glcm_src {
     int masked;             /* rows() encodes a mask (levels <= 255) */
     pgpu_glcm_rows_fn rows;
     void *arg;
+    /* (n) or NULL: an image i with dev[i].data non-NULL is RGB in this GPU's
+     * memory (decoded there), made into levels on the device by the C
+     * reference's rules (grey by algo/grey.h, uniform quantisation to
+     * dev_levels: (grey * dev_levels) >> 8; no mask); rows() is not called
+     * for it. */
+    const patina_image_t *dev;
+    int dev_levels;
 } pgpu_glcm_src_t;
 
 /* The glcm and haralick families' primitive: the counts of src's images

@@ -62,6 +62,19 @@ void *patina_gpu__dev_alloc(patina_gpu_t *g, size_t bytes)
 
 void patina_gpu__dev_free(patina_gpu_t *g, void *p) { (void)g; (void)p; }
 
+int patina_gpu_image_on_device(const patina_image_t *img)
+{
+    (void)img;
+    return 0;
+}
+
+patina_status patina_gpu_image_host(patina_image_t *host, const patina_image_t *img)
+{
+    *host = *img; /* without CUDA every image is in host memory */
+    host->owned = 0;
+    return PATINA_OK;
+}
+
 patina_status patina_gpu__upload(patina_gpu_t *g, void *dst, const void *src, size_t bytes)
 {
     (void)g; (void)dst; (void)src; (void)bytes;

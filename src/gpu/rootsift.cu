@@ -33,7 +33,8 @@
  * Memory (state PGPU_FAM_ROOTSIFT): one arena from the context's budget,
  * split between the pipeline's slots ("The pipeline" below), each holding
  * a sub-batch: its images' grey levels (computed on the host, 1 byte per
- * pixel), its records, and per image the area downscale's row pass, the
+ * pixel; an image decoded on the GPU comes to the host for them first, a
+ * copy of 3 bytes per pixel), its records, and per image the area downscale's row pass, the
  * float image, the current octave's S + 3 levels, a temporary level and
  * S + 2 DoG levels (the first octave's size, reused by every octave), the
  * gradients of every octave (the descriptors of the kept features need
@@ -1473,13 +1474,29 @@ static patina_status rs_stage(patina_gpu_t *g, rs_state *St, const patina_gpu_ro
                               uint8_t *h_grey)
 {
     size_t nbands = 0, off = 0;
+    patina_image_t *hv = NULL; /* host views of images decoded on the GPU (the bands read host memory) */
     for (size_t b = 0; b < nb; b++) {
         const patina_image_t *img = in[b].img;
+        if (patina_gpu_image_on_device(img)) {
+            patina_status s;
+            if (!hv && !(hv = (patina_image_t *)calloc(nb, sizeof *hv)))
+                return patina__fail(PATINA_E_NOMEM, "gpu: rootsift: out of host memory");
+            if ((s = patina_gpu_image_host(&hv[b], img)) != PATINA_OK) {
+                for (size_t i = 0; i < b; i++) patina_image_release(&hv[i]);
+                free(hv);
+                return s;
+            }
+            img = &hv[b];
+        }
         const size_t rows = RS_BAND_BYTES / (3 * (size_t)img->width) > 0 ? RS_BAND_BYTES / (3 * (size_t)img->width) : 1;
         const size_t need = nbands + ((size_t)img->height + rows - 1) / rows;
         if (need > St->band_cap) {
             rs_band *q = (rs_band *)realloc(St->band, 2 * need * sizeof *q);
-            if (!q) return patina__fail(PATINA_E_NOMEM, "gpu: rootsift: out of host memory");
+            if (!q) {
+                for (size_t i = 0; hv && i < nb; i++) patina_image_release(&hv[i]);
+                free(hv);
+                return patina__fail(PATINA_E_NOMEM, "gpu: rootsift: out of host memory");
+            }
             St->band = q;
             St->band_cap = 2 * need;
         }
@@ -1496,6 +1513,8 @@ static patina_status rs_stage(patina_gpu_t *g, rs_state *St, const patina_gpu_ro
         patina_pool_run(g->pool, nbands, rs_grey_task, St->band);
     else
         for (size_t j = 0; j < nbands; j++) rs_grey_task(St->band, j, 0);
+    for (size_t i = 0; hv && i < nb; i++) patina_image_release(&hv[i]);
+    free(hv);
     return PATINA_OK;
 }
 

@@ -664,6 +664,7 @@ static patina_status submit(sig_job *j, int si)
     sig_state *S = j->S;
     sig_slot *s = &S->slot[si];
     size_t used = 0;
+    unsigned char dev[SIG_BATCH_MAX]; /* 1: the image is in device memory (decoded on the GPU) */
     s->nimg = 0;
     while (j->next < j->n && (size_t)s->nimg < j->per_batch) {
         const patina_image_t *im = &j->imgs[j->next];
@@ -674,7 +675,10 @@ static patina_status submit(sig_job *j, int si)
             continue;
         }
         if (used + bytes > S->rgb_cap) break;
-        for (int y = 0; y < im->height; y++) memcpy(s->h_stage + used + (size_t)y * rb, im->data + (size_t)y * im->stride, rb);
+        dev[s->nimg] = (unsigned char)(patina_gpu_image_on_device(im) != 0);
+        if (!dev[s->nimg]) /* device images are copied on the device below */
+            for (int y = 0; y < im->height; y++)
+                memcpy(s->h_stage + used + (size_t)y * rb, im->data + (size_t)y * im->stride, rb);
         s->h_items[s->nimg].rgb_off = used;
         s->h_items[s->nimg].w = im->width;
         s->h_items[s->nimg].h = im->height;
@@ -685,6 +689,13 @@ static patina_status submit(sig_job *j, int si)
     if (s->nimg == 0) return PATINA_OK;
     const cudaStream_t st = s->stream;
     PGPU_CU(cudaMemcpyAsync(s->d_rgb, s->h_stage, used, cudaMemcpyHostToDevice, st));
+    for (int k = 0; k < s->nimg; k++) /* after the staged copy, on the same stream: these bytes win */
+        if (dev[k]) {
+            const patina_image_t *im = &j->imgs[s->idx[k]];
+            const size_t rb = 3 * (size_t)im->width;
+            PGPU_CU(cudaMemcpy2DAsync(s->d_rgb + s->h_items[k].rgb_off, rb, im->data, im->stride, rb,
+                                      (size_t)im->height, cudaMemcpyDeviceToDevice, st));
+        }
     PGPU_CU(cudaMemcpyAsync(s->d_items, s->h_items, (size_t)s->nimg * sizeof(sig_item), cudaMemcpyHostToDevice, st));
     const dim3 grid((unsigned)((j->c->samples + SIG_FEAT_THREADS - 1) / SIG_FEAT_THREADS), (unsigned)s->nimg);
     k_features<<<grid, SIG_FEAT_THREADS, 0, st>>>(s->d_rgb, s->d_items, S->d_pts, S->d_lin, S->d_log_keys,

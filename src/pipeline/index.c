@@ -852,6 +852,30 @@ static void *produce_main(void *v)
     return NULL;
 }
 
+/* The JPEG decoder of a run of extractors on their resolved devices (dev):
+ * auto is the exact GPU decoder when every extractor runs on the GPU and
+ * takes device images, else libjpeg-turbo. The GPU decoders need that. */
+static patina_status choose_decoder(patina_jpeg_decoder *out, patina_jpeg_decoder want,
+                                    const patina_extractor_t *const *ex, const patina_device *dev, size_t nex,
+                                    const char *who)
+{
+    size_t e;
+    for (e = 0; e < nex; e++)
+        if (dev[e] != PATINA_DEVICE_GPU || !patina__extractor_reads_device(ex[e])) break;
+    *out = want;
+    if (want == PATINA_JPEG_AUTO) *out = e == nex ? PATINA_JPEG_EXACT_GPU : PATINA_JPEG_LIBJPEG;
+    if ((want == PATINA_JPEG_NVJPEG || want == PATINA_JPEG_EXACT_GPU) && e < nex) {
+        const char *dname = want == PATINA_JPEG_NVJPEG ? "nvjpeg" : "exact-gpu";
+        if (dev[e] != PATINA_DEVICE_GPU)
+            return patina__fail(PATINA_E_INVALID, "%s: the %s decoder needs --device gpu (it leaves the images "
+                                "in GPU memory); %s runs on %s", who, dname, patina_extractor_family(ex[e]),
+                                patina_device_name(dev[e]));
+        return patina__fail(PATINA_E_INVALID, "%s: family '%s' cannot read GPU-decoded images; use the libjpeg "
+                            "decoder", who, patina_extractor_family(ex[e]));
+    }
+    return PATINA_OK;
+}
+
 void patina_index_opts_init(patina_index_opts_t *opts)
 {
     if (!opts) return;
@@ -1311,24 +1335,7 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     prod.share = opts.nvjpeg_share > 0 ? (opts.nvjpeg_share < 1 ? opts.nvjpeg_share : 1)
                  : opts.nvjpeg_share == 0 ? 1.0 : 0.7;
     /* auto: the exact GPU decoder where the images can stay on the device */
-    decoder = opts.jpeg_decoder;
-    if (decoder == PATINA_JPEG_AUTO)
-        decoder = dev == PATINA_DEVICE_GPU && patina__extractor_reads_device(ex) ? PATINA_JPEG_EXACT_GPU
-                                                                                 : PATINA_JPEG_LIBJPEG;
-    if (decoder == PATINA_JPEG_NVJPEG || decoder == PATINA_JPEG_EXACT_GPU) {
-        const char *dname = decoder == PATINA_JPEG_NVJPEG ? "nvjpeg" : "exact-gpu";
-        if (dev != PATINA_DEVICE_GPU) {
-            result = patina__fail(PATINA_E_INVALID, "index: the %s decoder needs --device gpu "
-                                  "(it leaves the images in GPU memory); this run uses %s",
-                                  dname, patina_device_name(dev));
-            goto done;
-        }
-        if (!patina__extractor_reads_device(ex)) {
-            result = patina__fail(PATINA_E_INVALID, "index: family '%s' cannot read GPU-decoded "
-                                  "images yet; use the libjpeg decoder", patina_extractor_family(ex));
-            goto done;
-        }
-    }
+    if ((result = choose_decoder(&decoder, opts.jpeg_decoder, &ex, &dev, 1, "index")) != PATINA_OK) goto done;
     if (decoder == PATINA_JPEG_NVJPEG && (result = patina__context_jpeg(ctx, jdec)) != PATINA_OK) goto done;
     if (decoder == PATINA_JPEG_EXACT_GPU) {
         patina_gpu_t *g;
@@ -1570,4 +1577,185 @@ patina_status patina_load_files(patina_context_t *ctx, patina_image_t *images,
     free(slots);
     *taken = take;
     return PATINA_OK;
+}
+
+/* ------------------------------------------------------- describing inputs */
+
+/* The first inputs whose encoded sizes fit in `budget`, at least one. */
+static size_t cut_inputs(const patina_input_t *in, size_t n, uint64_t budget)
+{
+    uint64_t used = 0;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        struct stat st;
+        uint64_t b = in[i].path ? (stat(in[i].path, &st) == 0 && S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0)
+                                : (uint64_t)in[i].size;
+        if (i > 0 && used + b > budget) break;
+        used += b;
+    }
+    return i;
+}
+
+/* Stage 1 for bytes in memory: copied into the slot (the decoders free
+ * it), probed and checked against the limits as read_one does. */
+static void take_bytes(slot_t *s, const patina_input_t *in, const patina_decode_opts_t *dopts)
+{
+    patina_status r;
+    if (!in->data && in->size) {
+        slot_fail(s, patina__fail(PATINA_E_INVALID, "extract: '%s': no data", s->path));
+        return;
+    }
+    s->data = malloc(in->size ? in->size : 1);
+    if (!s->data) {
+        slot_fail(s, patina__fail(PATINA_E_NOMEM, "extract: out of memory for the %zu bytes of '%s'", in->size,
+                                  s->path));
+        return;
+    }
+    if (in->size) memcpy(s->data, in->data, in->size);
+    s->size = in->size;
+    r = patina_image_probe(&s->info, s->data, s->size, s->path);
+    if (r == PATINA_OK) r = patina_limits_check(&dopts->limits, &s->info, s->path);
+    if (r != PATINA_OK) {
+        slot_fail(s, r);
+        return;
+    }
+    s->state = SLOT_READ;
+}
+
+patina_status patina_extract_files(patina_context_t *ctx, const patina_extractor_t *const *ex, size_t nex,
+                                   void *const *descs, patina_extract_result_t *results, size_t *taken,
+                                   const patina_input_t *in, size_t n, const patina_index_opts_t *opts)
+{
+    patina_index_opts_t o;
+    patina_decode_opts_t dopts;
+    patina_jpeg_decoder decoder;
+    patina_device *dev = NULL;
+    slot_t *slots = NULL;
+    patina_image_t *imgs = NULL;
+    patina_status *st = NULL, s = PATINA_OK;
+    size_t *map = NULL, take, i, e, nb = 0, maxbytes = 1;
+    unsigned char *tmp = NULL;
+    producer_t prod;
+    window_t w;
+    job_t job;
+    if (taken) *taken = 0;
+    if (!ctx || !taken || (n && (!ex || !nex || !descs || !results || !in)))
+        return patina__fail(PATINA_E_INVALID, "extract: NULL argument");
+    if (n == 0) return PATINA_OK;
+    for (e = 0; e < nex; e++)
+        if (!ex[e] || !descs[e]) return patina__fail(PATINA_E_INVALID, "extract: NULL extractor or record buffer %zu", e);
+    if (opts) o = *opts;
+    else patina_index_opts_init(&o);
+    if (!o.batch_memory) o.batch_memory = PATINA_DEFAULT_BATCH_MEMORY;
+    if (!(dev = malloc(nex * sizeof *dev))) return patina__fail(PATINA_E_NOMEM, "extract: out of memory");
+    for (e = 0; e < nex && s == PATINA_OK; e++) {
+        s = patina_context_resolve(ctx, ex[e], o.device, &dev[e]);
+        if (patina_extractor_bytes(ex[e]) > maxbytes) maxbytes = patina_extractor_bytes(ex[e]);
+    }
+    if (s == PATINA_OK) s = choose_decoder(&decoder, o.jpeg_decoder, ex, dev, nex, "extract");
+    if (s != PATINA_OK) {
+        free(dev);
+        return s;
+    }
+    memset(&dopts, 0, sizeof dopts);
+    dopts.limits = *patina_context_limits(ctx);
+    dopts.strict = o.strict != 0;
+    dopts.apply_orientation = o.apply_orientation != 0;
+    take = cut_inputs(in, n, o.batch_memory);
+    slots = calloc(take, sizeof *slots);
+    imgs = calloc(take, sizeof *imgs);
+    st = calloc(take, sizeof *st);
+    map = calloc(take, sizeof *map);
+    tmp = malloc(take * maxbytes);
+    if (!slots || !imgs || !st || !map || !tmp) {
+        s = patina__fail(PATINA_E_NOMEM, "extract: out of memory for %zu images", take);
+        goto out;
+    }
+    memset(&prod, 0, sizeof prod);
+    memset(&w, 0, sizeof w);
+    job.slots = slots;
+    job.dopts = &dopts;
+    job.hash = 0;
+    /* The workers' turn for the whole call: the context's GPU decoders and
+     * the images they leave in device memory are this call's until it ends. */
+    prod.pool = patina__context_workers_acquire(ctx);
+    prod.dopts = dopts;
+    prod.share_fixed = o.nvjpeg_share >= 0;
+    prod.share = o.nvjpeg_share > 0 ? (o.nvjpeg_share < 1 ? o.nvjpeg_share : 1) : o.nvjpeg_share == 0 ? 1.0 : 0.7;
+    w.slots = slots;
+    w.take = take;
+    if (decoder == PATINA_JPEG_EXACT_GPU) s = patina__context_jpegx(ctx, &w.xdec);
+    else if (decoder == PATINA_JPEG_NVJPEG) {
+        patina_jpeg_gpu_t *jd[2];
+        s = patina__context_jpeg(ctx, jd);
+        w.jdec = jd[0];
+    }
+    if (s != PATINA_OK) {
+        patina__context_workers_release(ctx);
+        goto out;
+    }
+    for (i = 0; i < take; i++) {
+        slots[i].path = in[i].path ? in[i].path : in[i].name ? in[i].name : "<memory>";
+        if (!in[i].path) take_bytes(&slots[i], &in[i], &dopts);
+    }
+    patina_clear_error();
+    patina_pool_run(prod.pool, take, read_one, &job);
+    take = cut_by_memory(slots, take, o.batch_memory);
+    w.take = take;
+    if (w.jdec) decode_split(&prod, &w, &job);
+    else if (w.xdec) decode_exact(&prod, &w, &job);
+    else patina_pool_run(prod.pool, take, decode_one, &job);
+    for (i = 0; i < take; i++) {
+        slot_t *sl = &slots[i];
+        patina_extract_result_t *r = &results[i];
+        memset(r, 0, sizeof *r);
+        r->report = sl->report;
+        if (sl->state == SLOT_DECODED) {
+            r->width = sl->img.width;
+            r->height = sl->img.height;
+            r->gpu_decoded = sl->gpu;
+            map[nb] = i;
+            imgs[nb++] = sl->img;
+        } else {
+            r->status = sl->status != PATINA_OK ? sl->status : PATINA_E_INTERNAL;
+            snprintf(r->error, sizeof r->error, "%s", sl->error);
+        }
+        for (e = 0; e < nex; e++)
+            memset((unsigned char *)descs[e] + i * patina_extractor_bytes(ex[e]), 0, patina_extractor_bytes(ex[e]));
+    }
+    for (e = 0; e < nex && nb && s == PATINA_OK; e++) {
+        const size_t bytes = patina_extractor_bytes(ex[e]);
+        s = patina_extract_batch(ctx, ex[e], dev[e], tmp, imgs, nb, st);
+        for (i = 0; i < nb && s == PATINA_OK; i++) {
+            slot_t *sl = &slots[map[i]];
+            patina_extract_result_t *r = &results[map[i]];
+            if (st[i] == PATINA_OK) {
+                memcpy((unsigned char *)descs[e] + map[i] * bytes, tmp + i * bytes, bytes);
+                continue;
+            }
+            if (r->status != PATINA_OK) continue; /* the first failure names the input */
+            r->status = st[i];
+            if (sl->gpu) /* a device image: the CPU cannot read it to say more */
+                snprintf(r->error, sizeof r->error, "extract: %s failed for '%s' (%s)", patina_extractor_family(ex[e]),
+                         sl->path, patina_status_str(st[i]));
+            else
+                extract_error(r->error, sizeof r->error, ctx, ex[e], &sl->img, sl->path, st[i]);
+        }
+    }
+    patina__context_workers_release(ctx);
+    for (i = 0; i < take; i++) {
+        slot_clear(&slots[i]);
+        if (results[i].status != PATINA_OK) /* failed for one extractor: no record from the others either */
+            for (e = 0; e < nex; e++)
+                memset((unsigned char *)descs[e] + i * patina_extractor_bytes(ex[e]), 0, patina_extractor_bytes(ex[e]));
+    }
+    if (s == PATINA_OK) *taken = take;
+out:
+    free(dev);
+    free(slots);
+    free(imgs);
+    free(st);
+    free(map);
+    free(tmp);
+    return s;
 }

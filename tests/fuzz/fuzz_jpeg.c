@@ -2,7 +2,10 @@
  * TurboJPEG decoding) through patina_image_probe and patina_image_decode,
  * and the exact decoder's host side (src/image/jpeg_exact.c: what the GPU
  * decoder runs before its device stage), whose pixels must equal the
- * loader's whenever it takes a file.
+ * loader's whenever it takes a file, and whose image description must be
+ * what the device stage's tables assume (src/gpu/jpeg_exact.cu builds its
+ * plane and image tables from it: components' blocks back to back, every
+ * sample the upsampling reads inside the component's 8bw x 8bh plane).
  * Seeds: small JPEGs written with libjpeg at build time, one per kind the
  * loader treats differently (grey, RGB at several subsamplings, odd sizes,
  * 1x1, progressive, restart markers, arithmetic coding, extra markers, CMYK
@@ -14,8 +17,59 @@
 
 #include <jpeglib.h>
 
+#include "algo/jpeg_exact_core.h"
 #include "fuzz.h"
 #include "image/jpeg_exact.h"
+
+/* The last plane column (row) jx_upsample reads for output columns (rows)
+ * 0 .. n-1 with method up and replication r, along an axis where the
+ * method halves (half) or not. */
+static long last_read(int up, int half, int r, int n, int planelen)
+{
+    long i = n - 1;
+    if (up == JX_UP_REPL) return i / r;
+    if (!half) return i;
+    i >>= 1;
+    return i + 1 < planelen ? i + 1 : i; /* the neighbour read stops at the plane's last sample */
+}
+
+/* What the device stage assumes of a taken image (see the header). */
+static void check_layout(const uint8_t *data, size_t size)
+{
+    patina_jpegx_reader_t *r;
+    jx_image_t im;
+    uint64_t next = 0;
+    int16_t *coef;
+    if (patina__jpegx_open(&r, &im, data, size, "fuzz-input") != PATINA_OK) {
+        patina_clear_error();
+        return;
+    }
+    FUZZ_CHECK(im.ncomp >= 1 && im.ncomp <= 4 && im.width >= 1 && im.height >= 1, "image %dx%d, %d components",
+               im.width, im.height, im.ncomp);
+    for (int c = 0; c < im.ncomp; c++) {
+        const jx_comp_t *k = &im.comp[c];
+        const int hx = k->up == JX_UP_H2V1 || k->up == JX_UP_H2V2, hy = k->up == JX_UP_H1V2 || k->up == JX_UP_H2V2;
+        FUZZ_CHECK(k->first == next, "component %d starts at block %llu, not %llu", c,
+                   (unsigned long long)k->first, (unsigned long long)next);
+        FUZZ_CHECK(k->bw >= 1 && k->bh >= 1 && k->dw >= 1 && k->dh >= 1 && k->dw <= 8 * k->bw &&
+                       k->dh <= 8 * k->bh && k->rh >= 1 && k->rv >= 1 && k->up >= JX_UP_COPY && k->up <= JX_UP_REPL,
+                   "component %d: %dx%d blocks, %dx%d samples, method %d (%d, %d)", c, k->bw, k->bh, k->dw, k->dh,
+                   k->up, k->rh, k->rv);
+        FUZZ_CHECK(last_read(k->up, hx, k->rh, im.width, k->dw) < 8L * k->bw &&
+                       last_read(k->up, hy, k->rv, im.height, k->dh) < 8L * k->bh,
+                   "component %d: upsampling %dx%d reads outside its %dx%d plane", c, im.width, im.height,
+                   8 * k->bw, 8 * k->bh);
+        next += (uint64_t)k->bw * (uint64_t)k->bh;
+    }
+    FUZZ_CHECK(next == im.nblocks, "%llu blocks in the components, %llu in the image", (unsigned long long)next,
+               (unsigned long long)im.nblocks);
+    if ((uint64_t)im.width * (uint64_t)im.height <= FUZZ_MAX_PIXELS && im.nblocks <= 4 * FUZZ_MAX_PIXELS / 64 + 64 &&
+        (coef = malloc((size_t)im.nblocks * 64 * sizeof *coef)) != NULL) {
+        if (patina__jpegx_read(r, &im, coef) != PATINA_OK) patina_clear_error();
+        free(coef);
+    }
+    patina__jpegx_close(r);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -35,6 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                    "oriented %dx%d from %dx%d", img.width, img.height, info.width, info.height);
         patina_image_release(&img);
     }
+    check_layout(data, size);
     if (patina_image_probe(&info, data, size, NULL) == PATINA_OK &&
         (uint64_t)info.width * (uint64_t)info.height <= FUZZ_MAX_PIXELS) {
         patina_image_t ref, got;

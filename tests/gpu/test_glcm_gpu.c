@@ -671,7 +671,7 @@ static void test_features_source(void **state)
     job.bad = 6;
     for (int tiles = 0; tiles < 2; tiles++) {
         const pgpu_glcm_knobs_t k = knobs(tiles ? 20000 : 0, 0, 0);
-        pgpu_glcm_src_t src = {N, w, h, 0, src_rows, &job};
+        pgpu_glcm_src_t src = {N, w, h, 0, src_rows, &job, NULL, 0};
         TU_OK(pgpu_glcm_features(gpu, &k, gp, gh, &src, L, off, G, 1, st));
         for (int i = 0; i < N; i++) {
             char what[64];

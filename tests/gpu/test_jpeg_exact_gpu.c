@@ -12,7 +12,18 @@
  *   - random coefficient blocks, against the C reference of the post-entropy
  *     stage (patina__jpegx_pixels), out-of-range blocks flagged alike;
  *   - the pipeline: CEDD of a folder indexed with decoder exact-gpu equals
- *     the CPU decoder's, with damaged, progressive and PNG files among them.
+ *     the CPU decoder's, with damaged, progressive and PNG files among them;
+ *   - every GPU family (cedd, lbp, lbp8, tlbap, lanadp, glcm, haralick,
+ *     rootsift, signature; glcm with quant=none too) through
+ *     patina_extract_files on generated files
+ *     (4:4:4, 4:2:2, 4:2:0, 4:4:0, 4:1:1, grey, CMYK; baseline, progressive,
+ *     restart markers; odd sizes; 9x7 and 1x1 images, which rootsift
+ *     leaves to its C reference; a truncated file, a PNG) and 8 sample
+ *     photographs: the records of the images decoded on the GPU (exact-gpu,
+ *     and auto, which must choose it) equal those of the same GPU kernels
+ *     on libjpeg-turbo's host images, byte for byte, and failures fail
+ *     alike; the records against the CPU device are counted too (a family's
+ *     own GPU test bounds its kernels: rootsift is not exact).
  * Prints per-mode and per-coding mismatch counts. Skipped (77) without a GPU. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -396,6 +407,132 @@ static void test_pipeline(void **state)
     free(dir);
 }
 
+/* Files of every kind the families may meet: dir/fam_NNN.jpg, a PNG. */
+static size_t family_files(const char *dir, char ***files)
+{
+    static const int modes[] = {0, 1, 2, 3, 4, 9, 11};
+    static const jxc_coding codings[] = {JXC_BASE, JXC_PROG, JXC_RST};
+    char path[4096], **samples = NULL;
+    const char *sdir = getenv("PATINA_SAMPLES");
+    size_t n = 0, ns;
+    int k = 0;
+    *files = calloc(64, sizeof **files);
+    assert_non_null(*files);
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++)
+        for (size_t c = 0; c < sizeof codings / sizeof codings[0]; c++, k++) {
+            unsigned long len;
+            int w = 97 + 61 * k % 400, h = 83 + 37 * k % 300; /* odd sizes, never MCU multiples alone */
+            unsigned char *j = jxc_make(&len, &jxc_modes[modes[m]], codings[c], 60 + k % 40, w, h, 1 + k % 3,
+                                        4242u + (unsigned)k);
+            snprintf(path, sizeof path, "%s/fam_%03d.jpg", dir, k);
+            if (k == 5) len /= 3; /* truncated: fails alike */
+            assert_int_equal(tu_write_file(path, j, len), 0);
+            free(j);
+            (*files)[n++] = strdup(path);
+        }
+    for (int t = 0; t < 2; t++) { /* tiny images: the families' C-reference fallbacks read them (rootsift) */
+        unsigned long len;
+        unsigned char *j = jxc_make(&len, &jxc_modes[2], JXC_BASE, 90, t ? 1 : 9, t ? 1 : 7, 1, 77u + (unsigned)t);
+        snprintf(path, sizeof path, "%s/tiny_%d.jpg", dir, t);
+        assert_int_equal(tu_write_file(path, j, len), 0);
+        free(j);
+        (*files)[n++] = strdup(path);
+    }
+    {
+        static const unsigned char png[] = {0x89, 'P', 'N', 'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0};
+        snprintf(path, sizeof path, "%s/broken.png", dir);
+        assert_int_equal(tu_write_file(path, png, sizeof png), 0);
+        (*files)[n++] = strdup(path);
+    }
+    if (!sdir || !*sdir) sdir = PATINA_SAMPLES_DIR;
+    ns = tu_list_files(sdir, "jpg,jpeg,JPG,JPEG", &samples);
+    for (size_t i = 0; i < ns; i++) {
+        if (i < 8) (*files)[n++] = samples[i];
+        else free(samples[i]);
+    }
+    free(samples);
+    return n;
+}
+
+static void test_families(void **state)
+{
+    /* glcm/haralick: levels made on the device; with quant=none on the host (the RGB comes back) */
+    static const char *const fams[] = {"cedd",     "lbp",      "lbp8",     "tlbap",    "lanadp",
+                                       "glcm",     "haralick", "glcm:levels=256,quant=none",
+                                       "rootsift", "signature"};
+    /* runs: 0 the CPU device, 1 GPU + libjpeg, 2 GPU + exact-gpu, 3 GPU + auto */
+    static const patina_device devs[4] = {PATINA_DEVICE_CPU, PATINA_DEVICE_GPU, PATINA_DEVICE_GPU, PATINA_DEVICE_GPU};
+    static const patina_jpeg_decoder decs[4] = {PATINA_JPEG_LIBJPEG, PATINA_JPEG_LIBJPEG, PATINA_JPEG_EXACT_GPU,
+                                                PATINA_JPEG_AUTO};
+    char *dir = tu_tempdir("jpegx-fam"), **files = NULL;
+    size_t n = family_files(dir, &files), bad = 0;
+    patina_context_t *ctx;
+    patina_input_t *in = calloc(n, sizeof *in);
+    patina_extract_result_t *res[4];
+    (void)state;
+    assert_non_null(in);
+    for (size_t i = 0; i < n; i++) in[i].path = files[i];
+    TU_OK(patina_context_new(&ctx, NULL));
+    for (int r = 0; r < 4; r++) {
+        res[r] = calloc(n, sizeof *res[r]);
+        assert_non_null(res[r]);
+    }
+    for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
+        patina_extractor_t *ex;
+        const patina_extractor_t *exs[1];
+        size_t bytes, cpu_diff = 0, gpu_dec = 0;
+        uint8_t *rec[4];
+        TU_OK(patina_extractor_new(&ex, fams[f]));
+        exs[0] = ex;
+        bytes = patina_extractor_bytes(ex);
+        for (int r = 0; r < 4; r++) {
+            patina_index_opts_t o;
+            void *out[1];
+            size_t done = 0, taken;
+            rec[r] = calloc(n, bytes);
+            assert_non_null(rec[r]);
+            patina_index_opts_init(&o);
+            o.device = devs[r];
+            o.jpeg_decoder = decs[r];
+            o.batch_memory = 64u << 20; /* several calls: the decoder's arena is reused */
+            while (done < n) {
+                out[0] = rec[r] + done * bytes;
+                TU_OK(patina_extract_files(ctx, exs, 1, out, res[r] + done, &taken, in + done, n - done, &o));
+                assert_true(taken >= 1);
+                done += taken;
+            }
+        }
+        for (size_t i = 0; i < n; i++) {
+            const int ok1 = res[1][i].status == PATINA_OK;
+            gpu_dec += res[2][i].gpu_decoded;
+            assert_int_equal(res[1][i].gpu_decoded, 0);
+            assert_int_equal(res[2][i].gpu_decoded, res[3][i].gpu_decoded); /* auto chose exact-gpu */
+            for (int r = 2; r < 4; r++) {
+                if ((res[r][i].status == PATINA_OK) != ok1 || (ok1 && memcmp(rec[1] + i * bytes, rec[r] + i * bytes, bytes))) {
+                    printf("  %s: %s differs (%s, status %d vs %d)\n", fams[f], files[i],
+                           r == 2 ? "exact-gpu" : "auto", (int)res[r][i].status, (int)res[1][i].status);
+                    bad++;
+                }
+            }
+            if (ok1 && (res[0][i].status != PATINA_OK || memcmp(rec[0] + i * bytes, rec[2] + i * bytes, bytes)))
+                cpu_diff++;
+        }
+        printf("  %s: %zu inputs, %zu decoded on the GPU; exact-gpu records = GPU+libjpeg records; "
+               "%zu differ from the CPU device's\n", fams[f], n, gpu_dec, cpu_diff);
+        assert_true(gpu_dec >= n / 2); /* the generated JPEGs but the truncated one, and the photographs */
+        for (int r = 0; r < 4; r++) free(rec[r]);
+        patina_extractor_free(ex);
+    }
+    assert_int_equal(bad, 0);
+    for (int r = 0; r < 4; r++) free(res[r]);
+    for (size_t i = 0; i < n; i++) free(files[i]);
+    free(files);
+    free(in);
+    patina_context_free(ctx);
+    tu_remove_tree(dir);
+    free(dir);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -427,6 +564,7 @@ int main(void)
         cmocka_unit_test(test_samples),
         cmocka_unit_test(test_rounds),
         cmocka_unit_test(test_pipeline),
+        cmocka_unit_test(test_families),
     };
     tu_require_gpu();
     return cmocka_run_group_tests(tests, setup, teardown);
