@@ -459,8 +459,8 @@ static patina_status keep_rows(patina_table_t *t, patina_snapshot_t *snap, const
             if (s == PATINA_E_NOTFOUND) s = PATINA_OK;
         }
         if (s != PATINA_OK || !sl->pidx) continue;
-        for (i = 0; t->ns > 1 && i < n; i++)
-            if (!outside[i] && ids[i] % t->ns != k) drop[nd++] = ids[i];
+        for (i = 0; t->ns > 1 && i < n; i++) /* every row of the other slices, in the partition or not */
+            if (ids[i] % t->ns != k) drop[nd++] = ids[i];
         if (nd) s = patina_pivot_index_remove(sl->pidx, drop, nd, NULL);
     }
 out:
