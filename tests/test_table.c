@@ -17,7 +17,10 @@
  * bit for bit, before and after writes; identification over several
  * tables at once (patina_table_identify_many: partitions of a collection,
  * synthetic and photographed, on one device and on slices) equals one
- * table of their union, and refuses tables of other specs or contexts. */
+ * table of their union, and refuses tables of other specs or contexts;
+ * k-NN, range and SQFD (scanned and through pivots) over several tables at
+ * once (patina_table_search_many) equal one table of their union, on one
+ * device and on slices, and the same refusals. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1374,6 +1377,217 @@ static void test_identify_many(void **state)
     for (i = 0; i < 2; i++) patina_context_free(ctx[i]);
 }
 
+/* ------------------------------------------------ search over several tables */
+
+/* Whether two answers are the same: hits (ids, distances bit for bit),
+ * offsets, rows and keys. */
+static void union_results(const patina_table_results_t *a, const patina_table_results_t *b, const char *what)
+{
+    size_t i;
+    assert_int_equal(a->nq, b->nq);
+    assert_int_equal(a->rows, b->rows);
+    for (i = 0; i <= a->nq; i++)
+        if (a->offsets[i] != b->offsets[i]) {
+            fprintf(stderr, "%s: query %zu: offset %zu, the union's %zu\n", what, i, b->offsets[i], a->offsets[i]);
+            fail();
+        }
+    for (i = 0; i < a->offsets[a->nq]; i++)
+        if (a->hits[i].id != b->hits[i].id || memcmp(&a->hits[i].distance, &b->hits[i].distance, sizeof(double))) {
+            size_t j;
+            fprintf(stderr, "%s: hit %zu: id %llu at %.17g, the union's id %llu at %.17g\n", what, i,
+                    (unsigned long long)b->hits[i].id, b->hits[i].distance, (unsigned long long)a->hits[i].id,
+                    a->hits[i].distance);
+            for (j = 0; j < a->offsets[a->nq] && j < 8; j++)
+                fprintf(stderr, "  %zu: %llu %.17g | %llu %.17g\n", j, (unsigned long long)a->hits[j].id,
+                        a->hits[j].distance, (unsigned long long)b->hits[j].id, b->hits[j].distance);
+            fail();
+        }
+    assert_int_equal(a->keys != NULL, b->keys != NULL);
+    for (i = 0; a->keys && i < a->offsets[a->nq]; i++) assert_string_equal(a->keys[i], b->keys[i]);
+}
+
+/* patina_table_search_many over the partitions (1, 2, 5, 32: some empty)
+ * of table spec of collection c equals patina_table_search on the whole
+ * table, for k-NN (k = 1, 5, past the rows), range (with and without
+ * max_hits, radius 0) and keys, the queries q (nq); pivots: open them with
+ * the stored pivot table. Returns how many partition tables were empty. */
+static size_t search_many_equals_union(patina_context_t *ctx, patina_collection_t *c, const char *spec, int pivots,
+                                       const uint8_t *q, size_t nq, const char *what)
+{
+    static const uint32_t parts[] = {1, 2, 5, 32};
+    patina_table_t *whole = NULL, *t[32];
+    patina_table_opts_t o;
+    patina_table_query_t tq;
+    patina_table_results_t r0, r1;
+    patina_search_stats_t st;
+    double radius;
+    size_t pi, v, i, rows, empty = 0;
+    char msg[160];
+    patina_table_opts_init(&o);
+    o.pivots = pivots;
+    TU_OK(patina_table_open(&whole, ctx, c, spec, &o));
+    assert_int_equal(patina_table_pivots(whole) > 0, pivots);
+    /* a radius that holds some rows of the first query and not all */
+    patina_table_query_init(&tq);
+    tq.k = 6;
+    TU_OK(patina_table_search(whole, q, 1, &tq, &r0));
+    radius = r0.hits[r0.offsets[1] - 1].distance;
+    patina_table_results_release(&r0);
+    for (pi = 0; pi < sizeof parts / sizeof parts[0]; pi++) {
+        const uint32_t P = parts[pi];
+        o.partitions = P;
+        for (i = 0, rows = 0; i < P; i++) {
+            o.partition = (uint32_t)i;
+            TU_OK(patina_table_open(&t[i], ctx, c, spec, &o));
+            rows += patina_table_size(t[i]);
+            empty += patina_table_size(t[i]) == 0;
+        }
+        assert_int_equal(rows, patina_table_size(whole));
+        for (v = 0; v < 7; v++) {
+            patina_table_query_init(&tq);
+            tq.device = PATINA_DEVICE_CPU;
+            switch (v) {
+            case 0: tq.k = 1; break;
+            case 1: tq.k = 5; tq.keys = 1; break;
+            case 2: tq.k = rows + 7; break; /* past the rows: every row */
+            case 3: tq.kind = PATINA_QUERY_RANGE; tq.radius = radius; tq.keys = 1; break;
+            case 4: tq.kind = PATINA_QUERY_RANGE; tq.radius = radius; tq.max_hits = 3; break;
+            case 5: tq.kind = PATINA_QUERY_RANGE; tq.radius = 0.0; break; /* the rows equal to a query */
+            default: tq.k = 3; tq.stats = &st; break;
+            }
+            snprintf(msg, sizeof msg, "%s, %s%s, %u partitions, variant %zu", what, spec, pivots ? " (pivots)" : "", P, v);
+            TU_OK(patina_table_search(whole, q, nq, &tq, &r0));
+            TU_OK(patina_table_search_many(t, P, q, nq, &tq, &r1));
+            union_results(&r0, &r1, msg);
+            if (tq.stats) assert_int_equal(st.cpu + st.gpu_tensor + st.gpu_filter + st.gpu_exact >= nq, 1);
+            patina_table_results_release(&r0);
+            patina_table_results_release(&r1);
+        }
+        for (i = 0; i < P; i++) patina_table_free(t[i]);
+    }
+    patina_table_free(whole);
+    return empty;
+}
+
+/* patina_table_search_many over a collection's partitions equals one table
+ * of their union: CEDD (Tanimoto, its AVX2 filter and k-th bound across
+ * tables) and SQFD scanned and through the stored pivot table, on one
+ * device and on two CPU slices ("0,0"), with exact duplicates of a row
+ * under other keys (ties by id across tables); the refusals (specs,
+ * contexts, a table twice, none, k = 0). */
+static void test_search_many(void **state)
+{
+    enum { N = 60, NQ = 7 };
+    static const char *const specs[] = {"cedd", "signature:k=8"};
+    patina_context_t *ctx[2] = {ctx_new(), ctx_gpus("0,0")};
+    size_t si, i, empty = 0;
+    (void)state;
+    for (si = 0; si < 2; si++) {
+        uint8_t *rows, *extra, *q;
+        size_t bytes, eb;
+        char *dir = tu_table_collection(ctx[0], specs[si], N, 48, 1, 41 + si, &rows, &bytes);
+        patina_collection_t *c = NULL;
+        patina_table_t *t = NULL;
+        patina_insert_t items[3];
+        char keys[3][32];
+        const void *descs[1];
+        TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_WRITE, 0));
+        TU_OK(patina_table_open(&t, ctx[0], c, specs[si], NULL));
+        /* three copies of row 5 under other keys: equal distances, ordered by id across partitions */
+        extra = malloc(3 * bytes);
+        for (i = 0; i < 3; i++) memcpy(extra + i * bytes, rows + 4 * bytes, bytes);
+        descs[0] = extra;
+        fill_items(items, keys, 3, 300, 0);
+        TU_OK(patina_tables_put(&t, 1, items, 3, descs, NULL));
+        /* queries: rows of the table (one with its copies) and new images */
+        q = malloc(NQ * bytes);
+        memcpy(q, rows + 4 * bytes, bytes);
+        memcpy(q + bytes, rows + 11 * bytes, bytes);
+        free(extra);
+        extra = describe(ctx[0], specs[si], NQ - 2, 97, &eb);
+        memcpy(q + 2 * bytes, extra, (NQ - 2) * bytes);
+        for (i = 0; i < 2; i++) {
+            const char *what = i ? "two slices" : "one device";
+            empty += search_many_equals_union(ctx[i], c, specs[si], 0, q, NQ, what);
+            if (si == 1) {
+                patina_pivot_opts_t po;
+                patina_pivot_opts_init(&po);
+                po.pivots = 4;
+                if (i == 0) TU_OK(patina_table_build_pivots(t, &po));
+                empty += search_many_equals_union(ctx[i], c, specs[si], 1, q, NQ, what);
+            }
+        }
+        patina_table_free(t);
+        patina_collection_close(c);
+        tu_remove_tree(dir);
+        free(dir);
+        free(rows);
+        free(extra);
+        free(q);
+    }
+    assert_true(empty > 0); /* 32 partitions of 63 rows leave some empty */
+    /* detached tables: keys from the table that holds each hit; what may not be mixed */
+    {
+        patina_table_t *d[3] = {NULL, NULL, NULL}, *whole = NULL, *other = NULL, *two[2];
+        patina_change_t ch[12];
+        char keys[12][16];
+        uint8_t *rows;
+        size_t bytes;
+        patina_table_query_t tq;
+        patina_table_results_t r0, r1;
+        rows = describe(ctx[0], "cedd", 12, 5, &bytes);
+        for (i = 0; i < 3; i++) TU_OK(patina_table_new(&d[i], ctx[0], "cedd", NULL));
+        TU_OK(patina_table_new(&whole, ctx[0], "cedd", NULL));
+        memset(ch, 0, sizeof ch);
+        for (i = 0; i < 12; i++) {
+            snprintf(keys[i], sizeof keys[i], "d/%02zu", i);
+            ch[i].op = PATINA_CHANGE_PUT;
+            ch[i].id = 100 + i;
+            ch[i].key = keys[i];
+            ch[i].desc = rows + i * bytes;
+            TU_OK(patina_table_apply(d[i % 2], &ch[i], 1, i + 1, NULL)); /* d[2] stays empty */
+        }
+        TU_OK(patina_table_apply(whole, ch, 12, 12, NULL));
+        patina_table_query_init(&tq);
+        tq.k = 4;
+        tq.keys = 1;
+        TU_OK(patina_table_search(whole, rows, 12, &tq, &r0));
+        TU_OK(patina_table_search_many(d, 3, rows, 12, &tq, &r1));
+        union_results(&r0, &r1, "detached");
+        assert_int_equal(r1.version, 0); /* the smallest: the empty table's */
+        patina_table_results_release(&r0);
+        patina_table_results_release(&r1);
+        TU_OK(patina_table_search_many(d, 3, rows, 0, &tq, &r1)); /* no query */
+        assert_int_equal(r1.nq, 0);
+        assert_int_equal(r1.rows, 12);
+        patina_table_results_release(&r1);
+        TU_OK(patina_table_new(&other, ctx[0], "lbp8", NULL));
+        two[0] = d[0];
+        two[1] = other;
+        assert_int_equal(patina_table_search_many(two, 2, rows, 1, &tq, &r1), PATINA_E_INVALID);
+        assert_non_null(strstr(patina_last_error(), "one spec per call"));
+        patina_table_free(other);
+        TU_OK(patina_table_new(&other, ctx[1], "cedd", NULL)); /* another context */
+        two[1] = other;
+        assert_int_equal(patina_table_search_many(two, 2, rows, 1, &tq, &r1), PATINA_E_INVALID);
+        assert_non_null(strstr(patina_last_error(), "context"));
+        two[1] = d[0];
+        assert_int_equal(patina_table_search_many(two, 2, rows, 1, &tq, &r1), PATINA_E_INVALID);
+        assert_non_null(strstr(patina_last_error(), "again"));
+        assert_int_equal(patina_table_search_many(d, 0, rows, 1, &tq, &r1), PATINA_E_INVALID);
+        assert_int_equal(patina_table_search_many(NULL, 1, rows, 1, &tq, &r1), PATINA_E_INVALID);
+        assert_int_equal(patina_table_search_many(d, 2, NULL, 1, &tq, &r1), PATINA_E_INVALID);
+        tq.k = 0;
+        assert_int_equal(patina_table_search_many(d, 2, rows, 1, &tq, &r1), PATINA_E_INVALID);
+        assert_null(r1.offsets);
+        patina_table_free(other);
+        patina_table_free(whole);
+        for (i = 0; i < 3; i++) patina_table_free(d[i]);
+        free(rows);
+    }
+    for (i = 0; i < 2; i++) patina_context_free(ctx[i]);
+}
+
 /* The same on real photographs (the sample set: scripts/fetch-samples.sh):
  * references the first photographs, queries their central crops halved and
  * other photographs. */
@@ -1466,6 +1680,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_slices_sqfd),
         cmocka_unit_test(test_slices_identify),
         cmocka_unit_test(test_identify_many),
+        cmocka_unit_test(test_search_many),
         cmocka_unit_test(test_identify_many_photos),
     };
     if (argc == 4 && !strcmp(argv[1], "writer")) return writer(argv[2], atoi(argv[3]));

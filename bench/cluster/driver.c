@@ -17,6 +17,9 @@
  *   bench_cluster cover --cluster URL --coll C --query IMG [--timeout S] [--deadline MS]
  *       queries back to back until one is answered whole: seconds until then
  *       and the slowest query meanwhile (run right after a kill -9).
+ *   bench_cluster search --rows N --tables T [--spec S] [--reps R] [--batch B] [--samples DIR]
+ *       k-NN over N rows as one table, T tables looped and merged, and T
+ *       tables in one patina_table_search_many call (run_search below).
  *   bench_cluster write --cluster URL --coll C [--reps R]
  *       write-to-visible: a new CEDD row put through the buckets (acknowledged
  *       once the ready copies applied it), then searched until found.
@@ -397,6 +400,141 @@ static int run_write(int argc, char **argv)
     return 0;
 }
 
+/* ----------------------------------------------------------------- search */
+
+/* The median of reps calls of one search mode, in ms. mode 0: the one
+ * table; 1: the T tables one by one, merged; 2: the T tables in one
+ * patina_table_search_many call. */
+static double search_ms(int mode, patina_table_t *one, patina_table_t **ts, size_t T, const void *q, size_t nq,
+                        int reps, patina_table_results_t *keep)
+{
+    patina_table_query_t tq;
+    patina_table_results_t *parts = calloc(T, sizeof *parts), res;
+    double *lat = calloc((size_t)reps + 1, sizeof *lat), m;
+    patina_table_query_init(&tq);
+    tq.k = 10;
+    for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
+        const double t0 = now();
+        patina_status s;
+        if (mode == 0) s = patina_table_search(one, q, nq, &tq, &res);
+        else if (mode == 2) s = patina_table_search_many(ts, T, q, nq, &tq, &res);
+        else {
+            s = PATINA_OK;
+            for (size_t k = 0; s == PATINA_OK && k < T; k++) s = patina_table_search(ts[k], q, nq, &tq, &parts[k]);
+            if (s == PATINA_OK) s = patina_table_results_merge(parts, T, &tq, &res);
+            for (size_t k = 0; k < T; k++) patina_table_results_release(&parts[k]);
+        }
+        if (s != PATINA_OK) die("search");
+        if (r >= 0) lat[r] = now() - t0;
+        if (r == reps - 1 && keep) *keep = res;
+        else patina_table_results_release(&res);
+    }
+    m = 1e3 * pct(lat, (size_t)reps, 0.5);
+    free(lat);
+    free(parts);
+    return m;
+}
+
+/* bench_cluster search --rows N --tables T [--spec cedd|signature:k=8] [--reps R] [--batch B] [--samples DIR]
+ * k-NN (k = 10, device AUTO) over N rows held as one detached table, as T
+ * tables searched one by one and merged, and as T tables in one
+ * patina_table_search_many call, for one query and a batch of B: the
+ * per-table fixed cost a shard's partitions pay. cedd rows are random
+ * (elements 0..7, three in four 0); signature rows repeat the descriptors
+ * of the photographs in --samples (every row distinct by id only). The
+ * three answers are checked equal. */
+static int run_search(int argc, char **argv)
+{
+    const size_t n = (size_t)strtoull(arg(argc, argv, "--rows", "200000"), NULL, 10);
+    const size_t T = (size_t)atoi(arg(argc, argv, "--tables", "32"));
+    const size_t B = (size_t)atoi(arg(argc, argv, "--batch", "16"));
+    const int reps = atoi(arg(argc, argv, "--reps", "20"));
+    const char *spec = arg(argc, argv, "--spec", "cedd");
+    patina_context_t *ctx = NULL;
+    patina_table_t *one = NULL, **ts = calloc(T ? T : 1, sizeof *ts);
+    const patina_extractor_t *ex;
+    patina_change_t *ch = malloc(4096 * sizeof *ch);
+    char (*keys)[32] = malloc(4096 * sizeof *keys);
+    uint8_t *pool = NULL, *q;
+    size_t bytes, npool = 0, i, b;
+    uint64_t x = 88172645463325252ULL;
+    if (T < 1 || !ts || !ch || !keys) die("--tables must be >= 1");
+    if (patina_context_new(&ctx, NULL) != PATINA_OK) die("context");
+    if (patina_table_new(&one, ctx, spec, NULL) != PATINA_OK) die("table");
+    for (i = 0; i < T; i++)
+        if (patina_table_new(&ts[i], ctx, spec, NULL) != PATINA_OK) die("table");
+    ex = patina_table_extractor(one);
+    bytes = patina_extractor_bytes(ex);
+    if (strncmp(spec, "cedd", 4)) { /* descriptors of the sample photographs */
+        const char *dir = arg(argc, argv, "--samples", "samples/mate");
+        char cmd[512], path[1024];
+        FILE *f;
+        patina_image_t img;
+        snprintf(cmd, sizeof cmd, "ls %s/*.jpg 2>/dev/null | head -64", dir);
+        pool = malloc(64 * bytes);
+        if (!pool || !(f = popen(cmd, "r"))) die("samples");
+        while (npool < 64 && fgets(path, sizeof path, f)) {
+            path[strcspn(path, "\n")] = '\0';
+            if (patina_image_load(&img, path, NULL) != PATINA_OK) continue;
+            if (patina_extract_batch(ctx, ex, PATINA_DEVICE_CPU, pool + npool * bytes, &img, 1, NULL) == PATINA_OK)
+                npool++;
+            patina_image_release(&img);
+        }
+        pclose(f);
+        if (npool < 2) die("no sample photographs (--samples DIR)");
+    }
+    q = malloc((B ? B : 1) * bytes);
+    for (b = 0; b < n + B; b += 4096) { /* rows, then B queries */
+        const size_t m = n + B - b < 4096 ? n + B - b : 4096;
+        uint8_t *rows = malloc(m * bytes);
+        for (i = 0; i < m; i++) {
+            if (pool) memcpy(rows + i * bytes, pool + ((b + i) * 7 % npool) * bytes, bytes);
+            else
+                for (size_t e = 0; e < bytes; e++) {
+                    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                    rows[i * bytes + e] = (uint8_t)(x % 4 ? 0 : 1 + (x >> 8) % 7);
+                }
+            if (b + i >= n) { /* a query */
+                memcpy(q + (b + i - n) * bytes, rows + i * bytes, bytes);
+                continue;
+            }
+            snprintf(keys[i], sizeof keys[i], "r/%zu", b + i);
+            ch[i] = (patina_change_t){PATINA_CHANGE_PUT, 1 + b + i, keys[i], rows + i * bytes};
+            if (patina_table_apply(ts[(b + i) % T], &ch[i], 1, 0, NULL) != PATINA_OK) die("apply");
+        }
+        {
+            const size_t nr = b < n ? (n - b < m ? n - b : m) : 0; /* rows of this batch (the rest: queries) */
+            if (nr && patina_table_apply(one, ch, nr, 0, NULL) != PATINA_OK) die("apply");
+        }
+        free(rows);
+    }
+    {
+        patina_table_results_t r[3];
+        double ms[2][3];
+        for (int mode = 0; mode < 3; mode++) {
+            ms[0][mode] = search_ms(mode, one, ts, T, q, 1, reps, &r[mode]);
+            ms[1][mode] = search_ms(mode, one, ts, T, q, B, reps, NULL);
+        }
+        for (int mode = 1; mode < 3; mode++)
+            for (i = 0; i < r[0].offsets[1]; i++)
+                if (r[mode].offsets[1] != r[0].offsets[1] || r[mode].hits[i].id != r[0].hits[i].id)
+                    die("the answers differ");
+        printf("{\"mode\":\"search\",\"spec\":\"%s\",\"rows\":%zu,\"tables\":%zu,\"one_ms\":%.3f,\"loop_ms\":%.3f,"
+               "\"many_ms\":%.3f,\"batch\":%zu,\"batch_one_ms\":%.3f,\"batch_loop_ms\":%.3f,\"batch_many_ms\":%.3f}\n",
+               patina_table_spec(one), n, T, ms[0][0], ms[0][1], ms[0][2], B, ms[1][0], ms[1][1], ms[1][2]);
+        for (int mode = 0; mode < 3; mode++) patina_table_results_release(&r[mode]);
+    }
+    for (i = 0; i < T; i++) patina_table_free(ts[i]);
+    patina_table_free(one);
+    patina_context_free(ctx);
+    free(ts);
+    free(ch);
+    free(keys);
+    free(pool);
+    free(q);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *m = argc > 1 ? argv[1] : "";
@@ -404,6 +542,7 @@ int main(int argc, char **argv)
     if (!strcmp(m, "front")) return run_front(argc, argv);
     if (!strcmp(m, "cover")) return run_cover(argc, argv);
     if (!strcmp(m, "write")) return run_write(argc, argv);
-    fprintf(stderr, "usage: bench_cluster inproc|front|cover|write [options] (bench/cluster/driver.c)\n");
+    if (!strcmp(m, "search")) return run_search(argc, argv);
+    fprintf(stderr, "usage: bench_cluster inproc|front|cover|write|search [options] (bench/cluster/driver.c)\n");
     return 2;
 }

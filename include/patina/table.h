@@ -174,6 +174,30 @@ PATINA_API void patina_table_results_release(patina_table_results_t *res);
 PATINA_API patina_status patina_table_search(patina_table_t *t, const void *queries, size_t nq,
                                              const patina_table_query_t *q, patina_table_results_t *res);
 
+/* patina_table_search over several tables at once, answering exactly as
+ * ONE table holding the union of their rows would: the same hits,
+ * distances, order (ties by id), k clamped to the union's rows, range's
+ * max_hits over the union, keys (each hit's from the table that holds it),
+ * rows summed, version the smallest. The tables must share the spec and
+ * the context (PATINA_E_INVALID otherwise, as for a table listed twice,
+ * nt = 0 or a family that is not searched by a distance) and hold disjoint
+ * ids (the partitions of one collection, a cluster shard's partitions: not
+ * checked). One call costs about one search over the union rather than nt
+ * searches and a merge: on the CPU the tables' rows are scanned as one run
+ * of rows (one job on the context's workers), each query keeping one k-th
+ * distance across the tables, so a table is filtered by what the tables
+ * before it found; tables the GPU searches (the device policy above, per
+ * table) and tables with a pivot table are searched each on its own within
+ * the call, and the parts merged. On a context of several devices each
+ * slice does the same over the tables' rows of its slice. Exception: a
+ * std_l2 distance (haralick) standardises by each table's own rows, so
+ * over several tables its answer is each table's answer merged. The read
+ * locks are taken in address order, as patina_table_identify_many's. nt = 1
+ * is patina_table_search. */
+PATINA_API patina_status patina_table_search_many(patina_table_t *const *tables, size_t nt, const void *queries,
+                                                  size_t nq, const patina_table_query_t *q,
+                                                  patina_table_results_t *res);
+
 /* Merges np answers to the same queries, each over a DISJOINT part of the
  * rows (GPU slices, partitions, a cluster's shards) and each searched with
  * the same q, into the answer over all the rows: k-NN the k nearest, range

@@ -331,6 +331,8 @@ _PROTOS = {
     "patina_table_query_init": (None, [P(TableQuery)]),
     "patina_table_results_release": (None, [P(TableResults)]),
     "patina_table_search": (c_int, [c_void_p, c_void_p, c_size_t, P(TableQuery), P(TableResults)]),
+    "patina_table_search_many": (c_int, [P(c_void_p), c_size_t, c_void_p, c_size_t, P(TableQuery),
+                                         P(TableResults)]),
     "patina_table_results_merge": (c_int, [P(TableResults), c_size_t, P(TableQuery), P(TableResults)]),
     "patina_table_fanout": (c_int, [c_void_p, P(TableFanout)]),
     "patina_table_query_bytes": (c_size_t, [c_void_p]),

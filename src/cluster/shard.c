@@ -616,39 +616,28 @@ static void answer(shard_t *sh, const clu_request_t *q, clu_reply_t *r)
     }
     r->nparts = np;
     if (q->kind == CLU_KIND_SEARCH) {
-        patina_table_results_t *res = calloc(np ? np : 1, sizeof *res);
+        /* the requested ready partitions in ONE call, as one table of their
+         * union: one scan with one k-th distance per query across them */
         patina_table_query_t qq = q->query;
+        patina_table_t **tbs = calloc(np ? np : 1, sizeof *tbs);
         qq.keys = 1;
         qq.stats = NULL;
-        if (!res) s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
+        if (!tbs) s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
         for (i = 0; s == PATINA_OK && i < np; i++) {
-            patina_table_t *tb = sh->parts[r->parts[i]].tables[t];
-            if (q->qbytes != patina_extractor_bytes(patina_table_extractor(tb))) {
+            tbs[i] = sh->parts[r->parts[i]].tables[t];
+            if (q->qbytes != patina_extractor_bytes(patina_table_extractor(tbs[i])))
                 s = clu_fail(PATINA_E_INVALID, "shard: queries of %zu bytes for table %s of %zu", q->qbytes, q->spec,
-                             patina_extractor_bytes(patina_table_extractor(tb)));
-                break;
-            }
-            if ((s = patina_table_search(tb, q->queries, q->nq, &qq, &res[i])) != PATINA_OK)
-                s = clu_fail_lib(s, "shard %s: partition %u", sh->name, r->parts[i]);
+                             patina_extractor_bytes(patina_table_extractor(tbs[i])));
         }
-        if (s == PATINA_OK && np) {
-            patina_table_results_t *view = malloc(np * sizeof *view); /* shallow copies: keys filled */
-            if (!view) s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
-            else {
-                memcpy(view, res, np * sizeof *view);
-                clu_results_keys_empty(view, np);
-                if ((s = patina_table_results_merge(view, np, &qq, &r->res)) != PATINA_OK)
-                    s = clu_fail_lib(s, "shard %s: merge", sh->name);
-                free(view);
-            }
-        }
+        if (s == PATINA_OK && np &&
+            (s = patina_table_search_many(tbs, np, q->queries, q->nq, &qq, &r->res)) != PATINA_OK)
+            s = clu_fail_lib(s, "shard %s: partitions %u.. (%zu)", sh->name, r->parts[0], np);
         if (s == PATINA_OK && !np) { /* no partition: an empty answer */
             r->res.nq = q->nq;
             if (!(r->res.offsets = calloc(q->nq + 1, sizeof *r->res.offsets)))
                 s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
         }
-        for (i = 0; res && i < np; i++) patina_table_results_release(&res[i]);
-        free(res);
+        free(tbs);
     } else {
         /* the requested ready partitions in ONE call: matched each against
          * its own reference set (its GPU mirror), the union's best

@@ -14,6 +14,24 @@ extern "C" {
  * distance table's definition for every pair. */
 int patina__index_fast_path(const patina_index_t *idx);
 
+/* The indexes ixs[0 .. nix) -- of one spec, with disjoint ids -- searched
+ * as ONE index holding the union of their rows: the same hits, distances
+ * and order. k >= 1: k-NN into hits (nq, k), counts[q] = min(k, the
+ * union's rows), padded as patina_index_knn; k = 0: range within radius
+ * into lists (nq), as patina_index_range (opts->max_hits counts the
+ * union). The indexes the CPU searches (opts->device, per index as
+ * patina_index_knn decides) are scanned in one job, one after the other
+ * within each chunk of rows, so the later ones are filtered by the k-th
+ * distance the earlier ones gave; those the GPU searches (and std_l2
+ * indexes, standardised by their own rows, when there are several) are
+ * searched one by one and every part merged by (distance, id). The
+ * indexes' read locks are taken in address order. Not in the public API:
+ * patina_table_search_many is (src/table/table.c). */
+patina_status patina__index_search_many(patina_context_t *ctx, const patina_index_t *const *ixs, size_t nix,
+                                        const void *queries, size_t nq, size_t k, double radius,
+                                        const patina_search_opts_t *opts, patina_hit_t *hits, patina_hit_t **lists,
+                                        size_t *counts);
+
 /* Rows per chunk below which a query is not split across threads. */
 #define PATINA_KNN_MIN_CHUNK 1024
 

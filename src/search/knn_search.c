@@ -298,11 +298,18 @@ typedef struct hitvec {
 /* Tasks are (block of qb queries, chunk of rows); results are kept per
  * (query, chunk) slot, slot = q * nchunks + chunk. */
 typedef struct job {
-    const patina_index_t *ix;
+    /* The rows searched: the indexes ixs[0 .. nix) one after the other, as
+     * one run of rows (index i's row r is row base[i] + r); a chunk may span
+     * several of them and keeps one heap per query across them, so a later
+     * index is filtered with the k-th distance the earlier ones gave. */
+    const patina_index_t *const *ixs;
+    const size_t *base;       /* (nix + 1) */
+    size_t nix, n, live;      /* rows in all (removed ones included) and rows not removed */
+    const patina_index_t *ix; /* ixs[0]: the layout (dim, bytes, distance) every index shares */
     const uint8_t *queries;   /* (nq, bytes) */
-    const tq_t *tq;           /* (nq) or NULL */
+    const tq_t *tq;           /* (nq) or NULL (used on the indexes with the fast path) */
     const double *qself;      /* sqfd: (nq) the queries' self terms, or NULL */
-    const double *param;      /* the distance's parameter (search/distance.h): std_l2's sd, rootsift_ratio's ratio */
+    const double *ratio;      /* rootsift_ratio's ratio (the distance's parameter; std_l2's is each index's sd) */
     size_t nq, qb, nblocks, nchunks, chunk;
     int range;
     /* knn */
@@ -318,33 +325,15 @@ typedef struct job {
     atomic_int nomem;
 } job_t;
 
-static void search_task(void *arg, size_t t, int worker)
+/* Rows [r0, r1) of index ix (local rows), tile by tile, into the block's
+ * heaps hp (k-NN, range with max_hits) or its lists (range). */
+static int search_rows(job_t *jb, const patina_index_t *ix, size_t q0, size_t nb, size_t c, size_t r0, size_t r1,
+                       heap_t *hp, double *thr, double *dist)
 {
-    job_t *jb = arg;
-    const patina_index_t *ix = jb->ix;
-    const size_t b = t / jb->nchunks, c = t % jb->nchunks, q0 = b * jb->qb;
-    const size_t nb = jb->nq - q0 < jb->qb ? jb->nq - q0 : jb->qb;
-    const size_t r0 = c * jb->chunk, r1 = r0 + jb->chunk < ix->n ? r0 + jb->chunk : ix->n;
-    double *dist = malloc(nb * TILE * sizeof *dist + pdist_block_scratch(nb, ix->dim)); /* (nb, TILE), then pdist's */
-    double *thr = malloc(nb * sizeof *thr);
-    heap_t *hp = calloc(nb, sizeof *hp);
+    const double *param = ix->dist->ratio ? jb->ratio : ix->sd;
+    const tq_t *tq = jb->tq && ix->t1 ? jb->tq + q0 : NULL;
+    const double *qself = jb->qself && ix->self ? jb->qself + q0 : NULL;
     size_t r, i, j;
-    (void)worker;
-
-    if (!dist || !hp || !thr) {
-        atomic_store(&jb->nomem, 1);
-        goto done;
-    }
-    for (i = 0; i < nb; i++) {
-        const size_t q = q0 + i, slot = q * jb->nchunks + c;
-        if (!jb->range) {
-            hp[i].h = jb->nchunks == 1 ? jb->final + q * jb->k : jb->scratch + slot * jb->cap;
-            hp[i].cap = jb->nchunks == 1 ? (jb->k < ix->live ? jb->k : ix->live) : jb->cap;
-        } else if (jb->max_hits) {
-            hp[i].h = jb->vec[slot].h;
-            hp[i].cap = jb->vec[slot].cap;
-        }
-    }
     for (r = r0; r < r1; r += TILE) {
         const size_t cnt = r1 - r < TILE ? r1 - r : TILE;
         for (i = 0; i < nb; i++) { /* a row farther than thr[i] cannot enter query i's result */
@@ -352,8 +341,7 @@ static void search_task(void *arg, size_t t, int worker)
             if ((!jb->range || jb->max_hits) && hp[i].n == hp[i].cap && hp[i].n && hp[i].h[0].distance < thr[i])
                 thr[i] = hp[i].h[0].distance;
         }
-        tile_distances(ix, jb->param, jb->queries + q0 * ix->bytes, jb->tq ? jb->tq + q0 : NULL, jb->qself ? jb->qself + q0 : NULL,
-                       thr, nb, r, cnt, dist + nb * TILE, dist);
+        tile_distances(ix, param, jb->queries + q0 * ix->bytes, tq, qself, thr, nb, r, cnt, dist + nb * TILE, dist);
         for (i = 0; i < nb; i++) {
             const double *dq = dist + i * TILE;
             hitvec_t *vec;
@@ -369,16 +357,52 @@ static void search_task(void *arg, size_t t, int worker)
                 if (vec->n == vec->cap) {
                     size_t ncap = vec->cap ? 2 * vec->cap : 64;
                     patina_hit_t *h = realloc(vec->h, ncap * sizeof *h);
-                    if (!h) {
-                        atomic_store(&jb->nomem, 1);
-                        goto done;
-                    }
+                    if (!h) return 0;
                     vec->h = h;
                     vec->cap = ncap;
                 }
                 vec->h[vec->n].id = ix->ids[r + j];
                 vec->h[vec->n++].distance = dq[j];
             }
+        }
+    }
+    return 1;
+}
+
+static void search_task(void *arg, size_t t, int worker)
+{
+    job_t *jb = arg;
+    const size_t b = t / jb->nchunks, c = t % jb->nchunks, q0 = b * jb->qb;
+    const size_t nb = jb->nq - q0 < jb->qb ? jb->nq - q0 : jb->qb;
+    const size_t r0 = c * jb->chunk, r1 = r0 + jb->chunk < jb->n ? r0 + jb->chunk : jb->n;
+    double *dist = malloc(nb * TILE * sizeof *dist + pdist_block_scratch(nb, jb->ix->dim)); /* (nb, TILE), then pdist's */
+    double *thr = malloc(nb * sizeof *thr);
+    heap_t *hp = calloc(nb, sizeof *hp);
+    size_t i, x;
+    (void)worker;
+
+    if (!dist || !hp || !thr) {
+        atomic_store(&jb->nomem, 1);
+        goto done;
+    }
+    for (i = 0; i < nb; i++) {
+        const size_t q = q0 + i, slot = q * jb->nchunks + c;
+        if (!jb->range) {
+            hp[i].h = jb->nchunks == 1 ? jb->final + q * jb->k : jb->scratch + slot * jb->cap;
+            hp[i].cap = jb->nchunks == 1 ? (jb->k < jb->live ? jb->k : jb->live) : jb->cap;
+        } else if (jb->max_hits) {
+            hp[i].h = jb->vec[slot].h;
+            hp[i].cap = jb->vec[slot].cap;
+        }
+    }
+    /* the indexes the chunk's rows fall in, in order, each over its part of [r0, r1) */
+    for (x = 0; x < jb->nix; x++) {
+        const size_t b0 = jb->base[x], b1 = jb->base[x + 1];
+        if (b1 <= r0 || b0 >= r1) continue;
+        if (!search_rows(jb, jb->ixs[x], q0, nb, c, (r0 > b0 ? r0 : b0) - b0, (r1 < b1 ? r1 : b1) - b0, hp, thr,
+                         dist)) {
+            atomic_store(&jb->nomem, 1);
+            goto done;
         }
     }
     for (i = 0; i < nb; i++) {
@@ -423,24 +447,24 @@ static size_t merge_lists(patina_hit_t *out, size_t limit, patina_hit_t *const *
  * QB_BYTES, so they stay in L2 while a group of rows serves them all),
  * fewer where that leaves less than two blocks per thread; when there are
  * fewer blocks than threads, each query's rows are cut into chunks. */
-static void plan(const patina_index_t *ix, size_t nq, int threads, int *nthreads, size_t *qb, size_t *nblocks,
+static void plan(size_t n, size_t dim, size_t nq, int threads, int *nthreads, size_t *qb, size_t *nblocks,
                  size_t *nchunks, size_t *chunk)
 {
     size_t want, maxc, b = (nq + 2 * (size_t)threads - 1) / (2 * (size_t)threads);
     if (b > QB_MAX) b = QB_MAX;
-    if (b > QB_BYTES / (ix->dim * sizeof(double) + 1)) b = QB_BYTES / (ix->dim * sizeof(double) + 1);
+    if (b > QB_BYTES / (dim * sizeof(double) + 1)) b = QB_BYTES / (dim * sizeof(double) + 1);
     *qb = b < 1 ? 1 : b;
     *nblocks = nq ? (nq + *qb - 1) / *qb : 0;
     *nchunks = 1;
-    if (*nblocks < (size_t)threads && ix->n >= 2 * PATINA_KNN_MIN_CHUNK) {
+    if (*nblocks < (size_t)threads && n >= 2 * PATINA_KNN_MIN_CHUNK) {
         want = (4 * (size_t)threads + *nblocks - 1) / *nblocks;
-        maxc = ix->n / PATINA_KNN_MIN_CHUNK;
+        maxc = n / PATINA_KNN_MIN_CHUNK;
         *nchunks = want < maxc ? want : maxc;
     }
-    *chunk = ix->n ? (ix->n + *nchunks - 1) / *nchunks : 1;
-    *nchunks = ix->n ? (ix->n + *chunk - 1) / *chunk : 1;
+    *chunk = n ? (n + *nchunks - 1) / *nchunks : 1;
+    *nchunks = n ? (n + *chunk - 1) / *chunk : 1;
     /* Tiny problems are not worth waking threads for. */
-    if ((double)ix->n * (double)nq < 4096.0) threads = 1;
+    if ((double)n * (double)nq < 4096.0) threads = 1;
     if ((size_t)threads > *nblocks * *nchunks) threads = (int)(*nblocks * *nchunks);
     *nthreads = threads < 1 ? 1 : threads;
 }
@@ -920,32 +944,59 @@ static patina_status sqfd_gpu(patina_context_t *ctx, const patina_index_t *ix, c
     return s;
 }
 
-/* k-NN on the CPU (hits padded, the index not empty). */
-static patina_status cpu_knn(patina_context_t *ctx, const patina_index_t *idx, const void *queries, size_t nq,
-                             size_t k, const patina_search_opts_t *o, patina_hit_t *hits, size_t *counts)
+/* The rows of indexes ixs[0 .. nix) as one run (job_t), their queries
+ * prepared: jb filled but the kind's fields; *tq and *qself to free. */
+static patina_status job_rows(patina_context_t *ctx, job_t *jb, const patina_index_t *const *ixs, size_t nix,
+                              size_t *base, const void *queries, size_t nq, const double *ratio, int *nthreads,
+                              tq_t **tq, double **qself)
+{
+    size_t x;
+    const patina_index_t *fast = NULL, *self = NULL;
+    memset(jb, 0, sizeof *jb);
+    *tq = NULL;
+    *qself = NULL;
+    base[0] = 0;
+    for (x = 0; x < nix; x++) {
+        base[x + 1] = base[x] + ixs[x]->n;
+        jb->live += ixs[x]->live;
+        if (ixs[x]->t1 && ixs[x]->n && !fast) fast = ixs[x];
+        if (ixs[x]->self && !self) self = ixs[x];
+    }
+    jb->ixs = ixs;
+    jb->nix = nix;
+    jb->base = base;
+    jb->n = base[nix];
+    jb->ix = ixs[0];
+    jb->ratio = ratio;
+    jb->queries = queries;
+    jb->nq = nq;
+    plan(jb->n, ixs[0]->dim, nq, cpu_threads(ctx), nthreads, &jb->qb, &jb->nblocks, &jb->nchunks, &jb->chunk);
+    if (fast) PATINA_TRY(prepare_queries(fast, queries, nq, tq));
+    jb->tq = *tq;
+    if (self) PATINA_TRY(prepare_self(self, queries, nq, qself));
+    jb->qself = *qself;
+    return PATINA_OK;
+}
+
+/* k-NN on the CPU over the indexes ixs[0 .. nix) as one (hits padded,
+ * counts[q] = min(k, their live rows) > 0). */
+static patina_status cpu_knn(patina_context_t *ctx, const patina_index_t *const *ixs, size_t nix, const void *queries,
+                             size_t nq, size_t k, const patina_search_opts_t *o, patina_hit_t *hits, size_t *counts)
 {
     const patina_search_opts_t opts = *o;
     job_t jb;
     tq_t *tq = NULL;
     double *qself = NULL;
     patina_status s;
-    size_t q, per = counts[0], *pos = NULL;
+    size_t q, per = counts[0], *pos = NULL, *base = malloc((nix + 1) * sizeof *base);
     patina_hit_t **lists = NULL;
     int nthreads;
 
-    memset(&jb, 0, sizeof jb);
-    plan(idx, nq, cpu_threads(ctx), &nthreads, &jb.qb, &jb.nblocks, &jb.nchunks, &jb.chunk);
-    jb.ix = idx;
-    jb.param = idx->dist->ratio ? &opts.ratio : idx->sd;
-    jb.queries = queries;
-    jb.nq = nq;
+    if (!base) return patina__fail(PATINA_E_NOMEM, "search: out of memory");
+    s = job_rows(ctx, &jb, ixs, nix, base, queries, nq, &opts.ratio, &nthreads, &tq, &qself);
     jb.k = k;
     jb.final = hits;
     jb.cap = k < jb.chunk ? k : jb.chunk;
-    s = prepare_queries(idx, queries, nq, &tq);
-    jb.tq = tq;
-    if (s == PATINA_OK) s = prepare_self(idx, queries, nq, &qself);
-    jb.qself = qself;
     if (s == PATINA_OK && !(jb.cnt = malloc(nq * jb.nchunks * sizeof *jb.cnt)))
         s = patina__fail(PATINA_E_NOMEM, "search: out of memory");
     if (s == PATINA_OK && jb.nchunks > 1) {
@@ -972,12 +1023,15 @@ static patina_status cpu_knn(patina_context_t *ctx, const patina_index_t *idx, c
     free(jb.cnt);
     free(tq);
     free(qself);
+    free(base);
     return s;
 }
 
-/* Range search on the CPU (hits[] cleared, the index not empty). */
-static patina_status cpu_range(patina_context_t *ctx, const patina_index_t *idx, const void *queries, size_t nq,
-                               double radius, const patina_search_opts_t *o, patina_hit_t **hits, size_t *counts)
+/* Range search on the CPU over the indexes ixs[0 .. nix) as one (hits[]
+ * cleared, some row live). */
+static patina_status cpu_range(patina_context_t *ctx, const patina_index_t *const *ixs, size_t nix,
+                               const void *queries, size_t nq, double radius, const patina_search_opts_t *o,
+                               patina_hit_t **hits, size_t *counts)
 {
     const patina_search_opts_t opts = *o;
     const size_t max_hits = opts.max_hits;
@@ -985,24 +1039,16 @@ static patina_status cpu_range(patina_context_t *ctx, const patina_index_t *idx,
     tq_t *tq = NULL;
     double *qself = NULL;
     patina_status s;
-    size_t q, t, nslots, *pos = NULL, *lens = NULL;
+    size_t q, t, nslots = 0, *pos = NULL, *lens = NULL, *base = malloc((nix + 1) * sizeof *base);
     patina_hit_t **lists = NULL;
     int nthreads;
 
-    memset(&jb, 0, sizeof jb);
-    plan(idx, nq, cpu_threads(ctx), &nthreads, &jb.qb, &jb.nblocks, &jb.nchunks, &jb.chunk);
-    jb.ix = idx;
-    jb.param = idx->dist->ratio ? &opts.ratio : idx->sd;
-    jb.queries = queries;
-    jb.nq = nq;
+    if (!base) return patina__fail(PATINA_E_NOMEM, "search: out of memory");
+    s = job_rows(ctx, &jb, ixs, nix, base, queries, nq, &opts.ratio, &nthreads, &tq, &qself);
     jb.range = 1;
     jb.radius = radius;
     jb.max_hits = max_hits;
     nslots = nq * jb.nchunks;
-    s = prepare_queries(idx, queries, nq, &tq);
-    jb.tq = tq;
-    if (s == PATINA_OK) s = prepare_self(idx, queries, nq, &qself);
-    jb.qself = qself;
     if (s == PATINA_OK && (!(jb.vec = calloc(nslots, sizeof *jb.vec)) ||
                            !(lists = malloc(jb.nchunks * sizeof *lists)) ||
                            !(lens = malloc(jb.nchunks * sizeof *lens)) ||
@@ -1048,6 +1094,7 @@ static patina_status cpu_range(patina_context_t *ctx, const patina_index_t *idx,
     free(lists);
     free(tq);
     free(qself);
+    free(base);
     return s;
 }
 
@@ -1102,8 +1149,8 @@ static patina_status search_impl(patina_context_t *ctx, const patina_index_t *id
         return s;
     }
     if (opts.stats) opts.stats->cpu = nq;
-    return range ? cpu_range(ctx, idx, queries, nq, req.radius, &opts, lists, counts)
-                 : cpu_knn(ctx, idx, queries, nq, req.k, &opts, hits, counts);
+    return range ? cpu_range(ctx, &idx, 1, queries, nq, req.radius, &opts, lists, counts)
+                 : cpu_knn(ctx, &idx, 1, queries, nq, req.k, &opts, hits, counts);
 }
 
 /* The public calls hold the index's read lock for the whole search (GPU
@@ -1132,5 +1179,186 @@ patina_status patina_index_range(patina_context_t *ctx, const patina_index_t *id
     patina__index_rd_lock(idx);
     s = search_impl(ctx, idx, queries, nq, &rq, opts, NULL, hits, counts);
     patina__index_rd_unlock(idx);
+    return s;
+}
+
+/* ------------------------------------------------- several indexes as one */
+
+static int cmp_index_addr(const void *a, const void *b)
+{
+    const uintptr_t x = (uintptr_t) * (const patina_index_t *const *)a, y = (uintptr_t) * (const patina_index_t *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One part of a search over several indexes: the CPU's group, or one index
+ * searched alone (the GPU, std_l2). */
+typedef struct many_part {
+    patina_hit_t *hits;   /* k-NN: (nq, k) */
+    patina_hit_t **lists; /* range: (nq) */
+    size_t *counts;       /* (nq) */
+    patina_search_stats_t stats;
+} many_part_t;
+
+/* The search of patina__index_search_many with every index's read lock held. */
+static patina_status search_many_locked(patina_context_t *ctx, const patina_index_t *const *ixs, size_t nix,
+                                        const void *queries, size_t nq, size_t k, double radius,
+                                        const patina_search_opts_t *o, patina_hit_t *hits, patina_hit_t **lists,
+                                        size_t *counts)
+{
+    const int range = k == 0;
+    const pgpu_req_t rq = {k, radius, range ? o->max_hits : 0};
+    const patina_index_t **group = malloc(nix * sizeof *group), **alone = malloc(nix * sizeof *alone);
+    many_part_t *parts = calloc(nix + 1, sizeof *parts);
+    patina_hit_t **pl = malloc((nix + 1) * sizeof *pl);
+    size_t *pn = malloc((nix + 1) * sizeof *pn), *pos = malloc((nix + 1) * sizeof *pos);
+    size_t ng = 0, na = 0, np = 0, x, q, p, live = 0, glive = 0, per;
+    patina_search_opts_t po = *o;
+    patina_status s = PATINA_OK;
+    if (!group || !alone || !parts || !pl || !pn || !pos) {
+        s = patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu indexes", nix);
+        goto out;
+    }
+    for (x = 0; x < nix; x++) {
+        patina_device dev = PATINA_DEVICE_CPU;
+        if ((s = search_device(ctx, ixs[x], o, range, k, &dev)) != PATINA_OK) goto out;
+        live += ixs[x]->live;
+        if (!ixs[x]->live) continue;
+        /* std_l2 standardises by the index's own rows: each is its own search */
+        if (dev == PATINA_DEVICE_GPU || (ixs[x]->sd && nix > 1)) alone[na++] = ixs[x];
+        else {
+            group[ng++] = ixs[x];
+            glive += ixs[x]->live;
+        }
+    }
+    if (o->stats) memset(o->stats, 0, sizeof *o->stats);
+    per = k < live ? k : live;
+    if (!range)
+        for (q = 0; q < nq; q++) {
+            counts[q] = per;
+            for (x = per; x < k; x++) hits[q * k + x] = (patina_hit_t){0, HUGE_VAL};
+        }
+    if (!nq || !live) goto out;
+    if (ng && !na) { /* the common case: the CPU over every index, one job, no merge */
+        if (o->stats) o->stats->cpu = nq;
+        s = range ? cpu_range(ctx, group, ng, queries, nq, radius, o, lists, counts)
+                  : cpu_knn(ctx, group, ng, queries, nq, k, o, hits, counts);
+        goto out;
+    }
+    for (p = 0; p < ng + na && s == PATINA_OK; p = ++np) { /* part 0: the CPU's group (when any), then the others */
+        many_part_t *m = &parts[p];
+        const int is_group = ng && p == 0;
+        m->counts = calloc(nq, sizeof *m->counts);
+        if (range) m->lists = calloc(nq, sizeof *m->lists);
+        else if (nq <= SIZE_MAX / sizeof *m->hits / k) m->hits = malloc(nq * k * sizeof *m->hits);
+        if (!m->counts || (range ? !m->lists : !m->hits)) {
+            s = patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", nq);
+            break;
+        }
+        po.stats = o->stats ? &m->stats : NULL;
+        if (is_group) {
+            const size_t gper = k < glive ? k : glive;
+            for (q = 0; q < nq; q++) m->counts[q] = gper;
+            if (po.stats) po.stats->cpu = nq;
+            s = range ? cpu_range(ctx, group, ng, queries, nq, radius, &po, m->lists, m->counts)
+                      : cpu_knn(ctx, group, ng, queries, nq, k, &po, m->hits, m->counts);
+        } else {
+            s = search_impl(ctx, alone[p - (ng ? 1 : 0)], queries, nq, &rq, &po, m->hits, m->lists, m->counts);
+        }
+    }
+    if (s != PATINA_OK) goto out;
+    for (q = 0; q < nq && s == PATINA_OK; q++) { /* each query's sorted lists merged */
+        size_t total = 0;
+        for (p = 0; p < np; p++) {
+            pl[p] = range ? parts[p].lists[q] : parts[p].hits + q * k;
+            pn[p] = parts[p].counts[q];
+            total += pn[p];
+        }
+        if (!range) {
+            if (merge_lists(hits + q * k, per, pl, pn, np, pos) != per)
+                s = patina__fail(PATINA_E_INTERNAL, "search: merge lost hits");
+            continue;
+        }
+        if (o->max_hits && total > o->max_hits) total = o->max_hits;
+        if (!total) continue;
+        if (!(lists[q] = malloc(total * sizeof *lists[q]))) {
+            s = patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu hits", total);
+            break;
+        }
+        counts[q] = merge_lists(lists[q], total, pl, pn, np, pos);
+    }
+    for (p = 0; o->stats && p < np; p++) {
+        patina_search_stats_t *a = o->stats;
+        const patina_search_stats_t *b = &parts[p].stats;
+        a->gpu_tensor += b->gpu_tensor;
+        a->gpu_filter += b->gpu_filter;
+        a->gpu_exact += b->gpu_exact;
+        a->cpu += b->cpu;
+        a->chunks += b->chunks;
+        a->host_bytes += b->host_bytes;
+    }
+out:
+    for (p = 0; parts && p < nix + 1; p++) {
+        for (q = 0; parts[p].lists && q < nq; q++) free(parts[p].lists[q]);
+        free(parts[p].lists);
+        free(parts[p].hits);
+        free(parts[p].counts);
+    }
+    if (s != PATINA_OK && range)
+        for (q = 0; q < nq; q++) {
+            free(lists[q]);
+            lists[q] = NULL;
+            counts[q] = 0;
+        }
+    free(parts);
+    free(group);
+    free(alone);
+    free(pl);
+    free(pn);
+    free(pos);
+    return s;
+}
+
+patina_status patina__index_search_many(patina_context_t *ctx, const patina_index_t *const *ixs, size_t nix,
+                                        const void *queries, size_t nq, size_t k, double radius,
+                                        const patina_search_opts_t *opts_in, patina_hit_t *hits, patina_hit_t **lists,
+                                        size_t *counts)
+{
+    const patina_index_t **order;
+    patina_search_opts_t opts;
+    patina_status s;
+    size_t x, q;
+    if (!ixs || nix == 0) return patina__fail(PATINA_E_INVALID, "search: no index");
+    for (x = 0; x < nix; x++) {
+        if (!ixs[x]) return patina__fail(PATINA_E_INVALID, "search: index %zu is NULL", x);
+        if (ixs[x]->dist_id != ixs[0]->dist_id || ixs[x]->bytes != ixs[0]->bytes ||
+            strcmp(patina_extractor_spec(ixs[x]->ex), patina_extractor_spec(ixs[0]->ex)))
+            return patina__fail(PATINA_E_INVALID, "search: index %zu is '%s', index 0 '%s' (one spec per call)", x,
+                                patina_extractor_spec(ixs[x]->ex), patina_extractor_spec(ixs[0]->ex));
+    }
+    patina_search_opts_init(&opts);
+    if (opts_in) opts = *opts_in;
+    PATINA_TRY(patina__options_validate(PATINA_OPTIONS_SEARCH, &opts));
+    if (k) {
+        PATINA_TRY(patina_options_check(PATINA_OPTIONS_SEARCH, "k", (double)k));
+        PATINA_TRY(knn_args(ixs[0], queries, nq, k, hits, counts));
+    } else {
+        PATINA_TRY(patina_options_check(PATINA_OPTIONS_SEARCH, "range", radius));
+        if (nq && (!queries || !lists || !counts))
+            return patina__fail(PATINA_E_INVALID, "search: null queries, hits or counts");
+        for (q = 0; q < nq; q++) {
+            lists[q] = NULL;
+            counts[q] = 0;
+        }
+        if (nq) PATINA_TRY(patina__index_check_nan(ixs[0], queries, nq, "query"));
+    }
+    if (!(order = malloc(nix * sizeof *order))) return patina__fail(PATINA_E_NOMEM, "search: out of memory");
+    memcpy(order, ixs, nix * sizeof *order);
+    qsort(order, nix, sizeof *order, cmp_index_addr); /* locks in address order */
+    for (x = 0; x < nix; x++)
+        if (!x || order[x] != order[x - 1]) patina__index_rd_lock(order[x]);
+    s = search_many_locked(ctx, ixs, nix, queries, nq, k, radius, &opts, hits, lists, counts);
+    for (x = nix; x-- > 0;)
+        if (!x || order[x] != order[x - 1]) patina__index_rd_unlock(order[x]);
+    free(order);
     return s;
 }

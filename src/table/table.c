@@ -30,6 +30,7 @@
 #include "patina/options.h"
 #include "patina/table.h"
 #include "search/distance.h"
+#include "search/knn.h"
 
 /* ----------------------------------------------------------- keys by id
  * A detached table has no collection to look keys up in: it keeps them. An
@@ -458,8 +459,8 @@ static patina_status keep_rows(patina_table_t *t, patina_snapshot_t *snap, const
             if (s == PATINA_E_NOTFOUND) s = PATINA_OK;
         }
         if (s != PATINA_OK || !sl->pidx) continue;
-        for (i = 0; t->ns > 1 && i < n; i++)
-            if (!outside[i] && ids[i] % t->ns != k) drop[nd++] = ids[i];
+        for (i = 0; t->ns > 1 && i < n; i++) /* every row of the other slices, in the partition or not */
+            if (ids[i] % t->ns != k) drop[nd++] = ids[i];
         if (nd) s = patina_pivot_index_remove(sl->pidx, drop, nd, NULL);
     }
 out:
@@ -708,6 +709,8 @@ static patina_status lookup_keys(patina_table_t *t, const uint64_t *ids, size_t 
 
 /* ----------------------------------------------------------------- search */
 
+static patina_table_t **lock_order(patina_table_t *const *tables, size_t nt);
+
 void patina_table_results_release(patina_table_results_t *res)
 {
     size_t i;
@@ -747,9 +750,11 @@ static patina_status check_query(const patina_table_t *t, const patina_table_que
     return PATINA_OK;
 }
 
-/* k-NN over slice sl into res (read lock held, rows > 0: the slice's). */
-static patina_status run_knn(const slice_t *sl, const void *queries, size_t nq, const patina_table_query_t *q,
-                             size_t rows, patina_table_results_t *res)
+/* k-NN into res (read locks held, rows > 0): through the pivot table pidx
+ * when set, else over the indexes ixs[0 .. nix) as one; rows: theirs. */
+static patina_status run_knn(patina_context_t *ctx, const patina_pivot_index_t *pidx, const patina_index_t *const *ixs,
+                             size_t nix, const void *queries, size_t nq, const patina_table_query_t *q, size_t rows,
+                             patina_table_results_t *res)
 {
     size_t k = q->k < rows ? q->k : rows, *counts, i, j, at = 0;
     patina_hit_t *hits;
@@ -762,19 +767,19 @@ static patina_status run_knn(const slice_t *sl, const void *queries, size_t nq, 
         free(counts);
         return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu x %zu hits", nq, k);
     }
-    if (sl->pidx) {
+    if (pidx) {
         patina_pivot_search_opts_t po;
         patina_pivot_search_opts_init(&po);
         po.bound = q->bound;
         po.stats = q->stats;
         po.strategy = pivot_strategy(q->device);
-        s = patina_pivot_index_knn(sl->ctx, sl->pidx, queries, nq, k, &po, hits, counts);
+        s = patina_pivot_index_knn(ctx, pidx, queries, nq, k, &po, hits, counts);
     } else {
         patina_search_opts_t so;
         patina_search_opts_init(&so);
         so.device = q->device;
         so.stats = q->stats;
-        s = patina_index_knn(sl->ctx, sl->idx, queries, nq, k, &so, hits, counts);
+        s = patina__index_search_many(ctx, ixs, nix, queries, nq, k, 0.0, &so, hits, NULL, counts);
     }
     if (s == PATINA_OK) {
         /* compact (nq, k) rows into one run: the counts are min(k, rows), all equal, but say so in code */
@@ -791,9 +796,10 @@ static patina_status run_knn(const slice_t *sl, const void *queries, size_t nq, 
     return s;
 }
 
-/* Range over slice sl into res (read lock held, rows > 0: the slice's). */
-static patina_status run_range(const slice_t *sl, const void *queries, size_t nq, const patina_table_query_t *q,
-                               patina_table_results_t *res)
+/* Range into res (read locks held, rows > 0): as run_knn. */
+static patina_status run_range(patina_context_t *ctx, const patina_pivot_index_t *pidx,
+                               const patina_index_t *const *ixs, size_t nix, const void *queries, size_t nq,
+                               const patina_table_query_t *q, patina_table_results_t *res)
 {
     patina_hit_t **per = calloc(nq, sizeof *per), *all = NULL;
     size_t *counts = calloc(nq, sizeof *counts), total = 0, i;
@@ -803,21 +809,21 @@ static patina_status run_range(const slice_t *sl, const void *queries, size_t nq
         free(counts);
         return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", nq);
     }
-    if (sl->pidx) {
+    if (pidx) {
         patina_pivot_search_opts_t po;
         patina_pivot_search_opts_init(&po);
         po.bound = q->bound;
         po.max_hits = q->max_hits;
         po.stats = q->stats;
         po.strategy = pivot_strategy(q->device);
-        s = patina_pivot_index_range(sl->ctx, sl->pidx, queries, nq, q->radius, &po, per, counts);
+        s = patina_pivot_index_range(ctx, pidx, queries, nq, q->radius, &po, per, counts);
     } else {
         patina_search_opts_t so;
         patina_search_opts_init(&so);
         so.device = q->device;
         so.max_hits = q->max_hits;
         so.stats = q->stats;
-        s = patina_index_range(sl->ctx, sl->idx, queries, nq, q->radius, &so, per, counts);
+        s = patina__index_search_many(ctx, ixs, nix, queries, nq, 0, q->radius, &so, NULL, per, counts);
     }
     for (i = 0; s == PATINA_OK && i < nq; i++) total += counts[i];
     if (s == PATINA_OK && !(all = malloc((total ? total : 1) * sizeof *all)))
@@ -937,35 +943,6 @@ static slice_task_t *slice_tasks(patina_table_t *t, patina_status (*fn)(slice_ta
     return tasks;
 }
 
-/* A search over the slices. */
-typedef struct search_arg {
-    const void *queries;
-    size_t nq;
-    const patina_table_query_t *q;
-} search_arg_t;
-
-typedef struct search_part {
-    patina_table_results_t res;
-    patina_search_stats_t stats;
-} search_part_t;
-
-static patina_status search_task(slice_task_t *k)
-{
-    const search_arg_t *a = k->arg;
-    search_part_t *p = k->out;
-    const slice_t *sl = &k->t->sl[k->slice];
-    patina_table_query_t q = *a->q;
-    size_t rows = slice_rows(sl);
-    q.stats = a->q->stats ? &p->stats : NULL;
-    if (!(p->res.offsets = calloc(a->nq + 1, sizeof *p->res.offsets)))
-        return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", a->nq);
-    p->res.nq = a->nq;
-    p->res.rows = rows;
-    if (!a->nq || !rows) return PATINA_OK;
-    return q.kind == PATINA_QUERY_KNN ? run_knn(sl, a->queries, a->nq, &q, rows, &p->res)
-                                      : run_range(sl, a->queries, a->nq, &q, &p->res);
-}
-
 static void stats_add(patina_search_stats_t *a, const patina_search_stats_t *b)
 {
     a->gpu_tensor += b->gpu_tensor;
@@ -979,18 +956,108 @@ static void stats_add(patina_search_stats_t *a, const patina_search_stats_t *b)
     a->computed += b->computed;
 }
 
-/* Every slice searched at once, the answers merged into res (read lock
- * held; res->offsets allocated, no hits yet). */
-static patina_status search_slices(patina_table_t *t, const void *queries, size_t nq, const patina_table_query_t *q,
-                                   patina_table_results_t *res)
+/* A search over several tables (patina_table_search_many), read locks held. */
+typedef struct search_arg {
+    patina_table_t *const *tables;
+    size_t nt;
+    const void *queries;
+    size_t nq;
+    const patina_table_query_t *q;
+} search_arg_t;
+
+typedef struct search_part {
+    patina_table_results_t res;
+    patina_search_stats_t stats;
+} search_part_t;
+
+/* Slice k of every table searched as one into p (its offsets, hits, rows):
+ * the tables without a pivot table in one engine call (one scan with one
+ * k-th distance per query: patina__index_search_many), each pivot table on
+ * its own, the parts merged when there are several. */
+static patina_status search_slice(const search_arg_t *a, size_t k, search_part_t *p)
 {
+    const size_t nq = a->nq, nt = a->nt;
+    const patina_index_t **ixs = malloc(nt * sizeof *ixs);
+    search_part_t *parts = calloc(nt + 1, sizeof *parts);
+    patina_table_results_t *pr = calloc(nt + 1, sizeof *pr);
+    patina_context_t *ctx = a->tables[0]->sl[k].ctx;
+    size_t nix = 0, ixrows = 0, np = 0, i;
+    patina_status s = PATINA_OK;
+    if (!ixs || !parts || !pr) {
+        s = patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu tables", nt);
+        goto out;
+    }
+    p->res.nq = nq;
+    for (i = 0; i < nt; i++) {
+        const slice_t *sl = &a->tables[i]->sl[k];
+        const size_t rows = slice_rows(sl);
+        p->res.rows += rows;
+        if (!sl->pidx && sl->idx && rows) {
+            ixs[nix++] = sl->idx;
+            ixrows += rows;
+        }
+    }
+    /* part 0: the indexes; then each pivot table with rows */
+    for (i = 0; s == PATINA_OK && i <= nt; i++) {
+        const slice_t *sl = i ? &a->tables[i - 1]->sl[k] : NULL;
+        patina_table_query_t q = *a->q;
+        search_part_t *m = &parts[np];
+        if (!nq || (i ? !sl->pidx || !slice_rows(sl) : !nix)) continue;
+        q.stats = a->q->stats ? &m->stats : NULL;
+        m->res.nq = nq;
+        if (!(m->res.offsets = calloc(nq + 1, sizeof *m->res.offsets))) {
+            s = patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", nq);
+            break;
+        }
+        np++;
+        if (q.kind == PATINA_QUERY_KNN)
+            s = i ? run_knn(ctx, sl->pidx, NULL, 0, a->queries, nq, &q, slice_rows(sl), &m->res)
+                  : run_knn(ctx, NULL, ixs, nix, a->queries, nq, &q, ixrows, &m->res);
+        else
+            s = i ? run_range(ctx, sl->pidx, NULL, 0, a->queries, nq, &q, &m->res)
+                  : run_range(ctx, NULL, ixs, nix, a->queries, nq, &q, &m->res);
+    }
+    for (i = 0; a->q->stats && i < np; i++) stats_add(&p->stats, &parts[i].stats);
+    if (s != PATINA_OK) goto out;
+    if (np == 1) { /* one part: it is the answer */
+        p->res.offsets = parts[0].res.offsets;
+        p->res.hits = parts[0].res.hits;
+        memset(&parts[0].res, 0, sizeof parts[0].res);
+    } else if (np == 0) {
+        if (!(p->res.offsets = calloc(nq + 1, sizeof *p->res.offsets)))
+            s = patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", nq);
+    } else {
+        patina_table_results_t merged;
+        for (i = 0; i < np; i++) pr[i] = parts[i].res;
+        if ((s = patina_table_results_merge(pr, np, a->q, &merged)) == PATINA_OK) {
+            p->res.offsets = merged.offsets;
+            p->res.hits = merged.hits;
+        }
+    }
+out:
+    for (i = 0; parts && i < np; i++) patina_table_results_release(&parts[i].res);
+    free(parts);
+    free(pr);
+    free(ixs);
+    return s;
+}
+
+static patina_status search_task(slice_task_t *k)
+{
+    return search_slice(k->arg, k->slice, k->out);
+}
+
+/* Every slice of the tables searched at once (the context's slices), the
+ * answers merged into res (offsets, hits; rows summed). */
+static patina_status search_slices(const search_arg_t *a, patina_table_results_t *res)
+{
+    patina_table_t *t = a->tables[0];
     const double t0 = patina_now();
-    const search_arg_t a = {queries, nq, q};
     patina_table_fanout_t fan;
     double tm;
     search_part_t *parts = calloc(t->ns, sizeof *parts);
     patina_table_results_t *pr = calloc(t->ns, sizeof *pr), merged;
-    slice_task_t *tasks = parts ? slice_tasks(t, search_task, &a, parts, sizeof *parts) : NULL;
+    slice_task_t *tasks = parts ? slice_tasks(t, search_task, a, parts, sizeof *parts) : NULL;
     patina_status s;
     size_t k;
     if (!parts || !pr || !tasks) {
@@ -1002,13 +1069,13 @@ static patina_status search_slices(patina_table_t *t, const void *queries, size_
     s = run_slices(t, tasks, t->ns, &fan);
     tm = patina_now();
     for (k = 0; k < t->ns; k++) pr[k] = parts[k].res;
-    if (s == PATINA_OK && (s = patina_table_results_merge(pr, t->ns, q, &merged)) == PATINA_OK) {
-        free(res->offsets);
+    if (s == PATINA_OK && (s = patina_table_results_merge(pr, t->ns, a->q, &merged)) == PATINA_OK) {
         res->offsets = merged.offsets;
         res->hits = merged.hits;
-        note_fanout(t, &fan, t0, tm);
+        res->rows = merged.rows;
+        for (k = 0; k < a->nt; k++) note_fanout(a->tables[k], &fan, t0, tm);
     }
-    for (k = 0; q->stats && k < t->ns; k++) stats_add(q->stats, &parts[k].stats);
+    for (k = 0; a->q->stats && k < t->ns; k++) stats_add(a->q->stats, &parts[k].stats);
     for (k = 0; k < t->ns; k++) patina_table_results_release(&parts[k].res);
     free(tasks);
     free(pr);
@@ -1016,61 +1083,127 @@ static patina_status search_slices(patina_table_t *t, const void *queries, size_
     return s;
 }
 
-/* One search with the rows as they are (res zeroed on entry; released by the caller on failure). */
-static patina_status search_once(patina_table_t *t, const void *queries, size_t nq, const patina_table_query_t *q,
-                                 patina_table_results_t *res)
+/* The hits' keys into res->keys, each hit's from the table that holds it
+ * (looked up table after table for the hits still without one: ids are
+ * disjoint); gone[i] set for a table (open on a collection) when some hit
+ * found no key at all. Read locks held. */
+static patina_status search_keys(patina_table_t *const *tables, size_t nt, patina_table_results_t *res, uint8_t *gone)
 {
-    size_t rows;
-    patina_status s;
-    if (q->stats) memset(q->stats, 0, sizeof *q->stats);
-    if (!(res->offsets = calloc(nq + 1, sizeof *res->offsets)))
-        return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", nq);
-    res->nq = nq;
-    PATINA_TRY(enter(t, NULL));
-    rows = rows_of(t);
-    res->rows = rows;
-    res->version = atomic_load(&t->version);
-    s = PATINA_OK;
-    if (nq && rows && t->ns > 1) s = search_slices(t, queries, nq, q, res);
-    else if (nq && rows) s = q->kind == PATINA_QUERY_KNN ? run_knn(&t->sl[0], queries, nq, q, rows, res)
-                                                         : run_range(&t->sl[0], queries, nq, q, res);
-    if (s == PATINA_OK && q->keys) {
-        size_t total = res->offsets[nq], i;
-        uint64_t *ids = malloc((total ? total : 1) * sizeof *ids);
-        res->keys = calloc(total ? total : 1, sizeof *res->keys);
-        if (!ids || !res->keys) s = patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu keys", total);
-        for (i = 0; s == PATINA_OK && i < total; i++) ids[i] = res->hits[i].id;
-        if (s == PATINA_OK) s = lookup_keys(t, ids, total, res->keys);
-        free(ids);
+    const size_t total = res->offsets[res->nq];
+    uint64_t *ids = malloc((total ? total : 1) * sizeof *ids);
+    size_t *at = malloc((total ? total : 1) * sizeof *at), i, j, n = total;
+    char **found = malloc((total ? total : 1) * sizeof *found);
+    patina_status s = PATINA_OK;
+    res->keys = calloc(total ? total : 1, sizeof *res->keys);
+    if (!ids || !at || !found || !res->keys) s = patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu keys", total);
+    for (i = 0; s == PATINA_OK && i < nt && n; i++) {
+        for (j = 0, n = 0; j < total; j++)
+            if (!res->keys[j]) {
+                at[n] = j;
+                ids[n++] = res->hits[j].id;
+            }
+        if (n && (s = lookup_keys(tables[i], ids, n, found)) == PATINA_OK)
+            for (j = 0; j < n; j++) res->keys[at[j]] = found[j];
     }
-    pthread_rwlock_unlock(&t->lock);
+    if (s == PATINA_OK && missing_keys(res->keys, total))
+        for (i = 0; i < nt; i++) gone[i] = tables[i]->c != NULL;
+    free(ids);
+    free(at);
+    free(found);
     return s;
 }
 
-patina_status patina_table_search(patina_table_t *t, const void *queries, size_t nq, const patina_table_query_t *q,
-                                  patina_table_results_t *res)
+/* One attempt of patina_table_search_many with the rows as they are: every
+ * table entered in address order, searched, its keys looked up, released
+ * (res zeroed on entry; released by the caller on failure). */
+static patina_status search_once(patina_table_t *const *tables, size_t nt, const void *queries, size_t nq,
+                                 const patina_table_query_t *q, patina_table_results_t *res, uint8_t *gone)
+{
+    const search_arg_t a = {tables, nt, queries, nq, q};
+    patina_table_t **order = lock_order(tables, nt);
+    size_t i, entered = 0;
+    patina_status s = PATINA_OK;
+    if (q->stats) memset(q->stats, 0, sizeof *q->stats);
+    res->nq = nq;
+    if (!order) s = patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu tables", nt);
+    for (i = 0; s == PATINA_OK && i < nt; i++) /* address order: callers over overlapping sets cannot deadlock */
+        if ((s = enter(order[i], NULL)) == PATINA_OK) entered++;
+    for (i = 0; s == PATINA_OK && i < nt; i++) {
+        const uint64_t v = atomic_load(&tables[i]->version);
+        if (!i || v < res->version) res->version = v;
+    }
+    if (s == PATINA_OK && tables[0]->ns > 1) {
+        s = search_slices(&a, res);
+    } else if (s == PATINA_OK) {
+        search_part_t p;
+        memset(&p, 0, sizeof p);
+        s = search_slice(&a, 0, &p);
+        res->offsets = p.res.offsets;
+        res->hits = p.res.hits;
+        res->rows = p.res.rows;
+        if (q->stats) *q->stats = p.stats;
+    }
+    if (s == PATINA_OK && q->keys) s = search_keys(tables, nt, res, gone);
+    for (i = 0; i < entered; i++) pthread_rwlock_unlock(&order[i]->lock);
+    free(order);
+    return s;
+}
+
+/* The checks of a search over tables[0 .. nt). */
+static patina_status check_search_set(patina_table_t *const *tables, size_t nt)
+{
+    size_t i, j;
+    if (!tables || nt == 0) return patina__fail(PATINA_E_INVALID, "search: no table");
+    for (i = 0; i < nt; i++) {
+        if (!tables[i]) return patina__fail(PATINA_E_INVALID, "search: table %zu is NULL", i);
+        if (strcmp(patina_table_spec(tables[i]), patina_table_spec(tables[0])))
+            return patina__fail(PATINA_E_INVALID, "search: table %zu is '%s', table 0 '%s' (one spec per call)", i,
+                                patina_table_spec(tables[i]), patina_table_spec(tables[0]));
+        if (tables[i]->ctx != tables[0]->ctx || tables[i]->ns != tables[0]->ns)
+            return patina__fail(PATINA_E_INVALID, "search: table %zu has another context than table 0", i);
+        for (j = 0; j < i; j++)
+            if (tables[j] == tables[i])
+                return patina__fail(PATINA_E_INVALID, "search: table %zu is table %zu again", i, j);
+    }
+    return PATINA_OK;
+}
+
+patina_status patina_table_search_many(patina_table_t *const *tables, size_t nt, const void *queries, size_t nq,
+                                       const patina_table_query_t *q, patina_table_results_t *res)
 {
     patina_table_query_t def;
     patina_status s;
+    uint8_t *gone;
+    size_t i;
     int attempt;
     if (!res) return patina__fail(PATINA_E_INVALID, "search: null results");
     memset(res, 0, sizeof *res);
-    if (!t || (nq && !queries)) return patina__fail(PATINA_E_INVALID, "search: null table or queries");
+    PATINA_TRY(check_search_set(tables, nt));
+    if (nq && !queries) return patina__fail(PATINA_E_INVALID, "search: null queries");
     if (!q) {
         patina_table_query_init(&def);
         q = &def;
     }
-    PATINA_TRY(check_query(t, q));
+    PATINA_TRY(check_query(tables[0], q));
+    if (!(gone = calloc(nt, 1))) return patina__fail(PATINA_E_NOMEM, "search: out of memory");
     for (attempt = 0;; attempt++) {
-        s = search_once(t, queries, nq, q, res);
-        if (s != PATINA_OK || !t->c || attempt == KEY_RETRIES || !missing_keys(res->keys, res->offsets[nq])) break;
+        int retry = 0;
+        memset(gone, 0, nt);
+        s = search_once(tables, nt, queries, nq, q, res, gone);
+        if (s != PATINA_OK || attempt == KEY_RETRIES || !missing_keys(res->keys, res->offsets[nq])) break;
         /* a record went between the rows' state and the lookup: the collection moved; answer from its new state */
+        for (i = 0; i < nt; i++)
+            if (gone[i]) {
+                atomic_store(&tables[i]->stale, 1);
+                retry = 1;
+            }
+        if (!retry) break;
         patina_table_results_release(res);
-        atomic_store(&t->stale, 1);
     }
+    free(gone);
     if (s == PATINA_OK && res->keys && missing_keys(res->keys, res->offsets[nq])) {
-        /* still moving: the hits whose records are gone are left out */
-        size_t i, j, at = 0;
+        /* still moving (or a detached table without the key): the hits whose records are gone are left out */
+        size_t j, at = 0;
         for (i = 0; i < nq; i++) {
             const size_t b = res->offsets[i], e = res->offsets[i + 1];
             res->offsets[i] = at;
@@ -1084,6 +1217,15 @@ patina_status patina_table_search(patina_table_t *t, const void *queries, size_t
     }
     if (s != PATINA_OK) patina_table_results_release(res);
     return s;
+}
+
+patina_status patina_table_search(patina_table_t *t, const void *queries, size_t nq, const patina_table_query_t *q,
+                                  patina_table_results_t *res)
+{
+    if (!res) return patina__fail(PATINA_E_INVALID, "search: null results");
+    memset(res, 0, sizeof *res);
+    if (!t || (nq && !queries)) return patina__fail(PATINA_E_INVALID, "search: null table or queries");
+    return patina_table_search_many(&t, 1, queries, nq, q, res);
 }
 
 /* --------------------------------------------------------- identification */
@@ -1108,8 +1250,6 @@ patina_status patina_table_identify_extract(patina_table_t *t, patina_context_t 
     PATINA_TRY(check_identify(t));
     return patina_identify_extract(ctx ? ctx : t->ctx, t->shape, out, images, nq, st);
 }
-
-static patina_table_t **lock_order(patina_table_t *const *tables, size_t nt);
 
 /* With the read lock: the reference sets or why there are none (every slice has one, or none has). */
 static patina_status refs_ready(const patina_table_t *t)

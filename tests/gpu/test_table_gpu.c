@@ -7,7 +7,10 @@
  *     engine's limit), never the CPU's answer in disguise;
  *   - a signature table with a stored pivot table (the GPU filter against
  *     the CPU filter, k-NN and range);
- *   - a rootsift table (identify, GPU tensor cores against the CPU).
+ *   - a rootsift table (identify, GPU tensor cores against the CPU);
+ *   - five CEDD tables searched in one patina_table_search_many call (GPU,
+ *     and AUTO mixing the GPU and the CPU) against one table of their union
+ *     on the CPU.
  * Skipped (77) without a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +124,65 @@ static void test_cedd_stream(void **state)
     patina_context_free(ctx);
 }
 
+/* patina_table_search_many on the GPU: 5 CEDD tables (one of 4,500 rows,
+ * which AUTO sends to the GPU, four of 375, which it leaves to the CPU:
+ * the call's parts merged) with device GPU and AUTO equal one table of
+ * their union on the CPU, k-NN and range, keys included. */
+static void test_cedd_many(void **state)
+{
+    enum { N = 6000, NQ = 16, T = 5 };
+    patina_context_t *ctx = ctx_new();
+    patina_table_t *whole = NULL, *t[T];
+    uint8_t *rows = malloc((size_t)N * PATINA_CEDD_DIM), qs[NQ * PATINA_CEDD_DIM];
+    patina_change_t *ch = calloc(N, sizeof *ch);
+    char (*keys)[24] = calloc(N, sizeof *keys);
+    patina_table_query_t q;
+    patina_table_results_t one, many;
+    tu_rng_t r;
+    size_t i, v, d;
+    (void)state;
+    tu_rng_seed(&r, 9);
+    for (i = 0; i < N; i++) {
+        random_cedd(rows + i * PATINA_CEDD_DIM, &r);
+        if (i % 50 == 7) memcpy(rows + i * PATINA_CEDD_DIM, rows, PATINA_CEDD_DIM); /* ties across tables */
+        snprintf(keys[i], sizeof keys[i], "k%zu", i);
+        ch[i] = (patina_change_t){PATINA_CHANGE_PUT, 2 * i + 1, keys[i], rows + i * PATINA_CEDD_DIM};
+    }
+    for (i = 0; i < NQ; i++) random_cedd(qs + i * PATINA_CEDD_DIM, &r);
+    memcpy(qs, rows, PATINA_CEDD_DIM);
+    TU_OK(patina_table_new(&whole, ctx, "cedd", NULL));
+    TU_OK(patina_table_apply(whole, ch, N, 1, NULL));
+    for (i = 0; i < T; i++) TU_OK(patina_table_new(&t[i], ctx, "cedd", NULL));
+    for (i = 0; i < N; i++) TU_OK(patina_table_apply(t[i < 4500 ? 0 : 1 + i % 4], &ch[i], 1, 1, NULL));
+    for (v = 0; v < 4; v++) {
+        patina_table_query_init(&q);
+        q.keys = 1;
+        if (v == 0) q.k = 1;
+        if (v == 1) q.k = 64;
+        if (v >= 2) {
+            q.kind = PATINA_QUERY_RANGE;
+            q.radius = 25;
+            q.max_hits = v == 3 ? 5 : 0;
+        }
+        q.device = PATINA_DEVICE_CPU;
+        TU_OK(patina_table_search(whole, qs, NQ, &q, &one));
+        for (d = 0; d < 2; d++) {
+            q.device = d ? PATINA_DEVICE_AUTO : PATINA_DEVICE_GPU;
+            TU_OK(patina_table_search_many(t, T, qs, NQ, &q, &many));
+            same_results(&one, &many);
+            for (i = 0; i < one.offsets[NQ]; i++) assert_string_equal(one.keys[i], many.keys[i]);
+            patina_table_results_release(&many);
+        }
+        patina_table_results_release(&one);
+    }
+    for (i = 0; i < T; i++) patina_table_free(t[i]);
+    patina_table_free(whole);
+    free(rows);
+    free(ch);
+    free(keys);
+    patina_context_free(ctx);
+}
+
 static void test_signature_pivots(void **state)
 {
     patina_context_t *ctx = ctx_new();
@@ -200,6 +262,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cedd_stream),
+        cmocka_unit_test(test_cedd_many),
         cmocka_unit_test(test_signature_pivots),
         cmocka_unit_test(test_identify),
     };
