@@ -17,7 +17,7 @@
  * Maxima do not depend on the order they are taken in, so the different
  * tiling gives the same keys.
  *
- * Layout of one block (384 threads, three warpgroups):
+ * Layout of one block (1 + NCW warpgroups; NCW = 2 or 3 consumers):
  *   warpgroup 0, warps 0-1: the loader. Streams the block's reference rows
  *     in chunks of IDFW_N rows (cp.async, 16-byte pieces at the 128-byte
  *     swizzle that wgmma's descriptors name) through IDFW_NST stages; a
@@ -27,12 +27,12 @@
  *   warpgroup 0, warps 2-3: the scorer. Per reference, from the consumers'
  *     per-row results (double-buffered: it scores reference s while the
  *     consumers match s + 1): the score, then the block's candidate list.
- *   warpgroups 1 and 2: the consumers. The query's rows sit in shared
+ *   warpgroups 1..NCW: the consumers. The query's rows sit in shared
  *     memory for the whole block (loaded once, swizzled); consumer c takes
- *     the query's 64-row m-tiles c, c + 2, ...; per chunk and m-tile one
+ *     the query's 64-row m-tiles c, c + NCW, ...; per chunk and m-tile one
  *     wgmma m64n128k32 chain (4 k-steps, both operands from shared memory)
  *     into 64 s32 accumulators per thread, then the top-2 update of each
- *     thread's 2 rows over its 64 columns. The two consumers' MMAs and
+ *     thread's 2 rows over its 64 columns. The consumers' MMAs and
  *     epilogues interleave on the SM's tensor cores and ALUs.
  *
  * Ratio test and scoring per reference: after a reference's last chunk the
@@ -52,8 +52,7 @@
 #define IDFW_NST 4       /* chunk stages */
 #define IDFW_LA 2        /* chunks the loader keeps in flight before publishing */
 #define IDFW_QMAX 1024   /* query rows at most (all resident in shared memory) */
-#define IDFW_MTW 8       /* m-tiles per consumer at most: IDFW_QMAX / 64 / 2 */
-#define IDFW_THREADS 384 /* loader + scorer warpgroup, two consumer warpgroups */
+#define IDFW_THREADS(NCW) (128 * (1 + (NCW))) /* loader + scorer warpgroup, NCW consumer warpgroups */
 
 /* ------------------------------------------------------------ primitives */
 
@@ -176,13 +175,17 @@ template <int J> __device__ __forceinline__ void idfw_top2(uint32_t &b, uint32_t
     top2_merge<uint32_t>(b, s, cb[0], cs[0]);
 }
 
-/* grid (gx, nq), IDFW_THREADS threads, idfw_smem_bytes of dynamic shared
+/* grid (gx, nq), IDFW_THREADS(NCW) threads, idfw_smem_bytes of dynamic shared
  * memory: block x of query y takes slots [x * per, (x+1) * per) of the
  * launch, per = ceil(nref / gx) -- k_idf_match's partition, so that the
  * per-block lists are the same too. L.npass is ignored (one pass:
- * n <= IDFW_QMAX). MUTUAL: L.scoring is IDF_SCORE_MUTUAL. */
-template <bool MUTUAL> __global__ void __launch_bounds__(IDFW_THREADS, 1) k_idf_match_wg(const idf_launch_t L)
+ * n <= IDFW_QMAX). MUTUAL: L.scoring is IDF_SCORE_MUTUAL. NCW: consumer
+ * warpgroups (registers: 168 a thread with 2, 128 with 3). */
+template <bool MUTUAL, int NCW>
+__global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf_launch_t L)
 {
+    constexpr int NT = IDFW_THREADS(NCW), NC = 128 * NCW; /* threads: all, consumers */
+    constexpr int MTW = (IDFW_QMAX / 64 + NCW - 1) / NCW;  /* m-tiles per consumer at most */
     extern __shared__ __align__(1024) unsigned char idfw_sm_raw[];
     __shared__ int s_part[2];
     unsigned char *sm = idfw_sm_raw + ((1024u - (smem_u32(idfw_sm_raw) & 1023u)) & 1023u);
@@ -210,25 +213,25 @@ template <bool MUTUAL> __global__ void __launch_bounds__(IDFW_THREADS, 1) k_idf_
 
     if (qn == 0) { /* no row: every score is 0, the list stays as it was */
         if (!L.accumulate)
-            for (int i = tid; i < L.K; i += IDFW_THREADS) lout[i] = 0;
+            for (int i = tid; i < L.K; i += NT) lout[i] = 0;
         return;
     }
-    for (int i = tid; i < L.K; i += IDFW_THREADS) list[i] = L.accumulate ? lout[i] : 0;
-    for (int i = tid; i < (L.m + 31) / 32 + 1; i += IDFW_THREADS) mask[i] = 0;
+    for (int i = tid; i < L.K; i += NT) list[i] = L.accumulate ? lout[i] : 0;
+    for (int i = tid; i < (L.m + 31) / 32 + 1; i += NT) mask[i] = 0;
     if (mutual)
-        for (int i = tid; i < 2 * L.m; i += IDFW_THREADS) colbest[i] = 0;
+        for (int i = tid; i < 2 * L.m; i += NT) colbest[i] = 0;
     if (tid == 0) {
         for (int i = 0; i < IDFW_NST; i++) {
             mbar_init(&full[i], 64);   /* the loader's threads */
-            mbar_init(&empty[i], 256); /* the consumers' threads */
+            mbar_init(&empty[i], NC); /* the consumers' threads */
         }
         for (int i = 0; i < 2; i++) {
-            mbar_init(&rfull[i], 256); /* the consumers' threads */
+            mbar_init(&rfull[i], NC); /* the consumers' threads */
             mbar_init(&rempty[i], 64); /* the scorer's threads */
         }
     }
     /* the query's valid rows, by everyone (rows past qn are never used) */
-    for (int u = tid; u < qn * 8; u += IDFW_THREADS)
+    for (int u = tid; u < qn * 8; u += NT)
         cp_async16(qsm + swz<IDF_D>(u >> 3, u & 7), qbase + (size_t)u * 16);
     cp_async_commit();
     cp_async_wait<0>();
@@ -318,9 +321,9 @@ template <bool MUTUAL> __global__ void __launch_bounds__(IDFW_THREADS, 1) k_idf_
             const int cnt = L.count[s], p = (int)(k & 1);
             unsigned long long *cbp = colbest + (mutual ? p * L.m : 0);
             mbar_wait(&rempty[p], ((k >> 1) & 1u) ^ 1u);
-            uint32_t tb[IDFW_MTW][2], ts[IDFW_MTW][2];
+            uint32_t tb[MTW][2], ts[MTW][2];
 #pragma unroll
-            for (int mt = 0; mt < IDFW_MTW; mt++) tb[mt][0] = tb[mt][1] = ts[mt][0] = ts[mt][1] = 0;
+            for (int mt = 0; mt < MTW; mt++) tb[mt][0] = tb[mt][1] = ts[mt][0] = ts[mt][1] = 0;
             for (int c0 = 0; c0 < cnt; c0 += IDFW_N, i++) {
                 const int st = (int)(i % IDFW_NST);
                 mbar_wait(&full[st], (i / IDFW_NST) & 1u);
@@ -328,8 +331,8 @@ template <bool MUTUAL> __global__ void __launch_bounds__(IDFW_THREADS, 1) k_idf_
                 const uint32_t sb = saddr + st * IDFW_N * IDF_D;
                 const uint32_t cb = 1023u - (uint32_t)(c0 + 2 * c4); /* key base of this thread's column 0 */
 #pragma unroll
-                for (int mt = 0; mt < IDFW_MTW; mt++) {
-                    const int mtile = 2 * mt + cw;
+                for (int mt = 0; mt < MTW; mt++) {
+                    const int mtile = NCW * mt + cw;
                     if (mtile >= nmt) continue; /* uniform over the warpgroup */
                     int32_t acc[64];
                     const uint32_t qa = qaddr + mtile * 64 * IDF_D;
@@ -395,8 +398,8 @@ template <bool MUTUAL> __global__ void __launch_bounds__(IDFW_THREADS, 1) k_idf_
             }
             /* the slot's rows: merge the 4 lanes of each row, the ratio test */
 #pragma unroll
-            for (int mt = 0; mt < IDFW_MTW; mt++) {
-                const int mtile = 2 * mt + cw;
+            for (int mt = 0; mt < MTW; mt++) {
+                const int mtile = NCW * mt + cw;
                 if (mtile >= nmt) continue;
 #pragma unroll
                 for (int h = 0; h < 2; h++) {

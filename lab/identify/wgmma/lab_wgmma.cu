@@ -4,6 +4,8 @@
  * (idf_wgmma.cuh) on the same arena, plus a plain C matcher on a subset.
  *
  *   lab_wgmma [--quick] [--reps N]
+ *   lab_wgmma --emulate    the harness checking itself without a GPU: the
+ *                          C matcher plays the kernels, one child lies
  *
  * Each kernel runs in a child process of its own (forked before any CUDA
  * call), so a fault of one still leaves the other's rows; the parent (no
@@ -104,6 +106,7 @@ __host__ __device__ static inline int slot_count(const shape_t &S, int si, uint3
 
 __host__ __device__ static inline int query_count(const shape_t &S, int si, int q)
 {
+    (void)si;
     if (S.qc_mode == QC_FULL) return S.n;
     const int pat[6] = {S.n, S.n / 2 + 1, 0, 63, 1, S.n - 1};
     const int c = pat[q % 6];
@@ -177,8 +180,8 @@ __global__ void k_gen_queries(shape_t S, int si, uint8_t *qs, uint16_t *qcount)
 
 /* ------------------------------------------------------ GPU runs (children) */
 
-enum { IMPL_MMA = 0, IMPL_WGMMA = 1 };
-static const char *IMPL_NAME[2] = {"mma.sync", "wgmma"};
+enum { IMPL_MMA = 0, IMPL_WG2 = 1, IMPL_WG3 = 2, NIMPL = 3 };
+static const char *IMPL_NAME[NIMPL] = {"mma.sync", "wgmma2", "wgmma3"}; /* wgmmaN: N consumer warpgroups */
 
 /* One record per shape in a child's file. */
 typedef struct rec_hdr {
@@ -225,14 +228,14 @@ static int launch_impl(int impl, const idf_launch_t &L, dim3 grid, int warps, in
                                 (int)smem));
         k_idf_match<IDF_PREC_INT8, uint32_t><<<grid, warps * 32, smem, st>>>(L);
     } else {
+        /* mutual: the two-consumer instance in both (its column maxima need registers) */
         const size_t smem = idfw_smem_bytes(L.m, L.n, L.K, scoring);
-        if (scoring == IDF_SCORE_MUTUAL) {
-            CK(cudaFuncSetAttribute(k_idf_match_wg<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            k_idf_match_wg<true><<<grid, IDFW_THREADS, smem, st>>>(L);
-        } else {
-            CK(cudaFuncSetAttribute(k_idf_match_wg<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            k_idf_match_wg<false><<<grid, IDFW_THREADS, smem, st>>>(L);
-        }
+        void (*k)(const idf_launch_t) = scoring == IDF_SCORE_MUTUAL ? k_idf_match_wg<true, 2>
+                                        : impl == IMPL_WG3           ? k_idf_match_wg<false, 3>
+                                                                     : k_idf_match_wg<false, 2>;
+        const int threads = scoring != IDF_SCORE_MUTUAL && impl == IMPL_WG3 ? IDFW_THREADS(3) : IDFW_THREADS(2);
+        CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        k<<<grid, threads, smem, st>>>(L);
     }
     CK(cudaGetLastError());
     return 0;
@@ -343,7 +346,7 @@ static int child(int impl, const char *path, int first, int reps_scale)
     cudaDeviceProp pr;
     if (!f) return 2;
     CK(cudaGetDeviceProperties(&pr, 0));
-    if (impl == IMPL_WGMMA && pr.major != 9) {
+    if (impl != IMPL_MMA && pr.major != 9) {
         fprintf(stderr, "lab_wgmma: wgmma needs sm_90 (this device is sm_%d%d)\n", pr.major, pr.minor);
         fclose(f);
         return 3;
@@ -415,6 +418,43 @@ static int cpu_score(const shape_t &S, int si, int q, uint32_t s, const uint8_t 
     return score;
 }
 
+/* The harness's own check (--emulate, no GPU needed): children that make
+ * the per-block lists with the C matcher (3 blocks per query, the kernels'
+ * partition) on the shapes the C matcher covers whole; the last child
+ * flips one key, which the comparison must report. */
+static int child_emulate(int impl, const char *path, int first)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return 2;
+    for (int si = first; si < NSHAPES; si++) {
+        const shape_t &S = SHAPES[si];
+        rec_hdr_t h = {0, 3, 0.f, 0};
+        const uint32_t per = (S.nref + 2) / 3;
+        h.nkeys = (uint32_t)(S.nq * 3 * S.K);
+        std::vector<uint64_t> keys(h.nkeys, 0);
+        if (!S.cpu_all) h.status = h.nkeys = 0, h.gx = 0;
+        for (int q = 0; S.cpu_all && q < S.nq; q++) {
+            std::vector<uint8_t> qrows((size_t)S.n * 128), rbuf;
+            for (int j = 0; j < S.n; j++)
+                for (int k = 0; k < 128; k++) qrows[(size_t)j * 128 + k] = query_byte(S, si, q, j, k);
+            for (uint32_t b = 0; b < 3; b++) {
+                std::vector<uint64_t> l;
+                for (uint32_t s = b * per; s < std::min(S.nref, (b + 1) * per); s++) {
+                    const int sc = cpu_score(S, si, q, s, qrows.data(), rbuf);
+                    if (sc > 0) l.push_back(((uint64_t)sc << 32) | (0xffffffffu - s));
+                }
+                std::sort(l.begin(), l.end(), [](uint64_t a, uint64_t c) { return a > c; });
+                for (size_t i = 0; i < l.size() && i < (size_t)S.K; i++) keys[((size_t)q * 3 + b) * S.K + i] = l[i];
+            }
+        }
+        if (impl == NIMPL - 1 && si == NSHAPES - 2 && h.nkeys) keys[0] ^= 1ull << 32; /* a wrong score */
+        fwrite(&h, sizeof h, 1, f);
+        if (h.nkeys) fwrite(keys.data(), 8, h.nkeys, f);
+    }
+    fclose(f);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- parent */
 
 typedef struct result {
@@ -423,13 +463,13 @@ typedef struct result {
     int have;
 } result_t;
 
-static int run_child(int impl, const char *path, int first, int reps_scale, int *exit_code)
+static int run_child(int impl, const char *path, int first, int reps_scale, int emulate, int *exit_code)
 {
     fflush(stdout);
     fflush(stderr);
     const pid_t pid = fork();
     if (pid < 0) return -1;
-    if (pid == 0) _exit(child(impl, path, first, reps_scale));
+    if (pid == 0) _exit(emulate ? child_emulate(impl, path, first) : child(impl, path, first, reps_scale));
     int st = 0;
     if (waitpid(pid, &st, 0) < 0) return -1;
     *exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
@@ -488,7 +528,9 @@ static long cpu_check(int si, const result_t &r, char *first, size_t fsz)
             for (uint32_t i = 0; i < 32; i++) slots.push_back(hash4(0x77u, (uint32_t)si, (uint32_t)q, i) % S.nref);
         }
         std::vector<int> sc(slots.size());
+#ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1)
+#endif
         for (long i = 0; i < (long)slots.size(); i++) {
             std::vector<uint8_t> rbuf;
             sc[i] = cpu_score(S, si, q, slots[i], qrows.data(), rbuf);
@@ -528,23 +570,25 @@ static long cpu_check(int si, const result_t &r, char *first, size_t fsz)
 
 int main(int argc, char **argv)
 {
-    int first = 0, reps_scale = 1;
+    int first = 0, reps_scale = 1, emulate = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             first = QUICK_FROM;
+        else if (!strcmp(argv[i], "--emulate"))
+            emulate = 1;
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps_scale = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: lab_wgmma [--quick] [--reps N]\n");
+            fprintf(stderr, "usage: lab_wgmma [--quick] [--reps N] [--emulate]\n");
             return 2;
         }
     }
-    char path[2][256];
-    int code[2] = {-1, -1};
-    std::vector<result_t> res[2];
-    for (int impl = 0; impl < 2; impl++) {
-        snprintf(path[impl], sizeof path[impl], "/tmp/lab_wgmma.%d.%s", (int)getpid(), impl ? "wgmma" : "mma");
-        if (run_child(impl, path[impl], first, reps_scale, &code[impl])) {
+    char path[NIMPL][256];
+    int code[NIMPL] = {-1, -1, -1};
+    std::vector<result_t> res[NIMPL];
+    for (int impl = 0; impl < NIMPL; impl++) {
+        snprintf(path[impl], sizeof path[impl], "/tmp/lab_wgmma.%d.%s", (int)getpid(), IMPL_NAME[impl]);
+        if (run_child(impl, path[impl], first, reps_scale, emulate, &code[impl])) {
             perror("lab_wgmma: fork");
             return 2;
         }
@@ -554,7 +598,7 @@ int main(int argc, char **argv)
     if (code[0] == 0 && !res[0][first].have) code[0] = 100;
     if (!res[0][first].have && !res[1][first].have) {
         /* neither child got a device: no GPU here */
-        fprintf(stderr, "lab_wgmma: no CUDA device (children exited %d, %d)\n", code[0], code[1]);
+        fprintf(stderr, "lab_wgmma: no CUDA device (children exited %d, %d, %d)\n", code[0], code[1], code[2]);
         return 77;
     }
 
@@ -565,6 +609,7 @@ int main(int argc, char **argv)
            "refs/s", "%peak", "equal", "C ok", "first difference");
     for (int si = first; si < NSHAPES; si++) {
         const shape_t &S = SHAPES[si];
+        if (emulate && !S.cpu_all) continue;
         /* useful int8 ops: 2 x 128 x (query rows) x (rows of slots with >= 2 rows) */
         double qrows = 0, rrows = 0;
         for (int q = 0; q < S.nq; q++) qrows += query_count(S, si, q);
@@ -573,7 +618,9 @@ int main(int argc, char **argv)
             rrows += c >= 2 ? c : 0;
         }
         const double ops = 2.0 * 128.0 * qrows * rrows;
-        for (int impl = 0; impl < 2; impl++) {
+        long mma_bad = -1;        /* the C check of mma.sync's lists (equal lists: the same answer) */
+        char mma_msg[200] = "";
+        for (int impl = 0; impl < NIMPL; impl++) {
             const result_t &r = res[impl][si];
             char diff[256] = "", cmsg[200] = "";
             const char *eq = "-", *cok = "-";
@@ -587,7 +634,7 @@ int main(int argc, char **argv)
                 failures++;
                 continue;
             }
-            if (impl == IMPL_WGMMA) {
+            if (impl != IMPL_MMA) {
                 const result_t &a = res[0][si];
                 if (!a.have || a.h.status) {
                     eq = "?";
@@ -601,15 +648,25 @@ int main(int argc, char **argv)
                             const size_t per = (size_t)r.h.gx * S.K;
                             eq = "no";
                             snprintf(diff, sizeof diff,
-                                     "q%zu block %zu #%zu: mma.sync %016llx, wgmma %016llx", i / per,
-                                     i % per / S.K, i % S.K, (unsigned long long)a.keys[i],
+                                     "q%zu block %zu #%zu: mma.sync %016llx, %s %016llx", i / per,
+                                     i % per / S.K, i % S.K, (unsigned long long)a.keys[i], IMPL_NAME[impl],
                                      (unsigned long long)r.keys[i]);
                             break;
                         }
                 }
                 if (strcmp(eq, "yes")) failures++;
             }
-            const long bad = cpu_check(si, r, cmsg, sizeof cmsg);
+            long bad;
+            if (impl != IMPL_MMA && mma_bad >= 0 && !strcmp(eq, "yes")) {
+                bad = mma_bad;
+                snprintf(cmsg, sizeof cmsg, "%s", mma_msg);
+            } else {
+                bad = cpu_check(si, r, cmsg, sizeof cmsg);
+            }
+            if (impl == IMPL_MMA) {
+                mma_bad = bad;
+                snprintf(mma_msg, sizeof mma_msg, "%s", cmsg);
+            }
             cok = bad ? "no" : "yes";
             if (bad) {
                 failures++;
@@ -621,7 +678,7 @@ int main(int argc, char **argv)
         }
         fflush(stdout);
     }
-    printf("lab_wgmma: %s (%d failure%s; children exited %d, %d)\n", failures ? "FAILED" : "all equal", failures,
-           failures == 1 ? "" : "s", code[0], code[1]);
+    printf("lab_wgmma: %s (%d failure%s; children exited %d, %d, %d)\n", failures ? "FAILED" : "all equal",
+           failures, failures == 1 ? "" : "s", code[0], code[1], code[2]);
     return failures ? 1 : 0;
 }
