@@ -29,7 +29,6 @@
 #include "gpu/idf_kernels.cuh"
 #include "idf_wgmma.cuh"
 
-#define PEAK_INT8_TOPS 1979.0 /* H200 SXM dense int8 (the datasheet's, without sparsity) */
 
 /* ------------------------------------------------------------------ data */
 
@@ -188,6 +187,7 @@ typedef struct rec_hdr {
     int32_t status;   /* 0 ok, else the cudaError_t (or -1: not run) */
     int32_t gx;       /* blocks per query */
     float ms;         /* median time of a launch */
+    float peak_tops;  /* dense int8 peak: SMs x SM clock x 8192 ops (bench_identify_gpu's) */
     uint32_t nkeys;   /* nq * gx * K keys follow */
 } rec_hdr_t;
 
@@ -241,7 +241,7 @@ static int launch_impl(int impl, const idf_launch_t &L, dim3 grid, int warps, in
     return 0;
 }
 
-static int run_shape(int impl, int si, int reps_scale, int sms, FILE *out)
+static int run_shape(int impl, int si, int reps_scale, int sms, float peak_tops, FILE *out)
 {
     const shape_t &S = SHAPES[si];
     const int mp = mpad_of(S.m);
@@ -249,7 +249,7 @@ static int run_shape(int impl, int si, int reps_scale, int sms, FILE *out)
     uint16_t *d_count = NULL, *d_qcount = NULL;
     uint64_t *d_out = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
-    rec_hdr_t h = {0, 0, 0.f, 0};
+    rec_hdr_t h = {0, 0, 0.f, 0.f, 0};
     std::vector<uint64_t> keys;
     std::vector<float> times;
     int qmax = 0, warps, npass, rc = 0;
@@ -260,6 +260,7 @@ static int run_shape(int impl, int si, int reps_scale, int sms, FILE *out)
     warps = std::min(IDF_MAXW, std::max(1, (qmax + 63) / 64));
     npass = std::max(1, (qmax + warps * 64 - 1) / (warps * 64));
     h.gx = (int32_t)gx;
+    h.peak_tops = peak_tops;
     h.nkeys = (uint32_t)((size_t)S.nq * gx * S.K);
 
 #define CKR(x)                                                                                  \
@@ -344,15 +345,18 @@ static int child(int impl, const char *path, int first, int reps_scale)
 {
     FILE *f = fopen(path, "wb");
     cudaDeviceProp pr;
+    int clock_khz = 0;
     if (!f) return 2;
     CK(cudaGetDeviceProperties(&pr, 0));
+    CK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+    const float peak = (float)((double)pr.multiProcessorCount * clock_khz * 1e3 * 8192.0 / 1e12);
     if (impl != IMPL_MMA && pr.major != 9) {
         fprintf(stderr, "lab_wgmma: wgmma needs sm_90 (this device is sm_%d%d)\n", pr.major, pr.minor);
         fclose(f);
         return 3;
     }
     for (int si = first; si < NSHAPES; si++)
-        if (run_shape(impl, si, reps_scale, pr.multiProcessorCount, f)) break;
+        if (run_shape(impl, si, reps_scale, pr.multiProcessorCount, peak, f)) break;
     fclose(f);
     return 0;
 }
@@ -428,7 +432,7 @@ static int child_emulate(int impl, const char *path, int first)
     if (!f) return 2;
     for (int si = first; si < NSHAPES; si++) {
         const shape_t &S = SHAPES[si];
-        rec_hdr_t h = {0, 3, 0.f, 0};
+        rec_hdr_t h = {0, 3, 0.f, 1.f, 0};
         const uint32_t per = (S.nref + 2) / 3;
         h.nkeys = (uint32_t)(S.nq * 3 * S.K);
         std::vector<uint64_t> keys(h.nkeys, 0);
@@ -603,8 +607,15 @@ int main(int argc, char **argv)
     }
 
     int failures = 0;
-    printf("lab_wgmma: ratio %.2f, int8 peak %.0f TOPS assumed (H200 SXM dense); refs/s = slots x queries / time\n",
-           RATIO, PEAK_INT8_TOPS);
+    {
+        float peak = 0;
+        for (int si = first; si < NSHAPES && !peak; si++)
+            for (int impl = 0; impl < NIMPL && !peak; impl++)
+                if (res[impl][si].have) peak = res[impl][si].h.peak_tops;
+        printf("lab_wgmma: ratio %.2f; %%peak of %.0f TOPS (dense int8: SMs x SM clock x 8192, as "
+               "bench_identify_gpu); refs/s = slots x queries / time\n",
+               RATIO, peak);
+    }
     printf("%-22s %8s %3s %4s %-8s %9s %11s %7s %6s %6s  %s\n", "shape", "refs", "nq", "K", "kernel", "ms",
            "refs/s", "%peak", "equal", "C ok", "first difference");
     for (int si = first; si < NSHAPES; si++) {
@@ -674,7 +685,7 @@ int main(int argc, char **argv)
             }
             printf("%-22s %8u %3d %4d %-8s %9.3f %11.4g %6.1f%% %6s %6s  %s\n", S.name, S.nref, S.nq, S.K,
                    IMPL_NAME[impl], r.h.ms, (double)S.nref * S.nq / (r.h.ms * 1e-3),
-                   100.0 * ops / (r.h.ms * 1e-3) / (PEAK_INT8_TOPS * 1e12), eq, cok, diff);
+                   100.0 * ops / (r.h.ms * 1e-3) / ((double)r.h.peak_tops * 1e12), eq, cok, diff);
         }
         fflush(stdout);
     }

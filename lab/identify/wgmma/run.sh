@@ -16,7 +16,7 @@ if [ ! -x "$bin" ]; then
   mkdir -p "$build"
   echo "run.sh: building $bin"
   nvcc -std=c++17 -O3 --generate-code=arch=compute_90a,code=sm_90a -Xptxas -v \
-    -I"$root/src" -I"$root/lab/identify/wgmma" -Xcompiler -O3,-ffp-contract=off,-fopenmp \
+    -I"$root/src" -I"$root/include" -Xcompiler -O3,-ffp-contract=off,-fopenmp \
     "$root/lab/identify/wgmma/lab_wgmma.cu" -o "$bin" 2>"$build/ptxas.txt" || { cat "$build/ptxas.txt"; exit 2; }
   grep -A3 "Compiling entry function '_Z1[0-9]k_idf_match" "$build/ptxas.txt" | grep -v "^--" || true
 fi
