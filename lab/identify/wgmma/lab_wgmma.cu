@@ -1,7 +1,7 @@
 /* The wgmma identification matcher's lab (README.md beside this file):
  * k_idf_match (the library's mma.sync kernel, src/gpu/idf_kernels.cuh,
  * launched as src/gpu/identify.cu launches it) beside k_idf_match_wg
- * (idf_wgmma.cuh) on the same arena, plus a plain C matcher on a subset.
+ * (src/gpu/idf_wgmma.cuh) on the same arena, plus a plain C matcher on a subset.
  *
  *   lab_wgmma [--quick] [--reps N]
  *   lab_wgmma --emulate    the harness checking itself without a GPU: the
@@ -27,7 +27,7 @@
 #include <cuda_runtime.h>
 
 #include "gpu/idf_kernels.cuh"
-#include "idf_wgmma.cuh"
+#include "gpu/idf_wgmma.cuh"
 
 
 /* ------------------------------------------------------------------ data */

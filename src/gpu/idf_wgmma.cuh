@@ -6,7 +6,9 @@
  *
  * What it is not: the fp16 arena, references of more than IDF_SEG rows
  * (u64 keys) and queries of more than IDFW_QMAX rows stay with k_idf_match
- * (idfw_supported says which launches this kernel takes).
+ * (idfw_supported says which launches this kernel takes). Compiled only in
+ * src/gpu/identify_wg.cu (sm_90a); lab/identify/wgmma holds it to
+ * k_idf_match list for list.
  *
  * Exactness is k_idf_match's, by the same construction: u8 x u8 -> s32
  * dots are exact integers (< 128 * 255^2 < 2^23); a (row, column) dot d is
@@ -40,18 +42,18 @@
  * result (best column + 1, or 0), the scorer counts (one2one: distinct
  * columns; raw: rows; mutual: rows whose column's best row is themselves,
  * from column maxima the consumers keep with shared-memory atomics). */
-#ifndef PATINA_LAB_IDF_WGMMA_CUH
-#define PATINA_LAB_IDF_WGMMA_CUH
+#ifndef PATINA_GPU_IDF_WGMMA_CUH
+#define PATINA_GPU_IDF_WGMMA_CUH
 
 #include <stdint.h>
 
 #include "gpu/idf_kernels.cuh"
+#include "gpu/idf_wgmma.h"
 #include "gpu/ptx.cuh"
 
 #define IDFW_N 128       /* reference rows per chunk = the wgmma's N */
 #define IDFW_NST 4       /* chunk stages */
 #define IDFW_LA 2        /* chunks the loader keeps in flight before publishing */
-#define IDFW_QMAX 1024   /* query rows at most (all resident in shared memory) */
 #define IDFW_THREADS(NCW) (128 * (1 + (NCW))) /* loader + scorer warpgroup, NCW consumer warpgroups */
 
 /* ------------------------------------------------------------ primitives */
