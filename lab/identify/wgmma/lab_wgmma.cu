@@ -3,17 +3,19 @@
  * launched as src/gpu/identify.cu launches it) beside k_idf_match_wg
  * (src/gpu/idf_wgmma.cuh) on the same arena, plus a plain C matcher on a subset.
  *
- *   lab_wgmma [--quick] [--reps N]
+ *   lab_wgmma [--quick] [--reps N] [--timeout S]
  *   lab_wgmma --emulate    the harness checking itself without a GPU: the
  *                          C matcher plays the kernels, one child lies
  *
  * Each kernel runs in a child process of its own (forked before any CUDA
  * call), so a fault of one still leaves the other's rows; the parent (no
- * CUDA) compares the per-block candidate lists exactly, checks listed and
+ * CUDA; a child still running after S seconds, 120 by default, is killed)
+ * compares the per-block candidate lists exactly, checks listed and
  * sampled references against the C matcher, prints one table and exits 1
  * on any difference or failure, 77 without a GPU. */
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -467,7 +469,11 @@ typedef struct result {
     int have;
 } result_t;
 
-static int run_child(int impl, const char *path, int first, int reps_scale, int emulate, int *exit_code)
+/* Runs one child to its end, or kills it after timeout_s (a kernel that
+ * never finishes, e.g. waiting on a barrier nobody arrives at): exit code
+ * 128 + 9 then, and the shapes it finished keep their records. */
+static int run_child(int impl, const char *path, int first, int reps_scale, int emulate, int timeout_s,
+                     int *exit_code)
 {
     fflush(stdout);
     fflush(stderr);
@@ -475,7 +481,18 @@ static int run_child(int impl, const char *path, int first, int reps_scale, int 
     if (pid < 0) return -1;
     if (pid == 0) _exit(emulate ? child_emulate(impl, path, first) : child(impl, path, first, reps_scale));
     int st = 0;
-    if (waitpid(pid, &st, 0) < 0) return -1;
+    for (long waited_ms = 0;; waited_ms += 50) {
+        const pid_t w = waitpid(pid, &st, WNOHANG);
+        if (w == pid) break;
+        if (w < 0 && errno != EINTR) return -1;
+        if (waited_ms >= 1000L * timeout_s) {
+            fprintf(stderr, "lab_wgmma: %s: no end after %d s: killed\n", IMPL_NAME[impl], timeout_s);
+            kill(pid, SIGKILL);
+            if (waitpid(pid, &st, 0) < 0) return -1;
+            break;
+        }
+        usleep(50000);
+    }
     *exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
     return 0;
 }
@@ -574,16 +591,18 @@ static long cpu_check(int si, const result_t &r, char *first, size_t fsz)
 
 int main(int argc, char **argv)
 {
-    int first = 0, reps_scale = 1, emulate = 0;
+    int first = 0, reps_scale = 1, emulate = 0, timeout_s = 120;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             first = QUICK_FROM;
         else if (!strcmp(argv[i], "--emulate"))
             emulate = 1;
+        else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
+            timeout_s = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps_scale = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: lab_wgmma [--quick] [--reps N] [--emulate]\n");
+            fprintf(stderr, "usage: lab_wgmma [--quick] [--reps N] [--timeout S] [--emulate]\n");
             return 2;
         }
     }
@@ -592,7 +611,7 @@ int main(int argc, char **argv)
     std::vector<result_t> res[NIMPL];
     for (int impl = 0; impl < NIMPL; impl++) {
         snprintf(path[impl], sizeof path[impl], "/tmp/lab_wgmma.%d.%s", (int)getpid(), IMPL_NAME[impl]);
-        if (run_child(impl, path[impl], first, reps_scale, emulate, &code[impl])) {
+        if (run_child(impl, path[impl], first, reps_scale, emulate, timeout_s, &code[impl])) {
             perror("lab_wgmma: fork");
             return 2;
         }
@@ -600,8 +619,8 @@ int main(int argc, char **argv)
         remove(path[impl]);
     }
     if (code[0] == 0 && !res[0][first].have) code[0] = 100;
-    if (!res[0][first].have && !res[1][first].have) {
-        /* neither child got a device: no GPU here */
+    if (!res[0][first].have && !res[1][first].have && code[0] < 128 && code[1] < 128) {
+        /* neither child got a device (and none was killed): no GPU here */
         fprintf(stderr, "lab_wgmma: no CUDA device (children exited %d, %d, %d)\n", code[0], code[1], code[2]);
         return 77;
     }
