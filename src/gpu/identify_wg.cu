@@ -11,9 +11,11 @@
 #include "gpu/idf_wgmma.cuh"
 #include "gpu/idf_wgmma.h"
 
-/* Consumer warpgroups of the one2one and raw instance (lab/identify/wgmma
- * times 2 and 3; mutual always uses 2). */
+/* The one2one and raw instance: consumer warpgroups (2 or 3) and m-tiles
+ * in pairs (1, with 2 consumers), as lab/identify/wgmma's wgmma2, wgmma3
+ * and wgmma2p rows time them; mutual always uses 2 consumers, no pairs. */
 #define IDFW_NCW 2
+#define IDFW_PAIRS false
 
 int patina__idf_wg_applies(int prec, int m, int n) { return idfw_supported(prec, m, n); }
 
@@ -27,7 +29,8 @@ patina_status patina__idf_wg_launch(const idf_launch_t *L, unsigned gx, unsigned
     static std::atomic<int> raised[2][64]; /* [mutual][device], zero-initialised */
     const int mutual = L->scoring == IDF_SCORE_MUTUAL;
     std::atomic<int> &r = raised[mutual][dev & 63];
-    void (*k)(const idf_launch_t) = mutual ? k_idf_match_wg<true, 2> : k_idf_match_wg<false, IDFW_NCW>;
+    void (*k)(const idf_launch_t) =
+        mutual ? k_idf_match_wg<true, 2, false> : k_idf_match_wg<false, IDFW_NCW, IDFW_PAIRS>;
     const int threads = mutual ? IDFW_THREADS(2) : IDFW_THREADS(IDFW_NCW);
     if ((int)smem > r.load() || dev >= 64) {
         PGPU_CU(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));

@@ -35,7 +35,10 @@
  *     wgmma m64n128k32 chain (4 k-steps, both operands from shared memory)
  *     into 64 s32 accumulators per thread, then the top-2 update of each
  *     thread's 2 rows over its 64 columns. The consumers' MMAs and
- *     epilogues interleave on the SM's tensor cores and ALUs.
+ *     epilogues interleave on the SM's tensor cores and ALUs. PAIRS: the
+ *     m-tiles go in pairs, both chains issued before the first's epilogue
+ *     (two accumulator sets: the consumers take 232 registers with
+ *     setmaxnreg), so each consumer's own MMAs also run under its epilogue.
  *
  * Ratio test and scoring per reference: after a reference's last chunk the
  * 4 lanes sharing a row merge their top 2, the row's ratio test gives its
@@ -129,6 +132,18 @@ __device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity)
                  : "memory");
 }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+/* Register budget of the calling warpgroup (setmaxnreg; the kernel's cap at
+ * entry is 65536 / 384 = 168): the loader and scorer give registers up,
+ * the consumers take them. Each call opens its role's branch of one
+ * if/else: ptxas then compiles the consumers for the new budget. */
+template <int R> __device__ __forceinline__ void regs_dec()
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <int R> __device__ __forceinline__ void regs_inc()
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
 __device__ __forceinline__ void named_sync(int id, int threads)
 {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
@@ -183,9 +198,12 @@ template <int J> __device__ __forceinline__ void idfw_top2(uint32_t &b, uint32_t
  * per-block lists are the same too. L.npass is ignored (one pass:
  * n <= IDFW_QMAX). MUTUAL: L.scoring is IDF_SCORE_MUTUAL. NCW: consumer
  * warpgroups (registers: 168 a thread with 2, 128 with 3). */
-template <bool MUTUAL, int NCW>
+template <bool MUTUAL, int NCW, bool PAIRS>
 __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf_launch_t L)
 {
+    static_assert(!PAIRS || NCW == 2, "PAIRS: 40 + 2 x 232 registers a thread, 384 threads (and MTW even)");
+    /* the consumers at 232 registers (two accumulator sets; the column maxima) */
+    constexpr bool BIGREGS = NCW == 2 && (PAIRS || MUTUAL);
     constexpr int NT = IDFW_THREADS(NCW), NC = 128 * NCW; /* threads: all, consumers */
     constexpr int MTW = (IDFW_QMAX / 64 + NCW - 1) / NCW;  /* m-tiles per consumer at most */
     extern __shared__ __align__(1024) unsigned char idfw_sm_raw[];
@@ -240,80 +258,85 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf
     fence_proxy_async();
     __syncthreads();
 
-    if (wg == 0 && tid < 64) {
-        /* ---------------- loader: chunks of the block's slots, in order */
-        uint32_t i = 0;
-        for (uint32_t s = idfw_next(L, r0, r1); s < r1; s = idfw_next(L, s + 1, r1)) {
-            const int cnt = L.count[s];
-            const unsigned char *src0 = rbase + (size_t)s * slot_bytes;
-            for (int c0 = 0; c0 < cnt; c0 += IDFW_N, i++) {
-                const int st = (int)(i % IDFW_NST);
-                mbar_wait(&empty[st], ((i / IDFW_NST) & 1u) ^ 1u);
-                /* whole 8-row groups (slots are padded to 8 rows with zeros);
-                 * rows past them keep stale values, masked as columns >= count */
-                const int rows = min(IDFW_N, cnt - c0), units = ((rows + 7) & ~7) * 8;
-                unsigned char *dst = stage + st * IDFW_N * IDF_D;
-                const unsigned char *src = src0 + (size_t)c0 * IDF_D;
-                for (int u = tid; u < units; u += 64) cp_async16(dst + swz<IDF_D>(u >> 3, u & 7), src + (size_t)u * 16);
-                cp_async_commit();
-                if (i >= IDFW_LA) { /* chunk i - LA landed: publish it */
-                    cp_async_wait<IDFW_LA>();
-                    fence_proxy_async();
-                    mbar_arrive(&full[(i - IDFW_LA) % IDFW_NST]);
-                }
-            }
-        }
-        cp_async_wait<0>();
-        fence_proxy_async();
-        for (uint32_t j = i >= IDFW_LA ? i - IDFW_LA : 0; j < i; j++) mbar_arrive(&full[j % IDFW_NST]);
-    } else if (wg == 0) {
-        /* ---------------- scorer: each slot's score, the block's list */
-        const int t = tid - 64, lane = tid & 31, sw = t >> 5;
-        uint32_t k = 0;
-        for (uint32_t s = idfw_next(L, r0, r1); s < r1; s = idfw_next(L, s + 1, r1), k++) {
-            const int cnt = L.count[s], p = (int)(k & 1);
-            const int32_t *rr = rowres + p * L.n;
-            unsigned long long *cbp = colbest + (mutual ? p * L.m : 0);
-            mbar_wait(&rfull[p], (k >> 1) & 1u);
-            int c = 0;
-            if (L.scoring == IDF_SCORE_RAW) {
-                for (int r = t; r < qn; r += 64) c += rr[r] > 0;
-            } else {
-                for (int r = t; r < qn; r += 64) {
-                    const int cc = rr[r] - 1;
-                    if (cc < 0) continue;
-                    if (mutual && (uint32_t)(cbp[cc] & 0xffffffffull) != 0xffffffffu - (uint32_t)r) continue;
-                    atomicOr(&mask[cc >> 5], 1u << (cc & 31));
-                }
-            }
-            named_sync(1, 64);
-            if (L.scoring != IDF_SCORE_RAW)
-                for (int i = t; i < (cnt + 31) / 32; i += 64) {
-                    c += __popc(mask[i]);
-                    mask[i] = 0;
-                }
-            if (mutual)
-                for (int i = t; i < cnt; i += 64) cbp[i] = 0;
-            c = __reduce_add_sync(0xffffffffu, c);
-            if (lane == 0) s_part[sw] = c;
-            named_sync(1, 64);
-            const int score = s_part[0] + s_part[1];
-            mbar_arrive(&rempty[p]); /* rowres[p], colbest[p] free again */
-            if (t == 0 && score > 0) {
-                const uint64_t key = ((uint64_t)score << 32) | (0xffffffffu - (L.slot0 + s));
-                if (key > list[L.K - 1]) {
-                    int pos = L.K - 1;
-                    while (pos > 0 && list[pos - 1] < key) {
-                        list[pos] = list[pos - 1];
-                        pos--;
+    if (wg == 0) {
+        if (BIGREGS) regs_dec<40>(); /* the consumers take them */
+        if (tid < 64) {
+            /* ---------------- loader: chunks of the block's slots, in order */
+            uint32_t i = 0;
+            for (uint32_t s = idfw_next(L, r0, r1); s < r1; s = idfw_next(L, s + 1, r1)) {
+                const int cnt = L.count[s];
+                const unsigned char *src0 = rbase + (size_t)s * slot_bytes;
+                for (int c0 = 0; c0 < cnt; c0 += IDFW_N, i++) {
+                    const int st = (int)(i % IDFW_NST);
+                    mbar_wait(&empty[st], ((i / IDFW_NST) & 1u) ^ 1u);
+                    /* whole 8-row groups (slots are padded to 8 rows with zeros);
+                     * rows past them keep stale values, masked as columns >= count */
+                    const int rows = min(IDFW_N, cnt - c0), units = ((rows + 7) & ~7) * 8;
+                    unsigned char *dst = stage + st * IDFW_N * IDF_D;
+                    const unsigned char *src = src0 + (size_t)c0 * IDF_D;
+                    for (int u = tid; u < units; u += 64)
+                        cp_async16(dst + swz<IDF_D>(u >> 3, u & 7), src + (size_t)u * 16);
+                    cp_async_commit();
+                    if (i >= IDFW_LA) { /* chunk i - LA landed: publish it */
+                        cp_async_wait<IDFW_LA>();
+                        fence_proxy_async();
+                        mbar_arrive(&full[(i - IDFW_LA) % IDFW_NST]);
                     }
-                    list[pos] = key;
                 }
             }
+            cp_async_wait<0>();
+            fence_proxy_async();
+            for (uint32_t j = i >= IDFW_LA ? i - IDFW_LA : 0; j < i; j++) mbar_arrive(&full[j % IDFW_NST]);
+        } else {
+            /* ---------------- scorer: each slot's score, the block's list */
+            const int t = tid - 64, lane = tid & 31, sw = t >> 5;
+            uint32_t k = 0;
+            for (uint32_t s = idfw_next(L, r0, r1); s < r1; s = idfw_next(L, s + 1, r1), k++) {
+                const int cnt = L.count[s], p = (int)(k & 1);
+                const int32_t *rr = rowres + p * L.n;
+                unsigned long long *cbp = colbest + (mutual ? p * L.m : 0);
+                mbar_wait(&rfull[p], (k >> 1) & 1u);
+                int c = 0;
+                if (L.scoring == IDF_SCORE_RAW) {
+                    for (int r = t; r < qn; r += 64) c += rr[r] > 0;
+                } else {
+                    for (int r = t; r < qn; r += 64) {
+                        const int cc = rr[r] - 1;
+                        if (cc < 0) continue;
+                        if (mutual && (uint32_t)(cbp[cc] & 0xffffffffull) != 0xffffffffu - (uint32_t)r) continue;
+                        atomicOr(&mask[cc >> 5], 1u << (cc & 31));
+                    }
+                }
+                named_sync(1, 64);
+                if (L.scoring != IDF_SCORE_RAW)
+                    for (int i = t; i < (cnt + 31) / 32; i += 64) {
+                        c += __popc(mask[i]);
+                        mask[i] = 0;
+                    }
+                if (mutual)
+                    for (int i = t; i < cnt; i += 64) cbp[i] = 0;
+                c = __reduce_add_sync(0xffffffffu, c);
+                if (lane == 0) s_part[sw] = c;
+                named_sync(1, 64);
+                const int score = s_part[0] + s_part[1];
+                mbar_arrive(&rempty[p]); /* rowres[p], colbest[p] free again */
+                if (t == 0 && score > 0) {
+                    const uint64_t key = ((uint64_t)score << 32) | (0xffffffffu - (L.slot0 + s));
+                    if (key > list[L.K - 1]) {
+                        int pos = L.K - 1;
+                        while (pos > 0 && list[pos - 1] < key) {
+                            list[pos] = list[pos - 1];
+                            pos--;
+                        }
+                        list[pos] = key;
+                    }
+                }
+            }
+            named_sync(1, 64);
+            for (int i = t; i < L.K; i += 64) lout[i] = list[i];
         }
-        named_sync(1, 64);
-        for (int i = t; i < L.K; i += 64) lout[i] = list[i];
     } else {
+        if (BIGREGS) regs_inc<232>();
         /* ---------------- consumers */
         const int cw = wg - 1, ct = tid & 127, w = ct >> 5, lane = tid & 31, g = lane >> 2, c4 = lane & 3;
         const int nmt = (qn + 63) >> 6; /* m-tiles with valid rows */
@@ -332,18 +355,16 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf
                 const int rows = min(IDFW_N, cnt - c0);
                 const uint32_t sb = saddr + st * IDFW_N * IDF_D;
                 const uint32_t cb = 1023u - (uint32_t)(c0 + 2 * c4); /* key base of this thread's column 0 */
-#pragma unroll
-                for (int mt = 0; mt < MTW; mt++) {
-                    const int mtile = NCW * mt + cw;
-                    if (mtile >= nmt) continue; /* uniform over the warpgroup */
-                    int32_t acc[64];
+                /* per m-tile: the MMAs into one accumulator set, then the epilogue */
+                auto issue = [&](int32_t(&acc)[64], int mtile) {
                     const uint32_t qa = qaddr + mtile * 64 * IDF_D;
                     idfw_fence();
 #pragma unroll
                     for (int ks = 0; ks < 4; ks++) idfw_mma(acc, idfw_desc(qa + 32 * ks), idfw_desc(sb + 32 * ks), ks);
                     idfw_commit();
-                    idfw_wait<0>();
-                    idfw_pin(acc);
+                };
+                auto epilogue = [&](int32_t(&acc)[64], uint32_t &tb0, uint32_t &ts0, uint32_t &tb1, uint32_t &ts1,
+                                    int mtile) {
                     /* acc[4j + e]: row g, column 8j + 2c4 + e; acc[4j + 2 + e]: row g + 8 */
                     uint32_t v0[32], v1[32];
                     if (rows == IDFW_N) {
@@ -366,8 +387,8 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf
                                 v1[2 * j + e] = ok ? (uint32_t)acc[4 * j + 2 + e] * 512u + base : 0u;
                             }
                     }
-                    idfw_top2<16>(tb[mt][0], ts[mt][0], v0);
-                    idfw_top2<16>(tb[mt][1], ts[mt][1], v1);
+                    idfw_top2<16>(tb0, ts0, v0);
+                    idfw_top2<16>(tb1, ts1, v1);
                     if (mutual) {
                         /* each column's best row: (dot << 32) | ~row, max over the
                          * warp's 16 rows (lanes of one c4 share the columns), then
@@ -394,6 +415,42 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf
                                 }
                                 if (g == 0 && col < rows && ka) atomicMax(&cbp[c0 + col], ka);
                             }
+                    }
+                };
+                if (!PAIRS) {
+#pragma unroll
+                    for (int mt = 0; mt < MTW; mt++) {
+                        const int mtile = NCW * mt + cw;
+                        if (mtile >= nmt) continue; /* uniform over the warpgroup */
+                        int32_t acc[64];
+                        issue(acc, mtile);
+                        idfw_wait<0>();
+                        idfw_pin(acc);
+                        epilogue(acc, tb[mt][0], ts[mt][0], tb[mt][1], ts[mt][1], mtile);
+                    }
+                } else {
+                    /* m-tiles in pairs: both chains issued, the second's MMAs
+                     * run under the first's epilogue; no group crosses a
+                     * branch (ptxas serialises wgmma otherwise). A pair's
+                     * second m-tile past the query repeats the first's
+                     * MMAs, its epilogue skipped. */
+#pragma unroll
+                    for (int mt = 0; mt < MTW; mt += 2) {
+                        const int ma = NCW * mt + cw, mb = ma + NCW;
+                        if (ma >= nmt) continue; /* uniform over the warpgroup */
+                        const bool vb = mb < nmt;
+                        int32_t acc0[64], acc1[64];
+                        issue(acc0, ma);
+                        idfw_pin(acc0);
+                        issue(acc1, vb ? mb : ma);
+                        idfw_pin(acc1);
+                        idfw_wait<1>();
+                        idfw_pin(acc0);
+                        epilogue(acc0, tb[mt][0], ts[mt][0], tb[mt][1], ts[mt][1], ma);
+                        idfw_wait<0>();
+                        idfw_pin(acc1);
+                        if (vb)
+                            epilogue(acc1, tb[mt + 1][0], ts[mt + 1][0], tb[mt + 1][1], ts[mt + 1][1], mb);
                     }
                 }
                 mbar_arrive(&empty[st]);

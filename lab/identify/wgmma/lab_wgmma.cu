@@ -65,7 +65,7 @@ typedef struct shape {
 } shape_t;
 
 static const shape_t SHAPES[] = {
-    /* name                   m    n    nq nref    dist           counts     qcounts  scoring            K    timed all */
+    /* name, m, n, nq, nref, dist, counts, qcounts, scoring, K, timed, all */
     {"384x768 q1 rootsift", 384, 768, 1, 200000, DIST_ROOTSIFT, CNT_FULL, QC_FULL, IDF_SCORE_ONE2ONE, 10, 5, 0},
     {"384x768 q1 uniform", 384, 768, 1, 50000, DIST_UNIFORM, CNT_FULL, QC_FULL, IDF_SCORE_ONE2ONE, 10, 3, 0},
     {"512x1000 q1 mixed", 512, 1000, 1, 100000, DIST_ROOTSIFT, CNT_MIXED, QC_FULL, IDF_SCORE_ONE2ONE, 10, 3, 0},
@@ -181,8 +181,9 @@ __global__ void k_gen_queries(shape_t S, int si, uint8_t *qs, uint16_t *qcount)
 
 /* ------------------------------------------------------ GPU runs (children) */
 
-enum { IMPL_MMA = 0, IMPL_WG2 = 1, IMPL_WG3 = 2, NIMPL = 3 };
-static const char *IMPL_NAME[NIMPL] = {"mma.sync", "wgmma2", "wgmma3"}; /* wgmmaN: N consumer warpgroups */
+enum { IMPL_MMA = 0, IMPL_WG2 = 1, IMPL_WG3 = 2, IMPL_WG2P = 3, NIMPL = 4 };
+/* wgmmaN: N consumer warpgroups; p: m-tiles in pairs, two accumulator sets */
+static const char *IMPL_NAME[NIMPL] = {"mma.sync", "wgmma2", "wgmma3", "wgmma2p"};
 
 /* One record per shape in a child's file. */
 typedef struct rec_hdr {
@@ -232,9 +233,10 @@ static int launch_impl(int impl, const idf_launch_t &L, dim3 grid, int warps, in
     } else {
         /* mutual: the two-consumer instance in both (its column maxima need registers) */
         const size_t smem = idfw_smem_bytes(L.m, L.n, L.K, scoring);
-        void (*k)(const idf_launch_t) = scoring == IDF_SCORE_MUTUAL ? k_idf_match_wg<true, 2>
-                                        : impl == IMPL_WG3           ? k_idf_match_wg<false, 3>
-                                                                     : k_idf_match_wg<false, 2>;
+        void (*k)(const idf_launch_t) = scoring == IDF_SCORE_MUTUAL ? k_idf_match_wg<true, 2, false>
+                                        : impl == IMPL_WG3           ? k_idf_match_wg<false, 3, false>
+                                        : impl == IMPL_WG2P          ? k_idf_match_wg<false, 2, true>
+                                                                     : k_idf_match_wg<false, 2, false>;
         const int threads = scoring != IDF_SCORE_MUTUAL && impl == IMPL_WG3 ? IDFW_THREADS(3) : IDFW_THREADS(2);
         CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         k<<<grid, threads, smem, st>>>(L);
@@ -607,7 +609,7 @@ int main(int argc, char **argv)
         }
     }
     char path[NIMPL][256];
-    int code[NIMPL] = {-1, -1, -1};
+    int code[NIMPL] = {-1, -1, -1, -1};
     std::vector<result_t> res[NIMPL];
     for (int impl = 0; impl < NIMPL; impl++) {
         snprintf(path[impl], sizeof path[impl], "/tmp/lab_wgmma.%d.%s", (int)getpid(), IMPL_NAME[impl]);
@@ -621,7 +623,8 @@ int main(int argc, char **argv)
     if (code[0] == 0 && !res[0][first].have) code[0] = 100;
     if (!res[0][first].have && !res[1][first].have && code[0] < 128 && code[1] < 128) {
         /* neither child got a device (and none was killed): no GPU here */
-        fprintf(stderr, "lab_wgmma: no CUDA device (children exited %d, %d, %d)\n", code[0], code[1], code[2]);
+        fprintf(stderr, "lab_wgmma: no CUDA device (children exited %d, %d, %d, %d)\n", code[0], code[1], code[2],
+                code[3]);
         return 77;
     }
 
@@ -708,7 +711,7 @@ int main(int argc, char **argv)
         }
         fflush(stdout);
     }
-    printf("lab_wgmma: %s (%d failure%s; children exited %d, %d, %d)\n", failures ? "FAILED" : "all equal",
-           failures, failures == 1 ? "" : "s", code[0], code[1], code[2]);
+    printf("lab_wgmma: %s (%d failure%s; children exited %d, %d, %d, %d)\n", failures ? "FAILED" : "all equal",
+           failures, failures == 1 ? "" : "s", code[0], code[1], code[2], code[3]);
     return failures ? 1 : 0;
 }

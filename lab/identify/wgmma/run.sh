@@ -3,7 +3,8 @@
 # (sm_90a) in BUILD (default build-wgmma; a build tree of the whole project
 # that already has lab/identify/wgmma/lab_wgmma is used as it is), shows the
 # kernels' ptxas numbers and the SASS's tensor-core instructions, then runs
-# the harness (every shape; about a minute on an H200 after the build).
+# the harness (every shape, four kernels in four child processes; about a
+# minute on an H200 after the build).
 # Exit status: the harness's (0 all equal, 1 a difference or a fault, 77 no GPU).
 set -eu
 root=$(cd "$(dirname "$0")/../../.." && pwd)
