@@ -7,6 +7,10 @@
  * references streamed from pinned host memory, of the measured PCIe rate.
  *
  *   bench_identify_gpu [--refs N] [--quick] [--no-peers] [--capacity] [--e2e N] [--only SECTION]
+ *                      [--kernel auto|mma|wgmma]
+ *
+ * --kernel: the int8 matching kernel of the fused rows (pgpu_idf_opts_t.kernel;
+ * auto: wgmma on compute capability 9.0 where it applies, else mma.sync).
  *
  * Sections (m = 384, n = 768 unless a row says otherwise):
  *   resident   one query against N device-resident references (default 2^20)
@@ -121,6 +125,7 @@ static uint8_t *make_queries(const refs_t *r, size_t nq, size_t n)
 /* Median GPU ms of the fused kernel: nq queries against r (arena_cap 0:
  * all resident). stats of the last run in *st. */
 static int COPY_ONLY; /* fused_ms: stream without matching */
+static int KERNEL = PGPU_IDF_KERNEL_AUTO; /* --kernel */
 
 static double fused_ms(const refs_t *r, const uint8_t *q, size_t nq, size_t n, int prec, size_t arena_cap,
                        pgpu_idf_stats_t *st, int *fail)
@@ -144,6 +149,7 @@ static double fused_ms(const refs_t *r, const uint8_t *q, size_t nq, size_t n, i
     o.ncap = 10;
     o.arena_cap = arena_cap;
     o.copy_only = COPY_ONLY;
+    o.kernel = prec == PGPU_IDF_INT8 ? KERNEL : PGPU_IDF_KERNEL_AUTO;
     for (size_t i = 0; i < nq; i++) qc[i] = (uint16_t)n;
     *fail = 0;
     for (int i = 0; i <= reps; i++) {
@@ -454,9 +460,15 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--capacity")) capacity = 1;
         else if (!strcmp(argv[i], "--e2e") && i + 1 < argc) e2e = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--kernel") && i + 1 < argc && !strcmp(argv[i + 1], "auto"))
+            KERNEL = PGPU_IDF_KERNEL_AUTO, i++;
+        else if (!strcmp(argv[i], "--kernel") && i + 1 < argc && !strcmp(argv[i + 1], "mma"))
+            KERNEL = PGPU_IDF_KERNEL_MMA, i++;
+        else if (!strcmp(argv[i], "--kernel") && i + 1 < argc && !strcmp(argv[i + 1], "wgmma"))
+            KERNEL = PGPU_IDF_KERNEL_WGMMA, i++;
         else {
             fprintf(stderr, "usage: bench_identify_gpu [--refs N] [--quick] [--no-peers] [--capacity] [--e2e N] "
-                            "[--only resident|queries|shapes|streamed]\n");
+                            "[--only resident|queries|shapes|streamed] [--kernel auto|mma|wgmma]\n");
             return 2;
         }
     }

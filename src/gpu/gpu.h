@@ -290,6 +290,12 @@ typedef struct pgpu_idf_refs {
 #define PGPU_IDF_INT8 0 /* integer tensor cores on the u8 rows (default) */
 #define PGPU_IDF_FP16 1 /* half-precision tensor cores on the same values as binary16 */
 
+/* Which int8 matching kernel (the candidates are the same either way). */
+#define PGPU_IDF_KERNEL_AUTO 0  /* wgmma where it applies (compute capability 9.0, a build for sm_90, int8,
+                                 * m <= 512, n <= 1024, its shared memory fits), else mma.sync */
+#define PGPU_IDF_KERNEL_MMA 1   /* mma.sync (sm_80 and up; every shape and precision) */
+#define PGPU_IDF_KERNEL_WGMMA 2 /* wgmma; PATINA_E_INVALID where it does not apply */
+
 typedef struct pgpu_idf_opts {
     int precision;            /* PGPU_IDF_INT8 or PGPU_IDF_FP16: the same exact integers either way */
     double ratio;             /* Lowe's ratio (patina_identify_opts_t.ratio) */
@@ -299,6 +305,7 @@ typedef struct pgpu_idf_opts {
                                * force streaming from the host tier with a small value */
     int copy_only;            /* benchmarks: stream the host tier without matching it (the copy
                                * rate alone; no candidates come from it) */
+    int kernel;               /* PGPU_IDF_KERNEL_* (0: AUTO); benchmarks and tests name one */
 } pgpu_idf_opts_t;
 
 /* Where the time of a call went (for benchmarks). */

@@ -35,6 +35,10 @@
  * the table cache drops it, when its set's owner says the set is gone
  * (patina_gpu_identify_forget) or when the context closes.
  *
+ * Two int8 kernels compute the same candidates: wgmma (idf_wgmma.cuh,
+ * compute capability 9.0, int8, m <= 512, n <= 1024) where it applies,
+ * mma.sync (idf_kernels.cuh) everywhere else; opts->kernel can name one.
+ *
  * Calls run under the context's GPU turn (core/context.h). */
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +51,7 @@
 #include "gpu/context.h"
 #include "gpu/gpu.h"
 #include "gpu/idf_kernels.cuh"
+#include "gpu/idf_wgmma.h" /* defined only when PATINA_HAVE_WGMMA */
 #include "gpu/tcache.h"
 
 #define IDF_STREAMS 3            /* streamed chunks in flight */
@@ -500,10 +505,17 @@ static patina_status launch_one(const idf_launch_t &L, dim3 grid, int warps, siz
     return PATINA_OK;
 }
 
+/* One launch of the chosen kernel (wg: the wgmma one); smem is that
+ * kernel's. */
 static patina_status launch(const idf_launch_t &L, int prec, dim3 grid, int warps, size_t smem, cudaStream_t s,
-                            int dev)
+                            int dev, int wg)
 {
     const bool big = L.m > IDF_SEG;
+#if PATINA_HAVE_WGMMA
+    if (wg) return patina__idf_wg_launch(&L, grid.x, grid.y, smem, s, dev);
+#else
+    (void)wg;
+#endif
     if (prec == IDF_PREC_INT8)
         return big ? launch_one<IDF_PREC_INT8, unsigned long long>(L, grid, warps, smem, s, dev)
                    : launch_one<IDF_PREC_INT8, uint32_t>(L, grid, warps, smem, s, dev);
@@ -534,6 +546,46 @@ static size_t blocks_per_query(size_t bq, size_t sms, size_t maxgx)
     return best;
 }
 
+/* Whether device dev has compute capability 9.0 (the wgmma kernel's
+ * sm_90a code runs there only); asked once per device. */
+static int dev_is_sm90(int dev)
+{
+    static std::atomic<int> cc[64]; /* major * 10 + minor + 1; 0: not asked yet */
+    int v = dev >= 0 && dev < 64 ? cc[dev].load() : 0;
+    if (v == 0) {
+        int major = 0, minor = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return 0;
+        }
+        v = major * 10 + minor + 1;
+        if (dev >= 0 && dev < 64) cc[dev].store(v);
+    }
+    return v == 91;
+}
+
+/* Whether this call's launches use the wgmma kernel: o->kernel, the device,
+ * the shape and its shared memory (*wsmem). */
+static int use_wgmma(const patina_gpu_t *g, const pgpu_idf_opts_t *o, int prec, size_t mpad, size_t n, size_t K,
+                     size_t *wsmem)
+{
+    *wsmem = 0;
+    if (o->kernel == PGPU_IDF_KERNEL_MMA) return 0;
+#if PATINA_HAVE_WGMMA
+    if (!dev_is_sm90(g->device) || !patina__idf_wg_applies(prec, (int)mpad, (int)n)) return 0;
+    *wsmem = patina__idf_wg_smem((int)mpad, (int)n, (int)K, o->scoring);
+    return *wsmem <= (size_t)g->smem_optin;
+#else
+    (void)g;
+    (void)prec;
+    (void)mpad;
+    (void)n;
+    (void)K;
+    return 0;
+#endif
+}
+
 /* Descending keys. */
 static int cmp_key_desc(const void *a, const void *b)
 {
@@ -557,6 +609,8 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
         return patina__fail(PATINA_E_INVALID, "gpu identify: null argument");
     if (prec != IDF_PREC_INT8 && prec != IDF_PREC_FP16)
         return patina__fail(PATINA_E_INVALID, "gpu identify: unknown precision %d", prec);
+    if (o->kernel < PGPU_IDF_KERNEL_AUTO || o->kernel > PGPU_IDF_KERNEL_WGMMA)
+        return patina__fail(PATINA_E_INVALID, "gpu identify: unknown kernel %d", o->kernel);
     if (K < 1 || K > IDF_KMAX)
         return patina__fail(PATINA_E_LIMIT, "gpu identify: %zu candidates per query (the GPU keeps at most %d)", K,
                             IDF_KMAX);
@@ -592,8 +646,17 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
         nl = gx > gxs ? gx : gxs; /* list blocks per query and region */
         outn = (size_t)(1 + IDF_STREAMS) * bq * nl * K;
         IDF_TRY(call_buffers(g, dv, st, bq, n, outn, prec));
-        const size_t smem = idf_smem_bytes(prec, (int)st->mpad, (int)n, (int)K, o->scoring);
-        if (smem > (size_t)g->smem_optin) {
+        size_t smem = idf_smem_bytes(prec, (int)st->mpad, (int)n, (int)K, o->scoring), wsmem;
+        const int wg = use_wgmma(g, o, prec, st->mpad, n, K, &wsmem);
+        if (o->kernel == PGPU_IDF_KERNEL_WGMMA && !wg) {
+            s = patina__fail(PATINA_E_INVALID, "gpu identify: the wgmma kernel does not apply (device %s, "
+                                               "precision %d, m = %zu, n = %zu, %zu bytes of shared memory; it needs "
+                                               "compute capability 9.0, a build for sm_90, int8, m <= %d, n <= %d)",
+                             g->name, prec, st->m, n, wsmem, IDF_SEG, IDFW_QMAX);
+            goto out;
+        }
+        if (wg) smem = wsmem;
+        else if (smem > (size_t)g->smem_optin) {
             s = patina__fail(PATINA_E_LIMIT, "gpu identify: %zu bytes of shared memory per block (the device "
                                              "allows %d): fewer query rows or candidates", smem, g->smem_optin);
             goto out;
@@ -635,7 +698,7 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
             L.slot0 = 0;
             L.nref = (uint32_t)ndev;
             L.out = dv->d_out;
-            IDF_TRY(launch(L, prec, dim3((unsigned)gx, (unsigned)bq), warps, smem, s0, g->device));
+            IDF_TRY(launch(L, prec, dim3((unsigned)gx, (unsigned)bq), warps, smem, s0, g->device, wg));
         }
         PGPU_CU_GOTO(cudaEventRecord(ev[1], s0), s, out);
         /* streamed slots: chunks over the streams; each stream's lists
@@ -657,7 +720,8 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
                 L.nref = (uint32_t)cn;
                 L.out = dv->d_out + (size_t)(1 + k) * bq * nl * K;
                 L.accumulate = 1;
-                if (!o->copy_only) IDF_TRY(launch(L, prec, dim3((unsigned)gxs, (unsigned)bq), warps, smem, sk, g->device));
+                if (!o->copy_only)
+                    IDF_TRY(launch(L, prec, dim3((unsigned)gxs, (unsigned)bq), warps, smem, sk, g->device, wg));
                 if (stats) stats->h2d_bytes += (double)(cn * st->slot_bytes);
             }
             for (int i = 1; i < IDF_STREAMS; i++) {
