@@ -24,8 +24,7 @@ def main():
     a = ap.parse_args()
     manifest = {score.qkey(r["query"]): r for r in score.read_csv(os.path.join(a.sets, "manifest.csv"))}
     item_of = {r["file"]: r["item"] for r in score.read_csv(os.path.join(a.sets, "groups.csv"))}
-    sharing = {r["texture"] for r in score.read_csv(os.path.join(a.sets, "shares.csv"))
-               if int(r["inliers"]) >= a.shares_min}
+    sharing = {r["texture"] for r in score.sharing_pairs(os.path.join(a.sets, "shares.csv"), a.shares_min)}
     for m in manifest.values():
         if m["set"] == "impostor-texture" and m["source"] in sharing:
             m["set"] = "impostor-shared"

@@ -143,6 +143,15 @@ def roc(ev, view, shared=False):
     return res
 
 
+def sharing_pairs(path, shares_min):
+    """The rows of a shares/siblings CSV that share content: shared == 1 when the CSV has that column
+    (content_share.py: decided by pixels), else inliers >= shares_min (the peer's inliers alone)."""
+    rows = read_csv(path)
+    if rows and "shared" in rows[0]:
+        return [r for r in rows if r["shared"] == "1"]
+    return [r for r in rows if int(r["inliers"]) >= shares_min]
+
+
 def content_links(path, item_of, shares_min):
     """item -> representative item of its content group (union-find over the sibling pairs)."""
     parent = {}
@@ -151,9 +160,7 @@ def content_links(path, item_of, shares_min):
         while parent.get(x, x) != x:
             x = parent[x]
         return x
-    for r in read_csv(path):
-        if int(r["inliers"]) < shares_min:
-            continue
+    for r in sharing_pairs(path, shares_min):
         a, b = item_of.get(r["texture"]), item_of.get(r["registered"])
         if a and b and a != b:
             ra, rb = find(a), find(b)
@@ -244,7 +251,7 @@ def main():
     shares = a.shares or os.path.join(a.sets, "shares.csv")
     nshared = 0
     if os.path.exists(shares):
-        sharing = {r["texture"]: r for r in read_csv(shares) if int(r["inliers"]) >= a.shares_min}
+        sharing = {r["texture"]: r for r in sharing_pairs(shares, a.shares_min)}
         for m in manifest.values():
             if m["set"] == "impostor-texture" and m["source"] in sharing:
                 m["set"] = "impostor-shared"
