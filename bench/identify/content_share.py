@@ -79,10 +79,12 @@ def nn2(a, b):
     """Per row of a: index of its nearest row of b and whether it passes the ratio test."""
     s = a @ b.T
     d2 = np.maximum(0, 2 - 2 * s)
-    o = np.argsort(d2, axis=1)[:, :2]
-    d1 = d2[np.arange(len(a)), o[:, 0]]
-    d2b = d2[np.arange(len(a)), o[:, 1]]
-    return o[:, 0], d1 < RATIO * RATIO * d2b
+    r = np.arange(len(a))
+    best = np.argmin(d2, axis=1)  # ties: the lower index
+    d1 = d2[r, best]
+    d2[r, best] = np.inf
+    d2b = d2.min(axis=1)  # the second nearest (a tie with the best is the second)
+    return best, d1 < RATIO * RATIO * d2b
 
 
 def bandpass(g):
