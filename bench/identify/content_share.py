@@ -69,7 +69,7 @@ def load(path):
     else:
         pts = np.float32([k.pt for k in kp])
         d = np.sqrt(d / np.maximum(d.sum(1, keepdims=True), 1e-12)).astype(np.float32)
-    if len(_cache) > 64:
+    if len(_cache) > 160:
         _cache.clear()
     _cache[path] = (im.astype(np.float32), pts, d)
     return _cache[path]
