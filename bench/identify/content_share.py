@@ -62,6 +62,7 @@ def load(path):
     if s < 1:
         im = cv2.resize(im, (max(1, round(im.shape[1] * s)), max(1, round(im.shape[0] * s))),
                         interpolation=cv2.INTER_AREA)
+    im = cv2.equalizeHist(im)  # low-contrast textures (grass, stucco) get features and tile structure
     sift = cv2.SIFT_create(nfeatures=0, contrastThreshold=0.02)
     kp, d = sift.detectAndCompute(im, None)
     if d is None or len(kp) < 2:
