@@ -21,17 +21,16 @@ components (queries/g0001.png); a key to its item by its file name (groups.csv).
 - Impostors that are not impostors: some held-out textures reuse photographed content of a
   registered one (two composites with the same window, a clean and a "flat" copy of one leather, a
   door with and without windows) although the pixel grouping did not link them. --shares (default
-  SETS/shares.csv when present; run.sh makes it with the OpenCV peer: each held-out original
-  identified against the registered originals, homography inliers of its best match) names them:
-  impostor-texture queries whose source has >= --shares-min (14) inliers against some registered
-  texture become the set "impostor-shared". The open-set table is computed over the clean
+  SETS/shares.csv when present; run.sh makes it with content_share.py: pairs of originals proposed
+  by matchers, decided by pixels) names them: impostor-texture queries whose source shares content
+  with some registered texture (shared == 1; in a CSV without that column, >= --shares-min (14)
+  inliers) become the set "impostor-shared". The open-set table is computed over the clean
   impostors (photos and non-sharing textures); a second table gives the same over all impostors.
-- Registered references that share content: the same check between the registered originals
-  (--siblings, default SETS/siblings.csv when present; run.sh makes it with the OpenCV peer: each
-  registered original identified against the others, the inliers of its best other matches) links
-  items whose originals have >= --shares-min inliers. GROUPED numbers count a rank 1 on a linked item
-  as correct and leave the impostor-shared queries out; RAW numbers count neither (items are the
-  pixel groups only, every impostor is an impostor). Both are reported.
+- Registered references that share content: the same test between the registered originals
+  (--siblings, default SETS/siblings.csv when present) links items whose originals share content.
+  GROUPED numbers count a rank 1 on a linked item as correct and leave the impostor-shared queries
+  out; RAW numbers count neither (items are the pixel groups only, every impostor is an impostor).
+  Both are reported.
 - Ambiguous answers: at threshold T a query is ambiguous when rank 2 is verified (inliers > 0 in
   the CSV) with inliers >= T too, as `patina identify` decides. When ranks 1 and 2 are one item (in
   the view's grouping) that is an answer of that item; otherwise the query is not accepted as one
