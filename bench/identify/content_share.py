@@ -162,7 +162,7 @@ def sheet(path, rows, qdir, rdir, title):
             a_.axis("off")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    fig.savefig(path, dpi=55)
 
 
 def self_test():
