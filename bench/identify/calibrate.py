@@ -20,16 +20,17 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", required=True)
     ap.add_argument("--run", required=True)
+    ap.add_argument("--shares", help="default SETS/shares.csv")
+    ap.add_argument("--siblings", help="default SETS/siblings.csv")
     ap.add_argument("--shares-min", type=int, default=14)
     a = ap.parse_args()
     manifest = {score.qkey(r["query"]): r for r in score.read_csv(os.path.join(a.sets, "manifest.csv"))}
     item_of = {r["file"]: r["item"] for r in score.read_csv(os.path.join(a.sets, "groups.csv"))}
-    sharing = {r["texture"] for r in score.read_csv(os.path.join(a.sets, "shares.csv"))
-               if int(r["inliers"]) >= a.shares_min}
+    sharing = {r["texture"] for r in score.sharing_pairs(a.shares or os.path.join(a.sets, "shares.csv"), a.shares_min)}
     for m in manifest.values():
         if m["set"] == "impostor-texture" and m["source"] in sharing:
             m["set"] = "impostor-shared"
-    sib = os.path.join(a.sets, "siblings.csv")
+    sib = a.siblings or os.path.join(a.sets, "siblings.csv")
     view = score.View(score.content_links(sib, item_of, a.shares_min) if os.path.exists(sib) else {})
     run, problems = score.load_run(a.run, manifest)
     ev = score.evaluate(run, manifest, item_of)

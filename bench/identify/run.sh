@@ -24,50 +24,55 @@ PY=$ROOT/.venv-identify/bin/python
 RES=$SETS/results
 mkdir -p "$RES"
 cd "$SETS"   # relative paths: queries/g0001.png in every CSV
-# Held-out textures that reuse photographed content of a registered one (score.py: impostor-shared),
-# found by the OpenCV peer: each held-out original identified against the registered originals.
-# Depends only on the sets' files: made once per SETS folder (delete shares.csv to redo it).
-if [ ! -s shares.csv ] && [ "$(ls heldout 2>/dev/null | wc -l)" -gt 0 ]; then
-  nice -n 10 "$PY" "$ROOT/tests/peers/identify_opencv.py" --refs refs --out shares -j "$J" -k 1 heldout
-  "$PY" -c 'import csv, os, sys
-rows = [r for r in csv.DictReader(open("shares/opencv_one2one_verify.csv")) if r["rank"] in ("0", "1")]
-w = csv.writer(open("shares.csv", "w", newline=""), lineterminator="\n")
-w.writerow(["texture", "registered", "inliers"])
-w.writerows(sorted([os.path.basename(r["query"]), r["key"], r["inliers"]] for r in rows))'
-fi
-# Registered textures that share photographed content with another registered one (score.py's grouped
-# view), found the same way: each registered original identified against the registered originals,
-# its best two others (rank 1 is itself). Made once per SETS folder (delete siblings.csv to redo it).
-if [ ! -s siblings.csv ]; then
-  nice -n 10 "$PY" "$ROOT/tests/peers/identify_opencv.py" --refs refs --out siblings -j "$J" -k 3 refs
-  "$PY" -c 'import csv, os
-rows = [r for r in csv.DictReader(open("siblings/opencv_one2one_verify.csv")) if r["rank"] in ("1", "2", "3")]
-w = csv.writer(open("siblings.csv", "w", newline=""), lineterminator="\n")
-w.writerow(["texture", "registered", "inliers"])
-w.writerows(sorted([os.path.basename(r["query"]), os.path.basename(r["key"]), r["inliers"]] for r in rows
-                   if r["key"] and os.path.basename(r["query"]) != os.path.basename(r["key"])))'
-fi
 now() { date +%s.%N; }
-runs=() thr=() tim=()
-
+have_patina=0
 if [ -x "$PATINA" ] && "$PATINA" identify --help >/dev/null 2>&1; then
+  have_patina=1
   rm -rf "$RES/refs.patina"
   t0=$(now); "$PATINA" index "$RES/refs.patina" refs -f rootsift -j "$J" -q; t1=$(now)
-  rc=0; "$PATINA" identify "$RES/refs.patina" queries impostors --format csv --threshold 0 -k 5 -j "$J" -q \
+else
+  echo "run.sh: $PATINA has no 'identify' subcommand (pending the identify branch): patina is left out" >&2
+fi
+# Content shared between ORIGINALS (score.py: held-out textures that share content with a registered one
+# are "impostor-shared"; registered ones that share content are linked in the grouped view). Pairs are
+# PROPOSED by the OpenCV peer (its best 3) and by patina (its best 10 / 5) and DECIDED by pixels
+# (content_share.py: a homography of the pair, then band-passed tiles that correlate), so the matcher
+# being scored does not decide what counts against it. Made once per SETS folder (delete shares.csv /
+# siblings.csv to redo them); the contact sheets of found pairs go to results/shares.png, siblings.png.
+propose() { # $1: folder of originals, $2: output folder, $3: peer's k, $4: patina's k
+  nice -n 10 "$PY" "$ROOT/tests/peers/identify_opencv.py" --refs refs --out "$2" -j "$J" -k "$3" "$1"
+  props=(--proposals "peer=$2/opencv_one2one_verify.csv")
+  if [ "$have_patina" = 1 ]; then
+    "$PATINA" identify "$RES/refs.patina" "$1" --format csv --threshold 0 -k "$4" -j "$J" -q > "$2/patina.csv" || [ $? -le 1 ]
+    props+=(--proposals "patina=$2/patina.csv")
+  fi
+}
+if [ ! -s shares.csv ] && [ "$(ls heldout 2>/dev/null | wc -l)" -gt 0 ]; then
+  propose heldout shares 3 10
+  nice -n 10 "$PY" "$ROOT/bench/identify/content_share.py" --refs refs --queries heldout "${props[@]}" \
+    --out shares.csv --sheet "$RES/shares.png" -j "$J"
+fi
+if [ ! -s siblings.csv ]; then
+  propose refs siblings 3 5
+  nice -n 10 "$PY" "$ROOT/bench/identify/content_share.py" --refs refs --queries refs "${props[@]}" \
+    --out siblings.csv --sheet "$RES/siblings.png" -j "$J"
+fi
+runs=() thr=() tim=()
+
+if [ "$have_patina" = 1 ]; then
+  t1a=$(now); rc=0; "$PATINA" identify "$RES/refs.patina" queries impostors --format csv --threshold 0 -k 5 -j "$J" -q \
     > "$RES/patina.csv" || rc=$?
   t2=$(now)
   [ "$rc" -le 1 ] || { echo "run.sh: patina identify failed (exit $rc)" >&2; exit "$rc"; }
   nref=$(find refs -type f | wc -l); nq=$(find queries impostors -type f | wc -l)
   { echo "system,stage,items,seconds"
     echo "patina,index_refs,$nref,$(awk "BEGIN{print $t1 - $t0}")"
-    echo "patina,identify,$nq,$(awk "BEGIN{print $t2 - $t1}")"; } > "$RES/patina_timings.csv"
+    echo "patina,identify,$nq,$(awk "BEGIN{print $t2 - $t1a}")"; } > "$RES/patina_timings.csv"
   runs+=(--run "patina=$RES/patina.csv"); tim+=(--timings "$RES/patina_timings.csv")
   # the default from the help text: the --threshold entry runs until the next option line
   T=${PATINA_THRESHOLD:-$("$PATINA" identify --help 2>&1 | awk '/^ *--threshold/ {f = 1; print; next} f && /^ *-/ && match($0, /[^ ]/) < 10 {f = 0} f' |
     tr '\n' ' ' | grep -oE 'default [0-9.]+' | tail -n1 | grep -oE '[0-9.]+' || true)}
   if [ -n "$T" ]; then thr+=(--threshold "patina=$T"); fi
-else
-  echo "run.sh: $PATINA has no 'identify' subcommand (pending the identify branch): patina is left out" >&2
 fi
 
 if [ "${SKIP_PEER:-0}" != 1 ]; then

@@ -21,17 +21,16 @@ components (queries/g0001.png); a key to its item by its file name (groups.csv).
 - Impostors that are not impostors: some held-out textures reuse photographed content of a
   registered one (two composites with the same window, a clean and a "flat" copy of one leather, a
   door with and without windows) although the pixel grouping did not link them. --shares (default
-  SETS/shares.csv when present; run.sh makes it with the OpenCV peer: each held-out original
-  identified against the registered originals, homography inliers of its best match) names them:
-  impostor-texture queries whose source has >= --shares-min (14) inliers against some registered
-  texture become the set "impostor-shared". The open-set table is computed over the clean
+  SETS/shares.csv when present; run.sh makes it with content_share.py: pairs of originals proposed
+  by matchers, decided by pixels) names them: impostor-texture queries whose source shares content
+  with some registered texture (shared == 1; in a CSV without that column, >= --shares-min (14)
+  inliers) become the set "impostor-shared". The open-set table is computed over the clean
   impostors (photos and non-sharing textures); a second table gives the same over all impostors.
-- Registered references that share content: the same check between the registered originals
-  (--siblings, default SETS/siblings.csv when present; run.sh makes it with the OpenCV peer: each
-  registered original identified against the others, the inliers of its best other matches) links
-  items whose originals have >= --shares-min inliers. GROUPED numbers count a rank 1 on a linked item
-  as correct and leave the impostor-shared queries out; RAW numbers count neither (items are the
-  pixel groups only, every impostor is an impostor). Both are reported.
+- Registered references that share content: the same test between the registered originals
+  (--siblings, default SETS/siblings.csv when present) links items whose originals share content.
+  GROUPED numbers count a rank 1 on a linked item as correct and leave the impostor-shared queries
+  out; RAW numbers count neither (items are the pixel groups only, every impostor is an impostor).
+  Both are reported.
 - Ambiguous answers: at threshold T a query is ambiguous when rank 2 is verified (inliers > 0 in
   the CSV) with inliers >= T too, as `patina identify` decides. When ranks 1 and 2 are one item (in
   the view's grouping) that is an answer of that item; otherwise the query is not accepted as one
@@ -143,6 +142,15 @@ def roc(ev, view, shared=False):
     return res
 
 
+def sharing_pairs(path, shares_min):
+    """The rows of a shares/siblings CSV that share content: shared == 1 when the CSV has that column
+    (content_share.py: decided by pixels), else inliers >= shares_min (the peer's inliers alone)."""
+    rows = read_csv(path)
+    if rows and "shared" in rows[0]:
+        return [r for r in rows if r["shared"] == "1"]
+    return [r for r in rows if int(r["inliers"]) >= shares_min]
+
+
 def content_links(path, item_of, shares_min):
     """item -> representative item of its content group (union-find over the sibling pairs)."""
     parent = {}
@@ -151,9 +159,7 @@ def content_links(path, item_of, shares_min):
         while parent.get(x, x) != x:
             x = parent[x]
         return x
-    for r in read_csv(path):
-        if int(r["inliers"]) < shares_min:
-            continue
+    for r in sharing_pairs(path, shares_min):
         a, b = item_of.get(r["texture"]), item_of.get(r["registered"])
         if a and b and a != b:
             ra, rb = find(a), find(b)
@@ -244,7 +250,7 @@ def main():
     shares = a.shares or os.path.join(a.sets, "shares.csv")
     nshared = 0
     if os.path.exists(shares):
-        sharing = {r["texture"]: r for r in read_csv(shares) if int(r["inliers"]) >= a.shares_min}
+        sharing = {r["texture"]: r for r in sharing_pairs(shares, a.shares_min)}
         for m in manifest.values():
             if m["set"] == "impostor-texture" and m["source"] in sharing:
                 m["set"] = "impostor-shared"
