@@ -1244,7 +1244,7 @@ static patina_status search_many_locked(patina_context_t *ctx, const patina_inde
                   : cpu_knn(ctx, group, ng, queries, nq, k, o, hits, counts);
         goto out;
     }
-    for (p = 0; p < ng + na && s == PATINA_OK; p = ++np) { /* part 0: the CPU's group (when any), then the others */
+    for (p = 0; p < (ng ? 1 : 0) + na && s == PATINA_OK; p = ++np) { /* part 0: the CPU's group (when any), then the others */
         many_part_t *m = &parts[p];
         const int is_group = ng && p == 0;
         m->counts = calloc(nq, sizeof *m->counts);
