@@ -456,10 +456,8 @@ static size_t family_files(const char *dir, char ***files)
 
 static void test_families(void **state)
 {
-    /* glcm/haralick: levels made on the device; with quant=none on the host (the RGB comes back) */
-    static const char *const fams[] = {"cedd",     "lbp",      "lbp8",     "tlbap",    "lanadp",
-                                       "glcm",     "haralick", "glcm:levels=256,quant=none",
-                                       "rootsift", "signature"};
+    /* glcm/haralick take no device images for now (test_glcm_refuses) */
+    static const char *const fams[] = {"cedd", "lbp", "lbp8", "tlbap", "lanadp", "rootsift", "signature"};
     /* runs: 0 the CPU device, 1 GPU + libjpeg, 2 GPU + exact-gpu, 3 GPU + auto */
     static const patina_device devs[4] = {PATINA_DEVICE_CPU, PATINA_DEVICE_GPU, PATINA_DEVICE_GPU, PATINA_DEVICE_GPU};
     static const patina_jpeg_decoder decs[4] = {PATINA_JPEG_LIBJPEG, PATINA_JPEG_LIBJPEG, PATINA_JPEG_EXACT_GPU,
@@ -533,6 +531,54 @@ static void test_families(void **state)
     free(dir);
 }
 
+/* glcm and haralick take no GPU-decoded images for now: exact-gpu is
+ * refused for them with a clear error and auto decodes with libjpeg-turbo. */
+static void test_glcm_refuses(void **state)
+{
+    static const char *const fams[] = {"glcm", "haralick"};
+    char *dir = tu_tempdir("jpegx-glcm"), **files = NULL;
+    size_t n = family_files(dir, &files);
+    patina_context_t *ctx;
+    patina_input_t *in = calloc(n, sizeof *in);
+    patina_extract_result_t *res = calloc(n, sizeof *res);
+    (void)state;
+    assert_non_null(in);
+    assert_non_null(res);
+    for (size_t i = 0; i < n; i++) in[i].path = files[i];
+    TU_OK(patina_context_new(&ctx, NULL));
+    for (size_t f = 0; f < 2; f++) {
+        patina_extractor_t *ex;
+        const patina_extractor_t *exs[1];
+        patina_index_opts_t o;
+        void *out[1];
+        size_t taken = 0, dec = 0;
+        uint8_t *rec;
+        TU_OK(patina_extractor_new(&ex, fams[f]));
+        exs[0] = ex;
+        rec = calloc(n, patina_extractor_bytes(ex));
+        assert_non_null(rec);
+        out[0] = rec;
+        patina_index_opts_init(&o);
+        o.device = PATINA_DEVICE_GPU;
+        o.jpeg_decoder = PATINA_JPEG_EXACT_GPU;
+        assert_int_equal(patina_extract_files(ctx, exs, 1, out, res, &taken, in, n, &o), PATINA_E_INVALID);
+        printf("  %s, exact-gpu: %s\n", fams[f], patina_last_error());
+        o.jpeg_decoder = PATINA_JPEG_AUTO;
+        TU_OK(patina_extract_files(ctx, exs, 1, out, res, &taken, in, n, &o));
+        for (size_t i = 0; i < taken; i++) dec += res[i].gpu_decoded;
+        assert_int_equal(dec, 0);
+        free(rec);
+        patina_extractor_free(ex);
+    }
+    patina_context_free(ctx);
+    for (size_t i = 0; i < n; i++) free(files[i]);
+    free(files);
+    free(in);
+    free(res);
+    tu_remove_tree(dir);
+    free(dir);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -565,6 +611,7 @@ int main(void)
         cmocka_unit_test(test_rounds),
         cmocka_unit_test(test_pipeline),
         cmocka_unit_test(test_families),
+        cmocka_unit_test(test_glcm_refuses),
     };
     tu_require_gpu();
     return cmocka_run_group_tests(tests, setup, teardown);
