@@ -574,6 +574,8 @@ static int use_wgmma(const patina_gpu_t *g, const pgpu_idf_opts_t *o, int prec, 
     if (o->kernel == PGPU_IDF_KERNEL_MMA) return 0;
 #if PATINA_HAVE_WGMMA
     if (!dev_is_sm90(g->device) || !patina__idf_wg_applies(prec, (int)mpad, (int)n)) return 0;
+    /* mutual scoring: mma.sync is faster (identify_wg.cu), unless wgmma is asked for */
+    if (o->scoring == IDF_SCORE_MUTUAL && o->kernel != PGPU_IDF_KERNEL_WGMMA) return 0;
     *wsmem = patina__idf_wg_smem((int)mpad, (int)n, (int)K, o->scoring);
     return *wsmem <= (size_t)g->smem_optin;
 #else

@@ -13,8 +13,14 @@
 
 /* The one2one and raw instance: consumer warpgroups (2 or 3) and m-tiles
  * in pairs (1, with 2 consumers), as lab/identify/wgmma's wgmma2, wgmma3
- * and wgmma2p rows time them; mutual always uses 2 consumers, no pairs. */
-#define IDFW_NCW 2
+ * and wgmma2p rows time them. Three consumers: on an H200 (lab_wgmma,
+ * 2026-11-28) one query against 200k references of m = 384, n = 768 took
+ * 22.05 ms (9.07 M refs/s, 32.0% of the int8 peak) against 26.44 (wgmma2),
+ * 22.01 (wgmma2p) and 37.82 (mma.sync), and it led on the odd shapes
+ * (257x768, 3 queries: 15.7 M/s against 12.5 for wgmma2p). The mutual
+ * instance (2 consumers, no pairs) is slower than mma.sync there (1.03 against
+ * 1.46 M/s): the dispatcher keeps mutual scoring on mma.sync. */
+#define IDFW_NCW 3
 #define IDFW_PAIRS false
 
 int patina__idf_wg_applies(int prec, int m, int n) { return idfw_supported(prec, m, n); }
