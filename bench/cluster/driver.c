@@ -88,12 +88,46 @@ static void *query_of(patina_table_t *t, const char *path, size_t batch)
 typedef patina_status (*ident_fn)(void *u, const void *q, size_t nq, patina_identify_hit_t *hits,
                                   patina_identify_result_t *res, clu_coverage_t *cov);
 
-/* One query reps times, then a batch of `batch` queries reps times. */
+/* Dies unless the answer to nq copies of one query is whole and every
+ * query's decision and top hit are the first's (want: the single query's,
+ * NULL for the single query itself). res is reset first so that a query
+ * left unanswered shows. */
+static void check(const char *what, const patina_identify_result_t *res, const patina_identify_hit_t *hits, size_t k,
+                  size_t nq, const clu_coverage_t *cov, const patina_identify_result_t *want,
+                  const patina_identify_hit_t *want_hit)
+{
+    size_t i;
+    if (cov->partial)
+        die(what); /* a partial answer: the numbers would be of part of the references */
+    for (i = 0; i < nq; i++) {
+        const patina_identify_result_t *r = &res[i];
+        const patina_identify_result_t *w = want ? want : &res[0];
+        const patina_identify_hit_t *wh = want ? want_hit : &hits[0];
+        if ((int)r->decision != (int)w->decision || r->nhits != w->nhits ||
+            (r->nhits && hits[i * k].id != wh->id)) {
+            fprintf(stderr, "bench_cluster: %s: query %zu of %zu: decision %d, %zu hits, not %d, %zu\n", what, i, nq,
+                    (int)r->decision, r->nhits, (int)w->decision, w->nhits);
+            die(what);
+        }
+    }
+}
+
+static void reset(patina_identify_result_t *res, size_t nq)
+{
+    size_t i;
+    for (i = 0; i < nq; i++) {
+        memset(&res[i], 0, sizeof res[i]);
+        res[i].decision = (patina_identify_decision)-1;
+    }
+}
+
+/* One query reps times, then a batch of `batch` queries reps times; every
+ * answer checked (check): a partial or short answer dies, never a number. */
 static void measure(const char *mode, ident_fn f, void *u, const void *q, size_t batch, int reps, uint64_t refs)
 {
     patina_identify_opts_t o;
-    patina_identify_hit_t *hits;
-    patina_identify_result_t *res;
+    patina_identify_hit_t *hits, one_hit;
+    patina_identify_result_t *res, one;
     double *lat = calloc((size_t)reps + 1, sizeof *lat), *fan = calloc((size_t)reps + 1, sizeof *fan);
     double bt = 0, p50, p99, f50;
     clu_coverage_t cov;
@@ -102,21 +136,32 @@ static void measure(const char *mode, ident_fn f, void *u, const void *q, size_t
     hits = calloc(batch * o.k + 1, sizeof *hits);
     res = calloc(batch + 1, sizeof *res);
     memset(&cov, 0, sizeof cov);
+    reset(res, 1);
     if (f(u, q, 1, hits, res, &cov) != PATINA_OK) die("warm-up query"); /* uploads */
+    check("warm-up query: partial or short answer", res, hits, o.k, 1, &cov, NULL, NULL);
+    one = res[0];
+    one_hit = hits[0];
     for (r = 0; r < reps; r++) {
         const double t0 = now();
+        reset(res, 1);
         if (f(u, q, 1, hits, res, &cov) != PATINA_OK) die("query");
         lat[r] = now() - t0;
+        check("query: partial or short answer", res, hits, o.k, 1, &cov, &one, &one_hit);
         fan[r] = cov.fanout_ms;
         partial |= cov.partial;
         if (cov.references && !cov.partial) refs = cov.references;
     }
     if (batch > 1) {
         double *bl = calloc((size_t)reps + 1, sizeof *bl);
+        reset(res, batch);
+        if (f(u, q, batch, hits, res, &cov) != PATINA_OK) die("warm-up batch");
+        check("warm-up batch: partial or short answer", res, hits, o.k, batch, &cov, &one, &one_hit);
         for (r = 0; r < reps; r++) {
             const double t0 = now();
+            reset(res, batch);
             if (f(u, q, batch, hits, res, &cov) != PATINA_OK) die("batch");
             bl[r] = now() - t0;
+            check("batch: partial or short answer", res, hits, o.k, batch, &cov, &one, &one_hit);
         }
         bt = pct(bl, (size_t)reps, 0.5);
         free(bl);

@@ -468,7 +468,16 @@ typedef struct clu_coverage {
     double fanout_ms;     /* the scatter/gather's wall time */
 } clu_coverage_t;
 
-/* k-NN / range of nq descriptors of table spec over every partition;
+/* Batches: a request holds as many queries as fit the connection's max
+ * payload (the NATS server's max_payload); a larger batch goes as several
+ * requests of consecutive queries, scattered at once, their answers
+ * stitched back in order (coverage: the fewest partitions and references
+ * of any request, partial when any is; fanout_ms: the whole call's). A
+ * shard refuses a reply over the max payload (PATINA_E_LIMIT): the request
+ * is then split in two and asked again. One query whose request or reply
+ * does not fit: PATINA_E_LIMIT naming the sizes.
+ *
+ * k-NN / range of nq descriptors of table spec over every partition;
  * res as patina_table_search (keys filled). */
 patina_status clu_front_search(clu_front_t *f, const char *spec, const void *queries, size_t nq, size_t qbytes,
                                const patina_table_query_t *q, patina_table_results_t *res, clu_coverage_t *cov);
@@ -494,6 +503,7 @@ typedef struct clu_front_stats {
     unsigned long long retries;   /* partitions asked again after a failed request */
     unsigned long long failures;  /* requests failed (gone, error, deadline) */
     unsigned long long partial;   /* answers with partitions missing */
+    unsigned long long split;     /* batches sent as several requests (over the connection's max payload) */
 } clu_front_stats_t;
 void clu_front_stats(clu_front_t *f, clu_front_stats_t *st);
 

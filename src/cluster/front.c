@@ -64,7 +64,7 @@ struct clu_front {
     char inbox[128];
     uint64_t next_sid;
     scat_t *active;
-    atomic_ullong n_scatters, n_calls, n_hedges, n_retries, n_failures, n_partial;
+    atomic_ullong n_scatters, n_calls, n_hedges, n_retries, n_failures, n_partial, n_split;
 };
 
 static double now_s(void)
@@ -177,6 +177,7 @@ void clu_front_stats(clu_front_t *f, clu_front_stats_t *st)
     st->retries = atomic_load(&f->n_retries);
     st->failures = atomic_load(&f->n_failures);
     st->partial = atomic_load(&f->n_partial);
+    st->split = atomic_load(&f->n_split);
 }
 
 /* f->mu held. */
@@ -256,6 +257,8 @@ typedef struct gather {
     uint8_t *answered; /* (partitions) */
     uint32_t nanswered;
     char error[512];   /* the last failure, for the message */
+    int limit;         /* a request or a reply was over a size limit (the connection's max payload, a
+                        * shard's PATINA_E_LIMIT): the scatter stopped; error says which */
 } gather_t;
 
 static void gather_release(gather_t *g)
@@ -371,8 +374,9 @@ static size_t launch(scatter_state_t *st, const uint32_t *want, size_t nw)
             snprintf(subj, sizeof subj, "%s.%llu.%zu", f->inbox, (unsigned long long)st->sc.sid, st->g->n - 1);
             ns = natsConnection_PublishRequest(f->c->nc, st->m[i].subject, subj, req.p, (int)req.n);
             if (ns != NATS_OK) {
-                clu_nats_fail(ns, "publishing to %s", st->m[i].subject);
+                clu_nats_fail(ns, "publishing a request of %zu bytes to %s", req.n, st->m[i].subject);
                 call_failed(st, c, clu_last_error());
+                if (ns == NATS_MAX_PAYLOAD) st->g->limit = 1; /* another copy would refuse it too */
             } else {
                 sent++;
             }
@@ -414,10 +418,12 @@ static void on_event(scatter_state_t *st, size_t ci, natsMsg *msg)
     }
     if (c->reply.status != PATINA_OK) {
         char why[600];
+        const int limit = c->reply.status == PATINA_E_LIMIT;
         snprintf(why, sizeof why, "%s", c->reply.message);
         clu_reply_release(&c->reply);
         call_failed(st, c, why);
-        reask(st, c);
+        if (limit) st->g->limit = 1; /* the request's size (queries, k): every copy would refuse it */
+        else reask(st, c);
         return;
     }
     load_add(st->f, st->m[c->member].name, -1);
@@ -490,7 +496,7 @@ static patina_status scatter(clu_front_t *f, clu_request_t *q, gather_t *g, doub
             free(all);
         }
     }
-    while (g->nanswered < P && st.outstanding) {
+    while (g->nanswered < P && st.outstanding && !g->limit) {
         double wake = 1e300, now;
         event_t *ev = NULL;
         for (i = 0; i < g->n; i++) {
@@ -565,85 +571,218 @@ out:
     return s;
 }
 
-static patina_status coverage_check(clu_front_t *f, const gather_t *g, clu_coverage_t *cov)
+/* ---------------------------------------------------------------- batches
+ *
+ * A request must fit the connection's max payload (the NATS server's
+ * max_payload: 1 MiB by default), so a batch of queries is sent as requests
+ * of consecutive query ranges, each as large as fits (request_fit), all
+ * scattered at once (one thread per range, at most BATCH_THREADS), and the
+ * answers are stitched back in query order. A shard whose reply would not
+ * fit refuses it with PATINA_E_LIMIT (shard.c): the range is then split in
+ * two and each half asked again. One query whose request or reply does not
+ * fit is an error (PATINA_E_LIMIT), never a partial answer. */
+
+#define BATCH_THREADS 16
+
+/* What one range's answer covered; a batch's: the minimum partitions and
+ * references over its ranges, partial when any is. */
+typedef struct range_cov {
+    uint32_t partitions;
+    uint64_t references;
+    int partial;
+    char failure[512]; /* the last shard failure, for the message */
+} range_cov_t;
+
+static void range_cov_set(range_cov_t *c, const clu_front_t *f, const gather_t *g)
 {
-    cov->partitions = g->nanswered;
-    cov->partitions_total = f->cfg.partitions;
-    cov->partial = g->nanswered < f->cfg.partitions;
-    if (cov->partial) atomic_fetch_add(&f->n_partial, 1);
-    if (cov->partial && !f->o.allow_partial)
-        return clu_fail(PATINA_E_UNAVAILABLE, "cluster: collection %s: %u of %u partitions answered%s%s",
-                        f->cfg.name, g->nanswered, f->cfg.partitions, g->error[0] ? "; last failure: " : "",
-                        g->error);
+    c->partitions = g->nanswered;
+    c->partial = g->nanswered < f->cfg.partitions;
+    c->references = 0;
+    snprintf(c->failure, sizeof c->failure, "%s", g->error);
+}
+
+static void range_cov_add(range_cov_t *a, const range_cov_t *b)
+{
+    if (b->partitions < a->partitions) a->partitions = b->partitions;
+    if (b->references < a->references) a->references = b->references;
+    a->partial |= b->partial;
+    if (!a->failure[0]) snprintf(a->failure, sizeof a->failure, "%s", b->failure);
+}
+
+typedef struct batch {
+    clu_front_t *f;
+    clu_request_t rq;                  /* the template: nq, queries and parts set per request */
+    const unsigned char *queries;      /* (nq, qbytes) */
+    size_t nq, per, nranges;           /* ranges of per queries (the last may have fewer) */
+    /* IDENTIFY: the caller's outputs */
+    const patina_identify_opts_t *opts;
+    patina_identify_hit_t *hits;
+    patina_identify_result_t *results;
+    char **keys;
+    int *incomplete;
+    /* SEARCH */
+    patina_table_results_t *res;       /* (nranges) */
+    /* per range */
+    patina_status *status;             /* (nranges) */
+    char (*error)[PATINA_ERROR_MAX];   /* (nranges): a failed range's message (the thread's) */
+    range_cov_t *cov;                  /* (nranges) */
+    atomic_size_t next;
+} batch_t;
+
+/* How many queries of the template's kind fit one request: the connection's
+ * max payload (at most CLU_MSG_MAX) less the request's header with every
+ * partition listed, over the query's bytes (at most CLU_QUERIES_MAX). */
+static patina_status request_fit(clu_front_t *f, const clu_request_t *tmpl, size_t *per)
+{
+    const uint32_t P = f->cfg.partitions;
+    clu_request_t rq = *tmpl;
+    clu_buf_t b = {0};
+    uint32_t *parts = calloc(P ? P : 1, sizeof *parts);
+    int64_t maxp = natsConnection_GetMaxPayload(f->c->nc);
+    size_t room, head;
+    patina_status s;
+    if (!parts) return clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
+    rq.parts = parts;
+    rq.nparts = P;
+    rq.nq = 0;
+    s = clu_request_encode(&b, &rq);
+    head = b.n;
+    clu_buf_release(&b);
+    free(parts);
+    if (s != PATINA_OK) return s;
+    room = maxp > 0 && (uint64_t)maxp < CLU_MSG_MAX ? (size_t)maxp : CLU_MSG_MAX;
+    if (head + tmpl->qbytes > room)
+        return clu_fail(PATINA_E_LIMIT, "cluster: one query of %zu bytes makes a request of %zu bytes, over the %zu bytes "
+                        "a message may have (the NATS server's max_payload)", tmpl->qbytes, head + tmpl->qbytes, room);
+    *per = tmpl->qbytes ? (room - head) / tmpl->qbytes : CLU_QUERIES_MAX;
+    if (*per > CLU_QUERIES_MAX) *per = CLU_QUERIES_MAX;
     return PATINA_OK;
 }
 
-patina_status clu_front_search(clu_front_t *f, const char *spec, const void *queries, size_t nq, size_t qbytes,
-                               const patina_table_query_t *q, patina_table_results_t *res, clu_coverage_t *cov)
+/* The refusal of a request over a size limit: split when it has more than one query. */
+static patina_status range_limit(const gather_t *g, size_t q0, size_t n)
 {
-    clu_request_t rq;
+    return n > 1 ? PATINA_OK
+                 : clu_fail(PATINA_E_LIMIT, "cluster: a request of query %zu alone is over a limit: %s", q0, g->error);
+}
+
+/* Moves src's answers after dst's (dst keeps the fewer rows); src is left zeroed. */
+static patina_status results_append(patina_table_results_t *dst, patina_table_results_t *src)
+{
+    const size_t na = dst->offsets[dst->nq], nb = src->offsets[src->nq];
+    size_t *off;
+    patina_hit_t *hits;
+    size_t i;
+    if (!(off = realloc(dst->offsets, (dst->nq + src->nq + 1) * sizeof *off)))
+        return clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
+    dst->offsets = off;
+    if (!(hits = realloc(dst->hits, (na + nb + 1) * sizeof *hits))) return clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
+    dst->hits = hits;
+    if (dst->keys || src->keys) {
+        char **keys = realloc(dst->keys, (na + nb + 1) * sizeof *keys);
+        if (!keys) return clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
+        if (!dst->keys) memset(keys, 0, na * sizeof *keys);
+        if (src->keys) memcpy(keys + na, src->keys, nb * sizeof *keys);
+        else memset(keys + na, 0, nb * sizeof *keys);
+        dst->keys = keys;
+    }
+    if (nb) memcpy(dst->hits + na, src->hits, nb * sizeof *hits);
+    for (i = 0; i < src->nq; i++) off[dst->nq + 1 + i] = na + src->offsets[i + 1];
+    dst->nq += src->nq;
+    if (src->rows < dst->rows) dst->rows = src->rows;
+    free(src->offsets);
+    free(src->hits);
+    free(src->keys); /* its strings moved */
+    memset(src, 0, sizeof *src);
+    return PATINA_OK;
+}
+
+/* Queries [q0, q0 + n) of a search batch: out (zeroed on entry) receives their answers. */
+static patina_status search_range(batch_t *b, size_t q0, size_t n, patina_table_results_t *out, range_cov_t *cov)
+{
+    clu_request_t rq = b->rq;
     gather_t g;
     patina_table_results_t *parts = NULL;
     size_t i, np = 0;
+    double ms;
     patina_status s;
-    memset(res, 0, sizeof *res);
+    memset(out, 0, sizeof *out);
     memset(cov, 0, sizeof *cov);
-    memset(&rq, 0, sizeof rq);
-    rq.kind = CLU_KIND_SEARCH;
-    rq.spec = spec;
-    rq.query = *q;
-    rq.nq = nq;
-    rq.qbytes = qbytes;
-    rq.queries = queries;
-    PATINA_TRY_CLU(scatter(f, &rq, &g, &cov->fanout_ms));
-    if ((s = coverage_check(f, &g, cov)) != PATINA_OK) goto out;
+    rq.nq = n;
+    rq.queries = b->queries + q0 * rq.qbytes;
+    PATINA_TRY_CLU(scatter(b->f, &rq, &g, &ms));
+    if (g.limit) { /* split in two */
+        const size_t h = n / 2;
+        patina_table_results_t second;
+        range_cov_t c2;
+        s = range_limit(&g, q0, n);
+        gather_release(&g);
+        if (s != PATINA_OK) return s;
+        if ((s = search_range(b, q0, h, out, cov)) != PATINA_OK) return s;
+        if ((s = search_range(b, q0 + h, n - h, &second, &c2)) == PATINA_OK) {
+            range_cov_add(cov, &c2);
+            s = results_append(out, &second);
+        }
+        patina_table_results_release(&second);
+        if (s != PATINA_OK) patina_table_results_release(out);
+        return s;
+    }
+    range_cov_set(cov, b->f, &g);
     if (!(parts = calloc(g.n + 1, sizeof *parts))) {
         s = clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
         goto out;
     }
     for (i = 0; i < g.n; i++)
-        if (g.calls[i].accepted && g.calls[i].reply.res.nq == nq) parts[np++] = g.calls[i].reply.res;
+        if (g.calls[i].accepted && g.calls[i].reply.res.nq == n) parts[np++] = g.calls[i].reply.res;
     if (np) {
-        patina_table_query_t qq = *q;
+        patina_table_query_t qq = rq.query;
         clu_results_keys_empty(parts, np);
-        if ((s = patina_table_results_merge(parts, np, &qq, res)) != PATINA_OK)
+        if ((s = patina_table_results_merge(parts, np, &qq, out)) != PATINA_OK)
             s = clu_fail_lib(s, "cluster: merging %zu answers", np);
     } else {
-        res->nq = nq;
-        s = (res->offsets = calloc(nq + 1, sizeof *res->offsets)) ? PATINA_OK
-                                                                  : clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
+        out->nq = n;
+        s = (out->offsets = calloc(n + 1, sizeof *out->offsets)) ? PATINA_OK
+                                                                 : clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
     }
-    cov->references = res->rows;
+    cov->references = out->rows;
 out:
     free(parts);
     gather_release(&g);
     return s;
 }
 
-patina_status clu_front_identify(clu_front_t *f, const char *spec, const void *queries, size_t nq,
-                                 size_t qbytes, const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
-                                 patina_identify_result_t *results, char **keys, int *incomplete,
-                                 clu_coverage_t *cov)
+/* Queries [q0, q0 + n) of an identification batch, into the caller's outputs at q0. */
+static patina_status identify_range(batch_t *b, size_t q0, size_t n, range_cov_t *cov)
 {
-    clu_request_t rq;
+    const patina_identify_opts_t *opts = b->opts;
+    const size_t k = b->rq.iopts.k;
+    clu_request_t rq = b->rq;
     gather_t g;
     const patina_identify_hit_t **ph = NULL;
     const patina_identify_result_t **pr = NULL;
     char *const **pk = NULL;
-    const size_t k = patina_identify_part_k(opts);
+    patina_identify_hit_t *hits = b->hits + q0 * opts->k;
+    patina_identify_result_t *results = b->results + q0;
+    char **keys = b->keys ? b->keys + q0 * opts->k : NULL;
     size_t i, np = 0, q;
-    patina_status s;
+    double ms;
+    patina_status s = PATINA_OK;
     memset(cov, 0, sizeof *cov);
-    memset(&rq, 0, sizeof rq);
-    rq.kind = CLU_KIND_IDENTIFY;
-    rq.spec = spec;
-    rq.iopts = *opts;
-    rq.iopts.k = k;
-    rq.nq = nq;
-    rq.qbytes = qbytes;
-    rq.queries = queries;
-    PATINA_TRY_CLU(scatter(f, &rq, &g, &cov->fanout_ms));
-    if ((s = coverage_check(f, &g, cov)) != PATINA_OK) goto out;
+    rq.nq = n;
+    rq.queries = b->queries + q0 * rq.qbytes;
+    PATINA_TRY_CLU(scatter(b->f, &rq, &g, &ms));
+    if (g.limit) { /* split in two */
+        const size_t h = n / 2;
+        range_cov_t c2;
+        s = range_limit(&g, q0, n);
+        gather_release(&g);
+        if (s != PATINA_OK) return s;
+        if ((s = identify_range(b, q0, h, cov)) != PATINA_OK) return s;
+        if ((s = identify_range(b, q0 + h, n - h, &c2)) != PATINA_OK) return s;
+        range_cov_add(cov, &c2);
+        return PATINA_OK;
+    }
+    range_cov_set(cov, b->f, &g);
     ph = calloc(g.n + 1, sizeof *ph);
     pr = calloc(g.n + 1, sizeof *pr);
     pk = calloc(g.n + 1, sizeof *pk);
@@ -653,31 +792,155 @@ patina_status clu_front_identify(clu_front_t *f, const char *spec, const void *q
     }
     for (i = 0; i < g.n; i++) {
         const clu_reply_t *r = &g.calls[i].reply;
-        if (!g.calls[i].accepted || r->nq != nq || r->k != k) continue;
+        if (!g.calls[i].accepted || r->nq != n || r->k != k) continue;
         ph[np] = r->hits;
         pr[np] = r->results;
         pk[np] = r->keys;
         np++;
     }
     if (np == 0) { /* no part: no candidate, and the query's features are not known here */
-        memset(hits, 0, nq * opts->k * sizeof *hits);
-        for (q = 0; q < nq; q++) {
+        memset(hits, 0, n * opts->k * sizeof *hits);
+        for (q = 0; q < n; q++) {
             memset(&results[q], 0, sizeof results[q]);
             results[q].decision = PATINA_DECISION_UNKNOWN;
         }
-        if (keys) memset(keys, 0, nq * opts->k * sizeof *keys);
-    } else if ((s = patina_identify_merge(ph, pr, np, nq, opts, hits, results)) != PATINA_OK) {
+        if (keys) memset(keys, 0, n * opts->k * sizeof *keys);
+    } else if ((s = patina_identify_merge(ph, pr, np, n, opts, hits, results)) != PATINA_OK) {
         s = clu_fail_lib(s, "cluster: merging %zu answers", np);
     } else if (keys) {
-        s = clu_identify_keys(ph, pr, pk, np, nq, k, hits, results, opts->k, keys);
+        s = clu_identify_keys(ph, pr, pk, np, n, k, hits, results, opts->k, keys);
     }
-    for (q = 0; incomplete && q < nq; q++) incomplete[q] = cov->partial;
+    for (q = 0; b->incomplete && q < n; q++) b->incomplete[q0 + q] = cov->partial;
 out:
     free(ph);
     free(pr);
     free((void *)pk);
     gather_release(&g);
     return s;
+}
+
+static patina_status batch_range(batch_t *b, size_t r)
+{
+    const size_t q0 = r * b->per, n = b->nq - q0 < b->per ? b->nq - q0 : b->per;
+    return b->rq.kind == CLU_KIND_SEARCH ? search_range(b, q0, n, &b->res[r], &b->cov[r])
+                                         : identify_range(b, q0, n, &b->cov[r]);
+}
+
+static void *batch_thread(void *arg)
+{
+    batch_t *b = arg;
+    size_t r;
+    while ((r = atomic_fetch_add(&b->next, 1)) < b->nranges)
+        if ((b->status[r] = batch_range(b, r)) != PATINA_OK) snprintf(b->error[r], sizeof b->error[r], "%s", clu_last_error());
+    return NULL;
+}
+
+/* Runs batch b (rq, queries, nq and the kind's outputs set): its ranges, the
+ * coverage combined into cov (the fan-out time: the whole call's). */
+static patina_status batch_run(batch_t *b, clu_coverage_t *cov)
+{
+    clu_front_t *f = b->f;
+    const double t0 = now_s();
+    pthread_t th[BATCH_THREADS];
+    size_t i, nth = 0;
+    range_cov_t all;
+    patina_status s = PATINA_OK;
+    memset(cov, 0, sizeof *cov);
+    if (b->keys) memset(b->keys, 0, b->nq * b->opts->k * sizeof *b->keys);
+    b->per = b->nq ? b->nq : 1;
+    if (b->nq) PATINA_TRY_CLU(request_fit(f, &b->rq, &b->per));
+    b->nranges = b->nq ? (b->nq + b->per - 1) / b->per : 1;
+    if (b->nranges > 1) atomic_fetch_add(&f->n_split, 1);
+    b->status = calloc(b->nranges, sizeof *b->status);
+    b->error = calloc(b->nranges, sizeof *b->error);
+    b->cov = calloc(b->nranges, sizeof *b->cov);
+    if (b->rq.kind == CLU_KIND_SEARCH) b->res = calloc(b->nranges, sizeof *b->res);
+    if (!b->status || !b->error || !b->cov || (b->rq.kind == CLU_KIND_SEARCH && !b->res)) {
+        s = clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
+        goto out;
+    }
+    atomic_init(&b->next, 0);
+    if (b->nranges == 1) {
+        s = batch_range(b, 0);
+    } else {
+        for (i = 0; i < b->nranges && i < BATCH_THREADS; i++) {
+            if (pthread_create(&th[nth], NULL, batch_thread, b) != 0) break;
+            nth++;
+        }
+        batch_thread(b); /* this thread takes ranges too (all of them when no thread started) */
+        for (i = 0; i < nth; i++) pthread_join(th[i], NULL);
+        for (i = 0; i < b->nranges && s == PATINA_OK; i++)
+            if (b->status[i] != PATINA_OK) s = clu_fail(b->status[i], "%s", b->error[i]);
+    }
+    if (s != PATINA_OK) goto out;
+    all = b->cov[0];
+    for (i = 1; i < b->nranges; i++) range_cov_add(&all, &b->cov[i]);
+    cov->partitions = all.partitions;
+    cov->partitions_total = f->cfg.partitions;
+    cov->references = all.references;
+    cov->partial = all.partial;
+    if (cov->partial) atomic_fetch_add(&f->n_partial, 1);
+    if (cov->partial && !f->o.allow_partial) {
+        s = clu_fail(PATINA_E_UNAVAILABLE, "cluster: collection %s: %u of %u partitions answered%s%s", f->cfg.name,
+                     all.partitions, f->cfg.partitions, all.failure[0] ? "; last failure: " : "", all.failure);
+        goto out;
+    }
+    for (i = 1; b->rq.kind == CLU_KIND_SEARCH && i < b->nranges && s == PATINA_OK; i++)
+        s = results_append(&b->res[0], &b->res[i]);
+out:
+    cov->fanout_ms = (now_s() - t0) * 1e3;
+    for (i = 0; s != PATINA_OK && b->keys && i < b->nq * b->opts->k; i++) {
+        free(b->keys[i]);
+        b->keys[i] = NULL;
+    }
+    for (i = b->rq.kind == CLU_KIND_SEARCH && s == PATINA_OK ? 1 : 0; b->res && i < b->nranges; i++)
+        patina_table_results_release(&b->res[i]);
+    free(b->status);
+    free(b->error);
+    free(b->cov);
+    return s;
+}
+
+patina_status clu_front_search(clu_front_t *f, const char *spec, const void *queries, size_t nq, size_t qbytes,
+                               const patina_table_query_t *q, patina_table_results_t *res, clu_coverage_t *cov)
+{
+    batch_t b;
+    patina_status s;
+    memset(res, 0, sizeof *res);
+    memset(&b, 0, sizeof b);
+    b.f = f;
+    b.rq.kind = CLU_KIND_SEARCH;
+    b.rq.spec = spec;
+    b.rq.query = *q;
+    b.rq.qbytes = qbytes;
+    b.queries = queries;
+    b.nq = nq;
+    if ((s = batch_run(&b, cov)) == PATINA_OK) *res = b.res[0];
+    free(b.res);
+    return s;
+}
+
+patina_status clu_front_identify(clu_front_t *f, const char *spec, const void *queries, size_t nq,
+                                 size_t qbytes, const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
+                                 patina_identify_result_t *results, char **keys, int *incomplete,
+                                 clu_coverage_t *cov)
+{
+    batch_t b;
+    memset(&b, 0, sizeof b);
+    b.f = f;
+    b.rq.kind = CLU_KIND_IDENTIFY;
+    b.rq.spec = spec;
+    b.rq.iopts = *opts;
+    b.rq.iopts.k = patina_identify_part_k(opts);
+    b.rq.qbytes = qbytes;
+    b.queries = queries;
+    b.nq = nq;
+    b.opts = opts;
+    b.hits = hits;
+    b.results = results;
+    b.keys = keys;
+    b.incomplete = incomplete;
+    return batch_run(&b, cov);
 }
 
 /* ----------------------------------------------------------- confirmation */

@@ -686,11 +686,20 @@ typedef struct req {
 static void reply(shard_t *sh, natsConnection *nc, natsMsg *msg, clu_reply_t *r)
 {
     clu_buf_t out = {0};
+    const int64_t maxp = natsConnection_GetMaxPayload(nc);
     if (r->status != PATINA_OK) {
         snprintf(r->message, sizeof r->message, "%s", clu_last_error());
         __atomic_add_fetch(&sh->errors, 1, __ATOMIC_RELAXED);
     }
-    if (clu_reply_encode(&out, r) != PATINA_OK) { /* too large: say so instead */
+    if (clu_reply_encode(&out, r) == PATINA_OK && maxp > 0 && out.n > (uint64_t)maxp) {
+        /* over the server's max_payload: the publish would fail and the front end wait its deadline; it
+         * splits the request on this error instead (front.c) */
+        clu_fail(PATINA_E_LIMIT, "shard %s: a reply of %zu bytes (%zu queries) is over the %lld bytes of the NATS "
+                 "server's max_payload", sh->name, out.n, r->kind == CLU_KIND_SEARCH ? r->res.nq : r->nq,
+                 (long long)maxp);
+        out.oom = 1;
+    }
+    if (out.oom) { /* too large: say so instead */
         clu_reply_t e;
         memset(&e, 0, sizeof e);
         e.kind = r->kind;

@@ -146,12 +146,20 @@ def ident_of(answers):
 
 
 class Cluster:
-    def __init__(self):
+    def __init__(self, max_payload=None):
+        """One JetStream server on loopback; max_payload: its max_payload in bytes (None: the server's
+        default, 1 MiB)."""
         self.tmp = tempfile.mkdtemp(prefix="patina-cluster-")
         self.port = free_port()
         self.url = f"nats://127.0.0.1:{self.port}"
-        self.nats = subprocess.Popen([nats_server(), "-js", "-sd", os.path.join(self.tmp, "js"), "-a", "127.0.0.1",
-                                      "-p", str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        conf = []
+        if max_payload is not None:
+            with open(os.path.join(self.tmp, "nats.conf"), "w") as f:
+                f.write(f"max_payload: {int(max_payload)}\n")
+            conf = ["-c", os.path.join(self.tmp, "nats.conf")]
+        self.nats = subprocess.Popen([nats_server(), *conf, "-js", "-sd", os.path.join(self.tmp, "js"), "-a",
+                                      "127.0.0.1", "-p", str(self.port)], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
         self.shards = {}
         for _ in range(100):
             try:
