@@ -1289,6 +1289,71 @@ static size_t many_equals_union(patina_context_t *ctx, patina_collection_t *c, c
  * one reference under a second key, ambiguous answers) on one device and
  * on two CPU slices ("0,0"); tables with no rows answer nothing; the
  * tables must share spec and context. */
+/* patina_table_warm: on one slice and on two, before any call and again
+ * after one, succeeds and changes no answer (on a GPU context it builds the
+ * mirrors the identification would: tests/gpu/test_identify_many_gpu.c);
+ * a searched table and a NULL one as documented. */
+static void test_warm(void **state)
+{
+    enum { N = 8, K = 3 };
+    patina_context_t *ctx[2] = {ctx_new(), ctx_gpus("0,0")};
+    uint8_t *refs, *q;
+    size_t bytes, qb, i, v, j;
+    char *dir = tu_table_collection(ctx[0], "rootsift:m=64,n=128", N, 96, 1, 31, &refs, &bytes);
+    patina_collection_t *c = NULL;
+    patina_table_t *t = NULL;
+    patina_table_opts_t o;
+    patina_identify_opts_t io;
+    patina_identify_hit_t h[2][N * K];
+    patina_identify_result_t r[2][N];
+    patina_image_t imgs[N];
+    tu_rng_t rng;
+    (void)state;
+    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_WRITE, 0));
+    patina_table_opts_init(&o);
+    o.need = PATINA_CAP_IDENTIFY;
+    tu_rng_seed(&rng, 31);
+    for (i = 0; i < N; i++) tu_random_image(&imgs[i], 96, 96, 1, &rng);
+    patina_identify_opts_init(&io);
+    io.k = K;
+    io.threshold = 3;
+    for (v = 0; v < 2; v++) {
+        TU_OK(patina_table_open(&t, ctx[v], c, NULL, &o));
+        qb = patina_table_query_bytes(t);
+        q = malloc(N * qb);
+        TU_OK(patina_table_identify_extract(t, NULL, q, imgs, N, NULL));
+        TU_OK(patina_table_warm(t)); /* before any call: loads the table, then nothing more on a CPU */
+        TU_OK(patina_table_identify(t, q, N, &io, h[0], r[0], NULL));
+        TU_OK(patina_table_warm(t)); /* again, after a call */
+        TU_OK(patina_table_identify(t, q, N, &io, h[1], r[1], NULL));
+        for (i = 0; i < N; i++) {
+            assert_int_equal(r[0][i].nhits, r[1][i].nhits);
+            assert_int_equal(r[0][i].decision, r[1][i].decision);
+            assert_true(r[0][i].nhits >= 1);
+            assert_int_equal(h[0][i * K].id, i + 1); /* each image finds itself first */
+            for (j = 0; j < r[0][i].nhits; j++) {
+                assert_int_equal(h[0][i * K + j].id, h[1][i * K + j].id);
+                assert_int_equal(h[0][i * K + j].inliers, h[1][i * K + j].inliers);
+                assert_true(h[0][i * K + j].score == h[1][i * K + j].score);
+            }
+        }
+        patina_table_free(t);
+        t = NULL;
+        free(q);
+    }
+    /* a searched table: nothing to do */
+    TU_OK(patina_table_new(&t, ctx[0], "cedd", NULL));
+    TU_OK(patina_table_warm(t));
+    patina_table_free(t);
+    assert_int_equal(patina_table_warm(NULL), PATINA_E_INVALID);
+    for (i = 0; i < N; i++) patina_image_release(&imgs[i]);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(dir);
+    free(refs);
+    for (i = 0; i < 2; i++) patina_context_free(ctx[i]);
+}
+
 static void test_identify_many(void **state)
 {
     enum { N = 12 };
@@ -1681,6 +1746,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_slices_identify),
         cmocka_unit_test(test_identify_many),
         cmocka_unit_test(test_search_many),
+        cmocka_unit_test(test_warm),
         cmocka_unit_test(test_identify_many_photos),
     };
     if (argc == 4 && !strcmp(argv[1], "writer")) return writer(argv[2], atoi(argv[3]));

@@ -227,6 +227,20 @@ typedef struct patina_table_fanout {
 /* Copies the table's last fan-out into *out (zeroed before the first). */
 PATINA_API patina_status patina_table_fanout(patina_table_t *t, patina_table_fanout_t *out);
 
+/* Builds the table's device copies now, so that the next call uploads
+ * nothing: an identification table's GPU mirror of its references on each
+ * of its slices' devices (every slice of a multi-GPU context), for the
+ * default identification options (patina_identify_opts_init: precision,
+ * arena slots), as its first identification would -- a shard warms a
+ * partition before it answers for it. Nothing is done, PATINA_OK, where
+ * such a call would not use a GPU: a CPU context or no usable GPU, f16
+ * records, an empty table. Searched tables (k-NN, range, SQFD): nothing
+ * yet, PATINA_OK (their device copies are made by their first search).
+ * A mirror stays until the table cache drops it for memory (another
+ * table's need) or the table lets its references go. Loads the table
+ * first when it must (as a search would). */
+PATINA_API patina_status patina_table_warm(patina_table_t *t);
+
 /* ---------------------------------------------------------- identification */
 
 /* Bytes of one query record for identify (the spec at its query budget n). */

@@ -335,6 +335,7 @@ _PROTOS = {
                                          P(TableResults)]),
     "patina_table_results_merge": (c_int, [P(TableResults), c_size_t, P(TableQuery), P(TableResults)]),
     "patina_table_fanout": (c_int, [c_void_p, P(TableFanout)]),
+    "patina_table_warm": (c_int, [c_void_p]),
     "patina_table_query_bytes": (c_size_t, [c_void_p]),
     "patina_table_identify_extract": (c_int, [c_void_p, c_void_p, c_void_p, P(Image), c_size_t, P(c_int)]),
     # keys: (nq * k) char *, malloc'd by the library (freed with patina_free): c_void_p, not c_char_p,

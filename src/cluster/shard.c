@@ -47,6 +47,7 @@
 #define LINGER_MS 1000  /* answering on after the hand-over, before and after the entry goes (> front caches) */
 #define DROP_GRACE_S 30 /* a partition no longer given is dropped after this at the latest */
 #define LOAD_BATCH 4096 /* bucket entries applied to the tables in one step */
+#define WARM_AFTER 1024 /* a ready copy that applies this many entries in one step warms its device copies */
 #define QUEUE_MAX 4096  /* requests waiting for a worker; past it they are refused (busy) */
 
 void clu_shard_opts_init(clu_shard_opts_t *o)
@@ -350,6 +351,22 @@ static patina_status load_synthetic(shard_t *sh, part_t *pt)
     return s;
 }
 
+/* Builds partition pt's device copies (patina_table_warm: the GPU mirrors
+ * of its identification tables) so that the first query a copy answers
+ * uploads nothing: before it turns ready, and after a large catch-up.
+ * Nothing on a CPU shard. A failure is logged (the first query then builds
+ * what is missing, or reports it). */
+static void warm(shard_t *sh, part_t *pt)
+{
+    const double t0 = now_s();
+    size_t t;
+    for (t = 0; t < sh->cfg.ntables; t++)
+        if (patina_table_warm(pt->tables[t]) != PATINA_OK)
+            logf_(sh, "partition %u, table %s: warming its device copy: %s", pt->p, sh->cfg.tables[t],
+                  patina_last_error());
+    if (now_s() - t0 >= 0.5) logf_(sh, "partition %u: device copies built in %.1f s", pt->p, now_s() - t0);
+}
+
 /* The readiness rule: a copy turns ready once (1) the initial values were
  * delivered, (2) a heartbeat listing it as hosted was acknowledged, so that
  * a writer that commits after this point finds it among the copies to
@@ -377,7 +394,13 @@ static void try_ready(shard_t *sh, part_t *pt, const char *bucket)
     jsStreamInfo_Destroy(si);
     pt->last = last;
     pthread_mutex_lock(&sh->mu);
-    if (pt->applied >= last && pt->applied >= pt->must_apply) pt->ready = now = 1;
+    now = pt->applied >= last && pt->applied >= pt->must_apply;
+    pthread_mutex_unlock(&sh->mu);
+    if (!now) return;
+    warm(sh, pt); /* caught up: its device copies before it answers (applied changes only on this thread) */
+    pthread_mutex_lock(&sh->mu);
+    now = pt->applied >= last && pt->applied >= pt->must_apply; /* a CONFIRM may have come meanwhile */
+    if (now) pt->ready = 1;
     pthread_mutex_unlock(&sh->mu);
     if (now)
         logf_(sh, "partition %u ready (%zu images, revision %llu)", pt->p, pt->rows, (unsigned long long)pt->applied);
@@ -422,6 +445,7 @@ static void *loader(void *arg)
             logf_(sh, "%s", pt->error);
         } else if (!pt->stop) {
             pt->loaded = 1;
+            warm(sh, pt);
             pt->ready = 1;
             logf_(sh, "partition %u ready (%zu synthetic references)", pt->p, pt->rows);
         }
@@ -449,6 +473,7 @@ static void *loader(void *arg)
         }
         {
             kvEntry *e = NULL;
+            size_t caught_up;
             int end_of_initial = 0;
             uint64_t pending = 0;
             ns = kvWatcher_Next(&e, w, 250);
@@ -473,7 +498,9 @@ static void *loader(void *arg)
                 else if (!e) end_of_initial = 1;
             }
             if (!e && !b.n) end_of_initial = 1; /* the marker came first */
+            caught_up = pt->ready ? b.n : 0;
             batch_apply(sh, pt, &b);
+            if (caught_up >= WARM_AFTER) warm(sh, pt); /* a large catch-up: uploaded now, not by a query */
             if (end_of_initial && !pt->loaded) { /* the initial values are in */
                 pt->loaded = 1;
                 if (slot) {

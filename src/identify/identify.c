@@ -882,6 +882,22 @@ static const char *gpu_refusal(const patina_refset_t *rs, const unsigned char *q
     return NULL;
 }
 
+/* The GPU's view of rs (rows: (rs->n) caller storage, borrowed by the view). */
+static void refs_view(const patina_refset_t *rs, pgpu_idf_refs_t *view, const uint8_t **rows)
+{
+    size_t j;
+    memset(view, 0, sizeof *view);
+    view->serial = rs->serial;
+    view->epoch = rs->epoch;
+    view->clock = rs->clock;
+    view->nslots = rs->n;
+    view->m = (size_t)params_of(rs)->m;
+    for (j = 0; j < rs->n; j++) rows[j] = rs->recs + j * rs->stride + RS_HEADER;
+    view->rows = rows;
+    view->count = rs->count;
+    view->stamp = rs->stamp;
+}
+
 /* Step 1 on the GPU: each query's best ncap candidates in jb->rs by the
  * scoring rule, into jb->cands / jb->ncands (the CPU's candidates exactly),
  * against the set's mirror on ctx's device. */
@@ -903,16 +919,7 @@ static patina_status match_gpu(patina_context_t *ctx, job_t *jb, int precision)
         return patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu queries", jb->nq);
     }
     for (q = 0; q < jb->nq; q++) qc[q] = (uint16_t)rs_count(jb->queries + q * jb->qbytes);
-    memset(&view, 0, sizeof view);
-    view.serial = rs->serial;
-    view.epoch = rs->epoch;
-    view.clock = rs->clock;
-    view.nslots = rs->n;
-    view.m = (size_t)params_of(rs)->m;
-    for (j = 0; j < rs->n; j++) rows[j] = rs->recs + j * rs->stride + RS_HEADER;
-    view.rows = rows;
-    view.count = rs->count;
-    view.stamp = rs->stamp;
+    refs_view(rs, &view, rows);
     memset(&go, 0, sizeof go);
     go.precision = precision == PATINA_PRECISION_FP16 ? PGPU_IDF_FP16 : PGPU_IDF_INT8;
     go.ratio = jb->o->ratio;
@@ -939,6 +946,38 @@ static patina_status match_gpu(patina_context_t *ctx, job_t *jb, int precision)
         }
     free(qc);
     free(keys);
+    free(rows);
+    return s;
+}
+
+patina_status patina__refset_gpu_warm(patina_context_t *ctx, patina_refset_t *rs, const patina_identify_opts_t *o)
+{
+    pgpu_idf_refs_t view;
+    pgpu_idf_opts_t go;
+    patina_gpu_t *g = NULL;
+    const uint8_t **rows;
+    patina_status s;
+    /* what idf_many_match does with these options: no GPU call for an empty set, the CPU for f16
+     * records, a context without a usable GPU or device cpu */
+    if (!ctx || !rs || rs->alive == 0 || o->device == PATINA_DEVICE_CPU || params_of(rs)->quant != RS_QUANT_U8 ||
+        !patina__context_gpu_usable(ctx))
+        return PATINA_OK;
+    if (!(rows = malloc((rs->n + 1) * sizeof *rows)))
+        return patina__fail(PATINA_E_NOMEM, "identify: out of memory warming a set of %zu references", rs->n);
+    refs_view(rs, &view, rows);
+    memset(&go, 0, sizeof go);
+    go.precision = o->precision == PATINA_PRECISION_FP16 ? PGPU_IDF_FP16 : PGPU_IDF_INT8;
+    go.ratio = o->ratio;
+    go.scoring = (int)o->scoring;
+    go.ncap = 1;
+    go.arena_cap = o->gpu_arena_slots;
+    s = patina__context_gpu_acquire(ctx, &g);
+    if (s == PATINA_OK) {
+        atomic_store(&rs->gpu_ctx, (void *)ctx);
+        /* no query: the mirror is built or brought up to date, nothing is matched */
+        s = patina_gpu_identify(g, &view, NULL, 0, NULL, 0, (size_t)params_of(rs)->n, &go, NULL, NULL);
+        patina__context_gpu_release(ctx);
+    }
     free(rows);
     return s;
 }

@@ -120,4 +120,11 @@ void idf_many_free(idf_many_t *m); /* accepts NULL */
  * them for memory or the context closes. ctx must be alive (a table's). */
 void patina__refset_gpu_forget(patina_context_t *ctx, patina_refset_t *rs);
 
+/* Builds ctx's GPU mirror of rs now, or brings it up to date, as the first
+ * identification with options o would (its device, precision and arena
+ * slots), so that that call uploads nothing. PATINA_OK with nothing done
+ * where such a call would not use the GPU: no usable GPU in ctx, device
+ * cpu, f16 records, an empty set. */
+patina_status patina__refset_gpu_warm(patina_context_t *ctx, patina_refset_t *rs, const patina_identify_opts_t *o);
+
 #endif

@@ -1439,6 +1439,25 @@ patina_status patina_table_identify(patina_table_t *t, const void *queries, size
     return patina_table_identify_many(&t, 1, queries, nq, opts, hits, results, keys);
 }
 
+patina_status patina_table_warm(patina_table_t *t)
+{
+    patina_identify_opts_t o;
+    patina_status s = PATINA_OK;
+    size_t k;
+    if (!t) return patina__fail(PATINA_E_INVALID, "table: null table");
+    if (!(t->caps & PATINA_CAP_IDENTIFY)) return PATINA_OK; /* searched tables: their first search */
+    PATINA_TRY(enter(t, NULL));
+    patina_identify_opts_init(&o);
+    for (k = 0; k < t->ns && s == PATINA_OK; k++)
+        if (t->sl[k].rs && (s = patina__refset_gpu_warm(t->sl[k].ctx, t->sl[k].rs, &o)) != PATINA_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", patina_last_error());
+            s = patina__fail(s, "table %s: warming slice %zu: %s", patina_extractor_spec(t->ex), k, why);
+        }
+    pthread_rwlock_unlock(&t->lock);
+    return s;
+}
+
 patina_status patina_table_identify_pairs(patina_table_t *t, const void *query, uint64_t id,
                                           const patina_identify_opts_t *opts, float *pairs, size_t cap, size_t *n)
 {

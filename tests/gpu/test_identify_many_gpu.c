@@ -9,7 +9,9 @@
  *   (b) the mirrors are built once: after the first round, alternating
  *       between the tables rebuilds none (patina_gpu__identify_mirrors'
  *       build counter stays put);
- *   (c) a table freed drops its mirrors (the count falls by its sets).
+ *   (c) a table freed drops its mirrors (the count falls by its sets);
+ *   (d) patina_table_warm builds the mirrors first: the first
+ *       identification after it builds none (test_warm).
  * Prints what it compares. Skipped (77) without a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,10 +163,86 @@ static void test_many_tables(void **state)
     patina_context_free(ctx);
 }
 
+/* (d) patina_table_warm builds each table's mirror now: one build per
+ * table with rows, none by the first identification after it (default
+ * options but device gpu) nor by a second warm, and the answers are the
+ * CPU's. */
+static void test_warm(void **state)
+{
+    enum { W = 8 };
+    patina_context_t *ctx = NULL;
+    uint8_t *q, *refs = NULL;
+    size_t qb, i, nmir, nonempty = 0;
+    uint64_t b0, b1, b2;
+    char *dir;
+    patina_collection_t *c = NULL;
+    patina_table_t *t[W];
+    patina_table_opts_t o;
+    patina_identify_opts_t io;
+    patina_identify_hit_t hc[NQ * K], hg[NQ * K];
+    patina_identify_result_t rc[NQ], rg[NQ];
+    char *kc[NQ * K], *kg[NQ * K];
+    patina_image_t imgs[NQ];
+    tu_rng_t rng;
+    (void)state;
+    TU_OK(patina_context_new(&ctx, NULL));
+    dir = tu_table_collection(ctx, "rootsift:m=64,n=128", NREF, 96, 1, 17, &refs, NULL);
+    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_READONLY, 0));
+    patina_table_opts_init(&o);
+    o.need = PATINA_CAP_IDENTIFY;
+    o.partitions = W;
+    for (i = 0; i < W; i++) {
+        o.partition = (uint32_t)i;
+        TU_OK(patina_table_open(&t[i], ctx, c, NULL, &o));
+        nonempty += patina_table_size(t[i]) > 0;
+    }
+    tu_rng_seed(&rng, 17);
+    for (i = 0; i < NQ; i++) tu_random_image(&imgs[i], 96, 96, 1, &rng);
+    qb = patina_table_query_bytes(t[0]);
+    q = malloc(NQ * qb);
+    TU_OK(patina_table_identify_extract(t[0], NULL, q, imgs, NQ, NULL));
+    mirrors(ctx, &nmir, &b0);
+    for (i = 0; i < W; i++) TU_OK(patina_table_warm(t[i]));
+    mirrors(ctx, &nmir, &b1);
+    printf("identify_many_gpu: warm: %d tables (%zu with rows): %llu mirrors built, %zu held\n", W, nonempty,
+           (unsigned long long)(b1 - b0), nmir);
+    if (b1 - b0 != nonempty || nmir != nonempty)
+        fail_msg("warming %zu tables with rows built %llu mirrors and holds %zu (one each expected)", nonempty,
+                 (unsigned long long)(b1 - b0), nmir);
+    patina_identify_opts_init(&io);
+    io.k = K;
+    io.verify_top = 2;
+    io.threshold = 3;
+    for (i = 0; i < W; i++) {
+        io.device = PATINA_DEVICE_GPU;
+        TU_OK(patina_table_identify(t[i], q, NQ, &io, hg, rg, kg));
+        io.device = PATINA_DEVICE_CPU;
+        TU_OK(patina_table_identify(t[i], q, NQ, &io, hc, rc, kc));
+        same("a warmed partition: CPU vs GPU", hc, rc, kc, hg, rg, kg, NQ, K);
+        free_keys(kc, NQ * K);
+        free_keys(kg, NQ * K);
+        TU_OK(patina_table_warm(t[i])); /* up to date: nothing to build */
+    }
+    mirrors(ctx, &nmir, &b2);
+    printf("identify_many_gpu: the first identification of each warmed table and a second warm built %llu mirrors\n",
+           (unsigned long long)(b2 - b1));
+    if (b2 != b1) fail_msg("the first identification after patina_table_warm built %llu mirrors (none expected)",
+                           (unsigned long long)(b2 - b1));
+    for (i = 0; i < W; i++) patina_table_free(t[i]);
+    for (i = 0; i < NQ; i++) patina_image_release(&imgs[i]);
+    free(q);
+    free(refs);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(dir);
+    patina_context_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_many_tables),
+        cmocka_unit_test(test_warm),
     };
     tu_require_gpu();
     return cmocka_run_group_tests(tests, NULL, NULL);
