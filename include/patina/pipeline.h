@@ -68,7 +68,8 @@ typedef struct patina_index_stats {
  * --device gpu and a family whose GPU path reads device memory (cedd); files
  * they do not take (damaged, with decoder warnings, not JPEG; for nvJPEG also
  * progressive and CMYK) are decoded by libjpeg-turbo. auto (the default) is
- * exact-gpu where it can run (a GPU run of such a family), else libjpeg. */
+ * libjpeg for now: end to end, exact-gpu is slower than libjpeg-turbo on all
+ * CPU threads today (docs/images.md gives the numbers). */
 typedef enum patina_jpeg_decoder {
     PATINA_JPEG_LIBJPEG = 0,
     PATINA_JPEG_NVJPEG = 1,
@@ -273,9 +274,9 @@ typedef struct patina_extract_result {
  * extractors ex[], on the context's workers and device, decoding as
  * patina_index_files does: opts (NULL: patina_index_opts_init's defaults)
  * gives device, jpeg_decoder, nvjpeg_share, strict, batch_memory and
- * apply_orientation; the rest is unused. With the default decoder (auto) on
- * a GPU run whose extractors all take device images, JPEGs are decoded on
- * the GPU, byte-identical to the CPU path, and never come to the host; what
+ * apply_orientation; the rest is unused. With jpeg_decoder exact-gpu on a
+ * GPU run whose extractors all take device images, JPEGs are decoded on the
+ * GPU, byte-identical to the CPU path, and never come to the host; what
  * that decoder does not take, and every other format, is decoded on the CPU.
  * Takes as many inputs as fit in batch_memory (at least one): *taken.
  * descs[e] receives (*taken, patina_extractor_bytes(ex[e])) records in input
