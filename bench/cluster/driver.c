@@ -2,7 +2,7 @@
  * NATS, the shards and this program, and prints the table).
  *
  *   bench_cluster inproc --refs N --partitions P [--seed S] [--gpus LIST] [--budget GiB] --query IMG
- *                        [--reps R] [--batch B] [--tables T]
+ *                        [--reps R] [--batch B] [--tables T] [--device auto|cpu|gpu]
  *       the in-process engine: one detached rootsift table on a context of
  *       the device list holding the same synthetic references a cluster of
  *       `patina shard --synthetic N:S` holds (every partition's), one query
@@ -10,7 +10,9 @@
  *       T detached tables instead (partition p's in table p mod T; T = P: one
  *       table per partition, as a shard holds them), identified together
  *       by patina_table_identify_many (mode "inproc_tables"): the cost of
- *       many small tables against one.
+ *       many small tables against one. --device: where the identification
+ *       runs (auto: the GPU when the context has one; cpu for the rows that
+ *       compare with CPU shards).
  *   bench_cluster front --cluster URL --coll C --query IMG [--reps R] [--batch B] [--deadline MS]
  *       the cluster path through the front end's code (clu_front_identify,
  *       what patina serve/identify --cluster run): the same measurements.
@@ -182,12 +184,14 @@ static void measure(const char *mode, ident_fn f, void *u, const void *q, size_t
 
 /* ----------------------------------------------------------------- inproc */
 
+static patina_device inproc_device = PATINA_DEVICE_AUTO; /* --device */
+
 static patina_status inproc_ident(void *u, const void *q, size_t nq, patina_identify_hit_t *hits,
                                   patina_identify_result_t *res, clu_coverage_t *cov)
 {
     patina_identify_opts_t o;
     patina_identify_opts_init(&o);
-    o.device = PATINA_DEVICE_AUTO;
+    o.device = inproc_device;
     cov->fanout_ms = 0;
     cov->partial = 0;
     cov->references = 0;
@@ -205,7 +209,7 @@ static patina_status inproc_many(void *u, const void *q, size_t nq, patina_ident
     const tables_t *ts = u;
     patina_identify_opts_t o;
     patina_identify_opts_init(&o);
-    o.device = PATINA_DEVICE_AUTO;
+    o.device = inproc_device;
     cov->fanout_ms = 0;
     cov->partial = 0;
     cov->references = 0;
@@ -232,6 +236,7 @@ static int run_inproc(int argc, char **argv)
     co.gpus = arg(argc, argv, "--gpus", NULL);
     co.gpu_mem_budget = (uint64_t)(atof(arg(argc, argv, "--budget", "0")) * 1073741824.0); /* GiB per device */
     if (T < 1 || T > P || !ts || !ch || !cht || !keys) die("--tables must be 1 .. --partitions");
+    if (patina_device_parse(&inproc_device, arg(argc, argv, "--device", "auto")) != PATINA_OK) die("--device");
     if (patina_context_new(&ctx, &co) != PATINA_OK) die("context");
     patina_table_opts_init(&to);
     for (size_t k = 0; k < T; k++)

@@ -136,7 +136,9 @@ fi
 
 "$PATINA" cluster create cbench --cluster "$URL" --partitions "$P" -f rootsift > /dev/null
 note "== in-process CPU, $CPU_REFS references"
-record "inproc CPU" "$("$DRIVER" inproc --refs "$CPU_REFS" --partitions "$P" --seed "$SEED" --gpus "" --query "$QUERY" --reps 5 --batch 4)"
+# --device cpu: the CPU shards answer on the CPU (patina shard --device cpu), so does this row
+record "inproc CPU" "$("$DRIVER" inproc --refs "$CPU_REFS" --partitions "$P" --seed "$SEED" --gpus "" --device cpu --query "$QUERY" --reps 5 --batch 4)"
+record "inproc CPU tables" "$("$DRIVER" inproc --refs "$CPU_REFS" --partitions "$P" --seed "$SEED" --gpus "" --device cpu --tables "$P" --query "$QUERY" --reps 5 --batch 4)"
 for S in 1 2 4; do
     note "== cluster: $S CPU shards, copies 1, $CPU_REFS references"
     i=0

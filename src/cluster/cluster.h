@@ -534,7 +534,8 @@ typedef struct clu_shard_opts {
                             * budget over the tables' GPU bytes per reference, rootsift tables
                             * by patina_identify_capacity), 1 without a GPU */
     int copies;            /* R (2) */
-    patina_device device;  /* where searches run (AUTO) */
+    patina_device device;  /* where searches run (AUTO): CPU answers every request on the CPU, whatever
+                            * device it asks, and builds no GPU mirrors; AUTO, GPU: the request's device */
     const char *gpus;      /* the context's device list (patina_context_opts_t.gpus; NULL: one) */
     uint64_t gpu_mem;      /* each device's memory budget (0: the library's default); past it
                             * the tables' caches stream from pinned host memory */

@@ -360,6 +360,7 @@ static void warm(shard_t *sh, part_t *pt)
 {
     const double t0 = now_s();
     size_t t;
+    if (sh->o.device == PATINA_DEVICE_CPU) return;
     for (t = 0; t < sh->cfg.ntables; t++)
         if (patina_table_warm(pt->tables[t]) != PATINA_OK)
             logf_(sh, "partition %u, table %s: warming its device copy: %s", pt->p, sh->cfg.tables[t],
@@ -649,6 +650,7 @@ static void answer(shard_t *sh, const clu_request_t *q, clu_reply_t *r)
         patina_table_t **tbs = calloc(np ? np : 1, sizeof *tbs);
         qq.keys = 1;
         qq.stats = NULL;
+        if (sh->o.device == PATINA_DEVICE_CPU) qq.device = PATINA_DEVICE_CPU;
         if (!tbs) s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
         for (i = 0; s == PATINA_OK && i < np; i++) {
             tbs[i] = sh->parts[r->parts[i]].tables[t];
@@ -673,6 +675,7 @@ static void answer(shard_t *sh, const clu_request_t *q, clu_reply_t *r)
         const size_t pk = patina_identify_part_k(&q->iopts);
         patina_table_t **tbs = calloc(np ? np : 1, sizeof *tbs);
         o.k = pk;
+        if (sh->o.device == PATINA_DEVICE_CPU) o.device = PATINA_DEVICE_CPU;
         if (pk == 0 || pk > PATINA_K_MAX || q->nq * pk > (1u << 24))
             s = clu_fail(PATINA_E_LIMIT, "shard: identify k %zu x %zu queries", pk, q->nq);
         if (!tbs) s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
