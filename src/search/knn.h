@@ -14,6 +14,20 @@ extern "C" {
  * distance table's definition for every pair. */
 int patina__index_fast_path(const patina_index_t *idx);
 
+/* a += b: the counters of two searches' statistics (parts of one call). */
+static inline void patina__search_stats_add(patina_search_stats_t *a, const patina_search_stats_t *b)
+{
+    a->gpu_tensor += b->gpu_tensor;
+    a->gpu_filter += b->gpu_filter;
+    a->gpu_exact += b->gpu_exact;
+    a->cpu += b->cpu;
+    a->chunks += b->chunks;
+    a->host_bytes += b->host_bytes;
+    a->pivot_dists += b->pivot_dists;
+    a->pruned += b->pruned;
+    a->computed += b->computed;
+}
+
 /* The indexes ixs[0 .. nix) -- of one spec, with disjoint ids -- searched
  * as ONE index holding the union of their rows: the same hits, distances
  * and order. k >= 1: k-NN into hits (nq, k), counts[q] = min(k, the

@@ -1286,16 +1286,7 @@ static patina_status search_many_locked(patina_context_t *ctx, const patina_inde
         }
         counts[q] = merge_lists(lists[q], total, pl, pn, np, pos);
     }
-    for (p = 0; o->stats && p < np; p++) {
-        patina_search_stats_t *a = o->stats;
-        const patina_search_stats_t *b = &parts[p].stats;
-        a->gpu_tensor += b->gpu_tensor;
-        a->gpu_filter += b->gpu_filter;
-        a->gpu_exact += b->gpu_exact;
-        a->cpu += b->cpu;
-        a->chunks += b->chunks;
-        a->host_bytes += b->host_bytes;
-    }
+    for (p = 0; o->stats && p < np; p++) patina__search_stats_add(o->stats, &parts[p].stats);
 out:
     for (p = 0; parts && p < nix + 1; p++) {
         for (q = 0; parts[p].lists && q < nq; q++) free(parts[p].lists[q]);

@@ -943,19 +943,6 @@ static slice_task_t *slice_tasks(patina_table_t *t, patina_status (*fn)(slice_ta
     return tasks;
 }
 
-static void stats_add(patina_search_stats_t *a, const patina_search_stats_t *b)
-{
-    a->gpu_tensor += b->gpu_tensor;
-    a->gpu_filter += b->gpu_filter;
-    a->gpu_exact += b->gpu_exact;
-    a->cpu += b->cpu;
-    a->chunks += b->chunks;
-    a->host_bytes += b->host_bytes;
-    a->pivot_dists += b->pivot_dists;
-    a->pruned += b->pruned;
-    a->computed += b->computed;
-}
-
 /* A search over several tables (patina_table_search_many), read locks held. */
 typedef struct search_arg {
     patina_table_t *const *tables;
@@ -1017,7 +1004,7 @@ static patina_status search_slice(const search_arg_t *a, size_t k, search_part_t
             s = i ? run_range(ctx, sl->pidx, NULL, 0, a->queries, nq, &q, &m->res)
                   : run_range(ctx, NULL, ixs, nix, a->queries, nq, &q, &m->res);
     }
-    for (i = 0; a->q->stats && i < np; i++) stats_add(&p->stats, &parts[i].stats);
+    for (i = 0; a->q->stats && i < np; i++) patina__search_stats_add(&p->stats, &parts[i].stats);
     if (s != PATINA_OK) goto out;
     if (np == 1) { /* one part: it is the answer */
         p->res.offsets = parts[0].res.offsets;
@@ -1075,7 +1062,7 @@ static patina_status search_slices(const search_arg_t *a, patina_table_results_t
         res->rows = merged.rows;
         for (k = 0; k < a->nt; k++) note_fanout(a->tables[k], &fan, t0, tm);
     }
-    for (k = 0; a->q->stats && k < t->ns; k++) stats_add(a->q->stats, &parts[k].stats);
+    for (k = 0; a->q->stats && k < t->ns; k++) patina__search_stats_add(a->q->stats, &parts[k].stats);
     for (k = 0; k < t->ns; k++) patina_table_results_release(&parts[k].res);
     free(tasks);
     free(pr);
