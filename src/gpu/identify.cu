@@ -523,29 +523,6 @@ static patina_status launch(const idf_launch_t &L, int prec, dim3 grid, int warp
                : launch_one<IDF_PREC_FP16, uint32_t>(L, grid, warps, smem, s, dev);
 }
 
-/* Blocks per query (gridDim.x) for bq queries on sms SMs (one block each
- * at a time), at most maxgx: the fewest, from two waves up, whose last
- * wave is fullest -- blocks take equal slices, so a partial last wave
- * idles SMs (16 queries in 17 blocks each: 272 blocks, 3 waves of 132,
- * 69% busy; in 33 blocks: 4 full waves). */
-static size_t blocks_per_query(size_t bq, size_t sms, size_t maxgx)
-{
-    size_t best = 1, gx;
-    double best_eff = -1;
-    if (maxgx < 1) return 1;
-    for (gx = 1; gx <= maxgx && gx <= 8 * sms; gx++) {
-        const size_t t = bq * gx, waves = (t + sms - 1) / sms;
-        const double eff = (double)t / (double)(waves * sms);
-        if (waves < 2 && gx < maxgx && bq * maxgx >= 2 * sms) continue; /* two waves at least when possible */
-        if (eff > best_eff + 1e-9) {
-            best_eff = eff;
-            best = gx;
-        }
-        if (eff > 0.999) break;
-    }
-    return best;
-}
-
 /* Whether device dev has compute capability 9.0 (the wgmma kernel's
  * sm_90a code runs there only); asked once per device. */
 static int dev_is_sm90(int dev)
@@ -643,8 +620,8 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
         if (warps > IDF_MAXW) warps = IDF_MAXW;
         const int npass = (int)((qmax + (size_t)warps * rpw - 1) / ((size_t)warps * rpw));
         /* blocks per query: two waves of one block per SM over all queries */
-        gx = blocks_per_query(bq, (size_t)g->sm_count, (ndev + 7) / 8);
-        gxs = blocks_per_query(bq, (size_t)g->sm_count, (st->stream_slots + 7) / 8);
+        gx = idf_blocks_per_query(bq, (size_t)g->sm_count, (ndev + 7) / 8);
+        gxs = idf_blocks_per_query(bq, (size_t)g->sm_count, (st->stream_slots + 7) / 8);
         nl = gx > gxs ? gx : gxs; /* list blocks per query and region */
         outn = (size_t)(1 + IDF_STREAMS) * bq * nl * K;
         IDF_TRY(call_buffers(g, dv, st, bq, n, outn, prec));

@@ -133,6 +133,42 @@ template <int ROWB> __device__ __forceinline__ uint32_t swz(int r, int c)
     return (uint32_t)(r * ROWB + ((c ^ (r & 7)) << 4));
 }
 
+/* Key into a descending list of K keys (the smallest at K-1): one thread;
+ * rare once the list is full, so a plain insertion. */
+__device__ __forceinline__ void idf_list_insert(uint64_t *list, int K, uint64_t key)
+{
+    if (key <= list[K - 1]) return;
+    int p = K - 1;
+    while (p > 0 && list[p - 1] < key) {
+        list[p] = list[p - 1];
+        p--;
+    }
+    list[p] = key;
+}
+
+/* Blocks per query (gridDim.x) for bq queries on sms SMs (one block each
+ * at a time), at most maxgx: the fewest, from two waves up, whose last
+ * wave is fullest -- blocks take equal slices, so a partial last wave
+ * idles SMs (16 queries in 17 blocks each: 272 blocks, 3 waves of 132,
+ * 69% busy; in 33 blocks: 4 full waves). */
+static inline size_t idf_blocks_per_query(size_t bq, size_t sms, size_t maxgx)
+{
+    size_t best = 1, gx;
+    double best_eff = -1;
+    if (maxgx < 1) return 1;
+    for (gx = 1; gx <= maxgx && gx <= 8 * sms; gx++) {
+        const size_t t = bq * gx, waves = (t + sms - 1) / sms;
+        const double eff = (double)t / (double)(waves * sms);
+        if (waves < 2 && gx < maxgx && bq * maxgx >= 2 * sms) continue; /* two waves at least when possible */
+        if (eff > best_eff + 1e-9) {
+            best_eff = eff;
+            best = gx;
+        }
+        if (eff > 0.999) break;
+    }
+    return best;
+}
+
 /* Dynamic shared memory of a block: the chunk stages, the list (K), the
  * column maxima (mutual: m), the per-row results (n), the column bitmask. */
 static inline size_t idf_smem_bytes(int prec, int m, int n, int K, int scoring)
@@ -390,15 +426,7 @@ __global__ void __launch_bounds__(IDF_MAXW * 32, 1) k_idf_match(const idf_launch
                 if (lane == 0) {
                     s_raw = 0;
                     if (cnt > 0) { /* into the sorted list (one thread; rare once the list is full) */
-                        const uint64_t key = ((uint64_t)cnt << 32) | (0xffffffffu - (L.slot0 + cm.slot));
-                        if (key > list[L.K - 1]) {
-                            int p = L.K - 1;
-                            while (p > 0 && list[p - 1] < key) {
-                                list[p] = list[p - 1];
-                                p--;
-                            }
-                            list[p] = key;
-                        }
+                        idf_list_insert(list, L.K, ((uint64_t)cnt << 32) | (0xffffffffu - (L.slot0 + cm.slot)));
                     }
                 }
             }

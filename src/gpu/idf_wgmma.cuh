@@ -320,17 +320,8 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf
                 named_sync(1, 64);
                 const int score = s_part[0] + s_part[1];
                 mbar_arrive(&rempty[p]); /* rowres[p], colbest[p] free again */
-                if (t == 0 && score > 0) {
-                    const uint64_t key = ((uint64_t)score << 32) | (0xffffffffu - (L.slot0 + s));
-                    if (key > list[L.K - 1]) {
-                        int pos = L.K - 1;
-                        while (pos > 0 && list[pos - 1] < key) {
-                            list[pos] = list[pos - 1];
-                            pos--;
-                        }
-                        list[pos] = key;
-                    }
-                }
+                if (t == 0 && score > 0)
+                    idf_list_insert(list, L.K, ((uint64_t)score << 32) | (0xffffffffu - (L.slot0 + s)));
             }
             named_sync(1, 64);
             for (int i = t; i < L.K; i += 64) lout[i] = list[i];

@@ -194,26 +194,6 @@ typedef struct rec_hdr {
     uint32_t nkeys;   /* nq * gx * K keys follow */
 } rec_hdr_t;
 
-/* src/gpu/identify.cu's choice of blocks per query (copied: it is static
- * there), so that both kernels get the production partition. */
-static size_t blocks_per_query(size_t bq, size_t sms, size_t maxgx)
-{
-    size_t best = 1, gx;
-    double best_eff = -1;
-    if (maxgx < 1) return 1;
-    for (gx = 1; gx <= maxgx && gx <= 8 * sms; gx++) {
-        const size_t t = bq * gx, waves = (t + sms - 1) / sms;
-        const double eff = (double)t / (double)(waves * sms);
-        if (waves < 2 && gx < maxgx && bq * maxgx >= 2 * sms) continue;
-        if (eff > best_eff + 1e-9) {
-            best_eff = eff;
-            best = gx;
-        }
-        if (eff > 0.999) break;
-    }
-    return best;
-}
-
 #define CK(x)                                                                                   \
     do {                                                                                        \
         cudaError_t e_ = (x);                                                                   \
@@ -260,7 +240,7 @@ static int run_shape(int impl, int si, int reps_scale, int sms, float peak_tops,
     size_t gx;
     idf_launch_t L;
     for (int q = 0; q < S.nq; q++) qmax = std::max(qmax, query_count(S, si, q));
-    gx = blocks_per_query((size_t)S.nq, (size_t)sms, (S.nref + 7) / 8);
+    gx = idf_blocks_per_query((size_t)S.nq, (size_t)sms, (S.nref + 7) / 8);
     warps = std::min(IDF_MAXW, std::max(1, (qmax + 63) / 64));
     npass = std::max(1, (qmax + warps * 64 - 1) / (warps * 64));
     h.gx = (int32_t)gx;
