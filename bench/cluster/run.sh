@@ -21,7 +21,10 @@
 # each). Environment: REFS (GPU rows, default 2000000; lowered to what 60%
 # of the host memory holds), CPU_REFS (default 2000), P (partitions, 64),
 # REPS (20), BATCH (16), QUERY (a sample photograph), CPU_ONLY=1 (skip the
-# GPU rows). Logs and JSON lines go to $OUT (default ./bench-cluster-out).
+# GPU rows), COPIES (the GPU cluster rows' copies, default "1 2"; "1" holds
+# each reference once in the shards, so 2 M of them fit a 256 GiB host),
+# CPU_ROWS=0 (skip the CPU shard and write rows). Logs and JSON lines go to
+# $OUT (default ./bench-cluster-out).
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-${BUILD:-$ROOT/build}}
@@ -48,9 +51,14 @@ if [ "${CPU_ONLY:-0}" != 1 ] && command -v nvidia-smi >/dev/null 2>&1; then
     NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 fi
 # 2 M references by default, fewer when the host cannot hold them (a record
-# is about 55 KB in host memory, held once in-process and once by the shards)
+# is about 55 KB in host memory; the in-process rows and the shards run one
+# after the other, and the shards hold each reference once per copy)
+COPIES=${COPIES:-1 2}
+CPU_ROWS=${CPU_ROWS:-1}
+MAXC=1
+for c in $COPIES; do [ "$c" -le "$MAXC" ] || MAXC=$c; done
 MEM_KB=$(awk '/MemAvailable/ {print $2}' /proc/meminfo)
-FIT=$((MEM_KB / 55 * 6 / 10 / 2))
+FIT=$((MEM_KB / 55 * 6 / 10 / MAXC))
 REFS=${REFS:-2000000}
 [ "$REFS" -le "$FIT" ] || REFS=$FIT
 CPU_REFS=${CPU_REFS:-2000}
@@ -117,7 +125,7 @@ if [ "$NGPU" -ge 1 ]; then
     record "inproc 1 GPU" "$("$DRIVER" inproc --refs "$REFS" --partitions "$P" --seed "$SEED" --gpus 0 --budget "$GIB" --query "$QUERY" --reps "$REPS" --batch "$BATCH")"
     record "inproc $ALL" "$("$DRIVER" inproc --refs "$REFS" --partitions "$P" --seed "$SEED" --gpus "$ALL" --budget "$SHARD_GIB" --query "$QUERY" --reps "$REPS" --batch "$BATCH")"
     "$PATINA" cluster create gbench --cluster "$URL" --partitions "$P" -f rootsift > /dev/null
-    for copies in 1 2; do
+    for copies in $COPIES; do
         note "== cluster: GPU shards on devices $SHARDS_GPU, copies $copies"
         i=0
         for g in $SHARDS_GPU; do
@@ -134,35 +142,37 @@ if [ "$NGPU" -ge 1 ]; then
     done
 fi
 
-"$PATINA" cluster create cbench --cluster "$URL" --partitions "$P" -f rootsift > /dev/null
-note "== in-process CPU, $CPU_REFS references"
-# --device cpu: the CPU shards answer on the CPU (patina shard --device cpu), so does this row
-record "inproc CPU" "$("$DRIVER" inproc --refs "$CPU_REFS" --partitions "$P" --seed "$SEED" --gpus "" --device cpu --query "$QUERY" --reps 5 --batch 4)"
-record "inproc CPU tables" "$("$DRIVER" inproc --refs "$CPU_REFS" --partitions "$P" --seed "$SEED" --gpus "" --device cpu --tables "$P" --query "$QUERY" --reps 5 --batch 4)"
-for S in 1 2 4; do
-    note "== cluster: $S CPU shards, copies 1, $CPU_REFS references"
-    i=0
-    while [ $i -lt "$S" ]; do
-        shard cbench "c$i" 1 cpu --synthetic "$CPU_REFS:$SEED" -j $(( $(nproc) / S > 0 ? $(nproc) / S : 1 ))
-        i=$((i + 1))
+if [ "$CPU_ROWS" != 0 ]; then
+    "$PATINA" cluster create cbench --cluster "$URL" --partitions "$P" -f rootsift > /dev/null
+    note "== in-process CPU, $CPU_REFS references"
+    # --device cpu: the CPU shards answer on the CPU (patina shard --device cpu), so does this row
+    record "inproc CPU" "$("$DRIVER" inproc --refs "$CPU_REFS" --partitions "$P" --seed "$SEED" --gpus "" --device cpu --query "$QUERY" --reps 5 --batch 4)"
+    record "inproc CPU tables" "$("$DRIVER" inproc --refs "$CPU_REFS" --partitions "$P" --seed "$SEED" --gpus "" --device cpu --tables "$P" --query "$QUERY" --reps 5 --batch 4)"
+    for S in 1 2 4; do
+        note "== cluster: $S CPU shards, copies 1, $CPU_REFS references"
+        i=0
+        while [ $i -lt "$S" ]; do
+            shard cbench "c$i" 1 cpu --synthetic "$CPU_REFS:$SEED" -j $(( $(nproc) / S > 0 ? $(nproc) / S : 1 ))
+            i=$((i + 1))
+        done
+        wait_cover cbench
+        sleep 2
+        record "cluster CPU S=$S" "$("$DRIVER" front --cluster "$URL" --coll cbench --refs "$CPU_REFS" --query "$QUERY" --reps 5 --batch 4 --deadline 60000)"
+        if [ "$S" = 2 ]; then
+            kill -9 "$PID_c0"
+            record "recover CPU copies 1" "$("$DRIVER" cover --cluster "$URL" --coll cbench --query "$QUERY" --timeout 300 --deadline 60000)"
+        fi
+        stop_all
     done
-    wait_cover cbench
-    sleep 2
-    record "cluster CPU S=$S" "$("$DRIVER" front --cluster "$URL" --coll cbench --refs "$CPU_REFS" --query "$QUERY" --reps 5 --batch 4 --deadline 60000)"
-    if [ "$S" = 2 ]; then
-        kill -9 "$PID_c0"
-        record "recover CPU copies 1" "$("$DRIVER" cover --cluster "$URL" --coll cbench --query "$QUERY" --timeout 300 --deadline 60000)"
-    fi
-    stop_all
-done
 
-note "== write-to-visible: real buckets, 2 CPU shards, copies 2"
-"$PATINA" cluster create wbench --cluster "$URL" --partitions "$P" -f cedd > /dev/null
-shard wbench w0 2 cpu -j 1
-shard wbench w1 2 cpu -j 1
-wait_cover wbench
-sleep 3
-record "write" "$("$DRIVER" write --cluster "$URL" --coll wbench --reps "$REPS")"
-stop_all
+    note "== write-to-visible: real buckets, 2 CPU shards, copies 2"
+    "$PATINA" cluster create wbench --cluster "$URL" --partitions "$P" -f cedd > /dev/null
+    shard wbench w0 2 cpu -j 1
+    shard wbench w1 2 cpu -j 1
+    wait_cover wbench
+    sleep 3
+    record "write" "$("$DRIVER" write --cluster "$URL" --coll wbench --reps "$REPS")"
+    stop_all
+fi
 
 python3 "$ROOT/bench/cluster/table.py" "$RES" "$NGPU" "$REFS" "$CPU_REFS" "$P" | tee "$OUT/table.md"
