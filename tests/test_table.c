@@ -1341,7 +1341,7 @@ static void test_warm(void **state)
         t = NULL;
         free(q);
     }
-    /* a searched table: nothing to do */
+    /* a searched table: nothing to do without a GPU (its device copy: tests/gpu/test_table_gpu.c) */
     TU_OK(patina_table_new(&t, ctx[0], "cedd", NULL));
     TU_OK(patina_table_warm(t));
     patina_table_free(t);

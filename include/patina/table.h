@@ -234,11 +234,15 @@ PATINA_API patina_status patina_table_fanout(patina_table_t *t, patina_table_fan
  * arena slots), as its first identification would -- a shard warms a
  * partition before it answers for it. Nothing is done, PATINA_OK, where
  * such a call would not use a GPU: a CPU context or no usable GPU, f16
- * records, an empty table. Searched tables (k-NN, range, SQFD): nothing
- * yet, PATINA_OK (their device copies are made by their first search).
- * A mirror stays until the table cache drops it for memory (another
- * table's need) or the table lets its references go. Loads the table
- * first when it must (as a search would). */
+ * records, an empty table. A searched table (k-NN, range, SQFD) runs one
+ * search of k = 1 for one of its own rows with the default query (device
+ * AUTO): each slice's device copy and a pivot table's device side are made
+ * as its first search would make them. Nothing is done without a usable
+ * GPU; a table under the GPU's minimum rows gets that search on the CPU
+ * over its few rows, which copies nothing. A copy stays until the
+ * table cache drops it for memory (another table's need) or the table
+ * lets its rows go. Loads the table first when it must (as a search
+ * would). */
 PATINA_API patina_status patina_table_warm(patina_table_t *t);
 
 /* ---------------------------------------------------------- identification */

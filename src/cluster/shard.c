@@ -352,7 +352,8 @@ static patina_status load_synthetic(shard_t *sh, part_t *pt)
 }
 
 /* Builds partition pt's device copies (patina_table_warm: the GPU mirrors
- * of its identification tables) so that the first query a copy answers
+ * of its identification tables, the device copies of its searched ones)
+ * so that the first query a copy answers
  * uploads nothing: before it turns ready, and after a large catch-up.
  * Nothing on a CPU shard. A failure is logged (the first query then builds
  * what is missing, or reports it). */

@@ -349,6 +349,10 @@ void patina_gpu__identify_mirrors(patina_gpu_t *g, size_t *mirrors, uint64_t *bu
 
 /* ---- internal: benchmarks and tests (double underscore = not public) ---- */
 
+/* Tests: the device copies g's table cache holds now, of k-NN / range
+ * indexes (search) and of SQFD tables (sqfd). */
+void patina_gpu__cached(patina_gpu_t *g, size_t *search, size_t *sqfd);
+
 /* Device memory of the context's device (cudaMalloc); NULL on failure. */
 void *patina_gpu__dev_alloc(patina_gpu_t *g, size_t bytes);
 void patina_gpu__dev_free(patina_gpu_t *g, void *p); /* accepts NULL */

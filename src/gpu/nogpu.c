@@ -290,6 +290,13 @@ void patina_gpu_identify_forget(patina_gpu_t *g, uint64_t serial)
     (void)g, (void)serial;
 }
 
+void patina_gpu__cached(patina_gpu_t *g, size_t *search, size_t *sqfd)
+{
+    (void)g;
+    if (search) *search = 0;
+    if (sqfd) *sqfd = 0;
+}
+
 void patina_gpu__identify_mirrors(patina_gpu_t *g, size_t *mirrors, uint64_t *builds)
 {
     (void)g;

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include "gpu/gpu.h"
 #include "gpu/tcache.h"
 
 typedef struct tcache_ent {
@@ -97,6 +98,12 @@ size_t tcache_count(const patina_gpu_t *g, pgpu_fam fam)
     size_t c = 0;
     for (size_t i = 0; t && i < t->n; i++) c += t->e[i].obj && (fam == PGPU_NFAM || t->e[i].fam == fam);
     return c;
+}
+
+void patina_gpu__cached(patina_gpu_t *g, size_t *search, size_t *sqfd)
+{
+    if (search) *search = g ? tcache_count(g, PGPU_FAM_SEARCH) : 0;
+    if (sqfd) *sqfd = g ? tcache_count(g, PGPU_FAM_SQFD) : 0;
 }
 
 void tcache_close(patina_gpu_t *g)

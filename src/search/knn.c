@@ -43,6 +43,21 @@ size_t patina_index_size(const patina_index_t *idx)
     return n;
 }
 
+int patina__index_live_row(const patina_index_t *idx, void *out)
+{
+    size_t r;
+    int found = 0;
+    if (!idx || !out) return 0;
+    patina__index_rd_lock(idx);
+    for (r = 0; r < idx->n && !found; r++)
+        if (!idx->dead || !idx->dead[r]) {
+            memcpy(out, idx->descs + r * idx->bytes, idx->bytes);
+            found = 1;
+        }
+    patina__index_rd_unlock(idx);
+    return found;
+}
+
 void patina_index_free(patina_index_t *idx)
 {
     if (!idx) return;

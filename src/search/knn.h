@@ -14,6 +14,10 @@ extern "C" {
  * distance table's definition for every pair. */
 int patina__index_fast_path(const patina_index_t *idx);
 
+/* Copies the index's first live row (patina_extractor_bytes of its
+ * extractor) into out; 1 when there is one, 0 for an empty index. */
+int patina__index_live_row(const patina_index_t *idx, void *out);
+
 /* a += b: the counters of two searches' statistics (parts of one call). */
 static inline void patina__search_stats_add(patina_search_stats_t *a, const patina_search_stats_t *b)
 {

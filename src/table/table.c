@@ -1426,13 +1426,55 @@ patina_status patina_table_identify(patina_table_t *t, const void *queries, size
     return patina_table_identify_many(&t, 1, queries, nq, opts, hits, results, keys);
 }
 
+/* patina_table_warm of a searched table: one search (k = 1, device AUTO)
+ * for one of its own rows builds what the first real search would -- each
+ * slice's device copy, a pivot table's device side -- through the same
+ * path, so nothing differs from a cold table but the time. Where AUTO
+ * would not use a GPU (no usable GPU, a table under the GPU's minimum
+ * rows) nothing is done. */
+static patina_status warm_search(patina_table_t *t)
+{
+    patina_table_query_t q;
+    patina_table_results_t res;
+    patina_status s;
+    void *row;
+    int have = 0;
+    size_t k;
+    if (!t->ctx || !patina__context_gpu_usable(t->ctx)) return PATINA_OK;
+    if (!(row = malloc(patina_extractor_bytes(t->ex))))
+        return patina__fail(PATINA_E_NOMEM, "table %s: out of memory warming", patina_extractor_spec(t->ex));
+    s = enter(t, NULL);
+    if (s != PATINA_OK) {
+        free(row);
+        return s;
+    }
+    for (k = 0; k < t->ns && !have; k++) have = patina__index_live_row(t->sl[k].idx, row);
+    pthread_rwlock_unlock(&t->lock);
+    if (!have) {
+        free(row);
+        return PATINA_OK; /* an empty table: nothing to copy */
+    }
+    patina_table_query_init(&q);
+    q.k = 1;
+    memset(&res, 0, sizeof res);
+    s = patina_table_search(t, row, 1, &q, &res);
+    patina_table_results_release(&res);
+    free(row);
+    if (s != PATINA_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", patina_last_error());
+        s = patina__fail(s, "table %s: warming: %s", patina_extractor_spec(t->ex), why);
+    }
+    return s;
+}
+
 patina_status patina_table_warm(patina_table_t *t)
 {
     patina_identify_opts_t o;
     patina_status s = PATINA_OK;
     size_t k;
     if (!t) return patina__fail(PATINA_E_INVALID, "table: null table");
-    if (!(t->caps & PATINA_CAP_IDENTIFY)) return PATINA_OK; /* searched tables: their first search */
+    if (!(t->caps & PATINA_CAP_IDENTIFY)) return (t->caps & PATINA_CAP_SEARCH) ? warm_search(t) : PATINA_OK;
     PATINA_TRY(enter(t, NULL));
     patina_identify_opts_init(&o);
     for (k = 0; k < t->ns && s == PATINA_OK; k++)

@@ -10,13 +10,17 @@
  *   - a rootsift table (identify, GPU tensor cores against the CPU);
  *   - five CEDD tables searched in one patina_table_search_many call (GPU,
  *     and AUTO mixing the GPU and the CPU) against one table of their union
- *     on the CPU.
+ *     on the CPU;
+ *   - patina_table_warm of searched tables (CEDD, signature): one device
+ *     copy each, none for a table AUTO searches on the CPU.
  * Skipped (77) without a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "patina/patina.h"
+#include "core/context.h"
+#include "gpu/gpu.h"
 #include "testutil.h"
 
 static patina_context_t *ctx_new(void)
@@ -213,6 +217,79 @@ static void test_signature_pivots(void **state)
     patina_context_free(ctx);
 }
 
+static void cached(patina_context_t *ctx, size_t *search, size_t *sqfd)
+{
+    patina_gpu_t *g = NULL;
+    TU_OK(patina__context_gpu_acquire(ctx, &g));
+    patina_gpu__cached(g, search, sqfd);
+    patina__context_gpu_release(ctx);
+}
+
+/* patina_table_warm of searched tables: a CEDD table of 6,000 rows and a
+ * signature table of 400 get their device copy (one each, none again from
+ * a second warm or their first searches, which equal the CPU's); a CEDD
+ * table under the GPU's minimum rows gets none (AUTO searches it on the
+ * CPU); an empty table is fine. */
+static void test_warm_search(void **state)
+{
+    enum { N = 6000, NQ = 8 };
+    patina_context_t *ctx = ctx_new();
+    patina_table_t *t = NULL, *small = NULL, *empty = NULL, *st = NULL;
+    uint8_t *rows = malloc((size_t)N * PATINA_CEDD_DIM), *sig;
+    patina_change_t *ch = calloc(N, sizeof *ch);
+    char (*keys)[24] = calloc(N, sizeof *keys);
+    char *dir = tu_table_collection(ctx, "signature:k=8", 400, 40, 1, 9, &sig, NULL);
+    patina_collection_t *c = NULL;
+    patina_table_query_t q;
+    size_t i, ns0, nq0, ns1, nq1, ns2, nq2;
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 21);
+    for (i = 0; i < N; i++) {
+        random_cedd(rows + i * PATINA_CEDD_DIM, &r);
+        snprintf(keys[i], sizeof keys[i], "k%zu", i);
+        ch[i] = (patina_change_t){PATINA_CHANGE_PUT, i + 1, keys[i], rows + i * PATINA_CEDD_DIM};
+    }
+    TU_OK(patina_table_new(&t, ctx, "cedd", NULL));
+    TU_OK(patina_table_apply(t, ch, N, 1, NULL));
+    TU_OK(patina_table_new(&small, ctx, "cedd", NULL));
+    TU_OK(patina_table_apply(small, ch, 100, 1, NULL));
+    TU_OK(patina_table_new(&empty, ctx, "cedd", NULL));
+    TU_OK(patina_collection_open(&c, tu_path(dir, "c"), PATINA_OPEN_READONLY, 0));
+    TU_OK(patina_table_open(&st, ctx, c, "signature", NULL));
+    cached(ctx, &ns0, &nq0);
+    TU_OK(patina_table_warm(small));
+    TU_OK(patina_table_warm(empty));
+    cached(ctx, &ns1, &nq1);
+    if (ns1 != ns0 || nq1 != nq0) fail_msg("warming a table of 100 rows and an empty one made device copies");
+    TU_OK(patina_table_warm(t));
+    TU_OK(patina_table_warm(st));
+    cached(ctx, &ns1, &nq1);
+    printf("table_gpu: warm: k-NN copies %zu -> %zu, SQFD copies %zu -> %zu\n", ns0, ns1, nq0, nq1);
+    if (ns1 != ns0 + 1) fail_msg("warming a CEDD table of %d rows made %zu k-NN copies (1 expected)", N, ns1 - ns0);
+    if (nq1 != nq0 + 1) fail_msg("warming a signature table made %zu SQFD copies (1 expected)", nq1 - nq0);
+    TU_OK(patina_table_warm(t));
+    TU_OK(patina_table_warm(st));
+    patina_table_query_init(&q);
+    q.k = 10;
+    check_devices(t, rows + 17 * PATINA_CEDD_DIM, NQ, q);
+    check_devices(st, sig, NQ, q);
+    cached(ctx, &ns2, &nq2);
+    if (ns2 != ns1 || nq2 != nq1) fail_msg("a second warm or the first searches made more copies");
+    patina_table_free(st);
+    patina_collection_close(c);
+    patina_table_free(empty);
+    patina_table_free(small);
+    patina_table_free(t);
+    tu_remove_tree(dir);
+    free(dir);
+    free(sig);
+    free(rows);
+    free(ch);
+    free(keys);
+    patina_context_free(ctx);
+}
+
 static void test_identify(void **state)
 {
     enum { N = 24 };
@@ -264,6 +341,7 @@ int main(void)
         cmocka_unit_test(test_cedd_stream),
         cmocka_unit_test(test_cedd_many),
         cmocka_unit_test(test_signature_pivots),
+        cmocka_unit_test(test_warm_search),
         cmocka_unit_test(test_identify),
     };
     tu_require_gpu();
