@@ -205,14 +205,15 @@ __global__ void k_down_cols(uint8_t *arena, const rs_item *items)
 /* Level s_min of the first octave before its smoothing: the image copied
  * (o_min = 0), every 2^o_min-th pixel (o_min > 0), or doubled by
  * copy_and_upsample_rows twice (o_min = -1: rows, then columns of the
- * result; a + b in float, halved). */
-__global__ void k_first(uint8_t *arena, const rs_item *items, int omin)
+ * result; a + b in float, halved). Into level plane 0, or into the
+ * temporary level (to_temp) for a smoothing that cannot run in place. */
+__global__ void k_first(uint8_t *arena, const rs_item *items, int omin, int to_temp)
 {
     const rs_item &it = items[blockIdx.z];
     const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
     if (x >= it.w0 || y >= it.h0) return;
     const float *im = (const float *)(arena + it.off_img);
-    float *lev = (float *)(arena + it.off_lev);
+    float *lev = (float *)(arena + (to_temp ? it.off_temp : it.off_lev));
     float v;
     if (omin == 0) {
         v = im[(size_t)y * it.w + x];
@@ -339,6 +340,149 @@ __global__ void __launch_bounds__(RS_CBX * RS_CBY) k_conv_vh(uint8_t *arena, con
         float acc = 0.0f;
         for (int k = 0; k <= 2 * W; k++) acc = __fadd_rn(acc, __fmul_rn(vert[ry * tw + tx + k], f[-k]));
         dst[(size_t)y * w + x] = acc;
+    }
+}
+
+/* Both passes of one level, register-tiled (level dst_plane of the level
+ * buffer from plane src_plane of the level buffer, or of the temporary
+ * level when src_is_temp; distinct planes), W a compile-time width. A block
+ * of RS_STH threads makes an output tile of RS_STX x RS_STY pixels:
+ *   - column pass, straight from global memory: a work item is one column
+ *     cx of the tile's RS_STX + 2 W (the image column clamp(x0 - W + cx))
+ *     and RS_SRY consecutive rows; it reads the RS_SRY + 2 W clamped source
+ *     values of its column once, in row order, into registers, and adds
+ *     each to the RS_SRY accumulators that take it. Output row r gets the
+ *     value of source row r - W + k as its k-th term, k = 0 .. 2 W
+ *     ascending, each term __fmul_rn(v, filt[2 W - k]) added by __fadd_rn
+ *     to an accumulator that starts at 0.0f: k_conv_v's sum, term by term,
+ *     in its order. The results go to shared memory, vert (RS_STY,
+ *     rs_vpitch(W));
+ *   - row pass: a work item is RS_SRX consecutive outputs of one row; it
+ *     reads the RS_SRX + 2 W values of vert they need with float4 loads
+ *     and adds them the same way, output x taking vert's value at image
+ *     column clamp(x - W + k) as its k-th term: k_conv_h's sum in its
+ *     order (a halo column of vert is the column pass at the clamped
+ *     column, exactly the temporary level's value there).
+ * So every output is the same sequence of float operations as the CPU's
+ * (and k_conv_vh's); only where the operands are read from changes. The
+ * taps live in registers, read once per thread. */
+#define RS_STX 64  /* output tile: columns */
+#define RS_STY 32  /* output tile: rows */
+#define RS_SRY 16  /* rows per column-pass item */
+#define RS_SRX 8   /* outputs per row-pass item */
+#define RS_STH 256 /* threads of a k_smooth block: RS_STY * RS_STX / RS_SRX row items, one each */
+#define RS_SMAXW 16 /* widths with a k_smooth instance (1 .. RS_SMAXW); wider ones take k_conv_vh */
+
+/* Floats per row of vert: the row pass's float4 loads of its last item
+ * stay inside (a multiple of 4, >= RS_STX + 2 W). */
+__host__ __device__ constexpr int rs_vpitch(int W) { return RS_STX - RS_SRX + 4 * ((RS_SRX + 2 * W + 3) / 4); }
+
+template <int W>
+__global__ void __launch_bounds__(RS_STH, 2) k_smooth(uint8_t *arena, const rs_item *items, int oct, int omin,
+                                                      int src_is_temp, size_t src_plane, size_t dst_plane,
+                                                      const float *__restrict__ filt)
+{
+    constexpr int NT = 2 * W + 1, NCOL = RS_STX + 2 * W, VP = rs_vpitch(W);
+    constexpr int NV = RS_SRX + 2 * W;          /* vert values one row item reads */
+    constexpr int NV4 = (NV + 3) / 4;           /* as float4 */
+    __shared__ __align__(16) float vert[RS_STY * VP];
+    static_assert(RS_STY % RS_SRY == 0 && RS_STX % RS_SRX == 0 && RS_SRX % 4 == 0, "tile shape");
+    static_assert(RS_STH == RS_STY * (RS_STX / RS_SRX), "one row item per thread");
+    const rs_item &it = items[blockIdx.z];
+    if (oct >= it.O) return;
+    const int w = oct_dim(it.w, omin + oct), h = oct_dim(it.h, omin + oct);
+    const int x0 = blockIdx.x * RS_STX, y0 = blockIdx.y * RS_STY;
+    if (x0 >= w || y0 >= h) return; /* uniform in the block */
+    const float *src = (const float *)(arena + (src_is_temp ? it.off_temp : it.off_lev)) + src_plane * it.plane;
+    float *dst = (float *)(arena + it.off_lev) + dst_plane * it.plane;
+    float tap[NT]; /* tap[k] = filt[2 W - k]: the k-th term's weight */
+#pragma unroll
+    for (int k = 0; k < NT; k++) tap[k] = filt[2 * W - k];
+
+    /* column pass */
+    for (int e = threadIdx.x; e < (RS_STY / RS_SRY) * NCOL; e += RS_STH) {
+        const int chunk = e / NCOL, cx = e - chunk * NCOL;
+        const int r0 = y0 + chunk * RS_SRY; /* the item's first output row */
+        if (r0 >= h) continue;
+        int px = x0 - W + cx;
+        px = px < 0 ? 0 : px > w - 1 ? w - 1 : px;
+        const float *col = src + px;
+        float acc[RS_SRY];
+#pragma unroll
+        for (int j = 0; j < RS_SRY; j++) acc[j] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < RS_SRY + 2 * W; i++) { /* source row r0 - W + i, in row order */
+            int py = r0 - W + i;
+            py = py < 0 ? 0 : py > h - 1 ? h - 1 : py;
+            const float v = col[(size_t)py * w];
+#pragma unroll
+            for (int j = 0; j < RS_SRY; j++) { /* output row r0 + j takes it as term k = i - j */
+                const int k = i - j;
+                if (k >= 0 && k < NT) acc[j] = __fadd_rn(acc[j], __fmul_rn(v, tap[k]));
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < RS_SRY; j++) vert[(chunk * RS_SRY + j) * VP + cx] = acc[j];
+    }
+    __syncthreads();
+
+    /* row pass: thread t, row t / (RS_STX / RS_SRX), outputs lx0 .. lx0 + RS_SRX - 1 of the tile */
+    {
+        const int ry = threadIdx.x / (RS_STX / RS_SRX), lx0 = (threadIdx.x % (RS_STX / RS_SRX)) * RS_SRX;
+        const int y = y0 + ry, xs = x0 + lx0;
+        if (y >= h || xs >= w) return; /* no __syncthreads after this */
+        float v[4 * NV4]; /* vert columns lx0 .. : image columns clamp(xs - W + i) */
+        const float4 *vr = (const float4 *)(vert + ry * VP + lx0);
+#pragma unroll
+        for (int q = 0; q < NV4; q++) {
+            const float4 u = vr[q];
+            v[4 * q] = u.x;
+            v[4 * q + 1] = u.y;
+            v[4 * q + 2] = u.z;
+            v[4 * q + 3] = u.w;
+        }
+        float acc[RS_SRX];
+#pragma unroll
+        for (int j = 0; j < RS_SRX; j++) acc[j] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NV; i++) /* output xs + j takes v[i] as term k = i - j, k ascending */
+#pragma unroll
+            for (int j = 0; j < RS_SRX; j++) {
+                const int k = i - j;
+                if (k >= 0 && k < NT) acc[j] = __fadd_rn(acc[j], __fmul_rn(v[i], tap[k]));
+            }
+        float *out = dst + (size_t)y * w + xs;
+        if (xs + RS_SRX <= w && ((uintptr_t)out & 15) == 0) {
+#pragma unroll
+            for (int q = 0; q < RS_SRX / 4; q++)
+                ((float4 *)out)[q] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < RS_SRX; j++)
+                if (xs + j < w) out[j] = acc[j];
+        }
+    }
+}
+
+/* Launches k_smooth<W> on the grid of an octave of mw x mh (the batch's
+ * largest); 0 when W has no instance (the caller takes k_conv_vh). */
+static int rs_smooth_launch(int W, cudaStream_t st, int mw, int mh, size_t nb, uint8_t *arena, const rs_item *items,
+                            int oct, int omin, int src_is_temp, size_t src_plane, size_t dst_plane, const float *filt)
+{
+    const dim3 G((unsigned)((mw + RS_STX - 1) / RS_STX), (unsigned)((mh + RS_STY - 1) / RS_STY), (unsigned)nb);
+    if (W < 1 || W > RS_SMAXW) return 0;
+    switch (W) {
+#define RS_SMOOTH_CASE(w_)                                                                                          \
+    case w_:                                                                                                        \
+        k_smooth<w_><<<G, RS_STH, 0, st>>>(arena, items, oct, omin, src_is_temp, src_plane, dst_plane, filt);       \
+        return 1;
+        RS_SMOOTH_CASE(1) RS_SMOOTH_CASE(2) RS_SMOOTH_CASE(3) RS_SMOOTH_CASE(4)
+        RS_SMOOTH_CASE(5) RS_SMOOTH_CASE(6) RS_SMOOTH_CASE(7) RS_SMOOTH_CASE(8)
+        RS_SMOOTH_CASE(9) RS_SMOOTH_CASE(10) RS_SMOOTH_CASE(11) RS_SMOOTH_CASE(12)
+        RS_SMOOTH_CASE(13) RS_SMOOTH_CASE(14) RS_SMOOTH_CASE(15) RS_SMOOTH_CASE(16)
+#undef RS_SMOOTH_CASE
+    default:
+        return 0;
     }
 }
 
@@ -969,6 +1113,13 @@ struct rs_slot {
     int gkeyed, gvalid;         /* a key is set; gexec is its graph */
 };
 
+/* The smoothing kernels (patina_gpu__rootsift_smoothing): register-tiled
+ * k_smooth where it has an instance for the width (the default), or the
+ * shared-memory tile k_conv_vh (and the first octave's pre-smoothing in
+ * place by k_conv_v, k_conv_h). The same bytes either way. */
+#define RS_SMOOTH_REG 0
+#define RS_SMOOTH_TILE 1
+
 struct rs_state {
     uint8_t *d_arena;
     size_t arena_cap;
@@ -979,6 +1130,7 @@ struct rs_state {
     int conf_ok;
     unsigned conf_gen; /* uploads so far (a graph's key) */
     unsigned sel_cap; /* keypoints k_select sorts in shared memory at most (0: none) */
+    int smooth;       /* the smoothing kernels: RS_SMOOTH_REG (k_smooth) or RS_SMOOTH_TILE (k_conv_vh) */
     rs_slot sl[RS_NSLOT];
     size_t *need; /* per image of the call: arena bytes */
     size_t need_cap;
@@ -1210,8 +1362,13 @@ static void rs_scale_space(rs_state *St, rs_slot *L, const patina_gpu_rootsift_c
             w0 = hit[i].w0 > w0 ? hit[i].w0 : w0;
             h0 = hit[i].h0 > h0 ? hit[i].h0 : h0;
         }
-        k_first<<<grid2(w0, h0, nb), B, 0, st>>>(A, I, omin);
-        if (c->w0 > 0) {
+        /* the pre-smoothing (filt0) cannot run in place in one kernel: the
+         * first level goes to the temporary level, k_smooth brings it back */
+        const int reg0 = St->smooth == RS_SMOOTH_REG && c->w0 >= 1 && c->w0 <= RS_SMAXW;
+        k_first<<<grid2(w0, h0, nb), B, 0, st>>>(A, I, omin, reg0);
+        if (reg0) {
+            rs_smooth_launch(c->w0, st, mw, mh, nb, A, I, 0, omin, 1, 0, 0, F);
+        } else if (c->w0 > 0) {
             k_conv_v<<<G, B, 0, st>>>(A, I, 0, omin, 0, 0, 1, 0, F, c->w0);
             k_conv_h<<<G, B, 0, st>>>(A, I, 0, omin, 1, 0, 0, 0, F, c->w0);
         }
@@ -1222,7 +1379,10 @@ static void rs_scale_space(rs_state *St, rs_slot *L, const patina_gpu_rootsift_c
         const float *f = F + (size_t)l * PGPU_RS_MAXTAPS;
         const int W = c->fw[l - 1];
         const size_t smem = (size_t)(2 * RS_CTY + 2 * W) * (size_t)(RS_CTX + 2 * W) * sizeof(float);
-        if (smem <= 48 * 1024) { /* both passes in one kernel (distinct planes) */
+        if (St->smooth == RS_SMOOTH_REG &&
+            rs_smooth_launch(W, st, mw, mh, nb, A, I, k, omin, 0, (size_t)(l - 1), (size_t)l, f)) {
+            /* both passes, register-tiled (distinct planes) */
+        } else if (smem <= 48 * 1024) { /* both passes in one kernel (distinct planes) */
             const dim3 Gt((unsigned)((mw + RS_CTX - 1) / RS_CTX), (unsigned)((mh + RS_CTY - 1) / RS_CTY), (unsigned)nb);
             k_conv_vh<<<Gt, dim3(RS_CBX, RS_CBY), smem, st>>>(A, I, k, omin, (size_t)(l - 1), (size_t)l, f, W);
         } else {
@@ -1669,6 +1829,19 @@ extern "C" void patina_gpu__rootsift_times(patina_gpu_t *g, double ms[PGPU_RS_ST
     }
     if (batches) *batches = S ? S->batches : 0;
     if (S) S->batches = 0;
+}
+
+extern "C" patina_status patina_gpu__rootsift_smoothing(patina_gpu_t *g, int variant)
+{
+    rs_state *St;
+    if (!g || (variant != RS_SMOOTH_REG && variant != RS_SMOOTH_TILE))
+        return patina__fail(PATINA_E_INVALID, "gpu: rootsift: no smoothing variant %d", variant);
+    PGPU_CU(cudaSetDevice(g->device));
+    PATINA_TRY(rs_state_of(g, &St));
+    for (int j = 0; j < RS_NSLOT; j++) PGPU_CU(cudaStreamSynchronize(St->sl[j].st));
+    if (St->smooth != variant) St->conf_gen++; /* the one-image graphs hold the other kernels */
+    St->smooth = variant;
+    return PATINA_OK;
 }
 
 /* Test hook: one image's float input (w, h) through the first octave's
