@@ -344,8 +344,10 @@ __global__ void __launch_bounds__(RS_CBX * RS_CBY) k_conv_vh(uint8_t *arena, con
 }
 
 /* Both passes of one level, register-tiled (level dst_plane of the level
- * buffer from plane src_plane of the level buffer, or of the temporary
- * level when src_is_temp; distinct planes), W a compile-time width. A block
+ * buffer from plane src_plane of the buffer src_buf: RS_SRC_LEV the levels,
+ * RS_SRC_TEMP the temporary level, RS_SRC_IMG the float image, whose rows
+ * are the first octave's when o_min = 0; distinct planes), W a
+ * compile-time width. A block
  * of RS_STH threads makes an output tile of RS_STX x RS_STY pixels:
  *   - column pass, straight from global memory: a work item is one column
  *     cx of the tile's RS_STX + 2 W (the image column clamp(x0 - W + cx))
@@ -372,6 +374,9 @@ __global__ void __launch_bounds__(RS_CBX * RS_CBY) k_conv_vh(uint8_t *arena, con
 #define RS_SRX 8   /* outputs per row-pass item */
 #define RS_STH 256 /* threads of a k_smooth block: RS_STY * RS_STX / RS_SRX row items, one each */
 #define RS_SMAXW 16 /* widths with a k_smooth instance (1 .. RS_SMAXW); wider ones take k_conv_vh */
+#define RS_SRC_LEV 0
+#define RS_SRC_TEMP 1
+#define RS_SRC_IMG 2
 
 /* Floats per row of vert: the row pass's float4 loads of its last item
  * stay inside (a multiple of 4, >= RS_STX + 2 W). */
@@ -379,7 +384,7 @@ __host__ __device__ constexpr int rs_vpitch(int W) { return RS_STX - RS_SRX + 4 
 
 template <int W>
 __global__ void __launch_bounds__(RS_STH, 2) k_smooth(uint8_t *arena, const rs_item *items, int oct, int omin,
-                                                      int src_is_temp, size_t src_plane, size_t dst_plane,
+                                                      int src_buf, size_t src_plane, size_t dst_plane,
                                                       const float *__restrict__ filt)
 {
     constexpr int NT = 2 * W + 1, NCOL = RS_STX + 2 * W, VP = rs_vpitch(W);
@@ -393,7 +398,10 @@ __global__ void __launch_bounds__(RS_STH, 2) k_smooth(uint8_t *arena, const rs_i
     const int w = oct_dim(it.w, omin + oct), h = oct_dim(it.h, omin + oct);
     const int x0 = blockIdx.x * RS_STX, y0 = blockIdx.y * RS_STY;
     if (x0 >= w || y0 >= h) return; /* uniform in the block */
-    const float *src = (const float *)(arena + (src_is_temp ? it.off_temp : it.off_lev)) + src_plane * it.plane;
+    const float *src = (const float *)(arena + (src_buf == RS_SRC_IMG    ? it.off_img
+                                                : src_buf == RS_SRC_TEMP ? it.off_temp
+                                                                         : it.off_lev)) +
+                       src_plane * it.plane;
     float *dst = (float *)(arena + it.off_lev) + dst_plane * it.plane;
     float tap[NT]; /* tap[k] = filt[2 W - k]: the k-th term's weight */
 #pragma unroll
@@ -467,14 +475,14 @@ __global__ void __launch_bounds__(RS_STH, 2) k_smooth(uint8_t *arena, const rs_i
 /* Launches k_smooth<W> on the grid of an octave of mw x mh (the batch's
  * largest); 0 when W has no instance (the caller takes k_conv_vh). */
 static int rs_smooth_launch(int W, cudaStream_t st, int mw, int mh, size_t nb, uint8_t *arena, const rs_item *items,
-                            int oct, int omin, int src_is_temp, size_t src_plane, size_t dst_plane, const float *filt)
+                            int oct, int omin, int src_buf, size_t src_plane, size_t dst_plane, const float *filt)
 {
     const dim3 G((unsigned)((mw + RS_STX - 1) / RS_STX), (unsigned)((mh + RS_STY - 1) / RS_STY), (unsigned)nb);
     if (W < 1 || W > RS_SMAXW) return 0;
     switch (W) {
 #define RS_SMOOTH_CASE(w_)                                                                                          \
     case w_:                                                                                                        \
-        k_smooth<w_><<<G, RS_STH, 0, st>>>(arena, items, oct, omin, src_is_temp, src_plane, dst_plane, filt);       \
+        k_smooth<w_><<<G, RS_STH, 0, st>>>(arena, items, oct, omin, src_buf, src_plane, dst_plane, filt);           \
         return 1;
         RS_SMOOTH_CASE(1) RS_SMOOTH_CASE(2) RS_SMOOTH_CASE(3) RS_SMOOTH_CASE(4)
         RS_SMOOTH_CASE(5) RS_SMOOTH_CASE(6) RS_SMOOTH_CASE(7) RS_SMOOTH_CASE(8)
@@ -1362,15 +1370,22 @@ static void rs_scale_space(rs_state *St, rs_slot *L, const patina_gpu_rootsift_c
             w0 = hit[i].w0 > w0 ? hit[i].w0 : w0;
             h0 = hit[i].h0 > h0 ? hit[i].h0 : h0;
         }
-        /* the pre-smoothing (filt0) cannot run in place in one kernel: the
-         * first level goes to the temporary level, k_smooth brings it back */
+        /* the pre-smoothing (filt0) cannot run in place in one kernel: at
+         * o_min = 0 k_smooth reads the float image itself (k_first's copy
+         * of it is the identity), else k_first writes the temporary level
+         * and k_smooth brings it back */
         const int reg0 = St->smooth == RS_SMOOTH_REG && c->w0 >= 1 && c->w0 <= RS_SMAXW;
-        k_first<<<grid2(w0, h0, nb), B, 0, st>>>(A, I, omin, reg0);
-        if (reg0) {
-            rs_smooth_launch(c->w0, st, mw, mh, nb, A, I, 0, omin, 1, 0, 0, F);
+        if (reg0 && omin == 0) {
+            rs_smooth_launch(c->w0, st, mw, mh, nb, A, I, 0, omin, RS_SRC_IMG, 0, 0, F);
+        } else if (reg0) {
+            k_first<<<grid2(w0, h0, nb), B, 0, st>>>(A, I, omin, 1);
+            rs_smooth_launch(c->w0, st, mw, mh, nb, A, I, 0, omin, RS_SRC_TEMP, 0, 0, F);
         } else if (c->w0 > 0) {
+            k_first<<<grid2(w0, h0, nb), B, 0, st>>>(A, I, omin, 0);
             k_conv_v<<<G, B, 0, st>>>(A, I, 0, omin, 0, 0, 1, 0, F, c->w0);
             k_conv_h<<<G, B, 0, st>>>(A, I, 0, omin, 1, 0, 0, 0, F, c->w0);
+        } else {
+            k_first<<<grid2(w0, h0, nb), B, 0, st>>>(A, I, omin, 0);
         }
     } else {
         k_next_base<<<G, B, 0, st>>>(A, I, k, omin, S);
@@ -1380,7 +1395,7 @@ static void rs_scale_space(rs_state *St, rs_slot *L, const patina_gpu_rootsift_c
         const int W = c->fw[l - 1];
         const size_t smem = (size_t)(2 * RS_CTY + 2 * W) * (size_t)(RS_CTX + 2 * W) * sizeof(float);
         if (St->smooth == RS_SMOOTH_REG &&
-            rs_smooth_launch(W, st, mw, mh, nb, A, I, k, omin, 0, (size_t)(l - 1), (size_t)l, f)) {
+            rs_smooth_launch(W, st, mw, mh, nb, A, I, k, omin, RS_SRC_LEV, (size_t)(l - 1), (size_t)l, f)) {
             /* both passes, register-tiled (distinct planes) */
         } else if (smem <= 48 * 1024) { /* both passes in one kernel (distinct planes) */
             const dim3 Gt((unsigned)((mw + RS_CTX - 1) / RS_CTX), (unsigned)((mh + RS_CTY - 1) / RS_CTY), (unsigned)nb);
