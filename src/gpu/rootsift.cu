@@ -64,6 +64,7 @@
 struct rs_ctr {
     unsigned cand, kp, feat, over; /* candidates (this octave), keypoints, kept features, overflow flag */
     unsigned kp0;                  /* the current octave's first keypoint slot */
+    unsigned more;                 /* late orientations: the ranks past the first round are needed (k_more) */
 };
 
 struct rs_kp {
@@ -575,7 +576,7 @@ __global__ void k_detect(uint8_t *arena, const rs_item *items, rs_ctr *ctr, int 
 }
 
 /* Refinement (vl_sift_detect) of one candidate: the keypoint appended
- * (orientations later, k_orient). */
+ * (orientations later: k_orient per octave or k_orient_rank after the sort). */
 __device__ static void rs_refine_one(uint8_t *arena, const rs_item &it, rs_ctr *ctr, int oct, int omin,
                                      const rs_kconf &C, unsigned ci)
 {
@@ -854,10 +855,15 @@ __device__ static inline bool rs_better(const rs_sortkey &a, const rs_sortkey &b
  * (the kept features: keypoint index << 2 | orientation); the header. The
  * take is VLFeat's serial loop written as a scan: the orientation a of the
  * i-th keypoint in order is feature sum_{j < i} nang_j + a, kept when that
- * is under the budget. */
+ * is under the budget. phase: RS_SEL_ALL both; RS_SEL_SORT the sort alone,
+ * its order left in the arena's keys (for k_orient_rank); RS_SEL_TAKE the
+ * take alone from them. */
 #define RS_SEL_THREADS 1024
+#define RS_SEL_ALL 0  /* sort and take (orientations computed per octave) */
+#define RS_SEL_SORT 1 /* sort only, the order left in the arena's sort keys */
+#define RS_SEL_TAKE 2 /* take only, from the arena's sorted keys */
 __global__ void __launch_bounds__(RS_SEL_THREADS) k_select(uint8_t *arena, const rs_item *items, rs_ctr *ctr,
-                                                             rs_kconf C, unsigned smem_cap)
+                                                             rs_kconf C, unsigned smem_cap, int phase)
 {
     extern __shared__ rs_sortkey sh_sk[];
     __shared__ unsigned sh_wsum[RS_SEL_THREADS / 32];
@@ -867,8 +873,8 @@ __global__ void __launch_bounds__(RS_SEL_THREADS) k_select(uint8_t *arena, const
     rs_sortkey *const gsk = (rs_sortkey *)(arena + it.off_sort);
     unsigned P = 1;
     while (P < n) P <<= 1;
-    rs_sortkey *const sk = P <= smem_cap ? sh_sk : gsk;
-    for (unsigned i = threadIdx.x; i < P; i += blockDim.x) {
+    rs_sortkey *const sk = phase != RS_SEL_TAKE && P <= smem_cap ? sh_sk : gsk;
+    for (unsigned i = threadIdx.x; phase != RS_SEL_TAKE && i < P; i += blockDim.x) {
         if (i >= n) {
             sk[i].peak = -1.0;
             sk[i].seq = ~0ull;
@@ -877,7 +883,7 @@ __global__ void __launch_bounds__(RS_SEL_THREADS) k_select(uint8_t *arena, const
         }
     }
     __syncthreads();
-    for (unsigned k = 2; k <= P; k <<= 1)
+    for (unsigned k = 2; phase != RS_SEL_TAKE && k <= P; k <<= 1)
         for (unsigned j = k >> 1; j > 0; j >>= 1) {
             for (unsigned i = threadIdx.x; i < P; i += blockDim.x) {
                 const unsigned l = i ^ j;
@@ -892,6 +898,11 @@ __global__ void __launch_bounds__(RS_SEL_THREADS) k_select(uint8_t *arena, const
             }
             __syncthreads();
         }
+    if (phase == RS_SEL_SORT) {
+        if (sk != gsk)
+            for (unsigned i = threadIdx.x; i < n; i += blockDim.x) gsk[i] = sk[i];
+        return;
+    }
     const rs_kp *kp = (const rs_kp *)(arena + it.off_kp);
     unsigned *feat = (unsigned *)(arena + it.off_feat);
     const unsigned budget = (unsigned)C.budget, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
@@ -932,6 +943,55 @@ __global__ void __launch_bounds__(RS_SEL_THREADS) k_select(uint8_t *arena, const
                               __float_as_uint(it.down), (uint32_t)it.w, (uint32_t)it.h, (uint32_t)it.W, (uint32_t)it.H};
     for (int k = 0; k < 10; k++)
         for (int b = 0; b < 4; b++) rec[4 * k + b] = (uint8_t)(hdr[k] >> (8 * b));
+}
+
+/* Late orientations: those of the keypoints of ranks lo .. min(hi, n) - 1
+ * in the sorted order (k_select's RS_SEL_SORT), one per warp at a time, as
+ * k_orient computes them (rs_orient_one, the keypoint's own octave); when
+ * gated, only in the images whose ctr.more is set (k_more). */
+__global__ void __launch_bounds__(32 * RS_REF_WARPS) k_orient_rank(uint8_t *arena, const rs_item *items,
+                                                                     const rs_ctr *ctr, int omin, rs_kconf C,
+                                                                     const double *expn, unsigned lo, unsigned hi,
+                                                                     int gated)
+{
+    enum { nbins = 36 };
+    __shared__ double sh_h[RS_REF_WARPS][nbins];
+    __shared__ double sh_c[RS_REF_WARPS][2][32];
+    __shared__ int sh_b[RS_REF_WARPS][36];
+    const rs_item &it = items[blockIdx.y];
+    const rs_ctr &c = ctr[blockIdx.y];
+    if (gated && !c.more) return;
+    const int wp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const unsigned n = c.kp < it.kp_cap ? c.kp : it.kp_cap, end = hi < n ? hi : n;
+    const rs_sortkey *sk = (const rs_sortkey *)(arena + it.off_sort);
+    const rs_kp *kps = (const rs_kp *)(arena + it.off_kp);
+    for (unsigned r = lo + blockIdx.x * RS_REF_WARPS + wp; r < end; r += gridDim.x * RS_REF_WARPS) {
+        const unsigned slot = (unsigned)(sk[r].seq & ((1u << RS_KP_IDX_BITS) - 1));
+        rs_orient_one(arena, it, kps[slot].o - omin, omin, C, expn, slot, lane, sh_h[wp], sh_c[wp], sh_b[wp]);
+    }
+}
+
+/* Whether an image needs the orientations of ranks k1 and on: the take
+ * reads a keypoint's orientation count only while the features before it
+ * are under the budget, so when ranks 0 .. k1 - 1 give budget features or
+ * more, the later ranks are never read (and keep nang = 0). One block per
+ * image; integer sums. */
+__global__ void k_more(uint8_t *arena, const rs_item *items, rs_ctr *ctr, unsigned k1, unsigned budget)
+{
+    __shared__ unsigned sh_sum;
+    const rs_item &it = items[blockIdx.x];
+    rs_ctr *c = &ctr[blockIdx.x];
+    const unsigned n = c->kp < it.kp_cap ? c->kp : it.kp_cap, end = k1 < n ? k1 : n;
+    const rs_sortkey *sk = (const rs_sortkey *)(arena + it.off_sort);
+    const rs_kp *kps = (const rs_kp *)(arena + it.off_kp);
+    unsigned sum = 0;
+    if (threadIdx.x == 0) sh_sum = 0;
+    __syncthreads();
+    for (unsigned r = threadIdx.x; r < end; r += blockDim.x)
+        sum += (unsigned)kps[sk[r].seq & ((1u << RS_KP_IDX_BITS) - 1)].nang;
+    atomicAdd(&sh_sum, sum);
+    __syncthreads();
+    if (threadIdx.x == 0) c->more = n > k1 && sh_sum < budget;
 }
 
 /* ------------------------------------------------------------ descriptors */
@@ -1128,6 +1188,17 @@ struct rs_slot {
 #define RS_SMOOTH_REG 0
 #define RS_SMOOTH_TILE 1
 
+/* When orientations are computed (patina_gpu__rootsift_orientations):
+ * after the selection's sort, for the ranks the take can read (the first
+ * budget keypoints, then the rest only in images where those give fewer
+ * than budget features; the default), or for every keypoint of each octave
+ * after its refinement. The same bytes either way: a keypoint's
+ * orientations do not depend on when they are computed, and the take never
+ * reads a count it skipped. */
+#define RS_ORIENT_LATE 0
+#define RS_ORIENT_ALL 1
+#define RS_ORIENT_LATE2 2 /* late with an empty first round: every rank by the gated second (tests it) */
+
 struct rs_state {
     uint8_t *d_arena;
     size_t arena_cap;
@@ -1139,6 +1210,7 @@ struct rs_state {
     unsigned conf_gen; /* uploads so far (a graph's key) */
     unsigned sel_cap; /* keypoints k_select sorts in shared memory at most (0: none) */
     int smooth;       /* the smoothing kernels: RS_SMOOTH_REG (k_smooth) or RS_SMOOTH_TILE (k_conv_vh) */
+    int orient;       /* RS_ORIENT_LATE, RS_ORIENT_ALL or RS_ORIENT_LATE2 */
     rs_slot sl[RS_NSLOT];
     size_t *need; /* per image of the call: arena bytes */
     size_t need_cap;
@@ -1433,7 +1505,8 @@ static void rs_detect(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t
         St->d_arena, L->d_items, L->d_ctr, k, c->first_octave, c->levels, c->peak);
     const unsigned blocks = (cap + 127) / 128 < RS_REF_BLOCKS ? (cap + 127) / 128 : RS_REF_BLOCKS;
     k_refine<<<dim3(blocks, (unsigned)nb), 128, 0, L->st>>>(St->d_arena, L->d_items, L->d_ctr, k, c->first_octave, *C);
-    k_orient<<<dim3(RS_REF_BLOCKS, (unsigned)nb), 32 * RS_REF_WARPS, 0, L->st>>>(St->d_arena, L->d_items, L->d_ctr, k,
+    if (St->orient == RS_ORIENT_ALL)
+        k_orient<<<dim3(RS_REF_BLOCKS, (unsigned)nb), 32 * RS_REF_WARPS, 0, L->st>>>(St->d_arena, L->d_items, L->d_ctr, k,
                                                                                 c->first_octave, *C, St->d_expn);
 }
 
@@ -1484,8 +1557,25 @@ static patina_status rs_enqueue_ops(rs_state *St, rs_slot *L, const patina_gpu_r
         rs_detect(St, L, c, nb, k, &C, kw, kh);
     }
     rs_mark(L, 5);
-    k_select<<<(unsigned)nb, RS_SEL_THREADS, St->sel_cap * sizeof(rs_sortkey), st>>>(St->d_arena, L->d_items, L->d_ctr,
-                                                                                   C, St->sel_cap);
+    if (St->orient == RS_ORIENT_ALL) {
+        k_select<<<(unsigned)nb, RS_SEL_THREADS, St->sel_cap * sizeof(rs_sortkey), st>>>(
+            St->d_arena, L->d_items, L->d_ctr, C, St->sel_cap, RS_SEL_ALL);
+    } else { /* sort; orientations of the ranks the take reads (timed as stage 4); take */
+        const unsigned k1 = St->orient == RS_ORIENT_LATE2 ? 0u : (unsigned)c->budget;
+        const unsigned b1 = (k1 + RS_REF_WARPS - 1) / RS_REF_WARPS;
+        k_select<<<(unsigned)nb, RS_SEL_THREADS, St->sel_cap * sizeof(rs_sortkey), st>>>(
+            St->d_arena, L->d_items, L->d_ctr, C, St->sel_cap, RS_SEL_SORT);
+        rs_mark(L, 4);
+        if (b1)
+            k_orient_rank<<<dim3(b1 < RS_REF_BLOCKS ? b1 : RS_REF_BLOCKS, (unsigned)nb), 32 * RS_REF_WARPS, 0, st>>>(
+                St->d_arena, L->d_items, L->d_ctr, c->first_octave, C, St->d_expn, 0u, k1, 0);
+        k_more<<<(unsigned)nb, 256, 0, st>>>(St->d_arena, L->d_items, L->d_ctr, k1, (unsigned)c->budget);
+        k_orient_rank<<<dim3(RS_REF_BLOCKS, (unsigned)nb), 32 * RS_REF_WARPS, 0, st>>>(
+            St->d_arena, L->d_items, L->d_ctr, c->first_octave, C, St->d_expn, k1, ~0u, 1);
+        rs_mark(L, 5);
+        k_select<<<(unsigned)nb, RS_SEL_THREADS, 0, st>>>(St->d_arena, L->d_items, L->d_ctr, C, St->sel_cap,
+                                                         RS_SEL_TAKE);
+    }
     rs_mark(L, 6);
     k_desc<<<dim3((unsigned)((c->budget + RS_DESC_WARPS - 1) / RS_DESC_WARPS), (unsigned)nb), 32 * RS_DESC_WARPS, 0,
              st>>>(St->d_arena, L->d_items, L->d_ctr, c->first_octave, C, St->d_expn);
@@ -1844,6 +1934,19 @@ extern "C" void patina_gpu__rootsift_times(patina_gpu_t *g, double ms[PGPU_RS_ST
     }
     if (batches) *batches = S ? S->batches : 0;
     if (S) S->batches = 0;
+}
+
+extern "C" patina_status patina_gpu__rootsift_orientations(patina_gpu_t *g, int variant)
+{
+    rs_state *St;
+    if (!g || (variant != RS_ORIENT_LATE && variant != RS_ORIENT_ALL && variant != RS_ORIENT_LATE2))
+        return patina__fail(PATINA_E_INVALID, "gpu: rootsift: no orientation variant %d", variant);
+    PGPU_CU(cudaSetDevice(g->device));
+    PATINA_TRY(rs_state_of(g, &St));
+    for (int j = 0; j < RS_NSLOT; j++) PGPU_CU(cudaStreamSynchronize(St->sl[j].st));
+    if (St->orient != variant) St->conf_gen++; /* the one-image graphs hold the other kernels */
+    St->orient = variant;
+    return PATINA_OK;
 }
 
 extern "C" patina_status patina_gpu__rootsift_smoothing(patina_gpu_t *g, int variant)

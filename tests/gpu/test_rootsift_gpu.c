@@ -463,14 +463,25 @@ static void test_synthetic(void **state)
         free(g16);
         free(st);
     }
-    /* the shared-tile smoothing kernels give the same records (all at once) */
-    {
+    /* the other kernel variants give the same records (all at once): the
+     * shared-tile smoothing; orientations of every keypoint per octave; both
+     * (the path before either); late orientations all by the gated round */
+    for (int var = 0; var < 4; var++) {
+        static const struct {
+            int smooth, orient;
+            const char *name;
+        } vars[4] = {{1, 0, "rootsift, tile smoothing"},
+                     {0, 1, "rootsift, all orientations"},
+                     {1, 1, "rootsift, tile smoothing, all orientations"},
+                     {0, 2, "rootsift, orientations by the gated round"}};
         agree_t a;
         memset(&a, 0, sizeof a);
-        TU_OK(patina_gpu__rootsift_smoothing(G, 1));
-        free(run_both("rootsift", 0, v, n, &a, "rootsift, tile smoothing", NULL));
+        TU_OK(patina_gpu__rootsift_smoothing(G, vars[var].smooth));
+        TU_OK(patina_gpu__rootsift_orientations(G, vars[var].orient));
+        free(run_both("rootsift", 0, v, n, &a, vars[var].name, NULL));
         TU_OK(patina_gpu__rootsift_smoothing(G, 0));
-        agree_print(&a, "rootsift, tile smoothing");
+        TU_OK(patina_gpu__rootsift_orientations(G, 0));
+        agree_print(&a, vars[var].name);
     }
     /* each case alone too (names say which) */
     for (size_t i = 0; i < n; i++) {
