@@ -365,6 +365,18 @@ void patina_gpu__rootsift_times(patina_gpu_t *g, double ms[PGPU_RS_STAGES], size
     if (batches) *batches = 0;
 }
 
+patina_status patina_gpu__rootsift_orientations(patina_gpu_t *g, int variant)
+{
+    (void)g; (void)variant;
+    return none();
+}
+
+patina_status patina_gpu__rootsift_smoothing(patina_gpu_t *g, int variant)
+{
+    (void)g; (void)variant;
+    return none();
+}
+
 patina_status patina_gpu__rootsift_octave(patina_gpu_t *g, const patina_gpu_rootsift_conf_t *c, const float *im,
                                           int w, int h, int octaves, int k, float *levels, float *dog)
 {

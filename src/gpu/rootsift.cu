@@ -64,6 +64,7 @@
 struct rs_ctr {
     unsigned cand, kp, feat, over; /* candidates (this octave), keypoints, kept features, overflow flag */
     unsigned kp0;                  /* the current octave's first keypoint slot */
+    unsigned more;                 /* late orientations: the ranks past the first round are needed (k_more) */
 };
 
 struct rs_kp {
@@ -205,14 +206,15 @@ __global__ void k_down_cols(uint8_t *arena, const rs_item *items)
 /* Level s_min of the first octave before its smoothing: the image copied
  * (o_min = 0), every 2^o_min-th pixel (o_min > 0), or doubled by
  * copy_and_upsample_rows twice (o_min = -1: rows, then columns of the
- * result; a + b in float, halved). */
-__global__ void k_first(uint8_t *arena, const rs_item *items, int omin)
+ * result; a + b in float, halved). Into level plane 0, or into the
+ * temporary level (to_temp) for a smoothing that cannot run in place. */
+__global__ void k_first(uint8_t *arena, const rs_item *items, int omin, int to_temp)
 {
     const rs_item &it = items[blockIdx.z];
     const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
     if (x >= it.w0 || y >= it.h0) return;
     const float *im = (const float *)(arena + it.off_img);
-    float *lev = (float *)(arena + it.off_lev);
+    float *lev = (float *)(arena + (to_temp ? it.off_temp : it.off_lev));
     float v;
     if (omin == 0) {
         v = im[(size_t)y * it.w + x];
@@ -342,6 +344,157 @@ __global__ void __launch_bounds__(RS_CBX * RS_CBY) k_conv_vh(uint8_t *arena, con
     }
 }
 
+/* Both passes of one level, register-tiled (level dst_plane of the level
+ * buffer from plane src_plane of the buffer src_buf: RS_SRC_LEV the levels,
+ * RS_SRC_TEMP the temporary level, RS_SRC_IMG the float image, whose rows
+ * are the first octave's when o_min = 0; distinct planes), W a
+ * compile-time width. A block
+ * of RS_STH threads makes an output tile of RS_STX x RS_STY pixels:
+ *   - column pass, straight from global memory: a work item is one column
+ *     cx of the tile's RS_STX + 2 W (the image column clamp(x0 - W + cx))
+ *     and RS_SRY consecutive rows; it reads the RS_SRY + 2 W clamped source
+ *     values of its column once, in row order, into registers, and adds
+ *     each to the RS_SRY accumulators that take it. Output row r gets the
+ *     value of source row r - W + k as its k-th term, k = 0 .. 2 W
+ *     ascending, each term __fmul_rn(v, filt[2 W - k]) added by __fadd_rn
+ *     to an accumulator that starts at 0.0f: k_conv_v's sum, term by term,
+ *     in its order. The results go to shared memory, vert (RS_STY,
+ *     rs_vpitch(W));
+ *   - row pass: a work item is RS_SRX consecutive outputs of one row; it
+ *     reads the RS_SRX + 2 W values of vert they need with float4 loads
+ *     and adds them the same way, output x taking vert's value at image
+ *     column clamp(x - W + k) as its k-th term: k_conv_h's sum in its
+ *     order (a halo column of vert is the column pass at the clamped
+ *     column, exactly the temporary level's value there).
+ * So every output is the same sequence of float operations as the CPU's
+ * (and k_conv_vh's); only where the operands are read from changes. The
+ * taps live in registers, read once per thread. */
+#define RS_STX 64  /* output tile: columns */
+#define RS_STY 32  /* output tile: rows */
+#define RS_SRY 16  /* rows per column-pass item */
+#define RS_SRX 8   /* outputs per row-pass item */
+#define RS_STH 256 /* threads of a k_smooth block: RS_STY * RS_STX / RS_SRX row items, one each */
+#define RS_SMAXW 16 /* widths with a k_smooth instance (1 .. RS_SMAXW); wider ones take k_conv_vh */
+#define RS_SRC_LEV 0
+#define RS_SRC_TEMP 1
+#define RS_SRC_IMG 2
+
+/* Floats per row of vert: the row pass's float4 loads of its last item
+ * stay inside (a multiple of 4, >= RS_STX + 2 W). */
+__host__ __device__ constexpr int rs_vpitch(int W) { return RS_STX - RS_SRX + 4 * ((RS_SRX + 2 * W + 3) / 4); }
+
+template <int W>
+__global__ void __launch_bounds__(RS_STH, 2) k_smooth(uint8_t *arena, const rs_item *items, int oct, int omin,
+                                                      int src_buf, size_t src_plane, size_t dst_plane,
+                                                      const float *__restrict__ filt)
+{
+    constexpr int NT = 2 * W + 1, NCOL = RS_STX + 2 * W, VP = rs_vpitch(W);
+    constexpr int NV = RS_SRX + 2 * W;          /* vert values one row item reads */
+    constexpr int NV4 = (NV + 3) / 4;           /* as float4 */
+    __shared__ __align__(16) float vert[RS_STY * VP];
+    static_assert(RS_STY % RS_SRY == 0 && RS_STX % RS_SRX == 0 && RS_SRX % 4 == 0, "tile shape");
+    static_assert(RS_STH == RS_STY * (RS_STX / RS_SRX), "one row item per thread");
+    const rs_item &it = items[blockIdx.z];
+    if (oct >= it.O) return;
+    const int w = oct_dim(it.w, omin + oct), h = oct_dim(it.h, omin + oct);
+    const int x0 = blockIdx.x * RS_STX, y0 = blockIdx.y * RS_STY;
+    if (x0 >= w || y0 >= h) return; /* uniform in the block */
+    const float *src = (const float *)(arena + (src_buf == RS_SRC_IMG    ? it.off_img
+                                                : src_buf == RS_SRC_TEMP ? it.off_temp
+                                                                         : it.off_lev)) +
+                       src_plane * it.plane;
+    float *dst = (float *)(arena + it.off_lev) + dst_plane * it.plane;
+    float tap[NT]; /* tap[k] = filt[2 W - k]: the k-th term's weight */
+#pragma unroll
+    for (int k = 0; k < NT; k++) tap[k] = filt[2 * W - k];
+
+    /* column pass */
+    for (int e = threadIdx.x; e < (RS_STY / RS_SRY) * NCOL; e += RS_STH) {
+        const int chunk = e / NCOL, cx = e - chunk * NCOL;
+        const int r0 = y0 + chunk * RS_SRY; /* the item's first output row */
+        if (r0 >= h) continue;
+        int px = x0 - W + cx;
+        px = px < 0 ? 0 : px > w - 1 ? w - 1 : px;
+        const float *col = src + px;
+        float acc[RS_SRY];
+#pragma unroll
+        for (int j = 0; j < RS_SRY; j++) acc[j] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < RS_SRY + 2 * W; i++) { /* source row r0 - W + i, in row order */
+            int py = r0 - W + i;
+            py = py < 0 ? 0 : py > h - 1 ? h - 1 : py;
+            const float v = col[(size_t)py * w];
+#pragma unroll
+            for (int j = 0; j < RS_SRY; j++) { /* output row r0 + j takes it as term k = i - j */
+                const int k = i - j;
+                if (k >= 0 && k < NT) acc[j] = __fadd_rn(acc[j], __fmul_rn(v, tap[k]));
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < RS_SRY; j++) vert[(chunk * RS_SRY + j) * VP + cx] = acc[j];
+    }
+    __syncthreads();
+
+    /* row pass: thread t, row t / (RS_STX / RS_SRX), outputs lx0 .. lx0 + RS_SRX - 1 of the tile */
+    {
+        const int ry = threadIdx.x / (RS_STX / RS_SRX), lx0 = (threadIdx.x % (RS_STX / RS_SRX)) * RS_SRX;
+        const int y = y0 + ry, xs = x0 + lx0;
+        if (y >= h || xs >= w) return; /* no __syncthreads after this */
+        float v[4 * NV4]; /* vert columns lx0 .. : image columns clamp(xs - W + i) */
+        const float4 *vr = (const float4 *)(vert + ry * VP + lx0);
+#pragma unroll
+        for (int q = 0; q < NV4; q++) {
+            const float4 u = vr[q];
+            v[4 * q] = u.x;
+            v[4 * q + 1] = u.y;
+            v[4 * q + 2] = u.z;
+            v[4 * q + 3] = u.w;
+        }
+        float acc[RS_SRX];
+#pragma unroll
+        for (int j = 0; j < RS_SRX; j++) acc[j] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NV; i++) /* output xs + j takes v[i] as term k = i - j, k ascending */
+#pragma unroll
+            for (int j = 0; j < RS_SRX; j++) {
+                const int k = i - j;
+                if (k >= 0 && k < NT) acc[j] = __fadd_rn(acc[j], __fmul_rn(v[i], tap[k]));
+            }
+        float *out = dst + (size_t)y * w + xs;
+        if (xs + RS_SRX <= w && ((uintptr_t)out & 15) == 0) {
+#pragma unroll
+            for (int q = 0; q < RS_SRX / 4; q++)
+                ((float4 *)out)[q] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < RS_SRX; j++)
+                if (xs + j < w) out[j] = acc[j];
+        }
+    }
+}
+
+/* Launches k_smooth<W> on the grid of an octave of mw x mh (the batch's
+ * largest); 0 when W has no instance (the caller takes k_conv_vh). */
+static int rs_smooth_launch(int W, cudaStream_t st, int mw, int mh, size_t nb, uint8_t *arena, const rs_item *items,
+                            int oct, int omin, int src_buf, size_t src_plane, size_t dst_plane, const float *filt)
+{
+    const dim3 G((unsigned)((mw + RS_STX - 1) / RS_STX), (unsigned)((mh + RS_STY - 1) / RS_STY), (unsigned)nb);
+    if (W < 1 || W > RS_SMAXW) return 0;
+    switch (W) {
+#define RS_SMOOTH_CASE(w_)                                                                                          \
+    case w_:                                                                                                        \
+        k_smooth<w_><<<G, RS_STH, 0, st>>>(arena, items, oct, omin, src_buf, src_plane, dst_plane, filt);           \
+        return 1;
+        RS_SMOOTH_CASE(1) RS_SMOOTH_CASE(2) RS_SMOOTH_CASE(3) RS_SMOOTH_CASE(4)
+        RS_SMOOTH_CASE(5) RS_SMOOTH_CASE(6) RS_SMOOTH_CASE(7) RS_SMOOTH_CASE(8)
+        RS_SMOOTH_CASE(9) RS_SMOOTH_CASE(10) RS_SMOOTH_CASE(11) RS_SMOOTH_CASE(12)
+        RS_SMOOTH_CASE(13) RS_SMOOTH_CASE(14) RS_SMOOTH_CASE(15) RS_SMOOTH_CASE(16)
+#undef RS_SMOOTH_CASE
+    default:
+        return 0;
+    }
+}
+
 /* Level s_min of octave oct (> 0): level s_min + S of octave oct - 1, every
  * other pixel (copy_and_downsample; no smoothing: sa == sb, VLFeat's
  * s_best - S = s_min). Planes 0 and S differ: no overlap. */
@@ -423,7 +576,7 @@ __global__ void k_detect(uint8_t *arena, const rs_item *items, rs_ctr *ctr, int 
 }
 
 /* Refinement (vl_sift_detect) of one candidate: the keypoint appended
- * (orientations later, k_orient). */
+ * (orientations later: k_orient per octave or k_orient_rank after the sort). */
 __device__ static void rs_refine_one(uint8_t *arena, const rs_item &it, rs_ctr *ctr, int oct, int omin,
                                      const rs_kconf &C, unsigned ci)
 {
@@ -702,10 +855,15 @@ __device__ static inline bool rs_better(const rs_sortkey &a, const rs_sortkey &b
  * (the kept features: keypoint index << 2 | orientation); the header. The
  * take is VLFeat's serial loop written as a scan: the orientation a of the
  * i-th keypoint in order is feature sum_{j < i} nang_j + a, kept when that
- * is under the budget. */
+ * is under the budget. phase: RS_SEL_ALL both; RS_SEL_SORT the sort alone,
+ * its order left in the arena's keys (for k_orient_rank); RS_SEL_TAKE the
+ * take alone from them. */
 #define RS_SEL_THREADS 1024
+#define RS_SEL_ALL 0  /* sort and take (orientations computed per octave) */
+#define RS_SEL_SORT 1 /* sort only, the order left in the arena's sort keys */
+#define RS_SEL_TAKE 2 /* take only, from the arena's sorted keys */
 __global__ void __launch_bounds__(RS_SEL_THREADS) k_select(uint8_t *arena, const rs_item *items, rs_ctr *ctr,
-                                                             rs_kconf C, unsigned smem_cap)
+                                                             rs_kconf C, unsigned smem_cap, int phase)
 {
     extern __shared__ rs_sortkey sh_sk[];
     __shared__ unsigned sh_wsum[RS_SEL_THREADS / 32];
@@ -715,8 +873,8 @@ __global__ void __launch_bounds__(RS_SEL_THREADS) k_select(uint8_t *arena, const
     rs_sortkey *const gsk = (rs_sortkey *)(arena + it.off_sort);
     unsigned P = 1;
     while (P < n) P <<= 1;
-    rs_sortkey *const sk = P <= smem_cap ? sh_sk : gsk;
-    for (unsigned i = threadIdx.x; i < P; i += blockDim.x) {
+    rs_sortkey *const sk = phase != RS_SEL_TAKE && P <= smem_cap ? sh_sk : gsk;
+    for (unsigned i = threadIdx.x; phase != RS_SEL_TAKE && i < P; i += blockDim.x) {
         if (i >= n) {
             sk[i].peak = -1.0;
             sk[i].seq = ~0ull;
@@ -725,7 +883,7 @@ __global__ void __launch_bounds__(RS_SEL_THREADS) k_select(uint8_t *arena, const
         }
     }
     __syncthreads();
-    for (unsigned k = 2; k <= P; k <<= 1)
+    for (unsigned k = 2; phase != RS_SEL_TAKE && k <= P; k <<= 1)
         for (unsigned j = k >> 1; j > 0; j >>= 1) {
             for (unsigned i = threadIdx.x; i < P; i += blockDim.x) {
                 const unsigned l = i ^ j;
@@ -740,6 +898,11 @@ __global__ void __launch_bounds__(RS_SEL_THREADS) k_select(uint8_t *arena, const
             }
             __syncthreads();
         }
+    if (phase == RS_SEL_SORT) {
+        if (sk != gsk)
+            for (unsigned i = threadIdx.x; i < n; i += blockDim.x) gsk[i] = sk[i];
+        return;
+    }
     const rs_kp *kp = (const rs_kp *)(arena + it.off_kp);
     unsigned *feat = (unsigned *)(arena + it.off_feat);
     const unsigned budget = (unsigned)C.budget, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
@@ -780,6 +943,55 @@ __global__ void __launch_bounds__(RS_SEL_THREADS) k_select(uint8_t *arena, const
                               __float_as_uint(it.down), (uint32_t)it.w, (uint32_t)it.h, (uint32_t)it.W, (uint32_t)it.H};
     for (int k = 0; k < 10; k++)
         for (int b = 0; b < 4; b++) rec[4 * k + b] = (uint8_t)(hdr[k] >> (8 * b));
+}
+
+/* Late orientations: those of the keypoints of ranks lo .. min(hi, n) - 1
+ * in the sorted order (k_select's RS_SEL_SORT), one per warp at a time, as
+ * k_orient computes them (rs_orient_one, the keypoint's own octave); when
+ * gated, only in the images whose ctr.more is set (k_more). */
+__global__ void __launch_bounds__(32 * RS_REF_WARPS) k_orient_rank(uint8_t *arena, const rs_item *items,
+                                                                     const rs_ctr *ctr, int omin, rs_kconf C,
+                                                                     const double *expn, unsigned lo, unsigned hi,
+                                                                     int gated)
+{
+    enum { nbins = 36 };
+    __shared__ double sh_h[RS_REF_WARPS][nbins];
+    __shared__ double sh_c[RS_REF_WARPS][2][32];
+    __shared__ int sh_b[RS_REF_WARPS][36];
+    const rs_item &it = items[blockIdx.y];
+    const rs_ctr &c = ctr[blockIdx.y];
+    if (gated && !c.more) return;
+    const int wp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const unsigned n = c.kp < it.kp_cap ? c.kp : it.kp_cap, end = hi < n ? hi : n;
+    const rs_sortkey *sk = (const rs_sortkey *)(arena + it.off_sort);
+    const rs_kp *kps = (const rs_kp *)(arena + it.off_kp);
+    for (unsigned r = lo + blockIdx.x * RS_REF_WARPS + wp; r < end; r += gridDim.x * RS_REF_WARPS) {
+        const unsigned slot = (unsigned)(sk[r].seq & ((1u << RS_KP_IDX_BITS) - 1));
+        rs_orient_one(arena, it, kps[slot].o - omin, omin, C, expn, slot, lane, sh_h[wp], sh_c[wp], sh_b[wp]);
+    }
+}
+
+/* Whether an image needs the orientations of ranks k1 and on: the take
+ * reads a keypoint's orientation count only while the features before it
+ * are under the budget, so when ranks 0 .. k1 - 1 give budget features or
+ * more, the later ranks are never read (and keep nang = 0). One block per
+ * image; integer sums. */
+__global__ void k_more(uint8_t *arena, const rs_item *items, rs_ctr *ctr, unsigned k1, unsigned budget)
+{
+    __shared__ unsigned sh_sum;
+    const rs_item &it = items[blockIdx.x];
+    rs_ctr *c = &ctr[blockIdx.x];
+    const unsigned n = c->kp < it.kp_cap ? c->kp : it.kp_cap, end = k1 < n ? k1 : n;
+    const rs_sortkey *sk = (const rs_sortkey *)(arena + it.off_sort);
+    const rs_kp *kps = (const rs_kp *)(arena + it.off_kp);
+    unsigned sum = 0;
+    if (threadIdx.x == 0) sh_sum = 0;
+    __syncthreads();
+    for (unsigned r = threadIdx.x; r < end; r += blockDim.x)
+        sum += (unsigned)kps[sk[r].seq & ((1u << RS_KP_IDX_BITS) - 1)].nang;
+    atomicAdd(&sh_sum, sum);
+    __syncthreads();
+    if (threadIdx.x == 0) c->more = n > k1 && sh_sum < budget;
 }
 
 /* ------------------------------------------------------------ descriptors */
@@ -969,6 +1181,24 @@ struct rs_slot {
     int gkeyed, gvalid;         /* a key is set; gexec is its graph */
 };
 
+/* The smoothing kernels (patina_gpu__rootsift_smoothing): register-tiled
+ * k_smooth where it has an instance for the width (the default), or the
+ * shared-memory tile k_conv_vh (and the first octave's pre-smoothing in
+ * place by k_conv_v, k_conv_h). The same bytes either way. */
+#define RS_SMOOTH_REG 0
+#define RS_SMOOTH_TILE 1
+
+/* When orientations are computed (patina_gpu__rootsift_orientations):
+ * after the selection's sort, for the ranks the take can read (the first
+ * budget keypoints, then the rest only in images where those give fewer
+ * than budget features; the default), or for every keypoint of each octave
+ * after its refinement. The same bytes either way: a keypoint's
+ * orientations do not depend on when they are computed, and the take never
+ * reads a count it skipped. */
+#define RS_ORIENT_LATE 0
+#define RS_ORIENT_ALL 1
+#define RS_ORIENT_LATE2 2 /* late with an empty first round: every rank by the gated second (tests it) */
+
 struct rs_state {
     uint8_t *d_arena;
     size_t arena_cap;
@@ -979,6 +1209,8 @@ struct rs_state {
     int conf_ok;
     unsigned conf_gen; /* uploads so far (a graph's key) */
     unsigned sel_cap; /* keypoints k_select sorts in shared memory at most (0: none) */
+    int smooth;       /* the smoothing kernels: RS_SMOOTH_REG (k_smooth) or RS_SMOOTH_TILE (k_conv_vh) */
+    int orient;       /* RS_ORIENT_LATE, RS_ORIENT_ALL or RS_ORIENT_LATE2 */
     rs_slot sl[RS_NSLOT];
     size_t *need; /* per image of the call: arena bytes */
     size_t need_cap;
@@ -1210,10 +1442,22 @@ static void rs_scale_space(rs_state *St, rs_slot *L, const patina_gpu_rootsift_c
             w0 = hit[i].w0 > w0 ? hit[i].w0 : w0;
             h0 = hit[i].h0 > h0 ? hit[i].h0 : h0;
         }
-        k_first<<<grid2(w0, h0, nb), B, 0, st>>>(A, I, omin);
-        if (c->w0 > 0) {
+        /* the pre-smoothing (filt0) cannot run in place in one kernel: at
+         * o_min = 0 k_smooth reads the float image itself (k_first's copy
+         * of it is the identity), else k_first writes the temporary level
+         * and k_smooth brings it back */
+        const int reg0 = St->smooth == RS_SMOOTH_REG && c->w0 >= 1 && c->w0 <= RS_SMAXW;
+        if (reg0 && omin == 0) {
+            rs_smooth_launch(c->w0, st, mw, mh, nb, A, I, 0, omin, RS_SRC_IMG, 0, 0, F);
+        } else if (reg0) {
+            k_first<<<grid2(w0, h0, nb), B, 0, st>>>(A, I, omin, 1);
+            rs_smooth_launch(c->w0, st, mw, mh, nb, A, I, 0, omin, RS_SRC_TEMP, 0, 0, F);
+        } else if (c->w0 > 0) {
+            k_first<<<grid2(w0, h0, nb), B, 0, st>>>(A, I, omin, 0);
             k_conv_v<<<G, B, 0, st>>>(A, I, 0, omin, 0, 0, 1, 0, F, c->w0);
             k_conv_h<<<G, B, 0, st>>>(A, I, 0, omin, 1, 0, 0, 0, F, c->w0);
+        } else {
+            k_first<<<grid2(w0, h0, nb), B, 0, st>>>(A, I, omin, 0);
         }
     } else {
         k_next_base<<<G, B, 0, st>>>(A, I, k, omin, S);
@@ -1222,7 +1466,10 @@ static void rs_scale_space(rs_state *St, rs_slot *L, const patina_gpu_rootsift_c
         const float *f = F + (size_t)l * PGPU_RS_MAXTAPS;
         const int W = c->fw[l - 1];
         const size_t smem = (size_t)(2 * RS_CTY + 2 * W) * (size_t)(RS_CTX + 2 * W) * sizeof(float);
-        if (smem <= 48 * 1024) { /* both passes in one kernel (distinct planes) */
+        if (St->smooth == RS_SMOOTH_REG &&
+            rs_smooth_launch(W, st, mw, mh, nb, A, I, k, omin, RS_SRC_LEV, (size_t)(l - 1), (size_t)l, f)) {
+            /* both passes, register-tiled (distinct planes) */
+        } else if (smem <= 48 * 1024) { /* both passes in one kernel (distinct planes) */
             const dim3 Gt((unsigned)((mw + RS_CTX - 1) / RS_CTX), (unsigned)((mh + RS_CTY - 1) / RS_CTY), (unsigned)nb);
             k_conv_vh<<<Gt, dim3(RS_CBX, RS_CBY), smem, st>>>(A, I, k, omin, (size_t)(l - 1), (size_t)l, f, W);
         } else {
@@ -1258,7 +1505,8 @@ static void rs_detect(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t
         St->d_arena, L->d_items, L->d_ctr, k, c->first_octave, c->levels, c->peak);
     const unsigned blocks = (cap + 127) / 128 < RS_REF_BLOCKS ? (cap + 127) / 128 : RS_REF_BLOCKS;
     k_refine<<<dim3(blocks, (unsigned)nb), 128, 0, L->st>>>(St->d_arena, L->d_items, L->d_ctr, k, c->first_octave, *C);
-    k_orient<<<dim3(RS_REF_BLOCKS, (unsigned)nb), 32 * RS_REF_WARPS, 0, L->st>>>(St->d_arena, L->d_items, L->d_ctr, k,
+    if (St->orient == RS_ORIENT_ALL)
+        k_orient<<<dim3(RS_REF_BLOCKS, (unsigned)nb), 32 * RS_REF_WARPS, 0, L->st>>>(St->d_arena, L->d_items, L->d_ctr, k,
                                                                                 c->first_octave, *C, St->d_expn);
 }
 
@@ -1309,8 +1557,25 @@ static patina_status rs_enqueue_ops(rs_state *St, rs_slot *L, const patina_gpu_r
         rs_detect(St, L, c, nb, k, &C, kw, kh);
     }
     rs_mark(L, 5);
-    k_select<<<(unsigned)nb, RS_SEL_THREADS, St->sel_cap * sizeof(rs_sortkey), st>>>(St->d_arena, L->d_items, L->d_ctr,
-                                                                                   C, St->sel_cap);
+    if (St->orient == RS_ORIENT_ALL) {
+        k_select<<<(unsigned)nb, RS_SEL_THREADS, St->sel_cap * sizeof(rs_sortkey), st>>>(
+            St->d_arena, L->d_items, L->d_ctr, C, St->sel_cap, RS_SEL_ALL);
+    } else { /* sort; orientations of the ranks the take reads (timed as stage 4); take */
+        const unsigned k1 = St->orient == RS_ORIENT_LATE2 ? 0u : (unsigned)c->budget;
+        const unsigned b1 = (k1 + RS_REF_WARPS - 1) / RS_REF_WARPS;
+        k_select<<<(unsigned)nb, RS_SEL_THREADS, St->sel_cap * sizeof(rs_sortkey), st>>>(
+            St->d_arena, L->d_items, L->d_ctr, C, St->sel_cap, RS_SEL_SORT);
+        rs_mark(L, 4);
+        if (b1)
+            k_orient_rank<<<dim3(b1 < RS_REF_BLOCKS ? b1 : RS_REF_BLOCKS, (unsigned)nb), 32 * RS_REF_WARPS, 0, st>>>(
+                St->d_arena, L->d_items, L->d_ctr, c->first_octave, C, St->d_expn, 0u, k1, 0);
+        k_more<<<(unsigned)nb, 256, 0, st>>>(St->d_arena, L->d_items, L->d_ctr, k1, (unsigned)c->budget);
+        k_orient_rank<<<dim3(RS_REF_BLOCKS, (unsigned)nb), 32 * RS_REF_WARPS, 0, st>>>(
+            St->d_arena, L->d_items, L->d_ctr, c->first_octave, C, St->d_expn, k1, ~0u, 1);
+        rs_mark(L, 5);
+        k_select<<<(unsigned)nb, RS_SEL_THREADS, 0, st>>>(St->d_arena, L->d_items, L->d_ctr, C, St->sel_cap,
+                                                         RS_SEL_TAKE);
+    }
     rs_mark(L, 6);
     k_desc<<<dim3((unsigned)((c->budget + RS_DESC_WARPS - 1) / RS_DESC_WARPS), (unsigned)nb), 32 * RS_DESC_WARPS, 0,
              st>>>(St->d_arena, L->d_items, L->d_ctr, c->first_octave, C, St->d_expn);
@@ -1669,6 +1934,32 @@ extern "C" void patina_gpu__rootsift_times(patina_gpu_t *g, double ms[PGPU_RS_ST
     }
     if (batches) *batches = S ? S->batches : 0;
     if (S) S->batches = 0;
+}
+
+extern "C" patina_status patina_gpu__rootsift_orientations(patina_gpu_t *g, int variant)
+{
+    rs_state *St;
+    if (!g || (variant != RS_ORIENT_LATE && variant != RS_ORIENT_ALL && variant != RS_ORIENT_LATE2))
+        return patina__fail(PATINA_E_INVALID, "gpu: rootsift: no orientation variant %d", variant);
+    PGPU_CU(cudaSetDevice(g->device));
+    PATINA_TRY(rs_state_of(g, &St));
+    for (int j = 0; j < RS_NSLOT; j++) PGPU_CU(cudaStreamSynchronize(St->sl[j].st));
+    if (St->orient != variant) St->conf_gen++; /* the one-image graphs hold the other kernels */
+    St->orient = variant;
+    return PATINA_OK;
+}
+
+extern "C" patina_status patina_gpu__rootsift_smoothing(patina_gpu_t *g, int variant)
+{
+    rs_state *St;
+    if (!g || (variant != RS_SMOOTH_REG && variant != RS_SMOOTH_TILE))
+        return patina__fail(PATINA_E_INVALID, "gpu: rootsift: no smoothing variant %d", variant);
+    PGPU_CU(cudaSetDevice(g->device));
+    PATINA_TRY(rs_state_of(g, &St));
+    for (int j = 0; j < RS_NSLOT; j++) PGPU_CU(cudaStreamSynchronize(St->sl[j].st));
+    if (St->smooth != variant) St->conf_gen++; /* the one-image graphs hold the other kernels */
+    St->smooth = variant;
+    return PATINA_OK;
 }
 
 /* Test hook: one image's float input (w, h) through the first octave's

@@ -331,8 +331,11 @@ static size_t photos(patina_image_t **out, size_t maxn)
 
 /* ------------------------------------------------------------ tests */
 
-/* Levels and DoG per octave against VLFeat's. */
-static void stage_compare(const patina_image_t *img, const char *name, const char *spec)
+/* Levels and DoG per octave against VLFeat's, with smoothing kernels
+ * `variant` (patina_gpu__rootsift_smoothing; the default is selected again
+ * after). */
+static const char *const smooth_name[2] = {"reg", "tile"};
+static void stage_compare(const patina_image_t *img, const char *name, const char *spec, int variant)
 {
     rootsift_params_t p;
     patina_gpu_rootsift_conf_t *c = malloc(sizeof *c);
@@ -358,7 +361,9 @@ static void stage_compare(const patina_image_t *img, const char *name, const cha
         float *lev = malloc((size_t)(p.levels + 3) * pl * sizeof *lev), *dog = malloc((size_t)(p.levels + 2) * pl * sizeof *dog);
         double dl = 0, dd = 0;
         size_t nl = 0, nd = 0;
+        TU_OK(patina_gpu__rootsift_smoothing(G, variant));
         TU_OK(patina_gpu__rootsift_octave(G, c, im, w, h, O, k, lev, dog));
+        TU_OK(patina_gpu__rootsift_smoothing(G, 0));
         vl_sift_detect(f); /* computes f->dog */
         for (int s = -1; s <= p.levels + 1; s++) {
             const float *v = vl_sift_get_octave(f, s), *gv = lev + (size_t)(s + 1) * pl;
@@ -376,9 +381,9 @@ static void stage_compare(const patina_image_t *img, const char *name, const cha
                     if (fabs((double)v[i] - gv[i]) > dd) dd = fabs((double)v[i] - gv[i]);
                 }
         }
-        print_message("  stages %s %s octave %d (%dx%d): levels differ %zu/%zu (max %.3g), DoG differ %zu/%zu "
-                      "(max %.3g); VLFeat keypoints %d\n",
-                      name, spec, p.first_octave + k, ow, oh, nl, (size_t)(p.levels + 3) * pl, dl, nd,
+        print_message("  stages (%s smoothing) %s %s octave %d (%dx%d): levels differ %zu/%zu (max %.3g), DoG differ "
+                      "%zu/%zu (max %.3g); VLFeat keypoints %d\n",
+                      smooth_name[variant], name, spec, p.first_octave + k, ow, oh, nl, (size_t)(p.levels + 3) * pl, dl, nd,
                       (size_t)(p.levels + 2) * pl, dd, vl_sift_get_nkeypoints(f));
         if (nl || nd) any_diff = 1;
         free(lev);
@@ -397,12 +402,16 @@ static void test_stages(void **state)
     const char **names;
     size_t n = synthetic(&v, &names), np;
     (void)state;
-    for (size_t i = 0; i < n; i++) stage_compare(&v[i], names[i], "rootsift");
-    stage_compare(&v[8], names[8], "rootsift:first_octave=-1");
-    stage_compare(&v[8], names[8], "rootsift:first_octave=1,levels=2");
+    for (int sv = 0; sv < 2; sv++) { /* both smoothing kernels */
+        for (size_t i = 0; i < n; i++) stage_compare(&v[i], names[i], "rootsift", sv);
+        stage_compare(&v[8], names[8], "rootsift:first_octave=-1", sv);
+        stage_compare(&v[8], names[8], "rootsift:first_octave=1,levels=2", sv);
+        stage_compare(&v[8], names[8], "rootsift:levels=1", sv); /* widths over k_smooth's: k_conv_vh */
+    }
     release_all(v, n);
     np = photos(&v, quick ? 2 : 4);
-    for (size_t i = 0; i < np; i++) stage_compare(&v[i], "photo", "rootsift");
+    for (int sv = 0; sv < 2; sv++)
+        for (size_t i = 0; i < np; i++) stage_compare(&v[i], "photo", "rootsift", sv);
     release_all(v, np);
 }
 
@@ -453,6 +462,26 @@ static void test_synthetic(void **state)
         free(g8);
         free(g16);
         free(st);
+    }
+    /* the other kernel variants give the same records (all at once): the
+     * shared-tile smoothing; orientations of every keypoint per octave; both
+     * (the path before either); late orientations all by the gated round */
+    for (int var = 0; var < 4; var++) {
+        static const struct {
+            int smooth, orient;
+            const char *name;
+        } vars[4] = {{1, 0, "rootsift, tile smoothing"},
+                     {0, 1, "rootsift, all orientations"},
+                     {1, 1, "rootsift, tile smoothing, all orientations"},
+                     {0, 2, "rootsift, orientations by the gated round"}};
+        agree_t a;
+        memset(&a, 0, sizeof a);
+        TU_OK(patina_gpu__rootsift_smoothing(G, vars[var].smooth));
+        TU_OK(patina_gpu__rootsift_orientations(G, vars[var].orient));
+        free(run_both("rootsift", 0, v, n, &a, vars[var].name, NULL));
+        TU_OK(patina_gpu__rootsift_smoothing(G, 0));
+        TU_OK(patina_gpu__rootsift_orientations(G, 0));
+        agree_print(&a, vars[var].name);
     }
     /* each case alone too (names say which) */
     for (size_t i = 0; i < n; i++) {
