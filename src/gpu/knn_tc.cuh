@@ -52,6 +52,8 @@
 #include "gpu/ptx.cuh"
 #include "gpu/radix.cuh"
 
+#include <cooperative_groups.h>
+
 /* ---------------------------------------------------------------- scan */
 
 /* A query tile's A fragment of an m16n8k32 (byte column c): rows q0 and
@@ -78,14 +80,18 @@ __device__ __forceinline__ void tc_stage(uint8_t *dst, Info *dinfo, const void *
     for (int c = threadIdx.x; c < R; c += blockDim.x) cp_async16(dinfo + c, info + c);
 }
 
-/* MODE: 0 = pilot (write t for rows < n to dense (nq, ld)),
- *       1 = filter (append passing rows to cand (nq, TC_CAND), count in cnt). */
+/* One block's share of a scan: rows [r0, r1) (r1 - r0 rounded up to whole
+ * stages must lie inside the copy: its rows are padded by TC_R) against
+ * the qtiles query tiles from tile qt0 on (qbytes, qinfo: global or
+ * shared memory). MODE: 0 = pilot (write t for rows < r1 to dense (nq,
+ * ld)), 1 = filter (append passing rows to cand (nq, TC_CAND), count in
+ * cnt). Uses the block's dynamic shared memory (tc_scan_smem); every
+ * thread of the block calls it. */
 template <int NK32, int T16, int MODE>
-__global__ void __launch_bounds__(TC_WARPS * 32)
-k_tc_scan(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, uint32_t n,
-          uint32_t rows_per_block, const uint8_t *__restrict__ qbytes, const tc_qinfo_t *__restrict__ qinfo,
-          int nq, int qtiles, float *__restrict__ dense, size_t ld, uint32_t *__restrict__ cnt,
-          uint32_t *__restrict__ cand)
+__device__ __forceinline__ void tc_scan_rows(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux,
+                                             uint32_t r0, uint32_t r1, const uint8_t *qbytes,
+                                             const tc_qinfo_t *qinfo, int nq, int qtiles, int qt0,
+                                             float *__restrict__ dense, size_t ld, uint32_t *cnt, uint32_t *cand)
 {
     constexpr int DP = NK32 * 32 + T16 * 16; /* bytes per row */
     extern __shared__ __align__(16) uint8_t smem[];
@@ -94,9 +100,7 @@ k_tc_scan(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, ui
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g4 = lane >> 2, t4 = lane & 3;
     const int mytile = warp % qtiles, rl = warp / qtiles, nrl = TC_WARPS / qtiles;
-    const int q0 = (blockIdx.y * qtiles + mytile) * 16 + g4, q1 = q0 + 8;
-    const uint32_t r0 = blockIdx.x * rows_per_block;
-    const uint32_t r1 = min(n, r0 + rows_per_block);
+    const int q0 = (qt0 * qtiles + mytile) * 16 + g4, q1 = q0 + 8;
     uint32_t a[NK32 > 0 ? NK32 : 1][4], at0 = 0, at1 = 0;
     float qa[2][4], fa[2], fb[2];
     bool all[2];
@@ -187,7 +191,25 @@ k_tc_scan(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, ui
     cp_async_wait<0>();
 }
 
+/* The scan as a kernel: block (x, y) takes rows [x rows_per_block, +
+ * rows_per_block) of the first n and query tiles from y qtiles on. */
+template <int NK32, int T16, int MODE>
+__global__ void __launch_bounds__(TC_WARPS * 32)
+k_tc_scan(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, uint32_t n,
+          uint32_t rows_per_block, const uint8_t *__restrict__ qbytes, const tc_qinfo_t *__restrict__ qinfo,
+          int nq, int qtiles, float *__restrict__ dense, size_t ld, uint32_t *__restrict__ cnt,
+          uint32_t *__restrict__ cand)
+{
+    const uint32_t r0 = blockIdx.x * rows_per_block;
+    tc_scan_rows<NK32, T16, MODE>(rows, aux, r0, min(n, r0 + rows_per_block), qbytes, qinfo, nq, qtiles,
+                                  (int)blockIdx.y, dense, ld, cnt, cand);
+}
+
 /* -------------------------------------------------------------- select */
+
+/* The scan's threshold theta' = theta (1 - 1e-5) - 1e-9 from theta's bits
+ * (the pilot's kth largest t). */
+__device__ __forceinline__ float tc_theta(uint32_t bits) { return __uint_as_float(bits) * (1.0f - 1e-5f) - 1e-9f; }
 
 /* Per query (one block each): theta = the kth largest of its n pilot values
  * (non-negative floats: their bits order like unsigned integers);
@@ -205,8 +227,7 @@ k_tc_select(const float *__restrict__ dense, size_t ld, uint32_t n, uint32_t kth
         flag[blockIdx.x] = 0;
     }
     const uint32_t bits = tc_radix_kth([v](uint32_t i) { return __float_as_uint(v[i]); }, n, kth, sh);
-    if (threadIdx.x == 0 && qinfo[blockIdx.x].x != 0.f)
-        qinfo[blockIdx.x].w = __uint_as_float(bits) * (1.0f - 1e-5f) - 1e-9f;
+    if (threadIdx.x == 0 && qinfo[blockIdx.x].x != 0.f) qinfo[blockIdx.x].w = tc_theta(bits);
 }
 
 /* --------------------------------------------------------------- final */
@@ -284,20 +305,25 @@ __device__ __forceinline__ double tc_reference(const uint8_t *__restrict__ row, 
     return __dsub_rn(100.0, __dmul_rn(100.0, __ddiv_rn(s, __dsub_rn(__dadd_rn(c2, c3), s))));
 }
 
-/* One block per query. RANGE 0: the k nearest (take = min(k, n)) into
+/* Query q's final ranking by the whole block (any multiple of 32 threads
+ * dividing 2048). RANGE 0: the k nearest (take = min(k, n)) into
  * out_d / out_id (nq, k) and out_n[q] = take; with `partial` (a chunk of a
  * streamed table, whose candidates may be fewer than take) the nearest
  * min(take, live candidates) and out_n[q] their number. RANGE 1: every
  * candidate with distance <= radius, sorted, into (nq, TC_CAND), out_n[q]
- * their number. flag[q] = 1 when the query must be answered by the CPU. */
+ * their number. flag[q] = 1 when the query must be answered by the CPU.
+ * qbytes, qinfo: global or shared memory; cnt and cand are read through
+ * L2 (ld.cg), so that a kernel that wrote them before a grid-wide barrier
+ * reads them here. Uses the block's dynamic shared memory
+ * (tc_final_smem). */
 template <int DP, int RANGE>
-__global__ void __launch_bounds__(TC_FINAL_THREADS)
-k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, const uint32_t *__restrict__ t1,
-           const double *__restrict__ c3, const double *__restrict__ ptab, const uint64_t *__restrict__ ids,
-           const uint8_t *__restrict__ dead, const uint8_t *__restrict__ qbytes, const tc_qinfo_t *__restrict__ qinfo, const uint32_t *__restrict__ cnt,
-           const uint32_t *__restrict__ cand, int take, int partial, int kstride, double radius,
-           double *__restrict__ out_d, uint64_t *__restrict__ out_id, uint32_t *__restrict__ out_n,
-           uint8_t *__restrict__ flag)
+__device__ __forceinline__ void
+tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux,
+               const uint32_t *__restrict__ t1, const double *__restrict__ c3, const double *__restrict__ ptab,
+               const uint64_t *__restrict__ ids, const uint8_t *__restrict__ dead, const uint8_t *qbytes,
+               const tc_qinfo_t *qinfo, const uint32_t *cnt, const uint32_t *cand, int take, int partial,
+               int kstride, double radius, double *__restrict__ out_d, uint64_t *__restrict__ out_id,
+               uint32_t *__restrict__ out_n, uint8_t *__restrict__ flag)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     double *key = (double *)smem;                         /* (TC_CAND) */
@@ -309,8 +335,7 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
     __shared__ int s_n, s_nnz, s_live;
     __shared__ double s_c2;
     __shared__ uint32_t rsh[2048 + 34];
-    const int q = blockIdx.x;
-    const uint32_t c = cnt[q];
+    const uint32_t c = __ldcg(cnt + q);
     const double t2 = qinfo[q].x; /* T2, an integer: exact */
 
     if (threadIdx.x == 0) out_n[q] = 0;
@@ -349,7 +374,7 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
 
     if (RANGE) {
         for (int i = threadIdx.x; i < n; i += blockDim.x) {
-            const uint32_t r = cq[i];
+            const uint32_t r = __ldcg(cq + i);
             if (dead[r]) continue;
             const double d = tc_reference(rows + (size_t)r * DP, t1[r], c3[r], ptab, qidx, qv, nnz, t2, c2);
             if (d <= radius) {
@@ -368,7 +393,7 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
     const tc_qinfo_t qi = qinfo[q];
     const double T2 = qi.x, T2sq = qi.y, S2 = qi.z;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const uint32_t r = cq[i];
+        const uint32_t r = __ldcg(cq + i);
         if (dead[r]) continue; /* a removed row (live updates) */
         const uint32_t *rw = (const uint32_t *)(rows + (size_t)r * DP);
         unsigned dot = 0;
@@ -410,6 +435,117 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
     }
     tc_sort_hits(key, sid, m, take, out_d + (size_t)q * kstride, out_id + (size_t)q * kstride);
     if (threadIdx.x == 0) out_n[q] = (uint32_t)take;
+}
+
+/* One block per query: tc_final_query for query blockIdx.x. */
+template <int DP, int RANGE>
+__global__ void __launch_bounds__(TC_FINAL_THREADS)
+k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, const uint32_t *__restrict__ t1,
+           const double *__restrict__ c3, const double *__restrict__ ptab, const uint64_t *__restrict__ ids,
+           const uint8_t *__restrict__ dead, const uint8_t *__restrict__ qbytes,
+           const tc_qinfo_t *__restrict__ qinfo, const uint32_t *__restrict__ cnt, const uint32_t *__restrict__ cand,
+           int take, int partial, int kstride, double radius, double *__restrict__ out_d,
+           uint64_t *__restrict__ out_id, uint32_t *__restrict__ out_n, uint8_t *__restrict__ flag)
+{
+    tc_final_query<DP, RANGE>((int)blockIdx.x, rows, aux, t1, c3, ptab, ids, dead, qbytes, qinfo, cnt, cand, take,
+                              partial, kstride, radius, out_d, out_id, out_n, flag);
+}
+
+/* ------------------------------------------------- one query, one launch */
+
+/* k_tc_one's arguments, passed by value: the query travels in them (no
+ * upload). */
+typedef struct tc_one_args {
+    const uint8_t *rows;       /* the copy's (knn_copy_t) */
+    const tc_aux_t *aux;
+    const uint32_t *t1;
+    const double *c3, *ptab;
+    const uint64_t *ids;
+    const uint8_t *dead;
+    uint32_t n, S, take;       /* rows; pilot rows (the first S); results (<= n) */
+    uint32_t rpb_pilot, rpb_scan; /* rows per block in the pilot and in the scan (whole stages) */
+    uint32_t stage_cap;        /* pilot values the dynamic shared memory holds (floats) */
+    float *dense;              /* (S rounded up to 4) the pilot's t */
+    uint32_t *cnt, *cand;      /* (1), (TC_CAND) */
+    double *out_d;             /* (take) */
+    uint64_t *out_id;          /* (take) */
+    uint32_t *out_n;           /* (1) */
+    uint8_t *flag;             /* (1) */
+    tc_qinfo_t qinfo;          /* T2, T2^2, S2; w: +inf when T2 = 0 (the CPU's query), else unused */
+    uint32_t q[PGPU_KNN_MAXDIM / 4]; /* the query row, zero padded to DP bytes */
+} tc_one_args_t;
+
+/* One k-NN query through the whole engine in one cooperative launch (grid
+ * <= the blocks that fit on the device at once, so that the barriers
+ * cannot deadlock): the pilot over the first S rows split among the
+ * blocks; a grid barrier; every block then selects theta from the S pilot
+ * values itself (the same values, the same select, the same theta: no
+ * second barrier; from shared memory when they fit), and scans its rows
+ * [blockIdx.x rpb_scan, + rpb_scan) into the one candidate list; a grid
+ * barrier; block 0 ranks the candidates (tc_final_query). The arithmetic is
+ * the multi-launch path's (the same device functions), so the answer and
+ * the flag are the same. The barriers (cooperative_groups' grid sync) order
+ * the global writes before them against the reads after them; those reads
+ * go through L2 (ld.cg). */
+template <int NK32, int T16>
+__global__ void __launch_bounds__(TC_WARPS * 32)
+k_tc_one(const tc_one_args_t a)
+{
+    constexpr int DP = NK32 * 32 + T16 * 16;
+    extern __shared__ __align__(16) uint8_t smem[];
+    __shared__ __align__(16) uint32_t sq[DP / 4];
+    __shared__ tc_qinfo_t sqi;
+    __shared__ uint32_t rsh[2048 + 34];
+    cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+    const uint8_t *qb = (const uint8_t *)sq;
+
+    for (int i = threadIdx.x; i < DP / 4; i += blockDim.x) sq[i] = a.q[i];
+    if (threadIdx.x == 0) {
+        sqi = a.qinfo;
+        if (blockIdx.x == 0) {
+            *a.cnt = 0;
+            *a.flag = 0;
+            *a.out_n = 0;
+        }
+    }
+    __syncthreads();
+    /* 1. the pilot */
+    {
+        const uint32_t r0 = blockIdx.x * a.rpb_pilot;
+        if (r0 < a.S)
+            tc_scan_rows<NK32, T16, 0>(a.rows, a.aux, r0, min(a.S, r0 + a.rpb_pilot), qb, &sqi, 1, 1, 0, a.dense,
+                                       (size_t)a.S, NULL, NULL);
+    }
+    grid.sync();
+    /* 2. theta (k_tc_select's, for one query) */
+    {
+        uint32_t bits;
+        if (a.S <= a.stage_cap) {
+            float *sv = (float *)smem;
+            for (uint32_t c = threadIdx.x; c < (a.S + 3) / 4; c += blockDim.x) cp_async16(sv + 4 * c, a.dense + 4 * c);
+            cp_async_commit();
+            cp_async_wait<0>();
+            __syncthreads();
+            bits = tc_radix_kth([sv](uint32_t i) { return __float_as_uint(sv[i]); }, a.S, a.take, rsh);
+        } else {
+            const float *v = a.dense;
+            bits = tc_radix_kth([v](uint32_t i) { return __float_as_uint(__ldcg(v + i)); }, a.S, a.take, rsh);
+        }
+        if (threadIdx.x == 0 && sqi.x != 0.f) sqi.w = tc_theta(bits);
+        __syncthreads();
+    }
+    /* 3. the filtering scan */
+    {
+        const uint32_t r0 = blockIdx.x * a.rpb_scan;
+        if (r0 < a.n)
+            tc_scan_rows<NK32, T16, 1>(a.rows, a.aux, r0, min(a.n, r0 + a.rpb_scan), qb, &sqi, 1, 1, 0, NULL, 0,
+                                       a.cnt, a.cand);
+    }
+    grid.sync();
+    /* 4. the final ranking */
+    if (blockIdx.x == 0)
+        tc_final_query<DP, 0>(0, a.rows, a.aux, a.t1, a.c3, a.ptab, a.ids, a.dead, qb, &sqi, a.cnt, a.cand,
+                              (int)a.take, 0, (int)a.take, 0.0, a.out_d, a.out_id, a.out_n, a.flag);
 }
 
 #endif
