@@ -431,6 +431,10 @@ static patina_hit_t tc_result(const knn_state_t *st, const tc_io_t *io, size_t m
 
 /* ---- one query, one launch (k_tc_one) ---- */
 
+static int knn_one_on = 1; /* patina_gpu__knn_one */
+
+void patina_gpu__knn_one(int on) { knn_one_on = on != 0; }
+
 /* k_tc_one's dynamic shared memory: the scan's stages or the final pass's
  * lists, whichever is larger (the pilot values are staged in it too when
  * they fit). */
@@ -1039,7 +1043,7 @@ static patina_status knn_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, 
     S = tc_pilot_rows(c->n, take);
     {
         int done = 0; /* one query: one launch when the device allows it */
-        if (nq == 1 && take <= TC_ONE_KMAX)
+        if (nq == 1 && take <= TC_ONE_KMAX && knn_one_on)
             PATINA_TRY(tc_one(g, st, c, queries, take, S, hits, counts, cpu, paths, &done));
         if (!done) PATINA_TRY(tc_knn_pass(g, st, c, idx, queries, NULL, nq, k, S, hits, counts, cpu, paths));
     }
