@@ -334,6 +334,7 @@ tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restri
     __shared__ double qv[PGPU_KNN_MAXDIM];
     __shared__ int s_n, s_nnz, s_live;
     __shared__ double s_c2;
+    __shared__ double qall[DP]; /* a / T2 */
     __shared__ uint32_t rsh[2048 + 34];
     const uint32_t c = __ldcg(cnt + q);
     const double t2 = qinfo[q].x; /* T2, an integer: exact */
@@ -345,6 +346,10 @@ tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restri
     }
     for (int i = threadIdx.x; i < DP / 4; i += blockDim.x) qw[i] = ((const uint32_t *)(qbytes + (size_t)q * DP))[i];
     __syncthreads();
+    /* the quotients in parallel (each one rounding, as the CPU's), the sum
+     * in order below */
+    for (int i = threadIdx.x; i < DP; i += blockDim.x) qall[i] = __ddiv_rn((double)((const uint8_t *)qw)[i], t2);
+    __syncthreads();
     if (threadIdx.x == 0) {
         /* the query as src/search/knn.c's prepare_query makes it: q = a / T2
          * per element, C2 = sum q^2 over every element in order, the
@@ -354,7 +359,7 @@ tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restri
         double c2 = 0.0;
         int nz = 0;
         for (int i = 0; i < DP; i++) {
-            const double v = __ddiv_rn((double)a[i], t2);
+            const double v = qall[i];
             c2 = __dadd_rn(c2, __dmul_rn(v, v));
             if (a[i]) {
                 qidx[nz] = (uint16_t)i;
