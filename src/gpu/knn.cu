@@ -431,9 +431,9 @@ static patina_hit_t tc_result(const knn_state_t *st, const tc_io_t *io, size_t m
 
 /* ---- one query, one launch (k_tc_one) ---- */
 
-static int knn_one_on = 1; /* patina_gpu__knn_one */
+static int knn_one_mode = 1; /* patina_gpu__knn_one */
 
-void patina_gpu__knn_one(int on) { knn_one_on = on != 0; }
+void patina_gpu__knn_one(int mode) { knn_one_mode = mode; }
 
 /* k_tc_one's dynamic shared memory: the scan's stages or the final pass's
  * lists, whichever is larger (the pilot values are staged in it too when
@@ -444,46 +444,30 @@ static size_t tc_one_smem(int dp)
     return a > b ? a : b;
 }
 
-/* k_tc_one for the copy's row width: its blocks per SM asked once (slot
- * 0: 144 bytes, 1: 256), the grid at most that many per SM so that every
- * block is resident at once, as a cooperative launch requires.
- * cudaErrorNotSupported: no cooperative launch here (the caller takes the
- * multi-launch path). */
+/* k_tc_one for a row width: the kernel, its dynamic shared memory and its
+ * blocks per SM, asked once per state (slot 0: 144 bytes, 1: 256; -1: no
+ * cooperative launch on this device). */
 template <int NK32, int T16>
-static cudaError_t tc_one_launch(knn_state_t *st, int slot, tc_one_args_t *a, int sms, cudaStream_t s)
+static cudaError_t tc_one_kernel(knn_state_t *st, int slot, const void **fn, size_t *smem)
 {
-    const void *fn = (const void *)k_tc_one<NK32, T16>;
-    const size_t smem = tc_one_smem(NK32 * 32 + T16 * 16);
-    void *args[1] = {a};
-    uint32_t most, g_scan, g_pilot;
-    cudaError_t e;
+    *fn = (const void *)k_tc_one<NK32, T16>;
+    *smem = tc_one_smem(NK32 * 32 + T16 * 16);
     if (st->one_bps[slot] == 0) {
         int dev = 0, coop = 0, nb = 0;
-        e = cudaGetDevice(&dev);
+        cudaError_t e = cudaGetDevice(&dev);
         if (e == cudaSuccess) e = cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev);
-        if (e == cudaSuccess) e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, fn, TC_WARPS * 32, smem);
+        if (e == cudaSuccess) e = cudaFuncSetAttribute(*fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*smem);
+        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, *fn, TC_WARPS * 32, *smem);
         if (e != cudaSuccess) return e;
         st->one_bps[slot] = coop && nb > 0 ? nb : -1;
     }
-    if (st->one_bps[slot] < 0) return cudaErrorNotSupported;
-    /* whole stages a block; as many blocks as the rows need, at most the
-     * resident ones */
-    most = (uint32_t)st->one_bps[slot] * (uint32_t)sms;
-    a->rpb_scan = (a->n + most - 1) / most;
-    a->rpb_scan = (a->rpb_scan + TC_R - 1) / TC_R * TC_R;
-    a->rpb_pilot = (a->S + most - 1) / most;
-    a->rpb_pilot = (a->rpb_pilot + TC_R - 1) / TC_R * TC_R;
-    a->stage_cap = (uint32_t)(smem / sizeof(float));
-    g_scan = (a->n + a->rpb_scan - 1) / a->rpb_scan;
-    g_pilot = (a->S + a->rpb_pilot - 1) / a->rpb_pilot;
-    e = cudaLaunchCooperativeKernel(fn, dim3(g_scan > g_pilot ? g_scan : g_pilot), dim3(TC_WARPS * 32), args, smem, s);
-    if (e == cudaErrorCooperativeLaunchTooLarge) { /* fewer SMs than asked for (a shared device): not here */
-        (void)cudaGetLastError();
-        st->one_bps[slot] = -1;
-        return cudaErrorNotSupported;
-    }
-    return e;
+    return cudaSuccess;
+}
+
+static uint32_t stages_of(uint32_t rows, uint32_t blocks)
+{
+    const uint32_t r = (rows + blocks - 1) / blocks;
+    return (r + TC_R - 1) / TC_R * TC_R;
 }
 
 /* The k-NN of one query (row q of the index's bytes) with a pilot of S
@@ -496,16 +480,47 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
                             size_t *paths, int *done)
 {
     cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
+    const int slot = c->dp == 144 ? 0 : 1;
+    const void *fn;
+    void *args[1];
+    size_t smem, dense;
+    uint32_t most, grid, t2 = 0, s2 = 0;
     tc_one_args_t a;
     tc_io_t io;
-    uint32_t t2 = 0, s2 = 0;
     cudaError_t e;
     *done = 0;
-    if (st->one_bps[c->dp == 144 ? 0 : 1] < 0) return PATINA_OK;
-    /* the pilot's values are read in 16-byte pieces: room for S rounded up */
-    PATINA_TRY(tc_buffers(g, st, c, 1, S + 4, take));
-    tc_layout(&io, 1, (size_t)c->dp, take);
+    for (size_t i = 0; i < c->dim; i++) {
+        t2 += q[i];
+        s2 += (uint32_t)q[i] * q[i];
+    }
+    if (t2 == 0) { /* an all-zero query: the CPU's, as the engine flags it */
+        *done = 1;
+        cpu[0] = 1;
+        return PATINA_OK;
+    }
+    e = slot == 0 ? tc_one_kernel<4, 1>(st, 0, &fn, &smem) : tc_one_kernel<8, 0>(st, 1, &fn, &smem);
+    if (e != cudaSuccess) return pgpu_fail((int)e, "gpu search: one-launch k-NN (k_tc_one)", __FILE__, __LINE__);
+    if (st->one_bps[slot] < 0) return PATINA_OK;
     memset(&a, 0, sizeof a);
+    a.n = (uint32_t)c->n;
+    a.S = (uint32_t)S;
+    a.take = (uint32_t)take;
+    a.stage_cap = (uint32_t)(smem / sizeof(float));
+    /* whole stages a block; as many blocks as the rows need, at most the
+     * resident ones */
+    most = (uint32_t)st->one_bps[slot] * (uint32_t)g->sm_count;
+    a.rpb_scan = stages_of(a.n, most);
+    a.rpb_pilot = stages_of(a.S, most);
+    grid = (a.n + a.rpb_scan - 1) / a.rpb_scan;
+    if ((a.S + a.rpb_pilot - 1) / a.rpb_pilot > grid) grid = (a.S + a.rpb_pilot - 1) / a.rpb_pilot;
+    /* the pilot values (read in 16-byte pieces: S rounded up), then the
+     * blocks' top-take lists when a block's pilot rows and all the lists
+     * fit the shared memory (else theta is selected from the S values) */
+    dense = (S + 3) / 4 * 4 + 4;
+    if (a.rpb_pilot <= a.stage_cap && (size_t)grid * take <= a.stage_cap && knn_one_mode == 1)
+        dense += (size_t)grid * take + 4;
+    PATINA_TRY(tc_buffers(g, st, c, 1, dense, take));
+    tc_layout(&io, 1, (size_t)c->dp, take);
     a.rows = c->descs;
     a.aux = c->aux;
     a.t1 = c->t1;
@@ -513,25 +528,24 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
     a.ptab = c->ptab;
     a.ids = c->ids;
     a.dead = c->dead;
-    a.n = (uint32_t)c->n;
-    a.S = (uint32_t)S;
-    a.take = (uint32_t)take;
     a.dense = st->d_pilot;
+    if (dense > (S + 3) / 4 * 4 + 4) a.top = st->d_pilot + (S + 3) / 4 * 4 + 4;
     a.cnt = st->d_cnt;
     a.cand = st->d_cand;
     a.out_n = (uint32_t *)st->d_out;
     a.flag = st->d_out + io.o_flag;
     a.out_d = (double *)(st->d_out + io.o_outd);
     a.out_id = (uint64_t *)(st->d_out + io.o_outid);
-    for (size_t i = 0; i < c->dim; i++) {
-        t2 += q[i];
-        s2 += (uint32_t)q[i] * q[i];
-    }
     memcpy(a.q, q, c->dim);
-    /* as tc_queries: an all-zero query is the CPU's (theta' = +inf) */
-    a.qinfo = make_float4((float)t2, (float)t2 * (float)t2, (float)s2, t2 ? 0.f : HUGE_VALF);
-    e = c->dp == 144 ? tc_one_launch<4, 1>(st, 0, &a, g->sm_count, s) : tc_one_launch<8, 0>(st, 1, &a, g->sm_count, s);
-    if (e == cudaErrorNotSupported) return PATINA_OK;
+    a.qinfo = make_float4((float)t2, (float)t2 * (float)t2, (float)s2, 0.f);
+    if (knn_one_mode == 3) a.stage_cap = 0; /* theta's select through L2 */
+    args[0] = &a;
+    e = cudaLaunchCooperativeKernel(fn, dim3(grid), dim3(TC_WARPS * 32), args, smem, s);
+    if (e == cudaErrorCooperativeLaunchTooLarge) { /* fewer SMs than asked for (a shared device): not here */
+        (void)cudaGetLastError();
+        st->one_bps[slot] = -1;
+        return PATINA_OK;
+    }
     if (e == cudaSuccess) e = cudaMemcpyAsync(st->h_out, st->d_out, io.out_bytes, cudaMemcpyDeviceToHost, s);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s);
     if (e != cudaSuccess) return pgpu_fail((int)e, "gpu search: one-launch k-NN (k_tc_one)", __FILE__, __LINE__);
@@ -1043,7 +1057,7 @@ static patina_status knn_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, 
     S = tc_pilot_rows(c->n, take);
     {
         int done = 0; /* one query: one launch when the device allows it */
-        if (nq == 1 && take <= TC_ONE_KMAX && knn_one_on)
+        if (nq == 1 && take <= TC_ONE_KMAX && knn_one_mode)
             PATINA_TRY(tc_one(g, st, c, queries, take, S, hits, counts, cpu, paths, &done));
         if (!done) PATINA_TRY(tc_knn_pass(g, st, c, idx, queries, NULL, nq, k, S, hits, counts, cpu, paths));
     }

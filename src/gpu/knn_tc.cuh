@@ -471,27 +471,36 @@ typedef struct tc_one_args {
     uint32_t rpb_pilot, rpb_scan; /* rows per block in the pilot and in the scan (whole stages) */
     uint32_t stage_cap;        /* pilot values the dynamic shared memory holds (floats) */
     float *dense;              /* (S rounded up to 4) the pilot's t */
+    float *top;                /* (gridDim.x, take) each block's take largest pilot values; NULL: select from dense */
     uint32_t *cnt, *cand;      /* (1), (TC_CAND) */
     double *out_d;             /* (take) */
     uint64_t *out_id;          /* (take) */
     uint32_t *out_n;           /* (1) */
     uint8_t *flag;             /* (1) */
-    tc_qinfo_t qinfo;          /* T2, T2^2, S2; w: +inf when T2 = 0 (the CPU's query), else unused */
+    tc_qinfo_t qinfo;          /* T2 (> 0), T2^2, S2; w unused */
     uint32_t q[PGPU_KNN_MAXDIM / 4]; /* the query row, zero padded to DP bytes */
 } tc_one_args_t;
 
 /* One k-NN query through the whole engine in one cooperative launch (grid
  * <= the blocks that fit on the device at once, so that the barriers
- * cannot deadlock): the pilot over the first S rows split among the
- * blocks; a grid barrier; every block then selects theta from the S pilot
- * values itself (the same values, the same select, the same theta: no
- * second barrier; from shared memory when they fit), and scans its rows
- * [blockIdx.x rpb_scan, + rpb_scan) into the one candidate list; a grid
- * barrier; block 0 ranks the candidates (tc_final_query). The arithmetic is
- * the multi-launch path's (the same device functions), so the answer and
- * the flag are the same. The barriers (cooperative_groups' grid sync) order
+ * cannot deadlock), T2 > 0:
+ *  1. the pilot over the first S rows, split among the blocks; with `top`,
+ *     each block then writes its take largest pilot values (the take
+ *     largest keys as k_tc_select orders them: float bits as unsigned;
+ *     padded with key 0, the smallest) -- the union of those lists holds
+ *     the S values' take largest, so its take-th largest is theirs;
+ *  2. a grid barrier; every block selects theta itself from the lists (or
+ *     from the S values) -- the same values, the same kth, so every block
+ *     gets k_tc_select's theta, with no second barrier; from shared memory
+ *     when they fit, else read through L2;
+ *  3. every block scans its rows [blockIdx.x rpb_scan, + rpb_scan) into
+ *     the one candidate list; a grid barrier;
+ *  4. block 0 ranks the candidates (tc_final_query).
+ * The scan and final passes are the multi-launch path's device functions
+ * (same arithmetic), so the answer and the flag are the same. The barriers
+ * (cooperative_groups' grid sync: release / acquire at device scope) order
  * the global writes before them against the reads after them; those reads
- * go through L2 (ld.cg). */
+ * go through L2 (ld.cg, cp.async.cg). */
 template <int NK32, int T16>
 __global__ void __launch_bounds__(TC_WARPS * 32)
 k_tc_one(const tc_one_args_t a)
@@ -501,12 +510,15 @@ k_tc_one(const tc_one_args_t a)
     __shared__ __align__(16) uint32_t sq[DP / 4];
     __shared__ tc_qinfo_t sqi;
     __shared__ uint32_t rsh[2048 + 34];
+    __shared__ uint32_t s_w;
     cooperative_groups::grid_group grid = cooperative_groups::this_grid();
     const uint8_t *qb = (const uint8_t *)sq;
+    float *sv = (float *)smem; /* values staged for a select */
 
     for (int i = threadIdx.x; i < DP / 4; i += blockDim.x) sq[i] = a.q[i];
     if (threadIdx.x == 0) {
         sqi = a.qinfo;
+        s_w = 0;
         if (blockIdx.x == 0) {
             *a.cnt = 0;
             *a.flag = 0;
@@ -514,29 +526,45 @@ k_tc_one(const tc_one_args_t a)
         }
     }
     __syncthreads();
-    /* 1. the pilot */
+    /* 1. the pilot, and this block's take largest */
     {
         const uint32_t r0 = blockIdx.x * a.rpb_pilot;
-        if (r0 < a.S)
-            tc_scan_rows<NK32, T16, 0>(a.rows, a.aux, r0, min(a.S, r0 + a.rpb_pilot), qb, &sqi, 1, 1, 0, a.dense,
-                                       (size_t)a.S, NULL, NULL);
+        const uint32_t m = r0 < a.S ? min(a.S, r0 + a.rpb_pilot) - r0 : 0u, kk = min(a.take, m);
+        if (m)
+            tc_scan_rows<NK32, T16, 0>(a.rows, a.aux, r0, r0 + m, qb, &sqi, 1, 1, 0, a.dense, (size_t)a.S, NULL,
+                                       NULL);
+        if (a.top) {
+            float *out = a.top + (size_t)blockIdx.x * a.take;
+            __syncthreads(); /* the block's pilot values written; its stages read */
+            for (uint32_t i = threadIdx.x; i < m; i += blockDim.x) sv[i] = __ldcg(a.dense + r0 + i);
+            __syncthreads();
+            if (kk) {
+                const uint32_t bits = tc_radix_kth([sv](uint32_t i) { return __float_as_uint(sv[i]); }, m, kk, rsh);
+                /* fewer than kk keys lie above the kk-th largest */
+                for (uint32_t i = threadIdx.x; i < m; i += blockDim.x)
+                    if (__float_as_uint(sv[i]) > bits) out[atomicAdd(&s_w, 1u)] = sv[i];
+                __syncthreads();
+                for (uint32_t j = s_w + threadIdx.x; j < kk; j += blockDim.x) out[j] = __uint_as_float(bits);
+            }
+            for (uint32_t j = kk + threadIdx.x; j < a.take; j += blockDim.x) out[j] = __uint_as_float(0u);
+        }
     }
     grid.sync();
     /* 2. theta (k_tc_select's, for one query) */
     {
+        const float *v = a.top ? a.top : a.dense;
+        const uint32_t nv = a.top ? gridDim.x * a.take : a.S;
         uint32_t bits;
-        if (a.S <= a.stage_cap) {
-            float *sv = (float *)smem;
-            for (uint32_t c = threadIdx.x; c < (a.S + 3) / 4; c += blockDim.x) cp_async16(sv + 4 * c, a.dense + 4 * c);
+        if (nv <= a.stage_cap) {
+            for (uint32_t c = threadIdx.x; c < (nv + 3) / 4; c += blockDim.x) cp_async16(sv + 4 * c, v + 4 * c);
             cp_async_commit();
             cp_async_wait<0>();
             __syncthreads();
-            bits = tc_radix_kth([sv](uint32_t i) { return __float_as_uint(sv[i]); }, a.S, a.take, rsh);
+            bits = tc_radix_kth([sv](uint32_t i) { return __float_as_uint(sv[i]); }, nv, a.take, rsh);
         } else {
-            const float *v = a.dense;
-            bits = tc_radix_kth([v](uint32_t i) { return __float_as_uint(__ldcg(v + i)); }, a.S, a.take, rsh);
+            bits = tc_radix_kth([v](uint32_t i) { return __float_as_uint(__ldcg(v + i)); }, nv, a.take, rsh);
         }
-        if (threadIdx.x == 0 && sqi.x != 0.f) sqi.w = tc_theta(bits);
+        if (threadIdx.x == 0) sqi.w = tc_theta(bits);
         __syncthreads();
     }
     /* 3. the filtering scan */

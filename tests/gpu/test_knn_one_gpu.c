@@ -16,6 +16,10 @@
  *     by the retry or the CPU, still the CPU's answer);
  *   - real CEDD descriptors of the photographs under samples/ (and their
  *     perturbed copies) as table and queries;
+ *   - the random queries again with theta selected from all the pilot
+ *     values (staged in shared memory, or read through L2) instead of the
+ *     blocks' top-k lists, and through the multi-launch path
+ *     (patina_gpu__knn_one's modes);
  *   - rows removed and added between calls (the device copy's dead rows and
  *     appended rows), the same query twice (the launch's own counters), and
  *     single queries between batches (buffers shared with the multi-launch
@@ -27,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu/gpu.h" /* patina_gpu__knn_one */
 #include "patina/patina.h"
 #include "testutil.h"
 
@@ -134,6 +139,15 @@ static void test_random(void **state)
                 bad += check(idx, q, k, "random", &on_gpu);
                 random_q++;
                 runs++;
+                /* theta from all the pilot values (shared memory, then
+                 * L2), and the multi-launch path: the same answers */
+                for (int m = 0; m < 3; m++) {
+                    static const int modes[3] = {2, 3, 0};
+                    static const char *what[3] = {"select of all", "select through L2", "multi-launch"};
+                    patina_gpu__knn_one(modes[m]);
+                    bad += check(idx, q, k, what[m], NULL);
+                }
+                patina_gpu__knn_one(1);
             }
             for (int t = 0; t < 2; t++) { /* a row of the table: distance 0, and its duplicates */
                 memcpy(q, rows + tu_rng_below(&r, (uint32_t)n) * DIM, DIM);
