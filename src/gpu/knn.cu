@@ -513,12 +513,15 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
     a.rpb_pilot = stages_of(a.S, most);
     grid = (a.n + a.rpb_scan - 1) / a.rpb_scan;
     if ((a.S + a.rpb_pilot - 1) / a.rpb_pilot > grid) grid = (a.S + a.rpb_pilot - 1) / a.rpb_pilot;
-    /* the pilot values (read in 16-byte pieces: S rounded up), then the
-     * blocks' top-take lists when a block's pilot rows and all the lists
-     * fit the shared memory (else theta is selected from the S values) */
-    dense = (S + 3) / 4 * 4 + 4;
+    /* in the pilot buffer: the pilot values (read in 16-byte pieces: S
+     * rounded up), the blocks' top-take lists when a block's pilot rows
+     * and all the lists fit the shared memory (else theta is selected from
+     * the S values), the candidates' keys */
+    size_t o_top = (S + 3) / 4 * 4 + 4, o_key = o_top; /* floats */
     if (a.rpb_pilot <= a.stage_cap && (size_t)grid * take <= a.stage_cap && knn_one_mode == 1)
-        dense += (size_t)grid * take + 4;
+        o_key += (size_t)grid * take + 4;
+    o_key = (o_key + 3) / 4 * 4; /* the keys' doubles 16-byte aligned */
+    dense = o_key + 2 * (size_t)TC_CAND;
     PATINA_TRY(tc_buffers(g, st, c, 1, dense, take));
     tc_layout(&io, 1, (size_t)c->dp, take);
     a.rows = c->descs;
@@ -529,7 +532,8 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
     a.ids = c->ids;
     a.dead = c->dead;
     a.dense = st->d_pilot;
-    if (dense > (S + 3) / 4 * 4 + 4) a.top = st->d_pilot + (S + 3) / 4 * 4 + 4;
+    if (o_key > o_top) a.top = st->d_pilot + o_top;
+    a.ckey = (double *)(st->d_pilot + o_key);
     a.cnt = st->d_cnt;
     a.cand = st->d_cand;
     a.out_n = (uint32_t *)st->d_out;

@@ -80,18 +80,30 @@ __device__ __forceinline__ void tc_stage(uint8_t *dst, Info *dinfo, const void *
     for (int c = threadIdx.x; c < R; c += blockDim.x) cp_async16(dinfo + c, info + c);
 }
 
+/* The exact t of a row (sums x, dot product D with the query) for a
+ * query of T2, T2^2, S2: numerator and denominator are integers below
+ * 2^53, exact in double; one rounding in the division. */
+__device__ __forceinline__ double tc_exact_t(uint32_t dot, tc_aux_t x, double T2, double T2sq, double S2)
+{
+    const double num = (double)dot * ((double)x.x * T2);
+    const double den = (double)x.y * S2 + (double)x.z * T2sq - num;
+    return x.x == 0.f ? 0.0 : num / den;
+}
+
 /* One block's share of a scan: rows [r0, r1) (r1 - r0 rounded up to whole
  * stages must lie inside the copy: its rows are padded by TC_R) against
  * the qtiles query tiles from tile qt0 on (qbytes, qinfo: global or
  * shared memory). MODE: 0 = pilot (write t for rows < r1 to dense (nq,
  * ld)), 1 = filter (append passing rows to cand (nq, TC_CAND), count in
- * cnt). Uses the block's dynamic shared memory (tc_scan_smem); every
+ * cnt; with ckey, each candidate's exact t beside it, tc_exact_t of the
+ * MMA's D). Uses the block's dynamic shared memory (tc_scan_smem); every
  * thread of the block calls it. */
 template <int NK32, int T16, int MODE>
 __device__ __forceinline__ void tc_scan_rows(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux,
                                              uint32_t r0, uint32_t r1, const uint8_t *qbytes,
                                              const tc_qinfo_t *qinfo, int nq, int qtiles, int qt0,
-                                             float *__restrict__ dense, size_t ld, uint32_t *cnt, uint32_t *cand)
+                                             float *__restrict__ dense, size_t ld, uint32_t *cnt, uint32_t *cand,
+                                             double *ckey)
 {
     constexpr int DP = NK32 * 32 + T16 * 16; /* bytes per row */
     extern __shared__ __align__(16) uint8_t smem[];
@@ -182,7 +194,12 @@ __device__ __forceinline__ void tc_scan_rows(const uint8_t *__restrict__ rows, c
                         if (q < nq && r < r1) dense[(size_t)q * ld + r] = __fdiv_rn(num, den);
                     } else if ((all[h] || (float)d[u][e] >= fmaf(fb[h], x.w, fa[h] * x.x)) && r < r1) {
                         const uint32_t pos = atomicAdd(&cnt[q], 1u);
-                        if (pos < TC_CAND) cand[(size_t)q * TC_CAND + pos] = r;
+                        if (pos < TC_CAND) {
+                            cand[(size_t)q * TC_CAND + pos] = r;
+                            if (ckey)
+                                ckey[(size_t)q * TC_CAND + pos] = tc_exact_t((uint32_t)d[u][e], x, (double)qa[h][0],
+                                                                             (double)qa[h][1], (double)qa[h][2]);
+                        }
                     }
                 }
             }
@@ -202,7 +219,7 @@ k_tc_scan(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, ui
 {
     const uint32_t r0 = blockIdx.x * rows_per_block;
     tc_scan_rows<NK32, T16, MODE>(rows, aux, r0, min(n, r0 + rows_per_block), qbytes, qinfo, nq, qtiles,
-                                  (int)blockIdx.y, dense, ld, cnt, cand);
+                                  (int)blockIdx.y, dense, ld, cnt, cand, NULL);
 }
 
 /* -------------------------------------------------------------- select */
@@ -314,15 +331,16 @@ __device__ __forceinline__ double tc_reference(const uint8_t *__restrict__ row, 
  * their number. flag[q] = 1 when the query must be answered by the CPU.
  * qbytes, qinfo: global or shared memory; cnt and cand are read through
  * L2 (ld.cg), so that a kernel that wrote them before a grid-wide barrier
- * reads them here. Uses the block's dynamic shared memory
- * (tc_final_smem). */
+ * reads them here. ckey (k-NN; NULL: none): the candidates' exact t as
+ * the scan wrote them (the same tc_exact_t), else computed here. Uses the
+ * block's dynamic shared memory (tc_final_smem). */
 template <int DP, int RANGE>
 __device__ __forceinline__ void
 tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux,
                const uint32_t *__restrict__ t1, const double *__restrict__ c3, const double *__restrict__ ptab,
                const uint64_t *__restrict__ ids, const uint8_t *__restrict__ dead, const uint8_t *qbytes,
-               const tc_qinfo_t *qinfo, const uint32_t *cnt, const uint32_t *cand, int take, int partial,
-               int kstride, double radius, double *__restrict__ out_d, uint64_t *__restrict__ out_id,
+               const tc_qinfo_t *qinfo, const uint32_t *cnt, const uint32_t *cand, const double *ckey, int take,
+               int partial, int kstride, double radius, double *__restrict__ out_d, uint64_t *__restrict__ out_id,
                uint32_t *__restrict__ out_n, uint8_t *__restrict__ flag)
 {
     extern __shared__ __align__(16) uint8_t smem[];
@@ -394,22 +412,31 @@ tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restri
         return;
     }
 
-    /* exact t of every candidate (D by dp4a; integers exact in double) */
+    /* exact t of every live candidate: the scan's, or D by dp4a here */
     const tc_qinfo_t qi = qinfo[q];
     const double T2 = qi.x, T2sq = qi.y, S2 = qi.z;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const uint32_t r = __ldcg(cq + i);
-        if (dead[r]) continue; /* a removed row (live updates) */
-        const uint32_t *rw = (const uint32_t *)(rows + (size_t)r * DP);
-        unsigned dot = 0;
+    if (ckey) {
+        const double *kq = ckey + (size_t)q * TC_CAND;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            const uint32_t r = __ldcg(cq + i);
+            const double t = __ldcg(kq + i);
+            if (dead[r]) continue; /* a removed row (live updates) */
+            const int pos = atomicAdd(&s_live, 1);
+            key[pos] = t;
+            sidx[pos] = r;
+        }
+    } else {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            const uint32_t r = __ldcg(cq + i);
+            if (dead[r]) continue; /* a removed row (live updates) */
+            const uint32_t *rw = (const uint32_t *)(rows + (size_t)r * DP);
+            unsigned dot = 0;
 #pragma unroll
-        for (int w = 0; w < DP / 4; w++) dot = __dp4a(rw[w], qw[w], dot);
-        const tc_aux_t x = aux[r];
-        const double num = (double)dot * ((double)x.x * T2);
-        const double den = (double)x.y * S2 + (double)x.z * T2sq - num;
-        const int pos = atomicAdd(&s_live, 1);
-        key[pos] = x.x == 0.f ? 0.0 : num / den;
-        sidx[pos] = r;
+            for (int w = 0; w < DP / 4; w++) dot = __dp4a(rw[w], qw[w], dot);
+            const int pos = atomicAdd(&s_live, 1);
+            key[pos] = tc_exact_t(dot, aux[r], T2, T2sq, S2);
+            sidx[pos] = r;
+        }
     }
     __syncthreads();
     const int nl = s_live;
@@ -452,8 +479,8 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
            int take, int partial, int kstride, double radius, double *__restrict__ out_d,
            uint64_t *__restrict__ out_id, uint32_t *__restrict__ out_n, uint8_t *__restrict__ flag)
 {
-    tc_final_query<DP, RANGE>((int)blockIdx.x, rows, aux, t1, c3, ptab, ids, dead, qbytes, qinfo, cnt, cand, take,
-                              partial, kstride, radius, out_d, out_id, out_n, flag);
+    tc_final_query<DP, RANGE>((int)blockIdx.x, rows, aux, t1, c3, ptab, ids, dead, qbytes, qinfo, cnt, cand, NULL,
+                              take, partial, kstride, radius, out_d, out_id, out_n, flag);
 }
 
 /* ------------------------------------------------- one query, one launch */
@@ -473,6 +500,7 @@ typedef struct tc_one_args {
     float *dense;              /* (S rounded up to 4) the pilot's t */
     float *top;                /* (gridDim.x, take) each block's take largest pilot values; NULL: select from dense */
     uint32_t *cnt, *cand;      /* (1), (TC_CAND) */
+    double *ckey;              /* (TC_CAND) the candidates' exact t */
     double *out_d;             /* (take) */
     uint64_t *out_id;          /* (take) */
     uint32_t *out_n;           /* (1) */
@@ -494,7 +522,8 @@ typedef struct tc_one_args {
  *     gets k_tc_select's theta, with no second barrier; from shared memory
  *     when they fit, else read through L2;
  *  3. every block scans its rows [blockIdx.x rpb_scan, + rpb_scan) into
- *     the one candidate list; a grid barrier;
+ *     the one candidate list, each candidate's exact t beside it (from
+ *     the MMA's D: the final pass reads no row for it); a grid barrier;
  *  4. block 0 ranks the candidates (tc_final_query).
  * The scan and final passes are the multi-launch path's device functions
  * (same arithmetic), so the answer and the flag are the same. The barriers
@@ -532,7 +561,7 @@ k_tc_one(const tc_one_args_t a)
         const uint32_t m = r0 < a.S ? min(a.S, r0 + a.rpb_pilot) - r0 : 0u, kk = min(a.take, m);
         if (m)
             tc_scan_rows<NK32, T16, 0>(a.rows, a.aux, r0, r0 + m, qb, &sqi, 1, 1, 0, a.dense, (size_t)a.S, NULL,
-                                       NULL);
+                                       NULL, NULL);
         if (a.top) {
             float *out = a.top + (size_t)blockIdx.x * a.take;
             __syncthreads(); /* the block's pilot values written; its stages read */
@@ -572,12 +601,12 @@ k_tc_one(const tc_one_args_t a)
         const uint32_t r0 = blockIdx.x * a.rpb_scan;
         if (r0 < a.n)
             tc_scan_rows<NK32, T16, 1>(a.rows, a.aux, r0, min(a.n, r0 + a.rpb_scan), qb, &sqi, 1, 1, 0, NULL, 0,
-                                       a.cnt, a.cand);
+                                       a.cnt, a.cand, a.ckey);
     }
     grid.sync();
     /* 4. the final ranking */
     if (blockIdx.x == 0)
-        tc_final_query<DP, 0>(0, a.rows, a.aux, a.t1, a.c3, a.ptab, a.ids, a.dead, qb, &sqi, a.cnt, a.cand,
+        tc_final_query<DP, 0>(0, a.rows, a.aux, a.t1, a.c3, a.ptab, a.ids, a.dead, qb, &sqi, a.cnt, a.cand, a.ckey,
                               (int)a.take, 0, (int)a.take, 0.0, a.out_d, a.out_id, a.out_n, a.flag);
 }
 
