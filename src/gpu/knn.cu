@@ -12,7 +12,9 @@
  * all-zero query) is flagged and answered by the CPU, so the answer is the
  * CPU's in every case. The device copy stores the rows in a fixed random
  * permutation (so that its first rows are a uniform sample) with per-row
- * T1, T1^2, S1 (floats), T1 (u32), C3 (double) and ids.
+ * T1, T1^2, S1 (floats), T1 (u32), C3 (double) and ids. A call of one
+ * query with k <= TC_ONE_KMAX runs the three passes in one cooperative
+ * launch (k_tc_one, tc_one below) with one download of its answer.
  *
  * Every other case: the definition's loop over a row's elements (element-major,
  * one thread a row, built with --fmad=false: the CPU's doubles bit for bit)
