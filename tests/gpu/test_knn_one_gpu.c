@@ -113,7 +113,7 @@ static size_t check(const patina_index_t *idx, const uint8_t *q, size_t k, const
                        (unsigned long long)b[i].id, b[i].distance);
             bad++;
         }
-    if (on_gpu && gs.gpu_tensor == 1 && gs.cpu == 0) (*on_gpu)++;
+    if (on_gpu && gs.gpu_tensor >= 1 && gs.cpu == 0) (*on_gpu)++; /* >= 1: a context of several GPUs counts each */
     free(a);
     free(b);
     return bad;
