@@ -515,10 +515,10 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
     a.rpb_pilot = stages_of(a.S, most);
     grid = (a.n + a.rpb_scan - 1) / a.rpb_scan;
     if ((a.S + a.rpb_pilot - 1) / a.rpb_pilot > grid) grid = (a.S + a.rpb_pilot - 1) / a.rpb_pilot;
-    /* in the pilot buffer: the pilot values (read in 16-byte pieces: S
-     * rounded up), the blocks' top-take lists when a block's pilot rows
-     * and all the lists fit the shared memory (else theta is selected from
-     * the S values), the candidates' keys */
+    /* in the pilot buffer, each part 16-byte aligned (read in 16-byte
+     * pieces): the pilot values, the blocks' top-take lists when a block's
+     * pilot rows and all the lists fit the shared memory (else theta is
+     * selected from the S values), the candidates' keys */
     size_t o_top = (S + 3) / 4 * 4 + 4, o_key = o_top; /* floats */
     if (a.rpb_pilot <= a.stage_cap && (size_t)grid * take <= a.stage_cap && knn_one_mode == 1)
         o_key += (size_t)grid * take + 4;

@@ -585,8 +585,11 @@ k_tc_one(const tc_one_args_t a)
         const uint32_t nv = a.top ? gridDim.x * a.take : a.S;
         uint32_t bits;
         if (nv <= a.stage_cap) {
-            for (uint32_t c = threadIdx.x; c < (nv + 3) / 4; c += blockDim.x) cp_async16(sv + 4 * c, v + 4 * c);
+            /* whole 16-byte pieces, then the last nv % 4 values (nothing
+             * past nv is read) */
+            for (uint32_t c = threadIdx.x; c < nv / 4; c += blockDim.x) cp_async16(sv + 4 * c, v + 4 * c);
             cp_async_commit();
+            if (threadIdx.x < nv % 4) sv[nv / 4 * 4 + threadIdx.x] = __ldcg(v + nv / 4 * 4 + threadIdx.x);
             cp_async_wait<0>();
             __syncthreads();
             bits = tc_radix_kth([sv](uint32_t i) { return __float_as_uint(sv[i]); }, nv, a.take, rsh);
