@@ -214,12 +214,14 @@ static void test_ties(void **state)
     ties(300, 60, &r);  /* 18000 rows: ties that overflow the candidates */
 }
 
-/* CEDD of the photographs under PATINA_SAMPLES_DIR, then perturbed copies
+/* CEDD of the photographs under $PATINA_SAMPLES (else PATINA_SAMPLES_DIR:
+ * samples/, scripts/fetch-samples.sh), then perturbed copies
  * (a few bins moved by one) up to 20000 rows. */
 static void test_samples(void **state)
 {
+    const char *env = getenv("PATINA_SAMPLES"), *dir = env && *env ? env : PATINA_SAMPLES_DIR;
     char **files = NULL;
-    const size_t nf = tu_list_files(PATINA_SAMPLES_DIR, "jpg,jpeg,png", &files);
+    const size_t nf = tu_list_files(dir, "jpg,jpeg,png", &files);
     const size_t n = 20000;
     uint8_t *rows = malloc(n * DIM);
     size_t m = 0, bad = 0;
@@ -237,7 +239,7 @@ static void test_samples(void **state)
     }
     tu_free_list(files, nf);
     if (m == 0) {
-        printf("  samples: no photographs under '%s'; skipped\n", PATINA_SAMPLES_DIR);
+        printf("  samples: no photographs under '%s' (set PATINA_SAMPLES); skipped\n", dir);
         free(rows);
         return;
     }
