@@ -36,7 +36,15 @@
  * each query batch on the GPU, hits per query, checked against the CPU on
  * 32 queries. --portable: the CPU's distances by the portable C path
  * (pdist_force_portable), not the AVX2 kernels (same results, for
- * comparing the two). */
+ * comparing the two).
+ *
+ * After the table, CEDD's single queries (a batch of 1, k <= 64: the
+ * one-launch kernel, gpu/knn_tc.cuh k_tc_one) get a "1 query" table: the
+ * call's wall time, the same call through the multi-launch path
+ * (patina_gpu__knn_one(0)) in the same run, PyTorch's, our speed-up over
+ * the fastest PyTorch peer, and the table's read rate (rows x 160 bytes /
+ * time) against the HBM peak (2 x memory clock x bus width, from the
+ * device's attributes). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,6 +197,48 @@ static void run_peers(size_t n, const size_t *qs, int nqs, const size_t *ks, int
     pclose(p);
 }
 
+/* The single-query rows for the "1 query" table. */
+typedef struct one_row {
+    size_t n, k;
+    double one, multi, fp16, int8; /* ms; -1: none */
+} one_row_t;
+#define MAXONE 64
+static one_row_t ONE[MAXONE];
+static int NONE;
+
+static void one_cell(double ms)
+{
+    if (ms > 0) printf(" %.1f |", ms * 1e3);
+    else printf(" - |");
+}
+
+/* The "1 query" table (hbm: the peak in GB/s, 0 unknown). */
+static void print_one(double hbm)
+{
+    if (NONE == 0) return;
+    printf("\n1 query (CEDD, one launch where k <= 64): wall time of one call (median), us; table read = rows x 160 "
+           "bytes / time; HBM peak %.0f GB/s\n\n",
+           hbm);
+    printf("| rows | k | GPU us (one launch) | GPU us (multi-launch) | PyTorch fp16 us | PyTorch int8 us | "
+           "GPU vs best PyTorch | table read GB/s | of HBM peak |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < NONE; i++) {
+        const one_row_t *o = &ONE[i];
+        const double best = o->fp16 > 0 && (o->int8 <= 0 || o->fp16 < o->int8) ? o->fp16 : o->int8;
+        const double gbps = (double)o->n * 160.0 / (o->one * 1e-3) / 1e9;
+        printf("| %zu | %zu |", o->n, o->k);
+        one_cell(o->one);
+        one_cell(o->multi);
+        one_cell(o->fp16);
+        one_cell(o->int8);
+        if (best > 0) printf(" %.1fx |", best / o->one);
+        else printf(" - |");
+        printf(" %.0f |", gbps);
+        if (hbm > 0) printf(" %.1f%% |\n", 100.0 * gbps / hbm);
+        else printf(" - |\n");
+    }
+}
+
 static void cell(double ms)
 {
     if (ms > 0) printf(" %.3f |", ms);
@@ -222,7 +272,7 @@ int main(int argc, char **argv)
 {
     size_t sizes[16] = {1000000, 10000000}, queries[16] = {1, 256, 4096}, ks[16] = {1, 10, 100};
     int nsizes = 2, nqueries = 3, nks = 3, peers = 1, i, j, l, bad = 0;
-    double d2d = 0, h2d = 0, peak = 0, lanes = 0, cpu_max = 3e8;
+    double d2d = 0, h2d = 0, peak = 0, lanes = 0, cpu_max = 3e8, hbm = 0;
     size_t live_rows = 1000, bytes;
     double range_r = 0;
     size_t budget = 0;
@@ -269,6 +319,7 @@ int main(int argc, char **argv)
         patina_gpu__bandwidth(g, 0, (size_t)1 << 30, 5, &h2d);
         peak = (double)g->sm_count * (double)g->clock_khz * 1e3 * 8192.0; /* dense int8 ops/clk/SM (sm_90) */
         lanes = (double)g->sm_count * (double)g->clock_khz * 1e3 * 128.0; /* FP32 lanes x clock */
+        hbm = 2.0 * (double)g->mem_clock_khz * 1e3 * (double)g->mem_bus_bits / 8.0 / 1e9; /* double data rate */
         snprintf(gname, sizeof gname, "%.200s, %d SMs at %.0f MHz", g->name, g->sm_count, g->clock_khz / 1e3);
         patina_gpu_close(g);
     } else {
@@ -313,6 +364,19 @@ int main(int argc, char **argv)
                     tg = time_ms(gpu_knn, ix, q, nq, k, h2, c2, (double)nq * (double)n > 1e10 ? 5 : 11);
                     gs = STATS;
                     bad += tc > 0 ? same(ix, q, nq, k, h2, h1) : same(ix, q, nq < 32 ? nq : 32, k, h2, NULL);
+                    if (nq == 1 && cedd && NONE < MAXONE) { /* the same query through the multi-launch path */
+                        one_row_t *o = &ONE[NONE++];
+                        o->n = n;
+                        o->k = k;
+                        o->one = tg;
+                        o->fp16 = pc[0];
+                        o->int8 = pc[1];
+                        patina_gpu__knn_one(0);
+                        gpu_knn(ix, q, nq, k, h2, c2);
+                        o->multi = time_ms(gpu_knn, ix, q, nq, k, h2, c2, 11);
+                        bad += same(ix, q, nq, k, h2, tc > 0 ? h1 : NULL);
+                        patina_gpu__knn_one(1);
+                    }
                 }
                 printf("| %zu | %zu | %zu |", n, nq, k);
                 if (tg > 0) {
@@ -460,6 +524,7 @@ int main(int argc, char **argv)
         free(rows);
         free(ids);
     }
+    print_one(hbm);
     patina_extractor_free(ex);
     patina_context_free(CTX);
     if (bad) printf("GPU results differ from the CPU's in %d runs\n", bad);

@@ -362,6 +362,12 @@ patina_status patina_gpu_open(patina_gpu_t **out, int index, uint64_t budget)
         (void)cudaGetLastError();
         g->clock_khz = 0;
     }
+    if (cudaDeviceGetAttribute(&g->mem_clock_khz, cudaDevAttrMemoryClockRate, g->device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&g->mem_bus_bits, cudaDevAttrGlobalMemoryBusWidth, g->device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        g->mem_clock_khz = 0;
+        g->mem_bus_bits = 0;
+    }
     g->total_mem = p.totalGlobalMem;
     g->smem_optin = (int)p.sharedMemPerBlockOptin;
     g->smem_sm = (int)p.sharedMemPerMultiprocessor;

@@ -58,6 +58,8 @@ struct patina_gpu {
     char name[256];
     int sm_count;
     int clock_khz;             /* the SMs' clock (cudaDevAttrClockRate), for peak rates */
+    int mem_clock_khz;         /* the memory's peak clock (cudaDevAttrMemoryClockRate; 0: unknown) */
+    int mem_bus_bits;          /* its bus width (cudaDevAttrGlobalMemoryBusWidth): peak bytes/s = 2 clock bits / 8 */
     uint64_t total_mem;        /* device memory (bytes) */
     int smem_optin;            /* shared memory a block may opt in to (bytes) */
     int smem_sm;               /* shared memory per SM (bytes) */

@@ -366,6 +366,16 @@ patina_status patina_gpu__upload(patina_gpu_t *g, void *dst, const void *src, si
 patina_status patina_gpu__bandwidth(patina_gpu_t *g, int kind, size_t bytes, int reps,
                                     double *gbps);
 
+/* Benchmarks and tests: how a single CEDD k-NN query (k <= 64) runs.
+ * mode 1 (the default): the one-launch kernel (gpu/knn_tc.cuh k_tc_one),
+ * theta from the blocks' top-k lists where they fit its shared memory;
+ * 0: the multi-launch path (pilot, select, scan and final kernels), to time
+ * the two in one run; 2: the one-launch kernel with theta selected from all
+ * the pilot values (staged in shared memory when they fit, else read
+ * through L2); 3: the same, always through L2. Process-wide; the answers
+ * are the same. */
+void patina_gpu__knn_one(int mode);
+
 /* Profiling: on != 0 times the kernels of every batch with CUDA events from
  * now on: ms[0] block sums, ms[1] block contributions, ms[2] accumulation and
  * finishing; ms[3] host time spent checking where images live. Returns the

@@ -12,7 +12,9 @@
  * all-zero query) is flagged and answered by the CPU, so the answer is the
  * CPU's in every case. The device copy stores the rows in a fixed random
  * permutation (so that its first rows are a uniform sample) with per-row
- * T1, T1^2, S1 (floats), T1 (u32), C3 (double) and ids.
+ * T1, T1^2, S1 (floats), T1 (u32), C3 (double) and ids. A call of one
+ * query with k <= TC_ONE_KMAX runs the three passes in one cooperative
+ * launch (k_tc_one, tc_one below) with one download of its answer.
  *
  * Every other case: the definition's loop over a row's elements (element-major,
  * one thread a row, built with --fmad=false: the CPU's doubles bit for bit)
@@ -427,6 +429,139 @@ static patina_hit_t tc_result(const knn_state_t *st, const tc_io_t *io, size_t m
     h.distance = ((const double *)(st->h_out + io->o_outd))[i * maxn + j];
     h.id = ((const uint64_t *)(st->h_out + io->o_outid))[i * maxn + j];
     return h;
+}
+
+/* ---- one query, one launch (k_tc_one) ---- */
+
+static int knn_one_mode = 1; /* patina_gpu__knn_one */
+
+void patina_gpu__knn_one(int mode) { knn_one_mode = mode; }
+
+/* k_tc_one's dynamic shared memory: the scan's stages or the final pass's
+ * lists, whichever is larger (the pilot values are staged in it too when
+ * they fit). */
+static size_t tc_one_smem(int dp)
+{
+    const size_t a = tc_scan_smem(dp), b = tc_final_smem();
+    return a > b ? a : b;
+}
+
+/* k_tc_one for a row width: the kernel, its dynamic shared memory and its
+ * blocks per SM, asked once per state (slot 0: 144 bytes, 1: 256; -1: no
+ * cooperative launch on this device). */
+template <int NK32, int T16>
+static cudaError_t tc_one_kernel(knn_state_t *st, int slot, const void **fn, size_t *smem)
+{
+    *fn = (const void *)k_tc_one<NK32, T16>;
+    *smem = tc_one_smem(NK32 * 32 + T16 * 16);
+    if (st->one_bps[slot] == 0) {
+        int dev = 0, coop = 0, nb = 0;
+        cudaError_t e = cudaGetDevice(&dev);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev);
+        if (e == cudaSuccess) e = cudaFuncSetAttribute(*fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*smem);
+        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, *fn, TC_WARPS * 32, *smem);
+        if (e != cudaSuccess) return e;
+        st->one_bps[slot] = coop && nb > 0 ? nb : -1;
+    }
+    return cudaSuccess;
+}
+
+static uint32_t stages_of(uint32_t rows, uint32_t blocks)
+{
+    const uint32_t r = (rows + blocks - 1) / blocks;
+    return (r + TC_R - 1) / TC_R * TC_R;
+}
+
+/* The k-NN of one query (row q of the index's bytes) with a pilot of S
+ * rows in one launch and one download (take <= TC_ONE_KMAX). *done = 0:
+ * the device cannot (no cooperative launch; nothing was run), else
+ * cpu[0] = 1 when the engine could not settle the query (the same flag as
+ * tc_knn_pass's), or its answer in hits / counts[0]. */
+static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *c, const uint8_t *q, size_t take,
+                            size_t S, patina_hit_t *hits, size_t *counts, uint8_t *cpu,
+                            size_t *paths, int *done)
+{
+    cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
+    const int slot = c->dp == 144 ? 0 : 1;
+    const void *fn;
+    void *args[1];
+    size_t smem, dense;
+    uint32_t most, grid, t2 = 0, s2 = 0;
+    tc_one_args_t a;
+    tc_io_t io;
+    cudaError_t e;
+    *done = 0;
+    for (size_t i = 0; i < c->dim; i++) {
+        t2 += q[i];
+        s2 += (uint32_t)q[i] * q[i];
+    }
+    if (t2 == 0) { /* an all-zero query: the CPU's, as the engine flags it */
+        *done = 1;
+        cpu[0] = 1;
+        return PATINA_OK;
+    }
+    e = slot == 0 ? tc_one_kernel<4, 1>(st, 0, &fn, &smem) : tc_one_kernel<8, 0>(st, 1, &fn, &smem);
+    if (e != cudaSuccess) return pgpu_fail((int)e, "gpu search: one-launch k-NN (k_tc_one)", __FILE__, __LINE__);
+    if (st->one_bps[slot] < 0) return PATINA_OK;
+    memset(&a, 0, sizeof a);
+    a.n = (uint32_t)c->n;
+    a.S = (uint32_t)S;
+    a.take = (uint32_t)take;
+    a.stage_cap = (uint32_t)(smem / sizeof(float));
+    /* whole stages a block; as many blocks as the rows need, at most the
+     * resident ones */
+    most = (uint32_t)st->one_bps[slot] * (uint32_t)g->sm_count;
+    a.rpb_scan = stages_of(a.n, most);
+    a.rpb_pilot = stages_of(a.S, most);
+    grid = (a.n + a.rpb_scan - 1) / a.rpb_scan;
+    if ((a.S + a.rpb_pilot - 1) / a.rpb_pilot > grid) grid = (a.S + a.rpb_pilot - 1) / a.rpb_pilot;
+    /* in the pilot buffer, each part 16-byte aligned (read in 16-byte
+     * pieces): the pilot values, the blocks' top-take lists when a block's
+     * pilot rows and all the lists fit the shared memory (else theta is
+     * selected from the S values), the candidates' keys */
+    size_t o_top = (S + 3) / 4 * 4 + 4, o_key = o_top; /* floats */
+    if (a.rpb_pilot <= a.stage_cap && (size_t)grid * take <= a.stage_cap && knn_one_mode == 1)
+        o_key += (size_t)grid * take + 4;
+    o_key = (o_key + 3) / 4 * 4; /* the keys' doubles 16-byte aligned */
+    dense = o_key + 2 * (size_t)TC_CAND;
+    PATINA_TRY(tc_buffers(g, st, c, 1, dense, take));
+    tc_layout(&io, 1, (size_t)c->dp, take);
+    a.rows = c->descs;
+    a.aux = c->aux;
+    a.t1 = c->t1;
+    a.c3 = c->c3;
+    a.ptab = c->ptab;
+    a.ids = c->ids;
+    a.dead = c->dead;
+    a.dense = st->d_pilot;
+    if (o_key > o_top) a.top = st->d_pilot + o_top;
+    a.ckey = (double *)(st->d_pilot + o_key);
+    a.cnt = st->d_cnt;
+    a.cand = st->d_cand;
+    a.out_n = (uint32_t *)st->d_out;
+    a.flag = st->d_out + io.o_flag;
+    a.out_d = (double *)(st->d_out + io.o_outd);
+    a.out_id = (uint64_t *)(st->d_out + io.o_outid);
+    memcpy(a.q, q, c->dim);
+    a.qinfo = make_float4((float)t2, (float)t2 * (float)t2, (float)s2, 0.f);
+    if (knn_one_mode == 3) a.stage_cap = 0; /* theta's select through L2 */
+    args[0] = &a;
+    e = cudaLaunchCooperativeKernel(fn, dim3(grid), dim3(TC_WARPS * 32), args, smem, s);
+    if (e == cudaErrorCooperativeLaunchTooLarge) { /* fewer SMs than asked for (a shared device): not here */
+        (void)cudaGetLastError();
+        st->one_bps[slot] = -1;
+        return PATINA_OK;
+    }
+    if (e == cudaSuccess) e = cudaMemcpyAsync(st->h_out, st->d_out, io.out_bytes, cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    if (e != cudaSuccess) return pgpu_fail((int)e, "gpu search: one-launch k-NN (k_tc_one)", __FILE__, __LINE__);
+    *done = 1;
+    cpu[0] = st->h_out[io.o_flag];
+    if (cpu[0]) return PATINA_OK;
+    for (size_t j = 0; j < take; j++) hits[j] = tc_result(st, &io, take, 0, j);
+    counts[0] = take;
+    if (paths) paths[0]++;
+    return PATINA_OK;
 }
 
 /* The definition path's buffers (grown, never shrunk). */
@@ -926,7 +1061,12 @@ static patina_status knn_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, 
     PATINA_TRY(search_begin(g, idx, &st, &c));
     if (!c->tc) return def_knn(g, st, c, idx, qv, nq, k, hits, counts, cpu, paths);
     S = tc_pilot_rows(c->n, take);
-    PATINA_TRY(tc_knn_pass(g, st, c, idx, queries, NULL, nq, k, S, hits, counts, cpu, paths));
+    {
+        int done = 0; /* one query: one launch when the device allows it */
+        if (nq == 1 && take <= TC_ONE_KMAX && knn_one_mode)
+            PATINA_TRY(tc_one(g, st, c, queries, take, S, hits, counts, cpu, paths, &done));
+        if (!done) PATINA_TRY(tc_knn_pass(g, st, c, idx, queries, NULL, nq, k, S, hits, counts, cpu, paths));
+    }
     /* the overflowing queries again, the whole table as their pilot: the
      * candidates are then the k best and their exact ties */
     if (S < c->n) {

@@ -135,6 +135,7 @@ typedef struct knn_state {
     uint8_t *d_in, *h_in, *d_out, *h_out;
     float *d_pilot;          /* (tq_dense) */
     uint32_t *d_cnt, *d_cand;
+    int one_bps[2];          /* k_tc_one's blocks per SM (dp 144, 256); 0: not asked yet; -1: no cooperative launch */
 } knn_state_t;
 
 #define TC_RM_CHUNK 8192 /* removed rows applied per launch */
@@ -143,6 +144,7 @@ typedef struct knn_state {
 #define TC_PILOT_BYTES ((size_t)512 << 20) /* pilot values per launch at most */
 #define TC_KNN_BATCH 4096                 /* queries per launch, k-NN */
 #define TC_RANGE_BATCH 256                /* queries per launch, range */
+#define TC_ONE_KMAX 64                    /* k of a single query answered by one launch (k_tc_one) at most */
 
 /* Rows of the pilot sample: enough that the kth best of the sample ranks
  * about `want`th in the table (candidates ~ take n / S), at least

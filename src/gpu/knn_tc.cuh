@@ -52,6 +52,8 @@
 #include "gpu/ptx.cuh"
 #include "gpu/radix.cuh"
 
+#include <cooperative_groups.h>
+
 /* ---------------------------------------------------------------- scan */
 
 /* A query tile's A fragment of an m16n8k32 (byte column c): rows q0 and
@@ -78,14 +80,30 @@ __device__ __forceinline__ void tc_stage(uint8_t *dst, Info *dinfo, const void *
     for (int c = threadIdx.x; c < R; c += blockDim.x) cp_async16(dinfo + c, info + c);
 }
 
-/* MODE: 0 = pilot (write t for rows < n to dense (nq, ld)),
- *       1 = filter (append passing rows to cand (nq, TC_CAND), count in cnt). */
+/* The exact t of a row (sums x, dot product D with the query) for a
+ * query of T2, T2^2, S2: numerator and denominator are integers below
+ * 2^53, exact in double; one rounding in the division. */
+__device__ __forceinline__ double tc_exact_t(uint32_t dot, tc_aux_t x, double T2, double T2sq, double S2)
+{
+    const double num = (double)dot * ((double)x.x * T2);
+    const double den = (double)x.y * S2 + (double)x.z * T2sq - num;
+    return x.x == 0.f ? 0.0 : num / den;
+}
+
+/* One block's share of a scan: rows [r0, r1) (r1 - r0 rounded up to whole
+ * stages must lie inside the copy: its rows are padded by TC_R) against
+ * the qtiles query tiles from tile qt0 on (qbytes, qinfo: global or
+ * shared memory). MODE: 0 = pilot (write t for rows < r1 to dense (nq,
+ * ld)), 1 = filter (append passing rows to cand (nq, TC_CAND), count in
+ * cnt; with ckey, each candidate's exact t beside it, tc_exact_t of the
+ * MMA's D). Uses the block's dynamic shared memory (tc_scan_smem); every
+ * thread of the block calls it. */
 template <int NK32, int T16, int MODE>
-__global__ void __launch_bounds__(TC_WARPS * 32)
-k_tc_scan(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, uint32_t n,
-          uint32_t rows_per_block, const uint8_t *__restrict__ qbytes, const tc_qinfo_t *__restrict__ qinfo,
-          int nq, int qtiles, float *__restrict__ dense, size_t ld, uint32_t *__restrict__ cnt,
-          uint32_t *__restrict__ cand)
+__device__ __forceinline__ void tc_scan_rows(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux,
+                                             uint32_t r0, uint32_t r1, const uint8_t *qbytes,
+                                             const tc_qinfo_t *qinfo, int nq, int qtiles, int qt0,
+                                             float *__restrict__ dense, size_t ld, uint32_t *cnt, uint32_t *cand,
+                                             double *ckey)
 {
     constexpr int DP = NK32 * 32 + T16 * 16; /* bytes per row */
     extern __shared__ __align__(16) uint8_t smem[];
@@ -94,9 +112,7 @@ k_tc_scan(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, ui
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g4 = lane >> 2, t4 = lane & 3;
     const int mytile = warp % qtiles, rl = warp / qtiles, nrl = TC_WARPS / qtiles;
-    const int q0 = (blockIdx.y * qtiles + mytile) * 16 + g4, q1 = q0 + 8;
-    const uint32_t r0 = blockIdx.x * rows_per_block;
-    const uint32_t r1 = min(n, r0 + rows_per_block);
+    const int q0 = (qt0 * qtiles + mytile) * 16 + g4, q1 = q0 + 8;
     uint32_t a[NK32 > 0 ? NK32 : 1][4], at0 = 0, at1 = 0;
     float qa[2][4], fa[2], fb[2];
     bool all[2];
@@ -178,7 +194,12 @@ k_tc_scan(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, ui
                         if (q < nq && r < r1) dense[(size_t)q * ld + r] = __fdiv_rn(num, den);
                     } else if ((all[h] || (float)d[u][e] >= fmaf(fb[h], x.w, fa[h] * x.x)) && r < r1) {
                         const uint32_t pos = atomicAdd(&cnt[q], 1u);
-                        if (pos < TC_CAND) cand[(size_t)q * TC_CAND + pos] = r;
+                        if (pos < TC_CAND) {
+                            cand[(size_t)q * TC_CAND + pos] = r;
+                            if (ckey)
+                                ckey[(size_t)q * TC_CAND + pos] = tc_exact_t((uint32_t)d[u][e], x, (double)qa[h][0],
+                                                                             (double)qa[h][1], (double)qa[h][2]);
+                        }
                     }
                 }
             }
@@ -187,7 +208,25 @@ k_tc_scan(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, ui
     cp_async_wait<0>();
 }
 
+/* The scan as a kernel: block (x, y) takes rows [x rows_per_block, +
+ * rows_per_block) of the first n and query tiles from y qtiles on. */
+template <int NK32, int T16, int MODE>
+__global__ void __launch_bounds__(TC_WARPS * 32)
+k_tc_scan(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, uint32_t n,
+          uint32_t rows_per_block, const uint8_t *__restrict__ qbytes, const tc_qinfo_t *__restrict__ qinfo,
+          int nq, int qtiles, float *__restrict__ dense, size_t ld, uint32_t *__restrict__ cnt,
+          uint32_t *__restrict__ cand)
+{
+    const uint32_t r0 = blockIdx.x * rows_per_block;
+    tc_scan_rows<NK32, T16, MODE>(rows, aux, r0, min(n, r0 + rows_per_block), qbytes, qinfo, nq, qtiles,
+                                  (int)blockIdx.y, dense, ld, cnt, cand, NULL);
+}
+
 /* -------------------------------------------------------------- select */
+
+/* The scan's threshold theta' = theta (1 - 1e-5) - 1e-9 from theta's bits
+ * (the pilot's kth largest t). */
+__device__ __forceinline__ float tc_theta(uint32_t bits) { return __uint_as_float(bits) * (1.0f - 1e-5f) - 1e-9f; }
 
 /* Per query (one block each): theta = the kth largest of its n pilot values
  * (non-negative floats: their bits order like unsigned integers);
@@ -205,8 +244,7 @@ k_tc_select(const float *__restrict__ dense, size_t ld, uint32_t n, uint32_t kth
         flag[blockIdx.x] = 0;
     }
     const uint32_t bits = tc_radix_kth([v](uint32_t i) { return __float_as_uint(v[i]); }, n, kth, sh);
-    if (threadIdx.x == 0 && qinfo[blockIdx.x].x != 0.f)
-        qinfo[blockIdx.x].w = __uint_as_float(bits) * (1.0f - 1e-5f) - 1e-9f;
+    if (threadIdx.x == 0 && qinfo[blockIdx.x].x != 0.f) qinfo[blockIdx.x].w = tc_theta(bits);
 }
 
 /* --------------------------------------------------------------- final */
@@ -284,20 +322,26 @@ __device__ __forceinline__ double tc_reference(const uint8_t *__restrict__ row, 
     return __dsub_rn(100.0, __dmul_rn(100.0, __ddiv_rn(s, __dsub_rn(__dadd_rn(c2, c3), s))));
 }
 
-/* One block per query. RANGE 0: the k nearest (take = min(k, n)) into
+/* Query q's final ranking by the whole block (any multiple of 32 threads
+ * dividing 2048). RANGE 0: the k nearest (take = min(k, n)) into
  * out_d / out_id (nq, k) and out_n[q] = take; with `partial` (a chunk of a
  * streamed table, whose candidates may be fewer than take) the nearest
  * min(take, live candidates) and out_n[q] their number. RANGE 1: every
  * candidate with distance <= radius, sorted, into (nq, TC_CAND), out_n[q]
- * their number. flag[q] = 1 when the query must be answered by the CPU. */
+ * their number. flag[q] = 1 when the query must be answered by the CPU.
+ * qbytes, qinfo: global or shared memory; cnt and cand are read through
+ * L2 (ld.cg), so that a kernel that wrote them before a grid-wide barrier
+ * reads them here. ckey (k-NN; NULL: none): the candidates' exact t as
+ * the scan wrote them (the same tc_exact_t), else computed here. Uses the
+ * block's dynamic shared memory (tc_final_smem). */
 template <int DP, int RANGE>
-__global__ void __launch_bounds__(TC_FINAL_THREADS)
-k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, const uint32_t *__restrict__ t1,
-           const double *__restrict__ c3, const double *__restrict__ ptab, const uint64_t *__restrict__ ids,
-           const uint8_t *__restrict__ dead, const uint8_t *__restrict__ qbytes, const tc_qinfo_t *__restrict__ qinfo, const uint32_t *__restrict__ cnt,
-           const uint32_t *__restrict__ cand, int take, int partial, int kstride, double radius,
-           double *__restrict__ out_d, uint64_t *__restrict__ out_id, uint32_t *__restrict__ out_n,
-           uint8_t *__restrict__ flag)
+__device__ __forceinline__ void
+tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux,
+               const uint32_t *__restrict__ t1, const double *__restrict__ c3, const double *__restrict__ ptab,
+               const uint64_t *__restrict__ ids, const uint8_t *__restrict__ dead, const uint8_t *qbytes,
+               const tc_qinfo_t *qinfo, const uint32_t *cnt, const uint32_t *cand, const double *ckey, int take,
+               int partial, int kstride, double radius, double *__restrict__ out_d, uint64_t *__restrict__ out_id,
+               uint32_t *__restrict__ out_n, uint8_t *__restrict__ flag)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     double *key = (double *)smem;                         /* (TC_CAND) */
@@ -308,9 +352,9 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
     __shared__ double qv[PGPU_KNN_MAXDIM];
     __shared__ int s_n, s_nnz, s_live;
     __shared__ double s_c2;
+    __shared__ double qall[DP]; /* a / T2 */
     __shared__ uint32_t rsh[2048 + 34];
-    const int q = blockIdx.x;
-    const uint32_t c = cnt[q];
+    const uint32_t c = __ldcg(cnt + q);
     const double t2 = qinfo[q].x; /* T2, an integer: exact */
 
     if (threadIdx.x == 0) out_n[q] = 0;
@@ -319,6 +363,10 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
         return;
     }
     for (int i = threadIdx.x; i < DP / 4; i += blockDim.x) qw[i] = ((const uint32_t *)(qbytes + (size_t)q * DP))[i];
+    __syncthreads();
+    /* the quotients in parallel (each one rounding, as the CPU's), the sum
+     * in order below */
+    for (int i = threadIdx.x; i < DP; i += blockDim.x) qall[i] = __ddiv_rn((double)((const uint8_t *)qw)[i], t2);
     __syncthreads();
     if (threadIdx.x == 0) {
         /* the query as src/search/knn.c's prepare_query makes it: q = a / T2
@@ -329,7 +377,7 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
         double c2 = 0.0;
         int nz = 0;
         for (int i = 0; i < DP; i++) {
-            const double v = __ddiv_rn((double)a[i], t2);
+            const double v = qall[i];
             c2 = __dadd_rn(c2, __dmul_rn(v, v));
             if (a[i]) {
                 qidx[nz] = (uint16_t)i;
@@ -349,7 +397,7 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
 
     if (RANGE) {
         for (int i = threadIdx.x; i < n; i += blockDim.x) {
-            const uint32_t r = cq[i];
+            const uint32_t r = __ldcg(cq + i);
             if (dead[r]) continue;
             const double d = tc_reference(rows + (size_t)r * DP, t1[r], c3[r], ptab, qidx, qv, nnz, t2, c2);
             if (d <= radius) {
@@ -364,22 +412,31 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
         return;
     }
 
-    /* exact t of every candidate (D by dp4a; integers exact in double) */
+    /* exact t of every live candidate: the scan's, or D by dp4a here */
     const tc_qinfo_t qi = qinfo[q];
     const double T2 = qi.x, T2sq = qi.y, S2 = qi.z;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const uint32_t r = cq[i];
-        if (dead[r]) continue; /* a removed row (live updates) */
-        const uint32_t *rw = (const uint32_t *)(rows + (size_t)r * DP);
-        unsigned dot = 0;
+    if (ckey) {
+        const double *kq = ckey + (size_t)q * TC_CAND;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            const uint32_t r = __ldcg(cq + i);
+            const double t = __ldcg(kq + i);
+            if (dead[r]) continue; /* a removed row (live updates) */
+            const int pos = atomicAdd(&s_live, 1);
+            key[pos] = t;
+            sidx[pos] = r;
+        }
+    } else {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            const uint32_t r = __ldcg(cq + i);
+            if (dead[r]) continue; /* a removed row (live updates) */
+            const uint32_t *rw = (const uint32_t *)(rows + (size_t)r * DP);
+            unsigned dot = 0;
 #pragma unroll
-        for (int w = 0; w < DP / 4; w++) dot = __dp4a(rw[w], qw[w], dot);
-        const tc_aux_t x = aux[r];
-        const double num = (double)dot * ((double)x.x * T2);
-        const double den = (double)x.y * S2 + (double)x.z * T2sq - num;
-        const int pos = atomicAdd(&s_live, 1);
-        key[pos] = x.x == 0.f ? 0.0 : num / den;
-        sidx[pos] = r;
+            for (int w = 0; w < DP / 4; w++) dot = __dp4a(rw[w], qw[w], dot);
+            const int pos = atomicAdd(&s_live, 1);
+            key[pos] = tc_exact_t(dot, aux[r], T2, T2sq, S2);
+            sidx[pos] = r;
+        }
     }
     __syncthreads();
     const int nl = s_live;
@@ -410,6 +467,150 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
     }
     tc_sort_hits(key, sid, m, take, out_d + (size_t)q * kstride, out_id + (size_t)q * kstride);
     if (threadIdx.x == 0) out_n[q] = (uint32_t)take;
+}
+
+/* One block per query: tc_final_query for query blockIdx.x. */
+template <int DP, int RANGE>
+__global__ void __launch_bounds__(TC_FINAL_THREADS)
+k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, const uint32_t *__restrict__ t1,
+           const double *__restrict__ c3, const double *__restrict__ ptab, const uint64_t *__restrict__ ids,
+           const uint8_t *__restrict__ dead, const uint8_t *__restrict__ qbytes,
+           const tc_qinfo_t *__restrict__ qinfo, const uint32_t *__restrict__ cnt, const uint32_t *__restrict__ cand,
+           int take, int partial, int kstride, double radius, double *__restrict__ out_d,
+           uint64_t *__restrict__ out_id, uint32_t *__restrict__ out_n, uint8_t *__restrict__ flag)
+{
+    tc_final_query<DP, RANGE>((int)blockIdx.x, rows, aux, t1, c3, ptab, ids, dead, qbytes, qinfo, cnt, cand, NULL,
+                              take, partial, kstride, radius, out_d, out_id, out_n, flag);
+}
+
+/* ------------------------------------------------- one query, one launch */
+
+/* k_tc_one's arguments, passed by value: the query travels in them (no
+ * upload). */
+typedef struct tc_one_args {
+    const uint8_t *rows;       /* the copy's (knn_copy_t) */
+    const tc_aux_t *aux;
+    const uint32_t *t1;
+    const double *c3, *ptab;
+    const uint64_t *ids;
+    const uint8_t *dead;
+    uint32_t n, S, take;       /* rows; pilot rows (the first S); results (<= n) */
+    uint32_t rpb_pilot, rpb_scan; /* rows per block in the pilot and in the scan (whole stages) */
+    uint32_t stage_cap;        /* pilot values the dynamic shared memory holds (floats) */
+    float *dense;              /* (S rounded up to 4) the pilot's t */
+    float *top;                /* (gridDim.x, take) each block's take largest pilot values; NULL: select from dense */
+    uint32_t *cnt, *cand;      /* (1), (TC_CAND) */
+    double *ckey;              /* (TC_CAND) the candidates' exact t */
+    double *out_d;             /* (take) */
+    uint64_t *out_id;          /* (take) */
+    uint32_t *out_n;           /* (1) */
+    uint8_t *flag;             /* (1) */
+    tc_qinfo_t qinfo;          /* T2 (> 0), T2^2, S2; w unused */
+    uint32_t q[PGPU_KNN_MAXDIM / 4]; /* the query row, zero padded to DP bytes */
+} tc_one_args_t;
+
+/* One k-NN query through the whole engine in one cooperative launch (grid
+ * <= the blocks that fit on the device at once, so that the barriers
+ * cannot deadlock), T2 > 0:
+ *  1. the pilot over the first S rows, split among the blocks; with `top`,
+ *     each block then writes its take largest pilot values (the take
+ *     largest keys as k_tc_select orders them: float bits as unsigned;
+ *     padded with key 0, the smallest) -- the union of those lists holds
+ *     the S values' take largest, so its take-th largest is theirs;
+ *  2. a grid barrier; every block selects theta itself from the lists (or
+ *     from the S values) -- the same values, the same kth, so every block
+ *     gets k_tc_select's theta, with no second barrier; from shared memory
+ *     when they fit, else read through L2;
+ *  3. every block scans its rows [blockIdx.x rpb_scan, + rpb_scan) into
+ *     the one candidate list, each candidate's exact t beside it (from
+ *     the MMA's D: the final pass reads no row for it); a grid barrier;
+ *  4. block 0 ranks the candidates (tc_final_query).
+ * The scan and final passes are the multi-launch path's device functions
+ * (same arithmetic), so the answer and the flag are the same. The barriers
+ * (cooperative_groups' grid sync: release / acquire at device scope) order
+ * the global writes before them against the reads after them; those reads
+ * go through L2 (ld.cg, cp.async.cg). */
+template <int NK32, int T16>
+__global__ void __launch_bounds__(TC_WARPS * 32)
+k_tc_one(const tc_one_args_t a)
+{
+    constexpr int DP = NK32 * 32 + T16 * 16;
+    extern __shared__ __align__(16) uint8_t smem[];
+    __shared__ __align__(16) uint32_t sq[DP / 4];
+    __shared__ tc_qinfo_t sqi;
+    __shared__ uint32_t rsh[2048 + 34];
+    __shared__ uint32_t s_w;
+    cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+    const uint8_t *qb = (const uint8_t *)sq;
+    float *sv = (float *)smem; /* values staged for a select */
+
+    for (int i = threadIdx.x; i < DP / 4; i += blockDim.x) sq[i] = a.q[i];
+    if (threadIdx.x == 0) {
+        sqi = a.qinfo;
+        s_w = 0;
+        if (blockIdx.x == 0) {
+            *a.cnt = 0;
+            *a.flag = 0;
+            *a.out_n = 0;
+        }
+    }
+    __syncthreads();
+    /* 1. the pilot, and this block's take largest */
+    {
+        const uint32_t r0 = blockIdx.x * a.rpb_pilot;
+        const uint32_t m = r0 < a.S ? min(a.S, r0 + a.rpb_pilot) - r0 : 0u, kk = min(a.take, m);
+        if (m)
+            tc_scan_rows<NK32, T16, 0>(a.rows, a.aux, r0, r0 + m, qb, &sqi, 1, 1, 0, a.dense, (size_t)a.S, NULL,
+                                       NULL, NULL);
+        if (a.top) {
+            float *out = a.top + (size_t)blockIdx.x * a.take;
+            __syncthreads(); /* the block's pilot values written; its stages read */
+            for (uint32_t i = threadIdx.x; i < m; i += blockDim.x) sv[i] = __ldcg(a.dense + r0 + i);
+            __syncthreads();
+            if (kk) {
+                const uint32_t bits = tc_radix_kth([sv](uint32_t i) { return __float_as_uint(sv[i]); }, m, kk, rsh);
+                /* fewer than kk keys lie above the kk-th largest */
+                for (uint32_t i = threadIdx.x; i < m; i += blockDim.x)
+                    if (__float_as_uint(sv[i]) > bits) out[atomicAdd(&s_w, 1u)] = sv[i];
+                __syncthreads();
+                for (uint32_t j = s_w + threadIdx.x; j < kk; j += blockDim.x) out[j] = __uint_as_float(bits);
+            }
+            for (uint32_t j = kk + threadIdx.x; j < a.take; j += blockDim.x) out[j] = __uint_as_float(0u);
+        }
+    }
+    grid.sync();
+    /* 2. theta (k_tc_select's, for one query) */
+    {
+        const float *v = a.top ? a.top : a.dense;
+        const uint32_t nv = a.top ? gridDim.x * a.take : a.S;
+        uint32_t bits;
+        if (nv <= a.stage_cap) {
+            /* whole 16-byte pieces, then the last nv % 4 values (nothing
+             * past nv is read) */
+            for (uint32_t c = threadIdx.x; c < nv / 4; c += blockDim.x) cp_async16(sv + 4 * c, v + 4 * c);
+            cp_async_commit();
+            if (threadIdx.x < nv % 4) sv[nv / 4 * 4 + threadIdx.x] = __ldcg(v + nv / 4 * 4 + threadIdx.x);
+            cp_async_wait<0>();
+            __syncthreads();
+            bits = tc_radix_kth([sv](uint32_t i) { return __float_as_uint(sv[i]); }, nv, a.take, rsh);
+        } else {
+            bits = tc_radix_kth([v](uint32_t i) { return __float_as_uint(__ldcg(v + i)); }, nv, a.take, rsh);
+        }
+        if (threadIdx.x == 0) sqi.w = tc_theta(bits);
+        __syncthreads();
+    }
+    /* 3. the filtering scan */
+    {
+        const uint32_t r0 = blockIdx.x * a.rpb_scan;
+        if (r0 < a.n)
+            tc_scan_rows<NK32, T16, 1>(a.rows, a.aux, r0, min(a.n, r0 + a.rpb_scan), qb, &sqi, 1, 1, 0, NULL, 0,
+                                       a.cnt, a.cand, a.ckey);
+    }
+    grid.sync();
+    /* 4. the final ranking */
+    if (blockIdx.x == 0)
+        tc_final_query<DP, 0>(0, a.rows, a.aux, a.t1, a.c3, a.ptab, a.ids, a.dead, qb, &sqi, a.cnt, a.cand, a.ckey,
+                              (int)a.take, 0, (int)a.take, 0.0, a.out_d, a.out_id, a.out_n, a.flag);
 }
 
 #endif

@@ -185,6 +185,8 @@ patina_status pgpu_glcm_time(patina_gpu_t *g, const pgpu_glcm_knobs_t *k, pgpu_g
     return none();
 }
 
+void patina_gpu__knn_one(int mode) { (void)mode; }
+
 void patina_gpu__profile(patina_gpu_t *g, int on, double ms[4], uint64_t *batches)
 {
     (void)g; (void)on;

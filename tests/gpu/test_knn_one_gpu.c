@@ -1,0 +1,340 @@
+/* One CEDD k-NN query on the GPU -- the single-launch engine (k_tc_one:
+ * pilot, threshold, filtering scan and final ranking in one cooperative
+ * launch; gpu/knn_tc.cuh) that answers a call of one query with k <= 64 --
+ * against the CPU search (device CPU), bit for bit: the same count, the same
+ * ids in the same order (ties by id), the same distance bits.
+ *   - random tables (bins 0..7, 70% zero, ~3% duplicated rows, a zero row,
+ *     ids shuffled) of 1, 2, 127, 129, 5000, 8193, 100003 (not with
+ *     PATINA_TEST_QUICK=2, for racecheck) and 1000003 (not with
+ *     PATINA_TEST_QUICK) rows -- sizes that are not a multiple of
+ *     the scan's 128-row stage, below and above the 8192-row pilot -- k in
+ *     {1, 10, 64}, k above the table's size; queries random, copies of table
+ *     rows (exact matches and their duplicates: ties), the zero query (the
+ *     CPU's by the engine's rule);
+ *   - an empty table (0 rows);
+ *   - ties: a few hundred distinct rows each repeated (3 times: ties inside
+ *     the answer; 60 times: ties that overflow the candidate list, answered
+ *     by the retry or the CPU, still the CPU's answer);
+ *   - real CEDD descriptors of the photographs under samples/ (and their
+ *     perturbed copies) as table and queries;
+ *   - the random queries again with theta selected from all the pilot
+ *     values (staged in shared memory, or read through L2) instead of the
+ *     blocks' top-k lists, and through the multi-launch path
+ *     (patina_gpu__knn_one's modes);
+ *   - rows removed and added between calls (the device copy's dead rows and
+ *     appended rows), the same query twice (the launch's own counters), and
+ *     single queries between batches (buffers shared with the multi-launch
+ *     path).
+ * Every GPU answer that the engine settles counts in stats.gpu_tensor; the
+ * test also checks that the random queries were answered on the GPU.
+ * Skipped (77) without a GPU. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/gpu.h" /* patina_gpu__knn_one */
+#include "patina/patina.h"
+#include "testutil.h"
+
+#define DIM PATINA_CEDD_DIM
+
+static patina_context_t *CTX;
+static int QUICK;
+
+static void random_row(uint8_t *d, tu_rng_t *r)
+{
+    for (int i = 0; i < DIM; i++) {
+        const uint32_t u = tu_rng_below(r, 100);
+        d[i] = (uint8_t)(u < 70 ? 0 : 1 + tu_rng_below(r, 7));
+    }
+}
+
+/* rows (n, DIM): random, ~3% copies of earlier rows, row 0 zero */
+static uint8_t *random_rows(size_t n, tu_rng_t *r)
+{
+    uint8_t *rows = malloc(n * DIM + 1);
+    assert_non_null(rows);
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0 && tu_rng_below(r, 100) < 3)
+            memcpy(rows + i * DIM, rows + tu_rng_below(r, (uint32_t)i) * DIM, DIM);
+        else
+            random_row(rows + i * DIM, r);
+    }
+    if (n) memset(rows, 0, DIM);
+    return rows;
+}
+
+/* An index of n rows, ids 1 + 5 i shuffled (ties must follow ids, not rows). */
+static patina_index_t *index_of(const uint8_t *rows, size_t n, tu_rng_t *r)
+{
+    patina_extractor_t *ex;
+    patina_index_t *idx;
+    uint64_t *ids = malloc((n + 1) * sizeof *ids);
+    assert_non_null(ids);
+    for (size_t i = 0; i < n; i++) ids[i] = 1 + 5 * (uint64_t)i;
+    for (size_t i = n; i > 1; i--) {
+        const size_t j = tu_rng_below(r, (uint32_t)i);
+        const uint64_t t = ids[i - 1];
+        ids[i - 1] = ids[j];
+        ids[j] = t;
+    }
+    TU_OK(patina_extractor_new(&ex, "cedd"));
+    TU_OK(patina_index_new(&idx, ex, ids, rows, n));
+    patina_extractor_free(ex);
+    free(ids);
+    return idx;
+}
+
+/* One query, k: GPU against CPU; mismatches counted (first few printed).
+ * *on_gpu += 1 when the GPU's engines answered it. */
+static size_t check(const patina_index_t *idx, const uint8_t *q, size_t k, const char *what, size_t *on_gpu)
+{
+    patina_hit_t *a = calloc(k, sizeof *a), *b = calloc(k, sizeof *b);
+    size_t ca = 0, cb = 0, bad = 0;
+    patina_search_opts_t cpu, gpu;
+    patina_search_stats_t gs;
+    assert_true(a && b);
+    patina_search_opts_init(&cpu);
+    patina_search_opts_init(&gpu);
+    cpu.device = PATINA_DEVICE_CPU;
+    gpu.device = PATINA_DEVICE_GPU;
+    memset(&gs, 0, sizeof gs);
+    gpu.stats = &gs;
+    TU_OK(patina_index_knn(NULL, idx, q, 1, k, &cpu, a, &ca));
+    TU_OK(patina_index_knn(CTX, idx, q, 1, k, &gpu, b, &cb));
+    if (ca != cb) {
+        printf("  %s: n %zu k %zu: cpu %zu hits, gpu %zu\n", what, patina_index_size(idx), k, ca, cb);
+        bad++;
+    }
+    for (size_t i = 0; i < ca && i < cb; i++)
+        if (a[i].id != b[i].id || memcmp(&a[i].distance, &b[i].distance, sizeof(double)) != 0) {
+            if (bad < 4)
+                printf("  %s: n %zu k %zu rank %zu: cpu id %llu %.17g, gpu id %llu %.17g\n", what,
+                       patina_index_size(idx), k, i, (unsigned long long)a[i].id, a[i].distance,
+                       (unsigned long long)b[i].id, b[i].distance);
+            bad++;
+        }
+    if (on_gpu && gs.gpu_tensor >= 1 && gs.cpu == 0) (*on_gpu)++; /* >= 1: a context of several GPUs counts each */
+    free(a);
+    free(b);
+    return bad;
+}
+
+static void test_random(void **state)
+{
+    static const size_t ns[] = {1, 2, 127, 129, 5000, 8193, 100003, 1000003};
+    static const size_t ks[] = {1, 10, 64};
+    const size_t nn = sizeof ns / sizeof *ns - (QUICK ? (QUICK > 1 ? 2 : 1) : 0);
+    tu_rng_t r;
+    size_t bad = 0, runs = 0, on_gpu = 0, random_q = 0;
+    (void)state;
+    tu_rng_seed(&r, 32);
+    for (size_t a = 0; a < nn; a++) {
+        const size_t n = ns[a];
+        uint8_t *rows = random_rows(n, &r), q[DIM];
+        patina_index_t *idx = index_of(rows, n, &r);
+        for (size_t b = 0; b < sizeof ks / sizeof *ks; b++) {
+            const size_t k = ks[b];
+            for (int t = 0; t < (QUICK ? 2 : 4); t++) { /* random queries */
+                random_row(q, &r);
+                bad += check(idx, q, k, "random", &on_gpu);
+                random_q++;
+                runs++;
+                /* theta from all the pilot values (shared memory, then
+                 * L2), and the multi-launch path: the same answers */
+                for (int m = 0; m < 3; m++) {
+                    static const int modes[3] = {2, 3, 0};
+                    static const char *what[3] = {"select of all", "select through L2", "multi-launch"};
+                    patina_gpu__knn_one(modes[m]);
+                    bad += check(idx, q, k, what[m], NULL);
+                }
+                patina_gpu__knn_one(1);
+            }
+            for (int t = 0; t < 2; t++) { /* a row of the table: distance 0, and its duplicates */
+                memcpy(q, rows + tu_rng_below(&r, (uint32_t)n) * DIM, DIM);
+                bad += check(idx, q, k, "table row", NULL);
+                runs++;
+            }
+            memset(q, 0, DIM); /* the zero query: the CPU's, same answer */
+            bad += check(idx, q, k, "zero query", NULL);
+            runs++;
+        }
+        patina_index_free(idx);
+        free(rows);
+    }
+    printf("  %zu single queries, %zu of %zu random ones answered on the GPU, %zu differences\n", runs, on_gpu,
+           random_q, bad);
+    assert_int_equal(bad, 0);
+    assert_int_equal(on_gpu, random_q);
+}
+
+static void test_empty(void **state)
+{
+    tu_rng_t r;
+    uint8_t q[DIM];
+    patina_index_t *idx;
+    (void)state;
+    tu_rng_seed(&r, 0);
+    idx = index_of(q, 0, &r);
+    random_row(q, &r);
+    for (size_t k = 1; k <= 64; k *= 8) assert_int_equal(check(idx, q, k, "empty", NULL), 0);
+    patina_index_free(idx);
+}
+
+/* distinct rows, each `copies` times, interleaved */
+static void ties(size_t distinct, size_t copies, tu_rng_t *r)
+{
+    const size_t n = distinct * copies;
+    uint8_t *base = malloc(distinct * DIM), *rows = malloc(n * DIM), q[DIM];
+    patina_index_t *idx;
+    size_t bad = 0;
+    assert_true(base && rows);
+    for (size_t i = 0; i < distinct; i++) random_row(base + i * DIM, r);
+    for (size_t i = 0; i < n; i++) memcpy(rows + i * DIM, base + (i % distinct) * DIM, DIM);
+    idx = index_of(rows, n, r);
+    for (int t = 0; t < 6; t++) {
+        if (t % 2) memcpy(q, base + tu_rng_below(r, (uint32_t)distinct) * DIM, DIM);
+        else random_row(q, r);
+        bad += check(idx, q, 1, "ties", NULL);
+        bad += check(idx, q, 10, "ties", NULL);
+        bad += check(idx, q, 64, "ties", NULL);
+    }
+    assert_int_equal(bad, 0);
+    patina_index_free(idx);
+    free(base);
+    free(rows);
+}
+
+static void test_ties(void **state)
+{
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 3);
+    ties(3001, 3, &r);  /* 9003 rows: ties inside the answers */
+    ties(300, 60, &r);  /* 18000 rows: ties that overflow the candidates */
+}
+
+/* CEDD of the photographs under $PATINA_SAMPLES (else PATINA_SAMPLES_DIR:
+ * samples/, scripts/fetch-samples.sh), then perturbed copies
+ * (a few bins moved by one) up to 20000 rows. */
+static void test_samples(void **state)
+{
+    const char *env = getenv("PATINA_SAMPLES"), *dir = env && *env ? env : PATINA_SAMPLES_DIR;
+    char **files = NULL;
+    const size_t nf = tu_list_files(dir, "jpg,jpeg,png", &files);
+    const size_t n = 20000;
+    uint8_t *rows = malloc(n * DIM);
+    size_t m = 0, bad = 0;
+    tu_rng_t r;
+    patina_index_t *idx;
+    (void)state;
+    assert_non_null(rows);
+    tu_rng_seed(&r, 7);
+    for (size_t i = 0; i < nf && m < 200; i++) {
+        patina_image_t img;
+        memset(&img, 0, sizeof img);
+        if (patina_image_load(&img, files[i], NULL) != PATINA_OK) continue;
+        if (patina_cedd_extract(rows + m * DIM, &img, 0) == PATINA_OK) m++;
+        patina_image_release(&img);
+    }
+    tu_free_list(files, nf);
+    if (m == 0) {
+        printf("  samples: no photographs under '%s' (set PATINA_SAMPLES); skipped\n", dir);
+        free(rows);
+        return;
+    }
+    printf("  samples: %zu photographs\n", m);
+    for (size_t i = m; i < n; i++) {
+        uint8_t *d = rows + i * DIM;
+        memcpy(d, rows + tu_rng_below(&r, (uint32_t)m) * DIM, DIM);
+        for (int j = 0; j < 4; j++) {
+            const uint32_t e = tu_rng_below(&r, DIM);
+            d[e] = (uint8_t)(d[e] == 7 ? 6 : d[e] == 0 ? 1 : d[e] + (tu_rng_below(&r, 2) ? 1 : -1));
+        }
+    }
+    idx = index_of(rows, n, &r);
+    for (size_t i = 0; i < m; i++) {
+        bad += check(idx, rows + i * DIM, 1, "samples", NULL);
+        bad += check(idx, rows + i * DIM, 10, "samples", NULL);
+        bad += check(idx, rows + i * DIM, 64, "samples", NULL);
+    }
+    assert_int_equal(bad, 0);
+    patina_index_free(idx);
+    free(rows);
+}
+
+/* Removed and added rows between calls; the same query twice; single
+ * queries between batches. */
+static void test_live(void **state)
+{
+    const size_t n = 30011;
+    tu_rng_t r;
+    uint8_t *rows, q[DIM], batch[7 * DIM];
+    uint64_t rm[500], add_ids[300];
+    uint8_t add[300 * DIM];
+    patina_index_t *idx;
+    size_t bad = 0, removed = 0;
+    (void)state;
+    tu_rng_seed(&r, 9);
+    rows = random_rows(n, &r);
+    idx = index_of(rows, n, &r);
+    random_row(q, &r);
+    bad += check(idx, q, 10, "live", NULL);
+    bad += check(idx, q, 10, "live again", NULL);
+    /* the query's own nearest rows removed: the dead rows must not answer */
+    {
+        patina_hit_t h[64];
+        size_t c = 0;
+        patina_search_opts_t o;
+        patina_search_opts_init(&o);
+        o.device = PATINA_DEVICE_CPU;
+        TU_OK(patina_index_knn(NULL, idx, q, 1, 64, &o, h, &c));
+        for (size_t i = 0; i < c; i++) rm[i] = h[i].id;
+        for (size_t i = c; i < 500; i++) rm[i] = 1 + 5 * (uint64_t)tu_rng_below(&r, (uint32_t)n);
+        TU_OK(patina_index_remove(idx, rm, 500, &removed));
+    }
+    bad += check(idx, q, 1, "removed", NULL);
+    bad += check(idx, q, 64, "removed", NULL);
+    for (size_t i = 0; i < 300; i++) { /* new rows, some equal to the query */
+        add_ids[i] = 1000000 + i;
+        if (i % 50 == 0) memcpy(add + i * DIM, q, DIM);
+        else random_row(add + i * DIM, &r);
+    }
+    TU_OK(patina_index_put(idx, add_ids, add, 300));
+    bad += check(idx, q, 10, "added", NULL);
+    bad += check(idx, q, 64, "added", NULL);
+    for (int t = 0; t < 3; t++) { /* a batch, then one query */
+        patina_hit_t h[7 * 10];
+        size_t c[7];
+        patina_search_opts_t o;
+        patina_search_opts_init(&o);
+        o.device = PATINA_DEVICE_GPU;
+        for (int i = 0; i < 7; i++) random_row(batch + i * DIM, &r);
+        TU_OK(patina_index_knn(CTX, idx, batch, 7, 10, &o, h, c));
+        random_row(q, &r);
+        bad += check(idx, q, 10, "after a batch", NULL);
+    }
+    assert_true(removed > 0);
+    assert_int_equal(bad, 0);
+    patina_index_free(idx);
+    free(rows);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_random), cmocka_unit_test(test_empty), cmocka_unit_test(test_ties),
+        cmocka_unit_test(test_samples), cmocka_unit_test(test_live),
+    };
+    int rc;
+    const char *quick = getenv("PATINA_TEST_QUICK");
+    QUICK = quick && *quick ? atoi(quick) : 0;
+    tu_require_gpu();
+    if (patina_context_new(&CTX, NULL) != PATINA_OK) {
+        fprintf(stderr, "test_knn_one_gpu: no context: %s\n", patina_last_error());
+        return 1;
+    }
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    patina_context_free(CTX);
+    return rc;
+}
