@@ -1343,13 +1343,9 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     /* auto: the exact GPU decoder where the images can stay on the device */
     if ((result = choose_decoder(&decoder, opts.jpeg_decoder, &ex, &dev, 1, "index")) != PATINA_OK) goto done;
     if (decoder == PATINA_JPEG_NVJPEG && (result = patina__context_jpeg(ctx, jdec)) != PATINA_OK) goto done;
-    if (decoder == PATINA_JPEG_EXACT_GPU) {
-        patina_gpu_t *g;
-        if ((result = patina__context_gpu_acquire(ctx, &g)) != PATINA_OK) goto done;
-        for (int k = 0; k < 2 && result == PATINA_OK; k++) result = patina_gpu_jpegx_open(&xdec[k], g);
-        patina__context_gpu_release(ctx);
-        if (result != PATINA_OK) goto done;
-    }
+    /* The context's decoders: their pinned staging and device buffers are
+     * made once, not per run (they cost more than a run of a few windows). */
+    if (decoder == PATINA_JPEG_EXACT_GPU && (result = patina__context_jpegx(ctx, xdec)) != PATINA_OK) goto done;
 
     win[0].slots = calloc(window, sizeof *win[0].slots);
     win[1].slots = overlap ? calloc(window, sizeof *win[1].slots) : NULL;
@@ -1510,8 +1506,6 @@ done:
         for (i = 0; i < window; i++) slot_clear(&win[k].slots[i]);
         free(win[k].slots);
     }
-    patina_gpu_jpegx_close(xdec[0]);
-    patina_gpu_jpegx_close(xdec[1]);
     stats->seconds = patina_now() - t0;
     free(prod.probe);
     free(prod.seen.v);
@@ -1690,8 +1684,11 @@ patina_status patina_extract_files(patina_context_t *ctx, const patina_extractor
     prod.share = o.nvjpeg_share > 0 ? (o.nvjpeg_share < 1 ? o.nvjpeg_share : 1) : o.nvjpeg_share == 0 ? 1.0 : 0.7;
     w.slots = slots;
     w.take = take;
-    if (decoder == PATINA_JPEG_EXACT_GPU) s = patina__context_jpegx(ctx, &w.xdec);
-    else if (decoder == PATINA_JPEG_NVJPEG) {
+    if (decoder == PATINA_JPEG_EXACT_GPU) {
+        patina_jpegx_gpu_t *xd[2];
+        s = patina__context_jpegx(ctx, xd);
+        w.xdec = xd[0];
+    } else if (decoder == PATINA_JPEG_NVJPEG) {
         patina_jpeg_gpu_t *jd[2];
         s = patina__context_jpeg(ctx, jd);
         w.jdec = jd[0];
