@@ -75,8 +75,8 @@ typedef struct patina_index_stats {
  * --device gpu and a family whose GPU path reads device memory (cedd); files
  * they do not take (damaged, with decoder warnings, not JPEG; for nvJPEG also
  * progressive and CMYK) are decoded by libjpeg-turbo. auto (the default) is
- * libjpeg for now: end to end, exact-gpu is slower than libjpeg-turbo on all
- * CPU threads today (docs/images.md gives the numbers). */
+ * libjpeg until exact-gpu is measured ahead of libjpeg-turbo on all CPU
+ * threads end to end (bench_pipeline; docs/images.md). */
 typedef enum patina_jpeg_decoder {
     PATINA_JPEG_LIBJPEG = 0,
     PATINA_JPEG_NVJPEG = 1,

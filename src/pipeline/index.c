@@ -935,11 +935,9 @@ static patina_status choose_decoder(patina_jpeg_decoder *out, patina_jpeg_decode
     for (e = 0; e < nex; e++)
         if (dev[e] != PATINA_DEVICE_GPU || !patina__extractor_reads_device(ex[e])) break;
     *out = want;
-    /* auto: libjpeg-turbo on the CPU threads. The exact GPU decoder alone
-     * keeps up with it (4,170 against 4,372 1024^2 images/s on an H200 host,
-     * 32 threads), but through the pipeline it is 5x slower end to end today
-     * (cedd 637 against 3,282 images/s: bench_pipeline, 2026-11-28), so it
-     * is asked for by name until that is fixed. */
+    /* auto: libjpeg-turbo on the CPU threads until bench_pipeline's
+     * gpu+exact rows on a GPU host show the exact GPU decoder ahead end to
+     * end (docs/images.md); it is asked for by name. */
     (void)e;
     if (want == PATINA_JPEG_AUTO) *out = PATINA_JPEG_LIBJPEG;
     if ((want == PATINA_JPEG_NVJPEG || want == PATINA_JPEG_EXACT_GPU) && e < nex) {
