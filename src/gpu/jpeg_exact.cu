@@ -173,7 +173,7 @@ struct patina_jpegx_gpu {
     cudaStream_t upload;           /* the workers' coefficient copies */
     cudaEvent_t copied[2];         /* the copies of buffer b's round, recorded at its launch */
     size_t stage_bytes;            /* coefficient bytes of one round */
-    int16_t *h_coef[2], *d_coef[2];/* (stage_bytes) pinned, device */
+    int16_t *h_coef[2], *d_coef[2];/* (stage_bytes) pinned, device; buffer 1 once a call needs two rounds */
     uint8_t *d_pbuf;               /* (stage_bytes / 2) component planes of one round */
     size_t desc_cap;               /* images per round the descriptor buffers hold */
     jxg_img_t *h_img[2], *d_img[2];
@@ -286,16 +286,20 @@ void patina_gpu_jpegx_close(patina_jpegx_gpu_t *d)
     free(d);
 }
 
-/* The staging buffers, the plane buffer and descriptors for `n` images per round. */
+/* Staging buffer b (pinned and device), made when a call first needs it:
+ * a call whose images fit in one round uses buffer 0 only. */
+static patina_status jxg_stage_buffer(patina_jpegx_gpu_t *d, int b)
+{
+    if (!d->h_coef[b]) PATINA_TRY(jxg_pin((void **)&d->h_coef[b], d->stage_bytes, "jpegx coefficient staging"));
+    if (!d->d_coef[b]) PATINA_TRY(jxg_dev((void **)&d->d_coef[b], d->stage_bytes, "jpegx coefficients"));
+    return PATINA_OK;
+}
+
+/* Staging buffer 0, the plane buffer and descriptors for `n` images per round. */
 static patina_status jxg_reserve(patina_jpegx_gpu_t *d, size_t n)
 {
-    if (!d->d_pbuf) {
-        for (int b = 0; b < 2; b++) {
-            PATINA_TRY(jxg_pin((void **)&d->h_coef[b], d->stage_bytes, "jpegx coefficient staging"));
-            PATINA_TRY(jxg_dev((void **)&d->d_coef[b], d->stage_bytes, "jpegx coefficients"));
-        }
-        PATINA_TRY(jxg_dev((void **)&d->d_pbuf, d->stage_bytes / 2 + 64, "jpegx component planes"));
-    }
+    PATINA_TRY(jxg_stage_buffer(d, 0));
+    if (!d->d_pbuf) PATINA_TRY(jxg_dev((void **)&d->d_pbuf, d->stage_bytes / 2 + 64, "jpegx component planes"));
     if (n > d->desc_cap) {
         size_t cap = n < 64 ? 64 : n;
         jxg_free_desc(d);
@@ -567,7 +571,8 @@ static patina_status jxg_submit(patina_jpegx_gpu_t *d, patina_pool_t *pool, pati
         bytes += jxg_pitch(w) * (size_t)h;
     }
     t0 = patina_now();
-    alloc = !d->d_pbuf || n > d->desc_cap || n > d->items_cap || bytes > d->arena_bytes;
+    alloc = !d->h_coef[0] || !d->d_coef[0] || !d->d_pbuf || n > d->desc_cap || n > d->items_cap ||
+            bytes > d->arena_bytes;
     PATINA_TRY(jxg_reserve(d, n));
     if (bytes > d->arena_bytes) {
         size_t want = bytes + bytes / 4;
@@ -602,6 +607,13 @@ static patina_status jxg_submit(patina_jpegx_gpu_t *d, patina_pool_t *pool, pati
         job.want = out;
         job.im = im;
         job.coef = coef;
+        if (!d->h_coef[b] || !d->d_coef[b]) { /* a second round: the other buffer, first use */
+            t0 = patina_now();
+            s = jxg_stage_buffer(d, b);
+            d->times.setup += patina_now() - t0;
+            d->times.setups++;
+            if (s != PATINA_OK) break;
+        }
         /* buffer b is free: its last round was collected before the previous launch */
         t0 = patina_now();
         patina_pool_run(pool, n, jxg_stage_one, &job);
