@@ -46,7 +46,7 @@ typedef struct patina_index_stats {
     uint64_t pixels;     /* decoded pixels */
     double seconds;      /* wall time so far */
     patina_device device;/* device the descriptors were computed on */
-    uint64_t gpu_decoded;/* images decoded by nvJPEG (PATINA_JPEG_NVJPEG) */
+    uint64_t gpu_decoded;/* images decoded on the GPU (PATINA_JPEG_NVJPEG or PATINA_JPEG_EXACT_GPU) */
     /* Wall seconds per stage, summed over batches. read + decode run on the
      * producer side, overlapping extract + store when the device is the GPU;
      * wait is the time the store side waited for the producer. */
@@ -56,6 +56,13 @@ typedef struct patina_index_stats {
      * and how many video files were read to their end without an error (a
      * video that fails is counted in `failed`; its good frames stay). */
     uint64_t frames, frames_skipped, videos;
+    /* The exact GPU decoder's part of t_decode (0 with the other decoders):
+     * its host stage (entropy decoding on the workers), its allocations
+     * (the context's decoders on first use, or a larger batch than before),
+     * and the time spent waiting for its device stage (the producer's
+     * rounds, and the store side's wait for a window's last round before it
+     * extracts, which t_decode also counts). */
+    double t_jpegx_entropy, t_jpegx_setup, t_jpegx_wait;
 } patina_index_stats_t;
 
 /* Who decodes JPEG files. libjpeg-turbo on the CPU workers gives the
@@ -68,8 +75,8 @@ typedef struct patina_index_stats {
  * --device gpu and a family whose GPU path reads device memory (cedd); files
  * they do not take (damaged, with decoder warnings, not JPEG; for nvJPEG also
  * progressive and CMYK) are decoded by libjpeg-turbo. auto (the default) is
- * libjpeg for now: end to end, exact-gpu is slower than libjpeg-turbo on all
- * CPU threads today (docs/images.md gives the numbers). */
+ * libjpeg until exact-gpu is measured ahead of libjpeg-turbo on all CPU
+ * threads end to end (bench_pipeline; docs/images.md). */
 typedef enum patina_jpeg_decoder {
     PATINA_JPEG_LIBJPEG = 0,
     PATINA_JPEG_NVJPEG = 1,

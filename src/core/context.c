@@ -46,7 +46,7 @@ struct patina_context {
     patina_status gpu_status;
     char gpu_error[512];
     patina_jpeg_gpu_t *jpeg[2];  /* nvJPEG decoders of the indexing pipeline, opened on first use */
-    patina_jpegx_gpu_t *jpegx;   /* the exact decoder of patina_extract_files, opened on first use */
+    patina_jpegx_gpu_t *jpegx[2];/* exact decoders of the pipeline (one per window in flight), opened on first use */
     size_t nslices;              /* listed devices (1: this context's own gpu_index, no slices) */
     patina_context_t **slice;    /* (nslices) when nslices > 1: one context per listed device */
     slice_runner_t *runner;      /* (nslices) when nslices > 1: [1 ..) the slices' runners */
@@ -335,7 +335,8 @@ void patina_context_free(patina_context_t *ctx)
     if (!ctx) return;
     patina_gpu_jpeg_close(ctx->jpeg[0]); /* before the device they run on (slice 0's, when sliced) */
     patina_gpu_jpeg_close(ctx->jpeg[1]);
-    patina_gpu_jpegx_close(ctx->jpegx);
+    patina_gpu_jpegx_close(ctx->jpegx[0]);
+    patina_gpu_jpegx_close(ctx->jpegx[1]);
     stop_runners(ctx);
     for (i = 0; ctx->slice && i < ctx->nslices; i++) patina_context_free(ctx->slice[i]);
     free(ctx->slice);
@@ -458,14 +459,18 @@ patina_status patina__context_jpeg(patina_context_t *ctx, patina_jpeg_gpu_t *out
     return s;
 }
 
-patina_status patina__context_jpegx(patina_context_t *ctx, patina_jpegx_gpu_t **out)
+patina_status patina__context_jpegx(patina_context_t *ctx, patina_jpegx_gpu_t *out[2])
 {
     patina_gpu_t *g;
     patina_status s = PATINA_OK;
-    *out = NULL;
+    out[0] = out[1] = NULL;
     PATINA_TRY(patina__context_gpu_acquire(ctx, &g));
-    if (!ctx->jpegx) s = patina_gpu_jpegx_open(&ctx->jpegx, g);
-    if (s == PATINA_OK) *out = ctx->jpegx;
+    for (int k = 0; k < 2 && s == PATINA_OK; k++)
+        if (!ctx->jpegx[k]) s = patina_gpu_jpegx_open(&ctx->jpegx[k], g);
+    if (s == PATINA_OK) {
+        out[0] = ctx->jpegx[0];
+        out[1] = ctx->jpegx[1];
+    }
     patina__context_gpu_release(ctx);
     return s;
 }

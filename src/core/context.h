@@ -113,12 +113,14 @@ int patina__context_gpu_usable(patina_context_t *ctx);
  * more than a batch. The caller holds the GPU turn. */
 patina_status patina__context_jpeg(patina_context_t *ctx, patina_jpeg_gpu_t *out[2]);
 
-/* The exact GPU JPEG decoder of patina_extract_files (gpu.h:
- * patina_gpu_jpegx_*), opened once per context and kept (its staging is
- * pinned memory, costly to create per call); its images are valid until its
- * next call. The caller holds the workers' turn for as long as it uses the
- * decoder or its images (one user at a time). */
-patina_status patina__context_jpegx(patina_context_t *ctx, patina_jpegx_gpu_t **out);
+/* The exact GPU JPEG decoders of the pipeline (gpu.h: patina_gpu_jpegx_*),
+ * two (one per window in flight: patina_index_files; patina_extract_files
+ * uses the first), opened once per context and kept: their staging is
+ * pinned memory, which costs far more to create than a batch takes to
+ * decode. Each one's images are valid until its next call. The caller holds
+ * the workers' turn for as long as it uses the decoders or their images
+ * (one user at a time). */
+patina_status patina__context_jpegx(patina_context_t *ctx, patina_jpegx_gpu_t *out[2]);
 
 #ifdef __cplusplus
 }

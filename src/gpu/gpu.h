@@ -95,6 +95,31 @@ patina_status patina_gpu_jpegx_decode(patina_jpegx_gpu_t *d, patina_pool_t *pool
                                       const void *const *data, const size_t *size, size_t n,
                                       patina_status *st);
 
+/* patina_gpu_jpegx_decode in two halves, so that the caller can work while
+ * the device finishes: _submit returns once the host stage is done and the
+ * last round is launched, st[i] = PATINA_OK for the images on their way
+ * (out[i] set; not readable yet) and PATINA_E_FORMAT for those not taken.
+ * _finish(d, out, n, st), with the same arrays, waits for the device: the
+ * images it flagged get PATINA_E_FORMAT and an empty out[i]; the others are
+ * then readable. Every _submit needs its _finish before d's next call (a
+ * call on d without it waits for the device and drops the unfinished call's
+ * results); an error from either leaves nothing in flight and every st[i]
+ * E_FORMAT. */
+patina_status patina_gpu_jpegx_submit(patina_jpegx_gpu_t *d, patina_pool_t *pool, patina_image_t *out,
+                                      const void *const *data, const size_t *size, size_t n,
+                                      patina_status *st);
+patina_status patina_gpu_jpegx_finish(patina_jpegx_gpu_t *d, patina_image_t *out, size_t n, patina_status *st);
+
+/* Where a decoder's time went, summed over its calls since it was opened
+ * (wall seconds of the calling thread). */
+typedef struct patina_jpegx_times {
+    double setup;    /* allocating its staging, device buffers and arena (first use, a larger call) */
+    double entropy;  /* the host stage: the workers entropy-decoding and staging each round */
+    double wait;     /* waiting for the device stage of a round (in _submit and _finish) */
+    uint64_t setups; /* calls that allocated */
+} patina_jpegx_times_t;
+void patina_gpu_jpegx_times(const patina_jpegx_gpu_t *d, patina_jpegx_times_t *t); /* d NULL: zeros */
+
 /* The same device stage on images already entropy-decoded (tests and the
  * benchmark's kernel timing): n images im[i] with coefficients coef[i]
  * ((im[i].nblocks, 64) s16 host memory) into device RGB as above;

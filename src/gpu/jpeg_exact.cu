@@ -14,11 +14,19 @@
  *
  * Rounds. The coefficients of one round fill a pinned staging buffer of
  * stage_bytes (from the context's budget); two buffers alternate, so the
- * workers entropy-decode round r + 1 while the device works on round r. The
- * decoded RGB stays on the device (the arena, sized to the call's images) for
- * the families that read device images; only coefficients cross PCIe.
- * Flagged images (crafted coefficients) and files not taken go back to the
- * caller as PATINA_E_FORMAT: it decodes them with libjpeg-turbo. */
+ * workers entropy-decode round r + 1 while the device works on round r. Each
+ * worker sends the coefficients of the image it has just decoded to the
+ * device itself (the upload stream), so the copies of a round run under the
+ * entropy decoding of its other images; the launch then waits for them on the
+ * device, not on the host. The decoded RGB stays on the device (the arena,
+ * sized to the call's images) for the families that read device images; only
+ * coefficients cross PCIe.
+ *
+ * Calls. patina_gpu_jpegx_submit returns once the last round is launched;
+ * patina_gpu_jpegx_finish waits for it, so a caller can do other work (the
+ * pipeline: read the next window) while the device finishes. Flagged images
+ * (crafted coefficients) and files not taken go back to the caller as
+ * PATINA_E_FORMAT: it decodes them with libjpeg-turbo. */
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,9 +169,11 @@ typedef struct jxg_item {
 
 struct patina_jpegx_gpu {
     patina_gpu_t *g;
-    cudaStream_t stream;
+    cudaStream_t stream;           /* tables, kernels, flags */
+    cudaStream_t upload;           /* the workers' coefficient copies */
+    cudaEvent_t copied[2];         /* the copies of buffer b's round, recorded at its launch */
     size_t stage_bytes;            /* coefficient bytes of one round */
-    int16_t *h_coef[2], *d_coef[2];/* (stage_bytes) pinned, device */
+    int16_t *h_coef[2], *d_coef[2];/* (stage_bytes) pinned, device; buffer 1 once a call needs two rounds */
     uint8_t *d_pbuf;               /* (stage_bytes / 2) component planes of one round */
     size_t desc_cap;               /* images per round the descriptor buffers hold */
     jxg_img_t *h_img[2], *d_img[2];
@@ -176,6 +186,8 @@ struct patina_jpegx_gpu {
     size_t arena_bytes;
     jxg_item_t *items;
     size_t items_cap;
+    size_t open_n;                 /* images of the submitted call not finished yet (0: none) */
+    patina_jpegx_times_t times;    /* since open */
 };
 
 static size_t jxg_pitch(int w) { return ((size_t)w * 3 + 127) & ~(size_t)127; }
@@ -220,8 +232,11 @@ patina_status patina_gpu_jpegx_open(patina_jpegx_gpu_t **out, patina_gpu_t *g)
     if (!d) return patina__fail(PATINA_E_NOMEM, "jpegx: out of memory");
     d->g = g;
     if (cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&d->upload, cudaStreamNonBlocking) != cudaSuccess ||
         cudaEventCreateWithFlags(&d->done[0], cudaEventDisableTiming) != cudaSuccess ||
-        cudaEventCreateWithFlags(&d->done[1], cudaEventDisableTiming) != cudaSuccess) {
+        cudaEventCreateWithFlags(&d->done[1], cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&d->copied[0], cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&d->copied[1], cudaEventDisableTiming) != cudaSuccess) {
         (void)cudaGetLastError();
         patina_gpu_jpegx_close(d);
         return patina__fail(PATINA_E_GPU, "jpegx: cannot create a CUDA stream or event");
@@ -254,30 +269,37 @@ void patina_gpu_jpegx_close(patina_jpegx_gpu_t *d)
 {
     if (!d) return;
     cudaSetDevice(d->g->device);
+    if (d->upload) cudaStreamSynchronize(d->upload);
     if (d->stream) cudaStreamSynchronize(d->stream);
     jxg_free_desc(d);
     for (int b = 0; b < 2; b++) {
         JXG_FREE_PIN(d->h_coef[b]);
         JXG_FREE_DEV(d->d_coef[b]);
         if (d->done[b]) cudaEventDestroy(d->done[b]);
+        if (d->copied[b]) cudaEventDestroy(d->copied[b]);
     }
     JXG_FREE_DEV(d->d_pbuf);
     JXG_FREE_DEV(d->arena);
+    if (d->upload) cudaStreamDestroy(d->upload);
     if (d->stream) cudaStreamDestroy(d->stream);
     free(d->items);
     free(d);
 }
 
-/* The staging buffers, the plane buffer and descriptors for `n` images per round. */
+/* Staging buffer b (pinned and device), made when a call first needs it:
+ * a call whose images fit in one round uses buffer 0 only. */
+static patina_status jxg_stage_buffer(patina_jpegx_gpu_t *d, int b)
+{
+    if (!d->h_coef[b]) PATINA_TRY(jxg_pin((void **)&d->h_coef[b], d->stage_bytes, "jpegx coefficient staging"));
+    if (!d->d_coef[b]) PATINA_TRY(jxg_dev((void **)&d->d_coef[b], d->stage_bytes, "jpegx coefficients"));
+    return PATINA_OK;
+}
+
+/* Staging buffer 0, the plane buffer and descriptors for `n` images per round. */
 static patina_status jxg_reserve(patina_jpegx_gpu_t *d, size_t n)
 {
-    if (!d->d_pbuf) {
-        for (int b = 0; b < 2; b++) {
-            PATINA_TRY(jxg_pin((void **)&d->h_coef[b], d->stage_bytes, "jpegx coefficient staging"));
-            PATINA_TRY(jxg_dev((void **)&d->d_coef[b], d->stage_bytes, "jpegx coefficients"));
-        }
-        PATINA_TRY(jxg_dev((void **)&d->d_pbuf, d->stage_bytes / 2 + 64, "jpegx component planes"));
-    }
+    PATINA_TRY(jxg_stage_buffer(d, 0));
+    if (!d->d_pbuf) PATINA_TRY(jxg_dev((void **)&d->d_pbuf, d->stage_bytes / 2 + 64, "jpegx component planes"));
     if (n > d->desc_cap) {
         size_t cap = n < 64 ? 64 : n;
         jxg_free_desc(d);
@@ -312,6 +334,7 @@ typedef struct jxg_stage_job {
     const patina_image_t *want;   /* the sizes the caller expects */
     const jx_image_t *im;         /* already decoded images (pixels), or NULL */
     const int16_t *const *coef;
+    int cuda_error;               /* a worker's copy failed: its cudaError_t (atomic; 0: none) */
 } jxg_stage_job_t;
 
 /* Reserves `bytes` of the job's buffer: the offset, or (size_t)-1 when full. */
@@ -361,6 +384,22 @@ static void jxg_stage_one(void *arg, size_t i, int worker)
         return;
     }
     patina__jpegx_close(r);
+    /* Its coefficients to the device now, under the other workers' entropy
+     * decoding (the buffer's previous round was collected before this one
+     * was staged, so its device copy is free). The worker's current device
+     * is set here: pool threads serve every caller. */
+    {
+        cudaError_t e = cudaSetDevice(j->d->g->device);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(j->d->d_coef[j->buf] + it->off, j->d->h_coef[j->buf] + it->off, bytes,
+                                cudaMemcpyHostToDevice, j->d->upload);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            __atomic_store_n(&j->cuda_error, (int)e, __ATOMIC_RELAXED);
+            it->state = JXG_REFUSED;
+            return;
+        }
+    }
     it->state = JXG_STAGED;
 }
 
@@ -432,7 +471,10 @@ static patina_status jxg_launch(patina_jpegx_gpu_t *d, int b, size_t n, const pa
      * the blocks of no plane. */
     memset(d->h_flags[b], 0, ni * sizeof(unsigned));
     cudaStream_t s = d->stream;
-    PGPU_CU(cudaMemcpyAsync(d->d_coef[b], d->h_coef[b], coef_end * sizeof(int16_t), cudaMemcpyHostToDevice, s));
+    /* the workers' copies of this round's coefficients (issued on the upload
+     * stream before this point) come before the kernels */
+    PGPU_CU(cudaEventRecord(d->copied[b], d->upload));
+    PGPU_CU(cudaStreamWaitEvent(s, d->copied[b], 0));
     PGPU_CU(cudaMemcpyAsync(d->d_img[b], hi, ni * sizeof(jxg_img_t), cudaMemcpyHostToDevice, s));
     PGPU_CU(cudaMemcpyAsync(d->d_plane[b], hp, np * sizeof(jxg_plane_t), cudaMemcpyHostToDevice, s));
     PGPU_CU(cudaMemsetAsync(d->d_flags[b], 0, ni * sizeof(unsigned), s));
@@ -456,8 +498,11 @@ static patina_status jxg_launch(patina_jpegx_gpu_t *d, int b, size_t n, const pa
 /* Waits for buffer b's round and gives its images their status. */
 static patina_status jxg_collect(patina_jpegx_gpu_t *d, int b, patina_status *st)
 {
+    double t0;
     if (!d->inflight[b]) return PATINA_OK;
+    t0 = patina_now();
     PGPU_CU(cudaEventSynchronize(d->done[b]));
+    d->times.wait += patina_now() - t0;
     for (int k = 0; k < d->inflight[b]; k++) {
         int i = d->round_items[b][k];
         d->items[i].state = d->h_flags[b][k] ? JXG_REFUSED : JXG_DONE;
@@ -467,29 +512,78 @@ static patina_status jxg_collect(patina_jpegx_gpu_t *d, int b, patina_status *st
     return PATINA_OK;
 }
 
-/* Both entry points: stage (decode or copy), launch, collect, in rounds. */
-static patina_status jxg_run(patina_jpegx_gpu_t *d, patina_pool_t *pool, patina_image_t *out,
-                             const void *const *data, const size_t *size, const jx_image_t *im,
-                             const int16_t *const *coef, size_t n, patina_status *st)
+/* After a failure: nothing of the call stays in flight, every image is
+ * left to the caller. */
+static void jxg_abandon(patina_jpegx_gpu_t *d, patina_image_t *out, size_t n, patina_status *st)
+{
+    (void)cudaStreamSynchronize(d->upload);
+    (void)cudaStreamSynchronize(d->stream);
+    (void)cudaGetLastError();
+    d->inflight[0] = d->inflight[1] = 0;
+    d->open_n = 0;
+    for (size_t i = 0; i < n; i++) {
+        st[i] = PATINA_E_FORMAT;
+        memset(&out[i], 0, sizeof out[i]);
+    }
+}
+
+/* Waits for the call's rounds still on the device; the images they flagged
+ * get PATINA_E_FORMAT, and every image not decoded an empty out[i]. */
+static patina_status jxg_finish(patina_jpegx_gpu_t *d, patina_image_t *out, size_t n, patina_status *st)
+{
+    patina_status s = PATINA_OK;
+    if (!d->open_n) return PATINA_OK;
+    PGPU_CU(cudaSetDevice(d->g->device));
+    if (n != d->open_n)
+        return patina__fail(PATINA_E_INVALID, "jpegx: finishing %zu images of a call of %zu", n, d->open_n);
+    for (int b = 0; b < 2 && s == PATINA_OK; b++) s = jxg_collect(d, b, st);
+    if (s != PATINA_OK) {
+        jxg_abandon(d, out, n, st);
+        return s;
+    }
+    d->open_n = 0;
+    for (size_t i = 0; i < n; i++)
+        if (st[i] != PATINA_OK) memset(&out[i], 0, sizeof out[i]);
+    return PATINA_OK;
+}
+
+/* Both entry points: stage (decode or copy), launch, collect, in rounds; the
+ * last round is left on the device (open_n) for jxg_finish. */
+static patina_status jxg_submit(patina_jpegx_gpu_t *d, patina_pool_t *pool, patina_image_t *out,
+                                const void *const *data, const size_t *size, const jx_image_t *im,
+                                const int16_t *const *coef, size_t n, patina_status *st)
 {
     patina_status s = PATINA_OK;
     size_t i, bytes = 0, pending = n, off = 0;
-    int b = 0;
+    int b = 0, alloc;
+    double t0;
     for (i = 0; i < n; i++) st[i] = PATINA_E_FORMAT;
-    if (n == 0) return PATINA_OK;
     PGPU_CU(cudaSetDevice(d->g->device));
-    PATINA_TRY(jxg_reserve(d, n));
+    if (d->open_n) { /* a call never finished: its results are dropped */
+        PGPU_CU(cudaStreamSynchronize(d->stream));
+        d->inflight[0] = d->inflight[1] = 0;
+        d->open_n = 0;
+    }
+    if (n == 0) return PATINA_OK;
     for (i = 0; i < n; i++) {
         int w = im ? im[i].width : out[i].width, h = im ? im[i].height : out[i].height;
         if (w <= 0 || h <= 0) return patina__fail(PATINA_E_INVALID, "jpegx: image %zu has no size", i);
         bytes += jxg_pitch(w) * (size_t)h;
     }
+    t0 = patina_now();
+    alloc = !d->h_coef[0] || !d->d_coef[0] || !d->d_pbuf || n > d->desc_cap || n > d->items_cap ||
+            bytes > d->arena_bytes;
+    PATINA_TRY(jxg_reserve(d, n));
     if (bytes > d->arena_bytes) {
         size_t want = bytes + bytes / 4;
         JXG_FREE_DEV(d->arena);
         d->arena_bytes = 0;
         PATINA_TRY(jxg_dev((void **)&d->arena, want, "jpegx decoded images"));
         d->arena_bytes = want;
+    }
+    if (alloc) {
+        d->times.setup += patina_now() - t0;
+        d->times.setups++;
     }
     for (i = 0; i < n; i++) {
         int w = im ? im[i].width : out[i].width, h = im ? im[i].height : out[i].height;
@@ -502,6 +596,7 @@ static patina_status jxg_run(patina_jpegx_gpu_t *d, patina_pool_t *pool, patina_
         off += out[i].stride * (size_t)h;
     }
     d->inflight[0] = d->inflight[1] = 0;
+    d->open_n = n;
     while (pending > 0 && s == PATINA_OK) {
         jxg_stage_job_t job;
         memset(&job, 0, sizeof job);
@@ -512,25 +607,46 @@ static patina_status jxg_run(patina_jpegx_gpu_t *d, patina_pool_t *pool, patina_
         job.want = out;
         job.im = im;
         job.coef = coef;
+        if (!d->h_coef[b] || !d->d_coef[b]) { /* a second round: the other buffer, first use */
+            t0 = patina_now();
+            s = jxg_stage_buffer(d, b);
+            d->times.setup += patina_now() - t0;
+            d->times.setups++;
+            if (s != PATINA_OK) break;
+        }
         /* buffer b is free: its last round was collected before the previous launch */
+        t0 = patina_now();
         patina_pool_run(pool, n, jxg_stage_one, &job);
-        s = jxg_collect(d, 1 - b, st); /* round r - 1 finished while the workers staged round r */
+        d->times.entropy += patina_now() - t0;
+        if (job.cuda_error) s = pgpu_fail(job.cuda_error, "cudaMemcpyAsync(coefficients to the device)", __FILE__, __LINE__);
+        if (s == PATINA_OK) s = jxg_collect(d, 1 - b, st); /* round r - 1 finished while the workers staged round r */
         if (s == PATINA_OK) s = jxg_launch(d, b, n, out);
         pending = 0;
         for (i = 0; i < n; i++) pending += d->items[i].state == JXG_PENDING;
         b = 1 - b;
     }
-    if (s == PATINA_OK) s = jxg_collect(d, 1 - b, st);
     if (s != PATINA_OK) {
-        (void)cudaStreamSynchronize(d->stream);
-        (void)cudaGetLastError();
-        d->inflight[0] = d->inflight[1] = 0;
-        for (i = 0; i < n; i++) st[i] = PATINA_E_FORMAT;
+        jxg_abandon(d, out, n, st);
         return s;
     }
-    for (i = 0; i < n; i++)
-        if (st[i] != PATINA_OK) memset(&out[i], 0, sizeof out[i]);
+    /* on their way: OK unless the device flags them (jxg_finish) */
+    for (i = 0; i < n; i++) st[i] = d->items[i].state == JXG_STAGED || d->items[i].state == JXG_DONE ? PATINA_OK
+                                                                                                   : PATINA_E_FORMAT;
     return PATINA_OK;
+}
+
+patina_status patina_gpu_jpegx_submit(patina_jpegx_gpu_t *d, patina_pool_t *pool, patina_image_t *out,
+                                      const void *const *data, const size_t *size, size_t n,
+                                      patina_status *st)
+{
+    if (!d || (n && (!out || !data || !size || !st))) return patina__fail(PATINA_E_INVALID, "jpegx: NULL argument");
+    return jxg_submit(d, pool, out, data, size, NULL, NULL, n, st);
+}
+
+patina_status patina_gpu_jpegx_finish(patina_jpegx_gpu_t *d, patina_image_t *out, size_t n, patina_status *st)
+{
+    if (!d || (n && (!out || !st))) return patina__fail(PATINA_E_INVALID, "jpegx: NULL argument");
+    return jxg_finish(d, out, n, st);
 }
 
 patina_status patina_gpu_jpegx_decode(patina_jpegx_gpu_t *d, patina_pool_t *pool, patina_image_t *out,
@@ -538,12 +654,21 @@ patina_status patina_gpu_jpegx_decode(patina_jpegx_gpu_t *d, patina_pool_t *pool
                                       patina_status *st)
 {
     if (!d || (n && (!out || !data || !size || !st))) return patina__fail(PATINA_E_INVALID, "jpegx: NULL argument");
-    return jxg_run(d, pool, out, data, size, NULL, NULL, n, st);
+    PATINA_TRY(jxg_submit(d, pool, out, data, size, NULL, NULL, n, st));
+    return jxg_finish(d, out, n, st);
 }
 
 patina_status patina_gpu_jpegx_pixels(patina_jpegx_gpu_t *d, patina_image_t *out, const struct jx_image *im,
                                       const int16_t *const *coef, size_t n, patina_status *st)
 {
     if (!d || (n && (!out || !im || !coef || !st))) return patina__fail(PATINA_E_INVALID, "jpegx: NULL argument");
-    return jxg_run(d, NULL, out, NULL, NULL, im, coef, n, st);
+    PATINA_TRY(jxg_submit(d, NULL, out, NULL, NULL, im, coef, n, st));
+    return jxg_finish(d, out, n, st);
+}
+
+void patina_gpu_jpegx_times(const patina_jpegx_gpu_t *d, patina_jpegx_times_t *t)
+{
+    if (!t) return;
+    if (d) *t = d->times;
+    else memset(t, 0, sizeof *t);
 }

@@ -3,6 +3,7 @@
  * CPU and `--device gpu` says why it cannot run. */
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "gpu/glcm.h"
 #include "gpu/gpu.h"
@@ -248,6 +249,26 @@ patina_status patina_gpu_jpegx_decode(patina_jpegx_gpu_t *d, patina_pool_t *pool
 {
     (void)d; (void)pool; (void)out; (void)data; (void)size; (void)n; (void)st;
     return none();
+}
+
+patina_status patina_gpu_jpegx_submit(patina_jpegx_gpu_t *d, patina_pool_t *pool, patina_image_t *out,
+                                      const void *const *data, const size_t *size, size_t n,
+                                      patina_status *st)
+{
+    (void)d; (void)pool; (void)out; (void)data; (void)size; (void)n; (void)st;
+    return none();
+}
+
+patina_status patina_gpu_jpegx_finish(patina_jpegx_gpu_t *d, patina_image_t *out, size_t n, patina_status *st)
+{
+    (void)d; (void)out; (void)n; (void)st;
+    return none();
+}
+
+void patina_gpu_jpegx_times(const patina_jpegx_gpu_t *d, patina_jpegx_times_t *t)
+{
+    (void)d;
+    if (t) memset(t, 0, sizeof *t);
 }
 
 patina_status patina_gpu_jpegx_pixels(patina_jpegx_gpu_t *d, patina_image_t *out, const struct jx_image *im,

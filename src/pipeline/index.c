@@ -542,6 +542,12 @@ typedef struct window {
     size_t first, take;       /* files[first .. first+take) */
     patina_jpeg_gpu_t *jdec;  /* nvJPEG decoder whose memory holds this window's images */
     patina_jpegx_gpu_t *xdec; /* or the exact GPU decoder */
+    /* A call submitted to xdec and not finished yet (exact_finish): its
+     * images, their slots, and the arrays the decoder fills (malloc'd). */
+    size_t xn;
+    slot_t **xslots;
+    patina_image_t *xout;
+    patina_status *xst;
 } window_t;
 
 typedef struct producer {
@@ -556,6 +562,7 @@ typedef struct producer {
     double share;             /* nvJPEG's share of the JPEGs (adapted unless fixed) */
     int share_fixed;
     double t_read, t_decode;  /* stage times, collected into the stats by the consumer */
+    double tx[3];             /* the exact decoder's part of t_decode: entropy, setup, wait (patina_jpegx_times_t) */
     int skip_dups;
     shaset_t seen;            /* contents met in this run: SHA-256 -> first file */
 } producer_t;
@@ -672,61 +679,126 @@ static void decode_split(producer_t *p, window_t *w, job_t *job)
     free(g.st);
 }
 
+/* The exact decoder's times since `before`, added to tx (entropy, setup, wait). */
+static void exact_times(double tx[3], const window_t *w, const patina_jpegx_times_t *before)
+{
+    patina_jpegx_times_t now;
+    patina_gpu_jpegx_times(w->xdec, &now);
+    tx[0] += now.entropy - before->entropy;
+    tx[1] += now.setup - before->setup;
+    tx[2] += now.wait - before->wait;
+}
+
+/* The second half of stage 3 with the exact GPU decoder: waits for the
+ * device stage of the window's call; the images it did not finish (blocks
+ * outside the exact range, or the decoder failed as a whole) are decoded on
+ * the CPU, on the pool's workers, or on the calling thread when pool is
+ * NULL (the consumer's side: the pool is the producer's then; such images
+ * are rare). Their encoded bytes were kept for that. The decoder's times
+ * go to tx (exact_times). */
+static void exact_finish(double tx[3], window_t *w, job_t *job, patina_pool_t *pool)
+{
+    size_t i, redo = 0;
+    patina_jpegx_times_t before;
+    if (!w->xslots) return;
+    patina_gpu_jpegx_times(w->xdec, &before);
+    if (w->xn && patina_gpu_jpegx_finish(w->xdec, w->xout, w->xn, w->xst) != PATINA_OK) {
+        patina_clear_error(); /* the decoder failed as a whole: the CPU decodes them all */
+        for (i = 0; i < w->xn; i++) w->xst[i] = PATINA_E_FORMAT;
+    }
+    exact_times(tx, w, &before);
+    for (i = 0; i < w->xn; i++) {
+        slot_t *s = w->xslots[i];
+        if (!s->gpu) continue;
+        if (w->xst[i] == PATINA_OK) {
+            free(s->data);
+            s->data = NULL;
+        } else {
+            memset(&s->img, 0, sizeof s->img);
+            s->gpu = 0;
+            s->state = SLOT_READ;
+            redo++;
+        }
+    }
+    if (redo && pool) patina_pool_run(pool, w->take, decode_one, job);
+    else if (redo)
+        for (i = 0; i < w->take; i++) decode_one(job, i, 0);
+    free(w->xslots);
+    free(w->xout);
+    free(w->xst);
+    w->xslots = NULL;
+    w->xout = NULL;
+    w->xst = NULL;
+    w->xn = 0;
+}
+
 /* Stage 3 with the exact GPU decoder: every read JPEG (CMYK and YCCK too; not
  * those to be turned upright, which the CPU decoder turns) goes to it: the
  * workers entropy-decode, the GPU finishes, the images stay in the decoder's
  * device memory. What it does not take (warnings, damage, odd sampling) and
- * the other formats are then decoded on the CPU, which gives the CPU path's
- * pixels, warnings and errors. */
-static void decode_exact(producer_t *p, window_t *w, job_t *job)
+ * the other formats are then decoded on the CPU workers while the device
+ * finishes, which gives the CPU path's pixels, warnings and errors. With
+ * `defer` the call is left open for the consumer (exact_finish before it
+ * extracts), so the producer goes on to the next window while the device
+ * finishes this one. */
+static void decode_exact(producer_t *p, window_t *w, job_t *job, int defer)
 {
     size_t i, k = 0, n = 0;
-    slot_t **slots;
     const void **data;
     size_t *size;
-    patina_image_t *out;
-    patina_status *st;
+    patina_jpegx_times_t before;
     for (i = 0; i < w->take; i++) {
         slot_t *s = &w->slots[i];
         n += s->state == SLOT_READ && s->info.format == PATINA_FORMAT_JPEG;
     }
-    slots = malloc((n ? n : 1) * sizeof *slots);
+    patina_gpu_jpegx_times(w->xdec, &before);
+    w->xn = 0;
+    w->xslots = malloc((n ? n : 1) * sizeof *w->xslots);
+    w->xout = calloc(n ? n : 1, sizeof *w->xout);
+    w->xst = malloc((n ? n : 1) * sizeof *w->xst);
     data = malloc((n ? n : 1) * sizeof *data);
     size = malloc((n ? n : 1) * sizeof *size);
-    out = calloc(n ? n : 1, sizeof *out);
-    st = malloc((n ? n : 1) * sizeof *st);
-    if (n && slots && data && size && out && st) {
+    if (n && w->xslots && w->xout && w->xst && data && size) {
         for (i = 0; i < w->take; i++) {
             slot_t *s = &w->slots[i];
             if (s->state != SLOT_READ || s->info.format != PATINA_FORMAT_JPEG) continue;
             if (p->dopts.apply_orientation && patina_image__jpeg_orientation(s->data, s->size) != 1) continue;
-            slots[k] = s;
+            w->xslots[k] = s;
             data[k] = s->data;
             size[k] = s->size;
-            out[k].width = s->info.width;
-            out[k].height = s->info.height;
+            w->xout[k].width = s->info.width;
+            w->xout[k].height = s->info.height;
             k++;
         }
-        if (k && patina_gpu_jpegx_decode(w->xdec, p->pool, out, data, size, k, st) != PATINA_OK) {
+        if (k && patina_gpu_jpegx_submit(w->xdec, p->pool, w->xout, data, size, k, w->xst) != PATINA_OK) {
             patina_clear_error(); /* the decoder failed as a whole: the CPU decodes them all */
             k = 0;
         }
+        w->xn = k;
+        /* On their way to the device: the CPU pass below leaves them alone;
+         * exact_finish frees their bytes, or gives them back to the CPU. */
         for (i = 0; i < k; i++) {
-            slot_t *s = slots[i];
-            if (st[i] != PATINA_OK) continue;
-            s->img = out[i];
+            slot_t *s = w->xslots[i];
+            if (w->xst[i] != PATINA_OK) continue;
+            s->img = w->xout[i];
             s->gpu = 1;
             s->state = SLOT_DECODED;
-            free(s->data);
-            s->data = NULL;
         }
     }
-    free(slots);
+    exact_times(p->tx, w, &before);
     free(data);
     free(size);
-    free(out);
-    free(st);
+    if (!w->xslots || !w->xout || !w->xst) { /* out of memory: nothing was submitted */
+        free(w->xslots);
+        free(w->xout);
+        free(w->xst);
+        w->xslots = NULL;
+        w->xout = NULL;
+        w->xst = NULL;
+        w->xn = 0;
+    }
     patina_pool_run(p->pool, w->take, decode_one, job);
+    if (!defer) exact_finish(p->tx, w, job, p->pool);
 }
 
 /* The first files of paths[0 .. n) whose sizes on disk fit in `budget`
@@ -834,7 +906,7 @@ static void produce(producer_t *p, window_t *w, size_t first)
     t1 = patina_now();
     p->t_read += t1 - t0;
     if (w->jdec) decode_split(p, w, &job);
-    else if (w->xdec) decode_exact(p, w, &job);
+    else if (w->xdec) decode_exact(p, w, &job, 1);
     else patina_pool_run(p->pool, w->take, decode_one, &job);
     p->t_decode += patina_now() - t1;
 }
@@ -863,11 +935,9 @@ static patina_status choose_decoder(patina_jpeg_decoder *out, patina_jpeg_decode
     for (e = 0; e < nex; e++)
         if (dev[e] != PATINA_DEVICE_GPU || !patina__extractor_reads_device(ex[e])) break;
     *out = want;
-    /* auto: libjpeg-turbo on the CPU threads. The exact GPU decoder alone
-     * keeps up with it (4,170 against 4,372 1024^2 images/s on an H200 host,
-     * 32 threads), but through the pipeline it is 5x slower end to end today
-     * (cedd 637 against 3,282 images/s: bench_pipeline, 2026-11-28), so it
-     * is asked for by name until that is fixed. */
+    /* auto: libjpeg-turbo on the CPU threads until bench_pipeline's
+     * gpu+exact rows on a GPU host show the exact GPU decoder ahead end to
+     * end (docs/images.md); it is asked for by name. */
     (void)e;
     if (want == PATINA_JPEG_AUTO) *out = PATINA_JPEG_LIBJPEG;
     if ((want == PATINA_JPEG_NVJPEG || want == PATINA_JPEG_EXACT_GPU) && e < nex) {
@@ -1298,6 +1368,7 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     uint8_t *video = NULL; /* (n) 1: a video file */
     size_t pos, nvideo = 0;
     vrun_t vr;
+    double t_finish = 0, tx_finish = 0; /* the store side's waits for the exact decoder (exact_finish) */
 
     if (opts_in) opts = *opts_in;
     else patina_index_opts_init(&opts);
@@ -1343,13 +1414,9 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     /* auto: the exact GPU decoder where the images can stay on the device */
     if ((result = choose_decoder(&decoder, opts.jpeg_decoder, &ex, &dev, 1, "index")) != PATINA_OK) goto done;
     if (decoder == PATINA_JPEG_NVJPEG && (result = patina__context_jpeg(ctx, jdec)) != PATINA_OK) goto done;
-    if (decoder == PATINA_JPEG_EXACT_GPU) {
-        patina_gpu_t *g;
-        if ((result = patina__context_gpu_acquire(ctx, &g)) != PATINA_OK) goto done;
-        for (int k = 0; k < 2 && result == PATINA_OK; k++) result = patina_gpu_jpegx_open(&xdec[k], g);
-        patina__context_gpu_release(ctx);
-        if (result != PATINA_OK) goto done;
-    }
+    /* The context's decoders: their pinned staging and device buffers are
+     * made once, not per run (they cost more than a run of a few windows). */
+    if (decoder == PATINA_JPEG_EXACT_GPU && (result = patina__context_jpegx(ctx, xdec)) != PATINA_OK) goto done;
 
     win[0].slots = calloc(window, sizeof *win[0].slots);
     win[1].slots = overlap ? calloc(window, sizeof *win[1].slots) : NULL;
@@ -1416,6 +1483,16 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
 
             win[1 - cur].take = 0;
             if (overlap && next < prod.n) started = pthread_create(&th, NULL, produce_main, &pa) == 0;
+            /* The exact decoder's last round of this window, while the
+             * producer reads the next one (the pool is its now). */
+            if (w->xslots) {
+                job_t xjob = {w->slots, &prod.dopts, 1};
+                double tx[3] = {0, 0, 0};
+                t_stage = patina_now();
+                exact_finish(tx, w, &xjob, started ? NULL : prod.pool);
+                t_finish += patina_now() - t_stage;
+                tx_finish += tx[2];
+            }
 
             for (i = 0; i < w->take; i++) {
                 slot_t *s = &w->slots[i];
@@ -1496,12 +1573,27 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
             }
             stats->seconds = patina_now() - t0;
             stats->t_read = prod.t_read;
-            stats->t_decode = prod.t_decode + vr.t_convert;
+            stats->t_decode = prod.t_decode + vr.t_convert + t_finish;
+            stats->t_jpegx_entropy = prod.tx[0];
+            stats->t_jpegx_setup = prod.tx[1];
+            stats->t_jpegx_wait = prod.tx[2] + tx_finish;
             if (result == PATINA_OK && opts.progress) opts.progress(opts.user, stats);
         }
     }
 
 done:
+    /* A window produced but not consumed (the run stopped on an error)
+     * leaves its call open on a decoder the context keeps: finish it. */
+    for (int k = 0; k < 2; k++)
+        if (win[k].xslots) {
+            char msg[PATINA_ERROR_MAX];
+            snprintf(msg, sizeof msg, "%s", patina_last_error());
+            if (win[k].xn) (void)patina_gpu_jpegx_finish(win[k].xdec, win[k].xout, win[k].xn, win[k].xst);
+            if (result != PATINA_OK) patina__fail(result, "%s", msg);
+            free(win[k].xslots);
+            free(win[k].xout);
+            free(win[k].xst);
+        }
     patina__context_workers_release(ctx);
     free(video);
     vrun_free(&vr);
@@ -1510,8 +1602,6 @@ done:
         for (i = 0; i < window; i++) slot_clear(&win[k].slots[i]);
         free(win[k].slots);
     }
-    patina_gpu_jpegx_close(xdec[0]);
-    patina_gpu_jpegx_close(xdec[1]);
     stats->seconds = patina_now() - t0;
     free(prod.probe);
     free(prod.seen.v);
@@ -1690,8 +1780,11 @@ patina_status patina_extract_files(patina_context_t *ctx, const patina_extractor
     prod.share = o.nvjpeg_share > 0 ? (o.nvjpeg_share < 1 ? o.nvjpeg_share : 1) : o.nvjpeg_share == 0 ? 1.0 : 0.7;
     w.slots = slots;
     w.take = take;
-    if (decoder == PATINA_JPEG_EXACT_GPU) s = patina__context_jpegx(ctx, &w.xdec);
-    else if (decoder == PATINA_JPEG_NVJPEG) {
+    if (decoder == PATINA_JPEG_EXACT_GPU) {
+        patina_jpegx_gpu_t *xd[2];
+        s = patina__context_jpegx(ctx, xd);
+        w.xdec = xd[0];
+    } else if (decoder == PATINA_JPEG_NVJPEG) {
         patina_jpeg_gpu_t *jd[2];
         s = patina__context_jpeg(ctx, jd);
         w.jdec = jd[0];
@@ -1709,7 +1802,7 @@ patina_status patina_extract_files(patina_context_t *ctx, const patina_extractor
     take = cut_by_memory(slots, take, o.batch_memory);
     w.take = take;
     if (w.jdec) decode_split(&prod, &w, &job);
-    else if (w.xdec) decode_exact(&prod, &w, &job);
+    else if (w.xdec) decode_exact(&prod, &w, &job, 0);
     else patina_pool_run(prod.pool, take, decode_one, &job);
     for (i = 0; i < take; i++) {
         slot_t *sl = &slots[i];

@@ -11,8 +11,13 @@
  *     images) and a file larger than a round (refused: the caller decodes it);
  *   - random coefficient blocks, against the C reference of the post-entropy
  *     stage (patina__jpegx_pixels), out-of-range blocks flagged alike;
+ *   - patina_gpu_jpegx_submit / _finish: a call left unfinished is dropped
+ *     by the next, whose images are right;
  *   - the pipeline: CEDD of a folder indexed with decoder exact-gpu equals
- *     the CPU decoder's, with damaged, progressive and PNG files among them;
+ *     the CPU decoder's, with damaged, progressive and PNG files among them
+ *     and a file whose coefficients the device flags (decoded on the CPU
+ *     after the window's deferred finish); a second run on the same context
+ *     allocates nothing (the context keeps its decoders);
  *   - every GPU family (cedd, lbp, lbp8, tlbap, lanadp, glcm, haralick,
  *     rootsift, signature; glcm with quant=none too) through
  *     patina_extract_files on generated files
@@ -34,6 +39,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jpeglib.h>
 
 #include "algo/jpeg_exact_core.h"
 #include "core/internal.h"
@@ -303,28 +309,137 @@ static void test_random_blocks(void **state)
     assert_true(flagged > 0 && flagged < N);
 }
 
+/* jpg (len bytes) with the first luma block's coefficient 1 (natural
+ * order) set to 1023: with quality-10 tables it dequantises far beyond the
+ * exact range, so the device flags the image, while libjpeg-turbo decodes it
+ * without a warning (its IDCT clamps). Optimised Huffman tables code it.
+ * Returns libjpeg's malloc'd buffer. */
+static unsigned char *craft_out_of_range(const unsigned char *jpg, unsigned long len, unsigned long *out_len)
+{
+    struct jpeg_decompress_struct d;
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr ed, ec;
+    jvirt_barray_ptr *arr;
+    JBLOCKARRAY row;
+    unsigned char *buf = NULL;
+    unsigned long n = 0;
+    d.err = jpeg_std_error(&ed);
+    jpeg_create_decompress(&d);
+    jpeg_mem_src(&d, jpg, len);
+    assert_int_equal(jpeg_read_header(&d, TRUE), JPEG_HEADER_OK);
+    arr = jpeg_read_coefficients(&d);
+    assert_non_null(arr);
+    row = d.mem->access_virt_barray((j_common_ptr)&d, arr[0], 0, 1, TRUE);
+    row[0][0][1] = 1023;
+    c.err = jpeg_std_error(&ec);
+    jpeg_create_compress(&c);
+    jpeg_mem_dest(&c, &buf, &n);
+    jpeg_copy_critical_parameters(&d, &c);
+    c.optimize_coding = TRUE;
+    jpeg_write_coefficients(&c, arr);
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    jpeg_finish_decompress(&d);
+    jpeg_destroy_decompress(&d);
+    *out_len = n;
+    return buf;
+}
+
+/* patina_gpu_jpegx_submit / _finish: a submitted call that is never
+ * finished is dropped by the next submit (its images are the same: the
+ * second call must still be right); a finish with nothing open does
+ * nothing; a crafted file is flagged at finish, not at submit. */
+static void test_submit(void **state)
+{
+    enum { N = 20 };
+    const void *data[N];
+    size_t size[N];
+    patina_image_t out[N];
+    patina_status st[N];
+    size_t flagged = 0;
+    (void)state;
+    for (int i = 0; i < N; i++) {
+        unsigned long len;
+        unsigned char *j = jxc_make(&len, &jxc_modes[i % 5], i % 3 == 1 ? JXC_PROG : JXC_BASE, i == 7 ? 10 : 80,
+                                    64 + 29 * i, 48 + 17 * i, 1 + i % 3, 700 + (uint64_t)i);
+        if (i == 7) {
+            unsigned long n2;
+            unsigned char *k = craft_out_of_range(j, len, &n2);
+            free(j);
+            j = malloc(n2);
+            memcpy(j, k, n2);
+            free(k);
+            len = n2;
+        }
+        data[i] = j;
+        size[i] = len;
+    }
+    for (int pass = 0; pass < 2; pass++) { /* the first call is dropped by the second */
+        memset(out, 0, sizeof out);
+        for (int i = 0; i < N; i++) {
+            patina_image_info_t info;
+            TU_OK(patina_image_probe(&info, data[i], size[i], "submit"));
+            out[i].width = info.width;
+            out[i].height = info.height;
+        }
+        TU_OK(patina_gpu_jpegx_submit(D, P, out, data, size, N, st));
+        for (int i = 0; i < N; i++) assert_int_equal(st[i], PATINA_OK); /* all on their way */
+    }
+    TU_OK(patina_gpu_jpegx_finish(D, out, N, st));
+    for (int i = 0; i < N; i++) {
+        patina_image_t ref;
+        TU_OK(patina_image_decode(&ref, data[i], size[i], NULL, "submit"));
+        if (i == 7) {
+            assert_int_equal(st[i], PATINA_E_FORMAT); /* flagged by the device */
+            assert_null(out[i].data);
+            flagged++;
+        } else {
+            assert_int_equal(st[i], PATINA_OK);
+            assert_int_equal(diff_dev(&ref, &out[i]), 0);
+        }
+        patina_image_release(&ref);
+        free((void *)data[i]);
+    }
+    TU_OK(patina_gpu_jpegx_finish(D, out, N, st)); /* nothing open */
+    assert_int_equal(st[0], PATINA_OK);
+    printf("submit/finish: %d images, %zu flagged at finish, the others identical\n", N, flagged);
+}
+
 /* The pipeline: a folder of JPEGs in several modes (one progressive, one
- * CMYK, one truncated, one with extraneous bytes) and a PNG, indexed with
- * CEDD on the GPU by the CPU decoder and by exact-gpu (explicit and auto):
- * the same images indexed, the same failures, identical descriptors. */
+ * CMYK, one truncated, one with extraneous bytes, one the device flags) and
+ * a PNG, indexed with CEDD on the GPU by the CPU decoder and by exact-gpu
+ * (explicit, auto, and explicit again on the same context, which must
+ * allocate nothing): the same images indexed, the same failures, identical
+ * descriptors. */
 static void test_pipeline(void **state)
 {
     char *dir = tu_tempdir("jpegx"), path[4096], col[3][4096];
     const char *paths[1];
     char **files = NULL;
-    size_t nfiles = 0, missing = 0, i, gpu_decoded[3] = {0, 0, 0};
+    char col3[4096];
+    size_t nfiles = 0, missing = 0, i, gpu_decoded[4] = {0, 0, 0, 0};
     patina_context_t *ctx;
     patina_extractor_t *ex;
-    patina_collection_t *c[3];
-    static const patina_jpeg_decoder dec[3] = {PATINA_JPEG_LIBJPEG, PATINA_JPEG_EXACT_GPU, PATINA_JPEG_AUTO};
+    patina_collection_t *c[4];
+    static const patina_jpeg_decoder dec[4] = {PATINA_JPEG_LIBJPEG, PATINA_JPEG_EXACT_GPU, PATINA_JPEG_AUTO,
+                                               PATINA_JPEG_EXACT_GPU};
     (void)state;
     for (i = 0; i < 40; i++) {
         unsigned long len;
         int mode = (int)(i % 5), w = 150 + (int)i * 13, h = 100 + (int)i * 7;
         unsigned char *j;
         if (i == 9) mode = 11; /* CMYK */
-        j = jxc_make(&len, &jxc_modes[mode], i == 7 ? JXC_PROG : i == 8 ? JXC_RST : JXC_BASE, 85, w, h,
-                     1 + (int)(i % 3), 900 + i);
+        j = jxc_make(&len, &jxc_modes[mode], i == 7 ? JXC_PROG : i == 8 ? JXC_RST : JXC_BASE, i == 20 ? 10 : 85, w,
+                     h, 1 + (int)(i % 3), 900 + i);
+        if (i == 20) { /* flagged by the device: the third window's deferred finish decodes it on the CPU */
+            unsigned long n2;
+            unsigned char *k = craft_out_of_range(j, len, &n2);
+            free(j);
+            j = malloc(n2);
+            memcpy(j, k, n2);
+            free(k);
+            len = n2;
+        }
         snprintf(path, sizeof path, "%s/img_%03zu.jpg", dir, i);
         if (i == 11) len /= 3; /* truncated */
         if (i == 12) {         /* extraneous bytes: a warning, decoded on the CPU */
@@ -350,27 +465,34 @@ static void test_pipeline(void **state)
     assert_int_equal(nfiles, 41);
     TU_OK(patina_context_new(&ctx, NULL));
     TU_OK(patina_extractor_new(&ex, "cedd"));
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         patina_index_opts_t o;
         patina_index_stats_t st;
+        char *cp = k < 3 ? col[k] : col3;
         patina_index_opts_init(&o);
         o.device = PATINA_DEVICE_GPU;
         o.jpeg_decoder = dec[k];
         o.batch = 8;
-        snprintf(col[k], sizeof col[k], "%s/col%d", dir, k);
-        TU_OK(patina_collection_open(&c[k], col[k], PATINA_OPEN_CREATE, 0));
+        snprintf(cp, 4096, "%s/col%d", dir, k);
+        TU_OK(patina_collection_open(&c[k], cp, PATINA_OPEN_CREATE, 0));
         TU_OK(patina_index_files(ctx, c[k], ex, (const char *const *)files, nfiles, &o, &st));
-        printf("  pipeline (decoder %d): indexed %llu, failed %llu, warned %llu, GPU decoded %llu\n", (int)dec[k],
+        printf("  pipeline (decoder %d): indexed %llu, failed %llu, warned %llu, GPU decoded %llu; exact decoder: "
+               "entropy %.4f s, setup %.4f s, wait %.4f s\n", (int)dec[k],
                (unsigned long long)st.indexed, (unsigned long long)st.failed, (unsigned long long)st.warned,
-               (unsigned long long)st.gpu_decoded);
+               (unsigned long long)st.gpu_decoded, st.t_jpegx_entropy, st.t_jpegx_setup, st.t_jpegx_wait);
+        if (dec[k] == PATINA_JPEG_EXACT_GPU) assert_true(st.t_jpegx_entropy > 0);
+        else assert_true(st.t_jpegx_entropy == 0 && st.t_jpegx_setup == 0 && st.t_jpegx_wait == 0);
+        if (k == 1) assert_true(st.t_jpegx_setup > 0);  /* the context's decoders, first use */
+        if (k == 3) assert_true(st.t_jpegx_setup == 0); /* kept: nothing allocated again */
         assert_int_equal(st.indexed, 39); /* 40 JPEGs - the truncated one */
         assert_int_equal(st.failed, 2);   /* truncated JPEG, broken PNG */
         assert_int_equal(st.warned, 1);   /* extraneous bytes */
         gpu_decoded[k] = st.gpu_decoded;
     }
     assert_int_equal(gpu_decoded[0], 0);
-    assert_int_equal(gpu_decoded[1], 38); /* all but the truncated and the warned one */
+    assert_int_equal(gpu_decoded[1], 37); /* all but the truncated, the warned and the flagged one */
     assert_int_equal(gpu_decoded[2], 0); /* auto: libjpeg-turbo (pipeline.h) */
+    assert_int_equal(gpu_decoded[3], 37);
     {
         size_t bytes = patina_extractor_bytes(ex), same = 0;
         uint8_t *a = malloc(bytes), *b = malloc(bytes);
@@ -382,7 +504,7 @@ static void test_pipeline(void **state)
                 free(key);
                 continue;
             }
-            for (int k = 1; k < 3; k++) {
+            for (int k = 1; k < 4; k++) {
                 TU_OK(patina_collection_get_by_key(c[k], key, &r1));
                 TU_OK(patina_collection_get_descriptor(c[0], patina_extractor_spec(ex), r0.id, a, bytes));
                 TU_OK(patina_collection_get_descriptor(c[k], patina_extractor_spec(ex), r1.id, b, bytes));
@@ -393,12 +515,12 @@ static void test_pipeline(void **state)
             patina_record_release(&r0);
             free(key);
         }
-        printf("  pipeline: %zu of %d descriptors identical to the CPU decoder's\n", same, 2 * 39);
-        assert_int_equal(same, 2 * 39);
+        printf("  pipeline: %zu of %d descriptors identical to the CPU decoder's\n", same, 3 * 39);
+        assert_int_equal(same, 3 * 39);
         free(a);
         free(b);
     }
-    for (int k = 0; k < 3; k++) patina_collection_close(c[k]);
+    for (int k = 0; k < 4; k++) patina_collection_close(c[k]);
     for (i = 0; i < nfiles; i++) free(files[i]);
     free(files);
     patina_extractor_free(ex);
@@ -609,6 +731,7 @@ int main(void)
         cmocka_unit_test(test_generated),
         cmocka_unit_test(test_samples),
         cmocka_unit_test(test_rounds),
+        cmocka_unit_test(test_submit),
         cmocka_unit_test(test_pipeline),
         cmocka_unit_test(test_families),
         cmocka_unit_test(test_glcm_refuses),
