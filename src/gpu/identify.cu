@@ -35,6 +35,17 @@
  * the table cache drops it, when its set's owner says the set is gone
  * (patina_gpu_identify_forget) or when the context closes.
  *
+ * Several sets in one pass (patina_gpu_identify_many: a shard's partitions
+ * on one device). Every set's mirror is brought up to date as above and
+ * pinned in the table cache (tcache_pin) so that making the next cannot
+ * drop it; then, per batch of queries, the queries go to the device once,
+ * the launches of all the resident mirrors are queued back to back over
+ * the streams, each into its own region of the candidate lists, and ONE
+ * wait and ONE copy bring every list back; each set's lists are merged as
+ * a single call merges them, so its keys are a single call's exactly. A
+ * mirror with a host tier, or one that finds no memory beside the pinned
+ * ones, is matched on its own afterwards (a single call's round trip).
+ *
  * Two int8 kernels compute the same candidates: wgmma (idf_wgmma.cuh,
  * compute capability 9.0, int8, m <= 512, n <= 1024) where it applies,
  * mma.sync (idf_kernels.cuh) everywhere else; opts->kernel can name one.
