@@ -18,6 +18,9 @@
  *   m, n       the paper's Table 7 shapes
  *   streamed   references in the pinned host tier, streamed through the staging
  *              chunks (the hybrid cache, Tables 5-6): 1 and 16 queries
+ *   sets       N / 2 resident references split into 1, 8, 32, 64 sets (a
+ *              shard's partitions), one query: a patina_gpu_identify call per
+ *              set against one patina_gpu_identify_many pass (host wall time)
  *   capacity   (--capacity) the device arena filled to this GPU's memory (int8),
  *              one query against all of it
  *   e2e        (--e2e N, default 2^20 in a full run) one query image against N
@@ -330,6 +333,77 @@ static void section_streamed(void)
     free_refs(&r);
 }
 
+/* nref resident references split into S sets (a shard's partitions), one
+ * query: S calls of patina_gpu_identify (a round trip each) against one
+ * patina_gpu_identify_many call (one pass, one wait); wall time on the host
+ * (the round trips are what differs), median of reps after a warm-up that
+ * builds the mirrors. The keys of the two are compared. */
+static void section_sets(size_t nref)
+{
+    static const size_t ss[] = {1, 8, 32, 64};
+    const int reps = QUICK ? 3 : 9;
+    refs_t r;
+    uint8_t *q;
+    pgpu_idf_opts_t o;
+    pgpu_idf_stats_t st, sum;
+    uint16_t qc = 768;
+    make_refs(&r, nref, 384);
+    q = make_queries(&r, 1, 768);
+    memset(&o, 0, sizeof o);
+    o.precision = PGPU_IDF_INT8;
+    o.ratio = 0.8;
+    o.ncap = 10;
+    o.kernel = KERNEL;
+    for (size_t si = 0; si < sizeof ss / sizeof *ss; si++) {
+        const size_t S = ss[si];
+        pgpu_idf_refs_t *v = calloc(S, sizeof *v);
+        uint64_t *k1 = calloc(S * 10, sizeof *k1), *km = calloc(S * 10, sizeof *km);
+        double t1[16], tm[16];
+        int fail = 0;
+        if (!v || !k1 || !km) die("out of memory");
+        for (size_t j = 0, off = 0; j < S; j++) {
+            const size_t nj = nref / S + (j < nref % S);
+            v[j].serial = SERIAL++;
+            v[j].nslots = nj;
+            v[j].m = r.m;
+            v[j].rows = r.ptr + off;
+            v[j].count = r.count + off;
+            v[j].stamp = r.stamp + off;
+            off += nj;
+        }
+        for (int i = 0; i <= reps && !fail; i++) {
+            double t0 = now_s();
+            memset(&sum, 0, sizeof sum);
+            for (size_t j = 0; j < S && !fail; j++) {
+                fail = patina_gpu_identify(G, &v[j], q, 768 * 128, &qc, 1, 768, &o, k1 + j * 10, &st) != PATINA_OK;
+                sum.syncs += st.syncs;
+            }
+            if (i) t1[i - 1] = (now_s() - t0) * 1e3;
+            t0 = now_s();
+            fail = fail || patina_gpu_identify_many(G, v, S, q, 768 * 128, &qc, 1, 768, &o, km, &st) != PATINA_OK;
+            if (i) tm[i - 1] = (now_s() - t0) * 1e3;
+        }
+        if (fail) {
+            fprintf(stderr, "bench_identify_gpu: sets (%zu sets of %zu refs): %s\n", S, nref, patina_last_error());
+        } else {
+            char path[128];
+            if (memcmp(k1, km, S * 10 * sizeof *k1))
+                fprintf(stderr, "bench_identify_gpu: sets: %zu sets: the one-pass keys differ from the calls' (a bug)\n",
+                        S);
+            snprintf(path, sizeof path, "%zu sets, a call each (%zu waits; host wall ms)", S, sum.syncs);
+            row("sets", 384, 768, 1, nref, path, bench_median(t1, reps), 0, NULL, -1, 0);
+            snprintf(path, sizeof path, "%zu sets, one pass (%zu waits; host wall ms)", S, st.syncs);
+            row("sets", 384, 768, 1, nref, path, bench_median(tm, reps), 0, NULL, -1, 0);
+        }
+        for (size_t j = 0; j < S; j++) patina_gpu_identify_forget(G, v[j].serial);
+        free(v);
+        free(k1);
+        free(km);
+    }
+    free(q);
+    free_refs(&r);
+}
+
 static void section_capacity(void)
 {
     size_t slots;
@@ -468,7 +542,7 @@ int main(int argc, char **argv)
             KERNEL = PGPU_IDF_KERNEL_WGMMA, i++;
         else {
             fprintf(stderr, "usage: bench_identify_gpu [--refs N] [--quick] [--no-peers] [--capacity] [--e2e N] "
-                            "[--only resident|queries|shapes|streamed] [--kernel auto|mma|wgmma]\n");
+                            "[--only resident|queries|shapes|streamed|sets] [--kernel auto|mma|wgmma]\n");
             return 2;
         }
     }
@@ -505,6 +579,7 @@ int main(int argc, char **argv)
         if (!only || !strcmp(only, "queries")) section_queries();
         if (!only || !strcmp(only, "shapes")) section_shapes();
         if (!only || !strcmp(only, "streamed")) section_streamed();
+        if (!only || !strcmp(only, "sets")) section_sets(QUICK ? nref / 8 : nref / 2);
         printf("\npairs/s: query x reference image pairs matched per second (reference images/s for one query). "
                "TC peak: 2 n m 128 operations per pair against the dense peak at the clock above. PCIe: host-tier "
                "bytes / time against the pinned H2D rate above. PyTorch: the same shape on %s references.\n",

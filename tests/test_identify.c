@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/context.h"
 #include "features/family.h"
 #include "gpu/gpu.h"
 #include "features/rootsift.h"
@@ -811,6 +812,104 @@ static void test_partition_f16(void **state)
     patina_extractor_free(ex16);
 }
 
+/* idf_many_match_sets (one call per device over a range of sets) gives
+ * the candidates idf_many_match gives set by set: 4 disjoint sets (one
+ * empty, one of a single reference) matched as one range, as two ranges
+ * and one by one answer the same; an empty range is nothing; a range past
+ * the sets is refused; device gpu without a GPU fails with a message, in
+ * the range call as in the single one (the no-GPU build's
+ * patina_gpu_identify_many). */
+static void test_many_sets(void **state)
+{
+    enum { M = 24, NF = 20, NQ = 3, NS = 4, K = 4 };
+    static const size_t sizes[NS] = {30, 0, 1, 45};
+    const size_t bytes = rs_record_bytes(M, RS_QUANT_U8);
+    patina_refset_t *sets[NS];
+    patina_context_t *ctx = NULL;
+    patina_context_opts_t co;
+    patina_identify_opts_t o;
+    patina_identify_hit_t h[3][NQ * K];
+    patina_identify_result_t res[3][NQ];
+    uint8_t *rows = malloc((size_t)100 * M * 128), qrows[NF * 128];
+    unsigned char *qrec;
+    size_t i, j, q, id = 1, qbytes;
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 28);
+    for (i = 0; i < (size_t)100 * M; i++) random_row(rows + i * 128, &r);
+    for (j = 0; j < NS; j++) {
+        TU_OK(patina_refset_new(&sets[j], "rootsift:m=24,n=20"));
+        for (i = 0; i < sizes[j]; i++, id++) {
+            unsigned char *rec = make_record(M, M - id % 5, rows + (id - 1) * M * 128, NULL, 64, 64);
+            TU_OK(patina_refset_put(sets[j], id, rec, bytes));
+            free(rec);
+        }
+    }
+    qbytes = patina_identify_query_bytes(sets[0]);
+    qrec = malloc(NQ * qbytes);
+    for (q = 0; q < NQ; q++) { /* query q: features of reference 5 + 30 q (sets 0, 2 and 3 in turn) */
+        unsigned char *one;
+        const size_t ref = q == 0 ? 4 : q == 1 ? 30 : 40;
+        for (i = 0; i < NF; i++) {
+            if (i < 10) perturb(qrows + i * 128, rows + (ref * M + i) * 128, 3, &r);
+            else random_row(qrows + i * 128, &r);
+        }
+        one = make_record(NF, NF, qrows, NULL, 64, 64);
+        memcpy(qrec + q * qbytes, one, qbytes);
+        free(one);
+    }
+    patina_context_opts_init(&co);
+    co.threads = 2;
+    TU_OK(patina_context_new(&ctx, &co));
+    patina_identify_opts_init(&o);
+    o.k = K;
+    o.verify_top = 2;
+    o.threshold = 3;
+    o.device = PATINA_DEVICE_CPU;
+    for (int way = 0; way < 3; way++) {
+        idf_many_t *m = NULL;
+        TU_OK(idf_many_begin(&m, sets, NS, qrec, NQ, &o));
+        if (way == 0) {
+            TU_OK(idf_many_match_sets(m, 0, NS, ctx));
+            TU_OK(idf_many_match_sets(m, NS, 0, ctx)); /* an empty range: nothing */
+            assert_int_equal(idf_many_match_sets(m, 3, 2, ctx), PATINA_E_INVALID);
+            assert_int_equal(idf_many_match_sets(m, NS + 1, 0, ctx), PATINA_E_INVALID);
+        } else if (way == 1) {
+            TU_OK(idf_many_match_sets(m, 0, 1, ctx));
+            TU_OK(idf_many_match_sets(m, 1, NS - 1, ctx));
+        } else {
+            for (j = 0; j < NS; j++) TU_OK(idf_many_match(m, j, ctx));
+        }
+        TU_OK(idf_many_finish(m, ctx, h[way], res[way], NULL));
+        idf_many_free(m);
+    }
+    for (q = 0; q < NQ; q++) {
+        print_message("many sets: query %zu: %zu hits, rank 1 id %llu matches %u\n", q, res[0][q].nhits,
+                      (unsigned long long)h[0][q * K].id, h[0][q * K].matches);
+        assert_true(res[0][q].nhits > 0);
+        for (int way = 1; way < 3; way++) assert_true(same_result(&res[0][q], &res[way][q]));
+    }
+    assert_memory_equal(h[0], h[1], sizeof h[0]);
+    assert_memory_equal(h[0], h[2], sizeof h[0]);
+    if (!patina__context_gpu_usable(ctx)) { /* device gpu on a context without one: an error, the same either way */
+        idf_many_t *m = NULL;
+        patina_status s1, s2;
+        o.device = PATINA_DEVICE_GPU;
+        TU_OK(idf_many_begin(&m, sets, NS, qrec, NQ, &o));
+        s1 = idf_many_match_sets(m, 0, NS, ctx);
+        assert_int_not_equal(s1, PATINA_OK);
+        assert_true(patina_last_error()[0] != '\0');
+        s2 = idf_many_match(m, 0, ctx);
+        assert_int_equal(s1, s2);
+        print_message("many sets: device gpu without a GPU: %s\n", patina_last_error());
+        idf_many_free(m);
+    }
+    patina_context_free(ctx);
+    for (j = 0; j < NS; j++) patina_refset_free(sets[j]);
+    free(rows);
+    free(qrec);
+}
+
 /* The rootsift_ratio search distance follows the search's ratio
  * (patina_search_opts_t.ratio): each hit's distance is 1 / (1 + the
  * one-to-one score at that ratio), the default is PATINA_RATIO_DEFAULT, and
@@ -1452,7 +1551,7 @@ int main(void)
         cmocka_unit_test(test_scoring_decoy),   cmocka_unit_test(test_refset_updates),   cmocka_unit_test(test_partition_f16),   cmocka_unit_test(test_search_ratio),
         cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_merge_rules), cmocka_unit_test(test_guided), cmocka_unit_test(test_decisions),
         cmocka_unit_test(test_ransac),          cmocka_unit_test(test_matchers_real),
-        cmocka_unit_test(test_end_to_end),
+        cmocka_unit_test(test_end_to_end),      cmocka_unit_test(test_many_sets),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     if (rc == 0 && samples_missing) {

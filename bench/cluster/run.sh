@@ -8,7 +8,9 @@
 # or $NATS_SERVER) on a free loopback port, then measures with
 # BUILD_DIR/bench/bench_cluster:
 #   - the in-process engine on 1 GPU and on every GPU (--gpus all; on a
-#     machine of one GPU "0,0", two slices sharing it, and the table says so);
+#     machine of one GPU "0,0", two slices sharing it, and the table says so),
+#     and on 1 GPU with the rows in P/2 tables identified in one call (one
+#     GPU pass over the tables' reference sets: the cost of many sets);
 #   - the cluster path: NATS + one GPU shard per GPU (two shards sharing the
 #     GPU on a machine of one) + the front end's code, copies 1 and 2;
 #   - CPU shards S = 1, 2, 4 (the scaling shape, at a smaller N);
@@ -124,6 +126,10 @@ if [ "$NGPU" -ge 1 ]; then
     note "== in-process, $REFS references: 1 GPU, then $ALL"
     record "inproc 1 GPU" "$("$DRIVER" inproc --refs "$REFS" --partitions "$P" --seed "$SEED" --gpus 0 --budget "$GIB" --query "$QUERY" --reps "$REPS" --batch "$BATCH")"
     record "inproc $ALL" "$("$DRIVER" inproc --refs "$REFS" --partitions "$P" --seed "$SEED" --gpus "$ALL" --budget "$SHARD_GIB" --query "$QUERY" --reps "$REPS" --batch "$BATCH")"
+    # the same rows on GPU 0 in P/2 tables (what a shard of a 2-GPU cluster holds) identified by one
+    # patina_table_identify_many call: one GPU pass over their mirrors, against one table above
+    HALF=$((P / 2 > 0 ? P / 2 : 1))
+    record "inproc 1 GPU tables" "$("$DRIVER" inproc --refs "$REFS" --partitions "$P" --seed "$SEED" --gpus 0 --budget "$GIB" --tables "$HALF" --query "$QUERY" --reps "$REPS" --batch "$BATCH")"
     "$PATINA" cluster create gbench --cluster "$URL" --partitions "$P" -f rootsift > /dev/null
     for copies in $COPIES; do
         note "== cluster: GPU shards on devices $SHARDS_GPU, copies $copies"

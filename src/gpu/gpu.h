@@ -333,12 +333,16 @@ typedef struct pgpu_idf_opts {
     int kernel;               /* PGPU_IDF_KERNEL_* (0: AUTO); benchmarks and tests name one */
 } pgpu_idf_opts_t;
 
-/* Where the time of a call went (for benchmarks). */
+/* Where the time of a call went (for benchmarks and tests). */
 typedef struct pgpu_idf_stats {
     double ms_resident;       /* matching the device-resident slots (GPU time) */
     double ms_streamed;       /* copying and matching the host-tier slots (GPU time, overlapped) */
     double h2d_bytes;         /* host-tier bytes copied */
-    size_t dev_slots, host_slots, launches;
+    size_t dev_slots, host_slots; /* slots matched from the device arenas, from the host tiers */
+    size_t launches;          /* matching kernels launched */
+    size_t syncs;             /* waits for candidate lists (one per batch of up to 256 queries with a row
+                               * and per round trip: a set on its own, or all the resident sets of an
+                               * identify_many call at once); a mirror's uploads are not counted */
 } pgpu_idf_stats_t;
 
 /* The best o->ncap candidates of each of nq queries against refs, on g:
@@ -352,6 +356,24 @@ typedef struct pgpu_idf_stats {
 patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, const uint8_t *queries,
                                   size_t qstride, const uint16_t *qcount, size_t nq, size_t n,
                                   const pgpu_idf_opts_t *o, uint64_t *keys, pgpu_idf_stats_t *stats);
+
+/* patina_gpu_identify over nsets reference sets (refs[0 .. nsets), one
+ * view each) with the same queries and options, in one pass where it can:
+ * every set's mirror brought up to date (each stays its own mirror in g's
+ * table cache, as patina_gpu_identify leaves it), then -- per batch of up
+ * to 256 queries -- the queries sent once, the launches of every set whose
+ * mirror is resident queued back to back over the context's streams, ONE
+ * wait and ONE copy of all their candidate lists back. A set whose mirror
+ * streams from the host tier is matched on its own (patina_gpu_identify's
+ * round trip), and so are the sets that find no device memory beside the
+ * ones already made (the mirrors of a pass are pinned in the table cache
+ * while the others are made; one that does not fit beside them waits for
+ * the pass, then takes the memory the old way). keys (nsets, nq, ncap):
+ * set j's keys at keys + j * nq * ncap, exactly patina_gpu_identify's for
+ * refs[j] (empty sets: zeros). stats (may be NULL): the call's totals. */
+patina_status patina_gpu_identify_many(patina_gpu_t *g, const pgpu_idf_refs_t *refs, size_t nsets,
+                                       const uint8_t *queries, size_t qstride, const uint16_t *qcount, size_t nq,
+                                       size_t n, const pgpu_idf_opts_t *o, uint64_t *keys, pgpu_idf_stats_t *stats);
 
 /* Bytes of one slot of m rows in the GPU's arena: the rows padded to a
  * multiple of 8 (the kernel's tile), 128 u8 or binary16 each. */

@@ -35,6 +35,17 @@
  * the table cache drops it, when its set's owner says the set is gone
  * (patina_gpu_identify_forget) or when the context closes.
  *
+ * Several sets in one pass (patina_gpu_identify_many: a shard's partitions
+ * on one device). Every set's mirror is brought up to date as above and
+ * pinned in the table cache (tcache_pin) so that making the next cannot
+ * drop it; then, per batch of queries, the queries go to the device once,
+ * the launches of all the resident mirrors are queued back to back over
+ * the streams, each into its own region of the candidate lists, and ONE
+ * wait and ONE copy bring every list back; each set's lists are merged as
+ * a single call merges them, so its keys are a single call's exactly. A
+ * mirror with a host tier, or one that finds no memory beside the pinned
+ * ones, is matched on its own afterwards (a single call's round trip).
+ *
  * Two int8 kernels compute the same candidates: wgmma (idf_wgmma.cuh,
  * compute capability 9.0, int8, m <= 512, n <= 1024) where it applies,
  * mma.sync (idf_kernels.cuh) everywhere else; opts->kernel can name one.
@@ -572,40 +583,112 @@ static int cmp_key_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-
-patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, const uint8_t *queries,
-                                  size_t qstride, const uint16_t *qcount, size_t nq, size_t n,
-                                  const pgpu_idf_opts_t *o, uint64_t *keys, pgpu_idf_stats_t *stats)
+/* The checks of a call's options. */
+static patina_status check_opts(const pgpu_idf_opts_t *o)
 {
-    idf_dev_t *dv;
-    idf_mirror_t *st;
-    const int prec = o->precision;
-    cudaEvent_t ev[4];
-    patina_status s = PATINA_OK;
-    size_t K = o->ncap;
-    if (stats) memset(stats, 0, sizeof *stats);
-    if (!g || !refs || (nq && (!queries || !qcount || !keys)))
-        return patina__fail(PATINA_E_INVALID, "gpu identify: null argument");
-    if (prec != IDF_PREC_INT8 && prec != IDF_PREC_FP16)
-        return patina__fail(PATINA_E_INVALID, "gpu identify: unknown precision %d", prec);
+    if (o->precision != IDF_PREC_INT8 && o->precision != IDF_PREC_FP16)
+        return patina__fail(PATINA_E_INVALID, "gpu identify: unknown precision %d", o->precision);
     if (o->kernel < PGPU_IDF_KERNEL_AUTO || o->kernel > PGPU_IDF_KERNEL_WGMMA)
         return patina__fail(PATINA_E_INVALID, "gpu identify: unknown kernel %d", o->kernel);
-    if (K < 1 || K > IDF_KMAX)
-        return patina__fail(PATINA_E_LIMIT, "gpu identify: %zu candidates per query (the GPU keeps at most %d)", K,
-                            IDF_KMAX);
+    if (o->ncap < 1 || o->ncap > IDF_KMAX)
+        return patina__fail(PATINA_E_LIMIT, "gpu identify: %zu candidates per query (the GPU keeps at most %d)",
+                            o->ncap, IDF_KMAX);
+    return PATINA_OK;
+}
+
+/* The checks of one set of a call (queries of n rows). */
+static patina_status check_set(const pgpu_idf_refs_t *refs, size_t n)
+{
     if (refs->m < 1 || refs->m > 4096 || n < 1 || n > 16384)
         return patina__fail(PATINA_E_INVALID, "gpu identify: m = %zu, n = %zu out of range", refs->m, n);
     if (refs->nslots > 0xfffffff0u)
         return patina__fail(PATINA_E_LIMIT, "gpu identify: %zu slots (shard the set)", refs->nslots);
-    for (size_t q = 0; q < nq * K; q++) keys[q] = 0;
-    PGPU_CU(cudaSetDevice(g->device));
-    PATINA_TRY(dev_state(g, &dv));
-    PATINA_TRY(mirror_of(g, dv, refs, prec, o->arena_cap, &st));
-    if (nq == 0 || refs->nslots == 0) return PATINA_OK;
+    return PATINA_OK;
+}
 
+/* How the kernel runs queries of at most qmax rows (n per query) against
+ * mirror st: warps per block, passes over the query rows, which kernel
+ * (wg: the wgmma one) and its shared memory. */
+typedef struct idf_shape {
+    int warps, npass, wg;
+    size_t smem;
+} idf_shape_t;
+
+static patina_status launch_shape(const patina_gpu_t *g, const pgpu_idf_opts_t *o, const idf_mirror_t *st, size_t n,
+                                  size_t qmax, idf_shape_t *sh)
+{
+    const int prec = st->prec;
+    const size_t K = o->ncap, rpw = prec == IDF_PREC_FP16 ? 32 : 64;
+    size_t wsmem;
+    sh->warps = (int)((qmax + rpw - 1) / rpw);
+    if (sh->warps > IDF_MAXW) sh->warps = IDF_MAXW;
+    sh->npass = (int)((qmax + (size_t)sh->warps * rpw - 1) / ((size_t)sh->warps * rpw));
+    sh->smem = idf_smem_bytes(prec, (int)st->mpad, (int)n, (int)K, o->scoring);
+    sh->wg = use_wgmma(g, o, prec, st->mpad, n, K, &wsmem);
+    if (o->kernel == PGPU_IDF_KERNEL_WGMMA && !sh->wg)
+        return patina__fail(PATINA_E_INVALID, "gpu identify: the wgmma kernel does not apply (device %s, "
+                                              "precision %d, m = %zu, n = %zu, %zu bytes of shared memory; it needs "
+                                              "compute capability 9.0, a build for sm_90, int8, m <= %d, n <= %d)",
+                            g->name, prec, st->m, n, wsmem, IDF_SEG, IDFW_QMAX);
+    if (sh->wg) sh->smem = wsmem;
+    else if (sh->smem > (size_t)g->smem_optin)
+        return patina__fail(PATINA_E_LIMIT, "gpu identify: %zu bytes of shared memory per block (the device "
+                                            "allows %d): fewer query rows or candidates", sh->smem, g->smem_optin);
+    return PATINA_OK;
+}
+
+/* Queries [q0, q0 + bq) to the device buffers on s0 (their first count
+ * rows: the rest is never read; binary16 for the fp16 kernel) with their
+ * counts, and the first outn entries of the candidate lists cleared. */
+static patina_status send_queries(idf_dev_t *dv, int prec, const uint8_t *queries, size_t qstride,
+                                  const uint16_t *qcount, size_t q0, size_t bq, size_t n, size_t outn, cudaStream_t s0)
+{
+    const size_t qbytes = n * IDF_D;
+    unsigned char *dq8 = prec == IDF_PREC_FP16 ? dv->d_q8 : (unsigned char *)dv->d_q;
+    for (size_t q = 0; q < bq; q++) dv->h_qcount[q] = qcount[q0 + q];
+    PGPU_CU(cudaMemcpy2DAsync(dq8, qbytes, queries + q0 * qstride, qstride, qbytes, bq, cudaMemcpyHostToDevice, s0));
+    PGPU_CU(cudaMemcpyAsync(dv->d_qcount, dv->h_qcount, bq * sizeof(uint16_t), cudaMemcpyHostToDevice, s0));
+    if (prec == IDF_PREC_FP16) {
+        k_u8_to_f16<<<512, 256, 0, s0>>>((__half *)dv->d_q, dq8, bq * qbytes);
+        PGPU_CU(cudaGetLastError());
+    }
+    PGPU_CU(cudaMemsetAsync(dv->d_out, 0, outn * sizeof(uint64_t), s0));
+    return PATINA_OK;
+}
+
+/* The launch parameters common to every launch of a batch (the region
+ * matched and the lists written are the caller's). */
+static idf_launch_t launch_params(const idf_dev_t *dv, const idf_mirror_t *st, size_t n, const idf_shape_t *sh,
+                                  const pgpu_idf_opts_t *o)
+{
+    idf_launch_t L;
+    memset(&L, 0, sizeof L);
+    L.m = (int)st->mpad;
+    L.queries = dv->d_q;
+    L.qcount = dv->d_qcount;
+    L.n = (int)n;
+    L.npass = sh->npass;
+    L.K = (int)o->ncap;
+    L.scoring = o->scoring;
+    L.rr = o->ratio * o->ratio;
+    L.inv_scale2 = 1.0f / 262144.0f;
+    return L;
+}
+
+/* The matching of nq queries against mirror st (up to date), resident
+ * slots and streamed host tier, into keys (nq, ncap; zero on entry): a
+ * round trip (launches, one wait, the lists' copy back) per batch of
+ * IDF_QBATCH queries. */
+static patina_status match_mirror(patina_gpu_t *g, idf_dev_t *dv, idf_mirror_t *st, const uint8_t *queries,
+                                  size_t qstride, const uint16_t *qcount, size_t nq, size_t n,
+                                  const pgpu_idf_opts_t *o, uint64_t *keys, pgpu_idf_stats_t *stats)
+{
+    const int prec = st->prec;
+    const size_t K = o->ncap;
     const size_t ndev = st->nslots < st->dev_cap ? st->nslots : st->dev_cap;
     const size_t nhost = st->nslots - ndev;
-    const size_t rpw = prec == IDF_PREC_FP16 ? 32 : 64;
+    cudaEvent_t ev[4];
+    patina_status s = PATINA_OK;
     size_t qb = nq < IDF_QBATCH ? nq : IDF_QBATCH;
     for (int i = 0; i < 4; i++) ev[i] = (cudaEvent_t)dv->ev[i];
     if (nhost) IDF_TRY(stream_buffers(g, dv, st, st->stream_slots * st->slot_bytes));
@@ -613,62 +696,19 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
     for (size_t q0 = 0; q0 < nq; q0 += qb) {
         const size_t bq = nq - q0 < qb ? nq - q0 : qb;
         size_t qmax = 0, gx, gxs, outn, nl;
-        int warps;
+        idf_shape_t sh;
         for (size_t q = 0; q < bq; q++) qmax = qcount[q0 + q] > qmax ? qcount[q0 + q] : qmax;
         if (qmax == 0) continue; /* no query of the batch has a row: no candidates */
-        warps = (int)((qmax + rpw - 1) / rpw);
-        if (warps > IDF_MAXW) warps = IDF_MAXW;
-        const int npass = (int)((qmax + (size_t)warps * rpw - 1) / ((size_t)warps * rpw));
         /* blocks per query: two waves of one block per SM over all queries */
         gx = idf_blocks_per_query(bq, (size_t)g->sm_count, (ndev + 7) / 8);
         gxs = idf_blocks_per_query(bq, (size_t)g->sm_count, (st->stream_slots + 7) / 8);
         nl = gx > gxs ? gx : gxs; /* list blocks per query and region */
         outn = (size_t)(1 + IDF_STREAMS) * bq * nl * K;
         IDF_TRY(call_buffers(g, dv, st, bq, n, outn, prec));
-        size_t smem = idf_smem_bytes(prec, (int)st->mpad, (int)n, (int)K, o->scoring), wsmem;
-        const int wg = use_wgmma(g, o, prec, st->mpad, n, K, &wsmem);
-        if (o->kernel == PGPU_IDF_KERNEL_WGMMA && !wg) {
-            s = patina__fail(PATINA_E_INVALID, "gpu identify: the wgmma kernel does not apply (device %s, "
-                                               "precision %d, m = %zu, n = %zu, %zu bytes of shared memory; it needs "
-                                               "compute capability 9.0, a build for sm_90, int8, m <= %d, n <= %d)",
-                             g->name, prec, st->m, n, wsmem, IDF_SEG, IDFW_QMAX);
-            goto out;
-        }
-        if (wg) smem = wsmem;
-        else if (smem > (size_t)g->smem_optin) {
-            s = patina__fail(PATINA_E_LIMIT, "gpu identify: %zu bytes of shared memory per block (the device "
-                                             "allows %d): fewer query rows or candidates", smem, g->smem_optin);
-            goto out;
-        }
+        IDF_TRY(launch_shape(g, o, st, n, qmax, &sh));
         cudaStream_t s0 = (cudaStream_t)pgpu_stream(g, 0);
-        /* queries: their first count rows (the rest is never read) */
-        {
-            const size_t qbytes = n * IDF_D;
-            unsigned char *dq8 = prec == IDF_PREC_FP16 ? dv->d_q8 : (unsigned char *)dv->d_q;
-            for (size_t q = 0; q < bq; q++) dv->h_qcount[q] = qcount[q0 + q];
-            PGPU_CU_GOTO(cudaMemcpy2DAsync(dq8, qbytes, queries + (q0)*qstride, qstride, qbytes, bq,
-                                           cudaMemcpyHostToDevice, s0),
-                         s, out);
-            PGPU_CU_GOTO(cudaMemcpyAsync(dv->d_qcount, dv->h_qcount, bq * sizeof(uint16_t), cudaMemcpyHostToDevice,
-                                         s0),
-                         s, out);
-            if (prec == IDF_PREC_FP16) {
-                k_u8_to_f16<<<512, 256, 0, s0>>>((__half *)dv->d_q, dq8, bq * qbytes);
-                PGPU_CU_GOTO(cudaGetLastError(), s, out);
-            }
-            PGPU_CU_GOTO(cudaMemsetAsync(dv->d_out, 0, outn * sizeof(uint64_t), s0), s, out);
-        }
-        idf_launch_t L;
-        memset(&L, 0, sizeof L);
-        L.m = (int)st->mpad;
-        L.queries = dv->d_q;
-        L.qcount = dv->d_qcount;
-        L.n = (int)n;
-        L.npass = npass;
-        L.K = (int)K;
-        L.scoring = o->scoring;
-        L.rr = o->ratio * o->ratio;
-        L.inv_scale2 = 1.0f / 262144.0f;
+        IDF_TRY(send_queries(dv, prec, queries, qstride, qcount, q0, bq, n, outn, s0));
+        idf_launch_t L = launch_params(dv, st, n, &sh, o);
         PGPU_CU_GOTO(cudaEventRecord(ev[0], s0), s, out);
         /* resident slots: one launch */
         if (ndev) {
@@ -677,7 +717,8 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
             L.slot0 = 0;
             L.nref = (uint32_t)ndev;
             L.out = dv->d_out;
-            IDF_TRY(launch(L, prec, dim3((unsigned)gx, (unsigned)bq), warps, smem, s0, g->device, wg));
+            IDF_TRY(launch(L, prec, dim3((unsigned)gx, (unsigned)bq), sh.warps, sh.smem, s0, g->device, sh.wg));
+            if (stats) stats->launches++;
         }
         PGPU_CU_GOTO(cudaEventRecord(ev[1], s0), s, out);
         /* streamed slots: chunks over the streams; each stream's lists
@@ -699,8 +740,11 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
                 L.nref = (uint32_t)cn;
                 L.out = dv->d_out + (size_t)(1 + k) * bq * nl * K;
                 L.accumulate = 1;
-                if (!o->copy_only)
-                    IDF_TRY(launch(L, prec, dim3((unsigned)gxs, (unsigned)bq), warps, smem, sk, g->device, wg));
+                if (!o->copy_only) {
+                    IDF_TRY(launch(L, prec, dim3((unsigned)gxs, (unsigned)bq), sh.warps, sh.smem, sk, g->device,
+                                   sh.wg));
+                    if (stats) stats->launches++;
+                }
                 if (stats) stats->h2d_bytes += (double)(cn * st->slot_bytes);
             }
             for (int i = 1; i < IDF_STREAMS; i++) {
@@ -718,7 +762,7 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
             cudaEventElapsedTime(&b, ev[1], ev[2]);
             stats->ms_resident += a;
             stats->ms_streamed += b;
-            stats->launches++;
+            stats->syncs++;
         }
         /* merge: per query, the lists of the resident launch (gx blocks)
          * and of each stream's region (gxs blocks) */
@@ -744,8 +788,208 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
     }
 out:
     if (stats) {
-        stats->dev_slots = ndev;
-        stats->host_slots = nhost;
+        stats->dev_slots += ndev;
+        stats->host_slots += nhost;
     }
+    return s;
+}
+
+patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, const uint8_t *queries,
+                                  size_t qstride, const uint16_t *qcount, size_t nq, size_t n,
+                                  const pgpu_idf_opts_t *o, uint64_t *keys, pgpu_idf_stats_t *stats)
+{
+    idf_dev_t *dv;
+    idf_mirror_t *st;
+    if (stats) memset(stats, 0, sizeof *stats);
+    if (!g || !refs || !o || (nq && (!queries || !qcount || !keys)))
+        return patina__fail(PATINA_E_INVALID, "gpu identify: null argument");
+    PATINA_TRY(check_opts(o));
+    PATINA_TRY(check_set(refs, n));
+    for (size_t q = 0; q < nq * o->ncap; q++) keys[q] = 0;
+    PGPU_CU(cudaSetDevice(g->device));
+    PATINA_TRY(dev_state(g, &dv));
+    PATINA_TRY(mirror_of(g, dv, refs, o->precision, o->arena_cap, &st));
+    if (nq == 0 || refs->nslots == 0) return PATINA_OK;
+    return match_mirror(g, dv, st, queries, qstride, qcount, nq, n, o, keys, stats);
+}
+
+/* ------------------------------------------------------ several sets at once */
+
+/* The matching of nq queries against nb resident mirrors (every slot in
+ * the device arena), mirror b's candidates into keys + set[b] * nq * ncap
+ * (zero on entry): per batch of IDF_QBATCH queries, the queries sent once,
+ * every mirror's launch queued back to back (over the streams, each into
+ * its own region of the lists), one wait and one copy of all the lists
+ * back, then each mirror's lists merged as match_mirror merges them. The
+ * mirrors are pinned in the table cache by the caller: the buffers
+ * allocated here cannot drop them. */
+static patina_status match_batch(patina_gpu_t *g, idf_dev_t *dv, idf_mirror_t *const *mi, const size_t *set,
+                                 size_t nb, const uint8_t *queries, size_t qstride, const uint16_t *qcount, size_t nq,
+                                 size_t n, const pgpu_idf_opts_t *o, uint64_t *keys, pgpu_idf_stats_t *stats)
+{
+    const int prec = o->precision;
+    const size_t K = o->ncap, qb = nq < IDF_QBATCH ? nq : IDF_QBATCH;
+    const int nstreams = nb < IDF_STREAMS ? (int)nb : IDF_STREAMS;
+    cudaStream_t s0 = (cudaStream_t)pgpu_stream(g, 0);
+    cudaEvent_t ev[4];
+    patina_status s = PATINA_OK;
+    size_t *gx = (size_t *)malloc(2 * nb * sizeof *gx), *off = gx + nb;
+    uint64_t *tmp = NULL;
+    if (!gx) return patina__fail(PATINA_E_NOMEM, "gpu identify: out of memory for %zu sets", nb);
+    for (int i = 0; i < 4; i++) ev[i] = (cudaEvent_t)dv->ev[i];
+    for (size_t q0 = 0; q0 < nq; q0 += qb) {
+        const size_t bq = nq - q0 < qb ? nq - q0 : qb;
+        size_t qmax = 0, outn = 0, gmax = 0;
+        for (size_t q = 0; q < bq; q++) qmax = qcount[q0 + q] > qmax ? qcount[q0 + q] : qmax;
+        if (qmax == 0) continue; /* no query of the batch has a row: no candidates */
+        /* mirror b's lists: bq * gx[b] blocks of K at off[b] (its resident launch's, as match_mirror's) */
+        for (size_t b = 0; b < nb; b++) {
+            gx[b] = idf_blocks_per_query(bq, (size_t)g->sm_count, (mi[b]->nslots + 7) / 8);
+            off[b] = outn;
+            outn += bq * gx[b] * K;
+            gmax = gx[b] > gmax ? gx[b] : gmax;
+        }
+        IDF_TRY(call_buffers(g, dv, mi[0], bq, n, outn, prec));
+        free(tmp);
+        if (!(tmp = (uint64_t *)malloc(gmax * K * sizeof *tmp))) {
+            s = patina__fail(PATINA_E_NOMEM, "gpu identify: out of memory merging candidates");
+            goto out;
+        }
+        IDF_TRY(send_queries(dv, prec, queries, qstride, qcount, q0, bq, n, outn, s0));
+        PGPU_CU_GOTO(cudaEventRecord(ev[0], s0), s, out);
+        for (int i = 1; i < nstreams; i++)
+            PGPU_CU_GOTO(cudaStreamWaitEvent((cudaStream_t)pgpu_stream(g, i), ev[0], 0), s, out);
+        for (size_t b = 0; b < nb; b++) {
+            idf_shape_t sh;
+            cudaStream_t sk = (cudaStream_t)pgpu_stream(g, (int)(b % (size_t)nstreams));
+            IDF_TRY(launch_shape(g, o, mi[b], n, qmax, &sh));
+            idf_launch_t L = launch_params(dv, mi[b], n, &sh, o);
+            L.refs = mi[b]->d_arena;
+            L.count = mi[b]->d_count;
+            L.slot0 = 0;
+            L.nref = (uint32_t)mi[b]->nslots;
+            L.out = dv->d_out + off[b];
+            IDF_TRY(launch(L, prec, dim3((unsigned)gx[b], (unsigned)bq), sh.warps, sh.smem, sk, g->device, sh.wg));
+            if (stats) stats->launches++;
+        }
+        for (int i = 1; i < nstreams; i++) {
+            PGPU_CU_GOTO(cudaEventRecord(ev[3], (cudaStream_t)pgpu_stream(g, i)), s, out);
+            PGPU_CU_GOTO(cudaStreamWaitEvent(s0, ev[3], 0), s, out);
+        }
+        PGPU_CU_GOTO(cudaEventRecord(ev[1], s0), s, out);
+        PGPU_CU_GOTO(cudaMemcpyAsync(dv->h_out, dv->d_out, outn * sizeof(uint64_t), cudaMemcpyDeviceToHost, s0), s,
+                     out);
+        PGPU_CU_GOTO(cudaStreamSynchronize(s0), s, out);
+        if (stats) {
+            float a = 0;
+            cudaEventElapsedTime(&a, ev[0], ev[1]);
+            stats->ms_resident += a;
+            stats->syncs++;
+        }
+        for (size_t b = 0; b < nb; b++) {
+            uint64_t *kb = keys + set[b] * nq * K;
+            for (size_t q = 0; q < bq; q++) {
+                const uint64_t *src = dv->h_out + off[b] + q * gx[b] * K;
+                size_t t = 0;
+                for (size_t e = 0; e < gx[b] * K; e++)
+                    if (src[e]) tmp[t++] = src[e];
+                qsort(tmp, t, sizeof *tmp, cmp_key_desc);
+                for (size_t j = 0; j < K && j < t; j++) kb[(q0 + q) * K + j] = tmp[j];
+            }
+        }
+    }
+out:
+    free(gx);
+    free(tmp);
+    return s;
+}
+
+/* A failure that less device memory in use may avoid. */
+static int short_of_memory(patina_status s) { return s == PATINA_E_LIMIT || s == PATINA_E_NOMEM; }
+
+patina_status patina_gpu_identify_many(patina_gpu_t *g, const pgpu_idf_refs_t *refs, size_t nsets,
+                                       const uint8_t *queries, size_t qstride, const uint16_t *qcount, size_t nq,
+                                       size_t n, const pgpu_idf_opts_t *o, uint64_t *keys, pgpu_idf_stats_t *stats)
+{
+    idf_dev_t *dv;
+    idf_mirror_t **batch = NULL;
+    size_t *bset = NULL, nb = 0, npinned = 0, j;
+    unsigned char *alone = NULL; /* (nsets) 1: matched on its own (match_mirror) */
+    patina_status s = PATINA_OK;
+    if (stats) memset(stats, 0, sizeof *stats);
+    if (!g || !o || (nsets && !refs) || (nsets && nq && (!queries || !qcount || !keys)))
+        return patina__fail(PATINA_E_INVALID, "gpu identify: null argument");
+    PATINA_TRY(check_opts(o));
+    for (j = 0; j < nsets; j++) PATINA_TRY(check_set(&refs[j], n));
+    for (size_t e = 0; e < nsets * nq * o->ncap; e++) keys[e] = 0;
+    if (nsets == 0) return PATINA_OK;
+    PGPU_CU(cudaSetDevice(g->device));
+    PATINA_TRY(dev_state(g, &dv));
+    batch = (idf_mirror_t **)malloc(nsets * sizeof *batch);
+    bset = (size_t *)malloc(nsets * sizeof *bset);
+    alone = (unsigned char *)calloc(nsets, 1);
+    if (!batch || !bset || !alone) {
+        s = patina__fail(PATINA_E_NOMEM, "gpu identify: out of memory for %zu sets", nsets);
+        goto out;
+    }
+    /* 1. Every set's mirror up to date, the resident ones pinned into the
+     * batch (the making of the next cannot drop them); a mirror with a host
+     * tier is matched on its own, as are the sets past a mirror that did
+     * not fit beside the pinned ones. */
+    for (j = 0; j < nsets; j++) {
+        idf_mirror_t *st = NULL;
+        for (size_t b = 0; b < nb && !st; b++) /* the same set again: its mirror */
+            if (refs[bset[b]].serial == refs[j].serial) st = batch[b];
+        if (!st && (s = mirror_of(g, dv, &refs[j], o->precision, o->arena_cap, &st)) != PATINA_OK) {
+            if (!short_of_memory(s) || nb == 0) goto out;
+            patina_clear_error();
+            s = PATINA_OK;
+            memset(alone + j, 1, nsets - j);
+            break;
+        }
+        if (nq == 0 || refs[j].nslots == 0) continue; /* nothing to match */
+        if (st->nslots > st->dev_cap) {
+            alone[j] = 1; /* streams from the host tier */
+            continue;
+        }
+        tcache_pin(g, st, 1);
+        npinned++;
+        batch[nb] = st;
+        bset[nb++] = j;
+    }
+    /* 2. The batch in one pass; short of memory for its lists, its sets on their own. */
+    if (nb) {
+        s = match_batch(g, dv, batch, bset, nb, queries, qstride, qcount, nq, n, o, keys, stats);
+        for (size_t b = 0; b < nb; b++) tcache_pin(g, batch[b], 0);
+        npinned = 0;
+        if (short_of_memory(s) && nb > 1) {
+            patina_clear_error();
+            s = PATINA_OK;
+            for (size_t b = 0; b < nb; b++) {
+                alone[bset[b]] = 1;
+                memset(keys + bset[b] * nq * o->ncap, 0, nq * o->ncap * sizeof *keys);
+            }
+            if (stats) stats->dev_slots = 0;
+        } else if (s != PATINA_OK) {
+            goto out;
+        } else if (stats) {
+            for (size_t b = 0; b < nb; b++) stats->dev_slots += batch[b]->nslots;
+        }
+    }
+    /* 3. The others, one at a time (mirror_of again: one of them may have been dropped since) */
+    for (j = 0; j < nsets; j++) {
+        idf_mirror_t *st;
+        if (!alone[j]) continue;
+        if ((s = mirror_of(g, dv, &refs[j], o->precision, o->arena_cap, &st)) != PATINA_OK) goto out;
+        if (nq == 0 || refs[j].nslots == 0) continue;
+        if ((s = match_mirror(g, dv, st, queries, qstride, qcount, nq, n, o, keys + j * nq * o->ncap, stats)) !=
+            PATINA_OK)
+            goto out;
+    }
+out:
+    for (size_t b = 0; b < npinned; b++) tcache_pin(g, batch[b], 0);
+    free(batch);
+    free(bset);
+    free(alone);
     return s;
 }

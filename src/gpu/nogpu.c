@@ -302,6 +302,15 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
     return none();
 }
 
+patina_status patina_gpu_identify_many(patina_gpu_t *g, const pgpu_idf_refs_t *refs, size_t nsets,
+                                       const uint8_t *queries, size_t qstride, const uint16_t *qcount, size_t nq,
+                                       size_t n, const pgpu_idf_opts_t *o, uint64_t *keys, pgpu_idf_stats_t *stats)
+{
+    (void)g, (void)refs, (void)nsets, (void)queries, (void)qstride, (void)qcount, (void)nq, (void)n, (void)o,
+        (void)keys, (void)stats;
+    return none();
+}
+
 void patina_gpu__identify_capacity(const patina_gpu_t *g, size_t m, int precision, size_t *dev_slots)
 {
     (void)g, (void)m, (void)precision;

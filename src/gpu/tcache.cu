@@ -11,6 +11,7 @@ typedef struct tcache_ent {
     void *obj;             /* NULL: a free entry */
     tcache_drop_fn drop;
     uint64_t serial, used;
+    unsigned pins;         /* tcache_pin count: never dropped while > 0 */
     pgpu_fam fam;
     tcache_kind kind;
 } tcache_ent_t;
@@ -56,6 +57,7 @@ patina_status tcache_add(patina_gpu_t *g, pgpu_fam fam, tcache_kind kind, uint64
     x->serial = serial;
     x->fam = fam;
     x->kind = kind;
+    x->pins = 0;
     x->used = ++t->clock;
     return PATINA_OK;
 }
@@ -80,13 +82,21 @@ void tcache_touch(patina_gpu_t *g, const void *obj)
     if (x) x->used = ++g->tcache->clock;
 }
 
+void tcache_pin(patina_gpu_t *g, const void *obj, int pin)
+{
+    tcache_ent_t *x = find(g, obj);
+    if (!x) return;
+    if (pin) x->pins++;
+    else if (x->pins) x->pins--;
+}
+
 void *tcache_lru(patina_gpu_t *g, pgpu_fam fam, const void *keep)
 {
     struct pgpu_tcache *t = g->tcache;
     const tcache_ent_t *best = NULL;
     for (size_t i = 0; t && i < t->n; i++) {
         const tcache_ent_t *x = &t->e[i];
-        if (x->obj && x->obj != keep && (fam == PGPU_NFAM || x->fam == fam) && (!best || x->used < best->used))
+        if (x->obj && x->obj != keep && !x->pins && (fam == PGPU_NFAM || x->fam == fam) && (!best || x->used < best->used))
             best = x;
     }
     return best ? best->obj : NULL;

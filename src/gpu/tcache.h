@@ -62,8 +62,13 @@ void *tcache_find(const patina_gpu_t *g, pgpu_fam fam, uint64_t serial);
 void tcache_remove(patina_gpu_t *g, const void *obj);
 /* obj is used now (most recently used). */
 void tcache_touch(patina_gpu_t *g, const void *obj);
+/* Pins (pin != 0) or unpins obj: while pinned it is never chosen by
+ * tcache_lru, so no allocation drops it (a call that uses several
+ * entries at once pins them while it makes the others). Pins count;
+ * nothing when obj is not registered. */
+void tcache_pin(patina_gpu_t *g, const void *obj, int pin);
 /* The least recently used object of family fam (PGPU_NFAM: of any
- * family) other than keep; NULL when none. */
+ * family) other than keep and not pinned; NULL when none. */
 void *tcache_lru(patina_gpu_t *g, pgpu_fam fam, const void *keep);
 /* Entries registered now for family fam (PGPU_NFAM: all). */
 size_t tcache_count(const patina_gpu_t *g, pgpu_fam fam);

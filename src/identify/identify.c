@@ -898,10 +898,44 @@ static void refs_view(const patina_refset_t *rs, pgpu_idf_refs_t *view, const ui
     view->stamp = rs->stamp;
 }
 
+/* The GPU's options for matching with o, ncap candidates per query. */
+static void gpu_opts(const patina_identify_opts_t *o, size_t ncap, pgpu_idf_opts_t *go)
+{
+    memset(go, 0, sizeof *go);
+    go->precision = o->precision == PATINA_PRECISION_FP16 ? PGPU_IDF_FP16 : PGPU_IDF_INT8;
+    go->ratio = o->ratio;
+    go->scoring = (int)o->scoring;
+    go->ncap = ncap;
+    go->arena_cap = o->gpu_arena_slots;
+}
+
+/* The GPU's keys (nq, ncap) of set `set` (rs) as its candidates: cands
+ * (nq, ncap), ncands (nq). */
+static void cands_of_keys(const patina_refset_t *rs, uint32_t set, const uint64_t *keys, size_t nq, size_t ncap,
+                          cand_t *cands, size_t *ncands)
+{
+    size_t q, j;
+    for (q = 0; q < nq; q++) {
+        cand_t *c = cands + q * ncap;
+        for (j = 0; j < ncap && keys[q * ncap + j]; j++) {
+            const uint64_t k = keys[q * ncap + j];
+            const uint32_t slot = 0xffffffffu - (uint32_t)k;
+            c[j] = (cand_t){rs->ids[slot], set, slot, (uint32_t)(k >> 32), 0, 0};
+        }
+        ncands[q] = j;
+    }
+}
+
+/* Each query's row count (qc: nq), as the GPU takes them. */
+static void query_counts(const unsigned char *queries, size_t qbytes, size_t nq, uint16_t *qc)
+{
+    for (size_t q = 0; q < nq; q++) qc[q] = (uint16_t)rs_count(queries + q * qbytes);
+}
+
 /* Step 1 on the GPU: each query's best ncap candidates in jb->rs by the
  * scoring rule, into jb->cands / jb->ncands (the CPU's candidates exactly),
  * against the set's mirror on ctx's device. */
-static patina_status match_gpu(patina_context_t *ctx, job_t *jb, int precision)
+static patina_status match_gpu(patina_context_t *ctx, job_t *jb)
 {
     patina_refset_t *rs = (patina_refset_t *)jb->rs;
     pgpu_idf_refs_t view;
@@ -911,21 +945,15 @@ static patina_status match_gpu(patina_context_t *ctx, job_t *jb, int precision)
     uint64_t *keys = malloc(jb->nq * jb->ncap * sizeof *keys);
     const uint8_t **rows = malloc((rs->n + 1) * sizeof *rows);
     patina_status s;
-    size_t q, j;
     if (!qc || !keys || !rows) {
         free(qc);
         free(keys);
         free(rows);
         return patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu queries", jb->nq);
     }
-    for (q = 0; q < jb->nq; q++) qc[q] = (uint16_t)rs_count(jb->queries + q * jb->qbytes);
+    query_counts(jb->queries, jb->qbytes, jb->nq, qc);
     refs_view(rs, &view, rows);
-    memset(&go, 0, sizeof go);
-    go.precision = precision == PATINA_PRECISION_FP16 ? PGPU_IDF_FP16 : PGPU_IDF_INT8;
-    go.ratio = jb->o->ratio;
-    go.scoring = (int)jb->o->scoring;
-    go.ncap = jb->ncap;
-    go.arena_cap = jb->o->gpu_arena_slots;
+    gpu_opts(jb->o, jb->ncap, &go);
     s = patina__context_gpu_acquire(ctx, &g);
     if (s == PATINA_OK) {
         /* the device that mirrors the set, told once (patina__refset_gpu_forget) */
@@ -934,16 +962,7 @@ static patina_status match_gpu(patina_context_t *ctx, job_t *jb, int precision)
                                 (size_t)params_of(rs)->n, &go, keys, NULL);
         patina__context_gpu_release(ctx);
     }
-    if (s == PATINA_OK)
-        for (q = 0; q < jb->nq; q++) {
-            cand_t *c = jb->cands + q * jb->ncap;
-            for (j = 0; j < jb->ncap && keys[q * jb->ncap + j]; j++) {
-                const uint64_t k = keys[q * jb->ncap + j];
-                const uint32_t slot = 0xffffffffu - (uint32_t)k;
-                c[j] = (cand_t){rs->ids[slot], jb->set, slot, (uint32_t)(k >> 32), 0, 0};
-            }
-            jb->ncands[q] = j;
-        }
+    if (s == PATINA_OK) cands_of_keys(rs, jb->set, keys, jb->nq, jb->ncap, jb->cands, jb->ncands);
     free(qc);
     free(keys);
     free(rows);
@@ -965,12 +984,7 @@ patina_status patina__refset_gpu_warm(patina_context_t *ctx, patina_refset_t *rs
     if (!(rows = malloc((rs->n + 1) * sizeof *rows)))
         return patina__fail(PATINA_E_NOMEM, "identify: out of memory warming a set of %zu references", rs->n);
     refs_view(rs, &view, rows);
-    memset(&go, 0, sizeof go);
-    go.precision = o->precision == PATINA_PRECISION_FP16 ? PGPU_IDF_FP16 : PGPU_IDF_INT8;
-    go.ratio = o->ratio;
-    go.scoring = (int)o->scoring;
-    go.ncap = 1;
-    go.arena_cap = o->gpu_arena_slots;
+    gpu_opts(o, 1, &go);
     s = patina__context_gpu_acquire(ctx, &g);
     if (s == PATINA_OK) {
         atomic_store(&rs->gpu_ctx, (void *)ctx);
@@ -1106,6 +1120,33 @@ patina_status idf_many_begin(idf_many_t **out, patina_refset_t *const *sets, siz
     return PATINA_OK;
 }
 
+/* Whether set rs of m is matched on ctx's GPU (*use_gpu), by the
+ * options' device policy: the GPU when asked, or when usable (auto) and
+ * the data is what its kernels take; the CPU otherwise. Both give the same
+ * candidates. An error when the GPU is asked for and cannot. */
+static patina_status matching_device(const idf_many_t *m, const patina_refset_t *rs, patina_context_t *ctx,
+                                     int *use_gpu)
+{
+    *use_gpu = 0;
+    if (m->o.device != PATINA_DEVICE_CPU) {
+        const char *why = gpu_refusal(rs, m->queries, m->qbytes, m->nq, m->ncap);
+        if (m->o.device == PATINA_DEVICE_GPU) {
+            if (!ctx) return patina__fail(PATINA_E_INVALID, "identify: device gpu needs a context");
+            if (why) return patina__fail(PATINA_E_UNAVAILABLE, "identify: no GPU matching: %s", why);
+            *use_gpu = 1;
+        } else {
+            *use_gpu = ctx && !why && patina__context_gpu_usable(ctx);
+        }
+    }
+    return PATINA_OK;
+}
+
+/* Whether set `set` of m can give no candidate (nothing to match). */
+static int nothing_to_match(const idf_many_t *m, size_t set)
+{
+    return m->nq == 0 || m->ncap == 0 || m->sets[set]->alive == 0;
+}
+
 patina_status idf_many_match(idf_many_t *m, size_t set, patina_context_t *ctx)
 {
     const patina_refset_t *rs;
@@ -1115,7 +1156,7 @@ patina_status idf_many_match(idf_many_t *m, size_t set, patina_context_t *ctx)
     int use_gpu = 0;
     if (!m || set >= m->nsets) return patina__fail(PATINA_E_INVALID, "identify: no reference set %zu", set);
     rs = m->sets[set];
-    if (m->nq == 0 || m->ncap == 0 || rs->alive == 0) return PATINA_OK; /* no candidate from it */
+    if (nothing_to_match(m, set)) return PATINA_OK; /* no candidate from it */
     memset(&jb, 0, sizeof jb);
     jb.sets = m->sets;
     jb.rs = rs;
@@ -1127,21 +1168,9 @@ patina_status idf_many_match(idf_many_t *m, size_t set, patina_context_t *ctx)
     jb.ncap = m->ncap;
     jb.cands = m->cands + set * m->nq * m->ncap;
     jb.ncands = m->ncands + set * m->nq;
-    /* The matching device: the GPU when asked, or when usable (auto) and
-     * the data is what its kernels take; the CPU otherwise. Both give the
-     * same candidates. */
-    if (m->o.device != PATINA_DEVICE_CPU) {
-        const char *why = gpu_refusal(rs, m->queries, m->qbytes, m->nq, m->ncap);
-        if (m->o.device == PATINA_DEVICE_GPU) {
-            if (!ctx) return patina__fail(PATINA_E_INVALID, "identify: device gpu needs a context");
-            if (why) return patina__fail(PATINA_E_UNAVAILABLE, "identify: no GPU matching: %s", why);
-            use_gpu = 1;
-        } else {
-            use_gpu = ctx && !why && patina__context_gpu_usable(ctx);
-        }
-    }
+    PATINA_TRY(matching_device(m, rs, ctx, &use_gpu));
     /* On the GPU: the best ncap of each query directly. */
-    if (use_gpu) return match_gpu(ctx, &jb, m->o.precision);
+    if (use_gpu) return match_gpu(ctx, &jb);
     nworkers = (size_t)worker_count(ctx);
     /* Blocks of at least REF_BLOCK references, at most 4 per worker and
      * query: enough tasks to balance one query over every worker, and the
@@ -1176,6 +1205,75 @@ patina_status idf_many_match(idf_many_t *m, size_t set, patina_context_t *ctx)
     free(jb.sc);
     free(jb.tcands);
     free(jb.ntcands);
+    return s;
+}
+
+patina_status idf_many_match_sets(idf_many_t *m, size_t set0, size_t nsets, patina_context_t *ctx)
+{
+    pgpu_idf_refs_t *views = NULL;
+    const uint8_t **rows = NULL;
+    uint32_t *which = NULL; /* (nsets) the sets the GPU matches */
+    uint16_t *qc = NULL;
+    uint64_t *keys = NULL;
+    size_t i, ng = 0, nrows = 0;
+    patina_gpu_t *g = NULL;
+    pgpu_idf_opts_t go;
+    patina_status s = PATINA_OK;
+    if (!m || set0 > m->nsets || nsets > m->nsets - set0)
+        return patina__fail(PATINA_E_INVALID, "identify: no reference sets %zu .. %zu of %zu", set0, set0 + nsets,
+                            m ? m->nsets : 0);
+    if (!(which = malloc((nsets + 1) * sizeof *which)))
+        return patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu sets", nsets);
+    /* the sets with something to match on the GPU; the others on the CPU now */
+    for (i = set0; i < set0 + nsets && s == PATINA_OK; i++) {
+        int use_gpu;
+        if (nothing_to_match(m, i)) continue;
+        if ((s = matching_device(m, m->sets[i], ctx, &use_gpu)) != PATINA_OK) break;
+        if (use_gpu) {
+            which[ng++] = (uint32_t)i;
+            nrows += m->sets[i]->n + 1;
+        } else {
+            s = idf_many_match(m, i, ctx);
+        }
+    }
+    if (s != PATINA_OK || ng == 0) {
+        free(which);
+        return s;
+    }
+    if (ng == 1) { /* one set: the single call */
+        s = idf_many_match(m, which[0], ctx);
+        free(which);
+        return s;
+    }
+    views = malloc(ng * sizeof *views);
+    rows = malloc(nrows * sizeof *rows);
+    qc = malloc(m->nq * sizeof *qc);
+    if (views && rows && qc && m->nq * m->ncap <= SIZE_MAX / ng / sizeof *keys)
+        keys = malloc(ng * m->nq * m->ncap * sizeof *keys);
+    if (!views || !rows || !qc || !keys) {
+        s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu sets x %zu queries", ng, m->nq);
+        goto out;
+    }
+    query_counts(m->queries, m->qbytes, m->nq, qc);
+    for (i = 0, nrows = 0; i < ng; i++) {
+        refs_view(m->sets[which[i]], &views[i], rows + nrows);
+        nrows += m->sets[which[i]]->n + 1;
+    }
+    gpu_opts(&m->o, m->ncap, &go);
+    if ((s = patina__context_gpu_acquire(ctx, &g)) != PATINA_OK) goto out;
+    for (i = 0; i < ng; i++) atomic_store(&m->sets[which[i]]->gpu_ctx, (void *)ctx); /* as match_gpu */
+    s = patina_gpu_identify_many(g, views, ng, m->queries + RS_HEADER, m->qbytes, qc, m->nq,
+                                 (size_t)params_of(m->sets[0])->n, &go, keys, NULL);
+    patina__context_gpu_release(ctx);
+    for (i = 0; s == PATINA_OK && i < ng; i++)
+        cands_of_keys(m->sets[which[i]], which[i], keys + i * m->nq * m->ncap, m->nq, m->ncap,
+                      m->cands + (size_t)which[i] * m->nq * m->ncap, m->ncands + (size_t)which[i] * m->nq);
+out:
+    free(views);
+    free(rows);
+    free(which);
+    free(qc);
+    free(keys);
     return s;
 }
 

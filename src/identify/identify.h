@@ -100,6 +100,11 @@ patina_identify_decision idf_decide(double s1, double s2, size_t nh, const patin
  *                    workers or its GPU's mirror of the set, by the options'
  *                    device policy); distinct sets may be matched at once
  *                    from different threads;
+ *   idf_many_match_sets  sets [set0, set0 + nsets) on ctx at once: those the
+ *                    policy gives to the GPU in one patina_gpu_identify_many
+ *                    call (one pass over their mirrors, one wait), the
+ *                    others on ctx's workers; the same candidates as
+ *                    idf_many_match on each;
  *   idf_many_finish  merges the sets' lists, verifies the union's best
  *                    verify_top once (RANSAC on ctx's workers), ranks and
  *                    decides into hits (nq, k) and results (nq); hit_set
@@ -109,6 +114,7 @@ typedef struct idf_many idf_many_t;
 patina_status idf_many_begin(idf_many_t **m, patina_refset_t *const *sets, size_t nsets, const void *queries,
                              size_t nq, const patina_identify_opts_t *opts);
 patina_status idf_many_match(idf_many_t *m, size_t set, patina_context_t *ctx);
+patina_status idf_many_match_sets(idf_many_t *m, size_t set0, size_t nsets, patina_context_t *ctx);
 patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_identify_hit_t *hits,
                               patina_identify_result_t *results, uint32_t *hit_set);
 void idf_many_free(idf_many_t *m); /* accepts NULL */

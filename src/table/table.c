@@ -1256,10 +1256,8 @@ typedef struct identify_arg {
 static patina_status identify_task(slice_task_t *k)
 {
     const identify_arg_t *a = k->arg;
-    patina_status s = PATINA_OK;
-    for (size_t i = 0; i < a->nt && s == PATINA_OK; i++)
-        s = idf_many_match(a->m, k->slice * a->nt + i, k->t->sl[k->slice].ctx);
-    return s;
+    /* the slice's sets of every table on its device at once (one GPU pass) */
+    return idf_many_match_sets(a->m, k->slice * a->nt, a->nt, k->t->sl[k->slice].ctx);
 }
 
 /* The checks of an identification over tables[0 .. nt). */
@@ -1315,7 +1313,7 @@ static patina_status identify_once(patina_table_t *const *tables, size_t nt, con
         for (i = 0; i < nt; i++) sets[j * nt + i] = tables[i]->sl[j].rs;
     if (s == PATINA_OK) s = idf_many_begin(&m, sets, ns * nt, queries, nq, opts);
     if (s == PATINA_OK && ns == 1) {
-        for (i = 0; s == PATINA_OK && i < nt; i++) s = idf_many_match(m, i, tables[i]->sl[0].ctx);
+        s = idf_many_match_sets(m, 0, nt, tables[0]->sl[0].ctx); /* one context (check_identify_set): one pass */
     } else if (s == PATINA_OK) {
         identify_arg_t a = {m, nt};
         slice_task_t *tasks = slice_tasks(tables[0], identify_task, &a, &a, 0);
