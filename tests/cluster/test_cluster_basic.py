@@ -190,8 +190,9 @@ class Cluster:
         while time.time() < end:
             st = self.status(coll)
             live = {m["name"]: m for m in st["members"]}
-            if all(n in live for n in shards) and st["covered"] == P and \
-                    (not each_all or all(len(live[n]["ready"]) == P for n in shards)) and \
+            np_ = st["partitions"]  # the collection's own (test_cluster_gpumem's is 4, not P)
+            if all(n in live for n in shards) and st["covered"] == np_ and \
+                    (not each_all or all(len(live[n]["ready"]) == np_ for n in shards)) and \
                     (copies is None or all(len(pc["copies"]) == copies and all(x["ready"] for x in pc["copies"])
                                            for pc in st["partition_copies"])):
                 return st
