@@ -142,6 +142,12 @@ static int utf8_len(const unsigned char *p)
     return 0;
 }
 
+void cli_json_coverage(FILE *f, const cli_cov_t *cov)
+{
+    fprintf(f, ",\"partial\":%s,\"coverage\":{\"partitions\":%u,\"partitions_total\":%u,\"references\":%llu}",
+            cov->partial ? "true" : "false", cov->partitions, cov->partitions_total, cov->references);
+}
+
 void cli_json_string(FILE *f, const char *s)
 {
     const unsigned char *p = (const unsigned char *)s;

@@ -113,6 +113,17 @@ void cli_csv_field(FILE *f, const char *s);
  * convention, so no path is lost (os.fsencode(value) gives the bytes back). */
 void cli_json_string(FILE *f, const char *s);
 
+/* What part of a cluster collection an answer covers (partial when some
+ * partition had no live copy); cli_json_coverage writes
+ * ,"partial":BOOL,"coverage":{"partitions":P,"partitions_total":T,"references":R}
+ * after a JSON answer's query (search and identify alike). */
+typedef struct cli_cov {
+    unsigned partitions, partitions_total;
+    unsigned long long references;
+    int partial;
+} cli_cov_t;
+void cli_json_coverage(FILE *f, const cli_cov_t *cov);
+
 /* A hit on a video frame (a key "FILE#t=SECONDS&f=FRAME", patina_video_key):
  * cli_video_json writes ,"video":{"file":FILE,"t":SECONDS,"frame":FRAME}
  * after a JSON hit's key, cli_video_note "  (H:MM:SS.mmm)" after a table

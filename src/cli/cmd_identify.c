@@ -126,9 +126,11 @@ typedef struct out_ctx {
     int fmt; /* 0 table, 1 csv, 2 json */
 } out_ctx_t;
 
-/* One query's answer; keys[r] as the table looked it up (NULL: removed meanwhile, "?"). */
+/* One query's answer; keys[r] as the table looked it up (NULL: removed meanwhile, "?"); cov: a
+ * cluster's answer, else NULL. */
 static void print_query(const out_ctx_t *oc, const char *query, const patina_identify_hit_t *hits,
-                        char *const *keys, const patina_identify_result_t *res, int incomplete)
+                        char *const *keys, const patina_identify_result_t *res, int incomplete,
+                        const cli_cov_t *cov)
 {
     FILE *f = stdout;
     /* a cluster's answer from some partitions only is never "unknown" (nor a match that a missing
@@ -143,6 +145,7 @@ static void print_query(const out_ctx_t *oc, const char *query, const patina_ide
     if (oc->fmt == 2) {
         fputs("{\"query\":", f);
         cli_json_string(f, query);
+        if (cov) cli_json_coverage(f, cov);
         fprintf(f, ",\"decision\":\"%s\",\"features\":%u,\"hits\":[", dec, (unsigned)res->query_features);
     } else if (oc->fmt == 0) {
         fprintf(f, "query %s: %s (%u feature%s, %zu candidate%s)\n", query, dec, (unsigned)res->query_features,
@@ -204,8 +207,11 @@ static int run_identify(const cli_args_t *a)
     size_t *slot = NULL;
     out_ctx_t oc;
     int rc = EXIT_OK, progress, *incomplete = NULL;
+    cli_cov_t icov = {0, 0, 0, 0};
 #if PATINA_HAVE_CLUSTER
     clu_session_t *cs = NULL;
+#else
+    void *cs = NULL;
 #endif
     patina_status s;
 
@@ -340,6 +346,8 @@ static int run_identify(const cli_args_t *a)
                 rc = EXIT_ERROR;
                 goto out;
             }
+            icov = (cli_cov_t){cov.partitions, cov.partitions_total, (unsigned long long)cov.references,
+                               cov.partial};
             if (cov.partial) {
                 cli_error("identify", "partial answer: %u of %u partitions, %llu references", cov.partitions,
                           cov.partitions_total, (unsigned long long)cov.references);
@@ -361,7 +369,7 @@ static int run_identify(const cli_args_t *a)
                           patina_status_str(st[i]));
                 rc = EXIT_PARTIAL;
             }
-            print_query(&oc, q, hits + i * io.k, keys + i * io.k, &res[i], incomplete[i]);
+            print_query(&oc, q, hits + i * io.k, keys + i * io.k, &res[i], incomplete[i], cs ? &icov : NULL);
         }
         for (i = 0; i < nq * io.k; i++) {
             free(keys[i]);

@@ -89,22 +89,15 @@ const cli_command_t cli_cmd_search = {
 /* One query's hits with the keys the table looked up (a record removed by
  * another process meanwhile has none: "?"). */
 /* cov: a cluster's answer (partial when some partition had no live copy), else NULL. */
-typedef struct search_cov {
-    unsigned partitions, partitions_total;
-    unsigned long long references;
-    int partial;
-} search_cov_t;
 
 static void print_hits(FILE *f, int fmt, const char *query, const patina_hit_t *hits, char *const *keys, size_t n,
-                       const search_cov_t *cov)
+                       const cli_cov_t *cov)
 {
     size_t r;
     if (fmt == 2) {
         fputs("{\"query\":", f);
         cli_json_string(f, query);
-        if (cov)
-            fprintf(f, ",\"partial\":%s,\"coverage\":{\"partitions\":%u,\"partitions_total\":%u,\"references\":%llu}",
-                    cov->partial ? "true" : "false", cov->partitions, cov->partitions_total, cov->references);
+        if (cov) cli_json_coverage(f, cov);
         fputs(",\"hits\":[", f);
     } else if (fmt == 0) {
         fprintf(f, "query %s: %zu hit%s", query, n, n == 1 ? "" : "s");
@@ -272,7 +265,7 @@ static int run_search(const cli_args_t *a)
     char **qs = NULL;
     size_t nq = 0, qi, rows = 0;
     patina_status s;
-    search_cov_t scov = {0, 0, 0, 0};
+    cli_cov_t scov = {0, 0, 0, 0};
 #if PATINA_HAVE_CLUSTER
     clu_session_t *cs = NULL;
 #else

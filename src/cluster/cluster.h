@@ -128,7 +128,7 @@ const clu_rtable_t *clu_record_table(const clu_record_t *rec, const char *spec);
 
 /* Messages: an 8-byte header {magic "PQ1\0" request | "PR1\0" reply, u16
  * version, u16 kind}, then the kind's fields. */
-#define CLU_MSG_VERSION 1u
+#define CLU_MSG_VERSION 2u /* 2: an identify reply carries its references (rows) */
 typedef enum clu_kind {
     CLU_KIND_SEARCH = 1,   /* k-NN or range over named partitions */
     CLU_KIND_IDENTIFY = 2, /* identification over named partitions */
@@ -163,8 +163,10 @@ typedef struct clu_reply {
     uint32_t *parts;
     /* SEARCH */
     patina_table_results_t res;  /* keys filled */
-    /* IDENTIFY: (nq, k) hits and keys, (nq) results */
+    /* IDENTIFY: (nq, k) hits and keys, (nq) results; rows: the references of the partitions
+     * answered (the answer's coverage) */
     size_t nq, k;
+    uint64_t rows;
     patina_identify_hit_t *hits;
     patina_identify_result_t *results;
     char **keys;

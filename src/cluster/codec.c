@@ -500,6 +500,7 @@ patina_status clu_reply_encode(clu_buf_t *b, const clu_reply_t *r)
     } else if (r->status == PATINA_OK && r->kind == CLU_KIND_IDENTIFY) {
         clu_put_u32(b, (uint32_t)r->nq);
         clu_put_u32(b, (uint32_t)r->k);
+        clu_put_u64(b, r->rows);
         for (q = 0; q < r->nq; q++) {
             const patina_identify_result_t *res = &r->results[q];
             clu_put_u32(b, (uint32_t)res->decision);
@@ -573,6 +574,7 @@ patina_status clu_reply_decode(clu_reply_t *r, const void *data, size_t n)
         size_t q, i;
         r->nq = clu_get_u32(&rd, "queries");
         r->k = clu_get_u32(&rd, "k");
+        r->rows = clu_get_u64(&rd, "rows");
         if (!rd.bad && (r->nq > CLU_QUERIES_MAX || r->nq > (rd.n - rd.off) / 12 || r->k > PATINA_K_MAX ||
                         r->nq * r->k > (1u << 24)))
             rd.bad = "queries x k";

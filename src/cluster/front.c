@@ -793,6 +793,7 @@ static patina_status identify_range(batch_t *b, size_t q0, size_t n, range_cov_t
     for (i = 0; i < g.n; i++) {
         const clu_reply_t *r = &g.calls[i].reply;
         if (!g.calls[i].accepted || r->nq != n || r->k != k) continue;
+        cov->references += r->rows;
         ph[np] = r->hits;
         pr[np] = r->results;
         pk[np] = r->keys;

@@ -698,6 +698,7 @@ static void answer(shard_t *sh, const clu_request_t *q, clu_reply_t *r)
             else if ((s = patina_table_identify_many(tbs, np, q->queries, q->nq, &o, r->hits, r->results,
                                                      r->keys)) != PATINA_OK)
                 s = clu_fail_lib(s, "shard %s: partitions %u.. (%zu)", sh->name, r->parts[0], np);
+            for (i = 0; s == PATINA_OK && i < np; i++) r->rows += patina_table_size(tbs[i]);
         }
         free(tbs);
     }

@@ -251,6 +251,7 @@ def test_cluster_basic():
                 f"{len(queries)} queries: keys and distances)")
         e, k = both("identify", "-k", "5", *queries[:2])
         assert ident_of(e) == ident_of(k), (e, k)
+        assert all(a["partial"] is False and a["coverage"]["partitions"] == P for a in k), k
         say(f"identify -k 5: cluster == embedded (decisions {[a['decision'] for a in k]}; keys, scores, inliers, "
             "matches)")
 
@@ -285,6 +286,8 @@ def test_cluster_basic():
         k = jsonl(run("identify", "photos", "--cluster", c.url, "-k", "5", *queries[:2], "--format", "json",
                       "--deadline", "2000", ok=(1,)).stdout)
         assert all(a["decision"] == "incomplete" for a in k), k
+        assert all(a["partial"] is True and a["coverage"] == {"partitions": len(kept), "partitions_total": P,
+                                                              "references": refs} for a in k), k
         say(f"kill -9 of t1 with copies 1: partial answers over the {len(kept)} partitions t2 holds "
             f"({refs} references), equal to the embedded answer restricted to them; identify: incomplete")
         r = run("search", "photos", "--cluster", c.url, "-f", "cedd", "-k", "5", queries[0], "--no-partial",

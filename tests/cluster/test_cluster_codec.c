@@ -188,6 +188,54 @@ static void reply_round_trip_and_malformed(void **state)
     clu_buf_release(&b);
 }
 
+/* An identify reply: hits, results, keys and the references it covered
+ * come back; every truncation is refused. */
+static void identify_reply_round_trip(void **state)
+{
+    clu_reply_t r, d;
+    clu_buf_t b = {0};
+    patina_identify_hit_t hits[4] = {{.id = 5, .score = 31, .matches = 40, .inliers = 31, .verified = 1},
+                                     {.id = 2, .score = 7, .matches = 12, .inliers = 7, .verified = 1},
+                                     {.id = 8, .score = 3, .matches = 9, .inliers = 0, .verified = 0}};
+    patina_identify_result_t res[2] = {{PATINA_DECISION_MATCH, 2, 768}, {PATINA_DECISION_UNKNOWN, 1, 12}};
+    char *keys[4] = {"five", "two", "eight", NULL};
+    uint32_t parts[3] = {1, 4, 6};
+    size_t n;
+    (void)state;
+    memset(&r, 0, sizeof r);
+    r.kind = CLU_KIND_IDENTIFY;
+    r.parts = parts;
+    r.nparts = 3;
+    r.nq = 2;
+    r.k = 2;
+    r.rows = 123456789012ull;
+    r.hits = hits;
+    r.results = res;
+    r.keys = keys;
+    assert_int_equal(clu_reply_encode(&b, &r), PATINA_OK);
+    assert_int_equal(clu_reply_decode(&d, b.p, b.n), PATINA_OK);
+    assert_int_equal(d.nq, 2);
+    assert_int_equal(d.k, 2);
+    assert_true(d.rows == 123456789012ull);
+    assert_int_equal(d.nparts, 3);
+    assert_int_equal(d.results[0].decision, PATINA_DECISION_MATCH);
+    assert_int_equal(d.results[0].nhits, 2);
+    assert_int_equal(d.results[1].query_features, 12);
+    assert_int_equal(d.hits[1].id, 2);
+    assert_int_equal(d.hits[1].inliers, 7);
+    assert_int_equal(d.hits[2].id, 8);
+    assert_string_equal(d.keys[0], "five");
+    assert_string_equal(d.keys[2], "eight");
+    clu_reply_release(&d);
+    for (n = 0; n < b.n; n++) {
+        uint8_t *p = malloc(n ? n : 1);
+        memcpy(p, b.p, n);
+        assert_int_not_equal(clu_reply_decode(&d, p, n), PATINA_OK);
+        free(p);
+    }
+    clu_buf_release(&b);
+}
+
 /* ------------------------------------------------------------ rendezvous */
 
 static void rendezvous_copies_balance(void **state)
@@ -471,6 +519,7 @@ int main(void)
         cmocka_unit_test(rendezvous_copies_balance),
         cmocka_unit_test(rendezvous_minimal_movement),
         cmocka_unit_test(assign_balanced),
+        cmocka_unit_test(identify_reply_round_trip),
         cmocka_unit_test(identify_keys_by_id),
         cmocka_unit_test(work_messages),
         cmocka_unit_test(retry_bounded),

@@ -53,7 +53,7 @@ def phase(c, coll, name, device_args, argv, n):
     c.wait_ready(coll, [name], copies=1, timeout=600)
     got = answers(c, coll, argv)
     m = member(c, coll, name)
-    assert all(a["partial"] is False for a in got), got
+    assert all(a["partial"] is False and a["coverage"]["partitions"] == P for a in got), got
     c.kill(name, signal.SIGTERM)
     tb.say(f"  {name} ({' '.join(device_args)}): {m['bytes'] / MIB:.1f} MiB of records, "
            f"{m['gpu_mem'] / MIB:.1f} MiB device memory held")
