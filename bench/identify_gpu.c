@@ -505,7 +505,7 @@ static void section_e2e(size_t nref)
     t0 = now_s();
     if (patina_identify(CTX, rs, q, 1, &o, hits, &res) != PATINA_OK) die("identify");
     t_all = now_s() - t0;
-    printf("| e2e, one %dx%d query image, %zu references | extraction (CPU) | matching (GPU, wall) | verification "
+    printf("| e2e, one %dx%d query image, %zu references | extraction (GPU) | matching (GPU, wall) | verification "
            "of the top 10 (CPU) | total | answer |\n|---|---|---|---|---|---|\n",
            var.width, var.height, nref);
     printf("| int8 | %.1f ms | %.1f ms | %.1f ms | %.1f ms | rank 1 id %llu (%s), %u inliers, %u features |\n",
