@@ -13,7 +13,9 @@
  *   gpu         (a CUDA build on a GPU machine; --gpu-only skips the sections
  *               above) 1024x1024 and 2048x1536 photographs (the sample photos
  *               resized, nearest neighbour) at m = 384 and n = 768: images/s of
- *               the GPU path batched (every image in one call), one-image
+ *               the GPU path batched (every image in one call; steady state:
+ *               one warm-up call with the full batch, then the best of 3
+ *               calls, as in the variants table), one-image
  *               latency (median of single calls), VLFeat on 1 and all cores
  *               beside, records identical to the CPU's, the fraction of GPU
  *               time in each stage (summed over the path's two streams, which
@@ -28,12 +30,20 @@
  *               smoothing and detection stages' GPU time per image, records
  *               identical to the default's (batched and one-image calls).
  *
- * Usage: bench_rootsift [--spec SPEC] [--dir DIR] [--max N] [--gpu-only] [--gpu-n N]
+ *   peers       in the GPU table, per size and budget: OpenCV's SIFT
+ *               (nfeatures = the budget) on all cores and kornia's
+ *               SIFTFeature on the GPU, images/s on the same resized
+ *               images and our GPU's ratio to each (bench/rootsift_peers.py,
+ *               run by $PATINA_PYTHON or python3 before each size's rows;
+ *               "-" and the peer's reason when it is unavailable).
+ *
+ * Usage: bench_rootsift [--spec SPEC] [--dir DIR] [--max N] [--gpu-only] [--gpu-n N] [--no-peers]
  *   SPEC  a rootsift spec (default "rootsift"); quant is forced per section
  *   DIR   photographs (default $PATINA_SAMPLES or ./samples)
  * Never fails on timings. */
 #define _GNU_SOURCE
 #include <ftw.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +56,9 @@
 
 static char **g_files;
 static size_t g_nfiles, g_cap;
+static const char **g_loaded;           /* the files of the decoded images, in order */
+static int g_peers = 1;                 /* --no-peers: 0 */
+static char g_bench_dir[1024] = ".";    /* where rootsift_peers.py is: this file's directory */
 
 static int collect(const char *path, const struct stat *st, int type, struct FTW *ftw)
 {
@@ -93,6 +106,67 @@ static double run(const char *spec, int threads, const patina_image_t *imgs, siz
     return t0;
 }
 
+
+/* ------------------------------------------------------------------ peers */
+
+/* The output of cmd (stdout and stderr), NULL when it cannot run. */
+static char *capture(const char *cmd)
+{
+    char *out = NULL, buf[4096];
+    size_t len = 0, got;
+    FILE *p = popen(cmd, "r");
+    if (!p) return NULL;
+    while ((got = fread(buf, 1, sizeof buf, p)) > 0) {
+        char *o = realloc(out, len + got + 1);
+        if (!o) break;
+        out = o;
+        memcpy(out + len, buf, got);
+        len += got;
+        out[len] = '\0';
+    }
+    pclose(p);
+    return out;
+}
+
+/* bench/rootsift_peers.py on the first nsrc decoded files, resized to w x h,
+ * a batch of ngpu images, budgets 384 and 768: its output (NULL when peers
+ * are off or it does not run). */
+static char *peers_run(size_t nsrc, size_t ngpu, int w, int h)
+{
+    const char *py = getenv("PATINA_PYTHON");
+    size_t cap = 4096, off;
+    char *cmd;
+    if (!g_peers) return NULL;
+    for (size_t i = 0; i < nsrc && i < ngpu; i++) cap += strlen(g_loaded[i]) + 3;
+    if (!(cmd = malloc(cap))) return NULL;
+    off = (size_t)snprintf(cmd, cap, "'%s' '%s/rootsift_peers.py' --size %dx%d --m 384 --m 768 --threads %d --count %zu",
+                           py && *py ? py : "python3", g_bench_dir, w, h, patina_cpu_count(), ngpu);
+    for (size_t i = 0; i < nsrc && i < ngpu; i++) off += (size_t)snprintf(cmd + off, cap - off, " '%s'", g_loaded[i]);
+    snprintf(cmd + off, cap - off, " 2>&1");
+    {
+        char *out = capture(cmd);
+        free(cmd);
+        return out;
+    }
+}
+
+/* The peer's images/s for a size and budget (NAN when it has none; *why then
+ * its reason, up to the line's end, when it gave one). */
+static double peer_rate(const char *out, const char *peer, int w, int h, int m, char *why, size_t whycap)
+{
+    char key[96];
+    const char *at;
+    snprintf(key, sizeof key, "peer %s %dx%d m=%d ", peer, w, h, m);
+    if (whycap) snprintf(why, whycap, "%s", out ? "no output line" : "not run");
+    if (!out || !(at = strstr(out, key))) return NAN;
+    at += strlen(key);
+    if (!strncmp(at, "unavailable: ", 13)) {
+        const size_t len = strcspn(at + 13, "\n");
+        if (whycap) snprintf(why, whycap, "%.*s", (int)len, at + 13);
+        return NAN;
+    }
+    return atof(at);
+}
 
 /* ------------------------------------------------------------------ GPU */
 
@@ -153,8 +227,7 @@ static void bench_gpu_variants(patina_gpu_t *g, const patina_image_t *src, size_
         size_t same = 0;
         if ((s = patina_gpu__rootsift_smoothing(g, sv)) != PATINA_OK) die("smoothing variant", s);
         if ((s = patina_gpu__rootsift_orientations(g, ov)) != PATINA_OK) die("orientation variant", s);
-        if ((s = rs_extract_gpu(g, &p, (size_t)p.m, r, im, ngpu < 4 ? ngpu : 4, st)) != PATINA_OK)
-            die("gpu warm-up", s);
+        if ((s = rs_extract_gpu(g, &p, (size_t)p.m, r, im, ngpu, st)) != PATINA_OK) die("gpu warm-up", s);
         for (int rep = 0; rep < 3; rep++) { /* best of 3; the stage times of the last */
             double t0;
             patina_gpu__rootsift_times(g, ms, NULL);
@@ -204,10 +277,15 @@ static void bench_gpu(const patina_image_t *src, size_t nsrc, size_t ngpu)
     if (patina_gpu__bandwidth(g, 0, (size_t)256 << 20, 5, &h2d) != PATINA_OK) h2d = 0.0;
     printf("gpu         device 0; %zu images per batch, resized from the samples; pinned H2D peak %.1f GB/s\n", ngpu,
            h2d);
-    printf("%-10s %-6s %12s %12s %12s %12s %10s %8s  %s\n", "size", "budget", "gpu img/s", "latency ms",
-           "cpu1 img/s", "cpuN img/s", "gpu/cpuN", "same", "GPU time by stage");
+    printf("peers       OpenCV SIFT (nfeatures = the budget) on all %d cores and kornia's SIFTFeature on the GPU "
+           "(bench/rootsift_peers.py, the same resized images, %s); ratio = our GPU img/s / the peer's\n",
+           patina_cpu_count(), g_peers ? "run before each size's rows" : "off: --no-peers");
+    printf("%-10s %-6s %12s %12s %12s %12s %10s %12s %10s %12s %10s %8s  %s\n", "size", "budget", "gpu img/s",
+           "latency ms", "cpu1 img/s", "cpuN img/s", "gpu/cpuN", "opencv img/s", "gpu/opencv", "kornia img/s",
+           "gpu/kornia", "same", "GPU time by stage");
     for (int si = 0; si < 2; si++) {
         patina_image_t *im = calloc(ngpu, sizeof *im);
+        char *peer = peers_run(nsrc, ngpu, sizes[si][0], sizes[si][1]), why[2][2][200];
         for (size_t i = 0; i < ngpu; i++) resized(&im[i], &src[i % nsrc], sizes[si][0], sizes[si][1]);
         for (int q = 0; q < 2; q++) {
             const char *spec = q ? "rootsift:m=768" : "rootsift:m=384";
@@ -216,18 +294,24 @@ static void bench_gpu(const patina_image_t *src, size_t nsrc, size_t ngpu)
             size_t bytes, same = 0;
             unsigned char *rg, *rc, *rc1;
             patina_status *st = calloc(ngpu, sizeof *st);
-            double t, lat[11], ms[PGPU_RS_STAGES], tot = 0, t1, tn;
+            double t, lat[11], ms[PGPU_RS_STAGES], tot = 0, t1, tn, ocv, kor;
             if ((s = patina_extractor_new(&ex, spec)) != PATINA_OK) die(spec, s);
             memcpy(&p, ex->params, sizeof p);
             bytes = patina_extractor_bytes(ex);
             patina_extractor_free(ex);
             rg = malloc(ngpu * bytes);
-            if ((s = rs_extract_gpu(g, &p, (size_t)p.m, rg, im, ngpu < 4 ? ngpu : 4, st)) != PATINA_OK)
-                die("gpu warm-up", s);
-            patina_gpu__rootsift_times(g, ms, NULL);
-            t = patina_now();
-            if ((s = rs_extract_gpu(g, &p, (size_t)p.m, rg, im, ngpu, st)) != PATINA_OK) die("gpu", s);
-            t = patina_now() - t;
+            /* warm-up with the full batch (the path's buffers grow to it once), then
+             * the best of 3 calls: steady-state throughput; the stage times of the last */
+            if ((s = rs_extract_gpu(g, &p, (size_t)p.m, rg, im, ngpu, st)) != PATINA_OK) die("gpu warm-up", s);
+            t = 1e30;
+            for (int rep = 0; rep < 3; rep++) {
+                double t0;
+                patina_gpu__rootsift_times(g, ms, NULL);
+                t0 = patina_now();
+                if ((s = rs_extract_gpu(g, &p, (size_t)p.m, rg, im, ngpu, st)) != PATINA_OK) die("gpu", s);
+                t0 = patina_now() - t0;
+                t = t0 < t ? t0 : t;
+            }
             patina_gpu__rootsift_times(g, ms, NULL);
             for (int k = 0; k < 11; k++) {
                 double t0 = patina_now();
@@ -241,9 +325,19 @@ static void bench_gpu(const patina_image_t *src, size_t nsrc, size_t ngpu)
             tn = run(spec, 0, im, ngpu, &rc, &bytes);
             for (size_t i = 0; i < ngpu; i++) same += !memcmp(rg + i * bytes, rc + i * bytes, bytes);
             for (int k = 0; k < PGPU_RS_STAGES; k++) tot += ms[k];
-            printf("%4dx%-5d %-6s %12.1f %12.2f %12.2f %12.2f %9.1fx %4zu/%-4zu ", sizes[si][0], sizes[si][1],
-                   q ? "n=768" : "m=384", ngpu / t, lat[5] * 1e3, 1.0 / t1, ngpu / tn, (ngpu / t) / (ngpu / tn), same,
-                   ngpu);
+            ocv = peer_rate(peer, "opencv", sizes[si][0], sizes[si][1], p.m, why[q][0], sizeof why[q][0]);
+            kor = peer_rate(peer, "kornia", sizes[si][0], sizes[si][1], p.m, why[q][1], sizeof why[q][1]);
+            printf("%4dx%-5d %-6s %12.1f %12.2f %12.2f %12.2f %9.1fx ", sizes[si][0], sizes[si][1],
+                   q ? "n=768" : "m=384", ngpu / t, lat[5] * 1e3, 1.0 / t1, ngpu / tn, (ngpu / t) / (ngpu / tn));
+            if (isnan(ocv))
+                printf("%12s %10s ", "-", "-");
+            else
+                printf("%12.2f %9.1fx ", ocv, (ngpu / t) / ocv);
+            if (isnan(kor))
+                printf("%12s %10s ", "-", "-");
+            else
+                printf("%12.2f %9.1fx ", kor, (ngpu / t) / kor);
+            printf("%4zu/%-4zu ", same, ngpu);
             for (int k = 0; k < PGPU_RS_STAGES; k++) printf(" %s %.1f%%", stage[k], tot > 0 ? 100.0 * ms[k] / tot : 0.0);
             {
                 const double up = (double)ngpu * sizes[si][0] * sizes[si][1]; /* grey bytes uploaded */
@@ -257,6 +351,13 @@ static void bench_gpu(const patina_image_t *src, size_t nsrc, size_t ngpu)
             free(rc1);
             free(st);
         }
+        for (int q = 0; q < 2; q++) /* the peers' reasons for a "-" */
+            for (int k = 0; k < 2; k++)
+                if (g_peers && (q == 0 || strcmp(why[0][k], why[q][k])) &&
+                    isnan(peer_rate(peer, k ? "kornia" : "opencv", sizes[si][0], sizes[si][1], q ? 768 : 384, NULL, 0)))
+                    printf("  %s at %dx%d %s: %s\n", k ? "kornia" : "opencv", sizes[si][0], sizes[si][1],
+                           q ? "n=768" : "m=384", why[q][k]);
+        free(peer);
         for (size_t i = 0; i < ngpu; i++) patina_image_release(&im[i]);
         free(im);
     }
@@ -285,8 +386,11 @@ int main(int argc, char **argv)
             gpu_only = 1;
         else if (!strcmp(argv[i], "--gpu-n") && i + 1 < argc)
             ngpu = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--no-peers"))
+            g_peers = 0;
         else {
-            fprintf(stderr, "usage: bench_rootsift [--spec SPEC] [--dir DIR] [--max N] [--gpu-only] [--gpu-n N]\n");
+            fprintf(stderr, "usage: bench_rootsift [--spec SPEC] [--dir DIR] [--max N] [--gpu-only] [--gpu-n N] "
+                            "[--no-peers]\n");
             return 2;
         }
     }
@@ -296,11 +400,16 @@ int main(int argc, char **argv)
         return 1;
     }
     qsort(g_files, g_nfiles, sizeof *g_files, cmp_str);
+    {
+        const char *slash = strrchr(__FILE__, '/');
+        if (slash) snprintf(g_bench_dir, sizeof g_bench_dir, "%.*s", (int)(slash - __FILE__), __FILE__);
+    }
     imgs = calloc(g_nfiles, sizeof *imgs);
+    g_loaded = calloc(g_nfiles, sizeof *g_loaded);
     for (size_t i = 0; i < g_nfiles && n < maxn; i++)
         if (patina_image_load(&imgs[n], g_files[i], NULL) == PATINA_OK) {
             mp += (double)imgs[n].width * imgs[n].height / 1e6;
-            n++;
+            g_loaded[n++] = g_files[i];
         }
     snprintf(spec_u8, sizeof spec_u8, "%s%squant=u8", spec, strchr(spec, ':') ? "," : ":");
     snprintf(spec_f16, sizeof spec_f16, "%s%squant=f16", spec, strchr(spec, ':') ? "," : ":");
@@ -359,6 +468,7 @@ done:
     for (size_t i = 0; i < n; i++) patina_image_release(&imgs[i]);
     for (size_t i = 0; i < g_nfiles; i++) free(g_files[i]);
     free(g_files);
+    free(g_loaded);
     free(imgs);
     return 0;
 }

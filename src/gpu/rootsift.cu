@@ -1130,6 +1130,20 @@ __global__ void __launch_bounds__(32 * RS_DESC_WARPS) k_desc(uint8_t *arena, con
     }
 }
 
+/* An image's RGB in device memory (rows `stride` bytes apart, 3 bytes a
+ * pixel, as the GPU decoders leave them) to its grey levels at dst ((h, w)
+ * u8): grey_bt601, the integer rule the host staging uses, so the bytes are
+ * the CPU path's. */
+__global__ void k_grey_rgb(const uint8_t *__restrict__ rgb, size_t stride, int w, int h, uint8_t *__restrict__ dst)
+{
+    const int x = blockIdx.x * blockDim.x + threadIdx.x;
+    if (x >= w) return;
+    for (int y = blockIdx.y; y < h; y += gridDim.y) {
+        const uint8_t *p = rgb + (size_t)y * stride + 3 * (size_t)x;
+        dst[(size_t)y * (size_t)w + (size_t)x] = grey_bt601(p[0], p[1], p[2]);
+    }
+}
+
 /* ------------------------------------------------------------ host side */
 
 /* The pipeline. A call is cut into sub-batches (at most RS_SUB_IMG images
@@ -1172,6 +1186,11 @@ struct rs_slot {
     int marks;                  /* rs_mark records (0 while a graph is captured) */
     /* the sub-batch in flight: images i0 .. i0 + nb of the call */
     size_t i0, nb;
+    /* its images in this device's memory (rs_stage): their RGB, read in place
+     * by k_grey_rgb (NULL: a host image, staged in h_grey) */
+    const uint8_t *dsrc[RS_SUB_IMG];
+    size_t dstride[RS_SUB_IMG];
+    int ndev;
     int busy;
     /* the one-image call as a CUDA graph, replayed while its key holds (rs_enqueue) */
     cudaGraphExec_t gexec;
@@ -1540,7 +1559,27 @@ static patina_status rs_enqueue_ops(rs_state *St, rs_slot *L, const patina_gpu_r
     rs_mark(L, 0);
     PGPU_CU(cudaMemcpyAsync(L->d_items, hit, nb * sizeof(rs_item), cudaMemcpyHostToDevice, st));
     PGPU_CU(cudaMemsetAsync(L->d_ctr, 0, nb * sizeof(rs_ctr), st));
-    PGPU_CU(cudaMemcpyAsync(St->d_arena + hit[0].off_grey, L->h_grey, grey, cudaMemcpyHostToDevice, st));
+    if (!L->ndev) {
+        PGPU_CU(cudaMemcpyAsync(St->d_arena + hit[0].off_grey, L->h_grey, grey, cudaMemcpyHostToDevice, st));
+    } else { /* runs of host images copied from the staging; device images converted in place */
+        size_t b0 = 0;
+        for (size_t b = 0; b <= nb; b++) {
+            if (b < nb && !L->dsrc[b]) continue;
+            if (b > b0) {
+                const size_t o0 = hit[b0].off_grey - hit[0].off_grey,
+                             o1 = (b < nb ? hit[b].off_grey - hit[0].off_grey : grey);
+                PGPU_CU(cudaMemcpyAsync(St->d_arena + hit[b0].off_grey, L->h_grey + o0, o1 - o0,
+                                        cudaMemcpyHostToDevice, st));
+            }
+            if (b < nb) {
+                const int w = hit[b].W, h = hit[b].H;
+                k_grey_rgb<<<dim3((unsigned)((w + 255) / 256), (unsigned)(h < 1024 ? h : 1024)), 256, 0, st>>>(
+                    L->dsrc[b], L->dstride[b], w, h, St->d_arena + hit[b].off_grey);
+            }
+            b0 = b + 1;
+        }
+        PGPU_CU(cudaGetLastError());
+    }
     PGPU_CU(cudaMemsetAsync(St->d_arena + hit[0].off_rec, 0, nb * c->rec_bytes, st));
     for (size_t i = 0; i < nb; i++) {
         Omax = hit[i].O > Omax ? hit[i].O : Omax;
@@ -1733,15 +1772,41 @@ static void rs_grey_task(void *arg, size_t j, int worker)
     }
 }
 
-/* The grey levels of in[0 .. nb) into h_grey (rs_layout_batch's grey
- * block), by the context's host threads in bands of rows. */
-static patina_status rs_stage(patina_gpu_t *g, rs_state *St, const patina_gpu_rootsift_item_t *in, size_t nb,
-                              uint8_t *h_grey)
+/* Whether img's pixels are in memory kernels on g's device can read: its
+ * device memory, or managed memory. */
+static int rs_dev_image(const patina_gpu_t *g, const patina_image_t *img)
 {
+    cudaPointerAttributes a;
+    if (!img || !img->data) return 0;
+    if (cudaPointerGetAttributes(&a, img->data) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return (a.type == cudaMemoryTypeDevice && a.device == g->device) || a.type == cudaMemoryTypeManaged;
+}
+
+/* The grey levels of in[0 .. nb) into the slot's h_grey (rs_layout_batch's
+ * grey block), by the context's host threads in bands of rows; an image in
+ * this device's memory is not staged: the slot's dsrc names it, and
+ * rs_enqueue_ops makes its grey levels on the device (k_grey_rgb). An image
+ * in another device's memory is copied to the host first. */
+static patina_status rs_stage(patina_gpu_t *g, rs_state *St, rs_slot *L, const patina_gpu_rootsift_item_t *in,
+                              size_t nb)
+{
+    uint8_t *const h_grey = L->h_grey;
     size_t nbands = 0, off = 0;
-    patina_image_t *hv = NULL; /* host views of images decoded on the GPU (the bands read host memory) */
+    patina_image_t *hv = NULL; /* host views of images decoded on another GPU (the bands read host memory) */
+    L->ndev = 0;
     for (size_t b = 0; b < nb; b++) {
         const patina_image_t *img = in[b].img;
+        L->dsrc[b] = NULL;
+        if (rs_dev_image(g, img)) {
+            L->dsrc[b] = img->data;
+            L->dstride[b] = img->stride;
+            L->ndev++;
+            off += (size_t)img->width * (size_t)img->height;
+            continue;
+        }
         if (patina_gpu_image_on_device(img)) {
             patina_status s;
             if (!hv && !(hv = (patina_image_t *)calloc(nb, sizeof *hv)))
@@ -1873,10 +1938,11 @@ static patina_status rs_run(patina_gpu_t *g, rs_state *St, const patina_gpu_root
         rs_layout_batch(L->h_items, c, items + i, nb, base, &grey);
         PATINA_TRY(rs_grow_pinned(g, &L->h_grey, &L->grey_cap, grey, "grey staging"));
         PATINA_TRY(rs_grow_pinned(g, &L->h_rec, &L->rec_cap, nb * c->rec_bytes, "records"));
-        PATINA_TRY(rs_stage(g, St, items + i, nb, L->h_grey));
+        PATINA_TRY(rs_stage(g, St, L, items + i, nb));
         L->i0 = i;
         L->nb = nb;
-        PATINA_TRY(rs_enqueue(St, L, c, grey, n == 1));
+        /* a graph replays its copy from h_grey: none for a device image */
+        PATINA_TRY(rs_enqueue(St, L, c, grey, n == 1 && !L->ndev));
         if (wide) PATINA_TRY(rs_finish(St, L, c, out, items, sts));
         i += nb;
         k = (k + 1) % RS_NSLOT;

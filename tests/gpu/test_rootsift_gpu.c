@@ -17,7 +17,15 @@
  *   determinism the same records whatever the batch (all at once, one by
  *              one, reversed, mixed with other images) and across runs;
  *   family     patina_extract_batch(--device gpu) uses the GPU path and
- *              returns the CPU's statuses for bad images.
+ *              returns the CPU's statuses for bad images;
+ *   device images  photographs and the synthetic cases in device memory
+ *              (rows padded: the stride is not 3 w), as the GPU decoders
+ *              leave them: their grey levels are made on the device
+ *              (k_grey_rgb), and their records and statuses equal those of
+ *              the same images in host memory byte for byte, in one batch
+ *              mixed with host images, all on the device, and one by one
+ *              between one-image calls of host images (whose CUDA graph
+ *              must not stand in for a device image's call).
  * Label gpu: skipped (77) without one. PATINA_TEST_QUICK=1: 8 photographs. */
 #define _GNU_SOURCE
 #include <math.h>
@@ -675,6 +683,102 @@ static void test_family(void **state)
     patina_image_release(&im[2]);
 }
 
+/* A device copy of img (owned by the caller: patina_gpu__dev_free on
+ * ->data), its rows `pad` bytes longer than 3 w. */
+static void dev_copy(patina_image_t *d, const patina_image_t *img, size_t pad)
+{
+    const size_t rb = 3 * (size_t)img->width, stride = rb + pad;
+    uint8_t *h = calloc((size_t)img->height, stride);
+    assert_non_null(h);
+    for (int y = 0; y < img->height; y++) memcpy(h + (size_t)y * stride, img->data + (size_t)y * img->stride, rb);
+    memset(d, 0, sizeof *d);
+    d->width = img->width;
+    d->height = img->height;
+    d->stride = stride;
+    d->data = patina_gpu__dev_alloc(G, stride * (size_t)img->height);
+    assert_non_null(d->data);
+    TU_OK(patina_gpu__upload(G, d->data, h, stride * (size_t)img->height));
+    free(h);
+    assert_true(patina_gpu_image_on_device(d));
+}
+
+/* Records and statuses of a against b (n each): the images that differ. */
+static size_t rec_diff(const unsigned char *a, const patina_status *sa, const unsigned char *b, const patina_status *sb,
+                       size_t n, size_t bytes, const char *what)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if (sa[i] != sb[i] || (sa[i] == PATINA_OK && memcmp(a + i * bytes, b + i * bytes, bytes))) {
+            if (bad < 5) print_message("  device images, %s: image %zu differs (status %d vs %d)\n", what, i,
+                                       (int)sa[i], (int)sb[i]);
+            bad++;
+        }
+    return bad;
+}
+
+static void test_device_images(void **state)
+{
+    patina_image_t *v, *s, *host, *dev, *mixed;
+    const char **names;
+    const size_t np = photos(&v, quick ? 4 : 8), ns = synthetic(&s, &names), n = np + ns;
+    rootsift_params_t p;
+    size_t bytes, bad = 0;
+    unsigned char *rh, *rm, *rd, *r1;
+    patina_status *sh, *sm, *sd, *s1;
+    (void)state;
+    params_of(&p, "rootsift");
+    bytes = rs_record_bytes((size_t)p.m, (uint32_t)p.quant);
+    host = calloc(n, sizeof *host);
+    dev = calloc(n, sizeof *dev);
+    mixed = calloc(n, sizeof *mixed);
+    rh = malloc(n * bytes);
+    rm = malloc(n * bytes);
+    rd = malloc(n * bytes);
+    r1 = malloc(4 * bytes);
+    sh = calloc(n, sizeof *sh);
+    sm = calloc(n, sizeof *sm);
+    sd = calloc(n, sizeof *sd);
+    s1 = calloc(4, sizeof *s1);
+    for (size_t i = 0; i < n; i++) {
+        host[i] = i < np ? v[i] : s[i - np];
+        host[i].owned = 0;
+        dev_copy(&dev[i], &host[i], 1 + i % 7);
+        mixed[i] = i % 2 ? host[i] : dev[i];
+    }
+    TU_OK(rs_extract_gpu(G, &p, (size_t)p.m, rh, host, n, sh));
+    TU_OK(rs_extract_gpu(G, &p, (size_t)p.m, rm, mixed, n, sm));
+    TU_OK(rs_extract_gpu(G, &p, (size_t)p.m, rd, dev, n, sd));
+    bad += rec_diff(rh, sh, rm, sm, n, bytes, "mixed batch");
+    bad += rec_diff(rh, sh, rd, sd, n, bytes, "all on the device");
+    for (size_t i = 0; i < n; i++) { /* host, host (graph captured), device, host (graph replayed) */
+        const patina_image_t seq[4] = {host[i], host[i], dev[i], host[i]};
+        for (int k = 0; k < 4; k++) TU_OK(rs_extract_gpu(G, &p, (size_t)p.m, r1 + k * bytes, &seq[k], 1, &s1[k]));
+        for (int k = 0; k < 4; k++) {
+            char what[96];
+            snprintf(what, sizeof what, "one-image call %d of %s", k, i < np ? "a photograph" : names[i - np]);
+            if (rec_diff(rh + i * bytes, &sh[i], r1 + k * bytes, &s1[k], 1, bytes, what)) bad++;
+        }
+    }
+    print_message("device images: %zu photographs and %zu synthetic images, in device memory with padded rows: "
+                  "%zu records or statuses differ from the host images'\n", np, ns, bad);
+    for (size_t i = 0; i < n; i++) patina_gpu__dev_free(G, dev[i].data);
+    free(host);
+    free(dev);
+    free(mixed);
+    free(rh);
+    free(rm);
+    free(rd);
+    free(r1);
+    free(sh);
+    free(sm);
+    free(sd);
+    free(s1);
+    release_all(v, np);
+    release_all(s, ns);
+    if (bad) any_diff = 1;
+    assert_int_equal(bad, 0);
+}
+
 /* identify's queries: patina_identify_extract with a context that has the
  * GPU extracts them there; the records and the answers (CPU matching, so
  * that only the extraction differs) equal those of CPU extraction (ctx
@@ -800,7 +904,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stages),      cmocka_unit_test(test_synthetic), cmocka_unit_test(test_photos),
         cmocka_unit_test(test_determinism), cmocka_unit_test(test_pipeline),  cmocka_unit_test(test_family),
-        cmocka_unit_test(test_identify_queries),
+        cmocka_unit_test(test_identify_queries), cmocka_unit_test(test_device_images),
         cmocka_unit_test(test_identical),
     };
     quick = getenv("PATINA_TEST_QUICK") ? atoi(getenv("PATINA_TEST_QUICK")) : 0;
