@@ -44,7 +44,10 @@
  * (patina_gpu__knn_one(0)) in the same run, PyTorch's, our speed-up over
  * the fastest PyTorch peer, and the table's read rate (rows x 160 bytes /
  * time) against the HBM peak (2 x memory clock x bus width, from the
- * device's attributes). */
+ * device's attributes). A second table says where a single query's time
+ * goes, from calls made with the measurement on (patina_gpu__knn_prof):
+ * the kernel's time (CUDA events) and the host's rest, the kernel's phases
+ * (pilot, theta, scan, barrier, final ranking) and the host's steps. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +204,9 @@ static void run_peers(size_t n, const size_t *qs, int nqs, const size_t *ks, int
 typedef struct one_row {
     size_t n, k;
     double one, multi, fp16, int8; /* ms; -1: none */
+    int measured;                  /* prof and wall are set */
+    double wall;                   /* us: median wall time of the measured calls */
+    pgpu_knn_prof_t prof;          /* each field the median of the measured calls' */
 } one_row_t;
 #define MAXONE 64
 static one_row_t ONE[MAXONE];
@@ -210,6 +216,57 @@ static void one_cell(double ms)
 {
     if (ms > 0) printf(" %.1f |", ms * 1e3);
     else printf(" - |");
+}
+
+/* The median of n values (sorted in place). */
+static double median_of(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return v[n / 2];
+}
+
+/* o->prof and o->wall: reps calls of the single query q with the
+ * measurement on (patina_gpu__knn_prof), each figure's median. */
+#define PROF_REPS 15
+#define PROF_FIELDS 13
+static void measure_one(one_row_t *o, const patina_index_t *ix, const uint8_t *q, size_t k, patina_hit_t *h,
+                        size_t *c)
+{
+    double v[PROF_FIELDS][PROF_REPS];
+    double cand[PROF_REPS];
+    int r, m = 0;
+    patina_gpu__knn_prof(1);
+    for (r = 0; r < PROF_REPS; r++) {
+        pgpu_knn_prof_t p;
+        const double t0 = patina_now();
+        if (gpu_knn(ix, q, 1, k, h, c) != PATINA_OK) break;
+        const double t1 = patina_now();
+        patina_gpu__knn_prof_last(&p);
+        if (!p.valid) break; /* not the one-launch path */
+        /* the call's time less the measurement's own readings */
+        const double wall = (t1 - t0) * 1e6 - p.meas_us;
+        const double f[PROF_FIELDS] = {wall, p.kernel_us, p.spread_us, p.pilot_us, p.theta_us, p.scan_us, p.sync_us,
+                                       p.final_us, p.begin_us, p.prep_us, p.launch_us, p.wait_us, p.out_us};
+        for (int i = 0; i < PROF_FIELDS; i++) v[i][m] = f[i];
+        cand[m++] = (double)p.cand;
+    }
+    patina_gpu__knn_prof(0);
+    o->measured = m > 0;
+    if (!m) return;
+    o->wall = median_of(v[0], m);
+    o->prof.kernel_us = median_of(v[1], m);
+    o->prof.spread_us = median_of(v[2], m);
+    o->prof.pilot_us = median_of(v[3], m);
+    o->prof.theta_us = median_of(v[4], m);
+    o->prof.scan_us = median_of(v[5], m);
+    o->prof.sync_us = median_of(v[6], m);
+    o->prof.final_us = median_of(v[7], m);
+    o->prof.begin_us = median_of(v[8], m);
+    o->prof.prep_us = median_of(v[9], m);
+    o->prof.launch_us = median_of(v[10], m);
+    o->prof.wait_us = median_of(v[11], m);
+    o->prof.out_us = median_of(v[12], m);
+    o->prof.cand = (size_t)median_of(cand, m);
 }
 
 /* The "1 query" table (hbm: the peak in GB/s, 0 unknown). */
@@ -236,6 +293,28 @@ static void print_one(double hbm)
         printf(" %.0f |", gbps);
         if (hbm > 0) printf(" %.1f%% |\n", 100.0 * gbps / hbm);
         else printf(" - |\n");
+    }
+    printf("\n1 query, where the time goes (one launch, measured: patina_gpu__knn_prof; medians of %d calls, us). "
+           "wall: the call, less the measurement's own readings; kernel: CUDA events around the launch; host: wall - kernel. The kernel's phases "
+           "(%%globaltimer, block 0's view): spread (last block's start after block 0's), pilot (+ first grid "
+           "barrier), theta, scan (to the last block's end; its read rate rows x 160 bytes / scan), sync (to block 0 "
+           "past the second barrier), final (block 0's ranking of cand candidates). The host's steps: begin "
+           "(device, state, copy current), prep (to the launch), launch (the call), wait (download + sync: the "
+           "kernel and the copy), out (hits); api: wall - the steps (query preparation, GPU turn, allocations)\n\n",
+           PROF_REPS);
+    printf("| rows | k | wall | kernel | host | spread | pilot | theta | scan | scan GB/s | sync | final | cand | "
+           "begin | prep | launch | wait | out | api |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < NONE; i++) {
+        const one_row_t *o = &ONE[i];
+        const pgpu_knn_prof_t *p = &o->prof;
+        if (!o->measured) continue;
+        printf("| %zu | %zu | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | %.1f | %.1f | %zu | %.1f | %.1f | "
+               "%.1f | %.1f | %.1f | %.1f |\n",
+               o->n, o->k, o->wall, p->kernel_us, o->wall - p->kernel_us, p->spread_us, p->pilot_us, p->theta_us,
+               p->scan_us, p->scan_us > 0 ? (double)o->n * 160.0 / (p->scan_us * 1e-6) / 1e9 : 0.0, p->sync_us,
+               p->final_us, p->cand, p->begin_us, p->prep_us, p->launch_us, p->wait_us, p->out_us,
+               o->wall - p->begin_us - p->prep_us - p->launch_us - p->wait_us - p->out_us);
     }
 }
 
@@ -371,6 +450,8 @@ int main(int argc, char **argv)
                         o->one = tg;
                         o->fp16 = pc[0];
                         o->int8 = pc[1];
+                        measure_one(o, ix, q, k, h2, c2);
+                        bad += same(ix, q, nq, k, h2, tc > 0 ? h1 : NULL);
                         patina_gpu__knn_one(0);
                         gpu_knn(ix, q, nq, k, h2, c2);
                         o->multi = time_ms(gpu_knn, ix, q, nq, k, h2, c2, 11);

@@ -505,9 +505,37 @@ typedef struct tc_one_args {
     uint64_t *out_id;          /* (take) */
     uint32_t *out_n;           /* (1) */
     uint8_t *flag;             /* (1) */
+    unsigned long long *prof;  /* (TC_PROF) zeroed; NULL: not measured (tc_one_prof) */
     tc_qinfo_t qinfo;          /* T2 (> 0), T2^2, S2; w unused */
     uint32_t q[PGPU_KNN_MAXDIM / 4]; /* the query row, zero padded to DP bytes */
 } tc_one_args_t;
+
+/* k_tc_one's measurement (a.prof): %globaltimer readings in ns -- block 0's
+ * start, the last block's start, block 0 past the first barrier and past
+ * theta, the last block's scan end, block 0 past the second barrier and at
+ * its end -- and the scan's candidate count. */
+enum { TC_PROF_START, TC_PROF_LAST_START, TC_PROF_PILOT, TC_PROF_THETA, TC_PROF_SCAN, TC_PROF_SYNC, TC_PROF_END,
+       TC_PROF_CAND, TC_PROF };
+
+__device__ __forceinline__ unsigned long long tc_clock(void)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* Block 0's reading into slot i (every thread of the block past the step);
+ * max: every block's, the latest kept. a.prof is uniform, so the barrier
+ * is too. */
+__device__ __forceinline__ void tc_prof_mark(unsigned long long *prof, int i, bool max)
+{
+    if (!prof || (!max && blockIdx.x != 0)) return;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        if (max) atomicMax(prof + i, tc_clock());
+        else prof[i] = tc_clock();
+    }
+}
 
 /* One k-NN query through the whole engine in one cooperative launch (grid
  * <= the blocks that fit on the device at once, so that the barriers
@@ -544,6 +572,11 @@ k_tc_one(const tc_one_args_t a)
     const uint8_t *qb = (const uint8_t *)sq;
     float *sv = (float *)smem; /* values staged for a select */
 
+    if (a.prof && threadIdx.x == 0) {
+        const unsigned long long t = tc_clock();
+        if (blockIdx.x == 0) a.prof[TC_PROF_START] = t;
+        atomicMax(a.prof + TC_PROF_LAST_START, t);
+    }
     for (int i = threadIdx.x; i < DP / 4; i += blockDim.x) sq[i] = a.q[i];
     if (threadIdx.x == 0) {
         sqi = a.qinfo;
@@ -579,6 +612,7 @@ k_tc_one(const tc_one_args_t a)
         }
     }
     grid.sync();
+    tc_prof_mark(a.prof, TC_PROF_PILOT, false);
     /* 2. theta (k_tc_select's, for one query) */
     {
         const float *v = a.top ? a.top : a.dense;
@@ -599,6 +633,7 @@ k_tc_one(const tc_one_args_t a)
         if (threadIdx.x == 0) sqi.w = tc_theta(bits);
         __syncthreads();
     }
+    tc_prof_mark(a.prof, TC_PROF_THETA, false);
     /* 3. the filtering scan */
     {
         const uint32_t r0 = blockIdx.x * a.rpb_scan;
@@ -606,11 +641,18 @@ k_tc_one(const tc_one_args_t a)
             tc_scan_rows<NK32, T16, 1>(a.rows, a.aux, r0, min(a.n, r0 + a.rpb_scan), qb, &sqi, 1, 1, 0, NULL, 0,
                                        a.cnt, a.cand, a.ckey);
     }
+    tc_prof_mark(a.prof, TC_PROF_SCAN, true);
     grid.sync();
+    if (a.prof && blockIdx.x == 0 && threadIdx.x == 0) {
+        a.prof[TC_PROF_SYNC] = tc_clock();
+        a.prof[TC_PROF_CAND] = __ldcg(a.cnt);
+    }
     /* 4. the final ranking */
-    if (blockIdx.x == 0)
+    if (blockIdx.x == 0) {
         tc_final_query<DP, 0>(0, a.rows, a.aux, a.t1, a.c3, a.ptab, a.ids, a.dead, qb, &sqi, a.cnt, a.cand, a.ckey,
                               (int)a.take, 0, (int)a.take, 0.0, a.out_d, a.out_id, a.out_n, a.flag);
+        tc_prof_mark(a.prof, TC_PROF_END, false);
+    }
 }
 
 #endif
