@@ -419,7 +419,9 @@ patina_status patina_gpu__bandwidth(patina_gpu_t *g, int kind, size_t bytes, int
  * 0: the multi-launch path (pilot, select, scan and final kernels), to time
  * the two in one run; 2: the one-launch kernel with theta selected from all
  * the pilot values (staged in shared memory when they fit, else read
- * through L2); 3: the same, always through L2. Process-wide; the answers
+ * through L2); 3: the same, always through L2; 4: mode 1 with the pilot
+ * and the scan by dp4a instead of the tensor cores (gpu/knn_tc.cuh
+ * tc_gemv_rows: the same integer dot products). Process-wide; the answers
  * are the same. */
 void patina_gpu__knn_one(int mode);
 

@@ -551,7 +551,7 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
      * pilot rows and all the lists fit the shared memory (else theta is
      * selected from the S values), the candidates' keys */
     size_t o_top = (S + 3) / 4 * 4 + 4, o_key = o_top; /* floats */
-    if (a.rpb_pilot <= a.stage_cap && (size_t)grid * take <= a.stage_cap && knn_one_mode == 1)
+    if (a.rpb_pilot <= a.stage_cap && (size_t)grid * take <= a.stage_cap && (knn_one_mode == 1 || knn_one_mode == 4))
         o_key += (size_t)grid * take + 4;
     o_key = (o_key + 3) / 4 * 4; /* the keys' doubles 16-byte aligned */
     dense = o_key + 2 * (size_t)TC_CAND;
@@ -583,6 +583,7 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
     memcpy(a.q, q, c->dim);
     a.qinfo = make_float4((float)t2, (float)t2 * (float)t2, (float)s2, 0.f);
     if (knn_one_mode == 3) a.stage_cap = 0; /* theta's select through L2 */
+    a.gemv = knn_one_mode == 4;
     if (prof) {
         a.prof = (unsigned long long *)(st->d_pilot + o_prof);
         e = cudaMemsetAsync(a.prof, 0, TC_PROF * sizeof *a.prof, s);

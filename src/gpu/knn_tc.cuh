@@ -485,6 +485,83 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
 
 /* ------------------------------------------------- one query, one launch */
 
+/* One query's share of a scan without the tensor cores (a GEMV: no stages,
+ * no block barrier): each warp takes 32 rows at a time, its lanes read
+ * them as consecutive 16-byte pieces (PR = DP / 16 a row: every load of
+ * the warp is 512 contiguous bytes), each piece's dot product with the
+ * query by dp4a (u8 x u8: the same exact integer as the MMA's D), the
+ * pieces' sums through the warp's part of `part` (shared memory,
+ * tc_gemv_smem), then lane i holds row i's D and applies the same float
+ * tests as tc_scan_rows (MODE 0: the pilot's t into dense[r]; 1: the
+ * filter, candidates and their exact t into cnt / cand / ckey). Rows [r0,
+ * r1); the 32-row groups may read past r1 inside the copy's padding (its
+ * rows and infos are padded by TC_R, and r1 - r0 is whole TC_R stages or
+ * ends at the copy's n). q: the query's DP / 4 words, qi: its T2, T2^2,
+ * S2, theta' (both in shared memory). Every thread of the block calls it. */
+template <int DP>
+__host__ __device__ constexpr int tc_gemv_words(void)
+{
+    /* a warp's partial sums: 32 rows x PR, with one word of skew per 32
+     * when PR is even (lane i reads words i PR .. i PR + PR - 1: without
+     * the skew, 16 lanes a bank) */
+    return 32 * (DP / 16) + ((DP / 16) % 2 == 0 ? DP / 16 : 0);
+}
+
+template <int DP, int MODE>
+__device__ __forceinline__ void tc_gemv_rows(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux,
+                                             uint32_t r0, uint32_t r1, const uint32_t *q, const tc_qinfo_t *qi,
+                                             float *__restrict__ dense, uint32_t *cnt, uint32_t *cand, double *ckey,
+                                             int32_t *part)
+{
+    constexpr int PR = DP / 16;
+    constexpr bool SKEW = PR % 2 == 0;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int32_t *wp = part + warp * tc_gemv_words<DP>();
+    const float4 v = *qi;
+    /* the filter as tc_scan_rows's, for one query (T2 > 0) */
+    const float beta = v.w / (1.0f + v.w);
+    const float fa = beta * v.z / v.x, fb = beta * v.x;
+    const bool all = v.w < 0.f;
+    for (uint32_t g = r0 + (uint32_t)warp * 32; g < r1; g += (uint32_t)blockDim.x) {
+        const uint4 *src = (const uint4 *)(rows + (size_t)g * DP);
+        uint4 w[PR];
+#pragma unroll
+        for (int j = 0; j < PR; j++) w[j] = __ldg(src + lane + 32 * j);
+        const tc_aux_t x = __ldg(aux + g + lane);
+#pragma unroll
+        for (int j = 0; j < PR; j++) {
+            const int p = lane + 32 * j, c = p % PR; /* piece p: row p / PR, bytes 16 c .. 16 c + 15 */
+            const uint4 qw = *(const uint4 *)(q + 4 * c);
+            uint32_t d = __dp4a(w[j].x, qw.x, 0u);
+            d = __dp4a(w[j].y, qw.y, d);
+            d = __dp4a(w[j].z, qw.z, d);
+            d = __dp4a(w[j].w, qw.w, d);
+            wp[SKEW ? p + p / 32 : p] = (int32_t)d;
+        }
+        __syncwarp();
+        uint32_t dot = 0;
+#pragma unroll
+        for (int c = 0; c < PR; c++) {
+            const int p = lane * PR + c;
+            dot += (uint32_t)wp[SKEW ? p + p / 32 : p];
+        }
+        __syncwarp(); /* the sums read before the next group writes them */
+        const uint32_t r = g + (uint32_t)lane;
+        if (r >= r1) continue;
+        if (MODE == 0) {
+            const float num = (float)dot * (x.x * v.x);
+            const float den = fmaf(x.y, v.z, x.z * v.y) - num;
+            dense[r] = __fdiv_rn(num, den);
+        } else if (all || (float)dot >= fmaf(fb, x.w, fa * x.x)) {
+            const uint32_t pos = atomicAdd(cnt, 1u);
+            if (pos < TC_CAND) {
+                cand[pos] = r;
+                ckey[pos] = tc_exact_t(dot, x, (double)v.x, (double)v.y, (double)v.z);
+            }
+        }
+    }
+}
+
 /* k_tc_one's arguments, passed by value: the query travels in them (no
  * upload). */
 typedef struct tc_one_args {
@@ -497,6 +574,7 @@ typedef struct tc_one_args {
     uint32_t n, S, take;       /* rows; pilot rows (the first S); results (<= n) */
     uint32_t rpb_pilot, rpb_scan; /* rows per block in the pilot and in the scan (whole stages) */
     uint32_t stage_cap;        /* pilot values the dynamic shared memory holds (floats) */
+    uint32_t gemv;             /* 1: the pilot and the scan by tc_gemv_rows (dp4a), else the MMA scan */
     float *dense;              /* (S rounded up to 4) the pilot's t */
     float *top;                /* (gridDim.x, take) each block's take largest pilot values; NULL: select from dense */
     uint32_t *cnt, *cand;      /* (1), (TC_CAND) */
@@ -592,7 +670,9 @@ k_tc_one(const tc_one_args_t a)
     {
         const uint32_t r0 = blockIdx.x * a.rpb_pilot;
         const uint32_t m = r0 < a.S ? min(a.S, r0 + a.rpb_pilot) - r0 : 0u, kk = min(a.take, m);
-        if (m)
+        if (m && a.gemv)
+            tc_gemv_rows<DP, 0>(a.rows, a.aux, r0, r0 + m, sq, &sqi, a.dense, NULL, NULL, NULL, (int32_t *)smem);
+        else if (m)
             tc_scan_rows<NK32, T16, 0>(a.rows, a.aux, r0, r0 + m, qb, &sqi, 1, 1, 0, a.dense, (size_t)a.S, NULL,
                                        NULL, NULL);
         if (a.top) {
@@ -637,7 +717,10 @@ k_tc_one(const tc_one_args_t a)
     /* 3. the filtering scan */
     {
         const uint32_t r0 = blockIdx.x * a.rpb_scan;
-        if (r0 < a.n)
+        if (r0 < a.n && a.gemv)
+            tc_gemv_rows<DP, 1>(a.rows, a.aux, r0, min(a.n, r0 + a.rpb_scan), sq, &sqi, NULL, a.cnt, a.cand, a.ckey,
+                                (int32_t *)smem);
+        else if (r0 < a.n)
             tc_scan_rows<NK32, T16, 1>(a.rows, a.aux, r0, min(a.n, r0 + a.rpb_scan), qb, &sqi, 1, 1, 0, NULL, 0,
                                        a.cnt, a.cand, a.ckey);
     }

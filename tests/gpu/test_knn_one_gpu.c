@@ -17,10 +17,12 @@
  *     by the retry or the CPU, still the CPU's answer);
  *   - real CEDD descriptors of the photographs under samples/ (and their
  *     perturbed copies) as table and queries;
+ *   - the ties and the photographs again with the dp4a scan (mode 4);
  *   - the random queries again with theta selected from all the pilot
  *     values (staged in shared memory, or read through L2) instead of the
  *     blocks' top-k lists, and through the multi-launch path
- *     (patina_gpu__knn_one's modes), and with the measurement on
+ *     (patina_gpu__knn_one's modes), with the pilot and the scan by dp4a
+ *     instead of the tensor cores (mode 4), and with the measurement on
  *     (patina_gpu__knn_prof: the same answers; the figures present, not
  *     negative, the kernel's phases within its event time);
  *   - rows removed and added between calls (the device copy's dead rows and
@@ -166,9 +168,9 @@ static void test_random(void **state)
                 runs++;
                 /* theta from all the pilot values (shared memory, then
                  * L2), and the multi-launch path: the same answers */
-                for (int m = 0; m < 3; m++) {
-                    static const int modes[3] = {2, 3, 0};
-                    static const char *what[3] = {"select of all", "select through L2", "multi-launch"};
+                for (int m = 0; m < 4; m++) {
+                    static const int modes[4] = {2, 3, 0, 4};
+                    static const char *what[4] = {"select of all", "select through L2", "multi-launch", "dp4a scan"};
                     patina_gpu__knn_one(modes[m]);
                     bad += check(idx, q, k, what[m], NULL);
                 }
@@ -224,9 +226,13 @@ static void ties(size_t distinct, size_t copies, tu_rng_t *r)
     for (int t = 0; t < 6; t++) {
         if (t % 2) memcpy(q, base + tu_rng_below(r, (uint32_t)distinct) * DIM, DIM);
         else random_row(q, r);
-        bad += check(idx, q, 1, "ties", NULL);
-        bad += check(idx, q, 10, "ties", NULL);
-        bad += check(idx, q, 64, "ties", NULL);
+        for (int m = 1; m <= 4; m += 3) { /* the MMA scan, then the dp4a scan */
+            patina_gpu__knn_one(m);
+            bad += check(idx, q, 1, m == 1 ? "ties" : "ties, dp4a scan", NULL);
+            bad += check(idx, q, 10, m == 1 ? "ties" : "ties, dp4a scan", NULL);
+            bad += check(idx, q, 64, m == 1 ? "ties" : "ties, dp4a scan", NULL);
+        }
+        patina_gpu__knn_one(1);
     }
     assert_int_equal(bad, 0);
     patina_index_free(idx);
@@ -282,11 +288,15 @@ static void test_samples(void **state)
         }
     }
     idx = index_of(rows, n, &r);
-    for (size_t i = 0; i < m; i++) {
-        bad += check(idx, rows + i * DIM, 1, "samples", NULL);
-        bad += check(idx, rows + i * DIM, 10, "samples", NULL);
-        bad += check(idx, rows + i * DIM, 64, "samples", NULL);
+    for (int md = 1; md <= 4; md += 3) { /* the MMA scan, then the dp4a scan */
+        patina_gpu__knn_one(md);
+        for (size_t i = 0; i < m; i++) {
+            bad += check(idx, rows + i * DIM, 1, "samples", NULL);
+            bad += check(idx, rows + i * DIM, 10, "samples", NULL);
+            bad += check(idx, rows + i * DIM, 64, "samples", NULL);
+        }
     }
+    patina_gpu__knn_one(1);
     assert_int_equal(bad, 0);
     patina_index_free(idx);
     free(rows);
