@@ -42,7 +42,8 @@
  * one-launch kernel, gpu/knn_tc.cuh k_tc_one) get a "1 query" table: the
  * call's wall time, the same call through the multi-launch path
  * (patina_gpu__knn_one(0)) and with the pilot and the scan by dp4a instead
- * of the tensor cores (patina_gpu__knn_one(4)) in the same run, PyTorch's, our speed-up over
+ * of the tensor cores and the answer written straight to pinned memory
+ * (patina_gpu__knn_one(4)) in the same run, PyTorch's, our speed-up over
  * the fastest PyTorch peer, and the table's read rate (rows x 160 bytes /
  * time) against the HBM peak (2 x memory clock x bus width, from the
  * device's attributes). A second table says where a single query's time

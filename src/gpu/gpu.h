@@ -421,8 +421,9 @@ patina_status patina_gpu__bandwidth(patina_gpu_t *g, int kind, size_t bytes, int
  * the pilot values (staged in shared memory when they fit, else read
  * through L2); 3: the same, always through L2; 4: mode 1 with the pilot
  * and the scan by dp4a instead of the tensor cores (gpu/knn_tc.cuh
- * tc_gemv_rows: the same integer dot products). Process-wide; the answers
- * are the same. */
+ * tc_gemv_rows: the same integer dot products) and the answer written by
+ * the kernel into pinned host memory (no download). Process-wide; the
+ * answers are the same. */
 void patina_gpu__knn_one(int mode);
 
 /* Benchmarks: where a single CEDD k-NN query's time goes (the one-launch

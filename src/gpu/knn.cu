@@ -474,13 +474,14 @@ static size_t tc_one_smem(int dp)
     return a > b ? a : b;
 }
 
-/* k_tc_one for a row width: the kernel, its dynamic shared memory and its
- * blocks per SM, asked once per state (slot 0: 144 bytes, 1: 256; -1: no
- * cooperative launch on this device). */
-template <int NK32, int T16>
+/* k_tc_one for a row width and a scan: the kernel, its dynamic shared
+ * memory and its blocks per SM, asked once per state (slot 0: 144 bytes,
+ * 1: 256, + 2 for the dp4a scan; -1: no cooperative launch on this
+ * device). */
+template <int NK32, int T16, int GEMV>
 static cudaError_t tc_one_kernel(knn_state_t *st, int slot, const void **fn, size_t *smem)
 {
-    *fn = (const void *)k_tc_one<NK32, T16>;
+    *fn = (const void *)k_tc_one<NK32, T16, GEMV>;
     *smem = tc_one_smem(NK32 * 32 + T16 * 16);
     if (st->one_bps[slot] == 0) {
         int dev = 0, coop = 0, nb = 0;
@@ -510,7 +511,7 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
                             size_t *paths, int *done)
 {
     cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
-    const int slot = c->dp == 144 ? 0 : 1;
+    int slot = c->dp == 144 ? 0 : 1;
     const void *fn;
     void *args[1];
     size_t smem, dense;
@@ -531,7 +532,12 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
         cpu[0] = 1;
         return PATINA_OK;
     }
-    e = slot == 0 ? tc_one_kernel<4, 1>(st, 0, &fn, &smem) : tc_one_kernel<8, 0>(st, 1, &fn, &smem);
+    if (knn_one_mode == 4) { /* the dp4a scan: its own kernel (registers), its own blocks per SM */
+        slot += 2;
+        e = slot == 2 ? tc_one_kernel<4, 1, 1>(st, slot, &fn, &smem) : tc_one_kernel<8, 0, 1>(st, slot, &fn, &smem);
+    } else {
+        e = slot == 0 ? tc_one_kernel<4, 1, 0>(st, slot, &fn, &smem) : tc_one_kernel<8, 0, 0>(st, slot, &fn, &smem);
+    }
     if (e != cudaSuccess) return pgpu_fail((int)e, "gpu search: one-launch k-NN (k_tc_one)", __FILE__, __LINE__);
     if (st->one_bps[slot] < 0) return PATINA_OK;
     memset(&a, 0, sizeof a);
@@ -576,14 +582,22 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
     a.ckey = (double *)(st->d_pilot + o_key);
     a.cnt = st->d_cnt;
     a.cand = st->d_cand;
-    a.out_n = (uint32_t *)st->d_out;
-    a.flag = st->d_out + io.o_flag;
-    a.out_d = (double *)(st->d_out + io.o_outd);
-    a.out_id = (uint64_t *)(st->d_out + io.o_outid);
+    /* the answer: into d_out, downloaded after the launch; in mode 4
+     * written by the kernel straight into the pinned h_out (mapped: one
+     * address space), no copy */
+    uint8_t *out = st->d_out;
+    if (knn_one_mode == 4) {
+        void *hp = NULL;
+        if (cudaHostGetDevicePointer(&hp, st->h_out, 0) == cudaSuccess && hp) out = (uint8_t *)hp;
+        else (void)cudaGetLastError(); /* not mapped: the download */
+    }
+    a.out_n = (uint32_t *)out;
+    a.flag = out + io.o_flag;
+    a.out_d = (double *)(out + io.o_outd);
+    a.out_id = (uint64_t *)(out + io.o_outid);
     memcpy(a.q, q, c->dim);
     a.qinfo = make_float4((float)t2, (float)t2 * (float)t2, (float)s2, 0.f);
     if (knn_one_mode == 3) a.stage_cap = 0; /* theta's select through L2 */
-    a.gemv = knn_one_mode == 4;
     if (prof) {
         a.prof = (unsigned long long *)(st->d_pilot + o_prof);
         e = cudaMemsetAsync(a.prof, 0, TC_PROF * sizeof *a.prof, s);
@@ -604,7 +618,8 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
         knn_prof.launch_us = t0 - t1;
         if (e == cudaSuccess) e = cudaEventRecord(st->prof_ev[1], s);
     }
-    if (e == cudaSuccess) e = cudaMemcpyAsync(st->h_out, st->d_out, io.out_bytes, cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess && out == st->d_out)
+        e = cudaMemcpyAsync(st->h_out, st->d_out, io.out_bytes, cudaMemcpyDeviceToHost, s);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s);
     if (e != cudaSuccess) return pgpu_fail((int)e, "gpu search: one-launch k-NN (k_tc_one)", __FILE__, __LINE__);
     if (prof) { /* the readings after the answer, so that they do not delay it */

@@ -486,12 +486,13 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
 /* ------------------------------------------------- one query, one launch */
 
 /* One query's share of a scan without the tensor cores (a GEMV: no stages,
- * no block barrier): each warp takes 32 rows at a time, its lanes read
+ * no block barrier): each warp takes groups of 32 rows (U at once, their
+ * loads in flight together), its lanes read
  * them as consecutive 16-byte pieces (PR = DP / 16 a row: every load of
  * the warp is 512 contiguous bytes), each piece's dot product with the
  * query by dp4a (u8 x u8: the same exact integer as the MMA's D), the
  * pieces' sums through the warp's part of `part` (shared memory,
- * tc_gemv_smem), then lane i holds row i's D and applies the same float
+ * tc_gemv_words a warp), then lane i holds row i's D and applies the same float
  * tests as tc_scan_rows (MODE 0: the pilot's t into dense[r]; 1: the
  * filter, candidates and their exact t into cnt / cand / ckey). Rows [r0,
  * r1); the 32-row groups may read past r1 inside the copy's padding (its
@@ -513,7 +514,10 @@ __device__ __forceinline__ void tc_gemv_rows(const uint8_t *__restrict__ rows, c
                                              float *__restrict__ dense, uint32_t *cnt, uint32_t *cand, double *ckey,
                                              int32_t *part)
 {
-    constexpr int PR = DP / 16;
+    /* U = 1: two groups in flight (U = 2) take 140 registers at DP 144, one
+     * block an SM; one group keeps 16 warps an SM with 4.6 KB each in
+     * flight, above the ~30 KB an SM that HBM's latency needs */
+    constexpr int PR = DP / 16, U = 1;
     constexpr bool SKEW = PR % 2 == 0;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int32_t *wp = part + warp * tc_gemv_words<DP>();
@@ -522,41 +526,56 @@ __device__ __forceinline__ void tc_gemv_rows(const uint8_t *__restrict__ rows, c
     const float beta = v.w / (1.0f + v.w);
     const float fa = beta * v.z / v.x, fb = beta * v.x;
     const bool all = v.w < 0.f;
-    for (uint32_t g = r0 + (uint32_t)warp * 32; g < r1; g += (uint32_t)blockDim.x) {
-        const uint4 *src = (const uint4 *)(rows + (size_t)g * DP);
-        uint4 w[PR];
+    /* U groups of 32 rows a warp at a time, their loads issued together
+     * (U PR 16-byte loads in flight a lane: 9.2 KB a warp at DP 144) */
+    for (uint32_t g0 = r0 + (uint32_t)warp * 32; g0 < r1; g0 += U * (uint32_t)blockDim.x) {
+        uint4 w[U][PR];
+        tc_aux_t x[U];
 #pragma unroll
-        for (int j = 0; j < PR; j++) w[j] = __ldg(src + lane + 32 * j);
-        const tc_aux_t x = __ldg(aux + g + lane);
+        for (int u = 0; u < U; u++) {
+            const uint32_t g = g0 + (uint32_t)u * blockDim.x;
+            if (g < r1) { /* warp-uniform */
+                const uint4 *src = (const uint4 *)(rows + (size_t)g * DP);
 #pragma unroll
-        for (int j = 0; j < PR; j++) {
-            const int p = lane + 32 * j, c = p % PR; /* piece p: row p / PR, bytes 16 c .. 16 c + 15 */
-            const uint4 qw = *(const uint4 *)(q + 4 * c);
-            uint32_t d = __dp4a(w[j].x, qw.x, 0u);
-            d = __dp4a(w[j].y, qw.y, d);
-            d = __dp4a(w[j].z, qw.z, d);
-            d = __dp4a(w[j].w, qw.w, d);
-            wp[SKEW ? p + p / 32 : p] = (int32_t)d;
+                for (int j = 0; j < PR; j++) w[u][j] = __ldg(src + lane + 32 * j);
+                x[u] = __ldg(aux + g + lane);
+            }
         }
-        __syncwarp();
-        uint32_t dot = 0;
 #pragma unroll
-        for (int c = 0; c < PR; c++) {
-            const int p = lane * PR + c;
-            dot += (uint32_t)wp[SKEW ? p + p / 32 : p];
-        }
-        __syncwarp(); /* the sums read before the next group writes them */
-        const uint32_t r = g + (uint32_t)lane;
-        if (r >= r1) continue;
-        if (MODE == 0) {
-            const float num = (float)dot * (x.x * v.x);
-            const float den = fmaf(x.y, v.z, x.z * v.y) - num;
-            dense[r] = __fdiv_rn(num, den);
-        } else if (all || (float)dot >= fmaf(fb, x.w, fa * x.x)) {
-            const uint32_t pos = atomicAdd(cnt, 1u);
-            if (pos < TC_CAND) {
-                cand[pos] = r;
-                ckey[pos] = tc_exact_t(dot, x, (double)v.x, (double)v.y, (double)v.z);
+        for (int u = 0; u < U; u++) {
+            const uint32_t g = g0 + (uint32_t)u * blockDim.x;
+            if (g >= r1) break; /* warp-uniform */
+#pragma unroll
+            for (int j = 0; j < PR; j++) {
+                const int p = lane + 32 * j, c = p % PR; /* piece p: row p / PR, bytes 16 c .. 16 c + 15 */
+                const uint4 qw = *(const uint4 *)(q + 4 * c);
+                uint32_t d = __dp4a(w[u][j].x, qw.x, 0u);
+                d = __dp4a(w[u][j].y, qw.y, d);
+                d = __dp4a(w[u][j].z, qw.z, d);
+                d = __dp4a(w[u][j].w, qw.w, d);
+                wp[SKEW ? p + p / 32 : p] = (int32_t)d;
+            }
+            __syncwarp();
+            uint32_t dot = 0;
+#pragma unroll
+            for (int c = 0; c < PR; c++) {
+                const int p = lane * PR + c;
+                dot += (uint32_t)wp[SKEW ? p + p / 32 : p];
+            }
+            __syncwarp(); /* the sums read before the next group writes them */
+            const uint32_t r = g + (uint32_t)lane;
+            if (r >= r1) continue;
+            const tc_aux_t xr = x[u];
+            if (MODE == 0) {
+                const float num = (float)dot * (xr.x * v.x);
+                const float den = fmaf(xr.y, v.z, xr.z * v.y) - num;
+                dense[r] = __fdiv_rn(num, den);
+            } else if (all || (float)dot >= fmaf(fb, xr.w, fa * xr.x)) {
+                const uint32_t pos = atomicAdd(cnt, 1u);
+                if (pos < TC_CAND) {
+                    cand[pos] = r;
+                    ckey[pos] = tc_exact_t(dot, xr, (double)v.x, (double)v.y, (double)v.z);
+                }
             }
         }
     }
@@ -574,7 +593,6 @@ typedef struct tc_one_args {
     uint32_t n, S, take;       /* rows; pilot rows (the first S); results (<= n) */
     uint32_t rpb_pilot, rpb_scan; /* rows per block in the pilot and in the scan (whole stages) */
     uint32_t stage_cap;        /* pilot values the dynamic shared memory holds (floats) */
-    uint32_t gemv;             /* 1: the pilot and the scan by tc_gemv_rows (dp4a), else the MMA scan */
     float *dense;              /* (S rounded up to 4) the pilot's t */
     float *top;                /* (gridDim.x, take) each block's take largest pilot values; NULL: select from dense */
     uint32_t *cnt, *cand;      /* (1), (TC_CAND) */
@@ -631,12 +649,14 @@ __device__ __forceinline__ void tc_prof_mark(unsigned long long *prof, int i, bo
  *     the one candidate list, each candidate's exact t beside it (from
  *     the MMA's D: the final pass reads no row for it); a grid barrier;
  *  4. block 0 ranks the candidates (tc_final_query).
+ * GEMV: the pilot and the scan by tc_gemv_rows (dp4a) instead of the
+ * tensor cores (tc_scan_rows): the same D, the same tests.
  * The scan and final passes are the multi-launch path's device functions
  * (same arithmetic), so the answer and the flag are the same. The barriers
  * (cooperative_groups' grid sync: release / acquire at device scope) order
  * the global writes before them against the reads after them; those reads
  * go through L2 (ld.cg, cp.async.cg). */
-template <int NK32, int T16>
+template <int NK32, int T16, int GEMV>
 __global__ void __launch_bounds__(TC_WARPS * 32)
 k_tc_one(const tc_one_args_t a)
 {
@@ -670,11 +690,12 @@ k_tc_one(const tc_one_args_t a)
     {
         const uint32_t r0 = blockIdx.x * a.rpb_pilot;
         const uint32_t m = r0 < a.S ? min(a.S, r0 + a.rpb_pilot) - r0 : 0u, kk = min(a.take, m);
-        if (m && a.gemv)
-            tc_gemv_rows<DP, 0>(a.rows, a.aux, r0, r0 + m, sq, &sqi, a.dense, NULL, NULL, NULL, (int32_t *)smem);
-        else if (m)
+        if constexpr (GEMV) {
+            if (m) tc_gemv_rows<DP, 0>(a.rows, a.aux, r0, r0 + m, sq, &sqi, a.dense, NULL, NULL, NULL, (int32_t *)smem);
+        } else if (m) {
             tc_scan_rows<NK32, T16, 0>(a.rows, a.aux, r0, r0 + m, qb, &sqi, 1, 1, 0, a.dense, (size_t)a.S, NULL,
                                        NULL, NULL);
+        }
         if (a.top) {
             float *out = a.top + (size_t)blockIdx.x * a.take;
             __syncthreads(); /* the block's pilot values written; its stages read */
@@ -717,12 +738,14 @@ k_tc_one(const tc_one_args_t a)
     /* 3. the filtering scan */
     {
         const uint32_t r0 = blockIdx.x * a.rpb_scan;
-        if (r0 < a.n && a.gemv)
-            tc_gemv_rows<DP, 1>(a.rows, a.aux, r0, min(a.n, r0 + a.rpb_scan), sq, &sqi, NULL, a.cnt, a.cand, a.ckey,
-                                (int32_t *)smem);
-        else if (r0 < a.n)
+        if constexpr (GEMV) {
+            if (r0 < a.n)
+                tc_gemv_rows<DP, 1>(a.rows, a.aux, r0, min(a.n, r0 + a.rpb_scan), sq, &sqi, NULL, a.cnt, a.cand,
+                                    a.ckey, (int32_t *)smem);
+        } else if (r0 < a.n) {
             tc_scan_rows<NK32, T16, 1>(a.rows, a.aux, r0, min(a.n, r0 + a.rpb_scan), qb, &sqi, 1, 1, 0, NULL, 0,
                                        a.cnt, a.cand, a.ckey);
+        }
     }
     tc_prof_mark(a.prof, TC_PROF_SCAN, true);
     grid.sync();
