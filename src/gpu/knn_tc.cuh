@@ -224,6 +224,32 @@ k_tc_scan(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, ui
 
 /* -------------------------------------------------------------- select */
 
+/* The kth largest of n unsigned keys key(i) for the whole block, as
+ * tc_radix_kth (sh: its shared words); kth = 1 (a k = 1 search's every
+ * select) is the largest key, found by one block-wide max in place of the
+ * radix select's three passes of 2048 bins. n >= kth. */
+template <typename Key>
+__device__ __forceinline__ uint32_t tc_kth(Key key, uint32_t n, uint32_t kth, uint32_t *sh)
+{
+    if (kth != 1) return tc_radix_kth(key, n, kth, sh);
+    uint32_t m = 0;
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) m = max(m, key(i));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = m;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        uint32_t v = threadIdx.x < (blockDim.x >> 5) ? sh[threadIdx.x] : 0u;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (threadIdx.x == 0) sh[32] = v;
+    }
+    __syncthreads();
+    m = sh[32];
+    __syncthreads(); /* sh free again on return, as after tc_radix_kth */
+    return m;
+}
+
 /* The scan's threshold theta' = theta (1 - 1e-5) - 1e-9 from theta's bits
  * (the pilot's kth largest t). */
 __device__ __forceinline__ float tc_theta(uint32_t bits) { return __uint_as_float(bits) * (1.0f - 1e-5f) - 1e-9f; }
@@ -243,7 +269,7 @@ k_tc_select(const float *__restrict__ dense, size_t ld, uint32_t n, uint32_t kth
         cnt[blockIdx.x] = 0;
         flag[blockIdx.x] = 0;
     }
-    const uint32_t bits = tc_radix_kth([v](uint32_t i) { return __float_as_uint(v[i]); }, n, kth, sh);
+    const uint32_t bits = tc_kth([v](uint32_t i) { return __float_as_uint(v[i]); }, n, kth, sh);
     if (threadIdx.x == 0 && qinfo[blockIdx.x].x != 0.f) qinfo[blockIdx.x].w = tc_theta(bits);
 }
 
@@ -449,7 +475,7 @@ tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restri
     /* kappa: the take-th largest t, to 2^-20 relative (the high 32 bits of
      * a non-negative double order like unsigned integers), less 1e-9; the
      * survivors (t >= kappa) are compacted to the front */
-    const uint32_t hi = tc_radix_kth(
+    const uint32_t hi = tc_kth(
         [key](uint32_t i) { return (uint32_t)((unsigned long long)__double_as_longlong(key[i]) >> 32); }, (uint32_t)nl,
         (uint32_t)take, rsh);
     const double kappa = __longlong_as_double((long long)((unsigned long long)hi << 32)) - 1e-9;
@@ -702,7 +728,7 @@ k_tc_one(const tc_one_args_t a)
             for (uint32_t i = threadIdx.x; i < m; i += blockDim.x) sv[i] = __ldcg(a.dense + r0 + i);
             __syncthreads();
             if (kk) {
-                const uint32_t bits = tc_radix_kth([sv](uint32_t i) { return __float_as_uint(sv[i]); }, m, kk, rsh);
+                const uint32_t bits = tc_kth([sv](uint32_t i) { return __float_as_uint(sv[i]); }, m, kk, rsh);
                 /* fewer than kk keys lie above the kk-th largest */
                 for (uint32_t i = threadIdx.x; i < m; i += blockDim.x)
                     if (__float_as_uint(sv[i]) > bits) out[atomicAdd(&s_w, 1u)] = sv[i];
@@ -727,9 +753,9 @@ k_tc_one(const tc_one_args_t a)
             if (threadIdx.x < nv % 4) sv[nv / 4 * 4 + threadIdx.x] = __ldcg(v + nv / 4 * 4 + threadIdx.x);
             cp_async_wait<0>();
             __syncthreads();
-            bits = tc_radix_kth([sv](uint32_t i) { return __float_as_uint(sv[i]); }, nv, a.take, rsh);
+            bits = tc_kth([sv](uint32_t i) { return __float_as_uint(sv[i]); }, nv, a.take, rsh);
         } else {
-            bits = tc_radix_kth([v](uint32_t i) { return __float_as_uint(__ldcg(v + i)); }, nv, a.take, rsh);
+            bits = tc_kth([v](uint32_t i) { return __float_as_uint(__ldcg(v + i)); }, nv, a.take, rsh);
         }
         if (threadIdx.x == 0) sqi.w = tc_theta(bits);
         __syncthreads();
