@@ -587,9 +587,16 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
      * address space), no copy */
     uint8_t *out = st->d_out;
     if (knn_one_mode == 4) {
-        void *hp = NULL;
-        if (cudaHostGetDevicePointer(&hp, st->h_out, 0) == cudaSuccess && hp) out = (uint8_t *)hp;
-        else (void)cudaGetLastError(); /* not mapped: the download */
+        if (st->h_out_of != st->h_out) { /* asked once per output buffer */
+            void *hp = NULL;
+            if (cudaHostGetDevicePointer(&hp, st->h_out, 0) != cudaSuccess) {
+                (void)cudaGetLastError(); /* not mapped: the download */
+                hp = NULL;
+            }
+            st->h_out_dev = (uint8_t *)hp;
+            st->h_out_of = st->h_out;
+        }
+        if (st->h_out_dev) out = st->h_out_dev;
     }
     a.out_n = (uint32_t *)out;
     a.flag = out + io.o_flag;
