@@ -419,9 +419,42 @@ patina_status patina_gpu__bandwidth(patina_gpu_t *g, int kind, size_t bytes, int
  * 0: the multi-launch path (pilot, select, scan and final kernels), to time
  * the two in one run; 2: the one-launch kernel with theta selected from all
  * the pilot values (staged in shared memory when they fit, else read
- * through L2); 3: the same, always through L2. Process-wide; the answers
- * are the same. */
+ * through L2); 3: the same, always through L2; 4: mode 1 with the pilot
+ * and the scan by dp4a instead of the tensor cores (gpu/knn_tc.cuh
+ * tc_gemv_rows: the same integer dot products) and the answer written by
+ * the kernel into pinned host memory (no download). Process-wide; the
+ * answers are the same. */
 void patina_gpu__knn_one(int mode);
+
+/* Benchmarks: where a single CEDD k-NN query's time goes (the one-launch
+ * path). patina_gpu__knn_prof(1) turns the measurement on for the calls
+ * that follow (two CUDA events around the launch, the kernel's phases from
+ * its global timer, one clock reading per host step; a few microseconds a
+ * call), 0 turns it off (the default: nothing is measured). Process-wide,
+ * like patina_gpu__knn_one; patina_gpu__knn_prof_last gives the last
+ * measured call's figures (valid 0 when it did not run k_tc_one). Times in
+ * microseconds. */
+typedef struct pgpu_knn_prof {
+    int valid;        /* 1: the call ran k_tc_one with the measurement on */
+    double kernel_us; /* the launch alone (CUDA events on the stream) */
+    /* the kernel's phases (%globaltimer, as block 0 sees them): */
+    double spread_us; /* the last block's start after block 0's */
+    double pilot_us;  /* the pilot and the first grid barrier */
+    double theta_us;  /* theta selected */
+    double scan_us;   /* the filtering scan, to the last block's end */
+    double sync_us;   /* from the last block's scan end to block 0 past the second barrier */
+    double final_us;  /* block 0's final ranking */
+    size_t cand;      /* the scan's candidates */
+    /* the host's steps (CLOCK_MONOTONIC): */
+    double begin_us;  /* device, search state, the copy found and brought up to date */
+    double prep_us;   /* up to the launch: query sums, buffers, arguments */
+    double launch_us; /* the launch call */
+    double wait_us;   /* the download queued and the stream synchronised */
+    double out_us;    /* the hits converted */
+    double meas_us;   /* the measurement's own readings after the answer (in the call's time, in no step) */
+} pgpu_knn_prof_t;
+void patina_gpu__knn_prof(int on);
+void patina_gpu__knn_prof_last(pgpu_knn_prof_t *out);
 
 /* Profiling: on != 0 times the kernels of every batch with CUDA events from
  * now on: ms[0] block sums, ms[1] block contributions, ms[2] accumulation and

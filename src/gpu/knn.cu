@@ -437,6 +437,34 @@ static int knn_one_mode = 1; /* patina_gpu__knn_one */
 
 void patina_gpu__knn_one(int mode) { knn_one_mode = mode; }
 
+/* The measurement of the one-launch path (patina_gpu__knn_prof): the
+ * switch and the last measured call's figures. Calls run under the
+ * context's GPU turn; the switch is a benchmark's, set between calls. */
+static int knn_prof_on;
+static pgpu_knn_prof_t knn_prof;
+
+void patina_gpu__knn_prof(int on) { knn_prof_on = on; }
+
+void patina_gpu__knn_prof_last(pgpu_knn_prof_t *out)
+{
+    if (out) *out = knn_prof;
+}
+
+static double prof_now_us(void) { return patina_now() * 1e6; }
+
+/* k_tc_one's readings (TC_PROF slots, ns) into knn_prof. */
+static void prof_phases(const unsigned long long *t)
+{
+    const double ns = 1e-3;
+    knn_prof.spread_us = (double)(t[TC_PROF_LAST_START] - t[TC_PROF_START]) * ns;
+    knn_prof.pilot_us = (double)(t[TC_PROF_PILOT] - t[TC_PROF_START]) * ns;
+    knn_prof.theta_us = (double)(t[TC_PROF_THETA] - t[TC_PROF_PILOT]) * ns;
+    knn_prof.scan_us = (double)(t[TC_PROF_SCAN] - t[TC_PROF_THETA]) * ns;
+    knn_prof.sync_us = (double)(t[TC_PROF_SYNC] - t[TC_PROF_SCAN]) * ns;
+    knn_prof.final_us = (double)(t[TC_PROF_END] - t[TC_PROF_SYNC]) * ns;
+    knn_prof.cand = (size_t)t[TC_PROF_CAND];
+}
+
 /* k_tc_one's dynamic shared memory: the scan's stages or the final pass's
  * lists, whichever is larger (the pilot values are staged in it too when
  * they fit). */
@@ -446,13 +474,14 @@ static size_t tc_one_smem(int dp)
     return a > b ? a : b;
 }
 
-/* k_tc_one for a row width: the kernel, its dynamic shared memory and its
- * blocks per SM, asked once per state (slot 0: 144 bytes, 1: 256; -1: no
- * cooperative launch on this device). */
-template <int NK32, int T16>
+/* k_tc_one for a row width and a scan: the kernel, its dynamic shared
+ * memory and its blocks per SM, asked once per state (slot 0: 144 bytes,
+ * 1: 256, + 2 for the dp4a scan; -1: no cooperative launch on this
+ * device). */
+template <int NK32, int T16, int GEMV>
 static cudaError_t tc_one_kernel(knn_state_t *st, int slot, const void **fn, size_t *smem)
 {
-    *fn = (const void *)k_tc_one<NK32, T16>;
+    *fn = (const void *)k_tc_one<NK32, T16, GEMV>;
     *smem = tc_one_smem(NK32 * 32 + T16 * 16);
     if (st->one_bps[slot] == 0) {
         int dev = 0, coop = 0, nb = 0;
@@ -482,14 +511,17 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
                             size_t *paths, int *done)
 {
     cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
-    const int slot = c->dp == 144 ? 0 : 1;
+    int slot = c->dp == 144 ? 0 : 1;
     const void *fn;
     void *args[1];
     size_t smem, dense;
     uint32_t most, grid, t2 = 0, s2 = 0;
     tc_one_args_t a;
     tc_io_t io;
-    cudaError_t e;
+    cudaError_t e = cudaSuccess;
+    const int prof = knn_prof_on;
+    unsigned long long pt[TC_PROF];
+    double t0 = prof ? prof_now_us() : 0.0, t1 = 0.0;
     *done = 0;
     for (size_t i = 0; i < c->dim; i++) {
         t2 += q[i];
@@ -500,7 +532,12 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
         cpu[0] = 1;
         return PATINA_OK;
     }
-    e = slot == 0 ? tc_one_kernel<4, 1>(st, 0, &fn, &smem) : tc_one_kernel<8, 0>(st, 1, &fn, &smem);
+    if (knn_one_mode == 4) { /* the dp4a scan: its own kernel (registers), its own blocks per SM */
+        slot += 2;
+        e = slot == 2 ? tc_one_kernel<4, 1, 1>(st, slot, &fn, &smem) : tc_one_kernel<8, 0, 1>(st, slot, &fn, &smem);
+    } else {
+        e = slot == 0 ? tc_one_kernel<4, 1, 0>(st, slot, &fn, &smem) : tc_one_kernel<8, 0, 0>(st, slot, &fn, &smem);
+    }
     if (e != cudaSuccess) return pgpu_fail((int)e, "gpu search: one-launch k-NN (k_tc_one)", __FILE__, __LINE__);
     if (st->one_bps[slot] < 0) return PATINA_OK;
     memset(&a, 0, sizeof a);
@@ -520,10 +557,17 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
      * pilot rows and all the lists fit the shared memory (else theta is
      * selected from the S values), the candidates' keys */
     size_t o_top = (S + 3) / 4 * 4 + 4, o_key = o_top; /* floats */
-    if (a.rpb_pilot <= a.stage_cap && (size_t)grid * take <= a.stage_cap && knn_one_mode == 1)
+    if (a.rpb_pilot <= a.stage_cap && (size_t)grid * take <= a.stage_cap && (knn_one_mode == 1 || knn_one_mode == 4))
         o_key += (size_t)grid * take + 4;
     o_key = (o_key + 3) / 4 * 4; /* the keys' doubles 16-byte aligned */
     dense = o_key + 2 * (size_t)TC_CAND;
+    const size_t o_prof = dense; /* the measurement's u64 slots (8-byte aligned: o_key is a multiple of 4) */
+    if (prof) dense += 2 * (size_t)TC_PROF;
+    if (prof) {
+        for (int i = 0; i < 2 && e == cudaSuccess; i++)
+            if (!st->prof_ev[i]) e = cudaEventCreate(&st->prof_ev[i]);
+        if (e != cudaSuccess) return pgpu_fail((int)e, "gpu search: one-launch k-NN (events)", __FILE__, __LINE__);
+    }
     PATINA_TRY(tc_buffers(g, st, c, 1, dense, take));
     tc_layout(&io, 1, (size_t)c->dp, take);
     a.rows = c->descs;
@@ -538,13 +582,37 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
     a.ckey = (double *)(st->d_pilot + o_key);
     a.cnt = st->d_cnt;
     a.cand = st->d_cand;
-    a.out_n = (uint32_t *)st->d_out;
-    a.flag = st->d_out + io.o_flag;
-    a.out_d = (double *)(st->d_out + io.o_outd);
-    a.out_id = (uint64_t *)(st->d_out + io.o_outid);
+    /* the answer: into d_out, downloaded after the launch; in mode 4
+     * written by the kernel straight into the pinned h_out (mapped: one
+     * address space), no copy */
+    uint8_t *out = st->d_out;
+    if (knn_one_mode == 4) {
+        if (st->h_out_of != st->h_out) { /* asked once per output buffer */
+            void *hp = NULL;
+            if (cudaHostGetDevicePointer(&hp, st->h_out, 0) != cudaSuccess) {
+                (void)cudaGetLastError(); /* not mapped: the download */
+                hp = NULL;
+            }
+            st->h_out_dev = (uint8_t *)hp;
+            st->h_out_of = st->h_out;
+        }
+        if (st->h_out_dev) out = st->h_out_dev;
+    }
+    a.out_n = (uint32_t *)out;
+    a.flag = out + io.o_flag;
+    a.out_d = (double *)(out + io.o_outd);
+    a.out_id = (uint64_t *)(out + io.o_outid);
     memcpy(a.q, q, c->dim);
     a.qinfo = make_float4((float)t2, (float)t2 * (float)t2, (float)s2, 0.f);
     if (knn_one_mode == 3) a.stage_cap = 0; /* theta's select through L2 */
+    if (prof) {
+        a.prof = (unsigned long long *)(st->d_pilot + o_prof);
+        e = cudaMemsetAsync(a.prof, 0, TC_PROF * sizeof *a.prof, s);
+        if (e == cudaSuccess) e = cudaEventRecord(st->prof_ev[0], s);
+        if (e != cudaSuccess) return pgpu_fail((int)e, "gpu search: one-launch k-NN (k_tc_one)", __FILE__, __LINE__);
+        t1 = prof_now_us();
+        knn_prof.prep_us = t1 - t0;
+    }
     args[0] = &a;
     e = cudaLaunchCooperativeKernel(fn, dim3(grid), dim3(TC_WARPS * 32), args, smem, s);
     if (e == cudaErrorCooperativeLaunchTooLarge) { /* fewer SMs than asked for (a shared device): not here */
@@ -552,15 +620,37 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
         st->one_bps[slot] = -1;
         return PATINA_OK;
     }
-    if (e == cudaSuccess) e = cudaMemcpyAsync(st->h_out, st->d_out, io.out_bytes, cudaMemcpyDeviceToHost, s);
+    if (prof) {
+        t0 = prof_now_us();
+        knn_prof.launch_us = t0 - t1;
+        if (e == cudaSuccess) e = cudaEventRecord(st->prof_ev[1], s);
+    }
+    if (e == cudaSuccess && out == st->d_out)
+        e = cudaMemcpyAsync(st->h_out, st->d_out, io.out_bytes, cudaMemcpyDeviceToHost, s);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s);
     if (e != cudaSuccess) return pgpu_fail((int)e, "gpu search: one-launch k-NN (k_tc_one)", __FILE__, __LINE__);
+    if (prof) { /* the readings after the answer, so that they do not delay it */
+        float ms = 0.f;
+        t1 = prof_now_us();
+        knn_prof.wait_us = t1 - t0;
+        e = cudaEventElapsedTime(&ms, st->prof_ev[0], st->prof_ev[1]);
+        if (e == cudaSuccess) e = cudaMemcpy(pt, a.prof, sizeof pt, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) return pgpu_fail((int)e, "gpu search: one-launch k-NN (measurement)", __FILE__, __LINE__);
+        knn_prof.kernel_us = (double)ms * 1e3;
+        prof_phases(pt);
+        knn_prof.valid = 1;
+        t0 = t1;
+        t1 = prof_now_us(); /* the conversion's time from here */
+        knn_prof.meas_us = t1 - t0;
+    }
     *done = 1;
     cpu[0] = st->h_out[io.o_flag];
-    if (cpu[0]) return PATINA_OK;
-    for (size_t j = 0; j < take; j++) hits[j] = tc_result(st, &io, take, 0, j);
-    counts[0] = take;
-    if (paths) paths[0]++;
+    if (!cpu[0]) {
+        for (size_t j = 0; j < take; j++) hits[j] = tc_result(st, &io, take, 0, j);
+        counts[0] = take;
+        if (paths) paths[0]++;
+    }
+    if (prof) knn_prof.out_us = prof_now_us() - t1;
     return PATINA_OK;
 }
 
@@ -1058,7 +1148,14 @@ static patina_status knn_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, 
 
     memset(cpu, 0, nq);
     if (idx->live == 0 || nq == 0) return PATINA_OK;
-    PATINA_TRY(search_begin(g, idx, &st, &c));
+    if (knn_prof_on) {
+        const double t0 = prof_now_us();
+        memset(&knn_prof, 0, sizeof knn_prof);
+        PATINA_TRY(search_begin(g, idx, &st, &c));
+        knn_prof.begin_us = prof_now_us() - t0;
+    } else {
+        PATINA_TRY(search_begin(g, idx, &st, &c));
+    }
     if (!c->tc) return def_knn(g, st, c, idx, qv, nq, k, hits, counts, cpu, paths);
     S = tc_pilot_rows(c->n, take);
     {

@@ -75,6 +75,8 @@ static void knn_release(patina_gpu_t *g, void *state)
         if (st->copy[i].serial) copy_free(g, &st->copy[i]);
     buffers_free(g, st);
     tc_buffers_free(g, st);
+    for (int i = 0; i < 2; i++)
+        if (st->prof_ev[i]) (void)cudaEventDestroy(st->prof_ev[i]);
     (void)cudaGetLastError();
     free(st);
 }

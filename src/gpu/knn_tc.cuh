@@ -224,6 +224,32 @@ k_tc_scan(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, ui
 
 /* -------------------------------------------------------------- select */
 
+/* The kth largest of n unsigned keys key(i) for the whole block, as
+ * tc_radix_kth (sh: its shared words); kth = 1 (a k = 1 search's every
+ * select) is the largest key, found by one block-wide max in place of the
+ * radix select's three passes of 2048 bins. n >= kth. */
+template <typename Key>
+__device__ __forceinline__ uint32_t tc_kth(Key key, uint32_t n, uint32_t kth, uint32_t *sh)
+{
+    if (kth != 1) return tc_radix_kth(key, n, kth, sh);
+    uint32_t m = 0;
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) m = max(m, key(i));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = m;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        uint32_t v = threadIdx.x < (blockDim.x >> 5) ? sh[threadIdx.x] : 0u;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (threadIdx.x == 0) sh[32] = v;
+    }
+    __syncthreads();
+    m = sh[32];
+    __syncthreads(); /* sh free again on return, as after tc_radix_kth */
+    return m;
+}
+
 /* The scan's threshold theta' = theta (1 - 1e-5) - 1e-9 from theta's bits
  * (the pilot's kth largest t). */
 __device__ __forceinline__ float tc_theta(uint32_t bits) { return __uint_as_float(bits) * (1.0f - 1e-5f) - 1e-9f; }
@@ -243,7 +269,7 @@ k_tc_select(const float *__restrict__ dense, size_t ld, uint32_t n, uint32_t kth
         cnt[blockIdx.x] = 0;
         flag[blockIdx.x] = 0;
     }
-    const uint32_t bits = tc_radix_kth([v](uint32_t i) { return __float_as_uint(v[i]); }, n, kth, sh);
+    const uint32_t bits = tc_kth([v](uint32_t i) { return __float_as_uint(v[i]); }, n, kth, sh);
     if (threadIdx.x == 0 && qinfo[blockIdx.x].x != 0.f) qinfo[blockIdx.x].w = tc_theta(bits);
 }
 
@@ -449,7 +475,7 @@ tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restri
     /* kappa: the take-th largest t, to 2^-20 relative (the high 32 bits of
      * a non-negative double order like unsigned integers), less 1e-9; the
      * survivors (t >= kappa) are compacted to the front */
-    const uint32_t hi = tc_radix_kth(
+    const uint32_t hi = tc_kth(
         [key](uint32_t i) { return (uint32_t)((unsigned long long)__double_as_longlong(key[i]) >> 32); }, (uint32_t)nl,
         (uint32_t)take, rsh);
     const double kappa = __longlong_as_double((long long)((unsigned long long)hi << 32)) - 1e-9;
@@ -485,6 +511,102 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
 
 /* ------------------------------------------------- one query, one launch */
 
+/* One query's share of a scan without the tensor cores (a GEMV: no stages,
+ * no block barrier): each warp takes groups of 32 rows (U at once, their
+ * loads in flight together), its lanes read
+ * them as consecutive 16-byte pieces (PR = DP / 16 a row: every load of
+ * the warp is 512 contiguous bytes), each piece's dot product with the
+ * query by dp4a (u8 x u8: the same exact integer as the MMA's D), the
+ * pieces' sums through the warp's part of `part` (shared memory,
+ * tc_gemv_words a warp), then lane i holds row i's D and applies the same float
+ * tests as tc_scan_rows (MODE 0: the pilot's t into dense[r]; 1: the
+ * filter, candidates and their exact t into cnt / cand / ckey). Rows [r0,
+ * r1); the 32-row groups may read past r1 inside the copy's padding (its
+ * rows and infos are padded by TC_R, and r1 - r0 is whole TC_R stages or
+ * ends at the copy's n). q: the query's DP / 4 words, qi: its T2, T2^2,
+ * S2, theta' (both in shared memory). Every thread of the block calls it. */
+template <int DP>
+__host__ __device__ constexpr int tc_gemv_words(void)
+{
+    /* a warp's partial sums: 32 rows x PR, with one word of skew per 32
+     * when PR is even (lane i reads words i PR .. i PR + PR - 1: without
+     * the skew, 16 lanes a bank) */
+    return 32 * (DP / 16) + ((DP / 16) % 2 == 0 ? DP / 16 : 0);
+}
+
+template <int DP, int MODE>
+__device__ __forceinline__ void tc_gemv_rows(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux,
+                                             uint32_t r0, uint32_t r1, const uint32_t *q, const tc_qinfo_t *qi,
+                                             float *__restrict__ dense, uint32_t *cnt, uint32_t *cand, double *ckey,
+                                             int32_t *part)
+{
+    /* U = 1: two groups in flight (U = 2) take 140 registers at DP 144, one
+     * block an SM; one group keeps 16 warps an SM with 4.6 KB each in
+     * flight, above the ~30 KB an SM that HBM's latency needs */
+    constexpr int PR = DP / 16, U = 1;
+    constexpr bool SKEW = PR % 2 == 0;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int32_t *wp = part + warp * tc_gemv_words<DP>();
+    const float4 v = *qi;
+    /* the filter as tc_scan_rows's, for one query (T2 > 0) */
+    const float beta = v.w / (1.0f + v.w);
+    const float fa = beta * v.z / v.x, fb = beta * v.x;
+    const bool all = v.w < 0.f;
+    /* U groups of 32 rows a warp at a time, their loads issued together
+     * (U PR 16-byte loads in flight a lane: 9.2 KB a warp at DP 144) */
+    for (uint32_t g0 = r0 + (uint32_t)warp * 32; g0 < r1; g0 += U * (uint32_t)blockDim.x) {
+        uint4 w[U][PR];
+        tc_aux_t x[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const uint32_t g = g0 + (uint32_t)u * blockDim.x;
+            if (g < r1) { /* warp-uniform */
+                const uint4 *src = (const uint4 *)(rows + (size_t)g * DP);
+#pragma unroll
+                for (int j = 0; j < PR; j++) w[u][j] = __ldg(src + lane + 32 * j);
+                x[u] = __ldg(aux + g + lane);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const uint32_t g = g0 + (uint32_t)u * blockDim.x;
+            if (g >= r1) break; /* warp-uniform */
+#pragma unroll
+            for (int j = 0; j < PR; j++) {
+                const int p = lane + 32 * j, c = p % PR; /* piece p: row p / PR, bytes 16 c .. 16 c + 15 */
+                const uint4 qw = *(const uint4 *)(q + 4 * c);
+                uint32_t d = __dp4a(w[u][j].x, qw.x, 0u);
+                d = __dp4a(w[u][j].y, qw.y, d);
+                d = __dp4a(w[u][j].z, qw.z, d);
+                d = __dp4a(w[u][j].w, qw.w, d);
+                wp[SKEW ? p + p / 32 : p] = (int32_t)d;
+            }
+            __syncwarp();
+            uint32_t dot = 0;
+#pragma unroll
+            for (int c = 0; c < PR; c++) {
+                const int p = lane * PR + c;
+                dot += (uint32_t)wp[SKEW ? p + p / 32 : p];
+            }
+            __syncwarp(); /* the sums read before the next group writes them */
+            const uint32_t r = g + (uint32_t)lane;
+            if (r >= r1) continue;
+            const tc_aux_t xr = x[u];
+            if (MODE == 0) {
+                const float num = (float)dot * (xr.x * v.x);
+                const float den = fmaf(xr.y, v.z, xr.z * v.y) - num;
+                dense[r] = __fdiv_rn(num, den);
+            } else if (all || (float)dot >= fmaf(fb, xr.w, fa * xr.x)) {
+                const uint32_t pos = atomicAdd(cnt, 1u);
+                if (pos < TC_CAND) {
+                    cand[pos] = r;
+                    ckey[pos] = tc_exact_t(dot, xr, (double)v.x, (double)v.y, (double)v.z);
+                }
+            }
+        }
+    }
+}
+
 /* k_tc_one's arguments, passed by value: the query travels in them (no
  * upload). */
 typedef struct tc_one_args {
@@ -505,9 +627,37 @@ typedef struct tc_one_args {
     uint64_t *out_id;          /* (take) */
     uint32_t *out_n;           /* (1) */
     uint8_t *flag;             /* (1) */
+    unsigned long long *prof;  /* (TC_PROF) zeroed; NULL: not measured (tc_one_prof) */
     tc_qinfo_t qinfo;          /* T2 (> 0), T2^2, S2; w unused */
     uint32_t q[PGPU_KNN_MAXDIM / 4]; /* the query row, zero padded to DP bytes */
 } tc_one_args_t;
+
+/* k_tc_one's measurement (a.prof): %globaltimer readings in ns -- block 0's
+ * start, the last block's start, block 0 past the first barrier and past
+ * theta, the last block's scan end, block 0 past the second barrier and at
+ * its end -- and the scan's candidate count. */
+enum { TC_PROF_START, TC_PROF_LAST_START, TC_PROF_PILOT, TC_PROF_THETA, TC_PROF_SCAN, TC_PROF_SYNC, TC_PROF_END,
+       TC_PROF_CAND, TC_PROF };
+
+__device__ __forceinline__ unsigned long long tc_clock(void)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* Block 0's reading into slot i (every thread of the block past the step);
+ * max: every block's, the latest kept. a.prof is uniform, so the barrier
+ * is too. */
+__device__ __forceinline__ void tc_prof_mark(unsigned long long *prof, int i, bool max)
+{
+    if (!prof || (!max && blockIdx.x != 0)) return;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        if (max) atomicMax(prof + i, tc_clock());
+        else prof[i] = tc_clock();
+    }
+}
 
 /* One k-NN query through the whole engine in one cooperative launch (grid
  * <= the blocks that fit on the device at once, so that the barriers
@@ -525,12 +675,14 @@ typedef struct tc_one_args {
  *     the one candidate list, each candidate's exact t beside it (from
  *     the MMA's D: the final pass reads no row for it); a grid barrier;
  *  4. block 0 ranks the candidates (tc_final_query).
+ * GEMV: the pilot and the scan by tc_gemv_rows (dp4a) instead of the
+ * tensor cores (tc_scan_rows): the same D, the same tests.
  * The scan and final passes are the multi-launch path's device functions
  * (same arithmetic), so the answer and the flag are the same. The barriers
  * (cooperative_groups' grid sync: release / acquire at device scope) order
  * the global writes before them against the reads after them; those reads
  * go through L2 (ld.cg, cp.async.cg). */
-template <int NK32, int T16>
+template <int NK32, int T16, int GEMV>
 __global__ void __launch_bounds__(TC_WARPS * 32)
 k_tc_one(const tc_one_args_t a)
 {
@@ -544,6 +696,11 @@ k_tc_one(const tc_one_args_t a)
     const uint8_t *qb = (const uint8_t *)sq;
     float *sv = (float *)smem; /* values staged for a select */
 
+    if (a.prof && threadIdx.x == 0) {
+        const unsigned long long t = tc_clock();
+        if (blockIdx.x == 0) a.prof[TC_PROF_START] = t;
+        atomicMax(a.prof + TC_PROF_LAST_START, t);
+    }
     for (int i = threadIdx.x; i < DP / 4; i += blockDim.x) sq[i] = a.q[i];
     if (threadIdx.x == 0) {
         sqi = a.qinfo;
@@ -559,16 +716,19 @@ k_tc_one(const tc_one_args_t a)
     {
         const uint32_t r0 = blockIdx.x * a.rpb_pilot;
         const uint32_t m = r0 < a.S ? min(a.S, r0 + a.rpb_pilot) - r0 : 0u, kk = min(a.take, m);
-        if (m)
+        if constexpr (GEMV) {
+            if (m) tc_gemv_rows<DP, 0>(a.rows, a.aux, r0, r0 + m, sq, &sqi, a.dense, NULL, NULL, NULL, (int32_t *)smem);
+        } else if (m) {
             tc_scan_rows<NK32, T16, 0>(a.rows, a.aux, r0, r0 + m, qb, &sqi, 1, 1, 0, a.dense, (size_t)a.S, NULL,
                                        NULL, NULL);
+        }
         if (a.top) {
             float *out = a.top + (size_t)blockIdx.x * a.take;
             __syncthreads(); /* the block's pilot values written; its stages read */
             for (uint32_t i = threadIdx.x; i < m; i += blockDim.x) sv[i] = __ldcg(a.dense + r0 + i);
             __syncthreads();
             if (kk) {
-                const uint32_t bits = tc_radix_kth([sv](uint32_t i) { return __float_as_uint(sv[i]); }, m, kk, rsh);
+                const uint32_t bits = tc_kth([sv](uint32_t i) { return __float_as_uint(sv[i]); }, m, kk, rsh);
                 /* fewer than kk keys lie above the kk-th largest */
                 for (uint32_t i = threadIdx.x; i < m; i += blockDim.x)
                     if (__float_as_uint(sv[i]) > bits) out[atomicAdd(&s_w, 1u)] = sv[i];
@@ -579,6 +739,7 @@ k_tc_one(const tc_one_args_t a)
         }
     }
     grid.sync();
+    tc_prof_mark(a.prof, TC_PROF_PILOT, false);
     /* 2. theta (k_tc_select's, for one query) */
     {
         const float *v = a.top ? a.top : a.dense;
@@ -592,25 +753,38 @@ k_tc_one(const tc_one_args_t a)
             if (threadIdx.x < nv % 4) sv[nv / 4 * 4 + threadIdx.x] = __ldcg(v + nv / 4 * 4 + threadIdx.x);
             cp_async_wait<0>();
             __syncthreads();
-            bits = tc_radix_kth([sv](uint32_t i) { return __float_as_uint(sv[i]); }, nv, a.take, rsh);
+            bits = tc_kth([sv](uint32_t i) { return __float_as_uint(sv[i]); }, nv, a.take, rsh);
         } else {
-            bits = tc_radix_kth([v](uint32_t i) { return __float_as_uint(__ldcg(v + i)); }, nv, a.take, rsh);
+            bits = tc_kth([v](uint32_t i) { return __float_as_uint(__ldcg(v + i)); }, nv, a.take, rsh);
         }
         if (threadIdx.x == 0) sqi.w = tc_theta(bits);
         __syncthreads();
     }
+    tc_prof_mark(a.prof, TC_PROF_THETA, false);
     /* 3. the filtering scan */
     {
         const uint32_t r0 = blockIdx.x * a.rpb_scan;
-        if (r0 < a.n)
+        if constexpr (GEMV) {
+            if (r0 < a.n)
+                tc_gemv_rows<DP, 1>(a.rows, a.aux, r0, min(a.n, r0 + a.rpb_scan), sq, &sqi, NULL, a.cnt, a.cand,
+                                    a.ckey, (int32_t *)smem);
+        } else if (r0 < a.n) {
             tc_scan_rows<NK32, T16, 1>(a.rows, a.aux, r0, min(a.n, r0 + a.rpb_scan), qb, &sqi, 1, 1, 0, NULL, 0,
                                        a.cnt, a.cand, a.ckey);
+        }
     }
+    tc_prof_mark(a.prof, TC_PROF_SCAN, true);
     grid.sync();
+    if (a.prof && blockIdx.x == 0 && threadIdx.x == 0) {
+        a.prof[TC_PROF_SYNC] = tc_clock();
+        a.prof[TC_PROF_CAND] = __ldcg(a.cnt);
+    }
     /* 4. the final ranking */
-    if (blockIdx.x == 0)
+    if (blockIdx.x == 0) {
         tc_final_query<DP, 0>(0, a.rows, a.aux, a.t1, a.c3, a.ptab, a.ids, a.dead, qb, &sqi, a.cnt, a.cand, a.ckey,
                               (int)a.take, 0, (int)a.take, 0.0, a.out_d, a.out_id, a.out_n, a.flag);
+        tc_prof_mark(a.prof, TC_PROF_END, false);
+    }
 }
 
 #endif

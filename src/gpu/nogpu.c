@@ -188,6 +188,13 @@ patina_status pgpu_glcm_time(patina_gpu_t *g, const pgpu_glcm_knobs_t *k, pgpu_g
 
 void patina_gpu__knn_one(int mode) { (void)mode; }
 
+void patina_gpu__knn_prof(int on) { (void)on; }
+
+void patina_gpu__knn_prof_last(pgpu_knn_prof_t *out)
+{
+    if (out) memset(out, 0, sizeof *out);
+}
+
 void patina_gpu__profile(patina_gpu_t *g, int on, double ms[4], uint64_t *batches)
 {
     (void)g; (void)on;

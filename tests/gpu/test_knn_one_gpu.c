@@ -17,10 +17,14 @@
  *     by the retry or the CPU, still the CPU's answer);
  *   - real CEDD descriptors of the photographs under samples/ (and their
  *     perturbed copies) as table and queries;
+ *   - the ties and the photographs again with the dp4a scan (mode 4);
  *   - the random queries again with theta selected from all the pilot
  *     values (staged in shared memory, or read through L2) instead of the
  *     blocks' top-k lists, and through the multi-launch path
- *     (patina_gpu__knn_one's modes);
+ *     (patina_gpu__knn_one's modes), with the pilot and the scan by dp4a
+ *     instead of the tensor cores (mode 4), and with the measurement on
+ *     (patina_gpu__knn_prof: the same answers; the figures present, not
+ *     negative, the kernel's phases within its event time);
  *   - rows removed and added between calls (the device copy's dead rows and
  *     appended rows), the same query twice (the launch's own counters), and
  *     single queries between batches (buffers shared with the multi-launch
@@ -32,7 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu/gpu.h" /* patina_gpu__knn_one */
+#include "gpu/gpu.h" /* patina_gpu__knn_one, patina_gpu__knn_prof */
 #include "patina/patina.h"
 #include "testutil.h"
 
@@ -120,13 +124,35 @@ static size_t check(const patina_index_t *idx, const uint8_t *q, size_t k, const
     return bad;
 }
 
+/* The last call's measurement (patina_gpu__knn_prof), when k_tc_one ran
+ * (a device without cooperative launches takes the multi-launch path: not
+ * measured; *valid counts the others): no figure negative, the kernel's
+ * phases inside the kernel's event time (2 us for the two clocks' reading
+ * apart), at most TC_CAND candidates. */
+static size_t prof_bad(size_t n, size_t k, size_t *valid)
+{
+    pgpu_knn_prof_t p;
+    patina_gpu__knn_prof_last(&p);
+    if (!p.valid) return 0;
+    (*valid)++;
+    const double phases = p.spread_us + p.pilot_us + p.theta_us + p.scan_us + p.sync_us + p.final_us;
+    const double f[] = {p.kernel_us, p.spread_us, p.pilot_us, p.theta_us, p.scan_us, p.sync_us, p.final_us,
+                        p.begin_us, p.prep_us, p.launch_us, p.wait_us, p.out_us, p.meas_us};
+    int ok = p.kernel_us > 0 && p.cand <= 4096 && phases - p.spread_us <= p.kernel_us + 2.0;
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) ok = ok && f[i] >= 0;
+    if (!ok)
+        printf("  measurement, %zu rows, k %zu: valid %d kernel %.1f us, phases %.1f us, cand %zu\n", n, k, p.valid,
+               p.kernel_us, phases, p.cand);
+    return !ok;
+}
+
 static void test_random(void **state)
 {
     static const size_t ns[] = {1, 2, 127, 129, 5000, 8193, 100003, 1000003};
     static const size_t ks[] = {1, 10, 64};
     const size_t nn = sizeof ns / sizeof *ns - (QUICK ? (QUICK > 1 ? 2 : 1) : 0);
     tu_rng_t r;
-    size_t bad = 0, runs = 0, on_gpu = 0, random_q = 0;
+    size_t bad = 0, runs = 0, on_gpu = 0, random_q = 0, measured = 0;
     (void)state;
     tu_rng_seed(&r, 32);
     for (size_t a = 0; a < nn; a++) {
@@ -142,13 +168,18 @@ static void test_random(void **state)
                 runs++;
                 /* theta from all the pilot values (shared memory, then
                  * L2), and the multi-launch path: the same answers */
-                for (int m = 0; m < 3; m++) {
-                    static const int modes[3] = {2, 3, 0};
-                    static const char *what[3] = {"select of all", "select through L2", "multi-launch"};
+                for (int m = 0; m < 4; m++) {
+                    static const int modes[4] = {2, 3, 0, 4};
+                    static const char *what[4] = {"select of all", "select through L2", "multi-launch", "dp4a scan"};
                     patina_gpu__knn_one(modes[m]);
                     bad += check(idx, q, k, what[m], NULL);
                 }
                 patina_gpu__knn_one(1);
+                /* measured: the same answer, and its figures */
+                patina_gpu__knn_prof(1);
+                bad += check(idx, q, k, "measured", NULL);
+                bad += prof_bad(n, k, &measured);
+                patina_gpu__knn_prof(0);
             }
             for (int t = 0; t < 2; t++) { /* a row of the table: distance 0, and its duplicates */
                 memcpy(q, rows + tu_rng_below(&r, (uint32_t)n) * DIM, DIM);
@@ -162,8 +193,8 @@ static void test_random(void **state)
         patina_index_free(idx);
         free(rows);
     }
-    printf("  %zu single queries, %zu of %zu random ones answered on the GPU, %zu differences\n", runs, on_gpu,
-           random_q, bad);
+    printf("  %zu single queries, %zu of %zu random ones answered on the GPU (%zu measured in one launch), "
+           "%zu differences\n", runs, on_gpu, random_q, measured, bad);
     assert_int_equal(bad, 0);
     assert_int_equal(on_gpu, random_q);
 }
@@ -195,9 +226,13 @@ static void ties(size_t distinct, size_t copies, tu_rng_t *r)
     for (int t = 0; t < 6; t++) {
         if (t % 2) memcpy(q, base + tu_rng_below(r, (uint32_t)distinct) * DIM, DIM);
         else random_row(q, r);
-        bad += check(idx, q, 1, "ties", NULL);
-        bad += check(idx, q, 10, "ties", NULL);
-        bad += check(idx, q, 64, "ties", NULL);
+        for (int m = 1; m <= 4; m += 3) { /* the MMA scan, then the dp4a scan */
+            patina_gpu__knn_one(m);
+            bad += check(idx, q, 1, m == 1 ? "ties" : "ties, dp4a scan", NULL);
+            bad += check(idx, q, 10, m == 1 ? "ties" : "ties, dp4a scan", NULL);
+            bad += check(idx, q, 64, m == 1 ? "ties" : "ties, dp4a scan", NULL);
+        }
+        patina_gpu__knn_one(1);
     }
     assert_int_equal(bad, 0);
     patina_index_free(idx);
@@ -253,11 +288,15 @@ static void test_samples(void **state)
         }
     }
     idx = index_of(rows, n, &r);
-    for (size_t i = 0; i < m; i++) {
-        bad += check(idx, rows + i * DIM, 1, "samples", NULL);
-        bad += check(idx, rows + i * DIM, 10, "samples", NULL);
-        bad += check(idx, rows + i * DIM, 64, "samples", NULL);
+    for (int md = 1; md <= 4; md += 3) { /* the MMA scan, then the dp4a scan */
+        patina_gpu__knn_one(md);
+        for (size_t i = 0; i < m; i++) {
+            bad += check(idx, rows + i * DIM, 1, "samples", NULL);
+            bad += check(idx, rows + i * DIM, 10, "samples", NULL);
+            bad += check(idx, rows + i * DIM, 64, "samples", NULL);
+        }
     }
+    patina_gpu__knn_one(1);
     assert_int_equal(bad, 0);
     patina_index_free(idx);
     free(rows);
