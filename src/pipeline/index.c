@@ -689,6 +689,18 @@ static void exact_times(double tx[3], const window_t *w, const patina_jpegx_time
     tx[2] += now.wait - before->wait;
 }
 
+/* Forgets window w's exact-decoder call: its slot, output and status lists. */
+static void window_drop_exact(window_t *w)
+{
+    free(w->xslots);
+    free(w->xout);
+    free(w->xst);
+    w->xslots = NULL;
+    w->xout = NULL;
+    w->xst = NULL;
+    w->xn = 0;
+}
+
 /* The second half of stage 3 with the exact GPU decoder: waits for the
  * device stage of the window's call; the images it did not finish (blocks
  * outside the exact range, or the decoder failed as a whole) are decoded on
@@ -723,13 +735,7 @@ static void exact_finish(double tx[3], window_t *w, job_t *job, patina_pool_t *p
     if (redo && pool) patina_pool_run(pool, w->take, decode_one, job);
     else if (redo)
         for (i = 0; i < w->take; i++) decode_one(job, i, 0);
-    free(w->xslots);
-    free(w->xout);
-    free(w->xst);
-    w->xslots = NULL;
-    w->xout = NULL;
-    w->xst = NULL;
-    w->xn = 0;
+    window_drop_exact(w);
 }
 
 /* Stage 3 with the exact GPU decoder: every read JPEG (CMYK and YCCK too; not
@@ -788,15 +794,7 @@ static void decode_exact(producer_t *p, window_t *w, job_t *job, int defer)
     exact_times(p->tx, w, &before);
     free(data);
     free(size);
-    if (!w->xslots || !w->xout || !w->xst) { /* out of memory: nothing was submitted */
-        free(w->xslots);
-        free(w->xout);
-        free(w->xst);
-        w->xslots = NULL;
-        w->xout = NULL;
-        w->xst = NULL;
-        w->xn = 0;
-    }
+    if (!w->xslots || !w->xout || !w->xst) window_drop_exact(w); /* out of memory: nothing was submitted */
     patina_pool_run(p->pool, w->take, decode_one, job);
     if (!defer) exact_finish(p->tx, w, job, p->pool);
 }
