@@ -56,6 +56,10 @@ struct clu_front {
     clu_member_t *m; /* cached members */
     size_t nm;
     double read_at;
+    size_t *plan;    /* (P, plan_r): the shards' assignment of the cached members (clu_assign over
+                      * those not leaving), copy k of p in plan[p * plan_r + k] as an index into m;
+                      * NULL when it could not be made */
+    size_t plan_r;
     struct {
         char name[CLU_NAME_MAX + 1];
         int outstanding;
@@ -165,6 +169,7 @@ void clu_front_free(clu_front_t *f)
         natsSubscription_Destroy(f->sub);
     }
     clu_members_free(f->m, f->nm);
+    free(f->plan);
     pthread_mutex_destroy(&f->mu);
     free(f);
 }
@@ -199,8 +204,48 @@ static void load_add(clu_front_t *f, const char *name, int d)
     pthread_mutex_unlock(&f->mu);
 }
 
-/* A snapshot of the members (copied out of the cache, caller frees). */
-static patina_status members(clu_front_t *f, clu_member_t **out, size_t *n, int fresh)
+/* f->plan for the cached members (under f->mu): the assignment the shards
+ * compute (shard.c: clu_assign over the members not leaving, weight their
+ * capacity, copies their --copies), so that a query asks each partition of
+ * its active copy first: plain rendezvous order spreads the partitions of
+ * shards that all hold them only on average (64 over 2: +-4 is common), and
+ * the shard given most sets the query's time, while the assignment gives
+ * each its share (32 and 32). NULL when out of memory (rendezvous order). */
+static void plan_members(clu_front_t *f)
+{
+    const uint32_t P = f->cfg.partitions;
+    size_t r = 1, nw = 0, i, k;
+    clu_member_w_t *w = calloc(f->nm + 1, sizeof *w);
+    size_t *idx = calloc(f->nm + 1, sizeof *idx), *plan = NULL;
+    free(f->plan);
+    f->plan = NULL;
+    f->plan_r = 0;
+    for (i = 0; i < f->nm; i++)
+        if (f->m[i].copies > 0 && (size_t)f->m[i].copies > r) r = (size_t)f->m[i].copies;
+    if (w && idx && (plan = malloc((size_t)P * r * sizeof *plan))) {
+        for (i = 0; i < f->nm; i++)
+            if (!f->m[i].leaving) {
+                idx[nw] = i;
+                w[nw++] = (clu_member_w_t){f->m[i].name, f->m[i].capacity};
+            }
+        if (clu_assign(w, nw, P, r, plan) == PATINA_OK) {
+            for (k = 0; k < (size_t)P * r; k++)
+                if (plan[k] != SIZE_MAX) plan[k] = idx[plan[k]];
+            f->plan = plan;
+            f->plan_r = r;
+            plan = NULL;
+        }
+    }
+    free(plan);
+    free(w);
+    free(idx);
+}
+
+/* A snapshot of the members (copied out of the cache, caller frees) and,
+ * when plan is not NULL, of their assignment (*plan: (P, *plan_r) member
+ * indices, NULL when there is none; caller frees). */
+static patina_status members(clu_front_t *f, clu_member_t **out, size_t *n, int fresh, size_t **plan,
+                             size_t *plan_r)
 {
     const uint32_t P = f->cfg.partitions;
     size_t i;
@@ -217,6 +262,15 @@ static patina_status members(clu_front_t *f, clu_member_t **out, size_t *n, int 
         f->m = m;
         f->nm = nm;
         f->read_at = now_s();
+        plan_members(f);
+    }
+    if (plan) {
+        *plan = NULL;
+        *plan_r = 0;
+        if (f->plan && (*plan = malloc((size_t)P * f->plan_r * sizeof **plan))) {
+            memcpy(*plan, f->plan, (size_t)P * f->plan_r * sizeof **plan);
+            *plan_r = f->plan_r;
+        }
     }
     *n = f->nm;
     *out = calloc(f->nm ? f->nm : 1, sizeof **out);
@@ -279,6 +333,8 @@ typedef struct scatter_state {
     gather_t *g;
     clu_member_t *m;
     size_t nm;
+    size_t *plan;       /* (P, plan_r) the members' assignment (members()), or NULL */
+    size_t plan_r;
     uint8_t *tried;     /* (nm, P): member i was asked for p */
     uint32_t *inflight; /* (P): outstanding calls that ask p */
     size_t *choice;     /* (P) scratch */
@@ -310,7 +366,7 @@ static size_t launch(scatter_state_t *st, const uint32_t *want, size_t nw)
     for (w = 0; w < nw; w++) {
         const uint32_t p = want[w];
         clu_member_w_t mw[64];
-        size_t idx[64], order[64], nc = 0, no, j, best = SIZE_MAX;
+        size_t idx[64], order[64], nc = 0, no, j, best = SIZE_MAX, bestrank = 0;
         int bestload = 0;
         st->choice[p] = SIZE_MAX;
         if (st->g->answered[p]) continue;
@@ -321,11 +377,16 @@ static size_t launch(scatter_state_t *st, const uint32_t *want, size_t nw)
             }
         no = clu_rendezvous(mw, nc, p, nc, order);
         pthread_mutex_lock(&f->mu);
-        for (j = 0; j < no; j++) {
-            int l = *load_of(f, st->m[idx[order[j]]].name);
-            if (best == SIZE_MAX || l < bestload) {
-                best = idx[order[j]];
+        for (j = 0; j < no; j++) { /* the fewest outstanding calls, then the copy's rank, then rendezvous */
+            const size_t cand = idx[order[j]];
+            const int l = *load_of(f, st->m[cand].name);
+            size_t rank = st->plan_r, k;
+            for (k = 0; st->plan && k < st->plan_r; k++)
+                if (st->plan[(size_t)p * st->plan_r + k] == cand) rank = k;
+            if (best == SIZE_MAX || l < bestload || (l == bestload && rank < bestrank)) {
+                best = cand;
                 bestload = l;
+                bestrank = rank;
             }
         }
         pthread_mutex_unlock(&f->mu);
@@ -467,7 +528,7 @@ static patina_status scatter(clu_front_t *f, clu_request_t *q, gather_t *g, doub
     st.q = q;
     st.g = g;
     atomic_fetch_add(&f->n_scatters, 1);
-    PATINA_TRY_CLU(members(f, &st.m, &st.nm, 0));
+    PATINA_TRY_CLU(members(f, &st.m, &st.nm, 0, &st.plan, &st.plan_r));
     g->answered = calloc(P, 1);
     st.tried = calloc(st.nm * P + 1, 1);
     st.inflight = calloc(P, sizeof *st.inflight);
@@ -562,6 +623,7 @@ out:
             g->calls[i].state = CALL_FAILED;
         }
     clu_members_free(st.m, st.nm);
+    free(st.plan);
     free(st.tried);
     free(st.inflight);
     free(st.choice);
@@ -988,7 +1050,7 @@ patina_status clu_front_confirm(clu_front_t *f, uint32_t p, uint64_t rev)
         confirm_call_t *calls;
         int left = (int)((end - now_s()) * 1e3);
         if (left <= 0) break;
-        if ((s = members(f, &m, &nm, 1)) != PATINA_OK) break;
+        if ((s = members(f, &m, &nm, 1, NULL, NULL)) != PATINA_OK) break;
         if (!(calls = calloc(nm + 1, sizeof *calls))) {
             clu_members_free(m, nm);
             s = clu_fail(PATINA_E_NOMEM, "cluster: out of memory");

@@ -126,6 +126,7 @@ typedef struct shard {
     volatile int sampler_stop;
     /* metrics */
     unsigned long long requests[4], errors;
+    unsigned long long parts_answered; /* partitions answered, summed over search and identify requests */
     double request_seconds;
     volatile int inflight;
 } shard_t;
@@ -763,6 +764,8 @@ static void serve_request(shard_t *sh, req_t *rq)
     reply(sh, rq->nc, rq->msg, &r);
     if (s == PATINA_OK) {
         __atomic_add_fetch(&sh->requests[q.kind], 1, __ATOMIC_RELAXED);
+        if (q.kind != CLU_KIND_CONFIRM && r.status == PATINA_OK)
+            __atomic_add_fetch(&sh->parts_answered, (unsigned long long)r.nparts, __ATOMIC_RELAXED);
         clu_request_release(&q);
     }
     clu_reply_release(&r);
@@ -1243,6 +1246,11 @@ static void *metrics_thread(void *arg)
                 sh->name, sh->requests[CLU_KIND_IDENTIFY]);
         fprintf(f, "patina_shard_requests_total{collection=\"%s\",shard=\"%s\",kind=\"confirm\"} %llu\n", sh->cfg.name,
                 sh->name, sh->requests[CLU_KIND_CONFIRM]);
+        fprintf(f, "# HELP patina_shard_partitions_answered_total Partitions answered, summed over search and "
+                   "identify requests (how the front ends spread queries over copies).\n"
+                   "# TYPE patina_shard_partitions_answered_total counter\n"
+                   "patina_shard_partitions_answered_total{collection=\"%s\",shard=\"%s\"} %llu\n",
+                sh->cfg.name, sh->name, __atomic_load_n(&sh->parts_answered, __ATOMIC_RELAXED));
         fprintf(f, "# HELP patina_shard_request_errors_total Requests answered with an error.\n"
                    "# TYPE patina_shard_request_errors_total counter\n"
                    "patina_shard_request_errors_total{collection=\"%s\",shard=\"%s\"} %llu\n",

@@ -497,6 +497,33 @@ def test_restart_everything(patina_cluster_cli, nats3, procs, tmp_path):
     assert all(env.record(k)[0] == 200 for k in keys if k != "r05")
 
 
+def _answered(env, name):
+    """The shard's patina_shard_partitions_answered_total (its metrics port)."""
+    _, port = env.shards[name]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    for line in text.splitlines():
+        if line.startswith("patina_shard_partitions_answered_total{"):
+            return int(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name}: no patina_shard_partitions_answered_total in its metrics")
+
+
+def test_each_partition_asked_of_its_active_copy(patina_cluster_cli, nats1, procs, tmp_path):
+    """Two shards with copies 2 both hold every partition; the front end asks each partition of the
+    copy the assignment made active (clu_assign: 2 of the 4 partitions each), not of plain rendezvous
+    order, which spreads them only on average (s1 3, s2 1 for these names and P = 4; 34 and 30 of 64):
+    every query costs each shard exactly half."""
+    env = up(nats1, procs, patina_cluster_cli, tmp_path, partitions=4)
+    put_all(env, [f"a{i:02d}" for i in range(8)], seed0=3000)
+    before = {n: _answered(env, n) for n in env.shards}
+    queries = 10
+    for i in range(queries):
+        code, ans = env.search(image(3000 + i % 8), k=3)
+        assert code == 200 and not ans.get("partial"), ans
+    got = {n: _answered(env, n) - before[n] for n in env.shards}
+    assert got == {n: queries * env.partitions // 2 for n in env.shards}, got
+
+
 def _bad_payloads():
     """Requests a decoder must reject: empty, short, wrong magic, wrong version, unknown kind,
     lengths past the end, huge lengths, a reply's magic, JSON, 900 kB of noise (under NATS's
