@@ -17,7 +17,10 @@ components (queries/g0001.png); a key to its item by its file name (groups.csv).
   At the run's threshold (--threshold NAME=T; the system's default): FAR, FRR, and the genuine
   queries accepted with a wrong item (misidentified). ROC over every rank-1 score as T: FRR at
   FAR <= 1% and <= 0.1% (the smallest such T), that T for FAR <= 1%, and the EER (the T where
-  |FAR - FRR| is smallest; (FAR + FRR) / 2 there). With N impostors, FAR steps by 1/N.
+  |FAR - FRR| is smallest; (FAR + FRR) / 2 there) beside the EER where the (FAR, FRR) polyline over
+  the thresholds crosses FAR = FRR (interpolated between the two thresholds around the crossing:
+  with integer inlier scores one threshold's read can sit far from it). With N impostors, FAR
+  steps by 1/N.
 - Impostors that are not impostors: some held-out textures reuse photographed content of a
   registered one (two composites with the same window, a clean and a "flat" copy of one leather, a
   door with and without windows) although the pixel grouping did not link them. --shares (default
@@ -139,7 +142,20 @@ def roc(ev, view, shared=False):
         res[x] = ok[0]  # smallest threshold meeting the FAR bound (inf always does)
     eer = min(pts, key=lambda p: (abs(p[1] - p[2]), p[0]))
     res["eer"] = eer
+    res["eer_lin"] = eer_interpolated(pts)
     return res
+
+
+def eer_interpolated(pts):
+    """The EER where the (FAR, FRR) polyline over the thresholds crosses FAR = FRR: between the last
+    threshold with FAR >= FRR and the next one, linearly (what a threshold drawn at random between the
+    two achieves); with integer scores the read at one threshold can sit far from the crossing."""
+    for a, b in zip(pts, pts[1:]):
+        da, db = a[1] - a[2], b[1] - b[2]
+        if da >= 0 > db:
+            lam = da / (da - db)
+            return a[1] + lam * (b[1] - a[1])
+    return (pts[-1][1] + pts[-1][2]) / 2
 
 
 def sharing_pairs(path, shares_min):
@@ -326,8 +342,8 @@ def main():
         lines.append(title + ":")
         lines.append("")
         lines.append("| open set | threshold T | FAR(T) | FRR(T) | misidentified(T) | ambiguous(T) | FAR by impostor "
-                     "source | FRR @ FAR<=1% | T for FAR<=1% | FRR @ FAR<=0.1% | EER (T) |")
-        lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
+                     "source | FRR @ FAR<=1% | T for FAR<=1% | FRR @ FAR<=0.1% | EER (T) | EER, interpolated |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for name, ev in runs:
             r = roc(ev, view, shared)
             if name in thresholds:
@@ -342,9 +358,9 @@ def main():
             else:
                 at = ["(none given)", "", "", "", "", ""]
             e = r["eer"]
-            lines.append("| %s | %s | %s | %s | %s | %s (T=%s) |" % (
+            lines.append("| %s | %s | %s | %s | %s | %s (T=%s) | %s |" % (
                 name, " | ".join(at), pct(r[0.01][2]), fmt_t(r[0.01][0]), pct(r[0.001][2]), pct((e[1] + e[2]) / 2),
-                fmt_t(e[0])))
+                fmt_t(e[0]), pct(r["eer_lin"])))
     if a.timings:
         lines.append("")
         lines.append("| timing (wall) | stage | items | seconds | items/s |")
