@@ -1412,6 +1412,7 @@ static void test_identify_many(void **state)
     }
     /* what may not be mixed */
     TU_OK(patina_table_new(&other, ctx[0], "rootsift:m=32,n=128", NULL));
+    patina_table_free(two[1]); /* the second empty partition */
     two[1] = other;
     assert_int_equal(patina_table_identify_many(two, 2, q, N, &io, h, r, NULL), PATINA_E_INVALID);
     assert_non_null(strstr(patina_last_error(), "one spec per call"));

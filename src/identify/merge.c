@@ -84,11 +84,12 @@ patina_status patina_identify_merge(const patina_identify_hit_t *const *part_hit
         for (i = 0; i < n; i++) {
             if (i < nverify) {
                 if (!buf[i].verified) {
+                    const unsigned long long id = (unsigned long long)buf[i].id;
                     free(buf);
                     return patina__fail(PATINA_E_INVALID,
                                         "identify merge: candidate %llu of query %zu was not verified by its part "
                                         "(parts must be asked with the same options and k = patina_identify_part_k)",
-                                        (unsigned long long)buf[i].id, q);
+                                        id, q);
                 }
             } else {
                 buf[i].verified = 0;
