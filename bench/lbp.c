@@ -87,25 +87,6 @@ static double time_fast(const lbp_conf_t *c, const uint8_t *g, int s, patina_poo
     return best * 1e3;
 }
 
-/* Runs a command, returns its output (malloc'd, may be NULL). */
-static char *capture(const char *cmd)
-{
-    char *out = NULL, buf[4096];
-    size_t len = 0, got;
-    FILE *p = popen(cmd, "r");
-    if (!p) return NULL;
-    while ((got = fread(buf, 1, sizeof buf, p)) > 0) {
-        char *o = realloc(out, len + got + 1);
-        if (!o) break;
-        out = o;
-        memcpy(out + len, buf, got);
-        len += got;
-        out[len] = '\0';
-    }
-    pclose(p);
-    return out;
-}
-
 /* The peer's microseconds per image in its table row "| name | output | ms
  * | us |", NAN when absent. */
 static double peer_us(const char *peer, const char *name, const char *output)
@@ -362,7 +343,7 @@ static void cpu_table(patina_pool_t *pool, const char *pgm)
         for (size_t k = 0; k < sizeof ks / sizeof ks[0]; k++)
             off += snprintf(cmd + off, sizeof cmd - (size_t)off, " --config %s", ks[k].sk);
         snprintf(cmd + off, sizeof cmd - (size_t)off, " 2>&1");
-        peer = capture(cmd);
+        peer = bench_capture(cmd);
     }
     printf("\n4. CPU, one 1024x1024 image: Patina's fast path vs scikit-image 0.19 local_binary_pattern "
            "(same image; CPU time of one thread = per core)\n");
@@ -422,7 +403,7 @@ static char *gpu_peer(const char *pgm)
     }
     snprintf(cmd + off, sizeof cmd - (size_t)off, " 2>&1");
     free(g);
-    out = capture(cmd);
+    out = bench_capture(cmd);
     for (int k = 0; k < 3; k++) remove(maps[k]);
     return out;
 }

@@ -52,6 +52,7 @@
 #include "features/family.h"
 #include "features/rootsift.h"
 #include "gpu/gpu.h"
+#include "benchutil.h"
 #include "patina/patina.h"
 
 static char **g_files;
@@ -109,25 +110,6 @@ static double run(const char *spec, int threads, const patina_image_t *imgs, siz
 
 /* ------------------------------------------------------------------ peers */
 
-/* The output of cmd (stdout and stderr), NULL when it cannot run. */
-static char *capture(const char *cmd)
-{
-    char *out = NULL, buf[4096];
-    size_t len = 0, got;
-    FILE *p = popen(cmd, "r");
-    if (!p) return NULL;
-    while ((got = fread(buf, 1, sizeof buf, p)) > 0) {
-        char *o = realloc(out, len + got + 1);
-        if (!o) break;
-        out = o;
-        memcpy(out + len, buf, got);
-        len += got;
-        out[len] = '\0';
-    }
-    pclose(p);
-    return out;
-}
-
 /* bench/rootsift_peers.py on the first nsrc decoded files, resized to w x h,
  * a batch of ngpu images, budgets 384 and 768: its output (NULL when peers
  * are off or it does not run). */
@@ -144,7 +126,7 @@ static char *peers_run(size_t nsrc, size_t ngpu, int w, int h)
     for (size_t i = 0; i < nsrc && i < ngpu; i++) off += (size_t)snprintf(cmd + off, cap - off, " '%s'", g_loaded[i]);
     snprintf(cmd + off, cap - off, " 2>&1");
     {
-        char *out = capture(cmd);
+        char *out = bench_capture(cmd);
         free(cmd);
         return out;
     }
@@ -195,6 +177,27 @@ static int cmp_dbl(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Seconds of one GPU call on the batch im[0 .. n) in steady state: a
+ * warm-up call with the whole batch (the path's buffers grow to it once),
+ * then the best of 3 calls; ms gets the stage times of the last. */
+static double steady_batch(patina_gpu_t *g, const rootsift_params_t *p, unsigned char *out,
+                           const patina_image_t *im, size_t n, patina_status *st, double *ms)
+{
+    double t = 1e30;
+    patina_status s;
+    if ((s = rs_extract_gpu(g, p, (size_t)p->m, out, im, n, st)) != PATINA_OK) die("gpu warm-up", s);
+    for (int rep = 0; rep < 3; rep++) {
+        double t0;
+        patina_gpu__rootsift_times(g, ms, NULL);
+        t0 = patina_now();
+        if ((s = rs_extract_gpu(g, p, (size_t)p->m, out, im, n, st)) != PATINA_OK) die("gpu", s);
+        t0 = patina_now() - t0;
+        t = t0 < t ? t0 : t;
+    }
+    patina_gpu__rootsift_times(g, ms, NULL);
+    return t;
+}
+
 /* The GPU path's kernel variants on the same batch of 1024x1024 images at
  * m = 384: smoothing (patina_gpu__rootsift_smoothing: register-tiled, the
  * default, or the shared-memory tile) by orientations
@@ -223,20 +226,11 @@ static void bench_gpu_variants(patina_gpu_t *g, const patina_image_t *src, size_
            "smooth ms/img", "detect ms/img", "records same as the default's");
     for (int v = 0; v < 4; v++) {
         const int sv = v & 1, ov = v >> 1;
-        double t = 1e30, lat[11], ms[PGPU_RS_STAGES];
+        double t, lat[11], ms[PGPU_RS_STAGES];
         size_t same = 0;
         if ((s = patina_gpu__rootsift_smoothing(g, sv)) != PATINA_OK) die("smoothing variant", s);
         if ((s = patina_gpu__rootsift_orientations(g, ov)) != PATINA_OK) die("orientation variant", s);
-        if ((s = rs_extract_gpu(g, &p, (size_t)p.m, r, im, ngpu, st)) != PATINA_OK) die("gpu warm-up", s);
-        for (int rep = 0; rep < 3; rep++) { /* best of 3; the stage times of the last */
-            double t0;
-            patina_gpu__rootsift_times(g, ms, NULL);
-            t0 = patina_now();
-            if ((s = rs_extract_gpu(g, &p, (size_t)p.m, r, im, ngpu, st)) != PATINA_OK) die("gpu", s);
-            t0 = patina_now() - t0;
-            t = t0 < t ? t0 : t;
-        }
-        patina_gpu__rootsift_times(g, ms, NULL);
+        t = steady_batch(g, &p, r, im, ngpu, st, ms);
         if (!r0) {
             r0 = r;
             r = malloc(ngpu * bytes);
@@ -300,19 +294,7 @@ static void bench_gpu(const patina_image_t *src, size_t nsrc, size_t ngpu)
             bytes = patina_extractor_bytes(ex);
             patina_extractor_free(ex);
             rg = malloc(ngpu * bytes);
-            /* warm-up with the full batch (the path's buffers grow to it once), then
-             * the best of 3 calls: steady-state throughput; the stage times of the last */
-            if ((s = rs_extract_gpu(g, &p, (size_t)p.m, rg, im, ngpu, st)) != PATINA_OK) die("gpu warm-up", s);
-            t = 1e30;
-            for (int rep = 0; rep < 3; rep++) {
-                double t0;
-                patina_gpu__rootsift_times(g, ms, NULL);
-                t0 = patina_now();
-                if ((s = rs_extract_gpu(g, &p, (size_t)p.m, rg, im, ngpu, st)) != PATINA_OK) die("gpu", s);
-                t0 = patina_now() - t0;
-                t = t0 < t ? t0 : t;
-            }
-            patina_gpu__rootsift_times(g, ms, NULL);
+            t = steady_batch(g, &p, rg, im, ngpu, st, ms);
             for (int k = 0; k < 11; k++) {
                 double t0 = patina_now();
                 if ((s = rs_extract_gpu(g, &p, (size_t)p.m, rg, &im[k % ngpu], 1, st)) != PATINA_OK) die("gpu", s);

@@ -202,3 +202,21 @@ void bench_rootsift_record(unsigned char *rec, size_t m, size_t count, bench_rng
             rs_put_f32(rec + RS_HEADER + m * 128 + i * 16 + 4 * k, (float)bench_rng_below(r, 1024));
     }
 }
+
+char *bench_capture(const char *cmd)
+{
+    char *out = NULL, buf[4096];
+    size_t len = 0, got;
+    FILE *p = popen(cmd, "r");
+    if (!p) return NULL;
+    while ((got = fread(buf, 1, sizeof buf, p)) > 0) {
+        char *o = realloc(out, len + got + 1);
+        if (!o) break;
+        out = o;
+        memcpy(out + len, buf, got);
+        len += got;
+        out[len] = '\0';
+    }
+    pclose(p);
+    return out;
+}

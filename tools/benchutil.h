@@ -70,6 +70,11 @@ void bench_rootsift_row(uint8_t row[128], bench_rng_t *r);
  * (rs_record_bytes(m, u8) bytes). */
 void bench_rootsift_record(unsigned char *rec, size_t m, size_t count, bench_rng_t *r);
 
+/* The output of running cmd (a shell command line, via popen; what it
+ * writes to stdout), malloc'd and NUL-terminated; NULL when it cannot run
+ * or wrote nothing. */
+char *bench_capture(const char *cmd);
+
 /* Ascending order for qsort of doubles. */
 int bench_cmp_double(const void *a, const void *b);
 /* The median of v[0..n) (v[n / 2] after sorting v in place); 0 for n = 0. */
