@@ -228,6 +228,14 @@ typedef struct clu_conn clu_conn_t;
  * most this long; a bucket that does not exist fails at once. */
 #define CLU_START_WAIT_MS 60000
 
+/* A member entry lives this long after its last put (the members bucket's
+ * TTL). A shard whose heartbeats have not been acknowledged for nearly this
+ * long (CLU_MEMBER_LEASE_MS) stops answering and withdraws its partitions:
+ * its entry may be gone, and a writer that does not see it confirms with
+ * the other copies only. */
+#define CLU_MEMBERS_TTL_MS 5000
+#define CLU_MEMBER_LEASE_MS 4000
+
 /* Connects to a comma-separated list of nats:// URLs (reconnecting for
  * ever) and opens a JetStream context. */
 patina_status clu_connect(clu_conn_t **c, const char *urls);

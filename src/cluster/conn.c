@@ -49,6 +49,13 @@ patina_status clu_nats_fail(natsStatus ns, const char *fmt, ...)
     return clu_fail(s, "%s: %s", what, natsStatus_GetText(ns));
 }
 
+static void on_disconnected(natsConnection *nc, void *closure)
+{
+    clu_conn_t *c = closure;
+    (void)nc;
+    __atomic_add_fetch(&c->disconnects, 1, __ATOMIC_RELEASE);
+}
+
 patina_status clu_connect(clu_conn_t **out, const char *urls)
 {
     natsOptions *o = NULL;
@@ -79,6 +86,7 @@ patina_status clu_connect(clu_conn_t **out, const char *urls)
     /* a publish is written at once: otherwise the client's flusher thread waits about 1 ms for more
      * before it writes, and a query pays that twice (the front end's request, the shard's reply) */
     if (ns == NATS_OK) ns = natsOptions_SetSendAsap(o, true);
+    if (ns == NATS_OK) ns = natsOptions_SetDisconnectedCB(o, on_disconnected, c);
     if (ns == NATS_OK) ns = natsConnection_Connect(&c->nc, o);
     if (ns == NATS_OK) ns = natsConnection_JetStream(&c->js, c->nc, NULL);
     natsOptions_Destroy(o);
@@ -109,6 +117,28 @@ patina_status clu_kv_open(kvStore **kv, clu_conn_t *c, const char *bucket)
     natsStatus ns = js_KeyValue(kv, c->js, bucket);
     if (ns != NATS_OK) return clu_nats_fail(ns, "cluster: bucket %s", bucket);
     return PATINA_OK;
+}
+
+natsStatus clu_kv_latest(natsMsg **m, clu_conn_t *c, const char *bucket, const char *key)
+{
+    char stream[160], subj[320];
+    const char *op = NULL;
+    jsErrCode ec = 0;
+    natsStatus ns;
+    *m = NULL;
+    snprintf(stream, sizeof stream, "KV_%s", bucket);
+    snprintf(subj, sizeof subj, "$KV.%s.%s", bucket, key);
+    ns = js_GetLastMsg(m, c->js, stream, subj, NULL, &ec);
+    if (ns != NATS_OK) {
+        *m = NULL;
+        return ns;
+    }
+    if (natsMsgHeader_Get(*m, "KV-Operation", &op) == NATS_OK && op && (!strcmp(op, "DEL") || !strcmp(op, "PURGE"))) {
+        natsMsg_Destroy(*m);
+        *m = NULL;
+        return NATS_NOT_FOUND;
+    }
+    return NATS_OK;
 }
 
 static double mono_s(void)

@@ -9,6 +9,8 @@
 struct clu_conn {
     natsConnection *nc;
     jsCtx *js;
+    unsigned long disconnects; /* (atomic) times the connection was lost: core requests sent to it meanwhile
+                                * (a writer's CONFIRM) were lost, so a shard withdraws its partitions */
 };
 
 /* A NATS failure as a patina_status, the message "<what>: <NATS's text>"
@@ -25,6 +27,16 @@ patina_status clu_nats_status(natsStatus ns);
 patina_status clu_kv_open(kvStore **kv, clu_conn_t *c, const char *bucket);
 /* clu_kv_open, its transient failures retried (clu_retry) for at most wait_ms. */
 patina_status clu_kv_open_wait(kvStore **kv, clu_conn_t *c, const char *bucket, int wait_ms);
+
+/* The latest value of `key` in `bucket`, read from the bucket stream's
+ * leader ($JS.API.STREAM.MSG.GET, last by subject). Not kvStore_Get: nats.c
+ * creates buckets with AllowDirect, and a direct get is answered by any
+ * replica, a lagging one with an older value or none at all (seen: an
+ * acknowledged image then 404 while a restarted server caught up). The
+ * value is natsMsg_GetData/GetDataLength, its revision natsMsg_GetSequence.
+ * NATS_NOT_FOUND (no message set) when the key has no value or its last
+ * one is a delete or purge marker. */
+natsStatus clu_kv_latest(natsMsg **m, clu_conn_t *c, const char *bucket, const char *key);
 
 /* Bounded retries of a call that fails while JetStream is not answering yet
  * (CLU_START_WAIT_MS):

@@ -15,7 +15,6 @@
 
 #define ID_BLOCK 64      /* ids taken from the counter at a time */
 #define WRITE_TRIES 16   /* compare-and-set attempts before PATINA_E_BUSY */
-#define MEMBERS_TTL_MS 5000
 
 void clu_bucket_partition(char *buf, size_t size, const char *coll, uint32_t p)
 {
@@ -173,14 +172,14 @@ patina_status clu_collection_create(clu_conn_t *c, clu_config_t *cfg)
         if ((s = bucket_create(c, bucket, cfg->replicas, 0)) != PATINA_OK) return s;
     }
     clu_bucket_members(bucket, sizeof bucket, cfg->name);
-    return bucket_create(c, bucket, cfg->replicas, MEMBERS_TTL_MS);
+    return bucket_create(c, bucket, cfg->replicas, CLU_MEMBERS_TTL_MS);
 }
 
 static patina_status config_read(clu_conn_t *c, const char *name, clu_config_t *cfg)
 {
     char bucket[128];
     kvStore *kv = NULL;
-    kvEntry *e = NULL;
+    natsMsg *m = NULL;
     natsStatus ns;
     patina_status s;
     memset(cfg, 0, sizeof *cfg);
@@ -193,15 +192,11 @@ static patina_status config_read(clu_conn_t *c, const char *name, clu_config_t *
             return clu_fail(s, "cluster: no collection %s (no bucket %s: patina cluster create %s)", name, bucket, name);
         return s;
     }
-    ns = kvStore_Get(&e, kv, "config");
-    if (ns != NATS_OK) {
-        s = clu_nats_fail(ns, "cluster: bucket %s, key config", bucket);
-        kvStore_Destroy(kv);
-        return s;
-    }
-    s = config_parse(cfg, name, kvEntry_Value(e), (size_t)kvEntry_ValueLen(e));
-    kvEntry_Destroy(e);
     kvStore_Destroy(kv);
+    ns = clu_kv_latest(&m, c, bucket, "config");
+    if (ns != NATS_OK) return clu_nats_fail(ns, "cluster: bucket %s, key config", bucket);
+    s = config_parse(cfg, name, natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m));
+    natsMsg_Destroy(m);
     return s;
 }
 
@@ -265,23 +260,25 @@ void clu_writer_free(clu_writer_t *w)
  * counter when it is used up. */
 static patina_status alloc_id_locked(clu_writer_t *w, uint64_t *id)
 {
+    char bucket[128];
     int tries;
     if (w->next < w->end) {
         *id = w->next++;
         return PATINA_OK;
     }
+    clu_bucket_meta(bucket, sizeof bucket, w->cfg.name);
     for (tries = 0; tries < WRITE_TRIES * 4; tries++) {
-        kvEntry *e = NULL;
+        natsMsg *e = NULL;
         char buf[32], val[32];
         unsigned long long v;
         uint64_t rev;
-        natsStatus ns = kvStore_Get(&e, w->meta, "ids");
+        natsStatus ns = clu_kv_latest(&e, w->c, bucket, "ids");
         int n;
         if (ns != NATS_OK) return clu_nats_fail(ns, "cluster: collection %s: id counter", w->cfg.name);
-        n = kvEntry_ValueLen(e);
-        snprintf(val, sizeof val, "%.*s", n < 31 ? n : 31, (const char *)kvEntry_Value(e));
-        rev = kvEntry_Revision(e);
-        kvEntry_Destroy(e);
+        n = natsMsg_GetDataLength(e);
+        snprintf(val, sizeof val, "%.*s", n < 31 ? n : 31, natsMsg_GetData(e));
+        rev = natsMsg_GetSequence(e);
+        natsMsg_Destroy(e);
         if (sscanf(val, "%llu", &v) != 1) return clu_fail(PATINA_E_CORRUPT, "cluster: collection %s: id counter '%s'", w->cfg.name, val);
         snprintf(buf, sizeof buf, "%llu", v + ID_BLOCK);
         ns = kvStore_Update(NULL, w->meta, "ids", buf, (int)strlen(buf), rev);
@@ -348,22 +345,22 @@ patina_status clu_writer_put_ex(clu_writer_t *w, const patina_insert_t *item, co
     }
     PATINA_TRY_CLU(part_kv(w, p, &kv));
     for (tries = 0; tries < WRITE_TRIES; tries++) {
-        kvEntry *e = NULL;
+        natsMsg *e = NULL;
         clu_record_t old, rec;
         clu_buf_t buf = {0};
         uint64_t rev = 0, newrev = 0;
-        natsStatus ns = kvStore_Get(&e, kv, kk);
+        natsStatus ns = clu_kv_latest(&e, w->c, bucket, kk);
         patina_status s;
         int have = 0;
         if (ns == NATS_OK) {
-            if ((s = clu_record_decode(&old, kvEntry_Value(e), (size_t)kvEntry_ValueLen(e))) != PATINA_OK) {
-                kvEntry_Destroy(e);
+            if ((s = clu_record_decode(&old, natsMsg_GetData(e), (size_t)natsMsg_GetDataLength(e))) != PATINA_OK) {
+                natsMsg_Destroy(e);
                 return clu_fail(s, "cluster: bucket %s, key %s ('%s'): %s", bucket, kk, item->key, clu_last_error());
             }
-            rev = kvEntry_Revision(e);
+            rev = natsMsg_GetSequence(e);
             have = 1;
             if (if_absent) {
-                kvEntry_Destroy(e);
+                natsMsg_Destroy(e);
                 return clu_fail(PATINA_E_BUSY, "cluster: collection %s has an image '%s' already", w->cfg.name,
                                 item->key);
             }
@@ -397,7 +394,7 @@ patina_status clu_writer_put_ex(clu_writer_t *w, const patina_insert_t *item, co
             if (ns != NATS_OK) s = clu_nats_fail(ns, "cluster: bucket %s, key %s ('%s')", bucket, kk, item->key);
         }
         clu_buf_release(&buf);
-        if (e) kvEntry_Destroy(e);
+        natsMsg_Destroy(e);
         if (s == PATINA_E_BUSY) continue; /* another writer came first: read again */
         if (s != PATINA_OK) return s;
         if (id_out) *id_out = rec.id;
@@ -411,25 +408,24 @@ patina_status clu_writer_put_ex(clu_writer_t *w, const patina_insert_t *item, co
 patina_status clu_writer_get(clu_writer_t *w, const char *key, void **data, size_t *n, uint64_t *rev)
 {
     const uint32_t p = patina_key_partition(key, w->cfg.partitions);
-    char kk[65];
-    kvStore *kv;
-    kvEntry *e = NULL;
+    char kk[65], bucket[128];
+    natsMsg *e = NULL;
     natsStatus ns;
     *data = NULL;
     *n = 0;
     clu_kv_key(kk, key);
-    PATINA_TRY_CLU(part_kv(w, p, &kv));
-    ns = kvStore_Get(&e, kv, kk);
+    clu_bucket_partition(bucket, sizeof bucket, w->cfg.name, p);
+    ns = clu_kv_latest(&e, w->c, bucket, kk);
     if (ns == NATS_NOT_FOUND) return clu_fail(PATINA_E_NOTFOUND, "cluster: collection %s has no image '%s'", w->cfg.name, key);
     if (ns != NATS_OK) return clu_nats_fail(ns, "cluster: partition %u, key %s", p, kk);
-    *n = (size_t)kvEntry_ValueLen(e);
-    if (rev) *rev = kvEntry_Revision(e);
+    *n = (size_t)natsMsg_GetDataLength(e);
+    if (rev) *rev = natsMsg_GetSequence(e);
     if (!(*data = malloc(*n ? *n : 1))) {
-        kvEntry_Destroy(e);
+        natsMsg_Destroy(e);
         return clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
     }
-    memcpy(*data, kvEntry_Value(e), *n);
-    kvEntry_Destroy(e);
+    memcpy(*data, natsMsg_GetData(e), *n);
+    natsMsg_Destroy(e);
     return PATINA_OK;
 }
 
@@ -437,8 +433,6 @@ patina_status clu_writer_delete(clu_writer_t *w, const char *key)
 {
     const uint32_t p = patina_key_partition(key, w->cfg.partitions);
     char kk[65], bucket[128], subj[256];
-    kvStore *kv;
-    kvEntry *e = NULL;
     natsMsg *m = NULL;
     jsPubAck *pa = NULL;
     jsErrCode ec = 0;
@@ -446,11 +440,11 @@ patina_status clu_writer_delete(clu_writer_t *w, const char *key)
     uint64_t rev;
     clu_kv_key(kk, key);
     clu_bucket_partition(bucket, sizeof bucket, w->cfg.name, p);
-    PATINA_TRY_CLU(part_kv(w, p, &kv));
-    ns = kvStore_Get(&e, kv, kk);
+    ns = clu_kv_latest(&m, w->c, bucket, kk);
     if (ns == NATS_NOT_FOUND) return clu_fail(PATINA_E_NOTFOUND, "cluster: collection %s has no image '%s'", w->cfg.name, key);
     if (ns != NATS_OK) return clu_nats_fail(ns, "cluster: bucket %s, key %s", bucket, kk);
-    kvEntry_Destroy(e);
+    natsMsg_Destroy(m);
+    m = NULL;
     /* a KV delete is a message with the header KV-Operation: DEL on the key's subject; published
      * directly so that its revision (the stream sequence) is known for the confirmation */
     snprintf(subj, sizeof subj, "$KV.%s.%s", bucket, kk);
@@ -561,14 +555,23 @@ patina_status clu_members_read(clu_conn_t *c, const clu_config_t *cfg, clu_membe
         kvStore_Destroy(kv);
         return clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
     }
+    kvStore_Destroy(kv);
+    /* each entry from the stream's leader (clu_kv_latest): a lagging replica's older entry could
+     * leave out a partition a member hosts now, and a writer would not confirm with it */
     for (i = 0; i < keys.Count; i++) {
-        kvEntry *e = NULL;
-        if (kvStore_Get(&e, kv, keys.Keys[i]) != NATS_OK) continue; /* gone meanwhile */
-        if (member_parse(&m[n], cfg, kvEntry_Value(e), (size_t)kvEntry_ValueLen(e)) == 0) n++;
-        kvEntry_Destroy(e);
+        natsMsg *e = NULL;
+        ns = clu_kv_latest(&e, c, bucket, keys.Keys[i]);
+        if (ns == NATS_NOT_FOUND) continue; /* gone meanwhile */
+        if (ns != NATS_OK) {
+            patina_status s = clu_nats_fail(ns, "cluster: bucket %s: member %s", bucket, keys.Keys[i]);
+            kvKeysList_Destroy(&keys);
+            clu_members_free(m, n);
+            return s;
+        }
+        if (member_parse(&m[n], cfg, natsMsg_GetData(e), (size_t)natsMsg_GetDataLength(e)) == 0) n++;
+        natsMsg_Destroy(e);
     }
     kvKeysList_Destroy(&keys);
-    kvStore_Destroy(kv);
     *out = m;
     *nout = n;
     return PATINA_OK;

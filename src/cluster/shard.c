@@ -105,6 +105,10 @@ typedef struct shard {
     pthread_t hb;
     int hb_started;
     volatile int hb_stop, hb_kick; /* kick: beat now (a partition was hosted: announce it) */
+    uint64_t lease_until_us;    /* (atomic) monotonic us until which its entry surely lives (CLU_MEMBER_LEASE_MS
+                                 * after the last acknowledged heartbeat was sent); 0: none acknowledged yet */
+    int lapsed;                 /* the lease ran out and the partitions were withdrawn (heartbeat thread) */
+    unsigned long disconnects;  /* the connection's disconnects seen by the heartbeat thread */
     pthread_mutex_t mu;         /* applied revisions, for CONFIRM */
     pthread_cond_t cv;
     kvStore *members;
@@ -136,6 +140,29 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* Whether its member entry surely still lives: a heartbeat sent less than
+ * CLU_MEMBER_LEASE_MS ago was acknowledged (the entry expires
+ * CLU_MEMBERS_TTL_MS after the server stored it, which is after it was
+ * sent). Past the lease a writer may not see this shard and confirm its
+ * write with the other copies only, so nothing is answered. */
+static int leased(shard_t *sh)
+{
+    return now_us() < __atomic_load_n(&sh->lease_until_us, __ATOMIC_ACQUIRE);
+}
+
+/* Partition p is answered: hosted, caught up and the lease holds. */
+static int answering(shard_t *sh, uint32_t p)
+{
+    return p < sh->cfg.partitions && sh->parts[p].hosted && sh->parts[p].ready && leased(sh);
 }
 
 static void logf_(shard_t *sh, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -402,11 +429,13 @@ static void try_ready(shard_t *sh, part_t *pt, const char *bucket)
     if (!now) return;
     warm(sh, pt); /* caught up: its device copies before it answers (applied changes only on this thread) */
     pthread_mutex_lock(&sh->mu);
-    now = pt->applied >= last && pt->applied >= pt->must_apply; /* a CONFIRM may have come meanwhile */
+    /* a CONFIRM may have come meanwhile, or the lease run out (the announcement withdrawn) */
+    now = pt->applied >= last && pt->applied >= pt->must_apply && pt->announced && leased(sh);
     if (now) pt->ready = 1;
     pthread_mutex_unlock(&sh->mu);
     if (now)
-        logf_(sh, "partition %u ready (%zu images, revision %llu)", pt->p, pt->rows, (unsigned long long)pt->applied);
+        logf_(sh, "partition %u ready (%zu image%s, revision %llu)", pt->p, pt->rows, pt->rows == 1 ? "" : "s",
+              (unsigned long long)pt->applied);
 }
 
 typedef struct loader_arg {
@@ -613,7 +642,7 @@ static void answer(shard_t *sh, const clu_request_t *q, clu_reply_t *r)
             until.tv_nsec -= 1000000000L;
         }
         pthread_mutex_lock(&sh->mu);
-        if (!pt->ready) { /* loading: it turns ready only once it applied the revision */
+        if (!pt->ready || !leased(sh)) { /* loading (or lapsed): it turns ready only once it applied the revision */
             if (pt->must_apply < q->revision) pt->must_apply = q->revision;
             pthread_mutex_unlock(&sh->mu);
             r->nparts = 0;
@@ -642,7 +671,7 @@ static void answer(shard_t *sh, const clu_request_t *q, clu_reply_t *r)
     }
     for (i = 0; i < q->nparts; i++) {
         uint32_t p = q->parts[i];
-        if (p < sh->cfg.partitions && sh->parts[p].hosted && sh->parts[p].ready) r->parts[np++] = p;
+        if (answering(sh, p)) r->parts[np++] = p;
     }
     r->nparts = np;
     if (q->kind == CLU_KIND_SEARCH) {
@@ -952,6 +981,29 @@ static char *member_json(shard_t *sh, uint64_t *inc)
     return s;
 }
 
+/* The lease ran out (no heartbeat acknowledged for CLU_MEMBER_LEASE_MS):
+ * every partition loses its readiness and its announcement, so that it
+ * turns ready again only through the readiness rule -- announced by an
+ * acknowledged heartbeat, then caught up with the bucket's last revision
+ * read after it, which includes every write confirmed while its entry may
+ * have been missing. */
+static void withdraw_all(shard_t *sh, const char *why)
+{
+    uint32_t p, n = 0;
+    pthread_rwlock_rdlock(&sh->lock);
+    pthread_mutex_lock(&sh->mu);
+    for (p = 0; p < sh->cfg.partitions; p++) {
+        part_t *pt = &sh->parts[p];
+        if (!pt->hosted || sh->o.synthetic) continue;
+        n += pt->ready != 0;
+        pt->ready = 0;
+        pt->announced = 0;
+    }
+    pthread_mutex_unlock(&sh->mu);
+    pthread_rwlock_unlock(&sh->lock);
+    logf_(sh, "%s: %u ready partition%s withdrawn", why, n, n == 1 ? "" : "s");
+}
+
 /* One beat: the entry put (read lock held while it is written, not while
  * it is sent); once acknowledged, the partitions it listed as hosted are
  * announced -- those still in the same hosting (a partition dropped and
@@ -959,6 +1011,7 @@ static char *member_json(shard_t *sh, uint64_t *inc)
 static void heartbeat(shard_t *sh)
 {
     uint64_t *inc = calloc(sh->cfg.partitions, sizeof *inc);
+    const uint64_t sent = now_us();
     char *js;
     natsStatus ns;
     uint32_t p;
@@ -971,10 +1024,32 @@ static void heartbeat(shard_t *sh)
         return;
     }
     ns = kvStore_Put(NULL, sh->members, sh->name, js, (int)strlen(js));
+    {
+        /* the lease ran out before this beat came back (acknowledged or not): the entry may have been
+         * gone meanwhile (it expires after it, CLU_MEMBERS_TTL_MS > CLU_MEMBER_LEASE_MS, so any gap
+         * means a lapse), and writes committed then were not confirmed here. Also after a stall of
+         * the whole process (a pause, a frozen VM), whose next beat succeeds at once. */
+        const uint64_t lease = __atomic_load_n(&sh->lease_until_us, __ATOMIC_ACQUIRE);
+        const unsigned long disc = __atomic_load_n(&sh->c->disconnects, __ATOMIC_ACQUIRE);
+        if (lease && now_us() >= lease && !sh->lapsed) {
+            sh->lapsed = 1;
+            withdraw_all(sh, "no heartbeat acknowledged within its lease (its entry may have expired)");
+        } else if (disc != sh->disconnects) {
+            /* the requests sent while it was away, a writer's CONFIRM among them, are lost: the
+             * copies come back through the readiness rule, as after a lapse */
+            withdraw_all(sh, "the NATS connection was lost meanwhile");
+        }
+        sh->disconnects = disc;
+    }
     if (ns != NATS_OK) {
         clu_nats_fail(ns, "membership entry %s", sh->name);
         logf_(sh, "%s", clu_last_error());
     } else { /* acknowledged: writers from now on see these partitions hosted here */
+        __atomic_store_n(&sh->lease_until_us, sent + (uint64_t)CLU_MEMBER_LEASE_MS * 1000u, __ATOMIC_RELEASE);
+        if (sh->lapsed) {
+            sh->lapsed = 0;
+            logf_(sh, "heartbeat acknowledged again: partitions turn ready once caught up");
+        }
         pthread_rwlock_rdlock(&sh->lock);
         for (p = 0; p < sh->cfg.partitions; p++)
             if (inc[p] && sh->parts[p].hosted && sh->parts[p].gen == inc[p]) sh->parts[p].announced = 1;
@@ -1153,7 +1228,7 @@ static int readiness(shard_t *sh, char *text, size_t size)
     for (p = 0; p < sh->cfg.partitions; p++) {
         if (!sh->assigned[p]) continue;
         assigned++;
-        if (sh->parts[p].hosted && sh->parts[p].ready) ready++;
+        if (answering(sh, p)) ready++;
         else if (first == UINT32_MAX) first = p;
     }
     if (ready < assigned) {
@@ -1218,7 +1293,7 @@ static void *metrics_thread(void *arg)
         for (p = 0; p < sh->cfg.partitions; p++)
             if (sh->parts[p].hosted) {
                 hosted++;
-                ready += sh->parts[p].ready != 0;
+                ready += answering(sh, p);
                 rows += sh->parts[p].rows;
                 bytes += sh->parts[p].bytes;
             }

@@ -1,6 +1,7 @@
 """The cluster under faults (issue 28): CPU shards and a front end on loopback, NATS from natsctl.
 
     kill the JetStream leader during writes   every acknowledged write is there afterwards
+    a shard paused past its entry's TTL       withdraws (its lease ran out), found whole once caught up
     scale 2 -> 3 -> 2 shards while querying   no query fails or changes; partitions balanced within one
     a shard's /ready                          503 while an assigned partition cannot load, then 200
     concurrent add / delete / search          no phantom hit after a delete, no miss after an add
@@ -294,6 +295,36 @@ def test_kill_jetstream_leader_during_writes(patina_cluster_cli, nats3, procs, t
         assert code == 200 and not ans.get("partial"), (code, ans)
         assert any(h["key"] == key and h["distance"] == 0 for h in ans["hits"]), \
             f"{key} acknowledged but not found by its own image: {hits_of(ans)}"
+
+
+def test_paused_shard_withdraws_until_caught_up(patina_cluster_cli, nats1, procs, tmp_path):
+    """A shard frozen past its member entry's TTL (SIGSTOP: a long pause, a frozen VM) misses the
+    confirmation of the writes made meanwhile (the writer does not see it). Resumed, its next
+    heartbeat succeeds at once; it must not answer from its old readiness, but withdraw every
+    partition (its lease ran out) and turn ready again only once caught up: the log says so, and
+    every acknowledged image is found whole afterwards. Without the lease the resumed shard
+    answered at once, whatever its watcher had not applied yet."""
+    env = up(nats1, procs, patina_cluster_cli, tmp_path)
+    before = [f"b{i:02d}" for i in range(8)]
+    put_all(env, before, seed0=500)
+    env.wait_ready()
+    s1 = env.shards["s1"][0]
+    s1.proc.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(7.0)  # past the 5 s TTL of its entry: the writer no longer lists it
+        during = [f"d{i:02d}" for i in range(8)]
+        put_all(env, during, seed0=600)
+    finally:
+        s1.proc.send_signal(signal.SIGCONT)
+
+    def withdrew():
+        return "withdrawn" in s1.tail(200)
+    procs.wait_for(withdrew, "the resumed shard s1 saying it withdrew its partitions", 30, [s1])
+    env.wait_ready()
+    for key, seed in [(k, 500 + i) for i, k in enumerate(before)] + [(k, 600 + i) for i, k in enumerate(during)]:
+        code, ans = env.search(image(seed), k=3)
+        assert code == 200 and not ans.get("partial"), (key, code, ans)
+        assert any(h["key"] == key and h["distance"] == 0 for h in ans["hits"]), (key, hits_of(ans))
 
 
 def test_scale_2_3_2_while_querying(patina_cluster_cli, nats1, procs, tmp_path):
