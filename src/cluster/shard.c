@@ -858,7 +858,24 @@ static void on_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void
     pthread_mutex_unlock(&sh->qmu);
     if (full) {
         clu_reply_t r;
+        clu_request_t q;
         memset(&r, 0, sizeof r);
+        /* a CONFIRM refused is a write this copy did not confirm: the copy withdraws as if it had
+         * timed out (the writer does not wait for the outcome) */
+        if (clu_request_decode(&q, natsMsg_GetData(msg), (size_t)natsMsg_GetDataLength(msg)) == PATINA_OK) {
+            if (q.kind == CLU_KIND_CONFIRM && q.partition < sh->cfg.partitions) {
+                part_t *pt = &sh->parts[q.partition];
+                pthread_rwlock_rdlock(&sh->lock);
+                pthread_mutex_lock(&sh->mu);
+                if (pt->hosted && pt->applied < q.revision) {
+                    pt->ready = 0;
+                    if (pt->must_apply < q.revision) pt->must_apply = q.revision;
+                }
+                pthread_mutex_unlock(&sh->mu);
+                pthread_rwlock_unlock(&sh->lock);
+            }
+            clu_request_release(&q);
+        }
         r.kind = CLU_KIND_SEARCH;
         r.status = clu_fail(PATINA_E_BUSY, "shard %s: %d requests waiting (busy)", sh->name, QUEUE_MAX);
         reply(sh, nc, msg, &r);
