@@ -56,6 +56,16 @@ static void on_disconnected(natsConnection *nc, void *closure)
     __atomic_add_fetch(&c->disconnects, 1, __ATOMIC_RELEASE);
 }
 
+static void on_closed(natsConnection *nc, void *closure)
+{
+    clu_conn_t *c = closure;
+    (void)nc;
+    pthread_mutex_lock(&c->mu);
+    c->closed = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
 patina_status clu_connect(clu_conn_t **out, const char *urls)
 {
     natsOptions *o = NULL;
@@ -70,11 +80,13 @@ patina_status clu_connect(clu_conn_t **out, const char *urls)
         free(copy);
         return clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
     }
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
     for (tok = strtok_r(copy, ",", &save); tok && n < 32; tok = strtok_r(NULL, ",", &save))
         if (*tok) servers[n++] = tok;
     if (!n) {
         free(copy);
-        free(c);
+        clu_disconnect(c);
         return clu_fail(PATINA_E_INVALID, "cluster: no NATS URL in '%s'", urls);
     }
     ns = natsOptions_Create(&o);
@@ -87,6 +99,7 @@ patina_status clu_connect(clu_conn_t **out, const char *urls)
      * before it writes, and a query pays that twice (the front end's request, the shard's reply) */
     if (ns == NATS_OK) ns = natsOptions_SetSendAsap(o, true);
     if (ns == NATS_OK) ns = natsOptions_SetDisconnectedCB(o, on_disconnected, c);
+    if (ns == NATS_OK) ns = natsOptions_SetClosedCB(o, on_closed, c);
     if (ns == NATS_OK) ns = natsConnection_Connect(&c->nc, o);
     if (ns == NATS_OK) ns = natsConnection_JetStream(&c->js, c->nc, NULL);
     natsOptions_Destroy(o);
@@ -103,12 +116,25 @@ patina_status clu_connect(clu_conn_t **out, const char *urls)
 
 void clu_disconnect(clu_conn_t *c)
 {
+    int closed = 1;
     if (!c) return;
     if (c->js) jsCtx_Destroy(c->js);
     if (c->nc) {
+        struct timespec until;
         natsConnection_FlushTimeout(c->nc, 1000);
+        natsConnection_Close(c->nc);
+        /* the disconnected and closed callbacks run later, on libnats's thread, with c */
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 5;
+        pthread_mutex_lock(&c->mu);
+        while (!c->closed && pthread_cond_timedwait(&c->cv, &c->mu, &until) == 0) {}
+        closed = c->closed;
+        pthread_mutex_unlock(&c->mu);
         natsConnection_Destroy(c->nc);
     }
+    if (!closed) return; /* a callback may still come: c is left allocated rather than freed under it */
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
     free(c);
 }
 

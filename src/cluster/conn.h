@@ -2,6 +2,8 @@
 #ifndef PATINA_CLUSTER_CONN_H
 #define PATINA_CLUSTER_CONN_H
 
+#include <pthread.h>
+
 #include <nats/nats.h>
 
 #include "cluster/cluster.h"
@@ -11,6 +13,11 @@ struct clu_conn {
     jsCtx *js;
     unsigned long disconnects; /* (atomic) times the connection was lost: core requests sent to it meanwhile
                                 * (a writer's CONFIRM) were lost, so a shard withdraws its partitions */
+    /* libnats calls the connection's callbacks on a thread of its own, after natsConnection_Close
+     * returns: clu_disconnect waits for the last one (closed) before it frees this */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int closed;
 };
 
 /* A NATS failure as a patina_status, the message "<what>: <NATS's text>"
