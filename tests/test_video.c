@@ -33,6 +33,7 @@
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
 #include <libavutil/opt.h>
+#include <libavutil/pixdesc.h>
 
 static char *tmp;
 static patina_context_t *ctx;
@@ -274,6 +275,157 @@ static void decode_frame(patina_image_t *img, const char *path, int want)
     av_packet_free(&pkt);
     avcodec_free_context(&c);
     avformat_close_input(&fc);
+}
+
+/* ------------------------------------------------------------ layouts */
+
+/* A NUT file of rawvideo frames (2) of pixel format pf, w x h, random samples (the seed), no colour
+ * metadata: the reader's defaults apply (BT.601 under 720 rows; limited range, full for grey; the J
+ * formats are left out: NUT keeps no range, their frames come back as the plain ones). The frames are kept in *frames for the expected pixels. Returns 0 when FFmpeg cannot
+ * write that format so, or reads it back as another. */
+static int write_raw(const char *path, enum AVPixelFormat pf, int w, int h, unsigned seed, AVFrame **frames)
+{
+    AVFormatContext *oc = NULL;
+    const AVCodec *codec = avcodec_find_encoder(AV_CODEC_ID_RAWVIDEO);
+    AVCodecContext *c;
+    AVStream *st;
+    int ok = 0;
+    assert_non_null(codec);
+    assert_true(avformat_alloc_output_context2(&oc, NULL, "nut", path) >= 0);
+    st = avformat_new_stream(oc, NULL);
+    c = avcodec_alloc_context3(codec);
+    assert_true(st && c);
+    c->width = w;
+    c->height = h;
+    c->time_base = (AVRational){1, FPS};
+    c->framerate = (AVRational){FPS, 1};
+    c->pix_fmt = pf;
+    if (avcodec_open2(c, codec, NULL) >= 0 && avcodec_parameters_from_context(st->codecpar, c) >= 0) {
+        st->time_base = c->time_base;
+        if (avio_open(&oc->pb, path, AVIO_FLAG_WRITE) >= 0) {
+            if (avformat_write_header(oc, NULL) >= 0) {
+                ok = 1;
+                for (int f = 0; f < 2; f++) {
+                    AVFrame *fr = av_frame_alloc();
+                    fr->format = pf;
+                    fr->width = w;
+                    fr->height = h;
+                    assert_true(av_frame_get_buffer(fr, 0) >= 0);
+                    for (int pl = 0; pl < 4 && fr->data[pl]; pl++) {
+                        const int rows = pl && pl < 3 && !(av_pix_fmt_desc_get(pf)->flags & AV_PIX_FMT_FLAG_PAL)
+                                             ? AV_CEIL_RSHIFT(h, av_pix_fmt_desc_get(pf)->log2_chroma_h)
+                                             : h;
+                        for (int r = 0; r < rows; r++)
+                            for (int x = 0; x < fr->linesize[pl]; x++)
+                                fr->data[pl][(size_t)r * fr->linesize[pl] + x] =
+                                    (uint8_t)((seed = seed * 1103515245u + 12345u) >> 16);
+                    }
+                    fr->pts = f;
+                    assert_int_equal(send(oc, c, st, fr), 0);
+                    frames[f] = fr;
+                }
+                assert_int_equal(send(oc, c, st, NULL), 0);
+                assert_true(av_write_trailer(oc) >= 0);
+            }
+            avio_closep(&oc->pb);
+        }
+    }
+    avcodec_free_context(&c);
+    avformat_free_context(oc);
+    if (ok) { /* read back as that format (NUT stores a FourCC; some formats share one) */
+        AVFormatContext *ic = NULL;
+        ok = avformat_open_input(&ic, path, NULL, NULL) >= 0 && avformat_find_stream_info(ic, NULL) >= 0 &&
+             ic->nb_streams == 1 && ic->streams[0]->codecpar->format == pf;
+        avformat_close_input(&ic);
+        if (!ok)
+            for (int f = 0; f < 2; f++) av_frame_free(&frames[f]);
+    }
+    return ok;
+}
+
+/* The RGB of frame fr by the definition: each component read with
+ * libavutil's av_read_image_line2 (whatever the layout), chroma replicated. */
+static void expected_rgb(uint8_t *out, const AVFrame *fr)
+{
+    const AVPixFmtDescriptor *d = av_pix_fmt_desc_get(fr->format);
+    const int w = fr->width, grey = d->nb_components < 3;
+    const patina_yuv_coefs_t k = patina_yuv_coefs(PATINA_YUV_BT601, grey);
+    uint16_t *ly = malloc(sizeof *ly * (size_t)w), *lu = malloc(sizeof *lu * (size_t)w), *lv = malloc(sizeof *lv * (size_t)w);
+    const uint8_t *data[4] = {fr->data[0], fr->data[1], fr->data[2], fr->data[3]};
+    assert_true(ly && lu && lv);
+    for (int y = 0; y < fr->height; y++) {
+        const int cw = AV_CEIL_RSHIFT(w, d->log2_chroma_w), yc = y >> d->log2_chroma_h;
+        av_read_image_line2(ly, data, fr->linesize, d, 0, y, 0, w, 0, 2);
+        if (!grey) {
+            av_read_image_line2(lu, data, fr->linesize, d, 0, yc, 1, cw, 0, 2);
+            av_read_image_line2(lv, data, fr->linesize, d, 0, yc, 2, cw, 0, 2);
+        }
+        for (int x = 0; x < w; x++)
+            patina_yuv_to_rgb(&k, ly[x], grey ? 128 : lu[x >> d->log2_chroma_w], grey ? 128 : lv[x >> d->log2_chroma_w],
+                              out + 3 * ((size_t)y * w + x));
+    }
+    free(ly);
+    free(lu);
+    free(lv);
+}
+
+/* Every 8-bit Y'CbCr layout the reader converts itself (planar, semi-planar
+ * with either chroma order, packed, grey; chroma subsampled 1, 2 and 4
+ * times across and 1 or 2 times down), at sizes around the conversion's
+ * blocks of 128 pixels with odd widths and heights: the frames patina_video_next
+ * gives equal the definition byte for byte. */
+static void test_layouts(void **state)
+{
+    static const enum AVPixelFormat fmts[] = {
+        AV_PIX_FMT_YUV420P, AV_PIX_FMT_NV12,     AV_PIX_FMT_NV21,    AV_PIX_FMT_YUV422P,
+        AV_PIX_FMT_YUV444P, AV_PIX_FMT_YUV440P, AV_PIX_FMT_YUV411P,
+        AV_PIX_FMT_YUYV422, AV_PIX_FMT_UYVY422,  AV_PIX_FMT_GRAY8,
+    };
+    static const int sizes[][2] = {{259, 7}, {128, 2}, {33, 5}, {1, 1}};
+    int written = 0, core = 0;
+    (void)state;
+    for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++)
+        for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+            const int w = sizes[z][0], h = sizes[z][1];
+            const char *path = tu_path(tmp, "layout_%s_%dx%d.nut", av_get_pix_fmt_name(fmts[f]), w, h);
+            AVFrame *frames[2] = {NULL, NULL};
+            patina_video_opts_t o;
+            patina_video_t *v = NULL;
+            uint8_t *want = malloc(3 * (size_t)w * h);
+            assert_non_null(want);
+            if (!write_raw(path, fmts[f], w, h, 1000u + (unsigned)(f * 16 + z), frames)) {
+                printf("  %s %dx%d: not kept by rawvideo in NUT (not checked)\n",
+                       av_get_pix_fmt_name(fmts[f]), w, h);
+                free(want);
+                continue;
+            }
+            written++;
+            core += fmts[f] == AV_PIX_FMT_YUV420P || fmts[f] == AV_PIX_FMT_NV12 || fmts[f] == AV_PIX_FMT_YUV422P ||
+                    fmts[f] == AV_PIX_FMT_YUV444P;
+            patina_video_opts_init(&o);
+            TU_OK(patina_video_open(&v, path, &o));
+            for (int i = 0; i < 2; i++) {
+                patina_image_t img;
+                patina_video_frame_t info;
+                size_t bad = 0;
+                TU_OK(patina_video_next(v, &img, &info));
+                assert_int_equal(img.width, w);
+                assert_int_equal(img.height, h);
+                expected_rgb(want, frames[i]);
+                for (int y = 0; y < h; y++)
+                    bad += memcmp(img.data + (size_t)y * img.stride, want + 3 * (size_t)y * w, 3 * (size_t)w) != 0;
+                if (bad)
+                    printf("  %s %dx%d frame %d: %zu rows differ from the definition\n",
+                           av_get_pix_fmt_name(fmts[f]), w, h, i, bad);
+                assert_int_equal(bad, 0);
+                patina_image_release(&img);
+                av_frame_free(&frames[i]);
+            }
+            patina_video_free(v);
+            free(want);
+        }
+    printf("  %d (format, size) files checked\n", written);
+    assert_true(core >= 4 * 4); /* yuv420p, nv12, yuv422p and yuv444p at every size at least */
 }
 
 /* ------------------------------------------------------------ indexing */
@@ -681,7 +833,7 @@ int main(void)
         cmocka_unit_test(test_yuv_coefs),   cmocka_unit_test(test_yuv_definition), cmocka_unit_test(test_keys),
         cmocka_unit_test(test_sniff),       cmocka_unit_test(test_reader_errors),  cmocka_unit_test(test_index_modes),
         cmocka_unit_test(test_self_search), cmocka_unit_test(test_stdin),          cmocka_unit_test(test_truncated),
-        cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_cli),         cmocka_unit_test(test_layouts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
