@@ -93,4 +93,10 @@ int tu_exec_len(char **out, size_t *outlen, char **err, int flags, int timeout_s
 /* For GPU tests: exits 77 with a visible message when no GPU is usable. */
 void tu_require_gpu(void);
 
+/* On SIGSEGV, SIGBUS, SIGFPE, SIGILL or SIGABRT: the backtrace on stderr,
+ * then the default action. Call it inside a cmocka test (cmocka installs
+ * its own handlers, which catch the signal and print no stack, while it
+ * runs a group) to see where a crash happened. */
+void tu_crash_backtrace(void);
+
 #endif

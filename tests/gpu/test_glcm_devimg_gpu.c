@@ -85,6 +85,7 @@ static void test_device_images(void **state)
     patina_status st[MAXF];
     size_t ndev = 0, bad = 0;
     (void)state;
+    tu_crash_backtrace(); /* the crash this test is for: where it happens */
     make_files(&f);
     TU_OK(patina_gpu_open(&g, 0, 0));
     TU_OK(patina_gpu_jpegx_open(&d, g));
