@@ -44,6 +44,8 @@ patina_status clu_nats_fail(natsStatus ns, const char *fmt, ...)
     detail = nats_GetLastError(&last);
     /* a conflict of kvStore_Update / _Create (wrong last sequence) is JetStream's 10071 */
     if (detail && strstr(detail, "wrong last sequence")) s = PATINA_E_BUSY;
+    /* JetStream's 10008 (a stream or the meta layer without a leader, an election under way) */
+    if (detail && strstr(detail, "temporarily unavailable")) s = PATINA_E_UNAVAILABLE;
     if (detail && *detail && strcmp(detail, natsStatus_GetText(ns)))
         return clu_fail(s, "%s: %s (%s)", what, natsStatus_GetText(ns), detail);
     return clu_fail(s, "%s: %s", what, natsStatus_GetText(ns));
@@ -145,16 +147,36 @@ patina_status clu_kv_open(kvStore **kv, clu_conn_t *c, const char *bucket)
     return PATINA_OK;
 }
 
+/* A leader read that failed because there is no leader at the moment (an
+ * election, a server restarting): worth asking again shortly. */
+static int transient(natsStatus ns, jsErrCode ec)
+{
+    const char *detail;
+    if (ns == NATS_TIMEOUT || ns == NATS_NO_RESPONDERS) return 1;
+    if (ec == 10008) return 1; /* JetStream system temporarily unavailable */
+    detail = nats_GetLastError(NULL);
+    return ns == NATS_ERR && detail && strstr(detail, "temporarily unavailable") != NULL;
+}
+
 natsStatus clu_kv_latest(natsMsg **m, clu_conn_t *c, const char *bucket, const char *key)
 {
     char stream[160], subj[320];
     const char *op = NULL;
     jsErrCode ec = 0;
     natsStatus ns;
+    int waited_ms = 0, delay_ms = 50;
     *m = NULL;
     snprintf(stream, sizeof stream, "KV_%s", bucket);
     snprintf(subj, sizeof subj, "$KV.%s.%s", bucket, key);
-    ns = js_GetLastMsg(m, c->js, stream, subj, NULL, &ec);
+    /* unlike a direct get, the leader read needs a leader: during an election it is asked
+     * again, for at most CLU_LATEST_WAIT_MS */
+    while ((ns = js_GetLastMsg(m, c->js, stream, subj, NULL, &ec)) != NATS_OK && transient(ns, ec) &&
+           waited_ms < CLU_LATEST_WAIT_MS) {
+        usleep((useconds_t)delay_ms * 1000u);
+        waited_ms += delay_ms;
+        delay_ms = delay_ms * 2 < 500 ? delay_ms * 2 : 500;
+        ec = 0;
+    }
     if (ns != NATS_OK) {
         *m = NULL;
         return ns;
