@@ -1,0 +1,53 @@
+#!/bin/bash
+# The "extra reference views at registration" lever of issue 30, measured on the bench/identify full sets:
+# every reference gets synthetic views (views_make.py), registered as extra references under keys that
+# name the item (<file>@<view>.png), indexed with the baseline's `patina index -f rootsift` defaults; all
+# queries and impostors identified as the baseline was (threshold 0, -j 2, CSV; -k 20 so that five
+# distinct references remain once the views are folded back), then views_map.py folds every view's row
+# into its reference (best row per reference, re-ranked, first five kept) and score.py scores the items
+# beside the baseline run re-scored the same way.
+#
+#   lab/identify/views.sh NAME VIEW [VIEW ...]      e.g. lab/identify/views.sh v12 v1 v2
+#
+# Environment: SETS (the sets, read only; default /tmp/acc-full, with results/refs.patina = the baseline's
+# index and results/patina_noguided.csv = its run), LAB (where this writes; default /tmp/views-lab),
+# PATINA (default build-cpu/patina), PY (a python with cv2 and numpy; default .venv-identify/bin/python),
+# J (default 2), T (the threshold FAR/FRR are reported at; default 13).
+# Writes LAB/NAME/: views/ (the PNGs), refs.patina (the baseline's index copied, the views added: the
+# original references' records are the same bytes as a fresh index of them would give), raw.csv,
+# mapped.csv, timings.csv, report.md; LAB/base_mapped.csv (the baseline through views_map.py: unchanged).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+SETS=${SETS:-/tmp/acc-full}
+LAB=${LAB:-/tmp/views-lab}
+P=$(realpath "${PATINA:-$ROOT/build-cpu/patina}")
+PY=${PY:-$ROOT/.venv-identify/bin/python}
+J=${J:-2}
+T=${T:-13}
+name=$1; shift
+D=$LAB/$name
+mkdir -p "$D"
+now() { date +%s.%N; }
+
+if [ ! -s "$D/raw.csv" ]; then
+  rm -rf "$D/views" "$D/refs.patina"
+  "$PY" "$ROOT/lab/identify/views_make.py" "$SETS/refs" "$D/views" "$@"
+  cp -r "$SETS/results/refs.patina" "$D/refs.patina"
+  t0=$(now); "$P" index "$D/refs.patina" "$D/views" -f rootsift -j "$J" -q; t1=$(now)
+  "$P" info "$D/refs.patina" > "$D/info.txt"
+  cd "$SETS"   # relative query paths, as the baseline's CSV has them (nothing is written here)
+  rc=0; "$P" identify "$D/refs.patina" queries impostors --format csv --threshold 0 -k 20 -j "$J" -q \
+    > "$D/raw.csv.part" || rc=$?
+  t2=$(now)
+  [ "$rc" -le 1 ] || { echo "views.sh: patina identify failed (exit $rc)" >&2; exit "$rc"; }
+  mv "$D/raw.csv.part" "$D/raw.csv"
+  nv=$(find "$D/views" -type f | wc -l)
+  { echo "system,stage,items,seconds"
+    echo "$name,index_views,$nv,$(awk "BEGIN{print $t1 - $t0}")"
+    echo "$name,identify,800,$(awk "BEGIN{print $t2 - $t1}")"; } > "$D/timings.csv"
+fi
+"$PY" "$ROOT/lab/identify/views_map.py" "$D/raw.csv" "$D/mapped.csv"
+"$PY" "$ROOT/lab/identify/views_map.py" "$SETS/results/patina_noguided.csv" "$LAB/base_mapped.csv"
+"$PY" "$ROOT/bench/identify/score.py" --sets "$SETS" \
+  --run "base=$LAB/base_mapped.csv" --threshold "base=$T" \
+  --run "$name=$D/mapped.csv" --threshold "$name=$T" --out "$D/report.md"
