@@ -9,8 +9,8 @@
 #
 #   lab/identify/views.sh NAME VIEW [VIEW ...]      e.g. lab/identify/views.sh v12 v1 v2
 #   lab/identify/views.sh --time NAME [NAME ...]     identify time, back to back: the first 50 genuine
-#       queries and the first 50 impostors (by file name) against the baseline's index, then against
-#       each LAB/NAME/refs.patina, ROUNDS rounds (default 2), under the same load
+#       queries and the first 50 impostors (by file name) against a copy of the baseline's index
+#       (LAB/base), then against each LAB/NAME/refs.patina, ROUNDS rounds (default 2), under the same load
 #
 # Environment: SETS (the sets, read only; default /tmp/acc-full, with results/refs.patina = the baseline's
 # index and results/patina_noguided.csv = its run), LAB (where this writes; default /tmp/views-lab),
@@ -30,11 +30,12 @@ T=${T:-13}
 now() { date +%s.%N; }
 if [ "$1" = --time ]; then
   shift
+  [ -d "$LAB/base/refs.patina" ] || { mkdir -p "$LAB/base"; cp -r "$SETS/results/refs.patina" "$LAB/base/"; }
   cd "$SETS"
   mapfile -t qs < <(ls queries/* | head -n 50; ls impostors/* | head -n 50)
   for round in $(seq "${ROUNDS:-2}"); do
     for n in base "$@"; do
-      idx=$LAB/$n/refs.patina; [ "$n" = base ] && idx=$SETS/results/refs.patina
+      idx=$LAB/$n/refs.patina   # base: a copy of the baseline's index (SETS is only read)
       t0=$(now); "$P" identify "$idx" "${qs[@]}" --format csv --threshold 0 -k 20 -j "$J" -q > /dev/null || [ $? -le 1 ]
       t1=$(now)
       echo "round $round, $n: ${#qs[@]} queries in $(awk "BEGIN{print $t1 - $t0}") s; load $(cut -d' ' -f1 /proc/loadavg)"
