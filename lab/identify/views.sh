@@ -18,7 +18,7 @@
 # J (default 2), T (the threshold FAR/FRR are reported at; default 13).
 # Writes LAB/NAME/: views/ (the PNGs), refs.patina (the baseline's index copied, the views added: the
 # original references' records are the same bytes as a fresh index of them would give), raw.csv,
-# mapped.csv, timings.csv, report.md; LAB/base_mapped.csv (the baseline through views_map.py: unchanged).
+# mapped.csv, timings.csv (wall and CPU seconds), report.md; LAB/base_mapped.csv (the baseline through views_map.py: unchanged).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 SETS=${SETS:-/tmp/acc-full}
@@ -27,7 +27,6 @@ P=$(realpath "${PATINA:-$ROOT/build-cpu/patina}")
 PY=${PY:-$ROOT/.venv-identify/bin/python}
 J=${J:-2}
 T=${T:-13}
-now() { date +%s.%N; }
 if [ "$1" = --time ]; then
   shift
   [ -d "$LAB/base/refs.patina" ] || { mkdir -p "$LAB/base"; cp -r "$SETS/results/refs.patina" "$LAB/base/"; }
@@ -36,9 +35,10 @@ if [ "$1" = --time ]; then
   for round in $(seq "${ROUNDS:-2}"); do
     for n in base "$@"; do
       idx=$LAB/$n/refs.patina   # base: a copy of the baseline's index (SETS is only read)
-      t0=$(now); "$P" identify "$idx" "${qs[@]}" --format csv --threshold 0 -k 20 -j "$J" -q > /dev/null || [ $? -le 1 ]
-      t1=$(now)
-      echo "round $round, $n: ${#qs[@]} queries in $(awk "BEGIN{print $t1 - $t0}") s; load $(cut -d' ' -f1 /proc/loadavg)"
+      /usr/bin/time -f "%e %U %S" -o "$LAB/time.txt" "$P" identify "$idx" "${qs[@]}" --format csv --threshold 0 \
+        -k 20 -j "$J" -q > /dev/null || [ $? -le 1 ]
+      read -r e u s < "$LAB/time.txt"
+      echo "round $round, $n: ${#qs[@]} queries: wall $e s, CPU $(awk "BEGIN{print $u + $s}") s; load $(cut -d' ' -f1 /proc/loadavg)"
     done
   done
   exit 0
@@ -51,18 +51,18 @@ if [ ! -s "$D/raw.csv" ]; then
   rm -rf "$D/views" "$D/refs.patina"
   "$PY" "$ROOT/lab/identify/views_make.py" "$SETS/refs" "$D/views" "$@"
   cp -r "$SETS/results/refs.patina" "$D/refs.patina"
-  t0=$(now); "$P" index "$D/refs.patina" "$D/views" -f rootsift -j "$J" -q; t1=$(now)
+  /usr/bin/time -f "%e %U %S" -o "$D/time_index.txt" "$P" index "$D/refs.patina" "$D/views" -f rootsift -j "$J" -q
   "$P" info "$D/refs.patina" > "$D/info.txt"
   cd "$SETS"   # relative query paths, as the baseline's CSV has them (nothing is written here)
-  rc=0; "$P" identify "$D/refs.patina" queries impostors --format csv --threshold 0 -k 20 -j "$J" -q \
-    > "$D/raw.csv.part" || rc=$?
-  t2=$(now)
+  rc=0; /usr/bin/time -f "%e %U %S" -o "$D/time_identify.txt" "$P" identify "$D/refs.patina" queries impostors \
+    --format csv --threshold 0 -k 20 -j "$J" -q > "$D/raw.csv.part" || rc=$?
   [ "$rc" -le 1 ] || { echo "views.sh: patina identify failed (exit $rc)" >&2; exit "$rc"; }
   mv "$D/raw.csv.part" "$D/raw.csv"
   nv=$(find "$D/views" -type f | wc -l)
-  { echo "system,stage,items,seconds"
-    echo "$name,index_views,$nv,$(awk "BEGIN{print $t1 - $t0}")"
-    echo "$name,identify,800,$(awk "BEGIN{print $t2 - $t1}")"; } > "$D/timings.csv"
+  read -r ei ui si < "$D/time_index.txt"; read -r eq uq sq < "$D/time_identify.txt"
+  { echo "system,stage,items,seconds,cpu_seconds"
+    echo "$name,index_views,$nv,$ei,$(awk "BEGIN{print $ui + $si}")"
+    echo "$name,identify,800,$eq,$(awk "BEGIN{print $uq + $sq}")"; } > "$D/timings.csv"
 fi
 "$PY" "$ROOT/lab/identify/views_map.py" "$D/raw.csv" "$D/mapped.csv"
 "$PY" "$ROOT/lab/identify/views_map.py" "$SETS/results/patina_noguided.csv" "$LAB/base_mapped.csv"
