@@ -998,8 +998,9 @@ static char *member_json(shard_t *sh, uint64_t *inc)
     return s;
 }
 
-/* The lease ran out (no heartbeat acknowledged for CLU_MEMBER_LEASE_MS):
- * every partition loses its readiness and its announcement, so that it
+/* The lease ran out (no heartbeat acknowledged for CLU_MEMBER_LEASE_MS), or
+ * the connection was lost (`why` says which): every partition of a shard
+ * that follows its buckets loses its readiness and its announcement, so that it
  * turns ready again only through the readiness rule -- announced by an
  * acknowledged heartbeat, then caught up with the bucket's last revision
  * read after it, which includes every write confirmed while its entry may
