@@ -31,21 +31,27 @@ patina_status clu_nats_status(natsStatus ns)
     }
 }
 
+/* clu_nats_status, refined by the NATS library's last error detail (the
+ * text of a JetStream API error). */
+static patina_status classify(natsStatus ns, const char *detail)
+{
+    /* a conflict of kvStore_Update / _Create (wrong last sequence) is JetStream's 10071 */
+    if (detail && strstr(detail, "wrong last sequence")) return PATINA_E_BUSY;
+    /* JetStream's 10008 (a stream or the meta layer without a leader, an election under way) */
+    if (detail && strstr(detail, "temporarily unavailable")) return PATINA_E_UNAVAILABLE;
+    return clu_nats_status(ns);
+}
+
 patina_status clu_nats_fail(natsStatus ns, const char *fmt, ...)
 {
     char what[512];
-    const char *detail;
     natsStatus last = NATS_OK;
-    patina_status s = clu_nats_status(ns);
+    const char *detail = nats_GetLastError(&last);
+    const patina_status s = classify(ns, detail);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    detail = nats_GetLastError(&last);
-    /* a conflict of kvStore_Update / _Create (wrong last sequence) is JetStream's 10071 */
-    if (detail && strstr(detail, "wrong last sequence")) s = PATINA_E_BUSY;
-    /* JetStream's 10008 (a stream or the meta layer without a leader, an election under way) */
-    if (detail && strstr(detail, "temporarily unavailable")) s = PATINA_E_UNAVAILABLE;
     if (detail && *detail && strcmp(detail, natsStatus_GetText(ns)))
         return clu_fail(s, "%s: %s (%s)", what, natsStatus_GetText(ns), detail);
     return clu_fail(s, "%s: %s", what, natsStatus_GetText(ns));
@@ -147,36 +153,21 @@ patina_status clu_kv_open(kvStore **kv, clu_conn_t *c, const char *bucket)
     return PATINA_OK;
 }
 
-/* A leader read that failed because there is no leader at the moment (an
- * election, a server restarting): worth asking again shortly. */
-static int transient(natsStatus ns, jsErrCode ec)
-{
-    const char *detail;
-    if (ns == NATS_TIMEOUT || ns == NATS_NO_RESPONDERS) return 1;
-    if (ec == 10008) return 1; /* JetStream system temporarily unavailable */
-    detail = nats_GetLastError(NULL);
-    return ns == NATS_ERR && detail && strstr(detail, "temporarily unavailable") != NULL;
-}
-
 natsStatus clu_kv_latest(natsMsg **m, clu_conn_t *c, const char *bucket, const char *key)
 {
     char stream[160], subj[320];
     const char *op = NULL;
     jsErrCode ec = 0;
     natsStatus ns;
-    int waited_ms = 0, delay_ms = 50;
+    clu_retry_t r;
     *m = NULL;
     snprintf(stream, sizeof stream, "KV_%s", bucket);
     snprintf(subj, sizeof subj, "$KV.%s.%s", bucket, key);
-    /* unlike a direct get, the leader read needs a leader: during an election it is asked
-     * again, for at most CLU_LATEST_WAIT_MS */
-    while ((ns = js_GetLastMsg(m, c->js, stream, subj, NULL, &ec)) != NATS_OK && transient(ns, ec) &&
-           waited_ms < CLU_LATEST_WAIT_MS) {
-        usleep((useconds_t)delay_ms * 1000u);
-        waited_ms += delay_ms;
-        delay_ms = delay_ms * 2 < 500 ? delay_ms * 2 : 500;
-        ec = 0;
-    }
+    /* unlike a direct get, the leader read needs a leader: during an election (unavailable) it
+     * is asked again, for at most CLU_LATEST_WAIT_MS */
+    clu_retry_init(&r, CLU_LATEST_WAIT_MS);
+    while ((ns = js_GetLastMsg(m, c->js, stream, subj, NULL, &ec)) != NATS_OK &&
+           classify(ns, nats_GetLastError(NULL)) == PATINA_E_UNAVAILABLE && clu_retry(&r, PATINA_E_UNAVAILABLE)) {}
     if (ns != NATS_OK) {
         *m = NULL;
         return ns;

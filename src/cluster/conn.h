@@ -43,8 +43,9 @@ patina_status clu_kv_open_wait(kvStore **kv, clu_conn_t *c, const char *bucket, 
  * value is natsMsg_GetData/GetDataLength, its revision natsMsg_GetSequence.
  * NATS_NOT_FOUND (no message set) when the key has no value or its last
  * one is a delete or purge marker. A read that finds no leader (an
- * election: JetStream "temporarily unavailable", a timeout, no responders)
- * is asked again for at most CLU_LATEST_WAIT_MS. */
+ * election: JetStream "temporarily unavailable", a timeout, no responders:
+ * what clu_nats_fail calls PATINA_E_UNAVAILABLE) is asked again
+ * (clu_retry) for at most CLU_LATEST_WAIT_MS. */
 #define CLU_LATEST_WAIT_MS 3000
 natsStatus clu_kv_latest(natsMsg **m, clu_conn_t *c, const char *bucket, const char *key);
 

@@ -557,6 +557,14 @@ static void *loader(void *arg)
     return NULL;
 }
 
+/* Partition pt stops answering until it applied `rev` (and caught up):
+ * a write it could not confirm. shard.mu held. */
+static void withdraw_locked(part_t *pt, uint64_t rev)
+{
+    pt->ready = 0;
+    if (pt->must_apply < rev) pt->must_apply = rev;
+}
+
 /* Starts hosting partition p (lock held for writing). */
 static patina_status host(shard_t *sh, uint32_t p)
 {
@@ -643,17 +651,14 @@ static void answer(shard_t *sh, const clu_request_t *q, clu_reply_t *r)
         }
         pthread_mutex_lock(&sh->mu);
         if (!pt->ready || !leased(sh)) { /* loading (or lapsed): it turns ready only once it applied the revision */
-            if (pt->must_apply < q->revision) pt->must_apply = q->revision;
+            withdraw_locked(pt, q->revision);
             pthread_mutex_unlock(&sh->mu);
             r->nparts = 0;
             return;
         }
         while (pt->applied < q->revision && pthread_cond_timedwait(&sh->cv, &sh->mu, &until) == 0) {}
         ok = pt->applied >= q->revision;
-        if (!ok) { /* withdrawn until caught up */
-            pt->ready = 0;
-            if (pt->must_apply < q->revision) pt->must_apply = q->revision;
-        }
+        if (!ok) withdraw_locked(pt, q->revision); /* until caught up */
         pthread_mutex_unlock(&sh->mu);
         if (!ok) {
             r->status = clu_fail(PATINA_E_UNAVAILABLE, "shard %s: partition %u did not apply revision %llu in %u ms "
@@ -867,10 +872,7 @@ static void on_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void
                 part_t *pt = &sh->parts[q.partition];
                 pthread_rwlock_rdlock(&sh->lock);
                 pthread_mutex_lock(&sh->mu);
-                if (pt->hosted && pt->applied < q.revision) {
-                    pt->ready = 0;
-                    if (pt->must_apply < q.revision) pt->must_apply = q.revision;
-                }
+                if (pt->hosted && pt->applied < q.revision) withdraw_locked(pt, q.revision);
                 pthread_mutex_unlock(&sh->mu);
                 pthread_rwlock_unlock(&sh->lock);
             }
