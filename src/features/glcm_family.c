@@ -698,11 +698,9 @@ static patina_status cpu_batch(patina_status (*one)(const void *, void *, const 
     return PATINA_OK;
 }
 
-/* Device images (levels_on_device, pgpu_glcm_src_t.dev) are not handed to
- * these families for now (.gpu_reads_device = 0): test_jpeg_exact_gpu's
- * family test crashed (SIGSEGV, host side) in glcm on an H200 with images
- * decoded on the GPU, cause not found yet; the pipeline decodes their JPEGs
- * with libjpeg-turbo. */
+/* Device images (decoded on the GPU) are read where they are when their
+ * levels can be made on the device (levels_on_device, pgpu_glcm_src_t.dev);
+ * otherwise host_views brings them to the host first. */
 static patina_status glcm_gpu(patina_gpu_t *g, const void *params, void *out,
                               const patina_image_t *imgs, size_t n, patina_status *st)
 {
@@ -753,7 +751,7 @@ const patina_family_t patina_family_glcm = {
     .gpu = glcm_gpu,
     .hybrid = NULL,
     .json = glcm_json,
-    .gpu_reads_device = 0, /* see glcm_gpu: the device-image path is off */
+    .gpu_reads_device = 1,
 };
 
 const patina_family_t patina_family_haralick = {
@@ -771,5 +769,5 @@ const patina_family_t patina_family_haralick = {
     .gpu = haralick_gpu,
     .hybrid = NULL,
     .json = NULL,
-    .gpu_reads_device = 0, /* see glcm_gpu: the device-image path is off */
+    .gpu_reads_device = 1,
 };

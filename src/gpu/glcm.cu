@@ -669,7 +669,8 @@ static patina_status run_counts(patina_gpu_t *g, glcm_state *c, const pgpu_glcm_
         const size_t pitch = last ? 0 : glcm_pitch(w);
         const int rows_cap = last ? 0 : (int)(cap / pitch);
         const int tile = !last && h <= rows_cap ? h : rows_cap - pl->pad_up - pl->pad_down;
-        const int direct = !last && w > 0 && h > 0 && src_direct(src, i);
+        /* src_direct's value, not a truth value: GLCM_DEV_RGB and 1 differ */
+        const int direct = !last && w > 0 && h > 0 ? src_direct(src, i) : 0;
         int t0 = 0;
         if (!last && (w <= 0 || h <= 0)) continue;
         for (;;) {

@@ -1,8 +1,8 @@
 /* glcm and haralick on images in device memory, called directly
- * (patina_extract_batch), outside the pipeline: the pipeline hands them no
- * device images (.gpu_reads_device = 0) since test_jpeg_exact_gpu's family
- * test crashed (SIGSEGV, host side) in glcm on an H200. This test runs
- * that path alone, so that a crash shows here with a small backtrace, and
+ * (patina_extract_batch), outside the pipeline (test_jpeg_exact_gpu's
+ * family test covers the pipeline). It once crashed on the host side: the
+ * piece planner turned src_direct's GLCM_DEV_RGB into 1 (a pinned grey
+ * image) and read a grey table that device images do not have. It
  * holds it to the records of the same GPU kernels on libjpeg-turbo's host
  * images, byte for byte:
  *   - images decoded by the exact GPU decoder (generated files in 7 modes
