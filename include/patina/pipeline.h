@@ -75,8 +75,10 @@ typedef struct patina_index_stats {
  * --device gpu and a family whose GPU path reads device memory (cedd); files
  * they do not take (damaged, with decoder warnings, not JPEG; for nvJPEG also
  * progressive and CMYK) are decoded by libjpeg-turbo. auto (the default) is
- * libjpeg until exact-gpu is measured ahead of libjpeg-turbo on all CPU
- * threads end to end (bench_pipeline; docs/images.md). */
+ * exact-gpu when every family of the call runs on the GPU and reads device
+ * images (ahead of libjpeg-turbo on all CPU threads end to end for every
+ * family measured: bench_pipeline, docs/images.md), libjpeg otherwise, and
+ * libjpeg when the exact decoder cannot be set up (GPU memory). */
 typedef enum patina_jpeg_decoder {
     PATINA_JPEG_LIBJPEG = 0,
     PATINA_JPEG_NVJPEG = 1,

@@ -32,8 +32,8 @@ static const cli_opt_t opts[] = {
     {.name = "decoder", .type = CLI_CHOICE, .arg = "D", .choices = "libjpeg|nvjpeg|exact-gpu|auto", .def = "auto",
      .help = "JPEG decoder, as for index: libjpeg (CPU), exact-gpu (the same pixels byte for byte, "
              "decoded on the GPU and left there; needs --device gpu), nvjpeg (GPU, pixels differ "
-             "slightly) or auto (libjpeg for now: faster end to end than exact-gpu today; --map and "
-             "glcm/haralick's JSON description decode with libjpeg)"},
+             "slightly) or auto (exact-gpu when every family runs on the GPU and reads GPU images, "
+             "else libjpeg; --map and glcm/haralick's JSON description decode with libjpeg)"},
 };
 
 const cli_command_t cli_cmd_extract = {

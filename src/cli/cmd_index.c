@@ -33,7 +33,7 @@ static const cli_opt_t opts[] = {
              "the CPU, the rest on the GPU; needs --device gpu), nvjpeg (GPU, needs "
              "--device gpu and libnvjpeg at run time; pixels differ slightly, see "
              "docs/images.md; reports no decoder warnings for the files it decodes) or "
-             "auto (libjpeg for now: faster end to end than exact-gpu today, docs/images.md)"},
+             "auto (exact-gpu when every family runs on the GPU and reads GPU images, else libjpeg)"},
     {.name = "nvjpeg-share", .type = CLI_NUMBER, .arg = "F", .min = 0, .max = 1, .def = "1",
      .flags = CLI_OPEN_MIN | CLI_AUTO,
      .help = "fraction of the JPEGs nvJPEG decodes while the CPU decodes the rest; "

@@ -933,11 +933,11 @@ static patina_status choose_decoder(patina_jpeg_decoder *out, patina_jpeg_decode
     for (e = 0; e < nex; e++)
         if (dev[e] != PATINA_DEVICE_GPU || !patina__extractor_reads_device(ex[e])) break;
     *out = want;
-    /* auto: libjpeg-turbo on the CPU threads until bench_pipeline's
-     * gpu+exact rows on a GPU host show the exact GPU decoder ahead end to
-     * end (docs/images.md); it is asked for by name. */
-    (void)e;
-    if (want == PATINA_JPEG_AUTO) *out = PATINA_JPEG_LIBJPEG;
+    /* auto: the exact GPU decoder (the same pixels as libjpeg-turbo, ahead of
+     * it end to end for every family measured: docs/images.md) when every
+     * extractor runs on the GPU and reads device images, else libjpeg-turbo.
+     * nvJPEG (other pixels) is only used when asked for by name. */
+    if (want == PATINA_JPEG_AUTO) *out = e == nex ? PATINA_JPEG_EXACT_GPU : PATINA_JPEG_LIBJPEG;
     if ((want == PATINA_JPEG_NVJPEG || want == PATINA_JPEG_EXACT_GPU) && e < nex) {
         const char *dname = want == PATINA_JPEG_NVJPEG ? "nvjpeg" : "exact-gpu";
         if (dev[e] != PATINA_DEVICE_GPU)
@@ -1414,7 +1414,12 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     if (decoder == PATINA_JPEG_NVJPEG && (result = patina__context_jpeg(ctx, jdec)) != PATINA_OK) goto done;
     /* The context's decoders: their pinned staging and device buffers are
      * made once, not per run (they cost more than a run of a few windows). */
-    if (decoder == PATINA_JPEG_EXACT_GPU && (result = patina__context_jpegx(ctx, xdec)) != PATINA_OK) goto done;
+    if (decoder == PATINA_JPEG_EXACT_GPU && (result = patina__context_jpegx(ctx, xdec)) != PATINA_OK) {
+        if (opts.jpeg_decoder != PATINA_JPEG_AUTO) goto done;
+        decoder = PATINA_JPEG_LIBJPEG; /* auto: the decoder that needs no device memory of its own */
+        result = PATINA_OK;
+        patina_clear_error();
+    }
 
     win[0].slots = calloc(window, sizeof *win[0].slots);
     win[1].slots = overlap ? calloc(window, sizeof *win[1].slots) : NULL;
@@ -1782,6 +1787,11 @@ patina_status patina_extract_files(patina_context_t *ctx, const patina_extractor
         patina_jpegx_gpu_t *xd[2];
         s = patina__context_jpegx(ctx, xd);
         w.xdec = xd[0];
+        if (s != PATINA_OK && o.jpeg_decoder == PATINA_JPEG_AUTO) { /* as patina_index_files */
+            decoder = PATINA_JPEG_LIBJPEG;
+            s = PATINA_OK;
+            patina_clear_error();
+        }
     } else if (decoder == PATINA_JPEG_NVJPEG) {
         patina_jpeg_gpu_t *jd[2];
         s = patina__context_jpeg(ctx, jd);

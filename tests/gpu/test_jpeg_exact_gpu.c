@@ -480,10 +480,10 @@ static void test_pipeline(void **state)
                "entropy %.4f s, setup %.4f s, wait %.4f s\n", (int)dec[k],
                (unsigned long long)st.indexed, (unsigned long long)st.failed, (unsigned long long)st.warned,
                (unsigned long long)st.gpu_decoded, st.t_jpegx_entropy, st.t_jpegx_setup, st.t_jpegx_wait);
-        if (dec[k] == PATINA_JPEG_EXACT_GPU) assert_true(st.t_jpegx_entropy > 0);
+        if (dec[k] != PATINA_JPEG_LIBJPEG) assert_true(st.t_jpegx_entropy > 0); /* auto: exact-gpu */
         else assert_true(st.t_jpegx_entropy == 0 && st.t_jpegx_setup == 0 && st.t_jpegx_wait == 0);
         if (k == 1) assert_true(st.t_jpegx_setup > 0);  /* the context's decoders, first use */
-        if (k == 3) assert_true(st.t_jpegx_setup == 0); /* kept: nothing allocated again */
+        if (k >= 2) assert_true(st.t_jpegx_setup == 0); /* kept: nothing allocated again */
         assert_int_equal(st.indexed, 39); /* 40 JPEGs - the truncated one */
         assert_int_equal(st.failed, 2);   /* truncated JPEG, broken PNG */
         assert_int_equal(st.warned, 1);   /* extraneous bytes */
@@ -491,7 +491,7 @@ static void test_pipeline(void **state)
     }
     assert_int_equal(gpu_decoded[0], 0);
     assert_int_equal(gpu_decoded[1], 37); /* all but the truncated, the warned and the flagged one */
-    assert_int_equal(gpu_decoded[2], 0); /* auto: libjpeg-turbo (pipeline.h) */
+    assert_int_equal(gpu_decoded[2], 37); /* auto: exact-gpu for CEDD on the GPU (pipeline.h) */
     assert_int_equal(gpu_decoded[3], 37);
     {
         size_t bytes = patina_extractor_bytes(ex), same = 0;
@@ -578,8 +578,9 @@ static size_t family_files(const char *dir, char ***files)
 
 static void test_families(void **state)
 {
-    /* glcm/haralick take no device images for now (test_glcm_refuses) */
-    static const char *const fams[] = {"cedd", "lbp", "lbp8", "tlbap", "lanadp", "rootsift", "signature"};
+    static const char *const fams[] = {"cedd",     "lbp",       "lbp8", "tlbap",
+                                       "lanadp",   "rootsift",  "signature", "glcm",
+                                       "haralick", "glcm:levels=256,quant=none"};
     /* runs: 0 the CPU device, 1 GPU + libjpeg, 2 GPU + exact-gpu, 3 GPU + auto */
     static const patina_device devs[4] = {PATINA_DEVICE_CPU, PATINA_DEVICE_GPU, PATINA_DEVICE_GPU, PATINA_DEVICE_GPU};
     static const patina_jpeg_decoder decs[4] = {PATINA_JPEG_LIBJPEG, PATINA_JPEG_LIBJPEG, PATINA_JPEG_EXACT_GPU,
@@ -626,7 +627,7 @@ static void test_families(void **state)
             const int ok1 = res[1][i].status == PATINA_OK;
             gpu_dec += res[2][i].gpu_decoded;
             assert_int_equal(res[1][i].gpu_decoded, 0);
-            assert_int_equal(res[3][i].gpu_decoded, 0); /* auto: libjpeg-turbo (pipeline.h) */
+            assert_int_equal(res[3][i].gpu_decoded, res[2][i].gpu_decoded); /* auto: exact-gpu (pipeline.h) */
             for (int r = 2; r < 4; r++) {
                 if ((res[r][i].status == PATINA_OK) != ok1 || (ok1 && memcmp(rec[1] + i * bytes, rec[r] + i * bytes, bytes))) {
                     printf("  %s: %s differs (%s, status %d vs %d)\n", fams[f], files[i],
@@ -649,54 +650,6 @@ static void test_families(void **state)
     free(files);
     free(in);
     patina_context_free(ctx);
-    tu_remove_tree(dir);
-    free(dir);
-}
-
-/* glcm and haralick take no GPU-decoded images for now: exact-gpu is
- * refused for them with a clear error and auto decodes with libjpeg-turbo. */
-static void test_glcm_refuses(void **state)
-{
-    static const char *const fams[] = {"glcm", "haralick"};
-    char *dir = tu_tempdir("jpegx-glcm"), **files = NULL;
-    size_t n = family_files(dir, &files);
-    patina_context_t *ctx;
-    patina_input_t *in = calloc(n, sizeof *in);
-    patina_extract_result_t *res = calloc(n, sizeof *res);
-    (void)state;
-    assert_non_null(in);
-    assert_non_null(res);
-    for (size_t i = 0; i < n; i++) in[i].path = files[i];
-    TU_OK(patina_context_new(&ctx, NULL));
-    for (size_t f = 0; f < 2; f++) {
-        patina_extractor_t *ex;
-        const patina_extractor_t *exs[1];
-        patina_index_opts_t o;
-        void *out[1];
-        size_t taken = 0, dec = 0;
-        uint8_t *rec;
-        TU_OK(patina_extractor_new(&ex, fams[f]));
-        exs[0] = ex;
-        rec = calloc(n, patina_extractor_bytes(ex));
-        assert_non_null(rec);
-        out[0] = rec;
-        patina_index_opts_init(&o);
-        o.device = PATINA_DEVICE_GPU;
-        o.jpeg_decoder = PATINA_JPEG_EXACT_GPU;
-        assert_int_equal(patina_extract_files(ctx, exs, 1, out, res, &taken, in, n, &o), PATINA_E_INVALID);
-        printf("  %s, exact-gpu: %s\n", fams[f], patina_last_error());
-        o.jpeg_decoder = PATINA_JPEG_AUTO;
-        TU_OK(patina_extract_files(ctx, exs, 1, out, res, &taken, in, n, &o));
-        for (size_t i = 0; i < taken; i++) dec += res[i].gpu_decoded;
-        assert_int_equal(dec, 0);
-        free(rec);
-        patina_extractor_free(ex);
-    }
-    patina_context_free(ctx);
-    for (size_t i = 0; i < n; i++) free(files[i]);
-    free(files);
-    free(in);
-    free(res);
     tu_remove_tree(dir);
     free(dir);
 }
@@ -734,7 +687,6 @@ int main(void)
         cmocka_unit_test(test_submit),
         cmocka_unit_test(test_pipeline),
         cmocka_unit_test(test_families),
-        cmocka_unit_test(test_glcm_refuses),
     };
     tu_require_gpu();
     return cmocka_run_group_tests(tests, setup, teardown);
