@@ -75,7 +75,8 @@
 #                              .carry/deps), then `remote`.
 #   scripts/device.sh deps     HERE: downloads those packages into .carry/deps.
 #   scripts/device.sh wheels   HERE: downloads the peers' wheels the GPU machine
-#                              lacks (faiss-cpu) into .carry/wheels; `remote`
+#                              lacks into .carry/wheels (WHEELS: faiss-cpu,
+#                              the default, or "kornia kornia_rs"); `remote`
 #                              installs them there into .carry/pylib (no
 #                              dependencies: it has numpy) and puts that on
 #                              PYTHONPATH.
@@ -207,8 +208,11 @@ step_asan() {
 
 wheels() {
     mkdir -p "$ROOT/.carry/wheels"
+    # WHEELS: which (faiss-cpu for bench_knn's peer; "kornia kornia_rs" for
+    # bench_rootsift's GPU SIFT peer): carry one set at a time (size)
+    # shellcheck disable=SC2086
     (cd "$ROOT/.carry/wheels" && pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-        --platform manylinux_2_28_x86_64 faiss-cpu)
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 ${WHEELS:-faiss-cpu})
     echo "wheels: $(ls "$ROOT/.carry/wheels" | tr '\n' ' ')"
 }
 
