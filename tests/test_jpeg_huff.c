@@ -39,19 +39,16 @@ typedef struct item {
     int huff;           /* the Huffman decoder takes it (header and markers) */
     int must;           /* it must take it and decode it when libjpeg reads it without a warning */
     jh_file_t *f;
-    uint8_t *data;
-    jh_iv_t *iv;
-    uint32_t *civ, nc;
-    size_t nbytes;
+    uint8_t *region;    /* staged (patina__jpegh_stage) */
+    size_t used;
+    jh_img_t img;
 } item_t;
 
 static void item_free(item_t *it)
 {
     free(it->lj);
     free(it->f);
-    free(it->data);
-    free(it->iv);
-    free(it->civ);
+    free(it->region);
     memset(it, 0, sizeof *it);
 }
 
@@ -76,14 +73,11 @@ static void item_make(item_t *it, const void *jpg, size_t size, const char *name
     it->f = malloc(sizeof *it->f);
     assert_non_null(it->f);
     if (patina__jpegx_huff(r, &im2, it->f) == PATINA_OK) {
-        const char *why;
-        it->data = malloc(patina__jpegh_data_bound(it->f));
-        it->iv = malloc((size_t)it->f->niv * sizeof *it->iv);
-        it->civ = malloc((size_t)patina__jpegh_chunk_bound(it->f) * sizeof *it->civ);
-        assert_true(it->data && it->iv && it->civ);
-        why = patina__jpegh_destuff(it->f, it->data, it->iv, it->civ, &it->nbytes, &it->nc);
-        it->huff = why == NULL;
-        assert_true(it->nc <= patina__jpegh_chunk_bound(it->f));
+        size_t cap = patina__jpegh_region_bound(it->f);
+        it->region = malloc(cap);
+        assert_non_null(it->region);
+        it->huff = patina__jpegh_stage(it->f, it->region, cap, &it->img, &it->used) == NULL;
+        assert_true(it->used <= cap);
         /* its quantisation tables are libjpeg's */
         if (it->huff && it->lj_ok)
             for (int c = 0; c < it->im.ncomp; c++)
@@ -93,77 +87,64 @@ static void item_make(item_t *it, const void *jpg, size_t size, const char *name
     patina__jpegx_close(r);
 }
 
-/* The steps of jpeg_huff_core.h over the items taken, as one batch (data,
- * tables, intervals and chunks concatenated, as the GPU stages them), with
+/* The steps of jpeg_huff_core.h over the items taken, as one batch (their
+ * staged regions one after the other, as the GPU lays them out), with
  * `rounds` Jacobi rounds, chunks visited backwards when `rev`. flags[i]:
- * item i's JH_E_* (items not in the batch: untouched). coef[i]: its
- * coefficients. */
+ * item i's JH_E_* (items not in the batch: untouched); coef[i]: its
+ * coefficients (malloc'd). */
 static void run_batch(item_t *items, size_t n, int rounds, int rev, uint32_t *flags, int16_t **coef)
 {
-    size_t bytes = 0, blocks = 0, nimg = 0, ntab = 0, niv = 0, nch = 0, i;
+    size_t bytes = 0, blocks = 0, nimg = 0, niv = 0, nch = 0, i, m;
     jh_batch_t b;
     jh_img_t *img;
-    jh_table_t *tab;
-    jh_iv_t *iv;
-    uint32_t *civ, *g0, *fl;
-    uint8_t *data, *dirty;
+    uint32_t *g0, *fl;
+    uint8_t *base, *dirty;
     int16_t *cf;
     jh_state_t *st;
     int32_t *dc;
     for (i = 0; i < n; i++)
         if (items[i].huff) {
-            bytes += items[i].nbytes + 8;
+            bytes += items[i].used;
             blocks += items[i].im.nblocks;
             nimg++;
-            ntab += (size_t)items[i].f->ntab;
-            niv += items[i].f->niv;
-            nch += items[i].nc;
+            niv += items[i].img.niv;
+            nch += items[i].img.nc;
         }
     if (!nimg) return;
     img = calloc(nimg, sizeof *img);
-    tab = calloc(ntab, sizeof *tab);
-    iv = calloc(niv, sizeof *iv);
-    civ = calloc(nch, sizeof *civ);
     g0 = calloc(nch, sizeof *g0);
     fl = calloc(nimg, sizeof *fl);
-    data = calloc(bytes + 8, 1);
+    base = malloc(bytes + 8);
     dirty = calloc(2 * nch, 1);
     st = calloc(2 * nch, sizeof *st);
     dc = calloc(4 * nch, sizeof *dc);
     cf = calloc(blocks * 64 + 1, sizeof *cf); /* zeros: the decoder writes non-zero coefficients only */
-    assert_true(img && tab && iv && civ && g0 && fl && data && dirty && st && dc && cf);
+    assert_true(img && g0 && fl && base && dirty && st && dc && cf);
     {
-        size_t m = 0, ob = 0, oc = 0, ot = 0, oi = 0, ox = 0;
-        for (i = 0; i < n; i++) {
+        size_t ob = 0, oc = 0, oi = 0, ox = 0;
+        for (i = 0, m = 0; i < n; i++) {
             item_t *it = &items[i];
             if (!it->huff) continue;
-            img[m].sc = it->f->sc;
-            img[m].data = ob;
+            img[m] = it->img;
+            img[m].tab += ob;
+            img[m].iv += ob;
+            img[m].civ += ob;
+            img[m].data += ob;
             img[m].coef = oc;
-            img[m].tab0 = (uint32_t)ot;
-            img[m].iv0 = (uint32_t)oi;
-            img[m].niv = it->f->niv;
             img[m].c0 = (uint32_t)ox;
-            img[m].nc = it->nc;
+            img[m].iv0 = (uint32_t)oi;
             img[m].flag = (uint32_t)m;
-            memcpy(data + ob, it->data, it->nbytes);
-            memcpy(tab + ot, it->f->tab, (size_t)it->f->ntab * sizeof *tab);
-            memcpy(iv + oi, it->iv, (size_t)it->f->niv * sizeof *iv);
-            memcpy(civ + ox, it->civ, it->nc * sizeof *civ);
-            ob += it->nbytes + 8;
+            memcpy(base + ob, it->region, it->used);
+            ob += it->used;
             oc += it->im.nblocks;
-            ot += (size_t)it->f->ntab;
-            oi += it->f->niv;
-            ox += it->nc;
+            oi += it->img.niv;
+            ox += it->img.nc;
             m++;
         }
     }
     memset(&b, 0, sizeof b);
-    b.data = data;
-    b.tab = tab;
+    b.base = base;
     b.img = img;
-    b.iv = iv;
-    b.civ = civ;
     b.coef = cf;
     b.flags = fl;
     b.st[0] = st;
@@ -174,34 +155,20 @@ static void run_batch(item_t *items, size_t n, int rounds, int rev, uint32_t *fl
     b.dc = dc;
     b.nimg = (uint32_t)nimg;
     b.nchunk = (uint32_t)nch;
-#define EACH(var, cnt) for (size_t k_ = 0, var; k_ < (cnt) && ((var) = rev ? (cnt)-1 - k_ : k_, 1); k_++)
-    EACH(c, nch) jh_step_init(&b, (uint32_t)c);
-    for (int r = 0; r < rounds; r++) EACH(c, nch) jh_step_round(&b, r, (uint32_t)c);
-    for (size_t m = 0; m < nimg; m++)
-        for (uint32_t v = 0; v < img[m].niv; v++) jh_step_settle(&b, rounds, (uint32_t)m, v);
-    EACH(c, nch) jh_step_write(&b, rounds, (uint32_t)c);
-    for (size_t m = 0; m < nimg; m++)
-        for (uint32_t v = 0; v < img[m].niv; v++) jh_step_dcscan(&b, (uint32_t)m, v);
-    EACH(c, nch) jh_step_dcfix(&b, rounds, (uint32_t)c);
-#undef EACH
-    {
-        size_t m = 0;
-        for (i = 0; i < n; i++) {
-            if (!items[i].huff) continue;
-            flags[i] = fl[m];
-            coef[i] = malloc(items[i].im.nblocks * 64 * sizeof(int16_t) + 1);
-            assert_non_null(coef[i]);
-            memcpy(coef[i], cf + img[m].coef * 64, items[i].im.nblocks * 64 * sizeof(int16_t));
-            m++;
-        }
+    b.niv = (uint32_t)niv;
+    patina__jpegh_steps(&b, rounds, rev);
+    for (i = 0, m = 0; i < n; i++) {
+        if (!items[i].huff) continue;
+        flags[i] = fl[m];
+        coef[i] = malloc(items[i].im.nblocks * 64 * sizeof(int16_t) + 1);
+        assert_non_null(coef[i]);
+        memcpy(coef[i], cf + img[m].coef * 64, items[i].im.nblocks * 64 * sizeof(int16_t));
+        m++;
     }
     free(img);
-    free(tab);
-    free(iv);
-    free(civ);
     free(g0);
     free(fl);
-    free(data);
+    free(base);
     free(dirty);
     free(st);
     free(dc);
@@ -511,6 +478,16 @@ static void test_damaged(void **state)
             if (k % 2) bad[at] ^= (uint8_t)(1u << tu_rng_below(&rng, 8));
             else bad[at] = (uint8_t)tu_rng_below(&rng, 256);
             item_make(&it, bad, size, k % 2 ? "bit flipped" : "byte replaced");
+            check_items(&t, &it, 1);
+            item_free(&it);
+        }
+        /* bytes cut out of the scan (the markers still in place): short intervals */
+        for (int k = 0; k < 24; k++) {
+            item_t it;
+            size_t at = sos + tu_rng_below(&rng, (uint32_t)(size - 40 - sos)), len = 1 + tu_rng_below(&rng, 16);
+            memcpy(bad, jpg, at);
+            memcpy(bad + at, jpg + at + len, size - at - len);
+            item_make(&it, bad, size - len, "bytes cut out");
             check_items(&t, &it, 1);
             item_free(&it);
         }

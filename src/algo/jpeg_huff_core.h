@@ -301,20 +301,26 @@ JH_FN int jh_state_eq(const jh_state_t *a, const jh_state_t *b)
 
 /* ------------------------------------------------------------ a batch */
 
-/* One image of a batch: its scan, tables, intervals and chunks. */
+/* One image of a batch: its scan, and where its tables, intervals, chunk
+ * map and destuffed data are (byte offsets from the batch's base; the layout
+ * of one image is patina__jpegh_stage's, 8-byte aligned). */
 typedef struct jh_img {
     jh_scan_t sc;
-    uint64_t data;       /* its first byte in the batch's destuffed data */
+    uint64_t tab;        /* (ntab) jh_table_t */
+    uint64_t iv;         /* (niv) jh_iv_t */
+    uint64_t civ;        /* (nc) u32: the interval of each of its chunks */
+    uint64_t data;       /* destuffed bytes, 8 readable bytes after the last */
     uint64_t coef;       /* its first block in the batch's coefficients */
-    uint32_t tab0;       /* its first table in the batch's tables */
-    uint32_t iv0, niv;   /* its intervals in the batch's */
-    uint32_t c0, nc;     /* its chunks in the batch's */
+    uint32_t niv, nc;
+    uint32_t c0;         /* its first chunk in the batch's */
+    uint32_t iv0;        /* its first interval in the batch's (for the per-interval steps) */
     uint32_t flag;       /* index in the batch's flags */
+    uint32_t pad;
 } jh_img_t;
 
 /* One restart interval (the whole scan when there are none). */
 typedef struct jh_iv {
-    uint32_t off, len;   /* its bytes: from the image's first byte */
+    uint32_t off, len;   /* its bytes: from the image's first data byte */
     uint32_t mcu0;       /* its first MCU */
     uint32_t blocks;     /* the blocks it codes */
     uint32_t c0, nc;     /* its chunks, image-relative */
@@ -322,21 +328,19 @@ typedef struct jh_iv {
 
 /* A batch as both sides see it; chunk arrays indexed by the batch's chunk. */
 typedef struct jh_batch {
-    const uint8_t *data;          /* destuffed bytes, 8 readable bytes after each image's last */
-    const jh_table_t *tab;
-    const jh_img_t *img;          /* (nimg) sorted by c0 */
-    const jh_iv_t *iv;
-    const uint32_t *civ;          /* (nchunk) image-relative interval of each chunk */
-    int16_t *coef;                /* (blocks, 64) s16 */
+    const uint8_t *base;          /* the images' staged regions */
+    const jh_img_t *img;          /* (nimg) by c0 and iv0, both increasing */
+    int16_t *coef;                /* (blocks, 64) s16, zero where the images' blocks go */
     uint32_t *flags;
-    jh_state_t *st[2];            /* (nchunk) exits: init and even rounds write st[0]... */
-    uint8_t *dirty[2];            /* (nchunk) chunk must decode again (its predecessor's exit changed) */
+    jh_state_t *st[2];            /* (nchunk) exits: init writes st[0], round r st[(r + 1) & 1] */
+    uint8_t *dirty[2];            /* (nchunk) the chunk must decode again (its predecessor's exit changed) */
     uint32_t *g0;                 /* (nchunk) its first block in its interval (after settle) */
     int32_t *dc;                  /* (nchunk, 4) running DC sums (write), then offsets (dc) */
-    uint32_t nimg, nchunk;
+    uint32_t nimg, nchunk, niv;
 } jh_batch_t;
 
-/* The image of batch chunk i: the last whose c0 <= i. */
+/* The image of batch chunk i: the last whose c0 <= i; of batch interval j
+ * (jh_find_img_iv): the last whose iv0 <= j. */
 JH_FN uint32_t jh_find_img(const jh_batch_t *b, uint32_t i)
 {
     uint32_t lo = 0, hi = b->nimg - 1;
@@ -348,11 +352,27 @@ JH_FN uint32_t jh_find_img(const jh_batch_t *b, uint32_t i)
     return lo;
 }
 
+JH_FN uint32_t jh_find_img_iv(const jh_batch_t *b, uint32_t j)
+{
+    uint32_t lo = 0, hi = b->nimg - 1;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi + 1) >> 1;
+        if (b->img[mid].iv0 <= j) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
 #ifdef __CUDA_ARCH__
 #define JH_FLAG(p, v) atomicOr((unsigned *)(p), (unsigned)(v))
 #else
 #define JH_FLAG(p, v) (*(p) |= (uint32_t)(v))
 #endif
+
+#define JH_TAB(b, im) ((const jh_table_t *)((b)->base + (im)->tab))
+#define JH_IVS(b, im) ((const jh_iv_t *)((b)->base + (im)->iv))
+#define JH_CIV(b, im) ((const uint32_t *)((b)->base + (im)->civ))
+#define JH_DATA(b, im, v) ((b)->base + (im)->data + (v)->off)
 
 /* Chunk c (image-relative) of interval v: its first bit and where it stops. */
 JH_FN void jh_chunk_bits(const jh_iv_t *v, uint32_t c, uint32_t *first, uint32_t *stop)
@@ -367,12 +387,12 @@ JH_FN void jh_step_init(const jh_batch_t *b, uint32_t i)
 {
     const jh_img_t *im = b->img + jh_find_img(b, i);
     uint32_t c = i - im->c0;
-    const jh_iv_t *v = b->iv + im->iv0 + b->civ[i];
+    const jh_iv_t *v = JH_IVS(b, im) + JH_CIV(b, im)[c];
     jh_state_t s = {0, 0, 0, 0, 0, 0};
     uint32_t first, stop;
     jh_chunk_bits(v, c, &first, &stop);
     s.pos = first;
-    jh_decode(&im->sc, b->tab + im->tab0, b->data + im->data + v->off, v->len * 8u, stop, 0xFFFFFFFFu, &s, 0);
+    jh_decode(&im->sc, JH_TAB(b, im), JH_DATA(b, im, v), v->len * 8u, stop, 0xFFFFFFFFu, &s, 0);
     b->st[0][i] = s;
     b->dirty[0][i] = c != v->c0;
 }
@@ -386,7 +406,7 @@ JH_FN void jh_step_round(const jh_batch_t *b, int r, uint32_t i)
     uint8_t *dout = b->dirty[(r + 1) & 1];
     const jh_img_t *im = b->img + jh_find_img(b, i);
     uint32_t c = i - im->c0;
-    const jh_iv_t *v = b->iv + im->iv0 + b->civ[i];
+    const jh_iv_t *v = JH_IVS(b, im) + JH_CIV(b, im)[c];
     jh_state_t s = in[i];
     if (din[i]) {
         uint32_t first, stop;
@@ -399,7 +419,7 @@ JH_FN void jh_step_round(const jh_batch_t *b, int r, uint32_t i)
             s.k = 0;
         }
         s.err = 0;
-        jh_decode(&im->sc, b->tab + im->tab0, b->data + im->data + v->off, v->len * 8u, stop, 0xFFFFFFFFu, &s, 0);
+        jh_decode(&im->sc, JH_TAB(b, im), JH_DATA(b, im, v), v->len * 8u, stop, 0xFFFFFFFFu, &s, 0);
     }
     out[i] = s;
     /* the next chunk must decode again when this exit changed; this one's own
@@ -413,7 +433,7 @@ JH_FN void jh_step_round(const jh_batch_t *b, int r, uint32_t i)
 JH_FN void jh_step_settle(const jh_batch_t *b, int r, uint32_t m, uint32_t v)
 {
     const jh_img_t *im = b->img + m;
-    const jh_iv_t *iv = b->iv + im->iv0 + v;
+    const jh_iv_t *iv = JH_IVS(b, im) + v;
     jh_state_t *st = b->st[r & 1];
     uint8_t *dirty = b->dirty[r & 1];
     uint32_t g = 0;
@@ -430,7 +450,7 @@ JH_FN void jh_step_settle(const jh_batch_t *b, int r, uint32_t m, uint32_t v)
                 s.k = 0;
             }
             s.err = 0;
-            jh_decode(&im->sc, b->tab + im->tab0, b->data + im->data + iv->off, iv->len * 8u, stop, 0xFFFFFFFFu, &s,
+            jh_decode(&im->sc, JH_TAB(b, im), JH_DATA(b, im, iv), iv->len * 8u, stop, 0xFFFFFFFFu, &s,
                       0);
             if (!jh_state_eq(&s, &st[i]) && c + 1 < iv->c0 + iv->nc) dirty[i + 1] = 1;
             st[i] = s;
@@ -448,7 +468,7 @@ JH_FN void jh_step_write(const jh_batch_t *b, int r, uint32_t i)
     const jh_state_t *st = b->st[r & 1];
     const jh_img_t *im = b->img + jh_find_img(b, i);
     uint32_t c = i - im->c0;
-    const jh_iv_t *v = b->iv + im->iv0 + b->civ[i];
+    const jh_iv_t *v = JH_IVS(b, im) + JH_CIV(b, im)[c];
     uint32_t first, stop, end = v->len * 8u, g0 = b->g0[i];
     int flag = 0;
     jh_state_t s = {0, 0, 0, 0, 0, 0};
@@ -467,7 +487,7 @@ JH_FN void jh_step_write(const jh_batch_t *b, int r, uint32_t i)
             flag = s.err; /* the decode of the interval failed before this chunk */
         }
         if (!flag) {
-            jh_decode(&im->sc, b->tab + im->tab0, b->data + im->data + v->off, end, stop, v->blocks - g0, &s, &o);
+            jh_decode(&im->sc, JH_TAB(b, im), JH_DATA(b, im, v), end, stop, v->blocks - g0, &s, &o);
             flag = s.err;
             if (!flag && g0 + s.nb == v->blocks) {
                 if (end - s.pos >= 8) flag = JH_E_LONG; /* whole bytes after the last block */
@@ -484,7 +504,7 @@ JH_FN void jh_step_write(const jh_batch_t *b, int r, uint32_t i)
 JH_FN void jh_step_dcscan(const jh_batch_t *b, uint32_t m, uint32_t v)
 {
     const jh_img_t *im = b->img + m;
-    const jh_iv_t *iv = b->iv + im->iv0 + v;
+    const jh_iv_t *iv = JH_IVS(b, im) + v;
     uint32_t acc[4] = {0, 0, 0, 0};
     for (uint32_t c = iv->c0; c < iv->c0 + iv->nc; c++) {
         int32_t *d = b->dc + (uint64_t)(im->c0 + c) * 4;
@@ -505,7 +525,7 @@ JH_FN void jh_step_dcfix(const jh_batch_t *b, int r, uint32_t i)
     const jh_state_t *st = b->st[r & 1];
     const jh_img_t *im = b->img + jh_find_img(b, i);
     uint32_t c = i - im->c0;
-    const jh_iv_t *v = b->iv + im->iv0 + b->civ[i];
+    const jh_iv_t *v = JH_IVS(b, im) + JH_CIV(b, im)[c];
     const int32_t *d = b->dc + (uint64_t)i * 4;
     uint32_t g0 = b->g0[i], g, gend;
     int16_t *coef = b->coef + im->coef * 64;

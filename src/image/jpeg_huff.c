@@ -9,15 +9,19 @@
 
 #include "image/jpeg_huff.h"
 
-size_t patina__jpegh_data_bound(const jh_file_t *f) { return f->seg_size + 8; }
+#define JH_ALIGN(x) (((x) + 7) & ~(size_t)7)
 
-uint32_t patina__jpegh_chunk_bound(const jh_file_t *f)
+static uint32_t chunk_bound(const jh_file_t *f) { return (uint32_t)(f->seg_size * 8 / JH_CHUNK_BITS) + f->niv + 1; }
+
+size_t patina__jpegh_region_bound(const jh_file_t *f)
 {
-    return (uint32_t)(f->seg_size * 8 / JH_CHUNK_BITS) + f->niv + 1;
+    return JH_ALIGN((size_t)f->ntab * sizeof(jh_table_t)) + JH_ALIGN((size_t)f->niv * sizeof(jh_iv_t)) +
+           JH_ALIGN((size_t)chunk_bound(f) * sizeof(uint32_t)) + JH_ALIGN(f->seg_size + 8);
 }
 
 /* Closes interval `n` at out bytes: its MCUs, blocks and chunks. */
-static void close_interval(const jh_file_t *f, jh_iv_t *iv, uint32_t n, size_t out, uint32_t *civ, uint32_t *nc)
+static const char *close_interval(const jh_file_t *f, jh_iv_t *iv, uint32_t n, size_t out, uint32_t *civ,
+                                  uint32_t *nc, uint32_t cap)
 {
     const jh_scan_t *sc = &f->sc;
     uint64_t mcus = (uint64_t)sc->mcus_per_row * (uint64_t)sc->mcu_rows;
@@ -30,18 +34,21 @@ static void close_interval(const jh_file_t *f, jh_iv_t *iv, uint32_t n, size_t o
     v->c0 = *nc;
     v->nc = (uint32_t)(((uint64_t)v->len * 8 + JH_CHUNK_BITS - 1) / JH_CHUNK_BITS);
     if (v->nc == 0) v->nc = 1;
+    if (v->nc > cap - *nc) return "chunks"; /* cannot happen: chunk_bound */
     for (uint32_t c = 0; c < v->nc; c++) civ[*nc + c] = n;
     *nc += v->nc;
+    return NULL;
 }
 
-const char *patina__jpegh_destuff(const jh_file_t *f, uint8_t *data, jh_iv_t *iv, uint32_t *civ, size_t *nbytes,
-                                  uint32_t *nchunks)
+/* The scan of f destuffed into data, its intervals into iv, each chunk's
+ * interval into civ (at most cap). */
+static const char *destuff(const jh_file_t *f, uint8_t *data, jh_iv_t *iv, uint32_t *civ, uint32_t cap,
+                           size_t *nbytes, uint32_t *nchunks)
 {
     const uint8_t *s = f->seg, *e = f->seg + f->seg_size;
     size_t out = 0;
     uint32_t n = 0, nc = 0;
-    *nbytes = 0;
-    *nchunks = 0;
+    const char *why;
     iv[0].off = 0;
     for (;;) {
         const uint8_t *ff = memchr(s, 0xFF, (size_t)(e - s));
@@ -61,7 +68,7 @@ const char *patina__jpegh_destuff(const jh_file_t *f, uint8_t *data, jh_iv_t *iv
             if (!f->sc.restart) return "a restart marker without restart intervals";
             if (n + 1 >= f->niv) return "more restart markers than intervals";
             if (*p != 0xD0 + (n & 7)) return "restart markers out of order";
-            close_interval(f, iv, n, out, civ, &nc);
+            if ((why = close_interval(f, iv, n, out, civ, &nc, cap)) != NULL) return why;
             n++;
             iv[n].off = (uint32_t)out;
             s = p + 1;
@@ -69,7 +76,7 @@ const char *patina__jpegh_destuff(const jh_file_t *f, uint8_t *data, jh_iv_t *iv
         }
         if (*p != 0xD9) return "a marker other than the end of image after the scan";
         if (n + 1 != f->niv) return "fewer restart markers than intervals";
-        close_interval(f, iv, n, out, civ, &nc);
+        if ((why = close_interval(f, iv, n, out, civ, &nc, cap)) != NULL) return why;
         break;
     }
     memset(data + out, 0, 8);
@@ -78,28 +85,70 @@ const char *patina__jpegh_destuff(const jh_file_t *f, uint8_t *data, jh_iv_t *iv
     return NULL;
 }
 
-int patina__jpegh_decode(const jh_file_t *f, const uint8_t *data, const jh_iv_t *iv, const uint32_t *civ,
-                         uint32_t nchunks, int16_t *coef)
+const char *patina__jpegh_stage(const jh_file_t *f, uint8_t *region, size_t cap, jh_img_t *im, size_t *used)
+{
+    size_t tab = 0, iv = tab + JH_ALIGN((size_t)f->ntab * sizeof(jh_table_t));
+    size_t civ = iv + JH_ALIGN((size_t)f->niv * sizeof(jh_iv_t));
+    size_t data = civ + JH_ALIGN((size_t)chunk_bound(f) * sizeof(uint32_t)), nbytes;
+    uint32_t nc;
+    const char *why;
+    *used = 0;
+    if (cap < patina__jpegh_region_bound(f)) return "staging too small";
+    memcpy(region + tab, f->tab, (size_t)f->ntab * sizeof(jh_table_t));
+    why = destuff(f, region + data, (jh_iv_t *)(void *)(region + iv), (uint32_t *)(void *)(region + civ),
+                  chunk_bound(f), &nbytes, &nc);
+    if (why) return why;
+    memset(im, 0, sizeof *im);
+    im->sc = f->sc;
+    im->tab = tab;
+    im->iv = iv;
+    im->civ = civ;
+    im->data = data;
+    im->niv = f->niv;
+    im->nc = nc;
+    *used = data + JH_ALIGN(nbytes + 8);
+    return NULL;
+}
+
+void patina__jpegh_steps(const jh_batch_t *b, int rounds, int rev)
+{
+    uint32_t n = b->nchunk, i, k;
+#define JH_EACH(cnt) for (k = 0; k < (cnt) && ((i = rev ? (cnt)-1 - k : k), 1); k++)
+    JH_EACH(n) jh_step_init(b, i);
+    for (int r = 0; r < rounds; r++) JH_EACH(n) jh_step_round(b, r, i);
+    JH_EACH(b->niv)
+    {
+        uint32_t m = jh_find_img_iv(b, i);
+        jh_step_settle(b, rounds, m, i - b->img[m].iv0);
+    }
+    JH_EACH(n) jh_step_write(b, rounds, i);
+    JH_EACH(b->niv)
+    {
+        uint32_t m = jh_find_img_iv(b, i);
+        jh_step_dcscan(b, m, i - b->img[m].iv0);
+    }
+    JH_EACH(n) jh_step_dcfix(b, rounds, i);
+#undef JH_EACH
+}
+
+int patina__jpegh_decode(const uint8_t *region, const jh_img_t *im, int16_t *coef)
 {
     jh_batch_t b;
-    jh_img_t img;
-    uint32_t flags = 0;
+    jh_img_t img = *im;
+    uint32_t flags = 0, nchunks = im->nc;
     jh_state_t *st = malloc(2 * (size_t)nchunks * sizeof *st + 1);
     uint8_t *dirty = malloc(2 * (size_t)nchunks + 1);
     uint32_t *g0 = malloc((size_t)nchunks * sizeof *g0 + 1);
     int32_t *dc = malloc((size_t)nchunks * 4 * sizeof *dc + 1);
     int ret = -1;
     if (!st || !dirty || !g0 || !dc) goto done;
-    memset(&img, 0, sizeof img);
-    img.sc = f->sc;
-    img.niv = f->niv;
-    img.nc = nchunks;
+    img.c0 = 0;
+    img.iv0 = 0;
+    img.flag = 0;
+    img.coef = 0;
     memset(&b, 0, sizeof b);
-    b.data = data;
-    b.tab = f->tab;
+    b.base = region;
     b.img = &img;
-    b.iv = iv;
-    b.civ = civ;
     b.coef = coef;
     b.flags = &flags;
     b.st[0] = st;
@@ -110,14 +159,8 @@ int patina__jpegh_decode(const jh_file_t *f, const uint8_t *data, const jh_iv_t 
     b.dc = dc;
     b.nimg = 1;
     b.nchunk = nchunks;
-    /* the kernels' order: every step over all chunks (intervals) before the next */
-    for (uint32_t i = 0; i < nchunks; i++) jh_step_init(&b, i);
-    for (int r = 0; r < JH_ROUNDS; r++)
-        for (uint32_t i = 0; i < nchunks; i++) jh_step_round(&b, r, i);
-    for (uint32_t v = 0; v < f->niv; v++) jh_step_settle(&b, JH_ROUNDS, 0, v);
-    for (uint32_t i = 0; i < nchunks; i++) jh_step_write(&b, JH_ROUNDS, i);
-    for (uint32_t v = 0; v < f->niv; v++) jh_step_dcscan(&b, 0, v);
-    for (uint32_t i = 0; i < nchunks; i++) jh_step_dcfix(&b, JH_ROUNDS, i);
+    b.niv = im->niv;
+    patina__jpegh_steps(&b, JH_ROUNDS, 0);
     ret = (int)flags;
 done:
     free(st);
@@ -130,10 +173,9 @@ done:
 patina_status patina__jpegh_read(patina_jpegx_reader_t *r, jx_image_t *im, int16_t *coef, const char *name)
 {
     jh_file_t *f = malloc(sizeof *f);
-    uint8_t *data = NULL;
-    jh_iv_t *iv = NULL;
-    uint32_t *civ = NULL, nc;
-    size_t nbytes;
+    uint8_t *region = NULL;
+    jh_img_t img;
+    size_t used;
     const char *why;
     patina_status s;
     int fl;
@@ -141,26 +183,22 @@ patina_status patina__jpegh_read(patina_jpegx_reader_t *r, jx_image_t *im, int16
     if (!f) return patina__fail(PATINA_E_NOMEM, "jpegh: out of memory");
     s = patina__jpegx_huff(r, im, f);
     if (s != PATINA_OK) goto done;
-    data = malloc(patina__jpegh_data_bound(f));
-    iv = malloc((size_t)f->niv * sizeof *iv);
-    civ = malloc((size_t)patina__jpegh_chunk_bound(f) * sizeof *civ);
-    if (!data || !iv || !civ) {
+    region = malloc(patina__jpegh_region_bound(f));
+    if (!region) {
         s = patina__fail(PATINA_E_NOMEM, "jpegh: out of memory for '%s'", name);
         goto done;
     }
-    why = patina__jpegh_destuff(f, data, iv, civ, &nbytes, &nc);
+    why = patina__jpegh_stage(f, region, patina__jpegh_region_bound(f), &img, &used);
     if (why) {
         s = patina__fail(PATINA_E_FORMAT, "jpegh: '%s' not taken (%s)", name, why);
         goto done;
     }
     memset(coef, 0, (size_t)im->nblocks * 64 * sizeof *coef);
-    fl = patina__jpegh_decode(f, data, iv, civ, nc, coef);
+    fl = patina__jpegh_decode(region, &img, coef);
     if (fl < 0) s = patina__fail(PATINA_E_NOMEM, "jpegh: out of memory decoding '%s'", name);
     else if (fl) s = patina__fail(PATINA_E_FORMAT, "jpegh: '%s' flagged (0x%x)", name, (unsigned)fl);
 done:
     free(f);
-    free(data);
-    free(iv);
-    free(civ);
+    free(region);
     return s;
 }

@@ -47,25 +47,31 @@ typedef struct jh_file {
  * state). */
 patina_status patina__jpegx_huff(patina_jpegx_reader_t *r, jx_image_t *im, jh_file_t *f);
 
-/* Bytes of destuffed data (with the 8 readable bytes after) and the most
- * chunks the file's scan can make: the sizes patina__jpegh_destuff needs. */
-size_t patina__jpegh_data_bound(const jh_file_t *f);
-uint32_t patina__jpegh_chunk_bound(const jh_file_t *f);
+/* One image's region of a batch (the GPU's staging, the reference's
+ * buffer): its tables, intervals, chunk map and destuffed scan, each 8-byte
+ * aligned. patina__jpegh_region_bound: the bytes it may need. */
+size_t patina__jpegh_region_bound(const jh_file_t *f);
 
-/* The scan of f destuffed into data (patina__jpegh_data_bound bytes), its
- * f->niv intervals into iv and each chunk's interval into civ
- * (patina__jpegh_chunk_bound entries); *nbytes, *nchunks: what was used.
- * NULL, or why the file is not taken (a marker out of place, the restart
- * markers out of order or too few or too many, no end of image). */
-const char *patina__jpegh_destuff(const jh_file_t *f, uint8_t *data, jh_iv_t *iv, uint32_t *civ, size_t *nbytes,
-                                  uint32_t *nchunks);
+/* Stages f into region (cap bytes, 8-byte aligned): destuffs its scan, cuts
+ * it into intervals and chunks, and fills im's scan, niv, nc and offsets
+ * (tab, iv, civ, data: from the region's first byte; the caller adds the
+ * region's place in its batch and sets coef, c0, iv0, flag). *used: bytes
+ * written. NULL, or why the file is not taken (a marker out of place, the
+ * restart markers out of order or too few or too many, no end of image). */
+const char *patina__jpegh_stage(const jh_file_t *f, uint8_t *region, size_t cap, jh_img_t *im, size_t *used);
 
-/* The C reference: the steps of jpeg_huff_core.h run in order on one file
- * (data, iv, civ as _destuff gave them) into coef, (nblocks, 64) s16, which
- * must be all zero on entry (only non-zero coefficients are written). JH_OK, or the JH_E_* flags
- * (coef then unspecified), or -1: out of memory. */
-int patina__jpegh_decode(const jh_file_t *f, const uint8_t *data, const jh_iv_t *iv, const uint32_t *civ,
-                         uint32_t nchunks, int16_t *coef);
+/* The C reference: the steps of jpeg_huff_core.h, each over every chunk (or
+ * interval) before the next, as the kernels run them, on the batch of the
+ * one image staged in region (im from patina__jpegh_stage) into coef,
+ * (nblocks, 64) s16, which must be all zero on entry (only non-zero
+ * coefficients are written). JH_OK, the JH_E_* flags (coef then
+ * unspecified), or -1: out of memory. */
+int patina__jpegh_decode(const uint8_t *region, const jh_img_t *im, int16_t *coef);
+
+/* The steps on a batch whose st, dirty, g0 and dc arrays are set, `rounds`
+ * Jacobi rounds, chunks (intervals) visited backwards when rev (tests: the
+ * kernels' order of threads cannot matter). */
+void patina__jpegh_steps(const jh_batch_t *b, int rounds, int rev);
 
 /* All of it for one file read by r (just opened): PATINA_OK and coef
  * filled; PATINA_E_FORMAT when not taken or flagged (the message says which;
