@@ -117,8 +117,17 @@ typedef struct patina_jpegx_times {
     double entropy;  /* the host stage: the workers entropy-decoding and staging each round */
     double wait;     /* waiting for the device stage of a round (in _submit and _finish) */
     uint64_t setups; /* calls that allocated */
+    uint64_t gpu_entropy; /* images entropy-decoded on the device (gpu_entropy on, baseline Huffman) */
+    uint64_t gpu_flagged; /* of those, flagged and left to the CPU decoder (or outside the exact range) */
 } patina_jpegx_times_t;
 void patina_gpu_jpegx_times(const patina_jpegx_gpu_t *d, patina_jpegx_times_t *t); /* d NULL: zeros */
+
+/* Entropy decoding of baseline Huffman files on the device
+ * (src/gpu/jpeg_huff.cu; the CPU workers read the header and destuff the
+ * scan) or, off, by libjpeg-turbo on the workers for every file; on by
+ * default. Same pixels either way (files the device flags are left to the
+ * CPU decoder); a switch for timing both. Takes effect at the next call. */
+void patina_gpu_jpegx_set_gpu_entropy(patina_jpegx_gpu_t *d, int on);
 
 /* The same device stage on images already entropy-decoded (tests and the
  * benchmark's kernel timing): n images im[i] with coefficients coef[i]

@@ -272,6 +272,12 @@ patina_status patina_gpu_jpegx_finish(patina_jpegx_gpu_t *d, patina_image_t *out
     return none();
 }
 
+void patina_gpu_jpegx_set_gpu_entropy(patina_jpegx_gpu_t *d, int on)
+{
+    (void)d;
+    (void)on;
+}
+
 void patina_gpu_jpegx_times(const patina_jpegx_gpu_t *d, patina_jpegx_times_t *t)
 {
     (void)d;
