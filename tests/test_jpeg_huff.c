@@ -23,156 +23,37 @@
 #include "algo/jpeg_huff_core.h"
 #include "image/jpeg_exact.h"
 #include "image/jpeg_huff.h"
+#include "jpegh_util.h"
 #include "jpegx_cases.h"
 #include "patina/patina.h"
 #include "testutil.h"
 
-/* ------------------------------------------------------------ a batch */
-
-/* One file prepared for the Huffman decoder, with libjpeg's coefficients. */
-typedef struct item {
-    const char *name;
-    jx_image_t im;
-    int taken;          /* patina__jpegx_open took it */
-    int lj_ok;          /* libjpeg read it without a warning */
-    int16_t *lj;        /* its coefficients (lj_ok) */
-    int huff;           /* the Huffman decoder takes it (header and markers) */
-    int must;           /* it must take it and decode it when libjpeg reads it without a warning */
-    jh_file_t *f;
-    uint8_t *region;    /* staged (patina__jpegh_stage) */
-    size_t used;
-    jh_img_t img;
-} item_t;
-
-static void item_free(item_t *it)
-{
-    free(it->lj);
-    free(it->f);
-    free(it->region);
-    memset(it, 0, sizeof *it);
-}
-
-static void item_make(item_t *it, const void *jpg, size_t size, const char *name)
-{
-    patina_jpegx_reader_t *r = NULL;
-    jx_image_t im2;
-    memset(it, 0, sizeof *it);
-    it->name = name;
-    if (patina__jpegx_open(&r, &it->im, jpg, size, name) != PATINA_OK) {
-        patina_clear_error();
-        return;
-    }
-    it->taken = 1;
-    it->lj = malloc((size_t)it->im.nblocks * 64 * sizeof(int16_t) + 1);
-    assert_non_null(it->lj);
-    it->lj_ok = patina__jpegx_read(r, &it->im, it->lj) == PATINA_OK;
-    patina_clear_error();
-    patina__jpegx_close(r);
-    /* the Huffman side on a reader of its own */
-    TU_OK(patina__jpegx_open(&r, &im2, jpg, size, name));
-    it->f = malloc(sizeof *it->f);
-    assert_non_null(it->f);
-    if (patina__jpegx_huff(r, &im2, it->f) == PATINA_OK) {
-        size_t cap = patina__jpegh_region_bound(it->f);
-        it->region = malloc(cap);
-        assert_non_null(it->region);
-        it->huff = patina__jpegh_stage(it->f, it->region, cap, &it->img, &it->used) == NULL;
-        assert_true(it->used <= cap);
-        /* its quantisation tables are libjpeg's */
-        if (it->huff && it->lj_ok)
-            for (int c = 0; c < it->im.ncomp; c++)
-                assert_memory_equal(im2.comp[c].q, it->im.comp[c].q, sizeof im2.comp[c].q);
-    }
-    patina_clear_error();
-    patina__jpegx_close(r);
-}
-
-/* The steps of jpeg_huff_core.h over the items taken, as one batch (their
- * staged regions one after the other, as the GPU lays them out), with
- * `rounds` Jacobi rounds, chunks visited backwards when `rev`. flags[i]:
- * item i's JH_E_* (items not in the batch: untouched); coef[i]: its
- * coefficients (malloc'd). */
+/* The steps of jpeg_huff_core.h over the items taken, as one batch
+ * (jpegh_util.h), with `rounds` Jacobi rounds, chunks visited backwards when
+ * `rev`. flags[i]: item i's JH_E_* (items not in the batch: untouched);
+ * coef[i]: its coefficients (malloc'd). */
 static void run_batch(item_t *items, size_t n, int rounds, int rev, uint32_t *flags, int16_t **coef)
 {
-    size_t bytes = 0, blocks = 0, nimg = 0, niv = 0, nch = 0, i, m;
-    jh_batch_t b;
-    jh_img_t *img;
-    uint32_t *g0, *fl;
-    uint8_t *base, *dirty;
+    jh_tbatch_t t;
+    uint32_t *fl;
     int16_t *cf;
-    jh_state_t *st;
-    int32_t *dc;
-    for (i = 0; i < n; i++)
-        if (items[i].huff) {
-            bytes += items[i].used;
-            blocks += items[i].im.nblocks;
-            nimg++;
-            niv += items[i].img.niv;
-            nch += items[i].img.nc;
-        }
-    if (!nimg) return;
-    img = calloc(nimg, sizeof *img);
-    g0 = calloc(nch, sizeof *g0);
-    fl = calloc(nimg, sizeof *fl);
-    base = malloc(bytes + 8);
-    dirty = calloc(2 * nch, 1);
-    st = calloc(2 * nch, sizeof *st);
-    dc = calloc(4 * nch, sizeof *dc);
-    cf = calloc(blocks * 64 + 1, sizeof *cf); /* zeros: the decoder writes non-zero coefficients only */
-    assert_true(img && g0 && fl && base && dirty && st && dc && cf);
-    {
-        size_t ob = 0, oc = 0, oi = 0, ox = 0;
-        for (i = 0, m = 0; i < n; i++) {
-            item_t *it = &items[i];
-            if (!it->huff) continue;
-            img[m] = it->img;
-            img[m].tab += ob;
-            img[m].iv += ob;
-            img[m].civ += ob;
-            img[m].data += ob;
-            img[m].coef = oc;
-            img[m].c0 = (uint32_t)ox;
-            img[m].iv0 = (uint32_t)oi;
-            img[m].flag = (uint32_t)m;
-            memcpy(base + ob, it->region, it->used);
-            ob += it->used;
-            oc += it->im.nblocks;
-            oi += it->img.niv;
-            ox += it->img.nc;
-            m++;
-        }
-    }
-    memset(&b, 0, sizeof b);
-    b.base = base;
-    b.img = img;
-    b.coef = cf;
-    b.flags = fl;
-    b.st[0] = st;
-    b.st[1] = st + nch;
-    b.dirty[0] = dirty;
-    b.dirty[1] = dirty + nch;
-    b.g0 = g0;
-    b.dc = dc;
-    b.nimg = (uint32_t)nimg;
-    b.nchunk = (uint32_t)nch;
-    b.niv = (uint32_t)niv;
-    patina__jpegh_steps(&b, rounds, rev);
+    size_t i, m;
+    if (!jh_tbatch_make(&t, items, n)) return;
+    fl = calloc(t.nimg, sizeof *fl);
+    cf = calloc(t.blocks * 64 + 1, sizeof *cf);
+    assert_true(fl && cf);
+    jh_tbatch_ref(&t, rounds, rev, fl, cf);
     for (i = 0, m = 0; i < n; i++) {
         if (!items[i].huff) continue;
         flags[i] = fl[m];
         coef[i] = malloc(items[i].im.nblocks * 64 * sizeof(int16_t) + 1);
         assert_non_null(coef[i]);
-        memcpy(coef[i], cf + img[m].coef * 64, items[i].im.nblocks * 64 * sizeof(int16_t));
+        memcpy(coef[i], cf + t.img[m].coef * 64, items[i].im.nblocks * 64 * sizeof(int16_t));
         m++;
     }
-    free(img);
-    free(g0);
     free(fl);
-    free(base);
-    free(dirty);
-    free(st);
-    free(dc);
     free(cf);
+    jh_tbatch_free(&t);
 }
 
 typedef struct tally {
@@ -240,54 +121,6 @@ static void tally_print(const char *what, const tally_t *t)
     printf("%-34s files %5zu  exact-path %5zu  huff %5zu  decoded %5zu  flagged %4zu (libjpeg ok %zu)  "
            "bad %zu  mismatched %zu\n",
            what, t->files, t->taken, t->huff, t->decoded, t->flagged, t->flagged_lj_ok, t->bad, t->mismatched);
-}
-
-/* ------------------------------------------------------------ files */
-
-/* A w x h JPEG of tu_random_image(kind) in mode m, restart interval rst
- * (MCUs, 0: none), optimised tables or not; malloc'd. */
-static unsigned char *make_jpeg(unsigned long *size, const jxc_mode_t *m, int quality, int w, int h, int kind,
-                                uint64_t seed, unsigned rst, int opt)
-{
-    struct jpeg_compress_struct c;
-    struct jpeg_error_mgr err;
-    unsigned char *buf = NULL, *row;
-    patina_image_t img;
-    tu_rng_t r;
-    tu_rng_seed(&r, seed);
-    tu_random_image(&img, w, h, kind, &r);
-    row = malloc((size_t)w * 3);
-    assert_non_null(row);
-    c.err = jpeg_std_error(&err);
-    jpeg_create_compress(&c);
-    jpeg_mem_dest(&c, &buf, size);
-    c.image_width = (JDIMENSION)w;
-    c.image_height = (JDIMENSION)h;
-    c.input_components = m->ncomp == 1 ? 1 : 3;
-    c.in_color_space = m->ncomp == 1 ? JCS_GRAYSCALE : JCS_RGB;
-    jpeg_set_defaults(&c);
-    jpeg_set_colorspace(&c, m->space);
-    for (int i = 0; i < c.num_components; i++) {
-        c.comp_info[i].h_samp_factor = m->h[i];
-        c.comp_info[i].v_samp_factor = m->v[i];
-    }
-    jpeg_set_quality(&c, quality, TRUE);
-    c.optimize_coding = opt ? TRUE : FALSE;
-    c.restart_interval = rst;
-    jpeg_start_compress(&c, TRUE);
-    while (c.next_scanline < c.image_height) {
-        const uint8_t *p = img.data + (size_t)c.next_scanline * img.stride;
-        for (int i = 0; i < w; i++) {
-            if (m->ncomp == 1) row[i] = p[3 * i];
-            else memcpy(row + 3 * i, p + 3 * i, 3);
-        }
-        jpeg_write_scanlines(&c, &row, 1);
-    }
-    jpeg_finish_compress(&c);
-    jpeg_destroy_compress(&c);
-    free(row);
-    patina_image_release(&img);
-    return buf;
 }
 
 /* ------------------------------------------------------------ tests */
