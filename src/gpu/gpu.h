@@ -415,6 +415,16 @@ void patina_gpu__dev_free(patina_gpu_t *g, void *p); /* accepts NULL */
 /* Synchronous copy between host and device memory of this context. */
 patina_status patina_gpu__upload(patina_gpu_t *g, void *dst, const void *src, size_t bytes);
 
+/* Tests and benchmarks: the parallel Huffman kernels (src/gpu/jpeg_huff.cu)
+ * on a batch staged in host memory (base, bytes: the images' regions; img:
+ * nimg images with batch offsets, c0, iv0, flag and nblocks set, nchunk and
+ * niv in all) into host coef ((blocks, 64) s16) and flags (nimg); *seconds:
+ * the kernels' time (device events; NULL: not measured). Synchronous. */
+struct jh_img;
+patina_status patina_gpu__jpegh_decode(patina_gpu_t *g, const void *base, size_t bytes, const struct jh_img *img,
+                                       uint32_t nimg, uint32_t nchunk, uint32_t niv, int16_t *coef, size_t blocks,
+                                       uint32_t *flags, double *seconds);
+
 /* Measured bandwidth in GB/s (1e9 bytes/s): the best of `reps` timed copies
  * of `bytes` after 4 warm-up copies (the hardware limit, not a typical
  * figure): kind 0 = pinned host to device (bytes moved over PCIe); kind 1 =
