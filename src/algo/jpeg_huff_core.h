@@ -102,15 +102,24 @@ typedef struct jh_state {
     uint8_t pad;
 } jh_state_t;
 
-/* The natural-order position of zig-zag coefficient k (JPEG Figure A.6). */
+/* The natural-order position of zig-zag coefficient k (JPEG Figure A.6):
+ * one table for each side (device code reads it through the L1 cache). */
+#define JH_ZIGZAG                                                                                              \
+    {0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,  12, 19, 26, 33, 40, 48,                 \
+     41, 34, 27, 20, 13, 6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23,                 \
+     30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63}
+#ifdef __CUDACC__
+static __device__ const uint8_t jh_zigzag_dev[64] = JH_ZIGZAG;
+#endif
+static const uint8_t jh_zigzag_host[64] = JH_ZIGZAG;
+
 JH_FN int jh_natural(int k)
 {
-    /* 64 entries packed as bytes: a switch-free table usable on both sides */
-    const uint8_t z[64] = {0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,
-                           12, 19, 26, 33, 40, 48, 41, 34, 27, 20, 13, 6,  7,  14, 21, 28,
-                           35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51,
-                           58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63};
-    return z[k];
+#ifdef __CUDA_ARCH__
+    return jh_zigzag_dev[k];
+#else
+    return jh_zigzag_host[k];
+#endif
 }
 
 /* Derives t from a DHT table (bits[1..16] code counts, val symbols).
@@ -315,7 +324,7 @@ typedef struct jh_img {
     uint32_t c0;         /* its first chunk in the batch's */
     uint32_t iv0;        /* its first interval in the batch's (for the per-interval steps) */
     uint32_t flag;       /* index in the batch's flags */
-    uint32_t pad;
+    uint32_t nblocks;    /* its blocks (the GPU zeroes them first) */
 } jh_img_t;
 
 /* One restart interval (the whole scan when there are none). */
