@@ -30,12 +30,14 @@
 
 __global__ void __launch_bounds__(256) jh_k_zero(const __grid_constant__ jh_batch_t b)
 {
-    const jh_img_t *im = b.img + blockIdx.y;
-    int4 *p = (int4 *)(b.coef + im->coef * 64); /* 8 blocks of 64 s16 = 128 bytes = 8 int4 */
-    unsigned long long n = (unsigned long long)im->nblocks * 8;
-    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (unsigned long long)gridDim.x * blockDim.x)
-        p[i] = make_int4(0, 0, 0, 0);
+    for (uint32_t m = blockIdx.y; m < b.nimg; m += gridDim.y) {
+        const jh_img_t *im = b.img + m;
+        int4 *p = (int4 *)(b.coef + im->coef * 64); /* a block of 64 s16 = 128 bytes = 8 int4 */
+        unsigned long long n = (unsigned long long)im->nblocks * 8;
+        for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+             i += (unsigned long long)gridDim.x * blockDim.x)
+            p[i] = make_int4(0, 0, 0, 0);
+    }
 }
 
 __global__ void __launch_bounds__(JHG_THREADS) jh_k_init(const __grid_constant__ jh_batch_t b)
@@ -124,9 +126,8 @@ patina_status patina__jhg_run(jhg_scratch_t *sc, jh_batch_t *b, cudaStream_t s, 
     gc = (unsigned)((n + JHG_THREADS - 1) / JHG_THREADS);
     gi = (unsigned)((b->niv + JHG_THREADS - 1) / JHG_THREADS);
     {
-        unsigned zx = (unsigned)(sm_count > 0 ? sm_count : 16);
-        if (b->nimg > 65535) return patina__fail(PATINA_E_INVALID, "jpegh: %u images in one batch", b->nimg);
-        jh_k_zero<<<dim3(zx, b->nimg), 256, 0, s>>>(*b);
+        unsigned zx = (unsigned)(sm_count > 0 ? sm_count : 16), zy = b->nimg < 65535 ? b->nimg : 65535;
+        jh_k_zero<<<dim3(zx, zy), 256, 0, s>>>(*b);
         PGPU_CU(cudaGetLastError());
     }
     jh_k_init<<<gc, JHG_THREADS, 0, s>>>(*b);
