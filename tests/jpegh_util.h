@@ -139,7 +139,9 @@ static void jh_tbatch_ref(const jh_tbatch_t *t, int rounds, int rev, uint32_t *f
     uint8_t *dirty = calloc(2 * nch + 1, 1);
     jh_state_t *st = calloc(2 * nch + 1, sizeof *st);
     int32_t *dc = calloc(4 * nch + 1, sizeof *dc);
-    assert_true(g0 && dirty && st && dc);
+    jh_state_t *gx = calloc(nch + 1, sizeof *gx);
+    jh_rec_t *rec = calloc(nch * JH_REC + 1, sizeof *rec);
+    assert_true(g0 && dirty && st && dc && gx && rec);
     memset(fl, 0, t->nimg * sizeof *fl);
     memset(cf, 0, t->blocks * 64 * sizeof *cf); /* the decoder writes non-zero coefficients only */
     memset(&b, 0, sizeof b);
@@ -153,6 +155,8 @@ static void jh_tbatch_ref(const jh_tbatch_t *t, int rounds, int rev, uint32_t *f
     b.dirty[1] = dirty + nch;
     b.g0 = g0;
     b.dc = dc;
+    b.gx = gx;
+    b.rec = rec;
     b.nimg = t->nimg;
     b.nchunk = t->nchunk;
     b.niv = t->niv;
@@ -161,6 +165,8 @@ static void jh_tbatch_ref(const jh_tbatch_t *t, int rounds, int rev, uint32_t *f
     free(dirty);
     free(st);
     free(dc);
+    free(gx);
+    free(rec);
 }
 
 /* A w x h JPEG of tu_random_image(kind) in mode m, restart interval rst

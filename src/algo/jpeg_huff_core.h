@@ -18,10 +18,13 @@
  *              completed (jh_state_t).
  *   2. rounds  JH_ROUNDS Jacobi rounds: a chunk whose predecessor's exit
  *              changed decodes again from that exit (double-buffered, so the
- *              result does not depend on the order of the threads); Huffman
- *              codes synchronise themselves within a few codewords, so one or
- *              two rounds usually leave nothing to do (Weissenberger and
- *              Schmidt, "Massively parallel Huffman decoding on GPUs", 2018).
+ *              result does not depend on the order of the threads) until it
+ *              falls in step with its own guessed decode (the first JH_REC
+ *              codeword boundaries of which init recorded); Huffman codes
+ *              synchronise themselves within a few codewords, so this is
+ *              short and one or two rounds usually leave nothing to do
+ *              (Weissenberger and Schmidt, "Massively parallel Huffman
+ *              decoding on GPUs", 2018).
  *   3. settle  one thread per interval walks its chunks in order and decodes
  *              again those still marked (usually none), so every exit is then
  *              the exact state; and sums the blocks: each chunk's first block.
@@ -136,6 +139,9 @@ JH_FN int jh_table_build(jh_table_t *t, const uint8_t bits[17], const uint8_t *v
     n = 0;
     for (l = 1; l <= 16; l++) {
         int cnt = bits[l];
+        /* libjpeg refuses a table whose codes of length l reach the all-ones
+         * string (JERR_BAD_HUFF_TABLE); checked before any is written */
+        if (code + cnt >= (1 << l)) return -1;
         if (cnt) {
             t->valoff[l] = n - code;
             for (i = 0; i < cnt; i++, n++, code++) {
@@ -149,7 +155,6 @@ JH_FN int jh_table_build(jh_table_t *t, const uint8_t bits[17], const uint8_t *v
             t->maxcode[l] = -1;
             t->valoff[l] = 0;
         }
-        if (code >= (1 << l)) return -1; /* libjpeg refuses a table whose codes use up all l-bit strings */
         code <<= 1;
     }
     t->maxcode[0] = t->maxcode[17] = -1;
@@ -220,75 +225,134 @@ JH_FN int64_t jh_block_at(const jh_scan_t *sc, uint32_t mcu0, uint32_t g)
     return (int64_t)sc->cfirst[c] + (int64_t)y * sc->cbw[c] + x;
 }
 
+/* A codeword boundary of a chunk's guessed decode (jh_step_init records
+ * JH_REC of them: its first JH_REC / 2 boundaries, then ever sparser ones,
+ * each 1.5 times as many codewords on as the last, so they reach across the
+ * chunk): the rounds recognise there that a decode from another entry has
+ * fallen in step with it, and stop. Falling in step takes a few codewords
+ * for the bit position, often hundreds for the place in the MCU. */
+typedef struct jh_rec {
+    uint32_t pos;   /* UINT32_MAX: none */
+    uint32_t st;    /* blocks completed (16 bits) | blkn << 16 | k << 20 */
+} jh_rec_t;
+
+#define JH_REC 32
+#define JH_REC_KEY(blkn, k) ((uint32_t)(blkn) | (uint32_t)(k) << 4)
+
 /* Decodes the codewords of interval data d (end bits) that start before bit
  * `stop`, from state *s, stopping early at an error or once `limit` blocks
- * are complete. With o, writes the coefficients decoded at their places. */
-JH_FN void jh_decode(const jh_scan_t *sc, const jh_table_t *tab, const uint8_t *d, uint32_t end, uint32_t stop,
-                     uint32_t limit, jh_state_t *s, jh_out_t *o)
+ * are complete. With o, writes the coefficients decoded at their places.
+ * With rec, records the entry and boundaries after it (JH_REC in all, see
+ * jh_rec_t; the rest UINT32_MAX). With match (JH_REC boundaries of another decode
+ * of the same chunk, increasing), stops at the first boundary where both are
+ * in the same state (position, block of the MCU, coefficient): returns its
+ * index (s then holds the state there), else -1.
+ *
+ * Bits are read through a 64-bit window refilled a byte at a time (bytes at
+ * or beyond `end` read as 0): the codeword at pos is the window's top bits. */
+JH_FN int jh_decode(const jh_scan_t *sc, const jh_table_t *tab, const uint8_t *d, uint32_t end, uint32_t stop,
+                    uint32_t limit, jh_state_t *s, jh_out_t *o, jh_rec_t *rec, const jh_rec_t *match)
 {
-    uint32_t pos = s->pos, nb = s->nb;
-    int blkn = s->blkn, k = s->k, err = 0;
+    uint32_t pos = s->pos, nb = s->nb, len8 = end >> 3, wbyte = pos >> 3;
+    int blkn = s->blkn, k = s->k, err = 0, nrec = 0, mi = 0, found = -1;
+    uint32_t ncw = 0, next_rec = 0; /* codewords decoded; the next one to record after */
     int16_t *blk = 0;
+    uint64_t win = 0;
+    int wbits = 0;
+    /* the window: bits from pos on, the first at the top */
+    if (pos < end) {
+        win = (uint64_t)d[wbyte++] << 56;
+        wbits = 8;
+        win <<= pos & 7;
+        wbits -= (int)(pos & 7);
+    }
     if (o && k != 0) { /* entered in the middle of a block: find it again */
         int64_t a = jh_block_at(sc, o->mcu0, o->g0 + nb);
         blk = a < 0 ? 0 : o->coef + a * 64;
     }
-    while (pos < stop && nb < limit) {
-        uint32_t v = jh_peek(d, end, pos);
-        int len, sym;
-        if (k == 0) {
-            int c = sc->bcomp[blkn], size;
-            int32_t diff = 0;
-            sym = jh_symbol(tab + sc->bdc[blkn], v, &len);
-            size = sym & 15; /* DC tables hold 0..15 (jh_table_build's caller checks) */
-            if (!len) {
-                err = JH_E_CODE;
+    for (;;) {
+        /* a boundary: record it, or compare it */
+        if (rec && nrec < JH_REC && ncw == next_rec && nb <= 0xFFFF) {
+            rec[nrec].pos = pos;
+            rec[nrec].st = nb | JH_REC_KEY(blkn, k) << 16;
+            nrec++;
+            next_rec = nrec < JH_REC / 2 ? ncw + 1 : ncw + (ncw + 1) / 2;
+        }
+        if (match) {
+            while (mi < JH_REC && match[mi].pos < pos) mi++;
+            if (mi < JH_REC && match[mi].pos == pos && (match[mi].st >> 16) == JH_REC_KEY(blkn, k)) {
+                found = mi;
                 break;
             }
-            if ((uint32_t)(len + size) > end - pos) {
-                err = JH_E_END;
-                break;
-            }
-            if (size) diff = jh_extend((v << len) >> (32 - size), size);
-            pos += (uint32_t)(len + size);
-            if (o) {
-                int64_t a = jh_block_at(sc, o->mcu0, o->g0 + nb);
-                o->dc[c] = (int32_t)((uint32_t)o->dc[c] + (uint32_t)diff); /* modulo 2^32: only 16 bits are kept */
-                blk = a < 0 ? 0 : o->coef + a * 64;
-                if (blk) blk[0] = (int16_t)(uint16_t)(uint32_t)o->dc[c];
-            }
-            k = 1;
-        } else {
-            int r, size;
-            sym = jh_symbol(tab + sc->bac[blkn], v, &len);
-            if (!len) {
-                err = JH_E_CODE;
-                break;
-            }
-            r = sym >> 4;
-            size = sym & 15;
-            if ((uint32_t)(len + size) > end - pos) {
-                err = JH_E_END;
-                break;
-            }
-            if (size) {
-                k += r;
-                if (k > 63) {
-                    err = JH_E_RUN;
+            if (mi == JH_REC) match = 0; /* past its last boundary: decode on */
+        }
+        if (!(pos < stop && nb < limit)) break;
+        while (wbits <= 56) {
+            uint64_t byte = wbyte < len8 ? d[wbyte] : 0;
+            win |= byte << (56 - wbits);
+            wbyte++;
+            wbits += 8;
+        }
+        {
+            uint32_t v = (uint32_t)(win >> 32);
+            int len, sym, size, used;
+            if (k == 0) {
+                int c = sc->bcomp[blkn];
+                int32_t diff = 0;
+                sym = jh_symbol(tab + sc->bdc[blkn], v, &len);
+                size = sym & 15; /* DC tables hold 0..15 (jh_table_build's caller checks) */
+                if (!len) {
+                    err = JH_E_CODE;
                     break;
                 }
-                if (blk) blk[jh_natural(k)] = (int16_t)jh_extend((v << len) >> (32 - size), size);
-                k++;
-            } else if (r == 15) { /* sixteen zeros */
-                k += 16;
-                if (k > 64) {
-                    err = JH_E_RUN;
+                if ((uint32_t)(len + size) > end - pos) {
+                    err = JH_E_END;
                     break;
                 }
-            } else { /* end of block (libjpeg reads runs 1..14 without a size as one too) */
-                k = 64;
+                if (size) diff = jh_extend((v << len) >> (32 - size), size);
+                if (o) {
+                    int64_t a = jh_block_at(sc, o->mcu0, o->g0 + nb);
+                    o->dc[c] = (int32_t)((uint32_t)o->dc[c] + (uint32_t)diff); /* modulo 2^32: 16 bits are kept */
+                    blk = a < 0 ? 0 : o->coef + a * 64;
+                    if (blk) blk[0] = (int16_t)(uint16_t)(uint32_t)o->dc[c];
+                }
+                k = 1;
+            } else {
+                int r;
+                sym = jh_symbol(tab + sc->bac[blkn], v, &len);
+                if (!len) {
+                    err = JH_E_CODE;
+                    break;
+                }
+                r = sym >> 4;
+                size = sym & 15;
+                if ((uint32_t)(len + size) > end - pos) {
+                    err = JH_E_END;
+                    break;
+                }
+                if (size) {
+                    k += r;
+                    if (k > 63) {
+                        err = JH_E_RUN;
+                        break;
+                    }
+                    if (blk) blk[jh_natural(k)] = (int16_t)jh_extend((v << len) >> (32 - size), size);
+                    k++;
+                } else if (r == 15) { /* sixteen zeros */
+                    k += 16;
+                    if (k > 64) {
+                        err = JH_E_RUN;
+                        break;
+                    }
+                } else { /* end of block (libjpeg reads runs 1..14 without a size as one too) */
+                    k = 64;
+                }
             }
-            pos += (uint32_t)(len + size);
+            used = len + size;
+            ncw++;
+            pos += (uint32_t)used;
+            win <<= used;
+            wbits -= used;
         }
         if (k == 64) {
             k = 0;
@@ -296,16 +360,24 @@ JH_FN void jh_decode(const jh_scan_t *sc, const jh_table_t *tab, const uint8_t *
             if (++blkn == sc->nblk) blkn = 0;
         }
     }
+    if (rec)
+        for (; nrec < JH_REC; nrec++) {
+            rec[nrec].pos = 0xFFFFFFFFu;
+            rec[nrec].st = 0;
+        }
     s->pos = pos;
     s->nb = nb;
     s->blkn = (uint8_t)blkn;
     s->k = (uint8_t)k;
     s->err = (uint8_t)err;
+    return found;
 }
 
+/* Two exits that give the next chunk the same entry (its own block count
+ * does not depend on ours). */
 JH_FN int jh_state_eq(const jh_state_t *a, const jh_state_t *b)
 {
-    return a->pos == b->pos && a->nb == b->nb && a->blkn == b->blkn && a->k == b->k && a->err == b->err;
+    return a->pos == b->pos && a->blkn == b->blkn && a->k == b->k && a->err == b->err;
 }
 
 /* ------------------------------------------------------------ a batch */
@@ -342,6 +414,8 @@ typedef struct jh_batch {
     int16_t *coef;                /* (blocks, 64) s16, zero where the images' blocks go */
     uint32_t *flags;
     jh_state_t *st[2];            /* (nchunk) exits: init writes st[0], round r st[(r + 1) & 1] */
+    jh_state_t *gx;               /* (nchunk) the exits of the guessed decodes (init) */
+    jh_rec_t *rec;                /* (nchunk, JH_REC) their first boundaries */
     uint8_t *dirty[2];            /* (nchunk) the chunk must decode again (its predecessor's exit changed) */
     uint32_t *g0;                 /* (nchunk) its first block in its interval (after settle) */
     int32_t *dc;                  /* (nchunk, 4) running DC sums (write), then offsets (dc) */
@@ -401,9 +475,38 @@ JH_FN void jh_step_init(const jh_batch_t *b, uint32_t i)
     uint32_t first, stop;
     jh_chunk_bits(v, c, &first, &stop);
     s.pos = first;
-    jh_decode(&im->sc, JH_TAB(b, im), JH_DATA(b, im, v), v->len * 8u, stop, 0xFFFFFFFFu, &s, 0);
+    (void)jh_decode(&im->sc, JH_TAB(b, im), JH_DATA(b, im, v), v->len * 8u, stop, 0xFFFFFFFFu, &s, 0,
+                    b->rec + (uint64_t)i * JH_REC, 0);
     b->st[0][i] = s;
+    b->gx[i] = s;
     b->dirty[0][i] = c != v->c0;
+}
+
+/* Chunk i of image im, interval v, decoded again from its predecessor's exit
+ * `prev`: stops where it falls in step with the guessed decode (whose exit
+ * it then takes, its blocks counted from here), else at the chunk's end. */
+JH_FN jh_state_t jh_redo(const jh_batch_t *b, const jh_img_t *im, const jh_iv_t *v, uint32_t c, uint32_t i,
+                         jh_state_t prev)
+{
+    uint32_t first, stop;
+    jh_state_t s = prev;
+    const jh_rec_t *rec = b->rec + (uint64_t)i * JH_REC;
+    int m;
+    jh_chunk_bits(v, c, &first, &stop);
+    s.nb = 0;
+    if (s.err) { /* the predecessor lost its way: this chunk keeps its guess of a start */
+        s.pos = first;
+        s.blkn = 0;
+        s.k = 0;
+    }
+    s.err = 0;
+    m = jh_decode(&im->sc, JH_TAB(b, im), JH_DATA(b, im, v), v->len * 8u, stop, 0xFFFFFFFFu, &s, 0, 0, rec);
+    if (m >= 0) { /* in step from here on: the guessed decode's exit, our block count */
+        uint32_t nb = s.nb + (b->gx[i].nb - (rec[m].st & 0xFFFF));
+        s = b->gx[i];
+        s.nb = nb;
+    }
+    return s;
 }
 
 /* 2. One Jacobi round from st[r & 1] / dirty[r & 1] into the other pair. */
@@ -417,19 +520,7 @@ JH_FN void jh_step_round(const jh_batch_t *b, int r, uint32_t i)
     uint32_t c = i - im->c0;
     const jh_iv_t *v = JH_IVS(b, im) + JH_CIV(b, im)[c];
     jh_state_t s = in[i];
-    if (din[i]) {
-        uint32_t first, stop;
-        jh_chunk_bits(v, c, &first, &stop);
-        s = in[i - 1];
-        s.nb = 0;
-        if (s.err) { /* the predecessor lost its way: this chunk keeps its guess of a start */
-            s.pos = first;
-            s.blkn = 0;
-            s.k = 0;
-        }
-        s.err = 0;
-        jh_decode(&im->sc, JH_TAB(b, im), JH_DATA(b, im, v), v->len * 8u, stop, 0xFFFFFFFFu, &s, 0);
-    }
+    if (din[i]) s = jh_redo(b, im, v, c, i, in[i - 1]);
     out[i] = s;
     /* the next chunk must decode again when this exit changed; this one's own
      * flag is written by its predecessor's thread (or cleared: first of its interval) */
@@ -449,18 +540,7 @@ JH_FN void jh_step_settle(const jh_batch_t *b, int r, uint32_t m, uint32_t v)
     for (uint32_t c = iv->c0; c < iv->c0 + iv->nc; c++) {
         uint32_t i = im->c0 + c;
         if (c > iv->c0 && dirty[i]) {
-            uint32_t first, stop;
-            jh_state_t s = st[i - 1];
-            jh_chunk_bits(iv, c, &first, &stop);
-            s.nb = 0;
-            if (s.err) {
-                s.pos = first;
-                s.blkn = 0;
-                s.k = 0;
-            }
-            s.err = 0;
-            jh_decode(&im->sc, JH_TAB(b, im), JH_DATA(b, im, iv), iv->len * 8u, stop, 0xFFFFFFFFu, &s,
-                      0);
+            jh_state_t s = jh_redo(b, im, iv, c, i, st[i - 1]);
             if (!jh_state_eq(&s, &st[i]) && c + 1 < iv->c0 + iv->nc) dirty[i + 1] = 1;
             st[i] = s;
         }
@@ -496,7 +576,7 @@ JH_FN void jh_step_write(const jh_batch_t *b, int r, uint32_t i)
             flag = s.err; /* the decode of the interval failed before this chunk */
         }
         if (!flag) {
-            jh_decode(&im->sc, JH_TAB(b, im), JH_DATA(b, im, v), end, stop, v->blocks - g0, &s, &o);
+            (void)jh_decode(&im->sc, JH_TAB(b, im), JH_DATA(b, im, v), end, stop, v->blocks - g0, &s, &o, 0, 0);
             flag = s.err;
             if (!flag && g0 + s.nb == v->blocks) {
                 if (end - s.pos >= 8) flag = JH_E_LONG; /* whole bytes after the last block */

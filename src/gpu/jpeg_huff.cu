@@ -82,8 +82,10 @@ __global__ void __launch_bounds__(JHG_THREADS) jh_k_dcfix(const __grid_constant_
     if (i < b.nchunk) jh_step_dcfix(&b, r, i);
 }
 
-/* Scratch bytes per chunk: two states, two dirty flags, g0, four DC sums. */
-#define JHG_PER_CHUNK (2 * sizeof(jh_state_t) + 2 + sizeof(uint32_t) + 4 * sizeof(int32_t))
+/* Scratch bytes per chunk: its guessed decode's boundaries, three states
+ * (two rounds', the guess's), two dirty flags, g0, four DC sums. */
+#define JHG_PER_CHUNK \
+    (JH_REC * sizeof(jh_rec_t) + 3 * sizeof(jh_state_t) + 2 + sizeof(uint32_t) + 4 * sizeof(int32_t))
 
 void patina__jhg_free(jhg_scratch_t *sc)
 {
@@ -111,8 +113,12 @@ patina_status patina__jhg_run(jhg_scratch_t *sc, jh_batch_t *b, cudaStream_t s, 
         }
         sc->bytes = want;
     }
-    /* carve: states (8-byte aligned first), then sums, g0, flags */
+    /* carve: boundaries and states (8-byte aligned first), then sums, g0, flags */
     p = (uint8_t *)sc->mem;
+    b->rec = (jh_rec_t *)p;
+    p += n * JH_REC * sizeof(jh_rec_t);
+    b->gx = (jh_state_t *)p;
+    p += n * sizeof(jh_state_t);
     b->st[0] = (jh_state_t *)p;
     b->st[1] = b->st[0] + n;
     p += 2 * n * sizeof(jh_state_t);

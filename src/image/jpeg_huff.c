@@ -140,8 +140,10 @@ int patina__jpegh_decode(const uint8_t *region, const jh_img_t *im, int16_t *coe
     uint8_t *dirty = malloc(2 * (size_t)nchunks + 1);
     uint32_t *g0 = malloc((size_t)nchunks * sizeof *g0 + 1);
     int32_t *dc = malloc((size_t)nchunks * 4 * sizeof *dc + 1);
+    jh_state_t *gx = malloc((size_t)nchunks * sizeof *gx + 1);
+    jh_rec_t *rec = malloc((size_t)nchunks * JH_REC * sizeof *rec + 1);
     int ret = -1;
-    if (!st || !dirty || !g0 || !dc) goto done;
+    if (!st || !dirty || !g0 || !dc || !gx || !rec) goto done;
     img.c0 = 0;
     img.iv0 = 0;
     img.flag = 0;
@@ -157,6 +159,8 @@ int patina__jpegh_decode(const uint8_t *region, const jh_img_t *im, int16_t *coe
     b.dirty[1] = dirty + nchunks;
     b.g0 = g0;
     b.dc = dc;
+    b.gx = gx;
+    b.rec = rec;
     b.nimg = 1;
     b.nchunk = nchunks;
     b.niv = im->niv;
@@ -167,6 +171,8 @@ done:
     free(dirty);
     free(g0);
     free(dc);
+    free(gx);
+    free(rec);
     return ret;
 }
 
