@@ -234,6 +234,7 @@ static void kernels_on(const char *what, void (*make)(fileset_t *))
     static const size_t pers[] = {1, 7, 64, 0};
     fileset_t s = {0};
     make(&s);
+    if (s.n == 0) return; /* no sample photographs */
     for (size_t p = 0; p < 4; p++) {
         ktally_t t = {0};
         check_kernels(&t, &s, pers[p]);
@@ -334,6 +335,7 @@ static void decode_both(const char *what, void (*make)(fileset_t *), int all_on_
     fileset_t s = {0};
     size_t tk[2], bad[2], ge[2];
     make(&s);
+    if (s.n == 0) return; /* no sample photographs */
     for (int on = 1; on >= 0; on--) decode_set(&s, on, &tk[on], &bad[on], &ge[on]);
     printf("%-12s %5zu files: entropy on the GPU: %zu taken (%zu entropy-decoded on the device), %zu bad; "
            "on the CPU: %zu taken, %zu bad  %s\n",
