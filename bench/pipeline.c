@@ -6,7 +6,7 @@
  * runs it for VGA, 1024^2 and 12 MP).
  *
  *   bench_pipeline [--dir DIR] [--files N] [--size S|WxH] [--families F,F,...]
- *                  [--devices D,D,...] [--batch N] [--nvjpeg] [--peer SCRIPT]
+ *                  [--devices D,D,...] [--batch N] [--nvjpeg] [--cpu-entropy] [--peer SCRIPT]
  *
  * Without --dir it writes N (default 512) JPEGs of S x S (default 1024) or
  * W x H pixels, quality 90, 4:2:0, cropped and scaled from the photographs
@@ -23,14 +23,17 @@
  *   extract    patina_extract_batch on batches of decoded images already in
  *              host memory (no read, no decode, no store): images/s;
  *   decode     libjpeg-turbo decoding alone on all CPU threads: images/s;
- *              with a GPU also the exact GPU decoder alone (entropy decoding
- *              on all threads + the device stage, images left on the device,
- *              batches of --batch) and its entropy decoding alone.
+ *              with a GPU also the exact GPU decoder alone (images left on
+ *              the device, batches of --batch) with its entropy stage on all
+ *              CPU threads and on the GPU, libjpeg-turbo's entropy decoding
+ *              alone, and the host stage of the GPU's (headers, destuffing).
  * On the GPU device each family also gets a gpu+exact row (decoder
  * exact-gpu: the CPU path's pixels; "unavailable" for families that cannot
  * read device images), with the exact decoder's own times in the last
  * column (patina_index_stats_t.t_jpegx_*: entropy decoding on the workers,
- * allocations, waits for the device stage). The context's exact decoders
+ * allocations, waits for the device stage); their entropy stage is on the
+ * GPU for baseline Huffman files, on the CPU workers with --cpu-entropy
+ * (patina_gpu_jpegx_set_gpu_entropy: A/B timing). The context's exact decoders
  * are made once per context (pinned staging and device buffers): a warm-up
  * run on the first files makes them before the table, and its setup time
  * is printed above it. --nvjpeg adds a gpu+nvjpeg row per family (not
@@ -47,7 +50,9 @@
 
 #include "core/internal.h"
 #include "gpu/gpu.h"
+#include "core/context.h"
 #include "image/jpeg_exact.h"
+#include "image/jpeg_huff.h"
 #include "patina/patina.h"
 
 static void die(const char *what)
@@ -163,9 +168,12 @@ static double extract_rate(patina_context_t *ctx, const patina_extractor_t *ex, 
 }
 
 /* The exact GPU decoder alone on the files (read into memory first): rates
- * of its entropy decoding alone (all threads, coefficients to host memory)
- * and of the whole decoder (entropy + device stage, batches of `batch`).
- * 0 when there is no GPU. */
+ * of its entropy decoding alone (all threads, coefficients to host memory),
+ * of the host stage of entropy decoding on the GPU alone (header, destuffing
+ * into host memory: the CPU work left), and of the whole decoder (batches of
+ * `batch`) with the entropy stage on the CPU workers (whole[0]) and on the
+ * GPU (whole[1], *gpu_files of the files it took there). 0 when there is no
+ * GPU. */
 typedef struct entropy_job {
     void **data;
     size_t *size;
@@ -186,7 +194,29 @@ static void entropy_one(void *arg, size_t i, int worker)
     patina__jpegx_close(r);
 }
 
-static void exact_rates(char **files, size_t n, int threads, size_t batch, double *entropy, double *whole)
+static void huff_host_one(void *arg, size_t i, int worker)
+{
+    entropy_job_t *j = arg;
+    patina_jpegx_reader_t *r;
+    jx_image_t im;
+    jh_file_t *f = malloc(sizeof *f);
+    (void)worker;
+    if (f && patina__jpegx_open(&r, &im, j->data[i], j->size[i], "bench") == PATINA_OK) {
+        if (patina__jpegx_huff(r, &im, f) == PATINA_OK) {
+            size_t cap = patina__jpegh_region_bound(f), used;
+            uint8_t *region = malloc(cap);
+            jh_img_t img;
+            if (region && !patina__jpegh_stage(f, region, cap, &img, &used))
+                __atomic_add_fetch(&j->ok, 1, __ATOMIC_RELAXED);
+            free(region);
+        }
+        patina__jpegx_close(r);
+    }
+    free(f);
+}
+
+static void exact_rates(char **files, size_t n, int threads, size_t batch, double *entropy, double *huff_host,
+                        double whole[2], uint64_t *gpu_files)
 {
     patina_gpu_t *g = NULL;
     patina_jpegx_gpu_t *d = NULL;
@@ -196,7 +226,8 @@ static void exact_rates(char **files, size_t n, int threads, size_t batch, doubl
     patina_status *st = calloc(batch, sizeof *st);
     size_t taken = 0;
     double t0;
-    *entropy = *whole = 0;
+    *entropy = *huff_host = whole[0] = whole[1] = 0;
+    *gpu_files = 0;
     ej.data = calloc(n, sizeof *ej.data);
     ej.size = calloc(n, sizeof *ej.size);
     ej.ok = 0;
@@ -207,8 +238,16 @@ static void exact_rates(char **files, size_t n, int threads, size_t batch, doubl
     t0 = patina_now();
     patina_pool_run(pool, n, entropy_one, &ej);
     *entropy = (double)ej.ok / (patina_now() - t0);
+    ej.ok = 0;
+    t0 = patina_now();
+    patina_pool_run(pool, n, huff_host_one, &ej);
+    *huff_host = (double)ej.ok / (patina_now() - t0);
     if (patina_gpu_count() > 0 && patina_gpu_open(&g, 0, 0) == PATINA_OK && patina_gpu_jpegx_open(&d, g) == PATINA_OK) {
-        for (int pass = 0; pass < 2; pass++) { /* the first pass allocates */
+        /* the first pass allocates; then the entropy stage on the CPU workers, on the GPU */
+        for (int pass = 0; pass < 3; pass++) {
+            patina_jpegx_times_t t1, t2;
+            patina_gpu_jpegx_set_gpu_entropy(d, pass != 1);
+            patina_gpu_jpegx_times(d, &t1);
             taken = 0;
             t0 = patina_now();
             for (size_t i = 0; i < n; i += batch) {
@@ -224,12 +263,14 @@ static void exact_rates(char **files, size_t n, int threads, size_t batch, doubl
                     die("jpegx");
                 for (size_t k = 0; k < m; k++) taken += st[k] == PATINA_OK;
             }
-            *whole = (double)taken / (patina_now() - t0);
+            whole[pass == 1 ? 0 : 1] = (double)taken / (patina_now() - t0);
+            patina_gpu_jpegx_times(d, &t2);
+            if (pass == 2) *gpu_files = t2.gpu_entropy - t1.gpu_entropy;
         }
     } else {
         patina_clear_error();
     }
-    if (taken < n && *whole > 0) fprintf(stderr, "bench_pipeline: exact GPU decoder took %zu of %zu\n", taken, n);
+    if (taken < n && whole[1] > 0) fprintf(stderr, "bench_pipeline: exact GPU decoder took %zu of %zu\n", taken, n);
     patina_gpu_jpegx_close(d);
     patina_gpu_close(g);
     patina_pool_free(pool);
@@ -297,7 +338,9 @@ int main(int argc, char **argv)
     patina_context_t *ctx;
     patina_image_t *imgs;
     decode_job_t dj;
-    double t0, decode_rate, entropy_rate, exact_rate;
+    double t0, decode_rate, entropy_rate, huff_host_rate, exact_rate[2];
+    uint64_t gpu_files;
+    int cpu_entropy = 0;
     if (!tmp || !*tmp) tmp = "/tmp";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
@@ -311,9 +354,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--devices") && i + 1 < argc) snprintf(dev_list, sizeof dev_list, "%s", argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = (size_t)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--nvjpeg")) nvjpeg = 1;
+        else if (!strcmp(argv[i], "--cpu-entropy")) cpu_entropy = 1;
         else {
             fprintf(stderr, "usage: bench_pipeline [--dir DIR] [--files N] [--size S|WxH] [--families F,...] "
-                            "[--devices D,...] [--batch N] [--nvjpeg] [--peer SCRIPT]\n");
+                            "[--devices D,...] [--batch N] [--nvjpeg] [--cpu-entropy] [--peer SCRIPT]\n");
             return 2;
         }
     }
@@ -351,7 +395,8 @@ int main(int argc, char **argv)
         patina_pool_free(pool);
     }
     for (size_t i = preload; i < nfiles; i++) patina_image_release(&imgs[i]);
-    exact_rates(files, nfiles, patina_context_threads(ctx), batch, &entropy_rate, &exact_rate);
+    exact_rates(files, nfiles, patina_context_threads(ctx), batch, &entropy_rate, &huff_host_rate, exact_rate,
+                &gpu_files);
     {
         char gpu[256] = "none";
         if (patina_gpu_count() > 0) patina_gpu_describe(0, gpu, sizeof gpu);
@@ -360,9 +405,12 @@ int main(int argc, char **argv)
         printf("decode alone (libjpeg-turbo, all threads): %.0f images/s\n", decode_rate);
         printf("entropy decoding alone (libjpeg-turbo jpeg_read_coefficients, all threads): %.0f images/s\n",
                entropy_rate);
-        if (exact_rate > 0)
-            printf("exact GPU decode alone (entropy on all threads + device stage, batches of %zu, images left on "
-                   "the device): %.0f images/s\n\n", batch, exact_rate);
+        printf("entropy decoding on the GPU, its host stage alone (header + destuffing, all threads): %.0f images/s\n",
+               huff_host_rate);
+        if (exact_rate[0] > 0)
+            printf("exact GPU decode alone (batches of %zu, images left on the device): entropy on all CPU threads "
+                   "%.0f images/s; entropy on the GPU %.0f images/s (%llu of %zu files entropy-decoded there)\n\n",
+                   batch, exact_rate[0], exact_rate[1], (unsigned long long)gpu_files, nfiles);
         else
             printf("exact GPU decode alone: no GPU\n\n");
         if (peer) { /* the users' decoders on the same files */
@@ -376,6 +424,17 @@ int main(int argc, char **argv)
                patina_video_available() ? "yes" : "no, FFmpeg's libraries were not found at build time");
     }
     exact_warmup(ctx, files, nfiles, batch, tmp);
+    if (patina_gpu_count() > 0) {
+        patina_jpegx_gpu_t *xd[2];
+        if (patina__context_jpegx(ctx, xd) == PATINA_OK) {
+            patina_gpu_jpegx_set_gpu_entropy(xd[0], !cpu_entropy);
+            patina_gpu_jpegx_set_gpu_entropy(xd[1], !cpu_entropy);
+            printf("gpu+exact rows: entropy decoding on the %s\n\n", cpu_entropy ? "CPU workers (--cpu-entropy)"
+                                                                            : "GPU (baseline Huffman files)");
+        } else {
+            patina_clear_error();
+        }
+    }
     printf("| family | device | e2e s | e2e img/s | extract-only img/s | e2e / extract | read s | decode s "
            "| extract s | store s | decode share | exact decoder: entropy / setup / device wait s |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");

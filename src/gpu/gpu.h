@@ -117,8 +117,17 @@ typedef struct patina_jpegx_times {
     double entropy;  /* the host stage: the workers entropy-decoding and staging each round */
     double wait;     /* waiting for the device stage of a round (in _submit and _finish) */
     uint64_t setups; /* calls that allocated */
+    uint64_t gpu_entropy; /* images entropy-decoded on the device (gpu_entropy on, baseline Huffman) */
+    uint64_t gpu_flagged; /* of those, flagged and left to the CPU decoder (or outside the exact range) */
 } patina_jpegx_times_t;
 void patina_gpu_jpegx_times(const patina_jpegx_gpu_t *d, patina_jpegx_times_t *t); /* d NULL: zeros */
+
+/* Entropy decoding of baseline Huffman files on the device
+ * (src/gpu/jpeg_huff.cu; the CPU workers read the header and destuff the
+ * scan) or, off, by libjpeg-turbo on the workers for every file; on by
+ * default. Same pixels either way (files the device flags are left to the
+ * CPU decoder); a switch for timing both. Takes effect at the next call. */
+void patina_gpu_jpegx_set_gpu_entropy(patina_jpegx_gpu_t *d, int on);
 
 /* The same device stage on images already entropy-decoded (tests and the
  * benchmark's kernel timing): n images im[i] with coefficients coef[i]
@@ -405,6 +414,16 @@ void *patina_gpu__dev_alloc(patina_gpu_t *g, size_t bytes);
 void patina_gpu__dev_free(patina_gpu_t *g, void *p); /* accepts NULL */
 /* Synchronous copy between host and device memory of this context. */
 patina_status patina_gpu__upload(patina_gpu_t *g, void *dst, const void *src, size_t bytes);
+
+/* Tests and benchmarks: the parallel Huffman kernels (src/gpu/jpeg_huff.cu)
+ * on a batch staged in host memory (base, bytes: the images' regions; img:
+ * nimg images with batch offsets, c0, iv0, flag and nblocks set, nchunk and
+ * niv in all) into host coef ((blocks, 64) s16) and flags (nimg); *seconds:
+ * the kernels' time (device events; NULL: not measured). Synchronous. */
+struct jh_img;
+patina_status patina_gpu__jpegh_decode(patina_gpu_t *g, const void *base, size_t bytes, const struct jh_img *img,
+                                       uint32_t nimg, uint32_t nchunk, uint32_t niv, int16_t *coef, size_t blocks,
+                                       uint32_t *flags, double *seconds);
 
 /* Measured bandwidth in GB/s (1e9 bytes/s): the best of `reps` timed copies
  * of `bytes` after 4 warm-up copies (the hardware limit, not a typical

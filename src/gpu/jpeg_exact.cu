@@ -1,10 +1,15 @@
 /* Exact JPEG decoding on the GPU (gpu.h: patina_gpu_jpegx_*): pixels
- * byte-identical to the CPU path's. libjpeg-turbo entropy-decodes each file
- * on the caller's CPU workers (src/image/jpeg_exact.c) straight into pinned
- * staging; the device computes what follows with the shared formulas of
- * src/algo/jpeg_exact_core.h (the C reference is patina__jpegx_pixels), many
- * images per launch:
+ * byte-identical to the CPU path's. Entropy decoding: for baseline Huffman
+ * files (src/image/jpeg_huff.h) on the device (src/gpu/jpeg_huff.cu: the CPU
+ * workers only read the header and destuff the scan into pinned staging,
+ * and the compressed bytes cross PCIe), for the others (and with
+ * gpu_entropy off) by libjpeg-turbo on the CPU workers (src/image/jpeg_exact.c)
+ * straight into pinned staging; the device computes what follows with the
+ * shared formulas of src/algo/jpeg_exact_core.h (the C reference is
+ * patina__jpegx_pixels), many images per launch:
  *
+ *   jpeg_huff.cu      the Huffman-decoded images' coefficients, flagging the
+ *                     images with anything libjpeg could warn about
  *   jx_idct_kernel    one thread per 8x8 block of every image of a round:
  *                     dequantise + islow IDCT into the component planes; a
  *                     block outside the exact range flags its image
@@ -34,7 +39,9 @@
 #include "algo/jpeg_exact_core.h"
 #include "gpu/context.h"
 #include "gpu/gpu.h"
+#include "gpu/jpeg_huff.h"
 #include "image/jpeg_exact.h"
+#include "image/jpeg_huff.h"
 
 #define JXG_MIB (1024.0 * 1024.0)
 #define JXG_BLOCKS_PER_CTA 64
@@ -165,6 +172,8 @@ typedef struct jxg_item {
     int state;
     int buf;               /* JXG_STAGED: the staging buffer */
     size_t off;            /* JXG_STAGED: first coefficient (s16 units) in it */
+    int huff;              /* JXG_STAGED: entropy decoding on the device, from jimg */
+    jh_img_t jimg;         /* its region in h_huff[buf] (offsets from the buffer's start) */
 } jxg_item_t;
 
 struct patina_jpegx_gpu {
@@ -188,6 +197,11 @@ struct patina_jpegx_gpu {
     size_t items_cap;
     size_t open_n;                 /* images of the submitted call not finished yet (0: none) */
     patina_jpegx_times_t times;    /* since open */
+    int gpu_entropy;               /* baseline Huffman files entropy-decoded on the device (default 1) */
+    size_t huff_bytes;             /* bytes of one round's staged scans */
+    uint8_t *h_huff[2], *d_huff[2];/* (huff_bytes) pinned, device: the scans of buffer b's round */
+    jh_img_t *h_jimg[2], *d_jimg[2];/* (desc_cap) their images */
+    jhg_scratch_t jscratch;        /* the Huffman kernels' state */
 };
 
 static size_t jxg_pitch(int w) { return ((size_t)w * 3 + 127) & ~(size_t)127; }
@@ -246,6 +260,9 @@ patina_status patina_gpu_jpegx_open(patina_jpegx_gpu_t **out, patina_gpu_t *g)
     d->stage_bytes = (size_t)(g->budget / 16);
     if (d->stage_bytes < ((size_t)64 << 20)) d->stage_bytes = (size_t)64 << 20;
     if (d->stage_bytes > ((size_t)256 << 20)) d->stage_bytes = (size_t)256 << 20;
+    /* compressed scans are 5-20x smaller than their coefficients */
+    d->huff_bytes = d->stage_bytes / 4;
+    d->gpu_entropy = 1;
     *out = d;
     return PATINA_OK;
 }
@@ -259,6 +276,8 @@ static void jxg_free_desc(patina_jpegx_gpu_t *d)
         JXG_FREE_DEV(d->d_plane[b]);
         JXG_FREE_PIN(d->h_flags[b]);
         JXG_FREE_DEV(d->d_flags[b]);
+        JXG_FREE_PIN(d->h_jimg[b]);
+        JXG_FREE_DEV(d->d_jimg[b]);
         free(d->round_items[b]);
         d->round_items[b] = NULL;
     }
@@ -275,23 +294,34 @@ void patina_gpu_jpegx_close(patina_jpegx_gpu_t *d)
     for (int b = 0; b < 2; b++) {
         JXG_FREE_PIN(d->h_coef[b]);
         JXG_FREE_DEV(d->d_coef[b]);
+        JXG_FREE_PIN(d->h_huff[b]);
+        JXG_FREE_DEV(d->d_huff[b]);
         if (d->done[b]) cudaEventDestroy(d->done[b]);
         if (d->copied[b]) cudaEventDestroy(d->copied[b]);
     }
     JXG_FREE_DEV(d->d_pbuf);
     JXG_FREE_DEV(d->arena);
+    patina__jhg_free(&d->jscratch);
     if (d->upload) cudaStreamDestroy(d->upload);
     if (d->stream) cudaStreamDestroy(d->stream);
     free(d->items);
     free(d);
 }
 
-/* Staging buffer b (pinned and device), made when a call first needs it:
- * a call whose images fit in one round uses buffer 0 only. */
+/* Staging buffer b (pinned and device; with gpu_entropy its scans' too),
+ * made when a call first needs it: a call whose images fit in one round
+ * uses buffer 0 only. */
+static int jxg_has_buffer(const patina_jpegx_gpu_t *d, int b)
+{
+    return d->h_coef[b] && d->d_coef[b] && (!d->gpu_entropy || (d->h_huff[b] && d->d_huff[b]));
+}
+
 static patina_status jxg_stage_buffer(patina_jpegx_gpu_t *d, int b)
 {
     if (!d->h_coef[b]) PATINA_TRY(jxg_pin((void **)&d->h_coef[b], d->stage_bytes, "jpegx coefficient staging"));
     if (!d->d_coef[b]) PATINA_TRY(jxg_dev((void **)&d->d_coef[b], d->stage_bytes, "jpegx coefficients"));
+    if (d->gpu_entropy && !d->h_huff[b]) PATINA_TRY(jxg_pin((void **)&d->h_huff[b], d->huff_bytes, "jpegx scan staging"));
+    if (d->gpu_entropy && !d->d_huff[b]) PATINA_TRY(jxg_dev((void **)&d->d_huff[b], d->huff_bytes, "jpegx scans"));
     return PATINA_OK;
 }
 
@@ -310,6 +340,8 @@ static patina_status jxg_reserve(patina_jpegx_gpu_t *d, size_t n)
             PATINA_TRY(jxg_dev((void **)&d->d_plane[b], 4 * cap * sizeof(jxg_plane_t), "jpegx plane table"));
             PATINA_TRY(jxg_pin((void **)&d->h_flags[b], cap * sizeof(unsigned), "jpegx flags"));
             PATINA_TRY(jxg_dev((void **)&d->d_flags[b], cap * sizeof(unsigned), "jpegx flags"));
+            PATINA_TRY(jxg_pin((void **)&d->h_jimg[b], cap * sizeof(jh_img_t), "jpegx scan table"));
+            PATINA_TRY(jxg_dev((void **)&d->d_jimg[b], cap * sizeof(jh_img_t), "jpegx scan table"));
             d->round_items[b] = (int *)malloc(cap * sizeof(int));
             if (!d->round_items[b]) return patina__fail(PATINA_E_NOMEM, "jpegx: out of memory");
         }
@@ -329,6 +361,7 @@ typedef struct jxg_stage_job {
     patina_jpegx_gpu_t *d;
     int buf;
     size_t used;                  /* bytes of the buffer reserved (atomic) */
+    size_t hused;                 /* bytes of its scan buffer reserved (atomic) */
     const void *const *data;      /* JPEG streams (decode), or NULL */
     const size_t *size;
     const patina_image_t *want;   /* the sizes the caller expects */
@@ -337,15 +370,55 @@ typedef struct jxg_stage_job {
     int cuda_error;               /* a worker's copy failed: its cudaError_t (atomic; 0: none) */
 } jxg_stage_job_t;
 
-/* Reserves `bytes` of the job's buffer: the offset, or (size_t)-1 when full. */
-static size_t jxg_take(jxg_stage_job_t *j, size_t bytes)
+/* Reserves `bytes` of a buffer of cap bytes whose *used are taken: the
+ * offset, or (size_t)-1 when full. */
+static size_t jxg_take_of(size_t *usedp, size_t cap, size_t bytes)
 {
-    size_t used = __atomic_load_n(&j->used, __ATOMIC_RELAXED);
+    size_t used = __atomic_load_n(usedp, __ATOMIC_RELAXED);
     for (;;) {
-        if (bytes > j->d->stage_bytes - used) return (size_t)-1;
-        if (__atomic_compare_exchange_n(&j->used, &used, used + bytes, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        if (bytes > cap - used) return (size_t)-1;
+        if (__atomic_compare_exchange_n(usedp, &used, used + bytes, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
             return used;
     }
+}
+
+static size_t jxg_take(jxg_stage_job_t *j, size_t bytes) { return jxg_take_of(&j->used, j->d->stage_bytes, bytes); }
+
+/* Stages item it (reader r open, its coefficients' place reserved) for
+ * entropy decoding on the device: its scan destuffed into the job's scan
+ * buffer and sent to the device. 1 when staged; 0 when the Huffman decoder
+ * does not take the file (or the round's scan buffer is full): libjpeg then
+ * reads it as before; -1 when the copy failed (the job's cuda_error). */
+static int jxg_stage_huff(jxg_stage_job_t *j, jxg_item_t *it, patina_jpegx_reader_t *r)
+{
+    jh_file_t *f = (jh_file_t *)malloc(sizeof *f);
+    size_t bound, hoff, used = 0;
+    int ok = 0;
+    if (!f) return 0;
+    if (patina__jpegx_huff(r, &it->im, f) == PATINA_OK) {
+        bound = (patina__jpegh_region_bound(f) + 15) & ~(size_t)15;
+        hoff = jxg_take_of(&j->hused, j->d->huff_bytes, bound);
+        if (hoff != (size_t)-1 && !patina__jpegh_stage(f, j->d->h_huff[j->buf] + hoff, bound, &it->jimg, &used)) {
+            cudaError_t e;
+            it->jimg.tab += hoff;
+            it->jimg.iv += hoff;
+            it->jimg.civ += hoff;
+            it->jimg.data += hoff;
+            it->jimg.nblocks = (uint32_t)it->im.nblocks;
+            e = cudaSetDevice(j->d->g->device);
+            if (e == cudaSuccess)
+                e = cudaMemcpyAsync(j->d->d_huff[j->buf] + hoff, j->d->h_huff[j->buf] + hoff, used,
+                                    cudaMemcpyHostToDevice, j->d->upload);
+            ok = 1;
+            if (e != cudaSuccess) {
+                (void)cudaGetLastError();
+                __atomic_store_n(&j->cuda_error, (int)e, __ATOMIC_RELAXED);
+                ok = -1;
+            }
+        }
+    }
+    free(f);
+    return ok;
 }
 
 static void jxg_stage_one(void *arg, size_t i, int worker)
@@ -376,6 +449,16 @@ static void jxg_stage_one(void *arg, size_t i, int worker)
     }
     it->off = off / sizeof(int16_t);
     it->buf = j->buf;
+    it->huff = 0;
+    if (!j->im && j->d->gpu_entropy) {
+        int h = jxg_stage_huff(j, it, r);
+        if (h != 0) {
+            patina__jpegx_close(r);
+            it->huff = h > 0;
+            it->state = h > 0 ? JXG_STAGED : JXG_REFUSED;
+            return;
+        }
+    }
     if (j->im) {
         memcpy(j->d->h_coef[j->buf] + it->off, j->coef[i], bytes);
     } else if (patina__jpegx_read(r, &it->im, j->d->h_coef[j->buf] + it->off) != PATINA_OK) {
@@ -409,7 +492,9 @@ static patina_status jxg_launch(patina_jpegx_gpu_t *d, int b, size_t n, const pa
 {
     jxg_img_t *hi = d->h_img[b];
     jxg_plane_t *hp = d->h_plane[b];
-    size_t ni = 0, np = 0, coef_end = 0;
+    jh_img_t *hj = d->h_jimg[b];
+    size_t ni = 0, np = 0, coef_end = 0, nh = 0;
+    uint32_t nchunk = 0, niv = 0;
     unsigned long long px = 0, pbytes = 0;
     int blocks;
     for (size_t i = 0; i < n; i++) {
@@ -445,6 +530,16 @@ static patina_status jxg_launch(patina_jpegx_gpu_t *d, int b, size_t n, const pa
         }
         if (it->off + (size_t)im->nblocks * 64 > coef_end) coef_end = it->off + (size_t)im->nblocks * 64;
         d->round_items[b][ni] = (int)i;
+        if (it->huff) { /* entropy decoding on the device (its place: it->off) */
+            jh_img_t *j = &hj[nh++];
+            *j = it->jimg;
+            j->coef = it->off / 64;
+            j->c0 = nchunk;
+            j->iv0 = niv;
+            j->flag = (uint32_t)ni;
+            nchunk += j->nc;
+            niv += j->niv;
+        }
         px += (unsigned long long)im->width * (unsigned long long)im->height;
         ni++;
     }
@@ -478,6 +573,19 @@ static patina_status jxg_launch(patina_jpegx_gpu_t *d, int b, size_t n, const pa
     PGPU_CU(cudaMemcpyAsync(d->d_img[b], hi, ni * sizeof(jxg_img_t), cudaMemcpyHostToDevice, s));
     PGPU_CU(cudaMemcpyAsync(d->d_plane[b], hp, np * sizeof(jxg_plane_t), cudaMemcpyHostToDevice, s));
     PGPU_CU(cudaMemsetAsync(d->d_flags[b], 0, ni * sizeof(unsigned), s));
+    if (nh) { /* the Huffman decode of this round's baseline files, into d_coef[b] */
+        jh_batch_t jb;
+        memset(&jb, 0, sizeof jb);
+        PGPU_CU(cudaMemcpyAsync(d->d_jimg[b], hj, nh * sizeof(jh_img_t), cudaMemcpyHostToDevice, s));
+        jb.base = d->d_huff[b];
+        jb.img = d->d_jimg[b];
+        jb.coef = d->d_coef[b];
+        jb.flags = d->d_flags[b];
+        jb.nimg = (uint32_t)nh;
+        jb.nchunk = nchunk;
+        jb.niv = niv;
+        PATINA_TRY(patina__jhg_run(&d->jscratch, &jb, s, d->g->sm_count));
+    }
     blocks = (int)((coef_end / 64 + JXG_BLOCKS_PER_CTA - 1) / JXG_BLOCKS_PER_CTA);
     jx_idct_kernel<<<blocks, JXG_BLOCKS_PER_CTA, 0, s>>>(d->d_coef[b], coef_end / 64, d->d_plane[b], (int)np,
                                                           d->d_pbuf, d->d_flags[b]);
@@ -505,6 +613,10 @@ static patina_status jxg_collect(patina_jpegx_gpu_t *d, int b, patina_status *st
     d->times.wait += patina_now() - t0;
     for (int k = 0; k < d->inflight[b]; k++) {
         int i = d->round_items[b][k];
+        if (d->items[i].huff) {
+            d->times.gpu_entropy++;
+            d->times.gpu_flagged += d->h_flags[b][k] != 0;
+        }
         d->items[i].state = d->h_flags[b][k] ? JXG_REFUSED : JXG_DONE;
         st[i] = d->h_flags[b][k] ? PATINA_E_FORMAT : PATINA_OK;
     }
@@ -571,7 +683,7 @@ static patina_status jxg_submit(patina_jpegx_gpu_t *d, patina_pool_t *pool, pati
         bytes += jxg_pitch(w) * (size_t)h;
     }
     t0 = patina_now();
-    alloc = !d->h_coef[0] || !d->d_coef[0] || !d->d_pbuf || n > d->desc_cap || n > d->items_cap ||
+    alloc = !jxg_has_buffer(d, 0) || !d->d_pbuf || n > d->desc_cap || n > d->items_cap ||
             bytes > d->arena_bytes;
     PATINA_TRY(jxg_reserve(d, n));
     if (bytes > d->arena_bytes) {
@@ -607,7 +719,7 @@ static patina_status jxg_submit(patina_jpegx_gpu_t *d, patina_pool_t *pool, pati
         job.want = out;
         job.im = im;
         job.coef = coef;
-        if (!d->h_coef[b] || !d->d_coef[b]) { /* a second round: the other buffer, first use */
+        if (!jxg_has_buffer(d, b)) { /* a second round: the other buffer, first use */
             t0 = patina_now();
             s = jxg_stage_buffer(d, b);
             d->times.setup += patina_now() - t0;
@@ -664,6 +776,11 @@ patina_status patina_gpu_jpegx_pixels(patina_jpegx_gpu_t *d, patina_image_t *out
     if (!d || (n && (!out || !im || !coef || !st))) return patina__fail(PATINA_E_INVALID, "jpegx: NULL argument");
     PATINA_TRY(jxg_submit(d, NULL, out, NULL, NULL, im, coef, n, st));
     return jxg_finish(d, out, n, st);
+}
+
+void patina_gpu_jpegx_set_gpu_entropy(patina_jpegx_gpu_t *d, int on)
+{
+    if (d) d->gpu_entropy = on != 0;
 }
 
 void patina_gpu_jpegx_times(const patina_jpegx_gpu_t *d, patina_jpegx_times_t *t)

@@ -272,6 +272,21 @@ patina_status patina_gpu_jpegx_finish(patina_jpegx_gpu_t *d, patina_image_t *out
     return none();
 }
 
+patina_status patina_gpu__jpegh_decode(patina_gpu_t *g, const void *base, size_t bytes, const struct jh_img *img,
+                                       uint32_t nimg, uint32_t nchunk, uint32_t niv, int16_t *coef, size_t blocks,
+                                       uint32_t *flags, double *seconds)
+{
+    (void)g; (void)base; (void)bytes; (void)img; (void)nimg; (void)nchunk; (void)niv; (void)coef; (void)blocks;
+    (void)flags; (void)seconds;
+    return none();
+}
+
+void patina_gpu_jpegx_set_gpu_entropy(patina_jpegx_gpu_t *d, int on)
+{
+    (void)d;
+    (void)on;
+}
+
 void patina_gpu_jpegx_times(const patina_jpegx_gpu_t *d, patina_jpegx_times_t *t)
 {
     (void)d;

@@ -14,6 +14,7 @@
 
 #include "algo/jpeg_exact_core.h"
 #include "image/jpeg_exact.h"
+#include "image/jpeg_huff.h"
 
 #define JX_MAX_SCANS 500 /* TurboJPEG's TJFLAG_LIMITSCANS */
 
@@ -305,4 +306,83 @@ patina_status patina__jpegx_decode(patina_image_t *img, const void *data, size_t
     }
     free(coef);
     return s;
+}
+
+/* The Huffman decoder's view of a file just opened (jpeg_huff.h): libjpeg
+ * has read the header up to the first SOS, so its state has the tables, the
+ * scan's components and where the entropy-coded data starts. */
+static int jx_huff_table(jh_file_t *f, const JHUFF_TBL *t, int dc)
+{
+    uint8_t bits[17];
+    int n = 0;
+    if (!t || f->ntab >= JH_MAX_TABLES) return -1;
+    for (int l = 0; l < 17; l++) bits[l] = t->bits[l];
+    for (int l = 1; l <= 16; l++) n += bits[l];
+    if (dc)
+        for (int i = 0; i < n && i < 256; i++)
+            if (t->huffval[i] > 15) return -1; /* libjpeg refuses DC tables with such symbols */
+    if (jh_table_build(&f->tab[f->ntab], bits, t->huffval) != 0) return -1;
+    return f->ntab++;
+}
+
+patina_status patina__jpegx_huff(patina_jpegx_reader_t *r, jx_image_t *im, jh_file_t *f)
+{
+    struct jpeg_decompress_struct *d = &r->d;
+    jh_scan_t *sc = &f->sc;
+    int ns = d->comps_in_scan, tdc[4] = {-1, -1, -1, -1}, tac[4] = {-1, -1, -1, -1}, seen = 0;
+    uint64_t mcus;
+    memset(sc, 0, sizeof *sc);
+    f->ntab = 0;
+    if (d->progressive_mode || d->arith_code) return not_taken(r->name, "not sequential Huffman");
+    if (ns != d->num_components || ns < 1 || ns > 4) return not_taken(r->name, "more than one scan");
+    if (d->Ss != 0 || d->Se != 63 || d->Ah != 0 || d->Al != 0) return not_taken(r->name, "scan parameters");
+    if (!d->src || d->src->bytes_in_buffer < 2 || d->unread_marker != 0) return not_taken(r->name, "scan position");
+    if (d->src->bytes_in_buffer > JH_MAX_SEGMENT) return not_taken(r->name, "scan larger than 256 MiB");
+    sc->ncomp = (uint8_t)ns;
+    for (int s = 0; s < ns; s++) {
+        const jpeg_component_info *ci = d->cur_comp_info[s];
+        int c = ci->component_index, h = ns == 1 ? 1 : ci->h_samp_factor, v = ns == 1 ? 1 : ci->v_samp_factor;
+        const JQUANT_TBL *q = ci->quant_tbl_no >= 0 && ci->quant_tbl_no < NUM_QUANT_TBLS
+                                  ? d->quant_tbl_ptrs[ci->quant_tbl_no] : NULL;
+        if (c < 0 || c >= im->ncomp || !q || ci->dc_tbl_no < 0 || ci->dc_tbl_no > 3 || ci->ac_tbl_no < 0 ||
+            ci->ac_tbl_no > 3)
+            return not_taken(r->name, "tables");
+        if (seen & (1 << c)) return not_taken(r->name, "a component twice in the scan");
+        seen |= 1 << c;
+        for (int i = 0; i < 64; i++) im->comp[c].q[i] = q->quantval[i];
+        if (tdc[ci->dc_tbl_no] < 0) tdc[ci->dc_tbl_no] = jx_huff_table(f, d->dc_huff_tbl_ptrs[ci->dc_tbl_no], 1);
+        if (tac[ci->ac_tbl_no] < 0) tac[ci->ac_tbl_no] = jx_huff_table(f, d->ac_huff_tbl_ptrs[ci->ac_tbl_no], 0);
+        if (tdc[ci->dc_tbl_no] < 0 || tac[ci->ac_tbl_no] < 0) return not_taken(r->name, "Huffman tables");
+        if (sc->nblk + h * v > JH_MAX_BLK) return not_taken(r->name, "MCU of more than 10 blocks");
+        for (int y = 0; y < v; y++)
+            for (int x = 0; x < h; x++) {
+                int b = sc->nblk++;
+                sc->bcomp[b] = (uint8_t)c;
+                sc->bdc[b] = (uint8_t)tdc[ci->dc_tbl_no];
+                sc->bac[b] = (uint8_t)tac[ci->ac_tbl_no];
+                sc->bx[b] = (uint8_t)x;
+                sc->by[b] = (uint8_t)y;
+            }
+        sc->cmw[c] = h;
+        sc->cmh[c] = v;
+        sc->cbw[c] = im->comp[c].bw;
+        sc->cbh[c] = im->comp[c].bh;
+        sc->cfirst[c] = (uint32_t)im->comp[c].first;
+    }
+    if (ns == 1) {
+        sc->mcus_per_row = im->comp[sc->bcomp[0]].bw;
+        sc->mcu_rows = im->comp[sc->bcomp[0]].bh;
+    } else {
+        sc->mcus_per_row = (int32_t)((d->image_width + 8u * (unsigned)d->max_h_samp_factor - 1) /
+                                     (8u * (unsigned)d->max_h_samp_factor));
+        sc->mcu_rows = (int32_t)((d->image_height + 8u * (unsigned)d->max_v_samp_factor - 1) /
+                                 (8u * (unsigned)d->max_v_samp_factor));
+    }
+    if (im->nblocks > 0xFFFFFFFFu) return not_taken(r->name, "size");
+    mcus = (uint64_t)sc->mcus_per_row * (uint64_t)sc->mcu_rows;
+    sc->restart = (int32_t)d->restart_interval;
+    f->niv = sc->restart ? (uint32_t)((mcus + (uint64_t)sc->restart - 1) / (uint64_t)sc->restart) : 1;
+    f->seg = d->src->next_input_byte;
+    f->seg_size = d->src->bytes_in_buffer;
+    return PATINA_OK;
 }

@@ -5,7 +5,9 @@
  * loader's whenever it takes a file, and whose image description must be
  * what the device stage's tables assume (src/gpu/jpeg_exact.cu builds its
  * plane and image tables from it: components' blocks back to back, every
- * sample the upsampling reads inside the component's 8bw x 8bh plane).
+ * sample the upsampling reads inside the component's 8bw x 8bh plane), and
+ * the GPU's Huffman decoder's host side and C reference (src/image/jpeg_huff.c),
+ * whose coefficients must be libjpeg's whenever it does not flag a file.
  * Seeds: small JPEGs written with libjpeg at build time, one per kind the
  * loader treats differently (grey, RGB at several subsamplings, odd sizes,
  * 1x1, progressive, restart markers, arithmetic coding, extra markers, CMYK
@@ -20,6 +22,7 @@
 #include "algo/jpeg_exact_core.h"
 #include "fuzz.h"
 #include "image/jpeg_exact.h"
+#include "image/jpeg_huff.h"
 
 /* The last plane column (row) jx_upsample reads for output columns (rows)
  * 0 .. n-1 with method up and replication r, along an axis where the
@@ -31,6 +34,33 @@ static long last_read(int up, int half, int r, int n, int planelen)
     if (!half) return i;
     i >>= 1;
     return i + 1 < planelen ? i + 1 : i; /* the neighbour read stops at the plane's last sample */
+}
+
+/* The GPU's Huffman decoder (its host side and the C reference of its
+ * kernels, src/image/jpeg_huff.c): a file it decodes without a flag is one
+ * libjpeg reads without a warning (lj: its coefficients, NULL when it
+ * warned or failed), coefficient for coefficient. */
+static void check_huff(const uint8_t *data, size_t size, const int16_t *lj, uint64_t nblocks)
+{
+    patina_jpegx_reader_t *r;
+    jx_image_t im;
+    int16_t *coef;
+    if (patina__jpegx_open(&r, &im, data, size, "fuzz-input") != PATINA_OK) {
+        patina_clear_error();
+        return;
+    }
+    coef = malloc((size_t)nblocks * 64 * sizeof *coef + 1);
+    if (coef && im.nblocks == nblocks) {
+        if (patina__jpegh_read(r, &im, coef, "fuzz-input") == PATINA_OK) {
+            FUZZ_CHECK(lj != NULL, "the Huffman decoder took a file libjpeg warns about or refuses");
+            FUZZ_CHECK(memcmp(coef, lj, (size_t)nblocks * 64 * sizeof *coef) == 0,
+                       "the Huffman decoder's coefficients differ from libjpeg's");
+        } else {
+            patina_clear_error();
+        }
+    }
+    free(coef);
+    patina__jpegx_close(r);
 }
 
 /* What the device stage assumes of a taken image (see the header). */
@@ -65,7 +95,9 @@ static void check_layout(const uint8_t *data, size_t size)
                (unsigned long long)im.nblocks);
     if ((uint64_t)im.width * (uint64_t)im.height <= FUZZ_MAX_PIXELS && im.nblocks <= 4 * FUZZ_MAX_PIXELS / 64 + 64 &&
         (coef = malloc((size_t)im.nblocks * 64 * sizeof *coef)) != NULL) {
-        if (patina__jpegx_read(r, &im, coef) != PATINA_OK) patina_clear_error();
+        int lj_ok = patina__jpegx_read(r, &im, coef) == PATINA_OK;
+        if (!lj_ok) patina_clear_error();
+        check_huff(data, size, lj_ok ? coef : NULL, im.nblocks);
         free(coef);
     }
     patina__jpegx_close(r);

@@ -1,0 +1,218 @@
+/* Shared by test_jpeg_huff.c (CPU) and gpu/test_jpeg_huff_gpu.c: files
+ * prepared for the parallel Huffman decoder (src/image/jpeg_huff.h) with
+ * libjpeg's coefficients beside them, and batches of them laid out as the GPU
+ * stages them (one region per image, one after the other). Header-only. */
+#ifndef PATINA_TESTS_JPEGH_UTIL_H
+#define PATINA_TESTS_JPEGH_UTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/jpeg_huff_core.h"
+#include "image/jpeg_exact.h"
+#include "image/jpeg_huff.h"
+#include "jpegx_cases.h"
+#include "testutil.h"
+
+/* One file prepared for the Huffman decoder, with libjpeg's coefficients. */
+typedef struct item {
+    const char *name;
+    jx_image_t im;
+    int taken;          /* patina__jpegx_open took it */
+    int lj_ok;          /* libjpeg read it without a warning */
+    int16_t *lj;        /* its coefficients (lj_ok) */
+    int huff;           /* the Huffman decoder takes it (header and markers) */
+    int must;           /* it must take it and decode it when libjpeg reads it without a warning */
+    jh_file_t *f;
+    uint8_t *region;    /* staged (patina__jpegh_stage) */
+    size_t used;
+    jh_img_t img;
+} item_t;
+
+static void item_free(item_t *it)
+{
+    free(it->lj);
+    free(it->f);
+    free(it->region);
+    memset(it, 0, sizeof *it);
+}
+
+static void item_make(item_t *it, const void *jpg, size_t size, const char *name)
+{
+    patina_jpegx_reader_t *r = NULL;
+    jx_image_t im2;
+    memset(it, 0, sizeof *it);
+    it->name = name;
+    if (patina__jpegx_open(&r, &it->im, jpg, size, name) != PATINA_OK) {
+        patina_clear_error();
+        return;
+    }
+    it->taken = 1;
+    it->lj = malloc((size_t)it->im.nblocks * 64 * sizeof(int16_t) + 1);
+    assert_non_null(it->lj);
+    it->lj_ok = patina__jpegx_read(r, &it->im, it->lj) == PATINA_OK;
+    patina_clear_error();
+    patina__jpegx_close(r);
+    /* the Huffman side on a reader of its own */
+    TU_OK(patina__jpegx_open(&r, &im2, jpg, size, name));
+    it->f = malloc(sizeof *it->f);
+    assert_non_null(it->f);
+    if (patina__jpegx_huff(r, &im2, it->f) == PATINA_OK) {
+        size_t cap = patina__jpegh_region_bound(it->f);
+        it->region = malloc(cap);
+        assert_non_null(it->region);
+        it->huff = patina__jpegh_stage(it->f, it->region, cap, &it->img, &it->used) == NULL;
+        assert_true(it->used <= cap);
+        /* its quantisation tables are libjpeg's */
+        if (it->huff && it->lj_ok)
+            for (int c = 0; c < it->im.ncomp; c++)
+                assert_memory_equal(im2.comp[c].q, it->im.comp[c].q, sizeof im2.comp[c].q);
+    }
+    patina_clear_error();
+    patina__jpegx_close(r);
+}
+
+/* A batch of the items taken: their regions one after the other in *base
+ * (malloc'd), img[] (malloc'd, nimg entries) with batch offsets, blocks of
+ * coefficients, chunks and intervals in all; 0 when no item is taken. */
+typedef struct jh_tbatch {
+    uint8_t *base;
+    size_t bytes, blocks;
+    jh_img_t *img;
+    uint32_t nimg, nchunk, niv;
+} jh_tbatch_t;
+
+static int jh_tbatch_make(jh_tbatch_t *t, const item_t *items, size_t n)
+{
+    size_t ob = 0, oc = 0, oi = 0, ox = 0, m = 0, i;
+    memset(t, 0, sizeof *t);
+    for (i = 0; i < n; i++)
+        if (items[i].huff) {
+            t->bytes += items[i].used;
+            t->nimg++;
+        }
+    if (!t->nimg) return 0;
+    t->img = calloc(t->nimg, sizeof *t->img);
+    t->base = malloc(t->bytes + 8);
+    assert_true(t->img && t->base);
+    for (i = 0; i < n; i++) {
+        const item_t *it = &items[i];
+        if (!it->huff) continue;
+        t->img[m] = it->img;
+        t->img[m].tab += ob;
+        t->img[m].iv += ob;
+        t->img[m].civ += ob;
+        t->img[m].data += ob;
+        t->img[m].coef = oc;
+        t->img[m].c0 = (uint32_t)ox;
+        t->img[m].iv0 = (uint32_t)oi;
+        t->img[m].flag = (uint32_t)m;
+        t->img[m].nblocks = (uint32_t)it->im.nblocks;
+        memcpy(t->base + ob, it->region, it->used);
+        ob += it->used;
+        oc += it->im.nblocks;
+        oi += it->img.niv;
+        ox += it->img.nc;
+        m++;
+    }
+    t->blocks = oc;
+    t->nchunk = (uint32_t)ox;
+    t->niv = (uint32_t)oi;
+    return 1;
+}
+
+static void jh_tbatch_free(jh_tbatch_t *t)
+{
+    free(t->base);
+    free(t->img);
+    memset(t, 0, sizeof *t);
+}
+
+/* The C reference on a batch: fl (nimg) flags, cf (blocks, 64) coefficients. */
+static void jh_tbatch_ref(const jh_tbatch_t *t, int rounds, int rev, uint32_t *fl, int16_t *cf)
+{
+    jh_batch_t b;
+    size_t nch = t->nchunk;
+    uint32_t *g0 = calloc(nch + 1, sizeof *g0);
+    uint8_t *dirty = calloc(2 * nch + 1, 1);
+    jh_state_t *st = calloc(2 * nch + 1, sizeof *st);
+    int32_t *dc = calloc(4 * nch + 1, sizeof *dc);
+    jh_state_t *gx = calloc(nch + 1, sizeof *gx);
+    jh_rec_t *rec = calloc(nch * JH_REC + 1, sizeof *rec);
+    assert_true(g0 && dirty && st && dc && gx && rec);
+    memset(fl, 0, t->nimg * sizeof *fl);
+    memset(cf, 0, t->blocks * 64 * sizeof *cf); /* the decoder writes non-zero coefficients only */
+    memset(&b, 0, sizeof b);
+    b.base = t->base;
+    b.img = t->img;
+    b.coef = cf;
+    b.flags = fl;
+    b.st[0] = st;
+    b.st[1] = st + nch;
+    b.dirty[0] = dirty;
+    b.dirty[1] = dirty + nch;
+    b.g0 = g0;
+    b.dc = dc;
+    b.gx = gx;
+    b.rec = rec;
+    b.nimg = t->nimg;
+    b.nchunk = t->nchunk;
+    b.niv = t->niv;
+    patina__jpegh_steps(&b, rounds, rev);
+    free(g0);
+    free(dirty);
+    free(st);
+    free(dc);
+    free(gx);
+    free(rec);
+}
+
+/* A w x h JPEG of tu_random_image(kind) in mode m, restart interval rst
+ * (MCUs, 0: none), optimised tables or not; malloc'd. */
+static unsigned char *make_jpeg(unsigned long *size, const jxc_mode_t *m, int quality, int w, int h, int kind,
+                                uint64_t seed, unsigned rst, int opt)
+{
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr err;
+    unsigned char *buf = NULL, *row;
+    patina_image_t img;
+    tu_rng_t r;
+    tu_rng_seed(&r, seed);
+    tu_random_image(&img, w, h, kind, &r);
+    row = malloc((size_t)w * 3);
+    assert_non_null(row);
+    c.err = jpeg_std_error(&err);
+    jpeg_create_compress(&c);
+    jpeg_mem_dest(&c, &buf, size);
+    c.image_width = (JDIMENSION)w;
+    c.image_height = (JDIMENSION)h;
+    c.input_components = m->ncomp == 1 ? 1 : 3;
+    c.in_color_space = m->ncomp == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    jpeg_set_defaults(&c);
+    jpeg_set_colorspace(&c, m->space);
+    for (int i = 0; i < c.num_components; i++) {
+        c.comp_info[i].h_samp_factor = m->h[i];
+        c.comp_info[i].v_samp_factor = m->v[i];
+    }
+    jpeg_set_quality(&c, quality, TRUE);
+    c.optimize_coding = opt ? TRUE : FALSE;
+    c.restart_interval = rst;
+    jpeg_start_compress(&c, TRUE);
+    while (c.next_scanline < c.image_height) {
+        const uint8_t *p = img.data + (size_t)c.next_scanline * img.stride;
+        for (int i = 0; i < w; i++) {
+            if (m->ncomp == 1) row[i] = p[3 * i];
+            else memcpy(row + 3 * i, p + 3 * i, 3);
+        }
+        jpeg_write_scanlines(&c, &row, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    free(row);
+    patina_image_release(&img);
+    return buf;
+}
+
+#endif
