@@ -427,8 +427,8 @@ int main(int argc, char **argv)
     if (patina_gpu_count() > 0) {
         patina_jpegx_gpu_t *xd[2];
         if (patina__context_jpegx(ctx, xd) == PATINA_OK) {
-            patina_gpu_jpegx_set_gpu_entropy(xd[0], !cpu_entropy);
-            patina_gpu_jpegx_set_gpu_entropy(xd[1], !cpu_entropy);
+            patina_gpu_jpegx_set_gpu_entropy(xd[0], cpu_entropy ? 0 : 2); /* the default rule */
+            patina_gpu_jpegx_set_gpu_entropy(xd[1], cpu_entropy ? 0 : 2);
             printf("gpu+exact rows: entropy decoding on the %s\n\n", cpu_entropy ? "CPU workers (--cpu-entropy)"
                                                                             : "GPU (baseline Huffman files)");
         } else {

@@ -57,6 +57,7 @@
 
 #define JH_CHUNK_BITS 4096u /* bits of one chunk (512 bytes), a multiple of 8 */
 #define JH_ROUNDS 3         /* Jacobi rounds before the per-interval settle */
+#define JH_SETTLE_MAX 8     /* chunks one interval's settle decodes again before it gives up (JH_E_SLOW) */
 #define JH_MAX_BLK 10       /* blocks in an MCU (libjpeg's D_MAX_BLOCKS_IN_MCU) */
 #define JH_LOOK 8           /* bits of the direct lookup */
 
@@ -67,7 +68,13 @@ enum {
     JH_E_RUN = 2,   /* a block runs past coefficient 63 */
     JH_E_END = 4,   /* a codeword needs bits beyond its interval */
     JH_E_LONG = 8,  /* data after an interval's last block */
-    JH_E_SHORT = 16 /* an interval ends before its last block */
+    JH_E_SHORT = 16, /* an interval ends before its last block */
+    /* not an error: the chunks of an interval did not fall in step within the
+     * rounds and JH_SETTLE_MAX serial re-decodes (a decode that stays out of
+     * phase with the MCU's blocks for thousands of codewords, as some
+     * photographs without restart markers do); one GPU thread decoding the
+     * rest in order would be far slower than libjpeg on a CPU thread */
+    JH_E_SLOW = 32
 };
 
 /* One Huffman table, canonical (JPEG Annex C), as jh_table_build derives it. */
@@ -529,17 +536,22 @@ JH_FN void jh_step_round(const jh_batch_t *b, int r, uint32_t i)
 }
 
 /* 3. Interval v of image m, its chunks in order, from st[r & 1] (after r
- * rounds): decodes again the chunks still marked, then g0 of each. */
+ * rounds): decodes again the chunks still marked, then g0 of each. After
+ * JH_SETTLE_MAX re-decodes it flags the image JH_E_SLOW and stops decoding
+ * (the states and g0 of the rest are then wrong, and the image is the
+ * CPU's: the write step writes none of its blocks, so its coefficients stay
+ * zero whatever the order of the threads). */
 JH_FN void jh_step_settle(const jh_batch_t *b, int r, uint32_t m, uint32_t v)
 {
     const jh_img_t *im = b->img + m;
     const jh_iv_t *iv = JH_IVS(b, im) + v;
     jh_state_t *st = b->st[r & 1];
     uint8_t *dirty = b->dirty[r & 1];
-    uint32_t g = 0;
+    uint32_t g = 0, redone = 0;
     for (uint32_t c = iv->c0; c < iv->c0 + iv->nc; c++) {
         uint32_t i = im->c0 + c;
-        if (c > iv->c0 && dirty[i]) {
+        if (c > iv->c0 && dirty[i] && redone++ == JH_SETTLE_MAX) JH_FLAG(b->flags + im->flag, JH_E_SLOW);
+        if (c > iv->c0 && dirty[i] && redone <= JH_SETTLE_MAX) {
             jh_state_t s = jh_redo(b, im, iv, c, i, st[i - 1]);
             if (!jh_state_eq(&s, &st[i]) && c + 1 < iv->c0 + iv->nc) dirty[i + 1] = 1;
             st[i] = s;
@@ -562,6 +574,10 @@ JH_FN void jh_step_write(const jh_batch_t *b, int r, uint32_t i)
     int flag = 0;
     jh_state_t s = {0, 0, 0, 0, 0, 0};
     jh_out_t o;
+    if (b->flags[im->flag] & JH_E_SLOW) { /* the CPU's: the settle stopped, states and g0 are not exact */
+        for (int k = 0; k < 4; k++) b->dc[(uint64_t)i * 4 + k] = 0;
+        return;
+    }
     jh_chunk_bits(v, c, &first, &stop);
     o.coef = b->coef + im->coef * 64;
     o.mcu0 = v->mcu0;
@@ -618,7 +634,7 @@ JH_FN void jh_step_dcfix(const jh_batch_t *b, int r, uint32_t i)
     const int32_t *d = b->dc + (uint64_t)i * 4;
     uint32_t g0 = b->g0[i], g, gend;
     int16_t *coef = b->coef + im->coef * 64;
-    if (d[0] == 0 && d[1] == 0 && d[2] == 0 && d[3] == 0) return;
+    if (d[0] == 0 && d[1] == 0 && d[2] == 0 && d[3] == 0) return; /* (a JH_E_SLOW image's are) */
     g = g0 + (c != v->c0 && st[i - 1].k != 0);
     gend = g0 + st[i].nb + (st[i].k != 0);
     if (gend > v->blocks) gend = v->blocks;

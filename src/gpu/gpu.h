@@ -119,6 +119,7 @@ typedef struct patina_jpegx_times {
     uint64_t setups; /* calls that allocated */
     uint64_t gpu_entropy; /* images entropy-decoded on the device (gpu_entropy on, baseline Huffman) */
     uint64_t gpu_flagged; /* of those, flagged and left to the CPU decoder (or outside the exact range) */
+    uint64_t gpu_slow;    /* of those, flagged JH_E_SLOW only for speed (chunks not in step) */
 } patina_jpegx_times_t;
 void patina_gpu_jpegx_times(const patina_jpegx_gpu_t *d, patina_jpegx_times_t *t); /* d NULL: zeros */
 
@@ -126,7 +127,11 @@ void patina_gpu_jpegx_times(const patina_jpegx_gpu_t *d, patina_jpegx_times_t *t
  * (src/gpu/jpeg_huff.cu; the CPU workers read the header and destuff the
  * scan) or, off, by libjpeg-turbo on the workers for every file; on by
  * default. Same pixels either way (files the device flags are left to the
- * CPU decoder); a switch for timing both. Takes effect at the next call. */
+ * CPU decoder). on: 0 the CPU workers for every file; 1 the device for
+ * every baseline Huffman file (tests, timing); 2 (the default) the same,
+ * except that a round in which more than 1 in 16 of the device's images
+ * came back JH_E_SLOW sends the next 32 rounds' files to the CPU workers,
+ * then the device is tried again. Takes effect at the next call. */
 void patina_gpu_jpegx_set_gpu_entropy(patina_jpegx_gpu_t *d, int on);
 
 /* The same device stage on images already entropy-decoded (tests and the

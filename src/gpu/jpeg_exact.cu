@@ -166,6 +166,7 @@ jx_colour_kernel(const jxg_img_t *__restrict__ imgs, int nimgs, const jxg_plane_
 /* ------------------------------------------------------------- decoder */
 
 enum { JXG_PENDING = 0, JXG_STAGED, JXG_DONE, JXG_REFUSED };
+enum { JXG_CPU_ROUNDS = 32 }; /* rounds on the CPU workers after a round of too many JH_E_SLOW */
 
 typedef struct jxg_item {
     jx_image_t im;
@@ -197,7 +198,9 @@ struct patina_jpegx_gpu {
     size_t items_cap;
     size_t open_n;                 /* images of the submitted call not finished yet (0: none) */
     patina_jpegx_times_t times;    /* since open */
-    int gpu_entropy;               /* baseline Huffman files entropy-decoded on the device (default 1) */
+    int gpu_entropy;               /* baseline Huffman files entropy-decoded on the device: 0 never, 1 always,
+                                      2 (default) unless the last rounds came back slow (cpu_rounds) */
+    int cpu_rounds;                /* rounds left with the entropy stage on the CPU workers (slow_check) */
     size_t huff_bytes;             /* bytes of one round's staged scans */
     uint8_t *h_huff[2], *d_huff[2];/* (huff_bytes) pinned, device: the scans of buffer b's round */
     jh_img_t *h_jimg[2], *d_jimg[2];/* (desc_cap) their images */
@@ -262,7 +265,7 @@ patina_status patina_gpu_jpegx_open(patina_jpegx_gpu_t **out, patina_gpu_t *g)
     if (d->stage_bytes > ((size_t)256 << 20)) d->stage_bytes = (size_t)256 << 20;
     /* compressed scans are 5-20x smaller than their coefficients */
     d->huff_bytes = d->stage_bytes / 4;
-    d->gpu_entropy = 1;
+    d->gpu_entropy = 2;
     *out = d;
     return PATINA_OK;
 }
@@ -368,6 +371,7 @@ typedef struct jxg_stage_job {
     const jx_image_t *im;         /* already decoded images (pixels), or NULL */
     const int16_t *const *coef;
     int cuda_error;               /* a worker's copy failed: its cudaError_t (atomic; 0: none) */
+    int huff;                     /* this round's baseline Huffman scans go to the device */
 } jxg_stage_job_t;
 
 /* Reserves `bytes` of a buffer of cap bytes whose *used are taken: the
@@ -450,7 +454,7 @@ static void jxg_stage_one(void *arg, size_t i, int worker)
     it->off = off / sizeof(int16_t);
     it->buf = j->buf;
     it->huff = 0;
-    if (!j->im && j->d->gpu_entropy) {
+    if (!j->im && j->huff) {
         int h = jxg_stage_huff(j, it, r);
         if (h != 0) {
             patina__jpegx_close(r);
@@ -607,6 +611,7 @@ static patina_status jxg_launch(patina_jpegx_gpu_t *d, int b, size_t n, const pa
 static patina_status jxg_collect(patina_jpegx_gpu_t *d, int b, patina_status *st)
 {
     double t0;
+    int huff = 0, slow = 0;
     if (!d->inflight[b]) return PATINA_OK;
     t0 = patina_now();
     PGPU_CU(cudaEventSynchronize(d->done[b]));
@@ -616,11 +621,20 @@ static patina_status jxg_collect(patina_jpegx_gpu_t *d, int b, patina_status *st
         if (d->items[i].huff) {
             d->times.gpu_entropy++;
             d->times.gpu_flagged += d->h_flags[b][k] != 0;
+            d->times.gpu_slow += (d->h_flags[b][k] & JH_E_SLOW) != 0;
+            huff++;
+            slow += (d->h_flags[b][k] & JH_E_SLOW) != 0;
         }
         d->items[i].state = d->h_flags[b][k] ? JXG_REFUSED : JXG_DONE;
         st[i] = d->h_flags[b][k] ? PATINA_E_FORMAT : PATINA_OK;
     }
     d->inflight[b] = 0;
+    /* Images whose chunks did not fall in step (JH_E_SLOW) are decoded again
+     * on the CPU; when they are more than 1 in 16 of a round's, such files
+     * (photographs without restart markers, mostly) are better entropy-decoded
+     * on the CPU workers from the start: the next JXG_CPU_ROUNDS rounds are,
+     * then the device is tried again. */
+    if (d->gpu_entropy == 2 && huff >= 8 && slow * 16 > huff) d->cpu_rounds = JXG_CPU_ROUNDS;
     return PATINA_OK;
 }
 
@@ -719,6 +733,8 @@ static patina_status jxg_submit(patina_jpegx_gpu_t *d, patina_pool_t *pool, pati
         job.want = out;
         job.im = im;
         job.coef = coef;
+        job.huff = d->gpu_entropy == 1 || (d->gpu_entropy == 2 && d->cpu_rounds == 0);
+        if (d->cpu_rounds > 0) d->cpu_rounds--;
         if (!jxg_has_buffer(d, b)) { /* a second round: the other buffer, first use */
             t0 = patina_now();
             s = jxg_stage_buffer(d, b);
@@ -780,7 +796,7 @@ patina_status patina_gpu_jpegx_pixels(patina_jpegx_gpu_t *d, patina_image_t *out
 
 void patina_gpu_jpegx_set_gpu_entropy(patina_jpegx_gpu_t *d, int on)
 {
-    if (d) d->gpu_entropy = on != 0;
+    if (d) d->gpu_entropy = on <= 0 ? 0 : on >= 2 ? 2 : 1;
 }
 
 void patina_gpu_jpegx_times(const patina_jpegx_gpu_t *d, patina_jpegx_times_t *t)

@@ -131,10 +131,20 @@ static void check_batch(patina_jpegx_gpu_t *d, const void *const *data, const si
 
 #define BATCH 64
 
+/* The images the device refused for speed (JH_E_SLOW: entropy decoding on
+ * the GPU gave up; the CPU path decodes them), from decoder d's counters. */
+static uint64_t slow_count(const patina_jpegx_gpu_t *d)
+{
+    patina_jpegx_times_t t;
+    patina_gpu_jpegx_times(d, &t);
+    return t.gpu_slow;
+}
+
 static void test_generated(void **state)
 {
     tally_t mode[JXC_NMODES], coding[JXC_NCODINGS], all = {0};
     const size_t total = JXC_NCASES + JXC_NSWEEP;
+    const uint64_t slow0 = slow_count(D);
     (void)state;
     memset(mode, 0, sizeof mode);
     memset(coding, 0, sizeof coding);
@@ -175,8 +185,10 @@ static void test_generated(void **state)
                coding[c].refused, coding[c].bad_files, coding[c].bad_samples);
     printf("%-22s %6zu %11zu %8zu %10zu %12zu\n", "all", all.files, all.cpu_refuses, all.refused, all.bad_files,
            all.bad_samples);
+    printf("refused for speed (entropy decoding on the GPU out of step: the CPU's): %llu\n",
+           (unsigned long long)(slow_count(D) - slow0));
     assert_int_equal(all.bad_files, 0);
-    assert_int_equal(all.refused, 0);
+    assert_int_equal(all.refused, slow_count(D) - slow0);
 }
 
 static void test_samples(void **state)
@@ -236,15 +248,15 @@ static void test_rounds(void **state)
         snprintf(names[i], 64, "round image %d%s", i, big ? " (larger than a round)" : "");
     }
     check_batch(d, data, size, names, N, one);
+    assert_int_equal(one[5].refused, 1);
     for (int i = 0; i < N; i++) {
         tally_add(&all, &one[i]);
-        if (i == 5) assert_int_equal(one[i].refused, 1);
-        else assert_int_equal(one[i].refused, 0);
         free((void *)data[i]);
         free(names[i]);
     }
-    printf("rounds: %zu images, %zu refused (larger than a round), %zu mismatched\n", all.files, all.refused,
-           all.bad_files);
+    printf("rounds: %zu images, %zu refused (larger than a round, and %llu for speed), %zu mismatched\n", all.files,
+           all.refused, (unsigned long long)slow_count(d), all.bad_files);
+    assert_int_equal(all.refused, 1 + slow_count(d)); /* the larger one; those the device gave up (JH_E_SLOW) */
     assert_int_equal(all.bad_files, 0);
     patina_gpu_jpegx_close(d);
     patina_gpu_close(g);
@@ -418,6 +430,7 @@ static void test_pipeline(void **state)
     char **files = NULL;
     char col3[4096];
     size_t nfiles = 0, missing = 0, i, gpu_decoded[4] = {0, 0, 0, 0};
+    uint64_t slow[4] = {0, 0, 0, 0};
     patina_context_t *ctx;
     patina_extractor_t *ex;
     patina_collection_t *c[4];
@@ -475,7 +488,14 @@ static void test_pipeline(void **state)
         o.batch = 8;
         snprintf(cp, 4096, "%s/col%d", dir, k);
         TU_OK(patina_collection_open(&c[k], cp, PATINA_OPEN_CREATE, 0));
-        TU_OK(patina_index_files(ctx, c[k], ex, (const char *const *)files, nfiles, &o, &st));
+        {
+            patina_jpegx_gpu_t *xd[2];
+            uint64_t s0;
+            TU_OK(patina__context_jpegx(ctx, xd));
+            s0 = slow_count(xd[0]) + slow_count(xd[1]);
+            TU_OK(patina_index_files(ctx, c[k], ex, (const char *const *)files, nfiles, &o, &st));
+            slow[k] = slow_count(xd[0]) + slow_count(xd[1]) - s0;
+        }
         printf("  pipeline (decoder %d): indexed %llu, failed %llu, warned %llu, GPU decoded %llu; exact decoder: "
                "entropy %.4f s, setup %.4f s, wait %.4f s\n", (int)dec[k],
                (unsigned long long)st.indexed, (unsigned long long)st.failed, (unsigned long long)st.warned,
@@ -489,10 +509,11 @@ static void test_pipeline(void **state)
         assert_int_equal(st.warned, 1);   /* extraneous bytes */
         gpu_decoded[k] = st.gpu_decoded;
     }
+    /* all but the truncated, the warned and the flagged one, and those the
+     * device gave up for speed (JH_E_SLOW); auto: exact-gpu for CEDD on the
+     * GPU (pipeline.h) */
     assert_int_equal(gpu_decoded[0], 0);
-    assert_int_equal(gpu_decoded[1], 37); /* all but the truncated, the warned and the flagged one */
-    assert_int_equal(gpu_decoded[2], 37); /* auto: exact-gpu for CEDD on the GPU (pipeline.h) */
-    assert_int_equal(gpu_decoded[3], 37);
+    for (int k = 1; k < 4; k++) assert_int_equal(gpu_decoded[k] + slow[k], 37);
     {
         size_t bytes = patina_extractor_bytes(ex), same = 0;
         uint8_t *a = malloc(bytes), *b = malloc(bytes);
@@ -601,7 +622,7 @@ static void test_families(void **state)
     for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
         patina_extractor_t *ex;
         const patina_extractor_t *exs[1];
-        size_t bytes, cpu_diff = 0, gpu_dec = 0;
+        size_t bytes, cpu_diff = 0, gpu_dec = 0, auto_dec = 0;
         uint8_t *rec[4];
         TU_OK(patina_extractor_new(&ex, fams[f]));
         exs[0] = ex;
@@ -627,7 +648,8 @@ static void test_families(void **state)
             const int ok1 = res[1][i].status == PATINA_OK;
             gpu_dec += res[2][i].gpu_decoded;
             assert_int_equal(res[1][i].gpu_decoded, 0);
-            assert_int_equal(res[3][i].gpu_decoded, res[2][i].gpu_decoded); /* auto: exact-gpu (pipeline.h) */
+            auto_dec += res[3][i].gpu_decoded; /* auto: exact-gpu (pipeline.h); which images the device
+                                                  gives up for speed depends on its earlier rounds */
             for (int r = 2; r < 4; r++) {
                 if ((res[r][i].status == PATINA_OK) != ok1 || (ok1 && memcmp(rec[1] + i * bytes, rec[r] + i * bytes, bytes))) {
                     printf("  %s: %s differs (%s, status %d vs %d)\n", fams[f], files[i],
@@ -641,6 +663,7 @@ static void test_families(void **state)
         printf("  %s: %zu inputs, %zu decoded on the GPU; exact-gpu records = GPU+libjpeg records; "
                "%zu differ from the CPU device's\n", fams[f], n, gpu_dec, cpu_diff);
         assert_true(gpu_dec >= n / 2); /* the generated JPEGs but the truncated one, and the photographs */
+        assert_true(auto_dec >= n / 2);
         for (int r = 0; r < 4; r++) free(rec[r]);
         patina_extractor_free(ex);
     }
