@@ -377,8 +377,8 @@ static int run_identify(const cli_args_t *a)
         }
         fflush(stdout);
         done += taken;
-        if (progress) fprintf(stderr, "identify: %zu/%zu queries against %zu references", done, nfiles,
-                              patina_table_size(table));
+        if (progress) fprintf(stderr, "identify: %zu/%zu queries against %zu references (%zu rows)", done, nfiles,
+                              patina_table_size(table), patina_table_matched_rows(table));
     }
     if (progress) fputs("\r\033[K", stderr);
 out:
