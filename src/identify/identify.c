@@ -400,6 +400,7 @@ patina_status patina_refset_put(patina_refset_t *rs, uint64_t id, const void *re
     if (!rs || !record) return patina__fail(PATINA_E_INVALID, "identify: null reference set or record");
     if (id == 0) return patina__fail(PATINA_E_INVALID, "identify: reference id 0 (ids start at 1)");
     snprintf(what, sizeof what, "identify: reference id %llu", (unsigned long long)id);
+    if (per == 1) PATINA_TRY(rs_record_check(record, bytes, what)); /* a malformed record: CORRUPT */
     if (bytes != rs->item_bytes)
         return patina__fail(PATINA_E_INVALID, "%s: a %zu-byte record does not belong in table '%s' (%zu bytes)", what,
                             bytes, patina_refset_table(rs), rs->item_bytes);
