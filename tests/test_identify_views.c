@@ -43,6 +43,22 @@ static void test_spec(void **state)
         patina_refset_t *rs = NULL;
         assert_int_equal(patina_refset_new(&rs, "rootsift:views=9"), PATINA_E_INVALID);
         assert_null(rs);
+    }    /* the acceptance threshold's calibration follows the views: views = 0 is the table of before */
+    {
+        static const double fars[] = {1, 0.05, 0.02, 0.01, 0.005, 0.001};
+        for (size_t i = 0; i < sizeof fars / sizeof fars[0]; i++) {
+            double t0, t, t2;
+            TU_OK(patina_identify_far_threshold(fars[i], &t0));
+            TU_OK(patina_identify_far_threshold_table("rootsift:m=64", fars[i], &t));
+            TU_OK(patina_identify_far_threshold_table("rootsift:views=2", fars[i], &t2));
+            assert_true(t == t0);
+            assert_true(t2 >= t0);
+        }
+        double t;
+        TU_OK(patina_identify_far_threshold_table("rootsift", 0.01, &t));
+        assert_true(t == PATINA_THRESHOLD_DEFAULT);
+        assert_int_equal(patina_identify_far_threshold_table("cedd", 0.01, &t), PATINA_E_INVALID);
+        assert_int_equal(patina_identify_far_threshold_table("rootsift:views=2", 0.0001, &t), PATINA_E_INVALID);
     }
 }
 

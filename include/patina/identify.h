@@ -219,6 +219,12 @@ PATINA_API const char *patina_identify_decision_name(patina_identify_decision d)
  * accepted is all it measures): PATINA_E_INVALID. The default threshold is
  * the one for far = 0.01. */
 PATINA_API patina_status patina_identify_far_threshold(double far, double *threshold);
+/* The same for references of the rootsift spec `table`: its reference
+ * views (the spec's `views`) have a calibration of their own (more rows
+ * per item give impostors more chance inliers; docs/identify-bench.md).
+ * views = 0 gives patina_identify_far_threshold's. PATINA_E_INVALID for a
+ * spec that is not rootsift. */
+PATINA_API patina_status patina_identify_far_threshold_table(const char *table, double far, double *threshold);
 
 /* One candidate of a query. */
 typedef struct patina_identify_hit {

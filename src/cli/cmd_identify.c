@@ -285,6 +285,16 @@ static int run_identify(const cli_args_t *a)
         rc = s == PATINA_E_NOTFOUND || s == PATINA_E_INVALID ? EXIT_USAGE : EXIT_ERROR;
         goto out;
     }
+    /* the table's calibration (its reference views have their own): --far's, and without
+     * --threshold the default's (far 0.01: the default threshold for a table without views) */
+    if (!cli_get(a, "threshold")->given &&
+        patina_identify_far_threshold_table(patina_table_spec(table),
+                                            cli_get(a, "far")->given ? cli_get(a, "far")->num : 0.01,
+                                            &io.threshold) != PATINA_OK) {
+        cli_error("identify", "%s", patina_last_error());
+        rc = EXIT_USAGE;
+        goto out;
+    }
     patina_walk_opts_init(&wopts);
     cli_walk_filters(a, &wopts);
     wopts.on_error = on_skip;
