@@ -387,6 +387,59 @@ static void test_fold_before_verify(void **state)
     free(query);
 }
 
+/* Verification runs on every row of a verified item and keeps the most
+ * inliers: row 0 has the most matches but no geometry consistent with the
+ * query's, view 1 fewer matches that agree. */
+static void test_verify_rows(void **state)
+{
+    tu_rng_t r;
+    const size_t b = rs_record_bytes(M, RS_QUANT_U8);
+    uint8_t *qrows = malloc(M * 128), *rows[3];
+    float *qgeom = malloc(M * 4 * sizeof(float)), *geom[3];
+    const size_t c[3] = {M, M, M};
+    patina_refset_t *rs = NULL;
+    unsigned char *query, *it;
+    patina_identify_opts_t o;
+    patina_identify_hit_t hits[5];
+    patina_identify_result_t res;
+    size_t n = 0;
+    (void)state;
+    tu_rng_seed(&r, 77);
+    for (size_t j = 0; j < M; j++) random_row(qrows + j * 128, &r);
+    random_geom(qgeom, M, &r);
+    for (int v = 0; v < 3; v++) {
+        rows[v] = malloc(M * 128);
+        geom[v] = malloc(M * 4 * sizeof(float));
+        for (size_t j = 0; j < M; j++) random_row(rows[v] + j * 128, &r);
+        random_geom(geom[v], M, &r); /* unrelated to the query's keypoints */
+    }
+    for (size_t j = 0; j < 36; j++) perturb(rows[0] + j * 128, qrows + j * 128, 2, &r); /* 36 matches, no model */
+    for (size_t j = 36; j < M; j++) { /* 12 matches where the query's keypoints are */
+        perturb(rows[1] + j * 128, qrows + j * 128, 2, &r);
+        memcpy(geom[1] + 4 * j, qgeom + 4 * j, 4 * sizeof(float));
+    }
+    it = make_item(rows, c, geom);
+    query = make_record(768, M, qrows, qgeom, 200, 200);
+    TU_OK(patina_refset_new(&rs, SPEC2));
+    TU_OK(patina_refset_put(rs, 4, it, 3 * b));
+    patina_identify_opts_init(&o);
+    TU_OK(patina_identify(NULL, rs, query, 1, &o, hits, &res));
+    assert_int_equal(res.nhits, 1);
+    assert_true(hits[0].matches >= 30);            /* the item's score: row 0's matches */
+    assert_true(hits[0].inliers >= 10);            /* its inliers: view 1's */
+    TU_OK(patina_identify_pairs(rs, query, 4, &o, NULL, 0, &n));
+    assert_int_equal(n, hits[0].inliers);
+    patina_refset_free(rs);
+    for (int v = 0; v < 3; v++) {
+        free(rows[v]);
+        free(geom[v]);
+    }
+    free(qrows);
+    free(qgeom);
+    free(it);
+    free(query);
+}
+
 /* --------------------------------------------------- tables and the store */
 
 static void test_table_store(void **state)
@@ -583,7 +636,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec),          cmocka_unit_test(test_view_images),
         cmocka_unit_test(test_views0_records), cmocka_unit_test(test_refset_rows),
-        cmocka_unit_test(test_fold_before_verify), cmocka_unit_test(test_table_store),
+        cmocka_unit_test(test_fold_before_verify), cmocka_unit_test(test_verify_rows),
+        cmocka_unit_test(test_table_store),
         cmocka_unit_test(test_half_scale_query),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

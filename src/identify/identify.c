@@ -933,20 +933,37 @@ static size_t verify_pair(scratch_t *sc, const unsigned char *qr, const unsigned
     return cg;
 }
 
+/* An item's verification: RANSAC on each of its rows (rows [first,
+ * first + per) of rs, first = its slot's item start: items are aligned to
+ * per slots), its inliers the most of any row (ties: the lower row, whose
+ * index goes to *row). One row without views. */
+static size_t verify_item(scratch_t *sc, const unsigned char *qr, const patina_refset_t *rs, size_t slot, uint64_t id,
+                          const patina_identify_opts_t *o, size_t *row)
+{
+    const size_t first = slot / rs->per * rs->per;
+    size_t v, nm, best = 0, in;
+    *row = first;
+    for (v = 0; v < rs->per; v++) {
+        in = verify_pair(sc, qr, rs->recs + (first + v) * rs->stride, id, o, &nm);
+        if (v == 0 || in > best) {
+            best = in;
+            *row = first + v;
+        }
+    }
+    return best;
+}
+
 static void verify_task(void *arg, size_t t, int worker)
 {
     job_t *jb = arg;
-    size_t q = t / jb->nverify, c = t % jb->nverify, nm;
-    const unsigned char *qr = jb->queries + q * jb->qbytes, *r;
+    size_t q = t / jb->nverify, c = t % jb->nverify, row;
+    const unsigned char *qr = jb->queries + q * jb->qbytes;
     scratch_t *sc = &jb->sc[worker];
-    const patina_refset_t *rs;
     cand_t *cd;
     if (c >= jb->ncands[q]) return;
     cd = &jb->cands[q * jb->ncap + c];
-    rs = jb->sets[cd->set];
-    r = rs->recs + (size_t)cd->ref * rs->stride;
     prepare_query(sc, qr);
-    cd->inliers = (uint32_t)verify_pair(sc, qr, r, cd->id, jb->o, &nm);
+    cd->inliers = (uint32_t)verify_item(sc, qr, jb->sets[cd->set], cd->ref, cd->id, jb->o, &row);
     cd->verified = 1;
 }
 
@@ -1492,7 +1509,7 @@ patina_status patina_identify_pairs(patina_refset_t *rs, const void *query, uint
 {
     patina_identify_opts_t o;
     scratch_t sc;
-    size_t slot, nm, i, k = 0, v, best, bsco;
+    size_t slot, nm, i, k = 0, best;
     int found, kind, W, H;
     patina_status s = PATINA_OK;
     if (!rs || !query || !n || (cap && !pairs)) return patina__fail(PATINA_E_INVALID, "identify pairs: null argument");
@@ -1514,16 +1531,10 @@ patina_status patina_identify_pairs(patina_refset_t *rs, const void *query, uint
         goto out;
     }
     prepare_query(&sc, query);
-    /* the item's best row, as identify's matching folds it (the most
-     * matches, ties the lower row) */
-    for (v = 0, best = 0, bsco = 0; v < rs->per; v++) {
-        const size_t sco = match_pair(&sc, query, rs->recs + (slot + v) * rs->stride, &o);
-        if (sco > bsco) {
-            bsco = sco;
-            best = v;
-        }
-    }
-    verify_pair(&sc, query, rs->recs + (slot + best) * rs->stride, id, &o, &nm);
+    /* the item's row with the most inliers, as identify's verification picks it */
+    verify_item(&sc, query, rs, slot, id, &o, &best);
+    best -= slot;
+    verify_pair(&sc, query, rs->recs + (slot + best) * rs->stride, id, &o, &nm); /* that row's pairs in sc */
     kind = rs_view_kind((int)rs->per - 1, (int)best);
     W = (int)rs_size(rs->recs + slot * rs->stride, 2);
     H = (int)rs_size(rs->recs + slot * rs->stride, 3);
