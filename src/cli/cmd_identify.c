@@ -56,10 +56,12 @@ static const cli_opt_t opts[] = {
      .def = PATINA_STRINGIFY(PATINA_THRESHOLD_DEFAULT),
      .help = "accept rank 1 when its score (inliers; matches with --no-verify) is >= T; 0 accepts "
              "every query with a candidate. The default is --far 0.01's: at most 1% of the "
-             "identification benchmark's impostor queries accepted"},
+             "identification benchmark's impostor queries accepted (13 for a table without "
+             "reference views)"},
     {.name = "far", .type = CLI_NUMBER, .arg = "F", .min = PATINA_FAR_MIN, .max = 1,
      .help = "instead of --threshold: the threshold calibrated for a false-accept rate F on the "
-             "identification benchmark (0.05 ... " PATINA_STRINGIFY(PATINA_FAR_MIN) "; 1 accepts every query)"},
+             "identification benchmark, for the table's reference views (0.05 ... " PATINA_STRINGIFY(PATINA_FAR_MIN)
+             "; 1 accepts every query)"},
     {.name = "table", .type = CLI_TEXT, .arg = "SPEC",
      .help = "the rootsift table, when the collection has several ('patina info' lists them)"},
     {.name = "format", .type = CLI_CHOICE, .choices = "table|csv|json", .def = "table",
