@@ -631,6 +631,46 @@ static void test_half_scale_query(void **state)
     patina_image_release(&q);
 }
 
+/* The CLI: `patina index --views N` stores the views in the table's spec, `patina info` counts rows
+ * and items; bad values are usage errors naming the option. */
+static void test_cli(void **state)
+{
+    char *dir = tu_tempdir("views-cli"), *out = NULL, *err = NULL;
+    const char *coll = tu_path(dir, "coll");
+    int rc;
+    (void)state;
+    tu_write_jpeg(tu_path(dir, "a.jpg"), 96, 80, 1, 90, 1);
+    tu_write_jpeg(tu_path(dir, "b.jpg"), 96, 80, 2, 90, 2);
+    {
+        const char *argv[] = {PATINA_CLI, "index", coll, tu_path(dir, "a.jpg"), tu_path(dir, "b.jpg"), "-f",
+                              "rootsift:m=32", "--views", "1", "-q", NULL};
+        rc = tu_exec(&out, &err, 0, 120, argv);
+        if (rc != 0) fail_msg("index --views 1: %d: %s", rc, err);
+        free(out);
+        free(err);
+    }
+    {
+        const char *argv[] = {PATINA_CLI, "info", coll, NULL};
+        rc = tu_exec(&out, &err, 0, 60, argv);
+        assert_int_equal(rc, 0);
+        assert_non_null(strstr(out, ",views=1:"));
+        assert_non_null(strstr(out, "2 rows per reference"));
+        assert_non_null(strstr(out, "4 rows for 2 references"));
+        free(out);
+        free(err);
+    }
+    {
+        const char *argv[] = {PATINA_CLI, "index", coll, tu_path(dir, "a.jpg"), "-f", "rootsift:views=3", NULL};
+        rc = tu_exec(&out, &err, 0, 60, argv);
+        assert_int_equal(rc, 2);
+        assert_non_null(strstr(err, "views"));
+        free(out);
+        free(err);
+    }
+    tu_remove_tree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -638,7 +678,7 @@ int main(void)
         cmocka_unit_test(test_views0_records), cmocka_unit_test(test_refset_rows),
         cmocka_unit_test(test_fold_before_verify), cmocka_unit_test(test_verify_rows),
         cmocka_unit_test(test_table_store),
-        cmocka_unit_test(test_half_scale_query),
+        cmocka_unit_test(test_half_scale_query), cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -280,6 +280,10 @@ static int run_index(const cli_args_t *a)
     int rc = EXIT_OK;
     patina_status s;
 
+    if (cli_get(a, "cluster")->given && cli_get(a, "views")->given) {
+        cli_error("index", "--views with --cluster: give the views in the table's spec (-f rootsift:views=N)");
+        return EXIT_USAGE;
+    }
     if (cli_get(a, "cluster")->given) { /* a cluster collection: written through its buckets */
 #if PATINA_HAVE_CLUSTER
         return clu_cli_index(a);
