@@ -62,7 +62,7 @@ static void test_options(void **state)
     assert_int_equal(p.mode, 2);
     assert_int_equal(p.flag, 1);
     assert_true(p.t == 0.25);
-    patina_opts_format(buf, sizeof buf, &p, defs, NDEFS);
+    patina_opts_format(buf, sizeof buf, &p, defs, NDEFS, 0);
     assert_string_equal(buf, "n=16,t=0.25,flag=1,mode=c,list=1,2,4");
 
     assert_int_equal(patina_opts_parse(&p, defs, NDEFS, "n=33", "fam"), PATINA_E_INVALID);
@@ -83,7 +83,7 @@ static void test_options(void **state)
      * was then refused). */
     TU_OK(patina_opts_parse(&p, defs, NDEFS, "t=0x1p-1074", "fam"));
     assert_true(p.t > 0 && p.t < 1e-323);
-    patina_opts_format(buf, sizeof buf, &p, defs, NDEFS);
+    patina_opts_format(buf, sizeof buf, &p, defs, NDEFS, 0);
     assert_non_null(strstr(buf, "t=5e-324"));
     TU_OK(patina_opts_parse(&p, defs, NDEFS, "t=5e-324", "fam"));
     assert_true(p.t > 0 && p.t < 1e-323);

@@ -79,32 +79,43 @@ PATINA_API void patina_refset_free(patina_refset_t *rs); /* accepts NULL */
  * another store. PATINA_E_INVALID for a spec that is not rootsift. */
 PATINA_API patina_status patina_refset_new(patina_refset_t **rs, const char *table);
 
+/* References (items) the set holds, and their rows: with the spec's
+ * `views` = V each item is 1 + V rows (its image's record and its views'),
+ * which matching scores one by one and folds back into the item. */
 PATINA_API size_t patina_refset_size(const patina_refset_t *rs);
+PATINA_API size_t patina_refset_rows(const patina_refset_t *rs);
 /* The table's spec (owned by rs). */
 PATINA_API const char *patina_refset_table(const patina_refset_t *rs);
-/* The ids, (size) in increasing order, and the records block, (size,
- * stride) bytes; both borrowed from rs, valid until the next put or
- * remove (these calls drop removed slots first). */
+/* The rows' ids, (rows) non-decreasing (an item's 1 + V rows share its
+ * id), and the rows block, (rows, stride) bytes, stride one record of m
+ * rows (an item's record is its 1 + V rows); both borrowed from rs, valid
+ * until the next put or remove (these calls drop removed slots first). */
 PATINA_API const uint64_t *patina_refset_ids(patina_refset_t *rs);
 PATINA_API const void *patina_refset_records(patina_refset_t *rs, size_t *stride);
 
 /* Adds reference `id` (>= 1) with its record, or replaces the record of an
- * id the set holds (an update: the same id, new content). The record is
+ * id the set holds (an update: the same id, new content): all its rows at
+ * once (with views, the record is 1 + V records end to end), seen whole or
+ * not at all by an identify call. The record is
  * copied and checked: a malformed one is PATINA_E_CORRUPT, one of another
  * spec (m, quant, size) PATINA_E_INVALID; nothing changes then. Use it
  * with patina_collection_put, which keeps ids: the set then matches the
  * collection. */
 PATINA_API patina_status patina_refset_put(patina_refset_t *rs, uint64_t id, const void *record, size_t bytes);
-/* Removes reference `id`; PATINA_E_NOTFOUND when the set does not hold it. */
+/* Removes reference `id` (every row of it); PATINA_E_NOTFOUND when the set does not hold it. */
 PATINA_API patina_status patina_refset_remove(patina_refset_t *rs, uint64_t id);
 
 /* What a reference costs and how many fit, for a rootsift table spec. */
 typedef struct patina_identify_capacity {
-    size_t features;      /* rows per reference (the spec's m) */
-    size_t record_bytes;  /* bytes per reference in host memory (its record: rows and geometry) */
-    size_t gpu_bytes;     /* bytes per reference in the GPU's arena (int8 rows, padded to 8 rows) */
+    size_t features;      /* feature rows per record (the spec's m) */
+    size_t record_bytes;  /* bytes per reference in host memory (its record: rows and geometry, of
+                           * the image and of each view) */
+    size_t gpu_bytes;     /* bytes per reference in the GPU's arena (int8 rows padded to 8 rows, per
+                           * matched row) */
     size_t gpu_refs;      /* references the context's GPU memory budget holds now; 0 without a GPU */
     size_t host_refs;     /* references the host's available memory holds as records */
+    size_t rows;          /* matched rows per reference: 1 + the spec's views (the matching time and
+                           * the GPU's slots grow with them) */
 } patina_identify_capacity_t;
 
 /* Fills cap for table (a rootsift spec) on ctx (NULL: no GPU counted). The
@@ -208,6 +219,12 @@ PATINA_API const char *patina_identify_decision_name(patina_identify_decision d)
  * accepted is all it measures): PATINA_E_INVALID. The default threshold is
  * the one for far = 0.01. */
 PATINA_API patina_status patina_identify_far_threshold(double far, double *threshold);
+/* The same for references of the rootsift spec `table`: its reference
+ * views (the spec's `views`) have a calibration of their own (more rows
+ * per item give impostors more chance inliers; docs/identify-bench.md).
+ * views = 0 gives patina_identify_far_threshold's. PATINA_E_INVALID for a
+ * spec that is not rootsift. */
+PATINA_API patina_status patina_identify_far_threshold_table(const char *table, double far, double *threshold);
 
 /* One candidate of a query. */
 typedef struct patina_identify_hit {

@@ -117,6 +117,11 @@ PATINA_API const char *patina_table_spec(const patina_table_t *t);
 PATINA_API const patina_extractor_t *patina_table_extractor(const patina_table_t *t);
 PATINA_API unsigned patina_table_caps(const patina_table_t *t);
 PATINA_API size_t patina_table_size(patina_table_t *t);
+/* The rows a query is matched against: patina_table_size but for an
+ * identification table of reference views (the spec's `views` = V), whose
+ * every image is 1 + V rows (the capacity and the matching time count
+ * these). */
+PATINA_API size_t patina_table_matched_rows(patina_table_t *t);
 PATINA_API uint64_t patina_table_version(patina_table_t *t);
 /* The pivots of the pivot table searches go through (0: none; they scan). */
 PATINA_API size_t patina_table_pivots(patina_table_t *t);

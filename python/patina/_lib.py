@@ -325,6 +325,7 @@ _PROTOS = {
     "patina_table_extractor": (c_void_p, [c_void_p]),  # borrowed from the table
     "patina_table_caps": (ctypes.c_uint, [c_void_p]),
     "patina_table_size": (c_size_t, [c_void_p]),
+    "patina_table_matched_rows": (c_size_t, [c_void_p]),
     "patina_table_version": (c_uint64, [c_void_p]),
     "patina_table_pivots": (c_size_t, [c_void_p]),
     "patina_table_refresh": (c_int, [c_void_p, P(c_int)]),

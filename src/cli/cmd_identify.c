@@ -56,10 +56,12 @@ static const cli_opt_t opts[] = {
      .def = PATINA_STRINGIFY(PATINA_THRESHOLD_DEFAULT),
      .help = "accept rank 1 when its score (inliers; matches with --no-verify) is >= T; 0 accepts "
              "every query with a candidate. The default is --far 0.01's: at most 1% of the "
-             "identification benchmark's impostor queries accepted"},
+             "identification benchmark's impostor queries accepted (13 for a table without "
+             "reference views)"},
     {.name = "far", .type = CLI_NUMBER, .arg = "F", .min = PATINA_FAR_MIN, .max = 1,
      .help = "instead of --threshold: the threshold calibrated for a false-accept rate F on the "
-             "identification benchmark (0.05 ... " PATINA_STRINGIFY(PATINA_FAR_MIN) "; 1 accepts every query)"},
+             "identification benchmark, for the table's reference views (0.05 ... " PATINA_STRINGIFY(PATINA_FAR_MIN)
+             "; 1 accepts every query)"},
     {.name = "table", .type = CLI_TEXT, .arg = "SPEC",
      .help = "the rootsift table, when the collection has several ('patina info' lists them)"},
     {.name = "format", .type = CLI_CHOICE, .choices = "table|csv|json", .def = "table",
@@ -285,6 +287,16 @@ static int run_identify(const cli_args_t *a)
         rc = s == PATINA_E_NOTFOUND || s == PATINA_E_INVALID ? EXIT_USAGE : EXIT_ERROR;
         goto out;
     }
+    /* the table's calibration (its reference views have their own): --far's, and without
+     * --threshold the default's (far 0.01: the default threshold for a table without views) */
+    if (!cli_get(a, "threshold")->given &&
+        patina_identify_far_threshold_table(patina_table_spec(table),
+                                            cli_get(a, "far")->given ? cli_get(a, "far")->num : 0.01,
+                                            &io.threshold) != PATINA_OK) {
+        cli_error("identify", "%s", patina_last_error());
+        rc = EXIT_USAGE;
+        goto out;
+    }
     patina_walk_opts_init(&wopts);
     cli_walk_filters(a, &wopts);
     wopts.on_error = on_skip;
@@ -377,8 +389,8 @@ static int run_identify(const cli_args_t *a)
         }
         fflush(stdout);
         done += taken;
-        if (progress) fprintf(stderr, "identify: %zu/%zu queries against %zu references", done, nfiles,
-                              patina_table_size(table));
+        if (progress) fprintf(stderr, "identify: %zu/%zu queries against %zu references (%zu rows)", done, nfiles,
+                              patina_table_size(table), patina_table_matched_rows(table));
     }
     if (progress) fputs("\r\033[K", stderr);
 out:

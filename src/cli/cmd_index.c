@@ -42,6 +42,10 @@ static const cli_opt_t opts[] = {
      .help = "-f signature: (re)build the collection's pivot table of N pivots for filtered "
              "SQFD search (the paper uses 32); 0 deletes the table. Without --pivots a stored "
              "table is brought up to date with the images added"},
+    {.name = "views", .type = CLI_INT, .arg = "N", .min = 0, .max = 2, /* rootsift's option table: RS_VIEWS_MAX */
+     .help = "-f rootsift: register N synthetic views of each reference as more rows of its item "
+             "(the same as -f rootsift:views=N; the library's bounds and meaning: `patina info`, "
+             "docs/identify.md); stored in the table's spec, so later writes and queries follow it"},
     {.name = "pivot-select", .type = CLI_CHOICE, .arg = "S", .choices = "farthest|random", .def = "farthest",
      .help = "how --pivots chooses pivots among the images: farthest-first or at random"},
     {.name = "root", .type = CLI_TEXT, .arg = "DIR",
@@ -276,6 +280,10 @@ static int run_index(const cli_args_t *a)
     int rc = EXIT_OK;
     patina_status s;
 
+    if (cli_get(a, "cluster")->given && cli_get(a, "views")->given) {
+        cli_error("index", "--views with --cluster: give the views in the table's spec (-f rootsift:views=N)");
+        return EXIT_USAGE;
+    }
     if (cli_get(a, "cluster")->given) { /* a cluster collection: written through its buckets */
 #if PATINA_HAVE_CLUSTER
         return clu_cli_index(a);
@@ -304,6 +312,23 @@ static int run_index(const cli_args_t *a)
     if ((s = patina_extractor_new(&ex, family)) != PATINA_OK) {
         cli_status_error("index", s);
         return EXIT_USAGE;
+    }
+    if (cli_get(a, "views")->given) { /* a spec option of keypoint families: appended to the spec */
+        char spec[512];
+        if (!(patina_extractor_caps(ex) & PATINA_CAP_KEYPOINTS)) {
+            cli_error("index", "--views: reference views are for identification tables (-f rootsift), not '%s'",
+                      patina_extractor_spec(ex));
+            rc = EXIT_USAGE;
+            goto out;
+        }
+        snprintf(spec, sizeof spec, "%s%sviews=%lld", family, strchr(family, ':') ? "," : ":",
+                 cli_get(a, "views")->i);
+        patina_extractor_free(ex);
+        ex = NULL;
+        if ((s = patina_extractor_new(&ex, spec)) != PATINA_OK) {
+            cli_status_error("index", s);
+            return EXIT_USAGE;
+        }
     }
     if (parse_every(a, &iopts) != 0) {
         rc = EXIT_USAGE;

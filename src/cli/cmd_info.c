@@ -103,6 +103,10 @@ static int print_collection(const cli_args_t *a, const char *path)
             printf("    identification: up to %zu features per reference; %zu bytes per reference in host "
                    "memory, %zu on the GPU\n",
                    cap.features, cap.record_bytes, cap.gpu_bytes);
+            if (cap.rows > 1)
+                printf("    reference views: %zu rows per reference (the image and %zu synthetic views): %zu rows "
+                       "for %zu references, matched row by row\n",
+                       cap.rows, cap.rows - 1, rows * cap.rows, rows);
             if (ctx && cap.gpu_refs)
                 printf("    fit: %zu references on this GPU (its memory budget), %zu in host memory (more are "
                        "streamed from pinned host memory)\n",

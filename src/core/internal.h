@@ -81,9 +81,11 @@ typedef struct patina_optdef {
 patina_status patina_opts_parse(void *params, const patina_optdef_t *defs, size_t ndefs,
                                 const char *text, const char *what);
 
-/* Writes "key=value,..." for every option in table order. */
+/* Writes "key=value,..." for every option in table order; those at index
+ * terse_from or later (0: none) only when their value's text differs from
+ * their default's. */
 void patina_opts_format(char *buf, size_t size, const void *params, const patina_optdef_t *defs,
-                        size_t ndefs);
+                        size_t ndefs, size_t terse_from);
 
 /* The option tables of include/patina/options.h (src/core/optsets.c). */
 /* Fills the struct of `set` (patina_search_opts_t, patina_identify_opts_t,

@@ -178,7 +178,7 @@ patina_status patina_opts_parse(void *params, const patina_optdef_t *defs, size_
 }
 
 void patina_opts_format(char *buf, size_t size, const void *params, const patina_optdef_t *defs,
-                        size_t ndefs)
+                        size_t ndefs, size_t terse_from)
 {
     size_t i, used = 0;
     if (size == 0) return;
@@ -200,6 +200,7 @@ void patina_opts_format(char *buf, size_t size, const void *params, const patina
         case PATINA_OPT_ENUM: enum_name(v, sizeof v, defs[i].choices, *(const int *)field); break;
         case PATINA_OPT_STRING: snprintf(v, sizeof v, "%s", field); break;
         }
-        used += (size_t)snprintf(buf + used, size - used, "%s%s=%s", i ? "," : "", defs[i].name, v);
+        if (terse_from && i >= terse_from && defs[i].def && strcmp(v, defs[i].def) == 0) continue;
+        used += (size_t)snprintf(buf + used, size - used, "%s%s=%s", used ? "," : "", defs[i].name, v);
     }
 }

@@ -21,6 +21,10 @@ typedef struct patina_family {
     unsigned uses;
     const patina_optdef_t *opts;
     size_t nopts;
+    /* Options opts[terse_from ..] (0: none) are written in the canonical
+     * spec only when they differ from their defaults: options added after
+     * tables were stored under their specs, so that those keep their names. */
+    size_t terse_from;
     patina_elem elem;
     /* Elements per descriptor for these params. */
     size_t (*dim)(const void *params);

@@ -131,7 +131,7 @@ patina_status patina_extractor_new(patina_extractor_t **ex, const char *spec)
             return s;
         }
     }
-    patina_opts_format(opts, sizeof opts, e->params, fam->opts, fam->nopts);
+    patina_opts_format(opts, sizeof opts, e->params, fam->opts, fam->nopts, fam->terse_from);
     snprintf(e->spec, sizeof e->spec, "%s%s%s", fam->name, *opts ? ":" : "", opts);
     *ex = e;
     return PATINA_OK;

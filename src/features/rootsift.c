@@ -63,6 +63,11 @@ static const patina_optdef_t rootsift_opts[] = {
     {"quant", PATINA_OPT_ENUM, 0, 0, "u8", "u8|f16",
      "stored components: u8 = round(512 x) clipped at 255, or IEEE binary16 of x",
      offsetof(rootsift_params_t, quant)},
+    {"views", PATINA_OPT_INT, 0, RS_VIEWS_MAX, "0", NULL,
+     "synthetic views of each reference stored with it as more rows of its item, which identify folds "
+     "back into the item (0: none; 1: 50% + blur; 2: perspective + 30 degrees, and 50% + blur at full "
+     "size): x(1 + views) rows and matching time (docs/identify.md)",
+     offsetof(rootsift_params_t, views)},
 };
 
 /* ------------------------------------------------------------------- records */
@@ -557,11 +562,50 @@ done:
     return s;
 }
 
+/* With views, one batch of n (1 + views) images, item-major (image i,
+ * then its views), so that the records land in place as item records; the
+ * views are made on the host (from a host copy of an image decoded on the
+ * GPU). An item's status: its first block's that failed. */
 static patina_status rootsift_gpu(patina_gpu_t *g, const void *params, void *out, const patina_image_t *imgs, size_t n,
                                   patina_status *st)
 {
     const rootsift_params_t *p = params;
-    return rs_extract_gpu(g, p, (size_t)p->m, out, imgs, n, st);
+    const size_t R = (size_t)(1 + p->views);
+    patina_image_t *batch;
+    patina_status *bst, *vst, s = PATINA_OK;
+    if (p->views == 0 || n == 0) return rs_extract_gpu(g, p, (size_t)p->m, out, imgs, n, st);
+    batch = calloc(n * R, sizeof *batch);
+    bst = calloc(n * R, sizeof *bst);
+    vst = calloc(n, sizeof *vst);
+    if (!batch || !bst || !vst) {
+        free(batch);
+        free(bst);
+        free(vst);
+        return patina__fail(PATINA_E_NOMEM, "rootsift: out of memory for a GPU batch of %zu images", n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        patina_image_t host;
+        memset(&host, 0, sizeof host);
+        vst[i] = patina_gpu_image_host(&host, &imgs[i]);
+        batch[i * R] = imgs[i];
+        for (size_t v = 1; v < R && vst[i] == PATINA_OK; v++) /* a view not made stays empty: no features */
+            vst[i] = rs_view_make(&batch[i * R + v], &host, rs_view_kind(p->views, (int)v));
+        patina_image_release(&host);
+        if (vst[i] != PATINA_OK) patina_clear_error();
+    }
+    s = rs_extract_gpu(g, p, (size_t)p->m, out, batch, n * R, bst);
+    for (size_t i = 0; i < n; i++) {
+        if (st) {
+            st[i] = PATINA_OK;
+            for (size_t v = 0; v < R && st[i] == PATINA_OK; v++) st[i] = bst[i * R + v];
+            if (st[i] == PATINA_OK) st[i] = vst[i];
+        }
+        for (size_t v = 1; v < R; v++) patina_image_release(&batch[i * R + v]);
+    }
+    free(batch);
+    free(bst);
+    free(vst);
+    return s;
 }
 
 /* ----------------------------------------------------------------- matching */
@@ -604,16 +648,40 @@ patina_status patina_rootsift_feature(float geom[4], float *stored, const void *
 
 /* ------------------------------------------------------------------- family */
 
+size_t rs_item_bytes(const rootsift_params_t *p)
+{
+    return (size_t)(1 + p->views) * rs_record_bytes((size_t)p->m, (uint32_t)p->quant);
+}
+
+patina_status rs_extract_item(const rootsift_params_t *p, void *rec, const patina_image_t *img)
+{
+    const size_t bytes = rs_record_bytes((size_t)p->m, (uint32_t)p->quant);
+    patina_status s = rs_extract(p, (size_t)p->m, rec, img), first = s;
+    for (int v = 1; v <= p->views; v++) {
+        unsigned char *blk = (unsigned char *)rec + (size_t)v * bytes;
+        patina_image_t view;
+        memset(&view, 0, sizeof view);
+        s = img ? rs_view_make(&view, img, rs_view_kind(p->views, v)) : PATINA_E_INVALID;
+        if (s == PATINA_OK) s = rs_extract(p, (size_t)p->m, blk, &view);
+        if (s != PATINA_OK) { /* a block without features, as for a flat image */
+            patina_image_t empty;
+            memset(&empty, 0, sizeof empty);
+            if (rs_extract(p, (size_t)p->m, blk, &empty) != PATINA_OK) memset(blk, 0, bytes);
+            if (first == PATINA_OK) first = s;
+        }
+        patina_image_release(&view);
+    }
+    return first;
+}
+
 static size_t rootsift_dim(const void *params)
 {
-    const rootsift_params_t *p = params;
-    return rs_record_bytes((size_t)p->m, (uint32_t)p->quant);
+    return rs_item_bytes(params);
 }
 
 static patina_status rootsift_cpu(const void *params, void *out, const patina_image_t *img)
 {
-    const rootsift_params_t *p = params;
-    return rs_extract(p, (size_t)p->m, out, img);
+    return rs_extract_item(params, out, img);
 }
 
 const patina_family_t patina_family_rootsift = {
@@ -623,6 +691,7 @@ const patina_family_t patina_family_rootsift = {
             "keypoint geometry (one fixed-size record per image; docs/rootsift.md)",
     .opts = rootsift_opts,
     .nopts = sizeof rootsift_opts / sizeof rootsift_opts[0],
+    .terse_from = 9, /* views */
     .elem = PATINA_ELEM_U8,
     .dim = rootsift_dim,
     .check = NULL,

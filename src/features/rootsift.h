@@ -24,7 +24,39 @@ typedef struct rootsift_params {
     int octaves;      /* at most this many octaves; -1: all that fit */
     int levels;       /* levels per octave */
     int quant;        /* RS_QUANT_U8 | RS_QUANT_F16 */
+    int views;        /* synthetic views per reference (0 .. RS_VIEWS_MAX): rows blocks 1 .. views */
 } rootsift_params_t;
+
+/* ----------------------------------------------------------------- views */
+
+/* With views = V > 0 a reference's record is 1 + V records of m rows laid
+ * end to end (each a whole record: header, rows, geometry, its own image
+ * size): block 0 extracted from the image, block v from its view
+ * rs_view_kind(V, v). Identification holds each block as one row of the
+ * item (src/identify/identify.c); queries are single records of n rows. */
+#define RS_VIEWS_MAX 2
+enum { RS_VIEW_SOFT_HALF = 1, RS_VIEW_GEOMETRIC = 2, RS_VIEW_SOFT_FULL = 3 };
+
+/* The kind of view v (1 .. views) of a table with `views` views; 0 for none. */
+int rs_view_kind(int views, int v);
+
+/* Makes view `kind` of img (rootsift_views.c tells what each is): *out an
+ * RGB image of equal channels, owned (patina_image_release), empty (0 x 0)
+ * for an empty image or one too thin for the view. */
+patina_status rs_view_make(patina_image_t *out, const patina_image_t *img, int kind);
+
+/* Maps a point (x, y) of view `kind` of a W x H image to that image's
+ * pixels (for drawing a view's correspondences on the reference); 0 when
+ * the view does not exist for that size. */
+int rs_view_point(int kind, int W, int H, double x, double y, double *ox, double *oy);
+
+/* Extracts a reference's whole record (1 + p->views blocks of m rows) from
+ * img: rec of rs_item_bytes(p) bytes. The status of the first block that
+ * failed (its block then holds no features), else PATINA_OK. */
+patina_status rs_extract_item(const rootsift_params_t *p, void *rec, const patina_image_t *img);
+
+/* Bytes of a reference's record: (1 + views) records of m rows. */
+size_t rs_item_bytes(const rootsift_params_t *p);
 
 /* --------------------------------------------------------------- records */
 

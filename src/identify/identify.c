@@ -14,7 +14,16 @@
  * matchers); the set compacts itself when a quarter of its slots are
  * removed, and an id inserted below the largest one moves slots: both bump
  * the epoch (the GPU mirror is rebuilt). A read-write lock lets identify
- * calls share the set while put/remove wait for them. */
+ * calls share the set while put/remove wait for them.
+ *
+ * Reference views (the spec's `views`, src/features/rootsift.h): an item's
+ * record is 1 + views records laid end to end; the set holds each as one
+ * slot (a row), so an item is `per` consecutive slots with the same id,
+ * always put, removed and compacted together: item j of the slots is
+ * slots [j per, (j + 1) per). Matching scores rows; an item's score is its
+ * best row's (the most matches, ties: the lower slot), folded before the
+ * candidates are cut, so an item is one candidate and takes one of the
+ * verify_top slots; RANSAC verifies that best row. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -35,9 +44,11 @@ struct patina_refset {
     size_t n;               /* slots */
     size_t cap;             /* slots allocated */
     size_t alive;           /* slots holding a reference (not removed) */
-    size_t stride;          /* bytes per record */
-    uint64_t *ids;          /* (n) increasing */
-    unsigned char *recs;    /* (n, stride): the records as stored */
+    size_t stride;          /* bytes per row (one record of m rows) */
+    size_t per;             /* rows per item: 1 + the spec's views */
+    size_t item_bytes;      /* bytes of an item's record: per x stride */
+    uint64_t *ids;          /* (n) the rows' item ids, non-decreasing; an item's per rows share one */
+    unsigned char *recs;    /* (n, stride): the rows; an item's record is its per rows as stored */
     uint16_t *count;        /* (n) features of the slot's record; 0 when removed */
     unsigned char *dead;    /* (n) 1: removed */
     uint64_t *stamp;        /* (n) the clock when the slot last changed */
@@ -56,6 +67,33 @@ static uint64_t next_serial(void)
 }
 
 /* ----------------------------------------------------------- reference sets */
+
+/* Row and item sizes of rs from its spec. */
+static void set_layout(patina_refset_t *rs)
+{
+    const rootsift_params_t *p = (const rootsift_params_t *)(const void *)rs->ex->params;
+    rs->stride = rs_record_bytes((size_t)p->m, (uint32_t)p->quant);
+    rs->per = (size_t)(1 + p->views);
+    rs->item_bytes = rs->per * rs->stride;
+}
+
+/* Checks the per rows of an item's record (rs's spec); what names it. */
+static patina_status check_item(const patina_refset_t *rs, const unsigned char *rec, const char *what,
+                                patina_status wrong)
+{
+    const rootsift_params_t *p = (const rootsift_params_t *)(const void *)rs->ex->params;
+    for (size_t v = 0; v < rs->per; v++) {
+        const unsigned char *row = rec + v * rs->stride;
+        char w[96];
+        if (rs->per > 1) snprintf(w, sizeof w, "%s (view %zu)", what, v);
+        else snprintf(w, sizeof w, "%s", what);
+        PATINA_TRY(rs_record_check(row, rs->stride, w));
+        if (rs_quant(row) != (uint32_t)p->quant || rs_m(row) != (uint32_t)p->m)
+            return patina__fail(wrong, "%s: a record of m = %u, quant %u does not belong in table '%s'", w,
+                                (unsigned)rs_m(row), (unsigned)rs_quant(row), patina_extractor_spec(rs->ex));
+    }
+    return PATINA_OK;
+}
 
 void patina_refset_spec_init(patina_refset_spec_t *spec)
 {
@@ -119,7 +157,6 @@ patina_status patina_refset_load(patina_refset_t **out, patina_collection_t *c, 
     uint64_t *ids = NULL;
     size_t n = 0, bytes = 0, i, kept = 0;
     patina_status s;
-    const rootsift_params_t *p;
 
     if (!out) return patina__fail(PATINA_E_INVALID, "identify: null reference set pointer");
     *out = NULL;
@@ -143,8 +180,7 @@ patina_status patina_refset_load(patina_refset_t **out, patina_collection_t *c, 
         goto fail;
     }
     if ((s = patina_extractor_new(&rs->ex, table)) != PATINA_OK) goto fail;
-    p = (const rootsift_params_t *)(const void *)rs->ex->params;
-    rs->stride = patina_extractor_bytes(rs->ex);
+    set_layout(rs);
     if (spec->snapshot) {
         s = patina_snapshot_load(spec->snapshot, table, &ids, &descs, &n, &bytes);
     } else {
@@ -157,29 +193,36 @@ patina_status patina_refset_load(patina_refset_t **out, patina_collection_t *c, 
         goto fail;
     }
     if (s != PATINA_OK) goto fail;
-    if (n && bytes != rs->stride) {
+    if (n && bytes != rs->item_bytes) {
         s = patina__fail(PATINA_E_CORRUPT, "identify: table '%s' holds %zu-byte records; its spec gives %zu",
-                         table, bytes, rs->stride);
+                         table, bytes, rs->item_bytes);
         goto fail;
     }
     /* Check every record, keep the shard's, compacting in place. */
     for (i = 0; i < n; i++) {
         char what[64];
-        const unsigned char *rec = descs + i * rs->stride;
+        const unsigned char *rec = descs + i * rs->item_bytes;
         if (ids[i] % spec->shards != spec->shard) continue;
         snprintf(what, sizeof what, "identify: reference id %llu", (unsigned long long)ids[i]);
-        if ((s = rs_record_check(rec, rs->stride, what)) != PATINA_OK) goto fail;
-        if (rs_quant(rec) != (uint32_t)p->quant || rs_m(rec) != (uint32_t)p->m) {
-            s = patina__fail(PATINA_E_CORRUPT, "%s: record of m = %u, quant %u in table '%s'", what,
-                             (unsigned)rs_m(rec), (unsigned)rs_quant(rec), table);
-            goto fail;
-        }
+        if ((s = check_item(rs, rec, what, PATINA_E_CORRUPT)) != PATINA_OK) goto fail;
         if (kept != i) {
-            memmove(descs + kept * rs->stride, rec, rs->stride);
+            memmove(descs + kept * rs->item_bytes, rec, rs->item_bytes);
             ids[kept] = ids[i];
         }
         kept++;
     }
+    /* An item's record is its per rows, in place; its id repeated per row. */
+    if (rs->per > 1 && kept) {
+        uint64_t *rids = malloc(kept * rs->per * sizeof *rids);
+        if (!rids) {
+            s = patina__fail(PATINA_E_NOMEM, "identify: out of memory");
+            goto fail;
+        }
+        for (i = 0; i < kept * rs->per; i++) rids[i] = ids[i / rs->per];
+        free(ids);
+        ids = rids;
+    }
+    kept *= rs->per;
     rs->n = rs->cap = rs->alive = kept;
     rs->ids = ids;
     rs->recs = descs;
@@ -187,6 +230,8 @@ patina_status patina_refset_load(patina_refset_t **out, patina_collection_t *c, 
     rs->dead = calloc(kept ? kept : 1, 1);
     rs->stamp = calloc(kept ? kept : 1, sizeof *rs->stamp);
     if (!rs->count || !rs->dead || !rs->stamp) {
+        rs->ids = NULL;
+        rs->recs = NULL;
         s = patina__fail(PATINA_E_NOMEM, "identify: out of memory");
         goto fail;
     }
@@ -226,7 +271,7 @@ patina_status patina_refset_new(patina_refset_t **out, const char *table)
         free(rs);
         return s;
     }
-    rs->stride = patina_extractor_bytes(rs->ex);
+    set_layout(rs);
     rs->serial = next_serial();
     if (pthread_rwlock_init(&rs->lock, NULL) != 0) {
         patina_extractor_free(rs->ex);
@@ -273,6 +318,16 @@ static void compact(patina_refset_t *rs)
 }
 
 size_t patina_refset_size(const patina_refset_t *rs)
+{
+    size_t n;
+    if (!rs) return 0;
+    pthread_rwlock_rdlock((pthread_rwlock_t *)&rs->lock);
+    n = rs->alive / rs->per;
+    pthread_rwlock_unlock((pthread_rwlock_t *)&rs->lock);
+    return n;
+}
+
+size_t patina_refset_rows(const patina_refset_t *rs)
 {
     size_t n;
     if (!rs) return 0;
@@ -338,45 +393,48 @@ static int grow(patina_refset_t *rs, size_t need)
 
 patina_status patina_refset_put(patina_refset_t *rs, uint64_t id, const void *record, size_t bytes)
 {
-    const rootsift_params_t *p;
-    size_t slot;
+    const size_t per = rs ? rs->per : 1;
+    size_t slot, v;
     int found;
     char what[64];
     if (!rs || !record) return patina__fail(PATINA_E_INVALID, "identify: null reference set or record");
     if (id == 0) return patina__fail(PATINA_E_INVALID, "identify: reference id 0 (ids start at 1)");
     snprintf(what, sizeof what, "identify: reference id %llu", (unsigned long long)id);
-    PATINA_TRY(rs_record_check(record, bytes, what));
-    p = (const rootsift_params_t *)(const void *)rs->ex->params;
-    if (bytes != rs->stride || rs_quant(record) != (uint32_t)p->quant || rs_m(record) != (uint32_t)p->m)
-        return patina__fail(PATINA_E_INVALID, "%s: a record of m = %u, quant %u (%zu bytes) does not belong in "
-                                              "table '%s'",
-                            what, (unsigned)rs_m(record), (unsigned)rs_quant(record), bytes, patina_refset_table(rs));
+    if (per == 1) PATINA_TRY(rs_record_check(record, bytes, what)); /* a malformed record: CORRUPT */
+    if (bytes != rs->item_bytes)
+        return patina__fail(PATINA_E_INVALID, "%s: a %zu-byte record does not belong in table '%s' (%zu bytes)", what,
+                            bytes, patina_refset_table(rs), rs->item_bytes);
+    PATINA_TRY(check_item(rs, record, what, PATINA_E_INVALID));
     pthread_rwlock_wrlock(&rs->lock);
     slot = find_slot(rs, id, &found);
     if (!found) {
-        if (rs->n == UINT32_MAX || !grow(rs, rs->n + 1)) {
+        if (rs->n > UINT32_MAX - per || !grow(rs, rs->n + per)) {
             pthread_rwlock_unlock(&rs->lock);
             return patina__fail(PATINA_E_NOMEM, "identify: out of memory adding reference %llu",
                                 (unsigned long long)id);
         }
         if (slot < rs->n) { /* below the largest id: the slots after it move */
-            memmove(rs->recs + (slot + 1) * rs->stride, rs->recs + slot * rs->stride, (rs->n - slot) * rs->stride);
-            memmove(rs->ids + slot + 1, rs->ids + slot, (rs->n - slot) * sizeof *rs->ids);
-            memmove(rs->count + slot + 1, rs->count + slot, (rs->n - slot) * sizeof *rs->count);
-            memmove(rs->dead + slot + 1, rs->dead + slot, rs->n - slot);
-            memmove(rs->stamp + slot + 1, rs->stamp + slot, (rs->n - slot) * sizeof *rs->stamp);
+            const size_t tail = rs->n - slot;
+            memmove(rs->recs + (slot + per) * rs->stride, rs->recs + slot * rs->stride, tail * rs->stride);
+            memmove(rs->ids + slot + per, rs->ids + slot, tail * sizeof *rs->ids);
+            memmove(rs->count + slot + per, rs->count + slot, tail * sizeof *rs->count);
+            memmove(rs->dead + slot + per, rs->dead + slot, tail);
+            memmove(rs->stamp + slot + per, rs->stamp + slot, tail * sizeof *rs->stamp);
             rs->epoch++;
         }
-        rs->n++;
-        rs->alive++;
-        rs->ids[slot] = id;
+        rs->n += per;
+        rs->alive += per;
+        for (v = 0; v < per; v++) rs->ids[slot + v] = id;
     } else if (rs->dead[slot]) {
-        rs->alive++;
+        rs->alive += per;
     }
     memcpy(rs->recs + slot * rs->stride, record, bytes);
-    rs->count[slot] = (uint16_t)rs_count(record);
-    rs->dead[slot] = 0;
-    rs->stamp[slot] = ++rs->clock;
+    ++rs->clock;
+    for (v = 0; v < per; v++) {
+        rs->count[slot + v] = (uint16_t)rs_count(rs->recs + (slot + v) * rs->stride);
+        rs->dead[slot + v] = 0;
+        rs->stamp[slot + v] = rs->clock;
+    }
     pthread_rwlock_unlock(&rs->lock);
     return PATINA_OK;
 }
@@ -393,10 +451,13 @@ patina_status patina_refset_remove(patina_refset_t *rs, uint64_t id)
         return patina__fail(PATINA_E_NOTFOUND, "identify: reference id %llu is not in the set",
                             (unsigned long long)id);
     }
-    rs->dead[slot] = 1;
-    rs->count[slot] = 0;
-    rs->alive--;
-    rs->stamp[slot] = ++rs->clock;
+    ++rs->clock;
+    for (size_t v = 0; v < rs->per; v++) { /* every row of the item */
+        rs->dead[slot + v] = 1;
+        rs->count[slot + v] = 0;
+        rs->stamp[slot + v] = rs->clock;
+    }
+    rs->alive -= rs->per;
     if (rs->n - rs->alive >= 64 && rs->n - rs->alive >= rs->n / 4) compact(rs);
     pthread_rwlock_unlock(&rs->lock);
     return PATINA_OK;
@@ -424,8 +485,9 @@ patina_status patina_identify_capacity(patina_context_t *ctx, const char *table,
     PATINA_TRY(patina_extractor_new(&ex, table));
     p = (const rootsift_params_t *)(const void *)ex->params;
     cap->features = (size_t)p->m;
+    cap->rows = (size_t)(1 + p->views);
     cap->record_bytes = patina_extractor_bytes(ex);
-    cap->gpu_bytes = pgpu_idf_slot_bytes(cap->features, PGPU_IDF_INT8);
+    cap->gpu_bytes = cap->rows * pgpu_idf_slot_bytes(cap->features, PGPU_IDF_INT8);
     patina_extractor_free(ex);
     pages = sysconf(_SC_AVPHYS_PAGES);
     psize = sysconf(_SC_PAGESIZE);
@@ -435,6 +497,7 @@ patina_status patina_identify_capacity(patina_context_t *ctx, const char *table,
         if (patina__context_gpu_acquire(ctx, &g) == PATINA_OK) {
             patina_gpu__identify_capacity(g, cap->features, PGPU_IDF_INT8, &cap->gpu_refs);
             patina__context_gpu_release(ctx);
+            cap->gpu_refs /= cap->rows; /* the device's slots hold rows */
         }
     }
     return PATINA_OK;
@@ -544,15 +607,23 @@ const char *patina_identify_decision_name(patina_identify_decision d)
 /* The calibration of the acceptance threshold (docs/identify-bench.md,
  * "Calibration"): per target false-accept rate, the smallest rank-1 inlier
  * count at which at most that fraction of the benchmark's clean impostor
- * queries was accepted, with the default options. Targets between two rows
- * take the stricter row. */
-static const struct {
+ * queries was accepted, with the default options, per reference views
+ * setting (the spec's views: more rows give impostors more chance inliers).
+ * Targets between two rows take the stricter row. */
+typedef struct far_row {
     double far, threshold;
-} far_table[] = {
-    {0.05, 4}, {0.02, 10}, {0.01, PATINA_THRESHOLD_DEFAULT}, {0.005, 24}, {PATINA_FAR_MIN, 33},
+} far_row_t;
+#define FAR_ROWS 5
+static const far_row_t far_tables[RS_VIEWS_MAX + 1][FAR_ROWS] = {
+    /* views = 0: bench/identify's default run */
+    {{0.05, 4}, {0.02, 10}, {0.01, PATINA_THRESHOLD_DEFAULT}, {0.005, 24}, {PATINA_FAR_MIN, 33}},
+    /* views = 1: the lab's run of the same view (docs/lab/identify.md, v1) */
+    {{0.05, 4}, {0.02, 11}, {0.01, 17}, {0.005, 34}, {PATINA_FAR_MIN, 38}},
+    /* views = 2: `patina index --views 2` on the benchmark (lab/identify/views_lib.sh 2) */
+    {{0.05, 4}, {0.02, 16}, {0.01, 24}, {0.005, 46}, {PATINA_FAR_MIN, 65}},
 };
 
-patina_status patina_identify_far_threshold(double far, double *threshold)
+static patina_status far_lookup(int views, double far, double *threshold)
 {
     size_t i;
     if (!threshold) return patina__fail(PATINA_E_INVALID, "identify: null threshold");
@@ -565,11 +636,28 @@ patina_status patina_identify_far_threshold(double far, double *threshold)
         *threshold = 0;
         return PATINA_OK;
     }
-    for (i = 0; i < sizeof far_table / sizeof far_table[0]; i++)
-        if (far_table[i].far <= far) break;
-    if (i == sizeof far_table / sizeof far_table[0]) i--;
-    *threshold = far_table[i].threshold;
+    for (i = 0; i < FAR_ROWS; i++)
+        if (far_tables[views][i].far <= far) break;
+    if (i == FAR_ROWS) i--;
+    *threshold = far_tables[views][i].threshold;
     return PATINA_OK;
+}
+
+patina_status patina_identify_far_threshold(double far, double *threshold)
+{
+    return far_lookup(0, far, threshold);
+}
+
+patina_status patina_identify_far_threshold_table(const char *table, double far, double *threshold)
+{
+    patina_extractor_t *ex = NULL;
+    int views;
+    if (!table || !is_rootsift(table))
+        return patina__fail(PATINA_E_INVALID, "identify: '%s' is not a rootsift spec", table ? table : "(null)");
+    PATINA_TRY(patina_extractor_new(&ex, table));
+    views = ((const rootsift_params_t *)(const void *)ex->params)->views;
+    patina_extractor_free(ex);
+    return far_lookup(views, far, threshold);
 }
 
 /* Per-worker scratch for one (query, reference) pair. */
@@ -743,11 +831,19 @@ static void match_task(void *arg, size_t t, int worker)
     if (rs_count(qr) == 0) return;
     prepare_query(sc, qr);
     end = (b + 1) * jb->block < jb->rs->n ? (b + 1) * jb->block : jb->rs->n;
-    for (i = b * jb->block; i < end; i++) {
-        size_t sco;
+    /* an item's rows (per, within one block: blocks are whole items) fold
+     * into its best row: the most matches, ties the lower slot */
+    for (i = b * jb->block; i < end; i += jb->rs->per) {
+        size_t v, best = 0, bsco = 0;
         if (jb->rs->dead[i]) continue;
-        sco = match_pair(sc, qr, jb->rs->recs + i * jb->rs->stride, jb->o);
-        if (sco) top_insert(c, nc, jb->ncap, (cand_t){jb->rs->ids[i], jb->set, (uint32_t)i, (uint32_t)sco, 0, 0});
+        for (v = 0; v < jb->rs->per; v++) {
+            const size_t sco = match_pair(sc, qr, jb->rs->recs + (i + v) * jb->rs->stride, jb->o);
+            if (sco > bsco) {
+                bsco = sco;
+                best = i + v;
+            }
+        }
+        if (bsco) top_insert(c, nc, jb->ncap, (cand_t){jb->rs->ids[best], jb->set, (uint32_t)best, (uint32_t)bsco, 0, 0});
     }
 }
 
@@ -837,20 +933,37 @@ static size_t verify_pair(scratch_t *sc, const unsigned char *qr, const unsigned
     return cg;
 }
 
+/* An item's verification: RANSAC on each of its rows (rows [first,
+ * first + per) of rs, first = its slot's item start: items are aligned to
+ * per slots), its inliers the most of any row (ties: the lower row, whose
+ * index goes to *row). One row without views. */
+static size_t verify_item(scratch_t *sc, const unsigned char *qr, const patina_refset_t *rs, size_t slot, uint64_t id,
+                          const patina_identify_opts_t *o, size_t *row)
+{
+    const size_t first = slot / rs->per * rs->per;
+    size_t v, nm, best = 0, in;
+    *row = first;
+    for (v = 0; v < rs->per; v++) {
+        in = verify_pair(sc, qr, rs->recs + (first + v) * rs->stride, id, o, &nm);
+        if (v == 0 || in > best) {
+            best = in;
+            *row = first + v;
+        }
+    }
+    return best;
+}
+
 static void verify_task(void *arg, size_t t, int worker)
 {
     job_t *jb = arg;
-    size_t q = t / jb->nverify, c = t % jb->nverify, nm;
-    const unsigned char *qr = jb->queries + q * jb->qbytes, *r;
+    size_t q = t / jb->nverify, c = t % jb->nverify, row;
+    const unsigned char *qr = jb->queries + q * jb->qbytes;
     scratch_t *sc = &jb->sc[worker];
-    const patina_refset_t *rs;
     cand_t *cd;
     if (c >= jb->ncands[q]) return;
     cd = &jb->cands[q * jb->ncap + c];
-    rs = jb->sets[cd->set];
-    r = rs->recs + (size_t)cd->ref * rs->stride;
     prepare_query(sc, qr);
-    cd->inliers = (uint32_t)verify_pair(sc, qr, r, cd->id, jb->o, &nm);
+    cd->inliers = (uint32_t)verify_item(sc, qr, jb->sets[cd->set], cd->ref, cd->id, jb->o, &row);
     cd->verified = 1;
 }
 
@@ -876,7 +989,8 @@ static const char *gpu_refusal(const patina_refset_t *rs, const unsigned char *q
 {
     size_t q;
     if (params_of(rs)->quant != RS_QUANT_U8) return "the table's records are f16 (the GPU matches u8 records)";
-    if (ncap > 1024) return "more than 1024 candidates per query (k or verify_top)";
+    if (ncap * rs->per > 1024)
+        return "more than 1024 candidate rows per query (k or verify_top, times the rows per item)";
     for (q = 0; q < nq; q++)
         if (!idf_exact_u8(queries + q * qbytes)) return "a query record is not u8 at scale 512";
     return NULL;
@@ -909,20 +1023,27 @@ static void gpu_opts(const patina_identify_opts_t *o, size_t ncap, pgpu_idf_opts
     go->arena_cap = o->gpu_arena_slots;
 }
 
-/* The GPU's keys (nq, ncap) of set `set` (rs) as its candidates: cands
- * (nq, ncap), ncands (nq). */
+/* The GPU's keys (nq, ncap x rs->per: its best rows by matches, ties the
+ * lower slot) of set `set` (rs) as its candidates: cands (nq, ncap),
+ * ncands (nq). An item's first row listed is its best (the CPU's fold);
+ * its others are dropped. The best ncap items' best rows are among the
+ * best ncap x per rows (fewer than ncap other items rank above such a row,
+ * each with at most per rows), so the folded lists are the CPU's. */
 static void cands_of_keys(const patina_refset_t *rs, uint32_t set, const uint64_t *keys, size_t nq, size_t ncap,
                           cand_t *cands, size_t *ncands)
 {
-    size_t q, j;
+    const size_t gcap = ncap * rs->per;
+    size_t q, j, i, nc;
     for (q = 0; q < nq; q++) {
         cand_t *c = cands + q * ncap;
-        for (j = 0; j < ncap && keys[q * ncap + j]; j++) {
-            const uint64_t k = keys[q * ncap + j];
+        for (j = 0, nc = 0; j < gcap && nc < ncap && keys[q * gcap + j]; j++) {
+            const uint64_t k = keys[q * gcap + j];
             const uint32_t slot = 0xffffffffu - (uint32_t)k;
-            c[j] = (cand_t){rs->ids[slot], set, slot, (uint32_t)(k >> 32), 0, 0};
+            for (i = 0; i < nc && c[i].id != rs->ids[slot]; i++) {}
+            if (i < nc) continue; /* a worse row of an item listed */
+            c[nc++] = (cand_t){rs->ids[slot], set, slot, (uint32_t)(k >> 32), 0, 0};
         }
-        ncands[q] = j;
+        ncands[q] = nc;
     }
 }
 
@@ -942,7 +1063,7 @@ static patina_status match_gpu(patina_context_t *ctx, job_t *jb)
     pgpu_idf_opts_t go;
     patina_gpu_t *g = NULL;
     uint16_t *qc = malloc(jb->nq * sizeof *qc);
-    uint64_t *keys = malloc(jb->nq * jb->ncap * sizeof *keys);
+    uint64_t *keys = malloc(jb->nq * jb->ncap * rs->per * sizeof *keys);
     const uint8_t **rows = malloc((rs->n + 1) * sizeof *rows);
     patina_status s;
     if (!qc || !keys || !rows) {
@@ -953,7 +1074,7 @@ static patina_status match_gpu(patina_context_t *ctx, job_t *jb)
     }
     query_counts(jb->queries, jb->qbytes, jb->nq, qc);
     refs_view(rs, &view, rows);
-    gpu_opts(jb->o, jb->ncap, &go);
+    gpu_opts(jb->o, jb->ncap * rs->per, &go); /* rows, folded into ncap items below */
     s = patina__context_gpu_acquire(ctx, &g);
     if (s == PATINA_OK) {
         /* the device that mirrors the set, told once (patina__refset_gpu_forget) */
@@ -1018,7 +1139,8 @@ struct idf_many {
     const unsigned char *queries;
     size_t qbytes, nq;
     patina_identify_opts_t o;
-    size_t alive;   /* references of the union */
+    size_t alive;   /* references (items) of the union */
+    size_t per;     /* rows per item (one spec: every set's) */
     size_t kk;      /* hits per query at most: min(k, alive) */
     size_t nverify; /* candidates verified per query: min(verify_top, alive), 0 without verify */
     size_t ncap;    /* candidates kept per query and set: max(kk, nverify) */
@@ -1093,13 +1215,14 @@ patina_status idf_many_begin(idf_many_t **out, patina_refset_t *const *sets, siz
             if (sets[i]->n > UINT32_MAX)
                 s = patina__fail(PATINA_E_LIMIT, "identify: %zu references is too many for one set (shard it)",
                                  sets[i]->n);
-            m->alive += sets[i]->alive;
+            m->alive += sets[i]->alive / sets[i]->per;
         }
         if (s != PATINA_OK) {
             idf_many_free(m);
             return s;
         }
     }
+    m->per = sets[0]->per;
     m->kk = m->o.k < m->alive ? m->o.k : m->alive; /* k beyond the references is clamped */
     m->nverify = m->o.verify ? (m->o.verify_top < m->alive ? m->o.verify_top : m->alive) : 0;
     m->ncap = m->kk > m->nverify ? m->kk : m->nverify;
@@ -1177,6 +1300,7 @@ patina_status idf_many_match(idf_many_t *m, size_t set, patina_context_t *ctx)
      * per-task candidate lists stay (queries x 4 workers x ncap). */
     jb.block = (rs->n + 4 * nworkers - 1) / (4 * nworkers);
     if (jb.block < REF_BLOCK) jb.block = REF_BLOCK;
+    jb.block = (jb.block + rs->per - 1) / rs->per * rs->per; /* whole items */
     jb.nblocks = (rs->n + jb.block - 1) / jb.block;
     if (m->nq > SIZE_MAX / jb.nblocks / (jb.ncap * sizeof *jb.tcands + sizeof *jb.ntcands))
         return patina__fail(PATINA_E_LIMIT, "identify: %zu queries x k = %zu is too many for one call", m->nq, m->o.k);
@@ -1248,8 +1372,8 @@ patina_status idf_many_match_sets(idf_many_t *m, size_t set0, size_t nsets, pati
     views = malloc(ng * sizeof *views);
     rows = malloc(nrows * sizeof *rows);
     qc = malloc(m->nq * sizeof *qc);
-    if (views && rows && qc && m->nq * m->ncap <= SIZE_MAX / ng / sizeof *keys)
-        keys = malloc(ng * m->nq * m->ncap * sizeof *keys);
+    if (views && rows && qc && m->nq * m->ncap * m->per <= SIZE_MAX / ng / sizeof *keys)
+        keys = malloc(ng * m->nq * m->ncap * m->per * sizeof *keys);
     if (!views || !rows || !qc || !keys) {
         s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu sets x %zu queries", ng, m->nq);
         goto out;
@@ -1259,14 +1383,14 @@ patina_status idf_many_match_sets(idf_many_t *m, size_t set0, size_t nsets, pati
         refs_view(m->sets[which[i]], &views[i], rows + nrows);
         nrows += m->sets[which[i]]->n + 1;
     }
-    gpu_opts(&m->o, m->ncap, &go);
+    gpu_opts(&m->o, m->ncap * m->per, &go); /* rows, folded into ncap items by cands_of_keys */
     if ((s = patina__context_gpu_acquire(ctx, &g)) != PATINA_OK) goto out;
     for (i = 0; i < ng; i++) atomic_store(&m->sets[which[i]]->gpu_ctx, (void *)ctx); /* as match_gpu */
     s = patina_gpu_identify_many(g, views, ng, m->queries + RS_HEADER, m->qbytes, qc, m->nq,
                                  (size_t)params_of(m->sets[0])->n, &go, keys, NULL);
     patina__context_gpu_release(ctx);
     for (i = 0; s == PATINA_OK && i < ng; i++)
-        cands_of_keys(m->sets[which[i]], which[i], keys + i * m->nq * m->ncap, m->nq, m->ncap,
+        cands_of_keys(m->sets[which[i]], which[i], keys + i * m->nq * m->ncap * m->per, m->nq, m->ncap,
                       m->cands + (size_t)which[i] * m->nq * m->ncap, m->ncands + (size_t)which[i] * m->nq);
 out:
     free(views);
@@ -1385,8 +1509,8 @@ patina_status patina_identify_pairs(patina_refset_t *rs, const void *query, uint
 {
     patina_identify_opts_t o;
     scratch_t sc;
-    size_t slot, nm, i, k = 0;
-    int found;
+    size_t slot, nm, i, k = 0, best;
+    int found, kind, W, H;
     patina_status s = PATINA_OK;
     if (!rs || !query || !n || (cap && !pairs)) return patina__fail(PATINA_E_INVALID, "identify pairs: null argument");
     *n = 0;
@@ -1407,14 +1531,22 @@ patina_status patina_identify_pairs(patina_refset_t *rs, const void *query, uint
         goto out;
     }
     prepare_query(&sc, query);
-    verify_pair(&sc, query, rs->recs + slot * rs->stride, id, &o, &nm);
+    /* the item's row with the most inliers, as identify's verification picks it */
+    verify_item(&sc, query, rs, slot, id, &o, &best);
+    best -= slot;
+    verify_pair(&sc, query, rs->recs + (slot + best) * rs->stride, id, &o, &nm); /* that row's pairs in sc */
+    kind = rs_view_kind((int)rs->per - 1, (int)best);
+    W = (int)rs_size(rs->recs + slot * rs->stride, 2);
+    H = (int)rs_size(rs->recs + slot * rs->stride, 3);
     for (i = 0; i < nm; i++) {
         if (!sc.inl[i]) continue;
         if (k < cap) {
+            double rx = sc.rp[2 * i], ry = sc.rp[2 * i + 1];
+            if (kind) rs_view_point(kind, W, H, rx, ry, &rx, &ry); /* a view's point on the reference */
             pairs[4 * k] = (float)sc.qp[2 * i];
             pairs[4 * k + 1] = (float)sc.qp[2 * i + 1];
-            pairs[4 * k + 2] = (float)sc.rp[2 * i];
-            pairs[4 * k + 3] = (float)sc.rp[2 * i + 1];
+            pairs[4 * k + 2] = (float)rx;
+            pairs[4 * k + 3] = (float)ry;
         }
         k++;
     }

@@ -658,6 +658,15 @@ size_t patina_table_size(patina_table_t *t)
     return n;
 }
 
+size_t patina_table_matched_rows(patina_table_t *t)
+{
+    size_t n = 0, k;
+    if (!t || enter(t, NULL) != PATINA_OK) return 0;
+    for (k = 0; k < t->ns; k++) n += t->sl[k].rs ? patina_refset_rows(t->sl[k].rs) : slice_rows(&t->sl[k]);
+    pthread_rwlock_unlock(&t->lock);
+    return n;
+}
+
 size_t patina_table_pivots(patina_table_t *t)
 {
     size_t p;

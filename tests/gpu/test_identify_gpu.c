@@ -15,7 +15,10 @@
  *     memory through the staging chunks), additions, removals, updates, an id
  *     inserted below the largest, compaction, between queries; a restart
  *     (the set reloaded from its collection) answers the same;
- *   - threads identifying on one context while another changes the set.
+ *   - threads identifying on one context while another changes the set;
+ *   - reference views (views = 2: three rows per item, folded by item on
+ *     the host from the GPU's rows): items whose rows tie, whose rows are
+ *     another item's, with small k and verify_top.
  * Skipped (77) without a GPU. */
 #include <pthread.h>
 #include <stdio.h>
@@ -166,6 +169,53 @@ static void test_random(void **state)
         print_message("m %zu n %zu: %zu references x %zu queries equal (2 precisions x 3 scorings x 2)\n", m, n, nr,
                       nq);
         release_all(rs, c, dir, recs, nr, q, ex);
+    }
+}
+
+/* Reference views: items of 3 rows (random records of make_random, a
+ * row repeated within an item or copied from another item: ties inside an
+ * item and between items); the GPU's rows folded on the host give the
+ * CPU's items. */
+static void test_views(void **state)
+{
+    static const size_t shapes[][4] = {{40, 64, 30, 8}, {384, 768, 120, 6}, {7, 33, 5, 4}};
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 30);
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        const size_t m = shapes[t][0], n = shapes[t][1], ni = shapes[t][2], nq = shapes[t][3];
+        const size_t b = rs_record_bytes(m, RS_QUANT_U8);
+        char spec[80], *dir, what[128];
+        patina_extractor_t *ex = NULL;
+        unsigned char **rows, **items = calloc(ni, sizeof *items), *q;
+        patina_collection_t *c;
+        patina_refset_t *rs = NULL;
+        patina_identify_opts_t o;
+        static const size_t kv[][2] = {{7, 10}, {3, 2}, {1, 1}, {5, 0}};
+        snprintf(spec, sizeof spec, "rootsift:m=%zu,n=%zu,views=2", m, n);
+        TU_OK(patina_extractor_new(&ex, spec));
+        make_random(&r, m, n, 3 * ni, nq, &rows, &q);
+        for (size_t i = 0; i < ni; i++) {
+            items[i] = malloc(3 * b);
+            for (size_t v = 0; v < 3; v++) memcpy(items[i] + v * b, rows[3 * i + v], b);
+            if (i % 4 == 1) memcpy(items[i] + 2 * b, items[i], b);              /* a row twice in an item */
+            if (i % 5 == 2 && i > 3) memcpy(items[i] + b, items[i - 3] + 2 * b, b); /* another item's row */
+        }
+        c = make_collection(&dir, patina_extractor_spec(ex), items, ni, 3 * b);
+        TU_OK(patina_refset_load(&rs, c, NULL));
+        assert_int_equal(patina_refset_rows(rs), 3 * ni);
+        for (size_t k = 0; k < sizeof kv / sizeof kv[0]; k++) {
+            patina_identify_opts_init(&o);
+            o.k = kv[k][0];
+            o.verify_top = kv[k][1];
+            o.verify = kv[k][1] > 0;
+            snprintf(what, sizeof what, "views: m %zu items %zu k %zu verify_top %zu", m, ni, o.k, o.verify_top);
+            compare(rs, q, nq, &o, what);
+        }
+        print_message("views: m %zu n %zu: %zu items x 3 rows x %zu queries equal\n", m, n, ni, nq);
+        release_all(rs, c, dir, rows, 3 * ni, q, ex);
+        for (size_t i = 0; i < ni; i++) free(items[i]);
+        free(items);
     }
 }
 
@@ -422,6 +472,7 @@ int main(void)
         cmocka_unit_test(test_real),
         cmocka_unit_test(test_cache),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_views),
     };
     int rc;
     const char *quick = getenv("PATINA_TEST_QUICK");

@@ -1,0 +1,684 @@
+/* Tests of reference views (the rootsift option `views`: src/features/rootsift_views.c, the refset's rows
+ * and the fold by item in src/identify/identify.c): the spec and its bounds, views = 0 unchanged, the views'
+ * images, a set's rows put / replaced / removed together, hits that name items once, the fold before the
+ * verified candidates are cut, a live table and its store keeping the setting, and a half-scale blurred
+ * query that the views help. Small images and synthetic records: fast. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "features/family.h"
+#include "features/rootsift.h"
+#include "identify/identify.h"
+#include "patina/table.h"
+#include "testutil.h"
+#include "idfutil.h"
+
+#define M 48 /* rows per record in the synthetic sets */
+
+/* ------------------------------------------------------------------ spec */
+
+static void test_spec(void **state)
+{
+    patina_extractor_t *a = NULL, *b = NULL, *c = NULL;
+    (void)state;
+    TU_OK(patina_extractor_new(&a, "rootsift"));
+    TU_OK(patina_extractor_new(&b, "rootsift:views=0"));
+    TU_OK(patina_extractor_new(&c, "rootsift:views=2"));
+    /* views = 0 is the spec tables were stored under, byte for byte */
+    assert_string_equal(patina_extractor_spec(a), patina_extractor_spec(b));
+    assert_null(strstr(patina_extractor_spec(a), "views"));
+    assert_non_null(strstr(patina_extractor_spec(c), ",views=2"));
+    assert_int_equal(patina_extractor_bytes(c), 3 * patina_extractor_bytes(a));
+    patina_extractor_free(a);
+    patina_extractor_free(b);
+    patina_extractor_free(c);
+    /* out of bounds: PATINA_E_INVALID naming the option */
+    assert_int_equal(patina_extractor_new(&a, "rootsift:views=3"), PATINA_E_INVALID);
+    assert_non_null(strstr(patina_last_error(), "views"));
+    assert_int_equal(patina_extractor_new(&a, "rootsift:views=-1"), PATINA_E_INVALID);
+    assert_non_null(strstr(patina_last_error(), "views"));
+    {
+        patina_refset_t *rs = NULL;
+        assert_int_equal(patina_refset_new(&rs, "rootsift:views=9"), PATINA_E_INVALID);
+        assert_null(rs);
+    }    /* the acceptance threshold's calibration follows the views: views = 0 is the table of before */
+    {
+        static const double fars[] = {1, 0.05, 0.02, 0.01, 0.005, 0.001};
+        for (size_t i = 0; i < sizeof fars / sizeof fars[0]; i++) {
+            double t0, t, t2;
+            TU_OK(patina_identify_far_threshold(fars[i], &t0));
+            TU_OK(patina_identify_far_threshold_table("rootsift:m=64", fars[i], &t));
+            TU_OK(patina_identify_far_threshold_table("rootsift:views=2", fars[i], &t2));
+            assert_true(t == t0);
+            assert_true(t2 >= t0);
+        }
+        double t;
+        TU_OK(patina_identify_far_threshold_table("rootsift", 0.01, &t));
+        assert_true(t == PATINA_THRESHOLD_DEFAULT);
+        assert_int_equal(patina_identify_far_threshold_table("cedd", 0.01, &t), PATINA_E_INVALID);
+        assert_int_equal(patina_identify_far_threshold_table("rootsift:views=2", 0.0001, &t), PATINA_E_INVALID);
+    }
+}
+
+/* ------------------------------------------------------------ the images */
+
+static void test_view_images(void **state)
+{
+    patina_image_t img, v;
+    tu_rng_t r;
+    int kind;
+    (void)state;
+    tu_rng_seed(&r, 7);
+    /* a flat image gives flat views of its level (the filters sum to one) */
+    tu_random_image(&img, 101, 60, 3, &r);
+    for (size_t i = 0; i < (size_t)img.height * img.stride; i++) img.data[i] = 77;
+    for (kind = RS_VIEW_SOFT_HALF; kind <= RS_VIEW_SOFT_FULL; kind++) {
+        TU_OK(rs_view_make(&v, &img, kind));
+        if (kind == RS_VIEW_SOFT_HALF) {
+            assert_int_equal(v.width, 51);
+            assert_int_equal(v.height, 30);
+        } else if (kind == RS_VIEW_SOFT_FULL) {
+            assert_int_equal(v.width, 101);
+            assert_int_equal(v.height, 60);
+        } else { /* the upright rectangle inside the 30-degree rotation: about half the area */
+            assert_true(v.width > 20 && v.width < 101 && v.height > 10 && v.height < 60);
+        }
+        for (int y = 0; y < v.height; y++)
+            for (int x = 0; x < 3 * v.width; x++) assert_int_equal(v.data[(size_t)y * v.stride + x], 77);
+        patina_image_release(&v);
+    }
+    patina_image_release(&img);
+    /* deterministic; an empty image has empty views */
+    {
+        patina_image_t a, b, e;
+        tu_random_image(&img, 64, 48, 1, &r);
+        for (kind = RS_VIEW_SOFT_HALF; kind <= RS_VIEW_SOFT_FULL; kind++) {
+            TU_OK(rs_view_make(&a, &img, kind));
+            TU_OK(rs_view_make(&b, &img, kind));
+            assert_int_equal(a.width, b.width);
+            assert_memory_equal(a.data, b.data, (size_t)a.height * a.stride);
+            patina_image_release(&a);
+            patina_image_release(&b);
+        }
+        memset(&e, 0, sizeof e);
+        TU_OK(rs_view_make(&a, &e, RS_VIEW_GEOMETRIC));
+        assert_int_equal(a.width, 0);
+        patina_image_release(&img);
+    }
+    /* the half view's point mapping: the view's corner pixels' centres onto the image's */
+    {
+        double x, y;
+        assert_true(rs_view_point(RS_VIEW_SOFT_HALF, 100, 60, -0.5, -0.5, &x, &y));
+        assert_true(fabs(x + 0.5) < 1e-9 && fabs(y + 0.5) < 1e-9);
+        assert_true(rs_view_point(RS_VIEW_SOFT_HALF, 100, 60, 49.5, 29.5, &x, &y));
+        assert_true(fabs(x - 99.5) < 1e-9 && fabs(y - 59.5) < 1e-9);
+        /* the geometric view's centre is the image's (the rotation and the perspective are about it) */
+        assert_true(rs_view_point(RS_VIEW_GEOMETRIC, 200, 200, 0, 0, &x, &y)); /* a corner: on the edge */
+        assert_true(x >= -2 && x <= 202 && y >= -2 && y <= 202);
+        assert_true(rs_view_point(RS_VIEW_GEOMETRIC, 200, 200, 73, 73, &x, &y)); /* the middle: inside */
+        assert_true(x >= 50 && x <= 150 && y >= 50 && y <= 150);
+        assert_false(rs_view_point(0, 100, 60, 0, 0, &x, &y));
+    }
+}
+
+/* views = 0 records are the records of before, and with views the first
+ * block is that record: the views only add blocks. */
+static void test_views0_records(void **state)
+{
+    patina_extractor_t *e0 = NULL, *e2 = NULL;
+    patina_image_t img;
+    unsigned char *r0, *r2;
+    size_t b0;
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 11);
+    tu_random_image(&img, 96, 80, 2, &r);
+    TU_OK(patina_extractor_new(&e0, "rootsift:m=64"));
+    TU_OK(patina_extractor_new(&e2, "rootsift:m=64,views=2"));
+    b0 = patina_extractor_bytes(e0);
+    r0 = malloc(b0);
+    r2 = malloc(3 * b0);
+    TU_OK(e0->family->cpu(e0->params, r0, &img));
+    TU_OK(e2->family->cpu(e2->params, r2, &img));
+    {
+        const rootsift_params_t *p = (const rootsift_params_t *)(const void *)e0->params;
+        unsigned char *ref = malloc(b0);
+        TU_OK(rs_extract(p, 64, ref, &img)); /* the extractor of before */
+        assert_memory_equal(r0, ref, b0);
+        free(ref);
+    }
+    assert_memory_equal(r2, r0, b0);
+    for (int v = 0; v < 3; v++) TU_OK(rs_record_check(r2 + v * b0, b0, "view"));
+    assert_true(rs_size(r2 + b0, 2) < 96); /* the geometric view's own size */
+    assert_int_equal(rs_size(r2 + 2 * b0, 2), 96); /* the soft view at full size */
+    free(r0);
+    free(r2);
+    patina_extractor_free(e0);
+    patina_extractor_free(e2);
+    patina_image_release(&img);
+}
+
+/* ------------------------------------------------------- synthetic items */
+
+/* An item record of 3 blocks of M rows: block v's rows from rows[v] (count
+ * c[v]), geometry geom[v] (4 per row). */
+static unsigned char *make_item(uint8_t *const rows[3], const size_t c[3], float *const geom[3])
+{
+    const size_t b = rs_record_bytes(M, RS_QUANT_U8);
+    unsigned char *it = malloc(3 * b);
+    for (int v = 0; v < 3; v++) {
+        unsigned char *rec = make_record(M, c[v], rows[v], geom[v], 200, 200);
+        memcpy(it + v * b, rec, b);
+        free(rec);
+    }
+    return it;
+}
+
+static void random_geom(float *g, size_t n, tu_rng_t *r)
+{
+    for (size_t i = 0; i < n; i++) {
+        g[4 * i] = (float)tu_rng_below(r, 190) + 5;
+        g[4 * i + 1] = (float)tu_rng_below(r, 190) + 5;
+        g[4 * i + 2] = 2.0f;
+        g[4 * i + 3] = 0.0f;
+    }
+}
+
+/* N items of 3 blocks of random rows; the query is made of block 2 of item
+ * `target`'s rows (perturbed, the same keypoints): only that view matches. */
+#define N 12
+typedef struct items {
+    unsigned char *rec[N];
+    uint8_t *rows[N][3];
+    float *geom[N][3];
+    unsigned char *query;
+} items_t;
+
+static void items_make(items_t *s, size_t target, uint64_t seed)
+{
+    tu_rng_t r;
+    const size_t c[3] = {M, M, M};
+    tu_rng_seed(&r, seed);
+    for (size_t i = 0; i < N; i++) {
+        for (int v = 0; v < 3; v++) {
+            s->rows[i][v] = malloc(M * 128);
+            s->geom[i][v] = malloc(M * 4 * sizeof(float));
+            for (size_t j = 0; j < M; j++) random_row(s->rows[i][v] + j * 128, &r);
+            random_geom(s->geom[i][v], M, &r);
+        }
+        s->rec[i] = make_item(s->rows[i], c, s->geom[i]);
+    }
+    {
+        uint8_t *q = malloc(M * 128);
+        for (size_t j = 0; j < M; j++) perturb(q + j * 128, s->rows[target][2] + j * 128, 3, &r);
+        /* a query record: n = 768 rows of the default spec, M of them used */
+        s->query = make_record(768, M, q, s->geom[target][2], 200, 200);
+        free(q);
+    }
+}
+
+static void items_free(items_t *s)
+{
+    for (size_t i = 0; i < N; i++) {
+        for (int v = 0; v < 3; v++) {
+            free(s->rows[i][v]);
+            free(s->geom[i][v]);
+        }
+        free(s->rec[i]);
+    }
+    free(s->query);
+}
+
+#define SPEC2 "rootsift:m=48,views=2"
+#define SPEC0 "rootsift:m=48"
+
+static void assert_items_once(const patina_identify_hit_t *h, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++) assert_true(h[i].id != h[j].id);
+}
+
+static void test_refset_rows(void **state)
+{
+    items_t s;
+    patina_refset_t *rs = NULL, *base = NULL;
+    patina_identify_opts_t o;
+    patina_identify_hit_t hits[N];
+    patina_identify_result_t res;
+    const size_t b = rs_record_bytes(M, RS_QUANT_U8);
+    (void)state;
+    items_make(&s, 5, 3);
+    TU_OK(patina_refset_new(&rs, SPEC2));
+    TU_OK(patina_refset_new(&base, SPEC0));
+    for (size_t i = 0; i < N; i++) {
+        TU_OK(patina_refset_put(rs, i + 1, s.rec[i], 3 * b));
+        TU_OK(patina_refset_put(base, i + 1, s.rec[i], b)); /* block 0 only: no views */
+    }
+    assert_int_equal(patina_refset_size(rs), N);
+    assert_int_equal(patina_refset_rows(rs), 3 * N);
+    {
+        const uint64_t *ids = patina_refset_ids(rs);
+        for (size_t i = 0; i < 3 * N; i++) assert_int_equal(ids[i], i / 3 + 1);
+    }
+    /* a record of one block (or of another size) does not belong in a set of views */
+    assert_int_equal(patina_refset_put(rs, 99, s.rec[0], b), PATINA_E_INVALID);
+    assert_int_equal(patina_refset_rows(rs), 3 * N);
+
+    /* the query shows item 6's view 2 only: found with views, not without */
+    patina_identify_opts_init(&o);
+    o.k = N;
+    o.threshold = 8;
+    TU_OK(patina_identify(NULL, rs, s.query, 1, &o, hits, &res));
+    assert_true(res.nhits >= 1);
+    assert_int_equal(hits[0].id, 6);
+    assert_true(hits[0].verified && hits[0].inliers >= 40);
+    assert_int_equal(res.decision, PATINA_DECISION_MATCH);
+    assert_items_once(hits, res.nhits);
+    TU_OK(patina_identify(NULL, base, s.query, 1, &o, hits, &res));
+    assert_int_equal(res.decision, PATINA_DECISION_UNKNOWN);
+
+    /* the pairs of the best row: as many as the inliers */
+    {
+        size_t n = 0;
+        TU_OK(patina_identify(NULL, rs, s.query, 1, &o, hits, &res));
+        TU_OK(patina_identify_pairs(rs, s.query, 6, &o, NULL, 0, &n));
+        assert_int_equal(n, hits[0].inliers);
+    }
+
+    /* an update replaces every row: item 6 without the matching view */
+    {
+        uint8_t *rows[3] = {s.rows[0][0], s.rows[0][1], s.rows[0][0]};
+        float *geom[3] = {s.geom[0][0], s.geom[0][1], s.geom[0][0]};
+        const size_t c[3] = {M, M, M};
+        unsigned char *it = make_item(rows, c, geom);
+        TU_OK(patina_refset_put(rs, 6, it, 3 * b));
+        free(it);
+        assert_int_equal(patina_refset_rows(rs), 3 * N);
+        TU_OK(patina_identify(NULL, rs, s.query, 1, &o, hits, &res));
+        assert_int_equal(res.decision, PATINA_DECISION_UNKNOWN);
+        TU_OK(patina_refset_put(rs, 6, s.rec[5], 3 * b));
+    }
+    /* a removal drops every row */
+    TU_OK(patina_refset_remove(rs, 6));
+    assert_int_equal(patina_refset_size(rs), N - 1);
+    assert_int_equal(patina_refset_rows(rs), 3 * (N - 1));
+    TU_OK(patina_identify(NULL, rs, s.query, 1, &o, hits, &res));
+    for (size_t i = 0; i < res.nhits; i++) assert_true(hits[i].id != 6);
+    assert_int_equal(res.decision, PATINA_DECISION_UNKNOWN);
+    assert_int_equal(patina_refset_remove(rs, 6), PATINA_E_NOTFOUND);
+    /* put back below the largest id: its rows go between the others' */
+    TU_OK(patina_refset_put(rs, 6, s.rec[5], 3 * b));
+    {
+        const uint64_t *ids = patina_refset_ids(rs);
+        for (size_t i = 0; i < 3 * N; i++) assert_int_equal(ids[i], i / 3 + 1);
+    }
+    TU_OK(patina_identify(NULL, rs, s.query, 1, &o, hits, &res));
+    assert_int_equal(hits[0].id, 6);
+    patina_refset_free(rs);
+    patina_refset_free(base);
+    items_free(&s);
+}
+
+/* The fold comes before the verified candidates are cut: item A's three
+ * rows all beat item B's best, yet with verify_top = 2 both A and B are
+ * verified (rows would have verified A twice and left B out), and B is
+ * rank 2, not another row of A. */
+static void test_fold_before_verify(void **state)
+{
+    tu_rng_t r;
+    const size_t b = rs_record_bytes(M, RS_QUANT_U8);
+    uint8_t *qrows = malloc(M * 128), *arows[3], *brows[3];
+    float *geom = malloc(M * 4 * sizeof(float));
+    patina_refset_t *rs = NULL;
+    unsigned char *query, *a, *bb;
+    patina_identify_opts_t o;
+    patina_identify_hit_t hits[4];
+    patina_identify_result_t res;
+    const size_t c[3] = {M, M, M};
+    float *g3[3] = {geom, geom, geom};
+    (void)state;
+    tu_rng_seed(&r, 5);
+    for (size_t j = 0; j < M; j++) random_row(qrows + j * 128, &r);
+    random_geom(geom, M, &r);
+    for (int v = 0; v < 3; v++) {
+        arows[v] = malloc(M * 128);
+        brows[v] = malloc(M * 128);
+        for (size_t j = 0; j < M; j++) { /* A: every view shares 40 rows with the query, B: 20 */
+            if (j < 40) perturb(arows[v] + j * 128, qrows + j * 128, 2, &r);
+            else random_row(arows[v] + j * 128, &r);
+            if (j < 20 && v == 0) perturb(brows[v] + j * 128, qrows + j * 128, 2, &r);
+            else random_row(brows[v] + j * 128, &r);
+        }
+    }
+    a = make_item(arows, c, g3);
+    bb = make_item(brows, c, g3);
+    query = make_record(768, M, qrows, geom, 200, 200);
+    TU_OK(patina_refset_new(&rs, SPEC2));
+    TU_OK(patina_refset_put(rs, 3, a, 3 * b));
+    TU_OK(patina_refset_put(rs, 9, bb, 3 * b));
+    patina_identify_opts_init(&o);
+    o.k = 4;
+    o.verify_top = 2;
+    o.threshold = 10;
+    TU_OK(patina_identify(NULL, rs, query, 1, &o, hits, &res));
+    assert_int_equal(res.nhits, 2); /* k clamped to the items, not the rows */
+    assert_int_equal(hits[0].id, 3);
+    assert_int_equal(hits[1].id, 9);
+    assert_true(hits[0].verified && hits[1].verified);
+    assert_true(hits[0].inliers >= 35 && hits[1].inliers >= 15);
+    assert_int_equal(res.decision, PATINA_DECISION_AMBIGUOUS); /* both reach 10: two items, not A twice */
+    o.verify_top = 1;
+    TU_OK(patina_identify(NULL, rs, query, 1, &o, hits, &res));
+    assert_int_equal(res.nhits, 2);
+    assert_int_equal(hits[1].id, 9);
+    assert_false(hits[1].verified);
+    assert_int_equal(res.decision, PATINA_DECISION_MATCH);
+    patina_refset_free(rs);
+    for (int v = 0; v < 3; v++) {
+        free(arows[v]);
+        free(brows[v]);
+    }
+    free(qrows);
+    free(geom);
+    free(a);
+    free(bb);
+    free(query);
+}
+
+/* Verification runs on every row of a verified item and keeps the most
+ * inliers: row 0 has the most matches but no geometry consistent with the
+ * query's, view 1 fewer matches that agree. */
+static void test_verify_rows(void **state)
+{
+    tu_rng_t r;
+    const size_t b = rs_record_bytes(M, RS_QUANT_U8);
+    uint8_t *qrows = malloc(M * 128), *rows[3];
+    float *qgeom = malloc(M * 4 * sizeof(float)), *geom[3];
+    const size_t c[3] = {M, M, M};
+    patina_refset_t *rs = NULL;
+    unsigned char *query, *it;
+    patina_identify_opts_t o;
+    patina_identify_hit_t hits[5];
+    patina_identify_result_t res;
+    size_t n = 0;
+    (void)state;
+    tu_rng_seed(&r, 77);
+    for (size_t j = 0; j < M; j++) random_row(qrows + j * 128, &r);
+    random_geom(qgeom, M, &r);
+    for (int v = 0; v < 3; v++) {
+        rows[v] = malloc(M * 128);
+        geom[v] = malloc(M * 4 * sizeof(float));
+        for (size_t j = 0; j < M; j++) random_row(rows[v] + j * 128, &r);
+        random_geom(geom[v], M, &r); /* unrelated to the query's keypoints */
+    }
+    for (size_t j = 0; j < 36; j++) perturb(rows[0] + j * 128, qrows + j * 128, 2, &r); /* 36 matches, no model */
+    for (size_t j = 36; j < M; j++) { /* 12 matches where the query's keypoints are */
+        perturb(rows[1] + j * 128, qrows + j * 128, 2, &r);
+        memcpy(geom[1] + 4 * j, qgeom + 4 * j, 4 * sizeof(float));
+    }
+    it = make_item(rows, c, geom);
+    query = make_record(768, M, qrows, qgeom, 200, 200);
+    TU_OK(patina_refset_new(&rs, SPEC2));
+    TU_OK(patina_refset_put(rs, 4, it, 3 * b));
+    patina_identify_opts_init(&o);
+    TU_OK(patina_identify(NULL, rs, query, 1, &o, hits, &res));
+    assert_int_equal(res.nhits, 1);
+    assert_true(hits[0].matches >= 30);            /* the item's score: row 0's matches */
+    assert_true(hits[0].inliers >= 10);            /* its inliers: view 1's */
+    TU_OK(patina_identify_pairs(rs, query, 4, &o, NULL, 0, &n));
+    assert_int_equal(n, hits[0].inliers);
+    patina_refset_free(rs);
+    for (int v = 0; v < 3; v++) {
+        free(rows[v]);
+        free(geom[v]);
+    }
+    free(qrows);
+    free(qgeom);
+    free(it);
+    free(query);
+}
+
+/* --------------------------------------------------- tables and the store */
+
+static void test_table_store(void **state)
+{
+    items_t s;
+    char *dir;
+    patina_collection_t *c;
+    patina_table_t *t = NULL, *parts[2] = {NULL, NULL};
+    patina_identify_hit_t hits[5];
+    patina_identify_result_t res;
+    char *keys[5] = {0};
+    const size_t b = rs_record_bytes(M, RS_QUANT_U8);
+    (void)state;
+    items_make(&s, 7, 21);
+    {
+        patina_extractor_t *ex = NULL; /* the collection's table under its canonical spec */
+        TU_OK(patina_extractor_new(&ex, SPEC2));
+        c = make_collection(&dir, patina_extractor_spec(ex), s.rec, N, 3 * b);
+        patina_extractor_free(ex);
+    }
+    patina_collection_close(c);
+    /* reopened: the table keeps its spec, the set its rows */
+    TU_OK(patina_collection_open(&c, tu_path(dir, "coll"), PATINA_OPEN_WRITE, 0));
+    {
+        char **specs = NULL;
+        size_t n = 0;
+        TU_OK(patina_collection_tables(c, &specs, &n));
+        assert_int_equal(n, 1);
+        assert_non_null(strstr(specs[0], "views=2"));
+        patina_free(specs[0]);
+        patina_free(specs);
+    }
+    {
+        patina_table_opts_t to;
+        patina_table_opts_init(&to);
+        to.need = PATINA_CAP_IDENTIFY;
+        TU_OK(patina_table_open(&t, NULL, c, NULL, &to));
+    }
+    assert_int_equal(patina_table_size(t), N);
+    assert_int_equal(patina_table_matched_rows(t), 3 * N);
+    TU_OK(patina_table_identify(t, s.query, 1, NULL, hits, &res, keys));
+    assert_int_equal(hits[0].id, 8);
+    assert_string_equal(keys[0], "ref7");
+    assert_items_once(hits, res.nhits);
+    for (size_t i = 0; i < 5; i++) {
+        patina_free(keys[i]);
+        keys[i] = NULL;
+    }
+    /* the partitions of the collection: an item's rows in one (the key decides), the answer the same */
+    {
+        patina_table_opts_t po;
+        patina_identify_hit_t ph[5];
+        patina_identify_result_t pr;
+        patina_table_opts_init(&po);
+        po.partitions = 2;
+        for (uint32_t p = 0; p < 2; p++) {
+            po.partition = p;
+            TU_OK(patina_table_open(&parts[p], NULL, c, SPEC2, &po));
+        }
+        assert_int_equal(patina_table_matched_rows(parts[0]) + patina_table_matched_rows(parts[1]), 3 * N);
+        assert_int_equal(patina_table_matched_rows(parts[0]) % 3, 0);
+        TU_OK(patina_table_identify_many(parts, 2, s.query, 1, NULL, ph, &pr, NULL));
+        assert_int_equal(pr.nhits, res.nhits);
+        assert_memory_equal(ph, hits, res.nhits * sizeof *ph);
+        patina_table_free(parts[0]);
+        patina_table_free(parts[1]);
+    }
+    /* a write through the table replaces the item's rows; a removal drops them */
+    {
+        patina_table_t *const ts[1] = {t};
+        patina_insert_t it;
+        const void *descs[1];
+        uint64_t id = 0;
+        size_t removed = 0;
+        memset(&it, 0, sizeof it);
+        it.key = "ref7";
+        it.size = 2;
+        it.width = it.height = 100;
+        descs[0] = s.rec[0]; /* item 8 now holds item 1's rows */
+        TU_OK(patina_tables_put(ts, 1, &it, 1, descs, &id));
+        assert_int_equal(id, 8);
+        assert_int_equal(patina_table_matched_rows(t), 3 * N);
+        TU_OK(patina_table_identify(t, s.query, 1, NULL, hits, &res, NULL));
+        assert_int_equal(res.decision, PATINA_DECISION_UNKNOWN);
+        TU_OK(patina_tables_remove(ts, 1, &id, 1, &removed));
+        assert_int_equal(removed, 1);
+        assert_int_equal(patina_table_size(t), N - 1);
+        assert_int_equal(patina_table_matched_rows(t), 3 * (N - 1));
+    }
+    patina_table_free(t);
+    patina_collection_close(c);
+    tu_remove_tree(dir);
+    free(dir);
+    items_free(&s);
+}
+
+/* ------------------------------------------- a half-scale, blurred query */
+
+/* Box 2x2 average then a [1 2 1] / 4 blur: a farther, softer photograph. */
+static void half_blur(patina_image_t *out, const patina_image_t *in)
+{
+    const int w = in->width / 2, h = in->height / 2;
+    patina_image_t t;
+    tu_rng_t r;
+    tu_rng_seed(&r, 1);
+    tu_random_image(&t, w, h, 3, &r);
+    tu_random_image(out, w, h, 3, &r);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < 3 * w; x++) {
+            const int c = x % 3, px = x / 3;
+            const uint8_t *a = in->data + (size_t)(2 * y) * in->stride, *bq = a + in->stride;
+            t.data[(size_t)y * t.stride + x] =
+                (uint8_t)((a[6 * px + c] + a[6 * px + 3 + c] + bq[6 * px + c] + bq[6 * px + 3 + c] + 2) / 4);
+        }
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < 3 * w; x++) {
+            const int y0 = y > 0 ? y - 1 : 0, y1 = y + 1 < h ? y + 1 : h - 1;
+            const int x0 = x >= 3 ? x - 3 : x, x1 = x + 3 < 3 * w ? x + 3 : x;
+            const uint8_t *r0 = t.data + (size_t)y0 * t.stride, *r1 = t.data + (size_t)y * t.stride,
+                          *r2 = t.data + (size_t)y1 * t.stride;
+            const int v = (r0[x0] + 2 * r0[x] + r0[x1]) + 2 * (r1[x0] + 2 * r1[x] + r1[x1]) + (r2[x0] + 2 * r2[x] + r2[x1]);
+            out->data[(size_t)y * out->stride + x] = (uint8_t)((v + 8) / 16);
+        }
+    patina_image_release(&t);
+}
+
+/* A w x h texture of random overlapping discs (radius 2 .. 13 px): blobs
+ * at many scales, none periodic. */
+static void discs(patina_image_t *img, int w, int h, tu_rng_t *r)
+{
+    tu_random_image(img, w, h, 3, r);
+    for (int y = 0; y < h; y++) memset(img->data + (size_t)y * img->stride, 128, 3 * (size_t)w);
+    for (int k = 0; k < 300; k++) {
+        const int cx = (int)tu_rng_below(r, (uint32_t)w), cy = (int)tu_rng_below(r, (uint32_t)h);
+        const int rad = 1 + (int)tu_rng_below(r, 12), v = (int)tu_rng_below(r, 256);
+        for (int y = cy - rad; y <= cy + rad; y++)
+            for (int x = cx - rad; x <= cx + rad; x++)
+                if (x >= 0 && y >= 0 && x < w && y < h && (x - cx) * (x - cx) + (y - cy) * (y - cy) <= rad * rad)
+                    memset(img->data + (size_t)y * img->stride + 3 * (size_t)x, v, 3);
+    }
+}
+
+static void test_half_scale_query(void **state)
+{
+    enum { NI = 4 };
+    const char *specs[2] = {"rootsift:m=64,n=256", "rootsift:m=64,n=256,views=1"};
+    patina_image_t img[NI], q;
+    uint32_t inl[2] = {0, 0};
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 99);
+    for (int i = 0; i < NI; i++) discs(&img[i], 320, 256, &r);
+    half_blur(&q, &img[2]);
+    for (int sp = 0; sp < 2; sp++) {
+        patina_extractor_t *ex = NULL;
+        patina_refset_t *rs = NULL;
+        patina_identify_opts_t o;
+        patina_identify_hit_t hits[NI];
+        patina_identify_result_t res;
+        unsigned char *rec, *qrec;
+        size_t bytes;
+        TU_OK(patina_extractor_new(&ex, specs[sp]));
+        bytes = patina_extractor_bytes(ex);
+        rec = malloc(bytes);
+        TU_OK(patina_refset_new(&rs, specs[sp]));
+        for (int i = 0; i < NI; i++) {
+            TU_OK(ex->family->cpu(ex->params, rec, &img[i]));
+            TU_OK(patina_refset_put(rs, (uint64_t)i + 1, rec, bytes));
+        }
+        qrec = malloc(patina_identify_query_bytes(rs));
+        TU_OK(patina_identify_extract(NULL, rs, qrec, &q, 1, NULL));
+        patina_identify_opts_init(&o);
+        o.k = NI;
+        TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
+        assert_items_once(hits, res.nhits);
+        print_message("%s: query %u features; rank 1 id %llu, %u inliers (%u matches); %zu hits\n", specs[sp],
+                      res.query_features,
+                      (unsigned long long)hits[0].id, hits[0].inliers, hits[0].matches, res.nhits);
+        if (res.nhits && hits[0].id == 3) inl[sp] = hits[0].inliers;
+        free(rec);
+        free(qrec);
+        patina_refset_free(rs);
+        patina_extractor_free(ex);
+    }
+    /* the soft half view is what the query shows: more inliers with it */
+    assert_true(inl[1] > inl[0]);
+    assert_true(inl[1] >= 13);
+    for (int i = 0; i < NI; i++) patina_image_release(&img[i]);
+    patina_image_release(&q);
+}
+
+/* The CLI: `patina index --views N` stores the views in the table's spec, `patina info` counts rows
+ * and items; bad values are usage errors naming the option. */
+static void test_cli(void **state)
+{
+    char *dir = tu_tempdir("views-cli"), *out = NULL, *err = NULL;
+    const char *coll = tu_path(dir, "coll");
+    int rc;
+    (void)state;
+    tu_write_jpeg(tu_path(dir, "a.jpg"), 96, 80, 1, 90, 1);
+    tu_write_jpeg(tu_path(dir, "b.jpg"), 96, 80, 2, 90, 2);
+    {
+        const char *argv[] = {PATINA_CLI, "index", coll, tu_path(dir, "a.jpg"), tu_path(dir, "b.jpg"), "-f",
+                              "rootsift:m=32", "--views", "1", "-q", NULL};
+        rc = tu_exec(&out, &err, 0, 120, argv);
+        if (rc != 0) fail_msg("index --views 1: %d: %s", rc, err);
+        free(out);
+        free(err);
+    }
+    {
+        const char *argv[] = {PATINA_CLI, "info", coll, NULL};
+        rc = tu_exec(&out, &err, 0, 60, argv);
+        assert_int_equal(rc, 0);
+        assert_non_null(strstr(out, ",views=1:"));
+        assert_non_null(strstr(out, "2 rows per reference"));
+        assert_non_null(strstr(out, "4 rows for 2 references"));
+        free(out);
+        free(err);
+    }
+    {
+        const char *argv[] = {PATINA_CLI, "index", coll, tu_path(dir, "a.jpg"), "-f", "rootsift:views=3", NULL};
+        rc = tu_exec(&out, &err, 0, 60, argv);
+        assert_int_equal(rc, 2);
+        assert_non_null(strstr(err, "views"));
+        free(out);
+        free(err);
+    }
+    tu_remove_tree(dir);
+    free(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spec),          cmocka_unit_test(test_view_images),
+        cmocka_unit_test(test_views0_records), cmocka_unit_test(test_refset_rows),
+        cmocka_unit_test(test_fold_before_verify), cmocka_unit_test(test_verify_rows),
+        cmocka_unit_test(test_table_store),
+        cmocka_unit_test(test_half_scale_query), cmocka_unit_test(test_cli),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
