@@ -314,6 +314,7 @@ _PROTOS = {
     # identify.h (options of patina_table_identify)
     "patina_identify_opts_init": (None, [P(IdentifyOpts)]),
     "patina_identify_far_threshold": (c_int, [c_double, P(c_double)]),
+    "patina_identify_far_threshold_table": (c_int, [c_char_p, c_double, P(c_double)]),
     "patina_identify_decision_name": (c_char_p, [c_int]),
     # table.h: live tables (handles are c_void_p: patina_table_t *)
     "patina_key_partition": (c_uint32, [c_char_p, c_uint32]),

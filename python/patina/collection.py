@@ -78,6 +78,7 @@ class Identification:
                                   # and accepted: the photo shows content of both) or "unknown"
     features: int                 # features of the query
     candidates: List[Candidate]   # best first, at most k
+    threshold: float = 13.0       # what rank 1's score was judged against (threshold, or far's calibration)
 
     @property
     def match(self) -> Optional[Candidate]:
@@ -659,8 +660,9 @@ class Collection(_Closing):
         "cpu" or "gpu", by the library's device policy. guided: match again
         inside the neighbourhoods RANSAC's model predicts (at guided_ratio) and
         verify those. far: instead of threshold, the threshold calibrated for
-        that false-accept rate on the identification benchmark (the default
-        threshold is far=0.01's); "ambiguous" when rank 2 is verified and
+        that false-accept rate on the identification benchmark, for the
+        table's reference views setting (the default threshold is far=0.01's
+        for a table without views); "ambiguous" when rank 2 is verified and
         reaches it too."""
         lib = self._lib
         if isinstance(photos, (str, bytes, os.PathLike)) or (isinstance(photos, np.ndarray) and photos.ndim != 4):
@@ -687,16 +689,19 @@ class Collection(_Closing):
         io.threshold = float(threshold)
         io.guided = 1 if guided else 0
         io.guided_ratio = float(guided_ratio)
-        if far is not None:
-            t = ctypes.c_double()
-            lib.check(lib.identify_far_threshold(float(far), ctypes.byref(t)), "identify")
-            io.threshold = t.value
+        if far is not None:  # its bounds now; the threshold from the table's calibration below
+            thr = ctypes.c_double()
+            lib.check(lib.identify_far_threshold(float(far), ctypes.byref(thr)), "identify")
         io.device = _lib.device_code(device)
         io.precision = _PRECISION[precision]
         photos = list(photos)
         if not photos:
             return []
         t = self._table(table, need=_lib.CAP_IDENTIFY, keep=True, handle_family=False)
+        if far is not None:  # the table's own calibration (its reference views have theirs)
+            thr = ctypes.c_double()
+            lib.check(lib.identify_far_threshold_table(t.spec.encode(), float(far), ctypes.byref(thr)), "identify")
+            io.threshold = thr.value
         prepared = []
         keys = None
         try:
@@ -724,7 +729,7 @@ class Collection(_Closing):
                     cands.append(Candidate(_lib.decode_key(ctypes.string_at(key)) if key else None, float(h.score),
                                            int(h.matches), int(h.inliers), bool(h.verified), int(h.id)))
                 out.append(Identification(_s(lib.identify_decision_name(res[i].decision)),
-                                          int(res[i].query_features), cands))
+                                          int(res[i].query_features), cands, float(io.threshold)))
             return out
         finally:
             for p in prepared:

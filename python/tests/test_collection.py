@@ -389,6 +389,15 @@ def test_identify_matches_cli(cli, rootsift_coll, samples, variant, tmp_path):
             assert [(h.key, h.inliers) for h in g.candidates] == [(h["key"], h["inliers"]) for h in w["hits"]]
         with pytest.raises(patina.InvalidError, match="far = 0.0001 is outside"):
             c.identify(variant, far=0.0001)
+        assert c.identify(variant, far=0.001).threshold == 33 and c.identify(variant).threshold == 13
+    # far on a table with reference views: that table's own calibration (views=2: 24 at 1%, 65 at 0.1%)
+    views = str(tmp_path / "views.patina")
+    run(cli, "index", views, *samples[:2], "-f", "rootsift:m=128,n=256,views=2", "-q")
+    with patina.Collection(views, readonly=True) as c:
+        assert [c.identify(variant, far=f).threshold for f in (0.01, 0.001)] == [24, 65]
+        w = json.loads(run(cli, "identify", views, variant, "--format", "json", "-q", "--far", "0.001"))
+        assert c.identify(variant, far=0.001).decision == w["decision"]
+    with patina.Collection(rootsift_coll, readonly=True) as c:
         rc, _, err = run_full(cli, "identify", rootsift_coll, variant, "--far", "0.01", "--threshold", "5")
         assert rc == 2 and b"--far and --threshold both set" in err
         # an array query is the same as its file

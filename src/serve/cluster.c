@@ -344,6 +344,7 @@ static int hc_identify(req_t *r, scoll_t *sc)
     params_t p;
     patina_identify_opts_t io;
     int allow = 1, incomplete = 0;
+    double far = -1;
     char fbuf[512];
     const char *family = NULL;
     patina_identify_result_t res;
@@ -357,12 +358,13 @@ static int hc_identify(req_t *r, scoll_t *sc)
     size_t i;
     if (params_read(&p, r, BODY_IMAGE | BODY_MULTIPART) != 0) return MHD_YES;
     if (param_allow_partial(&p, &allow) || param_str(&p, "family", fbuf, sizeof fbuf, &family) ||
-        identify_params(r, &p, &io))
+        identify_params(r, &p, &io, &far))
         goto done;
     if ((s = clu_session_table(cl->s, r->srv->ctx, family, PATINA_CAP_IDENTIFY, &t)) != PATINA_OK) {
         reply_problem(r, 422, "%s", clu_last_error());
         goto done;
     }
+    if (identify_far(r, t, far, &io)) goto done;
     hits = calloc(io.k, sizeof *hits);
     keys = calloc(io.k, sizeof *keys);
     query = malloc(patina_table_query_bytes(t));

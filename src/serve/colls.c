@@ -468,9 +468,9 @@ patina_status colls_remove(scoll_t *sc, const char *key, uint64_t *idp)
 
 /* ---------------------------------------------------------------- identify */
 
-patina_status colls_identify(scoll_t *sc, const void *data, size_t size, const patina_identify_opts_t *opts,
-                             patina_identify_result_t *res, patina_identify_hit_t *hits, char **keys, float **pairs,
-                             size_t *npairs)
+patina_status colls_identify(scoll_t *sc, const void *data, size_t size, patina_identify_opts_t *opts,
+                             double far, patina_identify_result_t *res, patina_identify_hit_t *hits, char **keys,
+                             float **pairs, size_t *npairs)
 {
     server_t *srv = sc->srv;
     patina_image_t img;
@@ -485,6 +485,11 @@ patina_status colls_identify(scoll_t *sc, const void *data, size_t size, const p
     if ((s = decode_upload(srv, &img, data, size, "query")) != PATINA_OK) return s;
     if ((s = colls_table(sc, NULL, PATINA_CAP_IDENTIFY, 0, &st)) != PATINA_OK) goto out;
     t = atomic_load(&st->t);
+    /* far: the threshold of the table's own calibration (its reference views) */
+    if (far >= 0 && (s = patina_identify_far_threshold_table(patina_table_spec(t), far, &opts->threshold)) != PATINA_OK) {
+        serve_lib(s, "far");
+        goto out;
+    }
     if (!(qrec = malloc(patina_table_query_bytes(t)))) {
         s = serve_fail(PATINA_E_NOMEM, "out of memory");
         goto out;

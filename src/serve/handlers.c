@@ -1007,7 +1007,7 @@ done:
  * (include/patina/options.h) and the server's --max-k, into io (the
  * library's defaults first): 0, or -1 after answering. The embedded and
  * the cluster front ends read identify requests through it. */
-int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io)
+int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *far)
 {
     uint64_t k, verify;
     double num;
@@ -1029,10 +1029,11 @@ int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io)
         reply_problem(r, 400, "'far' and 'threshold' both set the acceptance threshold: give one");
         return -1;
     }
-    if (far_given && patina_identify_far_threshold(num, &io->threshold) != PATINA_OK) {
+    if (far_given && patina_identify_far_threshold(num, &io->threshold) != PATINA_OK) { /* its bounds */
         reply_problem(r, 400, "%s", patina_last_error());
         return -1;
     }
+    *far = far_given ? num : -1;
     if (param_num(p, "ratio", &num, &given)) return -1;
     if (given && patina_options_check(PATINA_OPTIONS_IDENTIFY, "ratio", num) != PATINA_OK) {
         reply_problem(r, 400, "%s", patina_last_error());
@@ -1061,6 +1062,16 @@ int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io)
     return 0;
 }
 
+int identify_far(req_t *r, const patina_table_t *t, double far, patina_identify_opts_t *io)
+{
+    if (far < 0) return 0;
+    if (patina_identify_far_threshold_table(patina_table_spec(t), far, &io->threshold) != PATINA_OK) {
+        reply_problem(r, 400, "%s", patina_last_error());
+        return -1;
+    }
+    return 0;
+}
+
 static int h_identify(req_t *r, scoll_t *sc)
 {
     params_t p;
@@ -1071,11 +1082,12 @@ static int h_identify(req_t *r, scoll_t *sc)
     float **pairs = NULL;
     size_t *npairs = NULL;
     uint64_t maxpairs = 200;
+    double far = -1;
     patina_status s;
     json_t *o, *a;
     size_t i;
     if (params_read(&p, r, BODY_IMAGE | BODY_MULTIPART) != 0) return MHD_YES;
-    if (param_u64(&p, "pairs", &maxpairs, NULL) || identify_params(r, &p, &io)) goto done;
+    if (param_u64(&p, "pairs", &maxpairs, NULL) || identify_params(r, &p, &io, &far)) goto done;
     io.device = r->srv->device;
     hits = calloc(io.k, sizeof *hits);
     keys = calloc(io.k, sizeof *keys);
@@ -1086,7 +1098,7 @@ static int h_identify(req_t *r, scoll_t *sc)
         goto done;
     }
     memset(&res, 0, sizeof res);
-    s = colls_identify(sc, p.data, p.size, &io, &res, hits, keys, pairs, npairs);
+    s = colls_identify(sc, p.data, p.size, &io, far, &res, hits, keys, pairs, npairs);
     if (s != PATINA_OK) {
         reply_problem(r, s == PATINA_E_NOTFOUND ? 422 : status_http(s), "%s", serve_msg);
         goto done;

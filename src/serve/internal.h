@@ -213,9 +213,9 @@ patina_status colls_remove(scoll_t *sc, const char *key, uint64_t *id);
  * (npairs[i], 4) floats: query x, y, reference x, y) the verified inlier
  * pairs of hit i (NULL and 0 when it was not verified). The caller frees
  * keys[i] and pairs[i]. */
-patina_status colls_identify(scoll_t *sc, const void *data, size_t size, const patina_identify_opts_t *opts,
-                             patina_identify_result_t *res, patina_identify_hit_t *hits, char **keys, float **pairs,
-                             size_t *npairs);
+patina_status colls_identify(scoll_t *sc, const void *data, size_t size, patina_identify_opts_t *opts,
+                             double far, patina_identify_result_t *res, patina_identify_hit_t *hits, char **keys,
+                             float **pairs, size_t *npairs);
 
 /* A search of st's table with the server's device policy and the pivot
  * metrics (res as patina_table_search fills it); query i's first `max`
@@ -412,8 +412,14 @@ typedef struct search_params {
 /* 0, or -1 after answering. */
 int search_params(req_t *r, params_t *p, search_params_t *sp);
 /* An identify request's k, verify, threshold or far, ratio and image into io
- * (defaults first), checked: 0, or -1 after answering (handlers.c). */
-int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io);
+ * (defaults first), checked: 0, or -1 after answering (handlers.c). *far:
+ * the false-accept rate asked for (-1: none), whose threshold the caller
+ * takes from the table's calibration (identify_far). */
+int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *far);
+/* io->threshold from table t's calibration for *far (its reference views
+ * have their own; patina_identify_far_threshold_table) when far >= 0: 0,
+ * or -1 after answering 400. */
+int identify_far(req_t *r, const patina_table_t *t, double far, patina_identify_opts_t *io);
 /* Every "family" parameter into a new JSON array; NULL after answering 400. */
 json_t *param_families(params_t *p);
 /* A JSON descriptor into the table's bytes; -1 after answering. */

@@ -625,6 +625,20 @@ def test_identify():
     p = s.json("POST", "/v1/collections/refs.patina/identify?far=0.0001", q, status=400,
                headers={"Content-Type": "image/x-portable-pixmap"})
     expect("far = 0.0001 is outside" in p["detail"], p)
+    # far on a table with reference views: that table's own calibration (views=2, 1%: 24 inliers;
+    # patina_identify_far_threshold_table), as `patina identify --far` takes it
+    refsv = os.path.join(TMP, "refsv.patina")
+    index(refsv, REF[:3], "rootsift:views=2")
+    srv = Server([refsv], "-q")
+    try:
+        rv = srv.json("POST", "/v1/collections/refsv.patina/identify?k=3&far=0.01", q,
+                      headers={"Content-Type": "image/x-portable-pixmap"})
+        expect(rv["threshold"] == 24 and rv["hits"] and rv["hits"][0]["key"] == REF[2], rv)
+        rv = srv.json("POST", "/v1/collections/refsv.patina/identify?k=3&far=0.001", q,
+                      headers={"Content-Type": "image/x-portable-pixmap"})
+        expect(rv["threshold"] == 65, rv)
+    finally:
+        expect(srv.stop() == 0, "exit status")
     # verified candidates carry their inlier pairs (at most 200), inside both images
     for h in r["hits"]:
         expect(h["verified"] and len(h["pairs"]) == min(h["inliers"], 200), h)
