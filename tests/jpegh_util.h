@@ -133,40 +133,9 @@ static void jh_tbatch_free(jh_tbatch_t *t)
 /* The C reference on a batch: fl (nimg) flags, cf (blocks, 64) coefficients. */
 static void jh_tbatch_ref(const jh_tbatch_t *t, int rounds, int rev, uint32_t *fl, int16_t *cf)
 {
-    jh_batch_t b;
-    size_t nch = t->nchunk;
-    uint32_t *g0 = calloc(nch + 1, sizeof *g0);
-    uint8_t *dirty = calloc(2 * nch + 1, 1);
-    jh_state_t *st = calloc(2 * nch + 1, sizeof *st);
-    int32_t *dc = calloc(4 * nch + 1, sizeof *dc);
-    jh_state_t *gx = calloc(nch + 1, sizeof *gx);
-    jh_rec_t *rec = calloc(nch * JH_REC + 1, sizeof *rec);
-    assert_true(g0 && dirty && st && dc && gx && rec);
     memset(fl, 0, t->nimg * sizeof *fl);
     memset(cf, 0, t->blocks * 64 * sizeof *cf); /* the decoder writes non-zero coefficients only */
-    memset(&b, 0, sizeof b);
-    b.base = t->base;
-    b.img = t->img;
-    b.coef = cf;
-    b.flags = fl;
-    b.st[0] = st;
-    b.st[1] = st + nch;
-    b.dirty[0] = dirty;
-    b.dirty[1] = dirty + nch;
-    b.g0 = g0;
-    b.dc = dc;
-    b.gx = gx;
-    b.rec = rec;
-    b.nimg = t->nimg;
-    b.nchunk = t->nchunk;
-    b.niv = t->niv;
-    patina__jpegh_steps(&b, rounds, rev);
-    free(g0);
-    free(dirty);
-    free(st);
-    free(dc);
-    free(gx);
-    free(rec);
+    assert_int_equal(patina__jpegh_run(t->base, t->img, t->nimg, t->nchunk, t->niv, rounds, rev, cf, fl), 0);
 }
 
 /* A w x h JPEG of tu_random_image(kind) in mode m, restart interval rst

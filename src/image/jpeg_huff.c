@@ -131,42 +131,37 @@ void patina__jpegh_steps(const jh_batch_t *b, int rounds, int rev)
 #undef JH_EACH
 }
 
-int patina__jpegh_decode(const uint8_t *region, const jh_img_t *im, int16_t *coef)
+int patina__jpegh_run(const uint8_t *base, const jh_img_t *img, uint32_t nimg, uint32_t nchunk, uint32_t niv,
+                      int rounds, int rev, int16_t *coef, uint32_t *flags)
 {
     jh_batch_t b;
-    jh_img_t img = *im;
-    uint32_t flags = 0, nchunks = im->nc;
-    jh_state_t *st = malloc(2 * (size_t)nchunks * sizeof *st + 1);
-    uint8_t *dirty = malloc(2 * (size_t)nchunks + 1);
-    uint32_t *g0 = malloc((size_t)nchunks * sizeof *g0 + 1);
-    int32_t *dc = malloc((size_t)nchunks * 4 * sizeof *dc + 1);
-    jh_state_t *gx = malloc((size_t)nchunks * sizeof *gx + 1);
-    jh_rec_t *rec = malloc((size_t)nchunks * JH_REC * sizeof *rec + 1);
+    jh_state_t *st = malloc(2 * (size_t)nchunk * sizeof *st + 1);
+    uint8_t *dirty = malloc(2 * (size_t)nchunk + 1);
+    uint32_t *g0 = malloc((size_t)nchunk * sizeof *g0 + 1);
+    int32_t *dc = malloc((size_t)nchunk * 4 * sizeof *dc + 1);
+    jh_state_t *gx = malloc((size_t)nchunk * sizeof *gx + 1);
+    jh_rec_t *rec = malloc((size_t)nchunk * JH_REC * sizeof *rec + 1);
     int ret = -1;
-    if (!st || !dirty || !g0 || !dc || !gx || !rec) goto done;
-    img.c0 = 0;
-    img.iv0 = 0;
-    img.flag = 0;
-    img.coef = 0;
-    memset(&b, 0, sizeof b);
-    b.base = region;
-    b.img = &img;
-    b.coef = coef;
-    b.flags = &flags;
-    b.st[0] = st;
-    b.st[1] = st + nchunks;
-    b.dirty[0] = dirty;
-    b.dirty[1] = dirty + nchunks;
-    b.g0 = g0;
-    b.dc = dc;
-    b.gx = gx;
-    b.rec = rec;
-    b.nimg = 1;
-    b.nchunk = nchunks;
-    b.niv = im->niv;
-    patina__jpegh_steps(&b, JH_ROUNDS, 0);
-    ret = (int)flags;
-done:
+    if (st && dirty && g0 && dc && gx && rec) {
+        memset(&b, 0, sizeof b);
+        b.base = base;
+        b.img = img;
+        b.coef = coef;
+        b.flags = flags;
+        b.st[0] = st;
+        b.st[1] = st + nchunk;
+        b.dirty[0] = dirty;
+        b.dirty[1] = dirty + nchunk;
+        b.g0 = g0;
+        b.dc = dc;
+        b.gx = gx;
+        b.rec = rec;
+        b.nimg = nimg;
+        b.nchunk = nchunk;
+        b.niv = niv;
+        patina__jpegh_steps(&b, rounds, rev);
+        ret = 0;
+    }
     free(st);
     free(dirty);
     free(g0);
@@ -174,6 +169,18 @@ done:
     free(gx);
     free(rec);
     return ret;
+}
+
+int patina__jpegh_decode(const uint8_t *region, const jh_img_t *im, int16_t *coef)
+{
+    jh_img_t img = *im;
+    uint32_t flags = 0;
+    img.c0 = 0;
+    img.iv0 = 0;
+    img.flag = 0;
+    img.coef = 0;
+    if (patina__jpegh_run(region, &img, 1, im->nc, im->niv, JH_ROUNDS, 0, coef, &flags) != 0) return -1;
+    return (int)flags;
 }
 
 patina_status patina__jpegh_read(patina_jpegx_reader_t *r, jx_image_t *im, int16_t *coef, const char *name)

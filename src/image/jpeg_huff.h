@@ -68,6 +68,14 @@ const char *patina__jpegh_stage(const jh_file_t *f, uint8_t *region, size_t cap,
  * unspecified), or -1: out of memory. */
 int patina__jpegh_decode(const uint8_t *region, const jh_img_t *im, int16_t *coef);
 
+/* The steps on nimg images staged at base (img: their descriptions, by c0
+ * and iv0; nchunk chunks and niv intervals in all), with the scratch arrays
+ * made here: coef (the images' blocks, 64 s16 each, all zero on entry) and
+ * flags (nimg, zero on entry) as the kernels fill them. 0, or -1: out of
+ * memory. `rounds` and rev as for patina__jpegh_steps. */
+int patina__jpegh_run(const uint8_t *base, const jh_img_t *img, uint32_t nimg, uint32_t nchunk, uint32_t niv,
+                      int rounds, int rev, int16_t *coef, uint32_t *flags);
+
 /* The steps on a batch whose st, dirty, g0 and dc arrays are set, `rounds`
  * Jacobi rounds, chunks (intervals) visited backwards when rev (tests: the
  * kernels' order of threads cannot matter). */
