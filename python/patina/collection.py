@@ -648,7 +648,7 @@ class Collection(_Closing):
 
     def identify_batch(self, photos, k=5, *, ratio=0.8, scoring="one2one", verify=True, verify_top=10,
                        model="similarity", ransac_threshold=0.01, iterations=1000, shape_check=True, seed=0,
-                       threshold=13.0, table=None, device="auto", precision="int8", strict=False, guided=False,
+                       threshold=None, table=None, device="auto", precision="int8", strict=False, guided=False,
                        guided_ratio=0.9, far=None) -> List[Identification]:
         """Identifies many photos (images) against the collection's rootsift
         references in one call: RootSIFT 2-NN ratio test, scoring, RANSAC
@@ -659,11 +659,12 @@ class Collection(_Closing):
         table for identification, the library's choice). device: "auto",
         "cpu" or "gpu", by the library's device policy. guided: match again
         inside the neighbourhoods RANSAC's model predicts (at guided_ratio) and
-        verify those. far: instead of threshold, the threshold calibrated for
-        that false-accept rate on the identification benchmark, for the
-        table's reference views setting (the default threshold is far=0.01's
-        for a table without views); "ambiguous" when rank 2 is verified and
-        reaches it too."""
+        verify those. threshold: the acceptance threshold (inliers); None, the
+        default, takes far's. far: instead of threshold, the threshold
+        calibrated for that false-accept rate on the identification
+        benchmark, for the table's reference views setting (None: 0.01, 13
+        inliers for a table without views, as `patina identify`); "ambiguous"
+        when rank 2 is verified and reaches it too."""
         lib = self._lib
         if isinstance(photos, (str, bytes, os.PathLike)) or (isinstance(photos, np.ndarray) and photos.ndim != 4):
             raise _type_error("identify_batch takes a sequence of images; use identify() for one")
@@ -686,7 +687,10 @@ class Collection(_Closing):
         io.iterations = int(iterations)
         io.shape_check = 1 if shape_check else 0
         io.seed = int(seed)
-        io.threshold = float(threshold)
+        if threshold is not None and far is not None:
+            raise _invalid("far and threshold both set the acceptance threshold: give one")
+        if threshold is not None:
+            io.threshold = float(threshold)
         io.guided = 1 if guided else 0
         io.guided_ratio = float(guided_ratio)
         if far is not None:  # its bounds now; the threshold from the table's calibration below
@@ -698,9 +702,10 @@ class Collection(_Closing):
         if not photos:
             return []
         t = self._table(table, need=_lib.CAP_IDENTIFY, keep=True, handle_family=False)
-        if far is not None:  # the table's own calibration (its reference views have theirs)
+        if threshold is None:  # far's, or the default's (far 0.01), from the table's own calibration
             thr = ctypes.c_double()
-            lib.check(lib.identify_far_threshold_table(t.spec.encode(), float(far), ctypes.byref(thr)), "identify")
+            lib.check(lib.identify_far_threshold_table(t.spec.encode(), 0.01 if far is None else float(far),
+                                                       ctypes.byref(thr)), "identify")
             io.threshold = thr.value
         prepared = []
         keys = None

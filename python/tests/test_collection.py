@@ -395,6 +395,9 @@ def test_identify_matches_cli(cli, rootsift_coll, samples, variant, tmp_path):
     run(cli, "index", views, *samples[:2], "-f", "rootsift:m=128,n=256,views=2", "-q")
     with patina.Collection(views, readonly=True) as c:
         assert [c.identify(variant, far=f).threshold for f in (0.01, 0.001)] == [24, 65]
+        assert c.identify(variant).threshold == 24  # the default: the table's far 0.01, as `patina identify`
+        with pytest.raises(patina.InvalidError, match="far and threshold both set"):
+            c.identify(variant, far=0.01, threshold=5)
         w = json.loads(run(cli, "identify", views, variant, "--format", "json", "-q", "--far", "0.001"))
         assert c.identify(variant, far=0.001).decision == w["decision"]
     with patina.Collection(rootsift_coll, readonly=True) as c:

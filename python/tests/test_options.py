@@ -55,9 +55,12 @@ def test_python_defaults_are_the_library_table():
     i = table("identify")
     d = defaults(patina.Collection.identify_batch)
     assert d["k"] == number(i["k"]) == defaults(patina.Collection.identify)["k"]
-    for name in ("ratio", "verify_top", "ransac_threshold", "iterations", "seed", "threshold"):
+    for name in ("ratio", "verify_top", "ransac_threshold", "iterations", "seed"):
         assert d[name] == number(i[name]), name
         assert type(d[name]) is (float if i[name].type == "double" else int), name
+    # threshold: None takes the table's calibration at far 0.01, which is the library's default threshold for
+    # a table without reference views (test_collection checks both)
+    assert d["threshold"] is None and d["far"] is None
     assert d["verify"] is bool(number(i["verify"])) and d["shape_check"] is bool(number(i["shape_check"]))
     for name in ("scoring", "model", "precision", "device"):
         assert d[name] == i[name].default, name

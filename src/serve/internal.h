@@ -413,8 +413,9 @@ typedef struct search_params {
 int search_params(req_t *r, params_t *p, search_params_t *sp);
 /* An identify request's k, verify, threshold or far, ratio and image into io
  * (defaults first), checked: 0, or -1 after answering (handlers.c). *far:
- * the false-accept rate asked for (-1: none), whose threshold the caller
- * takes from the table's calibration (identify_far). */
+ * the false-accept rate asked for, 0.01 when neither it nor a threshold was
+ * (-1: a threshold), whose threshold the caller takes from the table's
+ * calibration (identify_far). */
 int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *far);
 /* io->threshold from table t's calibration for *far (its reference views
  * have their own; patina_identify_far_threshold_table) when far >= 0: 0,

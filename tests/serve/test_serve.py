@@ -634,6 +634,9 @@ def test_identify():
         rv = srv.json("POST", "/v1/collections/refsv.patina/identify?k=3&far=0.01", q,
                       headers={"Content-Type": "image/x-portable-pixmap"})
         expect(rv["threshold"] == 24 and rv["hits"] and rv["hits"][0]["key"] == REF[2], rv)
+        rv = srv.json("POST", "/v1/collections/refsv.patina/identify?k=3", q,
+                      headers={"Content-Type": "image/x-portable-pixmap"})
+        expect(rv["threshold"] == 24, rv)  # the default: the table's far 0.01, as `patina identify`
         rv = srv.json("POST", "/v1/collections/refsv.patina/identify?k=3&far=0.001", q,
                       headers={"Content-Type": "image/x-portable-pixmap"})
         expect(rv["threshold"] == 65, rv)
