@@ -200,7 +200,7 @@ struct patina_jpegx_gpu {
     patina_jpegx_times_t times;    /* since open */
     int gpu_entropy;               /* baseline Huffman files entropy-decoded on the device: 0 never, 1 always,
                                       2 (default) unless the last rounds came back slow (cpu_rounds) */
-    int cpu_rounds;                /* rounds left with the entropy stage on the CPU workers (slow_check) */
+    int cpu_rounds;                /* rounds left with the entropy stage on the CPU workers (jxg_collect) */
     size_t huff_bytes;             /* bytes of one round's staged scans */
     uint8_t *h_huff[2], *d_huff[2];/* (huff_bytes) pinned, device: the scans of buffer b's round */
     jh_img_t *h_jimg[2], *d_jimg[2];/* (desc_cap) their images */
