@@ -143,45 +143,7 @@ static void jh_tbatch_ref(const jh_tbatch_t *t, int rounds, int rev, uint32_t *f
 static unsigned char *make_jpeg(unsigned long *size, const jxc_mode_t *m, int quality, int w, int h, int kind,
                                 uint64_t seed, unsigned rst, int opt)
 {
-    struct jpeg_compress_struct c;
-    struct jpeg_error_mgr err;
-    unsigned char *buf = NULL, *row;
-    patina_image_t img;
-    tu_rng_t r;
-    tu_rng_seed(&r, seed);
-    tu_random_image(&img, w, h, kind, &r);
-    row = malloc((size_t)w * 3);
-    assert_non_null(row);
-    c.err = jpeg_std_error(&err);
-    jpeg_create_compress(&c);
-    jpeg_mem_dest(&c, &buf, size);
-    c.image_width = (JDIMENSION)w;
-    c.image_height = (JDIMENSION)h;
-    c.input_components = m->ncomp == 1 ? 1 : 3;
-    c.in_color_space = m->ncomp == 1 ? JCS_GRAYSCALE : JCS_RGB;
-    jpeg_set_defaults(&c);
-    jpeg_set_colorspace(&c, m->space);
-    for (int i = 0; i < c.num_components; i++) {
-        c.comp_info[i].h_samp_factor = m->h[i];
-        c.comp_info[i].v_samp_factor = m->v[i];
-    }
-    jpeg_set_quality(&c, quality, TRUE);
-    c.optimize_coding = opt ? TRUE : FALSE;
-    c.restart_interval = rst;
-    jpeg_start_compress(&c, TRUE);
-    while (c.next_scanline < c.image_height) {
-        const uint8_t *p = img.data + (size_t)c.next_scanline * img.stride;
-        for (int i = 0; i < w; i++) {
-            if (m->ncomp == 1) row[i] = p[3 * i];
-            else memcpy(row + 3 * i, p + 3 * i, 3);
-        }
-        jpeg_write_scanlines(&c, &row, 1);
-    }
-    jpeg_finish_compress(&c);
-    jpeg_destroy_compress(&c);
-    free(row);
-    patina_image_release(&img);
-    return buf;
+    return jxc_write(size, m, quality, w, h, kind, seed, 0, rst, opt, 0);
 }
 
 #endif

@@ -55,10 +55,12 @@ static const int jxc_sizes[][2] = {{1, 1},   {2, 2},   {3, 2},   {5, 7},   {8, 8
 static const int jxc_qualities[] = {10, 25, 50, 75, 90, 95, 100};
 #define JXC_NQUALITIES (sizeof jxc_qualities / sizeof *jxc_qualities)
 
-/* The JPEG of a w x h picture (tu_random_image `kind`, seed) in mode m with
- * coding and quality; malloc'd bytes (free with free()). */
-static unsigned char *jxc_make(unsigned long *size, const jxc_mode_t *m, jxc_coding coding, int quality, int w,
-                               int h, int kind, uint64_t seed)
+/* The JPEG of a w x h picture (tu_random_image `kind`, seed) in mode m at
+ * quality: progressive (simple progression) or sequential, restart interval
+ * rst (MCUs, 0: none), optimised Huffman tables or arithmetic coding as
+ * asked; malloc'd bytes (free with free()). */
+static unsigned char *jxc_write(unsigned long *size, const jxc_mode_t *m, int quality, int w, int h, int kind,
+                                uint64_t seed, int progressive, unsigned rst, int opt, int arith)
 {
     struct jpeg_compress_struct c;
     struct jpeg_error_mgr err;
@@ -85,10 +87,10 @@ static unsigned char *jxc_make(unsigned long *size, const jxc_mode_t *m, jxc_cod
     }
     if (m->ncomp == 4) c.write_Adobe_marker = m->adobe ? TRUE : FALSE;
     jpeg_set_quality(&c, quality, TRUE);
-    if (coding == JXC_OPT) c.optimize_coding = TRUE;
-    if (coding == JXC_PROG || coding == JXC_PROG_RST) jpeg_simple_progression(&c);
-    if (coding == JXC_RST || coding == JXC_PROG_RST) c.restart_interval = (unsigned)(1 + seed % 3);
-    if (coding == JXC_ARITH) c.arith_code = TRUE;
+    c.optimize_coding = opt ? TRUE : FALSE;
+    if (progressive) jpeg_simple_progression(&c);
+    c.restart_interval = rst;
+    c.arith_code = arith ? TRUE : FALSE;
     jpeg_start_compress(&c, TRUE);
     while (c.next_scanline < c.image_height) {
         const uint8_t *p = img.data + (size_t)c.next_scanline * img.stride;
@@ -109,6 +111,16 @@ static unsigned char *jxc_make(unsigned long *size, const jxc_mode_t *m, jxc_cod
     free(row);
     patina_image_release(&img);
     return buf;
+}
+
+/* The JPEG of a generated case: jxc_write with `coding`'s settings (its
+ * restart interval 1..3 MCUs from the seed). */
+static unsigned char *jxc_make(unsigned long *size, const jxc_mode_t *m, jxc_coding coding, int quality, int w,
+                               int h, int kind, uint64_t seed)
+{
+    return jxc_write(size, m, quality, w, h, kind, seed, coding == JXC_PROG || coding == JXC_PROG_RST,
+                     coding == JXC_RST || coding == JXC_PROG_RST ? (unsigned)(1 + seed % 3) : 0, coding == JXC_OPT,
+                     coding == JXC_ARITH);
 }
 
 /* One generated case: the files of every mode x coding x size, quality and
