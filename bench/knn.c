@@ -40,10 +40,11 @@
  *
  * After the table, CEDD's single queries (a batch of 1, k <= 64: the
  * one-launch kernel, gpu/knn_tc.cuh k_tc_one) get a "1 query" table: the
- * call's wall time, the same call through the multi-launch path
- * (patina_gpu__knn_one(0)) and with the pilot and the scan by dp4a instead
- * of the tensor cores and the answer written straight to pinned memory
- * (patina_gpu__knn_one(4)) in the same run, PyTorch's, our speed-up over
+ * call's wall time (the default: the pilot and the scan by dp4a, the
+ * answer written straight to pinned memory), the same call through the
+ * multi-launch path (patina_gpu__knn_one(0)) and with the pilot and the
+ * scan on the tensor cores (patina_gpu__knn_one(1)) in the same run,
+ * PyTorch's, our speed-up over
  * the fastest PyTorch peer, and the table's read rate (rows x 160 bytes /
  * time) against the HBM peak (2 x memory clock x bus width, from the
  * device's attributes). A second table says where a single query's time
@@ -206,7 +207,7 @@ static void run_peers(size_t n, const size_t *qs, int nqs, const size_t *ks, int
 /* The single-query rows for the "1 query" table. */
 typedef struct one_row {
     size_t n, k;
-    double one, multi, dp4a, fp16, int8; /* ms; -1: none (dp4a: patina_gpu__knn_one(4)) */
+    double one, multi, mma, fp16, int8; /* ms; -1: none (mma: patina_gpu__knn_one(1)) */
     int measured[2];                     /* [0] the MMA scan, [1] the dp4a scan: prof and wall set */
     double wall[2];                      /* us: median wall time of the measured calls */
     pgpu_knn_prof_t prof[2];             /* each field the median of the measured calls' */
@@ -280,7 +281,7 @@ static void print_one(double hbm)
     printf("\n1 query (CEDD, one launch where k <= 64): wall time of one call (median), us; table read = rows x 160 "
            "bytes / time; HBM peak %.0f GB/s\n\n",
            hbm);
-    printf("| rows | k | GPU us (one launch) | GPU us (multi-launch) | GPU us (one launch, dp4a scan) | PyTorch fp16 us | "
+    printf("| rows | k | GPU us (one launch) | GPU us (multi-launch) | GPU us (one launch, MMA scan) | PyTorch fp16 us | "
            "PyTorch int8 us | GPU vs best PyTorch | table read GB/s | of HBM peak |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < NONE; i++) {
@@ -290,7 +291,7 @@ static void print_one(double hbm)
         printf("| %zu | %zu |", o->n, o->k);
         one_cell(o->one);
         one_cell(o->multi);
-        one_cell(o->dp4a);
+        one_cell(o->mma);
         one_cell(o->fp16);
         one_cell(o->int8);
         if (best > 0) printf(" %.1fx |", best / o->one);
@@ -457,19 +458,19 @@ int main(int argc, char **argv)
                         o->one = tg;
                         o->fp16 = pc[0];
                         o->int8 = pc[1];
-                        measure_one(o, 0, ix, q, k, h2, c2);
+                        measure_one(o, 1, ix, q, k, h2, c2); /* the default: the dp4a scan */
                         bad += same(ix, q, nq, k, h2, tc > 0 ? h1 : NULL);
-                        patina_gpu__knn_one(4); /* the pilot and the scan by dp4a */
+                        patina_gpu__knn_one(1); /* the pilot and the scan on the tensor cores */
                         gpu_knn(ix, q, nq, k, h2, c2);
-                        o->dp4a = time_ms(gpu_knn, ix, q, nq, k, h2, c2, 11);
+                        o->mma = time_ms(gpu_knn, ix, q, nq, k, h2, c2, 11);
                         bad += same(ix, q, nq, k, h2, tc > 0 ? h1 : NULL);
-                        measure_one(o, 1, ix, q, k, h2, c2);
+                        measure_one(o, 0, ix, q, k, h2, c2);
                         bad += same(ix, q, nq, k, h2, tc > 0 ? h1 : NULL);
                         patina_gpu__knn_one(0);
                         gpu_knn(ix, q, nq, k, h2, c2);
                         o->multi = time_ms(gpu_knn, ix, q, nq, k, h2, c2, 11);
                         bad += same(ix, q, nq, k, h2, tc > 0 ? h1 : NULL);
-                        patina_gpu__knn_one(1);
+                        patina_gpu__knn_one(PGPU_KNN_ONE_DEFAULT);
                     }
                 }
                 printf("| %zu | %zu | %zu |", n, nq, k);

@@ -433,7 +433,7 @@ static patina_hit_t tc_result(const knn_state_t *st, const tc_io_t *io, size_t m
 
 /* ---- one query, one launch (k_tc_one) ---- */
 
-static int knn_one_mode = 1; /* patina_gpu__knn_one */
+static int knn_one_mode = PGPU_KNN_ONE_DEFAULT; /* patina_gpu__knn_one */
 
 void patina_gpu__knn_one(int mode) { knn_one_mode = mode; }
 

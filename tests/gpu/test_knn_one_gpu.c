@@ -17,12 +17,13 @@
  *     by the retry or the CPU, still the CPU's answer);
  *   - real CEDD descriptors of the photographs under samples/ (and their
  *     perturbed copies) as table and queries;
- *   - the ties and the photographs again with the dp4a scan (mode 4);
+ *   - the ties and the photographs with the MMA scan (mode 1) and the dp4a
+ *     scan (mode 4, the default);
  *   - the random queries again with theta selected from all the pilot
  *     values (staged in shared memory, or read through L2) instead of the
  *     blocks' top-k lists, and through the multi-launch path
- *     (patina_gpu__knn_one's modes), with the pilot and the scan by dp4a
- *     instead of the tensor cores (mode 4), and with the measurement on
+ *     (patina_gpu__knn_one's modes), with the pilot and the scan on the
+ *     tensor cores (mode 1) instead of dp4a, and with the measurement on
  *     (patina_gpu__knn_prof: the same answers; the figures present, not
  *     negative, the kernel's phases within its event time);
  *   - rows removed and added between calls (the device copy's dead rows and
@@ -169,12 +170,12 @@ static void test_random(void **state)
                 /* theta from all the pilot values (shared memory, then
                  * L2), and the multi-launch path: the same answers */
                 for (int m = 0; m < 4; m++) {
-                    static const int modes[4] = {2, 3, 0, 4};
-                    static const char *what[4] = {"select of all", "select through L2", "multi-launch", "dp4a scan"};
+                    static const int modes[4] = {2, 3, 0, 1};
+                    static const char *what[4] = {"select of all", "select through L2", "multi-launch", "MMA scan"};
                     patina_gpu__knn_one(modes[m]);
                     bad += check(idx, q, k, what[m], NULL);
                 }
-                patina_gpu__knn_one(1);
+                patina_gpu__knn_one(PGPU_KNN_ONE_DEFAULT);
                 /* measured: the same answer, and its figures */
                 patina_gpu__knn_prof(1);
                 bad += check(idx, q, k, "measured", NULL);
@@ -232,7 +233,7 @@ static void ties(size_t distinct, size_t copies, tu_rng_t *r)
             bad += check(idx, q, 10, m == 1 ? "ties" : "ties, dp4a scan", NULL);
             bad += check(idx, q, 64, m == 1 ? "ties" : "ties, dp4a scan", NULL);
         }
-        patina_gpu__knn_one(1);
+        patina_gpu__knn_one(PGPU_KNN_ONE_DEFAULT);
     }
     assert_int_equal(bad, 0);
     patina_index_free(idx);
@@ -296,7 +297,7 @@ static void test_samples(void **state)
             bad += check(idx, rows + i * DIM, 64, "samples", NULL);
         }
     }
-    patina_gpu__knn_one(1);
+    patina_gpu__knn_one(PGPU_KNN_ONE_DEFAULT);
     assert_int_equal(bad, 0);
     patina_index_free(idx);
     free(rows);
