@@ -753,26 +753,32 @@ typedef struct sq_rank {
     size_t k;             /* k-NN (0: range) */
     double radius;
     size_t max_hits;
+    size_t chunk;         /* candidates per distance task (sq_rank) */
     patina_hit_t *hits;   /* k-NN (nq, k) */
     patina_hit_t **rhits; /* range */
     size_t *counts;
     atomic_int nomem;
 } sq_rank_t;
 
-/* Candidates per task of the distances: a reference SQFD costs some 10-30
- * us (thousands of exps), so a task is a few hundred; the candidates of
- * one query are spread over the workers, so a single query (whose
- * candidates may be hundreds when its rows have duplicates) does not rank
- * on one thread while the others wait. */
+/* Candidates per task of the distances, at most: a reference SQFD costs
+ * some 10-30 us (thousands of exps), so a task is at most a few hundred;
+ * the candidates of one query are spread over the workers, so a single
+ * query (whose candidates may be hundreds when its rows have duplicates)
+ * does not rank on one thread while the others wait. Fewer candidates
+ * than four tasks per worker take smaller tasks, down to one candidate: a
+ * single query's 10-20 candidates in tasks of 8 kept two or three workers
+ * busy for 100-250 us while the rest waited, the larger part of a one-query
+ * call (and the part that did not shrink when a table's rows were split over
+ * several GPUs, each slice ranking its own candidates). */
 #define SQ_RANK_CHUNK 8
 
-/* The reference distances of candidates [t SQ_RANK_CHUNK, + SQ_RANK_CHUNK)
- * (flat over the queries). */
+/* The reference distances of candidates [t chunk, + chunk) (flat over the
+ * queries). */
 static void sq_dist_task(void *arg, size_t t, int worker)
 {
     sq_rank_t *j = arg;
     const patina_index_t *ix = j->ix;
-    const size_t total = j->first[j->nq], a = t * SQ_RANK_CHUNK, b = a + SQ_RANK_CHUNK < total ? a + SQ_RANK_CHUNK : total;
+    const size_t total = j->first[j->nq], a = t * j->chunk, b = a + j->chunk < total ? a + j->chunk : total;
     size_t lo = 0, hi = j->nq, i;
     (void)worker;
     while (hi - lo > 1) { /* the query holding candidate a: first[lo] <= a < first[lo + 1] */
@@ -853,8 +859,14 @@ static patina_status sq_rank(patina_context_t *ctx, sq_rank_t *j)
         j->first = NULL;
         return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu candidates", total);
     }
-    tasks = (first[j->nq] + SQ_RANK_CHUNK - 1) / SQ_RANK_CHUNK;
-    if (tasks > 1 || j->nq > 1) s = patina__workers_begin(ctx, 0, &pool, &own);
+    if (first[j->nq] > 1 || j->nq > 1) s = patina__workers_begin(ctx, 0, &pool, &own);
+    {
+        const size_t per = 4 * (size_t)(pool ? patina_pool_size(pool) : 1);
+        j->chunk = (first[j->nq] + per - 1) / per;
+        if (j->chunk < 1) j->chunk = 1;
+        if (j->chunk > SQ_RANK_CHUNK) j->chunk = SQ_RANK_CHUNK;
+    }
+    tasks = (first[j->nq] + j->chunk - 1) / j->chunk;
     if (s == PATINA_OK) {
         patina_pool_run(pool, tasks, sq_dist_task, j);
         patina_pool_run(pool, j->nq, sq_rank_task, j);
