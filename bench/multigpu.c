@@ -17,7 +17,7 @@
  *
  *   bench_multigpu [--refs N] [--cedd N] [--cedd-large N] [--sqfd N] [--reps R] [--budget GiB]
  * Defaults: 200000 references (rootsift, m = 384, a pool of 251 records
- * cycled), 10000000 CEDD rows (a pool of 65521 rows cycled), 40000000 CEDD
+ * cycled; --refs 0 leaves that row out), 10000000 CEDD rows (a pool of 65521 rows cycled), 40000000 CEDD
  * rows for the large row (a pool of 1048573; 0 leaves it out; last, so a
  * time limit costs only that row), 1000000 signatures (k=40, alpha 0.2, a
  * pool of 262139), 5 reps. Every pool size is prime: the copies of a pool row
@@ -273,8 +273,9 @@ int main(int argc, char **argv)
     printf("|------------------------|-----------|-------|------------|------------|-------|-------|------|\n");
     if (gpus == 1) g = 1; /* the ideal on one device */
 
-    /* identification, references resident */
+    /* identification, references resident (--refs 0: not measured) */
     memset(&w, 0, sizeof w);
+    if (nrefs == 0) goto cedd;
     w.name = "identify rootsift";
     w.spec = "rootsift"; /* m = 384 */
     w.identify = 1;
@@ -302,7 +303,7 @@ int main(int argc, char **argv)
     free(w.queries);
     patina_extractor_free(ex);
 
-    /* CEDD k-NN (k = 10) */
+cedd: /* CEDD k-NN (k = 10) */
     cedd_row("CEDD k-NN k=10", ncedd, 65521, &rng, one, many, g);
 
     /* SQFD scan (k = 10) */

@@ -25,8 +25,13 @@
 # REPS (20), BATCH (16), QUERY (a sample photograph), CPU_ONLY=1 (skip the
 # GPU rows), COPIES (the GPU cluster rows' copies, default "1 2"; "1" holds
 # each reference once in the shards, so 2 M of them fit a 256 GiB host),
-# CPU_ROWS=0 (skip the CPU shard and write rows). Logs and JSON lines go to
-# $OUT (default ./bench-cluster-out).
+# CPU_ROWS=0 (skip the CPU shard and write rows), INPROC (the in-process GPU
+# rows to run, default "1 all tables": a 2 M run fills each in about three
+# minutes on the 2 x H200 host, so a run that has them already can leave them
+# out), TABLES_REFS (the references of the "tables" row, default REFS),
+# RECOVER=0 (no kill -9 of a GPU shard: with copies 1 the survivor loads the
+# dead shard's references, about a minute at 2 M).
+# Logs and JSON lines go to $OUT (default ./bench-cluster-out).
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-${BUILD:-$ROOT/build}}
@@ -123,13 +128,25 @@ if [ "$NGPU" -ge 1 ]; then
     GIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%d", $1 * 0.8 / 1024}')
     SHARD_GIB=$GIB
     [ "$SHARING" = 0 ] || SHARD_GIB=$((GIB / 2))
-    note "== in-process, $REFS references: 1 GPU, then $ALL"
-    record "inproc 1 GPU" "$("$DRIVER" inproc --refs "$REFS" --partitions "$P" --seed "$SEED" --gpus 0 --budget "$GIB" --query "$QUERY" --reps "$REPS" --batch "$BATCH")"
-    record "inproc $ALL" "$("$DRIVER" inproc --refs "$REFS" --partitions "$P" --seed "$SEED" --gpus "$ALL" --budget "$SHARD_GIB" --query "$QUERY" --reps "$REPS" --batch "$BATCH")"
-    # the same rows on GPU 0 in P/2 tables (what a shard of a 2-GPU cluster holds) identified by one
-    # patina_table_identify_many call: one GPU pass over their mirrors, against one table above
-    HALF=$((P / 2 > 0 ? P / 2 : 1))
-    record "inproc 1 GPU tables" "$("$DRIVER" inproc --refs "$REFS" --partitions "$P" --seed "$SEED" --gpus 0 --budget "$GIB" --tables "$HALF" --query "$QUERY" --reps "$REPS" --batch "$BATCH")"
+    INPROC=${INPROC-1 all tables}
+    TABLES_REFS=${TABLES_REFS:-$REFS}
+    for row in $INPROC; do
+        case $row in
+        1)
+            note "== in-process, $REFS references, 1 GPU"
+            record "inproc 1 GPU" "$("$DRIVER" inproc --refs "$REFS" --partitions "$P" --seed "$SEED" --gpus 0 --budget "$GIB" --query "$QUERY" --reps "$REPS" --batch "$BATCH")" ;;
+        all)
+            note "== in-process, $REFS references, $ALL"
+            record "inproc $ALL" "$("$DRIVER" inproc --refs "$REFS" --partitions "$P" --seed "$SEED" --gpus "$ALL" --budget "$SHARD_GIB" --query "$QUERY" --reps "$REPS" --batch "$BATCH")" ;;
+        tables)
+            # the rows on GPU 0 in P/2 tables (what a shard of a 2-GPU cluster holds) identified by one
+            # patina_table_identify_many call: one GPU pass over their mirrors, against one table
+            HALF=$((P / 2 > 0 ? P / 2 : 1))
+            note "== in-process, $TABLES_REFS references in $HALF tables, 1 GPU"
+            record "inproc 1 GPU tables" "$("$DRIVER" inproc --refs "$TABLES_REFS" --partitions "$P" --seed "$SEED" --gpus 0 --budget "$GIB" --tables "$HALF" --query "$QUERY" --reps "$REPS" --batch "$BATCH")" ;;
+        *) note "run.sh: INPROC row '$row' unknown (1, all, tables)"; exit 2 ;;
+        esac
+    done
     "$PATINA" cluster create gbench --cluster "$URL" --partitions "$P" -f rootsift > /dev/null
     for copies in $COPIES; do
         note "== cluster: GPU shards on devices $SHARDS_GPU, copies $copies"
@@ -142,8 +159,10 @@ if [ "$NGPU" -ge 1 ]; then
         sleep 2
         record "cluster GPU copies $copies sharing=$SHARING" "$(front gbench)"
         # kill -9 of one shard: the seconds until an answer is whole again
-        kill -9 "$PID_g0"
-        record "recover GPU copies $copies" "$("$DRIVER" cover --cluster "$URL" --coll gbench --query "$QUERY" --timeout 600 --deadline 2000)"
+        if [ "${RECOVER:-1}" != 0 ]; then
+            kill -9 "$PID_g0"
+            record "recover GPU copies $copies" "$("$DRIVER" cover --cluster "$URL" --coll gbench --query "$QUERY" --timeout 600 --deadline 2000)"
+        fi
         stop_all
     done
 fi

@@ -25,9 +25,9 @@ def main():
     print(f"Cluster benchmark: {ngpu} GPU(s){' (the GPU shards SHARE one GPU: two shards on device 0)' if sharing else ''}, "
           f"P = {parts} partitions, rootsift m = 384 references (synthetic: patina shard --synthetic), "
           f"one query photograph (n = 768)\n")
-    print("| configuration | references | 1 query p50 / p99 (ms) | refs/s, 1 query | refs/s, batch | fan-out (ms) "
-          "| overhead vs in-process (ms) | paper |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| configuration | references | 1 query p50 / p99 (ms) | refs/s, 1 query | refs/s, batch | fan-out: all / slowest request / in its shard (ms) "
+          "| overhead vs in-process (ms) | end to end, photograph (ms) | paper |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for label, d in by.items():
         if d.get("mode") not in ("inproc", "inproc_tables", "front"):
             continue
@@ -43,8 +43,12 @@ def main():
             paper = f"{PAPER_CLUSTER:,} (14 P100)"
         name = label.replace(" sharing=1", " (2 shards on 1 GPU)").replace(" sharing=0", "")
         partial = " PARTIAL" if d.get("partial") else ""
+        e2e = f"{d['extract_ms'] + d['p50_ms']:.1f}" if "extract_ms" in d else ""
+        fan = f"{d['fanout_ms']:.1f}"
+        if d.get("mode") == "front" and "wait_ms" in d:
+            fan += f" / {d['wait_ms']:.1f} / {d['shard_ms']:.1f}"
         print(f"| {name}{partial} | {d['refs']:,} | {d['p50_ms']:.1f} / {d['p99_ms']:.1f} | {d['refs_per_s']:,.0f} | "
-              f"{d['batch_refs_per_s']:,.0f} (B={d['batch']}) | {d['fanout_ms']:.1f} | {over} | {paper} |")
+              f"{d['batch_refs_per_s']:,.0f} (B={d['batch']}) | {fan} | {over} | {e2e} | {paper} |")
     print("\n| recovery after kill -9 of a shard | seconds to a whole answer | queries meanwhile (failed, partial) "
           "| slowest query (ms) |")
     print("|---|---|---|---|")
@@ -65,6 +69,10 @@ def main():
     print(f"CPU rows: {cpu_refs:,} references (the scaling shape, not a rate to compare), all on the CPU; "
           f"\"inproc CPU tables\": the same rows in {parts} tables identified together, as the shards hold them "
           "(the CPU shards' overhead is against it).")
+    print("fan-out: the front end's scatter/gather (all), the round trip of its slowest shard request and that "
+          "request's time inside the shard (arrival to reply, queue wait included); medians of the 1-query reps.")
+    print("\"end to end, photograph\": the query photograph's decoding and RootSIFT extraction in the front end's "
+          "process (median of 5) plus the 1-query p50: the answer to a photograph.")
     if "inproc 1 GPU tables" in by:
         print(f"\"inproc 1 GPU tables\": the GPU rows on device 0 in {max(parts // 2, 1)} tables (a shard's partitions "
               "on 2 GPUs) identified by one patina_table_identify_many call, one GPU pass over their reference sets; "

@@ -423,8 +423,9 @@ static int run_search(const cli_args_t *a)
                 scov.partial = cov.partial;
                 if (cov.partial) rc = EXIT_PARTIAL;
                 if (cli_get(a, "stats")->i)
-                    fprintf(stderr, "search: fan-out %.3f ms, %u of %u partitions, %llu references\n", cov.fanout_ms,
-                            cov.partitions, cov.partitions_total, scov.references);
+                    fprintf(stderr, "search: fan-out %.3f ms (slowest shard request %.3f ms, %.3f of them in the "
+                            "shard), %u of %u partitions, %llu references\n", cov.fanout_ms, cov.wait_ms,
+                            cov.shard_ms, cov.partitions, cov.partitions_total, scov.references);
                 memset(&st, 0, sizeof st);
                 st.computed = nd * res.rows;
             } else

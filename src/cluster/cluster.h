@@ -128,7 +128,7 @@ const clu_rtable_t *clu_record_table(const clu_record_t *rec, const char *spec);
 
 /* Messages: an 8-byte header {magic "PQ1\0" request | "PR1\0" reply, u16
  * version, u16 kind}, then the kind's fields. */
-#define CLU_MSG_VERSION 2u /* 2: an identify reply carries its references (rows) */
+#define CLU_MSG_VERSION 3u /* 2: an identify reply carries its references (rows); 3: every reply its shard time */
 typedef enum clu_kind {
     CLU_KIND_SEARCH = 1,   /* k-NN or range over named partitions */
     CLU_KIND_IDENTIFY = 2, /* identification over named partitions */
@@ -153,14 +153,17 @@ void clu_request_release(clu_request_t *q);
 patina_status clu_request_encode(clu_buf_t *out, const clu_request_t *q);
 patina_status clu_request_decode(clu_request_t *q, const void *data, size_t n);
 
-/* A reply: status and message, the partitions answered, then the kind's
- * answer. Decoded replies own everything (malloc). */
+/* A reply: status and message, the partitions answered, the shard's time
+ * on the request, then the kind's answer. Decoded replies own everything
+ * (malloc). */
 typedef struct clu_reply {
     clu_kind kind;
     patina_status status;
     char message[512];
     size_t nparts;
     uint32_t *parts;
+    double shard_ms;             /* from the request's arrival at the shard to its reply's encoding (queue
+                                  * wait included): what the fan-out's time spent inside the shard */
     /* SEARCH */
     patina_table_results_t res;  /* keys filled */
     /* IDENTIFY: (nq, k) hits and keys, (nq) results; rows: the references of the partitions
@@ -476,6 +479,10 @@ typedef struct clu_coverage {
     uint64_t references;  /* rows of the table searched in the partitions answered */
     int partial;
     double fanout_ms;     /* the scatter/gather's wall time */
+    double wait_ms;       /* the slowest accepted request's round trip (sent to its reply received) */
+    double shard_ms;      /* that request's time inside its shard (clu_reply_t.shard_ms): wait_ms - shard_ms
+                           * is the transport (NATS, both ends' decoding); fanout_ms - wait_ms the front end's
+                           * own planning, encoding and merging */
 } clu_coverage_t;
 
 /* Batches: a request holds as many queries as fit the connection's max

@@ -485,6 +485,7 @@ patina_status clu_reply_encode(clu_buf_t *b, const clu_reply_t *r)
     clu_put_u32(b, (uint32_t)r->status);
     clu_put_str(b, r->message);
     put_parts(b, r->parts, r->nparts);
+    clu_put_f64(b, r->shard_ms);
     if (r->status == PATINA_OK && r->kind == CLU_KIND_SEARCH) {
         const patina_table_results_t *res = &r->res;
         clu_put_u64(b, res->rows);
@@ -536,6 +537,8 @@ patina_status clu_reply_decode(clu_reply_t *r, const void *data, size_t n)
     r->status = (patina_status)st;
     if (msg) snprintf(r->message, sizeof r->message, "%s", msg);
     r->parts = get_parts(&rd, &r->nparts);
+    r->shard_ms = clu_get_f64(&rd, "shard time");
+    if (!rd.bad && !(r->shard_ms >= 0.0 && r->shard_ms <= 1e9)) rd.bad = "shard time"; /* NaN too */
     if (!rd.bad && r->status == PATINA_OK && r->kind == CLU_KIND_SEARCH) {
         patina_table_results_t *res = &r->res;
         size_t cap = 0, q;

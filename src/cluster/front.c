@@ -299,7 +299,7 @@ typedef struct call {
     size_t member;
     uint32_t *parts;
     size_t nparts;
-    double sent;
+    double sent, got;          /* now_s() of the request's publish and of its reply's arrival */
     int state, hedged, accepted;
     clu_reply_t reply;
 } call_t;
@@ -467,6 +467,7 @@ static void on_event(scatter_state_t *st, size_t ci, natsMsg *msg)
     size_t j;
     int disjoint = 1;
     if (ci >= st->g->n || (c = &st->g->calls[ci])->state != CALL_OUT) return; /* left behind */
+    c->got = now_s();
     if (natsMsg_IsNoResponders(msg)) {
         call_failed(st, c, "no responders (gone)");
         reask(st, c);
@@ -652,14 +653,24 @@ typedef struct range_cov {
     uint32_t partitions;
     uint64_t references;
     int partial;
+    double wait_ms, shard_ms; /* the slowest accepted call's round trip and its shard time (clu_coverage_t) */
     char failure[512]; /* the last shard failure, for the message */
 } range_cov_t;
 
 static void range_cov_set(range_cov_t *c, const clu_front_t *f, const gather_t *g)
 {
+    size_t i;
     c->partitions = g->nanswered;
     c->partial = g->nanswered < f->cfg.partitions;
     c->references = 0;
+    c->wait_ms = c->shard_ms = 0;
+    for (i = 0; i < g->n; i++) {
+        const call_t *k = &g->calls[i];
+        if (k->accepted && (k->got - k->sent) * 1e3 > c->wait_ms) {
+            c->wait_ms = (k->got - k->sent) * 1e3;
+            c->shard_ms = k->reply.shard_ms;
+        }
+    }
     snprintf(c->failure, sizeof c->failure, "%s", g->error);
 }
 
@@ -668,6 +679,10 @@ static void range_cov_add(range_cov_t *a, const range_cov_t *b)
     if (b->partitions < a->partitions) a->partitions = b->partitions;
     if (b->references < a->references) a->references = b->references;
     a->partial |= b->partial;
+    if (b->wait_ms > a->wait_ms) {
+        a->wait_ms = b->wait_ms;
+        a->shard_ms = b->shard_ms;
+    }
     if (!a->failure[0]) snprintf(a->failure, sizeof a->failure, "%s", b->failure);
 }
 
@@ -942,6 +957,8 @@ static patina_status batch_run(batch_t *b, clu_coverage_t *cov)
     cov->partitions_total = f->cfg.partitions;
     cov->references = all.references;
     cov->partial = all.partial;
+    cov->wait_ms = all.wait_ms;
+    cov->shard_ms = all.shard_ms;
     if (cov->partial) atomic_fetch_add(&f->n_partial, 1);
     if (cov->partial && !f->o.allow_partial) {
         s = clu_fail(PATINA_E_UNAVAILABLE, "cluster: collection %s: %u of %u partitions answered%s%s", f->cfg.name,

@@ -746,14 +746,16 @@ static void answer(shard_t *sh, const clu_request_t *q, clu_reply_t *r)
 typedef struct req {
     natsConnection *nc;
     natsMsg *msg;
+    double got; /* arrival (now_s) */
     struct req *next;
 } req_t;
 
 /* Publishes a reply to msg (when it asks for one). */
-static void reply(shard_t *sh, natsConnection *nc, natsMsg *msg, clu_reply_t *r)
+static void reply(shard_t *sh, natsConnection *nc, natsMsg *msg, double got, clu_reply_t *r)
 {
     clu_buf_t out = {0};
     const int64_t maxp = natsConnection_GetMaxPayload(nc);
+    r->shard_ms = (now_s() - got) * 1e3;
     if (r->status != PATINA_OK) {
         snprintf(r->message, sizeof r->message, "%s", clu_last_error());
         __atomic_add_fetch(&sh->errors, 1, __ATOMIC_RELAXED);
@@ -771,6 +773,7 @@ static void reply(shard_t *sh, natsConnection *nc, natsMsg *msg, clu_reply_t *r)
         memset(&e, 0, sizeof e);
         e.kind = r->kind;
         e.status = PATINA_E_LIMIT;
+        e.shard_ms = r->shard_ms;
         snprintf(e.message, sizeof e.message, "%s", clu_last_error());
         clu_buf_release(&out);
         clu_reply_encode(&out, &e);
@@ -795,7 +798,7 @@ static void serve_request(shard_t *sh, req_t *rq)
         answer(sh, &q, &r);
         pthread_rwlock_unlock(&sh->lock);
     }
-    reply(sh, rq->nc, rq->msg, &r);
+    reply(sh, rq->nc, rq->msg, rq->got, &r);
     if (s == PATINA_OK) {
         __atomic_add_fetch(&sh->requests[q.kind], 1, __ATOMIC_RELAXED);
         if (q.kind != CLU_KIND_CONFIRM && r.status == PATINA_OK)
@@ -849,6 +852,7 @@ static void on_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void
     }
     rq->nc = nc;
     rq->msg = msg;
+    rq->got = now_s();
     rq->next = NULL;
     pthread_mutex_lock(&sh->qmu);
     full = sh->qlen >= QUEUE_MAX || sh->qstop;
@@ -880,7 +884,7 @@ static void on_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void
         }
         r.kind = CLU_KIND_SEARCH;
         r.status = clu_fail(PATINA_E_BUSY, "shard %s: %d requests waiting (busy)", sh->name, QUEUE_MAX);
-        reply(sh, nc, msg, &r);
+        reply(sh, nc, msg, rq->got, &r);
         natsMsg_Destroy(msg);
         free(rq);
     }

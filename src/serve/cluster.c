@@ -8,7 +8,9 @@
  * session (connection, configuration, member cache) and counters.
  *
  * Answers are the embedded ones plus `partial`, `coverage` {partitions,
- * partitions_total, references} and `timing` {fanout_ms, total_ms}.
+ * partitions_total, references} and `timing` {fanout_ms, wait_ms, shard_ms,
+ * total_ms} (clu_coverage_t: the scatter/gather, the slowest shard request's
+ * round trip and that request's time inside its shard).
  * allow_partial=false (query parameter or JSON field) turns a partial
  * answer into 503 with the coverage. An identification on partial coverage
  * answers `incomplete` (docs/cluster.md says why not `match`). */
@@ -157,6 +159,8 @@ static void answer_cluster(json_t *o, const clu_coverage_t *cov, double t0)
     json_object_set_new(o, "partial", json_boolean(cov->partial));
     json_object_set_new(o, "coverage", coverage_json(cov));
     json_object_set_new(t, "fanout_ms", json_real(cov->fanout_ms));
+    json_object_set_new(t, "wait_ms", json_real(cov->wait_ms));
+    json_object_set_new(t, "shard_ms", json_real(cov->shard_ms));
     json_object_set_new(t, "total_ms", json_real((serve_now() - t0) * 1e3));
     json_object_set_new(o, "timing", t);
 }

@@ -3,6 +3,7 @@
  * an error, never a crash: run it under the sanitizers) and weighted
  * rendezvous hashing (copies on distinct members, balance by weight,
  * minimal movement when a member joins or leaves). */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -162,8 +163,10 @@ static void reply_round_trip_and_malformed(void **state)
     r.res.hits = hits;
     r.res.keys = keys;
     r.res.rows = 99;
+    r.shard_ms = 12.625;
     assert_int_equal(clu_reply_encode(&b, &r), PATINA_OK);
     assert_int_equal(clu_reply_decode(&d, b.p, b.n), PATINA_OK);
+    assert_true(d.shard_ms == 12.625);
     assert_int_equal(d.res.nq, 2);
     assert_int_equal(d.res.offsets[2], 3);
     assert_int_equal(d.res.hits[1].id, 9);
@@ -176,6 +179,17 @@ static void reply_round_trip_and_malformed(void **state)
         memcpy(p, b.p, n);
         assert_int_not_equal(clu_reply_decode(&d, p, n), PATINA_OK);
         free(p);
+    }
+    { /* a shard time that is not a duration (NaN, negative, absurd) is refused */
+        const double bad[3] = {NAN, -1.0, 1e12};
+        for (n = 0; n < 3; n++) {
+            clu_buf_t e = {0};
+            r.shard_ms = bad[n];
+            assert_int_equal(clu_reply_encode(&e, &r), PATINA_OK);
+            assert_int_equal(clu_reply_decode(&d, e.p, e.n), PATINA_E_CORRUPT);
+            clu_buf_release(&e);
+        }
+        r.shard_ms = 12.625;
     }
     for (n = 0; n < 20000; n++) {
         uint8_t *p = malloc(b.n);

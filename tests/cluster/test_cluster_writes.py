@@ -115,6 +115,7 @@ def check_add_delete_replace(c, front, files):
         st, s = front.search_key(f"one/{i}")
         assert st == 200 and f"one/{i}" in keys_at_zero(s), (i, s)
         assert s["partial"] is False and s["coverage"]["partitions"] == P and "fanout_ms" in s["timing"], s
+        assert 0 <= s["timing"]["shard_ms"] <= s["timing"]["wait_ms"] <= s["timing"]["fanout_ms"], s["timing"]
     # POST of an existing key: 409; PUT of the same key: a replace (200, created false)
     st, a = front.call("POST", f"/v1/collections/{COLL}/images?key=one/0", imgs[0], "image/jpeg", auth=True)
     assert st == 409, (st, a)
