@@ -76,7 +76,7 @@ int main(void)
         M(patina_identify_hit_t, matches), M(patina_identify_hit_t, inliers), M(patina_identify_hit_t, verified),
         end();
     S(patina_identify_result_t), M(patina_identify_result_t, decision), M(patina_identify_result_t, nhits),
-        M(patina_identify_result_t, query_features), end();
+        M(patina_identify_result_t, query_features), M(patina_identify_result_t, threshold), end();
     S(patina_rootsift_info_t), M(patina_rootsift_info_t, count), M(patina_rootsift_info_t, m),
         M(patina_rootsift_info_t, f16), M(patina_rootsift_info_t, qscale), M(patina_rootsift_info_t, downscale),
         M(patina_rootsift_info_t, width), M(patina_rootsift_info_t, height), M(patina_rootsift_info_t, orig_width),

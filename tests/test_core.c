@@ -353,7 +353,12 @@ static void test_option_tables(void **state)
     assert_true(ido.iterations == table_default(PATINA_OPTIONS_IDENTIFY, "iterations"));
     assert_true(ido.shape_check == table_default(PATINA_OPTIONS_IDENTIFY, "shape_check"));
     assert_true(ido.seed == table_default(PATINA_OPTIONS_IDENTIFY, "seed"));
-    assert_true(ido.threshold == table_default(PATINA_OPTIONS_IDENTIFY, "threshold"));
+    { /* threshold: no value in the table; the struct's default is the calibrated one, resolved by the call */
+        patina_option_info_t ti;
+        TU_OK(patina_options_find(&ti, PATINA_OPTIONS_IDENTIFY, "threshold"));
+        assert_null(ti.def);
+        assert_true(ido.threshold == PATINA_THRESHOLD_CALIBRATED);
+    }
     assert_true(ido.device == table_default(PATINA_OPTIONS_IDENTIFY, "device"));
     assert_true(ido.precision == table_default(PATINA_OPTIONS_IDENTIFY, "precision"));
     assert_true(ido.gpu_arena_slots == table_default(PATINA_OPTIONS_IDENTIFY, "gpu_arena_slots"));
@@ -461,7 +466,7 @@ static void test_opts_init(void **state)
     assert_int_equal(ido.iterations, 1000);
     assert_int_equal(ido.shape_check, 1);
     assert_true(ido.seed == 0);
-    assert_true(ido.threshold == 13);
+    assert_true(ido.threshold == -1.0);
     assert_int_equal(ido.guided, 0);
     assert_true(ido.guided_ratio == 0.9);
     assert_int_equal(ido.device, PATINA_DEVICE_AUTO);

@@ -582,7 +582,12 @@ static void test_decisions(void **state)
         po.k = patina_identify_part_k(&o);
         TU_OK(patina_identify(NULL, part[i], qrec, 1, &po, ph[i], &pr[i]));
     }
-    TU_OK(patina_identify_merge(phv, prv, 2, 1, &o, mh, &mr));
+    { /* the merge decides with the table's threshold (the calibrated default is the parts' table's) */
+        patina_identify_opts_t mo = o;
+        TU_OK(patina_identify_far_threshold_table(patina_refset_table(rs), 0.01, &mo.threshold));
+        TU_OK(patina_identify_merge(phv, prv, 2, 1, &mo, mh, &mr));
+        assert_true(mr.threshold == pr[0].threshold && mr.threshold == PATINA_THRESHOLD_DEFAULT);
+    }
     assert_int_equal(mr.decision, PATINA_DECISION_AMBIGUOUS);
     assert_true(mh[0].id == 1 && mh[1].id == 2);
     /* one copy (shard 1: ids 1 and 3): a match; a threshold above the inliers: unknown */
@@ -597,8 +602,10 @@ static void test_decisions(void **state)
     /* FAR targets */
     TU_OK(patina_identify_far_threshold(0.01, &t));
     assert_true(t == PATINA_THRESHOLD_DEFAULT);
-    patina_identify_opts_init(&o);
-    assert_true(o.threshold == t);
+    patina_identify_opts_init(&o); /* the default: that calibration, resolved by the call (no views here) */
+    assert_true(o.threshold == PATINA_THRESHOLD_CALIBRATED);
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
+    assert_true(res.threshold == t);
     TU_OK(patina_identify_far_threshold(1, &t));
     assert_true(t == 0);
     for (double far = 1; far >= PATINA_FAR_MIN; far *= 0.9) {
@@ -629,7 +636,7 @@ static void test_merge_rules(void **state)
     patina_identify_opts_t o;
     patina_identify_hit_t a[3] = {{4, 20, 30, 20, 1}, {9, 9, 25, 9, 1}, {2, 20, 3, 0, 0}};
     patina_identify_hit_t b[3] = {{7, 2, 28, 2, 1}, {5, 40, 25, 40, 1}, {0, 0, 0, 0, 0}};
-    patina_identify_result_t ra = {PATINA_DECISION_MATCH, 3, 50}, rb = {PATINA_DECISION_MATCH, 2, 50};
+    patina_identify_result_t ra = {PATINA_DECISION_MATCH, 3, 50, 13}, rb = {PATINA_DECISION_MATCH, 2, 50, 13};
     const patina_identify_hit_t *ph[2] = {a, b};
     const patina_identify_result_t *pr[2] = {&ra, &rb};
     patina_identify_hit_t h[3];
@@ -638,6 +645,13 @@ static void test_merge_rules(void **state)
     patina_identify_opts_init(&o);
     o.k = 2;
     o.verify_top = 3;
+    /* the calibrated default depends on the parts' table, which the merge does not know: refused, and
+     * so is any other negative threshold */
+    assert_true(o.threshold == PATINA_THRESHOLD_CALIBRATED);
+    assert_int_equal(patina_identify_merge(ph, pr, 2, 1, &o, h, &r), PATINA_E_INVALID);
+    assert_int_equal(patina_identify_merge(ph, pr, 2, 1, NULL, h, &r), PATINA_E_INVALID);
+    o.threshold = -0.5;
+    assert_int_equal(patina_identify_merge(ph, pr, 2, 1, &o, h, &r), PATINA_E_INVALID);
     o.threshold = 13;
     assert_int_equal(patina_identify_part_k(&o), 3);
     /* by matches: 4 (30), 7 (28), 5 (25), 9 (25), 2 (3); the best 3 are verified: 4, 7, 5 */
@@ -648,6 +662,7 @@ static void test_merge_rules(void **state)
     assert_int_equal(h[0].inliers, 40);
     assert_int_equal(h[1].id, 4);
     assert_int_equal(r.decision, PATINA_DECISION_AMBIGUOUS); /* 40 and 20 inliers, both >= 13 */
+    assert_true(r.threshold == 13);
     /* verify_top 1: only id 4 (30 matches) stays verified; 5 and 9 fall back to matches */
     o.verify_top = 1;
     o.k = 3;
@@ -708,7 +723,8 @@ static unsigned char *to_f16(const unsigned char *rec)
 
 static int same_result(const patina_identify_result_t *a, const patina_identify_result_t *b)
 {
-    return a->decision == b->decision && a->nhits == b->nhits && a->query_features == b->query_features;
+    return a->decision == b->decision && a->nhits == b->nhits && a->query_features == b->query_features &&
+           a->threshold == b->threshold;
 }
 
 /* Many references: the answer does not depend on how the references are
@@ -1428,7 +1444,11 @@ static void test_end_to_end(void **state)
                     cph[p] = ph[p];
                     cpr[p] = pr[p];
                 }
-                TU_OK(patina_identify_merge(cph, cpr, 3, 2, &o, got, gr));
+                {
+                    patina_identify_opts_t mo = o; /* the merge: the table's threshold as a number */
+                    TU_OK(patina_identify_far_threshold_table(patina_refset_table(rs), 0.01, &mo.threshold));
+                    TU_OK(patina_identify_merge(cph, cpr, 3, 2, &mo, got, gr));
+                }
                 for (q = 0; q < 2; q++) {
                     size_t h;
                     assert_true(same_result(&gr[q], &wr[q]));

@@ -321,6 +321,57 @@ static void test_refset_rows(void **state)
     items_free(&s);
 }
 
+/* The default threshold is the references' own calibration at FAR 1%,
+ * resolved by the call: 24 for a set of views=2, 13 without views; the
+ * result says which it applied, and the answers equal those with that
+ * threshold given. */
+static void test_default_threshold(void **state)
+{
+    items_t s;
+    patina_refset_t *rs = NULL, *base = NULL;
+    patina_identify_opts_t o, given;
+    patina_identify_hit_t hits[N], ghits[N];
+    patina_identify_result_t res, gres;
+    const size_t b = rs_record_bytes(M, RS_QUANT_U8);
+    double t2, t0;
+    (void)state;
+    items_make(&s, 5, 3);
+    TU_OK(patina_refset_new(&rs, SPEC2));
+    TU_OK(patina_refset_new(&base, SPEC0));
+    for (size_t i = 0; i < N; i++) {
+        TU_OK(patina_refset_put(rs, i + 1, s.rec[i], 3 * b));
+        TU_OK(patina_refset_put(base, i + 1, s.rec[i], b));
+    }
+    TU_OK(patina_identify_far_threshold_table(SPEC2, 0.01, &t2));
+    TU_OK(patina_identify_far_threshold_table(SPEC0, 0.01, &t0));
+    assert_true(t2 == 24 && t0 == PATINA_THRESHOLD_DEFAULT);
+    patina_identify_opts_init(&o);
+    assert_true(o.threshold == PATINA_THRESHOLD_CALIBRATED);
+    o.k = N;
+    for (int v = 0; v < 2; v++) {
+        patina_refset_t *set = v ? rs : base;
+        const double want = v ? t2 : t0;
+        TU_OK(patina_identify(NULL, set, s.query, 1, &o, hits, &res));
+        assert_true(res.threshold == want);
+        given = o;
+        given.threshold = want;
+        TU_OK(patina_identify(NULL, set, s.query, 1, &given, ghits, &gres));
+        assert_true(gres.threshold == want);
+        assert_int_equal(res.decision, gres.decision);
+        assert_int_equal(res.nhits, gres.nhits);
+        assert_memory_equal(hits, ghits, res.nhits * sizeof *hits);
+        /* NULL options: the defaults, so the same threshold */
+        TU_OK(patina_identify(NULL, set, s.query, 1, NULL, hits, &res));
+        assert_true(res.threshold == want);
+    }
+    /* a negative threshold other than the default's is refused */
+    o.threshold = -2;
+    assert_int_equal(patina_identify(NULL, rs, s.query, 1, &o, hits, &res), PATINA_E_INVALID);
+    patina_refset_free(rs);
+    patina_refset_free(base);
+    items_free(&s);
+}
+
 /* The fold comes before the verified candidates are cut: item A's three
  * rows all beat item B's best, yet with verify_top = 2 both A and B are
  * verified (rows would have verified A twice and left B out), and B is
@@ -675,7 +726,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec),          cmocka_unit_test(test_view_images),
-        cmocka_unit_test(test_views0_records), cmocka_unit_test(test_refset_rows),
+        cmocka_unit_test(test_views0_records), cmocka_unit_test(test_default_threshold),
+        cmocka_unit_test(test_refset_rows),
         cmocka_unit_test(test_fold_before_verify), cmocka_unit_test(test_verify_rows),
         cmocka_unit_test(test_table_store),
         cmocka_unit_test(test_half_scale_query), cmocka_unit_test(test_cli),

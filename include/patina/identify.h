@@ -182,9 +182,12 @@ typedef struct patina_identify_opts {
     int shape_check;          /* 1 (default): an inlier's keypoints must also agree with the model in
                                * scale (within x1.5) and orientation (within 30 degrees) */
     uint64_t seed;            /* RANSAC seed (0); results are deterministic for a seed */
-    double threshold;         /* acceptance: rank-1 score >= threshold -> MATCH (13: the smallest
-                               * with FAR <= 1% on bench/identify; in inliers when verified, else
-                               * in matches) */
+    double threshold;         /* acceptance: rank-1 score >= threshold -> MATCH (in inliers when
+                               * verified, else in matches). Default PATINA_THRESHOLD_CALIBRATED
+                               * (-1): the references' own calibration at FAR 1% on bench/identify,
+                               * resolved by the call from their spec (13 without reference views,
+                               * 24 with views=2; patina_identify_far_threshold_table) and reported in
+                               * patina_identify_result_t.threshold */
     patina_device device;     /* AUTO (the GPU when the context has a usable one and the table is
                                * u8, else the CPU), CPU or GPU: the same candidates either way */
     patina_identify_precision precision; /* GPU tensor cores: INT8 (default) or FP16; exact either way */
@@ -240,6 +243,7 @@ typedef struct patina_identify_result {
     patina_identify_decision decision;
     size_t nhits;            /* hits written, <= k */
     uint32_t query_features; /* features of the query record */
+    double threshold;        /* the acceptance threshold the decision applied (the default resolved) */
 } patina_identify_result_t;
 
 /* Identifies nq queries (records of patina_identify_query_bytes, (nq, that)
@@ -267,7 +271,11 @@ PATINA_API patina_status patina_identify(patina_context_t *ctx, patina_refset_t 
  * part_hits[p] is (nq, patina_identify_part_k(opts)), part_results[p] is
  * (nq); hits (nq, opts->k) and results (nq) are caller memory. A part that
  * lists more candidates than part_k, or leaves one of the union's best
- * verify_top unverified (asked with other options), is PATINA_E_INVALID. */
+ * verify_top unverified (asked with other options), is PATINA_E_INVALID.
+ * The merge decides with opts->threshold as a number: the calibrated
+ * default (PATINA_THRESHOLD_CALIBRATED, opts NULL too) depends on the
+ * parts' table, which it does not know, and is PATINA_E_INVALID; give that
+ * table's (patina_identify_far_threshold_table(spec, 0.01)). */
 PATINA_API size_t patina_identify_part_k(const patina_identify_opts_t *opts);
 PATINA_API patina_status patina_identify_merge(const patina_identify_hit_t *const *part_hits,
                                                const patina_identify_result_t *const *part_results, size_t np,

@@ -53,7 +53,14 @@ extern "C" {
 #define PATINA_VERIFY_TOP_DEFAULT 10
 #define PATINA_RANSAC_THRESHOLD_DEFAULT 0.01
 #define PATINA_ITERATIONS_DEFAULT 1000
+/* The acceptance threshold of a set without reference views at a false-accept
+ * rate of 1% (patina_identify_far_threshold(0.01)). */
 #define PATINA_THRESHOLD_DEFAULT 13
+/* patina_identify_opts_t.threshold's default: the calibration of the
+ * references' own table at a false-accept rate of 1%, resolved by the call
+ * (13 without reference views, 24 with views=2). Any other negative value is
+ * PATINA_E_INVALID. */
+#define PATINA_THRESHOLD_CALIBRATED (-1.0)
 #define PATINA_GUIDED_RATIO_DEFAULT 0.9
 /* The smallest false-accept rate patina_identify_far_threshold takes (one
  * impostor query in the benchmark's 373 is 0.27%; none accepted is < 0.27%). */

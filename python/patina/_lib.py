@@ -182,7 +182,7 @@ class IdentifyHit(ctypes.Structure):
 
 class IdentifyResult(ctypes.Structure):
     _c_type_ = "patina_identify_result_t"
-    _fields_ = [("decision", c_int), ("nhits", c_size_t), ("query_features", c_uint32)]
+    _fields_ = [("decision", c_int), ("nhits", c_size_t), ("query_features", c_uint32), ("threshold", c_double)]
 
 
 class RootsiftInfo(ctypes.Structure):

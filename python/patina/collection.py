@@ -702,10 +702,9 @@ class Collection(_Closing):
         if not photos:
             return []
         t = self._table(table, need=_lib.CAP_IDENTIFY, keep=True, handle_family=False)
-        if threshold is None:  # far's, or the default's (far 0.01), from the table's own calibration
-            thr = ctypes.c_double()
-            lib.check(lib.identify_far_threshold_table(t.spec.encode(), 0.01 if far is None else float(far),
-                                                       ctypes.byref(thr)), "identify")
+        if far is not None:  # far's, from the table's own calibration (without far: the library's default,
+            thr = ctypes.c_double()  # the same calibration at 0.01, which the call resolves)
+            lib.check(lib.identify_far_threshold_table(t.spec.encode(), float(far), ctypes.byref(thr)), "identify")
             io.threshold = thr.value
         prepared = []
         keys = None
@@ -734,7 +733,7 @@ class Collection(_Closing):
                     cands.append(Candidate(_lib.decode_key(ctypes.string_at(key)) if key else None, float(h.score),
                                            int(h.matches), int(h.inliers), bool(h.verified), int(h.id)))
                 out.append(Identification(_s(lib.identify_decision_name(res[i].decision)),
-                                          int(res[i].query_features), cands, float(io.threshold)))
+                                          int(res[i].query_features), cands, float(res[i].threshold)))
             return out
         finally:
             for p in prepared:

@@ -53,7 +53,6 @@ static const cli_opt_t opts[] = {
     {.name = "seed", .type = CLI_INT, .arg = "S", .min = 0, .max = 9007199254740992.0, .def = "0",
      .help = "RANSAC seed (results are deterministic for a seed)"},
     {.name = "threshold", .type = CLI_NUMBER, .arg = "T", .min = 0, .max = PATINA_THRESHOLD_MAX,
-     .def = PATINA_STRINGIFY(PATINA_THRESHOLD_DEFAULT),
      .help = "accept rank 1 when its score (inliers; matches with --no-verify) is >= T; 0 accepts "
              "every query with a candidate. The default is --far 0.01's: at most 1% of the "
              "identification benchmark's impostor queries accepted (13 for a table without "
@@ -228,7 +227,7 @@ static int run_identify(const cli_args_t *a)
     io.ransac_threshold = cli_get(a, "ransac-threshold")->num;
     io.iterations = (int)cli_get(a, "iterations")->i;
     io.seed = (uint64_t)cli_get(a, "seed")->i;
-    io.threshold = cli_get(a, "threshold")->num;
+    io.threshold = cli_get(a, "threshold")->given ? cli_get(a, "threshold")->num : PATINA_THRESHOLD_CALIBRATED;
     io.shape_check = !cli_get(a, "no-shape-check")->i;
     io.guided = (int)cli_get(a, "guided")->i;
     io.guided_ratio = cli_get(a, "guided-ratio")->num;

@@ -881,6 +881,7 @@ static patina_status identify_range(batch_t *b, size_t q0, size_t n, range_cov_t
         for (q = 0; q < n; q++) {
             memset(&results[q], 0, sizeof results[q]);
             results[q].decision = PATINA_DECISION_UNKNOWN;
+            results[q].threshold = opts->threshold;
         }
         if (keys) memset(keys, 0, n * opts->k * sizeof *keys);
     } else if ((s = patina_identify_merge(ph, pr, np, n, opts, hits, results)) != PATINA_OK) {
@@ -1006,6 +1007,12 @@ patina_status clu_front_identify(clu_front_t *f, const char *spec, const void *q
                                  clu_coverage_t *cov)
 {
     batch_t b;
+    patina_identify_opts_t ro = *opts;
+    /* the calibrated default threshold resolved here, from the table's spec: the merge decides with a number
+     * (the shards resolve it the same way for their parts) */
+    if (ro.threshold == PATINA_THRESHOLD_CALIBRATED && patina_identify_far_threshold_table(spec, 0.01, &ro.threshold) != PATINA_OK)
+        return clu_fail(PATINA_E_INVALID, "cluster: identify: %s", patina_last_error());
+    opts = &ro;
     memset(&b, 0, sizeof b);
     b.f = f;
     b.rq.kind = CLU_KIND_IDENTIFY;

@@ -37,8 +37,10 @@ typedef struct entry {
     field_t field;
     size_t offset;
     int limit;        /* over max: PATINA_E_LIMIT (a resource limit), not PATINA_E_INVALID */
-    int zero_default; /* 0 in the struct stands for the default (documented in the struct) */
+    int zero_default; /* ZERO_DEFAULT: 0 in the struct stands for the default; NEG_DEFAULT: -1 does (both
+                       * documented in the struct) */
 } entry_t;
+enum { ZERO_DEFAULT = 1, NEG_DEFAULT = 2 };
 
 #define STR PATINA_STRINGIFY
 /* The largest integer every front end reads exactly (a double's 53 bits). */
@@ -97,9 +99,12 @@ static const entry_t identify_opts[] = {
      FLD_INT, I_OFF(shape_check), 0, 0},
     {OPT_INT("seed", 0, U64_MAX_D, "0", "RANSAC seed (results are deterministic for a seed)"), FLD_U64,
      I_OFF(seed), 0, 0},
-    {OPT_DBL("threshold", 0, PATINA_THRESHOLD_MAX, 0, STR(PATINA_THRESHOLD_DEFAULT),
-             "accept rank 1 when its score (inliers; matches when not verified) is >= threshold"),
-     FLD_DOUBLE, I_OFF(threshold), 0, 0},
+    /* no default value: the default (PATINA_THRESHOLD_CALIBRATED, -1 in the struct) is the references'
+     * table's calibration at a false-accept rate of 1%, which the call resolves */
+    {OPT_DBL("threshold", 0, PATINA_THRESHOLD_MAX, 0, NULL,
+             "accept rank 1 when its score (inliers; matches when not verified) is >= threshold (default: the "
+             "references' calibration at a false-accept rate of 1%: 13 without reference views, 24 with views=2)"),
+     FLD_DOUBLE, I_OFF(threshold), 0, NEG_DEFAULT},
     {OPT_ENUM("device", "auto|cpu|gpu", "auto", "where matching runs: auto (the GPU when usable), cpu, gpu"),
      FLD_ENUM, I_OFF(device), 0, 0},
     {OPT_ENUM("precision", "int8|fp16", "int8", "GPU tensor cores: int8 (the stored rows) or fp16; exact either way"),
@@ -276,7 +281,8 @@ patina_status patina__options_validate(patina_option_set set, const void *opts)
         double v;
         if (e->field == FLD_NONE) continue;
         v = field_get(e, opts);
-        if (e->zero_default && v == 0) continue;
+        if (e->zero_default == ZERO_DEFAULT && v == 0) continue;
+        if (e->zero_default == NEG_DEFAULT && v == -1.0) continue;
         switch (e->info.type) {
         case PATINA_OPTION_INT:
         case PATINA_OPTION_DOUBLE: PATINA_TRY(check_entry(set, e, v)); break;

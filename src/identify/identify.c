@@ -592,6 +592,7 @@ void patina_identify_opts_init(patina_identify_opts_t *o)
     if (!o) return;
     memset(o, 0, sizeof *o);
     patina__options_init(PATINA_OPTIONS_IDENTIFY, o);
+    o->threshold = PATINA_THRESHOLD_CALIBRATED; /* the table declares no value: the call resolves it */
 }
 
 const char *patina_identify_decision_name(patina_identify_decision d)
@@ -1209,6 +1210,9 @@ patina_status idf_many_begin(idf_many_t **out, patina_refset_t *const *sets, siz
             snprintf(what, sizeof what, "identify: query %zu", q);
             s = rs_record_check(m->queries + q * m->qbytes, m->qbytes, what);
         }
+        /* the default threshold: the sets' own calibration (their spec's reference views) */
+        if (s == PATINA_OK && m->o.threshold == PATINA_THRESHOLD_CALIBRATED)
+            s = far_lookup(params_of(sets[0])->views, 0.01, &m->o.threshold);
         if (s == PATINA_OK && nq && m->o.k > SIZE_MAX / nq / sizeof(patina_identify_hit_t))
             s = patina__fail(PATINA_E_LIMIT, "identify: k = %zu is too large for %zu queries", m->o.k, nq);
         for (i = 0; s == PATINA_OK && i < nsets; i++) {
@@ -1479,6 +1483,7 @@ patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_ident
             if (hit_set) hit_set[q * k + i] = c[i].set;
         }
         results[q].nhits = nh;
+        results[q].threshold = m->o.threshold;
         results[q].decision = idf_decide(nh ? hits[q * k].score : 0,
                                          nc > 1 && c[1].verified ? (double)c[1].inliers : -1, nh, &m->o);
     }

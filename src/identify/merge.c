@@ -59,6 +59,12 @@ patina_status patina_identify_merge(const patina_identify_hit_t *const *part_hit
     if (o.k == 0) return patina__fail(PATINA_E_INVALID, "identify merge: k = 0");
     if (o.k > PATINA_K_MAX || o.verify_top > PATINA_K_MAX)
         return patina__fail(PATINA_E_LIMIT, "identify merge: k or verify_top over %d", PATINA_K_MAX);
+    if (!(o.threshold >= 0))
+        return patina__fail(PATINA_E_INVALID,
+                            "identify merge: threshold %g: the default (the calibrated one) depends on the parts' "
+                            "table, which the merge does not know; give that table's threshold "
+                            "(patina_identify_far_threshold_table)",
+                            o.threshold);
     pk = patina_identify_part_k(&o);
     nverify = o.verify ? o.verify_top : 0;
     for (p = 0; p < np; p++) {
@@ -102,6 +108,7 @@ patina_status patina_identify_merge(const patina_identify_hit_t *const *part_hit
         nh = n < o.k ? n : o.k;
         memcpy(hits + q * o.k, buf, nh * sizeof *buf);
         results[q].nhits = nh;
+        results[q].threshold = o.threshold;
         results[q].decision = idf_decide(nh ? buf[0].score : 0, n > 1 && buf[1].verified ? buf[1].score : -1, nh, &o);
     }
     free(buf);

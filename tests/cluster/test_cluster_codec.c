@@ -211,7 +211,7 @@ static void identify_reply_round_trip(void **state)
     patina_identify_hit_t hits[4] = {{.id = 5, .score = 31, .matches = 40, .inliers = 31, .verified = 1},
                                      {.id = 2, .score = 7, .matches = 12, .inliers = 7, .verified = 1},
                                      {.id = 8, .score = 3, .matches = 9, .inliers = 0, .verified = 0}};
-    patina_identify_result_t res[2] = {{PATINA_DECISION_MATCH, 2, 768}, {PATINA_DECISION_UNKNOWN, 1, 12}};
+    patina_identify_result_t res[2] = {{PATINA_DECISION_MATCH, 2, 768, 13}, {PATINA_DECISION_UNKNOWN, 1, 12, 13}};
     char *keys[4] = {"five", "two", "eight", NULL};
     uint32_t parts[3] = {1, 4, 6};
     size_t n;
