@@ -61,6 +61,8 @@ extern "C" {
  * (13 without reference views, 24 with views=2). Any other negative value is
  * PATINA_E_INVALID. */
 #define PATINA_THRESHOLD_CALIBRATED (-1.0)
+/* The false-accept rate of that default. */
+#define PATINA_FAR_DEFAULT 0.01
 #define PATINA_GUIDED_RATIO_DEFAULT 0.9
 /* The smallest false-accept rate patina_identify_far_threshold takes (one
  * impostor query in the benchmark's 373 is 0.27%; none accepted is < 0.27%). */

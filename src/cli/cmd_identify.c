@@ -290,7 +290,7 @@ static int run_identify(const cli_args_t *a)
      * --threshold the default's (far 0.01: the default threshold for a table without views) */
     if (!cli_get(a, "threshold")->given &&
         patina_identify_far_threshold_table(patina_table_spec(table),
-                                            cli_get(a, "far")->given ? cli_get(a, "far")->num : 0.01,
+                                            cli_get(a, "far")->given ? cli_get(a, "far")->num : PATINA_FAR_DEFAULT,
                                             &io.threshold) != PATINA_OK) {
         cli_error("identify", "%s", patina_last_error());
         rc = EXIT_USAGE;

@@ -37,8 +37,8 @@ typedef struct entry {
     field_t field;
     size_t offset;
     int limit;        /* over max: PATINA_E_LIMIT (a resource limit), not PATINA_E_INVALID */
-    int zero_default; /* ZERO_DEFAULT: 0 in the struct stands for the default; NEG_DEFAULT: -1 does (both
-                       * documented in the struct) */
+    int sentinel;     /* ZERO_DEFAULT: 0 in the struct stands for the default; NEG_DEFAULT: -1 does (both
+                       * documented in the struct); 0: no such value */
 } entry_t;
 enum { ZERO_DEFAULT = 1, NEG_DEFAULT = 2 };
 
@@ -281,8 +281,8 @@ patina_status patina__options_validate(patina_option_set set, const void *opts)
         double v;
         if (e->field == FLD_NONE) continue;
         v = field_get(e, opts);
-        if (e->zero_default == ZERO_DEFAULT && v == 0) continue;
-        if (e->zero_default == NEG_DEFAULT && v == -1.0) continue;
+        if (e->sentinel == ZERO_DEFAULT && v == 0) continue;
+        if (e->sentinel == NEG_DEFAULT && v == -1.0) continue;
         switch (e->info.type) {
         case PATINA_OPTION_INT:
         case PATINA_OPTION_DOUBLE: PATINA_TRY(check_entry(set, e, v)); break;

@@ -1212,7 +1212,7 @@ patina_status idf_many_begin(idf_many_t **out, patina_refset_t *const *sets, siz
         }
         /* the default threshold: the sets' own calibration (their spec's reference views) */
         if (s == PATINA_OK && m->o.threshold == PATINA_THRESHOLD_CALIBRATED)
-            s = far_lookup(params_of(sets[0])->views, 0.01, &m->o.threshold);
+            s = far_lookup(params_of(sets[0])->views, PATINA_FAR_DEFAULT, &m->o.threshold);
         if (s == PATINA_OK && nq && m->o.k > SIZE_MAX / nq / sizeof(patina_identify_hit_t))
             s = patina__fail(PATINA_E_LIMIT, "identify: k = %zu is too large for %zu queries", m->o.k, nq);
         for (i = 0; s == PATINA_OK && i < nsets; i++) {

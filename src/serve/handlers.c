@@ -1035,7 +1035,7 @@ int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *f
     }
     /* without either, the default: far 0.01 of the table's calibration (13 inliers without
      * reference views), as `patina identify` */
-    *far = far_given ? num : given ? -1 : 0.01;
+    *far = far_given ? num : given ? -1 : PATINA_FAR_DEFAULT;
     if (param_num(p, "ratio", &num, &given)) return -1;
     if (given && patina_options_check(PATINA_OPTIONS_IDENTIFY, "ratio", num) != PATINA_OK) {
         reply_problem(r, 400, "%s", patina_last_error());
