@@ -604,6 +604,7 @@ static void test_decisions(void **state)
     assert_true(t == PATINA_THRESHOLD_DEFAULT);
     patina_identify_opts_init(&o); /* the default: that calibration, resolved by the call (no views here) */
     assert_true(o.threshold == PATINA_THRESHOLD_CALIBRATED);
+    o.k = 3; /* hits holds 3 */
     TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
     assert_true(res.threshold == t);
     TU_OK(patina_identify_far_threshold(1, &t));
