@@ -31,14 +31,30 @@
 static const double fan_le[FAN_BUCKETS] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
                                            0.1,    0.2,   0.5,   1.0,   2.0,  5.0,  10.0};
 
+/* A latency histogram (Prometheus: cumulative buckets, sum, count). */
+typedef struct fan_hist {
+    atomic_ulong n[FAN_BUCKETS + 1];
+    atomic_ullong us;
+} fan_hist_t;
+
+/* The histograms of an answer's fan-out: the whole scatter/gather, the
+ * round trip of its slowest shard request, that request's time inside its
+ * shard (clu_coverage_t); their names and help in the metrics. */
+enum { FAN_ALL, FAN_REQUEST, FAN_SHARD, FAN_KINDS };
+static const char *const fan_name[FAN_KINDS] = {"patina_cluster_fanout_seconds", "patina_cluster_request_seconds",
+                                                "patina_cluster_shard_seconds"};
+static const char *const fan_help[FAN_KINDS] = {
+    "Wall time of a query's scatter and gather.",
+    "Round trip of a query's slowest shard request (sent to reply received).",
+    "Time of a query's slowest shard request inside its shard (arrival, queue wait included, to reply): the "
+    "round trip less this is the transport."};
+
 struct scluster {
     clu_session_t *s;
     clu_writer_t *w;
     atomic_ulong requests[2];           /* search, identify */
     atomic_ulong partial[2];
-    atomic_ulong fan_hist[FAN_BUCKETS + 1];
-    atomic_ullong fan_us;
-    atomic_ulong fan_count;
+    fan_hist_t fan[FAN_KINDS];
     atomic_ulong writes, write_errors;
 };
 
@@ -131,16 +147,22 @@ json_t *scluster_info(scoll_t *sc, int full)
 
 /* -------------------------------------------------------------- answers */
 
+static void hist_add(fan_hist_t *h, double ms)
+{
+    const double s = ms > 0 ? ms * 1e-3 : 0;
+    int b;
+    for (b = 0; b < FAN_BUCKETS && s > fan_le[b]; b++) {}
+    atomic_fetch_add(&h->n[b], 1);
+    atomic_fetch_add(&h->us, (unsigned long long)(s * 1e6));
+}
+
 static void observe(struct scluster *cl, int kind, const clu_coverage_t *cov)
 {
-    double s = cov->fanout_ms * 1e-3;
-    int b;
     atomic_fetch_add(&cl->requests[kind], 1);
     if (cov->partial) atomic_fetch_add(&cl->partial[kind], 1);
-    for (b = 0; b < FAN_BUCKETS && s > fan_le[b]; b++) {}
-    atomic_fetch_add(&cl->fan_hist[b], 1);
-    atomic_fetch_add(&cl->fan_us, (unsigned long long)(s * 1e6));
-    atomic_fetch_add(&cl->fan_count, 1);
+    hist_add(&cl->fan[FAN_ALL], cov->fanout_ms);
+    hist_add(&cl->fan[FAN_REQUEST], cov->wait_ms);
+    hist_add(&cl->fan[FAN_SHARD], cov->shard_ms);
 }
 
 static json_t *coverage_json(const clu_coverage_t *cov)
@@ -682,22 +704,23 @@ char *scluster_metrics(server_t *srv)
         for (k = 0; srv->colls[i].cl && k < 2; k++)
             fprintf(f, "patina_cluster_partial_answers_total{collection=\"%s\",kind=\"%s\"} %lu\n", srv->colls[i].name,
                     kind[k], atomic_load(&srv->colls[i].cl->partial[k]));
-    fprintf(f, "# HELP patina_cluster_fanout_seconds Wall time of a query's scatter and gather.\n"
-               "# TYPE patina_cluster_fanout_seconds histogram\n");
-    for (i = 0; i < srv->ncolls; i++) {
-        struct scluster *cl = srv->colls[i].cl;
-        unsigned long cum = 0;
-        if (!cl) continue;
-        for (b = 0; b < FAN_BUCKETS; b++) {
-            cum += atomic_load(&cl->fan_hist[b]);
-            fprintf(f, "patina_cluster_fanout_seconds_bucket{collection=\"%s\",le=\"%g\"} %lu\n", srv->colls[i].name,
-                    fan_le[b], cum);
+    for (k = 0; k < FAN_KINDS; k++) {
+        fprintf(f, "# HELP %s %s\n# TYPE %s histogram\n", fan_name[k], fan_help[k], fan_name[k]);
+        for (i = 0; i < srv->ncolls; i++) {
+            const fan_hist_t *h = srv->colls[i].cl ? &srv->colls[i].cl->fan[k] : NULL;
+            unsigned long cum = 0;
+            if (!h) continue;
+            for (b = 0; b < FAN_BUCKETS; b++) {
+                cum += atomic_load(&h->n[b]);
+                fprintf(f, "%s_bucket{collection=\"%s\",le=\"%g\"} %lu\n", fan_name[k], srv->colls[i].name, fan_le[b],
+                        cum);
+            }
+            cum += atomic_load(&h->n[FAN_BUCKETS]);
+            fprintf(f, "%s_bucket{collection=\"%s\",le=\"+Inf\"} %lu\n", fan_name[k], srv->colls[i].name, cum);
+            fprintf(f, "%s_sum{collection=\"%s\"} %.6f\n", fan_name[k], srv->colls[i].name,
+                    (double)atomic_load(&h->us) * 1e-6);
+            fprintf(f, "%s_count{collection=\"%s\"} %lu\n", fan_name[k], srv->colls[i].name, cum);
         }
-        cum += atomic_load(&cl->fan_hist[FAN_BUCKETS]);
-        fprintf(f, "patina_cluster_fanout_seconds_bucket{collection=\"%s\",le=\"+Inf\"} %lu\n", srv->colls[i].name, cum);
-        fprintf(f, "patina_cluster_fanout_seconds_sum{collection=\"%s\"} %.6f\n", srv->colls[i].name,
-                (double)atomic_load(&cl->fan_us) * 1e-6);
-        fprintf(f, "patina_cluster_fanout_seconds_count{collection=\"%s\"} %lu\n", srv->colls[i].name, cum);
     }
     fprintf(f, "# HELP patina_cluster_shard_requests_total Requests sent to shards: all of them (sent), hedged "
                "(their partitions also sent to another copy), retried (partitions asked again after a failure), "

@@ -146,6 +146,17 @@ def check_add_delete_replace(c, front, files):
     assert st == 200 and info["cluster"] is True and info["partitions"] == P and info["partitions_ready"] == P, info
     st, text = front.get("/metrics")
     assert "patina_cluster_fanout_seconds_bucket" in text and "patina_cluster_requests_total" in text, text
+    # the fan-out's split: every answer counted once in each histogram, the shard's part the smallest
+    counts, sums = {}, {}
+    for line in text.splitlines():
+        for name in ("fanout", "request", "shard"):
+            pre = f"patina_cluster_{name}_seconds_"
+            if line.startswith(pre + f'count{{collection="{COLL}"}}'):
+                counts[name] = int(line.split()[-1])
+            elif line.startswith(pre + f'sum{{collection="{COLL}"}}'):
+                sums[name] = float(line.split()[-1])
+    assert len(counts) == 3 and len(set(counts.values())) == 1 and counts["fanout"] > 0, text
+    assert sums["shard"] <= sums["request"] <= sums["fanout"] + 1e-3, sums
 
 
 def check_concurrent(c, front, files, seconds=20.0):
