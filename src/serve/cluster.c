@@ -46,8 +46,8 @@ static const char *const fan_name[FAN_KINDS] = {"patina_cluster_fanout_seconds",
 static const char *const fan_help[FAN_KINDS] = {
     "Wall time of a query's scatter and gather.",
     "Round trip of a query's slowest shard request (sent to reply received).",
-    "Time of a query's slowest shard request inside its shard (arrival, queue wait included, to reply): the "
-    "round trip less this is the transport."};
+    ("Time of a query's slowest shard request inside its shard (arrival, queue wait included, to reply): the "
+     "round trip less this is the transport.")};
 
 struct scluster {
     clu_session_t *s;
