@@ -9,8 +9,10 @@
  *       R times and a batch of B queries. --tables T (1 .. P): the rows in
  *       T detached tables instead (partition p's in table p mod T; T = P: one
  *       table per partition, as a shard holds them), identified together
- *       by patina_table_identify_many (mode "inproc_tables"): the cost of
- *       many small tables against one. --device: where the identification
+ *       by patina_table_identify_many (mode "inproc_tables") as a shard
+ *       calls it (k = patina_identify_part_k, keys looked up): the cost of
+ *       many small tables against one, and with T = P the shard's own call
+ *       on one GPU. Both modes look up the hits' keys, as the server does. --device: where the identification
  *       runs (auto: the GPU when the context has one; cpu for the rows that
  *       compare with CPU shards).
  *   bench_cluster front --cluster URL --coll C --query IMG [--reps R] [--batch B] [--deadline MS]
@@ -207,14 +209,29 @@ static void measure(const char *mode, ident_fn f, void *u, const void *q, size_t
 
 static patina_device inproc_device = PATINA_DEVICE_AUTO; /* --device */
 
+/* Frees the nq * k keys a call looked up. */
+static void free_keys(char **keys, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) free(keys[i]);
+    free(keys);
+}
+
+/* The in-process engine as the server and the CLI call it: the hits' keys
+ * looked up (the front end's answers carry them too). */
 static patina_status inproc_ident(void *u, const void *q, size_t nq, patina_identify_hit_t *hits,
                                   patina_identify_result_t *res, clu_coverage_t *cov)
 {
     patina_identify_opts_t o;
+    char **keys;
+    patina_status s;
     patina_identify_opts_init(&o);
     o.device = inproc_device;
     memset(cov, 0, sizeof *cov);
-    return patina_table_identify((patina_table_t *)u, q, nq, &o, hits, res, NULL);
+    if (!(keys = calloc(nq * o.k + 1, sizeof *keys))) return PATINA_E_NOMEM;
+    s = patina_table_identify((patina_table_t *)u, q, nq, &o, hits, res, keys);
+    free_keys(keys, nq * o.k);
+    return s;
 }
 
 typedef struct tables {
@@ -222,15 +239,39 @@ typedef struct tables {
     size_t n;
 } tables_t;
 
+/* The rows in T tables identified by one call as a shard calls it (shard.c:
+ * k = patina_identify_part_k, the keys looked up), then the default k of
+ * each query's hits kept (the front end's merge of a single part). */
 static patina_status inproc_many(void *u, const void *q, size_t nq, patina_identify_hit_t *hits,
                                  patina_identify_result_t *res, clu_coverage_t *cov)
 {
     const tables_t *ts = u;
     patina_identify_opts_t o;
+    patina_identify_hit_t *ph;
+    char **keys;
+    size_t pk, k, i;
+    patina_status s;
     patina_identify_opts_init(&o);
     o.device = inproc_device;
+    k = o.k;
+    pk = patina_identify_part_k(&o);
+    o.k = pk;
     memset(cov, 0, sizeof *cov);
-    return patina_table_identify_many(ts->t, ts->n, q, nq, &o, hits, res, NULL);
+    ph = calloc(nq * pk + 1, sizeof *ph);
+    keys = calloc(nq * pk + 1, sizeof *keys);
+    if (!ph || !keys) {
+        free(ph);
+        free(keys);
+        return PATINA_E_NOMEM;
+    }
+    s = patina_table_identify_many(ts->t, ts->n, q, nq, &o, ph, res, keys);
+    for (i = 0; s == PATINA_OK && i < nq; i++) {
+        memcpy(hits + i * k, ph + i * pk, k * sizeof *hits);
+        if (res[i].nhits > k) res[i].nhits = k;
+    }
+    free(ph);
+    free_keys(keys, nq * pk);
+    return s;
 }
 
 static int run_inproc(int argc, char **argv)

@@ -30,7 +30,10 @@
 # minutes on the 2 x H200 host, so a run that has them already can leave them
 # out), TABLES_REFS (the references of the "tables" row, default REFS),
 # RECOVER=0 (no kill -9 of a GPU shard: with copies 1 the survivor loads the
-# dead shard's references, about a minute at 2 M).
+# dead shard's references, about a minute at 2 M), SHARDS_GPU (the GPU shards'
+# devices, default one per GPU, or "0 0" on a machine of one; "0" is a single
+# shard holding every partition: against the "tables" row with TABLES=P, the
+# fan-out's own cost on one GPU), TABLES (the "tables" row's tables, P/2).
 # Logs and JSON lines go to $OUT (default ./bench-cluster-out).
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -122,8 +125,11 @@ wait_cover() {
 front() { "$DRIVER" front --cluster "$URL" --coll "$1" --refs "$REFS" --query "$QUERY" --reps "$REPS" --batch "$BATCH" --deadline "${2:-5000}"; }
 
 if [ "$NGPU" -ge 1 ]; then
-    if [ "$NGPU" -ge 2 ]; then ALL=all; SHARDS_GPU=$(seq 0 $((NGPU - 1)) | tr '\n' ' '); SHARING=0
-    else ALL=0,0; SHARDS_GPU="0 0"; SHARING=1; fi
+    if [ "$NGPU" -ge 2 ]; then ALL=all; DEF_SHARDS=$(seq 0 $((NGPU - 1)) | tr '\n' ' '); SHARING=0
+    else ALL=0,0; DEF_SHARDS="0 0"; SHARING=1; fi
+    SHARDS_GPU=${SHARDS_GPU:-$DEF_SHARDS}
+    # one shard per device listed: sharing only when a device is listed twice
+    [ "$(echo $SHARDS_GPU | tr ' ' '\n' | sort | uniq -d)" ] || SHARING=0
     # GPU memory budgets (GiB): 80% of a device for one process; shards sharing a GPU split it
     GIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%d", $1 * 0.8 / 1024}')
     SHARD_GIB=$GIB
@@ -141,9 +147,9 @@ if [ "$NGPU" -ge 1 ]; then
         tables)
             # the rows on GPU 0 in P/2 tables (what a shard of a 2-GPU cluster holds) identified by one
             # patina_table_identify_many call: one GPU pass over their mirrors, against one table
-            HALF=$((P / 2 > 0 ? P / 2 : 1))
+            HALF=${TABLES:-$((P / 2 > 0 ? P / 2 : 1))}
             note "== in-process, $TABLES_REFS references in $HALF tables, 1 GPU"
-            record "inproc 1 GPU tables" "$("$DRIVER" inproc --refs "$TABLES_REFS" --partitions "$P" --seed "$SEED" --gpus 0 --budget "$GIB" --tables "$HALF" --query "$QUERY" --reps "$REPS" --batch "$BATCH")" ;;
+            record "inproc 1 GPU tables=$HALF" "$("$DRIVER" inproc --refs "$TABLES_REFS" --partitions "$P" --seed "$SEED" --gpus 0 --budget "$GIB" --tables "$HALF" --query "$QUERY" --reps "$REPS" --batch "$BATCH")" ;;
         *) note "run.sh: INPROC row '$row' unknown (1, all, tables)"; exit 2 ;;
         esac
     done
@@ -157,7 +163,7 @@ if [ "$NGPU" -ge 1 ]; then
         done
         wait_cover gbench
         sleep 2
-        record "cluster GPU copies $copies sharing=$SHARING" "$(front gbench)"
+        record "cluster GPU copies $copies sharing=$SHARING shards=$(echo $SHARDS_GPU | wc -w)" "$(front gbench)"
         # kill -9 of one shard: the seconds until an answer is whole again
         if [ "${RECOVER:-1}" != 0 ]; then
             kill -9 "$PID_g0"

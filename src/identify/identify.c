@@ -1274,19 +1274,125 @@ static int nothing_to_match(const idf_many_t *m, size_t set)
     return m->nq == 0 || m->ncap == 0 || m->sets[set]->alive == 0;
 }
 
+/* Several sets' matching tasks as one pool run: task t belongs to job j
+ * with first[j] <= t < first[j + 1]. */
+typedef struct jobs {
+    job_t *jb;
+    size_t nj;
+    size_t *first; /* (nj + 1) */
+} jobs_t;
+
+static void match_task_of(void *arg, size_t t, int worker)
+{
+    const jobs_t *js = arg;
+    size_t lo = 0, hi = js->nj; /* the last job whose first task is <= t */
+    while (hi - lo > 1) {
+        const size_t mid = (lo + hi) / 2;
+        if (js->first[mid] <= t) lo = mid;
+        else hi = mid;
+    }
+    match_task(&js->jb[lo], t - js->first[lo], worker);
+}
+
+/* Sets which[0, nw) of m matched on ctx's workers, all their tasks in one
+ * pool run: a call over many small sets (a shard's partitions) keeps every
+ * worker busy, where one set after another would give each set's few
+ * blocks to a few of them. A set's blocks are at least REF_BLOCK
+ * references, sized on the sets' total so that the call makes about 4
+ * tasks per worker and query, as one set of that size would. */
+static patina_status match_cpu(idf_many_t *m, const uint32_t *which, size_t nw, patina_context_t *ctx)
+{
+    const size_t nworkers = (size_t)worker_count(ctx);
+    jobs_t js;
+    scratch_t *sc = NULL;
+    size_t j, w, q, total = 0, ntasks = 0, block;
+    patina_status s = PATINA_OK;
+    memset(&js, 0, sizeof js);
+    if (nw == 0) return PATINA_OK;
+    for (j = 0; j < nw; j++) total += m->sets[which[j]]->n;
+    block = (total + 4 * nworkers - 1) / (4 * nworkers);
+    if (block < REF_BLOCK) block = REF_BLOCK;
+    js.jb = calloc(nw, sizeof *js.jb);
+    js.first = calloc(nw + 1, sizeof *js.first);
+    sc = calloc(nworkers, sizeof *sc);
+    if (!js.jb || !js.first || !sc) s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu sets", nw);
+    for (w = 0; s == PATINA_OK && w < nworkers; w++)
+        if (!scratch_new(&sc[w], (size_t)params_of(m->sets[0])->n, (size_t)params_of(m->sets[0])->m))
+            s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for worker scratch");
+    for (j = 0; s == PATINA_OK && j < nw; j++) {
+        job_t *jb = &js.jb[j];
+        const size_t set = which[j];
+        jb->sets = m->sets;
+        jb->rs = m->sets[set];
+        jb->set = (uint32_t)set;
+        jb->queries = m->queries;
+        jb->qbytes = m->qbytes;
+        jb->nq = m->nq;
+        jb->o = &m->o;
+        jb->ncap = m->ncap;
+        jb->cands = m->cands + set * m->nq * m->ncap;
+        jb->ncands = m->ncands + set * m->nq;
+        jb->sc = sc;
+        jb->block = (block + jb->rs->per - 1) / jb->rs->per * jb->rs->per; /* whole items */
+        jb->nblocks = (jb->rs->n + jb->block - 1) / jb->block;
+        if (m->nq > SIZE_MAX / jb->nblocks / (jb->ncap * sizeof *jb->tcands + sizeof *jb->ntcands)) {
+            s = patina__fail(PATINA_E_LIMIT, "identify: %zu queries x k = %zu is too many for one call", m->nq,
+                             m->o.k);
+            break;
+        }
+        jb->tcands = malloc(m->nq * jb->nblocks * jb->ncap * sizeof *jb->tcands);
+        jb->ntcands = calloc(m->nq * jb->nblocks, sizeof *jb->ntcands);
+        if (!jb->tcands || !jb->ntcands)
+            s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu queries x %zu candidates", m->nq,
+                             jb->ncap);
+        js.first[j] = ntasks;
+        ntasks += m->nq * jb->nblocks;
+    }
+    js.first[nw] = ntasks;
+    js.nj = nw;
+    /* 1. Every (query, reference) of every set scored; each task keeps its best ncap. */
+    if (s == PATINA_OK) s = run_tasks(ctx, ntasks, match_task_of, &js);
+    /* 2. A query's candidates in a set: the best ncap of its tasks' lists. */
+    for (j = 0; s == PATINA_OK && j < nw; j++) {
+        job_t *jb = &js.jb[j];
+        for (q = 0; q < m->nq; q++) {
+            cand_t *c = jb->cands + q * jb->ncap;
+            size_t b, e, nc = 0;
+            for (b = 0; b < jb->nblocks; b++) {
+                const size_t t = q * jb->nblocks + b;
+                for (e = 0; e < jb->ntcands[t]; e++) top_insert(c, &nc, jb->ncap, jb->tcands[t * jb->ncap + e]);
+            }
+            jb->ncands[q] = nc;
+        }
+    }
+    if (sc)
+        for (w = 0; w < nworkers; w++) scratch_free(&sc[w]);
+    for (j = 0; js.jb && j < nw; j++) {
+        free(js.jb[j].tcands);
+        free(js.jb[j].ntcands);
+    }
+    free(sc);
+    free(js.jb);
+    free(js.first);
+    return s;
+}
+
 patina_status idf_many_match(idf_many_t *m, size_t set, patina_context_t *ctx)
 {
-    const patina_refset_t *rs;
     job_t jb;
-    size_t q, w, nworkers = 0;
-    patina_status s = PATINA_OK;
     int use_gpu = 0;
+    uint32_t one;
     if (!m || set >= m->nsets) return patina__fail(PATINA_E_INVALID, "identify: no reference set %zu", set);
-    rs = m->sets[set];
     if (nothing_to_match(m, set)) return PATINA_OK; /* no candidate from it */
+    PATINA_TRY(matching_device(m, m->sets[set], ctx, &use_gpu));
+    if (!use_gpu) {
+        one = (uint32_t)set;
+        return match_cpu(m, &one, 1, ctx);
+    }
+    /* On the GPU: the best ncap of each query directly. */
     memset(&jb, 0, sizeof jb);
     jb.sets = m->sets;
-    jb.rs = rs;
+    jb.rs = m->sets[set];
     jb.set = (uint32_t)set;
     jb.queries = m->queries;
     jb.qbytes = m->qbytes;
@@ -1295,45 +1401,7 @@ patina_status idf_many_match(idf_many_t *m, size_t set, patina_context_t *ctx)
     jb.ncap = m->ncap;
     jb.cands = m->cands + set * m->nq * m->ncap;
     jb.ncands = m->ncands + set * m->nq;
-    PATINA_TRY(matching_device(m, rs, ctx, &use_gpu));
-    /* On the GPU: the best ncap of each query directly. */
-    if (use_gpu) return match_gpu(ctx, &jb);
-    nworkers = (size_t)worker_count(ctx);
-    /* Blocks of at least REF_BLOCK references, at most 4 per worker and
-     * query: enough tasks to balance one query over every worker, and the
-     * per-task candidate lists stay (queries x 4 workers x ncap). */
-    jb.block = (rs->n + 4 * nworkers - 1) / (4 * nworkers);
-    if (jb.block < REF_BLOCK) jb.block = REF_BLOCK;
-    jb.block = (jb.block + rs->per - 1) / rs->per * rs->per; /* whole items */
-    jb.nblocks = (rs->n + jb.block - 1) / jb.block;
-    if (m->nq > SIZE_MAX / jb.nblocks / (jb.ncap * sizeof *jb.tcands + sizeof *jb.ntcands))
-        return patina__fail(PATINA_E_LIMIT, "identify: %zu queries x k = %zu is too many for one call", m->nq, m->o.k);
-    jb.sc = calloc(nworkers, sizeof *jb.sc);
-    jb.tcands = malloc(m->nq * jb.nblocks * jb.ncap * sizeof *jb.tcands);
-    jb.ntcands = calloc(m->nq * jb.nblocks, sizeof *jb.ntcands);
-    if (!jb.sc || !jb.tcands || !jb.ntcands)
-        s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu queries x %zu candidates", m->nq, jb.ncap);
-    for (w = 0; s == PATINA_OK && w < nworkers; w++)
-        if (!scratch_new(&jb.sc[w], (size_t)params_of(rs)->n, (size_t)params_of(rs)->m))
-            s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for worker scratch");
-    /* 1. Every (query, reference) scored; each task keeps its best ncap. */
-    if (s == PATINA_OK) s = run_tasks(ctx, m->nq * jb.nblocks, match_task, &jb);
-    /* 2. A query's candidates: the best ncap of its tasks' lists. */
-    for (q = 0; s == PATINA_OK && q < m->nq; q++) {
-        cand_t *c = jb.cands + q * jb.ncap;
-        size_t b, j, nc = 0;
-        for (b = 0; b < jb.nblocks; b++) {
-            size_t t = q * jb.nblocks + b;
-            for (j = 0; j < jb.ntcands[t]; j++) top_insert(c, &nc, jb.ncap, jb.tcands[t * jb.ncap + j]);
-        }
-        jb.ncands[q] = nc;
-    }
-    if (jb.sc)
-        for (w = 0; w < nworkers; w++) scratch_free(&jb.sc[w]);
-    free(jb.sc);
-    free(jb.tcands);
-    free(jb.ntcands);
-    return s;
+    return match_gpu(ctx, &jb);
 }
 
 patina_status idf_many_match_sets(idf_many_t *m, size_t set0, size_t nsets, patina_context_t *ctx)
@@ -1341,6 +1409,8 @@ patina_status idf_many_match_sets(idf_many_t *m, size_t set0, size_t nsets, pati
     pgpu_idf_refs_t *views = NULL;
     const uint8_t **rows = NULL;
     uint32_t *which = NULL; /* (nsets) the sets the GPU matches */
+    uint32_t *oncpu = NULL; /* (nsets) the sets the workers match */
+    size_t nc = 0;
     uint16_t *qc = NULL;
     uint64_t *keys = NULL;
     size_t i, ng = 0, nrows = 0;
@@ -1350,9 +1420,14 @@ patina_status idf_many_match_sets(idf_many_t *m, size_t set0, size_t nsets, pati
     if (!m || set0 > m->nsets || nsets > m->nsets - set0)
         return patina__fail(PATINA_E_INVALID, "identify: no reference sets %zu .. %zu of %zu", set0, set0 + nsets,
                             m ? m->nsets : 0);
-    if (!(which = malloc((nsets + 1) * sizeof *which)))
+    which = malloc((nsets + 1) * sizeof *which);
+    oncpu = calloc(nsets + 1, sizeof *oncpu);
+    if (!which || !oncpu) {
+        free(which);
+        free(oncpu);
         return patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu sets", nsets);
-    /* the sets with something to match on the GPU; the others on the CPU now */
+    }
+    /* the sets with something to match on the GPU; the others on the CPU now, in one pool run */
     for (i = set0; i < set0 + nsets && s == PATINA_OK; i++) {
         int use_gpu;
         if (nothing_to_match(m, i)) continue;
@@ -1361,9 +1436,11 @@ patina_status idf_many_match_sets(idf_many_t *m, size_t set0, size_t nsets, pati
             which[ng++] = (uint32_t)i;
             nrows += m->sets[i]->n + 1;
         } else {
-            s = idf_many_match(m, i, ctx);
+            oncpu[nc++] = (uint32_t)i;
         }
     }
+    if (s == PATINA_OK) s = match_cpu(m, oncpu, nc, ctx);
+    free(oncpu);
     if (s != PATINA_OK || ng == 0) {
         free(which);
         return s;
