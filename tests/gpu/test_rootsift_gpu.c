@@ -28,7 +28,9 @@
  *              must not stand in for a device image's call).
  * Label gpu: skipped (77) without one. PATINA_TEST_QUICK=1: 8 photographs;
  * 2 (the sanitizers' racecheck): one photograph, no 6001x4003 case, the
- * default smoothing kernel only in the stage comparison. */
+ * default smoothing kernel only in the stage comparison. An argument runs
+ * the tests whose name it matches (cmocka's filter: racecheck takes one at
+ * a time). */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -902,7 +904,7 @@ static int teardown(void **state)
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stages),      cmocka_unit_test(test_synthetic), cmocka_unit_test(test_photos),
@@ -911,6 +913,7 @@ int main(void)
         cmocka_unit_test(test_identical),
     };
     quick = getenv("PATINA_TEST_QUICK") ? atoi(getenv("PATINA_TEST_QUICK")) : 0;
+    if (argc > 1) cmocka_set_test_filter(argv[1]); /* one test (a sanitizer's run): its name, * and ? allowed */
     tu_require_gpu();
     return cmocka_run_group_tests(tests, setup, teardown);
 }
