@@ -6,7 +6,8 @@
  * runs it for VGA, 1024^2 and 12 MP).
  *
  *   bench_pipeline [--dir DIR] [--files N] [--size S|WxH] [--families F,F,...]
- *                  [--devices D,D,...] [--batch N] [--nvjpeg] [--cpu-entropy] [--peer SCRIPT]
+ *                  [--devices D,D,...] [--batch N] [--nvjpeg] [--cpu-entropy] [--huff-min-px N]
+ *                  [--peer SCRIPT]
  *
  * Without --dir it writes N (default 512) JPEGs of S x S (default 1024) or
  * W x H pixels, quality 90, 4:2:0, cropped and scaled from the photographs
@@ -33,7 +34,9 @@
  * column (patina_index_stats_t.t_jpegx_*: entropy decoding on the workers,
  * allocations, waits for the device stage); their entropy stage is on the
  * GPU for baseline Huffman files, on the CPU workers with --cpu-entropy
- * (patina_gpu_jpegx_set_gpu_entropy: A/B timing). The context's exact decoders
+ * (patina_gpu_jpegx_set_gpu_entropy: A/B timing); --huff-min-px N sends
+ * images under N pixels to the CPU workers' entropy decoding
+ * (patina_gpu_jpegx_set_huff_min_px; default PGPU_JPEGX_HUFF_MIN_PX). The context's exact decoders
  * are made once per context (pinned staging and device buffers): a warm-up
  * run on the first files makes them before the table, and its setup time
  * is printed above it. --nvjpeg adds a gpu+nvjpeg row per family (not
@@ -341,6 +344,7 @@ int main(int argc, char **argv)
     double t0, decode_rate, entropy_rate, huff_host_rate, exact_rate[2];
     uint64_t gpu_files;
     int cpu_entropy = 0;
+    long long huff_min_px = -1; /* --huff-min-px: the exact decoder's size split (-1: its default) */
     if (!tmp || !*tmp) tmp = "/tmp";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
@@ -355,9 +359,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = (size_t)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--nvjpeg")) nvjpeg = 1;
         else if (!strcmp(argv[i], "--cpu-entropy")) cpu_entropy = 1;
+        else if (!strcmp(argv[i], "--huff-min-px") && i + 1 < argc) huff_min_px = atoll(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_pipeline [--dir DIR] [--files N] [--size S|WxH] [--families F,...] "
-                            "[--devices D,...] [--batch N] [--nvjpeg] [--cpu-entropy] [--peer SCRIPT]\n");
+                            "[--devices D,...] [--batch N] [--nvjpeg] [--cpu-entropy] [--huff-min-px N] [--peer SCRIPT]\n");
             return 2;
         }
     }
@@ -429,8 +434,17 @@ int main(int argc, char **argv)
         if (patina__context_jpegx(ctx, xd) == PATINA_OK) {
             patina_gpu_jpegx_set_gpu_entropy(xd[0], cpu_entropy ? 0 : 2); /* the default rule */
             patina_gpu_jpegx_set_gpu_entropy(xd[1], cpu_entropy ? 0 : 2);
-            printf("gpu+exact rows: entropy decoding on the %s\n\n", cpu_entropy ? "CPU workers (--cpu-entropy)"
-                                                                            : "GPU (baseline Huffman files)");
+            if (huff_min_px >= 0) {
+                patina_gpu_jpegx_set_huff_min_px(xd[0], (uint64_t)huff_min_px);
+                patina_gpu_jpegx_set_huff_min_px(xd[1], (uint64_t)huff_min_px);
+            }
+            printf("gpu+exact rows: entropy decoding on the %s", cpu_entropy ? "CPU workers (--cpu-entropy)"
+                                                                        : "GPU (baseline Huffman files)");
+            if (!cpu_entropy)
+                printf(", images under %llu pixels on the CPU workers%s",
+                       (unsigned long long)(huff_min_px >= 0 ? (uint64_t)huff_min_px : PGPU_JPEGX_HUFF_MIN_PX),
+                       huff_min_px >= 0 ? " (--huff-min-px)" : " (the default)");
+            printf("\n\n");
         } else {
             patina_clear_error();
         }

@@ -134,6 +134,14 @@ void patina_gpu_jpegx_times(const patina_jpegx_gpu_t *d, patina_jpegx_times_t *t
  * then the device is tried again. Takes effect at the next call. */
 void patina_gpu_jpegx_set_gpu_entropy(patina_jpegx_gpu_t *d, int on);
 
+/* In mode 2, images of fewer than px pixels (width x height) go to the CPU
+ * workers' entropy decoding whatever the rounds say: for small images the
+ * workers' libjpeg-turbo outruns the device's per-image scan setup
+ * (bench_pipeline --huff-min-px measures the split). Default
+ * PGPU_JPEGX_HUFF_MIN_PX; takes effect at the next call. */
+#define PGPU_JPEGX_HUFF_MIN_PX 0
+void patina_gpu_jpegx_set_huff_min_px(patina_jpegx_gpu_t *d, uint64_t px);
+
 /* The same device stage on images already entropy-decoded (tests and the
  * benchmark's kernel timing): n images im[i] with coefficients coef[i]
  * ((im[i].nblocks, 64) s16 host memory) into device RGB as above;

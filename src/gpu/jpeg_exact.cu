@@ -201,6 +201,7 @@ struct patina_jpegx_gpu {
     int gpu_entropy;               /* baseline Huffman files entropy-decoded on the device: 0 never, 1 always,
                                       2 (default) unless the last rounds came back slow (cpu_rounds) */
     int cpu_rounds;                /* rounds left with the entropy stage on the CPU workers (jxg_collect) */
+    uint64_t huff_min_px;          /* mode 2: images of fewer pixels are entropy-decoded on the CPU workers */
     size_t huff_bytes;             /* bytes of one round's staged scans */
     uint8_t *h_huff[2], *d_huff[2];/* (huff_bytes) pinned, device: the scans of buffer b's round */
     jh_img_t *h_jimg[2], *d_jimg[2];/* (desc_cap) their images */
@@ -266,6 +267,7 @@ patina_status patina_gpu_jpegx_open(patina_jpegx_gpu_t **out, patina_gpu_t *g)
     /* compressed scans are 5-20x smaller than their coefficients */
     d->huff_bytes = d->stage_bytes / 4;
     d->gpu_entropy = 2;
+    d->huff_min_px = PGPU_JPEGX_HUFF_MIN_PX;
     *out = d;
     return PATINA_OK;
 }
@@ -454,7 +456,8 @@ static void jxg_stage_one(void *arg, size_t i, int worker)
     it->off = off / sizeof(int16_t);
     it->buf = j->buf;
     it->huff = 0;
-    if (!j->im && j->huff) {
+    if (!j->im && j->huff &&
+        (j->d->gpu_entropy != 2 || (uint64_t)it->im.width * (uint64_t)it->im.height >= j->d->huff_min_px)) {
         int h = jxg_stage_huff(j, it, r);
         if (h != 0) {
             patina__jpegx_close(r);
@@ -797,6 +800,11 @@ patina_status patina_gpu_jpegx_pixels(patina_jpegx_gpu_t *d, patina_image_t *out
 void patina_gpu_jpegx_set_gpu_entropy(patina_jpegx_gpu_t *d, int on)
 {
     if (d) d->gpu_entropy = on <= 0 ? 0 : on >= 2 ? 2 : 1;
+}
+
+void patina_gpu_jpegx_set_huff_min_px(patina_jpegx_gpu_t *d, uint64_t px)
+{
+    if (d) d->huff_min_px = px;
 }
 
 void patina_gpu_jpegx_times(const patina_jpegx_gpu_t *d, patina_jpegx_times_t *t)

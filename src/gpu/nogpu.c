@@ -287,6 +287,12 @@ void patina_gpu_jpegx_set_gpu_entropy(patina_jpegx_gpu_t *d, int on)
     (void)on;
 }
 
+void patina_gpu_jpegx_set_huff_min_px(patina_jpegx_gpu_t *d, uint64_t px)
+{
+    (void)d;
+    (void)px;
+}
+
 void patina_gpu_jpegx_times(const patina_jpegx_gpu_t *d, patina_jpegx_times_t *t)
 {
     (void)d;
