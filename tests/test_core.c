@@ -364,7 +364,8 @@ static void test_option_tables(void **state)
     assert_true(ido.gpu_arena_slots == table_default(PATINA_OPTIONS_IDENTIFY, "gpu_arena_slots"));
     assert_true(ido.guided == table_default(PATINA_OPTIONS_IDENTIFY, "guided"));
     assert_true(ido.guided_ratio == table_default(PATINA_OPTIONS_IDENTIFY, "guided_ratio"));
-    assert_int_equal(patina_options_count(PATINA_OPTIONS_IDENTIFY), 16);
+    assert_true(ido.ambiguity == table_default(PATINA_OPTIONS_IDENTIFY, "ambiguity"));
+    assert_int_equal(patina_options_count(PATINA_OPTIONS_IDENTIFY), 17);
     patina_search_opts_init(&so);
     assert_true(so.max_hits == table_default(PATINA_OPTIONS_SEARCH, "max_hits"));
     assert_true(so.device == table_default(PATINA_OPTIONS_SEARCH, "device"));

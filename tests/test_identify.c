@@ -664,6 +664,24 @@ static void test_merge_rules(void **state)
     assert_int_equal(h[1].id, 4);
     assert_int_equal(r.decision, PATINA_DECISION_AMBIGUOUS); /* 40 and 20 inliers, both >= 13 */
     assert_true(r.threshold == 13);
+    /* the ambiguity margin: rank 2 holds 20 / 40 of rank 1's inliers; the default 0.5 is reached
+     * (>=), a margin above it gives rank 1 the match, 0 is the threshold alone; out of [0, 1]: refused */
+    assert_true(o.ambiguity == PATINA_AMBIGUITY_DEFAULT && o.ambiguity == 0.5);
+    o.ambiguity = 0.51;
+    TU_OK(patina_identify_merge(ph, pr, 2, 1, &o, h, &r));
+    assert_int_equal(r.decision, PATINA_DECISION_MATCH);
+    assert_int_equal(h[0].id, 5);
+    o.ambiguity = 1;
+    TU_OK(patina_identify_merge(ph, pr, 2, 1, &o, h, &r));
+    assert_int_equal(r.decision, PATINA_DECISION_MATCH);
+    o.ambiguity = 0;
+    TU_OK(patina_identify_merge(ph, pr, 2, 1, &o, h, &r));
+    assert_int_equal(r.decision, PATINA_DECISION_AMBIGUOUS);
+    o.ambiguity = 1.5;
+    assert_int_equal(patina_identify_merge(ph, pr, 2, 1, &o, h, &r), PATINA_E_INVALID);
+    o.ambiguity = -0.1;
+    assert_int_equal(patina_identify_merge(ph, pr, 2, 1, &o, h, &r), PATINA_E_INVALID);
+    o.ambiguity = PATINA_AMBIGUITY_DEFAULT;
     /* verify_top 1: only id 4 (30 matches) stays verified; 5 and 9 fall back to matches */
     o.verify_top = 1;
     o.k = 3;

@@ -35,7 +35,8 @@ components (queries/g0001.png); a key to its item by its file name (groups.csv).
   out; RAW numbers count neither (items are the pixel groups only, every impostor is an impostor).
   Both are reported.
 - Ambiguous answers: at threshold T a query is ambiguous when rank 2 is verified (inliers > 0 in
-  the CSV) with inliers >= T too, as `patina identify` decides. When ranks 1 and 2 are one item (in
+  the CSV) with inliers >= T too and at least --ambiguity (the library's default, 0.5) times rank
+  1's, as `patina identify` decides (its `ambiguity` option; 0 is the rule without the margin). When ranks 1 and 2 are one item (in
   the view's grouping) that is an answer of that item; otherwise the query is not accepted as one
   item: a genuine one counts in FRR (and in the "ambiguous" column), an impostor as accepted.
 - --plots DIR: far_frr.png (FRR against FAR of every run, and FAR(T), FRR(T) of the first run),
@@ -97,8 +98,9 @@ def evaluate(run, manifest, item_of):
 class View:
     """A scoring view: grouped (content links between items count, impostor-shared left out) or raw."""
 
-    def __init__(self, link):
+    def __init__(self, link, ambiguity=0.5):
         self.link = link  # item -> content group (identity for the raw view)
+        self.ambiguity = ambiguity  # the library's margin (patina_identify_opts_t.ambiguity)
 
     def same(self, a, b):
         return a is not None and b is not None and self.link.get(a, a) == self.link.get(b, b)
@@ -113,7 +115,7 @@ class View:
         """'none' (rejected), 'ambiguous' (two items) or 'item' (one item: rank 1's) at threshold t."""
         if v[3] is None or v[2] < t:
             return "none"
-        if v[5] > 0 and v[5] >= t and not self.same(v[3], v[4]):
+        if v[5] > 0 and v[5] >= t and v[5] >= self.ambiguity * v[2] and not self.same(v[3], v[4]):
             return "ambiguous"
         return "item"
 
@@ -257,6 +259,8 @@ def main():
     ap.add_argument("--siblings", help="CSV texture,registered,inliers between registered originals "
                     "(default: SETS/siblings.csv when present)")
     ap.add_argument("--shares-min", type=int, default=14)
+    ap.add_argument("--ambiguity", type=float, default=0.5,
+                    help="the decision's ambiguity margin, as the identify runs used it (library default 0.5)")
     ap.add_argument("--plots", help="folder for far_frr.png and scores.png")
     ap.add_argument("--out")
     a = ap.parse_args()
@@ -274,13 +278,13 @@ def main():
     elif a.shares:
         ap.error("--shares %s does not exist" % a.shares)
     siblings = a.siblings or os.path.join(a.sets, "siblings.csv")
-    raw = View({})
+    raw = View({}, a.ambiguity)
     if os.path.exists(siblings):
-        grouped = View(content_links(siblings, item_of, a.shares_min))
+        grouped = View(content_links(siblings, item_of, a.shares_min), a.ambiguity)
     elif a.siblings:
         ap.error("--siblings %s does not exist" % a.siblings)
     else:
-        grouped = View({})
+        grouped = View({}, a.ambiguity)
     nlinked = sum(1 for i, g in grouped.link.items() if i != g)
     thresholds = {}
     for s in a.threshold:

@@ -158,9 +158,10 @@ typedef enum patina_identify_model {
 typedef enum patina_identify_decision {
     PATINA_DECISION_UNKNOWN = 0, /* no candidate reaches the threshold, or no query features */
     PATINA_DECISION_MATCH = 1,   /* rank 1 is accepted */
-    PATINA_DECISION_AMBIGUOUS = 2 /* ranks 1 and 2 are both verified and reach the threshold: the query
-                                   * shows content of both (items that share photographed content);
-                                   * the two keys are hits 0 and 1 (k >= 2) */
+    PATINA_DECISION_AMBIGUOUS = 2 /* ranks 1 and 2 are both verified and reach the threshold, and rank 2
+                                   * holds at least `ambiguity` times rank 1's score: the query shows
+                                   * content of both (items that share photographed content); the two
+                                   * keys are hits 0 and 1 (k >= 2) */
 } patina_identify_decision;
 
 typedef enum patina_identify_precision {
@@ -200,6 +201,12 @@ typedef struct patina_identify_opts {
                                * default: on the benchmark it lifts content-sharing impostors more
                                * than weak genuine queries; docs/identify.md) */
     double guided_ratio;      /* the guided matches' ratio test, in (0, 1] (0.9) */
+    double ambiguity;         /* the margin of AMBIGUOUS, in [0, 1] (0.5): a verified rank 2 of another
+                               * item that reaches the threshold makes the answer AMBIGUOUS when its
+                               * score is >= ambiguity x rank 1's, else rank 1 is the MATCH; 0: whenever
+                               * it reaches the threshold (the rule before this option). The
+                               * false-accept rate does not depend on it (an impostor answered
+                               * AMBIGUOUS is accepted as much as one answered MATCH) */
 } patina_identify_opts_t;
 
 /* Fills opts with the defaults above (the table of include/patina/options.h,

@@ -64,6 +64,10 @@ extern "C" {
 /* The false-accept rate of that default. */
 #define PATINA_FAR_DEFAULT 0.01
 #define PATINA_GUIDED_RATIO_DEFAULT 0.9
+/* patina_identify_opts_t.ambiguity's default: a verified rank 2 of another
+ * item makes the answer AMBIGUOUS only when it holds at least half rank 1's
+ * inliers (docs/identify-bench.md, "The ambiguity margin"). */
+#define PATINA_AMBIGUITY_DEFAULT 0.5
 /* The smallest false-accept rate patina_identify_far_threshold takes (one
  * impostor query in the benchmark's 373 is 0.27%; none accepted is < 0.27%). */
 #define PATINA_FAR_MIN 0.001

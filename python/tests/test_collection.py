@@ -389,6 +389,12 @@ def test_identify_matches_cli(cli, rootsift_coll, samples, variant, tmp_path):
             assert [(h.key, h.inliers) for h in g.candidates] == [(h["key"], h["inliers"]) for h in w["hits"]]
         with pytest.raises(patina.InvalidError, match="far = 0.0001 is outside"):
             c.identify(variant, far=0.0001)
+        # the ambiguity margin reaches the library (checked there: [0, 1]), as --ambiguity
+        w = json.loads(run(cli, "identify", rootsift_coll, variant, "--format", "json", "-q", "--threshold", "0",
+                           "--ambiguity", "0"))
+        assert c.identify(variant, threshold=0, ambiguity=0).decision == w["decision"]
+        with pytest.raises(patina.InvalidError, match="ambiguity"):
+            c.identify(variant, ambiguity=1.5)
         assert c.identify(variant, far=0.001).threshold == 33 and c.identify(variant).threshold == 13
     # far on a table with reference views: that table's own calibration (views=2: 24 at 1%, 65 at 0.1%)
     views = str(tmp_path / "views.patina")

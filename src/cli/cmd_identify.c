@@ -61,6 +61,11 @@ static const cli_opt_t opts[] = {
      .help = "instead of --threshold: the threshold calibrated for a false-accept rate F on the "
              "identification benchmark, for the table's reference views (0.05 ... " PATINA_STRINGIFY(PATINA_FAR_MIN)
              "; 1 accepts every query)"},
+    {.name = "ambiguity", .type = CLI_NUMBER, .arg = "A", .min = 0, .max = 1,
+     .def = PATINA_STRINGIFY(PATINA_AMBIGUITY_DEFAULT),
+     .help = "answer ambiguous (both keys) only when the verified rank 2 of another item reaches the "
+             "threshold and holds at least A times rank 1's score (inliers); 0: whenever it reaches "
+             "the threshold"},
     {.name = "table", .type = CLI_TEXT, .arg = "SPEC",
      .help = "the rootsift table, when the collection has several ('patina info' lists them)"},
     {.name = "format", .type = CLI_CHOICE, .choices = "table|csv|json", .def = "table",
@@ -98,8 +103,8 @@ const cli_command_t cli_cmd_identify = {
              "references, verifies the best with RANSAC (with --guided, matches again where\n"
              "its model predicts and verifies those), re-ranks them by inliers and accepts\n"
              "rank 1 when its score reaches --threshold (or --far's); otherwise: unknown.\n"
-             "When rank 2 is verified and reaches it too, the query shows content of both:\n"
-             "ambiguous.\n",
+             "When rank 2 (another item) is verified, reaches it too and holds at least\n"
+             "--ambiguity times rank 1's score, the query shows content of both: ambiguous.\n",
     .opts = opts,
     .nopts = sizeof opts / sizeof opts[0],
     .notes = "output:\n"
@@ -231,6 +236,7 @@ static int run_identify(const cli_args_t *a)
     io.shape_check = !cli_get(a, "no-shape-check")->i;
     io.guided = (int)cli_get(a, "guided")->i;
     io.guided_ratio = cli_get(a, "guided-ratio")->num;
+    io.ambiguity = cli_get(a, "ambiguity")->num;
     if (cli_get(a, "far")->given) {
         if (cli_get(a, "threshold")->given) {
             cli_error("identify", "--far and --threshold both set the acceptance threshold: give one");

@@ -120,6 +120,10 @@ static const entry_t identify_opts[] = {
              "the guided matches' ratio test: the nearest reference feature inside the predicted neighbourhood "
              "must be closer than this times the nearest one elsewhere"),
      FLD_DOUBLE, I_OFF(guided_ratio), 0, 0},
+    {OPT_DBL("ambiguity", 0, 1, 0, STR(PATINA_AMBIGUITY_DEFAULT),
+             "answer ambiguous (both keys) only when the verified rank 2 of another item reaches the threshold "
+             "and holds at least this fraction of rank 1's score; 0: whenever it reaches the threshold"),
+     FLD_DOUBLE, I_OFF(ambiguity), 0, 0},
 };
 
 #define X_OFF(f) offsetof(patina_index_opts_t, f)

@@ -59,6 +59,8 @@ patina_status patina_identify_merge(const patina_identify_hit_t *const *part_hit
     if (o.k == 0) return patina__fail(PATINA_E_INVALID, "identify merge: k = 0");
     if (o.k > PATINA_K_MAX || o.verify_top > PATINA_K_MAX)
         return patina__fail(PATINA_E_LIMIT, "identify merge: k or verify_top over %d", PATINA_K_MAX);
+    if (!(o.ambiguity >= 0 && o.ambiguity <= 1)) /* the decision's margin (the parts' options are the library's) */
+        return patina__fail(PATINA_E_INVALID, "identify merge: ambiguity %g is not in [0, 1]", o.ambiguity);
     if (!(o.threshold >= 0))
         return patina__fail(PATINA_E_INVALID,
                             "identify merge: threshold %g: the default (the calibrated one) depends on the parts' "

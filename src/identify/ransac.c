@@ -381,5 +381,6 @@ size_t idf_guided(idf_match_t *out, int32_t *claim, const idf_model_t *m, const 
 patina_identify_decision idf_decide(double s1, double s2, size_t nh, const patina_identify_opts_t *o)
 {
     if (nh == 0 || !(s1 >= o->threshold)) return PATINA_DECISION_UNKNOWN;
-    return s2 >= o->threshold ? PATINA_DECISION_AMBIGUOUS : PATINA_DECISION_MATCH;
+    /* a runner-up of another item with comparable evidence: both shown; far less: rank 1's */
+    return s2 >= o->threshold && s2 >= o->ambiguity * s1 ? PATINA_DECISION_AMBIGUOUS : PATINA_DECISION_MATCH;
 }

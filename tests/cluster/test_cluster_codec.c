@@ -142,6 +142,47 @@ static void request_round_trip_and_malformed(void **state)
     b.p[6] = 77; /* kind */
     assert_int_equal(clu_request_decode(&d, b.p, b.n), PATINA_E_FORMAT);
     clu_buf_release(&b);
+
+    /* an identify request: every option the shard's call uses travels (guided matching and the
+     * ambiguity margin included: the cluster's answer is one process's) */
+    memset(&q, 0, sizeof q);
+    q.kind = CLU_KIND_IDENTIFY;
+    q.spec = "rootsift";
+    patina_identify_opts_init(&q.iopts);
+    q.iopts.k = 11;
+    q.iopts.ratio = 0.75;
+    q.iopts.verify_top = 12;
+    q.iopts.threshold = 7;
+    q.iopts.seed = 99;
+    q.iopts.guided = 1;
+    q.iopts.guided_ratio = 0.85;
+    q.iopts.ambiguity = 0.625;
+    q.parts = parts;
+    q.nparts = 3;
+    q.nq = 2;
+    q.qbytes = sizeof qs[0];
+    q.queries = qs;
+    assert_int_equal(clu_request_encode(&b, &q), PATINA_OK);
+    assert_int_equal(clu_request_decode(&d, b.p, b.n), PATINA_OK);
+    assert_int_equal(d.kind, CLU_KIND_IDENTIFY);
+    assert_string_equal(d.spec, "rootsift");
+    assert_int_equal(d.iopts.k, 11);
+    assert_true(d.iopts.ratio == 0.75);
+    assert_int_equal(d.iopts.verify_top, 12);
+    assert_true(d.iopts.threshold == 7);
+    assert_int_equal(d.iopts.seed, 99);
+    assert_int_equal(d.iopts.guided, 1);
+    assert_true(d.iopts.guided_ratio == 0.85);
+    assert_true(d.iopts.ambiguity == 0.625);
+    assert_memory_equal(d.queries, qs, sizeof qs);
+    clu_request_release(&d);
+    for (n = 0; n < b.n; n++) { /* every truncation */
+        uint8_t *p = malloc(n ? n : 1);
+        memcpy(p, b.p, n);
+        assert_int_not_equal(clu_request_decode(&d, p, n), PATINA_OK);
+        free(p);
+    }
+    clu_buf_release(&b);
 }
 
 static void reply_round_trip_and_malformed(void **state)

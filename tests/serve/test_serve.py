@@ -618,7 +618,15 @@ def test_identify():
     expect(r5["threshold"] == 33 and r5["decision"] in ("match", "ambiguous", "unknown"), r5)
     expect(r5["decision"] == ("unknown" if r5["hits"][0]["score"] < 33 else
                               "ambiguous" if len(r5["hits"]) > 1 and r5["hits"][1]["verified"] and
-                              r5["hits"][1]["inliers"] >= 33 else "match"), r5)
+                              r5["hits"][1]["inliers"] >= 33 and
+                              r5["hits"][1]["inliers"] >= 0.5 * r5["hits"][0]["score"] else "match"), r5)
+    # ambiguity: the margin of "ambiguous" (0: a verified rank 2 at the threshold is enough); [0, 1]
+    r6 = s.json("POST", "/v1/collections/refs.patina/identify?k=3&threshold=0&ambiguity=0", q,
+                headers={"Content-Type": "image/x-portable-pixmap"})
+    expect(r6["decision"] == ("ambiguous" if len(r6["hits"]) > 1 and r6["hits"][1]["verified"] else "match"), r6)
+    p = s.json("POST", "/v1/collections/refs.patina/identify?ambiguity=2", q, status=400,
+               headers={"Content-Type": "image/x-portable-pixmap"})
+    expect("ambiguity" in p["detail"], p)
     p = s.json("POST", "/v1/collections/refs.patina/identify?far=0.01&threshold=5", q, status=400,
                headers={"Content-Type": "image/x-portable-pixmap"})
     expect("both set the acceptance threshold" in p["detail"], p)
