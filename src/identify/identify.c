@@ -1274,6 +1274,23 @@ static int nothing_to_match(const idf_many_t *m, size_t set)
     return m->nq == 0 || m->ncap == 0 || m->sets[set]->alive == 0;
 }
 
+/* The matching job of set `set` of m (its candidates' place in m's lists);
+ * the blocks, the scratch and the task lists are the caller's. */
+static void job_of(idf_many_t *m, size_t set, job_t *jb)
+{
+    memset(jb, 0, sizeof *jb);
+    jb->sets = m->sets;
+    jb->rs = m->sets[set];
+    jb->set = (uint32_t)set;
+    jb->queries = m->queries;
+    jb->qbytes = m->qbytes;
+    jb->nq = m->nq;
+    jb->o = &m->o;
+    jb->ncap = m->ncap;
+    jb->cands = m->cands + set * m->nq * m->ncap;
+    jb->ncands = m->ncands + set * m->nq;
+}
+
 /* Several sets' matching tasks as one pool run: task t belongs to job j
  * with first[j] <= t < first[j + 1]. */
 typedef struct jobs {
@@ -1321,17 +1338,7 @@ static patina_status match_cpu(idf_many_t *m, const uint32_t *which, size_t nw, 
             s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for worker scratch");
     for (j = 0; s == PATINA_OK && j < nw; j++) {
         job_t *jb = &js.jb[j];
-        const size_t set = which[j];
-        jb->sets = m->sets;
-        jb->rs = m->sets[set];
-        jb->set = (uint32_t)set;
-        jb->queries = m->queries;
-        jb->qbytes = m->qbytes;
-        jb->nq = m->nq;
-        jb->o = &m->o;
-        jb->ncap = m->ncap;
-        jb->cands = m->cands + set * m->nq * m->ncap;
-        jb->ncands = m->ncands + set * m->nq;
+        job_of(m, which[j], jb);
         jb->sc = sc;
         jb->block = (block + jb->rs->per - 1) / jb->rs->per * jb->rs->per; /* whole items */
         jb->nblocks = (jb->rs->n + jb->block - 1) / jb->block;
@@ -1390,17 +1397,7 @@ patina_status idf_many_match(idf_many_t *m, size_t set, patina_context_t *ctx)
         return match_cpu(m, &one, 1, ctx);
     }
     /* On the GPU: the best ncap of each query directly. */
-    memset(&jb, 0, sizeof jb);
-    jb.sets = m->sets;
-    jb.rs = m->sets[set];
-    jb.set = (uint32_t)set;
-    jb.queries = m->queries;
-    jb.qbytes = m->qbytes;
-    jb.nq = m->nq;
-    jb.o = &m->o;
-    jb.ncap = m->ncap;
-    jb.cands = m->cands + set * m->nq * m->ncap;
-    jb.ncands = m->ncands + set * m->nq;
+    job_of(m, set, &jb);
     return match_gpu(ctx, &jb);
 }
 
