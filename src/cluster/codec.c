@@ -599,7 +599,7 @@ patina_status clu_reply_decode(clu_reply_t *r, const void *data, size_t n)
             res->decision = (patina_identify_decision)dec;
             res->query_features = clu_get_u32(&rd, "query features");
             res->nhits = clu_get_u32(&rd, "hits");
-            if (!rd.bad && (dec > PATINA_DECISION_MATCH || res->nhits > r->k)) rd.bad = "identify result";
+            if (!rd.bad && (dec > PATINA_DECISION_AMBIGUOUS || res->nhits > r->k)) rd.bad = "identify result";
             for (i = 0; !rd.bad && i < res->nhits; i++) {
                 patina_identify_hit_t *h = &r->hits[q * r->k + i];
                 const char *key;

@@ -254,6 +254,13 @@ def test_cluster_basic():
         assert all(a["partial"] is False and a["coverage"]["partitions"] == P for a in k), k
         say(f"identify -k 5: cluster == embedded (decisions {[a['decision'] for a in k]}; keys, scores, inliers, "
             "matches)")
+        # the options the shards' verification and the front end's decision use travel with the request:
+        # guided matching (in the shards), the ambiguity margin and a threshold (in the merge)
+        e, k = both("identify", "-k", "5", "--guided", "--guided-ratio", "0.85", "--ambiguity", "0",
+                    "--threshold", "0", *queries[:2])
+        assert ident_of(e) == ident_of(k), (e, k)
+        say(f"identify --guided --ambiguity 0 --threshold 0: cluster == embedded (decisions "
+            f"{[a['decision'] for a in k]})")
 
         # kill -9 with 2 copies: the other copy answers, whole
         c.kill("s1")
