@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Item-level distinctness as an acceptance rule, on a scored run's CSV
+(docs/lab/identify.md, "2026-11-29: item-level distinctness").
+
+Accept rank 1 only when its inliers reach T and exceed the runner-up's by D
+(D = 0: the threshold alone, the library's rule), in two variants of "the
+runner-up":
+  groups   the runner-up of another content group (the benchmark's pixel
+           grouping: what a rule would need to know about siblings);
+  library  the runner-up's verified inliers whatever its item (what the
+           library knows today).
+For each: the best (T, D) at FAR <= 1% on the whole set, the FAR / FRR grid
+for T = 3..5, and item-disjoint 2-fold cross-validation (--splits random
+splits of the genuine items and of the impostors; (T, D) chosen on one half
+at FAR <= 1% with the smallest FRR, counted on the other).
+
+    distinct.py --sets SETS --run CSV [--ambiguity 0.5] [--splits 20]
+"""
+import argparse
+import collections
+import importlib.util
+import os
+import random
+import statistics
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+spec = importlib.util.spec_from_file_location("score", os.path.join(HERE, "..", "..", "bench", "identify", "score.py"))
+score = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(score)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sets", required=True)
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--ambiguity", type=float, default=0.5)
+    ap.add_argument("--splits", type=int, default=20)
+    a = ap.parse_args()
+    manifest = {score.qkey(r["query"]): r for r in score.read_csv(os.path.join(a.sets, "manifest.csv"))}
+    item_of = {r["file"]: r["item"] for r in score.read_csv(os.path.join(a.sets, "groups.csv"))}
+    sharing = {r["texture"] for r in score.sharing_pairs(os.path.join(a.sets, "shares.csv"), 14)}
+    for m in manifest.values():
+        if m["set"] == "impostor-texture" and m["source"] in sharing:
+            m["set"] = "impostor-shared"
+    run, _ = score.load_run(a.run, manifest)
+    view = score.View(score.content_links(os.path.join(a.sets, "siblings.csv"), item_of, 14), a.ambiguity)
+    ev = score.evaluate(run, manifest, item_of)
+    gen = [(q, v) for q, v in ev.items() if v[0] == "genuine"]
+    imp = [(q, v) for q, v in ev.items() if v[0] not in ("genuine", "impostor-shared")]
+
+    def runner_up(q, v, variant):
+        rows = run[q]
+        if len(rows) < 2:
+            return 0.0
+        if variant == "groups":
+            return 0.0 if view.same(v[3], v[4]) else rows[1][2]
+        return rows[1][3]  # verified inliers (0 when not verified)
+
+    def rates(T, D, G, I, variant):
+        def accepted(q, v):
+            ans = view.answer(v, T)
+            if ans != "none" and D and v[2] - runner_up(q, v, variant) < D:
+                return "none"
+            return ans
+        far = sum(accepted(q, v) != "none" for q, v in I) / max(1, len(I))
+        ok = sum(accepted(q, v) == "item" and view.top1(v) for q, v in G)
+        return far, 1 - ok / max(1, len(G))
+
+    grid = [(T, D) for T in range(2, 12) for D in range(0, 6)]
+
+    def best(G, I, variant, ds=True):
+        c = [(rates(T, D, G, I, variant), T, D) for T, D in grid if ds or D == 0]
+        c = [x for x in c if x[0][0] <= 0.01]
+        return min(c, key=lambda x: (x[0][1], -x[1], -x[2]))
+
+    for variant in ("groups", "library"):
+        (far, frr), T, D = best(gen, imp, variant)
+        print("%s: whole set, best at FAR <= 1%%: T = %d, D = %d: FAR %.2f%%, FRR %.2f%%" % (variant, T, D, 100 * far,
+                                                                                        100 * frr))
+        for t in (3, 4, 5):
+            print("  T = %d: %s" % (t, ", ".join("D %d: %.1f%% / %.1f%%" % ((d,) + tuple(100 * x for x in rates(
+                t, d, gen, imp, variant))) for d in range(0, 5))))
+        res = []
+        for seed in range(a.splits):
+            rnd = random.Random(seed)
+            items = sorted(set(v[6] for _, v in gen))
+            rnd.shuffle(items)
+            half = set(items[:len(items) // 2])
+            iq = [q for q, _ in imp]
+            rnd.shuffle(iq)
+            ihalf = set(iq[:len(iq) // 2])
+            ga = [x for x in gen if x[1][6] in half]
+            gb = [x for x in gen if x[1][6] not in half]
+            ia = [x for x in imp if x[0] in ihalf]
+            ib = [x for x in imp if x[0] not in ihalf]
+            for gf, i_f, gt, it in ((ga, ia, gb, ib), (gb, ib, ga, ia)):
+                _, T, D = best(gf, i_f, variant)
+                _, T0, _ = best(gf, i_f, variant, ds=False)
+                res.append((rates(T, D, gt, it, variant), (T, D), rates(T0, 0, gt, it, variant)))
+        print("  cross-validated (%d folds): with D: FAR %.2f%%, FRR %.2f%%; threshold alone: FAR %.2f%%, FRR %.2f%%; "
+              "chosen %s" % (len(res), 100 * statistics.mean(x[0][0] for x in res),
+                             100 * statistics.mean(x[0][1] for x in res), 100 * statistics.mean(x[2][0] for x in res),
+                             100 * statistics.mean(x[2][1] for x in res),
+                             collections.Counter(x[1] for x in res).most_common(3)))
+
+
+main()
