@@ -9,8 +9,8 @@
  * re-ranking by inliers and an open-set decision: MATCH when the rank-1
  * verified score reaches the acceptance threshold (calibrated as a
  * false-accept rate: patina_identify_far_threshold; the default is FAR 1%
- * on the identification benchmark), AMBIGUOUS when rank 2 reaches it too,
- * else UNKNOWN. docs/identify.md has the details and the defaults' reasons.
+ * on the identification benchmark), AMBIGUOUS when rank 2 reaches it too
+ * with comparable evidence (opts.ambiguity), else UNKNOWN. docs/identify.md has the details and the defaults' reasons.
  *
  * Batch-first and shardable: one call answers many queries against one
  * reference set; a reference set may hold a shard of a collection (ids

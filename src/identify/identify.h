@@ -80,8 +80,9 @@ int idf_model_apply(const idf_model_t *m, double x, double y, double *ox, double
  * patina_identify_merge: one rule): nh candidates listed, s1 rank 1's
  * score, s2 rank 2's verified inliers (-1 when rank 2 is missing or not
  * verified). UNKNOWN without a candidate or when s1 < o->threshold;
- * AMBIGUOUS when rank 2 is verified and reaches the threshold too (the
- * query shows verified content of both); MATCH otherwise. */
+ * AMBIGUOUS when rank 2 is verified, reaches the threshold too and holds
+ * at least o->ambiguity times s1 (the query shows verified content of
+ * both, with comparable evidence); MATCH otherwise. */
 patina_identify_decision idf_decide(double s1, double s2, size_t nh, const patina_identify_opts_t *o);
 
 /* ------------------------------------------------------ several sets at once */
