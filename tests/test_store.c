@@ -539,8 +539,9 @@ static void test_put_get_replace_remove(void **state)
 }
 
 /* A second family over stored images: putting the same content (same
- * SHA-256) into another table keeps the first table's descriptor; changed
- * content drops it (stale). */
+ * SHA-256) into another table keeps the first table's descriptor and the
+ * record's time added (put a second later: the image was not added
+ * again); changed content drops it (stale) and is a new addition. */
 static void test_second_table_same_content(void **state)
 {
     char *dir = tu_tempdir("second"), *coll = path_in(dir, "c");
@@ -549,13 +550,25 @@ static void test_second_table_same_content(void **state)
     uint8_t da[DA], db[DB], got[DA + DB], want[DA + DB];
     uint64_t id;
     size_t ln, lbytes;
+    patina_record_t rec;
+    int64_t added;
     (void)state;
     TU_OK(patina_collection_open(&c, coll, PATINA_OPEN_CREATE, 0));
     fill_insert(&it, "photo.jpg", da, DA, 1);
     TU_OK(patina_collection_put(c, SPEC_A, DA, &it, 1, &id));
+    TU_OK(patina_collection_get(c, 1, &rec));
+    added = rec.added;
+    patina_record_release(&rec);
+    while ((int64_t)time(NULL) <= added) { /* the next second */
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     fill_insert(&it, "photo.jpg", db, DB, 1);               /* same content, table B */
     TU_OK(patina_collection_put(c, SPEC_B, DB, &it, 1, &id));
     assert_int_equal(id, 1);
+    TU_OK(patina_collection_get(c, 1, &rec));
+    assert_true(rec.added == added);
+    patina_record_release(&rec);
     TU_OK(patina_collection_get_descriptor(c, SPEC_A, 1, got, DA));
     key_desc(want, DA, "photo.jpg", 1);
     assert_memory_equal(got, want, DA);
@@ -568,6 +581,9 @@ static void test_second_table_same_content(void **state)
     fill_insert(&it, "photo.jpg", db, DB, 2);               /* changed content, table B */
     TU_OK(patina_collection_put(c, SPEC_B, DB, &it, 1, &id));
     assert_int_equal(id, 1);
+    TU_OK(patina_collection_get(c, 1, &rec));
+    assert_true(rec.added > added);
+    patina_record_release(&rec);
     expect_error(patina_collection_get_descriptor(c, SPEC_A, 1, got, DA), PATINA_E_NOTFOUND, NULL);
     TU_OK(patina_collection_table_info(c, SPEC_A, &ln, &lbytes));
     assert_int_equal(ln, 0);

@@ -103,7 +103,8 @@ typedef struct patina_record {
     uint64_t size;          /* bytes of the file */
     uint8_t sha256[32];
     int64_t mtime;          /* seconds since the epoch, of the file */
-    int64_t added;          /* seconds since the epoch, when indexed */
+    int64_t added;          /* seconds since the epoch, when indexed (a put of the same content under
+                             * its key, e.g. a second family's descriptor, keeps it) */
     int32_t width, height;
 } patina_record_t;
 

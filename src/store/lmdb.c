@@ -1631,13 +1631,16 @@ static patina_status put_batch(patina_collection_t *c, MDB_txn *txn, const char 
         MDB_val k = {8, kb}, v;
         uint64_t id = 0;
         unsigned flags = MDB_APPEND; /* a new id is the largest */
+        int64_t when = added;
         if ((s = lookup_key(c, txn, it->key, keylen, &id, &found)) != PATINA_OK) goto out;
         if (found) {
             /* Replace; the id stays. Changed content makes the descriptors of
              * every table stale: they go. The same content keeps them, so a
-             * second family can be added to images already stored. */
+             * second family can be added to images already stored, and its
+             * time added: the image was not added again. */
             patina_record_t old;
             if ((s = get_record(c, txn, id, &old)) != PATINA_OK) goto out;
+            if (memcmp(old.sha256, it->sha256, 32) == 0) when = old.added;
             if (memcmp(old.sha256, it->sha256, 32) != 0) {
                 if ((s = delete_descriptors(c, txn, id)) != PATINA_OK) {
                     patina_record_release(&old);
@@ -1664,7 +1667,7 @@ static patina_status put_batch(patina_collection_t *c, MDB_txn *txn, const char 
             rec = r;
             reccap = REC_HEADER + keylen;
         }
-        pack_record(rec, it, keylen, added);
+        pack_record(rec, it, keylen, when);
         put_be64(kb, id);
         v.mv_size = REC_HEADER + keylen;
         v.mv_data = rec;
