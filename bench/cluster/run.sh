@@ -123,6 +123,42 @@ wait_cover() {
     return 1
 }
 front() { "$DRIVER" front --cluster "$URL" --coll "$1" --refs "$REFS" --query "$QUERY" --reps "$REPS" --batch "$BATCH" --deadline "${2:-5000}"; }
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shard_seconds NAME...: each shard's request, queue and call seconds and identify requests (its metrics port), one line each
+shard_seconds() {
+    for n in "$@"; do
+        eval "mp=\$MP_$n"
+        python3 - "$n" "$mp" <<'PY'
+import sys, urllib.request
+name, port = sys.argv[1], sys.argv[2]
+text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+v = {}
+for line in text.splitlines():
+    for m in ("request", "queue", "call"):
+        if line.startswith(f"patina_shard_{m}_seconds_total{{"):
+            v[m] = float(line.rsplit(" ", 1)[1])
+    if line.startswith("patina_shard_requests_total{") and 'kind="identify"' in line:
+        v["n"] = float(line.rsplit(" ", 1)[1])
+print(name, v["n"], v["request"], v["queue"], v["call"])
+PY
+    done
+}
+# split_record LABEL BEFORE AFTER: the per-request means of the single queries between two shard_seconds
+split_record() {
+    record "$1" "$(python3 - "$2" "$3" <<'PY'
+import json, sys
+b = {l.split()[0]: [float(x) for x in l.split()[1:]] for l in sys.argv[1].splitlines() if l.strip()}
+a = {l.split()[0]: [float(x) for x in l.split()[1:]] for l in sys.argv[2].splitlines() if l.strip()}
+out = {}
+for n in a:
+    d = [x - y for x, y in zip(a[n], b[n])]
+    if d[0] > 0:
+        out[n] = {"requests": int(d[0]), "path_ms": 1e3 * d[1] / d[0], "queued_ms": 1e3 * d[2] / d[0],
+                  "call_ms": 1e3 * d[3] / d[0]}
+print(json.dumps({"mode": "split", "shards": out}))
+PY
+)"
+}
 
 if [ "$NGPU" -ge 1 ]; then
     if [ "$NGPU" -ge 2 ]; then ALL=all; DEF_SHARDS=$(seq 0 $((NGPU - 1)) | tr '\n' ' '); SHARING=0
@@ -157,13 +193,22 @@ if [ "$NGPU" -ge 1 ]; then
     for copies in $COPIES; do
         note "== cluster: GPU shards on devices $SHARDS_GPU, copies $copies"
         i=0
+        NAMES=""
         for g in $SHARDS_GPU; do
-            shard gbench "g$i" "$copies" gpu --gpus "$g" --gpu-mem "${SHARD_GIB}G" --synthetic "$REFS:$SEED" --load-parallel 8
+            mp=$(freeport)
+            eval "MP_g$i=$mp"
+            NAMES="$NAMES g$i"
+            shard gbench "g$i" "$copies" gpu --gpus "$g" --gpu-mem "${SHARD_GIB}G" --synthetic "$REFS:$SEED" --load-parallel 8 \
+                --metrics-port "$mp"
             i=$((i + 1))
         done
         wait_cover gbench
         sleep 2
         record "cluster GPU copies $copies sharing=$SHARING shards=$(echo $SHARDS_GPU | wc -w)" "$(front gbench)"
+        # where a single query's time in each shard goes (the shards' own counters around REPS more queries)
+        s0=$(shard_seconds $NAMES)
+        "$DRIVER" front --cluster "$URL" --coll gbench --refs "$REFS" --query "$QUERY" --reps "$REPS" --batch 1 > /dev/null
+        split_record "split GPU copies $copies" "$s0" "$(shard_seconds $NAMES)"
         # kill -9 of one shard: the seconds until an answer is whole again
         if [ "${RECOVER:-1}" != 0 ]; then
             kill -9 "$PID_g0"
@@ -182,13 +227,24 @@ if [ "$CPU_ROWS" != 0 ]; then
     for S in 1 2 4; do
         note "== cluster: $S CPU shards, copies 1, $CPU_REFS references"
         i=0
+        NAMES=""
         while [ $i -lt "$S" ]; do
-            shard cbench "c$i" 1 cpu --synthetic "$CPU_REFS:$SEED" -j $(( $(nproc) / S > 0 ? $(nproc) / S : 1 ))
+            mp=$(freeport)
+            eval "MP_c$i=$mp"
+            NAMES="$NAMES c$i"
+            shard cbench "c$i" 1 cpu --synthetic "$CPU_REFS:$SEED" -j $(( $(nproc) / S > 0 ? $(nproc) / S : 1 )) \
+                --metrics-port "$mp"
             i=$((i + 1))
         done
         wait_cover cbench
         sleep 2
         record "cluster CPU S=$S" "$("$DRIVER" front --cluster "$URL" --coll cbench --refs "$CPU_REFS" --query "$QUERY" --reps 5 --batch 4 --deadline 60000)"
+        if [ "$S" = 1 ]; then
+            s0=$(shard_seconds $NAMES)
+            "$DRIVER" front --cluster "$URL" --coll cbench --refs "$CPU_REFS" --query "$QUERY" --reps 5 --batch 1 \
+                --deadline 60000 > /dev/null
+            split_record "split CPU S=1" "$s0" "$(shard_seconds $NAMES)"
+        fi
         if [ "$S" = 2 ]; then
             kill -9 "$PID_c0"
             record "recover CPU copies 1" "$("$DRIVER" cover --cluster "$URL" --coll cbench --query "$QUERY" --timeout 300 --deadline 60000)"

@@ -70,6 +70,12 @@ def main():
         if d.get("mode") == "cover":
             print(f"| {label} | {d['seconds']:.2f}{'' if d['whole'] else ' (not whole at the limit)'} | "
                   f"{d['queries']} ({d['failed']}, {d['partial']}) | {d['worst_ms']:.1f} |")
+    for label, d in by.items():
+        if d.get("mode") == "split":
+            for name, x in sorted(d["shards"].items()):
+                print(f"\n{label}, shard {name} ({x['requests']} single queries, means from the shard's metrics): "
+                      f"queued {x['queued_ms']:.2f} ms, then {x['path_ms']:.2f} ms answering = the library call "
+                      f"{x['call_ms']:.2f} + decoding, locking and the reply {x['path_ms'] - x['call_ms']:.2f}")
     if "write" in by:
         w = by["write"]
         print(f"\nwrite-to-visible (real buckets, 2 CPU shards, copies 2, {w['reps']} writes): acknowledged "

@@ -132,6 +132,8 @@ typedef struct shard {
     unsigned long long requests[4], errors;
     unsigned long long parts_answered; /* partitions answered, summed over search and identify requests */
     double request_seconds;
+    double queue_seconds; /* requests' arrival to a worker taking them */
+    double call_seconds;  /* requests' answers under the shard's lock (the library's call) */
     volatile int inflight;
 } shard_t;
 
@@ -790,6 +792,7 @@ static void serve_request(shard_t *sh, req_t *rq)
     clu_request_t q;
     clu_reply_t r;
     const double t0 = now_s();
+    double call = 0;
     patina_status s;
     memset(&r, 0, sizeof r);
     s = clu_request_decode(&q, natsMsg_GetData(rq->msg), (size_t)natsMsg_GetDataLength(rq->msg));
@@ -797,8 +800,11 @@ static void serve_request(shard_t *sh, req_t *rq)
         r.kind = CLU_KIND_SEARCH;
         r.status = s;
     } else {
+        double c0;
         pthread_rwlock_rdlock(&sh->lock);
+        c0 = now_s();
         answer(sh, &q, &r);
+        call = now_s() - c0;
         pthread_rwlock_unlock(&sh->lock);
     }
     reply(sh, rq->nc, rq->msg, rq->got, &r);
@@ -813,6 +819,8 @@ static void serve_request(shard_t *sh, req_t *rq)
         double dt = now_s() - t0;
         pthread_mutex_lock(&sh->mu);
         sh->request_seconds += dt;
+        sh->queue_seconds += t0 - rq->got;
+        sh->call_seconds += call;
         pthread_mutex_unlock(&sh->mu);
     }
 }
@@ -1297,6 +1305,7 @@ static void *metrics_thread(void *arg)
         int cfd = accept(fd, NULL, NULL);
         uint32_t p, hosted = 0, ready = 0;
         uint64_t rows = 0, bytes = 0;
+        double secs[3]; /* request, queue and call seconds */
         ssize_t got;
         if (cfd < 0) continue;
         got = read(cfd, req, sizeof req - 1);
@@ -1324,6 +1333,11 @@ static void *metrics_thread(void *arg)
                 rows += sh->parts[p].rows;
                 bytes += sh->parts[p].bytes;
             }
+        pthread_mutex_lock(&sh->mu); /* the request threads add to them */
+        secs[0] = sh->request_seconds;
+        secs[1] = sh->queue_seconds;
+        secs[2] = sh->call_seconds;
+        pthread_mutex_unlock(&sh->mu);
         f = open_memstream(&body, &blen);
         if (!f) {
             close(cfd);
@@ -1360,7 +1374,18 @@ static void *metrics_thread(void *arg)
         fprintf(f, "# HELP patina_shard_request_seconds_total Seconds spent answering requests.\n"
                    "# TYPE patina_shard_request_seconds_total counter\n"
                    "patina_shard_request_seconds_total{collection=\"%s\",shard=\"%s\"} %.6f\n",
-                sh->cfg.name, sh->name, sh->request_seconds);
+                sh->cfg.name, sh->name, secs[0]);
+        fprintf(f, "# HELP patina_shard_queue_seconds_total Seconds requests waited between their arrival and a "
+                   "worker taking them.\n"
+                   "# TYPE patina_shard_queue_seconds_total counter\n"
+                   "patina_shard_queue_seconds_total{collection=\"%s\",shard=\"%s\"} %.6f\n",
+                sh->cfg.name, sh->name, secs[1]);
+        fprintf(f, "# HELP patina_shard_call_seconds_total Seconds of the requests' answers themselves (the "
+                   "library's search or identification over the partitions; answering less this is decoding, "
+                   "locking and the reply).\n"
+                   "# TYPE patina_shard_call_seconds_total counter\n"
+                   "patina_shard_call_seconds_total{collection=\"%s\",shard=\"%s\"} %.6f\n",
+                sh->cfg.name, sh->name, secs[2]);
         fclose(f);
         {
             char head[256];

@@ -540,15 +540,20 @@ def test_restart_everything(patina_cluster_cli, nats3, procs, tmp_path):
     assert all(env.record(k)[0] == 200 for k in keys if k != "r05")
 
 
-def _answered(env, name):
-    """The shard's patina_shard_partitions_answered_total (its metrics port)."""
+def _metric(env, name, metric):
+    """A series of the shard's metrics port (one per shard: its value)."""
     _, port = env.shards[name]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         text = r.read().decode()
     for line in text.splitlines():
-        if line.startswith("patina_shard_partitions_answered_total{"):
-            return int(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{name}: no patina_shard_partitions_answered_total in its metrics")
+        if line.startswith(metric + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name}: no {metric} in its metrics")
+
+
+def _answered(env, name):
+    """The shard's patina_shard_partitions_answered_total (its metrics port)."""
+    return int(_metric(env, name, "patina_shard_partitions_answered_total"))
 
 
 def test_each_partition_asked_of_its_active_copy(patina_cluster_cli, nats1, procs, tmp_path):
@@ -565,6 +570,10 @@ def test_each_partition_asked_of_its_active_copy(patina_cluster_cli, nats1, proc
         assert code == 200 and not ans.get("partial"), ans
     got = {n: _answered(env, n) - before[n] for n in env.shards}
     assert got == {n: queries * env.partitions // 2 for n in env.shards}, got
+    # where a request's time in the shard goes: queued, then the answer (the library's call) inside it
+    for n in env.shards:
+        req, queue, call = (_metric(env, n, f"patina_shard_{m}_seconds_total") for m in ("request", "queue", "call"))
+        assert req > 0 and call > 0 and queue >= 0 and call <= req, (n, req, queue, call)
 
 
 def _bad_payloads():
