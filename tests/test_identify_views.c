@@ -240,6 +240,21 @@ static void assert_items_once(const patina_identify_hit_t *h, size_t n)
         for (size_t j = i + 1; j < n; j++) assert_true(h[i].id != h[j].id);
 }
 
+/* The N items of items_make(s, 5, 3) in two sets: rs (SPEC2) with each item's
+ * three blocks (its reference and two views), base (SPEC0) with block 0 only
+ * (no views). */
+static void views_and_base(items_t *s, patina_refset_t **rs, patina_refset_t **base)
+{
+    const size_t b = rs_record_bytes(M, RS_QUANT_U8);
+    items_make(s, 5, 3);
+    TU_OK(patina_refset_new(rs, SPEC2));
+    TU_OK(patina_refset_new(base, SPEC0));
+    for (size_t i = 0; i < N; i++) {
+        TU_OK(patina_refset_put(*rs, i + 1, s->rec[i], 3 * b));
+        TU_OK(patina_refset_put(*base, i + 1, s->rec[i], b)); /* block 0 only: no views */
+    }
+}
+
 static void test_refset_rows(void **state)
 {
     items_t s;
@@ -249,13 +264,7 @@ static void test_refset_rows(void **state)
     patina_identify_result_t res;
     const size_t b = rs_record_bytes(M, RS_QUANT_U8);
     (void)state;
-    items_make(&s, 5, 3);
-    TU_OK(patina_refset_new(&rs, SPEC2));
-    TU_OK(patina_refset_new(&base, SPEC0));
-    for (size_t i = 0; i < N; i++) {
-        TU_OK(patina_refset_put(rs, i + 1, s.rec[i], 3 * b));
-        TU_OK(patina_refset_put(base, i + 1, s.rec[i], b)); /* block 0 only: no views */
-    }
+    views_and_base(&s, &rs, &base);
     assert_int_equal(patina_refset_size(rs), N);
     assert_int_equal(patina_refset_rows(rs), 3 * N);
     {
@@ -332,16 +341,9 @@ static void test_default_threshold(void **state)
     patina_identify_opts_t o, given;
     patina_identify_hit_t hits[N], ghits[N];
     patina_identify_result_t res, gres;
-    const size_t b = rs_record_bytes(M, RS_QUANT_U8);
     double t2, t0;
     (void)state;
-    items_make(&s, 5, 3);
-    TU_OK(patina_refset_new(&rs, SPEC2));
-    TU_OK(patina_refset_new(&base, SPEC0));
-    for (size_t i = 0; i < N; i++) {
-        TU_OK(patina_refset_put(rs, i + 1, s.rec[i], 3 * b));
-        TU_OK(patina_refset_put(base, i + 1, s.rec[i], b));
-    }
+    views_and_base(&s, &rs, &base);
     TU_OK(patina_identify_far_threshold_table(SPEC2, 0.01, &t2));
     TU_OK(patina_identify_far_threshold_table(SPEC0, 0.01, &t0));
     assert_true(t2 == 24 && t0 == PATINA_THRESHOLD_DEFAULT);

@@ -55,21 +55,36 @@ static void record_round_trip(void **state)
     clu_buf_release(&b);
 }
 
+/* Which decoder each_prefix_refused drives. */
+enum { DEC_RECORD, DEC_REQUEST, DEC_REPLY };
+
+/* Every truncation of encoded message b (each prefix in a buffer of its
+ * own size, so ASan sees an over-read) is refused by decoder `which`. */
+static void each_prefix_refused(const clu_buf_t *b, int which)
+{
+    size_t n;
+    for (n = 0; n < b->n; n++) {
+        uint8_t *p = malloc(n ? n : 1);
+        clu_record_t rec;
+        clu_request_t q;
+        clu_reply_t r;
+        memcpy(p, b->p, n);
+        if (which == DEC_RECORD) assert_int_not_equal(clu_record_decode(&rec, p, n), PATINA_OK);
+        else if (which == DEC_REQUEST) assert_int_not_equal(clu_request_decode(&q, p, n), PATINA_OK);
+        else assert_int_not_equal(clu_reply_decode(&r, p, n), PATINA_OK);
+        free(p);
+    }
+}
+
 static void record_malformed(void **state)
 {
     clu_buf_t b = sample_record();
     clu_record_t r;
     uint8_t *copy = malloc(b.n + 1);
-    size_t n, i;
+    size_t i;
     uint32_t seed = 1;
     (void)state;
-    /* every truncation (each prefix in a buffer of its own size, so ASan sees an over-read) */
-    for (n = 0; n < b.n; n++) {
-        uint8_t *p = malloc(n ? n : 1);
-        memcpy(p, b.p, n);
-        assert_int_not_equal(clu_record_decode(&r, p, n), PATINA_OK);
-        free(p);
-    }
+    each_prefix_refused(&b, DEC_RECORD);
     /* a byte more */
     memcpy(copy, b.p, b.n);
     copy[b.n] = 0;
@@ -108,7 +123,6 @@ static void request_round_trip_and_malformed(void **state)
     clu_buf_t b = {0};
     uint32_t parts[3] = {1, 5, 7};
     float qs[2][4] = {{1, 2, 3, 4}, {5, 6, 7, 8}};
-    size_t n;
     (void)state;
     memset(&q, 0, sizeof q);
     q.kind = CLU_KIND_SEARCH;
@@ -130,12 +144,7 @@ static void request_round_trip_and_malformed(void **state)
     assert_int_equal(d.nq, 2);
     assert_memory_equal(d.queries, qs, sizeof qs);
     clu_request_release(&d);
-    for (n = 0; n < b.n; n++) {
-        uint8_t *p = malloc(n ? n : 1);
-        memcpy(p, b.p, n);
-        assert_int_not_equal(clu_request_decode(&d, p, n), PATINA_OK);
-        free(p);
-    }
+    each_prefix_refused(&b, DEC_REQUEST);
     b.p[4] = 9; /* version */
     assert_int_equal(clu_request_decode(&d, b.p, b.n), PATINA_E_FORMAT);
     b.p[4] = 1;
@@ -176,12 +185,7 @@ static void request_round_trip_and_malformed(void **state)
     assert_true(d.iopts.ambiguity == 0.625);
     assert_memory_equal(d.queries, qs, sizeof qs);
     clu_request_release(&d);
-    for (n = 0; n < b.n; n++) { /* every truncation */
-        uint8_t *p = malloc(n ? n : 1);
-        memcpy(p, b.p, n);
-        assert_int_not_equal(clu_request_decode(&d, p, n), PATINA_OK);
-        free(p);
-    }
+    each_prefix_refused(&b, DEC_REQUEST);
     clu_buf_release(&b);
 }
 
@@ -215,12 +219,7 @@ static void reply_round_trip_and_malformed(void **state)
     assert_int_equal(d.res.rows, 99);
     assert_int_equal(d.nparts, 2);
     clu_reply_release(&d);
-    for (n = 0; n < b.n; n++) {
-        uint8_t *p = malloc(n ? n : 1);
-        memcpy(p, b.p, n);
-        assert_int_not_equal(clu_reply_decode(&d, p, n), PATINA_OK);
-        free(p);
-    }
+    each_prefix_refused(&b, DEC_REPLY);
     { /* a shard time that is not a duration (NaN, negative, absurd) is refused */
         const double bad[3] = {NAN, -1.0, 1e12};
         for (n = 0; n < 3; n++) {
@@ -257,7 +256,6 @@ static void identify_reply_round_trip(void **state)
     patina_identify_result_t res[2] = {{PATINA_DECISION_AMBIGUOUS, 2, 768, 13}, {PATINA_DECISION_UNKNOWN, 1, 12, 13}};
     char *keys[4] = {"five", "two", "eight", NULL};
     uint32_t parts[3] = {1, 4, 6};
-    size_t n;
     (void)state;
     memset(&r, 0, sizeof r);
     r.kind = CLU_KIND_IDENTIFY;
@@ -284,12 +282,7 @@ static void identify_reply_round_trip(void **state)
     assert_string_equal(d.keys[0], "five");
     assert_string_equal(d.keys[2], "eight");
     clu_reply_release(&d);
-    for (n = 0; n < b.n; n++) {
-        uint8_t *p = malloc(n ? n : 1);
-        memcpy(p, b.p, n);
-        assert_int_not_equal(clu_reply_decode(&d, p, n), PATINA_OK);
-        free(p);
-    }
+    each_prefix_refused(&b, DEC_REPLY);
     clu_buf_release(&b);
 }
 
