@@ -269,8 +269,8 @@ static void bench_gpu(const patina_image_t *src, size_t nsrc, size_t ngpu)
         return;
     }
     if (patina_gpu__bandwidth(g, 0, (size_t)256 << 20, 5, &h2d) != PATINA_OK) h2d = 0.0;
-    printf("gpu         device 0; %zu images per batch, resized from the samples; pinned H2D peak %.1f GB/s\n", ngpu,
-           h2d);
+    printf("gpu         device 0; %zu images per batch, resized from the images loaded; pinned H2D peak %.1f GB/s\n",
+           ngpu, h2d);
     printf("peers       OpenCV SIFT (nfeatures = the budget) on all %d cores and kornia's SIFTFeature on the GPU "
            "(bench/rootsift_peers.py, the same resized images, %s); ratio = our GPU img/s / the peer's\n",
            patina_cpu_count(), g_peers ? "run before each size's rows" : "off: --no-peers");
