@@ -143,9 +143,10 @@ print(name, v["n"], v["request"], v["queue"], v["call"])
 PY
     done
 }
-# split_record LABEL BEFORE AFTER: the per-request means of the single queries between two shard_seconds
+# split_record LABEL BEFORE AFTER [PASS]: the per-request means of the single queries between two shard_seconds,
+# with that pass's own p50 and in-shard median (PASS: the driver's JSON line)
 split_record() {
-    record "$1" "$(python3 - "$2" "$3" <<'PY'
+    record "$1" "$(python3 - "$2" "$3" "${4:-}" <<'PY'
 import json, sys
 b = {l.split()[0]: [float(x) for x in l.split()[1:]] for l in sys.argv[1].splitlines() if l.strip()}
 a = {l.split()[0]: [float(x) for x in l.split()[1:]] for l in sys.argv[2].splitlines() if l.strip()}
@@ -155,7 +156,8 @@ for n in a:
     if d[0] > 0:
         out[n] = {"requests": int(d[0]), "path_ms": 1e3 * d[1] / d[0], "queued_ms": 1e3 * d[2] / d[0],
                   "call_ms": 1e3 * d[3] / d[0]}
-print(json.dumps({"mode": "split", "shards": out}))
+p = json.loads(sys.argv[3]) if sys.argv[3].strip() else {}
+print(json.dumps({"mode": "split", "shards": out, "pass_p50_ms": p.get("p50_ms"), "pass_shard_ms": p.get("shard_ms")}))
 PY
 )"
 }
@@ -207,8 +209,8 @@ if [ "$NGPU" -ge 1 ]; then
         record "cluster GPU copies $copies sharing=$SHARING shards=$(echo $SHARDS_GPU | wc -w)" "$(front gbench)"
         # where a single query's time in each shard goes (the shards' own counters around REPS more queries)
         s0=$(shard_seconds $NAMES)
-        "$DRIVER" front --cluster "$URL" --coll gbench --refs "$REFS" --query "$QUERY" --reps "$REPS" --batch 1 > /dev/null
-        split_record "split GPU copies $copies" "$s0" "$(shard_seconds $NAMES)"
+        pass=$("$DRIVER" front --cluster "$URL" --coll gbench --refs "$REFS" --query "$QUERY" --reps "$REPS" --batch 1)
+        split_record "split GPU copies $copies" "$s0" "$(shard_seconds $NAMES)" "$pass"
         # kill -9 of one shard: the seconds until an answer is whole again
         if [ "${RECOVER:-1}" != 0 ]; then
             kill -9 "$PID_g0"

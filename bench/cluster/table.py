@@ -75,7 +75,9 @@ def main():
             for name, x in sorted(d["shards"].items()):
                 print(f"\n{label}, shard {name} ({x['requests']} single queries, means from the shard's metrics): "
                       f"queued {x['queued_ms']:.2f} ms, then {x['path_ms']:.2f} ms answering = the library call "
-                      f"{x['call_ms']:.2f} + decoding, locking and the reply {x['path_ms'] - x['call_ms']:.2f}")
+                      f"{x['call_ms']:.2f} + decoding, locking and the reply {x['path_ms'] - x['call_ms']:.2f}"
+                      + (f"; that pass at the front end: p50 {d['pass_p50_ms']:.1f} ms, median in the shard "
+                         f"{d['pass_shard_ms']:.1f} ms" if d.get("pass_p50_ms") is not None else ""))
     if "write" in by:
         w = by["write"]
         print(f"\nwrite-to-visible (real buckets, 2 CPU shards, copies 2, {w['reps']} writes): acknowledged "
