@@ -8,17 +8,25 @@ runner-up":
   groups   the runner-up of another content group (the benchmark's pixel
            grouping: what a rule would need to know about siblings);
   library  the runner-up's verified inliers whatever its item (what the
-           library knows today).
+           library knows today);
+  overlap  (with --overlap DUMP, lab/identify/overlap.py's dump of the same
+           run) the most independent inliers of any verified runner-up:
+           those whose query point lies farther than --radius pixels from
+           every inlier query point of rank 1 (a sibling of rank 1's content
+           matches on the same query points and counts about 0; an
+           impostor's second chance draw lands elsewhere). Needs only what
+           the library knows.
 For each: the best (T, D) at FAR <= 1% on the whole set, the FAR / FRR grid
 for T = 3..5, and item-disjoint 2-fold cross-validation (--splits random
 splits of the genuine items and of the impostors; (T, D) chosen on one half
 at FAR <= 1% with the smallest FRR, counted on the other).
 
-    distinct.py --sets SETS --run CSV [--ambiguity 0.5] [--splits 20]
+    distinct.py --sets SETS --run CSV [--ambiguity 0.5] [--splits 20] [--overlap DUMP [--radius R]]
 """
 import argparse
 import collections
 import importlib.util
+import json
 import os
 import random
 import statistics
@@ -35,7 +43,23 @@ def main():
     ap.add_argument("--run", required=True)
     ap.add_argument("--ambiguity", type=float, default=0.5)
     ap.add_argument("--splits", type=int, default=20)
+    ap.add_argument("--overlap")
+    ap.add_argument("--radius", type=float, default=2.0)
     a = ap.parse_args()
+    indep = {}
+    if a.overlap:
+        r2 = a.radius * a.radius
+        with open(a.overlap) as f:
+            for line in f:
+                d = json.loads(line)
+                hits = d["hits"]
+                p1 = hits[0]["q"] if hits else []
+                most = 0
+                for h in hits[1:]:
+                    if h["verified"]:
+                        most = max(most, sum(1 for x, y in h["q"]
+                                             if all((x - u) ** 2 + (y - v) ** 2 > r2 for u, v in p1)))
+                indep[score.qkey(d["query"])] = most
     manifest = {score.qkey(r["query"]): r for r in score.read_csv(os.path.join(a.sets, "manifest.csv"))}
     item_of = {r["file"]: r["item"] for r in score.read_csv(os.path.join(a.sets, "groups.csv"))}
     sharing = {r["texture"] for r in score.sharing_pairs(os.path.join(a.sets, "shares.csv"), 14)}
@@ -54,6 +78,8 @@ def main():
             return 0.0
         if variant == "groups":
             return 0.0 if view.same(v[3], v[4]) else rows[1][2]
+        if variant == "overlap":
+            return indep.get(q, 0)
         return rows[1][3]  # verified inliers (0 when not verified)
 
     def rates(T, D, G, I, variant):
@@ -73,7 +99,7 @@ def main():
         c = [x for x in c if x[0][0] <= 0.01]
         return min(c, key=lambda x: (x[0][1], -x[1], -x[2]))
 
-    for variant in ("groups", "library"):
+    for variant in ("groups", "library") + (("overlap",) if indep else ()):
         (far, frr), T, D = best(gen, imp, variant)
         print("%s: whole set, best at FAR <= 1%%: T = %d, D = %d: FAR %.2f%%, FRR %.2f%%" % (variant, T, D, 100 * far,
                                                                                         100 * frr))
