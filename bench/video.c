@@ -17,8 +17,11 @@
  *                 cedd) into a new collection, every frame (or --every),
  *                 the context's threads (all cores): frames/s, x real
  *                 time, and the stage times the pipeline reports.
- * The GPU row runs when a GPU is usable (extraction on the GPU; frames are
- * decoded on the CPU: there is no GPU video decoding). */
+ * The GPU row runs when a GPU is usable (extraction on the GPU), once with
+ * frames decoded on the CPU and once on NVDEC (e2e gpu+nvdec). NVDEC rows
+ * (the reader on the GPU's video decoders: "decode nvdec", "nvdec+rgb",
+ * whose RGB is hashed and compared with the CPU decoder's) unless
+ * --no-nvdec or NVDEC cannot open (the reason printed). */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,21 +143,39 @@ static const char *encode(const char *path, int w, int h, int fps, int seconds)
 
 /* Frames/s of the reader alone: decoding (convert 0) or decoding and the
  * conversion to RGB (convert 1), on the calling thread; libavcodec's own
- * threads decode. */
-static double read_rate(const char *path, int convert, int64_t *nframes)
+ * threads decode, or NVDEC (decoder). With convert, *digest gets an FNV-1a
+ * hash of every frame's RGB rows in order (the pixels the records are made
+ * of), so two decoders' frames can be compared. *used: the decoder that
+ * gave the frames. Returns -1 when the decoder cannot open (why printed). */
+static double read_rate(const char *path, int convert, patina_video_decoder decoder, int64_t *nframes,
+                        uint64_t *digest, const char **used)
 {
     patina_video_t *v;
     patina__vframe_t *f;
     patina_video_frame_t info;
+    patina_video_opts_t vo;
     patina_status s;
     int64_t n = 0;
+    uint64_t h = 0xcbf29ce484222325ull;
     double t0;
-    if (patina_video_open(&v, path, NULL) != PATINA_OK) die("open");
+    patina_video_opts_init(&vo);
+    vo.decoder = decoder;
+    if ((s = patina_video_open(&v, path, &vo)) != PATINA_OK) {
+        if (s == PATINA_E_UNAVAILABLE) {
+            printf("  (%s)\n", patina_last_error());
+            return -1;
+        }
+        die("open");
+    }
     t0 = patina_now();
     while ((s = patina__video_next_raw(v, &f, &info)) == PATINA_OK) {
         if (convert) {
             patina_image_t img;
             if (patina__vframe_rgb(&img, f) != PATINA_OK) die("convert");
+            for (int y = 0; y < img.height; y++) {
+                const uint8_t *row = img.data + (size_t)y * img.stride;
+                for (size_t x = 0; x < 3 * (size_t)img.width; x++) h = (h ^ row[x]) * 0x100000001b3ull;
+            }
             patina_image_release(&img);
         }
         patina__vframe_free(&f);
@@ -162,14 +183,25 @@ static double read_rate(const char *path, int convert, int64_t *nframes)
     }
     if (s != PATINA_DONE) die("read");
     t0 = patina_now() - t0;
+    *used = patina_video_decoder_used(v);
     patina_video_free(v);
     *nframes = n;
+    if (digest) *digest = h;
     return (double)n / t0;
+}
+
+static void report(void *user, const char *path, patina_status s, const char *message)
+{
+    (void)user;
+    fprintf(stderr, "bench_video: %s: %s (%s)\n", path, patina_status_str(s), message);
 }
 
 int main(int argc, char **argv)
 {
-    const char *file = NULL, *family = "cedd", *devices = "cpu,gpu", *every = NULL, *codec = "(given)";
+    const char *file = NULL, *family = "cedd", *devices = "cpu,gpu", *every = NULL, *codec = "(given)", *used;
+    int nvdec = 1;
+    uint64_t dig_cpu = 0, dig_gpu = 0;
+    int64_t n_cpu = 0;
     int seconds = 10, w = 1920, h = 1080, fps = 30;
     size_t batch = 0;
     char path[4096], coll[4096];
@@ -188,9 +220,10 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--devices") && v) devices = argv[++i];
         else if (!strcmp(a, "--batch") && v) batch = (size_t)atol(argv[++i]);
         else if (!strcmp(a, "--every") && v) every = argv[++i];
+        else if (!strcmp(a, "--no-nvdec")) nvdec = 0;
         else {
             fprintf(stderr, "usage: bench_video [--file VIDEO] [--seconds S] [--size WxH] [--fps N] [--family F] "
-                            "[--devices cpu,gpu] [--batch N] [--every N|Ss]\n");
+                            "[--devices cpu,gpu] [--batch N] [--every N|Ss] [--no-nvdec]\n");
             return 2;
         }
     }
@@ -206,10 +239,21 @@ int main(int argc, char **argv)
     if (patina_extractor_new(&ex, family) != PATINA_OK) die("family");
     printf("bench_video: %s, family %s, %d threads\n\n", file, family, patina_context_threads(ctx));
     printf("%-14s %10s %10s %8s  %s\n", "row", "frames", "frames/s", "x real", "stages (s)");
-    r = read_rate(file, 0, &n);
+    r = read_rate(file, 0, PATINA_VIDEO_DECODER_CPU, &n, NULL, &used);
     printf("%-14s %10lld %10.1f %8.2f\n", "decode", (long long)n, r, r / fps);
-    r = read_rate(file, 1, &n);
-    printf("%-14s %10lld %10.1f %8.2f\n", "decode+rgb", (long long)n, r, r / fps);
+    r = read_rate(file, 1, PATINA_VIDEO_DECODER_CPU, &n_cpu, &dig_cpu, &used);
+    printf("%-14s %10lld %10.1f %8.2f\n", "decode+rgb", (long long)n_cpu, r, r / fps);
+    if (nvdec) {
+        r = read_rate(file, 0, PATINA_VIDEO_DECODER_NVDEC, &n, NULL, &used);
+        if (r < 0) nvdec = 0;
+        else printf("%-14s %10lld %10.1f %8.2f  (frames from %s)\n", "decode nvdec", (long long)n, r, r / fps, used);
+    }
+    if (nvdec) {
+        r = read_rate(file, 1, PATINA_VIDEO_DECODER_NVDEC, &n, &dig_gpu, &used);
+        printf("%-14s %10lld %10.1f %8.2f  RGB of every frame %s the CPU decoder's (%lld frames, FNV-1a %016llx)\n",
+               "nvdec+rgb", (long long)n, r, r / fps, n == n_cpu && dig_gpu == dig_cpu ? "identical to" : "DIFFERS from",
+               (long long)n, (unsigned long long)dig_gpu);
+    }
     for (const char *d = devices; *d;) {
         char name[16] = "";
         size_t len = strcspn(d, ",");
@@ -220,13 +264,16 @@ int main(int argc, char **argv)
         char row[32];
         snprintf(name, sizeof name, "%.*s", (int)(len < 15 ? len : 15), d);
         d += len + (d[len] == ',');
+        for (int dec = 0; dec < 1 + (nvdec && !strcmp(name, "gpu")); dec++) {
         patina_index_opts_init(&o);
+        o.video_decoder = dec ? PATINA_VIDEO_DECODER_NVDEC : PATINA_VIDEO_DECODER_CPU;
+        o.on_error = report;
         if (patina_device_parse(&o.device, name) != PATINA_OK) die("device");
         {
             patina_device got;
             if (patina_context_resolve(ctx, ex, o.device, &got) != PATINA_OK) {
                 printf("e2e %-10s (%s)\n", name, patina_last_error());
-                continue;
+                break;
             }
         }
         if (batch) o.batch = batch;
@@ -241,7 +288,7 @@ int main(int argc, char **argv)
         if (patina_index_files(ctx, c, ex, paths, 1, &o, &st) != PATINA_OK) die("index");
         if (st.failed) fail("the video failed to index");
         patina_collection_close(c);
-        snprintf(row, sizeof row, "e2e %s", name);
+        snprintf(row, sizeof row, "e2e %s%s", name, dec ? "+nvdec" : "");
         printf("%-14s %10llu %10.1f %8.2f  convert %.2f, extract %.2f, store %.2f, wait %.2f; wall %.2f\n", row,
                (unsigned long long)st.frames, (double)st.frames / st.seconds, (double)st.frames / st.seconds / fps,
                st.t_decode, st.t_extract, st.t_store, st.t_wait, st.seconds);
@@ -250,9 +297,11 @@ int main(int argc, char **argv)
             snprintf(cmd, sizeof cmd, "rm -rf '%s'", coll);
             if (system(cmd) != 0) fprintf(stderr, "bench_video: could not remove %s\n", coll);
         }
+        }
     }
     printf("\n(x real: frames/s over the video's %d frames/s; 'decode' and 'decode+rgb' run the reader on one thread "
-           "with libavcodec's threads; e2e: the whole pipeline on all cores)\n", fps);
+           "with libavcodec's threads, the nvdec rows with the GPU's video decoders (surfaces copied to the host); "
+           "e2e: the whole pipeline on all cores, +nvdec its frames decoded by NVDEC)\n", fps);
     patina_extractor_free(ex);
     patina_context_free(ctx);
     return 0;

@@ -63,7 +63,13 @@
 #                                          end on JPEGs cut from samples/, one
 #                                          table per size (E2E_SIZES: vga 1024
 #                                          12mp), PIL/OpenCV decoding beside
+#                                bench_video  video indexed end to end
+#                                          (bench_video --file VIDEO, default
+#                                          the staged 1080p30.mkv; CPU, GPU
+#                                          and NVDEC rows); needs VSTAGE=1
 #                              BENCH_ARGS adds arguments to every benchmark.
+#                              VSTAGE=1 runs the steps on .carry/vstage
+#                              (build-video) instead of .carry/stage.
 #                                asan      the GPU tests built with AddressSanitizer
 #                                          (host code; `build-asan` stages them)
 #   scripts/device.sh build-asan   HERE: the GPU tests with AddressSanitizer and
@@ -74,6 +80,17 @@
 #                              (scripts/device.sh deps, here, puts them in
 #                              .carry/deps), then `remote`.
 #   scripts/device.sh deps     HERE: downloads those packages into .carry/deps.
+#   scripts/device.sh ffmpeg   HERE: builds a small FFmpeg (Debian's source of
+#                              the FFmpeg the project links, the same version
+#                              and sonames: H.264, HEVC, MPEG-4 and MPEG-2
+#                              decoders, the NVDEC hwaccels, the usual
+#                              containers, libswscale; no external codec) into
+#                              .carry/ffmpeg: Debian's FFmpeg with its codecs is
+#                              ~170 MB of libraries, over the carry limit.
+#   scripts/device.sh build-video  HERE: the library and bench_video with
+#                              video on, linked against .carry/ffmpeg, staged
+#                              into .carry/vstage with the libraries they
+#                              need; run it there with VSTAGE=1 (below).
 #   scripts/device.sh wheels   HERE: downloads the peers' wheels the GPU machine
 #                              lacks into .carry/wheels (WHEELS: faiss-cpu,
 #                              the default, or "kornia kornia_rs"); `remote`
@@ -90,6 +107,7 @@ set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$ROOT/build-gpu
 STAGE=$ROOT/.carry/stage
+[ "${VSTAGE:-0}" = 0 ] || { BUILD=$ROOT/build-gpu-video; STAGE=$ROOT/.carry/vstage; }
 DEPS=$ROOT/.carry/deps
 MODE=${1:-build}
 
@@ -101,13 +119,44 @@ DEB_PKGS='liblmdb-dev liblmdb0 libcmocka-dev libcmocka0 libturbojpeg0-dev libtur
 libjpeg62-turbo-dev libjpeg62-turbo libpng-dev libpng16-16 zlib1g-dev pkgconf pkgconf-bin libpkgconf3
 libvlfeat-dev libvlfeat1 libgomp1'
 
+# A small FFmpeg for the GPU machine, from Debian's source of the version
+# the project links (bookworm's 5.1): same sonames and ABI, only the decoders
+# a camera or screen recording uses and NVDEC's hwaccels (loaded by FFmpeg
+# from the driver's libnvcuvid at run time; headers: libffmpeg-nvenc-dev).
+ffmpeg_min() {
+    out=$ROOT/.carry/ffmpeg
+    work=${TMPDIR:-/tmp}/patina-ffmpeg
+    mkdir -p "$work"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q nasm libffmpeg-nvenc-dev dpkg-dev > "$work/apt.log" 2>&1 ||
+        { echo "ffmpeg: apt-get install failed (see $work/apt.log)" >&2; exit 1; }
+    printf 'deb-src http://deb.debian.org/debian bookworm main\ndeb-src http://deb.debian.org/debian-security bookworm-security main\n' \
+        > "$work/src.list"
+    aptsrc="-o Dir::Etc::sourcelist=$work/src.list -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0"
+    ver=$(dpkg-query -W -f '${source:Version}' libavcodec-dev 2>/dev/null || true)
+    # shellcheck disable=SC2086
+    (cd "$work" && apt-get $aptsrc update -qq && apt-get $aptsrc source --download-only "ffmpeg${ver:+=$ver}") \
+        > "$work/src.log" 2>&1 || { echo "ffmpeg: apt-get source failed (see $work/src.log)" >&2; exit 1; }
+    rm -rf "$work/src" && mkdir -p "$work/src"
+    tar xf "$(ls "$work"/ffmpeg_*.orig.tar.* | head -1)" -C "$work/src" --strip-components=1
+    (cd "$work/src" && ./configure --prefix="$out" --enable-shared --disable-static --disable-programs --disable-doc \
+        --disable-everything --disable-autodetect --disable-network --disable-avdevice --disable-avfilter \
+        --disable-postproc --disable-swresample --enable-ffnvcodec --enable-nvdec \
+        --enable-hwaccel=h264_nvdec,hevc_nvdec --enable-decoder=h264,hevc,rawvideo,mpeg4,mpeg2video \
+        --enable-parser=h264,hevc,mpeg4video,mpegvideo \
+        --enable-demuxer=mov,matroska,h264,hevc,nut,yuv4mpegpipe,rawvideo,mpegts,avi \
+        --enable-protocol=file,pipe --enable-bsf=h264_mp4toannexb,hevc_mp4toannexb --enable-swscale &&
+        make -j"$(nproc)" && rm -rf "$out" && make install) > "$work/build.log" 2>&1 ||
+        { echo "ffmpeg: build failed (see $work/build.log)" >&2; exit 1; }
+    echo "ffmpeg: $(du -sh "$out/lib" | cut -f1) of libraries in $out/lib"
+}
+
 configure() { # configure DIR [extra cmake args...]
     dir=$1
     shift
     # video off: FFmpeg and its codecs are ~200 MB of shared libraries, over the carry limit; the
     # GPU machine has no video path of its own yet (docs/video.md)
     cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DPATINA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
-        -DPATINA_WERROR=ON -DPATINA_CUDA_LINEINFO=OFF -DPATINA_TEST_SHARED=ON -DPATINA_VIDEO=OFF "$@"
+        -DPATINA_WERROR=ON -DPATINA_CUDA_LINEINFO=OFF -DPATINA_TEST_SHARED=ON -DPATINA_VIDEO="${VIDEO:-OFF}" "$@"
 }
 
 # The targets a GPU run needs: the shared library, the CLI, patina-variant
@@ -123,7 +172,7 @@ build() {
     jobs=$(nproc 2>/dev/null || echo 2)
     configure "$BUILD"
     # shellcheck disable=SC2046
-    cmake --build "$BUILD" -j"$jobs" --target $(gpu_targets "$BUILD")
+    cmake --build "$BUILD" -j"$jobs" --target ${TARGETS:-$(gpu_targets "$BUILD")}
     rm -rf "$STAGE"
     mkdir -p "$STAGE/lib"
     # The build tree without objects and CMake's scratch: binaries, the
@@ -143,6 +192,8 @@ build() {
             [ -e "$STAGE/lib/$name" ] || cp -L "$path" "$STAGE/lib/$name"
         done
     done
+    # video (build-video): the small FFmpeg's libraries came with the binaries (ldd); the video
+    [ "${VSTAGE:-0}" = 0 ] || { echo "libraries staged: $(ls "$STAGE/lib" | tr '\n' ' ')"; return 0; }
     # the cluster benchmark's server: the GPU machine has no NATS (libnats.so
     # comes with the binaries above, by ldd); 18 MB, 5.3 MB as xz (the carry
     # limit), unpacked by `remote`
@@ -334,6 +385,10 @@ step_bench_lbp() {
 step_bench_glcm() { bench_one bench_glcm ""; }
 # CPU only (VLFeat): extraction throughput on this machine's cores.
 step_bench_rootsift() { bench_one bench_rootsift ""; }
+step_bench_video() {
+    v=${VIDEO_FILE:-$STAGE/video/1080p30.mkv}
+    bench_one bench_video "" --file "$v" --devices cpu,gpu
+}
 # CPU identification matching (one query against references), 1 thread and all.
 step_bench_signature() {
     bench_one bench_signature ""
@@ -444,6 +499,7 @@ remote() {
     [ -d "$STAGE" ] || { echo "no .carry/stage: carry it (scripts/device.sh build), or use 'source'" >&2; exit 1; }
     link_paths
     export LD_LIBRARY_PATH="$STAGE/lib:$STAGE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    [ ! -d "$STAGE/video" ] || export PATINA_VIDEO_FIXTURES="$STAGE/video"
     peer_wheels
     run_steps
 }
@@ -459,7 +515,7 @@ run_steps() {
         tests) step_tests ;;
         sanitize) step_sanitize ;;
         bench) step_bench ;;
-        bench_cedd | bench_lbp | bench_glcm | bench_knn | bench_knn_families | bench_rootsift | bench_signature | bench_identify_match | bench_identify_gpu | bench_multigpu | \
+        bench_cedd | bench_lbp | bench_glcm | bench_knn | bench_knn_families | bench_rootsift | bench_signature | bench_identify_match | bench_identify_gpu | bench_multigpu | bench_video | \
             lab_identify | bench_sqfd | bench_sqfd_1m | bench_sqfd_real | lab_sqfd | bench_cluster) "step_$s" ;;
         e2e) step_e2e ;;
         asan) step_asan ;;
@@ -494,10 +550,25 @@ source_build() {
 
 case $MODE in
 build) build ;;
+build-video)
+    [ -d "$ROOT/.carry/ffmpeg/lib/pkgconfig" ] || { echo "no .carry/ffmpeg: run 'scripts/device.sh ffmpeg' first" >&2; exit 1; }
+    export PKG_CONFIG_PATH="$ROOT/.carry/ffmpeg/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+    VSTAGE=1 BUILD=$ROOT/build-gpu-video STAGE=$ROOT/.carry/vstage VIDEO=ON
+    TARGETS="patina bench_video test_video_gpu"
+    build
+    # the test's videos and the benchmark's, encoded here (the small FFmpeg has no encoders): Debian's
+    # FFmpeg first on the library path, over the binaries' run path to .carry/ffmpeg
+    mkdir -p "$STAGE/video"
+    LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu "$BUILD/tests/test_video_gpu" --write "$STAGE/video"
+    (cd "$STAGE/video" && LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu TMPDIR=$STAGE/video \
+        "$BUILD/bench/bench_video" --seconds 10 --size 1920x1080 --fps 30 --devices cpu --no-nvdec > /dev/null &&
+        mv bench_video_1920x1080_30.mkv 1080p30.mkv)
+    echo "staged: $(du -sh "$STAGE" | cut -f1) in $STAGE (carry .carry/vstage; VSTAGE=1 there)" ;;
+ffmpeg) ffmpeg_min ;;
 build-asan) build_asan ;;
 remote) remote ;;
 deps) deps ;;
 wheels) wheels ;;
 source) source_build ;;
-*) echo "usage: scripts/device.sh [build|build-asan|remote|deps|wheels|source]" >&2; exit 2 ;;
+*) echo "usage: scripts/device.sh [build|build-video|ffmpeg|build-asan|remote|deps|wheels|source]" >&2; exit 2 ;;
 esac

@@ -744,6 +744,68 @@ static void test_reader_errors(void **state)
     free((void *)junk);
 }
 
+/* The decoder choice: the words, bad values, NVDEC on a device that does
+ * not exist (PATINA_E_UNAVAILABLE naming NVDEC), AUTO falling back to the
+ * CPU with the same frames. (NVDEC itself: tests/gpu/test_video_gpu.c.) */
+static void test_decoder_choice(void **state)
+{
+    const char *mkv = strdup(tu_path(tmp, "dec.mkv"));
+    patina_video_decoder d = PATINA_VIDEO_DECODER_CPU;
+    patina_video_t *v = NULL, *w = NULL;
+    patina_video_opts_t o;
+    patina_image_t a, b;
+    patina_video_frame_t ia, ib;
+    patina_status sa, sb;
+    int n = 0;
+    (void)state;
+    TU_OK(patina_video_decoder_parse(&d, "nvdec"));
+    assert_int_equal(d, PATINA_VIDEO_DECODER_NVDEC);
+    TU_OK(patina_video_decoder_parse(&d, "auto"));
+    assert_int_equal(d, PATINA_VIDEO_DECODER_AUTO);
+    TU_OK(patina_video_decoder_parse(&d, "cpu"));
+    assert_int_equal(d, PATINA_VIDEO_DECODER_CPU);
+    assert_int_equal(patina_video_decoder_parse(&d, "cuvid"), PATINA_E_INVALID);
+    assert_non_null(strstr(patina_last_error(), "cuvid"));
+    write_video(mkv, "matroska");
+    patina_video_opts_init(&o);
+    assert_int_equal(o.decoder, PATINA_VIDEO_DECODER_CPU);
+    o.decoder = (patina_video_decoder)7;
+    assert_int_equal(patina_video_open(&v, mkv, &o), PATINA_E_INVALID);
+    o.decoder = PATINA_VIDEO_DECODER_NVDEC;
+    o.gpu = -1;
+    assert_int_equal(patina_video_open(&v, mkv, &o), PATINA_E_INVALID);
+    o.gpu = 999; /* no such device, here or on a GPU machine */
+    assert_int_equal(patina_video_open(&v, mkv, &o), PATINA_E_UNAVAILABLE);
+    assert_null(v);
+    assert_non_null(strstr(patina_last_error(), "NVDEC"));
+    assert_non_null(strstr(patina_last_error(), "dec.mkv"));
+    o.decoder = PATINA_VIDEO_DECODER_AUTO;
+    TU_OK(patina_video_open(&v, mkv, &o));
+    TU_OK(patina_video_open(&w, mkv, NULL));
+    assert_string_equal(patina_video_decoder_used(w), "libavcodec");
+    for (;;) {
+        sa = patina_video_next(v, &a, &ia);
+        sb = patina_video_next(w, &b, &ib);
+        assert_int_equal(sa, sb);
+        if (sa != PATINA_OK) break;
+        assert_int_equal(ia.frame, ib.frame);
+        assert_int_equal(ia.t_ms, ib.t_ms);
+        assert_int_equal(a.width, b.width);
+        for (int y = 0; y < a.height; y++)
+            assert_memory_equal(a.data + (size_t)y * a.stride, b.data + (size_t)y * b.stride, 3 * (size_t)a.width);
+        patina_image_release(&a);
+        patina_image_release(&b);
+        n++;
+    }
+    assert_int_equal(sa, PATINA_DONE);
+    assert_int_equal(n, NFRAMES);
+    assert_string_equal(patina_video_decoder_used(v), "libavcodec");
+    assert_null(patina_video_decoder_used(NULL));
+    patina_video_free(v);
+    patina_video_free(w);
+    free((void *)mkv);
+}
+
 /* The command line: patina index takes the video with --every, and a
  * search names the frame's time (table and JSON). */
 static void test_cli(void **state)
@@ -833,7 +895,7 @@ int main(void)
         cmocka_unit_test(test_yuv_coefs),   cmocka_unit_test(test_yuv_definition), cmocka_unit_test(test_keys),
         cmocka_unit_test(test_sniff),       cmocka_unit_test(test_reader_errors),  cmocka_unit_test(test_index_modes),
         cmocka_unit_test(test_self_search), cmocka_unit_test(test_stdin),          cmocka_unit_test(test_truncated),
-        cmocka_unit_test(test_cli),         cmocka_unit_test(test_layouts),
+        cmocka_unit_test(test_cli),         cmocka_unit_test(test_layouts),        cmocka_unit_test(test_decoder_choice),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

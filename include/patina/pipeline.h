@@ -150,6 +150,9 @@ typedef struct patina_index_opts {
     uint64_t video_every_ms;
     double video_shots;
     const char *stdin_key;
+    /* Who decodes video frames (patina_video_decoder: CPU, NVDEC or AUTO;
+     * default CPU); NVDEC runs on the context's GPU. */
+    int video_decoder;
 } patina_index_opts_t;
 
 /* Fills opts with the defaults (every field above at its documented default,

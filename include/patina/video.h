@@ -36,15 +36,35 @@ typedef struct patina_video patina_video_t;
  * distance between its colour histogram and the last kept frame's is at
  * least `shots` (the first frame is always kept); see docs/video.md for
  * the histogram and the distance (0..1). */
+/* Who decodes the compressed frames. H.264 and HEVC decoding are exact by
+ * their standards (every conforming decoder gives the same samples), and
+ * the Y'CbCr to RGB conversion is Patina's on every path, so the frames'
+ * pixels are the same whichever decodes them.
+ *   CPU    libavcodec on CPU threads (the default);
+ *   NVDEC  the GPU's video decoders through FFmpeg's nvdec hwaccel (device
+ *          `gpu`), for the codecs and profiles it takes (H.264 and HEVC in
+ *          this build's FFmpeg, 8-bit 4:2:0); a stream it cannot take is
+ *          decoded on the CPU, as FFmpeg falls back. No usable device or an
+ *          FFmpeg without the hwaccel: PATINA_E_UNAVAILABLE at open;
+ *   AUTO   NVDEC where it opens, else the CPU. */
+typedef enum patina_video_decoder {
+    PATINA_VIDEO_DECODER_CPU = 0,
+    PATINA_VIDEO_DECODER_NVDEC = 1,
+    PATINA_VIDEO_DECODER_AUTO = 2
+} patina_video_decoder;
+
 typedef struct patina_video_opts {
     uint64_t every_frames; /* 0 or 1: every frame */
     uint64_t every_ms;     /* 0: off; every_frames and every_ms are not both > 1 */
     double shots;          /* 0: off; else in (0, 1] */
     int threads;           /* libavcodec's decoding threads; 0: one per CPU core */
     patina_limits_t limits;/* max_pixels bounds the frame size (0: the default) */
+    patina_video_decoder decoder; /* default PATINA_VIDEO_DECODER_CPU */
+    int gpu;               /* NVDEC: the CUDA device (0 .. count - 1) */
 } patina_video_opts_t;
 
-/* Defaults: every frame, no shot detection, threads 0, default limits. */
+/* Defaults: every frame, no shot detection, threads 0, default limits,
+ * decoder CPU on device 0. */
 PATINA_API void patina_video_opts_init(patina_video_opts_t *opts);
 
 /* Where a frame comes from. */
@@ -86,6 +106,15 @@ PATINA_API patina_status patina_video_next(patina_video_t *v, patina_image_t *im
 
 /* Packets the decoder rejected so far. */
 PATINA_API uint64_t patina_video_damaged(const patina_video_t *v);
+
+/* Which decoder gives this reader's frames: "libavcodec" (CPU threads) or
+ * "nvdec" (the GPU's video decoders); a stream NVDEC does not take reports
+ * "libavcodec" once its first frame is decoded. NULL for NULL. */
+PATINA_API const char *patina_video_decoder_used(const patina_video_t *v);
+
+/* Parses "cpu", "nvdec" or "auto" (PATINA_E_INVALID naming the word
+ * otherwise). */
+PATINA_API patina_status patina_video_decoder_parse(patina_video_decoder *d, const char *name);
 
 /* Frees the reader (NULL accepted). */
 PATINA_API void patina_video_free(patina_video_t *v);

@@ -65,6 +65,9 @@ static const cli_opt_t opts[] = {
      .flags = CLI_OPEN_MIN,
      .help = "--shots: the histogram distance (0..1, the share of sampled pixels whose colour bin "
              "changed) that makes a frame a new shot"},
+    {.name = "video-decoder", .type = CLI_CHOICE, .arg = "D", .choices = "cpu|nvdec|auto", .def = "cpu",
+     .help = "video: who decodes the frames: cpu (libavcodec threads), nvdec (the GPU's video decoders, for "
+             "H.264 and HEVC; the same pixels) or auto (nvdec where it opens)"},
     {.name = "stdin-key", .type = CLI_TEXT, .arg = "NAME", .def = "stdin",
      .help = "the key of the video read from standard input (PATH '-'); its frames are NAME#t=..."},
     {.name = "verbose", .letter = 'v', .type = CLI_FLAG, .help = "name each file a folder walk leaves out"},
@@ -336,6 +339,11 @@ static int run_index(const cli_args_t *a)
     }
     if (cli_get(a, "shots")->i) iopts.video_shots = cli_get(a, "shot-threshold")->num;
     iopts.stdin_key = cli_get(a, "stdin-key")->text;
+    {
+        patina_video_decoder vd = PATINA_VIDEO_DECODER_CPU;
+        (void)patina_video_decoder_parse(&vd, cli_get(a, "video-decoder")->text); /* a choice: parsed */
+        iopts.video_decoder = (int)vd;
+    }
     if (cli_get(a, "pivots")->given && cli_get(a, "pivots")->i > 0 && !(patina_extractor_caps(ex) & PATINA_CAP_PIVOTS)) {
         cli_error("index", "--pivots: pivot tables are for -f signature (SQFD), not '%s'", patina_extractor_spec(ex));
         rc = EXIT_USAGE;

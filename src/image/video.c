@@ -88,6 +88,7 @@ patina_status patina_video_next(patina_video_t *v, patina_image_t *img, patina_v
 }
 
 uint64_t patina_video_damaged(const patina_video_t *v) { (void)v; return 0; }
+const char *patina_video_decoder_used(const patina_video_t *v) { (void)v; return NULL; }
 void patina_video_free(patina_video_t *v) { (void)v; }
 
 patina_status patina__video_next_raw(patina_video_t *v, patina__vframe_t **out, patina_video_frame_t *info)
@@ -121,6 +122,7 @@ void patina__vframe_free(patina__vframe_t **f) { if (f) *f = NULL; }
 
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
+#include <libavutil/hwcontext.h>
 #include <libavutil/imgutils.h>
 #include <libavutil/pixdesc.h>
 #include <libswscale/swscale.h>
@@ -169,8 +171,11 @@ struct patina_video {
     AVFormatContext *fmt;
     AVIOContext *pb;
     AVCodecContext *dec;
+    AVBufferRef *hw;          /* NVDEC: FFmpeg's CUDA device (the device's primary context) */
     AVPacket *pkt;
     AVFrame *frame;
+    AVFrame *sw;              /* NVDEC: a frame copied from the device */
+    int on_gpu;               /* the last frame came from NVDEC */
     struct SwsContext *sws;   /* formats other than 8-bit Y'CbCr / grey */
     int stream;
     AVRational tb, rate;
@@ -231,8 +236,10 @@ void patina_video_free(patina_video_t *v)
 {
     if (!v) return;
     av_frame_free(&v->frame);
+    av_frame_free(&v->sw);
     av_packet_free(&v->pkt);
     avcodec_free_context(&v->dec);
+    av_buffer_unref(&v->hw);
     if (v->fmt) avformat_close_input(&v->fmt);
     if (v->pb) {
         av_freep(&v->pb->buffer);
@@ -245,6 +252,62 @@ void patina_video_free(patina_video_t *v)
 }
 
 uint64_t patina_video_damaged(const patina_video_t *v) { return v ? v->damaged : 0; }
+
+const char *patina_video_decoder_used(const patina_video_t *v)
+{
+    if (!v) return NULL;
+    return v->on_gpu || (v->hw && !v->nframes) ? "nvdec" : "libavcodec";
+}
+
+/* FFmpeg's offer of output formats: CUDA surfaces when the reader opened
+ * NVDEC and the hwaccel takes the stream, else the decoder's own. */
+static enum AVPixelFormat pick_format(AVCodecContext *c, const enum AVPixelFormat *fmts)
+{
+    const enum AVPixelFormat *p;
+    if (c->hw_device_ctx)
+        for (p = fmts; *p != AV_PIX_FMT_NONE; p++)
+            if (*p == AV_PIX_FMT_CUDA) return *p;
+    return avcodec_default_get_format(c, fmts);
+}
+
+/* Opens FFmpeg's CUDA device for NVDEC when the codec has the hwaccel:
+ * 1 opened, 0 not possible (*why says what), -1 out of memory. */
+static int open_nvdec(patina_video_t *v, const AVCodec *codec, char *why, size_t size)
+{
+    const AVCodecHWConfig *hc;
+    AVDictionary *d = NULL;
+    char dev[16], e[128];
+    int i, r;
+    for (i = 0; (hc = avcodec_get_hw_config(codec, i)) != NULL; i++)
+        if (hc->device_type == AV_HWDEVICE_TYPE_CUDA && (hc->methods & AV_CODEC_HW_CONFIG_METHOD_HW_DEVICE_CTX))
+            break;
+    if (!hc) {
+        snprintf(why, size, "this FFmpeg has no NVDEC hwaccel for %s", codec->name);
+        return 0;
+    }
+    snprintf(dev, sizeof dev, "%d", v->o.gpu);
+    /* The device's primary context when FFmpeg may take it (no context of
+     * its own per file); FFmpeg refuses it once it is active with other
+     * flags than its own (Patina's CUDA code in this process opened it),
+     * and then makes a context of its own. */
+    if (av_dict_set(&d, "primary_ctx", "1", 0) < 0) return -1;
+    r = av_hwdevice_ctx_create(&v->hw, AV_HWDEVICE_TYPE_CUDA, dev, d, 0);
+    av_dict_free(&d);
+    if (r < 0) {
+        av_last[0] = '\0';
+        r = av_hwdevice_ctx_create(&v->hw, AV_HWDEVICE_TYPE_CUDA, dev, NULL, 0);
+    }
+    if (r < 0) {
+        char dt[300];
+        snprintf(why, size, "no CUDA device %d for NVDEC: %s%s", v->o.gpu, av_err(r, e, sizeof e),
+                 av_detail(dt, sizeof dt));
+        return 0;
+    }
+    if (!(v->dec->hw_device_ctx = av_buffer_ref(v->hw))) return -1;
+    v->dec->get_format = pick_format;
+    v->dec->thread_count = 1; /* the engine decodes; threads would only queue surfaces */
+    return 1;
+}
 
 static patina_status open_fail(patina_video_t *v, patina_status s, const char *fmt, ...) PATINA_PRINTF(3, 4);
 static patina_status open_fail(patina_video_t *v, patina_status s, const char *fmt, ...)
@@ -286,6 +349,10 @@ patina_status patina_video_open(patina_video_t **out, const char *path, const pa
     if (!(v->o.shots >= 0 && v->o.shots <= 1))
         return open_fail(v, PATINA_E_INVALID, "video: the shot threshold %g is outside [0, 1]", v->o.shots);
     if (v->o.threads < 0) return open_fail(v, PATINA_E_INVALID, "video: %d decoding threads", v->o.threads);
+    if ((unsigned)v->o.decoder > PATINA_VIDEO_DECODER_AUTO)
+        return open_fail(v, PATINA_E_INVALID, "video: decoder %d is not cpu (0), nvdec (1) or auto (2)",
+                         (int)v->o.decoder);
+    if (v->o.gpu < 0) return open_fail(v, PATINA_E_INVALID, "video: GPU %d", v->o.gpu);
     if (!strcmp(path, "-")) {
         v->fd = 0;
         free(v->name);
@@ -350,6 +417,14 @@ patina_status patina_video_open(patina_video_t **out, const char *path, const pa
     v->dec->pkt_timebase = st->time_base;
     v->dec->thread_count = v->o.threads;
     v->dec->thread_type = FF_THREAD_FRAME | FF_THREAD_SLICE;
+    if (v->o.decoder != PATINA_VIDEO_DECODER_CPU) {
+        char why[512];
+        int h = open_nvdec(v, codec, why, sizeof why);
+        if (h < 0) return open_fail(v, PATINA_E_NOMEM, "video: out of memory opening '%s'", v->name);
+        if (h == 0 && v->o.decoder == PATINA_VIDEO_DECODER_NVDEC)
+            return open_fail(v, PATINA_E_UNAVAILABLE, "video: NVDEC for '%s': %s", v->name, why);
+        av_last[0] = '\0';
+    }
     if ((r = avcodec_open2(v->dec, codec, NULL)) < 0)
         return open_fail(v, PATINA_E_FORMAT, "video: cannot open the %s decoder for '%s': %s%s", codec->name, v->name,
                          av_err(r, e, sizeof e), av_detail(d, sizeof d));
@@ -702,6 +777,26 @@ patina_status patina__video_next_raw(patina_video_t *v, patina__vframe_t **out, 
     if (v->done) return PATINA_DONE;
     for (;;) {
         int r = avcodec_receive_frame(v->dec, v->frame);
+        if (r == 0 && v->frame->format == AV_PIX_FMT_CUDA) {
+            /* an NVDEC surface: its samples copied to the host as they are
+             * (NV12 for 8-bit 4:2:0), then the same conversion as the CPU's */
+            if (!v->sw && !(v->sw = av_frame_alloc())) {
+                av_frame_unref(v->frame);
+                return patina__fail(PATINA_E_NOMEM, "video: out of memory decoding '%s'", v->name);
+            }
+            av_frame_unref(v->sw);
+            if ((r = av_hwframe_transfer_data(v->sw, v->frame, 0)) < 0 ||
+                (r = av_frame_copy_props(v->sw, v->frame)) < 0) {
+                av_frame_unref(v->frame);
+                v->done = 1;
+                return frame_error(v, PATINA_E_IO, "copying an NVDEC frame", r);
+            }
+            av_frame_unref(v->frame);
+            av_frame_move_ref(v->frame, v->sw);
+            v->on_gpu = 1;
+        } else if (r == 0) {
+            v->on_gpu = 0;
+        }
         if (r == 0) {
             AVFrame *f = v->frame;
             int64_t idx = v->nframes++, t = frame_ms(v, f, idx);
@@ -820,6 +915,16 @@ patina_status patina_video_next(patina_video_t *v, patina_image_t *img, patina_v
 }
 
 #endif /* PATINA_HAVE_VIDEO */
+
+patina_status patina_video_decoder_parse(patina_video_decoder *d, const char *name)
+{
+    if (!d || !name) return patina__fail(PATINA_E_INVALID, "video: NULL argument");
+    if (!strcmp(name, "cpu")) *d = PATINA_VIDEO_DECODER_CPU;
+    else if (!strcmp(name, "nvdec")) *d = PATINA_VIDEO_DECODER_NVDEC;
+    else if (!strcmp(name, "auto")) *d = PATINA_VIDEO_DECODER_AUTO;
+    else return patina__fail(PATINA_E_INVALID, "video: unknown decoder '%s' (cpu, nvdec or auto)", name);
+    return PATINA_OK;
+}
 
 /* ---------------------------------------------------------------------- keys */
 

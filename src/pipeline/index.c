@@ -1250,6 +1250,12 @@ static patina_status index_video(vrun_t *r, const char *path, patina_index_stats
     vo.every_ms = o->video_every_ms;
     vo.shots = o->video_shots;
     vo.limits = *patina_context_limits(r->ctx);
+    vo.decoder = (patina_video_decoder)o->video_decoder;
+    {
+        int dev = 0;
+        if (patina_context_devices(r->ctx, &dev, 1) == 0) dev = 0;
+        vo.gpu = dev; /* NVDEC on the context's (first) GPU */
+    }
     if (!strcmp(path, "-")) {
         fkey = strdup(o->stdin_key ? o->stdin_key : "stdin");
         s = fkey ? PATINA_OK : patina__fail(PATINA_E_NOMEM, "index: out of memory");
