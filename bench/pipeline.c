@@ -78,32 +78,33 @@ static int make_jpegs(const char *dir, int n, int w, int h, const char *src)
 {
     const char *const paths[1] = {src};
     char **files = NULL, out[4096];
-    size_t nfiles = 0, missing = 0;
+    size_t nfiles = 0, missing = 0, nsrc = 0;
     tjhandle tj = tjInitCompress();
+    patina_image_t *srcs;
     int made = 0, i = 0;
     if (patina_expand_paths(&files, &nfiles, paths, 1, &missing, NULL, NULL) != PATINA_OK || !tj || !nfiles)
         die("no source photographs under samples/ (scripts/fetch-samples.sh) or no TurboJPEG");
-    for (size_t pass = 0; made < n && pass < 64; pass++)
-        for (size_t k = 0; k < nfiles && made < n; k++) {
-            patina_image_t img, crop;
+    /* every source decoded once: the files differ by where they are cut */
+    if (!(srcs = calloc(nfiles, sizeof *srcs))) die("out of memory");
+    for (size_t k = 0; k < nfiles; k++) {
+        if (patina_image_load(&srcs[nsrc], files[k], NULL) == PATINA_OK) nsrc++;
+        else patina_clear_error();
+    }
+    for (size_t pass = 0; made < n && nsrc && pass < (size_t)n; pass++)
+        for (size_t k = 0; k < nsrc && made < n; k++) {
+            const patina_image_t img = srcs[k];
+            patina_image_t crop;
             unsigned char *jpeg = NULL;
             unsigned long bytes = 0;
             FILE *f;
             int x, y, rw, rh;
             double step;
-            if (patina_image_load(&img, files[k], NULL) != PATINA_OK) {
-                patina_clear_error();
-                continue;
-            }
             /* source pixels per output pixel: 2, 1, or < 1 (scaled up) */
             step = img.width >= 2 * w && img.height >= 2 * h ? 2.0 : img.width >= w && img.height >= h ? 1.0
                    : (double)img.width / w < (double)img.height / h ? (double)img.width / w : (double)img.height / h;
             rw = (int)(w * step);
             rh = (int)(h * step);
-            if (rw < 1 || rh < 1 || rw > img.width || rh > img.height) {
-                patina_image_release(&img);
-                continue;
-            }
+            if (rw < 1 || rh < 1 || rw > img.width || rh > img.height) continue;
             x = (int)(((unsigned)i * 7919u) % (unsigned)(img.width - rw + 1));
             y = (int)(((unsigned)i * 104729u) % (unsigned)(img.height - rh + 1));
             i++;
@@ -122,8 +123,9 @@ static int make_jpegs(const char *dir, int n, int w, int h, const char *src)
             }
             tjFree(jpeg);
             patina_image_release(&crop);
-            patina_image_release(&img);
         }
+    for (size_t k = 0; k < nsrc; k++) patina_image_release(&srcs[k]);
+    free(srcs);
     tjDestroy(tj);
     for (size_t k = 0; k < nfiles; k++) free(files[k]);
     free(files);
