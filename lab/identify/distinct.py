@@ -15,18 +15,25 @@ runner-up":
            every inlier query point of rank 1 (a sibling of rank 1's content
            matches on the same query points and counts about 0; an
            impostor's second chance draw lands elsewhere). Needs only what
-           the library knows.
+           the library knows;
+  geometry (with --overlap, a dump with reference points) a runner-up
+           whose similarity from the query, composed with the inverse of
+           rank 1's, is near the identity (|log scale| < --geo-scale,
+           |rotation| < --geo-angle degrees: a pixel-aligned edit or crop
+           of rank 1's photograph) counts 0, any other its inliers.
 For each: the best (T, D) at FAR <= 1% on the whole set, the FAR / FRR grid
 for T = 3..5, and item-disjoint 2-fold cross-validation (--splits random
 splits of the genuine items and of the impostors; (T, D) chosen on one half
 at FAR <= 1% with the smallest FRR, counted on the other).
 
-    distinct.py --sets SETS --run CSV [--ambiguity 0.5] [--splits 20] [--overlap DUMP [--radius R]]
+    distinct.py --sets SETS --run CSV [--ambiguity 0.5] [--splits 20] [--overlap DUMP [--radius R]
+                [--geo-scale L --geo-angle A]]
 """
 import argparse
 import collections
 import importlib.util
 import json
+import math
 import os
 import random
 import statistics
@@ -45,8 +52,25 @@ def main():
     ap.add_argument("--splits", type=int, default=20)
     ap.add_argument("--overlap")
     ap.add_argument("--radius", type=float, default=2.0)
+    ap.add_argument("--geo-scale", type=float, default=0.2)
+    ap.add_argument("--geo-angle", type=float, default=10.0)
     a = ap.parse_args()
-    indep = {}
+    indep, geo = {}, {}
+
+    def similarity(h):
+        """(a, b) of the least-squares r = [a -b; b a] q + t over h's inliers, as a complex number."""
+        q, r = h["q"], h.get("r") or []
+        if len(q) < 2 or len(r) != len(q):
+            return None
+        qx, qy = sum(p[0] for p in q) / len(q), sum(p[1] for p in q) / len(q)
+        rx, ry = sum(p[0] for p in r) / len(r), sum(p[1] for p in r) / len(r)
+        sa = sb = n = 0.0
+        for (x, y), (u, v) in zip(q, r):
+            x, y, u, v = x - qx, y - qy, u - rx, v - ry
+            sa += x * u + y * v
+            sb += x * v - y * u
+            n += x * x + y * y
+        return complex(sa / n, sb / n) if n > 0 else None
     if a.overlap:
         r2 = a.radius * a.radius
         with open(a.overlap) as f:
@@ -60,6 +84,17 @@ def main():
                         most = max(most, sum(1 for x, y in h["q"]
                                              if all((x - u) ** 2 + (y - v) ** 2 > r2 for u, v in p1)))
                 indep[score.qkey(d["query"])] = most
+                z1 = similarity(hits[0]) if hits and hits[0]["verified"] else None
+                most = 0
+                for h in hits[1:]:
+                    if not h["verified"] or not h["inliers"]:
+                        continue
+                    z2 = similarity(h)
+                    z = z2 / z1 if z1 and z2 else 0
+                    sibling = abs(z) > 0 and abs(math.log(abs(z))) < a.geo_scale and \
+                        abs(math.degrees(math.atan2(z.imag, z.real))) < a.geo_angle
+                    most = max(most, 0 if sibling else h["inliers"])
+                geo[score.qkey(d["query"])] = most
     manifest = {score.qkey(r["query"]): r for r in score.read_csv(os.path.join(a.sets, "manifest.csv"))}
     item_of = {r["file"]: r["item"] for r in score.read_csv(os.path.join(a.sets, "groups.csv"))}
     sharing = {r["texture"] for r in score.sharing_pairs(os.path.join(a.sets, "shares.csv"), 14)}
@@ -80,6 +115,8 @@ def main():
             return 0.0 if view.same(v[3], v[4]) else rows[1][2]
         if variant == "overlap":
             return indep.get(q, 0)
+        if variant == "geometry":
+            return geo.get(q, 0)
         return rows[1][3]  # verified inliers (0 when not verified)
 
     def rates(T, D, G, I, variant):
@@ -99,7 +136,7 @@ def main():
         c = [x for x in c if x[0][0] <= 0.01]
         return min(c, key=lambda x: (x[0][1], -x[1], -x[2]))
 
-    for variant in ("groups", "library") + (("overlap",) if indep else ()):
+    for variant in ("groups", "library") + (("overlap", "geometry") if indep else ()):
         (far, frr), T, D = best(gen, imp, variant)
         print("%s: whole set, best at FAR <= 1%%: T = %d, D = %d: FAR %.2f%%, FRR %.2f%%" % (variant, T, D, 100 * far,
                                                                                         100 * frr))
