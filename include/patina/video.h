@@ -42,9 +42,9 @@ typedef struct patina_video patina_video_t;
  * pixels are the same whichever decodes them.
  *   CPU    libavcodec on CPU threads (the default);
  *   NVDEC  the GPU's video decoders through FFmpeg's nvdec hwaccel (device
- *          `gpu`), for the codecs and profiles it takes (H.264 and HEVC in
- *          this build's FFmpeg, 8-bit 4:2:0); a stream it cannot take is
- *          decoded on the CPU, as FFmpeg falls back. No usable device or an
+ *          `gpu`), for the streams it takes: H.264 and HEVC (the codecs
+ *          with the hwaccel in Debian's FFmpeg), 8-bit 4:2:0; any other
+ *          stream is decoded on the CPU, as FFmpeg falls back. No usable device or an
  *          FFmpeg without the hwaccel: PATINA_E_UNAVAILABLE at open;
  *   AUTO   NVDEC where it opens, else the CPU. */
 typedef enum patina_video_decoder {

@@ -260,14 +260,24 @@ const char *patina_video_decoder_used(const patina_video_t *v)
 }
 
 /* FFmpeg's offer of output formats: CUDA surfaces when the reader opened
- * NVDEC and the hwaccel takes the stream, else the decoder's own. */
+ * NVDEC, the hwaccel takes the stream and the stream is 8-bit 4:2:0 (its
+ * surfaces then come back as NV12, which our rule converts exactly as the
+ * CPU decoder's planes); else the decoder's own formats (high bit depths
+ * would come back in NVDEC's P010/P016 layout, which libswscale need not
+ * convert to the same RGB as the CPU decoder's planar one). */
 static enum AVPixelFormat pick_format(AVCodecContext *c, const enum AVPixelFormat *fmts)
 {
     const enum AVPixelFormat *p;
-    if (c->hw_device_ctx)
+    if (c->sw_pix_fmt == AV_PIX_FMT_YUV420P || c->sw_pix_fmt == AV_PIX_FMT_YUVJ420P)
         for (p = fmts; *p != AV_PIX_FMT_NONE; p++)
             if (*p == AV_PIX_FMT_CUDA) return *p;
-    return avcodec_default_get_format(c, fmts);
+    /* the first software format (FFmpeg's default would take the device's
+     * surfaces whenever a device is set) */
+    for (p = fmts; *p != AV_PIX_FMT_NONE; p++) {
+        const AVPixFmtDescriptor *d = av_pix_fmt_desc_get(*p);
+        if (d && !(d->flags & AV_PIX_FMT_FLAG_HWACCEL)) return *p;
+    }
+    return AV_PIX_FMT_NONE;
 }
 
 /* Opens FFmpeg's CUDA device for NVDEC when the codec has the hwaccel:

@@ -5,7 +5,9 @@
  * RGB conversion is Patina's on both paths, so the test holds NVDEC to the
  * CPU's frames byte for byte: every frame's number, time and RGB pixels,
  * on videos of an odd size (the decoder's surfaces are larger than the
- * picture: the crop) and of 720 rows (BT.709 by default), with B-frames; and
+ * picture: the crop) and of 720 rows (BT.709 by default), with B-frames;
+ * streams NVDEC mode leaves to libavcodec (H.264 4:4:4, 10-bit HEVC) come
+ * from libavcodec, with the same frames; and
  * patina_index_files with video_decoder NVDEC stores the same records as
  * with the CPU decoder. Also: a device that does not exist is
  * PATINA_E_UNAVAILABLE for NVDEC and the CPU for AUTO.
@@ -29,17 +31,22 @@
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
 #include <libavutil/opt.h>
+#include <libavutil/pixdesc.h>
 
 typedef struct fixture {
     const char *name, *encoder;
     int w, h, frames;
     enum AVColorSpace space; /* AVCOL_SPC_UNSPECIFIED: the reader's default by size */
+    enum AVPixelFormat pf;
+    const char *decoder;     /* what NVDEC mode decodes it with: "nvdec", or "libavcodec" (not 8-bit 4:2:0) */
 } fixture_t;
 
 static const fixture_t fixtures[] = {
-    {"h264_250x142.mkv", "libx264", 250, 142, 40, AVCOL_SPC_SMPTE170M},
-    {"h264_1280x720.mkv", "libx264", 1280, 720, 20, AVCOL_SPC_UNSPECIFIED},
-    {"hevc_250x142.mkv", "libx265", 250, 142, 20, AVCOL_SPC_BT709},
+    {"h264_250x142.mkv", "libx264", 250, 142, 40, AVCOL_SPC_SMPTE170M, AV_PIX_FMT_YUV420P, "nvdec"},
+    {"h264_1280x720.mkv", "libx264", 1280, 720, 20, AVCOL_SPC_UNSPECIFIED, AV_PIX_FMT_YUV420P, "nvdec"},
+    {"hevc_250x142.mkv", "libx265", 250, 142, 20, AVCOL_SPC_BT709, AV_PIX_FMT_YUV420P, "nvdec"},
+    {"h264_444_250x142.mkv", "libx264", 250, 142, 12, AVCOL_SPC_BT709, AV_PIX_FMT_YUV444P, "libavcodec"},
+    {"hevc_10bit_250x142.mkv", "libx265", 250, 142, 12, AVCOL_SPC_BT709, AV_PIX_FMT_YUV420P10LE, "libavcodec"},
 };
 #define NFIX (sizeof fixtures / sizeof fixtures[0])
 
@@ -48,19 +55,26 @@ static const char *dir; /* where the fixtures are */
 static patina_context_t *ctx;
 static patina_extractor_t *ex;
 
-/* Frame f: ramps moving with f, noise, a new scene every 8 frames. */
+/* Frame f: ramps moving with f, noise, a new scene every 8 frames; 8-bit
+ * or 16-bit samples (high bit depths: the 8-bit value times 4), any
+ * chroma subsampling. */
 static void draw(AVFrame *fr, int f)
 {
-    const int scene = f / 8;
-    for (int y = 0; y < fr->height; y++)
-        for (int x = 0; x < fr->width; x++)
-            fr->data[0][(size_t)y * fr->linesize[0] + x] =
-                (uint8_t)(16 + ((x + 3 * f) * 3 / 4 + (y + f) / 2 + 37 * scene + ((x * 7 + y * 13 + f) & 15)) % 219);
-    for (int y = 0; y < (fr->height + 1) / 2; y++)
-        for (int x = 0; x < (fr->width + 1) / 2; x++) {
-            fr->data[1][(size_t)y * fr->linesize[1] + x] = (uint8_t)(16 + (x + 29 * scene + f) % 224);
-            fr->data[2][(size_t)y * fr->linesize[2] + x] = (uint8_t)(16 + (y * 2 + 53 * scene) % 224);
-        }
+    const AVPixFmtDescriptor *d = av_pix_fmt_desc_get(fr->format);
+    const int scene = f / 8, wide = d->comp[0].depth > 8;
+    const int cw = AV_CEIL_RSHIFT(fr->width, d->log2_chroma_w), ch = AV_CEIL_RSHIFT(fr->height, d->log2_chroma_h);
+    for (int p = 0; p < 3; p++) {
+        const int pw = p ? cw : fr->width, ph = p ? ch : fr->height;
+        for (int y = 0; y < ph; y++)
+            for (int x = 0; x < pw; x++) {
+                int v = p == 0   ? 16 + ((x + 3 * f) * 3 / 4 + (y + f) / 2 + 37 * scene + ((x * 7 + y * 13 + f) & 15)) % 219
+                        : p == 1 ? 16 + (x + 29 * scene + f) % 224
+                                 : 16 + (y * 2 + 53 * scene) % 224;
+                uint8_t *row = fr->data[p] + (size_t)y * fr->linesize[p];
+                if (wide) ((uint16_t *)row)[x] = (uint16_t)(4 * v);
+                else row[x] = (uint8_t)v;
+            }
+    }
 }
 
 static int send_frame(AVFormatContext *oc, AVCodecContext *c, AVStream *st, AVFrame *fr)
@@ -97,7 +111,7 @@ static int write_fixture(const fixture_t *x, const char *path)
         c->height = x->h;
         c->time_base = (AVRational){1, 25};
         c->framerate = (AVRational){25, 1};
-        c->pix_fmt = AV_PIX_FMT_YUV420P;
+        c->pix_fmt = x->pf;
         c->gop_size = 12;
         c->max_b_frames = 2;
         c->colorspace = x->space;
@@ -170,7 +184,7 @@ static void test_frames(void **state)
         size_t nc = read_all(fixture_path(x), PATINA_VIDEO_DECODER_CPU, ic, pc, CAP, &uc);
         size_t ng = read_all(fixture_path(x), PATINA_VIDEO_DECODER_NVDEC, ig, pg, CAP, &ug);
         assert_string_equal(uc, "libavcodec");
-        if (strcmp(ug, "nvdec")) fail_msg("%s: frames from %s, not NVDEC", x->name, ug);
+        if (strcmp(ug, x->decoder)) fail_msg("%s: NVDEC mode's frames from %s, not %s", x->name, ug, x->decoder);
         assert_int_equal(nc, (size_t)x->frames);
         assert_int_equal(ng, nc);
         for (size_t i = 0; i < nc; i++) {
@@ -186,7 +200,7 @@ static void test_frames(void **state)
             patina_image_release(&pc[i]);
             patina_image_release(&pg[i]);
         }
-        printf("%s: %zu frames identical (NVDEC / libavcodec)\n", x->name, nc);
+        printf("%s: %zu frames identical (NVDEC mode, decoded by %s / libavcodec)\n", x->name, nc, ug);
     }
 }
 
