@@ -839,6 +839,37 @@ static void test_cli(void **state)
         free(out);
         free(err);
     }
+    /* --video-decoder: a word it does not know is a usage error; auto
+     * indexes the same frames (the CPU's without a GPU); nvdec without a
+     * GPU fails the file, naming NVDEC (with one it indexes) */
+    {
+        const char *coll2 = strdup(tu_path(tmp, "cli2.patina")), *coll3 = strdup(tu_path(tmp, "cli3.patina"));
+        const char *bad[] = {PATINA_CLI, "index", coll2, mkv, "--video-decoder", "cuvid", "-q", NULL};
+        const char *autod[] = {PATINA_CLI, "index", coll2, mkv, "--every", "1.5s", "--video-decoder", "auto", "-q",
+                               NULL};
+        const char *search[] = {PATINA_CLI, "search", coll2, jpg, "-k", "2", NULL};
+        const char *nv[] = {PATINA_CLI, "index", coll3, mkv, "--video-decoder", "nvdec", "-q", NULL};
+        int rc;
+        assert_int_equal(tu_exec(&out, &err, 0, 120, bad), 2);
+        assert_non_null(strstr(err, "cuvid"));
+        free(out);
+        free(err);
+        rc = tu_exec(&out, &err, 0, 120, autod);
+        if (rc != 0) fail_msg("index --video-decoder auto: %d: %s", rc, err ? err : "");
+        free(out);
+        free(err);
+        assert_int_equal(tu_exec(&out, &err, 0, 120, search), 0);
+        assert_non_null(strstr(out, "cli.mkv#t=1.500&f=15  (0:00:01.500)"));
+        free(out);
+        free(err);
+        rc = tu_exec(&out, &err, 0, 120, nv);
+        if (rc != 0 && !(rc == 1 && err && strstr(err, "NVDEC")))
+            fail_msg("index --video-decoder nvdec: %d: %s", rc, err ? err : "");
+        free(out);
+        free(err);
+        free((void *)coll2);
+        free((void *)coll3);
+    }
     free((void *)mkv);
     free((void *)jpg);
     free((void *)coll);
