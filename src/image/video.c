@@ -308,9 +308,9 @@ static int open_nvdec(patina_video_t *v, const AVCodec *codec, char *why, size_t
         r = av_hwdevice_ctx_create(&v->hw, AV_HWDEVICE_TYPE_CUDA, dev, NULL, 0);
     }
     if (r < 0) {
-        char dt[300];
-        snprintf(why, size, "no CUDA device %d for NVDEC: %s%s", v->o.gpu, av_err(r, e, sizeof e),
-                 av_detail(dt, sizeof dt));
+        /* FFmpeg's own line says more than its error code */
+        snprintf(why, size, "no CUDA device %d for NVDEC: %s", v->o.gpu, av_last[0] ? av_last : av_err(r, e, sizeof e));
+        av_last[0] = '\0';
         return 0;
     }
     if (!(v->dec->hw_device_ctx = av_buffer_ref(v->hw))) return -1;
