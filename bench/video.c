@@ -251,7 +251,8 @@ int main(int argc, char **argv)
     if (nvdec) {
         r = read_rate(file, 1, PATINA_VIDEO_DECODER_NVDEC, &n, &dig_gpu, &used);
         printf("%-14s %10lld %10.1f %8.2f  RGB of every frame %s the CPU decoder's (%lld frames, FNV-1a %016llx)\n",
-               "nvdec+rgb", (long long)n, r, r / fps, n == n_cpu && dig_gpu == dig_cpu ? "identical to" : "DIFFERS from",
+               "nvdec+rgb", (long long)n, r, r / fps,
+               n == n_cpu && dig_gpu == dig_cpu ? "identical to" : "DIFFERS from",
                (long long)n, (unsigned long long)dig_gpu);
     }
     for (const char *d = devices; *d;) {

@@ -926,7 +926,8 @@ int main(void)
         cmocka_unit_test(test_yuv_coefs),   cmocka_unit_test(test_yuv_definition), cmocka_unit_test(test_keys),
         cmocka_unit_test(test_sniff),       cmocka_unit_test(test_reader_errors),  cmocka_unit_test(test_index_modes),
         cmocka_unit_test(test_self_search), cmocka_unit_test(test_stdin),          cmocka_unit_test(test_truncated),
-        cmocka_unit_test(test_cli),         cmocka_unit_test(test_layouts),        cmocka_unit_test(test_decoder_choice),
+        cmocka_unit_test(test_cli),         cmocka_unit_test(test_layouts),
+        cmocka_unit_test(test_decoder_choice),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -67,7 +67,8 @@ static void draw(AVFrame *fr, int f)
         const int pw = p ? cw : fr->width, ph = p ? ch : fr->height;
         for (int y = 0; y < ph; y++)
             for (int x = 0; x < pw; x++) {
-                int v = p == 0   ? 16 + ((x + 3 * f) * 3 / 4 + (y + f) / 2 + 37 * scene + ((x * 7 + y * 13 + f) & 15)) % 219
+                const int noise = (x * 7 + y * 13 + f) & 15;
+                int v = p == 0   ? 16 + ((x + 3 * f) * 3 / 4 + (y + f) / 2 + 37 * scene + noise) % 219
                         : p == 1 ? 16 + (x + 29 * scene + f) % 224
                                  : 16 + (y * 2 + 53 * scene) % 224;
                 uint8_t *row = fr->data[p] + (size_t)y * fr->linesize[p];
