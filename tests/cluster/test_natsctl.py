@@ -96,7 +96,9 @@ def test_kv_r3_survives_killing_its_leader(nats3, nats_py):
     async def main():
         nc = await _connect(nats_py, nats3.urls)
         js = nc.jetstream(timeout=5)
-        kv = await js.create_key_value(bucket="harness", replicas=3, history=1)
+        # the three servers may still be electing their meta leader (seconds on a loaded machine): a create
+        # that times out is retried (the same config again is accepted)
+        kv = await _retry(lambda: js.create_key_value(bucket="harness", replicas=3, history=1), "create KV", tries=20)
         for i in range(50):  # a new R3 stream may still be electing its first leader
             await _retry(lambda i=i: kv.put(f"k{i}", f"v{i}".encode()), f"put k{i}")
         lead = nats3.wait_stream_leader("KV_harness")
