@@ -171,7 +171,7 @@ struct patina_video {
     AVFormatContext *fmt;
     AVIOContext *pb;
     AVCodecContext *dec;
-    AVBufferRef *hw;          /* NVDEC: FFmpeg's CUDA device (the device's primary context) */
+    AVBufferRef *hw;          /* NVDEC: FFmpeg's CUDA device (the primary context, or one of its own) */
     AVPacket *pkt;
     AVFrame *frame;
     AVFrame *sw;              /* NVDEC: a frame copied from the device */
@@ -281,13 +281,16 @@ static enum AVPixelFormat pick_format(AVCodecContext *c, const enum AVPixelForma
 }
 
 /* Opens FFmpeg's CUDA device for NVDEC when the codec has the hwaccel:
- * 1 opened, 0 not possible (*why says what), -1 out of memory. */
-static int open_nvdec(patina_video_t *v, const AVCodec *codec, char *why, size_t size)
+ * 1 opened, 0 not possible (*why says what), 2 the stream is not 8-bit
+ * 4:2:0 as its header says (left to libavcodec, with its threads), -1 out
+ * of memory. */
+static int open_nvdec(patina_video_t *v, const AVCodec *codec, int format, char *why, size_t size)
 {
     const AVCodecHWConfig *hc;
     AVDictionary *d = NULL;
     char dev[16], e[128];
     int i, r;
+    if (format != AV_PIX_FMT_NONE && format != AV_PIX_FMT_YUV420P && format != AV_PIX_FMT_YUVJ420P) return 2;
     for (i = 0; (hc = avcodec_get_hw_config(codec, i)) != NULL; i++)
         if (hc->device_type == AV_HWDEVICE_TYPE_CUDA && (hc->methods & AV_CODEC_HW_CONFIG_METHOD_HW_DEVICE_CTX))
             break;
@@ -429,7 +432,7 @@ patina_status patina_video_open(patina_video_t **out, const char *path, const pa
     v->dec->thread_type = FF_THREAD_FRAME | FF_THREAD_SLICE;
     if (v->o.decoder != PATINA_VIDEO_DECODER_CPU) {
         char why[512];
-        int h = open_nvdec(v, codec, why, sizeof why);
+        int h = open_nvdec(v, codec, st->codecpar->format, why, sizeof why);
         if (h < 0) return open_fail(v, PATINA_E_NOMEM, "video: out of memory opening '%s'", v->name);
         if (h == 0 && v->o.decoder == PATINA_VIDEO_DECODER_NVDEC)
             return open_fail(v, PATINA_E_UNAVAILABLE, "video: NVDEC for '%s': %s", v->name, why);
