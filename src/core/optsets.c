@@ -144,7 +144,8 @@ static const entry_t index_opts[] = {
      FLD_INT, X_OFF(skip_duplicates), 0, 0},
     {OPT_ENUM("jpeg_decoder", "libjpeg|nvjpeg|exact-gpu|auto", "auto",
               "JPEG decoder: libjpeg (CPU), exact-gpu (the same pixels, IDCT and colour on the GPU), nvjpeg "
-              "(close pixels), auto (libjpeg for now: faster end to end than exact-gpu today)"),
+              "(close pixels), auto (exact-gpu when every family runs on the GPU and reads device images, "
+              "else libjpeg)"),
      FLD_ENUM, X_OFF(jpeg_decoder), 0, 0},
 };
 
