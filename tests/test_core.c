@@ -1,7 +1,9 @@
 /* Core services: status and messages, option tables, thread pool, the
  * family registry, device resolution without a GPU. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_SET */
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -145,6 +147,29 @@ static void *call_parts(void *p)
 /* Every part runs once, part 0 in the caller, parts >= 1 on threads the
  * context keeps (the same thread call after call, not one made per call),
  * and two callers at once both finish with every part run once. */
+/* patina_cpu_count follows the calling thread's affinity mask: pinned to
+ * one CPU it says 1, and never more than the online CPUs. */
+static void test_cpu_count(void **state)
+{
+    cpu_set_t old, one;
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    const int n = patina_cpu_count();
+    int first = -1;
+    (void)state;
+    assert_true(n >= 1 && n <= online);
+    assert_int_equal(sched_getaffinity(0, sizeof old, &old), 0);
+    assert_true(n <= CPU_COUNT(&old)); /* within the mask (and any quota) */
+    for (int c = 0; c < CPU_SETSIZE && first < 0; c++)
+        if (CPU_ISSET(c, &old)) first = c;
+    assert_true(first >= 0);
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    assert_int_equal(patina_cpu_count(), 1);
+    assert_int_equal(sched_setaffinity(0, sizeof old, &old), 0);
+    assert_int_equal(patina_cpu_count(), n);
+}
+
 static void test_slice_runners(void **state)
 {
     patina_context_t *ctx = NULL;
@@ -493,6 +518,7 @@ int main(void)
         cmocka_unit_test(test_status_messages),
         cmocka_unit_test(test_options),
         cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_cpu_count),
         cmocka_unit_test(test_slice_runners),
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_device_resolution),

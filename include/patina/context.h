@@ -31,7 +31,7 @@ extern "C" {
 typedef struct patina_context patina_context_t;
 
 typedef struct patina_context_opts {
-    int threads;              /* CPU workers; 0 = all online CPUs */
+    int threads;              /* CPU workers; 0 = patina_cpu_count() */
     int gpu_index;            /* CUDA device ordinal (default 0) */
     uint64_t gpu_mem_budget;  /* bytes of device memory the context may hold; 0 = 1/4 of free */
     patina_limits_t limits;   /* image limits (0 fields = defaults) */
@@ -54,7 +54,11 @@ typedef struct patina_context_opts {
 
 #define PATINA_GPUS_MAX 64
 
-/* Online CPUs (>= 1): what threads = 0 means. */
+/* The CPUs this process may use (>= 1): what threads = 0 means. The
+ * online CPUs, fewer when the calling thread's affinity mask (taskset, a
+ * container's cpuset) holds fewer, or a cgroup v2 CPU quota
+ * (/sys/fs/cgroup/cpu.max, rounded up to whole CPUs: a Kubernetes CPU
+ * limit) allows fewer. */
 PATINA_API int patina_cpu_count(void);
 
 /* Fills opts with the defaults (every field as documented above). */

@@ -57,7 +57,7 @@ typedef struct patina_video_opts {
     uint64_t every_frames; /* 0 or 1: every frame */
     uint64_t every_ms;     /* 0: off; every_frames and every_ms are not both > 1 */
     double shots;          /* 0: off; else in (0, 1] */
-    int threads;           /* libavcodec's decoding threads; 0: one per CPU core */
+    int threads;           /* libavcodec's decoding threads; 0: its own count, at most patina_cpu_count() */
     patina_limits_t limits;/* max_pixels bounds the frame size (0: the default) */
     patina_video_decoder decoder; /* default PATINA_VIDEO_DECODER_CPU */
     int gpu;               /* NVDEC: the CUDA device (0 .. count - 1) */

@@ -1,7 +1,12 @@
 /* A small fixed thread pool with one operation: run fn over [0, n) with
  * dynamic scheduling (an atomic counter), the caller taking part. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT_S */
+#endif
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,9 +28,47 @@ struct patina_pool {
     atomic_size_t next;
 };
 
+/* CPUs in the calling thread's affinity mask (taskset, a container's
+ * cpuset), 0 when it cannot be read. */
+static int affinity_count(void)
+{
+    for (int cpus = 1024; cpus <= (1 << 16); cpus *= 4) {
+        cpu_set_t *set = CPU_ALLOC((size_t)cpus);
+        const size_t size = CPU_ALLOC_SIZE((size_t)cpus);
+        int n = 0;
+        if (!set) return 0;
+        if (sched_getaffinity(0, size, set) == 0) n = CPU_COUNT_S(size, set);
+        else n = -1; /* EINVAL: a larger set is needed */
+        CPU_FREE(set);
+        if (n >= 0) return n;
+    }
+    return 0;
+}
+
+/* The cgroup v2 CPU quota of the process's cgroup as the container sees it
+ * (/sys/fs/cgroup/cpu.max: "QUOTA PERIOD" or "max PERIOD"), rounded up to
+ * whole CPUs; 0 without a quota. */
+static int quota_count(void)
+{
+    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
+    char q[32] = "";
+    long long period = 0;
+    int n = 0;
+    if (!f) return 0;
+    if (fscanf(f, "%31s %lld", q, &period) == 2 && period > 0 && q[0] >= '0' && q[0] <= '9') {
+        const long long quota = atoll(q);
+        if (quota > 0) n = (int)((quota + period - 1) / period);
+    }
+    fclose(f);
+    return n;
+}
+
 int patina_cpu_count(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
+    int a = affinity_count(), q = quota_count();
+    if (a > 0 && a < n) n = a;
+    if (q > 0 && q < n) n = q;
     return n < 1 ? 1 : (int)n;
 }
 

@@ -429,6 +429,8 @@ patina_status patina_video_open(patina_video_t **out, const char *path, const pa
                          av_err(r, e, sizeof e));
     v->dec->pkt_timebase = st->time_base;
     v->dec->thread_count = v->o.threads;
+    if (!v->o.threads && patina_cpu_count() < sysconf(_SC_NPROCESSORS_ONLN))
+        v->dec->thread_count = patina_cpu_count(); /* a CPU quota, which libavcodec's own count does not see */
     v->dec->thread_type = FF_THREAD_FRAME | FF_THREAD_SLICE;
     if (v->o.decoder != PATINA_VIDEO_DECODER_CPU) {
         char why[512];
