@@ -32,8 +32,9 @@
 #if PATINA_HAVE_VIDEO
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
-#include <libavutil/opt.h>
 #include <libavutil/pixdesc.h>
+
+#include "videoutil.h"
 
 static char *tmp;
 static patina_context_t *ctx;
@@ -163,69 +164,12 @@ static void draw(AVFrame *fr, int f)
         }
 }
 
-static int send(AVFormatContext *oc, AVCodecContext *c, AVStream *st, AVFrame *fr)
-{
-    AVPacket *pkt = av_packet_alloc();
-    int r = avcodec_send_frame(c, fr);
-    while (r >= 0) {
-        r = avcodec_receive_packet(c, pkt);
-        if (r < 0) break;
-        av_packet_rescale_ts(pkt, c->time_base, st->time_base);
-        pkt->stream_index = st->index;
-        if (av_interleaved_write_frame(oc, pkt) < 0) r = -1;
-    }
-    av_packet_free(&pkt);
-    return r == AVERROR(EAGAIN) || r == AVERROR_EOF ? 0 : r;
-}
-
 /* Writes NFRAMES frames at FPS into `path` with muxer `mux`; the stream
  * says BT.601 (SMPTE 170M) limited range. */
 static void write_video(const char *path, const char *mux)
 {
-    AVFormatContext *oc = NULL;
-    const AVCodec *codec = avcodec_find_encoder_by_name("libx264");
-    AVCodecContext *c;
-    AVStream *st;
-    AVFrame *fr;
-    if (!codec) codec = avcodec_find_encoder(AV_CODEC_ID_MPEG4);
-    assert_non_null(codec);
-    assert_true(avformat_alloc_output_context2(&oc, NULL, mux, path) >= 0);
-    st = avformat_new_stream(oc, NULL);
-    c = avcodec_alloc_context3(codec);
-    assert_true(st && c);
-    c->width = W;
-    c->height = H;
-    c->time_base = (AVRational){1, FPS};
-    c->framerate = (AVRational){FPS, 1};
-    c->pix_fmt = AV_PIX_FMT_YUV420P;
-    c->gop_size = 10;
-    c->max_b_frames = 2;
-    c->colorspace = AVCOL_SPC_SMPTE170M;
-    c->color_range = AVCOL_RANGE_MPEG;
-    if (!strcmp(codec->name, "libx264")) av_opt_set(c->priv_data, "preset", "ultrafast", 0);
-    if (oc->oformat->flags & AVFMT_GLOBALHEADER) c->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
-    assert_true(avcodec_open2(c, codec, NULL) >= 0);
-    assert_true(avcodec_parameters_from_context(st->codecpar, c) >= 0);
-    st->time_base = c->time_base;
-    assert_true(avio_open(&oc->pb, path, AVIO_FLAG_WRITE) >= 0);
-    assert_true(avformat_write_header(oc, NULL) >= 0);
-    fr = av_frame_alloc();
-    fr->format = c->pix_fmt;
-    fr->width = W;
-    fr->height = H;
-    assert_true(av_frame_get_buffer(fr, 0) >= 0);
-    for (int f = 0; f < NFRAMES; f++) {
-        assert_true(av_frame_make_writable(fr) >= 0);
-        draw(fr, f);
-        fr->pts = f;
-        assert_int_equal(send(oc, c, st, fr), 0);
-    }
-    assert_int_equal(send(oc, c, st, NULL), 0);
-    assert_true(av_write_trailer(oc) >= 0);
-    avio_closep(&oc->pb);
-    av_frame_free(&fr);
-    avcodec_free_context(&c);
-    avformat_free_context(oc);
+    const tv_spec_t spec = {mux, NULL, W, H, FPS, 10, NFRAMES, AV_PIX_FMT_YUV420P, AVCOL_SPC_SMPTE170M, draw};
+    assert_int_equal(tv_write_video(path, &spec), 0);
 }
 
 /* Frame `want` of `path` decoded here with libavcodec and converted by the
@@ -321,10 +265,10 @@ static int write_raw(const char *path, enum AVPixelFormat pf, int w, int h, unsi
                                     (uint8_t)((seed = seed * 1103515245u + 12345u) >> 16);
                     }
                     fr->pts = f;
-                    assert_int_equal(send(oc, c, st, fr), 0);
+                    assert_int_equal(tv_send(oc, c, st, fr), 0);
                     frames[f] = fr;
                 }
-                assert_int_equal(send(oc, c, st, NULL), 0);
+                assert_int_equal(tv_send(oc, c, st, NULL), 0);
                 assert_true(av_write_trailer(oc) >= 0);
             }
             avio_closep(&oc->pb);

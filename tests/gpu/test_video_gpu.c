@@ -30,8 +30,9 @@
 #if PATINA_HAVE_VIDEO
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
-#include <libavutil/opt.h>
 #include <libavutil/pixdesc.h>
+
+#include "videoutil.h"
 
 typedef struct fixture {
     const char *name, *encoder;
@@ -78,70 +79,13 @@ static void draw(AVFrame *fr, int f)
     }
 }
 
-static int send_frame(AVFormatContext *oc, AVCodecContext *c, AVStream *st, AVFrame *fr)
-{
-    AVPacket *pkt = av_packet_alloc();
-    int r = avcodec_send_frame(c, fr);
-    while (r >= 0 && (r = avcodec_receive_packet(c, pkt)) >= 0) {
-        av_packet_rescale_ts(pkt, c->time_base, st->time_base);
-        pkt->stream_index = st->index;
-        if (av_interleaved_write_frame(oc, pkt) < 0) r = -1;
-    }
-    av_packet_free(&pkt);
-    return r == AVERROR(EAGAIN) || r == AVERROR_EOF ? 0 : r;
-}
-
 /* Encodes fixture x into path: 0, or -1 when the encoder is missing or
  * fails. */
 static int write_fixture(const fixture_t *x, const char *path)
 {
-    AVFormatContext *oc = NULL;
-    const AVCodec *codec = avcodec_find_encoder_by_name(x->encoder);
-    AVCodecContext *c;
-    AVStream *st;
-    AVFrame *fr;
-    int ok = 1;
+    const tv_spec_t spec = {"matroska", x->encoder, x->w, x->h, 25, 12, x->frames, x->pf, x->space, draw};
     av_log_set_level(AV_LOG_ERROR); /* the encoders' statistics */
-    if (!codec || avformat_alloc_output_context2(&oc, NULL, "matroska", path) < 0) return -1;
-    st = avformat_new_stream(oc, NULL);
-    c = avcodec_alloc_context3(codec);
-    fr = av_frame_alloc();
-    if (!st || !c || !fr) ok = 0;
-    if (ok) {
-        c->width = x->w;
-        c->height = x->h;
-        c->time_base = (AVRational){1, 25};
-        c->framerate = (AVRational){25, 1};
-        c->pix_fmt = x->pf;
-        c->gop_size = 12;
-        c->max_b_frames = 2;
-        c->colorspace = x->space;
-        c->color_range = AVCOL_RANGE_MPEG;
-        av_opt_set(c->priv_data, "preset", "ultrafast", 0);
-        if (!strcmp(x->encoder, "libx265")) av_opt_set(c->priv_data, "x265-params", "log-level=none", 0);
-        if (oc->oformat->flags & AVFMT_GLOBALHEADER) c->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
-        ok = avcodec_open2(c, codec, NULL) >= 0 && avcodec_parameters_from_context(st->codecpar, c) >= 0;
-    }
-    if (ok) {
-        st->time_base = c->time_base;
-        ok = avio_open(&oc->pb, path, AVIO_FLAG_WRITE) >= 0 && avformat_write_header(oc, NULL) >= 0;
-        fr->format = c->pix_fmt;
-        fr->width = x->w;
-        fr->height = x->h;
-        ok = ok && av_frame_get_buffer(fr, 0) >= 0;
-        for (int f = 0; ok && f < x->frames; f++) {
-            ok = av_frame_make_writable(fr) >= 0;
-            draw(fr, f);
-            fr->pts = f;
-            ok = ok && send_frame(oc, c, st, fr) == 0;
-        }
-        ok = ok && send_frame(oc, c, st, NULL) == 0 && av_write_trailer(oc) >= 0;
-        avio_closep(&oc->pb);
-    }
-    av_frame_free(&fr);
-    avcodec_free_context(&c);
-    avformat_free_context(oc);
-    return ok ? 0 : -1;
+    return tv_write_video(path, &spec);
 }
 
 static const char *fixture_path(const fixture_t *x)
