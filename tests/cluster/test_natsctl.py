@@ -148,9 +148,13 @@ def test_acknowledged_writes_survive_killing_every_server(nats3, nats_py):
     # server at once loses none of them.
     async def write():
         nc = await _connect(nats_py, nats3.urls)
-        kv = await nc.jetstream(timeout=5).create_key_value(bucket="durable", replicas=3, history=1)
+        js = nc.jetstream(timeout=5)
+        # as above: the meta leader and then the new stream's first leader may still be being elected
+        # (CI saw "no responders" on the first put); a put that failed was not acknowledged, and putting
+        # the same value again after a timeout is harmless
+        kv = await _retry(lambda: js.create_key_value(bucket="durable", replicas=3, history=1), "create KV", tries=20)
         for i in range(200):
-            await kv.put(f"k{i}", str(i).encode())
+            await _retry(lambda i=i: kv.put(f"k{i}", str(i).encode()), f"put k{i}")
         await nc.close()
 
     asyncio.run(write())
