@@ -15,7 +15,7 @@
  *               resized, nearest neighbour) at m = 384 and n = 768: images/s of
  *               the GPU path batched (every image in one call; steady state:
  *               one warm-up call with the full batch, then the best of 3
- *               calls, as in the variants table), one-image
+ *               calls), one-image
  *               latency (median of single calls), VLFeat on 1 and all cores
  *               beside, records identical to the CPU's, the fraction of GPU
  *               time in each stage (summed over the path's two streams, which
@@ -23,12 +23,9 @@
  *               (1 byte per pixel) in GB/s while the copies ran (upload stage
  *               time) and over the whole batched call, each as a fraction of
  *               the pinned host-to-device peak measured in the same run
- *               (patina_gpu__bandwidth, 256 MiB copies); then the kernel
- *               variants (smoothing: register-tiled or shared-memory tile;
- *               orientations: after the sort or every keypoint per octave)
- *               on one batch of 1024x1024 at m = 384: images/s, latency, the
- *               smoothing and detection stages' GPU time per image, records
- *               identical to the default's (batched and one-image calls).
+ *               (patina_gpu__bandwidth, 256 MiB copies). (The kernel
+ *               variants measured against the default are in
+ *               docs/lab/rootsift.md.)
  *
  *   peers       in the GPU table, per size and budget: OpenCV's SIFT
  *               (nfeatures = the budget) on all cores and kornia's
@@ -198,63 +195,6 @@ static double steady_batch(patina_gpu_t *g, const rootsift_params_t *p, unsigned
     return t;
 }
 
-/* The GPU path's kernel variants on the same batch of 1024x1024 images at
- * m = 384: smoothing (patina_gpu__rootsift_smoothing: register-tiled, the
- * default, or the shared-memory tile) by orientations
- * (patina_gpu__rootsift_orientations: after the sort for the ranks the
- * take reads, the default, or every keypoint per octave); the last row is
- * the path before both. Images/s, one-image latency, the GPU time per image
- * of the smoothing and detection+refinement+orientation stages, records
- * identical to the default's. Leaves the defaults selected. */
-static void bench_gpu_variants(patina_gpu_t *g, const patina_image_t *src, size_t nsrc, size_t ngpu)
-{
-    static const char *const sname[2] = {"register-tiled", "shared tile"}, *const oname[2] = {"late", "all"};
-    patina_image_t *im = calloc(ngpu, sizeof *im);
-    rootsift_params_t p;
-    patina_extractor_t *ex;
-    patina_status s, *st = calloc(ngpu, sizeof *st);
-    size_t bytes;
-    unsigned char *r0 = NULL, *r;
-    for (size_t i = 0; i < ngpu; i++) resized(&im[i], &src[i % nsrc], 1024, 1024);
-    if ((s = patina_extractor_new(&ex, "rootsift:m=384")) != PATINA_OK) die("rootsift:m=384", s);
-    memcpy(&p, ex->params, sizeof p);
-    bytes = patina_extractor_bytes(ex);
-    patina_extractor_free(ex);
-    r = malloc(ngpu * bytes);
-    printf("kernel variants, 1024x1024 m=384, %zu images per batch:\n", ngpu);
-    printf("  %-16s %-12s %12s %12s %16s %16s  %s\n", "smoothing", "orientations", "gpu img/s", "latency ms",
-           "smooth ms/img", "detect ms/img", "records same as the default's");
-    for (int v = 0; v < 4; v++) {
-        const int sv = v & 1, ov = v >> 1;
-        double t, lat[11], ms[PGPU_RS_STAGES];
-        size_t same = 0;
-        if ((s = patina_gpu__rootsift_smoothing(g, sv)) != PATINA_OK) die("smoothing variant", s);
-        if ((s = patina_gpu__rootsift_orientations(g, ov)) != PATINA_OK) die("orientation variant", s);
-        t = steady_batch(g, &p, r, im, ngpu, st, ms);
-        if (!r0) {
-            r0 = r;
-            r = malloc(ngpu * bytes);
-        }
-        for (size_t i = 0; i < ngpu; i++) same += !memcmp(r0 + i * bytes, (v ? r : r0) + i * bytes, bytes);
-        for (int k = 0; k < 11; k++) { /* one-image calls (a CUDA graph); their records checked too */
-            double t0 = patina_now();
-            if ((s = rs_extract_gpu(g, &p, (size_t)p.m, r, &im[k % ngpu], 1, st)) != PATINA_OK) die("gpu", s);
-            lat[k] = patina_now() - t0;
-            if (memcmp(r, r0 + bytes * (size_t)(k % ngpu), bytes)) same = 0;
-        }
-        qsort(lat, 11, sizeof *lat, cmp_dbl);
-        printf("  %-16s %-12s %12.1f %12.2f %16.4f %16.4f  %zu/%zu\n", sname[sv], oname[ov], ngpu / t, lat[5] * 1e3,
-               ms[2] / ngpu, ms[4] / ngpu, same, ngpu);
-    }
-    if ((s = patina_gpu__rootsift_smoothing(g, 0)) != PATINA_OK) die("smoothing variant", s);
-    if ((s = patina_gpu__rootsift_orientations(g, 0)) != PATINA_OK) die("orientation variant", s);
-    free(r0);
-    free(r);
-    free(st);
-    for (size_t i = 0; i < ngpu; i++) patina_image_release(&im[i]);
-    free(im);
-}
-
 static void bench_gpu(const patina_image_t *src, size_t nsrc, size_t ngpu)
 {
     static const int sizes[2][2] = {{1024, 1024}, {2048, 1536}};
@@ -343,7 +283,6 @@ static void bench_gpu(const patina_image_t *src, size_t nsrc, size_t ngpu)
         for (size_t i = 0; i < ngpu; i++) patina_image_release(&im[i]);
         free(im);
     }
-    bench_gpu_variants(g, src, nsrc, ngpu);
     patina_gpu_close(g);
 }
 

@@ -735,18 +735,17 @@ patina_status patina_gpu_rootsift(patina_gpu_t *g, const patina_gpu_rootsift_con
 #define PGPU_RS_STAGES 8
 void patina_gpu__rootsift_times(patina_gpu_t *g, double ms[PGPU_RS_STAGES], size_t *batches);
 
-/* Internal (tests, bench_rootsift): the smoothing kernels of the context's
- * rootsift state from now on: 0 register-tiled (the default), 1 the
- * shared-memory tile (the previous kernel, kept to compare); the same
- * bytes either way. Waits for the state's streams. */
+/* Internal (tests): the smoothing kernels of the context's rootsift state
+ * from now on: 0 register-tiled where an instance has the filter's width
+ * (the default), 1 the shared-memory tile, the fallback for wider filters,
+ * at every width (so that the tests cover it); the same bytes either way.
+ * Waits for the state's streams. */
 patina_status patina_gpu__rootsift_smoothing(patina_gpu_t *g, int variant);
 
-/* Internal (tests, bench_rootsift): when the orientations are computed from
- * now on: 0 after the selection's sort, only for the keypoints whose counts
- * the take can read (the default), 1 for every keypoint of each octave (the
- * previous schedule, kept to compare), 2 as 0 with an empty first round
- * (every rank by the second, gated one: tests it); the same bytes in every
- * case. Waits for the state's streams. */
+/* Internal (tests): the orientations' first round from now on: 0 the
+ * first budget ranks (the default), 1 none, so that every rank goes through
+ * the second, gated round (tests it); the same bytes either way. Waits for
+ * the state's streams. */
 patina_status patina_gpu__rootsift_orientations(patina_gpu_t *g, int variant);
 
 /* Internal (tests): runs the GPU scale space of one image (w, h floats,

@@ -63,7 +63,6 @@
 
 struct rs_ctr {
     unsigned cand, kp, feat, over; /* candidates (this octave), keypoints, kept features, overflow flag */
-    unsigned kp0;                  /* the current octave's first keypoint slot */
     unsigned more;                 /* late orientations: the ranks past the first round are needed (k_more) */
 };
 
@@ -576,7 +575,7 @@ __global__ void k_detect(uint8_t *arena, const rs_item *items, rs_ctr *ctr, int 
 }
 
 /* Refinement (vl_sift_detect) of one candidate: the keypoint appended
- * (orientations later: k_orient per octave or k_orient_rank after the sort). */
+ * (orientations later, after the sort: k_orient_rank). */
 __device__ static void rs_refine_one(uint8_t *arena, const rs_item &it, rs_ctr *ctr, int oct, int omin,
                                      const rs_kconf &C, unsigned ci)
 {
@@ -695,7 +694,14 @@ __device__ static void rs_refine_one(uint8_t *arena, const rs_item &it, rs_ctr *
 
 /* Orientations (vl_sift_calc_keypoint_orientations) of keypoint `slot`
  * (of octave oct), by the whole warp (uniform control flow up to the
- * histogram's rounds); lane 0 stores them in the keypoint. */
+ * histogram's rounds); lane 0 stores them in the keypoint. The histogram is
+ * VLFeat's double sums in its pixel order: the warp takes the window's
+ * pixels 32 at a time in raster order, each lane computing one pixel's two
+ * terms ((1 - rbin) mod wgt and rbin mod wgt, VLFeat's expressions), then
+ * lane l adds, pixel by pixel in raster order, the terms that fall in bins
+ * l and l + 32 (each bin's pixels found with __match_any_sync). A pixel
+ * adds to two distinct bins, so every bin receives exactly VLFeat's terms
+ * in VLFeat's order. Lane 0 smooths and finds the peaks. */
 __device__ static void rs_orient_one(uint8_t *arena, const rs_item &it, int oct, int omin, const rs_kconf &C,
                                      const double *expn, unsigned slot, int lane, double *sh_h, double (*sh_c)[32],
                                      int *sh_b)
@@ -803,8 +809,8 @@ __device__ static void rs_orient_one(uint8_t *arena, const rs_item &it, int oct,
     }
 }
 
-#define RS_REF_WARPS 4 /* keypoints per block of k_orient at a time */
-#define RS_REF_BLOCKS 256 /* blocks per image of k_refine and k_orient (grid-stride) */
+#define RS_REF_WARPS 4 /* keypoints per block of k_orient_rank at a time */
+#define RS_REF_BLOCKS 256 /* blocks per image of k_refine and k_orient_rank (grid-stride) */
 
 /* Refinement of the octave's candidates, one per thread. */
 __global__ void k_refine(uint8_t *arena, const rs_item *items, rs_ctr *ctr, int oct, int omin, rs_kconf C)
@@ -814,31 +820,6 @@ __global__ void k_refine(uint8_t *arena, const rs_item *items, rs_ctr *ctr, int 
     const unsigned nc = ctr[blockIdx.y].cand < it.cand_cap ? ctr[blockIdx.y].cand : it.cand_cap;
     for (unsigned ci = blockIdx.x * blockDim.x + threadIdx.x; ci < nc; ci += gridDim.x * blockDim.x)
         rs_refine_one(arena, it, ctr + blockIdx.y, oct, omin, C, ci);
-}
-
-/* Orientations of the octave's keypoints (slots kp0 .. kp), one per warp
- * at a time. The histogram is VLFeat's double sums in its pixel order: the
- * warp takes the window's pixels 32 at a time in raster order, each lane
- * computing one pixel's two terms ((1 - rbin) mod wgt and rbin mod wgt,
- * VLFeat's expressions), then lane l adds, pixel by pixel in raster order,
- * the terms that fall in bins l and l + 32 (each bin's pixels found with
- * __match_any_sync). A pixel adds to two distinct bins, so every bin
- * receives exactly VLFeat's terms in VLFeat's order. Lane 0 smooths and
- * finds the peaks. */
-__global__ void __launch_bounds__(32 * RS_REF_WARPS) k_orient(uint8_t *arena, const rs_item *items, const rs_ctr *ctr,
-                                                                int oct, int omin, rs_kconf C, const double *expn)
-{
-    enum { nbins = 36 };
-    __shared__ double sh_h[RS_REF_WARPS][nbins];
-    __shared__ double sh_c[RS_REF_WARPS][2][32]; /* per pixel of a round: its two terms */
-    __shared__ int sh_b[RS_REF_WARPS][36];       /* per bin B: the round's pixels whose first bin is B */
-    const rs_item &it = items[blockIdx.y];
-    if (oct >= it.O) return;
-    const int wp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const rs_ctr &c = ctr[blockIdx.y];
-    const unsigned n = c.kp < it.kp_cap ? c.kp : it.kp_cap;
-    for (unsigned slot = c.kp0 + blockIdx.x * RS_REF_WARPS + wp; slot < n; slot += gridDim.x * RS_REF_WARPS)
-        rs_orient_one(arena, it, oct, omin, C, expn, slot, lane, sh_h[wp], sh_c[wp], sh_b[wp]);
 }
 
 /* ------------------------------------------------------------ selection */
@@ -855,11 +836,9 @@ __device__ static inline bool rs_better(const rs_sortkey &a, const rs_sortkey &b
  * (the kept features: keypoint index << 2 | orientation); the header. The
  * take is VLFeat's serial loop written as a scan: the orientation a of the
  * i-th keypoint in order is feature sum_{j < i} nang_j + a, kept when that
- * is under the budget. phase: RS_SEL_ALL both; RS_SEL_SORT the sort alone,
- * its order left in the arena's keys (for k_orient_rank); RS_SEL_TAKE the
- * take alone from them. */
+ * is under the budget. phase: RS_SEL_SORT the sort, its order left in the
+ * arena's keys (for k_orient_rank); RS_SEL_TAKE the take from them. */
 #define RS_SEL_THREADS 1024
-#define RS_SEL_ALL 0  /* sort and take (orientations computed per octave) */
 #define RS_SEL_SORT 1 /* sort only, the order left in the arena's sort keys */
 #define RS_SEL_TAKE 2 /* take only, from the arena's sorted keys */
 __global__ void __launch_bounds__(RS_SEL_THREADS) k_select(uint8_t *arena, const rs_item *items, rs_ctr *ctr,
@@ -946,9 +925,9 @@ __global__ void __launch_bounds__(RS_SEL_THREADS) k_select(uint8_t *arena, const
 }
 
 /* Late orientations: those of the keypoints of ranks lo .. min(hi, n) - 1
- * in the sorted order (k_select's RS_SEL_SORT), one per warp at a time, as
- * k_orient computes them (rs_orient_one, the keypoint's own octave); when
- * gated, only in the images whose ctr.more is set (k_more). */
+ * in the sorted order (k_select's RS_SEL_SORT), one per warp at a time
+ * (rs_orient_one, the keypoint's own octave); when gated, only in the
+ * images whose ctr.more is set (k_more). */
 __global__ void __launch_bounds__(32 * RS_REF_WARPS) k_orient_rank(uint8_t *arena, const rs_item *items,
                                                                      const rs_ctr *ctr, int omin, rs_kconf C,
                                                                      const double *expn, unsigned lo, unsigned hi,
@@ -1200,23 +1179,24 @@ struct rs_slot {
     int gkeyed, gvalid;         /* a key is set; gexec is its graph */
 };
 
-/* The smoothing kernels (patina_gpu__rootsift_smoothing): register-tiled
- * k_smooth where it has an instance for the width (the default), or the
- * shared-memory tile k_conv_vh (and the first octave's pre-smoothing in
- * place by k_conv_v, k_conv_h). The same bytes either way. */
+/* The smoothing kernels: register-tiled k_smooth where it has an instance
+ * for the filter's width, else the shared-memory tile k_conv_vh (and the
+ * first octave's pre-smoothing in place by k_conv_v, k_conv_h). The same
+ * bytes either way; patina_gpu__rootsift_smoothing(RS_SMOOTH_TILE) takes
+ * the fallback at every width, so that the tests cover it on every image. */
 #define RS_SMOOTH_REG 0
 #define RS_SMOOTH_TILE 1
 
-/* When orientations are computed (patina_gpu__rootsift_orientations):
- * after the selection's sort, for the ranks the take can read (the first
- * budget keypoints, then the rest only in images where those give fewer
- * than budget features; the default), or for every keypoint of each octave
- * after its refinement. The same bytes either way: a keypoint's
- * orientations do not depend on when they are computed, and the take never
- * reads a count it skipped. */
+/* Orientations are computed after the selection's sort, for the ranks the
+ * take can read: the first budget keypoints, then the rest only in images
+ * where those give fewer than budget features (the gated second round).
+ * patina_gpu__rootsift_orientations(1) empties the first round, so that
+ * every rank goes through the gated one (tests it); the same bytes: a
+ * keypoint's orientations do not depend on the round that computes them,
+ * and the take never reads a count it skipped. (Computing every keypoint's
+ * orientations per octave, the earlier schedule, is in docs/lab/rootsift.md.) */
 #define RS_ORIENT_LATE 0
-#define RS_ORIENT_ALL 1
-#define RS_ORIENT_LATE2 2 /* late with an empty first round: every rank by the gated second (tests it) */
+#define RS_ORIENT_LATE2 1 /* an empty first round: every rank by the gated second */
 
 struct rs_state {
     uint8_t *d_arena;
@@ -1229,7 +1209,7 @@ struct rs_state {
     unsigned conf_gen; /* uploads so far (a graph's key) */
     unsigned sel_cap; /* keypoints k_select sorts in shared memory at most (0: none) */
     int smooth;       /* the smoothing kernels: RS_SMOOTH_REG (k_smooth) or RS_SMOOTH_TILE (k_conv_vh) */
-    int orient;       /* RS_ORIENT_LATE, RS_ORIENT_ALL or RS_ORIENT_LATE2 */
+    int orient;       /* RS_ORIENT_LATE or RS_ORIENT_LATE2 */
     rs_slot sl[RS_NSLOT];
     size_t *need; /* per image of the call: arena bytes */
     size_t need_cap;
@@ -1503,13 +1483,10 @@ static void rs_scale_space(rs_state *St, rs_slot *L, const patina_gpu_rootsift_c
 __global__ void k_reset_cand(rs_ctr *ctr, int n)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        ctr[i].cand = 0;
-        ctr[i].kp0 = ctr[i].kp;
-    }
+    if (i < n) ctr[i].cand = 0;
 }
 
-/* Detection, refinement and orientations of octave k. */
+/* Detection and refinement of octave k. */
 static void rs_detect(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t *c, size_t nb, int k,
                       const rs_kconf *C, int mw, int mh)
 {
@@ -1524,9 +1501,6 @@ static void rs_detect(rs_state *St, rs_slot *L, const patina_gpu_rootsift_conf_t
         St->d_arena, L->d_items, L->d_ctr, k, c->first_octave, c->levels, c->peak);
     const unsigned blocks = (cap + 127) / 128 < RS_REF_BLOCKS ? (cap + 127) / 128 : RS_REF_BLOCKS;
     k_refine<<<dim3(blocks, (unsigned)nb), 128, 0, L->st>>>(St->d_arena, L->d_items, L->d_ctr, k, c->first_octave, *C);
-    if (St->orient == RS_ORIENT_ALL)
-        k_orient<<<dim3(RS_REF_BLOCKS, (unsigned)nb), 32 * RS_REF_WARPS, 0, L->st>>>(St->d_arena, L->d_items, L->d_ctr, k,
-                                                                                c->first_octave, *C, St->d_expn);
 }
 
 static void rs_kconf_of(rs_kconf *C, const patina_gpu_rootsift_conf_t *c)
@@ -1596,10 +1570,7 @@ static patina_status rs_enqueue_ops(rs_state *St, rs_slot *L, const patina_gpu_r
         rs_detect(St, L, c, nb, k, &C, kw, kh);
     }
     rs_mark(L, 5);
-    if (St->orient == RS_ORIENT_ALL) {
-        k_select<<<(unsigned)nb, RS_SEL_THREADS, St->sel_cap * sizeof(rs_sortkey), st>>>(
-            St->d_arena, L->d_items, L->d_ctr, C, St->sel_cap, RS_SEL_ALL);
-    } else { /* sort; orientations of the ranks the take reads (timed as stage 4); take */
+    { /* sort; orientations of the ranks the take reads (timed as stage 4); take */
         const unsigned k1 = St->orient == RS_ORIENT_LATE2 ? 0u : (unsigned)c->budget;
         const unsigned b1 = (k1 + RS_REF_WARPS - 1) / RS_REF_WARPS;
         k_select<<<(unsigned)nb, RS_SEL_THREADS, St->sel_cap * sizeof(rs_sortkey), st>>>(
@@ -2005,7 +1976,7 @@ extern "C" void patina_gpu__rootsift_times(patina_gpu_t *g, double ms[PGPU_RS_ST
 extern "C" patina_status patina_gpu__rootsift_orientations(patina_gpu_t *g, int variant)
 {
     rs_state *St;
-    if (!g || (variant != RS_ORIENT_LATE && variant != RS_ORIENT_ALL && variant != RS_ORIENT_LATE2))
+    if (!g || (variant != RS_ORIENT_LATE && variant != RS_ORIENT_LATE2))
         return patina__fail(PATINA_E_INVALID, "gpu: rootsift: no orientation variant %d", variant);
     PGPU_CU(cudaSetDevice(g->device));
     PATINA_TRY(rs_state_of(g, &St));
