@@ -42,16 +42,16 @@
  * one-launch kernel, gpu/knn_tc.cuh k_tc_one) get a "1 query" table: the
  * call's wall time (the default: the pilot and the scan by dp4a, the
  * answer written straight to pinned memory), the same call through the
- * multi-launch path (patina_gpu__knn_one(0)) and with the pilot and the
- * scan on the tensor cores (patina_gpu__knn_one(1)) in the same run,
- * PyTorch's, our speed-up over
+ * multi-launch path (patina_gpu__knn_one(PGPU_KNN_ONE_MULTI)) in the same run, PyTorch's,
+ * our speed-up over
  * the fastest PyTorch peer, and the table's read rate (rows x 160 bytes /
  * time) against the HBM peak (2 x memory clock x bus width, from the
  * device's attributes). A second table says where a single query's time
  * goes, from calls made with the measurement on (patina_gpu__knn_prof):
  * the kernel's time (CUDA events) and the host's rest, the kernel's phases
- * (pilot, theta, scan, barrier, final ranking) and the host's steps, for
- * the MMA scan and the dp4a scan. */
+ * (pilot, theta, scan, barrier, final ranking) and the host's steps. (The
+ * one-launch kernel with its pilot and scan on the tensor cores, measured
+ * against this one until 2026-11-29: docs/lab/search.md.) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,10 +207,10 @@ static void run_peers(size_t n, const size_t *qs, int nqs, const size_t *ks, int
 /* The single-query rows for the "1 query" table. */
 typedef struct one_row {
     size_t n, k;
-    double one, multi, mma, fp16, int8; /* ms; -1: none (mma: patina_gpu__knn_one(1)) */
-    int measured[2];                     /* [0] the MMA scan, [1] the dp4a scan: prof and wall set */
-    double wall[2];                      /* us: median wall time of the measured calls */
-    pgpu_knn_prof_t prof[2];             /* each field the median of the measured calls' */
+    double one, multi, fp16, int8; /* ms; -1: none */
+    int measured;                   /* prof and wall set */
+    double wall;                    /* us: median wall time of the measured calls */
+    pgpu_knn_prof_t prof;           /* each field the median of the measured calls' */
 } one_row_t;
 #define MAXONE 64
 static one_row_t ONE[MAXONE];
@@ -229,14 +229,14 @@ static double median_of(double *v, int n)
     return v[n / 2];
 }
 
-/* o->prof[w] and o->wall[w]: reps calls of the single query q with the
+/* o->prof and o->wall: reps calls of the single query q with the
  * measurement on (patina_gpu__knn_prof), each figure's median. */
 #define PROF_REPS 15
 #define PROF_FIELDS 13
-static void measure_one(one_row_t *o, int w, const patina_index_t *ix, const uint8_t *q, size_t k, patina_hit_t *h,
+static void measure_one(one_row_t *o, const patina_index_t *ix, const uint8_t *q, size_t k, patina_hit_t *h,
                         size_t *c)
 {
-    pgpu_knn_prof_t *pr = &o->prof[w];
+    pgpu_knn_prof_t *pr = &o->prof;
     double v[PROF_FIELDS][PROF_REPS];
     double cand[PROF_REPS];
     int r, m = 0;
@@ -256,9 +256,9 @@ static void measure_one(one_row_t *o, int w, const patina_index_t *ix, const uin
         cand[m++] = (double)p.cand;
     }
     patina_gpu__knn_prof(0);
-    o->measured[w] = m > 0;
+    o->measured = m > 0;
     if (!m) return;
-    o->wall[w] = median_of(v[0], m);
+    o->wall = median_of(v[0], m);
     pr->kernel_us = median_of(v[1], m);
     pr->spread_us = median_of(v[2], m);
     pr->pilot_us = median_of(v[3], m);
@@ -281,9 +281,9 @@ static void print_one(double hbm)
     printf("\n1 query (CEDD, one launch where k <= 64): wall time of one call (median), us; table read = rows x 160 "
            "bytes / time; HBM peak %.0f GB/s\n\n",
            hbm);
-    printf("| rows | k | GPU us (one launch) | GPU us (multi-launch) | GPU us (one launch, MMA scan) | PyTorch fp16 us | "
+    printf("| rows | k | GPU us (one launch) | GPU us (multi-launch) | PyTorch fp16 us | "
            "PyTorch int8 us | GPU vs best PyTorch | table read GB/s | of HBM peak |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < NONE; i++) {
         const one_row_t *o = &ONE[i];
         const double best = o->fp16 > 0 && (o->int8 <= 0 || o->fp16 < o->int8) ? o->fp16 : o->int8;
@@ -291,7 +291,6 @@ static void print_one(double hbm)
         printf("| %zu | %zu |", o->n, o->k);
         one_cell(o->one);
         one_cell(o->multi);
-        one_cell(o->mma);
         one_cell(o->fp16);
         one_cell(o->int8);
         if (best > 0) printf(" %.1fx |", best / o->one);
@@ -309,20 +308,19 @@ static void print_one(double hbm)
            "(device, state, copy current), prep (to the launch), launch (the call), wait (download + sync: the "
            "kernel and the copy), out (hits); api: wall - the steps (query preparation, GPU turn, allocations)\n\n",
            PROF_REPS);
-    printf("| rows | k | scan | wall | kernel | host | spread | pilot | theta | scan | scan GB/s | sync | final | cand | "
+    printf("| rows | k | wall | kernel | host | spread | pilot | theta | scan | scan GB/s | sync | final | cand | "
            "begin | prep | launch | wait | out | api |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for (int i = 0; i < 2 * NONE; i++) {
-        const one_row_t *o = &ONE[i / 2];
-        const int w = i % 2;
-        const pgpu_knn_prof_t *p = &o->prof[w];
-        if (!o->measured[w]) continue;
-        printf("| %zu | %zu | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | %.1f | %.1f | %zu | %.1f | %.1f | "
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < NONE; i++) {
+        const one_row_t *o = &ONE[i];
+        const pgpu_knn_prof_t *p = &o->prof;
+        if (!o->measured) continue;
+        printf("| %zu | %zu | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | %.1f | %.1f | %zu | %.1f | %.1f | "
                "%.1f | %.1f | %.1f | %.1f |\n",
-               o->n, o->k, w ? "dp4a" : "MMA", o->wall[w], p->kernel_us, o->wall[w] - p->kernel_us, p->spread_us, p->pilot_us, p->theta_us,
+               o->n, o->k, o->wall, p->kernel_us, o->wall - p->kernel_us, p->spread_us, p->pilot_us, p->theta_us,
                p->scan_us, p->scan_us > 0 ? (double)o->n * 160.0 / (p->scan_us * 1e-6) / 1e9 : 0.0, p->sync_us,
                p->final_us, p->cand, p->begin_us, p->prep_us, p->launch_us, p->wait_us, p->out_us,
-               o->wall[w] - p->begin_us - p->prep_us - p->launch_us - p->wait_us - p->out_us);
+               o->wall - p->begin_us - p->prep_us - p->launch_us - p->wait_us - p->out_us);
     }
 }
 
@@ -458,15 +456,9 @@ int main(int argc, char **argv)
                         o->one = tg;
                         o->fp16 = pc[0];
                         o->int8 = pc[1];
-                        measure_one(o, 1, ix, q, k, h2, c2); /* the default: the dp4a scan */
+                        measure_one(o, ix, q, k, h2, c2);
                         bad += same(ix, q, nq, k, h2, tc > 0 ? h1 : NULL);
-                        patina_gpu__knn_one(1); /* the pilot and the scan on the tensor cores */
-                        gpu_knn(ix, q, nq, k, h2, c2);
-                        o->mma = time_ms(gpu_knn, ix, q, nq, k, h2, c2, 11);
-                        bad += same(ix, q, nq, k, h2, tc > 0 ? h1 : NULL);
-                        measure_one(o, 0, ix, q, k, h2, c2);
-                        bad += same(ix, q, nq, k, h2, tc > 0 ? h1 : NULL);
-                        patina_gpu__knn_one(0);
+                        patina_gpu__knn_one(PGPU_KNN_ONE_MULTI);
                         gpu_knn(ix, q, nq, k, h2, c2);
                         o->multi = time_ms(gpu_knn, ix, q, nq, k, h2, c2, 11);
                         bad += same(ix, q, nq, k, h2, tc > 0 ? h1 : NULL);

@@ -446,20 +446,20 @@ patina_status patina_gpu__bandwidth(patina_gpu_t *g, int kind, size_t bytes, int
                                     double *gbps);
 
 /* Benchmarks and tests: how a single CEDD k-NN query (k <= 64) runs.
- * mode 1: the one-launch kernel (gpu/knn_tc.cuh k_tc_one) with its pilot
- * and scan on the tensor cores, theta from the blocks' top-k lists where
- * they fit its shared memory; 0: the multi-launch path (pilot, select,
- * scan and final kernels), to time the two in one run; 2: the one-launch
- * kernel with theta selected from all the pilot values (staged in shared
- * memory when they fit, else read through L2); 3: the same, always through
- * L2; 4 (PGPU_KNN_ONE_DEFAULT): mode 1 with the pilot and the scan by dp4a
- * instead of the tensor cores (gpu/knn_tc.cuh tc_gemv_rows: the same
- * integer dot products) and the answer written by the kernel into pinned
- * host memory (no download) -- the default since it measured 8-10% faster
- * than mode 1 on an H200 (76 / 106 / 124 us against 83 / 116 / 136 for k =
- * 1 / 10 / 64 over 1M rows: a one-query scan is a GEMV, which the MMA's
- * 16-query tile wastes). Process-wide; the answers are the same. */
-#define PGPU_KNN_ONE_DEFAULT 4
+ * PGPU_KNN_ONE_DEFAULT: the one-launch kernel (gpu/knn_tc.cuh k_tc_one:
+ * the pilot and the scan by dp4a, theta from the blocks' top-k lists where
+ * they fit its shared memory, the answer written by the kernel into pinned
+ * host memory); PGPU_KNN_ONE_MULTI: the multi-launch path (pilot, select,
+ * scan and final kernels, the batches' path), to time the two in one run;
+ * PGPU_KNN_ONE_ALL: the one-launch kernel with theta selected from all the
+ * pilot values (staged in shared memory when they fit, else read through
+ * L2: its fallback when the lists do not fit); PGPU_KNN_ONE_L2: the same,
+ * always through L2. Process-wide; the answers are the same (the tests
+ * take every mode). */
+#define PGPU_KNN_ONE_MULTI 0
+#define PGPU_KNN_ONE_DEFAULT 1
+#define PGPU_KNN_ONE_ALL 2
+#define PGPU_KNN_ONE_L2 3
 void patina_gpu__knn_one(int mode);
 
 /* Benchmarks: where a single CEDD k-NN query's time goes (the one-launch

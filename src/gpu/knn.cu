@@ -474,14 +474,13 @@ static size_t tc_one_smem(int dp)
     return a > b ? a : b;
 }
 
-/* k_tc_one for a row width and a scan: the kernel, its dynamic shared
- * memory and its blocks per SM, asked once per state (slot 0: 144 bytes,
- * 1: 256, + 2 for the dp4a scan; -1: no cooperative launch on this
- * device). */
-template <int NK32, int T16, int GEMV>
+/* k_tc_one for a row width: the kernel, its dynamic shared memory and its
+ * blocks per SM, asked once per state (slot 0: 144 bytes, 1: 256; -1: no
+ * cooperative launch on this device). */
+template <int NK32, int T16>
 static cudaError_t tc_one_kernel(knn_state_t *st, int slot, const void **fn, size_t *smem)
 {
-    *fn = (const void *)k_tc_one<NK32, T16, GEMV>;
+    *fn = (const void *)k_tc_one<NK32, T16>;
     *smem = tc_one_smem(NK32 * 32 + T16 * 16);
     if (st->one_bps[slot] == 0) {
         int dev = 0, coop = 0, nb = 0;
@@ -532,12 +531,7 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
         cpu[0] = 1;
         return PATINA_OK;
     }
-    if (knn_one_mode == 4) { /* the dp4a scan: its own kernel (registers), its own blocks per SM */
-        slot += 2;
-        e = slot == 2 ? tc_one_kernel<4, 1, 1>(st, slot, &fn, &smem) : tc_one_kernel<8, 0, 1>(st, slot, &fn, &smem);
-    } else {
-        e = slot == 0 ? tc_one_kernel<4, 1, 0>(st, slot, &fn, &smem) : tc_one_kernel<8, 0, 0>(st, slot, &fn, &smem);
-    }
+    e = slot == 0 ? tc_one_kernel<4, 1>(st, slot, &fn, &smem) : tc_one_kernel<8, 0>(st, slot, &fn, &smem);
     if (e != cudaSuccess) return pgpu_fail((int)e, "gpu search: one-launch k-NN (k_tc_one)", __FILE__, __LINE__);
     if (st->one_bps[slot] < 0) return PATINA_OK;
     memset(&a, 0, sizeof a);
@@ -557,7 +551,7 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
      * pilot rows and all the lists fit the shared memory (else theta is
      * selected from the S values), the candidates' keys */
     size_t o_top = (S + 3) / 4 * 4 + 4, o_key = o_top; /* floats */
-    if (a.rpb_pilot <= a.stage_cap && (size_t)grid * take <= a.stage_cap && (knn_one_mode == 1 || knn_one_mode == 4))
+    if (a.rpb_pilot <= a.stage_cap && (size_t)grid * take <= a.stage_cap && knn_one_mode == PGPU_KNN_ONE_DEFAULT)
         o_key += (size_t)grid * take + 4;
     o_key = (o_key + 3) / 4 * 4; /* the keys' doubles 16-byte aligned */
     dense = o_key + 2 * (size_t)TC_CAND;
@@ -582,29 +576,27 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
     a.ckey = (double *)(st->d_pilot + o_key);
     a.cnt = st->d_cnt;
     a.cand = st->d_cand;
-    /* the answer: into d_out, downloaded after the launch; in mode 4
-     * written by the kernel straight into the pinned h_out (mapped: one
-     * address space), no copy */
+    /* the answer: written by the kernel straight into the pinned h_out
+     * (mapped: one address space), no copy; where h_out is not mapped, into
+     * d_out, downloaded after the launch */
     uint8_t *out = st->d_out;
-    if (knn_one_mode == 4) {
-        if (st->h_out_of != st->h_out) { /* asked once per output buffer */
-            void *hp = NULL;
-            if (cudaHostGetDevicePointer(&hp, st->h_out, 0) != cudaSuccess) {
-                (void)cudaGetLastError(); /* not mapped: the download */
-                hp = NULL;
-            }
-            st->h_out_dev = (uint8_t *)hp;
-            st->h_out_of = st->h_out;
+    if (st->h_out_of != st->h_out) { /* asked once per output buffer */
+        void *hp = NULL;
+        if (cudaHostGetDevicePointer(&hp, st->h_out, 0) != cudaSuccess) {
+            (void)cudaGetLastError(); /* not mapped: the download */
+            hp = NULL;
         }
-        if (st->h_out_dev) out = st->h_out_dev;
+        st->h_out_dev = (uint8_t *)hp;
+        st->h_out_of = st->h_out;
     }
+    if (st->h_out_dev) out = st->h_out_dev;
     a.out_n = (uint32_t *)out;
     a.flag = out + io.o_flag;
     a.out_d = (double *)(out + io.o_outd);
     a.out_id = (uint64_t *)(out + io.o_outid);
     memcpy(a.q, q, c->dim);
     a.qinfo = make_float4((float)t2, (float)t2 * (float)t2, (float)s2, 0.f);
-    if (knn_one_mode == 3) a.stage_cap = 0; /* theta's select through L2 */
+    if (knn_one_mode == PGPU_KNN_ONE_L2) a.stage_cap = 0; /* theta's select through L2 */
     if (prof) {
         a.prof = (unsigned long long *)(st->d_pilot + o_prof);
         e = cudaMemsetAsync(a.prof, 0, TC_PROF * sizeof *a.prof, s);

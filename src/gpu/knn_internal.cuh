@@ -135,8 +135,8 @@ typedef struct knn_state {
     uint8_t *d_in, *h_in, *d_out, *h_out;
     float *d_pilot;          /* (tq_dense) */
     uint32_t *d_cnt, *d_cand;
-    int one_bps[4];          /* k_tc_one's blocks per SM (dp 144, 256; + 2: the dp4a scan's); 0: not asked yet; -1: no cooperative launch */
-    uint8_t *h_out_of, *h_out_dev; /* h_out_dev: the device's address of h_out when it was h_out_of (k_tc_one's mode 4) */
+    int one_bps[2];          /* k_tc_one's blocks per SM (dp 144, 256); 0: not asked yet; -1: no cooperative launch */
+    uint8_t *h_out_of, *h_out_dev; /* h_out_dev: the device's address of h_out when it was h_out_of (k_tc_one's answer) */
     cudaEvent_t prof_ev[2];  /* around k_tc_one when measured (patina_gpu__knn_prof); NULL: not made yet */
 } knn_state_t;
 

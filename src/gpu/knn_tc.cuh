@@ -673,16 +673,18 @@ __device__ __forceinline__ void tc_prof_mark(unsigned long long *prof, int i, bo
  *     when they fit, else read through L2;
  *  3. every block scans its rows [blockIdx.x rpb_scan, + rpb_scan) into
  *     the one candidate list, each candidate's exact t beside it (from
- *     the MMA's D: the final pass reads no row for it); a grid barrier;
+ *     the integer D: the final pass reads no row for it); a grid barrier;
  *  4. block 0 ranks the candidates (tc_final_query).
- * GEMV: the pilot and the scan by tc_gemv_rows (dp4a) instead of the
- * tensor cores (tc_scan_rows): the same D, the same tests.
+ * The pilot and the scan run by tc_gemv_rows (dp4a): the same D and the
+ * same tests as the tensor cores' tc_scan_rows, which waste their 16-query
+ * tile on one query (the one-launch kernel with the MMA scan, measured
+ * against this one: docs/lab/search.md).
  * The scan and final passes are the multi-launch path's device functions
  * (same arithmetic), so the answer and the flag are the same. The barriers
  * (cooperative_groups' grid sync: release / acquire at device scope) order
  * the global writes before them against the reads after them; those reads
  * go through L2 (ld.cg, cp.async.cg). */
-template <int NK32, int T16, int GEMV>
+template <int NK32, int T16>
 __global__ void __launch_bounds__(TC_WARPS * 32)
 k_tc_one(const tc_one_args_t a)
 {
@@ -716,12 +718,7 @@ k_tc_one(const tc_one_args_t a)
     {
         const uint32_t r0 = blockIdx.x * a.rpb_pilot;
         const uint32_t m = r0 < a.S ? min(a.S, r0 + a.rpb_pilot) - r0 : 0u, kk = min(a.take, m);
-        if constexpr (GEMV) {
-            if (m) tc_gemv_rows<DP, 0>(a.rows, a.aux, r0, r0 + m, sq, &sqi, a.dense, NULL, NULL, NULL, (int32_t *)smem);
-        } else if (m) {
-            tc_scan_rows<NK32, T16, 0>(a.rows, a.aux, r0, r0 + m, qb, &sqi, 1, 1, 0, a.dense, (size_t)a.S, NULL,
-                                       NULL, NULL);
-        }
+        if (m) tc_gemv_rows<DP, 0>(a.rows, a.aux, r0, r0 + m, sq, &sqi, a.dense, NULL, NULL, NULL, (int32_t *)smem);
         if (a.top) {
             float *out = a.top + (size_t)blockIdx.x * a.take;
             __syncthreads(); /* the block's pilot values written; its stages read */
@@ -764,14 +761,9 @@ k_tc_one(const tc_one_args_t a)
     /* 3. the filtering scan */
     {
         const uint32_t r0 = blockIdx.x * a.rpb_scan;
-        if constexpr (GEMV) {
-            if (r0 < a.n)
-                tc_gemv_rows<DP, 1>(a.rows, a.aux, r0, min(a.n, r0 + a.rpb_scan), sq, &sqi, NULL, a.cnt, a.cand,
-                                    a.ckey, (int32_t *)smem);
-        } else if (r0 < a.n) {
-            tc_scan_rows<NK32, T16, 1>(a.rows, a.aux, r0, min(a.n, r0 + a.rpb_scan), qb, &sqi, 1, 1, 0, NULL, 0,
-                                       a.cnt, a.cand, a.ckey);
-        }
+        if (r0 < a.n)
+            tc_gemv_rows<DP, 1>(a.rows, a.aux, r0, min(a.n, r0 + a.rpb_scan), sq, &sqi, NULL, a.cnt, a.cand, a.ckey,
+                                (int32_t *)smem);
     }
     tc_prof_mark(a.prof, TC_PROF_SCAN, true);
     grid.sync();

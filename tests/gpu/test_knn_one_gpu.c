@@ -17,13 +17,12 @@
  *     by the retry or the CPU, still the CPU's answer);
  *   - real CEDD descriptors of the photographs under samples/ (and their
  *     perturbed copies) as table and queries;
- *   - the ties and the photographs with the MMA scan (mode 1) and the dp4a
- *     scan (mode 4, the default);
+ *   - the ties and the photographs through the one-launch kernel (the
+ *     default) and through the multi-launch path;
  *   - the random queries again with theta selected from all the pilot
  *     values (staged in shared memory, or read through L2) instead of the
  *     blocks' top-k lists, and through the multi-launch path
- *     (patina_gpu__knn_one's modes), with the pilot and the scan on the
- *     tensor cores (mode 1) instead of dp4a, and with the measurement on
+ *     (patina_gpu__knn_one's modes), and with the measurement on
  *     (patina_gpu__knn_prof: the same answers; the figures present, not
  *     negative, the kernel's phases within its event time);
  *   - rows removed and added between calls (the device copy's dead rows and
@@ -169,9 +168,9 @@ static void test_random(void **state)
                 runs++;
                 /* theta from all the pilot values (shared memory, then
                  * L2), and the multi-launch path: the same answers */
-                for (int m = 0; m < 4; m++) {
-                    static const int modes[4] = {2, 3, 0, 1};
-                    static const char *what[4] = {"select of all", "select through L2", "multi-launch", "MMA scan"};
+                for (int m = 0; m < 3; m++) {
+                    static const int modes[3] = {PGPU_KNN_ONE_ALL, PGPU_KNN_ONE_L2, PGPU_KNN_ONE_MULTI};
+                    static const char *what[3] = {"select of all", "select through L2", "multi-launch"};
                     patina_gpu__knn_one(modes[m]);
                     bad += check(idx, q, k, what[m], NULL);
                 }
@@ -227,11 +226,11 @@ static void ties(size_t distinct, size_t copies, tu_rng_t *r)
     for (int t = 0; t < 6; t++) {
         if (t % 2) memcpy(q, base + tu_rng_below(r, (uint32_t)distinct) * DIM, DIM);
         else random_row(q, r);
-        for (int m = 1; m <= 4; m += 3) { /* the MMA scan, then the dp4a scan */
-            patina_gpu__knn_one(m);
-            bad += check(idx, q, 1, m == 1 ? "ties" : "ties, dp4a scan", NULL);
-            bad += check(idx, q, 10, m == 1 ? "ties" : "ties, dp4a scan", NULL);
-            bad += check(idx, q, 64, m == 1 ? "ties" : "ties, dp4a scan", NULL);
+        for (int m = 0; m < 2; m++) { /* one launch, then the multi-launch path */
+            patina_gpu__knn_one(m ? PGPU_KNN_ONE_MULTI : PGPU_KNN_ONE_DEFAULT);
+            bad += check(idx, q, 1, m ? "ties, multi-launch" : "ties", NULL);
+            bad += check(idx, q, 10, m ? "ties, multi-launch" : "ties", NULL);
+            bad += check(idx, q, 64, m ? "ties, multi-launch" : "ties", NULL);
         }
         patina_gpu__knn_one(PGPU_KNN_ONE_DEFAULT);
     }
@@ -289,8 +288,8 @@ static void test_samples(void **state)
         }
     }
     idx = index_of(rows, n, &r);
-    for (int md = 1; md <= 4; md += 3) { /* the MMA scan, then the dp4a scan */
-        patina_gpu__knn_one(md);
+    for (int md = 0; md < 2; md++) { /* one launch, then the multi-launch path */
+        patina_gpu__knn_one(md ? PGPU_KNN_ONE_MULTI : PGPU_KNN_ONE_DEFAULT);
         for (size_t i = 0; i < m; i++) {
             bad += check(idx, rows + i * DIM, 1, "samples", NULL);
             bad += check(idx, rows + i * DIM, 10, "samples", NULL);
