@@ -84,6 +84,11 @@ cleanup() {
   exit $rc
 }
 trap cleanup EXIT
+# a signal ends the run as a failure (without these, the EXIT trap saw the
+# last command's status and a killed run said "passed")
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 quiet() {  # quiet LOG COMMAND...: the command's output into LOG, its tail shown if it fails
   local log=$1; shift
