@@ -21,13 +21,21 @@ runner-up":
            rank 1's, is near the identity (|log scale| < --geo-scale,
            |rotation| < --geo-angle degrees: a pixel-aligned edit or crop
            of rank 1's photograph) counts 0, any other its inliers.
+  refself  (with --refself CSV: `patina identify COLL refs -k 10 --threshold 0
+           --format csv`, every registered image identified against the
+           collection) a runner-up whose reference and rank 1's are linked
+           by that run -- one's image verified against the other's rows
+           with at least --refself-min inliers, either way -- counts 0, any
+           other its inliers: siblings found by the library among the
+           references themselves (by file, as the library keys them; not
+           from the benchmark's items or groups), not from the query.
 For each: the best (T, D) at FAR <= 1% on the whole set, the FAR / FRR grid
 for T = 3..5, and item-disjoint 2-fold cross-validation (--splits random
 splits of the genuine items and of the impostors; (T, D) chosen on one half
 at FAR <= 1% with the smallest FRR, counted on the other).
 
     distinct.py --sets SETS --run CSV [--ambiguity 0.5] [--splits 20] [--overlap DUMP [--radius R]
-                [--geo-scale L --geo-angle A]]
+                [--geo-scale L --geo-angle A]] [--refself CSV [--refself-min S]]
 """
 import argparse
 import collections
@@ -54,6 +62,10 @@ def main():
     ap.add_argument("--radius", type=float, default=2.0)
     ap.add_argument("--geo-scale", type=float, default=0.2)
     ap.add_argument("--geo-angle", type=float, default=10.0)
+    ap.add_argument("--refself")
+    ap.add_argument("--refself-min", type=float, default=10.0)
+    ap.add_argument("--refself-closure", action="store_true",
+                    help="link references through chains of links (union-find), not only pairs")
     a = ap.parse_args()
     indep, geo = {}, {}
 
@@ -101,6 +113,26 @@ def main():
     for m in manifest.values():
         if m["set"] == "impostor-texture" and m["source"] in sharing:
             m["set"] = "impostor-shared"
+    linked = set()
+    if a.refself:
+        for r in score.read_csv(a.refself):
+            i, j = os.path.basename(r["query"]), os.path.basename(r["key"])
+            if i != j and int(r["rank"]) >= 1 and float(r.get("inliers") or 0) >= a.refself_min:
+                linked.add((i, j))
+                linked.add((j, i))
+        if a.refself_closure:
+            parent = {}
+
+            def find(x):
+                while parent.get(x, x) != x:
+                    x = parent[x]
+                return x
+            for i, j in linked:
+                ri, rj = find(i), find(j)
+                if ri != rj:
+                    parent[max(ri, rj)] = min(ri, rj)
+            root = {x: find(x) for x in parent}
+            linked = {(i, j) for i in root for j in root if i != j and root[i] == root[j]}
     run, _ = score.load_run(a.run, manifest)
     view = score.View(score.content_links(os.path.join(a.sets, "siblings.csv"), item_of, 14), a.ambiguity)
     ev = score.evaluate(run, manifest, item_of)
@@ -117,6 +149,8 @@ def main():
             return indep.get(q, 0)
         if variant == "geometry":
             return geo.get(q, 0)
+        if variant == "refself":
+            return 0.0 if (rows[0][1], rows[1][1]) in linked else rows[1][3]
         return rows[1][3]  # verified inliers (0 when not verified)
 
     def rates(T, D, G, I, variant):
@@ -136,7 +170,7 @@ def main():
         c = [x for x in c if x[0][0] <= 0.01]
         return min(c, key=lambda x: (x[0][1], -x[1], -x[2]))
 
-    for variant in ("groups", "library") + (("overlap", "geometry") if indep else ()):
+    for variant in ("groups", "library") + (("overlap", "geometry") if indep else ()) + (("refself",) if a.refself else ()):
         (far, frr), T, D = best(gen, imp, variant)
         print("%s: whole set, best at FAR <= 1%%: T = %d, D = %d: FAR %.2f%%, FRR %.2f%%" % (variant, T, D, 100 * far,
                                                                                         100 * frr))
