@@ -118,14 +118,38 @@ static int default_replicas(clu_conn_t *c)
     return n >= 3 ? 3 : 1;
 }
 
+/* Creates key = val (n bytes) in kv, the transient failures of a bucket
+ * just made (its stream may still be electing its first leader: a timeout,
+ * no responders, "temporarily unavailable") retried for at most
+ * CLU_START_WAIT_MS. *existed = 1 when the key has a value already (also
+ * one written by an earlier try of this call that timed out), 0 when this
+ * call created it. */
+static patina_status kv_create(kvStore *kv, const char *bucket, const char *key, const char *val, int n, int *existed)
+{
+    clu_retry_t r;
+    patina_status s;
+    *existed = 0;
+    clu_retry_init(&r, CLU_START_WAIT_MS);
+    for (;;) {
+        const natsStatus ns = kvStore_Create(NULL, kv, key, val, n);
+        if (ns == NATS_OK) return PATINA_OK;
+        s = clu_nats_fail(ns, "cluster: bucket %s, creating key %s", bucket, key);
+        if (s == PATINA_E_BUSY) { /* the key exists (JetStream's wrong last sequence) */
+            *existed = 1;
+            return PATINA_OK;
+        }
+        if (!clu_retry(&r, s)) return s;
+    }
+}
+
 patina_status clu_collection_create(clu_conn_t *c, clu_config_t *cfg)
 {
     char bucket[128], *json;
     kvStore *kv = NULL;
-    natsStatus ns;
     patina_status s;
     uint32_t p;
     size_t i;
+    int existed;
     if (!clu_name_ok(cfg->name))
         return clu_fail(PATINA_E_INVALID, "cluster: collection name '%s' is not [A-Za-z0-9_-]{1,%d}", cfg->name,
                         CLU_NAME_MAX);
@@ -148,9 +172,13 @@ patina_status clu_collection_create(clu_conn_t *c, clu_config_t *cfg)
         kvStore_Destroy(kv);
         return clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
     }
-    ns = kvStore_Create(NULL, kv, "config", json, (int)strlen(json));
+    s = kv_create(kv, bucket, "config", json, (int)strlen(json), &existed);
     free(json);
-    if (ns != NATS_OK) { /* there already: the same configuration is fine */
+    if (s != PATINA_OK) {
+        kvStore_Destroy(kv);
+        return s;
+    }
+    if (existed) { /* there already: the same configuration is fine */
         clu_config_t had;
         kvStore_Destroy(kv);
         if ((s = clu_collection_config(c, cfg->name, &had)) != PATINA_OK) return s;
@@ -165,8 +193,9 @@ patina_status clu_collection_create(clu_conn_t *c, clu_config_t *cfg)
         kv = NULL;
         if ((s = clu_kv_open(&kv, c, bucket)) != PATINA_OK) return s;
     }
-    kvStore_Create(NULL, kv, "ids", "0", 1); /* exists already after a repeated create: fine */
+    s = kv_create(kv, bucket, "ids", "0", 1, &existed); /* exists already after a repeated create: fine */
     kvStore_Destroy(kv);
+    if (s != PATINA_OK) return s;
     for (p = 0; p < cfg->partitions; p++) {
         clu_bucket_partition(bucket, sizeof bucket, cfg->name, p);
         if ((s = bucket_create(c, bucket, cfg->replicas, 0)) != PATINA_OK) return s;
