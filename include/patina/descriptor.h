@@ -10,7 +10,14 @@
  * out in table order) names the descriptor table in a collection.
  *
  * Extraction is batch-first: one image is a batch of one. The device decides
- * where it runs; all devices give identical bytes for integer descriptors. */
+ * where it runs; all devices give identical bytes for integer descriptors.
+ *
+ * Memory. Descriptors, records and queries handed to any call of the
+ * library (and its outputs of them) may sit at any address: rows from a
+ * network message or a packed file need no copying by the caller. Rows
+ * whose address their elements could not be read at (floats and 32-bit
+ * words at an address not a multiple of 4, doubles of 8) are copied by the
+ * call into aligned memory first, at the cost of that copy. */
 #ifndef PATINA_DESCRIPTOR_H
 #define PATINA_DESCRIPTOR_H
 

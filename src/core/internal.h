@@ -34,6 +34,23 @@ void patina__prefix_error(const char *fmt, ...) PATINA_PRINTF(1, 2);
         if (try_s_ != PATINA_OK) return try_s_;                                                \
     } while (0)
 
+/* ------------------------------------------------------------ callers' rows */
+
+/* Descriptors, records and queries passed in may sit at any address (a
+ * network message, a packed file). The library reads their elements with
+ * typed loads, which C allows only at aligned addresses, so each public
+ * entry point takes its rows through patina__rows: *p stays when it is
+ * aligned to `align` (a power of two); otherwise its n rows of `size`
+ * bytes are copied into *tmp, which the caller frees, and *p points there
+ * (*tmp is NULL when no copy was made). Fails only for want of memory or
+ * when n x size overflows. */
+patina_status patina__rows(const void **p, size_t n, size_t size, size_t align, void **tmp, const char *what);
+
+/* The alignment the readers of a descriptor of element size `elem` need:
+ * 8 for doubles, 4 for everything else (records of byte elements hold
+ * floats and 32-bit counts in their headers). */
+#define PATINA_ROW_ALIGN(elem) ((elem) >= 8 ? (size_t)8 : (size_t)4)
+
 /* ---------------------------------------------------------------- threads */
 
 typedef struct patina_pool patina_pool_t;

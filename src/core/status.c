@@ -1,5 +1,6 @@
 /* Status names, the thread-local last-error message, and patina_free. */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,4 +63,16 @@ void patina__prefix_error(const char *fmt, ...)
         memcpy(last_msg + n + 2, old, ol);
         last_msg[n + 2 + ol] = '\0';
     }
+}
+
+patina_status patina__rows(const void **p, size_t n, size_t size, size_t align, void **tmp, const char *what)
+{
+    *tmp = NULL;
+    if (!*p || !n || !size || !((uintptr_t)*p & (align - 1))) return PATINA_OK;
+    if (n > SIZE_MAX / size) return patina__fail(PATINA_E_LIMIT, "%s: %zu rows of %zu bytes", what, n, size);
+    if (!(*tmp = malloc(n * size)))
+        return patina__fail(PATINA_E_NOMEM, "%s: out of memory for an aligned copy of %zu bytes", what, n * size);
+    memcpy(*tmp, *p, n * size);
+    *p = *tmp;
+    return PATINA_OK;
 }

@@ -1,6 +1,8 @@
 /* Extraction on a context: which device runs (patina_context_resolve), whole
  * batches on the CPU workers, the GPU or both (patina_extract_batch), and code
  * maps. The family table drives it; nothing here knows a family. */
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/context.h"
@@ -52,18 +54,39 @@ static void cpu_one(void *arg, size_t i, int worker)
     if (j->status) j->status[i] = s;
 }
 
+static patina_status extract_batch(patina_context_t *ctx, const patina_extractor_t *ex, patina_device device,
+                                   void *out, const patina_image_t *images, size_t n, patina_status *status);
+
 patina_status patina_extract_batch(patina_context_t *ctx, const patina_extractor_t *ex,
                                    patina_device device, void *out,
                                    const patina_image_t *images, size_t n,
                                    patina_status *status)
 {
+    size_t bytes;
+    patina_status s;
+    void *tmp;
+    if (!ctx || !ex || (n && (!out || !images)))
+        return patina__fail(PATINA_E_INVALID, "extract: null argument");
+    if (n == 0) return PATINA_OK;
+    bytes = patina_extractor_bytes(ex);
+    if (!((uintptr_t)out & (PATINA_ROW_ALIGN(patina_elem_size(patina_extractor_elem(ex))) - 1)))
+        return extract_batch(ctx, ex, device, out, images, n, status);
+    /* descriptors for an address their elements cannot be stored at: written to an aligned copy first */
+    if (n > SIZE_MAX / bytes) return patina__fail(PATINA_E_LIMIT, "extract: %zu descriptors of %zu bytes", n, bytes);
+    if (!(tmp = malloc(n * bytes))) return patina__fail(PATINA_E_NOMEM, "extract: out of memory");
+    s = extract_batch(ctx, ex, device, tmp, images, n, status);
+    if (s == PATINA_OK) memcpy(out, tmp, n * bytes);
+    free(tmp);
+    return s;
+}
+
+static patina_status extract_batch(patina_context_t *ctx, const patina_extractor_t *ex, patina_device device,
+                                   void *out, const patina_image_t *images, size_t n, patina_status *status)
+{
     patina_device dev;
     patina_status s;
     patina_gpu_t *g;
     patina_pool_t *pool;
-    if (!ctx || !ex || (n && (!out || !images)))
-        return patina__fail(PATINA_E_INVALID, "extract: null argument");
-    if (n == 0) return PATINA_OK;
     PATINA_TRY(patina_context_resolve(ctx, ex, device, &dev));
     if (dev == PATINA_DEVICE_GPU) {
         PATINA_TRY(patina__context_gpu_acquire(ctx, &g));

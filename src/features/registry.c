@@ -1,5 +1,6 @@
 /* The family table and extractors (a family + its parsed options). Extraction
  * itself is src/features/extract.c; the execution context src/core/context.c. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,7 +189,15 @@ int patina_extractor_has_device(const patina_extractor_t *ex, patina_device d)
 
 double patina_extractor_distance(const patina_extractor_t *ex, const void *a, const void *b)
 {
-    return pdist_get(distance_id(ex))->pair(patina_extractor_elem(ex), a, b, patina_extractor_dim(ex), NULL);
+    const size_t bytes = patina_extractor_bytes(ex), align = PATINA_ROW_ALIGN(patina_elem_size(patina_extractor_elem(ex)));
+    void *ta = NULL, *tb = NULL;
+    double d = NAN;
+    if (patina__rows(&a, 1, bytes, align, &ta, "distance") == PATINA_OK &&
+        patina__rows(&b, 1, bytes, align, &tb, "distance") == PATINA_OK)
+        d = pdist_get(distance_id(ex))->pair(patina_extractor_elem(ex), a, b, patina_extractor_dim(ex), NULL);
+    free(ta);
+    free(tb);
+    return d;
 }
 
 int patina_extractor_has_json(const patina_extractor_t *ex) { return ex->family->json != NULL; }

@@ -22,6 +22,7 @@
  *      their order); weight = cluster size / samples (weights=samples) or
  *      / the largest size (weights=max, OpenCV's). */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -594,10 +595,14 @@ const patina_family_t patina_family_signature = {
 
 /* ------------------------------------------------------------- public view */
 
-static patina_status record_of(const float **rec, size_t *n, const void *record, size_t bytes)
+/* record as n floats: itself when it is aligned, else a copy in *tmp
+ * (freed by the caller) */
+static patina_status record_of(const float **rec, size_t *n, const void *record, size_t bytes, void **tmp)
 {
+    *tmp = NULL;
     if (!record || bytes % sizeof(float))
         return patina__fail(PATINA_E_INVALID, "signature: %s record of %zu bytes", record ? "a" : "null", bytes);
+    PATINA_TRY(patina__rows(&record, 1, bytes, PATINA_ROW_ALIGN(sizeof(float)), tmp, "signature"));
     *rec = record;
     *n = bytes / sizeof(float);
     return PATINA_OK;
@@ -606,36 +611,45 @@ static patina_status record_of(const float **rec, size_t *n, const void *record,
 patina_status patina_signature_info(patina_signature_info_t *info, const void *record, size_t bytes)
 {
     const float *r = NULL;
+    void *tmp;
     size_t n = 0;
+    patina_status s;
     if (!info) return patina__fail(PATINA_E_INVALID, "signature: null info");
     memset(info, 0, sizeof *info);
-    PATINA_TRY(record_of(&r, &n, record, bytes));
-    PATINA_TRY(sig_record_check(r, n, "signature"));
-    info->count = (uint32_t)r[0];
-    info->k = (uint32_t)r[1];
-    info->alpha = r[2];
-    info->form = (int)r[3];
-    return PATINA_OK;
+    PATINA_TRY(record_of(&r, &n, record, bytes, &tmp));
+    if ((s = sig_record_check(r, n, "signature")) == PATINA_OK) {
+        info->count = (uint32_t)r[0];
+        info->k = (uint32_t)r[1];
+        info->alpha = r[2];
+        info->form = (int)r[3];
+    }
+    free(tmp);
+    return s;
 }
 
 patina_status patina_signature_centroid(float row[PATINA_SIGNATURE_COLS], const void *record, size_t bytes,
                                         size_t i)
 {
     const float *r = NULL;
+    void *tmp;
     size_t n = 0;
-    PATINA_TRY(record_of(&r, &n, record, bytes));
-    PATINA_TRY(sig_record_check(r, n, "signature"));
+    patina_status s;
     if (!row) return patina__fail(PATINA_E_INVALID, "signature: null row");
-    if (i >= (size_t)r[0])
-        return patina__fail(PATINA_E_INVALID, "signature: centroid %zu of %zu", i, (size_t)r[0]);
-    memcpy(row, r + SIG_HEADER + SIG_COLS * i, SIG_COLS * sizeof *row);
-    return PATINA_OK;
+    PATINA_TRY(record_of(&r, &n, record, bytes, &tmp));
+    if ((s = sig_record_check(r, n, "signature")) == PATINA_OK) {
+        if (i >= (size_t)r[0]) s = patina__fail(PATINA_E_INVALID, "signature: centroid %zu of %zu", i, (size_t)r[0]);
+        else memcpy(row, r + SIG_HEADER + SIG_COLS * i, SIG_COLS * sizeof *row);
+    }
+    free(tmp);
+    return s;
 }
 
 patina_status patina_signature_pack(const patina_extractor_t *ex, void *record, const float *rows, size_t n)
 {
     const sig_params_t *p;
-    float *out = record;
+    float *out;
+    size_t dim;
+    patina_status s;
     if (!ex || ex->family != &patina_family_signature)
         return patina__fail(PATINA_E_INVALID, "signature: pack needs a signature extractor");
     if (!record || (n && !rows)) return patina__fail(PATINA_E_INVALID, "signature: null record or rows");
@@ -643,29 +657,42 @@ patina_status patina_signature_pack(const patina_extractor_t *ex, void *record, 
     if (n == 0) return patina__fail(PATINA_E_INVALID, "signature: empty signature (no centroids)");
     if (n > (size_t)p->k)
         return patina__fail(PATINA_E_LIMIT, "signature: %zu centroids; the record holds k = %d", n, p->k);
-    memset(out, 0, sig_dim((size_t)p->k) * sizeof *out);
+    dim = sig_dim((size_t)p->k);
+    /* a record at an address floats cannot be stored at is written through an aligned copy */
+    out = ((uintptr_t)record & (sizeof(float) - 1)) ? malloc(dim * sizeof *out) : record;
+    if (!out) return patina__fail(PATINA_E_NOMEM, "signature: out of memory");
+    memset(out, 0, dim * sizeof *out);
     memcpy(out + SIG_HEADER, rows, n * SIG_COLS * sizeof *out);
     out[0] = (float)n;
     out[1] = (float)p->k;
     out[2] = (float)p->alpha;
     out[3] = (float)p->form;
     out[4] = (float)SIG_VERSION;
-    return sig_record_check(out, sig_dim((size_t)p->k), "signature");
+    s = sig_record_check(out, dim, "signature");
+    if (out != record) {
+        memcpy(record, out, dim * sizeof *out);
+        free(out);
+    }
+    return s;
 }
 
 patina_status patina_signature_sqfd(double *d, const void *query, const void *other, size_t bytes)
 {
     const float *q = NULL, *o = NULL;
+    void *tq = NULL, *to = NULL;
     size_t n = 0;
+    patina_status s;
     if (!d) return patina__fail(PATINA_E_INVALID, "signature: null distance");
     *d = NAN;
-    PATINA_TRY(record_of(&q, &n, query, bytes));
-    PATINA_TRY(record_of(&o, &n, other, bytes));
-    PATINA_TRY(sig_record_check(q, n, "signature: query"));
-    PATINA_TRY(sig_record_check(o, n, "signature: other"));
-    if (q[2] != o[2] || q[3] != o[3])
-        return patina__fail(PATINA_E_INVALID, "signature: records of different alpha or form (%g/%g, %g/%g)",
-                            (double)q[2], (double)o[2], (double)q[3], (double)o[3]);
-    *d = sig_sqfd(q, o, n);
-    return PATINA_OK;
+    s = record_of(&q, &n, query, bytes, &tq);
+    if (s == PATINA_OK) s = record_of(&o, &n, other, bytes, &to);
+    if (s == PATINA_OK) s = sig_record_check(q, n, "signature: query");
+    if (s == PATINA_OK) s = sig_record_check(o, n, "signature: other");
+    if (s == PATINA_OK && (q[2] != o[2] || q[3] != o[3]))
+        s = patina__fail(PATINA_E_INVALID, "signature: records of different alpha or form (%g/%g, %g/%g)",
+                         (double)q[2], (double)o[2], (double)q[3], (double)o[3]);
+    if (s == PATINA_OK) *d = sig_sqfd(q, o, n);
+    free(tq);
+    free(to);
+    return s;
 }

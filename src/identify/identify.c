@@ -391,7 +391,19 @@ static int grow(patina_refset_t *rs, size_t need)
     return 1;
 }
 
+static patina_status refset_put(patina_refset_t *rs, uint64_t id, const void *record, size_t bytes);
+
 patina_status patina_refset_put(patina_refset_t *rs, uint64_t id, const void *record, size_t bytes)
+{
+    void *copy;
+    patina_status s;
+    PATINA_TRY(patina__rows(&record, 1, bytes, PATINA_ROW_ALIGN(4), &copy, "identify: reference record"));
+    s = refset_put(rs, id, record, bytes);
+    free(copy);
+    return s;
+}
+
+static patina_status refset_put(patina_refset_t *rs, uint64_t id, const void *record, size_t bytes)
 {
     const size_t per = rs ? rs->per : 1;
     size_t slot, v;
@@ -1138,6 +1150,7 @@ struct idf_many {
     patina_refset_t **locked; /* the sets in the order their locks were taken (address) */
     size_t nsets, nlocked;
     const unsigned char *queries;
+    void *qcopy;                        /* the queries' aligned copy (patina__rows), or NULL */
     size_t qbytes, nq;
     patina_identify_opts_t o;
     size_t alive;   /* references (items) of the union */
@@ -1165,6 +1178,7 @@ void idf_many_free(idf_many_t *m)
     free(m->locked);
     free(m->cands);
     free(m->ncands);
+    free(m->qcopy);
     free(m);
 }
 
@@ -1200,11 +1214,12 @@ patina_status idf_many_begin(idf_many_t **out, patina_refset_t *const *sets, siz
         m->nlocked = i + 1;
     }
     m->nsets = nsets;
-    m->queries = queries;
     m->nq = nq;
     m->qbytes = patina_identify_query_bytes(sets[0]);
     {
-        patina_status s = check_opts(&m->o);
+        patina_status s = patina__rows(&queries, nq, m->qbytes, PATINA_ROW_ALIGN(4), &m->qcopy, "identify: queries");
+        m->queries = queries;
+        if (s == PATINA_OK) s = check_opts(&m->o);
         for (q = 0; s == PATINA_OK && q < nq; q++) {
             char what[48];
             snprintf(what, sizeof what, "identify: query %zu", q);
@@ -1583,7 +1598,23 @@ patina_status patina_identify(patina_context_t *ctx, patina_refset_t *rs, const 
     return s;
 }
 
+static patina_status identify_pairs(patina_refset_t *rs, const void *query, uint64_t id,
+                                    const patina_identify_opts_t *opts, float *pairs, size_t cap, size_t *n);
+
 patina_status patina_identify_pairs(patina_refset_t *rs, const void *query, uint64_t id,
+                                    const patina_identify_opts_t *opts, float *pairs, size_t cap, size_t *n)
+{
+    void *copy;
+    patina_status s;
+    if (rs) PATINA_TRY(patina__rows(&query, 1, patina_identify_query_bytes(rs), PATINA_ROW_ALIGN(4), &copy,
+                                    "identify pairs: query"));
+    else copy = NULL;
+    s = identify_pairs(rs, query, id, opts, pairs, cap, n);
+    free(copy);
+    return s;
+}
+
+static patina_status identify_pairs(patina_refset_t *rs, const void *query, uint64_t id,
                                     const patina_identify_opts_t *opts, float *pairs, size_t cap, size_t *n)
 {
     patina_identify_opts_t o;

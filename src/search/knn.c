@@ -554,15 +554,26 @@ static patina_status after_change(patina_index_t *ix, int changed)
     return maybe_compact(ix);
 }
 
+static patina_status index_put(patina_index_t *idx, const uint64_t *ids, const uint8_t *d, size_t n);
+
 patina_status patina_index_put(patina_index_t *idx, const uint64_t *ids, const void *descs, size_t n)
 {
-    patina_status s = PATINA_OK;
-    const uint8_t *d = descs;
-    size_t i;
+    patina_status s;
+    void *copy;
     if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
     if (n == 0) return PATINA_OK;
     if (!ids || !descs) return patina__fail(PATINA_E_INVALID, "search: null ids or descriptors");
     PATINA_TRY(check_unique(ids, n, "in one put"));
+    PATINA_TRY(patina__rows(&descs, n, idx->bytes, PATINA_ROW_ALIGN(patina_elem_size(idx->elem)), &copy, "search"));
+    s = index_put(idx, ids, descs, n);
+    free(copy);
+    return s;
+}
+
+static patina_status index_put(patina_index_t *idx, const uint64_t *ids, const uint8_t *d, size_t n)
+{
+    patina_status s = PATINA_OK;
+    size_t i;
     PATINA_TRY(patina__index_check_nan(idx, d, n, "descriptor"));
     pthread_rwlock_wrlock(&idx->lock);
     if (!idx->map_id) s = map_build(idx, idx->live + n);

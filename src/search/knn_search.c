@@ -1173,11 +1173,14 @@ patina_status patina_index_knn(patina_context_t *ctx, const patina_index_t *idx,
 {
     const pgpu_req_t rq = {k, 0.0, 0};
     patina_status s;
+    void *qcopy = NULL;
     if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
     PATINA_TRY(patina_options_check(PATINA_OPTIONS_SEARCH, "k", (double)k));
+    PATINA_TRY(patina__rows(&queries, nq, idx->bytes, PATINA_ROW_ALIGN(patina_elem_size(idx->elem)), &qcopy, "search"));
     patina__index_rd_lock(idx);
     s = search_impl(ctx, idx, queries, nq, &rq, opts, hits, NULL, counts);
     patina__index_rd_unlock(idx);
+    free(qcopy);
     return s;
 }
 
@@ -1187,10 +1190,13 @@ patina_status patina_index_range(patina_context_t *ctx, const patina_index_t *id
 {
     const pgpu_req_t rq = {0, radius, 0};
     patina_status s;
+    void *qcopy = NULL;
     if (!idx) return patina__fail(PATINA_E_INVALID, "search: null index");
+    PATINA_TRY(patina__rows(&queries, nq, idx->bytes, PATINA_ROW_ALIGN(patina_elem_size(idx->elem)), &qcopy, "search"));
     patina__index_rd_lock(idx);
     s = search_impl(ctx, idx, queries, nq, &rq, opts, NULL, hits, counts);
     patina__index_rd_unlock(idx);
+    free(qcopy);
     return s;
 }
 

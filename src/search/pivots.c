@@ -440,6 +440,7 @@ patina_status patina_pivot_index_new(patina_pivot_index_t **out, patina_context_
     patina_pivot_index_t *pi;
     patina_pool_t *pool;
     patina_status s;
+    void *copy = NULL;
     int own, have_form = 0;
     if (!out) return patina__fail(PATINA_E_INVALID, "pivots: null argument");
     *out = NULL;
@@ -458,12 +459,15 @@ patina_status patina_pivot_index_new(patina_pivot_index_t **out, patina_context_
         return patina__fail(PATINA_E_INVALID, "pivots: %zu pivots asked for, but the collection has %zu rows",
                             o.pivots, n);
     if (!(pi = patina__pivot_alloc_index(ex, o.pivots, &s))) return s;
-    if ((s = patina__pivot_check_batch(pi, ids, records, n, &have_form)) != PATINA_OK ||
+    if ((s = patina__rows(&records, n, pi->bytes, PATINA_ROW_ALIGN(sizeof(float)), &copy, "pivots")) != PATINA_OK ||
+        (s = patina__pivot_check_batch(pi, ids, records, n, &have_form)) != PATINA_OK ||
         (s = set_rows(pi, ids, records, n)) != PATINA_OK ||
         (s = patina__workers_begin(ctx, 0, &pool, &own)) != PATINA_OK) {
+        free(copy);
         patina_pivot_index_free(pi);
         return s;
     }
+    free(copy);
     patina__pivot_self_terms(pool, pi->recs, pi->n, pi->dim, pi->self);
     s = choose(pi, pool, &o);
     patina__workers_end(ctx, pool, own);
@@ -682,11 +686,14 @@ patina_status patina_pivot_index_put(patina_pivot_index_t *pi, patina_context_t 
                                      const void *records, size_t n)
 {
     patina_status s;
+    void *copy;
     if (!pi) return patina__fail(PATINA_E_INVALID, "pivots: null argument");
+    PATINA_TRY(patina__rows(&records, n, pi->bytes, PATINA_ROW_ALIGN(sizeof(float)), &copy, "pivots"));
     wr(pi);
     s = pivot_put_unlocked(pi, ctx, ids, records, n);
     pi->serial = new_serial();
     patina__pivot_un(pi);
+    free(copy);
     return s;
 }
 

@@ -587,10 +587,13 @@ patina_status patina_pivot_index_knn(patina_context_t *ctx, const patina_pivot_i
                                      patina_hit_t *hits, size_t *counts)
 {
     patina_status s;
+    void *copy;
     if (!pi) return pivot_search_unlocked(ctx, pi, queries, nq, 0, k, 0.0, opts, hits, NULL, counts); /* its own error */
+    PATINA_TRY(patina__rows(&queries, nq, pi->bytes, PATINA_ROW_ALIGN(sizeof(float)), &copy, "pivots: queries"));
     patina__pivot_rd(pi);
     s = pivot_search_unlocked(ctx, pi, queries, nq, 0, k, 0.0, opts, hits, NULL, counts);
     patina__pivot_un(pi);
+    free(copy);
     return s;
 }
 
@@ -600,9 +603,12 @@ patina_status patina_pivot_index_range(patina_context_t *ctx, const patina_pivot
                                        size_t *counts)
 {
     patina_status s;
+    void *copy;
     if (!pi) return pivot_search_unlocked(ctx, pi, queries, nq, 1, 0, radius, opts, NULL, hits, counts);
+    PATINA_TRY(patina__rows(&queries, nq, pi->bytes, PATINA_ROW_ALIGN(sizeof(float)), &copy, "pivots: queries"));
     patina__pivot_rd(pi);
     s = pivot_search_unlocked(ctx, pi, queries, nq, 1, 0, radius, opts, NULL, hits, counts);
     patina__pivot_un(pi);
+    free(copy);
     return s;
 }

@@ -1170,6 +1170,7 @@ patina_status patina_table_search_many(patina_table_t *const *tables, size_t nt,
     patina_table_query_t def;
     patina_status s;
     uint8_t *gone;
+    void *qcopy = NULL;
     size_t i;
     int attempt;
     if (!res) return patina__fail(PATINA_E_INVALID, "search: null results");
@@ -1181,7 +1182,12 @@ patina_status patina_table_search_many(patina_table_t *const *tables, size_t nt,
         q = &def;
     }
     PATINA_TRY(check_query(tables[0], q));
-    if (!(gone = calloc(nt, 1))) return patina__fail(PATINA_E_NOMEM, "search: out of memory");
+    PATINA_TRY(patina__rows(&queries, nq, patina_extractor_bytes(tables[0]->ex),
+                            PATINA_ROW_ALIGN(patina_elem_size(patina_extractor_elem(tables[0]->ex))), &qcopy, "search"));
+    if (!(gone = calloc(nt, 1))) {
+        free(qcopy);
+        return patina__fail(PATINA_E_NOMEM, "search: out of memory");
+    }
     for (attempt = 0;; attempt++) {
         int retry = 0;
         memset(gone, 0, nt);
@@ -1197,6 +1203,7 @@ patina_status patina_table_search_many(patina_table_t *const *tables, size_t nt,
         patina_table_results_release(res);
     }
     free(gone);
+    free(qcopy);
     if (s == PATINA_OK && res->keys && missing_keys(res->keys, res->offsets[nq])) {
         /* still moving (or a detached table without the key): the hits whose records are gone are left out */
         size_t j, at = 0;

@@ -196,6 +196,14 @@ class Server:
             self.proc.send_signal(sig)
         return self.proc.wait(timeout)
 
+    def stop_ok(self):
+        """SIGTERM, then the exit status must be 0; a failure says which
+        status (a negative one is the signal that killed it) and shows the
+        server's last lines."""
+        rc = self.stop()
+        time.sleep(0.05)  # the drain thread takes the last lines
+        expect(rc == 0, "exit status %d; the server's last lines:\n%s" % (rc, "".join(self.log[-30:])))
+
     def request(self, method, path, body=None, headers=None, token=False, conn=None, check=True):
         h = dict(headers or {})
         if token:
@@ -507,7 +515,7 @@ def test_signature_pivots():
         expect(IMG[1] not in [h["key"] for h in r["hits"]] and r["rows"] == len(IMG), r)
         expect(pivot_rows()["computed"] > rows["computed"], "the pivot table served after the writes")
     finally:
-        expect(srv.stop() == 0, "exit status")
+        srv.stop_ok()
 
 
 def test_damaged_pivots():
@@ -536,7 +544,7 @@ def test_damaged_pivots():
         time.sleep(0.2)
         expect(sum("its pivot table is not used" in line for line in srv.log) == 1, srv.log[-5:])
     finally:
-        expect(srv.stop() == 0, "exit status")
+        srv.stop_ok()
 
 
 def test_tables_follow_writes():
@@ -577,7 +585,7 @@ def test_tables_follow_writes():
         got = srv.json("POST", "/v1/collections/refs2/identify?k=3", q, headers=hdr)
         expect("newref" not in [h["key"] for h in got["hits"]], got)
     finally:
-        expect(srv.stop() == 0, "exit status")
+        srv.stop_ok()
 
 
 def test_search_queue_full():
@@ -597,7 +605,7 @@ def test_search_queue_full():
             t.join()
         expect(sorted(out)[0] == 200 and 429 in out, out)
     finally:
-        expect(srv.stop() == 0, "exit status")
+        srv.stop_ok()
 
 
 def test_identify():
@@ -649,7 +657,7 @@ def test_identify():
                       headers={"Content-Type": "image/x-portable-pixmap"})
         expect(rv["threshold"] == 65, rv)
     finally:
-        expect(srv.stop() == 0, "exit status")
+        srv.stop_ok()
     # verified candidates carry their inlier pairs (at most 200), inside both images
     for h in r["hits"]:
         expect(h["verified"] and len(h["pairs"]) == min(h["inliers"], 200), h)
@@ -752,7 +760,7 @@ def test_jobs_cancel_and_queue():
         j = wait_job(srv, first["id"])
         expect(j["state"] == "cancelled" and j["processed"] < 150, j)
     finally:
-        expect(srv.stop() == 0, "exit status")
+        srv.stop_ok()
 
 
 def test_jobs_file():
@@ -788,7 +796,7 @@ def test_jobs_file():
         time.sleep(0.02)
     expect(st["state"] == "running" and st["processed"] < nmany,
            "the folder job was not running after its first chunk (too fast a machine? raise nmany): %r" % st)
-    expect(srv.stop() == 0, "exit status after SIGTERM")
+    srv.stop_ok()
     with open(jf) as f:
         doc = json.load(f)
     kept = {j["id"]: j for j in doc["jobs"]}
@@ -824,7 +832,7 @@ def test_jobs_file():
         else:
             expect(j["state"] == "done" and j["indexed"] == 0 and j["skipped"] == 24, j)
     finally:
-        expect(srv.stop() == 0, "exit status")
+        srv.stop_ok()
 
     # unfinished jobs that cannot go on, as a kill -9 would leave them
     with open(jf) as f:
@@ -848,7 +856,7 @@ def test_jobs_file():
         expect(nxt["id"] == n + 2, nxt)
         wait_job(srv, nxt["id"])
     finally:
-        expect(srv.stop() == 0, "exit status")
+        srv.stop_ok()
 
     # not a jobs file: no start, the file untouched
     for bad in (b"{not json", b'{"patina_jobs": 99, "next_id": 1, "jobs": []}',
@@ -1059,7 +1067,7 @@ def test_kill9_durability():
         r = srv2.json("POST", "/v1/collections/durable/search", {"key": "k2", "k": 10})
         expect(len(r["hits"]) == 4, r)
     finally:
-        expect(srv2.stop() == 0, "exit status")
+        srv2.stop_ok()
 
 
 def test_external_writes():
@@ -1090,7 +1098,7 @@ def test_external_writes():
         keys = [h["key"] for h in r["hits"]]
         expect(len(keys) == 8 and keys[0] == "own" and first[3] not in keys, r)
     finally:
-        expect(srv.stop() == 0, "exit status")
+        srv.stop_ok()
 
 
 def test_sigterm():
@@ -1290,7 +1298,7 @@ def test_moved_collection():
         hits = srv.json("POST", "/v1/collections/trip.patina/search", {"key": key, "k": 2})["hits"]
         expect(hits[0]["key"] == key and hits[0]["distance"] == 0, hits)
     finally:
-        expect(srv.stop() == 0, "exit status")
+        srv.stop_ok()
     out = subprocess.run([PATINA, "index", os.path.join(moved, "trip.patina"), os.path.join(moved, "pics")],
                          check=True, capture_output=True, text=True)
     expect("indexed 0, skipped 4 (unchanged)" in out.stderr, out.stderr)
@@ -1318,7 +1326,7 @@ def test_connection_limits():
         expect(st == 200, "not served after one closed")
         b.close()
     finally:
-        expect(srv.stop() == 0, "exit status")
+        srv.stop_ok()
 
 
 def test_tls():
@@ -1391,7 +1399,7 @@ def test_tls():
         s.close()
         expect(srv.json("GET", "/healthz")["status"] == "ok", "serving after the bad clients")
     finally:
-        expect(srv.stop() == 0, "exit status")
+        srv.stop_ok()
     # setups that must stop the start, with the reason
     other_cert, other_key = pair("other")
     enc = os.path.join(d, "enc.key")
@@ -1423,7 +1431,7 @@ def test_security():
         expect(st == 404, st)
         expect(srv.request("DELETE", "/v1/collections/photos/images/none", token="wrong").status == 401, "wrong token")
     finally:
-        expect(srv.stop() == 0, "exit status")
+        srv.stop_ok()
 
 
 def test_create():
@@ -1443,10 +1451,10 @@ def test_create():
             expect(srv.json("GET", "/v1/collections/" + name)["records"] == 0, name)
             expect(os.path.exists(os.path.join(path, "data.mdb")), "no data.mdb")
         finally:
-            expect(srv.stop() == 0, "exit status")
+            srv.stop_ok()
         # made once, it opens without --create
         srv = Server([path], "-q")
-        expect(srv.stop() == 0, "exit status")
+        srv.stop_ok()
     # a folder with other things in it: the store's reason, --create or not
     junk = os.path.join(TMP, "outside")
     with open(os.path.join(junk, "notes.txt"), "w") as f:
@@ -1480,7 +1488,7 @@ def test_content_dirs():
         srv.json("DELETE", "/v1/collections/photos/images/" + outk, token=True)
         os.remove(out)
     finally:
-        expect(srv.stop() == 0, "exit status")
+        srv.stop_ok()
     missing = os.path.join(TMP, "no-such-content")
     p = subprocess.run([PATINA, "serve", os.path.join(TMP, "photos"), "--listen", "127.0.0.1:0", "--content-dir",
                         os.path.join(TMP, "imgs"), "--content-dir", missing], capture_output=True, timeout=60)
