@@ -628,6 +628,146 @@ static void test_decisions(void **state)
     patina_extractor_free(ex);
 }
 
+/* opts.distinct: rank 1 must beat the verified runner-up by the margin,
+ * the runner-up counting 0 when the two references are siblings (one's
+ * record verifies against the other's rows with sibling_inliers inliers).
+ * References: id 1 (N rows), id 2 sharing H of them (its sibling), id 3
+ * unrelated to both; the query shows id 1 and id 3's content. */
+static void test_distinct(void **state)
+{
+    enum { N = 24, H = 16, X = 10 };
+    patina_extractor_t *ex = NULL;
+    tu_rng_t r;
+    uint8_t rows[N * 128], sib[N * 128], xrows[X * 128], qrows[(N + X) * 128];
+    float rgeo[N * 4], xgeo[X * 4], qgeo[(N + X) * 4];
+    unsigned char *recs[3], *qrec;
+    patina_refset_t *rs = NULL;
+    patina_identify_opts_t o;
+    patina_identify_hit_t hits[3];
+    patina_identify_result_t res;
+    double s1, s2;
+    size_t i, bytes;
+    (void)state;
+    TU_OK(patina_extractor_new(&ex, "rootsift:m=40,n=40"));
+    bytes = patina_extractor_bytes(ex);
+    tu_rng_seed(&r, 9);
+    for (i = 0; i < N + X; i++) {
+        qgeo[4 * i] = (float)(30 + 60 * (i % 8)), qgeo[4 * i + 1] = (float)(30 + 60 * (i / 8));
+        qgeo[4 * i + 2] = 3, qgeo[4 * i + 3] = 1;
+    }
+    for (i = 0; i < N; i++) {
+        random_row(rows + i * 128, &r);
+        perturb(qrows + i * 128, rows + i * 128, 1, &r);
+        rgeo[4 * i] = qgeo[4 * i] + 7, rgeo[4 * i + 1] = qgeo[4 * i + 1] - 5; /* a translation */
+        rgeo[4 * i + 2] = 3, rgeo[4 * i + 3] = 1;
+    }
+    memcpy(sib, rows, H * 128);
+    for (i = H; i < N; i++) random_row(sib + i * 128, &r);
+    for (i = 0; i < X; i++) {
+        random_row(xrows + i * 128, &r);
+        perturb(qrows + (N + i) * 128, xrows + i * 128, 1, &r);
+        xgeo[4 * i] = qgeo[4 * (N + i)] - 11, xgeo[4 * i + 1] = qgeo[4 * (N + i) + 1] + 4; /* another */
+        xgeo[4 * i + 2] = 3, xgeo[4 * i + 3] = 1;
+    }
+    recs[0] = make_record(40, N, rows, rgeo, 640, 480);
+    recs[1] = make_record(40, N, sib, rgeo, 640, 480);
+    recs[2] = make_record(40, X, xrows, xgeo, 640, 480);
+    qrec = make_record(40, N + X, qrows, qgeo, 640, 480);
+    TU_OK(patina_refset_new(&rs, patina_extractor_spec(ex)));
+    for (i = 0; i < 3; i++) TU_OK(patina_refset_put(rs, i + 1, recs[i], bytes));
+    patina_identify_opts_init(&o);
+    o.k = 3;
+    o.threshold = 4;
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
+    assert_true(hits[0].id == 1 && hits[1].id == 2 && hits[2].id == 3);
+    assert_true(hits[0].verified && hits[1].verified && hits[2].verified);
+    s1 = hits[0].score, s2 = hits[1].score;
+    assert_true(s1 >= N - 1 && s2 >= H - 1 && s2 < s1 && hits[2].inliers >= X - 1);
+    assert_int_equal(res.decision, PATINA_DECISION_AMBIGUOUS); /* 16 >= 0.5 x 24 */
+    /* a margin rank 1 meets: nothing changes */
+    o.distinct = s1 - s2;
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
+    assert_int_equal(res.decision, PATINA_DECISION_AMBIGUOUS);
+    /* one more: the runner-up is rank 1's sibling (16 shared rows >= 13), so it counts 0 */
+    o.distinct = s1 - s2 + 1;
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
+    assert_int_equal(res.decision, PATINA_DECISION_AMBIGUOUS);
+    assert_true(hits[0].id == 1 && hits[1].id == 2); /* the hits do not change, only the decision */
+    /* ... unless siblings need more inliers than they share: unknown */
+    o.sibling_inliers = H + 1;
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
+    assert_int_equal(res.decision, PATINA_DECISION_UNKNOWN);
+    /* a margin above rank 1's own score: unknown even with a sibling runner-up */
+    o.sibling_inliers = PATINA_SIBLING_INLIERS_DEFAULT;
+    o.distinct = s1 + 1;
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
+    assert_int_equal(res.decision, PATINA_DECISION_UNKNOWN);
+    /* without the sibling the runner-up is id 3, whose content the query also shows but id 1 does not
+     * share: its inliers count */
+    TU_OK(patina_refset_remove(rs, 2));
+    o.distinct = 0;
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
+    assert_true(hits[0].id == 1 && hits[1].id == 3);
+    s2 = hits[1].score;
+    assert_int_equal(res.decision, PATINA_DECISION_MATCH); /* 10 < 0.5 x 24 */
+    o.distinct = s1 - s2;
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
+    assert_int_equal(res.decision, PATINA_DECISION_MATCH);
+    o.distinct = s1 - s2 + 1;
+    o.sibling_inliers = 1;
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
+    assert_int_equal(res.decision, PATINA_DECISION_UNKNOWN);
+    /* the check across sets: id 1 and its sibling in two detached tables, identified at once */
+    {
+        patina_table_t *t[2] = {NULL, NULL};
+        patina_change_t ch;
+        patina_identify_hit_t th[3];
+        patina_identify_result_t tr;
+        for (i = 0; i < 2; i++) {
+            TU_OK(patina_table_new(&t[i], NULL, patina_extractor_spec(ex), NULL));
+            ch = (patina_change_t){PATINA_CHANGE_PUT, i + 1, i ? "sibling" : "item", recs[i]};
+            TU_OK(patina_table_apply(t[i], &ch, 1, 1, NULL));
+        }
+        patina_identify_opts_init(&o);
+        o.k = 2;
+        o.threshold = 4;
+        o.distinct = s1 - (H - 1) + 2; /* above the margin rank 1 has over its sibling */
+        TU_OK(patina_table_identify_many(t, 2, qrec, 1, &o, th, &tr, NULL));
+        assert_true(th[0].id == 1 && th[1].id == 2 && th[0].score - th[1].score < o.distinct);
+        assert_int_equal(tr.decision, PATINA_DECISION_AMBIGUOUS);
+        o.sibling_inliers = H + 1;
+        TU_OK(patina_table_identify_many(t, 2, qrec, 1, &o, th, &tr, NULL));
+        assert_int_equal(tr.decision, PATINA_DECISION_UNKNOWN);
+        patina_table_free(t[0]);
+        patina_table_free(t[1]);
+    }
+    /* bounds, and the merge of parts' answers cannot check siblings */
+    patina_identify_opts_init(&o);
+    o.distinct = -1;
+    assert_int_equal(patina_identify(NULL, rs, qrec, 1, &o, hits, &res), PATINA_E_INVALID);
+    assert_non_null(strstr(patina_last_error(), "distinct"));
+    o.distinct = 3;
+    o.sibling_inliers = 0;
+    assert_int_equal(patina_identify(NULL, rs, qrec, 1, &o, hits, &res), PATINA_E_INVALID);
+    assert_non_null(strstr(patina_last_error(), "sibling_inliers"));
+    {
+        const patina_identify_hit_t *ph[1] = {hits};
+        const patina_identify_result_t *pr[1] = {&res};
+        patina_identify_hit_t mh[3];
+        patina_identify_result_t mr;
+        patina_identify_opts_init(&o);
+        o.threshold = 4;
+        o.distinct = 3;
+        res.nhits = 0;
+        assert_int_equal(patina_identify_merge(ph, pr, 1, 1, &o, mh, &mr), PATINA_E_INVALID);
+        assert_non_null(strstr(patina_last_error(), "sibling"));
+    }
+    for (i = 0; i < 3; i++) free(recs[i]);
+    free(qrec);
+    patina_refset_free(rs);
+    patina_extractor_free(ex);
+}
+
 /* The merge's rules on hand-made parts: the union's best verify_top by
  * (matches, id) keep their inliers, a candidate its part verified but that
  * is not among them is unverified again, ties by id, the decision from the
@@ -1588,7 +1728,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matchers_random), cmocka_unit_test(test_ties_and_tiny),
         cmocka_unit_test(test_scoring_decoy),   cmocka_unit_test(test_refset_updates),   cmocka_unit_test(test_partition_f16),   cmocka_unit_test(test_search_ratio),
-        cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_merge_rules), cmocka_unit_test(test_guided), cmocka_unit_test(test_decisions),
+        cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_merge_rules), cmocka_unit_test(test_guided), cmocka_unit_test(test_decisions), cmocka_unit_test(test_distinct),
         cmocka_unit_test(test_ransac),          cmocka_unit_test(test_matchers_real),
         cmocka_unit_test(test_end_to_end),      cmocka_unit_test(test_many_sets),
     };

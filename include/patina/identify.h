@@ -207,6 +207,18 @@ typedef struct patina_identify_opts {
                                * it reaches the threshold (the rule before this option). The
                                * false-accept rate does not depend on it (an impostor answered
                                * AMBIGUOUS is accepted as much as one answered MATCH) */
+    double distinct;          /* the distinctness margin D (0: off, the default): rank 1 is accepted only
+                               * when its score exceeds the verified rank 2's by at least D, rank 2
+                               * counting 0 when its reference and rank 1's are siblings -- one's
+                               * image record verifies against the other's rows with at least
+                               * sibling_inliers inliers, checked on the references themselves
+                               * (no query involved; only for the queries the margin would reject).
+                               * A query that fails the margin is UNKNOWN. On the identification
+                               * benchmark (views=2) threshold 4 with distinct 3 rejects 2.75% of
+                               * genuine queries at FAR 0.57%, against 4.0% for the threshold alone
+                               * (docs/identify.md). Not on a cluster's front end (the check needs
+                               * both references' rows): PATINA_E_INVALID from patina_identify_merge */
+    double sibling_inliers;   /* S of `distinct`, >= 1 (13: PATINA_SIBLING_INLIERS_DEFAULT) */
 } patina_identify_opts_t;
 
 /* Fills opts with the defaults above (the table of include/patina/options.h,

@@ -68,6 +68,13 @@ extern "C" {
  * item makes the answer AMBIGUOUS only when it holds at least half rank 1's
  * inliers (docs/identify-bench.md, "The ambiguity margin"). */
 #define PATINA_AMBIGUITY_DEFAULT 0.5
+/* patina_identify_opts_t.sibling_inliers' default: two references are
+ * siblings (photographs of shared content) when one's record verifies
+ * against the other's rows with at least this many inliers; 13 is the
+ * calibrated threshold of a table without views, inside the range (4 .. 13)
+ * where the benchmark's answers do not change (docs/lab/identify.md,
+ * "siblings found among the references themselves"). */
+#define PATINA_SIBLING_INLIERS_DEFAULT 13
 /* The smallest false-accept rate patina_identify_far_threshold takes (one
  * impostor query in the benchmark's 373 is 0.27%; none accepted is < 0.27%). */
 #define PATINA_FAR_MIN 0.001

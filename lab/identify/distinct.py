@@ -34,8 +34,16 @@ for T = 3..5, and item-disjoint 2-fold cross-validation (--splits random
 splits of the genuine items and of the impostors; (T, D) chosen on one half
 at FAR <= 1% with the smallest FRR, counted on the other).
 
+With --decided CSV --decided-threshold T (a run of the library with its own
+decision: `patina identify ... --threshold T --distinct D --format csv`):
+that run's FAR / FRR (accepted = its decision is not unknown; a genuine
+query is right when accepted, rank 1 of its group and not ambiguous with
+another group at T), and the queries on which it and the refself emulation
+at (T, --decided-distinct D) differ.
+
     distinct.py --sets SETS --run CSV [--ambiguity 0.5] [--splits 20] [--overlap DUMP [--radius R]
                 [--geo-scale L --geo-angle A]] [--refself CSV [--refself-min S]]
+                [--decided CSV --decided-threshold T --decided-distinct D]
 """
 import argparse
 import collections
@@ -66,6 +74,9 @@ def main():
     ap.add_argument("--refself-min", type=float, default=10.0)
     ap.add_argument("--refself-closure", action="store_true",
                     help="link references through chains of links (union-find), not only pairs")
+    ap.add_argument("--decided")
+    ap.add_argument("--decided-threshold", type=float, default=4)
+    ap.add_argument("--decided-distinct", type=float, default=3)
     a = ap.parse_args()
     indep, geo = {}, {}
 
@@ -164,6 +175,27 @@ def main():
         return far, 1 - ok / max(1, len(G))
 
     grid = [(T, D) for T in range(2, 12) for D in range(0, 6)]
+
+    if a.decided:
+        decided = {}
+        for r in score.read_csv(a.decided):
+            if int(r["rank"]) <= 1:
+                decided[score.qkey(r["query"])] = r["decision"]
+        T = a.decided_threshold
+        lib_acc = {q: decided.get(q, "unknown") != "unknown" for q, _ in gen + imp}
+        far = sum(lib_acc[q] for q, _ in imp) / max(1, len(imp))
+        ok = sum(lib_acc[q] and view.answer(v, T) == "item" and view.top1(v) for q, v in gen)
+        print("decided run %s: T = %g: FAR %.2f%% (%d of %d impostors), FRR %.2f%% (%d of %d genuine right)" % (
+            a.decided, T, 100 * far, sum(lib_acc[q] for q, _ in imp), len(imp), 100 * (1 - ok / max(1, len(gen))),
+            ok, len(gen)))
+        if a.refself:
+            D = a.decided_distinct
+            for q, v in gen + imp:
+                ans = view.answer(v, T)
+                emu = ans != "none" and not (D and v[2] - runner_up(q, v, "refself") < D)
+                if emu != lib_acc[q]:
+                    print("  differs from the refself emulation (T %g, D %g): %s (%s): library %s, emulation %s" % (
+                        T, D, q, v[0], "accepts" if lib_acc[q] else "rejects", "accepts" if emu else "rejects"))
 
     def best(G, I, variant, ds=True):
         c = [(rates(T, D, G, I, variant), T, D) for T, D in grid if ds or D == 0]

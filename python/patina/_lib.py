@@ -171,7 +171,8 @@ class IdentifyOpts(ctypes.Structure):
                 ("verify_top", c_size_t), ("model", c_int), ("ransac_threshold", c_double),
                 ("iterations", c_int), ("shape_check", c_int), ("seed", c_uint64), ("threshold", c_double),
                 ("device", c_int), ("precision", c_int), ("gpu_arena_slots", c_size_t),
-                ("guided", c_int), ("guided_ratio", c_double), ("ambiguity", c_double)]
+                ("guided", c_int), ("guided_ratio", c_double), ("ambiguity", c_double),
+                ("distinct", c_double), ("sibling_inliers", c_double)]
 
 
 class IdentifyHit(ctypes.Structure):

@@ -649,7 +649,8 @@ class Collection(_Closing):
     def identify_batch(self, photos, k=5, *, ratio=0.8, scoring="one2one", verify=True, verify_top=10,
                        model="similarity", ransac_threshold=0.01, iterations=1000, shape_check=True, seed=0,
                        threshold=None, table=None, device="auto", precision="int8", strict=False, guided=False,
-                       guided_ratio=0.9, far=None, ambiguity=0.5) -> List[Identification]:
+                       guided_ratio=0.9, far=None, ambiguity=0.5, distinct=0.0,
+                       sibling_inliers=13.0) -> List[Identification]:
         """Identifies many photos (images) against the collection's rootsift
         references in one call: RootSIFT 2-NN ratio test, scoring, RANSAC
         verification of the verify_top best, re-ranking by inliers, and an
@@ -666,7 +667,10 @@ class Collection(_Closing):
         inliers for a table without views, as `patina identify`); "ambiguous"
         when rank 2 is verified, of another item, reaches it too and holds at
         least ambiguity (0.5) times rank 1's score (0: whenever it reaches
-        it)."""
+        it). distinct: rank 1 is accepted only when its score exceeds the
+        verified rank 2's by at least this margin, rank 2 counting 0 when the
+        two references are siblings (one's image verifies against the other's
+        rows with at least sibling_inliers inliers); 0, the default: off."""
         lib = self._lib
         if isinstance(photos, (str, bytes, os.PathLike)) or (isinstance(photos, np.ndarray) and photos.ndim != 4):
             raise _type_error("identify_batch takes a sequence of images; use identify() for one")
@@ -696,6 +700,8 @@ class Collection(_Closing):
         io.guided = 1 if guided else 0
         io.guided_ratio = float(guided_ratio)
         io.ambiguity = float(ambiguity)
+        io.distinct = float(distinct)
+        io.sibling_inliers = float(sibling_inliers)
         if far is not None:  # its bounds now; the threshold from the table's calibration below
             thr = ctypes.c_double()
             lib.check(lib.identify_far_threshold(float(far), ctypes.byref(thr)), "identify")

@@ -395,6 +395,16 @@ def test_identify_matches_cli(cli, rootsift_coll, samples, variant, tmp_path):
         assert c.identify(variant, threshold=0, ambiguity=0).decision == w["decision"]
         with pytest.raises(patina.InvalidError, match="ambiguity"):
             c.identify(variant, ambiguity=1.5)
+        # the distinctness margin and its sibling check, as --distinct and --sibling-inliers: a margin
+        # above rank 1's own score makes the answer unknown, with the CLI's
+        top = c.identify(variant, threshold=4).candidates[0].score
+        for d in (3, top + 1):
+            w = json.loads(run(cli, "identify", rootsift_coll, variant, "--format", "json", "-q", "--threshold", "4",
+                               "--distinct", str(d), "--sibling-inliers", "5"))
+            g = c.identify(variant, threshold=4, distinct=d, sibling_inliers=5)
+            assert g.decision == w["decision"] and (g.decision == "unknown") == (d > top)
+        with pytest.raises(patina.InvalidError, match="sibling_inliers"):
+            c.identify(variant, distinct=3, sibling_inliers=0)
         assert c.identify(variant, far=0.001).threshold == 33 and c.identify(variant).threshold == 13
     # far on a table with reference views: that table's own calibration (views=2: 24 at 1%, 65 at 0.1%)
     views = str(tmp_path / "views.patina")

@@ -124,6 +124,14 @@ static const entry_t identify_opts[] = {
              "answer ambiguous (both keys) only when the verified rank 2 of another item reaches the threshold "
              "and holds at least this fraction of rank 1's score; 0: whenever it reaches the threshold"),
      FLD_DOUBLE, I_OFF(ambiguity), 0, 0},
+    {OPT_DBL("distinct", 0, PATINA_THRESHOLD_MAX, 0, "0",
+             "accept rank 1 only when its score exceeds the verified rank 2's by at least this margin, rank 2 "
+             "counting 0 when the two references are siblings (sibling_inliers); 0: off"),
+     FLD_DOUBLE, I_OFF(distinct), 0, 0},
+    {OPT_DBL("sibling_inliers", 1, PATINA_THRESHOLD_MAX, 0, STR(PATINA_SIBLING_INLIERS_DEFAULT),
+             "distinct: two references are siblings when one's record verifies against the other's rows with "
+             "at least this many inliers"),
+     FLD_DOUBLE, I_OFF(sibling_inliers), 0, 0},
 };
 
 #define X_OFF(f) offsetof(patina_index_opts_t, f)

@@ -1494,10 +1494,56 @@ out:
     return s;
 }
 
+/* Whether candidates a and b are siblings (opts.distinct): the record of
+ * one's item (its image's row, the item's first) verified against the
+ * other's rows gives at least o.sibling_inliers inliers, either way. The
+ * references alone decide it, with the call's matching and verification
+ * options; the seed follows the reference verified against, as always. */
+static int siblings(const idf_many_t *m, scratch_t *sc, const cand_t *a, const cand_t *b)
+{
+    const cand_t *x = a, *y = b;
+    size_t row;
+    for (int dir = 0; dir < 2; dir++) {
+        const patina_refset_t *rx = m->sets[x->set], *ry = m->sets[y->set];
+        const unsigned char *rec = rx->recs + (size_t)x->ref / rx->per * rx->per * rx->stride;
+        prepare_query(sc, rec);
+        if ((double)verify_item(sc, rec, ry, y->ref, y->id, &m->o, &row) >= m->o.sibling_inliers) return 1;
+        x = b;
+        y = a;
+    }
+    return 0;
+}
+
+/* opts.distinct for query q's ranked candidates c[0 .. nc): UNKNOWN unless
+ * rank 1's score exceeds the runner-up's verified inliers by the margin,
+ * the runner-up counting 0 when it is not verified or is rank 1's sibling.
+ * *sc is made on first use (a reference record as the query: m rows). */
+static patina_status apply_distinct(const idf_many_t *m, scratch_t *sc, int *have_sc, const cand_t *c, size_t nc,
+                                    double s1, patina_identify_result_t *res)
+{
+    const double r2 = nc > 1 && c[1].verified ? (double)c[1].inliers : 0.0;
+    if (res->decision == PATINA_DECISION_UNKNOWN || s1 - r2 >= m->o.distinct) return PATINA_OK;
+    if (r2 > 0 && s1 >= m->o.distinct) {
+        if (!*have_sc) {
+            const size_t rows = (size_t)params_of(m->sets[0])->m, n = (size_t)params_of(m->sets[0])->n;
+            if (!scratch_new(sc, rows > n ? rows : n, rows)) {
+                scratch_free(sc);
+                return patina__fail(PATINA_E_NOMEM, "identify: out of memory for the sibling check");
+            }
+            *have_sc = 1;
+        }
+        if (siblings(m, sc, &c[0], &c[1])) return PATINA_OK;
+    }
+    res->decision = PATINA_DECISION_UNKNOWN;
+    return PATINA_OK;
+}
+
 patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_identify_hit_t *hits,
                               patina_identify_result_t *results, uint32_t *hit_set)
 {
     job_t jb;
+    scratch_t dsc;
+    int have_dsc = 0;
     size_t q, i, w, nworkers;
     const size_t k = m->o.k;
     patina_status s = PATINA_OK;
@@ -1575,7 +1621,11 @@ patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_ident
         results[q].threshold = m->o.threshold;
         results[q].decision = idf_decide(nh ? hits[q * k].score : 0,
                                          nc > 1 && c[1].verified ? (double)c[1].inliers : -1, nh, &m->o);
+        if (m->o.distinct > 0 && nh &&
+            (s = apply_distinct(m, &dsc, &have_dsc, c, nc, hits[q * k].score, &results[q])) != PATINA_OK)
+            break;
     }
+    if (have_dsc) scratch_free(&dsc);
 out:
     if (jb.cands != m->cands) {
         free(jb.cands);

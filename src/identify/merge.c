@@ -61,6 +61,11 @@ patina_status patina_identify_merge(const patina_identify_hit_t *const *part_hit
         return patina__fail(PATINA_E_LIMIT, "identify merge: k or verify_top over %d", PATINA_K_MAX);
     if (!(o.ambiguity >= 0 && o.ambiguity <= 1)) /* the decision's margin (the parts' options are the library's) */
         return patina__fail(PATINA_E_INVALID, "identify merge: ambiguity %g is not in [0, 1]", o.ambiguity);
+    if (o.distinct != 0)
+        return patina__fail(PATINA_E_INVALID,
+                            "identify merge: distinct %g: the sibling check needs both references' rows, which "
+                            "the parts' answers do not carry (identify on one process, or distinct 0)",
+                            o.distinct);
     if (!(o.threshold >= 0))
         return patina__fail(PATINA_E_INVALID,
                             "identify merge: threshold %g: the default (the calibrated one) depends on the parts' "

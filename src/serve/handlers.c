@@ -1003,7 +1003,7 @@ done:
 }
 
 /* The identification parameters of a request -- k, verify, threshold or
- * far, ratio, ambiguity -- and its query image, checked against the library's bounds
+ * far, ratio, ambiguity, distinct, sibling_inliers -- and its query image, checked against the library's bounds
  * (include/patina/options.h) and the server's --max-k, into io (the
  * library's defaults first): 0, or -1 after answering. The embedded and
  * the cluster front ends read identify requests through it. */
@@ -1048,6 +1048,18 @@ int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *f
         return -1;
     }
     if (given) io->ambiguity = num;
+    if (param_num(p, "distinct", &num, &given)) return -1;
+    if (given && patina_options_check(PATINA_OPTIONS_IDENTIFY, "distinct", num) != PATINA_OK) {
+        reply_problem(r, 400, "%s", patina_last_error());
+        return -1;
+    }
+    if (given) io->distinct = num;
+    if (param_num(p, "sibling_inliers", &num, &given)) return -1;
+    if (given && patina_options_check(PATINA_OPTIONS_IDENTIFY, "sibling_inliers", num) != PATINA_OK) {
+        reply_problem(r, 400, "%s", patina_last_error());
+        return -1;
+    }
+    if (given) io->sibling_inliers = num;
     if (!p->data || !p->size) {
         reply_problem(r, 400, "no query image (the body, or the multipart part 'image')");
         return -1;

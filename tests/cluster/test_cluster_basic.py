@@ -266,6 +266,9 @@ def test_cluster_basic():
         assert all(a["partial"] is False and a["coverage"]["partitions"] == P for a in k), k
         say(f"identify -k 5: cluster == embedded (decisions {[a['decision'] for a in k]}; keys, scores, inliers, "
             "matches)")
+        # --distinct needs both references' rows for its sibling check: a front end refuses it
+        r = run("identify", "photos", "--cluster", c.url, "--distinct", "3", queries[0], ok=(2,))
+        assert "sibling" in r.stderr, r.stderr
         # the options the shards' verification and the front end's decision use travel with the request:
         # guided matching (in the shards), the ambiguity margin and a threshold (in the merge)
         e, k = both("identify", "-k", "5", "--guided", "--guided-ratio", "0.85", "--ambiguity", "0",

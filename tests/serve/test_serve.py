@@ -635,6 +635,17 @@ def test_identify():
     p = s.json("POST", "/v1/collections/refs.patina/identify?ambiguity=2", q, status=400,
                headers={"Content-Type": "image/x-portable-pixmap"})
     expect("ambiguity" in p["detail"], p)
+    # distinct: a margin rank 1 meets changes nothing; one above its own score makes it unknown
+    r7 = s.json("POST", "/v1/collections/refs.patina/identify?k=3&threshold=4&distinct=3&sibling_inliers=13", q,
+                headers={"Content-Type": "image/x-portable-pixmap"})
+    expect(r7["decision"] in ("match", "ambiguous") and r7["hits"][0]["key"] == REF[2], r7)
+    r8 = s.json("POST", "/v1/collections/refs.patina/identify?k=3&threshold=4&distinct=%d" %
+                (r7["hits"][0]["score"] + 1), q, headers={"Content-Type": "image/x-portable-pixmap"})
+    expect(r8["decision"] == "unknown" and r8["hits"][0]["key"] == REF[2], r8)
+    for bad in ("distinct=-1", "sibling_inliers=0"):
+        p = s.json("POST", "/v1/collections/refs.patina/identify?" + bad, q, status=400,
+                   headers={"Content-Type": "image/x-portable-pixmap"})
+        expect(bad.split("=")[0] in p["detail"], p)
     p = s.json("POST", "/v1/collections/refs.patina/identify?far=0.01&threshold=5", q, status=400,
                headers={"Content-Type": "image/x-portable-pixmap"})
     expect("both set the acceptance threshold" in p["detail"], p)
