@@ -33,15 +33,7 @@
 #include "features/rootsift.h"
 #include "testutil.h"
 
-static patina_context_t *ctx_new(void)
-{
-    patina_context_t *ctx = NULL;
-    patina_context_opts_t o;
-    patina_context_opts_init(&o);
-    o.threads = 2;
-    TU_OK(patina_context_new(&ctx, &o));
-    return ctx;
-}
+static patina_context_t *ctx_new(void) { return tu_context(2); }
 
 /* n random images' descriptors for spec: (n, bytes), malloc'd. */
 static uint8_t *describe(patina_context_t *ctx, const char *spec, size_t n, uint64_t seed, size_t *bytes)

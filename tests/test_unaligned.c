@@ -14,15 +14,7 @@
 #define NREF 24
 #define NQ 5
 
-static patina_context_t *ctx_new(void)
-{
-    patina_context_t *ctx = NULL;
-    patina_context_opts_t o;
-    patina_context_opts_init(&o);
-    o.threads = 2;
-    TU_OK(patina_context_new(&ctx, &o));
-    return ctx;
-}
+static patina_context_t *ctx_new(void) { return tu_context(2); }
 
 static void images(patina_image_t *imgs, size_t n, int w, int kind, uint64_t seed)
 {

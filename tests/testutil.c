@@ -454,3 +454,13 @@ void tu_crash_backtrace(void)
     sigemptyset(&sa.sa_mask);
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
 }
+
+patina_context_t *tu_context(int threads)
+{
+    patina_context_t *ctx = NULL;
+    patina_context_opts_t o;
+    patina_context_opts_init(&o);
+    o.threads = threads;
+    TU_OK(patina_context_new(&ctx, &o));
+    return ctx;
+}

@@ -41,6 +41,9 @@ char *tu_tempdir(const char *tag);
  * *bytes) malloc'd; bytes may be NULL. */
 char *tu_table_collection(patina_context_t *ctx, const char *spec, size_t n, int w, int kind, uint64_t seed,
                           uint8_t **descs, size_t *bytes);
+/* A context of `threads` CPU workers (the process's default GPU when it
+ * has one); fails the test when it cannot be made. */
+patina_context_t *tu_context(int threads);
 /* rm -rf */
 void tu_remove_tree(const char *path);
 /* The Python of a peer test: $PATINA_PYTHON when set, else the first of

@@ -1007,6 +1007,23 @@ done:
  * (include/patina/options.h) and the server's --max-k, into io (the
  * library's defaults first): 0, or -1 after answering. The embedded and
  * the cluster front ends read identify requests through it. */
+/* Identification parameter `name` (a number the library's options table
+ * bounds under the same name) into *field when given: 0, or -1 after
+ * answering. */
+static int identify_num(req_t *r, params_t *p, const char *name, double *field)
+{
+    double num;
+    int given;
+    if (param_num(p, name, &num, &given)) return -1;
+    if (!given) return 0;
+    if (patina_options_check(PATINA_OPTIONS_IDENTIFY, name, num) != PATINA_OK) {
+        reply_problem(r, 400, "%s", patina_last_error());
+        return -1;
+    }
+    *field = num;
+    return 0;
+}
+
 int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *far)
 {
     uint64_t k, verify;
@@ -1036,30 +1053,9 @@ int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *f
     /* without either, the default: far 0.01 of the table's calibration (13 inliers without
      * reference views), as `patina identify` */
     *far = far_given ? num : given ? -1 : PATINA_FAR_DEFAULT;
-    if (param_num(p, "ratio", &num, &given)) return -1;
-    if (given && patina_options_check(PATINA_OPTIONS_IDENTIFY, "ratio", num) != PATINA_OK) {
-        reply_problem(r, 400, "%s", patina_last_error());
+    if (identify_num(r, p, "ratio", &io->ratio) || identify_num(r, p, "ambiguity", &io->ambiguity) ||
+        identify_num(r, p, "distinct", &io->distinct) || identify_num(r, p, "sibling_inliers", &io->sibling_inliers))
         return -1;
-    }
-    if (given) io->ratio = num;
-    if (param_num(p, "ambiguity", &num, &given)) return -1;
-    if (given && patina_options_check(PATINA_OPTIONS_IDENTIFY, "ambiguity", num) != PATINA_OK) {
-        reply_problem(r, 400, "%s", patina_last_error());
-        return -1;
-    }
-    if (given) io->ambiguity = num;
-    if (param_num(p, "distinct", &num, &given)) return -1;
-    if (given && patina_options_check(PATINA_OPTIONS_IDENTIFY, "distinct", num) != PATINA_OK) {
-        reply_problem(r, 400, "%s", patina_last_error());
-        return -1;
-    }
-    if (given) io->distinct = num;
-    if (param_num(p, "sibling_inliers", &num, &given)) return -1;
-    if (given && patina_options_check(PATINA_OPTIONS_IDENTIFY, "sibling_inliers", num) != PATINA_OK) {
-        reply_problem(r, 400, "%s", patina_last_error());
-        return -1;
-    }
-    if (given) io->sibling_inliers = num;
     if (!p->data || !p->size) {
         reply_problem(r, 400, "no query image (the body, or the multipart part 'image')");
         return -1;
