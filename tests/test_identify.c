@@ -628,6 +628,22 @@ static void test_decisions(void **state)
     patina_extractor_free(ex);
 }
 
+/* A merge's sibling callback: records its calls, answers from `answer`. */
+typedef struct {
+    int answer, calls;
+    size_t q;
+    uint64_t a, b;
+} sib_cb_t;
+
+static patina_status sib_cb(void *user, size_t query, uint64_t a, uint64_t b, int *siblings)
+{
+    sib_cb_t *c = user;
+    c->calls++;
+    c->q = query, c->a = a, c->b = b;
+    *siblings = c->answer;
+    return PATINA_OK;
+}
+
 /* opts.distinct: rank 1 must beat the verified runner-up by the margin,
  * the runner-up counting 0 when the two references are siblings (one's
  * record verifies against the other's rows with sibling_inliers inliers).
@@ -702,6 +718,39 @@ static void test_distinct(void **state)
     o.distinct = s1 + 1;
     TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
     assert_int_equal(res.decision, PATINA_DECISION_UNKNOWN);
+    /* the check itself: 1 and 2 share their 16 rows, 1 and 3 nothing; a reference not held */
+    {
+        size_t in12 = 0, in13 = 9;
+        TU_OK(patina_identify_siblings(rs, 1, 2, NULL, &in12));
+        TU_OK(patina_identify_siblings(rs, 3, 1, NULL, &in13));
+        assert_true(in12 >= H - 1 && in12 <= H && in13 < 4);
+        assert_int_equal(patina_identify_siblings(rs, 1, 77, NULL, &in12), PATINA_E_NOTFOUND);
+    }
+    /* a merge asks its callback for the same pair, and decides as one call does */
+    {
+        patina_identify_opts_t po;
+        patina_identify_hit_t ph[10], mh[3];
+        patina_identify_result_t pr, mr;
+        const patina_identify_hit_t *phv[1] = {ph};
+        const patina_identify_result_t *prv[1] = {&pr};
+        sib_cb_t cb = {1, 0, 0, 0, 0};
+        patina_identify_opts_init(&po);
+        po.threshold = 4;
+        po.k = patina_identify_part_k(&po);
+        TU_OK(patina_identify(NULL, rs, qrec, 1, &po, ph, &pr));
+        po.k = 3;
+        po.distinct = s1 - s2 + 1;
+        TU_OK(patina_identify_merge_siblings(phv, prv, 1, 1, &po, sib_cb, &cb, mh, &mr));
+        assert_true(cb.calls == 1 && cb.q == 0 && cb.a == 1 && cb.b == 2);
+        assert_int_equal(mr.decision, PATINA_DECISION_AMBIGUOUS);
+        cb.answer = 0;
+        TU_OK(patina_identify_merge_siblings(phv, prv, 1, 1, &po, sib_cb, &cb, mh, &mr));
+        assert_int_equal(mr.decision, PATINA_DECISION_UNKNOWN);
+        po.distinct = s1 - s2; /* met: no question */
+        cb.calls = 0;
+        TU_OK(patina_identify_merge_siblings(phv, prv, 1, 1, &po, sib_cb, &cb, mh, &mr));
+        assert_true(cb.calls == 0 && mr.decision == PATINA_DECISION_AMBIGUOUS);
+    }
     /* without the sibling the runner-up is id 3, whose content the query also shows but id 1 does not
      * share: its inliers count */
     TU_OK(patina_refset_remove(rs, 2));

@@ -216,8 +216,9 @@ typedef struct patina_identify_opts {
                                * A query that fails the margin is UNKNOWN. On the identification
                                * benchmark (views=2) threshold 4 with distinct 3 rejects 2.75% of
                                * genuine queries at FAR 0.57%, against 4.0% for the threshold alone
-                               * (docs/identify.md). Not on a cluster's front end (the check needs
-                               * both references' rows): PATINA_E_INVALID from patina_identify_merge */
+                               * (docs/identify.md). Merging parts' answers needs the references
+                               * fetched: patina_identify_merge_siblings (patina_identify_merge
+                               * refuses it), as a cluster's front end does */
     double sibling_inliers;   /* S of `distinct`, >= 1 (13: PATINA_SIBLING_INLIERS_DEFAULT) */
 } patina_identify_opts_t;
 
@@ -300,6 +301,32 @@ PATINA_API patina_status patina_identify_merge(const patina_identify_hit_t *cons
                                                const patina_identify_result_t *const *part_results, size_t np,
                                                size_t nq, const patina_identify_opts_t *opts,
                                                patina_identify_hit_t *hits, patina_identify_result_t *results);
+
+/* opts.distinct's sibling check for a merge, whose parts carry no rows:
+ * asked only for the queries the margin would otherwise reject, with the
+ * ids of the merged ranks 1 and 2 of query `query`; sets *siblings (1 when
+ * the two references are siblings: patina_identify_siblings reaches
+ * opts.sibling_inliers). A failure fails the merge. */
+typedef patina_status (*patina_sibling_fn)(void *user, size_t query, uint64_t a, uint64_t b, int *siblings);
+
+/* patina_identify_merge with opts.distinct applied through `sibling`
+ * (the caller fetches the two references, e.g. a cluster's front end from
+ * their partitions). patina_identify_merge is this with sibling NULL, and
+ * refuses distinct > 0 (PATINA_E_INVALID). */
+PATINA_API patina_status patina_identify_merge_siblings(const patina_identify_hit_t *const *part_hits,
+                                                        const patina_identify_result_t *const *part_results,
+                                                        size_t np, size_t nq, const patina_identify_opts_t *opts,
+                                                        patina_sibling_fn sibling, void *user,
+                                                        patina_identify_hit_t *hits,
+                                                        patina_identify_result_t *results);
+
+/* The sibling check of opts.distinct on references a and b of rs: each
+ * one's image record (its item's first row) verified against the other's
+ * rows with opts' matching and verification options; *inliers receives the
+ * larger count (siblings when it reaches opts->sibling_inliers).
+ * PATINA_E_NOTFOUND when rs does not hold both; opts NULL: the defaults. */
+PATINA_API patina_status patina_identify_siblings(patina_refset_t *rs, uint64_t a, uint64_t b,
+                                                  const patina_identify_opts_t *opts, size_t *inliers);
 
 /* The verified keypoint pairs of one candidate, for drawing: repeats the
  * matching and RANSAC verification of patina_identify for query record

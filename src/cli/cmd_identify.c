@@ -70,7 +70,7 @@ static const cli_opt_t opts[] = {
      .help = "accept rank 1 only when its score exceeds the verified rank 2's by at least D, rank 2 "
              "counting 0 when the two references are siblings (--sibling-inliers); 0: off. On the "
              "identification benchmark (views=2) --threshold 4 --distinct 3 rejects 2.75% of genuine "
-             "queries at FAR 0.57% (4.0% at the default threshold). Not with --cluster"},
+             "queries at FAR 0.57% (4.0% at the default threshold)"},
     {.name = "sibling-inliers", .type = CLI_NUMBER, .arg = "S", .min = 1, .max = PATINA_THRESHOLD_MAX,
      .def = PATINA_STRINGIFY(PATINA_SIBLING_INLIERS_DEFAULT),
      .help = "--distinct: two references are siblings when one's image verifies against the other's "
@@ -248,11 +248,6 @@ static int run_identify(const cli_args_t *a)
     io.ambiguity = cli_get(a, "ambiguity")->num;
     io.distinct = cli_get(a, "distinct")->num;
     io.sibling_inliers = cli_get(a, "sibling-inliers")->num;
-    if (io.distinct > 0 && cli_get(a, "cluster")->given) {
-        cli_error("identify", "--distinct: the sibling check needs both references' rows, which a cluster's "
-                              "front end does not hold (identify on the collection itself)");
-        return EXIT_USAGE;
-    }
     if (cli_get(a, "far")->given) {
         if (cli_get(a, "threshold")->given) {
             cli_error("identify", "--far and --threshold both set the acceptance threshold: give one");

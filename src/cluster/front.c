@@ -829,6 +829,75 @@ out:
 }
 
 /* Queries [q0, q0 + n) of an identification batch, into the caller's outputs at q0. */
+/* opts.distinct's sibling check on the front end (patina_identify_merge_siblings):
+ * the two references' records read from their partitions' buckets (their
+ * keys come with the parts' hits), put into a two-item reference set and
+ * checked there (patina_identify_siblings). */
+typedef struct {
+    clu_front_t *f;
+    const char *spec;
+    const patina_identify_opts_t *opts;
+    const patina_identify_hit_t *const *ph;
+    char *const *const *pk;
+    const patina_identify_result_t *const *pr;
+    size_t np, part_k;
+} sib_front_t;
+
+static const char *part_key(const sib_front_t *sf, size_t q, uint64_t id)
+{
+    size_t p, j;
+    for (p = 0; p < sf->np; p++)
+        for (j = 0; sf->pk[p] && j < sf->pr[p][q].nhits && j < sf->part_k; j++)
+            if (sf->ph[p][q * sf->part_k + j].id == id) return sf->pk[p][q * sf->part_k + j];
+    return NULL;
+}
+
+/* Reference `id` (image `key`) of table spec into rs, read from its partition's bucket. */
+static patina_status put_reference(clu_front_t *f, patina_refset_t *rs, const char *spec, const char *key, uint64_t id)
+{
+    const uint32_t p = patina_key_partition(key, f->cfg.partitions);
+    char kk[65], bucket[128];
+    natsMsg *e = NULL;
+    natsStatus ns;
+    clu_record_t rec;
+    const clu_rtable_t *t;
+    patina_status s;
+    clu_kv_key(kk, key);
+    clu_bucket_partition(bucket, sizeof bucket, f->cfg.name, p);
+    if ((ns = clu_kv_latest(&e, f->c, bucket, kk)) != NATS_OK)
+        return ns == NATS_NOT_FOUND ? clu_fail(PATINA_E_NOTFOUND, "cluster: the sibling check: image '%s' is gone", key)
+                                    : clu_nats_fail(ns, "cluster: the sibling check: partition %u, key %s", p, kk);
+    s = clu_record_decode(&rec, natsMsg_GetData(e), (size_t)natsMsg_GetDataLength(e));
+    if (s == PATINA_OK && (!(t = clu_record_table(&rec, spec)) || rec.id != id))
+        s = clu_fail(PATINA_E_NOTFOUND, "cluster: the sibling check: image '%s' has no %s record of id %llu", key, spec,
+                     (unsigned long long)id);
+    else if (s == PATINA_OK && (s = patina_refset_put(rs, id, t->desc, t->bytes)) != PATINA_OK)
+        s = clu_fail_lib(s, "cluster: the sibling check: image '%s'", key);
+    natsMsg_Destroy(e);
+    return s;
+}
+
+static patina_status sibling_front(void *user, size_t q, uint64_t a, uint64_t b, int *siblings)
+{
+    const sib_front_t *sf = user;
+    const char *ka = part_key(sf, q, a), *kb = part_key(sf, q, b);
+    patina_refset_t *rs = NULL;
+    size_t inliers = 0;
+    patina_status s;
+    *siblings = 0;
+    if (!ka || !kb)
+        return clu_fail(PATINA_E_INVALID, "cluster: the sibling check: no key for reference %llu",
+                        (unsigned long long)(ka ? b : a));
+    if ((s = patina_refset_new(&rs, sf->spec)) != PATINA_OK) return clu_fail_lib(s, "cluster: the sibling check");
+    s = put_reference(sf->f, rs, sf->spec, ka, a);
+    if (s == PATINA_OK) s = put_reference(sf->f, rs, sf->spec, kb, b);
+    if (s == PATINA_OK && (s = patina_identify_siblings(rs, a, b, sf->opts, &inliers)) != PATINA_OK)
+        s = clu_fail_lib(s, "cluster: the sibling check");
+    patina_refset_free(rs);
+    *siblings = s == PATINA_OK && (double)inliers >= sf->opts->sibling_inliers;
+    return s;
+}
+
 static patina_status identify_range(batch_t *b, size_t q0, size_t n, range_cov_t *cov)
 {
     const patina_identify_opts_t *opts = b->opts;
@@ -884,10 +953,14 @@ static patina_status identify_range(batch_t *b, size_t q0, size_t n, range_cov_t
             results[q].threshold = opts->threshold;
         }
         if (keys) memset(keys, 0, n * opts->k * sizeof *keys);
-    } else if ((s = patina_identify_merge(ph, pr, np, n, opts, hits, results)) != PATINA_OK) {
-        s = clu_fail_lib(s, "cluster: merging %zu answers", np);
-    } else if (keys) {
-        s = clu_identify_keys(ph, pr, pk, np, n, k, hits, results, opts->k, keys);
+    } else {
+        /* distinct: the sibling check reads the two references from their partitions */
+        sib_front_t sf = {b->f, b->rq.spec, opts, ph, (char *const *const *)pk, pr, np, k};
+        if ((s = patina_identify_merge_siblings(ph, pr, np, n, opts, opts->distinct > 0 ? sibling_front : NULL, &sf,
+                                                hits, results)) != PATINA_OK)
+            s = clu_fail_lib(s, "cluster: merging %zu answers", np);
+        else if (keys)
+            s = clu_identify_keys(ph, pr, pk, np, n, k, hits, results, opts->k, keys);
     }
     for (q = 0; b->incomplete && q < n; q++) b->incomplete[q0 + q] = cov->partial;
 out:

@@ -1494,48 +1494,86 @@ out:
     return s;
 }
 
-/* Whether candidates a and b are siblings (opts.distinct): the record of
- * one's item (its image's row, the item's first) verified against the
- * other's rows gives at least o.sibling_inliers inliers, either way. The
- * references alone decide it, with the call's matching and verification
- * options; the seed follows the reference verified against, as always. */
-static int siblings(const idf_many_t *m, scratch_t *sc, const cand_t *a, const cand_t *b)
+/* The sibling check (opts.distinct): the larger inlier count of reference
+ * a's image record (its item's first row) verified against b's rows and
+ * b's against a's, with o's matching and verification options; the seed
+ * follows the reference verified against, as always. sc holds m rows as
+ * the query (sibling_scratch). Stops early once a direction reaches
+ * `enough` (0: never). */
+static size_t sibling_inliers(scratch_t *sc, const patina_refset_t *ra, size_t slot_a, uint64_t id_a,
+                              const patina_refset_t *rb, size_t slot_b, uint64_t id_b, const patina_identify_opts_t *o,
+                              double enough)
 {
-    const cand_t *x = a, *y = b;
-    size_t row;
+    size_t best = 0, row, in;
     for (int dir = 0; dir < 2; dir++) {
-        const patina_refset_t *rx = m->sets[x->set], *ry = m->sets[y->set];
-        const unsigned char *rec = rx->recs + (size_t)x->ref / rx->per * rx->per * rx->stride;
+        const patina_refset_t *rx = dir ? rb : ra, *ry = dir ? ra : rb;
+        const size_t sx = dir ? slot_b : slot_a, sy = dir ? slot_a : slot_b;
+        const unsigned char *rec = rx->recs + sx / rx->per * rx->per * rx->stride;
         prepare_query(sc, rec);
-        if ((double)verify_item(sc, rec, ry, y->ref, y->id, &m->o, &row) >= m->o.sibling_inliers) return 1;
-        x = b;
-        y = a;
+        in = verify_item(sc, rec, ry, sy, dir ? id_a : id_b, o, &row);
+        if (in > best) best = in;
+        if (enough > 0 && (double)best >= enough) break;
     }
+    return best;
+}
+
+/* Worker scratch for the sibling check: a reference record as the query. */
+static int sibling_scratch(scratch_t *sc, const patina_refset_t *rs)
+{
+    const size_t rows = (size_t)params_of(rs)->m, n = (size_t)params_of(rs)->n;
+    if (scratch_new(sc, rows > n ? rows : n, rows)) return 1;
+    scratch_free(sc);
     return 0;
 }
 
-/* opts.distinct for query q's ranked candidates c[0 .. nc): UNKNOWN unless
- * rank 1's score exceeds the runner-up's verified inliers by the margin,
- * the runner-up counting 0 when it is not verified or is rank 1's sibling.
- * *sc is made on first use (a reference record as the query: m rows). */
-static patina_status apply_distinct(const idf_many_t *m, scratch_t *sc, int *have_sc, const cand_t *c, size_t nc,
-                                    double s1, patina_identify_result_t *res)
+/* idf_distinct's question for one query of idf_many_finish: are its ranked
+ * candidates c[0] and c[1] siblings? The scratch is made on first use. */
+typedef struct {
+    const idf_many_t *m;
+    scratch_t *sc;
+    int *have_sc;
+    const cand_t *c;
+} sib_ask_t;
+
+static patina_status sib_ask(void *user, int *siblings)
 {
-    const double r2 = nc > 1 && c[1].verified ? (double)c[1].inliers : 0.0;
-    if (res->decision == PATINA_DECISION_UNKNOWN || s1 - r2 >= m->o.distinct) return PATINA_OK;
-    if (r2 > 0 && s1 >= m->o.distinct) {
-        if (!*have_sc) {
-            const size_t rows = (size_t)params_of(m->sets[0])->m, n = (size_t)params_of(m->sets[0])->n;
-            if (!scratch_new(sc, rows > n ? rows : n, rows)) {
-                scratch_free(sc);
-                return patina__fail(PATINA_E_NOMEM, "identify: out of memory for the sibling check");
-            }
-            *have_sc = 1;
-        }
-        if (siblings(m, sc, &c[0], &c[1])) return PATINA_OK;
+    sib_ask_t *a = user;
+    const cand_t *x = &a->c[0], *y = &a->c[1];
+    if (!*a->have_sc) {
+        if (!sibling_scratch(a->sc, a->m->sets[0]))
+            return patina__fail(PATINA_E_NOMEM, "identify: out of memory for the sibling check");
+        *a->have_sc = 1;
     }
-    res->decision = PATINA_DECISION_UNKNOWN;
+    *siblings = (double)sibling_inliers(a->sc, a->m->sets[x->set], x->ref, x->id, a->m->sets[y->set], y->ref, y->id,
+                                        &a->m->o, a->m->o.sibling_inliers) >= a->m->o.sibling_inliers;
     return PATINA_OK;
+}
+
+patina_status patina_identify_siblings(patina_refset_t *rs, uint64_t a, uint64_t b, const patina_identify_opts_t *opts,
+                                       size_t *inliers)
+{
+    patina_identify_opts_t o;
+    scratch_t sc;
+    size_t sa, sb;
+    int fa, fb;
+    patina_status s = PATINA_OK;
+    if (!rs || !inliers) return patina__fail(PATINA_E_INVALID, "identify siblings: null argument");
+    *inliers = 0;
+    if (opts) o = *opts;
+    else patina_identify_opts_init(&o);
+    PATINA_TRY(check_opts(&o));
+    if (!sibling_scratch(&sc, rs)) return patina__fail(PATINA_E_NOMEM, "identify siblings: out of memory");
+    pthread_rwlock_rdlock(&rs->lock);
+    sa = find_slot(rs, a, &fa);
+    sb = find_slot(rs, b, &fb);
+    if (!fa || !fb || rs->dead[sa] || rs->dead[sb])
+        s = patina__fail(PATINA_E_NOTFOUND, "identify siblings: reference %llu is not in the set",
+                         (unsigned long long)(!fa || rs->dead[sa] ? a : b));
+    else
+        *inliers = sibling_inliers(&sc, rs, sa, a, rs, sb, b, &o, 0);
+    pthread_rwlock_unlock(&rs->lock);
+    scratch_free(&sc);
+    return s;
 }
 
 patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_identify_hit_t *hits,
@@ -1621,9 +1659,12 @@ patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_ident
         results[q].threshold = m->o.threshold;
         results[q].decision = idf_decide(nh ? hits[q * k].score : 0,
                                          nc > 1 && c[1].verified ? (double)c[1].inliers : -1, nh, &m->o);
-        if (m->o.distinct > 0 && nh &&
-            (s = apply_distinct(m, &dsc, &have_dsc, c, nc, hits[q * k].score, &results[q])) != PATINA_OK)
-            break;
+        if (m->o.distinct > 0 && nh) {
+            sib_ask_t ask = {m, &dsc, &have_dsc, c};
+            s = idf_distinct(&results[q].decision, hits[q * k].score, nc > 1 && c[1].verified ? (double)c[1].inliers : 0,
+                             &m->o, sib_ask, &ask);
+            if (s != PATINA_OK) break;
+        }
     }
     if (have_dsc) scratch_free(&dsc);
 out:

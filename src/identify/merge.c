@@ -43,10 +43,33 @@ static int cmp_by_verified(const void *a, const void *b)
     return cmp_matches(x, y);
 }
 
+/* idf_distinct's question for query q of a merge, passed on to the caller's callback. */
+typedef struct {
+    patina_sibling_fn fn;
+    void *user;
+    size_t q;
+    uint64_t a, b;
+} merge_ask_t;
+
+static patina_status merge_ask(void *user, int *siblings)
+{
+    merge_ask_t *m = user;
+    return m->fn(m->user, m->q, m->a, m->b, siblings);
+}
+
 patina_status patina_identify_merge(const patina_identify_hit_t *const *part_hits,
                                     const patina_identify_result_t *const *part_results, size_t np, size_t nq,
                                     const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
                                     patina_identify_result_t *results)
+{
+    return patina_identify_merge_siblings(part_hits, part_results, np, nq, opts, NULL, NULL, hits, results);
+}
+
+patina_status patina_identify_merge_siblings(const patina_identify_hit_t *const *part_hits,
+                                             const patina_identify_result_t *const *part_results, size_t np,
+                                             size_t nq, const patina_identify_opts_t *opts, patina_sibling_fn sibling,
+                                             void *user, patina_identify_hit_t *hits,
+                                             patina_identify_result_t *results)
 {
     patina_identify_opts_t o;
     size_t pk, p, q, i, nverify;
@@ -61,10 +84,14 @@ patina_status patina_identify_merge(const patina_identify_hit_t *const *part_hit
         return patina__fail(PATINA_E_LIMIT, "identify merge: k or verify_top over %d", PATINA_K_MAX);
     if (!(o.ambiguity >= 0 && o.ambiguity <= 1)) /* the decision's margin (the parts' options are the library's) */
         return patina__fail(PATINA_E_INVALID, "identify merge: ambiguity %g is not in [0, 1]", o.ambiguity);
-    if (o.distinct != 0)
+    if (!(o.distinct >= 0 && o.distinct <= PATINA_THRESHOLD_MAX) || !(o.sibling_inliers >= 1))
+        return patina__fail(PATINA_E_INVALID, "identify merge: distinct %g or sibling_inliers %g out of bounds",
+                            o.distinct, o.sibling_inliers);
+    if (o.distinct != 0 && !sibling)
         return patina__fail(PATINA_E_INVALID,
                             "identify merge: distinct %g: the sibling check needs both references' rows, which "
-                            "the parts' answers do not carry (identify on one process, or distinct 0)",
+                            "the parts' answers do not carry (patina_identify_merge_siblings with a callback that "
+                            "fetches them, or distinct 0)",
                             o.distinct);
     if (!(o.threshold >= 0))
         return patina__fail(PATINA_E_INVALID,
@@ -117,6 +144,15 @@ patina_status patina_identify_merge(const patina_identify_hit_t *const *part_hit
         results[q].nhits = nh;
         results[q].threshold = o.threshold;
         results[q].decision = idf_decide(nh ? buf[0].score : 0, n > 1 && buf[1].verified ? buf[1].score : -1, nh, &o);
+        if (o.distinct > 0 && nh) {
+            merge_ask_t ask = {sibling, user, q, buf[0].id, n > 1 ? buf[1].id : 0};
+            patina_status s = idf_distinct(&results[q].decision, buf[0].score,
+                                           n > 1 && buf[1].verified ? (double)buf[1].inliers : 0, &o, merge_ask, &ask);
+            if (s != PATINA_OK) {
+                free(buf);
+                return s;
+            }
+        }
     }
     free(buf);
     return PATINA_OK;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/internal.h"
 #include "identify/identify.h"
 
 #define RANSAC_CONFIDENCE 0.999
@@ -383,4 +384,17 @@ patina_identify_decision idf_decide(double s1, double s2, size_t nh, const patin
     if (nh == 0 || !(s1 >= o->threshold)) return PATINA_DECISION_UNKNOWN;
     /* a runner-up of another item with comparable evidence: both shown; far less: rank 1's */
     return s2 >= o->threshold && s2 >= o->ambiguity * s1 ? PATINA_DECISION_AMBIGUOUS : PATINA_DECISION_MATCH;
+}
+
+patina_status idf_distinct(patina_identify_decision *d, double s1, double r2, const patina_identify_opts_t *o,
+                           patina_status (*sib)(void *user, int *siblings), void *user)
+{
+    int siblings = 0;
+    if (!(o->distinct > 0) || *d == PATINA_DECISION_UNKNOWN || s1 - r2 >= o->distinct) return PATINA_OK;
+    if (r2 > 0 && s1 >= o->distinct) { /* a sibling runner-up counts 0 */
+        PATINA_TRY(sib(user, &siblings));
+        if (siblings) return PATINA_OK;
+    }
+    *d = PATINA_DECISION_UNKNOWN;
+    return PATINA_OK;
 }

@@ -386,11 +386,6 @@ static int hc_identify(req_t *r, scoll_t *sc)
     if (param_allow_partial(&p, &allow) || param_str(&p, "family", fbuf, sizeof fbuf, &family) ||
         identify_params(r, &p, &io, &far))
         goto done;
-    if (io.distinct > 0) {
-        reply_problem(r, 400, "'distinct': the sibling check needs both references' rows, which a cluster's front "
-                              "end does not hold");
-        goto done;
-    }
     if ((s = clu_session_table(cl->s, r->srv->ctx, family, PATINA_CAP_IDENTIFY, &t)) != PATINA_OK) {
         reply_problem(r, 422, "%s", clu_last_error());
         goto done;

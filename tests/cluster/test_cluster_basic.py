@@ -266,9 +266,29 @@ def test_cluster_basic():
         assert all(a["partial"] is False and a["coverage"]["partitions"] == P for a in k), k
         say(f"identify -k 5: cluster == embedded (decisions {[a['decision'] for a in k]}; keys, scores, inliers, "
             "matches)")
-        # --distinct needs both references' rows for its sibling check: a front end refuses it
-        r = run("identify", "photos", "--cluster", c.url, "--distinct", "3", queries[0], ok=(2,))
-        assert "sibling" in r.stderr, r.stderr
+        # --distinct: the front end's sibling check reads the two references from their partitions and
+        # decides as the embedded collection. The margin is set one above rank 1's lead over rank 2 for
+        # each query that has a verified rank 2, so the check runs; S = 1 and a huge S decide both ways.
+        e0 = jsonl(run("identify", emb, "-k", "5", "--threshold", "0", *files, "--format", "json").stdout)
+        asked, kept = 0, []
+        for f, a in zip(files, e0):
+            h = a["hits"]
+            if len(h) < 2 or not h[1]["verified"] or not h[1]["inliers"]:
+                continue
+            d = str(h[0]["score"] - h[1]["inliers"] + 1)
+            for s in ("1", "1000000"):
+                e, k = both("identify", "-k", "2", "--threshold", "1", "--distinct", d, "--sibling-inliers", s, f)
+                assert ident_of(e) == ident_of(k), (f, d, s, e, k)
+                if s == "1":
+                    kept.append(k[0]["decision"] != "unknown")
+                else:
+                    assert k[0]["decision"] == "unknown", k  # not siblings: the margin fails
+            asked += 1
+            if asked == 3:
+                break
+        assert asked and any(kept), f"the sibling check was not exercised both ways ({asked} queries, {kept})"
+        say(f"identify --distinct: cluster == embedded on {asked} queries whose margin needs the sibling check "
+            f"({sum(kept)} of them kept by a sibling runner-up at S = 1, none at S = 10^6)")
         # the options the shards' verification and the front end's decision use travel with the request:
         # guided matching (in the shards), the ambiguity margin and a threshold (in the merge)
         e, k = both("identify", "-k", "5", "--guided", "--guided-ratio", "0.85", "--ambiguity", "0",
