@@ -630,17 +630,18 @@ static void test_decisions(void **state)
 
 /* A merge's sibling callback: records its calls, answers from `answer`. */
 typedef struct {
-    int answer, calls;
+    size_t answer;
+    int calls;
     size_t q;
     uint64_t a, b;
 } sib_cb_t;
 
-static patina_status sib_cb(void *user, size_t query, uint64_t a, uint64_t b, int *siblings)
+static patina_status sib_cb(void *user, size_t query, uint64_t a, uint64_t b, size_t *inliers)
 {
     sib_cb_t *c = user;
     c->calls++;
     c->q = query, c->a = a, c->b = b;
-    *siblings = c->answer;
+    *inliers = c->answer;
     return PATINA_OK;
 }
 
@@ -733,7 +734,7 @@ static void test_distinct(void **state)
         patina_identify_result_t pr, mr;
         const patina_identify_hit_t *phv[1] = {ph};
         const patina_identify_result_t *prv[1] = {&pr};
-        sib_cb_t cb = {1, 0, 0, 0, 0};
+        sib_cb_t cb = {PATINA_SIBLING_INLIERS_DEFAULT, 0, 0, 0, 0}; /* just enough: siblings */
         patina_identify_opts_init(&po);
         po.threshold = 4;
         po.k = patina_identify_part_k(&po);
@@ -743,7 +744,7 @@ static void test_distinct(void **state)
         TU_OK(patina_identify_merge_siblings(phv, prv, 1, 1, &po, sib_cb, &cb, mh, &mr));
         assert_true(cb.calls == 1 && cb.q == 0 && cb.a == 1 && cb.b == 2);
         assert_int_equal(mr.decision, PATINA_DECISION_AMBIGUOUS);
-        cb.answer = 0;
+        cb.answer = PATINA_SIBLING_INLIERS_DEFAULT - 1; /* one short: not siblings */
         TU_OK(patina_identify_merge_siblings(phv, prv, 1, 1, &po, sib_cb, &cb, mh, &mr));
         assert_int_equal(mr.decision, PATINA_DECISION_UNKNOWN);
         po.distinct = s1 - s2; /* met: no question */

@@ -304,10 +304,10 @@ PATINA_API patina_status patina_identify_merge(const patina_identify_hit_t *cons
 
 /* opts.distinct's sibling check for a merge, whose parts carry no rows:
  * asked only for the queries the margin would otherwise reject, with the
- * ids of the merged ranks 1 and 2 of query `query`; sets *siblings (1 when
- * the two references are siblings: patina_identify_siblings reaches
- * opts.sibling_inliers). A failure fails the merge. */
-typedef patina_status (*patina_sibling_fn)(void *user, size_t query, uint64_t a, uint64_t b, int *siblings);
+ * ids of the merged ranks 1 and 2 of query `query`; sets *inliers to what
+ * patina_identify_siblings gives for the two references (the merge
+ * compares it with opts.sibling_inliers). A failure fails the merge. */
+typedef patina_status (*patina_sibling_fn)(void *user, size_t query, uint64_t a, uint64_t b, size_t *inliers);
 
 /* patina_identify_merge with opts.distinct applied through `sibling`
  * (the caller fetches the two references, e.g. a cluster's front end from

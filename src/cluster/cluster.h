@@ -296,6 +296,10 @@ patina_status clu_writer_put_ex(clu_writer_t *w, const patina_insert_t *item, co
 /* The record of key as stored (*data malloc'd, *n bytes: clu_record_decode
  * reads it; *rev (may be NULL) its revision). PATINA_E_NOTFOUND when absent. */
 patina_status clu_writer_get(clu_writer_t *w, const char *key, void **data, size_t *n, uint64_t *rev);
+/* The same read for any holder of a connection and the collection's config
+ * (a front end reading references for the sibling check). */
+patina_status clu_record_get(clu_conn_t *c, const clu_config_t *cfg, const char *key, void **data, size_t *n,
+                             uint64_t *rev);
 /* Deletes the image of key (PATINA_E_NOTFOUND when absent). */
 patina_status clu_writer_delete(clu_writer_t *w, const char *key);
 

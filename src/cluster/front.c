@@ -828,7 +828,6 @@ out:
     return s;
 }
 
-/* Queries [q0, q0 + n) of an identification batch, into the caller's outputs at q0. */
 /* opts.distinct's sibling check on the front end (patina_identify_merge_siblings):
  * the two references' records read from their partitions' buckets (their
  * keys come with the parts' hits), put into a two-item reference set and
@@ -855,49 +854,42 @@ static const char *part_key(const sib_front_t *sf, size_t q, uint64_t id)
 /* Reference `id` (image `key`) of table spec into rs, read from its partition's bucket. */
 static patina_status put_reference(clu_front_t *f, patina_refset_t *rs, const char *spec, const char *key, uint64_t id)
 {
-    const uint32_t p = patina_key_partition(key, f->cfg.partitions);
-    char kk[65], bucket[128];
-    natsMsg *e = NULL;
-    natsStatus ns;
+    void *data;
+    size_t n;
     clu_record_t rec;
     const clu_rtable_t *t;
     patina_status s;
-    clu_kv_key(kk, key);
-    clu_bucket_partition(bucket, sizeof bucket, f->cfg.name, p);
-    if ((ns = clu_kv_latest(&e, f->c, bucket, kk)) != NATS_OK)
-        return ns == NATS_NOT_FOUND ? clu_fail(PATINA_E_NOTFOUND, "cluster: the sibling check: image '%s' is gone", key)
-                                    : clu_nats_fail(ns, "cluster: the sibling check: partition %u, key %s", p, kk);
-    s = clu_record_decode(&rec, natsMsg_GetData(e), (size_t)natsMsg_GetDataLength(e));
+    PATINA_TRY_CLU(clu_record_get(f->c, &f->cfg, key, &data, &n, NULL));
+    s = clu_record_decode(&rec, data, n);
     if (s == PATINA_OK && (!(t = clu_record_table(&rec, spec)) || rec.id != id))
         s = clu_fail(PATINA_E_NOTFOUND, "cluster: the sibling check: image '%s' has no %s record of id %llu", key, spec,
                      (unsigned long long)id);
     else if (s == PATINA_OK && (s = patina_refset_put(rs, id, t->desc, t->bytes)) != PATINA_OK)
         s = clu_fail_lib(s, "cluster: the sibling check: image '%s'", key);
-    natsMsg_Destroy(e);
+    free(data);
     return s;
 }
 
-static patina_status sibling_front(void *user, size_t q, uint64_t a, uint64_t b, int *siblings)
+static patina_status sibling_front(void *user, size_t q, uint64_t a, uint64_t b, size_t *inliers)
 {
     const sib_front_t *sf = user;
     const char *ka = part_key(sf, q, a), *kb = part_key(sf, q, b);
     patina_refset_t *rs = NULL;
-    size_t inliers = 0;
     patina_status s;
-    *siblings = 0;
+    *inliers = 0;
     if (!ka || !kb)
         return clu_fail(PATINA_E_INVALID, "cluster: the sibling check: no key for reference %llu",
                         (unsigned long long)(ka ? b : a));
     if ((s = patina_refset_new(&rs, sf->spec)) != PATINA_OK) return clu_fail_lib(s, "cluster: the sibling check");
     s = put_reference(sf->f, rs, sf->spec, ka, a);
     if (s == PATINA_OK) s = put_reference(sf->f, rs, sf->spec, kb, b);
-    if (s == PATINA_OK && (s = patina_identify_siblings(rs, a, b, sf->opts, &inliers)) != PATINA_OK)
+    if (s == PATINA_OK && (s = patina_identify_siblings(rs, a, b, sf->opts, inliers)) != PATINA_OK)
         s = clu_fail_lib(s, "cluster: the sibling check");
     patina_refset_free(rs);
-    *siblings = s == PATINA_OK && (double)inliers >= sf->opts->sibling_inliers;
     return s;
 }
 
+/* Queries [q0, q0 + n) of an identification batch, into the caller's outputs at q0. */
 static patina_status identify_range(batch_t *b, size_t q0, size_t n, range_cov_t *cov)
 {
     const patina_identify_opts_t *opts = b->opts;

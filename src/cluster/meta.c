@@ -436,16 +436,22 @@ patina_status clu_writer_put_ex(clu_writer_t *w, const patina_insert_t *item, co
 
 patina_status clu_writer_get(clu_writer_t *w, const char *key, void **data, size_t *n, uint64_t *rev)
 {
-    const uint32_t p = patina_key_partition(key, w->cfg.partitions);
+    return clu_record_get(w->c, &w->cfg, key, data, n, rev);
+}
+
+patina_status clu_record_get(clu_conn_t *c, const clu_config_t *cfg, const char *key, void **data, size_t *n,
+                             uint64_t *rev)
+{
+    const uint32_t p = patina_key_partition(key, cfg->partitions);
     char kk[65], bucket[128];
     natsMsg *e = NULL;
     natsStatus ns;
     *data = NULL;
     *n = 0;
     clu_kv_key(kk, key);
-    clu_bucket_partition(bucket, sizeof bucket, w->cfg.name, p);
-    ns = clu_kv_latest(&e, w->c, bucket, kk);
-    if (ns == NATS_NOT_FOUND) return clu_fail(PATINA_E_NOTFOUND, "cluster: collection %s has no image '%s'", w->cfg.name, key);
+    clu_bucket_partition(bucket, sizeof bucket, cfg->name, p);
+    ns = clu_kv_latest(&e, c, bucket, kk);
+    if (ns == NATS_NOT_FOUND) return clu_fail(PATINA_E_NOTFOUND, "cluster: collection %s has no image '%s'", cfg->name, key);
     if (ns != NATS_OK) return clu_nats_fail(ns, "cluster: partition %u, key %s", p, kk);
     *n = (size_t)natsMsg_GetDataLength(e);
     if (rev) *rev = natsMsg_GetSequence(e);

@@ -1535,7 +1535,7 @@ typedef struct {
     const cand_t *c;
 } sib_ask_t;
 
-static patina_status sib_ask(void *user, int *siblings)
+static patina_status sib_ask(void *user, size_t *inliers)
 {
     sib_ask_t *a = user;
     const cand_t *x = &a->c[0], *y = &a->c[1];
@@ -1544,8 +1544,8 @@ static patina_status sib_ask(void *user, int *siblings)
             return patina__fail(PATINA_E_NOMEM, "identify: out of memory for the sibling check");
         *a->have_sc = 1;
     }
-    *siblings = (double)sibling_inliers(a->sc, a->m->sets[x->set], x->ref, x->id, a->m->sets[y->set], y->ref, y->id,
-                                        &a->m->o, a->m->o.sibling_inliers) >= a->m->o.sibling_inliers;
+    *inliers = sibling_inliers(a->sc, a->m->sets[x->set], x->ref, x->id, a->m->sets[y->set], y->ref, y->id, &a->m->o,
+                               a->m->o.sibling_inliers);
     return PATINA_OK;
 }
 

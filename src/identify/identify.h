@@ -88,11 +88,12 @@ patina_identify_decision idf_decide(double s1, double s2, size_t nh, const patin
 /* opts.distinct on a query idf_decide decided (one rule for patina_identify
  * and the merge): *d becomes UNKNOWN unless rank 1's score s1 exceeds r2
  * (rank 2's verified inliers, 0 when missing or not verified) by
- * o->distinct, r2 counting 0 when sib(user, &siblings) says the two
- * references are siblings (asked only then, and only when s1 alone meets
- * the margin). Nothing changes with distinct 0 or an UNKNOWN decision. */
+ * o->distinct, r2 counting 0 when the two references are siblings:
+ * sib(user, &inliers) gives at least o->sibling_inliers (asked only then,
+ * and only when s1 alone meets the margin). Nothing changes with distinct
+ * 0 or an UNKNOWN decision. */
 patina_status idf_distinct(patina_identify_decision *d, double s1, double r2, const patina_identify_opts_t *o,
-                           patina_status (*sib)(void *user, int *siblings), void *user);
+                           patina_status (*sib)(void *user, size_t *inliers), void *user);
 
 /* ------------------------------------------------------ several sets at once */
 

@@ -51,10 +51,10 @@ typedef struct {
     uint64_t a, b;
 } merge_ask_t;
 
-static patina_status merge_ask(void *user, int *siblings)
+static patina_status merge_ask(void *user, size_t *inliers)
 {
     merge_ask_t *m = user;
-    return m->fn(m->user, m->q, m->a, m->b, siblings);
+    return m->fn(m->user, m->q, m->a, m->b, inliers);
 }
 
 patina_status patina_identify_merge(const patina_identify_hit_t *const *part_hits,
@@ -84,9 +84,9 @@ patina_status patina_identify_merge_siblings(const patina_identify_hit_t *const 
         return patina__fail(PATINA_E_LIMIT, "identify merge: k or verify_top over %d", PATINA_K_MAX);
     if (!(o.ambiguity >= 0 && o.ambiguity <= 1)) /* the decision's margin (the parts' options are the library's) */
         return patina__fail(PATINA_E_INVALID, "identify merge: ambiguity %g is not in [0, 1]", o.ambiguity);
-    if (!(o.distinct >= 0 && o.distinct <= PATINA_THRESHOLD_MAX) || !(o.sibling_inliers >= 1))
-        return patina__fail(PATINA_E_INVALID, "identify merge: distinct %g or sibling_inliers %g out of bounds",
-                            o.distinct, o.sibling_inliers);
+    /* the decision's options, bounded by the options table (the parts' are the library's) */
+    PATINA_TRY(patina_options_check(PATINA_OPTIONS_IDENTIFY, "distinct", o.distinct));
+    PATINA_TRY(patina_options_check(PATINA_OPTIONS_IDENTIFY, "sibling_inliers", o.sibling_inliers));
     if (o.distinct != 0 && !sibling)
         return patina__fail(PATINA_E_INVALID,
                             "identify merge: distinct %g: the sibling check needs both references' rows, which "

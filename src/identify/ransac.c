@@ -387,13 +387,13 @@ patina_identify_decision idf_decide(double s1, double s2, size_t nh, const patin
 }
 
 patina_status idf_distinct(patina_identify_decision *d, double s1, double r2, const patina_identify_opts_t *o,
-                           patina_status (*sib)(void *user, int *siblings), void *user)
+                           patina_status (*sib)(void *user, size_t *inliers), void *user)
 {
-    int siblings = 0;
+    size_t inliers = 0;
     if (!(o->distinct > 0) || *d == PATINA_DECISION_UNKNOWN || s1 - r2 >= o->distinct) return PATINA_OK;
     if (r2 > 0 && s1 >= o->distinct) { /* a sibling runner-up counts 0 */
-        PATINA_TRY(sib(user, &siblings));
-        if (siblings) return PATINA_OK;
+        PATINA_TRY(sib(user, &inliers));
+        if ((double)inliers >= o->sibling_inliers) return PATINA_OK;
     }
     *d = PATINA_DECISION_UNKNOWN;
     return PATINA_OK;

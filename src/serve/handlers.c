@@ -1002,11 +1002,6 @@ done:
     return MHD_YES;
 }
 
-/* The identification parameters of a request -- k, verify, threshold or
- * far, ratio, ambiguity, distinct, sibling_inliers -- and its query image, checked against the library's bounds
- * (include/patina/options.h) and the server's --max-k, into io (the
- * library's defaults first): 0, or -1 after answering. The embedded and
- * the cluster front ends read identify requests through it. */
 /* Identification parameter `name` (a number the library's options table
  * bounds under the same name) into *field when given: 0, or -1 after
  * answering. */
@@ -1024,6 +1019,12 @@ static int identify_num(req_t *r, params_t *p, const char *name, double *field)
     return 0;
 }
 
+/* The identification parameters of a request -- k, verify, threshold or
+ * far, ratio, ambiguity, distinct, sibling_inliers -- and its query image,
+ * checked against the library's bounds (include/patina/options.h) and the
+ * server's --max-k, into io (the library's defaults first): 0, or -1 after
+ * answering. The embedded and the cluster front ends read identify
+ * requests through it. */
 int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *far)
 {
     uint64_t k, verify;
