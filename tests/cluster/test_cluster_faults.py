@@ -288,13 +288,17 @@ def test_kill_jetstream_leader_during_writes(patina_cluster_cli, nats3, procs, t
     procs.wait_for(whole, "the front end's whole answer", 60)
     assert len(acked) >= n // 2, f"only {len(acked)} of {n} writes acknowledged; failures: {failed[:5]}"
     # 503 is "not now" (a bucket stream without a leader yet: its elections after two kills can
-    # outlast the front end's 3 s leader read on a loaded machine), not a lost write: ask again;
-    # 404, a partial answer or a missing hit would be one
+    # outlast the front end's 3 s leader read on a loaded machine), and so is a partial answer: the
+    # members bucket's entries live 5 s, and a heartbeat that falls in an election lets one expire,
+    # so the front end briefly sees fewer shards (seen once in a fresh-debian run: 0 of 8
+    # partitions, after a whole answer). Neither is a lost write: ask again until the deadline; a
+    # 404, an answer still partial then, or a whole answer without the hit would be one
     deadline = time.monotonic() + 60
 
     def settled(ask):
         code, ans = ask()
-        while code == 503 and time.monotonic() < deadline:
+        while (code == 503 or (code == 200 and isinstance(ans, dict) and ans.get("partial"))) and \
+                time.monotonic() < deadline:
             time.sleep(0.5)
             code, ans = ask()
         return code, ans
