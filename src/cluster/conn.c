@@ -39,6 +39,9 @@ static patina_status classify(natsStatus ns, const char *detail)
     if (detail && strstr(detail, "wrong last sequence")) return PATINA_E_BUSY;
     /* JetStream's 10008 (a stream or the meta layer without a leader, an election under way) */
     if (detail && strstr(detail, "temporarily unavailable")) return PATINA_E_UNAVAILABLE;
+    /* JetStream's 10005 with the reason "peer offline": a replica's server is down or not yet known
+     * to the meta leader (just started, or its heartbeat late); placement may succeed in a moment */
+    if (detail && strstr(detail, "no suitable peers") && strstr(detail, "peer offline")) return PATINA_E_UNAVAILABLE;
     return clu_nats_status(ns);
 }
 

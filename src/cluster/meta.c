@@ -90,19 +90,29 @@ static patina_status config_parse(clu_config_t *cfg, const char *name, const cha
     return PATINA_OK;
 }
 
+/* Creates the KV bucket (a JetStream stream), its transient failures retried
+ * for at most CLU_START_WAIT_MS. */
 static patina_status bucket_create(clu_conn_t *c, const char *bucket, int replicas, int64_t ttl_ms)
 {
     kvConfig kc;
     kvStore *kv = NULL;
-    natsStatus ns;
+    clu_retry_t r;
+    patina_status s;
     kvConfig_Init(&kc);
     kc.Bucket = bucket;
     kc.History = 1;
     kc.Replicas = replicas;
     kc.TTL = ttl_ms * 1000000; /* nanoseconds */
     kc.StorageType = js_FileStorage;
-    ns = js_CreateKeyValue(&kv, c->js, &kc);
-    if (ns != NATS_OK) return clu_nats_fail(ns, "cluster: creating bucket %s", bucket);
+    clu_retry_init(&r, CLU_START_WAIT_MS);
+    for (;;) {
+        const natsStatus ns = js_CreateKeyValue(&kv, c->js, &kc);
+        if (ns == NATS_OK) break;
+        s = clu_nats_fail(ns, "cluster: creating bucket %s", bucket);
+        /* only "not now" is asked again: a meta leader being elected, a timeout (creating the same
+         * bucket again is then a no-op), a server JetStream counts as offline for placement */
+        if (s != PATINA_E_UNAVAILABLE || !clu_retry(&r, s)) return s;
+    }
     kvStore_Destroy(kv);
     return PATINA_OK;
 }

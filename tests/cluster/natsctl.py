@@ -203,14 +203,15 @@ class Cluster:
         self.wait_healthy(timeout=timeout)
 
     def wait_healthy(self, servers=None, timeout=30.0):
-        """Until every (running) server answers /healthz 200 and, with several, a meta leader is known."""
+        """Until every (running) server answers /healthz 200 and, with several, a meta leader is known that
+        counts every other running server as a current peer (peers_current)."""
         servers = servers or [s for s in self.servers if s.proc is not None]
         deadline = time.monotonic() + timeout
         while True:
             for s in servers:
                 if s.proc is not None and s.proc.poll() is not None:
                     raise NatsError(f"{s.name} exited with {s.proc.returncode}; its log:\n{self.log_tail(s)}")
-            if all(s.healthy() for s in servers) and (self.n == 1 or self.meta_leader() is not None):
+            if all(s.healthy() for s in servers) and (self.n == 1 or self.peers_current()):
                 return
             if time.monotonic() > deadline:
                 raise NatsError(f"servers not healthy within {timeout} s; logs:\n" +
@@ -308,6 +309,26 @@ class Cluster:
             return None
         leader = seen.pop()
         return leader if leader and self.server(leader).alive() else None
+
+    def peers_current(self):
+        """A meta leader is known and it counts every other running server as a current, online peer
+        (what JetStream's placement of a new replicated stream needs: before that, creating an R3
+        bucket can fail with "no suitable peers for placement, peer offline")."""
+        lead = self.meta_leader()
+        if lead is None:
+            return False
+        try:
+            meta = self.server(lead).jsz().get("meta_cluster") or {}
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+        seen = {r.get("name"): r for r in meta.get("replicas") or []}
+        for s in self.servers:
+            if s.name == lead or not s.alive():
+                continue
+            r = seen.get(s.name)
+            if not r or not r.get("current") or r.get("offline"):
+                return False
+        return True
 
     def wait_meta_leader(self, exclude=None, timeout=30.0):
         deadline = time.monotonic() + timeout
