@@ -232,7 +232,7 @@ static double median_of(double *v, int n)
 /* o->prof and o->wall: reps calls of the single query q with the
  * measurement on (patina_gpu__knn_prof), each figure's median. */
 #define PROF_REPS 15
-#define PROF_FIELDS 13
+#define PROF_FIELDS 18
 static void measure_one(one_row_t *o, const patina_index_t *ix, const uint8_t *q, size_t k, patina_hit_t *h,
                         size_t *c)
 {
@@ -251,7 +251,8 @@ static void measure_one(one_row_t *o, const patina_index_t *ix, const uint8_t *q
         /* the call's time less the measurement's own readings */
         const double wall = (t1 - t0) * 1e6 - p.meas_us;
         const double f[PROF_FIELDS] = {wall, p.kernel_us, p.spread_us, p.pilot_us, p.theta_us, p.scan_us, p.sync_us,
-                                       p.final_us, p.begin_us, p.prep_us, p.launch_us, p.wait_us, p.out_us};
+                                       p.final_us, p.begin_us, p.prep_us, p.launch_us, p.wait_us, p.out_us,
+                                       p.f_prep_us, p.f_gather_us, p.f_kth_us, p.f_ref_us, p.f_sort_us};
         for (int i = 0; i < PROF_FIELDS; i++) v[i][m] = f[i];
         cand[m++] = (double)p.cand;
     }
@@ -271,6 +272,11 @@ static void measure_one(one_row_t *o, const patina_index_t *ix, const uint8_t *q
     pr->launch_us = median_of(v[10], m);
     pr->wait_us = median_of(v[11], m);
     pr->out_us = median_of(v[12], m);
+    pr->f_prep_us = median_of(v[13], m);
+    pr->f_gather_us = median_of(v[14], m);
+    pr->f_kth_us = median_of(v[15], m);
+    pr->f_ref_us = median_of(v[16], m);
+    pr->f_sort_us = median_of(v[17], m);
     pr->cand = (size_t)median_of(cand, m);
 }
 
@@ -321,6 +327,17 @@ static void print_one(double hbm)
                p->scan_us, p->scan_us > 0 ? (double)o->n * 160.0 / (p->scan_us * 1e-6) / 1e9 : 0.0, p->sync_us,
                p->final_us, p->cand, p->begin_us, p->prep_us, p->launch_us, p->wait_us, p->out_us,
                o->wall - p->begin_us - p->prep_us - p->launch_us - p->wait_us - p->out_us);
+    }
+    printf("\n1 query, the final ranking's steps (block 0; us, medians): prep (the query as the CPU prepares "
+           "it), gather (live candidates and their t), kth (kappa, the take-th largest t, and the survivors), ref "
+           "(the survivors' reference distances), sort (sorted, written)\n\n");
+    printf("| rows | k | final | cand | prep | gather | kth | ref | sort |\n|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < NONE; i++) {
+        const one_row_t *o = &ONE[i];
+        const pgpu_knn_prof_t *p = &o->prof;
+        if (!o->measured) continue;
+        printf("| %zu | %zu | %.1f | %zu | %.1f | %.1f | %.1f | %.1f | %.1f |\n", o->n, o->k, p->final_us, p->cand,
+               p->f_prep_us, p->f_gather_us, p->f_kth_us, p->f_ref_us, p->f_sort_us);
     }
 }
 

@@ -479,7 +479,12 @@ typedef struct pgpu_knn_prof {
     double theta_us;  /* theta selected */
     double scan_us;   /* the filtering scan, to the last block's end */
     double sync_us;   /* from the last block's scan end to block 0 past the second barrier */
-    double final_us;  /* block 0's final ranking */
+    double final_us;  /* block 0's final ranking, in steps: */
+    double f_prep_us;   /* the query as the CPU prepares it (C2, its non-zero elements) */
+    double f_gather_us; /* the live candidates and their t gathered */
+    double f_kth_us;    /* kappa (the take-th largest t) and the survivors compacted */
+    double f_ref_us;    /* the survivors' reference distances */
+    double f_sort_us;   /* sorted and written */
     size_t cand;      /* the scan's candidates */
     /* the host's steps (CLOCK_MONOTONIC): */
     double begin_us;  /* device, search state, the copy found and brought up to date */

@@ -462,6 +462,14 @@ static void prof_phases(const unsigned long long *t)
     knn_prof.scan_us = (double)(t[TC_PROF_SCAN] - t[TC_PROF_THETA]) * ns;
     knn_prof.sync_us = (double)(t[TC_PROF_SYNC] - t[TC_PROF_SCAN]) * ns;
     knn_prof.final_us = (double)(t[TC_PROF_END] - t[TC_PROF_SYNC]) * ns;
+    /* the final ranking's steps (a step not reached, a flagged query's, reads 0) */
+    {
+        const int st[6] = {TC_PROF_SYNC, TC_PROF_F_PREP, TC_PROF_F_GATHER, TC_PROF_F_KTH, TC_PROF_F_REF, TC_PROF_END};
+        double *f[5] = {&knn_prof.f_prep_us, &knn_prof.f_gather_us, &knn_prof.f_kth_us, &knn_prof.f_ref_us,
+                        &knn_prof.f_sort_us};
+        for (int i = 0; i < 5; i++)
+            *f[i] = t[st[i]] && t[st[i + 1]] >= t[st[i]] ? (double)(t[st[i + 1]] - t[st[i]]) * ns : 0.0;
+    }
     knn_prof.cand = (size_t)t[TC_PROF_CAND];
 }
 

@@ -227,11 +227,12 @@ k_tc_scan(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, ui
 /* The kth largest of n unsigned keys key(i) for the whole block, as
  * tc_radix_kth (sh: its shared words); kth = 1 (a k = 1 search's every
  * select) is the largest key, found by one block-wide max in place of the
- * radix select's three passes of 2048 bins. n >= kth. */
-template <typename Key>
+ * radix select's passes of 2048 bins. n >= kth. FEW: tc_radix_kth's, for
+ * a few keys in shared memory. */
+template <bool FEW = false, typename Key>
 __device__ __forceinline__ uint32_t tc_kth(Key key, uint32_t n, uint32_t kth, uint32_t *sh)
 {
-    if (kth != 1) return tc_radix_kth(key, n, kth, sh);
+    if (kth != 1) return tc_radix_kth<FEW>(key, n, kth, sh);
     uint32_t m = 0;
     for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) m = max(m, key(i));
 #pragma unroll
@@ -271,6 +272,37 @@ k_tc_select(const float *__restrict__ dense, size_t ld, uint32_t n, uint32_t kth
     }
     const uint32_t bits = tc_kth([v](uint32_t i) { return __float_as_uint(v[i]); }, n, kth, sh);
     if (threadIdx.x == 0 && qinfo[blockIdx.x].x != 0.f) qinfo[blockIdx.x].w = tc_theta(bits);
+}
+
+/* --------------------------------------------------------- measurement */
+
+/* k_tc_one's measurement (a.prof): %globaltimer readings in ns -- block 0's
+ * start, the last block's start, block 0 past the first barrier and past
+ * theta, the last block's scan end, block 0 past the second barrier and at
+ * its end -- and the scan's candidate count; in the final ranking, block 0
+ * past the query's preparation, the candidates' gathering, kappa's select
+ * and the survivors' reference distances. */
+enum { TC_PROF_START, TC_PROF_LAST_START, TC_PROF_PILOT, TC_PROF_THETA, TC_PROF_SCAN, TC_PROF_SYNC, TC_PROF_END,
+       TC_PROF_CAND, TC_PROF_F_PREP, TC_PROF_F_GATHER, TC_PROF_F_KTH, TC_PROF_F_REF, TC_PROF };
+
+__device__ __forceinline__ unsigned long long tc_clock(void)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* Block 0's reading into slot i (every thread of the block past the step);
+ * max: every block's, the latest kept. a.prof is uniform, so the barrier
+ * is too. */
+__device__ __forceinline__ void tc_prof_mark(unsigned long long *prof, int i, bool max)
+{
+    if (!prof || (!max && blockIdx.x != 0)) return;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        if (max) atomicMax(prof + i, tc_clock());
+        else prof[i] = tc_clock();
+    }
 }
 
 /* --------------------------------------------------------------- final */
@@ -348,6 +380,40 @@ __device__ __forceinline__ double tc_reference(const uint8_t *__restrict__ row, 
     return __dsub_rn(100.0, __dmul_rn(100.0, __ddiv_rn(s, __dsub_rn(__dadd_rn(c2, c3), s))));
 }
 
+/* The reference distances of the m rows sid[0 .. m) (row indices) into
+ * key[0 .. m), their ids into sid: tc_reference's value, bit for bit, with
+ * one warp a row. The lanes form the products P[row[qidx[j]]] qv[j] at
+ * once (the row's bytes read in one round trip, not one after another) into
+ * the warp's part of prod (DP doubles a warp), and one lane sums them in
+ * the CPU's order. For few rows (a k-NN's survivors): the latency of one
+ * row's loads is what a thread a row pays; many rows keep tc_reference. */
+template <int DP>
+__device__ void tc_reference_warps(const uint8_t *__restrict__ rows, const uint32_t *__restrict__ t1,
+                                   const double *__restrict__ c3, const double *__restrict__ ptab,
+                                   const uint64_t *__restrict__ ids, const uint16_t *qidx, const double *qv, int nnz,
+                                   double t2, double c2, int m, double *key, uint64_t *sid, double *prod, int nwarps)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    double *pw = prod + (size_t)warp * DP;
+    if (warp < nwarps)
+        for (int i = warp; i < m; i += nwarps) {
+            const uint32_t r = (uint32_t)sid[i], t = t1[r];
+            const uint8_t *row = rows + (size_t)r * DP;
+            const double *p = ptab + (size_t)t * 8;
+            for (int j = lane; j < nnz; j += 32) pw[j] = __dmul_rn(p[row[qidx[j]]], qv[j]);
+            __syncwarp();
+            if (lane == 0) {
+                double s = 0.0;
+                for (int j = 0; j < nnz; j++) s = __dadd_rn(s, pw[j]);
+                key[i] = t == 0 || t2 == 0.0 ? (t == 0 && t2 == 0.0 ? 0.0 : 100.0)
+                                             : __dsub_rn(100.0, __dmul_rn(100.0, __ddiv_rn(s, __dsub_rn(__dadd_rn(c2, c3[r]), s))));
+                sid[i] = ids[r];
+            }
+            __syncwarp();
+        }
+    __syncthreads();
+}
+
 /* Query q's final ranking by the whole block (any multiple of 32 threads
  * dividing 2048). RANGE 0: the k nearest (take = min(k, n)) into
  * out_d / out_id (nq, k) and out_n[q] = take; with `partial` (a chunk of a
@@ -359,7 +425,8 @@ __device__ __forceinline__ double tc_reference(const uint8_t *__restrict__ row, 
  * L2 (ld.cg), so that a kernel that wrote them before a grid-wide barrier
  * reads them here. ckey (k-NN; NULL: none): the candidates' exact t as
  * the scan wrote them (the same tc_exact_t), else computed here. Uses the
- * block's dynamic shared memory (tc_final_smem). */
+ * block's dynamic shared memory (tc_final_smem). prof (NULL: none): block
+ * 0's readings of the steps (k_tc_one's measurement). */
 template <int DP, int RANGE>
 __device__ __forceinline__ void
 tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux,
@@ -367,7 +434,7 @@ tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restri
                const uint64_t *__restrict__ ids, const uint8_t *__restrict__ dead, const uint8_t *qbytes,
                const tc_qinfo_t *qinfo, const uint32_t *cnt, const uint32_t *cand, const double *ckey, int take,
                int partial, int kstride, double radius, double *__restrict__ out_d, uint64_t *__restrict__ out_id,
-               uint32_t *__restrict__ out_n, uint8_t *__restrict__ flag)
+               uint32_t *__restrict__ out_n, uint8_t *__restrict__ flag, unsigned long long *prof)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     double *key = (double *)smem;                         /* (TC_CAND) */
@@ -390,32 +457,49 @@ tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restri
     }
     for (int i = threadIdx.x; i < DP / 4; i += blockDim.x) qw[i] = ((const uint32_t *)(qbytes + (size_t)q * DP))[i];
     __syncthreads();
-    /* the quotients in parallel (each one rounding, as the CPU's), the sum
-     * in order below */
-    for (int i = threadIdx.x; i < DP; i += blockDim.x) qall[i] = __ddiv_rn((double)((const uint8_t *)qw)[i], t2);
+    /* the query as src/search/knn.c's prepare_query makes it, the same
+     * operations on the same doubles: q = a / T2 per element, C2 = the sum
+     * of q^2 over every element in order, the non-zero elements' indices
+     * and q in order. The quotients and squares in parallel (each one
+     * rounding, as the CPU's; the squares in key, free until the gather),
+     * the non-zero elements placed by one warp a 32-element piece after
+     * the pieces before it (their counts in rsh, free until kappa's
+     * select), the sum by one thread in order. */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int i = threadIdx.x; i < DP; i += blockDim.x) {
+        const double v = __ddiv_rn((double)((const uint8_t *)qw)[i], t2);
+        qall[i] = v;
+        key[i] = __dmul_rn(v, v);
+    }
+    for (int p = warp; p < (DP + 31) / 32; p += nw) {
+        const int i = p * 32 + lane;
+        const uint32_t bal = __ballot_sync(0xffffffffu, i < DP && ((const uint8_t *)qw)[i]);
+        if (lane == 0) rsh[p] = (uint32_t)__popc(bal);
+    }
     __syncthreads();
+    for (int p = warp; p < (DP + 31) / 32; p += nw) {
+        const int i = p * 32 + lane;
+        const bool nz = i < DP && ((const uint8_t *)qw)[i];
+        const uint32_t bal = __ballot_sync(0xffffffffu, nz);
+        if (nz) {
+            int pos = __popc(bal & ((1u << lane) - 1u));
+            for (int j = 0; j < p; j++) pos += (int)rsh[j];
+            qidx[pos] = (uint16_t)i;
+            qv[pos] = qall[i];
+        }
+    }
     if (threadIdx.x == 0) {
-        /* the query as src/search/knn.c's prepare_query makes it: q = a / T2
-         * per element, C2 = sum q^2 over every element in order, the
-         * non-zero elements' indices and q in order (same operations, same
-         * doubles) */
-        const uint8_t *a = (const uint8_t *)qw;
         double c2 = 0.0;
         int nz = 0;
-        for (int i = 0; i < DP; i++) {
-            const double v = qall[i];
-            c2 = __dadd_rn(c2, __dmul_rn(v, v));
-            if (a[i]) {
-                qidx[nz] = (uint16_t)i;
-                qv[nz++] = v;
-            }
-        }
+        for (int i = 0; i < DP; i++) c2 = __dadd_rn(c2, key[i]);
+        for (int p = 0; p < (DP + 31) / 32; p++) nz += (int)rsh[p];
         s_c2 = c2;
         s_nnz = nz;
         s_n = 0;
         s_live = 0;
     }
     __syncthreads();
+    tc_prof_mark(prof, TC_PROF_F_PREP, false);
     const int nnz = s_nnz;
     const double c2 = s_c2;
     const int n = (int)c;
@@ -442,14 +526,34 @@ tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restri
     const tc_qinfo_t qi = qinfo[q];
     const double T2 = qi.x, T2sq = qi.y, S2 = qi.z;
     if (ckey) {
+        /* four candidates a thread at once: their loads in flight together,
+         * then the removed rows (live updates) left out; the live ones
+         * appended a warp at a time (one atomic a warp) */
         const double *kq = ckey + (size_t)q * TC_CAND;
-        for (int i = threadIdx.x; i < n; i += blockDim.x) {
-            const uint32_t r = __ldcg(cq + i);
-            const double t = __ldcg(kq + i);
-            if (dead[r]) continue; /* a removed row (live updates) */
-            const int pos = atomicAdd(&s_live, 1);
-            key[pos] = t;
-            sidx[pos] = r;
+        for (int i0 = 0; i0 < n; i0 += 4 * (int)blockDim.x) {
+            uint32_t r[4];
+            double tv[4];
+            bool live[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int i = i0 + j * (int)blockDim.x + (int)threadIdx.x;
+                r[j] = i < n ? __ldcg(cq + i) : 0u;
+                tv[j] = i < n ? __ldcg(kq + i) : 0.0;
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) live[j] = i0 + j * (int)blockDim.x + (int)threadIdx.x < n && !dead[r[j]];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const uint32_t bal = __ballot_sync(0xffffffffu, live[j]);
+                int base = 0;
+                if (lane == 0 && bal) base = atomicAdd(&s_live, __popc(bal));
+                base = __shfl_sync(0xffffffffu, base, 0);
+                if (live[j]) {
+                    const int pos = base + __popc(bal & ((1u << lane) - 1u));
+                    key[pos] = tv[j];
+                    sidx[pos] = r[j];
+                }
+            }
         }
     } else {
         for (int i = threadIdx.x; i < n; i += blockDim.x) {
@@ -465,6 +569,7 @@ tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restri
         }
     }
     __syncthreads();
+    tc_prof_mark(prof, TC_PROF_F_GATHER, false);
     const int nl = s_live;
     if (nl < take && !partial) { /* fewer live candidates than answers: the CPU's */
         if (threadIdx.x == 0) flag[q] = 1;
@@ -475,7 +580,7 @@ tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restri
     /* kappa: the take-th largest t, to 2^-20 relative (the high 32 bits of
      * a non-negative double order like unsigned integers), less 1e-9; the
      * survivors (t >= kappa) are compacted to the front */
-    const uint32_t hi = tc_kth(
+    const uint32_t hi = tc_kth<true>(
         [key](uint32_t i) { return (uint32_t)((unsigned long long)__double_as_longlong(key[i]) >> 32); }, (uint32_t)nl,
         (uint32_t)take, rsh);
     const double kappa = __longlong_as_double((long long)((unsigned long long)hi << 32)) - 1e-9;
@@ -485,12 +590,20 @@ tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restri
             sid[pos] = sidx[i]; /* row index, widened; the ids replace it below */
         }
     __syncthreads();
+    tc_prof_mark(prof, TC_PROF_F_KTH, false);
     const int m = s_n;
-    for (int i = threadIdx.x; i < m; i += blockDim.x) {
-        const uint32_t r = (uint32_t)sid[i];
-        key[i] = tc_reference(rows + (size_t)r * DP, t1[r], c3[r], ptab, qidx, qv, nnz, t2, c2);
-        sid[i] = ids[r];
+    /* sidx is free now: the warps' products (TC_CAND / 2 doubles) */
+    const int nwp = min((int)(blockDim.x >> 5), TC_CAND / 2 / DP);
+    if (m <= 4 * nwp) {
+        tc_reference_warps<DP>(rows, t1, c3, ptab, ids, qidx, qv, nnz, t2, c2, m, key, sid, (double *)sidx, nwp);
+    } else {
+        for (int i = threadIdx.x; i < m; i += blockDim.x) {
+            const uint32_t r = (uint32_t)sid[i];
+            key[i] = tc_reference(rows + (size_t)r * DP, t1[r], c3[r], ptab, qidx, qv, nnz, t2, c2);
+            sid[i] = ids[r];
+        }
     }
+    tc_prof_mark(prof, TC_PROF_F_REF, false);
     tc_sort_hits(key, sid, m, take, out_d + (size_t)q * kstride, out_id + (size_t)q * kstride);
     if (threadIdx.x == 0) out_n[q] = (uint32_t)take;
 }
@@ -506,7 +619,7 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
            uint64_t *__restrict__ out_id, uint32_t *__restrict__ out_n, uint8_t *__restrict__ flag)
 {
     tc_final_query<DP, RANGE>((int)blockIdx.x, rows, aux, t1, c3, ptab, ids, dead, qbytes, qinfo, cnt, cand, NULL,
-                              take, partial, kstride, radius, out_d, out_id, out_n, flag);
+                              take, partial, kstride, radius, out_d, out_id, out_n, flag, NULL);
 }
 
 /* ------------------------------------------------- one query, one launch */
@@ -632,33 +745,6 @@ typedef struct tc_one_args {
     uint32_t q[PGPU_KNN_MAXDIM / 4]; /* the query row, zero padded to DP bytes */
 } tc_one_args_t;
 
-/* k_tc_one's measurement (a.prof): %globaltimer readings in ns -- block 0's
- * start, the last block's start, block 0 past the first barrier and past
- * theta, the last block's scan end, block 0 past the second barrier and at
- * its end -- and the scan's candidate count. */
-enum { TC_PROF_START, TC_PROF_LAST_START, TC_PROF_PILOT, TC_PROF_THETA, TC_PROF_SCAN, TC_PROF_SYNC, TC_PROF_END,
-       TC_PROF_CAND, TC_PROF };
-
-__device__ __forceinline__ unsigned long long tc_clock(void)
-{
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
-/* Block 0's reading into slot i (every thread of the block past the step);
- * max: every block's, the latest kept. a.prof is uniform, so the barrier
- * is too. */
-__device__ __forceinline__ void tc_prof_mark(unsigned long long *prof, int i, bool max)
-{
-    if (!prof || (!max && blockIdx.x != 0)) return;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        if (max) atomicMax(prof + i, tc_clock());
-        else prof[i] = tc_clock();
-    }
-}
-
 /* One k-NN query through the whole engine in one cooperative launch (grid
  * <= the blocks that fit on the device at once, so that the barriers
  * cannot deadlock), T2 > 0:
@@ -725,7 +811,7 @@ k_tc_one(const tc_one_args_t a)
             for (uint32_t i = threadIdx.x; i < m; i += blockDim.x) sv[i] = __ldcg(a.dense + r0 + i);
             __syncthreads();
             if (kk) {
-                const uint32_t bits = tc_kth([sv](uint32_t i) { return __float_as_uint(sv[i]); }, m, kk, rsh);
+                const uint32_t bits = tc_kth<true>([sv](uint32_t i) { return __float_as_uint(sv[i]); }, m, kk, rsh);
                 /* fewer than kk keys lie above the kk-th largest */
                 for (uint32_t i = threadIdx.x; i < m; i += blockDim.x)
                     if (__float_as_uint(sv[i]) > bits) out[atomicAdd(&s_w, 1u)] = sv[i];
@@ -750,7 +836,7 @@ k_tc_one(const tc_one_args_t a)
             if (threadIdx.x < nv % 4) sv[nv / 4 * 4 + threadIdx.x] = __ldcg(v + nv / 4 * 4 + threadIdx.x);
             cp_async_wait<0>();
             __syncthreads();
-            bits = tc_kth([sv](uint32_t i) { return __float_as_uint(sv[i]); }, nv, a.take, rsh);
+            bits = tc_kth<true>([sv](uint32_t i) { return __float_as_uint(sv[i]); }, nv, a.take, rsh);
         } else {
             bits = tc_kth([v](uint32_t i) { return __float_as_uint(__ldcg(v + i)); }, nv, a.take, rsh);
         }
@@ -774,7 +860,7 @@ k_tc_one(const tc_one_args_t a)
     /* 4. the final ranking */
     if (blockIdx.x == 0) {
         tc_final_query<DP, 0>(0, a.rows, a.aux, a.t1, a.c3, a.ptab, a.ids, a.dead, qb, &sqi, a.cnt, a.cand, a.ckey,
-                              (int)a.take, 0, (int)a.take, 0.0, a.out_d, a.out_id, a.out_n, a.flag);
+                              (int)a.take, 0, (int)a.take, 0.0, a.out_d, a.out_id, a.out_n, a.flag, a.prof);
         tc_prof_mark(a.prof, TC_PROF_END, false);
     }
 }

@@ -5,24 +5,74 @@
 
 #include <stdint.h>
 
+/* The bits below those that the n keys key(i) all share (0: the keys are
+ * equal), and in *prefix the shared bits (the keys' common value when 0),
+ * from the keys' minimum and maximum, for the whole block. sh: 2048 + 34
+ * words, free again on return. */
+template <typename Key>
+__device__ int tc_key_span(Key key, uint32_t n, uint32_t *sh, uint32_t *prefix)
+{
+    uint32_t *lows = sh, *highs = sh + 2048;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    uint32_t lo = 0xffffffffu, hi = 0u;
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const uint32_t u = key(i);
+        lo = min(lo, u);
+        hi = max(hi, u);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+        hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+    }
+    if (lane == 0) {
+        lows[warp] = lo;
+        highs[warp] = hi;
+    }
+    __syncthreads();
+    lo = 0xffffffffu;
+    hi = 0u;
+    for (int w = 0; w < nw; w++) {
+        lo = min(lo, lows[w]);
+        hi = max(hi, highs[w]);
+    }
+    __syncthreads();
+    const int bits = lo == hi ? 0 : 32 - __clz(lo ^ hi);
+    *prefix = bits == 32 ? 0u : lo & (bits ? ~0u << bits : ~0u);
+    return bits;
+}
+
 /* The value of rank kth (1 = the largest) among n unsigned keys key(i),
  * for the whole block (every thread calls it; blockDim.x a multiple of 32
- * dividing 2048): a three-pass radix select on bits 31-21, 20-10, 9-0.
- * Each pass counts the keys that match the digits found so far into 2048
- * bins (lanes with the same bin add once: the keys crowd into few bins),
- * then finds the bin of the kth largest by a block-wide suffix sum. sh
- * (2048 + 34 words of shared memory) is the caller's. */
-template <typename Key>
+ * dividing 2048): a radix select on bits 31-21, 20-10, 9-0. Each pass
+ * counts the keys that match the digits found so far into 2048 bins (lanes
+ * with the same bin add once: the keys crowd into few bins), then finds the
+ * bin of the kth largest by a block-wide suffix sum. sh (2048 + 34 words of
+ * shared memory) is the caller's, free again on return.
+ * FEW: for a few keys in shared memory (a single query's selects, where
+ * each pass's barriers are the cost, not the reads): the bits every key
+ * shares (a float's sign and exponent) are found first, from the keys'
+ * minimum and maximum, and skipped, the passes taking the bits below them
+ * 11 at a time; and when the kth largest's bin holds one key, that key is
+ * read at once, with no further pass. Two more reads of the keys: slower
+ * where they come from global memory (the batches' selects). */
+template <bool FEW = false, typename Key>
 __device__ uint32_t tc_radix_kth(Key key, uint32_t n, uint32_t kth, uint32_t *sh)
 {
     uint32_t *hist = sh, *wsum = sh + 2048, *res = sh + 2048 + 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int per = 2048 / blockDim.x; /* bins per thread */
-    const int shifts[3] = {21, 10, 0}, widths[3] = {11, 11, 10};
-    uint32_t prefix = 0, mask = 0, k = kth;
-    for (int p = 0; p < 3; p++) {
-        const int sh_ = shifts[p];
-        const uint32_t bm = (1u << widths[p]) - 1u;
+    uint32_t k = kth;
+    int bits = 32;                  /* the bits left to select */
+    uint32_t mask = 0u, prefix = 0u; /* the digits found so far */
+    if (FEW) {
+        bits = tc_key_span(key, n, sh, &prefix);
+        if (bits == 0) return prefix; /* every key the same */
+        mask = bits == 32 ? 0u : ~0u << bits;
+    }
+    while (bits > 0) {
+        const int w = bits < 11 ? bits : 11, sh_ = bits - w;
+        const uint32_t bm = (1u << w) - 1u;
         for (int i = threadIdx.x; i < 2048; i += blockDim.x) hist[i] = 0;
         __syncthreads();
         for (uint32_t i0 = 0; i0 < n; i0 += 4 * blockDim.x) {
@@ -52,7 +102,7 @@ __device__ uint32_t tc_radix_kth(Key key, uint32_t n, uint32_t kth, uint32_t *sh
         if (lane == 0) wsum[warp] = suf;
         __syncthreads();
         uint32_t above = suf - mine;
-        for (int w = warp + 1; w < nw; w++) above += wsum[w];
+        for (int v = warp + 1; v < nw; v++) above += wsum[v];
         if (above < k && above + mine >= k) { /* the kth largest is in one of my bins */
             uint32_t acc = above;
             int b = threadIdx.x * per + per - 1;
@@ -60,14 +110,26 @@ __device__ uint32_t tc_radix_kth(Key key, uint32_t n, uint32_t kth, uint32_t *sh
                 if (acc + hist[b] >= k) break;
                 acc += hist[b];
             }
-            res[0] = k - acc;
+            res[0] = FEW && hist[b] == 1 ? 0u : k - acc; /* 0: the bin's one key (then k - acc = 1) */
             res[1] = prefix | ((uint32_t)b << sh_);
         }
         __syncthreads();
         k = res[0];
         prefix = res[1];
         mask |= bm << sh_;
+        bits = sh_;
         __syncthreads();
+        if (k == 0 && bits > 0) { /* the one key with these digits */
+            for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+                const uint32_t u = key(i);
+                if ((u & mask) == prefix) hist[0] = u;
+            }
+            __syncthreads();
+            prefix = hist[0];
+            __syncthreads();
+            return prefix;
+        }
+        if (k == 0) break;
     }
     return prefix;
 }
