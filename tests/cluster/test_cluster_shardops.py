@@ -55,7 +55,45 @@ def members(c):
     return {m["name"]: m for m in c.status(COLL)["members"]}
 
 
+class SlowAcks(Exception):
+    """JetStream acknowledged s2's heartbeats too late during the stall (s2's own log says so)."""
+
+
+# What s2's heartbeat thread logs when its entry was not acknowledged in time: its lease lapsed
+# (no acknowledgement within CLU_MEMBER_LEASE_MS), a put failed, or the connection dropped.
+SLOW_ACK_SIGNS = ("no heartbeat acknowledged within its lease", "membership entry", "the NATS connection was lost")
+
+
+def acks_were_slow(c):
+    """After a failure inside the stall's window: whether s2's heartbeat thread said, before the
+    stall ended, that its entry was not acknowledged in time. Then the machine (the JetStream
+    server's fsync of every put, under a loaded CI host) was too slow for the 5 s TTL, which is not
+    what the test looks for. A heartbeat blocked by the stalled loop -- the defect the test is
+    for -- can say nothing until the stall ends, so its lines come after "goes on"."""
+    end = time.time() + 20
+    while "reassignment loop goes on" not in c.log("s2") and time.time() < end:
+        time.sleep(0.2)
+    log = c.log("s2")
+    cut = log.find("reassignment loop goes on")
+    before = log if cut < 0 else log[:cut]
+    return any(sign in before for sign in SLOW_ACK_SIGNS)
+
+
 def test_heartbeat():
+    """Once more (a fresh cluster) when the first attempt failed only because its heartbeats were
+    acknowledged too slowly (acks_were_slow); twice is a failure."""
+    for attempt in (1, 2):
+        try:
+            heartbeat_once()
+            return
+        except SlowAcks as e:
+            if attempt == 2:
+                raise AssertionError(f"both attempts: s2's heartbeats acknowledged too slowly\n{e}") from None
+            tb.say(f"s2's heartbeats were acknowledged too slowly during the stall (its log says so before the "
+                   f"stall ended): once more on a fresh cluster. The failure was:\n{e}")
+
+
+def heartbeat_once():
     c, _ = setup()
     try:
         c.shard(COLL, "s1", 1)
@@ -77,16 +115,21 @@ def test_heartbeat():
         tb.say(f"s2 holds partitions {mine}; its reassignment loop stalls 12 s: watching the members until "
                "8 s into it (the entry's TTL is 5 s)")
         n, last = 0, 0.0
-        while time.time() - t0 < 8:
-            ms = members(c)
-            if "goes on" in c.log("s2"):  # the stall is over (the reads were slow): what was read counts
-                break
-            assert "s2" in ms, f"{time.time() - t0:.1f} s into the stall s2 is no longer listed: {ms}\n{c.log('s2')}"
-            assert sorted(ms["s2"]["ready"]) == mine, ms
-            took = set(ms["s1"]["hosted"]) & set(mine) - s1_had
-            assert not took, f"s1 took s2's partitions {sorted(took)}: {ms}"
-            n, last = n + 1, time.time() - t0
-            time.sleep(0.3)
+        try:
+            while time.time() - t0 < 8:
+                ms = members(c)
+                if "goes on" in c.log("s2"):  # the stall is over (the reads were slow): what was read counts
+                    break
+                assert "s2" in ms, f"{time.time() - t0:.1f} s into the stall s2 is no longer listed: {ms}"
+                assert sorted(ms["s2"]["ready"]) == mine, ms
+                took = set(ms["s1"]["hosted"]) & set(mine) - s1_had
+                assert not took, f"s1 took s2's partitions {sorted(took)}: {ms}"
+                n, last = n + 1, time.time() - t0
+                time.sleep(0.3)
+        except AssertionError as e:
+            if acks_were_slow(c):
+                raise SlowAcks(f"{e}\n{c.log('s2')}") from None
+            raise AssertionError(f"{e}\n{c.log('s2')}") from None
         assert last >= 6.5, f"the last read within the stall was {last:.1f} s into it (the TTL is 5 s)"
         tb.say(f"{n} reads of the members over {last:.1f} s of the stall: s2 listed throughout with partitions "
                f"{mine}; s1 took none of them")
