@@ -226,29 +226,16 @@ k_tc_scan(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, ui
 
 /* The kth largest of n unsigned keys key(i) for the whole block, as
  * tc_radix_kth (sh: its shared words); kth = 1 (a k = 1 search's every
- * select) is the largest key, found by one block-wide max in place of the
- * radix select's passes of 2048 bins. n >= kth. FEW: tc_radix_kth's, for
- * a few keys in shared memory. */
+ * select) is the largest key, found by one block-wide reduction
+ * (tc_block_minmax) in place of the radix select's passes of 2048 bins.
+ * n >= kth. FEW: tc_radix_kth's, for a few keys in shared memory. */
 template <bool FEW = false, typename Key>
 __device__ __forceinline__ uint32_t tc_kth(Key key, uint32_t n, uint32_t kth, uint32_t *sh)
 {
     if (kth != 1) return tc_radix_kth<FEW>(key, n, kth, sh);
-    uint32_t m = 0;
-    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) m = max(m, key(i));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = m;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        uint32_t v = threadIdx.x < (blockDim.x >> 5) ? sh[threadIdx.x] : 0u;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-        if (threadIdx.x == 0) sh[32] = v;
-    }
-    __syncthreads();
-    m = sh[32];
-    __syncthreads(); /* sh free again on return, as after tc_radix_kth */
-    return m;
+    uint32_t lo, hi;
+    tc_block_minmax(key, n, sh, &lo, &hi);
+    return hi;
 }
 
 /* The scan's threshold theta' = theta (1 - 1e-5) - 1e-9 from theta's bits
@@ -367,8 +354,16 @@ __device__ void tc_sort_hits(double *key, uint64_t *sid, int m, int nout, double
     }
 }
 
-/* The reference distance of device row r to query fq: src/search/knn.c's
- * tanimoto_rows for one row, operation for operation. */
+/* The Tanimoto distance from the row's dot s with the query (s summed in
+ * the CPU's order), the row's T1 and C3 and the query's T2 and C2:
+ * src/search/knn.c's tanimoto_rows for one row, operation for operation. */
+__device__ __forceinline__ double tc_tanimoto(double s, uint32_t t1, double c3, double t2, double c2)
+{
+    if (t1 == 0 || t2 == 0.0) return t1 == 0 && t2 == 0.0 ? 0.0 : 100.0;
+    return __dsub_rn(100.0, __dmul_rn(100.0, __ddiv_rn(s, __dsub_rn(__dadd_rn(c2, c3), s))));
+}
+
+/* The reference distance of device row r to query fq, one thread. */
 __device__ __forceinline__ double tc_reference(const uint8_t *__restrict__ row, uint32_t t1, double c3,
                                                const double *__restrict__ ptab, const uint16_t *qidx,
                                                const double *qv, int nnz, double t2, double c2)
@@ -376,8 +371,7 @@ __device__ __forceinline__ double tc_reference(const uint8_t *__restrict__ row, 
     const double *p = ptab + (size_t)t1 * 8;
     double s = 0.0;
     for (int j = 0; j < nnz; j++) s = __dadd_rn(s, __dmul_rn(p[row[qidx[j]]], qv[j]));
-    if (t1 == 0 || t2 == 0.0) return t1 == 0 && t2 == 0.0 ? 0.0 : 100.0;
-    return __dsub_rn(100.0, __dmul_rn(100.0, __ddiv_rn(s, __dsub_rn(__dadd_rn(c2, c3), s))));
+    return tc_tanimoto(s, t1, c3, t2, c2);
 }
 
 /* The reference distances of the m rows sid[0 .. m) (row indices) into
@@ -405,8 +399,7 @@ __device__ void tc_reference_warps(const uint8_t *__restrict__ rows, const uint3
             if (lane == 0) {
                 double s = 0.0;
                 for (int j = 0; j < nnz; j++) s = __dadd_rn(s, pw[j]);
-                key[i] = t == 0 || t2 == 0.0 ? (t == 0 && t2 == 0.0 ? 0.0 : 100.0)
-                                             : __dsub_rn(100.0, __dmul_rn(100.0, __ddiv_rn(s, __dsub_rn(__dadd_rn(c2, c3[r]), s))));
+                key[i] = tc_tanimoto(s, t, c3[r], t2, c2);
                 sid[i] = ids[r];
             }
             __syncwarp();

@@ -5,14 +5,12 @@
 
 #include <stdint.h>
 
-/* The bits below those that the n keys key(i) all share (0: the keys are
- * equal), and in *prefix the shared bits (the keys' common value when 0),
- * from the keys' minimum and maximum, for the whole block. sh: 2048 + 34
- * words, free again on return. */
+/* The smallest and the largest of n unsigned keys key(i) (n >= 1), for
+ * the whole block: every thread gets both. sh: at least 64 words of shared
+ * memory, free again on return. */
 template <typename Key>
-__device__ int tc_key_span(Key key, uint32_t n, uint32_t *sh, uint32_t *prefix)
+__device__ void tc_block_minmax(Key key, uint32_t n, uint32_t *sh, uint32_t *lo_out, uint32_t *hi_out)
 {
-    uint32_t *lows = sh, *highs = sh + 2048;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     uint32_t lo = 0xffffffffu, hi = 0u;
     for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
@@ -26,20 +24,19 @@ __device__ int tc_key_span(Key key, uint32_t n, uint32_t *sh, uint32_t *prefix)
         hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
     }
     if (lane == 0) {
-        lows[warp] = lo;
-        highs[warp] = hi;
+        sh[warp] = lo;
+        sh[32 + warp] = hi;
     }
     __syncthreads();
     lo = 0xffffffffu;
     hi = 0u;
     for (int w = 0; w < nw; w++) {
-        lo = min(lo, lows[w]);
-        hi = max(hi, highs[w]);
+        lo = min(lo, sh[w]);
+        hi = max(hi, sh[32 + w]);
     }
     __syncthreads();
-    const int bits = lo == hi ? 0 : 32 - __clz(lo ^ hi);
-    *prefix = bits == 32 ? 0u : lo & (bits ? ~0u << bits : ~0u);
-    return bits;
+    *lo_out = lo;
+    *hi_out = hi;
 }
 
 /* The value of rank kth (1 = the largest) among n unsigned keys key(i),
@@ -65,10 +62,13 @@ __device__ uint32_t tc_radix_kth(Key key, uint32_t n, uint32_t kth, uint32_t *sh
     uint32_t k = kth;
     int bits = 32;                  /* the bits left to select */
     uint32_t mask = 0u, prefix = 0u; /* the digits found so far */
-    if (FEW) {
-        bits = tc_key_span(key, n, sh, &prefix);
-        if (bits == 0) return prefix; /* every key the same */
+    if (FEW) { /* the bits every key shares: those of the smallest and the largest */
+        uint32_t lo, hi;
+        tc_block_minmax(key, n, sh, &lo, &hi);
+        if (lo == hi) return lo; /* every key the same */
+        bits = 32 - __clz(lo ^ hi);
         mask = bits == 32 ? 0u : ~0u << bits;
+        prefix = lo & mask;
     }
     while (bits > 0) {
         const int w = bits < 11 ? bits : 11, sh_ = bits - w;
@@ -129,7 +129,6 @@ __device__ uint32_t tc_radix_kth(Key key, uint32_t n, uint32_t kth, uint32_t *sh
             __syncthreads();
             return prefix;
         }
-        if (k == 0) break;
     }
     return prefix;
 }
