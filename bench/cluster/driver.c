@@ -3,6 +3,7 @@
  *
  *   bench_cluster inproc --refs N --partitions P [--seed S] [--gpus LIST] [--budget GiB] --query IMG
  *                        [--reps R] [--batch B] [--tables T] [--device auto|cpu|gpu]
+ *                        [--verify-top V]
  *       the in-process engine: one detached rootsift table on a context of
  *       the device list holding the same synthetic references a cluster of
  *       `patina shard --synthetic N:S` holds (every partition's), one query
@@ -14,7 +15,8 @@
  *       many small tables against one, and with T = P the shard's own call
  *       on one GPU. Both modes look up the hits' keys, as the server does. --device: where the identification
  *       runs (auto: the GPU when the context has one; cpu for the rows that
- *       compare with CPU shards).
+ *       compare with CPU shards). --verify-top: the candidates verified (the
+ *       library's default unless given; 0 times the matching alone).
  *   bench_cluster front --cluster URL --coll C --query IMG [--reps R] [--batch B] [--deadline MS]
  *       the cluster path through the front end's code (clu_front_identify,
  *       what patina serve/identify --cluster run): the same measurements.
@@ -208,6 +210,7 @@ static void measure(const char *mode, ident_fn f, void *u, const void *q, size_t
 /* ----------------------------------------------------------------- inproc */
 
 static patina_device inproc_device = PATINA_DEVICE_AUTO; /* --device */
+static long inproc_verify = -1;                            /* --verify-top (-1: the default) */
 
 /* Frees the nq * k keys a call looked up. */
 static void free_keys(char **keys, size_t n)
@@ -227,6 +230,7 @@ static patina_status inproc_ident(void *u, const void *q, size_t nq, patina_iden
     patina_status s;
     patina_identify_opts_init(&o);
     o.device = inproc_device;
+    if (inproc_verify >= 0) o.verify_top = (size_t)inproc_verify;
     memset(cov, 0, sizeof *cov);
     if (!(keys = calloc(nq * o.k + 1, sizeof *keys))) return PATINA_E_NOMEM;
     s = patina_table_identify((patina_table_t *)u, q, nq, &o, hits, res, keys);
@@ -253,6 +257,7 @@ static patina_status inproc_many(void *u, const void *q, size_t nq, patina_ident
     patina_status s;
     patina_identify_opts_init(&o);
     o.device = inproc_device;
+    if (inproc_verify >= 0) o.verify_top = (size_t)inproc_verify;
     k = o.k;
     pk = patina_identify_part_k(&o);
     o.k = pk;
@@ -295,6 +300,7 @@ static int run_inproc(int argc, char **argv)
     co.gpu_mem_budget = (uint64_t)(atof(arg(argc, argv, "--budget", "0")) * 1073741824.0); /* GiB per device */
     if (T < 1 || T > P || !ts || !ch || !cht || !keys) die("--tables must be 1 .. --partitions");
     if (patina_device_parse(&inproc_device, arg(argc, argv, "--device", "auto")) != PATINA_OK) die("--device");
+    inproc_verify = atol(arg(argc, argv, "--verify-top", "-1"));
     if (patina_context_new(&ctx, &co) != PATINA_OK) die("context");
     patina_table_opts_init(&to);
     for (size_t k = 0; k < T; k++)

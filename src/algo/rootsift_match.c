@@ -195,6 +195,21 @@ void idf_match_fast(idf_nn_t *out, int32_t *qs, const int16_t *qw, size_t nq, co
     match_fast(out, qs, qw, nq, r, nr, inv_scale2);
 }
 
+void idf_nn_from_dots(idf_nn_t *out, const int32_t *best, const int32_t *s1, const int32_t *s2, size_t nq,
+                      const int32_t *qbest, const int32_t *qs, size_t nr, float inv_scale2)
+{
+    size_t j, i;
+    for (j = 0; j < nq; j++) {
+        out->best[j] = best[j];
+        out->s1[j] = to_sim(s1[j], inv_scale2);
+        out->s2[j] = to_sim(s2[j], inv_scale2);
+    }
+    for (i = 0; i < nr; i++) {
+        out->qbest[i] = qbest[i];
+        out->qs[i] = to_sim(qs[i], inv_scale2);
+    }
+}
+
 int idf_ratio_pass(float s1, float s2, double ratio)
 {
     double d1, d2;

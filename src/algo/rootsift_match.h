@@ -191,6 +191,13 @@ void idf_match_ref(idf_nn_t *out, const float *q, size_t nq, const float *r, siz
  * (nr) int32 scratch. */
 void idf_match_fast(idf_nn_t *out, int32_t *qs, const int16_t *qw, size_t nq, const uint8_t *r, size_t nr,
                     float inv_scale2);
+
+/* What idf_match_fast writes into out from the same integer dots computed
+ * elsewhere (the GPU's, patina_gpu_identify_nn): best and qbest as they
+ * are, s1, s2 and qs converted to similarities (dot x inv_scale2; -1 stays
+ * -1) by the same rule, so that out is identical, bit for bit. */
+void idf_nn_from_dots(idf_nn_t *out, const int32_t *best, const int32_t *s1, const int32_t *s2, size_t nq,
+                      const int32_t *qbest, const int32_t *qs, size_t nr, float inv_scale2);
 void idf_widen(int16_t *qw, const uint8_t *q, size_t nq);
 
 /* Lowe's ratio test: d1 < ratio * d2 with d^2 = max(0, 2 - 2 s) (in

@@ -397,6 +397,21 @@ patina_status patina_gpu_identify_many(patina_gpu_t *g, const pgpu_idf_refs_t *r
                                        const uint8_t *queries, size_t qstride, const uint16_t *qcount, size_t nq,
                                        size_t n, const pgpu_idf_opts_t *o, uint64_t *keys, pgpu_idf_stats_t *stats);
 
+/* Verification's matches on the GPU: for each of np (query, reference
+ * record) pairs, the 2-NN of the query's rows against the record's rows
+ * as idf_match_fast (src/algo/rootsift_match.c) computes them, in integer
+ * dots of the u8 rows (scale 512). queries: query q's rows at queries + q *
+ * qstride, qcount[q] of them (< n rows each, nq queries); pair p: its
+ * query pq[p] (< nq), its record's nr[p] <= m rows at rows[p] (128 u8 each,
+ * host memory). out (np, 3 n + 2 m) int32, pair p's at out + p * (3 n + 2 m):
+ * best[n], s1[n], s2[n] per query row (rows past the query's count: -1),
+ * then qbest[m], qs[m] per reference row (past nr[p]: -1) -- idf_match_fast's
+ * values before its conversion to similarities (idf_nn_from_dots makes
+ * them). PATINA_E_LIMIT when m rows do not fit a block's shared memory. */
+patina_status patina_gpu_identify_nn(patina_gpu_t *g, const uint8_t *queries, size_t qstride, const uint16_t *qcount,
+                                     size_t nq, size_t n, const uint32_t *pq, const uint8_t *const *rows,
+                                     const uint16_t *nr, size_t np, size_t m, int32_t *out);
+
 /* Bytes of one slot of m rows in the GPU's arena: the rows padded to a
  * multiple of 8 (the kernel's tile), 128 u8 or binary16 each. */
 static inline size_t pgpu_idf_slot_bytes(size_t m, int precision)

@@ -118,6 +118,9 @@ typedef struct idf_dev {
     uint64_t *d_out, *h_out; /* lists: (1 + STREAMS, qcap, gx, K) */
     size_t out_cap;          /* entries */
     void *ev[4];             /* cudaEvent_t: the call's timing points */
+    /* verification's matches (patina_gpu_identify_nn) */
+    unsigned char *h_nn, *d_nn; /* pinned in + out, device in + out */
+    size_t nn_cap;           /* bytes of each */
 } idf_dev_t;
 
 /* ------------------------------------------------------------ small kernels */
@@ -168,6 +171,7 @@ static void idf_release(patina_gpu_t *g, void *state)
     while (dv->mirrors) mirror_free(g, dv->mirrors);
     dev_free_calls(g, dv);
     pgpu_free_n(g, 2, &dv->h_up, &dv->d_up);
+    pgpu_free_n(g, 2, &dv->h_nn, &dv->d_nn);
     for (int i = 0; i < IDF_STREAMS; i++) pgpu_free_n(g, 1, &dv->d_stage[i]);
     for (int i = 0; i < 4; i++)
         if (dv->ev[i]) cudaEventDestroy((cudaEvent_t)dv->ev[i]);
@@ -992,4 +996,158 @@ out:
     free(bset);
     free(alone);
     return s;
+}
+
+/* ------------------------------------------------- verification's matches */
+
+#define NN_THREADS 256   /* query rows per block, one per thread */
+#define NN_PAIRS 128     /* pairs per round */
+#define NN_SMEM_MAX (200u << 10) /* a record's rows in one block's shared memory */
+
+/* k_idf_nn: block (p, y) matches query rows [y NN_THREADS, (y + 1)
+ * NN_THREADS) of pair p's query against its record's rows, held in shared
+ * memory. Each thread keeps its row's top 2 over the reference rows in
+ * increasing order (TOP2_UPDATE of rootsift_match.c: the lower index wins
+ * a tie, s2 = s1 on a tie), so best, s1 and s2 are idf_match_fast's. A
+ * reference row's best query row is a maximum over every thread of the
+ * pair: each warp's best key (dot << 32 | ~j: the larger dot, then the
+ * lower j) goes to key[p][i] by a 64-bit atomicMax, which also picks the
+ * lower j on ties (idf_match_fast visits query rows in increasing order and
+ * replaces only on a larger dot). Dots are exact: 128 u8 x u8 < 2^23. */
+__global__ void __launch_bounds__(NN_THREADS)
+    k_idf_nn(const unsigned char *q, size_t qbytes, const uint16_t *qcount, const uint32_t *pq,
+             const unsigned char *rows, const uint16_t *nr, int n, int m, int32_t *out, unsigned long long *key)
+{
+    extern __shared__ uint4 sr[];
+    const int p = blockIdx.x, j = blockIdx.y * NN_THREADS + threadIdx.x, lane = threadIdx.x & 31;
+    const int cnt = nr[p], qc = qcount[pq[p]];
+    const uint4 *src = (const uint4 *)(rows + (size_t)p * m * IDF_D);
+    for (int t = threadIdx.x; t < cnt * (IDF_D / 16); t += NN_THREADS) sr[t] = src[t];
+    __syncthreads();
+    if ((int)(blockIdx.y * NN_THREADS) >= qc) return; /* the whole block past the query's rows */
+    const bool on = j < qc;
+    uint32_t qr[IDF_D / 4];
+    {
+        const uint4 *qs = (const uint4 *)(q + pq[p] * qbytes + (size_t)(on ? j : 0) * IDF_D);
+#pragma unroll
+        for (int k = 0; k < IDF_D / 16; k++) {
+            const uint4 v = qs[k];
+            qr[4 * k] = on ? v.x : 0;
+            qr[4 * k + 1] = on ? v.y : 0;
+            qr[4 * k + 2] = on ? v.z : 0;
+            qr[4 * k + 3] = on ? v.w : 0;
+        }
+    }
+    int b = -1, s1 = -1, s2 = -1;
+    const unsigned long long low = 0xffffffffu - (uint32_t)j;
+    unsigned long long *kp = key + (size_t)p * m;
+    for (int i = 0; i < cnt; i++) {
+        const uint4 *r = sr + i * (IDF_D / 16);
+        uint32_t d = 0;
+#pragma unroll
+        for (int k = 0; k < IDF_D / 16; k++) {
+            const uint4 v = r[k];
+            d = __dp4a(qr[4 * k], v.x, d);
+            d = __dp4a(qr[4 * k + 1], v.y, d);
+            d = __dp4a(qr[4 * k + 2], v.z, d);
+            d = __dp4a(qr[4 * k + 3], v.w, d);
+        }
+        const int di = (int)d;
+        if (di > s1) {
+            s2 = s1;
+            s1 = di;
+            b = i;
+        } else if (di > s2) {
+            s2 = di;
+        }
+        unsigned long long kk = on ? ((unsigned long long)d << 32 | low) : 0ull;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const unsigned long long x = __shfl_xor_sync(0xffffffffu, kk, o);
+            kk = x > kk ? x : kk;
+        }
+        if (lane == 0 && kk) atomicMax(kp + i, kk);
+    }
+    if (on) {
+        int32_t *o = out + (size_t)p * 3 * n;
+        o[j] = b;
+        o[n + j] = s1;
+        o[2 * n + j] = s2;
+    }
+}
+
+patina_status patina_gpu_identify_nn(patina_gpu_t *g, const uint8_t *queries, size_t qstride, const uint16_t *qcount,
+                                     size_t nq, size_t n, const uint32_t *pq, const uint8_t *const *rows,
+                                     const uint16_t *nr, size_t np, size_t m, int32_t *out)
+{
+    static std::atomic<int> raised[64]; /* the shared memory limit, raised once per size and device */
+    const size_t qb = n * IDF_D, rb = m * IDF_D, per = 3 * n + 2 * m;
+    const size_t R = np < NN_PAIRS ? np : NN_PAIRS;
+    /* one buffer on each side: in = the queries' rows and counts (sent once),
+     * then a round's rows, pair queries and counts; out = its lists, keys */
+    const size_t o_qc = nq * qb, o_rows = (o_qc + nq * 2 + 15) & ~(size_t)15, o_pq = o_rows + R * rb,
+                 o_nr = o_pq + R * 4, o_lists = (o_nr + R * 2 + 15) & ~(size_t)15,
+                 o_key = (o_lists + R * 3 * n * 4 + 15) & ~(size_t)15, bytes = o_key + R * m * 8;
+    idf_dev_t *dv;
+    cudaStream_t s0;
+    if (!g || (np && (!queries || !qcount || !pq || !rows || !nr || !out)))
+        return patina__fail(PATINA_E_INVALID, "gpu identify nn: null argument");
+    if (np == 0) return PATINA_OK;
+    if (n == 0 || m == 0 || n > 65535 || m > 65535)
+        return patina__fail(PATINA_E_INVALID, "gpu identify nn: %zu query rows, %zu reference rows", n, m);
+    if (rb > NN_SMEM_MAX)
+        return patina__fail(PATINA_E_LIMIT, "gpu identify nn: %zu reference rows do not fit shared memory", m);
+    for (size_t p = 0; p < np; p++)
+        if (pq[p] >= nq || nr[p] > m || qcount[pq[p]] > n)
+            return patina__fail(PATINA_E_INVALID, "gpu identify nn: pair %zu is out of range", p);
+    PGPU_CU(cudaSetDevice(g->device));
+    PATINA_TRY(dev_state(g, &dv));
+    s0 = (cudaStream_t)pgpu_stream(g, 0);
+    if (bytes > dv->nn_cap) {
+        pgpu_free_n(g, 2, &dv->h_nn, &dv->d_nn);
+        dv->nn_cap = 0;
+        PATINA_TRY(pgpu_pin_alloc(g, (void **)&dv->h_nn, bytes, PGPU_FAM_IDENTIFY, "verification staging"));
+        PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_IDENTIFY, NULL, (void **)&dv->d_nn, bytes, "verification matches"));
+        dv->nn_cap = bytes;
+    }
+    if (rb > 48u * 1024 && (int)rb > raised[g->device & 63].load()) {
+        PGPU_CU(cudaFuncSetAttribute(k_idf_nn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)rb));
+        raised[g->device & 63].store((int)rb);
+    }
+    memcpy(dv->h_nn + o_qc, qcount, nq * 2);
+    PGPU_CU(cudaMemcpy2DAsync(dv->d_nn, qb, queries, qstride, qb, nq, cudaMemcpyHostToDevice, s0));
+    PGPU_CU(cudaMemcpyAsync(dv->d_nn + o_qc, dv->h_nn + o_qc, nq * 2, cudaMemcpyHostToDevice, s0));
+    for (size_t p0 = 0; p0 < np; p0 += R) {
+        const size_t bp = np - p0 < R ? np - p0 : R;
+        uint32_t *hpq = (uint32_t *)(dv->h_nn + o_pq);
+        uint16_t *hnr = (uint16_t *)(dv->h_nn + o_nr);
+        const int32_t *hl = (const int32_t *)(dv->h_nn + o_lists);
+        const unsigned long long *hk = (const unsigned long long *)(dv->h_nn + o_key);
+        for (size_t p = 0; p < bp; p++) {
+            memcpy(dv->h_nn + o_rows + p * rb, rows[p0 + p], (size_t)nr[p0 + p] * IDF_D);
+            hpq[p] = pq[p0 + p];
+            hnr[p] = nr[p0 + p];
+        }
+        PGPU_CU(cudaMemcpyAsync(dv->d_nn + o_rows, dv->h_nn + o_rows, o_lists - o_rows, cudaMemcpyHostToDevice, s0));
+        PGPU_CU(cudaMemsetAsync(dv->d_nn + o_key, 0, bp * m * 8, s0));
+        k_idf_nn<<<dim3((unsigned)bp, (unsigned)((n + NN_THREADS - 1) / NN_THREADS)), NN_THREADS, rb, s0>>>(
+            dv->d_nn, qb, (const uint16_t *)(dv->d_nn + o_qc), (const uint32_t *)(dv->d_nn + o_pq),
+            dv->d_nn + o_rows, (const uint16_t *)(dv->d_nn + o_nr), (int)n, (int)m, (int32_t *)(dv->d_nn + o_lists),
+            (unsigned long long *)(dv->d_nn + o_key));
+        PGPU_CU(cudaGetLastError());
+        PGPU_CU(cudaMemcpyAsync(dv->h_nn + o_lists, dv->d_nn + o_lists, bytes - o_lists, cudaMemcpyDeviceToHost, s0));
+        PGPU_CU(cudaStreamSynchronize(s0));
+        for (size_t p = 0; p < bp; p++) {
+            int32_t *o = out + (p0 + p) * per;
+            const size_t qc = qcount[pq[p0 + p]];
+            memcpy(o, hl + p * 3 * n, 3 * n * sizeof *o);
+            for (size_t j = qc; j < n; j++) o[j] = o[n + j] = o[2 * n + j] = -1;
+            for (size_t i = 0; i < m; i++) {
+                const unsigned long long kk = i < nr[p0 + p] ? hk[p * m + i] : 0;
+                o[3 * n + i] = kk ? (int32_t)(0xffffffffu - (uint32_t)kk) : -1;
+                o[3 * n + m + i] = kk ? (int32_t)(kk >> 32) : -1;
+            }
+        }
+    }
+    return PATINA_OK;
 }

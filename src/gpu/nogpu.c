@@ -339,6 +339,15 @@ patina_status patina_gpu_identify_many(patina_gpu_t *g, const pgpu_idf_refs_t *r
     return none();
 }
 
+patina_status patina_gpu_identify_nn(patina_gpu_t *g, const uint8_t *queries, size_t qstride, const uint16_t *qcount,
+                                     size_t nq, size_t n, const uint32_t *pq, const uint8_t *const *rows,
+                                     const uint16_t *nr, size_t np, size_t m, int32_t *out)
+{
+    (void)g, (void)queries, (void)qstride, (void)qcount, (void)nq, (void)n, (void)pq, (void)rows, (void)nr, (void)np,
+        (void)m, (void)out;
+    return none();
+}
+
 void patina_gpu__identify_capacity(const patina_gpu_t *g, size_t m, int precision, size_t *dev_slots)
 {
     (void)g, (void)m, (void)precision;

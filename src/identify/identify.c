@@ -706,6 +706,13 @@ typedef struct cand {
 /* One stage's work over the context's workers: matching one set (rs, set;
  * the CPU's tasks = query x block of references) or verifying the merged
  * candidates (sets; tasks = query x candidate). */
+/* One (query, reference row) pair's 2-NN dots from the GPU
+ * (patina_gpu_identify_nn's layout, n and m its strides). */
+typedef struct gnn {
+    const int32_t *dots;
+    size_t n, m;
+} gnn_t;
+
 typedef struct job {
     patina_refset_t *const *sets; /* every set of the call */
     const patina_refset_t *rs;    /* matching: the set matched */
@@ -721,6 +728,10 @@ typedef struct job {
     size_t ncap;        /* candidates kept per query */
     size_t *ncands;     /* (nq) */
     size_t nverify;     /* candidates verified per query, at most */
+    size_t q0;          /* verifying: the first query of the tasks (task t: query q0 + t / nverify) */
+    const int32_t *gdots; /* verifying: the 2-NN dots from the GPU (NULL: match on the CPU) */
+    const size_t *gat;  /* (tasks) task t's first pair in gdots (its item's rows follow) */
+    size_t gn, gm;      /* the dots' strides: the spec's n and m */
 } job_t;
 
 static void scratch_free(scratch_t *sc)
@@ -803,6 +814,25 @@ static size_t match_pair(scratch_t *sc, const unsigned char *q, const unsigned c
         idf_dequantise(sc->rf, r);
         idf_match_ref(nn, sc->qf, n, sc->rf, nr);
     }
+    return idf_score(sc->mt, sc->claim, nn, n, nr, o->ratio, o->scoring);
+}
+
+/* match_pair with the 2-NN's integer dots given (the GPU's,
+ * patina_gpu_identify_nn: best, s1, s2 at dots, dots + N, dots + 2 N, qbest
+ * and qs at dots + 3 N, dots + 3 N + M, N and M the set's n and m): the same
+ * nn, hence the same matches, as idf_match_fast's for u8 rows at scale 512. */
+static size_t match_dots(scratch_t *sc, const unsigned char *q, const unsigned char *r, const patina_identify_opts_t *o,
+                         const int32_t *dots, size_t N, size_t M)
+{
+    size_t nr = rs_count(r), n = rs_count(q);
+    idf_nn_t *nn = &sc->nn;
+    if (n == 0 || nr == 0) return 0;
+    nn->best = sc->ibuf;
+    nn->qbest = sc->ibuf + n;
+    nn->s1 = sc->fbuf;
+    nn->s2 = sc->fbuf + n;
+    nn->qs = sc->fbuf + 2 * n;
+    idf_nn_from_dots(nn, dots, dots + N, dots + 2 * N, n, dots + 3 * N, dots + 3 * N + M, nr, IDF_INV_SCALE2);
     return idf_score(sc->mt, sc->claim, nn, n, nr, o->ratio, o->scoring);
 }
 
@@ -908,13 +938,13 @@ static void fill_pairs(double *qp, double *rp, double *qsh, double *rsh, const i
  * only, so patina_identify_pairs repeats exactly what patina_identify
  * computed. */
 static size_t verify_pair(scratch_t *sc, const unsigned char *qr, const unsigned char *r, uint64_t id,
-                          const patina_identify_opts_t *o, size_t *nm_out)
+                          const patina_identify_opts_t *o, const gnn_t *gn, size_t *nm_out)
 {
     size_t nm, ng, i, c, cg;
     double thr, side;
     const uint64_t seed = o->seed ^ (id * 0x9E3779B97F4A7C15ull);
     idf_model_t model;
-    nm = match_pair(sc, qr, r, o);
+    nm = gn ? match_dots(sc, qr, r, o, gn->dots, gn->n, gn->m) : match_pair(sc, qr, r, o);
     fill_pairs(sc->qp, sc->rp, sc->qsh, sc->rsh, sc->mt, nm, qr, r);
     *nm_out = nm;
     /* The inlier distance scales with the reference image (its original
@@ -951,13 +981,15 @@ static size_t verify_pair(scratch_t *sc, const unsigned char *qr, const unsigned
  * per slots), its inliers the most of any row (ties: the lower row, whose
  * index goes to *row). One row without views. */
 static size_t verify_item(scratch_t *sc, const unsigned char *qr, const patina_refset_t *rs, size_t slot, uint64_t id,
-                          const patina_identify_opts_t *o, size_t *row)
+                          const patina_identify_opts_t *o, const gnn_t *gn, size_t *row)
 {
     const size_t first = slot / rs->per * rs->per;
     size_t v, nm, best = 0, in;
     *row = first;
     for (v = 0; v < rs->per; v++) {
-        in = verify_pair(sc, qr, rs->recs + (first + v) * rs->stride, id, o, &nm);
+        gnn_t gv;
+        if (gn) gv = (gnn_t){gn->dots + v * (3 * gn->n + 2 * gn->m), gn->n, gn->m};
+        in = verify_pair(sc, qr, rs->recs + (first + v) * rs->stride, id, o, gn ? &gv : NULL, &nm);
         if (v == 0 || in > best) {
             best = in;
             *row = first + v;
@@ -969,14 +1001,17 @@ static size_t verify_item(scratch_t *sc, const unsigned char *qr, const patina_r
 static void verify_task(void *arg, size_t t, int worker)
 {
     job_t *jb = arg;
-    size_t q = t / jb->nverify, c = t % jb->nverify, row;
+    size_t q = jb->q0 + t / jb->nverify, c = t % jb->nverify, row;
     const unsigned char *qr = jb->queries + q * jb->qbytes;
     scratch_t *sc = &jb->sc[worker];
     cand_t *cd;
+    gnn_t gn;
     if (c >= jb->ncands[q]) return;
     cd = &jb->cands[q * jb->ncap + c];
+    if (jb->gdots)
+        gn = (gnn_t){jb->gdots + jb->gat[t] * (3 * jb->gn + 2 * jb->gm), jb->gn, jb->gm};
     prepare_query(sc, qr);
-    cd->inliers = (uint32_t)verify_item(sc, qr, jb->sets[cd->set], cd->ref, cd->id, jb->o, &row);
+    cd->inliers = (uint32_t)verify_item(sc, qr, jb->sets[cd->set], cd->ref, cd->id, jb->o, jb->gdots ? &gn : NULL, &row);
     cd->verified = 1;
 }
 
@@ -1160,6 +1195,7 @@ struct idf_many {
     size_t ncap;    /* candidates kept per query and set: max(kk, nverify) */
     cand_t *cands;  /* (nsets, nq, ncap): each set's best ncap */
     size_t *ncands; /* (nsets, nq) */
+    atomic_int gpu; /* some set was matched on a GPU: verification's 2-NN go there too */
 };
 
 static int cmp_set_addr(const void *a, const void *b)
@@ -1413,6 +1449,7 @@ patina_status idf_many_match(idf_many_t *m, size_t set, patina_context_t *ctx)
     }
     /* On the GPU: the best ncap of each query directly. */
     job_of(m, set, &jb);
+    atomic_store(&m->gpu, 1);
     return match_gpu(ctx, &jb);
 }
 
@@ -1482,6 +1519,7 @@ patina_status idf_many_match_sets(idf_many_t *m, size_t set0, size_t nsets, pati
     s = patina_gpu_identify_many(g, views, ng, m->queries + RS_HEADER, m->qbytes, qc, m->nq,
                                  (size_t)params_of(m->sets[0])->n, &go, keys, NULL);
     patina__context_gpu_release(ctx);
+    atomic_store(&m->gpu, 1);
     for (i = 0; s == PATINA_OK && i < ng; i++)
         cands_of_keys(m->sets[which[i]], which[i], keys + i * m->nq * m->ncap * m->per, m->nq, m->ncap,
                       m->cands + (size_t)which[i] * m->nq * m->ncap, m->ncands + (size_t)which[i] * m->nq);
@@ -1510,7 +1548,7 @@ static size_t sibling_inliers(scratch_t *sc, const patina_refset_t *ra, size_t s
         const size_t sx = dir ? slot_b : slot_a, sy = dir ? slot_a : slot_b;
         const unsigned char *rec = rx->recs + sx / rx->per * rx->per * rx->stride;
         prepare_query(sc, rec);
-        in = verify_item(sc, rec, ry, sy, dir ? id_a : id_b, o, &row);
+        in = verify_item(sc, rec, ry, sy, dir ? id_a : id_b, o, NULL, &row);
         if (in > best) best = in;
         if (enough > 0 && (double)best >= enough) break;
     }
@@ -1576,6 +1614,88 @@ patina_status patina_identify_siblings(patina_refset_t *rs, uint64_t a, uint64_t
     return s;
 }
 
+/* Queries verified per round (the GPU's 2-NN of their candidates: up to
+ * VERIFY_QUERIES x verify_top x views pairs of (3 n + 2 m) int32 each). */
+#define VERIFY_QUERIES 16
+
+/* The 2-NN dots of the verification tasks of queries [jb->q0, jb->q0 +
+ * qn) (task t: query q0 + t / nverify, candidate t % nverify; one pair per
+ * row of the candidate's item) on ctx's GPU, into *dots (grown here; the
+ * caller frees it) with task t's first pair at (*at)[t]; sets jb->gdots,
+ * gat, gn, gm. PATINA_E_UNAVAILABLE when a record is not u8 at scale 512
+ * or the GPU cannot be had (the caller verifies on the CPU instead). */
+static patina_status gpu_verify_dots(const idf_many_t *m, job_t *jb, patina_context_t *ctx, size_t qn, int32_t **dots,
+                                     size_t **at)
+{
+    const size_t nv = jb->nverify, per = m->per, N = (size_t)params_of(m->sets[0])->n,
+                 M = (size_t)params_of(m->sets[0])->m, stride = 3 * N + 2 * M;
+    const unsigned char *qs = m->queries + jb->q0 * m->qbytes;
+    size_t np = 0, t, v, cap = qn * nv * per;
+    uint32_t *pq = malloc((cap + 1) * sizeof *pq);
+    const uint8_t **rows = malloc((cap + 1) * sizeof *rows);
+    uint16_t *nr = malloc((cap + 1) * sizeof *nr), *qc = malloc((qn + 1) * sizeof *qc);
+    size_t *nat = realloc(*at, (qn * nv + 1) * sizeof **at);
+    int32_t *nd = NULL;
+    patina_gpu_t *g;
+    patina_status s = PATINA_OK;
+    if (nat) *at = nat;
+    if (!pq || !rows || !nr || !qc || !nat) {
+        s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu verification pairs", cap);
+        goto out;
+    }
+    for (t = 0; t < qn; t++) {
+        if (!idf_exact_u8(qs + t * m->qbytes)) {
+            s = patina__fail(PATINA_E_UNAVAILABLE, "identify: query %zu is not u8 at scale 512", jb->q0 + t);
+            goto out;
+        }
+    }
+    query_counts(qs, m->qbytes, qn, qc);
+    for (t = 0; t < qn * nv; t++) {
+        const size_t q = jb->q0 + t / nv, c = t % nv;
+        const cand_t *cd;
+        const patina_refset_t *rs;
+        size_t first;
+        nat[t] = np;
+        if (c >= jb->ncands[q]) continue;
+        cd = &jb->cands[q * jb->ncap + c];
+        rs = m->sets[cd->set];
+        first = cd->ref / rs->per * rs->per;
+        for (v = 0; v < rs->per; v++) {
+            const unsigned char *rec = rs->recs + (first + v) * rs->stride;
+            if (!idf_exact_u8(rec)) {
+                s = patina__fail(PATINA_E_UNAVAILABLE, "identify: reference %llu is not u8 at scale 512",
+                                 (unsigned long long)cd->id);
+                goto out;
+            }
+            pq[np] = (uint32_t)(t / nv);
+            rows[np] = rs_row(rec, 0);
+            nr[np++] = (uint16_t)rs_count(rec);
+        }
+    }
+    if (np && !(nd = realloc(*dots, np * stride * sizeof *nd))) {
+        s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu verification pairs", np);
+        goto out;
+    }
+    if (nd) *dots = nd;
+    if (np) {
+        if ((s = patina__context_gpu_acquire(ctx, &g)) != PATINA_OK) goto out;
+        s = patina_gpu_identify_nn(g, qs + RS_HEADER, m->qbytes, qc, qn, N, pq, rows, nr, np, M, *dots);
+        patina__context_gpu_release(ctx);
+    }
+    if (s == PATINA_OK) {
+        jb->gdots = np ? *dots : NULL;
+        jb->gat = nat;
+        jb->gn = N;
+        jb->gm = M;
+    }
+out:
+    free(pq);
+    free(rows);
+    free(nr);
+    free(qc);
+    return s;
+}
+
 patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_identify_hit_t *hits,
                               patina_identify_result_t *results, uint32_t *hit_set)
 {
@@ -1628,15 +1748,37 @@ patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_ident
             jb.ncands[q] = nc;
         }
     }
-    /* 3. RANSAC on the top nverify of each query. */
+    /* 3. RANSAC on the top nverify of each query, VERIFY_QUERIES queries
+     * at a time. When the matching ran on a GPU, the 2-NN of each chunk's
+     * candidates come from there first (gpu_verify_dots): the integers the
+     * CPU's matcher computes, so the same matches and inliers, without
+     * matching each candidate again on the workers. */
     if (jb.nverify) {
+        int use_gpu = ctx && atomic_load(&m->gpu);
+        int32_t *dots = NULL;
+        size_t *at = NULL, q0;
         nworkers = (size_t)worker_count(ctx);
         jb.sc = calloc(nworkers, sizeof *jb.sc);
         if (!jb.sc) s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for worker scratch");
         for (w = 0; s == PATINA_OK && w < nworkers; w++)
             if (!scratch_new(&jb.sc[w], (size_t)params_of(m->sets[0])->n, (size_t)params_of(m->sets[0])->m))
                 s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for worker scratch");
-        if (s == PATINA_OK) s = run_tasks(ctx, m->nq * jb.nverify, verify_task, &jb);
+        for (q0 = 0; s == PATINA_OK && q0 < m->nq; q0 += VERIFY_QUERIES) {
+            const size_t qn = m->nq - q0 < VERIFY_QUERIES ? m->nq - q0 : VERIFY_QUERIES;
+            jb.q0 = q0;
+            jb.gdots = NULL;
+            if (use_gpu) {
+                s = gpu_verify_dots(m, &jb, ctx, qn, &dots, &at);
+                if (s == PATINA_E_UNAVAILABLE || s == PATINA_E_LIMIT) { /* the workers give the same matches */
+                    patina_clear_error();
+                    s = PATINA_OK;
+                    use_gpu = 0;
+                }
+            }
+            if (s == PATINA_OK) s = run_tasks(ctx, qn * jb.nverify, verify_task, &jb);
+        }
+        free(dots);
+        free(at);
         for (w = 0; jb.sc && w < nworkers; w++) scratch_free(&jb.sc[w]);
         free(jb.sc);
         if (s != PATINA_OK) goto out;
@@ -1733,9 +1875,9 @@ static patina_status identify_pairs(patina_refset_t *rs, const void *query, uint
     }
     prepare_query(&sc, query);
     /* the item's row with the most inliers, as identify's verification picks it */
-    verify_item(&sc, query, rs, slot, id, &o, &best);
+    verify_item(&sc, query, rs, slot, id, &o, NULL, &best);
     best -= slot;
-    verify_pair(&sc, query, rs->recs + (slot + best) * rs->stride, id, &o, &nm); /* that row's pairs in sc */
+    verify_pair(&sc, query, rs->recs + (slot + best) * rs->stride, id, &o, NULL, &nm); /* that row's pairs in sc */
     kind = rs_view_kind((int)rs->per - 1, (int)best);
     W = (int)rs_size(rs->recs + slot * rs->stride, 2);
     H = (int)rs_size(rs->recs + slot * rs->stride, 3);

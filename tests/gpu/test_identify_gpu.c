@@ -18,14 +18,25 @@
  *   - threads identifying on one context while another changes the set;
  *   - reference views (views = 2: three rows per item, folded by item on
  *     the host from the GPU's rows): items whose rows tie, whose rows are
- *     another item's, with small k and verify_top.
+ *     another item's, with small k and verify_top;
+ *   - verification's 2-NN on the GPU (patina_gpu_identify_nn, which the
+ *     GPU path's RANSAC takes its matches from; the tests above hold its
+ *     inliers to the CPU's) against idf_match_fast directly: best, s1, s2,
+ *     qbest and qs identical for every row, on random rows with ties
+ *     (repeated rows in a record, a query row twice), records of 0, 1, 2,
+ *     some and m rows, queries of 0, 1, some and n rows, more pairs than
+ *     one round, several blocks of query rows, m past 48 KiB of shared
+ *     memory; m past the kernel's shared memory is PATINA_E_LIMIT.
  * Skipped (77) without a GPU. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo/rootsift_match.h"
+#include "core/context.h"
 #include "features/rootsift.h"
+#include "gpu/gpu.h"
 #include "patina/patina.h"
 #include "testutil.h"
 #include "idfutil.h"
@@ -465,6 +476,88 @@ static void test_threads(void **state)
     release_all(rs, c, dir, recs, 120, q, ex);
 }
 
+/* patina_gpu_identify_nn against idf_match_fast, pair by pair, row by row. */
+static void test_nn(void **state)
+{
+    static const size_t shapes[][4] = {/* m, n, queries, pairs */
+                                       {1, 5, 3, 9}, {7, 33, 4, 40}, {384, 768, 3, 300}, {600, 1100, 2, 20}};
+    patina_gpu_t *g = NULL;
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 44);
+    TU_OK(patina__context_gpu_acquire(CTX, &g));
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        const size_t m = shapes[t][0], n = shapes[t][1], nq = shapes[t][2], np = shapes[t][3], per = 3 * n + 2 * m;
+        uint8_t *q = calloc(nq, n * 128), *rr = calloc(np, m * 128);
+        uint16_t *qc = calloc(nq, sizeof *qc), *nr = calloc(np, sizeof *nr);
+        uint32_t *pq = calloc(np, sizeof *pq);
+        const uint8_t **rows = calloc(np, sizeof *rows);
+        int32_t *out = malloc(np * per * sizeof *out), *ibuf = malloc((n + 2 * m + 1) * sizeof *ibuf);
+        int16_t *qw = malloc(n * 128 * sizeof *qw);
+        float *fa = malloc((2 * n + m + 1) * sizeof *fa), *fb = malloc((2 * n + m + 1) * sizeof *fb);
+        int32_t *ib = malloc((n + m + 1) * sizeof *ib);
+        size_t checked = 0;
+        for (size_t i = 0; i < nq; i++) {
+            qc[i] = (uint16_t)(i == 0 ? n : i == 1 ? (n > 1 ? n - 1 : 1) : 0);
+            for (size_t j = 0; j < qc[i]; j++) {
+                uint8_t *row = q + (i * n + j) * 128;
+                if (j == 3) memcpy(row, row - 3 * 128, 128); /* a query row twice: ties for qbest */
+                else random_row(row, &r);
+            }
+        }
+        for (size_t p = 0; p < np; p++) {
+            const size_t c = p % 6 == 0 ? 0 : p % 6 == 1 ? 1 : p % 6 == 2 ? (m < 2 ? m : 2) : p % 6 == 3 ? m
+                             : 1 + tu_rng_below(&r, (uint32_t)m);
+            pq[p] = (uint32_t)(p % nq);
+            nr[p] = (uint16_t)c;
+            rows[p] = rr + p * m * 128;
+            for (size_t i = 0; i < c; i++) {
+                uint8_t *row = rr + (p * m + i) * 128;
+                const uint8_t *src = q + (pq[p] * n + tu_rng_below(&r, (uint32_t)(qc[pq[p]] ? qc[pq[p]] : 1))) * 128;
+                if (i > 0 && tu_rng_below(&r, 8) == 0) memcpy(row, row - 128, 128); /* ties for best */
+                else if (qc[pq[p]] && tu_rng_below(&r, 3) == 0) perturb(row, src, 2, &r);
+                else random_row(row, &r);
+            }
+        }
+        TU_OK(patina_gpu_identify_nn(g, q, n * 128, qc, nq, n, pq, (const uint8_t *const *)rows, nr, np, m, out));
+        for (size_t p = 0; p < np; p++) {
+            const size_t qn = qc[pq[p]], c = nr[p];
+            const int32_t *o = out + p * per;
+            idf_nn_t a, b;
+            if (qn == 0 || c == 0) continue; /* match_pair does not match these */
+            a = (idf_nn_t){ibuf, fa, fa + qn, ibuf + qn, fa + 2 * qn};
+            b = (idf_nn_t){ib, fb, fb + qn, ib + qn, fb + 2 * qn};
+            idf_widen(qw, q + pq[p] * n * 128, qn);
+            idf_match_fast(&a, ibuf + qn + c, qw, qn, rows[p], c, IDF_INV_SCALE2);
+            idf_nn_from_dots(&b, o, o + n, o + 2 * n, qn, o + 3 * n, o + 3 * n + m, c, IDF_INV_SCALE2);
+            for (size_t j = 0; j < qn; j++)
+                if (a.best[j] != b.best[j] || memcmp(&a.s1[j], &b.s1[j], 4) || memcmp(&a.s2[j], &b.s2[j], 4))
+                    fail_msg("m %zu n %zu pair %zu query row %zu: CPU best %d s1 %.9g s2 %.9g, GPU %d %.9g %.9g", m, n,
+                             p, j, a.best[j], a.s1[j], a.s2[j], b.best[j], b.s1[j], b.s2[j]);
+            for (size_t i = 0; i < c; i++)
+                if (a.qbest[i] != b.qbest[i] || memcmp(&a.qs[i], &b.qs[i], 4))
+                    fail_msg("m %zu n %zu pair %zu reference row %zu: CPU qbest %d qs %.9g, GPU %d %.9g", m, n, p, i,
+                             a.qbest[i], a.qs[i], b.qbest[i], b.qs[i]);
+            for (size_t i = c; i < m; i++) assert_int_equal(o[3 * n + i], -1);
+            checked++;
+        }
+        print_message("nn: m %zu n %zu: %zu pairs equal to idf_match_fast\n", m, n, checked);
+        free(q), free(rr), free(qc), free(nr), free(pq), free(rows), free(out), free(ibuf), free(qw), free(fa),
+            free(fb), free(ib);
+    }
+    {
+        const uint8_t row[128] = {1}, *const rows = row;
+        const uint16_t one = 1;
+        const uint32_t zero = 0, past = 1; /* pair query 1 of 1 query: out of range */
+        int32_t o[8];
+        assert_int_equal(patina_gpu_identify_nn(g, row, 128, &one, 1, 1, &zero, &rows, &one, 1, 1700, o),
+                         PATINA_E_LIMIT);
+        assert_int_equal(patina_gpu_identify_nn(g, row, 128, &one, 1, 1, &past, &rows, &one, 1, 1, o),
+                         PATINA_E_INVALID);
+    }
+    patina__context_gpu_release(CTX);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -473,6 +566,7 @@ int main(void)
         cmocka_unit_test(test_cache),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_views),
+        cmocka_unit_test(test_nn),
     };
     int rc;
     const char *quick = getenv("PATINA_TEST_QUICK");
