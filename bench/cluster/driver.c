@@ -29,7 +29,8 @@
  *   bench_cluster write --cluster URL --coll C [--reps R]
  *       write-to-visible: a new CEDD row put through the buckets (acknowledged
  *       once the ready copies applied it), then searched until found.
- * Each prints one JSON object on stdout. */
+ * Every mode takes --warmup W (default 5): untimed queries before each
+ * measured series (inproc, front). Each prints one JSON object on stdout. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,8 +142,13 @@ static void reset(patina_identify_result_t *res, size_t nq)
     }
 }
 
-/* One query reps times, then a batch of `batch` queries reps times; every
- * answer checked (check): a partial or short answer dies, never a number. */
+static int WARMUP = 5; /* --warmup: untimed queries before each measured series */
+
+/* One query reps times, then a batch of `batch` queries reps times, each
+ * after WARMUP untimed calls (the first calls of a process or shard pay
+ * one-time costs: uploads, allocations that later calls reuse); every
+ * answer checked (check): a partial or short answer dies, never a number.
+ * The single queries' times go to stderr in order. */
 static void measure(const char *mode, ident_fn f, void *u, const void *q, size_t batch, int reps, uint64_t refs)
 {
     patina_identify_opts_t o;
@@ -162,6 +168,11 @@ static void measure(const char *mode, ident_fn f, void *u, const void *q, size_t
     check("warm-up query: partial or short answer", res, hits, o.k, 1, &cov, NULL, NULL);
     one = res[0];
     one_hit = hits[0];
+    for (r = 1; r < WARMUP; r++) {
+        reset(res, 1);
+        if (f(u, q, 1, hits, res, &cov) != PATINA_OK) die("warm-up query");
+        check("warm-up query: partial or short answer", res, hits, o.k, 1, &cov, &one, &one_hit);
+    }
     for (r = 0; r < reps; r++) {
         const double t0 = now();
         reset(res, 1);
@@ -176,9 +187,11 @@ static void measure(const char *mode, ident_fn f, void *u, const void *q, size_t
     }
     if (batch > 1) {
         double *bl = calloc((size_t)reps + 1, sizeof *bl);
-        reset(res, batch);
-        if (f(u, q, batch, hits, res, &cov) != PATINA_OK) die("warm-up batch");
-        check("warm-up batch: partial or short answer", res, hits, o.k, batch, &cov, &one, &one_hit);
+        for (r = 0; r < (WARMUP + 1) / 2; r++) {
+            reset(res, batch);
+            if (f(u, q, batch, hits, res, &cov) != PATINA_OK) die("warm-up batch");
+            check("warm-up batch: partial or short answer", res, hits, o.k, batch, &cov, &one, &one_hit);
+        }
         for (r = 0; r < reps; r++) {
             const double t0 = now();
             reset(res, batch);
@@ -189,6 +202,9 @@ static void measure(const char *mode, ident_fn f, void *u, const void *q, size_t
         bt = pct(bl, (size_t)reps, 0.5);
         free(bl);
     }
+    fprintf(stderr, "bench_cluster: %s: after %d warm-up queries, single queries (ms, in order):", mode, WARMUP);
+    for (r = 0; r < reps; r++) fprintf(stderr, " %.1f", 1e3 * lat[r]);
+    fprintf(stderr, "\n");
     p50 = pct(lat, (size_t)reps, 0.5);
     p99 = pct(lat, (size_t)reps, 0.99);
     f50 = pct(fan, (size_t)reps, 0.5);
@@ -199,6 +215,7 @@ static void measure(const char *mode, ident_fn f, void *u, const void *q, size_t
            "\"extract_ms\":%.3f,\"wait_ms\":%.3f,\"shard_ms\":%.3f,\"top\":\"%s\"}\n",
            mode, (unsigned long long)refs, reps, 1e3 * p50, 1e3 * p99, (double)refs / p50, batch, 1e3 * bt,
            bt > 0 ? (double)refs * (double)batch / bt : 0, f50, partial, 1e3 * extract_s, w50, s50, res[0].decision == PATINA_DECISION_MATCH ? "match" : "no match");
+
     free(lat);
     free(fan);
     free(wait);
@@ -652,6 +669,8 @@ static int run_search(int argc, char **argv)
 int main(int argc, char **argv)
 {
     const char *m = argc > 1 ? argv[1] : "";
+    WARMUP = atoi(arg(argc, argv, "--warmup", "5"));
+    if (WARMUP < 1) WARMUP = 1;
     if (!strcmp(m, "inproc")) return run_inproc(argc, argv);
     if (!strcmp(m, "front")) return run_front(argc, argv);
     if (!strcmp(m, "cover")) return run_cover(argc, argv);

@@ -22,7 +22,7 @@
 # of m = 384 do not fit JetStream on the benchmark machine (about 50 KB
 # each). Environment: REFS (GPU rows, default 2000000; lowered to what 60%
 # of the host memory holds), CPU_REFS (default 2000), P (partitions, 64),
-# REPS (20), BATCH (16), QUERY (a sample photograph), CPU_ONLY=1 (skip the
+# REPS (20), WARMUP (untimed queries before each series, 5), BATCH (16), QUERY (a sample photograph), CPU_ONLY=1 (skip the
 # GPU rows), COPIES (the GPU cluster rows' copies, default "1 2"; "1" holds
 # each reference once in the shards, so 2 M of them fit a 256 GiB host),
 # CPU_ROWS=0 (skip the CPU shard and write rows), INPROC (the in-process GPU
@@ -43,6 +43,7 @@ PATINA=$BUILD/patina
 DRIVER=$BUILD/bench/bench_cluster
 P=${P:-64}
 REPS=${REPS:-20}
+WARMUP=${WARMUP:-5}
 BATCH=${BATCH:-16}
 SEED=7
 QUERY=${QUERY:-$(find "$ROOT/samples" -name '*.jpg' 2>/dev/null | sort | head -1)}
@@ -122,7 +123,7 @@ wait_cover() {
     note "run.sh: $1 not covered"
     return 1
 }
-front() { "$DRIVER" front --cluster "$URL" --coll "$1" --refs "$REFS" --query "$QUERY" --reps "$REPS" --batch "$BATCH" --deadline "${2:-5000}"; }
+front() { "$DRIVER" front --cluster "$URL" --coll "$1" --refs "$REFS" --query "$QUERY" --reps "$REPS" --warmup "$WARMUP" --batch "$BATCH" --deadline "${2:-5000}"; }
 freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # shard_seconds NAME...: each shard's request, queue and call seconds and identify requests (its metrics port), one line each
 shard_seconds() {
@@ -178,16 +179,16 @@ if [ "$NGPU" -ge 1 ]; then
         case $row in
         1)
             note "== in-process, $REFS references, 1 GPU"
-            record "inproc 1 GPU" "$("$DRIVER" inproc --refs "$REFS" --partitions "$P" --seed "$SEED" --gpus 0 --budget "$GIB" --query "$QUERY" --reps "$REPS" --batch "$BATCH")" ;;
+            record "inproc 1 GPU" "$("$DRIVER" inproc --refs "$REFS" --partitions "$P" --seed "$SEED" --gpus 0 --budget "$GIB" --query "$QUERY" --reps "$REPS" --warmup "$WARMUP" --batch "$BATCH")" ;;
         all)
             note "== in-process, $REFS references, $ALL"
-            record "inproc $ALL" "$("$DRIVER" inproc --refs "$REFS" --partitions "$P" --seed "$SEED" --gpus "$ALL" --budget "$SHARD_GIB" --query "$QUERY" --reps "$REPS" --batch "$BATCH")" ;;
+            record "inproc $ALL" "$("$DRIVER" inproc --refs "$REFS" --partitions "$P" --seed "$SEED" --gpus "$ALL" --budget "$SHARD_GIB" --query "$QUERY" --reps "$REPS" --warmup "$WARMUP" --batch "$BATCH")" ;;
         tables)
             # the rows on GPU 0 in P/2 tables (what a shard of a 2-GPU cluster holds) identified by one
             # patina_table_identify_many call: one GPU pass over their mirrors, against one table
             HALF=${TABLES:-$((P / 2 > 0 ? P / 2 : 1))}
             note "== in-process, $TABLES_REFS references in $HALF tables, 1 GPU"
-            record "inproc 1 GPU tables=$HALF" "$("$DRIVER" inproc --refs "$TABLES_REFS" --partitions "$P" --seed "$SEED" --gpus 0 --budget "$GIB" --tables "$HALF" --query "$QUERY" --reps "$REPS" --batch "$BATCH")" ;;
+            record "inproc 1 GPU tables=$HALF" "$("$DRIVER" inproc --refs "$TABLES_REFS" --partitions "$P" --seed "$SEED" --gpus 0 --budget "$GIB" --tables "$HALF" --query "$QUERY" --reps "$REPS" --warmup "$WARMUP" --batch "$BATCH")" ;;
         *) note "run.sh: INPROC row '$row' unknown (1, all, tables)"; exit 2 ;;
         esac
     done
@@ -209,7 +210,7 @@ if [ "$NGPU" -ge 1 ]; then
         record "cluster GPU copies $copies sharing=$SHARING shards=$(echo $SHARDS_GPU | wc -w)" "$(front gbench)"
         # where a single query's time in each shard goes (the shards' own counters around REPS more queries)
         s0=$(shard_seconds $NAMES)
-        pass=$("$DRIVER" front --cluster "$URL" --coll gbench --refs "$REFS" --query "$QUERY" --reps "$REPS" --batch 1)
+        pass=$("$DRIVER" front --cluster "$URL" --coll gbench --refs "$REFS" --query "$QUERY" --reps "$REPS" --warmup "$WARMUP" --batch 1)
         split_record "split GPU copies $copies" "$s0" "$(shard_seconds $NAMES)" "$pass"
         # kill -9 of one shard: the seconds until an answer is whole again
         if [ "${RECOVER:-1}" != 0 ]; then
@@ -260,7 +261,7 @@ if [ "$CPU_ROWS" != 0 ]; then
     shard wbench w1 2 cpu -j 1
     wait_cover wbench
     sleep 3
-    record "write" "$("$DRIVER" write --cluster "$URL" --coll wbench --reps "$REPS")"
+    record "write" "$("$DRIVER" write --cluster "$URL" --coll wbench --reps "$REPS" --warmup "$WARMUP")"
     stop_all
 fi
 
