@@ -795,10 +795,14 @@ static void prepare_query(scratch_t *sc, const unsigned char *q)
 }
 
 /* Matches prepared query q against reference r, fills sc->mt; returns the
- * score. Both u8 at scale 512: the fast integer matcher; otherwise the float
- * definition on dequantised rows (the same answer where both apply). */
+ * score. dots NULL: both u8 at scale 512, the fast integer matcher;
+ * otherwise the float definition on dequantised rows (the same answer where
+ * both apply). dots given: the 2-NN's integer dots computed elsewhere (the
+ * GPU's, patina_gpu_identify_nn: best, s1, s2 at dots, dots + N, dots + 2 N,
+ * qbest and qs at dots + 3 N, dots + 3 N + M; N and M the set's n and m),
+ * the same nn as idf_match_fast's, hence the same matches. */
 static size_t match_pair(scratch_t *sc, const unsigned char *q, const unsigned char *r,
-                         const patina_identify_opts_t *o)
+                         const patina_identify_opts_t *o, const int32_t *dots, size_t N, size_t M)
 {
     size_t nr = rs_count(r), n = rs_count(q);
     idf_nn_t *nn = &sc->nn;
@@ -808,31 +812,14 @@ static size_t match_pair(scratch_t *sc, const unsigned char *q, const unsigned c
     nn->s1 = sc->fbuf;
     nn->s2 = sc->fbuf + n;
     nn->qs = sc->fbuf + 2 * n;
-    if (idf_exact_u8(q) && idf_exact_u8(r)) {
+    if (dots) {
+        idf_nn_from_dots(nn, dots, dots + N, dots + 2 * N, n, dots + 3 * N, dots + 3 * N + M, nr, IDF_INV_SCALE2);
+    } else if (idf_exact_u8(q) && idf_exact_u8(r)) {
         idf_match_fast(nn, sc->ibuf + n + nr, sc->qw, n, rs_row(r, 0), nr, IDF_INV_SCALE2);
     } else {
         idf_dequantise(sc->rf, r);
         idf_match_ref(nn, sc->qf, n, sc->rf, nr);
     }
-    return idf_score(sc->mt, sc->claim, nn, n, nr, o->ratio, o->scoring);
-}
-
-/* match_pair with the 2-NN's integer dots given (the GPU's,
- * patina_gpu_identify_nn: best, s1, s2 at dots, dots + N, dots + 2 N, qbest
- * and qs at dots + 3 N, dots + 3 N + M, N and M the set's n and m): the same
- * nn, hence the same matches, as idf_match_fast's for u8 rows at scale 512. */
-static size_t match_dots(scratch_t *sc, const unsigned char *q, const unsigned char *r, const patina_identify_opts_t *o,
-                         const int32_t *dots, size_t N, size_t M)
-{
-    size_t nr = rs_count(r), n = rs_count(q);
-    idf_nn_t *nn = &sc->nn;
-    if (n == 0 || nr == 0) return 0;
-    nn->best = sc->ibuf;
-    nn->qbest = sc->ibuf + n;
-    nn->s1 = sc->fbuf;
-    nn->s2 = sc->fbuf + n;
-    nn->qs = sc->fbuf + 2 * n;
-    idf_nn_from_dots(nn, dots, dots + N, dots + 2 * N, n, dots + 3 * N, dots + 3 * N + M, nr, IDF_INV_SCALE2);
     return idf_score(sc->mt, sc->claim, nn, n, nr, o->ratio, o->scoring);
 }
 
@@ -880,7 +867,7 @@ static void match_task(void *arg, size_t t, int worker)
         size_t v, best = 0, bsco = 0;
         if (jb->rs->dead[i]) continue;
         for (v = 0; v < jb->rs->per; v++) {
-            const size_t sco = match_pair(sc, qr, jb->rs->recs + (i + v) * jb->rs->stride, jb->o);
+            const size_t sco = match_pair(sc, qr, jb->rs->recs + (i + v) * jb->rs->stride, jb->o, NULL, 0, 0);
             if (sco > bsco) {
                 bsco = sco;
                 best = i + v;
@@ -944,7 +931,7 @@ static size_t verify_pair(scratch_t *sc, const unsigned char *qr, const unsigned
     double thr, side;
     const uint64_t seed = o->seed ^ (id * 0x9E3779B97F4A7C15ull);
     idf_model_t model;
-    nm = gn ? match_dots(sc, qr, r, o, gn->dots, gn->n, gn->m) : match_pair(sc, qr, r, o);
+    nm = match_pair(sc, qr, r, o, gn ? gn->dots : NULL, gn ? gn->n : 0, gn ? gn->m : 0);
     fill_pairs(sc->qp, sc->rp, sc->qsh, sc->rsh, sc->mt, nm, qr, r);
     *nm_out = nm;
     /* The inlier distance scales with the reference image (its original
