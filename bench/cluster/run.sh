@@ -34,7 +34,9 @@
 # devices, default one per GPU, or "0 0" on a machine of one; "0" is a single
 # shard holding every partition: against the "tables" row with TABLES=P, the
 # fan-out's own cost on one GPU), TABLES (the "tables" row's tables, P/2).
-# Logs and JSON lines go to $OUT (default ./bench-cluster-out).
+# Logs and JSON lines go to $OUT (default ./bench-cluster-out); with a GPU also
+# dmon.log (nvidia-smi dmon: clocks, power, load each second) and passes.log (when
+# each series started and ended).
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-${BUILD:-$ROOT/build}}
@@ -81,11 +83,20 @@ JS=$(mktemp -d)
 cleanup() {
     for p in $PIDS; do kill -9 "$p" 2>/dev/null || true; done
     [ -n "${NATS_PID:-}" ] && kill "$NATS_PID" 2>/dev/null || true
+    [ -n "${DMON_PID:-}" ] && kill "$DMON_PID" 2>/dev/null || true
     rm -rf "$JS"
 }
 trap cleanup EXIT INT TERM
 "$NATS" -js -sd "$JS" -a 127.0.0.1 -p "$PORT" > "$OUT/nats.log" 2>&1 &
 NATS_PID=$!
+# the GPUs' clocks, power and load once a second, with the time (the passes'
+# times are in the log): the first single-query pass of the cluster rows was
+# slower than the second, after the batches, for a reason not yet found
+if [ "$NGPU" -gt 0 ]; then
+    nvidia-smi dmon -s pcu -o T > "$OUT/dmon.log" 2>&1 &
+    DMON_PID=$!
+fi
+mark() { echo "$(date +%H:%M:%S) $*" >> "$OUT/passes.log"; }
 sleep 1
 
 note() { echo "$*" >&2; }
@@ -123,7 +134,11 @@ wait_cover() {
     note "run.sh: $1 not covered"
     return 1
 }
-front() { "$DRIVER" front --cluster "$URL" --coll "$1" --refs "$REFS" --query "$QUERY" --reps "$REPS" --warmup "$WARMUP" --batch "$BATCH" --deadline "${2:-5000}"; }
+front() {
+    mark "front $1: start"
+    "$DRIVER" front --cluster "$URL" --coll "$1" --refs "$REFS" --query "$QUERY" --reps "$REPS" --warmup "$WARMUP" --batch "$BATCH" --deadline "${2:-5000}"
+    mark "front $1: end"
+}
 freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # shard_seconds NAME...: each shard's request, queue and call seconds and identify requests (its metrics port), one line each
 shard_seconds() {
@@ -176,6 +191,7 @@ if [ "$NGPU" -ge 1 ]; then
     INPROC=${INPROC-1 all tables}
     TABLES_REFS=${TABLES_REFS:-$REFS}
     for row in $INPROC; do
+        mark "inproc $row: start (the references are made first)"
         case $row in
         1)
             note "== in-process, $REFS references, 1 GPU"
@@ -210,7 +226,9 @@ if [ "$NGPU" -ge 1 ]; then
         record "cluster GPU copies $copies sharing=$SHARING shards=$(echo $SHARDS_GPU | wc -w)" "$(front gbench)"
         # where a single query's time in each shard goes (the shards' own counters around REPS more queries)
         s0=$(shard_seconds $NAMES)
+        mark "second pass: start"
         pass=$("$DRIVER" front --cluster "$URL" --coll gbench --refs "$REFS" --query "$QUERY" --reps "$REPS" --warmup "$WARMUP" --batch 1)
+        mark "second pass: end"
         split_record "split GPU copies $copies" "$s0" "$(shard_seconds $NAMES)" "$pass"
         # kill -9 of one shard: the seconds until an answer is whole again
         if [ "${RECOVER:-1}" != 0 ]; then
