@@ -36,7 +36,7 @@
 # fan-out's own cost on one GPU), TABLES (the "tables" row's tables, P/2).
 # Logs and JSON lines go to $OUT (default ./bench-cluster-out); with a GPU also
 # dmon.log (nvidia-smi dmon: clocks, power, load each second) and passes.log (when
-# each series started and ended).
+# each series started and ended, with the shards' minor page faults then).
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-${BUILD:-$ROOT/build}}
@@ -96,7 +96,16 @@ if [ "$NGPU" -gt 0 ]; then
     nvidia-smi dmon -s pcu -o T > "$OUT/dmon.log" 2>&1 &
     DMON_PID=$!
 fi
-mark() { echo "$(date +%H:%M:%S) $*" >> "$OUT/passes.log"; }
+# mark WHAT: the time, and each running shard's minor page faults so far
+# (/proc/PID/stat field 10): a first pass that faults more than the second
+# would point at memory returned to the system between calls
+mark() {
+    line="$(date +%H:%M:%S) $*"
+    for p in $PIDS; do
+        [ -r "/proc/$p/stat" ] && line="$line; pid $p minflt $(awk '{print $10}' "/proc/$p/stat")"
+    done
+    echo "$line" >> "$OUT/passes.log"
+}
 sleep 1
 
 note() { echo "$*" >&2; }
