@@ -721,7 +721,8 @@ typedef struct job {
     size_t qbytes, nq;
     size_t block, nblocks; /* references per matching task; tasks per query */
     const patina_identify_opts_t *o;
-    scratch_t *sc;      /* one per worker */
+    size_t sn, sm;      /* the workers' scratch: n and m of the sets (worker_scratch) */
+    atomic_int nomem;   /* a task found no memory for its scratch */
     cand_t *tcands;     /* (nq, nblocks, ncap): each task's best candidates */
     size_t *ntcands;    /* (nq, nblocks) */
     cand_t *cands;      /* (nq, ncap) candidates */
@@ -784,6 +785,63 @@ static int scratch_new(scratch_t *sc, size_t n, size_t m)
     return sc->qw && sc->qf && sc->rf && sc->ibuf && sc->fbuf && sc->claim && sc->mt && sc->qp && sc->rp &&
            sc->qsh && sc->rsh && sc->inl && sc->qg && sc->rg && sc->gm && sc->qp2 && sc->rp2 && sc->qsh2 &&
            sc->rsh2 && sc->inl2;
+}
+
+/* A worker's scratch, kept by its thread from call to call (grown for a
+ * larger n or m, freed when the thread ends: a context's workers live as
+ * long as the context). Made and freed per call instead, about 1 MB per
+ * worker, glibc gave the memory back after each call and the next call
+ * faulted it in again: a CPU shard of 32 workers took 1,600 minor faults
+ * per query (bench/cluster/run.sh's passes.log), a GPU shard's verification
+ * a few milliseconds. NULL when out of memory. */
+typedef struct kept_scratch {
+    scratch_t sc;
+    size_t n, m; /* what sc holds */
+} kept_scratch_t;
+
+static pthread_key_t kept_key;
+static pthread_once_t kept_once = PTHREAD_ONCE_INIT;
+static int kept_ok;
+
+static void kept_free(void *p)
+{
+    kept_scratch_t *k = p;
+    scratch_free(&k->sc);
+    free(k);
+}
+
+static void kept_init(void) { kept_ok = pthread_key_create(&kept_key, kept_free) == 0; }
+
+/* The key goes with the library (a dlclose), so that no thread ending
+ * later calls kept_free in unmapped code (its scratch is then not freed). */
+__attribute__((destructor)) static void kept_fini(void)
+{
+    if (kept_ok) pthread_key_delete(kept_key);
+    kept_ok = 0;
+}
+
+static scratch_t *worker_scratch(size_t n, size_t m)
+{
+    kept_scratch_t *k;
+    pthread_once(&kept_once, kept_init);
+    if (!kept_ok) return NULL;
+    k = pthread_getspecific(kept_key);
+    if (k && k->n >= n && k->m >= m) return &k->sc;
+    if (k) {
+        scratch_free(&k->sc);
+        n = n > k->n ? n : k->n;
+        m = m > k->m ? m : k->m;
+    } else if (!(k = calloc(1, sizeof *k))) {
+        return NULL;
+    }
+    if (!scratch_new(&k->sc, n, m) || pthread_setspecific(kept_key, k) != 0) {
+        kept_free(k);
+        pthread_setspecific(kept_key, NULL);
+        return NULL;
+    }
+    k->n = n;
+    k->m = m;
+    return &k->sc;
 }
 
 /* Prepares query record q in the worker's scratch: widened when it is u8 at
@@ -854,10 +912,15 @@ static void match_task(void *arg, size_t t, int worker)
     job_t *jb = arg;
     size_t q = t / jb->nblocks, b = t % jb->nblocks, i, end;
     const unsigned char *qr = jb->queries + q * jb->qbytes;
-    scratch_t *sc = &jb->sc[worker];
+    scratch_t *sc = worker_scratch(jb->sn, jb->sm);
     cand_t *c = jb->tcands + t * jb->ncap;
     size_t *nc = &jb->ntcands[t];
+    (void)worker;
     *nc = 0;
+    if (!sc) {
+        atomic_store(&jb->nomem, 1);
+        return;
+    }
     if (rs_count(qr) == 0) return;
     prepare_query(sc, qr);
     end = (b + 1) * jb->block < jb->rs->n ? (b + 1) * jb->block : jb->rs->n;
@@ -990,10 +1053,15 @@ static void verify_task(void *arg, size_t t, int worker)
     job_t *jb = arg;
     size_t q = jb->q0 + t / jb->nverify, c = t % jb->nverify, row;
     const unsigned char *qr = jb->queries + q * jb->qbytes;
-    scratch_t *sc = &jb->sc[worker];
+    scratch_t *sc;
     cand_t *cd;
     gnn_t gn;
+    (void)worker;
     if (c >= jb->ncands[q]) return;
+    if (!(sc = worker_scratch(jb->sn, jb->sm))) {
+        atomic_store(&jb->nomem, 1);
+        return;
+    }
     cd = &jb->cands[q * jb->ncap + c];
     if (jb->gdots)
         gn = (gnn_t){jb->gdots + jb->gat[t] * (3 * jb->gn + 2 * jb->gm), jb->gn, jb->gm};
@@ -1359,8 +1427,7 @@ static patina_status match_cpu(idf_many_t *m, const uint32_t *which, size_t nw, 
 {
     const size_t nworkers = (size_t)worker_count(ctx);
     jobs_t js;
-    scratch_t *sc = NULL;
-    size_t j, w, q, total = 0, ntasks = 0, block;
+    size_t j, q, total = 0, ntasks = 0, block;
     patina_status s = PATINA_OK;
     memset(&js, 0, sizeof js);
     if (nw == 0) return PATINA_OK;
@@ -1369,15 +1436,12 @@ static patina_status match_cpu(idf_many_t *m, const uint32_t *which, size_t nw, 
     if (block < REF_BLOCK) block = REF_BLOCK;
     js.jb = calloc(nw, sizeof *js.jb);
     js.first = calloc(nw + 1, sizeof *js.first);
-    sc = calloc(nworkers, sizeof *sc);
-    if (!js.jb || !js.first || !sc) s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu sets", nw);
-    for (w = 0; s == PATINA_OK && w < nworkers; w++)
-        if (!scratch_new(&sc[w], (size_t)params_of(m->sets[0])->n, (size_t)params_of(m->sets[0])->m))
-            s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for worker scratch");
+    if (!js.jb || !js.first) s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu sets", nw);
     for (j = 0; s == PATINA_OK && j < nw; j++) {
         job_t *jb = &js.jb[j];
         job_of(m, which[j], jb);
-        jb->sc = sc;
+        jb->sn = (size_t)params_of(m->sets[0])->n;
+        jb->sm = (size_t)params_of(m->sets[0])->m;
         jb->block = (block + jb->rs->per - 1) / jb->rs->per * jb->rs->per; /* whole items */
         jb->nblocks = (jb->rs->n + jb->block - 1) / jb->block;
         if (m->nq > SIZE_MAX / jb->nblocks / (jb->ncap * sizeof *jb->tcands + sizeof *jb->ntcands)) {
@@ -1397,6 +1461,8 @@ static patina_status match_cpu(idf_many_t *m, const uint32_t *which, size_t nw, 
     js.nj = nw;
     /* 1. Every (query, reference) of every set scored; each task keeps its best ncap. */
     if (s == PATINA_OK) s = run_tasks(ctx, ntasks, match_task_of, &js);
+    for (j = 0; s == PATINA_OK && j < nw; j++)
+        if (atomic_load(&js.jb[j].nomem)) s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for worker scratch");
     /* 2. A query's candidates in a set: the best ncap of its tasks' lists. */
     for (j = 0; s == PATINA_OK && j < nw; j++) {
         job_t *jb = &js.jb[j];
@@ -1410,13 +1476,10 @@ static patina_status match_cpu(idf_many_t *m, const uint32_t *which, size_t nw, 
             jb->ncands[q] = nc;
         }
     }
-    if (sc)
-        for (w = 0; w < nworkers; w++) scratch_free(&sc[w]);
     for (j = 0; js.jb && j < nw; j++) {
         free(js.jb[j].tcands);
         free(js.jb[j].ntcands);
     }
-    free(sc);
     free(js.jb);
     free(js.first);
     return s;
@@ -1689,7 +1752,7 @@ patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_ident
     job_t jb;
     scratch_t dsc;
     int have_dsc = 0;
-    size_t q, i, w, nworkers;
+    size_t q, i;
     const size_t k = m->o.k;
     patina_status s = PATINA_OK;
     if (m->nq && (!hits || !results)) return patina__fail(PATINA_E_INVALID, "identify: null argument");
@@ -1744,12 +1807,8 @@ patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_ident
         int use_gpu = ctx && atomic_load(&m->gpu);
         int32_t *dots = NULL;
         size_t *at = NULL, q0;
-        nworkers = (size_t)worker_count(ctx);
-        jb.sc = calloc(nworkers, sizeof *jb.sc);
-        if (!jb.sc) s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for worker scratch");
-        for (w = 0; s == PATINA_OK && w < nworkers; w++)
-            if (!scratch_new(&jb.sc[w], (size_t)params_of(m->sets[0])->n, (size_t)params_of(m->sets[0])->m))
-                s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for worker scratch");
+        jb.sn = (size_t)params_of(m->sets[0])->n;
+        jb.sm = (size_t)params_of(m->sets[0])->m;
         for (q0 = 0; s == PATINA_OK && q0 < m->nq; q0 += VERIFY_QUERIES) {
             const size_t qn = m->nq - q0 < VERIFY_QUERIES ? m->nq - q0 : VERIFY_QUERIES;
             jb.q0 = q0;
@@ -1763,11 +1822,11 @@ patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_ident
                 }
             }
             if (s == PATINA_OK) s = run_tasks(ctx, qn * jb.nverify, verify_task, &jb);
+            if (s == PATINA_OK && atomic_load(&jb.nomem))
+                s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for worker scratch");
         }
         free(dots);
         free(at);
-        for (w = 0; jb.sc && w < nworkers; w++) scratch_free(&jb.sc[w]);
-        free(jb.sc);
         if (s != PATINA_OK) goto out;
     }
     /* 4. Re-rank, write hits, decide. */
