@@ -703,16 +703,23 @@ typedef struct cand {
     int verified;
 } cand_t;
 
-/* One stage's work over the context's workers: matching one set (rs, set;
- * the CPU's tasks = query x block of references) or verifying the merged
- * candidates (sets; tasks = query x candidate). */
-/* One (query, reference row) pair's 2-NN dots from the GPU
- * (patina_gpu_identify_nn's layout, n and m its strides). */
+/* A (query, reference row) pair's 2-NN dots from the GPU, in
+ * patina_gpu_identify_nn's layout: best, s1, s2 at dots, dots + n, dots + 2
+ * n, qbest and qs at dots + 3 n, dots + 3 n + m (n, m: the set's). */
 typedef struct gnn {
     const int32_t *dots;
     size_t n, m;
 } gnn_t;
 
+/* The dots of the pair v rows after gn's (an item's rows follow each other). */
+static gnn_t gnn_row(const gnn_t *gn, size_t v)
+{
+    return (gnn_t){gn->dots + v * (3 * gn->n + 2 * gn->m), gn->n, gn->m};
+}
+
+/* One stage's work over the context's workers: matching one set (rs, set;
+ * the CPU's tasks = query x block of references) or verifying the merged
+ * candidates (sets; tasks = query x candidate). */
 typedef struct job {
     patina_refset_t *const *sets; /* every set of the call */
     const patina_refset_t *rs;    /* matching: the set matched */
@@ -730,9 +737,8 @@ typedef struct job {
     size_t *ncands;     /* (nq) */
     size_t nverify;     /* candidates verified per query, at most */
     size_t q0;          /* verifying: the first query of the tasks (task t: query q0 + t / nverify) */
-    const int32_t *gdots; /* verifying: the 2-NN dots from the GPU (NULL: match on the CPU) */
+    gnn_t gdots;        /* verifying: the 2-NN dots from the GPU (dots NULL: match on the CPU) */
     const size_t *gat;  /* (tasks) task t's first pair in gdots (its item's rows follow) */
-    size_t gn, gm;      /* the dots' strides: the spec's n and m */
 } job_t;
 
 static void scratch_free(scratch_t *sc)
@@ -853,14 +859,12 @@ static void prepare_query(scratch_t *sc, const unsigned char *q)
 }
 
 /* Matches prepared query q against reference r, fills sc->mt; returns the
- * score. dots NULL: both u8 at scale 512, the fast integer matcher;
- * otherwise the float definition on dequantised rows (the same answer where
- * both apply). dots given: the 2-NN's integer dots computed elsewhere (the
- * GPU's, patina_gpu_identify_nn: best, s1, s2 at dots, dots + N, dots + 2 N,
- * qbest and qs at dots + 3 N, dots + 3 N + M; N and M the set's n and m),
- * the same nn as idf_match_fast's, hence the same matches. */
+ * score. gn NULL: both u8 at scale 512, the fast integer matcher; otherwise
+ * the float definition on dequantised rows (the same answer where both
+ * apply). gn given: the pair's 2-NN dots computed elsewhere (the GPU's), the
+ * same nn as idf_match_fast's, hence the same matches. */
 static size_t match_pair(scratch_t *sc, const unsigned char *q, const unsigned char *r,
-                         const patina_identify_opts_t *o, const int32_t *dots, size_t N, size_t M)
+                         const patina_identify_opts_t *o, const gnn_t *gn)
 {
     size_t nr = rs_count(r), n = rs_count(q);
     idf_nn_t *nn = &sc->nn;
@@ -870,8 +874,9 @@ static size_t match_pair(scratch_t *sc, const unsigned char *q, const unsigned c
     nn->s1 = sc->fbuf;
     nn->s2 = sc->fbuf + n;
     nn->qs = sc->fbuf + 2 * n;
-    if (dots) {
-        idf_nn_from_dots(nn, dots, dots + N, dots + 2 * N, n, dots + 3 * N, dots + 3 * N + M, nr, IDF_INV_SCALE2);
+    if (gn) {
+        const int32_t *d = gn->dots;
+        idf_nn_from_dots(nn, d, d + gn->n, d + 2 * gn->n, n, d + 3 * gn->n, d + 3 * gn->n + gn->m, nr, IDF_INV_SCALE2);
     } else if (idf_exact_u8(q) && idf_exact_u8(r)) {
         idf_match_fast(nn, sc->ibuf + n + nr, sc->qw, n, rs_row(r, 0), nr, IDF_INV_SCALE2);
     } else {
@@ -930,7 +935,7 @@ static void match_task(void *arg, size_t t, int worker)
         size_t v, best = 0, bsco = 0;
         if (jb->rs->dead[i]) continue;
         for (v = 0; v < jb->rs->per; v++) {
-            const size_t sco = match_pair(sc, qr, jb->rs->recs + (i + v) * jb->rs->stride, jb->o, NULL, 0, 0);
+            const size_t sco = match_pair(sc, qr, jb->rs->recs + (i + v) * jb->rs->stride, jb->o, NULL);
             if (sco > bsco) {
                 bsco = sco;
                 best = i + v;
@@ -994,7 +999,7 @@ static size_t verify_pair(scratch_t *sc, const unsigned char *qr, const unsigned
     double thr, side;
     const uint64_t seed = o->seed ^ (id * 0x9E3779B97F4A7C15ull);
     idf_model_t model;
-    nm = match_pair(sc, qr, r, o, gn ? gn->dots : NULL, gn ? gn->n : 0, gn ? gn->m : 0);
+    nm = match_pair(sc, qr, r, o, gn);
     fill_pairs(sc->qp, sc->rp, sc->qsh, sc->rsh, sc->mt, nm, qr, r);
     *nm_out = nm;
     /* The inlier distance scales with the reference image (its original
@@ -1037,8 +1042,7 @@ static size_t verify_item(scratch_t *sc, const unsigned char *qr, const patina_r
     size_t v, nm, best = 0, in;
     *row = first;
     for (v = 0; v < rs->per; v++) {
-        gnn_t gv;
-        if (gn) gv = (gnn_t){gn->dots + v * (3 * gn->n + 2 * gn->m), gn->n, gn->m};
+        const gnn_t gv = gn ? gnn_row(gn, v) : (gnn_t){NULL, 0, 0};
         in = verify_pair(sc, qr, rs->recs + (first + v) * rs->stride, id, o, gn ? &gv : NULL, &nm);
         if (v == 0 || in > best) {
             best = in;
@@ -1063,10 +1067,10 @@ static void verify_task(void *arg, size_t t, int worker)
         return;
     }
     cd = &jb->cands[q * jb->ncap + c];
-    if (jb->gdots)
-        gn = (gnn_t){jb->gdots + jb->gat[t] * (3 * jb->gn + 2 * jb->gm), jb->gn, jb->gm};
+    if (jb->gdots.dots) gn = gnn_row(&jb->gdots, jb->gat[t]);
     prepare_query(sc, qr);
-    cd->inliers = (uint32_t)verify_item(sc, qr, jb->sets[cd->set], cd->ref, cd->id, jb->o, jb->gdots ? &gn : NULL, &row);
+    cd->inliers =
+        (uint32_t)verify_item(sc, qr, jb->sets[cd->set], cd->ref, cd->id, jb->o, jb->gdots.dots ? &gn : NULL, &row);
     cd->verified = 1;
 }
 
@@ -1605,21 +1609,18 @@ static size_t sibling_inliers(scratch_t *sc, const patina_refset_t *ra, size_t s
     return best;
 }
 
-/* Worker scratch for the sibling check: a reference record as the query. */
-static int sibling_scratch(scratch_t *sc, const patina_refset_t *rs)
+/* The calling thread's scratch for the sibling check: a reference record
+ * as the query. NULL when out of memory. */
+static scratch_t *sibling_scratch(const patina_refset_t *rs)
 {
     const size_t rows = (size_t)params_of(rs)->m, n = (size_t)params_of(rs)->n;
-    if (scratch_new(sc, rows > n ? rows : n, rows)) return 1;
-    scratch_free(sc);
-    return 0;
+    return worker_scratch(rows > n ? rows : n, rows);
 }
 
 /* idf_distinct's question for one query of idf_many_finish: are its ranked
- * candidates c[0] and c[1] siblings? The scratch is made on first use. */
+ * candidates c[0] and c[1] siblings? */
 typedef struct {
     const idf_many_t *m;
-    scratch_t *sc;
-    int *have_sc;
     const cand_t *c;
 } sib_ask_t;
 
@@ -1627,12 +1628,9 @@ static patina_status sib_ask(void *user, size_t *inliers)
 {
     sib_ask_t *a = user;
     const cand_t *x = &a->c[0], *y = &a->c[1];
-    if (!*a->have_sc) {
-        if (!sibling_scratch(a->sc, a->m->sets[0]))
-            return patina__fail(PATINA_E_NOMEM, "identify: out of memory for the sibling check");
-        *a->have_sc = 1;
-    }
-    *inliers = sibling_inliers(a->sc, a->m->sets[x->set], x->ref, x->id, a->m->sets[y->set], y->ref, y->id, &a->m->o,
+    scratch_t *sc = sibling_scratch(a->m->sets[0]);
+    if (!sc) return patina__fail(PATINA_E_NOMEM, "identify: out of memory for the sibling check");
+    *inliers = sibling_inliers(sc, a->m->sets[x->set], x->ref, x->id, a->m->sets[y->set], y->ref, y->id, &a->m->o,
                                a->m->o.sibling_inliers);
     return PATINA_OK;
 }
@@ -1641,7 +1639,7 @@ patina_status patina_identify_siblings(patina_refset_t *rs, uint64_t a, uint64_t
                                        size_t *inliers)
 {
     patina_identify_opts_t o;
-    scratch_t sc;
+    scratch_t *sc;
     size_t sa, sb;
     int fa, fb;
     patina_status s = PATINA_OK;
@@ -1650,7 +1648,7 @@ patina_status patina_identify_siblings(patina_refset_t *rs, uint64_t a, uint64_t
     if (opts) o = *opts;
     else patina_identify_opts_init(&o);
     PATINA_TRY(check_opts(&o));
-    if (!sibling_scratch(&sc, rs)) return patina__fail(PATINA_E_NOMEM, "identify siblings: out of memory");
+    if (!(sc = sibling_scratch(rs))) return patina__fail(PATINA_E_NOMEM, "identify siblings: out of memory");
     pthread_rwlock_rdlock(&rs->lock);
     sa = find_slot(rs, a, &fa);
     sb = find_slot(rs, b, &fb);
@@ -1658,9 +1656,8 @@ patina_status patina_identify_siblings(patina_refset_t *rs, uint64_t a, uint64_t
         s = patina__fail(PATINA_E_NOTFOUND, "identify siblings: reference %llu is not in the set",
                          (unsigned long long)(!fa || rs->dead[sa] ? a : b));
     else
-        *inliers = sibling_inliers(&sc, rs, sa, a, rs, sb, b, &o, 0);
+        *inliers = sibling_inliers(sc, rs, sa, a, rs, sb, b, &o, 0);
     pthread_rwlock_unlock(&rs->lock);
-    scratch_free(&sc);
     return s;
 }
 
@@ -1671,8 +1668,8 @@ patina_status patina_identify_siblings(patina_refset_t *rs, uint64_t a, uint64_t
 /* The 2-NN dots of the verification tasks of queries [jb->q0, jb->q0 +
  * qn) (task t: query q0 + t / nverify, candidate t % nverify; one pair per
  * row of the candidate's item) on ctx's GPU, into *dots (grown here; the
- * caller frees it) with task t's first pair at (*at)[t]; sets jb->gdots,
- * gat, gn, gm. PATINA_E_UNAVAILABLE when a record is not u8 at scale 512
+ * caller frees it) with task t's first pair at (*at)[t]; sets jb->gdots
+ * and gat. PATINA_E_UNAVAILABLE when a record is not u8 at scale 512
  * or the GPU cannot be had (the caller verifies on the CPU instead). */
 static patina_status gpu_verify_dots(const idf_many_t *m, job_t *jb, patina_context_t *ctx, size_t qn, int32_t **dots,
                                      size_t **at)
@@ -1733,10 +1730,8 @@ static patina_status gpu_verify_dots(const idf_many_t *m, job_t *jb, patina_cont
         patina__context_gpu_release(ctx);
     }
     if (s == PATINA_OK) {
-        jb->gdots = np ? *dots : NULL;
+        jb->gdots = (gnn_t){np ? *dots : NULL, N, M};
         jb->gat = nat;
-        jb->gn = N;
-        jb->gm = M;
     }
 out:
     free(pq);
@@ -1750,8 +1745,6 @@ patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_ident
                               patina_identify_result_t *results, uint32_t *hit_set)
 {
     job_t jb;
-    scratch_t dsc;
-    int have_dsc = 0;
     size_t q, i;
     const size_t k = m->o.k;
     patina_status s = PATINA_OK;
@@ -1812,7 +1805,7 @@ patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_ident
         for (q0 = 0; s == PATINA_OK && q0 < m->nq; q0 += VERIFY_QUERIES) {
             const size_t qn = m->nq - q0 < VERIFY_QUERIES ? m->nq - q0 : VERIFY_QUERIES;
             jb.q0 = q0;
-            jb.gdots = NULL;
+            jb.gdots.dots = NULL;
             if (use_gpu) {
                 s = gpu_verify_dots(m, &jb, ctx, qn, &dots, &at);
                 if (s == PATINA_E_UNAVAILABLE || s == PATINA_E_LIMIT) { /* the workers give the same matches */
@@ -1848,13 +1841,12 @@ patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_ident
         results[q].decision = idf_decide(nh ? hits[q * k].score : 0,
                                          nc > 1 && c[1].verified ? (double)c[1].inliers : -1, nh, &m->o);
         if (m->o.distinct > 0 && nh) {
-            sib_ask_t ask = {m, &dsc, &have_dsc, c};
+            sib_ask_t ask = {m, c};
             s = idf_distinct(&results[q].decision, hits[q * k].score, nc > 1 && c[1].verified ? (double)c[1].inliers : 0,
                              &m->o, sib_ask, &ask);
             if (s != PATINA_OK) break;
         }
     }
-    if (have_dsc) scratch_free(&dsc);
 out:
     if (jb.cands != m->cands) {
         free(jb.cands);
@@ -1897,7 +1889,7 @@ static patina_status identify_pairs(patina_refset_t *rs, const void *query, uint
                                     const patina_identify_opts_t *opts, float *pairs, size_t cap, size_t *n)
 {
     patina_identify_opts_t o;
-    scratch_t sc;
+    scratch_t *sc;
     size_t slot, nm, i, k = 0, best;
     int found, kind, W, H;
     patina_status s = PATINA_OK;
@@ -1914,33 +1906,31 @@ static patina_status identify_pairs(patina_refset_t *rs, const void *query, uint
                          (unsigned long long)id);
         goto out;
     }
-    if (!scratch_new(&sc, (size_t)params_of(rs)->n, (size_t)params_of(rs)->m)) {
-        scratch_free(&sc);
+    if (!(sc = worker_scratch((size_t)params_of(rs)->n, (size_t)params_of(rs)->m))) {
         s = patina__fail(PATINA_E_NOMEM, "identify pairs: out of memory for scratch");
         goto out;
     }
-    prepare_query(&sc, query);
+    prepare_query(sc, query);
     /* the item's row with the most inliers, as identify's verification picks it */
-    verify_item(&sc, query, rs, slot, id, &o, NULL, &best);
+    verify_item(sc, query, rs, slot, id, &o, NULL, &best);
     best -= slot;
-    verify_pair(&sc, query, rs->recs + (slot + best) * rs->stride, id, &o, NULL, &nm); /* that row's pairs in sc */
+    verify_pair(sc, query, rs->recs + (slot + best) * rs->stride, id, &o, NULL, &nm); /* that row's pairs in sc */
     kind = rs_view_kind((int)rs->per - 1, (int)best);
     W = (int)rs_size(rs->recs + slot * rs->stride, 2);
     H = (int)rs_size(rs->recs + slot * rs->stride, 3);
     for (i = 0; i < nm; i++) {
-        if (!sc.inl[i]) continue;
+        if (!sc->inl[i]) continue;
         if (k < cap) {
-            double rx = sc.rp[2 * i], ry = sc.rp[2 * i + 1];
+            double rx = sc->rp[2 * i], ry = sc->rp[2 * i + 1];
             if (kind) rs_view_point(kind, W, H, rx, ry, &rx, &ry); /* a view's point on the reference */
-            pairs[4 * k] = (float)sc.qp[2 * i];
-            pairs[4 * k + 1] = (float)sc.qp[2 * i + 1];
+            pairs[4 * k] = (float)sc->qp[2 * i];
+            pairs[4 * k + 1] = (float)sc->qp[2 * i + 1];
             pairs[4 * k + 2] = (float)rx;
             pairs[4 * k + 3] = (float)ry;
         }
         k++;
     }
     *n = k;
-    scratch_free(&sc);
 out:
     pthread_rwlock_unlock(&rs->lock);
     return s;
