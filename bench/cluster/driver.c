@@ -144,12 +144,39 @@ static void reset(patina_identify_result_t *res, size_t nq)
 
 static int WARMUP = 5; /* --warmup: untimed queries before each measured series */
 
+/* One call of nq queries (the single query, or a batch of it), its answer
+ * checked against want (NULL: not yet known); returns its seconds. */
+static double ask(ident_fn f, void *u, const void *q, size_t nq, patina_identify_hit_t *hits,
+                  patina_identify_result_t *res, clu_coverage_t *cov, size_t k, const char *what,
+                  const patina_identify_result_t *want, const patina_identify_hit_t *want_hit)
+{
+    char msg[96];
+    const double t0 = now();
+    double t;
+    reset(res, nq);
+    if (f(u, q, nq, hits, res, cov) != PATINA_OK) die(what);
+    t = now() - t0;
+    snprintf(msg, sizeof msg, "%s: partial or short answer", what);
+    check(msg, res, hits, k, nq, cov, want, want_hit);
+    return t;
+}
+
+/* The times of a series, in order, on stderr. */
+static void print_series(const char *mode, const char *what, const double *t, int reps)
+{
+    fprintf(stderr, "bench_cluster: %s: %s (ms, in order):", mode, what);
+    for (int r = 0; r < reps; r++) fprintf(stderr, " %.1f", 1e3 * t[r]);
+    fprintf(stderr, "\n");
+}
+
 /* One query reps times, then a batch of `batch` queries reps times, each
  * after WARMUP untimed calls (the first calls of a process or shard pay
  * one-time costs: uploads, allocations that later calls reuse); every
  * answer checked (check): a partial or short answer dies, never a number.
- * With batches, the single query once more after them (after_batch_p50_ms).
- * The single queries' times go to stderr in order. */
+ * With batches, the single query once more after them (after_batch_p50_ms:
+ * both sides of a comparison get this pass; a shard answered single queries
+ * faster after its batches than before them, docs/cluster.md). The single
+ * queries' times go to stderr in order. */
 static void measure(const char *mode, ident_fn f, void *u, const void *q, size_t batch, int reps, uint64_t refs)
 {
     patina_identify_opts_t o;
@@ -164,22 +191,12 @@ static void measure(const char *mode, ident_fn f, void *u, const void *q, size_t
     hits = calloc(batch * o.k + 1, sizeof *hits);
     res = calloc(batch + 1, sizeof *res);
     memset(&cov, 0, sizeof cov);
-    reset(res, 1);
-    if (f(u, q, 1, hits, res, &cov) != PATINA_OK) die("warm-up query"); /* uploads */
-    check("warm-up query: partial or short answer", res, hits, o.k, 1, &cov, NULL, NULL);
+    ask(f, u, q, 1, hits, res, &cov, o.k, "warm-up query", NULL, NULL); /* uploads */
     one = res[0];
     one_hit = hits[0];
-    for (r = 1; r < WARMUP; r++) {
-        reset(res, 1);
-        if (f(u, q, 1, hits, res, &cov) != PATINA_OK) die("warm-up query");
-        check("warm-up query: partial or short answer", res, hits, o.k, 1, &cov, &one, &one_hit);
-    }
+    for (r = 1; r < WARMUP; r++) ask(f, u, q, 1, hits, res, &cov, o.k, "warm-up query", &one, &one_hit);
     for (r = 0; r < reps; r++) {
-        const double t0 = now();
-        reset(res, 1);
-        if (f(u, q, 1, hits, res, &cov) != PATINA_OK) die("query");
-        lat[r] = now() - t0;
-        check("query: partial or short answer", res, hits, o.k, 1, &cov, &one, &one_hit);
+        lat[r] = ask(f, u, q, 1, hits, res, &cov, o.k, "query", &one, &one_hit);
         fan[r] = cov.fanout_ms;
         wait[r] = cov.wait_ms;
         inshard[r] = cov.shard_ms;
@@ -188,38 +205,20 @@ static void measure(const char *mode, ident_fn f, void *u, const void *q, size_t
     }
     if (batch > 1) {
         double *bl = calloc((size_t)reps + 1, sizeof *bl);
-        for (r = 0; r < (WARMUP + 1) / 2; r++) {
-            reset(res, batch);
-            if (f(u, q, batch, hits, res, &cov) != PATINA_OK) die("warm-up batch");
-            check("warm-up batch: partial or short answer", res, hits, o.k, batch, &cov, &one, &one_hit);
-        }
-        for (r = 0; r < reps; r++) {
-            const double t0 = now();
-            reset(res, batch);
-            if (f(u, q, batch, hits, res, &cov) != PATINA_OK) die("batch");
-            bl[r] = now() - t0;
-            check("batch: partial or short answer", res, hits, o.k, batch, &cov, &one, &one_hit);
-        }
+        for (r = 0; r < (WARMUP + 1) / 2; r++)
+            ask(f, u, q, batch, hits, res, &cov, o.k, "warm-up batch", &one, &one_hit);
+        for (r = 0; r < reps; r++) bl[r] = ask(f, u, q, batch, hits, res, &cov, o.k, "batch", &one, &one_hit);
         bt = pct(bl, (size_t)reps, 0.5);
-        /* the single query again, after the batches (both sides of a comparison
-         * get this pass: a shard answered single queries faster after its
-         * batches than before them, docs/cluster.md) */
-        for (r = 0; r < reps; r++) {
-            const double t0 = now();
-            reset(res, 1);
-            if (f(u, q, 1, hits, res, &cov) != PATINA_OK) die("query");
-            bl[r] = now() - t0;
-            check("query: partial or short answer", res, hits, o.k, 1, &cov, &one, &one_hit);
-        }
-        fprintf(stderr, "bench_cluster: %s: single queries after the batches (ms, in order):", mode);
-        for (r = 0; r < reps; r++) fprintf(stderr, " %.1f", 1e3 * bl[r]);
-        fprintf(stderr, "\n");
+        for (r = 0; r < reps; r++) bl[r] = ask(f, u, q, 1, hits, res, &cov, o.k, "query", &one, &one_hit);
+        print_series(mode, "single queries after the batches", bl, reps);
         after = pct(bl, (size_t)reps, 0.5);
         free(bl);
     }
-    fprintf(stderr, "bench_cluster: %s: after %d warm-up queries, single queries (ms, in order):", mode, WARMUP);
-    for (r = 0; r < reps; r++) fprintf(stderr, " %.1f", 1e3 * lat[r]);
-    fprintf(stderr, "\n");
+    {
+        char what[64];
+        snprintf(what, sizeof what, "after %d warm-up queries, single queries", WARMUP);
+        print_series(mode, what, lat, reps);
+    }
     p50 = pct(lat, (size_t)reps, 0.5);
     p99 = pct(lat, (size_t)reps, 0.99);
     f50 = pct(fan, (size_t)reps, 0.5);
