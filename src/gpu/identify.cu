@@ -63,6 +63,7 @@
 #include "gpu/gpu.h"
 #include "gpu/idf_kernels.cuh"
 #include "gpu/idf_wgmma.h" /* defined only when PATINA_HAVE_WGMMA */
+#include "gpu/smem_raise.cuh"
 #include "gpu/tcache.h"
 
 #define IDF_STREAMS 3            /* streamed chunks in flight */
@@ -506,15 +507,9 @@ static patina_status call_buffers(patina_gpu_t *g, idf_dev_t *st, const idf_mirr
 template <int PREC, typename KT>
 static patina_status launch_one(const idf_launch_t &L, dim3 grid, int warps, size_t smem, cudaStream_t s, int dev)
 {
-    /* the dynamic shared memory limit is raised once per size (the attribute
-     * is the process's; setting it at every launch costs host time) */
-    static std::atomic<int> raised[64]; /* per device (zero-initialised) */
-    std::atomic<int> &r = raised[dev & 63];
+    static std::atomic<int> raised[PGPU_SMEM_DEVICES];
     static_assert(sizeof(KT) == 4 || sizeof(KT) == 8, "key");
-    if ((int)smem > r.load() || dev >= 64) {
-        PGPU_CU(cudaFuncSetAttribute(k_idf_match<PREC, KT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        r.store((int)smem);
-    }
+    PATINA_TRY(pgpu_smem_raise((const void *)k_idf_match<PREC, KT>, raised, dev, smem));
     k_idf_match<PREC, KT><<<grid, warps * 32, smem, s>>>(L);
     PGPU_CU(cudaGetLastError());
     return PATINA_OK;
@@ -1080,7 +1075,7 @@ patina_status patina_gpu_identify_nn(patina_gpu_t *g, const uint8_t *queries, si
                                      size_t nq, size_t n, const uint32_t *pq, const uint8_t *const *rows,
                                      const uint16_t *nr, size_t np, size_t m, int32_t *out)
 {
-    static std::atomic<int> raised[64]; /* the shared memory limit, raised once per size and device */
+    static std::atomic<int> raised[PGPU_SMEM_DEVICES]; /* k_idf_nn's shared memory limits */
     const size_t qb = n * IDF_D, rb = m * IDF_D, per = 3 * n + 2 * m;
     const size_t R = np < NN_PAIRS ? np : NN_PAIRS;
     /* one buffer on each side: in = the queries' rows and counts (sent once),
@@ -1110,10 +1105,7 @@ patina_status patina_gpu_identify_nn(patina_gpu_t *g, const uint8_t *queries, si
         PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_IDENTIFY, NULL, (void **)&dv->d_nn, bytes, "verification matches"));
         dv->nn_cap = bytes;
     }
-    if (rb > 48u * 1024 && (int)rb > raised[g->device & 63].load()) {
-        PGPU_CU(cudaFuncSetAttribute(k_idf_nn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)rb));
-        raised[g->device & 63].store((int)rb);
-    }
+    PATINA_TRY(pgpu_smem_raise((const void *)k_idf_nn, raised, g->device, rb));
     memcpy(dv->h_nn + o_qc, qcount, nq * 2);
     PGPU_CU(cudaMemcpy2DAsync(dv->d_nn, qb, queries, qstride, qb, nq, cudaMemcpyHostToDevice, s0));
     PGPU_CU(cudaMemcpyAsync(dv->d_nn + o_qc, dv->h_nn + o_qc, nq * 2, cudaMemcpyHostToDevice, s0));

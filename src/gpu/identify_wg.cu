@@ -10,6 +10,7 @@
 #include "gpu/idf_kernels.cuh"
 #include "gpu/idf_wgmma.cuh"
 #include "gpu/idf_wgmma.h"
+#include "gpu/smem_raise.cuh"
 
 /* The one2one and raw instance: consumer warpgroups (2 or 3) and m-tiles
  * in pairs (1, with 2 consumers), as lab/identify/wgmma's wgmma2, wgmma3
@@ -30,18 +31,12 @@ size_t patina__idf_wg_smem(int m, int n, int K, int scoring) { return idfw_smem_
 patina_status patina__idf_wg_launch(const idf_launch_t *L, unsigned gx, unsigned nq, size_t smem, void *stream,
                                     int dev)
 {
-    /* the dynamic shared-memory limit, raised once per size and instance
-     * (the attribute is the process's) */
-    static std::atomic<int> raised[2][64]; /* [mutual][device], zero-initialised */
+    static std::atomic<int> raised[2][PGPU_SMEM_DEVICES]; /* [mutual][device]: pgpu_smem_raise's marks */
     const int mutual = L->scoring == IDF_SCORE_MUTUAL;
-    std::atomic<int> &r = raised[mutual][dev & 63];
     void (*k)(const idf_launch_t) =
         mutual ? k_idf_match_wg<true, 2, false> : k_idf_match_wg<false, IDFW_NCW, IDFW_PAIRS>;
     const int threads = mutual ? IDFW_THREADS(2) : IDFW_THREADS(IDFW_NCW);
-    if ((int)smem > r.load() || dev >= 64) {
-        PGPU_CU(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        r.store((int)smem);
-    }
+    PATINA_TRY(pgpu_smem_raise((const void *)k, raised[mutual], dev, smem));
     k<<<dim3(gx, nq), threads, smem, (cudaStream_t)stream>>>(*L);
     PGPU_CU(cudaGetLastError());
     return PATINA_OK;
