@@ -17,7 +17,7 @@
  *
  *   bench_multigpu [--refs N] [--cedd N] [--cedd-large N] [--sqfd N] [--reps R] [--budget GiB]
  * Defaults: 200000 references (rootsift, m = 384, a pool of 251 records
- * cycled; --refs 0 leaves that row out), 10000000 CEDD rows (a pool of 65521 rows cycled), 40000000 CEDD
+ * cycled; --refs 0 leaves that row out, as N = 0 does for every row), 10000000 CEDD rows (a pool of 65521 rows cycled), 40000000 CEDD
  * rows for the large row (a pool of 1048573; 0 leaves it out; last, so a
  * time limit costs only that row), 1000000 signatures (k=40, alpha 0.2, a
  * pool of 262139), 5 reps. Every pool size is prime: the copies of a pool row
@@ -202,6 +202,7 @@ static void cedd_row(const char *name, size_t n, size_t npool, bench_rng_t *rng,
 {
     work_t w;
     size_t i;
+    if (n == 0) return; /* --cedd 0: row left out */
     memset(&w, 0, sizeof w);
     w.name = name;
     w.spec = "cedd";
@@ -306,8 +307,9 @@ int main(int argc, char **argv)
 cedd: /* CEDD k-NN (k = 10) */
     cedd_row("CEDD k-NN k=10", ncedd, 65521, &rng, one, many, g);
 
-    /* SQFD scan (k = 10) */
+    /* SQFD scan (k = 10; --sqfd 0: left out) */
     memset(&w, 0, sizeof w);
+    if (nsqfd == 0) goto large;
     w.name = "SQFD k=10 (scan)";
     w.spec = "signature:k=40,alpha=0.2";
     w.n = nsqfd;
@@ -337,6 +339,7 @@ cedd: /* CEDD k-NN (k = 10) */
     free(w.queries);
     patina_extractor_free(ex);
 
+large:
     /* CEDD k-NN over more rows, where a call's fixed costs weigh less (a pool of 1048573 rows: each
      * query's exact duplicates stay a few dozen) */
     if (ncedd_large) cedd_row("CEDD k-NN k=10 (large)", ncedd_large, 1048573, &rng, one, many, g);
