@@ -26,9 +26,20 @@
  *   bench_cluster search --rows N --tables T [--spec S] [--reps R] [--batch B] [--samples DIR]
  *       k-NN over N rows as one table, T tables looped and merged, and T
  *       tables in one patina_table_search_many call (run_search below).
- *   bench_cluster write --cluster URL --coll C [--reps R]
+ *   bench_cluster load --cluster URL --coll C --query IMG --until FILE [--timeout S] [--deadline MS]
+ *       one front end's load while the cluster changes (run.sh's join step:
+ *       a shard leaves and joins again): single queries back to back until
+ *       FILE exists (or S seconds, default 600), each answer whole, partial
+ *       or failed, and whole answers compared with the first (decision,
+ *       hits, rank 1's id and inliers: "changed"); latency p50 / p99 / max.
+ *   bench_cluster write --cluster URL --coll C [--reps R] [--keys FILE]
  *       write-to-visible: a new CEDD row put through the buckets (acknowledged
  *       once the ready copies applied it), then searched until found.
+ *       --keys: each acknowledged row's key and descriptor appended to FILE
+ *       (one line, hex), for `check` after faults.
+ *   bench_cluster check --cluster URL --coll C --keys FILE
+ *       every row of FILE searched once (k = 1): how many are found by their
+ *       own descriptor under their own key (no acknowledged write lost).
  * Every mode takes --warmup W (default 5): untimed queries before each
  * measured series (inproc, front). Each prints one JSON object on stdout. */
 #include <math.h>
@@ -480,6 +491,86 @@ static int run_cover(int argc, char **argv)
     return 0;
 }
 
+/* 1 when path exists. */
+static int exists(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (f) fclose(f);
+    return f != NULL;
+}
+
+static int run_load(int argc, char **argv)
+{
+    patina_context_t *ctx = NULL;
+    patina_table_t *t = NULL;
+    patina_identify_opts_t o;
+    patina_identify_hit_t hits[64], first_hit;
+    patina_identify_result_t res, first;
+    clu_coverage_t cov;
+    fu_t f;
+    void *q;
+    const char *until = arg(argc, argv, "--until", "");
+    const double t0 = now(), limit = atof(arg(argc, argv, "--timeout", "600"));
+    size_t cap = 4096, n = 0;
+    double *lat = malloc(cap * sizeof *lat), worst = 0, last_bad = -1, first_bad = -1;
+    int failed = 0, partial = 0, changed = 0, have = 0;
+    if (!lat) die("memory");
+    if (patina_context_new(&ctx, NULL) != PATINA_OK) die("context");
+    f.s = session(argc, argv, ctx, PATINA_CAP_IDENTIFY, &t);
+    f.spec = patina_table_spec(t);
+    f.qbytes = patina_table_query_bytes(t);
+    q = query_of(t, arg(argc, argv, "--query", "samples/mate/Aqua.jpg"), 1);
+    patina_identify_opts_init(&o);
+    memset(&first, 0, sizeof first);
+    memset(&first_hit, 0, sizeof first_hit);
+    while (!(*until && exists(until)) && now() - t0 < limit) {
+        const double a = now();
+        patina_status st;
+        memset(&res, 0, sizeof res);
+        memset(hits, 0, sizeof hits);
+        st = clu_front_identify(clu_session_front(f.s), f.spec, q, 1, f.qbytes, &o, hits, &res, NULL, NULL, &cov);
+        const double dt = now() - a;
+        if (n == cap) {
+            double *m = realloc(lat, 2 * cap * sizeof *lat);
+            if (!m) die("memory");
+            lat = m;
+            cap *= 2;
+        }
+        lat[n++] = dt;
+        if (dt > worst) worst = dt;
+        if (st != PATINA_OK || cov.partial) {
+            if (st != PATINA_OK) failed++;
+            else partial++;
+            if (first_bad < 0) first_bad = a - t0;
+            last_bad = a - t0 + dt;
+            continue;
+        }
+        if (!have) {
+            first = res;
+            first_hit = hits[0];
+            have = 1;
+        } else if (res.decision != first.decision || res.nhits != first.nhits ||
+                   (res.nhits && (hits[0].id != first_hit.id || hits[0].inliers != first_hit.inliers))) {
+            changed++;
+        }
+    }
+    {
+        const double secs = now() - t0;
+        const double p50 = pct(lat, n, 0.5), p99 = pct(lat, n, 0.99);
+        printf("{\"mode\":\"load\",\"seconds\":%.3f,\"queries\":%zu,\"failed\":%d,\"partial\":%d,\"changed\":%d,"
+               "\"p50_ms\":%.1f,\"p99_ms\":%.1f,\"worst_ms\":%.1f,\"first_bad_s\":%.3f,\"last_bad_s\":%.3f,"
+               "\"stopped\":%d}\n",
+               secs, n, failed, partial, changed, 1e3 * p50, 1e3 * p99, 1e3 * worst, first_bad, last_bad,
+               *until && exists(until));
+    }
+    free(lat);
+    free(q);
+    patina_table_free(t);
+    clu_session_close(f.s);
+    patina_context_free(ctx);
+    return 0;
+}
+
 static int run_write(int argc, char **argv)
 {
     patina_context_t *ctx = NULL;
@@ -489,9 +580,12 @@ static int run_write(int argc, char **argv)
     const int reps = atoi(arg(argc, argv, "--reps", "20"));
     double *ack = calloc((size_t)reps + 1, sizeof *ack), *vis = calloc((size_t)reps + 1, sizeof *vis);
     unsigned char desc[4096];
-    size_t bytes, i;
-    int r;
+    size_t bytes, i, nack = 0;
+    int r, refused = 0;
     uint64_t x = (uint64_t)time(NULL);
+    const char *keys_path = arg(argc, argv, "--keys", "");
+    FILE *kf = NULL;
+    if (*keys_path && !(kf = fopen(keys_path, "a"))) die(keys_path);
     if (patina_context_new(&ctx, NULL) != PATINA_OK) die("context");
     s = session(argc, argv, ctx, 0, &t);
     bytes = patina_extractor_bytes(patina_table_extractor(t));
@@ -516,8 +610,19 @@ static int run_write(int argc, char **argv)
         it.size = 1;
         patina_sha256(it.sha256, key, strlen(key));
         t0 = now();
-        if (clu_writer_put(w, &it, &spec, &d, &bytes, 1, NULL) != PATINA_OK) die("put");
-        ack[r] = now() - t0;
+        if (clu_writer_put(w, &it, &spec, &d, &bytes, 1, NULL) != PATINA_OK) {
+            if (!kf) die("put");
+            refused++; /* not acknowledged (a fault under way): not in the keys file, not timed */
+            patina_clear_error();
+            continue;
+        }
+        ack[nack] = now() - t0;
+        if (kf) {
+            fprintf(kf, "%s ", key);
+            for (i = 0; i < bytes; i++) fprintf(kf, "%02x", desc[i]);
+            fprintf(kf, "\n");
+            fflush(kf);
+        }
         patina_table_query_init(&qq);
         qq.k = 1;
         while (!found && now() - t0 < 30) {
@@ -527,21 +632,73 @@ static int run_write(int argc, char **argv)
                 found = res.offsets[1] > 0 && res.keys && res.keys[0] && !strcmp(res.keys[0], key);
             patina_table_results_release(&res);
         }
-        vis[r] = found ? now() - t0 : -1;
+        vis[nack++] = found ? now() - t0 : -1;
     }
     {
-        double a50 = pct(ack, (size_t)reps, 0.5), a99 = pct(ack, (size_t)reps, 0.99);
-        double v50 = pct(vis, (size_t)reps, 0.5), v99 = pct(vis, (size_t)reps, 0.99);
-        printf("{\"mode\":\"write\",\"reps\":%d,\"ack_p50_ms\":%.2f,\"ack_p99_ms\":%.2f,\"visible_p50_ms\":%.2f,"
-               "\"visible_p99_ms\":%.2f,\"all_visible\":%d}\n",
-               reps, 1e3 * a50, 1e3 * a99, 1e3 * v50, 1e3 * v99, vis[0] >= 0);
+        /* pct sorts: vis[0] is then the smallest, -1 when a row was never found */
+        double a50 = pct(ack, nack, 0.5), a99 = pct(ack, nack, 0.99);
+        double v50 = pct(vis, nack, 0.5), v99 = pct(vis, nack, 0.99);
+        printf("{\"mode\":\"write\",\"reps\":%d,\"acknowledged\":%zu,\"refused\":%d,\"ack_p50_ms\":%.2f,"
+               "\"ack_p99_ms\":%.2f,\"visible_p50_ms\":%.2f,\"visible_p99_ms\":%.2f,\"all_visible\":%d}\n",
+               reps, nack, refused, 1e3 * a50, 1e3 * a99, 1e3 * v50, 1e3 * v99, nack > 0 && vis[0] >= 0);
     }
+    if (kf) fclose(kf);
     clu_writer_free(w);
     patina_table_free(t);
     clu_session_close(s);
     patina_context_free(ctx);
     free(ack);
     free(vis);
+    return 0;
+}
+
+/* Every row of --keys FILE (key, hex descriptor: write --keys) searched
+ * once, k = 1: found when rank 1 is its own key. */
+static int run_check(int argc, char **argv)
+{
+    patina_context_t *ctx = NULL;
+    patina_table_t *t = NULL;
+    clu_session_t *s;
+    const char *path = arg(argc, argv, "--keys", "");
+    FILE *kf = fopen(path, "r");
+    char key[128], hex[8200];
+    unsigned char desc[4096];
+    size_t bytes, rows = 0, found = 0, partial = 0, failed = 0;
+    if (!kf) die(path);
+    if (patina_context_new(&ctx, NULL) != PATINA_OK) die("context");
+    s = session(argc, argv, ctx, 0, &t);
+    bytes = patina_extractor_bytes(patina_table_extractor(t));
+    while (fscanf(kf, "%127s %8199s", key, hex) == 2) {
+        const char *spec = patina_table_spec(t);
+        patina_table_query_t qq;
+        patina_table_results_t res;
+        clu_coverage_t cov;
+        size_t i;
+        unsigned v;
+        if (strlen(hex) != 2 * bytes) die("keys file: a descriptor of another size");
+        for (i = 0; i < bytes; i++) {
+            if (sscanf(hex + 2 * i, "%2x", &v) != 1) die("keys file: not hex");
+            desc[i] = (unsigned char)v;
+        }
+        rows++;
+        patina_table_query_init(&qq);
+        qq.k = 1;
+        memset(&res, 0, sizeof res);
+        if (clu_front_search(clu_session_front(s), spec, desc, 1, bytes, &qq, &res, &cov) != PATINA_OK) {
+            failed++;
+            patina_clear_error();
+            continue;
+        }
+        partial += cov.partial != 0;
+        found += res.offsets[1] > 0 && res.keys && res.keys[0] && !strcmp(res.keys[0], key);
+        patina_table_results_release(&res);
+    }
+    fclose(kf);
+    printf("{\"mode\":\"check\",\"rows\":%zu,\"found\":%zu,\"partial\":%zu,\"failed\":%zu}\n", rows, found,
+           partial, failed);
+    patina_table_free(t);
+    clu_session_close(s);
+    patina_context_free(ctx);
     return 0;
 }
 
@@ -689,7 +846,9 @@ int main(int argc, char **argv)
     if (!strcmp(m, "front")) return run_front(argc, argv);
     if (!strcmp(m, "cover")) return run_cover(argc, argv);
     if (!strcmp(m, "write")) return run_write(argc, argv);
+    if (!strcmp(m, "load")) return run_load(argc, argv);
+    if (!strcmp(m, "check")) return run_check(argc, argv);
     if (!strcmp(m, "search")) return run_search(argc, argv);
-    fprintf(stderr, "usage: bench_cluster inproc|front|cover|write|search [options] (bench/cluster/driver.c)\n");
+    fprintf(stderr, "usage: bench_cluster inproc|front|cover|load|write|check|search [options] (bench/cluster/driver.c)\n");
     return 2;
 }

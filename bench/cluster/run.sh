@@ -34,6 +34,14 @@
 # devices, default one per GPU, or "0 0" on a machine of one; "0" is a single
 # shard holding every partition: against the "tables" row with TABLES=P, the
 # fan-out's own cost on one GPU), TABLES (the "tables" row's tables, P/2).
+# NATS3=1: three JetStream servers in one cluster (sync_interval always; the
+# buckets R3) instead of one. JOIN=1: after each GPU cluster row, one shard
+# leaves (SIGTERM: it hands its partitions over) and joins again while two front ends
+# (`bench_cluster load`) query: seconds until the cluster settles each time,
+# queries failed, partial or changed (issue 33's "adding a shard under load",
+# on the shards a machine has). CPU_ROWS=write: only the write rows of the
+# CPU section; they now also put rows while one of the two shards is killed
+# (kill -9) and count afterwards the acknowledged rows found (none lost).
 # Logs and JSON lines go to $OUT (default ./bench-cluster-out); with a GPU also
 # dmon.log (nvidia-smi dmon: clocks, power, load each second) and passes.log (when
 # each series started and ended, with the shards' minor page faults then).
@@ -77,18 +85,38 @@ REFS=${REFS:-2000000}
 CPU_REFS=${CPU_REFS:-2000}
 
 PIDS=""
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-URL=nats://127.0.0.1:$PORT
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 JS=$(mktemp -d)
+NATS_PIDS=""
 cleanup() {
     for p in $PIDS; do kill -9 "$p" 2>/dev/null || true; done
-    [ -n "${NATS_PID:-}" ] && kill "$NATS_PID" 2>/dev/null || true
+    for p in $NATS_PIDS; do kill "$p" 2>/dev/null || true; done
     [ -n "${DMON_PID:-}" ] && kill "$DMON_PID" 2>/dev/null || true
     rm -rf "$JS"
 }
 trap cleanup EXIT INT TERM
-"$NATS" -js -sd "$JS" -a 127.0.0.1 -p "$PORT" > "$OUT/nats.log" 2>&1 &
-NATS_PID=$!
+if [ "${NATS3:-0}" = 1 ]; then
+    # three servers of one JetStream cluster, as deploy/ runs them (sync_interval always)
+    P1=$(freeport) P2=$(freeport) P3=$(freeport) C1=$(freeport) C2=$(freeport) C3=$(freeport)
+    URL=nats://127.0.0.1:$P1,nats://127.0.0.1:$P2,nats://127.0.0.1:$P3
+    for i in 1 2 3; do
+        eval "port=\$P$i cport=\$C$i"
+        routes=""
+        for j in 1 2 3; do [ $j = $i ] || { eval "rp=\$C$j"; routes="$routes${routes:+, }nats-route://127.0.0.1:$rp"; }; done
+        mkdir -p "$JS/n$i"
+        printf '%s\n' "server_name: n$i" "listen: 127.0.0.1:$port" "jetstream {" "  store_dir: \"$JS/n$i\"" \
+            "  sync_interval: always" "}" "cluster {" "  name: patina-bench" "  listen: 127.0.0.1:$cport" \
+            "  routes: [$routes]" "}" > "$JS/n$i.conf"
+        "$NATS" -c "$JS/n$i.conf" > "$OUT/nats-n$i.log" 2>&1 &
+        NATS_PIDS="$NATS_PIDS $!"
+    done
+    sleep 3 # the meta leader is elected
+else
+    PORT=$(freeport)
+    URL=nats://127.0.0.1:$PORT
+    "$NATS" -js -sd "$JS" -a 127.0.0.1 -p "$PORT" > "$OUT/nats.log" 2>&1 &
+    NATS_PIDS=$!
+fi
 # the GPUs' clocks, power and load once a second, with the time (the passes'
 # times are in the log): the first single-query pass of the cluster rows was
 # slower than the second, after the batches, for a reason not yet found
@@ -114,18 +142,19 @@ record() { # record LABEL JSON-LINE...
     shift
     for j in "$@"; do [ -n "$j" ] && printf '{"label":"%s","data":%s}\n' "$label" "$j" >> "$RES"; done
 }
-# shard COLL NAME COPIES DEVICE [args...]: started in the background; --drain-timeout 0: stop_all
-# stops every shard at once, so none could take another's partitions (it would wait for nothing)
+# shard COLL NAME COPIES DEVICE [args...]: started in the background, with a hand-over of up to 120 s
+# when it is stopped alone (the join step's SIGTERM); stop_all ends a row's shards with kill -9 (all at
+# once: a hand-over would wait for nothing), and their entries expire
 shard() {
     coll=$1 name=$2 copies=$3 dev=$4
     shift 4
-    "$PATINA" shard "$coll" --cluster "$URL" --name "$name" --copies "$copies" --device "$dev" --drain-timeout 0 "$@" \
-        > "$OUT/shard-$coll-$name.log" 2>&1 &
+    "$PATINA" shard "$coll" --cluster "$URL" --name "$name" --copies "$copies" --device "$dev" --drain-timeout 120 "$@" \
+        >> "$OUT/shard-$coll-$name.log" 2>&1 &
     PIDS="$PIDS $!"
     eval "PID_$name=$!"
 }
 stop_all() {
-    for p in $PIDS; do kill "$p" 2>/dev/null || true; done
+    for p in $PIDS; do kill -9 "$p" 2>/dev/null || true; done
     for p in $PIDS; do wait "$p" 2>/dev/null || true; done
     PIDS=""
     sleep 6 # the members' entries expire (TTL 5 s)
@@ -148,7 +177,66 @@ front() {
     "$DRIVER" front --cluster "$URL" --coll "$1" --refs "$REFS" --query "$QUERY" --reps "$REPS" --warmup "$WARMUP" --batch "$BATCH" --deadline "${2:-5000}"
     mark "front $1: end"
 }
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# settled COLL N COPIES: N members, none leaving, every partition on min(COPIES, N) copies, all ready,
+# and the members' hosted partitions within one of each other
+settled() {
+    "$PATINA" cluster status "$1" --cluster "$URL" --json 2>/dev/null | python3 -c '
+import json, sys
+n, c = int(sys.argv[1]), int(sys.argv[2])
+try:
+    s = json.load(sys.stdin)
+except ValueError:
+    sys.exit(1)
+m = s["members"]
+if len(m) != n or any(x["leaving"] for x in m):
+    sys.exit(1)
+for p in s["partition_copies"]:
+    if len(p["copies"]) != min(c, n) or not all(x["ready"] for x in p["copies"]):
+        sys.exit(1)
+h = [len(x["hosted"]) for x in m]
+sys.exit(0 if max(h) - min(h) <= 1 else 1)' "$2" "$3"
+}
+# wait_settled COLL N COPIES: prints the seconds until settled (-1 after 600 s)
+wait_settled() {
+    t0=$(date +%s.%N)
+    while ! settled "$1" "$2" "$3"; do
+        if [ "$(python3 -c "import time,sys; print(int(time.time()-float(sys.argv[1]) > 600))" "$t0")" = 1 ]; then
+            echo -1
+            return
+        fi
+        sleep 0.2
+    done
+    python3 -c "import time,sys; print(f'{time.time()-float(sys.argv[1]):.2f}')" "$t0"
+}
+# join_under_load LABEL COLL NAME N COPIES DEVICE ARGS...: with two front ends querying, shard NAME (one
+# of N) leaves (SIGTERM: it hands its partitions over) and, once the rest settled, starts again with
+# ARGS; the seconds each change took to settle and the front ends' counts
+join_under_load() {
+    label=$1 coll=$2 jname=$3 nmem=$4 jcopies=$5 jdev=$6
+    shift 6
+    stop=$OUT/stop-$coll
+    rm -f "$stop"
+    for f in a b; do
+        "$DRIVER" load --cluster "$URL" --coll "$coll" --query "$QUERY" --until "$stop" --deadline 5000 \
+            > "$OUT/load-$coll-$f.json" 2> "$OUT/load-$coll-$f.log" &
+        eval "LOAD_$f=$!"
+    done
+    sleep 5 # both front ends connected and querying
+    mark "join $label: $jname leaves"
+    eval "jpid=\$PID_$jname"
+    kill "$jpid"
+    leave_s=$(wait_settled "$coll" $((nmem - 1)) "$jcopies")
+    wait "$jpid" 2>/dev/null || true
+    sleep 3
+    mark "join $label: $jname joins"
+    shard "$coll" "$jname" "$jcopies" "$jdev" "$@"
+    join_s=$(wait_settled "$coll" "$nmem" "$jcopies")
+    mark "join $label: settled"
+    sleep 3
+    touch "$stop"
+    wait "$LOAD_a" "$LOAD_b" 2>/dev/null || true
+    record "$label" "{\"mode\":\"join\",\"shards\":$nmem,\"copies\":$jcopies,\"leave_s\":$leave_s,\"join_s\":$join_s,\"fronts\":[$(cat "$OUT/load-$coll-a.json"),$(cat "$OUT/load-$coll-b.json")]}"
+}
 # shard_seconds NAME...: each shard's request, queue and call seconds and identify requests (its metrics port), one line each
 shard_seconds() {
     for n in "$@"; do
@@ -239,6 +327,12 @@ if [ "$NGPU" -ge 1 ]; then
         pass=$("$DRIVER" front --cluster "$URL" --coll gbench --refs "$REFS" --query "$QUERY" --reps "$REPS" --warmup "$WARMUP" --batch 1)
         mark "second pass: end"
         split_record "split GPU copies $copies" "$s0" "$(shard_seconds $NAMES)" "$pass"
+        # a shard leaves and joins again under two front ends' load
+        if [ "${JOIN:-0}" = 1 ]; then
+            jg=$(echo $SHARDS_GPU | awk '{print $NF}')
+            join_under_load "join GPU copies $copies" gbench "g$((i - 1))" "$i" "$copies" gpu --gpus "$jg" \
+                --gpu-mem "${SHARD_GIB}G" --synthetic "$REFS:$SEED" --load-parallel 8 --metrics-port "$(freeport)"
+        fi
         # kill -9 of one shard: the seconds until an answer is whole again
         if [ "${RECOVER:-1}" != 0 ]; then
             kill -9 "$PID_g0"
@@ -248,7 +342,7 @@ if [ "$NGPU" -ge 1 ]; then
     done
 fi
 
-if [ "$CPU_ROWS" != 0 ]; then
+if [ "$CPU_ROWS" != 0 ] && [ "$CPU_ROWS" != write ]; then
     "$PATINA" cluster create cbench --cluster "$URL" --partitions "$P" -f rootsift > /dev/null
     note "== in-process CPU, $CPU_REFS references"
     # --device cpu: the CPU shards answer on the CPU (patina shard --device cpu), so does this row
@@ -275,13 +369,19 @@ if [ "$CPU_ROWS" != 0 ]; then
                 --deadline 60000 > /dev/null
             split_record "split CPU S=1" "$s0" "$(shard_seconds $NAMES)"
         fi
+        if [ "$S" = 2 ] && [ "${JOIN:-0}" = 1 ]; then
+            join_under_load "join CPU copies 1" cbench c1 2 1 cpu --synthetic "$CPU_REFS:$SEED" \
+                -j $(( $(nproc) / S > 0 ? $(nproc) / S : 1 )) --metrics-port "$(freeport)"
+        fi
         if [ "$S" = 2 ]; then
             kill -9 "$PID_c0"
             record "recover CPU copies 1" "$("$DRIVER" cover --cluster "$URL" --coll cbench --query "$QUERY" --timeout 300 --deadline 60000)"
         fi
         stop_all
     done
+fi
 
+if [ "$CPU_ROWS" != 0 ]; then
     note "== write-to-visible: real buckets, 2 CPU shards, copies 2"
     "$PATINA" cluster create wbench --cluster "$URL" --partitions "$P" -f cedd > /dev/null
     shard wbench w0 2 cpu -j 1
@@ -289,6 +389,22 @@ if [ "$CPU_ROWS" != 0 ]; then
     wait_cover wbench
     sleep 3
     record "write" "$("$DRIVER" write --cluster "$URL" --coll wbench --reps "$REPS" --warmup "$WARMUP")"
+    # rows put while one of the two copies' shards is killed (kill -9), then started again: every
+    # acknowledged row must be found by its own descriptor, with one shard and after the rejoin
+    note "== writes across kill -9 of a shard (copies 2)"
+    keys=$OUT/wkeys.txt
+    rm -f "$keys"
+    "$DRIVER" write --cluster "$URL" --coll wbench --reps "${WRITES:-200}" --keys "$keys" > "$OUT/wkill.json" &
+    wpid=$!
+    sleep 1
+    mark "writes: kill -9 of w0"
+    kill -9 "$PID_w0"
+    wait "$wpid" || true
+    during=$("$DRIVER" check --cluster "$URL" --coll wbench --keys "$keys")
+    shard wbench w0 2 cpu -j 1
+    back=$(wait_settled wbench 2 2)
+    after=$("$DRIVER" check --cluster "$URL" --coll wbench --keys "$keys")
+    record "write kill" "{\"mode\":\"write_kill\",\"write\":$(cat "$OUT/wkill.json"),\"check_one_shard\":$during,\"rejoin_s\":$back,\"check_after_rejoin\":$after}"
     stop_all
 fi
 

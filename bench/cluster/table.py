@@ -86,6 +86,23 @@ def main():
               f"p50 {w['ack_p50_ms']:.1f} ms, p99 {w['ack_p99_ms']:.1f} ms; found by a search p50 "
               f"{w['visible_p50_ms']:.1f} ms, p99 {w['visible_p99_ms']:.1f} ms"
               f"{'' if w['all_visible'] else ' (some never found in 30 s)'}")
+    joins = [(label, d) for label, d in by.items() if d.get("mode") == "join"]
+    if joins:
+        print("\n| a shard leaves and joins again under load (two front ends) | shards, copies | seconds to settle: "
+              "leave / join | queries (failed, partial, changed) | p50 / p99 / slowest (ms) |")
+        print("|---|---|---|---|---|")
+        for label, d in joins:
+            for i, f in enumerate(d["fronts"]):
+                print(f"| {label}, front end {i + 1} | {d['shards']}, {d['copies']} | "
+                      f"{d['leave_s']:.2f} / {d['join_s']:.2f} | {f['queries']} ({f['failed']}, {f['partial']}, "
+                      f"{f['changed']}) | {f['p50_ms']:.1f} / {f['p99_ms']:.1f} / {f['worst_ms']:.1f} |")
+    if "write kill" in by:
+        k = by["write kill"]
+        w, c1, c2 = k["write"], k["check_one_shard"], k["check_after_rejoin"]
+        print(f"\nwrites across kill -9 of one of two shards (copies 2): {w['reps']} puts, {w['acknowledged']} "
+              f"acknowledged, {w['refused']} refused; acknowledged rows found by their own descriptor: "
+              f"{c1['found']} of {c1['rows']} with one shard, {c2['found']} of {c2['rows']} after the shard "
+              f"rejoined ({k['rejoin_s']:.2f} s to settle)")
     print(f"\npaper (Section 8): 14 P100 GPUs, 10.8 M references, {PAPER_CLUSTER:,} reference images/s, 1.15 s "
           "per million. Targets on 2 H200: cluster path >= 0.9 x 2 x the one-GPU rate for one query (>= 9.5 M "
           "refs/s), fan-out overhead <= 5 ms, 2 M references in <= 0.25 s, kill -9 with copies 2 costs no "
