@@ -318,6 +318,7 @@ if [ "$NGPU" -ge 1 ]; then
                 --metrics-port "$mp"
             i=$((i + 1))
         done
+        NSH=$i # (wait_cover reuses i)
         wait_cover gbench
         sleep 2
         record "cluster GPU copies $copies sharing=$SHARING shards=$(echo $SHARDS_GPU | wc -w)" "$(front gbench)"
@@ -330,7 +331,7 @@ if [ "$NGPU" -ge 1 ]; then
         # a shard leaves and joins again under two front ends' load
         if [ "${JOIN:-0}" = 1 ]; then
             jg=$(echo $SHARDS_GPU | awk '{print $NF}')
-            join_under_load "join GPU copies $copies" gbench "g$((i - 1))" "$i" "$copies" gpu --gpus "$jg" \
+            join_under_load "join GPU copies $copies" gbench "g$((NSH - 1))" "$NSH" "$copies" gpu --gpus "$jg" \
                 --gpu-mem "${SHARD_GIB}G" --synthetic "$REFS:$SEED" --load-parallel 8 --metrics-port "$(freeport)"
         fi
         # kill -9 of one shard: the seconds until an answer is whole again
