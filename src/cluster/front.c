@@ -21,7 +21,8 @@
  * outstanding and no copy is left to ask; the accepted replies are merged
  * with the library's exact merges.
  *
- * Stateless but for a short cache of the members, the requests outstanding
+ * Stateless but for a short cache of the members (renewed by a thread of
+ * its own every MEMBERS_CACHE_S), the requests outstanding
  * per shard and counters (clu_front_stats). */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -32,7 +33,8 @@
 
 #include "cluster/conn.h"
 
-#define MEMBERS_CACHE_S 0.25
+#define MEMBERS_CACHE_S 0.25 /* the members are read again this often, by the refresher thread */
+#define MEMBERS_STALE_S 2.0  /* a cache older than this (the refresher failing) is read in the query */
 #define LOAD_MAX 256
 #define LOAD_SLACK 1 /* outstanding calls of difference that still count as a tie (launch) */
 
@@ -58,6 +60,13 @@ struct clu_front {
     clu_member_t *m; /* cached members */
     size_t nm;
     double read_at;
+    /* the refresher: a thread that reads the members every MEMBERS_CACHE_S (started with the first
+     * cache), so that no query pays the read (a few ms of JetStream round trips, which held f->mu
+     * and so every concurrent scatter) */
+    pthread_t refresher;
+    pthread_mutex_t rmu;
+    pthread_cond_t rcv;
+    int refreshing, stop;
     size_t *plan;    /* (P, plan_r): the shards' assignment of the cached members (clu_assign over
                       * those not leaving), copy k of p in plan[p * plan_r + k] as an index into m;
                       * NULL when it could not be made */
@@ -146,6 +155,8 @@ patina_status clu_front_new(clu_front_t **out, clu_conn_t *c, const clu_config_t
     else clu_front_opts_init(&f->o);
     if (f->o.deadline_ms <= 0) f->o.deadline_ms = 5000;
     pthread_mutex_init(&f->mu, NULL);
+    pthread_mutex_init(&f->rmu, NULL);
+    pthread_cond_init(&f->rcv, NULL);
     ns = natsInbox_Create(&ib);
     if (ns == NATS_OK) {
         snprintf(f->inbox, sizeof f->inbox, "%s", (const char *)ib);
@@ -166,12 +177,19 @@ patina_status clu_front_new(clu_front_t **out, clu_conn_t *c, const clu_config_t
 void clu_front_free(clu_front_t *f)
 {
     if (!f) return;
+    pthread_mutex_lock(&f->rmu);
+    f->stop = 1;
+    pthread_cond_signal(&f->rcv);
+    pthread_mutex_unlock(&f->rmu);
+    if (f->refreshing) pthread_join(f->refresher, NULL);
     if (f->sub) {
         natsSubscription_Unsubscribe(f->sub);
         natsSubscription_Destroy(f->sub);
     }
     clu_members_free(f->m, f->nm);
     free(f->plan);
+    pthread_cond_destroy(&f->rcv);
+    pthread_mutex_destroy(&f->rmu);
     pthread_mutex_destroy(&f->mu);
     free(f);
 }
@@ -243,29 +261,68 @@ static void plan_members(clu_front_t *f)
     free(idx);
 }
 
+/* Reads the members (outside f->mu) and puts them in the cache with their
+ * assignment. */
+static patina_status members_read(clu_front_t *f)
+{
+    clu_member_t *m = NULL;
+    size_t nm = 0;
+    const double at = now_s();
+    patina_status s = clu_members_read(f->c, &f->cfg, &m, &nm);
+    if (s != PATINA_OK) return s;
+    pthread_mutex_lock(&f->mu);
+    if (at >= f->read_at) { /* a read that started later may have landed first: keep the newer */
+        clu_members_free(f->m, f->nm);
+        f->m = m;
+        f->nm = nm;
+        f->read_at = at;
+        plan_members(f);
+        m = NULL;
+    }
+    pthread_mutex_unlock(&f->mu);
+    clu_members_free(m, nm);
+    return PATINA_OK;
+}
+
+static void *refresher_main(void *arg)
+{
+    clu_front_t *f = arg;
+    pthread_mutex_lock(&f->rmu);
+    while (!f->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)(MEMBERS_CACHE_S * 1e9);
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&f->rcv, &f->rmu, &ts);
+        if (f->stop) break;
+        pthread_mutex_unlock(&f->rmu);
+        (void)members_read(f); /* failed: a query reads the members itself once the cache is stale */
+        pthread_mutex_lock(&f->rmu);
+    }
+    pthread_mutex_unlock(&f->rmu);
+    return NULL;
+}
+
 /* A snapshot of the members (copied out of the cache, caller frees) and,
  * when plan is not NULL, of their assignment (*plan: (P, *plan_r) member
- * indices, NULL when there is none; caller frees). */
+ * indices, NULL when there is none; caller frees). fresh, no cache yet, or
+ * a cache the refresher has not renewed for MEMBERS_STALE_S: read now. */
 static patina_status members(clu_front_t *f, clu_member_t **out, size_t *n, int fresh, size_t **plan,
                              size_t *plan_r)
 {
     const uint32_t P = f->cfg.partitions;
     size_t i;
+    int read;
     pthread_mutex_lock(&f->mu);
-    if (fresh || !f->m || now_s() - f->read_at > MEMBERS_CACHE_S) {
-        clu_member_t *m = NULL;
-        size_t nm = 0;
-        patina_status s = clu_members_read(f->c, &f->cfg, &m, &nm);
-        if (s != PATINA_OK) {
-            pthread_mutex_unlock(&f->mu);
-            return s;
-        }
-        clu_members_free(f->m, f->nm);
-        f->m = m;
-        f->nm = nm;
-        f->read_at = now_s();
-        plan_members(f);
-    }
+    read = fresh || !f->m || now_s() - f->read_at > MEMBERS_STALE_S;
+    pthread_mutex_unlock(&f->mu);
+    if (read) PATINA_TRY_CLU(members_read(f));
+    pthread_mutex_lock(&f->rmu);
+    if (!f->refreshing && !f->stop)
+        f->refreshing = pthread_create(&f->refresher, NULL, refresher_main, f) == 0;
+    pthread_mutex_unlock(&f->rmu);
+    pthread_mutex_lock(&f->mu);
     if (plan) {
         *plan = NULL;
         *plan_r = 0;
