@@ -428,6 +428,26 @@ static clu_session_t *session(int argc, char **argv, patina_context_t *ctx, unsi
     return s;
 }
 
+/* What front, cover and load share: a context, the session of --cluster /
+ * --coll with its identify table shape in f, and the query photograph
+ * (--query) extracted, batch copies (free with front_close). */
+static void *front_open(int argc, char **argv, size_t batch, patina_context_t **ctx, patina_table_t **t, fu_t *f)
+{
+    if (patina_context_new(ctx, NULL) != PATINA_OK) die("context");
+    f->s = session(argc, argv, *ctx, PATINA_CAP_IDENTIFY, t);
+    f->spec = patina_table_spec(*t);
+    f->qbytes = patina_table_query_bytes(*t);
+    return query_of(*t, arg(argc, argv, "--query", "samples/mate/Aqua.jpg"), batch);
+}
+
+static void front_close(patina_context_t *ctx, patina_table_t *t, fu_t *f, void *q)
+{
+    free(q);
+    patina_table_free(t);
+    clu_session_close(f->s);
+    patina_context_free(ctx);
+}
+
 static int run_front(int argc, char **argv)
 {
     patina_context_t *ctx = NULL;
@@ -435,18 +455,11 @@ static int run_front(int argc, char **argv)
     fu_t f;
     void *q;
     const size_t batch = (size_t)atoi(arg(argc, argv, "--batch", "16"));
-    if (patina_context_new(&ctx, NULL) != PATINA_OK) die("context");
-    f.s = session(argc, argv, ctx, PATINA_CAP_IDENTIFY, &t);
-    f.spec = patina_table_spec(t);
-    f.qbytes = patina_table_query_bytes(t);
-    q = query_of(t, arg(argc, argv, "--query", "samples/mate/Aqua.jpg"), batch);
+    q = front_open(argc, argv, batch, &ctx, &t, &f);
     /* the references: the coverage's when the front end counts them, else --refs */
     measure("front", front_ident, &f, q, batch, atoi(arg(argc, argv, "--reps", "20")),
             strtoull(arg(argc, argv, "--refs", "0"), NULL, 10));
-    free(q);
-    patina_table_free(t);
-    clu_session_close(f.s);
-    patina_context_free(ctx);
+    front_close(ctx, t, &f, q);
     return 0;
 }
 
@@ -463,11 +476,7 @@ static int run_cover(int argc, char **argv)
     const double t0 = now(), limit = atof(arg(argc, argv, "--timeout", "120"));
     double worst = 0;
     int n = 0, failed = 0, partial = 0;
-    if (patina_context_new(&ctx, NULL) != PATINA_OK) die("context");
-    f.s = session(argc, argv, ctx, PATINA_CAP_IDENTIFY, &t);
-    f.spec = patina_table_spec(t);
-    f.qbytes = patina_table_query_bytes(t);
-    q = query_of(t, arg(argc, argv, "--query", "samples/mate/Aqua.jpg"), 1);
+    q = front_open(argc, argv, 1, &ctx, &t, &f);
     patina_identify_opts_init(&o);
     for (;;) {
         const double a = now();
@@ -484,10 +493,7 @@ static int run_cover(int argc, char **argv)
     printf("{\"mode\":\"cover\",\"seconds\":%.3f,\"queries\":%d,\"failed\":%d,\"partial\":%d,\"worst_ms\":%.1f,"
            "\"whole\":%d}\n",
            now() - t0, n, failed, partial, 1e3 * worst, now() - t0 <= limit);
-    free(q);
-    patina_table_free(t);
-    clu_session_close(f.s);
-    patina_context_free(ctx);
+    front_close(ctx, t, &f, q);
     return 0;
 }
 
@@ -515,11 +521,7 @@ static int run_load(int argc, char **argv)
     double *lat = malloc(cap * sizeof *lat), worst = 0, last_bad = -1, first_bad = -1;
     int failed = 0, partial = 0, changed = 0, have = 0;
     if (!lat) die("memory");
-    if (patina_context_new(&ctx, NULL) != PATINA_OK) die("context");
-    f.s = session(argc, argv, ctx, PATINA_CAP_IDENTIFY, &t);
-    f.spec = patina_table_spec(t);
-    f.qbytes = patina_table_query_bytes(t);
-    q = query_of(t, arg(argc, argv, "--query", "samples/mate/Aqua.jpg"), 1);
+    q = front_open(argc, argv, 1, &ctx, &t, &f);
     patina_identify_opts_init(&o);
     memset(&first, 0, sizeof first);
     memset(&first_hit, 0, sizeof first_hit);
@@ -564,10 +566,7 @@ static int run_load(int argc, char **argv)
                *until && exists(until));
     }
     free(lat);
-    free(q);
-    patina_table_free(t);
-    clu_session_close(f.s);
-    patina_context_free(ctx);
+    front_close(ctx, t, &f, q);
     return 0;
 }
 
