@@ -416,12 +416,18 @@ static void call_failed(scatter_state_t *st, call_t *c, const char *why)
 }
 
 /* Asks the partitions want[0 .. nw) (each to its best ready copy not asked
- * yet), one call per member chosen. Returns the number of calls sent. */
+ * yet), one call per member chosen. Returns the number of calls sent. The
+ * choices and the chosen members' outstanding calls are made under one
+ * hold of f->mu, so that a concurrent scatter of this front end sees all
+ * of this one's calls or none. */
 static size_t launch(scatter_state_t *st, const uint32_t *want, size_t nw)
 {
     clu_front_t *f = st->f;
     const uint32_t P = f->cfg.partitions;
     size_t i, w, sent = 0;
+    uint8_t resv[LOAD_MAX]; /* resv[i]: member i's call counted in its load already */
+    memset(resv, 0, sizeof resv);
+    pthread_mutex_lock(&f->mu);
     for (w = 0; w < nw; w++) {
         const uint32_t p = want[w];
         clu_member_w_t mw[64];
@@ -436,11 +442,10 @@ static size_t launch(scatter_state_t *st, const uint32_t *want, size_t nw)
             }
         no = clu_rendezvous(mw, nc, p, nc, order);
         /* the copy's rank (the active one first), then rendezvous, among the copies whose shards have
-         * at most LOAD_SLACK outstanding calls more than the least loaded: a difference of one call is
-         * another scatter of this front end being sent (a batch's ranges go out at once), and letting
-         * it decide sent whole ranges to one shard of two (copies 2: 51 against 69 partitions
-         * answered where the rendezvous gives 60 each) */
-        pthread_mutex_lock(&f->mu);
+         * at most LOAD_SLACK outstanding calls more than the least loaded: the load is to steer
+         * around a busy shard, not to decide between two that differ by a scatter in flight (a
+         * batch's ranges go out at once; letting one call decide sent whole ranges to one shard of
+         * two: with copies 2, 51 against 69 partitions answered where the assignment gives 60 each) */
         for (j = 0; j < no; j++) {
             const int l = *load_of(f, st->m[idx[order[j]]].name);
             if (j == 0 || l < minload) minload = l;
@@ -456,9 +461,16 @@ static size_t launch(scatter_state_t *st, const uint32_t *want, size_t nw)
                 bestrank = rank;
             }
         }
-        pthread_mutex_unlock(&f->mu);
         st->choice[p] = best;
     }
+    for (w = 0; w < nw; w++) { /* the chosen members' calls counted now, under the same hold */
+        const size_t m = st->choice[want[w]];
+        if (m < LOAD_MAX && m < st->nm && !resv[m]) {
+            resv[m] = 1;
+            *load_of(f, st->m[m].name) += 1;
+        }
+    }
+    pthread_mutex_unlock(&f->mu);
     for (i = 0; i < st->nm; i++) {
         size_t np = 0;
         call_t *c;
@@ -494,7 +506,8 @@ static size_t launch(scatter_state_t *st, const uint32_t *want, size_t nw)
         c->state = CALL_OUT;
         c->sent = now_s();
         st->outstanding++;
-        load_add(f, st->m[i].name, 1);
+        if (i < LOAD_MAX && resv[i]) resv[i] = 0; /* counted above */
+        else load_add(f, st->m[i].name, 1);
         atomic_fetch_add(&f->n_calls, 1);
         if (clu_request_encode(&req, st->q) != PATINA_OK) {
             call_failed(st, c, clu_last_error());
@@ -513,6 +526,8 @@ static size_t launch(scatter_state_t *st, const uint32_t *want, size_t nw)
         st->q->parts = NULL;
         st->q->nparts = 0;
     }
+    for (i = 0; i < st->nm && i < LOAD_MAX; i++) /* counted, but no call made (out of memory) */
+        if (resv[i]) load_add(f, st->m[i].name, -1);
     return sent;
 }
 
