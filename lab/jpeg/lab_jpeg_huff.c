@@ -70,16 +70,119 @@ out:
     return ok;
 }
 
+/* --sync: how a decode from a chunk's first bit falls in step with the true
+ * decode of its interval, per guessed block of the MCU. For every chunk but
+ * an interval's first, and each start block p (k = 0 at the chunk's first
+ * bit): the codewords until the bit position is in step with the true
+ * decode's boundaries, and until the whole state (position, block of the
+ * MCU, coefficient) is; "never" when not within the chunk. Twice: with
+ * strict guesses (an unreadable code or a run past coefficient 63 stops the
+ * decode, as it stops an exact one) and resilient ones (the library's: the
+ * guess reads on, jh_decode's `guess`). */
+static void sync_report(const file_t *fs, size_t n, int guess)
+{
+    size_t unsync[JH_MAX_BLK][2], unsync_bits = 0, pair_ok[JH_MAX_BLK];
+    size_t chunks = 0, pos_ok = 0, full_ok[JH_MAX_BLK + 1], any_ok = 0, cw_pos = 0, cw_full = 0;
+    memset(full_ok, 0, sizeof full_ok);
+    memset(unsync, 0, sizeof unsync);
+    memset(pair_ok, 0, sizeof pair_ok);
+    for (size_t f = 0; f < n; f++) {
+        const jh_img_t *im = &fs[f].img;
+        const uint8_t *base = fs[f].region;
+        const jh_table_t *tab = (const jh_table_t *)(base + im->tab);
+        const jh_iv_t *ivs = (const jh_iv_t *)(base + im->iv);
+        size_t fchunks = 0, fany = 0, f0 = 0;
+        for (uint32_t v = 0; v < im->niv; v++) {
+            const jh_iv_t *iv = ivs + v;
+            const uint8_t *d = base + im->data + iv->off;
+            uint32_t end = iv->len * 8u, cap = end / 2 + 16, nt = 0;
+            jh_state_t *tr = malloc((size_t)cap * sizeof *tr), s = {0, 0, 0, 0, 0, 0};
+            if (!tr) die("memory");
+            /* the true boundaries, a codeword at a time */
+            while (s.pos < end && !s.err && nt < cap) {
+                tr[nt++] = s;
+                (void)jh_decode(&im->sc, tab, d, end, s.pos + 1, 0xFFFFFFFFu, &s, 0, 0, 0, 0);
+            }
+            for (uint32_t c = 1; c < iv->nc; c++) {
+                uint32_t first = c * JH_CHUNK_BITS, stop = first + JH_CHUNK_BITS < end ? first + JH_CHUNK_BITS : end;
+                int any = 0;
+                unsigned mask = 0;
+                chunks++;
+                fchunks++;
+                for (int p = 0; p < im->sc.nblk; p++) {
+                    jh_state_t g = {first, 0, (uint8_t)p, 0, 0, 0};
+                    uint32_t t = 0, cw = 0;
+                    int psync = -1, fsync = -1;
+                    while (t < nt && tr[t].pos < first) t++;
+                    while (g.pos < stop && !g.err) {
+                        while (t < nt && tr[t].pos < g.pos) t++;
+                        if (t < nt && tr[t].pos == g.pos) {
+                            if (psync < 0) psync = (int)cw;
+                            if (tr[t].blkn == g.blkn && tr[t].k == g.k) {
+                                fsync = (int)cw;
+                                break;
+                            }
+                        }
+                        (void)jh_decode(&im->sc, tab, d, end, g.pos + 1, 0xFFFFFFFFu, &g, 0, 0, 0, guess);
+                        cw++;
+                    }
+                    if (p == 0 && fsync < 0) {
+                        /* where the guess stands at the chunk's end */
+                        while (t < nt && tr[t].pos < g.pos) t++;
+                        if (t < nt && tr[t].pos == g.pos) {
+                            int db = ((int)g.blkn - (int)tr[t].blkn + im->sc.nblk) % im->sc.nblk;
+                            unsync[db][g.k == tr[t].k]++;
+                        } else
+                            unsync_bits++;
+                    }
+                    if (p == 0 && psync >= 0) {
+                        pos_ok++;
+                        cw_pos += (size_t)psync;
+                    }
+                    if (fsync >= 0) {
+                        mask |= 1u << p;
+                        full_ok[p]++;
+                        if (p == 0) {
+                            cw_full += (size_t)fsync;
+                            f0++;
+                        }
+                        any = 1;
+                    }
+                }
+                any_ok += any;
+                fany += any;
+                for (int q = 0; q < JH_MAX_BLK; q++) pair_ok[q] += (mask & (1u | 1u << q)) != 0;
+            }
+            free(tr);
+        }
+        printf("  file %zu: nblk %d, %zu chunks after an interval's first, in step within the chunk from block 0 %zu, "
+               "from some block %zu\n", f, im->sc.nblk, fchunks, f0, fany);
+    }
+    printf("sync, %s guesses: %zu chunks; from block 0: bit position in step in %zu (mean %.1f codewords), whole state in %zu "
+           "(mean %.1f codewords); from any block: %zu; per start block:", guess ? "resilient" : "strict", chunks, pos_ok,
+           pos_ok ? (double)cw_pos / (double)pos_ok : 0.0, full_ok[0], full_ok[0] ? (double)cw_full / (double)full_ok[0] : 0.0,
+           any_ok);
+    for (int p = 0; p < JH_MAX_BLK; p++) printf(" %zu", full_ok[p]);
+    printf("; from block 0 or block q, q = 1..:");
+    for (int q = 1; q < JH_MAX_BLK; q++) printf(" %zu", pair_ok[q]);
+    printf("\nsync: from block 0, out of step at the chunk's end: bit position off %zu; on a true boundary, by block "
+           "offset (k equal / k differs):", unsync_bits);
+    for (int q = 0; q < JH_MAX_BLK; q++)
+        if (unsync[q][0] + unsync[q][1]) printf(" +%d: %zu / %zu", q, unsync[q][1], unsync[q][0]);
+    printf("\n");
+}
+
 int main(int argc, char **argv)
 {
     const char *paths[64];
-    int npaths = 0, validate = 0, repeat = 5;
+    int npaths = 0, validate = 0, repeat = 5, sync = 0;
     char **files = NULL;
     size_t nfiles = 0, skipped = 0, n = 0, bytes = 0, blocks = 0, nch = 0, niv = 0;
     file_t *fs;
     double lj_s = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--validate")) validate = 1;
+        else if (!strcmp(argv[i], "--sync")) sync = 1;
         else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
         else if (npaths < 64) paths[npaths++] = argv[i];
     }
@@ -107,6 +210,10 @@ int main(int argc, char **argv)
     printf("lab_jpeg_huff: %zu files, %zu baseline Huffman taken: %zu chunks of %u bits, %zu intervals, %.1f MB "
            "staged\n", nfiles, n, nch, JH_CHUNK_BITS, niv, (double)bytes / 1e6);
     if (!n) return validate ? 77 : 0;
+    if (sync) {
+        sync_report(fs, n, 0);
+        sync_report(fs, n, 1);
+    }
     {
         /* the batch, as the GPU stages it */
         uint8_t *base = malloc(bytes + 8);
@@ -119,7 +226,7 @@ int main(int argc, char **argv)
         int32_t *dc = calloc(4 * nch, sizeof *dc);
         size_t ob = 0, oc = 0, ox = 0, oi = 0, bad = 0;
         jh_batch_t b;
-        double t[8], t0;
+        double t[8], tr[JH_ROUNDS], t0;
         size_t marked[JH_ROUNDS + 1], redone = 0;
         if (!base || !img || !fl || !fg || !g0 || !cf || !cg || !st || !gx || !rec || !dirty || !dc) die("memory");
         for (size_t i = 0; i < n; i++) {
@@ -164,7 +271,7 @@ int main(int argc, char **argv)
             marked[r] = m;
             t0 = patina_now();
             for (uint32_t i = 0; i < nch; i++) jh_step_round(&b, r, i);
-            t[1 + r] = patina_now() - t0;
+            tr[r] = patina_now() - t0;
         }
         for (uint32_t i = 0; i < nch; i++) redone += b.dirty[JH_ROUNDS & 1][i];
         marked[JH_ROUNDS] = redone;
@@ -184,9 +291,12 @@ int main(int argc, char **argv)
         }
         for (uint32_t i = 0; i < nch; i++) jh_step_dcfix(&b, JH_ROUNDS, i);
         t[6] = patina_now() - t0;
-        printf("C reference, one thread (s): init %.3f, rounds %.3f %.3f %.3f (chunks marked before each: %zu %zu "
-               "%zu; after: %zu), settle %.3f, write %.3f, dc %.3f; libjpeg's entropy decoding of the same files "
-               "%.3f\n", t[0], t[1], t[2], t[3], marked[0], marked[1], marked[2], marked[3], t[4], t[5], t[6], lj_s);
+        printf("C reference, one thread (s): init %.3f, rounds", t[0]);
+        for (int r = 0; r < JH_ROUNDS; r++) printf(" %.3f", tr[r]);
+        printf(" (chunks marked before each:");
+        for (int r = 0; r < JH_ROUNDS; r++) printf(" %zu", marked[r]);
+        printf("; after: %zu), settle %.3f, write %.3f, dc %.3f; libjpeg's entropy decoding of the same files %.3f\n",
+               marked[JH_ROUNDS], t[4], t[5], t[6], lj_s);
         for (size_t i = 0; i < n; i++) {
             if (fl[i]) printf("  flagged: file %zu (0x%x)\n", i, fl[i]);
             else if (memcmp(cf + img[i].coef * 64, fs[i].lj, (size_t)img[i].nblocks * 128) != 0) {

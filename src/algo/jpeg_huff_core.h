@@ -15,16 +15,21 @@
  *              for the first chunk of an interval) and records its exit
  *              state: the first codeword start at or after its end, the block
  *              of the MCU and the coefficient index there, the blocks it
- *              completed (jh_state_t).
+ *              completed (jh_state_t). A guessed decode reads on where an
+ *              exact one would stop (a code no table has, a run past
+ *              coefficient 63): stopped, it could never fall in step with the
+ *              true decode, and on camera photographs most guesses met such a
+ *              spot before they did (docs/lab/jpeg.md).
  *   2. rounds  JH_ROUNDS Jacobi rounds: a chunk whose predecessor's exit
  *              changed decodes again from that exit (double-buffered, so the
  *              result does not depend on the order of the threads) until it
  *              falls in step with its own guessed decode (the first JH_REC
  *              codeword boundaries of which init recorded); Huffman codes
- *              synchronise themselves within a few codewords, so this is
- *              short and one or two rounds usually leave nothing to do
- *              (Weissenberger and Schmidt, "Massively parallel Huffman
- *              decoding on GPUs", 2018).
+ *              synchronise themselves within a few codewords (the place in
+ *              the MCU: often a hundred or more), so this is short and a few
+ *              rounds usually leave nothing to do; a round with no chunk
+ *              marked costs a launch (Weissenberger and Schmidt, "Massively
+ *              parallel Huffman decoding on GPUs", 2018).
  *   3. settle  one thread per interval walks its chunks in order and decodes
  *              again those still marked (usually none), so every exit is then
  *              the exact state; and sums the blocks: each chunk's first block.
@@ -43,7 +48,11 @@
  * end"), an interval with more data than its MCUs (whole bytes after the last
  * block: libjpeg's extraneous bytes) or fewer. Without a flag the data is a
  * valid scan, which every correct decoder turns into the same coefficients;
- * DC values are kept modulo 2^16, as libjpeg's (JCOEF) cast does. */
+ * DC values are kept modulo 2^16, as libjpeg's (JCOEF) cast does. A guessed
+ * decode's reading on past an error cannot change that: a chunk takes a
+ * guess's exit only from a boundary where its exact decode is in the same
+ * state, and the write step decodes every chunk exactly from its exact entry,
+ * flagging any error there. */
 #ifndef PATINA_JPEG_HUFF_CORE_H
 #define PATINA_JPEG_HUFF_CORE_H
 
@@ -56,7 +65,7 @@
 #endif
 
 #define JH_CHUNK_BITS 4096u /* bits of one chunk (512 bytes), a multiple of 8 */
-#define JH_ROUNDS 3         /* Jacobi rounds before the per-interval settle */
+#define JH_ROUNDS 16        /* Jacobi rounds before the per-interval settle */
 #define JH_SETTLE_MAX 8     /* chunks one interval's settle decodes again before it gives up (JH_E_SLOW) */
 #define JH_MAX_BLK 10       /* blocks in an MCU (libjpeg's D_MAX_BLOCKS_IN_MCU) */
 #define JH_LOOK 8           /* bits of the direct lookup */
@@ -248,7 +257,10 @@ typedef struct jh_rec {
 
 /* Decodes the codewords of interval data d (end bits) that start before bit
  * `stop`, from state *s, stopping early at an error or once `limit` blocks
- * are complete. With o, writes the coefficients decoded at their places.
+ * are complete; with `guess` (a decode from a guessed state, whose codewords
+ * are not yet known to be the scan's) it does not stop at an error but
+ * reads on: a code no table has as one bit (a DC of size 0, an end of
+ * block), a run past coefficient 63 as the block's end. With o, writes the coefficients decoded at their places.
  * With rec, records the entry and boundaries after it (JH_REC in all, see
  * jh_rec_t; the rest UINT32_MAX). With match (JH_REC boundaries of another decode
  * of the same chunk, increasing), stops at the first boundary where both are
@@ -258,7 +270,7 @@ typedef struct jh_rec {
  * Bits are read through a 64-bit window refilled a byte at a time (bytes at
  * or beyond `end` read as 0): the codeword at pos is the window's top bits. */
 JH_FN int jh_decode(const jh_scan_t *sc, const jh_table_t *tab, const uint8_t *d, uint32_t end, uint32_t stop,
-                    uint32_t limit, jh_state_t *s, jh_out_t *o, jh_rec_t *rec, const jh_rec_t *match)
+                    uint32_t limit, jh_state_t *s, jh_out_t *o, jh_rec_t *rec, const jh_rec_t *match, int guess)
 {
     uint32_t pos = s->pos, nb = s->nb, len8 = end >> 3, wbyte = pos >> 3;
     int blkn = s->blkn, k = s->k, err = 0, nrec = 0, mi = 0, found = -1;
@@ -307,11 +319,15 @@ JH_FN int jh_decode(const jh_scan_t *sc, const jh_table_t *tab, const uint8_t *d
                 int c = sc->bcomp[blkn];
                 int32_t diff = 0;
                 sym = jh_symbol(tab + sc->bdc[blkn], v, &len);
-                size = sym & 15; /* DC tables hold 0..15 (jh_table_build's caller checks) */
                 if (!len) {
-                    err = JH_E_CODE;
-                    break;
+                    if (!guess) {
+                        err = JH_E_CODE;
+                        break;
+                    }
+                    len = 1; /* a guess reads the bit as a DC codeword of size 0 */
+                    sym = 0;
                 }
+                size = sym & 15; /* DC tables hold 0..15 (jh_table_build's caller checks) */
                 if ((uint32_t)(len + size) > end - pos) {
                     err = JH_E_END;
                     break;
@@ -328,8 +344,12 @@ JH_FN int jh_decode(const jh_scan_t *sc, const jh_table_t *tab, const uint8_t *d
                 int r;
                 sym = jh_symbol(tab + sc->bac[blkn], v, &len);
                 if (!len) {
-                    err = JH_E_CODE;
-                    break;
+                    if (!guess) {
+                        err = JH_E_CODE;
+                        break;
+                    }
+                    len = 1; /* a guess reads the bit as an end of block */
+                    sym = 0;
                 }
                 r = sym >> 4;
                 size = sym & 15;
@@ -340,16 +360,22 @@ JH_FN int jh_decode(const jh_scan_t *sc, const jh_table_t *tab, const uint8_t *d
                 if (size) {
                     k += r;
                     if (k > 63) {
-                        err = JH_E_RUN;
-                        break;
+                        if (!guess) {
+                            err = JH_E_RUN;
+                            break;
+                        }
+                        k = 63; /* a guess ends the block with this coefficient */
                     }
                     if (blk) blk[jh_natural(k)] = (int16_t)jh_extend((v << len) >> (32 - size), size);
                     k++;
                 } else if (r == 15) { /* sixteen zeros */
                     k += 16;
                     if (k > 64) {
-                        err = JH_E_RUN;
-                        break;
+                        if (!guess) {
+                            err = JH_E_RUN;
+                            break;
+                        }
+                        k = 64; /* a guess ends the block there */
                     }
                 } else { /* end of block (libjpeg reads runs 1..14 without a size as one too) */
                     k = 64;
@@ -483,7 +509,7 @@ JH_FN void jh_step_init(const jh_batch_t *b, uint32_t i)
     jh_chunk_bits(v, c, &first, &stop);
     s.pos = first;
     (void)jh_decode(&im->sc, JH_TAB(b, im), JH_DATA(b, im, v), v->len * 8u, stop, 0xFFFFFFFFu, &s, 0,
-                    b->rec + (uint64_t)i * JH_REC, 0);
+                    b->rec + (uint64_t)i * JH_REC, 0, c != v->c0);
     b->st[0][i] = s;
     b->gx[i] = s;
     b->dirty[0][i] = c != v->c0;
@@ -507,7 +533,7 @@ JH_FN jh_state_t jh_redo(const jh_batch_t *b, const jh_img_t *im, const jh_iv_t 
         s.k = 0;
     }
     s.err = 0;
-    m = jh_decode(&im->sc, JH_TAB(b, im), JH_DATA(b, im, v), v->len * 8u, stop, 0xFFFFFFFFu, &s, 0, 0, rec);
+    m = jh_decode(&im->sc, JH_TAB(b, im), JH_DATA(b, im, v), v->len * 8u, stop, 0xFFFFFFFFu, &s, 0, 0, rec, 0);
     if (m >= 0) { /* in step from here on: the guessed decode's exit, our block count */
         uint32_t nb = s.nb + (b->gx[i].nb - (rec[m].st & 0xFFFF));
         s = b->gx[i];
@@ -592,7 +618,7 @@ JH_FN void jh_step_write(const jh_batch_t *b, int r, uint32_t i)
             flag = s.err; /* the decode of the interval failed before this chunk */
         }
         if (!flag) {
-            (void)jh_decode(&im->sc, JH_TAB(b, im), JH_DATA(b, im, v), end, stop, v->blocks - g0, &s, &o, 0, 0);
+            (void)jh_decode(&im->sc, JH_TAB(b, im), JH_DATA(b, im, v), end, stop, v->blocks - g0, &s, &o, 0, 0, 0);
             flag = s.err;
             if (!flag && g0 + s.nb == v->blocks) {
                 if (end - s.pos >= 8) flag = JH_E_LONG; /* whole bytes after the last block */
