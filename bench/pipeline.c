@@ -335,6 +335,7 @@ static int split(char *s, char **out, int max)
 int main(int argc, char **argv)
 {
     const char *dir = NULL, *tmp = getenv("TMPDIR");
+    int given_dir = 0;
     const char *peer = NULL;
     char fam_list[256] = "cedd,lbp8,glcm,rootsift,signature", dev_list[64] = "cpu,gpu", made_dir[4096] = "";
     char *fams[16], *devs[8], **files = NULL;
@@ -374,6 +375,7 @@ int main(int argc, char **argv)
     }
     nf = split(fam_list, fams, 16);
     nd = split(dev_list, devs, 8);
+    given_dir = dir != NULL;
     if (!dir) {
         snprintf(made_dir, sizeof made_dir, "%s/patina-pipeline-XXXXXX", tmp);
         if (!mkdtemp(made_dir)) die("mkdtemp");
@@ -407,8 +409,12 @@ int main(int argc, char **argv)
     {
         char gpu[256] = "none";
         if (patina_gpu_count() > 0) patina_gpu_describe(0, gpu, sizeof gpu);
-        printf("bench_pipeline: %zu JPEGs of %dx%d under %s; %d CPU threads; GPU: %s\n", nfiles, width, height,
-               dir, patina_context_threads(ctx), gpu);
+        if (given_dir)
+            printf("bench_pipeline: %zu files under %s (as they are); %d CPU threads; GPU: %s\n", nfiles, dir,
+                   patina_context_threads(ctx), gpu);
+        else
+            printf("bench_pipeline: %zu JPEGs of %dx%d under %s; %d CPU threads; GPU: %s\n", nfiles, width, height,
+                   dir, patina_context_threads(ctx), gpu);
         printf("decode alone (libjpeg-turbo, all threads): %.0f images/s\n", decode_rate);
         printf("entropy decoding alone (libjpeg-turbo jpeg_read_coefficients, all threads): %.0f images/s\n",
                entropy_rate);
