@@ -229,6 +229,15 @@ static void measure(const char *mode, ident_fn f, void *u, const void *q, size_t
         char what[64];
         snprintf(what, sizeof what, "after %d warm-up queries, single queries", WARMUP);
         print_series(mode, what, lat, reps);
+        if (inshard[0] > 0) {
+            /* the slowest request's time inside its shard, per query: tells a
+             * slow query's shard side from its fan-out and NATS side */
+            double *ins = calloc((size_t)reps + 1, sizeof *ins);
+            for (r = 0; r < reps; r++) ins[r] = 1e-3 * inshard[r];
+            snprintf(what, sizeof what, "the same queries, in the slowest request's shard");
+            print_series(mode, what, ins, reps);
+            free(ins);
+        }
     }
     p50 = pct(lat, (size_t)reps, 0.5);
     p99 = pct(lat, (size_t)reps, 0.99);
