@@ -105,7 +105,12 @@ typedef struct jh_scan {
     uint8_t bac[JH_MAX_BLK];     /* its AC table */
     uint8_t bx[JH_MAX_BLK];      /* its column and row in the MCU, in the component's blocks */
     uint8_t by[JH_MAX_BLK];
-    uint8_t ncomp, pad[1];
+    uint8_t ncomp;
+    uint8_t same;                /* every block of the MCU decodes with tables of the same contents: the
+                                  * place in the MCU does not change the codewords, so decodes fall in step
+                                  * on position and coefficient alone and the settle sets the block of the
+                                  * MCU from the block count (RGB and CMYK files written with one table
+                                  * set) */
     int32_t cmw[4], cmh[4];      /* a component's MCU width and height in blocks */
     int32_t cbw[4], cbh[4];      /* its blocks stored per row, block rows (jx_comp_t bw, bh) */
     uint32_t cfirst[4];          /* its first block in the image's (nblocks, 64) coefficients */
@@ -299,7 +304,8 @@ JH_FN int jh_decode(const jh_scan_t *sc, const jh_table_t *tab, const uint8_t *d
         }
         if (match) {
             while (mi < JH_REC && match[mi].pos < pos) mi++;
-            if (mi < JH_REC && match[mi].pos == pos && (match[mi].st >> 16) == JH_REC_KEY(blkn, k)) {
+            if (mi < JH_REC && match[mi].pos == pos &&
+                (sc->same ? (match[mi].st >> 20) == (uint32_t)k : (match[mi].st >> 16) == JH_REC_KEY(blkn, k))) {
                 found = mi;
                 break;
             }
@@ -407,10 +413,11 @@ JH_FN int jh_decode(const jh_scan_t *sc, const jh_table_t *tab, const uint8_t *d
 }
 
 /* Two exits that give the next chunk the same entry (its own block count
- * does not depend on ours). */
-JH_FN int jh_state_eq(const jh_state_t *a, const jh_state_t *b)
+ * does not depend on ours; with `same` tables neither does it on the block
+ * of the MCU, which the settle sets from the count). */
+JH_FN int jh_state_eq(const jh_scan_t *sc, const jh_state_t *a, const jh_state_t *b)
 {
-    return a->pos == b->pos && a->blkn == b->blkn && a->k == b->k && a->err == b->err;
+    return a->pos == b->pos && (sc->same || a->blkn == b->blkn) && a->k == b->k && a->err == b->err;
 }
 
 /* ------------------------------------------------------------ a batch */
@@ -557,7 +564,7 @@ JH_FN void jh_step_round(const jh_batch_t *b, int r, uint32_t i)
     out[i] = s;
     /* the next chunk must decode again when this exit changed; this one's own
      * flag is written by its predecessor's thread (or cleared: first of its interval) */
-    if (c + 1 < v->c0 + v->nc) dout[i + 1] = din[i] && !jh_state_eq(&s, &in[i]);
+    if (c + 1 < v->c0 + v->nc) dout[i + 1] = din[i] && !jh_state_eq(&im->sc, &s, &in[i]);
     if (c == v->c0) dout[i] = 0;
 }
 
@@ -579,12 +586,13 @@ JH_FN void jh_step_settle(const jh_batch_t *b, int r, uint32_t m, uint32_t v)
         if (c > iv->c0 && dirty[i] && redone++ == JH_SETTLE_MAX) JH_FLAG(b->flags + im->flag, JH_E_SLOW);
         if (c > iv->c0 && dirty[i] && redone <= JH_SETTLE_MAX) {
             jh_state_t s = jh_redo(b, im, iv, c, i, st[i - 1]);
-            if (!jh_state_eq(&s, &st[i]) && c + 1 < iv->c0 + iv->nc) dirty[i + 1] = 1;
+            if (!jh_state_eq(&im->sc, &s, &st[i]) && c + 1 < iv->c0 + iv->nc) dirty[i + 1] = 1;
             st[i] = s;
         }
         dirty[i] = 0;
         b->g0[i] = g;
         g += st[i].nb;
+        if (im->sc.same) st[i].blkn = (uint8_t)(g % (uint32_t)im->sc.nblk); /* the block its exit is in */
     }
 }
 

@@ -379,6 +379,11 @@ patina_status patina__jpegx_huff(patina_jpegx_reader_t *r, jx_image_t *im, jh_fi
                                  (8u * (unsigned)d->max_v_samp_factor));
     }
     if (im->nblocks > 0xFFFFFFFFu) return not_taken(r->name, "size");
+    sc->same = 1; /* tables of the same contents in every block (jh_scan_t.same) */
+    for (int b = 1; b < sc->nblk; b++)
+        if (memcmp(&f->tab[sc->bdc[b]], &f->tab[sc->bdc[0]], sizeof f->tab[0]) != 0 ||
+            memcmp(&f->tab[sc->bac[b]], &f->tab[sc->bac[0]], sizeof f->tab[0]) != 0)
+            sc->same = 0;
     mcus = (uint64_t)sc->mcus_per_row * (uint64_t)sc->mcu_rows;
     sc->restart = (int32_t)d->restart_interval;
     f->niv = sc->restart ? (uint32_t)((mcus + (uint64_t)sc->restart - 1) / (uint64_t)sc->restart) : 1;
