@@ -65,7 +65,7 @@
 #endif
 
 #define JH_CHUNK_BITS 4096u /* bits of one chunk (512 bytes), a multiple of 8 */
-#define JH_ROUNDS 16        /* Jacobi rounds before the per-interval settle */
+#define JH_ROUNDS 32        /* Jacobi rounds before the per-interval settle */
 #define JH_SETTLE_MAX 8     /* chunks one interval's settle decodes again before it gives up (JH_E_SLOW) */
 #define JH_MAX_BLK 10       /* blocks in an MCU (libjpeg's D_MAX_BLOCKS_IN_MCU) */
 #define JH_LOOK 8           /* bits of the direct lookup */
