@@ -265,8 +265,8 @@ typedef struct jh_rec {
  * are complete; with `guess` (a decode from a guessed state, whose codewords
  * are not yet known to be the scan's) it does not stop at an error but
  * reads on: a code no table has as one bit (a DC of size 0, an end of
- * block), a run past coefficient 63 as the block's end. With o, writes the coefficients decoded at their places.
- * With rec, records the entry and boundaries after it (JH_REC in all, see
+ * block), a run past coefficient 63 as the block's end. With o, writes the
+ * coefficients decoded at their places. With rec, records the entry and boundaries after it (JH_REC in all, see
  * jh_rec_t; the rest UINT32_MAX). With match (JH_REC boundaries of another decode
  * of the same chunk, increasing), stops at the first boundary where both are
  * in the same state (position, block of the MCU, coefficient): returns its
