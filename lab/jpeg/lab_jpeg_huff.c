@@ -1,7 +1,7 @@
 /* lab_jpeg_huff: the parallel Huffman decoder (src/algo/jpeg_huff_core.h)
  * step by step on the JPEGs under the given paths (default samples/).
  *
- *   lab_jpeg_huff [--validate] [--repeat N] [PATH...]
+ *   lab_jpeg_huff [--validate] [--sync] [--repeat N] [PATH...]
  *
  * Prints, for the baseline Huffman files among them as one batch: chunks,
  * intervals and scan bytes; the C reference's steps timed on one thread
@@ -11,7 +11,8 @@
  * (patina_gpu__jpegh_decode, device time, best of --repeat): images/s and
  * scan MB/s. --validate: the kernels' coefficients and flags must equal the
  * reference's, and the reference's libjpeg's (exit 1 otherwise; 77 without
- * a GPU). */
+ * a GPU). --sync: first, how guessed decodes fall in step with the true
+ * decode (sync_report; docs/lab/jpeg.md, 2026-11-30). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
