@@ -216,6 +216,10 @@ static void test_generated(void **state)
     assert_int_equal(all.bad, 0);
     assert_int_equal(all.mismatched, 0);
     assert_true(all.decoded > 0);
+    /* every generated file settles within the rounds (docs/lab/jpeg.md,
+     * 2026-11-30: 13 did not before the guesses read on past errors): one
+     * left to the CPU for speed means the rounds lost ground */
+    assert_int_equal(all.slow, 0);
 }
 
 /* Larger pictures: many chunks per interval, restart intervals of several
