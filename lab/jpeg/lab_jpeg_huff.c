@@ -106,8 +106,7 @@ static void sync_report(const file_t *fs, size_t n, int guess)
             }
             for (uint32_t c = 1; c < iv->nc; c++) {
                 uint32_t first = c * JH_CHUNK_BITS, stop = first + JH_CHUNK_BITS < end ? first + JH_CHUNK_BITS : end;
-                int any = 0;
-                unsigned mask = 0;
+                unsigned mask = 0; /* the start blocks whose guess fell in step */
                 chunks++;
                 fchunks++;
                 for (int p = 0; p < im->sc.nblk; p++) {
@@ -147,11 +146,10 @@ static void sync_report(const file_t *fs, size_t n, int guess)
                             cw_full += (size_t)fsync;
                             f0++;
                         }
-                        any = 1;
                     }
                 }
-                any_ok += any;
-                fany += any;
+                any_ok += mask != 0;
+                fany += mask != 0;
                 for (int q = 0; q < JH_MAX_BLK; q++) pair_ok[q] += (mask & (1u | 1u << q)) != 0;
             }
             free(tr);
