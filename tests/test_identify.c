@@ -343,6 +343,7 @@ static void test_scoring_decoy(void **state)
     o.verify = 0;
     o.k = 3;
     o.threshold = 5;
+    o.accept = PATINA_ACCEPT_INLIERS;
     /* raw: the decoy collects most query features */
     o.scoring = PATINA_SCORE_RAW;
     TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
@@ -586,27 +587,42 @@ static void test_decisions(void **state)
         patina_identify_opts_t mo = o;
         TU_OK(patina_identify_far_threshold_table(patina_refset_table(rs), 0.01, &mo.threshold));
         TU_OK(patina_identify_merge(phv, prv, 2, 1, &mo, mh, &mr));
-        assert_true(mr.threshold == pr[0].threshold && mr.threshold == PATINA_THRESHOLD_DEFAULT);
+        assert_true(mr.threshold == pr[0].threshold && mr.threshold == PATINA_SIGNIFICANCE_DEFAULT);
     }
     assert_int_equal(mr.decision, PATINA_DECISION_AMBIGUOUS);
     assert_true(mh[0].id == 1 && mh[1].id == 2);
-    /* one copy (shard 1: ids 1 and 3): a match; a threshold above the inliers: unknown */
+    /* one copy (shard 1: ids 1 and 3): a match; a threshold above its score: unknown */
     TU_OK(patina_identify(NULL, part[1], qrec, 1, &o, hits, &res));
     assert_int_equal(res.decision, PATINA_DECISION_MATCH);
     assert_string_equal(patina_identify_decision_name(res.decision), "match");
-    o.threshold = N + 1;
+    assert_true(hits[0].score > 0 && hits[0].score != (double)hits[0].inliers); /* a significance */
+    o.threshold = hits[0].score + 1;
     TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
     assert_int_equal(res.decision, PATINA_DECISION_UNKNOWN);
     assert_string_equal(patina_identify_decision_name(res.decision), "unknown");
     assert_null(patina_identify_decision_name((patina_identify_decision)7));
     /* FAR targets */
     TU_OK(patina_identify_far_threshold(0.01, &t));
-    assert_true(t == PATINA_THRESHOLD_DEFAULT);
+    assert_true(t == PATINA_SIGNIFICANCE_DEFAULT);
     patina_identify_opts_init(&o); /* the default: that calibration, resolved by the call (no views here) */
     assert_true(o.threshold == PATINA_THRESHOLD_CALIBRATED);
     o.k = 3; /* hits holds 3 */
     TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
     assert_true(res.threshold == t);
+    { /* the inlier rule has a calibration of its own, which the call resolves for it */
+        double ti;
+        patina_identify_opts_t io = o;
+        io.accept = PATINA_ACCEPT_INLIERS;
+        TU_OK(patina_identify_far_threshold_opts(NULL, &io, 0.01, &ti));
+        assert_true(ti == PATINA_THRESHOLD_DEFAULT);
+        TU_OK(patina_identify(NULL, rs, qrec, 1, &io, hits, &res));
+        assert_true(res.threshold == ti && hits[0].score == (double)hits[0].inliers);
+        TU_OK(patina_identify_far_threshold_opts(NULL, NULL, 0.01, &ti));
+        assert_true(ti == t);
+        io.accept = (patina_identify_accept)7;
+        assert_int_equal(patina_identify_far_threshold_opts(NULL, &io, 0.01, &ti), PATINA_E_INVALID);
+        assert_int_equal(patina_identify(NULL, rs, qrec, 1, &io, hits, &res), PATINA_E_INVALID);
+    }
     TU_OK(patina_identify_far_threshold(1, &t));
     assert_true(t == 0);
     for (double far = 1; far >= PATINA_FAR_MIN; far *= 0.9) {
@@ -695,6 +711,7 @@ static void test_distinct(void **state)
     patina_identify_opts_init(&o);
     o.k = 3;
     o.threshold = 4;
+    o.accept = PATINA_ACCEPT_INLIERS;
     TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
     assert_true(hits[0].id == 1 && hits[1].id == 2 && hits[2].id == 3);
     assert_true(hits[0].verified && hits[1].verified && hits[2].verified);
@@ -737,6 +754,7 @@ static void test_distinct(void **state)
         sib_cb_t cb = {PATINA_SIBLING_INLIERS_DEFAULT, 0, 0, 0, 0}; /* just enough: siblings */
         patina_identify_opts_init(&po);
         po.threshold = 4;
+        po.accept = PATINA_ACCEPT_INLIERS;
         po.k = patina_identify_part_k(&po);
         TU_OK(patina_identify(NULL, rs, qrec, 1, &po, ph, &pr));
         po.k = 3;
@@ -781,6 +799,7 @@ static void test_distinct(void **state)
         patina_identify_opts_init(&o);
         o.k = 2;
         o.threshold = 4;
+        o.accept = PATINA_ACCEPT_INLIERS;
         o.distinct = s1 - (H - 1) + 2; /* above the margin rank 1 has over its sibling */
         TU_OK(patina_table_identify_many(t, 2, qrec, 1, &o, th, &tr, NULL));
         assert_true(th[0].id == 1 && th[1].id == 2 && th[0].score - th[1].score < o.distinct);
@@ -807,6 +826,7 @@ static void test_distinct(void **state)
         patina_identify_result_t mr;
         patina_identify_opts_init(&o);
         o.threshold = 4;
+        o.accept = PATINA_ACCEPT_INLIERS;
         o.distinct = 3;
         res.nhits = 0;
         assert_int_equal(patina_identify_merge(ph, pr, 1, 1, &o, mh, &mr), PATINA_E_INVALID);
@@ -844,6 +864,7 @@ static void test_merge_rules(void **state)
     o.threshold = -0.5;
     assert_int_equal(patina_identify_merge(ph, pr, 2, 1, &o, h, &r), PATINA_E_INVALID);
     o.threshold = 13;
+    o.accept = PATINA_ACCEPT_INLIERS;
     assert_int_equal(patina_identify_part_k(&o), 3);
     /* by matches: 4 (30), 7 (28), 5 (25), 9 (25), 2 (3); the best 3 are verified: 4, 7, 5 */
     TU_OK(patina_identify_merge(ph, pr, 2, 1, &o, h, &r));
@@ -892,18 +913,22 @@ static void test_merge_rules(void **state)
     o.verify_top = 3;
     o.k = 2;
     o.threshold = 20;
+    o.accept = PATINA_ACCEPT_INLIERS;
     TU_OK(patina_identify_merge(ph, pr, 2, 1, &o, h, &r));
     assert_true(h[0].id == 5 && h[1].id == 4 && h[1].score == 20);
     assert_int_equal(r.decision, PATINA_DECISION_AMBIGUOUS);
     o.threshold = 21;
+    o.accept = PATINA_ACCEPT_INLIERS;
     TU_OK(patina_identify_merge(ph, pr, 2, 1, &o, h, &r));
     assert_int_equal(r.decision, PATINA_DECISION_MATCH);
     o.k = 1; /* rank 2 counts whatever k */
     o.threshold = 20;
+    o.accept = PATINA_ACCEPT_INLIERS;
     TU_OK(patina_identify_merge(ph, pr, 2, 1, &o, h, &r));
     assert_int_equal(r.decision, PATINA_DECISION_AMBIGUOUS);
     o.k = 2;
     o.threshold = 13;
+    o.accept = PATINA_ACCEPT_INLIERS;
     /* no part: no candidate, unknown */
     TU_OK(patina_identify_merge(NULL, NULL, 0, 1, &o, h, &r));
     assert_int_equal(r.nhits, 0);
@@ -984,6 +1009,7 @@ static void test_partition_f16(void **state)
     patina_identify_opts_init(&o);
     o.verify = 0;
     o.threshold = 5;
+    o.accept = PATINA_ACCEPT_INLIERS;
     TU_OK(patina_identify(NULL, rs, qrec, NQ, &o, h0, r0));
     for (t = 0; t < 2; t++) {
         patina_context_t *ctx = NULL;
@@ -1090,6 +1116,7 @@ static void test_many_sets(void **state)
     o.k = K;
     o.verify_top = 2;
     o.threshold = 3;
+    o.accept = PATINA_ACCEPT_INLIERS;
     o.device = PATINA_DEVICE_CPU;
     for (int way = 0; way < 3; way++) {
         idf_many_t *m = NULL;
@@ -1320,6 +1347,36 @@ static void apply_sim(double *out, const double *in, double ang, double sc, doub
 {
     out[0] = sc * (cos(ang) * in[0] - sin(ang) * in[1]) + tx;
     out[1] = sc * (sin(ang) * in[0] + cos(ang) * in[1]) + ty;
+}
+
+/* The a-contrario significance (idf_significance) against the ORSA formula
+ * evaluated by hand, and its shape: more inliers of the same
+ * correspondences weigh more, the same inliers among more correspondences
+ * less, a minimal sample nothing; large counts stay finite. */
+static void test_significance(void **state)
+{
+    const double alpha = 3.14159265358979323846 * 2.56 * 2.56 / (256.0 * 256.0);
+    /* n 6, k 4, similarity (s 2): NFA = 4 C(6,4) C(4,2) alpha^2 = 360 alpha^2 */
+    const double want = -(log10(360.0) + 2 * log10(alpha));
+    (void)state;
+    assert_true(fabs(idf_significance(6, 4, PATINA_MODEL_SIMILARITY, 256, 256, 2.56) - want) < 1e-9);
+    assert_true(fabs(want - 4.4495) < 1e-3);
+    /* affine (s 3): 3 C(6,4) C(4,3) alpha */
+    assert_true(fabs(idf_significance(6, 4, PATINA_MODEL_AFFINE, 256, 256, 2.56) + log10(180.0) + log10(alpha)) < 1e-9);
+    assert_true(idf_significance(6, 5, PATINA_MODEL_SIMILARITY, 256, 256, 2.56) > want);
+    assert_true(idf_significance(15, 4, PATINA_MODEL_SIMILARITY, 256, 256, 2.56) < want);
+    assert_true(idf_significance(15, 4, PATINA_MODEL_SIMILARITY, 256, 256, 2.56) > 0);
+    assert_true(idf_significance(40, 2, PATINA_MODEL_SIMILARITY, 256, 256, 2.56) == 0); /* k <= s */
+    assert_true(idf_significance(4, 4, PATINA_MODEL_HOMOGRAPHY, 256, 256, 2.56) == 0);
+    assert_true(idf_significance(400, 3, PATINA_MODEL_SIMILARITY, 256, 256, 2.56) == 0); /* clipped: chance */
+    assert_true(idf_significance(4, 6, PATINA_MODEL_SIMILARITY, 256, 256, 2.56) ==
+                idf_significance(6, 6, PATINA_MODEL_SIMILARITY, 256, 256, 2.56)); /* n < k read as k */
+    assert_true(idf_significance(6, 4, PATINA_MODEL_SIMILARITY, 0, 256, 2.56) == 0);   /* no area */
+    assert_true(idf_significance(6, 4, PATINA_MODEL_SIMILARITY, 10, 10, 100) == 0);    /* alpha >= 1 */
+    {
+        const double big = idf_significance(5000, 2500, PATINA_MODEL_SIMILARITY, 4000, 3000, 40);
+        assert_true(isfinite(big) && big > 1000);
+    }
 }
 
 static void test_ransac(void **state)
@@ -1779,7 +1836,7 @@ int main(void)
         cmocka_unit_test(test_matchers_random), cmocka_unit_test(test_ties_and_tiny),
         cmocka_unit_test(test_scoring_decoy),   cmocka_unit_test(test_refset_updates),   cmocka_unit_test(test_partition_f16),   cmocka_unit_test(test_search_ratio),
         cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_merge_rules), cmocka_unit_test(test_guided), cmocka_unit_test(test_decisions), cmocka_unit_test(test_distinct),
-        cmocka_unit_test(test_ransac),          cmocka_unit_test(test_matchers_real),
+        cmocka_unit_test(test_ransac),          cmocka_unit_test(test_matchers_real), cmocka_unit_test(test_significance),
         cmocka_unit_test(test_end_to_end),      cmocka_unit_test(test_many_sets),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -46,16 +46,25 @@ static void test_spec(void **state)
     }    /* the acceptance threshold's calibration follows the views: views = 0 is the table of before */
     {
         static const double fars[] = {1, 0.05, 0.02, 0.01, 0.005, 0.001};
+        patina_identify_opts_t inl;
+        patina_identify_opts_init(&inl);
+        inl.accept = PATINA_ACCEPT_INLIERS;
         for (size_t i = 0; i < sizeof fars / sizeof fars[0]; i++) {
-            double t0, t, t2;
+            double t0, t, t2, i0, i2;
             TU_OK(patina_identify_far_threshold(fars[i], &t0));
             TU_OK(patina_identify_far_threshold_table("rootsift:m=64", fars[i], &t));
             TU_OK(patina_identify_far_threshold_table("rootsift:views=2", fars[i], &t2));
             assert_true(t == t0);
-            assert_true(t2 >= t0);
+            assert_true(fars[i] == 1 ? t2 == 0 : t2 != t0); /* the views' own significance table */
+            /* counted in inliers, more rows give impostors more chance inliers: never less */
+            TU_OK(patina_identify_far_threshold_opts("rootsift:m=64", &inl, fars[i], &i0));
+            TU_OK(patina_identify_far_threshold_opts("rootsift:views=2", &inl, fars[i], &i2));
+            assert_true(i2 >= i0);
         }
         double t;
         TU_OK(patina_identify_far_threshold_table("rootsift", 0.01, &t));
+        assert_true(t == PATINA_SIGNIFICANCE_DEFAULT);
+        TU_OK(patina_identify_far_threshold_opts("rootsift", &inl, 0.01, &t));
         assert_true(t == PATINA_THRESHOLD_DEFAULT);
         assert_int_equal(patina_identify_far_threshold_table("cedd", 0.01, &t), PATINA_E_INVALID);
         assert_int_equal(patina_identify_far_threshold_table("rootsift:views=2", 0.0001, &t), PATINA_E_INVALID);
@@ -279,6 +288,7 @@ static void test_refset_rows(void **state)
     patina_identify_opts_init(&o);
     o.k = N;
     o.threshold = 8;
+    o.accept = PATINA_ACCEPT_INLIERS;
     TU_OK(patina_identify(NULL, rs, s.query, 1, &o, hits, &res));
     assert_true(res.nhits >= 1);
     assert_int_equal(hits[0].id, 6);
@@ -331,7 +341,8 @@ static void test_refset_rows(void **state)
 }
 
 /* The default threshold is the references' own calibration at FAR 1%,
- * resolved by the call: 24 for a set of views=2, 13 without views; the
+ * resolved by the call: its significance for a set of views=2 or without
+ * views (24 and 13 inliers with accept = INLIERS); the
  * result says which it applied, and the answers equal those with that
  * threshold given. */
 static void test_default_threshold(void **state)
@@ -346,7 +357,16 @@ static void test_default_threshold(void **state)
     views_and_base(&s, &rs, &base);
     TU_OK(patina_identify_far_threshold_table(SPEC2, 0.01, &t2));
     TU_OK(patina_identify_far_threshold_table(SPEC0, 0.01, &t0));
-    assert_true(t2 == 24 && t0 == PATINA_THRESHOLD_DEFAULT);
+    assert_true(t2 == PATINA_SIGNIFICANCE_VIEWS2 && t0 == PATINA_SIGNIFICANCE_DEFAULT);
+    {
+        patina_identify_opts_t inl;
+        double i2, i0;
+        patina_identify_opts_init(&inl);
+        inl.accept = PATINA_ACCEPT_INLIERS;
+        TU_OK(patina_identify_far_threshold_opts(SPEC2, &inl, 0.01, &i2));
+        TU_OK(patina_identify_far_threshold_opts(SPEC0, &inl, 0.01, &i0));
+        assert_true(i2 == 24 && i0 == PATINA_THRESHOLD_DEFAULT);
+    }
     patina_identify_opts_init(&o);
     assert_true(o.threshold == PATINA_THRESHOLD_CALIBRATED);
     o.k = N;
@@ -415,6 +435,7 @@ static void test_fold_before_verify(void **state)
     o.k = 4;
     o.verify_top = 2;
     o.threshold = 10;
+    o.accept = PATINA_ACCEPT_INLIERS;
     TU_OK(patina_identify(NULL, rs, query, 1, &o, hits, &res));
     assert_int_equal(res.nhits, 2); /* k clamped to the items, not the rows */
     assert_int_equal(hits[0].id, 3);

@@ -1151,6 +1151,7 @@ static void test_slices_identify(void **state)
         io.verify_top = v % 3 == 0 ? 10 : 2; /* 10: every candidate verified; 2 (k 4 or 1): some not */
         io.device = PATINA_DEVICE_CPU;
         io.threshold = 3;
+        io.accept = PATINA_ACCEPT_INLIERS;
         if (v == 3) { /* a put (a copy of reference 5 under a new key) and a remove through a split table */
             patina_insert_t item;
             char key[32];
@@ -1228,7 +1229,9 @@ static size_t many_equals_union(patina_context_t *ctx, patina_collection_t *c, c
             case 1: io.k = 8; io.verify_top = 2; break;                 /* k > verify_top: some unverified */
             case 2: io.k = 1; io.verify_top = 6; break;                 /* k < verify_top */
             case 3: io.k = 4; io.verify = 0; break;                     /* matches only */
-            case 4: io.k = 3; io.verify_top = 4; io.threshold = 3; break; /* low threshold: ambiguous answers */
+            case 4: /* low threshold: ambiguous answers */
+                io.k = 3, io.verify_top = 4, io.threshold = 3, io.accept = PATINA_ACCEPT_INLIERS;
+                break;
             case 5: io.k = KMAX; io.verify_top = 3; break;              /* k past the rows: clamped to the union's */
             default: io.k = 2; io.verify_top = 1; io.threshold = 0; break;
             }
@@ -1309,6 +1312,7 @@ static void test_warm(void **state)
     patina_identify_opts_init(&io);
     io.k = K;
     io.threshold = 3;
+    io.accept = PATINA_ACCEPT_INLIERS;
     for (v = 0; v < 2; v++) {
         TU_OK(patina_table_open(&t, ctx[v], c, NULL, &o));
         qb = patina_table_query_bytes(t);

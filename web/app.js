@@ -305,18 +305,26 @@ async function identify(ev) {
   }
 }
 
+// a significance with two decimals (an integer count as it is)
+function score(h) {
+  return Number.isInteger(h.score) ? String(h.score) : h.score.toFixed(2);
+}
+
 function showIdentification(coll, res) {
   const d = $("identify-decision");
   const hits = res.hits || [];
   d.className = "decision " + res.decision;
-  const unit = (h) => (h.verified ? "inliers" : "matches");
-  const best = hits.length ? `the best, ${hits[0].key}, scored ${hits[0].score} ${unit(hits[0])}` : "no candidate";
+  // a verified score is the significance of its inliers (or their count with accept=inliers)
+  const sig = (h) => h.verified && res.accept !== "inliers";
+  const said = (h) => (sig(h) ? `significance ${score(h)} (${h.inliers} inliers)`
+    : `${h.score} ${h.verified ? "inliers" : "matches"}`);
+  const best = hits.length ? `the best, ${hits[0].key}, scored ${said(hits[0])}` : "no candidate";
   const against = typeof res.threshold === "number" ? `the threshold of ${res.threshold}` : "the threshold";
   d.textContent = res.decision === "match"
-    ? `Match: ${hits[0].key} (${hits[0].score} ${unit(hits[0])} >= ${against}; ${res.features} query features)`
+    ? `Match: ${hits[0].key} (${said(hits[0])} >= ${against}; ${res.features} query features)`
     : res.decision === "ambiguous"
-    ? `Ambiguous: the photo shows content of ${hits[0].key} (${hits[0].score} ${unit(hits[0])}) and of ` +
-      `${hits[1] ? hits[1].key : "the next candidate"} (${hits[1] ? hits[1].score + " " + unit(hits[1]) : "?"}), ` +
+    ? `Ambiguous: the photo shows content of ${hits[0].key} (${said(hits[0])}) and of ` +
+      `${hits[1] ? hits[1].key : "the next candidate"} (${hits[1] ? said(hits[1]) : "?"}), ` +
       `both >= ${against}; ${res.features} query features`
     : `Unknown: no registered item reaches ${against} (${best}; ${res.features} query features)`;
   d.hidden = false;
@@ -325,7 +333,7 @@ function showIdentification(coll, res) {
   hits.forEach((h, i) => {
     const tr = document.createElement("tr");
     tr.dataset.key = h.key;
-    for (const v of [h.rank, h.key, h.score, h.inliers, h.matches, h.verified ? "yes" : "no"]) {
+    for (const v of [h.rank, h.key, sig(h) ? score(h) : h.score, h.inliers, h.matches, h.verified ? "yes" : "no"]) {
       const td = document.createElement("td");
       td.textContent = String(v);
       tr.appendChild(td);

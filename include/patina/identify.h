@@ -164,6 +164,12 @@ typedef enum patina_identify_decision {
                                    * keys are hits 0 and 1 (k >= 2) */
 } patina_identify_decision;
 
+/* What the acceptance threshold is compared with (opts.accept). */
+typedef enum patina_identify_accept {
+    PATINA_ACCEPT_SIGNIFICANCE = 0, /* a-contrario significance -log10 NFA of the verified inliers (default) */
+    PATINA_ACCEPT_INLIERS = 1       /* the verified inlier count (the rule before 2026-11-30) */
+} patina_identify_accept;
+
 typedef enum patina_identify_precision {
     PATINA_PRECISION_INT8 = 0, /* u8 x u8 -> s32 tensor cores on the stored rows */
     PATINA_PRECISION_FP16 = 1  /* f16 x f16 -> f32 tensor cores on the same values (an f16 copy) */
@@ -183,11 +189,11 @@ typedef struct patina_identify_opts {
     int shape_check;          /* 1 (default): an inlier's keypoints must also agree with the model in
                                * scale (within x1.5) and orientation (within 30 degrees) */
     uint64_t seed;            /* RANSAC seed (0); results are deterministic for a seed */
-    double threshold;         /* acceptance: rank-1 score >= threshold -> MATCH (in inliers when
-                               * verified, else in matches). Default PATINA_THRESHOLD_CALIBRATED
-                               * (-1): the references' own calibration at FAR 1% on bench/identify,
-                               * resolved by the call from their spec (13 without reference views,
-                               * 24 with views=2; patina_identify_far_threshold_table) and reported in
+    double threshold;         /* acceptance: rank-1 score >= threshold -> MATCH (in the unit of
+                               * `accept` when verified, else in matches). Default
+                               * PATINA_THRESHOLD_CALIBRATED (-1): the references' own calibration
+                               * for `accept` at FAR 1% on bench/identify, resolved by the call from
+                               * their spec (patina_identify_far_threshold_opts) and reported in
                                * patina_identify_result_t.threshold */
     patina_device device;     /* AUTO (the GPU when the context has a usable one and the table is
                                * u8, else the CPU), CPU or GPU: the same candidates either way */
@@ -220,6 +226,14 @@ typedef struct patina_identify_opts {
                                * fetched: patina_identify_merge_siblings (patina_identify_merge
                                * refuses it), as a cluster's front end does */
     double sibling_inliers;   /* S of `distinct`, >= 1 (13: PATINA_SIBLING_INLIERS_DEFAULT) */
+    patina_identify_accept accept; /* SIGNIFICANCE (default): a verified candidate's score is the
+                               * a-contrario significance of its inliers, -log10 NFA with
+                               * NFA = (n - s) C(n, k) C(k, s) alpha^(k - s) for k inliers among n
+                               * correspondences, s the model's sample size and alpha the chance that
+                               * a point of the reference falls within the inlier distance of where
+                               * the model maps it (pi r^2 / the reference's area), clipped at 0:
+                               * k inliers out of few correspondences (a small query) weigh more than
+                               * k out of many (an impostor's chance draws). INLIERS: the count */
 } patina_identify_opts_t;
 
 /* Fills opts with the defaults above (the table of include/patina/options.h,
@@ -248,11 +262,17 @@ PATINA_API patina_status patina_identify_far_threshold(double far, double *thres
  * views = 0 gives patina_identify_far_threshold's. PATINA_E_INVALID for a
  * spec that is not rootsift. */
 PATINA_API patina_status patina_identify_far_threshold_table(const char *table, double far, double *threshold);
+/* The same for the acceptance rule opts->accept (opts NULL: the default,
+ * significance); table NULL: references without views. */
+PATINA_API patina_status patina_identify_far_threshold_opts(const char *table, const patina_identify_opts_t *opts,
+                                                            double far, double *threshold);
 
 /* One candidate of a query. */
 typedef struct patina_identify_hit {
     uint64_t id;       /* the reference's image id */
-    double score;      /* the ranking score: inliers when verified, else matches */
+    double score;      /* the decision's score: when verified, the significance of its inliers
+                        * (opts.accept SIGNIFICANCE) or their count (INLIERS); else matches.
+                        * Hits are ranked by inliers, not by it */
     uint32_t matches;  /* the scoring rule's count */
     uint32_t inliers;  /* RANSAC inliers (0 when not verified) */
     int verified;      /* 1 when RANSAC ran on this candidate */

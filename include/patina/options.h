@@ -54,11 +54,16 @@ extern "C" {
 #define PATINA_RANSAC_THRESHOLD_DEFAULT 0.01
 #define PATINA_ITERATIONS_DEFAULT 1000
 /* The acceptance threshold of a set without reference views at a false-accept
- * rate of 1% (patina_identify_far_threshold(0.01)). */
+ * rate of 1% with accept = INLIERS (inliers). */
 #define PATINA_THRESHOLD_DEFAULT 13
+/* The same with accept = SIGNIFICANCE, the default (-log10 NFA):
+ * patina_identify_far_threshold(0.01). */
+#define PATINA_SIGNIFICANCE_DEFAULT 3
+/* ... and for a set of reference views = 2. */
+#define PATINA_SIGNIFICANCE_VIEWS2 2.5
 /* patina_identify_opts_t.threshold's default: the calibration of the
- * references' own table at a false-accept rate of 1%, resolved by the call
- * (13 without reference views, 24 with views=2). Any other negative value is
+ * references' own table for the acceptance rule (opts.accept) at a false-accept
+ * rate of 1%, resolved by the call. Any other negative value is
  * PATINA_E_INVALID. */
 #define PATINA_THRESHOLD_CALIBRATED (-1.0)
 /* The false-accept rate of that default. */

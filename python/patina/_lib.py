@@ -172,7 +172,7 @@ class IdentifyOpts(ctypes.Structure):
                 ("iterations", c_int), ("shape_check", c_int), ("seed", c_uint64), ("threshold", c_double),
                 ("device", c_int), ("precision", c_int), ("gpu_arena_slots", c_size_t),
                 ("guided", c_int), ("guided_ratio", c_double), ("ambiguity", c_double),
-                ("distinct", c_double), ("sibling_inliers", c_double)]
+                ("distinct", c_double), ("sibling_inliers", c_double), ("accept", c_int)]
 
 
 class IdentifyHit(ctypes.Structure):
@@ -316,6 +316,7 @@ _PROTOS = {
     "patina_identify_opts_init": (None, [P(IdentifyOpts)]),
     "patina_identify_far_threshold": (c_int, [c_double, P(c_double)]),
     "patina_identify_far_threshold_table": (c_int, [c_char_p, c_double, P(c_double)]),
+    "patina_identify_far_threshold_opts": (c_int, [c_char_p, P(IdentifyOpts), c_double, P(c_double)]),
     "patina_identify_decision_name": (c_char_p, [c_int]),
     # table.h: live tables (handles are c_void_p: patina_table_t *)
     "patina_key_partition": (c_uint32, [c_char_p, c_uint32]),

@@ -29,6 +29,7 @@ from ._core import (_Closing, _context, _describe, _extract_prepared, _extractor
 _SCORING = {"one2one": 0, "raw": 1, "mutual": 2}
 _MODELS = {"similarity": 0, "affine": 1, "homography": 2}
 _PRECISION = {"int8": 0, "fp16": 1}
+_ACCEPT = {"significance": 0, "inliers": 1}
 # The family of a write into a collection that has no table yet: the CLI's `-f` default.
 _FIRST_FAMILY = "cedd"
 
@@ -650,7 +651,7 @@ class Collection(_Closing):
                        model="similarity", ransac_threshold=0.01, iterations=1000, shape_check=True, seed=0,
                        threshold=None, table=None, device="auto", precision="int8", strict=False, guided=False,
                        guided_ratio=0.9, far=None, ambiguity=0.5, distinct=0.0,
-                       sibling_inliers=13.0) -> List[Identification]:
+                       sibling_inliers=13.0, accept="significance") -> List[Identification]:
         """Identifies many photos (images) against the collection's rootsift
         references in one call: RootSIFT 2-NN ratio test, scoring, RANSAC
         verification of the verify_top best, re-ranking by inliers, and an
@@ -660,11 +661,14 @@ class Collection(_Closing):
         table for identification, the library's choice). device: "auto",
         "cpu" or "gpu", by the library's device policy. guided: match again
         inside the neighbourhoods RANSAC's model predicts (at guided_ratio) and
-        verify those. threshold: the acceptance threshold (inliers); None, the
-        default, takes far's. far: instead of threshold, the threshold
-        calibrated for that false-accept rate on the identification
-        benchmark, for the table's reference views setting (None: 0.01, 13
-        inliers for a table without views, as `patina identify`); "ambiguous"
+        verify those. accept: what threshold is compared with, "significance"
+        (the default: -log10 of the a-contrario expected number of false
+        alarms of rank 1's inliers) or "inliers" (their count). threshold: the
+        acceptance threshold in that unit; None, the default, takes far's.
+        far: instead of threshold, the threshold calibrated for that
+        false-accept rate on the identification benchmark, for the acceptance
+        rule and the table's reference views setting (None: 0.01, as
+        `patina identify`); "ambiguous"
         when rank 2 is verified, of another item, reaches it too and holds at
         least ambiguity (0.5) times rank 1's score (0: whenever it reaches
         it). distinct: rank 1 is accepted only when its score exceeds the
@@ -680,7 +684,7 @@ class Collection(_Closing):
             raise _invalid(f"k must be an integer, got {k!r}")
         lib.check(lib.options_check(_lib.OPTION_SETS["identify"], b"k", float(k)))  # PATINA_K_MAX
         for name, table_, v in (("scoring", _SCORING, scoring), ("model", _MODELS, model),
-                                ("precision", _PRECISION, precision)):
+                                ("precision", _PRECISION, precision), ("accept", _ACCEPT, accept)):
             if v not in table_:
                 raise _invalid(f"{name} must be one of {', '.join(table_)}, got {v!r}")
         io.k = int(k)
@@ -702,6 +706,7 @@ class Collection(_Closing):
         io.ambiguity = float(ambiguity)
         io.distinct = float(distinct)
         io.sibling_inliers = float(sibling_inliers)
+        io.accept = _ACCEPT[accept]
         if far is not None:  # its bounds now; the threshold from the table's calibration below
             thr = ctypes.c_double()
             lib.check(lib.identify_far_threshold(float(far), ctypes.byref(thr)), "identify")
@@ -713,7 +718,8 @@ class Collection(_Closing):
         t = self._table(table, need=_lib.CAP_IDENTIFY, keep=True, handle_family=False)
         if far is not None:  # far's, from the table's own calibration (without far: the library's default,
             thr = ctypes.c_double()  # the same calibration at 0.01, which the call resolves)
-            lib.check(lib.identify_far_threshold_table(t.spec.encode(), float(far), ctypes.byref(thr)), "identify")
+            lib.check(lib.identify_far_threshold_opts(t.spec.encode(), ctypes.byref(io), float(far), ctypes.byref(thr)),
+                      "identify")
             io.threshold = thr.value
         prepared = []
         keys = None

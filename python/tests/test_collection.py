@@ -397,21 +397,32 @@ def test_identify_matches_cli(cli, rootsift_coll, samples, variant, tmp_path):
             c.identify(variant, ambiguity=1.5)
         # the distinctness margin and its sibling check, as --distinct and --sibling-inliers: a margin
         # above rank 1's own score makes the answer unknown, with the CLI's
-        top = c.identify(variant, threshold=4).candidates[0].score
+        top = c.identify(variant, threshold=4, accept="inliers").candidates[0].score
         for d in (3, top + 1):
             w = json.loads(run(cli, "identify", rootsift_coll, variant, "--format", "json", "-q", "--threshold", "4",
-                               "--distinct", str(d), "--sibling-inliers", "5"))
-            g = c.identify(variant, threshold=4, distinct=d, sibling_inliers=5)
+                               "--accept", "inliers", "--distinct", str(d), "--sibling-inliers", "5"))
+            g = c.identify(variant, threshold=4, distinct=d, sibling_inliers=5, accept="inliers")
             assert g.decision == w["decision"] and (g.decision == "unknown") == (d > top)
         with pytest.raises(patina.InvalidError, match="sibling_inliers"):
             c.identify(variant, distinct=3, sibling_inliers=0)
-        assert c.identify(variant, far=0.001).threshold == 33 and c.identify(variant).threshold == 13
-    # far on a table with reference views: that table's own calibration (views=2: 24 at 1%, 65 at 0.1%)
+        # the default acceptance rule, the significance: its calibration (FAR 0.1%: 9; 1%, the default: 3);
+        # the inlier count has its own (33 and 13), as --accept inliers
+        assert c.identify(variant, far=0.001).threshold == 9 and c.identify(variant).threshold == 3
+        assert c.identify(variant, far=0.001, accept="inliers").threshold == 33
+        assert c.identify(variant, accept="inliers").threshold == 13
+        one = c.identify(variant, accept="inliers")
+        w = json.loads(run(cli, "identify", rootsift_coll, variant, "--format", "json", "-q", "--accept", "inliers"))
+        assert one.decision == w["decision"] and [h.score for h in one.candidates] == [h["score"] for h in w["hits"]]
+        assert one.candidates[0].score == one.candidates[0].inliers
+        with pytest.raises(patina.InvalidError, match="accept"):
+            c.identify(variant, accept="count")
+    # far on a table with reference views: that table's own calibration (views=2: 2.5 at 1%, 19 at 0.1%)
     views = str(tmp_path / "views.patina")
     run(cli, "index", views, *samples[:2], "-f", "rootsift:m=128,n=256,views=2", "-q")
     with patina.Collection(views, readonly=True) as c:
-        assert [c.identify(variant, far=f).threshold for f in (0.01, 0.001)] == [24, 65]
-        assert c.identify(variant).threshold == 24  # the default: the table's far 0.01, as `patina identify`
+        assert [c.identify(variant, far=f).threshold for f in (0.01, 0.001)] == [2.5, 19]
+        assert c.identify(variant).threshold == 2.5  # the default: the table's far 0.01, as `patina identify`
+        assert [c.identify(variant, far=f, accept="inliers").threshold for f in (0.01, 0.001)] == [24, 65]
         with pytest.raises(patina.InvalidError, match="far and threshold both set"):
             c.identify(variant, far=0.01, threshold=5)
         w = json.loads(run(cli, "identify", views, variant, "--format", "json", "-q", "--far", "0.001"))

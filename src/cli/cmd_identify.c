@@ -53,24 +53,31 @@ static const cli_opt_t opts[] = {
     {.name = "seed", .type = CLI_INT, .arg = "S", .min = 0, .max = 9007199254740992.0, .def = "0",
      .help = "RANSAC seed (results are deterministic for a seed)"},
     {.name = "threshold", .type = CLI_NUMBER, .arg = "T", .min = 0, .max = PATINA_THRESHOLD_MAX,
-     .help = "accept rank 1 when its score (inliers; matches with --no-verify) is >= T; 0 accepts "
-             "every query with a candidate. The default is --far 0.01's: at most 1% of the "
-             "identification benchmark's impostor queries accepted (13 for a table without "
-             "reference views)"},
+     .help = "accept rank 1 when its score (see --accept; matches with --no-verify) is >= T; 0 "
+             "accepts every query with a candidate. The default is --far 0.01's, the table's "
+             "calibration: at most 1% of the identification benchmark's clean impostor queries "
+             "accepted (with --accept significance: default " PATINA_STRINGIFY(PATINA_SIGNIFICANCE_DEFAULT)
+             " without reference views, " PATINA_STRINGIFY(PATINA_SIGNIFICANCE_VIEWS2) " with views=2; with "
+             "--accept inliers: " PATINA_STRINGIFY(PATINA_THRESHOLD_DEFAULT) " and 24)"},
+    {.name = "accept", .type = CLI_CHOICE, .choices = "significance|inliers", .def = "significance",
+     .help = "what --threshold is compared with: the a-contrario significance of rank 1's inliers, "
+             "-log10 of their expected number of false alarms given its correspondences, the model "
+             "and the reference's area (k inliers of few matches weigh more than k of many); or "
+             "the inlier count"},
     {.name = "far", .type = CLI_NUMBER, .arg = "F", .min = PATINA_FAR_MIN, .max = 1,
      .help = "instead of --threshold: the threshold calibrated for a false-accept rate F on the "
-             "identification benchmark, for the table's reference views (0.05 ... " PATINA_STRINGIFY(PATINA_FAR_MIN)
+             "identification benchmark, for --accept and the table's reference views (0.05 ... " PATINA_STRINGIFY(PATINA_FAR_MIN)
              "; 1 accepts every query)"},
     {.name = "ambiguity", .type = CLI_NUMBER, .arg = "A", .min = 0, .max = 1,
      .def = PATINA_STRINGIFY(PATINA_AMBIGUITY_DEFAULT),
      .help = "answer ambiguous (both keys) only when the verified rank 2 of another item reaches the "
-             "threshold and holds at least A times rank 1's score (inliers); 0: whenever it reaches "
-             "the threshold"},
+             "threshold and holds at least A times rank 1's score; 0: whenever it reaches the "
+             "threshold"},
     {.name = "distinct", .type = CLI_NUMBER, .arg = "D", .min = 0, .max = PATINA_THRESHOLD_MAX, .def = "0",
-     .help = "accept rank 1 only when its score exceeds the verified rank 2's by at least D, rank 2 "
+     .help = "accept rank 1 only when its inliers exceed the verified rank 2's by at least D, rank 2 "
              "counting 0 when the two references are siblings (--sibling-inliers); 0: off. On the "
-             "identification benchmark (views=2) --threshold 4 --distinct 3 rejects 2.75% of genuine "
-             "queries at FAR 0.57% (4.0% at the default threshold)"},
+             "identification benchmark (views=2) --accept inliers --threshold 4 --distinct 3 rejects "
+             "2.75% of genuine queries at FAR 0.57%"},
     {.name = "sibling-inliers", .type = CLI_NUMBER, .arg = "S", .min = 1, .max = PATINA_THRESHOLD_MAX,
      .def = PATINA_STRINGIFY(PATINA_SIBLING_INLIERS_DEFAULT),
      .help = "--distinct: two references are siblings when one's image verifies against the other's "
@@ -121,12 +128,12 @@ const cli_command_t cli_cmd_identify = {
              "         (scores with 6 significant digits)\n"
              "  csv    header query,rank,key,score,inliers,decision; then per query one\n"
              "         row per candidate, rank 1..k in ranking order. score: verified\n"
-             "         inliers, or the scoring rule's matches when not verified; inliers:\n"
-             "         0 when not verified; decision: match, ambiguous or unknown on rank\n"
-             "         1, - on the other rows. A query with no features or no\n"
-             "         candidate: one row QUERY,0,,0,0,unknown. Fields with a comma, a\n"
-             "         double quote, CR or LF\n"
-             "         are quoted (RFC 4180).\n"
+             "         significance or inliers (--accept), else the scoring rule's\n"
+             "         matches; inliers: 0 when not verified; decision: match,\n"
+             "         ambiguous or unknown on rank 1, - on the other rows. A query\n"
+             "         with no features or no candidate: one row QUERY,0,,0,0,unknown.\n"
+             "         Fields with a comma, a double quote, CR or LF are quoted (RFC\n"
+             "         4180).\n"
              "  json   one object per query: {\"query\",\"decision\",\"features\",\"hits\":\n"
              "         [{\"rank\",\"id\",\"key\",\"score\",\"matches\",\"inliers\",\"verified\"}]};\n"
              "         a video frame's hit (key FILE#t=SECONDS&f=FRAME) also has\n"
@@ -248,12 +255,13 @@ static int run_identify(const cli_args_t *a)
     io.ambiguity = cli_get(a, "ambiguity")->num;
     io.distinct = cli_get(a, "distinct")->num;
     io.sibling_inliers = cli_get(a, "sibling-inliers")->num;
+    io.accept = (patina_identify_accept)cli_get(a, "accept")->i;
     if (cli_get(a, "far")->given) {
         if (cli_get(a, "threshold")->given) {
             cli_error("identify", "--far and --threshold both set the acceptance threshold: give one");
             return EXIT_USAGE;
         }
-        if (patina_identify_far_threshold(cli_get(a, "far")->num, &io.threshold) != PATINA_OK) {
+        if (patina_identify_far_threshold_opts(NULL, &io, cli_get(a, "far")->num, &io.threshold) != PATINA_OK) {
             cli_error("identify", "%s", patina_last_error());
             return EXIT_USAGE;
         }
@@ -306,9 +314,9 @@ static int run_identify(const cli_args_t *a)
     /* the table's calibration (its reference views have their own): --far's, and without
      * --threshold the default's (far 0.01: the default threshold for a table without views) */
     if (!cli_get(a, "threshold")->given &&
-        patina_identify_far_threshold_table(patina_table_spec(table),
-                                            cli_get(a, "far")->given ? cli_get(a, "far")->num : PATINA_FAR_DEFAULT,
-                                            &io.threshold) != PATINA_OK) {
+        patina_identify_far_threshold_opts(patina_table_spec(table), &io,
+                                           cli_get(a, "far")->given ? cli_get(a, "far")->num : PATINA_FAR_DEFAULT,
+                                           &io.threshold) != PATINA_OK) {
         cli_error("identify", "%s", patina_last_error());
         rc = EXIT_USAGE;
         goto out;

@@ -1158,7 +1158,7 @@ patina_status clu_front_identify(clu_front_t *f, const char *spec, const void *q
     /* the calibrated default threshold resolved here, from the table's spec: the merge decides with a number
      * (the shards resolve it the same way for their parts) */
     if (ro.threshold == PATINA_THRESHOLD_CALIBRATED &&
-        patina_identify_far_threshold_table(spec, PATINA_FAR_DEFAULT, &ro.threshold) != PATINA_OK)
+        patina_identify_far_threshold_opts(spec, &ro, PATINA_FAR_DEFAULT, &ro.threshold) != PATINA_OK)
         return clu_fail(PATINA_E_INVALID, "cluster: identify: %s", patina_last_error());
     opts = &ro;
     memset(&b, 0, sizeof b);

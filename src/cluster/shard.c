@@ -731,7 +731,7 @@ static void answer(shard_t *sh, const clu_request_t *q, clu_reply_t *r)
             r->keys = calloc(q->nq * pk + 1, sizeof *r->keys);
             if (!r->hits || !r->results || !r->keys) s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
             else if (!np && o.threshold == PATINA_THRESHOLD_CALIBRATED &&
-                     (s = patina_identify_far_threshold_table(q->spec, PATINA_FAR_DEFAULT, &o.threshold)) != PATINA_OK)
+                     (s = patina_identify_far_threshold_opts(q->spec, &o, PATINA_FAR_DEFAULT, &o.threshold)) != PATINA_OK)
                 s = clu_fail_lib(s, "shard %s: identify", sh->name);
             else if (!np) /* no partition: an empty answer (the merge of none) */
                 s = patina_identify_merge(NULL, NULL, 0, q->nq, &o, r->hits, r->results);

@@ -102,8 +102,8 @@ static const entry_t identify_opts[] = {
     /* no default value: the default (PATINA_THRESHOLD_CALIBRATED, -1 in the struct) is the references'
      * table's calibration at a false-accept rate of 1%, which the call resolves */
     {OPT_DBL("threshold", 0, PATINA_THRESHOLD_MAX, 0, NULL,
-             "accept rank 1 when its score (inliers; matches when not verified) is >= threshold (default: the "
-             "references' calibration at a false-accept rate of 1%: 13 without reference views, 24 with views=2)"),
+             "accept rank 1 when its score (see accept; matches when not verified) is >= threshold (default: the "
+             "references' calibration for accept at a false-accept rate of 1%)"),
      FLD_DOUBLE, I_OFF(threshold), 0, NEG_DEFAULT},
     {OPT_ENUM("device", "auto|cpu|gpu", "auto", "where matching runs: auto (the GPU when usable), cpu, gpu"),
      FLD_ENUM, I_OFF(device), 0, 0},
@@ -132,6 +132,11 @@ static const entry_t identify_opts[] = {
              "distinct: two references are siblings when one's record verifies against the other's rows with "
              "at least this many inliers"),
      FLD_DOUBLE, I_OFF(sibling_inliers), 0, 0},
+    {OPT_ENUM("accept", "significance|inliers", "significance",
+              "what the threshold is compared with: the a-contrario significance of rank 1's inliers "
+              "(-log10 of the expected number of false alarms given its correspondences, the model and the "
+              "reference's area), or their count"),
+     FLD_ENUM, I_OFF(accept), 0, 0},
 };
 
 #define X_OFF(f) offsetof(patina_index_opts_t, f)

@@ -627,6 +627,20 @@ typedef struct far_row {
     double far, threshold;
 } far_row_t;
 #define FAR_ROWS 5
+/* opts.accept SIGNIFICANCE (the default): -log10 NFA of rank 1's inliers;
+ * the benchmark's clean impostors under its pixel hygiene (content shared
+ * with a registered texture decided by pixels: docs/identify-bench.md).
+ * Each threshold is the roundest number between the best impostor below
+ * the calibrated value and that value, so it accepts the same queries. */
+static const far_row_t sig_tables[RS_VIEWS_MAX + 1][FAR_ROWS] = {
+    /* views = 0: `patina identify --threshold 0` on the full sets (docs/identify-bench.md) */
+    {{0.05, 0.04}, {0.02, 1}, {0.01, PATINA_SIGNIFICANCE_DEFAULT}, {0.005, 8}, {PATINA_FAR_MIN, 9}},
+    /* views = 1: no run of its own; the stricter of its neighbours' thresholds, row by row */
+    {{0.05, 0.7}, {0.02, 1.9}, {0.01, PATINA_SIGNIFICANCE_DEFAULT}, {0.005, 14}, {PATINA_FAR_MIN, 19}},
+    /* views = 2: the same on the `--views 2` collection of the same references */
+    {{0.05, 0.7}, {0.02, 1.9}, {0.01, PATINA_SIGNIFICANCE_VIEWS2}, {0.005, 14}, {PATINA_FAR_MIN, 19}},
+};
+/* opts.accept INLIERS: rank 1's inlier count (the peer's hygiene) */
 static const far_row_t far_tables[RS_VIEWS_MAX + 1][FAR_ROWS] = {
     /* views = 0: bench/identify's default run */
     {{0.05, 4}, {0.02, 10}, {0.01, PATINA_THRESHOLD_DEFAULT}, {0.005, 24}, {PATINA_FAR_MIN, 33}},
@@ -636,8 +650,9 @@ static const far_row_t far_tables[RS_VIEWS_MAX + 1][FAR_ROWS] = {
     {{0.05, 4}, {0.02, 16}, {0.01, 24}, {0.005, 46}, {PATINA_FAR_MIN, 65}},
 };
 
-static patina_status far_lookup(int views, double far, double *threshold)
+static patina_status far_lookup(int views, patina_identify_accept accept, double far, double *threshold)
 {
+    const far_row_t *t = accept == PATINA_ACCEPT_INLIERS ? far_tables[views] : sig_tables[views];
     size_t i;
     if (!threshold) return patina__fail(PATINA_E_INVALID, "identify: null threshold");
     if (!(far >= PATINA_FAR_MIN && far <= 1))
@@ -650,27 +665,38 @@ static patina_status far_lookup(int views, double far, double *threshold)
         return PATINA_OK;
     }
     for (i = 0; i < FAR_ROWS; i++)
-        if (far_tables[views][i].far <= far) break;
+        if (t[i].far <= far) break;
     if (i == FAR_ROWS) i--;
-    *threshold = far_tables[views][i].threshold;
+    *threshold = t[i].threshold;
     return PATINA_OK;
 }
 
 patina_status patina_identify_far_threshold(double far, double *threshold)
 {
-    return far_lookup(0, far, threshold);
+    return far_lookup(0, PATINA_ACCEPT_SIGNIFICANCE, far, threshold);
+}
+
+patina_status patina_identify_far_threshold_opts(const char *table, const patina_identify_opts_t *opts, double far,
+                                                 double *threshold)
+{
+    patina_extractor_t *ex = NULL;
+    int views = 0;
+    const patina_identify_accept accept = opts ? opts->accept : PATINA_ACCEPT_SIGNIFICANCE;
+    if (accept != PATINA_ACCEPT_SIGNIFICANCE && accept != PATINA_ACCEPT_INLIERS)
+        return patina__fail(PATINA_E_INVALID, "identify: accept = %d is not an acceptance rule", (int)accept);
+    if (table) {
+        if (!is_rootsift(table)) return patina__fail(PATINA_E_INVALID, "identify: '%s' is not a rootsift spec", table);
+        PATINA_TRY(patina_extractor_new(&ex, table));
+        views = ((const rootsift_params_t *)(const void *)ex->params)->views;
+        patina_extractor_free(ex);
+    }
+    return far_lookup(views, accept, far, threshold);
 }
 
 patina_status patina_identify_far_threshold_table(const char *table, double far, double *threshold)
 {
-    patina_extractor_t *ex = NULL;
-    int views;
-    if (!table || !is_rootsift(table))
-        return patina__fail(PATINA_E_INVALID, "identify: '%s' is not a rootsift spec", table ? table : "(null)");
-    PATINA_TRY(patina_extractor_new(&ex, table));
-    views = ((const rootsift_params_t *)(const void *)ex->params)->views;
-    patina_extractor_free(ex);
-    return far_lookup(views, far, threshold);
+    if (!table) return patina__fail(PATINA_E_INVALID, "identify: '(null)' is not a rootsift spec");
+    return patina_identify_far_threshold_opts(table, NULL, far, threshold);
 }
 
 /* Per-worker scratch for one (query, reference) pair. */
@@ -701,6 +727,7 @@ typedef struct cand {
     uint32_t matches;
     uint32_t inliers;
     int verified;
+    double sig; /* the significance of its inliers (idf_significance), when verified */
 } cand_t;
 
 /* A (query, reference row) pair's 2-NN dots from the GPU, in
@@ -941,7 +968,7 @@ static void match_task(void *arg, size_t t, int worker)
                 best = i + v;
             }
         }
-        if (bsco) top_insert(c, nc, jb->ncap, (cand_t){jb->rs->ids[best], jb->set, (uint32_t)best, (uint32_t)bsco, 0, 0});
+        if (bsco) top_insert(c, nc, jb->ncap, (cand_t){jb->rs->ids[best], jb->set, (uint32_t)best, (uint32_t)bsco, 0, 0, 0});
     }
 }
 
@@ -993,7 +1020,7 @@ static void fill_pairs(double *qp, double *rp, double *qsh, double *rsh, const i
  * only, so patina_identify_pairs repeats exactly what patina_identify
  * computed. */
 static size_t verify_pair(scratch_t *sc, const unsigned char *qr, const unsigned char *r, uint64_t id,
-                          const patina_identify_opts_t *o, const gnn_t *gn, size_t *nm_out)
+                          const patina_identify_opts_t *o, const gnn_t *gn, size_t *nm_out, double *sig)
 {
     size_t nm, ng, i, c, cg;
     double thr, side;
@@ -1009,19 +1036,25 @@ static size_t verify_pair(scratch_t *sc, const unsigned char *qr, const unsigned
     thr = o->ransac_threshold * side;
     c = idf_ransac(&model, sc->inl, sc->qp, sc->rp, o->shape_check ? sc->qsh : NULL, o->shape_check ? sc->rsh : NULL,
                    nm, o->model, thr, o->iterations, seed);
-    if (!o->guided || c == 0) return c;
+    /* the reference's area in the pixels its keypoints are in (a square of the side when unknown) */
     {
-        const size_t nq = rs_count(qr), nr = rs_count(r);
-        for (i = 0; i < nq; i++) keypoint(qr, i, sc->qg + 4 * i);
-        for (i = 0; i < nr; i++) keypoint(r, i, sc->rg + 4 * i);
-        idf_dequantise(sc->rf, r);
-        ng = idf_guided(sc->gm, sc->claim, &model, sc->qg, nq, sc->rg, nr, sc->qf, sc->rf, &sc->nn, thr,
-                        o->guided_ratio, o->shape_check);
+        const double w = rs_size(r, 2) ? (double)rs_size(r, 2) : side, h = rs_size(r, 3) ? (double)rs_size(r, 3) : side;
+        *sig = idf_significance(nm, c, o->model, w, h, thr);
+        if (!o->guided || c == 0) return c;
+        {
+            const size_t nq = rs_count(qr), nr = rs_count(r);
+            for (i = 0; i < nq; i++) keypoint(qr, i, sc->qg + 4 * i);
+            for (i = 0; i < nr; i++) keypoint(r, i, sc->rg + 4 * i);
+            idf_dequantise(sc->rf, r);
+            ng = idf_guided(sc->gm, sc->claim, &model, sc->qg, nq, sc->rg, nr, sc->qf, sc->rf, &sc->nn, thr,
+                            o->guided_ratio, o->shape_check);
+        }
+        fill_pairs(sc->qp2, sc->rp2, sc->qsh2, sc->rsh2, sc->gm, ng, qr, r);
+        cg = idf_ransac(NULL, sc->inl2, sc->qp2, sc->rp2, o->shape_check ? sc->qsh2 : NULL,
+                        o->shape_check ? sc->rsh2 : NULL, ng, o->model, thr, o->iterations, seed);
+        if (cg <= c) return c;
+        *sig = idf_significance(ng, cg, o->model, w, h, thr);
     }
-    fill_pairs(sc->qp2, sc->rp2, sc->qsh2, sc->rsh2, sc->gm, ng, qr, r);
-    cg = idf_ransac(NULL, sc->inl2, sc->qp2, sc->rp2, o->shape_check ? sc->qsh2 : NULL,
-                    o->shape_check ? sc->rsh2 : NULL, ng, o->model, thr, o->iterations, seed);
-    if (cg <= c) return c;
     SWAP_PTR(sc->qp, sc->qp2);
     SWAP_PTR(sc->rp, sc->rp2);
     SWAP_PTR(sc->qsh, sc->qsh2);
@@ -1034,19 +1067,23 @@ static size_t verify_pair(scratch_t *sc, const unsigned char *qr, const unsigned
 /* An item's verification: RANSAC on each of its rows (rows [first,
  * first + per) of rs, first = its slot's item start: items are aligned to
  * per slots), its inliers the most of any row (ties: the lower row, whose
- * index goes to *row). One row without views. */
+ * index goes to *row, and whose significance to *sig). One row without
+ * views. */
 static size_t verify_item(scratch_t *sc, const unsigned char *qr, const patina_refset_t *rs, size_t slot, uint64_t id,
-                          const patina_identify_opts_t *o, const gnn_t *gn, size_t *row)
+                          const patina_identify_opts_t *o, const gnn_t *gn, size_t *row, double *sig)
 {
     const size_t first = slot / rs->per * rs->per;
     size_t v, nm, best = 0, in;
+    double sg;
     *row = first;
+    *sig = 0;
     for (v = 0; v < rs->per; v++) {
         const gnn_t gv = gn ? gnn_row(gn, v) : (gnn_t){NULL, 0, 0};
-        in = verify_pair(sc, qr, rs->recs + (first + v) * rs->stride, id, o, gn ? &gv : NULL, &nm);
+        in = verify_pair(sc, qr, rs->recs + (first + v) * rs->stride, id, o, gn ? &gv : NULL, &nm, &sg);
         if (v == 0 || in > best) {
             best = in;
             *row = first + v;
+            *sig = sg;
         }
     }
     return best;
@@ -1069,9 +1106,17 @@ static void verify_task(void *arg, size_t t, int worker)
     cd = &jb->cands[q * jb->ncap + c];
     if (jb->gdots.dots) gn = gnn_row(&jb->gdots, jb->gat[t]);
     prepare_query(sc, qr);
-    cd->inliers =
-        (uint32_t)verify_item(sc, qr, jb->sets[cd->set], cd->ref, cd->id, jb->o, jb->gdots.dots ? &gn : NULL, &row);
+    cd->inliers = (uint32_t)verify_item(sc, qr, jb->sets[cd->set], cd->ref, cd->id, jb->o,
+                                        jb->gdots.dots ? &gn : NULL, &row, &cd->sig);
     cd->verified = 1;
+}
+
+/* A candidate's score (patina_identify_hit_t.score): the significance of
+ * its inliers or their count (o->accept) when verified, else matches. */
+static double cand_score(const cand_t *c, const patina_identify_opts_t *o)
+{
+    if (!c->verified) return (double)c->matches;
+    return o->accept == PATINA_ACCEPT_INLIERS ? (double)c->inliers : c->sig;
 }
 
 /* Verified first, by inliers, then matches, then id. */
@@ -1148,7 +1193,7 @@ static void cands_of_keys(const patina_refset_t *rs, uint32_t set, const uint64_
             const uint32_t slot = 0xffffffffu - (uint32_t)k;
             for (i = 0; i < nc && c[i].id != rs->ids[slot]; i++) {}
             if (i < nc) continue; /* a worse row of an item listed */
-            c[nc++] = (cand_t){rs->ids[slot], set, slot, (uint32_t)(k >> 32), 0, 0};
+            c[nc++] = (cand_t){rs->ids[slot], set, slot, (uint32_t)(k >> 32), 0, 0, 0};
         }
         ncands[q] = nc;
     }
@@ -1322,7 +1367,7 @@ patina_status idf_many_begin(idf_many_t **out, patina_refset_t *const *sets, siz
         }
         /* the default threshold: the sets' own calibration (their spec's reference views) */
         if (s == PATINA_OK && m->o.threshold == PATINA_THRESHOLD_CALIBRATED)
-            s = far_lookup(params_of(sets[0])->views, PATINA_FAR_DEFAULT, &m->o.threshold);
+            s = far_lookup(params_of(sets[0])->views, m->o.accept, PATINA_FAR_DEFAULT, &m->o.threshold);
         if (s == PATINA_OK && nq && m->o.k > SIZE_MAX / nq / sizeof(patina_identify_hit_t))
             s = patina__fail(PATINA_E_LIMIT, "identify: k = %zu is too large for %zu queries", m->o.k, nq);
         for (i = 0; s == PATINA_OK && i < nsets; i++) {
@@ -1597,12 +1642,13 @@ static size_t sibling_inliers(scratch_t *sc, const patina_refset_t *ra, size_t s
                               double enough)
 {
     size_t best = 0, row, in;
+    double sig;
     for (int dir = 0; dir < 2; dir++) {
         const patina_refset_t *rx = dir ? rb : ra, *ry = dir ? ra : rb;
         const size_t sx = dir ? slot_b : slot_a, sy = dir ? slot_a : slot_b;
         const unsigned char *rec = rx->recs + sx / rx->per * rx->per * rx->stride;
         prepare_query(sc, rec);
-        in = verify_item(sc, rec, ry, sy, dir ? id_a : id_b, o, NULL, &row);
+        in = verify_item(sc, rec, ry, sy, dir ? id_a : id_b, o, NULL, &row, &sig);
         if (in > best) best = in;
         if (enough > 0 && (double)best >= enough) break;
     }
@@ -1833,17 +1879,17 @@ patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_ident
             h->matches = c[i].matches;
             h->inliers = c[i].inliers;
             h->verified = c[i].verified;
-            h->score = c[i].verified ? (double)c[i].inliers : (double)c[i].matches;
+            h->score = cand_score(&c[i], &m->o);
             if (hit_set) hit_set[q * k + i] = c[i].set;
         }
         results[q].nhits = nh;
         results[q].threshold = m->o.threshold;
-        results[q].decision = idf_decide(nh ? hits[q * k].score : 0,
-                                         nc > 1 && c[1].verified ? (double)c[1].inliers : -1, nh, &m->o);
-        if (m->o.distinct > 0 && nh) {
+        results[q].decision = idf_decide(nh ? hits[q * k].score : 0, nc > 1 && c[1].verified ? cand_score(&c[1], &m->o) : -1,
+                                         nh, &m->o);
+        if (m->o.distinct > 0 && nh) { /* the margin counts inliers */
             sib_ask_t ask = {m, c};
-            s = idf_distinct(&results[q].decision, hits[q * k].score, nc > 1 && c[1].verified ? (double)c[1].inliers : 0,
-                             &m->o, sib_ask, &ask);
+            s = idf_distinct(&results[q].decision, c[0].verified ? (double)c[0].inliers : (double)c[0].matches,
+                             nc > 1 && c[1].verified ? (double)c[1].inliers : 0, &m->o, sib_ask, &ask);
             if (s != PATINA_OK) break;
         }
     }
@@ -1892,6 +1938,7 @@ static patina_status identify_pairs(patina_refset_t *rs, const void *query, uint
     scratch_t *sc;
     size_t slot, nm, i, k = 0, best;
     int found, kind, W, H;
+    double sig;
     patina_status s = PATINA_OK;
     if (!rs || !query || !n || (cap && !pairs)) return patina__fail(PATINA_E_INVALID, "identify pairs: null argument");
     *n = 0;
@@ -1912,9 +1959,9 @@ static patina_status identify_pairs(patina_refset_t *rs, const void *query, uint
     }
     prepare_query(sc, query);
     /* the item's row with the most inliers, as identify's verification picks it */
-    verify_item(sc, query, rs, slot, id, &o, NULL, &best);
+    verify_item(sc, query, rs, slot, id, &o, NULL, &best, &sig);
     best -= slot;
-    verify_pair(sc, query, rs->recs + (slot + best) * rs->stride, id, &o, NULL, &nm); /* that row's pairs in sc */
+    verify_pair(sc, query, rs->recs + (slot + best) * rs->stride, id, &o, NULL, &nm, &sig); /* that row's pairs */
     kind = rs_view_kind((int)rs->per - 1, (int)best);
     W = (int)rs_size(rs->recs + slot * rs->stride, 2);
     H = (int)rs_size(rs->recs + slot * rs->stride, 3);

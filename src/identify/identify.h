@@ -85,6 +85,17 @@ int idf_model_apply(const idf_model_t *m, double x, double y, double *ox, double
  * both, with comparable evidence); MATCH otherwise. */
 patina_identify_decision idf_decide(double s1, double s2, size_t nh, const patina_identify_opts_t *o);
 
+/* The a-contrario significance of k inliers among n correspondences
+ * (opts.accept SIGNIFICANCE): -log10 NFA with the ORSA form (Moisan and
+ * Stival 2004; Moisan, Moulon and Monasse 2012)
+ *     NFA = (n - s) C(n, k) C(k, s) alpha^(k - s),
+ * s the model's minimal sample (2, 3, 4), alpha = min(1, pi r^2 / (w h))
+ * the chance that a uniformly random point of the w x h reference falls
+ * within the inlier distance r of a prediction. Clipped at 0 (and 0 when
+ * k <= s: a minimal sample fits exactly). A function of the pair only, so
+ * parts and merges agree. */
+double idf_significance(size_t n, size_t k, patina_identify_model model, double w, double h, double r);
+
 /* opts.distinct on a query idf_decide decided (one rule for patina_identify
  * and the merge): *d becomes UNKNOWN unless rank 1's score s1 exceeds r2
  * (rank 2's verified inliers, 0 when missing or not verified) by

@@ -135,7 +135,7 @@ patina_status patina_identify_merge_siblings(const patina_identify_hit_t *const 
                 buf[i].verified = 0;
                 buf[i].inliers = 0;
             }
-            buf[i].score = buf[i].verified ? (double)buf[i].inliers : (double)buf[i].matches;
+            if (!buf[i].verified) buf[i].score = (double)buf[i].matches; /* a verified score is the pair's */
         }
         if (n > (pk > nverify ? pk : nverify)) n = pk > nverify ? pk : nverify;
         qsort(buf, n, sizeof *buf, cmp_by_verified);
@@ -146,7 +146,8 @@ patina_status patina_identify_merge_siblings(const patina_identify_hit_t *const 
         results[q].decision = idf_decide(nh ? buf[0].score : 0, n > 1 && buf[1].verified ? buf[1].score : -1, nh, &o);
         if (o.distinct > 0 && nh) {
             merge_ask_t ask = {sibling, user, q, buf[0].id, n > 1 ? buf[1].id : 0};
-            patina_status s = idf_distinct(&results[q].decision, buf[0].score,
+            patina_status s = idf_distinct(&results[q].decision,
+                                           buf[0].verified ? (double)buf[0].inliers : (double)buf[0].matches,
                                            n > 1 && buf[1].verified ? (double)buf[1].inliers : 0, &o, merge_ask, &ask);
             if (s != PATINA_OK) {
                 free(buf);

@@ -386,6 +386,23 @@ patina_identify_decision idf_decide(double s1, double s2, size_t nh, const patin
     return s2 >= o->threshold && s2 >= o->ambiguity * s1 ? PATINA_DECISION_AMBIGUOUS : PATINA_DECISION_MATCH;
 }
 
+double idf_significance(size_t n, size_t k, patina_identify_model model, double w, double h, double r)
+{
+    const size_t s = min_sample(model);
+    double lg = 0, alpha, a;
+    size_t i;
+    if (n < k) n = k;
+    if (k <= s || !(w > 0) || !(h > 0)) return 0;
+    alpha = IDF_PI * r * r / (w * h);
+    if (!(alpha < 1)) return 0;
+    /* log10 of (n - s) C(n, k) C(k, s): products of ratios, no overflow */
+    lg = log10((double)(n - s));
+    for (i = 0; i < k; i++) lg += log10((double)(n - i) / (double)(i + 1));
+    for (i = 0; i < s; i++) lg += log10((double)(k - i) / (double)(i + 1));
+    a = -(lg + (double)(k - s) * log10(alpha));
+    return a > 0 ? a : 0;
+}
+
 patina_status idf_distinct(patina_identify_decision *d, double s1, double r2, const patina_identify_opts_t *o,
                            patina_status (*sib)(void *user, size_t *inliers), void *user)
 {

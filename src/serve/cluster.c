@@ -432,6 +432,7 @@ static int hc_identify(req_t *r, scoll_t *sc)
                         json_string(incomplete ? "incomplete" : patina_identify_decision_name(res.decision)));
     json_object_set_new(o, "features", json_integer(res.query_features));
     json_object_set_new(o, "threshold", json_real(io.threshold));
+    json_object_set_new(o, "accept", json_string(io.accept == PATINA_ACCEPT_INLIERS ? "inliers" : "significance"));
     for (i = 0; i < res.nhits; i++) {
         json_t *h = json_object();
         json_object_set_new(h, "rank", json_integer((json_int_t)i + 1));

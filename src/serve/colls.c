@@ -486,7 +486,7 @@ patina_status colls_identify(scoll_t *sc, const void *data, size_t size, patina_
     if ((s = colls_table(sc, NULL, PATINA_CAP_IDENTIFY, 0, &st)) != PATINA_OK) goto out;
     t = atomic_load(&st->t);
     /* far: the threshold of the table's own calibration (its reference views) */
-    if (far >= 0 && (s = patina_identify_far_threshold_table(patina_table_spec(t), far, &opts->threshold)) != PATINA_OK) {
+    if (far >= 0 && (s = patina_identify_far_threshold_opts(patina_table_spec(t), opts, far, &opts->threshold)) != PATINA_OK) {
         serve_lib(s, "far");
         goto out;
     }

@@ -1020,7 +1020,7 @@ static int identify_num(req_t *r, params_t *p, const char *name, double *field)
 }
 
 /* The identification parameters of a request -- k, verify, threshold or
- * far, ratio, ambiguity, distinct, sibling_inliers -- and its query image,
+ * far, accept, ratio, ambiguity, distinct, sibling_inliers -- and its query image,
  * checked against the library's bounds (include/patina/options.h) and the
  * server's --max-k, into io (the library's defaults first): 0, or -1 after
  * answering. The embedded and the cluster front ends read identify
@@ -1030,8 +1030,17 @@ int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *f
     uint64_t k, verify;
     double num;
     int given, far_given;
+    char abuf[32];
+    const char *accept;
     patina_status s;
     patina_identify_opts_init(io);
+    /* accept: what the threshold is compared with (its calibration follows it) */
+    if (param_str(p, "accept", abuf, sizeof abuf, &accept)) return -1;
+    if (accept && strcmp(accept, "significance") && strcmp(accept, "inliers")) {
+        reply_problem(r, 400, "'accept' must be significance or inliers");
+        return -1;
+    }
+    if (accept) io->accept = !strcmp(accept, "inliers") ? PATINA_ACCEPT_INLIERS : PATINA_ACCEPT_SIGNIFICANCE;
     k = io->k;
     verify = (uint64_t)io->verify;
     if (param_u64(p, "k", &k, NULL) || param_u64(p, "verify", &verify, NULL)) return -1;
@@ -1047,12 +1056,12 @@ int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *f
         reply_problem(r, 400, "'far' and 'threshold' both set the acceptance threshold: give one");
         return -1;
     }
-    if (far_given && patina_identify_far_threshold(num, &io->threshold) != PATINA_OK) { /* its bounds */
+    if (far_given && patina_identify_far_threshold_opts(NULL, io, num, &io->threshold) != PATINA_OK) { /* bounds */
         reply_problem(r, 400, "%s", patina_last_error());
         return -1;
     }
-    /* without either, the default: far 0.01 of the table's calibration (13 inliers without
-     * reference views), as `patina identify` */
+    /* without either, the default: far 0.01 of the table's calibration for the acceptance rule,
+     * as `patina identify` */
     *far = far_given ? num : given ? -1 : PATINA_FAR_DEFAULT;
     if (identify_num(r, p, "ratio", &io->ratio) || identify_num(r, p, "ambiguity", &io->ambiguity) ||
         identify_num(r, p, "distinct", &io->distinct) || identify_num(r, p, "sibling_inliers", &io->sibling_inliers))
@@ -1082,7 +1091,7 @@ int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *f
 int identify_far(req_t *r, const patina_table_t *t, double far, patina_identify_opts_t *io)
 {
     if (far < 0) return 0;
-    if (patina_identify_far_threshold_table(patina_table_spec(t), far, &io->threshold) != PATINA_OK) {
+    if (patina_identify_far_threshold_opts(patina_table_spec(t), io, far, &io->threshold) != PATINA_OK) {
         reply_problem(r, 400, "%s", patina_last_error());
         return -1;
     }
@@ -1127,6 +1136,7 @@ static int h_identify(req_t *r, scoll_t *sc)
     json_object_set_new(o, "features", json_integer(res.query_features));
     /* what rank 1's score was judged against (match: score >= threshold) */
     json_object_set_new(o, "threshold", json_real(io.threshold));
+    json_object_set_new(o, "accept", json_string(io.accept == PATINA_ACCEPT_INLIERS ? "inliers" : "significance"));
     for (i = 0; i < res.nhits; i++) {
         json_t *h = json_object();
         json_object_set_new(h, "rank", json_integer((json_int_t)i + 1));

@@ -269,15 +269,18 @@ def test_cluster_basic():
         # --distinct: the front end's sibling check reads the two references from their partitions and
         # decides as the embedded collection. The margin is set one above rank 1's lead over rank 2 for
         # each query that has a verified rank 2, so the check runs; S = 1 and a huge S decide both ways.
-        e0 = jsonl(run("identify", emb, "-k", "5", "--threshold", "0", *files, "--format", "json").stdout)
+        # The margin counts inliers; with --accept inliers the threshold does too.
+        e0 = jsonl(run("identify", emb, "-k", "5", "--threshold", "0", "--accept", "inliers", *files,
+                       "--format", "json").stdout)
         asked, kept = 0, []
         for f, a in zip(files, e0):
             h = a["hits"]
             if len(h) < 2 or not h[1]["verified"] or not h[1]["inliers"]:
                 continue
-            d = str(h[0]["score"] - h[1]["inliers"] + 1)
+            d = str(h[0]["inliers"] - h[1]["inliers"] + 1)
             for s in ("1", "1000000"):
-                e, k = both("identify", "-k", "2", "--threshold", "1", "--distinct", d, "--sibling-inliers", s, f)
+                e, k = both("identify", "-k", "2", "--threshold", "1", "--accept", "inliers", "--distinct", d,
+                            "--sibling-inliers", s, f)
                 assert ident_of(e) == ident_of(k), (f, d, s, e, k)
                 if s == "1":
                     kept.append(k[0]["decision"] != "unknown")
@@ -296,6 +299,11 @@ def test_cluster_basic():
         assert ident_of(e) == ident_of(k), (e, k)
         say(f"identify --guided --ambiguity 0 --threshold 0: cluster == embedded (decisions "
             f"{[a['decision'] for a in k]})")
+        # the acceptance rule travels too: the shards' scores and the front end's calibration follow it
+        e, k = both("identify", "-k", "5", "--accept", "inliers", *queries[:2])
+        assert ident_of(e) == ident_of(k), (e, k)
+        assert all(h["score"] == h["inliers"] for a in k for h in a["hits"] if h["verified"]), k
+        say("identify --accept inliers: cluster == embedded, scores counted in inliers")
 
         # kill -9 with 2 copies: the other copy answers, whole
         c.kill("s1")

@@ -153,7 +153,7 @@ static void request_round_trip_and_malformed(void **state)
     clu_buf_release(&b);
 
     /* an identify request: every option the shard's call uses travels (guided matching and the
-     * ambiguity margin included: the cluster's answer is one process's) */
+     * ambiguity margin and the acceptance rule included: the cluster's answer is one process's) */
     memset(&q, 0, sizeof q);
     q.kind = CLU_KIND_IDENTIFY;
     q.spec = "rootsift";
@@ -162,6 +162,7 @@ static void request_round_trip_and_malformed(void **state)
     q.iopts.ratio = 0.75;
     q.iopts.verify_top = 12;
     q.iopts.threshold = 7;
+    q.iopts.accept = PATINA_ACCEPT_INLIERS;
     q.iopts.seed = 99;
     q.iopts.guided = 1;
     q.iopts.guided_ratio = 0.85;
@@ -183,6 +184,7 @@ static void request_round_trip_and_malformed(void **state)
     assert_int_equal(d.iopts.guided, 1);
     assert_true(d.iopts.guided_ratio == 0.85);
     assert_true(d.iopts.ambiguity == 0.625);
+    assert_int_equal(d.iopts.accept, PATINA_ACCEPT_INLIERS); /* the rule travels: the shards' scores follow it */
     assert_memory_equal(d.queries, qs, sizeof qs);
     clu_request_release(&d);
     each_prefix_refused(&b, DEC_REQUEST);

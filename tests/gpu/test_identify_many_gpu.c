@@ -110,6 +110,7 @@ static void test_many_tables(void **state)
     io.k = K;
     io.verify_top = 2;
     io.threshold = 3;
+    io.accept = PATINA_ACCEPT_INLIERS;
     printf("identify_many_gpu: %d references in %d partition tables (%zu not empty), %d queries, k %d, verify_top 2\n",
            NREF, P, nonempty, NQ, K);
     io.device = PATINA_DEVICE_CPU;
@@ -223,6 +224,7 @@ static void test_warm(void **state)
     io.k = K;
     io.verify_top = 2;
     io.threshold = 3;
+    io.accept = PATINA_ACCEPT_INLIERS;
     for (i = 0; i < W; i++) {
         io.device = PATINA_DEVICE_GPU;
         TU_OK(patina_table_identify(t[i], q, NQ, &io, hg, rg, kg));

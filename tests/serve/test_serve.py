@@ -616,18 +616,25 @@ def test_identify():
     expect(r["hits"] and r["hits"][0]["key"] == REF[2] and r["features"] > 0, r)
     expect(r["decision"] == "match", r)
     # the threshold the decision was judged against: the library's default, or the one asked for
-    expect(r["threshold"] == 13, r)
+    expect(r["threshold"] == 3, r)  # the significance's calibration (FAR 1%, no reference views)
+    ri = s.json("POST", "/v1/collections/refs.patina/identify?k=3&accept=inliers", q,
+                headers={"Content-Type": "image/x-portable-pixmap"})
+    expect(ri["threshold"] == 13 and ri["hits"][0]["score"] == ri["hits"][0]["inliers"], ri)  # the count's
+    expect(r["hits"][0]["score"] > ri["hits"][0]["score"], (r, ri))
+    p = s.json("POST", "/v1/collections/refs.patina/identify?accept=count", q, status=400,
+               headers={"Content-Type": "image/x-portable-pixmap"})
+    expect("accept" in p["detail"], p)
     r4 = s.json("POST", "/v1/collections/refs.patina/identify?k=1&threshold=100000", q,
                 headers={"Content-Type": "image/x-portable-pixmap"})
     expect(r4["threshold"] == 100000 and r4["decision"] == "unknown" and r4["hits"][0]["score"] < 100000, r4)
-    # far: the threshold calibrated for that false-accept rate (0.001: 33 inliers), not with threshold
+    # far: the threshold calibrated for that false-accept rate (0.001: significance 9), not with threshold
     r5 = s.json("POST", "/v1/collections/refs.patina/identify?k=3&far=0.001", q,
                 headers={"Content-Type": "image/x-portable-pixmap"})
-    expect(r5["threshold"] == 33 and r5["decision"] in ("match", "ambiguous", "unknown"), r5)
-    expect(r5["decision"] == ("unknown" if r5["hits"][0]["score"] < 33 else
+    expect(r5["threshold"] == 9 and r5["decision"] in ("match", "ambiguous", "unknown"), r5)
+    expect(r5["decision"] == ("unknown" if r5["hits"][0]["score"] < 9 else
                               "ambiguous" if len(r5["hits"]) > 1 and r5["hits"][1]["verified"] and
-                              r5["hits"][1]["inliers"] >= 33 and
-                              r5["hits"][1]["inliers"] >= 0.5 * r5["hits"][0]["score"] else "match"), r5)
+                              r5["hits"][1]["score"] >= 9 and
+                              r5["hits"][1]["score"] >= 0.5 * r5["hits"][0]["score"] else "match"), r5)
     # ambiguity: the margin of "ambiguous" (0: a verified rank 2 at the threshold is enough); [0, 1]
     r6 = s.json("POST", "/v1/collections/refs.patina/identify?k=3&threshold=0&ambiguity=0", q,
                 headers={"Content-Type": "image/x-portable-pixmap"})
@@ -636,10 +643,10 @@ def test_identify():
                headers={"Content-Type": "image/x-portable-pixmap"})
     expect("ambiguity" in p["detail"], p)
     # distinct: a margin rank 1 meets changes nothing; one above its own score makes it unknown
-    r7 = s.json("POST", "/v1/collections/refs.patina/identify?k=3&threshold=4&distinct=3&sibling_inliers=13", q,
+    r7 = s.json("POST", "/v1/collections/refs.patina/identify?k=3&accept=inliers&threshold=4&distinct=3&sibling_inliers=13", q,
                 headers={"Content-Type": "image/x-portable-pixmap"})
     expect(r7["decision"] in ("match", "ambiguous") and r7["hits"][0]["key"] == REF[2], r7)
-    r8 = s.json("POST", "/v1/collections/refs.patina/identify?k=3&threshold=4&distinct=%d" %
+    r8 = s.json("POST", "/v1/collections/refs.patina/identify?k=3&accept=inliers&threshold=4&distinct=%d" %
                 (r7["hits"][0]["score"] + 1), q, headers={"Content-Type": "image/x-portable-pixmap"})
     expect(r8["decision"] == "unknown" and r8["hits"][0]["key"] == REF[2], r8)
     for bad in ("distinct=-1", "sibling_inliers=0"):
@@ -652,21 +659,24 @@ def test_identify():
     p = s.json("POST", "/v1/collections/refs.patina/identify?far=0.0001", q, status=400,
                headers={"Content-Type": "image/x-portable-pixmap"})
     expect("far = 0.0001 is outside" in p["detail"], p)
-    # far on a table with reference views: that table's own calibration (views=2, 1%: 24 inliers;
-    # patina_identify_far_threshold_table), as `patina identify --far` takes it
+    # far on a table with reference views: that table's own calibration (views=2;
+    # patina_identify_far_threshold_opts), as `patina identify --far` takes it
     refsv = os.path.join(TMP, "refsv.patina")
     index(refsv, REF[:3], "rootsift:views=2")
     srv = Server([refsv], "-q")
     try:
         rv = srv.json("POST", "/v1/collections/refsv.patina/identify?k=3&far=0.01", q,
                       headers={"Content-Type": "image/x-portable-pixmap"})
-        expect(rv["threshold"] == 24 and rv["hits"] and rv["hits"][0]["key"] == REF[2], rv)
+        expect(rv["threshold"] == 2.5 and rv["hits"] and rv["hits"][0]["key"] == REF[2], rv)
         rv = srv.json("POST", "/v1/collections/refsv.patina/identify?k=3", q,
                       headers={"Content-Type": "image/x-portable-pixmap"})
-        expect(rv["threshold"] == 24, rv)  # the default: the table's far 0.01, as `patina identify`
+        expect(rv["threshold"] == 2.5, rv)  # the default: the table's far 0.01, as `patina identify`
         rv = srv.json("POST", "/v1/collections/refsv.patina/identify?k=3&far=0.001", q,
                       headers={"Content-Type": "image/x-portable-pixmap"})
-        expect(rv["threshold"] == 65, rv)
+        expect(rv["threshold"] == 19, rv)
+        rv = srv.json("POST", "/v1/collections/refsv.patina/identify?k=3&far=0.001&accept=inliers", q,
+                      headers={"Content-Type": "image/x-portable-pixmap"})
+        expect(rv["threshold"] == 65, rv)  # counted in inliers: that rule's table
     finally:
         srv.stop_ok()
     # verified candidates carry their inlier pairs (at most 200), inside both images

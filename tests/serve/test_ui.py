@@ -147,7 +147,8 @@ class MockServe(BaseHTTPRequestHandler):
                 res = c.identify(fields["image"], k=int(fields.get("k", b"5")),
                                  verify=fields.get("verify", b"1") == b"1")
                 return self.reply(200, {"collection": parts[2], "decision": res.decision, "features": res.features,
-                                        "threshold": 13.0,  # the binding's default, as the server's
+                                        "threshold": res.threshold,  # the binding's default, as the server's
+                                        "accept": "significance",
                                         "hits": [{"rank": i + 1, "id": h.id, "key": h.key, "score": h.score,
                                                   "matches": h.matches, "inliers": h.inliers,
                                                   "verified": h.verified} for i, h in enumerate(res.candidates)]})
@@ -382,7 +383,8 @@ def test_identification(browser, base_url, photos):
     dec = wait(browser, lambda d: d.find_element(By.ID, "identify-decision")
                if d.find_element(By.ID, "identify-decision").is_displayed() else None)
     assert dec.text.startswith("Match: " + photos[0]), dec.text
-    assert "threshold of 13" in dec.text, dec.text
+    assert "threshold of 3 " in dec.text or "threshold of 3;" in dec.text, dec.text  # the significance's default
+    assert re.search(r"significance [0-9.]+ \(\d+ inliers\)", dec.text), dec.text
     rows = browser.find_elements(By.CSS_SELECTOR, "#identify-candidates tbody tr")
     assert rows and rows[0].get_attribute("data-key") == photos[0]
     wait(browser, lambda d: d.find_element(By.ID, "identify-figure").is_displayed())
@@ -434,8 +436,8 @@ def test_unknown_shows_threshold(browser, base_url):
     browser.find_element(By.ID, "identify-go").click()
     dec = wait(browser, lambda d: d.find_element(By.ID, "identify-decision")
                if d.find_element(By.ID, "identify-decision").is_displayed() else None)
-    assert re.match(r"Unknown: no registered item reaches the threshold of 13 \(the best, .+, scored \d+ inliers; "
-                    r"\d+ query features\)$", dec.text), dec.text
+    assert re.match(r"Unknown: no registered item reaches the threshold of 3 \(the best, .+, scored significance "
+                    r"[0-9.]+ \(\d+ inliers\); \d+ query features\)$", dec.text), dec.text
 
 
 def test_pages_offer_usable_collections(browser, base_url):
