@@ -7,7 +7,8 @@
  * test, a score (distinct reference features hit by default), then RANSAC
  * verification of the best candidates (optionally guided matching), a
  * re-ranking by inliers and an open-set decision: MATCH when the rank-1
- * verified score reaches the acceptance threshold (calibrated as a
+ * verified score (the a-contrario significance of its inliers by default,
+ * opts.accept) reaches the acceptance threshold (calibrated as a
  * false-accept rate: patina_identify_far_threshold; the default is FAR 1%
  * on the identification benchmark), AMBIGUOUS when rank 2 reaches it too
  * with comparable evidence (opts.ambiguity), else UNKNOWN. docs/identify.md has the details and the defaults' reasons.
@@ -248,9 +249,10 @@ PATINA_API void patina_identify_opts_init(patina_identify_opts_t *opts);
 PATINA_API const char *patina_identify_decision_name(patina_identify_decision d);
 
 /* The acceptance threshold for a target false-accept rate: the smallest
- * rank-1 score (inliers) at which at most `far` of the impostor queries of
- * the identification benchmark (bench/identify, clean impostors, the
- * default options; docs/identify-bench.md) were accepted. far in
+ * rank-1 score (the default rule's: the significance) at which at most
+ * `far` of the impostor queries of the identification benchmark
+ * (bench/identify, clean impostors, the default options;
+ * docs/identify-bench.md) were accepted, for references without views. far in
  * [PATINA_FAR_MIN, 1]: 1 gives 0 (every query with a candidate is
  * accepted); below PATINA_FAR_MIN the benchmark cannot tell (no impostor
  * accepted is all it measures): PATINA_E_INVALID. The default threshold is
@@ -258,7 +260,7 @@ PATINA_API const char *patina_identify_decision_name(patina_identify_decision d)
 PATINA_API patina_status patina_identify_far_threshold(double far, double *threshold);
 /* The same for references of the rootsift spec `table`: its reference
  * views (the spec's `views`) have a calibration of their own (more rows
- * per item give impostors more chance inliers; docs/identify-bench.md).
+ * per item give impostors more chances; docs/identify.md).
  * views = 0 gives patina_identify_far_threshold's. PATINA_E_INVALID for a
  * spec that is not rootsift. */
 PATINA_API patina_status patina_identify_far_threshold_table(const char *table, double far, double *threshold);
