@@ -216,6 +216,17 @@ typedef struct one_row {
 static one_row_t ONE[MAXONE];
 static int NONE;
 
+/* The batch rows for the "batches, where the time goes" table (CEDD, the
+ * multi-launch kernels; patina_gpu__knn_prof's batch fields, medians of
+ * BATCH_REPS calls). */
+typedef struct batch_row {
+    size_t n, nq, k;
+    double wall, begin, pass, retry, retried, resident; /* us; retried: queries */
+} batch_row_t;
+#define BATCH_REPS 5
+static batch_row_t BROWS[MAXONE];
+static int NBROWS;
+
 static void one_cell(double ms)
 {
     if (ms > 0) printf(" %.1f |", ms * 1e3);
@@ -227,6 +238,40 @@ static double median_of(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_d);
     return v[n / 2];
+}
+
+static void measure_batch(const patina_index_t *ix, const uint8_t *q, size_t n, size_t nq, size_t k, patina_hit_t *h,
+                          size_t *c)
+{
+    double v[6][BATCH_REPS];
+    int r, m = 0;
+    batch_row_t *b;
+    if (NBROWS >= MAXONE) return;
+    patina_gpu__knn_prof(1);
+    for (r = 0; r < BATCH_REPS; r++) {
+        pgpu_knn_prof_t p;
+        const double t0 = patina_now();
+        if (gpu_knn(ix, q, nq, k, h, c) != PATINA_OK) break;
+        const double t1 = patina_now();
+        patina_gpu__knn_prof_last(&p);
+        if (!p.batch) break;
+        v[0][m] = (t1 - t0) * 1e6;
+        v[1][m] = p.pass_us;
+        v[2][m] = p.retry_us;
+        v[3][m] = (double)p.retried;
+        v[4][m] = p.begin_us;
+        v[5][m++] = p.resident_us;
+    }
+    patina_gpu__knn_prof(0);
+    if (!m) return;
+    b = &BROWS[NBROWS++];
+    b->n = n, b->nq = nq, b->k = k;
+    b->wall = median_of(v[0], m);
+    b->pass = median_of(v[1], m);
+    b->retry = median_of(v[2], m);
+    b->retried = median_of(v[3], m);
+    b->begin = median_of(v[4], m);
+    b->resident = median_of(v[5], m);
 }
 
 /* o->prof and o->wall: reps calls of the single query q with the
@@ -466,6 +511,7 @@ int main(int argc, char **argv)
                     tg = time_ms(gpu_knn, ix, q, nq, k, h2, c2, (double)nq * (double)n > 1e10 ? 5 : 11);
                     gs = STATS;
                     bad += tc > 0 ? same(ix, q, nq, k, h2, h1) : same(ix, q, nq < 32 ? nq : 32, k, h2, NULL);
+                    if (nq > 1 && cedd) measure_batch(ix, q, n, nq, k, h2, c2);
                     if (nq == 1 && cedd && NONE < MAXONE) { /* the same query through the multi-launch path */
                         one_row_t *o = &ONE[NONE++];
                         o->n = n;
@@ -629,6 +675,18 @@ int main(int argc, char **argv)
         free(ids);
     }
     print_one(hbm);
+    if (NBROWS) {
+        printf("\nBatches, where the time goes (the multi-launch kernels, measured: patina_gpu__knn_prof; medians of %d "
+               "calls, ms): the first pass over every query, and the queries whose candidates overflowed the list, "
+               "run again with the whole table as their pilot\n\n",
+               BATCH_REPS);
+        printf("| rows | queries | k | wall | the copy found (begin) | first pass | queries again | second pass | "
+               "resident search | outside it (the library's host side) |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        for (int b = 0; b < NBROWS; b++)
+            printf("| %zu | %zu | %zu | %.2f | %.2f | %.2f | %.0f | %.2f | %.2f | %.2f |\n", BROWS[b].n, BROWS[b].nq,
+                   BROWS[b].k, BROWS[b].wall * 1e-3, BROWS[b].begin * 1e-3, BROWS[b].pass * 1e-3, BROWS[b].retried,
+                   BROWS[b].retry * 1e-3, BROWS[b].resident * 1e-3, (BROWS[b].wall - BROWS[b].resident) * 1e-3);
+    }
     patina_extractor_free(ex);
     patina_context_free(CTX);
     if (bad) printf("GPU results differ from the CPU's in %d runs\n", bad);

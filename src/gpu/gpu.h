@@ -508,6 +508,12 @@ typedef struct pgpu_knn_prof {
     double wait_us;   /* the download queued and the stream synchronised */
     double out_us;    /* the hits converted */
     double meas_us;   /* the measurement's own readings after the answer (in the call's time, in no step) */
+    /* a batch through the multi-launch kernels (batch 1: the call took them), host clock: */
+    int batch;           /* 1: the call ran tc_knn_pass */
+    double pass_us;      /* the first pass over every query (tc_knn_pass) */
+    size_t retried;      /* queries whose candidates overflowed, run again with the whole table as pilot */
+    double retry_us;     /* that second pass */
+    double resident_us;  /* the whole resident search (begin_us, the passes and the rest) */
 } pgpu_knn_prof_t;
 void patina_gpu__knn_prof(int on);
 void patina_gpu__knn_prof_last(pgpu_knn_prof_t *out);

@@ -1136,9 +1136,24 @@ static patina_status tc_knn_pass(patina_gpu_t *g, knn_state_t *st, const knn_cop
     return s;
 }
 
+static patina_status knn_resident_(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
+                                   const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
+                                   uint8_t *cpu, size_t *paths);
+
+/* knn_resident_, timed whole when the measurement is on */
 static patina_status knn_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
                                   const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
                                   uint8_t *cpu, size_t *paths)
+{
+    const double t0 = knn_prof_on ? prof_now_us() : 0;
+    const patina_status s = knn_resident_(g, idx, queries, qv, nq, k, hits, counts, cpu, paths);
+    if (knn_prof_on) knn_prof.resident_us = prof_now_us() - t0;
+    return s;
+}
+
+static patina_status knn_resident_(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
+                                   const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
+                                   uint8_t *cpu, size_t *paths)
 {
     knn_state_t *st;
     knn_copy_t *c;
@@ -1162,7 +1177,14 @@ static patina_status knn_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, 
         int done = 0; /* one query: one launch when the device allows it */
         if (nq == 1 && take <= TC_ONE_KMAX && knn_one_mode)
             PATINA_TRY(tc_one(g, st, c, queries, take, S, hits, counts, cpu, paths, &done));
-        if (!done) PATINA_TRY(tc_knn_pass(g, st, c, idx, queries, NULL, nq, k, S, hits, counts, cpu, paths));
+        if (!done) {
+            const double t0 = knn_prof_on ? prof_now_us() : 0;
+            PATINA_TRY(tc_knn_pass(g, st, c, idx, queries, NULL, nq, k, S, hits, counts, cpu, paths));
+            if (knn_prof_on) {
+                knn_prof.batch = 1;
+                knn_prof.pass_us = prof_now_us() - t0;
+            }
+        }
     }
     /* the overflowing queries again, the whole table as their pilot: the
      * candidates are then the k best and their exact ties */
@@ -1181,7 +1203,12 @@ static patina_status knn_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, 
         }
         for (i = 0; i < nq; i++)
             if (cpu[i]) which[j++] = (uint32_t)i;
+        const double t0 = knn_prof_on ? prof_now_us() : 0;
         s = tc_knn_pass(g, st, c, idx, queries, which, nr, k, c->n, hits, counts, again, paths);
+        if (knn_prof_on) {
+            knn_prof.retried = nr;
+            knn_prof.retry_us = prof_now_us() - t0;
+        }
         for (j = 0; s == PATINA_OK && j < nr; j++) cpu[which[j]] = again[j];
         free(which);
         free(again);
