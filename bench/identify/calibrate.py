@@ -24,12 +24,7 @@ def main():
     ap.add_argument("--siblings", help="default SETS/siblings.csv")
     ap.add_argument("--shares-min", type=int, default=14)
     a = ap.parse_args()
-    manifest = {score.qkey(r["query"]): r for r in score.read_csv(os.path.join(a.sets, "manifest.csv"))}
-    item_of = {r["file"]: r["item"] for r in score.read_csv(os.path.join(a.sets, "groups.csv"))}
-    sharing = {r["texture"] for r in score.sharing_pairs(a.shares or os.path.join(a.sets, "shares.csv"), a.shares_min)}
-    for m in manifest.values():
-        if m["set"] == "impostor-texture" and m["source"] in sharing:
-            m["set"] = "impostor-shared"
+    manifest, item_of = score.load_sets(a.sets, a.shares, a.shares_min)
     sib = a.siblings or os.path.join(a.sets, "siblings.csv")
     view = score.View(score.content_links(sib, item_of, a.shares_min) if os.path.exists(sib) else {})
     run, problems = score.load_run(a.run, manifest)

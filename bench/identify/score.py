@@ -241,6 +241,38 @@ def plots(folder, runs, view, thresholds):
     plt.close(fig)
 
 
+def load_sets(sets, shares=None, shares_min=14):
+    """(manifest, item_of) of a sets folder, the impostor-texture queries whose source shares content
+    with a registered texture (shares, default SETS/shares.csv) marked "impostor-shared"."""
+    manifest = {qkey(r["query"]): r for r in read_csv(os.path.join(sets, "manifest.csv"))}
+    item_of = {r["file"]: r["item"] for r in read_csv(os.path.join(sets, "groups.csv"))}
+    sharing = {r["texture"] for r in sharing_pairs(shares or os.path.join(sets, "shares.csv"), shares_min)}
+    for m in manifest.values():
+        if m["set"] == "impostor-texture" and m["source"] in sharing:
+            m["set"] = "impostor-shared"
+    return manifest, item_of
+
+
+def item_folds(gen, imp, splits):
+    """Item-disjoint 2-fold cross-validation for the lab's acceptance rules: per seed 0 .. splits - 1,
+    the genuine queries split by their true item and the impostors by query, each half in turn the
+    training half: yields (train genuine, train impostors, test genuine, test impostors). gen and imp
+    are lists of (query, evaluate()'s tuple)."""
+    import random
+    for seed in range(splits):
+        rnd = random.Random(seed)
+        items = sorted(set(v[6] for _, v in gen))
+        rnd.shuffle(items)
+        half = set(items[:len(items) // 2])
+        iq = [q for q, _ in imp]
+        rnd.shuffle(iq)
+        ihalf = set(iq[:len(iq) // 2])
+        ga, gb = [x for x in gen if x[1][6] in half], [x for x in gen if x[1][6] not in half]
+        ia, ib = [x for x in imp if x[0] in ihalf], [x for x in imp if x[0] not in ihalf]
+        yield ga, ia, gb, ib
+        yield gb, ib, ga, ia
+
+
 def pct(x):
     return "%.1f%%" % (100 * x)
 

@@ -51,7 +51,6 @@ import importlib.util
 import json
 import math
 import os
-import random
 import statistics
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -118,12 +117,7 @@ def main():
                         abs(math.degrees(math.atan2(z.imag, z.real))) < a.geo_angle
                     most = max(most, 0 if sibling else h["inliers"])
                 geo[score.qkey(d["query"])] = most
-    manifest = {score.qkey(r["query"]): r for r in score.read_csv(os.path.join(a.sets, "manifest.csv"))}
-    item_of = {r["file"]: r["item"] for r in score.read_csv(os.path.join(a.sets, "groups.csv"))}
-    sharing = {r["texture"] for r in score.sharing_pairs(os.path.join(a.sets, "shares.csv"), 14)}
-    for m in manifest.values():
-        if m["set"] == "impostor-texture" and m["source"] in sharing:
-            m["set"] = "impostor-shared"
+    manifest, item_of = score.load_sets(a.sets)
     linked = set()
     if a.refself:
         for r in score.read_csv(a.refself):
@@ -210,22 +204,10 @@ def main():
             print("  T = %d: %s" % (t, ", ".join("D %d: %.1f%% / %.1f%%" % ((d,) + tuple(100 * x for x in rates(
                 t, d, gen, imp, variant))) for d in range(0, 5))))
         res = []
-        for seed in range(a.splits):
-            rnd = random.Random(seed)
-            items = sorted(set(v[6] for _, v in gen))
-            rnd.shuffle(items)
-            half = set(items[:len(items) // 2])
-            iq = [q for q, _ in imp]
-            rnd.shuffle(iq)
-            ihalf = set(iq[:len(iq) // 2])
-            ga = [x for x in gen if x[1][6] in half]
-            gb = [x for x in gen if x[1][6] not in half]
-            ia = [x for x in imp if x[0] in ihalf]
-            ib = [x for x in imp if x[0] not in ihalf]
-            for gf, i_f, gt, it in ((ga, ia, gb, ib), (gb, ib, ga, ia)):
-                _, T, D = best(gf, i_f, variant)
-                _, T0, _ = best(gf, i_f, variant, ds=False)
-                res.append((rates(T, D, gt, it, variant), (T, D), rates(T0, 0, gt, it, variant)))
+        for gf, i_f, gt, it in score.item_folds(gen, imp, a.splits):
+            _, T, D = best(gf, i_f, variant)
+            _, T0, _ = best(gf, i_f, variant, ds=False)
+            res.append((rates(T, D, gt, it, variant), (T, D), rates(T0, 0, gt, it, variant)))
         print("  cross-validated (%d folds): with D: FAR %.2f%%, FRR %.2f%%; threshold alone: FAR %.2f%%, FRR %.2f%%; "
               "chosen %s" % (len(res), 100 * statistics.mean(x[0][0] for x in res),
                              100 * statistics.mean(x[0][1] for x in res), 100 * statistics.mean(x[2][0] for x in res),

@@ -22,7 +22,6 @@ import importlib.util
 import json
 import math
 import os
-import random
 import statistics
 import sys
 import csv
@@ -71,12 +70,7 @@ def main():
     if a.json:
         emulate(a.sets, a.json)
         return
-    manifest = {score.qkey(r["query"]): r for r in score.read_csv(os.path.join(a.sets, "manifest.csv"))}
-    item_of = {r["file"]: r["item"] for r in score.read_csv(os.path.join(a.sets, "groups.csv"))}
-    sharing = {r["texture"] for r in score.sharing_pairs(os.path.join(a.sets, "shares.csv"), 14)}
-    for m in manifest.values():
-        if m["set"] == "impostor-texture" and m["source"] in sharing:
-            m["set"] = "impostor-shared"
+    manifest, item_of = score.load_sets(a.sets)
     view = score.View(score.content_links(os.path.join(a.sets, "siblings.csv"), item_of, 14), 0.5)
     for path in a.runs:
         run, _ = score.load_run(path, manifest)
@@ -99,19 +93,7 @@ def main():
         for lim in (0.01, 0.001):
             t, far, frr = best(gen, imp, lim)
             print("  whole set, FAR <= %g: T = %.4g: FAR %.2f%%, FRR %.2f%%" % (lim, t, 100 * far, 100 * frr))
-        res = []
-        for seed in range(a.splits):
-            rnd = random.Random(seed)
-            items = sorted(set(v[6] for _, v in gen))
-            rnd.shuffle(items)
-            half = set(items[:len(items) // 2])
-            iq = [q for q, _ in imp]
-            rnd.shuffle(iq)
-            ihalf = set(iq[:len(iq) // 2])
-            ga, gb = [x for x in gen if x[1][6] in half], [x for x in gen if x[1][6] not in half]
-            ia, ib = [x for x in imp if x[0] in ihalf], [x for x in imp if x[0] not in ihalf]
-            for gf, i_f, gt, it in ((ga, ia, gb, ib), (gb, ib, ga, ia)):
-                res.append(rates(best(gf, i_f, 0.01)[0], gt, it))
+        res = [rates(best(gf, i_f, 0.01)[0], gt, it) for gf, i_f, gt, it in score.item_folds(gen, imp, a.splits)]
         print("  cross-validated (%d folds): FAR %.2f%%, FRR %.2f%%" % (
             len(res), 100 * statistics.mean(r[0] for r in res), 100 * statistics.mean(r[1] for r in res)))
         scores = sorted(v[2] for _, v in imp)
