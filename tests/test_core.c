@@ -393,7 +393,9 @@ static void test_option_tables(void **state)
     assert_true(ido.distinct == table_default(PATINA_OPTIONS_IDENTIFY, "distinct") && ido.distinct == 0);
     assert_true(ido.sibling_inliers == table_default(PATINA_OPTIONS_IDENTIFY, "sibling_inliers") &&
                 ido.sibling_inliers == PATINA_SIBLING_INLIERS_DEFAULT);
-    assert_int_equal(patina_options_count(PATINA_OPTIONS_IDENTIFY), 19);
+    assert_true(ido.accept == table_default(PATINA_OPTIONS_IDENTIFY, "accept") &&
+                ido.accept == PATINA_ACCEPT_SIGNIFICANCE);
+    assert_int_equal(patina_options_count(PATINA_OPTIONS_IDENTIFY), 20);
     patina_search_opts_init(&so);
     assert_true(so.max_hits == table_default(PATINA_OPTIONS_SEARCH, "max_hits"));
     assert_true(so.device == table_default(PATINA_OPTIONS_SEARCH, "device"));
