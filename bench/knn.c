@@ -216,9 +216,9 @@ typedef struct one_row {
 static one_row_t ONE[MAXONE];
 static int NONE;
 
-/* The batch rows for the "batches, where the time goes" table (CEDD, the
- * multi-launch kernels; patina_gpu__knn_prof's batch fields, medians of
- * BATCH_REPS calls). */
+/* The batch rows for the "batches, where the time goes" table
+ * (patina_gpu__knn_prof's batch fields, medians of BATCH_REPS calls; the
+ * passes are CEDD's multi-launch kernels', 0 for the other engines). */
 typedef struct batch_row {
     size_t n, nq, k;
     double wall, begin, pass, retry, retried, resident; /* us; retried: queries */
@@ -511,7 +511,7 @@ int main(int argc, char **argv)
                     tg = time_ms(gpu_knn, ix, q, nq, k, h2, c2, (double)nq * (double)n > 1e10 ? 5 : 11);
                     gs = STATS;
                     bad += tc > 0 ? same(ix, q, nq, k, h2, h1) : same(ix, q, nq < 32 ? nq : 32, k, h2, NULL);
-                    if (nq > 1 && cedd) measure_batch(ix, q, n, nq, k, h2, c2);
+                    if (nq > 1) measure_batch(ix, q, n, nq, k, h2, c2);
                     if (nq == 1 && cedd && NONE < MAXONE) { /* the same query through the multi-launch path */
                         one_row_t *o = &ONE[NONE++];
                         o->n = n;
@@ -676,9 +676,10 @@ int main(int argc, char **argv)
     }
     print_one(hbm);
     if (NBROWS) {
-        printf("\nBatches, where the time goes (the multi-launch kernels, measured: patina_gpu__knn_prof; medians of %d "
-               "calls, ms): the first pass over every query, and the queries whose candidates overflowed the list, "
-               "run again with the whole table as their pilot\n\n",
+        printf("\nBatches, where the time goes (measured: patina_gpu__knn_prof; medians of %d calls, ms): for CEDD's "
+               "multi-launch kernels the first pass over every query, and the queries whose candidates overflowed "
+               "the list, run again with the whole table as their pilot (0 for the other engines); the resident "
+               "search whole, and the library's host side outside it\n\n",
                BATCH_REPS);
         printf("| rows | queries | k | wall | the copy found (begin) | first pass | queries again | second pass | "
                "resident search | outside it (the library's host side) |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
