@@ -508,7 +508,7 @@ typedef struct pgpu_knn_prof {
     double wait_us;   /* the download queued and the stream synchronised */
     double out_us;    /* the hits converted */
     double meas_us;   /* the measurement's own readings after the answer (in the call's time, in no step) */
-    /* a batch through the multi-launch kernels (batch 1: the call took them), host clock: */
+    /* a batch, host clock: */
     int batch;           /* 1: a batch (nq > 1) or the call ran tc_knn_pass; the passes are CEDD's
                           * tensor-core engine's (0 for the other engines) */
     double pass_us;      /* the first pass over every query (tc_knn_pass) */

@@ -1136,27 +1136,9 @@ static patina_status tc_knn_pass(patina_gpu_t *g, knn_state_t *st, const knn_cop
     return s;
 }
 
-static patina_status knn_resident_(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
-                                   const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
-                                   uint8_t *cpu, size_t *paths);
-
-/* knn_resident_, timed whole when the measurement is on */
 static patina_status knn_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
                                   const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
                                   uint8_t *cpu, size_t *paths)
-{
-    const double t0 = knn_prof_on ? prof_now_us() : 0;
-    const patina_status s = knn_resident_(g, idx, queries, qv, nq, k, hits, counts, cpu, paths);
-    if (knn_prof_on) {
-        knn_prof.resident_us = prof_now_us() - t0;
-        if (nq > 1) knn_prof.batch = 1; /* the other engines' batches: their whole search */
-    }
-    return s;
-}
-
-static patina_status knn_resident_(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
-                                   const double *qv, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
-                                   uint8_t *cpu, size_t *paths)
 {
     knn_state_t *st;
     knn_copy_t *c;
@@ -1260,7 +1242,15 @@ patina_status search_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, cons
                               const double *qv, size_t nq, const pgpu_req_t *rq, patina_hit_t *hits,
                               patina_hit_t **lists, size_t *counts, uint8_t *cpu, size_t *paths)
 {
-    if (rq->k) return knn_resident(g, idx, queries, qv, nq, rq->k, hits, counts, cpu, paths);
+    if (rq->k) { /* timed whole when the measurement is on */
+        const double t0 = knn_prof_on ? prof_now_us() : 0;
+        const patina_status s = knn_resident(g, idx, queries, qv, nq, rq->k, hits, counts, cpu, paths);
+        if (knn_prof_on) {
+            knn_prof.resident_us = prof_now_us() - t0;
+            if (nq > 1) knn_prof.batch = 1; /* the other engines' batches too: their whole search */
+        }
+        return s;
+    }
     return range_resident(g, idx, queries, qv, nq, rq->radius, rq->max_hits, lists, counts, cpu, paths);
 }
 

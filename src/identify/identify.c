@@ -681,16 +681,14 @@ patina_status patina_identify_far_threshold_opts(const char *table, const patina
 {
     patina_extractor_t *ex = NULL;
     int views = 0;
-    const patina_identify_accept accept = opts ? opts->accept : PATINA_ACCEPT_SIGNIFICANCE;
-    if (accept != PATINA_ACCEPT_SIGNIFICANCE && accept != PATINA_ACCEPT_INLIERS)
-        return patina__fail(PATINA_E_INVALID, "identify: accept = %d is not an acceptance rule", (int)accept);
+    if (opts) PATINA_TRY(patina__options_validate(PATINA_OPTIONS_IDENTIFY, opts)); /* accept among them */
     if (table) {
         if (!is_rootsift(table)) return patina__fail(PATINA_E_INVALID, "identify: '%s' is not a rootsift spec", table);
         PATINA_TRY(patina_extractor_new(&ex, table));
         views = ((const rootsift_params_t *)(const void *)ex->params)->views;
         patina_extractor_free(ex);
     }
-    return far_lookup(views, accept, far, threshold);
+    return far_lookup(views, opts ? opts->accept : PATINA_ACCEPT_SIGNIFICANCE, far, threshold);
 }
 
 patina_status patina_identify_far_threshold_table(const char *table, double far, double *threshold)
@@ -1023,7 +1021,7 @@ static size_t verify_pair(scratch_t *sc, const unsigned char *qr, const unsigned
                           const patina_identify_opts_t *o, const gnn_t *gn, size_t *nm_out, double *sig)
 {
     size_t nm, ng, i, c, cg;
-    double thr, side;
+    double thr, side, w, h;
     const uint64_t seed = o->seed ^ (id * 0x9E3779B97F4A7C15ull);
     idf_model_t model;
     nm = match_pair(sc, qr, r, o, gn);
@@ -1034,27 +1032,26 @@ static size_t verify_pair(scratch_t *sc, const unsigned char *qr, const unsigned
     side = (double)(rs_size(r, 2) > rs_size(r, 3) ? rs_size(r, 2) : rs_size(r, 3));
     if (side <= 0) side = 1024;
     thr = o->ransac_threshold * side;
+    /* the reference's area in the pixels its keypoints are in (a square of the side when unknown) */
+    w = rs_size(r, 2) ? (double)rs_size(r, 2) : side;
+    h = rs_size(r, 3) ? (double)rs_size(r, 3) : side;
     c = idf_ransac(&model, sc->inl, sc->qp, sc->rp, o->shape_check ? sc->qsh : NULL, o->shape_check ? sc->rsh : NULL,
                    nm, o->model, thr, o->iterations, seed);
-    /* the reference's area in the pixels its keypoints are in (a square of the side when unknown) */
+    *sig = idf_significance(nm, c, o->model, w, h, thr);
+    if (!o->guided || c == 0) return c;
     {
-        const double w = rs_size(r, 2) ? (double)rs_size(r, 2) : side, h = rs_size(r, 3) ? (double)rs_size(r, 3) : side;
-        *sig = idf_significance(nm, c, o->model, w, h, thr);
-        if (!o->guided || c == 0) return c;
-        {
-            const size_t nq = rs_count(qr), nr = rs_count(r);
-            for (i = 0; i < nq; i++) keypoint(qr, i, sc->qg + 4 * i);
-            for (i = 0; i < nr; i++) keypoint(r, i, sc->rg + 4 * i);
-            idf_dequantise(sc->rf, r);
-            ng = idf_guided(sc->gm, sc->claim, &model, sc->qg, nq, sc->rg, nr, sc->qf, sc->rf, &sc->nn, thr,
-                            o->guided_ratio, o->shape_check);
-        }
-        fill_pairs(sc->qp2, sc->rp2, sc->qsh2, sc->rsh2, sc->gm, ng, qr, r);
-        cg = idf_ransac(NULL, sc->inl2, sc->qp2, sc->rp2, o->shape_check ? sc->qsh2 : NULL,
-                        o->shape_check ? sc->rsh2 : NULL, ng, o->model, thr, o->iterations, seed);
-        if (cg <= c) return c;
-        *sig = idf_significance(ng, cg, o->model, w, h, thr);
+        const size_t nq = rs_count(qr), nr = rs_count(r);
+        for (i = 0; i < nq; i++) keypoint(qr, i, sc->qg + 4 * i);
+        for (i = 0; i < nr; i++) keypoint(r, i, sc->rg + 4 * i);
+        idf_dequantise(sc->rf, r);
+        ng = idf_guided(sc->gm, sc->claim, &model, sc->qg, nq, sc->rg, nr, sc->qf, sc->rf, &sc->nn, thr,
+                        o->guided_ratio, o->shape_check);
     }
+    fill_pairs(sc->qp2, sc->rp2, sc->qsh2, sc->rsh2, sc->gm, ng, qr, r);
+    cg = idf_ransac(NULL, sc->inl2, sc->qp2, sc->rp2, o->shape_check ? sc->qsh2 : NULL,
+                    o->shape_check ? sc->rsh2 : NULL, ng, o->model, thr, o->iterations, seed);
+    if (cg <= c) return c;
+    *sig = idf_significance(ng, cg, o->model, w, h, thr);
     SWAP_PTR(sc->qp, sc->qp2);
     SWAP_PTR(sc->rp, sc->rp2);
     SWAP_PTR(sc->qsh, sc->qsh2);

@@ -124,13 +124,9 @@ static void prepare_query(tq_t *q, const uint8_t *a, size_t dim)
 {
     double t2 = 0.0, c2 = 0.0;
     size_t i;
-    q->fast = 0;
     q->nnz = 0;
-    for (i = 0; i < dim; i++) {
-        if (a[i] > 7) return;
-        t2 += (double)a[i];
-    }
-    q->fast = 1;
+    if (!(q->fast = query_fast(a, dim))) return;
+    for (i = 0; i < dim; i++) t2 += (double)a[i];
     q->t2 = t2;
     q->np = 0;
     q->s2 = 0.0;
