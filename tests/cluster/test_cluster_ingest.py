@@ -125,9 +125,14 @@ def test_cluster_ingest():
         a = start("worker", "photos", "--cluster", url, "--name", "wA", "--root", root, "--device", "cpu", "-j", "1",
                   "--work-batch", "4", log="wA.log")
 
-        def stop_holding():  # A stopped while it holds items (it is the only worker: they are its)
+        # A stopped while it holds items (it is the only worker: they are its). A worker reports a fetch's
+        # items one by one, each result published before its ack, so one held item may already have its
+        # result out (and the job would not wait for its redelivery); two or more held leave at least one
+        # whose result only the redelivery can give.
+        def stop_holding():
             a.send_signal(signal.SIGSTOP)
-            if work_state(server, "photos")[1] > 0:
+            time.sleep(0.2)  # acks A wrote before it stopped reach the server
+            if work_state(server, "photos")[1] >= 2:
                 return True
             a.send_signal(signal.SIGCONT)
             return False
