@@ -7,7 +7,7 @@
  * references streamed from pinned host memory, of the measured PCIe rate.
  *
  *   bench_identify_gpu [--refs N] [--quick] [--no-peers] [--capacity] [--e2e N] [--only SECTION]
- *                      [--kernel auto|mma|wgmma]
+ *                      [--kernel auto|mma|wgmma] [--e2e-views V] [--view-candidates N,...]
  *
  * --kernel: the int8 matching kernel of the fused rows (pgpu_idf_opts_t.kernel;
  * auto: wgmma on compute capability 9.0 where it applies, else mma.sync).
@@ -27,7 +27,11 @@
  *              resident references through patina_identify: extraction, matching
  *              and verification times (best of 3), for a 640x480 window (n = 768
  *              features) and the whole image reduced to <= 300 px (~200 features,
- *              the shape of issue 29's baseline)
+ *              the shape of issue 29's baseline); --e2e-views V registers N items
+ *              of 1 + V rows (reference views: the synthetic items' views are
+ *              other synthetic records) and times each --view-candidates value
+ *              (0: every row matched; N: the first rows, then the views of the
+ *              best N items)
  * Synthetic RootSIFT-like rows (4096 distinct references repeated: the work
  * does not depend on the values); e2e also registers the sample photographs
  * as real references and queries a distorted one. Times are GPU times of the
@@ -54,6 +58,9 @@ static patina_context_t *CTX;
 static patina_gpu_t *G;
 static double PEAK_INT8, PEAK_FP16, PCIE; /* ops/s, ops/s, bytes/s */
 static uint64_t SERIAL = 1000;
+static int E2E_VIEWS = 0;           /* --e2e-views */
+static size_t VIEW_CANDS[8] = {0}; /* --view-candidates */
+static size_t NVC = 1;
 
 static void die(const char *what)
 {
@@ -453,9 +460,13 @@ static void section_e2e(size_t nref)
         printf("\ne2e skipped: no sample photographs\n");
         return;
     }
-    if (patina_extractor_new(&ex, "rootsift") != PATINA_OK || patina_refset_new(&rs, patina_extractor_spec(ex)) != PATINA_OK)
-        die("refset");
-    bytes = patina_extractor_bytes(ex);
+    {
+        char spec[64];
+        snprintf(spec, sizeof spec, E2E_VIEWS ? "rootsift:views=%d" : "rootsift", E2E_VIEWS);
+        if (patina_extractor_new(&ex, spec) != PATINA_OK || patina_refset_new(&rs, patina_extractor_spec(ex)) != PATINA_OK)
+            die("refset");
+    }
+    bytes = patina_extractor_bytes(ex); /* an item's record: 1 + views rows */
     rec = malloc(bytes * POOL);
     /* real references: ids 1..nreal */
     nreal = nf < 64 ? nf : 64;
@@ -472,12 +483,15 @@ static void section_e2e(size_t nref)
         free(imgs);
         free(all);
     }
-    for (i = 0; i < POOL; i++) bench_rootsift_record(rec + i * bytes, 384, 384, &g);
+    {
+        const size_t per = (size_t)E2E_VIEWS + 1, row = bytes / per;
+        for (i = 0; i < POOL * per; i++) bench_rootsift_record(rec + i * row, 384, 384, &g);
+    }
     t0 = now_s();
     for (i = nreal; i < nref; i++)
         if (patina_refset_put(rs, 1 + i, rec + (i % POOL) * bytes, bytes) != PATINA_OK) die("put");
-    printf("\ne2e: %zu references (%zu sample photographs, the rest synthetic) registered in %.1f s\n", nref, nreal,
-           now_s() - t0);
+    printf("\ne2e: %zu references (%zu sample photographs, the rest synthetic) of %d rows registered in %.1f s\n",
+           nref, nreal, E2E_VIEWS + 1, now_s() - t0);
     q = malloc(patina_identify_query_bytes(rs));
     patina_identify_opts_init(&o);
     o.device = PATINA_DEVICE_GPU;
@@ -487,6 +501,7 @@ static void section_e2e(size_t nref)
      * factor to at most 300 pixels on its longer side (the item from
      * further away; about 200 features, the shape of issue 29's 115 ms
      * baseline, whose query was a whole 400 x 600 sample at half size) */
+    for (size_t vi = 0; vi < NVC; vi++)
     for (int shape = 0; shape < 2; shape++) {
         const int f = shape == 0 ? 2 : (((img.width > img.height ? img.width : img.height) + 299) / 300);
         const int w = shape == 0 ? (img.width / 2 < 640 ? img.width / 2 : 640) : img.width / f;
@@ -501,13 +516,17 @@ static void section_e2e(size_t nref)
                             sum += img.data[(size_t)(f * y + dy) * img.stride + 3 * (size_t)(f * x + dx) + ch];
                     var.data[(size_t)y * var.stride + 3 * (size_t)x + ch] = (uint8_t)((sum + (unsigned)(f * f) / 2) / (unsigned)(f * f));
                 }
+        o.view_candidates = VIEW_CANDS[vi];
         if (shape == 0) { /* first call: the GPU mirror is built (the upload of every reference) */
             t0 = now_s();
             if (patina_identify_extract(CTX, rs, q, &var, 1, NULL) != PATINA_OK) die("extract query");
             if (patina_identify(CTX, rs, q, 1, &o, hits, &res) != PATINA_OK) die("identify");
-            printf("first call (builds the GPU copy of %zu references): %.2f s\n", nref, now_s() - t0);
-            printf("| e2e, one query image, %zu references | extraction (GPU) | matching (GPU, wall) | verification "
-                   "of the top 10 (CPU) | total | answer |\n|---|---|---|---|---|---|\n", nref);
+            printf("\nview_candidates %zu: first call (builds the GPU copy of %zu references%s): %.2f s\n",
+                   VIEW_CANDS[vi], nref, E2E_VIEWS && VIEW_CANDS[vi] ? ", their first rows" : "", now_s() - t0);
+            printf("| e2e, one query image, %zu references of %d rows, view_candidates %zu | extraction (GPU) | "
+                   "matching (GPU, wall; the view pass with it) | verification of the top 10 (CPU) | total | answer "
+                   "|\n|---|---|---|---|---|---|\n",
+                   nref, E2E_VIEWS + 1, VIEW_CANDS[vi]);
         }
         /* best of 3 of each step (the GPU's clocks, the host's caches) */
         t_ext = t_match = t_all = 1e30;
@@ -529,11 +548,10 @@ static void section_e2e(size_t nref)
                var.width, var.height, shape == 0 ? "window" : "whole", 1e3 * t_ext, 1e3 * t_match, 1e3 * (t_all - t_match), 1e3 * (t_ext + t_all),
                res.nhits ? (unsigned long long)hits[0].id : 0ull, res.nhits && hits[0].id == 1 ? "correct" : "WRONG",
                res.nhits ? hits[0].inliers : 0, res.query_features);
-        if (shape == 0) patina_image_release(&var);
+        patina_image_release(&var);
     }
     free(q);
     free(rec);
-    patina_image_release(&var);
     patina_image_release(&img);
     patina_refset_free(rs);
     patina_extractor_free(ex);
@@ -552,6 +570,15 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--no-peers")) PEERS = 0;
         else if (!strcmp(argv[i], "--capacity")) capacity = 1;
         else if (!strcmp(argv[i], "--e2e") && i + 1 < argc) e2e = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--e2e-views") && i + 1 < argc) E2E_VIEWS = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--view-candidates") && i + 1 < argc) {
+            char *t = argv[++i], *end;
+            for (NVC = 0; NVC < sizeof VIEW_CANDS / sizeof VIEW_CANDS[0];) {
+                VIEW_CANDS[NVC++] = (size_t)strtoul(t, &end, 10);
+                if (*end != ',') break;
+                t = end + 1;
+            }
+        }
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--kernel") && i + 1 < argc && !strcmp(argv[i + 1], "auto"))
             KERNEL = PGPU_IDF_KERNEL_AUTO, i++;
@@ -561,7 +588,8 @@ int main(int argc, char **argv)
             KERNEL = PGPU_IDF_KERNEL_WGMMA, i++;
         else {
             fprintf(stderr, "usage: bench_identify_gpu [--refs N] [--quick] [--no-peers] [--capacity] [--e2e N] "
-                            "[--only resident|queries|shapes|streamed|sets] [--kernel auto|mma|wgmma]\n");
+                            "[--only resident|queries|shapes|streamed|sets] [--kernel auto|mma|wgmma] "
+                            "[--e2e-views V] [--view-candidates N,...]\n");
             return 2;
         }
     }

@@ -367,6 +367,20 @@ static void test_default_threshold(void **state)
         TU_OK(patina_identify_far_threshold_opts(SPEC0, &inl, 0.01, &i0));
         assert_true(i2 == 24 && i0 == PATINA_THRESHOLD_DEFAULT);
     }
+    {
+        /* the view pass has its own significance table with views (none without) */
+        patina_identify_opts_t vp;
+        double p2, p0, p2s;
+        patina_identify_opts_init(&vp);
+        vp.view_candidates = 64;
+        TU_OK(patina_identify_far_threshold_opts(SPEC2, &vp, 0.01, &p2));
+        TU_OK(patina_identify_far_threshold_opts(SPEC2, &vp, 0.001, &p2s));
+        TU_OK(patina_identify_far_threshold_opts(SPEC0, &vp, 0.01, &p0));
+        assert_true(p2 == 3 && p2s == 19 && p0 == PATINA_SIGNIFICANCE_DEFAULT);
+        vp.k = N;
+        TU_OK(patina_identify(NULL, rs, s.query, 1, &vp, hits, &res));
+        assert_true(res.threshold == 3);
+    }
     patina_identify_opts_init(&o);
     assert_true(o.threshold == PATINA_THRESHOLD_CALIBRATED);
     o.k = N;
@@ -458,6 +472,113 @@ static void test_fold_before_verify(void **state)
     free(geom);
     free(a);
     free(bb);
+    free(query);
+}
+
+/* The view pass (opts.view_candidates): the items' first rows are matched,
+ * then the other rows of the best N by those. Item A shares 5 rows with
+ * the query in its first row and 40 in its first view, B 20 and C 10 in
+ * their first rows, D nothing: every row matched ranks A first; a pass over
+ * the best 2 by first rows (B, C) leaves A at its first row's matches,
+ * third; over the best 3 it finds A's view. A pass over every item gives
+ * the answer of matching every row, verified or not. */
+static void test_view_pass(void **state)
+{
+    tu_rng_t r;
+    const size_t b = rs_record_bytes(M, RS_QUANT_U8), c[3] = {M, M, M};
+    static const int shared[4][3] = {{5, 40, 0}, {20, 0, 0}, {10, 0, 0}, {0, 0, 0}};
+    static const uint64_t ids[4] = {3, 5, 7, 9};
+    uint8_t *qrows = malloc(M * 128), *rows[4][3];
+    float *geom = malloc(M * 4 * sizeof(float));
+    float *g3[3] = {geom, geom, geom};
+    unsigned char *query, *items[4];
+    patina_refset_t *rs = NULL;
+    patina_identify_opts_t o;
+    patina_identify_hit_t hits[4], all[4];
+    patina_identify_result_t res, rall;
+    (void)state;
+    tu_rng_seed(&r, 17);
+    for (size_t j = 0; j < M; j++) random_row(qrows + j * 128, &r);
+    random_geom(geom, M, &r);
+    TU_OK(patina_refset_new(&rs, SPEC2));
+    for (int i = 0; i < 4; i++) {
+        for (int v = 0; v < 3; v++) {
+            rows[i][v] = malloc(M * 128);
+            for (size_t j = 0; j < M; j++) {
+                if ((int)j < shared[i][v]) perturb(rows[i][v] + j * 128, qrows + j * 128, 2, &r);
+                else random_row(rows[i][v] + j * 128, &r);
+            }
+        }
+        items[i] = make_item(rows[i], c, g3);
+        TU_OK(patina_refset_put(rs, ids[i], items[i], 3 * b));
+    }
+    query = make_record(768, M, qrows, geom, 200, 200);
+    patina_identify_opts_init(&o);
+    o.k = 4;
+    o.verify = 0;
+    o.threshold = 0;
+    TU_OK(patina_identify(NULL, rs, query, 1, &o, all, &rall)); /* every row */
+    assert_int_equal(rall.nhits, 3);
+    assert_int_equal(all[0].id, 3);
+    assert_true(all[0].matches >= 35);
+    assert_int_equal(all[1].id, 5);
+    assert_int_equal(all[2].id, 7);
+    o.view_candidates = 2;
+    TU_OK(patina_identify(NULL, rs, query, 1, &o, hits, &res));
+    assert_int_equal(res.nhits, 3);
+    assert_int_equal(hits[0].id, 5);
+    assert_int_equal(hits[0].matches, all[1].matches);
+    assert_int_equal(hits[1].id, 7);
+    assert_int_equal(hits[2].id, 3); /* not in the pass: its first row's matches */
+    assert_true(hits[2].matches >= 4 && hits[2].matches <= 6);
+    for (size_t n = 3; n <= 5; n++) { /* 5: more than the items, clamped */
+        o.view_candidates = n;
+        TU_OK(patina_identify(NULL, rs, query, 1, &o, hits, &res));
+        assert_int_equal(res.nhits, rall.nhits);
+        for (size_t i = 0; i < res.nhits; i++) {
+            assert_int_equal(hits[i].id, all[i].id);
+            assert_int_equal(hits[i].matches, all[i].matches);
+        }
+    }
+    /* verified: the pass over every item verifies and decides as matching every row */
+    o.verify = 1;
+    o.verify_top = 4;
+    o.view_candidates = 0;
+    TU_OK(patina_identify(NULL, rs, query, 1, &o, all, &rall));
+    o.view_candidates = 4;
+    TU_OK(patina_identify(NULL, rs, query, 1, &o, hits, &res));
+    assert_int_equal(res.nhits, rall.nhits);
+    assert_int_equal(res.decision, rall.decision);
+    for (size_t i = 0; i < res.nhits; i++) {
+        assert_int_equal(hits[i].id, all[i].id);
+        assert_int_equal(hits[i].matches, all[i].matches);
+        assert_int_equal(hits[i].inliers, all[i].inliers);
+        assert_true(hits[i].score == all[i].score);
+    }
+    /* a set without views ignores it */
+    {
+        patina_refset_t *r0 = NULL;
+        TU_OK(patina_refset_new(&r0, "rootsift:m=48"));
+        for (int i = 0; i < 4; i++) {
+            unsigned char *rec = make_record(M, M, rows[i][1], geom, 200, 200);
+            TU_OK(patina_refset_put(r0, ids[i], rec, b));
+            free(rec);
+        }
+        o.view_candidates = 0;
+        TU_OK(patina_identify(NULL, r0, query, 1, &o, all, &rall));
+        o.view_candidates = 1;
+        TU_OK(patina_identify(NULL, r0, query, 1, &o, hits, &res));
+        assert_int_equal(res.nhits, rall.nhits);
+        for (size_t i = 0; i < res.nhits; i++) assert_int_equal(hits[i].id, all[i].id);
+        patina_refset_free(r0);
+    }
+    patina_refset_free(rs);
+    for (int i = 0; i < 4; i++) {
+        for (int v = 0; v < 3; v++) free(rows[i][v]);
+        free(items[i]);
+    }
+    free(qrows);
+    free(geom);
     free(query);
 }
 
@@ -752,6 +873,7 @@ int main(void)
         cmocka_unit_test(test_views0_records), cmocka_unit_test(test_default_threshold),
         cmocka_unit_test(test_refset_rows),
         cmocka_unit_test(test_fold_before_verify), cmocka_unit_test(test_verify_rows),
+        cmocka_unit_test(test_view_pass),
         cmocka_unit_test(test_table_store),
         cmocka_unit_test(test_half_scale_query), cmocka_unit_test(test_cli),
     };

@@ -235,6 +235,13 @@ typedef struct patina_identify_opts {
                                * the model maps it (pi r^2 / the reference's area), clipped at 0:
                                * k inliers out of few correspondences (a small query) weigh more than
                                * k out of many (an impostor's chance draws). INLIERS: the count */
+    size_t view_candidates;   /* references with views (spec views > 0): 0 (default) matches every row
+                               * of every item; N > 0 matches the items' first rows (the registered
+                               * image), then the other rows of the best N items by those, each item
+                               * folded into its best row as before. Matching costs one row per item
+                               * instead of 1 + views (on the GPU, a copy of the first rows only),
+                               * and an item whose first row ranks below N is not rescued by its
+                               * views (docs/identify.md, "Reference views"). No effect without views */
 } patina_identify_opts_t;
 
 /* Fills opts with the defaults above (the table of include/patina/options.h,
@@ -265,7 +272,9 @@ PATINA_API patina_status patina_identify_far_threshold(double far, double *thres
  * spec that is not rootsift. */
 PATINA_API patina_status patina_identify_far_threshold_table(const char *table, double far, double *threshold);
 /* The same for the acceptance rule opts->accept (opts NULL: the default,
- * significance); table NULL: references without views. */
+ * significance) and, with views, the view pass (opts->view_candidates > 0
+ * has a significance table of its own); table NULL: references without
+ * views. */
 PATINA_API patina_status patina_identify_far_threshold_opts(const char *table, const patina_identify_opts_t *opts,
                                                             double far, double *threshold);
 

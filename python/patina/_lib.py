@@ -172,7 +172,8 @@ class IdentifyOpts(ctypes.Structure):
                 ("iterations", c_int), ("shape_check", c_int), ("seed", c_uint64), ("threshold", c_double),
                 ("device", c_int), ("precision", c_int), ("gpu_arena_slots", c_size_t),
                 ("guided", c_int), ("guided_ratio", c_double), ("ambiguity", c_double),
-                ("distinct", c_double), ("sibling_inliers", c_double), ("accept", c_int)]
+                ("distinct", c_double), ("sibling_inliers", c_double), ("accept", c_int),
+                ("view_candidates", c_size_t)]
 
 
 class IdentifyHit(ctypes.Structure):

@@ -651,7 +651,7 @@ class Collection(_Closing):
                        model="similarity", ransac_threshold=0.01, iterations=1000, shape_check=True, seed=0,
                        threshold=None, table=None, device="auto", precision="int8", strict=False, guided=False,
                        guided_ratio=0.9, far=None, ambiguity=0.5, distinct=0.0,
-                       sibling_inliers=13.0, accept="significance") -> List[Identification]:
+                       sibling_inliers=13.0, accept="significance", view_candidates=0) -> List[Identification]:
         """Identifies many photos (images) against the collection's rootsift
         references in one call: RootSIFT 2-NN ratio test, scoring, RANSAC
         verification of the verify_top best, re-ranking by inliers, and an
@@ -674,7 +674,11 @@ class Collection(_Closing):
         it). distinct: rank 1 is accepted only when its score exceeds the
         verified rank 2's by at least this margin, rank 2 counting 0 when the
         two references are siblings (one's image verifies against the other's
-        rows with at least sibling_inliers inliers); 0, the default: off."""
+        rows with at least sibling_inliers inliers); 0, the default: off.
+        view_candidates: for references registered with views, match the
+        items' registered images first and then the views of the best
+        view_candidates items by those (0, the default: every view of every
+        item)."""
         lib = self._lib
         if isinstance(photos, (str, bytes, os.PathLike)) or (isinstance(photos, np.ndarray) and photos.ndim != 4):
             raise _type_error("identify_batch takes a sequence of images; use identify() for one")
@@ -707,6 +711,10 @@ class Collection(_Closing):
         io.distinct = float(distinct)
         io.sibling_inliers = float(sibling_inliers)
         io.accept = _ACCEPT[accept]
+        if not isinstance(view_candidates, (int, np.integer)) or isinstance(view_candidates, bool):
+            raise _invalid(f"view_candidates must be an integer, got {view_candidates!r}")
+        lib.check(lib.options_check(_lib.OPTION_SETS["identify"], b"view_candidates", float(view_candidates)))
+        io.view_candidates = int(view_candidates)
         if far is not None:  # its bounds now; the threshold from the table's calibration below
             thr = ctypes.c_double()
             lib.check(lib.identify_far_threshold(float(far), ctypes.byref(thr)), "identify")

@@ -427,6 +427,16 @@ def test_identify_matches_cli(cli, rootsift_coll, samples, variant, tmp_path):
             c.identify(variant, far=0.01, threshold=5)
         w = json.loads(run(cli, "identify", views, variant, "--format", "json", "-q", "--far", "0.001"))
         assert c.identify(variant, far=0.001).decision == w["decision"]
+        # the view pass, as --view-candidates: the first rows, then the views of the best 1
+        w = json.loads(run(cli, "identify", views, variant, "--format", "json", "-q", "--view-candidates", "1"))
+        g = c.identify(variant, view_candidates=1)
+        assert g.decision == w["decision"]
+        assert [(h.key, h.matches, h.inliers) for h in g.candidates] == \
+            [(h["key"], h["matches"], h["inliers"]) for h in w["hits"]]
+        with pytest.raises(patina.InvalidError, match="view_candidates"):
+            c.identify(variant, view_candidates=-1)
+        with pytest.raises(patina.InvalidError, match="view_candidates"):
+            c.identify(variant, view_candidates=1.5)
     with patina.Collection(rootsift_coll, readonly=True) as c:
         rc, _, err = run_full(cli, "identify", rootsift_coll, variant, "--far", "0.01", "--threshold", "5")
         assert rc == 2 and b"--far and --threshold both set" in err

@@ -82,6 +82,11 @@ static const cli_opt_t opts[] = {
      .def = PATINA_STRINGIFY(PATINA_SIBLING_INLIERS_DEFAULT),
      .help = "--distinct: two references are siblings when one's image verifies against the other's "
              "rows with at least S inliers"},
+    {.name = "view-candidates", .type = CLI_INT, .arg = "N", .min = 0, .max = PATINA_K_MAX, .def = "0",
+     .help = "references with views (index --views): match the items' registered images first, "
+             "then the views of the best N items by those (a third of the matching with --views 2; "
+             "an item whose image ranks below N is not rescued by its views); 0: every view of every "
+             "item"},
     {.name = "table", .type = CLI_TEXT, .arg = "SPEC",
      .help = "the rootsift table, when the collection has several ('patina info' lists them)"},
     {.name = "format", .type = CLI_CHOICE, .choices = "table|csv|json", .def = "table",
@@ -256,6 +261,7 @@ static int run_identify(const cli_args_t *a)
     io.distinct = cli_get(a, "distinct")->num;
     io.sibling_inliers = cli_get(a, "sibling-inliers")->num;
     io.accept = (patina_identify_accept)cli_get(a, "accept")->i;
+    io.view_candidates = (size_t)cli_get(a, "view-candidates")->i;
     if (cli_get(a, "far")->given) {
         if (cli_get(a, "threshold")->given) {
             cli_error("identify", "--far and --threshold both set the acceptance threshold: give one");

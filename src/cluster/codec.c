@@ -400,6 +400,7 @@ patina_status clu_request_encode(clu_buf_t *b, const clu_request_t *q)
             clu_put_f64(b, o->guided_ratio);
             clu_put_f64(b, o->ambiguity);
             clu_put_u8(b, (uint8_t)o->accept);
+            clu_put_u64(b, o->view_candidates);
         }
         put_parts(b, q->parts, q->nparts);
         clu_put_u32(b, (uint32_t)q->nq);
@@ -458,6 +459,7 @@ patina_status clu_request_decode(clu_request_t *q, const void *data, size_t n)
             o->guided_ratio = clu_get_f64(&r, "guided_ratio");
             o->ambiguity = clu_get_f64(&r, "ambiguity");
             o->accept = (patina_identify_accept)clu_get_u8(&r, "accept");
+            o->view_candidates = (size_t)clu_get_u64(&r, "view_candidates");
             /* the values themselves are checked by the library (the options table) */
         }
         q->parts = get_parts(&r, &q->nparts);

@@ -137,6 +137,10 @@ static const entry_t identify_opts[] = {
               "(-log10 of the expected number of false alarms given its correspondences, the model and the "
               "reference's area), or their count"),
      FLD_ENUM, I_OFF(accept), 0, 0},
+    {OPT_INT("view_candidates", 0, PATINA_K_MAX, "0",
+             "references with views: match the items' first rows, then every row of the best N items by "
+             "those (0: every row of every item)"),
+     FLD_SIZE, I_OFF(view_candidates), 0, 0},
 };
 
 #define X_OFF(f) offsetof(patina_index_opts_t, f)

@@ -320,19 +320,39 @@ patina_status patina_gpu__sqfd_scan_ms(patina_gpu_t *g, const pgpu_sqfd_index_t 
 
 /* ---- identification (src/gpu/identify.cu; docs/identify.md "GPU") ----
  * A reference set as the GPU side sees it, filled by src/identify (the GPU
- * side reads no record header): slot i's descriptor rows, count[i] of
- * them, u8 at scale 512, at rows[i]; count 0 is an empty or
- * removed slot. serial names the set (never reused in a process), epoch
- * its slot layout (a change renumbers slots: the mirror is rebuilt), and
- * stamp[i] the set's clock when slot i last changed (clock: the newest). */
+ * side reads no record header): slot i's descriptor rows, count of them,
+ * u8 at scale 512; count 0 is an empty or removed slot. serial names the
+ * set (never reused in a process), epoch its slot layout (a change
+ * renumbers slots: the mirror is rebuilt), and stamp the set's clock when
+ * the slot last changed (clock: the newest). Slot i's rows are at rows[i],
+ * or, with rows NULL, at base + i stride; its count and stamp at count[i
+ * step], stamp[i step] (step 0 is 1): a set's items' first rows are a
+ * view of every `per`-th slot without a copy. */
 typedef struct pgpu_idf_refs {
     uint64_t serial, epoch, clock;
     size_t nslots;            /* slots, in increasing id order */
     size_t m;                 /* rows per record (the spec's m) */
-    const uint8_t *const *rows; /* (nslots) each slot's (count, 128) rows (borrowed for the call) */
-    const uint16_t *count;    /* (nslots) */
-    const uint64_t *stamp;    /* (nslots) */
+    const uint8_t *const *rows; /* (nslots) each slot's (count, 128) rows (borrowed for the call), or NULL */
+    const uint8_t *base;      /* rows NULL: slot 0's rows, slot i's stride bytes further */
+    size_t stride;
+    const uint16_t *count;    /* (nslots x step) */
+    const uint64_t *stamp;    /* (nslots x step) */
+    size_t step;
 } pgpu_idf_refs_t;
+
+/* Slot i's rows, count and stamp in refs. */
+static inline const uint8_t *pgpu_idf_row(const pgpu_idf_refs_t *r, size_t i)
+{
+    return r->rows ? r->rows[i] : r->base + i * r->stride;
+}
+static inline uint16_t pgpu_idf_count(const pgpu_idf_refs_t *r, size_t i)
+{
+    return r->count[i * (r->step ? r->step : 1)];
+}
+static inline uint64_t pgpu_idf_stamp(const pgpu_idf_refs_t *r, size_t i)
+{
+    return r->stamp[i * (r->step ? r->step : 1)];
+}
 
 #define PGPU_IDF_INT8 0 /* integer tensor cores on the u8 rows (default) */
 #define PGPU_IDF_FP16 1 /* half-precision tensor cores on the same values as binary16 */

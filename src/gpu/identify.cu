@@ -295,8 +295,8 @@ static patina_status upload_slots(patina_gpu_t *g, idf_mirror_t *st, const pgpu_
         for (size_t i = 0; i < take; i++) {
             const size_t slot = s0 + i;
             unsigned char *dst = dv->h_up + i * rowb8;
-            const size_t cnt = refs->count[slot];
-            memcpy(dst, refs->rows[slot], cnt * IDF_D);
+            const size_t cnt = pgpu_idf_count(refs, slot);
+            memcpy(dst, pgpu_idf_row(refs, slot), cnt * IDF_D);
             memset(dst + cnt * IDF_D, 0, rowb8 - cnt * IDF_D);
         }
         /* destination: arena slots first, host tier after */
@@ -405,7 +405,7 @@ static patina_status build(patina_gpu_t *g, idf_dev_t *dv, const pgpu_idf_refs_t
     st->dev_cap = devc;
     if ((s = upload_slots(g, st, refs, 0, refs->nslots)) != PATINA_OK) goto fail;
     (void)tcache_host_append(&st->host, refs->nslots > devc ? refs->nslots - devc : 0, NULL); /* fits: hostc */
-    memcpy(st->h_count, refs->count, refs->nslots * sizeof(uint16_t));
+    for (size_t i = 0; i < refs->nslots; i++) st->h_count[i] = pgpu_idf_count(refs, i);
     PGPU_CU_GOTO(cudaMemcpy(st->d_count, st->h_count, st->cnt_cap * sizeof(uint16_t), cudaMemcpyHostToDevice), s,
                  fail);
     st->nslots = refs->nslots;
@@ -441,18 +441,18 @@ static patina_status mirror_of(patina_gpu_t *g, idf_dev_t *dv, const pgpu_idf_re
         /* changed slots: uploaded in runs of consecutive slots */
         for (i = 0; i < refs->nslots;) {
             patina_status s;
-            if (i < st->nslots && refs->stamp[i] <= st->clock) {
+            if (i < st->nslots && pgpu_idf_stamp(refs, i) <= st->clock) {
                 i++;
                 continue;
             }
             lo = i;
             hi = i + 1;
-            while (hi < refs->nslots && (hi >= st->nslots || refs->stamp[hi] > st->clock) &&
+            while (hi < refs->nslots && (hi >= st->nslots || pgpu_idf_stamp(refs, hi) > st->clock) &&
                    hi - lo < st->chunk_slots)
                 hi++;
             s = upload_slots(g, st, refs, lo, hi - lo);
             if (s == PATINA_OK) {
-                memcpy(st->h_count + lo, refs->count + lo, (hi - lo) * sizeof(uint16_t));
+                for (size_t j = lo; j < hi; j++) st->h_count[j] = pgpu_idf_count(refs, j);
                 if (cudaMemcpy(st->d_count + lo, st->h_count + lo, (hi - lo) * sizeof(uint16_t),
                                cudaMemcpyHostToDevice) != cudaSuccess)
                     s = pgpu_fail((int)cudaGetLastError(), "gpu identify: counts", __FILE__, __LINE__);

@@ -640,6 +640,17 @@ static const far_row_t sig_tables[RS_VIEWS_MAX + 1][FAR_ROWS] = {
     /* views = 2: the same on the `--views 2` collection of the same references */
     {{0.05, 0.7}, {0.02, 1.9}, {0.01, PATINA_SIGNIFICANCE_VIEWS2}, {0.005, 14}, {PATINA_FAR_MIN, 19}},
 };
+/* The same with the view pass (opts.view_candidates > 0): the ten verified
+ * items are other items (the best by first rows, then folded), and the
+ * impostors' best significance is higher. views = 2: `patina identify
+ * --view-candidates 64` (and 32: the same table) on the `--views 2`
+ * collection; views = 1 the stricter of that and its row above; views = 0
+ * has no pass (its row above). */
+static const far_row_t sig_pass_tables[RS_VIEWS_MAX + 1][FAR_ROWS] = {
+    {{0.05, 0.04}, {0.02, 1}, {0.01, PATINA_SIGNIFICANCE_DEFAULT}, {0.005, 8}, {PATINA_FAR_MIN, 9}},
+    {{0.05, 0.7}, {0.02, 2}, {0.01, 3}, {0.005, 14}, {PATINA_FAR_MIN, 19}},
+    {{0.05, 0.258}, {0.02, 2}, {0.01, 3}, {0.005, 14}, {PATINA_FAR_MIN, 19}},
+};
 /* opts.accept INLIERS: rank 1's inlier count (the peer's hygiene) */
 static const far_row_t far_tables[RS_VIEWS_MAX + 1][FAR_ROWS] = {
     /* views = 0: bench/identify's default run */
@@ -650,9 +661,14 @@ static const far_row_t far_tables[RS_VIEWS_MAX + 1][FAR_ROWS] = {
     {{0.05, 4}, {0.02, 16}, {0.01, 24}, {0.005, 46}, {PATINA_FAR_MIN, 65}},
 };
 
-static patina_status far_lookup(int views, patina_identify_accept accept, double far, double *threshold)
+/* The table of a views setting, acceptance rule and view pass (pass: the
+ * options' view_candidates > 0; the inlier tables have no run of it and
+ * serve both). */
+static patina_status far_lookup(int views, patina_identify_accept accept, int pass, double far, double *threshold)
 {
-    const far_row_t *t = accept == PATINA_ACCEPT_INLIERS ? far_tables[views] : sig_tables[views];
+    const far_row_t *t = accept == PATINA_ACCEPT_INLIERS ? far_tables[views]
+                         : pass                          ? sig_pass_tables[views]
+                                                         : sig_tables[views];
     size_t i;
     if (!threshold) return patina__fail(PATINA_E_INVALID, "identify: null threshold");
     if (!(far >= PATINA_FAR_MIN && far <= 1))
@@ -673,7 +689,7 @@ static patina_status far_lookup(int views, patina_identify_accept accept, double
 
 patina_status patina_identify_far_threshold(double far, double *threshold)
 {
-    return far_lookup(0, PATINA_ACCEPT_SIGNIFICANCE, far, threshold);
+    return far_lookup(0, PATINA_ACCEPT_SIGNIFICANCE, 0, far, threshold);
 }
 
 patina_status patina_identify_far_threshold_opts(const char *table, const patina_identify_opts_t *opts, double far,
@@ -688,7 +704,8 @@ patina_status patina_identify_far_threshold_opts(const char *table, const patina
         views = ((const rootsift_params_t *)(const void *)ex->params)->views;
         patina_extractor_free(ex);
     }
-    return far_lookup(views, opts ? opts->accept : PATINA_ACCEPT_SIGNIFICANCE, far, threshold);
+    return far_lookup(views, opts ? opts->accept : PATINA_ACCEPT_SIGNIFICANCE, opts && opts->view_candidates > 0, far,
+                      threshold);
 }
 
 patina_status patina_identify_far_threshold_table(const char *table, double far, double *threshold)
@@ -764,6 +781,8 @@ typedef struct job {
     size_t q0;          /* verifying: the first query of the tasks (task t: query q0 + t / nverify) */
     gnn_t gdots;        /* verifying: the 2-NN dots from the GPU (dots NULL: match on the CPU) */
     const size_t *gat;  /* (tasks) task t's first pair in gdots (its item's rows follow) */
+    int first_only;     /* matching: the items' first rows only (the view pass follows) */
+    size_t nview;       /* the view pass: candidates per query whose other rows are matched */
 } job_t;
 
 static void scratch_free(scratch_t *sc)
@@ -958,8 +977,9 @@ static void match_task(void *arg, size_t t, int worker)
      * into its best row: the most matches, ties the lower slot */
     for (i = b * jb->block; i < end; i += jb->rs->per) {
         size_t v, best = 0, bsco = 0;
+        const size_t rows = jb->first_only ? 1 : jb->rs->per;
         if (jb->rs->dead[i]) continue;
-        for (v = 0; v < jb->rs->per; v++) {
+        for (v = 0; v < rows; v++) {
             const size_t sco = match_pair(sc, qr, jb->rs->recs + (i + v) * jb->rs->stride, jb->o, NULL);
             if (sco > bsco) {
                 bsco = sco;
@@ -1108,6 +1128,40 @@ static void verify_task(void *arg, size_t t, int worker)
     cd->verified = 1;
 }
 
+/* The view pass's task t (query q0 + t / nview, candidate t % nview): the
+ * candidate's other rows matched (the 2-NN from the GPU when jb->gdots
+ * holds them) and the item folded into its best row, as the matching
+ * folds an item whose rows it matches at once (the most matches, ties the
+ * lower slot). */
+static void view_task(void *arg, size_t t, int worker)
+{
+    job_t *jb = arg;
+    const size_t q = jb->q0 + t / jb->nview, c = t % jb->nview;
+    const unsigned char *qr = jb->queries + q * jb->qbytes;
+    const patina_refset_t *rs;
+    scratch_t *sc;
+    cand_t *cd;
+    size_t v, first;
+    (void)worker;
+    if (c >= jb->ncands[q]) return;
+    if (!(sc = worker_scratch(jb->sn, jb->sm))) {
+        atomic_store(&jb->nomem, 1);
+        return;
+    }
+    cd = &jb->cands[q * jb->ncap + c];
+    rs = jb->sets[cd->set];
+    first = cd->ref / rs->per * rs->per;
+    prepare_query(sc, qr);
+    for (v = 1; v < rs->per; v++) {
+        const gnn_t gn = jb->gdots.dots ? gnn_row(&jb->gdots, jb->gat[t] + v - 1) : (gnn_t){NULL, 0, 0};
+        const size_t sco = match_pair(sc, qr, rs->recs + (first + v) * rs->stride, jb->o, jb->gdots.dots ? &gn : NULL);
+        if (sco > cd->matches) {
+            cd->matches = (uint32_t)sco;
+            cd->ref = (uint32_t)(first + v);
+        }
+    }
+}
+
 /* A candidate's score (patina_identify_hit_t.score): the significance of
  * its inliers or their count (o->accept) when verified, else matches. */
 static double cand_score(const cand_t *c, const patina_identify_opts_t *o)
@@ -1134,31 +1188,41 @@ static patina_status check_opts(const patina_identify_opts_t *o)
 /* Why the GPU cannot match these queries against rs (NULL: it can, as far
  * as the data goes): the GPU kernels take u8 rows at scale 512. */
 static const char *gpu_refusal(const patina_refset_t *rs, const unsigned char *queries, size_t qbytes, size_t nq,
-                               size_t ncap)
+                               size_t ncap, size_t rows)
 {
     size_t q;
     if (params_of(rs)->quant != RS_QUANT_U8) return "the table's records are f16 (the GPU matches u8 records)";
-    if (ncap * rs->per > 1024)
-        return "more than 1024 candidate rows per query (k or verify_top, times the rows per item)";
+    if (ncap * rows > 1024)
+        return "more than 1024 candidate rows per query (k, verify_top or view_candidates, times the rows per item "
+               "matched)";
     for (q = 0; q < nq; q++)
         if (!idf_exact_u8(queries + q * qbytes)) return "a query record is not u8 at scale 512";
     return NULL;
 }
 
-/* The GPU's view of rs (rows: (rs->n) caller storage, borrowed by the view). */
-static void refs_view(const patina_refset_t *rs, pgpu_idf_refs_t *view, const uint8_t **rows)
+/* The serial of a set's first-rows copy on a GPU (refs_view): the
+ * sets' own serials count from 1 and never reach this bit. */
+#define FIRST_ROWS_SERIAL (1ull << 63)
+
+/* The GPU's view of rs: every row (a slot each), or with first_only the
+ * items' first rows (slot j: item j's first row, rs's slot j per) under
+ * their own serial, so that the device keeps a copy of the registered
+ * images alone (opts.view_candidates). Borrowed from rs: valid while the
+ * call holds its lock. An item's rows are stamped together. */
+static void refs_view(const patina_refset_t *rs, int first_only, pgpu_idf_refs_t *view)
 {
-    size_t j;
+    const size_t per = first_only ? rs->per : 1;
     memset(view, 0, sizeof *view);
-    view->serial = rs->serial;
+    view->serial = first_only ? rs->serial | FIRST_ROWS_SERIAL : rs->serial;
     view->epoch = rs->epoch;
     view->clock = rs->clock;
-    view->nslots = rs->n;
+    view->nslots = rs->n / per;
     view->m = (size_t)params_of(rs)->m;
-    for (j = 0; j < rs->n; j++) rows[j] = rs->recs + j * rs->stride + RS_HEADER;
-    view->rows = rows;
+    view->base = rs->recs + RS_HEADER;
+    view->stride = per * rs->stride;
     view->count = rs->count;
     view->stamp = rs->stamp;
+    view->step = per;
 }
 
 /* The GPU's options for matching with o, ncap candidates per query. */
@@ -1177,17 +1241,19 @@ static void gpu_opts(const patina_identify_opts_t *o, size_t ncap, pgpu_idf_opts
  * ncands (nq). An item's first row listed is its best (the CPU's fold);
  * its others are dropped. The best ncap items' best rows are among the
  * best ncap x per rows (fewer than ncap other items rank above such a row,
- * each with at most per rows), so the folded lists are the CPU's. */
+ * each with at most per rows), so the folded lists are the CPU's. With
+ * first_only the keys (nq, ncap) are of the first-rows view: its slot j is
+ * rs's slot j per. */
 static void cands_of_keys(const patina_refset_t *rs, uint32_t set, const uint64_t *keys, size_t nq, size_t ncap,
-                          cand_t *cands, size_t *ncands)
+                          int first_only, cand_t *cands, size_t *ncands)
 {
-    const size_t gcap = ncap * rs->per;
+    const size_t gcap = first_only ? ncap : ncap * rs->per, mul = first_only ? rs->per : 1;
     size_t q, j, i, nc;
     for (q = 0; q < nq; q++) {
         cand_t *c = cands + q * ncap;
         for (j = 0, nc = 0; j < gcap && nc < ncap && keys[q * gcap + j]; j++) {
             const uint64_t k = keys[q * gcap + j];
-            const uint32_t slot = 0xffffffffu - (uint32_t)k;
+            const uint32_t slot = (uint32_t)((0xffffffffu - (uint32_t)k) * mul);
             for (i = 0; i < nc && c[i].id != rs->ids[slot]; i++) {}
             if (i < nc) continue; /* a worse row of an item listed */
             c[nc++] = (cand_t){rs->ids[slot], set, slot, (uint32_t)(k >> 32), 0, 0, 0};
@@ -1208,22 +1274,21 @@ static void query_counts(const unsigned char *queries, size_t qbytes, size_t nq,
 static patina_status match_gpu(patina_context_t *ctx, job_t *jb)
 {
     patina_refset_t *rs = (patina_refset_t *)jb->rs;
+    const size_t rows_per = jb->first_only ? 1 : rs->per; /* rows matched per item */
     pgpu_idf_refs_t view;
     pgpu_idf_opts_t go;
     patina_gpu_t *g = NULL;
     uint16_t *qc = malloc(jb->nq * sizeof *qc);
-    uint64_t *keys = malloc(jb->nq * jb->ncap * rs->per * sizeof *keys);
-    const uint8_t **rows = malloc((rs->n + 1) * sizeof *rows);
+    uint64_t *keys = malloc(jb->nq * jb->ncap * rows_per * sizeof *keys);
     patina_status s;
-    if (!qc || !keys || !rows) {
+    if (!qc || !keys) {
         free(qc);
         free(keys);
-        free(rows);
         return patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu queries", jb->nq);
     }
     query_counts(jb->queries, jb->qbytes, jb->nq, qc);
-    refs_view(rs, &view, rows);
-    gpu_opts(jb->o, jb->ncap * rs->per, &go); /* rows, folded into ncap items below */
+    refs_view(rs, jb->first_only, &view);
+    gpu_opts(jb->o, jb->ncap * rows_per, &go); /* rows, folded into ncap items below */
     s = patina__context_gpu_acquire(ctx, &g);
     if (s == PATINA_OK) {
         /* the device that mirrors the set, told once (patina__refset_gpu_forget) */
@@ -1232,10 +1297,9 @@ static patina_status match_gpu(patina_context_t *ctx, job_t *jb)
                                 (size_t)params_of(rs)->n, &go, keys, NULL);
         patina__context_gpu_release(ctx);
     }
-    if (s == PATINA_OK) cands_of_keys(rs, jb->set, keys, jb->nq, jb->ncap, jb->cands, jb->ncands);
+    if (s == PATINA_OK) cands_of_keys(rs, jb->set, keys, jb->nq, jb->ncap, jb->first_only, jb->cands, jb->ncands);
     free(qc);
     free(keys);
-    free(rows);
     return s;
 }
 
@@ -1244,16 +1308,13 @@ patina_status patina__refset_gpu_warm(patina_context_t *ctx, patina_refset_t *rs
     pgpu_idf_refs_t view;
     pgpu_idf_opts_t go;
     patina_gpu_t *g = NULL;
-    const uint8_t **rows;
     patina_status s;
     /* what idf_many_match does with these options: no GPU call for an empty set, the CPU for f16
-     * records, a context without a usable GPU or device cpu */
+     * records, a context without a usable GPU or device cpu; the first rows' copy with the view pass */
     if (!ctx || !rs || rs->alive == 0 || o->device == PATINA_DEVICE_CPU || params_of(rs)->quant != RS_QUANT_U8 ||
         !patina__context_gpu_usable(ctx))
         return PATINA_OK;
-    if (!(rows = malloc((rs->n + 1) * sizeof *rows)))
-        return patina__fail(PATINA_E_NOMEM, "identify: out of memory warming a set of %zu references", rs->n);
-    refs_view(rs, &view, rows);
+    refs_view(rs, rs->per > 1 && o->view_candidates > 0, &view);
     gpu_opts(o, 1, &go);
     s = patina__context_gpu_acquire(ctx, &g);
     if (s == PATINA_OK) {
@@ -1262,7 +1323,6 @@ patina_status patina__refset_gpu_warm(patina_context_t *ctx, patina_refset_t *rs
         s = patina_gpu_identify(g, &view, NULL, 0, NULL, 0, (size_t)params_of(rs)->n, &go, NULL, NULL);
         patina__context_gpu_release(ctx);
     }
-    free(rows);
     return s;
 }
 
@@ -1275,6 +1335,7 @@ void patina__refset_gpu_forget(patina_context_t *ctx, patina_refset_t *rs)
         return;
     }
     patina_gpu_identify_forget(g, rs->serial);
+    if (rs->per > 1) patina_gpu_identify_forget(g, rs->serial | FIRST_ROWS_SERIAL);
     patina__context_gpu_release(ctx);
     atomic_store(&rs->gpu_ctx, NULL);
 }
@@ -1293,7 +1354,9 @@ struct idf_many {
     size_t per;     /* rows per item (one spec: every set's) */
     size_t kk;      /* hits per query at most: min(k, alive) */
     size_t nverify; /* candidates verified per query: min(verify_top, alive), 0 without verify */
-    size_t ncap;    /* candidates kept per query and set: max(kk, nverify) */
+    size_t ncap;    /* candidates kept per query and set: max(kk, nverify, nview) */
+    size_t nview;   /* the view pass (opts.view_candidates with views): the union's best nview items by
+                     * their first rows have their other rows matched; 0: every row matched at once */
     cand_t *cands;  /* (nsets, nq, ncap): each set's best ncap */
     size_t *ncands; /* (nsets, nq) */
     atomic_int gpu; /* some set was matched on a GPU: verification's 2-NN go there too */
@@ -1364,7 +1427,8 @@ patina_status idf_many_begin(idf_many_t **out, patina_refset_t *const *sets, siz
         }
         /* the default threshold: the sets' own calibration (their spec's reference views) */
         if (s == PATINA_OK && m->o.threshold == PATINA_THRESHOLD_CALIBRATED)
-            s = far_lookup(params_of(sets[0])->views, m->o.accept, PATINA_FAR_DEFAULT, &m->o.threshold);
+            s = far_lookup(params_of(sets[0])->views, m->o.accept, m->o.view_candidates > 0, PATINA_FAR_DEFAULT,
+                           &m->o.threshold);
         if (s == PATINA_OK && nq && m->o.k > SIZE_MAX / nq / sizeof(patina_identify_hit_t))
             s = patina__fail(PATINA_E_LIMIT, "identify: k = %zu is too large for %zu queries", m->o.k, nq);
         for (i = 0; s == PATINA_OK && i < nsets; i++) {
@@ -1382,6 +1446,10 @@ patina_status idf_many_begin(idf_many_t **out, patina_refset_t *const *sets, siz
     m->kk = m->o.k < m->alive ? m->o.k : m->alive; /* k beyond the references is clamped */
     m->nverify = m->o.verify ? (m->o.verify_top < m->alive ? m->o.verify_top : m->alive) : 0;
     m->ncap = m->kk > m->nverify ? m->kk : m->nverify;
+    if (m->per > 1 && m->o.view_candidates > 0) {
+        m->nview = m->o.view_candidates < m->alive ? m->o.view_candidates : m->alive;
+        if (m->nview > m->ncap) m->ncap = m->nview;
+    }
     if (nq && m->ncap) {
         if (nq > SIZE_MAX / nsets / (m->ncap * sizeof *m->cands + sizeof *m->ncands)) {
             idf_many_free(m);
@@ -1408,7 +1476,7 @@ static patina_status matching_device(const idf_many_t *m, const patina_refset_t 
 {
     *use_gpu = 0;
     if (m->o.device != PATINA_DEVICE_CPU) {
-        const char *why = gpu_refusal(rs, m->queries, m->qbytes, m->nq, m->ncap);
+        const char *why = gpu_refusal(rs, m->queries, m->qbytes, m->nq, m->ncap, m->nview ? 1 : rs->per);
         if (m->o.device == PATINA_DEVICE_GPU) {
             if (!ctx) return patina__fail(PATINA_E_INVALID, "identify: device gpu needs a context");
             if (why) return patina__fail(PATINA_E_UNAVAILABLE, "identify: no GPU matching: %s", why);
@@ -1441,6 +1509,7 @@ static void job_of(idf_many_t *m, size_t set, job_t *jb)
     jb->ncap = m->ncap;
     jb->cands = m->cands + set * m->nq * m->ncap;
     jb->ncands = m->ncands + set * m->nq;
+    jb->first_only = m->nview > 0;
 }
 
 /* Several sets' matching tasks as one pool run: task t belongs to job j
@@ -1552,13 +1621,13 @@ patina_status idf_many_match(idf_many_t *m, size_t set, patina_context_t *ctx)
 patina_status idf_many_match_sets(idf_many_t *m, size_t set0, size_t nsets, patina_context_t *ctx)
 {
     pgpu_idf_refs_t *views = NULL;
-    const uint8_t **rows = NULL;
+    const size_t rows_per = m->nview ? 1 : m->per; /* rows matched per item */
     uint32_t *which = NULL; /* (nsets) the sets the GPU matches */
     uint32_t *oncpu = NULL; /* (nsets) the sets the workers match */
     size_t nc = 0;
     uint16_t *qc = NULL;
     uint64_t *keys = NULL;
-    size_t i, ng = 0, nrows = 0;
+    size_t i, ng = 0;
     patina_gpu_t *g = NULL;
     pgpu_idf_opts_t go;
     patina_status s = PATINA_OK;
@@ -1579,7 +1648,6 @@ patina_status idf_many_match_sets(idf_many_t *m, size_t set0, size_t nsets, pati
         if ((s = matching_device(m, m->sets[i], ctx, &use_gpu)) != PATINA_OK) break;
         if (use_gpu) {
             which[ng++] = (uint32_t)i;
-            nrows += m->sets[i]->n + 1;
         } else {
             oncpu[nc++] = (uint32_t)i;
         }
@@ -1596,20 +1664,16 @@ patina_status idf_many_match_sets(idf_many_t *m, size_t set0, size_t nsets, pati
         return s;
     }
     views = malloc(ng * sizeof *views);
-    rows = malloc(nrows * sizeof *rows);
     qc = malloc(m->nq * sizeof *qc);
-    if (views && rows && qc && m->nq * m->ncap * m->per <= SIZE_MAX / ng / sizeof *keys)
-        keys = malloc(ng * m->nq * m->ncap * m->per * sizeof *keys);
-    if (!views || !rows || !qc || !keys) {
+    if (views && qc && m->nq * m->ncap * rows_per <= SIZE_MAX / ng / sizeof *keys)
+        keys = malloc(ng * m->nq * m->ncap * rows_per * sizeof *keys);
+    if (!views || !qc || !keys) {
         s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu sets x %zu queries", ng, m->nq);
         goto out;
     }
     query_counts(m->queries, m->qbytes, m->nq, qc);
-    for (i = 0, nrows = 0; i < ng; i++) {
-        refs_view(m->sets[which[i]], &views[i], rows + nrows);
-        nrows += m->sets[which[i]]->n + 1;
-    }
-    gpu_opts(&m->o, m->ncap * m->per, &go); /* rows, folded into ncap items by cands_of_keys */
+    for (i = 0; i < ng; i++) refs_view(m->sets[which[i]], m->nview > 0, &views[i]);
+    gpu_opts(&m->o, m->ncap * rows_per, &go); /* rows, folded into ncap items by cands_of_keys */
     if ((s = patina__context_gpu_acquire(ctx, &g)) != PATINA_OK) goto out;
     for (i = 0; i < ng; i++) atomic_store(&m->sets[which[i]]->gpu_ctx, (void *)ctx); /* as match_gpu */
     s = patina_gpu_identify_many(g, views, ng, m->queries + RS_HEADER, m->qbytes, qc, m->nq,
@@ -1617,11 +1681,11 @@ patina_status idf_many_match_sets(idf_many_t *m, size_t set0, size_t nsets, pati
     patina__context_gpu_release(ctx);
     atomic_store(&m->gpu, 1);
     for (i = 0; s == PATINA_OK && i < ng; i++)
-        cands_of_keys(m->sets[which[i]], which[i], keys + i * m->nq * m->ncap * m->per, m->nq, m->ncap,
-                      m->cands + (size_t)which[i] * m->nq * m->ncap, m->ncands + (size_t)which[i] * m->nq);
+        cands_of_keys(m->sets[which[i]], which[i], keys + i * m->nq * m->ncap * rows_per, m->nq, m->ncap,
+                      m->nview > 0, m->cands + (size_t)which[i] * m->nq * m->ncap,
+                      m->ncands + (size_t)which[i] * m->nq);
 out:
     free(views);
-    free(rows);
     free(which);
     free(qc);
     free(keys);
@@ -1704,20 +1768,22 @@ patina_status patina_identify_siblings(patina_refset_t *rs, uint64_t a, uint64_t
     return s;
 }
 
-/* Queries verified per round (the GPU's 2-NN of their candidates: up to
- * VERIFY_QUERIES x verify_top x views pairs of (3 n + 2 m) int32 each). */
+/* Queries verified (or view-passed) per round (the GPU's 2-NN of their
+ * candidates: up to VERIFY_QUERIES x verify_top (view_candidates) x rows
+ * per item pairs of (3 n + 2 m) int32 each). */
 #define VERIFY_QUERIES 16
 
-/* The 2-NN dots of the verification tasks of queries [jb->q0, jb->q0 +
- * qn) (task t: query q0 + t / nverify, candidate t % nverify; one pair per
- * row of the candidate's item) on ctx's GPU, into *dots (grown here; the
- * caller frees it) with task t's first pair at (*at)[t]; sets jb->gdots
- * and gat. PATINA_E_UNAVAILABLE when a record is not u8 at scale 512
- * or the GPU cannot be had (the caller verifies on the CPU instead). */
-static patina_status gpu_verify_dots(const idf_many_t *m, job_t *jb, patina_context_t *ctx, size_t qn, int32_t **dots,
-                                     size_t **at)
+/* The 2-NN dots of the tasks of queries [jb->q0, jb->q0 + qn) (task t:
+ * query q0 + t / nv, candidate t % nv; one pair per row v0 .. per - 1 of
+ * the candidate's item: every row to verify it, v0 = 0; its views in the
+ * view pass, v0 = 1) on ctx's GPU, into *dots (grown here; the caller
+ * frees it) with task t's first pair at (*at)[t]; sets jb->gdots and gat.
+ * PATINA_E_UNAVAILABLE when a record is not u8 at scale 512 or the GPU
+ * cannot be had (the caller matches on the CPU instead). */
+static patina_status gpu_pair_dots(const idf_many_t *m, job_t *jb, patina_context_t *ctx, size_t qn, size_t nv,
+                                   size_t v0, int32_t **dots, size_t **at)
 {
-    const size_t nv = jb->nverify, per = m->per, N = (size_t)params_of(m->sets[0])->n,
+    const size_t per = m->per, N = (size_t)params_of(m->sets[0])->n,
                  M = (size_t)params_of(m->sets[0])->m, stride = 3 * N + 2 * M;
     const unsigned char *qs = m->queries + jb->q0 * m->qbytes;
     size_t np = 0, t, v, cap = qn * nv * per;
@@ -1750,7 +1816,7 @@ static patina_status gpu_verify_dots(const idf_many_t *m, job_t *jb, patina_cont
         cd = &jb->cands[q * jb->ncap + c];
         rs = m->sets[cd->set];
         first = cd->ref / rs->per * rs->per;
-        for (v = 0; v < rs->per; v++) {
+        for (v = v0; v < rs->per; v++) {
             const unsigned char *rec = rs->recs + (first + v) * rs->stride;
             if (!idf_exact_u8(rec)) {
                 s = patina__fail(PATINA_E_UNAVAILABLE, "identify: reference %llu is not u8 at scale 512",
@@ -1781,6 +1847,49 @@ out:
     free(rows);
     free(nr);
     free(qc);
+    return s;
+}
+
+/* Pairs of (query, row) whose 2-NN one round of the view pass asks of the
+ * GPU, at most (about 50 MB of dots at the default shapes). */
+#define VIEW_PAIRS 4096
+
+/* The view pass (m->nview): the best nview of each query's candidates jb
+ * holds (by their first rows) get their other rows matched, on the GPU's
+ * 2-NN when matching ran there (the CPU's integers: the same matches), and
+ * each query's list is ordered again by matches. */
+static patina_status view_pass(const idf_many_t *m, job_t *jb, patina_context_t *ctx)
+{
+    int use_gpu = ctx && atomic_load(&m->gpu);
+    int32_t *dots = NULL;
+    size_t *at = NULL, q0, q, chunk = VIEW_PAIRS / (m->nview * (m->per - 1));
+    patina_status s = PATINA_OK;
+    if (chunk < 1) chunk = 1;
+    if (chunk > VERIFY_QUERIES) chunk = VERIFY_QUERIES;
+    jb->nview = m->nview;
+    jb->sn = (size_t)params_of(m->sets[0])->n;
+    jb->sm = (size_t)params_of(m->sets[0])->m;
+    for (q0 = 0; s == PATINA_OK && q0 < m->nq; q0 += chunk) {
+        const size_t qn = m->nq - q0 < chunk ? m->nq - q0 : chunk;
+        jb->q0 = q0;
+        jb->gdots.dots = NULL;
+        if (use_gpu) {
+            s = gpu_pair_dots(m, jb, ctx, qn, m->nview, 1, &dots, &at);
+            if (s == PATINA_E_UNAVAILABLE || s == PATINA_E_LIMIT) { /* the workers give the same matches */
+                patina_clear_error();
+                s = PATINA_OK;
+                use_gpu = 0;
+            }
+        }
+        if (s == PATINA_OK) s = run_tasks(ctx, qn * m->nview, view_task, jb);
+        if (s == PATINA_OK && atomic_load(&jb->nomem))
+            s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for worker scratch");
+    }
+    free(dots);
+    free(at);
+    jb->gdots.dots = NULL;
+    jb->gat = NULL;
+    for (q = 0; s == PATINA_OK && q < m->nq; q++) qsort(jb->cands + q * m->ncap, jb->ncands[q], sizeof *jb->cands, cmp_matches);
     return s;
 }
 
@@ -1834,9 +1943,11 @@ patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_ident
             jb.ncands[q] = nc;
         }
     }
+    /* 2''. The view pass: the other rows of the best nview by first rows. */
+    if (m->nview && (s = view_pass(m, &jb, ctx)) != PATINA_OK) goto out;
     /* 3. RANSAC on the top nverify of each query, VERIFY_QUERIES queries
      * at a time. When the matching ran on a GPU, the 2-NN of each chunk's
-     * candidates come from there first (gpu_verify_dots): the integers the
+     * candidates come from there first (gpu_pair_dots): the integers the
      * CPU's matcher computes, so the same matches and inliers, without
      * matching each candidate again on the workers. */
     if (jb.nverify) {
@@ -1850,7 +1961,7 @@ patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_ident
             jb.q0 = q0;
             jb.gdots.dots = NULL;
             if (use_gpu) {
-                s = gpu_verify_dots(m, &jb, ctx, qn, &dots, &at);
+                s = gpu_pair_dots(m, &jb, ctx, qn, jb.nverify, 0, &dots, &at);
                 if (s == PATINA_E_UNAVAILABLE || s == PATINA_E_LIMIT) { /* the workers give the same matches */
                     patina_clear_error();
                     s = PATINA_OK;

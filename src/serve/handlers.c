@@ -1020,14 +1020,15 @@ static int identify_num(req_t *r, params_t *p, const char *name, double *field)
 }
 
 /* The identification parameters of a request -- k, verify, threshold or
- * far, accept, ratio, ambiguity, distinct, sibling_inliers -- and its query image,
+ * far, accept, ratio, ambiguity, distinct, sibling_inliers, view_candidates
+ * -- and its query image,
  * checked against the library's bounds (include/patina/options.h) and the
  * server's --max-k, into io (the library's defaults first): 0, or -1 after
  * answering. The embedded and the cluster front ends read identify
  * requests through it. */
 int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *far)
 {
-    uint64_t k, verify;
+    uint64_t k, verify, vc;
     double num;
     int given, far_given;
     char abuf[32];
@@ -1043,7 +1044,10 @@ int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *f
     if (accept) io->accept = !strcmp(accept, "inliers") ? PATINA_ACCEPT_INLIERS : PATINA_ACCEPT_SIGNIFICANCE;
     k = io->k;
     verify = (uint64_t)io->verify;
-    if (param_u64(p, "k", &k, NULL) || param_u64(p, "verify", &verify, NULL)) return -1;
+    vc = io->view_candidates;
+    if (param_u64(p, "k", &k, NULL) || param_u64(p, "verify", &verify, NULL) ||
+        param_u64(p, "view_candidates", &vc, NULL))
+        return -1;
     if (param_num(p, "threshold", &num, &given)) return -1;
     if (given && patina_options_check(PATINA_OPTIONS_IDENTIFY, "threshold", num) != PATINA_OK) {
         reply_problem(r, 400, "%s", patina_last_error());
@@ -1083,8 +1087,18 @@ int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *f
                       r->srv->cfg->max_k);
         return -1;
     }
+    if ((s = patina_options_check(PATINA_OPTIONS_IDENTIFY, "view_candidates", (double)vc)) != PATINA_OK) {
+        reply_problem(r, 400, "%s", patina_last_error());
+        return -1;
+    }
+    if (vc > r->srv->cfg->max_k) { /* the view pass matches that many items' views: the same bound as k */
+        reply_problem(r, 422, "view_candidates %llu exceeds this server's limit of %zu (--max-k)",
+                      (unsigned long long)vc, r->srv->cfg->max_k);
+        return -1;
+    }
     io->k = (size_t)k;
     io->verify = (int)verify;
+    io->view_candidates = (size_t)vc;
     return 0;
 }
 

@@ -152,8 +152,9 @@ static void request_round_trip_and_malformed(void **state)
     assert_int_equal(clu_request_decode(&d, b.p, b.n), PATINA_E_FORMAT);
     clu_buf_release(&b);
 
-    /* an identify request: every option the shard's call uses travels (guided matching and the
-     * ambiguity margin and the acceptance rule included: the cluster's answer is one process's) */
+    /* an identify request: every option the shard's call uses travels (guided matching, the
+     * ambiguity margin, the acceptance rule and the view pass included: the cluster's answer is one
+     * process's) */
     memset(&q, 0, sizeof q);
     q.kind = CLU_KIND_IDENTIFY;
     q.spec = "rootsift";
@@ -167,6 +168,7 @@ static void request_round_trip_and_malformed(void **state)
     q.iopts.guided = 1;
     q.iopts.guided_ratio = 0.85;
     q.iopts.ambiguity = 0.625;
+    q.iopts.view_candidates = 48;
     q.parts = parts;
     q.nparts = 3;
     q.nq = 2;
@@ -185,6 +187,7 @@ static void request_round_trip_and_malformed(void **state)
     assert_true(d.iopts.guided_ratio == 0.85);
     assert_true(d.iopts.ambiguity == 0.625);
     assert_int_equal(d.iopts.accept, PATINA_ACCEPT_INLIERS); /* the rule travels: the shards' scores follow it */
+    assert_int_equal(d.iopts.view_candidates, 48);
     assert_memory_equal(d.queries, qs, sizeof qs);
     clu_request_release(&d);
     each_prefix_refused(&b, DEC_REQUEST);

@@ -37,6 +37,7 @@
 #include "core/context.h"
 #include "features/rootsift.h"
 #include "gpu/gpu.h"
+#include "identify/identify.h"
 #include "patina/patina.h"
 #include "testutil.h"
 #include "idfutil.h"
@@ -222,12 +223,105 @@ static void test_views(void **state)
             o.verify = kv[k][1] > 0;
             snprintf(what, sizeof what, "views: m %zu items %zu k %zu verify_top %zu", m, ni, o.k, o.verify_top);
             compare(rs, q, nq, &o, what);
+            /* the view pass: first rows on the GPU (their own copy), then the views of the best N by
+             * the GPU's 2-NN; N below k and verify_top, between, and above the items */
+            const size_t vcs[] = {1, 4, 12, ni, ni + 5};
+            for (size_t v = 0; v < sizeof vcs / sizeof vcs[0]; v++) {
+                o.view_candidates = vcs[v];
+                snprintf(what, sizeof what, "views: m %zu items %zu k %zu verify_top %zu view_candidates %zu", m,
+                         ni, o.k, o.verify_top, vcs[v]);
+                compare(rs, q, nq, &o, what);
+            }
         }
+        /* the first rows' copy follows the set: an item replaced (its rows another item's), one removed,
+         * one added above the others, between view-pass queries */
+        patina_identify_opts_init(&o);
+        o.view_candidates = 3;
+        compare(rs, q, nq, &o, "views: view pass before changes");
+        {
+            const uint64_t *ids = patina_refset_ids(rs), first = ids[0], second = ids[3];
+            TU_OK(patina_refset_put(rs, first, items[ni - 1], 3 * b));
+            TU_OK(patina_refset_remove(rs, second));
+            TU_OK(patina_refset_put(rs, 1000000, items[0], 3 * b));
+        }
+        compare(rs, q, nq, &o, "views: view pass after changes");
+        o.view_candidates = 0;
+        compare(rs, q, nq, &o, "views: every row after changes");
         print_message("views: m %zu n %zu: %zu items x 3 rows x %zu queries equal\n", m, n, ni, nq);
         release_all(rs, c, dir, rows, 3 * ni, q, ex);
         for (size_t i = 0; i < ni; i++) free(items[i]);
         free(items);
     }
+}
+
+/* The view pass over several sets at once (idf_many_match_sets: one
+ * patina_gpu_identify_many pass over the sets' first-rows copies): items
+ * spread over three sets give on the GPU and on the CPU the hits of one
+ * set holding them all (the pass runs on the union's best N). */
+static void many_hits(patina_refset_t *const *sets, size_t ns, const unsigned char *q, size_t nq,
+                      const patina_identify_opts_t *o, patina_identify_hit_t *hits, patina_identify_result_t *res)
+{
+    idf_many_t *m = NULL;
+    TU_OK(idf_many_begin(&m, sets, ns, q, nq, o));
+    TU_OK(idf_many_match_sets(m, 0, ns, CTX));
+    TU_OK(idf_many_finish(m, CTX, hits, res, NULL));
+    idf_many_free(m);
+}
+
+static void test_views_sets(void **state)
+{
+    const size_t m = 64, n = 128, ni = 45, nq = 6;
+    const size_t b = rs_record_bytes(m, RS_QUANT_U8);
+    tu_rng_t r;
+    char spec[80];
+    unsigned char **rows, *q, *item = malloc(3 * b);
+    patina_refset_t *one = NULL, *sets[3] = {NULL, NULL, NULL};
+    patina_identify_opts_t o;
+    patina_identify_hit_t *h1 = calloc(nq * 5, sizeof *h1), *hm = calloc(nq * 5, sizeof *hm);
+    patina_identify_result_t r1[6], rm[6];
+    (void)state;
+    tu_rng_seed(&r, 31);
+    snprintf(spec, sizeof spec, "rootsift:m=%zu,n=%zu,views=2", m, n);
+    make_random(&r, m, n, 3 * ni, nq, &rows, &q);
+    TU_OK(patina_refset_new(&one, spec));
+    for (size_t s = 0; s < 3; s++) TU_OK(patina_refset_new(&sets[s], spec));
+    for (size_t i = 0; i < ni; i++) {
+        for (size_t v = 0; v < 3; v++) memcpy(item + v * b, rows[3 * i + v], b);
+        TU_OK(patina_refset_put(one, 1 + i, item, 3 * b));
+        TU_OK(patina_refset_put(sets[i % 3], 1 + i, item, 3 * b));
+    }
+    for (size_t vc = 0; vc <= 20; vc += 4) {
+        patina_identify_opts_init(&o);
+        o.view_candidates = vc;
+        o.threshold = 0;
+        o.device = PATINA_DEVICE_CPU;
+        TU_OK(patina_identify(CTX, one, q, nq, &o, h1, r1));
+        for (int dev = 0; dev < 2; dev++) {
+            o.device = dev ? PATINA_DEVICE_GPU : PATINA_DEVICE_CPU;
+            many_hits(sets, 3, q, nq, &o, hm, rm);
+            for (size_t i = 0; i < nq; i++) {
+                assert_int_equal(rm[i].nhits, r1[i].nhits);
+                assert_int_equal(rm[i].decision, r1[i].decision);
+                for (size_t j = 0; j < r1[i].nhits; j++) {
+                    const patina_identify_hit_t *a = &h1[i * o.k + j], *c = &hm[i * o.k + j];
+                    if (a->id != c->id || a->matches != c->matches || a->inliers != c->inliers)
+                        fail_msg("views over 3 sets, view_candidates %zu, %s: query %zu rank %zu: one set id %llu "
+                                 "matches %u inliers %u, three sets id %llu matches %u inliers %u",
+                                 vc, dev ? "gpu" : "cpu", i, j + 1, (unsigned long long)a->id, a->matches, a->inliers,
+                                 (unsigned long long)c->id, c->matches, c->inliers);
+                }
+            }
+        }
+    }
+    print_message("views over 3 sets: %zu items, view_candidates 0 .. 20: GPU == CPU == one set\n", ni);
+    for (size_t s = 0; s < 3; s++) patina_refset_free(sets[s]);
+    patina_refset_free(one);
+    for (size_t i = 0; i < 3 * ni; i++) free(rows[i]);
+    free(rows);
+    free(q);
+    free(item);
+    free(h1);
+    free(hm);
 }
 
 /* Sample photographs: references, and queries made from them. */
@@ -566,6 +660,7 @@ int main(void)
         cmocka_unit_test(test_cache),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_views),
+        cmocka_unit_test(test_views_sets),
         cmocka_unit_test(test_nn),
     };
     int rc;

@@ -677,6 +677,19 @@ def test_identify():
         rv = srv.json("POST", "/v1/collections/refsv.patina/identify?k=3&far=0.001&accept=inliers", q,
                       headers={"Content-Type": "image/x-portable-pixmap"})
         expect(rv["threshold"] == 65, rv)  # counted in inliers: that rule's table
+        # the view pass (view_candidates): over every item it is the answer of every row; bounded by --max-k
+        full = srv.json("POST", "/v1/collections/refsv.patina/identify?k=3", q,
+                        headers={"Content-Type": "image/x-portable-pixmap"})
+        rv = srv.json("POST", "/v1/collections/refsv.patina/identify?k=3&view_candidates=3", q,
+                      headers={"Content-Type": "image/x-portable-pixmap"})
+        expect([(h["key"], h["matches"], h["inliers"]) for h in rv["hits"]] ==
+               [(h["key"], h["matches"], h["inliers"]) for h in full["hits"]], (rv, full))
+        p = srv.json("POST", "/v1/collections/refsv.patina/identify?view_candidates=-1", q, status=400,
+                     headers={"Content-Type": "image/x-portable-pixmap"})
+        expect("view_candidates" in p["detail"], p)
+        p = srv.json("POST", "/v1/collections/refsv.patina/identify?view_candidates=5000", q, status=422,
+                     headers={"Content-Type": "image/x-portable-pixmap"})
+        expect("view_candidates" in p["detail"], p)
     finally:
         srv.stop_ok()
     # verified candidates carry their inlier pairs (at most 200), inside both images
