@@ -1106,23 +1106,34 @@ static size_t verify_item(scratch_t *sc, const unsigned char *qr, const patina_r
     return best;
 }
 
+/* The candidate of task t of a stage with `per` candidates per query
+ * (query q0 + t / per, candidate t % per), with the worker's scratch in *sc
+ * and, with prepare, the query prepared in it (matching from the GPU's
+ * 2-NN alone does not read it); NULL when the query has no such candidate
+ * or no scratch could be had (jb->nomem set). */
+static cand_t *stage_cand(job_t *jb, size_t t, size_t per, int prepare, scratch_t **sc)
+{
+    const size_t q = jb->q0 + t / per, c = t % per;
+    if (c >= jb->ncands[q]) return NULL;
+    if (!(*sc = worker_scratch(jb->sn, jb->sm))) {
+        atomic_store(&jb->nomem, 1);
+        return NULL;
+    }
+    if (prepare) prepare_query(*sc, jb->queries + q * jb->qbytes);
+    return &jb->cands[q * jb->ncap + c];
+}
+
 static void verify_task(void *arg, size_t t, int worker)
 {
     job_t *jb = arg;
-    size_t q = jb->q0 + t / jb->nverify, c = t % jb->nverify, row;
-    const unsigned char *qr = jb->queries + q * jb->qbytes;
-    scratch_t *sc;
-    cand_t *cd;
+    const unsigned char *qr = jb->queries + (jb->q0 + t / jb->nverify) * jb->qbytes;
+    scratch_t *sc = NULL;
+    cand_t *cd = stage_cand(jb, t, jb->nverify, 1, &sc);
+    size_t row;
     gnn_t gn;
     (void)worker;
-    if (c >= jb->ncands[q]) return;
-    if (!(sc = worker_scratch(jb->sn, jb->sm))) {
-        atomic_store(&jb->nomem, 1);
-        return;
-    }
-    cd = &jb->cands[q * jb->ncap + c];
+    if (!cd) return;
     if (jb->gdots.dots) gn = gnn_row(&jb->gdots, jb->gat[t]);
-    prepare_query(sc, qr);
     cd->inliers = (uint32_t)verify_item(sc, qr, jb->sets[cd->set], cd->ref, cd->id, jb->o,
                                         jb->gdots.dots ? &gn : NULL, &row, &cd->sig);
     cd->verified = 1;
@@ -1136,22 +1147,15 @@ static void verify_task(void *arg, size_t t, int worker)
 static void view_task(void *arg, size_t t, int worker)
 {
     job_t *jb = arg;
-    const size_t q = jb->q0 + t / jb->nview, c = t % jb->nview;
-    const unsigned char *qr = jb->queries + q * jb->qbytes;
+    const unsigned char *qr = jb->queries + (jb->q0 + t / jb->nview) * jb->qbytes;
+    scratch_t *sc = NULL;
+    cand_t *cd = stage_cand(jb, t, jb->nview, !jb->gdots.dots, &sc);
     const patina_refset_t *rs;
-    scratch_t *sc;
-    cand_t *cd;
     size_t v, first;
     (void)worker;
-    if (c >= jb->ncands[q]) return;
-    if (!(sc = worker_scratch(jb->sn, jb->sm))) {
-        atomic_store(&jb->nomem, 1);
-        return;
-    }
-    cd = &jb->cands[q * jb->ncap + c];
+    if (!cd) return;
     rs = jb->sets[cd->set];
     first = cd->ref / rs->per * rs->per;
-    prepare_query(sc, qr);
     for (v = 1; v < rs->per; v++) {
         const gnn_t gn = jb->gdots.dots ? gnn_row(&jb->gdots, jb->gat[t] + v - 1) : (gnn_t){NULL, 0, 0};
         const size_t sco = match_pair(sc, qr, rs->recs + (first + v) * rs->stride, jb->o, jb->gdots.dots ? &gn : NULL);
