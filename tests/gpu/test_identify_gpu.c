@@ -247,7 +247,8 @@ static void test_views(void **state)
         compare(rs, q, nq, &o, "views: view pass after changes");
         o.view_candidates = 0;
         compare(rs, q, nq, &o, "views: every row after changes");
-        print_message("views: m %zu n %zu: %zu items x 3 rows x %zu queries equal\n", m, n, ni, nq);
+        print_message("views: m %zu n %zu: %zu items x 3 rows x %zu queries equal (every row; view passes of 1, 4, 12, "
+                      "%zu, %zu items)\n", m, n, ni, nq, ni, ni + 5);
         release_all(rs, c, dir, rows, 3 * ni, q, ex);
         for (size_t i = 0; i < ni; i++) free(items[i]);
         free(items);
