@@ -641,13 +641,12 @@ static const far_row_t sig_tables[RS_VIEWS_MAX + 1][FAR_ROWS] = {
     /* views = 2: the same on the `--views 2` collection of the same references */
     {{0.05, 0.7}, {0.02, 1.9}, {0.01, PATINA_SIGNIFICANCE_VIEWS2}, {0.005, 14}, {PATINA_FAR_MIN, 19}},
 };
-/* The same with the view pass (opts.view_candidates > 0): the ten verified
- * items are other items (the best by first rows, then folded), and the
- * impostors' best significance differs. `patina identify --view-candidates
- * 64` on the `--views 1` and `--views 2` collections (32 gave views 2 the
- * same table); views = 0 has no pass (its row above). */
-static const far_row_t sig_pass_tables[RS_VIEWS_MAX + 1][FAR_ROWS] = {
-    {{0.05, 0.04}, {0.02, 1}, {0.01, PATINA_SIGNIFICANCE_DEFAULT}, {0.005, 8}, {PATINA_FAR_MIN, 9}},
+/* The same with the view pass (opts.view_candidates > 0), views = 1 and 2
+ * (views = 0 has no pass): the ten verified items are other items (the best
+ * by first rows, then folded), and the impostors' best significance
+ * differs. `patina identify --view-candidates 64` on the `--views 1` and
+ * `--views 2` collections (32 gave views 2 the same table). */
+static const far_row_t sig_pass_tables[RS_VIEWS_MAX][FAR_ROWS] = {
     {{0.05, 0.04}, {0.02, 1}, {0.01, 3}, {0.005, 8}, {PATINA_FAR_MIN, 9}},
     {{0.05, 0.258}, {0.02, 2}, {0.01, 3}, {0.005, 14}, {PATINA_FAR_MIN, 19}},
 };
@@ -662,12 +661,12 @@ static const far_row_t far_tables[RS_VIEWS_MAX + 1][FAR_ROWS] = {
 };
 
 /* The table of a views setting, acceptance rule and view pass (pass: the
- * options' view_candidates > 0; the inlier tables have no run of it and
- * serve both). */
+ * options' view_candidates > 0, which a set without views ignores; the
+ * inlier tables have no run of it and serve both). */
 static patina_status far_lookup(int views, patina_identify_accept accept, int pass, double far, double *threshold)
 {
     const far_row_t *t = accept == PATINA_ACCEPT_INLIERS ? far_tables[views]
-                         : pass                          ? sig_pass_tables[views]
+                         : pass && views > 0             ? sig_pass_tables[views - 1]
                                                          : sig_tables[views];
     size_t i;
     if (!threshold) return patina__fail(PATINA_E_INVALID, "identify: null threshold");
@@ -1204,6 +1203,13 @@ static const char *gpu_refusal(const patina_refset_t *rs, const unsigned char *q
     return NULL;
 }
 
+/* Whether a set of `per` rows per item is matched by its first rows, then
+ * the view pass (opts.view_candidates with reference views). */
+static int first_rows_first(size_t per, const patina_identify_opts_t *o)
+{
+    return per > 1 && o->view_candidates > 0;
+}
+
 /* The serial of a set's first-rows copy on a GPU (refs_view): the
  * sets' own serials count from 1 and never reach this bit. */
 #define FIRST_ROWS_SERIAL (1ull << 63)
@@ -1318,7 +1324,7 @@ patina_status patina__refset_gpu_warm(patina_context_t *ctx, patina_refset_t *rs
     if (!ctx || !rs || rs->alive == 0 || o->device == PATINA_DEVICE_CPU || params_of(rs)->quant != RS_QUANT_U8 ||
         !patina__context_gpu_usable(ctx))
         return PATINA_OK;
-    refs_view(rs, rs->per > 1 && o->view_candidates > 0, &view);
+    refs_view(rs, first_rows_first(rs->per, o), &view);
     gpu_opts(o, 1, &go);
     s = patina__context_gpu_acquire(ctx, &g);
     if (s == PATINA_OK) {
@@ -1450,7 +1456,7 @@ patina_status idf_many_begin(idf_many_t **out, patina_refset_t *const *sets, siz
     m->kk = m->o.k < m->alive ? m->o.k : m->alive; /* k beyond the references is clamped */
     m->nverify = m->o.verify ? (m->o.verify_top < m->alive ? m->o.verify_top : m->alive) : 0;
     m->ncap = m->kk > m->nverify ? m->kk : m->nverify;
-    if (m->per > 1 && m->o.view_candidates > 0) {
+    if (first_rows_first(m->per, &m->o)) {
         m->nview = m->o.view_candidates < m->alive ? m->o.view_candidates : m->alive;
         if (m->nview > m->ncap) m->ncap = m->nview;
     }
@@ -1854,23 +1860,19 @@ out:
     return s;
 }
 
-/* Pairs of (query, row) whose 2-NN one round of the view pass asks of the
- * GPU, at most (about 50 MB of dots at the default shapes). */
-#define VIEW_PAIRS 4096
-
-/* The view pass (m->nview): the best nview of each query's candidates jb
- * holds (by their first rows) get their other rows matched, on the GPU's
- * 2-NN when matching ran there (the CPU's integers: the same matches), and
- * each query's list is ordered again by matches. */
-static patina_status view_pass(const idf_many_t *m, job_t *jb, patina_context_t *ctx)
+/* Runs a per-candidate stage: `task` over nv candidates of every query,
+ * `chunk` queries a round. When the matching ran on a GPU, each round's
+ * 2-NN of the candidates' rows v0 .. per - 1 come from there first
+ * (gpu_pair_dots): the integers the CPU's matcher computes, so the same
+ * matches and inliers, without matching each candidate again on the
+ * workers (who do, when the GPU cannot). */
+static patina_status pair_rounds(const idf_many_t *m, job_t *jb, patina_context_t *ctx, size_t chunk, size_t nv,
+                                 size_t v0, patina_task_fn task)
 {
     int use_gpu = ctx && atomic_load(&m->gpu);
     int32_t *dots = NULL;
-    size_t *at = NULL, q0, q, chunk = VIEW_PAIRS / (m->nview * (m->per - 1));
+    size_t *at = NULL, q0;
     patina_status s = PATINA_OK;
-    if (chunk < 1) chunk = 1;
-    if (chunk > VERIFY_QUERIES) chunk = VERIFY_QUERIES;
-    jb->nview = m->nview;
     jb->sn = (size_t)params_of(m->sets[0])->n;
     jb->sm = (size_t)params_of(m->sets[0])->m;
     for (q0 = 0; s == PATINA_OK && q0 < m->nq; q0 += chunk) {
@@ -1878,14 +1880,14 @@ static patina_status view_pass(const idf_many_t *m, job_t *jb, patina_context_t 
         jb->q0 = q0;
         jb->gdots.dots = NULL;
         if (use_gpu) {
-            s = gpu_pair_dots(m, jb, ctx, qn, m->nview, 1, &dots, &at);
+            s = gpu_pair_dots(m, jb, ctx, qn, nv, v0, &dots, &at);
             if (s == PATINA_E_UNAVAILABLE || s == PATINA_E_LIMIT) { /* the workers give the same matches */
                 patina_clear_error();
                 s = PATINA_OK;
                 use_gpu = 0;
             }
         }
-        if (s == PATINA_OK) s = run_tasks(ctx, qn * m->nview, view_task, jb);
+        if (s == PATINA_OK) s = run_tasks(ctx, qn * nv, task, jb);
         if (s == PATINA_OK && atomic_load(&jb->nomem))
             s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for worker scratch");
     }
@@ -1893,6 +1895,24 @@ static patina_status view_pass(const idf_many_t *m, job_t *jb, patina_context_t 
     free(at);
     jb->gdots.dots = NULL;
     jb->gat = NULL;
+    return s;
+}
+
+/* Pairs of (query, row) whose 2-NN one round of the view pass asks of the
+ * GPU, at most (about 50 MB of dots at the default shapes). */
+#define VIEW_PAIRS 4096
+
+/* The view pass (m->nview): the best nview of each query's candidates jb
+ * holds (by their first rows) get their other rows matched, and each
+ * query's list is ordered again by matches. */
+static patina_status view_pass(const idf_many_t *m, job_t *jb, patina_context_t *ctx)
+{
+    size_t q, chunk = VIEW_PAIRS / (m->nview * (m->per - 1));
+    patina_status s;
+    if (chunk < 1) chunk = 1;
+    if (chunk > VERIFY_QUERIES) chunk = VERIFY_QUERIES;
+    jb->nview = m->nview;
+    s = pair_rounds(m, jb, ctx, chunk, m->nview, 1, view_task);
     for (q = 0; s == PATINA_OK && q < m->nq; q++) qsort(jb->cands + q * m->ncap, jb->ncands[q], sizeof *jb->cands, cmp_matches);
     return s;
 }
@@ -1950,36 +1970,9 @@ patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_ident
     /* 2''. The view pass: the other rows of the best nview by first rows. */
     if (m->nview && (s = view_pass(m, &jb, ctx)) != PATINA_OK) goto out;
     /* 3. RANSAC on the top nverify of each query, VERIFY_QUERIES queries
-     * at a time. When the matching ran on a GPU, the 2-NN of each chunk's
-     * candidates come from there first (gpu_pair_dots): the integers the
-     * CPU's matcher computes, so the same matches and inliers, without
-     * matching each candidate again on the workers. */
-    if (jb.nverify) {
-        int use_gpu = ctx && atomic_load(&m->gpu);
-        int32_t *dots = NULL;
-        size_t *at = NULL, q0;
-        jb.sn = (size_t)params_of(m->sets[0])->n;
-        jb.sm = (size_t)params_of(m->sets[0])->m;
-        for (q0 = 0; s == PATINA_OK && q0 < m->nq; q0 += VERIFY_QUERIES) {
-            const size_t qn = m->nq - q0 < VERIFY_QUERIES ? m->nq - q0 : VERIFY_QUERIES;
-            jb.q0 = q0;
-            jb.gdots.dots = NULL;
-            if (use_gpu) {
-                s = gpu_pair_dots(m, &jb, ctx, qn, jb.nverify, 0, &dots, &at);
-                if (s == PATINA_E_UNAVAILABLE || s == PATINA_E_LIMIT) { /* the workers give the same matches */
-                    patina_clear_error();
-                    s = PATINA_OK;
-                    use_gpu = 0;
-                }
-            }
-            if (s == PATINA_OK) s = run_tasks(ctx, qn * jb.nverify, verify_task, &jb);
-            if (s == PATINA_OK && atomic_load(&jb.nomem))
-                s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for worker scratch");
-        }
-        free(dots);
-        free(at);
-        if (s != PATINA_OK) goto out;
-    }
+     * at a time (the 2-NN from the GPU when matching ran there). */
+    if (jb.nverify && (s = pair_rounds(m, &jb, ctx, VERIFY_QUERIES, jb.nverify, 0, verify_task)) != PATINA_OK)
+        goto out;
     /* 4. Re-rank, write hits, decide. */
     for (q = 0; q < m->nq; q++) {
         cand_t *c = jb.cands + q * m->ncap;
