@@ -392,8 +392,8 @@ static int run_identify(const cli_args_t *a)
             icov = (cli_cov_t){cov.partitions, cov.partitions_total, (unsigned long long)cov.references,
                                cov.partial};
             if (cov.partial) {
-                cli_error("identify", "partial answer: %u of %u partitions, %llu references", cov.partitions,
-                          cov.partitions_total, (unsigned long long)cov.references);
+                cli_error("identify", "partial answer: %u of %u partitions, %llu references (%s)", cov.partitions,
+                          cov.partitions_total, (unsigned long long)cov.references, cov.failure);
                 rc = EXIT_PARTIAL;
             }
         } else

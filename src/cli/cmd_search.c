@@ -421,7 +421,11 @@ static int run_search(const cli_args_t *a)
                 scov.partitions_total = cov.partitions_total;
                 scov.references = (unsigned long long)cov.references;
                 scov.partial = cov.partial;
-                if (cov.partial) rc = EXIT_PARTIAL;
+                if (cov.partial) {
+                    cli_error("search", "partial answer: %u of %u partitions, %llu references (%s)", cov.partitions,
+                              cov.partitions_total, scov.references, cov.failure);
+                    rc = EXIT_PARTIAL;
+                }
                 if (cli_get(a, "stats")->i)
                     fprintf(stderr, "search: fan-out %.3f ms (slowest shard request %.3f ms, %.3f of them in the "
                             "shard), %u of %u partitions, %llu references\n", cov.fanout_ms, cov.wait_ms,

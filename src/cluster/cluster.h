@@ -488,6 +488,7 @@ typedef struct clu_coverage {
     double shard_ms;      /* that request's time inside its shard (clu_reply_t.shard_ms): wait_ms - shard_ms
                            * is the transport (NATS, both ends' decoding); fanout_ms - wait_ms the front end's
                            * own planning, encoding and merging */
+    char failure[512];    /* partial: why (the last shard failure, or the partitions no shard holds ready) */
 } clu_coverage_t;
 
 /* Batches: a request holds as many queries as fit the connection's max

@@ -16,7 +16,11 @@
  *   - a reply is accepted only when none of the partitions it lists was
  *     answered already (a reply is one merged answer over its partitions,
  *     and the merge needs disjoint parts); the partitions a reply does not
- *     list (its shard is not ready for them) are asked elsewhere.
+ *     list (its shard is not ready for them) are asked elsewhere;
+ *   - when nothing is outstanding and partitions are left unanswered, the
+ *     members are read again (the snapshot may predate a hand-over) and
+ *     those some member now lists ready are asked again (rescue; at most
+ *     RESCUE_ROUNDS times, within the deadline).
  * The scatter ends when every partition is answered or no call is
  * outstanding and no copy is left to ask; the accepted replies are merged
  * with the library's exact merges.
@@ -30,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cluster/conn.h"
 
@@ -37,6 +42,8 @@
 #define MEMBERS_STALE_S 2.0  /* a cache older than this (the refresher failing) is read in the query */
 #define LOAD_MAX 256
 #define LOAD_SLACK 1 /* outstanding calls of difference that still count as a tie (launch) */
+#define RESCUE_ROUNDS 3   /* a scatter reads the members again at most this often (rescue) */
+#define RESCUE_WAIT_S 0.05 /* and waits this long times the round before the second and third */
 
 typedef struct event {
     size_t call;
@@ -595,6 +602,91 @@ static void on_event(scatter_state_t *st, size_t ci, natsMsg *msg)
     reask(st, c); /* what it did not answer */
 }
 
+/* The members read afresh, merged into st->m by name so that the calls'
+ * member indices stay valid: a member still listed takes its new entry, a
+ * new one is appended, one no longer listed keeps no ready partition; the
+ * assignment is the fresh one. */
+static patina_status remember(scatter_state_t *st)
+{
+    const uint32_t P = st->f->cfg.partitions;
+    clu_member_t *fm = NULL;
+    size_t fn = 0, fr = 0, *fplan = NULL, *map = NULL, i, j, k;
+    uint8_t *seen = NULL;
+    patina_status s = members(st->f, &fm, &fn, 1, &fplan, &fr);
+    if (s != PATINA_OK) return s;
+    map = malloc((fn + 1) * sizeof *map);
+    seen = calloc(st->nm + fn + 1, 1);
+    if (!map || !seen) {
+        s = clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
+        goto out;
+    }
+    for (j = 0; j < fn; j++) {
+        for (i = 0; i < st->nm && strcmp(st->m[i].name, fm[j].name); i++) {}
+        if (i == st->nm) { /* a member the snapshot did not have */
+            clu_member_t *m = realloc(st->m, (st->nm + 1) * sizeof *m);
+            uint8_t *tried = m ? realloc(st->tried, (st->nm + 1) * P + 1) : NULL;
+            if (m) st->m = m;
+            if (!tried) {
+                s = clu_fail(PATINA_E_NOMEM, "cluster: out of memory");
+                goto out;
+            }
+            st->tried = tried;
+            memset(st->tried + st->nm * P, 0, P);
+            st->m[st->nm] = fm[j];
+            fm[j].ready = fm[j].hosted = NULL;
+            fm[j].lag = NULL;
+            st->nm++;
+        } else { /* the fresh entry; its arrays swapped in, the old ones freed with fm */
+            clu_member_t old = st->m[i];
+            st->m[i] = fm[j];
+            fm[j] = old;
+        }
+        map[j] = i;
+        seen[i] = 1;
+    }
+    for (i = 0; i < st->nm; i++)
+        if (!seen[i]) memset(st->m[i].ready, 0, P); /* gone */
+    free(st->plan);
+    st->plan = fplan;
+    st->plan_r = fr;
+    for (k = 0; fplan && k < (size_t)P * fr; k++)
+        if (fplan[k] != SIZE_MAX) fplan[k] = map[fplan[k]];
+    fplan = NULL;
+out:
+    free(fplan);
+    free(map);
+    free(seen);
+    clu_members_free(fm, fn);
+    return s;
+}
+
+/* No call outstanding and partitions unanswered: the snapshot of the
+ * members may predate a hand-over (the copy asked has left, or answered
+ * that it no longer holds a partition, while another has turned ready).
+ * The members are read again and each unanswered partition that some
+ * member now lists ready is asked again -- of a copy asked before too,
+ * which may have been loading it. Returns the calls sent: 0 when no member
+ * lists any of them ready (the answer is partial) or the read failed. */
+static size_t rescue(scatter_state_t *st)
+{
+    const uint32_t P = st->f->cfg.partitions;
+    uint32_t want[CLU_PARTITIONS_MAX], p;
+    size_t i, n = 0;
+    if (remember(st) != PATINA_OK) {
+        snprintf(st->g->error, sizeof st->g->error, "%s", clu_last_error());
+        return 0;
+    }
+    for (p = 0; p < P; p++) {
+        int listed = 0;
+        if (st->g->answered[p] || st->inflight[p]) continue;
+        for (i = 0; i < st->nm && !listed; i++) listed = st->m[i].ready[p];
+        if (!listed) continue;
+        for (i = 0; i < st->nm; i++) st->tried[i * P + p] = 0;
+        want[n++] = p;
+    }
+    return n ? launch(st, want, n) : 0;
+}
+
 /* Scatters request q over the ready copies (see the top of the file). */
 static patina_status scatter(clu_front_t *f, clu_request_t *q, gather_t *g, double *ms)
 {
@@ -605,6 +697,7 @@ static patina_status scatter(clu_front_t *f, clu_request_t *q, gather_t *g, doub
     patina_status s = PATINA_OK;
     size_t i;
     uint32_t p;
+    int rescues = 0;
     memset(g, 0, sizeof *g);
     memset(&st, 0, sizeof st);
     st.f = f;
@@ -640,50 +733,58 @@ static patina_status scatter(clu_front_t *f, clu_request_t *q, gather_t *g, doub
             free(all);
         }
     }
-    while (g->nanswered < P && st.outstanding && !g->limit) {
-        double wake = 1e300, now;
-        event_t *ev = NULL;
-        for (i = 0; i < g->n; i++) {
-            const call_t *c = &g->calls[i];
-            if (c->state != CALL_OUT) continue;
-            if (!c->hedged && c->sent + hedge < wake) wake = c->sent + hedge;
-            if (c->sent + deadline < wake) wake = c->sent + deadline;
-        }
-        pthread_mutex_lock(&f->mu);
-        if (!st.sc.head && wake > now_s()) {
-            struct timespec ts;
-            ts.tv_sec = (time_t)wake;
-            ts.tv_nsec = (long)((wake - (double)ts.tv_sec) * 1e9);
-            if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
-            pthread_cond_timedwait(&st.sc.cv, &f->mu, &ts);
-        }
-        ev = st.sc.head;
-        st.sc.head = st.sc.tail = NULL;
-        pthread_mutex_unlock(&f->mu);
-        while (ev) {
-            event_t *next = ev->next;
-            on_event(&st, ev->call, ev->msg);
-            natsMsg_Destroy(ev->msg);
-            free(ev);
-            ev = next;
-        }
-        now = now_s();
-        for (i = 0; i < g->n && g->nanswered < P; i++) {
-            call_t *c = &g->calls[i];
-            if (c->state != CALL_OUT) continue;
-            if (now >= c->sent + deadline) {
-                call_failed(&st, c, "no answer within the deadline");
-                reask(&st, c);
-            } else if (!c->hedged && now >= c->sent + hedge) {
-                /* hedged: its partitions not answered go to their next copy while it stays outstanding */
-                uint32_t want[CLU_PARTITIONS_MAX];
-                size_t j, n = 0;
-                c->hedged = 1;
-                for (j = 0; j < c->nparts; j++)
-                    if (!g->answered[c->parts[j]]) want[n++] = c->parts[j];
-                if (n && launch(&st, want, n)) atomic_fetch_add(&f->n_hedges, 1);
+    for (;;) {
+        while (g->nanswered < P && st.outstanding && !g->limit) {
+            double wake = 1e300, now;
+            event_t *ev = NULL;
+            for (i = 0; i < g->n; i++) {
+                const call_t *c = &g->calls[i];
+                if (c->state != CALL_OUT) continue;
+                if (!c->hedged && c->sent + hedge < wake) wake = c->sent + hedge;
+                if (c->sent + deadline < wake) wake = c->sent + deadline;
+            }
+            pthread_mutex_lock(&f->mu);
+            if (!st.sc.head && wake > now_s()) {
+                struct timespec ts;
+                ts.tv_sec = (time_t)wake;
+                ts.tv_nsec = (long)((wake - (double)ts.tv_sec) * 1e9);
+                if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
+                pthread_cond_timedwait(&st.sc.cv, &f->mu, &ts);
+            }
+            ev = st.sc.head;
+            st.sc.head = st.sc.tail = NULL;
+            pthread_mutex_unlock(&f->mu);
+            while (ev) {
+                event_t *next = ev->next;
+                on_event(&st, ev->call, ev->msg);
+                natsMsg_Destroy(ev->msg);
+                free(ev);
+                ev = next;
+            }
+            now = now_s();
+            for (i = 0; i < g->n && g->nanswered < P; i++) {
+                call_t *c = &g->calls[i];
+                if (c->state != CALL_OUT) continue;
+                if (now >= c->sent + deadline) {
+                    call_failed(&st, c, "no answer within the deadline");
+                    reask(&st, c);
+                } else if (!c->hedged && now >= c->sent + hedge) {
+                    /* hedged: its partitions not answered go to their next copy while it stays outstanding */
+                    uint32_t want[CLU_PARTITIONS_MAX];
+                    size_t j, n = 0;
+                    c->hedged = 1;
+                    for (j = 0; j < c->nparts; j++)
+                        if (!g->answered[c->parts[j]]) want[n++] = c->parts[j];
+                    if (n && launch(&st, want, n)) atomic_fetch_add(&f->n_hedges, 1);
+                }
             }
         }
+        /* nothing outstanding: partitions left only when every copy asked failed or no longer holds them */
+        if (g->nanswered == P || g->limit || rescues == RESCUE_ROUNDS || now_s() - t0 >= deadline) break;
+        if (rescues) usleep((useconds_t)(RESCUE_WAIT_S * rescues * 1e6));
+        rescues++;
+        if (!rescue(&st)) break;
+        atomic_fetch_add(&f->n_retries, 1);
     }
 out:
     pthread_mutex_lock(&f->mu);
@@ -753,7 +854,21 @@ static void range_cov_set(range_cov_t *c, const clu_front_t *f, const gather_t *
             c->shard_ms = k->reply.shard_ms;
         }
     }
-    snprintf(c->failure, sizeof c->failure, "%s", g->error);
+    if (g->error[0] || !c->partial) {
+        snprintf(c->failure, sizeof c->failure, "%s", g->error);
+    } else { /* no call failed: the copies asked no longer held them and none other lists them ready */
+        size_t used = (size_t)snprintf(c->failure, sizeof c->failure, "no shard holds a ready copy of partition%s",
+                                       f->cfg.partitions - g->nanswered == 1 ? "" : "s");
+        uint32_t p, listed = 0;
+        for (p = 0; p < f->cfg.partitions; p++) {
+            if (g->answered[p]) continue;
+            if (listed++ == 16) {
+                snprintf(c->failure + used, sizeof c->failure - used, " ...");
+                break;
+            }
+            used += (size_t)snprintf(c->failure + used, sizeof c->failure - used, " %u", p);
+        }
+    }
 }
 
 static void range_cov_add(range_cov_t *a, const range_cov_t *b)
@@ -1107,6 +1222,7 @@ static patina_status batch_run(batch_t *b, clu_coverage_t *cov)
     cov->partial = all.partial;
     cov->wait_ms = all.wait_ms;
     cov->shard_ms = all.shard_ms;
+    snprintf(cov->failure, sizeof cov->failure, "%s", all.partial ? all.failure : "");
     if (cov->partial) atomic_fetch_add(&f->n_partial, 1);
     if (cov->partial && !f->o.allow_partial) {
         s = clu_fail(PATINA_E_UNAVAILABLE, "cluster: collection %s: %u of %u partitions answered%s%s", f->cfg.name,

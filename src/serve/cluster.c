@@ -212,8 +212,8 @@ static int reply_unavailable(req_t *r, scoll_t *sc, const clu_coverage_t *cov)
     json_object_set_new(extra, "partial", json_true());
     json_object_set_new(extra, "coverage", coverage_json(cov));
     return reply_problem_with(r, 503, extra,
-                              "cluster collection %s: %u of %u partitions answered (allow_partial=false)", sc->name,
-                              cov->partitions, cov->partitions_total);
+                              "cluster collection %s: %u of %u partitions answered (allow_partial=false): %s",
+                              sc->name, cov->partitions, cov->partitions_total, cov->failure);
 }
 
 /* Decodes an upload with the server's limits; -1 after answering. */

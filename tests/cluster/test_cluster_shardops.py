@@ -173,7 +173,8 @@ def test_handover():
         during = [a for a in answers if a[0] >= t0]
         assert len(during) >= 3, f"only {len(during)} searches during the hand-over"
         for when, code, out, err in answers:
-            assert code == 0, f"a search {when - t0:+.1f} s from SIGTERM: exit {code}\n{err}"
+            assert code == 0, (f"a search {when - t0:+.1f} s from SIGTERM: exit {code}\n{err}\n{out}\n"
+                               f"s1:\n{log}\ns2:\n{c.log('s2')}")
             got = jsonl(out)
             assert all(a["partial"] is False for a in got), f"partial {when - t0:+.1f} s from SIGTERM: {got}"
             assert tb.hits_of(got) == ref, f"{when - t0:+.1f} s from SIGTERM: {got} != {ref}"
