@@ -31,11 +31,19 @@ static void test_spec(void **state)
     assert_null(strstr(patina_extractor_spec(a), "views"));
     assert_non_null(strstr(patina_extractor_spec(c), ",views=2"));
     assert_int_equal(patina_extractor_bytes(c), 3 * patina_extractor_bytes(a));
+    patina_extractor_free(c);
+    TU_OK(patina_extractor_new(&c, "rootsift:views=3"));
+    assert_int_equal(patina_extractor_bytes(c), 4 * patina_extractor_bytes(a));
     patina_extractor_free(a);
     patina_extractor_free(b);
     patina_extractor_free(c);
+    /* views = 3: the geometric view, the soft view at full size, then the half-size view */
+    assert_int_equal(rs_view_kind(3, 1), RS_VIEW_GEOMETRIC);
+    assert_int_equal(rs_view_kind(3, 2), RS_VIEW_SOFT_FULL);
+    assert_int_equal(rs_view_kind(3, 3), RS_VIEW_SOFT_HALF);
+    assert_int_equal(rs_view_kind(3, 4), 0);
     /* out of bounds: PATINA_E_INVALID naming the option */
-    assert_int_equal(patina_extractor_new(&a, "rootsift:views=3"), PATINA_E_INVALID);
+    assert_int_equal(patina_extractor_new(&a, "rootsift:views=4"), PATINA_E_INVALID);
     assert_non_null(strstr(patina_last_error(), "views"));
     assert_int_equal(patina_extractor_new(&a, "rootsift:views=-1"), PATINA_E_INVALID);
     assert_non_null(strstr(patina_last_error(), "views"));
@@ -62,6 +70,8 @@ static void test_spec(void **state)
             assert_true(i2 >= i0);
         }
         double t;
+        TU_OK(patina_identify_far_threshold_table("rootsift:views=3", 0.01, &t));
+        assert_true(t == PATINA_SIGNIFICANCE_VIEWS3);
         TU_OK(patina_identify_far_threshold_table("rootsift", 0.01, &t));
         assert_true(t == PATINA_SIGNIFICANCE_DEFAULT);
         TU_OK(patina_identify_far_threshold_opts("rootsift", &inl, 0.01, &t));
@@ -162,6 +172,17 @@ static void test_views0_records(void **state)
     for (int v = 0; v < 3; v++) TU_OK(rs_record_check(r2 + v * b0, b0, "view"));
     assert_true(rs_size(r2 + b0, 2) < 96); /* the geometric view's own size */
     assert_int_equal(rs_size(r2 + 2 * b0, 2), 96); /* the soft view at full size */
+    {   /* views = 3: views = 2's blocks, then the half-size view */
+        patina_extractor_t *e3 = NULL;
+        unsigned char *r3 = malloc(4 * b0);
+        TU_OK(patina_extractor_new(&e3, "rootsift:m=64,views=3"));
+        TU_OK(e3->family->cpu(e3->params, r3, &img));
+        assert_memory_equal(r3, r2, 3 * b0);
+        TU_OK(rs_record_check(r3 + 3 * b0, b0, "view"));
+        assert_int_equal(rs_size(r3 + 3 * b0, 2), 48); /* round(96 / 2) */
+        free(r3);
+        patina_extractor_free(e3);
+    }
     free(r0);
     free(r2);
     patina_extractor_free(e0);
@@ -855,7 +876,7 @@ static void test_cli(void **state)
         free(err);
     }
     {
-        const char *argv[] = {PATINA_CLI, "index", coll, tu_path(dir, "a.jpg"), "-f", "rootsift:views=3", NULL};
+        const char *argv[] = {PATINA_CLI, "index", coll, tu_path(dir, "a.jpg"), "-f", "rootsift:views=4", NULL};
         rc = tu_exec(&out, &err, 0, 60, argv);
         assert_int_equal(rc, 2);
         assert_non_null(strstr(err, "views"));

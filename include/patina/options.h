@@ -59,9 +59,10 @@ extern "C" {
 /* The same with accept = SIGNIFICANCE, the default (-log10 NFA):
  * patina_identify_far_threshold(0.01). */
 #define PATINA_SIGNIFICANCE_DEFAULT 3
-/* ... for a set of reference views = 1 and views = 2. */
+/* ... for a set of reference views = 1, 2 and 3. */
 #define PATINA_SIGNIFICANCE_VIEWS1 3.9
 #define PATINA_SIGNIFICANCE_VIEWS2 2.5
+#define PATINA_SIGNIFICANCE_VIEWS3 3
 /* patina_identify_opts_t.threshold's default: the calibration of the
  * references' own table for the acceptance rule (opts.accept) at a false-accept
  * rate of 1%, resolved by the call. Any other negative value is

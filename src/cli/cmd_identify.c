@@ -58,7 +58,8 @@ static const cli_opt_t opts[] = {
              "calibration: at most 1% of the identification benchmark's clean impostor queries "
              "accepted (with --accept significance: default " PATINA_STRINGIFY(PATINA_SIGNIFICANCE_DEFAULT)
              " without reference views, " PATINA_STRINGIFY(PATINA_SIGNIFICANCE_VIEWS1) " with views=1, "
-             PATINA_STRINGIFY(PATINA_SIGNIFICANCE_VIEWS2) " with views=2; with "
+             PATINA_STRINGIFY(PATINA_SIGNIFICANCE_VIEWS2) " with views=2, "
+             PATINA_STRINGIFY(PATINA_SIGNIFICANCE_VIEWS3) " with views=3; with "
              "--accept inliers: " PATINA_STRINGIFY(PATINA_THRESHOLD_DEFAULT) " and 24)"},
     {.name = "accept", .type = CLI_CHOICE, .choices = "significance|inliers", .def = "significance",
      .help = "what --threshold is compared with: the a-contrario significance of rank 1's inliers, "

@@ -42,7 +42,7 @@ static const cli_opt_t opts[] = {
      .help = "-f signature: (re)build the collection's pivot table of N pivots for filtered "
              "SQFD search (the paper uses 32); 0 deletes the table. Without --pivots a stored "
              "table is brought up to date with the images added"},
-    {.name = "views", .type = CLI_INT, .arg = "N", .min = 0, .max = 2, /* rootsift's option table: RS_VIEWS_MAX */
+    {.name = "views", .type = CLI_INT, .arg = "N", .min = 0, .max = 3, /* rootsift's option table: RS_VIEWS_MAX */
      .help = "-f rootsift: register N synthetic views of each reference as more rows of its item "
              "(the same as -f rootsift:views=N; the library's bounds and meaning: `patina info`, "
              "docs/identify.md); stored in the table's spec, so later writes and queries follow it"},

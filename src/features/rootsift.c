@@ -66,7 +66,7 @@ static const patina_optdef_t rootsift_opts[] = {
     {"views", PATINA_OPT_INT, 0, RS_VIEWS_MAX, "0", NULL,
      "synthetic views of each reference stored with it as more rows of its item, which identify folds "
      "back into the item (0: none; 1: 50% + blur; 2: perspective + 30 degrees, and 50% + blur at full "
-     "size): x(1 + views) rows and matching time (docs/identify.md)",
+     "size; 3: 2's and 1's): x(1 + views) rows and matching time (docs/identify.md)",
      offsetof(rootsift_params_t, views)},
 };
 

@@ -34,7 +34,7 @@ typedef struct rootsift_params {
  * size): block 0 extracted from the image, block v from its view
  * rs_view_kind(V, v). Identification holds each block as one row of the
  * item (src/identify/identify.c); queries are single records of n rows. */
-#define RS_VIEWS_MAX 2
+#define RS_VIEWS_MAX 3
 enum { RS_VIEW_SOFT_HALF = 1, RS_VIEW_GEOMETRIC = 2, RS_VIEW_SOFT_FULL = 3 };
 
 /* The kind of view v (1 .. views) of a table with `views` views; 0 for none. */

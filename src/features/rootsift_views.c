@@ -17,6 +17,8 @@
  *   SOFT_FULL  area average to 50%, bicubic (Keys, a = -0.75) back to
  *              W x H, then a Gaussian blur of sigma 1.5 px: a soft capture
  *              at the reference's own resolution.
+ * The views of a table (rs_view_kind): views = 1 SOFT_HALF; 2 GEOMETRIC,
+ * SOFT_FULL; 3 GEOMETRIC, SOFT_FULL, SOFT_HALF (2's blocks, then 1's).
  * Gaussian blurs: taps exp(-d^2 / 2 sigma^2), d = -r .. r, r = ceil(3 sigma),
  * normalised; borders mirrored without repeating the edge pixel. The view
  * is rounded to grey levels and handed to the extractor as an RGB image of
@@ -37,6 +39,7 @@ int rs_view_kind(int views, int v)
     if (views == 1 && v == 1) return RS_VIEW_SOFT_HALF;
     if (views == 2 && v == 1) return RS_VIEW_GEOMETRIC;
     if (views == 2 && v == 2) return RS_VIEW_SOFT_FULL;
+    if (views == 3) return v == 1 ? RS_VIEW_GEOMETRIC : v == 2 ? RS_VIEW_SOFT_FULL : v == 3 ? RS_VIEW_SOFT_HALF : 0;
     return 0;
 }
 

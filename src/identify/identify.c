@@ -640,15 +640,18 @@ static const far_row_t sig_tables[RS_VIEWS_MAX + 1][FAR_ROWS] = {
     {{0.05, 0.04}, {0.02, 1.5}, {0.01, PATINA_SIGNIFICANCE_VIEWS1}, {0.005, 8}, {PATINA_FAR_MIN, 9}},
     /* views = 2: the same on the `--views 2` collection of the same references */
     {{0.05, 0.7}, {0.02, 1.9}, {0.01, PATINA_SIGNIFICANCE_VIEWS2}, {0.005, 14}, {PATINA_FAR_MIN, 19}},
+    /* views = 3: the same on a `--views 3` collection (2026-11-30) */
+    {{0.05, 0.7}, {0.02, 1.9}, {0.01, PATINA_SIGNIFICANCE_VIEWS3}, {0.005, 14}, {PATINA_FAR_MIN, 19}},
 };
-/* The same with the view pass (opts.view_candidates > 0), views = 1 and 2
+/* The same with the view pass (opts.view_candidates > 0), views = 1, 2 and 3
  * (views = 0 has no pass): the ten verified items are other items (the best
  * by first rows, then folded), and the impostors' best significance
  * differs. `patina identify --view-candidates 64` on the `--views 1` and
- * `--views 2` collections (32 gave views 2 the same table). */
+ * `--views 2` collections (32 gave views 2 the same table), and on the `--views 3` one. */
 static const far_row_t sig_pass_tables[RS_VIEWS_MAX][FAR_ROWS] = {
     {{0.05, 0.04}, {0.02, 1}, {0.01, 3}, {0.005, 8}, {PATINA_FAR_MIN, 9}},
     {{0.05, 0.258}, {0.02, 2}, {0.01, 3}, {0.005, 14}, {PATINA_FAR_MIN, 19}},
+    {{0.05, 0.4}, {0.02, 2}, {0.01, 3}, {0.005, 14}, {PATINA_FAR_MIN, 20}},
 };
 /* opts.accept INLIERS: rank 1's inlier count (the peer's hygiene) */
 static const far_row_t far_tables[RS_VIEWS_MAX + 1][FAR_ROWS] = {
@@ -657,6 +660,10 @@ static const far_row_t far_tables[RS_VIEWS_MAX + 1][FAR_ROWS] = {
     /* views = 1: the lab's run of the same view (docs/lab/identify.md, v1) */
     {{0.05, 4}, {0.02, 11}, {0.01, 17}, {0.005, 34}, {PATINA_FAR_MIN, 38}},
     /* views = 2: `patina index --views 2` on the benchmark (lab/identify/views_lib.sh 2) */
+    {{0.05, 4}, {0.02, 16}, {0.01, 24}, {0.005, 46}, {PATINA_FAR_MIN, 65}},
+    /* views = 3: views = 2's row. The peer's hygiene had no run of views 3; under the pixels'
+     * hygiene views 3 needs exactly views 2's thresholds (4, 4, 5, 9, 11, the inlier counts of
+     * both collections' runs: docs/lab/identify.md, "views = 3") */
     {{0.05, 4}, {0.02, 16}, {0.01, 24}, {0.005, 46}, {PATINA_FAR_MIN, 65}},
 };
 

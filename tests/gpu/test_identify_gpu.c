@@ -184,18 +184,20 @@ static void test_random(void **state)
     }
 }
 
-/* Reference views: items of 3 rows (random records of make_random, a
+/* Reference views: items of 1 + V rows, V = 2 and 3 (random records of make_random, a
  * row repeated within an item or copied from another item: ties inside an
  * item and between items); the GPU's rows folded on the host give the
  * CPU's items. */
 static void test_views(void **state)
 {
-    static const size_t shapes[][4] = {{40, 64, 30, 8}, {384, 768, 120, 6}, {7, 33, 5, 4}};
+    static const size_t shapes[][5] = {{40, 64, 30, 8, 2}, {384, 768, 120, 6, 2}, {7, 33, 5, 4, 2},
+                                       {40, 64, 30, 8, 3}, {7, 33, 5, 4, 3}};
     tu_rng_t r;
     (void)state;
     tu_rng_seed(&r, 30);
     for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
         const size_t m = shapes[t][0], n = shapes[t][1], ni = shapes[t][2], nq = shapes[t][3];
+        const size_t V = shapes[t][4], R = 1 + V; /* rows per item */
         const size_t b = rs_record_bytes(m, RS_QUANT_U8);
         char spec[80], *dir, what[128];
         patina_extractor_t *ex = NULL;
@@ -204,32 +206,32 @@ static void test_views(void **state)
         patina_refset_t *rs = NULL;
         patina_identify_opts_t o;
         static const size_t kv[][2] = {{7, 10}, {3, 2}, {1, 1}, {5, 0}};
-        snprintf(spec, sizeof spec, "rootsift:m=%zu,n=%zu,views=2", m, n);
+        snprintf(spec, sizeof spec, "rootsift:m=%zu,n=%zu,views=%zu", m, n, V);
         TU_OK(patina_extractor_new(&ex, spec));
-        make_random(&r, m, n, 3 * ni, nq, &rows, &q);
+        make_random(&r, m, n, R * ni, nq, &rows, &q);
         for (size_t i = 0; i < ni; i++) {
-            items[i] = malloc(3 * b);
-            for (size_t v = 0; v < 3; v++) memcpy(items[i] + v * b, rows[3 * i + v], b);
+            items[i] = malloc(R * b);
+            for (size_t v = 0; v < R; v++) memcpy(items[i] + v * b, rows[R * i + v], b);
             if (i % 4 == 1) memcpy(items[i] + 2 * b, items[i], b);              /* a row twice in an item */
             if (i % 5 == 2 && i > 3) memcpy(items[i] + b, items[i - 3] + 2 * b, b); /* another item's row */
         }
-        c = make_collection(&dir, patina_extractor_spec(ex), items, ni, 3 * b);
+        c = make_collection(&dir, patina_extractor_spec(ex), items, ni, R * b);
         TU_OK(patina_refset_load(&rs, c, NULL));
-        assert_int_equal(patina_refset_rows(rs), 3 * ni);
+        assert_int_equal(patina_refset_rows(rs), R * ni);
         for (size_t k = 0; k < sizeof kv / sizeof kv[0]; k++) {
             patina_identify_opts_init(&o);
             o.k = kv[k][0];
             o.verify_top = kv[k][1];
             o.verify = kv[k][1] > 0;
-            snprintf(what, sizeof what, "views: m %zu items %zu k %zu verify_top %zu", m, ni, o.k, o.verify_top);
+            snprintf(what, sizeof what, "views %zu: m %zu items %zu k %zu verify_top %zu", V, m, ni, o.k, o.verify_top);
             compare(rs, q, nq, &o, what);
             /* the view pass: first rows on the GPU (their own copy), then the views of the best N by
              * the GPU's 2-NN; N below k and verify_top, between, and above the items */
             const size_t vcs[] = {1, 4, 12, ni, ni + 5};
             for (size_t v = 0; v < sizeof vcs / sizeof vcs[0]; v++) {
                 o.view_candidates = vcs[v];
-                snprintf(what, sizeof what, "views: m %zu items %zu k %zu verify_top %zu view_candidates %zu", m,
-                         ni, o.k, o.verify_top, vcs[v]);
+                snprintf(what, sizeof what, "views %zu: m %zu items %zu k %zu verify_top %zu view_candidates %zu",
+                         V, m, ni, o.k, o.verify_top, vcs[v]);
                 compare(rs, q, nq, &o, what);
             }
         }
@@ -239,17 +241,17 @@ static void test_views(void **state)
         o.view_candidates = 3;
         compare(rs, q, nq, &o, "views: view pass before changes");
         {
-            const uint64_t *ids = patina_refset_ids(rs), first = ids[0], second = ids[3];
-            TU_OK(patina_refset_put(rs, first, items[ni - 1], 3 * b));
+            const uint64_t *ids = patina_refset_ids(rs), first = ids[0], second = ids[R]; /* the second item */
+            TU_OK(patina_refset_put(rs, first, items[ni - 1], R * b));
             TU_OK(patina_refset_remove(rs, second));
-            TU_OK(patina_refset_put(rs, 1000000, items[0], 3 * b));
+            TU_OK(patina_refset_put(rs, 1000000, items[0], R * b));
         }
         compare(rs, q, nq, &o, "views: view pass after changes");
         o.view_candidates = 0;
         compare(rs, q, nq, &o, "views: every row after changes");
-        print_message("views: m %zu n %zu: %zu items x 3 rows x %zu queries equal (every row; view passes of 1, 4, 12, "
-                      "%zu, %zu items)\n", m, n, ni, nq, ni, ni + 5);
-        release_all(rs, c, dir, rows, 3 * ni, q, ex);
+        print_message("views %zu: m %zu n %zu: %zu items x %zu rows x %zu queries equal (every row; view passes of 1, "
+                      "4, 12, %zu, %zu items)\n", V, m, n, ni, R, nq, ni, ni + 5);
+        release_all(rs, c, dir, rows, R * ni, q, ex);
         for (size_t i = 0; i < ni; i++) free(items[i]);
         free(items);
     }
