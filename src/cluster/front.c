@@ -633,8 +633,7 @@ static patina_status remember(scatter_state_t *st)
             st->tried = tried;
             memset(st->tried + st->nm * P, 0, P);
             st->m[st->nm] = fm[j];
-            fm[j].ready = fm[j].hosted = NULL;
-            fm[j].lag = NULL;
+            fm[j].ready = fm[j].hosted = NULL; /* moved (members() leaves lag NULL) */
             st->nm++;
         } else { /* the fresh entry; its arrays swapped in, the old ones freed with fm */
             clu_member_t old = st->m[i];
@@ -665,13 +664,18 @@ out:
  * that it no longer holds a partition, while another has turned ready).
  * The members are read again and each unanswered partition that some
  * member now lists ready is asked again -- of a copy asked before too,
- * which may have been loading it. Returns the calls sent: 0 when no member
- * lists any of them ready (the answer is partial) or the read failed. */
-static size_t rescue(scatter_state_t *st)
+ * which may have been loading it. At most RESCUE_ROUNDS times a scatter
+ * (*rounds), before `until`. Returns the calls sent: 0 when no round is
+ * left, no member lists any of them ready (the answer is partial) or the
+ * read failed. */
+static size_t rescue(scatter_state_t *st, int *rounds, double until)
 {
     const uint32_t P = st->f->cfg.partitions;
     uint32_t want[CLU_PARTITIONS_MAX], p;
-    size_t i, n = 0;
+    size_t i, n = 0, sent;
+    if (*rounds == RESCUE_ROUNDS || now_s() >= until) return 0;
+    if (*rounds) usleep((useconds_t)(RESCUE_WAIT_S * *rounds * 1e6));
+    ++*rounds;
     if (remember(st) != PATINA_OK) {
         snprintf(st->g->error, sizeof st->g->error, "%s", clu_last_error());
         return 0;
@@ -684,7 +688,9 @@ static size_t rescue(scatter_state_t *st)
         for (i = 0; i < st->nm; i++) st->tried[i * P + p] = 0;
         want[n++] = p;
     }
-    return n ? launch(st, want, n) : 0;
+    sent = n ? launch(st, want, n) : 0;
+    if (sent) atomic_fetch_add(&st->f->n_retries, 1);
+    return sent;
 }
 
 /* Scatters request q over the ready copies (see the top of the file). */
@@ -733,58 +739,50 @@ static patina_status scatter(clu_front_t *f, clu_request_t *q, gather_t *g, doub
             free(all);
         }
     }
-    for (;;) {
-        while (g->nanswered < P && st.outstanding && !g->limit) {
-            double wake = 1e300, now;
-            event_t *ev = NULL;
-            for (i = 0; i < g->n; i++) {
-                const call_t *c = &g->calls[i];
-                if (c->state != CALL_OUT) continue;
-                if (!c->hedged && c->sent + hedge < wake) wake = c->sent + hedge;
-                if (c->sent + deadline < wake) wake = c->sent + deadline;
-            }
-            pthread_mutex_lock(&f->mu);
-            if (!st.sc.head && wake > now_s()) {
-                struct timespec ts;
-                ts.tv_sec = (time_t)wake;
-                ts.tv_nsec = (long)((wake - (double)ts.tv_sec) * 1e9);
-                if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
-                pthread_cond_timedwait(&st.sc.cv, &f->mu, &ts);
-            }
-            ev = st.sc.head;
-            st.sc.head = st.sc.tail = NULL;
-            pthread_mutex_unlock(&f->mu);
-            while (ev) {
-                event_t *next = ev->next;
-                on_event(&st, ev->call, ev->msg);
-                natsMsg_Destroy(ev->msg);
-                free(ev);
-                ev = next;
-            }
-            now = now_s();
-            for (i = 0; i < g->n && g->nanswered < P; i++) {
-                call_t *c = &g->calls[i];
-                if (c->state != CALL_OUT) continue;
-                if (now >= c->sent + deadline) {
-                    call_failed(&st, c, "no answer within the deadline");
-                    reask(&st, c);
-                } else if (!c->hedged && now >= c->sent + hedge) {
-                    /* hedged: its partitions not answered go to their next copy while it stays outstanding */
-                    uint32_t want[CLU_PARTITIONS_MAX];
-                    size_t j, n = 0;
-                    c->hedged = 1;
-                    for (j = 0; j < c->nparts; j++)
-                        if (!g->answered[c->parts[j]]) want[n++] = c->parts[j];
-                    if (n && launch(&st, want, n)) atomic_fetch_add(&f->n_hedges, 1);
-                }
+    while (g->nanswered < P && !g->limit && (st.outstanding || rescue(&st, &rescues, t0 + deadline))) {
+        double wake = 1e300, now;
+        event_t *ev = NULL;
+        for (i = 0; i < g->n; i++) {
+            const call_t *c = &g->calls[i];
+            if (c->state != CALL_OUT) continue;
+            if (!c->hedged && c->sent + hedge < wake) wake = c->sent + hedge;
+            if (c->sent + deadline < wake) wake = c->sent + deadline;
+        }
+        pthread_mutex_lock(&f->mu);
+        if (!st.sc.head && wake > now_s()) {
+            struct timespec ts;
+            ts.tv_sec = (time_t)wake;
+            ts.tv_nsec = (long)((wake - (double)ts.tv_sec) * 1e9);
+            if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
+            pthread_cond_timedwait(&st.sc.cv, &f->mu, &ts);
+        }
+        ev = st.sc.head;
+        st.sc.head = st.sc.tail = NULL;
+        pthread_mutex_unlock(&f->mu);
+        while (ev) {
+            event_t *next = ev->next;
+            on_event(&st, ev->call, ev->msg);
+            natsMsg_Destroy(ev->msg);
+            free(ev);
+            ev = next;
+        }
+        now = now_s();
+        for (i = 0; i < g->n && g->nanswered < P; i++) {
+            call_t *c = &g->calls[i];
+            if (c->state != CALL_OUT) continue;
+            if (now >= c->sent + deadline) {
+                call_failed(&st, c, "no answer within the deadline");
+                reask(&st, c);
+            } else if (!c->hedged && now >= c->sent + hedge) {
+                /* hedged: its partitions not answered go to their next copy while it stays outstanding */
+                uint32_t want[CLU_PARTITIONS_MAX];
+                size_t j, n = 0;
+                c->hedged = 1;
+                for (j = 0; j < c->nparts; j++)
+                    if (!g->answered[c->parts[j]]) want[n++] = c->parts[j];
+                if (n && launch(&st, want, n)) atomic_fetch_add(&f->n_hedges, 1);
             }
         }
-        /* nothing outstanding: partitions left only when every copy asked failed or no longer holds them */
-        if (g->nanswered == P || g->limit || rescues == RESCUE_ROUNDS || now_s() - t0 >= deadline) break;
-        if (rescues) usleep((useconds_t)(RESCUE_WAIT_S * rescues * 1e6));
-        rescues++;
-        if (!rescue(&st)) break;
-        atomic_fetch_add(&f->n_retries, 1);
     }
 out:
     pthread_mutex_lock(&f->mu);
