@@ -36,11 +36,13 @@
 
 int rs_view_kind(int views, int v)
 {
-    if (views == 1 && v == 1) return RS_VIEW_SOFT_HALF;
-    if (views == 2 && v == 1) return RS_VIEW_GEOMETRIC;
-    if (views == 2 && v == 2) return RS_VIEW_SOFT_FULL;
-    if (views == 3) return v == 1 ? RS_VIEW_GEOMETRIC : v == 2 ? RS_VIEW_SOFT_FULL : v == 3 ? RS_VIEW_SOFT_HALF : 0;
-    return 0;
+    static const int kinds[RS_VIEWS_MAX + 1][RS_VIEWS_MAX] = {
+        {0},
+        {RS_VIEW_SOFT_HALF},
+        {RS_VIEW_GEOMETRIC, RS_VIEW_SOFT_FULL},
+        {RS_VIEW_GEOMETRIC, RS_VIEW_SOFT_FULL, RS_VIEW_SOFT_HALF},
+    };
+    return views >= 1 && views <= RS_VIEWS_MAX && v >= 1 && v <= views ? kinds[views][v - 1] : 0;
 }
 
 /* ------------------------------------------------------------ resampling */
