@@ -180,8 +180,13 @@ __device__ __forceinline__ uint32_t idfw_next(const idf_launch_t &L, uint32_t s,
 }
 
 /* Top-2 of one row's keys v[0..2J) of one tile into (b, s), in 4
- * independent chains merged at the end (instruction-level parallelism). */
-template <int J> __device__ __forceinline__ void idfw_top2(uint32_t &b, uint32_t &s, const uint32_t (&v)[2 * J])
+ * independent chains merged at the end (instruction-level parallelism).
+ * The tile's keys leave out off, this thread's first column in the
+ * reference (the same for all of them, so their order is the same): it is
+ * taken off the tile's two best only, and a key 0 (no column) stays 0
+ * (a key of a column is at least 1023 - 127 > off). */
+template <int J>
+__device__ __forceinline__ void idfw_top2(uint32_t &b, uint32_t &s, const uint32_t (&v)[2 * J], uint32_t off)
 {
     uint32_t cb[4] = {0u, 0u, 0u, 0u}, cs[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
@@ -189,7 +194,7 @@ template <int J> __device__ __forceinline__ void idfw_top2(uint32_t &b, uint32_t
     top2_merge<uint32_t>(cb[0], cs[0], cb[1], cs[1]);
     top2_merge<uint32_t>(cb[2], cs[2], cb[3], cs[3]);
     top2_merge<uint32_t>(cb[0], cs[0], cb[2], cs[2]);
-    top2_merge<uint32_t>(b, s, cb[0], cs[0]);
+    top2_merge<uint32_t>(b, s, max(cb[0], off) - off, max(cs[0], off) - off);
 }
 
 /* grid (gx, nq), IDFW_THREADS(NCW) threads, idfw_smem_bytes of dynamic shared
@@ -332,6 +337,10 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf
         const int cw = wg - 1, ct = tid & 127, w = ct >> 5, lane = tid & 31, g = lane >> 2, c4 = lane & 3;
         const int nmt = (qn + 63) >> 6; /* m-tiles with valid rows */
         const uint32_t qaddr = smem_u32(qsm), saddr = smem_u32(stage);
+        /* 512 in a register the compiler cannot see into: the keys are then
+         * IMAD (the FMA pipe, a constant addend) rather than LEA on the
+         * integer pipe that the top 2 already keeps busy */
+        const uint32_t k512 = __shfl_sync(0xffffffffu, 512u, 0);
         uint32_t i = 0, k = 0;
         for (uint32_t s = idfw_next(L, r0, r1); s < r1; s = idfw_next(L, s + 1, r1), k++) {
             const int cnt = L.count[s], p = (int)(k & 1);
@@ -345,7 +354,10 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf
                 mbar_wait(&full[st], (i / IDFW_NST) & 1u);
                 const int rows = min(IDFW_N, cnt - c0);
                 const uint32_t sb = saddr + st * IDFW_N * IDF_D;
-                const uint32_t cb = 1023u - (uint32_t)(c0 + 2 * c4); /* key base of this thread's column 0 */
+                /* a key is (dot + 1) * 512 + 511 - column: made here as dot * 512
+                 * + 1023 - (8j + e), a constant of the register, and the
+                 * thread's first column off taken off its best two (idfw_top2) */
+                const uint32_t off = (uint32_t)(c0 + 2 * c4);
                 /* per m-tile: the MMAs into one accumulator set, then the epilogue */
                 auto issue = [&](int32_t(&acc)[64], int mtile) {
                     const uint32_t qa = qaddr + mtile * 64 * IDF_D;
@@ -363,23 +375,23 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf
                         for (int j = 0; j < 16; j++)
 #pragma unroll
                             for (int e = 0; e < 2; e++) {
-                                const uint32_t base = cb - (uint32_t)(8 * j + e);
-                                v0[2 * j + e] = (uint32_t)acc[4 * j + e] * 512u + base;
-                                v1[2 * j + e] = (uint32_t)acc[4 * j + 2 + e] * 512u + base;
+                                const uint32_t base = 1023u - (uint32_t)(8 * j + e);
+                                v0[2 * j + e] = (uint32_t)acc[4 * j + e] * k512 + base;
+                                v1[2 * j + e] = (uint32_t)acc[4 * j + 2 + e] * k512 + base;
                             }
                     } else {
 #pragma unroll
                         for (int j = 0; j < 16; j++)
 #pragma unroll
                             for (int e = 0; e < 2; e++) {
-                                const uint32_t base = cb - (uint32_t)(8 * j + e);
+                                const uint32_t base = 1023u - (uint32_t)(8 * j + e);
                                 const bool ok = 8 * j + 2 * c4 + e < rows;
-                                v0[2 * j + e] = ok ? (uint32_t)acc[4 * j + e] * 512u + base : 0u;
-                                v1[2 * j + e] = ok ? (uint32_t)acc[4 * j + 2 + e] * 512u + base : 0u;
+                                v0[2 * j + e] = ok ? (uint32_t)acc[4 * j + e] * k512 + base : 0u;
+                                v1[2 * j + e] = ok ? (uint32_t)acc[4 * j + 2 + e] * k512 + base : 0u;
                             }
                     }
-                    idfw_top2<16>(tb0, ts0, v0);
-                    idfw_top2<16>(tb1, ts1, v1);
+                    idfw_top2<16>(tb0, ts0, v0, off);
+                    idfw_top2<16>(tb1, ts1, v1, off);
                     if (mutual) {
                         /* each column's best row: (dot << 32) | ~row, max over the
                          * warp's 16 rows (lanes of one c4 share the columns), then
