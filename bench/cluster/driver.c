@@ -40,6 +40,14 @@
  *   bench_cluster check --cluster URL --coll C --keys FILE
  *       every row of FILE searched once (k = 1): how many are found by their
  *       own descriptor under their own key (no acknowledged write lost).
+ *   bench_cluster knn --cluster URL --coll C [--seed S] [--k K] [--reps R] [--batch B] [--rows N]
+ *       the global k-NN (issue 33's CEDD search across the shards) through
+ *       the front end's code (clu_front_search, what `patina search
+ *       --cluster` and the server run) over shards filled by `patina shard
+ *       --synthetic N:S`: one query R times, then batches of B (default
+ *       4096). The queries are partition 0's synthetic rows (clu_synth_pool,
+ *       --seed the shards'), so every answer must be whole, k hits long and
+ *       ranked first at distance 0; --rows N (the shards' N) for the rate.
  * Every mode takes --warmup W (default 5): untimed queries before each
  * measured series (inproc, front). Each prints one JSON object on stdout. */
 #include <math.h>
@@ -845,6 +853,90 @@ static int run_search(int argc, char **argv)
     return 0;
 }
 
+/* ------------------------------------------------------------------- knn */
+
+typedef struct knn {
+    clu_front_t *front;
+    const char *spec;
+    size_t bytes;
+    patina_table_query_t q;
+} knn_t;
+
+/* One clu_front_search of nq queries; dies unless the answer is whole and
+ * every query's list is k hits long (fewer when the cluster holds fewer
+ * rows) with rank 1 at distance 0. Returns its seconds. */
+static double knn_ask(knn_t *kn, const unsigned char *q, size_t nq, uint64_t rows)
+{
+    patina_table_results_t res;
+    clu_coverage_t cov;
+    const size_t want = rows && rows < kn->q.k ? (size_t)rows : kn->q.k;
+    const double t0 = now();
+    double t;
+    size_t i;
+    memset(&res, 0, sizeof res);
+    if (clu_front_search(kn->front, kn->spec, q, nq, kn->bytes, &kn->q, &res, &cov) != PATINA_OK) die("knn search");
+    t = now() - t0;
+    if (cov.partial) {
+        fprintf(stderr, "bench_cluster: knn: partial answer (%s)\n", cov.failure);
+        exit(2);
+    }
+    for (i = 0; i < nq; i++) {
+        const size_t n = res.offsets[i + 1] - res.offsets[i];
+        if (n != want || res.hits[res.offsets[i]].distance != 0.0) {
+            fprintf(stderr, "bench_cluster: knn: query %zu of %zu: %zu hits (not %zu), rank 1 at %g (not 0)\n", i, nq,
+                    n, want, n ? res.hits[res.offsets[i]].distance : -1.0);
+            exit(2);
+        }
+    }
+    patina_table_results_release(&res);
+    return t;
+}
+
+static int run_knn(int argc, char **argv)
+{
+    const int reps = atoi(arg(argc, argv, "--reps", "20"));
+    const size_t B = (size_t)strtoull(arg(argc, argv, "--batch", "4096"), NULL, 10);
+    const uint64_t seed = strtoull(arg(argc, argv, "--seed", "7"), NULL, 10);
+    const uint64_t rows = strtoull(arg(argc, argv, "--rows", "0"), NULL, 10);
+    patina_context_t *ctx = NULL;
+    patina_table_t *t = NULL;
+    clu_session_t *s;
+    unsigned char *pool = NULL, *q;
+    double *lat = calloc((size_t)(reps > 0 ? reps : 1), sizeof *lat), bt[3];
+    knn_t kn;
+    size_t i;
+    int r;
+    if (reps < 1 || B < 1 || !lat) die("--reps and --batch must be >= 1");
+    if (patina_context_new(&ctx, NULL) != PATINA_OK) die("context");
+    s = session(argc, argv, ctx, 0, &t);
+    kn.front = clu_session_front(s);
+    kn.spec = patina_table_spec(t);
+    kn.bytes = patina_extractor_bytes(patina_table_extractor(t));
+    patina_table_query_init(&kn.q);
+    kn.q.k = (size_t)atoi(arg(argc, argv, "--k", "10"));
+    if (clu_synth_pool(&pool, t, seed, 0, 0) != PATINA_OK) die("synthetic rows");
+    if (!(q = malloc(B * kn.bytes))) die("memory");
+    for (i = 0; i < B; i++) memcpy(q + i * kn.bytes, pool + (i % CLU_SYNTH_POOL) * kn.bytes, kn.bytes);
+    for (r = 0; r < WARMUP; r++) knn_ask(&kn, q + (size_t)r % B * kn.bytes, 1, rows);
+    for (r = 0; r < reps; r++) lat[r] = knn_ask(&kn, q + (size_t)r % B * kn.bytes, 1, rows);
+    print_series("knn", "single queries", lat, reps);
+    knn_ask(&kn, q, B, rows); /* warm-up of the batch's shape */
+    for (r = 0; r < 3; r++) bt[r] = knn_ask(&kn, q, B, rows);
+    {
+        const double p50 = pct(lat, (size_t)reps, 0.5), p99 = pct(lat, (size_t)reps, 0.99), b50 = pct(bt, 3, 0.5);
+        printf("{\"mode\":\"knn\",\"spec\":\"%s\",\"rows\":%llu,\"k\":%zu,\"reps\":%d,\"p50_ms\":%.3f,"
+               "\"p99_ms\":%.3f,\"batch\":%zu,\"batch_ms\":%.3f,\"batch_queries_per_s\":%.0f}\n",
+               kn.spec, (unsigned long long)rows, kn.q.k, reps, 1e3 * p50, 1e3 * p99, B, 1e3 * b50, (double)B / b50);
+    }
+    free(pool);
+    free(q);
+    free(lat);
+    patina_table_free(t);
+    clu_session_close(s);
+    patina_context_free(ctx);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *m = argc > 1 ? argv[1] : "";
@@ -857,6 +949,7 @@ int main(int argc, char **argv)
     if (!strcmp(m, "load")) return run_load(argc, argv);
     if (!strcmp(m, "check")) return run_check(argc, argv);
     if (!strcmp(m, "search")) return run_search(argc, argv);
-    fprintf(stderr, "usage: bench_cluster inproc|front|cover|load|write|check|search [options] (bench/cluster/driver.c)\n");
+    if (!strcmp(m, "knn")) return run_knn(argc, argv);
+    fprintf(stderr, "usage: bench_cluster inproc|front|cover|load|write|check|search|knn [options] (bench/cluster/driver.c)\n");
     return 2;
 }

@@ -24,7 +24,8 @@
 # of the host memory holds), CPU_REFS (default 2000), P (partitions, 64),
 # REPS (20), WARMUP (untimed queries before each series, 5), BATCH (16), QUERY (a sample photograph), CPU_ONLY=1 (skip the
 # GPU rows), COPIES (the GPU cluster rows' copies, default "1 2"; "1" holds
-# each reference once in the shards, so 2 M of them fit a 256 GiB host),
+# each reference once in the shards, so 2 M of them fit a 256 GiB host; set
+# and empty: no GPU cluster rows, e.g. for KNN_ROWS alone),
 # CPU_ROWS=0 (skip the CPU shard and write rows), INPROC (the in-process GPU
 # rows to run, default "1 all tables": a 2 M run fills each in about three
 # minutes on the 2 x H200 host, so a run that has them already can leave them
@@ -42,6 +43,8 @@
 # on the shards a machine has). CPU_ROWS=write: only the write rows of the
 # CPU section; they now also put rows while one of the two shards is killed
 # (kill -9) and count afterwards the acknowledged rows found (none lost).
+# KNN_ROWS=N (default 0: none): the global CEDD k-NN over N synthetic rows across the shards (one per
+# GPU, or KNN_CPU_SHARDS CPU shards), one query and KNN_BATCH-query batches (bench_cluster knn).
 # Logs and JSON lines go to $OUT (default ./bench-cluster-out); with a GPU also
 # dmon.log (nvidia-smi dmon: clocks, power, load each second) and passes.log (when
 # each series started and ended, with the shards' minor page faults then).
@@ -74,7 +77,7 @@ fi
 # 2 M references by default, fewer when the host cannot hold them (a record
 # is about 55 KB in host memory; the in-process rows and the shards run one
 # after the other, and the shards hold each reference once per copy)
-COPIES=${COPIES:-1 2}
+COPIES=${COPIES-1 2}
 CPU_ROWS=${CPU_ROWS:-1}
 MAXC=1
 for c in $COPIES; do [ "$c" -le "$MAXC" ] || MAXC=$c; done
@@ -406,6 +409,37 @@ if [ "$CPU_ROWS" != 0 ]; then
     back=$(wait_settled wbench 2 2)
     after=$("$DRIVER" check --cluster "$URL" --coll wbench --keys "$keys")
     record "write kill" "{\"mode\":\"write_kill\",\"write\":$(cat "$OUT/wkill.json"),\"check_one_shard\":$during,\"rejoin_s\":$back,\"check_after_rejoin\":$after}"
+    stop_all
+fi
+
+# KNN_ROWS=N: the global CEDD k-NN (issue 33) over N synthetic rows in P partitions, one shard per GPU
+# (SHARDS_GPU; CPU shards, KNN_CPU_SHARDS of them, default 2, without a GPU or with CPU_ONLY=1), copies 1:
+# one query and batches of KNN_BATCH (default 4096) through the front end's code, k = 10
+if [ "${KNN_ROWS:-0}" -gt 0 ]; then
+    "$PATINA" cluster create kbench --cluster "$URL" --partitions "$P" -f cedd > /dev/null
+    i=0
+    if [ "$NGPU" -ge 1 ]; then
+        note "== k-NN: $KNN_ROWS CEDD rows, GPU shards on devices $SHARDS_GPU"
+        for g in $SHARDS_GPU; do
+            shard kbench "k$i" 1 gpu --gpus "$g" --gpu-mem "${SHARD_GIB}G" --synthetic "$KNN_ROWS:$SEED" --load-parallel 8
+            i=$((i + 1))
+        done
+        where=gpu
+    else
+        note "== k-NN: $KNN_ROWS CEDD rows, ${KNN_CPU_SHARDS:-2} CPU shards"
+        while [ $i -lt "${KNN_CPU_SHARDS:-2}" ]; do
+            shard kbench "k$i" 1 cpu --synthetic "$KNN_ROWS:$SEED" -j 1
+            i=$((i + 1))
+        done
+        where=cpu
+    fi
+    NK=$i # (wait_cover reuses i)
+    mark "knn: shards started"
+    wait_cover kbench
+    mark "knn: covered"
+    sleep 2
+    record "cluster knn $where shards=$NK" "$("$DRIVER" knn --cluster "$URL" --coll kbench --rows "$KNN_ROWS" --seed "$SEED" \
+        --reps "$REPS" --warmup "$WARMUP" --batch "${KNN_BATCH:-4096}" --deadline 60000)"
     stop_all
 fi
 

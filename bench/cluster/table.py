@@ -103,6 +103,14 @@ def main():
               f"acknowledged, {w['refused']} refused; acknowledged rows found by their own descriptor: "
               f"{c1['found']} of {c1['rows']} with one shard, {c2['found']} of {c2['rows']} after the shard "
               f"rejoined ({k['rejoin_s']:.2f} s to settle)")
+    knns = [(label, d) for label, d in by.items() if d.get("mode") == "knn"]
+    if knns:
+        print("\n| global k-NN across the shards (front end's code) | rows | k | 1 query p50 / p99 (ms) "
+              "| batch | batch ms | queries/s |")
+        print("|---|---|---|---|---|---|---|")
+        for label, d in knns:
+            print(f"| {label} ({d['spec']}) | {d['rows']:,} | {d['k']} | {d['p50_ms']:.2f} / {d['p99_ms']:.2f} | "
+                  f"{d['batch']} | {d['batch_ms']:.1f} | {d['batch_queries_per_s']:,.0f} |")
     print(f"\npaper (Section 8): 14 P100 GPUs, 10.8 M references, {PAPER_CLUSTER:,} reference images/s, 1.15 s "
           "per million. Targets on 2 H200: cluster path >= 0.9 x 2 x the one-GPU rate for one query (>= 9.5 M "
           "refs/s), fan-out overhead <= 5 ms, 2 M references in <= 0.25 s, kill -9 with copies 2 costs no "
