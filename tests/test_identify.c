@@ -111,6 +111,14 @@ static void check_matchers(const uint8_t *q, size_t nq, const uint8_t *r, size_t
         assert_int_equal(na, nb);
         assert_memory_equal(ma, mb, na * sizeof *ma);
     }
+    /* the matcher of CPUs without AVX-512 VNNI, whatever this one has: the same bits */
+    idf_match_fast_plain(&b.nn, scr, qw, nq, r, nr, IDF_INV_SCALE2);
+    for (j = 0; j < nq; j++)
+        if (a.nn.best[j] != b.nn.best[j] || memcmp(&a.nn.s1[j], &b.nn.s1[j], 4) || memcmp(&a.nn.s2[j], &b.nn.s2[j], 4))
+            fail_msg("plain matcher, query row %zu (nq %zu nr %zu)", j, nq, nr);
+    for (i = 0; i < nr; i++)
+        if (a.nn.qbest[i] != b.nn.qbest[i] || memcmp(&a.nn.qs[i], &b.nn.qs[i], 4))
+            fail_msg("plain matcher, reference row %zu (nq %zu nr %zu)", i, nq, nr);
     nn_free(&a);
     nn_free(&b);
     free(qw);
@@ -124,8 +132,10 @@ static void check_matchers(const uint8_t *q, size_t nq, const uint8_t *r, size_t
 
 static void test_matchers_random(void **state)
 {
-    static const size_t shapes[][2] = {{0, 0}, {0, 5}, {3, 0}, {1, 1}, {1, 2}, {2, 1}, {5, 3},
-                                       {4, 4}, {7, 33}, {17, 9}, {64, 31}, {130, 97}};
+    /* reference rows: around the vector matcher's lanes (16) and its limit (512) too */
+    static const size_t shapes[][2] = {{0, 0}, {0, 5},   {3, 0},   {1, 1},   {1, 2},    {2, 1},   {5, 3},
+                                       {4, 4}, {7, 33},  {17, 9},  {64, 31}, {130, 97}, {5, 15},  {33, 16},
+                                       {17, 17}, {9, 513}, {40, 512}, {768, 384}};
     tu_rng_t r;
     size_t t, i;
     (void)state;
@@ -144,6 +154,31 @@ static void test_matchers_random(void **state)
         check_matchers(q, nq, ref, nr, 0.8);
         check_matchers(q, nq, ref, nr, 1.0);
         check_matchers(q, nq, ref, nr, 0.5);
+        free(q);
+        free(ref);
+    }
+}
+
+/* Ties everywhere and the largest dots: rows of 0 and 255 only, from a
+ * handful of patterns, so that most dots tie (the lower reference row and
+ * query row must win, a tie with the best is the second) and reach
+ * 128 x 255^2, the top of the integer range. */
+static void test_matchers_ties_extreme(void **state)
+{
+    static const size_t shapes[][2] = {{1, 1}, {3, 40}, {20, 17}, {50, 384}, {100, 512}};
+    tu_rng_t r;
+    size_t t, i, k;
+    (void)state;
+    tu_rng_seed(&r, 33);
+    for (t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        size_t nq = shapes[t][0], nr = shapes[t][1];
+        uint8_t pat[4][128], *q = malloc(nq * 128), *ref = malloc(nr * 128);
+        for (i = 0; i < 4; i++)
+            for (k = 0; k < 128; k++) pat[i][k] = i == 0 ? 255 : (tu_rng_below(&r, 2) ? 255 : 0);
+        for (i = 0; i < nr; i++) memcpy(ref + i * 128, pat[tu_rng_below(&r, 4)], 128);
+        for (i = 0; i < nq; i++) memcpy(q + i * 128, pat[tu_rng_below(&r, 4)], 128);
+        check_matchers(q, nq, ref, nr, 0.8);
+        check_matchers(q, nq, ref, nr, 1.0);
         free(q);
         free(ref);
     }
@@ -1833,7 +1868,8 @@ static void test_end_to_end(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matchers_random), cmocka_unit_test(test_ties_and_tiny),
+        cmocka_unit_test(test_matchers_random), cmocka_unit_test(test_matchers_ties_extreme),
+        cmocka_unit_test(test_ties_and_tiny),
         cmocka_unit_test(test_scoring_decoy),   cmocka_unit_test(test_refset_updates),   cmocka_unit_test(test_partition_f16),   cmocka_unit_test(test_search_ratio),
         cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_merge_rules), cmocka_unit_test(test_guided), cmocka_unit_test(test_decisions), cmocka_unit_test(test_distinct),
         cmocka_unit_test(test_ransac),          cmocka_unit_test(test_matchers_real), cmocka_unit_test(test_significance),
