@@ -48,6 +48,10 @@
  *       4096). The queries are partition 0's synthetic rows (clu_synth_pool,
  *       --seed the shards'), so every answer must be whole, k hits long and
  *       ranked first at distance 0; --rows N (the shards' N) for the rate.
+ *       With --inproc --rows N --partitions P [--gpus LIST] [--budget GiB]
+ *       [--spec S]: the same rows in one table of this process instead
+ *       (mode "knn_inproc"; --gpus all: split over the devices), the
+ *       comparison without the cluster.
  * Every mode takes --warmup W (default 5): untimed queries before each
  * measured series (inproc, front). Each prints one JSON object on stdout. */
 #include <math.h>
@@ -338,6 +342,44 @@ static patina_status inproc_many(void *u, const void *q, size_t nq, patina_ident
     return s;
 }
 
+/* The rows a cluster of `patina shard --synthetic N:seed` shards holds in P
+ * partitions, in T detached tables (partition p's in table p mod T), put
+ * in id order (id = 1 + p + j P): every put appends to the reference set;
+ * partition by partition would insert each id in the middle, moving every
+ * larger record (quadratic). */
+static void fill_synthetic(patina_table_t **ts, size_t T, uint64_t n, uint32_t P, uint64_t seed)
+{
+    unsigned char **pools = calloc(P, sizeof *pools);
+    patina_change_t *ch = malloc(4096 * sizeof *ch), *cht = malloc(4096 * sizeof *cht);
+    char(*keys)[48] = malloc(4096 * sizeof *keys);
+    const size_t bytes = patina_extractor_bytes(patina_table_extractor(ts[0]));
+    uint64_t id0;
+    uint32_t p;
+    if (!pools || !ch || !cht || !keys) die("memory");
+    for (p = 0; p < P; p++)
+        if (clu_synth_pool(&pools[p], ts[0], seed, p, 0) != PATINA_OK) die("synthetic references");
+    for (id0 = 0; id0 < n; id0 += 4096) {
+        size_t i, nb = (size_t)(n - id0 < 4096 ? n - id0 : 4096);
+        for (i = 0; i < nb; i++) {
+            const uint64_t id = id0 + i, j = id / P;
+            const uint32_t pp = (uint32_t)(id % P);
+            clu_synth_key(keys[i], sizeof keys[i], seed, pp, j);
+            ch[i] = (patina_change_t){PATINA_CHANGE_PUT, 1 + id, keys[i], pools[pp] + (j % CLU_SYNTH_POOL) * bytes};
+        }
+        for (size_t k = 0; k < T; k++) { /* each table's rows, still in id order */
+            size_t m = 0;
+            for (i = 0; i < nb; i++)
+                if ((ch[i].id - 1) % P % T == k) cht[m++] = ch[i];
+            if (m && patina_table_apply(ts[k], cht, m, 0, NULL) != PATINA_OK) die("apply");
+        }
+    }
+    for (p = 0; p < P; p++) free(pools[p]);
+    free(pools);
+    free(ch);
+    free(cht);
+    free(keys);
+}
+
 static int run_inproc(int argc, char **argv)
 {
     const uint64_t n = strtoull(arg(argc, argv, "--refs", "100000"), NULL, 10),
@@ -349,15 +391,12 @@ static int run_inproc(int argc, char **argv)
     patina_context_t *ctx = NULL;
     patina_table_t *t = NULL, **ts = calloc(T ? T : 1, sizeof *ts);
     patina_table_opts_t to;
-    patina_change_t *ch = malloc(4096 * sizeof *ch), *cht = malloc(4096 * sizeof *cht);
-    char (*keys)[48] = malloc(4096 * sizeof *keys);
-    uint32_t p;
     double t0 = now();
     void *q;
     patina_context_opts_init(&co);
     co.gpus = arg(argc, argv, "--gpus", NULL);
     co.gpu_mem_budget = (uint64_t)(atof(arg(argc, argv, "--budget", "0")) * 1073741824.0); /* GiB per device */
-    if (T < 1 || T > P || !ts || !ch || !cht || !keys) die("--tables must be 1 .. --partitions");
+    if (T < 1 || T > P || !ts) die("--tables must be 1 .. --partitions");
     if (patina_device_parse(&inproc_device, arg(argc, argv, "--device", "auto")) != PATINA_OK) die("--device");
     inproc_verify = atol(arg(argc, argv, "--verify-top", "-1"));
     if (patina_context_new(&ctx, &co) != PATINA_OK) die("context");
@@ -365,34 +404,7 @@ static int run_inproc(int argc, char **argv)
     for (size_t k = 0; k < T; k++)
         if (patina_table_new(&ts[k], ctx, spec, &to) != PATINA_OK) die("table");
     t = ts[0];
-    /* in id order (id = 1 + p + j P): every put appends to the reference
-     * set; partition by partition would insert each id in the middle, moving
-     * every larger record (quadratic) */
-    {
-        unsigned char **pools = calloc(P, sizeof *pools);
-        const size_t bytes = patina_extractor_bytes(patina_table_extractor(t));
-        uint64_t id0;
-        if (!pools) die("memory");
-        for (p = 0; p < P; p++)
-            if (clu_synth_pool(&pools[p], t, seed, p, 0) != PATINA_OK) die("synthetic references");
-        for (id0 = 0; id0 < n; id0 += 4096) {
-            size_t i, nb = (size_t)(n - id0 < 4096 ? n - id0 : 4096);
-            for (i = 0; i < nb; i++) {
-                const uint64_t id = id0 + i, j = id / P;
-                const uint32_t pp = (uint32_t)(id % P);
-                clu_synth_key(keys[i], sizeof keys[i], seed, pp, j);
-                ch[i] = (patina_change_t){PATINA_CHANGE_PUT, 1 + id, keys[i], pools[pp] + (j % CLU_SYNTH_POOL) * bytes};
-            }
-            for (size_t k = 0; k < T; k++) { /* each table's rows, still in id order */
-                size_t m = 0;
-                for (i = 0; i < nb; i++)
-                    if ((ch[i].id - 1) % P % T == k) cht[m++] = ch[i];
-                if (m && patina_table_apply(ts[k], cht, m, 0, NULL) != PATINA_OK) die("apply");
-            }
-        }
-        for (p = 0; p < P; p++) free(pools[p]);
-        free(pools);
-    }
+    fill_synthetic(ts, T, n, P, seed);
     fprintf(stderr, "bench_cluster: %llu references in %.1f s\n", (unsigned long long)n, now() - t0);
     q = query_of(t, arg(argc, argv, "--query", "samples/mate/Aqua.jpg"), (size_t)atoi(arg(argc, argv, "--batch", "16")));
     if (T == 1) {
@@ -406,9 +418,6 @@ static int run_inproc(int argc, char **argv)
                 atoi(arg(argc, argv, "--reps", "20")), n);
     }
     free(q);
-    free(ch);
-    free(cht);
-    free(keys);
     for (size_t k = 0; k < T; k++) patina_table_free(ts[k]);
     free(ts);
     patina_context_free(ctx);
@@ -856,15 +865,16 @@ static int run_search(int argc, char **argv)
 /* ------------------------------------------------------------------- knn */
 
 typedef struct knn {
-    clu_front_t *front;
+    clu_front_t *front;  /* the cluster's front end, or */
+    patina_table_t *one; /* the rows in one table of this process (--inproc) */
     const char *spec;
     size_t bytes;
     patina_table_query_t q;
 } knn_t;
 
-/* One clu_front_search of nq queries; dies unless the answer is whole and
- * every query's list is k hits long (fewer when the cluster holds fewer
- * rows) with rank 1 at distance 0. Returns its seconds. */
+/* One search of nq queries (the front end's, or the table's); dies unless
+ * the answer is whole and every query's list is k hits long (fewer when
+ * there are fewer rows) with rank 1 at distance 0. Returns its seconds. */
 static double knn_ask(knn_t *kn, const unsigned char *q, size_t nq, uint64_t rows)
 {
     patina_table_results_t res;
@@ -873,8 +883,12 @@ static double knn_ask(knn_t *kn, const unsigned char *q, size_t nq, uint64_t row
     const double t0 = now();
     double t;
     size_t i;
+    patina_status st;
     memset(&res, 0, sizeof res);
-    if (clu_front_search(kn->front, kn->spec, q, nq, kn->bytes, &kn->q, &res, &cov) != PATINA_OK) die("knn search");
+    memset(&cov, 0, sizeof cov);
+    st = kn->one ? patina_table_search(kn->one, q, nq, &kn->q, &res)
+                 : clu_front_search(kn->front, kn->spec, q, nq, kn->bytes, &kn->q, &res, &cov);
+    if (st != PATINA_OK) die("knn search");
     t = now() - t0;
     if (cov.partial) {
         fprintf(stderr, "bench_cluster: knn: partial answer (%s)\n", cov.failure);
@@ -898,18 +912,35 @@ static int run_knn(int argc, char **argv)
     const size_t B = (size_t)strtoull(arg(argc, argv, "--batch", "4096"), NULL, 10);
     const uint64_t seed = strtoull(arg(argc, argv, "--seed", "7"), NULL, 10);
     const uint64_t rows = strtoull(arg(argc, argv, "--rows", "0"), NULL, 10);
+    int inproc = 0, r;
     patina_context_t *ctx = NULL;
     patina_table_t *t = NULL;
-    clu_session_t *s;
+    clu_session_t *s = NULL;
     unsigned char *pool = NULL, *q;
     double *lat = calloc((size_t)(reps > 0 ? reps : 1), sizeof *lat), bt[3];
     knn_t kn;
     size_t i;
-    int r;
+    for (r = 2; r < argc; r++) inproc |= !strcmp(argv[r], "--inproc");
     if (reps < 1 || B < 1 || !lat) die("--reps and --batch must be >= 1");
-    if (patina_context_new(&ctx, NULL) != PATINA_OK) die("context");
-    s = session(argc, argv, ctx, 0, &t);
-    kn.front = clu_session_front(s);
+    memset(&kn, 0, sizeof kn);
+    if (inproc) { /* the same rows in one table of this process, on --gpus (budget --budget GiB a device) */
+        const uint32_t P = (uint32_t)atoi(arg(argc, argv, "--partitions", "64"));
+        patina_context_opts_t co;
+        const double t0 = now();
+        patina_context_opts_init(&co);
+        co.gpus = arg(argc, argv, "--gpus", NULL);
+        co.gpu_mem_budget = (uint64_t)(atof(arg(argc, argv, "--budget", "0")) * 1073741824.0);
+        if (!rows || P < 1) die("--inproc needs --rows N and --partitions P >= 1");
+        if (patina_context_new(&ctx, &co) != PATINA_OK) die("context");
+        if (patina_table_new(&t, ctx, arg(argc, argv, "--spec", "cedd"), NULL) != PATINA_OK) die("table");
+        fill_synthetic(&t, 1, rows, P, seed);
+        fprintf(stderr, "bench_cluster: knn: %llu rows in %.1f s\n", (unsigned long long)rows, now() - t0);
+        kn.one = t;
+    } else {
+        if (patina_context_new(&ctx, NULL) != PATINA_OK) die("context");
+        s = session(argc, argv, ctx, 0, &t);
+        kn.front = clu_session_front(s);
+    }
     kn.spec = patina_table_spec(t);
     kn.bytes = patina_extractor_bytes(patina_table_extractor(t));
     patina_table_query_init(&kn.q);
@@ -919,20 +950,21 @@ static int run_knn(int argc, char **argv)
     for (i = 0; i < B; i++) memcpy(q + i * kn.bytes, pool + (i % CLU_SYNTH_POOL) * kn.bytes, kn.bytes);
     for (r = 0; r < WARMUP; r++) knn_ask(&kn, q + (size_t)r % B * kn.bytes, 1, rows);
     for (r = 0; r < reps; r++) lat[r] = knn_ask(&kn, q + (size_t)r % B * kn.bytes, 1, rows);
-    print_series("knn", "single queries", lat, reps);
+    print_series(inproc ? "knn_inproc" : "knn", "single queries", lat, reps);
     knn_ask(&kn, q, B, rows); /* warm-up of the batch's shape */
     for (r = 0; r < 3; r++) bt[r] = knn_ask(&kn, q, B, rows);
     {
         const double p50 = pct(lat, (size_t)reps, 0.5), p99 = pct(lat, (size_t)reps, 0.99), b50 = pct(bt, 3, 0.5);
-        printf("{\"mode\":\"knn\",\"spec\":\"%s\",\"rows\":%llu,\"k\":%zu,\"reps\":%d,\"p50_ms\":%.3f,"
+        printf("{\"mode\":\"%s\",\"spec\":\"%s\",\"rows\":%llu,\"k\":%zu,\"reps\":%d,\"p50_ms\":%.3f,"
                "\"p99_ms\":%.3f,\"batch\":%zu,\"batch_ms\":%.3f,\"batch_queries_per_s\":%.0f}\n",
-               kn.spec, (unsigned long long)rows, kn.q.k, reps, 1e3 * p50, 1e3 * p99, B, 1e3 * b50, (double)B / b50);
+               inproc ? "knn_inproc" : "knn", kn.spec, (unsigned long long)rows, kn.q.k, reps, 1e3 * p50, 1e3 * p99, B,
+               1e3 * b50, (double)B / b50);
     }
     free(pool);
     free(q);
     free(lat);
     patina_table_free(t);
-    clu_session_close(s);
+    if (s) clu_session_close(s);
     patina_context_free(ctx);
     return 0;
 }

@@ -44,7 +44,8 @@
 # CPU section; they now also put rows while one of the two shards is killed
 # (kill -9) and count afterwards the acknowledged rows found (none lost).
 # KNN_ROWS=N (default 0: none): the global CEDD k-NN over N synthetic rows across the shards (one per
-# GPU, or KNN_CPU_SHARDS CPU shards), one query and KNN_BATCH-query batches (bench_cluster knn).
+# GPU, or KNN_CPU_SHARDS CPU shards), one query and KNN_BATCH-query batches (bench_cluster knn), after
+# the same rows in one process (KNN_INPROC, default "1 all": one GPU, every GPU; empty: none).
 # Logs and JSON lines go to $OUT (default ./bench-cluster-out); with a GPU also
 # dmon.log (nvidia-smi dmon: clocks, power, load each second) and passes.log (when
 # each series started and ended, with the shards' minor page faults then).
@@ -416,6 +417,20 @@ fi
 # (SHARDS_GPU; CPU shards, KNN_CPU_SHARDS of them, default 2, without a GPU or with CPU_ONLY=1), copies 1:
 # one query and batches of KNN_BATCH (default 4096) through the front end's code, k = 10
 if [ "${KNN_ROWS:-0}" -gt 0 ]; then
+    # the same rows in one process first (KNN_INPROC: "1" one GPU, "all" every GPU; default both;
+    # without a GPU the CPU), the comparison without the cluster
+    if [ "$NGPU" -ge 1 ]; then
+        for row in ${KNN_INPROC-1 all}; do
+            case $row in 1) g=0 ;; all) g=$ALL ;; *) note "run.sh: KNN_INPROC row '$row' unknown (1, all)"; exit 2 ;; esac
+            note "== k-NN in process: $KNN_ROWS CEDD rows, GPUs $g"
+            record "knn inproc gpus=$g" "$("$DRIVER" knn --inproc --rows "$KNN_ROWS" --partitions "$P" --seed "$SEED" \
+                --gpus "$g" --budget "$GIB" --reps "$REPS" --warmup "$WARMUP" --batch "${KNN_BATCH:-4096}")"
+        done
+    elif [ "${KNN_INPROC-1}" ]; then
+        note "== k-NN in process: $KNN_ROWS CEDD rows, CPU"
+        record "knn inproc cpu" "$("$DRIVER" knn --inproc --rows "$KNN_ROWS" --partitions "$P" --seed "$SEED" --gpus "" \
+            --reps "$REPS" --warmup "$WARMUP" --batch "${KNN_BATCH:-4096}")"
+    fi
     "$PATINA" cluster create kbench --cluster "$URL" --partitions "$P" -f cedd > /dev/null
     i=0
     if [ "$NGPU" -ge 1 ]; then

@@ -103,7 +103,7 @@ def main():
               f"acknowledged, {w['refused']} refused; acknowledged rows found by their own descriptor: "
               f"{c1['found']} of {c1['rows']} with one shard, {c2['found']} of {c2['rows']} after the shard "
               f"rejoined ({k['rejoin_s']:.2f} s to settle)")
-    knns = [(label, d) for label, d in by.items() if d.get("mode") == "knn"]
+    knns = [(label, d) for label, d in by.items() if d.get("mode") in ("knn", "knn_inproc")]
     if knns:
         print("\n| global k-NN across the shards (front end's code) | rows | k | 1 query p50 / p99 (ms) "
               "| batch | batch ms | queries/s |")
