@@ -135,7 +135,7 @@ static void test_matchers_random(void **state)
     /* reference rows: around the vector matcher's lanes (16) and its limit (512) too */
     static const size_t shapes[][2] = {{0, 0}, {0, 5},   {3, 0},   {1, 1},   {1, 2},    {2, 1},   {5, 3},
                                        {4, 4}, {7, 33},  {17, 9},  {64, 31}, {130, 97}, {5, 15},  {33, 16},
-                                       {17, 17}, {9, 513}, {40, 512}, {768, 384}};
+                                       {17, 17}, {9, 513}, {40, 512}, {768, 384}, {6, 1100}, {3, 1024}};
     tu_rng_t r;
     size_t t, i;
     (void)state;
@@ -165,7 +165,7 @@ static void test_matchers_random(void **state)
  * 128 x 255^2, the top of the integer range. */
 static void test_matchers_ties_extreme(void **state)
 {
-    static const size_t shapes[][2] = {{1, 1}, {3, 40}, {20, 17}, {50, 384}, {100, 512}};
+    static const size_t shapes[][2] = {{1, 1}, {3, 40}, {20, 17}, {50, 384}, {100, 512}, {30, 1030}};
     tu_rng_t r;
     size_t t, i, k;
     (void)state;

@@ -5,9 +5,9 @@
  * to int16 once and lets four query rows share each loaded reference row;
  * its inner loop is a plain int16 x int16 -> int32 reduction that compilers
  * vectorise (pmaddwd on x86), and its integers times 2^-18 are the
- * definition's floats exactly. On a CPU with AVX-512 VNNI, references of
- * up to 512 rows go through match_vnni instead: the same integers, sixteen
- * reference rows a vector, and the same answer. */
+ * definition's floats exactly. On a CPU with AVX-512 VNNI, match_vnni
+ * does it instead: the same integers, sixteen reference rows a vector,
+ * references in segments of 512 rows, and the same answer. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -204,8 +204,9 @@ static PATINA_CLONES void match_fast(idf_nn_t *out, int32_t *qs, const int16_t *
  * the visiting order's tie rule; 0 is "none"), merged over the lanes at
  * the end; per reference row the best query row is kept as the scalar
  * code does (query rows in increasing order, strict '>'). Needs nr <= 512
- * (9 bits of row) and 1 <= nr; the dots of u8 rows are below 2^23, so the
- * keys fit 32 bits. */
+ * (9 bits of row; idf_match_fast passes longer references in segments)
+ * and 1 <= nr; the dots of u8 rows are below 2^23, so the keys fit 32
+ * bits. */
 #define VN_J 8
 __attribute__((target("avx512f,avx512vnni"))) static void match_vnni(idf_nn_t *out, int32_t *qs, const int16_t *qw,
                                                                       size_t nq, const uint8_t *r, size_t nr,
@@ -303,13 +304,40 @@ void idf_match_fast(idf_nn_t *out, int32_t *qs, const int16_t *qw, size_t nq, co
                     float inv_scale2)
 {
 #ifdef IDF_VNNI
-    if (nr >= 1 && nr <= 512 && nq >= 1 && have_vnni()) {
-        uint32_t *rt = aligned_alloc(64, (nr + 15) / 16 * 1024 * sizeof *rt);
-        if (rt) {
-            match_vnni(out, qs, qw, nq, r, nr, inv_scale2, rt);
+    if (nr >= 1 && nq >= 1 && have_vnni()) {
+        /* segments of up to 512 reference rows (match_vnni's limit), merged
+         * per query row: a later segment's rows are higher, so it takes the
+         * best only with a larger dot, and the second is the larger of what
+         * is left (a tie with the best stays the second) */
+        const size_t seg = nr < 512 ? nr : 512;
+        uint32_t *rt = aligned_alloc(64, (seg + 15) / 16 * 1024 * sizeof *rt);
+        int32_t *tb = nr > 512 ? malloc(nq * sizeof *tb) : NULL;
+        float *t1 = nr > 512 ? malloc(2 * nq * sizeof *t1) : NULL;
+        if (rt && (nr <= 512 || (tb && t1))) {
+            size_t off, j;
+            match_vnni(out, qs, qw, nq, r, seg, inv_scale2, rt);
+            for (off = seg; off < nr; off += 512) {
+                const size_t n = nr - off < 512 ? nr - off : 512;
+                idf_nn_t part = {tb, t1, t1 + nq, out->qbest + off, out->qs + off};
+                match_vnni(&part, qs + off, qw, nq, r + off * IDF_DIM, n, inv_scale2, rt);
+                for (j = 0; j < nq; j++) {
+                    if (part.s1[j] > out->s1[j]) {
+                        out->s2[j] = out->s1[j] > part.s2[j] ? out->s1[j] : part.s2[j];
+                        out->s1[j] = part.s1[j];
+                        out->best[j] = part.best[j] + (int32_t)off;
+                    } else if (part.s1[j] > out->s2[j]) {
+                        out->s2[j] = part.s1[j];
+                    }
+                }
+            }
             free(rt);
+            free(tb);
+            free(t1);
             return;
         }
+        free(rt);
+        free(tb);
+        free(t1);
     }
 #endif
     match_fast(out, qs, qw, nq, r, nr, inv_scale2);

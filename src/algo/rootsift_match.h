@@ -186,8 +186,8 @@ void idf_match_ref(idf_nn_t *out, const float *q, size_t nq, const float *r, siz
 
 /* The same result for u8 rows, blocked and vectorisable: qw is the query
  * widened to int16 by idf_widen (nq, 128); four query rows share each
- * reference row (with AVX-512 VNNI and nr <= 512: eight query rows and
- * sixteen reference rows a tile, vpdpwssd); similarities are reported as
+ * reference row (with AVX-512 VNNI: eight query rows and sixteen
+ * reference rows a tile, vpdpwssd); similarities are reported as
  * dot * inv_scale2 (inv_scale2 = 1 / (qscale_q qscale_r), a power of two
  * for exactness: 2^-18). qs: (nr) int32 scratch. */
 void idf_match_fast(idf_nn_t *out, int32_t *qs, const int16_t *qw, size_t nq, const uint8_t *r, size_t nr,
