@@ -6,8 +6,8 @@
  * its inner loop is a plain int16 x int16 -> int32 reduction that compilers
  * vectorise (pmaddwd on x86), and its integers times 2^-18 are the
  * definition's floats exactly. On a CPU with AVX-512 VNNI, match_vnni
- * does it instead: the same integers, sixteen reference rows a vector,
- * references in segments of 512 rows, and the same answer. */
+ * does it instead (vpdpbusd): the same integers, sixteen reference rows a
+ * vector, references in segments of 512 rows, and the same answer. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -195,34 +195,41 @@ static PATINA_CLONES void match_fast(idf_nn_t *out, int32_t *qs, const int16_t *
 #include <immintrin.h>
 #define IDF_VNNI 1
 
-/* The same matcher on AVX-512 VNNI (vpdpwssd: int16 pairs multiplied and
- * added into int32 lanes, exact). Lanes are 16 reference rows: rt holds
- * the reference re-laid as (tile, pair p, lane) dwords r[2p] | r[2p+1] << 16
- * (rows past nr zero); a tile of VN_J query rows broadcasts its pairs. Per
- * query row each lane keeps the top 2 of its reference rows as keys
- * (dot + 1) * 512 + 511 - row (the larger dot first, then the lower row,
- * the visiting order's tie rule; 0 is "none"), merged over the lanes at
- * the end; per reference row the best query row is kept as the scalar
- * code does (query rows in increasing order, strict '>'). Needs nr <= 512
- * (9 bits of row; idf_match_fast passes longer references in segments)
- * and 1 <= nr; the dots of u8 rows are below 2^23, so the keys fit 32
- * bits. */
+/* The same matcher on AVX-512 VNNI (vpdpbusd: four u8 x s8 products added
+ * into an int32 lane, exact). Lanes are 16 reference rows: rt holds the
+ * reference re-laid as (tile, group g, lane) dwords, bytes 4g .. 4g + 3 of
+ * a row (rows past nr zero). The query's u8 values q = lo + 128 hi (lo
+ * < 128, hi 0 or 1) are s8 on both parts; a tile of VN_J query rows
+ * broadcasts its groups' dwords, adds the hi parts first (only the groups
+ * where one of the tile's rows has a value >= 128: RootSIFT rows rarely
+ * do), shifts them by 7, then adds the lo parts. Per query row each lane
+ * keeps the top 2 of its reference rows as keys (dot + 1) * 512 + 511 -
+ * row (the larger dot first, then the lower row, the visiting order's tie
+ * rule; 0 is "none"), merged over the lanes at the end; per reference row
+ * the best query row is kept as the scalar code does (query rows in
+ * increasing order, strict '>'). Needs nr <= 512 (9 bits of row;
+ * idf_match_fast passes longer references in segments) and 1 <= nr; the
+ * dots of u8 rows are below 2^23, so the keys fit 32 bits. */
 #define VN_J 8
-__attribute__((target("avx512f,avx512vnni"))) static void match_vnni(idf_nn_t *out, int32_t *qs, const int16_t *qw,
-                                                                      size_t nq, const uint8_t *r, size_t nr,
-                                                                      float inv_scale2, uint32_t *rt)
+__attribute__((target("avx2,avx512f,avx512bw,avx512vnni"))) static void
+match_vnni(idf_nn_t *out, int32_t *qs, const int16_t *qw, size_t nq, const uint8_t *r, size_t nr, float inv_scale2,
+           uint32_t *rt)
 {
     const size_t nt = (nr + 15) / 16;
     const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     const __m512i one = _mm512_set1_epi32(1);
-    size_t t, l, p, j0, u;
+    const __m256i m7f = _mm256_set1_epi8(0x7f), m01 = _mm256_set1_epi8(1);
+    uint32_t qlo[VN_J][32], qhi[VN_J][32];
+    size_t t, l, g, j0, u, h;
     for (t = 0; t < nt; t++)
         for (l = 0; l < 16; l++) {
             const size_t row = t * 16 + l;
-            uint32_t *d = rt + t * 1024 + l;
-            for (p = 0; p < 64; p++)
-                d[p * 16] = row < nr ? (uint32_t)r[row * IDF_DIM + 2 * p] | (uint32_t)r[row * IDF_DIM + 2 * p + 1] << 16
-                                     : 0u;
+            uint32_t *d = rt + t * 512 + l;
+            for (g = 0; g < 32; g++) {
+                uint32_t v = 0;
+                if (row < nr) memcpy(&v, r + row * IDF_DIM + 4 * g, sizeof v);
+                d[g * 16] = v;
+            }
         }
     for (l = 0; l < nr; l++) {
         out->qbest[l] = -1;
@@ -230,30 +237,46 @@ __attribute__((target("avx512f,avx512vnni"))) static void match_vnni(idf_nn_t *o
     }
     for (j0 = 0; j0 < nq; j0 += VN_J) {
         const size_t nb = nq - j0 < VN_J ? nq - j0 : VN_J;
-        const int16_t *qr[VN_J];
         __m512i b[VN_J], s2[VN_J];
-#pragma GCC unroll 8
+        size_t hg[32], nh = 0;
+        /* the tile's rows (the last one repeated, not recorded) as s8 lo and hi parts */
         for (u = 0; u < VN_J; u++) {
-            qr[u] = qw + (j0 + (u < nb ? u : nb - 1)) * IDF_DIM; /* the last row repeated, not recorded */
+            const int16_t *qr = qw + (j0 + (u < nb ? u : nb - 1)) * IDF_DIM;
+            for (h = 0; h < 4; h++) {
+                const __m256i v = _mm512_cvtepi16_epi8(_mm512_loadu_si512((const void *)(qr + 32 * h)));
+                _mm256_storeu_si256((__m256i *)(qlo[u] + 8 * h), _mm256_and_si256(v, m7f));
+                _mm256_storeu_si256((__m256i *)(qhi[u] + 8 * h), _mm256_and_si256(_mm256_srli_epi16(v, 7), m01));
+            }
             b[u] = _mm512_setzero_si512();
             s2[u] = _mm512_setzero_si512();
+        }
+        for (g = 0; g < 32; g++) {
+            uint32_t any = 0;
+            for (u = 0; u < VN_J; u++) any |= qhi[u][g];
+            if (any) hg[nh++] = g;
         }
         for (t = 0; t < nt; t++) {
             const __mmask16 valid = (t + 1 < nt || nr % 16 == 0) ? (__mmask16)0xffff
                                                                   : (__mmask16)((1u << (nr % 16)) - 1u);
             const __m512i col = _mm512_sub_epi32(_mm512_set1_epi32((int)(511 - 16 * t)), lane);
-            const uint32_t *bt = rt + t * 1024;
+            const uint32_t *bt = rt + t * 512;
             __m512i acc[VN_J], qv, qi;
 #pragma GCC unroll 8
             for (u = 0; u < VN_J; u++) acc[u] = _mm512_setzero_si512();
-            for (p = 0; p < 64; p++) {
-                const __m512i bv = _mm512_load_si512((const void *)(bt + p * 16));
+            if (nh) { /* the hi parts, times 128 */
+                for (h = 0; h < nh; h++) {
+                    const __m512i bv = _mm512_load_si512((const void *)(bt + hg[h] * 16));
 #pragma GCC unroll 8
-                for (u = 0; u < VN_J; u++) {
-                    int32_t pair;
-                    memcpy(&pair, qr[u] + 2 * p, sizeof pair);
-                    acc[u] = _mm512_dpwssd_epi32(acc[u], _mm512_set1_epi32(pair), bv);
+                    for (u = 0; u < VN_J; u++)
+                        acc[u] = _mm512_dpbusd_epi32(acc[u], bv, _mm512_set1_epi32((int)qhi[u][hg[h]]));
                 }
+#pragma GCC unroll 8
+                for (u = 0; u < VN_J; u++) acc[u] = _mm512_slli_epi32(acc[u], 7);
+            }
+            for (g = 0; g < 32; g++) {
+                const __m512i bv = _mm512_load_si512((const void *)(bt + g * 16));
+#pragma GCC unroll 8
+                for (u = 0; u < VN_J; u++) acc[u] = _mm512_dpbusd_epi32(acc[u], bv, _mm512_set1_epi32((int)qlo[u][g]));
             }
             qv = _mm512_mask_loadu_epi32(_mm512_set1_epi32(-1), valid, qs + 16 * t);
             qi = _mm512_mask_loadu_epi32(_mm512_set1_epi32(-1), valid, out->qbest + 16 * t);
@@ -296,7 +319,8 @@ __attribute__((target("avx512f,avx512vnni"))) static void match_vnni(idf_nn_t *o
 /* Whether this CPU runs match_vnni (libgcc's CPU model, filled before main). */
 static int have_vnni(void)
 {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vnni");
 }
 #endif
 
@@ -310,7 +334,7 @@ void idf_match_fast(idf_nn_t *out, int32_t *qs, const int16_t *qw, size_t nq, co
          * best only with a larger dot, and the second is the larger of what
          * is left (a tie with the best stays the second) */
         const size_t seg = nr < 512 ? nr : 512;
-        uint32_t *rt = aligned_alloc(64, (seg + 15) / 16 * 1024 * sizeof *rt);
+        uint32_t *rt = aligned_alloc(64, (seg + 15) / 16 * 512 * sizeof *rt);
         int32_t *tb = nr > 512 ? malloc(nq * sizeof *tb) : NULL;
         float *t1 = nr > 512 ? malloc(2 * nq * sizeof *t1) : NULL;
         if (rt && (nr <= 512 || (tb && t1))) {
