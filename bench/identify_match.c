@@ -3,7 +3,9 @@
  * m = 384 features, through patina_identify (matching and scoring; RANSAC
  * off, then on for the top 10), on 1 thread and on all threads, beside the
  * plain matcher (idf_match_ref) on one thread. Rows are random RootSIFT-like
- * u8 rows: the work per reference does not depend on the data.
+ * u8 rows: the work per reference does not depend on the data, except on
+ * CPUs with AVX-512 VNNI, where query values of 128 or more cost a second
+ * pass over their four-byte groups (docs/identify.md).
  *
  *   bench_identify_match [REFERENCES (default 512)] */
 #include <math.h>
