@@ -380,6 +380,19 @@ static void fill_synthetic(patina_table_t **ts, size_t T, uint64_t n, uint32_t P
     free(keys);
 }
 
+/* A context on --gpus (default: every GPU; "" none) with --budget GiB of
+ * each device (0: the default), for the in-process rows. */
+static patina_context_t *inproc_context(int argc, char **argv)
+{
+    patina_context_opts_t co;
+    patina_context_t *ctx = NULL;
+    patina_context_opts_init(&co);
+    co.gpus = arg(argc, argv, "--gpus", NULL);
+    co.gpu_mem_budget = (uint64_t)(atof(arg(argc, argv, "--budget", "0")) * 1073741824.0);
+    if (patina_context_new(&ctx, &co) != PATINA_OK) die("context");
+    return ctx;
+}
+
 static int run_inproc(int argc, char **argv)
 {
     const uint64_t n = strtoull(arg(argc, argv, "--refs", "100000"), NULL, 10),
@@ -387,19 +400,15 @@ static int run_inproc(int argc, char **argv)
     const uint32_t P = (uint32_t)atoi(arg(argc, argv, "--partitions", "64"));
     const char *spec = arg(argc, argv, "--spec", "rootsift");
     const size_t T = (size_t)atoi(arg(argc, argv, "--tables", "1"));
-    patina_context_opts_t co;
-    patina_context_t *ctx = NULL;
+    patina_context_t *ctx;
     patina_table_t *t = NULL, **ts = calloc(T ? T : 1, sizeof *ts);
     patina_table_opts_t to;
     double t0 = now();
     void *q;
-    patina_context_opts_init(&co);
-    co.gpus = arg(argc, argv, "--gpus", NULL);
-    co.gpu_mem_budget = (uint64_t)(atof(arg(argc, argv, "--budget", "0")) * 1073741824.0); /* GiB per device */
     if (T < 1 || T > P || !ts) die("--tables must be 1 .. --partitions");
     if (patina_device_parse(&inproc_device, arg(argc, argv, "--device", "auto")) != PATINA_OK) die("--device");
     inproc_verify = atol(arg(argc, argv, "--verify-top", "-1"));
-    if (patina_context_new(&ctx, &co) != PATINA_OK) die("context");
+    ctx = inproc_context(argc, argv);
     patina_table_opts_init(&to);
     for (size_t k = 0; k < T; k++)
         if (patina_table_new(&ts[k], ctx, spec, &to) != PATINA_OK) die("table");
@@ -925,13 +934,9 @@ static int run_knn(int argc, char **argv)
     memset(&kn, 0, sizeof kn);
     if (inproc) { /* the same rows in one table of this process, on --gpus (budget --budget GiB a device) */
         const uint32_t P = (uint32_t)atoi(arg(argc, argv, "--partitions", "64"));
-        patina_context_opts_t co;
         const double t0 = now();
-        patina_context_opts_init(&co);
-        co.gpus = arg(argc, argv, "--gpus", NULL);
-        co.gpu_mem_budget = (uint64_t)(atof(arg(argc, argv, "--budget", "0")) * 1073741824.0);
         if (!rows || P < 1) die("--inproc needs --rows N and --partitions P >= 1");
-        if (patina_context_new(&ctx, &co) != PATINA_OK) die("context");
+        ctx = inproc_context(argc, argv);
         if (patina_table_new(&t, ctx, arg(argc, argv, "--spec", "cedd"), NULL) != PATINA_OK) die("table");
         fill_synthetic(&t, 1, rows, P, seed);
         fprintf(stderr, "bench_cluster: knn: %llu rows in %.1f s\n", (unsigned long long)rows, now() - t0);

@@ -418,19 +418,14 @@ fi
 # one query and batches of KNN_BATCH (default 4096) through the front end's code, k = 10
 if [ "${KNN_ROWS:-0}" -gt 0 ]; then
     # the same rows in one process first (KNN_INPROC: "1" one GPU, "all" every GPU; default both;
-    # without a GPU the CPU), the comparison without the cluster
-    if [ "$NGPU" -ge 1 ]; then
-        for row in ${KNN_INPROC-1 all}; do
-            case $row in 1) g=0 ;; all) g=$ALL ;; *) note "run.sh: KNN_INPROC row '$row' unknown (1, all)"; exit 2 ;; esac
-            note "== k-NN in process: $KNN_ROWS CEDD rows, GPUs $g"
-            record "knn inproc gpus=$g" "$("$DRIVER" knn --inproc --rows "$KNN_ROWS" --partitions "$P" --seed "$SEED" \
-                --gpus "$g" --budget "$GIB" --reps "$REPS" --warmup "$WARMUP" --batch "${KNN_BATCH:-4096}")"
-        done
-    elif [ "${KNN_INPROC-1}" ]; then
-        note "== k-NN in process: $KNN_ROWS CEDD rows, CPU"
-        record "knn inproc cpu" "$("$DRIVER" knn --inproc --rows "$KNN_ROWS" --partitions "$P" --seed "$SEED" --gpus "" \
-            --reps "$REPS" --warmup "$WARMUP" --batch "${KNN_BATCH:-4096}")"
-    fi
+    # without a GPU the CPU, unless KNN_INPROC is set and empty), the comparison without the cluster
+    if [ "$NGPU" -ge 1 ]; then rows=${KNN_INPROC-1 all}; else rows=${KNN_INPROC-cpu}; [ -z "$rows" ] || rows=cpu; fi
+    for row in $rows; do
+        case $row in 1) g=0 ;; all) g=$ALL ;; cpu) g= ;; *) note "run.sh: KNN_INPROC row '$row' unknown (1, all)"; exit 2 ;; esac
+        note "== k-NN in process: $KNN_ROWS CEDD rows, GPUs '${g}'"
+        record "knn inproc gpus=${g:-none}" "$("$DRIVER" knn --inproc --rows "$KNN_ROWS" --partitions "$P" --seed "$SEED" \
+            --gpus "$g" --budget "${GIB:-0}" --reps "$REPS" --warmup "$WARMUP" --batch "${KNN_BATCH:-4096}")"
+    done
     "$PATINA" cluster create kbench --cluster "$URL" --partitions "$P" -f cedd > /dev/null
     i=0
     if [ "$NGPU" -ge 1 ]; then

@@ -329,10 +329,10 @@ void idf_match_fast(idf_nn_t *out, int32_t *qs, const int16_t *qw, size_t nq, co
 {
 #ifdef IDF_VNNI
     if (nr >= 1 && nq >= 1 && have_vnni()) {
-        /* segments of up to 512 reference rows (match_vnni's limit), merged
-         * per query row: a later segment's rows are higher, so it takes the
-         * best only with a larger dot, and the second is the larger of what
-         * is left (a tie with the best stays the second) */
+        /* segments of up to 512 reference rows (match_vnni's limit), each
+         * one's best and second folded into the query row's top 2 in
+         * increasing row order, as the scalar loop visits them (the second
+         * cannot become the best: it is at most the best before it) */
         const size_t seg = nr < 512 ? nr : 512;
         uint32_t *rt = aligned_alloc(64, (seg + 15) / 16 * 512 * sizeof *rt);
         int32_t *tb = nr > 512 ? malloc(nq * sizeof *tb) : NULL;
@@ -345,13 +345,8 @@ void idf_match_fast(idf_nn_t *out, int32_t *qs, const int16_t *qw, size_t nq, co
                 idf_nn_t part = {tb, t1, t1 + nq, out->qbest + off, out->qs + off};
                 match_vnni(&part, qs + off, qw, nq, r + off * IDF_DIM, n, inv_scale2, rt);
                 for (j = 0; j < nq; j++) {
-                    if (part.s1[j] > out->s1[j]) {
-                        out->s2[j] = out->s1[j] > part.s2[j] ? out->s1[j] : part.s2[j];
-                        out->s1[j] = part.s1[j];
-                        out->best[j] = part.best[j] + (int32_t)off;
-                    } else if (part.s1[j] > out->s2[j]) {
-                        out->s2[j] = part.s1[j];
-                    }
+                    TOP2_UPDATE(out->best[j], out->s1[j], out->s2[j], part.s1[j], part.best[j] + (int32_t)off);
+                    TOP2_UPDATE(out->best[j], out->s1[j], out->s2[j], part.s2[j], part.best[j] + (int32_t)off);
                 }
             }
             free(rt);
