@@ -397,7 +397,9 @@ static void test_option_tables(void **state)
                 ido.accept == PATINA_ACCEPT_SIGNIFICANCE);
     assert_true(ido.view_candidates == table_default(PATINA_OPTIONS_IDENTIFY, "view_candidates") &&
                 ido.view_candidates == 0);
-    assert_int_equal(patina_options_count(PATINA_OPTIONS_IDENTIFY), 21);
+    assert_true(ido.first_features == table_default(PATINA_OPTIONS_IDENTIFY, "first_features") &&
+                ido.first_features == 0);
+    assert_int_equal(patina_options_count(PATINA_OPTIONS_IDENTIFY), 22);
     patina_search_opts_init(&so);
     assert_true(so.max_hits == table_default(PATINA_OPTIONS_SEARCH, "max_hits"));
     assert_true(so.device == table_default(PATINA_OPTIONS_SEARCH, "device"));

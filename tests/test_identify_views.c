@@ -603,6 +603,145 @@ static void test_view_pass(void **state)
     free(query);
 }
 
+/* The first pass's features (opts.first_features = F): every item matched
+ * with the query's F strongest rows (its first F), then the best
+ * max(k, verify_top, view_candidates) items matched again -- every row,
+ * every feature -- and ordered by those matches. Query rows [0, F) are
+ * the strong ones. Item A shares 2 strong rows and 30 weak ones with the
+ * query in its first row; B 8 strong, C 5 strong in their first rows; D 4
+ * strong in its first row and 35 weak in its first view. Every feature at
+ * once ranks D (its view), A, B, C; the first pass alone ranks B, C, D,
+ * A: with two candidates the pass keeps B and C, with four it finds the
+ * full answer. F >= the query's rows gives the full answer whatever the
+ * candidates. The caller's query is not changed. */
+#define FF 12
+static void ff_case(patina_refset_t *rs, const unsigned char *query, size_t nq, size_t qbytes)
+{
+    patina_identify_opts_t o;
+    patina_identify_hit_t hits[8], all[8];
+    patina_identify_result_t res[2], rall[2];
+    unsigned char *keep = malloc(nq * qbytes);
+    memcpy(keep, query, nq * qbytes);
+    patina_identify_opts_init(&o);
+    o.k = 4;
+    o.verify = 0;
+    o.threshold = 0;
+    TU_OK(patina_identify(NULL, rs, query, nq, &o, all, rall)); /* every feature at once */
+    assert_int_equal(rall[0].nhits, 4);
+    assert_int_equal(all[0].id, 9); /* D: 4 + 35 in its view */
+    assert_int_equal(all[1].id, 3); /* A: 2 + 30 */
+    assert_int_equal(all[2].id, 5);
+    assert_int_equal(all[3].id, 7);
+    /* two candidates: B and C, their matches those of every feature */
+    o.k = 2;
+    o.first_features = FF;
+    TU_OK(patina_identify(NULL, rs, query, nq, &o, hits, res));
+    assert_int_equal(res[0].nhits, 2);
+    assert_int_equal(hits[0].id, 5);
+    assert_int_equal(hits[0].matches, all[2].matches);
+    assert_int_equal(hits[1].id, 7);
+    assert_int_equal(hits[1].matches, all[3].matches);
+    /* four candidates (view_candidates): the full answer's best two */
+    o.view_candidates = 4;
+    TU_OK(patina_identify(NULL, rs, query, nq, &o, hits, res));
+    assert_int_equal(res[0].nhits, 2);
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(hits[i].id, all[i].id);
+        assert_int_equal(hits[i].matches, all[i].matches);
+    }
+    /* verified, and F at least the query's rows: the answer of every feature at once */
+    o.verify = 1;
+    o.verify_top = 4;
+    o.k = 4;
+    for (int pass = 0; pass < 3; pass++) {
+        o.first_features = 0;
+        o.view_candidates = 0;
+        TU_OK(patina_identify(NULL, rs, query, nq, &o, all, rall));
+        o.first_features = pass == 0 ? FF : pass == 1 ? M : 700;
+        o.view_candidates = pass == 0 ? 4 : 0;
+        TU_OK(patina_identify(NULL, rs, query, nq, &o, hits, res));
+        for (size_t q = 0; q < nq; q++) {
+            assert_int_equal(res[q].nhits, rall[q].nhits);
+            assert_int_equal(res[q].decision, rall[q].decision);
+            for (size_t i = 0; i < res[q].nhits; i++) {
+                const patina_identify_hit_t *h = &hits[q * o.k + i], *a = &all[q * o.k + i];
+                assert_int_equal(h->id, a->id);
+                assert_int_equal(h->matches, a->matches);
+                assert_int_equal(h->inliers, a->inliers);
+                assert_int_equal(h->verified, a->verified);
+                assert_true(h->score == a->score);
+            }
+        }
+    }
+    assert_memory_equal(keep, query, nq * qbytes);
+    o.first_features = 16385; /* the bound: the rootsift option n's */
+    assert_int_equal(patina_identify(NULL, rs, query, nq, &o, hits, res), PATINA_E_INVALID);
+    free(keep);
+}
+
+static void test_first_features(void **state)
+{
+    tu_rng_t r;
+    const size_t b = rs_record_bytes(M, RS_QUANT_U8), c[3] = {M, M, M};
+    /* rows shared with the query: {first strong, first weak, view 1 weak} */
+    static const int strong[4] = {2, 8, 5, 4}, weak[4][2] = {{30, 0}, {0, 0}, {0, 0}, {0, 35}};
+    static const uint64_t ids[4] = {3, 5, 7, 9};
+    uint8_t *qrows = malloc(M * 128), *rows[4][3];
+    float *geom = malloc(M * 4 * sizeof(float));
+    float *g3[3] = {geom, geom, geom};
+    unsigned char *items[4], *queries;
+    const size_t qbytes = rs_record_bytes(768, RS_QUANT_U8);
+    patina_refset_t *rs = NULL, *r0 = NULL;
+    (void)state;
+    tu_rng_seed(&r, 23);
+    for (size_t j = 0; j < M; j++) random_row(qrows + j * 128, &r);
+    random_geom(geom, M, &r);
+    TU_OK(patina_refset_new(&rs, SPEC2));
+    TU_OK(patina_refset_new(&r0, SPEC0));
+    for (int i = 0; i < 4; i++) {
+        for (int v = 0; v < 3; v++) {
+            rows[i][v] = malloc(M * 128);
+            for (size_t j = 0; j < M; j++) {
+                const int wk = v < 2 ? weak[i][v] : 0;
+                if (v == 0 && (int)j < strong[i]) perturb(rows[i][v] + j * 128, qrows + j * 128, 2, &r);
+                else if (j >= FF && (int)(j - FF) < wk) perturb(rows[i][v] + j * 128, qrows + j * 128, 2, &r);
+                else random_row(rows[i][v] + j * 128, &r);
+            }
+        }
+        items[i] = make_item(rows[i], c, g3);
+        TU_OK(patina_refset_put(rs, ids[i], items[i], 3 * b));
+    }
+    /* two queries: the one above and one of FF / 2 rows (nothing to cut) */
+    queries = malloc(2 * qbytes);
+    {
+        unsigned char *q0 = make_record(768, M, qrows, geom, 200, 200);
+        unsigned char *q1 = make_record(768, FF / 2, qrows, geom, 200, 200);
+        memcpy(queries, q0, qbytes);
+        memcpy(queries + qbytes, q1, qbytes);
+        free(q0);
+        free(q1);
+    }
+    ff_case(rs, queries, 2, qbytes);
+    /* without views: D's view is its record */
+    for (int i = 0; i < 4; i++) {
+        unsigned char *rec = make_record(M, M, rows[i][i == 3 ? 1 : 0], geom, 200, 200);
+        if (i == 3) /* D: its strong rows too, as in its first row */
+            for (int j = 0; j < strong[3]; j++) memcpy(rec + RS_HEADER + j * 128, rows[3][0] + j * 128, 128);
+        TU_OK(patina_refset_put(r0, ids[i], rec, b));
+        free(rec);
+    }
+    ff_case(r0, queries, 2, qbytes);
+    patina_refset_free(rs);
+    patina_refset_free(r0);
+    for (int i = 0; i < 4; i++) {
+        for (int v = 0; v < 3; v++) free(rows[i][v]);
+        free(items[i]);
+    }
+    free(queries);
+    free(qrows);
+    free(geom);
+}
+
 /* Verification runs on every row of a verified item and keeps the most
  * inliers: row 0 has the most matches but no geometry consistent with the
  * query's, view 1 fewer matches that agree. */
@@ -894,7 +1033,7 @@ int main(void)
         cmocka_unit_test(test_views0_records), cmocka_unit_test(test_default_threshold),
         cmocka_unit_test(test_refset_rows),
         cmocka_unit_test(test_fold_before_verify), cmocka_unit_test(test_verify_rows),
-        cmocka_unit_test(test_view_pass),
+        cmocka_unit_test(test_view_pass), cmocka_unit_test(test_first_features),
         cmocka_unit_test(test_table_store),
         cmocka_unit_test(test_half_scale_query), cmocka_unit_test(test_cli),
     };

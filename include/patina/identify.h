@@ -242,6 +242,15 @@ typedef struct patina_identify_opts {
                                * instead of 1 + views (on the GPU, a copy of the first rows only),
                                * and an item whose first row ranks below N is not rescued by its
                                * views (docs/identify.md, "Reference views"). No effect without views */
+    size_t first_features;    /* 0 (default): queries are matched with all their features. F > 0: the
+                               * first pass over every reference matches each query's F strongest
+                               * features only (a record's rows are strongest first), then its best
+                               * max(k, verify_top, view_candidates) candidates are matched again with
+                               * all of them -- every row of their items, views included -- and
+                               * ordered by those matches before verification. Matching costs about
+                               * F / n of the full pass (the GPU's time is linear in the query's
+                               * rows); a reference whose F-feature matches rank below the candidates
+                               * is not rescued (docs/identify.md, "The first pass's features") */
 } patina_identify_opts_t;
 
 /* Fills opts with the defaults above (the table of include/patina/options.h,

@@ -651,7 +651,8 @@ class Collection(_Closing):
                        model="similarity", ransac_threshold=0.01, iterations=1000, shape_check=True, seed=0,
                        threshold=None, table=None, device="auto", precision="int8", strict=False, guided=False,
                        guided_ratio=0.9, far=None, ambiguity=0.5, distinct=0.0,
-                       sibling_inliers=13.0, accept="significance", view_candidates=0) -> List[Identification]:
+                       sibling_inliers=13.0, accept="significance", view_candidates=0,
+                       first_features=0) -> List[Identification]:
         """Identifies many photos (images) against the collection's rootsift
         references in one call: RootSIFT 2-NN ratio test, scoring, RANSAC
         verification of the verify_top best, re-ranking by inliers, and an
@@ -678,7 +679,9 @@ class Collection(_Closing):
         view_candidates: for references registered with views, match the
         items' registered images first and then the views of the best
         view_candidates items by those (0, the default: every view of every
-        item)."""
+        item). first_features: match every reference with each photo's
+        first_features strongest features, then the best candidates again
+        with all of them (0, the default: all at once)."""
         lib = self._lib
         if isinstance(photos, (str, bytes, os.PathLike)) or (isinstance(photos, np.ndarray) and photos.ndim != 4):
             raise _type_error("identify_batch takes a sequence of images; use identify() for one")
@@ -715,6 +718,10 @@ class Collection(_Closing):
             raise _invalid(f"view_candidates must be an integer, got {view_candidates!r}")
         lib.check(lib.options_check(_lib.OPTION_SETS["identify"], b"view_candidates", float(view_candidates)))
         io.view_candidates = int(view_candidates)
+        if not isinstance(first_features, (int, np.integer)) or isinstance(first_features, bool):
+            raise _invalid(f"first_features must be an integer, got {first_features!r}")
+        lib.check(lib.options_check(_lib.OPTION_SETS["identify"], b"first_features", float(first_features)))
+        io.first_features = int(first_features)
         if far is not None:  # its bounds now; the threshold from the table's calibration below
             thr = ctypes.c_double()
             lib.check(lib.identify_far_threshold(float(far), ctypes.byref(thr)), "identify")

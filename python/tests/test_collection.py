@@ -437,6 +437,19 @@ def test_identify_matches_cli(cli, rootsift_coll, samples, variant, tmp_path):
             c.identify(variant, view_candidates=-1)
         with pytest.raises(patina.InvalidError, match="view_candidates"):
             c.identify(variant, view_candidates=1.5)
+        # the first pass's features, as --first-features: the strongest 16 first, then the candidates again
+        w = json.loads(run(cli, "identify", views, variant, "--format", "json", "-q", "--first-features", "16"))
+        g = c.identify(variant, first_features=16)
+        assert g.decision == w["decision"]
+        assert [(h.key, h.matches, h.inliers) for h in g.candidates] == \
+            [(h["key"], h["matches"], h["inliers"]) for h in w["hits"]]
+        full = c.identify(variant, k=2)
+        assert [(h.key, h.matches, h.inliers) for h in c.identify(variant, k=2, first_features=4096).candidates] == \
+            [(h.key, h.matches, h.inliers) for h in full.candidates]
+        with pytest.raises(patina.InvalidError, match="first_features"):
+            c.identify(variant, first_features=16385)
+        with pytest.raises(patina.InvalidError, match="first_features"):
+            c.identify(variant, first_features="8")
     with patina.Collection(rootsift_coll, readonly=True) as c:
         rc, _, err = run_full(cli, "identify", rootsift_coll, variant, "--far", "0.01", "--threshold", "5")
         assert rc == 2 and b"--far and --threshold both set" in err

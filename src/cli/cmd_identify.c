@@ -89,6 +89,11 @@ static const cli_opt_t opts[] = {
              "then the views of the best N items by those (a third of the matching with --views 2; "
              "an item whose image ranks below N is not rescued by its views); 0: every view of every "
              "item"},
+    {.name = "first-features", .type = CLI_INT, .arg = "F", .min = 0, .max = 16384, .def = "0",
+     .help = "match every reference with each query's F strongest features, then the best candidates "
+             "(k, --verify-top, --view-candidates) again with all of them, views included (matching "
+             "costs about F / n of the full pass; a reference whose F-feature matches rank below the "
+             "candidates is not rescued); 0: all features at once"},
     {.name = "table", .type = CLI_TEXT, .arg = "SPEC",
      .help = "the rootsift table, when the collection has several ('patina info' lists them)"},
     {.name = "format", .type = CLI_CHOICE, .choices = "table|csv|json", .def = "table",
@@ -264,6 +269,7 @@ static int run_identify(const cli_args_t *a)
     io.sibling_inliers = cli_get(a, "sibling-inliers")->num;
     io.accept = (patina_identify_accept)cli_get(a, "accept")->i;
     io.view_candidates = (size_t)cli_get(a, "view-candidates")->i;
+    io.first_features = (size_t)cli_get(a, "first-features")->i;
     if (cli_get(a, "far")->given) {
         if (cli_get(a, "threshold")->given) {
             cli_error("identify", "--far and --threshold both set the acceptance threshold: give one");

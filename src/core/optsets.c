@@ -141,6 +141,10 @@ static const entry_t identify_opts[] = {
              "references with views: match the items' first rows, then every row of the best N items by "
              "those (0: every row of every item)"),
      FLD_SIZE, I_OFF(view_candidates), 0, 0},
+    {OPT_INT("first_features", 0, 16384 /* the rootsift option n's bound, RS_N_MAX */, "0",
+             "match every reference with each query's F strongest features, then its best candidates again "
+             "with all of them (0: all features at once)"),
+     FLD_SIZE, I_OFF(first_features), 0, 0},
 };
 
 #define X_OFF(f) offsetof(patina_index_opts_t, f)

@@ -788,7 +788,8 @@ typedef struct job {
     gnn_t gdots;        /* verifying: the 2-NN dots from the GPU (dots NULL: match on the CPU) */
     const size_t *gat;  /* (tasks) task t's first pair in gdots (its item's rows follow) */
     int first_only;     /* matching: the items' first rows only (the view pass follows) */
-    size_t nview;       /* the view pass: candidates per query whose other rows are matched */
+    size_t nview;       /* the second pass: candidates per query whose rows v0 .. per - 1 are matched */
+    size_t v0;
 } job_t;
 
 static void scratch_free(scratch_t *sc)
@@ -1145,11 +1146,13 @@ static void verify_task(void *arg, size_t t, int worker)
     cd->verified = 1;
 }
 
-/* The view pass's task t (query q0 + t / nview, candidate t % nview): the
- * candidate's other rows matched (the 2-NN from the GPU when jb->gdots
- * holds them) and the item folded into its best row, as the matching
- * folds an item whose rows it matches at once (the most matches, ties the
- * lower slot). */
+/* The second pass's task t (query q0 + t / nview, candidate t % nview):
+ * the candidate's rows v0 .. per - 1 matched with the whole query (the
+ * 2-NN from the GPU when jb->gdots holds them) and the item folded into
+ * its best row, as the matching folds an item whose rows it matches at
+ * once (the most matches, ties the lower slot): with v0 = 1 (the view
+ * pass) its first row's matches stand as the first pass gave them, with
+ * v0 = 0 (first_features) they are replaced. */
 static void view_task(void *arg, size_t t, int worker)
 {
     job_t *jb = arg;
@@ -1162,10 +1165,10 @@ static void view_task(void *arg, size_t t, int worker)
     if (!cd) return;
     rs = jb->sets[cd->set];
     first = cd->ref / rs->per * rs->per;
-    for (v = 1; v < rs->per; v++) {
-        const gnn_t gn = jb->gdots.dots ? gnn_row(&jb->gdots, jb->gat[t] + v - 1) : (gnn_t){NULL, 0, 0};
+    for (v = jb->v0; v < rs->per; v++) {
+        const gnn_t gn = jb->gdots.dots ? gnn_row(&jb->gdots, jb->gat[t] + v - jb->v0) : (gnn_t){NULL, 0, 0};
         const size_t sco = match_pair(sc, qr, rs->recs + (first + v) * rs->stride, jb->o, jb->gdots.dots ? &gn : NULL);
-        if (sco > cd->matches) {
+        if (v == 0 || sco > cd->matches) {
             cd->matches = (uint32_t)sco;
             cd->ref = (uint32_t)(first + v);
         }
@@ -1372,8 +1375,14 @@ struct idf_many {
     size_t kk;      /* hits per query at most: min(k, alive) */
     size_t nverify; /* candidates verified per query: min(verify_top, alive), 0 without verify */
     size_t ncap;    /* candidates kept per query and set: max(kk, nverify, nview) */
-    size_t nview;   /* the view pass (opts.view_candidates with views): the union's best nview items by
-                     * their first rows have their other rows matched; 0: every row matched at once */
+    size_t nview;   /* the second pass: the union's best nview items have their rows v0 .. per - 1
+                     * matched again (the view pass, opts.view_candidates with views: their other rows;
+                     * opts.first_features: every row, with every feature of the query); 0: none */
+    size_t v0;      /* the first row the second pass matches: 1 (views only) or 0 (first_features) */
+    int first_only; /* the first pass matches the items' first rows only (the view pass follows) */
+    const unsigned char *mqueries; /* what the first pass matches: queries, or with opts.first_features
+                                    * their copies cut to the strongest first_features (mqcopy) */
+    unsigned char *mqcopy;
     cand_t *cands;  /* (nsets, nq, ncap): each set's best ncap */
     size_t *ncands; /* (nsets, nq) */
     atomic_int gpu; /* some set was matched on a GPU: verification's 2-NN go there too */
@@ -1396,7 +1405,30 @@ void idf_many_free(idf_many_t *m)
     free(m->cands);
     free(m->ncands);
     free(m->qcopy);
+    free(m->mqcopy);
     free(m);
+}
+
+/* Copies of the nq records of qbytes at queries cut to their f strongest
+ * features (rows are strongest first): the count set to at most f, the
+ * rows and keypoints past it zeroed (a record's padding). NULL when out of
+ * memory. */
+static unsigned char *queries_cut(const unsigned char *queries, size_t nq, size_t qbytes, size_t f)
+{
+    unsigned char *out = malloc(nq * qbytes + 1); /* malloc's alignment holds the rows' (4) */
+    size_t q;
+    if (!out) return NULL;
+    for (q = 0; q < nq; q++) {
+        unsigned char *r = out + q * qbytes;
+        const size_t n = rs_count(queries + q * qbytes);
+        const size_t row = RS_DIM * rs_elem_bytes(rs_quant(queries + q * qbytes)), geom = 4 * sizeof(float);
+        memcpy(r, queries + q * qbytes, qbytes);
+        if (n <= f) continue;
+        rs_put_u32(r, (uint32_t)f);
+        memset(r + (rs_row(r, f) - r), 0, (n - f) * row);
+        memset(r + (rs_geometry(r) - r) + f * geom, 0, (n - f) * geom);
+    }
+    return out;
 }
 
 patina_status idf_many_begin(idf_many_t **out, patina_refset_t *const *sets, size_t nsets, const void *queries,
@@ -1463,9 +1495,21 @@ patina_status idf_many_begin(idf_many_t **out, patina_refset_t *const *sets, siz
     m->kk = m->o.k < m->alive ? m->o.k : m->alive; /* k beyond the references is clamped */
     m->nverify = m->o.verify ? (m->o.verify_top < m->alive ? m->o.verify_top : m->alive) : 0;
     m->ncap = m->kk > m->nverify ? m->kk : m->nverify;
-    if (first_rows_first(m->per, &m->o)) {
+    m->mqueries = m->queries;
+    m->v0 = 1;
+    if ((m->first_only = first_rows_first(m->per, &m->o))) {
         m->nview = m->o.view_candidates < m->alive ? m->o.view_candidates : m->alive;
         if (m->nview > m->ncap) m->ncap = m->nview;
+    }
+    if (m->o.first_features > 0) { /* every candidate matched again, every row, every feature */
+        if (m->o.view_candidates > m->ncap)
+            m->ncap = m->o.view_candidates < m->alive ? m->o.view_candidates : m->alive;
+        m->nview = m->ncap;
+        m->v0 = 0;
+        if (nq && !(m->mqueries = m->mqcopy = queries_cut(m->queries, nq, m->qbytes, m->o.first_features))) {
+            idf_many_free(m);
+            return patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu queries", nq);
+        }
     }
     if (nq && m->ncap) {
         if (nq > SIZE_MAX / nsets / (m->ncap * sizeof *m->cands + sizeof *m->ncands)) {
@@ -1493,7 +1537,7 @@ static patina_status matching_device(const idf_many_t *m, const patina_refset_t 
 {
     *use_gpu = 0;
     if (m->o.device != PATINA_DEVICE_CPU) {
-        const char *why = gpu_refusal(rs, m->queries, m->qbytes, m->nq, m->ncap, m->nview ? 1 : rs->per);
+        const char *why = gpu_refusal(rs, m->queries, m->qbytes, m->nq, m->ncap, m->first_only ? 1 : rs->per);
         if (m->o.device == PATINA_DEVICE_GPU) {
             if (!ctx) return patina__fail(PATINA_E_INVALID, "identify: device gpu needs a context");
             if (why) return patina__fail(PATINA_E_UNAVAILABLE, "identify: no GPU matching: %s", why);
@@ -1519,14 +1563,14 @@ static void job_of(idf_many_t *m, size_t set, job_t *jb)
     jb->sets = m->sets;
     jb->rs = m->sets[set];
     jb->set = (uint32_t)set;
-    jb->queries = m->queries;
+    jb->queries = m->mqueries;
     jb->qbytes = m->qbytes;
     jb->nq = m->nq;
     jb->o = &m->o;
     jb->ncap = m->ncap;
     jb->cands = m->cands + set * m->nq * m->ncap;
     jb->ncands = m->ncands + set * m->nq;
-    jb->first_only = m->nview > 0;
+    jb->first_only = m->first_only;
 }
 
 /* Several sets' matching tasks as one pool run: task t belongs to job j
@@ -1638,7 +1682,7 @@ patina_status idf_many_match(idf_many_t *m, size_t set, patina_context_t *ctx)
 patina_status idf_many_match_sets(idf_many_t *m, size_t set0, size_t nsets, patina_context_t *ctx)
 {
     pgpu_idf_refs_t *views = NULL;
-    const size_t rows_per = m->nview ? 1 : m->per; /* rows matched per item */
+    const size_t rows_per = m->first_only ? 1 : m->per; /* rows matched per item */
     uint32_t *which = NULL; /* (nsets) the sets the GPU matches */
     uint32_t *oncpu = NULL; /* (nsets) the sets the workers match */
     size_t nc = 0;
@@ -1688,18 +1732,18 @@ patina_status idf_many_match_sets(idf_many_t *m, size_t set0, size_t nsets, pati
         s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu sets x %zu queries", ng, m->nq);
         goto out;
     }
-    query_counts(m->queries, m->qbytes, m->nq, qc);
-    for (i = 0; i < ng; i++) refs_view(m->sets[which[i]], m->nview > 0, &views[i]);
+    query_counts(m->mqueries, m->qbytes, m->nq, qc);
+    for (i = 0; i < ng; i++) refs_view(m->sets[which[i]], m->first_only, &views[i]);
     gpu_opts(&m->o, m->ncap * rows_per, &go); /* rows, folded into ncap items by cands_of_keys */
     if ((s = patina__context_gpu_acquire(ctx, &g)) != PATINA_OK) goto out;
     for (i = 0; i < ng; i++) atomic_store(&m->sets[which[i]]->gpu_ctx, (void *)ctx); /* as match_gpu */
-    s = patina_gpu_identify_many(g, views, ng, m->queries + RS_HEADER, m->qbytes, qc, m->nq,
+    s = patina_gpu_identify_many(g, views, ng, m->mqueries + RS_HEADER, m->qbytes, qc, m->nq,
                                  (size_t)params_of(m->sets[0])->n, &go, keys, NULL);
     patina__context_gpu_release(ctx);
     atomic_store(&m->gpu, 1);
     for (i = 0; s == PATINA_OK && i < ng; i++)
         cands_of_keys(m->sets[which[i]], which[i], keys + i * m->nq * m->ncap * rows_per, m->nq, m->ncap,
-                      m->nview > 0, m->cands + (size_t)which[i] * m->nq * m->ncap,
+                      m->first_only, m->cands + (size_t)which[i] * m->nq * m->ncap,
                       m->ncands + (size_t)which[i] * m->nq);
 out:
     free(views);
@@ -1909,17 +1953,19 @@ static patina_status pair_rounds(const idf_many_t *m, job_t *jb, patina_context_
  * GPU, at most (about 50 MB of dots at the default shapes). */
 #define VIEW_PAIRS 4096
 
-/* The view pass (m->nview): the best nview of each query's candidates jb
- * holds (by their first rows) get their other rows matched, and each
- * query's list is ordered again by matches. */
+/* The second pass (m->nview): the best nview of each query's candidates
+ * jb holds (by the first pass) get their rows m->v0 .. per - 1 matched
+ * with the whole query -- the view pass: their other rows; first_features:
+ * every row -- and each query's list is ordered again by matches. */
 static patina_status view_pass(const idf_many_t *m, job_t *jb, patina_context_t *ctx)
 {
-    size_t q, chunk = VIEW_PAIRS / (m->nview * (m->per - 1));
+    size_t q, chunk = VIEW_PAIRS / (m->nview * (m->per - m->v0));
     patina_status s;
     if (chunk < 1) chunk = 1;
     if (chunk > VERIFY_QUERIES) chunk = VERIFY_QUERIES;
     jb->nview = m->nview;
-    s = pair_rounds(m, jb, ctx, chunk, m->nview, 1, view_task);
+    jb->v0 = m->v0;
+    s = pair_rounds(m, jb, ctx, chunk, m->nview, m->v0, view_task);
     for (q = 0; s == PATINA_OK && q < m->nq; q++) qsort(jb->cands + q * m->ncap, jb->ncands[q], sizeof *jb->cands, cmp_matches);
     return s;
 }
@@ -1974,7 +2020,8 @@ patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_ident
             jb.ncands[q] = nc;
         }
     }
-    /* 2''. The view pass: the other rows of the best nview by first rows. */
+    /* 2''. The second pass: the other rows of the best nview by first rows
+     * (the view pass), or every row of them with every feature (first_features). */
     if (m->nview && (s = view_pass(m, &jb, ctx)) != PATINA_OK) goto out;
     /* 3. RANSAC on the top nverify of each query, VERIFY_QUERIES queries
      * at a time (the 2-NN from the GPU when matching ran there). */

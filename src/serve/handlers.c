@@ -1020,7 +1020,7 @@ static int identify_num(req_t *r, params_t *p, const char *name, double *field)
 }
 
 /* The identification parameters of a request -- k, verify, threshold or
- * far, accept, ratio, ambiguity, distinct, sibling_inliers, view_candidates
+ * far, accept, ratio, ambiguity, distinct, sibling_inliers, view_candidates, first_features
  * -- and its query image,
  * checked against the library's bounds (include/patina/options.h) and the
  * server's --max-k, into io (the library's defaults first): 0, or -1 after
@@ -1028,7 +1028,7 @@ static int identify_num(req_t *r, params_t *p, const char *name, double *field)
  * requests through it. */
 int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *far)
 {
-    uint64_t k, verify, vc;
+    uint64_t k, verify, vc, ff;
     double num;
     int given, far_given;
     char abuf[32];
@@ -1045,8 +1045,9 @@ int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *f
     k = io->k;
     verify = (uint64_t)io->verify;
     vc = io->view_candidates;
+    ff = io->first_features;
     if (param_u64(p, "k", &k, NULL) || param_u64(p, "verify", &verify, NULL) ||
-        param_u64(p, "view_candidates", &vc, NULL))
+        param_u64(p, "view_candidates", &vc, NULL) || param_u64(p, "first_features", &ff, NULL))
         return -1;
     if (param_num(p, "threshold", &num, &given)) return -1;
     if (given && patina_options_check(PATINA_OPTIONS_IDENTIFY, "threshold", num) != PATINA_OK) {
@@ -1096,9 +1097,14 @@ int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *f
                       (unsigned long long)vc, r->srv->cfg->max_k);
         return -1;
     }
+    if ((s = patina_options_check(PATINA_OPTIONS_IDENTIFY, "first_features", (double)ff)) != PATINA_OK) {
+        reply_problem(r, 400, "%s", patina_last_error());
+        return -1;
+    }
     io->k = (size_t)k;
     io->verify = (int)verify;
     io->view_candidates = (size_t)vc;
+    io->first_features = (size_t)ff;
     return 0;
 }
 

@@ -178,8 +178,19 @@ static void test_random(void **state)
                              sc, v);
                     compare(rs, q, nq, &o, what);
                 }
-        print_message("m %zu n %zu: %zu references x %zu queries equal (2 precisions x 3 scorings x 2)\n", m, n, nr,
-                      nq);
+        /* the first pass's features (queries cut to their n / 4 strongest, then the candidates again) */
+        patina_identify_opts_init(&o);
+        o.k = 7;
+        o.first_features = n / 4 > 0 ? n / 4 : 1;
+        for (v = 0; v < 2; v++) {
+            o.verify = v;
+            o.view_candidates = v ? 0 : 20;
+            snprintf(what, sizeof what, "m %zu n %zu refs %zu first_features %zu verify %d", m, n, nr,
+                     o.first_features, v);
+            compare(rs, q, nq, &o, what);
+        }
+        print_message("m %zu n %zu: %zu references x %zu queries equal (2 precisions x 3 scorings x 2, first_features "
+                      "n / 4 x 2)\n", m, n, nr, nq);
         release_all(rs, c, dir, recs, nr, q, ex);
     }
 }
@@ -234,6 +245,19 @@ static void test_views(void **state)
                          V, m, ni, o.k, o.verify_top, vcs[v]);
                 compare(rs, q, nq, &o, what);
             }
+            /* the first pass's features: the first pass on the GPU with the queries cut to their F
+             * strongest rows, then every row of the candidates with every feature by the GPU's 2-NN;
+             * with and without the first rows' copy (view_candidates) */
+            const size_t ffs[] = {1, n / 3, n};
+            for (size_t f = 0; f < sizeof ffs / sizeof ffs[0]; f++)
+                for (size_t vc = 0; vc <= 12; vc += 12) {
+                    o.first_features = ffs[f];
+                    o.view_candidates = vc;
+                    snprintf(what, sizeof what,
+                             "views %zu: m %zu items %zu k %zu verify_top %zu first_features %zu view_candidates %zu",
+                             V, m, ni, o.k, o.verify_top, ffs[f], vc);
+                    compare(rs, q, nq, &o, what);
+                }
         }
         /* the first rows' copy follows the set: an item replaced (its rows another item's), one removed,
          * one added above the others, between view-pass queries */
@@ -296,6 +320,7 @@ static void test_views_sets(void **state)
     for (size_t vc = 0; vc <= 20; vc += 4) {
         patina_identify_opts_init(&o);
         o.view_candidates = vc;
+        o.first_features = vc % 8 == 4 ? n / 2 : 0; /* the second pass over the union's candidates */
         o.threshold = 0;
         o.device = PATINA_DEVICE_CPU;
         TU_OK(patina_identify(CTX, one, q, nq, &o, h1, r1));
@@ -316,7 +341,8 @@ static void test_views_sets(void **state)
             }
         }
     }
-    print_message("views over 3 sets: %zu items, view_candidates 0 .. 20: GPU == CPU == one set\n", ni);
+    print_message("views over 3 sets: %zu items, view_candidates 0 .. 20 (first_features n / 2 at 4, 12, 20): GPU == "
+                  "CPU == one set\n", ni);
     for (size_t s = 0; s < 3; s++) patina_refset_free(sets[s]);
     patina_refset_free(one);
     for (size_t i = 0; i < 3 * ni; i++) free(rows[i]);

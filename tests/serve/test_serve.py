@@ -688,6 +688,23 @@ def test_identify():
             p = srv.json("POST", "/v1/collections/refsv.patina/identify?view_candidates=" + bad, q, status=status,
                          headers={"Content-Type": "image/x-portable-pixmap"})
             expect("view_candidates" in p["detail"], p)
+        # the first pass's features: with every item a candidate (k 3 of 2 items) and F at least the
+        # query's features, the answer of one pass; out of bounds is a 400
+        rv = srv.json("POST", "/v1/collections/refsv.patina/identify?k=3&first_features=16384", q,
+                      headers={"Content-Type": "image/x-portable-pixmap"})
+        expect([(h["key"], h["matches"], h["inliers"]) for h in rv["hits"]] ==
+               [(h["key"], h["matches"], h["inliers"]) for h in full["hits"]], (rv, full))
+        # F = 8: the items with a match among the query's 8 strongest features are the candidates, matched
+        # again with all 45 (an item with none is not one: a prefix of the full answer here)
+        rv = srv.json("POST", "/v1/collections/refsv.patina/identify?k=3&first_features=8", q,
+                      headers={"Content-Type": "image/x-portable-pixmap"})
+        got = [(h["key"], h["matches"], h["inliers"]) for h in rv["hits"]]
+        expect(got and len(got) < len(full["hits"]) and
+               got == [(h["key"], h["matches"], h["inliers"]) for h in full["hits"]][:len(got)], (rv, full))
+        for bad in ("-1", "16385"):
+            p = srv.json("POST", "/v1/collections/refsv.patina/identify?first_features=" + bad, q, status=400,
+                         headers={"Content-Type": "image/x-portable-pixmap"})
+            expect("first_features" in p["detail"], p)
     finally:
         srv.stop_ok()
     # verified candidates carry their inlier pairs (at most 200), inside both images
