@@ -49,9 +49,12 @@
  *       --seed the shards'), so every answer must be whole, k hits long and
  *       ranked first at distance 0; --rows N (the shards' N) for the rate.
  *       With --inproc --rows N --partitions P [--gpus LIST] [--budget GiB]
- *       [--spec S]: the same rows in one table of this process instead
- *       (mode "knn_inproc"; --gpus all: split over the devices), the
- *       comparison without the cluster.
+ *       [--spec S] [--tables T] [--keys]: the same rows in one table of this
+ *       process instead (mode "knn_inproc"; --gpus all: split over the
+ *       devices), the comparison without the cluster; --tables T: in T
+ *       tables searched together (patina_table_search_many, as a shard
+ *       searches its partitions), --keys: with the hits' keys (as a shard
+ *       answers).
  * Every mode takes --warmup W (default 5): untimed queries before each
  * measured series (inproc, front). Each prints one JSON object on stdout. */
 #include <math.h>
@@ -875,7 +878,9 @@ static int run_search(int argc, char **argv)
 
 typedef struct knn {
     clu_front_t *front;  /* the cluster's front end, or */
-    patina_table_t *one; /* the rows in one table of this process (--inproc) */
+    patina_table_t *one; /* the rows in one table of this process (--inproc), or */
+    patina_table_t **many; /* in nmany tables searched together (--inproc --tables T) */
+    size_t nmany;
     const char *spec;
     size_t bytes;
     patina_table_query_t q;
@@ -895,8 +900,9 @@ static double knn_ask(knn_t *kn, const unsigned char *q, size_t nq, uint64_t row
     patina_status st;
     memset(&res, 0, sizeof res);
     memset(&cov, 0, sizeof cov);
-    st = kn->one ? patina_table_search(kn->one, q, nq, &kn->q, &res)
-                 : clu_front_search(kn->front, kn->spec, q, nq, kn->bytes, &kn->q, &res, &cov);
+    st = kn->many ? patina_table_search_many(kn->many, kn->nmany, q, nq, &kn->q, &res)
+         : kn->one ? patina_table_search(kn->one, q, nq, &kn->q, &res)
+                   : clu_front_search(kn->front, kn->spec, q, nq, kn->bytes, &kn->q, &res, &cov);
     if (st != PATINA_OK) die("knn search");
     t = now() - t0;
     if (cov.partial) {
@@ -934,13 +940,23 @@ static int run_knn(int argc, char **argv)
     memset(&kn, 0, sizeof kn);
     if (inproc) { /* the same rows in one table of this process, on --gpus (budget --budget GiB a device) */
         const uint32_t P = (uint32_t)atoi(arg(argc, argv, "--partitions", "64"));
+        const size_t T = (size_t)atoi(arg(argc, argv, "--tables", "1"));
         const double t0 = now();
         if (!rows || P < 1) die("--inproc needs --rows N and --partitions P >= 1");
+        if (T < 1 || T > P || !(kn.many = calloc(T, sizeof *kn.many))) die("--tables must be 1 .. --partitions");
         ctx = inproc_context(argc, argv);
-        if (patina_table_new(&t, ctx, arg(argc, argv, "--spec", "cedd"), NULL) != PATINA_OK) die("table");
-        fill_synthetic(&t, 1, rows, P, seed);
-        fprintf(stderr, "bench_cluster: knn: %llu rows in %.1f s\n", (unsigned long long)rows, now() - t0);
-        kn.one = t;
+        for (i = 0; i < T; i++)
+            if (patina_table_new(&kn.many[i], ctx, arg(argc, argv, "--spec", "cedd"), NULL) != PATINA_OK) die("table");
+        fill_synthetic(kn.many, T, rows, P, seed);
+        fprintf(stderr, "bench_cluster: knn: %llu rows in %zu table(s) in %.1f s\n", (unsigned long long)rows, T,
+                now() - t0);
+        t = kn.many[0];
+        kn.nmany = T;
+        if (T == 1) {
+            kn.one = t;
+            free(kn.many);
+            kn.many = NULL;
+        }
     } else {
         if (patina_context_new(&ctx, NULL) != PATINA_OK) die("context");
         s = session(argc, argv, ctx, 0, &t);
@@ -950,6 +966,7 @@ static int run_knn(int argc, char **argv)
     kn.bytes = patina_extractor_bytes(patina_table_extractor(t));
     patina_table_query_init(&kn.q);
     kn.q.k = (size_t)atoi(arg(argc, argv, "--k", "10"));
+    for (r = 2; r < argc; r++) kn.q.keys |= inproc && !strcmp(argv[r], "--keys");
     if (clu_synth_pool(&pool, t, seed, 0, 0) != PATINA_OK) die("synthetic rows");
     if (!(q = malloc(B * kn.bytes))) die("memory");
     for (i = 0; i < B; i++) memcpy(q + i * kn.bytes, pool + (i % CLU_SYNTH_POOL) * kn.bytes, kn.bytes);
@@ -960,15 +977,19 @@ static int run_knn(int argc, char **argv)
     for (r = 0; r < 3; r++) bt[r] = knn_ask(&kn, q, B, rows);
     {
         const double p50 = pct(lat, (size_t)reps, 0.5), p99 = pct(lat, (size_t)reps, 0.99), b50 = pct(bt, 3, 0.5);
-        printf("{\"mode\":\"%s\",\"spec\":\"%s\",\"rows\":%llu,\"k\":%zu,\"reps\":%d,\"p50_ms\":%.3f,"
-               "\"p99_ms\":%.3f,\"batch\":%zu,\"batch_ms\":%.3f,\"batch_queries_per_s\":%.0f}\n",
-               inproc ? "knn_inproc" : "knn", kn.spec, (unsigned long long)rows, kn.q.k, reps, 1e3 * p50, 1e3 * p99, B,
-               1e3 * b50, (double)B / b50);
+        printf("{\"mode\":\"%s\",\"spec\":\"%s\",\"rows\":%llu,\"tables\":%zu,\"keys\":%d,\"k\":%zu,\"reps\":%d,"
+               "\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"batch\":%zu,\"batch_ms\":%.3f,\"batch_queries_per_s\":%.0f}\n",
+               inproc ? "knn_inproc" : "knn", kn.spec, (unsigned long long)rows, kn.many ? kn.nmany : 1, kn.q.keys,
+               kn.q.k, reps, 1e3 * p50, 1e3 * p99, B, 1e3 * b50, (double)B / b50);
     }
     free(pool);
     free(q);
     free(lat);
-    patina_table_free(t);
+    if (kn.many)
+        for (i = 0; i < kn.nmany; i++) patina_table_free(kn.many[i]);
+    else
+        patina_table_free(t);
+    free(kn.many);
     if (s) clu_session_close(s);
     patina_context_free(ctx);
     return 0;

@@ -22,7 +22,14 @@
 #include "gpu/knn_layout.cuh"
 #include "gpu/tcache.h"
 
-#define KNN_CACHE 8 /* device copies kept at most */
+/* Device copies kept at most (slots; the context's memory budget drops the
+ * least recently used first, tcache.h). As many as a cluster shard's
+ * partitions can be (CLU_PARTITIONS_MAX): a shard searches every partition
+ * it hosts in one call, and a count below them evicted and laid out again
+ * each partition on every query (2.4 s a query for 32 partitions of
+ * 312,500 CEDD rows with 8 slots, against 0.5 ms for the rows in one
+ * table: bench_cluster knn --inproc --tables 32, docs/cluster.md). */
+#define KNN_CACHE 4096
 #define KNN_PERM_SEED 0x243f6a8885a308d3ull /* the copies' row order (tcache_perm) */
 
 /* One index on the device. */

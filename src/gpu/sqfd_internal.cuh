@@ -21,7 +21,8 @@
 #define SQ_THREADS 128      /* rows per scan block (one per thread) */
 #define SQ_QT 4             /* queries per scan block */
 #define SQ_SEL_THREADS 1024 /* selection block (tc_radix_kth: a divisor of 2048) */
-#define SQ_CACHE 4          /* device copies kept (rows of an index, a pivot table's pivots) */
+#define SQ_CACHE 4096       /* device copies kept (rows of an index, a pivot table's pivots): a shard's
+                             * partitions at most, as KNN_CACHE (knn_internal.cuh) */
 #define SQ_PILOT_MIN 8192   /* pilot rows at least */
 #define SQ_DENSE_BYTES ((size_t)512 << 20) /* pilot values per batch at most */
 #define SQ_KNN_BATCH 1024   /* queries per batch, k-NN */

@@ -290,6 +290,66 @@ static void test_warm_search(void **state)
     patina_context_free(ctx);
 }
 
+/* Many tables searched together (patina_table_search_many, as a cluster
+ * shard searches the partitions it hosts): 20 CEDD tables of 4,200 rows
+ * each keep their 20 device copies from one search to the next (a count
+ * of slots below the tables evicted and laid out every table again on
+ * every query: 2.4 s a query for a shard's 32 partitions), and answer as
+ * the CPU does and as one table of their rows. */
+static void test_search_many_copies(void **state)
+{
+    enum { T = 20, PER = 4200, NQ = 6 };
+    patina_context_t *ctx = ctx_new();
+    patina_table_t *ts[T], *one = NULL;
+    uint8_t *rows = malloc((size_t)T * PER * PATINA_CEDD_DIM);
+    patina_change_t *ch = calloc((size_t)T * PER, sizeof *ch);
+    char (*keys)[24] = calloc((size_t)T * PER, sizeof *keys);
+    patina_table_query_t q;
+    patina_table_results_t cpu, gpu, single;
+    size_t i, ns0, nq0, ns1, nq1, ns2, nq2;
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 33);
+    for (i = 0; i < (size_t)T * PER; i++) {
+        random_cedd(rows + i * PATINA_CEDD_DIM, &r);
+        snprintf(keys[i], sizeof keys[i], "k%zu", i);
+        ch[i] = (patina_change_t){PATINA_CHANGE_PUT, i + 1, keys[i], rows + i * PATINA_CEDD_DIM};
+    }
+    TU_OK(patina_table_new(&one, ctx, "cedd", NULL));
+    TU_OK(patina_table_apply(one, ch, (size_t)T * PER, 1, NULL));
+    for (i = 0; i < T; i++) {
+        TU_OK(patina_table_new(&ts[i], ctx, "cedd", NULL));
+        TU_OK(patina_table_apply(ts[i], ch + i * PER, PER, 1, NULL));
+    }
+    patina_table_query_init(&q);
+    q.k = 10;
+    q.keys = 1;
+    q.device = PATINA_DEVICE_GPU;
+    cached(ctx, &ns0, &nq0);
+    TU_OK(patina_table_search_many(ts, T, rows + 5 * PATINA_CEDD_DIM, 1, &q, &gpu));
+    patina_table_results_release(&gpu);
+    cached(ctx, &ns1, &nq1);
+    TU_OK(patina_table_search_many(ts, T, rows + 5 * PATINA_CEDD_DIM, NQ, &q, &gpu));
+    cached(ctx, &ns2, &nq2);
+    printf("table_gpu: %d tables searched together: k-NN copies %zu -> %zu -> %zu\n", T, ns0, ns1, ns2);
+    if (ns1 != ns0 + T) fail_msg("a search of %d tables left %zu device copies (%d expected)", T, ns1 - ns0, T);
+    if (ns2 != ns1) fail_msg("a second search of the %d tables changed the device copies (%zu -> %zu)", T, ns1, ns2);
+    q.device = PATINA_DEVICE_CPU;
+    TU_OK(patina_table_search_many(ts, T, rows + 5 * PATINA_CEDD_DIM, NQ, &q, &cpu));
+    TU_OK(patina_table_search(one, rows + 5 * PATINA_CEDD_DIM, NQ, &q, &single));
+    same_results(&cpu, &gpu);
+    same_results(&cpu, &single);
+    patina_table_results_release(&cpu);
+    patina_table_results_release(&gpu);
+    patina_table_results_release(&single);
+    for (i = 0; i < T; i++) patina_table_free(ts[i]);
+    patina_table_free(one);
+    free(rows);
+    free(ch);
+    free(keys);
+    patina_context_free(ctx);
+}
+
 static void test_identify(void **state)
 {
     enum { N = 24 };
@@ -342,6 +402,7 @@ int main(void)
         cmocka_unit_test(test_cedd_many),
         cmocka_unit_test(test_signature_pivots),
         cmocka_unit_test(test_warm_search),
+        cmocka_unit_test(test_search_many_copies),
         cmocka_unit_test(test_identify),
     };
     tu_require_gpu();
