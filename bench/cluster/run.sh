@@ -45,7 +45,9 @@
 # (kill -9) and count afterwards the acknowledged rows found (none lost).
 # KNN_ROWS=N (default 0: none): the global CEDD k-NN over N synthetic rows across the shards (one per
 # GPU, or KNN_CPU_SHARDS CPU shards), one query and KNN_BATCH-query batches (bench_cluster knn), after
-# the same rows in one process (KNN_INPROC, default "1 all": one GPU, every GPU; empty: none).
+# the same rows in one process (KNN_INPROC, default "1 all shard": one GPU, every GPU, and one GPU
+# shard's share of the rows in its partitions' tables searched in one call, as the shard does; empty:
+# none). A run with KNN_ROWS and no identify rows (COPIES set and empty, CPU_ROWS=0) needs no QUERY.
 # Logs and JSON lines go to $OUT (default ./bench-cluster-out); with a GPU also
 # dmon.log (nvidia-smi dmon: clocks, power, load each second) and passes.log (when
 # each series started and ended, with the shards' minor page faults then).
@@ -65,7 +67,11 @@ mkdir -p "$OUT"
 RES=$OUT/results.jsonl
 : > "$RES"
 [ -x "$DRIVER" ] || { echo "run.sh: no $DRIVER (build the bench_cluster target; it needs libnats)" >&2; exit 1; }
-[ -n "$QUERY" ] || { echo "run.sh: no query photograph (scripts/fetch-samples.sh, or QUERY=)" >&2; exit 1; }
+if [ -z "$QUERY" ] && ! { [ "${KNN_ROWS:-0}" -gt 0 ] && [ -n "${COPIES+x}" ] && [ -z "${COPIES}" ] &&
+    [ "${CPU_ROWS:-}" = 0 ] && [ -z "${INPROC-x}" ]; }; then
+    echo "run.sh: no query photograph (scripts/fetch-samples.sh, or QUERY=)" >&2
+    exit 1
+fi
 NATS=${NATS_SERVER:-}
 [ -n "$NATS" ] || { [ -x "$ROOT/.venv-nats/bin/nats-server" ] && NATS=$ROOT/.venv-nats/bin/nats-server; } || true
 [ -n "$NATS" ] || NATS=$(command -v nats-server || true)
@@ -417,14 +423,24 @@ fi
 # (SHARDS_GPU; CPU shards, KNN_CPU_SHARDS of them, default 2, without a GPU or with CPU_ONLY=1), copies 1:
 # one query and batches of KNN_BATCH (default 4096) through the front end's code, k = 10
 if [ "${KNN_ROWS:-0}" -gt 0 ]; then
-    # the same rows in one process first (KNN_INPROC: "1" one GPU, "all" every GPU; default both;
-    # without a GPU the CPU, unless KNN_INPROC is set and empty), the comparison without the cluster
-    if [ "$NGPU" -ge 1 ]; then rows=${KNN_INPROC-1 all}; else rows=${KNN_INPROC-cpu}; [ -z "$rows" ] || rows=cpu; fi
+    # the same rows in one process first (KNN_INPROC: "1" one GPU, "all" every GPU, "shard" one GPU
+    # shard's share of the rows, N / shards, in P / shards tables on GPU 0 searched in one call with
+    # their keys, as a shard answers; default all three; without a GPU the CPU, unless KNN_INPROC is
+    # set and empty), the comparison without the cluster
+    if [ "$NGPU" -ge 1 ]; then rows=${KNN_INPROC-1 all shard}; else rows=${KNN_INPROC-cpu}; [ -z "$rows" ] || rows=cpu; fi
+    nsh=$(echo $SHARDS_GPU | wc -w)
     for row in $rows; do
-        case $row in 1) g=0 ;; all) g=$ALL ;; cpu) g= ;; *) note "run.sh: KNN_INPROC row '$row' unknown (1, all)"; exit 2 ;; esac
-        note "== k-NN in process: $KNN_ROWS CEDD rows, GPUs '${g}'"
-        record "knn inproc gpus=${g:-none}" "$("$DRIVER" knn --inproc --rows "$KNN_ROWS" --partitions "$P" --seed "$SEED" \
-            --gpus "$g" --budget "${GIB:-0}" --reps "$REPS" --warmup "$WARMUP" --batch "${KNN_BATCH:-4096}")"
+        n=$KNN_ROWS extra=
+        case $row in
+        1) g=0 ;; all) g=$ALL ;; cpu) g= ;;
+        shard) g=0 n=$((KNN_ROWS / nsh)) extra="--tables $((P / nsh)) --keys" ;;
+        *) note "run.sh: KNN_INPROC row '$row' unknown (1, all, shard)"; exit 2 ;;
+        esac
+        note "== k-NN in process: $n CEDD rows, GPUs '${g}' $extra"
+        # shellcheck disable=SC2086
+        record "knn inproc gpus=${g:-none}${extra:+ tables=$((P / nsh))}" "$("$DRIVER" knn --inproc --rows "$n" \
+            --partitions "$P" --seed "$SEED" --gpus "$g" --budget "${GIB:-0}" --reps "$REPS" --warmup "$WARMUP" \
+            --batch "${KNN_BATCH:-4096}" $extra)"
     done
     "$PATINA" cluster create kbench --cluster "$URL" --partitions "$P" -f cedd > /dev/null
     i=0
