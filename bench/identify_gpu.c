@@ -566,6 +566,19 @@ static void section_e2e(size_t nref)
     bench_free_list(files, nf);
 }
 
+/* A comma-separated list of counts ("64,0") into out (cap at most): how many. */
+static size_t parse_list(const char *t, size_t *out, size_t cap)
+{
+    size_t n = 0;
+    char *end;
+    while (n < cap) {
+        out[n++] = (size_t)strtoul(t, &end, 10);
+        if (*end != ',') break;
+        t = end + 1;
+    }
+    return n;
+}
+
 int main(int argc, char **argv)
 {
     size_t nref = 1u << 20, e2e = 0;
@@ -579,22 +592,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--capacity")) capacity = 1;
         else if (!strcmp(argv[i], "--e2e") && i + 1 < argc) e2e = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--e2e-views") && i + 1 < argc) E2E_VIEWS = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--view-candidates") && i + 1 < argc) {
-            char *t = argv[++i], *end;
-            for (NVC = 0; NVC < sizeof VIEW_CANDS / sizeof VIEW_CANDS[0];) {
-                VIEW_CANDS[NVC++] = (size_t)strtoul(t, &end, 10);
-                if (*end != ',') break;
-                t = end + 1;
-            }
-        }
-        else if (!strcmp(argv[i], "--first-features") && i + 1 < argc) {
-            char *t = argv[++i], *end;
-            for (NFF = 0; NFF < sizeof FIRST_FEATS / sizeof FIRST_FEATS[0];) {
-                FIRST_FEATS[NFF++] = (size_t)strtoul(t, &end, 10);
-                if (*end != ',') break;
-                t = end + 1;
-            }
-        }
+        else if (!strcmp(argv[i], "--view-candidates") && i + 1 < argc)
+            NVC = parse_list(argv[++i], VIEW_CANDS, sizeof VIEW_CANDS / sizeof VIEW_CANDS[0]);
+        else if (!strcmp(argv[i], "--first-features") && i + 1 < argc)
+            NFF = parse_list(argv[++i], FIRST_FEATS, sizeof FIRST_FEATS / sizeof FIRST_FEATS[0]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--kernel") && i + 1 < argc && !strcmp(argv[i + 1], "auto"))
             KERNEL = PGPU_IDF_KERNEL_AUTO, i++;
