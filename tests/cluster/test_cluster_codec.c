@@ -169,6 +169,7 @@ static void request_round_trip_and_malformed(void **state)
     q.iopts.guided_ratio = 0.85;
     q.iopts.ambiguity = 0.625;
     q.iopts.view_candidates = 48;
+    q.iopts.first_features = 512;
     q.parts = parts;
     q.nparts = 3;
     q.nq = 2;
@@ -188,6 +189,7 @@ static void request_round_trip_and_malformed(void **state)
     assert_true(d.iopts.ambiguity == 0.625);
     assert_int_equal(d.iopts.accept, PATINA_ACCEPT_INLIERS); /* the rule travels: the shards' scores follow it */
     assert_int_equal(d.iopts.view_candidates, 48);
+    assert_int_equal(d.iopts.first_features, 512); /* the shards' first pass follows it */
     assert_memory_equal(d.queries, qs, sizeof qs);
     clu_request_release(&d);
     each_prefix_refused(&b, DEC_REQUEST);
