@@ -878,8 +878,8 @@ static int run_search(int argc, char **argv)
 
 typedef struct knn {
     clu_front_t *front;  /* the cluster's front end, or */
-    patina_table_t *one; /* the rows in one table of this process (--inproc), or */
-    patina_table_t **many; /* in nmany tables searched together (--inproc --tables T) */
+    patina_table_t **many; /* the rows in nmany tables of this process searched together (--inproc;
+                            * --tables T, default 1) */
     size_t nmany;
     const char *spec;
     size_t bytes;
@@ -901,8 +901,7 @@ static double knn_ask(knn_t *kn, const unsigned char *q, size_t nq, uint64_t row
     memset(&res, 0, sizeof res);
     memset(&cov, 0, sizeof cov);
     st = kn->many ? patina_table_search_many(kn->many, kn->nmany, q, nq, &kn->q, &res)
-         : kn->one ? patina_table_search(kn->one, q, nq, &kn->q, &res)
-                   : clu_front_search(kn->front, kn->spec, q, nq, kn->bytes, &kn->q, &res, &cov);
+                  : clu_front_search(kn->front, kn->spec, q, nq, kn->bytes, &kn->q, &res, &cov);
     if (st != PATINA_OK) die("knn search");
     t = now() - t0;
     if (cov.partial) {
@@ -952,11 +951,6 @@ static int run_knn(int argc, char **argv)
                 now() - t0);
         t = kn.many[0];
         kn.nmany = T;
-        if (T == 1) {
-            kn.one = t;
-            free(kn.many);
-            kn.many = NULL;
-        }
     } else {
         if (patina_context_new(&ctx, NULL) != PATINA_OK) die("context");
         s = session(argc, argv, ctx, 0, &t);
