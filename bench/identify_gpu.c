@@ -8,7 +8,7 @@
  *
  *   bench_identify_gpu [--refs N] [--quick] [--no-peers] [--capacity] [--e2e N] [--only SECTION]
  *                      [--kernel auto|mma|wgmma] [--e2e-views V] [--view-candidates N,...]
- *                      [--first-features F,...]
+ *                      [--first-features F,...] [--half-view-features H,...]
  *
  * --kernel: the int8 matching kernel of the fused rows (pgpu_idf_opts_t.kernel;
  * auto: wgmma on compute capability 9.0 where it applies, else mma.sync).
@@ -34,7 +34,10 @@
  *              (0: every row matched; N: the first rows, then the views of the
  *              best N items) and each --first-features value (0: the queries'
  *              every feature in one pass; F: the first pass with their F
- *              strongest, then the candidates again with all)
+ *              strongest, then the candidates again with all) and each
+ *              --half-view-features value (with views 1 or 3 and the view
+ *              pass: the items' half-size views in the first pass too, with
+ *              the queries' H strongest)
  * Synthetic RootSIFT-like rows (4096 distinct references repeated: the work
  * does not depend on the values); e2e also registers the sample photographs
  * as real references and queries a distorted one. Times are GPU times of the
@@ -66,6 +69,8 @@ static size_t VIEW_CANDS[8] = {0}; /* --view-candidates */
 static size_t NVC = 1;
 static size_t FIRST_FEATS[8] = {0}; /* --first-features */
 static size_t NFF = 1;
+static size_t HALF_FEATS[8] = {0}; /* --half-view-features */
+static size_t NHV = 1;
 
 static void die(const char *what)
 {
@@ -506,9 +511,9 @@ static void section_e2e(size_t nref)
      * factor to at most 300 pixels on its longer side (the item from
      * further away; about 200 features, the shape of issue 29's 115 ms
      * baseline, whose query was a whole 400 x 600 sample at half size) */
-    for (size_t vi = 0; vi < NVC * NFF; vi++)
+    for (size_t vi = 0; vi < NVC * NFF * NHV; vi++)
     for (int shape = 0; shape < 2; shape++) {
-        const size_t vc = VIEW_CANDS[vi / NFF], ff = FIRST_FEATS[vi % NFF];
+        const size_t vc = VIEW_CANDS[vi / (NFF * NHV)], ff = FIRST_FEATS[vi / NHV % NFF], hv = HALF_FEATS[vi % NHV];
         const int f = shape == 0 ? 2 : (((img.width > img.height ? img.width : img.height) + 299) / 300);
         const int w = shape == 0 ? (img.width / 2 < 640 ? img.width / 2 : 640) : img.width / f;
         const int h = shape == 0 ? (img.height / 2 < 480 ? img.height / 2 : 480) : img.height / f;
@@ -524,17 +529,19 @@ static void section_e2e(size_t nref)
                 }
         o.view_candidates = vc;
         o.first_features = ff;
+        o.half_view_features = hv;
         if (shape == 0) { /* first call: the GPU mirror is built (the upload of every reference) */
             t0 = now_s();
             if (patina_identify_extract(CTX, rs, q, &var, 1, NULL) != PATINA_OK) die("extract query");
             if (patina_identify(CTX, rs, q, 1, &o, hits, &res) != PATINA_OK) die("identify");
-            printf("\nview_candidates %zu, first_features %zu: first call (builds the GPU copy of %zu references%s): "
-                   "%.2f s\n",
-                   vc, ff, nref, E2E_VIEWS && vc ? ", their first rows" : "", now_s() - t0);
-            printf("| e2e, one query image, %zu references of %d rows, view_candidates %zu, first_features %zu | "
-                   "extraction (GPU) | matching (GPU, wall; the second pass with it) | verification of the top 10 "
-                   "(CPU) | total | answer |\n|---|---|---|---|---|---|\n",
-                   nref, E2E_VIEWS + 1, vc, ff);
+            printf("\nview_candidates %zu, first_features %zu, half_view_features %zu: first call (builds the GPU "
+                   "copy of %zu references%s): %.2f s\n",
+                   vc, ff, hv, nref, E2E_VIEWS && vc ? (hv ? ", their first rows and half views" : ", their first rows") : "",
+                   now_s() - t0);
+            printf("| e2e, one query image, %zu references of %d rows, view_candidates %zu, first_features %zu, "
+                   "half_view_features %zu | extraction (GPU) | matching (GPU, wall; the second pass with it) | "
+                   "verification of the top 10 (CPU) | total | answer |\n|---|---|---|---|---|---|\n",
+                   nref, E2E_VIEWS + 1, vc, ff, hv);
         }
         /* best of 3 of each step (the GPU's clocks, the host's caches) */
         t_ext = t_match = t_all = 1e30;
@@ -596,6 +603,8 @@ int main(int argc, char **argv)
             NVC = parse_list(argv[++i], VIEW_CANDS, sizeof VIEW_CANDS / sizeof VIEW_CANDS[0]);
         else if (!strcmp(argv[i], "--first-features") && i + 1 < argc)
             NFF = parse_list(argv[++i], FIRST_FEATS, sizeof FIRST_FEATS / sizeof FIRST_FEATS[0]);
+        else if (!strcmp(argv[i], "--half-view-features") && i + 1 < argc)
+            NHV = parse_list(argv[++i], HALF_FEATS, sizeof HALF_FEATS / sizeof HALF_FEATS[0]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--kernel") && i + 1 < argc && !strcmp(argv[i + 1], "auto"))
             KERNEL = PGPU_IDF_KERNEL_AUTO, i++;
@@ -606,7 +615,8 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: bench_identify_gpu [--refs N] [--quick] [--no-peers] [--capacity] [--e2e N] "
                             "[--only resident|queries|shapes|streamed|sets] [--kernel auto|mma|wgmma] "
-                            "[--e2e-views V] [--view-candidates N,...] [--first-features F,...]\n");
+                            "[--e2e-views V] [--view-candidates N,...] [--first-features F,...] "
+                            "[--half-view-features H,...]\n");
             return 2;
         }
     }

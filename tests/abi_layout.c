@@ -74,7 +74,7 @@ int main(void)
         M(patina_identify_opts_t, guided_ratio), M(patina_identify_opts_t, ambiguity),
         M(patina_identify_opts_t, distinct), M(patina_identify_opts_t, sibling_inliers),
         M(patina_identify_opts_t, accept), M(patina_identify_opts_t, view_candidates),
-        M(patina_identify_opts_t, first_features), end();
+        M(patina_identify_opts_t, first_features), M(patina_identify_opts_t, half_view_features), end();
     S(patina_identify_hit_t), M(patina_identify_hit_t, id), M(patina_identify_hit_t, score),
         M(patina_identify_hit_t, matches), M(patina_identify_hit_t, inliers), M(patina_identify_hit_t, verified),
         end();

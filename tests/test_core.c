@@ -399,7 +399,9 @@ static void test_option_tables(void **state)
                 ido.view_candidates == 0);
     assert_true(ido.first_features == table_default(PATINA_OPTIONS_IDENTIFY, "first_features") &&
                 ido.first_features == 0);
-    assert_int_equal(patina_options_count(PATINA_OPTIONS_IDENTIFY), 22);
+    assert_true(ido.half_view_features == table_default(PATINA_OPTIONS_IDENTIFY, "half_view_features") &&
+                ido.half_view_features == 0);
+    assert_int_equal(patina_options_count(PATINA_OPTIONS_IDENTIFY), 23);
     patina_search_opts_init(&so);
     assert_true(so.max_hits == table_default(PATINA_OPTIONS_SEARCH, "max_hits"));
     assert_true(so.device == table_default(PATINA_OPTIONS_SEARCH, "device"));

@@ -398,6 +398,15 @@ static void test_default_threshold(void **state)
         TU_OK(patina_identify_far_threshold_opts(SPEC2, &vp, 0.001, &p2s));
         TU_OK(patina_identify_far_threshold_opts(SPEC0, &vp, 0.01, &p0));
         assert_true(p2 == 3 && p2s == 19 && p0 == PATINA_SIGNIFICANCE_DEFAULT);
+        {   /* and the pass with the half-size views in its first pass, where the views hold one */
+            double h3, h3s, p3;
+            TU_OK(patina_identify_far_threshold_opts("rootsift:m=48,views=3", &vp, 0.01, &p3));
+            vp.half_view_features = 64;
+            TU_OK(patina_identify_far_threshold_opts("rootsift:m=48,views=3", &vp, 0.01, &h3));
+            TU_OK(patina_identify_far_threshold_opts("rootsift:m=48,views=3", &vp, 0.001, &h3s));
+            assert_true(p3 == 3 && h3 == 3.9 && h3s == 20);
+            vp.half_view_features = 0;
+        }
         vp.k = N;
         TU_OK(patina_identify(NULL, rs, s.query, 1, &vp, hits, &res));
         assert_true(res.threshold == 3);
@@ -742,6 +751,118 @@ static void test_first_features(void **state)
     free(geom);
 }
 
+/* The half-size view in the first pass (opts.half_view_features): items
+ * whose first rows share a few of the query's strongest rows (decoys) and a
+ * target whose first row shares none while its half-size view shares rows
+ * 0 .. 5 (among the query's HV strongest) and 20 .. 39. With the view pass
+ * over 2 candidates the decoys take the candidates and the target is lost;
+ * with its half-size view in the first pass it is a candidate and its
+ * answer is every row's. For views = 3 (the half view the last of 4 rows)
+ * and views = 1 (2 rows). */
+#define HV 8
+static void half_case(const char *spec, int views)
+{
+    tu_rng_t r;
+    const size_t b = rs_record_bytes(M, RS_QUANT_U8), per = 1 + (size_t)views, half = per - 1;
+    static const int decoy[4] = {5, 4, 3, 0}; /* the decoys' first rows: rows 0 .. decoy - 1 of the query */
+    static const uint64_t ids[5] = {3, 5, 7, 9, 11}; /* 11: the target */
+    uint8_t *qrows = malloc(M * 128), *rows = malloc(M * 128);
+    float *geom = malloc(M * 4 * sizeof(float));
+    unsigned char *query, *item = malloc(per * b);
+    patina_refset_t *rs = NULL;
+    patina_identify_opts_t o;
+    patina_identify_hit_t hits[8], all[8];
+    patina_identify_result_t res, rall;
+    tu_rng_seed(&r, 41 + (uint64_t)views);
+    for (size_t j = 0; j < M; j++) random_row(qrows + j * 128, &r);
+    random_geom(geom, M, &r);
+    TU_OK(patina_refset_new(&rs, spec));
+    for (int i = 0; i < 5; i++) {
+        for (size_t v = 0; v < per; v++) {
+            for (size_t j = 0; j < M; j++) {
+                const int shared = i < 4 ? v == 0 && (int)j < decoy[i]
+                                         : v == half && (j < 6 || (j >= 20 && j < 40));
+                if (shared) perturb(rows + j * 128, qrows + j * 128, 2, &r);
+                else random_row(rows + j * 128, &r);
+            }
+            unsigned char *rec = make_record(M, M, rows, geom, 200, 200);
+            memcpy(item + v * b, rec, b);
+            free(rec);
+        }
+        TU_OK(patina_refset_put(rs, ids[i], item, per * b));
+    }
+    query = make_record(768, M, qrows, geom, 200, 200);
+    patina_identify_opts_init(&o);
+    o.k = 2;
+    o.verify_top = 2;
+    o.threshold = 0;
+    TU_OK(patina_identify(NULL, rs, query, 1, &o, all, &rall)); /* every row */
+    assert_int_equal(all[0].id, 11);
+    assert_true(all[0].matches >= 24);
+    o.view_candidates = 2; /* the first rows alone: the decoys 3 and 5 */
+    TU_OK(patina_identify(NULL, rs, query, 1, &o, hits, &res));
+    assert_int_equal(res.nhits, 2);
+    assert_int_equal(hits[0].id, 3);
+    assert_int_equal(hits[1].id, 5);
+    for (int ff = 0; ff < 3; ff++) { /* the half views too: every row's answer, F = 0, 4 (< HV) and 16 */
+        o.first_features = ff == 0 ? 0 : ff == 1 ? 4 : 16;
+        o.half_view_features = HV;
+        TU_OK(patina_identify(NULL, rs, query, 1, &o, hits, &res));
+        assert_int_equal(res.nhits, rall.nhits);
+        assert_int_equal(res.decision, rall.decision);
+        for (size_t i = 0; i < res.nhits; i++) {
+            assert_int_equal(hits[i].id, all[i].id);
+            assert_int_equal(hits[i].matches, all[i].matches);
+            assert_int_equal(hits[i].inliers, all[i].inliers);
+            assert_true(hits[i].score == all[i].score);
+        }
+    }
+    /* too few of the strongest for the half view: 2 features share 2 rows with it, fewer than decoy 3's
+     * 3 (and 5's 4) first-row matches: not a candidate */
+    o.first_features = 0;
+    o.half_view_features = 2;
+    TU_OK(patina_identify(NULL, rs, query, 1, &o, hits, &res));
+    assert_int_equal(hits[0].id, 3);
+    assert_int_equal(hits[1].id, 5);
+    /* without the view pass every row is matched: the option changes nothing */
+    o.view_candidates = 0;
+    o.half_view_features = HV;
+    TU_OK(patina_identify(NULL, rs, query, 1, &o, hits, &res));
+    assert_int_equal(hits[0].id, all[0].id);
+    assert_int_equal(hits[0].matches, all[0].matches);
+    o.half_view_features = 16385; /* the bound */
+    assert_int_equal(patina_identify(NULL, rs, query, 1, &o, hits, &res), PATINA_E_INVALID);
+    patina_refset_free(rs);
+    free(qrows);
+    free(rows);
+    free(geom);
+    free(item);
+    free(query);
+}
+
+static void test_half_view_features(void **state)
+{
+    (void)state;
+    half_case("rootsift:m=48,views=3", 3);
+    half_case("rootsift:m=48,views=1", 1);
+    /* references without a half-size view: a clear error, whether or not the view pass is on */
+    for (int v = 0; v < 2; v++) {
+        patina_refset_t *rs = NULL;
+        patina_identify_opts_t o;
+        patina_identify_hit_t hits[2];
+        patina_identify_result_t res;
+        unsigned char *q = make_record(768, 0, NULL, NULL, 200, 200);
+        TU_OK(patina_refset_new(&rs, v ? SPEC2 : SPEC0));
+        patina_identify_opts_init(&o);
+        o.view_candidates = 4;
+        o.half_view_features = 64;
+        assert_int_equal(patina_identify(NULL, rs, q, 1, &o, hits, &res), PATINA_E_INVALID);
+        assert_non_null(strstr(patina_last_error(), "half-size view"));
+        patina_refset_free(rs);
+        free(q);
+    }
+}
+
 /* Verification runs on every row of a verified item and keeps the most
  * inliers: row 0 has the most matches but no geometry consistent with the
  * query's, view 1 fewer matches that agree. */
@@ -1014,6 +1135,25 @@ static void test_cli(void **state)
         free(out);
         free(err);
     }
+    {   /* the half-size view in the view pass's first pass: a.jpg is itself's item */
+        const char *argv[] = {PATINA_CLI, "identify", coll, tu_path(dir, "a.jpg"), "--view-candidates", "1",
+                              "--half-view-features", "16", "--format", "csv", "-k", "1", NULL};
+        rc = tu_exec(&out, &err, 0, 120, argv);
+        if (rc != 0) fail_msg("identify --half-view-features 16: %d: %s", rc, err);
+        assert_non_null(strstr(out, "a.jpg,1,"));
+        assert_non_null(strstr(out, "a.jpg,"));
+        free(out);
+        free(err);
+    }
+    {
+        const char *argv[] = {PATINA_CLI, "identify", coll, tu_path(dir, "a.jpg"), "--half-view-features", "16385",
+                              NULL};
+        rc = tu_exec(&out, &err, 0, 60, argv);
+        assert_int_equal(rc, 2);
+        assert_non_null(strstr(err, "half-view-features"));
+        free(out);
+        free(err);
+    }
     {
         const char *argv[] = {PATINA_CLI, "index", coll, tu_path(dir, "a.jpg"), "-f", "rootsift:views=4", NULL};
         rc = tu_exec(&out, &err, 0, 60, argv);
@@ -1034,6 +1174,7 @@ int main(void)
         cmocka_unit_test(test_refset_rows),
         cmocka_unit_test(test_fold_before_verify), cmocka_unit_test(test_verify_rows),
         cmocka_unit_test(test_view_pass), cmocka_unit_test(test_first_features),
+        cmocka_unit_test(test_half_view_features),
         cmocka_unit_test(test_table_store),
         cmocka_unit_test(test_half_scale_query), cmocka_unit_test(test_cli),
     };

@@ -251,6 +251,18 @@ typedef struct patina_identify_opts {
                                * F / n of the full pass (the GPU's time is linear in the query's
                                * rows); a reference whose F-feature matches rank below the candidates
                                * is not rescued (docs/identify.md, "The first pass's features") */
+    size_t half_view_features; /* the view pass (view_candidates > 0) over references whose views hold
+                               * the half-size view (spec views 1 or 3): 0 (default) ranks the items
+                               * by their first rows alone; H > 0 also matches each item's half-size
+                               * view with the query's H strongest features in the first pass, the
+                               * item ranked by the better of the two rows, so that a query taken
+                               * at about half the scale finds its item among the candidates.
+                               * The first pass reads the half-size views too (on one H200 about
+                               * 28 ms more at a million items, whatever H) and the GPU keeps a copy
+                               * of them beside the first rows'. PATINA_E_INVALID for
+                               * references without a half-size view; no effect without the view
+                               * pass (every row is matched then) (docs/identify.md, "The half-size
+                               * view in the first pass") */
 } patina_identify_opts_t;
 
 /* Fills opts with the defaults above (the table of include/patina/options.h,

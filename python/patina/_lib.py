@@ -173,7 +173,8 @@ class IdentifyOpts(ctypes.Structure):
                 ("device", c_int), ("precision", c_int), ("gpu_arena_slots", c_size_t),
                 ("guided", c_int), ("guided_ratio", c_double), ("ambiguity", c_double),
                 ("distinct", c_double), ("sibling_inliers", c_double), ("accept", c_int),
-                ("view_candidates", c_size_t), ("first_features", c_size_t)]
+                ("view_candidates", c_size_t), ("first_features", c_size_t),
+                ("half_view_features", c_size_t)]
 
 
 class IdentifyHit(ctypes.Structure):

@@ -652,7 +652,7 @@ class Collection(_Closing):
                        threshold=None, table=None, device="auto", precision="int8", strict=False, guided=False,
                        guided_ratio=0.9, far=None, ambiguity=0.5, distinct=0.0,
                        sibling_inliers=13.0, accept="significance", view_candidates=0,
-                       first_features=0) -> List[Identification]:
+                       first_features=0, half_view_features=0) -> List[Identification]:
         """Identifies many photos (images) against the collection's rootsift
         references in one call: RootSIFT 2-NN ratio test, scoring, RANSAC
         verification of the verify_top best, re-ranking by inliers, and an
@@ -681,7 +681,11 @@ class Collection(_Closing):
         view_candidates items by those (0, the default: every view of every
         item). first_features: match every reference with each photo's
         first_features strongest features, then the best candidates again
-        with all of them (0, the default: all at once)."""
+        with all of them (0, the default: all at once). half_view_features:
+        with view_candidates, over references indexed with a half-size view
+        (views 1 or 3), the first pass also matches each item's half-size
+        view with each photo's half_view_features strongest features (0,
+        the default: the first rows alone)."""
         lib = self._lib
         if isinstance(photos, (str, bytes, os.PathLike)) or (isinstance(photos, np.ndarray) and photos.ndim != 4):
             raise _type_error("identify_batch takes a sequence of images; use identify() for one")
@@ -722,6 +726,10 @@ class Collection(_Closing):
             raise _invalid(f"first_features must be an integer, got {first_features!r}")
         lib.check(lib.options_check(_lib.OPTION_SETS["identify"], b"first_features", float(first_features)))
         io.first_features = int(first_features)
+        if not isinstance(half_view_features, (int, np.integer)) or isinstance(half_view_features, bool):
+            raise _invalid(f"half_view_features must be an integer, got {half_view_features!r}")
+        lib.check(lib.options_check(_lib.OPTION_SETS["identify"], b"half_view_features", float(half_view_features)))
+        io.half_view_features = int(half_view_features)
         if far is not None:  # its bounds now; the threshold from the table's calibration below
             thr = ctypes.c_double()
             lib.check(lib.identify_far_threshold(float(far), ctypes.byref(thr)), "identify")

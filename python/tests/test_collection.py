@@ -450,6 +450,23 @@ def test_identify_matches_cli(cli, rootsift_coll, samples, variant, tmp_path):
             c.identify(variant, first_features=16385)
         with pytest.raises(patina.InvalidError, match="first_features"):
             c.identify(variant, first_features="8")
+        # the half-size view in the first pass needs one: views 2 hold none (the library's error), and the bound
+        with pytest.raises(patina.InvalidError, match="half-size view"):
+            c.identify(variant, view_candidates=1, half_view_features=16)
+        with pytest.raises(patina.InvalidError, match="half_view_features"):
+            c.identify(variant, half_view_features=16385)
+        with pytest.raises(patina.InvalidError, match="half_view_features"):
+            c.identify(variant, half_view_features=True)
+    half = str(tmp_path / "half.patina")
+    run(cli, "index", half, *samples[:2], "-f", "rootsift:m=128,n=256,views=1", "-q")
+    with patina.Collection(half, readonly=True) as c:
+        # as --half-view-features: the first rows and the half-size views, then the views of the best 1
+        w = json.loads(run(cli, "identify", half, variant, "--format", "json", "-q", "--view-candidates", "1",
+                           "--half-view-features", "32"))
+        g = c.identify(variant, view_candidates=1, half_view_features=32)
+        assert g.decision == w["decision"]
+        assert [(h.key, h.matches, h.inliers) for h in g.candidates] == \
+            [(h["key"], h["matches"], h["inliers"]) for h in w["hits"]]
     with patina.Collection(rootsift_coll, readonly=True) as c:
         rc, _, err = run_full(cli, "identify", rootsift_coll, variant, "--far", "0.01", "--threshold", "5")
         assert rc == 2 and b"--far and --threshold both set" in err

@@ -402,6 +402,7 @@ patina_status clu_request_encode(clu_buf_t *b, const clu_request_t *q)
             clu_put_u8(b, (uint8_t)o->accept);
             clu_put_u64(b, o->view_candidates);
             clu_put_u64(b, o->first_features);
+            clu_put_u64(b, o->half_view_features);
         }
         put_parts(b, q->parts, q->nparts);
         clu_put_u32(b, (uint32_t)q->nq);
@@ -462,6 +463,7 @@ patina_status clu_request_decode(clu_request_t *q, const void *data, size_t n)
             o->accept = (patina_identify_accept)clu_get_u8(&r, "accept");
             o->view_candidates = (size_t)clu_get_u64(&r, "view_candidates");
             o->first_features = (size_t)clu_get_u64(&r, "first_features");
+            o->half_view_features = (size_t)clu_get_u64(&r, "half_view_features");
             /* the values themselves are checked by the library (the options table) */
         }
         q->parts = get_parts(&r, &q->nparts);

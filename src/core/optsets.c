@@ -145,6 +145,10 @@ static const entry_t identify_opts[] = {
              "match every reference with each query's F strongest features, then its best candidates again "
              "with all of them (0: all features at once)"),
      FLD_SIZE, I_OFF(first_features), 0, 0},
+    {OPT_INT("half_view_features", 0, 16384 /* RS_N_MAX, as first_features */, "0",
+             "the view pass over references with a half-size view: the first pass also matches each item's "
+             "half-size view with the query's H strongest features (0: the first rows alone)"),
+     FLD_SIZE, I_OFF(half_view_features), 0, 0},
 };
 
 #define X_OFF(f) offsetof(patina_index_opts_t, f)

@@ -653,6 +653,16 @@ static const far_row_t sig_pass_tables[RS_VIEWS_MAX][FAR_ROWS] = {
     {{0.05, 0.258}, {0.02, 2}, {0.01, 3}, {0.005, 14}, {PATINA_FAR_MIN, 19}},
     {{0.05, 0.4}, {0.02, 2}, {0.01, 3}, {0.005, 14}, {PATINA_FAR_MIN, 20}},
 };
+/* The view pass with the half-size views in its first pass too
+ * (opts.half_view_features > 0): more items of an impostor's are candidates,
+ * and its best significance runs higher. `patina identify --view-candidates
+ * 64 --first-features 512 --half-view-features 64` on the `--views 1`
+ * collection (row 0) and the `--views 3` one (row 1); docs/identify.md,
+ * "The half-size view in the first pass". */
+static const far_row_t sig_half_tables[2][FAR_ROWS] = {
+    {{0.05, 0.04}, {0.02, 0.8}, {0.01, 3}, {0.005, 8}, {PATINA_FAR_MIN, 9}},
+    {{0.05, 0.49}, {0.02, 2}, {0.01, 3.9}, {0.005, 14}, {PATINA_FAR_MIN, 20}},
+};
 /* opts.accept INLIERS: rank 1's inlier count (the peer's hygiene) */
 static const far_row_t far_tables[RS_VIEWS_MAX + 1][FAR_ROWS] = {
     /* views = 0: bench/identify's default run */
@@ -667,13 +677,23 @@ static const far_row_t far_tables[RS_VIEWS_MAX + 1][FAR_ROWS] = {
     {{0.05, 4}, {0.02, 16}, {0.01, 24}, {0.005, 46}, {PATINA_FAR_MIN, 65}},
 };
 
-/* The table of a views setting, acceptance rule and view pass (pass: the
- * options' view_candidates > 0, which a set without views ignores; the
- * inlier tables have no run of it and serve both). */
+/* Which significance table the options take with `views` views: 0 every
+ * row, 1 the view pass (view_candidates > 0; a set without views ignores
+ * it), 2 the view pass with the half-size views in its first pass
+ * (half_view_features > 0 and views 1 or 3). */
+static int pass_mode(int views, const patina_identify_opts_t *o)
+{
+    if (!o || o->view_candidates == 0 || views == 0) return 0;
+    return o->half_view_features > 0 && (views == 1 || views == 3) ? 2 : 1;
+}
+
+/* The table of a views setting, acceptance rule and view pass (pass:
+ * pass_mode's; the inlier tables have no run of the pass and serve all). */
 static patina_status far_lookup(int views, patina_identify_accept accept, int pass, double far, double *threshold)
 {
     const far_row_t *t = accept == PATINA_ACCEPT_INLIERS ? far_tables[views]
-                         : pass && views > 0             ? sig_pass_tables[views - 1]
+                         : pass == 2                     ? sig_half_tables[views == 3]
+                         : pass == 1                     ? sig_pass_tables[views - 1]
                                                          : sig_tables[views];
     size_t i;
     if (!threshold) return patina__fail(PATINA_E_INVALID, "identify: null threshold");
@@ -710,8 +730,7 @@ patina_status patina_identify_far_threshold_opts(const char *table, const patina
         views = ((const rootsift_params_t *)(const void *)ex->params)->views;
         patina_extractor_free(ex);
     }
-    return far_lookup(views, opts ? opts->accept : PATINA_ACCEPT_SIGNIFICANCE, opts && opts->view_candidates > 0, far,
-                      threshold);
+    return far_lookup(views, opts ? opts->accept : PATINA_ACCEPT_SIGNIFICANCE, pass_mode(views, opts), far, threshold);
 }
 
 patina_status patina_identify_far_threshold_table(const char *table, double far, double *threshold)
@@ -788,6 +807,10 @@ typedef struct job {
     gnn_t gdots;        /* verifying: the 2-NN dots from the GPU (dots NULL: match on the CPU) */
     const size_t *gat;  /* (tasks) task t's first pair in gdots (its item's rows follow) */
     int first_only;     /* matching: the items' first rows only (the view pass follows) */
+    size_t half;        /* first_only: the half-size view's row, also matched (with hqueries); 0: none */
+    const unsigned char *hqueries; /* (nq) the queries cut to opts.half_view_features */
+    const unsigned char *pqueries; /* (nq) the queries prepared for matching: both passes' rows are
+                                    * prefixes of theirs */
     size_t nview;       /* the second pass: candidates per query whose rows v0 .. per - 1 are matched */
     size_t v0;
 } job_t;
@@ -978,7 +1001,9 @@ static void match_task(void *arg, size_t t, int worker)
         return;
     }
     if (rs_count(qr) == 0) return;
-    prepare_query(sc, qr);
+    /* the half-size view's queries are a prefix of the same rows: one
+     * preparation (of the uncut query) serves both */
+    prepare_query(sc, jb->half ? jb->pqueries + q * jb->qbytes : qr);
     end = (b + 1) * jb->block < jb->rs->n ? (b + 1) * jb->block : jb->rs->n;
     /* an item's rows (per, within one block: blocks are whole items) fold
      * into its best row: the most matches, ties the lower slot */
@@ -991,6 +1016,14 @@ static void match_task(void *arg, size_t t, int worker)
             if (sco > bsco) {
                 bsco = sco;
                 best = i + v;
+            }
+        }
+        if (jb->half) { /* the half-size view with the query's strongest half_view_features */
+            const size_t sco = match_pair(sc, jb->hqueries + q * jb->qbytes,
+                                          jb->rs->recs + (i + jb->half) * jb->rs->stride, jb->o, NULL);
+            if (sco > bsco) {
+                bsco = sco;
+                best = i + jb->half;
             }
         }
         if (bsco) top_insert(c, nc, jb->ncap, (cand_t){jb->rs->ids[best], jb->set, (uint32_t)best, (uint32_t)bsco, 0, 0, 0});
@@ -1223,26 +1256,39 @@ static int first_rows_first(size_t per, const patina_identify_opts_t *o)
 /* The serial of a set's first-rows copy on a GPU (refs_view): the
  * sets' own serials count from 1 and never reach this bit. */
 #define FIRST_ROWS_SERIAL (1ull << 63)
+/* ... and of its half-size views' copy (opts.half_view_features) */
+#define HALF_ROWS_SERIAL (1ull << 62)
 
-/* The GPU's view of rs: every row (a slot each), or with first_only the
- * items' first rows (slot j: item j's first row, rs's slot j per) under
- * their own serial, so that the device keeps a copy of the registered
- * images alone (opts.view_candidates). Borrowed from rs: valid while the
- * call holds its lock. An item's rows are stamped together. */
-static void refs_view(const patina_refset_t *rs, int first_only, pgpu_idf_refs_t *view)
+/* The GPU's view of rs: every row (a slot each), or with first_only one
+ * row of each item, `row` (slot j: rs's slot j per + row): 0, the first
+ * rows (the registered images, opts.view_candidates), or the half-size
+ * views' row (opts.half_view_features), each under a serial of its own so
+ * that the device keeps a copy of those rows alone. Borrowed from rs:
+ * valid while the call holds its lock. An item's rows are stamped
+ * together. */
+static void refs_view(const patina_refset_t *rs, int first_only, size_t row, pgpu_idf_refs_t *view)
 {
     const size_t per = first_only ? rs->per : 1;
+    if (!first_only) row = 0;
     memset(view, 0, sizeof *view);
-    view->serial = first_only ? rs->serial | FIRST_ROWS_SERIAL : rs->serial;
+    view->serial = !first_only ? rs->serial : rs->serial | (row ? HALF_ROWS_SERIAL : FIRST_ROWS_SERIAL);
     view->epoch = rs->epoch;
     view->clock = rs->clock;
     view->nslots = rs->n / per;
     view->m = (size_t)params_of(rs)->m;
-    view->base = rs->recs + RS_HEADER;
+    view->base = rs->recs + row * rs->stride + RS_HEADER;
     view->stride = per * rs->stride;
-    view->count = rs->count;
-    view->stamp = rs->stamp;
+    view->count = rs->count + row;
+    view->stamp = rs->stamp + row;
     view->step = per;
+}
+
+/* The row of the half-size view in a record of `views` views (0: none). */
+static size_t half_view_row(int views)
+{
+    for (int v = 1; v <= views; v++)
+        if (rs_view_kind(views, v) == RS_VIEW_SOFT_HALF) return (size_t)v;
+    return 0;
 }
 
 /* The GPU's options for matching with o, ncap candidates per query. */
@@ -1262,10 +1308,10 @@ static void gpu_opts(const patina_identify_opts_t *o, size_t ncap, pgpu_idf_opts
  * its others are dropped. The best ncap items' best rows are among the
  * best ncap x per rows (fewer than ncap other items rank above such a row,
  * each with at most per rows), so the folded lists are the CPU's. With
- * first_only the keys (nq, ncap) are of the first-rows view: its slot j is
- * rs's slot j per. */
+ * first_only the keys (nq, ncap) are of a one-row-per-item view: its slot
+ * j is rs's slot j per + row. */
 static void cands_of_keys(const patina_refset_t *rs, uint32_t set, const uint64_t *keys, size_t nq, size_t ncap,
-                          int first_only, cand_t *cands, size_t *ncands)
+                          int first_only, size_t row, cand_t *cands, size_t *ncands)
 {
     const size_t gcap = first_only ? ncap : ncap * rs->per, mul = first_only ? rs->per : 1;
     size_t q, j, i, nc;
@@ -1273,13 +1319,34 @@ static void cands_of_keys(const patina_refset_t *rs, uint32_t set, const uint64_
         cand_t *c = cands + q * ncap;
         for (j = 0, nc = 0; j < gcap && nc < ncap && keys[q * gcap + j]; j++) {
             const uint64_t k = keys[q * gcap + j];
-            const uint32_t slot = (uint32_t)((0xffffffffu - (uint32_t)k) * mul);
+            const uint32_t slot = (uint32_t)((0xffffffffu - (uint32_t)k) * mul + (first_only ? row : 0));
             for (i = 0; i < nc && c[i].id != rs->ids[slot]; i++) {}
             if (i < nc) continue; /* a worse row of an item listed */
             c[nc++] = (cand_t){rs->ids[slot], set, slot, (uint32_t)(k >> 32), 0, 0, 0};
         }
         ncands[q] = nc;
     }
+}
+
+/* One query's candidates of one set by its items' half-size views (b,
+ * nb; sorted by cmp_matches) folded into those by their first rows (a,
+ * *na, sorted): an item in both keeps the better row (the more matches,
+ * ties the first: the lower slot), as the CPU's matching folds an item's
+ * rows, and the union's best cap stay in a (cap <= the lists' room). The
+ * union's best cap are among the two lists' best cap: an item above
+ * another in either list is above it in the union. tmp: *na + nb. */
+static void merge_half(cand_t *a, size_t *na, const cand_t *b, size_t nb, size_t cap, cand_t *tmp)
+{
+    size_t n = 0, i, j;
+    for (i = 0; i < *na; i++) tmp[n++] = a[i];
+    for (j = 0; j < nb; j++) {
+        for (i = 0; i < *na && tmp[i].id != b[j].id; i++) {}
+        if (i == *na) tmp[n++] = b[j];
+        else if (b[j].matches > tmp[i].matches) tmp[i] = b[j];
+    }
+    qsort(tmp, n, sizeof *tmp, cmp_matches);
+    *na = n < cap ? n : cap;
+    memcpy(a, tmp, *na * sizeof *a);
 }
 
 /* Each query's row count (qc: nq), as the GPU takes them. */
@@ -1295,31 +1362,47 @@ static patina_status match_gpu(patina_context_t *ctx, job_t *jb)
 {
     patina_refset_t *rs = (patina_refset_t *)jb->rs;
     const size_t rows_per = jb->first_only ? 1 : rs->per; /* rows matched per item */
+    const int passes = jb->half ? 2 : 1; /* the first rows; the half-size views */
     pgpu_idf_refs_t view;
     pgpu_idf_opts_t go;
     patina_gpu_t *g = NULL;
     uint16_t *qc = malloc(jb->nq * sizeof *qc);
     uint64_t *keys = malloc(jb->nq * jb->ncap * rows_per * sizeof *keys);
-    patina_status s;
-    if (!qc || !keys) {
+    cand_t *hc = jb->half ? malloc((jb->nq + 2) * jb->ncap * sizeof *hc) : NULL; /* the half views', then tmp */
+    size_t *hn = jb->half ? malloc(jb->nq * sizeof *hn) : NULL;
+    patina_status s = PATINA_OK;
+    if (!qc || !keys || (jb->half && (!hc || !hn))) {
         free(qc);
         free(keys);
+        free(hc);
+        free(hn);
         return patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu queries", jb->nq);
     }
-    query_counts(jb->queries, jb->qbytes, jb->nq, qc);
-    refs_view(rs, jb->first_only, &view);
     gpu_opts(jb->o, jb->ncap * rows_per, &go); /* rows, folded into ncap items below */
-    s = patina__context_gpu_acquire(ctx, &g);
-    if (s == PATINA_OK) {
-        /* the device that mirrors the set, told once (patina__refset_gpu_forget) */
-        atomic_store(&rs->gpu_ctx, (void *)ctx);
-        s = patina_gpu_identify(g, &view, jb->queries + RS_HEADER, jb->qbytes, qc, jb->nq,
-                                (size_t)params_of(rs)->n, &go, keys, NULL);
-        patina__context_gpu_release(ctx);
+    for (int pass = 0; pass < passes && s == PATINA_OK; pass++) {
+        const unsigned char *qs = pass ? jb->hqueries : jb->queries;
+        const size_t row = pass ? jb->half : 0;
+        query_counts(qs, jb->qbytes, jb->nq, qc);
+        refs_view(rs, jb->first_only, row, &view);
+        s = patina__context_gpu_acquire(ctx, &g);
+        if (s == PATINA_OK) {
+            /* the device that mirrors the set, told once (patina__refset_gpu_forget) */
+            atomic_store(&rs->gpu_ctx, (void *)ctx);
+            s = patina_gpu_identify(g, &view, qs + RS_HEADER, jb->qbytes, qc, jb->nq, (size_t)params_of(rs)->n,
+                                    &go, keys, NULL);
+            patina__context_gpu_release(ctx);
+        }
+        if (s == PATINA_OK)
+            cands_of_keys(rs, jb->set, keys, jb->nq, jb->ncap, jb->first_only, row, pass ? hc : jb->cands,
+                          pass ? hn : jb->ncands);
     }
-    if (s == PATINA_OK) cands_of_keys(rs, jb->set, keys, jb->nq, jb->ncap, jb->first_only, jb->cands, jb->ncands);
+    for (size_t q = 0; s == PATINA_OK && jb->half && q < jb->nq; q++)
+        merge_half(jb->cands + q * jb->ncap, &jb->ncands[q], hc + q * jb->ncap, hn[q], jb->ncap,
+                   hc + jb->nq * jb->ncap);
     free(qc);
     free(keys);
+    free(hc);
+    free(hn);
     return s;
 }
 
@@ -1334,13 +1417,17 @@ patina_status patina__refset_gpu_warm(patina_context_t *ctx, patina_refset_t *rs
     if (!ctx || !rs || rs->alive == 0 || o->device == PATINA_DEVICE_CPU || params_of(rs)->quant != RS_QUANT_U8 ||
         !patina__context_gpu_usable(ctx))
         return PATINA_OK;
-    refs_view(rs, first_rows_first(rs->per, o), &view);
     gpu_opts(o, 1, &go);
     s = patina__context_gpu_acquire(ctx, &g);
     if (s == PATINA_OK) {
+        const int first_only = first_rows_first(rs->per, o);
+        const size_t half = first_only && o->half_view_features ? half_view_row(params_of(rs)->views) : 0;
         atomic_store(&rs->gpu_ctx, (void *)ctx);
-        /* no query: the mirror is built or brought up to date, nothing is matched */
-        s = patina_gpu_identify(g, &view, NULL, 0, NULL, 0, (size_t)params_of(rs)->n, &go, NULL, NULL);
+        /* no query: the mirrors are built or brought up to date, nothing is matched */
+        for (int pass = 0; pass < (half ? 2 : 1) && s == PATINA_OK; pass++) {
+            refs_view(rs, first_only, pass ? half : 0, &view);
+            s = patina_gpu_identify(g, &view, NULL, 0, NULL, 0, (size_t)params_of(rs)->n, &go, NULL, NULL);
+        }
         patina__context_gpu_release(ctx);
     }
     return s;
@@ -1355,7 +1442,10 @@ void patina__refset_gpu_forget(patina_context_t *ctx, patina_refset_t *rs)
         return;
     }
     patina_gpu_identify_forget(g, rs->serial);
-    if (rs->per > 1) patina_gpu_identify_forget(g, rs->serial | FIRST_ROWS_SERIAL);
+    if (rs->per > 1) {
+        patina_gpu_identify_forget(g, rs->serial | FIRST_ROWS_SERIAL);
+        patina_gpu_identify_forget(g, rs->serial | HALF_ROWS_SERIAL);
+    }
     patina__context_gpu_release(ctx);
     atomic_store(&rs->gpu_ctx, NULL);
 }
@@ -1380,9 +1470,12 @@ struct idf_many {
                      * opts.first_features: every row, with every feature of the query); 0: none */
     size_t v0;      /* the first row the second pass matches: 1 (views only) or 0 (first_features) */
     int first_only; /* the first pass matches the items' first rows only (the view pass follows) */
+    size_t half;    /* first_only with opts.half_view_features: the half-size view's row, matched in the
+                     * first pass too (with hqueries); 0: none */
     const unsigned char *mqueries; /* what the first pass matches: queries, or with opts.first_features
                                     * their copies cut to the strongest first_features (mqcopy) */
     unsigned char *mqcopy;
+    unsigned char *hqueries; /* half: the queries cut to the strongest half_view_features */
     cand_t *cands;  /* (nsets, nq, ncap): each set's best ncap */
     size_t *ncands; /* (nsets, nq) */
     atomic_int gpu; /* some set was matched on a GPU: verification's 2-NN go there too */
@@ -1406,6 +1499,7 @@ void idf_many_free(idf_many_t *m)
     free(m->ncands);
     free(m->qcopy);
     free(m->mqcopy);
+    free(m->hqueries);
     free(m);
 }
 
@@ -1476,7 +1570,8 @@ patina_status idf_many_begin(idf_many_t **out, patina_refset_t *const *sets, siz
         }
         /* the default threshold: the sets' own calibration (their spec's reference views) */
         if (s == PATINA_OK && m->o.threshold == PATINA_THRESHOLD_CALIBRATED)
-            s = far_lookup(params_of(sets[0])->views, m->o.accept, m->o.view_candidates > 0, PATINA_FAR_DEFAULT,
+            s = far_lookup(params_of(sets[0])->views, m->o.accept, pass_mode(params_of(sets[0])->views, &m->o),
+                           PATINA_FAR_DEFAULT,
                            &m->o.threshold);
         if (s == PATINA_OK && nq && m->o.k > SIZE_MAX / nq / sizeof(patina_identify_hit_t))
             s = patina__fail(PATINA_E_LIMIT, "identify: k = %zu is too large for %zu queries", m->o.k, nq);
@@ -1509,6 +1604,24 @@ patina_status idf_many_begin(idf_many_t **out, patina_refset_t *const *sets, siz
         if (nq && !(m->mqueries = m->mqcopy = queries_cut(m->queries, nq, m->qbytes, m->o.first_features))) {
             idf_many_free(m);
             return patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu queries", nq);
+        }
+    }
+    if (m->o.half_view_features > 0) { /* the half-size view in the first pass */
+        const int views = params_of(sets[0])->views;
+        const size_t half = half_view_row(views);
+        if (!half) {
+            idf_many_free(m);
+            return patina__fail(PATINA_E_INVALID,
+                                "identify: half_view_features needs references with a half-size view (index "
+                                "--views 1 or 3); these have views = %d",
+                                views);
+        }
+        if (m->first_only) {
+            m->half = half;
+            if (nq && !(m->hqueries = queries_cut(m->queries, nq, m->qbytes, m->o.half_view_features))) {
+                idf_many_free(m);
+                return patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu queries", nq);
+            }
         }
     }
     if (nq && m->ncap) {
@@ -1571,6 +1684,9 @@ static void job_of(idf_many_t *m, size_t set, job_t *jb)
     jb->cands = m->cands + set * m->nq * m->ncap;
     jb->ncands = m->ncands + set * m->nq;
     jb->first_only = m->first_only;
+    jb->half = m->half;
+    jb->hqueries = m->hqueries;
+    jb->pqueries = m->queries;
 }
 
 /* Several sets' matching tasks as one pool run: task t belongs to job j
@@ -1688,6 +1804,8 @@ patina_status idf_many_match_sets(idf_many_t *m, size_t set0, size_t nsets, pati
     size_t nc = 0;
     uint16_t *qc = NULL;
     uint64_t *keys = NULL;
+    cand_t *hc = NULL; /* m->half: one set's candidates by the half-size views, then the merge's room */
+    size_t *hn = NULL;
     size_t i, ng = 0;
     patina_gpu_t *g = NULL;
     pgpu_idf_opts_t go;
@@ -1728,28 +1846,43 @@ patina_status idf_many_match_sets(idf_many_t *m, size_t set0, size_t nsets, pati
     qc = malloc(m->nq * sizeof *qc);
     if (views && qc && m->nq * m->ncap * rows_per <= SIZE_MAX / ng / sizeof *keys)
         keys = malloc(ng * m->nq * m->ncap * rows_per * sizeof *keys);
-    if (!views || !qc || !keys) {
+    if (m->half && keys) { /* the half views' lists of one set, then the merge's room */
+        hc = malloc((m->nq + 2) * m->ncap * sizeof *hc);
+        hn = malloc(m->nq * sizeof *hn);
+    }
+    if (!views || !qc || !keys || (m->half && (!hc || !hn))) {
         s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu sets x %zu queries", ng, m->nq);
         goto out;
     }
-    query_counts(m->mqueries, m->qbytes, m->nq, qc);
-    for (i = 0; i < ng; i++) refs_view(m->sets[which[i]], m->first_only, &views[i]);
     gpu_opts(&m->o, m->ncap * rows_per, &go); /* rows, folded into ncap items by cands_of_keys */
-    if ((s = patina__context_gpu_acquire(ctx, &g)) != PATINA_OK) goto out;
-    for (i = 0; i < ng; i++) atomic_store(&m->sets[which[i]]->gpu_ctx, (void *)ctx); /* as match_gpu */
-    s = patina_gpu_identify_many(g, views, ng, m->mqueries + RS_HEADER, m->qbytes, qc, m->nq,
-                                 (size_t)params_of(m->sets[0])->n, &go, keys, NULL);
-    patina__context_gpu_release(ctx);
-    atomic_store(&m->gpu, 1);
-    for (i = 0; s == PATINA_OK && i < ng; i++)
-        cands_of_keys(m->sets[which[i]], which[i], keys + i * m->nq * m->ncap * rows_per, m->nq, m->ncap,
-                      m->first_only, m->cands + (size_t)which[i] * m->nq * m->ncap,
-                      m->ncands + (size_t)which[i] * m->nq);
+    /* pass 0: every row, or the first rows; pass 1 (m->half): the half-size views, merged into those */
+    for (int pass = 0; pass < (m->half ? 2 : 1) && s == PATINA_OK; pass++) {
+        const unsigned char *qs = pass ? m->hqueries : m->mqueries;
+        const size_t row = pass ? m->half : 0;
+        query_counts(qs, m->qbytes, m->nq, qc);
+        for (i = 0; i < ng; i++) refs_view(m->sets[which[i]], m->first_only, row, &views[i]);
+        if ((s = patina__context_gpu_acquire(ctx, &g)) != PATINA_OK) goto out;
+        for (i = 0; i < ng; i++) atomic_store(&m->sets[which[i]]->gpu_ctx, (void *)ctx); /* as match_gpu */
+        s = patina_gpu_identify_many(g, views, ng, qs + RS_HEADER, m->qbytes, qc, m->nq,
+                                     (size_t)params_of(m->sets[0])->n, &go, keys, NULL);
+        patina__context_gpu_release(ctx);
+        atomic_store(&m->gpu, 1);
+        for (i = 0; s == PATINA_OK && i < ng; i++) {
+            cand_t *c = m->cands + (size_t)which[i] * m->nq * m->ncap;
+            size_t *cn = m->ncands + (size_t)which[i] * m->nq;
+            cands_of_keys(m->sets[which[i]], which[i], keys + i * m->nq * m->ncap * rows_per, m->nq, m->ncap,
+                          m->first_only, row, pass ? hc : c, pass ? hn : cn);
+            for (size_t q = 0; pass && q < m->nq; q++)
+                merge_half(c + q * m->ncap, &cn[q], hc + q * m->ncap, hn[q], m->ncap, hc + m->nq * m->ncap);
+        }
+    }
 out:
     free(views);
     free(which);
     free(qc);
     free(keys);
+    free(hc);
+    free(hn);
     return s;
 }
 

@@ -1020,7 +1020,8 @@ static int identify_num(req_t *r, params_t *p, const char *name, double *field)
 }
 
 /* The identification parameters of a request -- k, verify, threshold or
- * far, accept, ratio, ambiguity, distinct, sibling_inliers, view_candidates, first_features
+ * far, accept, ratio, ambiguity, distinct, sibling_inliers, view_candidates, first_features,
+ * half_view_features
  * -- and its query image,
  * checked against the library's bounds (include/patina/options.h) and the
  * server's --max-k, into io (the library's defaults first): 0, or -1 after
@@ -1028,7 +1029,7 @@ static int identify_num(req_t *r, params_t *p, const char *name, double *field)
  * requests through it. */
 int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *far)
 {
-    uint64_t k, verify, vc, ff;
+    uint64_t k, verify, vc, ff, hf;
     double num;
     int given, far_given;
     char abuf[32];
@@ -1046,8 +1047,10 @@ int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *f
     verify = (uint64_t)io->verify;
     vc = io->view_candidates;
     ff = io->first_features;
+    hf = io->half_view_features;
     if (param_u64(p, "k", &k, NULL) || param_u64(p, "verify", &verify, NULL) ||
-        param_u64(p, "view_candidates", &vc, NULL) || param_u64(p, "first_features", &ff, NULL))
+        param_u64(p, "view_candidates", &vc, NULL) || param_u64(p, "first_features", &ff, NULL) ||
+        param_u64(p, "half_view_features", &hf, NULL))
         return -1;
     if (param_num(p, "threshold", &num, &given)) return -1;
     if (given && patina_options_check(PATINA_OPTIONS_IDENTIFY, "threshold", num) != PATINA_OK) {
@@ -1097,7 +1100,8 @@ int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *f
                       (unsigned long long)vc, r->srv->cfg->max_k);
         return -1;
     }
-    if ((s = patina_options_check(PATINA_OPTIONS_IDENTIFY, "first_features", (double)ff)) != PATINA_OK) {
+    if ((s = patina_options_check(PATINA_OPTIONS_IDENTIFY, "first_features", (double)ff)) != PATINA_OK ||
+        (s = patina_options_check(PATINA_OPTIONS_IDENTIFY, "half_view_features", (double)hf)) != PATINA_OK) {
         reply_problem(r, 400, "%s", patina_last_error());
         return -1;
     }
@@ -1105,6 +1109,7 @@ int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *f
     io->verify = (int)verify;
     io->view_candidates = (size_t)vc;
     io->first_features = (size_t)ff;
+    io->half_view_features = (size_t)hf;
     return 0;
 }
 

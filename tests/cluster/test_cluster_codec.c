@@ -170,6 +170,7 @@ static void request_round_trip_and_malformed(void **state)
     q.iopts.ambiguity = 0.625;
     q.iopts.view_candidates = 48;
     q.iopts.first_features = 512;
+    q.iopts.half_view_features = 64;
     q.parts = parts;
     q.nparts = 3;
     q.nq = 2;
@@ -190,6 +191,7 @@ static void request_round_trip_and_malformed(void **state)
     assert_int_equal(d.iopts.accept, PATINA_ACCEPT_INLIERS); /* the rule travels: the shards' scores follow it */
     assert_int_equal(d.iopts.view_candidates, 48);
     assert_int_equal(d.iopts.first_features, 512); /* the shards' first pass follows it */
+    assert_int_equal(d.iopts.half_view_features, 64);
     assert_memory_equal(d.queries, qs, sizeof qs);
     clu_request_release(&d);
     each_prefix_refused(&b, DEC_REQUEST);

@@ -258,6 +258,21 @@ static void test_views(void **state)
                              V, m, ni, o.k, o.verify_top, ffs[f], vc);
                     compare(rs, q, nq, &o, what);
                 }
+            /* the half-size view in the first pass (views 3: its row the last): the GPU's copy of the
+             * half views matched with the queries cut to H, merged into the first rows' candidates */
+            const size_t hvs[] = {1, n / 4, n};
+            for (size_t h = 0; V == 3 && h < sizeof hvs / sizeof hvs[0]; h++)
+                for (size_t f = 0; f < 2; f++) {
+                    o.view_candidates = 4 + 8 * f;
+                    o.first_features = f ? n / 3 : 0;
+                    o.half_view_features = hvs[h];
+                    snprintf(what, sizeof what,
+                             "views %zu: m %zu items %zu k %zu verify_top %zu half_view_features %zu "
+                             "first_features %zu view_candidates %zu",
+                             V, m, ni, o.k, o.verify_top, hvs[h], o.first_features, o.view_candidates);
+                    compare(rs, q, nq, &o, what);
+                }
+            o.half_view_features = 0;
         }
         /* the first rows' copy follows the set: an item replaced (its rows another item's), one removed,
          * one added above the others, between view-pass queries */
@@ -271,6 +286,11 @@ static void test_views(void **state)
             TU_OK(patina_refset_put(rs, 1000000, items[0], R * b));
         }
         compare(rs, q, nq, &o, "views: view pass after changes");
+        if (V == 3) { /* and the half views' copy */
+            o.half_view_features = n / 4 > 0 ? n / 4 : 1;
+            compare(rs, q, nq, &o, "views: view pass with the half views after changes");
+            o.half_view_features = 0;
+        }
         o.view_candidates = 0;
         compare(rs, q, nq, &o, "views: every row after changes");
         print_message("views %zu: m %zu n %zu: %zu items x %zu rows x %zu queries equal (every row; view passes of 1, "
@@ -297,30 +317,31 @@ static void many_hits(patina_refset_t *const *sets, size_t ns, const unsigned ch
 
 static void test_views_sets(void **state)
 {
-    const size_t m = 64, n = 128, ni = 45, nq = 6;
+    const size_t m = 64, n = 128, ni = 45, nq = 6, R = 4; /* views 3: the half-size view the last row */
     const size_t b = rs_record_bytes(m, RS_QUANT_U8);
     tu_rng_t r;
     char spec[80];
-    unsigned char **rows, *q, *item = malloc(3 * b);
+    unsigned char **rows, *q, *item = malloc(R * b);
     patina_refset_t *one = NULL, *sets[3] = {NULL, NULL, NULL};
     patina_identify_opts_t o;
     patina_identify_hit_t *h1 = calloc(nq * 5, sizeof *h1), *hm = calloc(nq * 5, sizeof *hm);
     patina_identify_result_t r1[6], rm[6];
     (void)state;
     tu_rng_seed(&r, 31);
-    snprintf(spec, sizeof spec, "rootsift:m=%zu,n=%zu,views=2", m, n);
-    make_random(&r, m, n, 3 * ni, nq, &rows, &q);
+    snprintf(spec, sizeof spec, "rootsift:m=%zu,n=%zu,views=3", m, n);
+    make_random(&r, m, n, R * ni, nq, &rows, &q);
     TU_OK(patina_refset_new(&one, spec));
     for (size_t s = 0; s < 3; s++) TU_OK(patina_refset_new(&sets[s], spec));
     for (size_t i = 0; i < ni; i++) {
-        for (size_t v = 0; v < 3; v++) memcpy(item + v * b, rows[3 * i + v], b);
-        TU_OK(patina_refset_put(one, 1 + i, item, 3 * b));
-        TU_OK(patina_refset_put(sets[i % 3], 1 + i, item, 3 * b));
+        for (size_t v = 0; v < R; v++) memcpy(item + v * b, rows[R * i + v], b);
+        TU_OK(patina_refset_put(one, 1 + i, item, R * b));
+        TU_OK(patina_refset_put(sets[i % 3], 1 + i, item, R * b));
     }
     for (size_t vc = 0; vc <= 20; vc += 4) {
         patina_identify_opts_init(&o);
         o.view_candidates = vc;
         o.first_features = vc % 8 == 4 ? n / 2 : 0; /* the second pass over the union's candidates */
+        o.half_view_features = vc % 8 == 0 ? n / 4 : 0; /* and the half views in the first pass */
         o.threshold = 0;
         o.device = PATINA_DEVICE_CPU;
         TU_OK(patina_identify(CTX, one, q, nq, &o, h1, r1));
@@ -341,11 +362,11 @@ static void test_views_sets(void **state)
             }
         }
     }
-    print_message("views over 3 sets: %zu items, view_candidates 0 .. 20 (first_features n / 2 at 4, 12, 20): GPU == "
-                  "CPU == one set\n", ni);
+    print_message("views over 3 sets: %zu items of views 3, view_candidates 0 .. 20 (first_features n / 2 at 4, 12, "
+                  "20; half_view_features n / 4 at 0, 8, 16): GPU == CPU == one set\n", ni);
     for (size_t s = 0; s < 3; s++) patina_refset_free(sets[s]);
     patina_refset_free(one);
-    for (size_t i = 0; i < 3 * ni; i++) free(rows[i]);
+    for (size_t i = 0; i < R * ni; i++) free(rows[i]);
     free(rows);
     free(q);
     free(item);

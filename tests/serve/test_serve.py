@@ -705,6 +705,14 @@ def test_identify():
             p = srv.json("POST", "/v1/collections/refsv.patina/identify?first_features=" + bad, q, status=400,
                          headers={"Content-Type": "image/x-portable-pixmap"})
             expect("first_features" in p["detail"], p)
+        # the half-size view in the view pass: refsv's views (2) hold none, a 422 that says so; out of
+        # bounds a 400
+        p = srv.json("POST", "/v1/collections/refsv.patina/identify?view_candidates=1&half_view_features=8", q,
+                     status=422, headers={"Content-Type": "image/x-portable-pixmap"})
+        expect("half-size view" in p["detail"], p)
+        p = srv.json("POST", "/v1/collections/refsv.patina/identify?half_view_features=16385", q, status=400,
+                     headers={"Content-Type": "image/x-portable-pixmap"})
+        expect("half_view_features" in p["detail"], p)
     finally:
         srv.stop_ok()
     # verified candidates carry their inlier pairs (at most 200), inside both images
