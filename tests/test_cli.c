@@ -1422,7 +1422,7 @@ static void test_library_options(void **state)
         patina_option_set set;
         size_t want; /* options the command exposes under the library's name */
     } pairs[] = {{&cli_cmd_search, PATINA_OPTIONS_SEARCH, 3},
-                 {&cli_cmd_identify, PATINA_OPTIONS_IDENTIFY, 19},
+                 {&cli_cmd_identify, PATINA_OPTIONS_IDENTIFY, 20},
                  {&cli_cmd_index, PATINA_OPTIONS_INDEX, 7}};
     (void)state;
     for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {

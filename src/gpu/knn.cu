@@ -262,20 +262,30 @@ static size_t tc_final_smem(void) { return (size_t)TC_CAND * (sizeof(double) + s
 /* The scan of rows [0, n) of c for nq queries (their rows and infos on the
  * device): MODE 0 the pilot into dense (nq, n), MODE 1 the filter into
  * cnt / cand. */
+/* The batch's scan takes two query tiles a warp (k_tc_scan's TPW, half the
+ * shared-memory loads of a pair) from this many queries on: 16 tiles a
+ * block, 256 queries. */
+#define TC_TPW2_MIN 129
+
 template <int NK32, int T16, int MODE>
 static cudaError_t tc_scan_of(const knn_copy_t *c, const uint8_t *qbytes, const tc_qinfo_t *qinfo, float *dense,
                               uint32_t *cnt, uint32_t *cand, uint32_t n, int nq, int sms, cudaStream_t s)
 {
-    const int qtiles = nq > 64 ? 8 : nq > 32 ? 4 : nq > 16 ? 2 : 1;
+    const int two = nq >= TC_TPW2_MIN;
+    const int qtiles = two ? 16 : nq > 64 ? 8 : nq > 32 ? 4 : nq > 16 ? 2 : 1;
     const unsigned gy = (unsigned)((nq + 16 * qtiles - 1) / (16 * qtiles));
     const uint32_t rpb = tc_rows_per_block(n, gy, sms);
     const dim3 grid((n + rpb - 1) / rpb, gy);
     const size_t smem = tc_scan_smem(NK32 * 32 + T16 * 16);
-    cudaError_t e = cudaFuncSetAttribute(k_tc_scan<NK32, T16, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)smem);
+    const void *fn = two ? (const void *)k_tc_scan<NK32, T16, MODE, 2> : (const void *)k_tc_scan<NK32, T16, MODE, 1>;
+    cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
-    k_tc_scan<NK32, T16, MODE><<<grid, TC_WARPS * 32, smem, s>>>(c->descs, c->aux, n, rpb, qbytes, qinfo, nq,
-                                                                 qtiles, dense, (size_t)n, cnt, cand);
+    if (two)
+        k_tc_scan<NK32, T16, MODE, 2><<<grid, TC_WARPS * 32, smem, s>>>(c->descs, c->aux, n, rpb, qbytes, qinfo, nq,
+                                                                        qtiles, dense, (size_t)n, cnt, cand);
+    else
+        k_tc_scan<NK32, T16, MODE, 1><<<grid, TC_WARPS * 32, smem, s>>>(c->descs, c->aux, n, rpb, qbytes, qinfo, nq,
+                                                                        qtiles, dense, (size_t)n, cnt, cand);
     return cudaGetLastError();
 }
 

@@ -96,9 +96,15 @@ __device__ __forceinline__ double tc_exact_t(uint32_t dot, tc_aux_t x, double T2
  * shared memory). MODE: 0 = pilot (write t for rows < r1 to dense (nq,
  * ld)), 1 = filter (append passing rows to cand (nq, TC_CAND), count in
  * cnt; with ckey, each candidate's exact t beside it, tc_exact_t of the
- * MMA's D). Uses the block's dynamic shared memory (tc_scan_smem); every
- * thread of the block calls it. */
-template <int NK32, int T16, int MODE>
+ * MMA's D). TPW: query tiles per warp (qtiles / TPW warps share the rows,
+ * TC_WARPS * TPW / qtiles row groups each). A warp runs two MMA chains:
+ * with TPW = 1 two groups of 8 rows against its tile, with TPW = 2 one
+ * group against its two tiles -- each B fragment read from shared memory
+ * once for both, half the shared-memory loads and addresses of a pair
+ * (the batch's scan, where the epilogue and those loads bound it).
+ * Uses the block's dynamic shared memory (tc_scan_smem); every thread of
+ * the block calls it. */
+template <int NK32, int T16, int MODE, int TPW>
 __device__ __forceinline__ void tc_scan_rows(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux,
                                              uint32_t r0, uint32_t r1, const uint8_t *qbytes,
                                              const tc_qinfo_t *qinfo, int nq, int qtiles, int qt0,
@@ -111,36 +117,45 @@ __device__ __forceinline__ void tc_scan_rows(const uint8_t *__restrict__ rows, c
     tc_aux_t *saux = (tc_aux_t *)(smem + TC_STAGES * TC_R * DP); /* (STAGES, R) */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g4 = lane >> 2, t4 = lane & 3;
-    const int mytile = warp % qtiles, rl = warp / qtiles, nrl = TC_WARPS / qtiles;
-    const int q0 = (qt0 * qtiles + mytile) * 16 + g4, q1 = q0 + 8;
-    uint32_t a[NK32 > 0 ? NK32 : 1][4], at0 = 0, at1 = 0;
-    float qa[2][4], fa[2], fb[2];
-    bool all[2];
+    const int wtiles = qtiles / TPW; /* warps over the query tiles */
+    const int mytile = warp % wtiles, rl = warp / wtiles, nrl = TC_WARPS / wtiles;
+    /* chain u's tile (tu) and row-group offset (ru): TPW 2, the warp's two tiles on one group;
+     * TPW 1, its tile on two groups nrl apart */
+    int q0[TPW], q1[TPW];
+    uint32_t a[TPW][NK32 > 0 ? NK32 : 1][4], at0[TPW], at1[TPW];
+    float qa[TPW][2][4], fa[TPW][2], fb[TPW][2];
+    bool all[TPW][2];
 
     if (r0 >= r1) return;
-    /* the query tile's A fragments, loaded once (rows past nq are zero) */
 #pragma unroll
-    for (int ks = 0; ks < NK32; ks++) tc_frag_a(a[ks], qbytes, DP, q0, q1, nq, ks * 32 + t4 * 4);
-    if (T16) {
-        const int c = NK32 * 32 + t4 * 4;
-        at0 = q0 < nq ? *(const uint32_t *)(qbytes + (size_t)q0 * DP + c) : 0u;
-        at1 = q1 < nq ? *(const uint32_t *)(qbytes + (size_t)q1 * DP + c) : 0u;
-    }
-    for (int h = 0; h < 2; h++) {
-        const int q = h ? q1 : q0;
-        const float4 v = q < nq ? qinfo[q] : make_float4(0.f, 0.f, 0.f, 0.f);
-        qa[h][0] = v.x; /* T2 */
-        qa[h][1] = v.y; /* T2^2 */
-        qa[h][2] = v.z; /* S2 */
-        qa[h][3] = v.w; /* theta' */
-        /* the filter t >= theta' as D >= beta (S2 T1 / T2 + S1 T2 / T1),
-         * beta = theta' / (1 + theta'): D >= fa T1 + fb (S1 / T1); every
-         * row passes when theta' < 0; padding queries (and T2 = 0, theta'
-         * = +inf: NaN) never pass */
-        const float beta = v.w / (1.0f + v.w);
-        fa[h] = q < nq ? beta * v.z / v.x : HUGE_VALF;
-        fb[h] = q < nq ? beta * v.x : HUGE_VALF;
-        all[h] = q < nq && v.w < 0.f;
+    for (int j = 0; j < TPW; j++) {
+        q0[j] = ((qt0 * qtiles) + mytile * TPW + j) * 16 + g4;
+        q1[j] = q0[j] + 8;
+        /* the query tile's A fragments, loaded once (rows past nq are zero) */
+#pragma unroll
+        for (int ks = 0; ks < NK32; ks++) tc_frag_a(a[j][ks], qbytes, DP, q0[j], q1[j], nq, ks * 32 + t4 * 4);
+        at0[j] = at1[j] = 0;
+        if (T16) {
+            const int c = NK32 * 32 + t4 * 4;
+            at0[j] = q0[j] < nq ? *(const uint32_t *)(qbytes + (size_t)q0[j] * DP + c) : 0u;
+            at1[j] = q1[j] < nq ? *(const uint32_t *)(qbytes + (size_t)q1[j] * DP + c) : 0u;
+        }
+        for (int h = 0; h < 2; h++) {
+            const int q = h ? q1[j] : q0[j];
+            const float4 v = q < nq ? qinfo[q] : make_float4(0.f, 0.f, 0.f, 0.f);
+            qa[j][h][0] = v.x; /* T2 */
+            qa[j][h][1] = v.y; /* T2^2 */
+            qa[j][h][2] = v.z; /* S2 */
+            qa[j][h][3] = v.w; /* theta' */
+            /* the filter t >= theta' as D >= beta (S2 T1 / T2 + S1 T2 / T1),
+             * beta = theta' / (1 + theta'): D >= fa T1 + fb (S1 / T1); every
+             * row passes when theta' < 0; padding queries (and T2 = 0, theta'
+             * = +inf: NaN) never pass */
+            const float beta = v.w / (1.0f + v.w);
+            fa[j][h] = q < nq ? beta * v.z / v.x : HUGE_VALF;
+            fb[j][h] = q < nq ? beta * v.x : HUGE_VALF;
+            all[j][h] = q < nq && v.w < 0.f;
+        }
     }
 
     const uint32_t nst = (r1 - r0 + TC_R - 1) / TC_R;
@@ -162,43 +177,47 @@ __device__ __forceinline__ void tc_scan_rows(const uint8_t *__restrict__ rows, c
         const uint8_t *sr = srows + (size_t)buf * TC_R * DP;
         const tc_aux_t *sa = saux + buf * TC_R;
         const uint32_t base = r0 + st * TC_R;
-        /* two groups of 8 rows at a time: two independent MMA chains */
-        for (int g0 = rl; g0 < TC_R / 8; g0 += 2 * nrl) {
+        /* two chains at a time, so that each MMA's latency is covered by the other chain's */
+        for (int g0 = rl; g0 < TC_R / 8; g0 += (TPW == 1 ? 2 : 1) * nrl) {
             int32_t d[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-            const uint8_t *b0 = sr + (size_t)(g0 * 8 + g4) * DP + t4 * 4, *b1 = b0 + (size_t)nrl * 8 * DP;
-            /* the two chains interleaved, so that each MMA's latency is
-             * covered by the other chain's */
+            const uint8_t *b0 = sr + (size_t)(g0 * 8 + g4) * DP + t4 * 4;
+            const uint8_t *b1 = TPW == 1 ? b0 + (size_t)nrl * 8 * DP : b0;
 #pragma unroll
             for (int ks = 0; ks < NK32; ks++) {
-                mma_u8(d[0], a[ks], *(const uint32_t *)(b0 + ks * 32), *(const uint32_t *)(b0 + ks * 32 + 16));
-                mma_u8(d[1], a[ks], *(const uint32_t *)(b1 + ks * 32), *(const uint32_t *)(b1 + ks * 32 + 16));
+                const uint32_t x0 = *(const uint32_t *)(b0 + ks * 32), x1 = *(const uint32_t *)(b0 + ks * 32 + 16);
+                mma_u8(d[0], a[0][ks], x0, x1);
+                if (TPW == 2) mma_u8(d[1], a[TPW - 1][ks], x0, x1);
+                else mma_u8(d[1], a[0][ks], *(const uint32_t *)(b1 + ks * 32), *(const uint32_t *)(b1 + ks * 32 + 16));
             }
             if (T16) {
-                mma_u8_k16(d[0], at0, at1, *(const uint32_t *)(b0 + NK32 * 32));
-                mma_u8_k16(d[1], at0, at1, *(const uint32_t *)(b1 + NK32 * 32));
+                const uint32_t x0 = *(const uint32_t *)(b0 + NK32 * 32);
+                mma_u8_k16(d[0], at0[0], at1[0], x0);
+                mma_u8_k16(d[1], at0[TPW - 1], at1[TPW - 1], TPW == 2 ? x0 : *(const uint32_t *)(b1 + NK32 * 32));
             }
             /* d[u][0], d[u][1]: query q0, rows c, c + 1; d[u][2], d[u][3]: query q1 */
 #pragma unroll
             for (int u = 0; u < 2; u++) {
-                const int c0 = (g0 + u * nrl) * 8 + t4 * 2;
+                const int j = TPW == 2 ? u : 0; /* the chain's tile */
+                const int c0 = (TPW == 2 ? g0 : g0 + u * nrl) * 8 + t4 * 2;
                 const tc_aux_t x0 = sa[c0], x1 = sa[c0 + 1];
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int h = e >> 1, c = c0 + (e & 1);
                     const uint32_t r = base + c;
-                    const int q = h ? q1 : q0;
+                    const int q = h ? q1[j] : q0[j];
                     const tc_aux_t x = (e & 1) ? x1 : x0;
                     if (MODE == 0) {
-                        const float num = (float)d[u][e] * (x.x * qa[h][0]);
-                        const float den = fmaf(x.y, qa[h][2], x.z * qa[h][1]) - num;
+                        const float num = (float)d[u][e] * (x.x * qa[j][h][0]);
+                        const float den = fmaf(x.y, qa[j][h][2], x.z * qa[j][h][1]) - num;
                         if (q < nq && r < r1) dense[(size_t)q * ld + r] = __fdiv_rn(num, den);
-                    } else if ((all[h] || (float)d[u][e] >= fmaf(fb[h], x.w, fa[h] * x.x)) && r < r1) {
+                    } else if ((all[j][h] || (float)d[u][e] >= fmaf(fb[j][h], x.w, fa[j][h] * x.x)) && r < r1) {
                         const uint32_t pos = atomicAdd(&cnt[q], 1u);
                         if (pos < TC_CAND) {
                             cand[(size_t)q * TC_CAND + pos] = r;
                             if (ckey)
-                                ckey[(size_t)q * TC_CAND + pos] = tc_exact_t((uint32_t)d[u][e], x, (double)qa[h][0],
-                                                                             (double)qa[h][1], (double)qa[h][2]);
+                                ckey[(size_t)q * TC_CAND + pos] =
+                                    tc_exact_t((uint32_t)d[u][e], x, (double)qa[j][h][0], (double)qa[j][h][1],
+                                               (double)qa[j][h][2]);
                         }
                     }
                 }
@@ -210,7 +229,7 @@ __device__ __forceinline__ void tc_scan_rows(const uint8_t *__restrict__ rows, c
 
 /* The scan as a kernel: block (x, y) takes rows [x rows_per_block, +
  * rows_per_block) of the first n and query tiles from y qtiles on. */
-template <int NK32, int T16, int MODE>
+template <int NK32, int T16, int MODE, int TPW>
 __global__ void __launch_bounds__(TC_WARPS * 32)
 k_tc_scan(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, uint32_t n,
           uint32_t rows_per_block, const uint8_t *__restrict__ qbytes, const tc_qinfo_t *__restrict__ qinfo,
@@ -218,8 +237,8 @@ k_tc_scan(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, ui
           uint32_t *__restrict__ cand)
 {
     const uint32_t r0 = blockIdx.x * rows_per_block;
-    tc_scan_rows<NK32, T16, MODE>(rows, aux, r0, min(n, r0 + rows_per_block), qbytes, qinfo, nq, qtiles,
-                                  (int)blockIdx.y, dense, ld, cnt, cand, NULL);
+    tc_scan_rows<NK32, T16, MODE, TPW>(rows, aux, r0, min(n, r0 + rows_per_block), qbytes, qinfo, nq, qtiles,
+                                       (int)blockIdx.y, dense, ld, cnt, cand, NULL);
 }
 
 /* -------------------------------------------------------------- select */

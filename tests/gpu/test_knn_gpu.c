@@ -127,7 +127,7 @@ static void test_random(void **state)
 {
     static const size_t ns[] = {0, 1, 5, 127, 129, 2049, 8193, 70000};
     static const size_t ks[] = {1, 10, 100, 1000, 1024};
-    static const size_t nqs[] = {1, 7, 64};
+    static const size_t nqs[] = {1, 7, 64, 300}; /* 300: two query tiles a warp (the batch scan), tiles padded */
     const size_t nn = QUICK ? (QUICK > 1 ? 4 : 6) : sizeof ns / sizeof *ns,
                  nk = QUICK ? 2 : sizeof ks / sizeof *ks, nnq = QUICK ? (QUICK > 1 ? 1 : 2) : sizeof nqs / sizeof *nqs;
     tu_rng_t r;
