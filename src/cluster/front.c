@@ -87,6 +87,9 @@ struct clu_front {
     uint64_t next_sid;
     scat_t *active;
     atomic_ullong n_scatters, n_calls, n_hedges, n_retries, n_failures, n_partial, n_split;
+    /* a reply's bytes per hit (a search's or an identification's), the most seen (0: none yet):
+     * request_fit sizes a batch's ranges so that their replies fit too */
+    atomic_size_t hit_bytes;
 };
 
 static double now_s(void)
@@ -549,6 +552,23 @@ static void reask(scatter_state_t *st, const call_t *c)
     if (n && launch(st, want, n)) atomic_fetch_add(&st->f->n_retries, 1);
 }
 
+/* A reply's bytes per hit until one is seen: a hit's id, distance or
+ * score, and a key of some 40 bytes. */
+#define HIT_BYTES_GUESS 64
+
+static size_t hit_bytes_of(clu_front_t *f)
+{
+    const size_t b = atomic_load(&f->hit_bytes);
+    return b ? b : HIT_BYTES_GUESS;
+}
+
+/* f's bytes per hit raised to at least b. */
+static void hit_bytes_learn(clu_front_t *f, size_t b)
+{
+    size_t cur = atomic_load(&f->hit_bytes);
+    while (b > cur && !atomic_compare_exchange_weak(&f->hit_bytes, &cur, b)) {}
+}
+
 /* One reply for call index ci. */
 static void on_event(scatter_state_t *st, size_t ci, natsMsg *msg)
 {
@@ -573,9 +593,19 @@ static void on_event(scatter_state_t *st, size_t ci, natsMsg *msg)
         snprintf(why, sizeof why, "%s", c->reply.message);
         clu_reply_release(&c->reply);
         call_failed(st, c, why);
-        if (limit) st->g->limit = 1; /* the request's size (queries, k): every copy would refuse it */
-        else reask(st, c);
+        if (limit) { /* the request's size (queries, k): every copy would refuse it; later batches smaller */
+            st->g->limit = 1;
+            hit_bytes_learn(st->f, 2 * hit_bytes_of(st->f));
+        } else {
+            reask(st, c);
+        }
         return;
+    }
+    {
+        const size_t hits = c->reply.kind == CLU_KIND_SEARCH
+                                ? (c->reply.res.offsets ? c->reply.res.offsets[c->reply.res.nq] : 0)
+                                : c->reply.nq * c->reply.k;
+        if (hits) hit_bytes_learn(st->f, ((size_t)natsMsg_GetDataLength(msg) + hits - 1) / hits);
     }
     load_add(st->f, st->m[c->member].name, -1);
     for (j = 0; j < c->nparts; j++) st->inflight[c->parts[j]]--;
@@ -928,6 +958,16 @@ static patina_status request_fit(clu_front_t *f, const clu_request_t *tmpl, size
                         "a message may have (the NATS server's max_payload)", tmpl->qbytes, head + tmpl->qbytes, room);
     *per = tmpl->qbytes ? (room - head) / tmpl->qbytes : CLU_QUERIES_MAX;
     if (*per > CLU_QUERIES_MAX) *per = CLU_QUERIES_MAX;
+    {
+        /* and so that the replies fit: k hits a query at the bytes a hit took so far (a guess before the
+         * first reply; doubled after a refusal). A range search's hits are unbounded but by max_hits: sized
+         * only when that is set. A reply that does not fit is still refused and its range split. */
+        const size_t k = tmpl->kind == CLU_KIND_IDENTIFY          ? tmpl->iopts.k
+                         : tmpl->query.kind == PATINA_QUERY_KNN ? tmpl->query.k
+                                                                : tmpl->query.max_hits;
+        const size_t qb = k * hit_bytes_of(f), fit = room - room / 16; /* a 16th for the reply's head */
+        if (qb && fit / qb < *per) *per = fit / qb ? fit / qb : 1;
+    }
     return PATINA_OK;
 }
 
@@ -969,6 +1009,26 @@ static patina_status results_append(patina_table_results_t *dst, patina_table_re
     return PATINA_OK;
 }
 
+static patina_status search_range(batch_t *b, size_t q0, size_t n, patina_table_results_t *out, range_cov_t *cov);
+
+/* The second half of a search range that a shard refused as too large. */
+typedef struct half {
+    batch_t *b;
+    size_t q0, n;
+    patina_table_results_t res;
+    range_cov_t cov;
+    patina_status s;
+    char error[600];
+} half_t;
+
+static void *search_half(void *arg)
+{
+    half_t *h = arg;
+    if ((h->s = search_range(h->b, h->q0, h->n, &h->res, &h->cov)) != PATINA_OK)
+        snprintf(h->error, sizeof h->error, "%s", clu_last_error());
+    return NULL;
+}
+
 /* Queries [q0, q0 + n) of a search batch: out (zeroed on entry) receives their answers. */
 static patina_status search_range(batch_t *b, size_t q0, size_t n, patina_table_results_t *out, range_cov_t *cov)
 {
@@ -983,19 +1043,27 @@ static patina_status search_range(batch_t *b, size_t q0, size_t n, patina_table_
     rq.nq = n;
     rq.queries = b->queries + q0 * rq.qbytes;
     PATINA_TRY_CLU(scatter(b->f, &rq, &g, &ms));
-    if (g.limit) { /* split in two */
-        const size_t h = n / 2;
-        patina_table_results_t second;
-        range_cov_t c2;
+    if (g.limit) { /* split in two, both halves asked at once (the second by a thread of its own) */
+        half_t hf;
+        pthread_t th;
+        int threaded;
         s = range_limit(&g, q0, n);
         gather_release(&g);
         if (s != PATINA_OK) return s;
-        if ((s = search_range(b, q0, h, out, cov)) != PATINA_OK) return s;
-        if ((s = search_range(b, q0 + h, n - h, &second, &c2)) == PATINA_OK) {
-            range_cov_add(cov, &c2);
-            s = results_append(out, &second);
+        memset(&hf, 0, sizeof hf);
+        hf.b = b;
+        hf.q0 = q0 + n / 2;
+        hf.n = n - n / 2;
+        threaded = pthread_create(&th, NULL, search_half, &hf) == 0;
+        s = search_range(b, q0, n / 2, out, cov);
+        if (threaded) pthread_join(th, NULL);
+        else search_half(&hf);
+        if (s == PATINA_OK && hf.s != PATINA_OK) s = clu_fail(hf.s, "%s", hf.error);
+        if (s == PATINA_OK) {
+            range_cov_add(cov, &hf.cov);
+            s = results_append(out, &hf.res);
         }
-        patina_table_results_release(&second);
+        patina_table_results_release(&hf.res);
         if (s != PATINA_OK) patina_table_results_release(out);
         return s;
     }

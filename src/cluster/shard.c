@@ -772,6 +772,7 @@ static void reply(shard_t *sh, natsConnection *nc, natsMsg *msg, double got, clu
                  "server's max_payload", sh->name, out.n, r->kind == CLU_KIND_SEARCH ? r->res.nq : r->nq,
                  (long long)maxp);
         out.oom = 1;
+        if (r->status == PATINA_OK) __atomic_add_fetch(&sh->errors, 1, __ATOMIC_RELAXED); /* answered with one */
     }
     if (out.oom) { /* too large: say so instead */
         clu_reply_t e;

@@ -87,8 +87,9 @@ def test_small_payload():
         run("cluster", "create", "small", "--cluster", c.url, "--partitions", str(P), "-f", "cedd", "-f", "rootsift")
         run("index", emb, "--root", ".", "-q", "-j", "2", "-f", "cedd", *refs)
         run("index", "small", "--cluster", c.url, "--root", ".", "-q", "-j", "2", "-f", "cedd", *refs)
-        c.shard("small", "s1", 1)
-        c.shard("small", "s2", 1)
+        ports = {"s1": base.free_port(), "s2": base.free_port()}
+        for name, port in ports.items():
+            c.shard("small", name, 1, extra=("--metrics-port", str(port)))
         c.wait_ready("small", ["s1", "s2"])
         for args in (("-k", "5"), ("--range", "45")):
             e = jsonl(run("search", emb, "-f", "cedd", *args, *queries, "--format", "json").stdout)
@@ -99,12 +100,25 @@ def test_small_payload():
             assert all(a["partial"] is False and a["coverage"]["partitions"] == P for a in k)
             say(f"search {' '.join(args)} of {len(queries)} queries with max_payload {SMALL}: cluster == embedded "
                 f"({sum(len(a['hits']) for a in k)} hits)")
+            if args[0] == "-k":
+                # the front end sizes a k-NN batch's requests so that the replies fit too: no shard computed
+                # an answer only to refuse it as too large (the refusal, then the halves, were most of a
+                # 4096-query batch's time)
+                refused = {n: errors(p) for n, p in ports.items()}
+                assert refused == {"s1": 0, "s2": 0}, refused
         r = run("identify", "small", "--cluster", c.url, "-k", "5", queries[0], "--format", "json", ok=(3,))
         assert "max_payload" in r.stderr and str(SMALL) in r.stderr, r.stderr
         assert not r.stdout.strip(), r.stdout
         say(f"identify of one photograph over max_payload {SMALL}: an error ({r.stderr.strip()})")
     finally:
         c.close()
+
+
+def errors(port):
+    """A shard's requests answered with an error so far (its metrics port)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+               if line.startswith("patina_shard_request_errors_total"))
 
 
 def answered(port):
