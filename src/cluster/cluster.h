@@ -128,8 +128,9 @@ const clu_rtable_t *clu_record_table(const clu_record_t *rec, const char *spec);
 
 /* Messages: an 8-byte header {magic "PQ1\0" request | "PR1\0" reply, u16
  * version, u16 kind}, then the kind's fields. */
-#define CLU_MSG_VERSION 4u /* 2: an identify reply carries its references (rows); 3: every reply its shard time;
-                            * 4: an identify request carries guided, guided_ratio and ambiguity */
+#define CLU_MSG_VERSION 5u /* 2: an identify reply carries its references (rows); 3: every reply its shard time;
+                            * 4: an identify request carries guided, guided_ratio and ambiguity; 5: and accept,
+                            * view_candidates, first_features and half_view_features (a build of 4 misread them) */
 typedef enum clu_kind {
     CLU_KIND_SEARCH = 1,   /* k-NN or range over named partitions */
     CLU_KIND_IDENTIFY = 2, /* identification over named partitions */
