@@ -264,6 +264,20 @@ static void items_free(items_t *s)
 #define SPEC2 "rootsift:m=48,views=2"
 #define SPEC0 "rootsift:m=48"
 
+/* Two answers of one query the same: decision, hits, their matches, inliers and scores. */
+static void assert_same_answer(const patina_identify_hit_t *h, const patina_identify_result_t *r,
+                               const patina_identify_hit_t *want, const patina_identify_result_t *rwant)
+{
+    assert_int_equal(r->nhits, rwant->nhits);
+    assert_int_equal(r->decision, rwant->decision);
+    for (size_t i = 0; i < r->nhits; i++) {
+        assert_int_equal(h[i].id, want[i].id);
+        assert_int_equal(h[i].matches, want[i].matches);
+        assert_int_equal(h[i].inliers, want[i].inliers);
+        assert_true(h[i].score == want[i].score);
+    }
+}
+
 static void assert_items_once(const patina_identify_hit_t *h, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -577,14 +591,7 @@ static void test_view_pass(void **state)
     TU_OK(patina_identify(NULL, rs, query, 1, &o, all, &rall));
     o.view_candidates = 4;
     TU_OK(patina_identify(NULL, rs, query, 1, &o, hits, &res));
-    assert_int_equal(res.nhits, rall.nhits);
-    assert_int_equal(res.decision, rall.decision);
-    for (size_t i = 0; i < res.nhits; i++) {
-        assert_int_equal(hits[i].id, all[i].id);
-        assert_int_equal(hits[i].matches, all[i].matches);
-        assert_int_equal(hits[i].inliers, all[i].inliers);
-        assert_true(hits[i].score == all[i].score);
-    }
+    assert_same_answer(hits, &res, all, &rall);
     /* a set without views ignores it */
     {
         patina_refset_t *r0 = NULL;
@@ -808,14 +815,7 @@ static void half_case(const char *spec, int views)
         o.first_features = ff == 0 ? 0 : ff == 1 ? 4 : 16;
         o.half_view_features = HV;
         TU_OK(patina_identify(NULL, rs, query, 1, &o, hits, &res));
-        assert_int_equal(res.nhits, rall.nhits);
-        assert_int_equal(res.decision, rall.decision);
-        for (size_t i = 0; i < res.nhits; i++) {
-            assert_int_equal(hits[i].id, all[i].id);
-            assert_int_equal(hits[i].matches, all[i].matches);
-            assert_int_equal(hits[i].inliers, all[i].inliers);
-            assert_true(hits[i].score == all[i].score);
-        }
+        assert_same_answer(hits, &res, all, &rall);
     }
     /* too few of the strongest for the half view: 2 features share 2 rows with it, fewer than decoy 3's
      * 3 (and 5's 4) first-row matches: not a candidate */

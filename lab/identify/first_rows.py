@@ -12,14 +12,14 @@ with F2 features are a subset of IMG's with F1 >= F2, so the larger count per it
 row's F1 count or the view row's F2 count). Prints the genuine queries that EVERY answers right and
 accepts at T whose item is not among the best N keys, for N = 16 ... 64.
 """
-import sys, os, importlib.util, collections
-spec = importlib.util.spec_from_file_location(
-    "score", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "identify", "score.py"))
-score = importlib.util.module_from_spec(spec); spec.loader.exec_module(score)
-sets = os.environ.get("SETS", "/tmp/acc-full")
-manifest = {score.qkey(r["query"]): r for r in score.read_csv(os.path.join(sets, "manifest.csv"))}
-item_of = {r["file"]: r["item"] for r in score.read_csv(os.path.join(sets, "groups.csv"))}
-view = score.View(score.content_links(os.path.join(sets, "siblings.csv"), item_of, 14))
+import collections
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sets import load, score  # noqa: E402
+
+manifest, item_of, view = load()
 every, _ = score.load_run(sys.argv[1], manifest)
 runs = [score.load_run(p, manifest)[0] for p in sys.argv[2:] if p.endswith(".csv")]
 T = float(sys.argv[-1]) if not sys.argv[-1].endswith(".csv") else 3.0

@@ -7,14 +7,13 @@ for N >= verify_top)? Those it is not are what matching the first rows first wou
 
     view_pass.py K64.csv VIEWS2.csv T        (SETS: /tmp/acc-full)
 """
-import sys, os, importlib.util
-spec = importlib.util.spec_from_file_location(
-    "score", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "identify", "score.py"))
-score = importlib.util.module_from_spec(spec); spec.loader.exec_module(score)
-sets = os.environ.get("SETS", "/tmp/acc-full")
-manifest = {score.qkey(r["query"]): r for r in score.read_csv(os.path.join(sets, "manifest.csv"))}
-item_of = {r["file"]: r["item"] for r in score.read_csv(os.path.join(sets, "groups.csv"))}
-view = score.View(score.content_links(os.path.join(sets, "siblings.csv"), item_of, 14))
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sets import load, score  # noqa: E402
+
+manifest, item_of, view = load()
 k64, _ = score.load_run(sys.argv[1], manifest)
 v2, _ = score.load_run(sys.argv[2], manifest)
 T = float(sys.argv[3])
