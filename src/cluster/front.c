@@ -929,6 +929,8 @@ typedef struct batch {
     char (*error)[PATINA_ERROR_MAX];   /* (nranges): a failed range's message (the thread's) */
     range_cov_t *cov;                  /* (nranges) */
     atomic_size_t next;
+    atomic_int halves;                 /* threads asking refused ranges' second halves now (at most
+                                        * BATCH_THREADS: deeper splits ask them in turn) */
 } batch_t;
 
 /* How many queries of the template's kind fit one request: the connection's
@@ -1054,10 +1056,15 @@ static patina_status search_range(batch_t *b, size_t q0, size_t n, patina_table_
         hf.b = b;
         hf.q0 = q0 + n / 2;
         hf.n = n - n / 2;
-        threaded = pthread_create(&th, NULL, search_half, &hf) == 0;
+        threaded = atomic_fetch_add(&b->halves, 1) < BATCH_THREADS && pthread_create(&th, NULL, search_half, &hf) == 0;
+        if (!threaded) atomic_fetch_sub(&b->halves, 1);
         s = search_range(b, q0, n / 2, out, cov);
-        if (threaded) pthread_join(th, NULL);
-        else search_half(&hf);
+        if (threaded) {
+            pthread_join(th, NULL);
+            atomic_fetch_sub(&b->halves, 1);
+        } else {
+            search_half(&hf);
+        }
         if (s == PATINA_OK && hf.s != PATINA_OK) s = clu_fail(hf.s, "%s", hf.error);
         if (s == PATINA_OK) {
             range_cov_add(cov, &hf.cov);
@@ -1267,6 +1274,7 @@ static patina_status batch_run(batch_t *b, clu_coverage_t *cov)
         goto out;
     }
     atomic_init(&b->next, 0);
+    atomic_init(&b->halves, 0);
     if (b->nranges == 1) {
         s = batch_range(b, 0);
     } else {
