@@ -264,7 +264,7 @@ static void items_free(items_t *s)
 #define SPEC2 "rootsift:m=48,views=2"
 #define SPEC0 "rootsift:m=48"
 
-/* Two answers of one query the same: decision, hits, their matches, inliers and scores. */
+/* Two answers of one query the same: decision, hits, their matches, inliers, verification and scores. */
 static void assert_same_answer(const patina_identify_hit_t *h, const patina_identify_result_t *r,
                                const patina_identify_hit_t *want, const patina_identify_result_t *rwant)
 {
@@ -274,6 +274,7 @@ static void assert_same_answer(const patina_identify_hit_t *h, const patina_iden
         assert_int_equal(h[i].id, want[i].id);
         assert_int_equal(h[i].matches, want[i].matches);
         assert_int_equal(h[i].inliers, want[i].inliers);
+        assert_int_equal(h[i].verified, want[i].verified);
         assert_true(h[i].score == want[i].score);
     }
 }
@@ -676,18 +677,7 @@ static void ff_case(patina_refset_t *rs, const unsigned char *query, size_t nq, 
         o.first_features = pass == 0 ? FF : pass == 1 ? M : 700;
         o.view_candidates = pass == 0 ? 4 : 0;
         TU_OK(patina_identify(NULL, rs, query, nq, &o, hits, res));
-        for (size_t q = 0; q < nq; q++) {
-            assert_int_equal(res[q].nhits, rall[q].nhits);
-            assert_int_equal(res[q].decision, rall[q].decision);
-            for (size_t i = 0; i < res[q].nhits; i++) {
-                const patina_identify_hit_t *h = &hits[q * o.k + i], *a = &all[q * o.k + i];
-                assert_int_equal(h->id, a->id);
-                assert_int_equal(h->matches, a->matches);
-                assert_int_equal(h->inliers, a->inliers);
-                assert_int_equal(h->verified, a->verified);
-                assert_true(h->score == a->score);
-            }
-        }
+        for (size_t q = 0; q < nq; q++) assert_same_answer(hits + q * o.k, &res[q], all + q * o.k, &rall[q]);
     }
     assert_memory_equal(keep, query, nq * qbytes);
     o.first_features = 16385; /* the bound: the rootsift option n's */

@@ -259,14 +259,14 @@ static size_t tc_final_smem(void) { return (size_t)TC_CAND * (sizeof(double) + s
 #define IN(st, io, T, o) ((T *)((st)->d_in + (io)->o))
 #define OUT(st, io, T, o) ((T *)((st)->d_out + (io)->o))
 
-/* The scan of rows [0, n) of c for nq queries (their rows and infos on the
- * device): MODE 0 the pilot into dense (nq, n), MODE 1 the filter into
- * cnt / cand. */
 /* The batch's scan takes two query tiles a warp (k_tc_scan's TPW, half the
  * shared-memory loads of a pair) from this many queries on: 16 tiles a
  * block, 256 queries. */
 #define TC_TPW2_MIN 129
 
+/* The scan of rows [0, n) of c for nq queries (their rows and infos on the
+ * device): MODE 0 the pilot into dense (nq, n), MODE 1 the filter into
+ * cnt / cand. */
 template <int NK32, int T16, int MODE>
 static cudaError_t tc_scan_of(const knn_copy_t *c, const uint8_t *qbytes, const tc_qinfo_t *qinfo, float *dense,
                               uint32_t *cnt, uint32_t *cand, uint32_t n, int nq, int sms, cudaStream_t s)

@@ -119,8 +119,8 @@ __device__ __forceinline__ void tc_scan_rows(const uint8_t *__restrict__ rows, c
     const int g4 = lane >> 2, t4 = lane & 3;
     const int wtiles = qtiles / TPW; /* warps over the query tiles */
     const int mytile = warp % wtiles, rl = warp / wtiles, nrl = TC_WARPS / wtiles;
-    /* chain u's tile (tu) and row-group offset (ru): TPW 2, the warp's two tiles on one group;
-     * TPW 1, its tile on two groups nrl apart */
+    /* tile j's two query rows; the MMA chains below: with TPW 2, chain u is tile u on one row
+     * group; with TPW 1, the one tile on two row groups nrl apart */
     int q0[TPW], q1[TPW];
     uint32_t a[TPW][NK32 > 0 ? NK32 : 1][4], at0[TPW], at1[TPW];
     float qa[TPW][2][4], fa[TPW][2], fb[TPW][2];
