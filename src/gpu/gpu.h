@@ -221,6 +221,21 @@ patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const
                              const double *qv, size_t nq, const pgpu_req_t *rq, patina_hit_t *hits,
                              patina_hit_t **lists, size_t *counts, uint8_t *cpu, size_t *paths);
 
+/* k-NN of nq queries over nt >= 2 indexes as one table (the union of
+ * their rows), every index on the Tanimoto fast path with the same row
+ * size and every query too: one pass of the tensor-core engine over their
+ * device copies per batch of queries (one threshold per query, from a
+ * pilot of the index with the most live rows), the copies' answers merged
+ * by (distance, id). hits (nq, k), counts[q] = min(k, live rows of all);
+ * cpu[q] = 1: the query is left to the caller (its hits and count are
+ * then not an answer). *taken = 0 (and PATINA_OK): the GPU cannot take
+ * these indexes together (a streamed one, copies that do not fit beside
+ * each other, no index with k live rows, ...); the caller searches each on
+ * its own. paths as patina_gpu_knn's. */
+patina_status patina_gpu_knn_many(patina_gpu_t *g, const pgpu_knn_index_t *const *idx, size_t nt,
+                                  const uint8_t *queries, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
+                                  uint8_t *cpu, size_t *paths, int *taken);
+
 /* Device copies of indexes that g holds now (for tests). */
 size_t patina_gpu__knn_cached(patina_gpu_t *g);
 

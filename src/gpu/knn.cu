@@ -265,11 +265,11 @@ static size_t tc_final_smem(void) { return (size_t)TC_CAND * (sizeof(double) + s
 #define TC_TPW2_MIN 129
 
 /* The scan of rows [0, n) of c for nq queries (their rows and infos on the
- * device): MODE 0 the pilot into dense (nq, n), MODE 1 the filter into
- * cnt / cand. */
+ * device): MODE 0 the pilot into dense (nq rows of ld floats, the first n
+ * of each), MODE 1 the filter into cnt / cand. */
 template <int NK32, int T16, int MODE>
 static cudaError_t tc_scan_of(const knn_copy_t *c, const uint8_t *qbytes, const tc_qinfo_t *qinfo, float *dense,
-                              uint32_t *cnt, uint32_t *cand, uint32_t n, int nq, int sms, cudaStream_t s)
+                              size_t ld, uint32_t *cnt, uint32_t *cand, uint32_t n, int nq, int sms, cudaStream_t s)
 {
     const int two = nq >= TC_TPW2_MIN;
     const int qtiles = two ? 16 : nq > 64 ? 8 : nq > 32 ? 4 : nq > 16 ? 2 : 1;
@@ -282,10 +282,10 @@ static cudaError_t tc_scan_of(const knn_copy_t *c, const uint8_t *qbytes, const 
     if (e != cudaSuccess) return e;
     if (two)
         k_tc_scan<NK32, T16, MODE, 2><<<grid, TC_WARPS * 32, smem, s>>>(c->descs, c->aux, n, rpb, qbytes, qinfo, nq,
-                                                                        qtiles, dense, (size_t)n, cnt, cand);
+                                                                        qtiles, dense, ld, cnt, cand);
     else
         k_tc_scan<NK32, T16, MODE, 1><<<grid, TC_WARPS * 32, smem, s>>>(c->descs, c->aux, n, rpb, qbytes, qinfo, nq,
-                                                                        qtiles, dense, (size_t)n, cnt, cand);
+                                                                        qtiles, dense, ld, cnt, cand);
     return cudaGetLastError();
 }
 
@@ -293,7 +293,7 @@ template <int NK32, int T16, int MODE>
 static cudaError_t tc_scan(const knn_copy_t *c, const knn_state_t *st, const tc_io_t *io, uint32_t n, int nq,
                            int sms, cudaStream_t s)
 {
-    return tc_scan_of<NK32, T16, MODE>(c, st->d_in, IN(st, io, tc_qinfo_t, o_qinfo), st->d_pilot, st->d_cnt,
+    return tc_scan_of<NK32, T16, MODE>(c, st->d_in, IN(st, io, tc_qinfo_t, o_qinfo), st->d_pilot, (size_t)n, st->d_cnt,
                                        st->d_cand, n, nq, sms, s);
 }
 
@@ -1343,9 +1343,9 @@ patina_status tier_pass(patina_gpu_t *g, knn_state_t *st, knn_tier_t *t, const u
                 const size_t pm = m - p0 < qp ? m - p0 : qp;
                 const uint8_t *qb = st->d_in + p0 * (size_t)dp;
                 tc_qinfo_t *qi = IN(st, &io, tc_qinfo_t, o_qinfo) + p0;
-                e = dp == 144 ? tc_scan_of<4, 1, 0>(&v, qb, qi, st->d_pilot, NULL, NULL, (uint32_t)S, (int)pm,
+                e = dp == 144 ? tc_scan_of<4, 1, 0>(&v, qb, qi, st->d_pilot, S, NULL, NULL, (uint32_t)S, (int)pm,
                                                     g->sm_count, cs)
-                              : tc_scan_of<8, 0, 0>(&v, qb, qi, st->d_pilot, NULL, NULL, (uint32_t)S, (int)pm,
+                              : tc_scan_of<8, 0, 0>(&v, qb, qi, st->d_pilot, S, NULL, NULL, (uint32_t)S, (int)pm,
                                                     g->sm_count, cs);
                 if (e == cudaSuccess) {
                     k_tc_select<<<(unsigned)pm, TC_SEL_THREADS, 0, cs>>>(st->d_pilot, S, (uint32_t)S, (uint32_t)take,
@@ -1388,5 +1388,175 @@ patina_status tier_pass(patina_gpu_t *g, knn_state_t *st, knn_tier_t *t, const u
     }
     chunks[0] += nch;
     chunks[1] += t->n * ((size_t)dp + sizeof(tc_aux_t));
+    return s;
+}
+
+/* ---- several copies as one table (patina_gpu_knn_many) ----
+ * One pass of the tensor-core engine over the copies of several indexes
+ * for each batch of queries, as over one table of their union: the pilot
+ * is the union's sample (the first rows of each copy, whose rows are
+ * randomly permuted, in proportion to its rows: as many in all as one table
+ * of the union would take), so every query gets its threshold from it (the
+ * kth best of a subset of the union is at most the kth best of the union);
+ * each copy is scanned with it and ranked by its own final pass (partial:
+ * a copy may hold fewer than k candidates, or none), and the host merges
+ * the copies' sorted answers by (distance, id) while the next copy runs.
+ * A query some copy could not settle is flagged for the caller. */
+
+/* The two pinned result buffers of `bytes` each, and their events. */
+static patina_status many_buffers(patina_gpu_t *g, knn_state_t *st, size_t bytes)
+{
+    for (int i = 0; i < 2; i++)
+        if (!st->many_ev[i]) PGPU_CU(cudaEventCreateWithFlags(&st->many_ev[i], cudaEventDisableTiming));
+    if (st->many_bytes >= bytes) return PATINA_OK;
+    pgpu_free_n(g, 2, &st->h_many[0], &st->h_many[1]);
+    st->many_bytes = 0;
+    for (int i = 0; i < 2; i++)
+        PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->h_many[i], bytes, PGPU_FAM_SEARCH, "results of several tables"));
+    st->many_bytes = bytes;
+    return PATINA_OK;
+}
+
+/* One batch of m queries (rows q, `bytes` apart) over the nt copies c[],
+ * the pilot the first pil[j] rows of each (S of them in all): hits rows
+ * q0 .. q0 + m of stride k, counts, fl (flags, indexed from q0 like them). */
+static patina_status many_batch(patina_gpu_t *g, knn_state_t *st, knn_copy_t *const *c, size_t nt,
+                                const uint32_t *pil, size_t S, const uint8_t *q, size_t bytes, size_t m, size_t take,
+                                size_t q0, size_t k, patina_hit_t *hits, size_t *counts, uint8_t *fl,
+                                patina_hit_t *tmp)
+{
+    cudaStream_t cs = (cudaStream_t)pgpu_stream(g, 0);
+    const int dp = c[0]->dp, sms = g->sm_count;
+    patina_status s = PATINA_OK;
+    cudaError_t e;
+    tc_io_t io;
+    size_t i, j, at = 0;
+    for (i = 0; i < m; i++) counts[q0 + i] = 0;
+    e = tc_queries(st, c[0]->dim, dp, q, bytes, m, (int)take, 0, 0.0, &io, cs);
+    for (j = 0; j < nt && e == cudaSuccess; at += pil[j++]) { /* the pilot: each copy's share, side by side */
+        const tc_qinfo_t *qi = IN(st, &io, tc_qinfo_t, o_qinfo);
+        if (!pil[j]) continue;
+        e = dp == 144 ? tc_scan_of<4, 1, 0>(c[j], st->d_in, qi, st->d_pilot + at, S, NULL, NULL, pil[j], (int)m, sms, cs)
+                      : tc_scan_of<8, 0, 0>(c[j], st->d_in, qi, st->d_pilot + at, S, NULL, NULL, pil[j], (int)m, sms, cs);
+    }
+    if (e == cudaSuccess) { /* the thresholds; k_tc_select also zeroes the counts and flags */
+        k_tc_select<<<(unsigned)m, TC_SEL_THREADS, 0, cs>>>(st->d_pilot, S, (uint32_t)S, (uint32_t)take,
+                                                           IN(st, &io, tc_qinfo_t, o_qinfo), st->d_cnt,
+                                                           OUT(st, &io, uint8_t, o_flag));
+        e = cudaGetLastError();
+    }
+    for (j = 0; j <= nt && e == cudaSuccess && s == PATINA_OK; j++) {
+        if (j < nt) {
+            const knn_copy_t *v = c[j];
+            const int b = (int)(j & 1);
+            if (j) e = cudaMemsetAsync(st->d_cnt, 0, m * sizeof *st->d_cnt, cs);
+            if (e == cudaSuccess)
+                e = dp == 144 ? tc_scan<4, 1, 1>(v, st, &io, (uint32_t)v->n, (int)m, sms, cs)
+                              : tc_scan<8, 0, 1>(v, st, &io, (uint32_t)v->n, (int)m, sms, cs);
+            if (e == cudaSuccess)
+                e = dp == 144 ? tc_final<144, 0>(v, st, &io, (int)m, (int)take, 1, (int)take, 0.0, cs)
+                              : tc_final<256, 0>(v, st, &io, (int)m, (int)take, 1, (int)take, 0.0, cs);
+            /* the flags stay set from copy to copy; the counts are each copy's */
+            if (e == cudaSuccess)
+                e = cudaMemcpyAsync(st->h_many[b], st->d_out, io.out_bytes, cudaMemcpyDeviceToHost, cs);
+            if (e == cudaSuccess) e = cudaEventRecord(st->many_ev[b], cs);
+        }
+        if (j >= 1 && e == cudaSuccess) { /* copy j - 1's answers, while copy j runs */
+            const int b = (int)((j - 1) & 1);
+            e = cudaEventSynchronize(st->many_ev[b]);
+            if (e == cudaSuccess)
+                s = tier_merge(st->h_many[b], &io, m, take, k, NULL, q0, hits, NULL, counts, fl, tmp);
+        }
+    }
+    if (e != cudaSuccess) {
+        (void)cudaStreamSynchronize(cs);
+        return pgpu_fail((int)e, "gpu search: several tables", __FILE__, __LINE__);
+    }
+    if (s != PATINA_OK) (void)cudaStreamSynchronize(cs);
+    for (i = 0; s == PATINA_OK && i < m; i++) /* the union holds take rows under every threshold: else the caller's */
+        if (counts[q0 + i] < take) fl[q0 + i] = 1;
+    return s;
+}
+
+patina_status patina_gpu_knn_many(patina_gpu_t *g, const pgpu_knn_index_t *const *idx, size_t nt,
+                                  const uint8_t *queries, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
+                                  uint8_t *cpu, size_t *paths, int *taken)
+{
+    knn_state_t *st;
+    knn_copy_t **c = NULL;
+    uint32_t *pil = NULL;
+    patina_hit_t *tmp = NULL;
+    size_t live = 0, rows = 0, pinned = 0, take, S = 0, want, qb = 1, q0, j;
+    patina_status s = PATINA_OK;
+    tc_io_t io;
+    if (taken) *taken = 0;
+    if (!g || !idx || !queries || !hits || !counts || !cpu || !taken || k == 0)
+        return patina__fail(PATINA_E_INVALID, "gpu search: bad argument");
+    if (nt < 2 || nt >= KNN_CACHE || k > TC_KMAX || nq == 0) return PATINA_OK;
+    for (j = 0; j < nt; j++) {
+        const pgpu_knn_index_t *x = idx[j];
+        if (!x || !x->t1 || x->dim > PGPU_KNN_MAXDIM || x->dim != idx[0]->dim || x->bytes != idx[0]->bytes ||
+            x->dist != idx[0]->dist || x->live == 0)
+            return PATINA_OK;
+        live += x->live;
+    }
+    take = k < live ? k : live;
+    PGPU_CU(cudaSetDevice(g->device));
+    PATINA_TRY(knn_state(g, &st));
+    for (j = 0; j < nt; j++)
+        if (st->tier.serial == idx[j]->serial) return PATINA_OK; /* streamed: on its own */
+    c = (knn_copy_t **)calloc(nt, sizeof *c);
+    pil = (uint32_t *)calloc(nt, sizeof *pil);
+    tmp = (patina_hit_t *)malloc(k * sizeof *tmp);
+    if (!c || !pil || !tmp) {
+        s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory for %zu tables", nt);
+        goto out;
+    }
+    /* every copy made or brought up to date, and pinned: making the next
+     * (or the buffers) cannot drop one */
+    for (j = 0; j < nt && s == PATINA_OK; j++)
+        if ((s = copy_of(g, st, idx[j], &c[j])) == PATINA_OK) {
+            tcache_pin(g, c[j], 1);
+            pinned++;
+            rows += c[j]->n;
+        }
+    if (s == PATINA_OK) {
+        /* the union's pilot: what one table of its rows would take, each
+         * copy's share in proportion to its rows (rounded up) */
+        want = tc_pilot_rows(rows, take);
+        for (j = 0; j < nt; j++) {
+            const size_t sj = (want * c[j]->n + rows - 1) / rows;
+            pil[j] = (uint32_t)(sj < c[j]->n ? sj : c[j]->n);
+            S += pil[j];
+        }
+        qb = TC_PILOT_BYTES / (S * sizeof(float));
+        if (qb < 1) qb = 1;
+        if (qb > TC_KNN_BATCH) qb = TC_KNN_BATCH;
+        if (qb > nq) qb = nq;
+        /* a batch's answers of one copy within 64 MiB (k up to 1024) */
+        while (qb > 1 && qb * take * (sizeof(double) + sizeof(uint64_t)) > ((size_t)64 << 20)) qb /= 2;
+        tc_layout(&io, qb, (size_t)c[0]->dp, take);
+        s = tc_buffers(g, st, c[0], qb, qb * S, take);
+        if (s == PATINA_OK) s = many_buffers(g, st, io.out_bytes);
+    }
+    if (too_big(s)) { /* not together: each on its own */
+        patina_clear_error();
+        s = PATINA_OK;
+        goto out;
+    }
+    if (s != PATINA_OK) goto out;
+    *taken = 1;
+    memset(cpu, 0, nq);
+    for (q0 = 0; q0 < nq && s == PATINA_OK; q0 += qb) {
+        const size_t m = nq - q0 < qb ? nq - q0 : qb;
+        s = many_batch(g, st, c, nt, pil, S, queries + q0 * idx[0]->bytes, idx[0]->bytes, m, take, q0, k, hits,
+                       counts, cpu, tmp);
+    }
+    for (j = 0; s == PATINA_OK && paths && j < nq; j++) paths[0] += !cpu[j];
+out:
+    for (j = 0; j < pinned; j++) tcache_pin(g, c[j], 0);
+    free(c);
+    free(pil);
+    free(tmp);
     return s;
 }

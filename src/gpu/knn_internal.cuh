@@ -145,6 +145,13 @@ typedef struct knn_state {
     int one_bps[2];          /* k_tc_one's blocks per SM (dp 144, 256); 0: not asked yet; -1: no cooperative launch */
     uint8_t *h_out_of, *h_out_dev; /* h_out_dev: the device's address of h_out when it was h_out_of (k_tc_one's answer) */
     cudaEvent_t prof_ev[2];  /* around k_tc_one when measured (patina_gpu__knn_prof); NULL: not made yet */
+    /* several copies searched as one (patina_gpu_knn_many): two pinned
+     * result buffers of many_bytes each, a table's answers downloaded into
+     * one while the host merges the other's; the events say when each is
+     * in (NULL: not made yet) */
+    uint8_t *h_many[2];
+    size_t many_bytes;
+    cudaEvent_t many_ev[2];
 } knn_state_t;
 
 #define TC_RM_CHUNK 8192 /* removed rows applied per launch */

@@ -306,6 +306,15 @@ patina_status patina_gpu_jpegx_pixels(patina_jpegx_gpu_t *d, patina_image_t *out
     return none();
 }
 
+patina_status patina_gpu_knn_many(patina_gpu_t *g, const pgpu_knn_index_t *const *idx, size_t nt,
+                                  const uint8_t *queries, size_t nq, size_t k, patina_hit_t *hits, size_t *counts,
+                                  uint8_t *cpu, size_t *paths, int *taken)
+{
+    (void)g; (void)idx; (void)nt; (void)queries; (void)nq; (void)k; (void)hits; (void)counts; (void)cpu; (void)paths;
+    if (taken) *taken = 0;
+    return none();
+}
+
 patina_status patina_gpu_knn(patina_gpu_t *g, const pgpu_knn_index_t *idx, const uint8_t *queries,
                              const double *qv, size_t nq, const pgpu_req_t *rq, patina_hit_t *hits,
                              patina_hit_t **lists, size_t *counts, uint8_t *cpu, size_t *paths)

@@ -1219,22 +1219,101 @@ typedef struct many_part {
     patina_search_stats_t stats;
 } many_part_t;
 
-/* The search of patina__index_search_many with every index's read lock held. */
 static patina_status search_many_locked(patina_context_t *ctx, const patina_index_t *const *ixs, size_t nix,
                                         const void *queries, size_t nq, size_t k, double radius,
                                         const patina_search_opts_t *o, patina_hit_t *hits, patina_hit_t **lists,
-                                        size_t *counts)
+                                        size_t *counts, int together);
+
+/* k-NN over n >= 2 indexes that the GPU searches, every one and every
+ * query on the Tanimoto fast path, as one table: one pass of the engine
+ * over their copies (patina_gpu_knn_many). The queries it leaves are
+ * searched again index by index and merged (search_many_locked, not
+ * together); so are all of them when the GPU cannot take the indexes
+ * together. hits (nq, k), counts as search_many_locked's. */
+static patina_status gpu_knn_together(patina_context_t *ctx, const patina_index_t *const *ixs, size_t n,
+                                      const uint8_t *queries, size_t nq, size_t k, const patina_search_opts_t *o,
+                                      patina_hit_t *hits, size_t *counts)
+{
+    size_t paths[5] = {0, 0, 0, 0, 0}, nr = 0, i, j;
+    pgpu_knn_index_t *views = calloc(n, sizeof *views);
+    const pgpu_knn_index_t **vp = malloc(n * sizeof *vp);
+    uint8_t *cpu = malloc(nq), *sub = NULL;
+    patina_hit_t *sh = NULL;
+    size_t *sc = NULL;
+    patina_search_opts_t so = *o;
+    patina_search_stats_t rest;
+    patina_gpu_t *g;
+    int taken = 0;
+    patina_status s;
+    if (!views || !vp || !cpu) {
+        s = patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu indexes", n);
+        goto out;
+    }
+    for (i = 0; i < n; i++) {
+        gpu_view(ixs[i], &views[i]);
+        view_fast(ixs[i], &views[i]);
+        vp[i] = &views[i];
+    }
+    if ((s = patina__context_gpu_acquire(ctx, &g)) != PATINA_OK) goto out;
+    s = patina_gpu_knn_many(g, vp, n, queries, nq, k, hits, counts, cpu, paths, &taken);
+    patina__context_gpu_release(ctx);
+    if (s != PATINA_OK) goto out;
+    if (!taken) { /* each on its own */
+        s = search_many_locked(ctx, ixs, n, queries, nq, k, 0.0, o, hits, NULL, counts, 0);
+        goto out;
+    }
+    note_stats(o->stats, paths, cpu, nq);
+    if (o->stats) o->stats->cpu = 0;
+    for (i = 0; i < nq; i++) nr += cpu[i] != 0;
+    if (nr == 0) goto out;
+    /* the queries left: gathered, searched index by index, scattered back */
+    sub = malloc(nr * ixs[0]->bytes);
+    sh = malloc(nr * k * sizeof *sh);
+    sc = malloc(nr * sizeof *sc);
+    if (!sub || !sh || !sc) {
+        s = patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", nr);
+        goto out;
+    }
+    for (i = 0, j = 0; i < nq; i++)
+        if (cpu[i]) memcpy(sub + j++ * ixs[0]->bytes, queries + i * ixs[0]->bytes, ixs[0]->bytes);
+    so.stats = o->stats ? &rest : NULL;
+    s = search_many_locked(ctx, ixs, n, sub, nr, k, 0.0, &so, sh, NULL, sc, 0);
+    for (i = 0, j = 0; s == PATINA_OK && i < nq; i++) {
+        if (!cpu[i]) continue;
+        memcpy(hits + i * k, sh + j * k, k * sizeof *sh);
+        counts[i] = sc[j++];
+    }
+    if (s == PATINA_OK && o->stats) patina__search_stats_add(o->stats, &rest);
+out:
+    free(views);
+    free(vp);
+    free(cpu);
+    free(sub);
+    free(sh);
+    free(sc);
+    return s;
+}
+
+/* The search of patina__index_search_many with every index's read lock
+ * held; together: the GPU's fast-path indexes in one pass when there are
+ * several (gpu_knn_together). */
+static patina_status search_many_locked(patina_context_t *ctx, const patina_index_t *const *ixs, size_t nix,
+                                        const void *queries, size_t nq, size_t k, double radius,
+                                        const patina_search_opts_t *o, patina_hit_t *hits, patina_hit_t **lists,
+                                        size_t *counts, int together)
 {
     const int range = k == 0;
     const pgpu_req_t rq = {k, radius, range ? o->max_hits : 0};
     const patina_index_t **group = malloc(nix * sizeof *group), **alone = malloc(nix * sizeof *alone);
+    const patina_index_t **tog = malloc(nix * sizeof *tog);
     many_part_t *parts = calloc(nix + 1, sizeof *parts);
     patina_hit_t **pl = malloc((nix + 1) * sizeof *pl);
     size_t *pn = malloc((nix + 1) * sizeof *pn), *pos = malloc((nix + 1) * sizeof *pos);
-    size_t ng = 0, na = 0, np = 0, x, q, p, live = 0, glive = 0, per;
+    size_t ng = 0, na = 0, nt = 0, np = 0, x, q, p, live = 0, glive = 0, per;
+    int fast = !range && together && nq > 0;
     patina_search_opts_t po = *o;
     patina_status s = PATINA_OK;
-    if (!group || !alone || !parts || !pl || !pn || !pos) {
+    if (!group || !alone || !tog || !parts || !pl || !pn || !pos) {
         s = patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu indexes", nix);
         goto out;
     }
@@ -1243,12 +1322,20 @@ static patina_status search_many_locked(patina_context_t *ctx, const patina_inde
         if ((s = search_device(ctx, ixs[x], o, range, k, &dev)) != PATINA_OK) goto out;
         live += ixs[x]->live;
         if (!ixs[x]->live) continue;
-        /* std_l2 standardises by the index's own rows: each is its own search */
-        if (dev == PATINA_DEVICE_GPU || (ixs[x]->sd && nix > 1)) alone[na++] = ixs[x];
+        /* std_l2 standardises by the index's own rows: each is its own
+         * search; the GPU's fast-path indexes may go together */
+        if (dev == PATINA_DEVICE_GPU && fast && ixs[x]->t1 && !ixs[x]->self) tog[nt++] = ixs[x];
+        else if (dev == PATINA_DEVICE_GPU || (ixs[x]->sd && nix > 1)) alone[na++] = ixs[x];
         else {
             group[ng++] = ixs[x];
             glive += ixs[x]->live;
         }
+    }
+    for (q = 0; nt && q < nq; q++) /* the fast path: every query too */
+        if (!query_fast((const uint8_t *)queries + q * tog[0]->bytes, tog[0]->dim)) break;
+    if (nt == 1 || (nt && q < nq)) { /* not together: each on its own */
+        for (x = 0; x < nt; x++) alone[na++] = tog[x];
+        nt = 0;
     }
     if (o->stats) memset(o->stats, 0, sizeof *o->stats);
     per = k < live ? k : live;
@@ -1258,15 +1345,17 @@ static patina_status search_many_locked(patina_context_t *ctx, const patina_inde
             for (x = per; x < k; x++) hits[q * k + x] = (patina_hit_t){0, HUGE_VAL};
         }
     if (!nq || !live) goto out;
-    if (ng && !na) { /* the common case: the CPU over every index, one job, no merge */
+    if (ng && !na && !nt) { /* the common case: the CPU over every index, one job, no merge */
         if (o->stats) o->stats->cpu = nq;
         s = range ? cpu_range(ctx, group, ng, queries, nq, radius, o, lists, counts)
                   : cpu_knn(ctx, group, ng, queries, nq, k, o, hits, counts);
         goto out;
     }
-    for (p = 0; p < (ng ? 1 : 0) + na && s == PATINA_OK; p = ++np) { /* part 0: the CPU's group (when any), then the others */
+    /* part 0: the CPU's group (when any), then the GPU's indexes together
+     * (when any), then the others */
+    for (p = 0; p < (ng ? 1 : 0) + (nt ? 1 : 0) + na && s == PATINA_OK; p = ++np) {
         many_part_t *m = &parts[p];
-        const int is_group = ng && p == 0;
+        const int is_group = ng && p == 0, is_tog = nt && p == (ng ? 1 : 0);
         m->counts = calloc(nq, sizeof *m->counts);
         if (range) m->lists = calloc(nq, sizeof *m->lists);
         else if (nq <= SIZE_MAX / sizeof *m->hits / k) m->hits = malloc(nq * k * sizeof *m->hits);
@@ -1281,8 +1370,11 @@ static patina_status search_many_locked(patina_context_t *ctx, const patina_inde
             if (po.stats) po.stats->cpu = nq;
             s = range ? cpu_range(ctx, group, ng, queries, nq, radius, &po, m->lists, m->counts)
                       : cpu_knn(ctx, group, ng, queries, nq, k, &po, m->hits, m->counts);
+        } else if (is_tog) {
+            s = gpu_knn_together(ctx, tog, nt, queries, nq, k, &po, m->hits, m->counts);
         } else {
-            s = search_impl(ctx, alone[p - (ng ? 1 : 0)], queries, nq, &rq, &po, m->hits, m->lists, m->counts);
+            s = search_impl(ctx, alone[p - (ng ? 1 : 0) - (nt ? 1 : 0)], queries, nq, &rq, &po, m->hits, m->lists,
+                            m->counts);
         }
     }
     if (s != PATINA_OK) goto out;
@@ -1323,6 +1415,7 @@ out:
     free(parts);
     free(group);
     free(alone);
+    free(tog);
     free(pl);
     free(pn);
     free(pos);
@@ -1367,7 +1460,7 @@ patina_status patina__index_search_many(patina_context_t *ctx, const patina_inde
     qsort(order, nix, sizeof *order, cmp_index_addr); /* locks in address order */
     for (x = 0; x < nix; x++)
         if (!x || order[x] != order[x - 1]) patina__index_rd_lock(order[x]);
-    s = search_many_locked(ctx, ixs, nix, queries, nq, k, radius, &opts, hits, lists, counts);
+    s = search_many_locked(ctx, ixs, nix, queries, nq, k, radius, &opts, hits, lists, counts, 1);
     for (x = nix; x-- > 0;)
         if (!x || order[x] != order[x - 1]) patina__index_rd_unlock(order[x]);
     free(order);

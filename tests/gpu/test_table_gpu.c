@@ -12,7 +12,9 @@
  *     and AUTO mixing the GPU and the CPU) against one table of their union
  *     on the CPU;
  *   - patina_table_warm of searched tables (CEDD, signature): one device
- *     copy each, none for a table AUTO searches on the CPU.
+ *     copy each, none for a table AUTO searches on the CPU;
+ *   - seven CEDD tables searched together on the GPU (one engine pass over
+ *     their copies) against the CPU, before and after removals.
  * Skipped (77) without a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -350,6 +352,154 @@ static void test_search_many_copies(void **state)
     patina_context_free(ctx);
 }
 
+/* One search of several tables on one GPU, together (the engine's pass
+ * over all their copies with one threshold per query, patina_gpu_knn_many):
+ * 7 CEDD tables of 1 to 5,000 rows, rows repeated across tables (ties,
+ * ordered by id), answer as the CPU does over them, for 1, 7 and 300
+ * queries and k 1, 10, 64 and 1024, before and after removals and puts;
+ * the stats say the queries were answered together (one count a query,
+ * where one search per table counts each query once a table), also for
+ * tables of fewer than k rows in all. A query the pass cannot settle (a
+ * tie of 4,500 rows) and one with an element above 7 (the definition path)
+ * go table by table: the same answers. */
+static void test_search_many_together(void **state)
+{
+    enum { T = 7, NQ = 300 };
+    static const size_t per[T] = {3000, 40, 5000, 1, 2600, 4000, 9};
+    patina_context_t *ctx = ctx_new();
+    patina_table_t *ts[T];
+    size_t total = 0, i, t, at = 0;
+    uint8_t *rows, *qs = malloc((size_t)NQ * PATINA_CEDD_DIM);
+    patina_change_t *ch, *live;
+    char(*keys)[24];
+    patina_table_query_t q;
+    patina_table_results_t cpu, gpu;
+    patina_search_stats_t st;
+    static const size_t nqs[] = {1, 7, NQ}, ks[] = {1, 10, 64, 1024};
+    tu_rng_t r;
+    (void)state;
+    for (t = 0; t < T; t++) total += per[t];
+    rows = malloc(total * PATINA_CEDD_DIM);
+    ch = calloc(total, sizeof *ch);
+    live = calloc(total, sizeof *live);
+    keys = calloc(total, sizeof *keys);
+    tu_rng_seed(&r, 41);
+    for (i = 0; i < total; i++) {
+        random_cedd(rows + i * PATINA_CEDD_DIM, &r);
+        if (i % 37 == 5) memcpy(rows + i * PATINA_CEDD_DIM, rows + (i % 3) * PATINA_CEDD_DIM, PATINA_CEDD_DIM);
+        snprintf(keys[i], sizeof keys[i], "k%zu", i);
+        ch[i] = (patina_change_t){PATINA_CHANGE_PUT, 2 * i + 1, keys[i], rows + i * PATINA_CEDD_DIM};
+    }
+    for (i = 0; i < NQ; i++) random_cedd(qs + i * PATINA_CEDD_DIM, &r);
+    memcpy(qs, rows + 1 * PATINA_CEDD_DIM, PATINA_CEDD_DIM); /* a repeated row: exact ties across tables */
+    for (t = 0; t < T; t++) {
+        TU_OK(patina_table_new(&ts[t], ctx, "cedd", NULL));
+        TU_OK(patina_table_apply(ts[t], ch + at, per[t], 1, NULL));
+        at += per[t];
+    }
+    patina_table_query_init(&q);
+    for (int round = 0; round < 2; round++) {
+        for (size_t a = 0; a < sizeof nqs / sizeof *nqs; a++)
+            for (size_t b = 0; b < sizeof ks / sizeof *ks; b++) {
+                q.k = ks[b];
+                q.stats = NULL;
+                q.device = PATINA_DEVICE_CPU;
+                TU_OK(patina_table_search_many(ts, T, qs, nqs[a], &q, &cpu));
+                q.device = PATINA_DEVICE_GPU;
+                q.stats = &st;
+                TU_OK(patina_table_search_many(ts, T, qs, nqs[a], &q, &gpu));
+                same_results(&cpu, &gpu);
+                if (st.gpu_tensor + st.cpu != nqs[a])
+                    fail_msg("%zu queries, k %zu: %zu on the tensor cores and %zu on the CPU (one count a query "
+                             "when the tables go together)", nqs[a], ks[b], st.gpu_tensor, st.cpu);
+                patina_table_results_release(&cpu);
+                patina_table_results_release(&gpu);
+            }
+        if (round) break;
+        /* live: every fifth row of tables 0, 2 and 4 removed or put again with another row */
+        at = 0;
+        for (t = 0; t < T; t++) {
+            size_t nch = 0;
+            for (i = 0; t % 2 == 0 && t < 5 && i < per[t]; i += 5) {
+                live[nch] = ch[at + i];
+                live[nch].op = i % 10 ? PATINA_CHANGE_REMOVE : PATINA_CHANGE_PUT;
+                live[nch++].desc = rows + ((at + i + 17) % total) * PATINA_CEDD_DIM;
+            }
+            if (nch) TU_OK(patina_table_apply(ts[t], live, nch, 2, NULL));
+            at += per[t];
+        }
+    }
+    /* tables 1, 3 and 6 (40, 1 and 9 rows) at k 64: fewer rows than k in
+     * all; their union is the pilot, every row an answer */
+    {
+        patina_table_t *small[3] = {ts[1], ts[3], ts[6]};
+        q.k = 64;
+        q.stats = NULL;
+        q.device = PATINA_DEVICE_CPU;
+        TU_OK(patina_table_search_many(small, 3, qs, 7, &q, &cpu));
+        q.device = PATINA_DEVICE_GPU;
+        q.stats = &st;
+        TU_OK(patina_table_search_many(small, 3, qs, 7, &q, &gpu));
+        same_results(&cpu, &gpu);
+        assert_int_equal(gpu.offsets[1], 50);
+        if (st.gpu_tensor + st.cpu != 7) fail_msg("3 small tables: %zu + %zu counts, 7 expected", st.gpu_tensor, st.cpu);
+        patina_table_results_release(&cpu);
+        patina_table_results_release(&gpu);
+    }
+    /* a query whose kth distance is a tie of 4,500 rows (one table's rows
+     * all alike): more candidates than the engine's list, so the pass
+     * leaves it (flagged) and it is answered table by table (then by the
+     * CPU): the CPU's answer, ties in id order */
+    {
+        enum { TIES = 4500 };
+        patina_table_t *tt = NULL, *pair[2];
+        patina_change_t *tc = calloc(TIES, sizeof *tc);
+        char(*tk)[24] = calloc(TIES, sizeof *tk);
+        TU_OK(patina_table_new(&tt, ctx, "cedd", NULL));
+        for (i = 0; i < TIES; i++) {
+            snprintf(tk[i], sizeof tk[i], "tie%zu", i);
+            tc[i] = (patina_change_t){PATINA_CHANGE_PUT, 1000000 + 7 * i, tk[i], qs + 5 * PATINA_CEDD_DIM};
+        }
+        TU_OK(patina_table_apply(tt, tc, TIES, 1, NULL));
+        pair[0] = ts[2];
+        pair[1] = tt;
+        q.k = 10;
+        q.stats = NULL;
+        q.device = PATINA_DEVICE_CPU;
+        TU_OK(patina_table_search_many(pair, 2, qs + 5 * PATINA_CEDD_DIM, 1, &q, &cpu));
+        q.device = PATINA_DEVICE_GPU;
+        q.stats = &st;
+        TU_OK(patina_table_search_many(pair, 2, qs + 5 * PATINA_CEDD_DIM, 1, &q, &gpu));
+        same_results(&cpu, &gpu);
+        assert_int_equal(gpu.hits[0].id, 1000000);
+        if (st.cpu == 0) fail_msg("a tie of %d rows: no query left to the CPU (%zu on the tensor cores)", TIES,
+                                  st.gpu_tensor);
+        patina_table_results_release(&cpu);
+        patina_table_results_release(&gpu);
+        patina_table_free(tt);
+        free(tc);
+        free(tk);
+    }
+    /* an element above 7: the definition path, table by table */
+    qs[3] = 9;
+    q.k = 10;
+    q.stats = NULL;
+    q.device = PATINA_DEVICE_CPU;
+    TU_OK(patina_table_search_many(ts, T, qs, 7, &q, &cpu));
+    q.device = PATINA_DEVICE_GPU;
+    TU_OK(patina_table_search_many(ts, T, qs, 7, &q, &gpu));
+    same_results(&cpu, &gpu);
+    patina_table_results_release(&cpu);
+    patina_table_results_release(&gpu);
+    for (t = 0; t < T; t++) patina_table_free(ts[t]);
+    free(rows);
+    free(qs);
+    free(ch);
+    free(live);
+    free(keys);
+    patina_context_free(ctx);
+}
+
 static void test_identify(void **state)
 {
     enum { N = 24 };
@@ -403,6 +553,7 @@ int main(void)
         cmocka_unit_test(test_signature_pivots),
         cmocka_unit_test(test_warm_search),
         cmocka_unit_test(test_search_many_copies),
+        cmocka_unit_test(test_search_many_together),
         cmocka_unit_test(test_identify),
     };
     tu_require_gpu();
