@@ -45,9 +45,10 @@
  *       the front end's code (clu_front_search, what `patina search
  *       --cluster` and the server run) over shards filled by `patina shard
  *       --synthetic N:S`: one query R times, then batches of B (default
- *       4096). The queries are partition 0's synthetic rows (clu_synth_pool,
- *       --seed the shards'), so every answer must be whole, k hits long and
- *       ranked first at distance 0; --rows N (the shards' N) for the rate.
+ *       4096). The queries are partition 0's synthetic rows (clu_synth_row,
+ *       --seed the shards', --partitions P the collection's, default 64), so
+ *       every answer must be whole, k hits long and ranked first at
+ *       distance 0; --rows N (the shards' N) for the rate and the rows.
  *       With --inproc --rows N --partitions P [--gpus LIST] [--budget GiB]
  *       [--spec S] [--tables T] [--keys]: the same rows in one table of this
  *       process instead (mode "knn_inproc"; --gpus all: split over the
@@ -352,22 +353,31 @@ static patina_status inproc_many(void *u, const void *q, size_t nq, patina_ident
  * larger record (quadratic). */
 static void fill_synthetic(patina_table_t **ts, size_t T, uint64_t n, uint32_t P, uint64_t seed)
 {
-    unsigned char **pools = calloc(P, sizeof *pools);
+    const int pooled = clu_synth_pooled(ts[0]);
+    unsigned char **pools = calloc(P, sizeof *pools), *rows;
     patina_change_t *ch = malloc(4096 * sizeof *ch), *cht = malloc(4096 * sizeof *cht);
     char(*keys)[48] = malloc(4096 * sizeof *keys);
     const size_t bytes = patina_extractor_bytes(patina_table_extractor(ts[0]));
     uint64_t id0;
     uint32_t p;
-    if (!pools || !ch || !cht || !keys) die("memory");
-    for (p = 0; p < P; p++)
+    rows = malloc(4096 * bytes);
+    if (!pools || !ch || !cht || !keys || !rows) die("memory");
+    for (p = 0; pooled && p < P; p++)
         if (clu_synth_pool(&pools[p], ts[0], seed, p, 0) != PATINA_OK) die("synthetic references");
     for (id0 = 0; id0 < n; id0 += 4096) {
         size_t i, nb = (size_t)(n - id0 < 4096 ? n - id0 : 4096);
         for (i = 0; i < nb; i++) {
             const uint64_t id = id0 + i, j = id / P;
             const uint32_t pp = (uint32_t)(id % P);
+            const unsigned char *d;
             clu_synth_key(keys[i], sizeof keys[i], seed, pp, j);
-            ch[i] = (patina_change_t){PATINA_CHANGE_PUT, 1 + id, keys[i], pools[pp] + (j % CLU_SYNTH_POOL) * bytes};
+            if (pooled) {
+                d = pools[pp] + (j % CLU_SYNTH_POOL) * bytes;
+            } else {
+                clu_synth_row(rows + i * bytes, bytes, seed, pp, 0, j);
+                d = rows + i * bytes;
+            }
+            ch[i] = (patina_change_t){PATINA_CHANGE_PUT, 1 + id, keys[i], d};
         }
         for (size_t k = 0; k < T; k++) { /* each table's rows, still in id order */
             size_t m = 0;
@@ -378,6 +388,7 @@ static void fill_synthetic(patina_table_t **ts, size_t T, uint64_t n, uint32_t P
     }
     for (p = 0; p < P; p++) free(pools[p]);
     free(pools);
+    free(rows);
     free(ch);
     free(cht);
     free(keys);
@@ -904,6 +915,9 @@ static double knn_ask(knn_t *kn, const unsigned char *q, size_t nq, uint64_t row
                   : clu_front_search(kn->front, kn->spec, q, nq, kn->bytes, &kn->q, &res, &cov);
     if (st != PATINA_OK) die("knn search");
     t = now() - t0;
+    if (!kn->many && nq > 1) /* where a batch's time goes */
+        fprintf(stderr, "bench_cluster: knn: batch of %zu: %.1f ms; fan-out %.1f ms, slowest request's round trip "
+                        "%.1f ms, %.1f ms of it in its shard\n", nq, 1e3 * t, cov.fanout_ms, cov.wait_ms, cov.shard_ms);
     if (cov.partial) {
         fprintf(stderr, "bench_cluster: knn: partial answer (%s)\n", cov.failure);
         exit(2);
@@ -961,9 +975,17 @@ static int run_knn(int argc, char **argv)
     patina_table_query_init(&kn.q);
     kn.q.k = (size_t)atoi(arg(argc, argv, "--k", "10"));
     for (r = 2; r < argc; r++) kn.q.keys |= inproc && !strcmp(argv[r], "--keys");
-    if (clu_synth_pool(&pool, t, seed, 0, 0) != PATINA_OK) die("synthetic rows");
     if (!(q = malloc(B * kn.bytes))) die("memory");
-    for (i = 0; i < B; i++) memcpy(q + i * kn.bytes, pool + (i % CLU_SYNTH_POOL) * kn.bytes, kn.bytes);
+    { /* the queries: partition 0's rows 0, 1, ... (again from row 0 past its last) */
+        const uint32_t P = (uint32_t)atoi(arg(argc, argv, "--partitions", "64"));
+        const uint64_t n0 = rows && P ? clu_synth_count(rows, 0, P) : B;
+        if (clu_synth_pooled(t)) {
+            if (clu_synth_pool(&pool, t, seed, 0, 0) != PATINA_OK) die("synthetic rows");
+            for (i = 0; i < B; i++) memcpy(q + i * kn.bytes, pool + (i % n0 % CLU_SYNTH_POOL) * kn.bytes, kn.bytes);
+        } else {
+            for (i = 0; i < B; i++) clu_synth_row(q + i * kn.bytes, kn.bytes, seed, 0, 0, i % (n0 ? n0 : 1));
+        }
+    }
     for (r = 0; r < WARMUP; r++) knn_ask(&kn, q + (size_t)r % B * kn.bytes, 1, rows);
     for (r = 0; r < reps; r++) lat[r] = knn_ask(&kn, q + (size_t)r % B * kn.bytes, 1, rows);
     print_series(inproc ? "knn_inproc" : "knn", "single queries", lat, reps);
@@ -971,10 +993,17 @@ static int run_knn(int argc, char **argv)
     for (r = 0; r < 3; r++) bt[r] = knn_ask(&kn, q, B, rows);
     {
         const double p50 = pct(lat, (size_t)reps, 0.5), p99 = pct(lat, (size_t)reps, 0.99), b50 = pct(bt, 3, 0.5);
+        double a50;
+        /* single queries again after the batches: the steady state (a cluster's first series may
+         * still meet the shards' warming of their partitions' device copies) */
+        for (r = 0; r < reps; r++) lat[r] = knn_ask(&kn, q + (size_t)(r + 1) % B * kn.bytes, 1, rows);
+        print_series(inproc ? "knn_inproc" : "knn", "single queries after the batches", lat, reps);
+        a50 = pct(lat, (size_t)reps, 0.5);
         printf("{\"mode\":\"%s\",\"spec\":\"%s\",\"rows\":%llu,\"tables\":%zu,\"keys\":%d,\"k\":%zu,\"reps\":%d,"
-               "\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"batch\":%zu,\"batch_ms\":%.3f,\"batch_queries_per_s\":%.0f}\n",
+               "\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"p50_after_ms\":%.3f,\"batch\":%zu,\"batch_ms\":%.3f,"
+               "\"batch_queries_per_s\":%.0f}\n",
                inproc ? "knn_inproc" : "knn", kn.spec, (unsigned long long)rows, kn.many ? kn.nmany : 1, kn.q.keys,
-               kn.q.k, reps, 1e3 * p50, 1e3 * p99, B, 1e3 * b50, (double)B / b50);
+               kn.q.k, reps, 1e3 * p50, 1e3 * p99, 1e3 * a50, B, 1e3 * b50, (double)B / b50);
     }
     free(pool);
     free(q);

@@ -447,14 +447,19 @@ if [ "${KNN_ROWS:-0}" -gt 0 ]; then
     if [ "$NGPU" -ge 1 ]; then
         note "== k-NN: $KNN_ROWS CEDD rows, GPU shards on devices $SHARDS_GPU"
         for g in $SHARDS_GPU; do
-            shard kbench "k$i" 1 gpu --gpus "$g" --gpu-mem "${SHARD_GIB}G" --synthetic "$KNN_ROWS:$SEED" --load-parallel 8
+            mp=$(freeport)
+            eval "MP_k$i=$mp"
+            shard kbench "k$i" 1 gpu --gpus "$g" --gpu-mem "${SHARD_GIB}G" --synthetic "$KNN_ROWS:$SEED" --load-parallel 8 \
+                --metrics-port "$mp"
             i=$((i + 1))
         done
         where=gpu
     else
         note "== k-NN: $KNN_ROWS CEDD rows, ${KNN_CPU_SHARDS:-2} CPU shards"
         while [ $i -lt "${KNN_CPU_SHARDS:-2}" ]; do
-            shard kbench "k$i" 1 cpu --synthetic "$KNN_ROWS:$SEED" -j 1
+            mp=$(freeport)
+            eval "MP_k$i=$mp"
+            shard kbench "k$i" 1 cpu --synthetic "$KNN_ROWS:$SEED" -j 1 --metrics-port "$mp"
             i=$((i + 1))
         done
         where=cpu
@@ -464,8 +469,30 @@ if [ "${KNN_ROWS:-0}" -gt 0 ]; then
     wait_cover kbench
     mark "knn: covered"
     sleep 2
-    record "cluster knn $where shards=$NK" "$("$DRIVER" knn --cluster "$URL" --coll kbench --rows "$KNN_ROWS" --seed "$SEED" \
+    record "cluster knn $where shards=$NK" "$("$DRIVER" knn --cluster "$URL" --coll kbench --rows "$KNN_ROWS" --partitions "$P" --seed "$SEED" \
         --reps "$REPS" --warmup "$WARMUP" --batch "${KNN_BATCH:-4096}" --deadline 60000)"
+    # the shards' own account of the run's search requests (all of them: single queries and batches)
+    i=0
+    while [ $i -lt "$NK" ]; do
+        eval "mp=\$MP_k$i"
+        python3 - "k$i" "$mp" <<'PY' | tee -a "$OUT/knn-shards.log"
+import sys, urllib.request
+name, port = sys.argv[1], sys.argv[2]
+text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+v, n = {}, 0.0
+for line in text.splitlines():
+    for m in ("request", "queue", "call"):
+        if line.startswith(f"patina_shard_{m}_seconds_total{{"):
+            v[m] = float(line.rsplit(" ", 1)[1])
+    if line.startswith("patina_shard_requests_total{") and 'kind="search"' in line:
+        n = float(line.rsplit(" ", 1)[1])
+    if line.startswith("patina_shard_partitions_answered_total{"):
+        v["parts"] = float(line.rsplit(" ", 1)[1])
+print(f"shard {name}: {n:.0f} search requests, {v.get('parts', 0):.0f} partitions answered; seconds in requests "
+      f"{v.get('request', 0):.3f}, queued {v.get('queue', 0):.3f}, in the library call {v.get('call', 0):.3f}")
+PY
+        i=$((i + 1))
+    done
     stop_all
 fi
 

@@ -350,25 +350,36 @@ static void refresh_last(shard_t *sh, part_t *pt, const char *bucket)
 static patina_status load_synthetic(shard_t *sh, part_t *pt)
 {
     const uint64_t n = clu_synth_count(sh->o.synthetic, pt->p, sh->cfg.partitions);
-    unsigned char *pool[CLU_TABLES_MAX] = {0};
+    unsigned char *pool[CLU_TABLES_MAX] = {0}, *rows = NULL;
     patina_change_t *ch = malloc(LOAD_BATCH * sizeof *ch);
     char (*keys)[48] = malloc(LOAD_BATCH * sizeof *keys);
     patina_status s = ch && keys ? PATINA_OK : clu_fail(PATINA_E_NOMEM, "shard: out of memory");
-    size_t t, desc_bytes = 0;
+    size_t t, desc_bytes = 0, row_bytes = 0;
     uint64_t j0;
     for (t = 0; s == PATINA_OK && t < sh->cfg.ntables; t++) {
-        s = clu_synth_pool(&pool[t], pt->tables[t], sh->o.synthetic_seed, pt->p, t);
-        desc_bytes += patina_extractor_bytes(patina_table_extractor(pt->tables[t]));
+        const size_t bytes = patina_extractor_bytes(patina_table_extractor(pt->tables[t]));
+        if (clu_synth_pooled(pt->tables[t])) s = clu_synth_pool(&pool[t], pt->tables[t], sh->o.synthetic_seed, pt->p, t);
+        else if (bytes > row_bytes) row_bytes = bytes;
+        desc_bytes += bytes;
     }
+    if (s == PATINA_OK && row_bytes && !(rows = malloc(LOAD_BATCH * row_bytes)))
+        s = clu_fail(PATINA_E_NOMEM, "shard: out of memory");
     for (j0 = 0; s == PATINA_OK && j0 < n && !pt->stop; j0 += LOAD_BATCH) {
         const size_t nb = (size_t)(n - j0 < LOAD_BATCH ? n - j0 : LOAD_BATCH);
         size_t i;
         for (i = 0; i < nb; i++) clu_synth_key(keys[i], sizeof keys[i], sh->o.synthetic_seed, pt->p, j0 + i);
         for (t = 0; s == PATINA_OK && t < sh->cfg.ntables; t++) {
             const size_t bytes = patina_extractor_bytes(patina_table_extractor(pt->tables[t]));
-            for (i = 0; i < nb; i++)
-                ch[i] = (patina_change_t){PATINA_CHANGE_PUT, 1 + pt->p + (j0 + i) * sh->cfg.partitions, keys[i],
-                                          pool[t] + ((j0 + i) % CLU_SYNTH_POOL) * bytes};
+            for (i = 0; i < nb; i++) {
+                const unsigned char *d;
+                if (pool[t]) {
+                    d = pool[t] + ((j0 + i) % CLU_SYNTH_POOL) * bytes;
+                } else {
+                    clu_synth_row(rows + i * bytes, bytes, sh->o.synthetic_seed, pt->p, t, j0 + i);
+                    d = rows + i * bytes;
+                }
+                ch[i] = (patina_change_t){PATINA_CHANGE_PUT, 1 + pt->p + (j0 + i) * sh->cfg.partitions, keys[i], d};
+            }
             if ((s = patina_table_apply(pt->tables[t], ch, nb, 0, NULL)) != PATINA_OK)
                 s = clu_fail_lib(s, "shard: synthetic references of partition %u, table %s", pt->p, sh->cfg.tables[t]);
         }
@@ -376,6 +387,7 @@ static patina_status load_synthetic(shard_t *sh, part_t *pt)
         pt->bytes += nb * desc_bytes;
     }
     for (t = 0; t < CLU_TABLES_MAX; t++) free(pool[t]);
+    free(rows);
     free(ch);
     free(keys);
     return s;

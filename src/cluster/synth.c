@@ -5,16 +5,22 @@
  * JetStream could not hold on the benchmark machine.
  *
  * Partition p of P holds n_p = N / P references (one more for p < N % P):
- * reference j has id 1 + p + j * P, key "syn-SEED-p-j" and the descriptor
- * pool[j % CLU_SYNTH_POOL] of a pool drawn from a generator seeded by (SEED,
- * p, table): the rows are a pure function of (seed, partition), the same
- * whoever generates them. Identification tables (rootsift records) get
- * well-formed u8 records of m rows with RootSIFT-like rows (unit L2 norm at
- * scale 512) and geometry; every other table descriptor bytes 0..7 (the
- * range of CEDD's quantised bins; a family that refuses such bytes, as
- * signature records, is refused by the table and logged). Not for
- * correctness tests of answers against photographs: the references are
- * not images. */
+ * reference j has id 1 + p + j * P and key "syn-SEED-p-j"; the rows are a
+ * pure function of (seed, partition, table, j), the same whoever generates
+ * them. Identification tables (rootsift records) get well-formed u8 records
+ * of m rows with RootSIFT-like rows (unit L2 norm at scale 512) and
+ * geometry, record j being pool[j % CLU_SYNTH_POOL] of a pool drawn from a
+ * generator seeded by (SEED, p, table) (a record is tens of kilobytes to
+ * make). Every other table gets descriptor bytes 0..7 (the range of CEDD's
+ * quantised bins; a family that refuses such bytes, as signature records,
+ * is refused by the table and logged), each row drawn from a generator of
+ * its own (seeded by SEED, p, table and j): no two rows alike but by
+ * chance. (Those rows came from a pool of 256 too, until 2026-12-01: every
+ * row of a partition then had some 1,200 exact twins, so that a k-NN
+ * query's kth distance was a tie of 1,200 rows in every partition, and the
+ * GPU engine, which settles ties exactly, spent a batch's time on them.)
+ * Not for correctness tests of answers against photographs: the references
+ * are not images. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,8 +107,23 @@ patina_status clu_synth_pool(unsigned char **pool, const patina_table_t *t, uint
             }
         }
     } else {
-        for (i = 0; i < CLU_SYNTH_POOL * bytes; i++) out[i] = (unsigned char)(next(&s) & 7);
+        for (i = 0; i < CLU_SYNTH_POOL; i++) clu_synth_row(out + i * bytes, bytes, seed, p, table, i);
     }
     *pool = out;
     return PATINA_OK;
+}
+
+int clu_synth_pooled(const patina_table_t *t)
+{
+    return (patina_table_caps(t) & PATINA_CAP_IDENTIFY) != 0;
+}
+
+void clu_synth_row(unsigned char *row, size_t bytes, uint64_t seed, uint32_t p, size_t table, uint64_t j)
+{
+    uint64_t s = mix(seed) ^ mix(((uint64_t)p << 8) | table) ^ mix(~j);
+    size_t i = 0;
+    while (i < bytes) { /* ten 3-bit values a draw */
+        uint32_t v = next(&s);
+        for (int k = 0; k < 10 && i < bytes; k++, v >>= 3) row[i++] = (unsigned char)(v & 7);
+    }
 }
