@@ -297,20 +297,30 @@ static cudaError_t tc_scan(const knn_copy_t *c, const knn_state_t *st, const tc_
                                        st->d_cand, n, nq, sms, s);
 }
 
+/* The final pass of nq queries over c's candidates in cnt / cand into the
+ * output region out (laid out by io), the queries' rows and infos in the
+ * call's input region. */
 template <int DP, int RANGE>
-static cudaError_t tc_final(const knn_copy_t *c, const knn_state_t *st, const tc_io_t *io, int nq, int take,
-                            int partial, int kstride, double radius, cudaStream_t s)
+static cudaError_t tc_final_to(const knn_copy_t *c, const knn_state_t *st, const tc_io_t *io, const uint32_t *cnt,
+                               const uint32_t *cand, uint8_t *out, int nq, int take, int partial, int kstride,
+                               double radius, cudaStream_t s)
 {
     const size_t smem = tc_final_smem();
     cudaError_t e = cudaFuncSetAttribute(k_tc_final<DP, RANGE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)smem);
     if (e != cudaSuccess) return e;
     k_tc_final<DP, RANGE><<<nq, TC_FINAL_THREADS, smem, s>>>(
-        c->descs, c->aux, c->t1, c->c3, c->ptab, c->ids, c->dead, st->d_in, IN(st, io, tc_qinfo_t, o_qinfo),
-        st->d_cnt, st->d_cand, take, partial, kstride, radius,
-        OUT(st, io, double, o_outd), OUT(st, io, uint64_t, o_outid), (uint32_t *)st->d_out,
-        OUT(st, io, uint8_t, o_flag));
+        c->descs, c->aux, c->t1, c->c3, c->ptab, c->ids, c->dead, st->d_in, IN(st, io, tc_qinfo_t, o_qinfo), cnt,
+        cand, take, partial, kstride, radius, (double *)(out + io->o_outd), (uint64_t *)(out + io->o_outid),
+        (uint32_t *)out, out + io->o_flag);
     return cudaGetLastError();
+}
+
+template <int DP, int RANGE>
+static cudaError_t tc_final(const knn_copy_t *c, const knn_state_t *st, const tc_io_t *io, int nq, int take,
+                            int partial, int kstride, double radius, cudaStream_t s)
+{
+    return tc_final_to<DP, RANGE>(c, st, io, st->d_cnt, st->d_cand, st->d_out, nq, take, partial, kstride, radius, s);
 }
 
 /* The per-call buffers for qb queries of at most `per` output entries
@@ -1403,30 +1413,47 @@ patina_status tier_pass(patina_gpu_t *g, knn_state_t *st, knn_tier_t *t, const u
  * the copies' sorted answers by (distance, id) while the next copy runs.
  * A query some copy could not settle is flagged for the caller. */
 
-/* The two pinned result buffers of `bytes` each, and their events. */
-static patina_status many_buffers(patina_gpu_t *g, knn_state_t *st, size_t bytes)
+/* The pass's second set of device buffers (counts, candidates, outputs for
+ * qb queries: the first set is the call's, st->d_cnt ...), two pinned
+ * result buffers of `bytes` each, and the events (grown, never shrunk). */
+static patina_status many_buffers(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *keep, size_t qb, size_t bytes)
 {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
         if (!st->many_ev[i]) PGPU_CU(cudaEventCreateWithFlags(&st->many_ev[i], cudaEventDisableTiming));
-    if (st->many_bytes >= bytes) return PATINA_OK;
-    pgpu_free_n(g, 2, &st->h_many[0], &st->h_many[1]);
-    st->many_bytes = 0;
+        if (!st->many_sev[i]) PGPU_CU(cudaEventCreateWithFlags(&st->many_sev[i], cudaEventDisableTiming));
+    }
+    if (st->many_bytes >= bytes && st->many_q >= qb) return PATINA_OK;
+    if (qb < st->many_q) qb = st->many_q;
+    if (bytes < st->many_bytes) bytes = st->many_bytes;
+    pgpu_free_n(g, 5, &st->h_many[0], &st->h_many[1], &st->d_cnt2, &st->d_cand2, &st->d_out2);
+    st->many_bytes = st->many_q = 0;
     for (int i = 0; i < 2; i++)
         PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->h_many[i], bytes, PGPU_FAM_SEARCH, "results of several tables"));
+    PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_SEARCH, keep, (void **)&st->d_cnt2, qb * sizeof *st->d_cnt2, "candidates"));
+    PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_SEARCH, keep, (void **)&st->d_cand2, qb * TC_CAND * sizeof *st->d_cand2,
+                                "candidates"));
+    PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_SEARCH, keep, (void **)&st->d_out2, bytes, "results"));
     st->many_bytes = bytes;
+    st->many_q = qb;
     return PATINA_OK;
 }
 
 /* One batch of m queries (rows q, `bytes` apart) over the nt copies c[],
  * the pilot the first pil[j] rows of each (S of them in all): hits rows
- * q0 .. q0 + m of stride k, counts, fl (flags, indexed from q0 like them). */
+ * q0 .. q0 + m of stride k, counts, fl (flags, indexed from q0 like them).
+ * Copy j's scan runs on stream 0 into buffer set j & 1, its final pass and
+ * the download of its answers on stream 2, so that copy j's final pass
+ * runs beside copy j + 1's scan; the host merges copy j - 1's answers
+ * meanwhile. */
 static patina_status many_batch(patina_gpu_t *g, knn_state_t *st, knn_copy_t *const *c, size_t nt,
                                 const uint32_t *pil, size_t S, const uint8_t *q, size_t bytes, size_t m, size_t take,
                                 size_t q0, size_t k, patina_hit_t *hits, size_t *counts, uint8_t *fl,
                                 patina_hit_t *tmp)
 {
-    cudaStream_t cs = (cudaStream_t)pgpu_stream(g, 0);
+    cudaStream_t cs = (cudaStream_t)pgpu_stream(g, 0), fs = (cudaStream_t)pgpu_stream(g, 2);
     const int dp = c[0]->dp, sms = g->sm_count;
+    uint32_t *cnt[2] = {st->d_cnt, st->d_cnt2}, *cand[2] = {st->d_cand, st->d_cand2};
+    uint8_t *out[2] = {st->d_out, st->d_out2};
     patina_status s = PATINA_OK;
     cudaError_t e;
     tc_io_t io;
@@ -1439,27 +1466,35 @@ static patina_status many_batch(patina_gpu_t *g, knn_state_t *st, knn_copy_t *co
         e = dp == 144 ? tc_scan_of<4, 1, 0>(c[j], st->d_in, qi, st->d_pilot + at, S, NULL, NULL, pil[j], (int)m, sms, cs)
                       : tc_scan_of<8, 0, 0>(c[j], st->d_in, qi, st->d_pilot + at, S, NULL, NULL, pil[j], (int)m, sms, cs);
     }
-    if (e == cudaSuccess) { /* the thresholds; k_tc_select also zeroes the counts and flags */
+    if (e == cudaSuccess) { /* the thresholds; k_tc_select also zeroes set 0's counts and flags */
         k_tc_select<<<(unsigned)m, TC_SEL_THREADS, 0, cs>>>(st->d_pilot, S, (uint32_t)S, (uint32_t)take,
                                                            IN(st, &io, tc_qinfo_t, o_qinfo), st->d_cnt,
                                                            OUT(st, &io, uint8_t, o_flag));
         e = cudaGetLastError();
     }
+    if (e == cudaSuccess) e = cudaMemsetAsync(st->d_out2 + io.o_flag, 0, m, cs); /* set 1's flags */
     for (j = 0; j <= nt && e == cudaSuccess && s == PATINA_OK; j++) {
         if (j < nt) {
             const knn_copy_t *v = c[j];
             const int b = (int)(j & 1);
-            if (j) e = cudaMemsetAsync(st->d_cnt, 0, m * sizeof *st->d_cnt, cs);
+            /* set b is free once copy j - 2's final pass and download are done */
+            if (j >= 2) e = cudaStreamWaitEvent(cs, st->many_ev[b], 0);
+            if (e == cudaSuccess && j) e = cudaMemsetAsync(cnt[b], 0, m * sizeof *cnt[b], cs);
             if (e == cudaSuccess)
-                e = dp == 144 ? tc_scan<4, 1, 1>(v, st, &io, (uint32_t)v->n, (int)m, sms, cs)
-                              : tc_scan<8, 0, 1>(v, st, &io, (uint32_t)v->n, (int)m, sms, cs);
+                e = dp == 144 ? tc_scan_of<4, 1, 1>(v, st->d_in, IN(st, &io, tc_qinfo_t, o_qinfo), NULL, 0, cnt[b],
+                                                    cand[b], (uint32_t)v->n, (int)m, sms, cs)
+                              : tc_scan_of<8, 0, 1>(v, st->d_in, IN(st, &io, tc_qinfo_t, o_qinfo), NULL, 0, cnt[b],
+                                                    cand[b], (uint32_t)v->n, (int)m, sms, cs);
+            if (e == cudaSuccess) e = cudaEventRecord(st->many_sev[b], cs);
+            if (e == cudaSuccess) e = cudaStreamWaitEvent(fs, st->many_sev[b], 0);
             if (e == cudaSuccess)
-                e = dp == 144 ? tc_final<144, 0>(v, st, &io, (int)m, (int)take, 1, (int)take, 0.0, cs)
-                              : tc_final<256, 0>(v, st, &io, (int)m, (int)take, 1, (int)take, 0.0, cs);
-            /* the flags stay set from copy to copy; the counts are each copy's */
-            if (e == cudaSuccess)
-                e = cudaMemcpyAsync(st->h_many[b], st->d_out, io.out_bytes, cudaMemcpyDeviceToHost, cs);
-            if (e == cudaSuccess) e = cudaEventRecord(st->many_ev[b], cs);
+                e = dp == 144 ? tc_final_to<144, 0>(v, st, &io, cnt[b], cand[b], out[b], (int)m, (int)take, 1,
+                                                    (int)take, 0.0, fs)
+                              : tc_final_to<256, 0>(v, st, &io, cnt[b], cand[b], out[b], (int)m, (int)take, 1,
+                                                    (int)take, 0.0, fs);
+            /* each set's flags stay set from copy to copy; the counts are each copy's */
+            if (e == cudaSuccess) e = cudaMemcpyAsync(st->h_many[b], out[b], io.out_bytes, cudaMemcpyDeviceToHost, fs);
+            if (e == cudaSuccess) e = cudaEventRecord(st->many_ev[b], fs);
         }
         if (j >= 1 && e == cudaSuccess) { /* copy j - 1's answers, while copy j runs */
             const int b = (int)((j - 1) & 1);
@@ -1468,11 +1503,11 @@ static patina_status many_batch(patina_gpu_t *g, knn_state_t *st, knn_copy_t *co
                 s = tier_merge(st->h_many[b], &io, m, take, k, NULL, q0, hits, NULL, counts, fl, tmp);
         }
     }
-    if (e != cudaSuccess) {
+    if (e != cudaSuccess || s != PATINA_OK) {
         (void)cudaStreamSynchronize(cs);
-        return pgpu_fail((int)e, "gpu search: several tables", __FILE__, __LINE__);
+        (void)cudaStreamSynchronize(fs);
     }
-    if (s != PATINA_OK) (void)cudaStreamSynchronize(cs);
+    if (e != cudaSuccess) return pgpu_fail((int)e, "gpu search: several tables", __FILE__, __LINE__);
     for (i = 0; s == PATINA_OK && i < m; i++) /* the union holds take rows under every threshold: else the caller's */
         if (counts[q0 + i] < take) fl[q0 + i] = 1;
     return s;
@@ -1537,7 +1572,7 @@ patina_status patina_gpu_knn_many(patina_gpu_t *g, const pgpu_knn_index_t *const
         while (qb > 1 && qb * take * (sizeof(double) + sizeof(uint64_t)) > ((size_t)64 << 20)) qb /= 2;
         tc_layout(&io, qb, (size_t)c[0]->dp, take);
         s = tc_buffers(g, st, c[0], qb, qb * S, take);
-        if (s == PATINA_OK) s = many_buffers(g, st, io.out_bytes);
+        if (s == PATINA_OK) s = many_buffers(g, st, c[0], qb, io.out_bytes);
     }
     if (too_big(s)) { /* not together: each on its own */
         patina_clear_error();

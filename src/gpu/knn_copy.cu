@@ -75,10 +75,11 @@ static void knn_release(patina_gpu_t *g, void *state)
         if (st->copy[i].serial) copy_free(g, &st->copy[i]);
     buffers_free(g, st);
     tc_buffers_free(g, st);
-    pgpu_free_n(g, 2, &st->h_many[0], &st->h_many[1]);
+    pgpu_free_n(g, 5, &st->h_many[0], &st->h_many[1], &st->d_cnt2, &st->d_cand2, &st->d_out2);
     for (int i = 0; i < 2; i++) {
         if (st->prof_ev[i]) (void)cudaEventDestroy(st->prof_ev[i]);
         if (st->many_ev[i]) (void)cudaEventDestroy(st->many_ev[i]);
+        if (st->many_sev[i]) (void)cudaEventDestroy(st->many_sev[i]);
     }
     (void)cudaGetLastError();
     free(st);

@@ -145,13 +145,17 @@ typedef struct knn_state {
     int one_bps[2];          /* k_tc_one's blocks per SM (dp 144, 256); 0: not asked yet; -1: no cooperative launch */
     uint8_t *h_out_of, *h_out_dev; /* h_out_dev: the device's address of h_out when it was h_out_of (k_tc_one's answer) */
     cudaEvent_t prof_ev[2];  /* around k_tc_one when measured (patina_gpu__knn_prof); NULL: not made yet */
-    /* several copies searched as one (patina_gpu_knn_many): two pinned
-     * result buffers of many_bytes each, a table's answers downloaded into
-     * one while the host merges the other's; the events say when each is
-     * in (NULL: not made yet) */
+    /* several copies searched as one (patina_gpu_knn_many): a second set
+     * of counts, candidates and outputs beside the call's (copy j uses set
+     * j & 1: its final pass runs beside the next copy's scan), and two pinned
+     * result buffers of many_bytes each, a copy's answers downloaded into one
+     * while the host merges the other's (events NULL: not made yet) */
     uint8_t *h_many[2];
-    size_t many_bytes;
-    cudaEvent_t many_ev[2];
+    size_t many_bytes, many_q;
+    cudaEvent_t many_ev[2];  /* a buffer set's final pass and download done */
+    cudaEvent_t many_sev[2]; /* a buffer set's scan done */
+    uint32_t *d_cnt2, *d_cand2; /* the second set: (many_q), (many_q, TC_CAND) */
+    uint8_t *d_out2;         /* (many_bytes) */
 } knn_state_t;
 
 #define TC_RM_CHUNK 8192 /* removed rows applied per launch */
