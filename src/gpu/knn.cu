@@ -271,8 +271,10 @@ template <int NK32, int T16, int MODE>
 static cudaError_t tc_scan_of(const knn_copy_t *c, const uint8_t *qbytes, const tc_qinfo_t *qinfo, float *dense,
                               size_t ld, uint32_t *cnt, uint32_t *cand, uint32_t n, int nq, int sms, cudaStream_t s)
 {
-    const int two = nq >= TC_TPW2_MIN;
-    const int qtiles = two ? 16 : nq > 64 ? 8 : nq > 32 ? 4 : nq > 16 ? 2 : 1;
+    /* the pilot (MODE 0) is a few thousand rows: short blocks, whose setup
+     * (the query tiles' fragments) weighs most with many tiles a block */
+    const int two = MODE == 1 && nq >= TC_TPW2_MIN;
+    const int qtiles = MODE == 0 ? (nq > 16 ? 2 : 1) : two ? 16 : nq > 64 ? 8 : nq > 32 ? 4 : nq > 16 ? 2 : 1;
     const unsigned gy = (unsigned)((nq + 16 * qtiles - 1) / (16 * qtiles));
     const uint32_t rpb = tc_rows_per_block(n, gy, sms);
     const dim3 grid((n + rpb - 1) / rpb, gy);
