@@ -400,7 +400,7 @@ static patina_status tc_batch(patina_gpu_t *g, knn_state_t *st, const knn_copy_t
         e = c->dp == 144 ? tc_scan<4, 1, 0>(c, st, io, (uint32_t)S, (int)m, g->sm_count, s)
                          : tc_scan<8, 0, 0>(c, st, io, (uint32_t)S, (int)m, g->sm_count, s);
         if (e == cudaSuccess) {
-            k_tc_select<<<(unsigned)m, TC_SEL_THREADS, 0, s>>>(st->d_pilot, S, (uint32_t)S, (uint32_t)take,
+            k_tc_select<<<(unsigned)m, TC_TSEL_THREADS, 0, s>>>(st->d_pilot, S, (uint32_t)S, (uint32_t)take,
                                                                IN(st, io, tc_qinfo_t, o_qinfo), st->d_cnt,
                                                                OUT(st, io, uint8_t, o_flag));
             e = cudaGetLastError();
@@ -1360,7 +1360,7 @@ patina_status tier_pass(patina_gpu_t *g, knn_state_t *st, knn_tier_t *t, const u
                               : tc_scan_of<8, 0, 0>(&v, qb, qi, st->d_pilot, S, NULL, NULL, (uint32_t)S, (int)pm,
                                                     g->sm_count, cs);
                 if (e == cudaSuccess) {
-                    k_tc_select<<<(unsigned)pm, TC_SEL_THREADS, 0, cs>>>(st->d_pilot, S, (uint32_t)S, (uint32_t)take,
+                    k_tc_select<<<(unsigned)pm, TC_TSEL_THREADS, 0, cs>>>(st->d_pilot, S, (uint32_t)S, (uint32_t)take,
                                                                         qi, st->d_cnt + p0,
                                                                         OUT(st, &io, uint8_t, o_flag) + p0);
                     e = cudaGetLastError();
@@ -1469,7 +1469,7 @@ static patina_status many_batch(patina_gpu_t *g, knn_state_t *st, knn_copy_t *co
                       : tc_scan_of<8, 0, 0>(c[j], st->d_in, qi, st->d_pilot + at, S, NULL, NULL, pil[j], (int)m, sms, cs);
     }
     if (e == cudaSuccess) { /* the thresholds; k_tc_select also zeroes set 0's counts and flags */
-        k_tc_select<<<(unsigned)m, TC_SEL_THREADS, 0, cs>>>(st->d_pilot, S, (uint32_t)S, (uint32_t)take,
+        k_tc_select<<<(unsigned)m, TC_TSEL_THREADS, 0, cs>>>(st->d_pilot, S, (uint32_t)S, (uint32_t)take,
                                                            IN(st, &io, tc_qinfo_t, o_qinfo), st->d_cnt,
                                                            OUT(st, &io, uint8_t, o_flag));
         e = cudaGetLastError();

@@ -266,7 +266,7 @@ __device__ __forceinline__ float tc_theta(uint32_t bits) { return __uint_as_floa
  * qinfo[q].w = theta (1 - 1e-5) - 1e-9 (queries with T2 = 0 keep the
  * host's +inf). Also zeroes the query's candidate count and flag for the
  * scan and the final pass. */
-__global__ void __launch_bounds__(TC_SEL_THREADS)
+__global__ void __launch_bounds__(TC_TSEL_THREADS)
 k_tc_select(const float *__restrict__ dense, size_t ld, uint32_t n, uint32_t kth, tc_qinfo_t *__restrict__ qinfo,
             uint32_t *__restrict__ cnt, uint8_t *__restrict__ flag)
 {
