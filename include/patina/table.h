@@ -191,9 +191,12 @@ PATINA_API patina_status patina_table_search(patina_table_t *t, const void *quer
  * searches and a merge: on the CPU the tables' rows are scanned as one run
  * of rows (one job on the context's workers), each query keeping one k-th
  * distance across the tables, so a table is filtered by what the tables
- * before it found; tables the GPU searches (the device policy above, per
- * table) and tables with a pivot table are searched each on its own within
- * the call, and the parts merged. On a context of several devices each
+ * before it found; on the GPU, CEDD's k-NN (every query on the engine's fast
+ * path) runs one engine pass over the tables' device copies with one
+ * threshold per query (q->stats then counts each query once, not once a
+ * table); tables the GPU searches otherwise (range, other families) and
+ * tables with a pivot table are searched each on its own within the call,
+ * and the parts merged. On a context of several devices each
  * slice does the same over the tables' rows of its slice. Exception: a
  * std_l2 distance (haralick) standardises by each table's own rows, so
  * over several tables its answer is each table's answer merged. The read
