@@ -45,7 +45,7 @@
  *       the front end's code (clu_front_search, what `patina search
  *       --cluster` and the server run) over shards filled by `patina shard
  *       --synthetic N:S`: one query R times, then batches of B (default
- *       4096). The queries are partition 0's synthetic rows (clu_synth_row,
+ *       4096). The queries are partition 0's synthetic rows (clu_synth_desc,
  *       --seed the shards', --partitions P the collection's, default 64), so
  *       every answer must be whole, k hits long and ranked first at
  *       distance 0; --rows N (the shards' N) for the rate and the rows.
@@ -353,7 +353,6 @@ static patina_status inproc_many(void *u, const void *q, size_t nq, patina_ident
  * larger record (quadratic). */
 static void fill_synthetic(patina_table_t **ts, size_t T, uint64_t n, uint32_t P, uint64_t seed)
 {
-    const int pooled = clu_synth_pooled(ts[0]);
     unsigned char **pools = calloc(P, sizeof *pools), *rows;
     patina_change_t *ch = malloc(4096 * sizeof *ch), *cht = malloc(4096 * sizeof *cht);
     char(*keys)[48] = malloc(4096 * sizeof *keys);
@@ -362,22 +361,16 @@ static void fill_synthetic(patina_table_t **ts, size_t T, uint64_t n, uint32_t P
     uint32_t p;
     rows = malloc(4096 * bytes);
     if (!pools || !ch || !cht || !keys || !rows) die("memory");
-    for (p = 0; pooled && p < P; p++)
+    for (p = 0; p < P; p++)
         if (clu_synth_pool(&pools[p], ts[0], seed, p, 0) != PATINA_OK) die("synthetic references");
     for (id0 = 0; id0 < n; id0 += 4096) {
         size_t i, nb = (size_t)(n - id0 < 4096 ? n - id0 : 4096);
         for (i = 0; i < nb; i++) {
             const uint64_t id = id0 + i, j = id / P;
             const uint32_t pp = (uint32_t)(id % P);
-            const unsigned char *d;
             clu_synth_key(keys[i], sizeof keys[i], seed, pp, j);
-            if (pooled) {
-                d = pools[pp] + (j % CLU_SYNTH_POOL) * bytes;
-            } else {
-                clu_synth_row(rows + i * bytes, bytes, seed, pp, 0, j);
-                d = rows + i * bytes;
-            }
-            ch[i] = (patina_change_t){PATINA_CHANGE_PUT, 1 + id, keys[i], d};
+            ch[i] = (patina_change_t){PATINA_CHANGE_PUT, 1 + id, keys[i],
+                                      clu_synth_desc(pools[pp], rows + i * bytes, bytes, seed, pp, 0, j)};
         }
         for (size_t k = 0; k < T; k++) { /* each table's rows, still in id order */
             size_t m = 0;
@@ -979,11 +972,11 @@ static int run_knn(int argc, char **argv)
     { /* the queries: partition 0's rows 0, 1, ... (again from row 0 past its last) */
         const uint32_t P = (uint32_t)atoi(arg(argc, argv, "--partitions", "64"));
         const uint64_t n0 = rows && P ? clu_synth_count(rows, 0, P) : B;
-        if (clu_synth_pooled(t)) {
-            if (clu_synth_pool(&pool, t, seed, 0, 0) != PATINA_OK) die("synthetic rows");
-            for (i = 0; i < B; i++) memcpy(q + i * kn.bytes, pool + (i % n0 % CLU_SYNTH_POOL) * kn.bytes, kn.bytes);
-        } else {
-            for (i = 0; i < B; i++) clu_synth_row(q + i * kn.bytes, kn.bytes, seed, 0, 0, i % (n0 ? n0 : 1));
+        if (clu_synth_pool(&pool, t, seed, 0, 0) != PATINA_OK) die("synthetic rows");
+        for (i = 0; i < B; i++) {
+            unsigned char *qi = q + i * kn.bytes;
+            const unsigned char *d = clu_synth_desc(pool, qi, kn.bytes, seed, 0, 0, i % (n0 ? n0 : 1));
+            if (d != qi) memcpy(qi, d, kn.bytes);
         }
     }
     for (r = 0; r < WARMUP; r++) knn_ask(&kn, q + (size_t)r % B * kn.bytes, 1, rows);

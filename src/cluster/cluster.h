@@ -583,17 +583,17 @@ void clu_shard_opts_init(clu_shard_opts_t *o);
 
 /* Synthetic references (benchmarks; synth.c): partition p of `partitions`
  * holds clu_synth_count(n, p, partitions) references, reference j with id
- * 1 + p + j * partitions, key clu_synth_key and a descriptor that is a pure
- * function of (seed, p, table index, j): for a table clu_synth_pooled says
- * is pooled (identification records) pool[j % CLU_SYNTH_POOL] of
- * clu_synth_pool (malloc'd, (CLU_SYNTH_POOL, the table's bytes)); for any
- * other, clu_synth_row's row j (its own). */
+ * 1 + p + j * partitions, key clu_synth_key and descriptor clu_synth_desc
+ * (pool, ..., j): a pure function of (seed, p, table index, j). pool is
+ * clu_synth_pool's: for an identification table a malloc'd pool of
+ * CLU_SYNTH_POOL records (record j is pool[j % CLU_SYNTH_POOL]), for any
+ * other table NULL (each row drawn on its own, into row, `bytes` long). */
 #define CLU_SYNTH_POOL 256
 uint64_t clu_synth_count(uint64_t n, uint32_t p, uint32_t partitions);
 void clu_synth_key(char *buf, size_t size, uint64_t seed, uint32_t p, uint64_t j);
 patina_status clu_synth_pool(unsigned char **pool, const patina_table_t *t, uint64_t seed, uint32_t p, size_t table);
-int clu_synth_pooled(const patina_table_t *t);
-void clu_synth_row(unsigned char *row, size_t bytes, uint64_t seed, uint32_t p, size_t table, uint64_t j);
+const unsigned char *clu_synth_desc(const unsigned char *pool, unsigned char *row, size_t bytes, uint64_t seed,
+                                    uint32_t p, size_t table, uint64_t j);
 /* Runs a shard of collection coll until *stop becomes non-zero (a signal
  * handler sets it): joins, loads and follows its partitions, answers
  * queries. On stop it hands over: its member entry says "leaving" (the

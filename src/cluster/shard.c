@@ -358,8 +358,8 @@ static patina_status load_synthetic(shard_t *sh, part_t *pt)
     uint64_t j0;
     for (t = 0; s == PATINA_OK && t < sh->cfg.ntables; t++) {
         const size_t bytes = patina_extractor_bytes(patina_table_extractor(pt->tables[t]));
-        if (clu_synth_pooled(pt->tables[t])) s = clu_synth_pool(&pool[t], pt->tables[t], sh->o.synthetic_seed, pt->p, t);
-        else if (bytes > row_bytes) row_bytes = bytes;
+        s = clu_synth_pool(&pool[t], pt->tables[t], sh->o.synthetic_seed, pt->p, t);
+        if (!pool[t] && bytes > row_bytes) row_bytes = bytes;
         desc_bytes += bytes;
     }
     if (s == PATINA_OK && row_bytes && !(rows = malloc(LOAD_BATCH * row_bytes)))
@@ -370,16 +370,10 @@ static patina_status load_synthetic(shard_t *sh, part_t *pt)
         for (i = 0; i < nb; i++) clu_synth_key(keys[i], sizeof keys[i], sh->o.synthetic_seed, pt->p, j0 + i);
         for (t = 0; s == PATINA_OK && t < sh->cfg.ntables; t++) {
             const size_t bytes = patina_extractor_bytes(patina_table_extractor(pt->tables[t]));
-            for (i = 0; i < nb; i++) {
-                const unsigned char *d;
-                if (pool[t]) {
-                    d = pool[t] + ((j0 + i) % CLU_SYNTH_POOL) * bytes;
-                } else {
-                    clu_synth_row(rows + i * bytes, bytes, sh->o.synthetic_seed, pt->p, t, j0 + i);
-                    d = rows + i * bytes;
-                }
-                ch[i] = (patina_change_t){PATINA_CHANGE_PUT, 1 + pt->p + (j0 + i) * sh->cfg.partitions, keys[i], d};
-            }
+            for (i = 0; i < nb; i++)
+                ch[i] = (patina_change_t){PATINA_CHANGE_PUT, 1 + pt->p + (j0 + i) * sh->cfg.partitions, keys[i],
+                                          clu_synth_desc(pool[t], rows ? rows + i * bytes : NULL, bytes,
+                                                         sh->o.synthetic_seed, pt->p, t, j0 + i)};
             if ((s = patina_table_apply(pt->tables[t], ch, nb, 0, NULL)) != PATINA_OK)
                 s = clu_fail_lib(s, "shard: synthetic references of partition %u, table %s", pt->p, sh->cfg.tables[t]);
         }

@@ -74,56 +74,51 @@ patina_status clu_synth_pool(unsigned char **pool, const patina_table_t *t, uint
 {
     const size_t bytes = patina_extractor_bytes(patina_table_extractor(t));
     uint64_t s = mix(seed) ^ mix(((uint64_t)p << 8) | table);
-    unsigned char *out = malloc(CLU_SYNTH_POOL * bytes + 1);
+    /* an identification table's record m from its size: 64 + m (128 + 16) bytes at u8 */
+    const size_t m = bytes < RS_HEADER ? 0 : (bytes - RS_HEADER) / (RS_DIM + 4 * sizeof(float));
+    unsigned char *out;
     size_t i, r, k;
     *pool = NULL;
-    if (!out) return clu_fail(PATINA_E_NOMEM, "synthetic: out of memory for %d references of %zu bytes",
-                              CLU_SYNTH_POOL, bytes);
+    if (!(patina_table_caps(t) & PATINA_CAP_IDENTIFY)) return PATINA_OK; /* rows of their own: clu_synth_desc */
+    if (bytes < RS_HEADER || rs_record_bytes(m, RS_QUANT_U8) != bytes)
+        return clu_fail(PATINA_E_INVALID, "synthetic: table %s has records of %zu bytes (only u8 rootsift "
+                        "records are made)", patina_table_spec(t), bytes);
+    if (!(out = malloc(CLU_SYNTH_POOL * bytes + 1)))
+        return clu_fail(PATINA_E_NOMEM, "synthetic: out of memory for %d references of %zu bytes", CLU_SYNTH_POOL,
+                        bytes);
     memset(out, 0, CLU_SYNTH_POOL * bytes);
-    if (patina_table_caps(t) & PATINA_CAP_IDENTIFY) {
-        /* the record's m from its size: 64 + m (128 + 16) bytes at u8 */
-        const size_t m = (bytes - RS_HEADER) / (RS_DIM + 4 * sizeof(float));
-        if (bytes < RS_HEADER || rs_record_bytes(m, RS_QUANT_U8) != bytes) {
-            free(out);
-            return clu_fail(PATINA_E_INVALID, "synthetic: table %s has records of %zu bytes (only u8 rootsift "
-                            "records are made)", patina_table_spec(t), bytes);
+    for (i = 0; i < CLU_SYNTH_POOL; i++) {
+        unsigned char *rec = out + i * bytes;
+        rs_put_u32(rec, (uint32_t)m);
+        rs_put_u32(rec + 4, RS_VERSION);
+        rs_put_u32(rec + 8, (uint32_t)m);
+        rs_put_u32(rec + 12, RS_QUANT_U8);
+        rs_put_f32(rec + 16, RS_U8_SCALE);
+        rs_put_f32(rec + 20, 1.0f);
+        for (k = 0; k < 4; k++) rs_put_u32(rec + 24 + 4 * k, 1024);
+        for (r = 0; r < m; r++) {
+            unsigned char *g = rec + RS_HEADER + m * RS_DIM + r * 16;
+            rootsift_row(rec + RS_HEADER + r * RS_DIM, &s);
+            rs_put_f32(g, (float)(next(&s) % 1024));
+            rs_put_f32(g + 4, (float)(next(&s) % 1024));
+            rs_put_f32(g + 8, 1.0f + (float)(next(&s) % 8));
+            rs_put_f32(g + 12, (float)(next(&s) % 628) / 100.0f);
         }
-        for (i = 0; i < CLU_SYNTH_POOL; i++) {
-            unsigned char *rec = out + i * bytes;
-            rs_put_u32(rec, (uint32_t)m);
-            rs_put_u32(rec + 4, RS_VERSION);
-            rs_put_u32(rec + 8, (uint32_t)m);
-            rs_put_u32(rec + 12, RS_QUANT_U8);
-            rs_put_f32(rec + 16, RS_U8_SCALE);
-            rs_put_f32(rec + 20, 1.0f);
-            for (k = 0; k < 4; k++) rs_put_u32(rec + 24 + 4 * k, 1024);
-            for (r = 0; r < m; r++) {
-                unsigned char *g = rec + RS_HEADER + m * RS_DIM + r * 16;
-                rootsift_row(rec + RS_HEADER + r * RS_DIM, &s);
-                rs_put_f32(g, (float)(next(&s) % 1024));
-                rs_put_f32(g + 4, (float)(next(&s) % 1024));
-                rs_put_f32(g + 8, 1.0f + (float)(next(&s) % 8));
-                rs_put_f32(g + 12, (float)(next(&s) % 628) / 100.0f);
-            }
-        }
-    } else {
-        for (i = 0; i < CLU_SYNTH_POOL; i++) clu_synth_row(out + i * bytes, bytes, seed, p, table, i);
     }
     *pool = out;
     return PATINA_OK;
 }
 
-int clu_synth_pooled(const patina_table_t *t)
+const unsigned char *clu_synth_desc(const unsigned char *pool, unsigned char *row, size_t bytes, uint64_t seed,
+                                    uint32_t p, size_t table, uint64_t j)
 {
-    return (patina_table_caps(t) & PATINA_CAP_IDENTIFY) != 0;
-}
-
-void clu_synth_row(unsigned char *row, size_t bytes, uint64_t seed, uint32_t p, size_t table, uint64_t j)
-{
-    uint64_t s = mix(seed) ^ mix(((uint64_t)p << 8) | table) ^ mix(~j);
+    uint64_t s;
     size_t i = 0;
+    if (pool) return pool + (j % CLU_SYNTH_POOL) * bytes;
+    s = mix(seed) ^ mix(((uint64_t)p << 8) | table) ^ mix(~j);
     while (i < bytes) { /* ten 3-bit values a draw */
         uint32_t v = next(&s);
         for (int k = 0; k < 10 && i < bytes; k++, v >>= 3) row[i++] = (unsigned char)(v & 7);
     }
+    return row;
 }
