@@ -53,6 +53,46 @@ __device__ __forceinline__ double elem_at(int elem, const uint8_t *row, size_t i
     }
 }
 
+/* The dot-product distances' definitions in two parts: the terms of
+ * element i (query x, row y, sigma sdi), summed in order into d, sa, sb
+ * (t1, t2 are 0 where a distance has no second and third sum), and the
+ * distance from the sums: src/search/distance.c's operations. */
+template <int D>
+__device__ __forceinline__ void def_terms(double x, double y, double sdi, double &t0, double &t1, double &t2)
+{
+    t1 = t2 = 0.0;
+    if constexpr (D == PDIST_L2 || D == PDIST_STD_L2) {
+        double v = __dsub_rn(x, y);
+        if constexpr (D == PDIST_STD_L2) v = __ddiv_rn(v, sdi);
+        t0 = __dmul_rn(v, v);
+    } else if constexpr (D == PDIST_HELLINGER) {
+        t0 = __dsqrt_rn(__dmul_rn(x, y));
+        t1 = x;
+        t2 = y;
+    } else { /* cosine */
+        t0 = __dmul_rn(x, y);
+        t1 = __dmul_rn(x, x);
+        t2 = __dmul_rn(y, y);
+    }
+}
+
+template <int D>
+__device__ __forceinline__ double def_finish(double d, double sa, double sb)
+{
+    if constexpr (D == PDIST_L2 || D == PDIST_STD_L2) {
+        return __dsqrt_rn(d);
+    } else if constexpr (D == PDIST_HELLINGER) {
+        if (sa == 0.0 && sb == 0.0) return 0.0;
+        if (sa == 0.0 || sb == 0.0) return 1.0;
+        d = __dsub_rn(1.0, __ddiv_rn(d, __dsqrt_rn(__dmul_rn(sa, sb))));
+        return d > 0.0 ? __dsqrt_rn(d) : 0.0;
+    } else {
+        if (sa == 0.0 && sb == 0.0) return 0.0;
+        if (sa == 0.0 || sb == 0.0) return 1.0;
+        return __dsub_rn(1.0, __ddiv_rn(d, __dsqrt_rn(__dmul_rn(sa, sb))));
+    }
+}
+
 /* The definition of distance D between query a (dim doubles) and row b
  * (element i at b[i * st], in elements: the copies are element-major, so
  * a warp's threads read consecutive elements), operation for operation as
@@ -81,13 +121,6 @@ __device__ double distance_of(const double *__restrict__ a, const uint8_t *__res
     } else if constexpr (D == PDIST_L1) {
         for (i = 0; i < dim; i++) d = __dadd_rn(d, fabs(__dsub_rn(a[i], elem_at(elem, b, i * st))));
         return d;
-    } else if constexpr (D == PDIST_L2 || D == PDIST_STD_L2) {
-        for (i = 0; i < dim; i++) {
-            double x = __dsub_rn(a[i], elem_at(elem, b, i * st));
-            if constexpr (D == PDIST_STD_L2) x = __ddiv_rn(x, sd ? sd[i] : 1.0);
-            d = __dadd_rn(d, __dmul_rn(x, x));
-        }
-        return __dsqrt_rn(d);
     } else if constexpr (D == PDIST_CHI2) {
         for (i = 0; i < dim; i++) {
             const double x = a[i], y = elem_at(elem, b, i * st), s = __dadd_rn(x, y);
@@ -106,28 +139,44 @@ __device__ double distance_of(const double *__restrict__ a, const uint8_t *__res
         }
         if (sa == 0.0 && sb == 0.0) return 0.0;
         return __dsub_rn(1.0, __ddiv_rn(d, sa > sb ? sa : sb));
-    } else if constexpr (D == PDIST_HELLINGER) {
+    } else { /* l2, std_l2, hellinger, cosine: def_terms / def_finish */
         for (i = 0; i < dim; i++) {
-            const double x = a[i], y = elem_at(elem, b, i * st);
-            d = __dadd_rn(d, __dsqrt_rn(__dmul_rn(x, y)));
-            sa = __dadd_rn(sa, x);
-            sb = __dadd_rn(sb, y);
+            double t0, t1, t2;
+            def_terms<D>(a[i], elem_at(elem, b, i * st), sd ? sd[i] : 1.0, t0, t1, t2);
+            d = __dadd_rn(d, t0);
+            if constexpr (D == PDIST_HELLINGER || D == PDIST_COSINE) {
+                sa = __dadd_rn(sa, t1);
+                sb = __dadd_rn(sb, t2);
+            }
         }
-        if (sa == 0.0 && sb == 0.0) return 0.0;
-        if (sa == 0.0 || sb == 0.0) return 1.0;
-        d = __dsub_rn(1.0, __ddiv_rn(d, __dsqrt_rn(__dmul_rn(sa, sb))));
-        return d > 0.0 ? __dsqrt_rn(d) : 0.0;
-    } else { /* PDIST_COSINE */
-        for (i = 0; i < dim; i++) {
-            const double x = a[i], y = elem_at(elem, b, i * st);
-            d = __dadd_rn(d, __dmul_rn(x, y));
-            sa = __dadd_rn(sa, __dmul_rn(x, x));
-            sb = __dadd_rn(sb, __dmul_rn(y, y));
-        }
-        if (sa == 0.0 && sb == 0.0) return 0.0;
-        if (sa == 0.0 || sb == 0.0) return 1.0;
-        return __dsub_rn(1.0, __ddiv_rn(d, __dsqrt_rn(__dmul_rn(sa, sb))));
+        return def_finish<D>(d, sa, sb);
     }
+}
+
+/* The same distance for the dot-product distances with a warp a row (every
+ * lane returns it): the lanes form 32 elements' terms at once (their loads
+ * in one round trip), and every lane sums them in order, so the sums are
+ * distance_of's. */
+template <int D>
+__device__ double distance_of_warp(const double *__restrict__ a, const uint8_t *__restrict__ b, int elem, size_t dim,
+                                   const double *__restrict__ sd, size_t st)
+{
+    const int lane = threadIdx.x & 31;
+    double d = 0.0, sa = 0.0, sb = 0.0;
+    for (size_t i0 = 0; i0 < dim; i0 += 32) {
+        const size_t i = i0 + lane;
+        double t0 = 0.0, t1 = 0.0, t2 = 0.0;
+        if (i < dim) def_terms<D>(a[i], elem_at(elem, b, i * st), sd ? sd[i] : 1.0, t0, t1, t2);
+        const int nj = dim - i0 < 32 ? (int)(dim - i0) : 32;
+        for (int j = 0; j < nj; j++) {
+            d = __dadd_rn(d, __shfl_sync(0xffffffffu, t0, j));
+            if constexpr (D == PDIST_HELLINGER || D == PDIST_COSINE) {
+                sa = __dadd_rn(sa, __shfl_sync(0xffffffffu, t1, j));
+                sb = __dadd_rn(sb, __shfl_sync(0xffffffffu, t2, j));
+            }
+        }
+    }
+    return def_finish<D>(d, sa, sb);
 }
 
 /* ---- the definition path's pilot, filter and final passes ----
@@ -232,6 +281,70 @@ k_def_final(const uint8_t *__restrict__ descs, const uint64_t *__restrict__ ids,
     tc_sort_hits(key, sid, m, RANGE ? m : take, out_d + (size_t)q * (RANGE ? TC_CAND : take),
                  out_id + (size_t)q * (RANGE ? TC_CAND : take));
     if (RANGE && threadIdx.x == 0) out_n[q] = (uint32_t)m;
+}
+
+/* The final pass of the tensor-core filter (knn_ix.cuh), k-NN: per query
+ * (a block), the candidates' keys and bounds again from their limbs, the
+ * kth smallest upper key among them, and the definition's doubles for the
+ * candidates within it (a warp a row), sorted by (distance, id). rows /
+ * info: the copy's limbs; qbytes / qinfo the queries'. Flags as
+ * k_def_final. Shared memory: TC_CAND floats twice (the keys and bounds,
+ * then the doubles over them), TC_CAND ids and TC_CAND row numbers. */
+template <int D, int NK32>
+__global__ void __launch_bounds__(TC_FINAL_THREADS)
+k_ix_final(const int8_t *__restrict__ rows, const ix_info_t *__restrict__ info, const uint8_t *__restrict__ descs,
+           const uint64_t *__restrict__ ids, size_t n, size_t dim, size_t esize, int elem,
+           const double *__restrict__ sdv, const double *__restrict__ qv, const int8_t *__restrict__ qbytes,
+           const ix_info_t *__restrict__ qinfo, const uint32_t *__restrict__ cnt, const uint32_t *__restrict__ cand,
+           int take, double *__restrict__ out_d, uint64_t *__restrict__ out_id, uint8_t *__restrict__ flag)
+{
+    constexpr int RB = 2 * NK32 * 32;
+    extern __shared__ __align__(16) uint8_t smem[];
+    float *fkey = (float *)smem, *fm = fkey + TC_CAND;         /* (TC_CAND) each */
+    double *dkey = (double *)smem;                              /* over them, after the survivors are known */
+    uint64_t *sid = (uint64_t *)(smem + TC_CAND * sizeof(double)); /* (TC_CAND) */
+    uint32_t *surv = (uint32_t *)(sid + TC_CAND);                /* (TC_CAND) */
+    __shared__ __align__(16) int8_t sq[RB];
+    __shared__ uint32_t sh[2048 + 34];
+    __shared__ int s_n;
+    const int q = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const uint32_t c = cnt[q];
+    const uint32_t *cq = cand + (size_t)q * TC_CAND;
+    if (c > TC_CAND || c < (uint32_t)take) {
+        if (threadIdx.x == 0) flag[q] = 1;
+        return;
+    }
+    for (int i = threadIdx.x; i < RB / 16; i += blockDim.x)
+        ((int4 *)sq)[i] = ((const int4 *)(qbytes + (size_t)q * RB))[i];
+    if (threadIdx.x == 0) s_n = 0;
+    const ix_info_t qi = qinfo[q];
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < c; i += blockDim.x) {
+        const uint32_t r = cq[i];
+        const ix_info_t ri = info[r];
+        int32_t hi, mid, lo;
+        ix_sums<NK32 * 32>(sq, rows + (size_t)r * RB, hi, mid, lo);
+        fkey[i] = ix_key<D>(ix_comb(hi, mid, lo), qi, ri);
+        fm[i] = ix_bound<D>(qi, ri);
+    }
+    __syncthreads();
+    /* the kth smallest upper key (the kth largest of ~ord) */
+    const float th =
+        fx_unord(~tc_radix_kth<true>([&](uint32_t i) { return ~fx_ord(__fadd_ru(fkey[i], fm[i])); }, c, (uint32_t)take, sh));
+    for (uint32_t i = threadIdx.x; i < c; i += blockDim.x)
+        if (fkey[i] <= __fadd_ru(th, fm[i])) surv[atomicAdd(&s_n, 1)] = cq[i];
+    __syncthreads();
+    const int ns = s_n;
+    for (int j = warp; j < ns; j += (int)(blockDim.x >> 5)) {
+        const uint32_t r = surv[j];
+        const double d = distance_of_warp<D>(qv + (size_t)q * dim, descs + (size_t)r * esize, elem, dim, sdv, n);
+        if (lane == 0) {
+            dkey[j] = d;
+            sid[j] = ids[r];
+        }
+    }
+    __syncthreads();
+    tc_sort_hits(dkey, sid, ns, take, out_d + (size_t)q * take, out_id + (size_t)q * take);
 }
 
 /* ------------------------------------------------------------- search */
@@ -739,16 +852,61 @@ static void fx_launch(const knn_copy_t *c, const knn_state_t *st, uint32_t n, si
 template <int D, int NK32, int MODE>
 static cudaError_t ix_scan(const knn_copy_t *c, const knn_state_t *st, uint32_t n, size_t m, cudaStream_t s)
 {
-    const int qtiles = m > 64 ? 8 : m > 32 ? 4 : 2;
+    /* the pilot (a few thousand rows): two tiles a block, as tc_scan_of's */
+    const int qtiles = MODE == 0 || m <= 32 ? 2 : m > 64 ? 8 : 4;
     const unsigned gy = (unsigned)((m + 16 * qtiles - 1) / (16 * qtiles));
-    const uint32_t rpb = tc_rows_per_block(n, gy, st->sms);
     const size_t smem = (size_t)TC_STAGES * IX_R * (2 * (size_t)NK32 * 32 + 16 + sizeof(ix_info_t));
+    uint32_t rpb = tc_rows_per_block(n, gy, st->sms);
+    int per_sm = 0;
     cudaError_t e = cudaFuncSetAttribute(k_ix_scan<D, NK32, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
+    if (MODE == 1 &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_ix_scan<D, NK32, MODE>, TC_WARPS * 32, smem) ==
+            cudaSuccess &&
+        per_sm > 0) {
+        /* the scan in two whole waves: blocks of equal rows, as many as the
+         * SMs hold twice (a wave and a half left a third of the GPU idle for
+         * the last blocks; measured) */
+        const size_t gx = (size_t)2 * st->sms * per_sm / gy;
+        if (gx >= 1) {
+            rpb = (uint32_t)((n + gx - 1) / gx);
+            rpb = (rpb + IX_R - 1) / IX_R * IX_R;
+            if (rpb < 4 * IX_R) rpb = 4 * IX_R;
+        }
+    }
     k_ix_scan<D, NK32, MODE><<<dim3((n + rpb - 1) / rpb, gy), TC_WARPS * 32, smem, s>>>(
-        c->ix, c->ixi, n, rpb, st->d_iq, st->d_iqi, st->d_ithr, (int)m, qtiles, (float *)st->d_dense, (size_t)n,
-        st->d_dcnt, st->d_dcand);
+        c->ix, c->ixi, n, rpb, c->ixmax, st->d_iq, st->d_iqi, st->d_ithr, (int)m, qtiles, (float *)st->d_dense,
+        (size_t)n, st->d_dcnt, st->d_dcand);
     return cudaGetLastError();
+}
+
+/* The tensor-core filter's final pass (k_ix_final) for m queries */
+template <int D, int NK32>
+static cudaError_t ix_final_of(const knn_copy_t *c, const knn_state_t *st, size_t m, size_t take, size_t es,
+                               int elem, cudaStream_t s)
+{
+    const size_t smem = (size_t)TC_CAND * (2 * sizeof(float) + sizeof(uint64_t) + sizeof(uint32_t));
+    cudaError_t e = cudaFuncSetAttribute(k_ix_final<D, NK32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+    k_ix_final<D, NK32><<<(unsigned)m, TC_FINAL_THREADS, smem, s>>>(
+        c->ix, c->ixi, c->descs, c->ids, c->n, c->dim, es, elem, c->sd, st->d_qv, st->d_iq, st->d_iqi, st->d_dcnt,
+        st->d_dcand, (int)take, st->d_dist, st->d_id, st->d_dflag);
+    return cudaGetLastError();
+}
+
+template <int D>
+static cudaError_t ix_final(const knn_copy_t *c, const knn_state_t *st, size_t m, size_t take, size_t es, int elem,
+                            cudaStream_t s)
+{
+    if constexpr (D == PDIST_L2 || D == PDIST_STD_L2 || D == PDIST_COSINE || D == PDIST_HELLINGER) {
+        switch (c->ixdp) {
+        case 32: return ix_final_of<D, 1>(c, st, m, take, es, elem, s);
+        case 64: return ix_final_of<D, 2>(c, st, m, take, es, elem, s);
+        case 128: return ix_final_of<D, 4>(c, st, m, take, es, elem, s);
+        default: return ix_final_of<D, 8>(c, st, m, take, es, elem, s);
+        }
+    }
+    return cudaErrorInvalidValue;
 }
 
 template <int D, int MODE>
@@ -890,12 +1048,12 @@ static cudaError_t def_batch(knn_state_t *st, const knn_copy_t *c, const pgpu_kn
             return e;
     } else if (f->kind == 2) {
         if ((e = ix_launch<D, 0>(c, st, (uint32_t)S, m, s)) != cudaSuccess) return e;
-        k_fl_select<<<(unsigned)m, TC_SEL_THREADS, 0, s>>>(dense, (uint32_t)S, (uint32_t)take, st->d_ithr, 1, NULL, 0,
+        k_fl_select<<<(unsigned)m, TC_TSEL_THREADS, 0, s>>>(dense, (uint32_t)S, (uint32_t)take, st->d_ithr, 1, NULL, 0,
                                                            st->d_dcnt, st->d_dflag);
     } else if (f->kind == 1) {
         fx_launch<D, 0>(c, st, (uint32_t)S, m, s);
         /* the threshold U + mq into qinfo.z */
-        k_fl_select<<<(unsigned)m, TC_SEL_THREADS, 0, s>>>(dense, (uint32_t)S, (uint32_t)take, (float *)st->d_fqi + 2,
+        k_fl_select<<<(unsigned)m, TC_TSEL_THREADS, 0, s>>>(dense, (uint32_t)S, (uint32_t)take, (float *)st->d_fqi + 2,
                                                            4, (const float *)st->d_fqi, 4, st->d_dcnt, st->d_dflag);
     } else {
         k_def_pilot<D><<<dim3((unsigned)((S + 255) / 256), (unsigned)m), 256, 0, s>>>(
@@ -918,6 +1076,8 @@ static cudaError_t def_batch(knn_state_t *st, const knn_copy_t *c, const pgpu_kn
         k_def_final<D, 1><<<(unsigned)m, TC_FINAL_THREADS, smem, s>>>(
             c->descs, c->ids, c->n, c->dim, es, (int)idx->elem, c->sd, st->d_qv, st->d_dcnt, st->d_dcand, 0, radius,
             st->d_dist, st->d_id, st->d_dn, st->d_dflag);
+    } else if (f->kind == 2) {
+        if ((e = ix_final<D>(c, st, m, take, es, (int)idx->elem, s)) != cudaSuccess) return e;
     } else {
         if ((e = cudaFuncSetAttribute(k_def_final<D, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) !=
             cudaSuccess)

@@ -131,6 +131,7 @@ static patina_status image_replay(patina_gpu_t *g, knn_state_t *st, knn_copy_t *
     c->src_n = im->src_n;
     c->dead_gen = im->dead_gen;
     c->ixdp = im->ixdp;
+    c->ixmax = im->ixmax;
     for (int i = 0; i < im->nput; i++) {
         void **dst = (void **)((uint8_t *)c + im->put[i].field);
         PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_SEARCH, c, dst, im->put[i].bytes, im->put[i].tag));
@@ -320,6 +321,7 @@ static patina_status ix_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, 
         free(in);
         return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
     }
+    ix_info_t mx = make_float4(0.f, 0.f, 0.f, 0.f);
     for (size_t r = 0; r < n; r++) {
         const int elem = (int)idx->elem;
         if (!ix_vector(idx->dist, [&](size_t i) { return host_elem(elem, rows + (i * n + r) * es, 0); }, dim, idx->sd,
@@ -328,6 +330,9 @@ static patina_status ix_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, 
             free(in);
             return PATINA_OK;
         }
+        mx.y = fmaxf(mx.y, in[r].y);
+        mx.z = fmaxf(mx.z, in[r].z);
+        mx.w = fmaxf(mx.w, in[r].w);
     }
     s = put(g, st, c, (void **)&c->ix, q, (n + IX_R) * 2 * (size_t)dp, "filter limbs");
     if (s == PATINA_OK) s = put(g, st, c, (void **)&c->ixi, in, (n + IX_R) * sizeof *in, "filter norms");
@@ -338,6 +343,7 @@ static patina_status ix_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, 
         return s;
     }
     c->ixdp = dp;
+    c->ixmax = mx;
     *made = 1;
     return PATINA_OK;
 }
@@ -497,6 +503,7 @@ patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_index_t *
             st->rec->src_n = c->src_n;
             st->rec->dead_gen = c->dead_gen;
             st->rec->ixdp = c->ixdp;
+            st->rec->ixmax = c->ixmax;
             st->rec->valid = 1;
         }
     }

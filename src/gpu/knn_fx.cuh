@@ -178,7 +178,7 @@ __device__ __forceinline__ float fx_unord(uint32_t o)
  * upper key, written to out[q * os] plus add[q * as] when add is given
  * (rounded up: the FP32 filter's U + mq); zeroes the query's count and
  * flag. */
-__global__ void __launch_bounds__(TC_SEL_THREADS)
+__global__ void __launch_bounds__(TC_TSEL_THREADS)
 k_fl_select(const float *__restrict__ dense, uint32_t S, uint32_t kth, float *out, int os, const float *add, int as,
             uint32_t *__restrict__ cnt, uint8_t *__restrict__ flag)
 {

@@ -51,6 +51,7 @@ typedef struct knn_copy {
                               * (n + IX_R, 2 ixdp) (knn_ix.cuh); NULL: none */
     ix_info_t *ixi;          /* (n + IX_R) */
     int ixdp;                /* bytes per limb (32, 64, 128 or 256) */
+    ix_info_t ixmax;         /* the rows' largest A, E and N or W (y, z, w; x unused): k_ix_scan's cut */
     /* live updates (tc): device row i < nperm holds host row perm[i] (host
      * memory); rows past nperm were appended in host order; removed rows
      * are blanked and flagged in dead */
@@ -95,6 +96,7 @@ typedef struct copy_image {
     size_t n, src_n;
     uint64_t dead_gen;
     int ixdp;
+    ix_info_t ixmax;
     struct {
         size_t field;            /* offsetof the device pointer in knn_copy_t */
         void *host;              /* pinned */

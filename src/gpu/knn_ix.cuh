@@ -11,15 +11,14 @@
  *     x = s (Q1 + Q2 / 254) + e,   Q1 = round(x / s), Q2 = round(254 (x / s - Q1)),
  * Q1, Q2 in [-127, 127], |e_i| <= s / 508. The integer dot products
  * hi = Q1.R1, mid = Q1.R2 + Q2.R1, lo = Q2.R2 are exact (mma.sync
- * m16n8k32 s8 x s8 -> s32; |hi|, |mid|, |lo| < 2^24 for n <= 520, so their
- * float conversions are exact too), and
+ * m16n8k32 s8 x s8 -> s32, or dp4a in the final pass), and
  *     q.r = s_q s_r (hi + (mid + lo / 254) / 254) + q^.e_r + e_q.r^ + e_q.e_r
  * with q^ = s_q (Q1 + Q2 / 254). With A = s (|Q1| + |Q2| / 254) >= |x^|
  * and E = |e| (Euclidean norms, computed in double and rounded up, per
  * row at upload and per query), Cauchy-Schwarz bounds the last three
  * terms by A_q E_r + E_q A_r + E_q E_r, and the float evaluation of the
- * first (five roundings on terms bounded by A_q A_r) errs by <= 8 u A_q A_r
- * (u = 2^-24). So |dot_f - q.r| <= Md = A_q E_r + E_q A_r + E_q E_r +
+ * first (ix_comb: five roundings on terms bounded by A_q A_r) errs by <=
+ * 5.02 u A_q A_r (u = 2^-24). So |dot_f - q.r| <= Md = A_q E_r + E_q A_r + E_q E_r +
  * 10 u A_q A_r, and
  *   l2, std_l2       key = Nq + Nr - 2 dot_f (N = sum x^2)   M = 2 Md + 8 u (Nq + Nr)
  *   cosine, hellinger key = 1 - dot_f Wq Wr, W = 1 / |x| rounded up (hellinger:
@@ -34,9 +33,19 @@
  * histograms and features alike, while the dot product costs four int8
  * MMAs per 32 elements.
  *
- * The kernel is the Tanimoto engine's scan (knn_tc.cuh) with the limbs:
- * rows [R1 | R2] staged through shared memory by cp.async, 16 queries per
- * warp held as A fragments, two 8-row MMA chains interleaved. */
+ * The scan is the Tanimoto engine's (knn_tc.cuh) with the limbs: rows
+ * [R1 | R2] staged through shared memory by cp.async, 16 queries per warp
+ * held as A fragments, two 8-row MMA chains interleaved.
+ *
+ * The final pass (k_ix_final) filters once more before the definition's
+ * doubles: the scan keeps every row within the pilot's kth upper key, about
+ * a thousand a query by the pilot's design, and ranking those in doubles
+ * reads each one's elements scattered over the element-major copy. So the
+ * candidates' keys and bounds are formed again from their limbs (one
+ * contiguous row each, dp4a), the kth smallest upper key among them
+ * (key + M) bounds the answer's kth key as the pilot's did, and only the
+ * candidates with key <= that + M -- the answer, its ties, a few more --
+ * get their distances in doubles (a warp a row). */
 #ifndef PATINA_GPU_KNN_IX_CUH
 #define PATINA_GPU_KNN_IX_CUH
 
@@ -50,41 +59,85 @@
 
 #define IX_U (0x1p-24f * (1.0f + 0x1p-10f))
 
-/* key and its bound M for one (query, row) from the integer sums */
-template <int D>
-__device__ __forceinline__ void ix_key(int32_t hi, int32_t mid, int32_t lo, const ix_info_t &q, const ix_info_t &r,
-                                       float &key, float &m)
+/* The three integer sums as one float, comb = hi + (mid + lo / 254) / 254
+ * up to the error below, in few instructions: hi converted exactly by the
+ * float's mantissa (|hi| <= 256 * 127^2 < 2^22: 0x4B400000 is 1.5 * 2^23,
+ * whose ulp is 1), mid * 254 + lo exact in 32 bits (|.| <= 2 * 256 * 127^2
+ * * 254 + 256 * 127^2 = 2,101,673,216 < 2^31) and rounded once, then one
+ * FMA with 1/254^2 (itself rounded). Against C = hi + mid / 254 + lo /
+ * 254^2: the conversion, the constant and the FMA err by <= u |T| / 254^2
+ * each, the FMA also by u |hi|, so |comb - C| <= 3.01 u (|hi| + |mid| / 254
+ * + |lo| / 254^2) <= 3.01 u A_q A_r / (s_q s_r) (Cauchy-Schwarz on each
+ * limb product); dot = comb (s_q s_r) adds two roundings: <= 5.02 u A_q A_r
+ * in all, inside the 10 u the bound allows. */
+static_assert(IX_MAXDIM * 127 * 127 < (1 << 22), "hi's exact conversion");
+static_assert((long long)IX_MAXDIM * 127 * 127 * (2 * 254 + 1) < 2147483647LL, "mid * 254 + lo in 32 bits");
+__device__ __forceinline__ float ix_comb(int32_t hi, int32_t mid, int32_t lo)
 {
-    const float comb = __fadd_rn((float)hi, __fmul_rn(__fadd_rn((float)mid, __fmul_rn((float)lo, 1.0f / 254.0f)),
-                                                      1.0f / 254.0f));
+    const float h = __fsub_rn(__int_as_float(0x4B400000 + hi), 12582912.0f);
+    return __fmaf_rn((float)(mid * 254 + lo), 1.0f / 64516.0f, h);
+}
+
+/* The key of one (query, row) from comb (the definitions' zero cases exact) */
+template <int D>
+__device__ __forceinline__ float ix_key(float comb, const ix_info_t &q, const ix_info_t &r)
+{
     const float dot = __fmul_rn(comb, __fmul_rn(q.x, r.x));
+    if constexpr (D == PDIST_L2 || D == PDIST_STD_L2) {
+        return __fsub_rn(__fadd_rn(q.w, r.w), __fmul_rn(2.0f, dot));
+    } else { /* cosine, hellinger: w = 1 / |x|, 0 for a zero vector */
+        if (q.w == 0.f || r.w == 0.f) return q.w == 0.f && r.w == 0.f ? 0.f : 1.f;
+        return __fsub_rn(1.0f, __fmul_rn(__fmul_rn(dot, q.w), r.w));
+    }
+}
+
+/* Its bound M (0 where the key is exact). Every operation rounds upwards on
+ * non-negative operands, so M grows with r's A, E and N (or W): with r the
+ * table's largest of each (c->ixmax) it bounds every row's M for query q. */
+template <int D>
+__device__ __forceinline__ float ix_bound(const ix_info_t &q, const ix_info_t &r)
+{
     float md = __fmul_ru(q.y, r.z);
     md = __fmaf_ru(q.z, r.y, md);
     md = __fmaf_ru(q.z, r.z, md);
     md = __fmaf_ru(__fmul_ru(10.0f * IX_U, q.y), r.y, md);
     if constexpr (D == PDIST_L2 || D == PDIST_STD_L2) {
-        key = __fsub_rn(__fadd_rn(q.w, r.w), __fmul_rn(2.0f, dot));
-        m = __fmaf_ru(2.0f, md, __fmul_ru(8.0f * IX_U, __fadd_ru(q.w, r.w)));
-    } else { /* cosine, hellinger: w = 1 / |x|, 0 for a zero vector */
-        if (q.w == 0.f || r.w == 0.f) {
-            key = q.w == 0.f && r.w == 0.f ? 0.f : 1.f;
-            m = 0.f;
-        } else {
-            key = __fsub_rn(1.0f, __fmul_rn(__fmul_rn(dot, q.w), r.w));
-            m = __fmaf_ru(__fmul_ru(__fmul_ru(md, q.w), r.w), 1.0f + 0x1p-20f, 12.0f * IX_U);
-        }
+        return __fmaf_ru(2.0f, md, __fmul_ru(8.0f * IX_U, __fadd_ru(q.w, r.w)));
+    } else {
+        if (q.w == 0.f || r.w == 0.f) return 0.f;
+        return __fmaf_ru(__fmul_ru(__fmul_ru(md, q.w), r.w), 1.0f + 0x1p-20f, 12.0f * IX_U);
+    }
+}
+
+/* The three integer sums of query limbs qb with row limbs rb (2 DP bytes
+ * each, [Q1 | Q2], 16-byte aligned) by dp4a: the MMAs' sums exactly. */
+template <int DP>
+__device__ __forceinline__ void ix_sums(const int8_t *qb, const int8_t *rb, int32_t &hi, int32_t &mid, int32_t &lo)
+{
+    hi = mid = lo = 0;
+#pragma unroll 4
+    for (int w = 0; w < DP / 16; w++) {
+        const int4 a = ((const int4 *)qb)[w], b = ((const int4 *)(qb + DP))[w];
+        const int4 x = ((const int4 *)rb)[w], y = ((const int4 *)(rb + DP))[w];
+        hi = __dp4a(a.x, x.x, __dp4a(a.y, x.y, __dp4a(a.z, x.z, __dp4a(a.w, x.w, hi))));
+        mid = __dp4a(a.x, y.x, __dp4a(a.y, y.y, __dp4a(a.z, y.z, __dp4a(a.w, y.w, mid))));
+        mid = __dp4a(b.x, x.x, __dp4a(b.y, x.y, __dp4a(b.z, x.z, __dp4a(b.w, x.w, mid))));
+        lo = __dp4a(b.x, y.x, __dp4a(b.y, y.y, __dp4a(b.z, y.z, __dp4a(b.w, y.w, lo))));
     }
 }
 
 /* MODE 0 (pilot): dense[q * ld + r] = key + M (rounded up) for rows r < n;
  * MODE 1 (filter): rows with key <= thr[q] + M appended to the query's
- * candidate list. rows: (n + IX_R, 2 DP) bytes [R1 | R2], zero padded;
- * qbytes: (nq, 2 DP) the same for the queries. */
+ * candidate list (M only evaluated for keys within the query's largest M,
+ * from rmax: the table's largest A, E and N or W). rows: (n + IX_R, 2 DP)
+ * bytes [R1 | R2], zero padded; qbytes: (nq, 2 DP) the same for the
+ * queries. */
 template <int D, int NK32, int MODE>
 __global__ void __launch_bounds__(TC_WARPS * 32)
 k_ix_scan(const int8_t *__restrict__ rows, const ix_info_t *__restrict__ info, uint32_t n, uint32_t rows_per_block,
-          const int8_t *__restrict__ qbytes, const ix_info_t *__restrict__ qinfo, const float *__restrict__ thr, int nq,
-          int qtiles, float *__restrict__ dense, size_t ld, uint32_t *__restrict__ cnt, uint32_t *__restrict__ cand)
+          ix_info_t rmax, const int8_t *__restrict__ qbytes, const ix_info_t *__restrict__ qinfo,
+          const float *__restrict__ thr, int nq, int qtiles, float *__restrict__ dense, size_t ld,
+          uint32_t *__restrict__ cnt, uint32_t *__restrict__ cand)
 {
     /* bytes per limb, per row, per row in shared memory (16 more: the 8
      * rows of an MMA's B fragment fall in distinct banks) */
@@ -100,7 +153,7 @@ k_ix_scan(const int8_t *__restrict__ rows, const ix_info_t *__restrict__ info, u
     const uint32_t r1 = min(n, r0 + rows_per_block);
     uint32_t a1[NK32][4], a2[NK32][4];
     ix_info_t qi[2];
-    float qt[2];
+    float qt[2], qcut[2];
 
     if (r0 >= r1) return;
 #pragma unroll
@@ -112,6 +165,9 @@ k_ix_scan(const int8_t *__restrict__ rows, const ix_info_t *__restrict__ info, u
         const int q = h ? q1 : q0;
         qi[h] = q < nq ? qinfo[q] : make_float4(0.f, 0.f, 0.f, 0.f);
         qt[h] = MODE == 1 && q < nq ? thr[q] : 0.f;
+        /* no row's M exceeds the query's M against the table's largest A, E,
+         * N or W: a key above thr + that is out without its own M */
+        qcut[h] = MODE == 1 ? __fadd_ru(qt[h], ix_bound<D>(qi[h], rmax)) : 0.f;
     }
 
     const uint32_t nst = (r1 - r0 + IX_R - 1) / IX_R;
@@ -158,14 +214,16 @@ k_ix_scan(const int8_t *__restrict__ rows, const ix_info_t *__restrict__ info, u
                     const int h = e >> 1, c = c0 + (e & 1);
                     const uint32_t r = base + c;
                     const int q = h ? q1 : q0;
-                    float key, m;
                     if (q >= nq || r >= r1) continue;
-                    ix_key<D>(hi[u][e], mid[u][e], lo[u][e], qi[h], si[c], key, m);
+                    const ix_info_t ri = si[c];
+                    const float key = ix_key<D>(ix_comb(hi[u][e], mid[u][e], lo[u][e]), qi[h], ri);
                     if constexpr (MODE == 0) {
-                        dense[(size_t)q * ld + r] = __fadd_ru(key, m);
-                    } else if (key <= __fadd_ru(qt[h], m)) {
-                        const uint32_t pos = atomicAdd(&cnt[q], 1u);
-                        if (pos < TC_CAND) cand[(size_t)q * TC_CAND + pos] = r;
+                        dense[(size_t)q * ld + r] = __fadd_ru(key, ix_bound<D>(qi[h], ri));
+                    } else if (key <= qcut[h]) { /* few pairs: their own M */
+                        if (key <= __fadd_ru(qt[h], ix_bound<D>(qi[h], ri))) {
+                            const uint32_t pos = atomicAdd(&cnt[q], 1u);
+                            if (pos < TC_CAND) cand[(size_t)q * TC_CAND + pos] = r;
+                        }
                     }
                 }
             }

@@ -18,6 +18,8 @@
  *     haralick std_l2 on f64), k-NN and range with radii on the CPU's own
  *     distances, and Tanimoto queries with an element above 7; which engine
  *     answered (the float filter, the definition kernels) is checked too;
+ *     the tensor-core filter's batches (300 queries, k 1..1024) and zero
+ *     rows / a zero query under hellinger;
  *   - data outside the float filter's domain (huge, negative, tiny values)
  *     and rows the filter cannot separate (retried by the definition
  *     kernels);
@@ -483,6 +485,70 @@ static void test_distances(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* The tensor-core filter's batches (l2, std_l2, hellinger): 300 queries
+ * (the scan's 8-tile blocks over whole waves, the pilot's 2-tile blocks)
+ * over tables past the pilot's sample, k 1 to 1024, answered by the filter
+ * and its final pass (or, overflowing, the definition kernels), never the
+ * CPU, bit for bit the CPU's answers; then zero rows and
+ * a zero query (hellinger's exact keys 0 and 1: the zero query's ties go
+ * wherever they must, its answer the CPU's). */
+static void test_filter_batches(void **state)
+{
+    static const char *const specs[] = {"glcm", "haralick", "lbp8:norm=l1,distance=hellinger",
+                                        "lbp8:distance=hellinger"};
+    static const size_t ks[] = {1, 10, 100, 1024};
+    const size_t n = QUICK ? 12000 : 30000, nq = 300;
+    size_t bad = 0, runs = 0;
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 3030);
+    for (size_t si = 0; si < sizeof specs / sizeof *specs; si++) {
+        patina_extractor_t *ex;
+        patina_index_t *idx;
+        uint64_t *ids = malloc(n * sizeof *ids);
+        uint8_t *rows, *queries;
+        size_t bytes;
+        TU_OK(patina_extractor_new(&ex, specs[si]));
+        bytes = patina_extractor_bytes(ex);
+        rows = random_rows(ex, n, &r);
+        queries = random_rows(ex, nq, &r);
+        memcpy(queries + 5 * bytes, rows + 77 * bytes, bytes); /* an indexed row: distance 0 */
+        for (size_t i = 0; i < n; i++) ids[i] = 3 + (uint64_t)((i * 7919) % n);
+        TU_OK(patina_index_new(&idx, ex, ids, rows, n));
+        for (size_t ki = 0; ki < (QUICK ? 2 : sizeof ks / sizeof *ks); ki++) {
+            size_t b = compare(idx, queries, nq, ks[ki]);
+            /* (a query whose candidates overflow the list is retried by the definition kernels) */
+            if (LAST.gpu_tensor == 0 || LAST.cpu != 0 || LAST.gpu_tensor + LAST.gpu_exact != nq) {
+                printf("  %s k %zu: answered by tensor %zu, filter %zu, exact %zu, cpu %zu\n", specs[si], ks[ki],
+                       LAST.gpu_tensor, LAST.gpu_filter, LAST.gpu_exact, LAST.cpu);
+                b++;
+            }
+            if (b) printf("  %s k %zu: %zu differing hits\n", specs[si], ks[ki], b);
+            bad += b;
+            runs++;
+        }
+        patina_index_free(idx);
+        if (strstr(specs[si], "hellinger")) { /* zero rows (every 100th) and a zero query */
+            for (size_t i = 0; i < n; i += 100) memset(rows + i * bytes, 0, bytes);
+            memset(queries + 9 * bytes, 0, bytes);
+            TU_OK(patina_index_new(&idx, ex, ids, rows, n));
+            for (size_t ki = 0; ki < 2; ki++) {
+                const size_t b = compare(idx, queries, nq, ks[ki]);
+                if (b) printf("  %s zero rows, k %zu: %zu differing hits\n", specs[si], ks[ki], b);
+                bad += b;
+                runs++;
+            }
+            patina_index_free(idx);
+        }
+        patina_extractor_free(ex);
+        free(ids);
+        free(rows);
+        free(queries);
+    }
+    printf("  %zu (family, k) batch runs, %zu differing hits\n", runs, bad);
+    assert_int_equal(bad, 0);
+}
+
 /* Data outside the float filter's domain: the definition kernels answer,
  * the same as the CPU -- a value above 2^60 in the table (glcm, l2), a
  * negative query element (chi2), a value above 2^60 in a query (haralick); and
@@ -782,6 +848,7 @@ int main(void)
         cmocka_unit_test(test_range),
         cmocka_unit_test(test_live),
         cmocka_unit_test(test_distances),
+        cmocka_unit_test(test_filter_batches),
         cmocka_unit_test(test_filter_domain),
         cmocka_unit_test(test_chunked),
         cmocka_unit_test(test_streamed),
