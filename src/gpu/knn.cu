@@ -978,41 +978,74 @@ static int qfilt_alloc(qfilt_t *f, const knn_copy_t *c, size_t qb, size_t dim)
     return 1;
 }
 
+/* The filter's inputs for m queries, QPREP_CHUNK queries a task over the
+ * context's workers (their limbs or floats: 8 ms for 4096 256-D queries on
+ * one thread). */
+#define QPREP_CHUNK 64
+typedef struct qprep_job {
+    qfilt_t *f;
+    const knn_copy_t *c;
+    const pgpu_knn_index_t *idx;
+    const double *qv;
+    size_t m;
+    int range, ix; /* ix: the tensor-core filter's inputs, else the float filter's */
+    double key;
+    uint8_t *bad; /* (chunks) a query of the chunk outside the filter's domain */
+} qprep_job_t;
+
+static void qprep_task(void *arg, size_t t, int worker)
+{
+    qprep_job_t *jb = (qprep_job_t *)arg;
+    qfilt_t *f = jb->f;
+    const size_t dim = jb->idx->dim, end = (t + 1) * QPREP_CHUNK < jb->m ? (t + 1) * QPREP_CHUNK : jb->m;
+    (void)worker;
+    for (size_t j = t * QPREP_CHUNK; j < end; j++) {
+        const double *v = jb->qv + j * dim;
+        if (jb->ix) {
+            const int dp = jb->c->ixdp;
+            if (!ix_vector(jb->idx->dist, [v](size_t i) { return v[i]; }, dim, jb->idx->sd, dp, f->iq + j * 2 * dp,
+                           &f->iqi[j])) {
+                jb->bad[t] = 1;
+                return;
+            }
+            f->ithr[j] = jb->range ? pgpu_f_up(jb->key) : 0.f;
+        } else {
+            float mq, nq;
+            if (!fx_vector(jb->idx->dist, [v](size_t i) { return v[i]; }, dim, jb->idx->sd, f->qf + j * dim, 1, &mq,
+                           &nq)) {
+                jb->bad[t] = 1;
+                return;
+            }
+            f->qi[j] = make_float4(mq, nq, jb->range ? pgpu_f_up((double)pgpu_f_up(jb->key) + (double)mq) : 0.f, 0.f);
+        }
+    }
+}
+
 /* The filter's inputs for m queries (qv, doubles); f->kind says which
  * filter takes them (every query must be in its domain, else the
- * definition kernels do). Range: the thresholds from the radius. */
-static void qfilt_prepare(qfilt_t *f, const knn_copy_t *c, const pgpu_knn_index_t *idx, const double *qv, size_t m,
-                          int range, double radius)
+ * definition kernels do). Range: the thresholds from the radius. 0 when
+ * out of memory. */
+static int qfilt_prepare(patina_gpu_t *g, qfilt_t *f, const knn_copy_t *c, const pgpu_knn_index_t *idx,
+                         const double *qv, size_t m, int range, double radius)
 {
-    const size_t dim = idx->dim;
     const int sq = idx->dist == PDIST_L2 || idx->dist == PDIST_STD_L2 || idx->dist == PDIST_HELLINGER;
-    const double key = sq ? radius * radius : radius;
-    size_t j;
+    const size_t chunks = (m + QPREP_CHUNK - 1) / QPREP_CHUNK;
+    qprep_job_t jb = {f, c, idx, qv, m, range, 0, sq ? radius * radius : radius, NULL};
     f->kind = 0;
-    for (j = 0; range && j < m; j++) f->thr[j] = dkey_hi(radius);
-    if (c->ix) {
-        for (j = 0; j < m; j++) {
-            const double *v = qv + j * dim;
-            if (!ix_vector(idx->dist, [v](size_t i) { return v[i]; }, dim, idx->sd, c->ixdp, f->iq + j * 2 * c->ixdp,
-                           &f->iqi[j]))
-                break;
-            f->ithr[j] = range ? pgpu_f_up(key) : 0.f;
-        }
-        if (j == m) {
-            f->kind = 2;
-            return;
-        }
+    for (size_t j = 0; range && j < m; j++) f->thr[j] = dkey_hi(radius);
+    if (!c->ix && !c->fx) return 1;
+    if (!(jb.bad = (uint8_t *)malloc(chunks + 1))) return 0;
+    for (int pass = 0; pass < 2 && f->kind == 0; pass++) {
+        size_t t = 0;
+        jb.ix = pass == 0;
+        if (jb.ix ? !c->ix : !c->fx) continue;
+        memset(jb.bad, 0, chunks);
+        patina_pool_run(chunks > 1 ? g->pool : NULL, chunks, qprep_task, &jb);
+        while (t < chunks && !jb.bad[t]) t++;
+        if (t == chunks) f->kind = jb.ix ? 2 : 1;
     }
-    if (c->fx) {
-        for (j = 0; j < m; j++) {
-            const double *v = qv + j * dim;
-            float mq, nq;
-            if (!fx_vector(idx->dist, [v](size_t i) { return v[i]; }, dim, idx->sd, f->qf + j * dim, 1, &mq, &nq))
-                break;
-            f->qi[j] = make_float4(mq, nq, range ? pgpu_f_up((double)pgpu_f_up(key) + (double)mq) : 0.f, 0.f);
-        }
-        if (j == m) f->kind = 1;
-    }
+    free(jb.bad);
+    return 1;
 }
 
 /* One launch group of m queries (qv, doubles; f their filter's inputs).
@@ -1186,7 +1219,7 @@ static patina_status def_knn(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, co
                 bq = gq;
             }
             if (pass) f.kind = 0; /* the retry: the definition kernels */
-            else qfilt_prepare(&f, c, idx, bq, m, 0, 0.0);
+            else if (!qfilt_prepare(g, &f, c, idx, bq, m, 0, 0.0)) f.kind = 0; /* out of memory: the definition kernels */
             e = def_dispatch(st, c, idx, bq, &f, m, take, S, 0, 0.0, &ld, s);
             if (e != cudaSuccess) {
                 free(which);
@@ -1232,7 +1265,7 @@ static patina_status def_range(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, 
         const double *bq = qv + q0 * dim;
         size_t ld = 0;
         cudaError_t e;
-        qfilt_prepare(&f, c, idx, bq, m, 1, radius);
+        if (!qfilt_prepare(g, &f, c, idx, bq, m, 1, radius)) f.kind = 0;
         e = def_dispatch(st, c, idx, bq, &f, m, TC_CAND, 1, 1, radius, &ld, s);
         if (e != cudaSuccess) {
             ret = pgpu_fail((int)e, "gpu search: definition kernels", __FILE__, __LINE__);

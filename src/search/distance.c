@@ -26,6 +26,31 @@ double pdist_elem(patina_elem e, const void *p, size_t i)
     return NAN;
 }
 
+void pdist_elems(patina_elem e, const void *p, size_t n, double *out)
+{
+    size_t i;
+    switch (e) {
+    case PATINA_ELEM_U8: for (i = 0; i < n; i++) out[i] = (double)((const uint8_t *)p)[i]; return;
+    case PATINA_ELEM_U16: for (i = 0; i < n; i++) out[i] = (double)((const uint16_t *)p)[i]; return;
+    case PATINA_ELEM_U32: for (i = 0; i < n; i++) out[i] = (double)((const uint32_t *)p)[i]; return;
+    case PATINA_ELEM_F32: for (i = 0; i < n; i++) out[i] = (double)((const float *)p)[i]; return;
+    case PATINA_ELEM_F64: memcpy(out, p, n * sizeof *out); return;
+    }
+    for (i = 0; i < n; i++) out[i] = NAN;
+}
+
+size_t pdist_first_nan(patina_elem e, const void *p, size_t n)
+{
+    size_t i = 0;
+    if (e == PATINA_ELEM_F32)
+        while (i < n && !isnan(((const float *)p)[i])) i++;
+    else if (e == PATINA_ELEM_F64)
+        while (i < n && !isnan(((const double *)p)[i])) i++;
+    else
+        i = n;
+    return i;
+}
+
 /* The definitions, once per element type (reading an element is then a
  * typed load, not a switch per element; the doubles are the same). */
 #define AT(v, i) ((double)((const uint8_t *)(v))[i])

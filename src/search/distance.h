@@ -110,6 +110,14 @@ void pdist_force_portable(int on);
 /* Element i of a descriptor of type e, as a double (exact for every type). */
 double pdist_elem(patina_elem e, const void *p, size_t i);
 
+/* The n elements of p as doubles into out (pdist_elem's values, a loop per
+ * type rather than a call per element). */
+void pdist_elems(patina_elem e, const void *p, size_t n, double *out);
+
+/* The index of the first NaN among the n elements of p, or n (never for the
+ * integer types). */
+size_t pdist_first_nan(patina_elem e, const void *p, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -387,9 +387,8 @@ patina_status patina__index_check_nan(const patina_index_t *ix, const void *rows
         }
     if (ix->elem != PATINA_ELEM_F32 && ix->elem != PATINA_ELEM_F64) return PATINA_OK;
     for (r = 0; r < n; r++)
-        for (i = 0; i < ix->dim; i++)
-            if (isnan(pdist_elem(ix->elem, (const uint8_t *)rows + r * ix->bytes, i)))
-                return patina__fail(PATINA_E_INVALID, "search: %s %zu has a NaN at element %zu", what, r, i);
+        if ((i = pdist_first_nan(ix->elem, (const uint8_t *)rows + r * ix->bytes, ix->dim)) < ix->dim)
+            return patina__fail(PATINA_E_INVALID, "search: %s %zu has a NaN at element %zu", what, r, i);
     return PATINA_OK;
 }
 

@@ -682,8 +682,7 @@ static patina_status queries_as_doubles(const patina_index_t *ix, const uint8_t 
     double *qv = malloc(nq * ix->dim * sizeof *qv + 1);
     *out = qv;
     if (!qv) return patina__fail(PATINA_E_NOMEM, "search: out of memory for %zu queries", nq);
-    for (size_t q = 0; q < nq; q++)
-        for (size_t i = 0; i < ix->dim; i++) qv[q * ix->dim + i] = pdist_elem(ix->elem, queries + q * ix->bytes, i);
+    for (size_t q = 0; q < nq; q++) pdist_elems(ix->elem, queries + q * ix->bytes, ix->dim, qv + q * ix->dim);
     return PATINA_OK;
 }
 
