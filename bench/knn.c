@@ -25,9 +25,13 @@
  * doubles on the GPU) against that distance's natural PyTorch code (fp16
  * and fp32 columns; knn_peers.py --dist) and Faiss where the distance
  * reduces to L2 or inner product; its last column is the fraction of the
- * GPU's FP32 lane rate that the filter's inner loop would use at that speed
- * (instructions per element: 1 for the dot-product forms, 2 for l1 and
- * intersection, 6 for chi2). The engine column says which engine answered
+ * answering engine's peak: for the tensor-core filter (l2, std_l2, cosine,
+ * hellinger) its MMAs (four int8 products of the padded elements per query
+ * x row) against the dense int8 peak, its limbs read once per block of
+ * queries; for the float filter the GPU's FP32 lane rate that its inner
+ * loop would use at that speed (instructions per element: 1 for the
+ * dot-product forms, 2 for l1 and intersection, 6 for chi2), its floats
+ * read once per 32 queries. The engine column says which engine answered
  * (patina_search_opts_t.stats), and how many chunks of rows were streamed
  * when --gpu-budget MIB (the context's device budget) is below the index's
  * copy; a CEDD index is then streamed from its pinned host tier, and the
@@ -479,7 +483,8 @@ int main(int argc, char **argv)
            pdist_simd() ? "AVX2" : "portable C");
     printf("| rows | queries | k | GPU ms | GPU queries/s | engine | CPU ms | PyTorch fp16 ms | PyTorch int8 ms | "
            "PyTorch fp32 ms | Faiss CPU flat ms | GPU vs best GPU peer | %s |\n",
-           cedd ? "table read GB/s (of D2D) | of int8 TC peak" : "rows read GB/s (of D2D) | of FP32 lane rate");
+           cedd ? "table read GB/s (of D2D) | of int8 TC peak"
+                : "rows read GB/s (of D2D) | of the engine's peak (int8 TC: its MMAs; FP32: the lanes)");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (i = 0; i < nsizes; i++) {
         size_t n = sizes[i], r;
@@ -555,12 +560,22 @@ int main(int argc, char **argv)
                     const double gbps = (double)n * 160.0 / (tg * 1e-3) / 1e9;
                     printf(" %.0f (%.0f%%) | %.1f%% |\n", gbps, 100.0 * gbps / d2d,
                            100.0 * 2.0 * 144.0 * (double)nq * (double)n / (tg * 1e-3) / peak);
+                } else if (tg > 0 && gs.gpu_tensor && !gs.gpu_filter) {
+                    /* the tensor-core filter: its limbs (2 x dp bytes a row, dp the elements padded to
+                     * 32, 64, 128 or 256) read once per block of 128 queries (16 under 33 queries, 64 under 65);
+                     * four int8 MMAs of dp elements per (query, row) against the dense int8 peak */
+                    const size_t dim = patina_extractor_dim(ex);
+                    const double dp = dim <= 32 ? 32 : dim <= 64 ? 64 : dim <= 128 ? 128 : 256;
+                    const size_t qb = nq > 64 ? 128 : nq > 32 ? 64 : 32;
+                    const double gbps = (double)n * 2.0 * dp * (double)((nq + qb - 1) / qb) / (tg * 1e-3) / 1e9;
+                    printf(" %.0f (%.0f%%) | %.1f%% int8 TC |\n", gbps, 100.0 * gbps / d2d,
+                           100.0 * 4.0 * 2.0 * dp * (double)n * (double)nq / (tg * 1e-3) / peak);
                 } else if (tg > 0) { /* the float filter: its rows once per 32 queries; its inner loop */
                     const double gbps = (double)n * 4.0 * (double)patina_extractor_dim(ex) *
                                         (double)((nq + 31) / 32) / (tg * 1e-3) / 1e9;
                     const char *dn = patina_extractor_distance_name(ex);
                     const double ipe = !strcmp(dn, "chi2") ? 6.0 : !strcmp(dn, "l1") || !strcmp(dn, "intersection") ? 2.0 : 1.0;
-                    printf(" %.0f (%.0f%%) | %.1f%% |\n", gbps, 100.0 * gbps / d2d,
+                    printf(" %.0f (%.0f%%) | %.1f%% FP32 |\n", gbps, 100.0 * gbps / d2d,
                            100.0 * ipe * (double)n * (double)nq * (double)patina_extractor_dim(ex) / (tg * 1e-3) /
                                lanes);
                 } else {
