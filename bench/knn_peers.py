@@ -71,14 +71,23 @@ def main():
         v = torch.randint(1, 8, (n, 144), generator=g, device=dev, dtype=torch.int32)
         return torch.where(z, torch.zeros_like(v), v)
 
-    rows = rand_desc(a.n)
-    t1 = rows.sum(1).float()
-    s1 = (rows * rows).sum(1).float()
-    p16 = (rows.float() / t1.clamp(min=1)[:, None]).half()
-    c3 = (p16.float() ** 2).sum(1)
+    # the table in pieces of at most 2^22 rows (one piece of 100 M rows took
+    # 54 GiB of int32 temporaries: out of memory); one piece below that, as before
+    piece = 1 << 22
+    t1 = torch.empty(a.n, device=dev)
+    s1 = torch.empty(a.n, device=dev)
+    c3 = torch.empty(a.n, device=dev)
+    p16 = torch.empty((a.n, 144), dtype=torch.half, device=dev)
     rows8 = torch.zeros((a.n, 160), dtype=torch.int8, device=dev)
-    rows8[:, :144] = rows.to(torch.int8)
-    del rows
+    for r0 in range(0, a.n, piece):
+        rows = rand_desc(min(piece, a.n - r0))
+        r1 = r0 + rows.shape[0]
+        t1[r0:r1] = rows.sum(1).float()
+        s1[r0:r1] = (rows * rows).sum(1).float()
+        p16[r0:r1] = (rows.float() / t1[r0:r1].clamp(min=1)[:, None]).half()
+        c3[r0:r1] = (p16[r0:r1].float() ** 2).sum(1)
+        rows8[r0:r1, :144] = rows.to(torch.int8)
+        del rows
     # queries per chunk: the chunk's n-wide float matrices within ~2 GiB each
     chunk = max(32, min(CHUNK, (1 << 31) // (4 * a.n) // 32 * 32))
 
