@@ -396,6 +396,16 @@ static void *random_rows(const patina_extractor_t *ex, size_t n, tu_rng_t *r)
     return rows;
 }
 
+/* A family case's index (NULL: freed already), extractor and buffers */
+static void case_free(patina_index_t *idx, patina_extractor_t *ex, void *ids, void *rows, void *queries)
+{
+    patina_index_free(idx);
+    patina_extractor_free(ex);
+    free(ids);
+    free(rows);
+    free(queries);
+}
+
 /* Every distance and element type: GPU equals CPU bit for bit, k-NN and
  * range (radii at the CPU's own kth distances, so that rows lie exactly on
  * the boundary); the answering engine is the one expected (the float
@@ -475,11 +485,7 @@ static void test_distances(void **state)
                     runs++;
                 }
             }
-            patina_index_free(idx);
-            patina_extractor_free(ex);
-            free(ids);
-            free(rows);
-            free(queries);
+            case_free(idx, ex, ids, rows, queries);
         }
     printf("  %zu (distance, n, k or radius) runs, %zu differing hits\n", runs, bad);
     assert_int_equal(bad, 0);
@@ -540,10 +546,7 @@ static void test_filter_batches(void **state)
             }
             patina_index_free(idx);
         }
-        patina_extractor_free(ex);
-        free(ids);
-        free(rows);
-        free(queries);
+        case_free(NULL, ex, ids, rows, queries);
     }
     printf("  %zu (family, k) batch runs, %zu differing hits\n", runs, bad);
     assert_int_equal(bad, 0);
@@ -600,11 +603,7 @@ static void test_filter_domain(void **state)
         }
         if (b) printf("  case %d (%s): %zu differing\n", kase, spec, b);
         bad += b;
-        patina_index_free(idx);
-        patina_extractor_free(ex);
-        free(ids);
-        free(rows);
-        free(queries);
+        case_free(idx, ex, ids, rows, queries);
     }
     assert_int_equal(bad, 0);
 }
@@ -696,11 +695,7 @@ static void test_chunked(void **state)
             bad += b;
         }
         patina_context_free(ctx);
-        patina_index_free(idx);
-        patina_extractor_free(ex);
-        free(ids);
-        free(rows);
-        free(queries);
+        case_free(idx, ex, ids, rows, queries);
     }
     printf("  chunked: %zu differing\n", bad);
     assert_int_equal(bad, 0);
