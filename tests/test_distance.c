@@ -347,6 +347,79 @@ static void test_block(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* Hellinger's AVX2 filter (blocks of 8 queries or more) on non-negative
+ * histograms near one another, where it has to decide: at a threshold
+ * equal to a row's own distance the row keeps it, bit for bit (its ties
+ * must stay); one ulp below, or at 0.9 of it, +inf is allowed; and the
+ * filter must leave out rows, or it filters nothing. Element types u32,
+ * f32, f64; lengths 1 to 256; values spanning 1e-200 to 1e200 in some
+ * cases (products that underflow or are large). Without AVX2 the portable
+ * path ignores thresholds: skipped. */
+static void test_hellinger_filter(void **state)
+{
+    static const patina_elem types[] = {PATINA_ELEM_U32, PATINA_ELEM_F32, PATINA_ELEM_F64};
+    static const size_t lens[] = {1, 3, 8, 28, 59, 144, 256};
+    enum { NQ = 8, CNT = 5 };
+    const pdist_def_t *def = pdist_get(PDIST_HELLINGER);
+    size_t bad = 0, dropped = 0, far = 0, runs = 0;
+    tu_rng_t r;
+    (void)state;
+    if (!pdist_simd()) {
+        printf("  skipped: no AVX2 on this CPU (the portable path has no filter)\n");
+        return;
+    }
+    tu_rng_seed(&r, 1618);
+    for (int it = 0; it < 300; it++) {
+        const patina_elem e = types[it % 3];
+        const size_t n = lens[tu_rng_below(&r, sizeof lens / sizeof *lens)], es = patina_elem_size(e);
+        const int wide = e == PATINA_ELEM_F64 && it % 4 == 3; /* magnitudes from 1e-200 to 1e200 */
+        uint8_t *q = calloc(NQ, n * es), *rows = calloc(CNT, n * es);
+        void *scratch = malloc(pdist_block_scratch(NQ, n));
+        double out[NQ * CNT], want[NQ * CNT], thr[NQ];
+        for (size_t i = 0; i < n; i++) {
+            const double base = (double)(tu_rng_below(&r, 1000) + 1) * (wide ? pow(10.0, (double)tu_rng_below(&r, 400) - 200.0) : 1.0);
+            for (size_t k = 0; k < NQ + CNT; k++) { /* queries and rows near one another: +-3% per element */
+                const double v = tu_rng_below(&r, 10) == 0 ? 0.0 : base * (0.97 + 0.06 * (double)tu_rng_below(&r, 1000) / 1000.0);
+                uint8_t *dst = k < NQ ? q + k * n * es : rows + (k - NQ) * n * es;
+                if (e == PATINA_ELEM_U32) ((uint32_t *)dst)[i] = (uint32_t)v;
+                else if (e == PATINA_ELEM_F32) ((float *)dst)[i] = (float)(v / 1000.0);
+                else ((double *)dst)[i] = v;
+            }
+        }
+        for (size_t a = 0; a < NQ; a++)
+            for (size_t k = 0; k < CNT; k++) want[a * CNT + k] = def->pair(e, q + a * n * es, rows + k * n * es, n, NULL);
+        for (int mode = 0; mode < 3; mode++) {
+            for (size_t a = 0; a < NQ; a++) {
+                const double x = want[a * CNT + (a + (size_t)it) % CNT];
+                thr[a] = mode == 0 ? x : mode == 1 ? nextafter(x, -1.0) : 0.9 * x;
+            }
+            pdist_block(PDIST_HELLINGER, e, q, NQ, rows, n * es, CNT, n, NULL, thr, scratch, out, CNT);
+            for (size_t a = 0; a < NQ; a++)
+                for (size_t k = 0; k < CNT; k++) {
+                    const double got = out[a * CNT + k], w = want[a * CNT + k];
+                    far += w > thr[a];
+                    if (same_double(got, w)) continue;
+                    if (isinf(got) && got > 0 && w > thr[a]) {
+                        dropped++;
+                        continue;
+                    }
+                    if (bad < 8)
+                        printf("  hellinger elem %d n %zu mode %d query %zu row %zu: %.17g, definition %.17g, "
+                               "threshold %.17g\n", (int)e, n, mode, a, k, got, w, thr[a]);
+                    bad++;
+                }
+            runs++;
+        }
+        free(q);
+        free(rows);
+        free(scratch);
+    }
+    printf("  %zu blocks, %zu rows farther than the threshold, %zu of them left out, %zu wrong\n", runs, far, dropped,
+           bad);
+    assert_int_equal(bad, 0);
+    assert_true(dropped > far / 4); /* the filter works, not only holds */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -356,6 +429,7 @@ int main(void)
         cmocka_unit_test(test_tanimoto_cedd),
         cmocka_unit_test(test_families),
         cmocka_unit_test(test_block),
+        cmocka_unit_test(test_hellinger_filter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

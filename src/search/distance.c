@@ -197,8 +197,9 @@ void pdist_force_portable(int on) { atomic_store(&portable_forced, on != 0); }
 
 size_t pdist_block_scratch(size_t nq, size_t n)
 {
-    /* the AVX2 path's qv (nq, n), qs (nq, 2), acc and appr (nq, 4), inv (n), rs (8), T (n, 4) aligned to 32 bytes */
-    return (nq * n + 10 * nq + 8 + 5 * n) * sizeof(double) + 32;
+    /* the AVX2 path's qv (nq, n), qs (nq, 2), acc and appr (nq, 4), inv (n), rs (8), T (n, 4) aligned to 32
+     * bytes, Hellinger's sT (n, 4) and sq (nq, n) */
+    return (2 * nq * n + 10 * nq + 8 + 9 * n) * sizeof(double) + 32;
 }
 
 /* The portable path: four rows at a time through the x4 variants (each

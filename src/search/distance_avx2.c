@@ -29,7 +29,9 @@
  * radius), std_l2 first runs a cheaper sum with multiplications by
  * 1 / sigma and computes the definition (with its divisions) only for the
  * queries for which some row of the group may lie within the threshold;
- * the bound is at bound(). Not this file: the CEDD fast path and its
+ * the bound is at bound(). Hellinger does the same with the square roots
+ * of the elements taken once per query and once per group of rows
+ * (hell_far), not one per pair. Not this file: the CEDD fast path and its
  * filter (search/knn_search.c, search/knn_avx2.c), the GPU. */
 #include "search/distance_simd.h"
 
@@ -374,8 +376,35 @@ static double bound(size_t n, double thr)
     return b < 1e300 ? b : HUGE_VAL;
 }
 
+/* Hellinger's filter. The definition sums t_i = sqrt(a_i b_i) in order into
+ * S (then e = 1 - S / sqrt(sa sb), d = sqrt(e)); the filter sums s_i r_i,
+ * s = sqrt(a) per query, r = sqrt(b) per group of rows (no square root
+ * per pair), into S~. With u = 2^-53, for non-negative finite elements,
+ * t_i and s_i r_i are within 1.51u and 3.01u of sqrt(a_i b_i), and each
+ * sum of n non-negative terms within 1.01 (n - 1) u of its exact sum, so
+ * S <= S~ (1 + (3n + 8) u); then sqrt(sa sb)'s rounding, the quotient's,
+ * 1 - q's and the final square root's (d >= sqrt(e) (1 - u)) make d > thr
+ * certain when S~ (1 + (4n + 64) u) < (1 - thr^2 (1 + 64u) - 64u) c (1 -
+ * 64u), c = sqrt(sa sb) as computed here: the margins are tens of times
+ * the roundings, including those of this test's own arithmetic; n 1e-150
+ * added to S~ covers products that underflow. A negative or non-finite
+ * element makes S~ NaN or infinite, a zero or non-finite sum, a threshold
+ * that is NaN, negative or >= 1 (a Hellinger distance is at most 1) make
+ * the test fail: the row keeps its distance. */
+static int hell_far(double s, double sa, double sb, double thr, size_t n)
+{
+    const double u = 0x1p-53;
+    double c;
+    if (!(thr >= 0.0) || !(thr < 1.0) || !(sa > 0.0) || !(sb > 0.0)) return 0;
+    c = sqrt(sa * sb);
+    if (!(c > 0.0) || isinf(c)) return 0;
+    return (s + (double)n * 1e-150) * (1.0 + (4.0 * (double)n + 64.0) * u) <
+           (1.0 - thr * thr * (1.0 + 64.0 * u) - 64.0 * u) * c * (1.0 - 64.0 * u);
+}
+
 /* Scratch (pdist_block_scratch): qv (nq, n), qs (nq, 2), acc (nq, 4),
- * appr (nq, 4), inv (n), rs (8), then T (n, 4) at a 32-byte boundary. */
+ * appr (nq, 4), inv (n), rs (8), then T (n, 4) at a 32-byte boundary, then
+ * Hellinger's filter: sT (n, 4), sq (nq, n). */
 AVX2 void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, size_t nq, const uint8_t *rows,
                            size_t bytes, size_t cnt, size_t n, const double *sd, const double *thr, void *scratch,
                            double *out, size_t ld)
@@ -383,7 +412,13 @@ AVX2 void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, siz
     double *qv = scratch, *qs = qv + nq * n, *acc = qs + 2 * nq, *appr = acc + 4 * nq, *inv = appr + 4 * nq;
     double *rs = inv + n;
     double *T = (double *)(((uintptr_t)(rs + 8) + 31) & ~(uintptr_t)31);
+    double *sT = T + 4 * n, *sq = sT + 4 * n;
     kernel_fn k, approx = NULL;
+    /* Hellinger's filter takes n square roots a group of rows, the definition
+     * about 0.4 n a query on sparse histograms (none where the query's
+     * element is 0): it pays from about 4 queries a block (measured: 1 query
+     * 1.9x slower, 8 1.7x faster, 64 3.9x, rows far from the threshold) */
+    const int hell = thr && d == PDIST_HELLINGER && nq >= 8;
     const int simple = d == PDIST_L1 || d == PDIST_CHI2 ? 1 : d == PDIST_L2 || d == PDIST_STD_L2 ? 2 : 0;
     size_t q, r, i;
     switch (d) {
@@ -407,6 +442,8 @@ AVX2 void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, siz
     }
     if (approx)
         for (q = 0; q < nq; q++) qs[2 * q + 1] = bound(n, thr[q]); /* (std_l2 has no query sums) */
+    if (hell)
+        for (i = 0; i < nq * n; i++) sq[i] = sqrt(qv[i]);
     for (r = 0; r < cnt; r += 4) {
         const size_t m = cnt - r < 4 ? cnt - r : 4; /* rows of this group; the other lanes repeat row r */
         const uint8_t *b[4];
@@ -414,6 +451,21 @@ AVX2 void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, siz
         for (j = 0; j < 4; j++) b[j] = rows + (r + (j < m ? j : 0)) * bytes;
         group_load(e, b, n, T);
         group_sums(d, T, n, rs);
+        if (hell) { /* the definition only for the queries some row of the group may lie within */
+            for (i = 0; i < n; i++) _mm256_store_pd(sT + 4 * i, _mm256_sqrt_pd(_mm256_load_pd(T + 4 * i)));
+            k_dot(sT, sq, n, nq, NULL, appr);
+            for (q = 0; q < nq; q++) {
+                int any = 0;
+                for (j = 0; j < m; j++) any |= !hell_far(appr[4 * q + j], qs[2 * q], rs[j], thr[q], n);
+                if (!any) {
+                    for (j = 0; j < m; j++) out[q * ld + r + j] = HUGE_VAL;
+                    continue;
+                }
+                k(T, qv + q * n, n, 1, sd, acc + 4 * q);
+                for (j = 0; j < m; j++) out[q * ld + r + j] = finish(d, acc[4 * q + j], qs + 2 * q, rs, (int)j);
+            }
+            continue;
+        }
         if (!approx) {
             k(T, qv, n, nq, sd, acc);
             if (m == 4 && simple) /* the sums are the distances (l2: their square roots, vsqrtpd) */
