@@ -6,7 +6,7 @@
  *
  *   bench_knn [--sizes N,...] [--queries Q,...] [--ks K,...] [--no-peers]
  *             [--cpu-max PAIRS] [--live ROWS] [--family SPEC] [--range R] [--gpu-budget MIB]
- *             [--portable]
+ *             [--portable] [--zeros P]
  *
  * Random CEDD descriptors (bins 0..7, 70% zero, like real ones). For each
  * table size, query batch and k: ms per batch and queries/s on the GPU
@@ -40,7 +40,10 @@
  * each query batch on the GPU, hits per query, checked against the CPU on
  * 32 queries. --portable: the CPU's distances by the portable C path
  * (pdist_force_portable), not the AVX2 kernels (same results, for
- * comparing the two).
+ * comparing the two). --zeros P: P% of the elements zero in the random rows
+ * of CEDD and the histogram families (default 70; 0 gives dense histograms,
+ * where the CPU's chi2 divides at every element and its float filter
+ * pays); the peers, which draw their own rows with 70%, are then not run.
  *
  * After the table, CEDD's single queries (a batch of 1, k <= 64: the
  * one-launch kernel, gpu/knn_tc.cuh k_tc_one) get a "1 query" table: the
@@ -77,9 +80,12 @@ static uint32_t next_u32(void)
 
 static patina_extractor_t *EX; /* the family searched (CEDD by default) */
 
-/* n random descriptors of EX's shape: CEDD bins 0..7, 70% zero; other
- * families: L1-normalised histograms (f32), counts (u32), features of
- * mixed scales (f64). */
+static int ZEROS = 70; /* --zeros: the share (%) of zero elements in the rows */
+
+/* n random descriptors of EX's shape: CEDD bins 0..7, ZEROS% zero; other
+ * families: L1-normalised histograms (f32), counts (u32) with as many
+ * zeros, features of mixed scales (f64). */
+
 static void fill(uint8_t *d, size_t n)
 {
     const size_t dim = patina_extractor_dim(EX), bytes = patina_extractor_bytes(EX);
@@ -88,7 +94,7 @@ static void fill(uint8_t *d, size_t n)
         uint8_t *row = d + i * bytes;
         double sum = 0;
         for (k = 0; k < dim; k++) {
-            const uint32_t z = next_u32() % 100 < 70, v = 1 + next_u32() % 7;
+            const uint32_t z = next_u32() % 100 < (uint32_t)ZEROS, v = 1 + next_u32() % 7;
             switch (patina_extractor_elem(EX)) {
             case PATINA_ELEM_U8: row[k] = z ? 0 : (uint8_t)v; break;
             case PATINA_ELEM_U16: ((uint16_t *)row)[k] = z ? 0 : (uint16_t)v; break;
@@ -443,12 +449,18 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--range") && i + 1 < argc) range_r = atof(argv[++i]);
         else if (!strcmp(argv[i], "--gpu-budget") && i + 1 < argc) budget = strtoull(argv[++i], NULL, 10) << 20;
         else if (!strcmp(argv[i], "--portable")) pdist_force_portable(1);
+        else if (!strcmp(argv[i], "--zeros") && i + 1 < argc) ZEROS = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_knn [--sizes N,...] [--queries Q,...] [--ks K,...] [--no-peers] "
                             "[--cpu-max PAIRS] [--live ROWS] [--family SPEC] [--range R] [--gpu-budget MIB] "
-                            "[--portable]\n");
+                            "[--portable] [--zeros P]\n");
             return 2;
         }
+    }
+    if (ZEROS < 0 || ZEROS > 100) return 2;
+    if (ZEROS != 70 && peers) { /* knn_peers.py draws its own rows, 70% zero */
+        printf("--zeros %d: the peers draw 70%% zeros; not run\n", ZEROS);
+        peers = 0;
     }
     if (nqueries * nks > MAXC) return 2;
     if (patina_extractor_new(&ex, family) != PATINA_OK) {

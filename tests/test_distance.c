@@ -347,41 +347,41 @@ static void test_block(void **state)
     assert_int_equal(bad, 0);
 }
 
-/* Hellinger's AVX2 filter (blocks of 8 queries or more) on non-negative
- * histograms near one another, where it has to decide: at a threshold
- * equal to a row's own distance the row keeps it, bit for bit (its ties
- * must stay); one ulp below, or at 0.9 of it, +inf is allowed; and the
- * filter must leave out rows, or it filters nothing. Element types u32,
- * f32, f64; lengths 1 to 256; values spanning 1e-200 to 1e200 in some
- * cases (products that underflow or are large). Without AVX2 the portable
- * path ignores thresholds: skipped. */
-static void test_hellinger_filter(void **state)
+/* The AVX2 filters of Hellinger (blocks of 8 queries or more) and chi2 on
+ * non-negative histograms near one another, where they have to decide: at a
+ * threshold equal to a row's own distance the row keeps it, bit for bit
+ * (its ties must stay); one ulp below, or at 0.9 of it, +inf is allowed;
+ * and each filter must leave out rows, or it filters nothing. Element types
+ * u8 (chi2), u32, f32, f64; lengths 1 to 256; zero elements (chi2's
+ * zero-query terms); u32 counts above 2^24; f64 magnitudes from 1e-200 to
+ * 1e200 in some cases (Hellinger: products that underflow or are large;
+ * chi2: outside its float domain, so the definition runs), and for chi2 a
+ * negative element now and then (outside its domain too). Without AVX2
+ * the portable path ignores thresholds: skipped. */
+static void filter_case(pdist_t dist, const patina_elem *types, size_t ntypes, size_t *counts)
 {
-    static const patina_elem types[] = {PATINA_ELEM_U32, PATINA_ELEM_F32, PATINA_ELEM_F64};
     static const size_t lens[] = {1, 3, 8, 28, 59, 144, 256};
     enum { NQ = 8, CNT = 5 };
-    const pdist_def_t *def = pdist_get(PDIST_HELLINGER);
-    size_t bad = 0, dropped = 0, far = 0, runs = 0;
+    const pdist_def_t *def = pdist_get(dist);
     tu_rng_t r;
-    (void)state;
-    if (!pdist_simd()) {
-        printf("  skipped: no AVX2 on this CPU (the portable path has no filter)\n");
-        return;
-    }
-    tu_rng_seed(&r, 1618);
+    tu_rng_seed(&r, 1618 + (uint64_t)dist);
     for (int it = 0; it < 300; it++) {
-        const patina_elem e = types[it % 3];
+        const patina_elem e = types[(size_t)it % ntypes];
         const size_t n = lens[tu_rng_below(&r, sizeof lens / sizeof *lens)], es = patina_elem_size(e);
         const int wide = e == PATINA_ELEM_F64 && it % 4 == 3; /* magnitudes from 1e-200 to 1e200 */
+        const int big = e == PATINA_ELEM_U32 && it % 2 == 1; /* counts above 2^24 */
         uint8_t *q = calloc(NQ, n * es), *rows = calloc(CNT, n * es);
         void *scratch = malloc(pdist_block_scratch(NQ, n));
         double out[NQ * CNT], want[NQ * CNT], thr[NQ];
         for (size_t i = 0; i < n; i++) {
-            const double base = (double)(tu_rng_below(&r, 1000) + 1) * (wide ? pow(10.0, (double)tu_rng_below(&r, 400) - 200.0) : 1.0);
+            const double base = (double)(tu_rng_below(&r, 1000) + 1) *
+                                (wide ? pow(10.0, (double)tu_rng_below(&r, 400) - 200.0) : big ? 1e5 : 1.0);
             for (size_t k = 0; k < NQ + CNT; k++) { /* queries and rows near one another: +-3% per element */
-                const double v = tu_rng_below(&r, 10) == 0 ? 0.0 : base * (0.97 + 0.06 * (double)tu_rng_below(&r, 1000) / 1000.0);
+                double v = tu_rng_below(&r, 10) == 0 ? 0.0 : base * (0.97 + 0.06 * (double)tu_rng_below(&r, 1000) / 1000.0);
                 uint8_t *dst = k < NQ ? q + k * n * es : rows + (k - NQ) * n * es;
-                if (e == PATINA_ELEM_U32) ((uint32_t *)dst)[i] = (uint32_t)v;
+                if (dist == PDIST_CHI2 && e == PATINA_ELEM_F64 && tu_rng_below(&r, 500) == 0) v = -v;
+                if (e == PATINA_ELEM_U8) dst[i] = (uint8_t)(v / 4.0);
+                else if (e == PATINA_ELEM_U32) ((uint32_t *)dst)[i] = (uint32_t)v;
                 else if (e == PATINA_ELEM_F32) ((float *)dst)[i] = (float)(v / 1000.0);
                 else ((double *)dst)[i] = v;
             }
@@ -393,31 +393,46 @@ static void test_hellinger_filter(void **state)
                 const double x = want[a * CNT + (a + (size_t)it) % CNT];
                 thr[a] = mode == 0 ? x : mode == 1 ? nextafter(x, -1.0) : 0.9 * x;
             }
-            pdist_block(PDIST_HELLINGER, e, q, NQ, rows, n * es, CNT, n, NULL, thr, scratch, out, CNT);
+            pdist_block(dist, e, q, NQ, rows, n * es, CNT, n, NULL, thr, scratch, out, CNT);
             for (size_t a = 0; a < NQ; a++)
                 for (size_t k = 0; k < CNT; k++) {
                     const double got = out[a * CNT + k], w = want[a * CNT + k];
-                    far += w > thr[a];
+                    counts[1] += w > thr[a];
                     if (same_double(got, w)) continue;
                     if (isinf(got) && got > 0 && w > thr[a]) {
-                        dropped++;
+                        counts[2]++;
                         continue;
                     }
-                    if (bad < 8)
-                        printf("  hellinger elem %d n %zu mode %d query %zu row %zu: %.17g, definition %.17g, "
-                               "threshold %.17g\n", (int)e, n, mode, a, k, got, w, thr[a]);
-                    bad++;
+                    if (counts[3] < 8)
+                        printf("  %s elem %d n %zu mode %d query %zu row %zu: %.17g, definition %.17g, "
+                               "threshold %.17g\n", def->name, (int)e, n, mode, a, k, got, w, thr[a]);
+                    counts[3]++;
                 }
-            runs++;
+            counts[0]++;
         }
         free(q);
         free(rows);
         free(scratch);
     }
-    printf("  %zu blocks, %zu rows farther than the threshold, %zu of them left out, %zu wrong\n", runs, far, dropped,
-           bad);
-    assert_int_equal(bad, 0);
-    assert_true(dropped > far / 4); /* the filter works, not only holds */
+}
+
+static void test_filters(void **state)
+{
+    static const patina_elem hell[] = {PATINA_ELEM_U32, PATINA_ELEM_F32, PATINA_ELEM_F64};
+    static const patina_elem chi[] = {PATINA_ELEM_U8, PATINA_ELEM_U32, PATINA_ELEM_F32, PATINA_ELEM_F64};
+    (void)state;
+    if (!pdist_simd()) {
+        printf("  skipped: no AVX2 on this CPU (the portable path has no filter)\n");
+        return;
+    }
+    for (int f = 0; f < 2; f++) {
+        size_t c[4] = {0, 0, 0, 0}; /* blocks, rows farther than the threshold, left out, wrong */
+        filter_case(f ? PDIST_CHI2 : PDIST_HELLINGER, f ? chi : hell, f ? 4 : 3, c);
+        printf("  %s: %zu blocks, %zu rows farther than the threshold, %zu of them left out, %zu wrong\n",
+               f ? "chi2" : "hellinger", c[0], c[1], c[2], c[3]);
+        assert_int_equal(c[3], 0);
+        assert_true(c[2] > c[1] / 4); /* the filter works, not only holds */
+    }
 }
 
 int main(void)
@@ -429,7 +444,7 @@ int main(void)
         cmocka_unit_test(test_tanimoto_cedd),
         cmocka_unit_test(test_families),
         cmocka_unit_test(test_block),
-        cmocka_unit_test(test_hellinger_filter),
+        cmocka_unit_test(test_filters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,7 +31,8 @@
  * queries for which some row of the group may lie within the threshold;
  * the bound is at bound(). Hellinger does the same with the square roots
  * of the elements taken once per query and once per group of rows
- * (hell_far), not one per pair. Not this file: the CEDD fast path and its
+ * (hell_far), not one per pair; chi2 with a float key and its bound
+ * (chi2_far), four rows at a time in single precision. Not this file: the CEDD fast path and its
  * filter (search/knn_search.c, search/knn_avx2.c), the GPU. */
 #include "search/distance_simd.h"
 
@@ -402,9 +403,88 @@ static int hell_far(double s, double sa, double sb, double thr, size_t n)
            (1.0 - thr * thr * (1.0 + 64.0 * u) - 64.0 * u) * c * (1.0 - 64.0 * u);
 }
 
+/* chi2's filter, in floats (the GPU's float filter's bound, gpu/knn_fx.cuh):
+ * for non-negative elements each zero or in [2^-60, 2^60] (so every float
+ * is normal and no product or sum overflows), the float key sum (a - b)^2
+ * / (a + b) -- its inputs, difference, square and quotient rounded to
+ * float, the sum of n non-negative terms -- is within M = (n + 16) 2^-24
+ * (Σa + Σb) of the real sum (each term errs by <= 10.5 u_f (a + b), the
+ * sum by <= gamma_n of Σ (a + b)), and the definition's doubles within
+ * (n + 5) 2^-53 (Σa + Σb) of it, which M's factor (1 + 2^-10) covers. A
+ * row is left out when key - M (1 + 2^-10) > thr, the test itself with a
+ * margin of 2^-40 of its terms: its distance is then above thr. Where the
+ * query's element is 0 the term is b itself (the real (0 - b)^2 / b). */
+static int chi2_dom(double v) { return v == 0.0 || (v >= 0x1p-60 && v <= 0x1p60); }
+
+/* qs[0] = Σa of query qv (n doubles) and qf its floats; -1 when an element
+ * is outside the filter's domain, or when fewer than half its elements are
+ * non-zero: the definition divides only where the query's element is not
+ * zero (STEP_CHI2_ZQ), so on sparse queries it costs about what the filter
+ * does (measured: no gain, and the group's conversion to floats on top).
+ * Returns 1 when the query takes the filter. */
+static int chi2_query(const double *qv, size_t n, float *qf, double *qs)
+{
+    double sum = 0.0;
+    size_t nz = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!chi2_dom(qv[i])) {
+            qs[0] = -1.0;
+            return 0;
+        }
+        qf[i] = (float)qv[i];
+        sum += qv[i];
+        nz += qv[i] != 0.0;
+    }
+    qs[0] = 2 * nz >= n ? sum : -1.0;
+    return qs[0] >= 0.0;
+}
+
+/* The group's floats Tf (n, 4) from T and each lane's Σb into rs[0..3], or
+ * -1 for a lane with an element outside the domain */
+static AVX2 void chi2_group(const double *T, size_t n, float *Tf, double *rs)
+{
+    __m256d sum = _mm256_setzero_pd(), ok = _mm256_castsi256_pd(_mm256_set1_epi64x(-1));
+    const __m256d lo = _mm256_set1_pd(0x1p-60), hi = _mm256_set1_pd(0x1p60), z = _mm256_setzero_pd();
+    for (size_t i = 0; i < n; i++) {
+        const __m256d y = _mm256_load_pd(T + 4 * i);
+        const __m256d in = _mm256_or_pd(_mm256_cmp_pd(y, z, _CMP_EQ_OQ),
+                                        _mm256_and_pd(_mm256_cmp_pd(y, lo, _CMP_GE_OQ), _mm256_cmp_pd(y, hi, _CMP_LE_OQ)));
+        ok = _mm256_and_pd(ok, in);
+        sum = _mm256_add_pd(sum, y);
+        _mm_store_ps(Tf + 4 * i, _mm256_cvtpd_ps(y));
+    }
+    _mm256_storeu_pd(rs, _mm256_blendv_pd(_mm256_set1_pd(-1.0), sum, ok));
+}
+
+/* The float keys of query qf over the group Tf into key[0..3] */
+static AVX2 void chi2_keys(const float *Tf, const float *qf, size_t n, float *key)
+{
+    __m128 acc = _mm_setzero_ps();
+    for (size_t i = 0; i < n; i++) {
+        const __m128 y = _mm_load_ps(Tf + 4 * i);
+        if (qf[i] != 0.0f) {
+            const __m128 x = _mm_set1_ps(qf[i]), t = _mm_sub_ps(x, y);
+            acc = _mm_add_ps(acc, _mm_div_ps(_mm_mul_ps(t, t), _mm_add_ps(x, y)));
+        } else {
+            acc = _mm_add_ps(acc, y);
+        }
+    }
+    _mm_storeu_ps(key, acc);
+}
+
+/* 1 when lane j's distance is surely above thr (the float key's test) */
+static int chi2_far(float key, double sa, double sb, double thr, size_t n)
+{
+    double m;
+    if (!(thr >= 0.0) || isinf(thr) || !(sa >= 0.0) || !(sb >= 0.0)) return 0;
+    m = (double)(n + 16) * 0x1p-24 * (1.0 + 0x1p-10) * (sa + sb);
+    return (double)key - m > thr + (thr + m) * 0x1p-40;
+}
+
 /* Scratch (pdist_block_scratch): qv (nq, n), qs (nq, 2), acc (nq, 4),
  * appr (nq, 4), inv (n), rs (8), then T (n, 4) at a 32-byte boundary, then
- * Hellinger's filter: sT (n, 4), sq (nq, n). */
+ * Hellinger's filter: sT (n, 4), sq (nq, n) (chi2's: its floats Tf (n, 4)
+ * and qf (nq, n) there). */
 AVX2 void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, size_t nq, const uint8_t *rows,
                            size_t bytes, size_t cnt, size_t n, const double *sd, const double *thr, void *scratch,
                            double *out, size_t ld)
@@ -419,6 +499,8 @@ AVX2 void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, siz
      * element is 0): it pays from about 4 queries a block (measured: 1 query
      * 1.9x slower, 8 1.7x faster, 64 3.9x, rows far from the threshold) */
     const int hell = thr && d == PDIST_HELLINGER && nq >= 8;
+    int chif = 0;
+    float *Tf = (float *)sT, *qf = (float *)sq;
     const int simple = d == PDIST_L1 || d == PDIST_CHI2 ? 1 : d == PDIST_L2 || d == PDIST_STD_L2 ? 2 : 0;
     size_t q, r, i;
     switch (d) {
@@ -444,6 +526,8 @@ AVX2 void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, siz
         for (q = 0; q < nq; q++) qs[2 * q + 1] = bound(n, thr[q]); /* (std_l2 has no query sums) */
     if (hell)
         for (i = 0; i < nq * n; i++) sq[i] = sqrt(qv[i]);
+    if (thr && d == PDIST_CHI2) /* (chi2 has no query sums: qs[2 q] holds the filter's) */
+        for (q = 0; q < nq; q++) chif |= chi2_query(qv + q * n, n, qf + q * n, qs + 2 * q);
     for (r = 0; r < cnt; r += 4) {
         const size_t m = cnt - r < 4 ? cnt - r : 4; /* rows of this group; the other lanes repeat row r */
         const uint8_t *b[4];
@@ -451,6 +535,26 @@ AVX2 void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, siz
         for (j = 0; j < 4; j++) b[j] = rows + (r + (j < m ? j : 0)) * bytes;
         group_load(e, b, n, T);
         group_sums(d, T, n, rs);
+        if (chif) { /* the definition only for the queries some row of the group may lie within */
+            float key[4];
+            chi2_group(T, n, Tf, rs);
+            for (q = 0; q < nq; q++) {
+                int any = 0;
+                if (qs[2 * q] >= 0.0) {
+                    chi2_keys(Tf, qf + q * n, n, key);
+                    for (j = 0; j < m; j++) any |= !chi2_far(key[j], qs[2 * q], rs[j], thr[q], n);
+                } else {
+                    any = 1;
+                }
+                if (!any) {
+                    for (j = 0; j < m; j++) out[q * ld + r + j] = HUGE_VAL;
+                    continue;
+                }
+                k(T, qv + q * n, n, 1, sd, acc + 4 * q);
+                for (j = 0; j < m; j++) out[q * ld + r + j] = acc[4 * q + j];
+            }
+            continue;
+        }
         if (hell) { /* the definition only for the queries some row of the group may lie within */
             for (i = 0; i < n; i++) _mm256_store_pd(sT + 4 * i, _mm256_sqrt_pd(_mm256_load_pd(T + 4 * i)));
             k_dot(sT, sq, n, nq, NULL, appr);
