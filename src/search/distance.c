@@ -195,6 +195,8 @@ int pdist_simd(void)
 
 void pdist_force_portable(int on) { atomic_store(&portable_forced, on != 0); }
 
+size_t pdist_block_min(pdist_t d) { return d == PDIST_HELLINGER && pdist_simd() ? PDIST_HELL_BLOCK : 1; }
+
 size_t pdist_block_scratch(size_t nq, size_t n)
 {
     /* the AVX2 path's qv (nq, n), qs (nq, 2), acc and appr (nq, 4), inv (n), rs (8), T (n, 4) aligned to 32

@@ -101,6 +101,13 @@ void pdist_block(pdist_t d, patina_elem e, const uint8_t *queries, size_t nq, co
  * Clang, a CPU with AVX2 and the portable path not forced; else 0. */
 int pdist_simd(void);
 
+/* The fewest queries a pdist_block call should take for d's kernels to
+ * pay (Hellinger's filter on AVX2 takes blocks of PDIST_HELL_BLOCK or more:
+ * a search plans its blocks of queries at least this large where it has
+ * that many, splitting the rows among the threads instead); 1 otherwise. */
+#define PDIST_HELL_BLOCK 8
+size_t pdist_block_min(pdist_t d);
+
 /* Forces the portable C path (on != 0) or allows the AVX2 kernels again
  * (on = 0), process-wide, for the calls that start afterwards. For tests
  * and benchmarks that compare the two paths (they give the same doubles);

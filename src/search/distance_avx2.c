@@ -498,7 +498,7 @@ AVX2 void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, siz
      * about 0.4 n a query on sparse histograms (none where the query's
      * element is 0): it pays from about 4 queries a block (measured: 1 query
      * 1.9x slower, 8 1.7x faster, 64 3.9x, rows far from the threshold) */
-    const int hell = thr && d == PDIST_HELLINGER && nq >= 8;
+    const int hell = thr && d == PDIST_HELLINGER && nq >= PDIST_HELL_BLOCK;
     int chif = 0;
     float *Tf = (float *)sT, *qf = (float *)sq;
     const int simple = d == PDIST_L1 || d == PDIST_CHI2 ? 1 : d == PDIST_L2 || d == PDIST_STD_L2 ? 2 : 0;

@@ -449,12 +449,15 @@ static size_t merge_lists(patina_hit_t *out, size_t limit, patina_hit_t *const *
 /* Resolves threads, the blocks of queries and the chunking of each
  * query's rows. A block holds up to QB_MAX queries (their doubles within
  * QB_BYTES, so they stay in L2 while a group of rows serves them all),
- * fewer where that leaves less than two blocks per thread; when there are
- * fewer blocks than threads, each query's rows are cut into chunks. */
-static void plan(size_t n, size_t dim, size_t nq, int threads, int *nthreads, size_t *qb, size_t *nblocks,
-                 size_t *nchunks, size_t *chunk)
+ * fewer where that leaves less than two blocks per thread but not fewer
+ * than qb_min (the distance's pdist_block_min: Hellinger's filter takes
+ * blocks of 8); when there are fewer blocks than threads, each query's rows
+ * are cut into chunks. */
+static void plan(size_t n, size_t dim, size_t nq, size_t qb_min, int threads, int *nthreads, size_t *qb,
+                 size_t *nblocks, size_t *nchunks, size_t *chunk)
 {
     size_t want, maxc, b = (nq + 2 * (size_t)threads - 1) / (2 * (size_t)threads);
+    if (b < qb_min) b = qb_min < nq ? qb_min : nq; /* the distance's kernels pay from qb_min queries a block */
     if (b > QB_MAX) b = QB_MAX;
     if (b > QB_BYTES / (dim * sizeof(double) + 1)) b = QB_BYTES / (dim * sizeof(double) + 1);
     *qb = b < 1 ? 1 : b;
@@ -983,7 +986,8 @@ static patina_status job_rows(patina_context_t *ctx, job_t *jb, const patina_ind
     jb->ratio = ratio;
     jb->queries = queries;
     jb->nq = nq;
-    plan(jb->n, ixs[0]->dim, nq, cpu_threads(ctx), nthreads, &jb->qb, &jb->nblocks, &jb->nchunks, &jb->chunk);
+    plan(jb->n, ixs[0]->dim, nq, pdist_block_min(ixs[0]->dist_id), cpu_threads(ctx), nthreads, &jb->qb,
+         &jb->nblocks, &jb->nchunks, &jb->chunk);
     if (fast) PATINA_TRY(prepare_queries(fast, queries, nq, tq));
     jb->tq = *tq;
     if (self) PATINA_TRY(prepare_self(self, queries, nq, qself));
