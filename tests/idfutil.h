@@ -41,16 +41,7 @@ static inline unsigned char *make_record(size_t m, size_t count, const uint8_t *
 {
     size_t bytes = rs_record_bytes(m, RS_QUANT_U8), i;
     unsigned char *rec = calloc(1, bytes), *g;
-    rs_put_u32(rec + 0, (uint32_t)count);
-    rs_put_u32(rec + 4, RS_VERSION);
-    rs_put_u32(rec + 8, (uint32_t)m);
-    rs_put_u32(rec + 12, RS_QUANT_U8);
-    rs_put_f32(rec + 16, RS_U8_SCALE);
-    rs_put_f32(rec + 20, 1.0f);
-    rs_put_u32(rec + 24, (uint32_t)w);
-    rs_put_u32(rec + 28, (uint32_t)h);
-    rs_put_u32(rec + 32, (uint32_t)w);
-    rs_put_u32(rec + 36, (uint32_t)h);
+    rs_put_header(rec, (uint32_t)count, (uint32_t)m, RS_QUANT_U8, 1.0f, (uint32_t)w, (uint32_t)h, (uint32_t)w, (uint32_t)h);
     if (rows) memcpy(rec + RS_HEADER, rows, count * 128);
     g = rec + RS_HEADER + m * 128;
     for (i = 0; geom && i < 4 * count; i++) rs_put_f32(g + 4 * i, geom[i]);

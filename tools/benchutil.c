@@ -189,13 +189,7 @@ void bench_rootsift_record(unsigned char *rec, size_t m, size_t count, bench_rng
 {
     size_t i, k;
     memset(rec, 0, rs_record_bytes(m, RS_QUANT_U8));
-    rs_put_u32(rec, (uint32_t)count);
-    rs_put_u32(rec + 4, RS_VERSION);
-    rs_put_u32(rec + 8, (uint32_t)m);
-    rs_put_u32(rec + 12, RS_QUANT_U8);
-    rs_put_f32(rec + 16, RS_U8_SCALE);
-    rs_put_f32(rec + 20, 1.0f);
-    for (k = 0; k < 4; k++) rs_put_u32(rec + 24 + 4 * k, 1024);
+    rs_put_header(rec, (uint32_t)count, (uint32_t)m, RS_QUANT_U8, 1.0f, 1024, 1024, 1024, 1024);
     for (i = 0; i < count; i++) {
         bench_rootsift_row(rec + RS_HEADER + i * 128, r);
         for (k = 0; k < 2; k++)

@@ -130,6 +130,26 @@ static inline uint32_t rs_size(const void *rec, int which)
     return rs_get_u32((const unsigned char *)rec + 24 + 4 * which);
 }
 
+/* Writes a header (the readers above, field by field): count valid rows of
+ * m, quantisation quant and its scale, downscale, the detected image's w x
+ * h and the original's W x H. The rest of the record is the caller's (its
+ * reserved bytes zero). */
+static inline void rs_put_header(void *rec, uint32_t count, uint32_t m, uint32_t quant, float downscale, uint32_t w,
+                                 uint32_t h, uint32_t W, uint32_t H)
+{
+    unsigned char *p = (unsigned char *)rec;
+    rs_put_u32(p + 0, count);
+    rs_put_u32(p + 4, RS_VERSION);
+    rs_put_u32(p + 8, m);
+    rs_put_u32(p + 12, quant);
+    rs_put_f32(p + 16, quant == RS_QUANT_F16 ? RS_F16_SCALE : RS_U8_SCALE);
+    rs_put_f32(p + 20, downscale);
+    rs_put_u32(p + 24, w);
+    rs_put_u32(p + 28, h);
+    rs_put_u32(p + 32, W);
+    rs_put_u32(p + 36, H);
+}
+
 /* Row i of the descriptors: 128 u8 (quant u8) or 128 little-endian binary16
  * (quant f16). Borrowed from the record. */
 static inline const unsigned char *rs_row(const void *rec, size_t i)

@@ -77,7 +77,7 @@ patina_status clu_synth_pool(unsigned char **pool, const patina_table_t *t, uint
     /* an identification table's record m from its size: 64 + m (128 + 16) bytes at u8 */
     const size_t m = bytes < RS_HEADER ? 0 : (bytes - RS_HEADER) / (RS_DIM + 4 * sizeof(float));
     unsigned char *out;
-    size_t i, r, k;
+    size_t i, r;
     *pool = NULL;
     if (!(patina_table_caps(t) & PATINA_CAP_IDENTIFY)) return PATINA_OK; /* rows of their own: clu_synth_desc */
     if (bytes < RS_HEADER || rs_record_bytes(m, RS_QUANT_U8) != bytes)
@@ -89,13 +89,7 @@ patina_status clu_synth_pool(unsigned char **pool, const patina_table_t *t, uint
     memset(out, 0, CLU_SYNTH_POOL * bytes);
     for (i = 0; i < CLU_SYNTH_POOL; i++) {
         unsigned char *rec = out + i * bytes;
-        rs_put_u32(rec, (uint32_t)m);
-        rs_put_u32(rec + 4, RS_VERSION);
-        rs_put_u32(rec + 8, (uint32_t)m);
-        rs_put_u32(rec + 12, RS_QUANT_U8);
-        rs_put_f32(rec + 16, RS_U8_SCALE);
-        rs_put_f32(rec + 20, 1.0f);
-        for (k = 0; k < 4; k++) rs_put_u32(rec + 24 + 4 * k, 1024);
+        rs_put_header(rec, (uint32_t)m, (uint32_t)m, RS_QUANT_U8, 1.0f, 1024, 1024, 1024, 1024);
         for (r = 0; r < m; r++) {
             unsigned char *g = rec + RS_HEADER + m * RS_DIM + r * 16;
             rootsift_row(rec + RS_HEADER + r * RS_DIM, &s);

@@ -326,16 +326,7 @@ static void write_record(unsigned char *rec, size_t budget, const rootsift_param
     const size_t eb = rs_elem_bytes(q);
     unsigned char *geo = rec + RS_HEADER + budget * RS_DIM * eb;
     memset(rec, 0, rs_record_bytes(budget, q));
-    rs_put_u32(rec + 0, (uint32_t)keep->n);
-    rs_put_u32(rec + 4, RS_VERSION);
-    rs_put_u32(rec + 8, (uint32_t)budget);
-    rs_put_u32(rec + 12, q);
-    rs_put_f32(rec + 16, q == RS_QUANT_F16 ? RS_F16_SCALE : RS_U8_SCALE);
-    rs_put_f32(rec + 20, down);
-    rs_put_u32(rec + 24, (uint32_t)w);
-    rs_put_u32(rec + 28, (uint32_t)h);
-    rs_put_u32(rec + 32, (uint32_t)W);
-    rs_put_u32(rec + 36, (uint32_t)H);
+    rs_put_header(rec, (uint32_t)keep->n, (uint32_t)budget, q, down, (uint32_t)w, (uint32_t)h, (uint32_t)W, (uint32_t)H);
     for (size_t i = 0; i < keep->n; i++) {
         const feat_t *ft = &keep->f[i];
         unsigned char *row = rec + RS_HEADER + i * RS_DIM * eb;
