@@ -535,42 +535,7 @@ AVX2 void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, siz
         for (j = 0; j < 4; j++) b[j] = rows + (r + (j < m ? j : 0)) * bytes;
         group_load(e, b, n, T);
         group_sums(d, T, n, rs);
-        if (chif) { /* the definition only for the queries some row of the group may lie within */
-            float key[4];
-            chi2_group(T, n, Tf, rs);
-            for (q = 0; q < nq; q++) {
-                int any = 0;
-                if (qs[2 * q] >= 0.0) {
-                    chi2_keys(Tf, qf + q * n, n, key);
-                    for (j = 0; j < m; j++) any |= !chi2_far(key[j], qs[2 * q], rs[j], thr[q], n);
-                } else {
-                    any = 1;
-                }
-                if (!any) {
-                    for (j = 0; j < m; j++) out[q * ld + r + j] = HUGE_VAL;
-                    continue;
-                }
-                k(T, qv + q * n, n, 1, sd, acc + 4 * q);
-                for (j = 0; j < m; j++) out[q * ld + r + j] = acc[4 * q + j];
-            }
-            continue;
-        }
-        if (hell) { /* the definition only for the queries some row of the group may lie within */
-            for (i = 0; i < n; i++) _mm256_store_pd(sT + 4 * i, _mm256_sqrt_pd(_mm256_load_pd(T + 4 * i)));
-            k_dot(sT, sq, n, nq, NULL, appr);
-            for (q = 0; q < nq; q++) {
-                int any = 0;
-                for (j = 0; j < m; j++) any |= !hell_far(appr[4 * q + j], qs[2 * q], rs[j], thr[q], n);
-                if (!any) {
-                    for (j = 0; j < m; j++) out[q * ld + r + j] = HUGE_VAL;
-                    continue;
-                }
-                k(T, qv + q * n, n, 1, sd, acc + 4 * q);
-                for (j = 0; j < m; j++) out[q * ld + r + j] = finish(d, acc[4 * q + j], qs + 2 * q, rs, (int)j);
-            }
-            continue;
-        }
-        if (!approx) {
+        if (!approx && !hell && !chif) {
             k(T, qv, n, nq, sd, acc);
             if (m == 4 && simple) /* the sums are the distances (l2: their square roots, vsqrtpd) */
                 for (q = 0; q < nq; q++) {
@@ -582,11 +547,25 @@ AVX2 void pdist_avx2_block(pdist_t d, patina_elem e, const uint8_t *queries, siz
                     for (j = 0; j < m; j++) out[q * ld + r + j] = finish(d, acc[4 * q + j], qs + 2 * q, rs, (int)j);
             continue;
         }
-        approx(T, qv, n, nq, inv, appr);
+        /* a filter: the group's cheap sums, then the definition only for the
+         * queries some row of the group may lie within */
+        if (approx) {
+            approx(T, qv, n, nq, inv, appr);
+        } else if (hell) {
+            for (i = 0; i < n; i++) _mm256_store_pd(sT + 4 * i, _mm256_sqrt_pd(_mm256_load_pd(T + 4 * i)));
+            k_dot(sT, sq, n, nq, NULL, appr);
+        } else {
+            chi2_group(T, n, Tf, rs); /* (rs: the filter's Σb; chi2's finish reads no sum) */
+        }
         for (q = 0; q < nq; q++) {
-            int any = 0;
-            for (j = 0; j < m; j++) any |= !(appr[4 * q + j] > qs[2 * q + 1]);
-            if (!any) { /* every row of the group is farther than thr[q] */
+            float key[4];
+            int far = !chif || qs[2 * q] >= 0.0; /* chi2: a query outside its filter's domain has none */
+            if (chif && far) chi2_keys(Tf, qf + q * n, n, key);
+            for (j = 0; far && j < m; j++)
+                far = approx ? appr[4 * q + j] > qs[2 * q + 1]
+                      : hell ? hell_far(appr[4 * q + j], qs[2 * q], rs[j], thr[q], n)
+                             : chi2_far(key[j], qs[2 * q], rs[j], thr[q], n);
+            if (far) { /* every row of the group is farther than thr[q] */
                 for (j = 0; j < m; j++) out[q * ld + r + j] = HUGE_VAL;
                 continue;
             }
