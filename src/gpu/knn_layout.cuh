@@ -17,7 +17,7 @@
 #define TC_KMAX PGPU_KNN_KMAX /* k on the GPU */
 #define TC_FINAL_THREADS 512
 #define TC_SEL_THREADS 1024
-#define TC_TSEL_THREADS 256 /* k_tc_select's block: a pilot of thousands of values a query */
+#define TC_TSEL_THREADS 256 /* the pilot selects' block (k_tc_select, k_fl_select): thousands of values a query */
 
 /* Per query: T2, T2^2, S2 (exact integers as floats) and the filter's
  * threshold theta' (scan) -- written by k_tc_select or the host (range). */
