@@ -20,7 +20,10 @@
  *              files/s, and the stage times the pipeline reports (read and
  *              decode run on the producer side; with the GPU they overlap
  *              extract and store, so the stage seconds can add up to more
- *              than the wall time);
+ *              than the wall time); "decode share" is decode's seconds over
+ *              the stages' sum, "starved" the part of the wall time the
+ *              extract + store side waited for images (t_starved: reading and
+ *              decoding beyond what overlapped extraction);
  *   extract    patina_extract_batch on batches of decoded images already in
  *              host memory (no read, no decode, no store): images/s;
  *   decode     libjpeg-turbo decoding alone on all CPU threads: images/s;
@@ -458,8 +461,8 @@ int main(int argc, char **argv)
         }
     }
     printf("| family | device | e2e s | e2e img/s | extract-only img/s | e2e / extract | read s | decode s "
-           "| extract s | store s | decode share | exact decoder: entropy / setup / device wait s |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "| extract s | store s | decode share | starved | exact decoder: entropy / setup / device wait s |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int f = 0; f < nf; f++)
         for (int d = 0; d < 2 * nd + nvjpeg; d++) {
             /* rows 0 .. nd-1: the devices with the CPU decoder; nd .. 2nd-1:
@@ -514,8 +517,8 @@ int main(int argc, char **argv)
                    (double)st.indexed / st.seconds);
             if (ext > 0) printf("%.1f | %.2f | ", ext, ((double)st.indexed / st.seconds) / ext);
             else printf("- | - | ");
-            printf("%.2f | %.2f | %.2f | %.2f | %.0f%% | ", st.t_read, st.t_decode, st.t_extract, st.t_store,
-                   busy > 0 ? 100.0 * st.t_decode / busy : 0.0);
+            printf("%.2f | %.2f | %.2f | %.2f | %.0f%% | %.0f%% | ", st.t_read, st.t_decode, st.t_extract, st.t_store,
+                   busy > 0 ? 100.0 * st.t_decode / busy : 0.0, st.seconds > 0 ? 100.0 * st.t_starved / st.seconds : 0.0);
             if (use_exact) printf("%.3f / %.3f / %.3f |\n", st.t_jpegx_entropy, st.t_jpegx_setup, st.t_jpegx_wait);
             else printf("- |\n");
             fflush(stdout);

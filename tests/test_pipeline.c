@@ -327,6 +327,8 @@ static void test_index_files(void **state)
     assert_int_equal(s.failed, 2);
     assert_int_equal(s.skipped, 0);
     assert_int_equal(s.warned, 1);
+    /* the store side's waits: a part of the wall time, at least the producer's (t_wait) */
+    assert_true(s.t_starved >= s.t_wait && s.t_wait >= 0 && s.t_starved <= s.seconds);
     assert_int_equal(r.errors.n, 2);
     m = reported_once(&r.errors, tp("imgs/trunc.jpg"));
     assert_non_null(strstr(m, "truncated JPEG data"));

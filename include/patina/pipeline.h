@@ -63,6 +63,14 @@ typedef struct patina_index_stats {
      * rounds, and the store side's wait for a window's last round before it
      * extracts, which t_decode also counts). */
     double t_jpegx_entropy, t_jpegx_setup, t_jpegx_wait;
+    /* Wall seconds the extract + store side had nothing to work on: its
+     * waits for the producer (t_wait: the next window read and decoded, or
+     * a video's next frames) and for the exact GPU decoder's last round of a
+     * window. With the stages overlapping (the GPU device), t_starved /
+     * seconds is the part of the run that reading and decoding cost beyond
+     * what ran alongside extraction; t_decode counts a decoder's own time,
+     * its waits for a GPU busy with extraction included. */
+    double t_starved;
 } patina_index_stats_t;
 
 /* Who decodes JPEG files. libjpeg-turbo on the CPU workers gives the

@@ -1586,6 +1586,7 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
             stats->t_jpegx_entropy = prod.tx[0];
             stats->t_jpegx_setup = prod.tx[1];
             stats->t_jpegx_wait = prod.tx[2] + tx_finish;
+            stats->t_starved = stats->t_wait + t_finish;
             if (result == PATINA_OK && opts.progress) opts.progress(opts.user, stats);
         }
     }
@@ -1612,6 +1613,7 @@ done:
         free(win[k].slots);
     }
     stats->seconds = patina_now() - t0;
+    stats->t_starved = stats->t_wait + t_finish;
     free(prod.probe);
     free(prod.seen.v);
     free(imgs);
