@@ -7,6 +7,8 @@
 # Sanitizers and fuzzing (CPU-only builds of their own):
 #   make asan   the suite under AddressSanitizer + UBSan   (build-asan)
 #   make ubsan  the suite under UBSan alone                (build-ubsan)
+#   make valgrind  the C unit tests of BUILD under valgrind's memcheck
+#               (scripts/valgrind.sh; VALGRIND_TESTS="test_image ..." picks some)
 #   make fuzz   builds the libFuzzer targets with clang and runs each for
 #               FUZZ_SECONDS (default 60); FUZZ_TARGETS="jpeg png" picks some
 #               (build-fuzz; docs/fuzzing.md)
@@ -26,7 +28,7 @@ FUZZ_TARGETS ?=
 RUN_TARGETS = patina patina_cli patina_variant
 CONFIGURE = -DCMAKE_BUILD_TYPE=Release -DPATINA_WERROR=$(WERROR) -DPATINA_CUDA=$(CUDA) $(CMAKE_FLAGS)
 
-.PHONY: all bootstrap build build-run samples peers run test install asan ubsan tsan fuzz clean
+.PHONY: all bootstrap build build-run samples peers run test install asan ubsan tsan valgrind fuzz clean
 all: build
 
 bootstrap:
@@ -79,6 +81,12 @@ tsan:
 # The suite under UBSan alone (CPU-only build).
 ubsan:
 	$(MAKE) test BUILD=build-ubsan CMAKE_FLAGS="-DPATINA_SANITIZE=undefined -DPATINA_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug"
+
+# The C unit tests under valgrind (memcheck errors and definite leaks fail
+# them; libjpeg-turbo's SIMD off: scripts/valgrind.sh says why).
+VALGRIND_TESTS ?=
+valgrind: build
+	scripts/valgrind.sh $(BUILD) $(VALGRIND_TESTS)
 
 # libFuzzer targets (tests/fuzz): clang + compiler-rt come from the
 # bootstrap's fuzz list; only the library, the targets and their seeds are
