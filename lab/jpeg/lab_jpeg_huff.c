@@ -228,6 +228,7 @@ int main(int argc, char **argv)
         jh_rec_t *rec = calloc(nch * JH_REC, sizeof *rec);
         uint8_t *dirty = calloc(2 * nch, 1);
         int32_t *dc = calloc(4 * nch, sizeof *dc);
+        uint32_t live[JH_ROUNDS + 1] = {0};
         size_t ob = 0, oc = 0, ox = 0, oi = 0, bad = 0;
         jh_batch_t b;
         double t[8], tr[JH_ROUNDS], t0;
@@ -263,6 +264,7 @@ int main(int argc, char **argv)
         b.dirty[1] = dirty + nch;
         b.g0 = g0;
         b.dc = dc;
+        b.live = live;
         b.nimg = (uint32_t)n;
         b.nchunk = (uint32_t)nch;
         b.niv = (uint32_t)niv;

@@ -233,17 +233,46 @@ typedef struct jh_out {
     int32_t dc[4];     /* per component: the sum of the DC differences decoded so far */
 } jh_out_t;
 
-/* The (nblocks, 64) index of interval-relative block g of an interval
- * starting at MCU mcu0, or -1 for a block outside the stored area (the
- * dummy blocks of partial MCUs at the right and bottom edges). */
-JH_FN int64_t jh_block_at(const jh_scan_t *sc, uint32_t mcu0, uint32_t g)
+/* The (nblocks, 64) index of block b of the MCU in MCU column mx, row my, or
+ * -1 for a block outside the stored area (the dummy blocks of partial MCUs
+ * at the right and bottom edges). */
+JH_FN int64_t jh_block_in(const jh_scan_t *sc, uint32_t mx, uint32_t my, int b)
 {
-    uint32_t m = mcu0 + g / (uint32_t)sc->nblk, b = g % (uint32_t)sc->nblk;
     int c = sc->bcomp[b];
-    int32_t x = (int32_t)(m % (uint32_t)sc->mcus_per_row) * sc->cmw[c] + sc->bx[b];
-    int32_t y = (int32_t)(m / (uint32_t)sc->mcus_per_row) * sc->cmh[c] + sc->by[b];
+    int32_t x = (int32_t)mx * sc->cmw[c] + sc->bx[b];
+    int32_t y = (int32_t)my * sc->cmh[c] + sc->by[b];
     if (x >= sc->cbw[c] || y >= sc->cbh[c]) return -1;
     return (int64_t)sc->cfirst[c] + (int64_t)y * sc->cbw[c] + x;
+}
+
+/* The same for interval-relative block g of an interval starting at MCU mcu0. */
+JH_FN int64_t jh_block_at(const jh_scan_t *sc, uint32_t mcu0, uint32_t g)
+{
+    uint32_t m = mcu0 + g / (uint32_t)sc->nblk;
+    return jh_block_in(sc, m % (uint32_t)sc->mcus_per_row, m / (uint32_t)sc->mcus_per_row, (int)(g % (uint32_t)sc->nblk));
+}
+
+/* The 4 bytes of d from byte w on as one big-endian word, bytes at or beyond
+ * n read as 0. d must have 8 readable bytes after byte n - 1 and, on the
+ * device, readable bytes back to the 4-byte boundary at or before d + w
+ * (the staged data is 8-byte aligned and followed by 8 bytes). */
+JH_FN uint32_t jh_load4(const uint8_t *d, uint32_t w, uint32_t n)
+{
+    if (w + 4 <= n) {
+#ifdef __CUDA_ARCH__
+        uintptr_t a = (uintptr_t)(d + w);
+        const uint32_t *p = (const uint32_t *)(a & ~(uintptr_t)3);
+        uint32_t x = __funnelshift_r(__ldg(p), __ldg(p + 1), (unsigned)(a & 3) * 8);
+        return __byte_perm(x, 0, 0x0123);
+#else
+        return (uint32_t)d[w] << 24 | (uint32_t)d[w + 1] << 16 | (uint32_t)d[w + 2] << 8 | d[w + 3];
+#endif
+    }
+    {
+        uint32_t v = 0;
+        for (int i = 0; i < 4; i++) v = v << 8 | (w + (uint32_t)i < n ? d[w + (uint32_t)i] : 0u);
+        return v;
+    }
 }
 
 /* A codeword boundary of a chunk's guessed decode (jh_step_init records
@@ -272,27 +301,41 @@ typedef struct jh_rec {
  * in the same state (position, block of the MCU, coefficient): returns its
  * index (s then holds the state there), else -1.
  *
- * Bits are read through a 64-bit window refilled a byte at a time (bytes at
- * or beyond `end` read as 0): the codeword at pos is the window's top bits. */
+ * Bits are read through a 64-bit window refilled 32 bits at a time from a
+ * word loaded one refill ahead (bytes at or beyond `end` read as 0): the
+ * codeword at pos is the window's top bits. The tables of the current block of the MCU are looked up once per
+ * block, and with o the block's place is followed MCU by MCU (one division
+ * at the entry). */
 JH_FN int jh_decode(const jh_scan_t *sc, const jh_table_t *tab, const uint8_t *d, uint32_t end, uint32_t stop,
                     uint32_t limit, jh_state_t *s, jh_out_t *o, jh_rec_t *rec, const jh_rec_t *match, int guess)
 {
     uint32_t pos = s->pos, nb = s->nb, len8 = end >> 3, wbyte = pos >> 3;
     int blkn = s->blkn, k = s->k, err = 0, nrec = 0, mi = 0, found = -1;
+    const int nblk = sc->nblk;
     uint32_t ncw = 0, next_rec = 0; /* codewords decoded; the next one to record after */
     int16_t *blk = 0;
-    uint64_t win = 0;
-    int wbits = 0;
+    uint64_t win;
+    int wbits;
+    const jh_table_t *tdc = tab + sc->bdc[blkn], *tac = tab + sc->bac[blkn];
+    int comp = sc->bcomp[blkn];
+    uint32_t mx = 0, my = 0; /* with o: the MCU of the current block, and its block by place */
+    int pb = 0;
+    uint32_t nw; /* the next 4 bytes, loaded a refill ahead (the load's latency off the decode's path) */
     /* the window: bits from pos on, the first at the top */
-    if (pos < end) {
-        win = (uint64_t)d[wbyte++] << 56;
-        wbits = 8;
-        win <<= pos & 7;
-        wbits -= (int)(pos & 7);
-    }
-    if (o && k != 0) { /* entered in the middle of a block: find it again */
-        int64_t a = jh_block_at(sc, o->mcu0, o->g0 + nb);
-        blk = a < 0 ? 0 : o->coef + a * 64;
+    win = (uint64_t)jh_load4(d, wbyte, len8) << 32;
+    nw = jh_load4(d, wbyte + 4, len8);
+    wbyte += 8;
+    wbits = 32 - (int)(pos & 7);
+    win <<= pos & 7;
+    if (o) {
+        uint32_t g = o->g0 + nb, m = o->mcu0 + g / (uint32_t)nblk;
+        mx = m % (uint32_t)sc->mcus_per_row;
+        my = m / (uint32_t)sc->mcus_per_row;
+        pb = (int)(g % (uint32_t)nblk);
+        if (k != 0) { /* entered in the middle of a block: find it again */
+            int64_t a = jh_block_in(sc, mx, my, pb);
+            blk = a < 0 ? 0 : o->coef + a * 64;
+        }
     }
     for (;;) {
         /* a boundary: record it, or compare it */
@@ -312,19 +355,18 @@ JH_FN int jh_decode(const jh_scan_t *sc, const jh_table_t *tab, const uint8_t *d
             if (mi == JH_REC) match = 0; /* past its last boundary: decode on */
         }
         if (!(pos < stop && nb < limit)) break;
-        while (wbits <= 56) {
-            uint64_t byte = wbyte < len8 ? d[wbyte] : 0;
-            win |= byte << (56 - wbits);
-            wbyte++;
-            wbits += 8;
+        if (wbits <= 32) {
+            win |= (uint64_t)nw << (32 - wbits);
+            nw = jh_load4(d, wbyte, len8);
+            wbyte += 4;
+            wbits += 32;
         }
         {
             uint32_t v = (uint32_t)(win >> 32);
             int len, sym, size, used;
             if (k == 0) {
-                int c = sc->bcomp[blkn];
                 int32_t diff = 0;
-                sym = jh_symbol(tab + sc->bdc[blkn], v, &len);
+                sym = jh_symbol(tdc, v, &len);
                 if (!len) {
                     if (!guess) {
                         err = JH_E_CODE;
@@ -340,15 +382,15 @@ JH_FN int jh_decode(const jh_scan_t *sc, const jh_table_t *tab, const uint8_t *d
                 }
                 if (size) diff = jh_extend((v << len) >> (32 - size), size);
                 if (o) {
-                    int64_t a = jh_block_at(sc, o->mcu0, o->g0 + nb);
-                    o->dc[c] = (int32_t)((uint32_t)o->dc[c] + (uint32_t)diff); /* modulo 2^32: 16 bits are kept */
+                    int64_t a = jh_block_in(sc, mx, my, pb);
+                    o->dc[comp] = (int32_t)((uint32_t)o->dc[comp] + (uint32_t)diff); /* modulo 2^32: 16 bits are kept */
                     blk = a < 0 ? 0 : o->coef + a * 64;
-                    if (blk) blk[0] = (int16_t)(uint16_t)(uint32_t)o->dc[c];
+                    if (blk) blk[0] = (int16_t)(uint16_t)(uint32_t)o->dc[comp];
                 }
                 k = 1;
             } else {
                 int r;
-                sym = jh_symbol(tab + sc->bac[blkn], v, &len);
+                sym = jh_symbol(tac, v, &len);
                 if (!len) {
                     if (!guess) {
                         err = JH_E_CODE;
@@ -396,7 +438,17 @@ JH_FN int jh_decode(const jh_scan_t *sc, const jh_table_t *tab, const uint8_t *d
         if (k == 64) {
             k = 0;
             nb++;
-            if (++blkn == sc->nblk) blkn = 0;
+            if (++blkn == nblk) blkn = 0;
+            tdc = tab + sc->bdc[blkn];
+            tac = tab + sc->bac[blkn];
+            comp = sc->bcomp[blkn];
+            if (o && ++pb == nblk) {
+                pb = 0;
+                if (++mx == (uint32_t)sc->mcus_per_row) {
+                    mx = 0;
+                    my++;
+                }
+            }
         }
     }
     if (rec)
@@ -459,6 +511,8 @@ typedef struct jh_batch {
     uint8_t *dirty[2];            /* (nchunk) the chunk must decode again (its predecessor's exit changed) */
     uint32_t *g0;                 /* (nchunk) its first block in its interval (after settle) */
     int32_t *dc;                  /* (nchunk, 4) running DC sums (write), then offsets (dc) */
+    uint32_t *live;               /* (rounds + 1), zero on entry: live[r] != 0 when round r
+                                   * has a chunk marked (init sets live[0], round r live[r + 1]) */
     uint32_t nimg, nchunk, niv;
 } jh_batch_t;
 
@@ -520,6 +574,7 @@ JH_FN void jh_step_init(const jh_batch_t *b, uint32_t i)
     b->st[0][i] = s;
     b->gx[i] = s;
     b->dirty[0][i] = c != v->c0;
+    if (c != v->c0) b->live[0] = 1;
 }
 
 /* Chunk i of image im, interval v, decoded again from its predecessor's exit
@@ -549,9 +604,14 @@ JH_FN jh_state_t jh_redo(const jh_batch_t *b, const jh_img_t *im, const jh_iv_t 
     return s;
 }
 
-/* 2. One Jacobi round from st[r & 1] / dirty[r & 1] into the other pair. */
+/* 2. One Jacobi round from st[r & 1] / dirty[r & 1] into the other pair.
+ * A round after one that had no chunk marked does nothing: the pair it would
+ * write is that round's input, which is final, and its flags are all clear
+ * (the steps after the rounds read st[JH_ROUNDS & 1], whichever round wrote
+ * it last). */
 JH_FN void jh_step_round(const jh_batch_t *b, int r, uint32_t i)
 {
+    if (r > 0 && !b->live[r - 1]) return;
     const jh_state_t *in = b->st[r & 1];
     jh_state_t *out = b->st[(r + 1) & 1];
     const uint8_t *din = b->dirty[r & 1];
@@ -564,7 +624,11 @@ JH_FN void jh_step_round(const jh_batch_t *b, int r, uint32_t i)
     out[i] = s;
     /* the next chunk must decode again when this exit changed; this one's own
      * flag is written by its predecessor's thread (or cleared: first of its interval) */
-    if (c + 1 < v->c0 + v->nc) dout[i + 1] = din[i] && !jh_state_eq(&im->sc, &s, &in[i]);
+    if (c + 1 < v->c0 + v->nc) {
+        int mark = din[i] && !jh_state_eq(&im->sc, &s, &in[i]);
+        dout[i + 1] = (uint8_t)mark;
+        if (mark) b->live[r + 1] = 1;
+    }
     if (c == v->c0) dout[i] = 0;
 }
 
@@ -658,8 +722,9 @@ JH_FN void jh_step_dcscan(const jh_batch_t *b, uint32_t m, uint32_t v)
 /* 6. Chunk i's blocks get its DC offsets (st as for write). Its blocks are
  * those whose DC codeword it decoded: from its entry (the next one when it
  * entered a block after its DC) to its exit (the one in progress there
- * included), within the interval. */
-JH_FN void jh_step_dcfix(const jh_batch_t *b, int r, uint32_t i)
+ * included), within the interval. Lane `lane` of `lanes` takes every
+ * lanes-th of them (the kernel: a warp per chunk). */
+JH_FN void jh_step_dcfix_lane(const jh_batch_t *b, int r, uint32_t i, uint32_t lane, uint32_t lanes)
 {
     const jh_state_t *st = b->st[r & 1];
     const jh_img_t *im = b->img + jh_find_img(b, i);
@@ -672,13 +737,30 @@ JH_FN void jh_step_dcfix(const jh_batch_t *b, int r, uint32_t i)
     g = g0 + (c != v->c0 && st[i - 1].k != 0);
     gend = g0 + st[i].nb + (st[i].k != 0);
     if (gend > v->blocks) gend = v->blocks;
-    for (; g < gend; g++) {
+    for (g += lane; g < gend; g += lanes) {
         int64_t a = jh_block_at(&im->sc, v->mcu0, g);
         if (a >= 0) {
             int cc = im->sc.bcomp[g % (uint32_t)im->sc.nblk];
             coef[a * 64] = (int16_t)(uint16_t)((uint32_t)(uint16_t)coef[a * 64] + (uint32_t)d[cc]);
         }
     }
+}
+
+JH_FN void jh_step_dcfix(const jh_batch_t *b, int r, uint32_t i) { jh_step_dcfix_lane(b, r, i, 0, 1); }
+
+/* Whether the settle of interval v of image m has a chunk to decode again
+ * (one still marked after r rounds). When it has none, the settle is a
+ * prefix sum of the chunks' block counts (and, with `same` tables, each
+ * exit's block of the MCU from it), which the kernel does a warp at a
+ * time; else one thread runs jh_step_settle. */
+JH_FN int jh_settle_marked(const jh_batch_t *b, int r, uint32_t m, uint32_t v, uint32_t lane, uint32_t lanes)
+{
+    const jh_img_t *im = b->img + m;
+    const jh_iv_t *iv = JH_IVS(b, im) + v;
+    const uint8_t *dirty = b->dirty[r & 1];
+    for (uint32_t c = iv->c0 + 1 + lane; c < iv->c0 + iv->nc; c += lanes)
+        if (dirty[im->c0 + c]) return 1;
+    return 0;
 }
 
 #endif

@@ -10,12 +10,14 @@
  *
  *   jpeg_huff.cu      the Huffman-decoded images' coefficients, flagging the
  *                     images with anything libjpeg could warn about
- *   jx_idct_kernel    one thread per 8x8 block of every image of a round:
- *                     dequantise + islow IDCT into the component planes; a
- *                     block outside the exact range flags its image
- *   jx_colour_kernel  one thread per output pixel: upsampling of each
- *                     component (fancy triangle filters) + colour conversion
- *                     into the image's RGB in the decoder's arena
+ *   jx_idct_kernel    eight threads per 8x8 block of every image of a round:
+ *                     dequantise + islow IDCT into the component planes (a
+ *                     column each in the first pass, a row each in the
+ *                     second, through shared memory); a block outside the
+ *                     exact range flags its image
+ *   jx_colour_kernel  one thread per four output pixels of a row: upsampling
+ *                     of each component (fancy triangle filters) + colour
+ *                     conversion into the image's RGB in the decoder's arena
  *
  * Rounds. The coefficients of one round fill a pinned staging buffer of
  * stage_bytes (from the context's budget); two buffers alternate, so the
@@ -44,8 +46,11 @@
 #include "image/jpeg_huff.h"
 
 #define JXG_MIB (1024.0 * 1024.0)
-#define JXG_BLOCKS_PER_CTA 64
+#define JXG_IDCT_THREADS 256                     /* 8 per block */
+#define JXG_BLOCKS_PER_CTA (JXG_IDCT_THREADS / 8)
+#define JXG_WS_STRIDE 72                         /* words per block of the IDCT's workspace: blocks 8 banks apart */
 #define JXG_COLOUR_THREADS 256
+#define JXG_QUAD 4                               /* output pixels of a colour thread */
 
 /* One component plane of a round, as the kernels see it. */
 typedef struct jxg_plane {
@@ -58,10 +63,12 @@ typedef struct jxg_plane {
 
 /* One image of a round. */
 typedef struct jxg_img {
-    unsigned long long first_px; /* its first pixel in the round's pixel range */
-    uint8_t *out;                /* device RGB, `stride` bytes per row */
+    unsigned long long first_q;  /* its first group of JXG_QUAD pixels of a row in the round's */
+    uint8_t *out;                /* device RGB, `stride` bytes per row (a multiple of 128) */
     unsigned long long stride;
     int width, height, cs, adobe, ncomp, plane0; /* planes plane0 .. plane0 + ncomp - 1 */
+    unsigned qpr;                /* groups per row: ceil(width / JXG_QUAD) */
+    int pad;
 } jxg_img_t;
 
 /* ------------------------------------------------------------- kernels */
@@ -84,82 +91,141 @@ static __device__ __forceinline__ int jxg_find_img(const jxg_img_t *a, int n, un
     int lo = 0, hi = n - 1;
     while (lo < hi) {
         int mid = (lo + hi + 1) >> 1;
-        if (a[mid].first_px <= v) lo = mid;
+        if (a[mid].first_q <= v) lo = mid;
         else hi = mid - 1;
     }
     return lo;
 }
 
-/* coef: (nblocks, 64) s16 of the round; planes: (nplanes) sorted by first. */
-__global__ void __launch_bounds__(JXG_BLOCKS_PER_CTA)
+/* coef: (nblocks, 64) s16 of the round; planes: (nplanes) sorted by first.
+ * Block gb is done by the 8 threads 8 (gb - b0) .. + 7 of its CTA (lane j:
+ * column j, then row j): jx_idct's passes (src/algo/jpeg_exact_core.h, the
+ * same jx_idct_1d, descaling and range checks), split over the threads, so
+ * the planes get jx_idct's samples and a block leaves the exact range here
+ * exactly when it does there. */
+__global__ void __launch_bounds__(JXG_IDCT_THREADS)
 jx_idct_kernel(const int16_t *__restrict__ coef, unsigned long long nblocks, const jxg_plane_t *__restrict__ planes,
                int nplanes, uint8_t *__restrict__ pbuf, unsigned *__restrict__ flags)
 {
-    /* the CTA's 64 blocks, coefficient k of block t at s[k * 64 + t]
-     * (threads read consecutive entries: no bank conflicts) */
-    __shared__ int16_t s[64 * JXG_BLOCKS_PER_CTA];
-    const unsigned long long b0 = (unsigned long long)blockIdx.x * JXG_BLOCKS_PER_CTA;
-    const int t = threadIdx.x;
-    const int nb = nblocks - b0 < JXG_BLOCKS_PER_CTA ? (int)(nblocks - b0) : JXG_BLOCKS_PER_CTA;
-    const int4 *src = (const int4 *)(coef + b0 * 64); /* 8 coefficients per int4 */
-    for (int i = t; i < nb * 8; i += JXG_BLOCKS_PER_CTA) {
-        int4 v = src[i];
-        int blk = i >> 3, k0 = (i & 7) * 8;
-        const int16_t *e = (const int16_t *)&v;
-#pragma unroll
-        for (int j = 0; j < 8; j++) s[(k0 + j) * JXG_BLOCKS_PER_CTA + blk] = e[j];
+    __shared__ __align__(16) int32_t ws[JXG_BLOCKS_PER_CTA * JXG_WS_STRIDE];
+    const int t = threadIdx.x, lb = t >> 3, j = t & 7;
+    const unsigned long long gb = (unsigned long long)blockIdx.x * JXG_BLOCKS_PER_CTA + (unsigned long long)lb;
+    int32_t *w = ws + lb * JXG_WS_STRIDE;
+    const jxg_plane_t *p = NULL;
+    unsigned long long local = 0;
+    int ok = 1, live = 0;
+    if (gb < nblocks) {
+        p = planes + jxg_find_plane(planes, nplanes, gb);
+        local = gb - p->first; /* wraps when gb < p->first */
+        live = gb >= p->first && local < (unsigned long long)p->bw * (unsigned long long)p->bh; /* else a hole:
+                                                          bytes reserved by a file refused afterwards */
     }
-    __syncthreads();
-    if (t >= nb) return;
-    {
-        const unsigned long long gb = b0 + (unsigned long long)t;
-        const jxg_plane_t *p = planes + jxg_find_plane(planes, nplanes, gb);
-        const unsigned long long local = gb - p->first; /* wraps when gb < p->first */
-        if (gb < p->first || local >= (unsigned long long)p->bw * (unsigned long long)p->bh)
-            return; /* a hole: bytes reserved by a file refused afterwards */
-        const int bx = (int)(local % (unsigned long long)p->bw), by = (int)(local / (unsigned long long)p->bw);
-        uint8_t px[64];
-        uint8_t *dst = pbuf + p->off + (unsigned long long)by * 8 * (unsigned long long)p->pitch + (unsigned)bx * 8;
-        if (!jx_idct(s + t, JXG_BLOCKS_PER_CTA, p->q, px, 8)) {
-            atomicOr(&flags[p->img], 1u);
-            return;
-        }
+    if (live) { /* pass 1: column j, results scaled by 2^2 */
+        const int16_t *c = coef + gb * 64;
+        int32_t z[8], o[8];
+        int ac = 0;
 #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            uint2 w;
-            w.x = (unsigned)px[r * 8] | (unsigned)px[r * 8 + 1] << 8 | (unsigned)px[r * 8 + 2] << 16 |
-                  (unsigned)px[r * 8 + 3] << 24;
-            w.y = (unsigned)px[r * 8 + 4] | (unsigned)px[r * 8 + 5] << 8 | (unsigned)px[r * 8 + 6] << 16 |
-                  (unsigned)px[r * 8 + 7] << 24;
-            *(uint2 *)(dst + (unsigned long long)r * (unsigned long long)p->pitch) = w;
+        for (int k = 0; k < 8; k++) {
+            int32_t v = (int32_t)c[k * 8 + j] * (int32_t)p->q[k * 8 + j];
+            ok &= v <= JX_SAFE && v >= -JX_SAFE;
+            z[k] = v;
+            ac |= k > 0 && v != 0;
         }
+        if (!ok) /* flagged: zeros keep the sums below in 32 bits (the other lanes' too) */
+#pragma unroll
+            for (int k = 0; k < 8; k++) z[k] = 0;
+        if (!ac) {
+            ok &= z[0] * 4 <= JX_SAFE && z[0] * 4 >= -JX_SAFE;
+#pragma unroll
+            for (int k = 0; k < 8; k++) w[k * 8 + j] = z[0] * 4;
+        } else {
+            jx_idct_1d(z, 1, o);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                int32_t v = (o[k] + (1 << 10)) >> 11;
+                int in = v <= JX_SAFE && v >= -JX_SAFE;
+                ok &= in;
+                w[k * 8 + j] = in ? v : 0;
+            }
+        }
+    }
+    __syncwarp();
+    if (live) { /* pass 2: row j */
+        int32_t r[8], o[8];
+        const int4 *wr = (const int4 *)(w + j * 8);
+        int4 a = wr[0], b = wr[1];
+        uint8_t px[8];
+        r[0] = a.x, r[1] = a.y, r[2] = a.z, r[3] = a.w, r[4] = b.x, r[5] = b.y, r[6] = b.z, r[7] = b.w;
+        jx_idct_1d(r, 1, o);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int32_t v = (o[k] + (1 << 17)) >> 18;
+            ok &= v <= 511 && v >= -512;
+            px[k] = jx_range(v);
+        }
+        {
+            const int bx = (int)(local % (unsigned long long)p->bw), by = (int)(local / (unsigned long long)p->bw);
+            uint8_t *dst = pbuf + p->off + ((unsigned long long)by * 8 + (unsigned)j) * (unsigned long long)p->pitch +
+                           (unsigned)bx * 8;
+            uint2 q;
+            q.x = (unsigned)px[0] | (unsigned)px[1] << 8 | (unsigned)px[2] << 16 | (unsigned)px[3] << 24;
+            q.y = (unsigned)px[4] | (unsigned)px[5] << 8 | (unsigned)px[6] << 16 | (unsigned)px[7] << 24;
+            *(uint2 *)dst = q;
+        }
+        if (!ok) atomicOr(&flags[p->img], 1u); /* its samples are then unspecified */
     }
 }
 
-/* One thread per output pixel of the round (grid-stride). */
+/* A component's sample at (x, y), or 0 for a component the image lacks. */
+static __device__ __forceinline__ int jxg_sample(const jxg_img_t *im, const jxg_plane_t *planes,
+                                                 const uint8_t *pbuf, int c, int x, int y)
+{
+    if (c >= im->ncomp) return 0;
+    const jxg_plane_t *p = planes + im->plane0 + c;
+    return jx_upsample(pbuf + p->off, p->pitch, p->dw, p->dh, p->up, p->rh, p->rv, x, y);
+}
+
+/* One thread per JXG_QUAD pixels of a row of the round (grid-stride):
+ * jx_upsample and jx_pixel of each, stored as whole words when all four are
+ * in the row (the row's first byte and 3 JXG_QUAD x are multiples of 4). */
 __global__ void __launch_bounds__(JXG_COLOUR_THREADS)
 jx_colour_kernel(const jxg_img_t *__restrict__ imgs, int nimgs, const jxg_plane_t *__restrict__ planes,
-                 const uint8_t *__restrict__ pbuf, const unsigned *__restrict__ flags, unsigned long long npx)
+                 const uint8_t *__restrict__ pbuf, const unsigned *__restrict__ flags, unsigned long long nq)
 {
-    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < npx;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < nq;
          i += (unsigned long long)gridDim.x * blockDim.x) {
         const int m = jxg_find_img(imgs, nimgs, i);
         const jxg_img_t *im = imgs + m;
-        const unsigned long long local = i - im->first_px;
-        const int x = (int)(local % (unsigned long long)im->width), y = (int)(local / (unsigned long long)im->width);
-        int smp[4] = {0, 0, 0, 0};
-        uint8_t rgb[3];
-        uint8_t *o;
+        const unsigned local = (unsigned)(i - im->first_q); /* < height x qpr < 2^32 (the reader's limits) */
+        const int y = (int)(local / im->qpr), x0 = (int)(local - (unsigned)y * im->qpr) * JXG_QUAD;
+        const int n = im->width - x0 < JXG_QUAD ? im->width - x0 : JXG_QUAD;
+        uint32_t wd[3] = {0, 0, 0}; /* the JXG_QUAD pixels' bytes, little-endian (constant indices: registers) */
+        uint8_t *o = im->out + (unsigned long long)y * im->stride + 3u * (unsigned)x0;
         if (flags[m]) continue;
-        for (int c = 0; c < im->ncomp; c++) {
-            const jxg_plane_t *p = planes + im->plane0 + c;
-            smp[c] = jx_upsample(pbuf + p->off, p->pitch, p->dw, p->dh, p->up, p->rh, p->rv, x, y);
+#pragma unroll
+        for (int k = 0; k < JXG_QUAD; k++) {
+            if (k < n) {
+                const int x = x0 + k;
+                int smp[4];
+                uint8_t rgb[3];
+                smp[0] = jxg_sample(im, planes, pbuf, 0, x, y);
+                smp[1] = jxg_sample(im, planes, pbuf, 1, x, y);
+                smp[2] = jxg_sample(im, planes, pbuf, 2, x, y);
+                smp[3] = jxg_sample(im, planes, pbuf, 3, x, y);
+                jx_pixel(im->cs, im->adobe, smp, rgb);
+#pragma unroll
+                for (int e = 0; e < 3; e++) wd[(3 * k + e) >> 2] |= (uint32_t)rgb[e] << (8 * ((3 * k + e) & 3));
+            }
         }
-        jx_pixel(im->cs, im->adobe, smp, rgb);
-        o = im->out + (unsigned long long)y * im->stride + 3u * (unsigned)x;
-        o[0] = rgb[0];
-        o[1] = rgb[1];
-        o[2] = rgb[2];
+        if (n == JXG_QUAD) {
+            uint32_t *o4 = (uint32_t *)o;
+            o4[0] = wd[0];
+            o4[1] = wd[1];
+            o4[2] = wd[2];
+        } else { /* the row's last pixels */
+            for (int k = 0; k < 3 * n; k++)
+                o[k] = (uint8_t)((k < 4 ? wd[0] : k < 8 ? wd[1] : wd[2]) >> (8 * (k & 3)));
+        }
     }
 }
 
@@ -510,13 +576,15 @@ static patina_status jxg_launch(patina_jpegx_gpu_t *d, int b, size_t n, const pa
     jh_img_t *hj = d->h_jimg[b];
     size_t ni = 0, np = 0, coef_end = 0, nh = 0;
     uint32_t nchunk = 0, niv = 0;
-    unsigned long long px = 0, pbytes = 0;
+    unsigned long long nq = 0, pbytes = 0;
     int blocks;
     for (size_t i = 0; i < n; i++) {
         jxg_item_t *it = &d->items[i];
         const jx_image_t *im = &it->im;
         if (it->state != JXG_STAGED || it->buf != b) continue;
-        hi[ni].first_px = px;
+        hi[ni].first_q = nq;
+        hi[ni].qpr = (unsigned)((im->width + JXG_QUAD - 1) / JXG_QUAD);
+        hi[ni].pad = 0;
         hi[ni].out = out[i].data;
         hi[ni].stride = out[i].stride;
         hi[ni].width = im->width;
@@ -555,7 +623,7 @@ static patina_status jxg_launch(patina_jpegx_gpu_t *d, int b, size_t n, const pa
             nchunk += j->nc;
             niv += j->niv;
         }
-        px += (unsigned long long)im->width * (unsigned long long)im->height;
+        nq += (unsigned long long)hi[ni].qpr * (unsigned long long)im->height;
         ni++;
     }
     d->inflight[b] = (int)ni;
@@ -602,15 +670,15 @@ static patina_status jxg_launch(patina_jpegx_gpu_t *d, int b, size_t n, const pa
         PATINA_TRY(patina__jhg_run(&d->jscratch, &jb, s, d->g->sm_count));
     }
     blocks = (int)((coef_end / 64 + JXG_BLOCKS_PER_CTA - 1) / JXG_BLOCKS_PER_CTA);
-    jx_idct_kernel<<<blocks, JXG_BLOCKS_PER_CTA, 0, s>>>(d->d_coef[b], coef_end / 64, d->d_plane[b], (int)np,
+    jx_idct_kernel<<<blocks, JXG_IDCT_THREADS, 0, s>>>(d->d_coef[b], coef_end / 64, d->d_plane[b], (int)np,
                                                           d->d_pbuf, d->d_flags[b]);
     PGPU_CU(cudaGetLastError());
     {
-        unsigned long long want = (px + JXG_COLOUR_THREADS - 1) / JXG_COLOUR_THREADS;
+        unsigned long long want = (nq + JXG_COLOUR_THREADS - 1) / JXG_COLOUR_THREADS;
         unsigned cap = (unsigned)d->g->sm_count * 16u;
         unsigned grid = want < cap ? (unsigned)want : cap;
         jx_colour_kernel<<<grid ? grid : 1, JXG_COLOUR_THREADS, 0, s>>>(d->d_img[b], (int)ni, d->d_plane[b], d->d_pbuf,
-                                                                       d->d_flags[b], px);
+                                                                       d->d_flags[b], nq);
         PGPU_CU(cudaGetLastError());
     }
     PGPU_CU(cudaMemcpyAsync(d->h_flags[b], d->d_flags[b], ni * sizeof(unsigned), cudaMemcpyDeviceToHost, s));

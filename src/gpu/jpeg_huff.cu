@@ -7,13 +7,15 @@
  *                  non-zero ones)
  *   jh_k_init      one thread per chunk: decode from a guessed start
  *   jh_k_round     JH_ROUNDS Jacobi rounds: chunks whose predecessor's exit
- *                  changed decode again (double-buffered states)
- *   jh_k_settle    one thread per restart interval: the chunks still marked,
- *                  in order (usually none), and each chunk's first block
+ *                  changed decode again (double-buffered states); a round
+ *                  after one with nothing marked returns at once
+ *   jh_k_settle    a warp per restart interval: the chunks still marked, in
+ *                  order, by one lane (usually none), and each chunk's first
+ *                  block (a warp prefix sum)
  *   jh_k_write     one thread per chunk: coefficients written, anomalies
  *                  flagged in the image's flag
- *   jh_k_dcscan    one thread per interval: each chunk's DC offsets
- *   jh_k_dcfix     one thread per chunk: offsets added to its DC values
+ *   jh_k_dcscan    a warp per interval: each chunk's DC offsets (prefix sums)
+ *   jh_k_dcfix     a warp per chunk: offsets added to its blocks' DC values
  *
  * The order of threads cannot change a result: every step reads what the
  * previous kernel wrote and writes places no other thread of the step reads
@@ -52,12 +54,40 @@ __global__ void __launch_bounds__(JHG_THREADS) jh_k_round(const __grid_constant_
     if (i < b.nchunk) jh_step_round(&b, r, i);
 }
 
+/* An inclusive prefix sum over the warp's lanes (modulo 2^32). */
+static __device__ __forceinline__ uint32_t jhg_scan(uint32_t x, uint32_t lane)
+{
+    for (int o = 1; o < 32; o <<= 1) {
+        uint32_t y = __shfl_up_sync(0xFFFFFFFFu, x, o);
+        if (lane >= (uint32_t)o) x += y;
+    }
+    return x;
+}
+
+/* jh_step_settle of interval j: the same result, a warp at a time when no
+ * chunk is still marked (then it is g0 = the exclusive prefix sum of the
+ * block counts, and with `same` tables each exit's block of the MCU from the
+ * inclusive one), else jh_step_settle itself on lane 0. */
 __global__ void __launch_bounds__(JHG_THREADS) jh_k_settle(const __grid_constant__ jh_batch_t b, int r)
 {
-    uint32_t j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j < b.niv) {
-        uint32_t m = jh_find_img_iv(&b, j);
-        jh_step_settle(&b, r, m, j - b.img[m].iv0);
+    uint32_t j = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (j >= b.niv) return; /* whole warps */
+    uint32_t m = jh_find_img_iv(&b, j), v = j - b.img[m].iv0;
+    if (__any_sync(0xFFFFFFFFu, jh_settle_marked(&b, r, m, v, lane, 32))) {
+        if (lane == 0) jh_step_settle(&b, r, m, v);
+        return;
+    }
+    const jh_img_t *im = b.img + m;
+    const jh_iv_t *iv = JH_IVS(&b, im) + v;
+    jh_state_t *st = b.st[r & 1];
+    uint32_t carry = 0, end = iv->c0 + iv->nc, nblk = (uint32_t)im->sc.nblk;
+    for (uint32_t c0 = iv->c0; c0 < end; c0 += 32) {
+        uint32_t c = c0 + lane, i = im->c0 + c, nb = c < end ? st[i].nb : 0, x = jhg_scan(nb, lane);
+        if (c < end) {
+            b.g0[i] = carry + x - nb;
+            if (im->sc.same) st[i].blkn = (uint8_t)((carry + x) % nblk);
+        }
+        carry += __shfl_sync(0xFFFFFFFFu, x, 31);
     }
 }
 
@@ -67,25 +97,41 @@ __global__ void __launch_bounds__(JHG_THREADS) jh_k_write(const __grid_constant_
     if (i < b.nchunk) jh_step_write(&b, r, i);
 }
 
+/* jh_step_dcscan of interval j, a warp at a time: per component the
+ * exclusive prefix sum of the chunks' DC sums (modulo 2^32, as the
+ * reference's running sum). */
 __global__ void __launch_bounds__(JHG_THREADS) jh_k_dcscan(const __grid_constant__ jh_batch_t b)
 {
-    uint32_t j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j < b.niv) {
-        uint32_t m = jh_find_img_iv(&b, j);
-        jh_step_dcscan(&b, m, j - b.img[m].iv0);
+    uint32_t j = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (j >= b.niv) return; /* whole warps */
+    uint32_t m = jh_find_img_iv(&b, j);
+    const jh_img_t *im = b.img + m;
+    const jh_iv_t *iv = JH_IVS(&b, im) + (j - im->iv0);
+    uint32_t carry[4] = {0, 0, 0, 0}, end = iv->c0 + iv->nc;
+    for (uint32_t c0 = iv->c0; c0 < end; c0 += 32) {
+        uint32_t c = c0 + lane;
+        int32_t *d = b.dc + (uint64_t)(im->c0 + c) * 4;
+        for (int k = 0; k < 4; k++) {
+            uint32_t t = c < end ? (uint32_t)d[k] : 0, x = jhg_scan(t, lane);
+            if (c < end) d[k] = (int32_t)(carry[k] + x - t);
+            carry[k] += __shfl_sync(0xFFFFFFFFu, x, 31);
+        }
     }
 }
 
 __global__ void __launch_bounds__(JHG_THREADS) jh_k_dcfix(const __grid_constant__ jh_batch_t b, int r)
 {
-    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < b.nchunk) jh_step_dcfix(&b, r, i);
+    uint64_t t = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    uint32_t i = (uint32_t)(t >> 5);
+    if (i < b.nchunk) jh_step_dcfix_lane(&b, r, i, (uint32_t)(t & 31), 32);
 }
 
 /* Scratch bytes per chunk: its guessed decode's boundaries, three states
- * (two rounds', the guess's), two dirty flags, g0, four DC sums. */
+ * (two rounds', the guess's), two dirty flags, g0, four DC sums; and per
+ * batch the rounds' live flags. */
 #define JHG_PER_CHUNK \
     (JH_REC * sizeof(jh_rec_t) + 3 * sizeof(jh_state_t) + 2 + sizeof(uint32_t) + 4 * sizeof(int32_t))
+#define JHG_LIVE_BYTES ((JH_ROUNDS + 1) * sizeof(uint32_t))
 
 void patina__jhg_free(jhg_scratch_t *sc)
 {
@@ -97,7 +143,7 @@ void patina__jhg_free(jhg_scratch_t *sc)
 
 patina_status patina__jhg_run(jhg_scratch_t *sc, jh_batch_t *b, cudaStream_t s, int sm_count)
 {
-    size_t n = b->nchunk, need = n * JHG_PER_CHUNK + 64;
+    size_t n = b->nchunk, need = n * JHG_PER_CHUNK + JHG_LIVE_BYTES + 64;
     uint8_t *p;
     unsigned gc, gi;
     if (b->nimg == 0 || n == 0) return PATINA_OK;
@@ -127,10 +173,13 @@ patina_status patina__jhg_run(jhg_scratch_t *sc, jh_batch_t *b, cudaStream_t s, 
     p += 4 * n * sizeof(int32_t);
     b->g0 = (uint32_t *)p;
     p += n * sizeof(uint32_t);
+    b->live = (uint32_t *)p;
+    p += JHG_LIVE_BYTES;
     b->dirty[0] = p;
     b->dirty[1] = p + n;
     gc = (unsigned)((n + JHG_THREADS - 1) / JHG_THREADS);
-    gi = (unsigned)((b->niv + JHG_THREADS - 1) / JHG_THREADS);
+    gi = (unsigned)((b->niv * 32 + JHG_THREADS - 1) / JHG_THREADS); /* a warp per interval */
+    PGPU_CU(cudaMemsetAsync(b->live, 0, JHG_LIVE_BYTES, s));
     {
         unsigned zx = (unsigned)(sm_count > 0 ? sm_count : 16), zy = b->nimg < 65535 ? b->nimg : 65535;
         jh_k_zero<<<dim3(zx, zy), 256, 0, s>>>(*b);
@@ -148,7 +197,7 @@ patina_status patina__jhg_run(jhg_scratch_t *sc, jh_batch_t *b, cudaStream_t s, 
     PGPU_CU(cudaGetLastError());
     jh_k_dcscan<<<gi, JHG_THREADS, 0, s>>>(*b);
     PGPU_CU(cudaGetLastError());
-    jh_k_dcfix<<<gc, JHG_THREADS, 0, s>>>(*b, JH_ROUNDS);
+    jh_k_dcfix<<<(unsigned)((n * 32 + JHG_THREADS - 1) / JHG_THREADS), JHG_THREADS, 0, s>>>(*b, JH_ROUNDS);
     PGPU_CU(cudaGetLastError());
     return PATINA_OK;
 }

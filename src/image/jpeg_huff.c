@@ -141,8 +141,9 @@ int patina__jpegh_run(const uint8_t *base, const jh_img_t *img, uint32_t nimg, u
     int32_t *dc = malloc((size_t)nchunk * 4 * sizeof *dc + 1);
     jh_state_t *gx = malloc((size_t)nchunk * sizeof *gx + 1);
     jh_rec_t *rec = malloc((size_t)nchunk * JH_REC * sizeof *rec + 1);
+    uint32_t *live = calloc((size_t)(rounds > 0 ? rounds : 0) + 1, sizeof *live); /* live[0..rounds] */
     int ret = -1;
-    if (st && dirty && g0 && dc && gx && rec) {
+    if (st && dirty && g0 && dc && gx && rec && live) {
         memset(&b, 0, sizeof b);
         b.base = base;
         b.img = img;
@@ -156,6 +157,7 @@ int patina__jpegh_run(const uint8_t *base, const jh_img_t *img, uint32_t nimg, u
         b.dc = dc;
         b.gx = gx;
         b.rec = rec;
+        b.live = live;
         b.nimg = nimg;
         b.nchunk = nchunk;
         b.niv = niv;
@@ -168,6 +170,7 @@ int patina__jpegh_run(const uint8_t *base, const jh_img_t *img, uint32_t nimg, u
     free(dc);
     free(gx);
     free(rec);
+    free(live);
     return ret;
 }
 
