@@ -7,6 +7,7 @@
  *
  *   bench_pipeline [--dir DIR] [--files N] [--size S|WxH] [--families F,F,...]
  *                  [--devices D,D,...] [--batch N] [--nvjpeg] [--cpu-entropy] [--huff-min-px N]
+ *                  [--chunk-bits B]
  *                  [--peer SCRIPT]
  *
  * Without --dir it writes N (default 512) JPEGs of S x S (default 1024) or
@@ -39,7 +40,8 @@
  * GPU for baseline Huffman files, on the CPU workers with --cpu-entropy
  * (patina_gpu_jpegx_set_gpu_entropy: A/B timing); --huff-min-px N sends
  * images under N pixels to the CPU workers' entropy decoding
- * (patina_gpu_jpegx_set_huff_min_px; default PGPU_JPEGX_HUFF_MIN_PX). The context's exact decoders
+ * (patina_gpu_jpegx_set_huff_min_px; default PGPU_JPEGX_HUFF_MIN_PX); --chunk-bits B fixes the
+ * Huffman kernels' chunk size (patina_gpu_jpegx_set_chunk_bits; default: the decoder's choice per call). The context's exact decoders
  * are made once per context (pinned staging and device buffers): a warm-up
  * run on the first files makes them before the table, and its setup time
  * is printed above it. --nvjpeg adds a gpu+nvjpeg row per family (not
@@ -223,7 +225,8 @@ static void huff_host_one(void *arg, size_t i, int worker)
     free(f);
 }
 
-static void exact_rates(char **files, size_t n, int threads, size_t batch, double *entropy, double *huff_host,
+static void exact_rates(char **files, size_t n, int threads, size_t batch, uint32_t chunk_bits, double *entropy,
+                        double *huff_host,
                         double whole[2], uint64_t *gpu_files)
 {
     patina_gpu_t *g = NULL;
@@ -251,6 +254,7 @@ static void exact_rates(char **files, size_t n, int threads, size_t batch, doubl
     patina_pool_run(pool, n, huff_host_one, &ej);
     *huff_host = (double)ej.ok / (patina_now() - t0);
     if (patina_gpu_count() > 0 && patina_gpu_open(&g, 0, 0) == PATINA_OK && patina_gpu_jpegx_open(&d, g) == PATINA_OK) {
+        patina_gpu_jpegx_set_chunk_bits(d, chunk_bits);
         /* the first pass allocates; then the entropy stage on the CPU workers, on the GPU */
         for (int pass = 0; pass < 3; pass++) {
             patina_jpegx_times_t t1, t2;
@@ -351,6 +355,7 @@ int main(int argc, char **argv)
     uint64_t gpu_files;
     int cpu_entropy = 0;
     long long huff_min_px = -1; /* --huff-min-px: the exact decoder's size split (-1: its default) */
+    long chunk_bits = 0;        /* --chunk-bits: the Huffman kernels' chunks (0: the decoder's choice) */
     if (!tmp || !*tmp) tmp = "/tmp";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
@@ -366,9 +371,11 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--nvjpeg")) nvjpeg = 1;
         else if (!strcmp(argv[i], "--cpu-entropy")) cpu_entropy = 1;
         else if (!strcmp(argv[i], "--huff-min-px") && i + 1 < argc) huff_min_px = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--chunk-bits") && i + 1 < argc) chunk_bits = atol(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_pipeline [--dir DIR] [--files N] [--size S|WxH] [--families F,...] "
-                            "[--devices D,...] [--batch N] [--nvjpeg] [--cpu-entropy] [--huff-min-px N] [--peer SCRIPT]\n");
+                            "[--devices D,...] [--batch N] [--nvjpeg] [--cpu-entropy] [--huff-min-px N] [--chunk-bits B] "
+                            "[--peer SCRIPT]\n");
             return 2;
         }
     }
@@ -407,7 +414,7 @@ int main(int argc, char **argv)
         patina_pool_free(pool);
     }
     for (size_t i = preload; i < nfiles; i++) patina_image_release(&imgs[i]);
-    exact_rates(files, nfiles, patina_context_threads(ctx), batch, &entropy_rate, &huff_host_rate, exact_rate,
+    exact_rates(files, nfiles, patina_context_threads(ctx), batch, (uint32_t)chunk_bits, &entropy_rate, &huff_host_rate, exact_rate,
                 &gpu_files);
     {
         char gpu[256] = "none";
@@ -445,6 +452,8 @@ int main(int argc, char **argv)
         if (patina__context_jpegx(ctx, xd) == PATINA_OK) {
             patina_gpu_jpegx_set_gpu_entropy(xd[0], cpu_entropy ? 0 : 2); /* the default rule */
             patina_gpu_jpegx_set_gpu_entropy(xd[1], cpu_entropy ? 0 : 2);
+            patina_gpu_jpegx_set_chunk_bits(xd[0], (uint32_t)chunk_bits);
+            patina_gpu_jpegx_set_chunk_bits(xd[1], (uint32_t)chunk_bits);
             if (huff_min_px >= 0) {
                 patina_gpu_jpegx_set_huff_min_px(xd[0], (uint64_t)huff_min_px);
                 patina_gpu_jpegx_set_huff_min_px(xd[1], (uint64_t)huff_min_px);

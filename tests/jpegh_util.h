@@ -25,7 +25,8 @@ typedef struct item {
     int16_t *lj;        /* its coefficients (lj_ok) */
     int huff;           /* the Huffman decoder takes it (header and markers) */
     int must;           /* it must take it and decode it when libjpeg reads it without a warning */
-    jh_file_t *f;
+    jh_file_t *f;       /* its scan (f->seg) points into seg */
+    uint8_t *seg;       /* a copy of its entropy-coded bytes (item_restage stages them again) */
     uint8_t *region;    /* staged (patina__jpegh_stage) */
     size_t used;
     jh_img_t img;
@@ -35,6 +36,7 @@ static void item_free(item_t *it)
 {
     free(it->lj);
     free(it->f);
+    free(it->seg);
     free(it->region);
     memset(it, 0, sizeof *it);
 }
@@ -61,6 +63,10 @@ static void item_make(item_t *it, const void *jpg, size_t size, const char *name
     assert_non_null(it->f);
     if (patina__jpegx_huff(r, &im2, it->f) == PATINA_OK) {
         size_t cap = patina__jpegh_region_bound(it->f);
+        it->seg = malloc(it->f->seg_size + 1);
+        assert_non_null(it->seg);
+        memcpy(it->seg, it->f->seg, it->f->seg_size);
+        it->f->seg = it->seg;
         it->region = malloc(cap);
         assert_non_null(it->region);
         it->huff = patina__jpegh_stage(it->f, it->region, cap, &it->img, &it->used) == NULL;
@@ -72,6 +78,35 @@ static void item_make(item_t *it, const void *jpg, size_t size, const char *name
     }
     patina_clear_error();
     patina__jpegx_close(r);
+}
+
+/* Stages item it again with chunks of cb bits (it must be taken by the
+ * Huffman decoder); the coefficients must not change. */
+static void item_restage(item_t *it, uint32_t cb)
+{
+    size_t cap;
+    if (!it->huff || it->f->sc.chunk_bits == cb) return;
+    it->f->sc.chunk_bits = cb;
+    cap = patina__jpegh_region_bound(it->f);
+    free(it->region);
+    it->region = malloc(cap);
+    assert_non_null(it->region);
+    assert_null(patina__jpegh_stage(it->f, it->region, cap, &it->img, &it->used));
+}
+
+/* The chunk size of item i in chunk mode `mode` of the tests: 0 the
+ * default, 1..3 one size for all (JH_CHUNK_MIN, 1024, 2048), 4 mixed in one
+ * batch. */
+static uint32_t item_chunk_bits(int mode, size_t i)
+{
+    static const uint32_t mixed[3] = {JH_CHUNK_MIN, 1024u, JH_CHUNK_BITS};
+    switch (mode) {
+    case 1: return JH_CHUNK_MIN;
+    case 2: return 1024u;
+    case 3: return 2048u;
+    case 4: return mixed[i % 3];
+    default: return JH_CHUNK_BITS;
+    }
 }
 
 /* A batch of the items taken: their regions one after the other in *base

@@ -10,7 +10,8 @@
  * out of order). The decode runs as a batch of several images laid out as the
  * GPU lays them out, with 0, 1, 2, 3, JH_ROUNDS / 2, JH_ROUNDS and
  * JH_ROUNDS + 1 Jacobi rounds and chunks visited in both orders, so the
- * kernels' one-thread-per-chunk order cannot matter. The files left to the
+ * kernels' one-thread-per-chunk order cannot matter, and with chunks of
+ * JH_CHUNK_MIN, 1024 and 2048 bits and of mixed sizes in one batch. The files left to the
  * CPU for speed (JH_E_SLOW) are named. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -73,11 +74,15 @@ static void check_items(tally_t *t, item_t *items, size_t n)
     /* round counts: the first few, where most chunks settle, the middle, the
      * product's and one more */
     static const int round_counts[] = {0, 1, 2, 3, JH_ROUNDS / 2, JH_ROUNDS, JH_ROUNDS + 1};
-    for (size_t ri = 0; ri < sizeof round_counts / sizeof round_counts[0]; ri++)
+    const size_t nr = sizeof round_counts / sizeof round_counts[0];
+    /* then the product's rounds with other chunk sizes (item_chunk_bits: one
+     * for all, and mixed in one batch) */
+    for (size_t ri = 0; ri < nr + 4; ri++)
         for (int rev = 0; rev < 2; rev++) {
-            const int rounds = round_counts[ri];
-            int count = rounds == JH_ROUNDS && rev == 0; /* the product's configuration */
+            const int rounds = ri < nr ? round_counts[ri] : JH_ROUNDS, mode = ri < nr ? 0 : (int)(ri - nr) + 1;
+            int count = ri < nr && rounds == JH_ROUNDS && rev == 0; /* the product's configuration */
             memset(flags, 0, n * sizeof *flags);
+            for (size_t i = 0; i < n; i++) item_restage(&items[i], item_chunk_bits(mode, i));
             run_batch(items, n, rounds, rev, flags, coef);
             for (size_t i = 0; i < n; i++) {
                 item_t *it = &items[i];
@@ -112,8 +117,9 @@ static void check_items(tally_t *t, item_t *items, size_t n)
                 } else if (memcmp(coef[i], it->lj, it->im.nblocks * 64 * sizeof(int16_t)) != 0) {
                     size_t k = 0;
                     while (coef[i][k] == it->lj[k]) k++;
-                    printf("  MISMATCH %s (rounds %d, %s): block %zu coefficient %zu: %d, libjpeg %d\n", it->name,
-                           rounds, rev ? "backwards" : "forwards", k / 64, k % 64, coef[i][k], it->lj[k]);
+                    printf("  MISMATCH %s (rounds %d, %s, chunks of %u bits): block %zu coefficient %zu: %d, "
+                           "libjpeg %d\n", it->name, rounds, rev ? "backwards" : "forwards", it->img.sc.chunk_bits,
+                           k / 64, k % 64, coef[i][k], it->lj[k]);
                     t->mismatched++;
                 } else if (count) {
                     t->decoded++;
@@ -122,6 +128,7 @@ static void check_items(tally_t *t, item_t *items, size_t n)
                 coef[i] = NULL;
             }
         }
+    for (size_t i = 0; i < n; i++) item_restage(&items[i], JH_CHUNK_BITS);
     free(flags);
     free(coef);
 }

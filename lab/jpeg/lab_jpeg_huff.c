@@ -1,7 +1,7 @@
 /* lab_jpeg_huff: the parallel Huffman decoder (src/algo/jpeg_huff_core.h)
  * step by step on the JPEGs under the given paths (default samples/).
  *
- *   lab_jpeg_huff [--validate] [--sync] [--repeat N] [PATH...]
+ *   lab_jpeg_huff [--validate] [--sync] [--repeat N] [--chunk-bits B] [PATH...]
  *
  * Prints, for the baseline Huffman files among them as one batch: chunks,
  * intervals and scan bytes; the C reference's steps timed on one thread
@@ -11,7 +11,8 @@
  * (patina_gpu__jpegh_decode, device time, best of --repeat): images/s and
  * scan MB/s. --validate: the kernels' coefficients and flags must equal the
  * reference's, and the reference's libjpeg's (exit 1 otherwise; 77 without
- * a GPU or without files). --sync: first, how guessed decodes fall in step with the true
+ * a GPU or without files). --chunk-bits: the chunks' size (default
+ * JH_CHUNK_BITS). --sync: first, how guessed decodes fall in step with the true
  * decode (sync_report; docs/lab/jpeg.md, 2026-11-30). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,8 @@ static void die(const char *what)
     exit(2);
 }
 
+static uint32_t chunk_bits = JH_CHUNK_BITS; /* --chunk-bits */
+
 /* Reads and stages one file; 1 when the Huffman decoder takes it. */
 static int load(file_t *f, const void *data, size_t size, double *lj_s)
 {
@@ -59,7 +62,9 @@ static int load(file_t *f, const void *data, size_t size, double *lj_s)
     patina__jpegx_close(r);
     if (patina__jpegx_open(&r, &f->im, data, size, "lab") != PATINA_OK) goto out;
     if (patina__jpegx_huff(r, &f->im, h) == PATINA_OK) {
-        size_t cap = patina__jpegh_region_bound(h);
+        size_t cap;
+        h->sc.chunk_bits = chunk_bits;
+        cap = patina__jpegh_region_bound(h);
         f->region = malloc(cap);
         if (!f->region) die("memory");
         ok = patina__jpegh_stage(h, f->region, cap, &f->img, &f->used) == NULL;
@@ -105,7 +110,7 @@ static void sync_report(const file_t *fs, size_t n, int guess)
                 (void)jh_decode(&im->sc, tab, d, end, s.pos + 1, 0xFFFFFFFFu, &s, 0, 0, 0, 0);
             }
             for (uint32_t c = 1; c < iv->nc; c++) {
-                uint32_t first = c * JH_CHUNK_BITS, stop = first + JH_CHUNK_BITS < end ? first + JH_CHUNK_BITS : end;
+                uint32_t cb = im->sc.chunk_bits, first = c * cb, stop = first + cb < end ? first + cb : end;
                 unsigned mask = 0; /* the start blocks whose guess fell in step */
                 chunks++;
                 fchunks++;
@@ -183,6 +188,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--validate")) validate = 1;
         else if (!strcmp(argv[i], "--sync")) sync = 1;
         else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--chunk-bits") && i + 1 < argc) chunk_bits = (uint32_t)atoi(argv[++i]);
         else if (npaths < 64) paths[npaths++] = argv[i];
     }
     if (!npaths) paths[npaths++] = "samples";
@@ -212,7 +218,7 @@ int main(int argc, char **argv)
         free(data);
     }
     printf("lab_jpeg_huff: %zu files, %zu baseline Huffman taken: %zu chunks of %u bits, %zu intervals, %.1f MB "
-           "staged\n", nfiles, n, nch, JH_CHUNK_BITS, niv, (double)bytes / 1e6);
+           "staged\n", nfiles, n, nch, chunk_bits, niv, (double)bytes / 1e6);
     if (!n) return validate ? 77 : 0;
     if (sync) {
         sync_report(fs, n, 0);
@@ -288,7 +294,7 @@ int main(int argc, char **argv)
         }
         t[4] = patina_now() - t0;
         t0 = patina_now();
-        for (uint32_t i = 0; i < nch; i++) jh_step_write(&b, JH_ROUNDS, i);
+        for (uint32_t i = 0; i < nch; i++) jh_step_write(&b, JH_ROUNDS, i, jh_zigzag_host);
         t[5] = patina_now() - t0;
         t0 = patina_now();
         for (uint32_t j = 0; j < niv; j++) {

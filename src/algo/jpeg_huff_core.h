@@ -7,7 +7,8 @@
  * Input: the scan's entropy-coded bytes already destuffed (FF00 -> FF, the
  * host side of jpeg_huff.c), cut at its restart markers into intervals, each
  * a byte string decoded from a known state (first block of an MCU, DC
- * predictors 0). Every interval is cut into chunks of JH_CHUNK_BITS bits;
+ * predictors 0). Every interval is cut into chunks of the image's
+ * sc.chunk_bits bits (JH_CHUNK_BITS unless the caller chose another size);
  * one thread (or one loop iteration of the reference) per chunk:
  *
  *   1. init    each chunk decodes its own bits from a guessed state (its
@@ -63,8 +64,18 @@
 #else
 #define JH_FN static inline
 #endif
+/* Reads of data no step writes (tables, scans): on the device through the
+ * read-only path, which also lets the compiler move them past the
+ * coefficient stores. */
+#ifdef __CUDA_ARCH__
+#define JH_LDG(p) __ldg(p)
+#else
+#define JH_LDG(p) (*(p))
+#endif
 
-#define JH_CHUNK_BITS 4096u /* bits of one chunk (512 bytes), a multiple of 8 */
+#define JH_CHUNK_BITS 4096u /* bits of one chunk (512 bytes) by default */
+#define JH_CHUNK_MIN 512u   /* the sizes a caller may choose: multiples of 8 from JH_CHUNK_MIN to JH_CHUNK_MAX */
+#define JH_CHUNK_MAX 65536u
 #define JH_ROUNDS 32        /* Jacobi rounds before the per-interval settle */
 #define JH_SETTLE_MAX 8     /* chunks one interval's settle decodes again before it gives up (JH_E_SLOW) */
 #define JH_MAX_BLK 10       /* blocks in an MCU (libjpeg's D_MAX_BLOCKS_IN_MCU) */
@@ -111,6 +122,9 @@ typedef struct jh_scan {
                                   * on position and coefficient alone and the settle sets the block of the
                                   * MCU from the block count (RGB and CMYK files written with one table
                                   * set) */
+    uint32_t chunk_bits;         /* bits of one chunk (JH_CHUNK_MIN..JH_CHUNK_MAX, a multiple of 8): smaller
+                                  * chunks, more threads (the decoder's choice per call; the coefficients
+                                  * do not depend on it) */
     int32_t cmw[4], cmh[4];      /* a component's MCU width and height in blocks */
     int32_t cbw[4], cbh[4];      /* its blocks stored per row, block rows (jx_comp_t bw, bh) */
     uint32_t cfirst[4];          /* its first block in the image's (nblocks, 64) coefficients */
@@ -127,24 +141,12 @@ typedef struct jh_state {
 } jh_state_t;
 
 /* The natural-order position of zig-zag coefficient k (JPEG Figure A.6):
- * one table for each side (device code reads it through the L1 cache). */
+ * the host's table here, the kernels' in shared memory (jh_out_t.zz). */
 #define JH_ZIGZAG                                                                                              \
     {0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,  12, 19, 26, 33, 40, 48,                 \
      41, 34, 27, 20, 13, 6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23,                 \
      30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63}
-#ifdef __CUDACC__
-static __device__ const uint8_t jh_zigzag_dev[64] = JH_ZIGZAG;
-#endif
 static const uint8_t jh_zigzag_host[64] = JH_ZIGZAG;
-
-JH_FN int jh_natural(int k)
-{
-#ifdef __CUDA_ARCH__
-    return jh_zigzag_dev[k];
-#else
-    return jh_zigzag_host[k];
-#endif
-}
 
 /* Derives t from a DHT table (bits[1..16] code counts, val symbols).
  * 0, or -1 when the counts do not describe a prefix code (libjpeg:
@@ -200,16 +202,16 @@ JH_FN uint32_t jh_peek(const uint8_t *d, uint32_t end, uint32_t pos)
  * code of 16 bits or fewer matches). */
 JH_FN int jh_symbol(const jh_table_t *t, uint32_t v, int *len)
 {
-    uint32_t e = t->look[v >> (32 - JH_LOOK)];
+    uint32_t e = JH_LDG(&t->look[v >> (32 - JH_LOOK)]);
     if (e) {
         *len = (int)(e >> 8);
         return (int)(e & 255);
     }
     for (int l = JH_LOOK + 1; l <= 16; l++) {
         int32_t code = (int32_t)(v >> (32 - l));
-        if (code <= t->maxcode[l]) {
+        if (code <= JH_LDG(&t->maxcode[l])) {
             *len = l;
-            return t->val[(code + t->valoff[l]) & 255];
+            return JH_LDG(&t->val[(code + JH_LDG(&t->valoff[l])) & 255]);
         }
     }
     *len = 0;
@@ -231,6 +233,8 @@ typedef struct jh_out {
     uint32_t mcu0;     /* the interval's first MCU */
     uint32_t g0;       /* the interval-relative index of the decode's first block */
     int32_t dc[4];     /* per component: the sum of the DC differences decoded so far */
+    const uint8_t *zz; /* the natural position of zig-zag coefficient k (JH_ZIGZAG; the kernel's copy
+                        * in shared memory) */
 } jh_out_t;
 
 /* The (nblocks, 64) index of block b of the MCU in MCU column mx, row my, or
@@ -320,6 +324,7 @@ JH_FN int jh_decode(const jh_scan_t *sc, const jh_table_t *tab, const uint8_t *d
     int comp = sc->bcomp[blkn];
     uint32_t mx = 0, my = 0; /* with o: the MCU of the current block, and its block by place */
     int pb = 0;
+    uint32_t dc0 = 0, dc1 = 0, dc2 = 0, dc3 = 0; /* with o: its DC sums */
     uint32_t nw; /* the next 4 bytes, loaded a refill ahead (the load's latency off the decode's path) */
     /* the window: bits from pos on, the first at the top */
     win = (uint64_t)jh_load4(d, wbyte, len8) << 32;
@@ -329,6 +334,7 @@ JH_FN int jh_decode(const jh_scan_t *sc, const jh_table_t *tab, const uint8_t *d
     win <<= pos & 7;
     if (o) {
         uint32_t g = o->g0 + nb, m = o->mcu0 + g / (uint32_t)nblk;
+        dc0 = (uint32_t)o->dc[0], dc1 = (uint32_t)o->dc[1], dc2 = (uint32_t)o->dc[2], dc3 = (uint32_t)o->dc[3];
         mx = m % (uint32_t)sc->mcus_per_row;
         my = m / (uint32_t)sc->mcus_per_row;
         pb = (int)(g % (uint32_t)nblk);
@@ -383,9 +389,16 @@ JH_FN int jh_decode(const jh_scan_t *sc, const jh_table_t *tab, const uint8_t *d
                 if (size) diff = jh_extend((v << len) >> (32 - size), size);
                 if (o) {
                     int64_t a = jh_block_in(sc, mx, my, pb);
-                    o->dc[comp] = (int32_t)((uint32_t)o->dc[comp] + (uint32_t)diff); /* modulo 2^32: 16 bits are kept */
+                    uint32_t sum; /* modulo 2^32: 16 bits are kept */
+                    /* the sums stay in registers (a switch, not an index) */
+                    switch (comp) {
+                    case 0: sum = dc0 += (uint32_t)diff; break;
+                    case 1: sum = dc1 += (uint32_t)diff; break;
+                    case 2: sum = dc2 += (uint32_t)diff; break;
+                    default: sum = dc3 += (uint32_t)diff; break;
+                    }
                     blk = a < 0 ? 0 : o->coef + a * 64;
-                    if (blk) blk[0] = (int16_t)(uint16_t)(uint32_t)o->dc[comp];
+                    if (blk) blk[0] = (int16_t)(uint16_t)sum;
                 }
                 k = 1;
             } else {
@@ -414,7 +427,7 @@ JH_FN int jh_decode(const jh_scan_t *sc, const jh_table_t *tab, const uint8_t *d
                         }
                         k = 63; /* a guess ends the block with this coefficient */
                     }
-                    if (blk) blk[jh_natural(k)] = (int16_t)jh_extend((v << len) >> (32 - size), size);
+                    if (blk) blk[o->zz[k]] = (int16_t)jh_extend((v << len) >> (32 - size), size);
                     k++;
                 } else if (r == 15) { /* sixteen zeros */
                     k += 16;
@@ -456,6 +469,9 @@ JH_FN int jh_decode(const jh_scan_t *sc, const jh_table_t *tab, const uint8_t *d
             rec[nrec].pos = 0xFFFFFFFFu;
             rec[nrec].st = 0;
         }
+    if (o) {
+        o->dc[0] = (int32_t)dc0, o->dc[1] = (int32_t)dc1, o->dc[2] = (int32_t)dc2, o->dc[3] = (int32_t)dc3;
+    }
     s->pos = pos;
     s->nb = nb;
     s->blkn = (uint8_t)blkn;
@@ -551,12 +567,13 @@ JH_FN uint32_t jh_find_img_iv(const jh_batch_t *b, uint32_t j)
 #define JH_CIV(b, im) ((const uint32_t *)((b)->base + (im)->civ))
 #define JH_DATA(b, im, v) ((b)->base + (im)->data + (v)->off)
 
-/* Chunk c (image-relative) of interval v: its first bit and where it stops. */
-JH_FN void jh_chunk_bits(const jh_iv_t *v, uint32_t c, uint32_t *first, uint32_t *stop)
+/* Chunk c (image-relative) of interval v of an image with chunks of cb
+ * bits: its first bit and where it stops. */
+JH_FN void jh_chunk_bits(const jh_iv_t *v, uint32_t cb, uint32_t c, uint32_t *first, uint32_t *stop)
 {
     uint32_t end = v->len * 8u;
-    *first = (c - v->c0) * JH_CHUNK_BITS;
-    *stop = *first + JH_CHUNK_BITS < end ? *first + JH_CHUNK_BITS : end;
+    *first = (c - v->c0) * cb;
+    *stop = *first + cb < end ? *first + cb : end;
 }
 
 /* 1. Chunk i from its guessed (or, first of its interval, exact) state. */
@@ -567,7 +584,7 @@ JH_FN void jh_step_init(const jh_batch_t *b, uint32_t i)
     const jh_iv_t *v = JH_IVS(b, im) + JH_CIV(b, im)[c];
     jh_state_t s = {0, 0, 0, 0, 0, 0};
     uint32_t first, stop;
-    jh_chunk_bits(v, c, &first, &stop);
+    jh_chunk_bits(v, im->sc.chunk_bits, c, &first, &stop);
     s.pos = first;
     (void)jh_decode(&im->sc, JH_TAB(b, im), JH_DATA(b, im, v), v->len * 8u, stop, 0xFFFFFFFFu, &s, 0,
                     b->rec + (uint64_t)i * JH_REC, 0, c != v->c0);
@@ -587,7 +604,7 @@ JH_FN jh_state_t jh_redo(const jh_batch_t *b, const jh_img_t *im, const jh_iv_t 
     jh_state_t s = prev;
     const jh_rec_t *rec = b->rec + (uint64_t)i * JH_REC;
     int m;
-    jh_chunk_bits(v, c, &first, &stop);
+    jh_chunk_bits(v, im->sc.chunk_bits, c, &first, &stop);
     s.nb = 0;
     if (s.err) { /* the predecessor lost its way: this chunk keeps its guess of a start */
         s.pos = first;
@@ -661,8 +678,8 @@ JH_FN void jh_step_settle(const jh_batch_t *b, int r, uint32_t m, uint32_t v)
 }
 
 /* 4. Chunk i from its exact entry: its blocks written, anomalies flagged.
- * `r` as for settle. */
-JH_FN void jh_step_write(const jh_batch_t *b, int r, uint32_t i)
+ * `r` as for settle; zz: the JH_ZIGZAG table (the kernel's shared copy). */
+JH_FN void jh_step_write(const jh_batch_t *b, int r, uint32_t i, const uint8_t *zz)
 {
     const jh_state_t *st = b->st[r & 1];
     const jh_img_t *im = b->img + jh_find_img(b, i);
@@ -676,11 +693,12 @@ JH_FN void jh_step_write(const jh_batch_t *b, int r, uint32_t i)
         for (int k = 0; k < 4; k++) b->dc[(uint64_t)i * 4 + k] = 0;
         return;
     }
-    jh_chunk_bits(v, c, &first, &stop);
+    jh_chunk_bits(v, im->sc.chunk_bits, c, &first, &stop);
     o.coef = b->coef + im->coef * 64;
     o.mcu0 = v->mcu0;
     o.g0 = g0;
     o.dc[0] = o.dc[1] = o.dc[2] = o.dc[3] = 0;
+    o.zz = zz;
     /* g0 >= blocks: the interval's last block was complete before this
      * chunk; the chunk that completed it checked what follows */
     if (g0 < v->blocks) {

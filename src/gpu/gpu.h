@@ -142,6 +142,13 @@ void patina_gpu_jpegx_set_gpu_entropy(patina_jpegx_gpu_t *d, int on);
 #define PGPU_JPEGX_HUFF_MIN_PX 0
 void patina_gpu_jpegx_set_huff_min_px(patina_jpegx_gpu_t *d, uint64_t px);
 
+/* The Huffman kernels' chunk size in bits (one thread per chunk): 0 (the
+ * default) chooses per call from its files' size (smaller chunks for calls
+ * too small to fill the device); else a multiple of 8 from 512 to 65536 for
+ * every call (tests, timing; anything else means 0). The coefficients do not
+ * depend on it. Takes effect at the next call. */
+void patina_gpu_jpegx_set_chunk_bits(patina_jpegx_gpu_t *d, uint32_t bits);
+
 /* The same device stage on images already entropy-decoded (tests and the
  * benchmark's kernel timing): n images im[i] with coefficients coef[i]
  * ((im[i].nblocks, 64) s16 host memory) into device RGB as above;

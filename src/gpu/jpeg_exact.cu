@@ -268,6 +268,7 @@ struct patina_jpegx_gpu {
                                       2 (default) unless the last rounds came back slow (cpu_rounds) */
     int cpu_rounds;                /* rounds left with the entropy stage on the CPU workers (jxg_collect) */
     uint64_t huff_min_px;          /* mode 2: images of fewer pixels are entropy-decoded on the CPU workers */
+    uint32_t chunk_bits;           /* the Huffman kernels' chunks (0: by the call's size, jxg_chunk_bits) */
     size_t huff_bytes;             /* bytes of one round's staged scans */
     uint8_t *h_huff[2], *d_huff[2];/* (huff_bytes) pinned, device: the scans of buffer b's round */
     jh_img_t *h_jimg[2], *d_jimg[2];/* (desc_cap) their images */
@@ -448,6 +449,7 @@ typedef struct jxg_stage_job {
     const int16_t *const *coef;
     int cuda_error;               /* a worker's copy failed: its cudaError_t (atomic; 0: none) */
     int huff;                     /* this round's baseline Huffman scans go to the device */
+    uint32_t chunk_bits;          /* their chunks' size */
 } jxg_stage_job_t;
 
 /* Reserves `bytes` of a buffer of cap bytes whose *used are taken: the
@@ -476,6 +478,7 @@ static int jxg_stage_huff(jxg_stage_job_t *j, jxg_item_t *it, patina_jpegx_reade
     int ok = 0;
     if (!f) return 0;
     if (patina__jpegx_huff(r, &it->im, f) == PATINA_OK) {
+        f->sc.chunk_bits = j->chunk_bits;
         bound = (patina__jpegh_region_bound(f) + 15) & ~(size_t)15;
         hoff = jxg_take_of(&j->hused, j->d->huff_bytes, bound);
         if (hoff != (size_t)-1 && !patina__jpegh_stage(f, j->d->h_huff[j->buf] + hoff, bound, &it->jimg, &used)) {
@@ -752,6 +755,23 @@ static patina_status jxg_finish(patina_jpegx_gpu_t *d, patina_image_t *out, size
     return PATINA_OK;
 }
 
+/* The Huffman kernels' chunk size for a call of n files: one thread per
+ * chunk, and a thread decodes its chunk serially (latency-bound), so a call
+ * with few bits gets smaller chunks to fill the device: the largest of
+ * JH_CHUNK_BITS, 2048 and 1024 bits that still gives JXG_CHUNKS_PER_SM
+ * chunks per SM (bench_pipeline --chunk-bits measures the sizes; smaller
+ * chunks fall in step later, so they cost more rounds). */
+#define JXG_CHUNKS_PER_SM 512
+static uint32_t jxg_chunk_bits(const patina_jpegx_gpu_t *d, const size_t *size, size_t n)
+{
+    uint64_t bits = 0, want = (uint64_t)(d->g->sm_count > 0 ? d->g->sm_count : 1) * JXG_CHUNKS_PER_SM;
+    uint32_t cb = JH_CHUNK_BITS;
+    if (d->chunk_bits) return d->chunk_bits;
+    for (size_t i = 0; size && i < n; i++) bits += (uint64_t)size[i] * 8;
+    while (cb > 1024 && bits / cb < want) cb /= 2;
+    return cb;
+}
+
 /* Both entry points: stage (decode or copy), launch, collect, in rounds; the
  * last round is left on the device (open_n) for jxg_finish. */
 static patina_status jxg_submit(patina_jpegx_gpu_t *d, patina_pool_t *pool, patina_image_t *out,
@@ -761,6 +781,7 @@ static patina_status jxg_submit(patina_jpegx_gpu_t *d, patina_pool_t *pool, pati
     patina_status s = PATINA_OK;
     size_t i, bytes = 0, pending = n, off = 0;
     int b = 0, alloc;
+    uint32_t cb = data ? jxg_chunk_bits(d, size, n) : JH_CHUNK_BITS;
     double t0;
     for (i = 0; i < n; i++) st[i] = PATINA_E_FORMAT;
     PGPU_CU(cudaSetDevice(d->g->device));
@@ -813,6 +834,7 @@ static patina_status jxg_submit(patina_jpegx_gpu_t *d, patina_pool_t *pool, pati
         job.im = im;
         job.coef = coef;
         job.huff = d->gpu_entropy == 1 || (d->gpu_entropy == 2 && d->cpu_rounds == 0);
+        job.chunk_bits = cb;
         if (d->cpu_rounds > 0) d->cpu_rounds--;
         if (!jxg_has_buffer(d, b)) { /* a second round: the other buffer, first use */
             t0 = patina_now();
@@ -876,6 +898,11 @@ patina_status patina_gpu_jpegx_pixels(patina_jpegx_gpu_t *d, patina_image_t *out
 void patina_gpu_jpegx_set_gpu_entropy(patina_jpegx_gpu_t *d, int on)
 {
     if (d) d->gpu_entropy = on <= 0 ? 0 : on >= 2 ? 2 : 1;
+}
+
+void patina_gpu_jpegx_set_chunk_bits(patina_jpegx_gpu_t *d, uint32_t bits)
+{
+    if (d) d->chunk_bits = bits >= JH_CHUNK_MIN && bits <= JH_CHUNK_MAX && bits % 8 == 0 ? bits : 0;
 }
 
 void patina_gpu_jpegx_set_huff_min_px(patina_jpegx_gpu_t *d, uint64_t px)

@@ -91,10 +91,15 @@ __global__ void __launch_bounds__(JHG_THREADS) jh_k_settle(const __grid_constant
     }
 }
 
+static __device__ const uint8_t jhg_zigzag[64] = JH_ZIGZAG;
+
 __global__ void __launch_bounds__(JHG_THREADS) jh_k_write(const __grid_constant__ jh_batch_t b, int r)
 {
+    __shared__ uint8_t zz[64]; /* the coefficient stores' addresses wait on it: shared, not L1 */
     uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < b.nchunk) jh_step_write(&b, r, i);
+    if (threadIdx.x < 64) zz[threadIdx.x] = jhg_zigzag[threadIdx.x];
+    __syncthreads();
+    if (i < b.nchunk) jh_step_write(&b, r, i, zz);
 }
 
 /* jh_step_dcscan of interval j, a warp at a time: per component the

@@ -332,6 +332,7 @@ patina_status patina__jpegx_huff(patina_jpegx_reader_t *r, jx_image_t *im, jh_fi
     int ns = d->comps_in_scan, tdc[4] = {-1, -1, -1, -1}, tac[4] = {-1, -1, -1, -1}, seen = 0;
     uint64_t mcus;
     memset(sc, 0, sizeof *sc);
+    sc->chunk_bits = JH_CHUNK_BITS; /* the caller may choose another before staging */
     f->ntab = 0;
     if (d->progressive_mode || d->arith_code) return not_taken(r->name, "not sequential Huffman");
     if (ns != d->num_components || ns < 1 || ns > 4) return not_taken(r->name, "more than one scan");

@@ -11,7 +11,11 @@
 
 #define JH_ALIGN(x) (((x) + 7) & ~(size_t)7)
 
-static uint32_t chunk_bound(const jh_file_t *f) { return (uint32_t)(f->seg_size * 8 / JH_CHUNK_BITS) + f->niv + 1; }
+static uint32_t chunk_bound(const jh_file_t *f)
+{
+    uint32_t cb = f->sc.chunk_bits >= JH_CHUNK_MIN ? f->sc.chunk_bits : JH_CHUNK_MIN;
+    return (uint32_t)(f->seg_size * 8 / cb) + f->niv + 1;
+}
 
 size_t patina__jpegh_region_bound(const jh_file_t *f)
 {
@@ -32,7 +36,7 @@ static const char *close_interval(const jh_file_t *f, jh_iv_t *iv, uint32_t n, s
     v->mcu0 = (uint32_t)m0;
     v->blocks = (uint32_t)(cnt * (uint64_t)sc->nblk);
     v->c0 = *nc;
-    v->nc = (uint32_t)(((uint64_t)v->len * 8 + JH_CHUNK_BITS - 1) / JH_CHUNK_BITS);
+    v->nc = (uint32_t)(((uint64_t)v->len * 8 + sc->chunk_bits - 1) / sc->chunk_bits);
     if (v->nc == 0) v->nc = 1;
     if (v->nc > cap - *nc) return "chunks"; /* cannot happen: chunk_bound */
     for (uint32_t c = 0; c < v->nc; c++) civ[*nc + c] = n;
@@ -93,6 +97,8 @@ const char *patina__jpegh_stage(const jh_file_t *f, uint8_t *region, size_t cap,
     uint32_t nc;
     const char *why;
     *used = 0;
+    if (f->sc.chunk_bits < JH_CHUNK_MIN || f->sc.chunk_bits > JH_CHUNK_MAX || f->sc.chunk_bits % 8)
+        return "chunk size";
     if (cap < patina__jpegh_region_bound(f)) return "staging too small";
     memcpy(region + tab, f->tab, (size_t)f->ntab * sizeof(jh_table_t));
     why = destuff(f, region + data, (jh_iv_t *)(void *)(region + iv), (uint32_t *)(void *)(region + civ),
@@ -121,7 +127,7 @@ void patina__jpegh_steps(const jh_batch_t *b, int rounds, int rev)
         uint32_t m = jh_find_img_iv(b, i);
         jh_step_settle(b, rounds, m, i - b->img[m].iv0);
     }
-    JH_EACH(n) jh_step_write(b, rounds, i);
+    JH_EACH(n) jh_step_write(b, rounds, i, jh_zigzag_host);
     JH_EACH(b->niv)
     {
         uint32_t m = jh_find_img_iv(b, i);

@@ -165,12 +165,16 @@ typedef struct ktally {
     double seconds;
 } ktally_t;
 
-/* The items of set s in batches of `per` (0: all at once). */
-static void check_kernels(ktally_t *t, fileset_t *s, size_t per)
+/* The items of set s in batches of `per` (0: all at once), their chunks'
+ * sizes by item_chunk_bits(mode). */
+static void check_kernels(ktally_t *t, fileset_t *s, size_t per, int mode)
 {
     item_t *items = calloc(s->n, sizeof *items);
     assert_non_null(items);
-    for (size_t i = 0; i < s->n; i++) item_make(&items[i], s->data[i], s->size[i], s->name[i]);
+    for (size_t i = 0; i < s->n; i++) {
+        item_make(&items[i], s->data[i], s->size[i], s->name[i]);
+        item_restage(&items[i], item_chunk_bits(mode, i));
+    }
     if (per == 0) per = s->n;
     for (size_t i0 = 0; i0 < s->n; i0 += per) {
         size_t n = s->n - i0 < per ? s->n - i0 : per, m = 0;
@@ -231,16 +235,20 @@ static void check_kernels(ktally_t *t, fileset_t *s, size_t per)
 
 static void kernels_on(const char *what, void (*make)(fileset_t *))
 {
-    static const size_t pers[] = {1, 7, 64, 0};
+    /* batches of 1, 7, 64 and all with the default chunks; then all with
+     * chunk sizes mixed in the batch, and batches of 7 with the smallest */
+    static const size_t pers[] = {1, 7, 64, 0, 0, 7};
+    static const int modes[] = {0, 0, 0, 0, 4, 1};
     fileset_t s = {0};
     make(&s);
     if (s.n == 0) return; /* no sample photographs */
-    for (size_t p = 0; p < 4; p++) {
+    for (size_t p = 0; p < 6; p++) {
         ktally_t t = {0};
-        check_kernels(&t, &s, pers[p]);
-        printf("%-12s batches of %-4s: %5zu images, %4zu flagged; kernels != reference %zu (flags %zu), "
+        check_kernels(&t, &s, pers[p], modes[p]);
+        printf("%-12s batches of %-4s%-13s: %5zu images, %4zu flagged; kernels != reference %zu (flags %zu), "
                "!= libjpeg %zu, decoded although libjpeg warns %zu; kernels %.0f images/s  %s\n",
-               what, pers[p] ? (pers[p] == 1 ? "1" : pers[p] == 7 ? "7" : "64") : "all", t.images, t.flagged,
+               what, pers[p] ? (pers[p] == 1 ? "1" : pers[p] == 7 ? "7" : "64") : "all",
+               modes[p] == 4 ? " mixed chunks" : modes[p] == 1 ? " 512-bit" : "", t.images, t.flagged,
                t.ref_mismatch, t.flag_mismatch, t.lj_mismatch, t.lj_warned_decoded,
                t.seconds > 0 ? (double)t.images / t.seconds : 0.0,
                t.ref_mismatch + t.flag_mismatch + t.lj_mismatch + t.lj_warned_decoded ? "FAIL" : "pass");
