@@ -325,6 +325,7 @@ JH_FN int jh_decode(const jh_scan_t *sc, const jh_table_t *tab, const uint8_t *d
     uint32_t mx = 0, my = 0; /* with o: the MCU of the current block, and its block by place */
     int pb = 0;
     uint32_t dc0 = 0, dc1 = 0, dc2 = 0, dc3 = 0; /* with o: its DC sums */
+    uint32_t mpos = match ? match[0].pos : 0; /* with match: the position of boundary mi */
     uint32_t nw; /* the next 4 bytes, loaded a refill ahead (the load's latency off the decode's path) */
     /* the window: bits from pos on, the first at the top */
     win = (uint64_t)jh_load4(d, wbyte, len8) << 32;
@@ -351,14 +352,18 @@ JH_FN int jh_decode(const jh_scan_t *sc, const jh_table_t *tab, const uint8_t *d
             nrec++;
             next_rec = nrec < JH_REC / 2 ? ncw + 1 : ncw + (ncw + 1) / 2;
         }
-        if (match) {
+        if (match && pos >= mpos) { /* at or past the next boundary (mpos: match[mi].pos, kept in a register) */
             while (mi < JH_REC && match[mi].pos < pos) mi++;
-            if (mi < JH_REC && match[mi].pos == pos &&
-                (sc->same ? (match[mi].st >> 20) == (uint32_t)k : (match[mi].st >> 16) == JH_REC_KEY(blkn, k))) {
-                found = mi;
-                break;
+            if (mi == JH_REC) {
+                match = 0; /* past its last boundary: decode on */
+            } else {
+                mpos = match[mi].pos;
+                if (mpos == pos &&
+                    (sc->same ? (match[mi].st >> 20) == (uint32_t)k : (match[mi].st >> 16) == JH_REC_KEY(blkn, k))) {
+                    found = mi;
+                    break;
+                }
             }
-            if (mi == JH_REC) match = 0; /* past its last boundary: decode on */
         }
         if (!(pos < stop && nb < limit)) break;
         if (wbits <= 32) {
