@@ -192,7 +192,8 @@ int patina__jpegh_decode(const uint8_t *region, const jh_img_t *im, int16_t *coe
     return (int)flags;
 }
 
-patina_status patina__jpegh_read(patina_jpegx_reader_t *r, jx_image_t *im, int16_t *coef, const char *name)
+patina_status patina__jpegh_read(patina_jpegx_reader_t *r, jx_image_t *im, int16_t *coef, const char *name,
+                                 uint32_t chunk_bits)
 {
     jh_file_t *f = malloc(sizeof *f);
     uint8_t *region = NULL;
@@ -205,6 +206,7 @@ patina_status patina__jpegh_read(patina_jpegx_reader_t *r, jx_image_t *im, int16
     if (!f) return patina__fail(PATINA_E_NOMEM, "jpegh: out of memory");
     s = patina__jpegx_huff(r, im, f);
     if (s != PATINA_OK) goto done;
+    if (chunk_bits) f->sc.chunk_bits = chunk_bits;
     region = malloc(patina__jpegh_region_bound(f));
     if (!region) {
         s = patina__fail(PATINA_E_NOMEM, "jpegh: out of memory for '%s'", name);

@@ -81,10 +81,12 @@ int patina__jpegh_run(const uint8_t *base, const jh_img_t *img, uint32_t nimg, u
  * kernels' order of threads cannot matter). */
 void patina__jpegh_steps(const jh_batch_t *b, int rounds, int rev);
 
-/* All of it for one file read by r (just opened): PATINA_OK and coef
- * filled; PATINA_E_FORMAT when not taken or flagged (the message says which;
- * the caller goes on with patina__jpegx_read on the same r), PATINA_E_NOMEM. */
-patina_status patina__jpegh_read(patina_jpegx_reader_t *r, jx_image_t *im, int16_t *coef, const char *name);
+/* All of it for one file read by r (just opened), in chunks of chunk_bits
+ * (0: JH_CHUNK_BITS): PATINA_OK and coef filled; PATINA_E_FORMAT when not
+ * taken or flagged (the message says which; the caller goes on with
+ * patina__jpegx_read on the same r), PATINA_E_NOMEM. */
+patina_status patina__jpegh_read(patina_jpegx_reader_t *r, jx_image_t *im, int16_t *coef, const char *name,
+                                 uint32_t chunk_bits);
 
 #ifdef __cplusplus
 }

@@ -37,10 +37,11 @@ static long last_read(int up, int half, int r, int n, int planelen)
 }
 
 /* The GPU's Huffman decoder (its host side and the C reference of its
- * kernels, src/image/jpeg_huff.c): a file it decodes without a flag is one
- * libjpeg reads without a warning (lj: its coefficients, NULL when it
- * warned or failed), coefficient for coefficient. */
-static void check_huff(const uint8_t *data, size_t size, const int16_t *lj, uint64_t nblocks)
+ * kernels, src/image/jpeg_huff.c) with chunks of cb bits: a file it decodes
+ * without a flag is one libjpeg reads without a warning (lj: its
+ * coefficients, NULL when it warned or failed), coefficient for
+ * coefficient. */
+static void check_huff(const uint8_t *data, size_t size, const int16_t *lj, uint64_t nblocks, uint32_t cb)
 {
     patina_jpegx_reader_t *r;
     jx_image_t im;
@@ -51,7 +52,7 @@ static void check_huff(const uint8_t *data, size_t size, const int16_t *lj, uint
     }
     coef = malloc((size_t)nblocks * 64 * sizeof *coef + 1);
     if (coef && im.nblocks == nblocks) {
-        if (patina__jpegh_read(r, &im, coef, "fuzz-input") == PATINA_OK) {
+        if (patina__jpegh_read(r, &im, coef, "fuzz-input", cb) == PATINA_OK) {
             FUZZ_CHECK(lj != NULL, "the Huffman decoder took a file libjpeg warns about or refuses");
             FUZZ_CHECK(memcmp(coef, lj, (size_t)nblocks * 64 * sizeof *coef) == 0,
                        "the Huffman decoder's coefficients differ from libjpeg's");
@@ -97,7 +98,10 @@ static void check_layout(const uint8_t *data, size_t size)
         (coef = malloc((size_t)im.nblocks * 64 * sizeof *coef)) != NULL) {
         int lj_ok = patina__jpegx_read(r, &im, coef) == PATINA_OK;
         if (!lj_ok) patina_clear_error();
-        check_huff(data, size, lj_ok ? coef : NULL, im.nblocks);
+        /* the default chunks, and the smallest a caller may choose (the
+         * most chunks, rounds and straddled blocks) */
+        check_huff(data, size, lj_ok ? coef : NULL, im.nblocks, 0);
+        check_huff(data, size, lj_ok ? coef : NULL, im.nblocks, JH_CHUNK_MIN);
         free(coef);
     }
     patina__jpegx_close(r);
