@@ -412,10 +412,13 @@ typedef struct slot {
     patina_decode_report_t report; /* decoder warnings */
 } slot_t;
 
+struct producer;
+
 typedef struct job {
     slot_t *slots;
     const patina_decode_opts_t *dopts; /* the context's limits; strict */
     int hash;                          /* stage 1 computes SHA-256 and skips stored files */
+    struct producer *prod;             /* index runs: stage 1 also finds each file's key and stored record */
 } job_t;
 
 static void slot_fail(slot_t *s, patina_status st)
@@ -427,17 +430,22 @@ static void slot_fail(slot_t *s, patina_status st)
     s->data = NULL;
 }
 
-/* Stage 1: read, hash, probe, check the limits against the header (before
- * any decoder, CPU or GPU, sees the file). Files stored with the same hash
- * are skipped. */
+static void lookup_one(struct producer *p, slot_t *s, int worker);
+
+/* Stage 1: (index runs: the file's key and stored record,) read, hash,
+ * probe, check the limits against the header (before any decoder, CPU or
+ * GPU, sees the file). Files stored with the same hash are skipped. */
 static void read_one(void *arg, size_t i, int worker)
 {
     job_t *j = arg;
     slot_t *s = &j->slots[i];
     struct stat st;
     patina_status r;
-    (void)worker;
     if (s->state != SLOT_EMPTY) return;
+    if (j->prod) {
+        lookup_one(j->prod, s, worker);
+        if (s->state != SLOT_EMPTY) return;
+    }
     r = patina_file_read(&s->data, &s->size, s->path, &j->dopts->limits);
     if (r != PATINA_OK) {
         slot_fail(s, r);
@@ -558,7 +566,7 @@ typedef struct producer {
     const char *const *files;
     size_t n, capacity, desc_bytes;
     uint64_t budget;          /* bytes one window may hold (encoded + decoded) */
-    unsigned char *probe;     /* desc_bytes scratch for the "already stored" check */
+    unsigned char *probe;     /* desc_bytes scratch for the "already stored" check, one per pool worker */
     double share;             /* nvJPEG's share of the JPEGs (adapted unless fixed) */
     int share_fixed;
     double t_read, t_decode;  /* stage times, collected into the stats by the consumer */
@@ -866,38 +874,41 @@ static void find_duplicates(producer_t *p, window_t *w)
     patina_clear_error();
 }
 
+/* The key of slot s's file and whether this table holds it already
+ * ("already indexed" = same key, and a descriptor in this table: a second
+ * family over stored images is not skipped), on pool worker `worker` (the
+ * collection's reads run in parallel; each worker has its scratch). */
+static void lookup_one(producer_t *p, slot_t *s, int worker)
+{
+    patina_record_t rec;
+    patina_status r;
+    if ((r = patina_collection_key(p->c, s->path, &s->key)) != PATINA_OK) {
+        slot_fail(s, r);
+        return;
+    }
+    if (patina_collection_get_by_key(p->c, s->key, &rec) == PATINA_OK) {
+        s->have_key = 1;
+        if (patina_collection_get_descriptor(p->c, patina_extractor_spec(p->ex), rec.id,
+                                             p->probe + (size_t)worker * p->desc_bytes, p->desc_bytes) == PATINA_OK) {
+            s->have_old = 1;
+            memcpy(s->old_sha, rec.sha256, 32);
+        }
+        patina_record_release(&rec);
+    }
+    patina_clear_error();
+}
+
 /* Stages 1-3 for the files from `first`: read + hash + probe, skip what is
  * stored, cut at the memory budget, decode. Sets w->take (>= 1 when first < n). */
 static void produce(producer_t *p, window_t *w, size_t first)
 {
     size_t take = p->n - first < p->capacity ? p->n - first : p->capacity;
     size_t i;
-    job_t job = {w->slots, &p->dopts, 1};
+    job_t job = {w->slots, &p->dopts, 1, p};
     double t0 = patina_now(), t1;
     w->first = first;
     take = cut_by_file_size(p->files + first, take, p->budget);
-    for (i = 0; i < take; i++) {
-        patina_record_t rec;
-        slot_t *s = &w->slots[i];
-        patina_status r;
-        s->path = p->files[first + i];
-        if ((r = patina_collection_key(p->c, s->path, &s->key)) != PATINA_OK) {
-            slot_fail(s, r);
-            continue;
-        }
-        /* "Already indexed" = same key, and a descriptor in this table
-         * (a second family over stored images is not skipped). */
-        if (patina_collection_get_by_key(p->c, s->key, &rec) == PATINA_OK) {
-            s->have_key = 1;
-            if (patina_collection_get_descriptor(p->c, patina_extractor_spec(p->ex), rec.id,
-                                                 p->probe, p->desc_bytes) == PATINA_OK) {
-                s->have_old = 1;
-                memcpy(s->old_sha, rec.sha256, 32);
-            }
-            patina_record_release(&rec);
-        }
-    }
-    patina_clear_error();
+    for (i = 0; i < take; i++) w->slots[i].path = p->files[first + i];
     patina_pool_run(p->pool, take, read_one, &job);
     w->take = cut_by_memory(w->slots, take, p->budget);
     find_duplicates(p, w);
@@ -1410,7 +1421,7 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
     prod.desc_bytes = desc_bytes;
     /* With overlap two windows are in flight: each gets half the memory. */
     prod.budget = overlap ? opts.batch_memory / 2 : opts.batch_memory;
-    prod.probe = malloc(desc_bytes ? desc_bytes : 1);
+    prod.probe = malloc((desc_bytes ? desc_bytes : 1) * (size_t)patina_pool_size(prod.pool));
     prod.skip_dups = opts.skip_duplicates != 0;
     prod.share_fixed = opts.nvjpeg_share >= 0;
     prod.share = opts.nvjpeg_share > 0 ? (opts.nvjpeg_share < 1 ? opts.nvjpeg_share : 1)
@@ -1495,7 +1506,7 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
             /* The exact decoder's last round of this window, while the
              * producer reads the next one (the pool is its now). */
             if (w->xslots) {
-                job_t xjob = {w->slots, &prod.dopts, 1};
+                job_t xjob = {w->slots, &prod.dopts, 1, NULL};
                 double tx[3] = {0, 0, 0};
                 t_stage = patina_now();
                 exact_finish(tx, w, &xjob, started ? NULL : prod.pool);
@@ -1660,6 +1671,7 @@ patina_status patina_load_files(patina_context_t *ctx, patina_image_t *images,
     job.slots = slots;
     job.dopts = &dopts;
     job.hash = 0;
+    job.prod = NULL;
     pool = patina__context_workers_acquire(ctx);
     patina_pool_run(pool, take, read_one, &job);
     take = cut_by_memory(slots, take, o.batch_memory);
@@ -1783,6 +1795,7 @@ patina_status patina_extract_files(patina_context_t *ctx, const patina_extractor
     job.slots = slots;
     job.dopts = &dopts;
     job.hash = 0;
+    job.prod = NULL;
     /* The workers' turn for the whole call: the context's GPU decoders and
      * the images they leave in device memory are this call's until it ends. */
     prod.pool = patina__context_workers_acquire(ctx);
