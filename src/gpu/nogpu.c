@@ -293,6 +293,12 @@ void patina_gpu_jpegx_set_huff_min_px(patina_jpegx_gpu_t *d, uint64_t px)
     (void)px;
 }
 
+void patina_gpu_jpegx_set_chunk_bits(patina_jpegx_gpu_t *d, uint32_t bits)
+{
+    (void)d;
+    (void)bits;
+}
+
 void patina_gpu_jpegx_times(const patina_jpegx_gpu_t *d, patina_jpegx_times_t *t)
 {
     (void)d;
