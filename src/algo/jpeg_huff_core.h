@@ -185,15 +185,38 @@ JH_FN int jh_table_build(jh_table_t *t, const uint8_t bits[17], const uint8_t *v
     return 0;
 }
 
+/* The 4 bytes of d from byte w on as one big-endian word, bytes at or beyond
+ * n read as 0. d must have 8 readable bytes after byte n - 1 and, on the
+ * device, readable bytes back to the 4-byte boundary at or before d + w
+ * (the staged data is 8-byte aligned and followed by 8 bytes). */
+JH_FN uint32_t jh_load4(const uint8_t *d, uint32_t w, uint32_t n)
+{
+    if (w + 4 <= n) {
+#ifdef __CUDA_ARCH__
+        uintptr_t a = (uintptr_t)(d + w);
+        const uint32_t *p = (const uint32_t *)(a & ~(uintptr_t)3);
+        uint32_t x = __funnelshift_r(__ldg(p), __ldg(p + 1), (unsigned)(a & 3) * 8);
+        return __byte_perm(x, 0, 0x0123);
+#else
+        return (uint32_t)d[w] << 24 | (uint32_t)d[w + 1] << 16 | (uint32_t)d[w + 2] << 8 | d[w + 3];
+#endif
+    }
+    {
+        uint32_t v = 0;
+        for (int i = 0; i < 4; i++) v = v << 8 | (w + (uint32_t)i < n ? d[w + (uint32_t)i] : 0u);
+        return v;
+    }
+}
+
 /* The 32 bits of d from bit pos on (first bit the most significant), those
- * at or beyond bit `end` read as 0. d must have 4 readable bytes after
- * byte pos / 8. */
+ * at or beyond bit `end` read as 0, through the decoder's loader
+ * (jh_load4; tests). d as for jh_load4 with n = the bytes holding `end`
+ * bits. */
 JH_FN uint32_t jh_peek(const uint8_t *d, uint32_t end, uint32_t pos)
 {
-    const uint8_t *p = d + (pos >> 3);
-    uint64_t w = (uint64_t)p[0] << 32 | (uint64_t)p[1] << 24 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 8 | p[4];
-    uint32_t v = (uint32_t)(w >> (8 - (pos & 7)));
-    uint32_t left = end - pos;
+    uint32_t w = pos >> 3, n = (end + 7) >> 3, left = end - pos;
+    uint64_t x = (uint64_t)jh_load4(d, w, n) << 32 | jh_load4(d, w + 4, n);
+    uint32_t v = (uint32_t)(x >> (32 - (pos & 7)));
     if (left < 32) v = left ? v & ~(0xFFFFFFFFu >> left) : 0;
     return v;
 }
@@ -254,29 +277,6 @@ JH_FN int64_t jh_block_at(const jh_scan_t *sc, uint32_t mcu0, uint32_t g)
 {
     uint32_t m = mcu0 + g / (uint32_t)sc->nblk;
     return jh_block_in(sc, m % (uint32_t)sc->mcus_per_row, m / (uint32_t)sc->mcus_per_row, (int)(g % (uint32_t)sc->nblk));
-}
-
-/* The 4 bytes of d from byte w on as one big-endian word, bytes at or beyond
- * n read as 0. d must have 8 readable bytes after byte n - 1 and, on the
- * device, readable bytes back to the 4-byte boundary at or before d + w
- * (the staged data is 8-byte aligned and followed by 8 bytes). */
-JH_FN uint32_t jh_load4(const uint8_t *d, uint32_t w, uint32_t n)
-{
-    if (w + 4 <= n) {
-#ifdef __CUDA_ARCH__
-        uintptr_t a = (uintptr_t)(d + w);
-        const uint32_t *p = (const uint32_t *)(a & ~(uintptr_t)3);
-        uint32_t x = __funnelshift_r(__ldg(p), __ldg(p + 1), (unsigned)(a & 3) * 8);
-        return __byte_perm(x, 0, 0x0123);
-#else
-        return (uint32_t)d[w] << 24 | (uint32_t)d[w + 1] << 16 | (uint32_t)d[w + 2] << 8 | d[w + 3];
-#endif
-    }
-    {
-        uint32_t v = 0;
-        for (int i = 0; i < 4; i++) v = v << 8 | (w + (uint32_t)i < n ? d[w + (uint32_t)i] : 0u);
-        return v;
-    }
 }
 
 /* A codeword boundary of a chunk's guessed decode (jh_step_init records
