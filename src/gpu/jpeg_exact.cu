@@ -527,11 +527,10 @@ static void jxg_stage_one(void *arg, size_t i, int worker)
     it->huff = 0;
     if (!j->im && j->huff &&
         (j->d->gpu_entropy != 2 || (uint64_t)it->im.width * (uint64_t)it->im.height >= j->d->huff_min_px)) {
-        int h = jxg_stage_huff(j, it, r);
-        if (h != 0) {
+        if (jxg_stage_huff(j, it, r)) {
             patina__jpegx_close(r);
-            it->huff = h > 0;
-            it->state = h > 0 ? JXG_STAGED : JXG_REFUSED;
+            it->huff = 1;
+            it->state = JXG_STAGED;
             return;
         }
     }
