@@ -20,7 +20,11 @@
  * 22.01 (wgmma2p) and 37.82 (mma.sync), and it led on the odd shapes
  * (257x768, 3 queries: 15.7 M/s against 12.5 for wgmma2p). The mutual
  * instance (2 consumers, no pairs) is slower than mma.sync there (1.03 against
- * 1.46 M/s): the dispatcher keeps mutual scoring on mma.sync. */
+ * 1.46 M/s): the dispatcher keeps mutual scoring on mma.sync. Both run
+ * with the split mode for short queries and the tensor-copy loader
+ * (2026-12-01, lab_wgmma's wgmma3t row: 384 x 64, one query against 200k
+ * references 5.08 -> 3.15 ms, 65% of the HBM's rate; 384 x 768 21.78 ->
+ * 21.56 ms). */
 #define IDFW_NCW 3
 #define IDFW_PAIRS false
 
@@ -33,11 +37,13 @@ patina_status patina__idf_wg_launch(const idf_launch_t *L, unsigned gx, unsigned
 {
     static std::atomic<int> raised[2][PGPU_SMEM_DEVICES]; /* [mutual][device]: pgpu_smem_raise's marks */
     const int mutual = L->scoring == IDF_SCORE_MUTUAL;
-    void (*k)(const idf_launch_t) =
-        mutual ? k_idf_match_wg<true, 2, false> : k_idf_match_wg<false, IDFW_NCW, IDFW_PAIRS>;
+    void (*k)(const idf_launch_t, const CUtensorMap, int) =
+        mutual ? k_idf_match_wg<true, 2, false, true> : k_idf_match_wg<false, IDFW_NCW, IDFW_PAIRS, true>;
     const int threads = mutual ? IDFW_THREADS(2) : IDFW_THREADS(IDFW_NCW);
+    CUtensorMap map; /* the loader's tensor copies; without one it loads with cp.async (the same answers) */
+    const int tma = idfw_tensor_map(&map, *L);
     PATINA_TRY(pgpu_smem_raise((const void *)k, raised[mutual], dev, smem));
-    k<<<dim3(gx, nq), threads, smem, (cudaStream_t)stream>>>(*L);
+    k<<<dim3(gx, nq), threads, smem, (cudaStream_t)stream>>>(*L, map, tma);
     PGPU_CU(cudaGetLastError());
     return PATINA_OK;
 }

@@ -21,11 +21,15 @@
  *
  * Layout of one block (1 + NCW warpgroups; NCW = 2 or 3 consumers):
  *   warpgroup 0, warps 0-1: the loader. Streams the block's reference rows
- *     in chunks of IDFW_N rows (cp.async, 16-byte pieces at the 128-byte
- *     swizzle that wgmma's descriptors name) through IDFW_NST stages; a
- *     chunk is published on its "full" mbarrier once the loader's copies
- *     landed (cp.async.wait_group, then fence.proxy.async: the tensor
- *     cores read through the async proxy).
+ *     in chunks of IDFW_N rows through idfw_stages(n) stages (8 for a query
+ *     of at most IDFW_SHORT_N rows, else 4), in the 128-byte swizzle that
+ *     wgmma's descriptors name. With a tensor map (idfw_tensor_map, the
+ *     normal case) one thread issues a tensor copy per chunk that completes
+ *     on the chunk's "full" mbarrier (transaction bytes): as many copies in
+ *     flight as stages are free, and no issue slots taken from the
+ *     consumers. Without one, both warps copy 16-byte pieces with cp.async
+ *     and publish a chunk once it landed (cp.async.wait_group, then
+ *     fence.proxy.async: the tensor cores read through the async proxy).
  *   warpgroup 0, warps 2-3: the scorer. Per reference, from the consumers'
  *     per-row results (double-buffered: it scores reference s while the
  *     consumers match s + 1): the score, then the block's candidate list.
@@ -39,6 +43,11 @@
  *     m-tiles go in pairs, both chains issued before the first's epilogue
  *     (two accumulator sets: the consumers take 232 registers with
  *     setmaxnreg), so each consumer's own MMAs also run under its epilogue.
+ *     SPLIT, a query of fewer m-tiles than consumers (the first pass's
+ *     short queries, half_view_features): the consumers split the chunks
+ *     instead (chunk i to consumer i mod NCW, each on every m-tile) and
+ *     leave their partial top 2 per row to the scorer, which merges them
+ *     (maxima: the order does not matter) and runs the ratio test.
  *
  * Ratio test and scoring per reference: after a reference's last chunk the
  * 4 lanes sharing a row merge their top 2, the row's ratio test gives its
@@ -49,14 +58,22 @@
 #define PATINA_GPU_IDF_WGMMA_CUH
 
 #include <stdint.h>
+#include <string.h>
+
+#include <cuda.h> /* CUtensorMap and its enums (types only: the encoder comes from the runtime) */
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
 
 #include "gpu/idf_kernels.cuh"
 #include "gpu/idf_wgmma.h"
 #include "gpu/ptx.cuh"
 
 #define IDFW_N 128       /* reference rows per chunk = the wgmma's N */
-#define IDFW_NST 4       /* chunk stages */
-#define IDFW_LA 2        /* chunks the loader keeps in flight before publishing */
+#define IDFW_NST 4       /* chunk stages of a long query (idfw_stages) */
+#define IDFW_NST_SHORT 8 /* ... of a query of at most IDFW_SHORT_N rows */
+#define IDFW_SHORT_N 256
+#define IDFW_NCW_MAX 3   /* consumer warpgroups at most (the split mode's partial results) */
+#define IDFW_SPLIT_ROWS (64 * (IDFW_NCW_MAX - 1)) /* query rows of a block in the split mode at most */
 #define IDFW_THREADS(NCW) (128 * (1 + (NCW))) /* loader + scorer warpgroup, NCW consumer warpgroups */
 
 /* ------------------------------------------------------------ primitives */
@@ -132,6 +149,25 @@ __device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity)
                  : "memory");
 }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+/* Arrives on b and adds bytes to the transaction count its phase waits for
+ * (the tensor copy's complete_tx takes them off). */
+__device__ __forceinline__ void mbar_arrive_tx(uint64_t *b, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+/* The tensor memory accelerator: the box at (x, y) of map into dst (shared
+ * memory, in the map's swizzle), completing on bar's transaction count. */
+__device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, int x, int y, uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+                 "[%4];\n" ::"r"(smem_u32(dst)),
+                 "l"(map), "r"(x), "r"(y), "r"(smem_u32(bar))
+                 : "memory");
+}
+__device__ __forceinline__ void tma_prefetch(const CUtensorMap *map)
+{
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
 /* Register budget of the calling warpgroup (setmaxnreg; the kernel's cap at
  * entry is 65536 / 384 = 168): the loader and scorer give registers up,
  * the consumers take them. Each call opens its role's branch of one
@@ -151,6 +187,41 @@ __device__ __forceinline__ void named_sync(int id, int threads)
 
 /* ---------------------------------------------------------------- sizing */
 
+/* The tensor map of a launch's reference rows for the loader's tensor
+ * copies: a 2-D u8 tensor of nref x m rows of 128 bytes, boxes of IDFW_N
+ * rows in the 128-byte swizzle (the layout wgmma's descriptors name; a box
+ * past the last row is filled with zeros, columns the kernel masks). 1 when
+ * *map is made, 0 when the launch keeps the cp.async loader (no rows, more
+ * than 2^31 of them, or no encoder in this driver). Host code. */
+static inline int idfw_tensor_map(CUtensorMap *map, const idf_launch_t &L)
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
+    static int resolved = 0; /* benign race: every thread resolves the same pointer */
+    const unsigned long long rows = (unsigned long long)L.nref * (unsigned long long)L.m;
+    memset(map, 0, sizeof *map);
+    if (rows == 0 || rows > 0x7fffffffull || ((uintptr_t)L.refs & 15u)) return 0;
+    if (!resolved) {
+        void *fn = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) ==
+                cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+        resolved = 1;
+    }
+    if (!encode) return 0;
+    const cuuint64_t dims[2] = {IDF_D, rows}, strides[1] = {IDF_D};
+    const cuuint32_t box[2] = {IDF_D, IDFW_N}, estr[2] = {1, 1};
+    return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)L.refs, dims, strides, box, estr,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+/* Chunk stages of a launch of n query rows: more for short queries, whose
+ * blocks are bound by the references' stream (the query's shared memory
+ * leaves room); the loader keeps half of them in flight. */
+__host__ __device__ static inline int idfw_stages(int n) { return n <= IDFW_SHORT_N ? IDFW_NST_SHORT : IDFW_NST; }
+
 /* Whether this kernel takes a launch: int8 arena, u32 keys, the query's
  * rows resident. */
 static inline int idfw_supported(int prec, int m, int n)
@@ -160,13 +231,15 @@ static inline int idfw_supported(int prec, int m, int n)
 
 /* Dynamic shared memory: 1024 bytes of alignment slack, the query
  * (n rounded to 64 rows), the stages, the barriers, the list (K), the
- * column maxima (mutual: 2 x m), the per-row results (2 x n), the column
+ * column maxima (mutual: 2 x m), the per-row results (2 x n), the split
+ * mode's partial top 2 (2 x IDFW_NCW_MAX x IDFW_SPLIT_ROWS), the column
  * mask (m / 32 words). */
 static inline size_t idfw_smem_bytes(int m, int n, int K, int scoring)
 {
-    return 1024 + (size_t)((n + 63) & ~63) * IDF_D + (size_t)IDFW_NST * IDFW_N * IDF_D + 8 * (2 * IDFW_NST + 4) +
+    const int nst = idfw_stages(n);
+    return 1024 + (size_t)((n + 63) & ~63) * IDF_D + (size_t)nst * IDFW_N * IDF_D + 8 * (2 * nst + 4) +
            8 * (size_t)K + (scoring == IDF_SCORE_MUTUAL ? 16 * (size_t)m : 0) + 8 * (size_t)n +
-           4 * (size_t)((m + 31) / 32 + 1);
+           16 * (size_t)IDFW_NCW_MAX * IDFW_SPLIT_ROWS + 4 * (size_t)((m + 31) / 32 + 1);
 }
 
 /* ------------------------------------------------------------------ kernel */
@@ -197,16 +270,37 @@ __device__ __forceinline__ void idfw_top2(uint32_t &b, uint32_t &s, const uint32
     top2_merge<uint32_t>(b, s, max(cb[0], off) - off, max(cs[0], off) - off);
 }
 
+/* A query row's result from its best and second keys over the reference's
+ * columns: best column + 1 if Lowe's test passes, else 0 --
+ * idf_ratio_pass on the float similarities dot * 2^-18 (exact). */
+__device__ __forceinline__ int idfw_ratio(const idf_launch_t &L, uint32_t b, uint32_t s)
+{
+    const uint32_t d1 = b >> 9, d2 = s >> 9; /* dot + 1; 0: none */
+    if (!d1 || !d2) return 0;
+    const float f1 = (float)(d1 - 1u) * L.inv_scale2, f2 = (float)(d2 - 1u) * L.inv_scale2;
+    double e1 = __dsub_rn(2.0, 2.0 * (double)f1), e2 = __dsub_rn(2.0, 2.0 * (double)f2);
+    if (e1 < 0) e1 = 0;
+    if (e2 < 0) e2 = 0;
+    return e1 < __dmul_rn(L.rr, e2) ? (int)(511u - (b & 511u)) + 1 : 0;
+}
+
 /* grid (gx, nq), IDFW_THREADS(NCW) threads, idfw_smem_bytes of dynamic shared
  * memory: block x of query y takes slots [x * per, (x+1) * per) of the
  * launch, per = ceil(nref / gx) -- k_idf_match's partition, so that the
  * per-block lists are the same too. L.npass is ignored (one pass:
  * n <= IDFW_QMAX). MUTUAL: L.scoring is IDF_SCORE_MUTUAL. NCW: consumer
- * warpgroups (registers: 168 a thread with 2, 128 with 3). */
-template <bool MUTUAL, int NCW, bool PAIRS>
-__global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf_launch_t L)
+ * warpgroups (registers: 168 a thread with 2, 128 with 3). SPLIT: a block
+ * whose query has fewer 64-row m-tiles than NCW splits the references'
+ * chunks among the consumers instead (chunk i to consumer i mod NCW, every
+ * consumer on every m-tile); their partial top 2 per row meet in shared
+ * memory, where the scorer merges them and runs the ratio test. Without it
+ * a 64-row query would keep one consumer busy and the others idle. */
+template <bool MUTUAL, int NCW, bool PAIRS, bool SPLIT>
+__global__ void __launch_bounds__(IDFW_THREADS(NCW), 1)
+    k_idf_match_wg(const idf_launch_t L, const __grid_constant__ CUtensorMap tmap, const int tma)
 {
     static_assert(!PAIRS || NCW == 2, "PAIRS: 40 + 2 x 232 registers a thread, 384 threads (and MTW even)");
+    static_assert(NCW <= IDFW_NCW_MAX, "the split mode's partial results hold IDFW_NCW_MAX consumers");
     /* the consumers at 232 registers (two accumulator sets; the column maxima) */
     constexpr bool BIGREGS = NCW == 2 && (PAIRS || MUTUAL);
     constexpr int NT = IDFW_THREADS(NCW), NC = 128 * NCW; /* threads: all, consumers */
@@ -215,20 +309,24 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf
     __shared__ int s_part[2];
     unsigned char *sm = idfw_sm_raw + ((1024u - (smem_u32(idfw_sm_raw) & 1023u)) & 1023u);
     const int QR = (L.n + 63) & ~63;
-    unsigned char *qsm = sm;                                         /* (QR, 128) u8, swizzled */
-    unsigned char *stage = qsm + (size_t)QR * IDF_D;                 /* NST x (N, 128) u8, swizzled */
-    uint64_t *bar = (uint64_t *)(stage + IDFW_NST * IDFW_N * IDF_D); /* full, empty (NST each), rfull, rempty (2) */
-    uint64_t *full = bar, *empty = bar + IDFW_NST, *rfull = bar + 2 * IDFW_NST, *rempty = bar + 2 * IDFW_NST + 2;
-    uint64_t *list = bar + 2 * IDFW_NST + 4;                         /* (K) */
+    const int nst = idfw_stages(L.n), lgst = nst == 8 ? 3 : 2; /* a power of two */
+    unsigned char *qsm = sm;                                    /* (QR, 128) u8, swizzled */
+    unsigned char *stage = qsm + (size_t)QR * IDF_D;            /* nst x (N, 128) u8, swizzled */
+    uint64_t *bar = (uint64_t *)(stage + nst * IDFW_N * IDF_D); /* full, empty (nst each), rfull, rempty (2) */
+    uint64_t *full = bar, *empty = bar + nst, *rfull = bar + 2 * nst, *rempty = bar + 2 * nst + 2;
+    uint64_t *list = bar + 2 * nst + 4;                         /* (K) */
     constexpr bool mutual = MUTUAL; /* L.scoring == IDF_SCORE_MUTUAL (its own instance: the column
                                     * maxima cost registers the other rules do not need) */
     unsigned long long *colbest = (unsigned long long *)(list + L.K); /* (2, m) mutual only */
     int32_t *rowres = (int32_t *)(colbest + (mutual ? 2 * L.m : 0)); /* (2, n) */
-    uint32_t *mask = (uint32_t *)(rowres + 2 * L.n);                  /* (m / 32 + 1) */
+    uint2 *part = (uint2 *)(rowres + 2 * L.n);                        /* (2, NCW_MAX, SPLIT_ROWS) split */
+    uint32_t *mask = (uint32_t *)(part + 2 * IDFW_NCW_MAX * IDFW_SPLIT_ROWS); /* (m / 32 + 1) */
 
     const int tid = threadIdx.x, wg = tid >> 7;
     const int q = blockIdx.y;
     const int qn = min((int)L.qcount[q], L.n);
+    const int nmt = (qn + 63) >> 6; /* m-tiles with valid rows */
+    const bool split = SPLIT && nmt < NCW; /* uniform over the block */
     const uint32_t per = (L.nref + gridDim.x - 1) / gridDim.x;
     const uint32_t r0 = min(L.nref, blockIdx.x * per), r1 = min(L.nref, r0 + per);
     const unsigned char *qbase = (const unsigned char *)L.queries + (size_t)q * L.n * IDF_D;
@@ -246,9 +344,9 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf
     if (mutual)
         for (int i = tid; i < 2 * L.m; i += NT) colbest[i] = 0;
     if (tid == 0) {
-        for (int i = 0; i < IDFW_NST; i++) {
-            mbar_init(&full[i], 64);   /* the loader's threads */
-            mbar_init(&empty[i], NC); /* the consumers' threads */
+        for (int i = 0; i < nst; i++) {
+            mbar_init(&full[i], tma ? 1 : 64);      /* the loader's thread(s) */
+            mbar_init(&empty[i], split ? 128 : NC); /* the threads of the consumer(s) of its chunks */
         }
         for (int i = 0; i < 2; i++) {
             mbar_init(&rfull[i], NC); /* the consumers' threads */
@@ -265,15 +363,34 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf
 
     if (wg == 0) {
         if (BIGREGS) regs_dec<40>(); /* the consumers take them */
-        if (tid < 64) {
-            /* ---------------- loader: chunks of the block's slots, in order */
+        if (tid < 64 && tma) {
+            /* ---------------- loader, tensor copies: one thread, a copy per
+             * chunk, as many in flight as stages are free */
+            if (tid == 0) {
+                tma_prefetch(&tmap);
+                uint32_t i = 0;
+                for (uint32_t s = idfw_next(L, r0, r1); s < r1; s = idfw_next(L, s + 1, r1)) {
+                    const int cnt = L.count[s];
+                    for (int c0 = 0; c0 < cnt; c0 += IDFW_N, i++) {
+                        const int st = (int)(i & (uint32_t)(nst - 1));
+                        mbar_wait(&empty[st], ((i >> lgst) & 1u) ^ 1u);
+                        mbar_arrive_tx(&full[st], IDFW_N * IDF_D);
+                        tma_load_2d(stage + st * IDFW_N * IDF_D, &tmap, 0, (int)(s * (uint32_t)L.m + (uint32_t)c0),
+                                    &full[st]);
+                    }
+                }
+            }
+        } else if (tid < 64) {
+            /* ---------------- loader, cp.async: chunks of the block's slots, in
+             * order; nst / 2 in flight before the oldest is published */
+            const uint32_t la = (uint32_t)nst / 2;
             uint32_t i = 0;
             for (uint32_t s = idfw_next(L, r0, r1); s < r1; s = idfw_next(L, s + 1, r1)) {
                 const int cnt = L.count[s];
                 const unsigned char *src0 = rbase + (size_t)s * slot_bytes;
                 for (int c0 = 0; c0 < cnt; c0 += IDFW_N, i++) {
-                    const int st = (int)(i % IDFW_NST);
-                    mbar_wait(&empty[st], ((i / IDFW_NST) & 1u) ^ 1u);
+                    const int st = (int)(i & (uint32_t)(nst - 1));
+                    mbar_wait(&empty[st], ((i >> lgst) & 1u) ^ 1u);
                     /* whole 8-row groups (slots are padded to 8 rows with zeros);
                      * rows past them keep stale values, masked as columns >= count */
                     const int rows = min(IDFW_N, cnt - c0), units = ((rows + 7) & ~7) * 8;
@@ -282,16 +399,19 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf
                     for (int u = tid; u < units; u += 64)
                         cp_async16(dst + swz<IDF_D>(u >> 3, u & 7), src + (size_t)u * 16);
                     cp_async_commit();
-                    if (i >= IDFW_LA) { /* chunk i - LA landed: publish it */
-                        cp_async_wait<IDFW_LA>();
+                    if (i >= la) { /* chunk i - la landed: publish it */
+                        if (nst == IDFW_NST_SHORT)
+                            cp_async_wait<IDFW_NST_SHORT / 2>();
+                        else
+                            cp_async_wait<IDFW_NST / 2>();
                         fence_proxy_async();
-                        mbar_arrive(&full[(i - IDFW_LA) % IDFW_NST]);
+                        mbar_arrive(&full[(i - la) & (uint32_t)(nst - 1)]);
                     }
                 }
             }
             cp_async_wait<0>();
             fence_proxy_async();
-            for (uint32_t j = i >= IDFW_LA ? i - IDFW_LA : 0; j < i; j++) mbar_arrive(&full[j % IDFW_NST]);
+            for (uint32_t j = i >= la ? i - la : 0; j < i; j++) mbar_arrive(&full[j & (uint32_t)(nst - 1)]);
         } else {
             /* ---------------- scorer: each slot's score, the block's list */
             const int t = tid - 64, lane = tid & 31, sw = t >> 5;
@@ -299,18 +419,29 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf
             for (uint32_t s = idfw_next(L, r0, r1); s < r1; s = idfw_next(L, s + 1, r1), k++) {
                 const int cnt = L.count[s], p = (int)(k & 1);
                 const int32_t *rr = rowres + p * L.n;
+                const uint2 *pp = part + p * IDFW_NCW_MAX * IDFW_SPLIT_ROWS;
                 unsigned long long *cbp = colbest + (mutual ? p * L.m : 0);
                 mbar_wait(&rfull[p], (k >> 1) & 1u);
                 int c = 0;
-                if (L.scoring == IDF_SCORE_RAW) {
-                    for (int r = t; r < qn; r += 64) c += rr[r] > 0;
-                } else {
-                    for (int r = t; r < qn; r += 64) {
-                        const int cc = rr[r] - 1;
-                        if (cc < 0) continue;
-                        if (mutual && (uint32_t)(cbp[cc] & 0xffffffffull) != 0xffffffffu - (uint32_t)r) continue;
-                        atomicOr(&mask[cc >> 5], 1u << (cc & 31));
+                for (int r = t; r < qn; r += 64) {
+                    int res;
+                    if (split) { /* the consumers' partial top 2, then the ratio test */
+                        uint32_t b = pp[r].x, s2 = pp[r].y;
+#pragma unroll
+                        for (int cw = 1; cw < NCW; cw++)
+                            top2_merge<uint32_t>(b, s2, pp[cw * IDFW_SPLIT_ROWS + r].x, pp[cw * IDFW_SPLIT_ROWS + r].y);
+                        res = idfw_ratio(L, b, s2);
+                    } else {
+                        res = rr[r];
                     }
+                    if (L.scoring == IDF_SCORE_RAW) {
+                        c += res > 0;
+                        continue;
+                    }
+                    const int cc = res - 1;
+                    if (cc < 0) continue;
+                    if (mutual && (uint32_t)(cbp[cc] & 0xffffffffull) != 0xffffffffu - (uint32_t)r) continue;
+                    atomicOr(&mask[cc >> 5], 1u << (cc & 31));
                 }
                 named_sync(1, 64);
                 if (L.scoring != IDF_SCORE_RAW)
@@ -324,7 +455,7 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf
                 if (lane == 0) s_part[sw] = c;
                 named_sync(1, 64);
                 const int score = s_part[0] + s_part[1];
-                mbar_arrive(&rempty[p]); /* rowres[p], colbest[p] free again */
+                mbar_arrive(&rempty[p]); /* rowres[p], part[p], colbest[p] free again */
                 if (t == 0 && score > 0)
                     idf_list_insert(list, L.K, ((uint64_t)score << 32) | (0xffffffffu - (L.slot0 + s)));
             }
@@ -335,12 +466,14 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf
         if (BIGREGS) regs_inc<232>();
         /* ---------------- consumers */
         const int cw = wg - 1, ct = tid & 127, w = ct >> 5, lane = tid & 31, g = lane >> 2, c4 = lane & 3;
-        const int nmt = (qn + 63) >> 6; /* m-tiles with valid rows */
         const uint32_t qaddr = smem_u32(qsm), saddr = smem_u32(stage);
         /* 512 in a register the compiler cannot see into: the keys are then
          * IMAD (the FMA pipe, a constant addend) rather than LEA on the
          * integer pipe that the top 2 already keeps busy */
         const uint32_t k512 = __shfl_sync(0xffffffffu, 512u, 0);
+        /* m-tile slot mt of this consumer: m-tile NCW mt + cw, or in the split
+         * mode m-tile mt (every consumer on every m-tile) */
+        auto mtile_of = [&](int mt) { return split ? mt : NCW * mt + cw; };
         uint32_t i = 0, k = 0;
         for (uint32_t s = idfw_next(L, r0, r1); s < r1; s = idfw_next(L, s + 1, r1), k++) {
             const int cnt = L.count[s], p = (int)(k & 1);
@@ -350,8 +483,9 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf
 #pragma unroll
             for (int mt = 0; mt < MTW; mt++) tb[mt][0] = tb[mt][1] = ts[mt][0] = ts[mt][1] = 0;
             for (int c0 = 0; c0 < cnt; c0 += IDFW_N, i++) {
-                const int st = (int)(i % IDFW_NST);
-                mbar_wait(&full[st], (i / IDFW_NST) & 1u);
+                if (split && (int)(i % NCW) != cw) continue; /* another consumer's chunk */
+                const int st = (int)(i & (uint32_t)(nst - 1));
+                mbar_wait(&full[st], (i >> lgst) & 1u);
                 const int rows = min(IDFW_N, cnt - c0);
                 const uint32_t sb = saddr + st * IDFW_N * IDF_D;
                 /* a key is (dot + 1) * 512 + 511 - column: made here as dot * 512
@@ -420,10 +554,10 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf
                             }
                     }
                 };
-                if (!PAIRS) {
+                if (!PAIRS || split) {
 #pragma unroll
                     for (int mt = 0; mt < MTW; mt++) {
-                        const int mtile = NCW * mt + cw;
+                        const int mtile = mtile_of(mt);
                         if (mtile >= nmt) continue; /* uniform over the warpgroup */
                         int32_t acc[64];
                         issue(acc, mtile);
@@ -458,10 +592,13 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf
                 }
                 mbar_arrive(&empty[st]);
             }
-            /* the slot's rows: merge the 4 lanes of each row, the ratio test */
+            /* the slot's rows: merge the 4 lanes of each row, then the ratio
+             * test (split: the partial top 2 to the scorer, which merges the
+             * consumers' and tests) */
+            uint2 *pp = part + (p * IDFW_NCW_MAX + cw) * IDFW_SPLIT_ROWS;
 #pragma unroll
             for (int mt = 0; mt < MTW; mt++) {
-                const int mtile = NCW * mt + cw;
+                const int mtile = mtile_of(mt);
                 if (mtile >= nmt) continue;
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
@@ -473,17 +610,10 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1) k_idf_match_wg(const idf
                     }
                     const int row = mtile * 64 + w * 16 + g + 8 * h;
                     if (c4 != h + 2 * (mt & 1) || row >= qn) continue;
-                    const uint32_t d1 = tb[mt][h] >> 9, d2 = ts[mt][h] >> 9; /* dot + 1; 0: none */
-                    int res = 0;
-                    if (d1 && d2) {
-                        /* idf_ratio_pass on the float similarities dot * 2^-18 (exact) */
-                        const float f1 = (float)(d1 - 1u) * L.inv_scale2, f2 = (float)(d2 - 1u) * L.inv_scale2;
-                        double e1 = __dsub_rn(2.0, 2.0 * (double)f1), e2 = __dsub_rn(2.0, 2.0 * (double)f2);
-                        if (e1 < 0) e1 = 0;
-                        if (e2 < 0) e2 = 0;
-                        if (e1 < __dmul_rn(L.rr, e2)) res = (int)(511u - (tb[mt][h] & 511u)) + 1;
-                    }
-                    rowres[p * L.n + row] = res;
+                    if (split)
+                        pp[row] = make_uint2(tb[mt][h], ts[mt][h]);
+                    else
+                        rowres[p * L.n + row] = idfw_ratio(L, tb[mt][h], ts[mt][h]);
                 }
             }
             mbar_arrive(&rfull[p]);

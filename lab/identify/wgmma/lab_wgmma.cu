@@ -3,7 +3,7 @@
  * launched as src/gpu/identify.cu launches it) beside k_idf_match_wg
  * (src/gpu/idf_wgmma.cuh) on the same arena, plus a plain C matcher on a subset.
  *
- *   lab_wgmma [--quick] [--reps N] [--timeout S]
+ *   lab_wgmma [--quick] [--reps N] [--timeout S] [--profile SHAPE KERNEL]
  *   lab_wgmma --emulate    the harness checking itself without a GPU: the
  *                          C matcher plays the kernels, one child lies
  *
@@ -72,6 +72,8 @@ static const shape_t SHAPES[] = {
     {"257x768 q3 mixed", 257, 768, 3, 30000, DIST_ROOTSIFT, CNT_MIXED, QC_MIXED, IDF_SCORE_ONE2ONE, 10, 3, 0},
     {"384x1000 q4 qcounts", 384, 1000, 4, 20000, DIST_ROOTSIFT, CNT_MIXED, QC_MIXED, IDF_SCORE_ONE2ONE, 16, 3, 0},
     {"384x768 q16 batch", 384, 768, 16, 20000, DIST_ROOTSIFT, CNT_FULL, QC_FULL, IDF_SCORE_ONE2ONE, 10, 3, 0},
+    {"384x64 q1 short", 384, 64, 1, 200000, DIST_ROOTSIFT, CNT_FULL, QC_FULL, IDF_SCORE_ONE2ONE, 10, 5, 0},
+    {"384x115 q1 short", 384, 115, 1, 200000, DIST_ROOTSIFT, CNT_FULL, QC_FULL, IDF_SCORE_ONE2ONE, 10, 5, 0},
     {"384x768 q1 K1024", 384, 768, 1, 8000, DIST_ROOTSIFT, CNT_MIXED, QC_FULL, IDF_SCORE_ONE2ONE, 1024, 0, 0},
     {"384x768 q1 raw", 384, 768, 1, 4000, DIST_ROOTSIFT, CNT_MIXED, QC_FULL, IDF_SCORE_RAW, 10, 0, 0},
     {"384x768 q1 mutual", 384, 768, 1, 4000, DIST_ROOTSIFT, CNT_MIXED, QC_FULL, IDF_SCORE_MUTUAL, 10, 0, 0},
@@ -81,10 +83,12 @@ static const shape_t SHAPES[] = {
     {"130x70 q2 uniform", 130, 70, 2, 2000, DIST_UNIFORM, CNT_MIXED, QC_MIXED, IDF_SCORE_ONE2ONE, 20, 0, 1},
     {"8x1 q2 tiny", 8, 1, 2, 500, DIST_ROOTSIFT, CNT_MIXED, QC_MIXED, IDF_SCORE_ONE2ONE, 8, 0, 1},
     {"64x64 q2 empty slots", 64, 64, 2, 1000, DIST_ROOTSIFT, CNT_TINY, QC_FULL, IDF_SCORE_ONE2ONE, 8, 0, 1},
+    {"130x100 q3 short raw", 130, 100, 3, 2000, DIST_ROOTSIFT, CNT_MIXED, QC_MIXED, IDF_SCORE_RAW, 20, 0, 1},
+    {"264x64 q2 short mutual", 264, 64, 2, 2000, DIST_ROOTSIFT, CNT_MIXED, QC_MIXED, IDF_SCORE_MUTUAL, 20, 0, 1},
     {"512x1024 q2 mutual", 512, 1024, 2, 600, DIST_ROOTSIFT, CNT_MIXED, QC_MIXED, IDF_SCORE_MUTUAL, 10, 0, 0},
 };
 #define NSHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
-#define QUICK_FROM 6 /* --quick: the shapes from this one on (seconds of C matching, no 200k arena) */
+#define QUICK_FROM 8 /* --quick: the shapes from this one on (seconds of C matching, no 200k arena) */
 
 static const double RATIO = 0.8;
 
@@ -181,9 +185,9 @@ __global__ void k_gen_queries(shape_t S, int si, uint8_t *qs, uint16_t *qcount)
 
 /* ------------------------------------------------------ GPU runs (children) */
 
-enum { IMPL_MMA = 0, IMPL_WG2 = 1, IMPL_WG3 = 2, IMPL_WG2P = 3, NIMPL = 4 };
+enum { IMPL_MMA = 0, IMPL_WG2 = 1, IMPL_WG3 = 2, IMPL_WG2P = 3, IMPL_WG3S = 4, IMPL_WG3T = 5, NIMPL = 6 };
 /* wgmmaN: N consumer warpgroups; p: m-tiles in pairs, two accumulator sets */
-static const char *IMPL_NAME[NIMPL] = {"mma.sync", "wgmma2", "wgmma3", "wgmma2p"};
+static const char *IMPL_NAME[NIMPL] = {"mma.sync", "wgmma2", "wgmma3", "wgmma2p", "wgmma3s", "wgmma3t"};
 
 /* One record per shape in a child's file. */
 typedef struct rec_hdr {
@@ -213,13 +217,23 @@ static int launch_impl(int impl, const idf_launch_t &L, dim3 grid, int warps, in
     } else {
         /* mutual: the two-consumer instance in both (its column maxima need registers) */
         const size_t smem = idfw_smem_bytes(L.m, L.n, L.K, scoring);
-        void (*k)(const idf_launch_t) = scoring == IDF_SCORE_MUTUAL ? k_idf_match_wg<true, 2, false>
-                                        : impl == IMPL_WG3           ? k_idf_match_wg<false, 3, false>
-                                        : impl == IMPL_WG2P          ? k_idf_match_wg<false, 2, true>
-                                                                     : k_idf_match_wg<false, 2, false>;
-        const int threads = scoring != IDF_SCORE_MUTUAL && impl == IMPL_WG3 ? IDFW_THREADS(3) : IDFW_THREADS(2);
+        const bool split = impl == IMPL_WG3S || impl == IMPL_WG3T, three = impl == IMPL_WG3 || split;
+        void (*k)(const idf_launch_t, const CUtensorMap, int) =
+            scoring == IDF_SCORE_MUTUAL
+                ? (split ? k_idf_match_wg<true, 2, false, true> : k_idf_match_wg<true, 2, false, false>)
+            : split             ? k_idf_match_wg<false, 3, false, true>
+            : impl == IMPL_WG3  ? k_idf_match_wg<false, 3, false, false>
+            : impl == IMPL_WG2P ? k_idf_match_wg<false, 2, true, false>
+                                : k_idf_match_wg<false, 2, false, false>;
+        const int threads = scoring != IDF_SCORE_MUTUAL && three ? IDFW_THREADS(3) : IDFW_THREADS(2);
+        CUtensorMap map;
+        const int tma = impl == IMPL_WG3T ? idfw_tensor_map(&map, L) : (memset(&map, 0, sizeof map), 0);
+        if (impl == IMPL_WG3T && !tma) {
+            fprintf(stderr, "lab_wgmma: no tensor map for this launch\n");
+            return 1;
+        }
         CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        k<<<grid, threads, smem, st>>>(L);
+        k<<<grid, threads, smem, st>>>(L, map, tma);
     }
     CK(cudaGetLastError());
     return 0;
@@ -325,7 +339,7 @@ done:
 /* A child: every shape with one kernel, records into path. Stops at the
  * first CUDA error (the context is likely lost); the parent reports the
  * shapes without a record as not run. */
-static int child(int impl, const char *path, int first, int reps_scale)
+static int child(int impl, const char *path, int first, int last, int reps_scale)
 {
     FILE *f = fopen(path, "wb");
     cudaDeviceProp pr;
@@ -339,7 +353,7 @@ static int child(int impl, const char *path, int first, int reps_scale)
         fclose(f);
         return 3;
     }
-    for (int si = first; si < NSHAPES; si++)
+    for (int si = first; si < last; si++)
         if (run_shape(impl, si, reps_scale, pr.multiProcessorCount, peak, f)) break;
     fclose(f);
     return 0;
@@ -461,7 +475,7 @@ static int run_child(int impl, const char *path, int first, int reps_scale, int 
     fflush(stderr);
     const pid_t pid = fork();
     if (pid < 0) return -1;
-    if (pid == 0) _exit(emulate ? child_emulate(impl, path, first) : child(impl, path, first, reps_scale));
+    if (pid == 0) _exit(emulate ? child_emulate(impl, path, first) : child(impl, path, first, NSHAPES, reps_scale));
     int st = 0;
     for (long waited_ms = 0;; waited_ms += 50) {
         const pid_t w = waitpid(pid, &st, WNOHANG);
@@ -573,7 +587,7 @@ static long cpu_check(int si, const result_t &r, char *first, size_t fsz)
 
 int main(int argc, char **argv)
 {
-    int first = 0, reps_scale = 1, emulate = 0, timeout_s = 120;
+    int first = 0, reps_scale = 1, emulate = 0, timeout_s = 120, prof_shape = -1, prof_impl = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             first = QUICK_FROM;
@@ -583,13 +597,24 @@ int main(int argc, char **argv)
             timeout_s = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps_scale = atoi(argv[++i]);
-        else {
-            fprintf(stderr, "usage: lab_wgmma [--quick] [--reps N] [--timeout S] [--emulate]\n");
+        else if (!strcmp(argv[i], "--profile") && i + 2 < argc) {
+            prof_shape = atoi(argv[++i]);
+            prof_impl = atoi(argv[++i]);
+        } else {
+            fprintf(stderr, "usage: lab_wgmma [--quick] [--reps N] [--timeout S] [--emulate] [--profile SHAPE KERNEL]\n");
             return 2;
         }
     }
+    if (prof_shape >= 0) { /* one shape, one kernel, in this process (for Nsight Compute): no checks */
+        if (prof_shape >= NSHAPES || prof_impl < 0 || prof_impl >= NIMPL) {
+            fprintf(stderr, "lab_wgmma: --profile: shape 0..%d, kernel 0..%d\n", NSHAPES - 1, NIMPL - 1);
+            return 2;
+        }
+        printf("lab_wgmma: profiling %s with %s\n", SHAPES[prof_shape].name, IMPL_NAME[prof_impl]);
+        return child(prof_impl, "/dev/null", prof_shape, prof_shape + 1, reps_scale);
+    }
     char path[NIMPL][256];
-    int code[NIMPL] = {-1, -1, -1, -1};
+    int code[NIMPL] = {-1, -1, -1, -1, -1, -1};
     std::vector<result_t> res[NIMPL];
     for (int impl = 0; impl < NIMPL; impl++) {
         snprintf(path[impl], sizeof path[impl], "/tmp/lab_wgmma.%d.%s", (int)getpid(), IMPL_NAME[impl]);
