@@ -27,6 +27,7 @@
 #include "gpu/context.h"
 #include "gpu/gpu.h"
 #include "gpu/jpeg_huff.h"
+#include "gpu/warp.cuh"
 
 #define JHG_THREADS 128
 
@@ -54,16 +55,6 @@ __global__ void __launch_bounds__(JHG_THREADS) jh_k_round(const __grid_constant_
     if (i < b.nchunk) jh_step_round(&b, r, i);
 }
 
-/* An inclusive prefix sum over the warp's lanes (modulo 2^32). */
-static __device__ __forceinline__ uint32_t jhg_scan(uint32_t x, uint32_t lane)
-{
-    for (int o = 1; o < 32; o <<= 1) {
-        uint32_t y = __shfl_up_sync(0xFFFFFFFFu, x, o);
-        if (lane >= (uint32_t)o) x += y;
-    }
-    return x;
-}
-
 /* jh_step_settle of interval j: the same result, a warp at a time when no
  * chunk is still marked (then it is g0 = the exclusive prefix sum of the
  * block counts, and with `same` tables each exit's block of the MCU from the
@@ -82,7 +73,7 @@ __global__ void __launch_bounds__(JHG_THREADS) jh_k_settle(const __grid_constant
     jh_state_t *st = b.st[r & 1];
     uint32_t carry = 0, end = iv->c0 + iv->nc, nblk = (uint32_t)im->sc.nblk;
     for (uint32_t c0 = iv->c0; c0 < end; c0 += 32) {
-        uint32_t c = c0 + lane, i = im->c0 + c, nb = c < end ? st[i].nb : 0, x = jhg_scan(nb, lane);
+        uint32_t c = c0 + lane, i = im->c0 + c, nb = c < end ? st[i].nb : 0, x = pgpu_warp_scan(nb, lane);
         if (c < end) {
             b.g0[i] = carry + x - nb;
             if (im->sc.same) st[i].blkn = (uint8_t)((carry + x) % nblk);
@@ -117,7 +108,7 @@ __global__ void __launch_bounds__(JHG_THREADS) jh_k_dcscan(const __grid_constant
         uint32_t c = c0 + lane;
         int32_t *d = b.dc + (uint64_t)(im->c0 + c) * 4;
         for (int k = 0; k < 4; k++) {
-            uint32_t t = c < end ? (uint32_t)d[k] : 0, x = jhg_scan(t, lane);
+            uint32_t t = c < end ? (uint32_t)d[k] : 0, x = pgpu_warp_scan(t, lane);
             if (c < end) d[k] = (int32_t)(carry[k] + x - t);
             carry[k] += __shfl_sync(0xFFFFFFFFu, x, 31);
         }

@@ -50,6 +50,7 @@
 #include "algo/f16.h"
 #include "algo/grey.h"
 #include "gpu/context.h"
+#include "gpu/warp.cuh"
 
 #define MiB ((size_t)1 << 20)
 #define NBO 8
@@ -893,20 +894,11 @@ __global__ void __launch_bounds__(RS_SEL_THREADS) k_select(uint8_t *arena, const
             idx = (unsigned)(sk[i].seq & ((1u << RS_KP_IDX_BITS) - 1));
             cnt = (unsigned)kp[idx].nang;
         }
-        v = cnt; /* inclusive scan in the warp, then over the warps */
-        for (unsigned o = 1; o < 32; o <<= 1) {
-            const unsigned u = __shfl_up_sync(0xffffffffu, v, o);
-            if (lane >= o) v += u;
-        }
+        v = pgpu_warp_scan(cnt, lane); /* inclusive scan in the warp, then over the warps */
         if (lane == 31) sh_wsum[wid] = v;
         __syncthreads();
         if (wid == 0) {
-            unsigned x = lane < blockDim.x / 32 ? sh_wsum[lane] : 0;
-            for (unsigned o = 1; o < 32; o <<= 1) {
-                const unsigned u = __shfl_up_sync(0xffffffffu, x, o);
-                if (lane >= o) x += u;
-            }
-            sh_wsum[lane] = x;
+            sh_wsum[lane] = pgpu_warp_scan(lane < blockDim.x / 32 ? sh_wsum[lane] : 0, lane);
         }
         __syncthreads();
         const unsigned first = m + (wid ? sh_wsum[wid - 1] : 0) + v - cnt;
