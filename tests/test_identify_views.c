@@ -1,8 +1,9 @@
 /* Tests of reference views (the rootsift option `views`: src/features/rootsift_views.c, the refset's rows
  * and the fold by item in src/identify/identify.c): the spec and its bounds, views = 0 unchanged, the views'
  * images, a set's rows put / replaced / removed together, hits that name items once, the fold before the
- * verified candidates are cut, a live table and its store keeping the setting, and a half-scale blurred
- * query that the views help. Small images and synthetic records: fast. */
+ * verified candidates are cut, a live table and its store keeping the setting, a half-scale blurred
+ * query that the views help, and the half-size query (a magnified photograph halved; the fusion of its
+ * answer). Small images and synthetic records: fast. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1097,6 +1098,188 @@ static void test_half_scale_query(void **state)
     patina_image_release(&q);
 }
 
+/* ---------------------------------------------------- the half-size query */
+
+static patina_identify_hit_t hit(uint64_t id, double score, uint32_t inliers, int verified)
+{
+    patina_identify_hit_t h;
+    memset(&h, 0, sizeof h);
+    h.id = id;
+    h.score = score;
+    h.inliers = inliers;
+    h.matches = inliers + 3;
+    h.verified = verified;
+    return h;
+}
+
+/* patina_identify_fuse_half: the half-size query's answer is taken only when its rank-1 score less the
+ * margin beats the query's; its scores are then reported less the margin and the decision is made again
+ * on them at the query's threshold; an UNKNOWN of its own stays; bad arguments are refused. */
+static void test_fuse_half(void **state)
+{
+    enum { K = 2, NQ = 5 };
+    patina_identify_hit_t h[NQ * K], hh[NQ * K];
+    patina_identify_result_t r[NQ], hr[NQ];
+    patina_identify_opts_t o;
+    unsigned char taken[NQ];
+    (void)state;
+    patina_identify_opts_init(&o);
+    memset(h, 0, sizeof h);
+    memset(hh, 0, sizeof hh);
+    memset(r, 0, sizeof r);
+    memset(hr, 0, sizeof hr);
+    for (int q = 0; q < NQ; q++) {
+        r[q].threshold = hr[q].threshold = 4;
+        r[q].nhits = hr[q].nhits = 2;
+        hr[q].decision = PATINA_DECISION_MATCH;
+    }
+    /* 0: the query's 2 (unknown) against the half's 40: taken, 30 and 5 reported, 5 < 0.5 x 30: match */
+    h[0] = hit(7, 2, 5, 1), h[1] = hit(8, 1, 4, 1);
+    hh[0] = hit(9, 40, 20, 1), hh[1] = hit(10, 15, 6, 1);
+    /* 1: the half's 11 less 10 = 1 does not beat 2: not taken */
+    h[2] = hit(7, 2, 5, 1), h[3] = hit(8, 1, 4, 1);
+    hh[2] = hit(9, 11, 7, 1), hh[3] = hit(10, 0, 2, 1);
+    /* 2: taken (13 - 10 = 3 > 0) but 3 is below the threshold 4: unknown */
+    h[4] = hit(7, 0, 2, 1), h[5] = hit(8, 0, 1, 1);
+    hh[4] = hit(9, 13, 8, 1), hh[5] = hit(10, 12, 7, 1);
+    /* 3: taken, both reduced scores comparable (30, 25): ambiguous */
+    h[6] = hit(7, 1, 3, 1), h[7] = hit(8, 0, 2, 1);
+    hh[6] = hit(9, 40, 20, 1), hh[7] = hit(10, 35, 18, 1);
+    /* 4: the half's own UNKNOWN (the distinctness veto) stays */
+    h[8] = hit(7, 1, 3, 1), h[9] = hit(8, 0, 2, 1);
+    hh[8] = hit(9, 40, 20, 1), hh[9] = hit(10, 5, 3, 1);
+    hr[4].decision = PATINA_DECISION_UNKNOWN;
+    r[1].decision = PATINA_DECISION_UNKNOWN;
+    TU_OK(patina_identify_fuse_half(NQ, K, 10, &o, h, r, hh, hr, taken));
+    assert_int_equal(taken[0], 1);
+    assert_int_equal(h[0].id, 9);
+    assert_true(fabs(h[0].score - 30) < 1e-12 && fabs(h[1].score - 5) < 1e-12);
+    assert_int_equal(h[0].inliers, 20);
+    assert_int_equal(r[0].decision, PATINA_DECISION_MATCH);
+    assert_int_equal(taken[1], 0);
+    assert_int_equal(h[2].id, 7);
+    assert_true(h[2].score == 2);
+    assert_int_equal(r[1].decision, PATINA_DECISION_UNKNOWN);
+    assert_int_equal(taken[2], 1);
+    assert_int_equal(h[4].id, 9);
+    assert_int_equal(r[2].decision, PATINA_DECISION_UNKNOWN);
+    assert_int_equal(taken[3], 1);
+    assert_int_equal(r[3].decision, PATINA_DECISION_AMBIGUOUS);
+    assert_int_equal(taken[4], 1);
+    assert_int_equal(r[4].decision, PATINA_DECISION_UNKNOWN);
+    /* a query without hits takes a half-size answer of any score; a half without hits changes nothing */
+    r[0].nhits = 0;
+    hr[1].nhits = 0;
+    hh[0] = hit(11, 3, 4, 1);
+    TU_OK(patina_identify_fuse_half(2, K, 10, &o, h, r, hh, hr, taken));
+    assert_int_equal(taken[0], 1);
+    assert_int_equal(h[0].id, 11);
+    assert_true(h[0].score == 0);
+    assert_int_equal(taken[1], 0);
+    /* refusals */
+    assert_int_equal(patina_identify_fuse_half(1, K, -1, &o, h, r, hh, hr, NULL), PATINA_E_INVALID);
+    assert_non_null(strstr(patina_last_error(), "margin"));
+    assert_int_equal(patina_identify_fuse_half(1, 0, 10, &o, h, r, hh, hr, NULL), PATINA_E_INVALID);
+    assert_int_equal(patina_identify_fuse_half(1, K, 10, &o, h, r, NULL, hr, NULL), PATINA_E_INVALID);
+    TU_OK(patina_identify_fuse_half(0, K, 10, NULL, NULL, NULL, NULL, NULL, NULL));
+    {
+        patina_identify_opts_t ho;
+        o.first_features = 512;
+        o.half_view_features = 64;
+        o.view_candidates = 64;
+        TU_OK(patina_identify_half_opts(&o, 64, &ho));
+        assert_int_equal(ho.first_features, 64);
+        assert_int_equal(ho.half_view_features, 0);
+        assert_int_equal(ho.view_candidates, 64);
+        TU_OK(patina_identify_half_opts(&o, 0, &ho));
+        assert_int_equal(ho.first_features, 512);
+        assert_int_equal(patina_identify_half_opts(&o, 64, NULL), PATINA_E_INVALID);
+    }
+}
+
+/* Nearest-neighbour 2x magnification of the (w, h) window at (x0, y0): a close-up photograph. */
+static void magnify(patina_image_t *out, const patina_image_t *in, int x0, int y0, int w, int h)
+{
+    tu_rng_t r;
+    tu_rng_seed(&r, 2);
+    tu_random_image(out, 2 * w, 2 * h, 3, &r);
+    for (int y = 0; y < 2 * h; y++)
+        for (int x = 0; x < 2 * w; x++)
+            memcpy(out->data + (size_t)y * out->stride + 3 * (size_t)x,
+                   in->data + (size_t)(y0 + y / 2) * in->stride + 3 * (size_t)(x0 + x / 2), 3);
+}
+
+/* A close-up (a window of a registered texture magnified 2x): the half-size query's record is the
+ * halved photograph's (patina_identify_extract on the halved image gives the same bytes, and the CPU's
+ * view of the image is its area average), it names the right item first, and the fused answer keeps
+ * the better of the two. */
+static void test_half_query(void **state)
+{
+    enum { NI = 4 };
+    const char *spec = "rootsift:m=64,n=256";
+    patina_image_t img[NI], q, half;
+    patina_extractor_t *ex = NULL;
+    patina_refset_t *rs = NULL;
+    patina_identify_opts_t o, ho;
+    patina_identify_hit_t hits[NI], hh[NI];
+    patina_identify_result_t res, hres;
+    unsigned char *rec, *qrec, *hrec, *hrec2, taken = 0;
+    size_t bytes, qb;
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 7);
+    for (int i = 0; i < NI; i++) discs(&img[i], 320, 256, &r);
+    magnify(&q, &img[1], 60, 50, 160, 128);
+    TU_OK(patina_extractor_new(&ex, spec));
+    bytes = patina_extractor_bytes(ex);
+    rec = malloc(bytes);
+    TU_OK(patina_refset_new(&rs, spec));
+    for (int i = 0; i < NI; i++) {
+        TU_OK(ex->family->cpu(ex->params, rec, &img[i]));
+        TU_OK(patina_refset_put(rs, (uint64_t)i + 1, rec, bytes));
+    }
+    qb = patina_identify_query_bytes(rs);
+    qrec = malloc(qb);
+    hrec = malloc(qb);
+    hrec2 = malloc(qb);
+    TU_OK(patina_identify_extract(NULL, rs, qrec, &q, 1, NULL));
+    TU_OK(patina_identify_extract_half(NULL, rs, hrec, &q, 1, NULL));
+    TU_OK(rs_view_make(&half, &q, RS_VIEW_HALF));
+    assert_int_equal(half.width, 160);
+    assert_int_equal(half.height, 128);
+    TU_OK(patina_identify_extract(NULL, rs, hrec2, &half, 1, NULL));
+    assert_memory_equal(hrec, hrec2, qb);
+    assert_memory_not_equal(hrec, qrec, qb);
+    patina_identify_opts_init(&o);
+    o.k = NI;
+    TU_OK(patina_identify(NULL, rs, qrec, 1, &o, hits, &res));
+    TU_OK(patina_identify_half_opts(&o, 0, &ho));
+    TU_OK(patina_identify(NULL, rs, hrec, 1, &ho, hh, &hres));
+    print_message("close-up: the photograph rank 1 id %llu, %u inliers, score %.1f; halved: id %llu, %u inliers, "
+                  "score %.1f\n",
+                  (unsigned long long)hits[0].id, res.nhits ? hits[0].inliers : 0, res.nhits ? hits[0].score : 0,
+                  (unsigned long long)hh[0].id, hres.nhits ? hh[0].inliers : 0, hres.nhits ? hh[0].score : 0);
+    assert_true(hres.nhits >= 1);
+    assert_int_equal(hh[0].id, 2);
+    assert_true(hh[0].inliers >= 8 && hh[0].score >= 10); /* 10 inliers, significance 24.7 when written */
+    {
+        const double sa = res.nhits ? hits[0].score : -1, sb = hh[0].score;
+        const uint64_t want = sb > sa ? 2 : hits[0].id;
+        TU_OK(patina_identify_fuse_half(1, NI, 0, &o, hits, &res, hh, &hres, &taken));
+        assert_int_equal(taken, sb > sa);
+        assert_int_equal(hits[0].id, want);
+    }
+    patina_image_release(&half);
+    patina_image_release(&q);
+    for (int i = 0; i < NI; i++) patina_image_release(&img[i]);
+    free(rec);
+    free(qrec);
+    free(hrec);
+    free(hrec2);
+    patina_refset_free(rs);
+    patina_extractor_free(ex);
+}
+
 /* The CLI: `patina index --views N` stores the views in the table's spec, `patina info` counts rows
  * and items; bad values are usage errors naming the option. */
 static void test_cli(void **state)
@@ -1122,6 +1305,24 @@ static void test_cli(void **state)
         assert_non_null(strstr(out, ",views=1:"));
         assert_non_null(strstr(out, "2 rows per reference"));
         assert_non_null(strstr(out, "4 rows for 2 references"));
+        free(out);
+        free(err);
+    }
+    {   /* the half-size query beside: a.jpg is still itself's item */
+        const char *argv[] = {PATINA_CLI, "identify", coll, tu_path(dir, "a.jpg"), "--half-query", "16",
+                              "--format", "csv", "-k", "1", NULL};
+        rc = tu_exec(&out, &err, 0, 120, argv);
+        if (rc != 0) fail_msg("identify --half-query 16: %d: %s", rc, err);
+        assert_non_null(strstr(out, "a.jpg,1,"));
+        free(out);
+        free(err);
+    }
+    {
+        const char *argv[] = {PATINA_CLI, "identify", coll, tu_path(dir, "a.jpg"), "--half-query", "16",
+                              "--half-query-margin", "-1", NULL};
+        rc = tu_exec(&out, &err, 0, 60, argv);
+        assert_int_equal(rc, 2);
+        assert_non_null(strstr(err, "half-query-margin"));
         free(out);
         free(err);
     }
@@ -1166,7 +1367,8 @@ int main(void)
         cmocka_unit_test(test_view_pass), cmocka_unit_test(test_first_features),
         cmocka_unit_test(test_half_view_features),
         cmocka_unit_test(test_table_store),
-        cmocka_unit_test(test_half_scale_query), cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_half_scale_query), cmocka_unit_test(test_fuse_half),
+        cmocka_unit_test(test_half_query), cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -142,6 +142,17 @@ PATINA_API patina_status patina_identify_extract(patina_context_t *ctx, const pa
                                                  const patina_image_t *images, size_t nq,
                                                  patina_status *st);
 
+/* The half-size query (docs/identify.md "The half-size query"): a
+ * photograph taken closer than its reference's (magnified) meets the
+ * registered image at about its scale once halved. Extracts, as
+ * patina_identify_extract does, the records of the nq images each halved
+ * (area average to round(W/2) x round(H/2), no blur); out and st as there.
+ * Match them with patina_identify (or patina_table_identify) using
+ * patina_identify_half_opts, then patina_identify_fuse_half. */
+PATINA_API patina_status patina_identify_extract_half(patina_context_t *ctx, const patina_refset_t *rs, void *out,
+                                                      const patina_image_t *images, size_t nq,
+                                                      patina_status *st);
+
 /* ------------------------------------------------------------------ matching */
 
 typedef enum patina_identify_scoring {
@@ -334,6 +345,36 @@ typedef struct patina_identify_result {
 PATINA_API patina_status patina_identify(patina_context_t *ctx, patina_refset_t *rs, const void *queries,
                                          size_t nq, const patina_identify_opts_t *opts,
                                          patina_identify_hit_t *hits, patina_identify_result_t *results);
+
+/* The half-size query's margin by default: its answer replaces the query's
+ * when its rank-1 score less this is larger (without a margin every
+ * impostor would get a second chance at the threshold; on the
+ * identification benchmark every margin from 6 to 15 gives the same
+ * figures, docs/identify-bench.md). */
+#define PATINA_HALF_QUERY_MARGIN 10.0
+
+/* The options of the half-size queries' call from the queries' (*out from
+ * *opts, NULL: the defaults): the first pass with their `features`
+ * strongest (first_features; 0 keeps opts'), no half-size views (a half of
+ * a half), everything else as opts. PATINA_E_INVALID for a null out. */
+PATINA_API patina_status patina_identify_half_opts(const patina_identify_opts_t *opts, size_t features,
+                                                   patina_identify_opts_t *out);
+
+/* Fuses the half-size queries' answers (half_hits (nq, k), half_results
+ * (nq): patina_identify with patina_identify_half_opts) into the queries'
+ * (hits, results, in place; the same k): per query, when the half-size
+ * query's rank-1 score less margin (>= 0) is larger than the query's, its
+ * hits replace the query's with every score less margin (at least 0), and
+ * the decision is made again on those scores (results[q].threshold and
+ * opts' ambiguity; an UNKNOWN of the half-size query's stays UNKNOWN: the
+ * distinctness rule's veto). taken (nq, may be NULL): 1 where the
+ * half-size query's answer was taken, else 0. opts NULL: the defaults. */
+PATINA_API patina_status patina_identify_fuse_half(size_t nq, size_t k, double margin,
+                                                   const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
+                                                   patina_identify_result_t *results,
+                                                   const patina_identify_hit_t *half_hits,
+                                                   const patina_identify_result_t *half_results,
+                                                   unsigned char *taken);
 
 /* Identification over disjoint parts of the references (GPU slices,
  * partitions, a cluster's shards): ask every part with the same options

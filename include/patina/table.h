@@ -265,6 +265,12 @@ PATINA_API size_t patina_table_query_bytes(patina_table_t *t);
 PATINA_API patina_status patina_table_identify_extract(patina_table_t *t, patina_context_t *ctx, void *out,
                                                        const patina_image_t *images, size_t nq, patina_status *st);
 
+/* The half-size queries' records of nq decoded images
+ * (patina_identify_extract_half on the table's spec), as above. */
+PATINA_API patina_status patina_table_identify_extract_half(patina_table_t *t, patina_context_t *ctx, void *out,
+                                                            const patina_image_t *images, size_t nq,
+                                                            patina_status *st);
+
 /* patina_identify against the table's references (opts NULL: defaults;
  * opts->device follows the policy above). keys (nq * k, may be NULL)
  * receives each hit's key (malloc'd, free with patina_free; NULL past
@@ -295,6 +301,16 @@ PATINA_API patina_status patina_table_identify_many(patina_table_t *const *table
                                                     size_t nq, const patina_identify_opts_t *opts,
                                                     patina_identify_hit_t *hits, patina_identify_result_t *results,
                                                     char **keys);
+
+/* patina_table_identify with the half-size query (include/patina/identify.h):
+ * the queries with opts, their half-size queries (half_queries, (nq,
+ * patina_table_query_bytes), from patina_table_identify_extract_half) with
+ * patina_identify_half_opts(opts, half_features), then
+ * patina_identify_fuse_half with margin (keys follow their hits). */
+PATINA_API patina_status patina_table_identify_half(patina_table_t *t, const void *queries, const void *half_queries,
+                                                    size_t nq, size_t half_features, double margin,
+                                                    const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
+                                                    patina_identify_result_t *results, char **keys);
 
 /* patina_identify_pairs against the table's references. */
 PATINA_API patina_status patina_table_identify_pairs(patina_table_t *t, const void *query, uint64_t id,

@@ -101,6 +101,13 @@ static const cli_opt_t opts[] = {
              "features, so that a photograph taken at about half the scale keeps its item among the "
              "candidates (the first pass reads the half-size views too: on one H200 about 28 ms more "
              "at a million items); 0: the first rows alone"},
+    {.name = "half-query", .type = CLI_INT, .arg = "F", .min = 0, .max = 16384, .def = "0",
+     .help = "also identify each photograph halved (a close-up meets its registered image at about its "
+             "scale once halved), its first pass on its F strongest features, and keep its answer where "
+             "its score less --half-query-margin beats the photograph's (about one more first pass of F "
+             "rows; docs/identify.md \"The half-size query\"); 0: off"},
+    {.name = "half-query-margin", .type = CLI_NUMBER, .arg = "M", .min = 0, .max = 1e6, .def = "10",
+     .help = "the margin the half-size query's score must win by (its scores are reported less M)"},
     {.name = "table", .type = CLI_TEXT, .arg = "SPEC",
      .help = "the rootsift table, when the collection has several ('patina info' lists them)"},
     {.name = "format", .type = CLI_CHOICE, .choices = "table|csv|json", .def = "table",
@@ -241,7 +248,9 @@ static int run_identify(const cli_args_t *a)
     patina_walk_stats_t wstats;
     patina_image_t *images = NULL;
     patina_load_result_t *lres = NULL;
-    unsigned char *qrec = NULL;
+    unsigned char *qrec = NULL, *hrec = NULL;
+    size_t half_features;
+    double half_margin;
     patina_status *st = NULL;
     patina_identify_hit_t *hits = NULL;
     patina_identify_result_t *res = NULL;
@@ -278,6 +287,13 @@ static int run_identify(const cli_args_t *a)
     io.view_candidates = (size_t)cli_get(a, "view-candidates")->i;
     io.first_features = (size_t)cli_get(a, "first-features")->i;
     io.half_view_features = (size_t)cli_get(a, "half-view-features")->i;
+    half_features = (size_t)cli_get(a, "half-query")->i;
+    half_margin = cli_get(a, "half-query-margin")->num;
+    if (half_features && cli_get(a, "cluster")->given) {
+        cli_error("identify", "--half-query is not available with --cluster yet (the shards' answers would have to "
+                              "be merged per query before the two are fused)");
+        return EXIT_USAGE;
+    }
     if (cli_get(a, "far")->given) {
         if (cli_get(a, "threshold")->given) {
             cli_error("identify", "--far and --threshold both set the acceptance threshold: give one");
@@ -358,13 +374,14 @@ static int run_identify(const cli_args_t *a)
     images = calloc(nfiles + 1, sizeof *images);
     lres = calloc(nfiles + 1, sizeof *lres);
     qrec = malloc((nfiles + 1) * qbytes);
+    hrec = half_features ? malloc((nfiles + 1) * qbytes) : NULL;
     st = calloc(nfiles + 1, sizeof *st);
     hits = calloc((nfiles + 1) * io.k, sizeof *hits);
     res = calloc(nfiles + 1, sizeof *res);
     slot = calloc(nfiles + 1, sizeof *slot);
     keys = calloc((nfiles + 1) * io.k, sizeof *keys);
     incomplete = calloc(nfiles + 1, sizeof *incomplete);
-    if (!incomplete || !images || !lres || !qrec || !st || !hits || !res || !slot || !keys) {
+    if (!incomplete || !images || !lres || !qrec || !st || !hits || !res || !slot || !keys || (half_features && !hrec)) {
         cli_error("identify", "out of memory for %zu queries", nfiles);
         rc = EXIT_ERROR;
         goto out;
@@ -393,6 +410,7 @@ static int run_identify(const cli_args_t *a)
             slot[nq++] = i;
         }
         s = patina_table_identify_extract(table, NULL, qrec, images, nq, st);
+        if (s == PATINA_OK && half_features) s = patina_table_identify_extract_half(table, NULL, hrec, images, nq, NULL);
         for (i = 0; i < nq; i++) patina_image_release(&images[i]);
 #if PATINA_HAVE_CLUSTER
         if (cs && s == PATINA_OK) {
@@ -413,7 +431,10 @@ static int run_identify(const cli_args_t *a)
             }
         } else
 #endif
-        if (s == PATINA_OK) s = patina_table_identify(table, qrec, nq, &io, hits, res, keys);
+        if (s == PATINA_OK)
+            s = half_features ? patina_table_identify_half(table, qrec, hrec, nq, half_features, half_margin, &io, hits,
+                                                           res, keys)
+                              : patina_table_identify(table, qrec, nq, &io, hits, res, keys);
         if (s != PATINA_OK) {
             cli_status_error("identify", s);
             rc = EXIT_ERROR;
@@ -446,6 +467,7 @@ out:
     free(images);
     free(lres);
     free(qrec);
+    free(hrec);
     free(st);
     free(hits);
     free(res);

@@ -35,7 +35,9 @@ typedef struct rootsift_params {
  * rs_view_kind(V, v). Identification holds each block as one row of the
  * item (src/identify/identify.c); queries are single records of n rows. */
 #define RS_VIEWS_MAX 3
-enum { RS_VIEW_SOFT_HALF = 1, RS_VIEW_GEOMETRIC = 2, RS_VIEW_SOFT_FULL = 3 };
+enum { RS_VIEW_SOFT_HALF = 1, RS_VIEW_GEOMETRIC = 2, RS_VIEW_SOFT_FULL = 3, RS_VIEW_HALF = 4 };
+/* RS_VIEW_HALF is no reference view (rs_view_kind never names it): the
+ * half-size query's image (patina_identify_extract_half). */
 
 /* The kind of view v (1 .. views) of a table with `views` views; 0 for none. */
 int rs_view_kind(int views, int v);

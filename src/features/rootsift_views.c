@@ -17,6 +17,8 @@
  *   SOFT_FULL  area average to 50%, bicubic (Keys, a = -0.75) back to
  *              W x H, then a Gaussian blur of sigma 1.5 px: a soft capture
  *              at the reference's own resolution.
+ *   HALF       area average to 50%, no blur: not a reference view but the
+ *              half-size query's image (patina_identify_extract_half).
  * The views of a table (rs_view_kind): views = 1 SOFT_HALF; 2 GEOMETRIC,
  * SOFT_FULL; 3 GEOMETRIC, SOFT_FULL, SOFT_HALF (2's blocks, then 1's).
  * Gaussian blurs: taps exp(-d^2 / 2 sigma^2), d = -r .. r, r = ceil(3 sigma),
@@ -279,7 +281,7 @@ patina_status rs_view_make(patina_image_t *out, const patina_image_t *img, int k
     int ok = 1;
     memset(out, 0, sizeof *out);
     if (W <= 0 || H <= 0) return PATINA_OK; /* an empty view of an empty image */
-    if (kind < RS_VIEW_SOFT_HALF || kind > RS_VIEW_SOFT_FULL)
+    if (kind < RS_VIEW_SOFT_HALF || kind > RS_VIEW_HALF)
         return patina__fail(PATINA_E_INVALID, "rootsift: no view kind %d", kind);
     grey = malloc((size_t)W * H);
     g = malloc((size_t)W * H * sizeof *g);
@@ -313,12 +315,12 @@ patina_status rs_view_make(patina_image_t *out, const patina_image_t *img, int k
         const int hw = half(W), hh = half(H);
         if (!(t = malloc((size_t)hw * hh * sizeof *t))) goto nomem;
         ok = area(t, hw, hh, g, W, H);
-        if (ok && kind == RS_VIEW_SOFT_HALF) {
+        if (ok && (kind == RS_VIEW_SOFT_HALF || kind == RS_VIEW_HALF)) {
             w = hw;
             h = hh;
             v = t;
             t = NULL;
-            ok = blur(v, w, h, 1.0);
+            if (kind == RS_VIEW_SOFT_HALF) ok = blur(v, w, h, 1.0);
         } else if (ok) {
             w = W;
             h = H;
@@ -356,6 +358,7 @@ int rs_view_point(int kind, int W, int H, double x, double y, double *ox, double
     if (W <= 0 || H <= 0) return 0;
     switch (kind) {
     case RS_VIEW_SOFT_HALF: /* pixel centres aligned: x = (u + 0.5) W / w - 0.5 */
+    case RS_VIEW_HALF:
         *ox = (x + 0.5) * W / half(W) - 0.5;
         *oy = (y + 0.5) * H / half(H) - 0.5;
         return 1;

@@ -597,6 +597,23 @@ patina_status patina_identify_extract(patina_context_t *ctx, const patina_refset
     return run_tasks(ctx, nq, extract_one, &jb);
 }
 
+patina_status patina_identify_extract_half(patina_context_t *ctx, const patina_refset_t *rs, void *out,
+                                           const patina_image_t *images, size_t nq, patina_status *st)
+{
+    patina_image_t *half;
+    patina_status s = PATINA_OK;
+    size_t i;
+    if (!rs || (nq && (!out || !images))) return patina__fail(PATINA_E_INVALID, "identify: null argument");
+    if (nq == 0) return PATINA_OK;
+    if (!(half = calloc(nq, sizeof *half)))
+        return patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu half-size queries", nq);
+    for (i = 0; i < nq && s == PATINA_OK; i++) s = rs_view_make(&half[i], &images[i], RS_VIEW_HALF);
+    if (s == PATINA_OK) s = patina_identify_extract(ctx, rs, out, half, nq, st);
+    for (i = 0; i < nq; i++) patina_image_release(&half[i]);
+    free(half);
+    return s;
+}
+
 /* ------------------------------------------------------------------ identify */
 
 void patina_identify_opts_init(patina_identify_opts_t *o)

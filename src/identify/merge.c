@@ -8,7 +8,8 @@
  * there, with the inliers one call over the union would find -- and the
  * union's best k are among the parts' best k. Candidates a part verified
  * that are not among the union's best verify_top are unverified again, as
- * one call would have left them. */
+ * one call would have left them. Also here: the half-size query's fusion
+ * of two answers of one query (patina_identify_fuse_half). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -156,5 +157,60 @@ patina_status patina_identify_merge_siblings(const patina_identify_hit_t *const 
         }
     }
     free(buf);
+    return PATINA_OK;
+}
+
+/* ------------------------------------------------------ the half-size query */
+
+patina_status patina_identify_half_opts(const patina_identify_opts_t *opts, size_t features,
+                                        patina_identify_opts_t *out)
+{
+    if (!out) return patina__fail(PATINA_E_INVALID, "identify: null options");
+    if (opts)
+        *out = *opts;
+    else
+        patina_identify_opts_init(out);
+    if (features) out->first_features = features;
+    out->half_view_features = 0; /* the references' half-size views: a half of a half */
+    return PATINA_OK;
+}
+
+patina_status patina_identify_fuse_half(size_t nq, size_t k, double margin, const patina_identify_opts_t *opts,
+                                        patina_identify_hit_t *hits, patina_identify_result_t *results,
+                                        const patina_identify_hit_t *half_hits,
+                                        const patina_identify_result_t *half_results, unsigned char *taken)
+{
+    patina_identify_opts_t o;
+    size_t q, i;
+    if (nq && (!hits || !results || !half_hits || !half_results))
+        return patina__fail(PATINA_E_INVALID, "identify half: null argument");
+    if (k == 0) return patina__fail(PATINA_E_INVALID, "identify half: k = 0");
+    if (!(margin >= 0)) return patina__fail(PATINA_E_INVALID, "identify half: margin %g (>= 0)", margin);
+    if (opts)
+        o = *opts;
+    else
+        patina_identify_opts_init(&o);
+    for (q = 0; q < nq; q++) {
+        const patina_identify_result_t *hr = &half_results[q];
+        const patina_identify_hit_t *hh = half_hits + q * k;
+        patina_identify_hit_t *h = hits + q * k;
+        const double sa = results[q].nhits ? h[0].score : -1;
+        double sb = -1;
+        size_t nh = hr->nhits < k ? hr->nhits : k;
+        if (taken) taken[q] = 0;
+        if (nh) sb = hh[0].score - margin > 0 ? hh[0].score - margin : 0;
+        if (!(sb > sa)) continue;
+        memset(h, 0, k * sizeof *h);
+        for (i = 0; i < nh; i++) {
+            h[i] = hh[i];
+            h[i].score = hh[i].score - margin > 0 ? hh[i].score - margin : 0;
+        }
+        results[q].nhits = nh;
+        o.threshold = results[q].threshold; /* the query's, resolved by its call */
+        results[q].decision = hr->decision == PATINA_DECISION_UNKNOWN
+                                  ? PATINA_DECISION_UNKNOWN
+                                  : idf_decide(h[0].score, nh > 1 && h[1].verified ? h[1].score : -1, nh, &o);
+        if (taken) taken[q] = 1;
+    }
     return PATINA_OK;
 }

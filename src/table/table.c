@@ -1254,6 +1254,14 @@ patina_status patina_table_identify_extract(patina_table_t *t, patina_context_t 
     return patina_identify_extract(ctx ? ctx : t->ctx, t->shape, out, images, nq, st);
 }
 
+patina_status patina_table_identify_extract_half(patina_table_t *t, patina_context_t *ctx, void *out,
+                                                 const patina_image_t *images, size_t nq, patina_status *st)
+{
+    if (!t) return patina__fail(PATINA_E_INVALID, "identify: null table");
+    PATINA_TRY(check_identify(t));
+    return patina_identify_extract_half(ctx ? ctx : t->ctx, t->shape, out, images, nq, st);
+}
+
 /* With the read lock: the reference sets or why there are none (every slice has one, or none has). */
 static patina_status refs_ready(const patina_table_t *t)
 {
@@ -1429,6 +1437,53 @@ patina_status patina_table_identify_many(patina_table_t *const *tables, size_t n
             free(keys[i]);
             keys[i] = NULL;
         }
+    return s;
+}
+
+patina_status patina_table_identify_half(patina_table_t *t, const void *queries, const void *half_queries,
+                                         size_t nq, size_t half_features, double margin,
+                                         const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
+                                         patina_identify_result_t *results, char **keys)
+{
+    patina_identify_opts_t ho;
+    patina_identify_hit_t *hh = NULL;
+    patina_identify_result_t *hr = NULL;
+    unsigned char *taken = NULL;
+    char **hk = NULL;
+    patina_status s;
+    size_t k, q, i;
+    if (nq && !half_queries) return patina__fail(PATINA_E_INVALID, "identify: null half-size queries");
+    if (!(margin >= 0)) return patina__fail(PATINA_E_INVALID, "identify: half-size query margin %g (>= 0)", margin);
+    PATINA_TRY(patina_identify_half_opts(opts, half_features, &ho));
+    PATINA_TRY(patina_table_identify(t, queries, nq, opts, hits, results, keys));
+    if (nq == 0) return PATINA_OK;
+    k = ho.k;
+    hh = calloc(nq * k, sizeof *hh);
+    hr = calloc(nq, sizeof *hr);
+    taken = calloc(nq, 1);
+    hk = keys ? calloc(nq * k, sizeof *hk) : NULL;
+    if (!hh || !hr || !taken || (keys && !hk)) {
+        s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu half-size queries", nq);
+        goto out;
+    }
+    s = patina_table_identify(t, half_queries, nq, &ho, hh, hr, hk);
+    if (s == PATINA_OK) s = patina_identify_fuse_half(nq, k, margin, opts, hits, results, hh, hr, taken);
+    if (s == PATINA_OK && keys)
+        for (q = 0; q < nq; q++) {
+            if (!taken[q]) continue;
+            for (i = 0; i < k; i++) { /* the hits' keys follow them */
+                free(keys[q * k + i]);
+                keys[q * k + i] = hk[q * k + i];
+                hk[q * k + i] = NULL;
+            }
+        }
+out:
+    if (hk)
+        for (i = 0; i < nq * k; i++) free(hk[i]);
+    free(hk);
+    free(hh);
+    free(hr);
+    free(taken);
     return s;
 }
 
