@@ -1195,6 +1195,20 @@ static void test_fuse_half(void **state)
         assert_int_equal(ho.first_features, 512);
         assert_int_equal(patina_identify_half_opts(&o, 64, NULL), PATINA_E_INVALID);
     }
+    {   /* the calibration with the half-size query: stricter where it was run, the options' elsewhere */
+        double t = 0, t0 = 0;
+        TU_OK(patina_identify_far_threshold_opts("rootsift:views=3", &o, 0.001, &t0));
+        TU_OK(patina_identify_far_threshold_half("rootsift:views=3", &o, 0.001, &t));
+        assert_true(t > t0 && fabs(t - 20.47) < 1e-9);
+        TU_OK(patina_identify_far_threshold_half("rootsift:views=3", &o, 0.01, &t));
+        assert_true(fabs(t - 3.99) < 1e-9);
+        TU_OK(patina_identify_far_threshold_opts("rootsift:views=1", &o, 0.001, &t0));
+        TU_OK(patina_identify_far_threshold_half("rootsift:views=1", &o, 0.001, &t));
+        assert_true(t == t0);
+        TU_OK(patina_identify_far_threshold_half("rootsift:views=3", &o, 1, &t));
+        assert_true(t == 0);
+        assert_int_equal(patina_identify_far_threshold_half("lbp8", &o, 0.01, &t), PATINA_E_INVALID);
+    }
 }
 
 /* Nearest-neighbour 2x magnification of the (w, h) window at (x0, y0): a close-up photograph. */

@@ -309,6 +309,13 @@ PATINA_API patina_status patina_identify_far_threshold_table(const char *table, 
  * views. */
 PATINA_API patina_status patina_identify_far_threshold_opts(const char *table, const patina_identify_opts_t *opts,
                                                             double far, double *threshold);
+/* The same with the half-size query beside (patina_identify_fuse_half at
+ * PATINA_HALF_QUERY_MARGIN): the one calibrated setting (views 3, the view
+ * pass with half_view_features, significance) takes the stricter of its
+ * own run's row and the options' (at FAR 0.1% 20.47 against 20); every
+ * other setting the options' row (not calibrated with the half-size query). */
+PATINA_API patina_status patina_identify_far_threshold_half(const char *table, const patina_identify_opts_t *opts,
+                                                            double far, double *threshold);
 
 /* One candidate of a query. */
 typedef struct patina_identify_hit {

@@ -352,9 +352,9 @@ static int run_identify(const cli_args_t *a)
     /* the table's calibration (its reference views have their own): --far's, and without
      * --threshold the default's (far 0.01: the default threshold for a table without views) */
     if (!cli_get(a, "threshold")->given &&
-        patina_identify_far_threshold_opts(patina_table_spec(table), &io,
-                                           cli_get(a, "far")->given ? cli_get(a, "far")->num : PATINA_FAR_DEFAULT,
-                                           &io.threshold) != PATINA_OK) {
+        (half_features ? patina_identify_far_threshold_half : patina_identify_far_threshold_opts)(
+            patina_table_spec(table), &io, cli_get(a, "far")->given ? cli_get(a, "far")->num : PATINA_FAR_DEFAULT,
+            &io.threshold) != PATINA_OK) {
         cli_error("identify", "%s", patina_last_error());
         rc = EXIT_USAGE;
         goto out;

@@ -680,6 +680,13 @@ static const far_row_t sig_half_tables[2][FAR_ROWS] = {
     {{0.05, 0.04}, {0.02, 0.8}, {0.01, 3}, {0.005, 8}, {PATINA_FAR_MIN, 9}},
     {{0.05, 0.49}, {0.02, 2}, {0.01, 3.9}, {0.005, 14}, {PATINA_FAR_MIN, 20}},
 };
+/* ... and with the half-size query beside (patina_identify_fuse_half at
+ * the default margin): `--half-query 64` with the same options on the
+ * `--views 3` collection (2026-12-01; docs/identify-bench.md): each value
+ * the calibrated one rounded up (its run's impostors below it stay below). */
+static const far_row_t sig_halfq_table[FAR_ROWS] = {
+    {0.05, 0.79}, {0.02, 2.24}, {0.01, 3.99}, {0.005, 14.52}, {PATINA_FAR_MIN, 20.47},
+};
 /* opts.accept INLIERS: rank 1's inlier count (the peer's hygiene) */
 static const far_row_t far_tables[RS_VIEWS_MAX + 1][FAR_ROWS] = {
     /* views = 0: bench/identify's default run */
@@ -748,6 +755,32 @@ patina_status patina_identify_far_threshold_opts(const char *table, const patina
         patina_extractor_free(ex);
     }
     return far_lookup(views, opts ? opts->accept : PATINA_ACCEPT_SIGNIFICANCE, pass_mode(views, opts), far, threshold);
+}
+
+patina_status patina_identify_far_threshold_half(const char *table, const patina_identify_opts_t *opts, double far,
+                                                 double *threshold)
+{
+    patina_extractor_t *ex = NULL;
+    int views = 0;
+    if (opts) PATINA_TRY(patina__options_validate(PATINA_OPTIONS_IDENTIFY, opts));
+    if (table) {
+        if (!is_rootsift(table)) return patina__fail(PATINA_E_INVALID, "identify: '%s' is not a rootsift spec", table);
+        PATINA_TRY(patina_extractor_new(&ex, table));
+        views = ((const rootsift_params_t *)(const void *)ex->params)->views;
+        patina_extractor_free(ex);
+    }
+    PATINA_TRY(far_lookup(views, opts ? opts->accept : PATINA_ACCEPT_SIGNIFICANCE, pass_mode(views, opts), far,
+                          threshold));
+    /* the one calibrated run: significance, views 3, the view pass with the half-size views */
+    if (views == 3 && (!opts || opts->accept == PATINA_ACCEPT_SIGNIFICANCE) && pass_mode(views, opts) == 2 && far < 1) {
+        double t = 0;
+        size_t i;
+        for (i = 0; i < FAR_ROWS; i++)
+            if (sig_halfq_table[i].far <= far) break;
+        t = sig_halfq_table[i == FAR_ROWS ? FAR_ROWS - 1 : i].threshold;
+        if (t > *threshold) *threshold = t;
+    }
+    return PATINA_OK;
 }
 
 patina_status patina_identify_far_threshold_table(const char *table, double far, double *threshold)
