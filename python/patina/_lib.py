@@ -319,6 +319,7 @@ _PROTOS = {
     "patina_identify_far_threshold": (c_int, [c_double, P(c_double)]),
     "patina_identify_far_threshold_table": (c_int, [c_char_p, c_double, P(c_double)]),
     "patina_identify_far_threshold_opts": (c_int, [c_char_p, P(IdentifyOpts), c_double, P(c_double)]),
+    "patina_identify_far_threshold_half": (c_int, [c_char_p, P(IdentifyOpts), c_double, P(c_double)]),
     "patina_identify_decision_name": (c_char_p, [c_int]),
     # table.h: live tables (handles are c_void_p: patina_table_t *)
     "patina_key_partition": (c_uint32, [c_char_p, c_uint32]),
@@ -344,11 +345,15 @@ _PROTOS = {
     "patina_table_warm": (c_int, [c_void_p]),
     "patina_table_query_bytes": (c_size_t, [c_void_p]),
     "patina_table_identify_extract": (c_int, [c_void_p, c_void_p, c_void_p, P(Image), c_size_t, P(c_int)]),
+    "patina_table_identify_extract_half": (c_int, [c_void_p, c_void_p, c_void_p, P(Image), c_size_t, P(c_int)]),
     # keys: (nq * k) char *, malloc'd by the library (freed with patina_free): c_void_p, not c_char_p,
     # so that ctypes keeps the pointers
     "patina_table_identify": (c_int, [c_void_p, c_void_p, c_size_t, P(IdentifyOpts), P(IdentifyHit),
                                       P(IdentifyResult), P(c_void_p)]),
     # tables: (nt) table handles; keys as patina_table_identify
+    # the half-size query: queries, half_queries, nq, half_features, margin, then as patina_table_identify
+    "patina_table_identify_half": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_size_t, c_double,
+                                           P(IdentifyOpts), P(IdentifyHit), P(IdentifyResult), P(c_void_p)]),
     "patina_table_identify_many": (c_int, [P(c_void_p), c_size_t, c_void_p, c_size_t, P(IdentifyOpts), P(IdentifyHit),
                                            P(IdentifyResult), P(c_void_p)]),
     "patina_table_identify_pairs": (c_int, [c_void_p, c_void_p, c_uint64, P(IdentifyOpts), P(c_float), c_size_t,

@@ -652,7 +652,8 @@ class Collection(_Closing):
                        threshold=None, table=None, device="auto", precision="int8", strict=False, guided=False,
                        guided_ratio=0.9, far=None, ambiguity=0.5, distinct=0.0,
                        sibling_inliers=13.0, accept="significance", view_candidates=0,
-                       first_features=0, half_view_features=0) -> List[Identification]:
+                       first_features=0, half_view_features=0, half_query=0,
+                       half_query_margin=10.0) -> List[Identification]:
         """Identifies many photos (images) against the collection's rootsift
         references in one call: RootSIFT 2-NN ratio test, scoring, RANSAC
         verification of the verify_top best, re-ranking by inliers, and an
@@ -685,7 +686,13 @@ class Collection(_Closing):
         with view_candidates, over references indexed with a half-size view
         (views 1 or 3), the first pass also matches each item's half-size
         view with each photo's half_view_features strongest features (0,
-        the default: the first rows alone)."""
+        the default: the first rows alone). half_query: also identify each
+        photo halved (a close-up meets its registered image at about its
+        scale once halved), its first pass on its half_query strongest
+        features, and keep that answer where its score less
+        half_query_margin (10) beats the photo's; its scores are then
+        reported less the margin (0, the default: off; docs/identify.md
+        "The half-size query")."""
         lib = self._lib
         if isinstance(photos, (str, bytes, os.PathLike)) or (isinstance(photos, np.ndarray) and photos.ndim != 4):
             raise _type_error("identify_batch takes a sequence of images; use identify() for one")
@@ -730,6 +737,10 @@ class Collection(_Closing):
             raise _invalid(f"half_view_features must be an integer, got {half_view_features!r}")
         lib.check(lib.options_check(_lib.OPTION_SETS["identify"], b"half_view_features", float(half_view_features)))
         io.half_view_features = int(half_view_features)
+        if not isinstance(half_query, (int, np.integer)) or isinstance(half_query, bool) or half_query < 0:
+            raise _invalid(f"half_query must be a non-negative integer, got {half_query!r}")
+        if not isinstance(half_query_margin, (int, float, np.integer, np.floating)) or not half_query_margin >= 0:
+            raise _invalid(f"half_query_margin must be a number >= 0, got {half_query_margin!r}")
         if far is not None:  # its bounds now; the threshold from the table's calibration below
             thr = ctypes.c_double()
             lib.check(lib.identify_far_threshold(float(far), ctypes.byref(thr)), "identify")
@@ -741,8 +752,8 @@ class Collection(_Closing):
         t = self._table(table, need=_lib.CAP_IDENTIFY, keep=True, handle_family=False)
         if far is not None:  # far's, from the table's own calibration (without far: the library's default,
             thr = ctypes.c_double()  # the same calibration at 0.01, which the call resolves)
-            lib.check(lib.identify_far_threshold_opts(t.spec.encode(), ctypes.byref(io), float(far), ctypes.byref(thr)),
-                      "identify")
+            far_fn = lib.identify_far_threshold_half if half_query else lib.identify_far_threshold_opts
+            lib.check(far_fn(t.spec.encode(), ctypes.byref(io), float(far), ctypes.byref(thr)), "identify")
             io.threshold = thr.value
         prepared = []
         keys = None
@@ -762,7 +773,16 @@ class Collection(_Closing):
             hits = (_lib.IdentifyHit * (nq * io.k))()
             res = (_lib.IdentifyResult * nq)()
             keys = (ctypes.c_void_p * (nq * io.k))()   # malloc'd by the library: patina_free
-            lib.check(lib.table_identify(t.h, qrec.ctypes.data, nq, ctypes.byref(io), hits, res, keys), "identify")
+            if half_query:
+                hrec = np.empty(nq * qbytes, dtype=np.uint8)
+                lib.check(lib.table_identify_extract_half(t.h, self._ctx.handle, hrec.ctypes.data, imgs, nq, None),
+                          "identify")
+                lib.check(lib.table_identify_half(t.h, qrec.ctypes.data, hrec.ctypes.data, nq, int(half_query),
+                                                  float(half_query_margin), ctypes.byref(io), hits, res, keys),
+                          "identify")
+            else:
+                lib.check(lib.table_identify(t.h, qrec.ctypes.data, nq, ctypes.byref(io), hits, res, keys),
+                          "identify")
             out = []
             for i in builtins_range(nq):
                 cands = []

@@ -467,6 +467,18 @@ def test_identify_matches_cli(cli, rootsift_coll, samples, variant, tmp_path):
         assert g.decision == w["decision"]
         assert [(h.key, h.matches, h.inliers) for h in g.candidates] == \
             [(h["key"], h["matches"], h["inliers"]) for h in w["hits"]]
+        # the half-size query, as --half-query and --half-query-margin (the same answers and scores)
+        for margin in ("10", "0"):
+            w = json.loads(run(cli, "identify", half, variant, samples[1], "--format", "json", "-q", "--half-query",
+                               "32", "--half-query-margin", margin).decode().splitlines()[0])
+            g = c.identify(variant, half_query=32, half_query_margin=float(margin))
+            assert g.decision == w["decision"]
+            assert [(h.key, h.score, h.matches, h.inliers) for h in g.candidates] == \
+                [(h["key"], h["score"], h["matches"], h["inliers"]) for h in w["hits"]]
+        with pytest.raises(patina.InvalidError, match="half_query"):
+            c.identify(variant, half_query=-1)
+        with pytest.raises(patina.InvalidError, match="half_query_margin"):
+            c.identify(variant, half_query=8, half_query_margin=-1)
     with patina.Collection(rootsift_coll, readonly=True) as c:
         rc, _, err = run_full(cli, "identify", rootsift_coll, variant, "--far", "0.01", "--threshold", "5")
         assert rc == 2 and b"--far and --threshold both set" in err

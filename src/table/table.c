@@ -1445,15 +1445,24 @@ patina_status patina_table_identify_half(patina_table_t *t, const void *queries,
                                          const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
                                          patina_identify_result_t *results, char **keys)
 {
-    patina_identify_opts_t ho;
+    patina_identify_opts_t o, ho;
     patina_identify_hit_t *hh = NULL;
     patina_identify_result_t *hr = NULL;
     unsigned char *taken = NULL;
     char **hk = NULL;
     patina_status s;
     size_t k, q, i;
+    if (!t) return patina__fail(PATINA_E_INVALID, "identify: null table");
     if (nq && !half_queries) return patina__fail(PATINA_E_INVALID, "identify: null half-size queries");
     if (!(margin >= 0)) return patina__fail(PATINA_E_INVALID, "identify: half-size query margin %g (>= 0)", margin);
+    if (opts)
+        o = *opts;
+    else
+        patina_identify_opts_init(&o);
+    /* the calibrated default: the half-size query's calibration (its impostors' second chance) */
+    if (o.threshold < 0)
+        PATINA_TRY(patina_identify_far_threshold_half(patina_table_spec(t), &o, PATINA_FAR_DEFAULT, &o.threshold));
+    opts = &o;
     PATINA_TRY(patina_identify_half_opts(opts, half_features, &ho));
     PATINA_TRY(patina_table_identify(t, queries, nq, opts, hits, results, keys));
     if (nq == 0) return PATINA_OK;
