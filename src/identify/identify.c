@@ -742,33 +742,35 @@ patina_status patina_identify_far_threshold(double far, double *threshold)
     return far_lookup(0, PATINA_ACCEPT_SIGNIFICANCE, 0, far, threshold);
 }
 
-patina_status patina_identify_far_threshold_opts(const char *table, const patina_identify_opts_t *opts, double far,
-                                                 double *threshold)
+/* The reference views of the rootsift spec table (NULL: none), after
+ * checking opts (accept among them). */
+static patina_status far_views(const char *table, const patina_identify_opts_t *opts, int *views)
 {
     patina_extractor_t *ex = NULL;
-    int views = 0;
-    if (opts) PATINA_TRY(patina__options_validate(PATINA_OPTIONS_IDENTIFY, opts)); /* accept among them */
+    *views = 0;
+    if (opts) PATINA_TRY(patina__options_validate(PATINA_OPTIONS_IDENTIFY, opts));
     if (table) {
         if (!is_rootsift(table)) return patina__fail(PATINA_E_INVALID, "identify: '%s' is not a rootsift spec", table);
         PATINA_TRY(patina_extractor_new(&ex, table));
-        views = ((const rootsift_params_t *)(const void *)ex->params)->views;
+        *views = ((const rootsift_params_t *)(const void *)ex->params)->views;
         patina_extractor_free(ex);
     }
+    return PATINA_OK;
+}
+
+patina_status patina_identify_far_threshold_opts(const char *table, const patina_identify_opts_t *opts, double far,
+                                                 double *threshold)
+{
+    int views;
+    PATINA_TRY(far_views(table, opts, &views));
     return far_lookup(views, opts ? opts->accept : PATINA_ACCEPT_SIGNIFICANCE, pass_mode(views, opts), far, threshold);
 }
 
 patina_status patina_identify_far_threshold_half(const char *table, const patina_identify_opts_t *opts, double far,
                                                  double *threshold)
 {
-    patina_extractor_t *ex = NULL;
-    int views = 0;
-    if (opts) PATINA_TRY(patina__options_validate(PATINA_OPTIONS_IDENTIFY, opts));
-    if (table) {
-        if (!is_rootsift(table)) return patina__fail(PATINA_E_INVALID, "identify: '%s' is not a rootsift spec", table);
-        PATINA_TRY(patina_extractor_new(&ex, table));
-        views = ((const rootsift_params_t *)(const void *)ex->params)->views;
-        patina_extractor_free(ex);
-    }
+    int views;
+    PATINA_TRY(far_views(table, opts, &views));
     PATINA_TRY(far_lookup(views, opts ? opts->accept : PATINA_ACCEPT_SIGNIFICANCE, pass_mode(views, opts), far,
                           threshold));
     /* the one calibrated run: significance, views 3, the view pass with the half-size views */
