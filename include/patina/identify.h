@@ -269,7 +269,7 @@ typedef struct patina_identify_opts {
                                * item ranked by the better of the two rows, so that a query taken
                                * at about half the scale finds its item among the candidates.
                                * The first pass reads the half-size views too (on one H200 about
-                               * 28 ms more at a million items with H = 64) and the GPU keeps a copy
+                               * 17 ms more at a million items with H = 64) and the GPU keeps a copy
                                * of them beside the first rows'. PATINA_E_INVALID for
                                * references without a half-size view; no effect without the view
                                * pass (every row is matched then) (docs/identify.md, "The half-size

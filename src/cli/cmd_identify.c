@@ -99,7 +99,7 @@ static const cli_opt_t opts[] = {
      .help = "with --view-candidates, over references indexed with a half-size view (--views 1 or 3): "
              "the first pass also matches each item's half-size view with the query's H strongest "
              "features, so that a photograph taken at about half the scale keeps its item among the "
-             "candidates (the first pass reads the half-size views too: on one H200 about 28 ms more "
+             "candidates (the first pass reads the half-size views too: on one H200 about 17 ms more "
              "at a million items); 0: the first rows alone"},
     {.name = "half-query", .type = CLI_INT, .arg = "F", .min = 0, .max = 16384, .def = "0",
      .help = "also identify each photograph halved (a close-up meets its registered image at about its "
