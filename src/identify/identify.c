@@ -711,6 +711,17 @@ static int pass_mode(int views, const patina_identify_opts_t *o)
     return o->half_view_features > 0 && (views == 1 || views == 3) ? 2 : 1;
 }
 
+/* The threshold of table t's row for far (< 1): the first row at or
+ * below it (targets between two rows take the stricter), the last row
+ * below the smallest. */
+static double row_threshold(const far_row_t *t, double far)
+{
+    size_t i;
+    for (i = 0; i < FAR_ROWS - 1; i++)
+        if (t[i].far <= far) break;
+    return t[i].threshold;
+}
+
 /* The table of a views setting, acceptance rule and view pass (pass:
  * pass_mode's; the inlier tables have no run of the pass and serve all). */
 static patina_status far_lookup(int views, patina_identify_accept accept, int pass, double far, double *threshold)
@@ -719,7 +730,6 @@ static patina_status far_lookup(int views, patina_identify_accept accept, int pa
                          : pass == 2                     ? sig_half_tables[views == 3]
                          : pass == 1                     ? sig_pass_tables[views - 1]
                                                          : sig_tables[views];
-    size_t i;
     if (!threshold) return patina__fail(PATINA_E_INVALID, "identify: null threshold");
     if (!(far >= PATINA_FAR_MIN && far <= 1))
         return patina__fail(PATINA_E_INVALID,
@@ -730,10 +740,7 @@ static patina_status far_lookup(int views, patina_identify_accept accept, int pa
         *threshold = 0;
         return PATINA_OK;
     }
-    for (i = 0; i < FAR_ROWS; i++)
-        if (t[i].far <= far) break;
-    if (i == FAR_ROWS) i--;
-    *threshold = t[i].threshold;
+    *threshold = row_threshold(t, far);
     return PATINA_OK;
 }
 
@@ -775,11 +782,7 @@ patina_status patina_identify_far_threshold_half(const char *table, const patina
                           threshold));
     /* the one calibrated run: significance, views 3, the view pass with the half-size views */
     if (views == 3 && (!opts || opts->accept == PATINA_ACCEPT_SIGNIFICANCE) && pass_mode(views, opts) == 2 && far < 1) {
-        double t = 0;
-        size_t i;
-        for (i = 0; i < FAR_ROWS; i++)
-            if (sig_halfq_table[i].far <= far) break;
-        t = sig_halfq_table[i == FAR_ROWS ? FAR_ROWS - 1 : i].threshold;
+        const double t = row_threshold(sig_halfq_table, far);
         if (t > *threshold) *threshold = t;
     }
     return PATINA_OK;

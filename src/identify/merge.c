@@ -162,6 +162,8 @@ patina_status patina_identify_merge_siblings(const patina_identify_hit_t *const 
 
 /* ------------------------------------------------------ the half-size query */
 
+static double less_margin(double score, double margin) { return score - margin > 0 ? score - margin : 0; }
+
 patina_status patina_identify_half_opts(const patina_identify_opts_t *opts, size_t features,
                                         patina_identify_opts_t *out)
 {
@@ -198,12 +200,12 @@ patina_status patina_identify_fuse_half(size_t nq, size_t k, double margin, cons
         double sb = -1;
         size_t nh = hr->nhits < k ? hr->nhits : k;
         if (taken) taken[q] = 0;
-        if (nh) sb = hh[0].score - margin > 0 ? hh[0].score - margin : 0;
+        if (nh) sb = less_margin(hh[0].score, margin);
         if (!(sb > sa)) continue;
         memset(h, 0, k * sizeof *h);
         for (i = 0; i < nh; i++) {
             h[i] = hh[i];
-            h[i].score = hh[i].score - margin > 0 ? hh[i].score - margin : 0;
+            h[i].score = less_margin(hh[i].score, margin);
         }
         results[q].nhits = nh;
         o.threshold = results[q].threshold; /* the query's, resolved by its call */
