@@ -195,21 +195,19 @@ __device__ __forceinline__ void named_sync(int id, int threads)
  * than 2^31 of them, or no encoder in this driver). Host code. */
 static inline int idfw_tensor_map(CUtensorMap *map, const idf_launch_t &L)
 {
-    static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
-    static int resolved = 0; /* benign race: every thread resolves the same pointer */
-    const unsigned long long rows = (unsigned long long)L.nref * (unsigned long long)L.m;
-    memset(map, 0, sizeof *map);
-    if (rows == 0 || rows > 0x7fffffffull || ((uintptr_t)L.refs & 15u)) return 0;
-    if (!resolved) {
+    /* resolved once, on the first call (a static's initialisation: thread-safe) */
+    static const PFN_cuTensorMapEncodeTiled_v12000 encode = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
         void *fn = NULL;
         cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) ==
-                cudaSuccess &&
-            q == cudaDriverEntryPointSuccess)
-            encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-        resolved = 1;
-    }
-    if (!encode) return 0;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) !=
+                cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            return NULL;
+        return (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    }();
+    const unsigned long long rows = (unsigned long long)L.nref * (unsigned long long)L.m;
+    memset(map, 0, sizeof *map);
+    if (rows == 0 || rows > 0x7fffffffull || ((uintptr_t)L.refs & 15u) || !encode) return 0;
     const cuuint64_t dims[2] = {IDF_D, rows}, strides[1] = {IDF_D};
     const cuuint32_t box[2] = {IDF_D, IDFW_N}, estr[2] = {1, 1};
     return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)L.refs, dims, strides, box, estr,
