@@ -8,7 +8,7 @@
  *
  *   bench_identify_gpu [--refs N] [--quick] [--no-peers] [--capacity] [--e2e N] [--only SECTION]
  *                      [--kernel auto|mma|wgmma] [--e2e-views V] [--view-candidates N,...]
- *                      [--first-features F,...] [--half-view-features H,...]
+ *                      [--first-features F,...] [--half-view-features H,...] [--half-query F]
  *
  * --kernel: the int8 matching kernel of the fused rows (pgpu_idf_opts_t.kernel;
  * auto: wgmma on compute capability 9.0 where it applies, else mma.sync).
@@ -37,7 +37,10 @@
  *              strongest, then the candidates again with all) and each
  *              --half-view-features value (with views 1 or 3 and the view
  *              pass: the items' half-size views in the first pass too, with
- *              the queries' H strongest)
+ *              the queries' H strongest); --half-query F adds the half-size
+ *              query to every step (the photograph halved, extracted and
+ *              identified with patina_identify_half_opts(F), then fused):
+ *              what `identify --half-query F` costs
  * Synthetic RootSIFT-like rows (4096 distinct references repeated: the work
  * does not depend on the values); e2e also registers the sample photographs
  * as real references and queries a distorted one. Times are GPU times of the
@@ -70,6 +73,7 @@ static size_t NVC = 1;
 static size_t FIRST_FEATS[8] = {0}; /* --first-features */
 static size_t NFF = 1;
 static size_t HALF_FEATS[8] = {0}; /* --half-view-features */
+static size_t HALF_QUERY = 0;       /* --half-query: the half-size query's first-pass features (0: off) */
 static size_t NHV = 1;
 
 static void die(const char *what)
@@ -460,9 +464,10 @@ static void section_e2e(size_t nref)
     unsigned char *rec, *q;
     patina_image_t img, var;
     bench_rng_t g = {99};
-    patina_identify_opts_t o;
-    patina_identify_hit_t hits[5];
-    patina_identify_result_t res;
+    patina_identify_opts_t o, ho;
+    patina_identify_hit_t hits[5], hh[5];
+    patina_identify_result_t res, hres;
+    unsigned char *hq, taken = 0;
     double t0, t_ext, t_match, t_all;
     const char *sd = getenv("PATINA_SAMPLES");
     nf = bench_list_images(sd && *sd ? sd : "samples", &files);
@@ -503,6 +508,7 @@ static void section_e2e(size_t nref)
     printf("\ne2e: %zu references (%zu sample photographs, the rest synthetic) of %d rows registered in %.1f s\n",
            nref, nreal, E2E_VIEWS + 1, now_s() - t0);
     q = malloc(patina_identify_query_bytes(rs));
+    hq = malloc(patina_identify_query_bytes(rs));
     patina_identify_opts_init(&o);
     o.device = PATINA_DEVICE_GPU;
     /* the queries, from the first sample: a 640 x 480 window at half
@@ -530,6 +536,7 @@ static void section_e2e(size_t nref)
         o.view_candidates = vc;
         o.first_features = ff;
         o.half_view_features = hv;
+        if (patina_identify_half_opts(&o, HALF_QUERY, &ho) != PATINA_OK) die("half-size query options");
         if (shape == 0) { /* first call: the GPU mirror is built (the upload of every reference) */
             t0 = now_s();
             if (patina_identify_extract(CTX, rs, q, &var, 1, NULL) != PATINA_OK) die("extract query");
@@ -539,9 +546,13 @@ static void section_e2e(size_t nref)
                    vc, ff, hv, nref, E2E_VIEWS && vc ? (hv ? ", their first rows and half views" : ", their first rows") : "",
                    now_s() - t0);
             printf("| e2e, one query image, %zu references of %d rows, view_candidates %zu, first_features %zu, "
-                   "half_view_features %zu | extraction (GPU) | matching (GPU, wall; the second pass with it) | "
+                   "half_view_features %zu%s | extraction (GPU) | matching (GPU, wall; the second pass with it) | "
                    "verification of the top 10 (CPU) | total | answer |\n|---|---|---|---|---|---|\n",
-                   nref, E2E_VIEWS + 1, vc, ff, hv);
+                   nref, E2E_VIEWS + 1, vc, ff, hv, HALF_QUERY ? ", with the half-size query (both calls in each step)" : "");
+            if (HALF_QUERY)
+                printf("(the half-size query: the photograph halved, its first pass on its %zu strongest features "
+                       "over the first rows, then fused at margin %g)\n",
+                       HALF_QUERY, (double)PATINA_HALF_QUERY_MARGIN);
         }
         /* best of 3 of each step (the GPU's clocks, the host's caches) */
         t_ext = t_match = t_all = 1e30;
@@ -549,23 +560,32 @@ static void section_e2e(size_t nref)
             double t;
             t0 = now_s();
             if (patina_identify_extract(CTX, rs, q, &var, 1, NULL) != PATINA_OK) die("extract query");
+            if (HALF_QUERY && patina_identify_extract_half(CTX, rs, hq, &var, 1, NULL) != PATINA_OK)
+                die("extract the half-size query");
             if ((t = now_s() - t0) < t_ext) t_ext = t;
-            o.verify = 0;
+            o.verify = ho.verify = 0;
             t0 = now_s();
             if (patina_identify(CTX, rs, q, 1, &o, hits, &res) != PATINA_OK) die("identify");
+            if (HALF_QUERY && patina_identify(CTX, rs, hq, 1, &ho, hh, &hres) != PATINA_OK) die("identify half");
             if ((t = now_s() - t0) < t_match) t_match = t;
-            o.verify = 1;
+            o.verify = ho.verify = 1;
             t0 = now_s();
             if (patina_identify(CTX, rs, q, 1, &o, hits, &res) != PATINA_OK) die("identify");
+            if (HALF_QUERY && (patina_identify(CTX, rs, hq, 1, &ho, hh, &hres) != PATINA_OK ||
+                               patina_identify_fuse_half(1, o.k, PATINA_HALF_QUERY_MARGIN, &o, hits, &res, hh, &hres,
+                                                         &taken) != PATINA_OK))
+                die("identify half");
             if ((t = now_s() - t0) < t_all) t_all = t;
         }
-        printf("| int8, %dx%d %s | %.1f ms | %.1f ms | %.1f ms | %.1f ms | rank 1 id %llu (%s), %u inliers, %u features |\n",
+        printf("| int8, %dx%d %s | %.1f ms | %.1f ms | %.1f ms | %.1f ms | rank 1 id %llu (%s), %u inliers, %u features%s |\n",
                var.width, var.height, shape == 0 ? "window" : "whole", 1e3 * t_ext, 1e3 * t_match, 1e3 * (t_all - t_match), 1e3 * (t_ext + t_all),
                res.nhits ? (unsigned long long)hits[0].id : 0ull, res.nhits && hits[0].id == 1 ? "correct" : "WRONG",
-               res.nhits ? hits[0].inliers : 0, res.query_features);
+               res.nhits ? hits[0].inliers : 0, res.query_features,
+               HALF_QUERY ? (taken ? " (the half-size query's answer)" : " (the photograph's answer)") : "");
         patina_image_release(&var);
     }
     free(q);
+    free(hq);
     free(rec);
     patina_image_release(&img);
     patina_refset_free(rs);
@@ -599,6 +619,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--capacity")) capacity = 1;
         else if (!strcmp(argv[i], "--e2e") && i + 1 < argc) e2e = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--e2e-views") && i + 1 < argc) E2E_VIEWS = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--half-query") && i + 1 < argc) HALF_QUERY = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--view-candidates") && i + 1 < argc)
             NVC = parse_list(argv[++i], VIEW_CANDS, sizeof VIEW_CANDS / sizeof VIEW_CANDS[0]);
         else if (!strcmp(argv[i], "--first-features") && i + 1 < argc)
@@ -616,7 +637,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: bench_identify_gpu [--refs N] [--quick] [--no-peers] [--capacity] [--e2e N] "
                             "[--only resident|queries|shapes|streamed|sets] [--kernel auto|mma|wgmma] "
                             "[--e2e-views V] [--view-candidates N,...] [--first-features F,...] "
-                            "[--half-view-features H,...]\n");
+                            "[--half-view-features H,...] [--half-query F]\n");
             return 2;
         }
     }

@@ -306,14 +306,17 @@ PATINA_API patina_status patina_table_identify_many(patina_table_t *const *table
  * the queries with opts, their half-size queries (half_queries, (nq,
  * patina_table_query_bytes), from patina_table_identify_extract_half) with
  * patina_identify_half_opts(opts, half_features), then
- * patina_identify_fuse_half with margin (keys follow their hits). The
- * calibrated default threshold (opts->threshold
- * PATINA_THRESHOLD_CALIBRATED) is patina_identify_far_threshold_half's at
- * PATINA_FAR_DEFAULT. */
+ * patina_identify_fuse_half with margin (keys follow their hits; taken
+ * (nq, may be NULL) receives 1 where the half-size query's answer was
+ * taken: its hits' points, patina_table_identify_pairs of the half-size
+ * query, lie on the halved photograph). The calibrated default threshold
+ * (opts->threshold PATINA_THRESHOLD_CALIBRATED) is
+ * patina_identify_far_threshold_half's at PATINA_FAR_DEFAULT. */
 PATINA_API patina_status patina_table_identify_half(patina_table_t *t, const void *queries, const void *half_queries,
                                                     size_t nq, size_t half_features, double margin,
                                                     const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
-                                                    patina_identify_result_t *results, char **keys);
+                                                    patina_identify_result_t *results, char **keys,
+                                                    unsigned char *taken);
 
 /* patina_identify_pairs against the table's references. */
 PATINA_API patina_status patina_table_identify_pairs(patina_table_t *t, const void *query, uint64_t id,

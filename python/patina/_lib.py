@@ -351,9 +351,11 @@ _PROTOS = {
     "patina_table_identify": (c_int, [c_void_p, c_void_p, c_size_t, P(IdentifyOpts), P(IdentifyHit),
                                       P(IdentifyResult), P(c_void_p)]),
     # tables: (nt) table handles; keys as patina_table_identify
-    # the half-size query: queries, half_queries, nq, half_features, margin, then as patina_table_identify
+    # the half-size query: queries, half_queries, nq, half_features, margin, then as patina_table_identify,
+    # then taken (nq bytes, may be NULL)
     "patina_table_identify_half": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_size_t, c_double,
-                                           P(IdentifyOpts), P(IdentifyHit), P(IdentifyResult), P(c_void_p)]),
+                                           P(IdentifyOpts), P(IdentifyHit), P(IdentifyResult), P(c_void_p),
+                                           c_void_p]),
     "patina_table_identify_many": (c_int, [P(c_void_p), c_size_t, c_void_p, c_size_t, P(IdentifyOpts), P(IdentifyHit),
                                            P(IdentifyResult), P(c_void_p)]),
     "patina_table_identify_pairs": (c_int, [c_void_p, c_void_p, c_uint64, P(IdentifyOpts), P(c_float), c_size_t,

@@ -778,7 +778,8 @@ class Collection(_Closing):
                 lib.check(lib.table_identify_extract_half(t.h, self._ctx.handle, hrec.ctypes.data, imgs, nq, None),
                           "identify")
                 lib.check(lib.table_identify_half(t.h, qrec.ctypes.data, hrec.ctypes.data, nq, int(half_query),
-                                                  float(half_query_margin), ctypes.byref(io), hits, res, keys),
+                                                  float(half_query_margin), ctypes.byref(io), hits, res, keys,
+                                                  None),
                           "identify")
             else:
                 lib.check(lib.table_identify(t.h, qrec.ctypes.data, nq, ctypes.byref(io), hits, res, keys),

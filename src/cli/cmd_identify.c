@@ -289,11 +289,6 @@ static int run_identify(const cli_args_t *a)
     io.half_view_features = (size_t)cli_get(a, "half-view-features")->i;
     half_features = (size_t)cli_get(a, "half-query")->i;
     half_margin = cli_get(a, "half-query-margin")->num;
-    if (half_features && cli_get(a, "cluster")->given) {
-        cli_error("identify", "--half-query is not available with --cluster yet (the shards' answers would have to "
-                              "be merged per query before the two are fused)");
-        return EXIT_USAGE;
-    }
     if (cli_get(a, "far")->given) {
         if (cli_get(a, "threshold")->given) {
             cli_error("identify", "--far and --threshold both set the acceptance threshold: give one");
@@ -415,8 +410,11 @@ static int run_identify(const cli_args_t *a)
 #if PATINA_HAVE_CLUSTER
         if (cs && s == PATINA_OK) {
             clu_coverage_t cov;
-            s = clu_front_identify(clu_session_front(cs), patina_table_spec(table), qrec, nq, qbytes, &io, hits, res,
-                                   keys, incomplete, &cov);
+            s = half_features ? clu_front_identify_half(clu_session_front(cs), patina_table_spec(table), qrec, hrec,
+                                                        nq, qbytes, half_features, half_margin, &io, hits, res, keys,
+                                                        incomplete, NULL, &cov)
+                              : clu_front_identify(clu_session_front(cs), patina_table_spec(table), qrec, nq, qbytes,
+                                                   &io, hits, res, keys, incomplete, &cov);
             if (s != PATINA_OK) {
                 cli_error("identify", "%s", clu_last_error());
                 rc = EXIT_ERROR;
@@ -433,7 +431,7 @@ static int run_identify(const cli_args_t *a)
 #endif
         if (s == PATINA_OK)
             s = half_features ? patina_table_identify_half(table, qrec, hrec, nq, half_features, half_margin, &io, hits,
-                                                           res, keys)
+                                                           res, keys, NULL)
                               : patina_table_identify(table, qrec, nq, &io, hits, res, keys);
         if (s != PATINA_OK) {
             cli_status_error("identify", s);

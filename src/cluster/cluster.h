@@ -512,6 +512,20 @@ patina_status clu_front_identify(clu_front_t *f, const char *spec, const void *q
                                  size_t qbytes, const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
                                  patina_identify_result_t *results, char **keys, int *incomplete,
                                  clu_coverage_t *cov);
+/* clu_front_identify with the half-size query (patina_table_identify_half's
+ * rule): the queries with opts, their half-size queries (half_queries, from
+ * patina_table_identify_extract_half) with patina_identify_half_opts(opts,
+ * half_features), each merged over the partitions, then
+ * patina_identify_fuse_half with margin; keys follow their hits; taken (nq,
+ * may be NULL) as patina_table_identify_half's; incomplete where either
+ * answer was; cov the lesser coverage of the two calls (fanout_ms their
+ * sum). The calibrated default threshold is
+ * patina_identify_far_threshold_half's. */
+patina_status clu_front_identify_half(clu_front_t *f, const char *spec, const void *queries,
+                                      const void *half_queries, size_t nq, size_t qbytes, size_t half_features,
+                                      double margin, const patina_identify_opts_t *opts,
+                                      patina_identify_hit_t *hits, patina_identify_result_t *results, char **keys,
+                                      int *incomplete, unsigned char *taken, clu_coverage_t *cov);
 /* After a write of revision rev to partition p: asks every copy that hosts
  * p to confirm it (a ready copy answers once it applied it, or withdraws
  * its readiness; a copy still loading notes rev and turns ready only once

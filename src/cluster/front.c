@@ -1368,6 +1368,81 @@ patina_status clu_front_identify(clu_front_t *f, const char *spec, const void *q
     return batch_run(&b, cov);
 }
 
+patina_status clu_front_identify_half(clu_front_t *f, const char *spec, const void *queries,
+                                      const void *half_queries, size_t nq, size_t qbytes, size_t half_features,
+                                      double margin, const patina_identify_opts_t *opts,
+                                      patina_identify_hit_t *hits, patina_identify_result_t *results, char **keys,
+                                      int *incomplete, unsigned char *taken, clu_coverage_t *cov)
+{
+    patina_identify_opts_t ro, ho;
+    patina_identify_hit_t *hh = NULL;
+    patina_identify_result_t *hr = NULL;
+    unsigned char *tk = NULL;
+    char **hk = NULL;
+    int *hinc = NULL;
+    clu_coverage_t hcov;
+    patina_status s;
+    size_t k, q, i;
+    if (opts) ro = *opts;
+    else patina_identify_opts_init(&ro);
+    if (ro.threshold == PATINA_THRESHOLD_CALIBRATED &&
+        patina_identify_far_threshold_half(spec, &ro, PATINA_FAR_DEFAULT, &ro.threshold) != PATINA_OK)
+        return clu_fail(PATINA_E_INVALID, "cluster: identify: %s", patina_last_error());
+    if (patina_identify_half_opts(&ro, half_features, &ho) != PATINA_OK)
+        return clu_fail(PATINA_E_INVALID, "cluster: identify: %s", patina_last_error());
+    if ((s = clu_front_identify(f, spec, queries, nq, qbytes, &ro, hits, results, keys, incomplete, cov)) !=
+        PATINA_OK)
+        return s;
+    if (nq == 0) return PATINA_OK;
+    k = ro.k;
+    hh = calloc(nq * k, sizeof *hh);
+    hr = calloc(nq, sizeof *hr);
+    tk = calloc(nq, 1);
+    hinc = calloc(nq, sizeof *hinc);
+    hk = keys ? calloc(nq * k, sizeof *hk) : NULL;
+    memset(&hcov, 0, sizeof hcov);
+    if (!hh || !hr || !tk || !hinc || (keys && !hk)) {
+        s = clu_fail(PATINA_E_NOMEM, "cluster: identify: out of memory for %zu half-size queries", nq);
+        goto out;
+    }
+    s = clu_front_identify(f, spec, half_queries, nq, qbytes, &ho, hh, hr, hk, hinc, &hcov);
+    if (s == PATINA_OK && patina_identify_fuse_half(nq, k, margin, &ro, hits, results, hh, hr, tk) != PATINA_OK)
+        s = clu_fail(PATINA_E_INVALID, "cluster: identify: %s", patina_last_error());
+    if (s != PATINA_OK) goto out;
+    for (q = 0; q < nq; q++) {
+        if (incomplete) incomplete[q] |= hinc[q];
+        if (taken) taken[q] = tk[q];
+        if (!tk[q] || !keys) continue;
+        for (i = 0; i < k; i++) { /* the hits' keys follow them */
+            free(keys[q * k + i]);
+            keys[q * k + i] = hk[q * k + i];
+            hk[q * k + i] = NULL;
+        }
+    }
+    if (cov) { /* the lesser of the two */
+        cov->fanout_ms += hcov.fanout_ms;
+        if (hcov.wait_ms > cov->wait_ms) {
+            cov->wait_ms = hcov.wait_ms;
+            cov->shard_ms = hcov.shard_ms;
+        }
+        if (hcov.partitions < cov->partitions) cov->partitions = hcov.partitions;
+        if (hcov.references < cov->references) cov->references = hcov.references;
+        if (hcov.partial && !cov->partial) {
+            cov->partial = 1;
+            memcpy(cov->failure, hcov.failure, sizeof cov->failure);
+        }
+    }
+out:
+    if (hk)
+        for (i = 0; i < nq * k; i++) free(hk[i]);
+    free(hk);
+    free(hh);
+    free(hr);
+    free(tk);
+    free(hinc);
+    return s;
+}
+
 /* ----------------------------------------------------------- confirmation */
 
 /* One CONFIRM request, waited for by a thread of its own. */

@@ -132,6 +132,12 @@ patina_status idf_distinct(patina_identify_decision *d, double s1, double r2, co
  *                    decides into hits (nq, k) and results (nq); hit_set
  *                    (nq, k; may be NULL) receives each hit's set index.
  * patina_identify is these stages over one set. */
+/* After patina_identify_fuse_half: the keys (nq, k; malloc'd) of each
+ * query whose half-size answer was taken (taken[q]) become the half-size
+ * query's (half_keys, left NULL there), the replaced ones freed. Nothing
+ * when keys or half_keys is NULL. */
+void idf_keys_take(size_t nq, size_t k, const unsigned char *taken, char **keys, char **half_keys);
+
 typedef struct idf_many idf_many_t;
 patina_status idf_many_begin(idf_many_t **m, patina_refset_t *const *sets, size_t nsets, const void *queries,
                              size_t nq, const patina_identify_opts_t *opts);

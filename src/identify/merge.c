@@ -216,3 +216,17 @@ patina_status patina_identify_fuse_half(size_t nq, size_t k, double margin, cons
     }
     return PATINA_OK;
 }
+
+void idf_keys_take(size_t nq, size_t k, const unsigned char *taken, char **keys, char **half_keys)
+{
+    size_t q, i;
+    if (!keys || !half_keys) return;
+    for (q = 0; q < nq; q++) {
+        if (!taken[q]) continue;
+        for (i = 0; i < k; i++) {
+            free(keys[q * k + i]);
+            keys[q * k + i] = half_keys[q * k + i];
+            half_keys[q * k + i] = NULL;
+        }
+    }
+}

@@ -371,30 +371,33 @@ static int hc_identify(req_t *r, scoll_t *sc)
     patina_identify_opts_t io;
     int allow = 1, incomplete = 0;
     double far = -1;
+    identify_half_t half;
+    unsigned char taken = 0;
     char fbuf[512];
     const char *family = NULL;
     patina_identify_result_t res;
     patina_identify_hit_t *hits = NULL;
     char **keys = NULL;
     patina_table_t *t = NULL;
-    void *query = NULL;
+    void *query = NULL, *hquery = NULL;
     clu_coverage_t cov;
     patina_status s;
     json_t *o, *a;
     size_t i;
     if (params_read(&p, r, BODY_IMAGE | BODY_MULTIPART) != 0) return MHD_YES;
     if (param_allow_partial(&p, &allow) || param_str(&p, "family", fbuf, sizeof fbuf, &family) ||
-        identify_params(r, &p, &io, &far))
+        identify_params(r, &p, &io, &far, &half))
         goto done;
     if ((s = clu_session_table(cl->s, r->srv->ctx, family, PATINA_CAP_IDENTIFY, &t)) != PATINA_OK) {
         reply_problem(r, 422, "%s", clu_last_error());
         goto done;
     }
-    if (identify_far(r, t, far, &io)) goto done;
+    if (identify_far(r, t, far, &half, &io)) goto done;
     hits = calloc(io.k, sizeof *hits);
     keys = calloc(io.k, sizeof *keys);
     query = malloc(patina_table_query_bytes(t));
-    if (!hits || !keys || !query) {
+    hquery = half.features ? malloc(patina_table_query_bytes(t)) : NULL;
+    if (!hits || !keys || !query || (half.features && !hquery)) {
         reply_problem(r, 503, "out of memory");
         goto done;
     }
@@ -405,6 +408,8 @@ static int hc_identify(req_t *r, scoll_t *sc)
         if (decode_upload(r, &p, "query", &img) != 0) goto done;
         ctx = server_ctx_take(r->srv);
         s = patina_table_identify_extract(t, ctx, query, &img, 1, &one);
+        if (s == PATINA_OK && one == PATINA_OK && hquery)
+            s = patina_table_identify_extract_half(t, ctx, hquery, &img, 1, &one);
         server_ctx_give(r->srv, ctx);
         patina_image_release(&img);
         if (s != PATINA_OK || one != PATINA_OK) {
@@ -414,8 +419,11 @@ static int hc_identify(req_t *r, scoll_t *sc)
         }
     }
     memset(&res, 0, sizeof res);
-    s = clu_front_identify(clu_session_front(cl->s), patina_extractor_spec(patina_table_extractor(t)), query, 1,
-                           patina_table_query_bytes(t), &io, hits, &res, keys, &incomplete, &cov);
+    s = hquery ? clu_front_identify_half(clu_session_front(cl->s), patina_extractor_spec(patina_table_extractor(t)),
+                                         query, hquery, 1, patina_table_query_bytes(t), half.features, half.margin,
+                                         &io, hits, &res, keys, &incomplete, &taken, &cov)
+               : clu_front_identify(clu_session_front(cl->s), patina_extractor_spec(patina_table_extractor(t)), query,
+                                    1, patina_table_query_bytes(t), &io, hits, &res, keys, &incomplete, &cov);
     if (s != PATINA_OK) {
         reply_problem(r, status_http(s), "%s", clu_last_error());
         goto done;
@@ -433,6 +441,7 @@ static int hc_identify(req_t *r, scoll_t *sc)
     json_object_set_new(o, "features", json_integer(res.query_features));
     json_object_set_new(o, "threshold", json_real(io.threshold));
     json_object_set_new(o, "accept", json_string(io.accept == PATINA_ACCEPT_INLIERS ? "inliers" : "significance"));
+    if (half.features) json_object_set_new(o, "half_query", identify_half_json(&half, taken));
     for (i = 0; i < res.nhits; i++) {
         json_t *h = json_object();
         json_object_set_new(h, "rank", json_integer((json_int_t)i + 1));
@@ -452,6 +461,7 @@ done:
     free(keys);
     free(hits);
     free(query);
+    free(hquery);
     patina_table_free(t);
     params_release(&p);
     return MHD_YES;

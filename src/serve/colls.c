@@ -469,8 +469,8 @@ patina_status colls_remove(scoll_t *sc, const char *key, uint64_t *idp)
 /* ---------------------------------------------------------------- identify */
 
 patina_status colls_identify(scoll_t *sc, const void *data, size_t size, patina_identify_opts_t *opts,
-                             double far, patina_identify_result_t *res, patina_identify_hit_t *hits, char **keys,
-                             float **pairs, size_t *npairs)
+                             double far, const identify_half_t *half, patina_identify_result_t *res,
+                             patina_identify_hit_t *hits, char **keys, float **pairs, size_t *npairs, int *taken)
 {
     server_t *srv = sc->srv;
     patina_image_t img;
@@ -478,35 +478,45 @@ patina_status colls_identify(scoll_t *sc, const void *data, size_t size, patina_
     patina_context_t *ctx;
     stable_t *st;
     patina_table_t *t;
-    unsigned char *qrec = NULL;
+    unsigned char *qrec = NULL, *hrec = NULL, tk = 0;
     size_t i;
 
+    *taken = 0;
     memset(&img, 0, sizeof img);
     if ((s = decode_upload(srv, &img, data, size, "query")) != PATINA_OK) return s;
     if ((s = colls_table(sc, NULL, PATINA_CAP_IDENTIFY, 0, &st)) != PATINA_OK) goto out;
     t = atomic_load(&st->t);
-    /* far: the threshold of the table's own calibration (its reference views) */
-    if (far >= 0 && (s = patina_identify_far_threshold_opts(patina_table_spec(t), opts, far, &opts->threshold)) != PATINA_OK) {
+    /* far: the threshold of the table's own calibration (its reference views; the half-size query's) */
+    if (far >= 0 &&
+        (s = (half->features ? patina_identify_far_threshold_half : patina_identify_far_threshold_opts)(
+             patina_table_spec(t), opts, far, &opts->threshold)) != PATINA_OK) {
         serve_lib(s, "far");
         goto out;
     }
-    if (!(qrec = malloc(patina_table_query_bytes(t)))) {
+    if (!(qrec = malloc(patina_table_query_bytes(t))) ||
+        (half->features && !(hrec = malloc(patina_table_query_bytes(t))))) {
         s = serve_fail(PATINA_E_NOMEM, "out of memory");
         goto out;
     }
     ctx = server_ctx_take(srv);
     s = patina_table_identify_extract(t, ctx, qrec, &img, 1, &one);
+    if (s == PATINA_OK && one == PATINA_OK && hrec) s = patina_table_identify_extract_half(t, ctx, hrec, &img, 1, &one);
     server_ctx_give(srv, ctx);
     if (s == PATINA_OK) s = one;
     if (s != PATINA_OK) {
         serve_lib(s, "query features");
         goto out;
     }
-    if ((s = patina_table_identify(t, qrec, 1, opts, hits, res, keys)) != PATINA_OK) {
+    s = hrec ? patina_table_identify_half(t, qrec, hrec, 1, half->features, half->margin, opts, hits, res, keys, &tk)
+             : patina_table_identify(t, qrec, 1, opts, hits, res, keys);
+    if (s != PATINA_OK) {
         serve_lib(s, "identify");
         goto out;
     }
-    /* the verified candidates' inlier pairs, for drawing (none for a reference removed meanwhile) */
+    *taken = tk;
+    /* the verified candidates' inlier pairs, for drawing (none for a reference removed meanwhile); an answer
+     * of the half-size query has its query points on the halved photograph (round(W/2) x round(H/2), pixel
+     * centres aligned), mapped back onto the photograph */
     for (i = 0; i < res->nhits; i++) {
         size_t n = 0;
         pairs[i] = NULL;
@@ -516,7 +526,7 @@ patina_status colls_identify(scoll_t *sc, const void *data, size_t size, patina_
             s = serve_fail(PATINA_E_NOMEM, "out of memory");
             break;
         }
-        s = patina_table_identify_pairs(t, qrec, hits[i].id, opts, pairs[i], hits[i].inliers, &n);
+        s = patina_table_identify_pairs(t, tk ? hrec : qrec, hits[i].id, opts, pairs[i], hits[i].inliers, &n);
         if (s == PATINA_E_NOTFOUND) {
             patina_clear_error();
             s = PATINA_OK;
@@ -527,9 +537,18 @@ patina_status colls_identify(scoll_t *sc, const void *data, size_t size, patina_
             break;
         }
         npairs[i] = n < hits[i].inliers ? n : hits[i].inliers;
+        if (tk) {
+            const double sx = (double)img.width / ((img.width + 1) / 2), sy = (double)img.height / ((img.height + 1) / 2);
+            for (size_t j = 0; j < npairs[i]; j++) {
+                float *q = pairs[i] + 4 * j;
+                q[0] = (float)((q[0] + 0.5) * sx - 0.5);
+                q[1] = (float)((q[1] + 0.5) * sy - 0.5);
+            }
+        }
     }
 out:
     free(qrec);
+    free(hrec);
     patina_image_release(&img);
     return s;
 }

@@ -1027,9 +1027,9 @@ static int identify_num(req_t *r, params_t *p, const char *name, double *field)
  * server's --max-k, into io (the library's defaults first): 0, or -1 after
  * answering. The embedded and the cluster front ends read identify
  * requests through it. */
-int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *far)
+int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *far, identify_half_t *half)
 {
-    uint64_t k, verify, vc, ff, hf;
+    uint64_t k, verify, vc, ff, hf, hq = 0;
     double num;
     int given, far_given;
     char abuf[32];
@@ -1050,8 +1050,22 @@ int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *f
     hf = io->half_view_features;
     if (param_u64(p, "k", &k, NULL) || param_u64(p, "verify", &verify, NULL) ||
         param_u64(p, "view_candidates", &vc, NULL) || param_u64(p, "first_features", &ff, NULL) ||
-        param_u64(p, "half_view_features", &hf, NULL))
+        param_u64(p, "half_view_features", &hf, NULL) || param_u64(p, "half_query", &hq, NULL))
         return -1;
+    /* the half-size query: F features of the halved photograph in its first pass (as `identify --half-query`) */
+    half->features = 0;
+    half->margin = PATINA_HALF_QUERY_MARGIN;
+    if (hq > 16384) {
+        reply_problem(r, 400, "'half_query' must be 0 (off) .. 16384 features");
+        return -1;
+    }
+    if (param_num(p, "half_query_margin", &num, &given)) return -1;
+    if (given && !(num >= 0 && num <= 1e6)) {
+        reply_problem(r, 400, "'half_query_margin' must be 0 .. 1e6");
+        return -1;
+    }
+    if (given) half->margin = num;
+    half->features = (size_t)hq;
     if (param_num(p, "threshold", &num, &given)) return -1;
     if (given && patina_options_check(PATINA_OPTIONS_IDENTIFY, "threshold", num) != PATINA_OK) {
         reply_problem(r, 400, "%s", patina_last_error());
@@ -1113,10 +1127,18 @@ int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *f
     return 0;
 }
 
-int identify_far(req_t *r, const patina_table_t *t, double far, patina_identify_opts_t *io)
+json_t *identify_half_json(const identify_half_t *half, int taken)
+{
+    return json_pack("{s:I, s:f, s:b}", "features", (json_int_t)half->features, "margin", half->margin, "taken",
+                     taken);
+}
+
+int identify_far(req_t *r, const patina_table_t *t, double far, const identify_half_t *half,
+                 patina_identify_opts_t *io)
 {
     if (far < 0) return 0;
-    if (patina_identify_far_threshold_opts(patina_table_spec(t), io, far, &io->threshold) != PATINA_OK) {
+    if ((half->features ? patina_identify_far_threshold_half : patina_identify_far_threshold_opts)(
+            patina_table_spec(t), io, far, &io->threshold) != PATINA_OK) {
         reply_problem(r, 400, "%s", patina_last_error());
         return -1;
     }
@@ -1134,11 +1156,13 @@ static int h_identify(req_t *r, scoll_t *sc)
     size_t *npairs = NULL;
     uint64_t maxpairs = 200;
     double far = -1;
+    identify_half_t half;
+    int taken = 0;
     patina_status s;
     json_t *o, *a;
     size_t i;
     if (params_read(&p, r, BODY_IMAGE | BODY_MULTIPART) != 0) return MHD_YES;
-    if (param_u64(&p, "pairs", &maxpairs, NULL) || identify_params(r, &p, &io, &far)) goto done;
+    if (param_u64(&p, "pairs", &maxpairs, NULL) || identify_params(r, &p, &io, &far, &half)) goto done;
     io.device = r->srv->device;
     hits = calloc(io.k, sizeof *hits);
     keys = calloc(io.k, sizeof *keys);
@@ -1149,7 +1173,7 @@ static int h_identify(req_t *r, scoll_t *sc)
         goto done;
     }
     memset(&res, 0, sizeof res);
-    s = colls_identify(sc, p.data, p.size, &io, far, &res, hits, keys, pairs, npairs);
+    s = colls_identify(sc, p.data, p.size, &io, far, &half, &res, hits, keys, pairs, npairs, &taken);
     if (s != PATINA_OK) {
         reply_problem(r, s == PATINA_E_NOTFOUND ? 422 : status_http(s), "%s", serve_msg);
         goto done;
@@ -1162,6 +1186,7 @@ static int h_identify(req_t *r, scoll_t *sc)
     /* what rank 1's score was judged against (match: score >= threshold) */
     json_object_set_new(o, "threshold", json_real(io.threshold));
     json_object_set_new(o, "accept", json_string(io.accept == PATINA_ACCEPT_INLIERS ? "inliers" : "significance"));
+    if (half.features) json_object_set_new(o, "half_query", identify_half_json(&half, taken));
     for (i = 0; i < res.nhits; i++) {
         json_t *h = json_object();
         json_object_set_new(h, "rank", json_integer((json_int_t)i + 1));

@@ -213,9 +213,18 @@ patina_status colls_remove(scoll_t *sc, const char *key, uint64_t *id);
  * (npairs[i], 4) floats: query x, y, reference x, y) the verified inlier
  * pairs of hit i (NULL and 0 when it was not verified). The caller frees
  * keys[i] and pairs[i]. */
+/* An identify request's half-size query (parameters half_query F and
+ * half_query_margin M; F 0: off): patina_table_identify_half's. */
+typedef struct identify_half {
+    size_t features;
+    double margin;
+} identify_half_t;
+/* With half->features > 0 the photograph halved is identified too and its
+ * answer kept where patina_table_identify_half's rule says (*taken 1; the
+ * pairs' query points are then mapped back onto the photograph). */
 patina_status colls_identify(scoll_t *sc, const void *data, size_t size, patina_identify_opts_t *opts,
-                             double far, patina_identify_result_t *res, patina_identify_hit_t *hits, char **keys,
-                             float **pairs, size_t *npairs);
+                             double far, const identify_half_t *half, patina_identify_result_t *res,
+                             patina_identify_hit_t *hits, char **keys, float **pairs, size_t *npairs, int *taken);
 
 /* A search of st's table with the server's device policy and the pivot
  * metrics (res as patina_table_search fills it); query i's first `max`
@@ -412,15 +421,20 @@ typedef struct search_params {
 /* 0, or -1 after answering. */
 int search_params(req_t *r, params_t *p, search_params_t *sp);
 /* An identify request's k, verify, threshold or far, ratio and image into io
- * (defaults first), checked: 0, or -1 after answering (handlers.c). *far:
+ * (defaults first), its half-size query into *half, checked: 0, or -1 after answering (handlers.c). *far:
  * the false-accept rate asked for, 0.01 when neither it nor a threshold was
  * (-1: a threshold), whose threshold the caller takes from the table's
  * calibration (identify_far). */
-int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *far);
+int identify_params(req_t *r, params_t *p, patina_identify_opts_t *io, double *far, identify_half_t *half);
+/* The answer's "half_query" object: features, margin, taken (whether the
+ * half-size query's answer is the one reported: its scores are less the
+ * margin). */
+json_t *identify_half_json(const identify_half_t *half, int taken);
 /* io->threshold from table t's calibration for *far (its reference views
- * have their own; patina_identify_far_threshold_table) when far >= 0: 0,
- * or -1 after answering 400. */
-int identify_far(req_t *r, const patina_table_t *t, double far, patina_identify_opts_t *io);
+ * have their own; with the half-size query patina_identify_far_threshold_half)
+ * when far >= 0: 0, or -1 after answering 400. */
+int identify_far(req_t *r, const patina_table_t *t, double far, const identify_half_t *half,
+                 patina_identify_opts_t *io);
 /* Every "family" parameter into a new JSON array; NULL after answering 400. */
 json_t *param_families(params_t *p);
 /* A JSON descriptor into the table's bytes; -1 after answering. */

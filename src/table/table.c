@@ -1443,7 +1443,7 @@ patina_status patina_table_identify_many(patina_table_t *const *tables, size_t n
 patina_status patina_table_identify_half(patina_table_t *t, const void *queries, const void *half_queries,
                                          size_t nq, size_t half_features, double margin,
                                          const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
-                                         patina_identify_result_t *results, char **keys)
+                                         patina_identify_result_t *results, char **keys, unsigned char *taken_out)
 {
     patina_identify_opts_t o, ho;
     patina_identify_hit_t *hh = NULL;
@@ -1451,7 +1451,7 @@ patina_status patina_table_identify_half(patina_table_t *t, const void *queries,
     unsigned char *taken = NULL;
     char **hk = NULL;
     patina_status s;
-    size_t k, q, i;
+    size_t k, i;
     if (!t) return patina__fail(PATINA_E_INVALID, "identify: null table");
     if (nq && !half_queries) return patina__fail(PATINA_E_INVALID, "identify: null half-size queries");
     if (!(margin >= 0)) return patina__fail(PATINA_E_INVALID, "identify: half-size query margin %g (>= 0)", margin);
@@ -1477,15 +1477,8 @@ patina_status patina_table_identify_half(patina_table_t *t, const void *queries,
     }
     s = patina_table_identify(t, half_queries, nq, &ho, hh, hr, hk);
     if (s == PATINA_OK) s = patina_identify_fuse_half(nq, k, margin, opts, hits, results, hh, hr, taken);
-    if (s == PATINA_OK && keys)
-        for (q = 0; q < nq; q++) {
-            if (!taken[q]) continue;
-            for (i = 0; i < k; i++) { /* the hits' keys follow them */
-                free(keys[q * k + i]);
-                keys[q * k + i] = hk[q * k + i];
-                hk[q * k + i] = NULL;
-            }
-        }
+    if (s == PATINA_OK && taken_out) memcpy(taken_out, taken, nq);
+    if (s == PATINA_OK) idf_keys_take(nq, k, taken, keys, hk); /* the hits' keys follow them */
 out:
     if (hk)
         for (i = 0; i < nq * k; i++) free(hk[i]);

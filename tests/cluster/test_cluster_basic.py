@@ -304,6 +304,13 @@ def test_cluster_basic():
         assert ident_of(e) == ident_of(k), (e, k)
         assert all(h["score"] == h["inliers"] for a in k for h in a["hits"] if h["verified"]), k
         say("identify --accept inliers: cluster == embedded, scores counted in inliers")
+        # the half-size query: both answers merged over the partitions, then fused as the embedded
+        # collection fuses them (margin 0: the halved photograph's answer wins wherever it scores more)
+        for margin in ("0", "10"):
+            e, k = both("identify", "-k", "5", "--half-query", "64", "--half-query-margin", margin, *queries[:2])
+            assert ident_of(e) == ident_of(k), (margin, e, k)
+        say(f"identify --half-query 64: cluster == embedded at margins 0 and 10 (decisions "
+            f"{[a['decision'] for a in k]})")
 
         # kill -9 with 2 copies: the other copy answers, whole
         c.kill("s1")

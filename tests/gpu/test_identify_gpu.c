@@ -10,7 +10,7 @@
  *     block's rows), exact ties (duplicated rows), every scoring rule, both
  *     precisions (int8, fp16), ratios 0.8 and 1, with and without RANSAC;
  *   - real records: sample photographs as references, distorted copies and
- *     other photographs as queries;
+ *     other photographs as queries, and their half-size queries;
  *   - the cache: an arena of a few slots (the rest streamed from pinned host
  *     memory through the staging chunks), additions, removals, updates, an id
  *     inserted below the largest, compaction, between queries; a restart
@@ -387,12 +387,12 @@ static void test_real(void **state)
     size_t nf = tu_list_files(samples_dir(), "jpg,png", &files), nr, nq, i;
     patina_extractor_t *ex = NULL;
     patina_image_t *imgs;
-    unsigned char **recs, *q;
+    unsigned char **recs, *q, *hq;
     patina_status *st;
     char *dir;
     patina_collection_t *c;
     patina_refset_t *rs = NULL;
-    patina_identify_opts_t o;
+    patina_identify_opts_t o, ho;
     size_t bytes;
     (void)state;
     if (nf < 8) {
@@ -420,6 +420,7 @@ static void test_real(void **state)
     /* queries: every other reference cropped to its central 70% and halved
      * (nearest), plus the images themselves */
     q = malloc(nq * patina_identify_query_bytes(rs));
+    hq = malloc(nq * patina_identify_query_bytes(rs));
     {
         patina_image_t *qi = calloc(nq, sizeof *qi);
         for (i = 0; i < nq; i++) {
@@ -438,6 +439,7 @@ static void test_real(void **state)
                            s->data + (size_t)(y0 + 2 * y) * s->stride + 3 * (size_t)(x0 + 2 * x), 3);
         }
         TU_OK(patina_identify_extract(CTX, rs, q, qi, nq, NULL));
+        TU_OK(patina_identify_extract_half(CTX, rs, hq, qi, nq, NULL));
         for (i = 0; i < nq; i++) patina_image_release(&qi[i]);
         free(qi);
     }
@@ -450,8 +452,14 @@ static void test_real(void **state)
             snprintf(what, sizeof what, "samples prec %d scoring %d", prec, sc);
             compare(rs, q, nq, &o, what);
         }
-    print_message("%zu sample references x %zu queries: GPU == CPU\n", nr, nq);
+    /* the half-size queries (the photographs halved; their first pass on their 64 strongest features, then
+     * every feature on the candidates): GPU == CPU, and so the fused answers */
+    patina_identify_opts_init(&o);
+    TU_OK(patina_identify_half_opts(&o, 64, &ho));
+    compare(rs, hq, nq, &ho, "half-size queries");
+    print_message("%zu sample references x %zu queries (and their half-size queries): GPU == CPU\n", nr, nq);
     free(q);
+    free(hq);
     patina_refset_free(rs);
     patina_collection_close(c);
     tu_remove_tree(dir);

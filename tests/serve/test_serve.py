@@ -742,6 +742,37 @@ def test_identify():
     expect(p["detail"] == "identify: ratio = 1.5 is outside (0, 1]", p)
     s.json("POST", "/v1/collections/refs.patina/identify", b"x", status=415, headers={"Content-Type": "text/plain"})
     s.json("POST", "/v1/collections/refs.patina/identify", q[:80], status=422, headers={"Content-Type": "image/x-portable-pixmap"})
+    # the half-size query: a close-up (every pixel doubled) halves back to the reference itself, whose answer
+    # beats the close-up's; its pairs' query points are mapped onto the close-up (x -> 2 x + 0.5)
+    big = doubled(q)
+    ppm_h = {"Content-Type": "image/x-portable-pixmap"}
+    rh = s.json("POST", "/v1/collections/refs.patina/identify?k=3&half_query=64&half_query_margin=0", big,
+                headers=ppm_h)
+    expect(rh["half_query"] == {"features": 64, "margin": 0, "taken": True} and rh["hits"][0]["key"] == REF[2], rh)
+    pairs = rh["hits"][0]["pairs"]
+    expect(pairs and sum(abs(qx - (2 * rx + 0.5)) + abs(qy - (2 * ry + 0.5)) < 4 for qx, qy, rx, ry in pairs) >=
+           0.9 * len(pairs), pairs[:5])
+    # a margin no answer beats: the close-up's own answer, as without the half-size query
+    r0 = s.json("POST", "/v1/collections/refs.patina/identify?k=3", big, headers=ppm_h)
+    rn = s.json("POST", "/v1/collections/refs.patina/identify?k=3&half_query=64&half_query_margin=1000000", big,
+                headers=ppm_h)
+    expect(rn["half_query"]["taken"] is False and "half_query" not in r0 and rn["threshold"] >= r0["threshold"] and
+           [(h["key"], h["matches"], h["inliers"], h["score"]) for h in rn["hits"]] ==
+           [(h["key"], h["matches"], h["inliers"], h["score"]) for h in r0["hits"]], (rn, r0))
+    for bad in ("half_query=16385", "half_query=-1", "half_query_margin=-1", "half_query_margin=x"):
+        p = s.json("POST", "/v1/collections/refs.patina/identify?" + bad, q, status=400, headers=ppm_h)
+        expect(bad.split("=")[0] in p["detail"], (bad, p))
+
+
+def doubled(data):
+    """A binary PPM (as ppm() writes them) at twice its size, every pixel repeated 2 x 2."""
+    magic, size, mx, px = data.split(b"\n", 3)
+    w, h = (int(v) for v in size.split())
+    rows = []
+    for y in range(h):
+        row = b"".join(px[3 * (y * w + x):3 * (y * w + x) + 3] * 2 for x in range(w))
+        rows += [row, row]
+    return b"P6\n%d %d\n255\n" % (2 * w, 2 * h) + b"".join(rows)
 
 
 def make_tar(n, seed, prefix="tar", size=(48, 40)):
