@@ -1294,6 +1294,133 @@ static void test_half_query(void **state)
     patina_extractor_free(ex);
 }
 
+/* patina_identify_half: the queries and their half-size queries in one call (with a first pass on
+ * the strongest features, idf_many_begin_half: the pairs share the first pass) answer as the two calls
+ * and the fusion they stand for, over a `views = 3` set with the view pass and the half-size views in
+ * the first pass (the companions have no half-size view pass), every scoring rule, margins 0 and 10;
+ * without first_features the function makes the two calls itself. */
+static void test_half_pairs(void **state)
+{
+    enum { NI = 6, NQ = 5, K = 4 };
+    const char *spec = "rootsift:m=64,n=192,views=3";
+    patina_image_t img[NI], q[NQ];
+    patina_extractor_t *ex = NULL;
+    patina_refset_t *rs = NULL;
+    patina_identify_opts_t o, ho;
+    patina_identify_hit_t h1[NQ * K], h2[NQ * K], hh[NQ * K];
+    patina_identify_result_t r1[NQ], r2[NQ], rh[NQ];
+    unsigned char *rec, *qrec, *hrec, t1[NQ], t2[NQ], *recs[NI];
+    size_t bytes, qb, taken = 0, cases = 0;
+    tu_rng_t r;
+    (void)state;
+    tu_rng_seed(&r, 11);
+    for (int i = 0; i < NI; i++) discs(&img[i], 240, 200, &r);
+    magnify(&q[0], &img[1], 40, 40, 120, 100); /* close-ups: their half-size queries win */
+    magnify(&q[1], &img[4], 80, 60, 120, 100);
+    for (int i = 2; i < NQ; i++) { /* the items themselves, and one that is none */
+        tu_rng_t rq;
+        tu_rng_seed(&rq, 50 + (uint64_t)i);
+        if (i == NQ - 1) discs(&q[i], 200, 180, &rq);
+        else magnify(&q[i], &img[i], 0, 0, 240, 200);
+    }
+    TU_OK(patina_extractor_new(&ex, spec));
+    bytes = patina_extractor_bytes(ex);
+    rec = malloc(bytes);
+    TU_OK(patina_refset_new(&rs, spec));
+    for (int i = 0; i < NI; i++) {
+        TU_OK(ex->family->cpu(ex->params, rec, &img[i]));
+        TU_OK(patina_refset_put(rs, (uint64_t)i + 1, rec, bytes));
+        recs[i] = malloc(bytes);
+        memcpy(recs[i], rec, bytes);
+    }
+    qb = patina_identify_query_bytes(rs);
+    qrec = malloc(NQ * qb);
+    hrec = malloc(NQ * qb);
+    TU_OK(patina_identify_extract(NULL, rs, qrec, q, NQ, NULL));
+    TU_OK(patina_identify_extract_half(NULL, rs, hrec, q, NQ, NULL));
+    for (int sc = 0; sc < 3; sc++)
+        for (int f = 0; f < 3; f++)
+            for (double margin = 0; margin <= 10; margin += 10) {
+                patina_identify_opts_init(&o);
+                o.k = K;
+                o.scoring = (patina_identify_scoring)sc;
+                o.view_candidates = f == 2 ? 0 : 3;
+                o.first_features = f == 2 ? 0 : 48;
+                o.half_view_features = f == 1 ? 24 : 0;
+                TU_OK(patina_identify_half(NULL, rs, qrec, hrec, NQ, 32, margin, &o, h1, r1, t1));
+                /* the two calls and the fusion, at the threshold patina_identify_half resolves */
+                TU_OK(patina_identify_far_threshold_half(spec, &o, PATINA_FAR_DEFAULT, &o.threshold));
+                TU_OK(patina_identify_half_opts(&o, 32, &ho));
+                TU_OK(patina_identify(NULL, rs, qrec, NQ, &o, h2, r2));
+                TU_OK(patina_identify(NULL, rs, hrec, NQ, &ho, hh, rh));
+                TU_OK(patina_identify_fuse_half(NQ, K, margin, &o, h2, r2, hh, rh, t2));
+                for (int i = 0; i < NQ; i++) {
+                    assert_int_equal(t1[i], t2[i]);
+                    assert_int_equal(r1[i].nhits, r2[i].nhits);
+                    assert_int_equal(r1[i].decision, r2[i].decision);
+                    for (size_t j = 0; j < r1[i].nhits; j++) {
+                        const patina_identify_hit_t *a = &h1[i * K + j], *b = &h2[i * K + j];
+                        if (a->id != b->id || a->matches != b->matches || a->inliers != b->inliers ||
+                            a->score != b->score || a->verified != b->verified)
+                            fail_msg("scoring %d case %d margin %g query %d rank %zu: one call id %llu %u/%u %g, "
+                                     "two calls id %llu %u/%u %g",
+                                     sc, f, margin, i, j + 1, (unsigned long long)a->id, a->matches, a->inliers,
+                                     a->score, (unsigned long long)b->id, b->matches, b->inliers, b->score);
+                    }
+                    taken += t1[i];
+                }
+                cases++;
+            }
+    print_message("%zu cases x %d queries: one call == two calls and the fusion (%zu answers the half-size "
+                  "query's)\n", cases, NQ, taken);
+    assert_true(taken > 0);
+    {   /* the table's (patina_table_identify_half: its one call of the pairs) is the reference set's, keys
+         * following their hits */
+        char *dir, *keys[NQ * K] = {0};
+        patina_collection_t *c = make_collection(&dir, patina_extractor_spec(ex), recs, NI, bytes);
+        patina_table_t *t = NULL;
+        patina_table_opts_t to;
+        patina_table_opts_init(&to);
+        to.need = PATINA_CAP_IDENTIFY;
+        TU_OK(patina_table_open(&t, NULL, c, NULL, &to));
+        patina_identify_opts_init(&o);
+        o.k = K;
+        o.view_candidates = 3;
+        o.first_features = 48;
+        o.half_view_features = 24;
+        TU_OK(patina_identify_half(NULL, rs, qrec, hrec, NQ, 32, 0, &o, h1, r1, t1));
+        TU_OK(patina_table_identify_half(t, qrec, hrec, NQ, 32, 0, &o, h2, r2, keys, t2));
+        for (int i = 0; i < NQ; i++) {
+            assert_int_equal(t1[i], t2[i]);
+            assert_int_equal(r1[i].nhits, r2[i].nhits);
+            assert_int_equal(r1[i].decision, r2[i].decision);
+            for (size_t j = 0; j < r1[i].nhits; j++) {
+                char want[32];
+                assert_int_equal(h1[i * K + j].id, h2[i * K + j].id); /* the collection's ids: 1 .. NI */
+                assert_int_equal(h1[i * K + j].inliers, h2[i * K + j].inliers);
+                snprintf(want, sizeof want, "ref%llu", (unsigned long long)h1[i * K + j].id - 1);
+                assert_string_equal(keys[i * K + j], want);
+            }
+        }
+        for (int i = 0; i < NQ * K; i++) patina_free(keys[i]);
+        patina_table_free(t);
+        patina_collection_close(c);
+        tu_remove_tree(dir);
+        free(dir);
+    }
+    assert_int_equal(patina_identify_half(NULL, rs, qrec, hrec, NQ, 32, -1, &o, h1, r1, t1), PATINA_E_INVALID);
+    assert_int_equal(patina_identify_half(NULL, rs, qrec, NULL, NQ, 32, 10, &o, h1, r1, t1), PATINA_E_INVALID);
+    TU_OK(patina_identify_half(NULL, rs, NULL, NULL, 0, 32, 10, &o, NULL, NULL, NULL));
+    for (int i = 0; i < NI; i++) patina_image_release(&img[i]);
+    for (int i = 0; i < NQ; i++) patina_image_release(&q[i]);
+    for (int i = 0; i < NI; i++) free(recs[i]);
+    free(rec);
+    free(qrec);
+    free(hrec);
+    patina_refset_free(rs);
+    patina_extractor_free(ex);
+}
+
 /* The CLI: `patina index --views N` stores the views in the table's spec, `patina info` counts rows
  * and items; bad values are usage errors naming the option. */
 static void test_cli(void **state)
@@ -1382,7 +1509,7 @@ int main(void)
         cmocka_unit_test(test_half_view_features),
         cmocka_unit_test(test_table_store),
         cmocka_unit_test(test_half_scale_query), cmocka_unit_test(test_fuse_half),
-        cmocka_unit_test(test_half_query), cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_half_query), cmocka_unit_test(test_half_pairs), cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

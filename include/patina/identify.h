@@ -383,6 +383,24 @@ PATINA_API patina_status patina_identify_fuse_half(size_t nq, size_t k, double m
                                                    const patina_identify_result_t *half_results,
                                                    unsigned char *taken);
 
+/* patina_identify with the half-size query beside: the queries with opts,
+ * their half-size queries (half_queries (nq), patina_identify_extract_half)
+ * with patina_identify_half_opts(opts, half_features), then
+ * patina_identify_fuse_half with margin (taken as there, may be NULL).
+ * The calibrated default threshold (opts->threshold
+ * PATINA_THRESHOLD_CALIBRATED) is patina_identify_far_threshold_half's at
+ * PATINA_FAR_DEFAULT for rs's spec. With a first pass on the strongest
+ * features (opts->first_features > 0) both go through one call, and on an
+ * H200-class GPU (int8, one2one or raw scoring) each query and its
+ * half-size query share one pass over the references: the same answers
+ * as the two calls, for about the cost of the query's rows plus the
+ * half-size query's arithmetic. */
+PATINA_API patina_status patina_identify_half(patina_context_t *ctx, patina_refset_t *rs, const void *queries,
+                                              const void *half_queries, size_t nq, size_t half_features,
+                                              double margin, const patina_identify_opts_t *opts,
+                                              patina_identify_hit_t *hits, patina_identify_result_t *results,
+                                              unsigned char *taken);
+
 /* Identification over disjoint parts of the references (GPU slices,
  * partitions, a cluster's shards): ask every part with the same options
  * but k = patina_identify_part_k(opts) (max(k, verify_top) when verifying),

@@ -421,6 +421,18 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
                                   size_t qstride, const uint16_t *qcount, size_t nq, size_t n,
                                   const pgpu_idf_opts_t *o, uint64_t *keys, pgpu_idf_stats_t *stats);
 
+/* patina_gpu_identify of nq pairs: query q's first qsplit[q] rows are one
+ * query, its rows [qsplit[q], qcount[q]) another (its companion: the
+ * half-size query beside its photograph, patina_table_identify_half);
+ * their candidates into keys and keys2 (each (nq, ncap)), exactly what
+ * patina_gpu_identify gives each of them. The wgmma kernel reads the
+ * references once for both (int8, sm_90, one2one or raw scoring, a
+ * pair's rows resident); elsewhere the two go as two calls. */
+patina_status patina_gpu_identify_pair(patina_gpu_t *g, const pgpu_idf_refs_t *refs, const uint8_t *queries,
+                                       size_t qstride, const uint16_t *qcount, const uint16_t *qsplit, size_t nq,
+                                       size_t n, const pgpu_idf_opts_t *o, uint64_t *keys, uint64_t *keys2,
+                                       pgpu_idf_stats_t *stats);
+
 /* patina_gpu_identify over nsets reference sets (refs[0 .. nsets), one
  * view each) with the same queries and options, in one pass where it can:
  * every set's mirror brought up to date (each stays its own mirror in g's

@@ -114,7 +114,7 @@ typedef struct idf_dev {
     /* per call */
     void *d_q;               /* (qcap, n, 128) u8 or f16 */
     unsigned char *d_q8;     /* (qcap, n, 128) u8 upload */
-    uint16_t *d_qcount, *h_qcount;
+    uint16_t *d_qcount, *h_qcount; /* (2 qcap): the counts, then a pair call's splits */
     size_t qcap, qn;         /* queries, rows per query the buffers hold */
     uint64_t *d_out, *h_out; /* lists: (1 + STREAMS, qcap, gx, K) */
     size_t out_cap;          /* entries */
@@ -485,9 +485,10 @@ static patina_status call_buffers(patina_gpu_t *g, idf_dev_t *st, const idf_mirr
                                     nq * n * IDF_D * (prec == IDF_PREC_FP16 ? 2 : 1), "queries"));
         if (prec == IDF_PREC_FP16)
             PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_IDENTIFY, keep, (void **)&st->d_q8, nq * n * IDF_D, "query upload"));
-        PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_IDENTIFY, keep, (void **)&st->d_qcount, nq * sizeof(uint16_t),
+        /* the counts, then (pairs) the splits */
+        PATINA_TRY(tcache_dev_alloc(g, PGPU_FAM_IDENTIFY, keep, (void **)&st->d_qcount, 2 * nq * sizeof(uint16_t),
                                     "query counts"));
-        PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->h_qcount, nq * sizeof(uint16_t), PGPU_FAM_IDENTIFY,
+        PATINA_TRY(pgpu_pin_alloc(g, (void **)&st->h_qcount, 2 * nq * sizeof(uint16_t), PGPU_FAM_IDENTIFY,
                                   "query counts"));
         st->qcap = nq;
         st->qn = n;
@@ -555,7 +556,7 @@ static int dev_is_sm90(int dev)
 /* Whether this call's launches use the wgmma kernel: o->kernel, the device,
  * the shape and its shared memory (*wsmem). */
 static int use_wgmma(const patina_gpu_t *g, const pgpu_idf_opts_t *o, int prec, size_t mpad, size_t n, size_t K,
-                     size_t *wsmem)
+                     int pair, size_t *wsmem)
 {
     *wsmem = 0;
     if (o->kernel == PGPU_IDF_KERNEL_MMA) return 0;
@@ -563,7 +564,7 @@ static int use_wgmma(const patina_gpu_t *g, const pgpu_idf_opts_t *o, int prec, 
     if (!dev_is_sm90(g->device) || !patina__idf_wg_applies(prec, (int)mpad, (int)n)) return 0;
     /* mutual scoring: mma.sync is faster (identify_wg.cu), unless wgmma is asked for */
     if (o->scoring == IDF_SCORE_MUTUAL && o->kernel != PGPU_IDF_KERNEL_WGMMA) return 0;
-    *wsmem = patina__idf_wg_smem((int)mpad, (int)n, (int)K, o->scoring);
+    *wsmem = patina__idf_wg_smem((int)mpad, (int)n, (int)K, o->scoring, pair);
     return *wsmem <= (size_t)g->smem_optin;
 #else
     (void)g;
@@ -571,6 +572,7 @@ static int use_wgmma(const patina_gpu_t *g, const pgpu_idf_opts_t *o, int prec, 
     (void)mpad;
     (void)n;
     (void)K;
+    (void)pair;
     return 0;
 #endif
 }
@@ -614,7 +616,7 @@ typedef struct idf_shape {
 } idf_shape_t;
 
 static patina_status launch_shape(const patina_gpu_t *g, const pgpu_idf_opts_t *o, const idf_mirror_t *st, size_t n,
-                                  size_t qmax, idf_shape_t *sh)
+                                  size_t qmax, int pair, idf_shape_t *sh)
 {
     const int prec = st->prec;
     const size_t K = o->ncap, rpw = prec == IDF_PREC_FP16 ? 32 : 64;
@@ -623,7 +625,9 @@ static patina_status launch_shape(const patina_gpu_t *g, const pgpu_idf_opts_t *
     if (sh->warps > IDF_MAXW) sh->warps = IDF_MAXW;
     sh->npass = (int)((qmax + (size_t)sh->warps * rpw - 1) / ((size_t)sh->warps * rpw));
     sh->smem = idf_smem_bytes(prec, (int)st->mpad, (int)n, (int)K, o->scoring);
-    sh->wg = use_wgmma(g, o, prec, st->mpad, n, K, &wsmem);
+    sh->wg = use_wgmma(g, o, prec, st->mpad, n, K, pair, &wsmem);
+    if (pair && !sh->wg) /* patina_gpu_identify_pair checks first */
+        return patina__fail(PATINA_E_INVALID, "gpu identify: a pair call without the wgmma kernel");
     if (o->kernel == PGPU_IDF_KERNEL_WGMMA && !sh->wg)
         return patina__fail(PATINA_E_INVALID, "gpu identify: the wgmma kernel does not apply (device %s, "
                                               "precision %d, m = %zu, n = %zu, %zu bytes of shared memory; it needs "
@@ -640,13 +644,15 @@ static patina_status launch_shape(const patina_gpu_t *g, const pgpu_idf_opts_t *
  * rows: the rest is never read; binary16 for the fp16 kernel) with their
  * counts, and the first outn entries of the candidate lists cleared. */
 static patina_status send_queries(idf_dev_t *dv, int prec, const uint8_t *queries, size_t qstride,
-                                  const uint16_t *qcount, size_t q0, size_t bq, size_t n, size_t outn, cudaStream_t s0)
+                                  const uint16_t *qcount, const uint16_t *qsplit, size_t q0, size_t bq, size_t n,
+                                  size_t outn, cudaStream_t s0)
 {
-    const size_t qbytes = n * IDF_D;
+    const size_t qbytes = n * IDF_D, nc = qsplit ? 2 * bq : bq;
     unsigned char *dq8 = prec == IDF_PREC_FP16 ? dv->d_q8 : (unsigned char *)dv->d_q;
     for (size_t q = 0; q < bq; q++) dv->h_qcount[q] = qcount[q0 + q];
+    for (size_t q = 0; qsplit && q < bq; q++) dv->h_qcount[bq + q] = qsplit[q0 + q];
     PGPU_CU(cudaMemcpy2DAsync(dq8, qbytes, queries + q0 * qstride, qstride, qbytes, bq, cudaMemcpyHostToDevice, s0));
-    PGPU_CU(cudaMemcpyAsync(dv->d_qcount, dv->h_qcount, bq * sizeof(uint16_t), cudaMemcpyHostToDevice, s0));
+    PGPU_CU(cudaMemcpyAsync(dv->d_qcount, dv->h_qcount, nc * sizeof(uint16_t), cudaMemcpyHostToDevice, s0));
     if (prec == IDF_PREC_FP16) {
         k_u8_to_f16<<<512, 256, 0, s0>>>((__half *)dv->d_q, dq8, bq * qbytes);
         PGPU_CU(cudaGetLastError());
@@ -677,10 +683,13 @@ static idf_launch_t launch_params(const idf_dev_t *dv, const idf_mirror_t *st, s
 /* The matching of nq queries against mirror st (up to date), resident
  * slots and streamed host tier, into keys (nq, ncap; zero on entry): a
  * round trip (launches, one wait, the lists' copy back) per batch of
- * IDF_QBATCH queries. */
+ * IDF_QBATCH queries. qsplit (nq, or NULL): pairs, query q's rows from
+ * qsplit[q] on its companion's, whose candidates go to keys2 (the wgmma
+ * kernel: the caller checked it applies). */
 static patina_status match_mirror(patina_gpu_t *g, idf_dev_t *dv, idf_mirror_t *st, const uint8_t *queries,
-                                  size_t qstride, const uint16_t *qcount, size_t nq, size_t n,
-                                  const pgpu_idf_opts_t *o, uint64_t *keys, pgpu_idf_stats_t *stats)
+                                  size_t qstride, const uint16_t *qcount, const uint16_t *qsplit, size_t nq,
+                                  size_t n, const pgpu_idf_opts_t *o, uint64_t *keys, uint64_t *keys2,
+                                  pgpu_idf_stats_t *stats)
 {
     const int prec = st->prec;
     const size_t K = o->ncap;
@@ -694,7 +703,7 @@ static patina_status match_mirror(patina_gpu_t *g, idf_dev_t *dv, idf_mirror_t *
 
     for (size_t q0 = 0; q0 < nq; q0 += qb) {
         const size_t bq = nq - q0 < qb ? nq - q0 : qb;
-        size_t qmax = 0, gx, gxs, outn, nl;
+        size_t qmax = 0, gx, gxs, outn, outt, nl;
         idf_shape_t sh;
         for (size_t q = 0; q < bq; q++) qmax = qcount[q0 + q] > qmax ? qcount[q0 + q] : qmax;
         if (qmax == 0) continue; /* no query of the batch has a row: no candidates */
@@ -703,11 +712,13 @@ static patina_status match_mirror(patina_gpu_t *g, idf_dev_t *dv, idf_mirror_t *
         gxs = idf_blocks_per_query(bq, (size_t)g->sm_count, (st->stream_slots + 7) / 8);
         nl = gx > gxs ? gx : gxs; /* list blocks per query and region */
         outn = (size_t)(1 + IDF_STREAMS) * bq * nl * K;
-        IDF_TRY(call_buffers(g, dv, st, bq, n, outn, prec));
-        IDF_TRY(launch_shape(g, o, st, n, qmax, &sh));
+        outt = qsplit ? 2 * outn : outn; /* pairs: the companions' lists after the queries' */
+        IDF_TRY(call_buffers(g, dv, st, bq, n, outt, prec));
+        IDF_TRY(launch_shape(g, o, st, n, qmax, qsplit != NULL, &sh));
         cudaStream_t s0 = (cudaStream_t)pgpu_stream(g, 0);
-        IDF_TRY(send_queries(dv, prec, queries, qstride, qcount, q0, bq, n, outn, s0));
+        IDF_TRY(send_queries(dv, prec, queries, qstride, qcount, qsplit, q0, bq, n, outt, s0));
         idf_launch_t L = launch_params(dv, st, n, &sh, o);
+        if (qsplit) L.qsplit = dv->d_qcount + bq;
         PGPU_CU_GOTO(cudaEventRecord(ev[0], s0), s, out);
         /* resident slots: one launch */
         if (ndev) {
@@ -716,6 +727,7 @@ static patina_status match_mirror(patina_gpu_t *g, idf_dev_t *dv, idf_mirror_t *
             L.slot0 = 0;
             L.nref = (uint32_t)ndev;
             L.out = dv->d_out;
+            if (qsplit) L.out2 = L.out + outn;
             IDF_TRY(launch(L, prec, dim3((unsigned)gx, (unsigned)bq), sh.warps, sh.smem, s0, g->device, sh.wg));
             if (stats) stats->launches++;
         }
@@ -738,6 +750,7 @@ static patina_status match_mirror(patina_gpu_t *g, idf_dev_t *dv, idf_mirror_t *
                 L.slot0 = (uint32_t)(ndev + c0);
                 L.nref = (uint32_t)cn;
                 L.out = dv->d_out + (size_t)(1 + k) * bq * nl * K;
+                if (qsplit) L.out2 = L.out + outn;
                 L.accumulate = 1;
                 if (!o->copy_only) {
                     IDF_TRY(launch(L, prec, dim3((unsigned)gxs, (unsigned)bq), sh.warps, sh.smem, sk, g->device,
@@ -752,7 +765,7 @@ static patina_status match_mirror(patina_gpu_t *g, idf_dev_t *dv, idf_mirror_t *
             }
         }
         PGPU_CU_GOTO(cudaEventRecord(ev[2], s0), s, out);
-        PGPU_CU_GOTO(cudaMemcpyAsync(dv->h_out, dv->d_out, outn * sizeof(uint64_t), cudaMemcpyDeviceToHost, s0), s,
+        PGPU_CU_GOTO(cudaMemcpyAsync(dv->h_out, dv->d_out, outt * sizeof(uint64_t), cudaMemcpyDeviceToHost, s0), s,
                      out);
         PGPU_CU_GOTO(cudaStreamSynchronize(s0), s, out);
         if (stats) {
@@ -771,16 +784,18 @@ static patina_status match_mirror(patina_gpu_t *g, idf_dev_t *dv, idf_mirror_t *
                 s = patina__fail(PATINA_E_NOMEM, "gpu identify: out of memory merging candidates");
                 goto out;
             }
-            for (size_t q = 0; q < bq; q++) {
+            for (size_t q = 0; q < (qsplit ? 2 : 1) * bq; q++) { /* pairs: the companions' from outn on */
+                const uint64_t *h = dv->h_out + (q < bq ? 0 : outn);
+                uint64_t *kq = (q < bq ? keys : keys2) + (q0 + q % bq) * K;
                 size_t t = 0;
                 for (int r = 0; r <= IDF_STREAMS; r++) {
                     const size_t blocks = r == 0 ? (ndev ? gx : 0) : (nhost ? gxs : 0);
-                    const uint64_t *src = dv->h_out + ((size_t)r * bq * nl + q * (r == 0 ? gx : gxs)) * K;
+                    const uint64_t *src = h + ((size_t)r * bq * nl + (q % bq) * (r == 0 ? gx : gxs)) * K;
                     for (size_t b = 0; b < blocks * K; b++)
                         if (src[b]) tmp[t++] = src[b];
                 }
                 qsort(tmp, t, sizeof *tmp, cmp_key_desc);
-                for (size_t j = 0; j < K && j < t; j++) keys[(q0 + q) * K + j] = tmp[j];
+                for (size_t j = 0; j < K && j < t; j++) kq[j] = tmp[j];
             }
             free(tmp);
         }
@@ -809,7 +824,55 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
     PATINA_TRY(dev_state(g, &dv));
     PATINA_TRY(mirror_of(g, dv, refs, o->precision, o->arena_cap, &st));
     if (nq == 0 || refs->nslots == 0) return PATINA_OK;
-    return match_mirror(g, dv, st, queries, qstride, qcount, nq, n, o, keys, stats);
+    return match_mirror(g, dv, st, queries, qstride, qcount, NULL, nq, n, o, keys, NULL, stats);
+}
+
+patina_status patina_gpu_identify_pair(patina_gpu_t *g, const pgpu_idf_refs_t *refs, const uint8_t *queries,
+                                       size_t qstride, const uint16_t *qcount, const uint16_t *qsplit, size_t nq,
+                                       size_t n, const pgpu_idf_opts_t *o, uint64_t *keys, uint64_t *keys2,
+                                       pgpu_idf_stats_t *stats)
+{
+    idf_dev_t *dv;
+    idf_mirror_t *st;
+    size_t wsmem;
+    patina_status s;
+    if (stats) memset(stats, 0, sizeof *stats);
+    if (!g || !refs || !o || (nq && (!queries || !qcount || !qsplit || !keys || !keys2)))
+        return patina__fail(PATINA_E_INVALID, "gpu identify: null argument");
+    PATINA_TRY(check_opts(o));
+    PATINA_TRY(check_set(refs, n));
+    for (size_t q = 0; q < nq * o->ncap; q++) keys[q] = keys2[q] = 0;
+    for (size_t q = 0; q < nq; q++)
+        if (qsplit[q] > qcount[q])
+            return patina__fail(PATINA_E_INVALID, "gpu identify: pair %zu splits %u rows at %u", q, qcount[q],
+                                qsplit[q]);
+    PGPU_CU(cudaSetDevice(g->device));
+    PATINA_TRY(dev_state(g, &dv));
+    PATINA_TRY(mirror_of(g, dv, refs, o->precision, o->arena_cap, &st));
+    if (nq == 0 || refs->nslots == 0) return PATINA_OK;
+    if (o->scoring != IDF_SCORE_MUTUAL && use_wgmma(g, o, st->prec, st->mpad, n, o->ncap, 1, &wsmem))
+        return match_mirror(g, dv, st, queries, qstride, qcount, qsplit, nq, n, o, keys, keys2, stats);
+    /* no fused kernel here (mma.sync; mutual scoring's column maxima would mix the two): the queries, then
+     * their companions moved to the front of their rows, as two calls */
+    {
+        uint16_t *c = (uint16_t *)malloc(2 * nq * sizeof *c);
+        uint8_t *b = (uint8_t *)malloc(nq * qstride + 1);
+        if (!c || !b) {
+            free(c);
+            free(b);
+            return patina__fail(PATINA_E_NOMEM, "gpu identify: out of memory for %zu companions", nq);
+        }
+        for (size_t q = 0; q < nq; q++) {
+            c[q] = qsplit[q];
+            c[nq + q] = (uint16_t)(qcount[q] - qsplit[q]);
+            memcpy(b + q * qstride, queries + q * qstride + (size_t)qsplit[q] * IDF_D, (size_t)c[nq + q] * IDF_D);
+        }
+        s = match_mirror(g, dv, st, queries, qstride, c, NULL, nq, n, o, keys, NULL, stats);
+        if (s == PATINA_OK) s = match_mirror(g, dv, st, b, qstride, c + nq, NULL, nq, n, o, keys2, NULL, NULL);
+        free(c);
+        free(b);
+        return s;
+    }
 }
 
 /* ------------------------------------------------------ several sets at once */
@@ -854,14 +917,14 @@ static patina_status match_batch(patina_gpu_t *g, idf_dev_t *dv, idf_mirror_t *c
             s = patina__fail(PATINA_E_NOMEM, "gpu identify: out of memory merging candidates");
             goto out;
         }
-        IDF_TRY(send_queries(dv, prec, queries, qstride, qcount, q0, bq, n, outn, s0));
+        IDF_TRY(send_queries(dv, prec, queries, qstride, qcount, NULL, q0, bq, n, outn, s0));
         PGPU_CU_GOTO(cudaEventRecord(ev[0], s0), s, out);
         for (int i = 1; i < nstreams; i++)
             PGPU_CU_GOTO(cudaStreamWaitEvent((cudaStream_t)pgpu_stream(g, i), ev[0], 0), s, out);
         for (size_t b = 0; b < nb; b++) {
             idf_shape_t sh;
             cudaStream_t sk = (cudaStream_t)pgpu_stream(g, (int)(b % (size_t)nstreams));
-            IDF_TRY(launch_shape(g, o, mi[b], n, qmax, &sh));
+            IDF_TRY(launch_shape(g, o, mi[b], n, qmax, 0, &sh));
             idf_launch_t L = launch_params(dv, mi[b], n, &sh, o);
             L.refs = mi[b]->d_arena;
             L.count = mi[b]->d_count;
@@ -981,7 +1044,8 @@ patina_status patina_gpu_identify_many(patina_gpu_t *g, const pgpu_idf_refs_t *r
         if (!alone[j]) continue;
         if ((s = mirror_of(g, dv, &refs[j], o->precision, o->arena_cap, &st)) != PATINA_OK) goto out;
         if (nq == 0 || refs[j].nslots == 0) continue;
-        if ((s = match_mirror(g, dv, st, queries, qstride, qcount, nq, n, o, keys + j * nq * o->ncap, stats)) !=
+        if ((s = match_mirror(g, dv, st, queries, qstride, qcount, NULL, nq, n, o, keys + j * nq * o->ncap, NULL,
+                              stats)) !=
             PATINA_OK)
             goto out;
     }

@@ -30,7 +30,10 @@
 
 int patina__idf_wg_applies(int prec, int m, int n) { return idfw_supported(prec, m, n); }
 
-size_t patina__idf_wg_smem(int m, int n, int K, int scoring) { return idfw_smem_bytes(m, n, K, scoring); }
+size_t patina__idf_wg_smem(int m, int n, int K, int scoring, int pair)
+{
+    return idfw_smem_bytes(m, n, K, scoring, pair);
+}
 
 patina_status patina__idf_wg_launch(const idf_launch_t *L, unsigned gx, unsigned nq, size_t smem, void *stream,
                                     int dev)

@@ -68,6 +68,12 @@ typedef struct idf_launch {
     float inv_scale2;          /* 2^-18: similarity = dot * this */
     uint64_t *out;             /* (nq, gridDim.x, K) keys, best first, 0 past the end */
     int accumulate;            /* 1: each block's list starts from what out holds */
+    /* Pairs (the wgmma kernel only; NULL for k_idf_match): query y's rows
+     * [qsplit[y], qcount[y]) are a second query's (its companion: the
+     * half-size query beside its photograph), scored apart into out2 (the
+     * layout of out), the rows read once for both */
+    const uint16_t *qsplit;
+    uint64_t *out2;
 } idf_launch_t;
 
 /* Primitives (cp.async, ldmatrix, mma): gpu/ptx.cuh. */

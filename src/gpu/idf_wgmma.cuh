@@ -231,13 +231,15 @@ static inline int idfw_supported(int prec, int m, int n)
  * (n rounded to 64 rows), the stages, the barriers, the list (K), the
  * column maxima (mutual: 2 x m), the per-row results (2 x n), the split
  * mode's partial top 2 (2 x IDFW_NCW_MAX x IDFW_SPLIT_ROWS), the column
- * mask (m / 32 words). */
-static inline size_t idfw_smem_bytes(int m, int n, int K, int scoring)
+ * mask (m / 32 + 1 words); pairs (L.qsplit): the companion's mask and
+ * list (K, 8-aligned) too. */
+static inline size_t idfw_smem_bytes(int m, int n, int K, int scoring, int pair)
 {
     const int nst = idfw_stages(n);
+    const size_t mw = 4 * (size_t)((m + 31) / 32 + 1);
     return 1024 + (size_t)((n + 63) & ~63) * IDF_D + (size_t)nst * IDFW_N * IDF_D + 8 * (2 * nst + 4) +
            8 * (size_t)K + (scoring == IDF_SCORE_MUTUAL ? 16 * (size_t)m : 0) + 8 * (size_t)n +
-           16 * (size_t)IDFW_NCW_MAX * IDFW_SPLIT_ROWS + 4 * (size_t)((m + 31) / 32 + 1);
+           16 * (size_t)IDFW_NCW_MAX * IDFW_SPLIT_ROWS + mw + (pair ? mw + 8 + 8 * (size_t)K : 0);
 }
 
 /* ------------------------------------------------------------------ kernel */
@@ -304,7 +306,7 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1)
     constexpr int NT = IDFW_THREADS(NCW), NC = 128 * NCW; /* threads: all, consumers */
     constexpr int MTW = (IDFW_QMAX / 64 + NCW - 1) / NCW;  /* m-tiles per consumer at most */
     extern __shared__ __align__(1024) unsigned char idfw_sm_raw[];
-    __shared__ int s_part[2];
+    __shared__ int s_part[4]; /* the scorer's two warps' counts: the query's, the companion's */
     unsigned char *sm = idfw_sm_raw + ((1024u - (smem_u32(idfw_sm_raw) & 1023u)) & 1023u);
     const int QR = (L.n + 63) & ~63;
     const int nst = idfw_stages(L.n), lgst = nst == 8 ? 3 : 2; /* a power of two */
@@ -319,10 +321,15 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1)
     int32_t *rowres = (int32_t *)(colbest + (mutual ? 2 * L.m : 0)); /* (2, n) */
     uint2 *part = (uint2 *)(rowres + 2 * L.n);                        /* (2, NCW_MAX, SPLIT_ROWS) split */
     uint32_t *mask = (uint32_t *)(part + 2 * IDFW_NCW_MAX * IDFW_SPLIT_ROWS); /* (m / 32 + 1) */
+    const int mwords = (L.m + 31) / 32 + 1;
+    uint32_t *mask2 = mask + mwords;                                               /* pairs: (m / 32 + 1) */
+    uint64_t *list2 = (uint64_t *)(((uintptr_t)(mask2 + mwords) + 7) & ~(uintptr_t)7); /* pairs: (K) */
 
     const int tid = threadIdx.x, wg = tid >> 7;
     const int q = blockIdx.y;
     const int qn = min((int)L.qcount[q], L.n);
+    const bool pair = L.qsplit != NULL; /* rows [qa, qn) are the companion's */
+    const int qa = pair ? min((int)L.qsplit[q], qn) : qn;
     const int nmt = (qn + 63) >> 6; /* m-tiles with valid rows */
     const bool split = SPLIT && nmt < NCW; /* uniform over the block */
     const uint32_t per = (L.nref + gridDim.x - 1) / gridDim.x;
@@ -331,14 +338,24 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1)
     const unsigned char *rbase = (const unsigned char *)L.refs;
     const size_t slot_bytes = (size_t)L.m * IDF_D;
     uint64_t *lout = L.out + ((size_t)q * gridDim.x + blockIdx.x) * (size_t)L.K;
+    uint64_t *lout2 = pair ? L.out2 + ((size_t)q * gridDim.x + blockIdx.x) * (size_t)L.K : NULL;
 
-    if (qn == 0) { /* no row: every score is 0, the list stays as it was */
+    if (qn == 0) { /* no row: every score is 0, the lists stay as they were */
         if (!L.accumulate)
-            for (int i = tid; i < L.K; i += NT) lout[i] = 0;
+            for (int i = tid; i < L.K; i += NT) {
+                lout[i] = 0;
+                if (pair) lout2[i] = 0;
+            }
         return;
     }
-    for (int i = tid; i < L.K; i += NT) list[i] = L.accumulate ? lout[i] : 0;
-    for (int i = tid; i < (L.m + 31) / 32 + 1; i += NT) mask[i] = 0;
+    for (int i = tid; i < L.K; i += NT) {
+        list[i] = L.accumulate ? lout[i] : 0;
+        if (pair) list2[i] = L.accumulate ? lout2[i] : 0;
+    }
+    for (int i = tid; i < mwords; i += NT) {
+        mask[i] = 0;
+        if (pair) mask2[i] = 0;
+    }
     if (mutual)
         for (int i = tid; i < 2 * L.m; i += NT) colbest[i] = 0;
     if (tid == 0) {
@@ -420,7 +437,7 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1)
                 const uint2 *pp = part + p * IDFW_NCW_MAX * IDFW_SPLIT_ROWS;
                 unsigned long long *cbp = colbest + (mutual ? p * L.m : 0);
                 mbar_wait(&rfull[p], (k >> 1) & 1u);
-                int c = 0;
+                int c = 0, c2 = 0; /* the query's rows [0, qa), the companion's [qa, qn) */
                 for (int r = t; r < qn; r += 64) {
                     int res;
                     if (split) { /* the consumers' partial top 2, then the ratio test */
@@ -432,33 +449,47 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1)
                     } else {
                         res = rr[r];
                     }
+                    const bool second = r >= qa; /* uniform per row; pairs only */
                     if (L.scoring == IDF_SCORE_RAW) {
-                        c += res > 0;
+                        if (second) c2 += res > 0;
+                        else c += res > 0;
                         continue;
                     }
                     const int cc = res - 1;
                     if (cc < 0) continue;
                     if (mutual && (uint32_t)(cbp[cc] & 0xffffffffull) != 0xffffffffu - (uint32_t)r) continue;
-                    atomicOr(&mask[cc >> 5], 1u << (cc & 31));
+                    atomicOr(&(second ? mask2 : mask)[cc >> 5], 1u << (cc & 31));
                 }
                 named_sync(1, 64);
                 if (L.scoring != IDF_SCORE_RAW)
                     for (int i = t; i < (cnt + 31) / 32; i += 64) {
                         c += __popc(mask[i]);
                         mask[i] = 0;
+                        if (pair) {
+                            c2 += __popc(mask2[i]);
+                            mask2[i] = 0;
+                        }
                     }
                 if (mutual)
                     for (int i = t; i < cnt; i += 64) cbp[i] = 0;
                 c = __reduce_add_sync(0xffffffffu, c);
-                if (lane == 0) s_part[sw] = c;
+                if (pair) c2 = __reduce_add_sync(0xffffffffu, c2);
+                if (lane == 0) {
+                    s_part[sw] = c;
+                    s_part[2 + sw] = c2;
+                }
                 named_sync(1, 64);
-                const int score = s_part[0] + s_part[1];
+                const int score = s_part[0] + s_part[1], score2 = s_part[2] + s_part[3];
                 mbar_arrive(&rempty[p]); /* rowres[p], part[p], colbest[p] free again */
-                if (t == 0 && score > 0)
-                    idf_list_insert(list, L.K, ((uint64_t)score << 32) | (0xffffffffu - (L.slot0 + s)));
+                const uint64_t low = 0xffffffffu - (L.slot0 + s);
+                if (t == 0 && score > 0) idf_list_insert(list, L.K, ((uint64_t)score << 32) | low);
+                if (pair && t == 32 && score2 > 0) idf_list_insert(list2, L.K, ((uint64_t)score2 << 32) | low);
             }
             named_sync(1, 64);
-            for (int i = t; i < L.K; i += 64) lout[i] = list[i];
+            for (int i = t; i < L.K; i += 64) {
+                lout[i] = list[i];
+                if (pair) lout2[i] = list2[i];
+            }
         }
     } else {
         if (BIGREGS) regs_inc<232>();

@@ -17,8 +17,9 @@
  * m rows per slot (padded) and n rows per query. */
 int patina__idf_wg_applies(int prec, int m, int n);
 
-/* Dynamic shared memory of one block of the wgmma kernel. */
-size_t patina__idf_wg_smem(int m, int n, int K, int scoring);
+/* Dynamic shared memory of one block of the wgmma kernel (pair: a launch
+ * with L.qsplit, the companions scored apart). */
+size_t patina__idf_wg_smem(int m, int n, int K, int scoring, int pair);
 
 /* Launches the wgmma kernel on L: grid (gx, nq), smem from
  * patina__idf_wg_smem, on stream (a cudaStream_t), device dev (its dynamic

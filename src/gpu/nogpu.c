@@ -345,6 +345,16 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
     return none();
 }
 
+patina_status patina_gpu_identify_pair(patina_gpu_t *g, const pgpu_idf_refs_t *refs, const uint8_t *queries,
+                                       size_t qstride, const uint16_t *qcount, const uint16_t *qsplit, size_t nq,
+                                       size_t n, const pgpu_idf_opts_t *o, uint64_t *keys, uint64_t *keys2,
+                                       pgpu_idf_stats_t *stats)
+{
+    (void)g, (void)refs, (void)queries, (void)qstride, (void)qcount, (void)qsplit, (void)nq, (void)n, (void)o,
+        (void)keys, (void)keys2, (void)stats;
+    return none();
+}
+
 patina_status patina_gpu_identify_many(patina_gpu_t *g, const pgpu_idf_refs_t *refs, size_t nsets,
                                        const uint8_t *queries, size_t qstride, const uint16_t *qcount, size_t nq,
                                        size_t n, const pgpu_idf_opts_t *o, uint64_t *keys, pgpu_idf_stats_t *stats)

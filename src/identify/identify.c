@@ -863,7 +863,10 @@ typedef struct job {
     const size_t *gat;  /* (tasks) task t's first pair in gdots (its item's rows follow) */
     int first_only;     /* matching: the items' first rows only (the view pass follows) */
     size_t half;        /* first_only: the half-size view's row, also matched (with hqueries); 0: none */
-    const unsigned char *hqueries; /* (nq) the queries cut to opts.half_view_features */
+    const unsigned char *hqueries; /* (nmain) the queries cut to opts.half_view_features */
+    size_t nmain;       /* the queries [0, nmain) have the half-size view pass; [nmain, nq) are their
+                         * companions (idf_many_begin_half: none) */
+    size_t comp_rows;   /* with companions: their first pass's rows at most (the pair call's) */
     const unsigned char *pqueries; /* (nq) the queries prepared for matching: both passes' rows are
                                     * prefixes of theirs */
     size_t nview;       /* the second pass: candidates per query whose rows v0 .. per - 1 are matched */
@@ -1073,7 +1076,7 @@ static void match_task(void *arg, size_t t, int worker)
                 best = i + v;
             }
         }
-        if (jb->half) { /* the half-size view with the query's strongest half_view_features */
+        if (jb->half && q < jb->nmain) { /* the half-size view with the query's strongest half_view_features */
             const size_t sco = match_pair(sc, jb->hqueries + q * jb->qbytes,
                                           jb->rs->recs + (i + jb->half) * jb->rs->stride, jb->o, NULL);
             if (sco > bsco) {
@@ -1410,6 +1413,35 @@ static void query_counts(const unsigned char *queries, size_t qbytes, size_t nq,
     for (size_t q = 0; q < nq; q++) qc[q] = (uint16_t)rs_count(queries + q * qbytes);
 }
 
+/* The first pass of a job with companions (idf_many_begin_half) on g:
+ * query q (< nmain) and its companion nmain + q as one pair of
+ * patina_gpu_identify_pair (the references read once for both), their
+ * rows (cut: the first pass's) side by side; keys (nq, ncap): the queries',
+ * then the companions'. qc: room for 2 nq counts. */
+static patina_status match_pairs(patina_gpu_t *g, const pgpu_idf_refs_t *view, const job_t *jb, uint16_t *qc,
+                                 const pgpu_idf_opts_t *go, uint64_t *keys)
+{
+    const size_t np = jb->nmain, n = (size_t)params_of(jb->rs)->n;
+    const size_t na = jb->o->first_features < n ? jb->o->first_features : n;
+    const size_t nb = jb->comp_rows < n ? jb->comp_rows : n;
+    const size_t stride = (na + nb) * RS_DIM;
+    uint8_t *rows = malloc(np * stride + 1);
+    patina_status s;
+    if (!rows) return patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu query pairs", np);
+    for (size_t q = 0; q < np; q++) {
+        const unsigned char *a = jb->queries + q * jb->qbytes, *b = jb->queries + (np + q) * jb->qbytes;
+        const size_t ca = rs_count(a) < na ? rs_count(a) : na, cb = rs_count(b) < nb ? rs_count(b) : nb;
+        memcpy(rows + q * stride, rs_row(a, 0), ca * RS_DIM);
+        memcpy(rows + q * stride + ca * RS_DIM, rs_row(b, 0), cb * RS_DIM);
+        qc[q] = (uint16_t)(ca + cb);
+        qc[np + q] = (uint16_t)ca; /* the split */
+    }
+    s = patina_gpu_identify_pair(g, view, rows, stride, qc, qc + np, np, na + nb, go, keys,
+                                 keys + np * go->ncap, NULL);
+    free(rows);
+    return s;
+}
+
 /* Step 1 on the GPU: each query's best ncap candidates in jb->rs by the
  * scoring rule, into jb->cands / jb->ncands (the CPU's candidates exactly),
  * against the set's mirror on ctx's device. */
@@ -1421,7 +1453,7 @@ static patina_status match_gpu(patina_context_t *ctx, job_t *jb)
     pgpu_idf_refs_t view;
     pgpu_idf_opts_t go;
     patina_gpu_t *g = NULL;
-    uint16_t *qc = malloc(jb->nq * sizeof *qc);
+    uint16_t *qc = malloc(2 * jb->nq * sizeof *qc);
     uint64_t *keys = malloc(jb->nq * jb->ncap * rows_per * sizeof *keys);
     cand_t *hc = jb->half ? malloc((jb->nq + 2) * jb->ncap * sizeof *hc) : NULL; /* the half views', then tmp */
     size_t *hn = jb->half ? malloc(jb->nq * sizeof *hn) : NULL;
@@ -1437,21 +1469,26 @@ static patina_status match_gpu(patina_context_t *ctx, job_t *jb)
     for (int pass = 0; pass < passes && s == PATINA_OK; pass++) {
         const unsigned char *qs = pass ? jb->hqueries : jb->queries;
         const size_t row = pass ? jb->half : 0;
-        query_counts(qs, jb->qbytes, jb->nq, qc);
+        /* the half-size views' pass: the queries without their companions */
+        const size_t nq = pass ? jb->nmain : jb->nq;
+        query_counts(qs, jb->qbytes, nq, qc);
         refs_view(rs, jb->first_only, row, &view);
         s = patina__context_gpu_acquire(ctx, &g);
         if (s == PATINA_OK) {
             /* the device that mirrors the set, told once (patina__refset_gpu_forget) */
             atomic_store(&rs->gpu_ctx, (void *)ctx);
-            s = patina_gpu_identify(g, &view, qs + RS_HEADER, jb->qbytes, qc, jb->nq, (size_t)params_of(rs)->n,
-                                    &go, keys, NULL);
+            if (pass == 0 && jb->nmain < jb->nq)
+                s = match_pairs(g, &view, jb, qc, &go, keys);
+            else
+                s = patina_gpu_identify(g, &view, qs + RS_HEADER, jb->qbytes, qc, nq, (size_t)params_of(rs)->n, &go,
+                                        keys, NULL);
             patina__context_gpu_release(ctx);
         }
         if (s == PATINA_OK)
-            cands_of_keys(rs, jb->set, keys, jb->nq, jb->ncap, jb->first_only, row, pass ? hc : jb->cands,
+            cands_of_keys(rs, jb->set, keys, nq, jb->ncap, jb->first_only, row, pass ? hc : jb->cands,
                           pass ? hn : jb->ncands);
     }
-    for (size_t q = 0; s == PATINA_OK && jb->half && q < jb->nq; q++)
+    for (size_t q = 0; s == PATINA_OK && jb->half && q < jb->nmain; q++)
         merge_half(jb->cands + q * jb->ncap, &jb->ncands[q], hc + q * jb->ncap, hn[q], jb->ncap,
                    hc + jb->nq * jb->ncap);
     free(qc);
@@ -1530,7 +1567,11 @@ struct idf_many {
     const unsigned char *mqueries; /* what the first pass matches: queries, or with opts.first_features
                                     * their copies cut to the strongest first_features (mqcopy) */
     unsigned char *mqcopy;
-    unsigned char *hqueries; /* half: the queries cut to the strongest half_view_features */
+    unsigned char *hqueries; /* half: the queries [0, nmain) cut to the strongest half_view_features */
+    size_t nmain;   /* the queries with the half-size view pass: nq, or with companions
+                     * (idf_many_begin_half) nq / 2, the rest their half-size queries */
+    size_t comp_features; /* companions: their first pass's features (the queries' is
+                           * o.first_features); 0: none */
     cand_t *cands;  /* (nsets, nq, ncap): each set's best ncap */
     size_t *ncands; /* (nsets, nq) */
     atomic_int gpu; /* some set was matched on a GPU: verification's 2-NN go there too */
@@ -1560,9 +1601,10 @@ void idf_many_free(idf_many_t *m)
 
 /* Copies of the nq records of qbytes at queries cut to their f strongest
  * features (rows are strongest first): the count set to at most f, the
- * rows and keypoints past it zeroed (a record's padding). NULL when out of
- * memory. */
-static unsigned char *queries_cut(const unsigned char *queries, size_t nq, size_t qbytes, size_t f)
+ * rows and keypoints past it zeroed (a record's padding); the records from
+ * n1 on to their f2 strongest. NULL when out of memory. */
+static unsigned char *queries_cut(const unsigned char *queries, size_t nq, size_t qbytes, size_t f, size_t n1,
+                                  size_t f2)
 {
     unsigned char *out = malloc(nq * qbytes + 1); /* malloc's alignment holds the rows' (4) */
     size_t q;
@@ -1570,6 +1612,7 @@ static unsigned char *queries_cut(const unsigned char *queries, size_t nq, size_
     for (q = 0; q < nq; q++) {
         unsigned char *r = out + q * qbytes;
         const size_t n = rs_count(queries + q * qbytes);
+        if (q == n1) f = f2; /* the companions' */
         const size_t row = RS_DIM * rs_elem_bytes(rs_quant(queries + q * qbytes)), geom = 4 * sizeof(float);
         memcpy(r, queries + q * qbytes, qbytes);
         if (n <= f) continue;
@@ -1580,8 +1623,28 @@ static unsigned char *queries_cut(const unsigned char *queries, size_t nq, size_
     return out;
 }
 
+static patina_status many_begin(idf_many_t **out, patina_refset_t *const *sets, size_t nsets, const void *queries,
+                                size_t nq, const patina_identify_opts_t *opts, size_t comp_features);
+
 patina_status idf_many_begin(idf_many_t **out, patina_refset_t *const *sets, size_t nsets, const void *queries,
                              size_t nq, const patina_identify_opts_t *opts)
+{
+    return many_begin(out, sets, nsets, queries, nq, opts, 0);
+}
+
+patina_status idf_many_begin_half(idf_many_t **out, patina_refset_t *const *sets, size_t nsets, const void *queries,
+                                  size_t nq, const patina_identify_opts_t *opts, size_t half_features)
+{
+    *out = NULL;
+    if (nq % 2) return patina__fail(PATINA_E_INVALID, "identify: %zu queries are not pairs", nq);
+    if (!opts || opts->first_features == 0 || half_features == 0)
+        return patina__fail(PATINA_E_INVALID, "identify: pairs need first_features and half_features (%zu, %zu)",
+                            opts ? opts->first_features : 0, half_features);
+    return many_begin(out, sets, nsets, queries, nq, opts, half_features);
+}
+
+static patina_status many_begin(idf_many_t **out, patina_refset_t *const *sets, size_t nsets, const void *queries,
+                                size_t nq, const patina_identify_opts_t *opts, size_t comp_features)
 {
     idf_many_t *m;
     size_t i, q;
@@ -1613,6 +1676,8 @@ patina_status idf_many_begin(idf_many_t **out, patina_refset_t *const *sets, siz
     }
     m->nsets = nsets;
     m->nq = nq;
+    m->nmain = comp_features ? nq / 2 : nq;
+    m->comp_features = comp_features;
     m->qbytes = patina_identify_query_bytes(sets[0]);
     {
         patina_status s = patina__rows(&queries, nq, m->qbytes, PATINA_ROW_ALIGN(4), &m->qcopy, "identify: queries");
@@ -1656,7 +1721,8 @@ patina_status idf_many_begin(idf_many_t **out, patina_refset_t *const *sets, siz
             m->ncap = m->o.view_candidates < m->alive ? m->o.view_candidates : m->alive;
         m->nview = m->ncap;
         m->v0 = 0;
-        if (nq && !(m->mqueries = m->mqcopy = queries_cut(m->queries, nq, m->qbytes, m->o.first_features))) {
+        if (nq && !(m->mqueries = m->mqcopy = queries_cut(m->queries, nq, m->qbytes, m->o.first_features, m->nmain,
+                                                           m->comp_features))) {
             idf_many_free(m);
             return patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu queries", nq);
         }
@@ -1673,7 +1739,8 @@ patina_status idf_many_begin(idf_many_t **out, patina_refset_t *const *sets, siz
         }
         if (m->first_only) {
             m->half = half;
-            if (nq && !(m->hqueries = queries_cut(m->queries, nq, m->qbytes, m->o.half_view_features))) {
+            if (m->nmain && !(m->hqueries = queries_cut(m->queries, m->nmain, m->qbytes, m->o.half_view_features,
+                                                        m->nmain, 0))) {
                 idf_many_free(m);
                 return patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu queries", nq);
             }
@@ -1742,6 +1809,8 @@ static void job_of(idf_many_t *m, size_t set, job_t *jb)
     jb->half = m->half;
     jb->hqueries = m->hqueries;
     jb->pqueries = m->queries;
+    jb->nmain = m->nmain;
+    jb->comp_rows = m->comp_features;
 }
 
 /* Several sets' matching tasks as one pool run: task t belongs to job j
@@ -1914,20 +1983,21 @@ patina_status idf_many_match_sets(idf_many_t *m, size_t set0, size_t nsets, pati
     for (int pass = 0; pass < (m->half ? 2 : 1) && s == PATINA_OK; pass++) {
         const unsigned char *qs = pass ? m->hqueries : m->mqueries;
         const size_t row = pass ? m->half : 0;
-        query_counts(qs, m->qbytes, m->nq, qc);
+        const size_t nq = pass ? m->nmain : m->nq; /* the half-size views' pass: no companion */
+        query_counts(qs, m->qbytes, nq, qc);
         for (i = 0; i < ng; i++) refs_view(m->sets[which[i]], m->first_only, row, &views[i]);
         if ((s = patina__context_gpu_acquire(ctx, &g)) != PATINA_OK) goto out;
         for (i = 0; i < ng; i++) atomic_store(&m->sets[which[i]]->gpu_ctx, (void *)ctx); /* as match_gpu */
-        s = patina_gpu_identify_many(g, views, ng, qs + RS_HEADER, m->qbytes, qc, m->nq,
+        s = patina_gpu_identify_many(g, views, ng, qs + RS_HEADER, m->qbytes, qc, nq,
                                      (size_t)params_of(m->sets[0])->n, &go, keys, NULL);
         patina__context_gpu_release(ctx);
         atomic_store(&m->gpu, 1);
         for (i = 0; s == PATINA_OK && i < ng; i++) {
             cand_t *c = m->cands + (size_t)which[i] * m->nq * m->ncap;
             size_t *cn = m->ncands + (size_t)which[i] * m->nq;
-            cands_of_keys(m->sets[which[i]], which[i], keys + i * m->nq * m->ncap * rows_per, m->nq, m->ncap,
+            cands_of_keys(m->sets[which[i]], which[i], keys + i * nq * m->ncap * rows_per, nq, m->ncap,
                           m->first_only, row, pass ? hc : c, pass ? hn : cn);
-            for (size_t q = 0; pass && q < m->nq; q++)
+            for (size_t q = 0; pass && q < nq; q++)
                 merge_half(c + q * m->ncap, &cn[q], hc + q * m->ncap, hn[q], m->ncap, hc + m->nq * m->ncap);
         }
     }
@@ -2259,6 +2329,76 @@ patina_status patina_identify(patina_context_t *ctx, patina_refset_t *rs, const 
     s = idf_many_match(m, 0, ctx);
     if (s == PATINA_OK) s = idf_many_finish(m, ctx, hits, results, NULL);
     idf_many_free(m);
+    return s;
+}
+
+patina_status idf_half_prepare(const char *table, const patina_identify_opts_t *opts, size_t half_features,
+                               double margin, patina_identify_opts_t *o, patina_identify_opts_t *ho)
+{
+    if (!(margin >= 0)) return patina__fail(PATINA_E_INVALID, "identify: half-size query margin %g (>= 0)", margin);
+    if (opts) *o = *opts;
+    else patina_identify_opts_init(o);
+    /* the calibrated default: the half-size query's calibration (its impostors' second chance) */
+    if (o->threshold < 0) PATINA_TRY(patina_identify_far_threshold_half(table, o, PATINA_FAR_DEFAULT, &o->threshold));
+    return patina_identify_half_opts(o, half_features, ho);
+}
+
+unsigned char *idf_half_join(const void *queries, const void *half_queries, size_t nq, size_t qbytes)
+{
+    unsigned char *both = malloc(2 * nq * qbytes + 1);
+    if (!both) return NULL;
+    memcpy(both, queries, nq * qbytes);
+    memcpy(both + nq * qbytes, half_queries, nq * qbytes);
+    return both;
+}
+
+patina_status patina_identify_half(patina_context_t *ctx, patina_refset_t *rs, const void *queries,
+                                   const void *half_queries, size_t nq, size_t half_features, double margin,
+                                   const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
+                                   patina_identify_result_t *results, unsigned char *taken)
+{
+    patina_identify_opts_t o, ho;
+    patina_identify_hit_t *hh = NULL;
+    patina_identify_result_t *hr = NULL;
+    unsigned char *both = NULL;
+    idf_many_t *m = NULL;
+    patina_status s;
+    size_t k;
+    if (!rs || (nq && (!queries || !half_queries || !hits || !results)))
+        return patina__fail(PATINA_E_INVALID, "identify: null argument");
+    PATINA_TRY(idf_half_prepare(patina_refset_table(rs), opts, half_features, margin, &o, &ho));
+    if (nq == 0) return PATINA_OK;
+    PATINA_TRY(check_opts(&o));
+    k = o.k;
+    if (nq > SIZE_MAX / 2 / k / sizeof *hh) return patina__fail(PATINA_E_LIMIT, "identify: %zu queries x k = %zu", nq, k);
+    hh = calloc(2 * nq * k, sizeof *hh);
+    hr = calloc(2 * nq, sizeof *hr);
+    if (!hh || !hr) {
+        s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu half-size queries", nq);
+        goto out;
+    }
+    if (o.first_features > 0 && ho.first_features > 0) { /* one call: the pairs share the first pass */
+        if (!(both = idf_half_join(queries, half_queries, nq, patina_identify_query_bytes(rs)))) {
+            s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu half-size queries", nq);
+            goto out;
+        }
+        s = idf_many_begin_half(&m, &rs, 1, both, 2 * nq, &o, ho.first_features);
+        if (s == PATINA_OK) s = idf_many_match(m, 0, ctx);
+        if (s == PATINA_OK) s = idf_many_finish(m, ctx, hh, hr, NULL);
+        if (s == PATINA_OK) {
+            memcpy(hits, hh, nq * k * sizeof *hh);
+            memcpy(results, hr, nq * sizeof *hr);
+        }
+    } else {
+        s = patina_identify(ctx, rs, queries, nq, &o, hits, results);
+        if (s == PATINA_OK) s = patina_identify(ctx, rs, half_queries, nq, &ho, hh + nq * k, hr + nq);
+    }
+    if (s == PATINA_OK) s = patina_identify_fuse_half(nq, k, margin, &o, hits, results, hh + nq * k, hr + nq, taken);
+out:
+    idf_many_free(m);
+    free(both);
+    free(hh);
+    free(hr);
     return s;
 }
 

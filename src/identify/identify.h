@@ -141,6 +141,26 @@ void idf_keys_take(size_t nq, size_t k, const unsigned char *taken, char **keys,
 typedef struct idf_many idf_many_t;
 patina_status idf_many_begin(idf_many_t **m, patina_refset_t *const *sets, size_t nsets, const void *queries,
                              size_t nq, const patina_identify_opts_t *opts);
+/* idf_many_begin of nq / 2 queries and their half-size queries (queries:
+ * the nq / 2 queries' records, then their half-size queries' in the same
+ * order), as patina_identify with opts and with
+ * patina_identify_half_opts(opts, half_features) would answer them: the
+ * companions' first pass on their half_features strongest features and no
+ * half-size view pass. On a GPU whose kernel takes it, a query and its
+ * companion go through the first pass as one pair (the references read
+ * once). opts->first_features and half_features > 0 (else the two
+ * differ past the first pass: PATINA_E_INVALID). */
+patina_status idf_many_begin_half(idf_many_t **m, patina_refset_t *const *sets, size_t nsets, const void *queries,
+                                  size_t nq, const patina_identify_opts_t *opts, size_t half_features);
+/* The half-size query's options (patina_identify_half): *o from opts with
+ * the calibrated default threshold resolved for table's spec
+ * (patina_identify_far_threshold_half), *ho the half-size queries'
+ * (patina_identify_half_opts(o, half_features)); margin checked. */
+patina_status idf_half_prepare(const char *table, const patina_identify_opts_t *opts, size_t half_features,
+                               double margin, patina_identify_opts_t *o, patina_identify_opts_t *ho);
+/* The nq query records, then the nq half-size ones, in one new buffer
+ * (idf_many_begin_half's layout); NULL when out of memory. */
+unsigned char *idf_half_join(const void *queries, const void *half_queries, size_t nq, size_t qbytes);
 patina_status idf_many_match(idf_many_t *m, size_t set, patina_context_t *ctx);
 patina_status idf_many_match_sets(idf_many_t *m, size_t set0, size_t nsets, patina_context_t *ctx);
 patina_status idf_many_finish(idf_many_t *m, patina_context_t *ctx, patina_identify_hit_t *hits,

@@ -1310,8 +1310,9 @@ static patina_status check_identify_set(patina_table_t *const *tables, size_t nt
  * in the hit's own table; every lock released. *missing (nt): set for the
  * tables some of whose hits had no key any more. */
 static patina_status identify_once(patina_table_t *const *tables, size_t nt, const void *queries, size_t nq,
-                                   const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
-                                   patina_identify_result_t *results, char **keys, uint8_t *missing)
+                                   const patina_identify_opts_t *opts, size_t half_features,
+                                   patina_identify_hit_t *hits, patina_identify_result_t *results, char **keys,
+                                   uint8_t *missing)
 {
     const size_t ns = tables[0]->ns, k = opts->k;
     const double t0 = patina_now();
@@ -1335,7 +1336,9 @@ static patina_status identify_once(patina_table_t *const *tables, size_t nt, con
     for (i = 0; s == PATINA_OK && i < nt; i++) s = refs_ready(tables[i]);
     for (j = 0; s == PATINA_OK && j < ns; j++)
         for (i = 0; i < nt; i++) sets[j * nt + i] = tables[i]->sl[j].rs;
-    if (s == PATINA_OK) s = idf_many_begin(&m, sets, ns * nt, queries, nq, opts);
+    if (s == PATINA_OK)
+        s = half_features ? idf_many_begin_half(&m, sets, ns * nt, queries, nq, opts, half_features)
+                          : idf_many_begin(&m, sets, ns * nt, queries, nq, opts);
     if (s == PATINA_OK && ns == 1) {
         s = idf_many_match_sets(m, 0, nt, tables[0]->sl[0].ctx); /* one context (check_identify_set): one pass */
     } else if (s == PATINA_OK) {
@@ -1375,9 +1378,11 @@ static patina_status identify_once(patina_table_t *const *tables, size_t nt, con
     return s;
 }
 
-patina_status patina_table_identify_many(patina_table_t *const *tables, size_t nt, const void *queries, size_t nq,
-                                         const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
-                                         patina_identify_result_t *results, char **keys)
+/* patina_table_identify_many; half_features > 0: the queries are pairs
+ * (idf_many_begin_half's layout and rule). */
+static patina_status identify_many(patina_table_t *const *tables, size_t nt, const void *queries, size_t nq,
+                                   const patina_identify_opts_t *opts, size_t half_features,
+                                   patina_identify_hit_t *hits, patina_identify_result_t *results, char **keys)
 {
     patina_identify_opts_t def;
     patina_status s;
@@ -1398,7 +1403,7 @@ patina_status patina_table_identify_many(patina_table_t *const *tables, size_t n
         if (keys)
             for (i = 0; i < nq * opts->k; i++) keys[i] = NULL;
         memset(gone, 0, nt);
-        s = identify_once(tables, nt, queries, nq, opts, hits, results, keys, gone);
+        s = identify_once(tables, nt, queries, nq, opts, half_features, hits, results, keys, gone);
         for (q = 0, missing = 0; s == PATINA_OK && keys && q < nq; q++)
             missing += missing_keys(keys + q * opts->k, results[q].nhits);
         if (s == PATINA_OK && missing && attempt < KEY_RETRIES) {
@@ -1440,6 +1445,13 @@ patina_status patina_table_identify_many(patina_table_t *const *tables, size_t n
     return s;
 }
 
+patina_status patina_table_identify_many(patina_table_t *const *tables, size_t nt, const void *queries, size_t nq,
+                                         const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
+                                         patina_identify_result_t *results, char **keys)
+{
+    return identify_many(tables, nt, queries, nq, opts, 0, hits, results, keys);
+}
+
 patina_status patina_table_identify_half(patina_table_t *t, const void *queries, const void *half_queries,
                                          size_t nq, size_t half_features, double margin,
                                          const patina_identify_opts_t *opts, patina_identify_hit_t *hits,
@@ -1448,44 +1460,60 @@ patina_status patina_table_identify_half(patina_table_t *t, const void *queries,
     patina_identify_opts_t o, ho;
     patina_identify_hit_t *hh = NULL;
     patina_identify_result_t *hr = NULL;
-    unsigned char *taken = NULL;
+    unsigned char *taken = NULL, *both = NULL;
     char **hk = NULL;
     patina_status s;
     size_t k, i;
     if (!t) return patina__fail(PATINA_E_INVALID, "identify: null table");
     if (nq && !half_queries) return patina__fail(PATINA_E_INVALID, "identify: null half-size queries");
-    if (!(margin >= 0)) return patina__fail(PATINA_E_INVALID, "identify: half-size query margin %g (>= 0)", margin);
-    if (opts)
-        o = *opts;
-    else
-        patina_identify_opts_init(&o);
-    /* the calibrated default: the half-size query's calibration (its impostors' second chance) */
-    if (o.threshold < 0)
-        PATINA_TRY(patina_identify_far_threshold_half(patina_table_spec(t), &o, PATINA_FAR_DEFAULT, &o.threshold));
-    opts = &o;
-    PATINA_TRY(patina_identify_half_opts(opts, half_features, &ho));
-    PATINA_TRY(patina_table_identify(t, queries, nq, opts, hits, results, keys));
-    if (nq == 0) return PATINA_OK;
-    k = ho.k;
-    hh = calloc(nq * k, sizeof *hh);
-    hr = calloc(nq, sizeof *hr);
+    PATINA_TRY(idf_half_prepare(patina_table_spec(t), opts, half_features, margin, &o, &ho));
+    PATINA_TRY(patina__options_validate(PATINA_OPTIONS_IDENTIFY, &o));
+    if (nq == 0) return patina_table_identify(t, queries, nq, &o, hits, results, keys);
+    if (!queries || !hits || !results) return patina__fail(PATINA_E_INVALID, "identify: null argument");
+    k = o.k;
+    if (nq > SIZE_MAX / 2 / k / sizeof *hh) return patina__fail(PATINA_E_LIMIT, "identify: %zu queries x k = %zu", nq, k);
+    hh = calloc(2 * nq * k, sizeof *hh);
+    hr = calloc(2 * nq, sizeof *hr);
     taken = calloc(nq, 1);
-    hk = keys ? calloc(nq * k, sizeof *hk) : NULL;
+    hk = keys ? calloc(2 * nq * k, sizeof *hk) : NULL;
     if (!hh || !hr || !taken || (keys && !hk)) {
         s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu half-size queries", nq);
         goto out;
     }
-    s = patina_table_identify(t, half_queries, nq, &ho, hh, hr, hk);
-    if (s == PATINA_OK) s = patina_identify_fuse_half(nq, k, margin, opts, hits, results, hh, hr, taken);
+    if (o.first_features > 0 && ho.first_features > 0) {
+        /* one call: each query and its half-size query share the first pass (idf_many_begin_half) */
+        if (!(both = idf_half_join(queries, half_queries, nq, patina_table_query_bytes(t)))) {
+            s = patina__fail(PATINA_E_NOMEM, "identify: out of memory for %zu half-size queries", nq);
+            goto out;
+        }
+        s = identify_many(&t, 1, both, 2 * nq, &o, ho.first_features, hh, hr, hk);
+        if (s == PATINA_OK) {
+            memcpy(hits, hh, nq * k * sizeof *hh);
+            memcpy(results, hr, nq * sizeof *hr);
+            for (i = 0; keys && i < nq * k; i++) {
+                keys[i] = hk[i];
+                hk[i] = NULL;
+            }
+        }
+    } else {
+        s = patina_table_identify(t, queries, nq, &o, hits, results, keys);
+        if (s == PATINA_OK) s = patina_table_identify(t, half_queries, nq, &ho, hh + nq * k, hr + nq, hk ? hk + nq * k : NULL);
+    }
+    if (s == PATINA_OK) s = patina_identify_fuse_half(nq, k, margin, &o, hits, results, hh + nq * k, hr + nq, taken);
     if (s == PATINA_OK && taken_out) memcpy(taken_out, taken, nq);
-    if (s == PATINA_OK) idf_keys_take(nq, k, taken, keys, hk); /* the hits' keys follow them */
+    if (s == PATINA_OK) idf_keys_take(nq, k, taken, keys, hk ? hk + nq * k : NULL); /* the hits' keys follow them */
 out:
     if (hk)
-        for (i = 0; i < nq * k; i++) free(hk[i]);
+        for (i = 0; i < 2 * nq * k; i++) free(hk[i]);
+    for (i = 0; s != PATINA_OK && keys && i < nq * k; i++) { /* nothing half given back */
+        free(keys[i]);
+        keys[i] = NULL;
+    }
     free(hk);
     free(hh);
     free(hr);
     free(taken);
+    free(both);
     return s;
 }
 

@@ -76,6 +76,66 @@ static void compare(patina_refset_t *rs, const unsigned char *q, size_t nq, cons
     free(rg);
 }
 
+/* Hits and results of two answers, identical. */
+static void same_answers(const patina_identify_hit_t *ha, const patina_identify_result_t *ra,
+                         const patina_identify_hit_t *hb, const patina_identify_result_t *rb, size_t nq, size_t k,
+                         const char *what, const char *a, const char *b)
+{
+    for (size_t i = 0; i < nq; i++) {
+        if (ra[i].nhits != rb[i].nhits || ra[i].decision != rb[i].decision)
+            fail_msg("%s: query %zu: %s %zu hits (%d), %s %zu hits (%d)", what, i, a, ra[i].nhits,
+                     (int)ra[i].decision, b, rb[i].nhits, (int)rb[i].decision);
+        for (size_t j = 0; j < ra[i].nhits; j++) {
+            const patina_identify_hit_t *x = &ha[i * k + j], *y = &hb[i * k + j];
+            if (x->id != y->id || x->matches != y->matches || x->inliers != y->inliers || x->verified != y->verified ||
+                x->score != y->score)
+                fail_msg("%s: query %zu rank %zu: %s id %llu matches %u inliers %u score %g, %s id %llu matches %u "
+                         "inliers %u score %g",
+                         what, i, j + 1, a, (unsigned long long)x->id, x->matches, x->inliers, x->score, b,
+                         (unsigned long long)y->id, y->matches, y->inliers, y->score);
+        }
+    }
+}
+
+/* patina_identify_half (the queries and their half-size queries hq in one
+ * call: on the GPU each pair shares the first pass, the fused kernel's
+ * companion lists) on the GPU and on the CPU, and the two calls it stands
+ * for (patina_identify with o, then with patina_identify_half_opts(o, F),
+ * then patina_identify_fuse_half) on the CPU: identical answers and the
+ * same half-size answers taken. Returns how many were taken. */
+static size_t compare_half(patina_refset_t *rs, const unsigned char *q, const unsigned char *hq, size_t nq,
+                           const patina_identify_opts_t *base, size_t F, const char *what)
+{
+    patina_identify_opts_t o = *base, ho;
+    const size_t k = o.k;
+    patina_identify_hit_t *hg = calloc(nq * k, sizeof *hg), *hc = calloc(nq * k, sizeof *hc),
+                          *hs = calloc(nq * k, sizeof *hs), *hh = calloc(nq * k, sizeof *hh);
+    patina_identify_result_t *rg = calloc(nq, sizeof *rg), *rc = calloc(nq, sizeof *rc), *rsep = calloc(nq, sizeof *rsep),
+                             *rh = calloc(nq, sizeof *rh);
+    unsigned char *tg = calloc(nq, 1), *tc = calloc(nq, 1), *ts = calloc(nq, 1);
+    size_t taken = 0;
+    o.device = PATINA_DEVICE_GPU;
+    TU_OK(patina_identify_half(CTX, rs, q, hq, nq, F, 0, &o, hg, rg, tg));
+    o.device = PATINA_DEVICE_CPU;
+    TU_OK(patina_identify_half(CTX, rs, q, hq, nq, F, 0, &o, hc, rc, tc));
+    same_answers(hc, rc, hg, rg, nq, k, what, "CPU", "GPU");
+    /* the two calls, the threshold resolved as patina_identify_half resolves it */
+    if (o.threshold < 0) TU_OK(patina_identify_far_threshold_half(patina_refset_table(rs), &o, PATINA_FAR_DEFAULT,
+                                                                 &o.threshold));
+    TU_OK(patina_identify_half_opts(&o, F, &ho));
+    TU_OK(patina_identify(CTX, rs, q, nq, &o, hs, rsep));
+    TU_OK(patina_identify(CTX, rs, hq, nq, &ho, hh, rh));
+    TU_OK(patina_identify_fuse_half(nq, k, 0, &o, hs, rsep, hh, rh, ts));
+    same_answers(hs, rsep, hg, rg, nq, k, what, "two calls (CPU)", "one call (GPU)");
+    for (size_t i = 0; i < nq; i++) {
+        if (tg[i] != ts[i] || tc[i] != ts[i])
+            fail_msg("%s: query %zu: taken GPU %d CPU %d two calls %d", what, i, tg[i], tc[i], ts[i]);
+        taken += ts[i];
+    }
+    free(hg), free(hc), free(hs), free(hh), free(rg), free(rc), free(rsep), free(rh), free(tg), free(tc), free(ts);
+    return taken;
+}
+
 /* Frees what make_random and make_collection made (rs may be NULL). */
 static void release_all(patina_refset_t *rs, patina_collection_t *c, char *dir, unsigned char **recs, size_t nr,
                         unsigned char *q, patina_extractor_t *ex)
@@ -273,6 +333,36 @@ static void test_views(void **state)
                     compare(rs, q, nq, &o, what);
                 }
             o.half_view_features = 0;
+            /* the half-size queries beside (patina_identify_half: here the queries in reverse order stand
+             * for them): with the half-size views in the first pass (views 3) or without; pairs of rows
+             * that fit the fused kernel and that do not (n + n: two calls), one2one, raw and mutual scoring */
+            if (k == 0) {
+                unsigned char *hq = malloc(nq * rs_record_bytes(n, RS_QUANT_U8));
+                const size_t qb = rs_record_bytes(n, RS_QUANT_U8);
+                const size_t F[][2] = {{n / 3 > 0 ? n / 3 : 1, n / 4 > 0 ? n / 4 : 1}, {n, n}, {1, n / 2 > 0 ? n / 2 : 1}};
+                size_t taken = 0;
+                char hw[256];
+                for (size_t i = 0; i < nq; i++) memcpy(hq + i * qb, q + (nq - 1 - i) * qb, qb);
+                for (size_t f = 0; f < sizeof F / sizeof F[0]; f++)
+                    for (int sc = 0; sc < 3; sc++) {
+                        o.view_candidates = f == 1 ? 0 : 6;
+                        o.first_features = F[f][0];
+                        o.half_view_features = V == 3 && f != 1 ? (n / 4 > 0 ? n / 4 : 1) : 0;
+                        o.scoring = (patina_identify_scoring)sc;
+                        snprintf(hw, sizeof hw,
+                                 "views %zu: m %zu items %zu half-size queries: first_features %zu, theirs %zu, "
+                                 "view_candidates %zu, half_view_features %zu, scoring %d",
+                                 V, m, ni, F[f][0], F[f][1], o.view_candidates, o.half_view_features, sc);
+                        taken += compare_half(rs, q, hq, nq, &o, F[f][1], hw);
+                    }
+                print_message("views %zu: m %zu n %zu: the half-size queries' pairs equal (%zu of %zu answers "
+                              "the half-size query's)\n", V, m, n, taken, 9 * nq);
+                patina_identify_opts_init(&o);
+                o.k = kv[k][0];
+                o.verify_top = kv[k][1];
+                o.verify = kv[k][1] > 0;
+                free(hq);
+            }
         }
         /* the first rows' copy follows the set: an item replaced (its rows another item's), one removed,
          * one added above the others, between view-pass queries */

@@ -216,7 +216,7 @@ static int launch_impl(int impl, const idf_launch_t &L, dim3 grid, int warps, in
         k_idf_match<IDF_PREC_INT8, uint32_t><<<grid, warps * 32, smem, st>>>(L);
     } else {
         /* mutual: the two-consumer instance in both (its column maxima need registers) */
-        const size_t smem = idfw_smem_bytes(L.m, L.n, L.K, scoring);
+        const size_t smem = idfw_smem_bytes(L.m, L.n, L.K, scoring, 0);
         const bool split = impl == IMPL_WG3S || impl == IMPL_WG3T, three = impl == IMPL_WG3 || split;
         void (*k)(const idf_launch_t, const CUtensorMap, int) =
             scoring == IDF_SCORE_MUTUAL
