@@ -1207,6 +1207,17 @@ static void test_fuse_half(void **state)
         assert_true(t == t0);
         TU_OK(patina_identify_far_threshold_half("rootsift:views=3", &o, 1, &t));
         assert_true(t == 0);
+        /* no views (its own run: 3.03 at 1%, 9.04 at 0.1%), with the default options */
+        {
+            patina_identify_opts_t d;
+            patina_identify_opts_init(&d);
+            TU_OK(patina_identify_far_threshold_half("rootsift", &d, 0.01, &t));
+            assert_true(fabs(t - 3.03) < 1e-9);
+            TU_OK(patina_identify_far_threshold_half("rootsift", &d, 0.001, &t));
+            assert_true(fabs(t - 9.04) < 1e-9);
+            TU_OK(patina_identify_far_threshold_half("rootsift", NULL, 0.01, &t));
+            assert_true(fabs(t - 3.03) < 1e-9);
+        }
         assert_int_equal(patina_identify_far_threshold_half("lbp8", &o, 0.01, &t), PATINA_E_INVALID);
     }
 }

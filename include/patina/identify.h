@@ -310,10 +310,11 @@ PATINA_API patina_status patina_identify_far_threshold_table(const char *table, 
 PATINA_API patina_status patina_identify_far_threshold_opts(const char *table, const patina_identify_opts_t *opts,
                                                             double far, double *threshold);
 /* The same with the half-size query beside (patina_identify_fuse_half at
- * PATINA_HALF_QUERY_MARGIN): the one calibrated setting (views 3, the view
- * pass with half_view_features, significance) takes the stricter of its
- * own run's row and the options' (at FAR 0.1% 20.47 against 20); every
- * other setting the options' row (not calibrated with the half-size query). */
+ * PATINA_HALF_QUERY_MARGIN): the calibrated settings (significance; no
+ * reference views, or views 3 with the view pass and half_view_features)
+ * take the stricter of their own run's row and the options' (views 3: at
+ * FAR 0.1% 20.47 against 20; no views: 3.03 against 3 at 1%); every other
+ * setting the options' row (not calibrated with the half-size query). */
 PATINA_API patina_status patina_identify_far_threshold_half(const char *table, const patina_identify_opts_t *opts,
                                                             double far, double *threshold);
 

@@ -680,12 +680,16 @@ static const far_row_t sig_half_tables[2][FAR_ROWS] = {
     {{0.05, 0.04}, {0.02, 0.8}, {0.01, 3}, {0.005, 8}, {PATINA_FAR_MIN, 9}},
     {{0.05, 0.49}, {0.02, 2}, {0.01, 3.9}, {0.005, 14}, {PATINA_FAR_MIN, 20}},
 };
-/* ... and with the half-size query beside (patina_identify_fuse_half at
- * the default margin): `--half-query 64` with the same options on the
- * `--views 3` collection (2026-12-01; docs/identify-bench.md): each value
- * the calibrated one rounded up (its run's impostors below it stay below). */
-static const far_row_t sig_halfq_table[FAR_ROWS] = {
-    {0.05, 0.79}, {0.02, 2.24}, {0.01, 3.99}, {0.005, 14.52}, {PATINA_FAR_MIN, 20.47},
+/* With the half-size query beside (patina_identify_fuse_half at the
+ * default margin), each value the calibrated one rounded up (its run's
+ * impostors below it stay below; docs/identify-bench.md): row 0 `patina
+ * identify --half-query 64` with the default options on a collection
+ * without views (2026-12-01, fourteenth session), row 1 with the view pass
+ * and the half-size views (`--view-candidates 64 --first-features 512
+ * --half-view-features 64`) on the `--views 3` collection (2026-12-01). */
+static const far_row_t sig_halfq_tables[2][FAR_ROWS] = {
+    {{0.05, 0.044}, {0.02, 1.73}, {0.01, 3.03}, {0.005, 8.13}, {PATINA_FAR_MIN, 9.04}},
+    {{0.05, 0.79}, {0.02, 2.24}, {0.01, 3.99}, {0.005, 14.52}, {PATINA_FAR_MIN, 20.47}},
 };
 /* opts.accept INLIERS: rank 1's inlier count (the peer's hygiene) */
 static const far_row_t far_tables[RS_VIEWS_MAX + 1][FAR_ROWS] = {
@@ -780,9 +784,10 @@ patina_status patina_identify_far_threshold_half(const char *table, const patina
     PATINA_TRY(far_views(table, opts, &views));
     PATINA_TRY(far_lookup(views, opts ? opts->accept : PATINA_ACCEPT_SIGNIFICANCE, pass_mode(views, opts), far,
                           threshold));
-    /* the one calibrated run: significance, views 3, the view pass with the half-size views */
-    if (views == 3 && (!opts || opts->accept == PATINA_ACCEPT_SIGNIFICANCE) && pass_mode(views, opts) == 2 && far < 1) {
-        const double t = row_threshold(sig_halfq_table, far);
+    /* the calibrated runs (significance): no views; views 3 with the view pass and the half-size views */
+    if ((!opts || opts->accept == PATINA_ACCEPT_SIGNIFICANCE) && far < 1 &&
+        (views == 0 || (views == 3 && pass_mode(views, opts) == 2))) {
+        const double t = row_threshold(sig_halfq_tables[views == 3], far);
         if (t > *threshold) *threshold = t;
     }
     return PATINA_OK;
