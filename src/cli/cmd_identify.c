@@ -61,7 +61,9 @@ static const cli_opt_t opts[] = {
              PATINA_STRINGIFY(PATINA_SIGNIFICANCE_VIEWS2) " with views=2, "
              PATINA_STRINGIFY(PATINA_SIGNIFICANCE_VIEWS3) " with views=3; with "
              "--accept inliers: " PATINA_STRINGIFY(PATINA_THRESHOLD_DEFAULT) " and 24; --view-candidates and "
-             "--half-view-features take rows of their own, e.g. 3 and 3.9 with views=3: docs/identify.md)"},
+             "--half-view-features take rows of their own, e.g. 3 and 3.9 with views=3, and --half-query "
+             "the stricter of those and its own, 3.03 without views and 3.99 with views=3 and both: "
+             "docs/identify.md)"},
     {.name = "accept", .type = CLI_CHOICE, .choices = "significance|inliers", .def = "significance",
      .help = "what --threshold is compared with: the a-contrario significance of rank 1's inliers, "
              "-log10 of their expected number of false alarms given its correspondences, the model "
