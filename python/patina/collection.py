@@ -80,6 +80,8 @@ class Identification:
     features: int                 # features of the query
     candidates: List[Candidate]   # best first, at most k
     threshold: float = 13.0       # what rank 1's score was judged against (threshold, or far's calibration)
+    half_query_taken: bool = False  # with half_query: the half-size query's answer is the one given
+                                    # (its scores less half_query_margin)
 
     @property
     def match(self) -> Optional[Candidate]:
@@ -773,13 +775,14 @@ class Collection(_Closing):
             hits = (_lib.IdentifyHit * (nq * io.k))()
             res = (_lib.IdentifyResult * nq)()
             keys = (ctypes.c_void_p * (nq * io.k))()   # malloc'd by the library: patina_free
+            taken = (ctypes.c_ubyte * max(nq, 1))()
             if half_query:
                 hrec = np.empty(nq * qbytes, dtype=np.uint8)
                 lib.check(lib.table_identify_extract_half(t.h, self._ctx.handle, hrec.ctypes.data, imgs, nq, None),
                           "identify")
                 lib.check(lib.table_identify_half(t.h, qrec.ctypes.data, hrec.ctypes.data, nq, int(half_query),
                                                   float(half_query_margin), ctypes.byref(io), hits, res, keys,
-                                                  None),
+                                                  taken),
                           "identify")
             else:
                 lib.check(lib.table_identify(t.h, qrec.ctypes.data, nq, ctypes.byref(io), hits, res, keys),
@@ -792,7 +795,8 @@ class Collection(_Closing):
                     cands.append(Candidate(_lib.decode_key(ctypes.string_at(key)) if key else None, float(h.score),
                                            int(h.matches), int(h.inliers), bool(h.verified), int(h.id)))
                 out.append(Identification(_s(lib.identify_decision_name(res[i].decision)),
-                                          int(res[i].query_features), cands, float(res[i].threshold)))
+                                          int(res[i].query_features), cands, float(res[i].threshold),
+                                          bool(taken[i])))
             return out
         finally:
             for p in prepared:

@@ -475,6 +475,14 @@ def test_identify_matches_cli(cli, rootsift_coll, samples, variant, tmp_path):
             assert g.decision == w["decision"]
             assert [(h.key, h.score, h.matches, h.inliers) for h in g.candidates] == \
                 [(h["key"], h["score"], h["matches"], h["inliers"]) for h in w["hits"]]
+        # which answer was given: a margin no score beats keeps the photograph's; a close-up (every pixel
+        # doubled) halves back to the registered image itself, whose answer wins at margin 0
+        assert c.identify(variant, half_query=32, half_query_margin=1e6).half_query_taken is False
+        assert c.identify(variant).half_query_taken is False
+        img = patina.decode(samples[0])
+        close = np.ascontiguousarray(np.repeat(np.repeat(img, 2, axis=0), 2, axis=1))
+        g = c.identify(close, half_query=32, half_query_margin=0)
+        assert g.half_query_taken is True and g.candidates[0].key.endswith(os.path.basename(samples[0])), g
         with pytest.raises(patina.InvalidError, match="half_query"):
             c.identify(variant, half_query=-1)
         with pytest.raises(patina.InvalidError, match="half_query_margin"):
