@@ -1234,6 +1234,30 @@ static void magnify(patina_image_t *out, const patina_image_t *in, int x0, int y
                    in->data + (size_t)(y0 + y / 2) * in->stride + 3 * (size_t)(x0 + x / 2), 3);
 }
 
+/* A reference set of spec over the n images (ids 1 .. n, extracted on the CPU) and its extractor
+ * (*ex); recs (n, may be NULL) receives a malloc'd copy of each record. */
+static patina_refset_t *images_set(const char *spec, const patina_image_t *img, int n, patina_extractor_t **ex,
+                                   unsigned char **recs)
+{
+    patina_refset_t *rs = NULL;
+    size_t bytes;
+    unsigned char *rec;
+    TU_OK(patina_extractor_new(ex, spec));
+    bytes = patina_extractor_bytes(*ex);
+    rec = malloc(bytes);
+    TU_OK(patina_refset_new(&rs, spec));
+    for (int i = 0; i < n; i++) {
+        TU_OK((*ex)->family->cpu((*ex)->params, rec, &img[i]));
+        TU_OK(patina_refset_put(rs, (uint64_t)i + 1, rec, bytes));
+        if (recs) {
+            recs[i] = malloc(bytes);
+            memcpy(recs[i], rec, bytes);
+        }
+    }
+    free(rec);
+    return rs;
+}
+
 /* A close-up (a window of a registered texture magnified 2x): the half-size query's record is the
  * halved photograph's (patina_identify_extract on the halved image gives the same bytes, and the CPU's
  * view of the image is its area average), it names the right item first, and the fused answer keeps
@@ -1248,21 +1272,14 @@ static void test_half_query(void **state)
     patina_identify_opts_t o, ho;
     patina_identify_hit_t hits[NI], hh[NI];
     patina_identify_result_t res, hres;
-    unsigned char *rec, *qrec, *hrec, *hrec2, taken = 0;
-    size_t bytes, qb;
+    unsigned char *qrec, *hrec, *hrec2, taken = 0;
+    size_t qb;
     tu_rng_t r;
     (void)state;
     tu_rng_seed(&r, 7);
     for (int i = 0; i < NI; i++) discs(&img[i], 320, 256, &r);
     magnify(&q, &img[1], 60, 50, 160, 128);
-    TU_OK(patina_extractor_new(&ex, spec));
-    bytes = patina_extractor_bytes(ex);
-    rec = malloc(bytes);
-    TU_OK(patina_refset_new(&rs, spec));
-    for (int i = 0; i < NI; i++) {
-        TU_OK(ex->family->cpu(ex->params, rec, &img[i]));
-        TU_OK(patina_refset_put(rs, (uint64_t)i + 1, rec, bytes));
-    }
+    rs = images_set(spec, img, NI, &ex, NULL);
     qb = patina_identify_query_bytes(rs);
     qrec = malloc(qb);
     hrec = malloc(qb);
@@ -1297,7 +1314,6 @@ static void test_half_query(void **state)
     patina_image_release(&half);
     patina_image_release(&q);
     for (int i = 0; i < NI; i++) patina_image_release(&img[i]);
-    free(rec);
     free(qrec);
     free(hrec);
     free(hrec2);
@@ -1320,7 +1336,7 @@ static void test_half_pairs(void **state)
     patina_identify_opts_t o, ho;
     patina_identify_hit_t h1[NQ * K], h2[NQ * K], hh[NQ * K];
     patina_identify_result_t r1[NQ], r2[NQ], rh[NQ];
-    unsigned char *rec, *qrec, *hrec, t1[NQ], t2[NQ], *recs[NI];
+    unsigned char *qrec, *hrec, t1[NQ], t2[NQ], *recs[NI];
     size_t bytes, qb, taken = 0, cases = 0;
     tu_rng_t r;
     (void)state;
@@ -1334,16 +1350,8 @@ static void test_half_pairs(void **state)
         if (i == NQ - 1) discs(&q[i], 200, 180, &rq);
         else magnify(&q[i], &img[i], 0, 0, 240, 200);
     }
-    TU_OK(patina_extractor_new(&ex, spec));
+    rs = images_set(spec, img, NI, &ex, recs);
     bytes = patina_extractor_bytes(ex);
-    rec = malloc(bytes);
-    TU_OK(patina_refset_new(&rs, spec));
-    for (int i = 0; i < NI; i++) {
-        TU_OK(ex->family->cpu(ex->params, rec, &img[i]));
-        TU_OK(patina_refset_put(rs, (uint64_t)i + 1, rec, bytes));
-        recs[i] = malloc(bytes);
-        memcpy(recs[i], rec, bytes);
-    }
     qb = patina_identify_query_bytes(rs);
     qrec = malloc(NQ * qb);
     hrec = malloc(NQ * qb);
@@ -1425,7 +1433,6 @@ static void test_half_pairs(void **state)
     for (int i = 0; i < NI; i++) patina_image_release(&img[i]);
     for (int i = 0; i < NQ; i++) patina_image_release(&q[i]);
     for (int i = 0; i < NI; i++) free(recs[i]);
-    free(rec);
     free(qrec);
     free(hrec);
     patina_refset_free(rs);
