@@ -1429,6 +1429,8 @@ static void test_half_pairs(void **state)
     }
     assert_int_equal(patina_identify_half(NULL, rs, qrec, hrec, NQ, 32, -1, &o, h1, r1, t1), PATINA_E_INVALID);
     assert_int_equal(patina_identify_half(NULL, rs, qrec, NULL, NQ, 32, 10, &o, h1, r1, t1), PATINA_E_INVALID);
+    assert_int_equal(patina_identify_half(NULL, rs, qrec, hrec, NQ, 16385, 10, &o, h1, r1, t1), PATINA_E_INVALID);
+    assert_non_null(strstr(patina_last_error(), "first_features"));
     TU_OK(patina_identify_half(NULL, rs, NULL, NULL, 0, 32, 10, &o, NULL, NULL, NULL));
     for (int i = 0; i < NI; i++) patina_image_release(&img[i]);
     for (int i = 0; i < NQ; i++) patina_image_release(&q[i]);

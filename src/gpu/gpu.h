@@ -421,6 +421,8 @@ patina_status patina_gpu_identify(patina_gpu_t *g, const pgpu_idf_refs_t *refs, 
                                   size_t qstride, const uint16_t *qcount, size_t nq, size_t n,
                                   const pgpu_idf_opts_t *o, uint64_t *keys, pgpu_idf_stats_t *stats);
 
+#define PGPU_IDF_NMAX 16384 /* query rows (n) of a patina_gpu_identify call at most */
+
 /* patina_gpu_identify of nq pairs: query q's first qsplit[q] rows are one
  * query, its rows [qsplit[q], qcount[q]) another (its companion: the
  * half-size query beside its photograph, patina_table_identify_half);

@@ -600,7 +600,7 @@ static patina_status check_opts(const pgpu_idf_opts_t *o)
 /* The checks of one set of a call (queries of n rows). */
 static patina_status check_set(const pgpu_idf_refs_t *refs, size_t n)
 {
-    if (refs->m < 1 || refs->m > 4096 || n < 1 || n > 16384)
+    if (refs->m < 1 || refs->m > 4096 || n < 1 || n > PGPU_IDF_NMAX)
         return patina__fail(PATINA_E_INVALID, "gpu identify: m = %zu, n = %zu out of range", refs->m, n);
     if (refs->nslots > 0xfffffff0u)
         return patina__fail(PATINA_E_LIMIT, "gpu identify: %zu slots (shard the set)", refs->nslots);

@@ -1418,6 +1418,14 @@ static void query_counts(const unsigned char *queries, size_t qbytes, size_t nq,
     for (size_t q = 0; q < nq; q++) qc[q] = (uint16_t)rs_count(queries + q * qbytes);
 }
 
+/* The rows of a pair of a job with companions: the query's first pass's
+ * and its companion's, at most. */
+static size_t pair_rows(const job_t *jb)
+{
+    const size_t n = (size_t)params_of(jb->rs)->n;
+    return (jb->o->first_features < n ? jb->o->first_features : n) + (jb->comp_rows < n ? jb->comp_rows : n);
+}
+
 /* The first pass of a job with companions (idf_many_begin_half) on g:
  * query q (< nmain) and its companion nmain + q as one pair of
  * patina_gpu_identify_pair (the references read once for both), their
@@ -1482,7 +1490,7 @@ static patina_status match_gpu(patina_context_t *ctx, job_t *jb)
         if (s == PATINA_OK) {
             /* the device that mirrors the set, told once (patina__refset_gpu_forget) */
             atomic_store(&rs->gpu_ctx, (void *)ctx);
-            if (pass == 0 && jb->nmain < jb->nq)
+            if (pass == 0 && jb->nmain < jb->nq && pair_rows(jb) <= PGPU_IDF_NMAX)
                 s = match_pairs(g, &view, jb, qc, &go, keys);
             else
                 s = patina_gpu_identify(g, &view, qs + RS_HEADER, jb->qbytes, qc, nq, (size_t)params_of(rs)->n, &go,
@@ -2341,6 +2349,12 @@ patina_status idf_half_prepare(const char *table, const patina_identify_opts_t *
                                double margin, patina_identify_opts_t *o, patina_identify_opts_t *ho)
 {
     if (!(margin >= 0)) return patina__fail(PATINA_E_INVALID, "identify: half-size query margin %g (>= 0)", margin);
+    /* its first pass's features: first_features' bounds */
+    if (patina_options_check(PATINA_OPTIONS_IDENTIFY, "first_features", (double)half_features) != PATINA_OK) {
+        char why[256]; /* the message, before the failure below replaces it */
+        snprintf(why, sizeof why, "%s", patina_last_error());
+        return patina__fail(PATINA_E_INVALID, "identify: the half-size query's features: %s", why);
+    }
     if (opts) *o = *opts;
     else patina_identify_opts_init(o);
     /* the calibrated default: the half-size query's calibration (its impostors' second chance) */
