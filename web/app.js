@@ -290,6 +290,8 @@ async function identify(ev) {
   form.append("image", identifyPhoto.file, identifyPhoto.file.name);
   form.append("k", $("identify-k").value);
   form.append("verify", $("identify-verify").checked ? "1" : "0");
+  // a close-up: the photo halved is identified too, its answer kept when it wins (docs/serve.md)
+  if ($("identify-closeup").checked) form.append("half_query", "64");
   $("identify-go").disabled = true;
   try {
     const res = await api(`/collections/${encodeURIComponent(coll)}/identify`, { method: "POST", body: form });
@@ -327,6 +329,8 @@ function showIdentification(coll, res) {
       `${hits[1] ? hits[1].key : "the next candidate"} (${hits[1] ? said(hits[1]) : "?"}), ` +
       `both >= ${against}; ${res.features} query features`
     : `Unknown: no registered item reaches ${against} (${best}; ${res.features} query features)`;
+  if (res.half_query && res.half_query.taken)
+    d.textContent += ` (answered by the photo halved: its scores less ${res.half_query.margin})`;
   d.hidden = false;
   const table = $("identify-candidates"), tbody = table.querySelector("tbody");
   tbody.textContent = "";

@@ -47,6 +47,7 @@ try:
 except ImportError:  # pragma: no cover
     webdriver = None
 
+import numpy as np  # noqa: E402
 import patina  # noqa: E402
 
 PHOTOS = ["opencv/baboon.jpg", "opencv/fruits.jpg", "opencv/HappyFish.jpg", "opencv/pic1.png",
@@ -144,14 +145,18 @@ class MockServe(BaseHTTPRequestHandler):
                     return self.reply(200, {"collection": parts[2], "family": spec, "k": k, "rows": len(c),
                                             "hits": [{"rank": i + 1, "id": h.id, "key": h.key, "distance": h.distance}
                                                      for i, h in enumerate(hits)]})
+                half = int(fields.get("half_query", b"0"))
                 res = c.identify(fields["image"], k=int(fields.get("k", b"5")),
-                                 verify=fields.get("verify", b"1") == b"1")
-                return self.reply(200, {"collection": parts[2], "decision": res.decision, "features": res.features,
-                                        "threshold": res.threshold,  # the binding's default, as the server's
-                                        "accept": "significance",
-                                        "hits": [{"rank": i + 1, "id": h.id, "key": h.key, "score": h.score,
-                                                  "matches": h.matches, "inliers": h.inliers,
-                                                  "verified": h.verified} for i, h in enumerate(res.candidates)]})
+                                 verify=fields.get("verify", b"1") == b"1", half_query=half)
+                out = {"collection": parts[2], "decision": res.decision, "features": res.features,
+                       "threshold": res.threshold,  # the binding's default, as the server's
+                       "accept": "significance",
+                       "hits": [{"rank": i + 1, "id": h.id, "key": h.key, "score": h.score,
+                                 "matches": h.matches, "inliers": h.inliers,
+                                 "verified": h.verified} for i, h in enumerate(res.candidates)]}
+                if half:
+                    out["half_query"] = {"features": half, "margin": 10.0, "taken": res.half_query_taken}
+                return self.reply(200, out)
         except patina.FormatError:
             # the server's words (src/serve/handlers.c)
             return self.problem(415, "the query image is not a JPEG, PNG or PNM image")
@@ -401,6 +406,27 @@ def test_identification(browser, base_url, photos):
         "const c = document.getElementById('identify-canvas');"
         "const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
         "for (let i = 3; i < px.length; i += 4) if (px[i]) return true; return false;")
+
+
+def test_identification_closeup(browser, base_url, photos, tmp_path):
+    """The close-up box: the photo halved is identified too (half_query), and the decision says when its
+    answer was kept. A 2x close-up of a registered photo (every pixel doubled) halves back to it."""
+    img = patina.decode(photos[0])
+    close = tmp_path / "closeup.ppm"
+    close.write_bytes(b"P6\n%d %d\n255\n" % (2 * img.shape[1], 2 * img.shape[0]) +
+                      np.ascontiguousarray(np.repeat(np.repeat(img, 2, axis=0), 2, axis=1)).tobytes())
+    open_page(browser, base_url, "identify")
+    browser.find_element(By.CSS_SELECTOR, "#identify-collection option[value=refs]").click()
+    box = browser.find_element(By.ID, "identify-closeup")
+    if not box.is_selected():
+        box.click()
+    upload(browser, "identify-file", str(close))
+    browser.find_element(By.ID, "identify-go").click()
+    dec = wait(browser, lambda d: d.find_element(By.ID, "identify-decision")
+               if d.find_element(By.ID, "identify-decision").is_displayed() else None)
+    assert dec.text.startswith("Match: " + photos[0]), dec.text
+    assert "answered by the photo halved" in dec.text, dec.text
+    box.click()  # off again for the other tests
 
 
 def test_collections_page(browser, base_url):
