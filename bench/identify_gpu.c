@@ -39,8 +39,10 @@
  *              pass: the items' half-size views in the first pass too, with
  *              the queries' H strongest); --half-query F adds the half-size
  *              query to every step (the photograph halved, extracted and
- *              identified with patina_identify_half_opts(F), then fused):
- *              what `identify --half-query F` costs
+ *              identified with patina_identify_half_opts(F), then fused) as
+ *              two calls, and a row for the one call of patina_identify_half
+ *              (each pair's first pass shared), checked to give the same
+ *              rank 1: what `identify --half-query F` costs
  * Synthetic RootSIFT-like rows (4096 distinct references repeated: the work
  * does not depend on the values); e2e also registers the sample photographs
  * as real references and queries a distorted one. Times are GPU times of the
