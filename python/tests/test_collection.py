@@ -473,6 +473,7 @@ def test_identify_matches_cli(cli, rootsift_coll, samples, variant, tmp_path):
                                "32", "--half-query-margin", margin).decode().splitlines()[0])
             g = c.identify(variant, half_query=32, half_query_margin=float(margin))
             assert g.decision == w["decision"]
+            assert w["half_query"] == {"features": 32, "margin": float(margin), "taken": g.half_query_taken}, w
             assert [(h.key, h.score, h.matches, h.inliers) for h in g.candidates] == \
                 [(h["key"], h["score"], h["matches"], h["inliers"]) for h in w["hits"]]
         # which answer was given: a margin no score beats keeps the photograph's; a close-up (every pixel

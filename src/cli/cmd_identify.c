@@ -165,6 +165,9 @@ const cli_command_t cli_cmd_identify = {
              "         4180).\n"
              "  json   one object per query: {\"query\",\"decision\",\"features\",\"hits\":\n"
              "         [{\"rank\",\"id\",\"key\",\"score\",\"matches\",\"inliers\",\"verified\"}]};\n"
+             "         with --half-query also \"half_query\":{\"features\",\"margin\",\"taken\"}\n"
+             "         before the hits (taken: the halved photograph's answer was kept;\n"
+             "         the table format says so after the decision);\n"
              "         a video frame's hit (key FILE#t=SECONDS&f=FRAME) also has\n"
              "         \"video\":{\"file\",\"t\",\"frame\"} after its key, and its table row\n"
              "         the time (H:MM:SS.mmm) after the key\n"
@@ -174,14 +177,16 @@ const cli_command_t cli_cmd_identify = {
 };
 
 typedef struct out_ctx {
-    int fmt; /* 0 table, 1 csv, 2 json */
+    int fmt;              /* 0 table, 1 csv, 2 json */
+    size_t half_features; /* --half-query (0: off) */
+    double half_margin;   /* --half-query-margin */
 } out_ctx_t;
 
 /* One query's answer; keys[r] as the table looked it up (NULL: removed meanwhile, "?"); cov: a
- * cluster's answer, else NULL. */
+ * cluster's answer, else NULL; taken: the half-size query's answer was kept (--half-query). */
 static void print_query(const out_ctx_t *oc, const char *query, const patina_identify_hit_t *hits,
                         char *const *keys, const patina_identify_result_t *res, int incomplete,
-                        const cli_cov_t *cov)
+                        const cli_cov_t *cov, int taken)
 {
     FILE *f = stdout;
     /* a cluster's answer from some partitions only is never "unknown" (nor a match that a missing
@@ -197,10 +202,15 @@ static void print_query(const out_ctx_t *oc, const char *query, const patina_ide
         fputs("{\"query\":", f);
         cli_json_string(f, query);
         if (cov) cli_json_coverage(f, cov);
-        fprintf(f, ",\"decision\":\"%s\",\"features\":%u,\"hits\":[", dec, (unsigned)res->query_features);
+        fprintf(f, ",\"decision\":\"%s\",\"features\":%u,", dec, (unsigned)res->query_features);
+        if (oc->half_features)
+            fprintf(f, "\"half_query\":{\"features\":%zu,\"margin\":%.17g,\"taken\":%s},", oc->half_features,
+                    oc->half_margin, taken ? "true" : "false");
+        fputs("\"hits\":[", f);
     } else if (oc->fmt == 0) {
-        fprintf(f, "query %s: %s (%u feature%s, %zu candidate%s)\n", query, dec, (unsigned)res->query_features,
-                cli_plural(res->query_features), res->nhits, cli_plural(res->nhits));
+        fprintf(f, "query %s: %s (%u feature%s, %zu candidate%s%s)\n", query, dec, (unsigned)res->query_features,
+                cli_plural(res->query_features), res->nhits, cli_plural(res->nhits),
+                taken ? "; answered by the photograph halved" : "");
         if (res->nhits) fprintf(f, "  %4s  %7s  %7s  %7s  %s\n", "rank", "score", "inliers", "matches", "key");
     }
     for (r = 0; r < res->nhits; r++) {
@@ -251,7 +261,7 @@ static int run_identify(const cli_args_t *a)
     patina_walk_stats_t wstats;
     patina_image_t *images = NULL;
     patina_load_result_t *lres = NULL;
-    unsigned char *qrec = NULL, *hrec = NULL;
+    unsigned char *qrec = NULL, *hrec = NULL, *htaken = NULL; /* htaken: --half-query's answers kept */
     size_t half_features;
     double half_margin;
     patina_status *st = NULL;
@@ -269,6 +279,8 @@ static int run_identify(const cli_args_t *a)
     patina_status s;
 
     oc.fmt = !strcmp(format, "table") ? 0 : !strcmp(format, "csv") ? 1 : 2;
+    oc.half_features = 0;
+    oc.half_margin = 0;
     patina_identify_opts_init(&io);
     io.k = (size_t)cli_get(a, "k")->i;
     io.ratio = cli_get(a, "ratio")->num;
@@ -292,6 +304,8 @@ static int run_identify(const cli_args_t *a)
     io.half_view_features = (size_t)cli_get(a, "half-view-features")->i;
     half_features = (size_t)cli_get(a, "half-query")->i;
     half_margin = cli_get(a, "half-query-margin")->num;
+    oc.half_features = half_features;
+    oc.half_margin = half_margin;
     if (cli_get(a, "far")->given) {
         if (cli_get(a, "threshold")->given) {
             cli_error("identify", "--far and --threshold both set the acceptance threshold: give one");
@@ -379,7 +393,8 @@ static int run_identify(const cli_args_t *a)
     slot = calloc(nfiles + 1, sizeof *slot);
     keys = calloc((nfiles + 1) * io.k, sizeof *keys);
     incomplete = calloc(nfiles + 1, sizeof *incomplete);
-    if (!incomplete || !images || !lres || !qrec || !st || !hits || !res || !slot || !keys || (half_features && !hrec)) {
+    htaken = calloc(nfiles + 1, 1);
+    if (!incomplete || !htaken || !images || !lres || !qrec || !st || !hits || !res || !slot || !keys || (half_features && !hrec)) {
         cli_error("identify", "out of memory for %zu queries", nfiles);
         rc = EXIT_ERROR;
         goto out;
@@ -415,7 +430,7 @@ static int run_identify(const cli_args_t *a)
             clu_coverage_t cov;
             s = half_features ? clu_front_identify_half(clu_session_front(cs), patina_table_spec(table), qrec, hrec,
                                                         nq, qbytes, half_features, half_margin, &io, hits, res, keys,
-                                                        incomplete, NULL, &cov)
+                                                        incomplete, htaken, &cov)
                               : clu_front_identify(clu_session_front(cs), patina_table_spec(table), qrec, nq, qbytes,
                                                    &io, hits, res, keys, incomplete, &cov);
             if (s != PATINA_OK) {
@@ -434,7 +449,7 @@ static int run_identify(const cli_args_t *a)
 #endif
         if (s == PATINA_OK)
             s = half_features ? patina_table_identify_half(table, qrec, hrec, nq, half_features, half_margin, &io, hits,
-                                                           res, keys, NULL)
+                                                           res, keys, htaken)
                               : patina_table_identify(table, qrec, nq, &io, hits, res, keys);
         if (s != PATINA_OK) {
             cli_status_error("identify", s);
@@ -449,7 +464,8 @@ static int run_identify(const cli_args_t *a)
                           patina_status_str(st[i]));
                 rc = EXIT_PARTIAL;
             }
-            print_query(&oc, q, hits + i * io.k, keys + i * io.k, &res[i], incomplete[i], cs ? &icov : NULL);
+            print_query(&oc, q, hits + i * io.k, keys + i * io.k, &res[i], incomplete[i], cs ? &icov : NULL,
+                        htaken[i]);
         }
         for (i = 0; i < nq * io.k; i++) {
             free(keys[i]);
@@ -475,6 +491,7 @@ out:
     free(slot);
     free(keys);
     free(incomplete);
+    free(htaken);
     patina_table_free(table);
     patina_collection_close(coll);
 #if PATINA_HAVE_CLUSTER

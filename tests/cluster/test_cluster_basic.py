@@ -309,6 +309,7 @@ def test_cluster_basic():
         for margin in ("0", "10"):
             e, k = both("identify", "-k", "5", "--half-query", "64", "--half-query-margin", margin, *queries[:2])
             assert ident_of(e) == ident_of(k), (margin, e, k)
+            assert [a["half_query"] for a in e] == [a["half_query"] for a in k], (margin, e, k)
         say(f"identify --half-query 64: cluster == embedded at margins 0 and 10 (decisions "
             f"{[a['decision'] for a in k]})")
 
