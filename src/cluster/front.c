@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "cluster/conn.h"
+#include "identify/identify.h"
 
 #define MEMBERS_CACHE_S 0.25 /* the members are read again this often, by the refresher thread */
 #define MEMBERS_STALE_S 2.0  /* a cache older than this (the refresher failing) is read in the query */
@@ -1383,12 +1384,8 @@ patina_status clu_front_identify_half(clu_front_t *f, const char *spec, const vo
     clu_coverage_t hcov;
     patina_status s;
     size_t k, q, i;
-    if (opts) ro = *opts;
-    else patina_identify_opts_init(&ro);
-    if (ro.threshold == PATINA_THRESHOLD_CALIBRATED &&
-        patina_identify_far_threshold_half(spec, &ro, PATINA_FAR_DEFAULT, &ro.threshold) != PATINA_OK)
-        return clu_fail(PATINA_E_INVALID, "cluster: identify: %s", patina_last_error());
-    if (patina_identify_half_opts(&ro, half_features, &ho) != PATINA_OK)
+    /* the library's rule: its calibrated default threshold, the half-size queries' options */
+    if (idf_half_prepare(spec, opts, half_features, margin, &ro, &ho) != PATINA_OK)
         return clu_fail(PATINA_E_INVALID, "cluster: identify: %s", patina_last_error());
     if ((s = clu_front_identify(f, spec, queries, nq, qbytes, &ro, hits, results, keys, incomplete, cov)) !=
         PATINA_OK)
@@ -1412,13 +1409,8 @@ patina_status clu_front_identify_half(clu_front_t *f, const char *spec, const vo
     for (q = 0; q < nq; q++) {
         if (incomplete) incomplete[q] |= hinc[q];
         if (taken) taken[q] = tk[q];
-        if (!tk[q] || !keys) continue;
-        for (i = 0; i < k; i++) { /* the hits' keys follow them */
-            free(keys[q * k + i]);
-            keys[q * k + i] = hk[q * k + i];
-            hk[q * k + i] = NULL;
-        }
     }
+    idf_keys_take(nq, k, tk, keys, hk); /* the hits' keys follow them */
     if (cov) { /* the lesser of the two */
         cov->fanout_ms += hcov.fanout_ms;
         if (hcov.wait_ms > cov->wait_ms) {
