@@ -51,8 +51,8 @@
  * answer written straight to pinned memory), the same call through the
  * multi-launch path (patina_gpu__knn_one(PGPU_KNN_ONE_MULTI)) in the same run, PyTorch's,
  * our speed-up over
- * the fastest PyTorch peer, and the table's read rate (rows x 160 bytes /
- * time) against the HBM peak (2 x memory clock x bus width, from the
+ * the fastest PyTorch peer, and the table's read rate (rows x 80 bytes,
+ * the packed row, / time) against the HBM peak (2 x memory clock x bus width, from the
  * device's attributes). A second table says where a single query's time
  * goes, from calls made with the measurement on (patina_gpu__knn_prof):
  * the kernel's time (CUDA events) and the host's rest, the kernel's phases
@@ -335,12 +335,17 @@ static void measure_one(one_row_t *o, const patina_index_t *ix, const uint8_t *q
     pr->cand = (size_t)median_of(cand, m);
 }
 
+/* The bytes a row that the one-launch kernel's scan reads: CEDD's packed
+ * row (src/gpu/knn_layout.cuh TC_PK_BYTES: 144 elements in nibbles, T1 and
+ * S1 / T1); the batches read the 144-byte row and its 16 bytes of sums. */
+#define ONE_ROW_BYTES 80.0
+
 /* The "1 query" table (hbm: the peak in GB/s, 0 unknown). */
 static void print_one(double hbm)
 {
     if (NONE == 0) return;
-    printf("\n1 query (CEDD, one launch where k <= 64): wall time of one call (median), us; table read = rows x 160 "
-           "bytes / time; HBM peak %.0f GB/s\n\n",
+    printf("\n1 query (CEDD, one launch where k <= 64): wall time of one call (median), us; table read = rows x 80 "
+           "bytes (the packed row) / time; HBM peak %.0f GB/s\n\n",
            hbm);
     printf("| rows | k | GPU us (one launch) | GPU us (multi-launch) | PyTorch fp16 us | "
            "PyTorch int8 us | GPU vs best PyTorch | table read GB/s | of HBM peak |\n");
@@ -348,7 +353,7 @@ static void print_one(double hbm)
     for (int i = 0; i < NONE; i++) {
         const one_row_t *o = &ONE[i];
         const double best = o->fp16 > 0 && (o->int8 <= 0 || o->fp16 < o->int8) ? o->fp16 : o->int8;
-        const double gbps = (double)o->n * 160.0 / (o->one * 1e-3) / 1e9;
+        const double gbps = (double)o->n * ONE_ROW_BYTES / (o->one * 1e-3) / 1e9;
         printf("| %zu | %zu |", o->n, o->k);
         one_cell(o->one);
         one_cell(o->multi);
@@ -364,8 +369,9 @@ static void print_one(double hbm)
            "wall: the call, less the measurement's own readings; kernel: CUDA events around the launch; "
            "host: wall - kernel. The kernel's phases "
            "(%%globaltimer, block 0's view): spread (last block's start after block 0's), pilot (+ first grid "
-           "barrier), theta, scan (to the last block's end; its read rate rows x 160 bytes / scan), sync (to block 0 "
-           "past the second barrier), final (block 0's ranking of cand candidates). The host's steps: begin "
+           "barrier), theta, scan (to the last block's end; its read rate rows x 80 bytes / scan), sync (to the "
+           "final block past the second barrier), final (the final block's ranking of cand candidates). The host's "
+           "steps: begin "
            "(device, state, copy current), prep (to the launch), launch (the call), wait (download + sync: the "
            "kernel and the copy), out (hits); api: wall - the steps (query preparation, GPU turn, allocations)\n\n",
            PROF_REPS);
@@ -379,13 +385,14 @@ static void print_one(double hbm)
         printf("| %zu | %zu | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | %.1f | %.1f | %zu | %.1f | %.1f | "
                "%.1f | %.1f | %.1f | %.1f |\n",
                o->n, o->k, o->wall, p->kernel_us, o->wall - p->kernel_us, p->spread_us, p->pilot_us, p->theta_us,
-               p->scan_us, p->scan_us > 0 ? (double)o->n * 160.0 / (p->scan_us * 1e-6) / 1e9 : 0.0, p->sync_us,
+               p->scan_us, p->scan_us > 0 ? (double)o->n * ONE_ROW_BYTES / (p->scan_us * 1e-6) / 1e9 : 0.0, p->sync_us,
                p->final_us, p->cand, p->begin_us, p->prep_us, p->launch_us, p->wait_us, p->out_us,
                o->wall - p->begin_us - p->prep_us - p->launch_us - p->wait_us - p->out_us);
     }
-    printf("\n1 query, the final ranking's steps (block 0; us, medians): prep (the query as the CPU prepares "
-           "it), gather (live candidates and their t), kth (kappa, the take-th largest t, and the survivors), ref "
-           "(the survivors' reference distances), sort (sorted, written)\n\n");
+    printf("\n1 query, the final ranking's steps (the final block; us, medians): prep (the query as the CPU "
+           "prepares it, where the final block did not during the pilot), gather (live candidates and their t), kth "
+           "(kappa, the take-th largest t, and the survivors), ref (the survivors' reference distances), sort "
+           "(sorted, written)\n\n");
     printf("| rows | k | final | cand | prep | gather | kth | ref | sort |\n|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < NONE; i++) {
         const one_row_t *o = &ONE[i];

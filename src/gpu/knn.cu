@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(TC_SEL_THREADS)
 k_def_select(const double *__restrict__ dense, size_t S, uint32_t kth, uint32_t *__restrict__ thr,
              uint32_t *__restrict__ cnt, uint8_t *__restrict__ flag)
 {
-    __shared__ uint32_t sh[2048 + 34];
+    __shared__ uint32_t sh[TC_RADIX_WORDS];
     const double *v = dense + (size_t)blockIdx.x * S;
     if (threadIdx.x == 0) {
         cnt[blockIdx.x] = 0;
@@ -305,7 +305,7 @@ k_ix_final(const int8_t *__restrict__ rows, const ix_info_t *__restrict__ info, 
     uint64_t *sid = (uint64_t *)(smem + TC_CAND * sizeof(double)); /* (TC_CAND) */
     uint32_t *surv = (uint32_t *)(sid + TC_CAND);                /* (TC_CAND) */
     __shared__ __align__(16) int8_t sq[RB];
-    __shared__ uint32_t sh[2048 + 34];
+    __shared__ uint32_t sh[TC_RADIX_WORDS];
     __shared__ int s_n;
     const int q = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const uint32_t c = cnt[q];
@@ -608,12 +608,13 @@ static void prof_phases(const unsigned long long *t)
     knn_prof.cand = (size_t)t[TC_PROF_CAND];
 }
 
-/* k_tc_one's dynamic shared memory: the scan's stages or the final pass's
- * lists, whichever is larger (the pilot values are staged in it too when
- * they fit). */
+/* k_tc_one's dynamic shared memory: the GEMV's partial sums or the final
+ * pass's lists, whichever is larger (theta's values are staged in it too
+ * when they fit). */
 static size_t tc_one_smem(int dp)
 {
-    const size_t a = tc_scan_smem(dp), b = tc_final_smem();
+    const size_t a = (size_t)TC_WARPS * 4 * (dp == 144 ? tc_gemv_pk_words<144>() : tc_gemv_pk_words<256>()),
+                 b = tc_final_smem();
     return a > b ? a : b;
 }
 
@@ -676,7 +677,7 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
     }
     e = slot == 0 ? tc_one_kernel<4, 1>(st, slot, &fn, &smem) : tc_one_kernel<8, 0>(st, slot, &fn, &smem);
     if (e != cudaSuccess) return pgpu_fail((int)e, "gpu search: one-launch k-NN (k_tc_one)", __FILE__, __LINE__);
-    if (st->one_bps[slot] < 0) return PATINA_OK;
+    if (st->one_bps[slot] < 0 || !c->pk) return PATINA_OK; /* no cooperative launch, or no packed rows */
     memset(&a, 0, sizeof a);
     a.n = (uint32_t)c->n;
     a.S = (uint32_t)S;
@@ -687,15 +688,19 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
     most = (uint32_t)st->one_bps[slot] * (uint32_t)g->sm_count;
     a.rpb_scan = stages_of(a.n, most);
     a.rpb_pilot = stages_of(a.S, most);
+    if (a.rpb_pilot < TC_ONE_PILOT_ROWS) a.rpb_pilot = TC_ONE_PILOT_ROWS; /* fewer, fuller lists: one round each */
+    a.plists = (a.S + a.rpb_pilot - 1) / a.rpb_pilot;
     grid = (a.n + a.rpb_scan - 1) / a.rpb_scan;
-    if ((a.S + a.rpb_pilot - 1) / a.rpb_pilot > grid) grid = (a.S + a.rpb_pilot - 1) / a.rpb_pilot;
+    if (a.plists > grid) grid = a.plists;
+
     /* in the pilot buffer, each part 16-byte aligned (read in 16-byte
      * pieces): the pilot values, the blocks' top-take lists when a block's
      * pilot rows and all the lists fit the shared memory (else theta is
      * selected from the S values), the candidates' keys */
     size_t o_top = (S + 3) / 4 * 4 + 4, o_key = o_top; /* floats */
-    if (a.rpb_pilot <= a.stage_cap && (size_t)grid * take <= a.stage_cap && knn_one_mode == PGPU_KNN_ONE_DEFAULT)
-        o_key += (size_t)grid * take + 4;
+    if ((size_t)a.plists * TC_WARPS <= a.stage_cap && (size_t)a.plists * TC_WARPS >= take &&
+        knn_one_mode == PGPU_KNN_ONE_DEFAULT)
+        o_key += (size_t)a.plists * TC_WARPS + 4;
     o_key = (o_key + 3) / 4 * 4; /* the keys' doubles 16-byte aligned */
     dense = o_key + 2 * (size_t)TC_CAND;
     const size_t o_prof = dense; /* the measurement's u64 slots (8-byte aligned: o_key is a multiple of 4) */
@@ -708,6 +713,7 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
     PATINA_TRY(tc_buffers(g, st, c, 1, dense, take));
     tc_layout(&io, 1, (size_t)c->dp, take);
     a.rows = c->descs;
+    a.pk = c->pk;
     a.aux = c->aux;
     a.t1 = c->t1;
     a.c3 = c->c3;
@@ -1376,7 +1382,7 @@ static patina_status knn_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, 
     {
         int done = 0; /* one query: one launch when the device allows it */
         if (nq == 1 && take <= TC_ONE_KMAX && knn_one_mode)
-            PATINA_TRY(tc_one(g, st, c, queries, take, S, hits, counts, cpu, paths, &done));
+            PATINA_TRY(tc_one(g, st, c, queries, take, tc_one_pilot_rows(c->n, take), hits, counts, cpu, paths, &done));
         if (!done) {
             const double t0 = knn_prof_on ? prof_now_us() : 0;
             PATINA_TRY(tc_knn_pass(g, st, c, idx, queries, NULL, nq, k, S, hits, counts, cpu, paths));

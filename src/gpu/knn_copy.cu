@@ -10,7 +10,7 @@
 void copy_free(patina_gpu_t *g, knn_copy_t *c)
 {
     tcache_remove(g, c);
-    pgpu_free_n(g, 13, &c->descs, &c->ids, &c->aux, &c->t1, &c->c3, &c->ptab, &c->sd, &c->dead, &c->d_rm, &c->fx,
+    pgpu_free_n(g, 14, &c->descs, &c->ids, &c->aux, &c->pk, &c->t1, &c->c3, &c->ptab, &c->sd, &c->dead, &c->d_rm, &c->fx,
                 &c->fxa, &c->ix, &c->ixi);
     free(c->perm);
     free(c->inv);
@@ -150,14 +150,21 @@ __global__ void k_tier_flag(uint8_t *__restrict__ dead, const uint32_t *__restri
 
 /* Blanks removed rows of a tensor-core copy (device rows rm[0 .. n)): zero
  * bytes and a zero row's sums (t = 0: they pass no filter that a live row
- * could fail), and flags them for the final pass, which skips them. */
-__global__ void k_tc_blank(uint8_t *__restrict__ rows, tc_aux_t *__restrict__ aux, uint8_t *__restrict__ dead,
-                           const uint32_t *__restrict__ rm, uint32_t n, int dp)
+ * could fail), in the rows and in their packed form (pk, pb bytes a row;
+ * NULL: none), and flags them for the final pass, which skips them. */
+__global__ void k_tc_blank(uint8_t *__restrict__ rows, tc_aux_t *__restrict__ aux, uint8_t *__restrict__ pk,
+                           uint8_t *__restrict__ dead, const uint32_t *__restrict__ rm, uint32_t n, int dp, int pb)
 {
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         const uint32_t r = rm[i];
         for (int b = 0; b < dp; b += 4) *(uint32_t *)(rows + (size_t)r * dp + b) = 0u;
         aux[r] = make_float4(0.f, 0.f, 1.f, 1e30f);
+        if (pk) {
+            uint32_t *p = (uint32_t *)(pk + (size_t)r * pb);
+            for (int b = 0; b < pb / 4 - 2; b++) p[b] = 0u;
+            p[pb / 4 - 2] = __float_as_uint(0.f);
+            p[pb / 4 - 1] = __float_as_uint(1e30f);
+        }
         dead[r] = 1;
     }
 }
@@ -165,8 +172,9 @@ __global__ void k_tc_blank(uint8_t *__restrict__ rows, tc_aux_t *__restrict__ au
 /* Host rows [h0, h0 + m) laid out as device rows: row i (dp bytes, zero
  * padded), its sums, T1, C3 and id from host row map ? map[i] : h0 + i. */
 void tc_lay_rows(const pgpu_knn_index_t *idx, const uint32_t *map, size_t h0, size_t m, size_t dp,
-                 uint8_t *rows, tc_aux_t *aux, uint32_t *t1, double *c3, uint64_t *ids)
+                 uint8_t *rows, tc_aux_t *aux, uint32_t *t1, double *c3, uint64_t *ids, uint8_t *pk)
 {
+    const size_t pb = TC_PK_BYTES(dp);
     for (size_t i = 0; i < m; i++) {
         const size_t h = map ? map[i] : h0 + i;
         const uint8_t *b = idx->descs + h * idx->bytes;
@@ -179,6 +187,13 @@ void tc_lay_rows(const pgpu_knn_index_t *idx, const uint32_t *map, size_t h0, si
         t1[i] = tt;
         c3[i] = idx->c3[h];
         ids[i] = idx->ids[h];
+        if (pk) { /* knn_layout.cuh's packed row (elements <= 7: the fast path's) */
+            uint8_t *p = pk + i * pb;
+            memset(p, 0, pb - 8);
+            for (size_t e = 0; e < idx->dim; e++) p[e / 2] |= (uint8_t)((b[e] & 15u) << (e % 2 ? 4 : 0));
+            memcpy(p + pb - 8, &aux[i].x, sizeof(float));
+            memcpy(p + pb - 4, &aux[i].w, sizeof(float));
+        }
     }
 }
 
@@ -187,20 +202,21 @@ void tc_lay_rows(const pgpu_knn_index_t *idx, const uint32_t *map, size_t h0, si
 static patina_status tc_put_rows(patina_gpu_t *g, knn_copy_t *c, const pgpu_knn_index_t *idx, const uint32_t *map,
                                  size_t h0, size_t m, size_t d0)
 {
-    const size_t dp = (size_t)c->dp;
-    uint8_t *rows = (uint8_t *)malloc(m * dp + 1);
+    const size_t dp = (size_t)c->dp, pb = TC_PK_BYTES(dp);
+    uint8_t *rows = (uint8_t *)malloc(m * dp + 1), *pk = (uint8_t *)malloc(m * pb + 1);
     tc_aux_t *aux = (tc_aux_t *)malloc(m * sizeof *aux + 1);
     uint32_t *t1 = (uint32_t *)malloc(m * sizeof *t1 + 1);
     double *c3 = (double *)malloc(m * sizeof *c3 + 1);
     uint64_t *ids = (uint64_t *)malloc(m * sizeof *ids + 1);
     patina_status s = PATINA_OK;
     (void)g;
-    if (!rows || !aux || !t1 || !c3 || !ids) {
+    if (!rows || !pk || !aux || !t1 || !c3 || !ids) {
         s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory laying out %zu rows", m);
         goto done;
     }
-    tc_lay_rows(idx, map, h0, m, dp, rows, aux, t1, c3, ids);
+    tc_lay_rows(idx, map, h0, m, dp, rows, aux, t1, c3, ids, c->pk ? pk : NULL);
     if (cudaMemcpy(c->descs + d0 * dp, rows, m * dp, cudaMemcpyHostToDevice) != cudaSuccess ||
+        (c->pk && cudaMemcpy(c->pk + d0 * pb, pk, m * pb, cudaMemcpyHostToDevice) != cudaSuccess) ||
         cudaMemcpy(c->aux + d0, aux, m * sizeof *aux, cudaMemcpyHostToDevice) != cudaSuccess ||
         cudaMemcpy(c->t1 + d0, t1, m * sizeof *t1, cudaMemcpyHostToDevice) != cudaSuccess ||
         cudaMemcpy(c->c3 + d0, c3, m * sizeof *c3, cudaMemcpyHostToDevice) != cudaSuccess ||
@@ -208,6 +224,7 @@ static patina_status tc_put_rows(patina_gpu_t *g, knn_copy_t *c, const pgpu_knn_
         s = pgpu_fail((int)cudaGetLastError(), "gpu search: uploading rows", __FILE__, __LINE__);
 done:
     free(rows);
+    free(pk);
     free(aux);
     free(t1);
     free(c3);
@@ -225,7 +242,7 @@ done:
  * device rows and flagged by k_tc_blank. */
 patina_status sync_removed(patina_gpu_t *g, const pgpu_knn_index_t *idx, uint64_t *dead_gen,
                            const uint32_t *inv, size_t nperm, uint32_t *d_rm, knn_tier_t *tier, uint8_t *rows,
-                           tc_aux_t *aux, uint8_t *dead, int dp)
+                           tc_aux_t *aux, uint8_t *pk, uint8_t *dead, int dp)
 {
     cudaStream_t st = (cudaStream_t)pgpu_stream(g, 0);
     uint32_t buf[1024];
@@ -249,7 +266,7 @@ patina_status sync_removed(patina_gpu_t *g, const pgpu_knn_index_t *idx, uint64_
         if (e == cudaSuccess) {
             const unsigned grid = (unsigned)((m + 255) / 256);
             if (tier) k_tier_flag<<<grid, 256, 0, st>>>(dead, d_rm, (uint32_t)m);
-            else k_tc_blank<<<grid, 256, 0, st>>>(rows, aux, dead, d_rm, (uint32_t)m, dp);
+            else k_tc_blank<<<grid, 256, 0, st>>>(rows, aux, pk, dead, d_rm, (uint32_t)m, dp, TC_PK_BYTES(dp));
             e = cudaGetLastError();
         }
         if (e == cudaSuccess) e = cudaStreamSynchronize(st);
@@ -261,7 +278,7 @@ patina_status sync_removed(patina_gpu_t *g, const pgpu_knn_index_t *idx, uint64_
 
 static patina_status tc_sync_dead(patina_gpu_t *g, knn_copy_t *c, const pgpu_knn_index_t *idx)
 {
-    return sync_removed(g, idx, &c->dead_gen, c->inv, c->nperm, c->d_rm, NULL, c->descs, c->aux, c->dead, c->dp);
+    return sync_removed(g, idx, &c->dead_gen, c->inv, c->nperm, c->d_rm, NULL, c->descs, c->aux, c->pk, c->dead, c->dp);
 }
 
 /* ---- the float filter's values (knn_fx.cuh) ---- */
@@ -352,9 +369,10 @@ static patina_status ix_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, 
  * random permutation (xorshift, Fisher-Yates; the pilot samples the first
  * rows), padded to dp bytes, room for a quarter more rows (appended by
  * later puts) and TC_R zero rows after them (stages read whole chunks). */
-static patina_status tc_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, const pgpu_knn_index_t *idx)
+static patina_status tc_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, const pgpu_knn_index_t *idx,
+                               int packed)
 {
-    const size_t n = idx->n, dp = (size_t)c->dp, cap = n + n / 4 + 1024;
+    const size_t n = idx->n, dp = (size_t)c->dp, pb = TC_PK_BYTES(dp), cap = n + n / 4 + 1024;
     patina_status s;
     size_t i;
     c->perm = (uint32_t *)malloc(n * sizeof *c->perm + 1);
@@ -367,6 +385,8 @@ static patina_status tc_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, 
     c->dead_gen = 0;
     s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, c, (void **)&c->descs, (cap + TC_R) * dp, "descriptors");
     if (s == PATINA_OK) s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, c, (void **)&c->aux, (cap + TC_R) * sizeof *c->aux, "row sums");
+    if (s == PATINA_OK && packed)
+        s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, c, (void **)&c->pk, (cap + TC_R) * pb, "packed rows");
     if (s == PATINA_OK) s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, c, (void **)&c->t1, cap * sizeof *c->t1, "row sums");
     if (s == PATINA_OK) s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, c, (void **)&c->c3, cap * sizeof *c->c3, "row squares");
     if (s == PATINA_OK) s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, c, (void **)&c->ids, cap * sizeof *c->ids, "ids");
@@ -374,7 +394,9 @@ static patina_status tc_upload(patina_gpu_t *g, knn_state_t *st, knn_copy_t *c, 
     if (s == PATINA_OK) s = tcache_dev_alloc(g, PGPU_FAM_SEARCH, c, (void **)&c->d_rm, TC_RM_CHUNK * sizeof *c->d_rm, "removed rows");
     if (s == PATINA_OK &&
         (cudaMemset(c->descs, 0, (cap + TC_R) * dp) != cudaSuccess ||
-         cudaMemset(c->aux, 0, (cap + TC_R) * sizeof *c->aux) != cudaSuccess || cudaMemset(c->dead, 0, cap) != cudaSuccess))
+         cudaMemset(c->aux, 0, (cap + TC_R) * sizeof *c->aux) != cudaSuccess ||
+         (c->pk && cudaMemset(c->pk, 0, (cap + TC_R) * pb) != cudaSuccess) ||
+         cudaMemset(c->dead, 0, cap) != cudaSuccess))
         s = pgpu_fail((int)cudaGetLastError(), "gpu search: clearing a copy", __FILE__, __LINE__);
     if (s == PATINA_OK && n) s = tc_put_rows(g, c, idx, c->perm, 0, n, 0);
     if (s == PATINA_OK)
@@ -411,7 +433,7 @@ patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_index_t *
 {
     knn_copy_t *c = (knn_copy_t *)tcache_find(g, PGPU_FAM_SEARCH, idx->serial);
     patina_status s;
-    int i;
+    int i, packed;
     *out = NULL;
     if (c) {
         int remake = 0;
@@ -431,9 +453,12 @@ patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_index_t *
         copy_free(g, c); /* remade below */
     }
     { /* a copy that cannot fit the budget is refused before its layout (seconds for 10M rows) */
-        const double need = idx->t1 ? (double)(idx->n + idx->n / 4 + 1024 + TC_R) *
-                                          (double)((idx->dim == 144 ? 144 : 256) + sizeof(tc_aux_t) + 21)
+        const double rows = (double)(idx->n + idx->n / 4 + 1024 + TC_R);
+        const double need = idx->t1 ? rows * (double)((idx->dim == 144 ? 144 : 256) + sizeof(tc_aux_t) + 21)
                                     : (double)idx->live * (double)(idx->bytes + sizeof(uint64_t));
+        /* the single query's packed rows where they fit too (else its
+         * calls take the multi-launch kernels) */
+        packed = idx->t1 && need + rows * TC_PK_BYTES(idx->dim == 144 ? 144 : 256) <= (double)g->budget;
         if (need > (double)g->budget)
             return patina__fail(PATINA_E_LIMIT, "gpu search: a copy of %zu rows needs %.0f MiB, over the budget (%.0f MiB)",
                                 idx->n, need / 1048576.0, (double)g->budget / 1048576.0);
@@ -453,7 +478,7 @@ patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_index_t *
     if (idx->t1) {
         c->tc = 1;
         c->dp = idx->dim == 144 ? 144 : 256;
-        s = tc_upload(g, st, c, idx);
+        s = tc_upload(g, st, c, idx, packed);
     } else if (st->replay) { /* a chunk laid out by an earlier call */
         s = image_replay(g, st, c, st->replay);
     } else {

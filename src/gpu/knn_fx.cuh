@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(TC_TSEL_THREADS)
 k_fl_select(const float *__restrict__ dense, uint32_t S, uint32_t kth, float *out, int os, const float *add, int as,
             uint32_t *__restrict__ cnt, uint8_t *__restrict__ flag)
 {
-    __shared__ uint32_t sh[2048 + 34];
+    __shared__ uint32_t sh[TC_RADIX_WORDS];
     const float *v = dense + (size_t)blockIdx.x * S;
     if (threadIdx.x == 0) {
         cnt[blockIdx.x] = 0;

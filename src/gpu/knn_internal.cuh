@@ -41,6 +41,8 @@ typedef struct knn_copy {
     uint8_t *descs;          /* tc: (n + TC_R, dp) permuted, zero padded; else (n, bytes) */
     uint64_t *ids;           /* (n), in the rows' order */
     tc_aux_t *aux;           /* tc: (cap + TC_R) */
+    uint8_t *pk;             /* tc: (cap + TC_R, TC_PK_BYTES(dp)) the rows packed (knn_layout.cuh) for
+                              * the single query's kernel; NULL where the budget leaves no room */
     uint32_t *t1;            /* tc: (cap) */
     double *c3;              /* tc: (cap) */
     double *ptab;            /* tc: (ptab_rows, 8) */
@@ -167,6 +169,7 @@ typedef struct knn_state {
 #define TC_KNN_BATCH 4096                 /* queries per launch, k-NN */
 #define TC_RANGE_BATCH 256                /* queries per launch, range */
 #define TC_ONE_KMAX 64                    /* k of a single query answered by one launch (k_tc_one) at most */
+#define TC_ONE_PILOT_ROWS 512             /* k_tc_one: pilot rows a block at least (8 warps x 2 groups of 32) */
 
 /* Rows of the pilot sample: enough that the kth best of the sample ranks
  * about `want`th in the table (candidates ~ take n / S), at least
@@ -178,6 +181,18 @@ typedef struct knn_state {
 static inline size_t tc_pilot_rows(size_t n, size_t take)
 {
     const size_t want = take < 10 ? TC_CAND / 8 : take < 100 ? TC_CAND / 4 : TC_CAND / 2;
+    size_t s = (take * n + want - 1) / want;
+    if (s < TC_PILOT_MIN) s = TC_PILOT_MIN;
+    return s < n ? s : n;
+}
+
+/* The pilot of a single query's one launch (k_tc_one): a tighter theta
+ * than a batch's (rank about 128 / 256 / 1024 for k < 10 / < 32 / more):
+ * its final ranking's gather and select scale with the candidates, while
+ * the larger pilot is a few MB read once, spread over the blocks. */
+static inline size_t tc_one_pilot_rows(size_t n, size_t take)
+{
+    const size_t want = take < 10 ? TC_CAND / 32 : take < 32 ? TC_CAND / 16 : TC_CAND / 4;
     size_t s = (take * n + want - 1) / want;
     if (s < TC_PILOT_MIN) s = TC_PILOT_MIN;
     return s < n ? s : n;
@@ -337,14 +352,15 @@ patina_status knn_state(patina_gpu_t *g, knn_state_t **out);
 /* The device copy of idx, made now if g has none. */
 patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_index_t *idx, knn_copy_t **out);
 /* Host rows [h0, h0 + m) laid out as tensor-core device rows (map: host
- * rows, or NULL for h0 + i). */
+ * rows, or NULL for h0 + i), and packed into pk (TC_PK_BYTES(dp) a row)
+ * unless pk is NULL. */
 void tc_lay_rows(const pgpu_knn_index_t *idx, const uint32_t *map, size_t h0, size_t m, size_t dp,
-                 uint8_t *rows, tc_aux_t *aux, uint32_t *t1, double *c3, uint64_t *ids);
+                 uint8_t *rows, tc_aux_t *aux, uint32_t *t1, double *c3, uint64_t *ids, uint8_t *pk);
 /* The rows removed since *dead_gen applied to a copy's rows or (tier set)
  * to a tier's pinned rows. */
 patina_status sync_removed(patina_gpu_t *g, const pgpu_knn_index_t *idx, uint64_t *dead_gen,
                            const uint32_t *inv, size_t nperm, uint32_t *d_rm, knn_tier_t *tier, uint8_t *rows,
-                           tc_aux_t *aux, uint8_t *dead, int dp);
+                           tc_aux_t *aux, uint8_t *pk, uint8_t *dead, int dp);
 
 /* ---- knn.cu: the engines ---- */
 

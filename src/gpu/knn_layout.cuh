@@ -19,6 +19,14 @@
 #define TC_SEL_THREADS 1024
 #define TC_TSEL_THREADS 256 /* the pilot selects' block (k_tc_select, k_fl_select): thousands of values a query */
 
+/* The one-query kernel's packed rows (k_tc_one's pilot and scan read them:
+ * a single query's scan is a read of the table, and these are 55% of its
+ * bytes): two elements a byte (the fast path's elements are <= 7), element
+ * 2 i in the low nibble of byte i, zero padded, then the row's T1 and
+ * S1 / T1 (tc_aux_t's x and w: the scan's filter) as floats in the last 8
+ * bytes; 80 bytes a row at 144 elements, 144 at 256. */
+#define TC_PK_BYTES(dp) ((dp) == 144 ? 80 : 144)
+
 /* Per query: T2, T2^2, S2 (exact integers as floats) and the filter's
  * threshold theta' (scan) -- written by k_tc_select or the host (range). */
 typedef float4 tc_qinfo_t;

@@ -149,7 +149,7 @@ static patina_status tier_put_rows(knn_tier_t *t, const pgpu_knn_index_t *idx, c
     for (size_t i = 0; s == PATINA_OK && i < m; i += piece) {
         const size_t b = m - i < piece ? m - i : piece, d = d0 + i;
         tc_lay_rows(idx, map ? map + i : NULL, h0 + i, b, dp, (uint8_t *)tcache_host_at(&t->host, 0, d),
-                    (tc_aux_t *)tcache_host_at(&t->host, 1, d), t1, c3, ids);
+                    (tc_aux_t *)tcache_host_at(&t->host, 1, d), t1, c3, ids, NULL);
         if (cudaMemcpy(t->t1 + d, t1, b * sizeof *t1, cudaMemcpyHostToDevice) != cudaSuccess ||
             cudaMemcpy(t->c3 + d, c3, b * sizeof *c3, cudaMemcpyHostToDevice) != cudaSuccess ||
             cudaMemcpy(t->ids + d, ids, b * sizeof *ids, cudaMemcpyHostToDevice) != cudaSuccess)
@@ -165,7 +165,7 @@ static patina_status tier_put_rows(knn_tier_t *t, const pgpu_knn_index_t *idx, c
  * (zero bytes, a zero row's sums), flagged on the device. */
 static patina_status tier_sync_dead(patina_gpu_t *g, knn_tier_t *t, const pgpu_knn_index_t *idx)
 {
-    return sync_removed(g, idx, &t->dead_gen, t->inv, t->nperm, t->d_rm, t, NULL, NULL, t->dead, t->dp);
+    return sync_removed(g, idx, &t->dead_gen, t->inv, t->nperm, t->d_rm, t, NULL, NULL, NULL, t->dead, t->dp);
 }
 
 /* The tier of idx: made now (room for a quarter more rows), or brought up

@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(TC_TSEL_THREADS)
 k_tc_select(const float *__restrict__ dense, size_t ld, uint32_t n, uint32_t kth, tc_qinfo_t *__restrict__ qinfo,
             uint32_t *__restrict__ cnt, uint8_t *__restrict__ flag)
 {
-    __shared__ uint32_t sh[2048 + 34];
+    __shared__ uint32_t sh[TC_RADIX_WORDS];
     const float *v = dense + (size_t)blockIdx.x * ld;
     if (threadIdx.x == 0) {
         cnt[blockIdx.x] = 0;
@@ -284,10 +284,11 @@ k_tc_select(const float *__restrict__ dense, size_t ld, uint32_t n, uint32_t kth
 
 /* k_tc_one's measurement (a.prof): %globaltimer readings in ns -- block 0's
  * start, the last block's start, block 0 past the first barrier and past
- * theta, the last block's scan end, block 0 past the second barrier and at
- * its end -- and the scan's candidate count; in the final ranking, block 0
- * past the query's preparation, the candidates' gathering, kappa's select
- * and the survivors' reference distances. */
+ * theta, the last block's scan end, the final block past the second
+ * barrier and at its end -- and the scan's candidate count; in the final
+ * ranking, the final block past the query's preparation (none where it
+ * prepared the query during the pilot), the candidates' gathering, kappa's
+ * select and the survivors' reference distances. */
 enum { TC_PROF_START, TC_PROF_LAST_START, TC_PROF_PILOT, TC_PROF_THETA, TC_PROF_SCAN, TC_PROF_SYNC, TC_PROF_END,
        TC_PROF_CAND, TC_PROF_F_PREP, TC_PROF_F_GATHER, TC_PROF_F_KTH, TC_PROF_F_REF, TC_PROF };
 
@@ -298,12 +299,12 @@ __device__ __forceinline__ unsigned long long tc_clock(void)
     return t;
 }
 
-/* Block 0's reading into slot i (every thread of the block past the step);
- * max: every block's, the latest kept. a.prof is uniform, so the barrier
- * is too. */
-__device__ __forceinline__ void tc_prof_mark(unsigned long long *prof, int i, bool max)
+/* Block blk's reading into slot i (every thread of the block past the
+ * step); max: every block's, the latest kept. a.prof is uniform, so the
+ * barrier is too. */
+__device__ __forceinline__ void tc_prof_mark(unsigned long long *prof, int i, bool max, unsigned blk = 0)
 {
-    if (!prof || (!max && blockIdx.x != 0)) return;
+    if (!prof || (!max && blockIdx.x != blk)) return;
     __syncthreads();
     if (threadIdx.x == 0) {
         if (max) atomicMax(prof + i, tc_clock());
@@ -362,6 +363,26 @@ __device__ __forceinline__ int tc_pow2(int n)
 __device__ void tc_sort_hits(double *key, uint64_t *sid, int m, int nout, double *out_d, uint64_t *out_id)
 {
     const int p2 = tc_pow2(m);
+    if (m <= 32) { /* a k-NN's few hits: each placed by its rank, no network of block barriers */
+        __syncthreads(); /* key / sid written by the block */
+        if ((int)threadIdx.x < m) {
+            const int i = (int)threadIdx.x;
+            const double k = key[i];
+            const uint64_t id = sid[i];
+            int rank = 0; /* the hits before it (equal ones by place) */
+            for (int j = 0; j < m; j++) {
+                const double kj = key[j];
+                const uint64_t ij = sid[j];
+                rank += tc_after(k, id, kj, ij) || (j < i && !tc_after(kj, ij, k, id));
+            }
+            if (rank < nout) {
+                out_d[rank] = k;
+                out_id[rank] = id;
+            }
+        }
+        __syncthreads();
+        return;
+    }
     for (int i = m + threadIdx.x; i < p2; i += blockDim.x) {
         key[i] = __longlong_as_double(0x7ff8000000000000LL);
         sid[i] = ~0ull;
@@ -395,33 +416,39 @@ __device__ __forceinline__ double tc_reference(const uint8_t *__restrict__ row, 
 
 /* The reference distances of the m rows sid[0 .. m) (row indices) into
  * key[0 .. m), their ids into sid: tc_reference's value, bit for bit, with
- * one warp a row. The lanes form the products P[row[qidx[j]]] qv[j] at
- * once (the row's bytes read in one round trip, not one after another) into
- * the warp's part of prod (DP doubles a warp), and one lane sums them in
- * the CPU's order. For few rows (a k-NN's survivors): the latency of one
- * row's loads is what a thread a row pays; many rows keep tc_reference. */
+ * half a warp a row (two rows a warp at once: a k-NN's survivors, ten or so,
+ * in one round). The lanes form the products P[row[qidx[j]]] qv[j] at once
+ * (the row's bytes read in one round trip, not one after another) into
+ * the half-warp's part of prod (DP doubles each: prod[h] for half-warps
+ * h of ngroups / 2 and more), and one lane sums them in the CPU's order.
+ * For few rows: the latency of one row's loads is what a thread a row
+ * pays; many rows keep tc_reference. */
 template <int DP>
 __device__ void tc_reference_warps(const uint8_t *__restrict__ rows, const uint32_t *__restrict__ t1,
                                    const double *__restrict__ c3, const double *__restrict__ ptab,
                                    const uint64_t *__restrict__ ids, const uint16_t *qidx, const double *qv, int nnz,
-                                   double t2, double c2, int m, double *key, uint64_t *sid, double *prod, int nwarps)
+                                   double t2, double c2, int m, double *key, uint64_t *sid, double *const prod[2],
+                                   int ngroups)
 {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    double *pw = prod + (size_t)warp * DP;
-    if (warp < nwarps)
-        for (int i = warp; i < m; i += nwarps) {
+    const int lane = threadIdx.x & 15, grp = threadIdx.x >> 4;
+    const unsigned half = (threadIdx.x & 16) ? 0xffff0000u : 0x0000ffffu;
+    double *pw = prod[grp >= ngroups / 2] + (size_t)(grp % (ngroups / 2)) * DP;
+    if (grp < ngroups)
+        for (int i = grp; i < m; i += ngroups) {
             const uint32_t r = (uint32_t)sid[i], t = t1[r];
+            const double c3r = c3[r];
+            const uint64_t id = ids[r];
             const uint8_t *row = rows + (size_t)r * DP;
             const double *p = ptab + (size_t)t * 8;
-            for (int j = lane; j < nnz; j += 32) pw[j] = __dmul_rn(p[row[qidx[j]]], qv[j]);
-            __syncwarp();
+            for (int j = lane; j < nnz; j += 16) pw[j] = __dmul_rn(p[row[qidx[j]]], qv[j]);
+            __syncwarp(half);
             if (lane == 0) {
                 double s = 0.0;
                 for (int j = 0; j < nnz; j++) s = __dadd_rn(s, pw[j]);
-                key[i] = tc_tanimoto(s, t, c3[r], t2, c2);
-                sid[i] = ids[r];
+                key[i] = tc_tanimoto(s, t, c3r, t2, c2);
+                sid[i] = id;
             }
-            __syncwarp();
+            __syncwarp(half);
         }
     __syncthreads();
 }
@@ -439,6 +466,67 @@ __device__ void tc_reference_warps(const uint8_t *__restrict__ rows, const uint3
  * the scan wrote them (the same tc_exact_t), else computed here. Uses the
  * block's dynamic shared memory (tc_final_smem). prof (NULL: none): block
  * 0's readings of the steps (k_tc_one's measurement). */
+/* A query as src/search/knn.c's prepare_query makes it, in shared memory
+ * (tc_final_prep): its bytes, q = a / T2 of its non-zero elements and
+ * their indices in order, their number, C2. */
+template <int DP>
+struct tc_fprep {
+    uint32_t qw[DP / 4];
+    uint16_t qidx[PGPU_KNN_MAXDIM];
+    double qv[PGPU_KNN_MAXDIM];
+    double qall[DP]; /* a / T2, every element */
+    double c2;
+    int nnz;
+};
+
+/* Prepares the query qrow (DP bytes) of sum t2 into fp, the same
+ * operations on the same doubles as the CPU: q = a / T2 per element, C2 =
+ * the sum of q^2 over every element in order, the non-zero elements'
+ * indices and q in order. The quotients and squares in parallel (each one
+ * rounding, as the CPU's; the squares in scratch, DP doubles), the
+ * non-zero elements placed by one warp a 32-element piece after the pieces
+ * before it (their counts in rsh), the sum by one thread in order. Every
+ * thread of the block calls it. */
+template <int DP>
+__device__ void tc_final_prep(const uint8_t *qrow, double t2, tc_fprep<DP> *fp, double *scratch, uint32_t *rsh)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int i = threadIdx.x; i < DP / 4; i += blockDim.x) fp->qw[i] = ((const uint32_t *)qrow)[i];
+    __syncthreads();
+    const uint8_t *qb = (const uint8_t *)fp->qw;
+    for (int i = threadIdx.x; i < DP; i += blockDim.x) {
+        const double v = __ddiv_rn((double)qb[i], t2);
+        fp->qall[i] = v;
+        scratch[i] = __dmul_rn(v, v);
+    }
+    for (int p = warp; p < (DP + 31) / 32; p += nw) {
+        const int i = p * 32 + lane;
+        const uint32_t bal = __ballot_sync(0xffffffffu, i < DP && qb[i]);
+        if (lane == 0) rsh[p] = (uint32_t)__popc(bal);
+    }
+    __syncthreads();
+    for (int p = warp; p < (DP + 31) / 32; p += nw) {
+        const int i = p * 32 + lane;
+        const bool nz = i < DP && qb[i];
+        const uint32_t bal = __ballot_sync(0xffffffffu, nz);
+        if (nz) {
+            int pos = __popc(bal & ((1u << lane) - 1u));
+            for (int j = 0; j < p; j++) pos += (int)rsh[j];
+            fp->qidx[pos] = (uint16_t)i;
+            fp->qv[pos] = fp->qall[i];
+        }
+    }
+    if (threadIdx.x == 0) {
+        double c2 = 0.0;
+        int nz = 0;
+        for (int i = 0; i < DP; i++) c2 = __dadd_rn(c2, scratch[i]);
+        for (int p = 0; p < (DP + 31) / 32; p++) nz += (int)rsh[p];
+        fp->c2 = c2;
+        fp->nnz = nz;
+    }
+    __syncthreads();
+}
+
 template <int DP, int RANGE>
 __device__ __forceinline__ void
 tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux,
@@ -446,74 +534,38 @@ tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restri
                const uint64_t *__restrict__ ids, const uint8_t *__restrict__ dead, const uint8_t *qbytes,
                const tc_qinfo_t *qinfo, const uint32_t *cnt, const uint32_t *cand, const double *ckey, int take,
                int partial, int kstride, double radius, double *__restrict__ out_d, uint64_t *__restrict__ out_id,
-               uint32_t *__restrict__ out_n, uint8_t *__restrict__ flag, unsigned long long *prof)
+               uint32_t *__restrict__ out_n, uint8_t *__restrict__ flag, unsigned long long *prof,
+               tc_fprep<DP> *fp, bool prepared)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     double *key = (double *)smem;                         /* (TC_CAND) */
     uint64_t *sid = (uint64_t *)(key + TC_CAND);          /* (TC_CAND) */
     uint32_t *sidx = (uint32_t *)(sid + TC_CAND);         /* (TC_CAND) */
-    __shared__ uint32_t qw[DP / 4];
-    __shared__ uint16_t qidx[PGPU_KNN_MAXDIM];
-    __shared__ double qv[PGPU_KNN_MAXDIM];
-    __shared__ int s_n, s_nnz, s_live;
-    __shared__ double s_c2;
-    __shared__ double qall[DP]; /* a / T2 */
-    __shared__ uint32_t rsh[2048 + 34];
+    __shared__ int s_n, s_live;
+    __shared__ uint32_t rsh[TC_RADIX_WORDS];
     const uint32_t c = __ldcg(cnt + q);
     const double t2 = qinfo[q].x; /* T2, an integer: exact */
+    const int lane = threadIdx.x & 31;
 
     if (threadIdx.x == 0) out_n[q] = 0;
     if (c > TC_CAND || (!RANGE && !partial && c < (uint32_t)take) || t2 == 0.0) {
         if (threadIdx.x == 0) flag[q] = 1;
         return;
     }
-    for (int i = threadIdx.x; i < DP / 4; i += blockDim.x) qw[i] = ((const uint32_t *)(qbytes + (size_t)q * DP))[i];
-    __syncthreads();
-    /* the query as src/search/knn.c's prepare_query makes it, the same
-     * operations on the same doubles: q = a / T2 per element, C2 = the sum
-     * of q^2 over every element in order, the non-zero elements' indices
-     * and q in order. The quotients and squares in parallel (each one
-     * rounding, as the CPU's; the squares in key, free until the gather),
-     * the non-zero elements placed by one warp a 32-element piece after
-     * the pieces before it (their counts in rsh, free until kappa's
-     * select), the sum by one thread in order. */
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int i = threadIdx.x; i < DP; i += blockDim.x) {
-        const double v = __ddiv_rn((double)((const uint8_t *)qw)[i], t2);
-        qall[i] = v;
-        key[i] = __dmul_rn(v, v);
-    }
-    for (int p = warp; p < (DP + 31) / 32; p += nw) {
-        const int i = p * 32 + lane;
-        const uint32_t bal = __ballot_sync(0xffffffffu, i < DP && ((const uint8_t *)qw)[i]);
-        if (lane == 0) rsh[p] = (uint32_t)__popc(bal);
-    }
-    __syncthreads();
-    for (int p = warp; p < (DP + 31) / 32; p += nw) {
-        const int i = p * 32 + lane;
-        const bool nz = i < DP && ((const uint8_t *)qw)[i];
-        const uint32_t bal = __ballot_sync(0xffffffffu, nz);
-        if (nz) {
-            int pos = __popc(bal & ((1u << lane) - 1u));
-            for (int j = 0; j < p; j++) pos += (int)rsh[j];
-            qidx[pos] = (uint16_t)i;
-            qv[pos] = qall[i];
-        }
-    }
+    /* the query as the CPU prepares it (the squares in key, free until the
+     * gather), unless the caller did */
+    if (!prepared) tc_final_prep<DP>(qbytes + (size_t)q * DP, t2, fp, key, rsh);
     if (threadIdx.x == 0) {
-        double c2 = 0.0;
-        int nz = 0;
-        for (int i = 0; i < DP; i++) c2 = __dadd_rn(c2, key[i]);
-        for (int p = 0; p < (DP + 31) / 32; p++) nz += (int)rsh[p];
-        s_c2 = c2;
-        s_nnz = nz;
         s_n = 0;
         s_live = 0;
     }
     __syncthreads();
-    tc_prof_mark(prof, TC_PROF_F_PREP, false);
-    const int nnz = s_nnz;
-    const double c2 = s_c2;
+    tc_prof_mark(prof, TC_PROF_F_PREP, false, blockIdx.x);
+    const uint32_t *qw = fp->qw;
+    const uint16_t *qidx = fp->qidx;
+    const double *qv = fp->qv;
+    const int nnz = fp->nnz;
+    const double c2 = fp->c2;
     const int n = (int)c;
     const uint32_t *cq = cand + (size_t)q * TC_CAND;
 
@@ -581,7 +633,7 @@ tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restri
         }
     }
     __syncthreads();
-    tc_prof_mark(prof, TC_PROF_F_GATHER, false);
+    tc_prof_mark(prof, TC_PROF_F_GATHER, false, blockIdx.x);
     const int nl = s_live;
     if (nl < take && !partial) { /* fewer live candidates than answers: the CPU's */
         if (threadIdx.x == 0) flag[q] = 1;
@@ -602,12 +654,14 @@ tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restri
             sid[pos] = sidx[i]; /* row index, widened; the ids replace it below */
         }
     __syncthreads();
-    tc_prof_mark(prof, TC_PROF_F_KTH, false);
+    tc_prof_mark(prof, TC_PROF_F_KTH, false, blockIdx.x);
     const int m = s_n;
-    /* sidx is free now: the warps' products (TC_CAND / 2 doubles) */
-    const int nwp = min((int)(blockDim.x >> 5), TC_CAND / 2 / DP);
-    if (m <= 4 * nwp) {
-        tc_reference_warps<DP>(rows, t1, c3, ptab, ids, qidx, qv, nnz, t2, c2, m, key, sid, (double *)sidx, nwp);
+    /* sidx is free now, and key past the survivors: the half-warps'
+     * products (TC_CAND / 2 doubles in each) */
+    const int ngr = min((int)(blockDim.x >> 4), 2 * (TC_CAND / 2 / DP));
+    if (m <= 4 * ngr && m <= TC_CAND / 2) {
+        double *const prod[2] = {(double *)sidx, key + TC_CAND / 2};
+        tc_reference_warps<DP>(rows, t1, c3, ptab, ids, qidx, qv, nnz, t2, c2, m, key, sid, prod, ngr);
     } else {
         for (int i = threadIdx.x; i < m; i += blockDim.x) {
             const uint32_t r = (uint32_t)sid[i];
@@ -615,7 +669,7 @@ tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restri
             sid[i] = ids[r];
         }
     }
-    tc_prof_mark(prof, TC_PROF_F_REF, false);
+    tc_prof_mark(prof, TC_PROF_F_REF, false, blockIdx.x);
     tc_sort_hits(key, sid, m, take, out_d + (size_t)q * kstride, out_id + (size_t)q * kstride);
     if (threadIdx.x == 0) out_n[q] = (uint32_t)take;
 }
@@ -630,66 +684,70 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
            int take, int partial, int kstride, double radius, double *__restrict__ out_d,
            uint64_t *__restrict__ out_id, uint32_t *__restrict__ out_n, uint8_t *__restrict__ flag)
 {
+    __shared__ tc_fprep<DP> fp;
     tc_final_query<DP, RANGE>((int)blockIdx.x, rows, aux, t1, c3, ptab, ids, dead, qbytes, qinfo, cnt, cand, NULL,
-                              take, partial, kstride, radius, out_d, out_id, out_n, flag, NULL);
+                              take, partial, kstride, radius, out_d, out_id, out_n, flag, NULL, &fp, false);
 }
 
 /* ------------------------------------------------- one query, one launch */
 
 /* One query's share of a scan without the tensor cores (a GEMV: no stages,
- * no block barrier): each warp takes groups of 32 rows (U at once, their
- * loads in flight together), its lanes read
- * them as consecutive 16-byte pieces (PR = DP / 16 a row: every load of
- * the warp is 512 contiguous bytes), each piece's dot product with the
- * query by dp4a (u8 x u8: the same exact integer as the MMA's D), the
+ * no block barrier) over the packed rows (knn_layout.cuh: TC_PK_BYTES(DP)
+ * a row, 55% of the u8 row and its sums): each warp takes groups of 32
+ * rows (U at once, their loads in flight together), its lanes read them as
+ * consecutive 16-byte pieces (PR = TC_PK_BYTES(DP) / 16 a row: every load
+ * of the warp is contiguous), each piece's nibble words unpacked by two
+ * masks (the even elements, then the odd ones) into dp4a against the
+ * query's words qp (2 j: the even elements of word j, 2 j + 1: the odd
+ * ones; zero for the last piece's two float words, whose products are then
+ * 0) -- the same exact integer D as the tensor cores' tc_scan_rows -- the
  * pieces' sums through the warp's part of `part` (shared memory,
- * tc_gemv_words a warp), then lane i holds row i's D and applies the same float
- * tests as tc_scan_rows (MODE 0: the pilot's t into dense[r]; 1: the
- * filter, candidates and their exact t into cnt / cand / ckey). Rows [r0,
- * r1); the 32-row groups may read past r1 inside the copy's padding (its
- * rows and infos are padded by TC_R, and r1 - r0 is whole TC_R stages or
- * ends at the copy's n). q: the query's DP / 4 words, qi: its T2, T2^2,
- * S2, theta' (both in shared memory). Every thread of the block calls it. */
+ * tc_gemv_pk_words a warp), and the lane holding a row's last piece hands
+ * its T1 and S1 / T1 (the filter's only per-row values) to the row's lane
+ * there too. Then lane i holds row i's D and applies tc_scan_rows's float
+ * tests (MODE 0: the pilot's t into dense[r], reading the row's aux for
+ * T1^2 and S1; 1: the filter, candidates and their exact t -- from their
+ * aux -- into cnt / cand / ckey), so the same t, candidates and keys.
+ * Rows [r0, r1); the 32-row groups may read past r1 inside the copy's
+ * padding (its rows are padded by TC_R, and r1 - r0 is whole TC_R stages
+ * or ends at the copy's n). qp and qi (T2, T2^2, S2, theta') in shared
+ * memory. Every thread of the block calls it. */
 template <int DP>
-__host__ __device__ constexpr int tc_gemv_words(void)
+__host__ __device__ constexpr int tc_gemv_pk_words(void)
 {
-    /* a warp's partial sums: 32 rows x PR, with one word of skew per 32
-     * when PR is even (lane i reads words i PR .. i PR + PR - 1: without
-     * the skew, 16 lanes a bank) */
-    return 32 * (DP / 16) + ((DP / 16) % 2 == 0 ? DP / 16 : 0);
+    return 32 * (TC_PK_BYTES(DP) / 16) + 64; /* PR is odd (5, 9): no skew; then T1, S1 / T1 of 32 rows */
 }
 
 template <int DP, int MODE>
-__device__ __forceinline__ void tc_gemv_rows(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux,
-                                             uint32_t r0, uint32_t r1, const uint32_t *q, const tc_qinfo_t *qi,
-                                             float *__restrict__ dense, uint32_t *cnt, uint32_t *cand, double *ckey,
-                                             int32_t *part)
+__device__ __forceinline__ uint32_t tc_gemv_pk(const uint8_t *__restrict__ pk, const tc_aux_t *__restrict__ aux,
+                                               uint32_t r0, uint32_t r1, const uint32_t *qp, const tc_qinfo_t *qi,
+                                               float *__restrict__ dense, uint32_t *cnt, uint32_t *cand,
+                                               double *ckey, int32_t *part)
 {
-    /* U = 1: two groups in flight (U = 2) take 140 registers at DP 144, one
-     * block an SM; one group keeps 16 warps an SM with 4.6 KB each in
-     * flight, above the ~30 KB an SM that HBM's latency needs */
-    constexpr int PR = DP / 16, U = 1;
-    constexpr bool SKEW = PR % 2 == 0;
+    uint32_t best = 0u; /* MODE 0: the largest t of the lane's rows (float bits; 0: none) */
+    /* two groups of 32 rows in flight a warp: U PR 16-byte loads a lane
+     * (10 at DP 144, 5 KB a warp; three groups: 124 registers, a slower
+     * scan -- 3.2 against 3.5 TB/s, docs/lab/search.md) */
+    constexpr int PR = TC_PK_BYTES(DP) / 16, U = 2;
+    static_assert(PR % 2 == 1, "tc_gemv_pk: the partial sums' layout assumes an odd piece count");
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int32_t *wp = part + warp * tc_gemv_words<DP>();
+    int32_t *wp = part + warp * tc_gemv_pk_words<DP>();
+    float *wx = (float *)(wp + 32 * PR); /* (32, 2): T1, S1 / T1 */
     const float4 v = *qi;
-    /* the filter as tc_scan_rows's, for one query (T2 > 0) */
     const float beta = v.w / (1.0f + v.w);
     const float fa = beta * v.z / v.x, fb = beta * v.x;
     const bool all = v.w < 0.f;
-    /* U groups of 32 rows a warp at a time, their loads issued together
-     * (U PR 16-byte loads in flight a lane: 9.2 KB a warp at DP 144) */
     for (uint32_t g0 = r0 + (uint32_t)warp * 32; g0 < r1; g0 += U * (uint32_t)blockDim.x) {
         uint4 w[U][PR];
-        tc_aux_t x[U];
+        tc_aux_t xa[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const uint32_t g = g0 + (uint32_t)u * blockDim.x;
             if (g < r1) { /* warp-uniform */
-                const uint4 *src = (const uint4 *)(rows + (size_t)g * DP);
+                const uint4 *src = (const uint4 *)(pk + (size_t)g * TC_PK_BYTES(DP));
 #pragma unroll
                 for (int j = 0; j < PR; j++) w[u][j] = __ldg(src + lane + 32 * j);
-                x[u] = __ldg(aux + g + lane);
+                if (MODE == 0) xa[u] = __ldg(aux + g + lane); /* padded past r1, as the rows */
             }
         }
 #pragma unroll
@@ -699,43 +757,53 @@ __device__ __forceinline__ void tc_gemv_rows(const uint8_t *__restrict__ rows, c
 #pragma unroll
             for (int j = 0; j < PR; j++) {
                 const int p = lane + 32 * j, c = p % PR; /* piece p: row p / PR, bytes 16 c .. 16 c + 15 */
-                const uint4 qw = *(const uint4 *)(q + 4 * c);
-                uint32_t d = __dp4a(w[u][j].x, qw.x, 0u);
-                d = __dp4a(w[u][j].y, qw.y, d);
-                d = __dp4a(w[u][j].z, qw.z, d);
-                d = __dp4a(w[u][j].w, qw.w, d);
-                wp[SKEW ? p + p / 32 : p] = (int32_t)d;
+                const uint4 qa = *(const uint4 *)(qp + 8 * c), qb = *(const uint4 *)(qp + 8 * c + 4);
+                const uint32_t m = 0x0F0F0F0Fu;
+                uint32_t d = __dp4a(w[u][j].x & m, qa.x, 0u);
+                d = __dp4a((w[u][j].x >> 4) & m, qa.y, d);
+                d = __dp4a(w[u][j].y & m, qa.z, d);
+                d = __dp4a((w[u][j].y >> 4) & m, qa.w, d);
+                d = __dp4a(w[u][j].z & m, qb.x, d);
+                d = __dp4a((w[u][j].z >> 4) & m, qb.y, d);
+                d = __dp4a(w[u][j].w & m, qb.z, d);
+                d = __dp4a((w[u][j].w >> 4) & m, qb.w, d);
+                wp[p] = (int32_t)d;
+                if (c == PR - 1) {
+                    wx[2 * (p / PR)] = __uint_as_float(w[u][j].z);
+                    wx[2 * (p / PR) + 1] = __uint_as_float(w[u][j].w);
+                }
             }
             __syncwarp();
             uint32_t dot = 0;
 #pragma unroll
-            for (int c = 0; c < PR; c++) {
-                const int p = lane * PR + c;
-                dot += (uint32_t)wp[SKEW ? p + p / 32 : p];
-            }
+            for (int c = 0; c < PR; c++) dot += (uint32_t)wp[lane * PR + c];
+            const float x1 = wx[2 * lane], xw = wx[2 * lane + 1];
             __syncwarp(); /* the sums read before the next group writes them */
             const uint32_t r = g + (uint32_t)lane;
             if (r >= r1) continue;
-            const tc_aux_t xr = x[u];
             if (MODE == 0) {
-                const float num = (float)dot * (xr.x * v.x);
-                const float den = fmaf(xr.y, v.z, xr.z * v.y) - num;
-                dense[r] = __fdiv_rn(num, den);
-            } else if (all || (float)dot >= fmaf(fb, xr.w, fa * xr.x)) {
+                const float num = (float)dot * (xa[u].x * v.x);
+                const float den = fmaf(xa[u].y, v.z, xa[u].z * v.y) - num;
+                const float t = __fdiv_rn(num, den);
+                dense[r] = t;
+                best = max(best, __float_as_uint(t));
+            } else if (all || (float)dot >= fmaf(fb, xw, fa * x1)) {
                 const uint32_t pos = atomicAdd(cnt, 1u);
                 if (pos < TC_CAND) {
                     cand[pos] = r;
-                    ckey[pos] = tc_exact_t(dot, xr, (double)v.x, (double)v.y, (double)v.z);
+                    ckey[pos] = tc_exact_t(dot, __ldg(aux + r), (double)v.x, (double)v.y, (double)v.z);
                 }
             }
         }
     }
+    return best;
 }
 
 /* k_tc_one's arguments, passed by value: the query travels in them (no
  * upload). */
 typedef struct tc_one_args {
     const uint8_t *rows;       /* the copy's (knn_copy_t) */
+    const uint8_t *pk;         /* its packed rows (the pilot and the scan read them) */
     const tc_aux_t *aux;
     const uint32_t *t1;
     const double *c3, *ptab;
@@ -743,9 +811,10 @@ typedef struct tc_one_args {
     const uint8_t *dead;
     uint32_t n, S, take;       /* rows; pilot rows (the first S); results (<= n) */
     uint32_t rpb_pilot, rpb_scan; /* rows per block in the pilot and in the scan (whole stages) */
+    uint32_t plists;           /* blocks that write pilot maxima (top) */
     uint32_t stage_cap;        /* pilot values the dynamic shared memory holds (floats) */
     float *dense;              /* (S rounded up to 4) the pilot's t */
-    float *top;                /* (gridDim.x, take) each block's take largest pilot values; NULL: select from dense */
+    float *top;                /* (plists, TC_WARPS) those blocks' slices' largest pilot values; NULL: select from dense */
     uint32_t *cnt, *cand;      /* (1), (TC_CAND) */
     double *ckey;              /* (TC_CAND) the candidates' exact t */
     double *out_d;             /* (take) */
@@ -760,23 +829,31 @@ typedef struct tc_one_args {
 /* One k-NN query through the whole engine in one cooperative launch (grid
  * <= the blocks that fit on the device at once, so that the barriers
  * cannot deadlock), T2 > 0:
- *  1. the pilot over the first S rows, split among the blocks; with `top`,
- *     each block then writes its take largest pilot values (the take
- *     largest keys as k_tc_select orders them: float bits as unsigned;
- *     padded with key 0, the smallest) -- the union of those lists holds
- *     the S values' take largest, so its take-th largest is theirs;
+ *  1. the pilot over the first S rows, split among the first `plists`
+ *     blocks (rpb_pilot rows each: one round of loads); with `top`, each
+ *     of them then writes the largest pilot value of each of its TC_WARPS
+ *     slices (keys as k_tc_select orders them: float bits as unsigned; an
+ *     empty slice's is key 0, the smallest) -- a subset of the S values,
+ *     so its take-th largest is at most theirs and theta stays below the
+ *     table's kth best; it equals the S values' take-th largest unless two
+ *     of their take largest share a slice of 64 or more rows (then the
+ *     next value: a slightly looser theta, never a wrong one). The host
+ *     asks for the maxima only where they are at least take; where fewer
+ *     of them are real (the others an empty slice's 0), the table is below
+ *     64 take <= 4096 rows and theta (0) lets all of them through;
  *  2. a grid barrier; every block selects theta itself from the lists (or
  *     from the S values) -- the same values, the same kth, so every block
- *     gets k_tc_select's theta, with no second barrier; from shared memory
- *     when they fit, else read through L2;
+ *     gets the same theta with no second barrier; from shared memory when
+ *     they fit, else read through L2;
  *  3. every block scans its rows [blockIdx.x rpb_scan, + rpb_scan) into
  *     the one candidate list, each candidate's exact t beside it (from
  *     the integer D: the final pass reads no row for it); a grid barrier;
- *  4. block 0 ranks the candidates (tc_final_query).
- * The pilot and the scan run by tc_gemv_rows (dp4a): the same D and the
- * same tests as the tensor cores' tc_scan_rows, which waste their 16-query
- * tile on one query (the one-launch kernel with the MMA scan, measured
- * against this one: docs/lab/search.md).
+ *  4. the last block ranks the candidates (tc_final_query; it prepared
+ *     the query during the pilot where it had no pilot rows).
+ * The pilot and the scan run by tc_gemv_pk (dp4a on the packed rows): the
+ * same D and the same tests as the tensor cores' tc_scan_rows, which waste
+ * their 16-query tile on one query (the one-launch kernel with the MMA
+ * scan, measured against the unpacked dp4a scan: docs/lab/search.md).
  * The scan and final passes are the multi-launch path's device functions
  * (same arithmetic), so the answer and the flag are the same. The barriers
  * (cooperative_groups' grid sync: release / acquire at device scope) order
@@ -789,11 +866,14 @@ k_tc_one(const tc_one_args_t a)
     constexpr int DP = NK32 * 32 + T16 * 16;
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ __align__(16) uint32_t sq[DP / 4];
+    __shared__ __align__(16) uint32_t sqp[TC_PK_BYTES(DP) / 2]; /* the query for tc_gemv_pk */
     __shared__ tc_qinfo_t sqi;
-    __shared__ uint32_t rsh[2048 + 34];
-    __shared__ uint32_t s_w;
+    __shared__ uint32_t rsh[TC_RADIX_WORDS];
+    __shared__ tc_fprep<DP> fp; /* the final block's prepared query */
     cooperative_groups::grid_group grid = cooperative_groups::this_grid();
     const uint8_t *qb = (const uint8_t *)sq;
+    const unsigned fb = gridDim.x - 1; /* the final block: the last, whose scan share is the shortest */
+    const bool early = blockIdx.x == fb && (size_t)fb * a.rpb_pilot >= a.S;
     float *sv = (float *)smem; /* values staged for a select */
 
     if (a.prof && threadIdx.x == 0) {
@@ -802,9 +882,22 @@ k_tc_one(const tc_one_args_t a)
         atomicMax(a.prof + TC_PROF_LAST_START, t);
     }
     for (int i = threadIdx.x; i < DP / 4; i += blockDim.x) sq[i] = a.q[i];
+    /* word j of the packed rows (bytes 4 j .. 4 j + 3) holds elements 8 j
+     * .. 8 j + 7: qp[2 j] the query's even ones, qp[2 j + 1] its odd ones
+     * (zero past DP and for the two float words) */
+    for (int i = threadIdx.x; i < TC_PK_BYTES(DP) / 2; i += blockDim.x) {
+        const int j = i >> 1, o = i & 1;
+        const uint8_t *qe = (const uint8_t *)a.q;
+        uint32_t w = 0;
+        if (4 * j < TC_PK_BYTES(DP) - 8)
+            for (int b = 0; b < 4; b++) {
+                const int e = 8 * j + 2 * b + o;
+                if (e < DP) w |= (uint32_t)qe[e] << (8 * b);
+            }
+        sqp[i] = w;
+    }
     if (threadIdx.x == 0) {
         sqi = a.qinfo;
-        s_w = 0;
         if (blockIdx.x == 0) {
             *a.cnt = 0;
             *a.flag = 0;
@@ -812,33 +905,29 @@ k_tc_one(const tc_one_args_t a)
         }
     }
     __syncthreads();
-    /* 1. the pilot, and this block's take largest */
+    /* 1. the pilot, and the largest value of each of this block's TC_WARPS
+     * slices of it (a warp's rows), from the warps' registers */
     {
         const uint32_t r0 = blockIdx.x * a.rpb_pilot;
-        const uint32_t m = r0 < a.S ? min(a.S, r0 + a.rpb_pilot) - r0 : 0u, kk = min(a.take, m);
-        if (m) tc_gemv_rows<DP, 0>(a.rows, a.aux, r0, r0 + m, sq, &sqi, a.dense, NULL, NULL, NULL, (int32_t *)smem);
-        if (a.top) {
-            float *out = a.top + (size_t)blockIdx.x * a.take;
-            __syncthreads(); /* the block's pilot values written; its stages read */
-            for (uint32_t i = threadIdx.x; i < m; i += blockDim.x) sv[i] = __ldcg(a.dense + r0 + i);
-            __syncthreads();
-            if (kk) {
-                const uint32_t bits = tc_kth<true>([sv](uint32_t i) { return __float_as_uint(sv[i]); }, m, kk, rsh);
-                /* fewer than kk keys lie above the kk-th largest */
-                for (uint32_t i = threadIdx.x; i < m; i += blockDim.x)
-                    if (__float_as_uint(sv[i]) > bits) out[atomicAdd(&s_w, 1u)] = sv[i];
-                __syncthreads();
-                for (uint32_t j = s_w + threadIdx.x; j < kk; j += blockDim.x) out[j] = __uint_as_float(bits);
-            }
-            for (uint32_t j = kk + threadIdx.x; j < a.take; j += blockDim.x) out[j] = __uint_as_float(0u);
+        const uint32_t m = r0 < a.S ? min(a.S, r0 + a.rpb_pilot) - r0 : 0u;
+        const uint32_t mine =
+            m ? tc_gemv_pk<DP, 0>(a.pk, a.aux, r0, r0 + m, sqp, &sqi, a.dense, NULL, NULL, NULL, (int32_t *)smem) : 0u;
+        if (a.top && blockIdx.x < a.plists) { /* a slice: the rows of one warp (64 of them at 512 rows a block) */
+            const uint32_t best = __reduce_max_sync(0xffffffffu, mine);
+            if ((threadIdx.x & 31) == 0)
+                a.top[(size_t)blockIdx.x * TC_WARPS + (threadIdx.x >> 5)] = __uint_as_float(best);
         }
+        /* the last block ranks the candidates at the end: where it has no
+         * pilot rows, it prepares the query for that now, while the pilot
+         * blocks work */
+        if (early) tc_final_prep<DP>(qb, (double)sqi.x, &fp, (double *)smem, rsh);
     }
     grid.sync();
     tc_prof_mark(a.prof, TC_PROF_PILOT, false);
     /* 2. theta (k_tc_select's, for one query) */
     {
         const float *v = a.top ? a.top : a.dense;
-        const uint32_t nv = a.top ? gridDim.x * a.take : a.S;
+        const uint32_t nv = a.top ? a.plists * TC_WARPS : a.S;
         uint32_t bits;
         if (nv <= a.stage_cap) {
             /* whole 16-byte pieces, then the last nv % 4 values (nothing
@@ -860,20 +949,21 @@ k_tc_one(const tc_one_args_t a)
     {
         const uint32_t r0 = blockIdx.x * a.rpb_scan;
         if (r0 < a.n)
-            tc_gemv_rows<DP, 1>(a.rows, a.aux, r0, min(a.n, r0 + a.rpb_scan), sq, &sqi, NULL, a.cnt, a.cand, a.ckey,
-                                (int32_t *)smem);
+            tc_gemv_pk<DP, 1>(a.pk, a.aux, r0, min(a.n, r0 + a.rpb_scan), sqp, &sqi, NULL, a.cnt, a.cand, a.ckey,
+                              (int32_t *)smem);
     }
     tc_prof_mark(a.prof, TC_PROF_SCAN, true);
     grid.sync();
-    if (a.prof && blockIdx.x == 0 && threadIdx.x == 0) {
+    if (a.prof && blockIdx.x == fb && threadIdx.x == 0) {
         a.prof[TC_PROF_SYNC] = tc_clock();
         a.prof[TC_PROF_CAND] = __ldcg(a.cnt);
     }
     /* 4. the final ranking */
-    if (blockIdx.x == 0) {
+    if (blockIdx.x == fb) {
         tc_final_query<DP, 0>(0, a.rows, a.aux, a.t1, a.c3, a.ptab, a.ids, a.dead, qb, &sqi, a.cnt, a.cand, a.ckey,
-                              (int)a.take, 0, (int)a.take, 0.0, a.out_d, a.out_id, a.out_n, a.flag, a.prof);
-        tc_prof_mark(a.prof, TC_PROF_END, false);
+                              (int)a.take, 0, (int)a.take, 0.0, a.out_d, a.out_id, a.out_n, a.flag, a.prof, &fp,
+                              early);
+        tc_prof_mark(a.prof, TC_PROF_END, false, fb);
     }
 }
 

@@ -5,6 +5,10 @@
 
 #include <stdint.h>
 
+/* Shared words tc_radix_kth needs (the caller's): 2048 bins, 32 warp
+ * sums, 4 results. */
+#define TC_RADIX_WORDS (2048 + 36)
+
 /* The smallest and the largest of n unsigned keys key(i) (n >= 1), for
  * the whole block: every thread gets both. sh: at least 64 words of shared
  * memory, free again on return. */
@@ -44,15 +48,16 @@ __device__ void tc_block_minmax(Key key, uint32_t n, uint32_t *sh, uint32_t *lo_
  * dividing 2048): a radix select on bits 31-21, 20-10, 9-0. Each pass
  * counts the keys that match the digits found so far into 2048 bins (lanes
  * with the same bin add once: the keys crowd into few bins), then finds the
- * bin of the kth largest by a block-wide suffix sum. sh (2048 + 34 words of
- * shared memory) is the caller's, free again on return.
+ * bin of the kth largest by a block-wide suffix sum. sh (TC_RADIX_WORDS
+ * words of shared memory) is the caller's, free again on return.
  * FEW: for a few keys in shared memory (a single query's selects, where
  * each pass's barriers are the cost, not the reads): the bits every key
  * shares (a float's sign and exponent) are found first, from the keys'
  * minimum and maximum, and skipped, the passes taking the bits below them
- * 11 at a time; and when the kth largest's bin holds one key, that key is
- * read at once, with no further pass. Two more reads of the keys: slower
- * where they come from global memory (the batches' selects). */
+ * 11 at a time; and when the kth largest's bin holds at most 32 keys,
+ * they are gathered and one warp ranks them, with no further pass (one key:
+ * read at once). More reads of the keys: slower where they come from
+ * global memory (the batches' selects). */
 template <bool FEW = false, typename Key>
 __device__ uint32_t tc_radix_kth(Key key, uint32_t n, uint32_t kth, uint32_t *sh)
 {
@@ -112,10 +117,12 @@ __device__ uint32_t tc_radix_kth(Key key, uint32_t n, uint32_t kth, uint32_t *sh
             }
             res[0] = FEW && hist[b] == 1 ? 0u : k - acc; /* 0: the bin's one key (then k - acc = 1) */
             res[1] = prefix | ((uint32_t)b << sh_);
+            res[2] = hist[b];
         }
         __syncthreads();
         k = res[0];
         prefix = res[1];
+        const uint32_t inbin = res[2];
         mask |= bm << sh_;
         bits = sh_;
         __syncthreads();
@@ -126,6 +133,29 @@ __device__ uint32_t tc_radix_kth(Key key, uint32_t n, uint32_t kth, uint32_t *sh
             }
             __syncthreads();
             prefix = hist[0];
+            __syncthreads();
+            return prefix;
+        }
+        if (FEW && bits > 0 && inbin <= 32) { /* a few keys with these digits: the kth of them by one warp */
+            if (threadIdx.x == 0) res[3] = 0;
+            __syncthreads();
+            for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+                const uint32_t u = key(i);
+                if ((u & mask) == prefix) hist[atomicAdd(&res[3], 1u)] = u;
+            }
+            __syncthreads();
+            if (threadIdx.x < 32) {
+                const uint32_t u = (uint32_t)lane < inbin ? hist[lane] : 0u;
+                uint32_t gt = 0, ge = 0;
+                for (uint32_t j = 0; j < inbin; j++) {
+                    const uint32_t v = hist[j];
+                    gt += v > u;
+                    ge += v >= u;
+                }
+                if ((uint32_t)lane < inbin && gt < k && ge >= k) res[1] = u; /* equal keys write the same */
+            }
+            __syncthreads();
+            prefix = res[1];
             __syncthreads();
             return prefix;
         }

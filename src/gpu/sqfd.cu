@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(SQ_SEL_THREADS)
 k_sq_select(const float *__restrict__ dense, uint32_t S, uint32_t kth, sq_qinfo_t *__restrict__ qi,
             uint32_t *__restrict__ ccnt)
 {
-    __shared__ uint32_t sh[2048 + 34];
+    __shared__ uint32_t sh[TC_RADIX_WORDS];
     const float *v = dense + (size_t)blockIdx.x * S;
     const uint32_t b = tc_radix_kth([v](uint32_t i) { return ~__float_as_uint(v[i]); }, S, kth, sh);
     if (threadIdx.x == 0) {
@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(SQ_SEL_THREADS)
 k_sq_kth(const float *__restrict__ v0, size_t ld, const uint32_t *__restrict__ cnt, uint32_t nfix, uint32_t cap,
          uint32_t kth, float *__restrict__ out)
 {
-    __shared__ uint32_t sh[2048 + 34];
+    __shared__ uint32_t sh[TC_RADIX_WORDS];
     const float *v = v0 + (size_t)blockIdx.x * ld;
     const uint32_t n = cnt ? min(cnt[blockIdx.x], cap) : nfix;
     if (n < kth || kth == 0) {

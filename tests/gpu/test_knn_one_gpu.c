@@ -28,7 +28,9 @@
  *   - rows removed and added between calls (the device copy's dead rows and
  *     appended rows), the same query twice (the launch's own counters), and
  *     single queries between batches (buffers shared with the multi-launch
- *     path).
+ *     path);
+ *   - a device budget with room for the copy but not for its packed rows:
+ *     the multi-launch kernels answer, the CPU's answer.
  * Every GPU answer that the engine settles counts in stats.gpu_tensor; the
  * test also checks that the random queries were answered on the GPU.
  * Skipped (77) without a GPU. */
@@ -359,11 +361,58 @@ static void test_live(void **state)
     free(rows);
 }
 
+/* A device budget with room for the copy but not for its packed rows (80
+ * bytes a row more, knn_layout.cuh): the copy is made without them and a
+ * single query takes the multi-launch kernels (the measurement says
+ * k_tc_one did not run) with the CPU's answer; a context with room runs
+ * k_tc_one on the same index. */
+static void test_no_room(void **state)
+{
+    static const size_t ks[] = {1, 10, 64};
+    const size_t n = 100003, alloc = n + n / 4 + 1024 + 128; /* the copy's rows: room for appends, a stage */
+    patina_context_opts_t co;
+    patina_context_t *saved = CTX, *tight;
+    tu_rng_t r;
+    size_t bad = 0, on_gpu = 0, runs = 0, one = 0;
+    (void)state;
+    tu_rng_seed(&r, 77);
+    uint8_t *rows = random_rows(n, &r), q[DIM];
+    patina_index_t *idx = index_of(rows, n, &r);
+    patina_context_opts_init(&co);
+    /* the copy and 5 MB for the buffers: 5 MB short of the packed rows */
+    co.gpu_mem_budget = alloc * (144 + 16 + 21) + (5u << 20);
+    TU_OK(patina_context_new(&tight, &co));
+    for (int c = 0; c < 2; c++) {
+        CTX = c ? saved : tight;
+        for (size_t b = 0; b < sizeof ks / sizeof *ks; b++)
+            for (int t = 0; t < 3; t++) {
+                pgpu_knn_prof_t p;
+                random_row(q, &r);
+                patina_gpu__knn_prof(1);
+                bad += check(idx, q, ks[b], c ? "with room" : "no room for the packed rows", c ? NULL : &on_gpu);
+                patina_gpu__knn_prof_last(&p);
+                patina_gpu__knn_prof(0);
+                if (c) one += (size_t)p.valid;
+                else bad += (size_t)p.valid; /* k_tc_one must not have run */
+                runs += !c;
+            }
+    }
+    CTX = saved;
+    patina_context_free(tight);
+    patina_index_free(idx);
+    free(rows);
+    printf("  no room for the packed rows: %zu of %zu queries answered on the GPU (multi-launch); with room, %zu "
+           "by k_tc_one; %zu differences\n", on_gpu, runs, one, bad);
+    assert_int_equal(bad, 0);
+    assert_int_equal(on_gpu, runs);
+    assert_true(one > 0); /* the contrast: with room, the one-launch kernel */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_random), cmocka_unit_test(test_empty), cmocka_unit_test(test_ties),
-        cmocka_unit_test(test_samples), cmocka_unit_test(test_live),
+        cmocka_unit_test(test_random), cmocka_unit_test(test_empty),   cmocka_unit_test(test_ties),
+        cmocka_unit_test(test_samples), cmocka_unit_test(test_live), cmocka_unit_test(test_no_room),
     };
     int rc;
     const char *quick = getenv("PATINA_TEST_QUICK");
