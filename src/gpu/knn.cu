@@ -467,6 +467,14 @@ patina_status tc_buffers(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *c, 
     return PATINA_OK;
 }
 
+/* A range search's scan threshold theta': t >= 1 - r / 100, less the
+ * margins (gpu/knn_tc.cuh); -inf from radius 100 on (every row). */
+static float tc_range_theta(double radius)
+{
+    const double t = 1.0 - radius / 100.0;
+    return radius >= 100.0 ? -HUGE_VALF : nextafterf((float)t * (1.0f - 1e-5f) - 1e-9f, -HUGE_VALF);
+}
+
 /* The inputs of m queries (rows q, qbytes apart) in the per-call buffers
  * (io laid out for kstride results a query), uploaded on stream s: the
  * rows padded to dp bytes and their infos, with range's threshold (else
@@ -478,10 +486,7 @@ static cudaError_t tc_queries(knn_state_t *st, size_t dim, int dp, const uint8_t
     float theta = 0.f;
     tc_layout(io, m, (size_t)dp, (size_t)kstride);
     qi = (tc_qinfo_t *)(st->h_in + io->o_qinfo);
-    if (range) { /* t >= 1 - r / 100, less the margins (gpu/knn_tc.cuh) */
-        const double t = 1.0 - radius / 100.0;
-        theta = radius >= 100.0 ? -HUGE_VALF : nextafterf((float)t * (1.0f - 1e-5f) - 1e-9f, -HUGE_VALF);
-    }
+    if (range) theta = tc_range_theta(radius);
     memset(st->h_in, 0, m * (size_t)dp);
     for (size_t i = 0; i < m; i++) {
         const uint8_t *a = q + i * qbytes;
@@ -645,13 +650,15 @@ static uint32_t stages_of(uint32_t rows, uint32_t blocks)
 }
 
 /* The k-NN of one query (row q of the index's bytes) with a pilot of S
- * rows in one launch and one download (take <= TC_ONE_KMAX). *done = 0:
- * the device cannot (no cooperative launch; nothing was run), else
- * cpu[0] = 1 when the engine could not settle the query (the same flag as
- * tc_knn_pass's), or its answer in hits / counts[0]. */
+ * rows in one launch and one download (take <= TC_ONE_KMAX), or (list set)
+ * its range search within `radius` (S 0, take TC_CAND: the hits, at most
+ * max_hits unless 0, in a list of their own). *done = 0: the device cannot
+ * (no cooperative launch or no packed rows; nothing was run), else cpu[0]
+ * = 1 when the engine could not settle the query (the same flag as
+ * tc_knn_pass's), or its answer in hits (list) / counts[0]. */
 static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *c, const uint8_t *q, size_t take,
-                            size_t S, patina_hit_t *hits, size_t *counts, uint8_t *cpu,
-                            size_t *paths, int *done)
+                            size_t S, patina_hit_t *hits, size_t *counts, uint8_t *cpu, size_t *paths, int *done,
+                            patina_hit_t **list, double radius, size_t max_hits)
 {
     cudaStream_t s = (cudaStream_t)pgpu_stream(g, 0);
     int slot = c->dp == 144 ? 0 : 1;
@@ -687,7 +694,7 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
      * resident ones */
     most = (uint32_t)st->one_bps[slot] * (uint32_t)g->sm_count;
     a.rpb_scan = stages_of(a.n, most);
-    a.rpb_pilot = stages_of(a.S, most);
+    a.rpb_pilot = a.S ? stages_of(a.S, most) : 0;
     if (a.rpb_pilot < TC_ONE_PILOT_ROWS) a.rpb_pilot = TC_ONE_PILOT_ROWS; /* fewer, fuller lists: one round each */
     a.plists = (a.S + a.rpb_pilot - 1) / a.rpb_pilot;
     grid = (a.n + a.rpb_scan - 1) / a.rpb_scan;
@@ -698,7 +705,7 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
      * pilot rows and all the lists fit the shared memory (else theta is
      * selected from the S values), the candidates' keys */
     size_t o_top = (S + 3) / 4 * 4 + 4, o_key = o_top; /* floats */
-    if ((size_t)a.plists * TC_WARPS <= a.stage_cap && (size_t)a.plists * TC_WARPS >= take &&
+    if (!list && (size_t)a.plists * TC_WARPS <= a.stage_cap && (size_t)a.plists * TC_WARPS >= take &&
         knn_one_mode == PGPU_KNN_ONE_DEFAULT)
         o_key += (size_t)a.plists * TC_WARPS + 4;
     o_key = (o_key + 3) / 4 * 4; /* the keys' doubles 16-byte aligned */
@@ -744,7 +751,9 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
     a.out_d = (double *)(out + io.o_outd);
     a.out_id = (uint64_t *)(out + io.o_outid);
     memcpy(a.q, q, c->dim);
-    a.qinfo = make_float4((float)t2, (float)t2 * (float)t2, (float)s2, 0.f);
+    a.qinfo = make_float4((float)t2, (float)t2 * (float)t2, (float)s2, list ? tc_range_theta(radius) : 0.f);
+    a.range = list != NULL;
+    a.radius = radius;
     if (knn_one_mode == PGPU_KNN_ONE_L2) a.stage_cap = 0; /* theta's select through L2 */
     if (prof) {
         a.prof = (unsigned long long *)(st->d_pilot + o_prof);
@@ -786,7 +795,17 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
     }
     *done = 1;
     cpu[0] = st->h_out[io.o_flag];
-    if (!cpu[0]) {
+    if (!cpu[0] && list) { /* the range's hits, sorted */
+        size_t n = *(const uint32_t *)st->h_out;
+        if (max_hits && n > max_hits) n = max_hits;
+        if (paths) paths[0]++;
+        if (n) {
+            *list = (patina_hit_t *)malloc(n * sizeof **list);
+            if (!*list) return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory for %zu hits", n);
+            for (size_t j = 0; j < n; j++) (*list)[j] = tc_result(st, &io, take, 0, j);
+        }
+        counts[0] = n;
+    } else if (!cpu[0]) {
         for (size_t j = 0; j < take; j++) hits[j] = tc_result(st, &io, take, 0, j);
         counts[0] = take;
         if (paths) paths[0]++;
@@ -1382,7 +1401,8 @@ static patina_status knn_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx, 
     {
         int done = 0; /* one query: one launch when the device allows it */
         if (nq == 1 && take <= TC_ONE_KMAX && knn_one_mode)
-            PATINA_TRY(tc_one(g, st, c, queries, take, tc_one_pilot_rows(c->n, take), hits, counts, cpu, paths, &done));
+            PATINA_TRY(tc_one(g, st, c, queries, take, tc_one_pilot_rows(c->n, take), hits, counts, cpu, paths, &done,
+                              NULL, 0.0, 0));
         if (!done) {
             const double t0 = knn_prof_on ? prof_now_us() : 0;
             PATINA_TRY(tc_knn_pass(g, st, c, idx, queries, NULL, nq, k, S, hits, counts, cpu, paths));
@@ -1434,6 +1454,11 @@ static patina_status range_resident(patina_gpu_t *g, const pgpu_knn_index_t *idx
     if (idx->live == 0 || nq == 0) return PATINA_OK;
     PATINA_TRY(search_begin(g, idx, &st, &c));
     if (!c->tc) return def_range(g, st, c, idx, qv, nq, radius, max_hits, hits, counts, cpu, paths);
+    if (nq == 1 && knn_one_mode) { /* one query: one launch when the device allows it */
+        int done = 0;
+        PATINA_TRY(tc_one(g, st, c, queries, TC_CAND, 0, NULL, counts, cpu, paths, &done, hits, radius, max_hits));
+        if (done) return PATINA_OK;
+    }
     qb = nq < TC_RANGE_BATCH ? nq : TC_RANGE_BATCH;
     PATINA_TRY(tc_buffers(g, st, c, qb, 0, TC_CAND));
     for (q0 = 0; q0 < nq; q0 += qb) {

@@ -822,7 +822,9 @@ typedef struct tc_one_args {
     uint32_t *out_n;           /* (1) */
     uint8_t *flag;             /* (1) */
     unsigned long long *prof;  /* (TC_PROF) zeroed; NULL: not measured (tc_one_prof) */
-    tc_qinfo_t qinfo;          /* T2 (> 0), T2^2, S2; w unused */
+    uint32_t range;            /* 1: a range query (S 0, no pilot; theta' in qinfo.w, radius), else k-NN */
+    double radius;
+    tc_qinfo_t qinfo;          /* T2 (> 0), T2^2, S2; w: a range query's theta' (else unused) */
     uint32_t q[PGPU_KNN_MAXDIM / 4]; /* the query row, zero padded to DP bytes */
 } tc_one_args_t;
 
@@ -850,6 +852,10 @@ typedef struct tc_one_args {
  *     the integer D: the final pass reads no row for it); a grid barrier;
  *  4. the last block ranks the candidates (tc_final_query; it prepared
  *     the query during the pilot where it had no pilot rows).
+ * A range query (a.range) has no pilot and no theta (its theta' comes from
+ * the radius, in qinfo.w): the scan after the first barrier, then the
+ * final block's range pass (every candidate within the radius, sorted, at
+ * most TC_CAND).
  * The pilot and the scan run by tc_gemv_pk (dp4a on the packed rows): the
  * same D and the same tests as the tensor cores' tc_scan_rows, which waste
  * their 16-query tile on one query (the one-launch kernel with the MMA
@@ -924,8 +930,8 @@ k_tc_one(const tc_one_args_t a)
     }
     grid.sync();
     tc_prof_mark(a.prof, TC_PROF_PILOT, false);
-    /* 2. theta (k_tc_select's, for one query) */
-    {
+    /* 2. theta (k_tc_select's, for one query; a range query's came with it) */
+    if (!a.range) {
         const float *v = a.top ? a.top : a.dense;
         const uint32_t nv = a.top ? a.plists * TC_WARPS : a.S;
         uint32_t bits;
@@ -960,9 +966,13 @@ k_tc_one(const tc_one_args_t a)
     }
     /* 4. the final ranking */
     if (blockIdx.x == fb) {
-        tc_final_query<DP, 0>(0, a.rows, a.aux, a.t1, a.c3, a.ptab, a.ids, a.dead, qb, &sqi, a.cnt, a.cand, a.ckey,
-                              (int)a.take, 0, (int)a.take, 0.0, a.out_d, a.out_id, a.out_n, a.flag, a.prof, &fp,
-                              early);
+        if (a.range)
+            tc_final_query<DP, 1>(0, a.rows, a.aux, a.t1, a.c3, a.ptab, a.ids, a.dead, qb, &sqi, a.cnt, a.cand, NULL, 0,
+                                  0, TC_CAND, a.radius, a.out_d, a.out_id, a.out_n, a.flag, a.prof, &fp, early);
+        else
+            tc_final_query<DP, 0>(0, a.rows, a.aux, a.t1, a.c3, a.ptab, a.ids, a.dead, qb, &sqi, a.cnt, a.cand,
+                                  a.ckey, (int)a.take, 0, (int)a.take, 0.0, a.out_d, a.out_id, a.out_n, a.flag, a.prof,
+                                  &fp, early);
         tc_prof_mark(a.prof, TC_PROF_END, false, fb);
     }
 }

@@ -29,6 +29,8 @@
  *     appended rows), the same query twice (the launch's own counters), and
  *     single queries between batches (buffers shared with the multi-launch
  *     path);
+ *   - range search of one query (the same kernel's range mode), radii 0 to
+ *     100, max_hits, through the one launch and the multi-launch path;
  *   - a device budget with room for the copy but not for its packed rows:
  *     the multi-launch kernels answer, the CPU's answer.
  * Every GPU answer that the engine settles counts in stats.gpu_tensor; the
@@ -361,6 +363,84 @@ static void test_live(void **state)
     free(rows);
 }
 
+/* One range query, GPU against CPU (counts, ids, distance bits); *on_gpu
+ * += 1 when the GPU answered it. */
+static size_t check_range(const patina_index_t *idx, const uint8_t *q, double radius, size_t max_hits,
+                          const char *what, size_t *on_gpu)
+{
+    patina_hit_t *a = NULL, *b = NULL;
+    size_t ca = 0, cb = 0, bad = 0;
+    patina_search_opts_t cpu, gpu;
+    patina_search_stats_t gs;
+    patina_search_opts_init(&cpu);
+    patina_search_opts_init(&gpu);
+    cpu.device = PATINA_DEVICE_CPU;
+    gpu.device = PATINA_DEVICE_GPU;
+    cpu.max_hits = gpu.max_hits = max_hits;
+    memset(&gs, 0, sizeof gs);
+    gpu.stats = &gs;
+    TU_OK(patina_index_range(NULL, idx, q, 1, radius, &cpu, &a, &ca));
+    TU_OK(patina_index_range(CTX, idx, q, 1, radius, &gpu, &b, &cb));
+    if (ca != cb) {
+        printf("  %s: n %zu radius %g: cpu %zu hits, gpu %zu\n", what, patina_index_size(idx), radius, ca, cb);
+        bad++;
+    }
+    for (size_t i = 0; i < ca && i < cb; i++)
+        if (a[i].id != b[i].id || memcmp(&a[i].distance, &b[i].distance, sizeof(double)) != 0) {
+            if (bad < 4)
+                printf("  %s: n %zu radius %g rank %zu: cpu id %llu %.17g, gpu id %llu %.17g\n", what,
+                       patina_index_size(idx), radius, i, (unsigned long long)a[i].id, a[i].distance,
+                       (unsigned long long)b[i].id, b[i].distance);
+            bad++;
+        }
+    if (on_gpu && gs.gpu_tensor >= 1 && gs.cpu == 0) (*on_gpu)++;
+    free(a);
+    free(b);
+    return bad;
+}
+
+/* Range search of one query (k_tc_one's range mode: no pilot, theta from
+ * the radius, the final block's range pass) against the CPU: random
+ * tables, radii from 0 (exact copies) to 100 (every row: the CPU's by the
+ * engine's rule), max_hits, table rows (distance 0 and duplicates),
+ * random queries, the zero query; and through the multi-launch path. The
+ * random queries within radius 60 are answered on the GPU. */
+static void test_range(void **state)
+{
+    static const size_t ns[] = {129, 5000, 100003};
+    static const double radii[] = {0.0, 30.0, 45.0, 60.0, 100.0};
+    tu_rng_t r;
+    size_t bad = 0, runs = 0, on_gpu = 0, want = 0;
+    (void)state;
+    tu_rng_seed(&r, 45);
+    for (size_t a = 0; a < sizeof ns / sizeof *ns; a++) {
+        const size_t n = ns[a];
+        uint8_t *rows = random_rows(n, &r), q[DIM];
+        patina_index_t *idx = index_of(rows, n, &r);
+        for (size_t b = 0; b < sizeof radii / sizeof *radii; b++)
+            for (int t = 0; t < 4; t++) {
+                const size_t max_hits = t == 3 ? 5 : 0;
+                if (t < 2) random_row(q, &r);
+                else memcpy(q, rows + tu_rng_below(&r, (uint32_t)n) * DIM, DIM);
+                const int counted = t < 2 && radii[b] <= 60.0;
+                bad += check_range(idx, q, radii[b], max_hits, "range", counted ? &on_gpu : NULL);
+                want += (size_t)counted;
+                patina_gpu__knn_one(PGPU_KNN_ONE_MULTI);
+                bad += check_range(idx, q, radii[b], max_hits, "range, multi-launch", NULL);
+                patina_gpu__knn_one(PGPU_KNN_ONE_DEFAULT);
+                runs++;
+            }
+        memset(q, 0, DIM);
+        bad += check_range(idx, q, 30.0, 0, "range, zero query", NULL);
+        patina_index_free(idx);
+        free(rows);
+    }
+    printf("  %zu single range queries, %zu of %zu random ones within radius 60 answered on the GPU, %zu "
+           "differences\n", runs, on_gpu, want, bad);
+    assert_int_equal(bad, 0);
+    assert_int_equal(on_gpu, want);
+}
+
 /* A device budget with room for the copy but not for its packed rows (80
  * bytes a row more, knn_layout.cuh): the copy is made without them and a
  * single query takes the multi-launch kernels (the measurement says
@@ -412,7 +492,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random), cmocka_unit_test(test_empty),   cmocka_unit_test(test_ties),
-        cmocka_unit_test(test_samples), cmocka_unit_test(test_live), cmocka_unit_test(test_no_room),
+        cmocka_unit_test(test_samples), cmocka_unit_test(test_live), cmocka_unit_test(test_range),
+        cmocka_unit_test(test_no_room),
     };
     int rc;
     const char *quick = getenv("PATINA_TEST_QUICK");
