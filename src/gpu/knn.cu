@@ -699,11 +699,10 @@ static patina_status tc_one(patina_gpu_t *g, knn_state_t *st, const knn_copy_t *
     a.plists = (a.S + a.rpb_pilot - 1) / a.rpb_pilot;
     grid = (a.n + a.rpb_scan - 1) / a.rpb_scan;
     if (a.plists > grid) grid = a.plists;
-
     /* in the pilot buffer, each part 16-byte aligned (read in 16-byte
-     * pieces): the pilot values, the blocks' top-take lists when a block's
-     * pilot rows and all the lists fit the shared memory (else theta is
-     * selected from the S values), the candidates' keys */
+     * pieces): the pilot values, the pilot blocks' slice maxima when they
+     * fit the shared memory and are at least take (else theta is selected
+     * from the S values; a range query has neither), the candidates' keys */
     size_t o_top = (S + 3) / 4 * 4 + 4, o_key = o_top; /* floats */
     if (!list && (size_t)a.plists * TC_WARPS <= a.stage_cap && (size_t)a.plists * TC_WARPS >= take &&
         knn_one_mode == PGPU_KNN_ONE_DEFAULT)
