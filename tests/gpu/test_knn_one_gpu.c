@@ -93,6 +93,27 @@ static patina_index_t *index_of(const uint8_t *rows, size_t n, tu_rng_t *r)
     return idx;
 }
 
+/* The CPU's hits a (ca) against the GPU's b (cb): the same count, ids and
+ * distance bits; mismatches counted, the first few printed with `what`, the
+ * table's size and `param` (k or the radius). */
+static size_t compare_hits(const char *what, size_t n, double param, const patina_hit_t *a, size_t ca,
+                           const patina_hit_t *b, size_t cb)
+{
+    size_t bad = 0;
+    if (ca != cb) {
+        printf("  %s: n %zu (%g): cpu %zu hits, gpu %zu\n", what, n, param, ca, cb);
+        bad++;
+    }
+    for (size_t i = 0; i < ca && i < cb; i++)
+        if (a[i].id != b[i].id || memcmp(&a[i].distance, &b[i].distance, sizeof(double)) != 0) {
+            if (bad < 4)
+                printf("  %s: n %zu (%g) rank %zu: cpu id %llu %.17g, gpu id %llu %.17g\n", what, n, param, i,
+                       (unsigned long long)a[i].id, a[i].distance, (unsigned long long)b[i].id, b[i].distance);
+            bad++;
+        }
+    return bad;
+}
+
 /* One query, k: GPU against CPU; mismatches counted (first few printed).
  * *on_gpu += 1 when the GPU's engines answered it. */
 static size_t check(const patina_index_t *idx, const uint8_t *q, size_t k, const char *what, size_t *on_gpu)
@@ -110,18 +131,7 @@ static size_t check(const patina_index_t *idx, const uint8_t *q, size_t k, const
     gpu.stats = &gs;
     TU_OK(patina_index_knn(NULL, idx, q, 1, k, &cpu, a, &ca));
     TU_OK(patina_index_knn(CTX, idx, q, 1, k, &gpu, b, &cb));
-    if (ca != cb) {
-        printf("  %s: n %zu k %zu: cpu %zu hits, gpu %zu\n", what, patina_index_size(idx), k, ca, cb);
-        bad++;
-    }
-    for (size_t i = 0; i < ca && i < cb; i++)
-        if (a[i].id != b[i].id || memcmp(&a[i].distance, &b[i].distance, sizeof(double)) != 0) {
-            if (bad < 4)
-                printf("  %s: n %zu k %zu rank %zu: cpu id %llu %.17g, gpu id %llu %.17g\n", what,
-                       patina_index_size(idx), k, i, (unsigned long long)a[i].id, a[i].distance,
-                       (unsigned long long)b[i].id, b[i].distance);
-            bad++;
-        }
+    bad += compare_hits(what, patina_index_size(idx), (double)k, a, ca, b, cb);
     if (on_gpu && gs.gpu_tensor >= 1 && gs.cpu == 0) (*on_gpu)++; /* >= 1: a context of several GPUs counts each */
     free(a);
     free(b);
@@ -381,18 +391,7 @@ static size_t check_range(const patina_index_t *idx, const uint8_t *q, double ra
     gpu.stats = &gs;
     TU_OK(patina_index_range(NULL, idx, q, 1, radius, &cpu, &a, &ca));
     TU_OK(patina_index_range(CTX, idx, q, 1, radius, &gpu, &b, &cb));
-    if (ca != cb) {
-        printf("  %s: n %zu radius %g: cpu %zu hits, gpu %zu\n", what, patina_index_size(idx), radius, ca, cb);
-        bad++;
-    }
-    for (size_t i = 0; i < ca && i < cb; i++)
-        if (a[i].id != b[i].id || memcmp(&a[i].distance, &b[i].distance, sizeof(double)) != 0) {
-            if (bad < 4)
-                printf("  %s: n %zu radius %g rank %zu: cpu id %llu %.17g, gpu id %llu %.17g\n", what,
-                       patina_index_size(idx), radius, i, (unsigned long long)a[i].id, a[i].distance,
-                       (unsigned long long)b[i].id, b[i].distance);
-            bad++;
-        }
+    bad += compare_hits(what, patina_index_size(idx), radius, a, ca, b, cb);
     if (on_gpu && gs.gpu_tensor >= 1 && gs.cpu == 0) (*on_gpu)++;
     free(a);
     free(b);
