@@ -150,11 +150,11 @@ __global__ void k_tier_flag(uint8_t *__restrict__ dead, const uint32_t *__restri
 
 /* Blanks removed rows of a tensor-core copy (device rows rm[0 .. n)): zero
  * bytes and a zero row's sums (t = 0: they pass no filter that a live row
- * could fail), in the rows and in their packed form (pk, pb bytes a row;
- * NULL: none), and flags them for the final pass, which skips them. */
+ * could fail), in the rows and in their packed form (pk; NULL: none), and flags them for the final pass, which skips them. */
 __global__ void k_tc_blank(uint8_t *__restrict__ rows, tc_aux_t *__restrict__ aux, uint8_t *__restrict__ pk,
-                           uint8_t *__restrict__ dead, const uint32_t *__restrict__ rm, uint32_t n, int dp, int pb)
+                           uint8_t *__restrict__ dead, const uint32_t *__restrict__ rm, uint32_t n, int dp)
 {
+    const int pb = TC_PK_BYTES(dp);
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         const uint32_t r = rm[i];
         for (int b = 0; b < dp; b += 4) *(uint32_t *)(rows + (size_t)r * dp + b) = 0u;
@@ -203,18 +203,18 @@ static patina_status tc_put_rows(patina_gpu_t *g, knn_copy_t *c, const pgpu_knn_
                                  size_t h0, size_t m, size_t d0)
 {
     const size_t dp = (size_t)c->dp, pb = TC_PK_BYTES(dp);
-    uint8_t *rows = (uint8_t *)malloc(m * dp + 1), *pk = (uint8_t *)malloc(m * pb + 1);
+    uint8_t *rows = (uint8_t *)malloc(m * dp + 1), *pk = c->pk ? (uint8_t *)malloc(m * pb + 1) : NULL;
     tc_aux_t *aux = (tc_aux_t *)malloc(m * sizeof *aux + 1);
     uint32_t *t1 = (uint32_t *)malloc(m * sizeof *t1 + 1);
     double *c3 = (double *)malloc(m * sizeof *c3 + 1);
     uint64_t *ids = (uint64_t *)malloc(m * sizeof *ids + 1);
     patina_status s = PATINA_OK;
     (void)g;
-    if (!rows || !pk || !aux || !t1 || !c3 || !ids) {
+    if (!rows || (c->pk && !pk) || !aux || !t1 || !c3 || !ids) {
         s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory laying out %zu rows", m);
         goto done;
     }
-    tc_lay_rows(idx, map, h0, m, dp, rows, aux, t1, c3, ids, c->pk ? pk : NULL);
+    tc_lay_rows(idx, map, h0, m, dp, rows, aux, t1, c3, ids, pk);
     if (cudaMemcpy(c->descs + d0 * dp, rows, m * dp, cudaMemcpyHostToDevice) != cudaSuccess ||
         (c->pk && cudaMemcpy(c->pk + d0 * pb, pk, m * pb, cudaMemcpyHostToDevice) != cudaSuccess) ||
         cudaMemcpy(c->aux + d0, aux, m * sizeof *aux, cudaMemcpyHostToDevice) != cudaSuccess ||
@@ -266,7 +266,7 @@ patina_status sync_removed(patina_gpu_t *g, const pgpu_knn_index_t *idx, uint64_
         if (e == cudaSuccess) {
             const unsigned grid = (unsigned)((m + 255) / 256);
             if (tier) k_tier_flag<<<grid, 256, 0, st>>>(dead, d_rm, (uint32_t)m);
-            else k_tc_blank<<<grid, 256, 0, st>>>(rows, aux, pk, dead, d_rm, (uint32_t)m, dp, TC_PK_BYTES(dp));
+            else k_tc_blank<<<grid, 256, 0, st>>>(rows, aux, pk, dead, d_rm, (uint32_t)m, dp);
             e = cudaGetLastError();
         }
         if (e == cudaSuccess) e = cudaStreamSynchronize(st);
@@ -454,11 +454,11 @@ patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_index_t *
     }
     { /* a copy that cannot fit the budget is refused before its layout (seconds for 10M rows) */
         const double rows = (double)(idx->n + idx->n / 4 + 1024 + TC_R);
-        const double need = idx->t1 ? rows * (double)((idx->dim == 144 ? 144 : 256) + sizeof(tc_aux_t) + 21)
+        const double need = idx->t1 ? rows * (double)(tc_dp(idx->dim) + sizeof(tc_aux_t) + 21)
                                     : (double)idx->live * (double)(idx->bytes + sizeof(uint64_t));
         /* the single query's packed rows where they fit too (else its
          * calls take the multi-launch kernels) */
-        packed = idx->t1 && need + rows * TC_PK_BYTES(idx->dim == 144 ? 144 : 256) <= (double)g->budget;
+        packed = idx->t1 && need + rows * TC_PK_BYTES(tc_dp(idx->dim)) <= (double)g->budget;
         if (need > (double)g->budget)
             return patina__fail(PATINA_E_LIMIT, "gpu search: a copy of %zu rows needs %.0f MiB, over the budget (%.0f MiB)",
                                 idx->n, need / 1048576.0, (double)g->budget / 1048576.0);
@@ -477,7 +477,7 @@ patina_status copy_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_index_t *
     c->bytes = idx->bytes;
     if (idx->t1) {
         c->tc = 1;
-        c->dp = idx->dim == 144 ? 144 : 256;
+        c->dp = tc_dp(idx->dim);
         s = tc_upload(g, st, c, idx, packed);
     } else if (st->replay) { /* a chunk laid out by an earlier call */
         s = image_replay(g, st, c, st->replay);

@@ -19,8 +19,12 @@
 #define TC_SEL_THREADS 1024
 #define TC_TSEL_THREADS 256 /* the pilot selects' block (k_tc_select, k_fl_select): thousands of values a query */
 
+/* Bytes a tensor-core device row of dim elements: CEDD's 144, else
+ * padded to 256 (PGPU_KNN_MAXDIM). */
+static inline int tc_dp(size_t dim) { return dim == 144 ? 144 : 256; }
+
 /* The one-query kernel's packed rows (k_tc_one's pilot and scan read them:
- * a single query's scan is a read of the table, and these are 55% of its
+ * a single query's scan is a read of the table, and these are half its
  * bytes): two elements a byte (the fast path's elements are <= 7), element
  * 2 i in the low nibble of byte i, zero padded, then the row's T1 and
  * S1 / T1 (tc_aux_t's x and w: the scan's filter) as floats in the last 8

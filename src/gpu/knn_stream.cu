@@ -182,7 +182,7 @@ static patina_status tier_of(patina_gpu_t *g, knn_state_t *st, const pgpu_knn_in
         tier_free(g, t);
         t->serial = idx->serial;
         t->dim = idx->dim;
-        t->dp = idx->dim == 144 ? 144 : 256;
+        t->dp = tc_dp(idx->dim);
         t->perm = (uint32_t *)malloc(n * sizeof *t->perm + 1);
         t->inv = (uint32_t *)malloc(n * sizeof *t->inv + 1);
         if (!t->perm || !t->inv) s = patina__fail(PATINA_E_NOMEM, "gpu search: out of memory for a tier of %zu rows", n);

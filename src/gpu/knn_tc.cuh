@@ -453,19 +453,6 @@ __device__ void tc_reference_warps(const uint8_t *__restrict__ rows, const uint3
     __syncthreads();
 }
 
-/* Query q's final ranking by the whole block (any multiple of 32 threads
- * dividing 2048). RANGE 0: the k nearest (take = min(k, n)) into
- * out_d / out_id (nq, k) and out_n[q] = take; with `partial` (a chunk of a
- * streamed table, whose candidates may be fewer than take) the nearest
- * min(take, live candidates) and out_n[q] their number. RANGE 1: every
- * candidate with distance <= radius, sorted, into (nq, TC_CAND), out_n[q]
- * their number. flag[q] = 1 when the query must be answered by the CPU.
- * qbytes, qinfo: global or shared memory; cnt and cand are read through
- * L2 (ld.cg), so that a kernel that wrote them before a grid-wide barrier
- * reads them here. ckey (k-NN; NULL: none): the candidates' exact t as
- * the scan wrote them (the same tc_exact_t), else computed here. Uses the
- * block's dynamic shared memory (tc_final_smem). prof (NULL: none): block
- * 0's readings of the steps (k_tc_one's measurement). */
 /* A query as src/search/knn.c's prepare_query makes it, in shared memory
  * (tc_final_prep): its bytes, q = a / T2 of its non-zero elements and
  * their indices in order, their number, C2. */
@@ -527,6 +514,20 @@ __device__ void tc_final_prep(const uint8_t *qrow, double t2, tc_fprep<DP> *fp, 
     __syncthreads();
 }
 
+/* Query q's final ranking by the whole block (any multiple of 32 threads
+ * dividing 2048). RANGE 0: the k nearest (take = min(k, n)) into
+ * out_d / out_id (nq, k) and out_n[q] = take; with `partial` (a chunk of a
+ * streamed table, whose candidates may be fewer than take) the nearest
+ * min(take, live candidates) and out_n[q] their number. RANGE 1: every
+ * candidate with distance <= radius, sorted, into (nq, TC_CAND), out_n[q]
+ * their number. flag[q] = 1 when the query must be answered by the CPU.
+ * qbytes, qinfo: global or shared memory; cnt and cand are read through
+ * L2 (ld.cg), so that a kernel that wrote them before a grid-wide barrier
+ * reads them here. ckey (k-NN; NULL: none): the candidates' exact t as
+ * the scan wrote them (the same tc_exact_t), else computed here. Uses the
+ * block's dynamic shared memory (tc_final_smem). prof (NULL: none): the
+ * block's readings of the steps (k_tc_one's measurement). fp: the query
+ * as the CPU prepares it (tc_final_prep), made here unless `prepared`. */
 template <int DP, int RANGE>
 __device__ __forceinline__ void
 tc_final_query(int q, const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux,
@@ -693,7 +694,7 @@ k_tc_final(const uint8_t *__restrict__ rows, const tc_aux_t *__restrict__ aux, c
 
 /* One query's share of a scan without the tensor cores (a GEMV: no stages,
  * no block barrier) over the packed rows (knn_layout.cuh: TC_PK_BYTES(DP)
- * a row, 55% of the u8 row and its sums): each warp takes groups of 32
+ * a row, half the u8 row and its sums): each warp takes groups of 32
  * rows (U at once, their loads in flight together), its lanes read them as
  * consecutive 16-byte pieces (PR = TC_PK_BYTES(DP) / 16 a row: every load
  * of the warp is contiguous), each piece's nibble words unpacked by two

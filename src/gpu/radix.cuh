@@ -55,9 +55,9 @@ __device__ void tc_block_minmax(Key key, uint32_t n, uint32_t *sh, uint32_t *lo_
  * shares (a float's sign and exponent) are found first, from the keys'
  * minimum and maximum, and skipped, the passes taking the bits below them
  * 11 at a time; and when the kth largest's bin holds at most 32 keys,
- * they are gathered and one warp ranks them, with no further pass (one key:
- * read at once). More reads of the keys: slower where they come from
- * global memory (the batches' selects). */
+ * they are gathered and one warp ranks them, with no further pass. More
+ * reads of the keys: slower where they come from global memory (the
+ * batches' selects). */
 template <bool FEW = false, typename Key>
 __device__ uint32_t tc_radix_kth(Key key, uint32_t n, uint32_t kth, uint32_t *sh)
 {
@@ -115,7 +115,7 @@ __device__ uint32_t tc_radix_kth(Key key, uint32_t n, uint32_t kth, uint32_t *sh
                 if (acc + hist[b] >= k) break;
                 acc += hist[b];
             }
-            res[0] = FEW && hist[b] == 1 ? 0u : k - acc; /* 0: the bin's one key (then k - acc = 1) */
+            res[0] = k - acc;
             res[1] = prefix | ((uint32_t)b << sh_);
             res[2] = hist[b];
         }
@@ -126,17 +126,7 @@ __device__ uint32_t tc_radix_kth(Key key, uint32_t n, uint32_t kth, uint32_t *sh
         mask |= bm << sh_;
         bits = sh_;
         __syncthreads();
-        if (k == 0 && bits > 0) { /* the one key with these digits */
-            for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-                const uint32_t u = key(i);
-                if ((u & mask) == prefix) hist[0] = u;
-            }
-            __syncthreads();
-            prefix = hist[0];
-            __syncthreads();
-            return prefix;
-        }
-        if (FEW && bits > 0 && inbin <= 32) { /* a few keys with these digits: the kth of them by one warp */
+        if (FEW && bits > 0 && inbin <= 32) { /* a few keys with these digits (one: k = 1): the kth by one warp */
             if (threadIdx.x == 0) res[3] = 0;
             __syncthreads();
             for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
