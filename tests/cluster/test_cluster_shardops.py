@@ -97,6 +97,10 @@ def heartbeat_once():
     c, _ = setup()
     try:
         c.shard(COLL, "s1", 1)
+        # s2 starts once s1 is listed and ready: a shard that starts before the other's entry is visible
+        # assigns itself every partition, becomes ready for them and stalls holding them, and then s1
+        # rightly hosts its own half of them while s2 stalls, which read as a takeover (seen once).
+        c.wait_ready(COLL, ["s1"], copies=1)
         c.shard(COLL, "s2", 1, ("--test-stall-reassign", "12"))
         # The stall begins as soon as s2 is ready for what it was given; waiting for the whole cluster
         # to be ready first could outlast it (s2's side of a hand-over waits for its loop), so the
