@@ -358,6 +358,7 @@ patina_status patina_gpu_open(patina_gpu_t **out, int index, uint64_t budget)
     g->device = index;
     g->budget = budget;
     g->sm_count = p.multiProcessorCount;
+    g->cc = p.major * 10 + p.minor;
     if (cudaDeviceGetAttribute(&g->clock_khz, cudaDevAttrClockRate, g->device) != cudaSuccess) {
         (void)cudaGetLastError();
         g->clock_khz = 0;

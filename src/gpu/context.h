@@ -57,6 +57,7 @@ struct patina_gpu {
     int device;
     char name[256];
     int sm_count;
+    int cc;                    /* compute capability, major * 10 + minor (90: Hopper, whose wgmma kernels run) */
     int clock_khz;             /* the SMs' clock (cudaDevAttrClockRate), for peak rates */
     int mem_clock_khz;         /* the memory's peak clock (cudaDevAttrMemoryClockRate; 0: unknown) */
     int mem_bus_bits;          /* its bus width (cudaDevAttrGlobalMemoryBusWidth): peak bytes/s = 2 clock bits / 8 */

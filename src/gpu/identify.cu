@@ -534,25 +534,6 @@ static patina_status launch(const idf_launch_t &L, int prec, dim3 grid, int warp
                : launch_one<IDF_PREC_FP16, uint32_t>(L, grid, warps, smem, s, dev);
 }
 
-/* Whether device dev has compute capability 9.0 (the wgmma kernel's
- * sm_90a code runs there only); asked once per device. */
-static int dev_is_sm90(int dev)
-{
-    static std::atomic<int> cc[64]; /* major * 10 + minor + 1; 0: not asked yet */
-    int v = dev >= 0 && dev < 64 ? cc[dev].load() : 0;
-    if (v == 0) {
-        int major = 0, minor = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-            (void)cudaGetLastError();
-            return 0;
-        }
-        v = major * 10 + minor + 1;
-        if (dev >= 0 && dev < 64) cc[dev].store(v);
-    }
-    return v == 91;
-}
-
 /* Whether this call's launches use the wgmma kernel: o->kernel, the device,
  * the shape and its shared memory (*wsmem). */
 static int use_wgmma(const patina_gpu_t *g, const pgpu_idf_opts_t *o, int prec, size_t mpad, size_t n, size_t K,
@@ -561,7 +542,7 @@ static int use_wgmma(const patina_gpu_t *g, const pgpu_idf_opts_t *o, int prec, 
     *wsmem = 0;
     if (o->kernel == PGPU_IDF_KERNEL_MMA) return 0;
 #if PATINA_HAVE_WGMMA
-    if (!dev_is_sm90(g->device) || !patina__idf_wg_applies(prec, (int)mpad, (int)n)) return 0;
+    if (g->cc != 90 || !patina__idf_wg_applies(prec, (int)mpad, (int)n)) return 0;
     /* mutual scoring: mma.sync is faster (identify_wg.cu), unless wgmma is asked for */
     if (o->scoring == IDF_SCORE_MUTUAL && o->kernel != PGPU_IDF_KERNEL_WGMMA) return 0;
     *wsmem = patina__idf_wg_smem((int)mpad, (int)n, (int)K, o->scoring, pair);

@@ -67,6 +67,7 @@
 #include "gpu/idf_kernels.cuh"
 #include "gpu/idf_wgmma.h"
 #include "gpu/ptx.cuh"
+#include "gpu/wgmma.cuh"
 
 #define IDFW_N 128       /* reference rows per chunk = the wgmma's N */
 #define IDFW_NST 4       /* chunk stages of a long query (idfw_stages) */
@@ -77,24 +78,6 @@
 #define IDFW_THREADS(NCW) (128 * (1 + (NCW))) /* loader + scorer warpgroup, NCW consumer warpgroups */
 
 /* ------------------------------------------------------------ primitives */
-
-/* Shared-memory matrix descriptor of a K-major operand in the 128-byte
- * swizzle: rows of 128 bytes (one RootSIFT row), 8-row atoms of 1024 bytes
- * (the stride-dimension offset); the leading-dimension offset is unused in
- * this mode (a k-step of 32 bytes stays inside the swizzle row). addr is
- * the byte address of the tile's first row plus 32 * k-step, the atoms
- * 1024-aligned (base offset 0). */
-__device__ __forceinline__ uint64_t idfw_desc(uint32_t addr)
-{
-    return (uint64_t)((addr & 0x3ffffu) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
-}
-
-__device__ __forceinline__ void idfw_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void idfw_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void idfw_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
 
 /* d (+)= A B: A 64 x 32 u8 (K-major, shared memory), B 128 x 32 u8
  * (K-major, shared memory), d 64 x 128 s32 in the warpgroup's registers;
@@ -130,61 +113,6 @@ __device__ __forceinline__ void idfw_pin(int32_t (&d)[64])
     for (int i = 0; i < 64; i++) asm volatile("" : "+r"(d[i])::"memory");
 }
 
-__device__ __forceinline__ void mbar_init(uint64_t *b, uint32_t count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t *b)
-{
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(smem_u32(b)) : "memory");
-}
-/* Waits until the phase of the given parity completed (a fresh barrier is
- * in phase 0: waiting for parity 1 returns at once). */
-__device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity)
-{
-    asm volatile("{\n.reg .pred p;\nLAB_WAIT:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@p bra.uni DONE;\nbra.uni LAB_WAIT;\nDONE:\n}\n" ::"r"(smem_u32(b)),
-                 "r"(parity)
-                 : "memory");
-}
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-/* Arrives on b and adds bytes to the transaction count its phase waits for
- * (the tensor copy's complete_tx takes them off). */
-__device__ __forceinline__ void mbar_arrive_tx(uint64_t *b, uint32_t bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
-}
-/* The tensor memory accelerator: the box at (x, y) of map into dst (shared
- * memory, in the map's swizzle), completing on bar's transaction count. */
-__device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, int x, int y, uint64_t *bar)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-                 "[%4];\n" ::"r"(smem_u32(dst)),
-                 "l"(map), "r"(x), "r"(y), "r"(smem_u32(bar))
-                 : "memory");
-}
-__device__ __forceinline__ void tma_prefetch(const CUtensorMap *map)
-{
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
-}
-/* Register budget of the calling warpgroup (setmaxnreg; the kernel's cap at
- * entry is 65536 / 384 = 168): the loader and scorer give registers up,
- * the consumers take them. Each call opens its role's branch of one
- * if/else: ptxas then compiles the consumers for the new budget. */
-template <int R> __device__ __forceinline__ void regs_dec()
-{
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
-}
-template <int R> __device__ __forceinline__ void regs_inc()
-{
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
-}
-__device__ __forceinline__ void named_sync(int id, int threads)
-{
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 /* ---------------------------------------------------------------- sizing */
 
 /* The tensor map of a launch's reference rows for the loader's tensor
@@ -195,16 +123,7 @@ __device__ __forceinline__ void named_sync(int id, int threads)
  * than 2^31 of them, or no encoder in this driver). Host code. */
 static inline int idfw_tensor_map(CUtensorMap *map, const idf_launch_t &L)
 {
-    /* resolved once, on the first call (a static's initialisation: thread-safe) */
-    static const PFN_cuTensorMapEncodeTiled_v12000 encode = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
-        void *fn = NULL;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) !=
-                cudaSuccess ||
-            q != cudaDriverEntryPointSuccess)
-            return NULL;
-        return (PFN_cuTensorMapEncodeTiled_v12000)fn;
-    }();
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = wg_tensor_encoder();
     const unsigned long long rows = (unsigned long long)L.nref * (unsigned long long)L.m;
     memset(map, 0, sizeof *map);
     if (rows == 0 || rows > 0x7fffffffull || ((uintptr_t)L.refs & 15u) || !encode) return 0;
@@ -524,10 +443,10 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1)
                 /* per m-tile: the MMAs into one accumulator set, then the epilogue */
                 auto issue = [&](int32_t(&acc)[64], int mtile) {
                     const uint32_t qa = qaddr + mtile * 64 * IDF_D;
-                    idfw_fence();
+                    wg_fence();
 #pragma unroll
-                    for (int ks = 0; ks < 4; ks++) idfw_mma(acc, idfw_desc(qa + 32 * ks), idfw_desc(sb + 32 * ks), ks);
-                    idfw_commit();
+                    for (int ks = 0; ks < 4; ks++) idfw_mma(acc, wg_desc(qa + 32 * ks), wg_desc(sb + 32 * ks), ks);
+                    wg_commit();
                 };
                 auto epilogue = [&](int32_t(&acc)[64], uint32_t &tb0, uint32_t &ts0, uint32_t &tb1, uint32_t &ts1,
                                     int mtile) {
@@ -590,7 +509,7 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1)
                         if (mtile >= nmt) continue; /* uniform over the warpgroup */
                         int32_t acc[64];
                         issue(acc, mtile);
-                        idfw_wait<0>();
+                        wg_wait<0>();
                         idfw_pin(acc);
                         epilogue(acc, tb[mt][0], ts[mt][0], tb[mt][1], ts[mt][1], mtile);
                     }
@@ -610,10 +529,10 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1)
                         idfw_pin(acc0);
                         issue(acc1, vb ? mb : ma);
                         idfw_pin(acc1);
-                        idfw_wait<1>();
+                        wg_wait<1>();
                         idfw_pin(acc0);
                         epilogue(acc0, tb[mt][0], ts[mt][0], tb[mt][1], ts[mt][1], ma);
-                        idfw_wait<0>();
+                        wg_wait<0>();
                         idfw_pin(acc1);
                         if (vb)
                             epilogue(acc1, tb[mt + 1][0], ts[mt + 1][0], tb[mt + 1][1], ts[mt + 1][1], mb);
