@@ -25,10 +25,10 @@
  *                     |x| = sqrt of the sum of v)  M = Md Wq Wr (1 + 2^-20) + 12 u
  * (the products with W, rounded up by at most 2 u each, and the three
  * roundings of the key add at most 7 u (1 + Md Wq Wr) + u; the
- * definitions' zero cases exact, M = 0 there, W = 0 marking a zero
- * vector); u carries a factor
- * (1 + 2^-10) for the definitions' own doubles, as in knn_fx.cuh, and M is
- * evaluated with upward rounding. The residual e is at most 1/508 of the
+ * definitions' zero cases exact, W = 0 marking a zero vector); u carries a
+ * factor (1 + 2^-10) for the definitions' own doubles, as in knn_fx.cuh, and
+ * M is evaluated with upward rounding, as a query's terms times a row's
+ * (knn_ix_key.cuh's ix_bound). The residual e is at most 1/508 of the
  * scale per element, so the bound stays as tight as the float filter's on
  * histograms and features alike, while the dot product costs four int8
  * MMAs per 32 elements.
@@ -53,61 +53,10 @@
 
 #include "algo/distance_ids.h"
 #include "gpu/knn_fx.cuh"
+#include "gpu/knn_ix_key.cuh"
 #include "gpu/knn_layout.cuh"
 #include "gpu/knn_tc.cuh"
 #include "gpu/ptx.cuh"
-
-#define IX_U (0x1p-24f * (1.0f + 0x1p-10f))
-
-/* The three integer sums as one float, comb = hi + (mid + lo / 254) / 254
- * up to the error below, in few instructions: hi converted exactly by the
- * float's mantissa (|hi| <= 256 * 127^2 < 2^22: 0x4B400000 is 1.5 * 2^23,
- * whose ulp is 1), mid * 254 + lo exact in 32 bits (|.| <= 2 * 256 * 127^2
- * * 254 + 256 * 127^2 = 2,101,673,216 < 2^31) and rounded once, then one
- * FMA with 1/254^2 (itself rounded). Against C = hi + mid / 254 + lo /
- * 254^2: the conversion, the constant and the FMA err by <= u |T| / 254^2
- * each, the FMA also by u |hi|, so |comb - C| <= 3.01 u (|hi| + |mid| / 254
- * + |lo| / 254^2) <= 3.01 u A_q A_r / (s_q s_r) (Cauchy-Schwarz on each
- * limb product); dot = comb (s_q s_r) adds two roundings: <= 5.02 u A_q A_r
- * in all, inside the 10 u the bound allows. */
-static_assert(IX_MAXDIM * 127 * 127 < (1 << 22), "hi's exact conversion");
-static_assert((long long)IX_MAXDIM * 127 * 127 * (2 * 254 + 1) < 2147483647LL, "mid * 254 + lo in 32 bits");
-__device__ __forceinline__ float ix_comb(int32_t hi, int32_t mid, int32_t lo)
-{
-    const float h = __fsub_rn(__int_as_float(0x4B400000 + hi), 12582912.0f);
-    return __fmaf_rn((float)(mid * 254 + lo), 1.0f / 64516.0f, h);
-}
-
-/* The key of one (query, row) from comb (the definitions' zero cases exact) */
-template <int D>
-__device__ __forceinline__ float ix_key(float comb, const ix_info_t &q, const ix_info_t &r)
-{
-    const float dot = __fmul_rn(comb, __fmul_rn(q.x, r.x));
-    if constexpr (D == PDIST_L2 || D == PDIST_STD_L2) {
-        return __fsub_rn(__fadd_rn(q.w, r.w), __fmul_rn(2.0f, dot));
-    } else { /* cosine, hellinger: w = 1 / |x|, 0 for a zero vector */
-        if (q.w == 0.f || r.w == 0.f) return q.w == 0.f && r.w == 0.f ? 0.f : 1.f;
-        return __fsub_rn(1.0f, __fmul_rn(__fmul_rn(dot, q.w), r.w));
-    }
-}
-
-/* Its bound M (0 where the key is exact). Every operation rounds upwards on
- * non-negative operands, so M grows with r's A, E and N (or W): with r the
- * table's largest of each (c->ixmax) it bounds every row's M for query q. */
-template <int D>
-__device__ __forceinline__ float ix_bound(const ix_info_t &q, const ix_info_t &r)
-{
-    float md = __fmul_ru(q.y, r.z);
-    md = __fmaf_ru(q.z, r.y, md);
-    md = __fmaf_ru(q.z, r.z, md);
-    md = __fmaf_ru(__fmul_ru(10.0f * IX_U, q.y), r.y, md);
-    if constexpr (D == PDIST_L2 || D == PDIST_STD_L2) {
-        return __fmaf_ru(2.0f, md, __fmul_ru(8.0f * IX_U, __fadd_ru(q.w, r.w)));
-    } else {
-        if (q.w == 0.f || r.w == 0.f) return 0.f;
-        return __fmaf_ru(__fmul_ru(__fmul_ru(md, q.w), r.w), 1.0f + 0x1p-20f, 12.0f * IX_U);
-    }
-}
 
 /* The three integer sums of query limbs qb with row limbs rb (2 DP bytes
  * each, [Q1 | Q2], 16-byte aligned) by dp4a: the MMAs' sums exactly. */

@@ -6,6 +6,9 @@
 #ifndef PATINA_GPU_KNN_LAYOUT_CUH
 #define PATINA_GPU_KNN_LAYOUT_CUH
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include <cuda_runtime.h>
 
 /* ---- the tensor-core engine (knn_tc.cuh) ---- */
@@ -60,5 +63,21 @@ typedef float2 fx_aux_t;
 /* Per row and per query: s, A, E, and N (l2, std_l2) or W (cosine,
  * hellinger) (knn_ix.cuh). */
 typedef float4 ix_info_t;
+
+/* ---- query fragments (the tensor-core scans) ---- */
+
+/* A query tile's A fragment of an m16n8k32 (byte column c): rows q0 and
+ * q1 = q0 + 8 of qbytes (stride bytes a query), zero past nq. It is also
+ * a warp's share of a wgmma m64nNk32 A operand held in registers (warp w of
+ * the warpgroup: rows 16 w .. 16 w + 15), which knn_ixw.cuh uses. */
+__device__ __forceinline__ void tc_frag_a(uint32_t a[4], const void *qbytes, size_t stride, int q0, int q1, int nq,
+                                          int c)
+{
+    const uint8_t *b = (const uint8_t *)qbytes;
+    a[0] = q0 < nq ? *(const uint32_t *)(b + (size_t)q0 * stride + c) : 0u;
+    a[1] = q1 < nq ? *(const uint32_t *)(b + (size_t)q1 * stride + c) : 0u;
+    a[2] = q0 < nq ? *(const uint32_t *)(b + (size_t)q0 * stride + c + 16) : 0u;
+    a[3] = q1 < nq ? *(const uint32_t *)(b + (size_t)q1 * stride + c + 16) : 0u;
+}
 
 #endif

@@ -56,18 +56,6 @@
 
 /* ---------------------------------------------------------------- scan */
 
-/* A query tile's A fragment of an m16n8k32 (byte column c): rows q0 and
- * q1 = q0 + 8 of qbytes (stride bytes a query), zero past nq. */
-__device__ __forceinline__ void tc_frag_a(uint32_t a[4], const void *qbytes, size_t stride, int q0, int q1, int nq,
-                                          int c)
-{
-    const uint8_t *b = (const uint8_t *)qbytes;
-    a[0] = q0 < nq ? *(const uint32_t *)(b + (size_t)q0 * stride + c) : 0u;
-    a[1] = q1 < nq ? *(const uint32_t *)(b + (size_t)q1 * stride + c) : 0u;
-    a[2] = q0 < nq ? *(const uint32_t *)(b + (size_t)q0 * stride + c + 16) : 0u;
-    a[3] = q1 < nq ? *(const uint32_t *)(b + (size_t)q1 * stride + c + 16) : 0u;
-}
-
 /* One stage of a scan block: R rows of RB bytes from src (stored at SRB
  * bytes a row in dst) and their 16-byte infos, by cp.async (the caller
  * commits). */
