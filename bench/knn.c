@@ -44,6 +44,10 @@
  * of CEDD and the histogram families (default 70; 0 gives dense histograms,
  * where the CPU's chi2 divides at every element and its float filter
  * pays); the peers, which draw their own rows with 70%, are then not run.
+ * --ix-kernel auto|mma|wgmma: the tensor-core filter's scan (l2, std_l2,
+ * cosine, hellinger) as the library picks it, on mma.sync, or on wgmma
+ * wherever it applies (patina_gpu__ix_kernel), to compare them in one
+ * session.
  *
  * After the table, CEDD's single queries (a batch of 1, k <= 64: the
  * one-launch kernel, gpu/knn_tc.cuh k_tc_one) get a "1 query" table: the
@@ -457,10 +461,19 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--gpu-budget") && i + 1 < argc) budget = strtoull(argv[++i], NULL, 10) << 20;
         else if (!strcmp(argv[i], "--portable")) pdist_force_portable(1);
         else if (!strcmp(argv[i], "--zeros") && i + 1 < argc) ZEROS = atoi(argv[++i]);
-        else {
+        else if (!strcmp(argv[i], "--ix-kernel") && i + 1 < argc) {
+            const char *v = argv[++i];
+            if (!strcmp(v, "auto")) patina_gpu__ix_kernel(PGPU_IX_KERNEL_AUTO);
+            else if (!strcmp(v, "mma")) patina_gpu__ix_kernel(PGPU_IX_KERNEL_MMA);
+            else if (!strcmp(v, "wgmma")) patina_gpu__ix_kernel(PGPU_IX_KERNEL_WGMMA);
+            else {
+                fprintf(stderr, "bench_knn: --ix-kernel auto, mma or wgmma\n");
+                return 2;
+            }
+        } else {
             fprintf(stderr, "usage: bench_knn [--sizes N,...] [--queries Q,...] [--ks K,...] [--no-peers] "
                             "[--cpu-max PAIRS] [--live ROWS] [--family SPEC] [--range R] [--gpu-budget MIB] "
-                            "[--portable] [--zeros P]\n");
+                            "[--portable] [--zeros P] [--ix-kernel auto|mma|wgmma]\n");
             return 2;
         }
     }

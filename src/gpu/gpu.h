@@ -533,6 +533,19 @@ patina_status patina_gpu__bandwidth(patina_gpu_t *g, int kind, size_t bytes, int
 #define PGPU_KNN_ONE_L2 3
 void patina_gpu__knn_one(int mode);
 
+/* Tests and benchmarks: the scan of the tensor-core filter (the k-NN and
+ * range batches of l2, std_l2, cosine and hellinger descriptors of at most
+ * 256 elements). PGPU_IX_KERNEL_AUTO: the wgmma scan on a compute
+ * capability 9.0 device for batches of 64 queries or more of 33 to 256
+ * elements (limbs of whole 128-byte slabs), else mma.sync;
+ * PGPU_IX_KERNEL_MMA: mma.sync always; PGPU_IX_KERNEL_WGMMA: wgmma
+ * wherever it applies, whatever the batch. Process-wide, set between
+ * calls; the answers are the same. */
+#define PGPU_IX_KERNEL_AUTO 0
+#define PGPU_IX_KERNEL_MMA 1
+#define PGPU_IX_KERNEL_WGMMA 2
+void patina_gpu__ix_kernel(int mode);
+
 /* Benchmarks: where a single CEDD k-NN query's time goes (the one-launch
  * path). patina_gpu__knn_prof(1) turns the measurement on for the calls
  * that follow (two CUDA events around the launch, the kernel's phases from

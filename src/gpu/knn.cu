@@ -38,6 +38,9 @@
 #include "gpu/knn_fx.cuh"
 #include "gpu/knn_ix.cuh"
 #include "gpu/knn_tc.cuh"
+#if PATINA_HAVE_WGMMA
+#include "gpu/knn_wg.h"
+#endif
 
 /* ------------------------------------------------------------- kernels */
 
@@ -871,11 +874,28 @@ static void fx_launch(const knn_copy_t *c, const knn_state_t *st, uint32_t n, si
             c->fx, c->n, c->fxa, n, (int)c->dim, st->d_fq, st->d_fqi, (int)m, dense, cnt, cand);
 }
 
+static int ix_kernel_mode = PGPU_IX_KERNEL_AUTO; /* patina_gpu__ix_kernel */
+
+void patina_gpu__ix_kernel(int mode) { ix_kernel_mode = mode; }
+
+/* Batches from this many queries on take the wgmma scan (a block holds 128
+ * queries: below this its tensor cores mostly multiply zeros). */
+#define IXW_MIN_Q 64
+
 /* The tensor-core filter over the first n rows for m queries (MODE as
- * k_ix_scan): 2 to 8 tiles of 16 queries per block. */
+ * k_ix_scan): 2 to 8 tiles of 16 queries per block, or the wgmma scan. */
 template <int D, int NK32, int MODE>
 static cudaError_t ix_scan(const knn_copy_t *c, const knn_state_t *st, uint32_t n, size_t m, cudaStream_t s)
 {
+#if PATINA_HAVE_WGMMA
+    /* the wgmma scan (knn_ixw.cuh) on Hopper, for batches */
+    if (MODE == 1 && st->cc == 90 && patina__ixw_applies(NK32) && ix_kernel_mode != PGPU_IX_KERNEL_MMA &&
+        (m >= IXW_MIN_Q || ix_kernel_mode == PGPU_IX_KERNEL_WGMMA)) {
+        const cudaError_t e = patina__ixw_scan(D, NK32, c->ix, c->n + IX_R, c->ixi, n, st->d_iq, st->d_iqi,
+                                               st->d_ithr, (int)m, st->d_dcnt, st->d_dcand, st->sms, s);
+        if (e != cudaErrorNotSupported) return e;
+    }
+#endif
     /* the pilot (a few thousand rows): two tiles a block, as tc_scan_of's */
     const int qtiles = MODE == 0 || m <= 32 ? 2 : m > 64 ? 8 : 4;
     const unsigned gy = (unsigned)((m + 16 * qtiles - 1) / (16 * qtiles));

@@ -93,6 +93,7 @@ patina_status knn_state(patina_gpu_t *g, knn_state_t **out)
     st = (knn_state_t *)calloc(1, sizeof *st);
     if (!st) return patina__fail(PATINA_E_NOMEM, "gpu search: out of memory");
     st->sms = g->sm_count;
+    st->cc = g->cc;
     pgpu_set_state(g, PGPU_FAM_SEARCH, st, knn_release);
     *out = st;
     return PATINA_OK;

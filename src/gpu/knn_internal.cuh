@@ -138,6 +138,7 @@ typedef struct knn_state {
     ix_info_t *d_iqi;        /* (def_q) */
     float *d_ithr;           /* (def_q) its thresholds */
     int sms;                 /* the device's multiprocessors */
+    int cc;                  /* its compute capability (patina_gpu_t.cc) */
     /* per-call buffers of the tensor-core engine, for tq_cap queries: the
      * inputs (query rows, qinfo, prepared queries) and the outputs
      * (counts, flags, distances, ids) each packed into one region, so that

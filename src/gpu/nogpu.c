@@ -187,6 +187,7 @@ patina_status pgpu_glcm_time(patina_gpu_t *g, const pgpu_glcm_knobs_t *k, pgpu_g
 }
 
 void patina_gpu__knn_one(int mode) { (void)mode; }
+void patina_gpu__ix_kernel(int mode) { (void)mode; }
 
 void patina_gpu__knn_prof(int on) { (void)on; }
 

@@ -19,7 +19,8 @@
  *     distances, and Tanimoto queries with an element above 7; which engine
  *     answered (the float filter, the definition kernels) is checked too;
  *     the tensor-core filter's batches (300 queries, k 1..1024) and zero
- *     rows / a zero query under hellinger;
+ *     rows / a zero query under hellinger, its scan on mma.sync and on
+ *     wgmma (Hopper), the same queries overflowing in both;
  *   - data outside the float filter's domain (huge, negative, tiny values)
  *     and rows the filter cannot separate (retried by the definition
  *     kernels);
@@ -36,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu/gpu.h" /* patina_gpu__ix_kernel */
 #include "patina/patina.h"
 #include "testutil.h"
 
@@ -491,64 +493,108 @@ static void test_distances(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* test_distances with the filter's scan on wgmma whatever the batch (5
+ * queries; 1 to 40000 rows: chunks cut short, a block of one row): on a
+ * Hopper device glcm and the lbp8 hellinger forms go through it (haralick's
+ * 28 elements stay on mma.sync); elsewhere this repeats test_distances. */
+static void test_distances_wgmma(void **state)
+{
+    patina_gpu__ix_kernel(PGPU_IX_KERNEL_WGMMA);
+    test_distances(state);
+    patina_gpu__ix_kernel(PGPU_IX_KERNEL_AUTO);
+}
+
+static int ix_kernel_auto(void **state)
+{
+    (void)state;
+    patina_gpu__ix_kernel(PGPU_IX_KERNEL_AUTO);
+    return 0;
+}
+
 /* The tensor-core filter's batches (l2, std_l2, hellinger): 300 queries
  * (the scan's 8-tile blocks over whole waves, the pilot's 2-tile blocks)
  * over tables past the pilot's sample, k 1 to 1024, answered by the filter
  * and its final pass (or, overflowing, the definition kernels), never the
  * CPU, bit for bit the CPU's answers; then zero rows and
  * a zero query (hellinger's exact keys 0 and 1: the zero query's ties go
- * wherever they must, its answer the CPU's). */
+ * wherever they must, its answer the CPU's). Each with the scan on mma.sync,
+ * on wgmma where it applies (Hopper: glcm's 40 and lbp8's 256 elements;
+ * elsewhere the same mma.sync scan again) and as the library picks; the
+ * scans find the same candidates, so the same queries overflow their lists
+ * and go to the definition kernels in every mode. */
 static void test_filter_batches(void **state)
 {
     static const char *const specs[] = {"glcm", "haralick", "lbp8:norm=l1,distance=hellinger",
                                         "lbp8:distance=hellinger"};
     static const size_t ks[] = {1, 10, 100, 1024};
+    static const int modes[] = {PGPU_IX_KERNEL_MMA, PGPU_IX_KERNEL_WGMMA, PGPU_IX_KERNEL_AUTO};
+    static const char *const mode_names[] = {"mma.sync", "wgmma", "auto"};
     const size_t n = QUICK ? 12000 : 30000, nq = 300;
-    size_t bad = 0, runs = 0;
+    size_t bad = 0, runs = 0, exact[4][6]; /* [spec][run]: queries the definition kernels answered, mma.sync */
     tu_rng_t r;
     (void)state;
-    tu_rng_seed(&r, 3030);
-    for (size_t si = 0; si < sizeof specs / sizeof *specs; si++) {
-        patina_extractor_t *ex;
-        patina_index_t *idx;
-        uint64_t *ids = malloc(n * sizeof *ids);
-        uint8_t *rows, *queries;
-        size_t bytes;
-        TU_OK(patina_extractor_new(&ex, specs[si]));
-        bytes = patina_extractor_bytes(ex);
-        rows = random_rows(ex, n, &r);
-        queries = random_rows(ex, nq, &r);
-        memcpy(queries + 5 * bytes, rows + 77 * bytes, bytes); /* an indexed row: distance 0 */
-        for (size_t i = 0; i < n; i++) ids[i] = 3 + (uint64_t)((i * 7919) % n);
-        TU_OK(patina_index_new(&idx, ex, ids, rows, n));
-        for (size_t ki = 0; ki < (QUICK ? 2 : sizeof ks / sizeof *ks); ki++) {
-            const size_t b = compare(idx, queries, nq, ks[ki]);
-            if (b) printf("  %s k %zu: %zu differing hits\n", specs[si], ks[ki], b);
-            bad += b;
-            /* (a query whose candidates overflow the list is retried by the definition kernels) */
-            if (LAST.gpu_tensor == 0 || LAST.cpu != 0 || LAST.gpu_tensor + LAST.gpu_exact != nq) {
-                printf("  %s k %zu: the wrong engines: tensor %zu, filter %zu, exact %zu, cpu %zu\n", specs[si],
-                       ks[ki], LAST.gpu_tensor, LAST.gpu_filter, LAST.gpu_exact, LAST.cpu);
-                bad++;
-            }
-            runs++;
-        }
-        patina_index_free(idx);
-        if (strstr(specs[si], "hellinger")) { /* zero rows (every 100th) and a zero query */
-            for (size_t i = 0; i < n; i += 100) memset(rows + i * bytes, 0, bytes);
-            memset(queries + 9 * bytes, 0, bytes);
+    for (size_t mi = 0; mi < sizeof modes / sizeof *modes; mi++) {
+        patina_gpu__ix_kernel(modes[mi]);
+        tu_rng_seed(&r, 3030);
+        for (size_t si = 0; si < sizeof specs / sizeof *specs; si++) {
+            patina_extractor_t *ex;
+            patina_index_t *idx;
+            uint64_t *ids = malloc(n * sizeof *ids);
+            uint8_t *rows, *queries;
+            size_t bytes, run = 0;
+            TU_OK(patina_extractor_new(&ex, specs[si]));
+            bytes = patina_extractor_bytes(ex);
+            rows = random_rows(ex, n, &r);
+            queries = random_rows(ex, nq, &r);
+            memcpy(queries + 5 * bytes, rows + 77 * bytes, bytes); /* an indexed row: distance 0 */
+            for (size_t i = 0; i < n; i++) ids[i] = 3 + (uint64_t)((i * 7919) % n);
             TU_OK(patina_index_new(&idx, ex, ids, rows, n));
-            for (size_t ki = 0; ki < 2; ki++) {
-                const size_t b = compare(idx, queries, nq, ks[ki]);
-                if (b) printf("  %s zero rows, k %zu: %zu differing hits\n", specs[si], ks[ki], b);
+            for (size_t ki = 0; ki < (QUICK ? 2 : sizeof ks / sizeof *ks); ki++, run++) {
+                size_t b = compare(idx, queries, nq, ks[ki]);
+                if (b) printf("  %s, %s, k %zu: %zu differing hits\n", mode_names[mi], specs[si], ks[ki], b);
+                /* (a query whose candidates overflow the list is retried by the definition kernels) */
+                if (LAST.gpu_tensor == 0 || LAST.cpu != 0 || LAST.gpu_tensor + LAST.gpu_exact != nq) {
+                    printf("  %s, %s, k %zu: the wrong engines: tensor %zu, filter %zu, exact %zu, cpu %zu\n",
+                           mode_names[mi], specs[si], ks[ki], LAST.gpu_tensor, LAST.gpu_filter, LAST.gpu_exact,
+                           LAST.cpu);
+                    b++;
+                }
+                if (mi == 0) {
+                    exact[si][run] = LAST.gpu_exact;
+                } else if (LAST.gpu_exact != exact[si][run]) {
+                    printf("  %s, %s, k %zu: %zu queries overflowed the filter, %zu with mma.sync\n",
+                           mode_names[mi], specs[si], ks[ki], LAST.gpu_exact, exact[si][run]);
+                    b++;
+                }
                 bad += b;
                 runs++;
             }
             patina_index_free(idx);
+            if (strstr(specs[si], "hellinger")) { /* zero rows (every 100th) and a zero query */
+                for (size_t i = 0; i < n; i += 100) memset(rows + i * bytes, 0, bytes);
+                memset(queries + 9 * bytes, 0, bytes);
+                TU_OK(patina_index_new(&idx, ex, ids, rows, n));
+                for (size_t ki = 0; ki < 2; ki++, run++) {
+                    size_t b = compare(idx, queries, nq, ks[ki]);
+                    if (b) printf("  %s, %s zero rows, k %zu: %zu differing hits\n", mode_names[mi], specs[si],
+                                  ks[ki], b);
+                    if (mi == 0) {
+                        exact[si][run] = LAST.gpu_exact;
+                    } else if (LAST.gpu_exact != exact[si][run]) {
+                        printf("  %s, %s zero rows, k %zu: %zu queries overflowed, %zu with mma.sync\n",
+                               mode_names[mi], specs[si], ks[ki], LAST.gpu_exact, exact[si][run]);
+                        b++;
+                    }
+                    bad += b;
+                    runs++;
+                }
+                patina_index_free(idx);
+            }
+            case_free(NULL, ex, ids, rows, queries);
         }
-        case_free(NULL, ex, ids, rows, queries);
     }
-    printf("  %zu (family, k) batch runs, %zu differing hits or wrong engines\n", runs, bad);
+    patina_gpu__ix_kernel(PGPU_IX_KERNEL_AUTO);
+    printf("  %zu (scan, family, k) batch runs, %zu differing hits or wrong engines\n", runs, bad);
     assert_int_equal(bad, 0);
 }
 
@@ -848,7 +894,8 @@ int main(void)
         cmocka_unit_test(test_range),
         cmocka_unit_test(test_live),
         cmocka_unit_test(test_distances),
-        cmocka_unit_test(test_filter_batches),
+        cmocka_unit_test_teardown(test_distances_wgmma, ix_kernel_auto),
+        cmocka_unit_test_teardown(test_filter_batches, ix_kernel_auto),
         cmocka_unit_test(test_filter_domain),
         cmocka_unit_test(test_chunked),
         cmocka_unit_test(test_streamed),
