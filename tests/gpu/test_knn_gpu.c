@@ -511,6 +511,20 @@ static int ix_kernel_auto(void **state)
     return 0;
 }
 
+/* The first scan's queries that overflowed the filter (the last call's,
+ * kept in *slot when first), or the other scans' against them: 1 (and a
+ * line) when they differ. */
+static size_t same_overflows(size_t *slot, int first, const char *what, size_t k)
+{
+    if (first) {
+        *slot = LAST.gpu_exact;
+        return 0;
+    }
+    if (LAST.gpu_exact == *slot) return 0;
+    printf("  %s, k %zu: %zu queries overflowed the filter, %zu with mma.sync\n", what, k, LAST.gpu_exact, *slot);
+    return 1;
+}
+
 /* The tensor-core filter's batches (l2, std_l2, hellinger): 300 queries
  * (the scan's 8-tile blocks over whole waves, the pilot's 2-tile blocks)
  * over tables past the pilot's sample, k 1 to 1024, answered by the filter
@@ -542,6 +556,9 @@ static void test_filter_batches(void **state)
             uint64_t *ids = malloc(n * sizeof *ids);
             uint8_t *rows, *queries;
             size_t bytes, run = 0;
+            char what[96], zwhat[96];
+            snprintf(what, sizeof what, "%s, %s", mode_names[mi], specs[si]);
+            snprintf(zwhat, sizeof zwhat, "%s, %s zero rows", mode_names[mi], specs[si]);
             TU_OK(patina_extractor_new(&ex, specs[si]));
             bytes = patina_extractor_bytes(ex);
             rows = random_rows(ex, n, &r);
@@ -551,21 +568,14 @@ static void test_filter_batches(void **state)
             TU_OK(patina_index_new(&idx, ex, ids, rows, n));
             for (size_t ki = 0; ki < (QUICK ? 2 : sizeof ks / sizeof *ks); ki++, run++) {
                 size_t b = compare(idx, queries, nq, ks[ki]);
-                if (b) printf("  %s, %s, k %zu: %zu differing hits\n", mode_names[mi], specs[si], ks[ki], b);
+                if (b) printf("  %s, k %zu: %zu differing hits\n", what, ks[ki], b);
                 /* (a query whose candidates overflow the list is retried by the definition kernels) */
                 if (LAST.gpu_tensor == 0 || LAST.cpu != 0 || LAST.gpu_tensor + LAST.gpu_exact != nq) {
-                    printf("  %s, %s, k %zu: the wrong engines: tensor %zu, filter %zu, exact %zu, cpu %zu\n",
-                           mode_names[mi], specs[si], ks[ki], LAST.gpu_tensor, LAST.gpu_filter, LAST.gpu_exact,
-                           LAST.cpu);
+                    printf("  %s, k %zu: the wrong engines: tensor %zu, filter %zu, exact %zu, cpu %zu\n", what,
+                           ks[ki], LAST.gpu_tensor, LAST.gpu_filter, LAST.gpu_exact, LAST.cpu);
                     b++;
                 }
-                if (mi == 0) {
-                    exact[si][run] = LAST.gpu_exact;
-                } else if (LAST.gpu_exact != exact[si][run]) {
-                    printf("  %s, %s, k %zu: %zu queries overflowed the filter, %zu with mma.sync\n",
-                           mode_names[mi], specs[si], ks[ki], LAST.gpu_exact, exact[si][run]);
-                    b++;
-                }
+                b += same_overflows(&exact[si][run], mi == 0, what, ks[ki]);
                 bad += b;
                 runs++;
             }
@@ -576,15 +586,8 @@ static void test_filter_batches(void **state)
                 TU_OK(patina_index_new(&idx, ex, ids, rows, n));
                 for (size_t ki = 0; ki < 2; ki++, run++) {
                     size_t b = compare(idx, queries, nq, ks[ki]);
-                    if (b) printf("  %s, %s zero rows, k %zu: %zu differing hits\n", mode_names[mi], specs[si],
-                                  ks[ki], b);
-                    if (mi == 0) {
-                        exact[si][run] = LAST.gpu_exact;
-                    } else if (LAST.gpu_exact != exact[si][run]) {
-                        printf("  %s, %s zero rows, k %zu: %zu queries overflowed, %zu with mma.sync\n",
-                               mode_names[mi], specs[si], ks[ki], LAST.gpu_exact, exact[si][run]);
-                        b++;
-                    }
+                    if (b) printf("  %s, k %zu: %zu differing hits\n", zwhat, ks[ki], b);
+                    b += same_overflows(&exact[si][run], mi == 0, zwhat, ks[ki]);
                     bad += b;
                     runs++;
                 }
