@@ -105,14 +105,6 @@ __device__ __forceinline__ void idfw_mma(int32_t (&d)[64], uint64_t da, uint64_t
                  : "memory");
 }
 
-/* Pins the accumulators after wgmma.wait_group: the compiler must not move
- * their reads above the wait. */
-__device__ __forceinline__ void idfw_pin(int32_t (&d)[64])
-{
-#pragma unroll
-    for (int i = 0; i < 64; i++) asm volatile("" : "+r"(d[i])::"memory");
-}
-
 /* ---------------------------------------------------------------- sizing */
 
 /* The tensor map of a launch's reference rows for the loader's tensor
@@ -123,15 +115,7 @@ __device__ __forceinline__ void idfw_pin(int32_t (&d)[64])
  * than 2^31 of them, or no encoder in this driver). Host code. */
 static inline int idfw_tensor_map(CUtensorMap *map, const idf_launch_t &L)
 {
-    const PFN_cuTensorMapEncodeTiled_v12000 encode = wg_tensor_encoder();
-    const unsigned long long rows = (unsigned long long)L.nref * (unsigned long long)L.m;
-    memset(map, 0, sizeof *map);
-    if (rows == 0 || rows > 0x7fffffffull || ((uintptr_t)L.refs & 15u) || !encode) return 0;
-    const cuuint64_t dims[2] = {IDF_D, rows}, strides[1] = {IDF_D};
-    const cuuint32_t box[2] = {IDF_D, IDFW_N}, estr[2] = {1, 1};
-    return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)L.refs, dims, strides, box, estr,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    return wg_tensor_map_2d(map, L.refs, IDF_D, (uint64_t)L.nref * (uint64_t)L.m, IDFW_N);
 }
 
 /* Chunk stages of a launch of n query rows: more for short queries, whose
@@ -510,7 +494,7 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1)
                         int32_t acc[64];
                         issue(acc, mtile);
                         wg_wait<0>();
-                        idfw_pin(acc);
+                        wg_pin(acc);
                         epilogue(acc, tb[mt][0], ts[mt][0], tb[mt][1], ts[mt][1], mtile);
                     }
                 } else {
@@ -526,14 +510,14 @@ __global__ void __launch_bounds__(IDFW_THREADS(NCW), 1)
                         const bool vb = mb < nmt;
                         int32_t acc0[64], acc1[64];
                         issue(acc0, ma);
-                        idfw_pin(acc0);
+                        wg_pin(acc0);
                         issue(acc1, vb ? mb : ma);
-                        idfw_pin(acc1);
+                        wg_pin(acc1);
                         wg_wait<1>();
-                        idfw_pin(acc0);
+                        wg_pin(acc0);
                         epilogue(acc0, tb[mt][0], ts[mt][0], tb[mt][1], ts[mt][1], ma);
                         wg_wait<0>();
-                        idfw_pin(acc1);
+                        wg_pin(acc1);
                         if (vb)
                             epilogue(acc1, tb[mt + 1][0], ts[mt + 1][0], tb[mt + 1][1], ts[mt + 1][1], mb);
                     }

@@ -96,28 +96,13 @@ __device__ __forceinline__ void ixw_mma(int32_t (&d)[16], const uint32_t (&a)[4]
                  : "memory");
 }
 
-/* Pins accumulators after wgmma.wait_group: the compiler must not move
- * their reads above the wait. */
-template <int N> __device__ __forceinline__ void ixw_pin(int32_t (&d)[N])
-{
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+r"(d[i])::"memory");
-}
-
 /* The tensor map of a copy's limbs for the loader: a 2-D u8 tensor of
  * rows x 2 DP bytes, boxes of 128 bytes x IXW_N rows in the 128-byte
  * swizzle. 1 when *map is made, 0 when not (no encoder in this driver, an
  * unaligned base, or too many rows). Host code. */
 static inline int ixw_tensor_map(CUtensorMap *map, const int8_t *rows, size_t nrows, int nk32)
 {
-    const PFN_cuTensorMapEncodeTiled_v12000 encode = wg_tensor_encoder();
-    memset(map, 0, sizeof *map);
-    if (!encode || nrows == 0 || nrows > 0x7fffffffull || ((uintptr_t)rows & 15u)) return 0;
-    const cuuint64_t dims[2] = {(cuuint64_t)nk32 * 64, nrows}, strides[1] = {(cuuint64_t)nk32 * 64};
-    const cuuint32_t box[2] = {128, IXW_N}, estr[2] = {1, 1};
-    return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)rows, dims, strides, box, estr,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    return wg_tensor_map_2d(map, rows, (uint64_t)nk32 * 64, nrows, IXW_N);
 }
 
 /* grid (ceil(nq / IXW_Q), ceil(n / rpb)), IXW_THREADS threads,
@@ -275,14 +260,14 @@ __global__ void __launch_bounds__(IXW_THREADS, 1)
         issue(xh, xm, xl, st, 0);
         issue(yh, ym, yl, st, 1);
         wg_wait<1>();
-        ixw_pin(xh);
-        ixw_pin(xm);
-        ixw_pin(xl);
+        wg_pin(xh);
+        wg_pin(xm);
+        wg_pin(xl);
         epilogue(xh, xm, xl, st, 0, base, lim);
         wg_wait<0>();
-        ixw_pin(yh);
-        ixw_pin(ym);
-        ixw_pin(yl);
+        wg_pin(yh);
+        wg_pin(ym);
+        wg_pin(yl);
         epilogue(yh, ym, yl, st, 1, base, lim);
         mbar_arrive(&empty[st]);
         if (++st == ST) {

@@ -7,6 +7,7 @@
 #define PATINA_GPU_WGMMA_CUH
 
 #include <stdint.h>
+#include <string.h>
 
 #include <cuda.h> /* CUtensorMap and its enums (types only: the encoder comes from the runtime) */
 #include <cuda_runtime.h>
@@ -87,6 +88,14 @@ __device__ __forceinline__ void named_sync(int id, int threads)
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+/* Pins accumulators after wgmma.wait_group: the compiler must not move
+ * their reads above the wait. */
+template <int N> __device__ __forceinline__ void wg_pin(int32_t (&d)[N])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+r"(d[i])::"memory");
+}
+
 /* A 1-D bulk copy of bytes (a multiple of 16, both addresses 16-aligned)
  * from global src into shared dst, completing on bar's transaction count. */
 __device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar)
@@ -111,6 +120,25 @@ static inline PFN_cuTensorMapEncodeTiled_v12000 wg_tensor_encoder(void)
         return (PFN_cuTensorMapEncodeTiled_v12000)fn;
     }();
     return encode;
+}
+
+/* The tensor map of a 2-D u8 tensor of `rows` rows of `width` bytes (the
+ * row pitch), read in boxes of one 128-byte swizzle row x box_rows rows in
+ * the 128-byte swizzle (the layout wg_desc names; a box past the last row
+ * is filled with zeros). 1 when *map is made, 0 when not: no encoder in
+ * this driver, base not 16-aligned, no rows or more than 2^31 of them.
+ * Host code. */
+static inline int wg_tensor_map_2d(CUtensorMap *map, const void *base, uint64_t width, uint64_t rows,
+                                   uint32_t box_rows)
+{
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = wg_tensor_encoder();
+    memset(map, 0, sizeof *map);
+    if (!encode || rows == 0 || rows > 0x7fffffffull || ((uintptr_t)base & 15u)) return 0;
+    const cuuint64_t dims[2] = {width, rows}, strides[1] = {width};
+    const cuuint32_t box[2] = {128, box_rows}, estr[2] = {1, 1};
+    return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)base, dims, strides, box, estr,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 #endif

@@ -888,7 +888,7 @@ static void test_threads(void **state)
     for (i = 0; i < 3; i++) patina_index_free(idx[i]);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random),
@@ -907,6 +907,7 @@ int main(void)
     int rc;
     const char *quick = getenv("PATINA_TEST_QUICK");
     QUICK = quick && *quick ? atoi(quick) : 0;
+    if (argc > 1) cmocka_set_test_filter(argv[1]); /* one test (a sanitizer's run): its name, * and ? allowed */
     tu_require_gpu();
     if (patina_context_new(&CTX, NULL) != PATINA_OK) {
         fprintf(stderr, "test_knn_gpu: no context: %s\n", patina_last_error());

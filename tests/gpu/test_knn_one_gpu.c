@@ -487,7 +487,7 @@ static void test_no_room(void **state)
     assert_true(one > 0); /* the contrast: with room, the one-launch kernel */
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random), cmocka_unit_test(test_empty),   cmocka_unit_test(test_ties),
@@ -497,6 +497,7 @@ int main(void)
     int rc;
     const char *quick = getenv("PATINA_TEST_QUICK");
     QUICK = quick && *quick ? atoi(quick) : 0;
+    if (argc > 1) cmocka_set_test_filter(argv[1]); /* one test (a sanitizer's run): its name, * and ? allowed */
     tu_require_gpu();
     if (patina_context_new(&CTX, NULL) != PATINA_OK) {
         fprintf(stderr, "test_knn_one_gpu: no context: %s\n", patina_last_error());
