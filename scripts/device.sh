@@ -333,10 +333,20 @@ step_sanitize() {
                 quick=2
                 [ "$t" = test_nvjpeg_gpu ] && continue
             fi
-            # racecheck of test_rootsift_gpu: one test at a time (cmocka's filter, its argument), longer:
-            # its synthetic cases alone take about 210 s under racecheck on an H200
+            # racecheck of the longer tests: one test at a time (cmocka's filter, their argument), with
+            # a longer limit: test_rootsift_gpu's synthetic cases alone take about 210 s under racecheck
+            # on an H200, test_knn_gpu's wgmma batches ~70 s each, test_identify_gpu's views over 200 s
             filters="" limit=150
-            if [ "$tool" = racecheck ] && [ "$t" = test_rootsift_gpu ]; then filters="test_synthetic test_photos"; limit=330; fi
+            if [ "$tool" = racecheck ]; then
+                case $t in
+                test_rootsift_gpu) filters="test_synthetic test_photos" limit=330 ;;
+                test_knn_gpu)
+                    filters="test_random test_refusals test_ties test_range test_live test_distances"
+                    filters="$filters test_distances_wgmma test_filter_batches test_filter_domain test_chunked"
+                    filters="$filters test_streamed test_threads" ;;
+                test_identify_gpu) filters="test_random test_real test_cache test_threads test_views test_views_sets test_nn" limit=330 ;;
+                esac
+            fi
             for f in ${filters:--}; do
                 [ "$f" = - ] && f=""
                 # shellcheck disable=SC2086
