@@ -16,13 +16,23 @@
  *   e2e DEVICE    patina_index_files of the file with family F (default
  *                 cedd) into a new collection, every frame (or --every),
  *                 the context's threads (all cores): frames/s, x real
- *                 time, and the stage times the pipeline reports.
+ *                 time, and the stage times the pipeline reports;
+ *   live DEVICE   the same file as a live stream: a thread writes it into
+ *                 a pipe on standard input as a camera would send it (each
+ *                 packet at its decoding time from the start), "-" indexed
+ *                 with --max-delay (default 1 s; every frame): how long
+ *                 after its time in the stream each frame's record was
+ *                 stored (p50, p99, max) and how far behind the stream's
+ *                 end the run finished -- a stream is kept up with when
+ *                 these stay bounded (--no-live: no such rows).
  * The GPU row runs when a GPU is usable (extraction on the GPU), once with
  * frames decoded on the CPU and once on NVDEC (e2e gpu+nvdec). NVDEC rows
  * (the reader on the GPU's video decoders: "decode nvdec", "nvdec+rgb",
  * whose RGB is hashed and compared with the CPU decoder's) unless
  * --no-nvdec or NVDEC cannot open (the reason printed). */
 #define _GNU_SOURCE
+#include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,6 +200,163 @@ static double read_rate(const char *path, int convert, patina_video_decoder deco
     return (double)n / t0;
 }
 
+/* ------------------------------------------------------------ live rows */
+
+static void report(void *user, const char *path, patina_status s, const char *message);
+
+/* The file as a camera sends it: its bytes up to the end of packet j
+ * written at t0 + at[j] (the packet's decoding time), then the rest. */
+typedef struct feed {
+    const char *path;
+    int fd;
+    double t0;
+    size_t n;
+    int64_t *upto; /* (n) bytes of the file through packet j */
+    double *at;    /* (n) seconds */
+} feed_t;
+
+static void feed_plan(feed_t *f)
+{
+    AVFormatContext *fc = NULL;
+    AVPacket *pkt = av_packet_alloc();
+    size_t cap = 0;
+    int s;
+    if (!pkt || avformat_open_input(&fc, f->path, NULL, NULL) < 0 || avformat_find_stream_info(fc, NULL) < 0)
+        fail("live: cannot read the video's packets");
+    s = av_find_best_stream(fc, AVMEDIA_TYPE_VIDEO, -1, -1, NULL, 0);
+    if (s < 0) fail("live: no video stream");
+    while (av_read_frame(fc, pkt) >= 0) {
+        if (pkt->stream_index == s && pkt->pos >= 0 && pkt->dts != AV_NOPTS_VALUE) {
+            if (f->n == cap) {
+                cap = cap ? 2 * cap : 1024;
+                f->upto = realloc(f->upto, cap * sizeof *f->upto);
+                f->at = realloc(f->at, cap * sizeof *f->at);
+                if (!f->upto || !f->at) fail("live: out of memory");
+            }
+            f->upto[f->n] = pkt->pos + pkt->size;
+            f->at[f->n] = fmax(0.0, (double)pkt->dts * av_q2d(fc->streams[s]->time_base));
+            f->n++;
+        }
+        av_packet_unref(pkt);
+    }
+    av_packet_free(&pkt);
+    avformat_close_input(&fc);
+    if (!f->n) fail("live: the video's packets carry no positions");
+}
+
+static void *feed_main(void *arg)
+{
+    feed_t *f = arg;
+    FILE *in = fopen(f->path, "rb");
+    static char buf[1 << 16];
+    int64_t off = 0;
+    size_t j = 0;
+    for (int done = 0; in && !done;) {
+        int64_t want = j < f->n ? f->upto[j] : INT64_MAX;
+        double wait = j < f->n ? f->t0 + f->at[j] - patina_now() : 0;
+        if (wait > 0) usleep((useconds_t)(wait * 1e6));
+        while (off < want) {
+            size_t k = fread(buf, 1, (size_t)(want - off < (int64_t)sizeof buf ? want - off : (int64_t)sizeof buf), in);
+            if (k == 0) {
+                done = 1;
+                break;
+            }
+            for (size_t w = 0; w < k;) {
+                ssize_t r = write(f->fd, buf + w, k - w);
+                if (r <= 0) {
+                    done = 1;
+                    break;
+                }
+                w += (size_t)r;
+            }
+            off += (int64_t)k;
+        }
+        j++;
+    }
+    if (in) fclose(in);
+    close(f->fd);
+    return NULL;
+}
+
+/* Each record's latency: stored at the progress call that counted it,
+ * due at t0 + i / fps (frame i's time in the stream). */
+typedef struct live_lat {
+    double t0, fps;
+    size_t n, cap;
+    double *lat;
+} live_lat_t;
+
+static void live_progress(void *user, const patina_index_stats_t *s)
+{
+    live_lat_t *l = user;
+    const double now = patina_now();
+    for (; l->n < s->indexed && l->n < l->cap; l->n++) l->lat[l->n] = now - (l->t0 + (double)l->n / l->fps);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void live_row(patina_context_t *ctx, const patina_extractor_t *ex, const char *file, const char *name,
+                     patina_device device, int fps, int64_t nframes, uint64_t delay_ms, size_t batch,
+                     const char *tmpdir)
+{
+    feed_t f = {.path = file};
+    live_lat_t l = {.fps = fps, .cap = (size_t)nframes};
+    int fds[2], saved;
+    pthread_t th;
+    patina_collection_t *c;
+    patina_index_opts_t o;
+    patina_index_stats_t st;
+    const char *dash = "-";
+    char coll[4096], row[32], cmd[8300];
+    double duration, end;
+    feed_plan(&f);
+    duration = (double)nframes / fps;
+    l.lat = calloc((size_t)nframes + 1, sizeof *l.lat);
+    if (!l.lat || pipe(fds) != 0) fail("live: pipe");
+    saved = dup(0);
+    if (saved < 0 || dup2(fds[0], 0) != 0) fail("live: standard input");
+    close(fds[0]);
+    snprintf(coll, sizeof coll, "%s/bench_video_live_%d.patina", tmpdir, (int)getpid());
+    if (patina_collection_open(&c, coll, PATINA_OPEN_CREATE, 0) != PATINA_OK) die("collection");
+    patina_index_opts_init(&o);
+    o.device = device;
+    o.on_error = report;
+    o.progress = live_progress;
+    o.user = &l;
+    o.stdin_key = "live";
+    o.video_max_delay_ms = delay_ms;
+    if (batch) o.batch = batch;
+    f.fd = fds[1];
+    f.t0 = l.t0 = patina_now();
+    if (pthread_create(&th, NULL, feed_main, &f) != 0) fail("live: thread");
+    if (patina_index_files(ctx, c, ex, &dash, 1, &o, &st) != PATINA_OK) die("index (live)");
+    end = patina_now() - l.t0;
+    pthread_join(th, NULL);
+    dup2(saved, 0);
+    close(saved);
+    patina_collection_close(c);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", coll);
+    if (system(cmd) != 0) fprintf(stderr, "bench_video: could not remove %s\n", coll);
+    if (st.failed || l.n != (size_t)nframes) {
+        printf("live %-9s %10zu frames stored of %lld\n", name, l.n, (long long)nframes);
+        free(l.lat);
+        return;
+    }
+    qsort(l.lat, l.n, sizeof *l.lat, cmp_double);
+    snprintf(row, sizeof row, "live %s", name);
+    printf("%-14s %10zu %10.1f %8.2f  each frame stored after its time in the stream: p50 %.3f s, p99 %.3f s, "
+           "max %.3f s; done %.3f s after the stream's end (max delay %.3f s)\n",
+           row, l.n, (double)l.n / end, (double)l.n / end / fps, l.lat[l.n / 2], l.lat[(size_t)(0.99 * (double)(l.n - 1))],
+           l.lat[l.n - 1], end - duration, (double)delay_ms / 1000);
+    free(l.lat);
+    free(f.upto);
+    free(f.at);
+}
+
 static void report(void *user, const char *path, patina_status s, const char *message)
 {
     (void)user;
@@ -199,7 +366,8 @@ static void report(void *user, const char *path, patina_status s, const char *me
 int main(int argc, char **argv)
 {
     const char *file = NULL, *family = "cedd", *devices = "cpu,gpu", *every = NULL, *codec = "(given)", *used;
-    int nvdec = 1;
+    int nvdec = 1, live = 1;
+    uint64_t max_delay_ms = 1000;
     uint64_t dig_cpu = 0, dig_gpu = 0;
     int64_t n_cpu = 0;
     int seconds = 10, w = 1920, h = 1080, fps = 30;
@@ -221,9 +389,11 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--batch") && v) batch = (size_t)atol(argv[++i]);
         else if (!strcmp(a, "--every") && v) every = argv[++i];
         else if (!strcmp(a, "--no-nvdec")) nvdec = 0;
+        else if (!strcmp(a, "--no-live")) live = 0;
+        else if (!strcmp(a, "--max-delay") && v) max_delay_ms = (uint64_t)(strtod(argv[++i], NULL) * 1000 + 0.5);
         else {
             fprintf(stderr, "usage: bench_video [--file VIDEO] [--seconds S] [--size WxH] [--fps N] [--family F] "
-                            "[--devices cpu,gpu] [--batch N] [--every N|Ss] [--no-nvdec]\n");
+                            "[--devices cpu,gpu] [--batch N] [--every N|Ss] [--no-nvdec] [--no-live] [--max-delay S]\n");
             return 2;
         }
     }
@@ -298,11 +468,13 @@ int main(int argc, char **argv)
             snprintf(cmd, sizeof cmd, "rm -rf '%s'", coll);
             if (system(cmd) != 0) fprintf(stderr, "bench_video: could not remove %s\n", coll);
         }
+        if (live && !dec) live_row(ctx, ex, file, name, o.device, fps, n_cpu, max_delay_ms, batch, tmpdir);
         }
     }
     printf("\n(x real: frames/s over the video's %d frames/s; 'decode' and 'decode+rgb' run the reader on one thread "
            "with libavcodec's threads, the nvdec rows with the GPU's video decoders (surfaces copied to the host); "
-           "e2e: the whole pipeline on all cores, +nvdec its frames decoded by NVDEC)\n", fps);
+           "e2e: the whole pipeline on all cores, +nvdec its frames decoded by NVDEC; live: the file sent through a pipe "
+           "at its own pace, every frame, frames/s = frames over the wall time)\n", fps);
     patina_extractor_free(ex);
     patina_context_free(ctx);
     return 0;

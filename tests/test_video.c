@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -606,6 +607,108 @@ static void test_stdin(void **state)
     free((void *)mkv);
 }
 
+/* A live stream on standard input: half of a 200-frame stream arrives, then
+ * nothing for STALL seconds, then the rest. With video_max_delay_ms = 200
+ * the frames before the stall are stored while it lasts (the batch of 256
+ * closed by its delay, not by its size); with a delay longer than the
+ * stall nothing is stored before the rest arrives. Every frame is stored
+ * in both runs. */
+enum { LIVE_FRAMES = 200 };
+#define LIVE_STALL 2.0
+
+typedef struct live {
+    reports_t rep; /* first: on_error's user */
+    double t0, first; /* first: seconds from t0 to the first batch stored, -1 before */
+} live_t;
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void on_live_progress(void *user, const patina_index_stats_t *s)
+{
+    live_t *l = user;
+    if (l->first < 0 && s->indexed > 0) l->first = mono_now() - l->t0;
+}
+
+static double live_run(const char *mkv, const char *name, uint64_t delay_ms)
+{
+    int fds[2], saved;
+    pid_t pid;
+    patina_collection_t *c;
+    patina_index_opts_t o;
+    patina_index_stats_t st;
+    live_t l;
+    const char *dash = "-";
+    int64_t got[LIVE_FRAMES + 1];
+    size_t n;
+    memset(&l, 0, sizeof l);
+    l.first = -1;
+    assert_int_equal(pipe(fds), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        size_t size, off = 0, cut;
+        char *data = tu_read_file(mkv, &size);
+        close(fds[0]);
+        cut = size / 2;
+        while (data && off < size) {
+            ssize_t w;
+            if (off == cut) usleep((useconds_t)(LIVE_STALL * 1e6));
+            w = write(fds[1], data + off, (off < cut ? cut : size) - off);
+            if (w <= 0) _exit(1);
+            off += (size_t)w;
+        }
+        _exit(0);
+    }
+    close(fds[1]);
+    saved = dup(0);
+    assert_true(dup2(fds[0], 0) == 0);
+    close(fds[0]);
+    TU_OK(patina_collection_open(&c, tu_path(tmp, "%s", name), PATINA_OPEN_CREATE, 0));
+    patina_index_opts_init(&o);
+    o.stdin_key = "live";
+    o.on_error = on_error;
+    o.progress = on_live_progress;
+    o.user = &l;
+    o.device = PATINA_DEVICE_CPU;
+    o.video_max_delay_ms = delay_ms;
+    l.t0 = mono_now();
+    TU_OK(patina_index_files(ctx, c, ex, &dash, 1, &o, &st));
+    dup2(saved, 0);
+    close(saved);
+    waitpid(pid, NULL, 0);
+    if (l.rep.errors) fail_msg("%s", l.rep.last);
+    n = frames_of(c, "live", got, LIVE_FRAMES + 1);
+    assert_int_equal(n, LIVE_FRAMES);
+    for (size_t i = 0; i < n; i++) assert_int_equal(got[i], (int64_t)i);
+    patina_collection_close(c);
+    print_message("live stream, max delay %" PRIu64 " ms: first batch stored after %.3f s (stall %.1f s)\n",
+                  delay_ms, l.first, LIVE_STALL);
+    return l.first;
+}
+
+static void test_live(void **state)
+{
+    const char *mkv = strdup(tu_path(tmp, "live.mkv"));
+    const tv_spec_t spec = {"matroska", NULL, W, H, FPS, 10, LIVE_FRAMES, AV_PIX_FMT_YUV420P, AVCOL_SPC_SMPTE170M, draw};
+    patina_index_opts_t o;
+    patina_index_stats_t st;
+    (void)state;
+    assert_int_equal(tv_write_video(mkv, &spec), 0);
+    assert_true(live_run(mkv, "live-short.patina", 200) < 0.75 * LIVE_STALL);
+    assert_true(live_run(mkv, "live-long.patina", 3600000) >= 0.9 * LIVE_STALL);
+    /* the option's bounds: the library's table */
+    patina_index_opts_init(&o);
+    assert_true(o.video_max_delay_ms == 1000);
+    o.video_max_delay_ms = 3600001;
+    assert_int_equal(patina_index_files(ctx, NULL, ex, NULL, 0, &o, &st), PATINA_E_INVALID);
+    free((void *)mkv);
+}
+
 /* A truncated MP4 (its index first, its data cut) and a truncated Matroska
  * file each fail alone, naming the file, with their good frames stored;
  * the image and the intact video around them are indexed. */
@@ -871,7 +974,7 @@ int main(void)
         cmocka_unit_test(test_sniff),       cmocka_unit_test(test_reader_errors),  cmocka_unit_test(test_index_modes),
         cmocka_unit_test(test_self_search), cmocka_unit_test(test_stdin),          cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_cli),         cmocka_unit_test(test_layouts),
-        cmocka_unit_test(test_decoder_choice),
+        cmocka_unit_test(test_decoder_choice), cmocka_unit_test(test_live),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

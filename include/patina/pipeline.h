@@ -161,6 +161,13 @@ typedef struct patina_index_opts {
     /* Who decodes video frames (patina_video_decoder: CPU, NVDEC or AUTO;
      * default CPU); NVDEC runs on the context's GPU. */
     int video_decoder;
+    /* A video's batch of frames is stored when it is full (batch frames or
+     * its memory share), at the stream's end, or at the latest this many
+     * milliseconds after its first frame was decoded, even while the
+     * reader waits for the next frame: a live stream's frames are
+     * searchable within about this delay plus one batch's storing.
+     * 1 .. 3,600,000; 0 = the default, 1000. */
+    uint64_t video_max_delay_ms;
 } patina_index_opts_t;
 
 /* Fills opts with the defaults (every field above at its documented default,

@@ -68,6 +68,9 @@ static const cli_opt_t opts[] = {
     {.name = "video-decoder", .type = CLI_CHOICE, .arg = "D", .choices = "cpu|nvdec|auto", .def = "cpu",
      .help = "video: who decodes the frames: cpu (libavcodec threads), nvdec (the GPU's video decoders, for "
              "H.264 and HEVC; the same pixels) or auto (nvdec where it opens)"},
+    {.name = "max-delay", .type = CLI_TEXT, .arg = "Ss", .def = "1s",
+     .help = "video: a batch of frames is stored at the latest S seconds after its first frame was "
+             "decoded (0.001s .. 3600s), so a live stream's frames are searchable within about S"},
     {.name = "stdin-key", .type = CLI_TEXT, .arg = "NAME", .def = "stdin",
      .help = "the key of the video read from standard input (PATH '-'); its frames are NAME#t=..."},
     {.name = "verbose", .letter = 'v', .type = CLI_FLAG, .help = "name each file a folder walk leaves out"},
@@ -229,39 +232,67 @@ static int update_pivots(const cli_args_t *a, patina_context_t *ctx, patina_coll
     return 0;
 }
 
+/* "S" of "Ss" (seconds, up to three decimals) in milliseconds at *ms: 0,
+ * or -1 when t is not that or is over 10^9 seconds. *end: past the digits. */
+static int parse_ms(const char *t, unsigned long long *ms, const char **end)
+{
+    unsigned long long n, frac = 0;
+    char *e;
+    int dec = 0;
+    if (!t || !(*t >= '0' && *t <= '9')) return -1;
+    errno = 0;
+    n = strtoull(t, &e, 10);
+    if (errno || n > 1000000000ull) return -1;
+    if (*e == '.') {
+        for (e++; *e >= '0' && *e <= '9'; e++) {
+            if (++dec > 3) return -1;
+            frac = frac * 10 + (unsigned long long)(*e - '0');
+        }
+        if (!dec) return -1;
+    }
+    for (; dec < 3; dec++) frac *= 10;
+    *ms = n * 1000 + frac;
+    *end = e;
+    return 0;
+}
+
 /* --every N (frames) or --every S s (seconds, up to three decimals). */
 static int parse_every(const cli_args_t *a, patina_index_opts_t *o)
 {
     const cli_value_t *v = cli_get(a, "every");
-    const char *t = v->text;
-    char *end;
-    unsigned long long n, ms = 0;
-    int dec = 0;
+    const char *t = v->text, *end;
+    unsigned long long ms;
     if (!v->given) return 0;
-    if (!t || !(*t >= '0' && *t <= '9')) goto bad;
-    errno = 0;
-    n = strtoull(t, &end, 10);
-    if (errno || n > 1000000000ull) goto bad;
-    if (!*end) {
-        if (n == 0) goto bad;
-        o->video_every_frames = n;
+    if (parse_ms(t, &ms, &end) != 0) goto bad;
+    if (!*end && !strchr(t, '.')) { /* N frames */
+        if (ms == 0) goto bad;
+        o->video_every_frames = ms / 1000;
         return 0;
     }
-    if (*end == '.') {
-        for (end++; *end >= '0' && *end <= '9'; end++) {
-            if (++dec > 3) goto bad;
-            ms = ms * 10 + (unsigned long long)(*end - '0');
-        }
-        if (!dec) goto bad;
-    }
-    for (; dec < 3; dec++) ms *= 10;
-    if (strcmp(end, "s") || n * 1000 + ms == 0) goto bad;
-    o->video_every_ms = n * 1000 + ms;
+    if (strcmp(end, "s") || ms == 0) goto bad;
+    o->video_every_ms = ms;
     return 0;
 bad:
     cli_error("index", "--every '%s': a number of frames (30) or of seconds (2s, 0.5s; at most "
                        "three decimals), more than 0", t ? t : "");
     return -1;
+}
+
+/* --max-delay S s: the library's video_max_delay_ms (whose bounds the
+ * library's table holds). */
+static int parse_max_delay(const cli_args_t *a, patina_index_opts_t *o)
+{
+    const cli_value_t *v = cli_get(a, "max-delay");
+    const char *t = v->text, *end;
+    unsigned long long ms;
+    if (parse_ms(t, &ms, &end) != 0 || strcmp(end, "s") ||
+        patina_options_check(PATINA_OPTIONS_INDEX, "video_max_delay_ms", (double)ms) != PATINA_OK) {
+        cli_error("index", "--max-delay '%s': seconds (1s, 0.25s; at most three decimals), from 0.001s to 3600s",
+                  t ? t : "");
+        return -1;
+    }
+    o->video_max_delay_ms = ms;
+    return 0;
 }
 
 static int run_index(const cli_args_t *a)
@@ -333,7 +364,7 @@ static int run_index(const cli_args_t *a)
             return EXIT_USAGE;
         }
     }
-    if (parse_every(a, &iopts) != 0) {
+    if (parse_every(a, &iopts) != 0 || parse_max_delay(a, &iopts) != 0) {
         rc = EXIT_USAGE;
         goto out;
     }

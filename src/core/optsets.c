@@ -172,6 +172,10 @@ static const entry_t index_opts[] = {
               "(close pixels), auto (exact-gpu when every family runs on the GPU and reads device images, "
               "else libjpeg)"),
      FLD_ENUM, X_OFF(jpeg_decoder), 0, 0},
+    {OPT_INT("video_max_delay_ms", 1, 3600000, "1000",
+             "video: a batch of frames is stored at the latest this many milliseconds after its first frame "
+             "was decoded (a live stream's frames are searchable within about this delay)"),
+     FLD_U64, X_OFF(video_max_delay_ms), 0, ZERO_DEFAULT},
 };
 
 static const struct {

@@ -404,6 +404,11 @@ patina_status patina_video_open(patina_video_t **out, const char *path, const pa
                          "video: cannot read '%s' as a video: %s%s", v->name, av_err(r, e, sizeof e),
                          av_detail(d, sizeof d));
     }
+    /* A stream (a pipe, standard input): no frames read ahead to estimate
+     * the frame rate (40 at a millisecond time base, 1.3 s of a 30 frames/s
+     * stream that a live source's first frames would wait for); the rate
+     * only stands in for missing timestamps (frame_ms) */
+    if (!v->seekable) v->fmt->fps_probe_size = 0;
     r = avformat_find_stream_info(v->fmt, NULL);
     if (r < 0)
         return open_fail(v, PATINA_E_CORRUPT, "video: cannot read the streams of '%s': %s%s", v->name,

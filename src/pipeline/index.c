@@ -994,7 +994,10 @@ static void extract_error(char *buf, size_t size, patina_context_t *ctx, const p
  * half of opts.batch_memory (decoded planes + RGB): one batch is filled by
  * the reader on its own thread (libavcodec decodes on its threads) while
  * the previous one is converted to RGB and hashed on the workers,
- * extracted and stored; a stream of any length holds two batches. */
+ * extracted and stored; a stream of any length holds two batches. A batch
+ * also closes opts.video_max_delay_ms after its first frame, when the
+ * storing side is ready for it (vring_t): a live stream's frames do not
+ * wait for a full batch. */
 
 typedef struct vbatch {
     patina__vframe_t **raw;     /* (cap) decoded frames, freed once converted */
@@ -1030,10 +1033,132 @@ static void vbatch_fill(vfill_t *f)
     }
 }
 
-static void *vbatch_fill_main(void *arg)
+/* The reader thread of one video and the two batches it fills in turn,
+ * 0, 1, 0, ... -- the order index_video stores them in. A batch is FREE
+ * (stored, or never used), OPEN (holding frames, still taking more) or
+ * READY (closed: index_video's until it has stored it). The reader closes
+ * the batch it fills when it is full or the stream ends; index_video,
+ * waiting for an OPEN batch, closes it once its first frame is
+ * `delay` seconds old, and the reader's next frame opens the other
+ * batch. Everything below the mutex but the frames of a READY batch,
+ * which only index_video touches. */
+enum { VB_FREE, VB_OPEN, VB_READY };
+
+typedef struct vring {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* on CLOCK_MONOTONIC (patina_now's clock) */
+    patina_video_t *v;
+    vbatch_t *b;       /* the run's two batches */
+    int state[2];
+    double t_first[2]; /* when batch k's first frame was decoded (patina_now) */
+    uint64_t used[2];  /* its bytes (decoded planes + RGB) */
+    int fill;          /* the batch the reader's next frame goes to */
+    size_t cap;
+    uint64_t budget;
+    double delay;      /* seconds */
+    int stop;          /* index_video gives up: the reader ends at its next frame */
+} vring_t;
+
+static void *vring_main(void *arg)
 {
-    vbatch_fill(arg);
-    return NULL;
+    vring_t *g = arg;
+    for (;;) {
+        patina__vframe_t *raw = NULL;
+        patina_video_frame_t info;
+        char msg[PATINA_ERROR_MAX] = "";
+        patina_status s = patina__video_next_raw(g->v, &raw, &info);
+        int k;
+        if (s != PATINA_OK && s != PATINA_DONE) snprintf(msg, sizeof msg, "%s", patina_last_error()); /* this thread's */
+        pthread_mutex_lock(&g->mu);
+        while (!g->stop && g->state[g->fill] == VB_READY) pthread_cond_wait(&g->cv, &g->mu);
+        if (g->stop) {
+            pthread_mutex_unlock(&g->mu);
+            patina__vframe_free(&raw);
+            return NULL;
+        }
+        k = g->fill;
+        vbatch_t *b = &g->b[k];
+        if (g->state[k] == VB_FREE) {
+            g->state[k] = VB_OPEN;
+            g->t_first[k] = patina_now();
+            g->used[k] = 0;
+            b->n = 0;
+            b->end = PATINA_OK;
+            b->msg[0] = '\0';
+        }
+        if (s == PATINA_OK) {
+            b->raw[b->n] = raw;
+            b->info[b->n] = info;
+            b->n++;
+            g->used[k] += patina__vframe_bytes(raw) + 3 * (uint64_t)info.width * (uint64_t)info.height;
+        } else {
+            b->end = s;
+            snprintf(b->msg, sizeof b->msg, "%s", msg);
+        }
+        if (s != PATINA_OK || b->n >= g->cap || g->used[k] >= g->budget) {
+            g->state[k] = VB_READY;
+            g->fill = 1 - k;
+        }
+        pthread_cond_broadcast(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+        if (s != PATINA_OK) return NULL;
+    }
+}
+
+/* Waits for batch k to be READY, or closes it when OPEN past its delay.
+ * Returns the seconds waited. */
+static double vring_take(vring_t *g, int k)
+{
+    const double t0 = patina_now();
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        if (g->state[k] == VB_READY) break;
+        if (g->state[k] == VB_OPEN) {
+            const double due = g->t_first[k] + g->delay;
+            if (patina_now() >= due) {
+                g->state[k] = VB_READY;
+                if (g->fill == k) g->fill = 1 - k;
+                pthread_cond_broadcast(&g->cv);
+                break;
+            }
+            struct timespec ts;
+            ts.tv_sec = (time_t)due;
+            ts.tv_nsec = (long)((due - (double)ts.tv_sec) * 1e9);
+            if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
+            pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+        } else {
+            pthread_cond_wait(&g->cv, &g->mu);
+        }
+    }
+    pthread_mutex_unlock(&g->mu);
+    return patina_now() - t0;
+}
+
+static void vring_give(vring_t *g, int k, int stop)
+{
+    pthread_mutex_lock(&g->mu);
+    g->state[k] = VB_FREE;
+    if (stop) g->stop = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static int vring_init(vring_t *g)
+{
+    pthread_condattr_t ca;
+    int ok;
+    if (pthread_mutex_init(&g->mu, NULL)) return 0;
+    ok = !pthread_condattr_init(&ca);
+    ok = ok && !pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) && !pthread_cond_init(&g->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (!ok) pthread_mutex_destroy(&g->mu);
+    return ok;
+}
+
+static void vring_free(vring_t *g)
+{
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
 }
 
 typedef struct vjob {
@@ -1096,6 +1221,7 @@ typedef struct vrun {
     size_t *map;                /* (cap) */
     double t0;
     double t_convert;           /* seconds converting frames (counted as decoding) */
+    double delay;               /* opts.video_max_delay_ms, in seconds */
 } vrun_t;
 
 static void vrun_free(vrun_t *r)
@@ -1282,32 +1408,35 @@ static patina_status index_video(vrun_t *r, const char *path, patina_index_stats
         return PATINA_OK;
     }
     {
-        vfill_t f = {v, &r->b[0], r->cap, r->budget};
-        vbatch_fill(&f);
-    }
-    for (;;) {
-        vbatch_t *b = &r->b[cur], *nx = &r->b[1 - cur];
-        vfill_t f = {v, nx, r->cap, r->budget};
+        vring_t g = {.v = v, .b = r->b, .cap = r->cap, .budget = r->budget, .delay = r->delay};
         pthread_t th;
-        int started = 0;
-        double t;
-        nx->n = 0;
-        if (b->end == PATINA_OK) {
-            started = pthread_create(&th, NULL, vbatch_fill_main, &f) == 0;
-            if (!started) vbatch_fill(&f); /* no thread: the next batch first, then this one's storing */
+        int started = vring_init(&g);
+        if (started && pthread_create(&th, NULL, vring_main, &g) != 0) {
+            vring_free(&g);
+            started = 0;
         }
-        result = vbatch_store(r, b, fkey, path, mtime, stats, &fst, ferr, sizeof ferr);
         if (started) {
-            t = patina_now();
+            for (;;) {
+                vbatch_t *b = &r->b[cur];
+                stats->t_wait += vring_take(&g, cur);
+                result = vbatch_store(r, b, fkey, path, mtime, stats, &fst, ferr, sizeof ferr);
+                /* the stream's last batch, or a failed store: the reader stops */
+                vring_give(&g, cur, b->end != PATINA_OK || result != PATINA_OK);
+                if (b->end != PATINA_OK || result != PATINA_OK) break;
+                cur = 1 - cur;
+            }
             pthread_join(th, NULL);
-            stats->t_wait += patina_now() - t;
+            vring_free(&g);
+            vbatch_drop(&r->b[1 - cur]); /* frames read past a failed store */
+        } else {
+            /* no thread: each batch read, then stored */
+            for (;;) {
+                vfill_t f = {v, &r->b[cur], r->cap, r->budget};
+                vbatch_fill(&f);
+                result = vbatch_store(r, &r->b[cur], fkey, path, mtime, stats, &fst, ferr, sizeof ferr);
+                if (r->b[cur].end != PATINA_OK || result != PATINA_OK) break;
+            }
         }
-        if (b->end != PATINA_OK) break;  /* done, or an error: nothing was filled after it */
-        if (result != PATINA_OK) {
-            vbatch_drop(nx);
-            break;
-        }
-        cur = 1 - cur;
     }
     {
         vbatch_t *b = &r->b[cur];
@@ -1392,11 +1521,12 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
         return patina__fail(PATINA_E_INVALID, "index: a video is sampled every N frames or every S seconds, not both");
     if (!(opts.video_shots >= 0 && opts.video_shots <= 1))
         return patina__fail(PATINA_E_INVALID, "index: the shot threshold %g is outside [0, 1]", opts.video_shots);
-    if (!opts.batch || !opts.batch_memory) { /* 0 stands for the default */
+    if (!opts.batch || !opts.batch_memory || !opts.video_max_delay_ms) { /* 0 stands for the default */
         patina_index_opts_t def;
         patina_index_opts_init(&def);
         if (!opts.batch) opts.batch = def.batch;
         if (!opts.batch_memory) opts.batch_memory = def.batch_memory;
+        if (!opts.video_max_delay_ms) opts.video_max_delay_ms = def.video_max_delay_ms;
     }
     window = opts.batch;
     memset(stats, 0, sizeof *stats);
@@ -1475,6 +1605,7 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
         vr.o = &opts;
         vr.desc_bytes = desc_bytes;
         vr.budget = opts.batch_memory / 2; /* two batches in flight */
+        vr.delay = (double)opts.video_max_delay_ms / 1000.0;
         vr.t0 = t0;
         if (vrun_init(&vr, window) != PATINA_OK) {
             result = patina__fail(PATINA_E_NOMEM, "index: out of memory for a batch of %zu frames", window);
