@@ -571,7 +571,7 @@ build-video)
     mkdir -p "$STAGE/video"
     LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu "$BUILD/tests/test_video_gpu" --write "$STAGE/video"
     (cd "$STAGE/video" && LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu TMPDIR=$STAGE/video \
-        "$BUILD/bench/bench_video" --seconds 10 --size 1920x1080 --fps 30 --devices cpu --no-nvdec > /dev/null &&
+        "$BUILD/bench/bench_video" --seconds 10 --size 1920x1080 --fps 30 --devices cpu --no-nvdec --no-live > /dev/null &&
         mv bench_video_1920x1080_30.mkv 1080p30.mkv)
     echo "staged: $(du -sh "$STAGE" | cut -f1) in $STAGE (carry .carry/vstage; VSTAGE=1 there)" ;;
 ffmpeg) ffmpeg_min ;;

@@ -61,6 +61,13 @@ typedef struct patina_video_opts {
     patina_limits_t limits;/* max_pixels bounds the frame size (0: the default) */
     patina_video_decoder decoder; /* default PATINA_VIDEO_DECODER_CPU */
     int gpu;               /* NVDEC: the CUDA device (0 .. count - 1) */
+    /* A stream's (a pipe's, standard input's) delay budget in milliseconds:
+     * libavcodec's frame threads hold one frame each before the first comes
+     * out, so a stream decodes with at most max(1, latency_ms x its frame
+     * rate / 1000) of them (threads, or the automatic count, above that).
+     * 0: no bound. Files are read at full speed whatever this is.
+     * patina_index_files passes its video_max_delay_ms. */
+    uint64_t latency_ms;
 } patina_video_opts_t;
 
 /* Defaults: every frame, no shot detection, threads 0, default limits,

@@ -437,6 +437,13 @@ patina_status patina_video_open(patina_video_t **out, const char *path, const pa
     if (!v->o.threads && patina_cpu_count() < sysconf(_SC_NPROCESSORS_ONLN))
         v->dec->thread_count = patina_cpu_count(); /* a CPU quota, which libavcodec's own count does not see */
     v->dec->thread_type = FF_THREAD_FRAME | FF_THREAD_SLICE;
+    if (!v->seekable && v->o.latency_ms && v->rate.num > 0 && v->rate.den > 0) {
+        /* a stream: the frame threads' hold-back within its delay budget */
+        const double held = (double)v->o.latency_ms * av_q2d(v->rate) / 1000.0;
+        const int most = held < 1 ? 1 : held > 1024 ? 1024 : (int)held;
+        const int count = v->dec->thread_count ? v->dec->thread_count : (int)patina_cpu_count();
+        if (count > most) v->dec->thread_count = most;
+    }
     if (v->o.decoder != PATINA_VIDEO_DECODER_CPU) {
         char why[512];
         int h = open_nvdec(v, codec, st->codecpar->format, why, sizeof why);

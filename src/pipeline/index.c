@@ -1388,6 +1388,7 @@ static patina_status index_video(vrun_t *r, const char *path, patina_index_stats
     vo.shots = o->video_shots;
     vo.limits = *patina_context_limits(r->ctx);
     vo.decoder = (patina_video_decoder)o->video_decoder;
+    vo.latency_ms = o->video_max_delay_ms; /* a stream's decoder holds back at most this */
     {
         int dev = 0;
         if (patina_context_devices(r->ctx, &dev, 1) == 0) dev = 0;
