@@ -1421,9 +1421,11 @@ static patina_status index_video(vrun_t *r, const char *path, patina_index_stats
                 vbatch_t *b = &r->b[cur];
                 stats->t_wait += vring_take(&g, cur);
                 result = vbatch_store(r, b, fkey, path, mtime, stats, &fst, ferr, sizeof ferr);
-                /* the stream's last batch, or a failed store: the reader stops */
-                vring_give(&g, cur, b->end != PATINA_OK || result != PATINA_OK);
-                if (b->end != PATINA_OK || result != PATINA_OK) break;
+                /* the stream's last batch, or a failed store: the reader stops (read before
+                 * the batch goes back: the reader may open it again at once) */
+                const int last = b->end != PATINA_OK || result != PATINA_OK;
+                vring_give(&g, cur, last);
+                if (last) break;
                 cur = 1 - cur;
             }
             pthread_join(th, NULL);
