@@ -917,6 +917,32 @@ static void test_cli(void **state)
         free((void *)coll2);
         free((void *)coll3);
     }
+    /* --max-delay: seconds within the library's bounds; a wrong value is a
+     * usage error naming it, before anything is indexed */
+    {
+        const char *coll4 = strdup(tu_path(tmp, "cli4.patina"));
+        static const char *const badd[] = {"0s", "3601s", "0.5", "1.0005s", "-1s", "soon"};
+        for (size_t i = 0; i < sizeof badd / sizeof badd[0]; i++) {
+            const char *argv[] = {PATINA_CLI, "index", coll4, mkv, "--max-delay", badd[i], "-q", NULL};
+            assert_int_equal(tu_exec(&out, &err, 0, 120, argv), 2);
+            assert_non_null(strstr(err, "--max-delay"));
+            assert_non_null(strstr(err, badd[i]));
+            free(out);
+            free(err);
+        }
+        {
+            const char *argv[] = {PATINA_CLI, "index", coll4, mkv, "--max-delay", "0.25s", "--every", "1.5s", "-q", NULL};
+            const char *search[] = {PATINA_CLI, "search", coll4, jpg, "-k", "2", NULL};
+            assert_int_equal(tu_exec(&out, &err, 0, 120, argv), 0);
+            free(out);
+            free(err);
+            assert_int_equal(tu_exec(&out, &err, 0, 120, search), 0);
+            assert_non_null(strstr(out, "cli.mkv#t=1.500&f=15  (0:00:01.500)"));
+            free(out);
+            free(err);
+        }
+        free((void *)coll4);
+    }
     free((void *)mkv);
     free((void *)jpg);
     free((void *)coll);
