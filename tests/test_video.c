@@ -556,12 +556,51 @@ static void test_self_search(void **state)
     free((void *)mp4);
 }
 
+/* Standard input becomes a pipe from a child process that writes file
+ * `path` into it: at once, or (stall > 0) its first half, nothing for
+ * `stall` seconds, then the rest. *saved: the old standard input, for
+ * stdin_restore. */
+static pid_t stdin_feed(const char *path, double stall, int *saved)
+{
+    int fds[2];
+    pid_t pid;
+    assert_int_equal(pipe(fds), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        size_t size, off = 0, cut;
+        char *data = tu_read_file(path, &size);
+        close(fds[0]);
+        cut = stall > 0 ? size / 2 : size;
+        while (data && off < size) {
+            ssize_t w;
+            if (off == cut && stall > 0) usleep((useconds_t)(stall * 1e6));
+            w = write(fds[1], data + off, (off < cut ? cut : size) - off);
+            if (w <= 0) _exit(1);
+            off += (size_t)w;
+        }
+        _exit(0);
+    }
+    close(fds[1]);
+    *saved = dup(0);
+    assert_true(dup2(fds[0], 0) == 0);
+    close(fds[0]);
+    return pid;
+}
+
+static void stdin_restore(int saved, pid_t pid)
+{
+    dup2(saved, 0);
+    close(saved);
+    waitpid(pid, NULL, 0);
+}
+
 /* "-": a Matroska stream through a pipe on standard input, keyed by
  * stdin_key. */
 static void test_stdin(void **state)
 {
     const char *mkv = strdup(tu_path(tmp, "pipe.mkv"));
-    int fds[2], saved;
+    int saved;
     pid_t pid;
     patina_collection_t *c;
     patina_index_opts_t o;
@@ -572,25 +611,7 @@ static void test_stdin(void **state)
     (void)state;
     for (int i = 0; i < NFRAMES; i++) all[i] = i;
     write_video(mkv, "matroska");
-    assert_int_equal(pipe(fds), 0);
-    pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        size_t size;
-        char *data = tu_read_file(mkv, &size);
-        size_t off = 0;
-        close(fds[0]);
-        while (data && off < size) {
-            ssize_t w = write(fds[1], data + off, size - off);
-            if (w <= 0) _exit(1);
-            off += (size_t)w;
-        }
-        _exit(0);
-    }
-    close(fds[1]);
-    saved = dup(0);
-    assert_true(dup2(fds[0], 0) == 0);
-    close(fds[0]);
+    pid = stdin_feed(mkv, 0, &saved);
     TU_OK(patina_collection_open(&c, tu_path(tmp, "stdin.patina"), PATINA_OPEN_CREATE, 0));
     patina_index_opts_init(&o);
     o.stdin_key = "camera1";
@@ -598,9 +619,7 @@ static void test_stdin(void **state)
     o.user = &rep;
     o.device = PATINA_DEVICE_CPU;
     TU_OK(patina_index_files(ctx, c, ex, &dash, 1, &o, &st));
-    dup2(saved, 0);
-    close(saved);
-    waitpid(pid, NULL, 0);
+    stdin_restore(saved, pid);
     if (rep.errors) fail_msg("%s", rep.last);
     expect_frames(c, "camera1", all, NFRAMES);
     patina_collection_close(c);
@@ -636,7 +655,7 @@ static void on_live_progress(void *user, const patina_index_stats_t *s)
 
 static double live_run(const char *mkv, const char *name, uint64_t delay_ms)
 {
-    int fds[2], saved;
+    int saved;
     pid_t pid;
     patina_collection_t *c;
     patina_index_opts_t o;
@@ -647,27 +666,7 @@ static double live_run(const char *mkv, const char *name, uint64_t delay_ms)
     size_t n;
     memset(&l, 0, sizeof l);
     l.first = -1;
-    assert_int_equal(pipe(fds), 0);
-    pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        size_t size, off = 0, cut;
-        char *data = tu_read_file(mkv, &size);
-        close(fds[0]);
-        cut = size / 2;
-        while (data && off < size) {
-            ssize_t w;
-            if (off == cut) usleep((useconds_t)(LIVE_STALL * 1e6));
-            w = write(fds[1], data + off, (off < cut ? cut : size) - off);
-            if (w <= 0) _exit(1);
-            off += (size_t)w;
-        }
-        _exit(0);
-    }
-    close(fds[1]);
-    saved = dup(0);
-    assert_true(dup2(fds[0], 0) == 0);
-    close(fds[0]);
+    pid = stdin_feed(mkv, LIVE_STALL, &saved);
     TU_OK(patina_collection_open(&c, tu_path(tmp, "%s", name), PATINA_OPEN_CREATE, 0));
     patina_index_opts_init(&o);
     o.stdin_key = "live";
@@ -678,9 +677,7 @@ static double live_run(const char *mkv, const char *name, uint64_t delay_ms)
     o.video_max_delay_ms = delay_ms;
     l.t0 = mono_now();
     TU_OK(patina_index_files(ctx, c, ex, &dash, 1, &o, &st));
-    dup2(saved, 0);
-    close(saved);
-    waitpid(pid, NULL, 0);
+    stdin_restore(saved, pid);
     if (l.rep.errors) fail_msg("%s", l.rep.last);
     n = frames_of(c, "live", got, LIVE_FRAMES + 1);
     assert_int_equal(n, LIVE_FRAMES);
