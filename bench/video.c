@@ -344,6 +344,8 @@ static void live_row(patina_context_t *ctx, const patina_extractor_t *ex, const 
     if (st.failed || l.n != (size_t)nframes) {
         printf("live %-9s %10zu frames stored of %lld\n", name, l.n, (long long)nframes);
         free(l.lat);
+        free(f.upto);
+        free(f.at);
         return;
     }
     qsort(l.lat, l.n, sizeof *l.lat, cmp_double);

@@ -1003,33 +1003,59 @@ typedef struct vbatch {
     patina__vframe_t **raw;     /* (cap) decoded frames, freed once converted */
     patina_video_frame_t *info; /* (cap) */
     size_t n;
+    uint64_t used;              /* bytes of its frames: decoded planes + RGB */
     patina_status end;          /* PATINA_OK: more may follow; PATINA_DONE; or the error that ended the stream */
     char msg[PATINA_ERROR_MAX]; /* the error's message (set on the filling thread) */
 } vbatch_t;
 
-typedef struct vfill {
-    patina_video_t *v;
-    vbatch_t *b;
-    size_t cap;
-    uint64_t budget;
-} vfill_t;
-
-static void vbatch_fill(vfill_t *f)
+static void vbatch_open(vbatch_t *b)
 {
-    vbatch_t *b = f->b;
-    uint64_t used = 0;
     b->n = 0;
+    b->used = 0;
     b->end = PATINA_OK;
     b->msg[0] = '\0';
-    while (b->n < f->cap && used < f->budget) {
-        patina_status s = patina__video_next_raw(f->v, &b->raw[b->n], &b->info[b->n]);
-        if (s != PATINA_OK) {
-            b->end = s;
-            if (s != PATINA_DONE) snprintf(b->msg, sizeof b->msg, "%s", patina_last_error());
-            break;
-        }
-        used += patina__vframe_bytes(b->raw[b->n]) + 3 * (uint64_t)b->info[b->n].width * (uint64_t)b->info[b->n].height;
-        b->n++;
+}
+
+/* Puts what the reader gave into b: a frame (s = PATINA_OK), or the end of
+ * the stream with its message. 1 when b is closed by it: the stream's end,
+ * cap frames, or its memory share reached. */
+static int vbatch_put(vbatch_t *b, patina_status s, patina__vframe_t *raw, const patina_video_frame_t *info,
+                      const char *msg, size_t cap, uint64_t budget)
+{
+    if (s != PATINA_OK) {
+        b->end = s;
+        snprintf(b->msg, sizeof b->msg, "%s", msg);
+        return 1;
+    }
+    b->raw[b->n] = raw;
+    b->info[b->n] = *info;
+    b->n++;
+    b->used += patina__vframe_bytes(raw) + 3 * (uint64_t)info->width * (uint64_t)info->height;
+    return b->n >= cap || b->used >= budget;
+}
+
+/* The next frame of v, or the stream's end; *msg gets this thread's error
+ * message when it failed. */
+static patina_status vbatch_read(patina_video_t *v, patina__vframe_t **raw, patina_video_frame_t *info,
+                                 char (*msg)[PATINA_ERROR_MAX])
+{
+    patina_status s = patina__video_next_raw(v, raw, info);
+    (*msg)[0] = '\0';
+    if (s != PATINA_OK && s != PATINA_DONE) snprintf(*msg, sizeof *msg, "%s", patina_last_error());
+    return s;
+}
+
+/* Fills b on this thread (no reader thread could start). */
+static void vbatch_fill(patina_video_t *v, vbatch_t *b, size_t cap, uint64_t budget)
+{
+    patina__vframe_t *raw;
+    patina_video_frame_t info;
+    char msg[PATINA_ERROR_MAX];
+    vbatch_open(b);
+    for (;;) {
+        raw = NULL;
+        const patina_status s = vbatch_read(v, &raw, &info, &msg);
+        if (vbatch_put(b, s, raw, &info, msg, cap, budget)) break;
     }
 }
 
@@ -1051,7 +1077,6 @@ typedef struct vring {
     vbatch_t *b;       /* the run's two batches */
     int state[2];
     double t_first[2]; /* when batch k's first frame was decoded (patina_now) */
-    uint64_t used[2];  /* its bytes (decoded planes + RGB) */
     int fill;          /* the batch the reader's next frame goes to */
     size_t cap;
     uint64_t budget;
@@ -1065,10 +1090,9 @@ static void *vring_main(void *arg)
     for (;;) {
         patina__vframe_t *raw = NULL;
         patina_video_frame_t info;
-        char msg[PATINA_ERROR_MAX] = "";
-        patina_status s = patina__video_next_raw(g->v, &raw, &info);
+        char msg[PATINA_ERROR_MAX];
+        const patina_status s = vbatch_read(g->v, &raw, &info, &msg);
         int k;
-        if (s != PATINA_OK && s != PATINA_DONE) snprintf(msg, sizeof msg, "%s", patina_last_error()); /* this thread's */
         pthread_mutex_lock(&g->mu);
         while (!g->stop && g->state[g->fill] == VB_READY) pthread_cond_wait(&g->cv, &g->mu);
         if (g->stop) {
@@ -1077,25 +1101,12 @@ static void *vring_main(void *arg)
             return NULL;
         }
         k = g->fill;
-        vbatch_t *b = &g->b[k];
         if (g->state[k] == VB_FREE) {
             g->state[k] = VB_OPEN;
             g->t_first[k] = patina_now();
-            g->used[k] = 0;
-            b->n = 0;
-            b->end = PATINA_OK;
-            b->msg[0] = '\0';
+            vbatch_open(&g->b[k]);
         }
-        if (s == PATINA_OK) {
-            b->raw[b->n] = raw;
-            b->info[b->n] = info;
-            b->n++;
-            g->used[k] += patina__vframe_bytes(raw) + 3 * (uint64_t)info.width * (uint64_t)info.height;
-        } else {
-            b->end = s;
-            snprintf(b->msg, sizeof b->msg, "%s", msg);
-        }
-        if (s != PATINA_OK || b->n >= g->cap || g->used[k] >= g->budget) {
+        if (vbatch_put(&g->b[k], s, raw, &info, msg, g->cap, g->budget)) {
             g->state[k] = VB_READY;
             g->fill = 1 - k;
         }
@@ -1221,7 +1232,6 @@ typedef struct vrun {
     size_t *map;                /* (cap) */
     double t0;
     double t_convert;           /* seconds converting frames (counted as decoding) */
-    double delay;               /* opts.video_max_delay_ms, in seconds */
 } vrun_t;
 
 static void vrun_free(vrun_t *r)
@@ -1409,7 +1419,8 @@ static patina_status index_video(vrun_t *r, const char *path, patina_index_stats
         return PATINA_OK;
     }
     {
-        vring_t g = {.v = v, .b = r->b, .cap = r->cap, .budget = r->budget, .delay = r->delay};
+        vring_t g = {.v = v, .b = r->b, .cap = r->cap, .budget = r->budget,
+                     .delay = (double)o->video_max_delay_ms / 1000.0};
         pthread_t th;
         int started = vring_init(&g);
         if (started && pthread_create(&th, NULL, vring_main, &g) != 0) {
@@ -1434,8 +1445,7 @@ static patina_status index_video(vrun_t *r, const char *path, patina_index_stats
         } else {
             /* no thread: each batch read, then stored */
             for (;;) {
-                vfill_t f = {v, &r->b[cur], r->cap, r->budget};
-                vbatch_fill(&f);
+                vbatch_fill(v, &r->b[cur], r->cap, r->budget);
                 result = vbatch_store(r, &r->b[cur], fkey, path, mtime, stats, &fst, ferr, sizeof ferr);
                 if (r->b[cur].end != PATINA_OK || result != PATINA_OK) break;
             }
@@ -1608,7 +1618,6 @@ patina_status patina_index_files(patina_context_t *ctx, patina_collection_t *c,
         vr.o = &opts;
         vr.desc_bytes = desc_bytes;
         vr.budget = opts.batch_memory / 2; /* two batches in flight */
-        vr.delay = (double)opts.video_max_delay_ms / 1000.0;
         vr.t0 = t0;
         if (vrun_init(&vr, window) != PATINA_OK) {
             result = patina__fail(PATINA_E_NOMEM, "index: out of memory for a batch of %zu frames", window);
